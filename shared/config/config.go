@@ -1,0 +1,277 @@
+// Package config holds the names that the CDK stack (infra/) and the Lambda
+// functions (functions/) must agree on — environment variables, stack
+// outputs, S3 prefixes — and the typed configuration each function reads
+// from its environment once at start.
+//
+// The package imports only the standard library so that infra/ and the
+// functions can both import it; a name changed here changes on both sides.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment variable names. The stack sets them on every function that
+// needs them; Load reads them.
+const (
+	// EnvTable is the DynamoDB table name (all bulkrun rows live in one table).
+	EnvTable = "BULKRUN_TABLE"
+	// EnvBucket is the S3 bucket for manifests, outputs, results and reports.
+	EnvBucket = "BULKRUN_BUCKET"
+	// EnvItemsQueueURL is the URL of the items queue (item and fan-out messages).
+	EnvItemsQueueURL = "BULKRUN_ITEMS_QUEUE_URL"
+	// EnvFinalizeFunction is the name of the finalize function, invoked
+	// asynchronously when the last item of a run records its outcome.
+	EnvFinalizeFunction = "BULKRUN_FINALIZE_FUNCTION"
+	// EnvPipelines is the comma-separated list of pipeline names that submit
+	// accepts; it must match the pipelines registered in the item binary.
+	EnvPipelines = "BULKRUN_PIPELINES"
+	// EnvDefaultPipeline is the pipeline of a batch started by an S3 upload
+	// whose object metadata names none (optional).
+	EnvDefaultPipeline = "BULKRUN_DEFAULT_PIPELINE"
+	// EnvDeadLetterQueueARN is the ARN of the items queue's dead-letter
+	// queue: the item function records messages from it as dead-lettered.
+	EnvDeadLetterQueueARN = "BULKRUN_DEAD_LETTER_QUEUE_ARN"
+	// EnvLeaseSeconds is the reservation lease in seconds (default 900+60).
+	EnvLeaseSeconds = "BULKRUN_LEASE_SECONDS"
+	// EnvItemTimeoutSeconds is the item function's timeout in seconds, as
+	// configured on the function (default 300). Used to validate the lease.
+	EnvItemTimeoutSeconds = "BULKRUN_ITEM_TIMEOUT_SECONDS"
+	// EnvVisibilitySeconds is the items queue's visibility timeout in seconds
+	// (default 1800). Must be at least the item function's timeout.
+	EnvVisibilitySeconds = "BULKRUN_VISIBILITY_SECONDS"
+	// EnvMaxAttempts is the default number of attempts per item (default 3).
+	EnvMaxAttempts = "BULKRUN_MAX_ATTEMPTS"
+	// EnvMaxReceiveCount is the items queue's redrive maxReceiveCount
+	// (default 10). Must exceed the max attempts.
+	EnvMaxReceiveCount = "BULKRUN_MAX_RECEIVE_COUNT"
+	// EnvRetentionDays is how long a finished batch is kept, in days (default 30).
+	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
+	// EnvLogLevel is the slog level: debug, info (default), warn, error.
+	EnvLogLevel = "BULKRUN_LOG_LEVEL"
+)
+
+// Stack output keys. The CLI, the demo and the integration tests find the
+// deployed resources through these.
+const (
+	OutputAPIURL            = "ApiUrl"
+	OutputAPIID             = "ApiId"
+	OutputBucket            = "BucketName"
+	OutputTable             = "TableName"
+	OutputItemsQueueURL     = "ItemsQueueUrl"
+	OutputItemsDLQURL       = "ItemsDeadLetterQueueUrl"
+	OutputItemsQueueARN     = "ItemsQueueArn"
+	OutputItemsDLQARN       = "ItemsDeadLetterQueueArn"
+	OutputSubmitFunction    = "SubmitFunctionName"
+	OutputItemFunction      = "ItemFunctionName"
+	OutputFinalizeFunction  = "FinalizeFunctionName"
+	OutputMaxReceiveCount   = "ItemsMaxReceiveCount"
+	OutputAPIStage          = "ApiStage"
+	DefaultStackName        = "bulkrun"
+	DefaultAPIStage         = "v1"
+	DefaultItemsQueueSuffix = "items"
+)
+
+// S3 key prefixes shared by the stack (notification filters) and the code.
+const (
+	// IncomingPrefix is where an uploaded source file starts a batch.
+	IncomingPrefix = "incoming/"
+	// BatchesPrefix holds everything a batch owns: batches/{id}/...
+	BatchesPrefix = "batches/"
+)
+
+// APIBatchesResource is the REST API's top resource: every route lives at
+// /batches or below it (/batches/{id}, /batches/{id}/items, ...). The stack
+// proxies /batches and /batches/{proxy+} to submit, which routes by path.
+const APIBatchesResource = "batches"
+
+// Table index names and key attribute names.
+const (
+	// AttrPK and AttrSK are the table's partition and sort key attributes.
+	AttrPK = "pk"
+	AttrSK = "sk"
+	// IndexList is the GSI listing a batch's items: pk AttrListPK
+	// ("{batch}#{shard}"), sk AttrListSK (item key).
+	IndexList  = "list"
+	AttrListPK = "lpk"
+	AttrListSK = "lsk"
+	// IndexAttention is the sparse GSI of items needing attention (failed,
+	// quarantined): pk AttrAttentionPK ("{batch}#{shard}"), sk AttrAttentionSK.
+	IndexAttention  = "attention"
+	AttrAttentionPK = "apk"
+	AttrAttentionSK = "ask"
+	// AttrExpiresAt is the TTL attribute (epoch seconds).
+	AttrExpiresAt = "expires_at"
+)
+
+// Defaults. Each names the value used when its variable is unset.
+const (
+	DefaultMaxAttempts       = 3
+	DefaultMaxReceiveCount   = 10
+	DefaultItemTimeout       = 5 * time.Minute
+	DefaultLease             = DefaultItemTimeout + LeaseMargin
+	DefaultVisibility        = 6 * DefaultItemTimeout // AWS: at least 6× the function timeout for SQS event sources
+	DefaultRetention         = 30 * 24 * time.Hour
+	LeaseMargin              = time.Minute
+	DefaultFinalizeTimeout   = 15 * time.Minute
+	DefaultSubmitTimeout     = 15 * time.Minute
+	DefaultSweepTimeout      = 15 * time.Minute
+	DefaultItemBatchSize     = 10
+	MaxSQSBatchWindowSeconds = 0
+)
+
+// Config is a function's typed configuration, read once by Load.
+//
+// Durations are time.Duration; counts are plain ints. Zero values never reach
+// the code: Load fills defaults and Validate rejects what AWS or bulkrun's
+// invariants forbid.
+type Config struct {
+	Table            string        // EnvTable; required
+	Bucket           string        // EnvBucket; required
+	ItemsQueueURL    string        // EnvItemsQueueURL; required by submit and item
+	FinalizeFunction string        // EnvFinalizeFunction; required by item and submit
+	Pipelines        []string      // EnvPipelines; empty means "accept any registered in this binary"
+	DefaultPipeline  string        // EnvDefaultPipeline; optional
+	DeadLetterARN    string        // EnvDeadLetterQueueARN; required by item
+	Lease            time.Duration // EnvLeaseSeconds; default DefaultLease
+	ItemTimeout      time.Duration // EnvItemTimeoutSeconds; default DefaultItemTimeout
+	Visibility       time.Duration // EnvVisibilitySeconds; default DefaultVisibility
+	MaxAttempts      int           // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
+	MaxReceiveCount  int           // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
+	Retention        time.Duration // EnvRetentionDays; default DefaultRetention
+	LogLevel         string        // EnvLogLevel; default "info"
+}
+
+// VarError names the environment variable at fault.
+type VarError struct {
+	Var    string // the environment variable's name
+	Value  string // its value as read ("" when unset)
+	Reason string
+}
+
+func (e *VarError) Error() string {
+	return fmt.Sprintf("config: %s=%q: %s", e.Var, e.Value, e.Reason)
+}
+
+// Load reads the configuration from the environment through getenv
+// (os.Getenv when nil), fills defaults and validates. It returns a
+// *VarError (or several joined) naming each variable at fault.
+func Load(getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var errs []error
+	seconds := func(name string, def time.Duration) time.Duration {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, &VarError{Var: name, Value: v, Reason: "want a positive whole number of seconds"})
+			return def
+		}
+		return time.Duration(n) * time.Second
+	}
+	count := func(name string, def int) int {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, &VarError{Var: name, Value: v, Reason: "want a whole number"})
+			return def
+		}
+		return n
+	}
+	c := Config{
+		Table:            getenv(EnvTable),
+		Bucket:           getenv(EnvBucket),
+		ItemsQueueURL:    getenv(EnvItemsQueueURL),
+		FinalizeFunction: getenv(EnvFinalizeFunction),
+		DefaultPipeline:  getenv(EnvDefaultPipeline),
+		DeadLetterARN:    getenv(EnvDeadLetterQueueARN),
+		Lease:            seconds(EnvLeaseSeconds, DefaultLease),
+		ItemTimeout:      seconds(EnvItemTimeoutSeconds, DefaultItemTimeout),
+		Visibility:       seconds(EnvVisibilitySeconds, DefaultVisibility),
+		MaxAttempts:      count(EnvMaxAttempts, DefaultMaxAttempts),
+		MaxReceiveCount:  count(EnvMaxReceiveCount, DefaultMaxReceiveCount),
+		LogLevel:         getenv(EnvLogLevel),
+	}
+	if v := getenv(EnvRetentionDays); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, &VarError{Var: EnvRetentionDays, Value: v, Reason: "want a positive whole number of days"})
+		} else {
+			c.Retention = time.Duration(n) * 24 * time.Hour
+		}
+	} else {
+		c.Retention = DefaultRetention
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	for _, p := range strings.Split(getenv(EnvPipelines), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.Pipelines = append(c.Pipelines, p)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the relations between settings that AWS or bulkrun's
+// invariants need:
+//   - Table and Bucket are set;
+//   - MaxAttempts ≥ 1 and MaxReceiveCount > MaxAttempts (a message must not
+//     be dead-lettered while the item still has attempts left);
+//   - Lease ≥ ItemTimeout + LeaseMargin (a reservation must outlive the
+//     invocation that holds it, or a redelivery could take it over while the
+//     pipeline still runs);
+//   - Visibility ≥ ItemTimeout (AWS refuses an SQS event source mapping whose
+//     queue visibility timeout is shorter than the function timeout).
+func (c Config) Validate() error {
+	var errs []error
+	if c.Table == "" {
+		errs = append(errs, &VarError{Var: EnvTable, Reason: "required"})
+	}
+	if c.Bucket == "" {
+		errs = append(errs, &VarError{Var: EnvBucket, Reason: "required"})
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, &VarError{Var: EnvMaxAttempts, Value: strconv.Itoa(c.MaxAttempts), Reason: "must be at least 1"})
+	}
+	if c.MaxReceiveCount <= c.MaxAttempts {
+		errs = append(errs, &VarError{Var: EnvMaxReceiveCount, Value: strconv.Itoa(c.MaxReceiveCount),
+			Reason: fmt.Sprintf("must exceed %s (%d): a message must not be dead-lettered while its item has attempts left", EnvMaxAttempts, c.MaxAttempts)})
+	}
+	if c.Lease < c.ItemTimeout+LeaseMargin {
+		errs = append(errs, &VarError{Var: EnvLeaseSeconds, Value: strconv.Itoa(int(c.Lease / time.Second)),
+			Reason: fmt.Sprintf("must be at least the item timeout (%s) plus %s", c.ItemTimeout, LeaseMargin)})
+	}
+	if c.Visibility < c.ItemTimeout {
+		errs = append(errs, &VarError{Var: EnvVisibilitySeconds, Value: strconv.Itoa(int(c.Visibility / time.Second)),
+			Reason: fmt.Sprintf("must be at least the item timeout (%s): AWS refuses the event source mapping otherwise", c.ItemTimeout)})
+	}
+	return errors.Join(errs...)
+}
+
+// Require returns a *VarError for each named variable whose field is empty.
+// Functions call it for the settings only they need (e.g. the items queue).
+func Require(pairs ...string) error {
+	var errs []error
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			errs = append(errs, &VarError{Var: pairs[i], Reason: "required"})
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,190 @@
+// Package pipeline is the contract between bulkrun and the code it runs per
+// item: a Pipeline takes one item's input JSON and returns its output JSON
+// and cost records, or an error whose type decides the item's outcome.
+//
+// Errors a pipeline can return, and what bulkrun does with them:
+//
+//   - Permanent(err): the item ends `failed` with err's text; never retried.
+//   - Quarantine(err): the item ends `quarantined` (set aside; a rerun does
+//     not touch it until it is released).
+//   - any other error: transient; the item is retried with exponential
+//     backoff and jitter until the batch's max attempts, then ends `failed`.
+//   - a context error after the invocation's deadline: transient.
+//
+// A Pipeline must be safe for concurrent use: one item binary runs one
+// message batch at a time, but several processes run the same code. It
+// should be idempotent per Request.RunID: bulkrun runs it at most once per
+// reservation, but a crash after the side effect and before the outcome is
+// recorded makes a later attempt (same RunID, Attempt + 1) run it again.
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+)
+
+// Request is one item's run of a pipeline.
+type Request struct {
+	BatchID string            // the batch id
+	Key     string            // the item key (UTF-8, 1–1024 bytes)
+	RunID   string            // hex SHA-256 of "{batch id}/{key}"; stable across attempts and reruns
+	Attempt int               // 1 on the first attempt, +1 per takeover or retry
+	Input   json.RawMessage   // the item's input as in the manifest
+	Headers map[string]string // headers given at submit (the "bulkrun." prefix is reserved)
+	Options json.RawMessage   // the batch's pipeline options ("{}" when none)
+	Outputs Outputs           // where the pipeline stores output objects
+}
+
+// Result is what a successful run returns.
+type Result struct {
+	// Output is the item's output JSON (nil means null). Outputs larger than
+	// bulkrun's inline limit are stored in S3 and referenced from the row.
+	Output json.RawMessage
+	// Cost is the item's cost records: name → amount (e.g. "calls": 1,
+	// "tokens": 812, "usd": 0.0021). Names are free-form; the batch sums
+	// each name over its items.
+	Cost Cost
+}
+
+// Cost maps a cost name to an amount. Units are the name's own (tokens,
+// calls, USD…).
+type Cost map[string]float64
+
+// Add adds every amount of o into c (c must be non-nil).
+func (c Cost) Add(o Cost) {
+	for k, v := range o {
+		c[k] += v
+	}
+}
+
+// Outputs stores a pipeline's output objects under the batch's outputs
+// prefix (batches/{id}/outputs/). Implementations are safe for concurrent use.
+type Outputs interface {
+	// Put stores body at name (a relative path such as "cats/tom.png") and
+	// returns the object's location as an s3:// URI. Overwrites are allowed
+	// (a retried attempt writes the same name).
+	Put(ctx context.Context, name, contentType string, body []byte) (uri string, err error)
+}
+
+// Pipeline runs one item. See the package comment for the error contract.
+type Pipeline interface {
+	Run(ctx context.Context, req Request) (Result, error)
+}
+
+// Func adapts a function to the Pipeline interface.
+type Func func(ctx context.Context, req Request) (Result, error)
+
+// Run calls f(ctx, req).
+func (f Func) Run(ctx context.Context, req Request) (Result, error) { return f(ctx, req) }
+
+// PermanentError marks an error that no retry can fix (bad input, a 4xx
+// answer). The item ends `failed`.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// QuarantineError sets the item aside: it ends `quarantined` and is not rerun
+// until released.
+type QuarantineError struct{ Err error }
+
+func (e *QuarantineError) Error() string { return e.Err.Error() }
+func (e *QuarantineError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a *PermanentError (nil stays nil).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// Quarantine wraps err as a *QuarantineError (nil stays nil).
+func Quarantine(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &QuarantineError{Err: err}
+}
+
+// Class is how an error classifies an item's attempt.
+type Class string
+
+// The classes of Classify.
+const (
+	ClassTransient  Class = "transient"
+	ClassPermanent  Class = "permanent"
+	ClassQuarantine Class = "quarantine"
+)
+
+// Classify returns the class of a pipeline error (nil is not an error and
+// must not be passed). A quarantine wins over permanent when both wrap.
+func Classify(err error) Class {
+	var q *QuarantineError
+	if errors.As(err, &q) {
+		return ClassQuarantine
+	}
+	var p *PermanentError
+	if errors.As(err, &p) {
+		return ClassPermanent
+	}
+	return ClassTransient
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+// Registry maps pipeline names to pipelines. The zero value is empty and
+// ready; it is safe for concurrent use.
+type Registry struct {
+	mu sync.RWMutex
+	m  map[string]Pipeline
+}
+
+// Register adds p under name (lower-case letters, digits, '-' and '_', 1–64
+// bytes, starting with a letter). Registering a name twice is an error.
+func (r *Registry) Register(name string, p Pipeline) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("pipeline: register %q: name must match %s", name, nameRE)
+	}
+	if p == nil {
+		return fmt.Errorf("pipeline: register %q: nil pipeline", name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]Pipeline{}
+	}
+	if _, ok := r.m[name]; ok {
+		return fmt.Errorf("pipeline: register %q: already registered", name)
+	}
+	r.m[name] = p
+	return nil
+}
+
+// Lookup returns the pipeline registered under name.
+func (r *Registry) Lookup(name string) (Pipeline, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.m[name]
+	return p, ok
+}
+
+// Names returns the registered names in byte order.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.m))
+	for n := range r.m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ValidName reports whether name is a valid pipeline name.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
