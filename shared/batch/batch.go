@@ -1,0 +1,241 @@
+package batch
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Batch is a batch's row: its plan (manifest and digest), its options and the
+// state of its current run. JSON names are the API's.
+type Batch struct {
+	ID             string            `json:"batch_id"`
+	Pipeline       string            `json:"pipeline"`
+	Digest         string            `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
+	ManifestKey    string            `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
+	ManifestBytes  int64             `json:"manifest_bytes"`
+	ItemCount      int64             `json:"item_count"`
+	ListShards     int               `json:"list_shards"`    // list-index shards (see ListShards)
+	CounterShards  int               `json:"counter_shards"` // run counter rows (see CounterShards)
+	Chunks         []Chunk           `json:"-"`              // fan-out chunks; kept only until fanned out
+	Run            int               `json:"run"`            // current run, from 1
+	Status         Status            `json:"status"`
+	Threshold      Threshold         `json:"threshold"`
+	MaxAttempts    int               `json:"max_attempts"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	Options        json.RawMessage   `json:"pipeline_options,omitempty"`
+	KeyField       string            `json:"key_field,omitempty"`
+	Source         string            `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
+	FannedOut      bool              `json:"fanned_out"`
+	CreatedAt      time.Time         `json:"created_at"`
+	RunStartedAt   time.Time         `json:"run_started_at"`
+	FinishedAt     time.Time         `json:"finished_at,omitzero"`
+	ReportKey      string            `json:"report_key,omitempty"`
+	FinalCensus    *Census           `json:"census,omitempty"` // the census of the last finished run
+	NeedsAttention bool              `json:"needs_attention"`
+}
+
+// Chunk is a byte range of the manifest holding Count whole lines, the
+// first of which is item number FirstIndex (0-based). Fan-out sends one
+// message per chunk; the item function expands it into item messages, so a
+// batch of any size is fanned out in parallel, resumable pieces.
+type Chunk struct {
+	Offset     int64 `json:"offset"`
+	Length     int64 `json:"length"`
+	FirstIndex int64 `json:"first_index"`
+	Count      int64 `json:"count"`
+}
+
+// Item is an item's row. Rows exist from the item's first reservation on;
+// an item without a row is pending.
+type Item struct {
+	BatchID    string          `json:"-"`
+	Key        string          `json:"key"`
+	RunID      string          `json:"run_id"`
+	Run        int             `json:"run"`
+	Outcome    Outcome         `json:"outcome"`
+	Attempt    int             `json:"attempts"`
+	LeaseUntil time.Time       `json:"lease_until,omitzero"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	OutputRef  string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
+	Error      string          `json:"error,omitempty"`
+	Reason     Reason          `json:"reason,omitempty"`
+	Cost       pipeline.Cost   `json:"cost,omitempty"`
+	UpdatedAt  time.Time       `json:"updated_at,omitzero"`
+}
+
+// Reason says why an item is failed, quarantined or cancelled.
+type Reason string
+
+// The reasons.
+const (
+	ReasonPermanent    Reason = "permanent"     // the pipeline returned a permanent error
+	ReasonMaxAttempts  Reason = "max-attempts"  // transient errors or interruptions used every attempt
+	ReasonDeadLettered Reason = "dead-lettered" // the message exceeded the queue's receive limit
+	ReasonQuarantine   Reason = "quarantine"    // the pipeline set the item aside
+	ReasonThreshold    Reason = "threshold"     // cancelled: the batch exceeded its threshold
+	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
+)
+
+// Census is the count of a run's items by outcome, plus the cost rollup. It
+// is computed from the item rows, never from counters.
+type Census struct {
+	Total       int64         `json:"total"`
+	Succeeded   int64         `json:"succeeded"`
+	Failed      int64         `json:"failed"`
+	Quarantined int64         `json:"quarantined"`
+	Cancelled   int64         `json:"cancelled"`
+	InFlight    int64         `json:"in_flight"`
+	Pending     int64         `json:"pending"`
+	Cost        pipeline.Cost `json:"cost"`
+}
+
+// Add counts one item of outcome o with cost c.
+func (c *Census) Add(o Outcome, cost pipeline.Cost) {
+	switch o {
+	case OutcomeSucceeded:
+		c.Succeeded++
+	case OutcomeFailed:
+		c.Failed++
+	case OutcomeQuarantined:
+		c.Quarantined++
+	case OutcomeCancelled:
+		c.Cancelled++
+	case OutcomeInFlight:
+		c.InFlight++
+	default:
+		c.Pending++
+	}
+	if c.Cost == nil {
+		c.Cost = pipeline.Cost{}
+	}
+	c.Cost.Add(cost)
+}
+
+// Count returns the number of items of outcome o.
+func (c Census) Count(o Outcome) int64 {
+	switch o {
+	case OutcomeSucceeded:
+		return c.Succeeded
+	case OutcomeFailed:
+		return c.Failed
+	case OutcomeQuarantined:
+		return c.Quarantined
+	case OutcomeCancelled:
+		return c.Cancelled
+	case OutcomeInFlight:
+		return c.InFlight
+	}
+	return c.Pending
+}
+
+// Done reports whether every item is terminal.
+func (c Census) Done() bool { return c.InFlight == 0 && c.Pending == 0 }
+
+// NeedsAttention reports whether any item is failed, quarantined or in flight.
+func (c Census) NeedsAttention() bool { return c.Failed+c.Quarantined+c.InFlight > 0 }
+
+// Threshold is the tolerated failures of a run, with the semantics of Step
+// Functions Distributed Map's ToleratedFailurePercentage and
+// ToleratedFailureCount: the run fails (threshold_exceeded) when the failed
+// items are MORE than the tolerated count, or their share of all items is
+// MORE than the tolerated percent. Failures are failed + quarantined items.
+// Exactly at the threshold is tolerated. With neither set, any number of
+// failures is tolerated (unlike Distributed Map, whose default is zero):
+// the batch completes and needs_attention tells.
+type Threshold struct {
+	// FailurePercent is 0–100 (fractions allowed); nil means unset.
+	FailurePercent *float64 `json:"tolerated_failure_percent,omitempty"`
+	// FailureCount is ≥ 0; nil means unset.
+	FailureCount *int64 `json:"tolerated_failure_count,omitempty"`
+}
+
+// Validate names the field at fault.
+func (t Threshold) Validate() error {
+	if p := t.FailurePercent; p != nil && (math.IsNaN(*p) || *p < 0 || *p > 100) {
+		return &InputError{Field: "threshold.tolerated_failure_percent", Reason: fmt.Sprintf("%v is not within 0–100", *p)}
+	}
+	if c := t.FailureCount; c != nil && *c < 0 {
+		return &InputError{Field: "threshold.tolerated_failure_count", Reason: fmt.Sprintf("%d is negative", *c)}
+	}
+	return nil
+}
+
+// Verdict is a threshold's judgement of a run.
+type Verdict struct {
+	Exceeded bool   `json:"exceeded"`
+	Limit    string `json:"limit,omitempty"`  // "tolerated_failure_count" or "tolerated_failure_percent"
+	Detail   string `json:"detail,omitempty"` // e.g. "3 failures > 2 tolerated"
+	Failures int64  `json:"failures"`
+	Total    int64  `json:"total"`
+}
+
+// Judge applies the threshold to failures out of total items. The percent
+// comparison is exact (failures × 100 > percent × total, no rounding), so
+// 1 failure of 20 items against 5 % is tolerated and 2 are not. A run of 0
+// items never exceeds.
+func (t Threshold) Judge(failures, total int64) Verdict {
+	v := Verdict{Failures: failures, Total: total}
+	if total <= 0 {
+		return v
+	}
+	if c := t.FailureCount; c != nil && failures > *c {
+		v.Exceeded, v.Limit = true, "tolerated_failure_count"
+		v.Detail = fmt.Sprintf("%d failures > %d tolerated", failures, *c)
+		return v
+	}
+	if p := t.FailurePercent; p != nil && float64(failures)*100 > *p*float64(total) {
+		v.Exceeded, v.Limit = true, "tolerated_failure_percent"
+		v.Detail = fmt.Sprintf("%d failures of %d items = %.4g%% > %.4g%% tolerated", failures, total, float64(failures)*100/float64(total), *p)
+	}
+	return v
+}
+
+// Report is what finalize writes once per run to
+// batches/{id}/runs/{run}/report.json.
+type Report struct {
+	BatchID        string    `json:"batch_id"`
+	Run            int       `json:"run"`
+	Pipeline       string    `json:"pipeline"`
+	Status         Status    `json:"status"`
+	NeedsAttention bool      `json:"needs_attention"`
+	Census         Census    `json:"census"`
+	Threshold      Threshold `json:"threshold"`
+	Verdict        Verdict   `json:"verdict"`
+	Manifest       Location  `json:"manifest"`
+	Results        Results   `json:"results"`
+	Outputs        string    `json:"outputs"` // s3:// prefix of the pipeline's output objects
+	CreatedAt      time.Time `json:"created_at"`
+	RunStartedAt   time.Time `json:"run_started_at"`
+	FinishedAt     time.Time `json:"finished_at"`
+}
+
+// Location is an S3 object and what identifies its content.
+type Location struct {
+	URI    string `json:"uri"`
+	Digest string `json:"digest,omitempty"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Results names the run's result files: one JSONL per outcome with at least
+// one item, and a manifest.json in the shape of Step Functions Distributed
+// Map's ResultWriter manifest.
+type Results struct {
+	Manifest string              `json:"manifest"` // s3:// URI of manifest.json
+	Files    map[Outcome]Location `json:"files"`
+}
+
+// ResultLine is one line of a results file.
+type ResultLine struct {
+	Key       string          `json:"key"`
+	Outcome   Outcome         `json:"outcome"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	OutputRef string          `json:"output_ref,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Reason    Reason          `json:"reason,omitempty"`
+	Attempts  int             `json:"attempts"`
+	Cost      pipeline.Cost   `json:"cost,omitempty"`
+}

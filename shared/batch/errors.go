@@ -1,0 +1,88 @@
+package batch
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors a caller branches on with errors.Is.
+var (
+	// ErrNotFound: no batch (or item, or object) with that id or key.
+	ErrNotFound = errors.New("not found")
+	// ErrBatchMismatch: a batch with this id exists with another manifest
+	// digest or pipeline (HTTP 409 batch_mismatch). Permanent.
+	ErrBatchMismatch = errors.New("batch_mismatch")
+	// ErrBatchExists: the conditional create found the batch row already
+	// there (Store.CreateBatch). Submit turns it into idempotency or
+	// ErrBatchMismatch.
+	ErrBatchExists = errors.New("batch exists")
+	// ErrConflict: a conditional write lost (a lease is live, an attempt was
+	// fenced, a run already finished). Storage adapters return it wrapped.
+	ErrConflict = errors.New("conditional write lost")
+	// ErrInvalid: the request or the source is malformed. Permanent; the
+	// error is an *InputError naming the field or line.
+	ErrInvalid = errors.New("invalid input")
+	// ErrNotFinished: finalize found items still pending or in flight.
+	ErrNotFinished = errors.New("run not finished")
+)
+
+// InputError is a malformed submit request or source line. It names where
+// the fault is: a request Field (JSON path such as "source.object"), or a
+// source Line (1-based; for a JSON array the element number), and the item
+// Key when one was read. errors.Is(err, ErrInvalid) is true.
+type InputError struct {
+	Field  string // request field at fault, "" when the fault is in the source
+	Line    int64 // 1-based line (JSONL, CSV) or object number (prefix listing); 0 when not known
+	Element int64 // 1-based element of a JSON array source; 0 otherwise
+	Key    string // the item key, when known
+	Reason string // what is wrong
+	Err    error  // the underlying error, if any
+}
+
+func (e *InputError) Error() string {
+	var parts []string
+	if e.Field != "" {
+		parts = append(parts, e.Field)
+	}
+	if e.Line > 0 {
+		parts = append(parts, fmt.Sprintf("line %d", e.Line))
+	}
+	if e.Element > 0 {
+		parts = append(parts, fmt.Sprintf("element %d", e.Element))
+	}
+	msg := strings.Join(parts, ", ")
+	if msg == "" {
+		msg = "invalid input"
+	}
+	if e.Key != "" {
+		msg += fmt.Sprintf(" (key %q)", e.Key)
+	}
+	msg += ": " + e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InputError) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the underlying error.
+func (e *InputError) Unwrap() error { return e.Err }
+
+// MismatchError carries what differs between a submit and the stored batch.
+// errors.Is(err, ErrBatchMismatch) is true.
+type MismatchError struct {
+	BatchID string
+	Field   string // "manifest_digest" or "pipeline"
+	Stored  string
+	Given   string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("batch %s exists with another %s (stored %s, given %s)", e.BatchID, e.Field, e.Stored, e.Given)
+}
+
+// Is makes errors.Is(err, ErrBatchMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrBatchMismatch }

@@ -1,0 +1,140 @@
+package batch
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/bulkrun/bulkrun/shared/keyset"
+)
+
+// ManifestLine is one line of a manifest: {"key": "...", "input": ...}.
+// The manifest is JSON Lines, one item per line, in source order, input JSON
+// compacted; its SHA-256 is the batch's digest.
+type ManifestLine struct {
+	Key   string          `json:"key"`
+	Input json.RawMessage `json:"input"`
+}
+
+// DefaultChunkItems is how many items one fan-out message covers.
+const DefaultChunkItems = 5000
+
+// ManifestWriter streams a normalized manifest to w while hashing it,
+// cutting it into fan-out chunks and detecting duplicate keys in bounded
+// memory (shared/keyset spills to disk). Memory: one line plus the key
+// detector's budget (keyset.DefaultMemoryBytes unless set) plus one Chunk
+// per ChunkItems items. Not safe for concurrent use.
+type ManifestWriter struct {
+	w          io.Writer
+	h          hash.Hash
+	keys       *keyset.Detector
+	chunkItems int64
+	offset     int64
+	count      int64
+	chunks     []Chunk
+	lineBuf    bytes.Buffer
+}
+
+// NewManifestWriter writes to w. chunkItems ≤ 0 means DefaultChunkItems;
+// keysDir is where duplicate detection spills ("" means the OS temp dir).
+func NewManifestWriter(w io.Writer, chunkItems int, keysDir string) *ManifestWriter {
+	if chunkItems <= 0 {
+		chunkItems = DefaultChunkItems
+	}
+	h := sha256.New()
+	return &ManifestWriter{
+		w:          io.MultiWriter(w, h),
+		h:          h,
+		keys:       keyset.New(keyset.Options{Dir: keysDir}),
+		chunkItems: int64(chunkItems),
+	}
+}
+
+// Add appends one item. Its key is checked (1–1024 bytes of UTF-8) and
+// recorded for duplicate detection, which reports at Finish.
+func (m *ManifestWriter) Add(it SourceItem) error {
+	if r := CheckKey(it.Key); r != "" {
+		return &InputError{Line: it.Line, Element: it.Element, Key: truncate(it.Key, 80), Reason: r}
+	}
+	where := it.Line
+	if where == 0 {
+		where = it.Element
+	}
+	if err := m.keys.Add([]byte(it.Key), where); err != nil {
+		return fmt.Errorf("manifest: duplicate detection: %w", err)
+	}
+	m.lineBuf.Reset()
+	enc := json.NewEncoder(&m.lineBuf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(ManifestLine{Key: it.Key, Input: it.Input}); err != nil { // Encode appends '\n'
+		return &InputError{Line: it.Line, Element: it.Element, Key: truncate(it.Key, 80), Reason: "cannot encode input", Err: err}
+	}
+	n, err := m.w.Write(m.lineBuf.Bytes())
+	if err != nil {
+		return fmt.Errorf("manifest: write: %w", err)
+	}
+	if m.count%m.chunkItems == 0 {
+		m.chunks = append(m.chunks, Chunk{Offset: m.offset, FirstIndex: m.count})
+	}
+	c := &m.chunks[len(m.chunks)-1]
+	c.Length += int64(n)
+	c.Count++
+	m.offset += int64(n)
+	m.count++
+	return nil
+}
+
+// ManifestSummary is what Finish returns.
+type ManifestSummary struct {
+	Digest string // hex SHA-256 of the manifest bytes
+	Count  int64
+	Bytes  int64
+	Chunks []Chunk
+}
+
+// Finish checks for duplicate keys and returns the summary. A duplicate is
+// an *InputError naming the key and both lines (errors.Is ErrInvalid).
+func (m *ManifestWriter) Finish() (ManifestSummary, error) {
+	if err := m.keys.Finish(); err != nil {
+		var dup *keyset.DuplicateKeyError
+		if errors.As(err, &dup) {
+			return ManifestSummary{}, &InputError{Line: dup.SecondLine, Key: truncate(dup.Key, 80),
+				Reason: fmt.Sprintf("duplicate item key: first seen at line %d, again at line %d", dup.FirstLine, dup.SecondLine)}
+		}
+		return ManifestSummary{}, fmt.Errorf("manifest: duplicate detection: %w", err)
+	}
+	return ManifestSummary{Digest: hex.EncodeToString(m.h.Sum(nil)), Count: m.count, Bytes: m.offset, Chunks: m.chunks}, nil
+}
+
+// Close releases the duplicate detector's temporary files. Safe after Finish.
+func (m *ManifestWriter) Close() error { return m.keys.Close() }
+
+// ReadManifestLines parses manifest lines from r (a chunk or the whole
+// manifest), calling fn with each line, its byte offset relative to base
+// and its length.
+func ReadManifestLines(r io.Reader, base int64, fn func(line ManifestLine, offset, length int64) error) error {
+	dec := json.NewDecoder(r)
+	off := base
+	for {
+		var l ManifestLine
+		err := dec.Decode(&l)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("manifest at byte %d: %w", off, err)
+		}
+		end := base + dec.InputOffset()
+		// The encoder wrote a '\n' after each line; the decoder stops before it.
+		length := end - off + 1
+		if err := fn(l, off, length); err != nil {
+			return err
+		}
+		off += length
+	}
+}

@@ -1,0 +1,74 @@
+package batch
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Message kinds on the items queue.
+const (
+	KindItem   = "item"   // run one item
+	KindFanout = "fanout" // expand one manifest chunk into item messages
+)
+
+// MaxInlineInputBytes is the largest item input carried inside an item
+// message. A larger input travels as a pointer to its manifest line
+// (InputRef), never truncated. SQS allows 1 MiB per message (256 KiB before
+// August 2025 and in some emulators); 192 KiB keeps a message with its
+// envelope under the older limit.
+const MaxInlineInputBytes = 192 << 10
+
+// Message is the body of an items-queue message (JSON).
+type Message struct {
+	Kind        string          `json:"kind"`
+	BatchID     string          `json:"batch_id"`
+	Run         int             `json:"run"`
+	Key         string          `json:"key,omitempty"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	InputRef    *Chunk          `json:"input_ref,omitempty"` // the item's manifest line: Offset, Length
+	ManifestKey string          `json:"manifest_key,omitempty"`
+	Chunk       *Chunk          `json:"chunk,omitempty"`
+}
+
+// Validate reports a malformed message (a poison message is acknowledged
+// and logged, never retried forever).
+func (m Message) Validate() error {
+	switch {
+	case !ValidBatchID(m.BatchID):
+		return fmt.Errorf("message: bad batch_id %q", m.BatchID)
+	case m.Run < 1:
+		return fmt.Errorf("message: bad run %d", m.Run)
+	}
+	switch m.Kind {
+	case KindItem:
+		if r := CheckKey(m.Key); r != "" {
+			return fmt.Errorf("message: %s", r)
+		}
+		if m.Input == nil && m.InputRef == nil {
+			return fmt.Errorf("message: item %q has neither input nor input_ref", m.Key)
+		}
+		if m.InputRef != nil && m.ManifestKey == "" {
+			return fmt.Errorf("message: item %q has input_ref without manifest_key", m.Key)
+		}
+	case KindFanout:
+		if m.Chunk == nil || m.ManifestKey == "" {
+			return fmt.Errorf("message: fanout without chunk or manifest_key")
+		}
+	default:
+		return fmt.Errorf("message: unknown kind %q", m.Kind)
+	}
+	return nil
+}
+
+// ItemMessage builds the message for one manifest line: the input inline
+// when it fits, else a pointer to the line (offset, length) in manifestKey.
+func ItemMessage(batchID string, run int, manifestKey string, line ManifestLine, offset, length int64) Message {
+	m := Message{Kind: KindItem, BatchID: batchID, Run: run, Key: line.Key}
+	if len(line.Input) <= MaxInlineInputBytes {
+		m.Input = line.Input
+	} else {
+		m.InputRef = &Chunk{Offset: offset, Length: length, Count: 1}
+		m.ManifestKey = manifestKey
+	}
+	return m
+}

@@ -1,0 +1,108 @@
+package batch
+
+// Outcome is an item's state. Terminal outcomes are final for a run:
+// succeeded, failed, quarantined, cancelled. Non-terminal: pending (no row
+// yet in this run) and in_flight (reserved under a lease).
+type Outcome string
+
+// The outcomes, and who moves an item into each.
+const (
+	// OutcomePending: the item has no reservation in the current run. Never
+	// stored: an item without a row (or with a row of an earlier run that is
+	// not succeeded) counts as pending.
+	OutcomePending Outcome = "pending"
+	// OutcomeInFlight: the item function reserved the item (attempt, lease)
+	// and its pipeline is running, or a transient error released the lease
+	// and a retry is scheduled.
+	OutcomeInFlight Outcome = "in_flight"
+	// OutcomeSucceeded: the pipeline returned a result; recorded by the item
+	// function under the attempt's fence. Never runs again.
+	OutcomeSucceeded Outcome = "succeeded"
+	// OutcomeFailed: a permanent error, max attempts exhausted, or the
+	// message was dead-lettered. A rerun runs it again.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeQuarantined: the pipeline set the item aside
+	// (pipeline.Quarantine). A rerun does not touch it until released.
+	OutcomeQuarantined Outcome = "quarantined"
+	// OutcomeCancelled: the batch was cancelled or exceeded its threshold
+	// before the item started. A rerun runs it again.
+	OutcomeCancelled Outcome = "cancelled"
+)
+
+// Outcomes lists every outcome in census order.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled, OutcomeInFlight, OutcomePending}
+}
+
+// TerminalOutcomes lists the terminal outcomes, in census order.
+func TerminalOutcomes() []Outcome {
+	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled}
+}
+
+// Terminal reports whether o ends an item's run.
+func (o Outcome) Terminal() bool {
+	switch o {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether o is one of Outcomes().
+func (o Outcome) Valid() bool {
+	for _, x := range Outcomes() {
+		if o == x {
+			return true
+		}
+	}
+	return false
+}
+
+// CanTransition reports whether an item may move from one outcome to
+// another within a run (the storage conditions enforce the same table):
+//
+//	pending   → in_flight (reserve), cancelled (batch stopped), failed (dead-lettered)
+//	in_flight → in_flight (takeover of an expired lease, or a retry: attempt + 1)
+//	in_flight → succeeded, failed, quarantined (record, fenced by attempt)
+//	in_flight → cancelled: never (a started item finishes)
+//
+// Terminal outcomes do not move within a run. A new run (resume) makes
+// failed and cancelled items pending again; succeeded items never leave
+// succeeded, and quarantined ones stay until released.
+func CanTransition(from, to Outcome) bool {
+	switch from {
+	case OutcomePending:
+		return to == OutcomeInFlight || to == OutcomeCancelled || to == OutcomeFailed
+	case OutcomeInFlight:
+		return to == OutcomeInFlight || to == OutcomeSucceeded || to == OutcomeFailed || to == OutcomeQuarantined
+	}
+	return false
+}
+
+// Status is a batch's state. There is no "succeeded" status: a finished
+// batch is completed (read its counts), threshold_exceeded or cancelled.
+type Status string
+
+// The batch statuses.
+const (
+	// StatusRunning: submit created the batch (or resume started a new run);
+	// items are being fanned out and run.
+	StatusRunning Status = "running"
+	// StatusCompleted: finalize found every item of the run terminal and the
+	// failures within the threshold. Read the census: failures may be > 0.
+	StatusCompleted Status = "completed"
+	// StatusThresholdExceeded: failures exceeded the threshold; items not
+	// yet started were cancelled.
+	StatusThresholdExceeded Status = "threshold_exceeded"
+	// StatusCancelled: a caller cancelled the batch; items not yet started
+	// were cancelled.
+	StatusCancelled Status = "cancelled"
+)
+
+// Statuses lists every batch status.
+func Statuses() []Status {
+	return []Status{StatusRunning, StatusCompleted, StatusThresholdExceeded, StatusCancelled}
+}
+
+// Finished reports whether s is a final status of a run.
+func (s Status) Finished() bool { return s != StatusRunning && s != "" }

@@ -1,0 +1,169 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Store is the durable state of batches and items. The DynamoDB adapter
+// (shared/dynamo) implements it; its storage semantics are tested against
+// the emulator. All methods are safe for concurrent use; conditional writes
+// report a lost condition as an error wrapping ErrConflict.
+type Store interface {
+	// CreateBatch puts b's row (and its running marker) only if no batch has
+	// b.ID. If one exists it returns the stored batch and ErrBatchExists.
+	CreateBatch(ctx context.Context, b Batch) (Batch, error)
+	// GetBatch returns the batch row, or ErrNotFound.
+	GetBatch(ctx context.Context, id string) (Batch, error)
+	// SetFannedOut records that every fan-out chunk message of run was sent.
+	// Idempotent.
+	SetFannedOut(ctx context.Context, id string, run int) error
+	// Reserve binds a new attempt and a lease to an item before its pipeline
+	// runs. It succeeds when the item has no row, when its row is failed or
+	// cancelled in an earlier run, or when it is in flight in this run with
+	// an expired lease (a takeover: attempt + 1, same run id). It returns the
+	// row as written. Otherwise it returns the stored row and ErrConflict.
+	Reserve(ctx context.Context, r Reservation) (Item, error)
+	// Record writes an item's terminal outcome, only if the item is still in
+	// flight in r.Run under r.Attempt (the fence); else ErrConflict.
+	Record(ctx context.Context, r Record) error
+	// Release ends an attempt's lease without an outcome (a transient error
+	// whose retry is scheduled), only under the same fence as Record.
+	Release(ctx context.Context, r Record) error
+	// Settle writes a terminal outcome for an item that did not run in this
+	// run (dead-lettered, cancelled): only if the item has no row, is failed
+	// or cancelled in an earlier run, or is in flight with an expired lease.
+	// Else it returns the stored row and ErrConflict.
+	Settle(ctx context.Context, r Record) (Item, error)
+	// AddProgress adds to one of the run's counter rows: done terminal items
+	// and failures among them. Counters may lag or be lost; item rows decide.
+	AddProgress(ctx context.Context, batchID string, run, shard int, done, failures int64, now time.Time) error
+	// Progress sums the run's counter rows 0..shards-1.
+	Progress(ctx context.Context, batchID string, run, shards int) (Progress, error)
+	// ScanItems calls fn for every item row of the batch in key byte order,
+	// merging its list shards. fn's error stops the scan and is returned.
+	ScanItems(ctx context.Context, batchID string, listShards int, fn func(Item) error) error
+	// FinishRun moves the batch from running to f.Status, only if its
+	// current run is run and it is still running; else ErrConflict. It also
+	// removes the running marker.
+	FinishRun(ctx context.Context, id string, run int, f Finish) error
+	// RunningBatches lists the ids of running batches.
+	RunningBatches(ctx context.Context) ([]string, error)
+}
+
+// Reservation asks Store.Reserve for an item.
+type Reservation struct {
+	BatchID    string
+	Key        string
+	RunID      string
+	Run        int
+	ListShards int // to place the row in the list index
+	Now        time.Time
+	Lease      time.Duration
+}
+
+// Record is an outcome to write (Record, Settle) or a lease to release
+// (Release).
+type Record struct {
+	BatchID    string
+	Key        string
+	RunID      string
+	Run        int
+	ListShards int
+	Attempt    int // the fence (Record, Release); ignored by Settle
+	Outcome    Outcome
+	Output     json.RawMessage
+	OutputRef  string
+	Error      string
+	Reason     Reason
+	Cost       pipeline.Cost
+	Now        time.Time
+}
+
+// Progress is the sum of a run's counter rows.
+type Progress struct {
+	Done      int64
+	Failures  int64
+	UpdatedAt time.Time // latest update of any counter row; zero when none
+}
+
+// Finish is what FinishRun writes.
+type Finish struct {
+	Status     Status
+	ReportKey  string
+	Census     Census
+	FinishedAt time.Time
+	ExpiresAt  time.Time // when the retention ends
+}
+
+// Blobs stores the batch's objects in one S3 bucket and reads sources from
+// any bucket. The S3 adapter (shared/blob) implements it.
+type Blobs interface {
+	// Bucket is the name of the bucket the batches live in.
+	Bucket() string
+	// Create starts a streaming write (multipart upload) of key. Close
+	// completes it; Abort discards every part. Nothing is visible before Close.
+	Create(ctx context.Context, key, contentType string) (BlobWriter, error)
+	// Open reads bucket/key; a missing object is ErrNotFound.
+	Open(ctx context.Context, bucket, key string) (io.ReadCloser, error)
+	// OpenRange reads length bytes at offset of key in the batches bucket.
+	OpenRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	// Put writes key whole (overwrites).
+	Put(ctx context.Context, key, contentType string, body []byte) error
+	// PutIfAbsent writes key only if no object has that key; else ErrConflict.
+	PutIfAbsent(ctx context.Context, key, contentType string, body []byte) error
+	// Get reads key whole; ErrNotFound when missing.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// Delete removes key; a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List calls fn for every object under bucket/prefix, in key order,
+	// across every page.
+	List(ctx context.Context, bucket, prefix string, fn func(ObjectInfo) error) error
+}
+
+// BlobWriter is a streaming object write.
+type BlobWriter interface {
+	io.Writer
+	// Close completes the object. After an error nothing is visible.
+	Close() error
+	// Abort discards what was written. Safe after Close (no-op).
+	Abort() error
+}
+
+// ObjectInfo describes one listed object.
+type ObjectInfo struct {
+	Bucket string
+	Key    string
+	Size   int64
+	ETag   string
+}
+
+// Queue sends messages to the items queue. The SQS adapter (shared/queue)
+// implements it.
+type Queue interface {
+	// Send delivers every body, in SendMessageBatch calls of at most 10
+	// entries and 256 KiB, retrying entries that fail; it returns an error
+	// only when some body could not be sent after its retries.
+	Send(ctx context.Context, bodies [][]byte) error
+	// Delay makes a received message visible again after d (0–12 h).
+	Delay(ctx context.Context, receiptHandle string, d time.Duration) error
+}
+
+// Trigger starts finalize for a run, asynchronously. Triggering twice is
+// harmless: finalize writes the report once per run.
+type Trigger interface {
+	Finalize(ctx context.Context, batchID string, run int) error
+}
+
+// Clock tells the time (UTC).
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().UTC().
+func (SystemClock) Now() time.Time { return time.Now().UTC() }

@@ -1,0 +1,250 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// SubmitRequest is the body of POST /batches (JSON names as tagged).
+type SubmitRequest struct {
+	// BatchID is optional; a ULID is generated when empty. Give one to make
+	// retries idempotent: the same id and manifest yield the same batch.
+	BatchID string `json:"batch_id,omitempty"`
+	// Pipeline names the registered pipeline to run per item. Required.
+	Pipeline string `json:"pipeline"`
+	// Source is where the items come from. Required.
+	Source SourceSpec `json:"source"`
+	// KeyField names the input field (JSON) or column (CSV) holding the item
+	// key; empty means positional keys item-0000000000, item-0000000001, ...
+	KeyField string `json:"key_field,omitempty"`
+	// Threshold is the tolerated failures; unset tolerates any.
+	Threshold Threshold `json:"threshold"`
+	// MaxAttempts per item, 1–100; 0 means the stack's default.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Headers reach the pipeline; names starting with "bulkrun." are refused.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Options is the pipeline's own JSON object (e.g. webhook's url).
+	Options json.RawMessage `json:"pipeline_options,omitempty"`
+}
+
+// SubmitResult is what Submit returns: the batch, and whether this call
+// created it (false: an identical submit had, and this one is idempotent).
+type SubmitResult struct {
+	Batch   Batch `json:"batch"`
+	Created bool  `json:"created"`
+}
+
+// Submitter streams a source into a manifest, creates the batch row
+// conditionally and starts the fan-out. Safe for concurrent use.
+type Submitter struct {
+	Store       Store
+	Blobs       Blobs
+	Queue       Queue
+	Trigger     Trigger
+	Clock       Clock
+	Log         *slog.Logger
+	Pipelines   []string // accepted pipeline names
+	MaxAttempts int      // default per item
+	ChunkItems  int      // items per fan-out message; 0 = DefaultChunkItems
+	TempDir     string   // where duplicate-key detection spills; "" = OS temp dir
+}
+
+// MaxHeaderBytes bounds the headers given at submit: they are stored on the
+// batch row (DynamoDB items are at most 400 KB).
+const MaxHeaderBytes = 16 << 10
+
+// ReservedHeaderPrefix is refused in submitted header names.
+const ReservedHeaderPrefix = "bulkrun."
+
+// Validate checks the request and names the field at fault (an *InputError).
+func (s *Submitter) Validate(req *SubmitRequest) error {
+	if req.BatchID != "" && !ValidBatchID(req.BatchID) {
+		return &InputError{Field: "batch_id", Reason: fmt.Sprintf("%q is not 1–128 bytes of [A-Za-z0-9_-]", truncate(req.BatchID, 140))}
+	}
+	if req.Pipeline == "" {
+		return &InputError{Field: "pipeline", Reason: "required"}
+	}
+	if len(s.Pipelines) > 0 && !slices.Contains(s.Pipelines, req.Pipeline) {
+		return &InputError{Field: "pipeline", Reason: fmt.Sprintf("%q is not a registered pipeline (have %s)", req.Pipeline, strings.Join(s.Pipelines, ", "))}
+	}
+	if err := req.Source.Validate(req.KeyField); err != nil {
+		return err
+	}
+	if req.KeyField != "" && (len(req.KeyField) > 256) {
+		return &InputError{Field: "key_field", Reason: "longer than 256 bytes"}
+	}
+	if err := req.Threshold.Validate(); err != nil {
+		return err
+	}
+	if req.MaxAttempts < 0 || req.MaxAttempts > 100 {
+		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not within 1–100", req.MaxAttempts)}
+	}
+	size := 0
+	for k, v := range req.Headers {
+		if strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix) {
+			return &InputError{Field: "headers." + k, Reason: fmt.Sprintf("the %q prefix is reserved", ReservedHeaderPrefix)}
+		}
+		if k == "" {
+			return &InputError{Field: "headers", Reason: "empty header name"}
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxHeaderBytes {
+		return &InputError{Field: "headers", Reason: fmt.Sprintf("%d bytes, more than %d", size, MaxHeaderBytes)}
+	}
+	if len(req.Options) > 0 {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(req.Options, &obj); err != nil && string(req.Options) != "null" {
+			return &InputError{Field: "pipeline_options", Reason: "want a JSON object", Err: err}
+		}
+	}
+	return nil
+}
+
+// ManifestKey is where a submit attempt writes its manifest. Each attempt
+// writes its own object (the id is a ULID) so that a refused or duplicate
+// submit never touches the stored batch's manifest.
+func ManifestKey(batchID, attempt string) string {
+	return fmt.Sprintf("batches/%s/manifests/%s.jsonl", batchID, attempt)
+}
+
+// Submit creates a batch, or returns the existing identical one.
+//
+// Steps: validate; stream the source into a new manifest object (multipart),
+// hashing it and detecting duplicate keys; put the batch row only if absent;
+// send the fan-out messages; mark the batch fanned out. On bad input the
+// manifest upload is aborted and nothing is written (an *InputError names
+// the field or line). If the id exists with the same digest and pipeline,
+// the new manifest is deleted and the stored batch returned (Created false);
+// a fan-out interrupted by a crash is resumed. Another digest or pipeline is
+// a *MismatchError (ErrBatchMismatch). Idempotent per (id, manifest).
+func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	if err := s.Validate(&req); err != nil {
+		return SubmitResult{}, err
+	}
+	if req.BatchID == "" {
+		req.BatchID = NewBatchID()
+	}
+	if req.MaxAttempts == 0 {
+		req.MaxAttempts = s.MaxAttempts
+	}
+	if len(req.Options) == 0 || string(req.Options) == "null" {
+		req.Options = json.RawMessage("{}")
+	}
+	log := s.Log.With("batch_id", req.BatchID)
+	start := s.Clock.Now()
+
+	manifestKey := ManifestKey(req.BatchID, NewBatchID())
+	w, err := s.Blobs.Create(ctx, manifestKey, "application/x-ndjson")
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
+	}
+	mw := NewManifestWriter(w, s.ChunkItems, s.TempDir)
+	defer mw.Close()
+	err = ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
+	var sum ManifestSummary
+	if err == nil {
+		sum, err = mw.Finish()
+	}
+	if err != nil {
+		if aerr := w.Abort(); aerr != nil {
+			log.Warn("abort manifest upload", "error", aerr.Error())
+		}
+		var ie *InputError
+		if errors.As(err, &ie) && ie.Field == "" && req.Source.Object != "" {
+			ie.Field = "source.object"
+		}
+		return SubmitResult{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
+	if err := w.Close(); err != nil {
+		return SubmitResult{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
+	}
+
+	now := s.Clock.Now()
+	b := Batch{
+		ID:            req.BatchID,
+		Pipeline:      req.Pipeline,
+		Digest:        sum.Digest,
+		ManifestKey:   manifestKey,
+		ManifestBytes: sum.Bytes,
+		ItemCount:     sum.Count,
+		ListShards:    ListShards(sum.Count),
+		CounterShards: CounterShards(sum.Count),
+		Run:           1,
+		Status:        StatusRunning,
+		Threshold:     req.Threshold,
+		MaxAttempts:   req.MaxAttempts,
+		Headers:       req.Headers,
+		Options:       req.Options,
+		KeyField:      req.KeyField,
+		Source:        req.Source.Describe(),
+		CreatedAt:     now,
+		RunStartedAt:  now,
+	}
+	stored, err := s.Store.CreateBatch(ctx, b)
+	created := err == nil
+	switch {
+	case created:
+		stored = b
+	case errors.Is(err, ErrBatchExists):
+		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
+			log.Warn("delete duplicate manifest", "error", derr.Error())
+		}
+		if stored.Digest != b.Digest {
+			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: "manifest_digest", Stored: stored.Digest, Given: b.Digest}
+		}
+		if stored.Pipeline != b.Pipeline {
+			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: "pipeline", Stored: stored.Pipeline, Given: b.Pipeline}
+		}
+		if stored.FannedOut || stored.Run != 1 || stored.Status != StatusRunning {
+			log.Info("duplicate submit", "run", stored.Run, "status", string(stored.Status))
+			return SubmitResult{Batch: stored, Created: false}, nil
+		}
+		log.Info("duplicate submit resumes an interrupted fan-out")
+	default:
+		_ = s.Blobs.Delete(ctx, manifestKey)
+		return SubmitResult{}, fmt.Errorf("submit %s: create batch row: %w", b.ID, err)
+	}
+
+	// The chunks are a function of the manifest bytes, so a resumed fan-out
+	// sends the same chunks as the interrupted one (re-sent items are
+	// deduplicated by their reservation).
+	if err := s.fanout(ctx, stored, sum.Chunks); err != nil {
+		return SubmitResult{}, err
+	}
+	stored.FannedOut = true
+	log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "created", created,
+		"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
+	return SubmitResult{Batch: stored, Created: created}, nil
+}
+
+func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {
+	if b.ItemCount == 0 {
+		// Nothing to run: finalize writes the (empty) report now.
+		if err := s.Trigger.Finalize(ctx, b.ID, b.Run); err != nil {
+			return fmt.Errorf("submit %s: trigger finalize: %w", b.ID, err)
+		}
+	} else {
+		bodies := make([][]byte, 0, len(chunks))
+		for i := range chunks {
+			body, err := json.Marshal(Message{Kind: KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.ManifestKey, Chunk: &chunks[i]})
+			if err != nil {
+				return err
+			}
+			bodies = append(bodies, body)
+		}
+		if err := s.Queue.Send(ctx, bodies); err != nil {
+			return fmt.Errorf("submit %s: send fan-out: %w", b.ID, err)
+		}
+	}
+	if err := s.Store.SetFannedOut(ctx, b.ID, b.Run); err != nil {
+		return fmt.Errorf("submit %s: mark fanned out: %w", b.ID, err)
+	}
+	return nil
+}
+

@@ -1,0 +1,522 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Delivery is one received items-queue message.
+type Delivery struct {
+	MessageID     string
+	Body          []byte
+	ReceiptHandle string
+	ReceiveCount  int
+	// DeadLetter is true when the message comes from the dead-letter queue:
+	// it exceeded the items queue's receive limit.
+	DeadLetter bool
+}
+
+// MaxInlineOutputBytes is the largest output stored on the item row; a
+// larger one is written to S3 (batches/{id}/item-outputs/{run id}.json) and
+// referenced. DynamoDB items are at most 400 KB.
+const MaxInlineOutputBytes = 64 << 10
+
+// Worker runs item messages: reserve, run the pipeline, record the outcome.
+// It also expands fan-out messages into item messages and records
+// dead-lettered items as failed. Safe for concurrent use.
+type Worker struct {
+	Store     Store
+	Blobs     Blobs
+	Queue     Queue
+	Trigger   Trigger
+	Clock     Clock
+	Log       *slog.Logger
+	Pipelines *pipeline.Registry
+	// Lease is how long a reservation is owned; it must outlive the
+	// invocation (config.Config.Validate checks Lease ≥ timeout + margin).
+	Lease time.Duration
+	// Margin is kept before the invocation deadline to record outcomes: no
+	// new item starts inside it, and a pipeline's context ends there.
+	// Default 10 s.
+	Margin time.Duration
+	// Concurrency is how many messages of one batch of deliveries run at
+	// once. Default 10 (the SQS batch size).
+	Concurrency int
+	// Backoff gives the delay before retry n (n ≥ 1) after a transient
+	// error. Default: exponential from 2 s, ×2, ±50 % jitter, at most 5 min.
+	Backoff func(n int) time.Duration
+}
+
+// DefaultBackoff is exponential backoff with jitter (cenkalti/backoff):
+// 2 s × 2^(n-1), randomized ±50 %, capped at 5 minutes.
+func DefaultBackoff(n int) time.Duration {
+	b := &backoff.ExponentialBackOff{InitialInterval: 2 * time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Minute}
+	b.Reset()
+	d := b.NextBackOff()
+	for i := 1; i < n; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}
+
+// done is what one delivery contributes to its run's counters.
+type done struct {
+	batch   Batch
+	failure bool
+}
+
+// Handle processes one batch of deliveries and returns the MessageIDs to
+// report as batch item failures (they come back after their visibility
+// timeout). Every other delivery may be deleted. Never returns nil.
+func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
+	conc := w.Concurrency
+	if conc <= 0 {
+		conc = 10
+	}
+	margin := w.Margin
+	if margin <= 0 {
+		margin = 10 * time.Second
+	}
+	batches := &batchCache{store: w.Store, m: map[string]*batchEntry{}}
+	var (
+		mu     sync.Mutex
+		failed = []string{}
+		dones  []done
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, conc)
+	)
+	for _, d := range ds {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < margin {
+			mu.Lock()
+			failed = append(failed, d.MessageID)
+			mu.Unlock()
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(d Delivery) {
+			defer func() { <-sem; wg.Done() }()
+			ack, dn := w.deliver(ctx, d, batches, margin)
+			mu.Lock()
+			defer mu.Unlock()
+			if !ack {
+				failed = append(failed, d.MessageID)
+			}
+			if dn != nil {
+				dones = append(dones, *dn)
+			}
+		}(d)
+	}
+	wg.Wait()
+	w.count(ctx, dones)
+	return failed
+}
+
+// count adds the deliveries' terminal outcomes to their runs' counters (one
+// write per run per message batch) and triggers finalize when a run's
+// counters reach its item count. A lost write here only delays finalize
+// until the scheduled tick: the census comes from the item rows.
+func (w *Worker) count(ctx context.Context, dones []done) {
+	type runKey struct {
+		id  string
+		run int
+	}
+	agg := map[runKey]*struct {
+		b              Batch
+		done, failures int64
+	}{}
+	for _, d := range dones {
+		k := runKey{d.batch.ID, d.batch.Run}
+		a := agg[k]
+		if a == nil {
+			a = &struct {
+				b              Batch
+				done, failures int64
+			}{b: d.batch}
+			agg[k] = a
+		}
+		a.done++
+		if d.failure {
+			a.failures++
+		}
+	}
+	for k, a := range agg {
+		log := w.Log.With("batch_id", k.id, "run", k.run)
+		shards := max(1, a.b.CounterShards)
+		if err := w.Store.AddProgress(ctx, k.id, k.run, rand.IntN(shards), a.done, a.failures, w.Clock.Now()); err != nil {
+			log.Warn("add progress", "error", err.Error())
+			continue
+		}
+		p, err := w.Store.Progress(ctx, k.id, k.run, shards)
+		if err != nil {
+			log.Warn("read progress", "error", err.Error())
+			continue
+		}
+		if p.Done >= a.b.ItemCount {
+			if err := w.Trigger.Finalize(ctx, k.id, k.run); err != nil {
+				log.Warn("trigger finalize", "error", err.Error())
+			}
+		}
+	}
+}
+
+type batchEntry struct {
+	once sync.Once
+	b    Batch
+	err  error
+}
+
+// batchCache reads each batch row once per message batch.
+type batchCache struct {
+	store Store
+	mu    sync.Mutex
+	m     map[string]*batchEntry
+}
+
+func (c *batchCache) get(ctx context.Context, id string) (Batch, error) {
+	c.mu.Lock()
+	e := c.m[id]
+	if e == nil {
+		e = &batchEntry{}
+		c.m[id] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.b, e.err = c.store.GetBatch(ctx, id) })
+	return e.b, e.err
+}
+
+// deliver handles one delivery; ack false reports it as failed.
+func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (ack bool, dn *done) {
+	var m Message
+	if err := json.Unmarshal(d.Body, &m); err != nil {
+		w.Log.Error("poison message: not JSON; acknowledged", "message_id", d.MessageID, "error", err.Error())
+		return true, nil
+	}
+	if err := m.Validate(); err != nil {
+		w.Log.Error("poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
+		return true, nil
+	}
+	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
+	b, err := batches.get(ctx, m.BatchID)
+	if errors.Is(err, ErrNotFound) {
+		log.Warn("message for an unknown batch; acknowledged", "message_id", d.MessageID)
+		return true, nil
+	}
+	if err != nil {
+		log.Error("read batch", "error", err.Error())
+		return false, nil
+	}
+	if m.Run < b.Run {
+		log.Info("message of an earlier run; acknowledged", "key", m.Key)
+		return true, nil
+	}
+	if m.Run > b.Run {
+		log.Warn("message of a later run than the batch row; retried", "key", m.Key)
+		return false, nil
+	}
+	if m.Kind == KindFanout {
+		if err := w.fanout(ctx, b, m); err != nil {
+			log.Error("fan-out", "error", err.Error(), "offset", m.Chunk.Offset)
+			return false, nil
+		}
+		return true, nil
+	}
+	log = log.With("key", m.Key)
+	if d.DeadLetter {
+		return w.deadLetter(ctx, log, b, m, d)
+	}
+	if b.Status.Finished() {
+		return w.cancelled(ctx, log, b, m)
+	}
+	return w.item(ctx, log, b, m, d, margin)
+}
+
+// fanout expands one manifest chunk into item messages.
+func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
+	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
+	if err != nil {
+		return fmt.Errorf("open chunk: %w", err)
+	}
+	defer rc.Close()
+	const flushAt = 500
+	bodies := make([][]byte, 0, flushAt)
+	var sent int64
+	flush := func() error {
+		if len(bodies) == 0 {
+			return nil
+		}
+		if err := w.Queue.Send(ctx, bodies); err != nil {
+			return err
+		}
+		sent += int64(len(bodies))
+		bodies = bodies[:0]
+		return nil
+	}
+	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, off, n int64) error {
+		body, err := json.Marshal(ItemMessage(b.ID, b.Run, m.ManifestKey, l, off, n))
+		if err != nil {
+			return err
+		}
+		bodies = append(bodies, body)
+		if len(bodies) >= flushAt {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return err
+	}
+	if sent != m.Chunk.Count {
+		return fmt.Errorf("chunk at %d holds %d items, want %d", m.Chunk.Offset, sent, m.Chunk.Count)
+	}
+	return nil
+}
+
+func (w *Worker) record(b Batch, m Message, now time.Time) Record {
+	return Record{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now}
+}
+
+// deadLetter records an item whose message exceeded the receive limit.
+func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
+	r := w.record(b, m, w.Clock.Now())
+	r.Outcome, r.Reason = OutcomeFailed, ReasonDeadLettered
+	r.Error = fmt.Sprintf("message exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
+	old, err := w.Store.Settle(ctx, r)
+	switch {
+	case err == nil:
+		log.Warn("item dead-lettered", "outcome", string(OutcomeFailed))
+		return true, &done{batch: b, failure: true}
+	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
+		return false, nil // still under a live lease: its holder records the outcome
+	case errors.Is(err, ErrConflict):
+		return true, nil // already terminal
+	}
+	log.Error("record dead-lettered item", "error", err.Error())
+	return false, nil
+}
+
+// cancelled settles an item of a stopped run that has not started.
+func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Message) (bool, *done) {
+	r := w.record(b, m, w.Clock.Now())
+	r.Outcome, r.Reason = OutcomeCancelled, ReasonThreshold
+	if b.Status == StatusCancelled {
+		r.Reason = ReasonCancel
+	}
+	if b.Status == StatusCompleted {
+		return true, nil // every item was already terminal
+	}
+	_, err := w.Store.Settle(ctx, r)
+	switch {
+	case err == nil:
+		return true, &done{batch: b}
+	case errors.Is(err, ErrConflict):
+		return true, nil
+	}
+	log.Error("cancel item", "error", err.Error())
+	return false, nil
+}
+
+// item runs one item under a reservation.
+func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery, margin time.Duration) (bool, *done) {
+	input := m.Input
+	if m.InputRef != nil {
+		l, err := w.readLine(ctx, m)
+		if err != nil {
+			log.Error("read input", "error", err.Error())
+			return false, nil
+		}
+		input = l.Input
+	}
+	now := w.Clock.Now()
+	it, err := w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
+	if errors.Is(err, ErrConflict) {
+		if it.Outcome == OutcomeInFlight && it.Run == b.Run && it.LeaseUntil.After(now) {
+			// Another delivery holds the item: come back when its lease ends.
+			wait := it.LeaseUntil.Sub(now) + time.Second
+			if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+				log.Warn("delay message", "error", derr.Error())
+			}
+			log.Info("item under a live lease; retried later", "attempt", it.Attempt)
+			return false, nil
+		}
+		log.Info("item already recorded; acknowledged", "outcome", string(it.Outcome))
+		return true, nil
+	}
+	if err != nil {
+		log.Error("reserve", "error", err.Error())
+		return false, nil
+	}
+	log = log.With("run_id", it.RunID, "attempt", it.Attempt)
+	rec := w.record(b, m, now)
+	rec.Attempt = it.Attempt
+
+	if it.Attempt > b.MaxAttempts {
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
+		rec.Error = fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", it.Attempt, b.MaxAttempts)
+		return w.finish(ctx, log, b, rec)
+	}
+	p, ok := w.Pipelines.Lookup(b.Pipeline)
+	if !ok {
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
+		rec.Error = fmt.Sprintf("pipeline %q is not registered in this item function", b.Pipeline)
+		return w.finish(ctx, log, b, rec)
+	}
+
+	runCtx, cancel := w.runContext(ctx, it.LeaseUntil, margin)
+	start := w.Clock.Now()
+	res, perr := runSafely(runCtx, p, pipeline.Request{
+		BatchID: b.ID, Key: m.Key, RunID: it.RunID, Attempt: it.Attempt, Input: input,
+		Headers: b.Headers, Options: b.Options, Outputs: w.outputs(b.ID),
+	})
+	cancel()
+	rec.Now = w.Clock.Now()
+	log = log.With("duration_ms", rec.Now.Sub(start).Milliseconds())
+
+	if perr == nil {
+		out, ref, err := w.storeOutput(ctx, b.ID, it.RunID, res.Output)
+		if err != nil {
+			perr = err // transient: S3 write failed
+		} else {
+			rec.Outcome, rec.Output, rec.OutputRef, rec.Cost = OutcomeSucceeded, out, ref, res.Cost
+			return w.finish(ctx, log, b, rec)
+		}
+	}
+	rec.Error = perr.Error()
+	switch pipeline.Classify(perr) {
+	case pipeline.ClassPermanent:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
+		return w.finish(ctx, log, b, rec)
+	case pipeline.ClassQuarantine:
+		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonQuarantine
+		return w.finish(ctx, log, b, rec)
+	}
+	if it.Attempt >= b.MaxAttempts {
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
+		rec.Error = fmt.Sprintf("attempt %d of %d: %s", it.Attempt, b.MaxAttempts, perr.Error())
+		return w.finish(ctx, log, b, rec)
+	}
+	// Transient: release the lease and let the queue bring the message back
+	// after the backoff.
+	if err := w.Store.Release(ctx, rec); err != nil {
+		log.Warn("release lease", "error", err.Error())
+	}
+	bo := w.Backoff
+	if bo == nil {
+		bo = DefaultBackoff
+	}
+	wait := bo(it.Attempt)
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+		log.Warn("delay message", "error", err.Error())
+	}
+	log.Warn("transient error; retried", "error", perr.Error(), "retry_in_ms", wait.Milliseconds())
+	return false, nil
+}
+
+// finish records a terminal outcome under the attempt's fence.
+func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Record) (bool, *done) {
+	err := w.Store.Record(ctx, rec)
+	if errors.Is(err, ErrConflict) {
+		// A later attempt took the item over: its holder records the outcome.
+		// Let the message come back; it is acknowledged once the row is final.
+		log.Warn("outcome fenced by a later attempt", "outcome", string(rec.Outcome))
+		return false, nil
+	}
+	if err != nil {
+		log.Error("record outcome", "error", err.Error(), "outcome", string(rec.Outcome))
+		return false, nil
+	}
+	if rec.Outcome == OutcomeSucceeded {
+		log.Info("item recorded", "outcome", string(rec.Outcome))
+	} else {
+		log.Warn("item recorded", "outcome", string(rec.Outcome), "reason", string(rec.Reason), "error", rec.Error)
+	}
+	return true, &done{batch: b, failure: rec.Outcome == OutcomeFailed || rec.Outcome == OutcomeQuarantined}
+}
+
+func (w *Worker) runContext(ctx context.Context, leaseUntil time.Time, margin time.Duration) (context.Context, context.CancelFunc) {
+	end := leaseUntil.Add(-margin)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-margin).Before(end) {
+		end = dl.Add(-margin)
+	}
+	return context.WithDeadline(ctx, end)
+}
+
+func runSafely(ctx context.Context, p pipeline.Pipeline, req pipeline.Request) (res pipeline.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pipeline panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return p.Run(ctx, req)
+}
+
+// storeOutput keeps small outputs for the row and writes large ones to S3.
+func (w *Worker) storeOutput(ctx context.Context, batchID, runID string, out json.RawMessage) (json.RawMessage, string, error) {
+	if len(out) == 0 {
+		return json.RawMessage("null"), "", nil
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err != nil {
+		return nil, "", pipeline.Permanent(fmt.Errorf("pipeline returned an output that is not JSON: %w", err))
+	}
+	if compact.Len() <= MaxInlineOutputBytes {
+		return compact.Bytes(), "", nil
+	}
+	key := fmt.Sprintf("batches/%s/item-outputs/%s.json", batchID, runID)
+	if err := w.Blobs.Put(ctx, key, "application/json", compact.Bytes()); err != nil {
+		return nil, "", fmt.Errorf("store large output: %w", err)
+	}
+	return nil, "s3://" + w.Blobs.Bucket() + "/" + key, nil
+}
+
+func (w *Worker) readLine(ctx context.Context, m Message) (ManifestLine, error) {
+	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.InputRef.Offset, m.InputRef.Length)
+	if err != nil {
+		return ManifestLine{}, err
+	}
+	defer rc.Close()
+	var l ManifestLine
+	if err := json.NewDecoder(io.LimitReader(rc, m.InputRef.Length)).Decode(&l); err != nil {
+		return ManifestLine{}, fmt.Errorf("manifest line at %d: %w", m.InputRef.Offset, err)
+	}
+	if l.Key != m.Key {
+		return ManifestLine{}, fmt.Errorf("manifest line at %d holds key %q, want %q", m.InputRef.Offset, l.Key, m.Key)
+	}
+	return l, nil
+}
+
+// OutputsPrefix is where a batch's pipeline outputs live.
+func OutputsPrefix(batchID string) string { return "batches/" + batchID + "/outputs/" }
+
+func (w *Worker) outputs(batchID string) pipeline.Outputs {
+	return outputs{blobs: w.Blobs, prefix: OutputsPrefix(batchID)}
+}
+
+type outputs struct {
+	blobs  Blobs
+	prefix string
+}
+
+func (o outputs) Put(ctx context.Context, name, contentType string, body []byte) (string, error) {
+	key := o.prefix + name
+	if err := o.blobs.Put(ctx, key, contentType, body); err != nil {
+		return "", err
+	}
+	return "s3://" + o.blobs.Bucket() + "/" + key, nil
+}

@@ -1,0 +1,249 @@
+// Package blob is the S3 adapter of batch.Blobs, thumbnail.Source and the
+// pipelines' outputs. It is the only importer of the S3 SDK; a missing
+// object is batch.ErrNotFound (which also matches fs.ErrNotExist), a lost
+// If-None-Match is batch.ErrConflict.
+//
+// Streaming writes go through the S3 transfer manager
+// (feature/s3/transfermanager) fed by an io.Pipe: memory is bounded by
+// PartSizeBytes × Concurrency whatever the object's size, and an aborted
+// write aborts the multipart upload, so nothing half-written is ever visible.
+package blob
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
+)
+
+// Part sizing of streaming writes. S3 needs parts of at least 5 MiB (but the
+// last) and at most 10,000 parts per upload (S3 user guide, "Amazon S3
+// multipart upload limits"): 8 MiB parts carry objects up to ~78 GiB.
+const (
+	PartSizeBytes = 8 << 20
+	Concurrency   = 2
+	MaxParts      = 10_000
+)
+
+// Store implements batch.Blobs on one bucket. Safe for concurrent use.
+type Store struct {
+	s3     *s3.Client
+	tm     *transfermanager.Client
+	bucket string
+}
+
+var (
+	_ batch.Blobs      = (*Store)(nil)
+	_ thumbnail.Source = (*Store)(nil)
+)
+
+// New returns a Store on bucket.
+func New(client *s3.Client, bucket string) *Store {
+	return &Store{
+		s3: client,
+		tm: transfermanager.New(client, func(o *transfermanager.Options) {
+			o.PartSizeBytes = PartSizeBytes
+			o.Concurrency = Concurrency
+			o.MaxUploadParts = MaxParts
+			o.FailTimeout = 30 * time.Second
+		}),
+		bucket: bucket,
+	}
+}
+
+// Bucket returns the batches bucket's name.
+func (s *Store) Bucket() string { return s.bucket }
+
+// notFound is batch.ErrNotFound that also matches fs.ErrNotExist.
+type notFound struct{ what string }
+
+func (e *notFound) Error() string { return e.what + ": " + batch.ErrNotFound.Error() }
+func (e *notFound) Is(t error) bool {
+	return t == batch.ErrNotFound || t == fs.ErrNotExist
+}
+
+func isNotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	var nf *types.NotFound
+	if errors.As(err, &nsk) || errors.As(err, &nf) {
+		return true
+	}
+	var re interface{ HTTPStatusCode() int }
+	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound
+}
+
+func isPreconditionFailed(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode() == "PreconditionFailed" || ae.ErrorCode() == "ConditionalRequestConflict") {
+		return true
+	}
+	var re interface{ HTTPStatusCode() int }
+	return errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusPreconditionFailed || re.HTTPStatusCode() == http.StatusConflict)
+}
+
+type writer struct {
+	pw     *io.PipeWriter
+	done   chan error
+	once   sync.Once
+	closed bool
+	err    error
+}
+
+func (w *writer) Write(p []byte) (int, error) { return w.pw.Write(p) }
+
+// Close completes the upload and waits for it.
+func (w *writer) Close() error {
+	w.once.Do(func() {
+		w.closed = true
+		w.pw.Close()
+		w.err = <-w.done
+	})
+	return w.err
+}
+
+var errAborted = errors.New("write aborted")
+
+// Abort discards the upload (the transfer manager aborts the multipart
+// upload). No-op after Close.
+func (w *writer) Abort() error {
+	w.once.Do(func() {
+		w.pw.CloseWithError(errAborted)
+		<-w.done
+		w.err = errAborted
+	})
+	return nil
+}
+
+// Create starts a streaming write of key in the batches bucket.
+func (s *Store) Create(ctx context.Context, key, contentType string) (batch.BlobWriter, error) {
+	pr, pw := io.Pipe()
+	w := &writer{pw: pw, done: make(chan error, 1)}
+	go func() {
+		_, err := s.tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
+			Bucket: &s.bucket, Key: &key, Body: pr, ContentType: &contentType,
+		})
+		if err != nil {
+			err = fmt.Errorf("upload s3://%s/%s: %w", s.bucket, key, err)
+		}
+		pr.CloseWithError(err)
+		w.done <- err
+	}()
+	return w, nil
+}
+
+// Open reads bucket/key.
+func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, error) {
+	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, &notFound{what: "s3://" + bucket + "/" + key}
+		}
+		return nil, fmt.Errorf("get s3://%s/%s: %w", bucket, key, err)
+	}
+	return out.Body, nil
+}
+
+// OpenRange reads length bytes at offset of key in the batches bucket.
+func (s *Store) OpenRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if length <= 0 {
+		return io.NopCloser(bytes.NewReader(nil)), nil
+	}
+	rng := fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)
+	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key, Range: &rng})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, &notFound{what: "s3://" + s.bucket + "/" + key}
+		}
+		return nil, fmt.Errorf("get s3://%s/%s %s: %w", s.bucket, key, rng, err)
+	}
+	return out.Body, nil
+}
+
+// Put writes key whole.
+func (s *Store) Put(ctx context.Context, key, contentType string, body []byte) error {
+	_, err := s.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(body), ContentType: &contentType, ContentLength: aws.Int64(int64(len(body)))})
+	if err != nil {
+		return fmt.Errorf("put s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return nil
+}
+
+// PutIfAbsent writes key with If-None-Match: * (S3 conditional writes);
+// batch.ErrConflict when an object already has the key.
+func (s *Store) PutIfAbsent(ctx context.Context, key, contentType string, body []byte) error {
+	_, err := s.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(body), ContentType: &contentType,
+		ContentLength: aws.Int64(int64(len(body))), IfNoneMatch: aws.String("*")})
+	if err != nil {
+		if isPreconditionFailed(err) {
+			return fmt.Errorf("put s3://%s/%s: exists: %w", s.bucket, key, batch.ErrConflict)
+		}
+		return fmt.Errorf("put s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return nil
+}
+
+// Get reads key whole.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	rc, err := s.Open(ctx, s.bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// Delete removes key (missing is fine).
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if _, err := s.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &key}); err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return nil
+}
+
+// List calls fn for every object under bucket/prefix across every page of
+// ListObjectsV2 (1,000 keys a page), in key order.
+func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(batch.ObjectInfo) error) error {
+	p := s3.NewListObjectsV2Paginator(s.s3, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			if isNotFound(err) {
+				return &notFound{what: "bucket " + bucket}
+			}
+			return fmt.Errorf("list s3://%s/%s: %w", bucket, prefix, err)
+		}
+		for _, o := range page.Contents {
+			if err := fn(batch.ObjectInfo{Bucket: bucket, Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Head returns an object's size, ETag and user metadata (lower-case names,
+// without the x-amz-meta- prefix).
+func (s *Store) Head(ctx context.Context, bucket, key string) (batch.ObjectInfo, map[string]string, error) {
+	out, err := s.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		if isNotFound(err) {
+			return batch.ObjectInfo{}, nil, &notFound{what: "s3://" + bucket + "/" + key}
+		}
+		return batch.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: %w", bucket, key, err)
+	}
+	return batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}, out.Metadata, nil
+}

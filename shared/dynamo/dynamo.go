@@ -1,0 +1,783 @@
+// Package dynamo is the DynamoDB adapter of batch.Store: one table, string
+// keys pk/sk, two GSIs (config.IndexList, config.IndexAttention). It is the
+// only importer of the DynamoDB SDK; it translates
+// ConditionalCheckFailedException and TransactionCanceledException into
+// batch.ErrConflict / batch.ErrBatchExists and never leaks SDK errors.
+//
+// Rows (pk, sk → attributes):
+//
+//	BATCH#{id}, BATCH                      the batch row (one per batch)
+//	ITEM#{id}#{key}, ITEM                  an item row (one per item, from its first reservation)
+//	                                       lpk={id}#{shard}, lsk={key}: list index (shard = FNV-1a(key) mod list_shards)
+//	                                       apk={id}#{shard}, ask={key}: attention index, only while failed or quarantined
+//	COUNT#{id}#{run}#{shard}, COUNT        a run counter row (done, failures), one write per message batch
+//	RUNNING, {id}                          running marker (one per batch run)
+//	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
+//
+// No partition key receives a write per item of a batch: item rows are
+// keyed per item, index keys are sharded, counters take one write per
+// message batch (DESIGN.md §4; DynamoDB's per-partition limit of 1,000 write
+// units/s, see the DynamoDB developer guide, "Partitions and data
+// distribution").
+package dynamo
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Store implements batch.Store on one DynamoDB table. Safe for concurrent use.
+type Store struct {
+	db    *dynamodb.Client
+	table string
+	// Timeout bounds every DynamoDB call (default 10 s).
+	Timeout time.Duration
+}
+
+var _ batch.Store = (*Store)(nil)
+
+// New returns a Store on table.
+func New(db *dynamodb.Client, table string) *Store {
+	return &Store{db: db, table: table, Timeout: 10 * time.Second}
+}
+
+const (
+	skBatch   = "BATCH"
+	skItem    = "ITEM"
+	skCount   = "COUNT"
+	pkRunning = "RUNNING"
+	pkRetain  = "RETENTION"
+)
+
+func batchPK(id string) string            { return "BATCH#" + id }
+func itemPK(id, key string) string        { return "ITEM#" + id + "#" + key }
+func shardKey(id string, shard int) string { return id + "#" + strconv.Itoa(shard) }
+func countPK(id string, run, shard int) string {
+	return "COUNT#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
+}
+
+// RetentionSK is the sort key of a retention marker: the expiry in epoch
+// milliseconds, zero-padded to 20 digits so that byte order is time order.
+func RetentionSK(expiresAt time.Time, id string) string {
+	return fmt.Sprintf("%020d#%s", expiresAt.UnixMilli(), id)
+}
+
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		config.AttrPK: &types.AttributeValueMemberS{Value: pk},
+		config.AttrSK: &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.Timeout)
+}
+
+// batchRow is the stored shape of batch.Batch.
+type batchRow struct {
+	PK             string            `dynamodbav:"pk"`
+	SK             string            `dynamodbav:"sk"`
+	ID             string            `dynamodbav:"batch_id"`
+	Pipeline       string            `dynamodbav:"pipeline"`
+	Digest         string            `dynamodbav:"manifest_digest"`
+	ManifestKey    string            `dynamodbav:"manifest_key"`
+	ManifestBytes  int64             `dynamodbav:"manifest_bytes"`
+	ItemCount      int64             `dynamodbav:"item_count"`
+	ListShards     int               `dynamodbav:"list_shards"`
+	CounterShards  int               `dynamodbav:"counter_shards"`
+	Run            int               `dynamodbav:"run"`
+	Status         string            `dynamodbav:"status"`
+	Threshold      string            `dynamodbav:"threshold"` // JSON
+	MaxAttempts    int               `dynamodbav:"max_attempts"`
+	Headers        map[string]string `dynamodbav:"headers,omitempty"`
+	Options        string            `dynamodbav:"pipeline_options"` // JSON
+	KeyField       string            `dynamodbav:"key_field,omitempty"`
+	Source         string            `dynamodbav:"source"`
+	FannedOut      bool              `dynamodbav:"fanned_out"`
+	CreatedAtMs    int64             `dynamodbav:"created_at_ms"`
+	RunStartedAtMs int64             `dynamodbav:"run_started_at_ms"`
+	FinishedAtMs   int64             `dynamodbav:"finished_at_ms,omitempty"`
+	ReportKey      string            `dynamodbav:"report_key,omitempty"`
+	Census         string            `dynamodbav:"census,omitempty"` // JSON
+	NeedsAttention bool              `dynamodbav:"needs_attention"`
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func toRow(b batch.Batch) (batchRow, error) {
+	th, err := json.Marshal(b.Threshold)
+	if err != nil {
+		return batchRow{}, err
+	}
+	r := batchRow{
+		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
+		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
+		ListShards: b.ListShards, CounterShards: b.CounterShards, Run: b.Run, Status: string(b.Status),
+		Threshold: string(th), MaxAttempts: b.MaxAttempts, Headers: b.Headers, Options: string(b.Options),
+		KeyField: b.KeyField, Source: b.Source, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
+		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
+		NeedsAttention: b.NeedsAttention,
+	}
+	if b.FinalCensus != nil {
+		c, err := json.Marshal(b.FinalCensus)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Census = string(c)
+	}
+	return r, nil
+}
+
+func fromRow(r batchRow) (batch.Batch, error) {
+	b := batch.Batch{
+		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
+		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Run: r.Run,
+		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, Headers: r.Headers,
+		KeyField: r.KeyField, Source: r.Source, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
+		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
+		NeedsAttention: r.NeedsAttention,
+	}
+	if r.Options != "" {
+		b.Options = json.RawMessage(r.Options)
+	}
+	if r.Threshold != "" {
+		if err := json.Unmarshal([]byte(r.Threshold), &b.Threshold); err != nil {
+			return b, fmt.Errorf("batch %s: threshold: %w", r.ID, err)
+		}
+	}
+	if r.Census != "" {
+		b.FinalCensus = &batch.Census{}
+		if err := json.Unmarshal([]byte(r.Census), b.FinalCensus); err != nil {
+			return b, fmt.Errorf("batch %s: census: %w", r.ID, err)
+		}
+	}
+	return b, nil
+}
+
+// itemRow is the stored shape of batch.Item.
+type itemRow struct {
+	BatchID      string             `dynamodbav:"batch_id"`
+	Key          string             `dynamodbav:"key"`
+	RunID        string             `dynamodbav:"run_id"`
+	Run          int                `dynamodbav:"run"`
+	Outcome      string             `dynamodbav:"outcome"`
+	Attempt      int                `dynamodbav:"attempt"`
+	LeaseUntilMs int64              `dynamodbav:"lease_until_ms"`
+	Output       string             `dynamodbav:"output"`
+	OutputRef    string             `dynamodbav:"output_ref"`
+	Error        string             `dynamodbav:"error"`
+	Reason       string             `dynamodbav:"reason"`
+	Cost         map[string]float64 `dynamodbav:"cost"`
+	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
+}
+
+func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
+	if len(av) == 0 {
+		return batch.Item{}, nil
+	}
+	var r itemRow
+	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
+		return batch.Item{}, fmt.Errorf("item row: %w", err)
+	}
+	it := batch.Item{
+		BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.Outcome(r.Outcome),
+		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
+		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs),
+	}
+	if r.Output != "" {
+		it.Output = json.RawMessage(r.Output)
+	}
+	if len(r.Cost) > 0 {
+		it.Cost = pipeline.Cost(r.Cost)
+	}
+	return it, nil
+}
+
+// conflict reports whether err is a lost condition, returning the old item
+// when DynamoDB sent it back.
+func conflict(err error) (map[string]types.AttributeValue, bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return ccf.Item, true
+	}
+	return nil, false
+}
+
+// CreateBatch puts the batch row and its running marker in one transaction,
+// only if no row has the batch's id; otherwise it returns the stored batch
+// and batch.ErrBatchExists.
+func (s *Store) CreateBatch(ctx context.Context, b batch.Batch) (batch.Batch, error) {
+	row, err := toRow(b)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	av, err := attributevalue.MarshalMap(row)
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+	}
+	cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(config.AttrPK))).Build()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{
+			TableName: &s.table, Item: av,
+			ConditionExpression:                 cond.Condition(),
+			ExpressionAttributeNames:            cond.Names(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+		{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
+			config.AttrSK: &types.AttributeValueMemberS{Value: b.ID},
+			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(b.Run)},
+		}}},
+	}})
+	if err == nil {
+		return b, nil
+	}
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		if item := tce.CancellationReasons[0].Item; len(item) > 0 {
+			var r batchRow
+			if uerr := attributevalue.UnmarshalMap(item, &r); uerr == nil {
+				stored, uerr := fromRow(r)
+				if uerr == nil {
+					return stored, batch.ErrBatchExists
+				}
+			}
+		}
+		stored, gerr := s.GetBatch(ctx, b.ID)
+		if gerr != nil {
+			return batch.Batch{}, fmt.Errorf("create batch %s: exists, but: %w", b.ID, gerr)
+		}
+		return stored, batch.ErrBatchExists
+	}
+	return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+}
+
+// GetBatch reads the batch row with a strongly consistent read.
+func (s *Store) GetBatch(ctx context.Context, id string) (batch.Batch, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(batchPK(id), skBatch), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
+	}
+	if len(out.Item) == 0 {
+		return batch.Batch{}, fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+	}
+	var r batchRow
+	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
+		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
+	}
+	return fromRow(r)
+}
+
+// SetFannedOut sets fanned_out on the batch row if it is at run.
+func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.Name("run").Equal(expression.Value(run))).
+		WithUpdate(expression.Set(expression.Name("fanned_out"), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(batchPK(id), skBatch),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if _, ok := conflict(err); ok {
+		return fmt.Errorf("set fanned out %s run %d: %w", id, run, batch.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("set fanned out %s: %w", id, err)
+	}
+	return nil
+}
+
+// reclaimable is the condition under which an item row may be taken by a
+// new reservation or settled: no row; a failed, cancelled (or interrupted)
+// row of an earlier run; an in-flight row of this run whose lease expired.
+//
+//	attribute_not_exists(pk)
+//	OR (run < :run AND outcome IN (failed, cancelled, in_flight))
+//	OR (run = :run AND outcome = in_flight AND lease_until_ms < :now)
+func reclaimable(run int, now time.Time) expression.ConditionBuilder {
+	out := expression.Name("outcome")
+	return expression.Or(
+		expression.AttributeNotExists(expression.Name(config.AttrPK)),
+		expression.And(
+			expression.Name("run").LessThan(expression.Value(run)),
+			expression.In(out, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeCancelled)), expression.Value(string(batch.OutcomeInFlight))),
+		),
+		expression.And(
+			expression.Name("run").Equal(expression.Value(run)),
+			out.Equal(expression.Value(string(batch.OutcomeInFlight))),
+			expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())),
+		),
+	)
+}
+
+// fenced is the condition of Record and Release:
+//
+//	outcome = in_flight AND attempt = :attempt AND run = :run
+func fenced(run, attempt int) expression.ConditionBuilder {
+	return expression.And(
+		expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name("attempt").Equal(expression.Value(attempt)),
+		expression.Name("run").Equal(expression.Value(run)),
+	)
+}
+
+func identity(u expression.UpdateBuilder, batchID, key, runID string, run, listShards int, now time.Time) expression.UpdateBuilder {
+	shard := shardKey(batchID, batch.Shard(key, listShards))
+	return u.Set(expression.Name("batch_id"), expression.Value(batchID)).
+		Set(expression.Name("key"), expression.Value(key)).
+		Set(expression.Name("run_id"), expression.Value(runID)).
+		Set(expression.Name("run"), expression.Value(run)).
+		Set(expression.Name(config.AttrListPK), expression.Value(shard)).
+		Set(expression.Name(config.AttrListSK), expression.Value(key)).
+		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
+}
+
+// Reserve takes the item under a new attempt and lease (see batch.Store).
+// One UpdateItem: SET outcome = in_flight, attempt = if_not_exists(attempt, 0) + 1,
+// lease_until_ms = now + lease, conditioned on reclaimable.
+func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, error) {
+	u := identity(expression.UpdateBuilder{}, r.BatchID, r.Key, r.RunID, r.Run, r.ListShards, r.Now).
+		Set(expression.Name("outcome"), expression.Value(string(batch.OutcomeInFlight))).
+		Set(expression.Name("attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Remove(expression.Name("output")).Remove(expression.Name("output_ref")).Remove(expression.Name("reason")).
+		Remove(expression.Name("cost")).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+	expr, err := expression.NewBuilder().WithCondition(reclaimable(r.Run, r.Now)).WithUpdate(u).Build()
+	if err != nil {
+		return batch.Item{}, err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if old, ok := conflict(err); ok {
+		it, uerr := itemFrom(old)
+		if uerr != nil {
+			return batch.Item{}, uerr
+		}
+		return it, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, batch.ErrConflict)
+	}
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+	}
+	return itemFrom(out.Attributes)
+}
+
+func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
+	u := identity(expression.UpdateBuilder{}, r.BatchID, r.Key, r.RunID, r.Run, r.ListShards, r.Now).
+		Set(expression.Name("outcome"), expression.Value(string(r.Outcome)))
+	set := func(name, v string) {
+		if v != "" {
+			u = u.Set(expression.Name(name), expression.Value(v))
+		} else {
+			u = u.Remove(expression.Name(name))
+		}
+	}
+	set("output", string(r.Output))
+	set("output_ref", r.OutputRef)
+	set("error", r.Error)
+	set("reason", string(r.Reason))
+	if len(r.Cost) > 0 {
+		u = u.Set(expression.Name("cost"), expression.Value(map[string]float64(r.Cost)))
+	} else {
+		u = u.Remove(expression.Name("cost"))
+	}
+	if r.Outcome == batch.OutcomeFailed || r.Outcome == batch.OutcomeQuarantined {
+		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, batch.Shard(r.Key, r.ListShards)))).
+			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
+	} else {
+		u = u.Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+	}
+	if !r.Outcome.Terminal() {
+		return u, fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
+	}
+	return u, nil
+}
+
+// Record writes a terminal outcome under the attempt fence (see batch.Store).
+func (s *Store) Record(ctx context.Context, r batch.Record) error {
+	u, err := outcomeUpdate(r)
+	if err != nil {
+		return err
+	}
+	u = u.Set(expression.Name("lease_until_ms"), expression.Value(0))
+	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, "record", r, expr, false)
+}
+
+// Release ends the attempt's lease without an outcome, keeping the error
+// text, under the attempt fence.
+func (s *Store) Release(ctx context.Context, r batch.Record) error {
+	u := expression.Set(expression.Name("lease_until_ms"), expression.Value(r.Now.UnixMilli())).
+		Set(expression.Name("error"), expression.Value(r.Error)).
+		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
+	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, "release", r, expr, false)
+}
+
+// Settle writes a terminal outcome for an item that did not run, under the
+// reclaimable condition; it returns the stored row on conflict.
+func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) {
+	u, err := outcomeUpdate(r)
+	if err != nil {
+		return batch.Item{}, err
+	}
+	u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
+		Set(expression.Name("lease_until_ms"), expression.Value(0))
+	expr, err := expression.NewBuilder().WithCondition(reclaimable(r.Run, r.Now)).WithUpdate(u).Build()
+	if err != nil {
+		return batch.Item{}, err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if old, ok := conflict(err); ok {
+		it, uerr := itemFrom(old)
+		if uerr != nil {
+			return batch.Item{}, uerr
+		}
+		return it, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, batch.ErrConflict)
+	}
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
+	}
+	return batch.Item{}, nil
+}
+
+func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expression.Expression, _ bool) error {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if _, ok := conflict(err); ok {
+		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, batch.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", op, r.BatchID, r.Key, err)
+	}
+	return nil
+}
+
+// GetItem reads an item row with a strongly consistent read; ErrNotFound
+// when the item has no row.
+func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (batch.Item, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(itemPK(batchID, itemKey), skItem), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, itemKey, err)
+	}
+	if len(out.Item) == 0 {
+		return batch.Item{}, fmt.Errorf("item %s/%s: %w", batchID, itemKey, batch.ErrNotFound)
+	}
+	return itemFrom(out.Item)
+}
+
+// AddProgress adds to one counter row: ADD done :done, failures :failures
+// SET updated_at_ms = :now.
+func (s *Store) AddProgress(ctx context.Context, batchID string, run, shard int, done, failures int64, now time.Time) error {
+	u := expression.Add(expression.Name("done"), expression.Value(done)).
+		Add(expression.Name("failures"), expression.Value(failures)).
+		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
+	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(countPK(batchID, run, shard), skCount),
+		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if err != nil {
+		return fmt.Errorf("add progress %s run %d: %w", batchID, run, err)
+	}
+	return nil
+}
+
+// Progress sums the run's counter rows with strongly consistent
+// BatchGetItem calls (100 keys each), retrying unprocessed keys.
+func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (batch.Progress, error) {
+	var p batch.Progress
+	keys := make([]map[string]types.AttributeValue, 0, shards)
+	for i := range shards {
+		keys = append(keys, key(countPK(batchID, run, i), skCount))
+	}
+	for len(keys) > 0 {
+		n := min(100, len(keys))
+		req := map[string]types.KeysAndAttributes{s.table: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		keys = keys[n:]
+		for tries := 0; len(req) > 0; tries++ {
+			if tries > 0 {
+				if err := sleep(ctx, time.Duration(tries)*50*time.Millisecond); err != nil {
+					return p, err
+				}
+			}
+			if tries > 8 {
+				return p, fmt.Errorf("progress %s run %d: keys left unprocessed", batchID, run)
+			}
+			c, cancel := s.ctx(ctx)
+			out, err := s.db.BatchGetItem(c, &dynamodb.BatchGetItemInput{RequestItems: req})
+			cancel()
+			if err != nil {
+				return p, fmt.Errorf("progress %s run %d: %w", batchID, run, err)
+			}
+			for _, av := range out.Responses[s.table] {
+				var row struct {
+					Done        int64 `dynamodbav:"done"`
+					Failures    int64 `dynamodbav:"failures"`
+					UpdatedAtMs int64 `dynamodbav:"updated_at_ms"`
+				}
+				if err := attributevalue.UnmarshalMap(av, &row); err != nil {
+					return p, err
+				}
+				p.Done += row.Done
+				p.Failures += row.Failures
+				if t := fromMs(row.UpdatedAtMs); t.After(p.UpdatedAt) {
+					p.UpdatedAt = t
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return p, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// shardIter pages through one list-index shard in key order.
+type shardIter struct {
+	s     *Store
+	pk    string
+	index string
+	page  []batch.Item
+	next  map[string]types.AttributeValue
+	done  bool
+}
+
+func (it *shardIter) fill(ctx context.Context) error {
+	for len(it.page) == 0 && !it.done {
+		c, cancel := it.s.ctx(ctx)
+		out, err := it.s.db.Query(c, &dynamodb.QueryInput{
+			TableName: &it.s.table, IndexName: aws.String(it.index),
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrListPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: it.pk}},
+			ExclusiveStartKey:         it.next,
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("query %s: %w", it.pk, err)
+		}
+		for _, av := range out.Items {
+			item, err := itemFrom(av)
+			if err != nil {
+				return err
+			}
+			it.page = append(it.page, item)
+		}
+		it.next = out.LastEvaluatedKey
+		it.done = len(out.LastEvaluatedKey) == 0
+	}
+	return nil
+}
+
+type iterHeap []*shardIter
+
+func (h iterHeap) Len() int           { return len(h) }
+func (h iterHeap) Less(i, j int) bool { return cmp.Less(h[i].page[0].Key, h[j].page[0].Key) }
+func (h iterHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *iterHeap) Push(x any)        { *h = append(*h, x.(*shardIter)) }
+func (h *iterHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// ScanItems merges the batch's list-index shards in key byte order. The
+// index is eventually consistent: a row read as in_flight is re-read from
+// the table with a strongly consistent GetItem before fn sees it.
+func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, fn func(batch.Item) error) error {
+	h := &iterHeap{}
+	for i := range max(1, listShards) {
+		it := &shardIter{s: s, pk: shardKey(batchID, i), index: config.IndexList}
+		if err := it.fill(ctx); err != nil {
+			return fmt.Errorf("scan items %s: %w", batchID, err)
+		}
+		if len(it.page) > 0 {
+			*h = append(*h, it)
+		}
+	}
+	heap.Init(h)
+	for h.Len() > 0 {
+		it := (*h)[0]
+		item := it.page[0]
+		it.page = it.page[1:]
+		if len(it.page) == 0 {
+			if err := it.fill(ctx); err != nil {
+				return fmt.Errorf("scan items %s: %w", batchID, err)
+			}
+		}
+		if len(it.page) == 0 {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+		if item.Outcome == batch.OutcomeInFlight {
+			fresh, err := s.GetItem(ctx, batchID, item.Key)
+			if err != nil {
+				return err
+			}
+			item = fresh
+		}
+		item.BatchID = batchID
+		if err := fn(item); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FinishRun moves the batch to f.Status under the condition
+// run = :run AND status = running, deletes the running marker and writes
+// the retention marker, in one transaction.
+func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finish) error {
+	census, err := json.Marshal(f.Census)
+	if err != nil {
+		return err
+	}
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name("run").Equal(expression.Value(run)),
+			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))))).
+		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(f.Status))).
+			Set(expression.Name("report_key"), expression.Value(f.ReportKey)).
+			Set(expression.Name("census"), expression.Value(string(census))).
+			Set(expression.Name("needs_attention"), expression.Value(f.Census.NeedsAttention())).
+			Set(expression.Name("finished_at_ms"), expression.Value(f.FinishedAt.UnixMilli())).
+			Set(expression.Name("expires_at_ms"), expression.Value(f.ExpiresAt.UnixMilli()))).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: &s.table, Key: key(batchPK(id), skBatch),
+			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		}},
+		{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
+			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
+			"batch_id":    &types.AttributeValueMemberS{Value: id},
+		}}},
+	}})
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return fmt.Errorf("finish %s run %d: %w", id, run, batch.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("finish %s run %d: %w", id, run, err)
+	}
+	return nil
+}
+
+// RunningBatches lists running markers (pk RUNNING), every page.
+func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
+	var ids []string
+	var start map[string]types.AttributeValue
+	for {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName:                 &s.table,
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pkRunning}},
+			ExclusiveStartKey:         start,
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("running batches: %w", err)
+		}
+		for _, av := range out.Items {
+			if sk, ok := av[config.AttrSK].(*types.AttributeValueMemberS); ok {
+				ids = append(ids, sk.Value)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return ids, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}

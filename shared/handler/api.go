@@ -1,0 +1,259 @@
+package handler
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// MaxRequestBytes bounds a request body: API Gateway REST APIs accept at
+// most 10 MB (API Gateway quotas, "Payload size").
+const MaxRequestBytes = 10 << 20
+
+// LiveCensusMaxItems is the largest running batch whose GET counts items
+// from their rows; a larger running batch shows its counters (progress)
+// until finalize writes the exact census.
+const LiveCensusMaxItems = 100_000
+
+// API serves the REST API (http.Handler), on API Gateway through Serve:
+//
+//	POST /batches                 submit (201 created, 200 identical batch exists)
+//	GET  /batches/{id}            status and census
+//	GET  /batches/{id}/report     the last finished run's report
+//
+// Errors are JSON {"code", "message", "field", "line", "element", "key"}:
+// invalid_request 400, not_found 404, batch_mismatch 409, internal 500.
+type API struct {
+	Submitter *batch.Submitter
+	Store     batch.Store
+	Blobs     batch.Blobs
+	Log       *slog.Logger
+	mux       *http.ServeMux
+}
+
+// NewAPI wires the routes.
+func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.Logger) *API {
+	a := &API{Submitter: s, Store: store, Blobs: blobs, Log: log, mux: http.NewServeMux()}
+	a.mux.HandleFunc("POST /batches", a.submit)
+	a.mux.HandleFunc("GET /batches/{id}", a.status)
+	a.mux.HandleFunc("GET /batches/{id}/report", a.report)
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	})
+	return a
+}
+
+// ServeHTTP routes a request.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// ErrorBody is the JSON of every error answer.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Line    int64  `json:"line,omitempty"`
+	Element int64  `json:"element,omitempty"`
+	Key     string `json:"key,omitempty"`
+}
+
+// BatchView is the JSON of a batch in API answers: the batch row's fields
+// plus its census (census_source says whether it was counted from the item
+// rows, read from the finished run, or, for a large running batch, is only
+// the counters' progress) and the report's location when finished.
+type BatchView struct {
+	batch.Batch
+	Census       *batch.Census `json:"census,omitempty"`
+	CensusSource string        `json:"census_source,omitempty"` // items | report | counters
+	Progress     *Progress     `json:"progress,omitempty"`
+	Report       string        `json:"report,omitempty"`
+	Created      *bool         `json:"created,omitempty"`
+}
+
+// Progress is a large running batch's counters.
+type Progress struct {
+	Done     int64 `json:"done"`
+	Failures int64 `json:"failures"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, e ErrorBody) { writeJSON(w, status, e) }
+
+// errorAnswer maps a domain error to its HTTP status and body.
+func (a *API) errorAnswer(w http.ResponseWriter, err error) {
+	var ie *batch.InputError
+	var me *batch.MismatchError
+	switch {
+	case errors.As(err, &ie):
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key})
+	case errors.As(err, &me):
+		writeError(w, http.StatusConflict, ErrorBody{Code: "batch_mismatch", Message: err.Error(), Field: me.Field})
+	case errors.Is(err, batch.ErrNotFound):
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()})
+	default:
+		a.Log.Error("request failed", "error", err.Error())
+		writeError(w, http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; the request can be retried"})
+	}
+}
+
+func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	if len(body) > MaxRequestBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Message: fmt.Sprintf("body over %d bytes: put the items in S3 and name the object", MaxRequestBytes)})
+		return
+	}
+	var req batch.SubmitRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: " + err.Error(), Field: jsonField(err)})
+		return
+	}
+	res, err := a.Submitter.Submit(r.Context(), req)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	view := BatchView{Batch: res.Batch, Created: &res.Created}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, view)
+}
+
+// jsonField names the field of a JSON decoding error, when it tells.
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	if m := err.Error(); strings.HasPrefix(m, "json: unknown field ") {
+		return strings.Trim(strings.TrimPrefix(m, "json: unknown field "), `"`)
+	}
+	return ""
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !batch.ValidBatchID(id) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
+		return
+	}
+	view, err := a.View(r.Context(), id)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+// View reads a batch and its census.
+func (a *API) View(ctx context.Context, id string) (BatchView, error) {
+	b, err := a.Store.GetBatch(ctx, id)
+	if err != nil {
+		return BatchView{}, err
+	}
+	v := BatchView{Batch: b}
+	switch {
+	case b.Status.Finished() && b.FinalCensus != nil:
+		v.Census, v.CensusSource = b.FinalCensus, "report"
+		v.Report = "s3://" + a.Blobs.Bucket() + "/" + b.ReportKey
+	case b.ItemCount <= LiveCensusMaxItems:
+		c, err := batch.CensusOf(ctx, a.Store, b, nil)
+		if err != nil {
+			return BatchView{}, err
+		}
+		v.Census, v.CensusSource = &c, "items"
+		v.NeedsAttention = c.NeedsAttention()
+	default:
+		p, err := a.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
+		if err != nil {
+			return BatchView{}, err
+		}
+		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, "counters"
+	}
+	return v, nil
+}
+
+func (a *API) report(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	b, err := a.Store.GetBatch(r.Context(), id)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	key := b.ReportKey
+	if key == "" {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("batch %s has no report yet (status %s)", id, b.Status)})
+		return
+	}
+	body, err := a.Blobs.Get(r.Context(), key)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// Serve answers one API Gateway (REST, proxy integration) request. Header
+// names are matched case-insensitively (API Gateway may lower-case them).
+func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	body := ev.Body
+	if ev.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			return events.APIGatewayProxyResponse{StatusCode: 400, Body: `{"code":"invalid_request","message":"body is not valid base64"}`}, nil
+		}
+		body = string(b)
+	}
+	u := &url.URL{Path: ev.Path}
+	q := url.Values{}
+	for k, vs := range ev.MultiValueQueryStringParameters {
+		q[k] = vs
+	}
+	for k, v := range ev.QueryStringParameters {
+		if _, ok := q[k]; !ok {
+			q.Set(k, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, ev.HTTPMethod, u.String(), strings.NewReader(body))
+	if err != nil {
+		return events.APIGatewayProxyResponse{StatusCode: 400, Body: `{"code":"invalid_request","message":"bad request line"}`}, nil
+	}
+	for k, v := range ev.Headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	a.ServeHTTP(rec, req)
+	return events.APIGatewayProxyResponse{
+		StatusCode: rec.Code,
+		Headers:    map[string]string{"Content-Type": rec.Header().Get("Content-Type")},
+		Body:       rec.Body.String(),
+	}, nil
+}

@@ -1,0 +1,115 @@
+// Package handler adapts Lambda events to bulkrun's domain: the REST API
+// and S3 uploads (submit function), item messages (item function), and
+// finalize triggers and ticks (finalize function). functions/*/main.go
+// only load the configuration, call Build and start the handler.
+package handler
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/queue"
+	"github.com/bulkrun/bulkrun/shared/trigger"
+)
+
+// Deps are the adapters a function uses, built once per process.
+type Deps struct {
+	Config  config.Config
+	Log     *slog.Logger
+	AWS     aws.Config
+	Store   *dynamo.Store
+	Blobs   *blob.Store
+	Queue   *queue.Queue   // nil without EnvItemsQueueURL
+	Trigger *trigger.Lambda // nil without EnvFinalizeFunction
+	S3      *s3.Client
+}
+
+// Logger returns the functions' JSON logger (with the request id when run
+// in Lambda) at level ("debug", "info", "warn", "error").
+func Logger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	if os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" {
+		return lambdacontext.NewLogger() // level from AWS_LAMBDA_LOG_LEVEL (Lambda advanced logging controls)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// AWSConfig loads the SDK configuration from the environment (credentials,
+// region, and AWS_ENDPOINT_URL for an emulator).
+func AWSConfig(ctx context.Context) (aws.Config, error) {
+	c, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load AWS config: %w", err)
+	}
+	return c, nil
+}
+
+// NewS3 returns an S3 client; against an emulator (AWS_ENDPOINT_URL set) it
+// uses path-style addressing, since bucket host names do not resolve there.
+func NewS3(c aws.Config) *s3.Client {
+	return s3.NewFromConfig(c, func(o *s3.Options) {
+		if os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_S3") != "" {
+			o.UsePathStyle = true
+		}
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+	})
+}
+
+// Build loads the configuration and builds the adapters.
+func Build(ctx context.Context) (*Deps, error) {
+	cfg, err := config.Load(nil)
+	log := Logger(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := AWSConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deps{Config: cfg, Log: log, AWS: ac}
+	d.S3 = NewS3(ac)
+	d.Store = dynamo.New(dynamodb.NewFromConfig(ac), cfg.Table)
+	d.Blobs = blob.New(d.S3, cfg.Bucket)
+	if cfg.ItemsQueueURL != "" {
+		d.Queue = queue.New(sqs.NewFromConfig(ac), cfg.ItemsQueueURL)
+	}
+	if cfg.FinalizeFunction != "" {
+		d.Trigger = trigger.New(lambda.NewFromConfig(ac), cfg.FinalizeFunction)
+	}
+	return d, nil
+}
+
+// Submitter builds the submit workflow from d.
+func (d *Deps) Submitter() (*batch.Submitter, error) {
+	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
+		return nil, err
+	}
+	return &batch.Submitter{
+		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
+		Log: d.Log, Pipelines: d.Config.Pipelines, MaxAttempts: d.Config.MaxAttempts, TempDir: os.TempDir(),
+	}, nil
+}
+
+// Finalizer builds the finalize workflow from d.
+func (d *Deps) Finalizer() *batch.Finalizer {
+	return &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention}
+}
+
+

@@ -1,0 +1,190 @@
+package handler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// Submit is the submit function: it answers the REST API and starts
+// batches for uploads under incoming/ (S3 notifications).
+type Submit struct {
+	API             *API
+	Submitter       *batch.Submitter
+	Heads           Header // reads an upload's metadata
+	DefaultPipeline string
+	Log             *slog.Logger
+}
+
+// Header reads an object's user metadata (names lower-case, without the
+// x-amz-meta- prefix) and ETag.
+type Header interface {
+	Head(ctx context.Context, bucket, key string) (batch.ObjectInfo, map[string]string, error)
+}
+
+// Handle dispatches a raw event: an API Gateway proxy request (has
+// "httpMethod"), an S3 event (Records with "s3"), or S3's test event.
+func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		HTTPMethod string            `json:"httpMethod"`
+		Records    []json.RawMessage `json:"Records"`
+		Event      string            `json:"Event"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("submit: event is not JSON: %w", err)
+	}
+	switch {
+	case probe.HTTPMethod != "":
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		return s.API.Serve(ctx, ev)
+	case probe.Event == "s3:TestEvent":
+		s.Log.Info("S3 test event")
+		return nil, nil
+	case len(probe.Records) > 0:
+		var ev events.S3Event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		return nil, s.Uploads(ctx, ev)
+	}
+	return nil, fmt.Errorf("submit: unknown event shape")
+}
+
+// Object metadata an upload may carry (x-amz-meta-<name>).
+const (
+	MetaBatchID         = "batch-id"
+	MetaPipeline        = "pipeline"
+	MetaKeyField        = "key-field"
+	MetaFormat          = "format"
+	MetaFailurePercent  = "tolerated-failure-percent"
+	MetaFailureCount    = "tolerated-failure-count"
+	MetaMaxAttempts     = "max-attempts"
+	MetaPipelineOptions = "pipeline-options"
+)
+
+// Uploads starts a batch per uploaded object under incoming/. A duplicate
+// notification of one upload is the same batch: the id derives from the
+// bucket, key and ETag (UploadBatchID) unless metadata names one. Bad input
+// is logged with its line and not retried; other errors are returned so
+// that Lambda retries the event.
+func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
+	var errs []error
+	for _, rec := range ev.Records {
+		key, err := url.QueryUnescape(rec.S3.Object.Key)
+		if err != nil {
+			key = rec.S3.Object.Key
+		}
+		bucket := rec.S3.Bucket.Name
+		log := s.Log.With("bucket", bucket, "object", key)
+		if !strings.HasPrefix(key, config.IncomingPrefix) || !strings.HasPrefix(rec.EventName, "ObjectCreated") {
+			continue
+		}
+		req, err := s.uploadRequest(ctx, bucket, key)
+		if err == nil {
+			var res batch.SubmitResult
+			res, err = s.Submitter.Submit(ctx, req)
+			if err == nil {
+				log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+				continue
+			}
+		}
+		var ie *batch.InputError
+		if errors.As(err, &ie) || errors.Is(err, batch.ErrBatchMismatch) {
+			log.Error("upload refused", "error", err.Error())
+			continue
+		}
+		log.Error("upload failed; retried", "error", err.Error())
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// UploadBatchID derives a batch id from an upload: the file's base name
+// (without extension, characters outside [A-Za-z0-9_-] replaced by '-', at
+// most 80 bytes), '-', and 16 hex digits of SHA-256("{bucket}/{key}#{etag}").
+func UploadBatchID(bucket, key, etag string) string {
+	base := strings.TrimSuffix(path.Base(key), path.Ext(key))
+	base = strings.Trim(unsafeID.ReplaceAllString(base, "-"), "-")
+	if len(base) > 80 {
+		base = base[:80]
+	}
+	if base == "" {
+		base = "upload"
+	}
+	sum := sha256.Sum256([]byte(bucket + "/" + key + "#" + strings.Trim(etag, `"`)))
+	return base + "-" + hex.EncodeToString(sum[:8])
+}
+
+func (s *Submit) uploadRequest(ctx context.Context, bucket, key string) (batch.SubmitRequest, error) {
+	info, meta, err := s.Heads.Head(ctx, bucket, key)
+	if err != nil {
+		return batch.SubmitRequest{}, err
+	}
+	get := func(name string) string {
+		for k, v := range meta {
+			if strings.EqualFold(k, name) {
+				return v
+			}
+		}
+		return ""
+	}
+	req := batch.SubmitRequest{
+		BatchID:  get(MetaBatchID),
+		Pipeline: get(MetaPipeline),
+		KeyField: get(MetaKeyField),
+		Source:   batch.SourceSpec{Object: "s3://" + bucket + "/" + key, Format: get(MetaFormat)},
+	}
+	if req.BatchID == "" {
+		req.BatchID = UploadBatchID(bucket, key, info.ETag)
+	}
+	if req.Pipeline == "" {
+		req.Pipeline = s.DefaultPipeline
+	}
+	if v := get(MetaFailurePercent); v != "" {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaFailurePercent, Reason: "not a number: " + v}
+		}
+		req.Threshold.FailurePercent = &p
+	}
+	if v := get(MetaFailureCount); v != "" {
+		c, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaFailureCount, Reason: "not a whole number: " + v}
+		}
+		req.Threshold.FailureCount = &c
+	}
+	if v := get(MetaMaxAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaMaxAttempts, Reason: "not a whole number: " + v}
+		}
+		req.MaxAttempts = n
+	}
+	if v := get(MetaPipelineOptions); v != "" {
+		req.Options = json.RawMessage(v)
+	}
+	if req.Pipeline == "" {
+		return req, &batch.InputError{Field: "x-amz-meta-" + MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
+	}
+	return req, nil
+}

@@ -1,0 +1,51 @@
+// Package trigger is the Lambda adapter of batch.Trigger: it invokes the
+// finalize function asynchronously (InvocationType Event).
+package trigger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// Event is the finalize function's payload: a run to finalize, or a
+// scheduled tick ({"tick": true}).
+type Event struct {
+	BatchID string `json:"batch_id,omitempty"`
+	Run     int    `json:"run,omitempty"`
+	Tick    bool   `json:"tick,omitempty"`
+}
+
+// Lambda triggers finalize by an asynchronous invocation. Safe for
+// concurrent use.
+type Lambda struct {
+	client   *lambda.Client
+	function string
+}
+
+var _ batch.Trigger = (*Lambda)(nil)
+
+// New returns a trigger invoking function (name or ARN).
+func New(client *lambda.Client, function string) *Lambda {
+	return &Lambda{client: client, function: function}
+}
+
+// Finalize invokes finalize for (batchID, run) asynchronously. Lambda
+// retries asynchronous invocations that fail (twice by default); finalize
+// is idempotent.
+func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
+	payload, err := json.Marshal(Event{BatchID: batchID, Run: run})
+	if err != nil {
+		return err
+	}
+	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("invoke %s for %s run %d: %w", l.function, batchID, run, err)
+	}
+	return nil
+}
