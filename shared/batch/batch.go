@@ -224,7 +224,7 @@ type Location struct {
 // one item, and a manifest.json in the shape of Step Functions Distributed
 // Map's ResultWriter manifest.
 type Results struct {
-	Manifest string              `json:"manifest"` // s3:// URI of manifest.json
+	Manifest string               `json:"manifest"` // s3:// URI of manifest.json
 	Files    map[Outcome]Location `json:"files"`
 }
 

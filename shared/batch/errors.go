@@ -32,12 +32,12 @@ var (
 // source Line (1-based; for a JSON array the element number), and the item
 // Key when one was read. errors.Is(err, ErrInvalid) is true.
 type InputError struct {
-	Field  string // request field at fault, "" when the fault is in the source
-	Line    int64 // 1-based line (JSONL, CSV) or object number (prefix listing); 0 when not known
-	Element int64 // 1-based element of a JSON array source; 0 otherwise
-	Key    string // the item key, when known
-	Reason string // what is wrong
-	Err    error  // the underlying error, if any
+	Field   string // request field at fault, "" when the fault is in the source
+	Line    int64  // 1-based line (JSONL, CSV) or object number (prefix listing); 0 when not known
+	Element int64  // 1-based element of a JSON array source; 0 otherwise
+	Key     string // the item key, when known
+	Reason  string // what is wrong
+	Err     error  // the underlying error, if any
 }
 
 func (e *InputError) Error() string {

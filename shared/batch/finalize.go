@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -322,4 +323,20 @@ func (r *resultsWriter) close() (Results, error) {
 		return Results{}, err
 	}
 	return res, nil
+}
+
+// ReadResults parses a results file (JSONL of ResultLine), calling fn per line.
+func ReadResults(r io.Reader, fn func(ResultLine) error) error {
+	dec := json.NewDecoder(r)
+	for {
+		var l ResultLine
+		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+		if err := fn(l); err != nil {
+			return err
+		}
+	}
 }

@@ -429,4 +429,3 @@ func (s SourceSpec) Describe() string {
 	}
 	return "inline"
 }
-

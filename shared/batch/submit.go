@@ -247,4 +247,3 @@ func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {
 	}
 	return nil
 }
-

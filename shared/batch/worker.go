@@ -3,13 +3,17 @@ package batch
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"path"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -513,8 +517,20 @@ type outputs struct {
 	prefix string
 }
 
+// Put stores body at the outputs prefix + name. The name is cleaned
+// (path.Clean); a name that would leave the prefix ("..", a leading "/") is
+// a permanent error; a key longer than S3's 1,024 bytes (S3 user guide,
+// "Naming Amazon S3 objects") is replaced by _long/{sha256(name)}{ext}.
 func (o outputs) Put(ctx context.Context, name, contentType string, body []byte) (string, error) {
-	key := o.prefix + name
+	clean := path.Clean("/" + name)[1:]
+	if clean == "" || clean != name && (strings.HasPrefix(name, "/") || strings.Contains(name, "..")) {
+		return "", pipeline.Permanent(fmt.Errorf("output name %q leaves the batch's outputs prefix", name))
+	}
+	key := o.prefix + clean
+	if len(key) > 1024 {
+		sum := sha256.Sum256([]byte(clean))
+		key = o.prefix + "_long/" + hex.EncodeToString(sum[:]) + path.Ext(clean)
+	}
 	if err := o.blobs.Put(ctx, key, contentType, body); err != nil {
 		return "", err
 	}

@@ -1,0 +1,355 @@
+package batch
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCanTransition(t *testing.T) {
+	all := Outcomes()
+	allowed := map[[2]Outcome]bool{
+		{OutcomePending, OutcomeInFlight}:     true,
+		{OutcomePending, OutcomeCancelled}:    true,
+		{OutcomePending, OutcomeFailed}:       true,
+		{OutcomeInFlight, OutcomeInFlight}:    true,
+		{OutcomeInFlight, OutcomeSucceeded}:   true,
+		{OutcomeInFlight, OutcomeFailed}:      true,
+		{OutcomeInFlight, OutcomeQuarantined}: true,
+	}
+	for _, from := range all {
+		for _, to := range all {
+			want := allowed[[2]Outcome{from, to}]
+			if got := CanTransition(from, to); got != want {
+				t.Errorf("CanTransition(%s, %s) = %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	for _, o := range TerminalOutcomes() {
+		if !o.Terminal() || !o.Valid() {
+			t.Errorf("%s: Terminal %v Valid %v", o, o.Terminal(), o.Valid())
+		}
+	}
+	if OutcomeInFlight.Terminal() || OutcomePending.Terminal() || Outcome("done").Valid() {
+		t.Error("non-terminal or invalid outcome misclassified")
+	}
+}
+
+func pct(v float64) *float64 { return &v }
+func cnt(v int64) *int64     { return &v }
+
+// TestThresholdBoundaries is the threshold table of docs/threshold.md.
+func TestThresholdBoundaries(t *testing.T) {
+	tests := []struct {
+		name            string
+		items, failures int64
+		th              Threshold
+		want            bool
+		limit           string
+	}{
+		{"no threshold tolerates all", 10, 10, Threshold{}, false, ""},
+		{"zero items never exceed", 0, 0, Threshold{FailurePercent: pct(0), FailureCount: cnt(0)}, false, ""},
+		{"0 percent, 0 failures", 10, 0, Threshold{FailurePercent: pct(0)}, false, ""},
+		{"0 percent, 1 failure", 10, 1, Threshold{FailurePercent: pct(0)}, true, "tolerated_failure_percent"},
+		{"exactly at percent is tolerated", 20, 1, Threshold{FailurePercent: pct(5)}, false, ""},
+		{"one over percent", 20, 2, Threshold{FailurePercent: pct(5)}, true, "tolerated_failure_percent"},
+		{"fraction percent at", 1000, 1, Threshold{FailurePercent: pct(0.1)}, false, ""},
+		{"fraction percent over", 1000, 2, Threshold{FailurePercent: pct(0.1)}, true, "tolerated_failure_percent"},
+		{"100 percent never exceeds", 3, 3, Threshold{FailurePercent: pct(100)}, false, ""},
+		{"33.3 percent of 3: 1 failure is over", 3, 1, Threshold{FailurePercent: pct(33.3)}, true, "tolerated_failure_percent"},
+		{"exactly at count is tolerated", 10, 2, Threshold{FailureCount: cnt(2)}, false, ""},
+		{"one over count", 10, 3, Threshold{FailureCount: cnt(2)}, true, "tolerated_failure_count"},
+		{"count 0, 1 failure", 10, 1, Threshold{FailureCount: cnt(0)}, true, "tolerated_failure_count"},
+		{"both: count trips first", 100, 6, Threshold{FailureCount: cnt(5), FailurePercent: pct(50)}, true, "tolerated_failure_count"},
+		{"both: percent trips", 10, 6, Threshold{FailureCount: cnt(8), FailurePercent: pct(50)}, true, "tolerated_failure_percent"},
+		{"both within", 10, 5, Threshold{FailureCount: cnt(5), FailurePercent: pct(50)}, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := tt.th.Judge(tt.failures, tt.items)
+			if v.Exceeded != tt.want || v.Limit != tt.limit {
+				t.Fatalf("Judge(%d of %d) = %+v, want exceeded %v limit %q", tt.failures, tt.items, v, tt.want, tt.limit)
+			}
+			if v.Exceeded && v.Detail == "" {
+				t.Fatal("an exceeded verdict must say by how much")
+			}
+		})
+	}
+}
+
+func TestThresholdValidate(t *testing.T) {
+	tests := []struct {
+		name      string
+		th        Threshold
+		wantField string
+	}{
+		{"ok", Threshold{FailurePercent: pct(10), FailureCount: cnt(3)}, ""},
+		{"percent over 100", Threshold{FailurePercent: pct(101)}, "threshold.tolerated_failure_percent"},
+		{"negative percent", Threshold{FailurePercent: pct(-1)}, "threshold.tolerated_failure_percent"},
+		{"negative count", Threshold{FailureCount: cnt(-1)}, "threshold.tolerated_failure_count"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.th.Validate()
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ie *InputError
+			if !errors.As(err, &ie) || ie.Field != tt.wantField || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want field %s", err, tt.wantField)
+			}
+		})
+	}
+}
+
+func TestIDs(t *testing.T) {
+	if got := PositionalKey(42); got != "item-0000000042" {
+		t.Fatalf("PositionalKey(42) = %s", got)
+	}
+	if PositionalKey(9) >= PositionalKey(10) {
+		t.Fatal("positional keys must sort in item order")
+	}
+	if RunID("b", "k") != RunID("b", "k") || RunID("b", "k") == RunID("b", "k2") || len(RunID("b", "k")) != 64 {
+		t.Fatal("RunID must be a stable hex SHA-256")
+	}
+	if sum := sha256.Sum256([]byte("b/k")); RunID("b", "k") != hex.EncodeToString(sum[:]) {
+		t.Fatal("RunID must be hex SHA-256 of {batch}/{key}")
+	}
+	for _, tt := range []struct {
+		id string
+		ok bool
+	}{{"abc_-9", true}, {"", false}, {strings.Repeat("a", 128), true}, {strings.Repeat("a", 129), false}, {"a/b", false}, {"é", false}} {
+		if ValidBatchID(tt.id) != tt.ok {
+			t.Errorf("ValidBatchID(%q) = %v", tt.id, !tt.ok)
+		}
+	}
+	if len(NewBatchID()) != 26 || !ValidBatchID(NewBatchID()) {
+		t.Fatal("NewBatchID must be a valid ULID")
+	}
+	for _, tt := range []struct {
+		key  string
+		want string
+	}{{"a", ""}, {"", "item key is empty"}, {strings.Repeat("k", 1024), ""}, {strings.Repeat("k", 1025), "item key is 1025 bytes, longer than 1024"}, {"\xff", "item key is not valid UTF-8"}} {
+		if got := CheckKey(tt.key); got != tt.want {
+			t.Errorf("CheckKey(%.10q) = %q, want %q", tt.key, got, tt.want)
+		}
+	}
+	if ListShards(0) != MinListShards || ListShards(20_000_000) != MaxListShards || ListShards(200_000) != 20 {
+		t.Fatalf("ListShards: %d %d %d", ListShards(0), ListShards(20_000_000), ListShards(200_000))
+	}
+	if CounterShards(10) != 1 || CounterShards(250_000) != 3 || CounterShards(1e9) != MaxCounterShards {
+		t.Fatal("CounterShards")
+	}
+	for n := 1; n < 40; n += 7 {
+		if s := Shard("some-key", n); s < 0 || s >= n {
+			t.Fatalf("Shard out of range: %d of %d", s, n)
+		}
+	}
+}
+
+type collected struct{ items []SourceItem }
+
+func (c *collected) emit(it SourceItem) error { c.items = append(c.items, it); return nil }
+
+func TestReadJSONL(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        string
+		keyField  string
+		wantKeys  []string
+		wantLines []int64
+		wantErr   string
+		errLine   int64
+	}{
+		{"plain", "{\"a\":1}\n{\"a\":2}\n", "", []string{"item-0000000000", "item-0000000001"}, []int64{1, 2}, "", 0},
+		{"bom crlf blank no final newline", "\xEF\xBB\xBF{\"a\":1}\r\n\r\n  \n{\"a\":2}", "", []string{"item-0000000000", "item-0000000001"}, []int64{1, 4}, "", 0},
+		{"empty source", "", "", nil, nil, "", 0},
+		{"only blank lines", "\n\n\r\n", "", nil, nil, "", 0},
+		{"key field", "{\"id\":\"x\",\"v\":1}\n{\"id\":\"y\"}\n", "id", []string{"x", "y"}, []int64{1, 2}, "", 0},
+		{"malformed line", "{\"a\":1}\n{\"a\":1}\n{oops}\n", "", nil, nil, "line 3: not valid JSON", 3},
+		{"key field missing", "{\"id\":\"x\"}\n{\"v\":1}\n", "id", nil, nil, `key field "id" is missing`, 2},
+		{"key field not string", "{\"id\":7}\n", "id", nil, nil, `key field "id" is not a string`, 1},
+		{"key too long", "{\"id\":\"" + strings.Repeat("k", 1025) + "\"}\n", "id", nil, nil, "longer than 1024", 1},
+		{"key not object", "[1,2]\n", "id", nil, nil, "not a JSON object", 1},
+		{"scalars are items", "1\n\"s\"\nnull\n", "", []string{"item-0000000000", "item-0000000001", "item-0000000002"}, []int64{1, 2, 3}, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c collected
+			err := ReadJSONL(strings.NewReader(tt.in), tt.keyField, c.emit)
+			if tt.wantErr != "" {
+				var ie *InputError
+				if !errors.As(err, &ie) || !strings.Contains(err.Error(), tt.wantErr) || ie.Line != tt.errLine || !errors.Is(err, ErrInvalid) {
+					t.Fatalf("err = %v, want %q at line %d", err, tt.wantErr, tt.errLine)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.items) != len(tt.wantKeys) {
+				t.Fatalf("got %d items, want %d", len(c.items), len(tt.wantKeys))
+			}
+			for i, it := range c.items {
+				if it.Key != tt.wantKeys[i] || it.Line != tt.wantLines[i] || !json.Valid(it.Input) {
+					t.Errorf("item %d = %+v, want key %s line %d", i, it, tt.wantKeys[i], tt.wantLines[i])
+				}
+			}
+		})
+	}
+}
+
+func TestReadJSONArrayAndCSV(t *testing.T) {
+	var c collected
+	if err := ReadJSONArray(strings.NewReader("\xEF\xBB\xBF [ {\"k\":\"a\"},\n {\"k\":\"b\", \"x\": [1, 2]} ] \n"), "k", c.emit); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.items) != 2 || c.items[1].Key != "b" || c.items[1].Element != 2 || string(c.items[1].Input) != `{"k":"b","x":[1,2]}` {
+		t.Fatalf("array items = %+v", c.items)
+	}
+	for _, bad := range []struct{ in, want string }{
+		{`{"a":1}`, "want a JSON array"},
+		{`[1, 2`, "element 3"},
+		{`[1] 2`, "after the closing bracket"},
+		{``, "empty source"},
+	} {
+		err := ReadJSONArray(strings.NewReader(bad.in), "", func(SourceItem) error { return nil })
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ReadJSONArray(%q) = %v, want %q", bad.in, err, bad.want)
+		}
+	}
+
+	c = collected{}
+	in := "\xEF\xBB\xBFid,name\r\nA1,\"x, y\"\r\n\r\nB2,z\r\n"
+	if err := ReadCSV(strings.NewReader(in), "id", c.emit); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.items) != 2 || c.items[0].Key != "A1" || string(c.items[0].Input) != `{"id":"A1","name":"x, y"}` || c.items[1].Line != 4 {
+		t.Fatalf("csv items = %+v", c.items)
+	}
+	for _, bad := range []struct{ in, key, want string }{
+		{"id,name\na,b,c\n", "", "line 2"},
+		{"id,id\n", "", "appears twice"},
+		{"id,name\n", "nope", "key_field"},
+		{"id\n\"unterminated\n", "", "malformed CSV"},
+	} {
+		err := ReadCSV(strings.NewReader(bad.in), bad.key, func(SourceItem) error { return nil })
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ReadCSV(%q) = %v, want %q", bad.in, err, bad.want)
+		}
+	}
+}
+
+func TestManifestWriter(t *testing.T) {
+	var buf bytes.Buffer
+	mw := NewManifestWriter(&buf, 2, t.TempDir())
+	defer mw.Close()
+	in := "{\"id\":\"a\",\"v\":1}\n{\"id\":\"b\"}\n{\"id\":\"c\",\"big\":\"" + strings.Repeat("x", 100) + "\"}\n"
+	if err := ReadJSONL(strings.NewReader(in), "id", mw.Add); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := mw.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Count != 3 || sum.Bytes != int64(buf.Len()) || len(sum.Chunks) != 2 || sum.Chunks[1].FirstIndex != 2 || sum.Chunks[1].Count != 1 {
+		t.Fatalf("summary = %+v", sum)
+	}
+	// Same items, same digest; whitespace in the source does not matter.
+	var buf2 bytes.Buffer
+	mw2 := NewManifestWriter(&buf2, 2, t.TempDir())
+	defer mw2.Close()
+	_ = ReadJSONL(strings.NewReader(strings.ReplaceAll(in, ":", " : ")), "id", mw2.Add)
+	sum2, _ := mw2.Finish()
+	if sum2.Digest != sum.Digest || len(sum.Digest) != 64 {
+		t.Fatalf("digests differ: %s %s", sum.Digest, sum2.Digest)
+	}
+	// Every chunk's byte range parses back to its lines, with exact offsets.
+	var keys []string
+	for _, ch := range sum.Chunks {
+		part := bytes.NewReader(buf.Bytes()[ch.Offset : ch.Offset+ch.Length])
+		n := int64(0)
+		err := ReadManifestLines(part, ch.Offset, func(l ManifestLine, off, length int64) error {
+			n++
+			keys = append(keys, l.Key)
+			var again ManifestLine
+			if err := json.Unmarshal(buf.Bytes()[off:off+length], &again); err != nil || again.Key != l.Key {
+				t.Fatalf("line at %d+%d does not parse back to %s: %v", off, length, l.Key, err)
+			}
+			return nil
+		})
+		if err != nil || n != ch.Count {
+			t.Fatalf("chunk %+v: %d lines, err %v", ch, n, err)
+		}
+	}
+	if strings.Join(keys, ",") != "a,b,c" {
+		t.Fatalf("keys = %v", keys)
+	}
+}
+
+func TestManifestDuplicateKey(t *testing.T) {
+	var buf bytes.Buffer
+	mw := NewManifestWriter(&buf, 0, t.TempDir())
+	defer mw.Close()
+	in := "{\"id\":\"a\"}\n{\"id\":\"b\"}\n\n{\"id\":\"a\"}\n"
+	if err := ReadJSONL(strings.NewReader(in), "id", mw.Add); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mw.Finish()
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Key != "a" || ie.Line != 4 || !strings.Contains(err.Error(), "first seen at line 1, again at line 4") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSourceSpecValidate(t *testing.T) {
+	tests := []struct {
+		name      string
+		spec      SourceSpec
+		keyField  string
+		wantField string
+	}{
+		{"inline", SourceSpec{Items: json.RawMessage(`[]`)}, "", ""},
+		{"object jsonl", SourceSpec{Object: "s3://b/k.jsonl"}, "", ""},
+		{"object csv by format", SourceSpec{Object: "s3://b/k.txt", Format: "csv"}, "id", ""},
+		{"prefix", SourceSpec{Prefix: "s3://b/images/"}, "", ""},
+		{"none", SourceSpec{}, "", "source"},
+		{"two", SourceSpec{Object: "s3://b/k.jsonl", Prefix: "s3://b/p/"}, "", "source"},
+		{"bad uri", SourceSpec{Object: "http://b/k.jsonl"}, "", "source.object"},
+		{"unknown format", SourceSpec{Object: "s3://b/k.txt"}, "", "source.format"},
+		{"items not array", SourceSpec{Items: json.RawMessage(`{}`)}, "", "source.items"},
+		{"prefix with key field", SourceSpec{Prefix: "s3://b/p/"}, "id", "key_field"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.spec.Validate(tt.keyField)
+			var ie *InputError
+			if tt.wantField == "" && err != nil || tt.wantField != "" && (!errors.As(err, &ie) || ie.Field != tt.wantField) {
+				t.Fatalf("Validate = %v, want field %q", err, tt.wantField)
+			}
+		})
+	}
+}
+
+func TestMessageValidate(t *testing.T) {
+	ok := ItemMessage("b1", 1, "m", ManifestLine{Key: "k", Input: json.RawMessage(`{}`)}, 0, 10)
+	if err := ok.Validate(); err != nil || ok.Input == nil || ok.InputRef != nil {
+		t.Fatalf("small input must travel inline: %+v %v", ok, err)
+	}
+	big := ItemMessage("b1", 1, "m", ManifestLine{Key: "k", Input: json.RawMessage(`"` + strings.Repeat("x", MaxInlineInputBytes) + `"`)}, 100, 200)
+	if err := big.Validate(); err != nil || big.Input != nil || big.InputRef == nil || big.InputRef.Offset != 100 || big.ManifestKey != "m" {
+		t.Fatalf("large input must travel as a pointer: %+v %v", big.InputRef, err)
+	}
+	for _, m := range []Message{{Kind: "x", BatchID: "b", Run: 1}, {Kind: KindItem, BatchID: "b/", Run: 1, Key: "k", Input: json.RawMessage(`1`)}, {Kind: KindItem, BatchID: "b", Run: 0}, {Kind: KindFanout, BatchID: "b", Run: 1}} {
+		if m.Validate() == nil {
+			t.Errorf("Validate(%+v) = nil", m)
+		}
+	}
+}

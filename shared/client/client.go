@@ -1,0 +1,206 @@
+// Package client talks to a deployed bulkrun stack: it finds the stack's
+// resources from its CloudFormation outputs and calls the REST API with
+// SigV4-signed requests (the API uses IAM authorization). The CLI, the demo
+// and the integration tests use it.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+// Stack is a deployed stack's outputs (config.Output* keys → values).
+type Stack map[string]string
+
+// Get returns the output named key, or an error naming it.
+func (s Stack) Get(key string) (string, error) {
+	v, ok := s[key]
+	if !ok || v == "" {
+		return "", fmt.Errorf("stack has no output %q (is the stack deployed?)", key)
+	}
+	return v, nil
+}
+
+// FindStack reads the outputs of the CloudFormation stack named name.
+func FindStack(ctx context.Context, c aws.Config, name string) (Stack, error) {
+	out, err := cloudformation.NewFromConfig(c).DescribeStacks(ctx, &cloudformation.DescribeStacksInput{StackName: &name})
+	if err != nil {
+		return nil, fmt.Errorf("describe stack %s: %w", name, err)
+	}
+	if len(out.Stacks) == 0 {
+		return nil, fmt.Errorf("stack %s not found", name)
+	}
+	s := Stack{}
+	for _, o := range out.Stacks[0].Outputs {
+		s[aws.ToString(o.OutputKey)] = aws.ToString(o.OutputValue)
+	}
+	return s, nil
+}
+
+// Client calls the bulkrun REST API. Safe for concurrent use.
+type Client struct {
+	base   string // API base URL, ending without "/"
+	aws    aws.Config
+	http   *http.Client
+	signer *v4.Signer
+}
+
+// New returns a client for the stack's API. With AWS_ENDPOINT_URL set (an
+// emulator) the URL is {endpoint}/restapis/{api id}/{stage}/_user_request_,
+// the LocalStack-style form; otherwise the stack's ApiUrl output.
+func New(c aws.Config, s Stack) (*Client, error) {
+	var base string
+	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
+		id, err := s.Get(config.OutputAPIID)
+		if err != nil {
+			return nil, err
+		}
+		stage := s[config.OutputAPIStage]
+		if stage == "" {
+			stage = config.DefaultAPIStage
+		}
+		base = strings.TrimRight(ep, "/") + "/restapis/" + id + "/" + stage + "/_user_request_"
+	} else {
+		u, err := s.Get(config.OutputAPIURL)
+		if err != nil {
+			return nil, err
+		}
+		base = strings.TrimRight(u, "/")
+	}
+	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second}, signer: v4.NewSigner()}, nil
+}
+
+// APIError is an error answer of the API.
+type APIError struct {
+	Status int
+	Body   handler.ErrorBody
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Body.Code, e.Body.Message)
+}
+
+// Is maps API error codes to the domain's sentinels: not_found →
+// batch.ErrNotFound, batch_mismatch → batch.ErrBatchMismatch,
+// invalid_request → batch.ErrInvalid.
+func (e *APIError) Is(t error) bool {
+	switch e.Body.Code {
+	case "not_found":
+		return t == batch.ErrNotFound
+	case "batch_mismatch":
+		return t == batch.ErrBatchMismatch
+	case "invalid_request":
+		return t == batch.ErrInvalid
+	}
+	return false
+}
+
+// Do sends a signed request and decodes a 2xx JSON answer into out (when
+// non-nil). It returns the status code; a non-2xx answer is an *APIError.
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return 0, err
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(payload))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	creds, err := c.aws.Credentials.Retrieve(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("credentials: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	if err := c.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", c.aws.Region, time.Now()); err != nil {
+		return 0, fmt.Errorf("sign: %w", err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode/100 != 2 {
+		ae := &APIError{Status: resp.StatusCode}
+		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Code == "" {
+			ae.Body = handler.ErrorBody{Code: "http_" + fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+		}
+		return resp.StatusCode, ae
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// Submit posts a batch. created tells whether this call created it.
+func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (handler.BatchView, error) {
+	var v handler.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches", req, &v)
+	return v, err
+}
+
+// Status reads a batch with its census.
+func (c *Client) Status(ctx context.Context, id string) (handler.BatchView, error) {
+	var v handler.BatchView
+	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &v)
+	return v, err
+}
+
+// Report reads the batch's last report.
+func (c *Client) Report(ctx context.Context, id string) (batch.Report, error) {
+	var r batch.Report
+	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/report", nil, &r)
+	return r, err
+}
+
+// Wait polls Status every interval until the batch's run is finished or
+// ctx ends, calling progress (optional) with each view.
+func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, progress func(handler.BatchView)) (handler.BatchView, error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		v, err := c.Status(ctx, id)
+		if err != nil {
+			return v, err
+		}
+		if progress != nil {
+			progress(v)
+		}
+		if v.Status.Finished() {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("wait for batch %s: %w (last status %s)", id, ctx.Err(), v.Status)
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,46 @@
+// Package builtin registers bulkrun's built-in pipelines, "thumbnail" and
+// "webhook", in a pipeline.Registry. An item binary calls Register once at
+// start, then adds its own pipelines to the same registry.
+package builtin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
+	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
+)
+
+// Names returns the names of the built-in pipelines in byte order:
+// ["thumbnail", "webhook"]. The slice is new on every call.
+func Names() []string {
+	return []string{thumbnail.Name, webhook.Name}
+}
+
+// Register adds the built-in pipelines to r: thumbnail.New(src) under
+// "thumbnail" and webhook.New(client) under "webhook" (a nil client gets
+// webhook's default transport). It registers nothing and returns an error
+// when src is nil or when r already holds either name; it is not atomic
+// with respect to a concurrent Register of the same names.
+func Register(r *pipeline.Registry, src thumbnail.Source, client *http.Client) error {
+	if r == nil {
+		return errors.New("builtin: nil registry")
+	}
+	if src == nil {
+		return fmt.Errorf("builtin: register %q: nil thumbnail.Source", thumbnail.Name)
+	}
+	for _, name := range Names() {
+		if _, ok := r.Lookup(name); ok {
+			return fmt.Errorf("builtin: register %q: already registered", name)
+		}
+	}
+	if err := r.Register(thumbnail.Name, thumbnail.New(src)); err != nil {
+		return fmt.Errorf("builtin: %w", err)
+	}
+	if err := r.Register(webhook.Name, webhook.New(client)); err != nil {
+		return fmt.Errorf("builtin: %w", err)
+	}
+	return nil
+}
