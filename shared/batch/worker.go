@@ -33,6 +33,10 @@ type Delivery struct {
 	DeadLetter bool
 }
 
+// LiveLeaseRecheck is how soon a message for an item under another
+// delivery's live lease comes back, doubled for each earlier receive.
+const LiveLeaseRecheck = 5 * time.Second
+
 // MaxInlineOutputBytes is the largest output stored on the item row; a
 // larger one is written to S3 (batches/{id}/item-outputs/{run id}.json) and
 // referenced. DynamoDB items are at most 400 KB.
@@ -351,8 +355,10 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	it, err := w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
 	if errors.Is(err, ErrConflict) {
 		if it.Outcome == OutcomeInFlight && it.Run == b.Run && it.LeaseUntil.After(now) {
-			// Another delivery holds the item: come back when its lease ends.
-			wait := it.LeaseUntil.Sub(now) + time.Second
+			// Another delivery holds the item. Come back when its holder has
+			// likely recorded the outcome (5 s, doubling per receive) and at
+			// the latest when its lease ends.
+			wait := min(it.LeaseUntil.Sub(now)+time.Second, LiveLeaseRecheck<<min(max(d.ReceiveCount-1, 0), 10))
 			if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
 				log.Warn("delay message", "error", derr.Error())
 			}

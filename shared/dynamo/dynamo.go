@@ -65,8 +65,8 @@ const (
 	pkRetain  = "RETENTION"
 )
 
-func batchPK(id string) string            { return "BATCH#" + id }
-func itemPK(id, key string) string        { return "ITEM#" + id + "#" + key }
+func batchPK(id string) string             { return "BATCH#" + id }
+func itemPK(id, key string) string         { return "ITEM#" + id + "#" + key }
 func shardKey(id string, shard int) string { return id + "#" + strconv.Itoa(shard) }
 func countPK(id string, run, shard int) string {
 	return "COUNT#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)

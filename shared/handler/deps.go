@@ -33,7 +33,7 @@ type Deps struct {
 	AWS     aws.Config
 	Store   *dynamo.Store
 	Blobs   *blob.Store
-	Queue   *queue.Queue   // nil without EnvItemsQueueURL
+	Queue   *queue.Queue    // nil without EnvItemsQueueURL
 	Trigger *trigger.Lambda // nil without EnvFinalizeFunction
 	S3      *s3.Client
 }
@@ -111,5 +111,3 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 func (d *Deps) Finalizer() *batch.Finalizer {
 	return &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention}
 }
-
-

@@ -38,7 +38,7 @@
 //	peak ≈ MemoryBytes + MaxMergeRuns × (RunBufferBytes + MaxKeyBytes) + RunBufferBytes
 //
 // whatever the number of keys: with the defaults, 32 MiB + 64 × 65 KiB +
-// 64 KiB ≈ 36.2 MiB. (While the buffer fills for the first time, growing the
+// 64 KiB ≈ 36.1 MiB. (While the buffer fills for the first time, growing the
 // index briefly holds its previous copy too, at most half the index; and
 // the Go runtime lets the heap reach about twice the live memory between
 // collections unless GOMEMLIMIT says otherwise.)
@@ -52,15 +52,16 @@
 //
 // # Disk
 //
-// A run stores each entry front-coded, as uvarints (encoding/binary):
-// the length of the prefix shared with the previous key in the run, the
-// length of the rest, the rest, and the line. 10^7 random 40-byte keys take
-// about 410 MB of run files; zero-padded positional keys such as
-// "item-0000000042" take about 8 bytes each. An intermediate merge writes
-// its output before it removes its inputs, so the disk in use can briefly
-// reach twice the run bytes. On Lambda, /tmp is 512 MB unless the
-// function's ephemeral storage is raised. Stats reports the bytes written
-// and the peak in use.
+// A run stores each entry front-coded, as uvarints (encoding/binary): the
+// length of the prefix shared with the previous key in the run, the length
+// of the rest, the rest, and the line. 10^7 random 40-byte keys take about
+// 400 MB of run files (40 bytes a key); keys that share a long prefix, such
+// as S3 object keys under one prefix or zero-padded positional keys, take
+// about 8 bytes each (76 MB for 10^7 40-byte object keys). An intermediate
+// merge writes its output before it removes its inputs, so the disk in use
+// can briefly exceed the run bytes, by at most the size of one merge's
+// inputs. On Lambda, /tmp is 512 MB unless the function's ephemeral storage
+// is raised. Stats reports the bytes written and the peak in use.
 //
 // # Errors
 //

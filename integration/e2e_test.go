@@ -1,0 +1,515 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/trigger"
+)
+
+func inlineItems(n int) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"n":%d,"name":"item %d"}`, i, i)
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+func webhookRequest(id, url string, items json.RawMessage) batch.SubmitRequest {
+	return batch.SubmitRequest{
+		BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: items},
+		Options: json.RawMessage(fmt.Sprintf(`{"url": %q, "timeout_ms": 5000}`, url)),
+	}
+}
+
+// rowsCensus counts the batch's item rows straight from the table.
+func rowsCensus(t *testing.T, id string) batch.Census {
+	t.Helper()
+	b, err := env.store.GetBatch(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := batch.CensusOf(context.Background(), env.store, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func sameCounts(a, b batch.Census) bool {
+	return a.Total == b.Total && a.Succeeded == b.Succeeded && a.Failed == b.Failed && a.Quarantined == b.Quarantined &&
+		a.Cancelled == b.Cancelled && a.InFlight == b.InFlight && a.Pending == b.Pending
+}
+
+// DESIGN §3.1: one id, one plan.
+func TestSubmitSameIDSameManifestIsOneBatch(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	url := env.hook.route(id, nil)
+	req := webhookRequest(id, url, inlineItems(5))
+	first, err := env.api.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !*first.Created || first.ItemCount != 5 || len(first.Digest) != 64 {
+		t.Fatalf("first submit: %+v", first)
+	}
+	// The same manifest written differently (whitespace) is the same plan.
+	req2 := req
+	req2.Source.Items = json.RawMessage(strings.ReplaceAll(string(req.Source.Items), ",", " , "))
+	second, err := env.api.Submit(ctx, req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *second.Created || second.Digest != first.Digest || second.ManifestKey != first.ManifestKey || second.Run != 1 {
+		t.Fatalf("second submit must return the first batch: %+v", second)
+	}
+	v := wait(t, id)
+	// A duplicate submit after the batch finished starts nothing either.
+	third, err := env.api.Submit(ctx, req)
+	if err != nil || *third.Created || third.Run != 1 || third.Status != v.Status {
+		t.Fatalf("submit after finish: %+v, %v", third, err)
+	}
+	calls := env.hook.counts(id)
+	if len(calls) != 5 {
+		t.Fatalf("pipeline ran for %d keys, want 5: %v", len(calls), calls)
+	}
+	for k, n := range calls {
+		if n != 1 {
+			t.Errorf("key %s ran %d times", k, n)
+		}
+	}
+	// No second manifest object is left behind.
+	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/manifests/")})
+	if err != nil || len(out.Contents) != 1 {
+		t.Fatalf("manifests: %d objects, err %v", len(out.Contents), err)
+	}
+}
+
+func TestSubmitOtherManifestSameIDIs409(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	url := env.hook.route(id, nil)
+	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(3))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(4)))
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Code != "batch_mismatch" || ae.Body.Field != "manifest_digest" || !errors.Is(err, batch.ErrBatchMismatch) {
+		t.Fatalf("err = %v, want 409 batch_mismatch on manifest_digest", err)
+	}
+	req := webhookRequest(id, url, inlineItems(3))
+	req.Pipeline = "thumbnail"
+	_, err = env.api.Submit(ctx, req)
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Field != "pipeline" {
+		t.Fatalf("other pipeline: err = %v, want 409 on pipeline", err)
+	}
+	v := wait(t, id)
+	if v.ItemCount != 3 || v.Census.Succeeded != 3 {
+		t.Fatalf("the stored batch must be untouched: %+v", v.Census)
+	}
+}
+
+// DESIGN §3.2/§3.3: every item message delivered twice (or three times)
+// still runs the pipeline once per item, and the census equals the rows.
+func TestDuplicateDeliveriesRunOncePerItem(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	url := env.hook.route(id, nil)
+	const n = 30
+	items := inlineItems(n)
+	b, err := env.api.Submit(ctx, webhookRequest(id, url, items))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Send every item's message twice more, straight to the items queue,
+	// while the fan-out sends the originals.
+	var lines []json.RawMessage
+	if err := json.Unmarshal(items, &lines); err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for i, in := range lines {
+		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0)
+		body, _ := json.Marshal(m)
+		bodies = append(bodies, string(body), string(body))
+	}
+	sendRaw(t, bodies)
+	v := wait(t, id)
+	if v.Status != batch.StatusCompleted || v.Census.Succeeded != n || v.Census.Failed != 0 {
+		t.Fatalf("batch: %s %+v", v.Status, v.Census)
+	}
+	calls := env.hook.counts(id)
+	if len(calls) != n {
+		t.Fatalf("pipeline ran for %d keys, want %d", len(calls), n)
+	}
+	for k, c := range calls {
+		if c != 1 {
+			t.Errorf("key %s: pipeline ran %d times, want 1", k, c)
+		}
+	}
+	if rc := rowsCensus(t, id); !sameCounts(rc, *v.Census) {
+		t.Fatalf("census %+v != rows %+v", *v.Census, rc)
+	}
+	if v.Census.Cost["calls"] != n {
+		t.Fatalf("cost rollup: %v, want calls=%d", v.Census.Cost, n)
+	}
+}
+
+func sendRaw(t *testing.T, bodies []string) {
+	t.Helper()
+	for i := 0; i < len(bodies); i++ {
+		if _, err := env.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &env.queueURL, MessageBody: &bodies[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A pipeline that fails permanently on some items gives exactly those keys
+// as failed (with the reason), transient errors are retried, and finalize
+// triggered again writes no second report.
+func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	bad := map[string]bool{batch.PositionalKey(3): true, batch.PositionalKey(7): true, batch.PositionalKey(10): true}
+	flaky := batch.PositionalKey(5)
+	url := env.hook.route(id, func(key string, attempt int) int {
+		switch {
+		case bad[key]:
+			return 422
+		case key == flaky && attempt == 1:
+			return 503
+		}
+		return 200
+	})
+	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(12))); err != nil {
+		t.Fatal(err)
+	}
+	v := wait(t, id)
+	if v.Census.Failed != 3 || v.Census.Succeeded != 9 || !v.NeedsAttention || v.Status != batch.StatusCompleted {
+		t.Fatalf("batch: %s %+v", v.Status, v.Census)
+	}
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := readResults(t, rep.Results.Files[batch.OutcomeFailed].URI)
+	var keys []string
+	for _, l := range failed {
+		keys = append(keys, l.Key)
+		if !strings.Contains(l.Error, "HTTP 422") || !strings.Contains(l.Error, l.Key) || l.Reason != batch.ReasonPermanent || l.Attempts != 1 {
+			t.Errorf("failed line %+v: want HTTP 422 naming the key, permanent, 1 attempt", l)
+		}
+	}
+	sort.Strings(keys)
+	if strings.Join(keys, ",") != "item-0000000003,item-0000000007,item-0000000010" {
+		t.Fatalf("failed keys = %v", keys)
+	}
+	ok := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI)
+	for _, l := range ok {
+		if l.Key == flaky && l.Attempts != 2 {
+			t.Errorf("flaky item: %d attempts, want 2 (one transient 503, then success)", l.Attempts)
+		}
+	}
+	if calls := env.hook.counts(id); calls[flaky] != 2 {
+		t.Errorf("flaky item called %d times, want 2", calls[flaky])
+	}
+
+	// Finalize triggered twice more, concurrently: one report, untouched.
+	head := func() string {
+		o, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: aws.String(batch.ReportKey(id, 1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(o.ETag) + o.LastModified.String()
+	}
+	before := head()
+	var wg sync.WaitGroup
+	results := make([]map[string]any, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			payload, _ := json.Marshal(trigger.Event{BatchID: id, Run: 1})
+			out, err := env.lambda.Invoke(ctx, &lambda.InvokeInput{FunctionName: &env.finalizeFn, Payload: payload})
+			if err != nil || out.FunctionError != nil {
+				t.Errorf("invoke finalize: %v %s", err, out.Payload)
+				return
+			}
+			_ = json.Unmarshal(out.Payload, &results[i])
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r["wrote"] != false || r["status"] != string(batch.StatusCompleted) {
+			t.Errorf("repeated finalize answered %v, want wrote=false", r)
+		}
+	}
+	if after := head(); after != before {
+		t.Fatalf("report rewritten: %s -> %s", before, after)
+	}
+	again, err := env.api.Status(ctx, id)
+	if err != nil || !again.FinishedAt.Equal(v.FinishedAt) {
+		t.Fatalf("batch row changed: %v -> %v (%v)", v.FinishedAt, again.FinishedAt, err)
+	}
+}
+
+func readResults(t *testing.T, uri string) []batch.ResultLine {
+	t.Helper()
+	bucket, key, err := batch.ParseS3URI(uri)
+	if err != nil {
+		t.Fatalf("results uri %q: %v", uri, err)
+	}
+	o, err := env.s3.GetObject(context.Background(), &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Body.Close()
+	var lines []batch.ResultLine
+	if err := batch.ReadResults(o.Body, func(l batch.ResultLine) error { lines = append(lines, l); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// The thumbnail pipeline over an S3 prefix: images succeed with a
+// thumbnail, broken files fail permanently with their key in the error.
+func TestPrefixThumbnails(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	prefix := "it-sources/" + id + "/"
+	files := []string{"broken-text.png", "broken-empty.png", "broken-truncated.png"}
+	all, _ := filepath.Glob("../examples/images/*.png")
+	for _, f := range all {
+		if len(files) == 7 {
+			break
+		}
+		if !strings.HasPrefix(filepath.Base(f), "broken-") {
+			files = append(files, filepath.Base(f))
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("../examples/images", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: aws.String(prefix + f), Body: bytes.NewReader(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
+		t.Fatal(err)
+	}
+	v := wait(t, id)
+	if v.Census.Succeeded != 4 || v.Census.Failed != 3 || v.ItemCount != 7 {
+		t.Fatalf("census %+v", v.Census)
+	}
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range readResults(t, rep.Results.Files[batch.OutcomeFailed].URI) {
+		if !strings.HasPrefix(l.Key, prefix+"broken-") || !strings.Contains(l.Error, l.Key) {
+			t.Errorf("failed %s: %s", l.Key, l.Error)
+		}
+	}
+	for _, l := range readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI) {
+		var out struct{ Thumbnail string }
+		if err := json.Unmarshal(l.Output, &out); err != nil || out.Thumbnail == "" {
+			t.Fatalf("output of %s: %s", l.Key, l.Output)
+		}
+		bucket, key, _ := batch.ParseS3URI(out.Thumbnail)
+		if _, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key}); err != nil {
+			t.Errorf("thumbnail %s: %v", out.Thumbnail, err)
+		}
+	}
+}
+
+// An upload under incoming/ starts a batch; a duplicate notification of the
+// same upload is the same batch.
+func TestUploadStartsOneBatch(t *testing.T) {
+	ctx := context.Background()
+	route := newID(t)
+	url := env.hook.route(route, nil)
+	key := "incoming/" + route + ".jsonl"
+	body := "{\"id\":\"a\"}\n{\"id\":\"b\"}\r\n\n{\"id\":\"c\"}"
+	put, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader(body),
+		Metadata: map[string]string{"pipeline": "webhook", "key-field": "id", "pipeline-options": fmt.Sprintf(`{"url":%q}`, url)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := handler.UploadBatchID(env.bucket, key, aws.ToString(put.ETag))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := env.api.Status(ctx, id); err == nil {
+			break
+		} else if !errors.Is(err, batch.ErrNotFound) || time.Now().After(deadline) {
+			t.Fatalf("batch %s from the upload: %v", id, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	v := wait(t, id)
+	if v.Census.Succeeded != 3 || v.KeyField != "id" {
+		t.Fatalf("upload batch: %+v", v.Census)
+	}
+	// The same notification again (S3 delivers at least once).
+	ev := events.S3Event{Records: []events.S3EventRecord{{EventName: "ObjectCreated:Put", S3: events.S3Entity{
+		Bucket: events.S3Bucket{Name: env.bucket}, Object: events.S3Object{Key: key, ETag: aws.ToString(put.ETag)}}}}}
+	payload, _ := json.Marshal(ev)
+	out, err := env.lambda.Invoke(ctx, &lambda.InvokeInput{FunctionName: &env.submitFn, Payload: payload})
+	if err != nil || out.FunctionError != nil {
+		t.Fatalf("invoke submit: %v %s", err, out.Payload)
+	}
+	again, err := env.api.Status(ctx, id)
+	if err != nil || again.Run != 1 || !again.FinishedAt.Equal(v.FinishedAt) {
+		t.Fatalf("duplicate notification changed the batch: %+v %v", again, err)
+	}
+	if calls := env.hook.counts(route); len(calls) != 3 || calls["a"] != 1 || calls["b"] != 1 || calls["c"] != 1 {
+		t.Fatalf("calls = %v", calls)
+	}
+}
+
+// DESIGN §3.6: bad input names its line and writes nothing.
+func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	src := "it-sources/" + id + ".jsonl"
+	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &src, Body: strings.NewReader("{\"a\":1}\n\n{\"a\":2}\n{\"a\":\n")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src}})
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Line != 4 || ae.Body.Field != "source.object" {
+		t.Fatalf("err = %v (%+v), want 400 naming line 4 of source.object", err, ae)
+	}
+	dup := "it-sources/" + id + "-dup.jsonl"
+	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &dup, Body: strings.NewReader("{\"k\":\"x\"}\n{\"k\":\"y\"}\n{\"k\":\"x\"}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}})
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Key != "x" || !strings.Contains(ae.Body.Message, "line 1") || !strings.Contains(ae.Body.Message, "line 3") {
+		t.Fatalf("duplicate key: err = %v, want both lines and the key", err)
+	}
+	if _, err := env.api.Status(ctx, id); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("status after refused submits: %v, want not found", err)
+	}
+	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/")})
+	if err != nil || len(out.Contents) != 0 {
+		t.Fatalf("objects left under the batch: %d (%v)", len(out.Contents), err)
+	}
+	uploads, err := env.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/")})
+	if err == nil && len(uploads.Uploads) != 0 {
+		t.Fatalf("multipart uploads left: %d", len(uploads.Uploads))
+	}
+	for _, bad := range []struct {
+		req   batch.SubmitRequest
+		field string
+	}{
+		{batch.SubmitRequest{BatchID: "no/slash", Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}}, "batch_id"},
+		{batch.SubmitRequest{BatchID: id, Pipeline: "nope", Source: batch.SourceSpec{Items: inlineItems(1)}}, "pipeline"},
+		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook"}, "source"},
+		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}, Headers: map[string]string{"bulkrun.x": "1"}}, "headers.bulkrun.x"},
+	} {
+		_, err := env.api.Submit(ctx, bad.req)
+		if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != bad.field {
+			t.Errorf("submit %+v: err = %v, want 400 on %s", bad.req, err, bad.field)
+		}
+	}
+}
+
+func TestUnknownBatchIs404(t *testing.T) {
+	_, err := env.api.Status(context.Background(), newID(t))
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 404 || ae.Body.Code != "not_found" {
+		t.Fatalf("err = %v, want 404 not_found", err)
+	}
+}
+
+// DESIGN §4: no partition key (of the table or an index) is written once
+// per item of a batch.
+func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	url := env.hook.route(id, nil)
+	const n = 40
+	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(n))); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, id)
+	pks := map[string]int{}
+	lpks := map[string]int{}
+	var start map[string]types.AttributeValue
+	for {
+		out, err := env.ddb.Scan(ctx, &dynamodb.ScanInput{TableName: &env.table, ExclusiveStartKey: start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range out.Items {
+			pk := it["pk"].(*types.AttributeValueMemberS).Value
+			if !strings.Contains(pk, id) {
+				if sk, ok := it["sk"].(*types.AttributeValueMemberS); !ok || !strings.Contains(sk.Value, id) {
+					continue
+				}
+			}
+			pks[pk]++
+			if l, ok := it["lpk"].(*types.AttributeValueMemberS); ok {
+				lpks[l.Value]++
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = out.LastEvaluatedKey
+	}
+	items := 0
+	for pk, c := range pks {
+		if c != 1 {
+			t.Errorf("partition key %s holds %d rows", pk, c)
+		}
+		if strings.HasPrefix(pk, "ITEM#") {
+			items++
+		}
+	}
+	if items != n {
+		t.Fatalf("%d item rows, want %d", items, n)
+	}
+	b, _ := env.store.GetBatch(ctx, id)
+	if len(lpks) < 2 || len(lpks) > b.ListShards {
+		t.Fatalf("list index uses %d shard keys (batch has %d)", len(lpks), b.ListShards)
+	}
+	for k, c := range lpks {
+		if c == n {
+			t.Fatalf("list index key %s receives every item", k)
+		}
+	}
+	_ = io.EOF
+}

@@ -1,0 +1,338 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/queue"
+)
+
+// harness runs submit, item and finalize in this process against real
+// storage on the emulator (its own table, bucket and queue, not the
+// stack's), so that a test decides exactly which deliveries happen.
+type harness struct {
+	store     *dynamo.Store
+	blobs     *blob.Store
+	queue     *queue.Queue
+	queueURL  string
+	submitter *batch.Submitter
+	worker    *batch.Worker
+	finalizer *batch.Finalizer
+	triggered atomic.Int64
+	calls     sync.Map // key → *atomic.Int64
+}
+
+type countTrigger struct{ h *harness }
+
+func (c countTrigger) Finalize(context.Context, string, int) error { c.h.triggered.Add(1); return nil }
+
+func newHarness(t *testing.T, run pipeline.Func) *harness {
+	t.Helper()
+	ctx := context.Background()
+	name := strings.ToLower(newID(t))
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	name = strings.Trim(name, "-")
+	ddb := dynamodb.NewFromConfig(env.aws)
+	if _, err := ddb.CreateTable(ctx, dynamo.TableInput(name)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
+	if _, err := env.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := env.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: map[string]string{"VisibilityTimeout": "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	h := &harness{store: dynamo.New(ddb, name), blobs: blob.New(env.s3, name), queueURL: aws.ToString(q.QueueUrl)}
+	h.queue = queue.New(env.sqs, h.queueURL)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := &pipeline.Registry{}
+	counted := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		c, _ := h.calls.LoadOrStore(req.Key, new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		return run(ctx, req)
+	})
+	if err := reg.Register("counted", counted); err != nil {
+		t.Fatal(err)
+	}
+	h.submitter = &batch.Submitter{Store: h.store, Blobs: h.blobs, Queue: h.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
+		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
+	h.worker = &batch.Worker{Store: h.store, Blobs: h.blobs, Queue: h.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
+		Log: log, Pipelines: reg, Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }}
+	h.finalizer = &batch.Finalizer{Store: h.store, Blobs: h.blobs, Clock: batch.SystemClock{}, Log: log, Retention: time.Hour}
+	return h
+}
+
+// receive takes up to n messages off the harness queue as deliveries.
+func (h *harness) receive(t *testing.T, n int) []batch.Delivery {
+	t.Helper()
+	var ds []batch.Delivery
+	for len(ds) < n {
+		out, err := env.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &h.queueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			break
+		}
+		for _, m := range out.Messages {
+			ds = append(ds, batch.Delivery{MessageID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)), ReceiptHandle: aws.ToString(m.ReceiptHandle), ReceiveCount: 1})
+			env.sqs.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &h.queueURL, ReceiptHandle: m.ReceiptHandle})
+		}
+	}
+	return ds
+}
+
+func (h *harness) callsOf(key string) int64 {
+	c, ok := h.calls.Load(key)
+	if !ok {
+		return 0
+	}
+	return c.(*atomic.Int64).Load()
+}
+
+// Every message delivered three times, concurrently, in one batch of
+// deliveries and again later: one pipeline call per item, exact census,
+// one finalize that writes, and a report exactly once.
+func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if strings.HasSuffix(req.Key, "3") {
+			return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+		}
+		time.Sleep(20 * time.Millisecond)
+		return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1, "usd": 0.25}}, nil
+	})
+	id := newID(t)
+	res, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(20)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fan := h.receive(t, 3) // 20 items in chunks of 7
+	if len(fan) != 3 {
+		t.Fatalf("%d fan-out messages, want 3", len(fan))
+	}
+	if failed := h.worker.Handle(ctx, append(fan, fan[0])); len(failed) != 0 {
+		t.Fatalf("fan-out failed: %v", failed)
+	}
+	items := h.receive(t, 40) // each chunk's items, the first chunk twice
+	if len(items) != 27 {
+		t.Fatalf("%d item messages, want 27", len(items))
+	}
+	tripled := append(append(append([]batch.Delivery{}, items...), items...), items...)
+	failed := h.worker.Handle(ctx, tripled)
+	// Duplicates of an item whose twin held the lease come back later.
+	for len(failed) > 0 {
+		var again []batch.Delivery
+		for _, d := range tripled {
+			for _, f := range failed {
+				if d.MessageID == f {
+					again = append(again, d)
+					break
+				}
+			}
+		}
+		failed = h.worker.Handle(ctx, again)
+	}
+	for i := range 20 {
+		if c := h.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+		}
+	}
+	if h.triggered.Load() < 1 {
+		t.Fatal("the last item did not trigger finalize")
+	}
+	var wg sync.WaitGroup
+	var wrote atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Wrote {
+				wrote.Add(1)
+			}
+			if r.Report.Census.Succeeded != 18 || r.Report.Census.Failed != 2 || r.Report.Census.Cost["calls"] != 18 || r.Report.Census.Cost["usd"] != 4.5 {
+				t.Errorf("census %+v", r.Report.Census)
+			}
+		}()
+	}
+	wg.Wait()
+	if wrote.Load() != 1 {
+		t.Fatalf("%d finalize calls wrote the report, want exactly 1", wrote.Load())
+	}
+	b, err := h.store.GetBatch(ctx, id)
+	if err != nil || b.Status != batch.StatusCompleted || b.FinalCensus == nil || b.FinalCensus.Failed != 2 || !b.NeedsAttention {
+		t.Fatalf("batch row: %+v %v", b, err)
+	}
+	ids, _ := h.store.RunningBatches(ctx)
+	for _, r := range ids {
+		if r == id {
+			t.Fatal("running marker left after finish")
+		}
+	}
+	_ = res
+}
+
+// A crash after the reservation: the lease expires, a redelivery takes the
+// item over with attempt 2 and the same run id, and the crashed attempt's
+// late outcome write is fenced off.
+func TestHarnessCrashTakeoverIsFenced(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: json.RawMessage(`{"attempt":` + string(rune('0'+req.Attempt)) + `}`)}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := h.store.GetBatch(ctx, id)
+	key := batch.PositionalKey(0)
+	now := time.Now()
+	first, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: now, Lease: 300 * time.Millisecond})
+	if err != nil || first.Attempt != 1 {
+		t.Fatalf("reserve: %+v %v", first, err)
+	}
+	// While the lease is live nobody else may take the item.
+	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: time.Minute}); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("second reserve under a live lease: %v, want ErrConflict", err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	fan := h.receive(t, 1)
+	h.worker.Handle(ctx, fan)
+	msgs := h.receive(t, 1)
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 0 {
+		t.Fatalf("takeover failed: %v", failed)
+	}
+	// The crashed attempt 1 comes back to life and tries to record.
+	err = h.store.Record(ctx, batch.Record{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Attempt: 1,
+		Outcome: batch.OutcomeFailed, Error: "late", Now: time.Now()})
+	if !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("late write of attempt 1: %v, want ErrConflict", err)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Succeeded != 1 || h.callsOf(key) != 1 {
+		t.Fatalf("census %+v, calls %d", r.Report.Census, h.callsOf(key))
+	}
+	var row batch.Item
+	_ = h.store.ScanItems(ctx, id, b.ListShards, func(it batch.Item) error { row = it; return nil })
+	if row.Attempt != 2 || row.RunID != first.RunID || string(row.Output) != `{"attempt":2}` {
+		t.Fatalf("row after takeover: %+v", row)
+	}
+}
+
+// Storage semantics of the Store's conditional writes.
+func TestHarnessStoreConditions(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	id := newID(t)
+	b := batch.Batch{ID: id, Pipeline: "counted", Digest: "d1", Run: 1, Status: batch.StatusRunning, ItemCount: 3, ListShards: 8, CounterShards: 2, MaxAttempts: 3}
+	if _, err := h.store.CreateBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	b2 := b
+	b2.Digest = "d2"
+	stored, err := h.store.CreateBatch(ctx, b2)
+	if !errors.Is(err, batch.ErrBatchExists) || stored.Digest != "d1" {
+		t.Fatalf("second create: %+v %v", stored, err)
+	}
+	now := time.Now()
+	rec := func(key string, attempt int, o batch.Outcome) batch.Record {
+		return batch.Record{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: 8, Attempt: attempt, Outcome: o, Now: now}
+	}
+	it, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "a", RunID: batch.RunID(id, "a"), Run: 1, ListShards: 8, Now: now, Lease: time.Minute})
+	if err != nil || it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 {
+		t.Fatalf("reserve a: %+v %v", it, err)
+	}
+	if err := h.store.Record(ctx, rec("a", 2, batch.OutcomeSucceeded)); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("record under the wrong attempt: %v", err)
+	}
+	if err := h.store.Record(ctx, rec("a", 1, batch.OutcomeSucceeded)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Record(ctx, rec("a", 1, batch.OutcomeFailed)); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("second record: %v", err)
+	}
+	old, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "a", RunID: batch.RunID(id, "a"), Run: 1, ListShards: 8, Now: now.Add(time.Hour), Lease: time.Minute})
+	if !errors.Is(err, batch.ErrConflict) || old.Outcome != batch.OutcomeSucceeded {
+		t.Fatalf("reserve a succeeded item: %+v %v", old, err)
+	}
+	// A dead-lettered item without a row is settled failed; settling again conflicts.
+	dl := rec("b", 0, batch.OutcomeFailed)
+	dl.Reason = batch.ReasonDeadLettered
+	if _, err := h.store.Settle(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	if old, err := h.store.Settle(ctx, dl); !errors.Is(err, batch.ErrConflict) || old.Reason != batch.ReasonDeadLettered {
+		t.Fatalf("second settle: %+v %v", old, err)
+	}
+	// Release keeps the item in flight with an expired lease: a retry takes it.
+	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "c", RunID: batch.RunID(id, "c"), Run: 1, ListShards: 8, Now: now, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	rel := rec("c", 1, batch.OutcomeInFlight)
+	rel.Error = "503"
+	if err := h.store.Release(ctx, rel); err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "c", RunID: batch.RunID(id, "c"), Run: 1, ListShards: 8, Now: now.Add(time.Millisecond), Lease: time.Hour})
+	if err != nil || again.Attempt != 2 {
+		t.Fatalf("retry after release: %+v %v", again, err)
+	}
+	// Progress sums the counter shards.
+	_ = h.store.AddProgress(ctx, id, 1, 0, 2, 1, now)
+	_ = h.store.AddProgress(ctx, id, 1, 1, 3, 0, now.Add(time.Second))
+	p, err := h.store.Progress(ctx, id, 1, 2)
+	if err != nil || p.Done != 5 || p.Failures != 1 || !p.UpdatedAt.Equal(now.Add(time.Second).Truncate(time.Millisecond)) {
+		t.Fatalf("progress %+v %v", p, err)
+	}
+	// Scan merges the shards in key byte order.
+	var keys []string
+	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { keys = append(keys, it.Key); return nil })
+	if strings.Join(keys, ",") != "a,b,c" {
+		t.Fatalf("scan order %v", keys)
+	}
+	c, _ := batch.CensusOf(ctx, h.store, b, nil)
+	if c.Succeeded != 1 || c.Failed != 1 || c.InFlight != 1 || c.Pending != 0 || c.Done() {
+		t.Fatalf("census %+v", c)
+	}
+	if _, err := h.finalizer.Finalize(ctx, id, 1); !errors.Is(err, batch.ErrNotFinished) {
+		t.Fatalf("finalize with an item in flight: %v, want ErrNotFinished", err)
+	}
+	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: now, ExpiresAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: now, ExpiresAt: now}); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("second finish: %v", err)
+	}
+}

@@ -1,0 +1,194 @@
+//go:build integration
+
+// Package integration holds bulkrun's end-to-end tests. They run against
+// the stack deployed onto the endpoint in AWS_ENDPOINT_URL (MiniStack or
+// LocalStack; `make integration` deploys it first) and fail, not skip,
+// under CI=true when it is missing. Each test uses its own batch ids.
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+// env is what every test shares: the deployed stack and clients.
+var env struct {
+	aws                  aws.Config
+	stack                client.Stack
+	api                  *client.Client
+	s3                   *s3.Client
+	sqs                  *sqs.Client
+	ddb                  *dynamodb.Client
+	lambda               *lambda.Client
+	bucket, table        string
+	queueURL, finalizeFn string
+	submitFn             string
+	store                *dynamo.Store
+	blobs                *blob.Store
+	hook                 *hookServer
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("AWS_ENDPOINT_URL") == "" {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "integration: AWS_ENDPOINT_URL is not set; under CI=true the suite must run (start the emulator and deploy: make integration)")
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "integration: AWS_ENDPOINT_URL is not set; skipping (set it, or run make integration)")
+		os.Exit(0)
+	}
+	if err := setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration: set-up:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	env.hook.close()
+	os.Exit(code)
+}
+
+func setup() error {
+	ctx := context.Background()
+	c, err := handler.AWSConfig(ctx)
+	if err != nil {
+		return err
+	}
+	env.aws = c
+	name := os.Getenv("BULKRUN_STACK")
+	if name == "" {
+		name = config.DefaultStackName
+	}
+	if env.stack, err = client.FindStack(ctx, c, name); err != nil {
+		return fmt.Errorf("%w (deploy the stack first: make deploy)", err)
+	}
+	if env.api, err = client.New(c, env.stack); err != nil {
+		return err
+	}
+	for key, dst := range map[string]*string{
+		config.OutputBucket: &env.bucket, config.OutputTable: &env.table, config.OutputItemsQueueURL: &env.queueURL,
+		config.OutputFinalizeFunction: &env.finalizeFn, config.OutputSubmitFunction: &env.submitFn,
+	} {
+		if *dst, err = env.stack.Get(key); err != nil {
+			return err
+		}
+	}
+	env.s3 = handler.NewS3(c)
+	env.sqs = sqs.NewFromConfig(c)
+	env.ddb = dynamodb.NewFromConfig(c)
+	env.lambda = lambda.NewFromConfig(c)
+	env.store = dynamo.New(env.ddb, env.table)
+	env.blobs = blob.New(env.s3, env.bucket)
+	env.hook, err = newHookServer()
+	return err
+}
+
+// newID returns a batch id unique to this test run.
+func newID(t *testing.T) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	return fmt.Sprintf("it-%s-%s", name, hex.EncodeToString(b[:]))
+}
+
+// hookServer is the HTTP receiver of the webhook pipeline in the tests: a
+// route per test decides each call's status, and every call is counted.
+type hookServer struct {
+	srv    *http.Server
+	ln     net.Listener
+	mu     sync.Mutex
+	routes map[string]func(key string, attempt int) int
+	calls  map[string]map[string]int
+}
+
+func newHookServer() (*hookServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}}
+	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go h.srv.Serve(ln)
+	return h, nil
+}
+
+func (h *hookServer) close() { _ = h.srv.Close() }
+
+// route registers a route and returns its URL; decide gives the status of
+// each call (nil: always 200).
+func (h *hookServer) route(name string, decide func(key string, attempt int) int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.routes[name] = decide
+	h.calls[name] = map[string]int{}
+	return "http://" + h.ln.Addr().String() + "/" + url.PathEscape(name)
+}
+
+// counts returns a copy of the calls per item key of a route.
+func (h *hookServer) counts(name string) map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range h.calls[name] {
+		out[k] = v
+	}
+	return out
+}
+
+func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, _ := url.PathUnescape(strings.Trim(r.URL.EscapedPath(), "/"))
+	key, _ := url.PathUnescape(r.Header.Get("Bulkrun-Item-Key"))
+	attempt, _ := strconv.Atoi(r.Header.Get("Bulkrun-Attempt"))
+	h.mu.Lock()
+	decide, ok := h.routes[name]
+	if ok {
+		h.calls[name][key]++
+	}
+	h.mu.Unlock()
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusNotFound
+	} else if decide != nil {
+		status = decide(key, attempt)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"key": key, "status": status})
+}
+
+// wait polls the batch until its run is finished (3 minutes at most).
+func wait(t *testing.T, id string) handler.BatchView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v, err := env.api.Wait(ctx, id, 500*time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("wait for %s: %v", id, err)
+	}
+	return v
+}
