@@ -64,11 +64,11 @@ functions:
 	done
 
 synth: tools functions
-	cd infra && $(CDK) synth --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) > /dev/null
+	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) > /dev/null
 
 deploy: tools emulator functions
 	cd infra && $(CDK) bootstrap aws://$(CDK_DEFAULT_ACCOUNT)/$(CDK_DEFAULT_REGION) --no-notices
-	cd infra && $(CDK) deploy --require-approval never --no-notices -c target=$(TARGET) \
+	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \
 	  -c functionsDir=../build/functions -c stackName=$(STACK) --outputs-file ../build/outputs.json
 	$(GO) run ./localstack/fixup -stack $(STACK)
 
