@@ -21,6 +21,11 @@ GOARCH_FN := $(shell $(GO) env GOARCH)
 endif
 
 EMULATOR_PORT ?= 4566
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export CDK_DISABLE_CLI_TELEMETRY := true
+export BULKRUN_EMULATOR_PORT := $(EMULATOR_PORT)
+ifeq ($(TARGET),emulator)
+# The emulator: its endpoint and its fixed account, region and credentials.
 export AWS_ENDPOINT_URL ?= http://localhost:$(EMULATOR_PORT)
 export AWS_ACCESS_KEY_ID ?= test
 export AWS_SECRET_ACCESS_KEY ?= test
@@ -28,9 +33,15 @@ export AWS_REGION ?= us-east-1
 export AWS_DEFAULT_REGION ?= $(AWS_REGION)
 export CDK_DEFAULT_ACCOUNT ?= 000000000000
 export CDK_DEFAULT_REGION ?= $(AWS_REGION)
-export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
-export CDK_DISABLE_CLI_TELEMETRY := true
-export BULKRUN_EMULATOR_PORT := $(EMULATOR_PORT)
+EMULATOR_DEP := emulator
+FIXUP := $(GO) run ./localstack/fixup -stack $(STACK)
+BOOTSTRAP_ENV := aws://$(CDK_DEFAULT_ACCOUNT)/$(CDK_DEFAULT_REGION)
+else
+# Real AWS: the account, region and credentials of your environment.
+EMULATOR_DEP :=
+FIXUP := @true
+BOOTSTRAP_ENV :=
+endif
 
 CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
 
@@ -66,11 +77,11 @@ functions:
 synth: tools functions
 	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) > /dev/null
 
-deploy: tools emulator functions
-	cd infra && $(CDK) bootstrap aws://$(CDK_DEFAULT_ACCOUNT)/$(CDK_DEFAULT_REGION) --no-notices
+deploy: tools $(EMULATOR_DEP) functions
+	cd infra && $(CDK) bootstrap $(BOOTSTRAP_ENV) --no-notices
 	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \
 	  -c functionsDir=../build/functions -c stackName=$(STACK) --outputs-file ../build/outputs.json
-	$(GO) run ./localstack/fixup -stack $(STACK)
+	$(FIXUP)
 
 demo: deploy
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output

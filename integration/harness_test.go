@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,13 +16,16 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/handler"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/queue"
 )
@@ -30,6 +34,7 @@ import (
 // storage on the emulator (its own table, bucket and queue, not the
 // stack's), so that a test decides exactly which deliveries happen.
 type harness struct {
+	requests  *requestCounter
 	store     *dynamo.Store
 	blobs     *blob.Store
 	queue     *queue.Queue
@@ -53,7 +58,10 @@ func newHarness(t *testing.T, run pipeline.Func) *harness {
 		name = name[len(name)-60:]
 	}
 	name = strings.Trim(name, "-")
-	ddb := dynamodb.NewFromConfig(env.aws)
+	counter := &requestCounter{n: map[string]int{}}
+	counted := env.aws.Copy()
+	counted.APIOptions = append(counted.APIOptions, counter.middleware)
+	ddb := dynamodb.NewFromConfig(counted)
 	if _, err := ddb.CreateTable(ctx, dynamo.TableInput(name)); err != nil {
 		t.Fatal(err)
 	}
@@ -66,16 +74,17 @@ func newHarness(t *testing.T, run pipeline.Func) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
-	h := &harness{store: dynamo.New(ddb, name), blobs: blob.New(env.s3, name), queueURL: aws.ToString(q.QueueUrl)}
-	h.queue = queue.New(env.sqs, h.queueURL)
+	h := &harness{requests: counter, store: dynamo.New(ddb, name), blobs: blob.New(handler.NewS3(counted), name), queueURL: aws.ToString(q.QueueUrl)}
+	h.queue = queue.New(sqs.NewFromConfig(counted), h.queueURL)
+	counter.reset()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := &pipeline.Registry{}
-	counted := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+	countedRun := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		c, _ := h.calls.LoadOrStore(req.Key, new(atomic.Int64))
 		c.(*atomic.Int64).Add(1)
 		return run(ctx, req)
 	})
-	if err := reg.Register("counted", counted); err != nil {
+	if err := reg.Register("counted", countedRun); err != nil {
 		t.Fatal(err)
 	}
 	h.submitter = &batch.Submitter{Store: h.store, Blobs: h.blobs, Queue: h.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
@@ -334,5 +343,94 @@ func TestHarnessStoreConditions(t *testing.T) {
 	}
 	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: now, ExpiresAt: now}); !errors.Is(err, batch.ErrConflict) {
 		t.Fatalf("second finish: %v", err)
+	}
+}
+
+// requestCounter counts SDK requests by "Service.Operation".
+type requestCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *requestCounter) middleware(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("countRequests",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			c.mu.Lock()
+			c.n[awsmiddleware.GetServiceID(ctx)+"."+awsmiddleware.GetOperationName(ctx)]++
+			c.mu.Unlock()
+			return next.HandleInitialize(ctx, in)
+		}), middleware.After)
+}
+
+func (c *requestCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = map[string]int{}
+}
+
+func (c *requestCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
+// TestHarnessRequestsPerItem counts the requests bulkrun makes per item for
+// a clean run of 200 items (submit, fan-out, items in message batches of
+// 10, finalize) and fails when a change raises them past the budget of
+// docs/design.md ("Cost per item"). The counts are logged with -v.
+func TestHarnessRequestsPerItem(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1}}, nil
+	})
+	h.submitter.ChunkItems = 0 // the default chunk size
+	const n = 200
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range h.receive(t, 1) {
+		h.worker.Handle(ctx, []batch.Delivery{d})
+	}
+	items := h.receive(t, n)
+	if len(items) != n {
+		t.Fatalf("%d item messages, want %d", len(items), n)
+	}
+	for i := 0; i < len(items); i += 10 {
+		if failed := h.worker.Handle(ctx, items[i:i+10]); len(failed) != 0 {
+			t.Fatalf("failed: %v", failed)
+		}
+	}
+	if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := h.requests.snapshot()
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("%-32s %5d  %.3f per item", k, got[k], float64(got[k])/n)
+	}
+	budget := map[string]float64{
+		"DynamoDB.UpdateItem":   2.1,  // reservation + outcome + one counter write per message batch
+		"DynamoDB.BatchGetItem": 0.11, // counter rows, once per message batch
+		"SQS.SendMessageBatch":  0.11, // 10 item messages per call
+		"DynamoDB.PutItem":      0,    // no per-item puts
+		"DynamoDB.GetItem":      0.11, // the batch row, once per message batch
+	}
+	const fixed = 5 // per batch: the batch row, fan-out bookkeeping, finalize
+	for op, per := range budget {
+		if c := float64(got[op]); c > per*n+fixed {
+			t.Errorf("%s: %.0f requests for %d items, budget %.3f per item + %d", op, c, n, per, fixed)
+		}
+	}
+	if h.triggered.Load() != 1 {
+		t.Errorf("finalize triggered %d times, want 1", h.triggered.Load())
 	}
 }

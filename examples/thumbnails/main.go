@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -127,7 +128,16 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	fmt.Printf("\nbatch %s run %d: %s (needs_attention: %v)\n", rep.BatchID, rep.Run, rep.Status, rep.NeedsAttention)
 	fmt.Printf("census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d\n",
 		c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending)
-	fmt.Printf("cost:   %v\n", c.Cost)
+	names := make([]string, 0, len(c.Cost))
+	for k := range c.Cost {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Print("cost:  ")
+	for _, k := range names {
+		fmt.Printf(" %s %s", k, strconv.FormatFloat(c.Cost[k], 'f', -1, 64))
+	}
+	fmt.Println()
 	fmt.Printf("report:     s3://%s/%s\n", bucket, final.ReportKey)
 	fmt.Printf("results:    %s\n", rep.Results.Manifest)
 	fmt.Printf("thumbnails: %s\n", rep.Outputs)

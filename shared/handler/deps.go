@@ -69,6 +69,7 @@ func NewS3(c aws.Config) *s3.Client {
 			o.UsePathStyle = true
 		}
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
 }
 
