@@ -434,3 +434,51 @@ func TestHarnessRequestsPerItem(t *testing.T) {
 		t.Errorf("finalize triggered %d times, want 1", h.triggered.Load())
 	}
 }
+
+// A message that exceeded the receive limit arrives from the dead-letter
+// queue: its item is recorded failed with reason dead-lettered (never run),
+// unless it already has an outcome; the run still finishes.
+func TestHarnessDeadLetteredItemFails(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 2)
+	if len(msgs) != 2 {
+		t.Fatalf("%d item messages", len(msgs))
+	}
+	// The first item runs normally; then both messages come from the DLQ.
+	if failed := h.worker.Handle(ctx, msgs[:1]); len(failed) != 0 {
+		t.Fatal(failed)
+	}
+	for i := range msgs {
+		msgs[i].DeadLetter, msgs[i].ReceiveCount = true, 10
+	}
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 0 {
+		t.Fatalf("dead letters not acknowledged: %v", failed)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Succeeded != 1 || r.Report.Census.Failed != 1 {
+		t.Fatalf("census %+v", r.Report.Census)
+	}
+	var dead []batch.Item
+	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error {
+		if it.Outcome == batch.OutcomeFailed {
+			dead = append(dead, it)
+		}
+		return nil
+	})
+	var m batch.Message
+	_ = json.Unmarshal(msgs[1].Body, &m)
+	if len(dead) != 1 || dead[0].Key != m.Key || dead[0].Reason != batch.ReasonDeadLettered || !strings.Contains(dead[0].Error, "10 receives") || h.callsOf(m.Key) != 0 {
+		t.Fatalf("dead-lettered rows: %+v (calls %d)", dead, h.callsOf(m.Key))
+	}
+}
