@@ -1,0 +1,84 @@
+// Command infra is bulkrun's CDK app: one stack holding the bucket, the
+// table, the items queue and its dead-letter queue, the submit, item and
+// finalize functions, the FinalizeTick schedule and the REST API.
+//
+// Run it through the cdk CLI from infra/ (cdk.json says "go run ."). Context
+// keys (-c key=value):
+//
+//	target         "aws" (default) or "emulator"
+//	functionsDir   folder with submit/, item/, finalize/ bootstrap binaries
+//	               (default "../build/functions")
+//	stackName      the CloudFormation stack name (default config.DefaultStackName)
+//	bucketName     the bucket name (default "bulkrun-{account}-{region}")
+//	sourceBuckets  comma-separated buckets submit and item may read sources from
+//	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
+//	defaultPipeline the pipeline of uploads whose metadata names none (default none)
+//
+// The account and region come from CDK_DEFAULT_ACCOUNT and
+// CDK_DEFAULT_REGION, which the cdk CLI sets from the caller's credentials.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+func main() {
+	defer jsii.Close()
+
+	app := awscdk.NewApp(nil)
+	props := &StackProps{
+		Target:          contextString(app, "target", TargetAWS),
+		FunctionsDir:    contextString(app, "functionsDir", DefaultFunctionsDir),
+		BucketName:      contextString(app, "bucketName", ""),
+		SourceBuckets:   splitList(contextString(app, "sourceBuckets", "")),
+		Pipelines:       splitList(contextString(app, "pipelines", "")),
+		DefaultPipeline: contextString(app, "defaultPipeline", ""),
+	}
+	stackName := contextString(app, "stackName", config.DefaultStackName)
+	props.StackName = jsii.String(stackName)
+	env := &awscdk.Environment{}
+	if a := os.Getenv("CDK_DEFAULT_ACCOUNT"); a != "" {
+		env.Account = jsii.String(a)
+	}
+	if r := os.Getenv("CDK_DEFAULT_REGION"); r != "" {
+		env.Region = jsii.String(r)
+	}
+	props.Env = env
+
+	if _, err := NewStack(app, stackName, props); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	app.Synth(nil)
+}
+
+// contextString returns the CDK context value for key, or def when unset.
+func contextString(app awscdk.App, key, def string) string {
+	v := app.Node().TryGetContext(jsii.String(key))
+	if v == nil {
+		return def
+	}
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return def
+	}
+	return s
+}
+
+// splitList splits a comma-separated context value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,580 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Deployment targets, chosen with the CDK context key "target".
+const (
+	// TargetAWS is a real AWS account: arm64 functions, stateful resources
+	// retained on stack deletion, point-in-time recovery, SSL-only bucket.
+	TargetAWS = "aws"
+	// TargetEmulator is the local emulator (MiniStack): functions built for
+	// the host's architecture, every resource destroyed with the stack.
+	TargetEmulator = "emulator"
+)
+
+// Function names: the construct ids of the three functions and the folder
+// names under StackProps.FunctionsDir that hold their bootstrap binaries.
+const (
+	FunctionSubmit   = "submit"
+	FunctionItem     = "item"
+	FunctionFinalize = "finalize"
+)
+
+// Stack defaults that config does not own because only the stack uses them.
+const (
+	// DefaultRetentionDays is StackProps.RetentionDays when zero; it equals
+	// config.DefaultRetention in days.
+	DefaultRetentionDays = int(config.DefaultRetention / (24 * time.Hour))
+	// DefaultFinalizeTickSchedule is StackProps.FinalizeTickSchedule when empty.
+	DefaultFinalizeTickSchedule = "rate(5 minutes)"
+	// DefaultFunctionsDir is StackProps.FunctionsDir when empty, relative to
+	// infra/ (where the cdk commands run).
+	DefaultFunctionsDir = "../build/functions"
+	// DefaultLogLevel is the EnvLogLevel every function gets.
+	DefaultLogLevel = "info"
+	// VisibilityFactor is the items queue's visibility timeout as a multiple
+	// of the item function's timeout: AWS recommends at least 6× for SQS
+	// event sources, so that a message is not redelivered while retries of
+	// a throttled invocation may still hold it.
+	VisibilityFactor = 6
+	// lambdaMaxTimeout is Lambda's limit on a function's timeout.
+	lambdaMaxTimeout = 15 * time.Minute
+	// sqsMaxReceiveCount is SQS's limit on a redrive policy's maxReceiveCount.
+	sqsMaxReceiveCount = 1000
+	// queueRetention is how long the items queue and its dead-letter queue
+	// keep a message: SQS's maximum, so that a long batch or a slow
+	// dead-letter consumer loses nothing.
+	queueRetention = 14 * 24 * time.Hour
+)
+
+// DefaultPipelines is StackProps.Pipelines when empty: the built-in pipelines.
+var DefaultPipelines = []string{"thumbnail", "webhook"}
+
+// StackProps configures bulkrun's stack. Zero values take the defaults
+// noted on each field; NewStack rejects the rest with a *PropError.
+type StackProps struct {
+	awscdk.StackProps
+
+	// Target is TargetAWS (default when empty) or TargetEmulator.
+	Target string
+	// FunctionsDir holds one folder per function (submit, item, finalize),
+	// each with a `bootstrap` binary for provided.al2023. Default
+	// DefaultFunctionsDir ("../build/functions", relative to infra/).
+	FunctionsDir string
+	// ItemTimeout is the item function's timeout, whole seconds from 1 s to
+	// 15 min. Default config.DefaultItemTimeout (5 min). The reservation
+	// lease is ItemTimeout + config.LeaseMargin and the queues' visibility
+	// timeout VisibilityFactor × ItemTimeout.
+	ItemTimeout time.Duration
+	// MaxAttempts is the default number of attempts per item, ≥ 1.
+	// Default config.DefaultMaxAttempts (3).
+	MaxAttempts int
+	// MaxReceiveCount is the items queue's redrive maxReceiveCount: receives
+	// of one message before SQS moves it to the dead-letter queue. Must
+	// exceed MaxAttempts, at most 1000. Default config.DefaultMaxReceiveCount (10).
+	MaxReceiveCount int
+	// RetentionDays is how long a finished batch is kept, in days, ≥ 1.
+	// Default DefaultRetentionDays (30).
+	RetentionDays int
+	// FinalizeTickSchedule is the EventBridge schedule expression of the
+	// FinalizeTick rule, "rate(...)" or "cron(...)". Default
+	// DefaultFinalizeTickSchedule ("rate(5 minutes)").
+	FinalizeTickSchedule string
+	// BucketName names the bucket. Default "bulkrun-{account}-{region}",
+	// resolved by CloudFormation; set it to run two stacks in one region.
+	BucketName string
+	// SourceBuckets are other buckets that submit and item may read sources
+	// from (s3:GetObject, and s3:ListBucket for submit). Default none.
+	SourceBuckets []string
+	// Pipelines are the pipeline names submit accepts; they must match the
+	// pipelines registered in the item binary. Default DefaultPipelines
+	// ("thumbnail", "webhook").
+	Pipelines []string
+	// DefaultPipeline is the pipeline of a batch started by an upload whose
+	// metadata names none. Default "" (the upload must name one). Must be
+	// one of Pipelines.
+	DefaultPipeline string
+}
+
+// PropError names the StackProps field at fault.
+type PropError struct {
+	Field  string // the StackProps field, e.g. "MaxReceiveCount"
+	Value  string // its value as given
+	Reason string
+}
+
+func (e *PropError) Error() string {
+	return fmt.Sprintf("infra: StackProps.%s=%q: %s", e.Field, e.Value, e.Reason)
+}
+
+// bucketNamePattern is the S3 rule for bucket names (general purpose buckets).
+var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// settings are the values NewStack derives from StackProps, defaults filled.
+type settings struct {
+	target          string
+	functionsDir    string
+	arch            awslambda.Architecture
+	itemTimeout     time.Duration
+	lease           time.Duration
+	visibility      time.Duration
+	maxAttempts     int
+	maxReceiveCount int
+	retentionDays   int
+	tick            string
+	bucketName      string
+	sourceBuckets   []string
+	pipelines       []string
+}
+
+// env returns the environment variables whose values are known at synth
+// time, in the config.Env* names and the units config.Load reads.
+func (s settings) env() map[string]string {
+	return map[string]string{
+		config.EnvLogLevel:           DefaultLogLevel,
+		config.EnvRetentionDays:      strconv.Itoa(s.retentionDays),
+		config.EnvMaxAttempts:        strconv.Itoa(s.maxAttempts),
+		config.EnvMaxReceiveCount:    strconv.Itoa(s.maxReceiveCount),
+		config.EnvItemTimeoutSeconds: strconv.Itoa(int(s.itemTimeout / time.Second)),
+		config.EnvLeaseSeconds:       strconv.Itoa(int(s.lease / time.Second)),
+		config.EnvVisibilitySeconds:  strconv.Itoa(int(s.visibility / time.Second)),
+	}
+}
+
+// derive fills defaults and validates props. The numbers go through
+// config.Load — the very function the Lambda functions run at start — so
+// the stack cannot deploy a configuration the functions would refuse.
+func derive(props *StackProps) (settings, error) {
+	if props == nil {
+		props = &StackProps{}
+	}
+	s := settings{
+		target:          props.Target,
+		functionsDir:    props.FunctionsDir,
+		itemTimeout:     props.ItemTimeout,
+		maxAttempts:     props.MaxAttempts,
+		maxReceiveCount: props.MaxReceiveCount,
+		retentionDays:   props.RetentionDays,
+		tick:            props.FinalizeTickSchedule,
+		bucketName:      props.BucketName,
+		sourceBuckets:   props.SourceBuckets,
+		pipelines:       props.Pipelines,
+	}
+	if s.target == "" {
+		s.target = TargetAWS
+	}
+	if s.functionsDir == "" {
+		s.functionsDir = DefaultFunctionsDir
+	}
+	if s.itemTimeout == 0 {
+		s.itemTimeout = config.DefaultItemTimeout
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = config.DefaultMaxAttempts
+	}
+	if s.maxReceiveCount == 0 {
+		s.maxReceiveCount = config.DefaultMaxReceiveCount
+	}
+	if s.retentionDays == 0 {
+		s.retentionDays = DefaultRetentionDays
+	}
+	if s.tick == "" {
+		s.tick = DefaultFinalizeTickSchedule
+	}
+	if len(s.pipelines) == 0 {
+		s.pipelines = DefaultPipelines
+	}
+	s.lease = s.itemTimeout + config.LeaseMargin
+	s.visibility = VisibilityFactor * s.itemTimeout
+
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &PropError{Field: field, Value: value, Reason: reason})
+	}
+	switch s.target {
+	case TargetAWS:
+		s.arch = awslambda.Architecture_ARM_64()
+	case TargetEmulator:
+		switch runtime.GOARCH {
+		case "amd64":
+			s.arch = awslambda.Architecture_X86_64()
+		case "arm64":
+			s.arch = awslambda.Architecture_ARM_64()
+		default:
+			bad("Target", s.target, fmt.Sprintf("Lambda has no architecture for host GOARCH %q", runtime.GOARCH))
+		}
+	default:
+		bad("Target", s.target, fmt.Sprintf("want %q or %q", TargetAWS, TargetEmulator))
+	}
+	if s.itemTimeout < time.Second || s.itemTimeout > lambdaMaxTimeout || s.itemTimeout%time.Second != 0 {
+		bad("ItemTimeout", s.itemTimeout.String(), "want whole seconds from 1s to 15m (Lambda's limit)")
+	}
+	if s.maxReceiveCount > sqsMaxReceiveCount {
+		bad("MaxReceiveCount", strconv.Itoa(s.maxReceiveCount), "SQS allows at most 1000")
+	}
+	if s.retentionDays < 1 {
+		bad("RetentionDays", strconv.Itoa(s.retentionDays), "want at least 1 day")
+	}
+	if !strings.HasPrefix(s.tick, "rate(") && !strings.HasPrefix(s.tick, "cron(") || !strings.HasSuffix(s.tick, ")") {
+		bad("FinalizeTickSchedule", s.tick, `want an EventBridge schedule expression, "rate(...)" or "cron(...)"`)
+	}
+	if s.bucketName != "" && !bucketNamePattern.MatchString(s.bucketName) {
+		bad("BucketName", s.bucketName, "not a valid S3 bucket name")
+	}
+	for _, b := range s.sourceBuckets {
+		if !bucketNamePattern.MatchString(b) {
+			bad("SourceBuckets", b, "not a valid S3 bucket name")
+		}
+	}
+	for _, p := range s.pipelines {
+		if !pipeline.ValidName(p) {
+			bad("Pipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
+		}
+	}
+	if props.DefaultPipeline != "" && !slices.Contains(s.pipelines, props.DefaultPipeline) {
+		bad("DefaultPipeline", props.DefaultPipeline, "not one of Pipelines")
+	}
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize} {
+		bootstrap := filepath.Join(s.functionsDir, fn, "bootstrap")
+		if info, err := os.Stat(bootstrap); err != nil || info.IsDir() {
+			bad("FunctionsDir", s.functionsDir, fmt.Sprintf("no %s: build the functions first", bootstrap))
+		}
+	}
+
+	// The table, bucket, queue and function names are CloudFormation tokens
+	// here; placeholders stand in for them so that Validate checks the rest.
+	env := s.env()
+	env[config.EnvTable] = "table"
+	env[config.EnvBucket] = "bucket"
+	env[config.EnvPipelines] = strings.Join(s.pipelines, ",")
+	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
+		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
+	}
+	return s, errors.Join(errs...)
+}
+
+// NewStack defines bulkrun's stack in scope: the bucket, the table, the
+// items queue and its dead-letter queue, the submit, item and finalize
+// functions with least-privilege roles, their event sources, the
+// FinalizeTick schedule, the REST API, and one output per config.Output*
+// key. It validates props first and returns a *PropError or *config.VarError
+// (joined) without defining anything when they are invalid.
+func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.Stack, error) {
+	s, err := derive(props)
+	if err != nil {
+		return nil, err
+	}
+	var sp awscdk.StackProps
+	if props != nil {
+		sp = props.StackProps
+	}
+	if sp.Description == nil {
+		sp.Description = jsii.String("bulkrun: durable bulk runs (target " + s.target + ")")
+	}
+	stack := awscdk.NewStack(scope, &id, &sp)
+	onAWS := s.target == TargetAWS
+	removal := awscdk.RemovalPolicy_DESTROY
+	if onAWS {
+		removal = awscdk.RemovalPolicy_RETAIN
+	}
+
+	// Bucket. Every reference to it from a function or a policy uses the
+	// name string and ARNs built from it, never a Ref to the bucket: the
+	// bucket depends on the submit function through its notification, so a
+	// reference back from the function would be a cycle.
+	bucketName := jsii.String(s.bucketName)
+	if s.bucketName == "" {
+		bucketName = awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("bulkrun-"), awscdk.Aws_ACCOUNT_ID(), jsii.String("-"), awscdk.Aws_REGION(),
+		})
+	}
+	bucketArn := s3Arn(bucketName, "")
+	batchesArn := s3Arn(bucketName, config.BatchesPrefix+"*")
+	bucket := awss3.NewBucket(stack, jsii.String("Bucket"), &awss3.BucketProps{
+		BucketName:        bucketName,
+		RemovalPolicy:     removal,
+		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
+		Encryption:        awss3.BucketEncryption_S3_MANAGED,
+		// The emulator serves plain HTTP; a policy denying it would lock
+		// the tests out. AWS gets the SSL-only policy.
+		EnforceSSL: jsii.Bool(onAWS),
+		Versioned:  jsii.Bool(false),
+		LifecycleRules: &[]*awss3.LifecycleRule{{
+			Id:                                  jsii.String("abort-incomplete-multipart-uploads"),
+			Enabled:                             jsii.Bool(true),
+			AbortIncompleteMultipartUploadAfter: awscdk.Duration_Days(jsii.Number(1)),
+		}},
+	})
+
+	// Table: one table for every bulkrun row.
+	table := awsdynamodb.NewTable(stack, jsii.String("Table"), &awsdynamodb.TableProps{
+		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String(config.AttrPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:             &awsdynamodb.Attribute{Name: jsii.String(config.AttrSK), Type: awsdynamodb.AttributeType_STRING},
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		TimeToLiveAttribute: jsii.String(config.AttrExpiresAt),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(onAWS),
+		},
+		RemovalPolicy: removal,
+	})
+	for _, gsi := range []struct{ name, pk, sk string }{
+		{config.IndexList, config.AttrListPK, config.AttrListSK},
+		{config.IndexAttention, config.AttrAttentionPK, config.AttrAttentionSK},
+	} {
+		table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+			IndexName:      jsii.String(gsi.name),
+			PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String(gsi.pk), Type: awsdynamodb.AttributeType_STRING},
+			SortKey:        &awsdynamodb.Attribute{Name: jsii.String(gsi.sk), Type: awsdynamodb.AttributeType_STRING},
+			ProjectionType: awsdynamodb.ProjectionType_ALL,
+		})
+	}
+	tableArns := &[]*string{table.TableArn(), jsii.String(*table.TableArn() + "/index/*")}
+
+	// Queues. The dead-letter queue is consumed by the item function too,
+	// so its visibility timeout obeys the same rule as the items queue's.
+	visibility := awscdk.Duration_Seconds(jsii.Number(s.visibility.Seconds()))
+	retention := awscdk.Duration_Seconds(jsii.Number(queueRetention.Seconds()))
+	dlq := awssqs.NewQueue(stack, jsii.String("ItemsDeadLetterQueue"), &awssqs.QueueProps{
+		VisibilityTimeout: visibility,
+		RetentionPeriod:   retention,
+		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
+		RemovalPolicy:     removal,
+	})
+	items := awssqs.NewQueue(stack, jsii.String("ItemsQueue"), &awssqs.QueueProps{
+		VisibilityTimeout: visibility,
+		RetentionPeriod:   retention,
+		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
+		RemovalPolicy:     removal,
+		DeadLetterQueue: &awssqs.DeadLetterQueue{
+			Queue:           dlq,
+			MaxReceiveCount: jsii.Number(float64(s.maxReceiveCount)),
+		},
+	})
+
+	// Functions.
+	common := s.env()
+	common[config.EnvTable] = *table.TableName()
+	common[config.EnvBucket] = *bucketName
+	newFunction := func(name string, timeout time.Duration, memoryMiB float64, env map[string]string) awslambda.Function {
+		vars := make(map[string]*string, len(env))
+		for k, v := range env {
+			vars[k] = jsii.String(v)
+		}
+		fp := &awslambda.FunctionProps{
+			Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+			Handler:      jsii.String("bootstrap"),
+			Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(s.functionsDir, name)), nil),
+			Architecture: s.arch,
+			Timeout:      awscdk.Duration_Seconds(jsii.Number(timeout.Seconds())),
+			MemorySize:   jsii.Number(memoryMiB),
+			Environment:  &vars,
+			Description:  jsii.String("bulkrun " + name),
+		}
+		if onAWS {
+			fp.LogGroup = awslogs.NewLogGroup(stack, jsii.String(name+"-logs"), &awslogs.LogGroupProps{
+				Retention: awslogs.RetentionDays_ONE_MONTH,
+			})
+		}
+		return awslambda.NewFunction(stack, jsii.String(name), fp)
+	}
+
+	finalize := newFunction(FunctionFinalize, config.DefaultFinalizeTimeout, 1024, common)
+
+	fanOut := copyEnv(common)
+	fanOut[config.EnvItemsQueueURL] = *items.QueueUrl()
+	fanOut[config.EnvFinalizeFunction] = *finalize.FunctionName()
+	fanOut[config.EnvPipelines] = strings.Join(s.pipelines, ",")
+	submitEnv := copyEnv(fanOut)
+	if props != nil && props.DefaultPipeline != "" {
+		submitEnv[config.EnvDefaultPipeline] = props.DefaultPipeline
+	}
+	submit := newFunction(FunctionSubmit, config.DefaultSubmitTimeout, 512, submitEnv)
+	itemEnv := copyEnv(fanOut)
+	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
+	item := newFunction(FunctionItem, s.itemTimeout, 512, itemEnv)
+
+	// Least privilege, explicit actions only.
+	sourceObjects := []*string{s3Arn(bucketName, "*")}
+	sourceBuckets := []*string{bucketArn}
+	for _, b := range s.sourceBuckets {
+		sourceObjects = append(sourceObjects, s3Arn(jsii.String(b), "*"))
+		sourceBuckets = append(sourceBuckets, s3Arn(jsii.String(b), ""))
+	}
+	allow := func(fn awslambda.Function, actions []string, resources ...*string) {
+		fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings(actions...),
+			Resources: &resources,
+		}))
+	}
+
+	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
+	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
+	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
+	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)
+	allow(submit, []string{"sqs:SendMessage"}, items.QueueArn())
+	allow(submit, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+
+	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, table.TableArn())
+	allow(item, []string{"s3:GetObject"}, sourceObjects...)
+	allow(item, []string{"s3:PutObject"}, batchesArn)
+	allow(item, []string{"sqs:SendMessage", "sqs:ChangeMessageVisibility"}, items.QueueArn())
+	allow(item, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+
+	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
+	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}, batchesArn)
+	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
+	allow(finalize, []string{"events:PutEvents"}, awscdk.Fn_Join(jsii.String(""), &[]*string{
+		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":events:"), awscdk.Aws_REGION(),
+		jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":event-bus/default"),
+	}))
+
+	// Event sources: the items queue, and the dead-letter queue whose
+	// messages the item function records as failed (dead-lettered).
+	for _, q := range []awssqs.Queue{items, dlq} {
+		item.AddEventSource(awslambdaeventsources.NewSqsEventSource(q, &awslambdaeventsources.SqsEventSourceProps{
+			BatchSize:               jsii.Number(config.DefaultItemBatchSize),
+			ReportBatchItemFailures: jsii.Bool(true),
+		}))
+	}
+
+	// S3 upload → submit, through the L1 notification configuration:
+	// Bucket.addEventNotification would add a custom-resource Lambda.
+	perm := awslambda.NewCfnPermission(stack, jsii.String("SubmitFromBucket"), &awslambda.CfnPermissionProps{
+		Action:        jsii.String("lambda:InvokeFunction"),
+		FunctionName:  submit.FunctionArn(),
+		Principal:     jsii.String("s3.amazonaws.com"),
+		SourceAccount: awscdk.Aws_ACCOUNT_ID(),
+		SourceArn:     bucketArn,
+	})
+	var notifications []interface{}
+	for _, suffix := range UploadSuffixes {
+		notifications = append(notifications, &awss3.CfnBucket_LambdaConfigurationProperty{
+			Event:    jsii.String("s3:ObjectCreated:*"),
+			Function: submit.FunctionArn(),
+			Filter: &awss3.CfnBucket_NotificationFilterProperty{
+				S3Key: &awss3.CfnBucket_S3KeyFilterProperty{
+					Rules: &[]interface{}{
+						&awss3.CfnBucket_FilterRuleProperty{Name: jsii.String("prefix"), Value: jsii.String(config.IncomingPrefix)},
+						&awss3.CfnBucket_FilterRuleProperty{Name: jsii.String("suffix"), Value: jsii.String(suffix)},
+					},
+				},
+			},
+		})
+	}
+	cfnBucket := bucket.Node().DefaultChild().(awss3.CfnBucket)
+	cfnBucket.SetNotificationConfiguration(&awss3.CfnBucket_NotificationConfigurationProperty{
+		LambdaConfigurations: &notifications,
+	})
+	cfnBucket.AddResourceDependency(perm, jsii.String("S3 checks that it may invoke submit when the notification is set"))
+
+	// Schedule: the backstop that finalizes runs whose counters were lost.
+	awsevents.NewRule(stack, jsii.String("FinalizeTick"), &awsevents.RuleProps{
+		Description: jsii.String("bulkrun: finalize runs whose last item's trigger was lost"),
+		Schedule:    awsevents.Schedule_Expression(jsii.String(s.tick)),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(finalize, &awseventstargets.LambdaFunctionProps{
+			Event: awsevents.RuleTargetInput_FromObject(map[string]interface{}{"tick": true}),
+		})},
+	})
+
+	// REST API: /batches and /batches/{proxy+}, any method, IAM auth,
+	// proxied to submit.
+	api := awsapigateway.NewLambdaRestApi(stack, jsii.String("Api"), &awsapigateway.LambdaRestApiProps{
+		Handler:        submit,
+		Proxy:          jsii.Bool(false),
+		RestApiName:    jsii.String(*stack.StackName() + "-api"),
+		Description:    jsii.String("bulkrun batches API"),
+		CloudWatchRole: jsii.Bool(false),
+		EndpointTypes:  &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
+		DeployOptions:  &awsapigateway.StageOptions{StageName: jsii.String(config.DefaultAPIStage)},
+		DefaultMethodOptions: &awsapigateway.MethodOptions{
+			AuthorizationType: awsapigateway.AuthorizationType_IAM,
+		},
+	})
+	// The construct adds its own URL output ("Endpoint"); ApiUrl below
+	// replaces it, so that the outputs are exactly the config.Output* keys
+	// (the tests check).
+	api.Node().TryRemoveChild(jsii.String("Endpoint"))
+	batches := api.Root().AddResource(jsii.String(config.APIBatchesResource), nil)
+	batches.AddMethod(jsii.String("ANY"), nil, nil)
+	batches.AddProxy(&awsapigateway.ProxyResourceOptions{AnyMethod: jsii.Bool(true)})
+
+	// Outputs, keyed by config.Output*.
+	outputs := []struct {
+		key   string
+		value *string
+		desc  string
+	}{
+		{config.OutputAPIURL, api.Url(), "REST API base URL, stage included"},
+		{config.OutputAPIID, api.RestApiId(), "REST API id"},
+		{config.OutputAPIStage, api.DeploymentStage().StageName(), "REST API stage"},
+		{config.OutputBucket, bucket.BucketName(), "bucket for sources (incoming/) and batches (batches/)"},
+		{config.OutputTable, table.TableName(), "DynamoDB table"},
+		{config.OutputItemsQueueURL, items.QueueUrl(), "items queue URL"},
+		{config.OutputItemsDLQURL, dlq.QueueUrl(), "items dead-letter queue URL"},
+		{config.OutputItemsQueueARN, items.QueueArn(), "items queue ARN"},
+		{config.OutputItemsDLQARN, dlq.QueueArn(), "items dead-letter queue ARN"},
+		{config.OutputSubmitFunction, submit.FunctionName(), "submit function name"},
+		{config.OutputItemFunction, item.FunctionName(), "item function name"},
+		{config.OutputFinalizeFunction, finalize.FunctionName(), "finalize function name"},
+		{config.OutputMaxReceiveCount, jsii.String(strconv.Itoa(s.maxReceiveCount)), "items queue redrive maxReceiveCount"},
+	}
+	for _, o := range outputs {
+		awscdk.NewCfnOutput(stack, jsii.String(o.key), &awscdk.CfnOutputProps{
+			Key:         jsii.String(o.key),
+			Value:       o.value,
+			Description: jsii.String(o.desc),
+		})
+	}
+	return stack, nil
+}
+
+// UploadSuffixes are the source file extensions that start a batch when
+// uploaded under config.IncomingPrefix: JSONL, JSON array, CSV with header.
+var UploadSuffixes = []string{".jsonl", ".json", ".csv"}
+
+// s3Arn returns the ARN of bucket (when key is empty) or of key in bucket,
+// built from the bucket's name so that it does not reference the bucket
+// resource.
+func s3Arn(bucket *string, key string) *string {
+	parts := []*string{jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":s3:::"), bucket}
+	if key != "" {
+		parts = append(parts, jsii.String("/"+key))
+	}
+	return awscdk.Fn_Join(jsii.String(""), &parts)
+}
+
+func copyEnv(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

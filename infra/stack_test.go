@@ -1,0 +1,906 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// Synthesis costs seconds, so each target is synthesized once and shared:
+// the emulator stack with the defaults, the AWS stack with non-default
+// props so that every value can be traced from props to the template.
+
+var functionsDir string // temp folder with submit/, item/, finalize/ bootstrap files
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bulkrun-infra-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize} {
+		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err == nil {
+			err = os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\n"), 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	functionsDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	jsii.Close()
+	os.Exit(code)
+}
+
+// testProps returns the props a target's shared stack is built with.
+func testProps(target string) *StackProps {
+	if target == TargetEmulator {
+		return &StackProps{Target: TargetEmulator, FunctionsDir: functionsDir}
+	}
+	return &StackProps{
+		StackProps:      awscdk.StackProps{Env: &awscdk.Environment{Account: jsii.String("123456789012"), Region: jsii.String("eu-west-1")}},
+		Target:          TargetAWS,
+		FunctionsDir:    functionsDir,
+		ItemTimeout:     2 * time.Minute,
+		MaxAttempts:     4,
+		MaxReceiveCount: 7,
+		RetentionDays:   9,
+		BucketName:      "bulkrun-test-bucket",
+		SourceBuckets:   []string{"source-a", "source-b"},
+		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
+	}
+}
+
+// want is what the shared stacks must carry, derived from testProps by hand
+// (not by the code under test).
+type want struct {
+	itemTimeoutSeconds, maxAttempts, maxReceiveCount, retentionDays int
+	pipelines                                                       []string
+	arch                                                            string
+	deletionPolicy                                                  string
+}
+
+func wanted(target string) want {
+	if target == TargetEmulator {
+		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
+		return want{300, 3, 10, 30, []string{"thumbnail", "webhook"}, arch, "Delete"}
+	}
+	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain"}
+}
+
+var targets = []string{TargetEmulator, TargetAWS}
+
+// synthesized is one target's stack and its template.
+type synthesized struct {
+	target   string
+	props    *StackProps
+	stack    awscdk.Stack
+	template assertions.Template
+	json     map[string]any // the template, decoded into plain Go values
+	ids      map[string]string
+}
+
+var (
+	synthMu     sync.Mutex
+	synthCache  = map[string]*synthesized{}
+	synthFailed = map[string]string{} // target → why its synthesis failed
+)
+
+// synth returns the shared stack of target, synthesizing it on first use.
+func synth(t *testing.T, target string) *synthesized {
+	t.Helper()
+	synthMu.Lock()
+	defer synthMu.Unlock()
+	if s, ok := synthCache[target]; ok {
+		return s
+	}
+	if why, ok := synthFailed[target]; ok {
+		t.Fatalf("synthesize %s failed earlier: %s", target, why)
+	}
+	// A template the assertions library refuses (a dependency cycle, say)
+	// panics through jsii: fail this test, not the whole binary.
+	defer func() {
+		if r := recover(); r != nil {
+			synthFailed[target] = fmt.Sprint(r)
+			t.Fatalf("synthesize %s: %v", target, r)
+		}
+	}()
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
+	props := testProps(target)
+	stack, err := NewStack(app, config.DefaultStackName, props)
+	if err != nil {
+		t.Fatalf("NewStack(%s): %v", target, err)
+	}
+	tmpl := assertions.Template_FromStack(stack, nil)
+	raw, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &synthesized{target: target, props: props, stack: stack, template: tmpl, ids: map[string]string{}}
+	if err := json.Unmarshal(raw, &s.json); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string][]string{
+		"bucket":                     {"Bucket"},
+		"table":                      {"Table"},
+		"items":                      {"ItemsQueue"},
+		"dlq":                        {"ItemsDeadLetterQueue"},
+		"permission":                 {"SubmitFromBucket"},
+		"tick":                       {"FinalizeTick"},
+		FunctionSubmit:               {FunctionSubmit},
+		FunctionItem:                 {FunctionItem},
+		FunctionFinalize:             {FunctionFinalize},
+		"policy:" + FunctionSubmit:   {FunctionSubmit, "ServiceRole", "DefaultPolicy"},
+		"policy:" + FunctionItem:     {FunctionItem, "ServiceRole", "DefaultPolicy"},
+		"policy:" + FunctionFinalize: {FunctionFinalize, "ServiceRole", "DefaultPolicy"},
+	} {
+		s.ids[name] = logicalID(stack, path...)
+	}
+	synthCache[target] = s
+	return s
+}
+
+// logicalID returns the logical id of the CloudFormation resource at path
+// (construct ids below stack), or of its default child.
+func logicalID(stack awscdk.Stack, path ...string) string {
+	var c constructs.IConstruct = stack
+	for _, p := range path {
+		c = c.Node().FindChild(jsii.String(p))
+	}
+	el, ok := c.(awscdk.CfnElement)
+	if !ok {
+		el = c.Node().DefaultChild().(awscdk.CfnElement)
+	}
+	return *stack.GetLogicalId(el)
+}
+
+// resource returns the template's resource with logical id, failing the
+// test when it is absent.
+func (s *synthesized) resource(t *testing.T, id string) map[string]any {
+	t.Helper()
+	r, ok := s.json["Resources"].(map[string]any)[id].(map[string]any)
+	if !ok {
+		t.Fatalf("%s: no resource %s", s.target, id)
+	}
+	return r
+}
+
+// props returns the Properties of the resource with logical id.
+func (s *synthesized) properties(t *testing.T, id string) map[string]any {
+	t.Helper()
+	p, _ := s.resource(t, id)["Properties"].(map[string]any)
+	return p
+}
+
+// resourcesOfType returns the resources of a CloudFormation type by logical id.
+func (s *synthesized) resourcesOfType(typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range s.json["Resources"].(map[string]any) {
+		if m := r.(map[string]any); m["Type"] == typ {
+			out[id] = m
+		}
+	}
+	return out
+}
+
+// pseudo are the values resolve gives CloudFormation's pseudo parameters.
+var pseudo = map[string]string{"AWS::Partition": "aws", "AWS::AccountId": "123456789012", "AWS::Region": "eu-west-1"}
+
+// resolve evaluates v as CloudFormation would, for the intrinsics the
+// stack uses in names and ARNs: strings, Fn::Join, and Refs of pseudo
+// parameters. A Ref or Fn::GetAtt of a resource becomes "{id}" or "{id.Attr}".
+func resolve(t *testing.T, v any) string {
+	t.Helper()
+	switch x := v.(type) {
+	case string:
+		return x
+	case map[string]any:
+		if r, ok := x["Ref"].(string); ok {
+			if p, ok := pseudo[r]; ok {
+				return p
+			}
+			return "{" + r + "}"
+		}
+		if a, ok := x["Fn::GetAtt"].([]any); ok && len(a) == 2 {
+			return "{" + str(a[0]) + "." + str(a[1]) + "}"
+		}
+		if j, ok := x["Fn::Join"].([]any); ok && len(j) == 2 {
+			var parts []string
+			for _, p := range j[1].([]any) {
+				parts = append(parts, resolve(t, p))
+			}
+			return strings.Join(parts, str(j[0]))
+		}
+	}
+	t.Fatalf("cannot resolve %#v", v)
+	return ""
+}
+
+// resolveAll resolves a policy's Resource, one value or a list.
+func resolveAll(t *testing.T, v any) []string {
+	t.Helper()
+	if l, ok := v.([]any); ok {
+		var out []string
+		for _, e := range l {
+			out = append(out, resolve(t, e))
+		}
+		return out
+	}
+	return []string{resolve(t, v)}
+}
+
+func ref(id string) map[string]any    { return map[string]any{"Ref": id} }
+func getAtt(id, attr string) []any    { return []any{id, attr} }
+func arnOf(id string) map[string]any  { return map[string]any{"Fn::GetAtt": getAtt(id, "Arn")} }
+func jsonEqual(a, b any) bool         { return reflect.DeepEqual(a, b) }
+func str(v any) string                { s, _ := v.(string); return s }
+func num(t *testing.T, v any) float64 { t.Helper(); return toFloat(t, v) }
+
+func toFloat(t *testing.T, v any) float64 {
+	t.Helper()
+	switch x := v.(type) {
+	case float64:
+		return x
+	case string:
+		f, err := strconv.ParseFloat(x, 64)
+		if err != nil {
+			t.Fatalf("not a number: %q", x)
+		}
+		return f
+	}
+	t.Fatalf("not a number: %#v", v)
+	return 0
+}
+
+// expectAssertion turns a failed assertions.Template check (a panic from
+// jsii) into a test error.
+func expectAssertion(t *testing.T, what string, check func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s: %v", what, r)
+		}
+	}()
+	check()
+}
+
+func TestFunctionEnvironment(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			w := wanted(target)
+			bucketName := s.properties(t, s.ids["bucket"])["BucketName"]
+			common := []string{
+				config.EnvTable, config.EnvBucket, config.EnvLogLevel, config.EnvRetentionDays,
+				config.EnvMaxAttempts, config.EnvMaxReceiveCount, config.EnvItemTimeoutSeconds,
+				config.EnvLeaseSeconds, config.EnvVisibilitySeconds,
+			}
+			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines)
+			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
+			for fn, names := range map[string][]string{FunctionSubmit: fanOut, FunctionItem: itemNames, FunctionFinalize: common} {
+				t.Run(fn, func(t *testing.T) {
+					env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
+					var got []string
+					for k := range env {
+						got = append(got, k)
+					}
+					sort.Strings(got)
+					sort.Strings(names)
+					if !slices.Equal(got, names) {
+						t.Fatalf("variables = %v, want exactly %v", got, names)
+					}
+					// Resource names point at this stack's resources.
+					if !jsonEqual(env[config.EnvTable], ref(s.ids["table"])) {
+						t.Errorf("%s = %v, want Ref %s", config.EnvTable, env[config.EnvTable], s.ids["table"])
+					}
+					if !jsonEqual(env[config.EnvBucket], bucketName) {
+						t.Errorf("%s = %v, want the bucket's name %v", config.EnvBucket, env[config.EnvBucket], bucketName)
+					}
+					if _, ok := env[config.EnvItemsQueueURL]; ok && !jsonEqual(env[config.EnvItemsQueueURL], ref(s.ids["items"])) {
+						t.Errorf("%s = %v, want Ref %s", config.EnvItemsQueueURL, env[config.EnvItemsQueueURL], s.ids["items"])
+					}
+					if _, ok := env[config.EnvFinalizeFunction]; ok && !jsonEqual(env[config.EnvFinalizeFunction], ref(s.ids[FunctionFinalize])) {
+						t.Errorf("%s = %v, want Ref %s", config.EnvFinalizeFunction, env[config.EnvFinalizeFunction], s.ids[FunctionFinalize])
+					}
+					// The literal values load and validate as the function
+					// will load them at start; the tokens get placeholders.
+					cfg, err := config.Load(func(k string) string {
+						if v, ok := env[k].(string); ok {
+							return v
+						}
+						if env[k] != nil {
+							return "resolved-at-deploy"
+						}
+						return ""
+					})
+					if err != nil {
+						t.Fatalf("config.Load: %v", err)
+					}
+					itemTimeout := time.Duration(w.itemTimeoutSeconds) * time.Second
+					if cfg.ItemTimeout != itemTimeout || cfg.Lease != itemTimeout+config.LeaseMargin ||
+						cfg.Visibility != VisibilityFactor*itemTimeout || cfg.MaxAttempts != w.maxAttempts ||
+						cfg.MaxReceiveCount != w.maxReceiveCount || cfg.Retention != time.Duration(w.retentionDays)*24*time.Hour ||
+						cfg.LogLevel != "info" {
+						t.Errorf("loaded %+v, want item timeout %s, lease +%s, visibility ×%d, attempts %d, receives %d, retention %d days",
+							cfg, itemTimeout, config.LeaseMargin, VisibilityFactor, w.maxAttempts, w.maxReceiveCount, w.retentionDays)
+					}
+					if fn != FunctionFinalize && !slices.Equal(cfg.Pipelines, w.pipelines) {
+						t.Errorf("pipelines = %v, want %v", cfg.Pipelines, w.pipelines)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestFunctions(t *testing.T) {
+	wantShape := map[string]struct{ timeout, memory float64 }{
+		FunctionSubmit:   {900, 512},
+		FunctionFinalize: {900, 1024},
+	}
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			w := wanted(target)
+			wantShape[FunctionItem] = struct{ timeout, memory float64 }{float64(w.itemTimeoutSeconds), 512}
+			if n := len(s.resourcesOfType("AWS::Lambda::Function")); n != 3 {
+				t.Errorf("%d functions, want 3 (no custom-resource functions)", n)
+			}
+			for fn, shape := range wantShape {
+				p := s.properties(t, s.ids[fn])
+				if !jsonEqual(p["Architectures"], []any{w.arch}) {
+					t.Errorf("%s: Architectures = %v, want [%s]", fn, p["Architectures"], w.arch)
+				}
+				if p["Runtime"] != "provided.al2023" || p["Handler"] != "bootstrap" {
+					t.Errorf("%s: runtime %v handler %v, want provided.al2023 bootstrap", fn, p["Runtime"], p["Handler"])
+				}
+				if num(t, p["Timeout"]) != shape.timeout || num(t, p["MemorySize"]) != shape.memory {
+					t.Errorf("%s: timeout %v memory %v, want %v %v", fn, p["Timeout"], p["MemorySize"], shape.timeout, shape.memory)
+				}
+				_, hasLogGroup := p["LoggingConfig"]
+				if hasLogGroup != (target == TargetAWS) {
+					t.Errorf("%s: explicit log group %v, want %v", fn, hasLogGroup, target == TargetAWS)
+				}
+			}
+			if target == TargetAWS {
+				expectAssertion(t, "log retention", func() {
+					s.template.ResourcePropertiesCountIs(jsii.String("AWS::Logs::LogGroup"),
+						map[string]any{"RetentionInDays": 30}, jsii.Number(3))
+				})
+			}
+		})
+	}
+}
+
+func TestQueues(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			w := wanted(target)
+			items, dlq := s.properties(t, s.ids["items"]), s.properties(t, s.ids["dlq"])
+			redrive, _ := items["RedrivePolicy"].(map[string]any)
+			if num(t, redrive["maxReceiveCount"]) != float64(w.maxReceiveCount) {
+				t.Errorf("maxReceiveCount = %v, want %d", redrive["maxReceiveCount"], w.maxReceiveCount)
+			}
+			if !jsonEqual(redrive["deadLetterTargetArn"], arnOf(s.ids["dlq"])) {
+				t.Errorf("deadLetterTargetArn = %v, want the DLQ", redrive["deadLetterTargetArn"])
+			}
+			itemTimeout := num(t, s.properties(t, s.ids[FunctionItem])["Timeout"])
+			for name, q := range map[string]map[string]any{"items": items, "dlq": dlq} {
+				vis := num(t, q["VisibilityTimeout"])
+				if vis < itemTimeout || vis != VisibilityFactor*itemTimeout {
+					t.Errorf("%s: VisibilityTimeout %v, want %d × item timeout %v", name, vis, VisibilityFactor, itemTimeout)
+				}
+				if q["SqsManagedSseEnabled"] != true {
+					t.Errorf("%s: SqsManagedSseEnabled = %v", name, q["SqsManagedSseEnabled"])
+				}
+				if num(t, q["MessageRetentionPeriod"]) != 14*24*3600 {
+					t.Errorf("%s: MessageRetentionPeriod = %v, want 14 days", name, q["MessageRetentionPeriod"])
+				}
+			}
+			env := s.properties(t, s.ids[FunctionItem])["Environment"].(map[string]any)["Variables"].(map[string]any)
+			if lease := num(t, env[config.EnvLeaseSeconds]); lease < itemTimeout+config.LeaseMargin.Seconds() {
+				t.Errorf("%s = %v, want ≥ item timeout %v + %s", config.EnvLeaseSeconds, lease, itemTimeout, config.LeaseMargin)
+			}
+		})
+	}
+}
+
+func TestEventSourceMappings(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			sources := map[string]bool{}
+			for id, m := range s.resourcesOfType("AWS::Lambda::EventSourceMapping") {
+				p := m["Properties"].(map[string]any)
+				if !jsonEqual(p["FunctionName"], ref(s.ids[FunctionItem])) {
+					t.Errorf("%s: function %v, want item", id, p["FunctionName"])
+				}
+				if !jsonEqual(p["FunctionResponseTypes"], []any{"ReportBatchItemFailures"}) {
+					t.Errorf("%s: FunctionResponseTypes = %v", id, p["FunctionResponseTypes"])
+				}
+				if num(t, p["BatchSize"]) != config.DefaultItemBatchSize {
+					t.Errorf("%s: BatchSize = %v", id, p["BatchSize"])
+				}
+				if w, ok := p["MaximumBatchingWindowInSeconds"]; ok && num(t, w) != 0 {
+					t.Errorf("%s: MaximumBatchingWindowInSeconds = %v, want none", id, w)
+				}
+				for _, q := range []string{"items", "dlq"} {
+					if jsonEqual(p["EventSourceArn"], arnOf(s.ids[q])) {
+						sources[q] = true
+					}
+				}
+			}
+			if !sources["items"] || !sources["dlq"] || len(s.resourcesOfType("AWS::Lambda::EventSourceMapping")) != 2 {
+				t.Errorf("mappings from %v, want exactly the items queue and the DLQ", sources)
+			}
+		})
+	}
+}
+
+// statements returns the statements of the role policy with logical id.
+func (s *synthesized) statements(t *testing.T, id string) []map[string]any {
+	t.Helper()
+	doc := s.properties(t, id)["PolicyDocument"].(map[string]any)
+	var out []map[string]any
+	for _, st := range doc["Statement"].([]any) {
+		out = append(out, st.(map[string]any))
+	}
+	return out
+}
+
+func actions(st map[string]any) []string {
+	switch a := st["Action"].(type) {
+	case string:
+		return []string{a}
+	case []any:
+		var out []string
+		for _, x := range a {
+			out = append(out, str(x))
+		}
+		return out
+	}
+	return nil
+}
+
+func TestIAMActionsExplicit(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			n := 0
+			for id := range s.resourcesOfType("AWS::IAM::Policy") {
+				for _, st := range s.statements(t, id) {
+					for _, a := range actions(st) {
+						n++
+						if strings.Contains(a, "*") {
+							t.Errorf("%s: wildcard action %q in %v", id, a, st)
+						}
+					}
+				}
+			}
+			for id, r := range s.resourcesOfType("AWS::IAM::Role") {
+				if p, ok := r["Properties"].(map[string]any)["Policies"]; ok {
+					t.Errorf("%s: inline policies %v (grants belong in the default policy)", id, p)
+				}
+			}
+			if n == 0 {
+				t.Fatal("no IAM actions found")
+			}
+			// The only s3:* is the AWS bucket policy's Deny of plain HTTP.
+			for id, r := range s.resourcesOfType("AWS::S3::BucketPolicy") {
+				for _, st := range r["Properties"].(map[string]any)["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+					if st := st.(map[string]any); st["Effect"] != "Deny" {
+						t.Errorf("%s: bucket policy allows %v", id, st)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestIAMScope(t *testing.T) {
+	// The union of actions per function; the event sources add the SQS
+	// consumption actions on both queues to item.
+	want := map[string][]string{
+		FunctionSubmit: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
+			"lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
+			"sqs:SendMessage"},
+		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject",
+			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
+		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
+			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+	}
+	s := synth(t, TargetAWS)
+	for fn, wantActions := range want {
+		seen := map[string]bool{}
+		for _, st := range s.statements(t, s.ids["policy:"+fn]) {
+			if st["Effect"] != "Allow" {
+				t.Errorf("%s: statement %v is not Allow", fn, st)
+			}
+			for _, a := range actions(st) {
+				seen[a] = true
+			}
+			resources := resolveAll(t, st["Resource"])
+			// Writes to the bucket are confined to batches/.
+			for _, a := range actions(st) {
+				if (a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload") &&
+					!slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.BatchesPrefix + "*"}) {
+					t.Errorf("%s: %s on %v, want only %s*", fn, a, resources, config.BatchesPrefix)
+				}
+			}
+			// Source buckets are readable by submit and item, never writable.
+			for _, r := range resources {
+				if !strings.Contains(r, "source-") {
+					continue
+				}
+				for _, a := range actions(st) {
+					if a != "s3:GetObject" && a != "s3:ListBucket" {
+						t.Errorf("%s: %s on source bucket %s", fn, a, r)
+					}
+				}
+			}
+		}
+		var got []string
+		for a := range seen {
+			got = append(got, a)
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, wantActions) {
+			t.Errorf("%s actions:\n got  %v\n want %v", fn, got, wantActions)
+		}
+	}
+	// SourceBuckets reach submit (get, list) and item (get) only.
+	for fn, wantSource := range map[string]bool{FunctionSubmit: true, FunctionItem: true, FunctionFinalize: false} {
+		raw, _ := json.Marshal(s.statements(t, s.ids["policy:"+fn]))
+		for _, b := range []string{"source-a", "source-b"} {
+			if got := strings.Contains(string(raw), b); got != wantSource {
+				t.Errorf("%s: mentions %s = %v, want %v", fn, b, got, wantSource)
+			}
+		}
+	}
+}
+
+// references reports whether v contains a Ref or Fn::GetAtt of logical id.
+func references(v any, id string) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		if x["Ref"] == id {
+			return true
+		}
+		if att, ok := x["Fn::GetAtt"].([]any); ok && len(att) > 0 && att[0] == id {
+			return true
+		}
+		for _, e := range x {
+			if references(e, id) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if references(e, id) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestBucketNotification(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			bucket := s.resource(t, s.ids["bucket"])
+			props := bucket["Properties"].(map[string]any)
+			name := props["BucketName"]
+			if target == TargetAWS && name != "bulkrun-test-bucket" {
+				t.Errorf("BucketName = %v, want the props value", name)
+			}
+			if got := resolve(t, name); target == TargetEmulator && got != "bulkrun-"+pseudo["AWS::AccountId"]+"-"+pseudo["AWS::Region"] {
+				t.Errorf("BucketName = %s, want bulkrun-{account}-{region}", got)
+			}
+			configs := props["NotificationConfiguration"].(map[string]any)["LambdaConfigurations"].([]any)
+			var suffixes []string
+			for _, c := range configs {
+				c := c.(map[string]any)
+				if c["Event"] != "s3:ObjectCreated:*" || !jsonEqual(c["Function"], arnOf(s.ids[FunctionSubmit])) {
+					t.Errorf("notification %v, want s3:ObjectCreated:* to submit", c)
+				}
+				rules := map[string]string{}
+				for _, r := range c["Filter"].(map[string]any)["S3Key"].(map[string]any)["Rules"].([]any) {
+					r := r.(map[string]any)
+					rules[str(r["Name"])] = str(r["Value"])
+				}
+				if rules["prefix"] != config.IncomingPrefix {
+					t.Errorf("prefix = %q, want %q", rules["prefix"], config.IncomingPrefix)
+				}
+				suffixes = append(suffixes, rules["suffix"])
+			}
+			sort.Strings(suffixes)
+			if !slices.Equal(suffixes, []string{".csv", ".json", ".jsonl"}) {
+				t.Errorf("suffixes = %v", suffixes)
+			}
+			// The bucket waits for the permission, which names the bucket by
+			// its name: no Ref to the bucket anywhere it would close a cycle.
+			dependsOn, _ := bucket["DependsOn"].([]any)
+			if !slices.Contains(dependsOn, any(s.ids["permission"])) {
+				t.Errorf("bucket DependsOn = %v, want %s", dependsOn, s.ids["permission"])
+			}
+			perm := s.properties(t, s.ids["permission"])
+			wantArn := "arn:aws:s3:::" + resolve(t, name)
+			if perm["Principal"] != "s3.amazonaws.com" || perm["Action"] != "lambda:InvokeFunction" ||
+				!jsonEqual(perm["SourceAccount"], ref("AWS::AccountId")) || resolve(t, perm["SourceArn"]) != wantArn ||
+				!jsonEqual(perm["FunctionName"], arnOf(s.ids[FunctionSubmit])) {
+				t.Errorf("permission = %v, want s3.amazonaws.com invoking submit from %v", perm, wantArn)
+			}
+			for _, id := range []string{s.ids["permission"], s.ids[FunctionSubmit], s.ids[FunctionItem], s.ids[FunctionFinalize],
+				s.ids["policy:"+FunctionSubmit], s.ids["policy:"+FunctionItem], s.ids["policy:"+FunctionFinalize]} {
+				if references(s.resource(t, id), s.ids["bucket"]) {
+					t.Errorf("%s references the bucket resource: a dependency cycle through the notification", id)
+				}
+			}
+		})
+	}
+}
+
+func TestBucketAndTablePerTarget(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			w := wanted(target)
+			for _, name := range []string{"bucket", "table", "items", "dlq"} {
+				if got := s.resource(t, s.ids[name])["DeletionPolicy"]; got != w.deletionPolicy {
+					t.Errorf("%s: DeletionPolicy = %v, want %s", name, got, w.deletionPolicy)
+				}
+			}
+			b := s.properties(t, s.ids["bucket"])
+			if _, ok := b["VersioningConfiguration"]; ok {
+				t.Errorf("versioning configured: %v", b["VersioningConfiguration"])
+			}
+			expectAssertion(t, "bucket settings", func() {
+				s.template.HasResourceProperties(jsii.String("AWS::S3::Bucket"), map[string]any{
+					"BucketEncryption": map[string]any{"ServerSideEncryptionConfiguration": []any{
+						map[string]any{"ServerSideEncryptionByDefault": map[string]any{"SSEAlgorithm": "AES256"}}}},
+					"PublicAccessBlockConfiguration": map[string]any{
+						"BlockPublicAcls": true, "BlockPublicPolicy": true, "IgnorePublicAcls": true, "RestrictPublicBuckets": true},
+					"LifecycleConfiguration": map[string]any{"Rules": assertions.Match_ArrayWith(&[]any{
+						assertions.Match_ObjectLike(&map[string]any{
+							"AbortIncompleteMultipartUpload": map[string]any{"DaysAfterInitiation": 1}, "Status": "Enabled"})})},
+				})
+			})
+			// SSL-only on AWS; the emulator serves plain HTTP.
+			if got, want := len(s.resourcesOfType("AWS::S3::BucketPolicy")), map[string]int{TargetAWS: 1, TargetEmulator: 0}[target]; got != want {
+				t.Errorf("%d bucket policies, want %d", got, want)
+			}
+
+			tbl := s.properties(t, s.ids["table"])
+			if tbl["BillingMode"] != "PAY_PER_REQUEST" {
+				t.Errorf("BillingMode = %v", tbl["BillingMode"])
+			}
+			keys := func(v any) map[string]string {
+				out := map[string]string{}
+				for _, k := range v.([]any) {
+					k := k.(map[string]any)
+					out[str(k["KeyType"])] = str(k["AttributeName"])
+				}
+				return out
+			}
+			if got := keys(tbl["KeySchema"]); got["HASH"] != config.AttrPK || got["RANGE"] != config.AttrSK {
+				t.Errorf("KeySchema = %v", got)
+			}
+			gsis := map[string]map[string]string{}
+			for _, g := range tbl["GlobalSecondaryIndexes"].([]any) {
+				g := g.(map[string]any)
+				if g["Projection"].(map[string]any)["ProjectionType"] != "ALL" {
+					t.Errorf("%v: projection %v, want ALL", g["IndexName"], g["Projection"])
+				}
+				gsis[str(g["IndexName"])] = keys(g["KeySchema"])
+			}
+			wantGSIs := map[string]map[string]string{
+				config.IndexList:      {"HASH": config.AttrListPK, "RANGE": config.AttrListSK},
+				config.IndexAttention: {"HASH": config.AttrAttentionPK, "RANGE": config.AttrAttentionSK},
+			}
+			if !reflect.DeepEqual(gsis, wantGSIs) {
+				t.Errorf("GSIs = %v, want %v", gsis, wantGSIs)
+			}
+			for _, a := range tbl["AttributeDefinitions"].([]any) {
+				if a := a.(map[string]any); a["AttributeType"] != "S" {
+					t.Errorf("attribute %v is not a string", a)
+				}
+			}
+			if ttl := tbl["TimeToLiveSpecification"]; !jsonEqual(ttl, map[string]any{"AttributeName": config.AttrExpiresAt, "Enabled": true}) {
+				t.Errorf("TimeToLiveSpecification = %v", ttl)
+			}
+			pitr := tbl["PointInTimeRecoverySpecification"]
+			if on := jsonEqual(pitr, map[string]any{"PointInTimeRecoveryEnabled": true}); on != (target == TargetAWS) {
+				t.Errorf("PointInTimeRecoverySpecification = %v on %s", pitr, target)
+			}
+		})
+	}
+}
+
+func TestAPI(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			paths := map[string]string{} // resource logical id → path part
+			for id, r := range s.resourcesOfType("AWS::ApiGateway::Resource") {
+				paths[id] = str(r["Properties"].(map[string]any)["PathPart"])
+			}
+			methods := map[string]string{}
+			for id, m := range s.resourcesOfType("AWS::ApiGateway::Method") {
+				p := m["Properties"].(map[string]any)
+				if p["AuthorizationType"] != "AWS_IAM" {
+					t.Errorf("%s: AuthorizationType = %v, want AWS_IAM", id, p["AuthorizationType"])
+				}
+				integ := p["Integration"].(map[string]any)
+				if integ["Type"] != "AWS_PROXY" || !references(integ["Uri"], s.ids[FunctionSubmit]) {
+					t.Errorf("%s: integration %v, want a proxy to submit", id, integ)
+				}
+				res, _ := p["ResourceId"].(map[string]any)
+				methods[paths[str(res["Ref"])]] = str(p["HttpMethod"])
+			}
+			want := map[string]string{config.APIBatchesResource: "ANY", "{proxy+}": "ANY"}
+			if !reflect.DeepEqual(methods, want) {
+				t.Errorf("methods by path part = %v, want %v", methods, want)
+			}
+			expectAssertion(t, "stage", func() {
+				s.template.HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"),
+					map[string]any{"StageName": config.DefaultAPIStage})
+			})
+			if n := len(s.resourcesOfType("AWS::ApiGateway::Account")); n != 0 {
+				t.Errorf("%d API Gateway accounts, want none (cloudWatchRole off)", n)
+			}
+		})
+	}
+}
+
+func TestFinalizeTick(t *testing.T) {
+	s := synth(t, TargetEmulator)
+	p := s.properties(t, s.ids["tick"])
+	if p["ScheduleExpression"] != DefaultFinalizeTickSchedule {
+		t.Errorf("ScheduleExpression = %v", p["ScheduleExpression"])
+	}
+	targets := p["Targets"].([]any)
+	if len(targets) != 1 {
+		t.Fatalf("targets = %v", targets)
+	}
+	tg := targets[0].(map[string]any)
+	var input map[string]any
+	if err := json.Unmarshal([]byte(str(tg["Input"])), &input); err != nil || !jsonEqual(input, map[string]any{"tick": true}) {
+		t.Errorf("Input = %v, want {\"tick\": true}", tg["Input"])
+	}
+	if !jsonEqual(tg["Arn"], arnOf(s.ids[FunctionFinalize])) {
+		t.Errorf("target %v, want finalize", tg["Arn"])
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	want := []string{
+		config.OutputAPIURL, config.OutputAPIID, config.OutputAPIStage, config.OutputBucket, config.OutputTable,
+		config.OutputItemsQueueURL, config.OutputItemsDLQURL, config.OutputItemsQueueARN, config.OutputItemsDLQARN,
+		config.OutputSubmitFunction, config.OutputItemFunction, config.OutputFinalizeFunction, config.OutputMaxReceiveCount,
+	}
+	sort.Strings(want)
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			outputs := s.json["Outputs"].(map[string]any)
+			var got []string
+			for k := range outputs {
+				got = append(got, k)
+			}
+			sort.Strings(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("outputs = %v, want exactly %v", got, want)
+			}
+			for k, id := range map[string]string{config.OutputTable: "table", config.OutputItemsQueueURL: "items", config.OutputItemsDLQURL: "dlq",
+				config.OutputSubmitFunction: FunctionSubmit, config.OutputItemFunction: FunctionItem, config.OutputFinalizeFunction: FunctionFinalize} {
+				if v := outputs[k].(map[string]any)["Value"]; !jsonEqual(v, ref(s.ids[id])) {
+					t.Errorf("%s = %v, want Ref %s", k, v, s.ids[id])
+				}
+			}
+			if v := outputs[config.OutputMaxReceiveCount].(map[string]any)["Value"]; v != strconv.Itoa(wanted(target).maxReceiveCount) {
+				t.Errorf("%s = %v", config.OutputMaxReceiveCount, v)
+			}
+			for id := range s.resourcesOfType("AWS::ApiGateway::Stage") {
+				if v := outputs[config.OutputAPIStage].(map[string]any)["Value"]; !jsonEqual(v, ref(id)) {
+					t.Errorf("%s = %v, want Ref %s", config.OutputAPIStage, v, id)
+				}
+			}
+			for k, id := range map[string]string{config.OutputItemsQueueARN: "items", config.OutputItemsDLQARN: "dlq"} {
+				if v := outputs[k].(map[string]any)["Value"]; !jsonEqual(v, arnOf(s.ids[id])) {
+					t.Errorf("%s = %v, want the ARN of %s", k, v, s.ids[id])
+				}
+			}
+		})
+	}
+}
+
+func TestNewStackRefusesBadProps(t *testing.T) {
+	valid := func() StackProps { return StackProps{Target: TargetEmulator, FunctionsDir: functionsDir} }
+	tests := []struct {
+		name      string
+		edit      func(*StackProps)
+		wantField string // the *PropError field or *config.VarError variable at fault
+	}{
+		{"receive count equals attempts", func(p *StackProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 5 }, config.EnvMaxReceiveCount},
+		{"receive count below attempts", func(p *StackProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 2 }, config.EnvMaxReceiveCount},
+		{"default receive count below attempts", func(p *StackProps) { p.MaxAttempts = config.DefaultMaxReceiveCount }, config.EnvMaxReceiveCount},
+		{"negative attempts", func(p *StackProps) { p.MaxAttempts = -1 }, config.EnvMaxAttempts},
+		{"receive count above SQS limit", func(p *StackProps) { p.MaxReceiveCount = 1001 }, "MaxReceiveCount"},
+		{"item timeout above Lambda limit", func(p *StackProps) { p.ItemTimeout = 16 * time.Minute }, "ItemTimeout"},
+		{"item timeout not whole seconds", func(p *StackProps) { p.ItemTimeout = 1500 * time.Millisecond }, "ItemTimeout"},
+		{"unknown target", func(p *StackProps) { p.Target = "localstack" }, "Target"},
+		{"negative retention", func(p *StackProps) { p.RetentionDays = -1 }, "RetentionDays"},
+		{"bad schedule", func(p *StackProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},
+		{"bad bucket name", func(p *StackProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
+		{"bad source bucket", func(p *StackProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
+		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
+		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
+		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			props := valid()
+			tt.edit(&props)
+			app := awscdk.NewApp(nil)
+			stack, err := NewStack(app, "refused", &props)
+			if err == nil {
+				t.Fatal("NewStack accepted the props")
+			}
+			if stack != nil {
+				t.Error("NewStack returned a stack with its error")
+			}
+			if faults := faults(err); !slices.Contains(faults, tt.wantField) {
+				t.Errorf("error %q names %v, want %s", err, faults, tt.wantField)
+			}
+			if n := len(*app.Node().Children()); n != 0 {
+				t.Errorf("the app has %d children after a refusal, want none", n)
+			}
+		})
+	}
+}
+
+// faults returns the StackProps fields and environment variables named by
+// the *PropError and *config.VarError values in err's tree.
+func faults(err error) []string {
+	var out []string
+	var pe *PropError
+	var ve *config.VarError
+	switch {
+	case errors.As(err, &pe) && error(pe) == err:
+		return []string{pe.Field}
+	case errors.As(err, &ve) && error(ve) == err:
+		return []string{ve.Var}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			out = append(out, faults(e)...)
+		}
+	case interface{ Unwrap() error }:
+		out = faults(u.Unwrap())
+	}
+	return out
+}
