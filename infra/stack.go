@@ -435,7 +435,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		}))
 	}
 
-	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
+	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
 	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
 	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
 	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)

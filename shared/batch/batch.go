@@ -36,6 +36,13 @@ type Batch struct {
 	ReportKey      string            `json:"report_key,omitempty"`
 	FinalCensus    *Census           `json:"census,omitempty"` // the census of the last finished run
 	NeedsAttention bool              `json:"needs_attention"`
+	// Stop is set while a run is being stopped: StatusCancelled (a caller
+	// cancelled) or StatusThresholdExceeded (failures passed the
+	// threshold). Items not yet started end cancelled; finalize gives the
+	// run this status.
+	Stop       Status    `json:"stop,omitempty"`
+	StopDetail string    `json:"stop_detail,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 }
 
 // Chunk is a byte range of the manifest holding Count whole lines, the
@@ -52,19 +59,21 @@ type Chunk struct {
 // Item is an item's row. Rows exist from the item's first reservation on;
 // an item without a row is pending.
 type Item struct {
-	BatchID    string          `json:"-"`
-	Key        string          `json:"key"`
-	RunID      string          `json:"run_id"`
-	Run        int             `json:"run"`
-	Outcome    Outcome         `json:"outcome"`
-	Attempt    int             `json:"attempts"`
-	LeaseUntil time.Time       `json:"lease_until,omitzero"`
-	Output     json.RawMessage `json:"output,omitempty"`
-	OutputRef  string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
-	Error      string          `json:"error,omitempty"`
-	Reason     Reason          `json:"reason,omitempty"`
-	Cost       pipeline.Cost   `json:"cost,omitempty"`
-	UpdatedAt  time.Time       `json:"updated_at,omitzero"`
+	BatchID     string          `json:"-"`
+	Key         string          `json:"key"`
+	RunID       string          `json:"run_id"`
+	Run         int             `json:"run"`
+	Outcome     Outcome         `json:"outcome"`
+	Attempt     int             `json:"attempt"`            // the fence: counts every attempt, across runs
+	RunAttempts int             `json:"attempts"`           // attempts in the item's last run (0: settled without running)
+	Released    bool            `json:"released,omitempty"` // a quarantined item released for the next run
+	LeaseUntil  time.Time       `json:"lease_until,omitzero"`
+	Output      json.RawMessage `json:"output,omitempty"`
+	OutputRef   string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
+	Error       string          `json:"error,omitempty"`
+	Reason      Reason          `json:"reason,omitempty"`
+	Cost        pipeline.Cost   `json:"cost,omitempty"`
+	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
 }
 
 // Reason says why an item is failed, quarantined or cancelled.
@@ -201,6 +210,7 @@ type Report struct {
 	Run            int       `json:"run"`
 	Pipeline       string    `json:"pipeline"`
 	Status         Status    `json:"status"`
+	StopDetail     string    `json:"stop_detail,omitempty"` // why a stopped run stopped
 	NeedsAttention bool      `json:"needs_attention"`
 	Census         Census    `json:"census"`
 	Threshold      Threshold `json:"threshold"`

@@ -68,6 +68,7 @@ type Finalizer struct {
 	Clock     Clock
 	Log       *slog.Logger
 	Retention time.Duration // how long a finished batch is kept
+	Events    Events        // where finished runs are announced; nil for none
 	// Stall is how long a running batch's counters may stand still before
 	// Tick counts its items from the rows (the backstop for lost counter
 	// writes). Default 5 minutes.
@@ -128,12 +129,15 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	now := f.Clock.Now()
 	verdict := b.Threshold.Judge(census.Failed+census.Quarantined, census.Total)
 	status := StatusCompleted
-	if verdict.Exceeded {
+	switch {
+	case b.Stop != "":
+		status = b.Stop
+	case verdict.Exceeded:
 		status = StatusThresholdExceeded
 	}
 	bucket := f.Blobs.Bucket()
 	rep := Report{
-		BatchID: id, Run: run, Pipeline: b.Pipeline, Status: status,
+		BatchID: id, Run: run, Pipeline: b.Pipeline, Status: status, StopDetail: b.StopDetail,
 		NeedsAttention: census.NeedsAttention(), Census: census,
 		Threshold: b.Threshold, Verdict: verdict,
 		Manifest:     Location{URI: "s3://" + bucket + "/" + b.ManifestKey, Digest: b.Digest, Bytes: b.ManifestBytes},
@@ -164,6 +168,11 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	})
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: finish: %w", id, run, err)
+	}
+	if wrote && f.Events != nil {
+		if err := f.Events.Publish(ctx, rep); err != nil {
+			log.Warn("publish event", "error", err.Error())
+		}
 	}
 	if wrote {
 		log.Info("run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
@@ -266,7 +275,7 @@ func (r *resultsWriter) add(it Item, o Outcome) error {
 		r.writers[o] = w
 	}
 	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Output: it.Output, OutputRef: it.OutputRef,
-		Error: it.Error, Reason: it.Reason, Attempts: it.Attempt, Cost: it.Cost})
+		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
 	if err != nil {
 		return err
 	}

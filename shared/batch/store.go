@@ -53,6 +53,23 @@ type Store interface {
 	FinishRun(ctx context.Context, id string, run int, f Finish) error
 	// RunningBatches lists the ids of running batches.
 	RunningBatches(ctx context.Context) ([]string, error)
+	// Stop marks run as stopping with status (StatusCancelled or
+	// StatusThresholdExceeded), only if it is running and not stopping yet;
+	// else ErrConflict.
+	Stop(ctx context.Context, id string, run int, status Status, detail string) error
+	// StartRun starts run from+1 of a finished batch (status running,
+	// not fanned out, no stop) and returns the batch; ErrConflict when the
+	// batch is not at run from or is still running.
+	StartRun(ctx context.Context, id string, from int, now time.Time) (Batch, error)
+	// ReleaseItem marks a quarantined item released for the next run;
+	// ErrNotFound without a row, ErrConflict when it is not quarantined.
+	ReleaseItem(ctx context.Context, batchID, key string) error
+	// ListItems pages the items of outcome (failed, quarantined, in_flight)
+	// in key byte order after the key after; it returns the key to continue
+	// after, or "" at the end.
+	ListItems(ctx context.Context, batchID string, listShards int, outcome Outcome, after string, limit int) ([]Item, string, error)
+	// DeleteBatch removes every row of the batch, the batch row last.
+	DeleteBatch(ctx context.Context, b Batch) error
 }
 
 // Reservation asks Store.Reserve for an item.
@@ -123,6 +140,15 @@ type Blobs interface {
 	// List calls fn for every object under bucket/prefix, in key order,
 	// across every page.
 	List(ctx context.Context, bucket, prefix string, fn func(ObjectInfo) error) error
+	// DeletePrefix removes every object under prefix in the batches bucket
+	// and returns how many it removed.
+	DeletePrefix(ctx context.Context, prefix string) (int, error)
+}
+
+// Events publishes a finished run's report (EventBridge adapter:
+// shared/event). Nil means no events.
+type Events interface {
+	Publish(ctx context.Context, r Report) error
 }
 
 // BlobWriter is a streaming object write.

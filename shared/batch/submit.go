@@ -30,6 +30,10 @@ type SubmitRequest struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Options is the pipeline's own JSON object (e.g. webhook's url).
 	Options json.RawMessage `json:"pipeline_options,omitempty"`
+	// Rerun asks for a new run when the batch exists with this manifest and
+	// its run is finished (the same as POST /batches/{id}/resume). Without
+	// it a repeated submit never starts a run.
+	Rerun bool `json:"rerun,omitempty"`
 }
 
 // SubmitResult is what Submit returns: the batch, and whether this call
@@ -200,6 +204,13 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 		}
 		if stored.Pipeline != b.Pipeline {
 			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: "pipeline", Stored: stored.Pipeline, Given: b.Pipeline}
+		}
+		if req.Rerun {
+			resumed, err := s.Resume(ctx, b.ID)
+			if err != nil {
+				return SubmitResult{}, err
+			}
+			return SubmitResult{Batch: resumed, Created: false}, nil
 		}
 		if stored.FannedOut || stored.Run != 1 || stored.Status != StatusRunning {
 			log.Info("duplicate submit", "run", stored.Run, "status", string(stored.Status))

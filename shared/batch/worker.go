@@ -173,6 +173,16 @@ func (w *Worker) count(ctx context.Context, dones []done) {
 			log.Warn("read progress", "error", err.Error())
 			continue
 		}
+		if v := a.b.Threshold.Judge(p.Failures, a.b.ItemCount); v.Exceeded && a.b.Stop == "" {
+			// Failures counted so far already exceed the threshold: stop the
+			// run; items not yet started end cancelled.
+			err := w.Store.Stop(ctx, k.id, k.run, StatusThresholdExceeded, v.Detail)
+			if err != nil && !errors.Is(err, ErrConflict) {
+				log.Warn("stop run", "error", err.Error())
+			} else if err == nil {
+				log.Warn("threshold exceeded: run stopping", "detail", v.Detail)
+			}
+		}
 		if p.Done >= a.b.ItemCount {
 			if err := w.Trigger.Finalize(ctx, k.id, k.run); err != nil {
 				log.Warn("trigger finalize", "error", err.Error())
@@ -246,7 +256,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 	if d.DeadLetter {
 		return w.deadLetter(ctx, log, b, m, d)
 	}
-	if b.Status.Finished() {
+	if b.Stop != "" || b.Status.Finished() {
 		return w.cancelled(ctx, log, b, m)
 	}
 	return w.item(ctx, log, b, m, d, margin)
@@ -322,18 +332,21 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Me
 // cancelled settles an item of a stopped run that has not started.
 func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Message) (bool, *done) {
 	r := w.record(b, m, w.Clock.Now())
-	r.Outcome, r.Reason = OutcomeCancelled, ReasonThreshold
-	if b.Status == StatusCancelled {
+	if b.Stop == "" {
+		return true, nil // the run finished: every item was already terminal
+	}
+	r.Outcome, r.Reason, r.Error = OutcomeCancelled, ReasonThreshold, b.StopDetail
+	if b.Stop == StatusCancelled {
 		r.Reason = ReasonCancel
 	}
-	if b.Status == StatusCompleted {
-		return true, nil // every item was already terminal
-	}
-	_, err := w.Store.Settle(ctx, r)
+	old, err := w.Store.Settle(ctx, r)
 	switch {
 	case err == nil:
 		return true, &done{batch: b}
 	case errors.Is(err, ErrConflict):
+		if old.Run < b.Run && (old.Outcome == OutcomeSucceeded || old.Outcome == OutcomeQuarantined) {
+			return true, &done{batch: b, failure: old.Outcome == OutcomeQuarantined}
+		}
 		return true, nil
 	}
 	log.Error("cancel item", "error", err.Error())
@@ -366,6 +379,10 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 			return false, nil
 		}
 		log.Info("item already recorded; acknowledged", "outcome", string(it.Outcome))
+		if it.Run < b.Run && (it.Outcome == OutcomeSucceeded || it.Outcome == OutcomeQuarantined) {
+			// Answered from its row: it counts toward this run's progress.
+			return true, &done{batch: b, failure: it.Outcome == OutcomeQuarantined}
+		}
 		return true, nil
 	}
 	if err != nil {
@@ -376,9 +393,9 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	rec := w.record(b, m, now)
 	rec.Attempt = it.Attempt
 
-	if it.Attempt > b.MaxAttempts {
+	if it.RunAttempts > b.MaxAttempts {
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
-		rec.Error = fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", it.Attempt, b.MaxAttempts)
+		rec.Error = fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", it.RunAttempts, b.MaxAttempts)
 		return w.finish(ctx, log, b, rec)
 	}
 	p, ok := w.Pipelines.Lookup(b.Pipeline)
@@ -416,9 +433,9 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonQuarantine
 		return w.finish(ctx, log, b, rec)
 	}
-	if it.Attempt >= b.MaxAttempts {
+	if it.RunAttempts >= b.MaxAttempts {
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
-		rec.Error = fmt.Sprintf("attempt %d of %d: %s", it.Attempt, b.MaxAttempts, perr.Error())
+		rec.Error = fmt.Sprintf("attempt %d of %d: %s", it.RunAttempts, b.MaxAttempts, perr.Error())
 		return w.finish(ctx, log, b, rec)
 	}
 	// Transient: release the lease and let the queue bring the message back
@@ -430,7 +447,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	if bo == nil {
 		bo = DefaultBackoff
 	}
-	wait := bo(it.Attempt)
+	wait := bo(it.RunAttempts)
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 		log.Warn("delay message", "error", err.Error())
 	}

@@ -17,6 +17,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,4 +247,47 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (batch.ObjectInfo,
 		return batch.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: %w", bucket, key, err)
 	}
 	return batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}, out.Metadata, nil
+}
+
+// MaxDeleteKeys is DeleteObjects' limit per call (S3 API reference,
+// "DeleteObjects": up to 1,000 keys).
+const MaxDeleteKeys = 1000
+
+// DeletePrefix removes every object under prefix in the batches bucket, in
+// DeleteObjects calls of at most 1,000 keys, and returns the count. An
+// object that could not be deleted is an error naming it; the caller may
+// retry (deleting a missing key is not an error).
+func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
+	if prefix == "" || !strings.HasSuffix(prefix, "/") {
+		return 0, fmt.Errorf("delete prefix %q: want a non-empty prefix ending in /", prefix)
+	}
+	var keys []types.ObjectIdentifier
+	n := 0
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		out, err := s.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket, Delete: &types.Delete{Objects: keys, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return fmt.Errorf("delete under s3://%s/%s: %w", s.bucket, prefix, err)
+		}
+		if len(out.Errors) > 0 {
+			e := out.Errors[0]
+			return fmt.Errorf("delete s3://%s/%s: %s: %s (and %d more)", s.bucket, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(out.Errors)-1)
+		}
+		n += len(keys)
+		keys = keys[:0]
+		return nil
+	}
+	err := s.List(ctx, s.bucket, prefix, func(o batch.ObjectInfo) error {
+		keys = append(keys, types.ObjectIdentifier{Key: aws.String(o.Key)})
+		if len(keys) == MaxDeleteKeys {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	return n, err
 }

@@ -204,3 +204,43 @@ func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, pr
 		}
 	}
 }
+
+// Resume starts a new run of a finished batch.
+func (c *Client) Resume(ctx context.Context, id string) (handler.BatchView, error) {
+	var v handler.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/resume", nil, &v)
+	return v, err
+}
+
+// Cancel stops the batch's current run.
+func (c *Client) Cancel(ctx context.Context, id string) (handler.BatchView, error) {
+	var v handler.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/cancel", nil, &v)
+	return v, err
+}
+
+// Forget removes the batch and everything it owns.
+func (c *Client) Forget(ctx context.Context, id string) error {
+	_, err := c.Do(ctx, http.MethodDelete, "/batches/"+url.PathEscape(id), nil, nil)
+	return err
+}
+
+// Release makes a quarantined item eligible for the next run.
+func (c *Client) Release(ctx context.Context, id, key string) error {
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/items/"+url.PathEscape(key)+"/release", nil, nil)
+	return err
+}
+
+// Items pages the batch's items of outcome (failed, quarantined, in_flight).
+func (c *Client) Items(ctx context.Context, id string, outcome batch.Outcome, cursor string, limit int) (batch.ItemPage, error) {
+	q := url.Values{"outcome": {string(outcome)}}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	var p batch.ItemPage
+	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/items?"+q.Encode(), nil, &p)
+	return p, err
+}

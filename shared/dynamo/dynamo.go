@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -116,6 +117,9 @@ type batchRow struct {
 	ReportKey      string            `dynamodbav:"report_key,omitempty"`
 	Census         string            `dynamodbav:"census,omitempty"` // JSON
 	NeedsAttention bool              `dynamodbav:"needs_attention"`
+	Stop           string            `dynamodbav:"stop,omitempty"`
+	StopDetail     string            `dynamodbav:"stop_detail,omitempty"`
+	ExpiresAtMs    int64             `dynamodbav:"expires_at_ms,omitempty"`
 }
 
 func ms(t time.Time) int64 {
@@ -144,7 +148,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		Threshold: string(th), MaxAttempts: b.MaxAttempts, Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
-		NeedsAttention: b.NeedsAttention,
+		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
 	}
 	if b.FinalCensus != nil {
 		c, err := json.Marshal(b.FinalCensus)
@@ -163,7 +167,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
-		NeedsAttention: r.NeedsAttention,
+		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
 	}
 	if r.Options != "" {
 		b.Options = json.RawMessage(r.Options)
@@ -190,6 +194,8 @@ type itemRow struct {
 	Run          int                `dynamodbav:"run"`
 	Outcome      string             `dynamodbav:"outcome"`
 	Attempt      int                `dynamodbav:"attempt"`
+	FirstAttempt int                `dynamodbav:"first_attempt"`
+	Released     bool               `dynamodbav:"released"`
 	LeaseUntilMs int64              `dynamodbav:"lease_until_ms"`
 	Output       string             `dynamodbav:"output"`
 	OutputRef    string             `dynamodbav:"output_ref"`
@@ -210,7 +216,8 @@ func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
 	it := batch.Item{
 		BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.Outcome(r.Outcome),
 		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
-		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs),
+		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs), Released: r.Released,
+		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1),
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
@@ -327,27 +334,43 @@ func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
 	return nil
 }
 
-// reclaimable is the condition under which an item row may be taken by a
-// new reservation or settled: no row; a failed, cancelled (or interrupted)
-// row of an earlier run; an in-flight row of this run whose lease expired.
+// fresh is the condition under which an item starts a new run: no row; a
+// failed, cancelled (or interrupted) row of an earlier run; a quarantined
+// row of an earlier run that was released.
 //
 //	attribute_not_exists(pk)
-//	OR (run < :run AND outcome IN (failed, cancelled, in_flight))
-//	OR (run = :run AND outcome = in_flight AND lease_until_ms < :now)
-func reclaimable(run int, now time.Time) expression.ConditionBuilder {
+//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight)
+//	                    OR (outcome = quarantined AND released = true)))
+func fresh(run int) expression.ConditionBuilder {
 	out := expression.Name("outcome")
 	return expression.Or(
 		expression.AttributeNotExists(expression.Name(config.AttrPK)),
 		expression.And(
 			expression.Name("run").LessThan(expression.Value(run)),
-			expression.In(out, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeCancelled)), expression.Value(string(batch.OutcomeInFlight))),
-		),
-		expression.And(
-			expression.Name("run").Equal(expression.Value(run)),
-			out.Equal(expression.Value(string(batch.OutcomeInFlight))),
-			expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())),
+			expression.Or(
+				expression.In(out, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeCancelled)), expression.Value(string(batch.OutcomeInFlight))),
+				expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))), expression.Name("released").Equal(expression.Value(true))),
+			),
 		),
 	)
+}
+
+// expired is the condition of a takeover: the item is in flight in this
+// run and its lease has expired.
+//
+//	run = :run AND outcome = in_flight AND lease_until_ms < :now
+func expired(run int, now time.Time) expression.ConditionBuilder {
+	return expression.And(
+		expression.Name("run").Equal(expression.Value(run)),
+		expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())),
+	)
+}
+
+// reclaimable is fresh OR expired: when an item may be settled without
+// running (dead-lettered, cancelled).
+func reclaimable(run int, now time.Time) expression.ConditionBuilder {
+	return expression.Or(fresh(run), expired(run, now))
 }
 
 // fenced is the condition of Record and Release:
@@ -373,16 +396,36 @@ func identity(u expression.UpdateBuilder, batchID, key, runID string, run, listS
 }
 
 // Reserve takes the item under a new attempt and lease (see batch.Store).
-// One UpdateItem: SET outcome = in_flight, attempt = if_not_exists(attempt, 0) + 1,
-// lease_until_ms = now + lease, conditioned on reclaimable.
+// Attempts count across runs (the attempt is the fence); first_attempt
+// marks where this run's attempts start, so Item.RunAttempts counts them.
+//
+// First one UpdateItem conditioned on fresh: SET outcome = in_flight,
+// attempt = if_not_exists(attempt, 0) + 1, first_attempt = the same,
+// lease_until_ms = now + lease. If that condition fails and the stored row
+// is in flight in this run with an expired lease, a second UpdateItem
+// conditioned on expired takes it over: attempt + 1, first_attempt kept.
 func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, error) {
+	next := expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))
 	u := identity(expression.UpdateBuilder{}, r.BatchID, r.Key, r.RunID, r.Run, r.ListShards, r.Now).
 		Set(expression.Name("outcome"), expression.Value(string(batch.OutcomeInFlight))).
-		Set(expression.Name("attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name("attempt"), next).
+		Set(expression.Name("first_attempt"), next).
 		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
 		Remove(expression.Name("output")).Remove(expression.Name("output_ref")).Remove(expression.Name("reason")).
+		Remove(expression.Name("error")).Remove(expression.Name("released")).
 		Remove(expression.Name("cost")).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
-	expr, err := expression.NewBuilder().WithCondition(reclaimable(r.Run, r.Now)).WithUpdate(u).Build()
+	it, err := s.reserve(ctx, r, fresh(r.Run), u)
+	if !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
+		return it, err
+	}
+	take := expression.Set(expression.Name("attempt"), expression.Plus(expression.Name("attempt"), expression.Value(1))).
+		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
+	return s.reserve(ctx, r, expired(r.Run, r.Now), take)
+}
+
+func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return batch.Item{}, err
 	}
@@ -474,7 +517,8 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 		return batch.Item{}, err
 	}
 	u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
-		Set(expression.Name("lease_until_ms"), expression.Value(0))
+		Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name("lease_until_ms"), expression.Value(0)).Remove(expression.Name("released"))
 	expr, err := expression.NewBuilder().WithCondition(reclaimable(r.Run, r.Now)).WithUpdate(u).Build()
 	if err != nil {
 		return batch.Item{}, err
@@ -780,4 +824,236 @@ func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
 		}
 		start = out.LastEvaluatedKey
 	}
+}
+
+// Stop marks the run as stopping (status cancelled or threshold_exceeded)
+// under the condition run = :run AND status = running AND
+// attribute_not_exists(stop); else batch.ErrConflict. Idempotent in effect:
+// the first stop wins.
+func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Status, detail string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name("run").Equal(expression.Value(run)),
+			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))),
+			expression.AttributeNotExists(expression.Name("stop")))).
+		WithUpdate(expression.Set(expression.Name("stop"), expression.Value(string(status))).
+			Set(expression.Name("stop_detail"), expression.Value(detail))).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(batchPK(id), skBatch),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if _, ok := conflict(err); ok {
+		return fmt.Errorf("stop %s run %d: %w", id, run, batch.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("stop %s run %d: %w", id, run, err)
+	}
+	return nil
+}
+
+// StartRun starts run from+1 of a finished batch, in one transaction: the
+// batch row (condition run = :from AND status <> running) becomes running
+// with fanned_out false and no stop, and the running marker is put. It
+// returns the updated batch, or batch.ErrConflict when the batch is not at
+// run from or still running.
+func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (batch.Batch, error) {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name("run").Equal(expression.Value(from)),
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))))).
+		WithUpdate(expression.Set(expression.Name("run"), expression.Value(from+1)).
+			Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
+			Set(expression.Name("fanned_out"), expression.Value(false)).
+			Set(expression.Name("run_started_at_ms"), expression.Value(now.UnixMilli())).
+			Remove(expression.Name("stop")).Remove(expression.Name("stop_detail"))).Build()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: &s.table, Key: key(batchPK(id), skBatch),
+			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		}},
+		{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
+			config.AttrSK: &types.AttributeValueMemberS{Value: id},
+			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(from + 1)},
+		}}},
+	}})
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return batch.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, batch.ErrConflict)
+	}
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, err)
+	}
+	return s.GetBatch(ctx, id)
+}
+
+// ReleaseItem marks a quarantined item released, so that the next run
+// runs it again: condition outcome = quarantined. batch.ErrNotFound when
+// the item has no row, batch.ErrConflict when it is not quarantined.
+func (s *Store) ReleaseItem(ctx context.Context, batchID, itemKey string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeQuarantined)))).
+		WithUpdate(expression.Set(expression.Name("released"), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: key(itemPK(batchID, itemKey), skItem),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if old, ok := conflict(err); ok {
+		if len(old) == 0 {
+			return fmt.Errorf("item %s/%s: %w", batchID, itemKey, batch.ErrNotFound)
+		}
+		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, batch.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
+	}
+	return nil
+}
+
+// ListItems returns up to limit items of outcome in key byte order after
+// the key after (exclusive; "" from the start), and the key to continue
+// after ("" when there are no more). failed and quarantined items come
+// from the sparse attention index, so successes are never read; in_flight
+// items come from the list index with a filter (DynamoDB reads and
+// discards the other rows of the page). Each shard is queried for at most
+// limit rows per call.
+func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, outcome batch.Outcome, after string, limit int) ([]batch.Item, string, error) {
+	index, pkAttr, skAttr := config.IndexAttention, config.AttrAttentionPK, config.AttrAttentionSK
+	switch outcome {
+	case batch.OutcomeFailed, batch.OutcomeQuarantined:
+	case batch.OutcomeInFlight:
+		index, pkAttr, skAttr = config.IndexList, config.AttrListPK, config.AttrListSK
+	default:
+		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, batch.ErrInvalid)
+	}
+	var all []batch.Item
+	for shard := range max(1, listShards) {
+		kc := expression.Key(pkAttr).Equal(expression.Value(shardKey(batchID, shard)))
+		if after != "" {
+			kc = kc.And(expression.Key(skAttr).GreaterThan(expression.Value(after)))
+		}
+		expr, err := expression.NewBuilder().WithKeyCondition(kc).
+			WithFilter(expression.Name("outcome").Equal(expression.Value(string(outcome)))).Build()
+		if err != nil {
+			return nil, "", err
+		}
+		var start map[string]types.AttributeValue
+		got := 0
+		for got < limit {
+			c, cancel := s.ctx(ctx)
+			out, err := s.db.Query(c, &dynamodb.QueryInput{
+				TableName: &s.table, IndexName: aws.String(index),
+				KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
+				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+				ExclusiveStartKey: start, Limit: aws.Int32(int32(min(limit*4, 1000))),
+			})
+			cancel()
+			if err != nil {
+				return nil, "", fmt.Errorf("list items %s: %w", batchID, err)
+			}
+			for _, av := range out.Items {
+				it, err := itemFrom(av)
+				if err != nil {
+					return nil, "", err
+				}
+				it.BatchID = batchID
+				all = append(all, it)
+				got++
+			}
+			if len(out.LastEvaluatedKey) == 0 {
+				break
+			}
+			start = out.LastEvaluatedKey
+		}
+	}
+	slices.SortFunc(all, func(a, b batch.Item) int { return cmp.Compare(a.Key, b.Key) })
+	if len(all) > limit {
+		all = all[:limit]
+		return all, all[limit-1].Key, nil
+	}
+	return all, "", nil
+}
+
+// DeleteBatch removes every row of the batch: item rows (found through the
+// list index), counter rows of every run, the running and retention
+// markers, and the batch row last, so that a forget interrupted midway can
+// be retried. BatchWriteItem deletes 25 keys a call, retrying unprocessed
+// ones.
+func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
+	var keys []map[string]types.AttributeValue
+	flush := func(force bool) error {
+		for len(keys) >= 25 || force && len(keys) > 0 {
+			n := min(25, len(keys))
+			if err := s.deleteKeys(ctx, keys[:n]); err != nil {
+				return fmt.Errorf("forget %s: %w", b.ID, err)
+			}
+			keys = keys[n:]
+		}
+		return nil
+	}
+	err := s.ScanItems(ctx, b.ID, b.ListShards, func(it batch.Item) error {
+		keys = append(keys, key(itemPK(b.ID, it.Key), skItem))
+		return flush(false)
+	})
+	if err != nil {
+		return err
+	}
+	for run := 1; run <= b.Run; run++ {
+		for shard := range max(1, b.CounterShards) {
+			keys = append(keys, key(countPK(b.ID, run, shard), skCount))
+		}
+	}
+	keys = append(keys, key(pkRunning, b.ID))
+	if !b.ExpiresAt.IsZero() {
+		keys = append(keys, key(pkRetain, RetentionSK(b.ExpiresAt, b.ID)))
+	}
+	if err := flush(true); err != nil {
+		return err
+	}
+	return s.deleteKeys(ctx, []map[string]types.AttributeValue{key(batchPK(b.ID), skBatch)})
+}
+
+func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.AttributeValue) error {
+	reqs := make([]types.WriteRequest, 0, len(keys))
+	for _, k := range keys {
+		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}})
+	}
+	pending := map[string][]types.WriteRequest{s.table: reqs}
+	for try := 0; len(pending) > 0; try++ {
+		if try > 8 {
+			return errors.New("delete: items left unprocessed")
+		}
+		if try > 0 {
+			if err := sleep(ctx, time.Duration(try)*50*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.BatchWriteItem(c, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+		cancel()
+		if err != nil {
+			return err
+		}
+		pending = out.UnprocessedItems
+	}
+	return nil
 }

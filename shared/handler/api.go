@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -29,14 +30,21 @@ const LiveCensusMaxItems = 100_000
 
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
-//	POST /batches                 submit (201 created, 200 identical batch exists)
-//	GET  /batches/{id}            status and census
-//	GET  /batches/{id}/report     the last finished run's report
+//	POST   /batches                          submit (201 created, 200 identical batch exists)
+//	GET    /batches/{id}                     status and census
+//	GET    /batches/{id}/report              the last finished run's report
+//	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
+//	POST   /batches/{id}/resume              new run of a finished batch (202)
+//	POST   /batches/{id}/cancel              stop the current run (202)
+//	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
+//	DELETE /batches/{id}                     forget the batch and all it owns (204)
 //
 // Errors are JSON {"code", "message", "field", "line", "element", "key"}:
-// invalid_request 400, not_found 404, batch_mismatch 409, internal 500.
+// invalid_request 400, not_found 404, batch_mismatch 409, conflict 409 (a
+// run is going, or not), internal 500.
 type API struct {
 	Submitter *batch.Submitter
+	Control   *batch.Control
 	Store     batch.Store
 	Blobs     batch.Blobs
 	Log       *slog.Logger
@@ -45,10 +53,15 @@ type API struct {
 
 // NewAPI wires the routes.
 func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.Logger) *API {
-	a := &API{Submitter: s, Store: store, Blobs: blobs, Log: log, mux: http.NewServeMux()}
+	a := &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log}, Store: store, Blobs: blobs, Log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /batches", a.submit)
 	a.mux.HandleFunc("GET /batches/{id}", a.status)
+	a.mux.HandleFunc("DELETE /batches/{id}", a.forget)
 	a.mux.HandleFunc("GET /batches/{id}/report", a.report)
+	a.mux.HandleFunc("GET /batches/{id}/items", a.items)
+	a.mux.HandleFunc("POST /batches/{id}/resume", a.resume)
+	a.mux.HandleFunc("POST /batches/{id}/cancel", a.cancel)
+	a.mux.HandleFunc("POST /batches/{id}/items/{rest...}", a.release)
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
@@ -108,6 +121,8 @@ func (a *API) errorAnswer(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, ErrorBody{Code: "batch_mismatch", Message: err.Error(), Field: me.Field})
 	case errors.Is(err, batch.ErrNotFound):
 		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()})
+	case errors.Is(err, batch.ErrConflict):
+		writeError(w, http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()})
 	default:
 		a.Log.Error("request failed", "error", err.Error())
 		writeError(w, http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; the request can be retried"})
@@ -256,4 +271,68 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 		Headers:    map[string]string{"Content-Type": rec.Header().Get("Content-Type")},
 		Body:       rec.Body.String(),
 	}, nil
+}
+
+func (a *API) resume(w http.ResponseWriter, r *http.Request) {
+	b, err := a.Submitter.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: b})
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	b, err := a.Control.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: b})
+}
+
+func (a *API) forget(w http.ResponseWriter, r *http.Request) {
+	if err := a.Control.Forget(r.Context(), r.PathValue("id")); err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// release serves POST /batches/{id}/items/{key}/release; the key may hold
+// slashes (escaped or not).
+func (a *API) release(w http.ResponseWriter, r *http.Request) {
+	key, ok := strings.CutSuffix(r.PathValue("rest"), "/release")
+	if !ok || key == "" {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		return
+	}
+	if err := a.Control.Release(r.Context(), r.PathValue("id"), key); err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) items(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
+			return
+		}
+		limit = n
+	}
+	outcome := batch.Outcome(q.Get("outcome"))
+	if outcome == "" {
+		outcome = batch.OutcomeFailed
+	}
+	page, err := a.Control.Items(r.Context(), r.PathValue("id"), outcome, q.Get("cursor"), limit)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -22,6 +23,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/event"
 	"github.com/bulkrun/bulkrun/shared/queue"
 	"github.com/bulkrun/bulkrun/shared/trigger"
 )
@@ -110,5 +112,6 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 
 // Finalizer builds the finalize workflow from d.
 func (d *Deps) Finalizer() *batch.Finalizer {
-	return &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention}
+	return &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention,
+		Events: event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)}
 }

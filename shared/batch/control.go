@@ -1,0 +1,195 @@
+package batch
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// Resume starts a new run of a finished batch from its stored manifest:
+// succeeded items are answered from their rows without running, quarantined
+// ones stay set aside unless released, failed and cancelled ones run again;
+// the run gets its own report. A resume retried while its fan-out was
+// interrupted finishes that fan-out. Errors: ErrNotFound; ErrConflict
+// (wrapped) while a run is still going.
+func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
+	b, err := s.Store.GetBatch(ctx, id)
+	if err != nil {
+		return Batch{}, err
+	}
+	if b.Status == StatusRunning {
+		if b.FannedOut || b.Run == 1 {
+			return b, fmt.Errorf("resume %s: run %d is still going: %w", id, b.Run, ErrConflict)
+		}
+		s.Log.Info("resume finishes an interrupted fan-out", "batch_id", id, "run", b.Run)
+	} else {
+		if b, err = s.Store.StartRun(ctx, id, b.Run, s.Clock.Now()); err != nil {
+			return Batch{}, fmt.Errorf("resume %s: %w", id, err)
+		}
+	}
+	chunks, err := s.chunks(ctx, b)
+	if err != nil {
+		return Batch{}, fmt.Errorf("resume %s: %w", id, err)
+	}
+	if err := s.fanout(ctx, b, chunks); err != nil {
+		return Batch{}, err
+	}
+	b.FannedOut = true
+	s.Log.Info("run started", "batch_id", id, "run", b.Run, "chunks", len(chunks))
+	return b, nil
+}
+
+// chunks cuts the stored manifest into fan-out chunks by reading it once
+// (streaming).
+func (s *Submitter) chunks(ctx context.Context, b Batch) ([]Chunk, error) {
+	rc, err := s.Blobs.Open(ctx, s.Blobs.Bucket(), b.ManifestKey)
+	if err != nil {
+		return nil, fmt.Errorf("open manifest: %w", err)
+	}
+	defer rc.Close()
+	per := int64(s.ChunkItems)
+	if per <= 0 {
+		per = DefaultChunkItems
+	}
+	var chunks []Chunk
+	var n int64
+	err = ReadManifestLines(rc, 0, func(_ ManifestLine, off, length int64) error {
+		if n%per == 0 {
+			chunks = append(chunks, Chunk{Offset: off, FirstIndex: n})
+		}
+		c := &chunks[len(chunks)-1]
+		c.Length += length
+		c.Count++
+		n++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n != b.ItemCount {
+		return nil, fmt.Errorf("manifest %s holds %d items, the batch %d", b.ManifestKey, n, b.ItemCount)
+	}
+	return chunks, nil
+}
+
+// Control carries out a caller's commands on existing batches: cancel,
+// release, forget, and the listing of items needing attention. Safe for
+// concurrent use.
+type Control struct {
+	Store Store
+	Blobs Blobs
+	Log   *slog.Logger
+}
+
+// Cancel stops the batch's current run: items not yet started end
+// cancelled, started ones finish, and finalize gives the run the status
+// cancelled. Cancelling a run that is already stopping returns the batch
+// unchanged. Errors: ErrNotFound; ErrConflict when no run is going.
+func (c *Control) Cancel(ctx context.Context, id string) (Batch, error) {
+	b, err := c.Store.GetBatch(ctx, id)
+	if err != nil {
+		return Batch{}, err
+	}
+	if b.Status != StatusRunning {
+		return b, fmt.Errorf("cancel %s: no run is going (status %s): %w", id, b.Status, ErrConflict)
+	}
+	if b.Stop == "" {
+		err := c.Store.Stop(ctx, id, b.Run, StatusCancelled, "cancelled by a caller")
+		if err != nil && !errors.Is(err, ErrConflict) {
+			return Batch{}, err
+		}
+		c.Log.Info("run cancelling", "batch_id", id, "run", b.Run)
+	}
+	return c.Store.GetBatch(ctx, id)
+}
+
+// Release makes a quarantined item eligible for the next run (resume).
+// Errors: ErrNotFound; ErrConflict when the item is not quarantined.
+func (c *Control) Release(ctx context.Context, id, key string) error {
+	if _, err := c.Store.GetBatch(ctx, id); err != nil {
+		return err
+	}
+	return c.Store.ReleaseItem(ctx, id, key)
+}
+
+// Forget removes everything the batch owns: its objects under
+// batches/{id}/ (manifests, outputs, results, reports), then its rows, the
+// batch row last. A later submit of the id starts from nothing. Retrying an
+// interrupted forget finishes it. Errors: ErrNotFound; ErrConflict while a
+// run is going (cancel it first).
+func (c *Control) Forget(ctx context.Context, id string) error {
+	b, err := c.Store.GetBatch(ctx, id)
+	if err != nil {
+		return err
+	}
+	if b.Status == StatusRunning {
+		return fmt.Errorf("forget %s: run %d is going; cancel it first: %w", id, b.Run, ErrConflict)
+	}
+	n, err := c.Blobs.DeletePrefix(ctx, BatchesPrefix(id))
+	if err != nil {
+		return fmt.Errorf("forget %s: %w", id, err)
+	}
+	if err := c.Store.DeleteBatch(ctx, b); err != nil {
+		return err
+	}
+	c.Log.Info("batch forgotten", "batch_id", id, "objects", n)
+	return nil
+}
+
+// BatchesPrefix is the S3 prefix of everything a batch owns.
+func BatchesPrefix(id string) string { return "batches/" + id + "/" }
+
+// ItemPage is one page of a listing.
+type ItemPage struct {
+	Items      []Item `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"` // pass as cursor for the next page; empty at the end
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// Items lists the batch's items of outcome (failed, quarantined,
+// in_flight), oldest key first, limit per page (default 100, at most
+// 1,000), continuing after cursor (opaque, from the previous page).
+func (c *Control) Items(ctx context.Context, id string, outcome Outcome, cursor string, limit int) (ItemPage, error) {
+	switch outcome {
+	case OutcomeFailed, OutcomeQuarantined, OutcomeInFlight:
+	default:
+		return ItemPage{}, &InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined or in_flight", outcome)}
+	}
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return ItemPage{}, &InputError{Field: "limit", Reason: fmt.Sprintf("%d is not within 1–%d", limit, MaxListLimit)}
+	}
+	after := ""
+	if cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil {
+			return ItemPage{}, &InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+		}
+		after = string(raw)
+	}
+	b, err := c.Store.GetBatch(ctx, id)
+	if err != nil {
+		return ItemPage{}, err
+	}
+	items, next, err := c.Store.ListItems(ctx, id, b.ListShards, outcome, after, limit)
+	if err != nil {
+		return ItemPage{}, err
+	}
+	if items == nil {
+		items = []Item{}
+	}
+	p := ItemPage{Items: items}
+	if next != "" {
+		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	return p, nil
+}

@@ -1,0 +1,85 @@
+// Package event is the EventBridge adapter of batch.Events: when a run
+// finishes, finalize puts one event on the default bus (source "bulkrun")
+// so that users can subscribe with a rule.
+package event
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// Source is the events' source field.
+const Source = "bulkrun"
+
+// Detail types, one per final status.
+const (
+	DetailCompleted         = "Batch Completed"
+	DetailThresholdExceeded = "Batch Threshold Exceeded"
+	DetailCancelled         = "Batch Cancelled"
+)
+
+// DetailType returns the detail type of a run that ended with status.
+func DetailType(s batch.Status) string {
+	switch s {
+	case batch.StatusThresholdExceeded:
+		return DetailThresholdExceeded
+	case batch.StatusCancelled:
+		return DetailCancelled
+	}
+	return DetailCompleted
+}
+
+// Detail is the event's detail: the run's outcome, census and report.
+type Detail struct {
+	BatchID        string       `json:"batch_id"`
+	Run            int          `json:"run"`
+	Status         batch.Status `json:"status"`
+	NeedsAttention bool         `json:"needs_attention"`
+	Census         batch.Census `json:"census"`
+	Report         string       `json:"report"` // s3:// URI of report.json
+}
+
+// Bus publishes to one event bus. Safe for concurrent use.
+type Bus struct {
+	client *eventbridge.Client
+	bus    string
+	bucket string
+}
+
+var _ batch.Events = (*Bus)(nil)
+
+// New returns a Bus on bus ("" or "default": the account's default bus);
+// bucket is the batches bucket, to name the report.
+func New(client *eventbridge.Client, bus, bucket string) *Bus {
+	if bus == "" {
+		bus = "default"
+	}
+	return &Bus{client: client, bus: bus, bucket: bucket}
+}
+
+// Publish puts the run's event. An entry EventBridge refuses is an error.
+func (b *Bus) Publish(ctx context.Context, r batch.Report) error {
+	detail, err := json.Marshal(Detail{BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
+		Census: r.Census, Report: "s3://" + b.bucket + "/" + batch.ReportKey(r.BatchID, r.Run)})
+	if err != nil {
+		return err
+	}
+	out, err := b.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{{
+		EventBusName: aws.String(b.bus), Source: aws.String(Source), DetailType: aws.String(DetailType(r.Status)),
+		Detail: aws.String(string(detail)), Resources: []string{},
+	}}})
+	if err != nil {
+		return fmt.Errorf("put event for %s run %d: %w", r.BatchID, r.Run, err)
+	}
+	if out.FailedEntryCount > 0 && len(out.Entries) > 0 {
+		return fmt.Errorf("put event for %s run %d: %s: %s", r.BatchID, r.Run, aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage))
+	}
+	return nil
+}
