@@ -96,12 +96,12 @@ func newHarness(t *testing.T, run pipeline.Func) *harness {
 }
 
 // receive takes n messages off the harness queue as deliveries, waiting
-// up to 5 s after the last message that arrived; it may return fewer.
+// up to 2 s after the last message that arrived; it may return fewer.
 func (h *harness) receive(t *testing.T, n int) []batch.Delivery {
 	t.Helper()
 	var ds []batch.Delivery
 	last := time.Now()
-	for len(ds) < n && time.Since(last) < 5*time.Second {
+	for len(ds) < n && time.Since(last) < 2*time.Second {
 		out, err := env.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &h.queueURL, MaxNumberOfMessages: int32(min(10, n-len(ds))), WaitTimeSeconds: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -480,5 +480,82 @@ func TestHarnessDeadLetteredItemFails(t *testing.T) {
 	_ = json.Unmarshal(msgs[1].Body, &m)
 	if len(dead) != 1 || dead[0].Key != m.Key || dead[0].Reason != batch.ReasonDeadLettered || !strings.Contains(dead[0].Error, "10 receives") || h.callsOf(m.Key) != 0 {
 		t.Fatalf("dead-lettered rows: %+v (calls %d)", dead, h.callsOf(m.Key))
+	}
+}
+
+// A quarantined item is set aside: a rerun does not touch it until it is
+// released; then the next run runs it again.
+func TestHarnessQuarantineAndRelease(t *testing.T) {
+	ctx := context.Background()
+	var fixed atomic.Bool
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key == batch.PositionalKey(1) && !fixed.Load() {
+			return pipeline.Result{}, pipeline.Quarantine(errors.New("needs a human"))
+		}
+		if req.Key == batch.PositionalKey(2) && !fixed.Load() {
+			return pipeline.Result{}, pipeline.Permanent(errors.New("bad"))
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	control := &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+	id := newID(t)
+	runAll := func(run int) batch.Report {
+		t.Helper()
+		for {
+			ds := h.receive(t, 10)
+			if len(ds) == 0 {
+				break
+			}
+			h.worker.Handle(ctx, ds)
+		}
+		r, err := h.finalizer.Finalize(ctx, id, run)
+		if err != nil {
+			t.Fatalf("finalize run %d: %v", run, err)
+		}
+		return r.Report
+	}
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	rep := runAll(1)
+	if rep.Census.Quarantined != 1 || rep.Census.Failed != 1 || rep.Census.Succeeded != 2 || !rep.NeedsAttention {
+		t.Fatalf("run 1: %+v", rep.Census)
+	}
+	p, err := control.Items(ctx, id, batch.OutcomeQuarantined, "", 10)
+	if err != nil || len(p.Items) != 1 || p.Items[0].Key != batch.PositionalKey(1) {
+		t.Fatalf("quarantined listing: %+v %v", p, err)
+	}
+	fixed.Store(true)
+	if _, err := h.submitter.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	rep = runAll(2)
+	if rep.Census.Quarantined != 1 || rep.Census.Succeeded != 3 || h.callsOf(batch.PositionalKey(1)) != 1 {
+		t.Fatalf("run 2 must leave the quarantined item alone: %+v, calls %d", rep.Census, h.callsOf(batch.PositionalKey(1)))
+	}
+	if err := control.Release(ctx, id, batch.PositionalKey(0)); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("release of a succeeded item: %v, want ErrConflict", err)
+	}
+	if err := control.Release(ctx, id, "no-such-key"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("release of a missing item: %v, want ErrNotFound", err)
+	}
+	if err := control.Release(ctx, id, batch.PositionalKey(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.submitter.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	rep = runAll(3)
+	if rep.Census.Succeeded != 4 || rep.NeedsAttention || h.callsOf(batch.PositionalKey(1)) != 2 {
+		t.Fatalf("run 3: %+v, calls %d", rep.Census, h.callsOf(batch.PositionalKey(1)))
+	}
+	for i := range 4 {
+		want := int64(1)
+		if i == 1 || i == 2 {
+			want = 2
+		}
+		if got := h.callsOf(batch.PositionalKey(int64(i))); got != want {
+			t.Errorf("%s: %d calls over 3 runs, want %d", batch.PositionalKey(int64(i)), got, want)
+		}
 	}
 }

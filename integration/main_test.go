@@ -124,6 +124,7 @@ type hookServer struct {
 	mu     sync.Mutex
 	routes map[string]func(key string, attempt int) int
 	calls  map[string]map[string]int
+	header map[string]http.Header // the last request's headers per route
 }
 
 func newHookServer() (*hookServer, error) {
@@ -131,7 +132,7 @@ func newHookServer() (*hookServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}}
+	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}, header: map[string]http.Header{}}
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go h.srv.Serve(ln)
 	return h, nil
@@ -160,6 +161,13 @@ func (h *hookServer) counts(name string) map[string]int {
 	return out
 }
 
+// lastHeader returns the headers of the route's last request.
+func (h *hookServer) lastHeader(name string) http.Header {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.header[name]
+}
+
 func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name, _ := url.PathUnescape(strings.Trim(r.URL.EscapedPath(), "/"))
 	key, _ := url.PathUnescape(r.Header.Get("Bulkrun-Item-Key"))
@@ -168,6 +176,7 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	decide, ok := h.routes[name]
 	if ok {
 		h.calls[name][key]++
+		h.header[name] = r.Header.Clone()
 	}
 	h.mu.Unlock()
 	status := http.StatusOK

@@ -1,0 +1,112 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+func putObject(t *testing.T, key, body string) string {
+	t.Helper()
+	if _, err := env.s3.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader(body)}); err != nil {
+		t.Fatal(err)
+	}
+	return "s3://" + env.bucket + "/" + key
+}
+
+// JSON array and CSV objects, keyed by a field or column; headers reach the
+// pipeline; an empty source is a completed batch of zero items.
+func TestSourcesAndHeaders(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, object, body, keyField string
+		want                         []string
+	}{
+		{"json array", "a.json", "\xEF\xBB\xBF[{\"sku\":\"b-2\"},\n{\"sku\":\"a-1\",\"qty\":3}]", "sku", []string{"a-1", "b-2"}},
+		{"csv", "a.csv", "sku,qty\r\nx-9,1\r\n\r\n\"y,1\",2\r\n", "sku", []string{"x-9", "y,1"}},
+		{"jsonl positional", "a.jsonl", "{\"v\":1}\r\n\r\n{\"v\":2}", "", []string{"item-0000000000", "item-0000000001"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := newID(t)
+			url := env.hook.route(id, nil)
+			uri := putObject(t, "it-sources/"+id+"/"+tc.object, tc.body)
+			req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: tc.keyField, Source: batch.SourceSpec{Object: uri},
+				Headers: map[string]string{"X-Tenant": "acme"},
+				Options: []byte(fmt.Sprintf(`{"url":%q}`, url))}
+			if _, err := env.api.Submit(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			v := wait(t, id)
+			if v.Census.Succeeded != int64(len(tc.want)) {
+				t.Fatalf("census %+v", v.Census)
+			}
+			calls := env.hook.counts(id)
+			for _, k := range tc.want {
+				if calls[k] != 1 {
+					t.Errorf("key %q: %d calls (all: %v)", k, calls[k], calls)
+				}
+			}
+			if got := env.hook.lastHeader(id).Get("X-Tenant"); got != "acme" {
+				t.Errorf("header X-Tenant = %q, want acme", got)
+			}
+		})
+	}
+	t.Run("empty", func(t *testing.T) {
+		id := newID(t)
+		uri := putObject(t, "it-sources/"+id+"/empty.jsonl", "\n\n")
+		v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Object: uri}})
+		if err != nil || v.ItemCount != 0 {
+			t.Fatalf("submit: %+v %v", v, err)
+		}
+		v = wait(t, id)
+		if v.Status != batch.StatusCompleted || v.Census.Total != 0 || v.NeedsAttention {
+			t.Fatalf("empty batch: %s %+v", v.Status, v.Census)
+		}
+	})
+}
+
+// A prefix listing covers every page (ListObjectsV2 returns 1,000 keys a
+// page); the batch is then cancelled before its items run.
+func TestPrefixListingEveryPage(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	prefix := "it-sources/" + id + "/"
+	const n = 1005
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			key := fmt.Sprintf("%sobj-%05d.txt", prefix, i)
+			if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader("x")}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
+		Options: []byte(`{"url":"http://127.0.0.1:9/unused"}`)})
+	if err != nil || v.ItemCount != n {
+		t.Fatalf("submit: item_count %d, %v", v.ItemCount, err)
+	}
+	if _, err := env.api.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	v = wait(t, id)
+	if v.Status != batch.StatusCancelled || v.Census.Total != n || v.Census.Cancelled+v.Census.Failed != n {
+		t.Fatalf("%s %+v", v.Status, v.Census)
+	}
+	if err := env.api.Forget(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
