@@ -46,7 +46,7 @@ endif
 
 CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
 
-.PHONY: all tools emulator emulator-stop functions synth deploy demo test unit integration bench clean
+.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test unit integration bench clean
 
 all: functions
 
@@ -75,6 +75,9 @@ functions:
 	    -o build/functions/$$f/bootstrap ./functions/$$f; \
 	done
 
+cli:
+	$(GO) build -trimpath -o build/bulkrun ./cmd/bulkrun
+
 synth: tools functions
 	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) > /dev/null
 
@@ -92,7 +95,7 @@ unit:
 	$(GO) test -count=1 ./...
 
 integration: deploy
-	$(GO) test -tags integration -count=1 -timeout 15m ./integration/... ./shared/...
+	$(GO) test -tags integration -count=1 -timeout 15m ./integration/...
 
 test: unit integration
 

@@ -1,0 +1,471 @@
+// Package cli is the bulkrun command line (spf13/cobra).
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+// ExitError carries the process exit code (and an error to print, if any).
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+// Exit codes.
+const (
+	ExitFailure    = 1
+	ExitUsage      = 2
+	ExitNeedsCheck = 3 // finished with failures, quarantined items, threshold_exceeded or cancelled
+)
+
+type app struct {
+	out, errw io.Writer
+	stack     string
+	profile   string
+	region    string
+	output    string
+
+	aws    aws.Config
+	outs   client.Stack
+	api    *client.Client
+	loaded bool
+}
+
+// New returns the root command writing to out (results) and errw
+// (progress, messages).
+func New(out, errw io.Writer) *cobra.Command {
+	a := &app{out: out, errw: errw}
+	root := &cobra.Command{
+		Use:           "bulkrun",
+		Short:         "Durable bulk runs on AWS serverless",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if a.output != "text" && a.output != "json" {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--output: want text or json, got %q", a.output)}
+			}
+			return nil
+		},
+	}
+	stack := os.Getenv("BULKRUN_STACK")
+	if stack == "" {
+		stack = config.DefaultStackName
+	}
+	root.PersistentFlags().StringVar(&a.stack, "stack", stack, "CloudFormation stack of the deployment ($BULKRUN_STACK)")
+	root.PersistentFlags().StringVar(&a.profile, "profile", "", "AWS shared-config profile (default $AWS_PROFILE)")
+	root.PersistentFlags().StringVar(&a.region, "region", "", "AWS region (default from the profile or $AWS_REGION)")
+	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
+	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(),
+		a.resumeCmd(), a.cancelCmd(), a.forgetCmd(), a.releaseCmd())
+	return root
+}
+
+func (a *app) load(ctx context.Context) error {
+	if a.loaded {
+		return nil
+	}
+	var opts []func(*awsconfig.LoadOptions) error
+	if a.profile != "" {
+		opts = append(opts, awsconfig.WithSharedConfigProfile(a.profile))
+	}
+	if a.region != "" {
+		opts = append(opts, awsconfig.WithRegion(a.region))
+	}
+	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return fmt.Errorf("AWS config: %w", err)
+	}
+	a.aws = c
+	if a.outs, err = client.FindStack(ctx, c, a.stack); err != nil {
+		return err
+	}
+	if a.api, err = client.New(c, a.outs); err != nil {
+		return err
+	}
+	a.loaded = true
+	return nil
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: want %s", cmd.Name(), names)}
+		}
+		return nil
+	}
+}
+
+func (a *app) submitCmd() *cobra.Command {
+	var (
+		req     batch.SubmitRequest
+		format  string
+		prefix  bool
+		percent float64
+		count   int64
+		headers []string
+		options string
+		watch   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit FILE|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
+		Short: "Start a batch from a local file (uploaded first), an S3 object or, with --prefix, an S3 prefix",
+		Args:  exactArgs(1, "one FILE or s3:// URI"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+			src := args[0]
+			switch {
+			case prefix:
+				if !strings.HasPrefix(src, "s3://") {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--prefix needs an s3:// URI")}
+				}
+				req.Source = batch.SourceSpec{Prefix: src}
+			case strings.HasPrefix(src, "s3://"):
+				req.Source = batch.SourceSpec{Object: src, Format: format}
+			default:
+				uri, err := a.upload(ctx, src)
+				if err != nil {
+					return err
+				}
+				req.Source = batch.SourceSpec{Object: uri, Format: format}
+			}
+			if cmd.Flags().Changed("tolerated-failure-percent") {
+				req.Threshold.FailurePercent = &percent
+			}
+			if cmd.Flags().Changed("tolerated-failure-count") {
+				req.Threshold.FailureCount = &count
+			}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--header %q: want NAME=VALUE", h)}
+				}
+				if req.Headers == nil {
+					req.Headers = map[string]string{}
+				}
+				req.Headers[k] = v
+			}
+			if options != "" {
+				req.Options = json.RawMessage(options)
+			}
+			v, err := a.api.Submit(ctx, req)
+			if err != nil {
+				return err
+			}
+			if !watch {
+				if a.output == "json" {
+					return a.printJSON(v)
+				}
+				fmt.Fprintln(a.out, v.ID)
+				fmt.Fprintf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, v.Created != nil && *v.Created)
+				return nil
+			}
+			return a.watch(ctx, v.ID)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
+	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]); a ULID when empty. Give one to make retries idempotent")
+	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
+	f.StringVar(&format, "format", "", "source format: jsonl, json or csv (default from the extension)")
+	f.BoolVar(&prefix, "prefix", false, "the s3:// URI is a prefix: one item per object under it")
+	f.Float64Var(&percent, "tolerated-failure-percent", 0, "threshold: tolerated failures in percent of all items")
+	f.Int64Var(&count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
+	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
+	f.StringArrayVar(&headers, "header", nil, "NAME=VALUE header passed to the pipeline (repeatable)")
+	f.StringVar(&options, "options", "", "pipeline options, a JSON object (e.g. '{\"url\":\"https://…\"}')")
+	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
+	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
+	_ = cmd.MarkFlagRequired("pipeline")
+	return cmd
+}
+
+// upload puts a local file under uploads/{sha256 prefix}/ in the stack's
+// bucket (not incoming/, which would start a second batch) and returns its
+// URI. The key derives from the content, so a retried submit of the same
+// file names the same object.
+func (a *app) upload(ctx context.Context, path string) (string, error) {
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	bucket, err := a.outs.Get(config.OutputBucket)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(body)
+	key := "uploads/" + hex.EncodeToString(sum[:8]) + "/" + filepath.Base(path)
+	_, err = handler.NewS3(a.aws).PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(string(body))})
+	if err != nil {
+		return "", fmt.Errorf("upload %s: %w", path, err)
+	}
+	return "s3://" + bucket + "/" + key, nil
+}
+
+func (a *app) watchCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch ID",
+		Short: "Show a progress bar until the batch's run finishes, then its census; exit 3 if it needs attention",
+		Args:  exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.load(cmd.Context()); err != nil {
+				return err
+			}
+			return a.watch(cmd.Context(), args[0])
+		},
+	}
+}
+
+func (a *app) watch(ctx context.Context, id string) error {
+	v, err := a.api.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	bar := progressbar.NewOptions64(v.ItemCount,
+		progressbar.OptionSetWriter(a.errw), progressbar.OptionSetDescription(id),
+		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("items"),
+		progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
+	final, err := a.api.Wait(ctx, id, time.Second, func(v handler.BatchView) {
+		switch {
+		case v.Census != nil:
+			c := v.Census
+			_ = bar.Set64(c.Total - c.Pending - c.InFlight)
+			bar.Describe(fmt.Sprintf("run %d: ok %d failed %d quarantined %d cancelled %d in flight %d", v.Run, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight))
+		case v.Progress != nil:
+			_ = bar.Set64(v.Progress.Done)
+			bar.Describe(fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures))
+		}
+	})
+	_ = bar.Finish()
+	fmt.Fprintln(a.errw)
+	if err != nil {
+		return err
+	}
+	if err := a.show(final); err != nil {
+		return err
+	}
+	c := final.Census
+	if final.Status != batch.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
+		return &ExitError{Code: ExitNeedsCheck}
+	}
+	return nil
+}
+
+// show prints a batch view.
+func (a *app) show(v handler.BatchView) error {
+	if a.output == "json" {
+		return a.printJSON(v)
+	}
+	fmt.Fprintf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
+	if v.Stop != "" {
+		fmt.Fprintf(a.out, "stopping: %s (%s)\n", v.Stop, v.StopDetail)
+	}
+	if c := v.Census; c != nil {
+		fmt.Fprintf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
+			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
+		if len(c.Cost) > 0 {
+			names := make([]string, 0, len(c.Cost))
+			for k := range c.Cost {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			fmt.Fprint(a.out, "cost:")
+			for _, k := range names {
+				fmt.Fprintf(a.out, "  %s %s", k, strconv.FormatFloat(c.Cost[k], 'f', -1, 64))
+			}
+			fmt.Fprintln(a.out)
+		}
+	}
+	if v.Progress != nil {
+		fmt.Fprintf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
+	}
+	if v.Report != "" {
+		fmt.Fprintf(a.out, "report: %s\n", v.Report)
+	}
+	return nil
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status ID",
+		Short: "Show a batch's status and census",
+		Args:  exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.load(cmd.Context()); err != nil {
+				return err
+			}
+			v, err := a.api.Status(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return a.show(v)
+		},
+	}
+}
+
+func (a *app) itemsCmd() *cobra.Command {
+	var (
+		outcome string
+		limit   int
+		cursor  string
+		all     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "items ID [--outcome failed|quarantined|in_flight]",
+		Short: "List the items needing attention, oldest key first",
+		Args:  exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+			var items []batch.Item
+			next := cursor
+			for {
+				p, err := a.api.Items(ctx, args[0], batch.Outcome(outcome), next, limit)
+				if err != nil {
+					return err
+				}
+				items = append(items, p.Items...)
+				next = p.NextCursor
+				if !all || next == "" {
+					break
+				}
+			}
+			if a.output == "json" {
+				return a.printJSON(batch.ItemPage{Items: items, NextCursor: next})
+			}
+			for _, it := range items {
+				fmt.Fprintf(a.out, "%s\t%s\t%d\t%s\n", it.Key, it.Outcome, it.RunAttempts, it.Error)
+			}
+			if next != "" {
+				fmt.Fprintf(a.errw, "more: --cursor %s\n", next)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined or in_flight")
+	cmd.Flags().IntVar(&limit, "limit", 100, "items per page (1–1000)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
+	cmd.Flags().BoolVar(&all, "all", false, "follow every page")
+	return cmd
+}
+
+func (a *app) reportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report ID",
+		Short: "Print the last finished run's report (JSON)",
+		Args:  exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.load(cmd.Context()); err != nil {
+				return err
+			}
+			r, err := a.api.Report(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(r)
+			}
+			c := r.Census
+			fmt.Fprintf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
+			fmt.Fprintf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
+			if r.Verdict.Exceeded {
+				fmt.Fprintf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
+			}
+			fmt.Fprintf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
+			return nil
+		},
+	}
+}
+
+func (a *app) simple(use, short string, nargs int, names string, run func(ctx context.Context, args []string) (any, error)) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, Args: exactArgs(nargs, names),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.load(cmd.Context()); err != nil {
+				return err
+			}
+			v, err := run(cmd.Context(), args)
+			if err != nil {
+				return err
+			}
+			if bv, ok := v.(handler.BatchView); ok {
+				return a.show(bv)
+			}
+			if a.output == "json" {
+				return a.printJSON(v)
+			}
+			fmt.Fprintln(a.out, v.(map[string]string)["message"])
+			return nil
+		},
+	}
+}
+
+func (a *app) resumeCmd() *cobra.Command {
+	return a.simple("resume ID", "Start a new run of a finished batch: what did not succeed runs again", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Resume(ctx, args[0]) })
+}
+
+func (a *app) cancelCmd() *cobra.Command {
+	return a.simple("cancel ID", "Stop the batch's run: items not yet started end cancelled", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Cancel(ctx, args[0]) })
+}
+
+func (a *app) forgetCmd() *cobra.Command {
+	return a.simple("forget ID", "Delete everything the batch owns (rows, manifest, outputs, results, report)", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) {
+			if err := a.api.Forget(ctx, args[0]); err != nil {
+				return nil, err
+			}
+			return map[string]string{"batch_id": args[0], "message": "forgotten " + args[0]}, nil
+		})
+}
+
+func (a *app) releaseCmd() *cobra.Command {
+	return a.simple("release ID KEY", "Release a quarantined item so that the next run runs it", 2, "a batch ID and an item KEY",
+		func(ctx context.Context, args []string) (any, error) {
+			if err := a.api.Release(ctx, args[0], args[1]); err != nil {
+				return nil, err
+			}
+			return map[string]string{"batch_id": args[0], "key": args[1], "message": "released " + args[1]}, nil
+		})
+}
