@@ -13,12 +13,14 @@
 //	sourceBuckets  comma-separated buckets submit and item may read sources from
 //	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
 //	defaultPipeline the pipeline of uploads whose metadata names none (default none)
+//	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
 //
 // The account and region come from CDK_DEFAULT_ACCOUNT and
 // CDK_DEFAULT_REGION, which the cdk CLI sets from the caller's credentials.
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -33,6 +35,13 @@ func main() {
 	defer jsii.Close()
 
 	app := awscdk.NewApp(nil)
+	var schedules []Schedule
+	if raw := contextString(app, "schedules", ""); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &schedules); err != nil {
+			fmt.Fprintf(os.Stderr, "infra: context schedules: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	props := &StackProps{
 		Target:          contextString(app, "target", TargetAWS),
 		FunctionsDir:    contextString(app, "functionsDir", DefaultFunctionsDir),
@@ -40,6 +49,7 @@ func main() {
 		SourceBuckets:   splitList(contextString(app, "sourceBuckets", "")),
 		Pipelines:       splitList(contextString(app, "pipelines", "")),
 		DefaultPipeline: contextString(app, "defaultPipeline", ""),
+		Schedules:       schedules,
 	}
 	stackName := contextString(app, "stackName", config.DefaultStackName)
 	props.StackName = jsii.String(stackName)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -78,6 +80,20 @@ const (
 // DefaultPipelines is StackProps.Pipelines when empty: the built-in pipelines.
 var DefaultPipelines = []string{"thumbnail", "webhook"}
 
+// Schedule declares a batch started on a schedule. Each tick sends submit
+// {"bulkrun_schedule": Name, "time": <the tick's time>, "request": Request};
+// the batch id is Name + "-" + the time (handler.ScheduleBatchID), so a
+// duplicate delivery of one tick is the same batch.
+type Schedule struct {
+	// Name is 1–100 bytes of [A-Za-z0-9_-] (it prefixes the batch ids).
+	Name string `json:"name"`
+	// Expression is an EventBridge schedule: "rate(...)" or "cron(...)".
+	Expression string `json:"expression"`
+	// Request is the batch to start (a POST /batches body without batch_id),
+	// typically with an S3 object or prefix source.
+	Request json.RawMessage `json:"request"`
+}
+
 // StackProps configures bulkrun's stack. Zero values take the defaults
 // noted on each field; NewStack rejects the rest with a *PropError.
 type StackProps struct {
@@ -118,6 +134,9 @@ type StackProps struct {
 	// pipelines registered in the item binary. Default DefaultPipelines
 	// ("thumbnail", "webhook").
 	Pipelines []string
+	// Schedules are batches started on a schedule (EventBridge rules
+	// targeting submit). Default none.
+	Schedules []Schedule
 	// DefaultPipeline is the pipeline of a batch started by an upload whose
 	// metadata names none. Default "" (the upload must name one). Must be
 	// one of Pipelines.
@@ -261,6 +280,25 @@ func derive(props *StackProps) (settings, error) {
 	}
 	if props.DefaultPipeline != "" && !slices.Contains(s.pipelines, props.DefaultPipeline) {
 		bad("DefaultPipeline", props.DefaultPipeline, "not one of Pipelines")
+	}
+	names := map[string]bool{}
+	for _, sc := range props.Schedules {
+		field := "Schedules[" + sc.Name + "]"
+		if len(sc.Name) > 100 || !batch.ValidBatchID(sc.Name) || names[sc.Name] {
+			bad(field, sc.Name, "name must be unique, 1–100 bytes of [A-Za-z0-9_-]")
+		}
+		names[sc.Name] = true
+		if !strings.HasPrefix(sc.Expression, "rate(") && !strings.HasPrefix(sc.Expression, "cron(") || !strings.HasSuffix(sc.Expression, ")") {
+			bad(field+".Expression", sc.Expression, `want "rate(...)" or "cron(...)"`)
+		}
+		var req batch.SubmitRequest
+		if err := json.Unmarshal(sc.Request, &req); err != nil {
+			bad(field+".Request", string(sc.Request), "not a submit request: "+err.Error())
+		} else if req.BatchID != "" {
+			bad(field+".Request", string(sc.Request), "batch_id derives from the schedule; leave it out")
+		} else if !slices.Contains(s.pipelines, req.Pipeline) {
+			bad(field+".Request", req.Pipeline, "pipeline is not one of Pipelines")
+		}
 	}
 	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize} {
 		bootstrap := filepath.Join(s.functionsDir, fn, "bootstrap")
@@ -496,6 +534,21 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	cfnBucket.AddResourceDependency(perm, jsii.String("S3 checks that it may invoke submit when the notification is set"))
 
 	// Schedule: the backstop that finalizes runs whose counters were lost.
+	if props != nil {
+		for _, sc := range props.Schedules {
+			var req map[string]any
+			_ = json.Unmarshal(sc.Request, &req) // validated in derive
+			awsevents.NewRule(stack, jsii.String("Schedule-"+sc.Name), &awsevents.RuleProps{
+				Description: jsii.String("bulkrun schedule " + sc.Name),
+				Schedule:    awsevents.Schedule_Expression(jsii.String(sc.Expression)),
+				Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(submit, &awseventstargets.LambdaFunctionProps{
+					Event: awsevents.RuleTargetInput_FromObject(map[string]any{
+						"bulkrun_schedule": sc.Name, "time": awsevents.EventField_Time(), "request": req,
+					}),
+				})},
+			})
+		}
+	}
 	awsevents.NewRule(stack, jsii.String("FinalizeTick"), &awsevents.RuleProps{
 		Description: jsii.String("bulkrun: finalize runs whose last item's trigger was lost"),
 		Schedule:    awsevents.Schedule_Expression(jsii.String(s.tick)),

@@ -68,6 +68,8 @@ func testProps(target string) *StackProps {
 		BucketName:      "bulkrun-test-bucket",
 		SourceBuckets:   []string{"source-a", "source-b"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
+		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
+			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 	}
 }
 
@@ -859,6 +861,16 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
+		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},
+		{"schedule with a batch id", func(p *StackProps) {
+			p.Schedules = []Schedule{{Name: "s", Expression: "rate(1 day)", Request: json.RawMessage(`{"batch_id":"x","pipeline":"webhook"}`)}}
+		}, "Schedules[s].Request"},
+		{"schedule of an unknown pipeline", func(p *StackProps) {
+			p.Schedules = []Schedule{{Name: "s", Expression: "rate(1 day)", Request: json.RawMessage(`{"pipeline":"nope"}`)}}
+		}, "Schedules[s].Request"},
+		{"schedule with a bad name", func(p *StackProps) {
+			p.Schedules = []Schedule{{Name: "a/b", Expression: "rate(1 day)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
+		}, "Schedules[a/b]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -903,4 +915,38 @@ func faults(err error) []string {
 		out = faults(u.Unwrap())
 	}
 	return out
+}
+
+// A declared schedule is a rule targeting submit whose input carries the
+// schedule's name, the tick's time (from the event) and the request.
+func TestSchedules(t *testing.T) {
+	s := synth(t, TargetAWS)
+	var found int
+	for _, r := range s.resourcesOfType("AWS::Events::Rule") {
+		p := r["Properties"].(map[string]any)
+		if p["ScheduleExpression"] != "cron(0 2 * * ? *)" {
+			continue
+		}
+		found++
+		tg := p["Targets"].([]any)[0].(map[string]any)
+		if !jsonEqual(tg["Arn"], arnOf(s.ids[FunctionSubmit])) {
+			t.Errorf("schedule target %v, want submit", tg["Arn"])
+		}
+		it, _ := tg["InputTransformer"].(map[string]any)
+		paths, _ := it["InputPathsMap"].(map[string]any)
+		tmpl := str(it["InputTemplate"])
+		var timeVar string
+		for k, v := range paths {
+			if v == "$.time" {
+				timeVar = k
+			}
+		}
+		if timeVar == "" || !strings.Contains(tmpl, `"bulkrun_schedule":"nightly"`) || !strings.Contains(tmpl, `"time":<`+timeVar+`>`) ||
+			!strings.Contains(tmpl, `"prefix":"s3://source-a/daily/"`) {
+			t.Errorf("input transformer %v", it)
+		}
+	}
+	if found != 1 {
+		t.Fatalf("%d schedule rules, want 1", found)
+	}
 }

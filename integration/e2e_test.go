@@ -513,3 +513,38 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 	}
 	_ = io.EOF
 }
+
+// A scheduled tick starts a batch whose id derives from the tick's time; a
+// duplicate delivery of the same tick is the same batch.
+func TestScheduleTickIsOneBatch(t *testing.T) {
+	ctx := context.Background()
+	name := newID(t)
+	url := env.hook.route(name, nil)
+	tick := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
+	ev := handler.ScheduleEvent{Schedule: name, Time: tick, Request: webhookRequest("", url, inlineItems(3))}
+	payload, _ := json.Marshal(ev)
+	var ids []string
+	for range 2 {
+		out, err := env.lambda.Invoke(ctx, &lambda.InvokeInput{FunctionName: &env.submitFn, Payload: payload})
+		if err != nil || out.FunctionError != nil {
+			t.Fatalf("invoke submit: %v %s", err, out.Payload)
+		}
+		var res struct {
+			BatchID string `json:"batch_id"`
+			Created bool   `json:"created"`
+		}
+		_ = json.Unmarshal(out.Payload, &res)
+		ids = append(ids, res.BatchID)
+		if len(ids) == 2 && res.Created {
+			t.Fatal("the duplicate tick created a batch")
+		}
+	}
+	want := handler.ScheduleBatchID(name, tick)
+	if ids[0] != want || ids[1] != want || want != name+"-20261129T020000Z" {
+		t.Fatalf("batch ids %v, want %s", ids, want)
+	}
+	v := wait(t, want)
+	if v.Census.Succeeded != 3 || v.Run != 1 {
+		t.Fatalf("scheduled batch: %+v", v.Census)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -43,6 +44,7 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		HTTPMethod string            `json:"httpMethod"`
 		Records    []json.RawMessage `json:"Records"`
 		Event      string            `json:"Event"`
+		Schedule   string            `json:"bulkrun_schedule"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return nil, fmt.Errorf("submit: event is not JSON: %w", err)
@@ -54,6 +56,12 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return s.API.Serve(ctx, ev)
+	case probe.Schedule != "":
+		var ev ScheduleEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("submit: schedule event: %w", err)
+		}
+		return s.Scheduled(ctx, ev)
 	case probe.Event == "s3:TestEvent":
 		s.Log.Info("S3 test event")
 		return nil, nil
@@ -187,4 +195,43 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key string) (batch.S
 		return req, &batch.InputError{Field: "x-amz-meta-" + MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
 	}
 	return req, nil
+}
+
+// ScheduleEvent is what a bulkrun schedule (an EventBridge rule declared by
+// the stack) sends to submit: the schedule's name, the tick's scheduled
+// time (EventBridge's "time" field, UTC) and the batch to start.
+type ScheduleEvent struct {
+	Schedule string              `json:"bulkrun_schedule"`
+	Time     time.Time           `json:"time"`
+	Request  batch.SubmitRequest `json:"request"`
+}
+
+// ScheduleBatchID is the batch id of a schedule's tick:
+// "{schedule}-{time as 20060102T150405Z}". A duplicate delivery of one tick
+// is the same batch.
+func ScheduleBatchID(schedule string, t time.Time) string {
+	return schedule + "-" + t.UTC().Format("20060102T150405Z")
+}
+
+// Scheduled starts the batch of one schedule tick. Bad input is logged and
+// not retried; other errors are returned so that EventBridge retries.
+func (s *Submit) Scheduled(ctx context.Context, ev ScheduleEvent) (any, error) {
+	log := s.Log.With("schedule", ev.Schedule)
+	if ev.Time.IsZero() {
+		log.Error("schedule event without time; refused")
+		return nil, nil
+	}
+	req := ev.Request
+	req.BatchID = ScheduleBatchID(ev.Schedule, ev.Time)
+	res, err := s.Submitter.Submit(ctx, req)
+	var ie *batch.InputError
+	switch {
+	case err == nil:
+		log.Info("scheduled batch submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+		return map[string]any{"batch_id": res.Batch.ID, "created": res.Created}, nil
+	case errors.As(err, &ie) || errors.Is(err, batch.ErrBatchMismatch):
+		log.Error("scheduled batch refused", "batch_id", req.BatchID, "error", err.Error())
+		return nil, nil
+	}
+	return nil, err
 }
