@@ -2,10 +2,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -143,8 +145,8 @@ func (a *app) submitCmd() *cobra.Command {
 		watch   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "submit FILE|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
-		Short: "Start a batch from a local file (uploaded first), an S3 object or, with --prefix, an S3 prefix",
+		Use:   "submit FILE|DIR|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
+		Short: "Start a batch from a local file (uploaded), a local folder (uploaded, one item per file), an S3 object or, with --prefix, an S3 prefix",
 		Args:  exactArgs(1, "one FILE or s3:// URI"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -161,6 +163,15 @@ func (a *app) submitCmd() *cobra.Command {
 			case strings.HasPrefix(src, "s3://"):
 				req.Source = batch.SourceSpec{Object: src, Format: format}
 			default:
+				if st, err := os.Stat(src); err == nil && st.IsDir() {
+					uri, n, err := a.uploadDir(ctx, src)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(a.errw, "uploaded %d files to %s\n", n, uri)
+					req.Source = batch.SourceSpec{Prefix: uri}
+					break
+				}
 				uri, err := a.upload(ctx, src)
 				if err != nil {
 					return err
@@ -238,6 +249,73 @@ func (a *app) upload(ctx context.Context, path string) (string, error) {
 		return "", fmt.Errorf("upload %s: %w", path, err)
 	}
 	return "s3://" + bucket + "/" + key, nil
+}
+
+// uploadDir puts every regular file under dir (recursively, keys relative
+// to dir) under uploads/{digest}/ in the stack's bucket, eight at a time, and
+// returns the prefix URI. The digest covers the files' names and contents,
+// so the same folder gives the same prefix and, with --id, the same batch.
+func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
+	bucket, err := a.outs.Get(config.OutputBucket)
+	if err != nil {
+		return "", 0, err
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	if len(files) == 0 {
+		return "", 0, fmt.Errorf("%s holds no files", dir)
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", 0, err
+		}
+		rel, _ := filepath.Rel(dir, f)
+		fmt.Fprintf(h, "%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))
+	}
+	prefix := "uploads/" + hex.EncodeToString(h.Sum(nil))[:16] + "/"
+	s3c := handler.NewS3(a.aws)
+	errs := make(chan error, len(files))
+	sem := make(chan struct{}, 8)
+	for _, f := range files {
+		sem <- struct{}{}
+		go func(f string) {
+			defer func() { <-sem }()
+			body, err := os.ReadFile(f)
+			if err == nil {
+				rel, _ := filepath.Rel(dir, f)
+				key := prefix + filepath.ToSlash(rel)
+				_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(body)})
+			}
+			if err != nil {
+				err = fmt.Errorf("upload %s: %w", f, err)
+			}
+			errs <- err
+		}(f)
+	}
+	var all []error
+	for range files {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	if err := errors.Join(all...); err != nil {
+		return "", 0, err
+	}
+	return "s3://" + bucket + "/" + prefix, len(files), nil
 }
 
 func (a *app) watchCmd() *cobra.Command {
