@@ -25,6 +25,7 @@ type Batch struct {
 	Status         Status            `json:"status"`
 	Threshold      Threshold         `json:"threshold"`
 	MaxAttempts    int               `json:"max_attempts"`
+	OnInterrupt    InterruptPolicy   `json:"on_interrupt"`
 	Headers        map[string]string `json:"headers,omitempty"`
 	Options        json.RawMessage   `json:"pipeline_options,omitempty"`
 	KeyField       string            `json:"key_field,omitempty"`
@@ -59,14 +60,18 @@ type Chunk struct {
 // Item is an item's row. Rows exist from the item's first reservation on;
 // an item without a row is pending.
 type Item struct {
-	BatchID     string          `json:"-"`
-	Key         string          `json:"key"`
-	RunID       string          `json:"run_id"`
-	Run         int             `json:"run"`
-	Outcome     Outcome         `json:"outcome"`
-	Attempt     int             `json:"attempt"`            // the fence: counts every attempt, across runs
-	RunAttempts int             `json:"attempts"`           // attempts in the item's last run (0: settled without running)
-	Released    bool            `json:"released,omitempty"` // a quarantined item released for the next run
+	BatchID     string  `json:"-"`
+	Key         string  `json:"key"`
+	RunID       string  `json:"run_id"`
+	Run         int     `json:"run"`
+	Outcome     Outcome `json:"outcome"`
+	Attempt     int     `json:"attempt"`            // the fence: counts every attempt, across runs
+	RunAttempts int     `json:"attempts"`           // attempts in the item's last run (0: settled without running)
+	Released    bool    `json:"released,omitempty"` // a quarantined item released for the next run
+	// Interrupted is set by Store.Reserve when it took the item over from
+	// an attempt whose lease expired without an outcome or a scheduled
+	// retry (a crash or a timeout): that attempt's effect is unknown.
+	Interrupted bool            `json:"-"`
 	LeaseUntil  time.Time       `json:"lease_until,omitzero"`
 	Output      json.RawMessage `json:"output,omitempty"`
 	OutputRef   string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
@@ -75,6 +80,21 @@ type Item struct {
 	Cost        pipeline.Cost   `json:"cost,omitempty"`
 	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
 }
+
+// InterruptPolicy says what happens to an item whose attempt was
+// interrupted (lease expired, outcome unknown).
+type InterruptPolicy string
+
+// The interrupt policies.
+const (
+	// InterruptRetry runs the item again: same run id, attempt + 1. The
+	// default; right for idempotent pipelines.
+	InterruptRetry InterruptPolicy = "retry"
+	// InterruptQuarantine sets the item aside (quarantined, reason
+	// "interrupted") for a person to check: for pipelines that are not
+	// idempotent (a payment, an e-mail).
+	InterruptQuarantine InterruptPolicy = "quarantine"
+)
 
 // Reason says why an item is failed, quarantined or cancelled.
 type Reason string
@@ -85,6 +105,7 @@ const (
 	ReasonMaxAttempts  Reason = "max-attempts"  // transient errors or interruptions used every attempt
 	ReasonDeadLettered Reason = "dead-lettered" // the message exceeded the queue's receive limit
 	ReasonQuarantine   Reason = "quarantine"    // the pipeline set the item aside
+	ReasonInterrupted  Reason = "interrupted"   // quarantined: an attempt was interrupted and the batch's policy is quarantine
 	ReasonThreshold    Reason = "threshold"     // cancelled: the batch exceeded its threshold
 	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
 )

@@ -30,6 +30,10 @@ type SubmitRequest struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Options is the pipeline's own JSON object (e.g. webhook's url).
 	Options json.RawMessage `json:"pipeline_options,omitempty"`
+	// OnInterrupt is the policy for an item whose attempt was interrupted
+	// (lease expired, outcome unknown): "retry" (default) or "quarantine"
+	// (for pipelines that are not idempotent).
+	OnInterrupt InterruptPolicy `json:"on_interrupt,omitempty"`
 	// Rerun asks for a new run when the batch exists with this manifest and
 	// its run is finished (the same as POST /batches/{id}/resume). Without
 	// it a repeated submit never starts a run.
@@ -85,6 +89,9 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	if err := req.Threshold.Validate(); err != nil {
 		return err
 	}
+	if req.OnInterrupt != "" && req.OnInterrupt != InterruptRetry && req.OnInterrupt != InterruptQuarantine {
+		return &InputError{Field: "on_interrupt", Reason: fmt.Sprintf("%q: want retry or quarantine", req.OnInterrupt)}
+	}
 	if req.MaxAttempts < 0 || req.MaxAttempts > 100 {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not within 1–100", req.MaxAttempts)}
 	}
@@ -137,6 +144,9 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 	if req.MaxAttempts == 0 {
 		req.MaxAttempts = s.MaxAttempts
 	}
+	if req.OnInterrupt == "" {
+		req.OnInterrupt = InterruptRetry
+	}
 	if len(req.Options) == 0 || string(req.Options) == "null" {
 		req.Options = json.RawMessage("{}")
 	}
@@ -183,6 +193,7 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 		Status:        StatusRunning,
 		Threshold:     req.Threshold,
 		MaxAttempts:   req.MaxAttempts,
+		OnInterrupt:   req.OnInterrupt,
 		Headers:       req.Headers,
 		Options:       req.Options,
 		KeyField:      req.KeyField,

@@ -393,6 +393,11 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	rec := w.record(b, m, now)
 	rec.Attempt = it.Attempt
 
+	if it.Interrupted && b.OnInterrupt == InterruptQuarantine {
+		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonInterrupted
+		rec.Error = fmt.Sprintf("attempt %d was interrupted (lease expired, outcome unknown); the batch quarantines interrupted items", it.Attempt-1)
+		return w.finish(ctx, log, b, rec)
+	}
 	if it.RunAttempts > b.MaxAttempts {
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
 		rec.Error = fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", it.RunAttempts, b.MaxAttempts)

@@ -106,6 +106,7 @@ type batchRow struct {
 	Status         string            `dynamodbav:"status"`
 	Threshold      string            `dynamodbav:"threshold"` // JSON
 	MaxAttempts    int               `dynamodbav:"max_attempts"`
+	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
 	Headers        map[string]string `dynamodbav:"headers,omitempty"`
 	Options        string            `dynamodbav:"pipeline_options"` // JSON
 	KeyField       string            `dynamodbav:"key_field,omitempty"`
@@ -145,7 +146,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
 		ListShards: b.ListShards, CounterShards: b.CounterShards, Run: b.Run, Status: string(b.Status),
-		Threshold: string(th), MaxAttempts: b.MaxAttempts, Headers: b.Headers, Options: string(b.Options),
+		Threshold: string(th), MaxAttempts: b.MaxAttempts, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
@@ -164,7 +165,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 	b := batch.Batch{
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
 		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Run: r.Run,
-		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, Headers: r.Headers,
+		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
@@ -196,6 +197,7 @@ type itemRow struct {
 	Attempt      int                `dynamodbav:"attempt"`
 	FirstAttempt int                `dynamodbav:"first_attempt"`
 	Released     bool               `dynamodbav:"released"`
+	Retry        bool               `dynamodbav:"retry_scheduled"`
 	LeaseUntilMs int64              `dynamodbav:"lease_until_ms"`
 	Output       string             `dynamodbav:"output"`
 	OutputRef    string             `dynamodbav:"output_ref"`
@@ -412,7 +414,7 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 		Set(expression.Name("first_attempt"), next).
 		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
 		Remove(expression.Name("output")).Remove(expression.Name("output_ref")).Remove(expression.Name("reason")).
-		Remove(expression.Name("error")).Remove(expression.Name("released")).
+		Remove(expression.Name("error")).Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled")).
 		Remove(expression.Name("cost")).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
 	it, err := s.reserve(ctx, r, fresh(r.Run), u)
 	if !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
@@ -420,7 +422,8 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 	}
 	take := expression.Set(expression.Name("attempt"), expression.Plus(expression.Name("attempt"), expression.Value(1))).
 		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
-		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
+		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli())).
+		Remove(expression.Name("retry_scheduled"))
 	return s.reserve(ctx, r, expired(r.Run, r.Now), take)
 }
 
@@ -435,7 +438,7 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
 		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if old, ok := conflict(err); ok {
@@ -448,7 +451,23 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	if err != nil {
 		return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
 	}
-	return itemFrom(out.Attributes)
+	// The row as written, from the row as it was: one round trip, and the
+	// old row tells whether this reservation interrupted an attempt.
+	var prev itemRow
+	if len(out.Attributes) > 0 {
+		if err := attributevalue.UnmarshalMap(out.Attributes, &prev); err != nil {
+			return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+		}
+	}
+	it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
+		Attempt: prev.Attempt + 1, LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()), UpdatedAt: fromMs(r.Now.UnixMilli())}
+	if prev.Run == r.Run && prev.Outcome == string(batch.OutcomeInFlight) {
+		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
+		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
+	} else {
+		it.RunAttempts = 1
+	}
+	return it, nil
 }
 
 func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
@@ -500,6 +519,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 // text, under the attempt fence.
 func (s *Store) Release(ctx context.Context, r batch.Record) error {
 	u := expression.Set(expression.Name("lease_until_ms"), expression.Value(r.Now.UnixMilli())).
+		Set(expression.Name("retry_scheduled"), expression.Value(true)).
 		Set(expression.Name("error"), expression.Value(r.Error)).
 		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
