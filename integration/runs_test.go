@@ -322,3 +322,38 @@ func TestCompletionEvent(t *testing.T) {
 	}
 	t.Fatal("no completion event within 30 s")
 }
+
+// Two batches with the same keys, running at the same time, never share
+// state: each runs its own items once and counts only its own.
+func TestConcurrentBatchesWithSameKeys(t *testing.T) {
+	ctx := context.Background()
+	a, b := newID(t), newID(t)
+	urlA := env.hook.route(a, nil)
+	urlB := env.hook.route(b, func(key string, _ int) int {
+		if key == batch.PositionalKey(0) {
+			return 400
+		}
+		return 200
+	})
+	if _, err := env.api.Submit(ctx, webhookRequest(a, urlA, inlineItems(20))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.api.Submit(ctx, webhookRequest(b, urlB, inlineItems(20))); err != nil {
+		t.Fatal(err)
+	}
+	va, vb := wait(t, a), wait(t, b)
+	if va.Census.Succeeded != 20 || vb.Census.Succeeded != 19 || vb.Census.Failed != 1 {
+		t.Fatalf("a %+v, b %+v", va.Census, vb.Census)
+	}
+	for _, id := range []string{a, b} {
+		calls := env.hook.counts(id)
+		if len(calls) != 20 {
+			t.Fatalf("%s: %d keys called", id, len(calls))
+		}
+		for k, n := range calls {
+			if n != 1 {
+				t.Errorf("%s %s: %d calls", id, k, n)
+			}
+		}
+	}
+}

@@ -178,6 +178,7 @@ func TestReadJSONL(t *testing.T) {
 		{"key field not string", "{\"id\":7}\n", "id", nil, nil, `key field "id" is not a string`, 1},
 		{"key too long", "{\"id\":\"" + strings.Repeat("k", 1025) + "\"}\n", "id", nil, nil, "longer than 1024", 1},
 		{"key not object", "[1,2]\n", "id", nil, nil, "not a JSON object", 1},
+		{"invalid utf-8 key", "{\"id\":\"ok\"}\n{\"id\":\"a\xffb\"}\n", "id", nil, nil, "not valid UTF-8", 2},
 		{"scalars are items", "1\n\"s\"\nnull\n", "", []string{"item-0000000000", "item-0000000001", "item-0000000002"}, []int64{1, 2, 3}, "", 0},
 	}
 	for _, tt := range tests {
@@ -239,6 +240,7 @@ func TestReadJSONArrayAndCSV(t *testing.T) {
 		{"id,id\n", "", "appears twice"},
 		{"id,name\n", "nope", "key_field"},
 		{"id\n\"unterminated\n", "", "malformed CSV"},
+		{"id,name\nx,\xff\n", "", "line 2"},
 	} {
 		err := ReadCSV(strings.NewReader(bad.in), bad.key, func(SourceItem) error { return nil })
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // SourceSpec names where a batch's items come from; exactly one of Items,
@@ -165,6 +166,11 @@ func ReadJSONL(r io.Reader, keyField string, emit func(SourceItem) error) error 
 }
 
 func emitJSON(b []byte, line, element int64, k *keyer, emit func(SourceItem) error) error {
+	// encoding/json would replace invalid UTF-8 with U+FFFD and so change a
+	// key silently; JSON text must be UTF-8 (RFC 8259 §8.1).
+	if !utf8.Valid(b) {
+		return &InputError{Line: line, Element: element, Reason: "not valid UTF-8 (JSON text must be UTF-8, RFC 8259 §8.1)"}
+	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, b); err != nil {
 		var v any
@@ -272,6 +278,11 @@ func ReadCSV(r io.Reader, keyField string, emit func(SourceItem) error) error {
 			return csvError(err)
 		}
 		line, _ := cr.FieldPos(0)
+		for i, v := range rec {
+			if !utf8.ValidString(v) {
+				return &InputError{Line: int64(line), Reason: fmt.Sprintf("column %q is not valid UTF-8", header[i])}
+			}
+		}
 		buf.Reset()
 		buf.WriteByte('{')
 		for i, v := range rec {
