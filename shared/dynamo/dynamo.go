@@ -240,6 +240,61 @@ func conflict(err error) (map[string]types.AttributeValue, bool) {
 	return nil, false
 }
 
+// transact runs one TransactWriteItems whose first operation carries the
+// condition. When that condition fails it returns the stored item that
+// DynamoDB sent back (if asked for) and batch.ErrConflict; other
+// cancellations and errors come back as they are.
+func (s *Store) transact(ctx context.Context, items ...types.TransactWriteItem) (map[string]types.AttributeValue, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return tce.CancellationReasons[0].Item, batch.ErrConflict
+	}
+	return nil, err
+}
+
+// batchUpdate is a transaction operation updating the batch row with expr.
+func (s *Store) batchUpdate(id string, expr expression.Expression) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: &s.table, Key: key(batchPK(id), skBatch),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}
+}
+
+// putRunning is a transaction operation putting the running marker of run.
+func (s *Store) putRunning(id string, run int) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+		config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
+		config.AttrSK: &types.AttributeValueMemberS{Value: id},
+		"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+	}}}
+}
+
+// updateRow runs one UpdateItem of the row at k with expr (its condition,
+// if any), returning the attributes asked for by rv. A lost condition
+// returns the stored row (empty when there is none) and batch.ErrConflict.
+func (s *Store) updateRow(ctx context.Context, k map[string]types.AttributeValue, expr expression.Expression, rv types.ReturnValue) (attrs, old map[string]types.AttributeValue, err error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: k,
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValues:                        rv,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if old, ok := conflict(err); ok {
+		return nil, old, batch.ErrConflict
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Attributes, nil, nil
+}
+
 // CreateBatch puts the batch row and its running marker in one transaction,
 // only if no row has the batch's id; otherwise it returns the stored batch
 // and batch.ErrBatchExists.
@@ -256,42 +311,31 @@ func (s *Store) CreateBatch(ctx context.Context, b batch.Batch) (batch.Batch, er
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Put: &types.Put{
-			TableName: &s.table, Item: av,
-			ConditionExpression:                 cond.Condition(),
-			ExpressionAttributeNames:            cond.Names(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}},
-		{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-			config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
-			config.AttrSK: &types.AttributeValueMemberS{Value: b.ID},
-			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(b.Run)},
-		}}},
-	}})
-	if err == nil {
+	old, err := s.transact(ctx, types.TransactWriteItem{Put: &types.Put{
+		TableName: &s.table, Item: av,
+		ConditionExpression:                 cond.Condition(),
+		ExpressionAttributeNames:            cond.Names(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}, s.putRunning(b.ID, b.Run))
+	switch {
+	case err == nil:
 		return b, nil
+	case !errors.Is(err, batch.ErrConflict):
+		return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
 	}
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		if item := tce.CancellationReasons[0].Item; len(item) > 0 {
-			var r batchRow
-			if uerr := attributevalue.UnmarshalMap(item, &r); uerr == nil {
-				stored, uerr := fromRow(r)
-				if uerr == nil {
-					return stored, batch.ErrBatchExists
-				}
+	if len(old) > 0 {
+		var r batchRow
+		if uerr := attributevalue.UnmarshalMap(old, &r); uerr == nil {
+			if stored, uerr := fromRow(r); uerr == nil {
+				return stored, batch.ErrBatchExists
 			}
 		}
-		stored, gerr := s.GetBatch(ctx, b.ID)
-		if gerr != nil {
-			return batch.Batch{}, fmt.Errorf("create batch %s: exists, but: %w", b.ID, gerr)
-		}
-		return stored, batch.ErrBatchExists
 	}
-	return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+	stored, gerr := s.GetBatch(ctx, b.ID)
+	if gerr != nil {
+		return batch.Batch{}, fmt.Errorf("create batch %s: exists, but: %w", b.ID, gerr)
+	}
+	return stored, batch.ErrBatchExists
 }
 
 // GetBatch reads the batch row with a strongly consistent read.
@@ -320,18 +364,8 @@ func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
 	if err != nil {
 		return err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(batchPK(id), skBatch),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	if _, ok := conflict(err); ok {
-		return fmt.Errorf("set fanned out %s run %d: %w", id, run, batch.ErrConflict)
-	}
-	if err != nil {
-		return fmt.Errorf("set fanned out %s: %w", id, err)
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("set fanned out %s run %d: %w", id, run, err)
 	}
 	return nil
 }
@@ -432,21 +466,13 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	if err != nil {
 		return batch.Item{}, err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	out, err := s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValues:                        types.ReturnValueAllOld,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conflict(err); ok {
+	attrs, old, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueAllOld)
+	if errors.Is(err, batch.ErrConflict) {
 		it, uerr := itemFrom(old)
 		if uerr != nil {
 			return batch.Item{}, uerr
 		}
-		return it, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, batch.ErrConflict)
+		return it, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
 	}
 	if err != nil {
 		return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
@@ -454,8 +480,8 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	// The row as written, from the row as it was: one round trip, and the
 	// old row tells whether this reservation interrupted an attempt.
 	var prev itemRow
-	if len(out.Attributes) > 0 {
-		if err := attributevalue.UnmarshalMap(out.Attributes, &prev); err != nil {
+	if len(attrs) > 0 {
+		if err := attributevalue.UnmarshalMap(attrs, &prev); err != nil {
 			return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
 		}
 	}
@@ -512,7 +538,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	return s.update(ctx, "record", r, expr, false)
+	return s.update(ctx, "record", r, expr)
 }
 
 // Release ends the attempt's lease without an outcome, keeping the error
@@ -526,7 +552,7 @@ func (s *Store) Release(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	return s.update(ctx, "release", r, expr, false)
+	return s.update(ctx, "release", r, expr)
 }
 
 // Settle writes a terminal outcome for an item that did not run, under the
@@ -543,20 +569,13 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 	if err != nil {
 		return batch.Item{}, err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conflict(err); ok {
+	_, old, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueNone)
+	if errors.Is(err, batch.ErrConflict) {
 		it, uerr := itemFrom(old)
 		if uerr != nil {
 			return batch.Item{}, uerr
 		}
-		return it, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, batch.ErrConflict)
+		return it, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
 	}
 	if err != nil {
 		return batch.Item{}, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
@@ -564,19 +583,9 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 	return batch.Item{}, nil
 }
 
-func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expression.Expression, _ bool) error {
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err := s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(itemPK(r.BatchID, r.Key), skItem),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	if _, ok := conflict(err); ok {
-		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, batch.ErrConflict)
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s/%s: %w", op, r.BatchID, r.Key, err)
+func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expression.Expression) error {
+	if _, _, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, err)
 	}
 	return nil
 }
@@ -606,13 +615,7 @@ func (s *Store) AddProgress(ctx context.Context, batchID string, run, shard int,
 	if err != nil {
 		return err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(countPK(batchID, run, shard), skCount),
-		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	if err != nil {
+	if _, _, err := s.updateRow(ctx, key(countPK(batchID, run, shard), skCount), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("add progress %s run %d: %w", batchID, run, err)
 	}
 	return nil
@@ -792,25 +795,13 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 	if err != nil {
 		return err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName: &s.table, Key: key(batchPK(id), skBatch),
-			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		}},
-		{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
-		{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+	_, err = s.transact(ctx, s.batchUpdate(id, expr),
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
 			"batch_id":    &types.AttributeValueMemberS{Value: id},
-		}}},
-	}})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return fmt.Errorf("finish %s run %d: %w", id, run, batch.ErrConflict)
-	}
+		}}})
 	if err != nil {
 		return fmt.Errorf("finish %s run %d: %w", id, run, err)
 	}
@@ -861,17 +852,7 @@ func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Statu
 	if err != nil {
 		return err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(batchPK(id), skBatch),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	if _, ok := conflict(err); ok {
-		return fmt.Errorf("stop %s run %d: %w", id, run, batch.ErrConflict)
-	}
-	if err != nil {
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("stop %s run %d: %w", id, run, err)
 	}
 	return nil
@@ -895,24 +876,7 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 	if err != nil {
 		return batch.Batch{}, err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName: &s.table, Key: key(batchPK(id), skBatch),
-			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		}},
-		{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-			config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
-			config.AttrSK: &types.AttributeValueMemberS{Value: id},
-			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(from + 1)},
-		}}},
-	}})
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return batch.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, batch.ErrConflict)
-	}
+	_, err = s.transact(ctx, s.batchUpdate(id, expr), s.putRunning(id, from+1))
 	if err != nil {
 		return batch.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, err)
 	}
@@ -929,21 +893,13 @@ func (s *Store) ReleaseItem(ctx context.Context, batchID, itemKey string) error 
 	if err != nil {
 		return err
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: key(itemPK(batchID, itemKey), skItem),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conflict(err); ok {
-		if len(old) == 0 {
-			return fmt.Errorf("item %s/%s: %w", batchID, itemKey, batch.ErrNotFound)
-		}
-		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, batch.ErrConflict)
-	}
-	if err != nil {
+	_, old, err := s.updateRow(ctx, key(itemPK(batchID, itemKey), skItem), expr, types.ReturnValueNone)
+	switch {
+	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
+		return fmt.Errorf("item %s/%s: %w", batchID, itemKey, batch.ErrNotFound)
+	case errors.Is(err, batch.ErrConflict):
+		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, err)
+	case err != nil:
 		return fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
 	}
 	return nil
