@@ -10,7 +10,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 GO        ?= go
-FUNCTIONS := submit item finalize
+FUNCTIONS := submit item finalize sweep
 TARGET    ?= emulator
 STACK     ?= bulkrun
 # Functions run on the host's architecture on the emulator, arm64 on AWS.

@@ -48,6 +48,7 @@ const (
 	FunctionSubmit   = "submit"
 	FunctionItem     = "item"
 	FunctionFinalize = "finalize"
+	FunctionSweep    = "sweep"
 )
 
 // Stack defaults that config does not own because only the stack uses them.
@@ -57,6 +58,8 @@ const (
 	DefaultRetentionDays = int(config.DefaultRetention / (24 * time.Hour))
 	// DefaultFinalizeTickSchedule is StackProps.FinalizeTickSchedule when empty.
 	DefaultFinalizeTickSchedule = "rate(5 minutes)"
+	// SweepSchedule is when the retention sweep runs.
+	SweepSchedule = "rate(1 hour)"
 	// DefaultFunctionsDir is StackProps.FunctionsDir when empty, relative to
 	// infra/ (where the cdk commands run).
 	DefaultFunctionsDir = "../build/functions"
@@ -300,7 +303,7 @@ func derive(props *StackProps) (settings, error) {
 			bad(field+".Request", req.Pipeline, "pipeline is not one of Pipelines")
 		}
 	}
-	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize} {
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
 		bootstrap := filepath.Join(s.functionsDir, fn, "bootstrap")
 		if info, err := os.Stat(bootstrap); err != nil || info.IsDir() {
 			bad("FunctionsDir", s.functionsDir, fmt.Sprintf("no %s: build the functions first", bootstrap))
@@ -369,6 +372,18 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 			Id:                                  jsii.String("abort-incomplete-multipart-uploads"),
 			Enabled:                             jsii.Bool(true),
 			AbortIncompleteMultipartUploadAfter: awscdk.Duration_Days(jsii.Number(1)),
+		}, {
+			// Local files the CLI uploaded, and error reports of refused
+			// uploads, go after the retention.
+			Id:         jsii.String("expire-uploads"),
+			Enabled:    jsii.Bool(true),
+			Prefix:     jsii.String(config.UploadsPrefix),
+			Expiration: awscdk.Duration_Days(jsii.Number(float64(s.retentionDays))),
+		}, {
+			Id:         jsii.String("expire-upload-errors"),
+			Enabled:    jsii.Bool(true),
+			Prefix:     jsii.String(config.UploadErrorsPrefix),
+			Expiration: awscdk.Duration_Days(jsii.Number(float64(s.retentionDays))),
 		}},
 	})
 
@@ -445,6 +460,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	}
 
 	finalize := newFunction(FunctionFinalize, config.DefaultFinalizeTimeout, 1024, common)
+	sweep := newFunction(FunctionSweep, config.DefaultSweepTimeout, 512, common)
 
 	fanOut := copyEnv(common)
 	fanOut[config.EnvItemsQueueURL] = *items.QueueUrl()
@@ -477,6 +493,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
 	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
 	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)
+	allow(submit, []string{"s3:PutObject"}, s3Arn(bucketName, config.UploadErrorsPrefix+"*"))
 	allow(submit, []string{"sqs:SendMessage"}, items.QueueArn())
 	allow(submit, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
 
@@ -489,6 +506,10 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
 	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}, batchesArn)
 	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
+
+	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, *tableArns...)
+	allow(sweep, []string{"s3:DeleteObject"}, batchesArn)
+	allow(sweep, []string{"s3:ListBucket"}, bucketArn)
 	allow(finalize, []string{"events:PutEvents"}, awscdk.Fn_Join(jsii.String(""), &[]*string{
 		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":events:"), awscdk.Aws_REGION(),
 		jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":event-bus/default"),
@@ -549,6 +570,11 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 			})
 		}
 	}
+	awsevents.NewRule(stack, jsii.String("Sweep"), &awsevents.RuleProps{
+		Description: jsii.String("bulkrun: delete the batches whose retention has passed"),
+		Schedule:    awsevents.Schedule_Expression(jsii.String(SweepSchedule)),
+		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(sweep, nil)},
+	})
 	awsevents.NewRule(stack, jsii.String("FinalizeTick"), &awsevents.RuleProps{
 		Description: jsii.String("bulkrun: finalize runs whose last item's trigger was lost"),
 		Schedule:    awsevents.Schedule_Expression(jsii.String(s.tick)),
@@ -597,6 +623,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		{config.OutputSubmitFunction, submit.FunctionName(), "submit function name"},
 		{config.OutputItemFunction, item.FunctionName(), "item function name"},
 		{config.OutputFinalizeFunction, finalize.FunctionName(), "finalize function name"},
+		{config.OutputSweepFunction, sweep.FunctionName(), "retention sweep function name"},
 		{config.OutputMaxReceiveCount, jsii.String(strconv.Itoa(s.maxReceiveCount)), "items queue redrive maxReceiveCount"},
 	}
 	for _, o := range outputs {

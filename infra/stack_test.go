@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize} {
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
 		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err == nil {
 			err = os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\n"), 0o755)
 		}
@@ -152,6 +152,8 @@ func synth(t *testing.T, target string) *synthesized {
 		FunctionSubmit:               {FunctionSubmit},
 		FunctionItem:                 {FunctionItem},
 		FunctionFinalize:             {FunctionFinalize},
+		FunctionSweep:                {FunctionSweep},
+		"policy:" + FunctionSweep:    {FunctionSweep, "ServiceRole", "DefaultPolicy"},
 		"policy:" + FunctionSubmit:   {FunctionSubmit, "ServiceRole", "DefaultPolicy"},
 		"policy:" + FunctionItem:     {FunctionItem, "ServiceRole", "DefaultPolicy"},
 		"policy:" + FunctionFinalize: {FunctionFinalize, "ServiceRole", "DefaultPolicy"},
@@ -299,7 +301,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
-			for fn, names := range map[string][]string{FunctionSubmit: fanOut, FunctionItem: itemNames, FunctionFinalize: common} {
+			for fn, names := range map[string][]string{FunctionSubmit: fanOut, FunctionItem: itemNames, FunctionFinalize: common, FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
 					env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
 					var got []string
@@ -346,7 +348,7 @@ func TestFunctionEnvironment(t *testing.T) {
 						t.Errorf("loaded %+v, want item timeout %s, lease +%s, visibility ×%d, attempts %d, receives %d, retention %d days",
 							cfg, itemTimeout, config.LeaseMargin, VisibilityFactor, w.maxAttempts, w.maxReceiveCount, w.retentionDays)
 					}
-					if fn != FunctionFinalize && !slices.Equal(cfg.Pipelines, w.pipelines) {
+					if (fn == FunctionSubmit || fn == FunctionItem) && !slices.Equal(cfg.Pipelines, w.pipelines) {
 						t.Errorf("pipelines = %v, want %v", cfg.Pipelines, w.pipelines)
 					}
 				})
@@ -359,14 +361,15 @@ func TestFunctions(t *testing.T) {
 	wantShape := map[string]struct{ timeout, memory float64 }{
 		FunctionSubmit:   {900, 512},
 		FunctionFinalize: {900, 1024},
+		FunctionSweep:    {900, 512},
 	}
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			s := synth(t, target)
 			w := wanted(target)
 			wantShape[FunctionItem] = struct{ timeout, memory float64 }{float64(w.itemTimeoutSeconds), 512}
-			if n := len(s.resourcesOfType("AWS::Lambda::Function")); n != 3 {
-				t.Errorf("%d functions, want 3 (no custom-resource functions)", n)
+			if n := len(s.resourcesOfType("AWS::Lambda::Function")); n != 4 {
+				t.Errorf("%d functions, want 4 (no custom-resource functions)", n)
 			}
 			for fn, shape := range wantShape {
 				p := s.properties(t, s.ids[fn])
@@ -387,7 +390,7 @@ func TestFunctions(t *testing.T) {
 			if target == TargetAWS {
 				expectAssertion(t, "log retention", func() {
 					s.template.ResourcePropertiesCountIs(jsii.String("AWS::Logs::LogGroup"),
-						map[string]any{"RetentionInDays": 30}, jsii.Number(3))
+						map[string]any{"RetentionInDays": 30}, jsii.Number(4))
 				})
 			}
 		})
@@ -532,6 +535,7 @@ func TestIAMScope(t *testing.T) {
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "s3:DeleteObject", "s3:ListBucket"},
 	}
 	s := synth(t, TargetAWS)
 	for fn, wantActions := range want {
@@ -544,10 +548,13 @@ func TestIAMScope(t *testing.T) {
 				seen[a] = true
 			}
 			resources := resolveAll(t, st["Resource"])
-			// Writes to the bucket are confined to batches/.
+			// Writes to the bucket are confined to batches/ (and, for
+			// submit's error reports of refused uploads, incoming-errors/).
 			for _, a := range actions(st) {
-				if (a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload") &&
-					!slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.BatchesPrefix + "*"}) {
+				batches := slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.BatchesPrefix + "*"})
+				errorReports := fn == FunctionSubmit && a == "s3:PutObject" &&
+					slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.UploadErrorsPrefix + "*"})
+				if (a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload") && !batches && !errorReports {
 					t.Errorf("%s: %s on %v, want only %s*", fn, a, resources, config.BatchesPrefix)
 				}
 			}
@@ -573,7 +580,7 @@ func TestIAMScope(t *testing.T) {
 		}
 	}
 	// SourceBuckets reach submit (get, list) and item (get) only.
-	for fn, wantSource := range map[string]bool{FunctionSubmit: true, FunctionItem: true, FunctionFinalize: false} {
+	for fn, wantSource := range map[string]bool{FunctionSubmit: true, FunctionItem: true, FunctionFinalize: false, FunctionSweep: false} {
 		raw, _ := json.Marshal(s.statements(t, s.ids["policy:"+fn]))
 		for _, b := range []string{"source-a", "source-b"} {
 			if got := strings.Contains(string(raw), b); got != wantSource {
@@ -801,7 +808,7 @@ func TestOutputs(t *testing.T) {
 	want := []string{
 		config.OutputAPIURL, config.OutputAPIID, config.OutputAPIStage, config.OutputBucket, config.OutputTable,
 		config.OutputItemsQueueURL, config.OutputItemsDLQURL, config.OutputItemsQueueARN, config.OutputItemsDLQARN,
-		config.OutputSubmitFunction, config.OutputItemFunction, config.OutputFinalizeFunction, config.OutputMaxReceiveCount,
+		config.OutputSubmitFunction, config.OutputItemFunction, config.OutputFinalizeFunction, config.OutputSweepFunction, config.OutputMaxReceiveCount,
 	}
 	sort.Strings(want)
 	for _, target := range targets {
@@ -817,7 +824,7 @@ func TestOutputs(t *testing.T) {
 				t.Errorf("outputs = %v, want exactly %v", got, want)
 			}
 			for k, id := range map[string]string{config.OutputTable: "table", config.OutputItemsQueueURL: "items", config.OutputItemsDLQURL: "dlq",
-				config.OutputSubmitFunction: FunctionSubmit, config.OutputItemFunction: FunctionItem, config.OutputFinalizeFunction: FunctionFinalize} {
+				config.OutputSubmitFunction: FunctionSubmit, config.OutputItemFunction: FunctionItem, config.OutputFinalizeFunction: FunctionFinalize, config.OutputSweepFunction: FunctionSweep} {
 				if v := outputs[k].(map[string]any)["Value"]; !jsonEqual(v, ref(s.ids[id])) {
 					t.Errorf("%s = %v, want Ref %s", k, v, s.ids[id])
 				}
@@ -948,5 +955,35 @@ func TestSchedules(t *testing.T) {
 	}
 	if found != 1 {
 		t.Fatalf("%d schedule rules, want 1", found)
+	}
+}
+
+// The sweep runs on a schedule; uploads and upload error reports expire
+// with the retention.
+func TestSweepAndLifecycle(t *testing.T) {
+	s := synth(t, TargetAWS)
+	found := false
+	for _, r := range s.resourcesOfType("AWS::Events::Rule") {
+		p := r["Properties"].(map[string]any)
+		tg := p["Targets"].([]any)[0].(map[string]any)
+		if jsonEqual(tg["Arn"], arnOf(s.ids[FunctionSweep])) {
+			found = p["ScheduleExpression"] == SweepSchedule
+		}
+	}
+	if !found {
+		t.Error("no sweep rule with the sweep schedule")
+	}
+	rules := s.properties(t, s.ids["bucket"])["LifecycleConfiguration"].(map[string]any)["Rules"].([]any)
+	expiring := map[string]any{}
+	for _, r := range rules {
+		m := r.(map[string]any)
+		if p, ok := m["Prefix"].(string); ok {
+			expiring[p] = m["ExpirationInDays"]
+		}
+	}
+	for _, p := range []string{config.UploadsPrefix, config.UploadErrorsPrefix} {
+		if expiring[p] != float64(wanted(TargetAWS).retentionDays) {
+			t.Errorf("lifecycle of %s: %v, want %d days", p, expiring[p], wanted(TargetAWS).retentionDays)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
@@ -608,5 +609,63 @@ func TestHarnessInterruptPolicyQuarantine(t *testing.T) {
 	p, _ := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Items(ctx, id, batch.OutcomeQuarantined, "", 10)
 	if len(p.Items) != 1 || p.Items[0].Key != key || p.Items[0].Reason != batch.ReasonInterrupted {
 		t.Fatalf("quarantined: %+v", p.Items)
+	}
+}
+
+// The sweep deletes only the expired, and all of it: oldest first, stops
+// at the first unexpired marker, removes stale and malformed markers, and
+// a batch it deleted is gone (rows and objects).
+func TestHarnessSweep(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	now := time.Now()
+	finished := func(id string, expires time.Time) {
+		t.Helper()
+		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}}); err != nil {
+			t.Fatal(err)
+		}
+		h.worker.Handle(ctx, h.receive(t, 1))
+		h.worker.Handle(ctx, h.receive(t, 3))
+		h.finalizer.Retention = expires.Sub(time.Now())
+		if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expired, kept := newID(t), newID(t)
+	finished(expired, now.Add(-time.Hour))
+	finished(kept, now.Add(time.Hour))
+	put := func(sk string) {
+		_, err := h.store.DB().PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(h.store.Table()), Item: map[string]ddbtypes.AttributeValue{
+			"pk": &ddbtypes.AttributeValueMemberS{Value: "RETENTION"}, "sk": &ddbtypes.AttributeValueMemberS{Value: sk}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(dynamo.RetentionSK(now.Add(-2*time.Hour), "it-gone-batch")) // stale: the batch is gone
+	put("00000000000000000001")                                     // malformed
+	put(dynamo.RetentionSK(now.Add(-3*time.Hour), kept))            // stale: a newer run expires later
+	sweeper := &batch.Sweeper{Store: h.store, Control: &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}, Clock: batch.SystemClock{}, Log: h.worker.Log}
+	res, err := sweeper.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (batch.SweepResult{Expired: 4, Deleted: 1, Stale: 2, Malformed: 1}) {
+		t.Fatalf("sweep: %+v", res)
+	}
+	if _, err := h.store.GetBatch(ctx, expired); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("expired batch: %v", err)
+	}
+	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(h.blobs.Bucket()), Prefix: aws.String(batch.BatchesPrefix(expired))})
+	if err != nil || len(out.Contents) != 0 {
+		t.Fatalf("objects left: %d %v", len(out.Contents), err)
+	}
+	if b, err := h.store.GetBatch(ctx, kept); err != nil || b.Status != batch.StatusCompleted {
+		t.Fatalf("unexpired batch: %+v %v", b, err)
+	}
+	again, err := sweeper.RunOnce(ctx)
+	if err != nil || again != (batch.SweepResult{}) {
+		t.Fatalf("second pass: %+v %v", again, err)
 	}
 }

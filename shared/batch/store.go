@@ -70,6 +70,21 @@ type Store interface {
 	ListItems(ctx context.Context, batchID string, listShards int, outcome Outcome, after string, limit int) ([]Item, string, error)
 	// DeleteBatch removes every row of the batch, the batch row last.
 	DeleteBatch(ctx context.Context, b Batch) error
+	// ExpiredMarkers returns up to limit retention markers that expired at
+	// or before now, oldest first.
+	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]RetentionMarker, error)
+	// DeleteMarker deletes the retention marker with the given key.
+	DeleteMarker(ctx context.Context, markerKey string) error
+}
+
+// RetentionMarker says when a finished batch's retention ends. Key is the
+// stored sort key ("{expires_at_ms:020}#{batch id}"); Malformed is set when
+// it does not parse (BatchID and ExpiresAt are then empty).
+type RetentionMarker struct {
+	Key       string
+	BatchID   string
+	ExpiresAt time.Time
+	Malformed bool
 }
 
 // Reservation asks Store.Reserve for an item.

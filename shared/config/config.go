@@ -70,6 +70,7 @@ const (
 	OutputSubmitFunction    = "SubmitFunctionName"
 	OutputItemFunction      = "ItemFunctionName"
 	OutputFinalizeFunction  = "FinalizeFunctionName"
+	OutputSweepFunction     = "SweepFunctionName"
 	OutputMaxReceiveCount   = "ItemsMaxReceiveCount"
 	OutputAPIStage          = "ApiStage"
 	DefaultStackName        = "bulkrun"
@@ -83,6 +84,12 @@ const (
 	IncomingPrefix = "incoming/"
 	// BatchesPrefix holds everything a batch owns: batches/{id}/...
 	BatchesPrefix = "batches/"
+	// UploadErrorsPrefix holds, for an upload under IncomingPrefix that was
+	// refused, a JSON error report: incoming-errors/{name}.error.json.
+	UploadErrorsPrefix = "incoming-errors/"
+	// UploadsPrefix is where the CLI uploads local sources; a lifecycle rule
+	// expires them after the retention.
+	UploadsPrefix = "uploads/"
 )
 
 // APIBatchesResource is the REST API's top resource: every route lives at

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,6 +53,12 @@ type Store struct {
 }
 
 var _ batch.Store = (*Store)(nil)
+
+// DB returns the DynamoDB client (for tests and tools).
+func (s *Store) DB() *dynamodb.Client { return s.db }
+
+// Table returns the table's name.
+func (s *Store) Table() string { return s.table }
 
 // New returns a Store on table.
 func New(db *dynamodb.Client, table string) *Store {
@@ -1030,6 +1037,53 @@ func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.Attribut
 			return err
 		}
 		pending = out.UnprocessedItems
+	}
+	return nil
+}
+
+// ExpiredMarkers returns up to limit retention markers whose expiry is at
+// or before now, oldest first: Query pk = RETENTION AND sk < {now_ms+1:020}.
+// A marker whose sort key is not "{20 digits}#{batch id}" comes back with
+// Malformed set.
+func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]batch.RetentionMarker, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.Query(c, &dynamodb.QueryInput{
+		TableName:                &s.table,
+		KeyConditionExpression:   aws.String("#p = :p AND #s < :s"),
+		ExpressionAttributeNames: map[string]string{"#p": config.AttrPK, "#s": config.AttrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":p": &types.AttributeValueMemberS{Value: pkRetain},
+			":s": &types.AttributeValueMemberS{Value: fmt.Sprintf("%020d", now.UnixMilli()+1)},
+		},
+		Limit: aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expired markers: %w", err)
+	}
+	markers := make([]batch.RetentionMarker, 0, len(out.Items))
+	for _, av := range out.Items {
+		sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
+		m := batch.RetentionMarker{Malformed: true}
+		if sk != nil {
+			m.Key = sk.Value
+			digits, id, ok := strings.Cut(sk.Value, "#")
+			msec, perr := strconv.ParseInt(digits, 10, 64)
+			if ok && len(digits) == 20 && perr == nil && batch.ValidBatchID(id) {
+				m = batch.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
+			}
+		}
+		markers = append(markers, m)
+	}
+	return markers, nil
+}
+
+// DeleteMarker deletes the retention marker whose sort key is markerKey.
+func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: key(pkRetain, markerKey)}); err != nil {
+		return fmt.Errorf("delete retention marker %q: %w", markerKey, err)
 	}
 	return nil
 }
