@@ -128,7 +128,7 @@ func TestSubmitOtherManifestSameIDIs409(t *testing.T) {
 		t.Fatalf("err = %v, want 409 batch_mismatch on manifest_digest", err)
 	}
 	req := webhookRequest(id, url, inlineItems(3))
-	req.Pipeline = "thumbnail"
+	req.Pipeline, req.Options = "thumbnail", nil
 	_, err = env.api.Submit(ctx, req)
 	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Field != "pipeline" {
 		t.Fatalf("other pipeline: err = %v, want 409 on pipeline", err)
@@ -406,7 +406,8 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &src, Body: strings.NewReader("{\"a\":1}\n\n{\"a\":2}\n{\"a\":\n")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src}})
+	hook := json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`)
+	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src}})
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Line != 4 || ae.Body.Field != "source.object" {
 		t.Fatalf("err = %v (%+v), want 400 naming line 4 of source.object", err, ae)
@@ -415,7 +416,7 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &dup, Body: strings.NewReader("{\"k\":\"x\"}\n{\"k\":\"y\"}\n{\"k\":\"x\"}\n")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}})
+	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, KeyField: "k", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}})
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Key != "x" || !strings.Contains(ae.Body.Message, "line 1") || !strings.Contains(ae.Body.Message, "line 3") {
 		t.Fatalf("duplicate key: err = %v, want both lines and the key", err)
 	}
@@ -436,8 +437,9 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 	}{
 		{batch.SubmitRequest{BatchID: "no/slash", Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}}, "batch_id"},
 		{batch.SubmitRequest{BatchID: id, Pipeline: "nope", Source: batch.SourceSpec{Items: inlineItems(1)}}, "pipeline"},
-		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook"}, "source"},
-		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}, Headers: map[string]string{"bulkrun.x": "1"}}, "headers.bulkrun.x"},
+		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook}, "source"},
+		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: batch.SourceSpec{Items: inlineItems(1)}, Headers: map[string]string{"bulkrun.x": "1"}}, "headers.bulkrun.x"},
+		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}}, "pipeline_options"},
 	} {
 		_, err := env.api.Submit(ctx, bad.req)
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != bad.field {
@@ -547,4 +549,61 @@ func TestScheduleTickIsOneBatch(t *testing.T) {
 	if v.Census.Succeeded != 3 || v.Run != 1 {
 		t.Fatalf("scheduled batch: %+v", v.Census)
 	}
+}
+
+// A refused upload leaves an error report naming the line, and no batch.
+func TestRefusedUploadIsReported(t *testing.T) {
+	ctx := context.Background()
+	name := newID(t)
+	key := "incoming/" + name + ".jsonl"
+	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader("{\"a\":1}\n{oops\n"),
+		Metadata: map[string]string{"pipeline": "webhook", "batch-id": name, "pipeline-options": `{"url":"http://127.0.0.1:9/x"}`}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		o, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.bucket, Key: aws.String(handler.UploadErrorKey(key))})
+		if err == nil {
+			var rep handler.UploadError
+			err = json.NewDecoder(o.Body).Decode(&rep)
+			o.Body.Close()
+			if err != nil || rep.Key != key || rep.BatchID != name || rep.Error.Code != "invalid_request" || rep.Error.Line != 2 {
+				t.Fatalf("report %+v (%v)", rep, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no error report: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if _, err := env.api.Status(ctx, name); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("status: %v, want not found", err)
+	}
+}
+
+// The API refuses options the pipeline would refuse for every item, and
+// the same manifest under the same id with other options.
+func TestSubmitRefusesBadBodiesAndOptions(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	var ae *client.APIError
+	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}})
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options" || !strings.Contains(ae.Body.Message, "url") {
+		t.Fatalf("webhook without url: %v, want 400 on pipeline_options", err)
+	}
+	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}, Options: json.RawMessage(`{"url":"ftp://x"}`)})
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options" {
+		t.Fatalf("ftp url: %v, want 400 on pipeline_options", err)
+	}
+	url := env.hook.route(id, nil)
+	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(2))); err != nil {
+		t.Fatal(err)
+	}
+	other := webhookRequest(id, url+"/other", inlineItems(2))
+	_, err = env.api.Submit(ctx, other)
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Field != "pipeline_options" {
+		t.Fatalf("same manifest, other options: %v, want 409 on pipeline_options", err)
+	}
+	wait(t, id)
 }

@@ -669,3 +669,37 @@ func TestHarnessSweep(t *testing.T) {
 		t.Fatalf("second pass: %+v %v", again, err)
 	}
 }
+
+// An item that ran once (transient error, retry scheduled) and is then
+// cancelled by a stop keeps its attempt in the results.
+func TestHarnessCancelledKeepsItsAttempts(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, errors.New("503")
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 1)
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 1 {
+		t.Fatalf("the transient failure must be retried: %v", failed)
+	}
+	if _, err := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, msgs)
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Status != batch.StatusCancelled || r.Report.Census.Cancelled != 1 {
+		t.Fatalf("report %s %+v", r.Report.Status, r.Report.Census)
+	}
+	var row batch.Item
+	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { row = it; return nil })
+	if row.Outcome != batch.OutcomeCancelled || row.RunAttempts != 1 || row.Reason != batch.ReasonCancel {
+		t.Fatalf("row %+v, want cancelled with 1 attempt", row)
+	}
+}

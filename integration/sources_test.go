@@ -62,7 +62,8 @@ func TestSourcesAndHeaders(t *testing.T) {
 	t.Run("empty", func(t *testing.T) {
 		id := newID(t)
 		uri := putObject(t, "it-sources/"+id+"/empty.jsonl", "\n\n")
-		v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Object: uri}})
+		v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Object: uri},
+			Options: []byte(`{"url":"http://127.0.0.1:9/unused"}`)})
 		if err != nil || v.ItemCount != 0 {
 			t.Fatalf("submit: %+v %v", v, err)
 		}

@@ -25,6 +25,7 @@ func main() {
 		API:             handler.NewAPI(s, d.Store, d.Blobs, d.Log),
 		Submitter:       s,
 		Heads:           d.Blobs,
+		Blobs:           d.Blobs,
 		DefaultPipeline: d.Config.DefaultPipeline,
 		Log:             d.Log,
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -353,5 +354,72 @@ func TestMessageValidate(t *testing.T) {
 		if m.Validate() == nil {
 			t.Errorf("Validate(%+v) = nil", m)
 		}
+	}
+}
+
+func TestSubmitValidate(t *testing.T) {
+	s := &Submitter{Pipelines: []string{"webhook"}}
+	items := json.RawMessage(`[1]`)
+	tests := []struct {
+		name      string
+		req       SubmitRequest
+		wantField string
+	}{
+		{"ok", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, Headers: map[string]string{"X-Tenant": "acme"}}, ""},
+		{"unknown pipeline", SubmitRequest{Pipeline: "nope", Source: SourceSpec{Items: items}}, "pipeline"},
+		{"reserved header", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, Headers: map[string]string{"Bulkrun.Attempt": "1"}}, "headers.Bulkrun.Attempt"},
+		{"header name with space", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, Headers: map[string]string{"X A": "1"}}, "headers.X A"},
+		{"header value with CRLF", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, Headers: map[string]string{"X-A": "v\r\nInjected: 1"}}, "headers.X-A"},
+		{"interrupt policy", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, OnInterrupt: "maybe"}, "on_interrupt"},
+		{"options not an object", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, Options: json.RawMessage(`[1]`)}, "pipeline_options"},
+		{"max attempts", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, MaxAttempts: 101}, "max_attempts"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := s.Validate(&tt.req)
+			var ie *InputError
+			if tt.wantField == "" && err != nil || tt.wantField != "" && (!errors.As(err, &ie) || ie.Field != tt.wantField) {
+				t.Fatalf("Validate = %v, want field %q", err, tt.wantField)
+			}
+		})
+	}
+}
+
+func TestSameSettings(t *testing.T) {
+	base := Batch{Pipeline: "webhook", Options: json.RawMessage(`{"url": "http://a"}`), MaxAttempts: 3, OnInterrupt: InterruptRetry}
+	same := base
+	same.Options = json.RawMessage(`{"url":"http://a"}`)
+	if f, _, _ := sameSettings(base, same); f != "" {
+		t.Fatalf("whitespace in options is not a difference: %s", f)
+	}
+	for _, tt := range []struct {
+		edit func(*Batch)
+		want string
+	}{
+		{func(b *Batch) { b.Pipeline = "thumbnail" }, "pipeline"},
+		{func(b *Batch) { b.Options = json.RawMessage(`{"url":"http://b"}`) }, "pipeline_options"},
+		{func(b *Batch) { b.Headers = map[string]string{"X": "1"} }, "headers"},
+		{func(b *Batch) { p := 5.0; b.Threshold.FailurePercent = &p }, "threshold"},
+		{func(b *Batch) { b.MaxAttempts = 4 }, "max_attempts"},
+		{func(b *Batch) { b.OnInterrupt = InterruptQuarantine }, "on_interrupt"},
+	} {
+		other := base
+		tt.edit(&other)
+		if f, _, _ := sameSettings(base, other); f != tt.want {
+			t.Errorf("sameSettings = %q, want %q", f, tt.want)
+		}
+	}
+}
+
+func TestManifestDuplicateInArrayNamesElements(t *testing.T) {
+	mw := NewManifestWriter(io.Discard, 0, t.TempDir())
+	defer mw.Close()
+	if err := ReadJSONArray(strings.NewReader(`[{"id":"a"},{"id":"b"},{"id":"a"}]`), "id", mw.Add); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mw.Finish()
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Element != 3 || ie.Line != 0 || !strings.Contains(err.Error(), "first seen at element 1, again at element 3") {
+		t.Fatalf("err = %v", err)
 	}
 }

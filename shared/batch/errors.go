@@ -19,7 +19,7 @@ var (
 	ErrBatchExists = errors.New("batch exists")
 	// ErrConflict: a conditional write lost (a lease is live, an attempt was
 	// fenced, a run already finished). Storage adapters return it wrapped.
-	ErrConflict = errors.New("conditional write lost")
+	ErrConflict = errors.New("conflict")
 	// ErrInvalid: the request or the source is malformed. Permanent; the
 	// error is an *InputError naming the field or line.
 	ErrInvalid = errors.New("invalid input")
@@ -75,7 +75,7 @@ func (e *InputError) Unwrap() error { return e.Err }
 // errors.Is(err, ErrBatchMismatch) is true.
 type MismatchError struct {
 	BatchID string
-	Field   string // "manifest_digest" or "pipeline"
+	Field   string // "manifest_digest", "pipeline", "pipeline_options", "headers", "threshold", "max_attempts" or "on_interrupt"
 	Stored  string
 	Given   string
 }

@@ -38,6 +38,7 @@ type ManifestWriter struct {
 	count      int64
 	chunks     []Chunk
 	lineBuf    bytes.Buffer
+	elements   bool // the source numbers its items by element (a JSON array)
 }
 
 // NewManifestWriter writes to w. chunkItems ≤ 0 means DefaultChunkItems;
@@ -64,6 +65,7 @@ func (m *ManifestWriter) Add(it SourceItem) error {
 	where := it.Line
 	if where == 0 {
 		where = it.Element
+		m.elements = true
 	}
 	if err := m.keys.Add([]byte(it.Key), where); err != nil {
 		return fmt.Errorf("manifest: duplicate detection: %w", err)
@@ -103,6 +105,10 @@ func (m *ManifestWriter) Finish() (ManifestSummary, error) {
 	if err := m.keys.Finish(); err != nil {
 		var dup *keyset.DuplicateKeyError
 		if errors.As(err, &dup) {
+			if m.elements {
+				return ManifestSummary{}, &InputError{Element: dup.SecondLine, Key: truncate(dup.Key, 80),
+					Reason: fmt.Sprintf("duplicate item key: first seen at element %d, again at element %d", dup.FirstLine, dup.SecondLine)}
+			}
 			return ManifestSummary{}, &InputError{Line: dup.SecondLine, Key: truncate(dup.Key, 80),
 				Reason: fmt.Sprintf("duplicate item key: first seen at line %d, again at line %d", dup.FirstLine, dup.SecondLine)}
 		}

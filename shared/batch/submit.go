@@ -1,13 +1,17 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // SubmitRequest is the body of POST /batches (JSON names as tagged).
@@ -50,16 +54,20 @@ type SubmitResult struct {
 // Submitter streams a source into a manifest, creates the batch row
 // conditionally and starts the fan-out. Safe for concurrent use.
 type Submitter struct {
-	Store       Store
-	Blobs       Blobs
-	Queue       Queue
-	Trigger     Trigger
-	Clock       Clock
-	Log         *slog.Logger
-	Pipelines   []string // accepted pipeline names
-	MaxAttempts int      // default per item
-	ChunkItems  int      // items per fan-out message; 0 = DefaultChunkItems
-	TempDir     string   // where duplicate-key detection spills; "" = OS temp dir
+	Store     Store
+	Blobs     Blobs
+	Queue     Queue
+	Trigger   Trigger
+	Clock     Clock
+	Log       *slog.Logger
+	Pipelines []string // accepted pipeline names
+	// Registry, when set, lets submit check a batch's pipeline options with
+	// the pipeline's own rules (pipeline.OptionsValidator) before any item
+	// runs. Pipelines it does not hold are accepted by name only.
+	Registry    *pipeline.Registry
+	MaxAttempts int    // default per item
+	ChunkItems  int    // items per fan-out message; 0 = DefaultChunkItems
+	TempDir     string // where duplicate-key detection spills; "" = OS temp dir
 }
 
 // MaxHeaderBytes bounds the headers given at submit: they are stored on the
@@ -100,8 +108,11 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 		if strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix) {
 			return &InputError{Field: "headers." + k, Reason: fmt.Sprintf("the %q prefix is reserved", ReservedHeaderPrefix)}
 		}
-		if k == "" {
-			return &InputError{Field: "headers", Reason: "empty header name"}
+		if !headerNameRE.MatchString(k) {
+			return &InputError{Field: "headers." + k, Reason: "a header name is 1–256 token characters (RFC 9110 §5.1)"}
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return &InputError{Field: "headers." + k, Reason: "a header value may not hold CR, LF or NUL"}
 		}
 		size += len(k) + len(v)
 	}
@@ -114,7 +125,51 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 			return &InputError{Field: "pipeline_options", Reason: "want a JSON object", Err: err}
 		}
 	}
+	if s.Registry != nil {
+		if p, ok := s.Registry.Lookup(req.Pipeline); ok {
+			if v, ok := p.(pipeline.OptionsValidator); ok {
+				opts := req.Options
+				if len(opts) == 0 {
+					opts = json.RawMessage("{}")
+				}
+				if err := v.ValidateOptions(opts); err != nil {
+					return &InputError{Field: "pipeline_options", Reason: err.Error()}
+				}
+			}
+		}
+	}
 	return nil
+}
+
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,256}$")
+
+// sameSettings returns the first setting in which a repeated submit differs
+// from the stored batch ("" when none): the same manifest with other
+// options is another plan, not the same batch.
+func sameSettings(stored, given Batch) (field, was, now string) {
+	compact := func(raw json.RawMessage) string {
+		var b bytes.Buffer
+		if len(raw) == 0 || json.Compact(&b, raw) != nil {
+			return string(raw)
+		}
+		return b.String()
+	}
+	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	switch {
+	case stored.Pipeline != given.Pipeline:
+		return "pipeline", stored.Pipeline, given.Pipeline
+	case compact(stored.Options) != compact(given.Options):
+		return "pipeline_options", compact(stored.Options), compact(given.Options)
+	case asJSON(stored.Headers) != asJSON(given.Headers) && len(stored.Headers)+len(given.Headers) > 0:
+		return "headers", asJSON(stored.Headers), asJSON(given.Headers)
+	case asJSON(stored.Threshold) != asJSON(given.Threshold):
+		return "threshold", asJSON(stored.Threshold), asJSON(given.Threshold)
+	case stored.MaxAttempts != given.MaxAttempts:
+		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
+	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
+		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
+	}
+	return "", "", ""
 }
 
 // ManifestKey is where a submit attempt writes its manifest. Each attempt
@@ -213,8 +268,8 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 		if stored.Digest != b.Digest {
 			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: "manifest_digest", Stored: stored.Digest, Given: b.Digest}
 		}
-		if stored.Pipeline != b.Pipeline {
-			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: "pipeline", Stored: stored.Pipeline, Given: b.Pipeline}
+		if field, was, now := sameSettings(stored, b); field != "" {
+			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: field, Stored: was, Given: now}
 		}
 		if req.Rerun {
 			resumed, err := s.Resume(ctx, b.ID)

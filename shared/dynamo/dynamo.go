@@ -565,14 +565,39 @@ func (s *Store) Release(ctx context.Context, r batch.Record) error {
 // Settle writes a terminal outcome for an item that did not run, under the
 // reclaimable condition; it returns the stored row on conflict.
 func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) {
-	u, err := outcomeUpdate(r)
+	// UpdateBuilder shares its operations between copies: build each
+	// variant from scratch.
+	update := func(newRun bool) (expression.UpdateBuilder, error) {
+		u, err := outcomeUpdate(r)
+		if err != nil {
+			return u, err
+		}
+		u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
+			Set(expression.Name("lease_until_ms"), expression.Value(0)).
+			Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled"))
+		if newRun {
+			// A row new to this run starts the run's attempts here (none
+			// made); a row in flight in this run keeps them.
+			u = u.Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1)))
+		}
+		return u, nil
+	}
+	u, err := update(true)
 	if err != nil {
 		return batch.Item{}, err
 	}
-	u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
-		Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
-		Set(expression.Name("lease_until_ms"), expression.Value(0)).Remove(expression.Name("released"))
-	expr, err := expression.NewBuilder().WithCondition(reclaimable(r.Run, r.Now)).WithUpdate(u).Build()
+	it, err := s.settle(ctx, r, fresh(r.Run), u)
+	if errors.Is(err, batch.ErrConflict) && it.Outcome == batch.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now) {
+		if u, err = update(false); err != nil {
+			return batch.Item{}, err
+		}
+		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
+	}
+	return it, err
+}
+
+func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return batch.Item{}, err
 	}

@@ -110,23 +110,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, e ErrorBody) { writeJSON(w, status, e) }
 
-// errorAnswer maps a domain error to its HTTP status and body.
-func (a *API) errorAnswer(w http.ResponseWriter, err error) {
+// ErrorOf maps a domain error to its HTTP status and JSON body.
+func ErrorOf(err error) (int, ErrorBody) {
 	var ie *batch.InputError
 	var me *batch.MismatchError
 	switch {
 	case errors.As(err, &ie):
-		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key})
+		return http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}
 	case errors.As(err, &me):
-		writeError(w, http.StatusConflict, ErrorBody{Code: "batch_mismatch", Message: err.Error(), Field: me.Field})
+		return http.StatusConflict, ErrorBody{Code: "batch_mismatch", Message: err.Error(), Field: me.Field}
 	case errors.Is(err, batch.ErrNotFound):
-		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()})
+		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
 	case errors.Is(err, batch.ErrConflict):
-		writeError(w, http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()})
-	default:
-		a.Log.Error("request failed", "error", err.Error())
-		writeError(w, http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; the request can be retried"})
+		return http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()}
 	}
+	return http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; the request can be retried"}
+}
+
+// errorAnswer writes the answer of a domain error (logging internal ones).
+func (a *API) errorAnswer(w http.ResponseWriter, err error) {
+	status, body := ErrorOf(err)
+	if status == http.StatusInternalServerError {
+		a.Log.Error("request failed", "error", err.Error())
+	}
+	writeError(w, status, body)
 }
 
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
@@ -144,6 +151,10 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: " + err.Error(), Field: jsonField(err)})
+		return
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: content after the JSON object"})
 		return
 	}
 	res, err := a.Submitter.Submit(r.Context(), req)

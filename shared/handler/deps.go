@@ -24,6 +24,8 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
 	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
 	"github.com/bulkrun/bulkrun/shared/queue"
 	"github.com/bulkrun/bulkrun/shared/trigger"
 )
@@ -104,9 +106,13 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
 		return nil, err
 	}
+	reg := &pipeline.Registry{}
+	if err := builtin.Register(reg, d.Blobs, nil); err != nil {
+		return nil, err
+	}
 	return &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
-		Log: d.Log, Pipelines: d.Config.Pipelines, MaxAttempts: d.Config.MaxAttempts, TempDir: os.TempDir(),
+		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, TempDir: os.TempDir(),
 	}, nil
 }
 

@@ -26,7 +26,8 @@ import (
 type Submit struct {
 	API             *API
 	Submitter       *batch.Submitter
-	Heads           Header // reads an upload's metadata
+	Heads           Header      // reads an upload's metadata
+	Blobs           batch.Blobs // where refused uploads get their error report
 	DefaultPipeline string
 	Log             *slog.Logger
 }
@@ -90,8 +91,9 @@ const (
 // Uploads starts a batch per uploaded object under incoming/. A duplicate
 // notification of one upload is the same batch: the id derives from the
 // bucket, key and ETag (UploadBatchID) unless metadata names one. Bad input
-// is logged with its line and not retried; other errors are returned so
-// that Lambda retries the event.
+// is logged with its line, reported in incoming-errors/{name}.error.json
+// (UploadErrorKey) and not retried; other errors are returned so that
+// Lambda retries the event.
 func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
 	var errs []error
 	for _, rec := range ev.Records {
@@ -116,12 +118,42 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
 		var ie *batch.InputError
 		if errors.As(err, &ie) || errors.Is(err, batch.ErrBatchMismatch) {
 			log.Error("upload refused", "error", err.Error())
+			if rerr := s.reportRefusal(ctx, bucket, key, req.BatchID, err); rerr != nil {
+				log.Error("write error report", "error", rerr.Error())
+			}
 			continue
 		}
 		log.Error("upload failed; retried", "error", err.Error())
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// UploadErrorKey is where the error report of a refused upload goes:
+// incoming-errors/{key without incoming/}.error.json.
+func UploadErrorKey(key string) string {
+	return config.UploadErrorsPrefix + strings.TrimPrefix(key, config.IncomingPrefix) + ".error.json"
+}
+
+// UploadError is the error report of a refused upload.
+type UploadError struct {
+	Bucket  string    `json:"bucket"`
+	Key     string    `json:"key"`
+	BatchID string    `json:"batch_id,omitempty"`
+	Error   ErrorBody `json:"error"`
+	At      time.Time `json:"at"`
+}
+
+func (s *Submit) reportRefusal(ctx context.Context, bucket, key, batchID string, err error) error {
+	if s.Blobs == nil || bucket != s.Blobs.Bucket() {
+		return nil
+	}
+	_, body := ErrorOf(err)
+	report, merr := json.MarshalIndent(UploadError{Bucket: bucket, Key: key, BatchID: batchID, Error: body, At: time.Now().UTC()}, "", "  ")
+	if merr != nil {
+		return merr
+	}
+	return s.Blobs.Put(ctx, UploadErrorKey(key), "application/json", report)
 }
 
 var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)

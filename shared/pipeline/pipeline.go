@@ -76,6 +76,13 @@ type Pipeline interface {
 	Run(ctx context.Context, req Request) (Result, error)
 }
 
+// OptionsValidator is implemented by pipelines that can check a batch's
+// options before any item runs: submit refuses bad options with a 400
+// naming pipeline_options instead of failing every item.
+type OptionsValidator interface {
+	ValidateOptions(options json.RawMessage) error
+}
+
 // Func adapts a function to the Pipeline interface.
 type Func func(ctx context.Context, req Request) (Result, error)
 

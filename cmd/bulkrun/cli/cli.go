@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
@@ -150,6 +151,14 @@ func (a *app) submitCmd() *cobra.Command {
 		Args:  exactArgs(1, "one FILE or s3:// URI"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if options != "" && !json.Valid([]byte(options)) {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--options: not valid JSON: %s", options)}
+			}
+			switch format {
+			case "", batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
+			default:
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--format %q: want jsonl, json or csv", format)}
+			}
 			if err := a.load(ctx); err != nil {
 				return err
 			}
@@ -337,23 +346,51 @@ func (a *app) watch(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	bar := progressbar.NewOptions64(v.ItemCount,
-		progressbar.OptionSetWriter(a.errw), progressbar.OptionSetDescription(id),
-		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("items"),
-		progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
+	// A progress bar on a terminal; elsewhere (a log, a pipe) a plain line
+	// every 10 seconds.
+	tty := false
+	if f, ok := a.errw.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	var bar *progressbar.ProgressBar
+	if tty {
+		bar = progressbar.NewOptions64(v.ItemCount,
+			progressbar.OptionSetWriter(a.errw), progressbar.OptionSetDescription(id),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
+	}
+	start, startDone, lastLine := time.Now(), int64(-1), time.Time{}
 	final, err := a.api.Wait(ctx, id, time.Second, func(v handler.BatchView) {
+		var done int64
+		var desc string
 		switch {
 		case v.Census != nil:
 			c := v.Census
-			_ = bar.Set64(c.Total - c.Pending - c.InFlight)
-			bar.Describe(fmt.Sprintf("run %d: ok %d failed %d quarantined %d cancelled %d in flight %d", v.Run, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight))
+			done = c.Total - c.Pending - c.InFlight
+			desc = fmt.Sprintf("run %d: ok %d failed %d quarantined %d cancelled %d in flight %d", v.Run, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight)
 		case v.Progress != nil:
-			_ = bar.Set64(v.Progress.Done)
-			bar.Describe(fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures))
+			done = v.Progress.Done
+			desc = fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures)
+		default:
+			return
+		}
+		if startDone < 0 {
+			startDone = done // the rate counts what this watch saw happen
+		}
+		if secs := time.Since(start).Seconds(); secs >= 1 {
+			desc += fmt.Sprintf(", %.1f items/s", float64(done-startDone)/secs)
+		}
+		if bar != nil {
+			_ = bar.Set64(done)
+			bar.Describe(desc)
+		} else if time.Since(lastLine) >= 10*time.Second || v.Status.Finished() {
+			lastLine = time.Now()
+			fmt.Fprintf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
 		}
 	})
-	_ = bar.Finish()
-	fmt.Fprintln(a.errw)
+	if bar != nil {
+		_ = bar.Finish()
+		fmt.Fprintln(a.errw)
+	}
 	if err != nil {
 		return err
 	}

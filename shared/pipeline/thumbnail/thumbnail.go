@@ -345,6 +345,15 @@ func OutputName(key string) string {
 	return key + ".png"
 }
 
+// ValidateOptions checks a batch's options (ParseOptions) before any item
+// runs; it implements pipeline.OptionsValidator.
+func (p *Pipeline) ValidateOptions(raw json.RawMessage) error {
+	_, err := ParseOptions(raw)
+	return err
+}
+
+var _ pipeline.OptionsValidator = (*Pipeline)(nil)
+
 // ParseOptions validates the batch's options JSON and returns it with the
 // defaults filled in. Empty, null and {} give the defaults. Its error wraps
 // ErrInvalidOptions and names the option at fault. Submit can call it to

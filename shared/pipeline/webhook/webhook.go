@@ -257,6 +257,15 @@ func (p *Pipeline) transportError(ctx context.Context, key string, target *url.U
 	return fmt.Errorf("webhook: %s: %s: %w", key, where, err)
 }
 
+// ValidateOptions checks a batch's options (ParseOptions) before any item
+// runs; it implements pipeline.OptionsValidator.
+func (p *Pipeline) ValidateOptions(raw json.RawMessage) error {
+	_, err := ParseOptions(raw)
+	return err
+}
+
+var _ pipeline.OptionsValidator = (*Pipeline)(nil)
+
 // ParseOptions validates the batch's options JSON and returns it with the
 // default timeout filled in. Its error wraps ErrInvalidOptions and names the
 // option at fault. Submit can call it to refuse a batch whose options every

@@ -1,0 +1,66 @@
+package handler
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Request bodies the API refuses before any storage is touched.
+func TestAPIRefusesMalformedBodies(t *testing.T) {
+	api := NewAPI(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		field                    string
+	}{
+		{"content after the object", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[1]}} xyz`, 400, ""},
+		{"unknown field", "POST", "/batches", `{"pipelin":"webhook"}`, 400, "pipelin"},
+		{"wrong type", "POST", "/batches", `{"pipeline":7}`, 400, "pipeline"},
+		{"not JSON", "POST", "/batches", `nope`, 400, ""},
+		{"bad batch id", "GET", "/batches/a%2Fb", ``, 400, "id"},
+		{"no route", "PUT", "/elsewhere", ``, 404, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			api.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
+			var body ErrorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("answer %q is not an error body: %v", rec.Body.String(), err)
+			}
+			if rec.Code != tt.status || body.Field != tt.field || body.Code == "" || body.Message == "" {
+				t.Fatalf("%d %+v, want %d field %q", rec.Code, body, tt.status, tt.field)
+			}
+			if rec.Header().Get("Content-Type") != "application/json" {
+				t.Errorf("content type %q", rec.Header().Get("Content-Type"))
+			}
+		})
+	}
+}
+
+func TestUploadNames(t *testing.T) {
+	if got := UploadErrorKey("incoming/2026/orders.jsonl"); got != "incoming-errors/2026/orders.jsonl.error.json" {
+		t.Errorf("UploadErrorKey = %s", got)
+	}
+	a := UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag1"`)
+	if !strings.HasPrefix(a, "My-Orders-1-") || len(a) != len("My-Orders-1-")+16 || a == UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag2"`) {
+		t.Errorf("UploadBatchID = %s", a)
+	}
+	if got := ScheduleBatchID("nightly", mustTime(t, "2026-11-29T02:00:00Z")); got != "nightly-20261129T020000Z" {
+		t.Errorf("ScheduleBatchID = %s", got)
+	}
+}
+
+func mustTime(t *testing.T, s string) (tm time.Time) {
+	t.Helper()
+	tm, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
