@@ -439,21 +439,8 @@ func (a *app) show(v handler.BatchView) error {
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "status ID",
-		Short: "Show a batch's status and census",
-		Args:  exactArgs(1, "a batch ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.load(cmd.Context()); err != nil {
-				return err
-			}
-			v, err := a.api.Status(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.show(v)
-		},
-	}
+	return a.simple("status ID", "Show a batch's status and census", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Status(ctx, args[0]) })
 }
 
 func (a *app) itemsCmd() *cobra.Command {
