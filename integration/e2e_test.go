@@ -234,6 +234,25 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	if strings.Join(keys, ",") != "item-0000000003,item-0000000007,item-0000000010" {
 		t.Fatalf("failed keys = %v", keys)
 	}
+	// manifest.json names the result files in Distributed Map's ResultWriter shape.
+	mb, mk, _ := batch.ParseS3URI(rep.Results.Manifest)
+	mo, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &mb, Key: &mk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		DestinationBucket string
+		ResultFiles       map[string][]struct {
+			Key  string
+			Size int64
+		}
+	}
+	err = json.NewDecoder(mo.Body).Decode(&manifest)
+	mo.Body.Close()
+	if err != nil || manifest.DestinationBucket != env.bucket || len(manifest.ResultFiles["FAILED"]) != 1 || len(manifest.ResultFiles["SUCCEEDED"]) != 1 ||
+		manifest.ResultFiles["FAILED"][0].Key != batch.ResultsKey(id, 1, batch.OutcomeFailed) || manifest.ResultFiles["FAILED"][0].Size == 0 {
+		t.Fatalf("results manifest %+v (%v)", manifest, err)
+	}
 	ok := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI)
 	for _, l := range ok {
 		if l.Key == flaky && l.Attempts != 2 {
