@@ -218,6 +218,10 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	if v.Census.Failed != 3 || v.Census.Succeeded != 9 || !v.NeedsAttention || v.Status != batch.StatusCompleted {
 		t.Fatalf("batch: %s %+v", v.Status, v.Census)
 	}
+	// Each item's cost is its last attempt's: failed calls were calls too.
+	if v.Census.Cost["calls"] != 12 {
+		t.Fatalf("cost %v, want calls=12", v.Census.Cost)
+	}
 	rep, err := env.api.Report(ctx, id)
 	if err != nil {
 		t.Fatal(err)

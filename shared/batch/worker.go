@@ -430,6 +430,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		}
 	}
 	rec.Error = perr.Error()
+	rec.Cost = res.Cost // what the failed attempt spent, if the pipeline says
 	switch pipeline.Classify(perr) {
 	case pipeline.ClassPermanent:
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent

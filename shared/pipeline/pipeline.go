@@ -72,6 +72,9 @@ type Outputs interface {
 }
 
 // Pipeline runs one item. See the package comment for the error contract.
+// With an error, Result.Cost may still carry what the attempt spent (a call
+// that was answered 4xx is still a call); the item's cost is that of the
+// attempt that ended it.
 type Pipeline interface {
 	Run(ctx context.Context, req Request) (Result, error)
 }

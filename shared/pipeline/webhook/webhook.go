@@ -203,10 +203,12 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 			Body:       strings.TrimSpace(cutUTF8(strings.ToValidUTF8(string(head), "\uFFFD"), MaxErrorBodyBytes)),
 			RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()),
 		}
+		// The call was made: its cost counts even when the item fails.
+		called := pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
 		if serr.Transient() {
-			return pipeline.Result{}, serr
+			return called, serr
 		}
-		return pipeline.Result{}, pipeline.Permanent(serr)
+		return called, pipeline.Permanent(serr)
 	}
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))

@@ -412,3 +412,15 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 }
+
+// A call answered with an error status still costs a call.
+func TestFailedCallsCost(t *testing.T) {
+	for _, status := range []int{422, 503} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+		res, err := webhook.New(nil).Run(context.Background(), pipeline.Request{Key: "k", Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"url":"` + srv.URL + `"}`)})
+		srv.Close()
+		if err == nil || res.Cost["calls"] != 1 {
+			t.Errorf("status %d: err %v, cost %v, want an error with calls=1", status, err, res.Cost)
+		}
+	}
+}
