@@ -59,23 +59,22 @@ const (
 // Stack output keys. The CLI, the demo and the integration tests find the
 // deployed resources through these.
 const (
-	OutputAPIURL            = "ApiUrl"
-	OutputAPIID             = "ApiId"
-	OutputBucket            = "BucketName"
-	OutputTable             = "TableName"
-	OutputItemsQueueURL     = "ItemsQueueUrl"
-	OutputItemsDLQURL       = "ItemsDeadLetterQueueUrl"
-	OutputItemsQueueARN     = "ItemsQueueArn"
-	OutputItemsDLQARN       = "ItemsDeadLetterQueueArn"
-	OutputSubmitFunction    = "SubmitFunctionName"
-	OutputItemFunction      = "ItemFunctionName"
-	OutputFinalizeFunction  = "FinalizeFunctionName"
-	OutputSweepFunction     = "SweepFunctionName"
-	OutputMaxReceiveCount   = "ItemsMaxReceiveCount"
-	OutputAPIStage          = "ApiStage"
-	DefaultStackName        = "bulkrun"
-	DefaultAPIStage         = "v1"
-	DefaultItemsQueueSuffix = "items"
+	OutputAPIURL           = "ApiUrl"
+	OutputAPIID            = "ApiId"
+	OutputBucket           = "BucketName"
+	OutputTable            = "TableName"
+	OutputItemsQueueURL    = "ItemsQueueUrl"
+	OutputItemsDLQURL      = "ItemsDeadLetterQueueUrl"
+	OutputItemsQueueARN    = "ItemsQueueArn"
+	OutputItemsDLQARN      = "ItemsDeadLetterQueueArn"
+	OutputSubmitFunction   = "SubmitFunctionName"
+	OutputItemFunction     = "ItemFunctionName"
+	OutputFinalizeFunction = "FinalizeFunctionName"
+	OutputSweepFunction    = "SweepFunctionName"
+	OutputMaxReceiveCount  = "ItemsMaxReceiveCount"
+	OutputAPIStage         = "ApiStage"
+	DefaultStackName       = "bulkrun"
+	DefaultAPIStage        = "v1"
 )
 
 // S3 key prefixes shared by the stack (notification filters) and the code.
@@ -118,18 +117,17 @@ const (
 
 // Defaults. Each names the value used when its variable is unset.
 const (
-	DefaultMaxAttempts       = 3
-	DefaultMaxReceiveCount   = 10
-	DefaultItemTimeout       = 5 * time.Minute
-	DefaultLease             = DefaultItemTimeout + LeaseMargin
-	DefaultVisibility        = 6 * DefaultItemTimeout // AWS: at least 6× the function timeout for SQS event sources
-	DefaultRetention         = 30 * 24 * time.Hour
-	LeaseMargin              = time.Minute
-	DefaultFinalizeTimeout   = 15 * time.Minute
-	DefaultSubmitTimeout     = 15 * time.Minute
-	DefaultSweepTimeout      = 15 * time.Minute
-	DefaultItemBatchSize     = 10
-	MaxSQSBatchWindowSeconds = 0
+	DefaultMaxAttempts     = 3
+	DefaultMaxReceiveCount = 10
+	DefaultItemTimeout     = 5 * time.Minute
+	DefaultLease           = DefaultItemTimeout + LeaseMargin
+	DefaultVisibility      = 6 * DefaultItemTimeout // AWS: at least 6× the function timeout for SQS event sources
+	DefaultRetention       = 30 * 24 * time.Hour
+	LeaseMargin            = time.Minute
+	DefaultFinalizeTimeout = 15 * time.Minute
+	DefaultSubmitTimeout   = 15 * time.Minute
+	DefaultSweepTimeout    = 15 * time.Minute
+	DefaultItemBatchSize   = 10
 )
 
 // Config is a function's typed configuration, read once by Load.

@@ -1,0 +1,43 @@
+// Package batch is bulkrun's domain: batches, items, runs, outcomes,
+// census, threshold, manifest, reservation and retention. It imports no AWS
+// type; it declares the small interfaces it consumes (Store, Blobs, Queue,
+// Trigger, Events, Clock), which shared/dynamo, shared/blob, shared/queue,
+// shared/trigger and shared/event implement.
+//
+// The workflows: Submitter (submit, resume), Worker (fan-out, items, dead
+// letters), Finalizer (census, results, report; the scheduled tick),
+// Control (cancel, release, forget, listings) and Sweeper (retention).
+//
+// An item's outcome within a run:
+//
+//	         reserve (conditional)            record (fenced by attempt)
+//	pending ─────────────────────▶ in_flight ─────────────────────────▶ succeeded
+//	   │                             │  ▲ │                              failed
+//	   │                             │  │ │                              quarantined
+//	   │ settle: stopped run,        │  └─┘ takeover of an expired lease,
+//	   │ dead-lettered               │      or a scheduled retry (attempt + 1)
+//	   ▼                             │
+//	cancelled, failed                └─ never cancelled once started
+//
+// A new run (resume) makes failed and cancelled items (and released
+// quarantined ones) pending again; succeeded items never run again.
+//
+// The invariants the package keeps, each proven by a test that can fail
+// (see docs/design.md for the test names):
+//
+//   - One id, one plan: a submit with an existing id and another manifest
+//     digest or other settings is refused (ErrBatchMismatch); the same one is
+//     idempotent and never starts a run; a rerun is explicit (Resume).
+//   - Reserve before run: a pipeline runs only under a reservation; a
+//     succeeded item is recorded once and never runs again.
+//   - Exact counts: the census is counted from the item rows; counters only
+//     tell when to finalize and may lag or be lost.
+//   - Every batch finishes: every item reaches a terminal outcome (poison
+//     and dead-lettered ones included), and finalize writes the report
+//     exactly once per run, however many times it is triggered.
+//   - Threshold like Step Functions Distributed Map, over all items of the
+//     run; once exceeded, items not yet started end cancelled.
+//   - Nothing lost on bad input: an *InputError names the line, element,
+//     key or field, and nothing is half-written.
+//   - The sweep deletes only the expired, oldest first, and all of it.
+package batch
