@@ -459,7 +459,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		return awslambda.NewFunction(stack, jsii.String(name), fp)
 	}
 
-	finalize := newFunction(FunctionFinalize, config.DefaultFinalizeTimeout, 1024, common)
+	finalizeEnv := copyEnv(common)
+	finalizeEnv[config.EnvItemsQueueURL] = *items.QueueUrl() // the tick re-sends a lost fan-out
+	finalize := newFunction(FunctionFinalize, config.DefaultFinalizeTimeout, 1024, finalizeEnv)
 	sweep := newFunction(FunctionSweep, config.DefaultSweepTimeout, 512, common)
 
 	fanOut := copyEnv(common)
@@ -506,6 +508,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
 	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}, batchesArn)
 	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
+	allow(finalize, []string{"sqs:SendMessage"}, items.QueueArn())
 
 	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, *tableArns...)
 	allow(sweep, []string{"s3:DeleteObject"}, batchesArn)

@@ -301,7 +301,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
-			for fn, names := range map[string][]string{FunctionSubmit: fanOut, FunctionItem: itemNames, FunctionFinalize: common, FunctionSweep: common} {
+			for fn, names := range map[string][]string{FunctionSubmit: fanOut, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
 					env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
 					var got []string
@@ -534,7 +534,7 @@ func TestIAMScope(t *testing.T) {
 			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "sqs:SendMessage"},
 		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "s3:DeleteObject", "s3:ListBucket"},
 	}
 	s := synth(t, TargetAWS)

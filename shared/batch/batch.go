@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
+	"strconv"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -217,11 +219,24 @@ func (t Threshold) Judge(failures, total int64) Verdict {
 		v.Detail = fmt.Sprintf("%d failures > %d tolerated", failures, *c)
 		return v
 	}
-	if p := t.FailurePercent; p != nil && float64(failures)*100 > *p*float64(total) {
+	if p := t.FailurePercent; p != nil && exceedsPercent(failures, total, *p) {
 		v.Exceeded, v.Limit = true, "tolerated_failure_percent"
 		v.Detail = fmt.Sprintf("%d failures of %d items = %.4g%% > %.4g%% tolerated", failures, total, float64(failures)*100/float64(total), *p)
 	}
 	return v
+}
+
+// exceedsPercent reports failures × 100 > percent × total exactly: percent
+// is taken as the shortest decimal that prints it (what the user wrote,
+// e.g. 0.57, not the binary float 0.5699…), in rational arithmetic.
+func exceedsPercent(failures, total int64, percent float64) bool {
+	p, ok := new(big.Rat).SetString(strconv.FormatFloat(percent, 'g', -1, 64))
+	if !ok {
+		return float64(failures)*100 > percent*float64(total)
+	}
+	lhs := new(big.Rat).SetInt64(failures * 100)
+	rhs := new(big.Rat).Mul(p, new(big.Rat).SetInt64(total))
+	return lhs.Cmp(rhs) > 0
 }
 
 // Report is what finalize writes once per run to

@@ -62,6 +62,9 @@ func TestThresholdBoundaries(t *testing.T) {
 		{"fraction percent over", 1000, 2, Threshold{FailurePercent: pct(0.1)}, true, "tolerated_failure_percent"},
 		{"100 percent never exceeds", 3, 3, Threshold{FailurePercent: pct(100)}, false, ""},
 		{"33.3 percent of 3: 1 failure is over", 3, 1, Threshold{FailurePercent: pct(33.3)}, true, "tolerated_failure_percent"},
+		{"0.57 percent of 10000 exactly at (no float rounding)", 10000, 57, Threshold{FailurePercent: pct(0.57)}, false, ""},
+		{"0.57 percent of 10000, one over", 10000, 58, Threshold{FailurePercent: pct(0.57)}, true, "tolerated_failure_percent"},
+		{"1.14 percent of 5000 exactly at", 5000, 57, Threshold{FailurePercent: pct(1.14)}, false, ""},
 		{"exactly at count is tolerated", 10, 2, Threshold{FailureCount: cnt(2)}, false, ""},
 		{"one over count", 10, 3, Threshold{FailureCount: cnt(2)}, true, "tolerated_failure_count"},
 		{"count 0, 1 failure", 10, 1, Threshold{FailureCount: cnt(0)}, true, "tolerated_failure_count"},
@@ -421,5 +424,25 @@ func TestManifestDuplicateInArrayNamesElements(t *testing.T) {
 	var ie *InputError
 	if !errors.As(err, &ie) || ie.Element != 3 || ie.Line != 0 || !strings.Contains(err.Error(), "first seen at element 1, again at element 3") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// An input that fits the inline limit but grows past the message limit
+// when encoded travels as a pointer; HTML characters are not escaped.
+func TestItemMessageBodySize(t *testing.T) {
+	html := json.RawMessage(`"` + strings.Repeat("<p>a&b</p>", 15000) + `"`) // 150 KB
+	body, err := ItemMessageBody("b", 1, "m", ManifestLine{Key: "k", Input: html}, 10, 20)
+	if err != nil || len(body) > MaxMessageBytes || strings.Contains(string(body), `\u003c`) {
+		t.Fatalf("body %d bytes, err %v", len(body), err)
+	}
+	var m Message
+	if err := json.Unmarshal(body, &m); err != nil || string(m.Input) != string(html) || m.InputRef != nil {
+		t.Fatalf("150 KB of HTML must stay inline unescaped: %v", err)
+	}
+	quotes := json.RawMessage(`"` + strings.Repeat(`\"\"\"\"`, 20000) + `"`) // 160 KB that encodes larger
+	body, err = ItemMessageBody("b", 1, "m", ManifestLine{Key: "k", Input: json.RawMessage(`[` + string(quotes) + `,` + string(quotes) + `]`)}, 10, 20)
+	_ = json.Unmarshal(body, &m)
+	if err != nil || len(body) > MaxMessageBytes || m.InputRef == nil || m.InputRef.Offset != 10 {
+		t.Fatalf("an oversize body must become a pointer: %d bytes, %+v, %v", len(body), m.InputRef, err)
 	}
 }

@@ -20,7 +20,7 @@ func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
 		return Batch{}, err
 	}
 	if b.Status == StatusRunning {
-		if b.FannedOut || b.Run == 1 {
+		if b.FannedOut {
 			return b, fmt.Errorf("resume %s: run %d is still going: %w", id, b.Run, ErrConflict)
 		}
 		s.Log.Info("resume finishes an interrupted fan-out", "batch_id", id, "run", b.Run)
@@ -29,16 +29,24 @@ func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
 			return Batch{}, fmt.Errorf("resume %s: %w", id, err)
 		}
 	}
-	chunks, err := s.chunks(ctx, b)
-	if err != nil {
+	if err := s.FanOut(ctx, b); err != nil {
 		return Batch{}, fmt.Errorf("resume %s: %w", id, err)
 	}
-	if err := s.fanout(ctx, b, chunks); err != nil {
-		return Batch{}, err
-	}
 	b.FannedOut = true
-	s.Log.Info("run started", "batch_id", id, "run", b.Run, "chunks", len(chunks))
+	s.Log.Info("run started", "batch_id", id, "run", b.Run)
 	return b, nil
+}
+
+// FanOut (re)sends the fan-out messages of the batch's current run, cut
+// from its stored manifest, and marks the run fanned out. Re-sent items are
+// deduplicated by their reservation, so it is safe to call again after an
+// interruption; the finalize tick does so for a run whose fan-out was lost.
+func (s *Submitter) FanOut(ctx context.Context, b Batch) error {
+	chunks, err := s.chunks(ctx, b)
+	if err != nil {
+		return err
+	}
+	return s.fanout(ctx, b, chunks)
 }
 
 // chunks cuts the stored manifest into fan-out chunks by reading it once
@@ -106,10 +114,16 @@ func (c *Control) Cancel(ctx context.Context, id string) (Batch, error) {
 }
 
 // Release makes a quarantined item eligible for the next run (resume).
-// Errors: ErrNotFound; ErrConflict when the item is not quarantined.
+// Items are released between runs: a run in progress may already have
+// answered the item's message. Errors: ErrNotFound; ErrConflict when the
+// item is not quarantined or a run is going.
 func (c *Control) Release(ctx context.Context, id, key string) error {
-	if _, err := c.Store.GetBatch(ctx, id); err != nil {
+	b, err := c.Store.GetBatch(ctx, id)
+	if err != nil {
 		return err
+	}
+	if b.Status == StatusRunning {
+		return fmt.Errorf("release %s/%s: run %d is going; release between runs: %w", id, key, b.Run, ErrConflict)
 	}
 	return c.Store.ReleaseItem(ctx, id, key)
 }

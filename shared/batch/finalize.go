@@ -33,15 +33,16 @@ func ResultsManifestKey(batchID string, run int) string {
 
 // CensusOf counts a run's items by outcome from their rows (never from
 // counters), calling each (optional) with every row that belongs to the run
-// and its outcome in the run. Items without a row, and failed or cancelled
-// rows of an earlier run, are pending in this run; succeeded and
-// quarantined rows of an earlier run keep their outcome.
+// and its outcome in the run. Items without a row, and failed, cancelled or
+// released quarantined rows of an earlier run, are pending in this run;
+// succeeded and (unreleased) quarantined rows of an earlier run keep their
+// outcome.
 func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome) error) (Census, error) {
 	c := Census{Cost: pipeline.Cost{}}
 	var rows int64
 	err := store.ScanItems(ctx, b.ID, b.ListShards, func(it Item) error {
 		o := it.Outcome
-		if it.Run < b.Run && (o == OutcomeFailed || o == OutcomeCancelled || o == OutcomeInFlight) {
+		if it.Run < b.Run && (o == OutcomeFailed || o == OutcomeCancelled || o == OutcomeInFlight || o == OutcomeQuarantined && it.Released) {
 			return nil // not yet reached in this run: pending
 		}
 		rows++
@@ -71,8 +72,12 @@ type Finalizer struct {
 	Events    Events        // where finished runs are announced; nil for none
 	// Stall is how long a running batch's counters may stand still before
 	// Tick counts its items from the rows (the backstop for lost counter
-	// writes). Default 5 minutes.
+	// writes), and how long after its start a run may stay not fanned out
+	// before Tick sends its fan-out again. Default 5 minutes.
 	Stall time.Duration
+	// FanOut re-sends a run's fan-out (Submitter.FanOut); nil disables that
+	// part of the tick.
+	FanOut func(ctx context.Context, b Batch) error
 }
 
 // FinalizeResult says what Finalize did.
@@ -169,7 +174,9 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: finish: %w", id, run, err)
 	}
-	if wrote && f.Events != nil {
+	// The run leaves running exactly once: the call that moved it announces
+	// it (even if another call wrote the report).
+	if err == nil && f.Events != nil {
 		if err := f.Events.Publish(ctx, rep); err != nil {
 			log.Warn("publish event", "error", err.Error())
 		}
@@ -198,6 +205,7 @@ type TickResult struct {
 	Running   int // running batches seen
 	Checked   int // batches whose rows were counted
 	Finalized int // runs finalized by this tick
+	FannedOut int // runs whose lost fan-out this tick sent again
 }
 
 // Tick is the scheduled backstop: for each running batch whose counters say
@@ -224,6 +232,19 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			continue
 		}
 		if b.Status.Finished() {
+			continue
+		}
+		if !b.FannedOut && b.ItemCount > 0 {
+			// The submit (or resume) that started the run died before its
+			// fan-out was sent: send it again.
+			if f.FanOut != nil && now.Sub(b.RunStartedAt) >= stall {
+				if err := f.FanOut(ctx, b); err != nil {
+					errs = append(errs, fmt.Errorf("tick: fan out %s run %d: %w", id, b.Run, err))
+				} else {
+					res.FannedOut++
+					f.Log.Warn("tick re-sent a lost fan-out", "batch_id", id, "run", b.Run)
+				}
+			}
 			continue
 		}
 		p, err := f.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -60,8 +61,38 @@ func (m Message) Validate() error {
 	return nil
 }
 
+// MaxMessageBytes is the largest message body bulkrun sends: under SQS's
+// older 256 KiB limit with room to spare.
+const MaxMessageBytes = 240 << 10
+
+// ItemMessageBody encodes the message of one manifest line (JSON without
+// HTML escaping, which would grow "<", ">" and "&" sixfold): the input
+// inline when the body fits MaxMessageBytes, else a pointer to the line.
+func ItemMessageBody(batchID string, run int, manifestKey string, line ManifestLine, offset, length int64) ([]byte, error) {
+	m := ItemMessage(batchID, run, manifestKey, line, offset, length)
+	body, err := m.Body()
+	if err != nil || len(body) <= MaxMessageBytes || m.InputRef != nil {
+		return body, err
+	}
+	m.Input, m.InputRef, m.ManifestKey = nil, &Chunk{Offset: offset, Length: length, Count: 1}, manifestKey
+	return m.Body()
+}
+
+// Body encodes the message as JSON without HTML escaping.
+func (m Message) Body() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 // ItemMessage builds the message for one manifest line: the input inline
-// when it fits, else a pointer to the line (offset, length) in manifestKey.
+// when it is at most MaxInlineInputBytes, else a pointer to the line
+// (offset, length) in manifestKey. ItemMessageBody also checks the encoded
+// size.
 func ItemMessage(batchID string, run int, manifestKey string, line ManifestLine, offset, length int64) Message {
 	m := Message{Kind: KindItem, BatchID: batchID, Run: run, Key: line.Key}
 	if len(line.Input) <= MaxInlineInputBytes {

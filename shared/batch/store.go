@@ -68,6 +68,10 @@ type Store interface {
 	// in key byte order after the key after; it returns the key to continue
 	// after, or "" at the end.
 	ListItems(ctx context.Context, batchID string, listShards int, outcome Outcome, after string, limit int) ([]Item, string, error)
+	// MarkCounted records that an item answered from an earlier run's row
+	// (succeeded, or quarantined and not released) was counted in run; it
+	// returns false when it already was (a duplicate delivery).
+	MarkCounted(ctx context.Context, batchID, key string, run int) (bool, error)
 	// DeleteBatch removes every row of the batch, the batch row last.
 	DeleteBatch(ctx context.Context, b Batch) error
 	// ExpiredMarkers returns up to limit retention markers that expired at

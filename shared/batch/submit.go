@@ -65,9 +65,13 @@ type Submitter struct {
 	// the pipeline's own rules (pipeline.OptionsValidator) before any item
 	// runs. Pipelines it does not hold are accepted by name only.
 	Registry    *pipeline.Registry
-	MaxAttempts int    // default per item
-	ChunkItems  int    // items per fan-out message; 0 = DefaultChunkItems
-	TempDir     string // where duplicate-key detection spills; "" = OS temp dir
+	MaxAttempts int // default per item
+	// MaxReceiveCount is the items queue's redrive limit: a batch's
+	// max_attempts must stay below it, or a message would be dead-lettered
+	// while its item still has attempts left. 0: unchecked.
+	MaxReceiveCount int
+	ChunkItems      int    // items per fan-out message; 0 = DefaultChunkItems
+	TempDir         string // where duplicate-key detection spills; "" = OS temp dir
 }
 
 // MaxHeaderBytes bounds the headers given at submit: they are stored on the
@@ -102,6 +106,9 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	}
 	if req.MaxAttempts < 0 || req.MaxAttempts > 100 {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not within 1–100", req.MaxAttempts)}
+	}
+	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
+		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
 	}
 	size := 0
 	for k, v := range req.Headers {

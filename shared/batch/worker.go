@@ -129,7 +129,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		}(d)
 	}
 	wg.Wait()
-	w.count(ctx, dones)
+	w.count(ctx, dones, 1)
 	return failed
 }
 
@@ -137,7 +137,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 // write per run per message batch) and triggers finalize when a run's
 // counters reach its item count. A lost write here only delays finalize
 // until the scheduled tick: the census comes from the item rows.
-func (w *Worker) count(ctx context.Context, dones []done) {
+func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 	type runKey struct {
 		id  string
 		run int
@@ -156,9 +156,9 @@ func (w *Worker) count(ctx context.Context, dones []done) {
 			}{b: d.batch}
 			agg[k] = a
 		}
-		a.done++
+		a.done += weight
 		if d.failure {
-			a.failures++
+			a.failures += weight
 		}
 	}
 	for k, a := range agg {
@@ -245,6 +245,9 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		log.Warn("message of a later run than the batch row; retried", "key", m.Key)
 		return false, nil
 	}
+	if m.Kind == KindFanout && d.DeadLetter {
+		return w.deadLetterChunk(ctx, log, b, m, d)
+	}
 	if m.Kind == KindFanout {
 		if err := w.fanout(ctx, b, m); err != nil {
 			log.Error("fan-out", "error", err.Error(), "offset", m.Chunk.Offset)
@@ -257,7 +260,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		return w.deadLetter(ctx, log, b, m, d)
 	}
 	if b.Stop != "" || b.Status.Finished() {
-		return w.cancelled(ctx, log, b, m)
+		return w.cancelled(ctx, log, b, m, d)
 	}
 	return w.item(ctx, log, b, m, d, margin)
 }
@@ -284,7 +287,7 @@ func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
 		return nil
 	}
 	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, off, n int64) error {
-		body, err := json.Marshal(ItemMessage(b.ID, b.Run, m.ManifestKey, l, off, n))
+		body, err := ItemMessageBody(b.ID, b.Run, m.ManifestKey, l, off, n)
 		if err != nil {
 			return err
 		}
@@ -329,8 +332,46 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Me
 	return false, nil
 }
 
+// deadLetterChunk records every item of a fan-out chunk whose message was
+// dead-lettered (its expansion kept failing) as failed, dead-lettered, so
+// that the run still finishes. Items that already have an outcome, or are
+// in flight, keep it.
+func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
+	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
+	if err != nil {
+		log.Error("dead-lettered fan-out: open chunk", "error", err.Error())
+		return false, nil
+	}
+	defer rc.Close()
+	var settled int64
+	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, _, _ int64) error {
+		r := w.record(b, Message{Key: l.Key}, w.Clock.Now())
+		r.Outcome, r.Reason = OutcomeFailed, ReasonDeadLettered
+		r.Error = fmt.Sprintf("the fan-out message of its chunk exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
+		_, err := w.Store.Settle(ctx, r)
+		if err == nil {
+			settled++
+			return nil
+		}
+		if errors.Is(err, ErrConflict) {
+			return nil
+		}
+		return err
+	})
+	if settled > 0 {
+		// One counter write for the whole chunk.
+		w.count(ctx, []done{{batch: b, failure: true}}, settled)
+	}
+	if err != nil {
+		log.Error("dead-lettered fan-out", "error", err.Error(), "settled", settled)
+		return false, nil
+	}
+	log.Warn("fan-out chunk dead-lettered; its items recorded failed", "items", settled)
+	return true, nil
+}
+
 // cancelled settles an item of a stopped run that has not started.
-func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Message) (bool, *done) {
+func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
 	r := w.record(b, m, w.Clock.Now())
 	if b.Stop == "" {
 		return true, nil // the run finished: every item was already terminal
@@ -343,11 +384,13 @@ func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Mes
 	switch {
 	case err == nil:
 		return true, &done{batch: b}
+	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
+		// Started before the stop: its holder records the outcome; if the
+		// holder died, this message takes the item once the lease ends.
+		w.delay(ctx, log, d, old.LeaseUntil.Sub(r.Now))
+		return false, nil
 	case errors.Is(err, ErrConflict):
-		if old.Run < b.Run && (old.Outcome == OutcomeSucceeded || old.Outcome == OutcomeQuarantined) {
-			return true, &done{batch: b, failure: old.Outcome == OutcomeQuarantined}
-		}
-		return true, nil
+		return w.answered(ctx, log, b, m, old)
 	}
 	log.Error("cancel item", "error", err.Error())
 	return false, nil
@@ -367,23 +410,17 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	now := w.Clock.Now()
 	it, err := w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
 	if errors.Is(err, ErrConflict) {
-		if it.Outcome == OutcomeInFlight && it.Run == b.Run && it.LeaseUntil.After(now) {
-			// Another delivery holds the item. Come back when its holder has
-			// likely recorded the outcome (5 s, doubling per receive) and at
-			// the latest when its lease ends.
-			wait := min(it.LeaseUntil.Sub(now)+time.Second, LiveLeaseRecheck<<min(max(d.ReceiveCount-1, 0), 10))
-			if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-				log.Warn("delay message", "error", derr.Error())
-			}
-			log.Info("item under a live lease; retried later", "attempt", it.Attempt)
+		if it.Outcome == OutcomeInFlight && it.Run == b.Run {
+			// Another delivery holds the item (or its lease ended this very
+			// millisecond). Never acknowledge an item in flight: come back
+			// when its holder has likely recorded the outcome (5 s, doubling
+			// per receive) and at the latest when its lease ends.
+			w.delay(ctx, log, d, it.LeaseUntil.Sub(now))
+			log.Info("item under a lease; retried later", "attempt", it.Attempt)
 			return false, nil
 		}
 		log.Info("item already recorded; acknowledged", "outcome", string(it.Outcome))
-		if it.Run < b.Run && (it.Outcome == OutcomeSucceeded || it.Outcome == OutcomeQuarantined) {
-			// Answered from its row: it counts toward this run's progress.
-			return true, &done{batch: b, failure: it.Outcome == OutcomeQuarantined}
-		}
-		return true, nil
+		return w.answered(ctx, log, b, m, it)
 	}
 	if err != nil {
 		log.Error("reserve", "error", err.Error())
@@ -459,6 +496,34 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	}
 	log.Warn("transient error; retried", "error", perr.Error(), "retry_in_ms", wait.Milliseconds())
 	return false, nil
+}
+
+// answered acknowledges a message whose item already has its outcome. In a
+// rerun, an item succeeded (or still quarantined) in an earlier run counts
+// toward this run's progress once: Store.MarkCounted is a conditional write,
+// so duplicate deliveries do not count it again.
+func (w *Worker) answered(ctx context.Context, log *slog.Logger, b Batch, m Message, it Item) (bool, *done) {
+	if it.Run >= b.Run || (it.Outcome != OutcomeSucceeded && it.Outcome != OutcomeQuarantined) {
+		return true, nil
+	}
+	counted, err := w.Store.MarkCounted(ctx, b.ID, m.Key, b.Run)
+	if err != nil {
+		log.Warn("count an answered item", "error", err.Error())
+		return false, nil
+	}
+	if !counted {
+		return true, nil
+	}
+	return true, &done{batch: b, failure: it.Outcome == OutcomeQuarantined}
+}
+
+// delay makes a message come back after min(until+1 s, 5 s doubled per
+// earlier receive).
+func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until time.Duration) {
+	wait := min(max(until, 0)+time.Second, LiveLeaseRecheck<<min(max(d.ReceiveCount-1, 0), 10))
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+		log.Warn("delay message", "error", err.Error())
+	}
 }
 
 // finish records a terminal outcome under the attempt's fence.

@@ -242,7 +242,9 @@ func Load(getenv func(string) string) (Config, error) {
 //     invocation that holds it, or a redelivery could take it over while the
 //     pipeline still runs);
 //   - Visibility ≥ ItemTimeout (AWS refuses an SQS event source mapping whose
-//     queue visibility timeout is shorter than the function timeout).
+//     queue visibility timeout is shorter than the function timeout) and
+//     Visibility ≥ Lease (a message comes back only after the lease of a
+//     holder that died has ended, so it can take the item over).
 func (c Config) Validate() error {
 	var errs []error
 	if c.Table == "" {
@@ -261,6 +263,10 @@ func (c Config) Validate() error {
 	if c.Lease < c.ItemTimeout+LeaseMargin {
 		errs = append(errs, &VarError{Var: EnvLeaseSeconds, Value: strconv.Itoa(int(c.Lease / time.Second)),
 			Reason: fmt.Sprintf("must be at least the item timeout (%s) plus %s", c.ItemTimeout, LeaseMargin)})
+	}
+	if c.Visibility < c.Lease {
+		errs = append(errs, &VarError{Var: EnvVisibilitySeconds, Value: strconv.Itoa(int(c.Visibility / time.Second)),
+			Reason: fmt.Sprintf("must be at least the lease (%s): a redelivery must not arrive while the lease of a holder that died is still live", c.Lease)})
 	}
 	if c.Visibility < c.ItemTimeout {
 		errs = append(errs, &VarError{Var: EnvVisibilitySeconds, Value: strconv.Itoa(int(c.Visibility / time.Second)),

@@ -763,8 +763,9 @@ func (h *iterHeap) Pop() any {
 }
 
 // ScanItems merges the batch's list-index shards in key byte order. The
-// index is eventually consistent: a row read as in_flight is re-read from
-// the table with a strongly consistent GetItem before fn sees it.
+// index is eventually consistent: a row read as in_flight or released is
+// re-read from the table with a strongly consistent GetItem before fn sees
+// it (those are the rows whose next write decides a run's end).
 func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, fn func(batch.Item) error) error {
 	h := &iterHeap{}
 	for i := range max(1, listShards) {
@@ -791,7 +792,7 @@ func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, f
 		} else {
 			heap.Fix(h, 0)
 		}
-		if item.Outcome == batch.OutcomeInFlight {
+		if item.Outcome == batch.OutcomeInFlight || item.Released {
 			fresh, err := s.GetItem(ctx, batchID, item.Key)
 			if err != nil {
 				return err
@@ -954,6 +955,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, batch.ErrInvalid)
 	}
 	var all []batch.Item
+	more := false // a shard stopped reading with rows left
 	for shard := range max(1, listShards) {
 		kc := expression.Key(pkAttr).Equal(expression.Value(shardKey(batchID, shard)))
 		if after != "" {
@@ -991,12 +993,18 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 				break
 			}
 			start = out.LastEvaluatedKey
+			if got >= limit {
+				more = true
+			}
 		}
 	}
 	slices.SortFunc(all, func(a, b batch.Item) int { return cmp.Compare(a.Key, b.Key) })
 	if len(all) > limit {
 		all = all[:limit]
 		return all, all[limit-1].Key, nil
+	}
+	if more && len(all) > 0 {
+		return all, all[len(all)-1].Key, nil
 	}
 	return all, "", nil
 }
@@ -1111,4 +1119,41 @@ func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
 		return fmt.Errorf("delete retention marker %q: %w", markerKey, err)
 	}
 	return nil
+}
+
+// MarkCounted sets counted_run = :run on an item answered from an earlier
+// run's row, under the condition
+//
+//	run < :run AND (outcome = succeeded OR (outcome = quarantined AND NOT released))
+//	AND (attribute_not_exists(counted_run) OR counted_run < :run)
+//
+// and reports whether it did (false: already counted in this run, or the
+// row no longer qualifies).
+func (s *Store) MarkCounted(ctx context.Context, batchID, itemKey string, run int) (bool, error) {
+	out := expression.Name("outcome")
+	cond := expression.And(
+		expression.Name("run").LessThan(expression.Value(run)),
+		expression.Or(
+			out.Equal(expression.Value(string(batch.OutcomeSucceeded))),
+			expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))),
+				expression.Or(expression.AttributeNotExists(expression.Name("released")), expression.Name("released").Equal(expression.Value(false)))),
+		),
+		expression.Or(
+			expression.AttributeNotExists(expression.Name("counted_run")),
+			expression.Name("counted_run").LessThan(expression.Value(run)),
+		),
+	)
+	expr, err := expression.NewBuilder().WithCondition(cond).
+		WithUpdate(expression.Set(expression.Name("counted_run"), expression.Value(run))).Build()
+	if err != nil {
+		return false, err
+	}
+	_, _, err = s.updateRow(ctx, key(itemPK(batchID, itemKey), skItem), expr, types.ReturnValueNone)
+	if errors.Is(err, batch.ErrConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mark counted %s/%s: %w", batchID, itemKey, err)
+	}
+	return true, nil
 }

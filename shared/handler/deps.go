@@ -112,12 +112,17 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 	}
 	return &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
-		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, TempDir: os.TempDir(),
+		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
 	}, nil
 }
 
 // Finalizer builds the finalize workflow from d.
 func (d *Deps) Finalizer() *batch.Finalizer {
-	return &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention,
+	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention,
 		Events: event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)}
+	if d.Queue != nil {
+		// The tick re-sends a fan-out that a dead submit or resume left unsent.
+		f.FanOut = (&batch.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: batch.SystemClock{}, Log: d.Log}).FanOut
+	}
+	return f
 }

@@ -1,0 +1,260 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// drain hands every message on the harness queue to the worker until none
+// is left.
+func (h *harness) drain(t *testing.T, ctx context.Context) {
+	t.Helper()
+	for {
+		ds := h.receive(t, 10)
+		if len(ds) == 0 {
+			return
+		}
+		h.worker.Handle(ctx, ds)
+	}
+}
+
+// In a rerun, a duplicate delivery of an item answered from an earlier
+// run's row is counted once: a quarantined item delivered twice must not
+// look like two failures and stop the run.
+func TestHarnessRerunCountsAnsweredItemsOnce(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key == batch.PositionalKey(0) {
+			return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	one := int64(1)
+	req := batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}, Threshold: batch.Threshold{FailureCount: &one}}
+	if _, err := h.submitter.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	h.drain(t, ctx)
+	if r, err := h.finalizer.Finalize(ctx, id, 1); err != nil || r.Report.Status != batch.StatusCompleted {
+		t.Fatalf("run 1: %+v %v", r.Report, err)
+	}
+	if _, err := h.submitter.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 3)
+	h.worker.Handle(ctx, append(msgs, msgs...)) // every message twice
+	b, _ := h.store.GetBatch(ctx, id)
+	if b.Stop != "" {
+		t.Fatalf("run 2 stopped (%s: %s) with 1 quarantined item against a tolerated count of 1", b.Stop, b.StopDetail)
+	}
+	p, _ := h.store.Progress(ctx, id, 2, b.CounterShards)
+	if p.Done != 3 || p.Failures != 1 {
+		t.Fatalf("run 2 progress %+v, want done 3 failures 1", p)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 2)
+	if err != nil || r.Report.Status != batch.StatusCompleted || r.Report.Census.Quarantined != 1 {
+		t.Fatalf("run 2: %+v %v", r.Report, err)
+	}
+}
+
+// A released item is pending in the next run until it runs: finalize does
+// not count it as quarantined, and release is refused while a run is going.
+func TestHarnessReleasedItemIsPendingUntilItRuns(t *testing.T) {
+	ctx := context.Background()
+	var fixed bool
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key == batch.PositionalKey(0) && !fixed {
+			return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	control := &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := control.Release(ctx, id, batch.PositionalKey(0)); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("release while running: %v, want ErrConflict", err)
+	}
+	h.drain(t, ctx)
+	if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := control.Release(ctx, id, batch.PositionalKey(0)); err != nil {
+		t.Fatal(err)
+	}
+	fixed = true
+	if _, err := h.submitter.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 2)
+	var released batch.Delivery
+	var others []batch.Delivery
+	for _, d := range msgs {
+		if strings.Contains(string(d.Body), batch.PositionalKey(0)) {
+			released = d
+		} else {
+			others = append(others, d)
+		}
+	}
+	h.worker.Handle(ctx, others)
+	if _, err := h.finalizer.Finalize(ctx, id, 2); !errors.Is(err, batch.ErrNotFinished) {
+		t.Fatalf("finalize before the released item ran: %v, want ErrNotFinished", err)
+	}
+	h.worker.Handle(ctx, []batch.Delivery{released})
+	r, err := h.finalizer.Finalize(ctx, id, 2)
+	if err != nil || r.Report.Census.Succeeded != 2 || r.Report.Census.Quarantined != 0 {
+		t.Fatalf("run 2: %+v %v", r.Report.Census, err)
+	}
+}
+
+// A stopped run's message for an item still under a live lease comes back
+// (the holder may have died) instead of being acknowledged.
+func TestHarnessStopKeepsLiveLeasesMessages(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := h.store.GetBatch(ctx, id)
+	key := batch.PositionalKey(0)
+	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: 400 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 1)
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 1 {
+		t.Fatalf("a message for an item under a live lease was acknowledged")
+	}
+	time.Sleep(500 * time.Millisecond) // the holder is dead: its lease ends
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 0 {
+		t.Fatalf("after the lease: %v", failed)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil || r.Report.Status != batch.StatusCancelled || r.Report.Census.Cancelled != 1 {
+		t.Fatalf("report %+v %v", r.Report, err)
+	}
+}
+
+// The tick re-sends the fan-out of a run whose submit died before sending
+// it, and the run then finishes.
+func TestHarnessTickResendsLostFanout(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(9)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Lose the fan-out: drop its messages and mark the run not fanned out.
+	if lost := h.receive(t, 2); len(lost) != 2 {
+		t.Fatalf("%d fan-out messages", len(lost))
+	}
+	expr, _ := expression.NewBuilder().WithUpdate(expression.Set(expression.Name("fanned_out"), expression.Value(false))).Build()
+	if _, err := h.store.DB().UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(h.store.Table()),
+		Key:              map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "BATCH#" + id}, "sk": &ddbtypes.AttributeValueMemberS{Value: "BATCH"}},
+		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()}); err != nil {
+		t.Fatal(err)
+	}
+	h.finalizer.FanOut = h.submitter.FanOut
+	h.finalizer.Stall = time.Millisecond
+	res, err := h.finalizer.Tick(ctx)
+	if err != nil || res.FannedOut < 1 {
+		t.Fatalf("tick: %+v %v", res, err)
+	}
+	h.drain(t, ctx)
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil || r.Report.Census.Succeeded != 9 {
+		t.Fatalf("report %+v %v", r.Report.Census, err)
+	}
+}
+
+// A dead-lettered fan-out message records its chunk's items failed, so
+// the run still finishes.
+func TestHarnessDeadLetteredFanoutFailsItsItems(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(10)}}); err != nil {
+		t.Fatal(err)
+	}
+	fan := h.receive(t, 2) // chunks of 7 and 3
+	fan[0].DeadLetter, fan[0].ReceiveCount = true, 10
+	if failed := h.worker.Handle(ctx, fan); len(failed) != 0 {
+		t.Fatal(failed)
+	}
+	h.drain(t, ctx)
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil || r.Report.Census.Failed+r.Report.Census.Succeeded != 10 || r.Report.Census.Failed == 0 {
+		t.Fatalf("report %+v %v", r.Report.Census, err)
+	}
+	p, _ := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
+	for _, it := range p.Items {
+		if it.Reason != batch.ReasonDeadLettered {
+			t.Errorf("%s: reason %s", it.Key, it.Reason)
+		}
+	}
+}
+
+// A listing continues when one shard holds more matches than a page.
+func TestHarnessListingPagesWithinOneShard(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	id := newID(t)
+	b := batch.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: batch.StatusRunning, ItemCount: 7, ListShards: 1, CounterShards: 1, MaxAttempts: 1}
+	if _, err := h.store.CreateBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 {
+		k := batch.PositionalKey(int64(i))
+		if _, err := h.store.Settle(ctx, batch.Record{BatchID: id, Key: k, RunID: batch.RunID(id, k), Run: 1, ListShards: 1, Outcome: batch.OutcomeFailed, Reason: batch.ReasonPermanent, Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys []string
+	cursor := ""
+	for range 10 {
+		p, err := h.control().Items(ctx, id, batch.OutcomeFailed, cursor, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range p.Items {
+			keys = append(keys, it.Key)
+		}
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(keys) != 7 {
+		t.Fatalf("listed %d of 7: %v", len(keys), keys)
+	}
+}
+
+func (h *harness) control() *batch.Control {
+	return &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+}
