@@ -510,7 +510,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
 	allow(finalize, []string{"sqs:SendMessage"}, items.QueueArn())
 
-	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, *tableArns...)
+	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, *tableArns...)
 	allow(sweep, []string{"s3:DeleteObject"}, batchesArn)
 	allow(sweep, []string{"s3:ListBucket"}, bucketArn)
 	allow(finalize, []string{"events:PutEvents"}, awscdk.Fn_Join(jsii.String(""), &[]*string{

@@ -535,7 +535,7 @@ func TestIAMScope(t *testing.T) {
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "sqs:SendMessage"},
-		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "s3:DeleteObject", "s3:ListBucket"},
+		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "s3:DeleteObject", "s3:ListBucket"},
 	}
 	s := synth(t, TargetAWS)
 	for fn, wantActions := range want {

@@ -258,3 +258,30 @@ func TestHarnessListingPagesWithinOneShard(t *testing.T) {
 func (h *harness) control() *batch.Control {
 	return &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
 }
+
+// Once a forget has begun, no resume can start a run on the batch; a
+// forget is refused while a run is going.
+func TestHarnessForgetBlocksResume(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	id := newID(t)
+	b := batch.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: batch.StatusRunning, ItemCount: 0, ListShards: 1, CounterShards: 1, MaxAttempts: 1}
+	if _, err := h.store.CreateBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.MarkForgetting(ctx, id); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("forgetting a running batch: %v, want ErrConflict", err)
+	}
+	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: time.Now(), ExpiresAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.MarkForgetting(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.StartRun(ctx, id, 1, time.Now()); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("resume while forgetting: %v, want ErrConflict", err)
+	}
+	if err := h.store.MarkForgetting(ctx, "it-no-such-batch"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("forgetting a missing batch: %v, want ErrNotFound", err)
+	}
+}

@@ -128,9 +128,10 @@ func (c *Control) Release(ctx context.Context, id, key string) error {
 	return c.Store.ReleaseItem(ctx, id, key)
 }
 
-// Forget removes everything the batch owns: its objects under
-// batches/{id}/ (manifests, outputs, results, reports), then its rows, the
-// batch row last. A later submit of the id starts from nothing. Retrying an
+// Forget removes everything the batch owns: it flags the batch as being
+// forgotten (no resume can start a run from then on), deletes its objects
+// under batches/{id}/ (manifests, outputs, results, reports), then its
+// rows, the batch row last. A later submit of the id starts from nothing. Retrying an
 // interrupted forget finishes it. Errors: ErrNotFound; ErrConflict while a
 // run is going (cancel it first).
 func (c *Control) Forget(ctx context.Context, id string) error {
@@ -140,6 +141,14 @@ func (c *Control) Forget(ctx context.Context, id string) error {
 	}
 	if b.Status == StatusRunning {
 		return fmt.Errorf("forget %s: run %d is going; cancel it first: %w", id, b.Run, ErrConflict)
+	}
+	// From here no resume can start a run (StartRun refuses a batch being
+	// forgotten), so nothing is deleted under a new run's feet.
+	if err := c.Store.MarkForgetting(ctx, id); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return fmt.Errorf("forget %s: a run started; cancel it first: %w", id, err)
+		}
+		return err
 	}
 	n, err := c.Blobs.DeletePrefix(ctx, BatchesPrefix(id))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -223,7 +224,13 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 	res := TickResult{Running: len(ids)}
 	var errs []error
 	now := f.Clock.Now()
+	// A random order, and a stop a minute before the deadline, so that no
+	// batch is starved by others ahead of it in every tick.
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	for _, id := range ids {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Minute {
+			break
+		}
 		b, err := f.Store.GetBatch(ctx, id)
 		if err != nil {
 			if !errors.Is(err, ErrNotFound) {

@@ -72,6 +72,10 @@ type Store interface {
 	// (succeeded, or quarantined and not released) was counted in run; it
 	// returns false when it already was (a duplicate delivery).
 	MarkCounted(ctx context.Context, batchID, key string, run int) (bool, error)
+	// MarkForgetting flags a finished batch as being forgotten, so that no
+	// run can start while its state is deleted; ErrConflict while a run is
+	// going. Idempotent.
+	MarkForgetting(ctx context.Context, id string) error
 	// DeleteBatch removes every row of the batch, the batch row last.
 	DeleteBatch(ctx context.Context, b Batch) error
 	// ExpiredMarkers returns up to limit retention markers that expired at

@@ -892,7 +892,8 @@ func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Statu
 }
 
 // StartRun starts run from+1 of a finished batch, in one transaction: the
-// batch row (condition run = :from AND status <> running) becomes running
+// batch row (condition run = :from AND status <> running AND not being
+// forgotten) becomes running
 // with fanned_out false and no stop, and the running marker is put. It
 // returns the updated batch, or batch.ErrConflict when the batch is not at
 // run from or still running.
@@ -900,7 +901,8 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name("run").Equal(expression.Value(from)),
-			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))))).
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))),
+			expression.AttributeNotExists(expression.Name("forgetting")))).
 		WithUpdate(expression.Set(expression.Name("run"), expression.Value(from+1)).
 			Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
 			Set(expression.Name("fanned_out"), expression.Value(false)).
@@ -1156,4 +1158,27 @@ func (s *Store) MarkCounted(ctx context.Context, batchID, itemKey string, run in
 		return false, fmt.Errorf("mark counted %s/%s: %w", batchID, itemKey, err)
 	}
 	return true, nil
+}
+
+// MarkForgetting flags a finished batch as being forgotten, under the
+// condition status <> running; from then on StartRun refuses it. Returns
+// batch.ErrConflict while a run is going, batch.ErrNotFound without a row.
+// Idempotent.
+func (s *Store) MarkForgetting(ctx context.Context, id string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))))).
+		WithUpdate(expression.Set(expression.Name("forgetting"), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	_, old, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone)
+	switch {
+	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
+		return fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("forget %s: a run is going: %w", id, err)
+	}
+	return nil
 }
