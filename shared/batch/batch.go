@@ -22,7 +22,6 @@ type Batch struct {
 	ItemCount      int64             `json:"item_count"`
 	ListShards     int               `json:"list_shards"`    // list-index shards (see ListShards)
 	CounterShards  int               `json:"counter_shards"` // run counter rows (see CounterShards)
-	Chunks         []Chunk           `json:"-"`              // fan-out chunks; kept only until fanned out
 	Run            int               `json:"run"`            // current run, from 1
 	Status         Status            `json:"status"`
 	Threshold      Threshold         `json:"threshold"`

@@ -31,10 +31,6 @@ const (
 type Queue struct {
 	sqs *sqs.Client
 	url string
-	// Sent counts messages sent (for cost reports); read it after use.
-	Sent int64
-	// Calls counts SendMessageBatch calls.
-	Calls int64
 }
 
 var _ batch.Queue = (*Queue)(nil)
@@ -89,7 +85,6 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte) error {
 		for id, body := range pending {
 			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(body)})
 		}
-		q.Calls++
 		out, err := q.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.url, Entries: entries})
 		if err != nil {
 			lastErr = err
@@ -97,7 +92,6 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte) error {
 		}
 		for _, ok := range out.Successful {
 			delete(pending, aws.ToString(ok.Id))
-			q.Sent++
 		}
 		for _, f := range out.Failed {
 			lastErr = fmt.Errorf("entry %s: %s: %s", aws.ToString(f.Id), aws.ToString(f.Code), aws.ToString(f.Message))
