@@ -1,0 +1,584 @@
+// Package faultproxy is an HTTP reverse proxy that sits between AWS SDK
+// callers and an AWS emulator and injects the faults the emulator never
+// produces: throttling in each service's real wire shape, 500s, connection
+// resets before or after the emulator saw the call, added latency, and
+// batch answers rewritten into partial failures (BatchWriteItem
+// UnprocessedItems, DeleteObjects per-key errors, SendMessageBatch Failed
+// entries). It exists for bulkrun's integration tests and `make soak`.
+//
+// # Rules
+//
+// A [Config] holds a seed and an ordered list of [Rule]s. For each request
+// the proxy names the call ([Call]: service, operation, access key) and
+// walks the rules in order: a rule that matches the call fires with
+// probability Rate. Latency rules add their delay and the walk goes on;
+// the first other rule that fires decides the request's fault, and the
+// walk stops. A request no rule fires on is forwarded unchanged, and so is
+// every unsigned request (health checks) and the control endpoint's own.
+//
+// # Reproducibility
+//
+// Whether rule i fires on a call is a pure function of (seed, i, service,
+// operation, n), where n counts the calls of that service and operation
+// since the configuration was set; which entries a partial failure takes
+// is one of (seed, i, service, operation, n, entry). The same seed and the
+// same sequence of calls per operation give the same faults. Concurrent
+// callers interleave differently from run to run, so under concurrency
+// the same faults fall on the same positions of each operation's
+// sequence, not necessarily on the same requests.
+//
+// # Control endpoint
+//
+//   - POST /_faults with a JSON [Config] replaces the rules and the seed
+//     and resets every counter; an invalid config is refused with 400 and
+//     a message naming the rule and field (the old one stays).
+//   - GET /_faults answers a [Status]: the config, the requests seen, and
+//     the injected faults by kind and by "service.Operation".
+//   - DELETE /_faults clears the rules and the counters.
+//
+// A Proxy is safe for concurrent use.
+package faultproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ControlPath is the path of the control endpoint.
+const ControlPath = "/_faults"
+
+// Kind is what a rule does to a request it fires on.
+type Kind string
+
+const (
+	// KindThrottle answers with the service's throttling error without
+	// calling the emulator (DynamoDB 400 ProvisionedThroughputExceededException,
+	// SQS 403 RequestThrottled, S3 503 SlowDown, Lambda 429
+	// TooManyRequestsException; Rule.Code picks another, see throttleCodes).
+	KindThrottle Kind = "throttle"
+	// KindServerError answers 500 in the service's shape (DynamoDB
+	// InternalServerError, SQS and S3 InternalError, Lambda
+	// ServiceException) without calling the emulator.
+	KindServerError Kind = "server_error"
+	// KindReset resets the connection (TCP RST) without calling the
+	// emulator: the call had no effect.
+	KindReset Kind = "reset"
+	// KindResetAfter forwards the call, waits for the emulator's answer and
+	// then resets the connection instead of answering: the call took
+	// effect but the caller cannot know (a crash window).
+	KindResetAfter Kind = "reset_after"
+	// KindLatency delays the request by Rule.Delay before the rest of the
+	// rules are looked at. Latency rules add up.
+	KindLatency Kind = "latency"
+	// KindPartial turns a batch call into a partial failure; see partialOps
+	// for the calls it applies to. It is ignored on any other call.
+	KindPartial Kind = "partial"
+)
+
+// Kinds lists every Kind.
+func Kinds() []Kind {
+	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial}
+}
+
+// Rule is one fault and the calls it applies to. JSON names in brackets.
+type Rule struct {
+	// Service [service] is the SigV4 signing name ("dynamodb", "sqs",
+	// "s3", "lambda", …); "" or "*" matches every signed request.
+	Service string `json:"service,omitempty"`
+	// Operations [operations] are operation names ("BatchWriteItem",
+	// "SendMessageBatch", "PutObject", "Invoke", …); empty matches every
+	// operation of the service.
+	Operations []string `json:"operations,omitempty"`
+	// AccessKey [access_key], if set, matches only requests signed with
+	// that access key id ("000000000000": MiniStack's deployed functions).
+	AccessKey string `json:"access_key,omitempty"`
+	// Contains [contains], if set, matches only requests whose body
+	// contains it. Bodies are read for every service but S3 (where only
+	// DeleteObjects bodies are), so it never matches other S3 calls.
+	Contains string `json:"contains,omitempty"`
+	// Kind [kind] is the fault. Required.
+	Kind Kind `json:"kind"`
+	// Rate [rate] is the probability in [0, 1] that the rule fires on a
+	// matching call.
+	Rate float64 `json:"rate"`
+	// Max [max], if > 0, is how many times the rule fires at most.
+	Max int `json:"max,omitempty"`
+	// Delay [delay_ms] is the latency added by KindLatency, in
+	// milliseconds in JSON; required (> 0) for it, at most one minute.
+	Delay Millis `json:"delay_ms,omitempty"`
+	// Code [code] is the error code: for KindThrottle one of the
+	// service's throttling codes (default the first); for KindPartial the
+	// per-entry code (default "InternalError").
+	Code string `json:"code,omitempty"`
+	// Message [message] is the per-entry message of KindPartial.
+	Message string `json:"message,omitempty"`
+	// SenderFault [sender_fault] marks SQS Failed entries of KindPartial
+	// as the sender's fault (default false: a transient failure).
+	SenderFault bool `json:"sender_fault,omitempty"`
+	// Fraction [fraction] is the share of a batch's entries KindPartial
+	// fails, each independently, at least one; default 0.5.
+	Fraction float64 `json:"fraction,omitempty"`
+}
+
+// Millis is a duration written in JSON as a number of milliseconds.
+type Millis time.Duration
+
+// MarshalJSON writes whole milliseconds.
+func (m Millis) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(m).Milliseconds())
+}
+
+// UnmarshalJSON reads a number of milliseconds.
+func (m *Millis) UnmarshalJSON(b []byte) error {
+	var ms float64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return fmt.Errorf("milliseconds: %w", err)
+	}
+	*m = Millis(time.Duration(ms * float64(time.Millisecond)))
+	return nil
+}
+
+// Config is what POST /_faults takes: {"seed": 1, "rules": [...]}.
+type Config struct {
+	Seed  int64  `json:"seed"`
+	Rules []Rule `json:"rules"`
+}
+
+// Validate returns an error naming the first rule and field at fault.
+func (c Config) Validate() error {
+	for i, r := range c.Rules {
+		at := fmt.Sprintf("rules[%d]", i)
+		switch r.Kind {
+		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial:
+		case "":
+			return fmt.Errorf("%s.kind: missing (one of %v)", at, Kinds())
+		default:
+			return fmt.Errorf("%s.kind: %q is not one of %v", at, r.Kind, Kinds())
+		}
+		if math.IsNaN(r.Rate) || r.Rate < 0 || r.Rate > 1 {
+			return fmt.Errorf("%s.rate: %v is outside [0, 1]", at, r.Rate)
+		}
+		if r.Max < 0 {
+			return fmt.Errorf("%s.max: %d is negative", at, r.Max)
+		}
+		if r.Kind == KindLatency && (r.Delay <= 0 || time.Duration(r.Delay) > time.Minute) {
+			return fmt.Errorf("%s.delay_ms: latency needs a delay in (0, 60000] ms, got %d", at, time.Duration(r.Delay).Milliseconds())
+		}
+		if r.Kind != KindLatency && r.Delay != 0 {
+			return fmt.Errorf("%s.delay_ms: only for kind latency", at)
+		}
+		if r.Kind == KindThrottle && r.Code != "" {
+			if _, ok := throttleShape(strings.ToLower(r.Service), r.Code); !ok {
+				return fmt.Errorf("%s.code: %q is not a throttling code of %q", at, r.Code, r.Service)
+			}
+		}
+		if r.Kind != KindThrottle && r.Kind != KindPartial && r.Code != "" {
+			return fmt.Errorf("%s.code: only for kinds throttle and partial", at)
+		}
+		if r.Kind == KindPartial {
+			if len(r.Operations) == 0 {
+				return fmt.Errorf("%s.operations: partial needs one of %s", at, partialList())
+			}
+			for _, op := range r.Operations {
+				if !partialOps[strings.ToLower(r.Service)+"."+op] {
+					return fmt.Errorf("%s.operations: %s.%s has no partial failure (one of %s)", at, r.Service, op, partialList())
+				}
+			}
+			if math.IsNaN(r.Fraction) || r.Fraction < 0 || r.Fraction > 1 {
+				return fmt.Errorf("%s.fraction: %v is outside [0, 1]", at, r.Fraction)
+			}
+		} else if r.Fraction != 0 || r.SenderFault || r.Message != "" {
+			return fmt.Errorf("%s: fraction, sender_fault and message are only for kind partial", at)
+		}
+	}
+	return nil
+}
+
+func partialList() string {
+	ops := make([]string, 0, len(partialOps))
+	for op := range partialOps {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	return strings.Join(ops, ", ")
+}
+
+func (r Rule) matches(c Call, body []byte) bool {
+	if r.Service != "" && r.Service != "*" && !strings.EqualFold(r.Service, c.Service) {
+		return false
+	}
+	if len(r.Operations) > 0 {
+		ok := false
+		for _, op := range r.Operations {
+			if op == c.Operation {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if r.AccessKey != "" && r.AccessKey != c.AccessKey {
+		return false
+	}
+	if r.Contains != "" && (body == nil || !bytes.Contains(body, []byte(r.Contains))) {
+		return false
+	}
+	return true
+}
+
+// Status is what GET /_faults answers.
+type Status struct {
+	Config Config `json:"config"`
+	// Requests counts the requests forwarded or faulted since the config
+	// was set (control requests excluded).
+	Requests int64 `json:"requests"`
+	// Injected counts the faults by kind (latency included).
+	Injected map[Kind]int64 `json:"injected"`
+	// ByCall counts the faults by "service.Operation", then kind.
+	ByCall map[string]map[Kind]int64 `json:"by_call"`
+	// Fired counts how often each rule fired, by position.
+	Fired []int64 `json:"fired"`
+}
+
+// Proxy is the fault-injecting reverse proxy; an http.Handler. Build it
+// with New.
+type Proxy struct {
+	upstream *url.URL
+	rp       *httputil.ReverseProxy
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	cfg      Config
+	seq      map[string]uint64
+	requests int64
+	injected map[Kind]int64
+	byCall   map[string]map[Kind]int64
+	fired    []int64
+}
+
+// New returns a Proxy that forwards to upstream (e.g.
+// "http://127.0.0.1:4566"), with no rules. log receives one line per
+// injected fault at debug level and forwarding errors at warn; nil
+// discards them.
+func New(upstream string, log *slog.Logger) (*Proxy, error) {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("faultproxy: upstream %q is not an absolute URL", upstream)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{upstream: u, log: log}
+	p.reset(Config{})
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 64
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host // the emulator builds URLs from it
+		},
+		Transport:      transport,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+	}
+	return p, nil
+}
+
+// Set replaces the config and resets the counters; it returns
+// Config.Validate's error and keeps the old config then.
+func (p *Proxy) Set(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	p.reset(c)
+	return nil
+}
+
+func (p *Proxy) reset(c Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.Rules == nil {
+		c.Rules = []Rule{}
+	}
+	p.cfg = c
+	p.seq = map[string]uint64{}
+	p.requests = 0
+	p.injected = map[Kind]int64{}
+	p.byCall = map[string]map[Kind]int64{}
+	p.fired = make([]int64, len(c.Rules))
+}
+
+// Status returns the config and the counters.
+func (p *Proxy) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Status{Config: p.cfg, Requests: p.requests, Injected: map[Kind]int64{}, ByCall: map[string]map[Kind]int64{}, Fired: append([]int64{}, p.fired...)}
+	for k, v := range p.injected {
+		s.Injected[k] = v
+	}
+	for c, m := range p.byCall {
+		s.ByCall[c] = map[Kind]int64{}
+		for k, v := range m {
+			s.ByCall[c][k] = v
+		}
+	}
+	return s
+}
+
+// decision is what the rules decided for one request.
+type decision struct {
+	call  Call
+	delay time.Duration
+	kind  Kind // "" forwards unchanged
+	rule  Rule
+	index int
+	n     uint64
+	seed  int64
+}
+
+type ctxKey struct{}
+
+// unit returns a number in [0, 1) that depends only on its arguments.
+func unit(seed int64, rule int, call string, n uint64, entry int) float64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(seed))
+	h.Write(b[:])
+	binary.LittleEndian.PutUint64(b[:], uint64(rule))
+	h.Write(b[:])
+	h.Write([]byte(call))
+	binary.LittleEndian.PutUint64(b[:], n)
+	h.Write(b[:])
+	binary.LittleEndian.PutUint64(b[:], uint64(entry))
+	h.Write(b[:])
+	// splitmix64 finaliser: FNV's low bits are weak on short inputs.
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+func (p *Proxy) decide(c Call, body []byte) decision {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requests++
+	key := c.String()
+	n := p.seq[key]
+	p.seq[key] = n + 1
+	d := decision{call: c, n: n, seed: p.cfg.Seed}
+	for i, r := range p.cfg.Rules {
+		if !r.matches(c, body) || (r.Max > 0 && p.fired[i] >= int64(r.Max)) {
+			continue
+		}
+		if r.Kind == KindPartial && !partialOps[key] {
+			continue
+		}
+		if unit(p.cfg.Seed, i, key, n, -1) >= r.Rate {
+			continue
+		}
+		p.fired[i]++
+		p.injected[r.Kind]++
+		if p.byCall[key] == nil {
+			p.byCall[key] = map[Kind]int64{}
+		}
+		p.byCall[key][r.Kind]++
+		if r.Kind == KindLatency {
+			d.delay += time.Duration(r.Delay)
+			continue
+		}
+		d.kind, d.rule, d.index = r.Kind, r, i
+		break
+	}
+	return d
+}
+
+// ServeHTTP serves the control endpoint and proxies everything else.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == ControlPath {
+		p.control(w, r)
+		return
+	}
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody && p.wantsBody(r) {
+		var err error
+		if body, err = io.ReadAll(r.Body); err != nil {
+			http.Error(w, "faultproxy: read request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		_ = r.Body.Close()
+		r.Body = readCloser(body)
+	}
+	c := classify(r, body)
+	if c.Service == "" {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	d := p.decide(c, body)
+	if d.kind != "" || d.delay > 0 {
+		p.log.Debug("fault", "call", c.String(), "kind", string(d.kind), "delay_ms", d.delay.Milliseconds(), "n", d.n)
+	}
+	if d.delay > 0 {
+		t := time.NewTimer(d.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	requestID := fmt.Sprintf("faultproxy-%d-%s-%d", d.seed, c.String(), d.n)
+	switch d.kind {
+	case KindThrottle:
+		e, _ := throttleShape(c.Service, d.rule.Code)
+		writeError(w, r, c, e, requestID)
+		return
+	case KindServerError:
+		writeError(w, r, c, serverShape(c.Service), requestID)
+		return
+	case KindReset:
+		reset(w)
+		return
+	case KindPartial:
+		pt := &partial{call: c, rule: d.rule}
+		out, err := pt.rewriteRequest(body, func(j int) float64 { return unit(d.seed, d.index, c.String(), d.n, j) })
+		if err != nil {
+			p.log.Warn("partial failure not applied", "call", c.String(), "error", err.Error())
+			break
+		}
+		if pt.none {
+			resp, err := pt.rewriteResponse(nil)
+			if err != nil {
+				p.log.Warn("partial failure not applied", "call", c.String(), "error", err.Error())
+				break
+			}
+			w.Header().Set("Content-Type", pt.contentType())
+			fixHeaders(w.Header(), c, resp)
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(resp)
+			return
+		}
+		setBody(r, out)
+		r = r.WithContext(context.WithValue(r.Context(), partialKey{}, pt))
+	case KindResetAfter:
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, &d))
+	}
+	p.rp.ServeHTTP(w, r)
+}
+
+type partialKey struct{}
+
+// wantsBody says whether the request body is read before forwarding: every
+// non-S3 body (small JSON or form bodies) and S3 DeleteObjects.
+func (p *Proxy) wantsBody(r *http.Request) bool {
+	svc, _ := credentialScope(r)
+	if svc != "s3" {
+		return true
+	}
+	_, del := r.URL.Query()["delete"]
+	return del && r.Method == http.MethodPost
+}
+
+var errResetAfter = errors.New("faultproxy: reset after the emulator answered")
+
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	ctx := resp.Request.Context()
+	if d, ok := ctx.Value(ctxKey{}).(*decision); ok && d.kind == KindResetAfter {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return errResetAfter
+	}
+	pt, ok := ctx.Value(partialKey{}).(*partial)
+	if !ok || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	out, err := pt.rewriteResponse(body)
+	if err != nil {
+		p.log.Warn("partial failure answer not rewritten", "call", pt.call.String(), "error", err.Error())
+		out = body
+	}
+	fixHeaders(resp.Header, pt.call, out)
+	resp.ContentLength = int64(len(out))
+	resp.Body = readCloser(out)
+	return nil
+}
+
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errResetAfter) {
+		reset(w)
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	p.log.Warn("forward", "path", r.URL.Path, "error", err.Error())
+	w.WriteHeader(http.StatusBadGateway)
+}
+
+// reset ends the request's connection with a TCP RST, answering nothing.
+func reset(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func (p *Proxy) control(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		var c Config
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			http.Error(w, "faultproxy: config: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := p.Set(c); err != nil {
+			http.Error(w, "faultproxy: config: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	case http.MethodDelete:
+		p.reset(Config{})
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "faultproxy: GET, POST or DELETE", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(p.Status())
+}
+
+func readCloser(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
