@@ -25,6 +25,12 @@ var (
 	ErrInvalid = errors.New("invalid input")
 	// ErrNotFinished: finalize found items still pending or in flight.
 	ErrNotFinished = errors.New("run not finished")
+	// ErrUnavailable: an AWS service throttled the call or failed
+	// transiently (HTTP 429 or 5xx, a timeout, a connection error) after the
+	// SDK's own retries. Never the item's fault: the item worker sends the
+	// message again after a short jittered delay and counts no attempt.
+	// Adapters wrap the SDK error with it (shared/awsfault).
+	ErrUnavailable = errors.New("AWS service unavailable")
 )
 
 // InputError is a malformed submit request or source line. It names where

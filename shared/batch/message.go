@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Message kinds on the items queue.
@@ -29,6 +30,10 @@ type Message struct {
 	InputRef    *Chunk          `json:"input_ref,omitempty"` // the item's manifest line: Offset, Length
 	ManifestKey string          `json:"manifest_key,omitempty"`
 	Chunk       *Chunk          `json:"chunk,omitempty"`
+	// Requeued counts how often the item worker sent this message again
+	// because an AWS service was unavailable (throttling, 5xx): it grows
+	// the next delay. Not an attempt.
+	Requeued int `json:"requeued,omitempty"`
 }
 
 // Validate reports a malformed message (a poison message is acknowledged
@@ -78,7 +83,9 @@ func ItemMessageBody(batchID string, run int, manifestKey string, line ManifestL
 	return m.Body()
 }
 
-// Body encodes the message as JSON without HTML escaping.
+// Body encodes the message as JSON without HTML escaping, with every
+// character SQS refuses in a message written as a JSON \uXXXX escape (see
+// SQSSafe): the body always travels, and decodes to the same message.
 func (m Message) Body() ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -86,7 +93,59 @@ func (m Message) Body() ([]byte, error) {
 	if err := enc.Encode(m); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return SQSSafe(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// SQSAllowed reports whether SQS accepts r in a message body. The SQS API
+// reference, "SendMessage" (MessageBody;
+// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html),
+// allows only #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD |
+// #x10000 to #x10FFFF and rejects the rest: a batch entry holding one fails
+// with SenderFault. Valid UTF-8 JSON can still hold U+FFFE and U+FFFF, raw
+// in a string (or decoded from "\uffff" and encoded again).
+func SQSAllowed(r rune) bool {
+	switch {
+	case r == 0x9 || r == 0xA || r == 0xD:
+		return true
+	case r >= 0x20 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
+		return true
+	}
+	return false
+}
+
+// SQSSafe returns the JSON text js with every character outside SQS's
+// allowed set (SQSAllowed) written as a \uXXXX escape, and invalid UTF-8
+// bytes as \ufffd. In valid JSON such characters can only stand inside
+// strings (the structure is ASCII), where the escape means the same
+// character, so the result decodes to the same value. js is returned as
+// is when nothing needs escaping.
+func SQSSafe(js []byte) []byte {
+	clean := true
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		if (r == utf8.RuneError && n == 1) || !SQSAllowed(r) {
+			clean = false
+			break
+		}
+		i += n
+	}
+	if clean {
+		return js
+	}
+	out := make([]byte, 0, len(js)+16)
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			out = append(out, `\ufffd`...)
+		case !SQSAllowed(r):
+			out = fmt.Appendf(out, `\u%04x`, r)
+		default:
+			out = append(out, js[i:i+n]...)
+		}
+		i += n
+	}
+	return out
 }
 
 // ItemMessage builds the message for one manifest line: the input inline

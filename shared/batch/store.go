@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"time"
 
@@ -39,6 +40,12 @@ type Store interface {
 	// or cancelled in an earlier run, or is in flight with an expired lease.
 	// Else it returns the stored row and ErrConflict.
 	Settle(ctx context.Context, r Record) (Item, error)
+	// SettleUnstarted is Settle only for an item not reserved in r.Run: no
+	// row, or a failed or cancelled (or released quarantined) row of an
+	// earlier run. An item reserved in this run has its own message (in
+	// flight, or waiting for a scheduled retry) and is left to it: else the
+	// stored row and ErrConflict.
+	SettleUnstarted(ctx context.Context, r Record) (Item, error)
 	// AddProgress adds to one of the run's counter rows: done terminal items
 	// and failures among them. Counters may lag or be lost; item rows decide.
 	AddProgress(ctx context.Context, batchID string, run, shard int, done, failures int64, now time.Time) error
@@ -195,11 +202,40 @@ type ObjectInfo struct {
 // implements it.
 type Queue interface {
 	// Send delivers every body, in SendMessageBatch calls of at most 10
-	// entries and 256 KiB, retrying entries that fail; it returns an error
-	// only when some body could not be sent after its retries.
+	// entries and 256 KiB, re-sending only the entries that failed
+	// transiently. Bodies the queue refuses as the sender's fault are not
+	// retried: Send sends the others and returns a *RefusedError naming
+	// them. Bodies still unsent after the retries give an error wrapping
+	// ErrUnavailable.
 	Send(ctx context.Context, bodies [][]byte) error
+	// Requeue sends body as a new message, visible after delay (0–15 min):
+	// its receive count starts again from 0.
+	Requeue(ctx context.Context, body []byte, delay time.Duration) error
 	// Delay makes a received message visible again after d (0–12 h).
 	Delay(ctx context.Context, receiptHandle string, d time.Duration) error
+}
+
+// RefusedError is Queue.Send's report of bodies the queue refused as the
+// sender's fault (SQS SendMessageBatch's SenderFault): sending them again
+// cannot succeed. Every other body was sent.
+type RefusedError struct {
+	Refused []Refusal // in Index order
+}
+
+// Refusal is one refused body: its index in Send's bodies and the queue's
+// code and message.
+type Refusal struct {
+	Index   int
+	Code    string
+	Message string
+}
+
+func (e *RefusedError) Error() string {
+	if len(e.Refused) == 0 {
+		return "send: no message refused"
+	}
+	r := e.Refused[0]
+	return fmt.Sprintf("send: %d messages refused by the queue; first: message %d: %s: %s", len(e.Refused), r.Index, r.Code, r.Message)
 }
 
 // Trigger starts finalize for a run, asynchronously. Triggering twice is

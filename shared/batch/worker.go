@@ -65,7 +65,21 @@ type Worker struct {
 	Concurrency int
 	// Backoff gives the delay before retry n (n ≥ 1) after a transient
 	// error. Default: exponential from 2 s, ×2, ±50 % jitter, at most 5 min.
+	// A *pipeline.RetryAfterError's delay wins when it is longer.
 	Backoff func(n int) time.Duration
+	// UnavailableDelay gives the delay before a message is handled again
+	// after an AWS service was unavailable (ErrUnavailable: throttling,
+	// 5xx) for the n-th time in a row (n ≥ 1). Default
+	// DefaultUnavailableDelay.
+	UnavailableDelay func(n int) time.Duration
+}
+
+// DefaultUnavailableDelay is 1 s × 2^(n-1), at most 2 minutes, with full
+// jitter in [d/2, d]: short, and spread so that throttled messages do not
+// come back together.
+func DefaultUnavailableDelay(n int) time.Duration {
+	d := min(time.Second<<min(max(n-1, 0), 7), 2*time.Minute)
+	return d/2 + rand.N(d/2+1)
 }
 
 // DefaultBackoff is exponential backoff with jitter (cenkalti/backoff):
@@ -234,8 +248,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		return true, nil
 	}
 	if err != nil {
-		log.Error("read batch", "error", err.Error())
-		return false, nil
+		return w.unavailable(ctx, log, d, m, "read batch", err)
 	}
 	if m.Run < b.Run {
 		log.Info("message of an earlier run; acknowledged", "key", m.Key)
@@ -249,9 +262,8 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		return w.deadLetterChunk(ctx, log, b, m, d)
 	}
 	if m.Kind == KindFanout {
-		if err := w.fanout(ctx, b, m); err != nil {
-			log.Error("fan-out", "error", err.Error(), "offset", m.Chunk.Offset)
-			return false, nil
+		if err := w.fanout(ctx, log, b, m); err != nil {
+			return w.unavailable(ctx, log.With("offset", m.Chunk.Offset), d, m, "fan-out", err)
 		}
 		return true, nil
 	}
@@ -265,8 +277,10 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 	return w.item(ctx, log, b, m, d, margin)
 }
 
-// fanout expands one manifest chunk into item messages.
-func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
+// fanout expands one manifest chunk into item messages. Items whose
+// message the queue refuses as the sender's fault (a retry cannot help)
+// are recorded failed with the queue's reason; the others are sent.
+func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Message) error {
 	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
 	if err != nil {
 		return fmt.Errorf("open chunk: %w", err)
@@ -274,16 +288,24 @@ func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
 	defer rc.Close()
 	const flushAt = 500
 	bodies := make([][]byte, 0, flushAt)
-	var sent int64
+	keys := make([]string, 0, flushAt)
+	var sent, refused int64
 	flush := func() error {
 		if len(bodies) == 0 {
 			return nil
 		}
-		if err := w.Queue.Send(ctx, bodies); err != nil {
+		err := w.Queue.Send(ctx, bodies)
+		var re *RefusedError
+		if errors.As(err, &re) {
+			n, serr := w.settleRefused(ctx, log, b, keys, re)
+			refused += n
+			err = serr
+		}
+		if err != nil {
 			return err
 		}
 		sent += int64(len(bodies))
-		bodies = bodies[:0]
+		bodies, keys = bodies[:0], keys[:0]
 		return nil
 	}
 	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, off, n int64) error {
@@ -291,7 +313,7 @@ func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
 		if err != nil {
 			return err
 		}
-		bodies = append(bodies, body)
+		bodies, keys = append(bodies, body), append(keys, l.Key)
 		if len(bodies) >= flushAt {
 			return flush()
 		}
@@ -300,6 +322,9 @@ func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
 	if err == nil {
 		err = flush()
 	}
+	if refused > 0 {
+		w.count(ctx, []done{{batch: b, failure: true}}, refused)
+	}
 	if err != nil {
 		return err
 	}
@@ -307,6 +332,31 @@ func (w *Worker) fanout(ctx context.Context, b Batch, m Message) error {
 		return fmt.Errorf("chunk at %d holds %d items, want %d", m.Chunk.Offset, sent, m.Chunk.Count)
 	}
 	return nil
+}
+
+// settleRefused records the items whose message the queue refused as
+// failed (permanent, with the queue's code and message), unless they
+// already have a row in this run. It returns how many it recorded.
+func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b Batch, keys []string, re *RefusedError) (int64, error) {
+	var n int64
+	for _, r := range re.Refused {
+		if r.Index < 0 || r.Index >= len(keys) {
+			return n, fmt.Errorf("refusal of message %d of %d", r.Index, len(keys))
+		}
+		rec := w.record(b, Message{Key: keys[r.Index]}, w.Clock.Now())
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
+		rec.Error = pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
+		_, err := w.Store.SettleUnstarted(ctx, rec)
+		switch {
+		case err == nil:
+			n++
+			log.Warn("item message refused by the queue; item recorded failed", "key", rec.Key, "error", rec.Error)
+		case errors.Is(err, ErrConflict):
+		default:
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (w *Worker) record(b Batch, m Message, now time.Time) Record {
@@ -334,8 +384,10 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Me
 
 // deadLetterChunk records every item of a fan-out chunk whose message was
 // dead-lettered (its expansion kept failing) as failed, dead-lettered, so
-// that the run still finishes. Items that already have an outcome, or are
-// in flight, keep it.
+// that the run still finishes. Only items never reserved in this run are
+// settled (Store.SettleUnstarted): an item with a row in this run had its
+// own message — in flight, or waiting for a scheduled retry with attempts
+// left — and that message decides its outcome.
 func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
 	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
 	if err != nil {
@@ -348,7 +400,7 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch,
 		r := w.record(b, Message{Key: l.Key}, w.Clock.Now())
 		r.Outcome, r.Reason = OutcomeFailed, ReasonDeadLettered
 		r.Error = fmt.Sprintf("the fan-out message of its chunk exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
-		_, err := w.Store.Settle(ctx, r)
+		_, err := w.Store.SettleUnstarted(ctx, r)
 		if err == nil {
 			settled++
 			return nil
@@ -390,10 +442,9 @@ func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Mes
 		w.delay(ctx, log, d, old.LeaseUntil.Sub(r.Now))
 		return false, nil
 	case errors.Is(err, ErrConflict):
-		return w.answered(ctx, log, b, m, old)
+		return w.answered(ctx, log, b, m, d, old)
 	}
-	log.Error("cancel item", "error", err.Error())
-	return false, nil
+	return w.unavailable(ctx, log, d, m, "cancel item", err)
 }
 
 // item runs one item under a reservation.
@@ -402,8 +453,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	if m.InputRef != nil {
 		l, err := w.readLine(ctx, m)
 		if err != nil {
-			log.Error("read input", "error", err.Error())
-			return false, nil
+			return w.unavailable(ctx, log, d, m, "read input", err)
 		}
 		input = l.Input
 	}
@@ -420,11 +470,10 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 			return false, nil
 		}
 		log.Info("item already recorded; acknowledged", "outcome", string(it.Outcome))
-		return w.answered(ctx, log, b, m, it)
+		return w.answered(ctx, log, b, m, d, it)
 	}
 	if err != nil {
-		log.Error("reserve", "error", err.Error())
-		return false, nil
+		return w.unavailable(ctx, log, d, m, "reserve", err)
 	}
 	log = log.With("run_id", it.RunID, "attempt", it.Attempt)
 	rec := w.record(b, m, now)
@@ -453,6 +502,9 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		BatchID: b.ID, Key: m.Key, RunID: it.RunID, Attempt: it.Attempt, Input: input,
 		Headers: b.Headers, Options: b.Options, Outputs: w.outputs(b.ID),
 	})
+	// Cut off at the deadline margin (or the lease's end) while it ran: the
+	// call's outcome is unknown. Read before cancel, which would set it too.
+	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	cancel()
 	rec.Now = w.Clock.Now()
 	log = log.With("duration_ms", rec.Now.Sub(start).Milliseconds())
@@ -465,8 +517,10 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 			rec.Outcome, rec.Output, rec.OutputRef, rec.Cost = OutcomeSucceeded, out, ref, res.Cost
 			return w.finish(ctx, log, b, rec)
 		}
+	} else if cutOff && pipeline.Classify(perr) == pipeline.ClassTransient {
+		perr = &interruptedError{err: perr}
 	}
-	rec.Error = perr.Error()
+	rec.Error = pipeline.ErrorText(perr)
 	rec.Cost = res.Cost // what the failed attempt spent, if the pipeline says
 	switch pipeline.Classify(perr) {
 	case pipeline.ClassPermanent:
@@ -476,13 +530,21 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonQuarantine
 		return w.finish(ctx, log, b, rec)
 	}
+	var interrupted *interruptedError
+	if errors.As(perr, &interrupted) && b.OnInterrupt == InterruptQuarantine {
+		// An interruption, not a transient error: the receiver may have
+		// acted. The batch's policy sets the item aside.
+		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonInterrupted
+		return w.finish(ctx, log, b, rec)
+	}
 	if it.RunAttempts >= b.MaxAttempts {
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
-		rec.Error = fmt.Sprintf("attempt %d of %d: %s", it.RunAttempts, b.MaxAttempts, perr.Error())
+		rec.Error = pipeline.CutText(fmt.Sprintf("attempt %d of %d: %s", it.RunAttempts, b.MaxAttempts, rec.Error), pipeline.MaxErrorTextBytes)
 		return w.finish(ctx, log, b, rec)
 	}
 	// Transient: release the lease and let the queue bring the message back
-	// after the backoff.
+	// after the backoff, or after the delay the pipeline asked for
+	// (*pipeline.RetryAfterError) when that is longer.
 	if err := w.Store.Release(ctx, rec); err != nil {
 		log.Warn("release lease", "error", err.Error())
 	}
@@ -491,10 +553,57 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		bo = DefaultBackoff
 	}
 	wait := bo(it.RunAttempts)
+	if ra, ok := pipeline.RetryDelay(perr); ok && ra > wait {
+		wait = ra
+	}
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 		log.Warn("delay message", "error", err.Error())
 	}
-	log.Warn("transient error; retried", "error", perr.Error(), "retry_in_ms", wait.Milliseconds())
+	log.Warn("transient error; retried", "error", rec.Error, "retry_in_ms", wait.Milliseconds())
+	return false, nil
+}
+
+// interruptedError is a transient pipeline error returned after the
+// pipeline's context was cut off at the invocation's deadline margin or
+// the lease's end: the call's outcome is unknown (an interruption).
+type interruptedError struct{ err error }
+
+func (e *interruptedError) Error() string {
+	return "interrupted at the invocation's deadline (outcome unknown): " + e.err.Error()
+}
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// unavailable handles a delivery that could not be processed because of
+// err. When err is ErrUnavailable (AWS throttled or failed transiently),
+// the message is sent again as a new message after a short jittered delay
+// (UnavailableDelay) and this one acknowledged: no attempt was counted,
+// and the new message's receive count starts from 0, so throttling never
+// brings an item to the dead-letter queue. If the new message cannot be
+// sent, this one comes back after the same delay. Any other error leaves
+// the message to come back after its visibility timeout (and, if it keeps
+// failing, to the dead-letter queue).
+func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m Message, what string, err error) (bool, *done) {
+	if !errors.Is(err, ErrUnavailable) || d.DeadLetter {
+		log.Error(what, "error", pipeline.ErrorText(err))
+		return false, nil
+	}
+	delayOf := w.UnavailableDelay
+	if delayOf == nil {
+		delayOf = DefaultUnavailableDelay
+	}
+	m.Requeued++
+	wait := delayOf(m.Requeued)
+	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", m.Requeued)
+	body, berr := m.Body()
+	if berr == nil {
+		if berr = w.Queue.Requeue(ctx, body, wait); berr == nil {
+			return true, nil
+		}
+	}
+	log.Warn("send the message again", "error", berr.Error())
+	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+		log.Warn("delay message", "error", derr.Error())
+	}
 	return false, nil
 }
 
@@ -502,14 +611,13 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 // rerun, an item succeeded (or still quarantined) in an earlier run counts
 // toward this run's progress once: Store.MarkCounted is a conditional write,
 // so duplicate deliveries do not count it again.
-func (w *Worker) answered(ctx context.Context, log *slog.Logger, b Batch, m Message, it Item) (bool, *done) {
+func (w *Worker) answered(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery, it Item) (bool, *done) {
 	if it.Run >= b.Run || (it.Outcome != OutcomeSucceeded && it.Outcome != OutcomeQuarantined) {
 		return true, nil
 	}
 	counted, err := w.Store.MarkCounted(ctx, b.ID, m.Key, b.Run)
 	if err != nil {
-		log.Warn("count an answered item", "error", err.Error())
-		return false, nil
+		return w.unavailable(ctx, log, d, m, "count an answered item", err)
 	}
 	if !counted {
 		return true, nil
@@ -526,9 +634,26 @@ func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until 
 	}
 }
 
-// finish records a terminal outcome under the attempt's fence.
+// finish records a terminal outcome under the attempt's fence. The outcome
+// is known, so a write that AWS throttles is tried again here (1 s, 2 s,
+// 4 s… apart) for as long as the context allows, rather than leaving the
+// item to a takeover that would run it again.
 func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Record) (bool, *done) {
+	rec.Error = pipeline.CutText(rec.Error, pipeline.MaxErrorTextBytes)
 	err := w.Store.Record(ctx, rec)
+	for pause := time.Second; errors.Is(err, ErrUnavailable) && ctx.Err() == nil; pause = min(2*pause, 8*time.Second) {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause+time.Second {
+			break
+		}
+		log.Warn("record outcome: AWS unavailable; trying again", "error", err.Error(), "retry_in_ms", pause.Milliseconds())
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		err = w.Store.Record(ctx, rec)
+	}
 	if errors.Is(err, ErrConflict) {
 		// A later attempt took the item over: its holder records the outcome.
 		// Let the message come back; it is acknowledged once the row is final.
@@ -536,7 +661,7 @@ func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Reco
 		return false, nil
 	}
 	if err != nil {
-		log.Error("record outcome", "error", err.Error(), "outcome", string(rec.Outcome))
+		log.Error("record outcome", "error", pipeline.ErrorText(err), "outcome", string(rec.Outcome))
 		return false, nil
 	}
 	if rec.Outcome == OutcomeSucceeded {
@@ -558,7 +683,9 @@ func (w *Worker) runContext(ctx context.Context, leaseUntil time.Time, margin ti
 func runSafely(ctx context.Context, p pipeline.Pipeline, req pipeline.Request) (res pipeline.Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("pipeline panicked: %v\n%s", r, debug.Stack())
+			// Bounded: the panic value and the stack are the pipeline's
+			// text, recorded on the item row.
+			err = errors.New(pipeline.CutText(fmt.Sprintf("pipeline panicked: %v\n%s", r, debug.Stack()), pipeline.MaxErrorTextBytes))
 		}
 	}()
 	return p.Run(ctx, req)

@@ -17,6 +17,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 )
@@ -52,8 +54,14 @@ var (
 	_ thumbnail.Source = (*Store)(nil)
 )
 
-// New returns a Store on bucket.
+// New returns a Store on bucket. It uses a copy of client with bulkrun's
+// retryer (no client-side retry quota) and AWS's transient faults tagged
+// batch.ErrUnavailable (shared/awsfault); client itself is not changed.
 func New(client *s3.Client, bucket string) *Store {
+	client = s3.New(client.Options(), func(o *s3.Options) {
+		o.Retryer = awsfault.Retryer()
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+	})
 	return &Store{
 		s3: client,
 		tm: transfermanager.New(client, func(o *transfermanager.Options) {

@@ -39,6 +39,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -60,8 +61,15 @@ func (s *Store) DB() *dynamodb.Client { return s.db }
 // Table returns the table's name.
 func (s *Store) Table() string { return s.table }
 
-// New returns a Store on table.
+// New returns a Store on table. It uses a copy of db with bulkrun's
+// retryer (no client-side retry quota, so that throttling is retried with
+// backoff instead of failing at once) and AWS's transient faults tagged
+// batch.ErrUnavailable (shared/awsfault); db itself is not changed.
 func New(db *dynamodb.Client, table string) *Store {
+	db = dynamodb.New(db.Options(), func(o *dynamodb.Options) {
+		o.Retryer = awsfault.Retryer()
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+	})
 	return &Store{db: db, table: table, Timeout: 10 * time.Second}
 }
 
@@ -515,7 +523,7 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	}
 	set("output", string(r.Output))
 	set("output_ref", r.OutputRef)
-	set("error", r.Error)
+	set("error", pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))
 	set("reason", string(r.Reason))
 	if len(r.Cost) > 0 {
 		u = u.Set(expression.Name("cost"), expression.Value(map[string]float64(r.Cost)))
@@ -553,7 +561,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 func (s *Store) Release(ctx context.Context, r batch.Record) error {
 	u := expression.Set(expression.Name("lease_until_ms"), expression.Value(r.Now.UnixMilli())).
 		Set(expression.Name("retry_scheduled"), expression.Value(true)).
-		Set(expression.Name("error"), expression.Value(r.Error)).
+		Set(expression.Name("error"), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
 		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
@@ -594,6 +602,21 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
 	}
 	return it, err
+}
+
+// SettleUnstarted writes a terminal outcome for an item not reserved in
+// r.Run, under the fresh condition only (see batch.Store); it returns the
+// stored row on conflict.
+func (s *Store) SettleUnstarted(ctx context.Context, r batch.Record) (batch.Item, error) {
+	u, err := outcomeUpdate(r)
+	if err != nil {
+		return batch.Item{}, err
+	}
+	u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
+		Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name("lease_until_ms"), expression.Value(0)).
+		Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled"))
+	return s.settle(ctx, r, fresh(r.Run), u)
 }
 
 func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -56,9 +57,10 @@ func Logger(level string) *slog.Logger {
 }
 
 // AWSConfig loads the SDK configuration from the environment (credentials,
-// region, and AWS_ENDPOINT_URL for an emulator).
+// region, and AWS_ENDPOINT_URL for an emulator), with bulkrun's retryer
+// (awsfault.Retryer: no client-side retry quota), a new one per client.
 func AWSConfig(ctx context.Context) (aws.Config, error) {
-	c, err := awsconfig.LoadDefaultConfig(ctx)
+	c, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRetryer(awsfault.Retryer))
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load AWS config: %w", err)
 	}

@@ -7,9 +7,20 @@
 //   - Permanent(err): the item ends `failed` with err's text; never retried.
 //   - Quarantine(err): the item ends `quarantined` (set aside; a rerun does
 //     not touch it until it is released).
+//   - RetryAfter(err, d), a *RetryAfterError: transient, and the retry is
+//     scheduled no sooner than d after the attempt (d capped at
+//     MaxRetryAfter); the exponential backoff applies when it is longer.
 //   - any other error: transient; the item is retried with exponential
 //     backoff and jitter until the batch's max attempts, then ends `failed`.
-//   - a context error after the invocation's deadline: transient.
+//   - any error after the pipeline's context was cut off at the
+//     invocation's deadline margin (or the lease's end): an interruption —
+//     the call's outcome is unknown — so the batch's on_interrupt policy
+//     decides: `retry` runs the item again, `quarantine` sets it aside with
+//     reason `interrupted`.
+//
+// Error texts are recorded on the item row, in logs, listings and results
+// cut to at most MaxErrorTextBytes at a UTF-8 boundary (see CutText): a
+// pipeline may return an error of any size without breaking the record.
 //
 // A Pipeline must be safe for concurrent use: one item binary runs one
 // message batch at a time, but several processes run the same code. It
@@ -25,7 +36,10 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
+	"time"
+	"unicode/utf8"
 )
 
 // Request is one item's run of a pipeline.
@@ -105,6 +119,81 @@ type QuarantineError struct{ Err error }
 
 func (e *QuarantineError) Error() string { return e.Err.Error() }
 func (e *QuarantineError) Unwrap() error { return e.Err }
+
+// MaxRetryAfter caps the delay a *RetryAfterError can ask for: 1 hour. A
+// receiver asking for more is retried after an hour (the attempt still
+// counts). The item's message waits in the queue meanwhile; SQS allows a
+// visibility timeout of at most 12 hours (Amazon SQS developer guide,
+// "Amazon SQS visibility timeout").
+const MaxRetryAfter = time.Hour
+
+// RetryAfterError is a transient error that says when a retry may succeed:
+// a receiver's 429 or 503 answer with a Retry-After header, a rate limit's
+// reset time. The item's retry is scheduled no sooner than Delay after the
+// attempt ended (the batch's backoff applies when it is longer). It counts
+// as an attempt like any transient error.
+type RetryAfterError struct {
+	Err   error
+	Delay time.Duration // ≥ 0, at most MaxRetryAfter
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err as a *RetryAfterError asking for a retry no sooner
+// than d (clamped to 0–MaxRetryAfter). nil stays nil.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{Err: err, Delay: min(max(d, 0), MaxRetryAfter)}
+}
+
+// RetryDelay returns the delay asked for by the first *RetryAfterError in
+// err's chain, clamped to 0–MaxRetryAfter, and whether there is one.
+func RetryDelay(err error) (time.Duration, bool) {
+	var ra *RetryAfterError
+	if !errors.As(err, &ra) {
+		return 0, false
+	}
+	return min(max(ra.Delay, 0), MaxRetryAfter), true
+}
+
+// MaxErrorTextBytes is the most of an error text bulkrun keeps wherever it
+// quotes one (item rows, logs, listings, results): 4 KiB. DynamoDB items
+// are at most 400 KB, and a stack trace or an echoed request must not make
+// the outcome write fail.
+const MaxErrorTextBytes = 4 << 10
+
+// CutText returns s cut to at most max bytes without splitting a UTF-8
+// sequence, ending with "… [N bytes cut]" when anything was cut (the
+// marker counts toward max). Invalid UTF-8 is replaced by U+FFFD first, so
+// the result is always valid UTF-8. max below 64 is taken as 64.
+func CutText(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if max < 64 {
+		max = 64
+	}
+	if len(s) <= max {
+		return s
+	}
+	marker := fmt.Sprintf("… [%d bytes cut]", len(s))
+	n := max - len(marker)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + fmt.Sprintf("… [%d bytes cut]", len(s)-n)
+}
+
+// ErrorText is err's text cut by CutText to MaxErrorTextBytes.
+func ErrorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return CutText(err.Error(), MaxErrorTextBytes)
+}
 
 // Permanent wraps err as a *PermanentError (nil stays nil).
 func Permanent(err error) error {

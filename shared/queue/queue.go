@@ -5,6 +5,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
@@ -35,41 +37,75 @@ type Queue struct {
 
 var _ batch.Queue = (*Queue)(nil)
 
-// New returns a Queue on the queue at url.
-func New(client *sqs.Client, url string) *Queue { return &Queue{sqs: client, url: url} }
+// MaxDelay is the longest delay of Requeue: SQS's DelaySeconds is 0–900 s
+// (Amazon SQS API reference, "SendMessage").
+const MaxDelay = 15 * time.Minute
+
+// New returns a Queue on the queue at url. It uses a copy of client with
+// bulkrun's retryer (no client-side retry quota) and AWS's transient faults
+// tagged batch.ErrUnavailable (shared/awsfault); client is not changed.
+func New(client *sqs.Client, url string) *Queue {
+	client = sqs.New(client.Options(), func(o *sqs.Options) {
+		o.Retryer = awsfault.Retryer()
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+	})
+	return &Queue{sqs: client, url: url}
+}
 
 // Send delivers every body in SendMessageBatch calls of ≤ 10 entries and
-// ≤ 256 KiB, checking every entry's result and re-sending failed entries
-// with exponential backoff (50 ms × 2^try) up to MaxSendTries. It returns an
-// error naming how many bodies could not be sent; none is ever dropped
-// silently. A body larger than 256 KiB is an error (the caller sends
-// pointers for large inputs).
+// ≤ 256 KiB, checking every entry's result. Entries that failed on SQS's
+// side (SenderFault false) are sent again, alone — never the entries SQS
+// already accepted — with exponential backoff (50 ms × 2^try) up to
+// MaxSendTries. Entries SQS refused as the sender's fault (SenderFault
+// true: a character outside SQS's allowed set, a body too large) are never
+// retried: Send goes on with the other bodies and returns a
+// *batch.RefusedError listing them. Bodies still unsent after the tries
+// give an error wrapping batch.ErrUnavailable. A body larger than 256 KiB
+// is refused without a call. No body is ever dropped silently.
 func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
+	var refused []batch.Refusal
 	for i, b := range bodies {
 		if len(b) > MaxBatchBytes {
-			return fmt.Errorf("send: message %d is %d bytes, more than %d", i, len(b), MaxBatchBytes)
+			refused = append(refused, batch.Refusal{Index: i, Code: "MessageTooLong", Message: fmt.Sprintf("message is %d bytes, more than %d", len(b), MaxBatchBytes)})
 		}
 	}
 	start := 0
 	for start < len(bodies) {
 		end, size := start, 0
-		for end < len(bodies) && end-start < MaxBatchEntries && size+len(bodies[end]) <= MaxBatchBytes {
-			size += len(bodies[end])
+		idx := make([]int, 0, MaxBatchEntries)
+		for end < len(bodies) && len(idx) < MaxBatchEntries && size+len(bodies[end]) <= MaxBatchBytes {
+			if len(bodies[end]) <= MaxBatchBytes {
+				idx = append(idx, end)
+				size += len(bodies[end])
+			}
 			end++
 		}
-		if err := q.sendBatch(ctx, bodies[start:end]); err != nil {
+		for end < len(bodies) && len(bodies[end]) > MaxBatchBytes {
+			end++ // refused above
+		}
+		r, err := q.sendBatch(ctx, bodies, idx)
+		refused = append(refused, r...)
+		if err != nil {
 			return err
 		}
 		start = end
 	}
+	if len(refused) > 0 {
+		slices.SortFunc(refused, func(a, b batch.Refusal) int { return a.Index - b.Index })
+		return &batch.RefusedError{Refused: refused}
+	}
 	return nil
 }
 
-func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte) error {
-	pending := map[string]string{}
-	for i, b := range bodies {
-		pending[strconv.Itoa(i)] = string(b)
+// sendBatch sends bodies[i] for every i of idx in one SendMessageBatch,
+// then only the entries that failed transiently, and returns the entries
+// refused as the sender's fault.
+func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]batch.Refusal, error) {
+	pending := make(map[string]int, len(idx)) // entry id → index in bodies
+	for _, i := range idx {
+		pending[strconv.Itoa(i)] = i
 	}
+	var refused []batch.Refusal
 	var lastErr error
 	for try := 0; try < MaxSendTries && len(pending) > 0; try++ {
 		if try > 0 {
@@ -77,14 +113,15 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte) error {
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return fmt.Errorf("send: %d messages unsent: %w", len(pending), ctx.Err())
+				return refused, fmt.Errorf("send: %d messages unsent: %w", len(pending), ctx.Err())
 			case <-t.C:
 			}
 		}
 		entries := make([]types.SendMessageBatchRequestEntry, 0, len(pending))
-		for id, body := range pending {
-			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(body)})
+		for id, i := range pending {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(string(bodies[i]))})
 		}
+		slices.SortFunc(entries, func(a, b types.SendMessageBatchRequestEntry) int { return pending[*a.Id] - pending[*b.Id] })
 		out, err := q.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.url, Entries: entries})
 		if err != nil {
 			lastErr = err
@@ -94,24 +131,45 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte) error {
 			delete(pending, aws.ToString(ok.Id))
 		}
 		for _, f := range out.Failed {
-			lastErr = fmt.Errorf("entry %s: %s: %s", aws.ToString(f.Id), aws.ToString(f.Code), aws.ToString(f.Message))
-			if f.SenderFault {
-				return fmt.Errorf("send: message refused: %w", lastErr)
+			id := aws.ToString(f.Id)
+			i, known := pending[id]
+			if !known {
+				continue
 			}
+			if f.SenderFault {
+				refused = append(refused, batch.Refusal{Index: i, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)})
+				delete(pending, id)
+				continue
+			}
+			lastErr = fmt.Errorf("entry %s: %s: %s", id, aws.ToString(f.Code), aws.ToString(f.Message))
 		}
 	}
 	if len(pending) > 0 {
-		return fmt.Errorf("send: %d messages unsent after %d tries: %w", len(pending), MaxSendTries, lastErr)
+		return refused, fmt.Errorf("send: %d messages unsent after %d tries: %w: %w", len(pending), MaxSendTries, batch.ErrUnavailable, lastErr)
+	}
+	return refused, nil
+}
+
+// Requeue sends body as a new message that becomes visible after delay
+// (whole seconds, clamped to 0–MaxDelay). A new message starts with a
+// receive count of 0, so requeueing does not bring it closer to the
+// dead-letter queue. A refused body is a *batch.RefusedError.
+func (q *Queue) Requeue(ctx context.Context, body []byte, delay time.Duration) error {
+	delay = min(max(delay, 0), MaxDelay)
+	_, err := q.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String(string(body)), DelaySeconds: int32((delay + time.Second - 1) / time.Second)})
+	if err != nil {
+		return fmt.Errorf("requeue: %w", err)
 	}
 	return nil
 }
 
 // Delay sets a received message's visibility timeout to d from now
-// (clamped to 0–12 h), so that it comes back after d.
+// (clamped to 0–12 h, rounded up to whole seconds), so that it comes back
+// no sooner than d.
 func (q *Queue) Delay(ctx context.Context, receiptHandle string, d time.Duration) error {
 	d = min(max(d, 0), MaxVisibility)
 	_, err := q.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: &q.url, ReceiptHandle: &receiptHandle, VisibilityTimeout: int32(d / time.Second),
+		QueueUrl: &q.url, ReceiptHandle: &receiptHandle, VisibilityTimeout: int32((d + time.Second - 1) / time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("change visibility: %w", err)

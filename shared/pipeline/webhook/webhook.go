@@ -48,8 +48,12 @@
 //   - permanent, *[StatusError]: the answer's status is a 3xx, or a 4xx other
 //     than 429, or outside 200–599, e.g.
 //     `webhook: item-0000000007: HTTP 422: {"error":"bad"}`.
-//   - transient, *[StatusError]: the answer's status is 429 or 5xx; its
-//     RetryAfter carries the answer's Retry-After header.
+//   - transient, *[StatusError]: the answer's status is 429 or 5xx. On a 429
+//     or 503 with a Retry-After header (delta-seconds, e.g. `Retry-After:
+//     20`, or an HTTP date, RFC 9110 §10.2.3), the StatusError is wrapped in
+//     a *pipeline.RetryAfterError carrying that delay, capped at
+//     pipeline.MaxRetryAfter (1 hour): bulkrun retries the item no sooner.
+//     A date in the past, a negative or unparsable value is ignored.
 //   - transient: timeouts, connection refused or reset, DNS failures, a body
 //     cut short, and cancellation of the caller's context.
 package webhook
@@ -115,7 +119,7 @@ type StatusError struct {
 	Key        string        // the item key
 	StatusCode int           // the HTTP status code
 	Body       string        // at most the first MaxErrorBodyBytes of the body, valid UTF-8, trimmed
-	RetryAfter time.Duration // the Retry-After header as a duration (delta-seconds or HTTP date), 0 when absent or invalid
+	RetryAfter time.Duration // a 429's or 503's Retry-After header as a duration (delta-seconds or HTTP date), at most pipeline.MaxRetryAfter; 0 when absent, invalid or on another status
 }
 
 // Error returns `webhook: {key}: HTTP {status}: {body}`, without the last
@@ -201,10 +205,15 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 			Key:        req.Key,
 			StatusCode: resp.StatusCode,
 			Body:       strings.TrimSpace(cutUTF8(strings.ToValidUTF8(string(head), "\uFFFD"), MaxErrorBodyBytes)),
-			RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		}
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			serr.RetryAfter = RetryAfterDelay(resp.Header.Get("Retry-After"), time.Now())
 		}
 		// The call was made: its cost counts even when the item fails.
 		called := pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
+		if serr.RetryAfter > 0 {
+			return called, pipeline.RetryAfter(serr, serr.RetryAfter)
+		}
 		if serr.Transient() {
 			return called, serr
 		}
@@ -339,16 +348,24 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// retryAfter parses a Retry-After value: delta-seconds or an HTTP date.
-func retryAfter(v string, now time.Time) time.Duration {
+// RetryAfterDelay parses a Retry-After header value (RFC 9110 §10.2.3):
+// delta-seconds ("20") or an HTTP date in any of the three formats
+// http.ParseTime accepts ("Sun, 06 Nov 1994 08:49:37 GMT"), relative to
+// now. The result is capped at pipeline.MaxRetryAfter; an empty, negative
+// or unparsable value, or a date not after now, gives 0.
+func RetryAfterDelay(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
-		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if s > uint64(pipeline.MaxRetryAfter/time.Second) {
+			return pipeline.MaxRetryAfter
+		}
+		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), pipeline.MaxRetryAfter)
 	}
 	return 0
 }

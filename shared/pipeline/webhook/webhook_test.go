@@ -112,6 +112,14 @@ func TestRunAnswers(t *testing.T) {
 			w.Header().Set("Retry-After", "30")
 			w.WriteHeader(429)
 		}, wantClass: pipeline.ClassTransient, wantMsg: `webhook: item-0000000007: HTTP 429`, wantRetry: 30 * time.Second},
+		{name: "503 with Retry-After date", handler: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", time.Now().Add(2*time.Hour).UTC().Format(http.TimeFormat))
+			w.WriteHeader(503)
+		}, wantClass: pipeline.ClassTransient, wantMsg: `webhook: item-0000000007: HTTP 503`, wantRetry: pipeline.MaxRetryAfter},
+		{name: "500 ignores Retry-After", handler: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(500)
+		}, wantClass: pipeline.ClassTransient, wantMsg: `webhook: item-0000000007: HTTP 500`},
 		{name: "500", handler: status(500, "boom"), wantClass: pipeline.ClassTransient,
 			wantMsg: `webhook: item-0000000007: HTTP 500: boom`},
 		{name: "503", handler: status(503, "<html>down</html>"), wantClass: pipeline.ClassTransient,
@@ -177,11 +185,47 @@ func TestRunAnswers(t *testing.T) {
 			if strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "/hook") {
 				t.Errorf("error %q leaks the URL's path or query", err)
 			}
+			if d, ok := pipeline.RetryDelay(err); d != tt.wantRetry || ok != (tt.wantRetry > 0) {
+				t.Errorf("RetryDelay = %s, %v; want %s", d, ok, tt.wantRetry)
+			}
 			var se *webhook.StatusError
 			if errors.As(err, &se) {
 				if se.Key != "item-0000000007" || se.RetryAfter != tt.wantRetry {
 					t.Errorf("StatusError = %+v, want key item-0000000007, RetryAfter %s", se, tt.wantRetry)
 				}
+			}
+		})
+	}
+}
+
+// TestRetryAfterDelay guards the Retry-After product line: a receiver's
+// 429/503 with Retry-After (seconds or HTTP date) sets the retry's delay,
+// capped at pipeline.MaxRetryAfter.
+func TestRetryAfterDelay(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, value string
+		want        time.Duration
+	}{
+		{"seconds", "20", 20 * time.Second},
+		{"zero", "0", 0},
+		{"spaces", " 7 ", 7 * time.Second},
+		{"over the cap", "86400", pipeline.MaxRetryAfter},
+		{"huge", "99999999999999999999", 0}, // not a uint64: ignored
+		{"negative", "-5", 0},
+		{"fraction", "1.5", 0},
+		{"empty", "", 0},
+		{"IMF-fixdate", "Mon, 30 Nov 2026 12:00:20 GMT", 20 * time.Second},
+		{"RFC 850 date", "Monday, 30-Nov-26 12:01:00 GMT", time.Minute},
+		{"asctime date", "Mon Nov 30 12:00:05 2026", 5 * time.Second},
+		{"date past", "Mon, 30 Nov 2026 11:00:00 GMT", 0},
+		{"date beyond the cap", "Tue, 01 Dec 2026 12:00:00 GMT", pipeline.MaxRetryAfter},
+		{"garbage", "soon", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := webhook.RetryAfterDelay(tt.value, now); got != tt.want {
+				t.Errorf("RetryAfterDelay(%q) = %s, want %s", tt.value, got, tt.want)
 			}
 		})
 	}
