@@ -69,26 +69,24 @@ func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 			refused = append(refused, batch.Refusal{Index: i, Code: "MessageTooLong", Message: fmt.Sprintf("message is %d bytes, more than %d", len(b), MaxBatchBytes)})
 		}
 	}
-	start := 0
-	for start < len(bodies) {
-		end, size := start, 0
-		idx := make([]int, 0, MaxBatchEntries)
-		for end < len(bodies) && len(idx) < MaxBatchEntries && size+len(bodies[end]) <= MaxBatchBytes {
-			if len(bodies[end]) <= MaxBatchBytes {
-				idx = append(idx, end)
-				size += len(bodies[end])
+	idx := make([]int, 0, MaxBatchEntries)
+	size := 0
+	for i := 0; i <= len(bodies); i++ {
+		if i < len(bodies) && len(bodies[i]) > MaxBatchBytes {
+			continue // refused above
+		}
+		if len(idx) > 0 && (i == len(bodies) || len(idx) == MaxBatchEntries || size+len(bodies[i]) > MaxBatchBytes) {
+			r, err := q.sendBatch(ctx, bodies, idx)
+			refused = append(refused, r...)
+			if err != nil {
+				return err
 			}
-			end++
+			idx, size = idx[:0], 0
 		}
-		for end < len(bodies) && len(bodies[end]) > MaxBatchBytes {
-			end++ // refused above
+		if i < len(bodies) {
+			idx = append(idx, i)
+			size += len(bodies[i])
 		}
-		r, err := q.sendBatch(ctx, bodies, idx)
-		refused = append(refused, r...)
-		if err != nil {
-			return err
-		}
-		start = end
 	}
 	if len(refused) > 0 {
 		slices.SortFunc(refused, func(a, b batch.Refusal) int { return a.Index - b.Index })
