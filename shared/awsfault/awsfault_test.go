@@ -41,7 +41,6 @@ func throttler(fails int, tries *atomic.Int64) http.Handler {
 	})
 }
 
-
 // TestRetryerHasNoQuotaThatTrips guards the throttling product line: under
 // throttling that hits many calls at once, bulkrun's retryer retries every
 // call with backoff and none fails with "retry quota exceeded" — the SDK's
