@@ -68,14 +68,17 @@ func Unavailable(err error) bool {
 }
 
 // Tag is a client API option (append it to the client's APIOptions) that
-// wraps every operation error for which Unavailable is true so that
-// errors.Is(err, batch.ErrUnavailable) holds; the SDK error stays in the
-// chain (errors.As still finds it).
+// wraps every operation error for which Unavailable is true, and every
+// error of an operation whose context's deadline passed (the service did
+// not answer, retries included, within the time the caller allowed, e.g.
+// a store's per-call timeout), so that errors.Is(err, batch.ErrUnavailable)
+// holds; the SDK error stays in the chain (errors.As still finds it). An
+// explicitly cancelled context is not tagged.
 func Tag(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunTagUnavailable",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			out, md, err := next.HandleInitialize(ctx, in)
-			if Unavailable(err) {
+			if err != nil && (Unavailable(err) || errors.Is(ctx.Err(), context.DeadlineExceeded)) {
 				err = fmt.Errorf("%w: %w", batch.ErrUnavailable, err)
 			}
 			return out, md, err

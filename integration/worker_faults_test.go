@@ -1,0 +1,495 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
+)
+
+// recordingQueue is the harness queue, remembering every Delay asked for.
+type recordingQueue struct {
+	batch.Queue
+	mu     sync.Mutex
+	delays []time.Duration
+}
+
+func (q *recordingQueue) Delay(ctx context.Context, receiptHandle string, d time.Duration) error {
+	q.mu.Lock()
+	q.delays = append(q.delays, d)
+	q.mu.Unlock()
+	return q.Queue.Delay(ctx, receiptHandle, d)
+}
+
+// delivered is one message as the poller would hand it over, kept on the
+// queue until the worker acknowledges it.
+type delivered struct {
+	batch.Delivery
+	key string
+}
+
+// poll receives up to 10 messages of the harness queue with their
+// receive counts, without deleting them.
+func (h *harness) poll(t *testing.T) []delivered {
+	t.Helper()
+	out, err := env.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &h.queueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []delivered
+	for _, m := range out.Messages {
+		n, _ := strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
+		var msg batch.Message
+		_ = json.Unmarshal([]byte(aws.ToString(m.Body)), &msg)
+		ds = append(ds, delivered{Delivery: batch.Delivery{MessageID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
+			ReceiptHandle: aws.ToString(m.ReceiptHandle), ReceiveCount: n}, key: msg.Key})
+	}
+	return ds
+}
+
+// handleAndAck runs the deliveries through w and deletes the acknowledged
+// ones, as the event source mapping does with a partial batch response.
+func (h *harness) handleAndAck(t *testing.T, w *batch.Worker, ds []delivered) (failed []string) {
+	t.Helper()
+	h2 := h
+	in := make([]batch.Delivery, len(ds))
+	for i, d := range ds {
+		in[i] = d.Delivery
+	}
+	failed = w.Handle(context.Background(), in)
+	for _, d := range ds {
+		if !contains(failed, d.MessageID) {
+			h := d.ReceiptHandle
+			if _, err := env.sqs.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(h2.queueURL), ReceiptHandle: &h}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return failed
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestHarnessRetryAfterDelaysTheRetry guards the product line "the worker
+// schedules the retry no sooner than Retry-After": a receiver answering
+// 429 with Retry-After: 20 gets its item's message back after ≥ 20 s
+// (the harness backoff is 0), and the item stays in flight with its retry
+// scheduled, not failed.
+func TestHarnessRetryAfterDelaysTheRetry(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Retry-After", "20")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	hook := webhook.New(nil)
+	h := newHarness(t, hook.Run)
+	rq := &recordingQueue{Queue: h.queue}
+	h.worker.Queue = rq
+	id := newID(t)
+	opts, _ := json.Marshal(map[string]string{"url": srv.URL})
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Options: opts, Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 1)
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 1 {
+		t.Fatalf("a 429 must return the message for a retry: failed %v", failed)
+	}
+	if len(rq.delays) != 1 || rq.delays[0] < 20*time.Second {
+		t.Fatalf("visibility delays %v, want one of at least 20 s (Retry-After: 20)", rq.delays)
+	}
+	it, err := h.store.GetItem(ctx, id, batch.PositionalKey(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Outcome != batch.OutcomeInFlight || it.RunAttempts != 1 || !strings.Contains(it.Error, "HTTP 429") || calls.Load() != 1 {
+		t.Fatalf("row %+v after one 429 (calls %d), want in flight with its retry scheduled", it, calls.Load())
+	}
+}
+
+// throttlingTransport answers DynamoDB UpdateItem requests matching a rule
+// (the body holds every string of the rule) with ThrottlingException
+// (HTTP 400, as DynamoDB sends it), at most left times per rule, and
+// passes everything else to the emulator.
+type throttlingTransport struct {
+	next    http.RoundTripper
+	mu      sync.Mutex
+	rules   []*throttleRule
+	enabled atomic.Bool
+}
+
+type throttleRule struct {
+	all          []string
+	left, thrown int
+}
+
+func (tt *throttlingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if tt.enabled.Load() && r.Header.Get("X-Amz-Target") == "DynamoDB_20120810.UpdateItem" && r.Body != nil {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		tt.mu.Lock()
+		defer tt.mu.Unlock()
+	rules:
+		for _, rule := range tt.rules {
+			if rule.left == 0 {
+				continue
+			}
+			for _, s := range rule.all {
+				if !bytes.Contains(body, []byte(s)) {
+					continue rules
+				}
+			}
+			rule.left--
+			rule.thrown++
+			return &http.Response{StatusCode: 400, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: r,
+				Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {"ThrottlingException"}},
+				Body:   io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`))}, nil
+		}
+	}
+	return tt.next.RoundTrip(r)
+}
+
+func (tt *throttlingTransport) thrown() []int {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	var n []int
+	for _, r := range tt.rules {
+		n = append(n, r.thrown)
+	}
+	return n
+}
+
+// TestHarnessThrottlingNeverDeadLetters guards the product line "throttling
+// and AWS 5xx never dead-letter an item or end it failed": DynamoDB
+// throttles the reservations of two items past the SDK's tries and the
+// outcome write of a third. The throttled messages are sent again as new
+// messages (receive count back to 0, no attempt counted), the outcome
+// write is tried again in the invocation; every item succeeds with one
+// pipeline call and one attempt, and no message is ever received twice
+// (a second receive is a step toward the dead-letter queue).
+//
+// Faults are injected by an http.RoundTripper in front of the emulator in
+// this process (the emulator never throttles).
+func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	// Each rule throttles 7 requests: one more than the SDK's 6 tries.
+	tt := &throttlingTransport{next: http.DefaultTransport, rules: []*throttleRule{
+		{all: []string{`"` + batch.PositionalKey(1) + `"`, `"in_flight"`}, left: 7}, // its reservation
+		{all: []string{`"` + batch.PositionalKey(2) + `"`, `"in_flight"`}, left: 7}, // its reservation
+		{all: []string{`"` + batch.PositionalKey(3) + `"`, `"succeeded"`}, left: 7}, // its outcome write
+	}}
+	cfg := env.aws.Copy()
+	cfg.HTTPClient = &http.Client{Transport: tt}
+	faulty := dynamo.New(dynamodb.NewFromConfig(cfg), h.store.Table())
+	w := *h.worker
+	w.Store = faulty
+	w.UnavailableDelay = func(int) time.Duration { return 0 }
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1)) // fan-out, unthrottled
+	tt.enabled.Store(true)
+	maxReceives := map[string]int{}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		ds := h.poll(t)
+		for _, d := range ds {
+			maxReceives[d.key] = max(maxReceives[d.key], d.ReceiveCount)
+		}
+		if len(ds) > 0 {
+			h.handleAndAck(t, &w, ds)
+			continue
+		}
+		c, err := batch.CensusOf(ctx, h.store, mustBatch(t, h, id), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Succeeded == 4 {
+			break
+		}
+	}
+	for i, n := range tt.thrown() {
+		if n != 7 {
+			t.Fatalf("rule %d threw %d throttles, want 7 (%v)", i, n, tt.thrown())
+		}
+	}
+	for i := range 4 {
+		key := batch.PositionalKey(int64(i))
+		it, err := h.store.GetItem(ctx, id, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Outcome != batch.OutcomeSucceeded || it.RunAttempts != 1 || h.callsOf(key) != 1 {
+			t.Errorf("%s: %s, %d attempts, %d calls; want succeeded, 1, 1", key, it.Outcome, it.RunAttempts, h.callsOf(key))
+		}
+		if maxReceives[key] > 1 {
+			t.Errorf("%s: a message was received %d times: throttling brought it toward the dead-letter queue", key, maxReceives[key])
+		}
+	}
+}
+
+func mustBatch(t *testing.T, h *harness, id string) batch.Batch {
+	t.Helper()
+	b, err := h.store.GetBatch(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestHarnessRefusedCharactersTravel guards the product line "every valid
+// manifest line travels": keys and inputs holding U+FFFF (raw, and escaped
+// as \uffff in the source) and U+FFFE, which SQS refuses in a message
+// (the emulator refuses them too, as a sender fault), reach the pipeline
+// with the same key and an input of the same value, and every item
+// succeeds.
+func TestHarnessRefusedCharactersTravel(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[string]string{} // key → input the pipeline saw, re-encoded
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		var v any
+		if err := json.Unmarshal(req.Input, &v); err != nil {
+			return pipeline.Result{}, pipeline.Permanent(err)
+		}
+		b, _ := json.Marshal(v)
+		mu.Lock()
+		seen[req.Key] = string(b)
+		mu.Unlock()
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	items := "[" + strings.Join([]string{
+		"{\"id\":\"raw-\uffff\",\"v\":\"a\uffffb\"}",
+		`{"id":"esc-\uffff","v":"c\uffffd"}`,
+		"{\"id\":\"fffe-\ufffe\",\"v\":[\"\ufffe\",\"\uffff\"]}",
+		`{"id":"plain","v":"é"}`,
+	}, ",") + "]"
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Items: json.RawMessage(items)}}); err != nil {
+		t.Fatal(err)
+	}
+	if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
+		t.Fatalf("fan-out failed: %v", failed)
+	}
+	if failed := h.worker.Handle(ctx, h.receive(t, 4)); len(failed) != 0 {
+		t.Fatalf("items failed: %v", failed)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Succeeded != 4 {
+		t.Fatalf("census %+v, want 4 succeeded", r.Report.Census)
+	}
+	var src []map[string]any
+	if err := json.Unmarshal([]byte(items), &src); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range src {
+		want, _ := json.Marshal(it)
+		if got := seen[it["id"].(string)]; got != string(want) {
+			t.Errorf("key %q: pipeline saw %s, want %s", it["id"], got, want)
+		}
+	}
+}
+
+// TestHarnessInterruptAtDeadlineQuarantines guards the product line "a call
+// cut off at the deadline is an interruption": with on_interrupt
+// quarantine, a pipeline call still running at the invocation's deadline
+// margin is cut off and the item is quarantined (reason interrupted),
+// never run again as a transient retry.
+func TestHarnessInterruptAtDeadlineQuarantines(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		<-ctx.Done() // a call that outlives the invocation
+		return pipeline.Result{}, fmt.Errorf("POST: %w", ctx.Err())
+	})
+	h.worker.Margin = 2 * time.Second
+	for _, policy := range []batch.InterruptPolicy{batch.InterruptQuarantine, batch.InterruptRetry} {
+		id := newID(t)
+		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", OnInterrupt: policy, Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+			t.Fatal(err)
+		}
+		h.worker.Handle(ctx, h.receive(t, 1))
+		msgs := h.receive(t, 1)
+		inv, cancel := context.WithTimeout(ctx, h.worker.Margin+500*time.Millisecond)
+		failed := h.worker.Handle(inv, msgs)
+		cancel()
+		it, err := h.store.GetItem(ctx, id, batch.PositionalKey(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch policy {
+		case batch.InterruptQuarantine:
+			if len(failed) != 0 || it.Outcome != batch.OutcomeQuarantined || it.Reason != batch.ReasonInterrupted || !strings.Contains(it.Error, "interrupted") {
+				t.Fatalf("quarantine policy: row %+v, failed %v; want quarantined, reason interrupted, acknowledged", it, failed)
+			}
+		case batch.InterruptRetry:
+			if len(failed) != 1 || it.Outcome != batch.OutcomeInFlight {
+				t.Fatalf("retry policy: row %+v, failed %v; want in flight with a retry", it, failed)
+			}
+		}
+	}
+}
+
+// TestHarnessDeadLetteredChunkSparesScheduledRetries guards the product
+// line "a dead-lettered fan-out chunk settles only items without their own
+// message": an item of the chunk waiting for a scheduled retry keeps its
+// attempts and later succeeds; an item never reserved is recorded failed,
+// dead-lettered.
+func TestHarnessDeadLetteredChunkSparesScheduledRetries(t *testing.T) {
+	ctx := context.Background()
+	var once atomic.Bool
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key == batch.PositionalKey(0) && !once.Swap(true) {
+			return pipeline.Result{}, errors.New("HTTP 503")
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	fan := h.receive(t, 1)
+	h.worker.Handle(ctx, fan)
+	msgs := h.receive(t, 2)
+	var first []batch.Delivery // item 0's message
+	for _, d := range msgs {
+		var m batch.Message
+		_ = json.Unmarshal(d.Body, &m)
+		if m.Key == batch.PositionalKey(0) {
+			first = append(first, d)
+		}
+	}
+	if failed := h.worker.Handle(ctx, first); len(failed) != 1 {
+		t.Fatalf("item 0's transient error must schedule a retry: %v", failed)
+	}
+	// The chunk's fan-out message arrives from the dead-letter queue.
+	fan[0].DeadLetter, fan[0].ReceiveCount = true, 10
+	if failed := h.worker.Handle(ctx, fan); len(failed) != 0 {
+		t.Fatalf("dead-lettered chunk not acknowledged: %v", failed)
+	}
+	it0, _ := h.store.GetItem(ctx, id, batch.PositionalKey(0))
+	it1, _ := h.store.GetItem(ctx, id, batch.PositionalKey(1))
+	if it0.Outcome != batch.OutcomeInFlight || it0.RunAttempts != 1 {
+		t.Fatalf("item 0 waiting for its retry became %+v", it0)
+	}
+	if it1.Outcome != batch.OutcomeFailed || it1.Reason != batch.ReasonDeadLettered {
+		t.Fatalf("item 1 without a row: %+v, want failed, dead-lettered", it1)
+	}
+	// Item 0's retry runs and succeeds.
+	if failed := h.worker.Handle(ctx, first); len(failed) != 0 {
+		t.Fatalf("retry of item 0: %v", failed)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Succeeded != 1 || r.Report.Census.Failed != 1 || h.callsOf(batch.PositionalKey(0)) != 2 {
+		t.Fatalf("census %+v, calls of item 0 %d", r.Report.Census, h.callsOf(batch.PositionalKey(0)))
+	}
+}
+
+// TestHarnessHugeErrorIsRecorded guards the bounded-texts product line: a
+// pipeline error of 400 KB, and a panic with a 400 KB value, end their
+// items failed with the right reason and the text cut to
+// pipeline.MaxErrorTextBytes at a UTF-8 boundary — on the row, in the
+// listing and in the results — instead of failing the outcome write
+// (DynamoDB's 400 KB item limit) and looping to the dead-letter queue.
+func TestHarnessHugeErrorIsRecorded(t *testing.T) {
+	ctx := context.Background()
+	huge := "bad input: " + strings.Repeat("ü", 200<<10) // 400 KiB of two-byte runes
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		switch req.Key {
+		case batch.PositionalKey(0):
+			return pipeline.Result{}, pipeline.Permanent(errors.New(huge))
+		case batch.PositionalKey(1):
+			panic(huge)
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 1, Source: batch.SourceSpec{Items: inlineItems(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	if failed := h.worker.Handle(ctx, h.receive(t, 3)); len(failed) != 0 {
+		t.Fatalf("outcomes not recorded: %v", failed)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Failed != 2 || r.Report.Census.Succeeded != 1 {
+		t.Fatalf("census %+v", r.Report.Census)
+	}
+	p, err := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Items(ctx, id, batch.OutcomeFailed, "", 10)
+	if err != nil || len(p.Items) != 2 {
+		t.Fatalf("failed listing: %d items, %v", len(p.Items), err)
+	}
+	want := map[string]struct {
+		reason batch.Reason
+		head   string
+	}{
+		batch.PositionalKey(0): {batch.ReasonPermanent, "bad input: üü"},
+		batch.PositionalKey(1): {batch.ReasonMaxAttempts, "attempt 1 of 1: pipeline panicked: bad input: üü"},
+	}
+	for _, it := range p.Items {
+		w := want[it.Key]
+		if it.Reason != w.reason || len(it.Error) > pipeline.MaxErrorTextBytes || !utf8.ValidString(it.Error) ||
+			!strings.HasPrefix(it.Error, w.head) || !strings.Contains(it.Error, "bytes cut]") {
+			t.Errorf("%s: reason %s, %d bytes of error %.60q…; want %s, at most %d bytes, valid UTF-8, starting %q, cut", it.Key, it.Reason, len(it.Error), it.Error, w.reason, pipeline.MaxErrorTextBytes, w.head)
+		}
+	}
+	res, err := h.blobs.Get(ctx, strings.TrimPrefix(r.Report.Results.Files[batch.OutcomeFailed].URI, "s3://"+h.blobs.Bucket()+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range bytes.Split(bytes.TrimSpace(res), []byte("\n")) {
+		var l batch.ResultLine
+		if err := json.Unmarshal(line, &l); err != nil || len(l.Error) > pipeline.MaxErrorTextBytes {
+			t.Errorf("results line of %d bytes with an error of %d: %v", len(line), len(l.Error), err)
+		}
+	}
+}
