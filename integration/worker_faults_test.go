@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -178,9 +179,11 @@ func (tt *throttlingTransport) RoundTrip(r *http.Request) (*http.Response, error
 			}
 			rule.left--
 			rule.thrown++
+			const answer = `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`
 			return &http.Response{StatusCode: 400, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: r,
-				Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {"ThrottlingException"}},
-				Body:   io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`))}, nil
+				Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {"ThrottlingException"},
+					"X-Amz-Crc32": {strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(answer))), 10)}},
+				Body: io.NopCloser(strings.NewReader(answer))}, nil
 		}
 	}
 	return tt.next.RoundTrip(r)
