@@ -8,10 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,10 +25,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
+	"github.com/bulkrun/bulkrun/shared/queue"
 )
 
 // recordingQueue is the harness queue, remembering every Delay asked for.
@@ -142,97 +144,53 @@ func TestHarnessRetryAfterDelaysTheRetry(t *testing.T) {
 	}
 }
 
-// throttlingTransport answers DynamoDB UpdateItem requests matching a rule
-// (the body holds every string of the rule) with ThrottlingException
-// (HTTP 400, as DynamoDB sends it), at most left times per rule, and
-// passes everything else to the emulator.
-type throttlingTransport struct {
-	next    http.RoundTripper
-	mu      sync.Mutex
-	rules   []*throttleRule
-	enabled atomic.Bool
-}
-
-type throttleRule struct {
-	all          []string
-	left, thrown int
-}
-
-func (tt *throttlingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if tt.enabled.Load() && r.Header.Get("X-Amz-Target") == "DynamoDB_20120810.UpdateItem" && r.Body != nil {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return nil, err
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		tt.mu.Lock()
-		defer tt.mu.Unlock()
-	rules:
-		for _, rule := range tt.rules {
-			if rule.left == 0 {
-				continue
-			}
-			for _, s := range rule.all {
-				if !bytes.Contains(body, []byte(s)) {
-					continue rules
-				}
-			}
-			rule.left--
-			rule.thrown++
-			const answer = `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`
-			return &http.Response{StatusCode: 400, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: r,
-				Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {"ThrottlingException"},
-					"X-Amz-Crc32": {strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(answer))), 10)}},
-				Body: io.NopCloser(strings.NewReader(answer))}, nil
-		}
+// faultProxy starts an in-process faultproxy in front of the emulator with
+// cfg and returns an AWS config whose clients go through it.
+func faultProxy(t *testing.T, cfg faultproxy.Config) (*faultproxy.Proxy, aws.Config) {
+	t.Helper()
+	p, err := faultproxy.New(os.Getenv("AWS_ENDPOINT_URL"), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return tt.next.RoundTrip(r)
-}
-
-func (tt *throttlingTransport) thrown() []int {
-	tt.mu.Lock()
-	defer tt.mu.Unlock()
-	var n []int
-	for _, r := range tt.rules {
-		n = append(n, r.thrown)
+	if err := p.Set(cfg); err != nil {
+		t.Fatal(err)
 	}
-	return n
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	c := env.aws.Copy()
+	c.BaseEndpoint = aws.String(srv.URL)
+	return p, c
 }
 
 // TestHarnessThrottlingNeverDeadLetters guards the product line "throttling
-// and AWS 5xx never dead-letter an item or end it failed": DynamoDB
-// throttles the reservations of two items past the SDK's tries and the
-// outcome write of a third. The throttled messages are sent again as new
-// messages (receive count back to 0, no attempt counted), the outcome
-// write is tried again in the invocation; every item succeeds with one
-// pipeline call and one attempt, and no message is ever received twice
+// and AWS 5xx never dead-letter an item or end it failed". Through the
+// fault proxy, DynamoDB answers the batch read with 500s, throttles the
+// reservations of two items, and the outcome write of a third, each past
+// the SDK's 6 tries. The messages hit before a reservation are sent again
+// as new messages (receive count back to 0, no attempt counted), the
+// outcome write is tried again in the invocation; every item succeeds with
+// one pipeline call and one attempt, and no message is ever received twice
 // (a second receive is a step toward the dead-letter queue).
-//
-// Faults are injected by an http.RoundTripper in front of the emulator in
-// this process (the emulator never throttles).
 func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	// Each rule throttles 7 requests: one more than the SDK's 6 tries.
-	tt := &throttlingTransport{next: http.DefaultTransport, rules: []*throttleRule{
-		{all: []string{`"` + batch.PositionalKey(1) + `"`, `"in_flight"`}, left: 7}, // its reservation
-		{all: []string{`"` + batch.PositionalKey(2) + `"`, `"in_flight"`}, left: 7}, // its reservation
-		{all: []string{`"` + batch.PositionalKey(3) + `"`, `"succeeded"`}, left: 7}, // its outcome write
-	}}
-	cfg := env.aws.Copy()
-	cfg.HTTPClient = &http.Client{Transport: tt}
-	faulty := dynamo.New(dynamodb.NewFromConfig(cfg), h.store.Table())
-	w := *h.worker
-	w.Store = faulty
-	w.UnavailableDelay = func(int) time.Duration { return 0 }
 	id := newID(t)
 	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
 		t.Fatal(err)
 	}
-	h.worker.Handle(ctx, h.receive(t, 1)) // fan-out, unthrottled
-	tt.enabled.Store(true)
+	h.worker.Handle(ctx, h.receive(t, 1)) // fan-out, without faults
+	// Each rule fires 7 times: one more than the SDK's 6 tries.
+	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 1, Rules: []faultproxy.Rule{
+		{Service: "dynamodb", Operations: []string{"GetItem"}, Kind: faultproxy.KindServerError, Rate: 1, Max: 7},
+		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + batch.PositionalKey(1) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7},
+		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + batch.PositionalKey(2) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7},
+		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `item 3`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7}, // only its outcome write holds its output
+	}})
+	w := *h.worker
+	w.Store = dynamo.New(dynamodb.NewFromConfig(cfg), h.store.Table())
+	w.UnavailableDelay = func(int) time.Duration { return 0 }
 	maxReceives := map[string]int{}
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
@@ -252,11 +210,13 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 			break
 		}
 	}
-	for i, n := range tt.thrown() {
+	st := proxy.Status()
+	for i, n := range st.Fired {
 		if n != 7 {
-			t.Fatalf("rule %d threw %d throttles, want 7 (%v)", i, n, tt.thrown())
+			t.Fatalf("rule %d fired %d times, want 7 (%+v)", i, n, st)
 		}
 	}
+	t.Logf("injected %v", st.ByCall)
 	for i := range 4 {
 		key := batch.PositionalKey(int64(i))
 		it, err := h.store.GetItem(ctx, id, key)
@@ -267,8 +227,82 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 			t.Errorf("%s: %s, %d attempts, %d calls; want succeeded, 1, 1", key, it.Outcome, it.RunAttempts, h.callsOf(key))
 		}
 		if maxReceives[key] > 1 {
-			t.Errorf("%s: a message was received %d times: throttling brought it toward the dead-letter queue", key, maxReceives[key])
+			t.Errorf("%s: a message was received %d times: AWS faults brought it toward the dead-letter queue", key, maxReceives[key])
 		}
+	}
+}
+
+// TestHarnessFanOutPartialSendFailures guards the product line "a retried
+// SendMessageBatch re-sends only the entries that failed, and a sender
+// fault is never retried": through the fault proxy, SendMessageBatch fails
+// some entries transiently (taken out before the emulator), then refuses
+// some as the sender's fault. Every item gets exactly one message (no
+// accepted entry sent twice); refused items are recorded failed with the
+// queue's reason at once, and the fan-out is not retried.
+func TestHarnessFanOutPartialSendFailures(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.submitter.ChunkItems = 0 // one chunk
+	id := newID(t)
+	const n = 30
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatal(err)
+	}
+	fan := h.receive(t, 1)
+	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 7, Rules: []faultproxy.Rule{
+		{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: faultproxy.KindPartial, Rate: 1, Max: 2, Fraction: 0.5},
+		{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: faultproxy.KindPartial, Rate: 1, Max: 1, Fraction: 0.3,
+			SenderFault: true, Code: "InvalidMessageContents", Message: "Invalid binary character"},
+	}})
+	w := *h.worker
+	w.Queue = queue.New(sqs.NewFromConfig(cfg), h.queueURL)
+	if failed := w.Handle(ctx, fan); len(failed) != 0 {
+		t.Fatalf("the fan-out must not be retried: %v", failed)
+	}
+	st := proxy.Status()
+	if st.Fired[0] != 2 || st.Fired[1] != 1 {
+		t.Fatalf("faults fired %v, want 2 transient and 1 sender fault", st.Fired)
+	}
+	msgs := h.receive(t, n)
+	perKey := map[string]int{}
+	for _, d := range msgs {
+		var m batch.Message
+		_ = json.Unmarshal(d.Body, &m)
+		perKey[m.Key]++
+	}
+	var refused []batch.Item
+	_ = h.store.ScanItems(ctx, id, mustBatch(t, h, id).ListShards, func(it batch.Item) error {
+		refused = append(refused, it)
+		return nil
+	})
+	if len(refused) == 0 {
+		t.Fatal("no item was recorded refused")
+	}
+	for _, it := range refused {
+		if it.Outcome != batch.OutcomeFailed || it.Reason != batch.ReasonPermanent || !strings.Contains(it.Error, "InvalidMessageContents") || perKey[it.Key] != 0 {
+			t.Errorf("refused item %s: %+v, %d messages; want failed permanent with the queue's reason and no message", it.Key, it, perKey[it.Key])
+		}
+	}
+	for i := range n {
+		key := batch.PositionalKey(int64(i))
+		if perKey[key] > 1 {
+			t.Errorf("%s: %d messages: an accepted entry was sent again", key, perKey[key])
+		}
+		if perKey[key] == 0 && !slices.ContainsFunc(refused, func(it batch.Item) bool { return it.Key == key }) {
+			t.Errorf("%s: no message and no outcome: lost", key)
+		}
+	}
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 0 {
+		t.Fatal(failed)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Succeeded+r.Report.Census.Failed != n || r.Report.Census.Failed != int64(len(refused)) {
+		t.Fatalf("census %+v with %d refused", r.Report.Census, len(refused))
 	}
 }
 
