@@ -138,8 +138,9 @@ func SQSSafe(js []byte) []byte {
 		switch {
 		case r == utf8.RuneError && n == 1:
 			out = append(out, `\ufffd`...)
-		case !SQSAllowed(r):
-			out = fmt.Appendf(out, `\u%04x`, r)
+		case !SQSAllowed(r): // only BMP runes are refused: four hex digits
+			const hexDigits = "0123456789abcdef"
+			out = append(out, '\\', 'u', hexDigits[r>>12&0xF], hexDigits[r>>8&0xF], hexDigits[r>>4&0xF], hexDigits[r&0xF])
 		default:
 			out = append(out, js[i:i+n]...)
 		}
