@@ -510,7 +510,12 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	log = log.With("duration_ms", rec.Now.Sub(start).Milliseconds())
 
 	if perr == nil {
-		out, ref, err := w.storeOutput(ctx, b.ID, it.RunID, res.Output)
+		var out json.RawMessage
+		var ref string
+		err := w.persist(ctx, log, "store output", func() (err error) {
+			out, ref, err = w.storeOutput(ctx, b.ID, it.RunID, res.Output)
+			return err
+		})
 		if err != nil {
 			perr = err // transient: S3 write failed
 		} else {
@@ -545,8 +550,8 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	// Transient: release the lease and let the queue bring the message back
 	// after the backoff, or after the delay the pipeline asked for
 	// (*pipeline.RetryAfterError) when that is longer.
-	if err := w.Store.Release(ctx, rec); err != nil {
-		log.Warn("release lease", "error", err.Error())
+	if err := w.persist(ctx, log, "release lease", func() error { return w.Store.Release(ctx, rec) }); err != nil {
+		log.Warn("release lease", "error", pipeline.ErrorText(err))
 	}
 	bo := w.Backoff
 	if bo == nil {
@@ -635,25 +640,11 @@ func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until 
 }
 
 // finish records a terminal outcome under the attempt's fence. The outcome
-// is known, so a write that AWS throttles is tried again here (1 s, 2 s,
-// 4 s… apart) for as long as the context allows, rather than leaving the
-// item to a takeover that would run it again.
+// is known, so a write that AWS throttles is tried again here (persist)
+// rather than leaving the item to a takeover that would run it again.
 func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Record) (bool, *done) {
 	rec.Error = pipeline.CutText(rec.Error, pipeline.MaxErrorTextBytes)
-	err := w.Store.Record(ctx, rec)
-	for pause := time.Second; errors.Is(err, ErrUnavailable) && ctx.Err() == nil; pause = min(2*pause, 8*time.Second) {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause+time.Second {
-			break
-		}
-		log.Warn("record outcome: AWS unavailable; trying again", "error", err.Error(), "retry_in_ms", pause.Milliseconds())
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		err = w.Store.Record(ctx, rec)
-	}
+	err := w.persist(ctx, log, "record outcome", func() error { return w.Store.Record(ctx, rec) })
 	if errors.Is(err, ErrConflict) {
 		// A later attempt took the item over: its holder records the outcome.
 		// Let the message come back; it is acknowledged once the row is final.
@@ -670,6 +661,28 @@ func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Reco
 		log.Warn("item recorded", "outcome", string(rec.Outcome), "reason", string(rec.Reason), "error", rec.Error)
 	}
 	return true, &done{batch: b, failure: rec.Outcome == OutcomeFailed || rec.Outcome == OutcomeQuarantined}
+}
+
+// persist runs fn, a write whose result the attempt depends on, again
+// while it fails with ErrUnavailable (AWS throttling or 5xx after the
+// SDK's tries): 1, 2, 4, 8, 8… s apart, as long as the context's deadline
+// leaves a second after the pause. It returns fn's last error.
+func (w *Worker) persist(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	err := fn()
+	for pause := time.Second; errors.Is(err, ErrUnavailable) && ctx.Err() == nil; pause = min(2*pause, 8*time.Second) {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause+time.Second {
+			break
+		}
+		log.Warn(what+": AWS unavailable; trying again", "error", pipeline.ErrorText(err), "retry_in_ms", pause.Milliseconds())
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		err = fn()
+	}
+	return err
 }
 
 func (w *Worker) runContext(ctx context.Context, leaseUntil time.Time, margin time.Duration) (context.Context, context.CancelFunc) {
