@@ -40,4 +40,9 @@
 //   - Nothing lost on bad input: an *InputError names the line, element,
 //     key or field, and nothing is half-written.
 //   - The sweep deletes only the expired, oldest first, and all of it.
+//   - AWS faults are not the item's: throttling and 5xx (ErrUnavailable)
+//     never count an attempt, fail an item or bring its message toward the
+//     dead-letter queue; only items never reserved in a run are settled for
+//     a dead-lettered fan-out chunk; every valid manifest line travels
+//     (SQSSafe); error texts are bounded (pipeline.CutText).
 package batch
