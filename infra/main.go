@@ -14,6 +14,8 @@
 //	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
 //	defaultPipeline the pipeline of uploads whose metadata names none (default none)
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
+//	maxManifestBytes the largest manifest submit is sized for, in bytes; sets its
+//	               ephemeral storage (see StackProps.MaxManifestBytes; default 224 MiB)
 //
 // The account and region come from CDK_DEFAULT_ACCOUNT and
 // CDK_DEFAULT_REGION, which the cdk CLI sets from the caller's credentials.
@@ -23,6 +25,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -50,6 +53,14 @@ func main() {
 		Pipelines:       splitList(contextString(app, "pipelines", "")),
 		DefaultPipeline: contextString(app, "defaultPipeline", ""),
 		Schedules:       schedules,
+	}
+	if raw := contextString(app, "maxManifestBytes", ""); raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "infra: context maxManifestBytes %q: want a whole number of bytes\n", raw)
+			os.Exit(2)
+		}
+		props.MaxManifestBytes = n
 	}
 	stackName := contextString(app, "stackName", config.DefaultStackName)
 	props.StackName = jsii.String(stackName)

@@ -144,6 +144,37 @@ type StackProps struct {
 	// metadata names none. Default "" (the upload must name one). Must be
 	// one of Pipelines.
 	DefaultPipeline string
+	// MaxManifestBytes is the largest manifest (normalized JSONL, about the
+	// size of a JSONL source) the submit function is meant to take, in
+	// bytes. It sizes the function's ephemeral storage (/tmp), where
+	// duplicate-key detection spills: SubmitEphemeralMiB. Default
+	// DefaultMaxManifestBytes (what the 512 MiB minimum holds); at most
+	// MaxMaxManifestBytes (Lambda's 10,240 MiB limit). A larger source is
+	// refused with 507 insufficient_storage, naming the limit.
+	MaxManifestBytes int64
+}
+
+// Ephemeral storage of the submit function. Duplicate-key detection writes
+// at most one run byte per manifest byte (a run entry is the key, front
+// coded, and its line; a manifest line is the key, the input and JSON
+// punctuation), and an intermediate merge briefly holds its inputs and its
+// output: twice the manifest, plus a margin for the runtime. Lambda allows
+// 512–10,240 MiB (Lambda quotas, "Function configuration, deployment, and
+// execution": https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+const (
+	ephemeralMinMiB         = 512
+	ephemeralMaxMiB         = 10240
+	ephemeralMarginMiB      = 64
+	DefaultMaxManifestBytes = (ephemeralMinMiB - ephemeralMarginMiB) / 2 << 20 // 224 MiB
+	MaxMaxManifestBytes     = (ephemeralMaxMiB - ephemeralMarginMiB) / 2 << 20 // 5,088 MiB
+)
+
+// SubmitEphemeralMiB is the submit function's ephemeral storage, in MiB,
+// for manifests of up to maxManifestBytes: 2 × the manifest + 64 MiB,
+// rounded up, at least 512. It does not check the 10,240 MiB ceiling.
+func SubmitEphemeralMiB(maxManifestBytes int64) int {
+	mib := int((2*maxManifestBytes+(1<<20)-1)>>20) + ephemeralMarginMiB
+	return max(mib, ephemeralMinMiB)
 }
 
 // PropError names the StackProps field at fault.
@@ -175,6 +206,7 @@ type settings struct {
 	bucketName      string
 	sourceBuckets   []string
 	pipelines       []string
+	ephemeralMiB    int
 }
 
 // env returns the environment variables whose values are known at synth
@@ -234,6 +266,11 @@ func derive(props *StackProps) (settings, error) {
 	if len(s.pipelines) == 0 {
 		s.pipelines = DefaultPipelines
 	}
+	maxManifest := props.MaxManifestBytes
+	if maxManifest == 0 {
+		maxManifest = DefaultMaxManifestBytes
+	}
+	s.ephemeralMiB = SubmitEphemeralMiB(maxManifest)
 	s.lease = s.itemTimeout + config.LeaseMargin
 	s.visibility = VisibilityFactor * s.itemTimeout
 
@@ -258,6 +295,11 @@ func derive(props *StackProps) (settings, error) {
 	}
 	if s.itemTimeout < time.Second || s.itemTimeout > lambdaMaxTimeout || s.itemTimeout%time.Second != 0 {
 		bad("ItemTimeout", s.itemTimeout.String(), "want whole seconds from 1s to 15m (Lambda's limit)")
+	}
+	if maxManifest < 0 || maxManifest > MaxMaxManifestBytes {
+		bad("MaxManifestBytes", strconv.FormatInt(props.MaxManifestBytes, 10),
+			fmt.Sprintf("want 1–%d bytes: the submit function's ephemeral storage (2 × the manifest + %d MiB) is at most %d MiB (Lambda's limit)",
+				int64(MaxMaxManifestBytes), ephemeralMarginMiB, ephemeralMaxMiB))
 	}
 	if s.maxReceiveCount > sqsMaxReceiveCount {
 		bad("MaxReceiveCount", strconv.Itoa(s.maxReceiveCount), "SQS allows at most 1000")
@@ -436,7 +478,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	common := s.env()
 	common[config.EnvTable] = *table.TableName()
 	common[config.EnvBucket] = *bucketName
-	newFunction := func(name string, timeout time.Duration, memoryMiB float64, env map[string]string) awslambda.Function {
+	newFunction := func(name string, timeout time.Duration, memoryMiB float64, env map[string]string, tune ...func(*awslambda.FunctionProps)) awslambda.Function {
 		vars := make(map[string]*string, len(env))
 		for k, v := range env {
 			vars[k] = jsii.String(v)
@@ -456,6 +498,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 				Retention: awslogs.RetentionDays_ONE_MONTH,
 			})
 		}
+		for _, t := range tune {
+			t(fp)
+		}
 		return awslambda.NewFunction(stack, jsii.String(name), fp)
 	}
 
@@ -472,7 +517,10 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	if props != nil && props.DefaultPipeline != "" {
 		submitEnv[config.EnvDefaultPipeline] = props.DefaultPipeline
 	}
-	submit := newFunction(FunctionSubmit, config.DefaultSubmitTimeout, 512, submitEnv)
+	submitEnv[config.EnvEphemeralStorageMiB] = strconv.Itoa(s.ephemeralMiB)
+	submit := newFunction(FunctionSubmit, config.DefaultSubmitTimeout, 512, submitEnv, func(fp *awslambda.FunctionProps) {
+		fp.EphemeralStorageSize = awscdk.Size_Mebibytes(jsii.Number(float64(s.ephemeralMiB)))
+	})
 	itemEnv := copyEnv(fanOut)
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
 	item := newFunction(FunctionItem, s.itemTimeout, 512, itemEnv)
@@ -498,6 +546,16 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(submit, []string{"s3:PutObject"}, s3Arn(bucketName, config.UploadErrorsPrefix+"*"))
 	allow(submit, []string{"sqs:SendMessage"}, items.QueueArn())
 	allow(submit, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+	// Submit hands the reading of an S3 source to itself (an asynchronous
+	// invocation). The grant is a policy of its own: in the role's default
+	// policy, which the function depends on, it would be a cycle.
+	awsiam.NewPolicy(stack, jsii.String("SubmitInvokesItself"), &awsiam.PolicyProps{
+		Roles: &[]awsiam.IRole{submit.Role()},
+		Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings("lambda:InvokeFunction"),
+			Resources: jsii.Strings(*submit.FunctionArn()),
+		})},
+	})
 
 	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, table.TableArn())
 	allow(item, []string{"s3:GetObject"}, sourceObjects...)
@@ -577,6 +635,13 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		Description: jsii.String("bulkrun: delete the batches whose retention has passed"),
 		Schedule:    awsevents.Schedule_Expression(jsii.String(SweepSchedule)),
 		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(sweep, nil)},
+	})
+	awsevents.NewRule(stack, jsii.String("SubmitTick"), &awsevents.RuleProps{
+		Description: jsii.String("bulkrun: hand off again, or refuse, background source reads that died"),
+		Schedule:    awsevents.Schedule_Expression(jsii.String(s.tick)),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(submit, &awseventstargets.LambdaFunctionProps{
+			Event: awsevents.RuleTargetInput_FromObject(map[string]interface{}{"bulkrun_submit_tick": true}),
+		})},
 	})
 	awsevents.NewRule(stack, jsii.String("FinalizeTick"), &awsevents.RuleProps{
 		Description: jsii.String("bulkrun: finalize runs whose last item's trigger was lost"),

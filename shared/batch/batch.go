@@ -45,6 +45,18 @@ type Batch struct {
 	Stop       Status    `json:"stop,omitempty"`
 	StopDetail string    `json:"stop_detail,omitempty"`
 	ExpiresAt  time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
+
+	// Request is the accepted submit request (JSON, defaults filled) of a
+	// batch whose source is read in the background; the read and a
+	// repeated submit use it. Empty for a batch submitted in one call.
+	Request json.RawMessage `json:"-"`
+	// SubmitAttempts counts the background reads of the source started so
+	// far; SubmitDeadline is when the latest one must have ended (its
+	// invocation's deadline). Zero for a batch submitted in one call.
+	SubmitAttempts int       `json:"submit_attempts,omitempty"`
+	SubmitDeadline time.Time `json:"-"`
+	// Refusal says why a refused batch (StatusRefused) was refused.
+	Refusal *Refusal `json:"refusal,omitempty"`
 }
 
 // Chunk is a byte range of the manifest holding Count whole lines, the

@@ -19,6 +19,9 @@ func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
+	if b.Status == StatusSubmitting || b.Status == StatusRefused {
+		return b, fmt.Errorf("resume %s: the batch is %s, it has no manifest to run: %w", id, b.Status, ErrConflict)
+	}
 	if b.Status == StatusRunning {
 		if b.FannedOut {
 			return b, fmt.Errorf("resume %s: run %d is still going: %w", id, b.Run, ErrConflict)

@@ -92,3 +92,92 @@ func (e *MismatchError) Error() string {
 
 // Is makes errors.Is(err, ErrBatchMismatch) true.
 func (e *MismatchError) Is(target error) bool { return target == ErrBatchMismatch }
+
+// ErrInsufficientStorage: the submit function's temporary disk (where
+// duplicate-key detection spills) filled up while reading the source. Not
+// retryable: the same source fills the same disk again. Submit returns a
+// *StorageFullError (HTTP 507 insufficient_storage).
+var ErrInsufficientStorage = errors.New("insufficient_storage")
+
+// StorageFullError is a source too large for the submit function's
+// temporary disk: duplicate-key detection spilled SpilledBytes of sorted
+// keys to Dir after Items items and the disk was full. LimitBytes is the
+// function's ephemeral storage (0: not known). errors.Is(err,
+// ErrInsufficientStorage) is true.
+type StorageFullError struct {
+	Dir          string
+	LimitBytes   int64
+	Items        int64
+	SpilledBytes int64
+	Err          error
+}
+
+func (e *StorageFullError) Error() string {
+	limit := "the temporary disk"
+	if e.LimitBytes > 0 {
+		limit = fmt.Sprintf("the submit function's ephemeral storage (%d MiB)", e.LimitBytes>>20)
+	}
+	return fmt.Sprintf("source too large for %s: duplicate-key detection had spilled %d MiB of keys to %s after %d items when the disk was full; "+
+		"deploy the stack with a larger MaxManifestBytes (ephemeral storage up to 10,240 MiB) or split the source: %v",
+		limit, e.SpilledBytes>>20, e.Dir, e.Items, e.Err)
+}
+
+// Is makes errors.Is(err, ErrInsufficientStorage) true.
+func (e *StorageFullError) Is(target error) bool { return target == ErrInsufficientStorage }
+
+// Unwrap returns the underlying error.
+func (e *StorageFullError) Unwrap() error { return e.Err }
+
+// Refusal is why a batch read in the background was refused: Code is
+// "invalid_request" (the source or request is malformed: Field, Line,
+// Element and Key say where), "insufficient_storage" (a *StorageFullError)
+// or "internal" (every attempt to read the source died); Message is the
+// full text. JSON names as tagged (the API's error body).
+type Refusal struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Line    int64  `json:"line,omitempty"`
+	Element int64  `json:"element,omitempty"`
+	Key     string `json:"key,omitempty"`
+}
+
+// Refusal codes.
+const (
+	RefusalInvalid             = "invalid_request"
+	RefusalInsufficientStorage = "insufficient_storage"
+	RefusalInternal            = "internal"
+)
+
+// RefusalOf returns the refusal of a permanent submit error (an
+// *InputError or ErrInsufficientStorage), and false for any other error,
+// which is worth retrying.
+func RefusalOf(err error) (Refusal, bool) {
+	var ie *InputError
+	switch {
+	case errors.As(err, &ie):
+		return Refusal{Code: RefusalInvalid, Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}, true
+	case errors.Is(err, ErrInsufficientStorage):
+		return Refusal{Code: RefusalInsufficientStorage, Message: err.Error()}, true
+	}
+	return Refusal{}, false
+}
+
+// RefusedError is the answer to a repeated submit of a refused batch: the
+// stored Refusal. errors.Is(err, ErrInvalid) is true for an
+// invalid_request refusal, errors.Is(err, ErrInsufficientStorage) for an
+// insufficient_storage one.
+type RefusedError struct {
+	BatchID string
+	Refusal Refusal
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("batch %s was refused: %s", e.BatchID, e.Refusal.Message)
+}
+
+// Is matches ErrInvalid or ErrInsufficientStorage by the refusal's code.
+func (e *RefusedError) Is(target error) bool {
+	return target == ErrInvalid && e.Refusal.Code == RefusalInvalid ||
+		target == ErrInsufficientStorage && e.Refusal.Code == RefusalInsufficientStorage
+}

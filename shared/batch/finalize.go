@@ -108,6 +108,9 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 		return FinalizeResult{}, fmt.Errorf("finalize %s: run %d has not started (current %d): %w", id, run, b.Run, ErrNotFound)
 	}
 	log := f.Log.With("batch_id", id, "run", run)
+	if b.Status == StatusSubmitting {
+		return FinalizeResult{}, fmt.Errorf("finalize %s: its source is still being read: %w", id, ErrNotFinished)
+	}
 	if b.Status.Finished() {
 		rep, err := f.readReport(ctx, id, run)
 		return FinalizeResult{Report: rep}, err
@@ -238,7 +241,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			}
 			continue
 		}
-		if b.Status.Finished() {
+		if b.Status.Finished() || b.Status == StatusSubmitting { // submit's own tick looks after submitting batches
 			continue
 		}
 		if !b.FannedOut && b.ItemCount > 0 {

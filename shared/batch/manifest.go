@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 
 	"github.com/bulkrun/bulkrun/shared/keyset"
 )
@@ -39,21 +40,53 @@ type ManifestWriter struct {
 	chunks     []Chunk
 	lineBuf    bytes.Buffer
 	elements   bool // the source numbers its items by element (a JSON array)
+	keysDir    string
+	tempLimit  int64
 }
 
 // NewManifestWriter writes to w. chunkItems ≤ 0 means DefaultChunkItems;
 // keysDir is where duplicate detection spills ("" means the OS temp dir).
 func NewManifestWriter(w io.Writer, chunkItems int, keysDir string) *ManifestWriter {
-	if chunkItems <= 0 {
-		chunkItems = DefaultChunkItems
+	return NewManifestWriterOptions(w, ManifestOptions{ChunkItems: chunkItems, Keys: keyset.Options{Dir: keysDir}})
+}
+
+// ManifestOptions configures a ManifestWriter.
+type ManifestOptions struct {
+	ChunkItems int            // items per fan-out chunk; ≤ 0 means DefaultChunkItems
+	Keys       keyset.Options // duplicate detection: Dir ("" = OS temp dir), budget, fault injection
+	// TempLimitBytes is the size of the disk under Keys.Dir (the submit
+	// function's ephemeral storage), named in a *StorageFullError; 0: unknown.
+	TempLimitBytes int64
+}
+
+// NewManifestWriterOptions writes to w as o says.
+func NewManifestWriterOptions(w io.Writer, o ManifestOptions) *ManifestWriter {
+	if o.ChunkItems <= 0 {
+		o.ChunkItems = DefaultChunkItems
+	}
+	dir := o.Keys.Dir
+	if dir == "" {
+		dir = os.TempDir()
 	}
 	h := sha256.New()
 	return &ManifestWriter{
 		w:          io.MultiWriter(w, h),
 		h:          h,
-		keys:       keyset.New(keyset.Options{Dir: keysDir}),
-		chunkItems: int64(chunkItems),
+		keys:       keyset.New(o.Keys),
+		chunkItems: int64(o.ChunkItems),
+		keysDir:    dir,
+		tempLimit:  o.TempLimitBytes,
 	}
+}
+
+// keysError classifies an error of duplicate detection: a full disk is a
+// *StorageFullError (not retryable), anything else an I/O error.
+func (m *ManifestWriter) keysError(err error) error {
+	var ns *keyset.NoSpaceError
+	if errors.As(err, &ns) {
+		return &StorageFullError{Dir: m.keysDir, LimitBytes: m.tempLimit, Items: m.count, SpilledBytes: ns.DiskBytes, Err: err}
+	}
+	return fmt.Errorf("manifest: duplicate detection: %w", err)
 }
 
 // Add appends one item. Its key is checked (1–1024 bytes of UTF-8) and
@@ -68,7 +101,7 @@ func (m *ManifestWriter) Add(it SourceItem) error {
 		m.elements = true
 	}
 	if err := m.keys.Add([]byte(it.Key), where); err != nil {
-		return fmt.Errorf("manifest: duplicate detection: %w", err)
+		return m.keysError(err)
 	}
 	m.lineBuf.Reset()
 	enc := json.NewEncoder(&m.lineBuf)
@@ -112,7 +145,7 @@ func (m *ManifestWriter) Finish() (ManifestSummary, error) {
 			return ManifestSummary{}, &InputError{Line: dup.SecondLine, Key: truncate(dup.Key, 80),
 				Reason: fmt.Sprintf("duplicate item key: first seen at line %d, again at line %d", dup.FirstLine, dup.SecondLine)}
 		}
-		return ManifestSummary{}, fmt.Errorf("manifest: duplicate detection: %w", err)
+		return ManifestSummary{}, m.keysError(err)
 	}
 	return ManifestSummary{Digest: hex.EncodeToString(m.h.Sum(nil)), Count: m.count, Bytes: m.offset, Chunks: m.chunks}, nil
 }

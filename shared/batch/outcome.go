@@ -85,6 +85,14 @@ type Status string
 
 // The batch statuses.
 const (
+	// StatusSubmitting: the batch was accepted and its source is being read
+	// in the background; its manifest is not frozen yet (no item count, no
+	// digest). It becomes running, or refused.
+	StatusSubmitting Status = "submitting"
+	// StatusRefused: reading the source in the background failed for good
+	// (a malformed line, a duplicate key, a full temporary disk, or every
+	// attempt died); Batch.Refusal says why. Nothing ran. Final.
+	StatusRefused Status = "refused"
 	// StatusRunning: submit created the batch (or resume started a new run);
 	// items are being fanned out and run.
 	StatusRunning Status = "running"
@@ -101,8 +109,9 @@ const (
 
 // Statuses lists every batch status.
 func Statuses() []Status {
-	return []Status{StatusRunning, StatusCompleted, StatusThresholdExceeded, StatusCancelled}
+	return []Status{StatusSubmitting, StatusRefused, StatusRunning, StatusCompleted, StatusThresholdExceeded, StatusCancelled}
 }
 
-// Finished reports whether s is a final status of a run.
-func (s Status) Finished() bool { return s != StatusRunning && s != "" }
+// Finished reports whether s is final: neither submitting nor running.
+// A refused batch is finished without a run.
+func (s Status) Finished() bool { return s != StatusRunning && s != StatusSubmitting && s != "" }

@@ -18,6 +18,19 @@ type Store interface {
 	// CreateBatch puts b's row (and its running marker) only if no batch has
 	// b.ID. If one exists it returns the stored batch and ErrBatchExists.
 	CreateBatch(ctx context.Context, b Batch) (Batch, error)
+	// BeginSubmit counts one more background read of a submitting batch
+	// (submit_attempts + 1) and records when it must have ended; it
+	// returns the updated batch, or ErrConflict when the batch is no longer
+	// submitting.
+	BeginSubmit(ctx context.Context, id string, deadline time.Time) (Batch, error)
+	// Freeze writes the manifest fields of b (digest, manifest key, bytes,
+	// item count, shards, run start) and moves it from submitting to
+	// running, only if it is still submitting; else ErrConflict.
+	Freeze(ctx context.Context, b Batch) error
+	// Refuse moves a submitting batch to refused with r, removes its
+	// running marker and writes its retention marker (expiresAt), only if
+	// it is still submitting; else ErrConflict.
+	Refuse(ctx context.Context, id string, r Refusal, now, expiresAt time.Time) error
 	// GetBatch returns the batch row, or ErrNotFound.
 	GetBatch(ctx context.Context, id string) (Batch, error)
 	// SetFannedOut records that every fan-out chunk message of run was sent.

@@ -10,7 +10,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/bulkrun/bulkrun/shared/keyset"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -72,6 +74,17 @@ type Submitter struct {
 	MaxReceiveCount int
 	ChunkItems      int    // items per fan-out message; 0 = DefaultChunkItems
 	TempDir         string // where duplicate-key detection spills; "" = OS temp dir
+	// TempLimitBytes is the size of the disk under TempDir (the submit
+	// function's ephemeral storage), named when it fills up; 0: unknown.
+	TempLimitBytes int64
+	// Handoff starts the background read of a batch accepted by Accept;
+	// nil makes Accept read the source in the call, as Submit does.
+	Handoff Handoff
+	// MaxSubmitAttempts bounds the background reads of one batch's source
+	// before the tick refuses it; 0 means DefaultMaxSubmitAttempts.
+	MaxSubmitAttempts int
+	// Retention is how long a refused batch is kept; 0 means 30 days.
+	Retention time.Duration
 }
 
 // MaxHeaderBytes bounds the headers given at submit: they are stored on the
@@ -197,72 +210,18 @@ func ManifestKey(batchID, attempt string) string {
 // a fan-out interrupted by a crash is resumed. Another digest or pipeline is
 // a *MismatchError (ErrBatchMismatch). Idempotent per (id, manifest).
 func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
-	if err := s.Validate(&req); err != nil {
+	if err := s.prepare(&req); err != nil {
 		return SubmitResult{}, err
-	}
-	if req.BatchID == "" {
-		req.BatchID = NewBatchID()
-	}
-	if req.MaxAttempts == 0 {
-		req.MaxAttempts = s.MaxAttempts
-	}
-	if req.OnInterrupt == "" {
-		req.OnInterrupt = InterruptRetry
-	}
-	if len(req.Options) == 0 || string(req.Options) == "null" {
-		req.Options = json.RawMessage("{}")
 	}
 	log := s.Log.With("batch_id", req.BatchID)
 	start := s.Clock.Now()
 
-	manifestKey := ManifestKey(req.BatchID, NewBatchID())
-	w, err := s.Blobs.Create(ctx, manifestKey, "application/x-ndjson")
+	manifestKey, sum, err := s.writeManifest(ctx, req)
 	if err != nil {
-		return SubmitResult{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
+		return SubmitResult{}, err
 	}
-	mw := NewManifestWriter(w, s.ChunkItems, s.TempDir)
-	defer mw.Close()
-	err = ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
-	var sum ManifestSummary
-	if err == nil {
-		sum, err = mw.Finish()
-	}
-	if err != nil {
-		if aerr := w.Abort(); aerr != nil {
-			log.Warn("abort manifest upload", "error", aerr.Error())
-		}
-		var ie *InputError
-		if errors.As(err, &ie) && ie.Field == "" && req.Source.Object != "" {
-			ie.Field = "source.object"
-		}
-		return SubmitResult{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
-	}
-	if err := w.Close(); err != nil {
-		return SubmitResult{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
-	}
-
-	now := s.Clock.Now()
-	b := Batch{
-		ID:            req.BatchID,
-		Pipeline:      req.Pipeline,
-		Digest:        sum.Digest,
-		ManifestKey:   manifestKey,
-		ManifestBytes: sum.Bytes,
-		ItemCount:     sum.Count,
-		ListShards:    ListShards(sum.Count),
-		CounterShards: CounterShards(sum.Count),
-		Run:           1,
-		Status:        StatusRunning,
-		Threshold:     req.Threshold,
-		MaxAttempts:   req.MaxAttempts,
-		OnInterrupt:   req.OnInterrupt,
-		Headers:       req.Headers,
-		Options:       req.Options,
-		KeyField:      req.KeyField,
-		Source:        req.Source.Describe(),
-		CreatedAt:     now,
-		RunStartedAt:  now,
-	}
+	b := planOf(req, s.Clock.Now())
+	b.freeze(manifestKey, sum)
 	stored, err := s.Store.CreateBatch(ctx, b)
 	created := err == nil
 	switch {
@@ -271,6 +230,10 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 	case errors.Is(err, ErrBatchExists):
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
 			log.Warn("delete duplicate manifest", "error", derr.Error())
+		}
+		if stored.Status == StatusSubmitting || stored.Status == StatusRefused {
+			// Accepted earlier and read in the background: compare the requests.
+			return s.repeated(ctx, stored, req)
 		}
 		if stored.Digest != b.Digest {
 			return SubmitResult{}, &MismatchError{BatchID: b.ID, Field: "manifest_digest", Stored: stored.Digest, Given: b.Digest}
@@ -305,6 +268,91 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 	log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "created", created,
 		"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
 	return SubmitResult{Batch: stored, Created: created}, nil
+}
+
+// prepare validates req and fills its defaults: a new ULID batch id, the
+// stack's max attempts, the retry interrupt policy, empty options.
+func (s *Submitter) prepare(req *SubmitRequest) error {
+	if err := s.Validate(req); err != nil {
+		return err
+	}
+	if req.BatchID == "" {
+		req.BatchID = NewBatchID()
+	}
+	if req.MaxAttempts == 0 {
+		req.MaxAttempts = s.MaxAttempts
+	}
+	if req.OnInterrupt == "" {
+		req.OnInterrupt = InterruptRetry
+	}
+	if len(req.Options) == 0 || string(req.Options) == "null" {
+		req.Options = json.RawMessage("{}")
+	}
+	return nil
+}
+
+// writeManifest streams req's source into a new manifest object (its own
+// key: a repeated submit never touches another's manifest), hashing it and
+// detecting duplicate keys. On error the upload is aborted and nothing is
+// left: an *InputError names the field or line, a *StorageFullError says
+// the temporary disk was too small.
+func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (string, ManifestSummary, error) {
+	manifestKey := ManifestKey(req.BatchID, NewBatchID())
+	w, err := s.Blobs.Create(ctx, manifestKey, "application/x-ndjson")
+	if err != nil {
+		return "", ManifestSummary{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
+	}
+	mw := NewManifestWriterOptions(w, ManifestOptions{ChunkItems: s.ChunkItems, Keys: keyset.Options{Dir: s.TempDir}, TempLimitBytes: s.TempLimitBytes})
+	defer mw.Close()
+	err = ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
+	var sum ManifestSummary
+	if err == nil {
+		sum, err = mw.Finish()
+	}
+	if err != nil {
+		if aerr := w.Abort(); aerr != nil {
+			s.Log.Warn("abort manifest upload", "batch_id", req.BatchID, "error", aerr.Error())
+		}
+		var ie *InputError
+		if errors.As(err, &ie) && ie.Field == "" && req.Source.Object != "" {
+			ie.Field = "source.object"
+		}
+		return "", ManifestSummary{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
+	if err := w.Close(); err != nil {
+		return "", ManifestSummary{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
+	}
+	return manifestKey, sum, nil
+}
+
+// planOf is the batch row a prepared request asks for, before its
+// manifest is known (see freeze).
+func planOf(req SubmitRequest, now time.Time) Batch {
+	return Batch{
+		ID:           req.BatchID,
+		Pipeline:     req.Pipeline,
+		Run:          1,
+		Status:       StatusRunning,
+		Threshold:    req.Threshold,
+		MaxAttempts:  req.MaxAttempts,
+		OnInterrupt:  req.OnInterrupt,
+		Headers:      req.Headers,
+		Options:      req.Options,
+		KeyField:     req.KeyField,
+		Source:       req.Source.Describe(),
+		CreatedAt:    now,
+		RunStartedAt: now,
+	}
+}
+
+// freeze sets the manifest fields of b.
+func (b *Batch) freeze(manifestKey string, sum ManifestSummary) {
+	b.Digest = sum.Digest
+	b.ManifestKey = manifestKey
+	b.ManifestBytes = sum.Bytes
+	b.ItemCount = sum.Count
+	b.ListShards = ListShards(sum.Count)
+	b.CounterShards = CounterShards(sum.Count)
 }
 
 func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {

@@ -54,6 +54,10 @@ const (
 	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
 	// EnvLogLevel is the slog level: debug, info (default), warn, error.
 	EnvLogLevel = "BULKRUN_LOG_LEVEL"
+	// EnvEphemeralStorageMiB is the submit function's ephemeral storage
+	// (/tmp) in MiB, as the stack sized it; named when the disk fills up.
+	// Optional (0: unknown).
+	EnvEphemeralStorageMiB = "BULKRUN_EPHEMERAL_STORAGE_MIB"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -150,6 +154,7 @@ type Config struct {
 	MaxReceiveCount  int           // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
 	Retention        time.Duration // EnvRetentionDays; default DefaultRetention
 	LogLevel         string        // EnvLogLevel; default "info"
+	EphemeralMiB     int           // EnvEphemeralStorageMiB; 0 when unset
 }
 
 // VarError names the environment variable at fault.
@@ -208,6 +213,7 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxAttempts:      count(EnvMaxAttempts, DefaultMaxAttempts),
 		MaxReceiveCount:  count(EnvMaxReceiveCount, DefaultMaxReceiveCount),
 		LogLevel:         getenv(EnvLogLevel),
+		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
 	}
 	if v := getenv(EnvRetentionDays); v != "" {
 		n, err := strconv.Atoi(v)

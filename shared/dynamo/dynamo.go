@@ -136,6 +136,10 @@ type batchRow struct {
 	Stop           string            `dynamodbav:"stop,omitempty"`
 	StopDetail     string            `dynamodbav:"stop_detail,omitempty"`
 	ExpiresAtMs    int64             `dynamodbav:"expires_at_ms,omitempty"`
+	Request        string            `dynamodbav:"request,omitempty"` // JSON
+	SubmitAttempts int               `dynamodbav:"submit_attempts,omitempty"`
+	SubmitDeadMs   int64             `dynamodbav:"submit_deadline_ms,omitempty"`
+	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
 }
 
 func ms(t time.Time) int64 {
@@ -165,6 +169,14 @@ func toRow(b batch.Batch) (batchRow, error) {
 		KeyField: b.KeyField, Source: b.Source, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
+		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
+	}
+	if b.Refusal != nil {
+		rf, err := json.Marshal(b.Refusal)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Refusal = string(rf)
 	}
 	if b.FinalCensus != nil {
 		c, err := json.Marshal(b.FinalCensus)
@@ -184,6 +196,16 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		KeyField: r.KeyField, Source: r.Source, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
+		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
+	}
+	if r.Request != "" {
+		b.Request = json.RawMessage(r.Request)
+	}
+	if r.Refusal != "" {
+		b.Refusal = &batch.Refusal{}
+		if err := json.Unmarshal([]byte(r.Refusal), b.Refusal); err != nil {
+			return b, fmt.Errorf("batch %s: refusal: %w", r.ID, err)
+		}
 	}
 	if r.Options != "" {
 		b.Options = json.RawMessage(r.Options)
@@ -369,6 +391,81 @@ func (s *Store) GetBatch(ctx context.Context, id string) (batch.Batch, error) {
 		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
 	}
 	return fromRow(r)
+}
+
+// submitting is the condition status = submitting.
+func submitting() expression.ConditionBuilder {
+	return expression.Name("status").Equal(expression.Value(string(batch.StatusSubmitting)))
+}
+
+// BeginSubmit adds 1 to submit_attempts and sets submit_deadline_ms under
+// the condition status = submitting (see batch.Store).
+func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) (batch.Batch, error) {
+	expr, err := expression.NewBuilder().WithCondition(submitting()).
+		WithUpdate(expression.Add(expression.Name("submit_attempts"), expression.Value(1)).
+			Set(expression.Name("submit_deadline_ms"), expression.Value(deadline.UnixMilli()))).Build()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	attrs, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueAllNew)
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
+	}
+	var r batchRow
+	if err := attributevalue.UnmarshalMap(attrs, &r); err != nil {
+		return batch.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
+	}
+	return fromRow(r)
+}
+
+// Freeze writes the manifest fields and status running under the
+// condition status = submitting (see batch.Store).
+func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
+	expr, err := expression.NewBuilder().WithCondition(submitting()).
+		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
+			Set(expression.Name("manifest_digest"), expression.Value(b.Digest)).
+			Set(expression.Name("manifest_key"), expression.Value(b.ManifestKey)).
+			Set(expression.Name("manifest_bytes"), expression.Value(b.ManifestBytes)).
+			Set(expression.Name("item_count"), expression.Value(b.ItemCount)).
+			Set(expression.Name("list_shards"), expression.Value(b.ListShards)).
+			Set(expression.Name("counter_shards"), expression.Value(b.CounterShards)).
+			Set(expression.Name("fanned_out"), expression.Value(false)).
+			Set(expression.Name("run_started_at_ms"), expression.Value(ms(b.RunStartedAt)))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(b.ID), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("freeze %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Refuse moves a submitting batch to refused, deletes its running marker
+// and puts its retention marker, in one transaction (see batch.Store).
+func (s *Store) Refuse(ctx context.Context, id string, r batch.Refusal, now, expiresAt time.Time) error {
+	rf, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	expr, err := expression.NewBuilder().WithCondition(submitting()).
+		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(batch.StatusRefused))).
+			Set(expression.Name("refusal"), expression.Value(string(rf))).
+			Set(expression.Name("finished_at_ms"), expression.Value(now.UnixMilli())).
+			Set(expression.Name("expires_at_ms"), expression.Value(expiresAt.UnixMilli()))).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.transact(ctx, s.batchUpdate(id, expr),
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
+			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(expiresAt, id)},
+			"batch_id":    &types.AttributeValueMemberS{Value: id},
+		}}})
+	if err != nil {
+		return fmt.Errorf("refuse %s: %w", id, err)
+	}
+	return nil
 }
 
 // SetFannedOut sets fanned_out on the batch row if it is at run.
@@ -924,7 +1021,8 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name("run").Equal(expression.Value(from)),
-			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))),
+			expression.Name("status").In(expression.Value(string(batch.StatusCompleted)),
+				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled))),
 			expression.AttributeNotExists(expression.Name("forgetting")))).
 		WithUpdate(expression.Set(expression.Name("run"), expression.Value(from+1)).
 			Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
@@ -1191,7 +1289,8 @@ func (s *Store) MarkForgetting(ctx context.Context, id string) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.AttributeExists(expression.Name(config.AttrPK)),
-			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))))).
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))),
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusSubmitting))))).
 		WithUpdate(expression.Set(expression.Name("forgetting"), expression.Value(true))).Build()
 	if err != nil {
 		return err

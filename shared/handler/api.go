@@ -31,7 +31,7 @@ const LiveCensusMaxItems = 10_000
 
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
-//	POST   /batches                          submit (201 created, 200 identical batch exists)
+//	POST   /batches                          submit (202 accepted, read in the background; 201 created, 200 identical batch exists)
 //	GET    /batches/{id}                     status and census
 //	GET    /batches/{id}/report              the last finished run's report
 //	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
@@ -40,9 +40,15 @@ const LiveCensusMaxItems = 10_000
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
 //	DELETE /batches/{id}                     forget the batch and all it owns (204)
 //
+// POST /batches answers 202 with status submitting when the source (an S3
+// object or prefix) is read in the background, 201/200 when an inline
+// source was read in the call.
+//
 // Errors are JSON {"code", "message", "field", "line", "element", "key"}:
 // invalid_request 400, not_found 404, batch_mismatch 409, conflict 409 (a
-// run is going, or not), internal 500.
+// run is going, or not), internal 409 (a refused batch submitted again),
+// insufficient_storage 507 (the source is too large for the submit
+// function's temporary disk: not retryable), internal 500 (retryable).
 type API struct {
 	Submitter *batch.Submitter
 	Control   *batch.Control
@@ -115,11 +121,24 @@ func writeError(w http.ResponseWriter, status int, e ErrorBody) { writeJSON(w, s
 func ErrorOf(err error) (int, ErrorBody) {
 	var ie *batch.InputError
 	var me *batch.MismatchError
+	var re *batch.RefusedError
 	switch {
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}
 	case errors.As(err, &me):
 		return http.StatusConflict, ErrorBody{Code: "batch_mismatch", Message: err.Error(), Field: me.Field}
+	case errors.As(err, &re):
+		r := re.Refusal
+		status := http.StatusConflict // refused for good: the same request cannot succeed
+		switch r.Code {
+		case batch.RefusalInvalid:
+			status = http.StatusBadRequest
+		case batch.RefusalInsufficientStorage:
+			status = http.StatusInsufficientStorage
+		}
+		return status, ErrorBody{Code: r.Code, Message: err.Error(), Field: r.Field, Line: r.Line, Element: r.Element, Key: r.Key}
+	case errors.Is(err, batch.ErrInsufficientStorage):
+		return http.StatusInsufficientStorage, ErrorBody{Code: batch.RefusalInsufficientStorage, Message: err.Error()}
 	case errors.Is(err, batch.ErrNotFound):
 		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
 	case errors.Is(err, batch.ErrConflict):
@@ -158,14 +177,17 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: content after the JSON object"})
 		return
 	}
-	res, err := a.Submitter.Submit(r.Context(), req)
+	res, err := a.Submitter.Accept(r.Context(), req)
 	if err != nil {
 		a.errorAnswer(w, err)
 		return
 	}
 	view := BatchView{Batch: res.Batch, Created: &res.Created}
 	status := http.StatusOK
-	if res.Created {
+	switch {
+	case res.Batch.Status == batch.StatusSubmitting:
+		status = http.StatusAccepted
+	case res.Created:
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, view)
@@ -205,6 +227,8 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 	}
 	v := BatchView{Batch: b}
 	switch {
+	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
+		// No manifest yet, or never: nothing to count.
 	case b.Status.Finished() && b.FinalCensus != nil:
 		v.Census, v.CensusSource = b.FinalCensus, "report"
 		v.Report = "s3://" + a.Blobs.Bucket() + "/" + b.ReportKey

@@ -112,10 +112,17 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 	if err := builtin.Register(reg, d.Blobs, nil); err != nil {
 		return nil, err
 	}
-	return &batch.Submitter{
+	s := &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
-	}, nil
+		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention,
+	}
+	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
+		// In Lambda: an S3 source is read by the function invoking itself
+		// asynchronously, so the API answers in bounded time.
+		s.Handoff = trigger.New(lambda.NewFromConfig(d.AWS), self)
+	}
+	return s, nil
 }
 
 // Finalizer builds the finalize workflow from d.

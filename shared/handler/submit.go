@@ -46,6 +46,8 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		Records    []json.RawMessage `json:"Records"`
 		Event      string            `json:"Event"`
 		Schedule   string            `json:"bulkrun_schedule"`
+		Submit     string            `json:"bulkrun_submit"`
+		SubmitTick bool              `json:"bulkrun_submit_tick"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return nil, fmt.Errorf("submit: event is not JSON: %w", err)
@@ -57,6 +59,12 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return s.API.Serve(ctx, ev)
+	case probe.Submit != "":
+		return nil, s.Background(ctx, probe.Submit)
+	case probe.SubmitTick:
+		res, err := s.Submitter.TickSubmitting(ctx)
+		s.Log.Info("submit tick", "submitting", res.Submitting, "handed_off", res.HandedOff, "refused", res.Refused)
+		return res, err
 	case probe.Schedule != "":
 		var ev ScheduleEvent
 		if err := json.Unmarshal(raw, &ev); err != nil {
@@ -74,6 +82,27 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		return nil, s.Uploads(ctx, ev)
 	}
 	return nil, fmt.Errorf("submit: unknown event shape")
+}
+
+// SubmitTickEvent is what the schedule sends submit for its backstop of
+// background reads (batch.Submitter.TickSubmitting).
+const SubmitTickEvent = `{"bulkrun_submit_tick": true}`
+
+// Background reads the source of an accepted batch (the event
+// batch.SubmitEvent, sent by the submit function to itself). An error is
+// returned so that Lambda retries the invocation; a batch forgotten
+// meanwhile is not an error.
+func (s *Submit) Background(ctx context.Context, batchID string) error {
+	b, err := s.Submitter.Complete(ctx, batchID)
+	switch {
+	case errors.Is(err, batch.ErrNotFound):
+		s.Log.Warn("background read of an unknown batch", "batch_id", batchID)
+		return nil
+	case err != nil:
+		return err
+	}
+	s.Log.Info("background read done", "batch_id", batchID, "status", string(b.Status), "items", b.ItemCount)
+	return nil
 }
 
 // Object metadata an upload may carry (x-amz-meta-<name>).

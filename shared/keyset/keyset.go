@@ -73,10 +73,14 @@
 //     ErrInvalidLine (a line below 1), wrapped, from Add: the caller broke
 //     the contract; the entry is not recorded and the Detector stays usable.
 //   - ErrClosed from Add, and from Finish after Close: the Detector is done.
-//   - any other error is an I/O error on the run files (a full disk, a
-//     missing Dir, a damaged run), wrapped with what was being done. It says
-//     nothing about the keys; a retried submit may succeed. After one, Add
-//     and Finish return it again.
+//   - *NoSpaceError, matching ErrNoSpace, from Add or Finish: the disk under
+//     Dir is full (ENOSPC) while a run is written. Not worth retrying with
+//     the same keys on the same disk: the source is larger than the disk
+//     was sized for (on Lambda, the function's ephemeral storage).
+//   - any other error is an I/O error on the run files (a missing Dir, a
+//     damaged run), wrapped with what was being done. It says nothing about
+//     the keys; a retried submit may succeed. After one, Add and Finish
+//     return it again.
 //
 // A Detector is not safe for concurrent use: one goroutine streams a source
 // into it.
@@ -95,6 +99,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 )
 
 const (
@@ -153,6 +158,29 @@ func (e *DuplicateKeyError) Error() string {
 // Is reports whether target is ErrDuplicateKey.
 func (e *DuplicateKeyError) Is(target error) bool { return target == ErrDuplicateKey }
 
+// ErrNoSpace matches every *NoSpaceError (errors.Is).
+var ErrNoSpace = errors.New("keyset: no space left for run files")
+
+// NoSpaceError is a run file that did not fit on the disk under Dir
+// (ENOSPC): DiskBytes of runs were on disk, and Keys had been added. It
+// matches ErrNoSpace and unwraps to the system error.
+type NoSpaceError struct {
+	Dir       string
+	DiskBytes int64
+	Keys      int64
+	Err       error
+}
+
+func (e *NoSpaceError) Error() string {
+	return fmt.Sprintf("keyset: disk under %s full with %d bytes of run files after %d keys: %v", e.Dir, e.DiskBytes, e.Keys, e.Err)
+}
+
+// Is reports whether target is ErrNoSpace.
+func (e *NoSpaceError) Is(target error) bool { return target == ErrNoSpace }
+
+// Unwrap returns the system error.
+func (e *NoSpaceError) Unwrap() error { return e.Err }
+
 // Options configures a Detector. The zero value is ready to use.
 type Options struct {
 	// Dir is the directory in which the Detector creates its own temporary
@@ -167,6 +195,11 @@ type Options struct {
 	// open file and a RunBufferBytes reader; 0 or less means
 	// DefaultMaxMergeRuns (64), and 1 means 2.
 	MaxMergeRuns int
+	// CreateRun creates a run file for writing at path (in a directory the
+	// Detector made under Dir); nil means os.OpenFile with O_EXCL and mode
+	// 0600. The file is read back with os.Open, so it must be a real file:
+	// this is where tests inject write faults such as a full disk.
+	CreateRun func(path string) (io.WriteCloser, error)
 }
 
 // Stats counts the work a Detector has done. Tests and logs use it; it has
@@ -192,6 +225,7 @@ type Detector struct {
 	dir      string
 	budget   int
 	maxMerge int
+	create   func(path string) (io.WriteCloser, error)
 
 	// The buffer: keys packed in chunks, and the index that is sorted.
 	chunks     [][]byte // len is the bytes in use, cap the chunk's size
@@ -234,7 +268,12 @@ type run struct {
 // New returns a Detector configured by opts (see Options for the defaults).
 // It does no I/O: the run directory is created on the first spill.
 func New(opts Options) *Detector {
-	d := &Detector{dir: opts.Dir, budget: opts.MemoryBytes, maxMerge: opts.MaxMergeRuns}
+	d := &Detector{dir: opts.Dir, budget: opts.MemoryBytes, maxMerge: opts.MaxMergeRuns, create: opts.CreateRun}
+	if d.create == nil {
+		d.create = func(path string) (io.WriteCloser, error) {
+			return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		}
+	}
 	if d.dir == "" {
 		d.dir = os.TempDir()
 	}
@@ -382,8 +421,17 @@ func (d *Detector) spill() error {
 }
 
 // writeRun creates the next run file, lets fill write its entries in
-// (key, line) order and closes it. On error it removes the file.
+// (key, line) order and closes it. On error it removes the file; a full
+// disk is a *NoSpaceError.
 func (d *Detector) writeRun(fill func(*runWriter) error) (run, error) {
+	r, err := d.writeRunFile(fill)
+	if err != nil && errors.Is(err, syscall.ENOSPC) {
+		err = &NoSpaceError{Dir: d.dir, DiskBytes: d.diskBytes, Keys: d.stats.Keys, Err: err}
+	}
+	return r, err
+}
+
+func (d *Detector) writeRunFile(fill func(*runWriter) error) (run, error) {
 	if d.tmp == "" {
 		dir, err := os.MkdirTemp(d.dir, "bulkrun-keyset-")
 		if err != nil {
@@ -393,7 +441,7 @@ func (d *Detector) writeRun(fill func(*runWriter) error) (run, error) {
 	}
 	d.seq++
 	path := filepath.Join(d.tmp, fmt.Sprintf("run-%06d", d.seq))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := d.create(path)
 	if err != nil {
 		return run{}, err
 	}

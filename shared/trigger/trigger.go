@@ -1,5 +1,6 @@
-// Package trigger is the Lambda adapter of batch.Trigger: it invokes the
-// finalize function asynchronously (InvocationType Event).
+// Package trigger is the Lambda adapter of batch.Trigger and
+// batch.Handoff: it invokes the finalize function, or the submit function
+// itself, asynchronously (InvocationType Event).
 package trigger
 
 import (
@@ -46,6 +47,26 @@ func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
 	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
 	if err != nil {
 		return fmt.Errorf("invoke %s for %s run %d: %w", l.function, batchID, run, err)
+	}
+	return nil
+}
+
+var _ batch.Handoff = (*Lambda)(nil)
+
+// StartSubmit invokes the function asynchronously with the internal event
+// batch.SubmitEvent ({"bulkrun_submit": batchID}): the submit function
+// hands the background read of an accepted batch to itself. Lambda queues
+// the event durably and retries a failed invocation twice (Lambda
+// developer guide, "Asynchronous invocation"); the submit tick hands off
+// again after that.
+func (l *Lambda) StartSubmit(ctx context.Context, batchID string) error {
+	payload, err := json.Marshal(batch.SubmitEvent{BatchID: batchID})
+	if err != nil {
+		return err
+	}
+	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("invoke %s to read the source of %s: %w", l.function, batchID, err)
 	}
 	return nil
 }

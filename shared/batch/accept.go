@@ -1,0 +1,264 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultMaxSubmitAttempts is Submitter.MaxSubmitAttempts when zero: the
+// background reads of one batch's source (Lambda's first asynchronous
+// invocation, its two retries, and the tick's hand-offs, counted together)
+// before the tick refuses the batch.
+const DefaultMaxSubmitAttempts = 3
+
+// HandoffGrace is how long an accepted batch may wait for its first
+// background read to start before the tick hands it off again (the
+// asynchronous invocation was lost, or the hand-off failed).
+const HandoffGrace = 2 * time.Minute
+
+// DeadlineMargin is how long after a background read's deadline the tick
+// waits before it takes that read for dead.
+const DeadlineMargin = time.Minute
+
+// Handoff starts the background read of an accepted batch, asynchronously
+// (the submit function invokes itself, shared/trigger). Starting it twice
+// is harmless: the first read to freeze the manifest wins, the other's
+// manifest is deleted.
+type Handoff interface {
+	StartSubmit(ctx context.Context, batchID string) error
+}
+
+// Accept answers a submit in bounded time whatever the source's size. An
+// inline source (at most the request's size) is read in the call, as
+// Submit does. An S3 object or prefix is accepted: the batch row is put
+// with status submitting and the request, only if the id is new, and the
+// read is handed off to the background (Complete), which freezes the
+// manifest and starts the run, or refuses the batch with the reason.
+//
+// A repeated submit with the same id: while submitting, the same request
+// answers the same batch (Created false) and another is a *MismatchError
+// naming the first field that differs; once refused, the same request gets
+// the refusal again (*RefusedError); once frozen, Submit's rules hold (the
+// source is read again and its digest compared). Idempotent per (id,
+// request). Errors: *InputError for a malformed request; a hand-off that
+// failed is returned (retry the same request: it hands off again).
+func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	if s.Handoff == nil || len(req.Source.Items) > 0 {
+		return s.Submit(ctx, req)
+	}
+	if err := s.prepare(&req); err != nil {
+		return SubmitResult{}, err
+	}
+	stored := req
+	stored.Rerun = false // a property of one call, not of the batch
+	raw, err := json.Marshal(stored)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	b := planOf(req, s.Clock.Now())
+	b.Status = StatusSubmitting
+	b.Request = raw
+	got, err := s.Store.CreateBatch(ctx, b)
+	switch {
+	case err == nil:
+		if err := s.Handoff.StartSubmit(ctx, b.ID); err != nil {
+			return SubmitResult{}, fmt.Errorf("accept %s: hand off the source read: %w", b.ID, err)
+		}
+		s.Log.Info("batch accepted", "batch_id", b.ID, "source", b.Source)
+		return SubmitResult{Batch: b, Created: true}, nil
+	case !errors.Is(err, ErrBatchExists):
+		return SubmitResult{}, fmt.Errorf("accept %s: create batch row: %w", b.ID, err)
+	case got.Status == StatusSubmitting || got.Status == StatusRefused:
+		return s.repeated(ctx, got, req)
+	}
+	return s.Submit(ctx, req)
+}
+
+// repeated answers a repeated submit of a batch that was accepted for a
+// background read and is not frozen yet (submitting) or was refused.
+func (s *Submitter) repeated(ctx context.Context, stored Batch, req SubmitRequest) (SubmitResult, error) {
+	var was SubmitRequest
+	if err := json.Unmarshal(stored.Request, &was); err != nil {
+		return SubmitResult{}, fmt.Errorf("batch %s: stored request: %w", stored.ID, err)
+	}
+	if field, a, b := sameRequest(was, req); field != "" {
+		return SubmitResult{}, &MismatchError{BatchID: stored.ID, Field: field, Stored: a, Given: b}
+	}
+	if stored.Status == StatusRefused {
+		r := Refusal{Code: RefusalInternal, Message: "refused"}
+		if stored.Refusal != nil {
+			r = *stored.Refusal
+		}
+		return SubmitResult{}, &RefusedError{BatchID: stored.ID, Refusal: r}
+	}
+	if stored.SubmitAttempts == 0 && s.Handoff != nil {
+		// No read has started: the first hand-off may have failed.
+		if err := s.Handoff.StartSubmit(ctx, stored.ID); err != nil {
+			return SubmitResult{}, fmt.Errorf("accept %s: hand off the source read: %w", stored.ID, err)
+		}
+	}
+	return SubmitResult{Batch: stored, Created: false}, nil
+}
+
+// sameRequest returns the first field in which two prepared requests
+// differ ("" when none): the source, the key field, then the settings.
+func sameRequest(stored, given SubmitRequest) (field, was, now string) {
+	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	if a, b := asJSON(stored.Source), asJSON(given.Source); a != b {
+		return "source", a, b
+	}
+	if stored.KeyField != given.KeyField {
+		return "key_field", stored.KeyField, given.KeyField
+	}
+	return sameSettings(planOf(stored, time.Time{}), planOf(given, time.Time{}))
+}
+
+// SubmitEvent is the submit function's internal event that hands off the
+// background read of an accepted batch: {"bulkrun_submit": "{batch id}"}.
+type SubmitEvent struct {
+	BatchID string `json:"bulkrun_submit"`
+}
+
+// Complete is the background read of an accepted batch: it streams the
+// source into a manifest exactly as Submit does, then freezes it on the
+// batch row (submitting → running, only if still submitting) and sends the
+// fan-out. A malformed source or a full temporary disk refuses the batch
+// (status refused, Batch.Refusal naming the line, field or limit); any
+// other error is returned, to be retried (Lambda retries an asynchronous
+// invocation twice; the tick hands off again after the read's deadline).
+// A batch that is no longer submitting is returned as it is, so a
+// duplicate invocation does nothing. Each call counts one attempt.
+func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
+	b, err := s.Store.GetBatch(ctx, id)
+	if err != nil || b.Status != StatusSubmitting {
+		return b, err
+	}
+	log := s.Log.With("batch_id", id)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = s.Clock.Now().Add(15 * time.Minute)
+	}
+	if b, err = s.Store.BeginSubmit(ctx, id, deadline); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return s.Store.GetBatch(ctx, id)
+		}
+		return b, err
+	}
+	var req SubmitRequest
+	if err := json.Unmarshal(b.Request, &req); err != nil {
+		return s.refuse(ctx, b, Refusal{Code: RefusalInternal, Message: "the stored request does not decode: " + err.Error()})
+	}
+	start := s.Clock.Now()
+	manifestKey, sum, err := s.writeManifest(ctx, req)
+	if err != nil {
+		if r, ok := RefusalOf(err); ok {
+			return s.refuse(ctx, b, r)
+		}
+		log.Error("background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
+		return b, err
+	}
+	b.freeze(manifestKey, sum)
+	b.Status = StatusRunning
+	b.RunStartedAt = s.Clock.Now()
+	if err := s.Store.Freeze(ctx, b); err != nil {
+		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
+			log.Warn("delete unused manifest", "error", derr.Error())
+		}
+		if errors.Is(err, ErrConflict) { // another read froze it first, or it was refused
+			return s.Store.GetBatch(ctx, id)
+		}
+		return b, err
+	}
+	if err := s.fanout(ctx, b, sum.Chunks); err != nil {
+		// Frozen: the finalize tick re-sends a lost fan-out.
+		return b, err
+	}
+	b.FannedOut = true
+	log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "attempt", b.SubmitAttempts,
+		"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
+	return b, nil
+}
+
+// refuse moves a submitting batch to refused with r; a batch that is no
+// longer submitting is left as it is.
+func (s *Submitter) refuse(ctx context.Context, b Batch, r Refusal) (Batch, error) {
+	now := s.Clock.Now()
+	retention := s.Retention
+	if retention <= 0 {
+		retention = 30 * 24 * time.Hour
+	}
+	if err := s.Store.Refuse(ctx, b.ID, r, now, now.Add(retention)); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return s.Store.GetBatch(ctx, b.ID)
+		}
+		return b, err
+	}
+	s.Log.Warn("batch refused", "batch_id", b.ID, "code", r.Code, "error", r.Message)
+	b.Status, b.Refusal, b.FinishedAt = StatusRefused, &r, now
+	return b, nil
+}
+
+// SubmitTickResult counts what one TickSubmitting did.
+type SubmitTickResult struct {
+	Submitting int // batches seen submitting
+	HandedOff  int // background reads started again
+	Refused    int // batches refused after their last attempt
+}
+
+// TickSubmitting is the backstop of background reads, run on a schedule:
+// a submitting batch whose read never started (HandoffGrace after it was
+// accepted) or whose latest read is past its deadline (DeadlineMargin) is
+// handed off again, or refused with code internal once MaxSubmitAttempts
+// reads have started. So no accepted batch stays submitting for ever nor
+// disappears. It returns the first error after trying every batch.
+func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error) {
+	ids, err := s.Store.RunningBatches(ctx)
+	if err != nil {
+		return SubmitTickResult{}, fmt.Errorf("submit tick: list running: %w", err)
+	}
+	limit := s.MaxSubmitAttempts
+	if limit <= 0 {
+		limit = DefaultMaxSubmitAttempts
+	}
+	var res SubmitTickResult
+	var errs []error
+	for _, id := range ids {
+		b, err := s.Store.GetBatch(ctx, id)
+		if err != nil || b.Status != StatusSubmitting {
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		res.Submitting++
+		now := s.Clock.Now()
+		switch {
+		case b.SubmitAttempts == 0 && now.Sub(b.CreatedAt) < HandoffGrace:
+			continue
+		case b.SubmitAttempts > 0 && now.Before(b.SubmitDeadline.Add(DeadlineMargin)):
+			continue // a read may still be going
+		case b.SubmitAttempts >= limit:
+			r := Refusal{Code: RefusalInternal, Message: fmt.Sprintf(
+				"the source was not read after %d attempts, each ended by an error or the submit function's timeout (its log names the batch id)", b.SubmitAttempts)}
+			if _, err := s.refuse(ctx, b, r); err != nil {
+				errs = append(errs, err)
+			} else {
+				res.Refused++
+			}
+			continue
+		}
+		if s.Handoff == nil {
+			continue
+		}
+		if err := s.Handoff.StartSubmit(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("submit tick: hand off %s: %w", id, err))
+			continue
+		}
+		res.HandedOff++
+		s.Log.Warn("tick handed off a background read again", "batch_id", id, "attempts", b.SubmitAttempts)
+	}
+	return res, errors.Join(errs...)
+}
