@@ -104,6 +104,15 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
+	created := *view.Created
+	// A prefix is read in the background: wait until the manifest is frozen.
+	if view, err = api.Submitted(ctx, id, 500*time.Millisecond); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if view.Refusal != nil {
+		return fmt.Errorf("submit: batch %s refused: %s", id, view.Refusal.Message)
+	}
+	view.Created = &created
 	fmt.Printf("batch %s: %d items (created: %v, manifest sha256 %s)\n", view.ID, view.ItemCount, *view.Created, view.Digest[:16])
 
 	bar := progressbar.NewOptions64(view.ItemCount, progressbar.OptionSetDescription("items"),

@@ -10,8 +10,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -61,14 +64,35 @@ type Client struct {
 	aws    aws.Config
 	http   *http.Client
 	signer *v4.Signer
+	// Retry is how Submit retries; the zero value means DefaultRetry.
+	Retry Retry
 }
 
-// New returns a client for the stack's API. With AWS_ENDPOINT_URL set (an
-// emulator) the URL is {endpoint}/restapis/{api id}/{stage}/_user_request_,
-// the LocalStack-style form; otherwise the stack's ApiUrl output.
+// Retry is a bounded exponential backoff: Tries calls in all, the n-th
+// retry after min(Base × 2^(n-1), Max) plus up to half of it at random.
+type Retry struct {
+	Tries int
+	Base  time.Duration
+	Max   time.Duration
+}
+
+// DefaultRetry is Submit's retry policy: 6 tries over about a minute
+// (1, 2, 4, 8, 16 s between them, plus jitter).
+var DefaultRetry = Retry{Tries: 6, Base: time.Second, Max: 16 * time.Second}
+
+// EnvAPIURL, when set, is the API base URL the client calls instead of the
+// one it derives from the stack (e.g. a custom domain, or a proxy).
+const EnvAPIURL = "BULKRUN_API_URL"
+
+// New returns a client for the stack's API: $BULKRUN_API_URL when set;
+// with AWS_ENDPOINT_URL set (an emulator)
+// {endpoint}/restapis/{api id}/{stage}/_user_request_, the LocalStack-style
+// form; otherwise the stack's ApiUrl output.
 func New(c aws.Config, s Stack) (*Client, error) {
 	var base string
-	if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
+	if u := os.Getenv(EnvAPIURL); u != "" {
+		base = strings.TrimRight(u, "/")
+	} else if ep := os.Getenv("AWS_ENDPOINT_URL"); ep != "" {
 		id, err := s.Get(config.OutputAPIID)
 		if err != nil {
 			return nil, err
@@ -160,11 +184,63 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 	return resp.StatusCode, nil
 }
 
-// Submit posts a batch. created tells whether this call created it.
+// Submit posts a batch and returns it (Created tells whether this call
+// created it; status submitting while an S3 source is read in the
+// background: Wait for it). Without a batch id it gives the request a new
+// ULID first, so that every try names the same batch; it then retries,
+// with the same request, answers that may not have reached the API or
+// whose outcome is unknown: 429, 500, 502, 503, 504 (API Gateway answers
+// 504 when the integration outlives its timeout, while the submit may
+// still go on), timeouts and connection errors, as c.Retry says. A repeated
+// submit of the same request is the same batch, so a retry never makes a
+// second one. Other errors (*APIError 4xx, 507) are returned at once.
 func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (handler.BatchView, error) {
+	if req.BatchID == "" {
+		req.BatchID = batch.NewBatchID()
+	}
+	r := c.Retry
+	if r.Tries <= 0 {
+		r = DefaultRetry
+	}
 	var v handler.BatchView
-	_, err := c.Do(ctx, http.MethodPost, "/batches", req, &v)
-	return v, err
+	var err error
+	for try := 1; ; try++ {
+		v = handler.BatchView{}
+		_, err = c.Do(ctx, http.MethodPost, "/batches", req, &v)
+		if err == nil || try >= r.Tries || !Retryable(err) || ctx.Err() != nil {
+			break
+		}
+		d := min(r.Base<<(try-1), r.Max)
+		d += time.Duration(mathrand.Int64N(int64(d)/2 + 1))
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("submit %s: %w (last try: %v)", req.BatchID, ctx.Err(), err)
+		case <-time.After(d):
+		}
+	}
+	if err != nil {
+		return v, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
+	return v, nil
+}
+
+// Retryable reports whether a call that failed with err may be sent again
+// with the same request: 429, 500, 502, 503 and 504 answers, and errors
+// that got no answer (timeouts, refused or reset connections). Not 507
+// (insufficient storage), nor any 4xx but 429.
+func Retryable(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+			http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	var ue *url.Error
+	return errors.As(err, &ne) || errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // Status reads a batch with its census.
@@ -181,9 +257,22 @@ func (c *Client) Report(ctx context.Context, id string) (batch.Report, error) {
 	return r, err
 }
 
-// Wait polls Status every interval until the batch's run is finished or
-// ctx ends, calling progress (optional) with each view.
+// Wait polls Status every interval until the batch's run is finished (or
+// the batch refused: Status.Finished) or ctx ends, calling progress
+// (optional) with each view. It waits through submitting.
 func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, progress func(handler.BatchView)) (handler.BatchView, error) {
+	return c.WaitUntil(ctx, id, interval, func(v handler.BatchView) bool { return v.Status.Finished() }, progress)
+}
+
+// Submitted waits while the batch is submitting: it returns the batch once
+// its manifest is frozen (running or later) or it was refused.
+func (c *Client) Submitted(ctx context.Context, id string, interval time.Duration) (handler.BatchView, error) {
+	return c.WaitUntil(ctx, id, interval, func(v handler.BatchView) bool { return v.Status != batch.StatusSubmitting }, nil)
+}
+
+// WaitUntil polls Status every interval until done says so or ctx ends,
+// calling progress (optional) with each view.
+func (c *Client) WaitUntil(ctx context.Context, id string, interval time.Duration, done func(handler.BatchView) bool, progress func(handler.BatchView)) (handler.BatchView, error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -194,7 +283,7 @@ func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, pr
 		if progress != nil {
 			progress(v)
 		}
-		if v.Status.Finished() {
+		if done(v) {
 			return v, nil
 		}
 		select {

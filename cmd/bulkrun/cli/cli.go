@@ -206,16 +206,27 @@ func (a *app) submitCmd() *cobra.Command {
 			if options != "" {
 				req.Options = json.RawMessage(options)
 			}
+			if req.BatchID == "" {
+				// Chosen before the first try, so that every retry (and a
+				// rerun of this command with --id) names the same batch.
+				req.BatchID = batch.NewBatchID()
+			}
+			fmt.Fprintf(a.errw, "batch %s: submitting\n", req.BatchID)
 			v, err := a.api.Submit(ctx, req)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w (the batch id was %s: run the command again with --id %s to retry it safely)", err, req.BatchID, req.BatchID)
 			}
 			if !watch {
 				if a.output == "json" {
 					return a.printJSON(v)
 				}
 				fmt.Fprintln(a.out, v.ID)
-				fmt.Fprintf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, v.Created != nil && *v.Created)
+				created := v.Created != nil && *v.Created
+				if v.Status == batch.StatusSubmitting {
+					fmt.Fprintf(a.errw, "batch %s: accepted, reading the source (created: %v); bulkrun watch %s\n", v.ID, created, v.ID)
+				} else {
+					fmt.Fprintf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
+				}
 				return nil
 			}
 			return a.watch(ctx, v.ID)
@@ -223,7 +234,7 @@ func (a *app) submitCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
-	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]); a ULID when empty. Give one to make retries idempotent")
+	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]); a new ULID when empty, printed before the first try. Every try, and a rerun with this id, is the same batch")
 	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
 	f.StringVar(&format, "format", "", "source format: jsonl, json or csv (default from the extension)")
 	f.BoolVar(&prefix, "prefix", false, "the s3:// URI is a prefix: one item per object under it")
@@ -370,8 +381,17 @@ func (a *app) watch(ctx context.Context, id string) error {
 		case v.Progress != nil:
 			done = v.Progress.Done
 			desc = fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures)
+		case v.Status == batch.StatusSubmitting:
+			if time.Since(lastLine) >= 10*time.Second {
+				lastLine = time.Now()
+				fmt.Fprintf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
+			}
+			return
 		default:
 			return
+		}
+		if bar != nil && bar.GetMax64() != v.ItemCount {
+			bar.ChangeMax64(v.ItemCount) // the item count is known once the manifest is frozen
 		}
 		if startDone < 0 {
 			startDone = done // the rate counts what this watch saw happen
@@ -397,6 +417,9 @@ func (a *app) watch(ctx context.Context, id string) error {
 	if err := a.show(final); err != nil {
 		return err
 	}
+	if final.Status == batch.StatusRefused {
+		return fmt.Errorf("batch %s was refused: %s", id, refusalText(final.Refusal))
+	}
 	c := final.Census
 	if final.Status != batch.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
 		return &ExitError{Code: ExitNeedsCheck}
@@ -412,6 +435,9 @@ func (a *app) show(v handler.BatchView) error {
 	fmt.Fprintf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
 	if v.Stop != "" {
 		fmt.Fprintf(a.out, "stopping: %s (%s)\n", v.Stop, v.StopDetail)
+	}
+	if v.Refusal != nil {
+		fmt.Fprintf(a.out, "refused: %s\n", refusalText(v.Refusal))
 	}
 	if c := v.Census; c != nil {
 		fmt.Fprintf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
@@ -570,4 +596,12 @@ func (a *app) releaseCmd() *cobra.Command {
 			}
 			return map[string]string{"batch_id": args[0], "key": args[1], "message": "released " + args[1]}, nil
 		})
+}
+
+// refusalText is a refusal's code and message.
+func refusalText(r *batch.Refusal) string {
+	if r == nil {
+		return "no reason recorded"
+	}
+	return r.Code + ": " + r.Message
 }
