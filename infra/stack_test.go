@@ -70,6 +70,7 @@ func testProps(target string) *StackProps {
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
+		MaxManifestBytes: 1 << 30,
 	}
 }
 
@@ -301,7 +302,8 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
-			for fn, names := range map[string][]string{FunctionSubmit: fanOut, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
+			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB)
+			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
 					env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
 					var got []string
@@ -869,6 +871,8 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
 		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},
+		{"manifest beyond Lambda's ephemeral storage", func(p *StackProps) { p.MaxManifestBytes = MaxMaxManifestBytes + 1 }, "MaxManifestBytes"},
+		{"negative manifest size", func(p *StackProps) { p.MaxManifestBytes = -1 }, "MaxManifestBytes"},
 		{"schedule with a batch id", func(p *StackProps) {
 			p.Schedules = []Schedule{{Name: "s", Expression: "rate(1 day)", Request: json.RawMessage(`{"batch_id":"x","pipeline":"webhook"}`)}}
 		}, "Schedules[s].Request"},
@@ -985,5 +989,83 @@ func TestSweepAndLifecycle(t *testing.T) {
 		if expiring[p] != float64(wanted(TargetAWS).retentionDays) {
 			t.Errorf("lifecycle of %s: %v, want %d days", p, expiring[p], wanted(TargetAWS).retentionDays)
 		}
+	}
+}
+
+// Temporary disk, point 5: the submit function's ephemeral storage is sized
+// from StackProps.MaxManifestBytes (2 × the manifest + 64 MiB, at least
+// Lambda's 512 MiB, at most its 10,240 MiB), and the function is told the
+// size so that a full disk names it. Guards docs/design.md "Bounds" (the
+// largest source each setting supports) and README's stack props.
+func TestSubmitEphemeralStorage(t *testing.T) {
+	for _, tt := range []struct {
+		manifestBytes int64
+		wantMiB       int
+	}{
+		{0, 512},
+		{DefaultMaxManifestBytes, 512},
+		{DefaultMaxManifestBytes + 1, 513},
+		{1 << 30, 2112},
+		{MaxMaxManifestBytes, 10240},
+	} {
+		if got := SubmitEphemeralMiB(tt.manifestBytes); got != tt.wantMiB {
+			t.Errorf("SubmitEphemeralMiB(%d) = %d, want %d", tt.manifestBytes, got, tt.wantMiB)
+		}
+	}
+	for target, wantMiB := range map[string]float64{TargetEmulator: 512, TargetAWS: 2112} { // AWS: MaxManifestBytes 1 GiB
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			p := s.properties(t, s.ids[FunctionSubmit])
+			size, _ := p["EphemeralStorage"].(map[string]any)["Size"].(float64)
+			if size != wantMiB {
+				t.Errorf("submit EphemeralStorage %v, want %v MiB", p["EphemeralStorage"], wantMiB)
+			}
+			vars := p["Environment"].(map[string]any)["Variables"].(map[string]any)
+			if vars[config.EnvEphemeralStorageMiB] != strconv.Itoa(int(wantMiB)) {
+				t.Errorf("%s = %v, want %v", config.EnvEphemeralStorageMiB, vars[config.EnvEphemeralStorageMiB], wantMiB)
+			}
+			for _, fn := range []string{FunctionItem, FunctionFinalize, FunctionSweep} {
+				if e, ok := s.properties(t, s.ids[fn])["EphemeralStorage"]; ok {
+					t.Errorf("%s has ephemeral storage %v; only submit spills", fn, e)
+				}
+			}
+		})
+	}
+}
+
+// Submit past the gateway timeout, point 1: submit may invoke itself (the
+// background read of an S3 source), through a policy of its own (no
+// dependency cycle), and a rule sends it the tick that hands dead reads
+// off again.
+func TestSubmitHandsOffToItself(t *testing.T) {
+	s := synth(t, TargetAWS)
+	self := arnOf(s.ids[FunctionSubmit])
+	found := false
+	for id := range s.resourcesOfType("AWS::IAM::Policy") {
+		for _, st := range s.statements(t, id) {
+			if slices.Contains(actions(st), "lambda:InvokeFunction") && jsonEqual(st["Resource"], self) {
+				found = true
+				if id == s.ids["policy:"+FunctionSubmit] {
+					t.Errorf("the self-invoke grant is in submit's default policy (a dependency cycle)")
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no policy lets submit invoke itself")
+	}
+	ticks := 0
+	for _, r := range s.resourcesOfType("AWS::Events::Rule") {
+		p := r["Properties"].(map[string]any)
+		tg := p["Targets"].([]any)[0].(map[string]any)
+		if jsonEqual(tg["Arn"], self) && strings.Contains(str(tg["Input"]), `"bulkrun_submit_tick":true`) {
+			ticks++
+			if p["ScheduleExpression"] != DefaultFinalizeTickSchedule {
+				t.Errorf("submit tick schedule %v", p["ScheduleExpression"])
+			}
+		}
+	}
+	if ticks != 1 {
+		t.Errorf("%d submit tick rules, want 1", ticks)
 	}
 }

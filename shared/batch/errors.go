@@ -150,11 +150,14 @@ const (
 )
 
 // RefusalOf returns the refusal of a permanent submit error (an
-// *InputError or ErrInsufficientStorage), and false for any other error,
+// *InputError, ErrInsufficientStorage, or a *RefusedError's), and false for any other error,
 // which is worth retrying.
 func RefusalOf(err error) (Refusal, bool) {
 	var ie *InputError
+	var re *RefusedError
 	switch {
+	case errors.As(err, &re):
+		return re.Refusal, true
 	case errors.As(err, &ie):
 		return Refusal{Code: RefusalInvalid, Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}, true
 	case errors.Is(err, ErrInsufficientStorage):

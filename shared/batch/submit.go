@@ -74,6 +74,9 @@ type Submitter struct {
 	MaxReceiveCount int
 	ChunkItems      int    // items per fan-out message; 0 = DefaultChunkItems
 	TempDir         string // where duplicate-key detection spills; "" = OS temp dir
+	// Keys tunes duplicate-key detection (memory budget, fault injection);
+	// its Dir defaults to TempDir.
+	Keys keyset.Options
 	// TempLimitBytes is the size of the disk under TempDir (the submit
 	// function's ephemeral storage), named when it fills up; 0: unknown.
 	TempLimitBytes int64
@@ -302,7 +305,11 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 	if err != nil {
 		return "", ManifestSummary{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
 	}
-	mw := NewManifestWriterOptions(w, ManifestOptions{ChunkItems: s.ChunkItems, Keys: keyset.Options{Dir: s.TempDir}, TempLimitBytes: s.TempLimitBytes})
+	keys := s.Keys
+	if keys.Dir == "" {
+		keys.Dir = s.TempDir
+	}
+	mw := NewManifestWriterOptions(w, ManifestOptions{ChunkItems: s.ChunkItems, Keys: keys, TempLimitBytes: s.TempLimitBytes})
 	defer mw.Close()
 	err = ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
 	var sum ManifestSummary

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/keyset"
@@ -549,4 +550,105 @@ func Example() {
 	// Output:
 	// item-02 2 4
 	// duplicate item key "item-02" at lines 2 and 4
+}
+
+// fullDisk is a run file on a disk with *room bytes left; a write past
+// them fails as a full disk does (ENOSPC).
+type fullDisk struct {
+	f    *os.File
+	room *int
+}
+
+func (w *fullDisk) Write(p []byte) (int, error) {
+	if len(p) > *w.room {
+		n, _ := w.f.Write(p[:*w.room])
+		*w.room = 0
+		return n, &os.PathError{Op: "write", Path: w.f.Name(), Err: syscall.ENOSPC}
+	}
+	*w.room -= len(p)
+	return w.f.Write(p)
+}
+
+func (w *fullDisk) Close() error { return w.f.Close() }
+
+// fillAfter returns a CreateRun whose files together take room bytes
+// before the disk is full (removed files give nothing back).
+func fillAfter(room int) func(string) (io.WriteCloser, error) {
+	return func(path string) (io.WriteCloser, error) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		return &fullDisk{f: f, room: &room}, nil
+	}
+}
+
+// Temporary disk, point 5: a full disk while spilling (ENOSPC) is a
+// *NoSpaceError matching ErrNoSpace — the class submit refuses as
+// insufficient storage instead of calling it retryable — whether it
+// happens in Add (a spill) or in Finish (an intermediate merge), and the
+// run files are removed. Guards "a full /tmp is not retryable" (README,
+// docs/design.md Bounds).
+func TestNoSpaceIsItsOwnClass(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		room     int
+		maxMerge int
+		inFinish bool
+	}{
+		{"first spill", 0, 0, false},
+		{"a later spill", 300, 0, false},
+		{"intermediate merge", -1, 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.room < 0 {
+				// Room for every spill of Add, not for the merge after.
+				d := keyset.New(keyset.Options{Dir: t.TempDir(), MemoryBytes: 256})
+				for i := 1; i <= 200; i++ {
+					if err := d.Add([]byte(fmt.Sprintf("key-%06d", i)), int64(i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				tt.room = int(d.Stats().SpilledBytes) + 10
+				d.Close()
+			}
+			dir := t.TempDir()
+			d := keyset.New(keyset.Options{Dir: dir, MemoryBytes: 256, MaxMergeRuns: tt.maxMerge, CreateRun: fillAfter(tt.room)})
+			defer d.Close()
+			var err error
+			for i := 1; i <= 200 && err == nil; i++ {
+				err = d.Add([]byte(fmt.Sprintf("key-%06d", i)), int64(i))
+			}
+			if tt.inFinish {
+				if err != nil {
+					t.Fatalf("Add: %v", err)
+				}
+				err = d.Finish()
+			}
+			var ns *keyset.NoSpaceError
+			if !errors.As(err, &ns) || !errors.Is(err, keyset.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, keyset.ErrDuplicateKey) {
+				t.Fatalf("err = %v, want a *NoSpaceError wrapping ENOSPC", err)
+			}
+			if ns.Dir != dir || ns.Keys == 0 {
+				t.Errorf("NoSpaceError %+v, want Dir %s and the keys added", ns, dir)
+			}
+			if err2 := d.Add([]byte("again"), 1000); tt.inFinish != errors.Is(err2, keyset.ErrClosed) || !tt.inFinish && !errors.Is(err2, keyset.ErrNoSpace) {
+				t.Errorf("Add after the full disk: %v", err2)
+			}
+			d.Close()
+			if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+				t.Errorf("files left: %v", left)
+			}
+		})
+	}
+	// Other I/O errors keep their own class (a retried submit may succeed).
+	d := keyset.New(keyset.Options{Dir: filepath.Join(t.TempDir(), "missing"), MemoryBytes: 64})
+	defer d.Close()
+	var err error
+	for i := 1; i <= 100 && err == nil; i++ {
+		err = d.Add([]byte(fmt.Sprintf("key-%06d", i)), int64(i))
+	}
+	if err == nil || errors.Is(err, keyset.ErrNoSpace) {
+		t.Fatalf("missing dir: err = %v, want an I/O error that is not ErrNoSpace", err)
+	}
 }
