@@ -421,7 +421,9 @@ func TestUploadStartsOneBatch(t *testing.T) {
 	}
 }
 
-// DESIGN §3.6: bad input names its line and writes nothing.
+// DESIGN §3.6: bad input names its line and writes nothing. An S3
+// source is read in the background: the batch is refused with the line,
+// and a repeat of the same request gets the same 400.
 func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
@@ -430,29 +432,50 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`)
-	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src}})
+	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src}}
+	if v, err := env.api.Submit(ctx, req); err != nil || v.Status != batch.StatusSubmitting {
+		t.Fatalf("submit: %s %v, want accepted (submitting)", v.Status, err)
+	}
+	v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
+	if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Line != 4 || v.Refusal.Field != "source.object" || v.Refusal.Code != "invalid_request" {
+		t.Fatalf("batch %s: %s %+v %v, want refused naming line 4 of source.object", id, v.Status, v.Refusal, err)
+	}
+	_, err = env.api.Submit(ctx, req)
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Line != 4 || ae.Body.Field != "source.object" {
-		t.Fatalf("err = %v (%+v), want 400 naming line 4 of source.object", err, ae)
+		t.Fatalf("repeat: err = %v (%+v), want 400 naming line 4 of source.object", err, ae)
 	}
 	dup := "it-sources/" + id + "-dup.jsonl"
 	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &dup, Body: strings.NewReader("{\"k\":\"x\"}\n{\"k\":\"y\"}\n{\"k\":\"x\"}\n")}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, KeyField: "k", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}})
-	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Key != "x" || !strings.Contains(ae.Body.Message, "line 1") || !strings.Contains(ae.Body.Message, "line 3") {
-		t.Fatalf("duplicate key: err = %v, want both lines and the key", err)
+	dupReq := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, KeyField: "k", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}}
+	if _, err = env.api.Submit(ctx, dupReq); !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Field != "source" {
+		t.Fatalf("other source, same id: err = %v, want 409 naming source", err)
+	}
+	dupReq.BatchID = id + "-dup"
+	if _, err := env.api.Submit(ctx, dupReq); err != nil {
+		t.Fatal(err)
+	}
+	v, err = env.api.Submitted(ctx, dupReq.BatchID, 300*time.Millisecond)
+	if err != nil || v.Refusal == nil || v.Refusal.Key != "x" || !strings.Contains(v.Refusal.Message, "line 1") || !strings.Contains(v.Refusal.Message, "line 3") {
+		t.Fatalf("duplicate key: %+v %v, want both lines and the key", v.Refusal, err)
+	}
+	for _, bid := range []string{id, dupReq.BatchID} {
+		out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String("batches/" + bid + "/")})
+		if err != nil || len(out.Contents) != 0 {
+			t.Fatalf("objects left under %s: %d (%v)", bid, len(out.Contents), err)
+		}
+		uploads, err := env.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &env.bucket, Prefix: aws.String("batches/" + bid + "/")})
+		if err == nil && len(uploads.Uploads) != 0 {
+			t.Fatalf("multipart uploads left under %s: %d", bid, len(uploads.Uploads))
+		}
+		if err := env.api.Forget(ctx, bid); err != nil {
+			t.Fatalf("forget refused %s: %v", bid, err)
+		}
 	}
 	if _, err := env.api.Status(ctx, id); !errors.Is(err, batch.ErrNotFound) {
-		t.Fatalf("status after refused submits: %v, want not found", err)
-	}
-	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/")})
-	if err != nil || len(out.Contents) != 0 {
-		t.Fatalf("objects left under the batch: %d (%v)", len(out.Contents), err)
-	}
-	uploads, err := env.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/")})
-	if err == nil && len(uploads.Uploads) != 0 {
-		t.Fatalf("multipart uploads left: %d", len(uploads.Uploads))
+		t.Fatalf("status after forget: %v, want not found", err)
 	}
 	for _, bad := range []struct {
 		req   batch.SubmitRequest

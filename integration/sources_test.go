@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -95,8 +96,11 @@ func TestPrefixListingEveryPage(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
-		Options: []byte(`{"url":"http://127.0.0.1:9/unused"}`)})
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
+		Options: []byte(`{"url":"http://127.0.0.1:9/unused"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
 	if err != nil || v.ItemCount != n {
 		t.Fatalf("submit: item_count %d, %v", v.ItemCount, err)
 	}
