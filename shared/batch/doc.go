@@ -4,7 +4,7 @@
 // Trigger, Events, Clock), which shared/dynamo, shared/blob, shared/queue,
 // shared/trigger and shared/event implement.
 //
-// The workflows: Submitter (submit, resume), Worker (fan-out, items, dead
+// The workflows: Submitter (submit, accept and its background read, resume), Worker (fan-out, items, dead
 // letters), Finalizer (census, results, report; the scheduled tick),
 // Control (cancel, release, forget, listings) and Sweeper (retention).
 //
@@ -22,6 +22,13 @@
 // A new run (resume) makes failed and cancelled items (and released
 // quarantined ones) pending again; succeeded items never run again.
 //
+// A batch's status:
+//
+//	Accept (S3 source) ──▶ submitting ──freeze (conditional)──▶ running ──▶ completed
+//	                           │                                   ▲       threshold_exceeded
+//	                           └──▶ refused (final)                │       cancelled
+//	Submit (inline, upload, tick) ─────────────────────────────────┘  resume ◀─┘
+//
 // The invariants the package keeps, each proven by a test that can fail
 // (see docs/design.md for the test names):
 //
@@ -38,7 +45,9 @@
 //   - Threshold like Step Functions Distributed Map, over all items of the
 //     run; once exceeded, items not yet started end cancelled.
 //   - Nothing lost on bad input: an *InputError names the line, element,
-//     key or field, and nothing is half-written.
+//     key or field, and nothing is half-written; an accepted batch whose
+//     background read fails for good is refused with that reason, never
+//     dropped (the submit tick hands dead reads off again).
 //   - The sweep deletes only the expired, oldest first, and all of it.
 //   - AWS faults are not the item's: throttling and 5xx (ErrUnavailable)
 //     never count an attempt, fail an item or bring its message toward the
