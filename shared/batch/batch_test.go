@@ -446,3 +446,37 @@ func TestItemMessageBodySize(t *testing.T) {
 		t.Fatalf("an oversize body must become a pointer: %d bytes, %+v, %v", len(body), m.InputRef, err)
 	}
 }
+
+// Submit past the gateway timeout, point 1: a repeated submit of a batch
+// still submitting is the same batch only with the same request; otherwise
+// the first field that differs is named (409). Rerun is a property of one
+// call, not of the batch. Guards README's POST /batches answers.
+func TestSameRequest(t *testing.T) {
+	base := SubmitRequest{BatchID: "b", Pipeline: "webhook", KeyField: "k", Source: SourceSpec{Object: "s3://x/a.jsonl"},
+		Options: json.RawMessage(`{"url": "http://a"}`), MaxAttempts: 3, OnInterrupt: InterruptRetry}
+	for _, tt := range []struct {
+		name string
+		edit func(*SubmitRequest)
+		want string
+	}{
+		{"identical", func(*SubmitRequest) {}, ""},
+		{"options spaced differently", func(r *SubmitRequest) { r.Options = json.RawMessage(`{"url":"http://a"}`) }, ""},
+		{"rerun asked", func(r *SubmitRequest) { r.Rerun = true }, ""},
+		{"other object", func(r *SubmitRequest) { r.Source.Object = "s3://x/b.jsonl" }, "source"},
+		{"format named", func(r *SubmitRequest) { r.Source.Format = FormatJSONL }, "source"},
+		{"prefix instead", func(r *SubmitRequest) { r.Source = SourceSpec{Prefix: "s3://x/"} }, "source"},
+		{"other key field", func(r *SubmitRequest) { r.KeyField = "id" }, "key_field"},
+		{"other pipeline", func(r *SubmitRequest) { r.Pipeline = "thumbnail" }, "pipeline"},
+		{"other options", func(r *SubmitRequest) { r.Options = json.RawMessage(`{"url":"http://b"}`) }, "pipeline_options"},
+		{"other attempts", func(r *SubmitRequest) { r.MaxAttempts = 2 }, "max_attempts"},
+		{"a threshold", func(r *SubmitRequest) { c := int64(1); r.Threshold.FailureCount = &c }, "threshold"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			given := base
+			tt.edit(&given)
+			if f, _, _ := sameRequest(base, given); f != tt.want {
+				t.Errorf("sameRequest = %q, want %q", f, tt.want)
+			}
+		})
+	}
+}
