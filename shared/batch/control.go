@@ -145,6 +145,9 @@ func (c *Control) Forget(ctx context.Context, id string) error {
 	if b.Status == StatusRunning {
 		return fmt.Errorf("forget %s: run %d is going; cancel it first: %w", id, b.Run, ErrConflict)
 	}
+	if b.Status == StatusSubmitting {
+		return fmt.Errorf("forget %s: its source is still being read; forget it once it runs or is refused: %w", id, ErrConflict)
+	}
 	// From here no resume can start a run (StartRun refuses a batch being
 	// forgotten), so nothing is deleted under a new run's feet.
 	if err := c.Store.MarkForgetting(ctx, id); err != nil {
