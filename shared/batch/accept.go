@@ -52,6 +52,9 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 	if err := s.prepare(&req); err != nil {
 		return SubmitResult{}, err
 	}
+	if err := s.objectExists(ctx, req.Source); err != nil {
+		return SubmitResult{}, err
+	}
 	stored := req
 	stored.Rerun = false // a property of one call, not of the batch
 	raw, err := json.Marshal(stored)
@@ -75,6 +78,28 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 		return s.repeated(ctx, got, req)
 	}
 	return s.Submit(ctx, req)
+}
+
+// objectExists refuses at once (an *InputError naming source.object) an
+// object source that is not there, the commonest mistake, rather than
+// accepting a batch that its background read can only refuse. Other
+// errors are left to the background read.
+func (s *Submitter) objectExists(ctx context.Context, spec SourceSpec) error {
+	if spec.Object == "" {
+		return nil
+	}
+	bucket, key, err := ParseS3URI(spec.Object)
+	if err != nil {
+		return nil // Validate has named it
+	}
+	rc, err := s.Blobs.Open(ctx, bucket, key)
+	if errors.Is(err, ErrNotFound) {
+		return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s does not exist", spec.Object)}
+	}
+	if err == nil {
+		rc.Close()
+	}
+	return nil
 }
 
 // repeated answers a repeated submit of a batch that was accepted for a
