@@ -215,6 +215,7 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	id := newID(t)
 	hook := env.hook.route(id, nil)
 	uri := putObject(t, "it-sources/"+id+".jsonl", "{\"k\":\"a\"}\n{\"k\":\"b\"}\n{\"k\":\"c\"}\n")
+	otherURI := putObject(t, "it-sources/"+id+"-other.jsonl", "{\"k\":\"a\"}\n")
 	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", Source: batch.SourceSpec{Object: uri},
 		Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, hook))}
 	stored := req
@@ -233,7 +234,7 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 		edit  func(*batch.SubmitRequest)
 	}{
 		{"key_field", func(r *batch.SubmitRequest) { r.KeyField = "other" }},
-		{"source", func(r *batch.SubmitRequest) { r.Source.Object = uri + "x" }},
+		{"source", func(r *batch.SubmitRequest) { r.Source.Object = otherURI }},
 		{"max_attempts", func(r *batch.SubmitRequest) { r.MaxAttempts = 2 }},
 	} {
 		other := req
