@@ -41,7 +41,7 @@ type Handoff interface {
 // A repeated submit with the same id: while submitting, the same request
 // answers the same batch (Created false) and another is a *MismatchError
 // naming the first field that differs; once refused, the same request gets
-// the refusal again (*RefusedError); once frozen, Submit's rules hold (the
+// the refusal again (*BatchRefusedError); once frozen, Submit's rules hold (the
 // source is read again and its digest compared). Idempotent per (id,
 // request). Errors: *InputError for a malformed request; a hand-off that
 // failed is returned (retry the same request: it hands off again).
@@ -113,11 +113,11 @@ func (s *Submitter) repeated(ctx context.Context, stored Batch, req SubmitReques
 		return SubmitResult{}, &MismatchError{BatchID: stored.ID, Field: field, Stored: a, Given: b}
 	}
 	if stored.Status == StatusRefused {
-		r := Refusal{Code: RefusalInternal, Message: "refused"}
+		r := SubmitRefusal{Code: RefusalInternal, Message: "refused"}
 		if stored.Refusal != nil {
 			r = *stored.Refusal
 		}
-		return SubmitResult{}, &RefusedError{BatchID: stored.ID, Refusal: r}
+		return SubmitResult{}, &BatchRefusedError{BatchID: stored.ID, Refusal: r}
 	}
 	if stored.SubmitAttempts == 0 && s.Handoff != nil {
 		// No read has started: the first hand-off may have failed.
@@ -174,7 +174,7 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 	}
 	var req SubmitRequest
 	if err := json.Unmarshal(b.Request, &req); err != nil {
-		return s.refuse(ctx, b, Refusal{Code: RefusalInternal, Message: "the stored request does not decode: " + err.Error()})
+		return s.refuse(ctx, b, SubmitRefusal{Code: RefusalInternal, Message: "the stored request does not decode: " + err.Error()})
 	}
 	start := s.Clock.Now()
 	manifestKey, sum, err := s.writeManifest(ctx, req)
@@ -209,7 +209,7 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 
 // refuse moves a submitting batch to refused with r; a batch that is no
 // longer submitting is left as it is.
-func (s *Submitter) refuse(ctx context.Context, b Batch, r Refusal) (Batch, error) {
+func (s *Submitter) refuse(ctx context.Context, b Batch, r SubmitRefusal) (Batch, error) {
 	now := s.Clock.Now()
 	retention := s.Retention
 	if retention <= 0 {
@@ -266,7 +266,7 @@ func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error
 		case b.SubmitAttempts > 0 && now.Before(b.SubmitDeadline.Add(DeadlineMargin)):
 			continue // a read may still be going
 		case b.SubmitAttempts >= limit:
-			r := Refusal{Code: RefusalInternal, Message: fmt.Sprintf(
+			r := SubmitRefusal{Code: RefusalInternal, Message: fmt.Sprintf(
 				"the source was not read after %d attempts, each ended by an error or the submit function's timeout (its log names the batch id)", b.SubmitAttempts)}
 			if _, err := s.refuse(ctx, b, r); err != nil {
 				errs = append(errs, err)

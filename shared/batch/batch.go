@@ -56,7 +56,7 @@ type Batch struct {
 	SubmitAttempts int       `json:"submit_attempts,omitempty"`
 	SubmitDeadline time.Time `json:"-"`
 	// Refusal says why a refused batch (StatusRefused) was refused.
-	Refusal *Refusal `json:"refusal,omitempty"`
+	Refusal *SubmitRefusal `json:"refusal,omitempty"`
 }
 
 // Chunk is a byte range of the manifest holding Count whole lines, the

@@ -128,12 +128,12 @@ func (e *StorageFullError) Is(target error) bool { return target == ErrInsuffici
 // Unwrap returns the underlying error.
 func (e *StorageFullError) Unwrap() error { return e.Err }
 
-// Refusal is why a batch read in the background was refused: Code is
+// SubmitRefusal is why a batch read in the background was refused: Code is
 // "invalid_request" (the source or request is malformed: Field, Line,
 // Element and Key say where), "insufficient_storage" (a *StorageFullError)
 // or "internal" (every attempt to read the source died); Message is the
 // full text. JSON names as tagged (the API's error body).
-type Refusal struct {
+type SubmitRefusal struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
@@ -142,7 +142,7 @@ type Refusal struct {
 	Key     string `json:"key,omitempty"`
 }
 
-// Refusal codes.
+// SubmitRefusal codes.
 const (
 	RefusalInvalid             = "invalid_request"
 	RefusalInsufficientStorage = "insufficient_storage"
@@ -150,37 +150,37 @@ const (
 )
 
 // RefusalOf returns the refusal of a permanent submit error (an
-// *InputError, ErrInsufficientStorage, or a *RefusedError's), and false for any other error,
+// *InputError, ErrInsufficientStorage, or a *BatchRefusedError's), and false for any other error,
 // which is worth retrying.
-func RefusalOf(err error) (Refusal, bool) {
+func RefusalOf(err error) (SubmitRefusal, bool) {
 	var ie *InputError
-	var re *RefusedError
+	var re *BatchRefusedError
 	switch {
 	case errors.As(err, &re):
 		return re.Refusal, true
 	case errors.As(err, &ie):
-		return Refusal{Code: RefusalInvalid, Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}, true
+		return SubmitRefusal{Code: RefusalInvalid, Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}, true
 	case errors.Is(err, ErrInsufficientStorage):
-		return Refusal{Code: RefusalInsufficientStorage, Message: err.Error()}, true
+		return SubmitRefusal{Code: RefusalInsufficientStorage, Message: err.Error()}, true
 	}
-	return Refusal{}, false
+	return SubmitRefusal{}, false
 }
 
-// RefusedError is the answer to a repeated submit of a refused batch: the
-// stored Refusal. errors.Is(err, ErrInvalid) is true for an
+// BatchRefusedError is the answer to a repeated submit of a refused batch: the
+// stored SubmitRefusal. errors.Is(err, ErrInvalid) is true for an
 // invalid_request refusal, errors.Is(err, ErrInsufficientStorage) for an
 // insufficient_storage one.
-type RefusedError struct {
+type BatchRefusedError struct {
 	BatchID string
-	Refusal Refusal
+	Refusal SubmitRefusal
 }
 
-func (e *RefusedError) Error() string {
+func (e *BatchRefusedError) Error() string {
 	return fmt.Sprintf("batch %s was refused: %s", e.BatchID, e.Refusal.Message)
 }
 
 // Is matches ErrInvalid or ErrInsufficientStorage by the refusal's code.
-func (e *RefusedError) Is(target error) bool {
+func (e *BatchRefusedError) Is(target error) bool {
 	return target == ErrInvalid && e.Refusal.Code == RefusalInvalid ||
 		target == ErrInsufficientStorage && e.Refusal.Code == RefusalInsufficientStorage
 }

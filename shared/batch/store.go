@@ -30,7 +30,7 @@ type Store interface {
 	// Refuse moves a submitting batch to refused with r, removes its
 	// running marker and writes its retention marker (expiresAt), only if
 	// it is still submitting; else ErrConflict.
-	Refuse(ctx context.Context, id string, r Refusal, now, expiresAt time.Time) error
+	Refuse(ctx context.Context, id string, r SubmitRefusal, now, expiresAt time.Time) error
 	// GetBatch returns the batch row, or ErrNotFound.
 	GetBatch(ctx context.Context, id string) (Batch, error)
 	// SetFannedOut records that every fan-out chunk message of run was sent.

@@ -202,7 +202,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		b.Request = json.RawMessage(r.Request)
 	}
 	if r.Refusal != "" {
-		b.Refusal = &batch.Refusal{}
+		b.Refusal = &batch.SubmitRefusal{}
 		if err := json.Unmarshal([]byte(r.Refusal), b.Refusal); err != nil {
 			return b, fmt.Errorf("batch %s: refusal: %w", r.ID, err)
 		}
@@ -442,7 +442,7 @@ func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
 
 // Refuse moves a submitting batch to refused, deletes its running marker
 // and puts its retention marker, in one transaction (see batch.Store).
-func (s *Store) Refuse(ctx context.Context, id string, r batch.Refusal, now, expiresAt time.Time) error {
+func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, now, expiresAt time.Time) error {
 	rf, err := json.Marshal(r)
 	if err != nil {
 		return err

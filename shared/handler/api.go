@@ -121,7 +121,7 @@ func writeError(w http.ResponseWriter, status int, e ErrorBody) { writeJSON(w, s
 func ErrorOf(err error) (int, ErrorBody) {
 	var ie *batch.InputError
 	var me *batch.MismatchError
-	var re *batch.RefusedError
+	var re *batch.BatchRefusedError
 	switch {
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}

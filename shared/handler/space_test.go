@@ -91,8 +91,8 @@ func TestOutOfSpaceIs507(t *testing.T) {
 		code   string
 	}{
 		{"storage full", &batch.StorageFullError{Dir: "/tmp", LimitBytes: 1 << 30, Err: syscall.ENOSPC}, 507, "insufficient_storage"},
-		{"refused batch", &batch.RefusedError{BatchID: "b", Refusal: batch.Refusal{Code: batch.RefusalInsufficientStorage, Message: "full"}}, 507, "insufficient_storage"},
-		{"refused line", &batch.RefusedError{BatchID: "b", Refusal: batch.Refusal{Code: batch.RefusalInvalid, Message: "bad", Line: 4}}, 400, "invalid_request"},
+		{"refused batch", &batch.BatchRefusedError{BatchID: "b", Refusal: batch.SubmitRefusal{Code: batch.RefusalInsufficientStorage, Message: "full"}}, 507, "insufficient_storage"},
+		{"refused line", &batch.BatchRefusedError{BatchID: "b", Refusal: batch.SubmitRefusal{Code: batch.RefusalInvalid, Message: "bad", Line: 4}}, 400, "invalid_request"},
 		{"other I/O error", fmt.Errorf("manifest: duplicate detection: %w", syscall.EIO), 500, "internal"},
 	} {
 		status, body := ErrorOf(tt.err)

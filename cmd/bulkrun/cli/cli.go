@@ -599,7 +599,7 @@ func (a *app) releaseCmd() *cobra.Command {
 }
 
 // refusalText is a refusal's code and message.
-func refusalText(r *batch.Refusal) string {
+func refusalText(r *batch.SubmitRefusal) string {
 	if r == nil {
 		return "no reason recorded"
 	}
