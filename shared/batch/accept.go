@@ -31,7 +31,11 @@ type Handoff interface {
 	StartSubmit(ctx context.Context, batchID string) error
 }
 
-// Accept answers a submit in bounded time whatever the source's size. An
+// Accept answers a submit in bounded time whatever the source's size, so
+// that it fits API Gateway's integration timeout for REST APIs, 29 s
+// (Amazon API Gateway quotas, "Maximum integration timeout for REST APIs",
+// https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html),
+// past which the gateway answers 504 while the submit goes on. An
 // inline source (at most the request's size) is read in the call, as
 // Submit does. An S3 object or prefix is accepted: the batch row is put
 // with status submitting and the request, only if the id is new, and the
