@@ -28,9 +28,14 @@
 // only by extension ("cat.jpg", "cat.gif") therefore write the same output
 // name; the last attempt to finish wins.
 //
-// Formats decoded: PNG, JPEG, GIF (first frame), BMP, TIFF and WebP. The
-// image is never upscaled: a source that already fits the box is re-encoded
-// as PNG at its own size. JPEG EXIF orientation is not applied.
+// Formats decoded: PNG, JPEG, GIF (the first frame, drawn at its place on
+// the image's canvas: a frame smaller than the canvas leaves the rest
+// transparent), BMP, TIFF and WebP. A JPEG's EXIF orientation is applied
+// (read with github.com/rwcarlsen/goexif): a portrait phone photo stored
+// sideways comes out upright, and width, height, source_width and
+// source_height are those of the upright image. The image is never
+// upscaled: a source that already fits the box is re-encoded as PNG at its
+// own size.
 //
 // # Errors
 //
@@ -45,21 +50,32 @@
 //     exist (an error matching [fs.ErrNotExist]).
 //   - permanent, [ErrTooLarge]: the object is over [MaxObjectBytes], or its
 //     header claims more than [MaxSourcePixels] pixels.
+//   - permanent, [ErrOverBudget]: decoding the image alone would take more
+//     than the decode budget (see Memory), e.g. "thumbnail: big.png: image
+//     too large for the configured memory: 7000x7000 png decodes to …".
 //   - permanent, [ErrNotImage]: the object is not a decodable image in one of
 //     the formats above (text, truncated file, empty object…), e.g.
 //     "thumbnail: images/broken-text.png: not a decodable image: image: unknown format".
 //   - transient: any other error from Source.Open, from reading the object
-//     or from Outputs.Put, and context cancellation. An error that the
+//     or from Outputs.Put, and context cancellation (also while waiting for
+//     decode budget). An error that the
 //     Source or Outputs already marked with [pipeline.Permanent] or
 //     [pipeline.Quarantine] keeps its class.
 //
 // # Memory
 //
 // One Run holds the whole object (at most [MaxObjectBytes]) and the decoded
-// image: 4 bytes per pixel for 8-bit images, 8 for 16-bit PNG and TIFF, so
-// up to about 400 MB for a [MaxSourcePixels] image. Size the item function's
-// memory for the largest images of the batch times the number of items it
-// runs at once.
+// image. Decoding is bounded by a budget of bytes shared by every Run of the
+// process: [BudgetPercent] of the function's memory (from
+// AWS_LAMBDA_FUNCTION_MEMORY_SIZE), [DefaultBudgetBytes] outside Lambda.
+// Before decoding, Run computes from the image's header what decoding and
+// scaling will take ([DecodeBytes]: width × height × bytes per pixel, 8 for
+// 16-bit PNG and TIFF, plus the scaler's buffers), waits until the budget
+// has that much room, and gives it back once the thumbnail is encoded. An
+// image that alone needs more than the budget fails with [ErrOverBudget]
+// instead of exhausting the function's memory: a 7000×7000 16-bit PNG
+// (392 MB decoded, 428 MB with the scaler's buffers for a 160-pixel box)
+// needs a function of 832 MB or more.
 package thumbnail
 
 import (
@@ -122,6 +138,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrNotImage means the object is not a decodable image.
 	ErrNotImage = errors.New("not a decodable image")
+	// ErrOverBudget means the image alone needs more decode memory (see
+	// DecodeBytes) than the pipeline's budget (see BudgetFromEnv).
+	ErrOverBudget = errors.New("image too large for the configured memory")
 )
 
 // Source opens objects for reading. The S3 adapter implements it.
@@ -164,16 +183,23 @@ type Output struct {
 type Pipeline struct {
 	src Source
 	enc png.Encoder
+	mem *budget
 }
 
 var _ pipeline.Pipeline = (*Pipeline)(nil)
 
-// New returns the pipeline reading objects from src. src must not be nil
-// (Run then fails every item with a transient error).
-func New(src Source) *Pipeline {
+// New returns the pipeline reading objects from src, with the decode
+// budget of BudgetFromEnv. src must not be nil (Run then fails every item
+// with a transient error).
+func New(src Source) *Pipeline { return NewBudgeted(src, BudgetFromEnv()) }
+
+// NewBudgeted is New with a decode budget of budgetBytes shared by every
+// concurrent Run (≤ 0: DefaultBudgetBytes).
+func NewBudgeted(src Source, budgetBytes int64) *Pipeline {
 	return &Pipeline{
 		src: src,
 		enc: png.Encoder{CompressionLevel: png.DefaultCompression, BufferPool: &encoderPool{}},
+		mem: newBudget(budgetBytes),
 	}
 }
 
@@ -216,38 +242,36 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("thumbnail: %s: %w: image is %dx%d (%d pixels), over the limit of %d",
 			in.Key, ErrTooLarge, cfg.Width, cfg.Height, px, MaxSourcePixels))
 	}
+	orient := Orientation(1)
+	if format == "jpeg" {
+		orient = orientation(data)
+	}
+	// The size shown is the upright one; the scaler makes the thumbnail in
+	// the stored orientation, which is then turned.
+	ow, oh := cfg.Width, cfg.Height
+	if orient.swapsSides() {
+		ow, oh = oh, ow
+	}
+	tw, th := Fit(ow, oh, opts.MaxWidth, opts.MaxHeight)
+	sw, sh := tw, th
+	if orient.swapsSides() {
+		sw, sh = th, tw
+	}
+	need := DecodeBytes(cfg, format, sw, sh)
+	if need > p.mem.bytes {
+		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("thumbnail: %s: %w: %dx%d %s decodes to %d bytes, over the budget of %d bytes (%d%% of the function's memory)",
+			in.Key, ErrOverBudget, cfg.Width, cfg.Height, format, need, p.mem.bytes, BudgetPercent))
+	}
 	if err := ctx.Err(); err != nil {
 		return pipeline.Result{}, fmt.Errorf("thumbnail: %s: %w", in.Key, err)
 	}
-
-	src, err := decode(data)
+	if err := p.mem.sem.Acquire(ctx, need); err != nil {
+		return pipeline.Result{}, fmt.Errorf("thumbnail: %s: waiting for %d bytes of decode budget: %w", in.Key, need, err)
+	}
+	buf, err := p.render(data, cfg, format, orient, sw, sh)
+	p.mem.sem.Release(need)
 	if err != nil {
-		return pipeline.Result{}, notImage(in.Key, err)
-	}
-	sb := src.Bounds()
-	if sb.Empty() {
-		return pipeline.Result{}, notImage(in.Key, errors.New("image is empty"))
-	}
-
-	tw, th := Fit(sb.Dx(), sb.Dy(), opts.MaxWidth, opts.MaxHeight)
-	thumb := src
-	if tw != sb.Dx() || th != sb.Dy() {
-		dst := image.NewRGBA(image.Rect(0, 0, tw, th))
-		// CatmullRom, not ApproxBiLinear: when shrinking, x/image/draw
-		// widens the kernel by the scale factor, so every source pixel
-		// contributes and fine detail does not alias into moiré, whereas
-		// ApproxBiLinear samples the 2×2 nearest pixels whatever the
-		// factor (1-pixel stripes come out black and white instead of grey,
-		// see TestRunDoesNotAlias). The price is CPU: tens of milliseconds
-		// for a 1024×768 source against about one (BenchmarkScale), the
-		// order of one S3 round trip, for a thumbnail users look at.
-		draw.CatmullRom.Scale(dst, dst.Bounds(), src, sb, draw.Src, nil)
-		thumb = dst
-	}
-
-	var buf bytes.Buffer
-	if err := p.enc.Encode(&buf, thumb); err != nil {
-		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("thumbnail: %s: encode png: %w", in.Key, err))
+		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("thumbnail: %s: %w", in.Key, err))
 	}
 	if err := ctx.Err(); err != nil {
 		return pipeline.Result{}, fmt.Errorf("thumbnail: %s: %w", in.Key, err)
@@ -262,8 +286,8 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 		Thumbnail:    uri,
 		Width:        tw,
 		Height:       th,
-		SourceWidth:  sb.Dx(),
-		SourceHeight: sb.Dy(),
+		SourceWidth:  ow,
+		SourceHeight: oh,
 		SourceFormat: format,
 	})
 	if err != nil {
@@ -273,6 +297,49 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 		Output: out,
 		Cost:   pipeline.Cost{"images": 1, "source_bytes": float64(len(data))},
 	}, nil
+}
+
+// render decodes data (header cfg), draws a GIF's first frame on its
+// canvas, scales to sw×sh, turns the result upright by orient and encodes
+// it as PNG. Its errors are permanent: the image is not decodable.
+func (p *Pipeline) render(data []byte, cfg image.Config, format string, orient Orientation, sw, sh int) (*bytes.Buffer, error) {
+	src, err := decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotImage, err)
+	}
+	if src.Bounds().Empty() {
+		return nil, fmt.Errorf("%w: image is empty", ErrNotImage)
+	}
+	canvas := image.Rect(0, 0, cfg.Width, cfg.Height)
+	if format == "gif" && src.Bounds() != canvas {
+		// An animated GIF's first frame may cover only part of the logical
+		// screen (GIF89a, "Image Descriptor"): draw it at its place on a
+		// transparent canvas of the image's size, as browsers do.
+		full := image.NewRGBA(canvas)
+		draw.Draw(full, src.Bounds().Intersect(canvas), src, src.Bounds().Min, draw.Over)
+		src = full
+	}
+	sb := src.Bounds()
+	thumb := src
+	if sw != sb.Dx() || sh != sb.Dy() {
+		dst := image.NewRGBA(image.Rect(0, 0, sw, sh))
+		// CatmullRom, not ApproxBiLinear: when shrinking, x/image/draw
+		// widens the kernel by the scale factor, so every source pixel
+		// contributes and fine detail does not alias into moiré, whereas
+		// ApproxBiLinear samples the 2×2 nearest pixels whatever the
+		// factor (1-pixel stripes come out black and white instead of grey,
+		// see TestRunDoesNotAlias). The price is CPU: tens of milliseconds
+		// for a 1024×768 source against about one (BenchmarkScale), the
+		// order of one S3 round trip, for a thumbnail users look at.
+		draw.CatmullRom.Scale(dst, dst.Bounds(), src, sb, draw.Src, nil)
+		thumb = dst
+	}
+	thumb = orient.apply(thumb)
+	var buf bytes.Buffer
+	if err := p.enc.Encode(&buf, thumb); err != nil {
+		return nil, fmt.Errorf("encode png: %w", err)
+	}
+	return &buf, nil
 }
 
 // read opens and reads the whole object, at most MaxObjectBytes.
