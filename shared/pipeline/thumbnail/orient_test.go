@@ -23,7 +23,7 @@ func withOrientation(t *testing.T, jpg []byte, o uint16) []byte {
 		t.Fatal("not a JPEG")
 	}
 	tiff := []byte("MM\x00\x2a\x00\x00\x00\x08") // big-endian TIFF header, IFD0 at 8
-	tiff = append(tiff, 0, 1)                     // one entry
+	tiff = append(tiff, 0, 1)                    // one entry
 	entry := make([]byte, 12)
 	binary.BigEndian.PutUint16(entry[0:], 0x0112) // Orientation
 	binary.BigEndian.PutUint16(entry[2:], 3)      // SHORT
