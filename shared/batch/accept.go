@@ -78,6 +78,13 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 		return SubmitResult{Batch: b, Created: true}, nil
 	case !errors.Is(err, ErrBatchExists):
 		return SubmitResult{}, fmt.Errorf("accept %s: create batch row: %w", b.ID, err)
+	case s.stale(got):
+		// The id's batch expired (or is pending deletion): clear it and
+		// accept the request as a fresh batch.
+		if err := s.clearStale(ctx, got); err != nil {
+			return SubmitResult{}, err
+		}
+		return s.Accept(ctx, req)
 	case got.Status == StatusSubmitting || got.Status == StatusRefused:
 		return s.repeated(ctx, got, req)
 	}

@@ -57,7 +57,41 @@ type Batch struct {
 	SubmitDeadline time.Time `json:"-"`
 	// Refusal says why a refused batch (StatusRefused) was refused.
 	Refusal *SubmitRefusal `json:"refusal,omitempty"`
+	// PendingDeletion is set once a forget (a caller's, or the sweep's at
+	// the end of the retention) has started deleting the batch and until
+	// its batch row, deleted last, is gone: a partly deleted batch.
+	PendingDeletion bool `json:"pending_deletion,omitempty"`
+	// PublishedRun is the last run whose completion event was put (set
+	// after PutEvents answered); finalize and its tick publish a finished
+	// run's event until it is marked, so it is delivered at least once.
+	PublishedRun int `json:"-"`
 }
+
+// Expired reports whether the batch's retention has ended at now: a
+// finished batch whose ExpiresAt is not after now. An expired batch is gone
+// for every read and command (ErrExpired) even before the sweep deletes it,
+// and its id may start a fresh batch.
+func (b Batch) Expired(now time.Time) bool {
+	return b.Status.Finished() && !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt)
+}
+
+// Live returns b, or an error wrapping ErrExpired (HTTP 404 expired) when
+// its retention has ended at now.
+func Live(b Batch, now time.Time) (Batch, error) {
+	if b.Expired(now) {
+		return Batch{}, fmt.Errorf("batch %s: retention ended at %s: %w", b.ID, b.ExpiresAt.Format(time.RFC3339), ErrExpired)
+	}
+	return b, nil
+}
+
+// TTLGrace is how long after a finished batch's retention ends its rows
+// carry DynamoDB's TTL (config.AttrExpiresAt, epoch seconds): the sweep
+// deletes the batch first; TTL removes what a failing sweep leaves behind.
+// DynamoDB deletes expired items "typically within a few days" (DynamoDB
+// developer guide, "Using time to live (TTL) in DynamoDB",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/TTL.html),
+// never before their TTL.
+const TTLGrace = 24 * time.Hour
 
 // Chunk is a byte range of the manifest holding Count whole lines, the
 // first of which is item number FirstIndex (0-based). Fan-out sends one
@@ -92,6 +126,9 @@ type Item struct {
 	Reason      Reason          `json:"reason,omitempty"`
 	Cost        pipeline.Cost   `json:"cost,omitempty"`
 	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
+	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
+	// it has none.
+	ExpiresAt time.Time `json:"-"`
 }
 
 // InterruptPolicy says what happens to an item whose attempt was

@@ -6,14 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // Resume starts a new run of a finished batch from its stored manifest:
 // succeeded items are answered from their rows without running, quarantined
 // ones stay set aside unless released, failed and cancelled ones run again;
 // the run gets its own report. A resume retried while its fan-out was
-// interrupted finishes that fan-out. Errors: ErrNotFound; ErrConflict
-// (wrapped) while a run is still going.
+// interrupted finishes that fan-out. Errors: ErrNotFound; ErrExpired
+// (wrapped) once the retention has ended; ErrConflict (wrapped) while a
+// run is still going.
 func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
 	b, err := s.Store.GetBatch(ctx, id)
 	if err != nil {
@@ -21,6 +23,9 @@ func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
 	}
 	if b.Status == StatusSubmitting || b.Status == StatusRefused {
 		return b, fmt.Errorf("resume %s: the batch is %s, it has no manifest to run: %w", id, b.Status, ErrConflict)
+	}
+	if b, err = Live(b, s.Clock.Now()); err != nil {
+		return Batch{}, fmt.Errorf("resume: %w", err)
 	}
 	if b.Status == StatusRunning {
 		if b.FannedOut {
@@ -92,6 +97,25 @@ type Control struct {
 	Store Store
 	Blobs Blobs
 	Log   *slog.Logger
+	Clock Clock // decides expiry; nil means SystemClock
+}
+
+func (c *Control) now() time.Time {
+	if c.Clock == nil {
+		return SystemClock{}.Now()
+	}
+	return c.Clock.Now()
+}
+
+// Get reads the batch as callers see it: ErrNotFound without a row, an
+// error wrapping ErrExpired once its retention has ended (Batch.Expired),
+// whether or not the sweep has deleted it yet.
+func (c *Control) Get(ctx context.Context, id string) (Batch, error) {
+	b, err := c.Store.GetBatch(ctx, id)
+	if err != nil {
+		return Batch{}, err
+	}
+	return Live(b, c.now())
 }
 
 // Cancel stops the batch's current run: items not yet started end
@@ -121,7 +145,7 @@ func (c *Control) Cancel(ctx context.Context, id string) (Batch, error) {
 // answered the item's message. Errors: ErrNotFound; ErrConflict when the
 // item is not quarantined or a run is going.
 func (c *Control) Release(ctx context.Context, id, key string) error {
-	b, err := c.Store.GetBatch(ctx, id)
+	b, err := c.Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -132,11 +156,14 @@ func (c *Control) Release(ctx context.Context, id, key string) error {
 }
 
 // Forget removes everything the batch owns: it flags the batch as being
-// forgotten (no resume can start a run from then on), deletes its objects
-// under batches/{id}/ (manifests, outputs, results, reports), then its
-// rows, the batch row last. A later submit of the id starts from nothing. Retrying an
-// interrupted forget finishes it. Errors: ErrNotFound; ErrConflict while a
-// run is going (cancel it first).
+// forgotten (pending_deletion; no resume can start a run from then on),
+// deletes its objects under batches/{id}/ (manifests, outputs, results,
+// reports), then its rows, the batch row and its retention markers last. A
+// later submit of the id starts from nothing. An expired batch may be
+// forgotten. Retrying an interrupted forget finishes it. Errors:
+// ErrNotFound; ErrConflict while a run is going (cancel it first);
+// ErrPendingDeletion (wrapped, with the cause) when deleting started and
+// did not finish.
 func (c *Control) Forget(ctx context.Context, id string) error {
 	b, err := c.Store.GetBatch(ctx, id)
 	if err != nil {
@@ -158,10 +185,10 @@ func (c *Control) Forget(ctx context.Context, id string) error {
 	}
 	n, err := c.Blobs.DeletePrefix(ctx, BatchesPrefix(id))
 	if err != nil {
-		return fmt.Errorf("forget %s: %w", id, err)
+		return fmt.Errorf("forget %s: %d objects deleted: %w: %w", id, n, ErrPendingDeletion, err)
 	}
 	if err := c.Store.DeleteBatch(ctx, b); err != nil {
-		return err
+		return fmt.Errorf("forget %s: %w: %w", id, ErrPendingDeletion, err)
 	}
 	c.Log.Info("batch forgotten", "batch_id", id, "objects", n)
 	return nil
@@ -205,7 +232,7 @@ func (c *Control) Items(ctx context.Context, id string, outcome Outcome, cursor 
 		}
 		after = string(raw)
 	}
-	b, err := c.Store.GetBatch(ctx, id)
+	b, err := c.Get(ctx, id)
 	if err != nil {
 		return ItemPage{}, err
 	}

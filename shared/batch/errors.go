@@ -31,6 +31,13 @@ var (
 	// message again after a short jittered delay and counts no attempt.
 	// Adapters wrap the SDK error with it (shared/awsfault).
 	ErrUnavailable = errors.New("AWS service unavailable")
+	// ErrExpired: the batch's retention has ended (HTTP 404 expired); it
+	// is gone for reads and commands, and a submit may reuse its id.
+	ErrExpired = errors.New("expired")
+	// ErrPendingDeletion: a forget started deleting the batch and did not
+	// finish (the batch row stays flagged pending_deletion); retrying the
+	// forget, or the next sweep, finishes it.
+	ErrPendingDeletion = errors.New("pending deletion")
 )
 
 // InputError is a malformed submit request or source line. It names where

@@ -113,13 +113,25 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	}
 	if b.Status.Finished() {
 		rep, err := f.readReport(ctx, id, run)
+		if err == nil && b.PublishedRun < run {
+			// An earlier call moved the run and died before its event was
+			// marked published: publish it (at least once).
+			f.announce(ctx, log, rep)
+		}
 		return FinalizeResult{Report: rep}, err
 	}
 
+	// Rows whose TTL may end before the retention does (written long
+	// before the finish, or without a TTL) get it extended below.
+	keepBefore := f.Clock.Now().Add(f.Retention + TTLGrace + time.Hour)
+	var keep []string
 	rw := newResultsWriter(ctx, f.Blobs, id, run)
 	census, err := CensusOf(ctx, f.Store, b, func(it Item, o Outcome) error {
 		if !o.Terminal() {
 			return fmt.Errorf("item %q is %s: %w", it.Key, o, ErrNotFinished)
+		}
+		if it.ExpiresAt.Before(keepBefore) {
+			keep = append(keep, it.Key)
 		}
 		return rw.add(it, o)
 	})
@@ -171,25 +183,57 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 			return FinalizeResult{}, err
 		}
 	}
+	// Every row of the finished batch carries a TTL past its retention
+	// (the second line of defence behind the sweep), set before the run
+	// is moved so that no finished batch lacks it.
+	expires := rep.FinishedAt.Add(f.Retention)
+	rowsExpire := expires.Add(TTLGrace)
+	if err := f.Store.KeepRows(ctx, b, keep, rowsExpire); err != nil {
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: row TTL: %w", id, run, err)
+	}
 	err = f.Store.FinishRun(ctx, id, run, Finish{
 		Status: rep.Status, ReportKey: key, Census: rep.Census, FinishedAt: rep.FinishedAt,
-		ExpiresAt: rep.FinishedAt.Add(f.Retention),
+		ExpiresAt: expires, RowsExpireAt: rowsExpire,
 	})
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: finish: %w", id, run, err)
 	}
-	// The run leaves running exactly once: the call that moved it announces
-	// it (even if another call wrote the report).
-	if err == nil && f.Events != nil {
-		if err := f.Events.Publish(ctx, rep); err != nil {
-			log.Warn("publish event", "error", err.Error())
-		}
+	// The call that moved the run announces it (even if another call wrote
+	// the report); if it dies first, a retried finalize or the tick does.
+	if err == nil {
+		f.announce(ctx, log, rep)
 	}
 	if wrote {
 		log.Info("run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
 			"quarantined", census.Quarantined, "cancelled", census.Cancelled)
 	}
 	return FinalizeResult{Report: rep, Wrote: wrote}, nil
+}
+
+// announce publishes the run's completion event and then marks it
+// published. A failure is logged and left to the tick, which retries
+// until the mark is set: delivery is at least once, and every delivery of
+// one run carries the same EventID.
+func (f *Finalizer) announce(ctx context.Context, log *slog.Logger, rep Report) bool {
+	if f.Events != nil {
+		if err := f.Events.Publish(ctx, rep); err != nil {
+			log.Warn("publish event; the tick retries", "error", err.Error())
+			return false
+		}
+	}
+	if err := f.Store.SetPublished(ctx, rep.BatchID, rep.Run); err != nil {
+		log.Warn("mark event published; the tick retries", "error", err.Error())
+		return false
+	}
+	return true
+}
+
+// EventID identifies a run's completion event for subscribers to dedupe
+// on: "{batch_id}:{run}:{created_at epoch ms}", the same for every
+// delivery of the run, and different for a later batch that reuses the id
+// after the first was forgotten or expired.
+func EventID(r Report) string {
+	return fmt.Sprintf("%s:%d:%d", r.BatchID, r.Run, r.CreatedAt.UnixMilli())
 }
 
 func (f *Finalizer) readReport(ctx context.Context, id string, run int) (Report, error) {
@@ -210,11 +254,14 @@ type TickResult struct {
 	Checked   int // batches whose rows were counted
 	Finalized int // runs finalized by this tick
 	FannedOut int // runs whose lost fan-out this tick sent again
+	Published int // finished runs whose completion event this tick published
 }
 
 // Tick is the scheduled backstop: for each running batch whose counters say
-// it is done, or have not moved for Stall, it tries Finalize. It returns the
-// first error after trying every batch.
+// it is done, or have not moved for Stall, it tries Finalize; then it
+// publishes the completion event of every finished run not yet marked
+// published (a finalize died between moving the run and publishing). It
+// returns the errors after trying every batch.
 func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 	stall := f.Stall
 	if stall <= 0 {
@@ -278,7 +325,50 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			errs = append(errs, err)
 		}
 	}
+	n, err := f.publishLost(ctx)
+	res.Published = n
+	if err != nil {
+		errs = append(errs, err)
+	}
 	return res, errors.Join(errs...)
+}
+
+// publishLost publishes the events of finished runs not marked published.
+func (f *Finalizer) publishLost(ctx context.Context) (int, error) {
+	refs, err := f.Store.Unpublished(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("tick: list unpublished: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, ref := range refs {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Minute {
+			break
+		}
+		log := f.Log.With("batch_id", ref.BatchID, "run", ref.Run)
+		b, err := f.Store.GetBatch(ctx, ref.BatchID)
+		switch {
+		case errors.Is(err, ErrNotFound), err == nil && b.PublishedRun >= ref.Run:
+			// Forgotten, or published and not yet unlisted.
+			if err := f.Store.SetPublished(ctx, ref.BatchID, ref.Run); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		rep, err := f.readReport(ctx, ref.BatchID, ref.Run)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if f.announce(ctx, log, rep) {
+			log.Warn("tick published a lost completion event", "event_id", EventID(rep))
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // resultsWriter streams one JSONL file per outcome and the manifest.json.

@@ -69,7 +69,8 @@ type Store interface {
 	ScanItems(ctx context.Context, batchID string, listShards int, fn func(Item) error) error
 	// FinishRun moves the batch from running to f.Status, only if its
 	// current run is run and it is still running; else ErrConflict. It also
-	// removes the running marker.
+	// removes the running marker, writes the retention marker, and lists
+	// the batch in Unpublished until SetPublished.
 	FinishRun(ctx context.Context, id string, run int, f Finish) error
 	// RunningBatches lists the ids of running batches.
 	RunningBatches(ctx context.Context) ([]string, error)
@@ -96,13 +97,35 @@ type Store interface {
 	// run can start while its state is deleted; ErrConflict while a run is
 	// going. Idempotent.
 	MarkForgetting(ctx context.Context, id string) error
-	// DeleteBatch removes every row of the batch, the batch row last.
+	// DeleteBatch removes every row of the batch: its items, counters and
+	// running marker, then the batch row, and its retention markers last,
+	// only once everything else is gone (rows a delete left unprocessed are
+	// retried; if some stay, the error says so and the markers remain).
 	DeleteBatch(ctx context.Context, b Batch) error
+	// KeepRows sets the TTL (config.AttrExpiresAt, epoch seconds) of the
+	// batch's item rows named by keys, and of its counter rows of every
+	// run, to until where it is earlier or unset; rows that no longer
+	// exist are not created. Idempotent.
+	KeepRows(ctx context.Context, b Batch, keys []string, until time.Time) error
+	// Unpublished lists the finished runs whose completion event is not
+	// yet marked published, oldest first within a batch.
+	Unpublished(ctx context.Context) ([]RunRef, error)
+	// SetPublished marks run's completion event published on the batch row
+	// (Batch.Published while the batch is at run), then drops the run from
+	// Unpublished. A batch that no longer exists only loses the entry.
+	// Idempotent.
+	SetPublished(ctx context.Context, id string, run int) error
 	// ExpiredMarkers returns up to limit retention markers that expired at
 	// or before now, oldest first.
 	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]RetentionMarker, error)
 	// DeleteMarker deletes the retention marker with the given key.
 	DeleteMarker(ctx context.Context, markerKey string) error
+}
+
+// RunRef names one run of a batch.
+type RunRef struct {
+	BatchID string
+	Run     int
 }
 
 // RetentionMarker says when a finished batch's retention ends. Key is the
@@ -158,6 +181,9 @@ type Finish struct {
 	Census     Census
 	FinishedAt time.Time
 	ExpiresAt  time.Time // when the retention ends
+	// RowsExpireAt is the TTL given to the batch row (ExpiresAt +
+	// TTLGrace); zero for none.
+	RowsExpireAt time.Time
 }
 
 // Blobs stores the batch's objects in one S3 bucket and reads sources from

@@ -212,7 +212,40 @@ func ManifestKey(batchID, attempt string) string {
 // the new manifest is deleted and the stored batch returned (Created false);
 // a fan-out interrupted by a crash is resumed. Another digest or pipeline is
 // a *MismatchError (ErrBatchMismatch). Idempotent per (id, manifest).
+//
+// An id whose batch has expired (Batch.Expired: its retention ended, swept
+// or not) or is pending deletion starts a fresh batch: the stale batch is
+// forgotten first (objects and rows), then the submit is made again.
 func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	res, err := s.submit(ctx, req)
+	if errors.Is(err, errStaleCleared) {
+		return s.submit(ctx, req)
+	}
+	return res, err
+}
+
+// errStaleCleared says that submit found the id held by an expired batch
+// and forgot it: the submit is to be made again.
+var errStaleCleared = errors.New("stale batch cleared")
+
+// stale reports whether the stored batch of a submitted id is gone for
+// callers: expired, or pending deletion.
+func (s *Submitter) stale(stored Batch) bool {
+	return stored.Expired(s.Clock.Now()) || stored.PendingDeletion
+}
+
+// clearStale forgets a stale batch (objects and rows) so that its id can
+// start a fresh batch.
+func (s *Submitter) clearStale(ctx context.Context, stored Batch) error {
+	c := &Control{Store: s.Store, Blobs: s.Blobs, Log: s.Log, Clock: s.Clock}
+	if err := c.Forget(ctx, stored.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("submit %s: clear the expired batch first: %w", stored.ID, err)
+	}
+	s.Log.Info("expired batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))
+	return nil
+}
+
+func (s *Submitter) submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
 	if err := s.prepare(&req); err != nil {
 		return SubmitResult{}, err
 	}
@@ -233,6 +266,12 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 	case errors.Is(err, ErrBatchExists):
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
 			log.Warn("delete duplicate manifest", "error", derr.Error())
+		}
+		if s.stale(stored) {
+			if err := s.clearStale(ctx, stored); err != nil {
+				return SubmitResult{}, err
+			}
+			return SubmitResult{}, errStaleCleared
 		}
 		if stored.Status == StatusSubmitting || stored.Status == StatusRefused {
 			// Accepted earlier and read in the background: compare the requests.

@@ -13,11 +13,15 @@ const DefaultSweepLimit = 100
 
 // Sweeper deletes batches whose retention has passed, oldest first
 // (DESIGN.md §3.7): it reads the retention markers that expired, forgets
-// each batch (objects, rows, the batch row last) and the marker goes with
-// it. It stops at the first unexpired marker (the query is bounded by now).
-// A batch that failed to delete keeps its marker, so the next pass retries;
-// a malformed marker is removed and logged; a stale marker (the batch is
-// gone, running again, or expires later after a newer run) is removed.
+// each batch (objects, rows, the batch row, and its marker last, only once
+// everything else is gone). It stops at the first unexpired marker (the
+// query is bounded by now). A batch that failed to delete keeps its
+// marker, so the next pass retries; one partly deleted is counted and
+// logged as pending deletion. A malformed marker is removed and logged; a
+// stale marker (the batch is running again, or expires later after a
+// newer run) is removed. A marker whose batch row is gone is removed after
+// its objects are deleted if TTL may have removed the rows (TTLGrace after
+// the expiry), so objects never outlive their rows.
 // Safe for concurrent use; two sweeps may delete the same batch twice,
 // which is harmless.
 type Sweeper struct {
@@ -34,7 +38,11 @@ type SweepResult struct {
 	Deleted   int `json:"deleted"`   // batches forgotten
 	Stale     int `json:"stale"`     // markers removed without deleting a batch
 	Malformed int `json:"malformed"` // malformed markers removed
-	Failed    int `json:"failed"`    // batches whose deletion failed (their markers stay)
+	Failed    int `json:"failed"`    // batches whose deletion could not start (their markers stay)
+	// PendingDeletion counts batches partly deleted by this pass: their
+	// deletion started and did not finish (their markers stay; the next
+	// pass finishes it).
+	PendingDeletion int `json:"pending_deletion"`
 }
 
 // RunOnce sweeps up to Limit expired markers. It returns the counts and the
@@ -66,7 +74,22 @@ func (s *Sweeper) RunOnce(ctx context.Context) (SweepResult, error) {
 		}
 		log := s.Log.With("batch_id", m.BatchID)
 		b, err := s.Store.GetBatch(ctx, m.BatchID)
-		stale := errors.Is(err, ErrNotFound) || err == nil && (b.Status == StatusRunning || b.ExpiresAt.After(m.ExpiresAt))
+		gone := errors.Is(err, ErrNotFound)
+		stale := gone || err == nil && (b.Status == StatusRunning || b.ExpiresAt.After(m.ExpiresAt))
+		if gone && !now.Before(m.ExpiresAt.Add(TTLGrace)) {
+			// TTL may have deleted the rows before the sweep came: the
+			// objects have no TTL, delete them before the marker goes.
+			n, err := s.Control.Blobs.DeletePrefix(ctx, BatchesPrefix(m.BatchID))
+			if err != nil {
+				log.Error("sweep: objects of a batch without rows left; the marker stays", "error", err.Error())
+				errs = append(errs, fmt.Errorf("sweep %s: %w", m.BatchID, err))
+				res.PendingDeletion++
+				continue
+			}
+			if n > 0 {
+				log.Warn("sweep: deleted the objects of a batch whose rows expired by TTL", "objects", n)
+			}
+		}
 		switch {
 		case stale:
 			if err := s.Store.DeleteMarker(ctx, m.Key); err != nil {
@@ -81,8 +104,13 @@ func (s *Sweeper) RunOnce(ctx context.Context) (SweepResult, error) {
 			continue
 		}
 		if err := s.Control.Forget(ctx, m.BatchID); err != nil {
-			log.Error("sweep: delete failed; the marker stays for the next pass", "error", err.Error())
 			errs = append(errs, fmt.Errorf("sweep %s: %w", m.BatchID, err))
+			if errors.Is(err, ErrPendingDeletion) {
+				log.Error("sweep: batch partly deleted, pending deletion; the marker stays for the next pass", "error", err.Error())
+				res.PendingDeletion++
+				continue
+			}
+			log.Error("sweep: delete failed; the marker stays for the next pass", "error", err.Error())
 			res.Failed++
 			continue
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -262,29 +263,33 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (batch.ObjectInfo,
 const MaxDeleteKeys = 1000
 
 // DeletePrefix removes every object under prefix in the batches bucket, in
-// DeleteObjects calls of at most 1,000 keys, and returns the count. An
-// object that could not be deleted is an error naming it; the caller may
-// retry (deleting a missing key is not an error).
+// DeleteObjects calls of at most 1,000 keys, and returns how many it
+// removed. A DeleteObjects answer may list per-key errors while deleting
+// the others (S3 API reference, "DeleteObjects": the response holds a
+// Deleted or an Error element per key); the failed keys are retried within
+// the pass, with exponential backoff (100 ms doubling, jittered, at most
+// MaxDeleteTries calls per page), and the pass goes on to the next pages
+// whatever happens. Keys still failing at the end are an error naming the
+// first of them and their count; the caller may retry (deleting a missing
+// key is not an error).
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	if prefix == "" || !strings.HasSuffix(prefix, "/") {
 		return 0, fmt.Errorf("delete prefix %q: want a non-empty prefix ending in /", prefix)
 	}
 	var keys []types.ObjectIdentifier
 	n := 0
+	var failed []types.Error
 	flush := func() error {
 		if len(keys) == 0 {
 			return nil
 		}
-		out, err := s.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket, Delete: &types.Delete{Objects: keys, Quiet: aws.Bool(true)}})
+		left, deleted, err := s.deletePage(ctx, keys)
+		n += deleted
+		keys = keys[:0]
 		if err != nil {
 			return fmt.Errorf("delete under s3://%s/%s: %w", s.bucket, prefix, err)
 		}
-		if len(out.Errors) > 0 {
-			e := out.Errors[0]
-			return fmt.Errorf("delete s3://%s/%s: %s: %s (and %d more)", s.bucket, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(out.Errors)-1)
-		}
-		n += len(keys)
-		keys = keys[:0]
+		failed = append(failed, left...)
 		return nil
 	}
 	err := s.List(ctx, s.bucket, prefix, func(o batch.ObjectInfo) error {
@@ -297,5 +302,53 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	if err == nil {
 		err = flush()
 	}
+	if err == nil && len(failed) > 0 {
+		e := failed[0]
+		err = fmt.Errorf("delete s3://%s/%s: %s: %s (%d keys not deleted after %d tries)", s.bucket, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(failed), MaxDeleteTries)
+	}
 	return n, err
 }
+
+// MaxDeleteTries bounds the DeleteObjects calls for one page of keys.
+const MaxDeleteTries = 6
+
+// deletePage deletes keys with DeleteObjects, retrying the keys the answer
+// lists as errors. It returns the keys still failing after MaxDeleteTries
+// calls, how many it deleted, and the error of a call that failed whole.
+func (s *Store) deletePage(ctx context.Context, keys []types.ObjectIdentifier) ([]types.Error, int, error) {
+	pending := slices.Clone(keys)
+	deleted := 0
+	var left []types.Error
+	bo := &backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Second}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		out, err := s.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket, Delete: &types.Delete{Objects: pending, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return struct{}{}, err
+		}
+		failed := map[string]bool{}
+		for _, e := range out.Errors {
+			failed[aws.ToString(e.Key)] = true
+		}
+		next := pending[:0:0]
+		for _, k := range pending {
+			if failed[aws.ToString(k.Key)] {
+				next = append(next, k)
+			}
+		}
+		deleted += len(pending) - len(next)
+		pending, left = next, out.Errors
+		if len(pending) > 0 {
+			return struct{}{}, errKeysLeft
+		}
+		return struct{}{}, nil
+	}, backoff.WithBackOff(bo), backoff.WithMaxTries(MaxDeleteTries), backoff.WithMaxElapsedTime(0))
+	if errors.Is(err, errKeysLeft) {
+		return left, deleted, nil
+	}
+	if err != nil {
+		return nil, deleted, err
+	}
+	return nil, deleted, nil
+}
+
+var errKeysLeft = errors.New("keys left")

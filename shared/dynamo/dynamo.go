@@ -13,6 +13,13 @@
 //	COUNT#{id}#{run}#{shard}, COUNT        a run counter row (done, failures), one write per message batch
 //	RUNNING, {id}                          running marker (one per batch run)
 //	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
+//	PUBLISH, {id}#{run:010}                a finished run whose completion event is not marked published
+//
+// TTL: config.AttrExpiresAt (epoch seconds) is DynamoDB's TTL attribute.
+// Item and counter rows carry now + RowTTL from every write; finalize
+// extends any that would end before the batch's retention plus
+// batch.TTLGrace, and the batch row gets that time when its run finishes
+// (removed when a run starts). Markers carry none: the sweep deletes them.
 //
 // No partition key receives a write per item of a batch: item rows are
 // keyed per item, index keys are sharded, counters take one write per
@@ -38,6 +45,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/cenkalti/backoff/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -51,6 +60,11 @@ type Store struct {
 	table string
 	// Timeout bounds every DynamoDB call (default 10 s).
 	Timeout time.Duration
+	// RowTTL is the TTL item and counter rows get from each write (their
+	// config.AttrExpiresAt is set to the write's time + RowTTL); 0 writes
+	// none (finalize then sets every row's). Set it to the retention plus
+	// batch.TTLGrace so that finalize rarely has to extend a row.
+	RowTTL time.Duration
 }
 
 var _ batch.Store = (*Store)(nil)
@@ -79,7 +93,18 @@ const (
 	skCount   = "COUNT"
 	pkRunning = "RUNNING"
 	pkRetain  = "RETENTION"
+	pkPublish = "PUBLISH"
 )
+
+func publishSK(id string, run int) string { return fmt.Sprintf("%s#%010d", id, run) }
+
+// stamp sets the row's TTL to now + RowTTL on update u (when RowTTL is set).
+func (s *Store) stamp(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
+	if s.RowTTL <= 0 {
+		return u
+	}
+	return u.Set(expression.Name(config.AttrExpiresAt), expression.Value(now.Add(s.RowTTL).Unix()))
+}
 
 func batchPK(id string) string             { return "BATCH#" + id }
 func itemPK(id, key string) string         { return "ITEM#" + id + "#" + key }
@@ -140,6 +165,8 @@ type batchRow struct {
 	SubmitAttempts int               `dynamodbav:"submit_attempts,omitempty"`
 	SubmitDeadMs   int64             `dynamodbav:"submit_deadline_ms,omitempty"`
 	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
+	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
+	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
 }
 
 func ms(t time.Time) int64 {
@@ -197,6 +224,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
+		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun,
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
@@ -242,6 +270,7 @@ type itemRow struct {
 	Reason       string             `dynamodbav:"reason"`
 	Cost         map[string]float64 `dynamodbav:"cost"`
 	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
+	ExpiresAt    int64              `dynamodbav:"expires_at"` // TTL, epoch seconds
 }
 
 func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
@@ -260,6 +289,9 @@ func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
+	}
+	if r.ExpiresAt > 0 {
+		it.ExpiresAt = time.Unix(r.ExpiresAt, 0).UTC()
 	}
 	if len(r.Cost) > 0 {
 		it.Cost = pipeline.Cost(r.Cost)
@@ -562,7 +594,7 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 		Remove(expression.Name("output")).Remove(expression.Name("output_ref")).Remove(expression.Name("reason")).
 		Remove(expression.Name("error")).Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled")).
 		Remove(expression.Name("cost")).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
-	it, err := s.reserve(ctx, r, fresh(r.Run), u)
+	it, err := s.reserve(ctx, r, fresh(r.Run), s.stamp(u, r.Now))
 	if !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
 		return it, err
 	}
@@ -570,7 +602,7 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
 		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli())).
 		Remove(expression.Name("retry_scheduled"))
-	return s.reserve(ctx, r, expired(r.Run, r.Now), take)
+	return s.reserve(ctx, r, expired(r.Run, r.Now), s.stamp(take, r.Now))
 }
 
 func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
@@ -645,7 +677,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	u = u.Set(expression.Name("lease_until_ms"), expression.Value(0))
+	u = s.stamp(u.Set(expression.Name("lease_until_ms"), expression.Value(0)), r.Now)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
@@ -660,6 +692,7 @@ func (s *Store) Release(ctx context.Context, r batch.Record) error {
 		Set(expression.Name("retry_scheduled"), expression.Value(true)).
 		Set(expression.Name("error"), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
 		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
+	u = s.stamp(u, r.Now)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
@@ -685,7 +718,7 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 			// made); a row in flight in this run keeps them.
 			u = u.Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1)))
 		}
-		return u, nil
+		return s.stamp(u, r.Now), nil
 	}
 	u, err := update(true)
 	if err != nil {
@@ -763,7 +796,7 @@ func (s *Store) AddProgress(ctx context.Context, batchID string, run, shard int,
 	u := expression.Add(expression.Name("done"), expression.Value(done)).
 		Add(expression.Name("failures"), expression.Value(failures)).
 		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
-	expr, err := expression.NewBuilder().WithUpdate(u).Build()
+	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, now)).Build()
 	if err != nil {
 		return err
 	}
@@ -928,23 +961,28 @@ func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, f
 }
 
 // FinishRun moves the batch to f.Status under the condition
-// run = :run AND status = running, deletes the running marker and writes
-// the retention marker, in one transaction.
+// run = :run AND status = running (setting the batch row's TTL to
+// f.RowsExpireAt), deletes the running marker and writes the retention
+// marker and the run's PUBLISH marker, in one transaction.
 func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finish) error {
 	census, err := json.Marshal(f.Census)
 	if err != nil {
 		return err
 	}
+	u := expression.Set(expression.Name("status"), expression.Value(string(f.Status))).
+		Set(expression.Name("report_key"), expression.Value(f.ReportKey)).
+		Set(expression.Name("census"), expression.Value(string(census))).
+		Set(expression.Name("needs_attention"), expression.Value(f.Census.NeedsAttention())).
+		Set(expression.Name("finished_at_ms"), expression.Value(f.FinishedAt.UnixMilli())).
+		Set(expression.Name("expires_at_ms"), expression.Value(f.ExpiresAt.UnixMilli()))
+	if !f.RowsExpireAt.IsZero() {
+		u = u.Set(expression.Name(config.AttrExpiresAt), expression.Value(f.RowsExpireAt.Unix()))
+	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name("run").Equal(expression.Value(run)),
 			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))))).
-		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(f.Status))).
-			Set(expression.Name("report_key"), expression.Value(f.ReportKey)).
-			Set(expression.Name("census"), expression.Value(string(census))).
-			Set(expression.Name("needs_attention"), expression.Value(f.Census.NeedsAttention())).
-			Set(expression.Name("finished_at_ms"), expression.Value(f.FinishedAt.UnixMilli())).
-			Set(expression.Name("expires_at_ms"), expression.Value(f.ExpiresAt.UnixMilli()))).Build()
+		WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
@@ -954,6 +992,12 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
 			"batch_id":    &types.AttributeValueMemberS{Value: id},
+		}}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkPublish},
+			config.AttrSK: &types.AttributeValueMemberS{Value: publishSK(id, run)},
+			"batch_id":    &types.AttributeValueMemberS{Value: id},
+			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
 		}}})
 	if err != nil {
 		return fmt.Errorf("finish %s run %d: %w", id, run, err)
@@ -1028,7 +1072,8 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 			Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
 			Set(expression.Name("fanned_out"), expression.Value(false)).
 			Set(expression.Name("run_started_at_ms"), expression.Value(now.UnixMilli())).
-			Remove(expression.Name("stop")).Remove(expression.Name("stop_detail"))).Build()
+			Remove(expression.Name("stop")).Remove(expression.Name("stop_detail")).
+			Remove(expression.Name(config.AttrExpiresAt))).Build()
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -1133,10 +1178,17 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 }
 
 // DeleteBatch removes every row of the batch: item rows (found through the
-// list index), counter rows of every run, the running and retention
-// markers, and the batch row last, so that a forget interrupted midway can
-// be retried. BatchWriteItem deletes 25 keys a call, retrying unprocessed
-// ones.
+// list index), counter rows of every run, the running and PUBLISH markers,
+// then the batch row, and the retention marker last, only once everything
+// else is gone: a marker never outlives the sweep's reason to come back.
+// BatchWriteItem deletes 25 keys a call; keys it leaves unprocessed are
+// retried with exponential backoff (DynamoDB API reference,
+// "BatchWriteItem": "If any requested operations fail because the table's
+// provisioned throughput is exceeded or an internal processing failure
+// occurs, the failed operations are returned in the UnprocessedItems
+// response parameter ... we strongly recommend that you use an exponential
+// backoff algorithm"); keys still unprocessed after MaxDeleteTries fail
+// the call, which leaves the rest for a retry.
 func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 	var keys []map[string]types.AttributeValue
 	flush := func(force bool) error {
@@ -1160,39 +1212,144 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 		for shard := range max(1, b.CounterShards) {
 			keys = append(keys, key(countPK(b.ID, run, shard), skCount))
 		}
+		keys = append(keys, key(pkPublish, publishSK(b.ID, run)))
 	}
 	keys = append(keys, key(pkRunning, b.ID))
-	if !b.ExpiresAt.IsZero() {
-		keys = append(keys, key(pkRetain, RetentionSK(b.ExpiresAt, b.ID)))
-	}
 	if err := flush(true); err != nil {
 		return err
 	}
-	return s.deleteKeys(ctx, []map[string]types.AttributeValue{key(batchPK(b.ID), skBatch)})
+	if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(batchPK(b.ID), skBatch)}); err != nil {
+		return fmt.Errorf("forget %s: %w", b.ID, err)
+	}
+	if !b.ExpiresAt.IsZero() {
+		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(pkRetain, RetentionSK(b.ExpiresAt, b.ID))}); err != nil {
+			return fmt.Errorf("forget %s: retention marker: %w", b.ID, err)
+		}
+	}
+	return nil
 }
 
+// MaxDeleteTries bounds the BatchWriteItem calls for one set of keys.
+const MaxDeleteTries = 8
+
+// deleteKeys deletes up to 25 keys with BatchWriteItem, retrying the
+// unprocessed ones with exponential backoff (50 ms doubling, jittered, at
+// most MaxDeleteTries calls).
 func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.AttributeValue) error {
 	reqs := make([]types.WriteRequest, 0, len(keys))
 	for _, k := range keys {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}})
 	}
 	pending := map[string][]types.WriteRequest{s.table: reqs}
-	for try := 0; len(pending) > 0; try++ {
-		if try > 8 {
-			return errors.New("delete: items left unprocessed")
-		}
-		if try > 0 {
-			if err := sleep(ctx, time.Duration(try)*50*time.Millisecond); err != nil {
-				return err
-			}
-		}
+	bo := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		c, cancel := s.ctx(ctx)
 		out, err := s.db.BatchWriteItem(c, &dynamodb.BatchWriteItemInput{RequestItems: pending})
 		cancel()
 		if err != nil {
-			return err
+			return struct{}{}, backoff.Permanent(err)
 		}
 		pending = out.UnprocessedItems
+		if n := len(pending[s.table]); n > 0 {
+			return struct{}{}, fmt.Errorf("delete: %d of %d keys left unprocessed", n, len(keys))
+		}
+		return struct{}{}, nil
+	}, backoff.WithBackOff(bo), backoff.WithMaxTries(MaxDeleteTries), backoff.WithMaxElapsedTime(0))
+	return err
+}
+
+// KeepRows sets config.AttrExpiresAt = until on the item rows of keys and
+// the counter rows of runs 1..b.Run, each with one UpdateItem under the
+// condition attribute_exists(pk) AND (attribute_not_exists(expires_at) OR
+// expires_at < :until), 16 at a time. A row gone or already later is
+// skipped.
+func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, until time.Time) error {
+	rows := make([]map[string]types.AttributeValue, 0, len(keys)+b.Run*max(1, b.CounterShards))
+	for _, k := range keys {
+		rows = append(rows, key(itemPK(b.ID, k), skItem))
+	}
+	for run := 1; run <= b.Run; run++ {
+		for shard := range max(1, b.CounterShards) {
+			rows = append(rows, key(countPK(b.ID, run, shard), skCount))
+		}
+	}
+	ttl := expression.Name(config.AttrExpiresAt)
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Or(expression.AttributeNotExists(ttl), ttl.LessThan(expression.Value(until.Unix()))))).
+		WithUpdate(expression.Set(ttl, expression.Value(until.Unix()))).Build()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, k := range rows {
+		g.Go(func() error {
+			_, _, err := s.updateRow(gctx, k, expr, types.ReturnValueNone)
+			if err != nil && !errors.Is(err, batch.ErrConflict) {
+				return fmt.Errorf("keep rows of %s: %w", b.ID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// Unpublished queries the PUBLISH markers (every page).
+func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
+	var refs []batch.RunRef
+	var start map[string]types.AttributeValue
+	for {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName:                 &s.table,
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pkPublish}},
+			ExclusiveStartKey:         start,
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("unpublished runs: %w", err)
+		}
+		for _, av := range out.Items {
+			sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
+			if sk == nil {
+				continue
+			}
+			id, digits, ok := strings.Cut(sk.Value, "#")
+			run, err := strconv.Atoi(digits)
+			if ok && err == nil && run > 0 {
+				refs = append(refs, batch.RunRef{BatchID: id, Run: run})
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return refs, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// SetPublished sets published_run = :run on the batch row under the
+// condition attribute_exists(pk) AND (attribute_not_exists(published_run)
+// OR published_run < :run) (a lost condition is no error), then deletes
+// the run's PUBLISH marker.
+func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
+	pr := expression.Name("published_run")
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Or(expression.AttributeNotExists(pr), pr.LessThan(expression.Value(run))))).
+		WithUpdate(expression.Set(pr, expression.Value(run))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, batch.ErrConflict) {
+		return fmt.Errorf("set published %s run %d: %w", id, run, err)
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: key(pkPublish, publishSK(id, run))}); err != nil {
+		return fmt.Errorf("set published %s run %d: %w", id, run, err)
 	}
 	return nil
 }
@@ -1267,7 +1424,7 @@ func (s *Store) MarkCounted(ctx context.Context, batchID, itemKey string, run in
 		),
 	)
 	expr, err := expression.NewBuilder().WithCondition(cond).
-		WithUpdate(expression.Set(expression.Name("counted_run"), expression.Value(run))).Build()
+		WithUpdate(s.stamp(expression.Set(expression.Name("counted_run"), expression.Value(run)), time.Now())).Build()
 	if err != nil {
 		return false, err
 	}

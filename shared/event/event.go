@@ -37,7 +37,12 @@ func DetailType(s batch.Status) string {
 }
 
 // Detail is the event's detail: the run's outcome, census and report.
+// Delivery is at least once (a finalize that dies before marking the event
+// published is followed by another put); EventID is the same on every
+// delivery of a run, for subscribers to dedupe on (EventBridge's own "id"
+// differs per put).
 type Detail struct {
+	EventID        string       `json:"event_id"` // batch.EventID: "{batch_id}:{run}:{created_at epoch ms}"
 	BatchID        string       `json:"batch_id"`
 	Run            int          `json:"run"`
 	Status         batch.Status `json:"status"`
@@ -66,7 +71,7 @@ func New(client *eventbridge.Client, bus, bucket string) *Bus {
 
 // Publish puts the run's event. An entry EventBridge refuses is an error.
 func (b *Bus) Publish(ctx context.Context, r batch.Report) error {
-	detail, err := json.Marshal(Detail{BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
+	detail, err := json.Marshal(Detail{EventID: batch.EventID(r), BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
 		Census: r.Census, Report: "s3://" + b.bucket + "/" + batch.ReportKey(r.BatchID, r.Run)})
 	if err != nil {
 		return err

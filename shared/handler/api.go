@@ -45,8 +45,10 @@ const LiveCensusMaxItems = 10_000
 // source was read in the call.
 //
 // Errors are JSON {"code", "message", "field", "line", "element", "key"}:
-// invalid_request 400, not_found 404, batch_mismatch 409, conflict 409 (a
-// run is going, or not), internal 409 (a refused batch submitted again),
+// invalid_request 400, not_found 404, expired 404 (the batch's retention
+// has ended: it is gone, whether or not the sweep has deleted it yet, and
+// a submit may reuse its id), batch_mismatch 409, conflict 409 (a run is
+// going, or not), internal 409 (a refused batch submitted again),
 // insufficient_storage 507 (the source is too large for the submit
 // function's temporary disk: not retryable), internal 500 (retryable).
 type API struct {
@@ -60,7 +62,7 @@ type API struct {
 
 // NewAPI wires the routes.
 func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.Logger) *API {
-	a := &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log}, Store: store, Blobs: blobs, Log: log, mux: http.NewServeMux()}
+	a := &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log, Clock: batch.SystemClock{}}, Store: store, Blobs: blobs, Log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /batches", a.submit)
 	a.mux.HandleFunc("GET /batches/{id}", a.status)
 	a.mux.HandleFunc("DELETE /batches/{id}", a.forget)
@@ -139,6 +141,8 @@ func ErrorOf(err error) (int, ErrorBody) {
 		return status, ErrorBody{Code: r.Code, Message: err.Error(), Field: r.Field, Line: r.Line, Element: r.Element, Key: r.Key}
 	case errors.Is(err, batch.ErrInsufficientStorage):
 		return http.StatusInsufficientStorage, ErrorBody{Code: batch.RefusalInsufficientStorage, Message: err.Error()}
+	case errors.Is(err, batch.ErrExpired):
+		return http.StatusNotFound, ErrorBody{Code: "expired", Message: err.Error()}
 	case errors.Is(err, batch.ErrNotFound):
 		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
 	case errors.Is(err, batch.ErrConflict):
@@ -219,9 +223,9 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, view)
 }
 
-// View reads a batch and its census.
+// View reads a batch and its census; an expired batch is ErrExpired.
 func (a *API) View(ctx context.Context, id string) (BatchView, error) {
-	b, err := a.Store.GetBatch(ctx, id)
+	b, err := a.Control.Get(ctx, id)
 	if err != nil {
 		return BatchView{}, err
 	}
@@ -251,7 +255,7 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 
 func (a *API) report(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	b, err := a.Store.GetBatch(r.Context(), id)
+	b, err := a.Control.Get(r.Context(), id)
 	if err != nil {
 		a.errorAnswer(w, err)
 		return

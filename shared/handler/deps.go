@@ -93,6 +93,9 @@ func Build(ctx context.Context) (*Deps, error) {
 	d := &Deps{Config: cfg, Log: log, AWS: ac}
 	d.S3 = NewS3(ac)
 	d.Store = dynamo.New(dynamodb.NewFromConfig(ac), cfg.Table)
+	// Rows outlive a finished batch's retention by TTLGrace at least
+	// (finalize extends any that would not).
+	d.Store.RowTTL = cfg.Retention + batch.TTLGrace
 	d.Blobs = blob.New(d.S3, cfg.Bucket)
 	if cfg.ItemsQueueURL != "" {
 		d.Queue = queue.New(sqs.NewFromConfig(ac), cfg.ItemsQueueURL)

@@ -31,19 +31,20 @@ func (h *Sweep) Handle(ctx context.Context, _ any) (batch.SweepResult, error) {
 		total.Stale += res.Stale
 		total.Malformed += res.Malformed
 		total.Failed += res.Failed
+		total.PendingDeletion += res.PendingDeletion
 		if err != nil {
 			h.Log.Error("sweep pass", "error", err.Error())
 		}
 		dl, ok := ctx.Deadline()
-		if res.Expired < limit || res.Failed == res.Expired || ok && time.Until(dl) < time.Minute {
+		if res.Expired < limit || res.Failed+res.PendingDeletion == res.Expired || ok && time.Until(dl) < time.Minute {
 			break
 		}
 	}
-	h.Log.Info("sweep", "expired", total.Expired, "deleted", total.Deleted, "stale", total.Stale, "malformed", total.Malformed, "failed", total.Failed)
+	h.Log.Info("sweep", "expired", total.Expired, "deleted", total.Deleted, "stale", total.Stale, "malformed", total.Malformed, "failed", total.Failed, "pending_deletion", total.PendingDeletion)
 	return total, nil
 }
 
 // Sweeper builds the retention sweep from d.
 func (d *Deps) Sweeper() *batch.Sweeper {
-	return &batch.Sweeper{Store: d.Store, Control: &batch.Control{Store: d.Store, Blobs: d.Blobs, Log: d.Log}, Clock: batch.SystemClock{}, Log: d.Log}
+	return &batch.Sweeper{Store: d.Store, Control: &batch.Control{Store: d.Store, Blobs: d.Blobs, Log: d.Log, Clock: batch.SystemClock{}}, Clock: batch.SystemClock{}, Log: d.Log}
 }
