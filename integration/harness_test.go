@@ -93,6 +93,7 @@ func newHarness(t *testing.T, run pipeline.Func) *harness {
 	h.worker = &batch.Worker{Store: h.store, Blobs: h.blobs, Queue: h.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
 		Log: log, Pipelines: reg, Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }}
 	h.finalizer = &batch.Finalizer{Store: h.store, Blobs: h.blobs, Clock: batch.SystemClock{}, Log: log, Retention: time.Hour}
+	h.store.RowTTL = h.finalizer.Retention + batch.TTLGrace // as the stack sets it
 	return h
 }
 

@@ -121,9 +121,12 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 		return FinalizeResult{Report: rep}, err
 	}
 
-	// Rows whose TTL may end before the retention does (written long
-	// before the finish, or without a TTL) get it extended below.
-	keepBefore := f.Clock.Now().Add(f.Retention + TTLGrace + time.Hour)
+	// Rows whose TTL ends less than half the grace after the retention
+	// (written long before the finish, or without a TTL) get it extended
+	// to the full grace below; rows written with the stack's row TTL
+	// (retention + grace) during the last half grace before the finish
+	// need no write.
+	keepBefore := f.Clock.Now().Add(f.Retention + TTLGrace/2)
 	var keep []string
 	rw := newResultsWriter(ctx, f.Blobs, id, run)
 	census, err := CensusOf(ctx, f.Store, b, func(it Item, o Outcome) error {

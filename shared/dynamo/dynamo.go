@@ -17,9 +17,10 @@
 //
 // TTL: config.AttrExpiresAt (epoch seconds) is DynamoDB's TTL attribute.
 // Item and counter rows carry now + RowTTL from every write; finalize
-// extends any that would end before the batch's retention plus
-// batch.TTLGrace, and the batch row gets that time when its run finishes
-// (removed when a run starts). Markers carry none: the sweep deletes them.
+// extends any that would end less than half of batch.TTLGrace after the
+// batch's retention to its end plus batch.TTLGrace, the time the batch row
+// gets when its run finishes (removed when a run starts). Markers carry
+// none: the sweep deletes them.
 //
 // No partition key receives a write per item of a batch: item rows are
 // keyed per item, index keys are sharded, counters take one write per
