@@ -234,7 +234,9 @@ func keyErrors(fail func(key string) bool) aws.Config {
 // in the error while every other object is deleted.
 func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, nil
+	})
 	put := func(prefix string, n int) {
 		for i := range n {
 			if err := h.blobs.Put(ctx, fmt.Sprintf("%so%d", prefix, i), "text/plain", []byte("x")); err != nil {
