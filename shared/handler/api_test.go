@@ -2,12 +2,17 @@ package handler
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
 // Request bodies the API refuses before any storage is touched.
@@ -63,4 +68,27 @@ func mustTime(t *testing.T, s string) (tm time.Time) {
 		t.Fatal(err)
 	}
 	return tm
+}
+
+// TestErrorOfExpired guards the product line "an expired batch answers 404
+// with code expired" (and an unknown one 404 not_found).
+func TestErrorOfExpired(t *testing.T) {
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantCode   string
+	}{
+		{"expired", fmt.Errorf("batch b: retention ended: %w", batch.ErrExpired), http.StatusNotFound, "expired"},
+		{"not found", fmt.Errorf("batch b: %w", batch.ErrNotFound), http.StatusNotFound, "not_found"},
+		{"pending deletion", fmt.Errorf("forget b: %w: %w", batch.ErrPendingDeletion, errors.New("throttled")), http.StatusInternalServerError, "internal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := ErrorOf(tt.err)
+			if status != tt.wantStatus || body.Code != tt.wantCode {
+				t.Fatalf("ErrorOf = %d %q, want %d %q", status, body.Code, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
 }

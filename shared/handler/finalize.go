@@ -29,7 +29,7 @@ type Finalize struct {
 func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 	if ev.Tick {
 		res, err := h.Finalizer.Tick(ctx)
-		h.Log.Info("tick", "running", res.Running, "checked", res.Checked, "finalized", res.Finalized)
+		h.Log.Info("tick", "running", res.Running, "checked", res.Checked, "finalized", res.Finalized, "fanned_out", res.FannedOut, "published", res.Published)
 		return res, err
 	}
 	if !batch.ValidBatchID(ev.BatchID) || ev.Run < 1 {
