@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +23,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -137,106 +138,109 @@ func unprocessedDeletes(pk string, hits *atomic.Int64) aws.Config {
 
 // TestRetentionMarkerDeletedLast guards the product line "a retention
 // marker is deleted last, only when everything of its batch is gone; a
-// partly swept batch is reported as pending deletion". One item row's
-// delete stays unprocessed through every retry of a sweep pass: the pass
-// reports the batch pending deletion and keeps its marker (before, the
-// marker went in the same BatchWriteItem and the row stayed forever); the
-// next pass, without the fault, deletes everything.
+// partly swept batch is reported as pending deletion". The batch's row
+// deletes come back unprocessed through every retry of a sweep pass: the
+// pass reports the batch pending deletion and keeps its marker (before,
+// the marker went in the same BatchWriteItem as the rows, and a row left
+// unprocessed stayed forever); the next pass, without faults, deletes
+// everything. Two injections: through the fault proxy (every
+// BatchWriteItem answer leaves entries unprocessed, in DynamoDB's wire
+// shape), and one item row's delete left unprocessed on every try.
 func TestRetentionMarkerDeletedLast(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	id := newID(t)
-	finishedBatch(t, h, id, 3, -time.Minute)
-	var stuck string
-	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { stuck = it.Key; return nil })
-	var hits atomic.Int64
-	faulty := dynamo.New(dynamodb.NewFromConfig(unprocessedDeletes("ITEM#"+id+"#"+stuck, &hits)), h.store.Table())
 	sweep := func(store *dynamo.Store) (batch.SweepResult, error) {
 		c := &batch.Control{Store: store, Blobs: h.blobs, Log: h.worker.Log}
 		return (&batch.Sweeper{Store: store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
 	}
+	proxy, via := faultProxy(t)
+	err := proxy.Set(faultproxy.Config{Seed: 3, Rules: []faultproxy.Rule{{Service: "dynamodb", Operations: []string{"BatchWriteItem"},
+		Kind: faultproxy.KindPartial, Rate: 1, Fraction: 0.5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int64
+	injections := []struct {
+		name  string
+		store func(id string) *dynamo.Store
+		tries func() int64
+	}{
+		{"proxy", func(string) *dynamo.Store { return dynamo.New(dynamodb.NewFromConfig(via), h.store.Table()) },
+			func() int64 { return proxy.Status().ByCall["dynamodb.BatchWriteItem"][faultproxy.KindPartial] }},
+		{"one row", func(id string) *dynamo.Store {
+			var stuck string
+			_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { stuck = it.Key; return nil })
+			return dynamo.New(dynamodb.NewFromConfig(unprocessedDeletes("ITEM#"+id+"#"+stuck, &hits)), h.store.Table())
+		}, hits.Load},
+	}
+	for _, inj := range injections {
+		t.Run(inj.name, func(t *testing.T) {
+			id := newID(t)
+			finishedBatch(t, h, id, 3, -time.Minute)
+			res, err := sweep(inj.store(id))
+			if !errors.Is(err, batch.ErrPendingDeletion) || res != (batch.SweepResult{Expired: 1, PendingDeletion: 1}) {
+				t.Fatalf("faulty pass: %+v %v, want the batch pending deletion", res, err)
+			}
+			if n := inj.tries(); n != dynamo.MaxDeleteTries {
+				t.Fatalf("%d BatchWriteItem calls with unprocessed deletes, want %d (retried with backoff)", n, dynamo.MaxDeleteTries)
+			}
+			markers, err := h.store.ExpiredMarkers(ctx, time.Now(), 10)
+			if err != nil || len(markers) != 1 || markers[0].BatchID != id {
+				t.Fatalf("markers after the partial pass: %+v %v, want the batch's marker kept", markers, err)
+			}
+			b, err := h.store.GetBatch(ctx, id)
+			if err != nil || !b.PendingDeletion {
+				t.Fatalf("batch row after the partial pass: %+v %v, want pending_deletion", b, err)
+			}
+			api := handler.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
+			if _, err := api.View(ctx, id); !errors.Is(err, batch.ErrExpired) {
+				t.Fatalf("GET of the partly swept batch: %v, want expired", err)
+			}
 
-	res, err := sweep(faulty)
-	if !errors.Is(err, batch.ErrPendingDeletion) || res != (batch.SweepResult{Expired: 1, PendingDeletion: 1}) {
-		t.Fatalf("faulty pass: %+v %v, want the batch pending deletion", res, err)
-	}
-	if hits.Load() != dynamo.MaxDeleteTries {
-		t.Fatalf("the unprocessed delete was tried %d times, want %d (retried with backoff)", hits.Load(), dynamo.MaxDeleteTries)
-	}
-	markers, err := h.store.ExpiredMarkers(ctx, time.Now(), 10)
-	if err != nil || len(markers) != 1 || markers[0].BatchID != id {
-		t.Fatalf("markers after the partial pass: %+v %v, want the batch's marker kept", markers, err)
-	}
-	b, err := h.store.GetBatch(ctx, id)
-	if err != nil || !b.PendingDeletion {
-		t.Fatalf("batch row after the partial pass: %+v %v, want pending_deletion", b, err)
-	}
-	api := handler.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
-	if _, err := api.View(ctx, id); !errors.Is(err, batch.ErrExpired) {
-		t.Fatalf("GET of the partly swept batch: %v, want expired", err)
-	}
-
-	res, err = sweep(h.store)
-	if err != nil || res != (batch.SweepResult{Expired: 1, Deleted: 1}) {
-		t.Fatalf("second pass: %+v %v", res, err)
-	}
-	if rows := rowsOf(t, h, id); len(rows) != 0 {
-		t.Fatalf("%d rows left after the sweep: %v", len(rows), rows)
+			res, err = sweep(h.store)
+			if err != nil || res != (batch.SweepResult{Expired: 1, Deleted: 1}) {
+				t.Fatalf("second pass: %+v %v", res, err)
+			}
+			if rows := rowsOf(t, h, id); len(rows) != 0 {
+				t.Fatalf("%d rows left after the sweep: %v", len(rows), rows)
+			}
+		})
 	}
 }
 
-// keyErrors makes DeleteObjects fail the keys for which fail says so,
-// as S3 does per key (an Error element, the others deleted): the request
-// goes on without them and the answer lists them in Errors.
-func keyErrors(fail func(key string) bool) aws.Config {
-	return withMiddleware("keyErrors", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-		req, ok := in.Parameters.(*s3.DeleteObjectsInput)
-		if !ok {
-			return next.HandleInitialize(ctx, in)
-		}
-		var kept []s3types.ObjectIdentifier
-		var errs []s3types.Error
-		for _, o := range req.Delete.Objects {
-			if fail(aws.ToString(o.Key)) {
-				errs = append(errs, s3types.Error{Key: o.Key, Code: aws.String("InternalError"), Message: aws.String("We encountered an internal error. Please try again.")})
-				continue
-			}
-			kept = append(kept, o)
-		}
-		var out middleware.InitializeOutput
-		var md middleware.Metadata
-		if len(kept) > 0 {
-			cp := *req
-			d := *req.Delete
-			d.Objects = kept
-			cp.Delete = &d
-			in.Parameters = &cp
-			var err error
-			if out, md, err = next.HandleInitialize(ctx, in); err != nil {
-				return out, md, err
-			}
-		} else {
-			out.Result = &s3.DeleteObjectsOutput{}
-		}
-		res := out.Result.(*s3.DeleteObjectsOutput)
-		res.Errors = append(res.Errors, errs...)
-		return out, md, nil
-	})
+// faultProxy starts the fault-injecting proxy in front of the emulator
+// and returns it with an AWS config whose calls go through it.
+func faultProxy(t *testing.T) (*faultproxy.Proxy, aws.Config) {
+	t.Helper()
+	upstream := os.Getenv("AWS_ENDPOINT_URL")
+	p, err := faultproxy.New(upstream, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	c := env.aws.Copy()
+	c.BaseEndpoint = aws.String(srv.URL)
+	return p, c
 }
 
 // TestDeleteObjectsKeyErrorsRetried guards the product line "a
 // DeleteObjects answer that lists per-key errors does not stop the pass:
-// the failed keys are retried within it, with backoff". A key failing
-// twice is deleted by the same DeletePrefix call (before, the call stopped
-// at the first answer with errors); a key failing on every try is named
-// in the error while every other object is deleted.
+// the failed keys are retried within it, with backoff". Through the fault
+// proxy, the first two DeleteObjects answers list per-key InternalErrors
+// (the keys really not deleted): the same DeletePrefix call still deletes
+// every object (before, it stopped at the first answer with errors). With
+// every answer failing some key, the call makes MaxDeleteTries calls, goes
+// on, and names a key left.
 func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{}, nil
 	})
+	proxy, via := faultProxy(t)
+	flaky := blob.New(handler.NewS3(via), h.blobs.Bucket())
 	put := func(prefix string, n int) {
 		for i := range n {
 			if err := h.blobs.Put(ctx, fmt.Sprintf("%so%d", prefix, i), "text/plain", []byte("x")); err != nil {
@@ -251,25 +255,36 @@ func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 		}
 		return len(out.Contents)
 	}
+	partial := func(max int) {
+		t.Helper()
+		err := proxy.Set(faultproxy.Config{Seed: 7, Rules: []faultproxy.Rule{{Service: "s3", Operations: []string{"DeleteObjects"},
+			Kind: faultproxy.KindPartial, Rate: 1, Max: max, Fraction: 0.5}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	var mu sync.Mutex
-	tries := map[string]int{}
-	flaky := blob.New(handler.NewS3(keyErrors(func(key string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		tries[key]++
-		return strings.HasSuffix(key, "/o2") && tries[key] <= 2 || strings.HasSuffix(key, "/o4")
-	})), h.blobs.Bucket())
-
-	put("batches/transient/", 5)
+	partial(2)
+	put("batches/transient/", 8)
 	n, err := flaky.DeletePrefix(ctx, "batches/transient/")
-	if err == nil || !strings.Contains(err.Error(), "batches/transient/o4") || n != 4 || left("batches/transient/") != 1 {
-		t.Fatalf("DeletePrefix: %d deleted, %v, %d left; want 4 deleted (o2 on its third try), o4 named and left", n, err, left("batches/transient/"))
+	if err != nil || n != 8 || left("batches/transient/") != 0 {
+		t.Fatalf("DeletePrefix through two partial answers: %d deleted, %v, %d left; want all 8 in one call", n, err, left("batches/transient/"))
 	}
-	if tries["batches/transient/o2"] != 3 || tries["batches/transient/o4"] != blob.MaxDeleteTries {
-		t.Fatalf("tries %v, want o2 retried until deleted and o4 %d times", tries, blob.MaxDeleteTries)
+	if got := proxy.Status().ByCall["s3.DeleteObjects"][faultproxy.KindPartial]; got != 2 {
+		t.Fatalf("%d partial answers injected, want 2", got)
 	}
-	if n, err := h.blobs.DeletePrefix(ctx, "batches/transient/"); err != nil || n != 1 || left("batches/transient/") != 0 {
+
+	partial(0)
+	put("batches/stuck/", 8)
+	n, err = flaky.DeletePrefix(ctx, "batches/stuck/")
+	rest := left("batches/stuck/")
+	if err == nil || !strings.Contains(err.Error(), "batches/stuck/o") || rest == 0 || n+rest != 8 {
+		t.Fatalf("DeletePrefix with every answer partial: %d deleted, %v, %d left; want an error naming a key left", n, err, rest)
+	}
+	if got := proxy.Status().ByCall["s3.DeleteObjects"][faultproxy.KindPartial]; got != blob.MaxDeleteTries {
+		t.Fatalf("%d DeleteObjects calls, want %d (the failed keys retried)", got, blob.MaxDeleteTries)
+	}
+	if n, err := h.blobs.DeletePrefix(ctx, "batches/stuck/"); err != nil || n != rest || left("batches/stuck/") != 0 {
 		t.Fatalf("retry without faults: %d %v", n, err)
 	}
 }
