@@ -314,7 +314,8 @@ func TestCompletionEvent(t *testing.T) {
 				t.Fatalf("event %s: %v", aws.ToString(m.Body), err)
 			}
 			if ev.Source != event.Source || ev.DetailType != event.DetailCompleted || ev.Detail.BatchID != id ||
-				ev.Detail.Census.Succeeded != 2 || ev.Detail.Census.Failed != 1 || !ev.Detail.NeedsAttention {
+				ev.Detail.Census.Succeeded != 2 || ev.Detail.Census.Failed != 1 || !ev.Detail.NeedsAttention ||
+				!strings.HasPrefix(ev.Detail.EventID, id+":1:") {
 				t.Fatalf("event %+v", ev)
 			}
 			return
