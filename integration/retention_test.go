@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,7 +154,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 		c := &batch.Control{Store: store, Blobs: h.blobs, Log: h.worker.Log}
 		return (&batch.Sweeper{Store: store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
 	}
-	proxy, via := faultProxy(t)
+	proxy, via := faultProxy(t, faultproxy.Config{})
 	err := proxy.Set(faultproxy.Config{Seed: 3, Rules: []faultproxy.Rule{{Service: "dynamodb", Operations: []string{"BatchWriteItem"},
 		Kind: faultproxy.KindPartial, Rate: 1, Fraction: 0.5}}})
 	if err != nil {
@@ -210,22 +209,6 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 	}
 }
 
-// faultProxy starts the fault-injecting proxy in front of the emulator
-// and returns it with an AWS config whose calls go through it.
-func faultProxy(t *testing.T) (*faultproxy.Proxy, aws.Config) {
-	t.Helper()
-	upstream := os.Getenv("AWS_ENDPOINT_URL")
-	p, err := faultproxy.New(upstream, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	c := env.aws.Copy()
-	c.BaseEndpoint = aws.String(srv.URL)
-	return p, c
-}
-
 // TestDeleteObjectsKeyErrorsRetried guards the product line "a
 // DeleteObjects answer that lists per-key errors does not stop the pass:
 // the failed keys are retried within it, with backoff". Through the fault
@@ -239,7 +222,7 @@ func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{}, nil
 	})
-	proxy, via := faultProxy(t)
+	proxy, via := faultProxy(t, faultproxy.Config{})
 	flaky := blob.New(handler.NewS3(via), h.blobs.Bucket())
 	put := func(prefix string, n int) {
 		for i := range n {
