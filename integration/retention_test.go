@@ -509,3 +509,43 @@ func TestCompletionEventAtLeastOnce(t *testing.T) {
 		t.Fatalf("unpublished after the ticks: %v %v", refs, err)
 	}
 }
+
+// TestSweepDeletesObjectsWhenTTLTookTheRows guards the product line "TTL
+// is never the only line: objects never outlive their rows". A marker
+// whose batch rows TTL already removed (more than TTLGrace after its
+// expiry) makes the sweep delete the batch's objects before the marker; a
+// marker whose batch row is gone within the grace (a forget that deleted
+// everything but the marker) is only removed.
+func TestSweepDeletesObjectsWhenTTLTookTheRows(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	now := time.Now()
+	orphan, recent := newID(t), newID(t)
+	for _, id := range []string{orphan, recent} {
+		if err := h.blobs.Put(ctx, batch.ReportKey(id, 1), "application/json", []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := func(sk string) {
+		_, err := h.store.DB().PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(h.store.Table()), Item: map[string]ddbtypes.AttributeValue{
+			"pk": &ddbtypes.AttributeValueMemberS{Value: "RETENTION"}, "sk": &ddbtypes.AttributeValueMemberS{Value: sk}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(dynamo.RetentionSK(now.Add(-batch.TTLGrace-time.Hour), orphan))
+	put(dynamo.RetentionSK(now.Add(-time.Hour), recent))
+	c := &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+	res, err := (&batch.Sweeper{Store: h.store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
+	if err != nil || res != (batch.SweepResult{Expired: 2, Stale: 2}) {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+	if _, err := h.blobs.Get(ctx, batch.ReportKey(orphan, 1)); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("the objects of a batch whose rows TTL removed are left: %v", err)
+	}
+	if markers, _ := h.store.ExpiredMarkers(ctx, now, 10); len(markers) != 0 {
+		t.Fatalf("markers left: %+v", markers)
+	}
+}
