@@ -314,9 +314,11 @@ func (c *Client) Forget(ctx context.Context, id string) error {
 	return err
 }
 
-// Release makes a quarantined item eligible for the next run.
+// Release makes a quarantined item eligible for the next run. The key is
+// sent escaped as one path segment (handler.ItemPath), so any key — "/",
+// "%", "+", spaces, non-ASCII — names exactly that item.
 func (c *Client) Release(ctx context.Context, id, key string) error {
-	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/items/"+url.PathEscape(key)+"/release", nil, nil)
+	_, err := c.Do(ctx, http.MethodPost, handler.ItemPath(id, key, "release"), nil, nil)
 	return err
 }
 

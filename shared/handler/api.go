@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // MaxRequestBytes bounds a request body: API Gateway REST APIs accept at
@@ -44,6 +46,11 @@ const LiveCensusMaxItems = 10_000
 // object or prefix) is read in the background, 201/200 when an inline
 // source was read in the call.
 //
+// Routes match the decoded path (r.URL.Path): an item key is everything
+// between "/items/" and the last "/release", so it may hold "/" (sent as
+// %2F, see [ItemPath]) and any other character. A path that matches no
+// route, or a route with another method, is 404 not_found.
+//
 // Errors are JSON {"code", "message", "field", "line", "element", "key"}:
 // invalid_request 400, not_found 404, expired 404 (the batch's retention
 // has ended: it is gone, whether or not the sweep has deleted it yet, and
@@ -57,28 +64,82 @@ type API struct {
 	Store     batch.Store
 	Blobs     batch.Blobs
 	Log       *slog.Logger
-	mux       *http.ServeMux
 }
 
 // NewAPI wires the routes.
 func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.Logger) *API {
-	a := &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log, Clock: batch.SystemClock{}}, Store: store, Blobs: blobs, Log: log, mux: http.NewServeMux()}
-	a.mux.HandleFunc("POST /batches", a.submit)
-	a.mux.HandleFunc("GET /batches/{id}", a.status)
-	a.mux.HandleFunc("DELETE /batches/{id}", a.forget)
-	a.mux.HandleFunc("GET /batches/{id}/report", a.report)
-	a.mux.HandleFunc("GET /batches/{id}/items", a.items)
-	a.mux.HandleFunc("POST /batches/{id}/resume", a.resume)
-	a.mux.HandleFunc("POST /batches/{id}/cancel", a.cancel)
-	a.mux.HandleFunc("POST /batches/{id}/items/{rest...}", a.release)
-	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
-	})
-	return a
+	return &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log, Clock: batch.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
 }
 
-// ServeHTTP routes a request.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// ItemPath is the API path of an item route, "/batches/{id}/items/{key}/" +
+// action (e.g. "release"), with id and key each escaped as one path segment
+// (url.PathEscape): "/" is sent as %2F, "%" as %25, a space as %20, other
+// bytes outside the unreserved set by their UTF-8 bytes; "+" stays literal
+// (a path gives it no meaning). A key "." or ".." is sent as %2E or %2E%2E
+// so that no client or proxy removes it as a dot segment. The API decodes
+// the path exactly once, so every key comes back as it was, "%2F"
+// literally in a key included (sent as %252F). shared/client, and so the
+// CLI, build every item path with it.
+func ItemPath(id, key, action string) string {
+	k := url.PathEscape(key)
+	if key == "." || key == ".." {
+		k = strings.Repeat("%2E", len(key))
+	}
+	return "/batches/" + url.PathEscape(id) + "/items/" + k + "/" + action
+}
+
+// ServeHTTP routes a request on its decoded path, r.URL.Path (see the
+// route table on [API]).
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := a.route(r)
+	if h == nil {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		return
+	}
+	h(w, r)
+}
+
+// route returns the handler of r, with its path values ("id", "key") set,
+// or nil when no route matches r's method and decoded path.
+func (a *API) route(r *http.Request) http.HandlerFunc {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/"+config.APIBatchesResource)
+	if !ok {
+		return nil
+	}
+	if rest == "" {
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.submit})
+	}
+	rest, ok = strings.CutPrefix(rest, "/")
+	if !ok || rest == "" {
+		return nil
+	}
+	id, tail, sub := strings.Cut(rest, "/")
+	r.SetPathValue("id", id)
+	if !sub {
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.status, http.MethodDelete: a.forget})
+	}
+	switch tail {
+	case "report":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.report})
+	case "items":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.items})
+	case "resume":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.resume})
+	case "cancel":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.cancel})
+	}
+	key, ok := strings.CutPrefix(tail, "items/")
+	if !ok {
+		return nil
+	}
+	if key, ok = strings.CutSuffix(key, "/release"); !ok || key == "" {
+		return nil
+	}
+	r.SetPathValue("key", key)
+	return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.release})
+}
+
+func pick(method string, by map[string]http.HandlerFunc) http.HandlerFunc { return by[method] }
 
 // ErrorBody is the JSON of every error answer.
 type ErrorBody struct {
@@ -277,6 +338,7 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 
 // Serve answers one API Gateway (REST, proxy integration) request. Header
 // names are matched case-insensitively (API Gateway may lower-case them).
+// The route is matched on [EventPath], the request's path decoded once.
 func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 	body := ev.Body
 	if ev.IsBase64Encoded {
@@ -286,7 +348,13 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 		}
 		body = string(b)
 	}
-	u := &url.URL{Path: ev.Path}
+	path, err := EventPath(ev)
+	if err != nil {
+		status, body := http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: "path"}
+		b, _ := json.Marshal(body)
+		return events.APIGatewayProxyResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}, nil
+	}
+	u := &url.URL{Path: path}
 	q := url.Values{}
 	for k, vs := range ev.MultiValueQueryStringParameters {
 		q[k] = vs
@@ -297,10 +365,11 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 		}
 	}
 	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, ev.HTTPMethod, u.String(), strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, ev.HTTPMethod, "/", strings.NewReader(body))
 	if err != nil {
 		return events.APIGatewayProxyResponse{StatusCode: 400, Body: `{"code":"invalid_request","message":"bad request line"}`}, nil
 	}
+	req.URL = u // set, not parsed: the decoded path may hold "?", "#" or "%"
 	for k, v := range ev.Headers {
 		req.Header.Set(k, v)
 	}
@@ -339,15 +408,19 @@ func (a *API) forget(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// release serves POST /batches/{id}/items/{key}/release; the key may hold
-// slashes (escaped or not).
+// release serves POST /batches/{id}/items/{key}/release; the key is the
+// decoded path between "/items/" and the last "/release".
 func (a *API) release(w http.ResponseWriter, r *http.Request) {
-	key, ok := strings.CutSuffix(r.PathValue("rest"), "/release")
-	if !ok || key == "" {
-		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	id, key := r.PathValue("id"), r.PathValue("key")
+	if !batch.ValidBatchID(id) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
 		return
 	}
-	if err := a.Control.Release(r.Context(), r.PathValue("id"), key); err != nil {
+	if reason := batch.CheckKey(key); reason != "" {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: reason, Field: "key", Key: key})
+		return
+	}
+	if err := a.Control.Release(r.Context(), id, key); err != nil {
 		a.errorAnswer(w, err)
 		return
 	}
@@ -375,4 +448,40 @@ func (a *API) items(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// pathParamRE matches a path parameter of an API Gateway resource path:
+// "{name}" or the greedy "{name+}".
+var pathParamRE = regexp.MustCompile(`\{([^{}+]+)\+?\}`)
+
+// EventPath returns the request path of a REST API proxy event decoded
+// exactly once. API Gateway's REST API sends `path` still percent-encoded
+// and `pathParameters` decoded (API Gateway developer guide, "Lambda proxy
+// integrations in API Gateway", input format:
+// https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html);
+// the path is therefore rebuilt from `resource` (e.g. "/batches/{proxy+}")
+// with each parameter replaced by its decoded value, which also leaves out
+// a custom domain's base path. An event without a resource template, or
+// missing one of its parameters, falls back to decoding `path` once
+// (url.PathUnescape); a malformed escape is an error naming it.
+func EventPath(ev events.APIGatewayProxyRequest) (string, error) {
+	if ev.Resource != "" && strings.HasPrefix(ev.Resource, "/") {
+		missing := false
+		p := pathParamRE.ReplaceAllStringFunc(ev.Resource, func(m string) string {
+			name := pathParamRE.FindStringSubmatch(m)[1]
+			v, ok := ev.PathParameters[name]
+			if !ok {
+				missing = true
+			}
+			return v
+		})
+		if !missing {
+			return p, nil
+		}
+	}
+	p, err := url.PathUnescape(ev.Path)
+	if err != nil {
+		return "", fmt.Errorf("path %q: %w", ev.Path, err)
+	}
+	return p, nil
 }

@@ -27,7 +27,7 @@ func TestAPIRefusesMalformedBodies(t *testing.T) {
 		{"unknown field", "POST", "/batches", `{"pipelin":"webhook"}`, 400, "pipelin"},
 		{"wrong type", "POST", "/batches", `{"pipeline":7}`, 400, "pipeline"},
 		{"not JSON", "POST", "/batches", `nope`, 400, ""},
-		{"bad batch id", "GET", "/batches/a%2Fb", ``, 400, "id"},
+		{"bad batch id", "GET", "/batches/a%20b", ``, 400, "id"},
 		{"no route", "PUT", "/elsewhere", ``, 404, ""},
 	}
 	for _, tt := range tests {
