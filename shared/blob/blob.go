@@ -17,6 +17,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -225,9 +226,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // List calls fn for every object under bucket/prefix across every page of
-// ListObjectsV2 (1,000 keys a page), in key order.
+// ListObjectsV2 (1,000 keys a page), in key order, with each key as stored.
+// It lists with EncodingType=url: S3 answers in XML 1.0, which cannot hold
+// some characters a key may hold (U+0001 and the other control characters;
+// S3 user guide, "Naming Amazon S3 objects", and S3 API reference,
+// "ListObjectsV2", EncodingType:
+// https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html).
+// Keys are decoded (see [DecodeListedKey]) only when the answer says
+// EncodingType url, so a store that ignores the parameter still lists
+// right. A key that does not decode is an error naming it.
 func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(batch.ObjectInfo) error) error {
-	p := s3.NewListObjectsV2Paginator(s.s3, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix})
+	p := s3.NewListObjectsV2Paginator(s.s3, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix, EncodingType: types.EncodingTypeUrl})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -237,12 +246,30 @@ func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(batch.O
 			return fmt.Errorf("list s3://%s/%s: %w", bucket, prefix, err)
 		}
 		for _, o := range page.Contents {
-			if err := fn(batch.ObjectInfo{Bucket: bucket, Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)}); err != nil {
+			key := aws.ToString(o.Key)
+			if page.EncodingType == types.EncodingTypeUrl {
+				if key, err = DecodeListedKey(key); err != nil {
+					return fmt.Errorf("list s3://%s/%s: %w", bucket, prefix, err)
+				}
+			}
+			if err := fn(batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)}); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// DecodeListedKey decodes a key listed with EncodingType=url. S3 encodes
+// such keys form-style (a space may come as "+", a "+" as %2B), so the key
+// is decoded as a query component (url.QueryUnescape), the way the AWS CLI
+// and boto3 decode listings; MiniStack's "%20" for a space decodes the same.
+func DecodeListedKey(key string) (string, error) {
+	k, err := url.QueryUnescape(key)
+	if err != nil {
+		return "", fmt.Errorf("listed key %q: not URL-encoded: %w", key, err)
+	}
+	return k, nil
 }
 
 // Head returns an object's size, ETag and user metadata (lower-case names,
