@@ -180,7 +180,7 @@ func TestDuplicateDeliveriesRunOncePerItem(t *testing.T) {
 	if rc := rowsCensus(t, id); !sameCounts(rc, *v.Census) {
 		t.Fatalf("census %+v != rows %+v", *v.Census, rc)
 	}
-	if v.Census.Cost["calls"] != n {
+	if v.Census.Cost.Text("calls") != fmt.Sprint(n) {
 		t.Fatalf("cost rollup: %v, want calls=%d", v.Census.Cost, n)
 	}
 }
@@ -219,7 +219,7 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 		t.Fatalf("batch: %s %+v", v.Status, v.Census)
 	}
 	// Each item's cost is its last attempt's: failed calls were calls too.
-	if v.Census.Cost["calls"] != 12 {
+	if v.Census.Cost.Text("calls") != "12" {
 		t.Fatalf("cost %v, want calls=12", v.Census.Cost)
 	}
 	rep, err := env.api.Report(ctx, id)

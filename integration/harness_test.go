@@ -199,7 +199,7 @@ func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
 			if r.Wrote {
 				wrote.Add(1)
 			}
-			if r.Report.Census.Succeeded != 18 || r.Report.Census.Failed != 2 || r.Report.Census.Cost["calls"] != 18 || r.Report.Census.Cost["usd"] != 4.5 {
+			if r.Report.Census.Succeeded != 18 || r.Report.Census.Failed != 2 || r.Report.Census.Cost.Text("calls") != "18" || r.Report.Census.Cost.Text("usd") != "4.5" {
 				t.Errorf("census %+v", r.Report.Census)
 			}
 		}()

@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -137,14 +136,9 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	fmt.Printf("\nbatch %s run %d: %s (needs_attention: %v)\n", rep.BatchID, rep.Run, rep.Status, rep.NeedsAttention)
 	fmt.Printf("census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d\n",
 		c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending)
-	names := make([]string, 0, len(c.Cost))
-	for k := range c.Cost {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	fmt.Print("cost:  ")
-	for _, k := range names {
-		fmt.Printf(" %s %s", k, strconv.FormatFloat(c.Cost[k], 'f', -1, 64))
+	for _, k := range c.Cost.Names() {
+		fmt.Printf(" %s %s", k, c.Cost.Text(k))
 	}
 	fmt.Println()
 	fmt.Printf("report:     s3://%s/%s\n", bucket, final.ReportKey)

@@ -163,14 +163,17 @@ const (
 // Census is the count of a run's items by outcome, plus the cost rollup. It
 // is computed from the item rows, never from counters.
 type Census struct {
-	Total       int64         `json:"total"`
-	Succeeded   int64         `json:"succeeded"`
-	Failed      int64         `json:"failed"`
-	Quarantined int64         `json:"quarantined"`
-	Cancelled   int64         `json:"cancelled"`
-	InFlight    int64         `json:"in_flight"`
-	Pending     int64         `json:"pending"`
-	Cost        pipeline.Cost `json:"cost"`
+	Total       int64 `json:"total"`
+	Succeeded   int64 `json:"succeeded"`
+	Failed      int64 `json:"failed"`
+	Quarantined int64 `json:"quarantined"`
+	Cancelled   int64 `json:"cancelled"`
+	InFlight    int64 `json:"in_flight"`
+	Pending     int64 `json:"pending"`
+	// Cost is the exact decimal sum of each cost name over the counted
+	// items (JSON numbers in plain decimal: ten items of 0.1 usd give
+	// "usd": 1).
+	Cost pipeline.CostSum `json:"cost"`
 }
 
 // Add counts one item of outcome o with cost c.
@@ -190,7 +193,7 @@ func (c *Census) Add(o Outcome, cost pipeline.Cost) {
 		c.Pending++
 	}
 	if c.Cost == nil {
-		c.Cost = pipeline.Cost{}
+		c.Cost = pipeline.CostSum{}
 	}
 	c.Cost.Add(cost)
 }

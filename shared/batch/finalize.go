@@ -39,7 +39,7 @@ func ResultsManifestKey(batchID string, run int) string {
 // succeeded and (unreleased) quarantined rows of an earlier run keep their
 // outcome.
 func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome) error) (Census, error) {
-	c := Census{Cost: pipeline.Cost{}}
+	c := Census{Cost: pipeline.CostSum{}}
 	var rows int64
 	err := store.ScanItems(ctx, b.ID, b.ListShards, func(it Item) error {
 		o := it.Outcome

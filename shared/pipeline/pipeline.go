@@ -65,16 +65,12 @@ type Result struct {
 	Cost Cost
 }
 
-// Cost maps a cost name to an amount. Units are the name's own (tokens,
-// calls, USD…).
+// Cost maps a cost name to an item's amount. Units are the name's own
+// (tokens, calls, USD…). An amount is read as the shortest decimal that
+// gives back the same float64 (0.1 is 0.1), the way Go and JSON print it;
+// sums over items are exact decimals ([CostSum]). NaN and infinite amounts
+// are not counted in sums.
 type Cost map[string]float64
-
-// Add adds every amount of o into c (c must be non-nil).
-func (c Cost) Add(o Cost) {
-	for k, v := range o {
-		c[k] += v
-	}
-}
 
 // Outputs stores a pipeline's output objects under the batch's outputs
 // prefix (batches/{id}/outputs/). Implementations are safe for concurrent use.

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // ExitError carries the process exit code (and an error to print, if any).
@@ -442,18 +442,7 @@ func (a *app) show(v handler.BatchView) error {
 	if c := v.Census; c != nil {
 		fmt.Fprintf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
-		if len(c.Cost) > 0 {
-			names := make([]string, 0, len(c.Cost))
-			for k := range c.Cost {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			fmt.Fprint(a.out, "cost:")
-			for _, k := range names {
-				fmt.Fprintf(a.out, "  %s %s", k, strconv.FormatFloat(c.Cost[k], 'f', -1, 64))
-			}
-			fmt.Fprintln(a.out)
-		}
+		a.printCost(c.Cost)
 	}
 	if v.Progress != nil {
 		fmt.Fprintf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
@@ -536,6 +525,7 @@ func (a *app) reportCmd() *cobra.Command {
 			c := r.Census
 			fmt.Fprintf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
 			fmt.Fprintf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
+			a.printCost(c.Cost)
 			if r.Verdict.Exceeded {
 				fmt.Fprintf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
 			}
@@ -604,4 +594,18 @@ func refusalText(r *batch.SubmitRefusal) string {
 		return "no reason recorded"
 	}
 	return r.Code + ": " + r.Message
+}
+
+// printCost prints a census's cost sums, one "name amount" pair per name
+// in byte order, each exact in plain decimal (no float noise); nothing
+// when there are none.
+func (a *app) printCost(c pipeline.CostSum) {
+	if len(c) == 0 {
+		return
+	}
+	fmt.Fprint(a.out, "cost:")
+	for _, k := range c.Names() {
+		fmt.Fprintf(a.out, "  %s %s", k, c.Text(k))
+	}
+	fmt.Fprintln(a.out)
 }

@@ -1,0 +1,122 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/shopspring/decimal"
+)
+
+// CostSum is a cost rollup: name → the exact decimal sum of that name's
+// amounts over the items counted. Each item amount (a float64 of [Cost]) is
+// taken as its shortest round-trip decimal (0.1 is 0.1, not
+// 0.1000000000000000055…) and added in decimal arithmetic, so no binary
+// rounding accumulates: ten items of 0.1 sum to exactly 1, ten of 0.07 to
+// 0.7, whatever the number of items or their order.
+//
+// JSON: an object of plain decimal numbers, names in byte order, e.g.
+// {"calls": 10, "usd": 0.7}; never an exponent, never float noise.
+// Decoding takes any JSON number exactly (1e-7 included). A nil CostSum
+// is empty (JSON {}). Not safe for concurrent writes.
+type CostSum map[string]decimal.Decimal
+
+// Add adds each finite amount of c under its name. NaN and ±Inf amounts
+// are skipped: they have no decimal value.
+func (s CostSum) Add(c Cost) {
+	for name, v := range c {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		s[name] = s[name].Add(decimal.NewFromFloat(v))
+	}
+}
+
+// Text returns the sum under name in plain decimal ("1", "0.7", "-2.5"),
+// "0" when the name is absent.
+func (s CostSum) Text(name string) string { return plain(s[name]) }
+
+// Names returns the names in byte order.
+func (s CostSum) Names() []string {
+	names := make([]string, 0, len(s))
+	for k := range s {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// String is "calls=10 usd=0.7" (names in byte order).
+func (s CostSum) String() string {
+	parts := make([]string, 0, len(s))
+	for _, k := range s.Names() {
+		parts = append(parts, k+"="+s.Text(k))
+	}
+	return strings.Join(parts, " ")
+}
+
+// MarshalJSON writes the sums as JSON numbers in plain decimal.
+func (s CostSum) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range s.Names() {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(name)
+		b.WriteByte(':')
+		b.WriteString(plain(s[k]))
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// UnmarshalJSON reads an object of JSON numbers exactly; anything else is
+// an error naming the cost.
+func (s *CostSum) UnmarshalJSON(data []byte) error {
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("cost sums: %w", err)
+	}
+	if raw == nil {
+		*s = nil
+		return nil
+	}
+	out := make(CostSum, len(raw))
+	for k, v := range raw {
+		n, ok := v.(json.Number)
+		if !ok {
+			return fmt.Errorf("cost sums: cost %q is %T, want a JSON number", k, v)
+		}
+		d, err := decimal.NewFromString(n.String())
+		if err != nil {
+			return fmt.Errorf("cost %q: %w", k, err)
+		}
+		out[k] = d
+	}
+	*s = out
+	return nil
+}
+
+// plain formats d in plain decimal without trailing zeros, independent of
+// the decimal package's global formatting switches.
+func plain(d decimal.Decimal) string {
+	places := max(0, -d.Exponent())
+	t := d.StringFixed(places)
+	if strings.Contains(t, ".") {
+		t = strings.TrimRight(strings.TrimRight(t, "0"), ".")
+	}
+	if t == "-0" {
+		t = "0"
+	}
+	return t
+}

@@ -1,0 +1,87 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+)
+
+// Cost sums drift: amounts are summed as exact decimals, so the census, the
+// report and the CLI show 1, not 0.9999999999999999. Guards "the cost"
+// of the census (README, first paragraph; docs/design.md, Vocabulary).
+func TestCostSumsExact(t *testing.T) {
+	repeat := func(n int, c Cost) []Cost {
+		out := make([]Cost, n)
+		for i := range out {
+			out[i] = c
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		items []Cost
+		want  string // String()
+		json  string
+	}{
+		{"ten of 0.1 usd", repeat(10, Cost{"usd": 0.1}), "usd=1", `{"usd":1}`},
+		{"ten of 0.07 eur", repeat(10, Cost{"eur": 0.07}), "eur=0.7", `{"eur":0.7}`},
+		{"0.1 + 0.2", []Cost{{"usd": 0.1}, {"usd": 0.2}}, "usd=0.3", `{"usd":0.3}`},
+		{"a million of 0.000001", repeat(1_000_000, Cost{"usd": 0.000001}), "usd=1", `{"usd":1}`},
+		{"tiny amounts, no exponent", repeat(3, Cost{"usd": 1e-7}), "usd=0.0000003", `{"usd":0.0000003}`},
+		{"large and small", []Cost{{"tokens": 1e21}, {"tokens": 1}}, "tokens=1000000000000000000001", `{"tokens":1000000000000000000001}`},
+		{"refund", []Cost{{"usd": 0.1}, {"usd": -0.3}}, "usd=-0.2", `{"usd":-0.2}`},
+		{"back to zero", []Cost{{"usd": 0.1}, {"usd": -0.1}}, "usd=0", `{"usd":0}`},
+		{"several names", []Cost{{"calls": 1, "usd": 0.07}, {"calls": 1, "usd": 0.07, "tokens": 812}}, "calls=2 tokens=812 usd=0.14", `{"calls":2,"tokens":812,"usd":0.14}`},
+		{"not finite amounts skipped", []Cost{{"usd": 0.1}, {"usd": math.NaN()}, {"usd": math.Inf(1)}}, "usd=0.1", `{"usd":0.1}`},
+		{"nothing", nil, "", `{}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := CostSum{}
+			for _, c := range tt.items {
+				s.Add(c)
+			}
+			if got := s.String(); got != tt.want {
+				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+			b, err := json.Marshal(s)
+			if err != nil || string(b) != tt.json {
+				t.Fatalf("JSON %s %v, want %s", b, err, tt.json)
+			}
+			var back CostSum
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := json.Marshal(back); string(again) != tt.json {
+				t.Errorf("round trip %s, want %s", again, tt.json)
+			}
+		})
+	}
+}
+
+// Stored sums are read exactly, whatever JSON number form they take, and
+// anything but numbers is refused naming the cost.
+func TestCostSumDecode(t *testing.T) {
+	tests := []struct{ in, want, wantErr string }{
+		{`{"usd": 0.1000000000000000000001}`, `{"usd":0.1000000000000000000001}`, ""},
+		{`{"usd": 1e-7, "calls": 2E3}`, `{"calls":2000,"usd":0.0000001}`, ""},
+		{`{"usd": 1.500}`, `{"usd":1.5}`, ""},
+		{`null`, `{}`, ""},
+		{`{"usd": "1"}`, "", "cost sums"},
+		{`[1]`, "", "cost sums"},
+	}
+	for _, tt := range tests {
+		var s CostSum
+		err := json.Unmarshal([]byte(tt.in), &s)
+		if tt.wantErr != "" {
+			if err == nil {
+				t.Errorf("%s: no error, want %q", tt.in, tt.wantErr)
+			}
+			continue
+		}
+		b, _ := json.Marshal(s)
+		if err != nil || string(b) != tt.want {
+			t.Errorf("%s: %s %v, want %s", tt.in, b, err, tt.want)
+		}
+	}
+}
