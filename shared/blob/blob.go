@@ -290,8 +290,9 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (batch.ObjectInfo,
 const MaxDeleteKeys = 1000
 
 // DeletePrefix removes every object under prefix in the batches bucket, in
-// DeleteObjects calls of at most 1,000 keys, and returns how many it
-// removed. A DeleteObjects answer may list per-key errors while deleting
+// DeleteObjects calls of at most 1,000 keys (a key that XML 1.0 cannot
+// carry, such as one holding U+0001, by its own DeleteObject), and returns
+// how many it removed. A DeleteObjects answer may list per-key errors while deleting
 // the others (S3 API reference, "DeleteObjects": the response holds a
 // Deleted or an Error element per key); the failed keys are retried within
 // the pass, with exponential backoff (100 ms doubling, jittered, at most
@@ -320,6 +321,16 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 		return nil
 	}
 	err := s.List(ctx, s.bucket, prefix, func(o batch.ObjectInfo) error {
+		if !xmlSafe(o.Key) {
+			// DeleteObjects names keys in an XML body, which cannot carry
+			// this key (the SDK would send U+FFFD instead, deleting
+			// nothing): delete it alone, its key in the URL.
+			if _, err := s.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(o.Key)}); err != nil {
+				return fmt.Errorf("delete s3://%s/%q: %w", s.bucket, o.Key, err)
+			}
+			n++
+			return nil
+		}
 		keys = append(keys, types.ObjectIdentifier{Key: aws.String(o.Key)})
 		if len(keys) == MaxDeleteKeys {
 			return flush()
@@ -379,3 +390,19 @@ func (s *Store) deletePage(ctx context.Context, keys []types.ObjectIdentifier) (
 }
 
 var errKeysLeft = errors.New("keys left")
+
+// xmlSafe reports whether key is made only of characters XML 1.0 allows
+// (W3C XML 1.0, "Characters": tab, LF, CR, U+0020–U+D7FF,
+// U+E000–U+FFFD, U+10000–U+10FFFF), so that it can be named in an XML
+// request body such as DeleteObjects'.
+func xmlSafe(key string) bool {
+	for _, r := range key {
+		switch {
+		case r == 0x09 || r == 0x0A || r == 0x0D:
+		case r >= 0x20 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
+		default:
+			return false
+		}
+	}
+	return true
+}
