@@ -90,7 +90,10 @@ var DefaultPipelines = []string{"thumbnail", "webhook"}
 type Schedule struct {
 	// Name is 1–100 bytes of [A-Za-z0-9_-] (it prefixes the batch ids).
 	Name string `json:"name"`
-	// Expression is an EventBridge schedule: "rate(...)" or "cron(...)".
+	// Expression is an EventBridge schedule expression, "rate(...)" or
+	// "cron(...)", checked at synth by the rules EventBridge applies
+	// (CheckScheduleExpression). Cron runs in UTC: cron(0 2 * * ? *) is
+	// 02:00 UTC every day.
 	Expression string `json:"expression"`
 	// Request is the batch to start (a POST /batches body without batch_id),
 	// typically with an S3 object or prefix source.
@@ -124,8 +127,9 @@ type StackProps struct {
 	// Default DefaultRetentionDays (30).
 	RetentionDays int
 	// FinalizeTickSchedule is the EventBridge schedule expression of the
-	// FinalizeTick rule, "rate(...)" or "cron(...)". Default
-	// DefaultFinalizeTickSchedule ("rate(5 minutes)").
+	// FinalizeTick rule, "rate(...)" or "cron(...)" (UTC), checked by
+	// CheckScheduleExpression. Default DefaultFinalizeTickSchedule
+	// ("rate(5 minutes)").
 	FinalizeTickSchedule string
 	// BucketName names the bucket. Default "bulkrun-{account}-{region}",
 	// resolved by CloudFormation; set it to run two stacks in one region.
@@ -307,8 +311,8 @@ func derive(props *StackProps) (settings, error) {
 	if s.retentionDays < 1 {
 		bad("RetentionDays", strconv.Itoa(s.retentionDays), "want at least 1 day")
 	}
-	if !strings.HasPrefix(s.tick, "rate(") && !strings.HasPrefix(s.tick, "cron(") || !strings.HasSuffix(s.tick, ")") {
-		bad("FinalizeTickSchedule", s.tick, `want an EventBridge schedule expression, "rate(...)" or "cron(...)"`)
+	if err := CheckScheduleExpression(s.tick); err != nil {
+		bad("FinalizeTickSchedule", s.tick, "not an EventBridge schedule expression: "+err.Error())
 	}
 	if s.bucketName != "" && !bucketNamePattern.MatchString(s.bucketName) {
 		bad("BucketName", s.bucketName, "not a valid S3 bucket name")
@@ -333,8 +337,8 @@ func derive(props *StackProps) (settings, error) {
 			bad(field, sc.Name, "name must be unique, 1–100 bytes of [A-Za-z0-9_-]")
 		}
 		names[sc.Name] = true
-		if !strings.HasPrefix(sc.Expression, "rate(") && !strings.HasPrefix(sc.Expression, "cron(") || !strings.HasSuffix(sc.Expression, ")") {
-			bad(field+".Expression", sc.Expression, `want "rate(...)" or "cron(...)"`)
+		if err := CheckScheduleExpression(sc.Expression); err != nil {
+			bad(field+".Expression", sc.Expression, "not an EventBridge schedule expression: "+err.Error())
 		}
 		var req batch.SubmitRequest
 		if err := json.Unmarshal(sc.Request, &req); err != nil {

@@ -865,6 +865,13 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"unknown target", func(p *StackProps) { p.Target = "localstack" }, "Target"},
 		{"negative retention", func(p *StackProps) { p.RetentionDays = -1 }, "RetentionDays"},
 		{"bad schedule", func(p *StackProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},
+		{"tick rate with plural 1", func(p *StackProps) { p.FinalizeTickSchedule = "rate(1 minutes)" }, "FinalizeTickSchedule"},
+		{"schedule with a 5-field cron", func(p *StackProps) {
+			p.Schedules = []Schedule{{Name: "s", Expression: "cron(0 2 * * *)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
+		}, "Schedules[s].Expression"},
+		{"schedule with * in both day fields", func(p *StackProps) {
+			p.Schedules = []Schedule{{Name: "s", Expression: "cron(0 2 * * * *)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
+		}, "Schedules[s].Expression"},
 		{"bad bucket name", func(p *StackProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
 		{"bad source bucket", func(p *StackProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
