@@ -33,6 +33,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/contactsheet"
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/handler"
@@ -209,24 +210,22 @@ func printFailures(ctx context.Context, s3c *s3.Client, uri string) error {
 
 func contactSheet(ctx context.Context, s3c *s3.Client, bucket, prefix, out string) (string, int, error) {
 	var tiles []contactsheet.Tile
-	p := s3.NewListObjectsV2Paginator(s3c, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+	// blob.Store.List lists with EncodingType=url: any key comes back as stored.
+	err := blob.New(s3c, bucket).List(ctx, bucket, prefix, func(o batch.ObjectInfo) error {
+		obj, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &o.Key})
 		if err != nil {
-			return "", 0, err
+			return err
 		}
-		for _, o := range page.Contents {
-			obj, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: o.Key})
-			if err != nil {
-				return "", 0, err
-			}
-			img, _, err := image.Decode(obj.Body)
-			obj.Body.Close()
-			if err != nil {
-				return "", 0, fmt.Errorf("thumbnail %s: %w", aws.ToString(o.Key), err)
-			}
-			tiles = append(tiles, contactsheet.Tile{Label: strings.TrimSuffix(filepath.Base(aws.ToString(o.Key)), ".png"), Image: img})
+		img, _, err := image.Decode(obj.Body)
+		obj.Body.Close()
+		if err != nil {
+			return fmt.Errorf("thumbnail %s: %w", o.Key, err)
 		}
+		tiles = append(tiles, contactsheet.Tile{Label: strings.TrimSuffix(filepath.Base(o.Key), ".png"), Image: img})
+		return nil
+	})
+	if err != nil {
+		return "", 0, err
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return "", 0, err
