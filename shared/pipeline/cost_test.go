@@ -85,3 +85,14 @@ func TestCostSumDecode(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCostSumAdd measures the exact sum's price per item (finalize adds
+// every item's cost): go test -run '^$' -bench CostSumAdd ./shared/pipeline/
+func BenchmarkCostSumAdd(b *testing.B) {
+	b.ReportAllocs()
+	s := CostSum{}
+	c := Cost{"calls": 1, "usd": 0.0021}
+	for b.Loop() {
+		s.Add(c)
+	}
+}
