@@ -292,14 +292,14 @@ const MaxDeleteKeys = 1000
 // DeletePrefix removes every object under prefix in the batches bucket, in
 // DeleteObjects calls of at most 1,000 keys (a key that XML 1.0 cannot
 // carry, such as one holding U+0001, by its own DeleteObject), and returns
-// how many it removed. A DeleteObjects answer may list per-key errors while deleting
-// the others (S3 API reference, "DeleteObjects": the response holds a
-// Deleted or an Error element per key); the failed keys are retried within
-// the pass, with exponential backoff (100 ms doubling, jittered, at most
-// MaxDeleteTries calls per page), and the pass goes on to the next pages
-// whatever happens. Keys still failing at the end are an error naming the
-// first of them and their count; the caller may retry (deleting a missing
-// key is not an error).
+// how many it removed. A DeleteObjects answer may list per-key errors
+// while deleting the others (S3 API reference, "DeleteObjects": the
+// response holds a Deleted or an Error element per key); the failed keys
+// are retried within the pass, with exponential backoff (100 ms doubling,
+// jittered, at most MaxDeleteTries calls per page), and the pass goes on to
+// the next pages whatever happens. Keys still failing at the end are an
+// error naming the first of them and their count; the caller may retry
+// (deleting a missing key is not an error).
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	if prefix == "" || !strings.HasSuffix(prefix, "/") {
 		return 0, fmt.Errorf("delete prefix %q: want a non-empty prefix ending in /", prefix)
