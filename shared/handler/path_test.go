@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -154,5 +155,43 @@ func TestItemPathsRefused(t *testing.T) {
 				t.Errorf("%d %+v, released %q; want %d field %q, nothing released", resp.StatusCode, body, store.released, tt.status, tt.field)
 			}
 		})
+	}
+}
+
+// An event as API Gateway's REST API sends it, field for field: `path` as
+// the client sent it (percent-encoded), `pathParameters` and the
+// requestContext decoded. Releasing a/b releases a/b and releasing a%2Fb
+// (a key holding the three characters "%2F") releases that one.
+func TestItemKeysInPathsAWSEventJSON(t *testing.T) {
+	const tmpl = `{
+  "resource": "/batches/{proxy+}",
+  "path": %q,
+  "httpMethod": "POST",
+  "headers": {"Host": "abc123.execute-api.us-east-1.amazonaws.com", "Content-Type": "application/json"},
+  "multiValueHeaders": {"Host": ["abc123.execute-api.us-east-1.amazonaws.com"]},
+  "queryStringParameters": null,
+  "multiValueQueryStringParameters": null,
+  "pathParameters": {"proxy": %q},
+  "stageVariables": null,
+  "requestContext": {"resourcePath": "/batches/{proxy+}", "httpMethod": "POST", "path": %q, "stage": "v1", "apiId": "abc123"},
+  "body": null,
+  "isBase64Encoded": false
+}`
+	for _, tt := range []struct{ path, proxy, key string }{
+		{"/batches/b-1/items/a%2Fb/release", "b-1/items/a/b/release", "a/b"},
+		{"/batches/b-1/items/a%252Fb/release", "b-1/items/a%2Fb/release", "a%2Fb"},
+		{"/batches/b-1/items/100%25%20off+more/release", "b-1/items/100% off+more/release", "100% off+more"},
+		{"/batches/b-1/items/na%C3%AFve%2F%E6%97%A5/release", "b-1/items/naïve/日/release", "naïve/日"},
+	} {
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal([]byte(fmt.Sprintf(tmpl, tt.path, tt.proxy, "/v1"+tt.path)), &ev); err != nil {
+			t.Fatal(err)
+		}
+		store := &releaseStore{}
+		api := NewAPI(nil, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		resp, err := api.Serve(context.Background(), ev)
+		if err != nil || resp.StatusCode != http.StatusNoContent || len(store.released) != 1 || store.released[0] != tt.key {
+			t.Errorf("%s: %d %v, released %q; want 204 releasing %q", tt.path, resp.StatusCode, err, store.released, tt.key)
+		}
 	}
 }
