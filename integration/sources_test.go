@@ -142,8 +142,11 @@ func TestPrefixListingUnusualKeys(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = env.blobs.DeletePrefix(context.Background(), prefix) })
 	hook := env.hook.route(id, nil)
-	v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
-		Options: []byte(`{"url":"` + hook + `"}`)})
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
+		Options: []byte(`{"url":"` + hook + `"}`)}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
 	if err != nil || v.ItemCount != int64(len(names)) {
 		t.Fatalf("submit: item_count %d, %v", v.ItemCount, err)
 	}
