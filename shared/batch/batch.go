@@ -65,6 +65,10 @@ type Batch struct {
 	// after PutEvents answered); finalize and its tick publish a finished
 	// run's event until it is marked, so it is delivered at least once.
 	PublishedRun int `json:"-"`
+
+	// StopOnThreshold: see SubmitRequest.StopOnThreshold; nil (rows
+	// written before the option existed) means true. Read it with EarlyStop.
+	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 }
 
 // Expired reports whether the batch's retention has ended at now: a
@@ -92,6 +96,11 @@ func Live(b Batch, now time.Time) (Batch, error) {
 // https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/TTL.html),
 // never before their TTL.
 const TTLGrace = 24 * time.Hour
+
+// EarlyStop reports whether the run stops as soon as its failures exceed
+// the threshold (the default, as Distributed Map does), rather than running
+// every item and judging at the end.
+func (b Batch) EarlyStop() bool { return b.StopOnThreshold == nil || *b.StopOnThreshold }
 
 // Chunk is a byte range of the manifest holding Count whole lines, the
 // first of which is item number FirstIndex (0-based). Fan-out sends one

@@ -179,7 +179,7 @@ func TestReadJSONL(t *testing.T) {
 		{"key field", "{\"id\":\"x\",\"v\":1}\n{\"id\":\"y\"}\n", "id", []string{"x", "y"}, []int64{1, 2}, "", 0},
 		{"malformed line", "{\"a\":1}\n{\"a\":1}\n{oops}\n", "", nil, nil, "line 3: not valid JSON", 3},
 		{"key field missing", "{\"id\":\"x\"}\n{\"v\":1}\n", "id", nil, nil, `key field "id" is missing`, 2},
-		{"key field not string", "{\"id\":7}\n", "id", nil, nil, `key field "id" is not a string`, 1},
+		{"key field not string", "{\"id\":7.5}\n", "id", nil, nil, `key field "id" is not a string or an integer`, 1},
 		{"key too long", "{\"id\":\"" + strings.Repeat("k", 1025) + "\"}\n", "id", nil, nil, "longer than 1024", 1},
 		{"key not object", "[1,2]\n", "id", nil, nil, "not a JSON object", 1},
 		{"invalid utf-8 key", "{\"id\":\"ok\"}\n{\"id\":\"a\xffb\"}\n", "id", nil, nil, "not valid UTF-8", 2},
@@ -223,7 +223,7 @@ func TestReadJSONArrayAndCSV(t *testing.T) {
 		{`{"a":1}`, "want a JSON array"},
 		{`[1, 2`, "element 3"},
 		{`[1] 2`, "after the closing bracket"},
-		{``, "empty source"},
+		{``, "empty_source"},
 	} {
 		err := ReadJSONArray(strings.NewReader(bad.in), "", func(SourceItem) error { return nil })
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
@@ -332,6 +332,11 @@ func TestSourceSpecValidate(t *testing.T) {
 		{"unknown format", SourceSpec{Object: "s3://b/k.txt"}, "", "source.format"},
 		{"items not array", SourceSpec{Items: json.RawMessage(`{}`)}, "", "source.items"},
 		{"prefix with key field", SourceSpec{Prefix: "s3://b/p/"}, "id", "key_field"},
+		{"csv delimiter", SourceSpec{Object: "s3://b/k.csv", CSVDelimiter: ";"}, "", ""},
+		{"csv delimiter on gzip csv", SourceSpec{Object: "s3://b/k.CSV.gz", CSVDelimiter: "tab"}, "", ""},
+		{"csv delimiter on jsonl", SourceSpec{Object: "s3://b/k.jsonl", CSVDelimiter: ";"}, "", "source.csv_delimiter"},
+		{"csv delimiter on prefix", SourceSpec{Prefix: "s3://b/p/", CSVDelimiter: ";"}, "", "source.csv_delimiter"},
+		{"csv delimiter quote", SourceSpec{Object: "s3://b/k.csv", CSVDelimiter: `"`}, "", "source.csv_delimiter"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -404,6 +409,7 @@ func TestSameSettings(t *testing.T) {
 		{func(b *Batch) { b.Headers = map[string]string{"X": "1"} }, "headers"},
 		{func(b *Batch) { p := 5.0; b.Threshold.FailurePercent = &p }, "threshold"},
 		{func(b *Batch) { b.MaxAttempts = 4 }, "max_attempts"},
+		{func(b *Batch) { f := false; b.StopOnThreshold = &f }, "stop_on_threshold"},
 		{func(b *Batch) { b.OnInterrupt = InterruptQuarantine }, "on_interrupt"},
 	} {
 		other := base

@@ -23,6 +23,11 @@ var (
 	// ErrInvalid: the request or the source is malformed. Permanent; the
 	// error is an *InputError naming the field or line.
 	ErrInvalid = errors.New("invalid input")
+	// ErrEmptySource: the source holds no items (API code empty_source,
+	// HTTP 400). Permanent; nothing was created. It comes wrapped in an
+	// *InputError naming the source field, so errors.Is(err, ErrInvalid)
+	// holds as well.
+	ErrEmptySource = errors.New("empty_source")
 	// ErrNotFinished: finalize found items still pending or in flight.
 	ErrNotFinished = errors.New("run not finished")
 	// ErrUnavailable: an AWS service throttled the call or failed
@@ -88,7 +93,7 @@ func (e *InputError) Unwrap() error { return e.Err }
 // errors.Is(err, ErrBatchMismatch) is true.
 type MismatchError struct {
 	BatchID string
-	Field   string // "manifest_digest", "pipeline", "pipeline_options", "headers", "threshold", "max_attempts" or "on_interrupt"
+	Field   string // "manifest_digest", "pipeline", "pipeline_options", "headers", "threshold", "stop_on_threshold", "max_attempts" or "on_interrupt"
 	Stored  string
 	Given   string
 }

@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // SourceSpec names where a batch's items come from; exactly one of Items,
@@ -18,12 +19,20 @@ import (
 //
 //	{"items": [ {...}, ... ]}                          inline JSON array
 //	{"object": "s3://bucket/key.jsonl", "format": "jsonl"}  one S3 object: jsonl, json (array) or csv (header row)
+//	{"object": "s3://bucket/key.csv", "csv_delimiter": ";"}  CSV with a given delimiter
 //	{"prefix": "s3://bucket/images/"}                  one item per object under the prefix
+//
+// An object is UTF-8 text, read gzip-decompressed when it is gzip (see
+// SourceText).
 type SourceSpec struct {
 	Items  json.RawMessage `json:"items,omitempty"`
 	Object string          `json:"object,omitempty"`
 	Format string          `json:"format,omitempty"` // jsonl | json | csv; default from the object's extension
-	Prefix string          `json:"prefix,omitempty"`
+	// CSVDelimiter is a CSV object's delimiter (ParseCSVDelimiter: one
+	// character, or comma, semicolon, tab, pipe); "" detects it from a
+	// sep= first line or the header (ReadCSVDelimited).
+	CSVDelimiter string `json:"csv_delimiter,omitempty"`
+	Prefix       string `json:"prefix,omitempty"`
 }
 
 // Source formats.
@@ -60,16 +69,17 @@ func ParseS3URI(uri string) (bucket, key string, err error) {
 	return bucket, key, nil
 }
 
-// FormatOf returns the source format of an object key by its extension
-// (.jsonl/.ndjson, .json, .csv), or "".
+// FormatOf returns the source format of an object key by its extension,
+// compared case-insensitively: .jsonl/.ndjson, .json, .csv/.tsv, each also
+// with .gz after it (orders.csv.gz is csv, read decompressed); else "".
 func FormatOf(key string) string {
-	k := strings.ToLower(key)
+	k := strings.TrimSuffix(strings.ToLower(key), ".gz")
 	switch {
 	case strings.HasSuffix(k, ".jsonl"), strings.HasSuffix(k, ".ndjson"):
 		return FormatJSONL
 	case strings.HasSuffix(k, ".json"):
 		return FormatJSON
-	case strings.HasSuffix(k, ".csv"):
+	case strings.HasSuffix(k, ".csv"), strings.HasSuffix(k, ".tsv"):
 		return FormatCSV
 	}
 	return ""
@@ -96,14 +106,38 @@ func (k *keyer) key(input json.RawMessage, line, element int64) (string, error) 
 	if !ok {
 		return "", &InputError{Line: line, Element: element, Reason: fmt.Sprintf("key field %q is missing", k.field)}
 	}
-	var key string
-	if err := json.Unmarshal(raw, &key); err != nil {
-		return "", &InputError{Line: line, Element: element, Reason: fmt.Sprintf("key field %q is not a string (got %s)", k.field, truncate(string(raw), 40))}
+	key, ok := keyText(raw)
+	if !ok {
+		return "", &InputError{Line: line, Element: element, Reason: fmt.Sprintf("key field %q is not a string or an integer (got %s)", k.field, truncate(string(raw), 40))}
 	}
 	if r := CheckKey(key); r != "" {
 		return "", &InputError{Line: line, Element: element, Key: truncate(key, 80), Reason: r}
 	}
 	return key, nil
+}
+
+// keyText returns the key a key field's JSON value stands for: a string's
+// value, or an integer's exact decimal text (-?(0|[1-9][0-9]*), RFC 8259
+// §6 without fraction or exponent, of any size), so 12345 and "12345" are
+// the same key. Other values (1.0, 1e3, true, null, objects) are not keys.
+func keyText(raw json.RawMessage) (string, bool) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var key string
+		if err := json.Unmarshal(raw, &key); err != nil {
+			return "", false
+		}
+		return key, true
+	}
+	digits := bytes.TrimPrefix(raw, []byte{'-'})
+	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
+		return "", false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return string(raw), true
 }
 
 func truncate(s string, n int) string {
@@ -143,6 +177,9 @@ func ReadJSONL(r io.Reader, keyField string, emit func(SourceItem) error) error 
 				eof = true
 				break
 			}
+			if ie := passInputError(err, line+1, 0); ie != nil {
+				return ie
+			}
 			return fmt.Errorf("read line %d: %w", line+1, err)
 		}
 		if buf.Len() == 0 && eof {
@@ -169,22 +206,32 @@ func emitJSON(b []byte, line, element int64, k *keyer, emit func(SourceItem) err
 	// encoding/json would replace invalid UTF-8 with U+FFFD and so change a
 	// key silently; JSON text must be UTF-8 (RFC 8259 §8.1).
 	if !utf8.Valid(b) {
-		return &InputError{Line: line, Element: element, Reason: "not valid UTF-8 (JSON text must be UTF-8, RFC 8259 §8.1)"}
+		return &InputError{Line: line, Element: element, Reason: notUTF8("the line", b)}
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, b); err != nil {
+	// Compact and check in one pass. RFC 8259 §4 leaves an object with a
+	// member twice to each parser ({"id":"a","id":"b"} is "a" to some and
+	// "b" to others): refuse it, at any depth, naming the member.
+	input := jsontext.Value(bytes.Clone(b))
+	if err := input.Compact(jsontext.AllowDuplicateNames(false)); err != nil {
+		var se *jsontext.SyntacticError
+		if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+			where := ""
+			if parent := se.JSONPointer.Parent(); parent != "" {
+				where = fmt.Sprintf(" (in the object at %s)", parent)
+			}
+			return &InputError{Line: line, Element: element, Reason: fmt.Sprintf("member %q appears twice in one object%s", se.JSONPointer.LastToken(), where)}
+		}
 		var v any
 		if uerr := json.Unmarshal(b, &v); uerr != nil {
 			err = uerr
 		}
 		return &InputError{Line: line, Element: element, Reason: "not valid JSON", Err: err}
 	}
-	input := json.RawMessage(compact.Bytes())
-	key, err := k.key(input, line, element)
+	key, err := k.key(json.RawMessage(input), line, element)
 	if err != nil {
 		return err
 	}
-	return emit(SourceItem{Key: key, Input: input, Line: line, Element: element})
+	return emit(SourceItem{Key: key, Input: json.RawMessage(input), Line: line, Element: element})
 }
 
 // ReadJSONArray reads one JSON array (RFC 8259) whose elements are the
@@ -198,8 +245,11 @@ func ReadJSONArray(r io.Reader, keyField string, emit func(SourceItem) error) er
 	dec := json.NewDecoder(br)
 	tok, err := dec.Token()
 	if err != nil {
+		if ie := passInputError(err, 0, 0); ie != nil {
+			return ie
+		}
 		if errors.Is(err, io.EOF) {
-			return &InputError{Reason: "empty source: want a JSON array"}
+			return &InputError{Reason: "holds nothing, want a JSON array", Err: ErrEmptySource}
 		}
 		return &InputError{Reason: "not valid JSON", Err: err}
 	}
@@ -212,6 +262,9 @@ func ReadJSONArray(r io.Reader, keyField string, emit func(SourceItem) error) er
 		element++
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
+			if ie := passInputError(err, 0, element); ie != nil {
+				return ie
+			}
 			return &InputError{Element: element, Reason: "not valid JSON", Err: err}
 		}
 		if len(raw) > MaxLineBytes {
@@ -222,101 +275,18 @@ func ReadJSONArray(r io.Reader, keyField string, emit func(SourceItem) error) er
 		}
 	}
 	if _, err := dec.Token(); err != nil {
+		if ie := passInputError(err, 0, element+1); ie != nil {
+			return ie
+		}
 		return &InputError{Element: element + 1, Reason: "unterminated JSON array", Err: err}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if ie := passInputError(err, 0, 0); ie != nil {
+			return ie
+		}
 		return &InputError{Reason: "content after the closing bracket of the JSON array"}
 	}
 	return nil
-}
-
-// ReadCSV reads CSV (RFC 4180, via encoding/csv) whose first row names the
-// columns; each further row is an item whose input is a JSON object of
-// column → string value, in column order. keyField must name a column.
-// Blank lines are skipped; a row with the wrong number of fields is an
-// error naming its line.
-func ReadCSV(r io.Reader, keyField string, emit func(SourceItem) error) error {
-	br := bufio.NewReader(r)
-	if head, err := br.Peek(3); err == nil && bytes.Equal(head, bom) {
-		br.Discard(3)
-	}
-	cr := csv.NewReader(br)
-	header, err := cr.Read()
-	if errors.Is(err, io.EOF) {
-		return nil // no header, no items
-	}
-	if err != nil {
-		return csvError(err)
-	}
-	cols := make([][]byte, len(header))
-	seen := map[string]bool{}
-	keyCol := -1
-	for i, h := range header {
-		if h == "" {
-			return &InputError{Line: 1, Reason: fmt.Sprintf("header column %d is empty", i+1)}
-		}
-		if seen[h] {
-			return &InputError{Line: 1, Reason: fmt.Sprintf("header column %q appears twice", h)}
-		}
-		seen[h] = true
-		cols[i], _ = json.Marshal(h)
-		if h == keyField {
-			keyCol = i
-		}
-	}
-	if keyField != "" && keyCol < 0 {
-		return &InputError{Field: "key_field", Reason: fmt.Sprintf("%q is not a column of the CSV header (%s)", keyField, strings.Join(header, ","))}
-	}
-	var index int64
-	var buf bytes.Buffer
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return csvError(err)
-		}
-		line, _ := cr.FieldPos(0)
-		for i, v := range rec {
-			if !utf8.ValidString(v) {
-				return &InputError{Line: int64(line), Reason: fmt.Sprintf("column %q is not valid UTF-8", header[i])}
-			}
-		}
-		buf.Reset()
-		buf.WriteByte('{')
-		for i, v := range rec {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			buf.Write(cols[i])
-			buf.WriteByte(':')
-			val, _ := json.Marshal(v)
-			buf.Write(val)
-		}
-		buf.WriteByte('}')
-		var key string
-		if keyCol >= 0 {
-			key = rec[keyCol]
-			if r := CheckKey(key); r != "" {
-				return &InputError{Line: int64(line), Key: truncate(key, 80), Reason: r}
-			}
-		} else {
-			key = PositionalKey(index)
-		}
-		index++
-		if err := emit(SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: int64(line)}); err != nil {
-			return err
-		}
-	}
-}
-
-func csvError(err error) error {
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
-		return &InputError{Line: int64(pe.Line), Reason: "malformed CSV", Err: pe.Err}
-	}
-	return fmt.Errorf("read csv: %w", err)
 }
 
 // ListPrefix emits one item per object under bucket/prefix (every page):
@@ -363,17 +333,25 @@ func ReadSource(ctx context.Context, blobs Blobs, spec SourceSpec, keyField stri
 			return fmt.Errorf("open %s: %w", spec.Object, err)
 		}
 		defer rc.Close()
+		text, err := SourceText(rc)
+		if err != nil {
+			return err
+		}
 		format := spec.Format
 		if format == "" {
 			format = FormatOf(key)
 		}
 		switch format {
 		case FormatJSONL:
-			return ReadJSONL(rc, keyField, emit)
+			return ReadJSONL(text, keyField, emit)
 		case FormatJSON:
-			return ReadJSONArray(rc, keyField, emit)
+			return ReadJSONArray(text, keyField, emit)
 		case FormatCSV:
-			return ReadCSV(rc, keyField, emit)
+			delim, err := ParseCSVDelimiter(spec.CSVDelimiter)
+			if err != nil {
+				return &InputError{Field: "source.csv_delimiter", Reason: err.Error()}
+			}
+			return ReadCSVDelimited(text, keyField, delim, emit)
 		}
 		return &InputError{Field: "source.format", Reason: fmt.Sprintf("%q is not one of jsonl, json, csv", format)}
 	}
@@ -412,6 +390,14 @@ func (s SourceSpec) Validate(keyField string) error {
 		if f != FormatJSONL && f != FormatJSON && f != FormatCSV {
 			return &InputError{Field: "source.format", Reason: fmt.Sprintf("cannot tell the format of %q: set format to jsonl, json or csv", key)}
 		}
+		if _, err := ParseCSVDelimiter(s.CSVDelimiter); err != nil {
+			return &InputError{Field: "source.csv_delimiter", Reason: err.Error()}
+		}
+		if s.CSVDelimiter != "" && f != FormatCSV {
+			return &InputError{Field: "source.csv_delimiter", Reason: fmt.Sprintf("applies to a csv source, not %s", f)}
+		}
+	case s.CSVDelimiter != "":
+		return &InputError{Field: "source.csv_delimiter", Reason: "applies to a csv object source only"}
 	case s.Prefix != "":
 		if _, _, err := ParseS3URI(s.Prefix); err != nil {
 			return &InputError{Field: "source.prefix", Reason: err.Error()}

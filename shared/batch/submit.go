@@ -30,6 +30,12 @@ type SubmitRequest struct {
 	KeyField string `json:"key_field,omitempty"`
 	// Threshold is the tolerated failures; unset tolerates any.
 	Threshold Threshold `json:"threshold"`
+	// StopOnThreshold, true when unset (the default, as Step Functions
+	// Distributed Map does), stops the run as soon as the failures counted
+	// so far exceed the threshold: items not yet started end cancelled.
+	// false runs every item and judges the threshold once, at the end (the
+	// status is threshold_exceeded all the same, with no item cancelled).
+	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 	// MaxAttempts per item, 1–100; 0 means the stack's default.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Headers reach the pipeline; names starting with "bulkrun." are refused.
@@ -187,6 +193,8 @@ func sameSettings(stored, given Batch) (field, was, now string) {
 		return "headers", asJSON(stored.Headers), asJSON(given.Headers)
 	case asJSON(stored.Threshold) != asJSON(given.Threshold):
 		return "threshold", asJSON(stored.Threshold), asJSON(given.Threshold)
+	case stored.EarlyStop() != given.EarlyStop():
+		return "stop_on_threshold", fmt.Sprint(stored.EarlyStop()), fmt.Sprint(given.EarlyStop())
 	case stored.MaxAttempts != given.MaxAttempts:
 		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
 	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
@@ -208,7 +216,8 @@ func ManifestKey(batchID, attempt string) string {
 // hashing it and detecting duplicate keys; put the batch row only if absent;
 // send the fan-out messages; mark the batch fanned out. On bad input the
 // manifest upload is aborted and nothing is written (an *InputError names
-// the field or line). If the id exists with the same digest and pipeline,
+// the field or line); a source without items is refused the same way, its
+// error matching ErrEmptySource. If the id exists with the same digest and pipeline,
 // the new manifest is deleted and the stored batch returned (Created false);
 // a fan-out interrupted by a crash is resumed. Another digest or pipeline is
 // a *MismatchError (ErrBatchMismatch). Idempotent per (id, manifest).
@@ -355,6 +364,11 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 	if err == nil {
 		sum, err = mw.Finish()
 	}
+	if err == nil && sum.Count == 0 {
+		// A batch of nothing is almost always a wrong file or prefix, and
+		// would "succeed" doing nothing: refuse it before anything exists.
+		err = &InputError{Field: sourceField(req.Source), Reason: "holds no items (blank and whitespace-only lines are not items)", Err: ErrEmptySource}
+	}
 	if err != nil {
 		if aerr := w.Abort(); aerr != nil {
 			s.Log.Warn("abort manifest upload", "batch_id", req.BatchID, "error", aerr.Error())
@@ -388,6 +402,8 @@ func planOf(req SubmitRequest, now time.Time) Batch {
 		Source:       req.Source.Describe(),
 		CreatedAt:    now,
 		RunStartedAt: now,
+		// StopOnThreshold is stored explicitly (nil on older rows means true).
+		StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 	}
 }
 
@@ -399,6 +415,19 @@ func (b *Batch) freeze(manifestKey string, sum ManifestSummary) {
 	b.ItemCount = sum.Count
 	b.ListShards = ListShards(sum.Count)
 	b.CounterShards = CounterShards(sum.Count)
+}
+
+// sourceField names the request field of a source, for errors.
+func sourceField(src SourceSpec) string {
+	switch {
+	case src.Object != "":
+		return "source.object"
+	case src.Prefix != "":
+		return "source.prefix"
+	case src.Items != nil:
+		return "source.items"
+	}
+	return "source"
 }
 
 func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {

@@ -187,9 +187,10 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 			log.Warn("read progress", "error", err.Error())
 			continue
 		}
-		if v := a.b.Threshold.Judge(p.Failures, a.b.ItemCount); v.Exceeded && a.b.Stop == "" {
+		if v := a.b.Threshold.Judge(p.Failures, a.b.ItemCount); v.Exceeded && a.b.Stop == "" && a.b.EarlyStop() {
 			// Failures counted so far already exceed the threshold: stop the
-			// run; items not yet started end cancelled.
+			// run; items not yet started end cancelled. Without early stop
+			// every item runs and finalize judges the threshold.
 			err := w.Store.Stop(ctx, k.id, k.run, StatusThresholdExceeded, v.Detail)
 			if err != nil && !errors.Is(err, ErrConflict) {
 				log.Warn("stop run", "error", err.Error())

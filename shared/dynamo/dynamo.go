@@ -168,6 +168,8 @@ type batchRow struct {
 	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
 	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
 	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
+
+	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 }
 
 func ms(t time.Time) int64 {
@@ -198,6 +200,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
+		StopOnThreshold: b.StopOnThreshold,
 	}
 	if b.Refusal != nil {
 		rf, err := json.Marshal(b.Refusal)
@@ -226,6 +229,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
 		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun,
+		StopOnThreshold: r.StopOnThreshold,
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)

@@ -52,7 +52,8 @@ const LiveCensusMaxItems = 10_000
 // route, or a route with another method, is 404 not_found.
 //
 // Errors are JSON {"code", "message", "field", "line", "element", "key"}:
-// invalid_request 400, not_found 404, expired 404 (the batch's retention
+// invalid_request 400, empty_source 400 (the source holds no items;
+// nothing was created), not_found 404, expired 404 (the batch's retention
 // has ended: it is gone, whether or not the sweep has deleted it yet, and
 // a submit may reuse its id), batch_mismatch 409, conflict 409 (a run is
 // going, or not), internal 409 (a refused batch submitted again),
@@ -186,6 +187,8 @@ func ErrorOf(err error) (int, ErrorBody) {
 	var me *batch.MismatchError
 	var re *batch.BatchRefusedError
 	switch {
+	case errors.Is(err, batch.ErrEmptySource) && errors.As(err, &ie):
+		return http.StatusBadRequest, ErrorBody{Code: "empty_source", Message: err.Error(), Field: ie.Field}
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}
 	case errors.As(err, &me):

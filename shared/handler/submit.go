@@ -115,6 +115,8 @@ const (
 	MetaFailureCount    = "tolerated-failure-count"
 	MetaMaxAttempts     = "max-attempts"
 	MetaPipelineOptions = "pipeline-options"
+	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
+	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
 )
 
 // Uploads starts a batch per uploaded object under incoming/. A duplicate
@@ -220,7 +222,7 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key string) (batch.S
 		BatchID:  get(MetaBatchID),
 		Pipeline: get(MetaPipeline),
 		KeyField: get(MetaKeyField),
-		Source:   batch.SourceSpec{Object: "s3://" + bucket + "/" + key, Format: get(MetaFormat)},
+		Source:   batch.SourceSpec{Object: "s3://" + bucket + "/" + key, Format: get(MetaFormat), CSVDelimiter: get(MetaCSVDelimiter)},
 	}
 	if req.BatchID == "" {
 		req.BatchID = UploadBatchID(bucket, key, info.ETag)
@@ -248,6 +250,13 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key string) (batch.S
 			return req, &batch.InputError{Field: "x-amz-meta-" + MetaMaxAttempts, Reason: "not a whole number: " + v}
 		}
 		req.MaxAttempts = n
+	}
+	if v := get(MetaStopOnThreshold); v != "" {
+		stop, err := strconv.ParseBool(v)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaStopOnThreshold, Reason: "want true or false: " + v}
+		}
+		req.StopOnThreshold = &stop
 	}
 	if v := get(MetaPipelineOptions); v != "" {
 		req.Options = json.RawMessage(v)

@@ -144,6 +144,8 @@ func (a *app) submitCmd() *cobra.Command {
 		headers []string
 		options string
 		watch   bool
+		delim   string
+		stop    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "submit FILE|DIR|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
@@ -158,6 +160,9 @@ func (a *app) submitCmd() *cobra.Command {
 			case "", batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
 			default:
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--format %q: want jsonl, json or csv", format)}
+			}
+			if _, err := batch.ParseCSVDelimiter(delim); err != nil {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter %w", err)}
 			}
 			if err := a.load(ctx); err != nil {
 				return err
@@ -186,6 +191,15 @@ func (a *app) submitCmd() *cobra.Command {
 					return err
 				}
 				req.Source = batch.SourceSpec{Object: uri, Format: format}
+			}
+			if delim != "" {
+				if req.Source.Object == "" {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter applies to a CSV file or object only")}
+				}
+				req.Source.CSVDelimiter = delim
+			}
+			if cmd.Flags().Changed("stop-on-threshold") {
+				req.StopOnThreshold = &stop
 			}
 			if cmd.Flags().Changed("tolerated-failure-percent") {
 				req.Threshold.FailurePercent = &percent
@@ -240,6 +254,8 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&prefix, "prefix", false, "the s3:// URI is a prefix: one item per object under it")
 	f.Float64Var(&percent, "tolerated-failure-percent", 0, "threshold: tolerated failures in percent of all items")
 	f.Int64Var(&count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
+	f.StringVar(&delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
+	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
 	f.StringArrayVar(&headers, "header", nil, "NAME=VALUE header passed to the pipeline (repeatable)")
 	f.StringVar(&options, "options", "", "pipeline options, a JSON object (e.g. '{\"url\":\"https://…\"}')")
