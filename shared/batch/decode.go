@@ -36,34 +36,64 @@ func IsGzip(head []byte) bool { return bytes.HasPrefix(head, gzipMagic) }
 // object named .gz or stored with Content-Encoding gzip whose bytes are not
 // gzip (a transparent layer already decoded them) is read as it is.
 func SourceText(r io.Reader) (io.Reader, error) {
+	text, _, err := sourceText(r)
+	return text, err
+}
+
+// sourceText is SourceText, also returning the gzip reader when the source
+// is gzip (nil otherwise).
+func sourceText(r io.Reader) (*bufio.Reader, *gunzipReader, error) {
 	src := &recordingReader{r: r}
 	br := bufio.NewReaderSize(src, 64<<10)
 	head, err := br.Peek(2)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, nil, err
 	}
 	tr := br
+	var gzr *gunzipReader
 	if IsGzip(head) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			if src.err != nil {
-				return nil, src.err
+				return nil, nil, src.err
 			}
-			return nil, &InputError{Reason: "not a valid gzip stream (the object starts with the gzip magic bytes 1F 8B)", Err: err}
+			return nil, nil, &InputError{Reason: "not a valid gzip stream (the object starts with the gzip magic bytes 1F 8B)", Err: err}
 		}
-		tr = bufio.NewReaderSize(&gunzipReader{zr: zr, src: src}, 64<<10)
+		gzr = &gunzipReader{zr: zr, src: src}
+		tr = bufio.NewReaderSize(gzr, 64<<10)
 	}
 	head, err = tr.Peek(4)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, nil, err
 	}
 	if enc := foreignEncoding(head); enc != "" {
-		return nil, &InputError{Line: 1, Reason: fmt.Sprintf("the source is %s; bulkrun reads UTF-8 only: save or export it as UTF-8", enc)}
+		return nil, nil, &InputError{Line: 1, Reason: fmt.Sprintf("the source is %s; bulkrun reads UTF-8 only: save or export it as UTF-8", enc)}
 	}
 	if bytes.HasPrefix(head, bom) {
 		_, _ = tr.Discard(len(bom))
 	}
-	return tr, nil
+	return tr, gzr, nil
+}
+
+// gzipCheckBytes is how far past a parse error in a gzip source the stream
+// is read to tell a corrupt stream from a malformed file: corrupt deflate
+// data can decode to garbage for a few bytes before the decoder notices.
+const gzipCheckBytes = 1 << 20
+
+// blameGzip returns the gzip error that explains parseErr, a refusal of
+// text read from a gzip stream, when the stream turns out corrupt within
+// gzipCheckBytes after it; else parseErr.
+func blameGzip(parseErr error, text io.Reader, gzr *gunzipReader) error {
+	if gzr == nil || !errors.Is(parseErr, ErrInvalid) {
+		return parseErr
+	}
+	if gzr.failure == nil {
+		_, _ = io.CopyN(io.Discard, text, gzipCheckBytes)
+	}
+	if gzr.failure != nil {
+		return gzr.failure
+	}
+	return parseErr
 }
 
 // foreignEncoding names the encoding of text that opens with head when it
@@ -119,9 +149,10 @@ func (r *recordingReader) Read(p []byte) (int, error) {
 // gunzipReader turns the errors of a gzip stream into *InputError (the
 // object is corrupt), and passes on the errors of the object's reader.
 type gunzipReader struct {
-	zr  *gzip.Reader
-	src *recordingReader
-	out int64 // decompressed bytes so far
+	zr      *gzip.Reader
+	src     *recordingReader
+	out     int64       // decompressed bytes so far
+	failure *InputError // the stream was found corrupt
 }
 
 func (g *gunzipReader) Read(p []byte) (int, error) {
@@ -133,7 +164,10 @@ func (g *gunzipReader) Read(p []byte) (int, error) {
 	if g.src.err != nil {
 		return n, g.src.err
 	}
-	return n, &InputError{Reason: fmt.Sprintf("corrupt or truncated gzip stream after %d decompressed bytes", g.out), Err: err}
+	if g.failure == nil {
+		g.failure = &InputError{Reason: fmt.Sprintf("corrupt or truncated gzip stream after %d decompressed bytes", g.out), Err: err}
+	}
+	return n, g.failure
 }
 
 // passInputError returns err as it is when it is (or wraps) an *InputError

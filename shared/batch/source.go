@@ -333,29 +333,34 @@ func ReadSource(ctx context.Context, blobs Blobs, spec SourceSpec, keyField stri
 			return fmt.Errorf("open %s: %w", spec.Object, err)
 		}
 		defer rc.Close()
-		text, err := SourceText(rc)
+		text, gzr, err := sourceText(rc)
 		if err != nil {
 			return err
 		}
-		format := spec.Format
-		if format == "" {
-			format = FormatOf(key)
-		}
-		switch format {
-		case FormatJSONL:
-			return ReadJSONL(text, keyField, emit)
-		case FormatJSON:
-			return ReadJSONArray(text, keyField, emit)
-		case FormatCSV:
-			delim, err := ParseCSVDelimiter(spec.CSVDelimiter)
-			if err != nil {
-				return &InputError{Field: "source.csv_delimiter", Reason: err.Error()}
-			}
-			return ReadCSVDelimited(text, keyField, delim, emit)
-		}
-		return &InputError{Field: "source.format", Reason: fmt.Sprintf("%q is not one of jsonl, json, csv", format)}
+		return blameGzip(readObject(text, spec, key, keyField, emit), text, gzr)
 	}
 	return &InputError{Field: "source", Reason: "set one of items, object, prefix"}
+}
+
+// readObject reads the text of an object source in its format.
+func readObject(text io.Reader, spec SourceSpec, key, keyField string, emit func(SourceItem) error) error {
+	format := spec.Format
+	if format == "" {
+		format = FormatOf(key)
+	}
+	switch format {
+	case FormatJSONL:
+		return ReadJSONL(text, keyField, emit)
+	case FormatJSON:
+		return ReadJSONArray(text, keyField, emit)
+	case FormatCSV:
+		delim, err := ParseCSVDelimiter(spec.CSVDelimiter)
+		if err != nil {
+			return &InputError{Field: "source.csv_delimiter", Reason: err.Error()}
+		}
+		return ReadCSVDelimited(text, keyField, delim, emit)
+	}
+	return &InputError{Field: "source.format", Reason: fmt.Sprintf("%q is not one of jsonl, json, csv", format)}
 }
 
 // Validate checks the spec's shape (exactly one source, well-formed URIs,
