@@ -25,7 +25,7 @@ func putObject(t *testing.T, key, body string) string {
 }
 
 // JSON array and CSV objects, keyed by a field or column; headers reach the
-// pipeline; an empty source is a completed batch of zero items.
+// pipeline. (An empty source is refused: TestEmptySourceIsRefusedAndWritesNothing.)
 func TestSourcesAndHeaders(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -61,19 +61,6 @@ func TestSourcesAndHeaders(t *testing.T) {
 			}
 		})
 	}
-	t.Run("empty", func(t *testing.T) {
-		id := newID(t)
-		uri := putObject(t, "it-sources/"+id+"/empty.jsonl", "\n\n")
-		v, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Object: uri},
-			Options: []byte(`{"url":"http://127.0.0.1:9/unused"}`)})
-		if err != nil || v.ItemCount != 0 {
-			t.Fatalf("submit: %+v %v", v, err)
-		}
-		v = wait(t, id)
-		if v.Status != batch.StatusCompleted || v.Census.Total != 0 || v.NeedsAttention {
-			t.Fatalf("empty batch: %s %+v", v.Status, v.Census)
-		}
-	})
 }
 
 // A prefix listing covers every page (ListObjectsV2 returns 1,000 keys a
