@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -527,3 +528,51 @@ func (w *memWriter) Abort() error { w.m.aborted++; return nil }
 
 // noStore is a Store on which any call panics: the test proves none is made.
 type noStore struct{ Store }
+
+// BenchmarkReadGzipSource measures reading a JSONL object (100,000 lines
+// of about 120 bytes) through SourceText — decompression, parse, key check
+// — stored plain and gzip-compressed: the difference is gzip's cost.
+func BenchmarkReadGzipSource(b *testing.B) {
+	const n = 100_000
+	src := jsonlSource(n)
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{{"plain", src}, {"gzip", gz(b, string(src))}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				text, err := SourceText(bytes.NewReader(bc.body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				count := 0
+				if err := ReadJSONL(text, "id", func(SourceItem) error { count++; return nil }); err != nil || count != n {
+					b.Fatal(count, err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "items/s")
+		})
+	}
+}
+
+// BenchmarkReadCSV measures a semicolon CSV of 100,000 rows with the
+// delimiter detected.
+func BenchmarkReadCSV(b *testing.B) {
+	const n = 100_000
+	var src bytes.Buffer
+	src.WriteString("id;customer;amount_cents;currency;note\r\n")
+	for i := range n {
+		fmt.Fprintf(&src, "order-%09d;c-%06d;%d;EUR;\"settlement; line\"\r\n", i, i%7919, i*37%100000)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(src.Len()))
+	for b.Loop() {
+		count := 0
+		if err := ReadCSV(bytes.NewReader(src.Bytes()), "id", func(SourceItem) error { count++; return nil }); err != nil || count != n {
+			b.Fatal(count, err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "items/s")
+}
