@@ -206,7 +206,11 @@ func emitJSON(b []byte, line, element int64, k *keyer, emit func(SourceItem) err
 	// encoding/json would replace invalid UTF-8 with U+FFFD and so change a
 	// key silently; JSON text must be UTF-8 (RFC 8259 §8.1).
 	if !utf8.Valid(b) {
-		return &InputError{Line: line, Element: element, Reason: notUTF8("the line", b)}
+		what := "the line"
+		if element > 0 {
+			what = "the element"
+		}
+		return &InputError{Line: line, Element: element, Reason: notUTF8(what, b)}
 	}
 	// Compact and check in one pass. RFC 8259 §4 leaves an object with a
 	// member twice to each parser ({"id":"a","id":"b"} is "a" to some and
