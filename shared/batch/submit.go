@@ -432,7 +432,8 @@ func sourceField(src SourceSpec) string {
 
 func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {
 	if b.ItemCount == 0 {
-		// Nothing to run: finalize writes the (empty) report now.
+		// Nothing to run (a batch of 0 items stored before empty sources
+		// were refused, resumed): finalize writes the (empty) report now.
 		if err := s.Trigger.Finalize(ctx, b.ID, b.Run); err != nil {
 			return fmt.Errorf("submit %s: trigger finalize: %w", b.ID, err)
 		}
