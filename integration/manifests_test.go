@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -89,16 +90,20 @@ func TestEmptySourceIsRefusedAndWritesNothing(t *testing.T) {
 
 // Product line: stop_on_threshold false runs every item once and judges
 // the threshold at the end: no item cancelled, the run threshold_exceeded.
+// The same batch with the default early stop cancels items
+// (TestThresholdStopsTheRun: 300 slow failing items, threshold 2).
 func TestStopOnThresholdFalseRunsEveryItem(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
+	const n = 300
 	url := env.hook.route(id, func(key string, _ int) int {
+		time.Sleep(10 * time.Millisecond)
 		if key == "item-0000000007" {
 			return 200
 		}
 		return 422
 	})
-	req := webhookRequest(id, url, inlineItems(40))
+	req := webhookRequest(id, url, inlineItems(n))
 	two, no := int64(2), false
 	req.Threshold.FailureCount = &two
 	req.StopOnThreshold = &no
@@ -114,11 +119,11 @@ func TestStopOnThresholdFalseRunsEveryItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := rep.Census
-	if rep.Status != batch.StatusThresholdExceeded || c.Failed != 39 || c.Succeeded != 1 || c.Cancelled != 0 || !rep.Verdict.Exceeded {
+	if rep.Status != batch.StatusThresholdExceeded || c.Failed != n-1 || c.Succeeded != 1 || c.Cancelled != 0 || !rep.Verdict.Exceeded {
 		t.Fatalf("status %s census %+v verdict %+v", rep.Status, c, rep.Verdict)
 	}
 	calls := env.hook.counts(id)
-	for i := range 40 {
+	for i := range n {
 		if k := batch.PositionalKey(int64(i)); calls[k] != 1 {
 			t.Errorf("%s: %d calls, want 1", k, calls[k])
 		}
@@ -152,8 +157,8 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		keyField     string
 		want         []string
 	}{
-		{"jsonl stored with Content-Encoding gzip, integer keys", "orders.jsonl", gzipped(t, "{\"order_id\":1001}\n \n{\"order_id\":1002,\"note\":\"x\"}\n"), "gzip", "order_id", []string{"1001", "1002"}},
-		{"semicolon csv.gz with a sep line", "export.CSV.GZ", gzipped(t, "\xEF\xBB\xBFsep=;\r\nsku;name;qty\r\nA1;Widget, large;12\r\n   \r\nB2;Nut;3\r\n"), "", "sku", []string{"A1", "B2"}},
+		{"jsonl stored with Content-Encoding gzip and integer keys", "orders.jsonl", gzipped(t, "{\"order_id\":1001}\n \n{\"order_id\":1002,\"note\":\"x\"}\n"), "gzip", "order_id", []string{"1001", "1002"}},
+		{"semicolon csv gz with a sep line", "export.CSV.GZ", gzipped(t, "\xEF\xBB\xBFsep=;\r\nsku;name;qty\r\nA1;Widget, large;12\r\n   \r\nB2;Nut;3\r\n"), "", "sku", []string{"A1", "B2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := newID(t)
@@ -183,7 +188,7 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 	}{
 		{"utf-16 csv", "unicode.csv", append([]byte{0xFF, 0xFE}, 'i', 0, 'd', 0, '\n', 0), "UTF-16"},
 		{"corrupt gzip", "orders.jsonl.gz", append(gzipped(t, "{\"a\":1}\n")[:14], 0xFF, 0xFF), "gzip"},
-		{"comma given, semicolon header", "orders.csv", []byte("id;name\nA;x\n"), "looks separated by ';'"},
+		{"comma given semicolon header", "orders.csv", []byte("id;name\nA;x\n"), "looks separated by ';'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := newID(t)
@@ -201,7 +206,7 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		})
 	}
 
-	t.Run("cli local csv.gz with --csv-delimiter and --stop-on-threshold=false", func(t *testing.T) {
+	t.Run("cli local csv gz with csv-delimiter and no early stop", func(t *testing.T) {
 		bin := filepath.Join(t.TempDir(), "bulkrun")
 		if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
 			t.Fatalf("build: %v\n%s", err, out)
