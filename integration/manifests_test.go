@@ -41,10 +41,72 @@ func gzipped(t *testing.T, s string) []byte {
 // multipart upload under batches/{id}/.
 func nothingUnder(t *testing.T, id string) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := env.api.Status(ctx, id); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := env.api.Status(context.Background(), id); !errors.Is(err, batch.ErrNotFound) {
 		t.Fatalf("status after a refused submit: %v, want not found", err)
 	}
+	noManifest(t, id)
+}
+
+// Product line: an empty source is refused with code empty_source, and
+// nothing is created. Empty before any read (no items inline, an object of
+// 0 bytes, a prefix without objects): 400 at submit, no batch row. Blank
+// lines only, found by the background read of an S3 object: the batch is
+// refused with code empty_source, no manifest, no item; a repeat gets 400.
+func TestEmptySourceIsRefusedAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	hook := json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`)
+	for _, tc := range []struct {
+		name       string
+		src        func(id string) batch.SourceSpec
+		field      string
+		background bool
+	}{
+		{"inline empty array", func(string) batch.SourceSpec { return batch.SourceSpec{Items: json.RawMessage(`[]`)} }, "source.items", false},
+		{"object of 0 bytes", func(id string) batch.SourceSpec {
+			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.jsonl", "")}
+		}, "source.object", false},
+		{"prefix without objects", func(id string) batch.SourceSpec {
+			return batch.SourceSpec{Prefix: "s3://" + env.bucket + "/it-sources/" + id + "/none/"}
+		}, "source.prefix", false},
+		{"blank jsonl", func(id string) batch.SourceSpec {
+			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/blank.jsonl", "\n  \r\n\t\n")}
+		}, "source.object", true},
+		{"csv with a sep line and a header only", func(id string) batch.SourceSpec {
+			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.csv", "sep=;\r\nid;name\r\n")}
+		}, "source.object", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := newID(t)
+			req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: tc.src(id)}
+			_, err := env.api.Submit(ctx, req)
+			var ae *client.APIError
+			if !tc.background {
+				if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Code != "empty_source" || ae.Body.Field != tc.field {
+					t.Fatalf("err = %v (%+v), want 400 empty_source on %s", err, ae, tc.field)
+				}
+				nothingUnder(t, id)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
+			if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Code != "empty_source" || v.Refusal.Field != tc.field || v.ItemCount != 0 {
+				t.Fatalf("batch %s: %s %+v %v, want refused empty_source on %s", id, v.Status, v.Refusal, err, tc.field)
+			}
+			if _, err := env.api.Submit(ctx, req); !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Code != "empty_source" {
+				t.Fatalf("repeat: err = %v, want 400 empty_source", err)
+			}
+			noManifest(t, id)
+		})
+	}
+}
+
+// noManifest fails the test when any object or multipart upload is left
+// under batches/{id}/ (a refused batch keeps only its row).
+func noManifest(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
 	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/")})
 	if err != nil || len(out.Contents) != 0 {
 		t.Fatalf("objects left under the batch: %d (%v)", len(out.Contents), err)
@@ -52,39 +114,6 @@ func nothingUnder(t *testing.T, id string) {
 	uploads, err := env.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &env.bucket, Prefix: aws.String("batches/" + id + "/")})
 	if err == nil && len(uploads.Uploads) != 0 {
 		t.Fatalf("multipart uploads left: %d", len(uploads.Uploads))
-	}
-}
-
-// Product line: an empty source is refused with code empty_source, and
-// nothing is created — no batch row, no manifest, no upload left open.
-func TestEmptySourceIsRefusedAndWritesNothing(t *testing.T) {
-	ctx := context.Background()
-	hook := json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`)
-	for _, tc := range []struct {
-		name  string
-		src   func(id string) batch.SourceSpec
-		field string
-	}{
-		{"blank jsonl", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.jsonl", "\n  \r\n\t\n")}
-		}, "source.object"},
-		{"csv with a sep line and a header only", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.csv", "sep=;\r\nid;name\r\n")}
-		}, "source.object"},
-		{"inline empty array", func(string) batch.SourceSpec { return batch.SourceSpec{Items: json.RawMessage(`[]`)} }, "source.items"},
-		{"prefix without objects", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Prefix: "s3://" + env.bucket + "/it-sources/" + id + "/none/"}
-		}, "source.prefix"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			id := newID(t)
-			_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: tc.src(id)})
-			var ae *client.APIError
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Code != "empty_source" || ae.Body.Field != tc.field {
-				t.Fatalf("err = %v (%+v), want 400 empty_source on %s", err, ae, tc.field)
-			}
-			nothingUnder(t, id)
-		})
 	}
 }
 
@@ -136,7 +165,8 @@ func TestStopOnThresholdFalseRunsEveryItem(t *testing.T) {
 // Product line: sources as people export them run end to end — gzip by
 // Content-Encoding or by name (also from the CLI), a semicolon CSV with
 // Excel's sep= line, integer keys — and an encoding other than UTF-8 or a
-// corrupt gzip is refused naming it, writing nothing.
+// corrupt gzip is refused naming it (the background read refuses the
+// batch), writing no manifest.
 func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 	ctx := context.Background()
 	put := func(t *testing.T, key string, body []byte, encoding string) string {
@@ -197,12 +227,14 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 			if strings.HasSuffix(tc.object, ".csv") {
 				spec.CSVDelimiter = ","
 			}
-			_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: spec, Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)})
-			var ae *client.APIError
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "source.object" || !strings.Contains(ae.Body.Message, tc.want) {
-				t.Fatalf("err = %v, want 400 on source.object saying %q", err, tc.want)
+			if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: spec, Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)}); err != nil {
+				t.Fatal(err)
 			}
-			nothingUnder(t, id)
+			v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
+			if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Code != "invalid_request" || v.Refusal.Field != "source.object" || !strings.Contains(v.Refusal.Message, tc.want) {
+				t.Fatalf("batch %s: %s %+v %v, want refused on source.object saying %q", id, v.Status, v.Refusal, err, tc.want)
+			}
+			noManifest(t, id)
 		})
 	}
 

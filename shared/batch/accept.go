@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 )
 
@@ -93,9 +95,14 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 
 // objectExists refuses at once (an *InputError naming source.object) an
 // object source that is not there, the commonest mistake, rather than
-// accepting a batch that its background read can only refuse. Other
-// errors are left to the background read.
+// accepting a batch that its background read can only refuse; and an
+// object of 0 bytes or a prefix without objects (ErrEmptySource), so that
+// nothing is created for them. Other errors, and a source whose lines turn
+// out blank, are left to the background read.
 func (s *Submitter) objectExists(ctx context.Context, spec SourceSpec) error {
+	if spec.Prefix != "" {
+		return prefixHasObjects(ctx, s.Blobs, spec.Prefix)
+	}
 	if spec.Object == "" {
 		return nil
 	}
@@ -108,9 +115,37 @@ func (s *Submitter) objectExists(ctx context.Context, spec SourceSpec) error {
 		return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s does not exist", spec.Object)}
 	}
 	if err == nil {
-		rc.Close()
+		defer rc.Close()
+		if _, rerr := io.ReadFull(rc, make([]byte, 1)); errors.Is(rerr, io.EOF) {
+			return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s is empty (0 bytes)", spec.Object), Err: ErrEmptySource}
+		}
 	}
 	return nil
+}
+
+// errFound stops a listing at its first object.
+var errFound = errors.New("found")
+
+// prefixHasObjects is ErrEmptySource (an *InputError naming source.prefix)
+// when no object but folder markers is under uri; one listing page at most.
+func prefixHasObjects(ctx context.Context, blobs Blobs, uri string) error {
+	bucket, prefix, err := ParseS3URI(uri)
+	if err != nil {
+		return nil // Validate has named it
+	}
+	err = blobs.List(ctx, bucket, prefix, func(o ObjectInfo) error {
+		if strings.HasSuffix(o.Key, "/") {
+			return nil
+		}
+		return errFound
+	})
+	switch {
+	case err == nil:
+		return &InputError{Field: "source.prefix", Reason: fmt.Sprintf("no object under %s", uri), Err: ErrEmptySource}
+	case errors.Is(err, errFound):
+		return nil
+	}
+	return nil // left to the background read
 }
 
 // repeated answers a repeated submit of a batch that was accepted for a

@@ -142,7 +142,8 @@ func (e *StorageFullError) Unwrap() error { return e.Err }
 
 // SubmitRefusal is why a batch read in the background was refused: Code is
 // "invalid_request" (the source or request is malformed: Field, Line,
-// Element and Key say where), "insufficient_storage" (a *StorageFullError)
+// Element and Key say where), "empty_source" (the source holds no items,
+// ErrEmptySource), "insufficient_storage" (a *StorageFullError)
 // or "internal" (every attempt to read the source died); Message is the
 // full text. JSON names as tagged (the API's error body).
 type SubmitRefusal struct {
@@ -157,6 +158,7 @@ type SubmitRefusal struct {
 // SubmitRefusal codes.
 const (
 	RefusalInvalid             = "invalid_request"
+	RefusalEmptySource         = "empty_source"
 	RefusalInsufficientStorage = "insufficient_storage"
 	RefusalInternal            = "internal"
 )
@@ -171,7 +173,11 @@ func RefusalOf(err error) (SubmitRefusal, bool) {
 	case errors.As(err, &re):
 		return re.Refusal, true
 	case errors.As(err, &ie):
-		return SubmitRefusal{Code: RefusalInvalid, Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}, true
+		code := RefusalInvalid
+		if errors.Is(err, ErrEmptySource) {
+			code = RefusalEmptySource
+		}
+		return SubmitRefusal{Code: code, Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}, true
 	case errors.Is(err, ErrInsufficientStorage):
 		return SubmitRefusal{Code: RefusalInsufficientStorage, Message: err.Error()}, true
 	}
@@ -193,6 +199,7 @@ func (e *BatchRefusedError) Error() string {
 
 // Is matches ErrInvalid or ErrInsufficientStorage by the refusal's code.
 func (e *BatchRefusedError) Is(target error) bool {
-	return target == ErrInvalid && e.Refusal.Code == RefusalInvalid ||
+	return target == ErrInvalid && (e.Refusal.Code == RefusalInvalid || e.Refusal.Code == RefusalEmptySource) ||
+		target == ErrEmptySource && e.Refusal.Code == RefusalEmptySource ||
 		target == ErrInsufficientStorage && e.Refusal.Code == RefusalInsufficientStorage
 }

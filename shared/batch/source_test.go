@@ -576,3 +576,45 @@ func BenchmarkReadCSV(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "items/s")
 }
+
+// noHandoff is a Handoff on which a call fails the test.
+type noHandoff struct{ t *testing.T }
+
+func (h noHandoff) StartSubmit(context.Context, string) error {
+	h.t.Fatal("a batch was handed off")
+	return nil
+}
+
+// Product line: a source that is empty before any read (an object of 0
+// bytes, a prefix without objects) is refused at accept, before a batch row
+// exists; one whose lines turn out blank is refused by the background read
+// with code empty_source.
+func TestEmptySourceRefusedAtAccept(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		spec  SourceSpec
+		field string
+	}{
+		{"empty object", SourceSpec{Object: "s3://src/empty.jsonl"}, "source.object"},
+		{"prefix with folder markers only", SourceSpec{Prefix: "s3://src/folder/"}, "source.prefix"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			blobs := &memBlobs{objects: map[string][]byte{"empty.jsonl": nil, "folder/": nil, "folder/sub/": nil}}
+			s := &Submitter{Store: noStore{}, Blobs: blobs, Clock: SystemClock{}, Log: slog.New(slog.DiscardHandler), Handoff: noHandoff{t}}
+			_, err := s.Accept(context.Background(), SubmitRequest{BatchID: "b1", Pipeline: "p", Source: tt.spec})
+			var ie *InputError
+			if !errors.Is(err, ErrEmptySource) || !errors.As(err, &ie) || ie.Field != tt.field || blobs.created != 0 {
+				t.Fatalf("err = %v (manifests created %d), want empty_source on %s before anything", err, blobs.created, tt.field)
+			}
+		})
+	}
+
+	r, ok := RefusalOf(fmt.Errorf("submit b1: %w", &InputError{Field: "source.object", Reason: "holds no items", Err: ErrEmptySource}))
+	if !ok || r.Code != RefusalEmptySource || r.Field != "source.object" {
+		t.Fatalf("refusal %+v, want code empty_source", r)
+	}
+	refused := &BatchRefusedError{BatchID: "b1", Refusal: r}
+	if !errors.Is(refused, ErrEmptySource) || !errors.Is(refused, ErrInvalid) {
+		t.Fatalf("a repeated submit of a batch refused as empty must match ErrEmptySource and ErrInvalid")
+	}
+}

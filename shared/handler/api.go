@@ -197,7 +197,7 @@ func ErrorOf(err error) (int, ErrorBody) {
 		r := re.Refusal
 		status := http.StatusConflict // refused for good: the same request cannot succeed
 		switch r.Code {
-		case batch.RefusalInvalid:
+		case batch.RefusalInvalid, batch.RefusalEmptySource:
 			status = http.StatusBadRequest
 		case batch.RefusalInsufficientStorage:
 			status = http.StatusInsufficientStorage

@@ -19,6 +19,7 @@ func TestErrorOfEmptySource(t *testing.T) {
 		{&batch.InputError{Field: "source.object", Reason: "holds no items", Err: batch.ErrEmptySource}, "empty_source", "source.object"},
 		{errors.Join(errors.New("submit b1"), &batch.InputError{Field: "source.prefix", Reason: "holds no items", Err: batch.ErrEmptySource}), "empty_source", "source.prefix"},
 		{&batch.InputError{Line: 3, Reason: "not valid JSON"}, "invalid_request", ""},
+		{&batch.BatchRefusedError{BatchID: "b1", Refusal: batch.SubmitRefusal{Code: batch.RefusalEmptySource, Message: "holds no items", Field: "source.object"}}, "empty_source", "source.object"},
 	} {
 		status, body := ErrorOf(tt.err)
 		if status != 400 || body.Code != tt.code || body.Field != tt.field {
