@@ -164,6 +164,9 @@ func (a *app) submitCmd() *cobra.Command {
 			if _, err := batch.ParseCSVDelimiter(delim); err != nil {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter %w", err)}
 			}
+			if delim != "" && prefix {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter applies to a CSV file or object, not a prefix")}
+			}
 			if err := a.load(ctx); err != nil {
 				return err
 			}
