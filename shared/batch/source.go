@@ -33,6 +33,12 @@ type SourceSpec struct {
 	// sep= first line or the header (ReadCSVDelimited).
 	CSVDelimiter string `json:"csv_delimiter,omitempty"`
 	Prefix       string `json:"prefix,omitempty"`
+	// ETag, for an object source, reads the object only if its ETag is
+	// this one (S3 If-Match; quotes optional): an object since replaced or
+	// deleted is refused (*InputError on source.object) rather than read.
+	//
+	//	{"object": "s3://bucket/in/orders.csv", "etag": "9b2cf535f27731c974343645a3985328"}
+	ETag string `json:"etag,omitempty"`
 }
 
 // Source formats.
@@ -329,10 +335,15 @@ func ReadSource(ctx context.Context, blobs Blobs, spec SourceSpec, keyField stri
 		return ListPrefix(ctx, blobs, bucket, prefix, emit)
 	case spec.Object != "":
 		bucket, key, _ := ParseS3URI(spec.Object)
-		rc, err := blobs.Open(ctx, bucket, key)
+		rc, err := blobs.OpenMatch(ctx, bucket, key, spec.ETag)
 		if err != nil {
-			if errors.Is(err, ErrNotFound) {
+			switch {
+			case errors.Is(err, ErrNotFound) && spec.ETag != "":
+				return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s (ETag %s) does not exist any more", spec.Object, spec.ETag)}
+			case errors.Is(err, ErrNotFound):
 				return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s does not exist", spec.Object)}
+			case errors.Is(err, ErrConflict):
+				return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s changed: its ETag is no longer %s", spec.Object, spec.ETag)}
 			}
 			return fmt.Errorf("open %s: %w", spec.Object, err)
 		}
@@ -407,6 +418,8 @@ func (s SourceSpec) Validate(keyField string) error {
 		}
 	case s.CSVDelimiter != "":
 		return &InputError{Field: "source.csv_delimiter", Reason: "applies to a csv object source only"}
+	case s.ETag != "":
+		return &InputError{Field: "source.etag", Reason: "applies to an object source only"}
 	case s.Prefix != "":
 		if _, _, err := ParseS3URI(s.Prefix); err != nil {
 			return &InputError{Field: "source.prefix", Reason: err.Error()}

@@ -196,6 +196,10 @@ type Blobs interface {
 	Create(ctx context.Context, key, contentType string) (BlobWriter, error)
 	// Open reads bucket/key; a missing object is ErrNotFound.
 	Open(ctx context.Context, bucket, key string) (io.ReadCloser, error)
+	// OpenMatch reads bucket/key only if its ETag is etag (S3 If-Match;
+	// "" reads whatever is there): another object under the key is
+	// ErrConflict, a missing one ErrNotFound.
+	OpenMatch(ctx context.Context, bucket, key, etag string) (io.ReadCloser, error)
 	// OpenRange reads length bytes at offset of key in the batches bucket.
 	OpenRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
 	// Put writes key whole (overwrites).
@@ -235,6 +239,9 @@ type ObjectInfo struct {
 	Key    string
 	Size   int64
 	ETag   string
+	// ContentEncoding is the object's Content-Encoding ("gzip", or "");
+	// set by a HEAD, not by listings.
+	ContentEncoding string
 }
 
 // Queue sends messages to the items queue. The SQS adapter (shared/queue)

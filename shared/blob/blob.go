@@ -158,14 +158,35 @@ func (s *Store) Create(ctx context.Context, key, contentType string) (batch.Blob
 
 // Open reads bucket/key.
 func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, error) {
-	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	return s.OpenMatch(ctx, bucket, key, "")
+}
+
+// OpenMatch reads bucket/key with If-Match: etag (when not ""), so that
+// what is read is exactly that object: a replaced one is batch.ErrConflict
+// (S3 answers 412 Precondition Failed), a deleted one batch.ErrNotFound.
+func (s *Store) OpenMatch(ctx context.Context, bucket, key, etag string) (io.ReadCloser, error) {
+	in := &s3.GetObjectInput{Bucket: &bucket, Key: &key}
+	if etag != "" {
+		in.IfMatch = aws.String(quoteETag(etag))
+	}
+	out, err := s.s3.GetObject(ctx, in)
 	if err != nil {
 		if isNotFound(err) {
 			return nil, &notFound{what: "s3://" + bucket + "/" + key}
 		}
+		if etag != "" && isPreconditionFailed(err) {
+			return nil, fmt.Errorf("get s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, batch.ErrConflict)
+		}
 		return nil, fmt.Errorf("get s3://%s/%s: %w", bucket, key, err)
 	}
 	return out.Body, nil
+}
+
+// quoteETag returns etag in the quoted form S3 gives and conditions
+// compare ("9b2c…" and "\"9b2c…\"" are the same ETag; S3 event records
+// carry it unquoted).
+func quoteETag(etag string) string {
+	return `"` + strings.Trim(etag, `"`) + `"`
 }
 
 // OpenRange reads length bytes at offset of key in the batches bucket.
@@ -275,14 +296,29 @@ func DecodeListedKey(key string) (string, error) {
 // Head returns an object's size, ETag and user metadata (lower-case names,
 // without the x-amz-meta- prefix).
 func (s *Store) Head(ctx context.Context, bucket, key string) (batch.ObjectInfo, map[string]string, error) {
-	out, err := s.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	return s.HeadMatch(ctx, bucket, key, "")
+}
+
+// HeadMatch is Head with If-Match: etag (when not ""): a replaced object is
+// batch.ErrConflict, a deleted one batch.ErrNotFound. The info carries the
+// object's Content-Encoding.
+func (s *Store) HeadMatch(ctx context.Context, bucket, key, etag string) (batch.ObjectInfo, map[string]string, error) {
+	in := &s3.HeadObjectInput{Bucket: &bucket, Key: &key}
+	if etag != "" {
+		in.IfMatch = aws.String(quoteETag(etag))
+	}
+	out, err := s.s3.HeadObject(ctx, in)
 	if err != nil {
 		if isNotFound(err) {
 			return batch.ObjectInfo{}, nil, &notFound{what: "s3://" + bucket + "/" + key}
 		}
+		if etag != "" && isPreconditionFailed(err) {
+			return batch.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, batch.ErrConflict)
+		}
 		return batch.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: %w", bucket, key, err)
 	}
-	return batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}, out.Metadata, nil
+	return batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag),
+		ContentEncoding: aws.ToString(out.ContentEncoding)}, out.Metadata, nil
 }
 
 // MaxDeleteKeys is DeleteObjects' limit per call (S3 API reference,
