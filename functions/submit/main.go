@@ -26,6 +26,7 @@ func main() {
 		Submitter:       s,
 		Heads:           d.Blobs,
 		Blobs:           d.Blobs,
+		Events:          d.Bus(),
 		DefaultPipeline: d.Config.DefaultPipeline,
 		Log:             d.Log,
 	}

@@ -77,8 +77,14 @@ const (
 	OutputSweepFunction    = "SweepFunctionName"
 	OutputMaxReceiveCount  = "ItemsMaxReceiveCount"
 	OutputAPIStage         = "ApiStage"
-	DefaultStackName       = "bulkrun"
-	DefaultAPIStage        = "v1"
+	// OutputSubmitFailuresQueueURL is the queue where Lambda puts the
+	// submit function's asynchronous invocations (uploads, schedule ticks)
+	// that failed after their retries; an alarm watches its depth.
+	OutputSubmitFailuresQueueURL = "SubmitFailuresQueueUrl"
+	// OutputSubmitFailuresAlarm is that alarm's name.
+	OutputSubmitFailuresAlarm = "SubmitFailuresAlarmName"
+	DefaultStackName          = "bulkrun"
+	DefaultAPIStage           = "v1"
 )
 
 // S3 key prefixes shared by the stack (notification filters) and the code.
@@ -90,6 +96,10 @@ const (
 	// UploadErrorsPrefix holds, for an upload under IncomingPrefix that was
 	// refused, a JSON error report: incoming-errors/{name}.error.json.
 	UploadErrorsPrefix = "incoming-errors/"
+	// ScheduleErrorsPrefix holds, for a schedule tick whose submit was
+	// refused or failed, a JSON error report:
+	// schedule-errors/{schedule}/{batch id}.error.json.
+	ScheduleErrorsPrefix = "schedule-errors/"
 	// UploadsPrefix is where the CLI uploads local sources; a lifecycle rule
 	// expires them after the retention.
 	UploadsPrefix = "uploads/"

@@ -69,6 +69,32 @@ func New(client *eventbridge.Client, bus, bucket string) *Bus {
 	return &Bus{client: client, bus: bus, bucket: bucket}
 }
 
+// DetailRefused is the detail type of a start that did not happen: an
+// upload or a schedule tick whose submit was refused or failed (the
+// detail is the refusal's error report, see handler.Refusal).
+const DetailRefused = "Batch Refused"
+
+// Put puts one event of detailType with detail (marshalled to JSON) on the
+// bus, source Source. An entry EventBridge refuses is an error. Delivery to
+// rules is at least once; subscribers dedupe on the detail.
+func (b *Bus) Put(ctx context.Context, detailType string, detail any) error {
+	body, err := json.Marshal(detail)
+	if err != nil {
+		return err
+	}
+	out, err := b.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{{
+		EventBusName: aws.String(b.bus), Source: aws.String(Source), DetailType: aws.String(detailType),
+		Detail: aws.String(string(body)), Resources: []string{},
+	}}})
+	if err != nil {
+		return fmt.Errorf("put %s event: %w", detailType, err)
+	}
+	if out.FailedEntryCount > 0 && len(out.Entries) > 0 {
+		return fmt.Errorf("put %s event: %s: %s", detailType, aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage))
+	}
+	return nil
+}
+
 // Publish puts the run's event. An entry EventBridge refuses is an error.
 func (b *Bus) Publish(ctx context.Context, r batch.Report) error {
 	detail, err := json.Marshal(Detail{EventID: batch.EventID(r), BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,

@@ -128,10 +128,15 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 	return s, nil
 }
 
+// Bus returns the EventBridge adapter on the account's default bus.
+func (d *Deps) Bus() *event.Bus {
+	return event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)
+}
+
 // Finalizer builds the finalize workflow from d.
 func (d *Deps) Finalizer() *batch.Finalizer {
 	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention,
-		Events: event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)}
+		Events: d.Bus()}
 	if d.Queue != nil {
 		// The tick re-sends a fan-out that a dead submit or resume left unsent.
 		f.FanOut = (&batch.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: batch.SystemClock{}, Log: d.Log}).FanOut

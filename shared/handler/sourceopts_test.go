@@ -30,22 +30,22 @@ func TestErrorOfEmptySource(t *testing.T) {
 
 type fakeHead map[string]string
 
-func (f fakeHead) Head(context.Context, string, string) (batch.ObjectInfo, map[string]string, error) {
+func (f fakeHead) HeadMatch(context.Context, string, string, string) (batch.ObjectInfo, map[string]string, error) {
 	return batch.ObjectInfo{ETag: `"e1"`}, f, nil
 }
 
 // Product line: an upload takes the CSV delimiter and the early-stop switch
 // from its metadata (x-amz-meta-csv-delimiter, x-amz-meta-stop-on-threshold).
 func TestUploadMetadataSourceOptions(t *testing.T) {
-	s := &Submit{DefaultPipeline: "webhook"}
+	s := &Submit{DefaultPipeline: "webhook", Submitter: &batch.Submitter{}}
 	s.Heads = fakeHead{"Csv-Delimiter": "semicolon", "stop-on-threshold": "false"}
-	req, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv")
+	req, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1")
 	if err != nil || req.Source.CSVDelimiter != "semicolon" || req.StopOnThreshold == nil || *req.StopOnThreshold {
 		t.Fatalf("request %+v (stop %v), err %v", req.Source, req.StopOnThreshold, err)
 	}
 	s.Heads = fakeHead{"stop-on-threshold": "perhaps"}
 	var ie *batch.InputError
-	if _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-stop-on-threshold" {
+	if _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-stop-on-threshold" {
 		t.Fatalf("err = %v, want the metadata named", err)
 	}
 }

@@ -1,0 +1,235 @@
+package handler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// Object metadata an upload may carry (x-amz-meta-<name>).
+const (
+	MetaBatchID         = "batch-id"
+	MetaPipeline        = "pipeline"
+	MetaKeyField        = "key-field"
+	MetaFormat          = "format"
+	MetaFailurePercent  = "tolerated-failure-percent"
+	MetaFailureCount    = "tolerated-failure-count"
+	MetaMaxAttempts     = "max-attempts"
+	MetaPipelineOptions = "pipeline-options"
+	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
+	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
+)
+
+// Uploads starts a batch per object created under incoming/. S3 delivers
+// every notification at least once, with the key URL-encoded ('+' for a
+// space); Uploads decodes it and reads exactly the object the record names
+// (If-Match on its ETag). Every object under incoming/ either starts a
+// batch or leaves an error report in incoming-errors/{name}.error.json
+// (UploadErrorKey) and a Batch Refused event: an unknown format, a
+// malformed line, a bad option, an object deleted or replaced before it was
+// read. A folder placeholder (a key ending in "/", size 0), an object
+// outside incoming/ (the stack's own writes included) and other event
+// types are ignored with a log line saying why.
+//
+// The batch id is the x-amz-meta-batch-id, or UploadBatchID(bucket, key,
+// manifest digest): the same name with the same items is the same batch
+// however often and however it is uploaded (single or multipart PUT); a
+// changed file under the same name is a new batch.
+//
+// A refusal is not retried. Any other failure is recorded as retrying and
+// returned, so that Lambda retries the event (twice by default) and then
+// puts it on the submit failure queue.
+func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
+	var errs []error
+	for _, rec := range ev.Records {
+		bucket, size, etag := rec.S3.Bucket.Name, rec.S3.Object.Size, strings.Trim(rec.S3.Object.ETag, `"`)
+		key, err := url.QueryUnescape(rec.S3.Object.Key)
+		if err != nil {
+			key = rec.S3.Object.Key
+		}
+		log := s.Log.With("bucket", bucket, "object", key)
+		if why := ignoreUpload(rec.EventName, key, size); why != "" {
+			log.Info("object ignored: "+why, "event", rec.EventName)
+			continue
+		}
+		r := Refusal{Source: SourceUpload, Bucket: bucket, Key: key, ETag: etag}
+		if err != nil {
+			// Not what S3 sends; the raw key is the best name there is.
+			err = &batch.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
+		} else {
+			r.BatchID, err = s.upload(ctx, log, bucket, key, etag)
+			if err == nil {
+				continue
+			}
+		}
+		if err := s.refuse(ctx, log, r, err); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ignoreUpload returns why an S3 event record starts nothing and leaves no
+// error report, or "" when it names an upload.
+func ignoreUpload(eventName, key string, size int64) string {
+	switch {
+	case !strings.HasPrefix(eventName, "ObjectCreated"):
+		return "not an object creation"
+	case strings.HasPrefix(key, config.UploadErrorsPrefix), strings.HasPrefix(key, config.ScheduleErrorsPrefix),
+		strings.HasPrefix(key, config.BatchesPrefix), strings.HasPrefix(key, config.UploadsPrefix):
+		return "the stack's own write"
+	case !strings.HasPrefix(key, config.IncomingPrefix):
+		return "not under " + config.IncomingPrefix
+	case strings.HasSuffix(key, "/") && size == 0:
+		return "a folder placeholder (key ending in /, size 0)"
+	}
+	return ""
+}
+
+// upload starts the batch of one uploaded object and returns its id (when
+// known, also on error).
+func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag string) (string, error) {
+	req, err := s.uploadRequest(ctx, bucket, key, etag)
+	if err != nil {
+		return req.BatchID, err
+	}
+	if req.BatchID == "" {
+		digest, err := s.Submitter.Digest(ctx, req)
+		if err != nil {
+			return "", err
+		}
+		req.BatchID = UploadBatchID(bucket, key, digest)
+	}
+	res, err := s.Submitter.Submit(ctx, req)
+	if err != nil {
+		return req.BatchID, err
+	}
+	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+	s.clearRetrying(ctx, log, UploadErrorKey(key), req.Source.ETag)
+	return res.Batch.ID, nil
+}
+
+var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// UploadBatchID derives a batch id from an upload: the file's base name
+// (without its format and .gz extensions, characters outside
+// [A-Za-z0-9_-] replaced by '-', at most 80 bytes), '-', and 16 hex digits
+// of SHA-256("{bucket}/{key}#{digest}"), digest being the manifest digest
+// (batch.Submitter.Digest). The same name with the same items gives the
+// same id whatever the object's ETag.
+func UploadBatchID(bucket, key, digest string) string {
+	base := path.Base(key)
+	if strings.EqualFold(path.Ext(base), ".gz") {
+		base = strings.TrimSuffix(base, path.Ext(base))
+	}
+	base = strings.TrimSuffix(base, path.Ext(base))
+	base = strings.Trim(unsafeID.ReplaceAllString(base, "-"), "-")
+	if len(base) > 80 {
+		base = base[:80]
+	}
+	if base == "" {
+		base = "upload"
+	}
+	sum := sha256.Sum256([]byte(bucket + "/" + key + "#" + digest))
+	return base + "-" + hex.EncodeToString(sum[:8])
+}
+
+// uploadRequest builds the submit request of an upload from its metadata,
+// read with If-Match on etag (when given): an object gone or replaced since
+// the notification is an *batch.InputError naming the key.
+func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (batch.SubmitRequest, error) {
+	uri := "s3://" + bucket + "/" + key
+	info, meta, err := s.Heads.HeadMatch(ctx, bucket, key, etag)
+	switch {
+	case errors.Is(err, batch.ErrNotFound):
+		return batch.SubmitRequest{}, &batch.InputError{Field: "source.object", Reason: fmt.Sprintf("%s was deleted before it was read", uri)}
+	case errors.Is(err, batch.ErrConflict):
+		return batch.SubmitRequest{}, &batch.InputError{Field: "source.object",
+			Reason: fmt.Sprintf("%s was replaced before it was read (its ETag is no longer %s); the new object has its own notification", uri, etag)}
+	case err != nil:
+		return batch.SubmitRequest{}, err
+	}
+	if etag == "" {
+		etag = strings.Trim(info.ETag, `"`) // pin what the HEAD saw for every later read
+	}
+	get := func(name string) string {
+		for k, v := range meta {
+			if strings.EqualFold(k, name) {
+				return v
+			}
+		}
+		return ""
+	}
+	req := batch.SubmitRequest{
+		BatchID:  get(MetaBatchID),
+		Pipeline: get(MetaPipeline),
+		KeyField: get(MetaKeyField),
+		Source:   batch.SourceSpec{Object: uri, Format: strings.ToLower(get(MetaFormat)), CSVDelimiter: get(MetaCSVDelimiter), ETag: etag},
+	}
+	// A gzip object is recognised by its bytes (batch.ReadSource), whatever
+	// its name or Content-Encoding; another encoding could not be read.
+	switch ce := strings.ToLower(strings.TrimSpace(info.ContentEncoding)); ce {
+	case "", "identity", "gzip", "x-gzip":
+	default:
+		return req, &batch.InputError{Field: "Content-Encoding", Reason: fmt.Sprintf("%q: an upload is read as is or as gzip", ce)}
+	}
+	if req.Source.Format == "" && batch.FormatOf(key) == "" {
+		return req, &batch.InputError{Field: "source.object",
+			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, MetaFormat)}
+	}
+	if req.Pipeline == "" {
+		req.Pipeline = s.DefaultPipeline
+	}
+	if v := get(MetaFailurePercent); v != "" {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaFailurePercent, Reason: "not a number: " + v}
+		}
+		req.Threshold.FailurePercent = &p
+	}
+	if v := get(MetaFailureCount); v != "" {
+		c, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaFailureCount, Reason: "not a whole number: " + v}
+		}
+		req.Threshold.FailureCount = &c
+	}
+	if v := get(MetaMaxAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaMaxAttempts, Reason: "not a whole number: " + v}
+		}
+		req.MaxAttempts = n
+	}
+	if v := get(MetaStopOnThreshold); v != "" {
+		stop, err := strconv.ParseBool(v)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + MetaStopOnThreshold, Reason: "want true or false: " + v}
+		}
+		req.StopOnThreshold = &stop
+	}
+	if v := get(MetaPipelineOptions); v != "" {
+		req.Options = json.RawMessage(v)
+	}
+	if req.Pipeline == "" {
+		return req, &batch.InputError{Field: "x-amz-meta-" + MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
+	}
+	if err := s.Submitter.Validate(&req); err != nil {
+		return req, err
+	}
+	return req, nil
+}
