@@ -15,11 +15,13 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
@@ -430,6 +432,11 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 			Enabled:    jsii.Bool(true),
 			Prefix:     jsii.String(config.UploadErrorsPrefix),
 			Expiration: awscdk.Duration_Days(jsii.Number(float64(s.retentionDays))),
+		}, {
+			Id:         jsii.String("expire-schedule-errors"),
+			Enabled:    jsii.Bool(true),
+			Prefix:     jsii.String(config.ScheduleErrorsPrefix),
+			Expiration: awscdk.Duration_Days(jsii.Number(float64(s.retentionDays))),
 		}},
 	})
 
@@ -525,6 +532,33 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	submit := newFunction(FunctionSubmit, config.DefaultSubmitTimeout, 512, submitEnv, func(fp *awslambda.FunctionProps) {
 		fp.EphemeralStorageSize = awscdk.Size_Mebibytes(jsii.Number(float64(s.ephemeralMiB)))
 	})
+
+	// Failed starts: S3 and EventBridge invoke submit asynchronously;
+	// Lambda retries a failed invocation SubmitRetryAttempts times and then
+	// puts the event, with the error, on this queue, whose depth is alarmed.
+	// ("Asynchronous invocation" and "Capturing records of Lambda
+	// asynchronous invocations", AWS Lambda Developer Guide.)
+	submitFailures := awssqs.NewQueue(stack, jsii.String("SubmitFailuresQueue"), &awssqs.QueueProps{
+		RetentionPeriod: retention,
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		RemovalPolicy:   removal,
+	})
+	submit.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+		RetryAttempts: jsii.Number(SubmitRetryAttempts),
+		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(SubmitMaxEventAge.Hours())),
+		OnFailure:     awslambdadestinations.NewSqsDestination(submitFailures),
+	})
+	submitFailuresAlarm := awscloudwatch.NewAlarm(stack, jsii.String("SubmitFailuresAlarm"), &awscloudwatch.AlarmProps{
+		AlarmDescription: jsii.String("bulkrun: an asynchronous invocation of submit (an upload, a schedule tick, a background read) still failed after Lambda's retries; its event is on the submit failures queue"),
+		Metric: submitFailures.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+			Period:    awscdk.Duration_Minutes(jsii.Number(1)),
+			Statistic: jsii.String("Maximum"),
+		}),
+		Threshold:          jsii.Number(1),
+		EvaluationPeriods:  jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
 	itemEnv := copyEnv(fanOut)
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
 	item := newFunction(FunctionItem, s.itemTimeout, 512, itemEnv)
@@ -547,7 +581,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
 	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
 	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)
-	allow(submit, []string{"s3:PutObject"}, s3Arn(bucketName, config.UploadErrorsPrefix+"*"))
+	allow(submit, []string{"s3:PutObject", "s3:DeleteObject"}, s3Arn(bucketName, config.UploadErrorsPrefix+"*"), s3Arn(bucketName, config.ScheduleErrorsPrefix+"*"))
 	allow(submit, []string{"sqs:SendMessage"}, items.QueueArn())
 	allow(submit, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
 	// Submit hands the reading of an S3 source to itself (an asynchronous
@@ -575,10 +609,12 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, *tableArns...)
 	allow(sweep, []string{"s3:DeleteObject"}, batchesArn)
 	allow(sweep, []string{"s3:ListBucket"}, bucketArn)
-	allow(finalize, []string{"events:PutEvents"}, awscdk.Fn_Join(jsii.String(""), &[]*string{
+	defaultBus := awscdk.Fn_Join(jsii.String(""), &[]*string{
 		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":events:"), awscdk.Aws_REGION(),
 		jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":event-bus/default"),
-	}))
+	})
+	allow(finalize, []string{"events:PutEvents"}, defaultBus)
+	allow(submit, []string{"events:PutEvents"}, defaultBus) // Batch Refused
 
 	// Event sources: the items queue, and the dead-letter queue whose
 	// messages the item function records as failed (dead-lettered).
@@ -598,21 +634,20 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		SourceAccount: awscdk.Aws_ACCOUNT_ID(),
 		SourceArn:     bucketArn,
 	})
-	var notifications []interface{}
-	for _, suffix := range UploadSuffixes {
-		notifications = append(notifications, &awss3.CfnBucket_LambdaConfigurationProperty{
-			Event:    jsii.String("s3:ObjectCreated:*"),
-			Function: submit.FunctionArn(),
-			Filter: &awss3.CfnBucket_NotificationFilterProperty{
-				S3Key: &awss3.CfnBucket_S3KeyFilterProperty{
-					Rules: &[]interface{}{
-						&awss3.CfnBucket_FilterRuleProperty{Name: jsii.String("prefix"), Value: jsii.String(config.IncomingPrefix)},
-						&awss3.CfnBucket_FilterRuleProperty{Name: jsii.String("suffix"), Value: jsii.String(suffix)},
-					},
+	// One prefix filter, no suffix filters: S3 matches suffixes
+	// case-sensitively, and every object under incoming/ must either start a
+	// batch or leave an error report, so submit decides by the name.
+	notifications := []interface{}{&awss3.CfnBucket_LambdaConfigurationProperty{
+		Event:    jsii.String("s3:ObjectCreated:*"),
+		Function: submit.FunctionArn(),
+		Filter: &awss3.CfnBucket_NotificationFilterProperty{
+			S3Key: &awss3.CfnBucket_S3KeyFilterProperty{
+				Rules: &[]interface{}{
+					&awss3.CfnBucket_FilterRuleProperty{Name: jsii.String("prefix"), Value: jsii.String(config.IncomingPrefix)},
 				},
 			},
-		})
-	}
+		},
+	}}
 	cfnBucket := bucket.Node().DefaultChild().(awss3.CfnBucket)
 	cfnBucket.SetNotificationConfiguration(&awss3.CfnBucket_NotificationConfigurationProperty{
 		LambdaConfigurations: &notifications,
@@ -697,6 +732,8 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		{config.OutputFinalizeFunction, finalize.FunctionName(), "finalize function name"},
 		{config.OutputSweepFunction, sweep.FunctionName(), "retention sweep function name"},
 		{config.OutputMaxReceiveCount, jsii.String(strconv.Itoa(s.maxReceiveCount)), "items queue redrive maxReceiveCount"},
+		{config.OutputSubmitFailuresQueueURL, submitFailures.QueueUrl(), "queue of uploads and schedule ticks that failed to start after Lambda's retries"},
+		{config.OutputSubmitFailuresAlarm, submitFailuresAlarm.AlarmName(), "alarm on the submit failures queue's depth"},
 	}
 	for _, o := range outputs {
 		awscdk.NewCfnOutput(stack, jsii.String(o.key), &awscdk.CfnOutputProps{
@@ -708,9 +745,14 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	return stack, nil
 }
 
-// UploadSuffixes are the source file extensions that start a batch when
-// uploaded under config.IncomingPrefix: JSONL, JSON array, CSV with header.
-var UploadSuffixes = []string{".jsonl", ".json", ".csv"}
+// Asynchronous invocations of submit (S3 notifications, schedule ticks).
+// Lambda's defaults, stated so that the template shows them: 2 retries
+// (the maximum), events kept up to 6 hours ("Configuring error handling
+// for asynchronous invocation", AWS Lambda Developer Guide).
+const (
+	SubmitRetryAttempts = 2
+	SubmitMaxEventAge   = 6 * time.Hour
+)
 
 // s3Arn returns the ARN of bucket (when key is empty) or of key in bucket,
 // built from the bucket's name so that it does not reference the bucket

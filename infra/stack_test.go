@@ -150,6 +150,8 @@ func synth(t *testing.T, target string) *synthesized {
 		"dlq":                        {"ItemsDeadLetterQueue"},
 		"permission":                 {"SubmitFromBucket"},
 		"tick":                       {"FinalizeTick"},
+		"submitFailures":             {"SubmitFailuresQueue"},
+		"submitFailuresAlarm":        {"SubmitFailuresAlarm"},
 		FunctionSubmit:               {FunctionSubmit},
 		FunctionItem:                 {FunctionItem},
 		FunctionFinalize:             {FunctionFinalize},
@@ -530,8 +532,8 @@ func TestIAMScope(t *testing.T) {
 	// consumption actions on both queues to item.
 	want := map[string][]string{
 		FunctionSubmit: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
-			"sqs:SendMessage"},
+			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
+			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
 		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
 			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
@@ -551,11 +553,13 @@ func TestIAMScope(t *testing.T) {
 			}
 			resources := resolveAll(t, st["Resource"])
 			// Writes to the bucket are confined to batches/ (and, for
-			// submit's error reports of refused uploads, incoming-errors/).
+			// submit's error reports of refused starts, incoming-errors/
+			// and schedule-errors/).
 			for _, a := range actions(st) {
 				batches := slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.BatchesPrefix + "*"})
-				errorReports := fn == FunctionSubmit && a == "s3:PutObject" &&
-					slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.UploadErrorsPrefix + "*"})
+				errorReports := fn == FunctionSubmit && (a == "s3:PutObject" || a == "s3:DeleteObject") &&
+					slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.UploadErrorsPrefix + "*",
+						"arn:aws:s3:::bulkrun-test-bucket/" + config.ScheduleErrorsPrefix + "*"})
 				if (a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload") && !batches && !errorReports {
 					t.Errorf("%s: %s on %v, want only %s*", fn, a, resources, config.BatchesPrefix)
 				}
@@ -630,8 +634,13 @@ func TestBucketNotification(t *testing.T) {
 			if got := resolve(t, name); target == TargetEmulator && got != "bulkrun-"+pseudo["AWS::AccountId"]+"-"+pseudo["AWS::Region"] {
 				t.Errorf("BucketName = %s, want bulkrun-{account}-{region}", got)
 			}
+			// S3 upload formats: one prefix filter and no suffix filter,
+			// since S3 matches suffixes case-sensitively (orders.CSV,
+			// .ndjson, .gz would start nothing and leave no report).
 			configs := props["NotificationConfiguration"].(map[string]any)["LambdaConfigurations"].([]any)
-			var suffixes []string
+			if len(configs) != 1 {
+				t.Errorf("%d notification configurations, want 1 (prefix only)", len(configs))
+			}
 			for _, c := range configs {
 				c := c.(map[string]any)
 				if c["Event"] != "s3:ObjectCreated:*" || !jsonEqual(c["Function"], arnOf(s.ids[FunctionSubmit])) {
@@ -642,14 +651,9 @@ func TestBucketNotification(t *testing.T) {
 					r := r.(map[string]any)
 					rules[str(r["Name"])] = str(r["Value"])
 				}
-				if rules["prefix"] != config.IncomingPrefix {
-					t.Errorf("prefix = %q, want %q", rules["prefix"], config.IncomingPrefix)
+				if rules["prefix"] != config.IncomingPrefix || len(rules) != 1 {
+					t.Errorf("filter rules = %v, want only prefix %q", rules, config.IncomingPrefix)
 				}
-				suffixes = append(suffixes, rules["suffix"])
-			}
-			sort.Strings(suffixes)
-			if !slices.Equal(suffixes, []string{".csv", ".json", ".jsonl"}) {
-				t.Errorf("suffixes = %v", suffixes)
 			}
 			// The bucket waits for the permission, which names the bucket by
 			// its name: no Ref to the bucket anywhere it would close a cycle.
@@ -811,6 +815,7 @@ func TestOutputs(t *testing.T) {
 		config.OutputAPIURL, config.OutputAPIID, config.OutputAPIStage, config.OutputBucket, config.OutputTable,
 		config.OutputItemsQueueURL, config.OutputItemsDLQURL, config.OutputItemsQueueARN, config.OutputItemsDLQARN,
 		config.OutputSubmitFunction, config.OutputItemFunction, config.OutputFinalizeFunction, config.OutputSweepFunction, config.OutputMaxReceiveCount,
+		config.OutputSubmitFailuresQueueURL, config.OutputSubmitFailuresAlarm,
 	}
 	sort.Strings(want)
 	for _, target := range targets {
@@ -826,7 +831,8 @@ func TestOutputs(t *testing.T) {
 				t.Errorf("outputs = %v, want exactly %v", got, want)
 			}
 			for k, id := range map[string]string{config.OutputTable: "table", config.OutputItemsQueueURL: "items", config.OutputItemsDLQURL: "dlq",
-				config.OutputSubmitFunction: FunctionSubmit, config.OutputItemFunction: FunctionItem, config.OutputFinalizeFunction: FunctionFinalize, config.OutputSweepFunction: FunctionSweep} {
+				config.OutputSubmitFunction: FunctionSubmit, config.OutputItemFunction: FunctionItem, config.OutputFinalizeFunction: FunctionFinalize, config.OutputSweepFunction: FunctionSweep,
+				config.OutputSubmitFailuresQueueURL: "submitFailures", config.OutputSubmitFailuresAlarm: "submitFailuresAlarm"} {
 				if v := outputs[k].(map[string]any)["Value"]; !jsonEqual(v, ref(s.ids[id])) {
 					t.Errorf("%s = %v, want Ref %s", k, v, s.ids[id])
 				}
@@ -992,7 +998,7 @@ func TestSweepAndLifecycle(t *testing.T) {
 			expiring[p] = m["ExpirationInDays"]
 		}
 	}
-	for _, p := range []string{config.UploadsPrefix, config.UploadErrorsPrefix} {
+	for _, p := range []string{config.UploadsPrefix, config.UploadErrorsPrefix, config.ScheduleErrorsPrefix} {
 		if expiring[p] != float64(wanted(TargetAWS).retentionDays) {
 			t.Errorf("lifecycle of %s: %v, want %d days", p, expiring[p], wanted(TargetAWS).retentionDays)
 		}
@@ -1076,3 +1082,52 @@ func TestSubmitHandsOffToItself(t *testing.T) {
 		t.Errorf("%d submit tick rules, want 1", ticks)
 	}
 }
+
+// Failed starts leave no trace (submit's failure destination): an upload or
+// schedule tick whose submit invocation still fails after Lambda's retries
+// goes to the submit failures queue, and an alarm fires on its depth.
+func TestSubmitFailureDestinationAndAlarm(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			configs := s.resourcesOfType("AWS::Lambda::EventInvokeConfig")
+			if len(configs) != 1 {
+				t.Fatalf("%d EventInvokeConfig resources, want 1 (submit)", len(configs))
+			}
+			for _, c := range configs {
+				p := c["Properties"].(map[string]any)
+				if !jsonEqual(p["FunctionName"], ref(s.ids[FunctionSubmit])) {
+					t.Errorf("EventInvokeConfig of %v, want submit", p["FunctionName"])
+				}
+				if num(t, p["MaximumRetryAttempts"]) != 2 || num(t, p["MaximumEventAgeInSeconds"]) != 6*3600 {
+					t.Errorf("retries %v, event age %v; want 2 and 6 h", p["MaximumRetryAttempts"], p["MaximumEventAgeInSeconds"])
+				}
+				dest, _ := p["DestinationConfig"].(map[string]any)
+				onFailure, _ := dest["OnFailure"].(map[string]any)
+				if !jsonEqual(onFailure["Destination"], arnOf(s.ids["submitFailures"])) {
+					t.Errorf("OnFailure = %v, want the submit failures queue", onFailure)
+				}
+			}
+			// submit may send to the failure queue (Lambda sends with the
+			// function's role).
+			raw, _ := json.Marshal(s.statements(t, s.ids["policy:"+FunctionSubmit]))
+			if !strings.Contains(string(raw), s.ids["submitFailures"]) {
+				t.Error("submit's policy does not name the failure queue")
+			}
+			q := s.properties(t, s.ids["submitFailures"])
+			if num(t, q["MessageRetentionPeriod"]) != 14*24*3600 || q["SqsManagedSseEnabled"] != true {
+				t.Errorf("failure queue %v: want 14 days retention and SSE", q)
+			}
+			a := s.properties(t, s.ids["submitFailuresAlarm"])
+			dims, _ := a["Dimensions"].([]any)
+			queueDim := len(dims) == 1 && dims[0].(map[string]any)["Name"] == "QueueName" &&
+				jsonEqual(dims[0].(map[string]any)["Value"], getAttMap(s.ids["submitFailures"], "QueueName"))
+			if a["Namespace"] != "AWS/SQS" || a["MetricName"] != "ApproximateNumberOfMessagesVisible" || !queueDim ||
+				num(t, a["Threshold"]) != 1 || a["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || num(t, a["EvaluationPeriods"]) != 1 {
+				t.Errorf("alarm %v: want ApproximateNumberOfMessagesVisible of the failure queue ≥ 1", a)
+			}
+		})
+	}
+}
+
+func getAttMap(id, attr string) map[string]any { return map[string]any{"Fn::GetAtt": getAtt(id, attr)} }
