@@ -1,0 +1,173 @@
+package batch
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// objects is an in-memory Blobs for object sources: only OpenMatch (and
+// Open) read; every other method is unused by ReadSource and Digest.
+type objects struct {
+	Blobs                   // nil: unused methods panic
+	body  map[string][]byte // "bucket/key" → bytes
+	etag  map[string]string
+}
+
+func (o *objects) Open(ctx context.Context, bucket, key string) (io.ReadCloser, error) {
+	return o.OpenMatch(ctx, bucket, key, "")
+}
+
+func (o *objects) OpenMatch(_ context.Context, bucket, key, etag string) (io.ReadCloser, error) {
+	b, ok := o.body[bucket+"/"+key]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	if etag != "" && strings.Trim(etag, `"`) != o.etag[bucket+"/"+key] {
+		return nil, ErrConflict
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+func gz(t *testing.T, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// S3 uploads, formats: the format of a key is recognised in any case and
+// before a .gz suffix, as the CLI accepts the same files.
+func TestUploadFormatsByNameInAnyCase(t *testing.T) {
+	tests := []struct{ key, format, compression string }{
+		{"incoming/orders.jsonl", FormatJSONL, ""},
+		{"incoming/orders.JSONL", FormatJSONL, ""},
+		{"incoming/orders.ndjson", FormatJSONL, ""},
+		{"incoming/orders.NDJSON", FormatJSONL, ""},
+		{"incoming/orders.CSV", FormatCSV, ""},
+		{"incoming/orders.Json", FormatJSON, ""},
+		{"incoming/orders.jsonl.gz", FormatJSONL, CompressionGzip},
+		{"incoming/orders.ndjson.gz", FormatJSONL, CompressionGzip},
+		{"incoming/orders.CSV.GZ", FormatCSV, CompressionGzip},
+		{"incoming/orders.json.gz", FormatJSON, CompressionGzip},
+		{"incoming/orders.txt", "", ""},
+		{"incoming/orders.gz", "", CompressionGzip},
+		{"incoming/orders", "", ""},
+	}
+	for _, tt := range tests {
+		if f, c := FormatOf(tt.key), CompressionOf(tt.key); f != tt.format || c != tt.compression {
+			t.Errorf("%s: format %q compression %q, want %q %q", tt.key, f, c, tt.format, tt.compression)
+		}
+	}
+}
+
+// S3 uploads, gzip: a gzip object (by name or by the compression field) is
+// read decompressed and gives the same manifest as the plain file; a
+// stream that is not gzip is refused with an error that says gzip.
+func TestReadSourceGzip(t *testing.T) {
+	plain := "{\"id\":\"a\"}\n{\"id\":\"b\"}\n"
+	csv := "id,qty\na,1\nb,2\n"
+	o := &objects{body: map[string][]byte{
+		"b/plain.jsonl":     []byte(plain),
+		"b/z.jsonl.gz":      gz(t, plain),
+		"b/z-encoded.jsonl": gz(t, plain), // Content-Encoding: gzip, plain name
+		"b/z.CSV.gz":        gz(t, csv),
+		"b/bad.jsonl.gz":    []byte(plain),
+		"b/cut.jsonl.gz":    gz(t, plain)[:20],
+	}}
+	s := &Submitter{Blobs: o}
+	digest := func(spec SourceSpec, key string) (string, error) {
+		return s.Digest(context.Background(), SubmitRequest{Source: spec, KeyField: key})
+	}
+	want, err := digest(SourceSpec{Object: "s3://b/plain.jsonl"}, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []SourceSpec{
+		{Object: "s3://b/z.jsonl.gz"},
+		{Object: "s3://b/z-encoded.jsonl", Compression: CompressionGzip},
+	} {
+		if got, err := digest(spec, "id"); err != nil || got != want {
+			t.Errorf("%+v: digest %s, %v; want the plain file's %s", spec, got, err, want)
+		}
+	}
+	var items collected
+	if err := ReadSource(context.Background(), o, SourceSpec{Object: "s3://b/z.CSV.gz"}, "id", items.emit); err != nil || len(items.items) != 2 || items.items[1].Key != "b" {
+		t.Errorf("csv.gz: %v %+v", err, items.items)
+	}
+	for _, key := range []string{"s3://b/bad.jsonl.gz", "s3://b/cut.jsonl.gz"} {
+		_, err := digest(SourceSpec{Object: key}, "id")
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Field != "source.object" || !strings.Contains(err.Error(), "gzip") {
+			t.Errorf("%s: %v, want an input error on source.object that says gzip", key, err)
+		}
+	}
+	if err := (SourceSpec{Object: "s3://b/x.jsonl", Compression: "zstd"}).Validate(""); err == nil || !strings.Contains(err.Error(), "source.compression") {
+		t.Errorf("compression zstd: %v, want refused", err)
+	}
+}
+
+// S3 uploads, the object the event names: with an ETag the source reads
+// only that object; replaced or deleted, it is refused naming the object.
+func TestReadSourceExactObject(t *testing.T) {
+	o := &objects{body: map[string][]byte{"b/in.jsonl": []byte("{\"k\":1}\n")}, etag: map[string]string{"b/in.jsonl": "v2"}}
+	tests := []struct {
+		name, object, etag string
+		want               string // substring of the refusal; "" = read
+	}{
+		{"same etag", "s3://b/in.jsonl", "v2", ""},
+		{"quoted etag", "s3://b/in.jsonl", `"v2"`, ""},
+		{"no etag reads what is there", "s3://b/in.jsonl", "", ""},
+		{"replaced", "s3://b/in.jsonl", "v1", "changed: its ETag is no longer v1"},
+		{"deleted", "s3://b/gone.jsonl", "v1", "s3://b/gone.jsonl (ETag v1) does not exist any more"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var items collected
+			err := ReadSource(context.Background(), o, SourceSpec{Object: tt.object, ETag: tt.etag}, "", items.emit)
+			if tt.want == "" {
+				if err != nil || len(items.items) != 1 {
+					t.Fatalf("%v %+v", err, items.items)
+				}
+				return
+			}
+			var ie *InputError
+			if !errors.As(err, &ie) || ie.Field != "source.object" || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("%v, want an input error on source.object saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// S3 uploads, identity: the digest is the manifest's, so the same items
+// give the same digest however the bytes were written (CRLF, BOM), and
+// other items another.
+func TestDigestIsTheManifests(t *testing.T) {
+	o := &objects{body: map[string][]byte{
+		"b/a.jsonl": []byte("{\"id\":\"a\", \"n\": 1}\n{\"id\":\"b\"}\n"),
+		"b/b.jsonl": []byte("\xEF\xBB\xBF{\"id\":\"a\",\"n\":1}\r\n{\"id\":\"b\"}"),
+		"b/c.jsonl": []byte("{\"id\":\"a\",\"n\":2}\n{\"id\":\"b\"}\n"),
+	}}
+	s := &Submitter{Blobs: o}
+	d := map[string]string{}
+	for _, k := range []string{"a", "b", "c"} {
+		v, err := s.Digest(context.Background(), SubmitRequest{Source: SourceSpec{Object: "s3://b/" + k + ".jsonl"}, KeyField: "id"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d[k] = v
+	}
+	if d["a"] != d["b"] || d["a"] == d["c"] || len(d["a"]) != 64 {
+		t.Fatalf("digests %v: want a = b ≠ c", d)
+	}
+}

@@ -1,0 +1,327 @@
+package handler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/event"
+)
+
+// object is what the fake bucket holds under one key.
+type object struct {
+	body     []byte
+	etag     string
+	encoding string
+	meta     map[string]string
+}
+
+// bucket is an in-memory batch.Blobs and Header for the upload paths:
+// sources are read from objects, reports are written to written.
+type bucket struct {
+	batch.Blobs // nil: methods the upload paths do not use panic
+	name        string
+	objects     map[string]object
+	written     map[string][]byte
+	headErr     error // returned by HeadMatch when set
+	putErr      error // returned by Put when set
+	createErr   error // returned by Create when set
+}
+
+func (b *bucket) Bucket() string { return b.name }
+
+func (b *bucket) HeadMatch(_ context.Context, bkt, key, etag string) (batch.ObjectInfo, map[string]string, error) {
+	if b.headErr != nil {
+		return batch.ObjectInfo{}, nil, b.headErr
+	}
+	o, ok := b.objects[key]
+	if !ok {
+		return batch.ObjectInfo{}, nil, batch.ErrNotFound
+	}
+	if etag != "" && etag != o.etag {
+		return batch.ObjectInfo{}, nil, batch.ErrConflict
+	}
+	return batch.ObjectInfo{Bucket: bkt, Key: key, Size: int64(len(o.body)), ETag: `"` + o.etag + `"`, ContentEncoding: o.encoding}, o.meta, nil
+}
+
+func (b *bucket) OpenMatch(_ context.Context, _, key, etag string) (io.ReadCloser, error) {
+	o, ok := b.objects[key]
+	if !ok {
+		return nil, batch.ErrNotFound
+	}
+	if etag != "" && strings.Trim(etag, `"`) != o.etag {
+		return nil, batch.ErrConflict
+	}
+	return io.NopCloser(bytes.NewReader(o.body)), nil
+}
+
+func (b *bucket) Create(context.Context, string, string) (batch.BlobWriter, error) {
+	return nil, b.createErr
+}
+
+func (b *bucket) Put(_ context.Context, key, _ string, body []byte) error {
+	if b.putErr != nil {
+		return b.putErr
+	}
+	b.written[key] = body
+	return nil
+}
+
+func (b *bucket) Get(_ context.Context, key string) ([]byte, error) {
+	if v, ok := b.written[key]; ok {
+		return v, nil
+	}
+	return nil, batch.ErrNotFound
+}
+
+func (b *bucket) Delete(_ context.Context, key string) error { delete(b.written, key); return nil }
+
+// bus records the events put.
+type bus struct{ events []putEvent }
+
+type putEvent struct {
+	detailType string
+	detail     Refusal
+}
+
+func (e *bus) Put(_ context.Context, detailType string, detail any) error {
+	e.events = append(e.events, putEvent{detailType, detail.(Refusal)})
+	return nil
+}
+
+func newSubmit(b *bucket, e *bus, logs *bytes.Buffer) *Submit {
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	return &Submit{
+		Submitter:       &batch.Submitter{Blobs: b, Log: log, Clock: batch.SystemClock{}, Pipelines: []string{"webhook"}},
+		Heads:           b,
+		Blobs:           b,
+		Events:          e,
+		DefaultPipeline: "webhook",
+		Log:             log,
+	}
+}
+
+// s3Record builds one record as S3 sends it: the key URL-encoded the way
+// S3 encodes it (form encoding, '+' for a space), the ETag unquoted.
+func s3Record(eventName, bucketName, key string, size int64, etag string) events.S3EventRecord {
+	return events.S3EventRecord{EventVersion: "2.1", EventSource: "aws:s3", AWSRegion: "us-east-1", EventName: eventName,
+		S3: events.S3Entity{SchemaVersion: "1.0", Bucket: events.S3Bucket{Name: bucketName, Arn: "arn:aws:s3:::" + bucketName},
+			Object: events.S3Object{Key: strings.ReplaceAll(url.QueryEscape(key), "%2F", "/"), Size: size, ETag: etag}}}
+}
+
+// S3 uploads, every upload leaves a durable trace: each object under
+// incoming/ either starts a batch or leaves an error report (naming the
+// decoded key) and a Batch Refused event; folder placeholders, the stack's
+// own writes and other events are ignored with a log line saying why.
+func TestUploadsLeaveATrace(t *testing.T) {
+	good := []byte("{\"id\":\"a\"}\n")
+	hook := map[string]string{"pipeline-options": `{"url":"http://127.0.0.1:9/x"}`}
+	tests := []struct {
+		name    string
+		record  events.S3EventRecord
+		objects map[string]object
+		headErr error
+		putErr  error
+		// want: the report's key ("" = none), what its message says, the
+		// line it names, whether it is retrying, whether Uploads returns an
+		// error (Lambda retries), and the log line of an ignored record.
+		report, says string
+		line         int64
+		retrying     bool
+		wantErr      bool
+		ignored      string
+	}{
+		{name: "unknown format, key with spaces",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/my orders.txt", 11, "e1"),
+			objects: map[string]object{"incoming/my orders.txt": {body: good, etag: "e1", meta: hook}},
+			report:  "incoming-errors/my orders.txt.error.json", says: "cannot tell the format of \"incoming/my orders.txt\""},
+		{name: "deleted before it was read",
+			record: s3Record("ObjectCreated:CompleteMultipartUpload", "bkt", "incoming/Q3 reporté+v2.csv", 11, "e1"),
+			report: "incoming-errors/Q3 reporté+v2.csv.error.json", says: "s3://bkt/incoming/Q3 reporté+v2.csv was deleted before it was read"},
+		{name: "replaced before it was read",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.jsonl", 11, "e1"),
+			objects: map[string]object{"incoming/orders.jsonl": {body: good, etag: "e2", meta: hook}},
+			report:  "incoming-errors/orders.jsonl.error.json", says: "was replaced before it was read (its ETag is no longer e1)"},
+		{name: "bad line in an upper-case name",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.JSONL", 20, "e1"),
+			objects: map[string]object{"incoming/orders.JSONL": {body: []byte("{\"id\":\"a\"}\n{oops\n"), etag: "e1", meta: map[string]string{"key-field": "id", "pipeline-options": hook["pipeline-options"]}}},
+			report:  "incoming-errors/orders.JSONL.error.json", says: "line 2", line: 2},
+		{name: "Content-Encoding gzip on plain bytes says gzip",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.ndjson", 11, "e1"),
+			objects: map[string]object{"incoming/orders.ndjson": {body: good, etag: "e1", encoding: "gzip", meta: hook}},
+			report:  "incoming-errors/orders.ndjson.error.json", says: "gzip"},
+		{name: "another Content-Encoding is refused",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.csv", 11, "e1"),
+			objects: map[string]object{"incoming/orders.csv": {body: good, etag: "e1", encoding: "br", meta: hook}},
+			report:  "incoming-errors/orders.csv.error.json", says: "\"br\""},
+		{name: "a failed HEAD is retried and recorded as retrying",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.csv", 11, "e1"),
+			headErr: errors.New("head: 503 SlowDown"),
+			report:  "incoming-errors/orders.csv.error.json", says: "503 SlowDown", retrying: true, wantErr: true},
+		{name: "a refusal whose report cannot be written is retried",
+			record: s3Record("ObjectCreated:Put", "bkt", "incoming/gone.csv", 11, "e1"),
+			putErr: errors.New("put: 500"), wantErr: true, says: "deleted before it was read"},
+		{name: "folder placeholder", record: s3Record("ObjectCreated:Put", "bkt", "incoming/2026/", 0, "d41d8cd98f00b204e9800998ecf8427e"),
+			ignored: "object ignored: a folder placeholder"},
+		{name: "the stack's own write", record: s3Record("ObjectCreated:Put", "bkt", "incoming-errors/x.csv.error.json", 200, "e1"),
+			ignored: "object ignored: the stack's own write"},
+		{name: "a batch's object", record: s3Record("ObjectCreated:CompleteMultipartUpload", "bkt", "batches/b1/manifests/m.jsonl", 200, "e1"),
+			ignored: "object ignored: the stack's own write"},
+		{name: "outside incoming/", record: s3Record("ObjectCreated:Put", "bkt", "elsewhere/a.csv", 20, "e1"),
+			ignored: "object ignored: not under incoming/"},
+		{name: "removal", record: s3Record("ObjectRemoved:Delete", "bkt", "incoming/a.csv", 0, ""),
+			ignored: "object ignored: not an object creation"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &bucket{name: "bkt", objects: tt.objects, written: map[string][]byte{}, headErr: tt.headErr, putErr: tt.putErr}
+			e := &bus{}
+			var logs bytes.Buffer
+			s := newSubmit(b, e, &logs)
+			// Through Handle, as Lambda delivers it: the JSON S3 sends.
+			raw, _ := json.Marshal(events.S3Event{Records: []events.S3EventRecord{tt.record}})
+			_, err := s.Handle(context.Background(), raw)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Handle: %v, want error %v", err, tt.wantErr)
+			}
+			if tt.ignored != "" {
+				if len(b.written) != 0 || len(e.events) != 0 || !strings.Contains(logs.String(), tt.ignored) {
+					t.Fatalf("reports %v, events %v, logs %s: want none and a log line %q", b.written, e.events, logs.String(), tt.ignored)
+				}
+				return
+			}
+			key, _ := url.QueryUnescape(tt.record.S3.Object.Key)
+			if len(e.events) != 1 || e.events[0].detailType != event.DetailRefused {
+				t.Fatalf("events %+v, want one %s", e.events, event.DetailRefused)
+			}
+			ev := e.events[0].detail
+			if ev.Source != SourceUpload || ev.Key != key || ev.Bucket != "bkt" || ev.Retrying != tt.retrying || !strings.Contains(ev.Error.Message, tt.says) || ev.Error.Line != tt.line {
+				t.Fatalf("event detail %+v: want key %q, retrying %v, a message saying %q, line %d", ev, key, tt.retrying, tt.says, tt.line)
+			}
+			if tt.report == "" {
+				return
+			}
+			var rep Refusal
+			if err := json.Unmarshal(b.written[tt.report], &rep); err != nil {
+				t.Fatalf("report %s: %v (written: %v)", tt.report, err, b.written)
+			}
+			if rep.Key != key || rep.Report != "s3://bkt/"+tt.report || rep.Error.Message != ev.Error.Message || rep.Retrying != tt.retrying {
+				t.Fatalf("report %+v, want the event's detail, naming %q", rep, key)
+			}
+		})
+	}
+}
+
+// S3 uploads, identity: the batch id is the name and the manifest digest,
+// not the ETag: the same name and items (a multipart re-upload has another
+// ETag) are the same batch; other items under the same name another.
+func TestUploadBatchIDIsNameAndDigest(t *testing.T) {
+	a := UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1")
+	tests := []struct {
+		name, id string
+		same     bool
+	}{
+		{"same name and digest", UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1"), true},
+		{"other digest", UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d2"), false},
+		{"other name", UploadBatchID("bkt", "incoming/orders2.jsonl.gz", "d1"), false},
+		{"other bucket", UploadBatchID("bkt2", "incoming/orders.jsonl.gz", "d1"), false},
+	}
+	for _, tt := range tests {
+		if (tt.id == a) != tt.same {
+			t.Errorf("%s: %s vs %s, want same %v", tt.name, tt.id, a, tt.same)
+		}
+	}
+	if !strings.HasPrefix(a, "orders-") || !batch.ValidBatchID(a) || !batch.ValidBatchID(UploadBatchID("b", "incoming/my orders (1).CSV", "d")) {
+		t.Errorf("id %q: want the base name without extensions and a valid batch id", a)
+	}
+}
+
+// Failed starts leave no trace, schedule ticks: a refused tick is recorded
+// (report + Batch Refused event naming the schedule, the tick and the
+// reason) and not retried; a failed one is recorded as retrying and
+// returned, so that Lambda retries it and then hands it to the failure
+// queue.
+func TestScheduleTickLeavesATrace(t *testing.T) {
+	tick := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name      string
+		request   batch.SubmitRequest
+		createErr error
+		noTime    bool
+		report    string
+		says      string
+		retrying  bool
+		wantErr   bool
+	}{
+		{name: "refused request", request: batch.SubmitRequest{Pipeline: "nope", Source: batch.SourceSpec{Items: json.RawMessage(`[1]`)}},
+			report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "not a registered pipeline"},
+		{name: "tick without time", noTime: true, request: batch.SubmitRequest{Pipeline: "webhook"},
+			report: "schedule-errors/nightly/no-tick.error.json", says: "no tick time"},
+		{name: "failed submit", request: batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Items: json.RawMessage(`[1]`)}, Options: json.RawMessage(`{"url":"http://x"}`)},
+			createErr: errors.New("s3: 503 SlowDown"), report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "503 SlowDown", retrying: true, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &bucket{name: "bkt", written: map[string][]byte{}, createErr: tt.createErr}
+			e := &bus{}
+			var logs bytes.Buffer
+			s := newSubmit(b, e, &logs)
+			ev := map[string]any{"bulkrun_schedule": "nightly", "time": tick, "request": tt.request}
+			if tt.noTime {
+				delete(ev, "time")
+			}
+			raw, _ := json.Marshal(ev)
+			_, err := s.Handle(context.Background(), raw)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Handle: %v, want error %v", err, tt.wantErr)
+			}
+			if len(e.events) != 1 || e.events[0].detailType != event.DetailRefused {
+				t.Fatalf("events %+v, want one %s", e.events, event.DetailRefused)
+			}
+			d := e.events[0].detail
+			if d.Source != SourceSchedule || d.Schedule != "nightly" || d.Retrying != tt.retrying || !strings.Contains(d.Error.Message, tt.says) ||
+				!tt.noTime && (d.Tick == nil || !d.Tick.Equal(tick) || d.BatchID != "nightly-20261129T020000Z") {
+				t.Fatalf("detail %+v: want schedule nightly, tick %s, retrying %v, saying %q", d, tick, tt.retrying, tt.says)
+			}
+			var rep Refusal
+			if err := json.Unmarshal(b.written[tt.report], &rep); err != nil || rep.Error.Message != d.Error.Message || rep.Report != "s3://bkt/"+tt.report {
+				t.Fatalf("report %s: %+v %v (written %v)", tt.report, rep, err, b.written)
+			}
+		})
+	}
+}
+
+// A start that succeeds on a retry removes the report its failed attempt
+// left; a refusal's report stays.
+func TestRetriedStartClearsItsReport(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		retrying bool
+		etag     string
+		gone     bool
+	}{
+		{"retrying, same object", true, "e1", true},
+		{"retrying, another object", true, "e0", false},
+		{"refused", false, "e1", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body, _ := json.Marshal(Refusal{Source: SourceUpload, Key: "incoming/a.csv", ETag: tt.etag, Retrying: tt.retrying})
+			b := &bucket{name: "bkt", written: map[string][]byte{"incoming-errors/a.csv.error.json": body}}
+			s := newSubmit(b, &bus{}, &bytes.Buffer{})
+			s.clearRetrying(context.Background(), s.Log, UploadErrorKey("incoming/a.csv"), `"e1"`)
+			if _, ok := b.written["incoming-errors/a.csv.error.json"]; ok == tt.gone {
+				t.Fatalf("report present %v, want gone %v", ok, tt.gone)
+			}
+		})
+	}
+}
