@@ -390,7 +390,7 @@ func TestUploadStartsOneBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := handler.UploadBatchID(env.bucket, key, aws.ToString(put.ETag))
+	id := uploadID(t, key) // the name and the manifest digest
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, err := env.api.Status(ctx, id); err == nil {

@@ -79,7 +79,7 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			return nil, err
 		}
-		return nil, s.Uploads(ctx, ev)
+		return s.Uploads(ctx, ev)
 	}
 	return nil, fmt.Errorf("submit: unknown event shape")
 }

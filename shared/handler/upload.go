@@ -53,8 +53,12 @@ const (
 // A refusal is not retried. Any other failure is recorded as retrying and
 // returned, so that Lambda retries the event (twice by default) and then
 // puts it on the submit failure queue.
-func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
+//
+// The result lists what became of each record (Lambda discards it for
+// asynchronous invocations; a synchronous caller can read it).
+func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) (UploadsResult, error) {
 	var errs []error
+	res := UploadsResult{Started: []UploadStart{}, Refused: []string{}, Ignored: map[string]string{}}
 	for _, rec := range ev.Records {
 		bucket, size, etag := rec.S3.Bucket.Name, rec.S3.Object.Size, strings.Trim(rec.S3.Object.ETag, `"`)
 		key, err := url.QueryUnescape(rec.S3.Object.Key)
@@ -64,6 +68,7 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
 		log := s.Log.With("bucket", bucket, "object", key)
 		if why := ignoreUpload(rec.EventName, key, size); why != "" {
 			log.Info("object ignored: "+why, "event", rec.EventName)
+			res.Ignored[key] = why
 			continue
 		}
 		r := Refusal{Source: SourceUpload, Bucket: bucket, Key: key, ETag: etag}
@@ -71,16 +76,35 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) error {
 			// Not what S3 sends; the raw key is the best name there is.
 			err = &batch.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
 		} else {
-			r.BatchID, err = s.upload(ctx, log, bucket, key, etag)
+			var created bool
+			r.BatchID, created, err = s.upload(ctx, log, bucket, key, etag)
 			if err == nil {
+				res.Started = append(res.Started, UploadStart{Key: key, BatchID: r.BatchID, Created: created})
 				continue
 			}
 		}
+		res.Refused = append(res.Refused, key)
 		if err := s.refuse(ctx, log, r, err); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return res, errors.Join(errs...)
+}
+
+// UploadsResult is what Uploads made of an S3 event: the batches started
+// (or found: Created false), the keys refused or failed (each has its
+// error report), and the keys ignored with why. Keys are decoded.
+type UploadsResult struct {
+	Started []UploadStart     `json:"started"`
+	Refused []string          `json:"refused"`
+	Ignored map[string]string `json:"ignored"`
+}
+
+// UploadStart is one upload's batch.
+type UploadStart struct {
+	Key     string `json:"key"`
+	BatchID string `json:"batch_id"`
+	Created bool   `json:"created"`
 }
 
 // ignoreUpload returns why an S3 event record starts nothing and leaves no
@@ -101,26 +125,26 @@ func ignoreUpload(eventName, key string, size int64) string {
 }
 
 // upload starts the batch of one uploaded object and returns its id (when
-// known, also on error).
-func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag string) (string, error) {
+// known, also on error) and whether this call created it.
+func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag string) (string, bool, error) {
 	req, err := s.uploadRequest(ctx, bucket, key, etag)
 	if err != nil {
-		return req.BatchID, err
+		return req.BatchID, false, err
 	}
 	if req.BatchID == "" {
 		digest, err := s.Submitter.Digest(ctx, req)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		req.BatchID = UploadBatchID(bucket, key, digest)
 	}
 	res, err := s.Submitter.Submit(ctx, req)
 	if err != nil {
-		return req.BatchID, err
+		return req.BatchID, false, err
 	}
 	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 	s.clearRetrying(ctx, log, UploadErrorKey(key), req.Source.ETag)
-	return res.Batch.ID, nil
+	return res.Batch.ID, res.Created, nil
 }
 
 var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
