@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Sources of a start that is not an API call (Refusal.Source).
@@ -25,10 +25,6 @@ const (
 // other than its input (an AWS call that failed, a timeout); Lambda retries
 // it.
 const CodeStartFailed = "start_failed"
-
-// MaxReasonBytes caps the error text quoted in a refusal (report and
-// event): an EventBridge entry is at most 256 KB.
-const MaxReasonBytes = 4 << 10
 
 // Refusal is the error report of a start that did not happen — an upload or
 // a schedule tick whose submit was refused or failed — and the detail of
@@ -107,7 +103,9 @@ func (s *Submit) refuse(ctx context.Context, log *slog.Logger, r Refusal, err er
 	} else {
 		r.Error = ErrorBody{Code: CodeStartFailed, Message: "failed; Lambda retries this start: " + err.Error()}
 	}
-	r.Error.Message = capText(r.Error.Message, MaxReasonBytes)
+	// An EventBridge entry is at most 256 KB: quote the error as every
+	// error text is quoted.
+	r.Error.Message = pipeline.CutText(r.Error.Message, pipeline.MaxErrorTextBytes)
 	r.At = time.Now().UTC()
 	log = log.With("batch_id", r.BatchID, "retrying", r.Retrying)
 
@@ -164,16 +162,4 @@ func (s *Submit) clearRetrying(ctx context.Context, log *slog.Logger, key, etag 
 		return
 	}
 	log.Info("start succeeded on a retry; its error report is removed", "report", key)
-}
-
-// capText cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
-func capText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "… (cut)"
 }
