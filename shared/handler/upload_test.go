@@ -66,8 +66,18 @@ func (b *bucket) OpenMatch(_ context.Context, _, key, etag string) (io.ReadClose
 }
 
 func (b *bucket) Create(context.Context, string, string) (batch.BlobWriter, error) {
-	return nil, b.createErr
+	if b.createErr != nil {
+		return nil, b.createErr
+	}
+	return discard{}, nil
 }
+
+// discard is a manifest write that keeps nothing.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) Close() error                { return nil }
+func (discard) Abort() error                { return nil }
 
 func (b *bucket) Put(_ context.Context, key, _ string, body []byte) error {
 	if b.putErr != nil {
@@ -260,9 +270,12 @@ func TestScheduleTickLeavesATrace(t *testing.T) {
 		noTime    bool
 		report    string
 		says      string
+		code      string // "" = not checked
 		retrying  bool
 		wantErr   bool
 	}{
+		{name: "empty source", request: batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Items: json.RawMessage(`[]`)}, Options: json.RawMessage(`{"url":"http://x"}`)},
+			report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "no items", code: "empty_source"},
 		{name: "refused request", request: batch.SubmitRequest{Pipeline: "nope", Source: batch.SourceSpec{Items: json.RawMessage(`[1]`)}},
 			report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "not a registered pipeline"},
 		{name: "tick without time", noTime: true, request: batch.SubmitRequest{Pipeline: "webhook"},
@@ -290,6 +303,7 @@ func TestScheduleTickLeavesATrace(t *testing.T) {
 			}
 			d := e.events[0].detail
 			if d.Source != SourceSchedule || d.Schedule != "nightly" || d.Retrying != tt.retrying || !strings.Contains(d.Error.Message, tt.says) ||
+				tt.code != "" && d.Error.Code != tt.code ||
 				!tt.noTime && (d.Tick == nil || !d.Tick.Equal(tick) || d.BatchID != "nightly-20261129T020000Z") {
 				t.Fatalf("detail %+v: want schedule nightly, tick %s, retrying %v, saying %q", d, tick, tt.retrying, tt.says)
 			}
