@@ -1,0 +1,113 @@
+package metric
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/emf.golden")
+
+// emitAll writes one line of every metric with fixed values.
+func emitAll(e *Emitter) {
+	e.ItemRecorded("webhook", "succeeded", "b-1", 1)
+	e.ItemDuration("webhook", 1234*time.Millisecond, "b-1", 1)
+	e.DeadLetter("thumbnail", "b-2", 3)
+	e.Retry("webhook", "b-1", 1)
+	e.FanOut(500, "b-1", 1)
+	e.FinalizeLag(2500*time.Millisecond, "b-1", 1)
+	e.TickFailed()
+}
+
+// TestEMFGolden guards the metrics product line (items by outcome,
+// dead-lettered, retries, item duration, fan-out rate, finalize lag, tick
+// failures): the exact EMF lines CloudWatch extracts them from. A change
+// of name, unit, dimension or namespace breaks the stack's alarms and
+// dashboard, which name them; update both with -update.
+func TestEMFGolden(t *testing.T) {
+	var buf bytes.Buffer
+	e := &Emitter{Stack: "bulkrun", W: &buf, Now: func() time.Time { return time.UnixMilli(1767225600000) }}
+	emitAll(e)
+	golden := filepath.Join("testdata", "emf.golden")
+	if *update {
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Errorf("EMF lines differ from %s:\ngot:\n%s\nwant:\n%s", golden, buf.Bytes(), want)
+	}
+}
+
+// TestEMFShape checks every line against the rules of the EMF
+// specification that CloudWatch enforces (a line breaking one is dropped
+// silently): one JSON object per line; _aws.Timestamp in epoch ms;
+// Namespace set; each dimension set names 1–30 root members holding
+// strings; each metric is a root member holding a number; and that no
+// batch id is a dimension (metrics cost per dimension value).
+func TestEMFShape(t *testing.T) {
+	var buf bytes.Buffer
+	emitAll(&Emitter{Stack: "s", W: &buf})
+	sc := bufio.NewScanner(&buf)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		var doc map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &doc); err != nil {
+			t.Fatalf("line %d: %v", lines, err)
+		}
+		aws, _ := doc["_aws"].(map[string]any)
+		if ts, ok := aws["Timestamp"].(float64); !ok || ts < 1e12 {
+			t.Errorf("line %d: Timestamp %v is not epoch milliseconds", lines, aws["Timestamp"])
+		}
+		dirs, _ := aws["CloudWatchMetrics"].([]any)
+		if len(dirs) != 1 {
+			t.Fatalf("line %d: %d directives", lines, len(dirs))
+		}
+		dir := dirs[0].(map[string]any)
+		if dir["Namespace"] != Namespace {
+			t.Errorf("line %d: namespace %v", lines, dir["Namespace"])
+		}
+		for _, set := range dir["Dimensions"].([]any) {
+			set := set.([]any)
+			if len(set) < 1 || len(set) > 30 {
+				t.Errorf("line %d: dimension set %v", lines, set)
+			}
+			for _, d := range set {
+				if _, ok := doc[d.(string)].(string); !ok {
+					t.Errorf("line %d: dimension %v has no string value at the root", lines, d)
+				}
+				if !slices.Contains([]string{DimStack, DimPipeline, DimOutcome}, d.(string)) {
+					t.Errorf("line %d: dimension %v is not one of the low-cardinality ones", lines, d)
+				}
+			}
+		}
+		for _, m := range dir["Metrics"].([]any) {
+			m := m.(map[string]any)
+			if _, ok := doc[m["Name"].(string)].(float64); !ok {
+				t.Errorf("line %d: metric %v has no number at the root", lines, m["Name"])
+			}
+			if u := m["Unit"]; u != UnitCount && u != UnitMilliseconds {
+				t.Errorf("line %d: unit %v", lines, u)
+			}
+		}
+	}
+	if lines != 7 {
+		t.Errorf("%d lines, want 7", lines)
+	}
+}
+
+func TestNilEmitterDiscards(t *testing.T) {
+	var e *Emitter
+	emitAll(e) // must not panic
+}
