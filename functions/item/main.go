@@ -34,7 +34,7 @@ func main() {
 	h := &handler.Item{
 		Worker: &batch.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
-			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease,
+			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics,
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -79,6 +80,8 @@ type Finalizer struct {
 	// FanOut re-sends a run's fan-out (Submitter.FanOut); nil disables that
 	// part of the tick.
 	FanOut func(ctx context.Context, b Batch) error
+	// Metrics receives the finalize lag and tick failures; nil for none.
+	Metrics *metric.Emitter
 }
 
 // FinalizeResult says what Finalize did.
@@ -128,10 +131,14 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	// need no write.
 	keepBefore := f.Clock.Now().Add(f.Retention + TTLGrace/2)
 	var keep []string
+	var lastOutcomeAt time.Time // the finalize lag runs from here
 	rw := newResultsWriter(ctx, f.Blobs, id, run)
 	census, err := CensusOf(ctx, f.Store, b, func(it Item, o Outcome) error {
 		if !o.Terminal() {
 			return fmt.Errorf("item %q is %s: %w", it.Key, o, ErrNotFinished)
+		}
+		if it.UpdatedAt.After(lastOutcomeAt) {
+			lastOutcomeAt = it.UpdatedAt
 		}
 		if it.ExpiresAt.Before(keepBefore) {
 			keep = append(keep, it.Key)
@@ -185,6 +192,9 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 		if rep, err = f.readReport(ctx, id, run); err != nil {
 			return FinalizeResult{}, err
 		}
+	}
+	if wrote && !lastOutcomeAt.IsZero() {
+		f.Metrics.FinalizeLag(rep.FinishedAt.Sub(lastOutcomeAt), id, run)
 	}
 	// Every row of the finished batch carries a TTL past its retention
 	// (the second line of defence behind the sweep), set before the run
@@ -332,6 +342,9 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 	res.Published = n
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		f.Metrics.TickFailed()
 	}
 	return res, errors.Join(errs...)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/bulkrun/bulkrun/shared/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -53,6 +54,9 @@ type Worker struct {
 	Clock     Clock
 	Log       *slog.Logger
 	Pipelines *pipeline.Registry
+	// Metrics receives the item metrics (outcomes, durations, retries,
+	// dead letters, fan-out); nil for none.
+	Metrics *metric.Emitter
 	// Lease is how long a reservation is owned; it must outlive the
 	// invocation (config.Config.Validate checks Lease ≥ timeout + margin).
 	Lease time.Duration
@@ -332,6 +336,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 	if sent != m.Chunk.Count {
 		return fmt.Errorf("chunk at %d holds %d items, want %d", m.Chunk.Offset, sent, m.Chunk.Count)
 	}
+	w.Metrics.FanOut(sent, b.ID, b.Run)
 	return nil
 }
 
@@ -373,6 +378,8 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Me
 	switch {
 	case err == nil:
 		log.Warn("item dead-lettered", "outcome", string(OutcomeFailed))
+		w.Metrics.DeadLetter(b.Pipeline, b.ID, b.Run)
+		w.Metrics.ItemRecorded(b.Pipeline, string(OutcomeFailed), b.ID, b.Run)
 		return true, &done{batch: b, failure: true}
 	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
 		return false, nil // still under a live lease: its holder records the outcome
@@ -509,6 +516,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	cancel()
 	rec.Now = w.Clock.Now()
 	log = log.With("duration_ms", rec.Now.Sub(start).Milliseconds())
+	w.Metrics.ItemDuration(b.Pipeline, rec.Now.Sub(start), b.ID, b.Run)
 
 	if perr == nil {
 		var out json.RawMessage
@@ -566,6 +574,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		log.Warn("delay message", "error", err.Error())
 	}
 	log.Warn("transient error; retried", "error", rec.Error, "retry_in_ms", wait.Milliseconds())
+	w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
 	return false, nil
 }
 
@@ -656,6 +665,7 @@ func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Reco
 		log.Error("record outcome", "error", pipeline.ErrorText(err), "outcome", string(rec.Outcome))
 		return false, nil
 	}
+	w.Metrics.ItemRecorded(b.Pipeline, string(rec.Outcome), b.ID, b.Run)
 	if rec.Outcome == OutcomeSucceeded {
 		log.Info("item recorded", "outcome", string(rec.Outcome))
 	} else {

@@ -58,6 +58,10 @@ const (
 	// (/tmp) in MiB, as the stack sized it; named when the disk fills up.
 	// Optional (0: unknown).
 	EnvEphemeralStorageMiB = "BULKRUN_EPHEMERAL_STORAGE_MIB"
+	// EnvMetricsStack is the Stack dimension of the functions' CloudWatch
+	// metrics (package metric): the stack name. Optional; without it no
+	// metrics are written.
+	EnvMetricsStack = "BULKRUN_METRICS_STACK"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the

@@ -25,6 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
 	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
 	"github.com/bulkrun/bulkrun/shared/queue"
@@ -41,6 +42,9 @@ type Deps struct {
 	Queue   *queue.Queue    // nil without EnvItemsQueueURL
 	Trigger *trigger.Lambda // nil without EnvFinalizeFunction
 	S3      *s3.Client
+	// Metrics writes CloudWatch EMF lines to stdout; nil (none) without
+	// config.EnvMetricsStack.
+	Metrics *metric.Emitter
 }
 
 // Logger returns the functions' JSON logger (with the request id when run
@@ -91,6 +95,9 @@ func Build(ctx context.Context) (*Deps, error) {
 		return nil, err
 	}
 	d := &Deps{Config: cfg, Log: log, AWS: ac}
+	if stack := os.Getenv(config.EnvMetricsStack); stack != "" {
+		d.Metrics = metric.New(stack)
+	}
 	d.S3 = NewS3(ac)
 	d.Store = dynamo.New(dynamodb.NewFromConfig(ac), cfg.Table)
 	// Rows outlive a finished batch's retention by TTLGrace at least
@@ -135,7 +142,7 @@ func (d *Deps) Bus() *event.Bus {
 
 // Finalizer builds the finalize workflow from d.
 func (d *Deps) Finalizer() *batch.Finalizer {
-	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention,
+	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
 		Events: d.Bus()}
 	if d.Queue != nil {
 		// The tick re-sends a fan-out that a dead submit or resume left unsent.
