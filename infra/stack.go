@@ -158,6 +158,28 @@ type StackProps struct {
 	// MaxMaxManifestBytes (Lambda's 10,240 MiB limit). A larger source is
 	// refused with 507 insufficient_storage, naming the limit.
 	MaxManifestBytes int64
+
+	// Operations (observability.go, hardening.go).
+
+	// AlarmTopicARN is the SNS topic every alarm notifies, on alarm and on
+	// recovery. Default "": the alarms exist, without actions.
+	AlarmTopicARN string
+	// Tracing turns on X-Ray active tracing for the functions and the API
+	// stage. Default off.
+	Tracing bool
+	// QueueAgeAlarm is the age of the oldest message in the items queue or
+	// its dead-letter queue that raises an alarm: whole minutes from 1 min
+	// to 14 days. Default DefaultQueueAgeAlarm (30 min).
+	QueueAgeAlarm time.Duration
+	// BucketVersioning turns on the bucket's versioning; noncurrent
+	// versions then expire after RetentionDays. Default off.
+	BucketVersioning bool
+	// APIRateLimit is the API stage's steady request rate, in requests per
+	// second, > 0. Default DefaultAPIRateLimit (50).
+	APIRateLimit float64
+	// APIBurstLimit is the API stage's burst, in requests, ≥ 1. Default
+	// DefaultAPIBurstLimit (100).
+	APIBurstLimit int
 }
 
 // Ephemeral storage of the submit function. Duplicate-key detection writes
@@ -364,6 +386,7 @@ func derive(props *StackProps) (settings, error) {
 	env[config.EnvTable] = "table"
 	env[config.EnvBucket] = "bucket"
 	env[config.EnvPipelines] = strings.Join(s.pipelines, ",")
+	errs = append(errs, checkOperations(props)...)
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
 		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
 	}
@@ -412,9 +435,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		RemovalPolicy:     removal,
 		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
 		Encryption:        awss3.BucketEncryption_S3_MANAGED,
-		// The emulator serves plain HTTP; a policy denying it would lock
-		// the tests out. AWS gets the SSL-only policy.
-		EnforceSSL: jsii.Bool(onAWS),
+		// SSL-only on every target: the emulator does not evaluate bucket
+		// policies (see hardening.go).
+		EnforceSSL: jsii.Bool(true),
 		Versioned:  jsii.Bool(false),
 		LifecycleRules: &[]*awss3.LifecycleRule{{
 			Id:                                  jsii.String("abort-incomplete-multipart-uploads"),
@@ -735,6 +758,10 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		{config.OutputSubmitFailuresQueueURL, submitFailures.QueueUrl(), "queue of uploads and schedule ticks that failed to start after Lambda's retries"},
 		{config.OutputSubmitFailuresAlarm, submitFailuresAlarm.AlarmName(), "alarm on the submit failures queue's depth"},
 	}
+	ops := operated{bucket: bucket, table: table, items: items, dlq: dlq, api: api,
+		functions: map[string]awslambda.Function{FunctionSubmit: submit, FunctionItem: item, FunctionFinalize: finalize, FunctionSweep: sweep}}
+	harden(stack, s, props, ops)
+	observe(stack, s, props, ops)
 	for _, o := range outputs {
 		awscdk.NewCfnOutput(stack, jsii.String(o.key), &awscdk.CfnOutputProps{
 			Key:         jsii.String(o.key),

@@ -300,7 +300,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			common := []string{
 				config.EnvTable, config.EnvBucket, config.EnvLogLevel, config.EnvRetentionDays,
 				config.EnvMaxAttempts, config.EnvMaxReceiveCount, config.EnvItemTimeoutSeconds,
-				config.EnvLeaseSeconds, config.EnvVisibilitySeconds,
+				config.EnvLeaseSeconds, config.EnvVisibilitySeconds, config.EnvMetricsStack,
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
@@ -394,7 +394,7 @@ func TestFunctions(t *testing.T) {
 			if target == TargetAWS {
 				expectAssertion(t, "log retention", func() {
 					s.template.ResourcePropertiesCountIs(jsii.String("AWS::Logs::LogGroup"),
-						map[string]any{"RetentionInDays": 30}, jsii.Number(4))
+						map[string]any{"RetentionInDays": 30}, jsii.Number(5)) // 4 functions + API access logs
 				})
 			}
 		})
@@ -703,8 +703,8 @@ func TestBucketAndTablePerTarget(t *testing.T) {
 							"AbortIncompleteMultipartUpload": map[string]any{"DaysAfterInitiation": 1}, "Status": "Enabled"})})},
 				})
 			})
-			// SSL-only on AWS; the emulator serves plain HTTP.
-			if got, want := len(s.resourcesOfType("AWS::S3::BucketPolicy")), map[string]int{TargetAWS: 1, TargetEmulator: 0}[target]; got != want {
+			// SSL-only on every target (hardening_test.go checks the statement).
+			if got, want := len(s.resourcesOfType("AWS::S3::BucketPolicy")), 1; got != want {
 				t.Errorf("%d bucket policies, want %d", got, want)
 			}
 
@@ -783,8 +783,10 @@ func TestAPI(t *testing.T) {
 				s.template.HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"),
 					map[string]any{"StageName": config.DefaultAPIStage})
 			})
-			if n := len(s.resourcesOfType("AWS::ApiGateway::Account")); n != 0 {
-				t.Errorf("%d API Gateway accounts, want none (cloudWatchRole off)", n)
+			// The account's CloudWatch role for access logs, AWS only
+			// (observability_test.go checks it).
+			if n, want := len(s.resourcesOfType("AWS::ApiGateway::Account")), map[string]int{TargetAWS: 1, TargetEmulator: 0}[target]; n != want {
+				t.Errorf("%d API Gateway accounts, want %d", n, want)
 			}
 		})
 	}

@@ -21,9 +21,15 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// MaxRequestBytes bounds a request body: API Gateway REST APIs accept at
-// most 10 MB (API Gateway quotas, "Payload size").
-const MaxRequestBytes = 10 << 20
+// MaxRequestBytes bounds a request body, in bytes: 6 MB (6,291,456 bytes),
+// the largest payload of a synchronous Lambda invocation ("Lambda quotas",
+// "Invocation payload (request and response)":
+// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+// A larger body is answered 413 naming this limit. API Gateway's own
+// 10 MB limit cannot be lowered; on AWS a body whose event exceeds 6 MB is
+// refused by Lambda before submit runs (API Gateway then answers 5xx), so
+// put large item lists in S3 and name the object.
+const MaxRequestBytes = 6 << 20
 
 // LiveCensusMaxItems is the largest running batch whose GET counts items
 // from their rows (one GSI page of ≈ 1 MB per shard read, ≈ 3 MB and a few
@@ -231,7 +237,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body) > MaxRequestBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Message: fmt.Sprintf("body over %d bytes: put the items in S3 and name the object", MaxRequestBytes)})
+		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Field: "body",
+			Message: fmt.Sprintf("body over %d bytes (6 MB, Lambda's synchronous invocation payload limit): put the items in S3 and name the object", MaxRequestBytes)})
 		return
 	}
 	var req batch.SubmitRequest

@@ -1,6 +1,8 @@
 package handler
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
@@ -88,6 +92,50 @@ func TestErrorOfExpired(t *testing.T) {
 			status, body := ErrorOf(tt.err)
 			if status != tt.wantStatus || body.Code != tt.wantCode {
 				t.Fatalf("ErrorOf = %d %q, want %d %q", status, body.Code, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+}
+
+// TestHardeningRequestSizeLimit guards the request size product line: a
+// body over Lambda's 6 MB synchronous payload gets 413 naming the limit
+// and the field, plain or base64-encoded as API Gateway sends binary
+// bodies; a body of exactly the limit passes the size check (and is then
+// judged on its content).
+func TestHardeningRequestSizeLimit(t *testing.T) {
+	api := NewAPI(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	atLimit := `{"pipelin":1}` + strings.Repeat(" ", MaxRequestBytes-len(`{"pipelin":1}`))
+	over := atLimit + " "
+	for _, tt := range []struct {
+		name   string
+		body   string
+		b64    bool
+		status int
+		field  string
+	}{
+		{"over the limit", over, false, 413, "body"},
+		{"over the limit, base64", base64.StdEncoding.EncodeToString([]byte(over)), true, 413, "body"},
+		{"at the limit", atLimit, false, 400, "pipelin"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := events.APIGatewayProxyRequest{
+				Resource: "/batches", Path: "/batches", HTTPMethod: "POST",
+				Headers: map[string]string{"Content-Type": "application/json"}, Body: tt.body, IsBase64Encoded: tt.b64,
+				RequestContext: events.APIGatewayProxyRequestContext{Stage: "v1", ResourcePath: "/batches", HTTPMethod: "POST"},
+			}
+			resp, err := api.Serve(context.Background(), ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body ErrorBody
+			if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
+				t.Fatalf("answer %q: %v", resp.Body, err)
+			}
+			if resp.StatusCode != tt.status || body.Field != tt.field {
+				t.Fatalf("%d %+v, want %d field %q", resp.StatusCode, body, tt.status, tt.field)
+			}
+			if tt.status == 413 && !strings.Contains(body.Message, "6291456 bytes") {
+				t.Errorf("message %q does not name the limit", body.Message)
 			}
 		})
 	}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/metric"
+)
+
+// alarmPeriod is the period of every alarm: one datapoint of 5 minutes.
+const alarmPeriod = 5 * time.Minute
+
+// AccessLogFormat is the API stage's access log line: one JSON object per
+// request, with the caller's IAM identity and no header or body values.
+// Fields: $context variables of "API Gateway mapping template and access
+// logging variable reference"
+// (https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-mapping-template-reference.html).
+const AccessLogFormat = `{"request_id":"$context.requestId","extended_request_id":"$context.extendedRequestId",` +
+	`"time":"$context.requestTime","ip":"$context.identity.sourceIp","caller":"$context.identity.caller",` +
+	`"user_arn":"$context.identity.userArn","method":"$context.httpMethod","resource":"$context.resourcePath",` +
+	`"path":"$context.path","protocol":"$context.protocol","status":"$context.status",` +
+	`"response_length":"$context.responseLength","latency_ms":"$context.responseLatency",` +
+	`"integration_latency_ms":"$context.integrationLatency","integration_status":"$context.integration.status",` +
+	`"error":"$context.error.message","waf":"$context.waf.error"}`
+
+// observe adds what an operator watches bulkrun with:
+//
+//   - config.EnvMetricsStack on every function, so that they write their
+//     metrics (package metric: namespace "bulkrun", dimension Stack = the
+//     stack name) as embedded-metric-format lines;
+//   - X-Ray active tracing on the functions and the API stage when
+//     StackProps.Tracing;
+//   - API access logs, AccessLogFormat, into the log group ApiAccessLogs
+//     (1-month retention). API Gateway writes them with the region's
+//     account-level CloudWatch role: on the AWS target the stack sets it
+//     (ApiGatewayAccount, retained on deletion because it is shared by
+//     every API of the account and region);
+//   - the alarms of alarmSpecs, each notifying StackProps.AlarmTopicARN on
+//     alarm and on recovery (no actions without it);
+//   - the dashboard "{stack}-operations".
+func observe(stack awscdk.Stack, s settings, props *StackProps, r operated) {
+	o := opsOf(props)
+	onAWS := s.target == TargetAWS
+	removal := awscdk.RemovalPolicy_DESTROY
+	if onAWS {
+		removal = awscdk.RemovalPolicy_RETAIN
+	}
+	stackName := *stack.StackName()
+	for _, name := range functionNames {
+		fn := r.functions[name]
+		fn.AddEnvironment(jsii.String(config.EnvMetricsStack), jsii.String(stackName), nil)
+		if o.tracing {
+			fn.Node().DefaultChild().(awslambda.CfnFunction).SetTracingConfig(&awslambda.CfnFunction_TracingConfigProperty{Mode: jsii.String("Active")})
+			// X-Ray's write actions take no resource ("*" only): see
+			// "Actions, resources, and condition keys for AWS X-Ray".
+			fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+				Actions:   jsii.Strings("xray:PutTraceSegments", "xray:PutTelemetryRecords"),
+				Resources: jsii.Strings("*"),
+			}))
+		}
+	}
+
+	// API access logs.
+	accessLogs := awslogs.NewLogGroup(stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
+		Retention:     awslogs.RetentionDays_ONE_MONTH,
+		RemovalPolicy: removal,
+	})
+	stage := r.api.DeploymentStage().Node().DefaultChild().(awsapigateway.CfnStage)
+	stage.SetAccessLogSetting(&awsapigateway.CfnStage_AccessLogSettingProperty{
+		DestinationArn: accessLogs.LogGroupArn(),
+		Format:         jsii.String(AccessLogFormat),
+	})
+	stage.SetTracingEnabled(jsii.Bool(o.tracing))
+	if onAWS {
+		role := awsiam.NewRole(stack, jsii.String("ApiGatewayCloudWatchRole"), &awsiam.RoleProps{
+			AssumedBy:       awsiam.NewServicePrincipal(jsii.String("apigateway.amazonaws.com"), nil),
+			Description:     jsii.String("API Gateway writes access and execution logs to CloudWatch Logs"),
+			ManagedPolicies: &[]awsiam.IManagedPolicy{awsiam.ManagedPolicy_FromAwsManagedPolicyName(jsii.String("service-role/AmazonAPIGatewayPushToCloudWatchLogs"))},
+		})
+		role.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN)
+		account := awsapigateway.NewCfnAccount(stack, jsii.String("ApiGatewayAccount"), &awsapigateway.CfnAccountProps{
+			CloudWatchRoleArn: role.RoleArn(),
+		})
+		account.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN, nil)
+		stage.AddResourceDependency(account, nil)
+	}
+
+	// Alarms.
+	var action awscloudwatch.IAlarmAction
+	if o.alarmTopicARN != "" {
+		action = awscloudwatchactions.NewSnsAction(awssns.Topic_FromTopicArn(stack, jsii.String("AlarmTopic"), jsii.String(o.alarmTopicARN)))
+	}
+	var alarms []interfacesawscloudwatch.IAlarmRef
+	for _, a := range alarmSpecs(stack, o, r) {
+		alarm := awscloudwatch.NewAlarm(stack, jsii.String(a.id), &awscloudwatch.AlarmProps{
+			AlarmName:          jsii.String(stackName + "-" + a.name),
+			AlarmDescription:   jsii.String(a.desc),
+			Metric:             a.metric,
+			Threshold:          jsii.Number(a.threshold),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+		if action != nil {
+			alarm.AddAlarmAction(action)
+			alarm.AddOkAction(action)
+		}
+		alarms = append(alarms, alarm)
+	}
+
+	dashboard(stack, r, alarms)
+}
+
+// functionNames are the functions in a fixed order.
+var functionNames = []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep}
+
+// alarmSpec is one alarm: its construct id, name suffix ("{stack}-" + name),
+// metric and threshold (≥, one 5-minute period, missing data not breaching).
+type alarmSpec struct {
+	id, name, desc string
+	metric         awscloudwatch.IMetric
+	threshold      float64
+}
+
+// alarmSpecs lists the alarms:
+//
+//	items-queue-oldest-message        AWS/SQS ApproximateAgeOfOldestMessage (Maximum) ≥ QueueAgeAlarm seconds
+//	dead-letter-queue-oldest-message  the same on the dead-letter queue: a dead letter that is not being recorded
+//	{function}-errors                 AWS/Lambda Errors (Sum) ≥ 1, each function
+//	{function}-throttles              AWS/Lambda Throttles (Sum) ≥ 1, each function
+//	finalize-tick-failures            bulkrun TickFailures (Sum, Stack) ≥ 1: the tick ran and failed
+//	finalize-tick-invocations-failed  AWS/Events FailedInvocations (Sum) of FinalizeTick ≥ 1: the tick did not run
+//	dead-letters                      bulkrun DeadLettered (Sum, Stack) ≥ 1: items recorded failed from the dead-letter queue
+func alarmSpecs(stack awscdk.Stack, o opsSettings, r operated) []alarmSpec {
+	period := awscdk.Duration_Seconds(jsii.Number(alarmPeriod.Seconds()))
+	age := o.queueAgeAlarm.Seconds()
+	specs := []alarmSpec{
+		{"ItemsQueueOldestMessageAlarm", "items-queue-oldest-message",
+			"bulkrun: an item message has waited longer than expected in the items queue (consumers stalled or throttled)",
+			r.items.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), age},
+		{"DeadLetterQueueOldestMessageAlarm", "dead-letter-queue-oldest-message",
+			"bulkrun: a dead letter is not being recorded (a live lease or a storage error); see the item function's logs",
+			r.dlq.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}), age},
+	}
+	sum := &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}
+	for _, name := range functionNames {
+		fn := r.functions[name]
+		specs = append(specs,
+			alarmSpec{"Errors" + name, name + "-errors", "bulkrun: the " + name + " function failed (error, crash or timeout)", fn.MetricErrors(sum), 1},
+			alarmSpec{"Throttles" + name, name + "-throttles", "bulkrun: the " + name + " function was throttled", fn.MetricThrottles(sum), 1})
+	}
+	stackDim := &map[string]*string{metric.DimStack: stack.StackName()}
+	tick := stack.Node().FindChild(jsii.String("FinalizeTick")).(awsevents.Rule)
+	specs = append(specs,
+		alarmSpec{"FinalizeTickFailuresAlarm", "finalize-tick-failures",
+			"bulkrun: the finalize tick (the backstop for lost finalize triggers) returned an error; see the finalize function's logs",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.TickFailures),
+				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"FinalizeTickInvocationsAlarm", "finalize-tick-invocations-failed",
+			"bulkrun: EventBridge could not invoke the finalize function for the tick",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String("AWS/Events"), MetricName: jsii.String("FailedInvocations"),
+				DimensionsMap: &map[string]*string{"RuleName": tick.RuleName()}, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"DeadLettersAlarm", "dead-letters",
+			"bulkrun: items were dead-lettered (recorded failed after the items queue's receive limit)",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.DeadLettered),
+				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+	)
+	return specs
+}
+
+// dashboard adds "{stack}-operations": items by outcome, fan-out rate,
+// retries and dead letters; item duration and finalize lag; queue depth
+// and age; function errors, throttles and concurrency; API traffic; the
+// alarms' states.
+func dashboard(stack awscdk.Stack, r operated, alarms []interfacesawscloudwatch.IAlarmRef) {
+	minute := awscdk.Duration_Minutes(jsii.Number(1))
+	m := func(name, stat string, dims map[string]*string, label string) awscloudwatch.IMetric {
+		dims[metric.DimStack] = stack.StackName()
+		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(name),
+			DimensionsMap: &dims, Statistic: jsii.String(stat), Period: minute, Label: jsii.String(label)})
+	}
+	var outcomes []awscloudwatch.IMetric
+	for _, oc := range batch.TerminalOutcomes() {
+		outcomes = append(outcomes, m(metric.Items, "Sum", map[string]*string{metric.DimOutcome: jsii.String(string(oc))}, string(oc)))
+	}
+	graph := func(title string, left []awscloudwatch.IMetric) awscloudwatch.IWidget {
+		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String(title), Left: &left, Width: jsii.Number(8), Height: jsii.Number(6)})
+	}
+	perFn := func(f func(awslambda.Function) awscloudwatch.IMetric) []awscloudwatch.IMetric {
+		var out []awscloudwatch.IMetric
+		for _, name := range functionNames {
+			out = append(out, f(r.functions[name]))
+		}
+		return out
+	}
+	sum := &awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}
+	maxi := &awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}
+	db := awscloudwatch.NewDashboard(stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
+		DashboardName: jsii.String(*stack.StackName() + "-operations"),
+	})
+	db.AddWidgets(
+		graph("Items by outcome (per minute)", outcomes),
+		graph("Fan-out rate (item messages sent per minute)", []awscloudwatch.IMetric{m(metric.FannedOut, "Sum", map[string]*string{}, "fanned out")}),
+		graph("Retries and dead letters (per minute)", []awscloudwatch.IMetric{
+			m(metric.Retries, "Sum", map[string]*string{}, "retries"), m(metric.DeadLettered, "Sum", map[string]*string{}, "dead-lettered")}),
+	)
+	db.AddWidgets(
+		graph("Item duration (ms)", []awscloudwatch.IMetric{
+			m(metric.ItemDurationMs, "p50", map[string]*string{}, "p50"), m(metric.ItemDurationMs, "p99", map[string]*string{}, "p99"),
+			m(metric.ItemDurationMs, "Maximum", map[string]*string{}, "max")}),
+		graph("Finalize lag (ms, last outcome → report)", []awscloudwatch.IMetric{
+			m(metric.FinalizeLagMs, "Average", map[string]*string{}, "average"), m(metric.FinalizeLagMs, "Maximum", map[string]*string{}, "max")}),
+		graph("Queues: oldest message (s) and messages visible", []awscloudwatch.IMetric{
+			r.items.MetricApproximateAgeOfOldestMessage(maxi), r.dlq.MetricApproximateAgeOfOldestMessage(maxi),
+			r.items.MetricApproximateNumberOfMessagesVisible(maxi), r.dlq.MetricApproximateNumberOfMessagesVisible(maxi)}),
+	)
+	db.AddWidgets(
+		graph("Function errors", perFn(func(f awslambda.Function) awscloudwatch.IMetric { return f.MetricErrors(sum) })),
+		graph("Function throttles", perFn(func(f awslambda.Function) awscloudwatch.IMetric { return f.MetricThrottles(sum) })),
+		graph("Function concurrency (max)", perFn(func(f awslambda.Function) awscloudwatch.IMetric {
+			return f.Metric(jsii.String("ConcurrentExecutions"), maxi)
+		})),
+	)
+	db.AddWidgets(
+		graph("API requests and errors", []awscloudwatch.IMetric{r.api.MetricCount(sum), r.api.MetricClientError(sum), r.api.MetricServerError(sum)}),
+		graph("API latency (ms)", []awscloudwatch.IMetric{r.api.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99"), Period: minute})}),
+		awscloudwatch.NewAlarmStatusWidget(&awscloudwatch.AlarmStatusWidgetProps{Title: jsii.String("Alarms"), Alarms: &alarms, Width: jsii.Number(8), Height: jsii.Number(6)}),
+	)
+}

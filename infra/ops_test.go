@@ -1,0 +1,424 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// opsAWS is a third shared stack: the AWS target with every operations
+// prop set, so that each can be traced from props to the template.
+const opsAWS = "aws+ops"
+
+const testAlarmTopic = "arn:aws:sns:eu-west-1:123456789012:bulkrun-alarms"
+
+func opsProps() *StackProps {
+	p := testProps(TargetAWS)
+	p.AlarmTopicARN = testAlarmTopic
+	p.Tracing = true
+	p.QueueAgeAlarm = 45 * time.Minute
+	p.BucketVersioning = true
+	p.APIRateLimit = 20
+	p.APIBurstLimit = 40
+	return p
+}
+
+// synthOps returns the shared stack of name: a target of synth, or opsAWS.
+func synthOps(t *testing.T, name string) *synthesized {
+	t.Helper()
+	if name != opsAWS {
+		return synth(t, name)
+	}
+	synthMu.Lock()
+	defer synthMu.Unlock()
+	if s, ok := synthCache[name]; ok {
+		return s
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
+	props := opsProps()
+	stack, err := NewStack(app, config.DefaultStackName, props)
+	if err != nil {
+		t.Fatalf("NewStack(%s): %v", name, err)
+	}
+	tmpl := assertions.Template_FromStack(stack, nil)
+	raw, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &synthesized{target: TargetAWS, props: props, stack: stack, template: tmpl, ids: map[string]string{}}
+	if err := json.Unmarshal(raw, &s.json); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range functionNames {
+		s.ids[fn] = logicalID(stack, fn)
+	}
+	for _, id := range []string{"Bucket", "Table", "ItemsQueue", "ItemsDeadLetterQueue", "FinalizeTick", "ApiAccessLogs", "RequestValidator"} {
+		s.ids[id] = logicalID(stack, id)
+	}
+	synthCache[name] = s
+	return s
+}
+
+// id returns the logical id of the construct at path.
+func (s *synthesized) id(path ...string) string { return logicalID(s.stack, path...) }
+
+var opsStacks = []string{TargetEmulator, TargetAWS, opsAWS}
+
+// TestMetricsAlarms guards the alarms product line: each alarm's metric
+// (namespace, name, statistic, dimensions), threshold, period and actions,
+// and that no other alarm exists. Without StackProps.AlarmTopicARN the
+// alarms have no actions.
+func TestMetricsAlarms(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			age := 1800.0
+			if name == opsAWS {
+				age = 2700
+			}
+			type alarm struct {
+				ns, metric, stat string
+				dims             map[string]string
+				threshold        float64
+			}
+			fnDim := func(fn string) map[string]string { return map[string]string{"FunctionName": "{" + s.id(fn) + "}"} }
+			want := map[string]alarm{
+				"bulkrun-items-queue-oldest-message": {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum",
+					map[string]string{"QueueName": "{" + s.id("ItemsQueue") + ".QueueName}"}, age},
+				"bulkrun-dead-letter-queue-oldest-message": {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum",
+					map[string]string{"QueueName": "{" + s.id("ItemsDeadLetterQueue") + ".QueueName}"}, age},
+				"bulkrun-finalize-tick-failures": {"bulkrun", "TickFailures", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-finalize-tick-invocations-failed": {"AWS/Events", "FailedInvocations", "Sum",
+					map[string]string{"RuleName": "{" + s.id("FinalizeTick") + "}"}, 1},
+				"bulkrun-dead-letters": {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+			}
+			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
+				want["bulkrun-"+fn+"-errors"] = alarm{"AWS/Lambda", "Errors", "Sum", fnDim(fn), 1}
+				want["bulkrun-"+fn+"-throttles"] = alarm{"AWS/Lambda", "Throttles", "Sum", fnDim(fn), 1}
+			}
+			got := map[string]bool{}
+			for id, r := range s.resourcesOfType("AWS::CloudWatch::Alarm") {
+				p := r["Properties"].(map[string]any)
+				an := str(p["AlarmName"])
+				got[an] = true
+				w, ok := want[an]
+				if !ok {
+					t.Errorf("%s: unexpected alarm %q", id, an)
+					continue
+				}
+				dims := map[string]string{}
+				for _, d := range p["Dimensions"].([]any) {
+					d := d.(map[string]any)
+					dims[str(d["Name"])] = resolve(t, d["Value"])
+				}
+				if p["Namespace"] != w.ns || p["MetricName"] != w.metric || p["Statistic"] != w.stat || fmt.Sprint(dims) != fmt.Sprint(w.dims) {
+					t.Errorf("%s: metric %v/%v %v %v, want %s/%s %s %v", an, p["Namespace"], p["MetricName"], p["Statistic"], dims, w.ns, w.metric, w.stat, w.dims)
+				}
+				if num(t, p["Threshold"]) != w.threshold || p["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" ||
+					num(t, p["EvaluationPeriods"]) != 1 || num(t, p["Period"]) != 300 || p["TreatMissingData"] != "notBreaching" {
+					t.Errorf("%s: threshold %v %v, %v periods of %v s, missing %v; want ≥ %v, 1 of 300 s, notBreaching",
+						an, p["ComparisonOperator"], p["Threshold"], p["EvaluationPeriods"], p["Period"], p["TreatMissingData"], w.threshold)
+				}
+				var wantActions any
+				if name == opsAWS {
+					wantActions = []any{testAlarmTopic}
+				}
+				if !jsonEqual(p["AlarmActions"], wantActions) || !jsonEqual(p["OKActions"], wantActions) {
+					t.Errorf("%s: actions %v / ok %v, want %v", an, p["AlarmActions"], p["OKActions"], wantActions)
+				}
+			}
+			for an := range want {
+				if !got[an] {
+					t.Errorf("no alarm %q", an)
+				}
+			}
+		})
+	}
+}
+
+// TestMetricsDashboard guards the dashboard product line: one dashboard
+// that graphs every bulkrun metric, the queues, the functions and the API.
+func TestMetricsDashboard(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			boards := s.resourcesOfType("AWS::CloudWatch::Dashboard")
+			if len(boards) != 1 {
+				t.Fatalf("%d dashboards, want 1", len(boards))
+			}
+			for _, b := range boards {
+				p := b["Properties"].(map[string]any)
+				if p["DashboardName"] != "bulkrun-operations" {
+					t.Errorf("DashboardName = %v", p["DashboardName"])
+				}
+				body := resolve(t, p["DashboardBody"])
+				for _, m := range []string{`"bulkrun","Items","Outcome","succeeded"`, `"bulkrun","Items","Outcome","failed"`,
+					`"FannedOut"`, `"Retries"`, `"DeadLettered"`, `"ItemDurationMs"`, `"FinalizeLagMs"`,
+					`"ApproximateAgeOfOldestMessage"`, `"Throttles"`, `"Errors"`, `"5XXError"`, `"alarm"`} {
+					if !strings.Contains(body, m) {
+						t.Errorf("dashboard does not show %s", m)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMetricsEnvironment guards the metrics product line: every function
+// is told its Stack dimension; without it the functions write no metrics
+// and every alarm on a bulkrun metric stays silent.
+func TestMetricsEnvironment(t *testing.T) {
+	s := synthOps(t, TargetEmulator)
+	for _, fn := range functionNames {
+		env := s.properties(t, s.id(fn))["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if env[config.EnvMetricsStack] != "bulkrun" {
+			t.Errorf("%s: %s = %v, want the stack name", fn, config.EnvMetricsStack, env[config.EnvMetricsStack])
+		}
+	}
+}
+
+// TestObservabilityAccessLogs guards the API access log product line: a
+// JSON line per request into a log group with retention, and on AWS the
+// account's CloudWatch role that API Gateway writes it with.
+func TestObservabilityAccessLogs(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			stages := s.resourcesOfType("AWS::ApiGateway::Stage")
+			if len(stages) != 1 {
+				t.Fatalf("%d stages", len(stages))
+			}
+			for _, st := range stages {
+				als, _ := st["Properties"].(map[string]any)["AccessLogSetting"].(map[string]any)
+				if !jsonEqual(als["DestinationArn"], arnOf(s.id("ApiAccessLogs"))) {
+					t.Errorf("access log destination %v, want the ApiAccessLogs group", als["DestinationArn"])
+				}
+				var line map[string]string
+				if err := json.Unmarshal([]byte(str(als["Format"])), &line); err != nil {
+					t.Errorf("access log format is not JSON: %v", err)
+				}
+				for _, k := range []string{"request_id", "status", "user_arn", "method", "resource", "latency_ms", "error"} {
+					if line[k] == "" {
+						t.Errorf("access log has no %s", k)
+					}
+				}
+				deps, _ := st["DependsOn"].([]any)
+				accounts := s.resourcesOfType("AWS::ApiGateway::Account")
+				if name == TargetEmulator {
+					if len(accounts) != 0 {
+						t.Errorf("%d API Gateway accounts on the emulator", len(accounts))
+					}
+					continue
+				}
+				for id := range accounts {
+					if !slices.Contains(deps, any(id)) {
+						t.Errorf("stage does not depend on %s (the first deploy would fail: no CloudWatch role)", id)
+					}
+				}
+				if len(accounts) != 1 {
+					t.Errorf("%d API Gateway accounts, want 1", len(accounts))
+				}
+			}
+			lg := s.properties(t, s.id("ApiAccessLogs"))
+			if num(t, lg["RetentionInDays"]) != 30 {
+				t.Errorf("access log retention %v days, want 30", lg["RetentionInDays"])
+			}
+		})
+	}
+}
+
+// TestObservabilityTracing guards the X-Ray product line: tracing on the
+// functions (with the grant to write traces) and the stage when
+// StackProps.Tracing, and nowhere otherwise.
+func TestObservabilityTracing(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			on := name == opsAWS
+			for _, fn := range functionNames {
+				tc := s.properties(t, s.id(fn))["TracingConfig"]
+				if got := jsonEqual(tc, map[string]any{"Mode": "Active"}); got != on {
+					t.Errorf("%s: TracingConfig %v, want active %v", fn, tc, on)
+				}
+				var xray bool
+				for _, st := range s.statements(t, s.id(fn, "ServiceRole", "DefaultPolicy")) {
+					xray = xray || slices.Contains(actions(st), "xray:PutTraceSegments")
+				}
+				if xray != on {
+					t.Errorf("%s: xray grant %v, want %v", fn, xray, on)
+				}
+			}
+			for _, st := range s.resourcesOfType("AWS::ApiGateway::Stage") {
+				if got := st["Properties"].(map[string]any)["TracingEnabled"] == true; got != on {
+					t.Errorf("stage TracingEnabled %v, want %v", got, on)
+				}
+			}
+		})
+	}
+}
+
+// TestHardeningSSLOnly guards the SSL-only product line: both queues and
+// the bucket deny every request without TLS, on every target.
+func TestHardeningSSLOnly(t *testing.T) {
+	deny := func(t *testing.T, statements []any, action string) bool {
+		for _, st := range statements {
+			st := st.(map[string]any)
+			if st["Effect"] == "Deny" && jsonEqual(st["Principal"], map[string]any{"AWS": "*"}) && jsonEqual(st["Action"], action) &&
+				jsonEqual(st["Condition"], map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}}) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			covered := map[string]bool{}
+			for _, qp := range s.resourcesOfType("AWS::SQS::QueuePolicy") {
+				p := qp["Properties"].(map[string]any)
+				if !deny(t, p["PolicyDocument"].(map[string]any)["Statement"].([]any), "sqs:*") {
+					continue
+				}
+				for _, q := range p["Queues"].([]any) {
+					covered[resolve(t, q)] = true
+				}
+			}
+			for _, q := range []string{"ItemsQueue", "ItemsDeadLetterQueue"} {
+				if !covered["{"+s.id(q)+"}"] {
+					t.Errorf("%s has no SSL-only policy", q)
+				}
+			}
+			var bucket bool
+			for _, bp := range s.resourcesOfType("AWS::S3::BucketPolicy") {
+				p := bp["Properties"].(map[string]any)
+				bucket = bucket || (jsonEqual(p["Bucket"], ref(s.id("Bucket"))) && deny(t, p["PolicyDocument"].(map[string]any)["Statement"].([]any), "s3:*"))
+			}
+			if !bucket {
+				t.Error("the bucket has no SSL-only policy")
+			}
+		})
+	}
+}
+
+// TestHardeningStorage guards the storage hardening product line: bucket
+// versioning only when asked (then noncurrent versions expire after the
+// retention), and on AWS the table's deletion protection and
+// point-in-time recovery.
+func TestHardeningStorage(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			b := s.properties(t, s.id("Bucket"))
+			versioned := name == opsAWS
+			if got := jsonEqual(b["VersioningConfiguration"], map[string]any{"Status": "Enabled"}); got != versioned {
+				t.Errorf("VersioningConfiguration %v, want enabled %v", b["VersioningConfiguration"], versioned)
+			}
+			var noncurrent any
+			for _, r := range b["LifecycleConfiguration"].(map[string]any)["Rules"].([]any) {
+				if r := r.(map[string]any); r["Id"] == "expire-noncurrent-versions" {
+					noncurrent = r
+				}
+			}
+			if versioned {
+				r, _ := noncurrent.(map[string]any)
+				if !jsonEqual(r["NoncurrentVersionExpiration"], map[string]any{"NoncurrentDays": float64(9)}) || r["ExpiredObjectDeleteMarker"] != true {
+					t.Errorf("noncurrent-version rule %v, want expiry after the 9-day retention and delete-marker cleanup", noncurrent)
+				}
+			} else if noncurrent != nil {
+				t.Errorf("noncurrent-version rule without versioning: %v", noncurrent)
+			}
+			tbl := s.properties(t, s.id("Table"))
+			onAWS := name != TargetEmulator
+			if got := tbl["DeletionProtectionEnabled"] == true; got != onAWS {
+				t.Errorf("DeletionProtectionEnabled %v on %s", tbl["DeletionProtectionEnabled"], name)
+			}
+			if got := jsonEqual(tbl["PointInTimeRecoverySpecification"], map[string]any{"PointInTimeRecoveryEnabled": true}); got != onAWS {
+				t.Errorf("PointInTimeRecoverySpecification %v on %s", tbl["PointInTimeRecoverySpecification"], name)
+			}
+		})
+	}
+}
+
+// TestHardeningAPI guards the API hardening product line: stage throttling
+// from the props on every method, and a request validator on every method
+// (the {proxy+} path required).
+func TestHardeningAPI(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			rate, burst := 50.0, 100.0
+			if name == opsAWS {
+				rate, burst = 20, 40
+			}
+			for _, st := range s.resourcesOfType("AWS::ApiGateway::Stage") {
+				ms, _ := st["Properties"].(map[string]any)["MethodSettings"].([]any)
+				if len(ms) != 1 {
+					t.Fatalf("MethodSettings %v", ms)
+				}
+				m := ms[0].(map[string]any)
+				if m["ResourcePath"] != "/*" || m["HttpMethod"] != "*" || num(t, m["ThrottlingRateLimit"]) != rate || num(t, m["ThrottlingBurstLimit"]) != burst {
+					t.Errorf("method settings %v, want every method at %v/s, burst %v", m, rate, burst)
+				}
+				if m["DataTraceEnabled"] != false {
+					t.Errorf("DataTraceEnabled %v: request bodies would be logged", m["DataTraceEnabled"])
+				}
+			}
+			v := s.properties(t, s.id("RequestValidator"))
+			if v["ValidateRequestParameters"] != true || v["ValidateRequestBody"] != true {
+				t.Errorf("validator %v", v)
+			}
+			methods := s.resourcesOfType("AWS::ApiGateway::Method")
+			if len(methods) != 2 {
+				t.Errorf("%d methods, want 2", len(methods))
+			}
+			proxies := 0
+			for id, m := range methods {
+				p := m["Properties"].(map[string]any)
+				if !jsonEqual(p["RequestValidatorId"], ref(s.id("RequestValidator"))) {
+					t.Errorf("%s: RequestValidatorId %v", id, p["RequestValidatorId"])
+				}
+				if jsonEqual(p["RequestParameters"], map[string]any{"method.request.path.proxy": true}) {
+					proxies++
+				}
+			}
+			if proxies != 1 {
+				t.Errorf("%d methods require the proxy path, want 1", proxies)
+			}
+		})
+	}
+}
+
+// TestNewStackRefusesBadOperationsProps: each bad operations prop is
+// refused, naming the field.
+func TestNewStackRefusesBadOperationsProps(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		edit  func(*StackProps)
+		field string
+	}{
+		{"topic not an SNS ARN", func(p *StackProps) { p.AlarmTopicARN = "arn:aws:sqs:eu-west-1:123456789012:q" }, "AlarmTopicARN"},
+		{"queue age under a minute", func(p *StackProps) { p.QueueAgeAlarm = 30 * time.Second }, "QueueAgeAlarm"},
+		{"queue age beyond SQS retention", func(p *StackProps) { p.QueueAgeAlarm = 15 * 24 * time.Hour }, "QueueAgeAlarm"},
+		{"queue age not whole minutes", func(p *StackProps) { p.QueueAgeAlarm = 90 * time.Second }, "QueueAgeAlarm"},
+		{"negative rate", func(p *StackProps) { p.APIRateLimit = -1 }, "APIRateLimit"},
+		{"negative burst", func(p *StackProps) { p.APIBurstLimit = -5 }, "APIBurstLimit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			props := StackProps{Target: TargetEmulator, FunctionsDir: functionsDir}
+			tt.edit(&props)
+			_, err := NewStack(awscdk.NewApp(nil), "refused", &props)
+			if !slices.Contains(faults(err), tt.field) {
+				t.Errorf("error %v names %v, want %s", err, faults(err), tt.field)
+			}
+		})
+	}
+}
