@@ -31,7 +31,7 @@ var NagSuppressions = []NagSuppression{
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/(batches|incoming-errors)\/\*$/`},
 		Reason: "Objects under the prefixes the stack owns (batches/{batch id}/…, incoming-errors/…): keys carry batch ids chosen at run time."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/\*$/`},
-		Reason: "submit and item read sources named by callers (s3:GetObject only) in the stack's bucket and the declared SourceBuckets; which keys is decided per batch, and submit checks them."},
+		Reason: "submit and item read sources named by callers (s3:GetObject only) in the stack's bucket and the declared SourceBuckets; the keys are chosen per batch, so no narrower resource can be named."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::\*$/`},
 		Reason: "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions (only with Tracing on)."},
 	{Rule: "AwsSolutions-APIG3",

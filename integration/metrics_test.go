@@ -1,0 +1,119 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// emfLines returns the embedded-metric-format lines of batch id in the
+// log group of the function behind output key, read until want says they
+// are all there or 60 s pass (the logs arrive after the invocation).
+func emfLines(t *testing.T, outputKey, id string, want func([]map[string]any) bool) []map[string]any {
+	t.Helper()
+	fn, err := env.stack.Get(outputKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := cloudwatchlogs.NewFromConfig(env.aws)
+	ctx := context.Background()
+	var lines []map[string]any
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		lines = lines[:0]
+		p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{
+			LogGroupName: aws.String("/aws/lambda/" + fn), FilterPattern: aws.String(`"` + id + `"`),
+		})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				t.Fatalf("read the logs of %s: %v", fn, err)
+			}
+			for _, ev := range page.Events {
+				var doc map[string]any
+				if json.Unmarshal([]byte(aws.ToString(ev.Message)), &doc) == nil && doc["_aws"] != nil && doc["batch_id"] == id {
+					lines = append(lines, doc)
+				}
+			}
+		}
+		if want(lines) || time.Now().After(deadline) {
+			return lines
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// sums adds up metric name over lines, by the value of dimension dim ("" for all).
+func sums(lines []map[string]any, name, dim string) map[string]float64 {
+	out := map[string]float64{}
+	for _, l := range lines {
+		if v, ok := l[name].(float64); ok {
+			d, _ := l[dim].(string)
+			out[d] += v
+		}
+	}
+	return out
+}
+
+// TestMetricsLinesInFunctionLogs guards the metrics product line end to
+// end: a deployed stack's item and finalize functions write EMF lines for a
+// batch (outcomes, a retry, durations, fan-out, finalize lag) into their
+// logs, with the batch id as a property.
+func TestMetricsLinesInFunctionLogs(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	bad, flaky := batch.PositionalKey(2), batch.PositionalKey(3)
+	url := env.hook.route(id, func(key string, attempt int) int {
+		switch {
+		case key == bad:
+			return 422
+		case key == flaky && attempt == 1:
+			return 503
+		}
+		return 200
+	})
+	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(5))); err != nil {
+		t.Fatal(err)
+	}
+	if v := wait(t, id); v.Census.Succeeded != 4 || v.Census.Failed != 1 {
+		t.Fatalf("batch %+v", v.Census)
+	}
+	item := emfLines(t, config.OutputItemFunction, id, func(l []map[string]any) bool {
+		return sums(l, "Items", "")[""] >= 5 && sums(l, "FannedOut", "")[""] >= 5
+	})
+	if got := sums(item, "Items", "Outcome"); got["succeeded"] != 4 || got["failed"] != 1 {
+		t.Errorf("Items by outcome = %v, want succeeded 4, failed 1", got)
+	}
+	if got := sums(item, "Retries", "Pipeline"); got["webhook"] != 1 {
+		t.Errorf("Retries = %v, want 1 for webhook", got)
+	}
+	if got := len(sums(item, "ItemDurationMs", "Pipeline")); got != 1 {
+		t.Errorf("ItemDurationMs lines by pipeline: %d, want webhook only", got)
+	}
+	if got := sums(item, "FannedOut", "")[""]; got != 5 {
+		t.Errorf("FannedOut = %v, want 5", got)
+	}
+	stack := os.Getenv("BULKRUN_STACK")
+	if stack == "" {
+		stack = config.DefaultStackName
+	}
+	for _, l := range item {
+		if l["Stack"] != stack {
+			t.Errorf("line %v: Stack dimension is not the stack's name %q", l, stack)
+			break
+		}
+	}
+	fin := emfLines(t, config.OutputFinalizeFunction, id, func(l []map[string]any) bool { return len(sums(l, "FinalizeLagMs", "")) > 0 })
+	if len(sums(fin, "FinalizeLagMs", "")) == 0 {
+		t.Error("no FinalizeLagMs line for the batch in the finalize function's logs")
+	}
+}
