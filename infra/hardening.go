@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -164,3 +166,31 @@ func harden(stack awscdk.Stack, s settings, props *StackProps, r operated) {
 
 // snsARNPattern is the form of an SNS topic ARN.
 var snsARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$`)
+
+// opsContext reads the operations props from CDK context (main's hook):
+//
+//	alarmTopicArn     StackProps.AlarmTopicARN
+//	tracing           "true" for StackProps.Tracing
+//	queueAgeAlarm     a Go duration ("45m") for StackProps.QueueAgeAlarm
+//	bucketVersioning  "true" for StackProps.BucketVersioning
+//	apiRateLimit      requests per second, StackProps.APIRateLimit
+//	apiBurstLimit     requests, StackProps.APIBurstLimit
+//
+// An unparsable value is an error naming the key.
+func opsContext(get func(key string) string, props *StackProps) error {
+	props.AlarmTopicARN = get("alarmTopicArn")
+	var errs []error
+	parse := func(key string, fn func(string) error) {
+		if v := get(key); v != "" {
+			if err := fn(v); err != nil {
+				errs = append(errs, fmt.Errorf("infra: context %s %q: %w", key, v, err))
+			}
+		}
+	}
+	parse("tracing", func(v string) (err error) { props.Tracing, err = strconv.ParseBool(v); return })
+	parse("bucketVersioning", func(v string) (err error) { props.BucketVersioning, err = strconv.ParseBool(v); return })
+	parse("queueAgeAlarm", func(v string) (err error) { props.QueueAgeAlarm, err = time.ParseDuration(v); return })
+	parse("apiRateLimit", func(v string) (err error) { props.APIRateLimit, err = strconv.ParseFloat(v, 64); return })
+	parse("apiBurstLimit", func(v string) (err error) { props.APIBurstLimit, err = strconv.Atoi(v); return })
+	return errors.Join(errs...)
+}

@@ -16,6 +16,8 @@
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
 //	maxManifestBytes the largest manifest submit is sized for, in bytes; sets its
 //	               ephemeral storage (see StackProps.MaxManifestBytes; default 224 MiB)
+//	alarmTopicArn, tracing, queueAgeAlarm, bucketVersioning, apiRateLimit,
+//	apiBurstLimit  the operations props (see opsContext)
 //
 // The account and region come from CDK_DEFAULT_ACCOUNT and
 // CDK_DEFAULT_REGION, which the cdk CLI sets from the caller's credentials.
@@ -61,6 +63,10 @@ func main() {
 			os.Exit(2)
 		}
 		props.MaxManifestBytes = n
+	}
+	if err := opsContext(func(k string) string { return contextString(app, k, "") }, props); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	stackName := contextString(app, "stackName", config.DefaultStackName)
 	props.StackName = jsii.String(stackName)

@@ -422,3 +422,23 @@ func TestNewStackRefusesBadOperationsProps(t *testing.T) {
 		})
 	}
 }
+
+// TestOperationsContext: the cdk context keys reach the props, and a bad
+// value is refused naming its key.
+func TestOperationsContext(t *testing.T) {
+	ctx := map[string]string{"alarmTopicArn": testAlarmTopic, "tracing": "true", "queueAgeAlarm": "45m",
+		"bucketVersioning": "true", "apiRateLimit": "20", "apiBurstLimit": "40"}
+	var p StackProps
+	if err := opsContext(func(k string) string { return ctx[k] }, &p); err != nil {
+		t.Fatal(err)
+	}
+	want := opsProps()
+	if p.AlarmTopicARN != want.AlarmTopicARN || p.Tracing != want.Tracing || p.QueueAgeAlarm != want.QueueAgeAlarm ||
+		p.BucketVersioning != want.BucketVersioning || p.APIRateLimit != want.APIRateLimit || p.APIBurstLimit != want.APIBurstLimit {
+		t.Errorf("props %+v", p)
+	}
+	ctx["apiBurstLimit"] = "lots"
+	if err := opsContext(func(k string) string { return ctx[k] }, &p); err == nil || !strings.Contains(err.Error(), "apiBurstLimit") {
+		t.Errorf("error %v, want one naming apiBurstLimit", err)
+	}
+}
