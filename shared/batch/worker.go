@@ -329,6 +329,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 	}
 	if refused > 0 {
 		w.count(ctx, []done{{batch: b, failure: true}}, refused)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), refused, b.ID, b.Run)
 	}
 	if err != nil {
 		return err
@@ -378,8 +379,8 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Me
 	switch {
 	case err == nil:
 		log.Warn("item dead-lettered", "outcome", string(OutcomeFailed))
-		w.Metrics.DeadLetter(b.Pipeline, b.ID, b.Run)
-		w.Metrics.ItemRecorded(b.Pipeline, string(OutcomeFailed), b.ID, b.Run)
+		w.Metrics.DeadLetters(b.Pipeline, 1, b.ID, b.Run)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), 1, b.ID, b.Run)
 		return true, &done{batch: b, failure: true}
 	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
 		return false, nil // still under a live lease: its holder records the outcome
@@ -421,6 +422,8 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch,
 	if settled > 0 {
 		// One counter write for the whole chunk.
 		w.count(ctx, []done{{batch: b, failure: true}}, settled)
+		w.Metrics.DeadLetters(b.Pipeline, settled, b.ID, b.Run)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), settled, b.ID, b.Run)
 	}
 	if err != nil {
 		log.Error("dead-lettered fan-out", "error", err.Error(), "settled", settled)
@@ -443,6 +446,7 @@ func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Mes
 	old, err := w.Store.Settle(ctx, r)
 	switch {
 	case err == nil:
+		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeCancelled), 1, b.ID, b.Run)
 		return true, &done{batch: b}
 	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
 		// Started before the stop: its holder records the outcome; if the
@@ -665,7 +669,7 @@ func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Reco
 		log.Error("record outcome", "error", pipeline.ErrorText(err), "outcome", string(rec.Outcome))
 		return false, nil
 	}
-	w.Metrics.ItemRecorded(b.Pipeline, string(rec.Outcome), b.ID, b.Run)
+	w.Metrics.ItemsRecorded(b.Pipeline, string(rec.Outcome), 1, b.ID, b.Run)
 	if rec.Outcome == OutcomeSucceeded {
 		log.Info("item recorded", "outcome", string(rec.Outcome))
 	} else {

@@ -18,7 +18,7 @@
 //
 // Metrics (namespace Namespace):
 //
-//	Items          Count         one per recorded outcome; dims [Stack Outcome], [Stack Pipeline Outcome]
+//	Items          Count         recorded outcomes (cancelled and dead-lettered included); dims [Stack Outcome], [Stack Pipeline Outcome]
 //	DeadLettered   Count         items recorded failed from the dead-letter queue; dims [Stack], [Stack Pipeline]
 //	Retries        Count         transient failures sent back for another attempt; dims [Stack], [Stack Pipeline]
 //	ItemDurationMs Milliseconds  pipeline run time of one attempt; dims [Stack], [Stack Pipeline]
@@ -80,9 +80,9 @@ type Emitter struct {
 // New returns an Emitter for stack writing to standard output.
 func New(stack string) *Emitter { return &Emitter{Stack: stack} }
 
-// ItemRecorded counts one item recorded with outcome in pipeline.
-func (e *Emitter) ItemRecorded(pipeline, outcome, batchID string, run int) {
-	e.count(Items, 1, [][]string{{DimStack, DimOutcome}, {DimStack, DimPipeline, DimOutcome}},
+// ItemsRecorded counts n items recorded with outcome in pipeline.
+func (e *Emitter) ItemsRecorded(pipeline, outcome string, n int64, batchID string, run int) {
+	e.count(Items, float64(n), [][]string{{DimStack, DimOutcome}, {DimStack, DimPipeline, DimOutcome}},
 		map[string]any{DimPipeline: pipeline, DimOutcome: outcome, "batch_id": batchID, "run": run})
 }
 
@@ -92,9 +92,10 @@ func (e *Emitter) ItemDuration(pipeline string, d time.Duration, batchID string,
 		map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
 }
 
-// DeadLetter counts one item recorded failed from the dead-letter queue.
-func (e *Emitter) DeadLetter(pipeline, batchID string, run int) {
-	e.count(DeadLettered, 1, [][]string{{DimStack}, {DimStack, DimPipeline}},
+// DeadLetters counts n items recorded failed from the dead-letter queue
+// (one item message, or the items of a fan-out message).
+func (e *Emitter) DeadLetters(pipeline string, n int64, batchID string, run int) {
+	e.count(DeadLettered, float64(n), [][]string{{DimStack}, {DimStack, DimPipeline}},
 		map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
 }
 

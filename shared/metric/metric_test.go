@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,9 +17,9 @@ var update = flag.Bool("update", false, "rewrite testdata/emf.golden")
 
 // emitAll writes one line of every metric with fixed values.
 func emitAll(e *Emitter) {
-	e.ItemRecorded("webhook", "succeeded", "b-1", 1)
+	e.ItemsRecorded("webhook", "succeeded", 1, "b-1", 1)
 	e.ItemDuration("webhook", 1234*time.Millisecond, "b-1", 1)
-	e.DeadLetter("thumbnail", "b-2", 3)
+	e.DeadLetters("thumbnail", 1, "b-2", 3)
 	e.Retry("webhook", "b-1", 1)
 	e.FanOut(500, "b-1", 1)
 	e.FinalizeLag(2500*time.Millisecond, "b-1", 1)
@@ -110,4 +111,15 @@ func TestEMFShape(t *testing.T) {
 func TestNilEmitterDiscards(t *testing.T) {
 	var e *Emitter
 	emitAll(e) // must not panic
+}
+
+// BenchmarkItemLines is the cost the item path pays per item: the
+// outcome and duration lines.
+func BenchmarkItemLines(b *testing.B) {
+	e := &Emitter{Stack: "bulkrun", W: io.Discard}
+	b.ReportAllocs()
+	for b.Loop() {
+		e.ItemsRecorded("webhook", "succeeded", 1, "b-1", 1)
+		e.ItemDuration("webhook", 1234*time.Millisecond, "b-1", 1)
+	}
 }
