@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -91,7 +92,7 @@ func checkOperations(props *StackProps) []error {
 // construction in NewStack:
 //
 //   - SSL-only resource policies (deny when aws:SecureTransport is false) on
-//     both queues, on every target; the bucket gets its own through
+//     every queue of the stack, on every target; the bucket gets its own through
 //     EnforceSSL. The emulator serves plain HTTP and evaluates neither
 //     policy (localstack/README.md), so its tests are not locked out.
 //   - Bucket versioning when StackProps.BucketVersioning, with noncurrent
@@ -109,7 +110,7 @@ func checkOperations(props *StackProps) []error {
 func harden(stack awscdk.Stack, s settings, props *StackProps, r operated) {
 	o := opsOf(props)
 	onAWS := s.target == TargetAWS
-	for _, q := range []awssqs.Queue{r.items, r.dlq} {
+	for _, q := range queues(stack) {
 		q.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:        jsii.String("DenyInsecureTransport"),
 			Effect:     awsiam.Effect_DENY,
@@ -162,6 +163,18 @@ func harden(stack awscdk.Stack, s settings, props *StackProps, r operated) {
 	}
 
 	nagSuppressions(stack, s, r)
+}
+
+// queues returns every SQS queue of the stack (the items queue, its
+// dead-letter queue, and any other the stack defines).
+func queues(stack awscdk.Stack) []awssqs.Queue {
+	var out []awssqs.Queue
+	for _, c := range *stack.Node().FindAll(constructs.ConstructOrder_PREORDER) {
+		if q, ok := c.(awssqs.Queue); ok {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // snsARNPattern is the form of an SNS topic ARN.

@@ -17,7 +17,10 @@ type NagSuppression struct {
 	AppliesTo []string
 	// Target limits the suppression to one target; "" is every target.
 	Target string
-	Reason string
+	// Construct limits the suppression to the construct with this id
+	// under the stack (skipped when the stack has none); "" is the stack.
+	Construct string
+	Reason    string
 }
 
 // NagSuppressions are the stack's cdk-nag exceptions.
@@ -28,8 +31,8 @@ var NagSuppressions = []NagSuppression{
 		Reason: "API Gateway's account-level CloudWatch role, needed for the stage's access and execution logs, uses the AWS managed policy made for it (log writes only)."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::<Table[0-9A-F]+\.Arn>\/index\/\*$/`},
 		Reason: "Query on the table's own global secondary indexes (list, attention): the wildcard covers only this table's indexes."},
-	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/(batches|incoming-errors)\/\*$/`},
-		Reason: "Objects under the prefixes the stack owns (batches/{batch id}/…, incoming-errors/…): keys carry batch ids chosen at run time."},
+	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/(batches|incoming-errors|schedule-errors)\/\*$/`},
+		Reason: "Objects under the prefixes the stack owns (batches/{batch id}/…, incoming-errors/…, schedule-errors/…): keys carry batch ids or upload names chosen at run time."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/\*$/`},
 		Reason: "submit and item read sources named by callers (s3:GetObject only) in the stack's bucket and the declared SourceBuckets; the keys are chosen per batch, so no narrower resource can be named."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::\*$/`},
@@ -40,6 +43,8 @@ var NagSuppressions = []NagSuppression{
 		Reason: "The API authorizes with AWS_IAM (SigV4) on every method: callers are IAM principals, not Cognito users."},
 	{Rule: "AwsSolutions-S1",
 		Reason: "Only the stack's functions and uploaders write the bucket; object-level access is audited with CloudTrail data events where the account wants them, not with server access logs (which would need a second, unlogged bucket)."},
+	{Rule: "AwsSolutions-SQS3", Construct: "SubmitFailuresQueue",
+		Reason: "The submit failures queue is itself the last stop of submit's failed asynchronous invocations (alarmed on depth); an operator reads and redrives it, nothing consumes it, so it needs no dead-letter queue of its own."},
 	{Rule: "AwsSolutions-DDB3", Target: TargetEmulator,
 		Reason: "The emulator does not apply point-in-time recovery; the AWS target turns it on."},
 }
@@ -59,6 +64,12 @@ func nagSuppressions(stack awscdk.Stack, s settings, _ operated) {
 				to = append(to, &cdknag.RegexAppliesTo{Regex: jsii.String(re)})
 			}
 			sup.AppliesTo = &to
+		}
+		if n.Construct != "" {
+			if c := stack.Node().TryFindChild(jsii.String(n.Construct)); c != nil {
+				cdknag.NagSuppressions_AddResourceSuppressions(c, &[]*cdknag.NagPackSuppression{sup}, jsii.Bool(true))
+			}
+			continue
 		}
 		list = append(list, sup)
 	}

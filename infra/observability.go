@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -49,7 +51,8 @@ const AccessLogFormat = `{"request_id":"$context.requestId","extended_request_id
 //     (ApiGatewayAccount, retained on deletion because it is shared by
 //     every API of the account and region);
 //   - the alarms of alarmSpecs, each notifying StackProps.AlarmTopicARN on
-//     alarm and on recovery (no actions without it);
+//     alarm and on recovery (no actions without it); the stack's other
+//     alarms (SubmitFailuresAlarm, …) get the same actions;
 //   - the dashboard "{stack}-operations".
 func observe(stack awscdk.Stack, s settings, props *StackProps, r operated) {
 	o := opsOf(props)
@@ -121,6 +124,15 @@ func observe(stack awscdk.Stack, s settings, props *StackProps, r operated) {
 		alarms = append(alarms, alarm)
 	}
 
+	// Alarms defined elsewhere in the stack notify the topic too.
+	if action != nil {
+		for _, c := range *stack.Node().FindAll(constructs.ConstructOrder_PREORDER) {
+			if a, ok := c.(awscloudwatch.Alarm); ok && !slices.Contains(alarms, interfacesawscloudwatch.IAlarmRef(a)) {
+				a.AddAlarmAction(action)
+				a.AddOkAction(action)
+			}
+		}
+	}
 	dashboard(stack, r, alarms)
 }
 

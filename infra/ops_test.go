@@ -74,9 +74,9 @@ func (s *synthesized) id(path ...string) string { return logicalID(s.stack, path
 var opsStacks = []string{TargetEmulator, TargetAWS, opsAWS}
 
 // TestMetricsAlarms guards the alarms product line: each alarm's metric
-// (namespace, name, statistic, dimensions), threshold, period and actions,
-// and that no other alarm exists. Without StackProps.AlarmTopicARN the
-// alarms have no actions.
+// (namespace, name, statistic, dimensions), threshold, period and actions;
+// every alarm of the stack (these and the others) notifies
+// StackProps.AlarmTopicARN, and without it has no actions.
 func TestMetricsAlarms(t *testing.T) {
 	for _, name := range opsStacks {
 		t.Run(name, func(t *testing.T) {
@@ -110,9 +110,17 @@ func TestMetricsAlarms(t *testing.T) {
 				p := r["Properties"].(map[string]any)
 				an := str(p["AlarmName"])
 				got[an] = true
+				var wantActions any
+				if name == opsAWS {
+					wantActions = []any{testAlarmTopic}
+				}
+				if !jsonEqual(p["AlarmActions"], wantActions) || !jsonEqual(p["OKActions"], wantActions) {
+					t.Errorf("%s %s: actions %v / ok %v, want %v", id, an, p["AlarmActions"], p["OKActions"], wantActions)
+				}
 				w, ok := want[an]
 				if !ok {
-					t.Errorf("%s: unexpected alarm %q", id, an)
+					// Alarms of the stack's other parts (the submit failures
+					// queue's, …) are tested there; here only their actions.
 					continue
 				}
 				dims := map[string]string{}
@@ -127,13 +135,6 @@ func TestMetricsAlarms(t *testing.T) {
 					num(t, p["EvaluationPeriods"]) != 1 || num(t, p["Period"]) != 300 || p["TreatMissingData"] != "notBreaching" {
 					t.Errorf("%s: threshold %v %v, %v periods of %v s, missing %v; want ≥ %v, 1 of 300 s, notBreaching",
 						an, p["ComparisonOperator"], p["Threshold"], p["EvaluationPeriods"], p["Period"], p["TreatMissingData"], w.threshold)
-				}
-				var wantActions any
-				if name == opsAWS {
-					wantActions = []any{testAlarmTopic}
-				}
-				if !jsonEqual(p["AlarmActions"], wantActions) || !jsonEqual(p["OKActions"], wantActions) {
-					t.Errorf("%s: actions %v / ok %v, want %v", an, p["AlarmActions"], p["OKActions"], wantActions)
 				}
 			}
 			for an := range want {
@@ -266,7 +267,7 @@ func TestObservabilityTracing(t *testing.T) {
 	}
 }
 
-// TestHardeningSSLOnly guards the SSL-only product line: both queues and
+// TestHardeningSSLOnly guards the SSL-only product line: every queue and
 // the bucket deny every request without TLS, on every target.
 func TestHardeningSSLOnly(t *testing.T) {
 	deny := func(t *testing.T, statements []any, action string) bool {
@@ -290,6 +291,15 @@ func TestHardeningSSLOnly(t *testing.T) {
 				}
 				for _, q := range p["Queues"].([]any) {
 					covered[resolve(t, q)] = true
+				}
+			}
+			queues := s.resourcesOfType("AWS::SQS::Queue")
+			if len(queues) < 2 {
+				t.Fatalf("%d queues", len(queues))
+			}
+			for id := range queues {
+				if !covered["{"+id+"}"] {
+					t.Errorf("queue %s has no SSL-only policy", id)
 				}
 			}
 			for _, q := range []string{"ItemsQueue", "ItemsDeadLetterQueue"} {
