@@ -28,7 +28,9 @@ func main() {
 		log.Fatalf("item: %v", err)
 	}
 	reg := &pipeline.Registry{}
-	if err := builtin.Register(reg, d.Blobs, nil); err != nil {
+	// An item's {bucket, key} may name only what a source may (batch.SourcePolicy).
+	src := batch.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
+	if err := builtin.Register(reg, src, nil); err != nil {
 		log.Fatalf("item: %v", err)
 	}
 	h := &handler.Item{

@@ -69,6 +69,11 @@ type Batch struct {
 	// StopOnThreshold: see SubmitRequest.StopOnThreshold; nil (rows
 	// written before the option existed) means true. Read it with EarlyStop.
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
+	// SubmittedBy is who submitted the batch: the API caller's IAM
+	// identity (its ARN, from the request context), "s3-upload:{principal
+	// id}" for an upload under incoming/, or "schedule:{name}" for a
+	// schedule's tick; "" when not known (a harness).
+	SubmittedBy string `json:"submitted_by,omitempty"`
 }
 
 // Expired reports whether the batch's retention has ended at now: a
@@ -305,6 +310,7 @@ type Report struct {
 	BatchID        string    `json:"batch_id"`
 	Run            int       `json:"run"`
 	Pipeline       string    `json:"pipeline"`
+	SubmittedBy    string    `json:"submitted_by,omitempty"` // Batch.SubmittedBy
 	Status         Status    `json:"status"`
 	StopDetail     string    `json:"stop_detail,omitempty"` // why a stopped run stopped
 	NeedsAttention bool      `json:"needs_attention"`

@@ -168,7 +168,7 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	}
 	bucket := f.Blobs.Bucket()
 	rep := Report{
-		BatchID: id, Run: run, Pipeline: b.Pipeline, Status: status, StopDetail: b.StopDetail,
+		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail,
 		NeedsAttention: census.NeedsAttention(), Census: census,
 		Threshold: b.Threshold, Verdict: verdict,
 		Manifest:     Location{URI: "s3://" + bucket + "/" + b.ManifestKey, Digest: b.Digest, Bytes: b.ManifestBytes},

@@ -50,6 +50,11 @@ type SubmitRequest struct {
 	// its run is finished (the same as POST /batches/{id}/resume). Without
 	// it a repeated submit never starts a run.
 	Rerun bool `json:"rerun,omitempty"`
+	// SubmittedBy is who asked for the batch, recorded on the batch row
+	// (Batch.SubmittedBy): set by the entry point, never read from the
+	// request body (an API caller's IAM identity, an upload's principal,
+	// a schedule's name).
+	SubmittedBy string `json:"-"`
 }
 
 // SubmitResult is what Submit returns: the batch, and whether this call
@@ -94,6 +99,9 @@ type Submitter struct {
 	MaxSubmitAttempts int
 	// Retention is how long a refused batch is kept; 0 means 30 days.
 	Retention time.Duration
+	// Sources limits the S3 objects and prefixes a source may name (see
+	// SourcePolicy); the zero value allows any.
+	Sources SourcePolicy
 }
 
 // MaxHeaderBytes bounds the headers given at submit: they are stored on the
@@ -115,6 +123,9 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 		return &InputError{Field: "pipeline", Reason: fmt.Sprintf("%q is not a registered pipeline (have %s)", req.Pipeline, strings.Join(s.Pipelines, ", "))}
 	}
 	if err := req.Source.Validate(req.KeyField); err != nil {
+		return err
+	}
+	if err := s.Sources.CheckSource(req.Source); err != nil {
 		return err
 	}
 	if req.KeyField != "" && (len(req.KeyField) > 256) {
@@ -400,6 +411,7 @@ func planOf(req SubmitRequest, now time.Time) Batch {
 		Options:      req.Options,
 		KeyField:     req.KeyField,
 		Source:       req.Source.Describe(),
+		SubmittedBy:  req.SubmittedBy,
 		CreatedAt:    now,
 		RunStartedAt: now,
 		// StopOnThreshold is stored explicitly (nil on older rows means true).

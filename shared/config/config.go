@@ -62,6 +62,12 @@ const (
 	// metrics (package metric): the stack name. Optional; without it no
 	// metrics are written.
 	EnvMetricsStack = "BULKRUN_METRICS_STACK"
+	// EnvSources is the comma-separated list of S3 locations, besides the
+	// stack bucket's IncomingPrefix and UploadsPrefix, that a source (and
+	// an item's {bucket, key}) may name: "s3://bucket/prefix/" entries, an
+	// empty prefix for a whole bucket. Optional (none). The stack bucket's
+	// BatchesPrefix and UploadErrorsPrefix are never sources.
+	EnvSources = "BULKRUN_SOURCES"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -169,6 +175,7 @@ type Config struct {
 	Retention        time.Duration // EnvRetentionDays; default DefaultRetention
 	LogLevel         string        // EnvLogLevel; default "info"
 	EphemeralMiB     int           // EnvEphemeralStorageMiB; 0 when unset
+	Sources          []string      // EnvSources; s3://bucket/prefix entries, none when unset
 }
 
 // VarError names the environment variable at fault.
@@ -247,6 +254,16 @@ func Load(getenv func(string) string) (Config, error) {
 			c.Pipelines = append(c.Pipelines, p)
 		}
 	}
+	for _, p := range strings.Split(getenv(EnvSources), ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if err := CheckSourceURI(p); err != nil {
+			errs = append(errs, &VarError{Var: EnvSources, Value: p, Reason: err.Error()})
+			continue
+		}
+		c.Sources = append(c.Sources, p)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -293,6 +310,29 @@ func (c Config) Validate() error {
 			Reason: fmt.Sprintf("must be at least the item timeout (%s): AWS refuses the event source mapping otherwise", c.ItemTimeout)})
 	}
 	return errors.Join(errs...)
+}
+
+// CheckSourceURI checks one EnvSources entry: "s3://bucket/" (a whole
+// bucket) or "s3://bucket/prefix/", the prefix ending in "/" (so that
+// "data" cannot also cover "data-private/"), without "." or ".." segments.
+func CheckSourceURI(uri string) error {
+	rest, ok := strings.CutPrefix(uri, "s3://")
+	if !ok {
+		return errors.New("want s3://bucket/ or s3://bucket/prefix/")
+	}
+	bucket, prefix, ok := strings.Cut(rest, "/")
+	if bucket == "" || !ok {
+		return errors.New("want s3://bucket/ or s3://bucket/prefix/ (the bucket followed by /)")
+	}
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		return errors.New("a prefix must end in /")
+	}
+	for _, seg := range strings.Split(strings.TrimSuffix(prefix, "/"), "/") {
+		if prefix != "" && (seg == "" || seg == "." || seg == "..") {
+			return fmt.Errorf("the prefix has an empty, . or .. segment")
+		}
+	}
+	return nil
 }
 
 // Require returns a *VarError for each named variable whose field is empty.

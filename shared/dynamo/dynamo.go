@@ -152,6 +152,7 @@ type batchRow struct {
 	Options        string            `dynamodbav:"pipeline_options"` // JSON
 	KeyField       string            `dynamodbav:"key_field,omitempty"`
 	Source         string            `dynamodbav:"source"`
+	SubmittedBy    string            `dynamodbav:"submitted_by,omitempty"`
 	FannedOut      bool              `dynamodbav:"fanned_out"`
 	CreatedAtMs    int64             `dynamodbav:"created_at_ms"`
 	RunStartedAtMs int64             `dynamodbav:"run_started_at_ms"`
@@ -196,7 +197,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
 		ListShards: b.ListShards, CounterShards: b.CounterShards, Run: b.Run, Status: string(b.Status),
 		Threshold: string(th), MaxAttempts: b.MaxAttempts, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
-		KeyField: b.KeyField, Source: b.Source, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
+		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
@@ -224,7 +225,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
 		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Run: r.Run,
 		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
-		KeyField: r.KeyField, Source: r.Source, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
+		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),

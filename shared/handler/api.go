@@ -252,6 +252,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: content after the JSON object"})
 		return
 	}
+	req.SubmittedBy = CallerOf(r.Context())
 	res, err := a.Submitter.Accept(r.Context(), req)
 	if err != nil {
 		a.errorAnswer(w, err)
@@ -375,7 +376,7 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 		}
 	}
 	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, ev.HTTPMethod, "/", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(WithCaller(ctx, EventCaller(ev)), ev.HTTPMethod, "/", strings.NewReader(body))
 	if err != nil {
 		return events.APIGatewayProxyResponse{StatusCode: 400, Body: `{"code":"invalid_request","message":"bad request line"}`}, nil
 	}
@@ -458,6 +459,39 @@ func (a *API) items(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// callerKey is the context key of the API caller's identity.
+type callerKey struct{}
+
+// WithCaller returns ctx carrying the API caller's identity (see
+// EventCaller), which a submit records as the batch's submitted_by.
+func WithCaller(ctx context.Context, caller string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
+
+// CallerOf returns the caller identity ctx carries ("" when none).
+func CallerOf(ctx context.Context) string {
+	s, _ := ctx.Value(callerKey{}).(string)
+	return s
+}
+
+// EventCaller is the IAM identity of an API Gateway REST API request made
+// with IAM authorization: requestContext.identity.userArn (the caller's
+// ARN: an IAM user, or an assumed role's session,
+// arn:aws:sts::123456789012:assumed-role/ops/alice), else
+// requestContext.identity.caller (its principal id), else "" (API Gateway
+// developer guide, "Input format of a Lambda function for proxy
+// integration", https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html).
+// API Gateway fills them from the verified SigV4 signature; the caller
+// cannot set them.
+func EventCaller(ev events.APIGatewayProxyRequest) string {
+	if id := ev.RequestContext.Identity; id.UserArn != "" {
+		return id.UserArn
+	} else if id.Caller != "" {
+		return id.Caller
+	}
+	return ""
 }
 
 // pathParamRE matches a path parameter of an API Gateway resource path:

@@ -126,6 +126,7 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention,
+		Sources: d.SourcePolicy(),
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself
@@ -138,6 +139,12 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 // Bus returns the EventBridge adapter on the account's default bus.
 func (d *Deps) Bus() *event.Bus {
 	return event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)
+}
+
+// SourcePolicy is what sources and items may read: the stack bucket's
+// upload prefixes and config.EnvSources (batch.SourcePolicy).
+func (d *Deps) SourcePolicy() batch.SourcePolicy {
+	return batch.SourcePolicy{Bucket: d.Config.Bucket, Allowed: d.Config.Sources}
 }
 
 // Finalizer builds the finalize workflow from d.

@@ -137,6 +137,7 @@ func (s *Submit) Scheduled(ctx context.Context, ev ScheduleEvent) (any, error) {
 	}
 	req := ev.Request
 	req.BatchID = ScheduleBatchID(ev.Schedule, ev.Time)
+	req.SubmittedBy = "schedule:" + ev.Schedule
 	res, err := s.Submitter.Submit(ctx, req)
 	if err == nil {
 		log.Info("scheduled batch submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)

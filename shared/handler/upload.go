@@ -77,7 +77,7 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) (UploadsResult,
 			err = &batch.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
 		} else {
 			var created bool
-			r.BatchID, created, err = s.upload(ctx, log, bucket, key, etag)
+			r.BatchID, created, err = s.upload(ctx, log, bucket, key, etag, UploadSubmitter(rec))
 			if err == nil {
 				res.Started = append(res.Started, UploadStart{Key: key, BatchID: r.BatchID, Created: created})
 				continue
@@ -126,11 +126,12 @@ func ignoreUpload(eventName, key string, size int64) string {
 
 // upload starts the batch of one uploaded object and returns its id (when
 // known, also on error) and whether this call created it.
-func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag string) (string, bool, error) {
+func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (string, bool, error) {
 	req, err := s.uploadRequest(ctx, bucket, key, etag)
 	if err != nil {
 		return req.BatchID, false, err
 	}
+	req.SubmittedBy = by
 	if req.BatchID == "" {
 		digest, err := s.Submitter.Digest(ctx, req)
 		if err != nil {
@@ -145,6 +146,18 @@ func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag
 	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 	s.clearRetrying(ctx, log, UploadErrorKey(key), req.Source.ETag)
 	return res.Batch.ID, res.Created, nil
+}
+
+// UploadSubmitter is the submitted_by of an upload's batch:
+// "s3-upload:" and the uploader's principal id from the S3 event's
+// userIdentity.principalId (e.g. "s3-upload:AWS:AIDAEXAMPLE"; "s3-upload"
+// when the event carries none). S3 event message structure:
+// https://docs.aws.amazon.com/AmazonS3/latest/userguide/notification-content-structure.html
+func UploadSubmitter(rec events.S3EventRecord) string {
+	if p := rec.PrincipalID.PrincipalID; p != "" {
+		return "s3-upload:" + p
+	}
+	return "s3-upload"
 }
 
 var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
