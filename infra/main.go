@@ -11,6 +11,8 @@
 //	stackName      the CloudFormation stack name (default config.DefaultStackName)
 //	bucketName     the bucket name (default "bulkrun-{account}-{region}")
 //	sourceBuckets  comma-separated buckets submit and item may read sources from
+//	sourcePrefixes comma-separated prefixes of the stack's bucket sources may name,
+//	               besides incoming/ and uploads/ (default none; "it-sources/" on the emulator)
 //	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
 //	defaultPipeline the pipeline of uploads whose metadata names none (default none)
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
@@ -52,6 +54,7 @@ func main() {
 		FunctionsDir:    contextString(app, "functionsDir", DefaultFunctionsDir),
 		BucketName:      contextString(app, "bucketName", ""),
 		SourceBuckets:   splitList(contextString(app, "sourceBuckets", "")),
+		SourcePrefixes:  splitList(contextString(app, "sourcePrefixes", "")),
 		Pipelines:       splitList(contextString(app, "pipelines", "")),
 		DefaultPipeline: contextString(app, "defaultPipeline", ""),
 		Schedules:       schedules,

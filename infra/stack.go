@@ -139,6 +139,14 @@ type StackProps struct {
 	// SourceBuckets are other buckets that submit and item may read sources
 	// from (s3:GetObject, and s3:ListBucket for submit). Default none.
 	SourceBuckets []string
+	// SourcePrefixes are prefixes of the stack's own bucket that a source
+	// (and an item's {bucket, key}) may name besides the upload prefixes
+	// config.IncomingPrefix and config.UploadsPrefix, each ending in "/"
+	// (e.g. "exports/"); none may overlap config.BatchesPrefix or
+	// config.UploadErrorsPrefix. With SourceBuckets (whole buckets) they
+	// become config.EnvSources (batch.SourcePolicy). Default none on
+	// TargetAWS; DefaultEmulatorSourcePrefixes on TargetEmulator.
+	SourcePrefixes []string
 	// Pipelines are the pipeline names submit accepts; they must match the
 	// pipelines registered in the item binary. Default DefaultPipelines
 	// ("thumbnail", "webhook").
@@ -181,6 +189,10 @@ type StackProps struct {
 	// DefaultAPIBurstLimit (100).
 	APIBurstLimit int
 }
+
+// DefaultEmulatorSourcePrefixes are the SourcePrefixes of an emulator
+// stack that declares none: where the integration suite puts its sources.
+var DefaultEmulatorSourcePrefixes = []string{"it-sources/"}
 
 // Ephemeral storage of the submit function. Duplicate-key detection writes
 // at most one run byte per manifest byte (a run entry is the key, front
@@ -233,6 +245,7 @@ type settings struct {
 	tick            string
 	bucketName      string
 	sourceBuckets   []string
+	sourcePrefixes  []string
 	pipelines       []string
 	ephemeralMiB    int
 }
@@ -268,7 +281,11 @@ func derive(props *StackProps) (settings, error) {
 		tick:            props.FinalizeTickSchedule,
 		bucketName:      props.BucketName,
 		sourceBuckets:   props.SourceBuckets,
+		sourcePrefixes:  props.SourcePrefixes,
 		pipelines:       props.Pipelines,
+	}
+	if s.sourcePrefixes == nil && s.target == TargetEmulator {
+		s.sourcePrefixes = DefaultEmulatorSourcePrefixes
 	}
 	if s.target == "" {
 		s.target = TargetAWS
@@ -344,6 +361,19 @@ func derive(props *StackProps) (settings, error) {
 	for _, b := range s.sourceBuckets {
 		if !bucketNamePattern.MatchString(b) {
 			bad("SourceBuckets", b, "not a valid S3 bucket name")
+		} else if b == s.bucketName {
+			bad("SourceBuckets", b, "the stack's own bucket: name prefixes of it in SourcePrefixes (its batches/ is never a source)")
+		}
+	}
+	for _, p := range s.sourcePrefixes {
+		if err := config.CheckSourceURI("s3://bucket/" + p); err != nil || p == "" {
+			bad("SourcePrefixes", p, "want a prefix ending in / (e.g. exports/), without empty, . or .. segments")
+			continue
+		}
+		for _, never := range []string{config.BatchesPrefix, config.UploadErrorsPrefix} {
+			if strings.HasPrefix(p, never) || strings.HasPrefix(never, p) {
+				bad("SourcePrefixes", p, fmt.Sprintf("overlaps %s, which is never a source", never))
+			}
 		}
 	}
 	for _, p := range s.pipelines {
@@ -547,6 +577,16 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	fanOut[config.EnvItemsQueueURL] = *items.QueueUrl()
 	fanOut[config.EnvFinalizeFunction] = *finalize.FunctionName()
 	fanOut[config.EnvPipelines] = strings.Join(s.pipelines, ",")
+	var sources []string
+	for _, b := range s.sourceBuckets {
+		sources = append(sources, "s3://"+b+"/")
+	}
+	for _, p := range s.sourcePrefixes {
+		sources = append(sources, "s3://"+*bucketName+"/"+p)
+	}
+	if len(sources) > 0 {
+		fanOut[config.EnvSources] = strings.Join(sources, ",")
+	}
 	submitEnv := copyEnv(fanOut)
 	if props != nil && props.DefaultPipeline != "" {
 		submitEnv[config.EnvDefaultPipeline] = props.DefaultPipeline

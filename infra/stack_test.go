@@ -302,7 +302,7 @@ func TestFunctionEnvironment(t *testing.T) {
 				config.EnvMaxAttempts, config.EnvMaxReceiveCount, config.EnvItemTimeoutSeconds,
 				config.EnvLeaseSeconds, config.EnvVisibilitySeconds, config.EnvMetricsStack,
 			}
-			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines)
+			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
 			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
@@ -336,6 +336,9 @@ func TestFunctionEnvironment(t *testing.T) {
 						if v, ok := env[k].(string); ok {
 							return v
 						}
+						if env[k] != nil && k == config.EnvSources {
+							return "s3://resolved-at-deploy/it-sources/"
+						}
 						if env[k] != nil {
 							return "resolved-at-deploy"
 						}
@@ -356,6 +359,32 @@ func TestFunctionEnvironment(t *testing.T) {
 						t.Errorf("pipelines = %v, want %v", cfg.Pipelines, w.pipelines)
 					}
 				})
+			}
+		})
+	}
+}
+
+// Confused deputy, point 2 (declared sources): submit and item get the
+// declared source buckets and prefixes in BULKRUN_SOURCES — whole
+// buckets as s3://bucket/, prefixes of the stack's bucket under its
+// name — and an emulator stack declaring none gets
+// DefaultEmulatorSourcePrefixes. Guards README "Sources and who may read
+// what" and infra/README.md.
+func TestConfusedDeputySourcesProps(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			bucketName := s.properties(t, s.ids["bucket"])["BucketName"]
+			for _, fn := range []string{FunctionSubmit, FunctionItem} {
+				env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
+				got := resolve(t, env[config.EnvSources])
+				want := "s3://source-a/,s3://source-b/"
+				if target == TargetEmulator {
+					want = "s3://" + resolve(t, bucketName) + "/it-sources/"
+				}
+				if got != want {
+					t.Errorf("%s %s = %s, want %s", fn, config.EnvSources, got, want)
+				}
 			}
 		})
 	}
@@ -882,6 +911,12 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		}, "Schedules[s].Expression"},
 		{"bad bucket name", func(p *StackProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
 		{"bad source bucket", func(p *StackProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
+		{"source prefix over batches/", func(p *StackProps) { p.SourcePrefixes = []string{"exports/", "batches/"} }, "SourcePrefixes"},
+		{"source prefix that lists batches/", func(p *StackProps) { p.SourcePrefixes = []string{"batch"} }, "SourcePrefixes"},
+		{"source prefix over incoming-errors/", func(p *StackProps) { p.SourcePrefixes = []string{"incoming-errors/2026/"} }, "SourcePrefixes"},
+		{"source prefix without a slash", func(p *StackProps) { p.SourcePrefixes = []string{"exports"} }, "SourcePrefixes"},
+		{"source prefix with ..", func(p *StackProps) { p.SourcePrefixes = []string{"uploads/../batches/"} }, "SourcePrefixes"},
+		{"own bucket as a source bucket", func(p *StackProps) { p.BucketName, p.SourceBuckets = "my-bulkrun", []string{"my-bulkrun"} }, "SourceBuckets"},
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},

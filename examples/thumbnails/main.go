@@ -88,7 +88,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 		fmt.Fprintf(h, "%s %x\n", filepath.Base(f), sha256.Sum256(b))
 	}
 	tag := hex.EncodeToString(h.Sum(nil))[:12]
-	prefix := "examples/images-" + tag + "/"
+	prefix := config.UploadsPrefix + "examples/images-" + tag + "/" // uploads/: a source on every target
 	fmt.Printf("uploading %d files to s3://%s/%s\n", len(files), bucket, prefix)
 	if err := upload(ctx, s3c, bucket, prefix, files); err != nil {
 		return err
