@@ -370,7 +370,7 @@ func derive(props *StackProps) (settings, error) {
 			bad("SourcePrefixes", p, "want a prefix ending in / (e.g. exports/), without empty, . or .. segments")
 			continue
 		}
-		for _, never := range []string{config.BatchesPrefix, config.UploadErrorsPrefix} {
+		for _, never := range []string{config.BatchesPrefix, config.UploadErrorsPrefix, config.ScheduleErrorsPrefix} {
 			if strings.HasPrefix(p, never) || strings.HasPrefix(never, p) {
 				bad("SourcePrefixes", p, fmt.Sprintf("overlaps %s, which is never a source", never))
 			}

@@ -32,12 +32,12 @@ type SourcePolicy struct {
 }
 
 // Policy prefixes of the stack's bucket (see SourcePolicy). They match
-// config.IncomingPrefix, config.UploadsPrefix, config.BatchesPrefix and
-// config.UploadErrorsPrefix (batch imports no config; TestSourcePolicy
+// config.IncomingPrefix, config.UploadsPrefix, config.BatchesPrefix,
+// config.UploadErrorsPrefix and config.ScheduleErrorsPrefix (batch imports no config; TestSourcePolicy
 // checks they agree).
 var (
 	uploadPrefixes    = []string{"incoming/", "uploads/"}
-	forbiddenPrefixes = []string{"batches/", "incoming-errors/"}
+	forbiddenPrefixes = []string{"batches/", "incoming-errors/", "schedule-errors/"}
 )
 
 // CheckObject returns nil when the object s3://bucket/key may be read, or

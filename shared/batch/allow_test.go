@@ -40,6 +40,7 @@ func TestConfusedDeputySourcePolicy(t *testing.T) {
 		{"a prefix that lists batches/", SourceSpec{Prefix: "s3://stack/batch"}, "source.prefix"},
 		{"the whole stack bucket", SourceSpec{Prefix: "s3://stack/"}, "source.prefix"},
 		{"refused uploads' reports", SourceSpec{Object: "s3://stack/incoming-errors/a.jsonl.error.json"}, "source.object"},
+		{"refused ticks' reports", SourceSpec{Prefix: "s3://stack/schedule-errors/"}, "source.prefix"},
 		{"a prefix that lists incoming-errors/", SourceSpec{Prefix: "s3://stack/incom"}, "source.prefix"},
 		{"undeclared key of the stack bucket", SourceSpec{Object: "s3://stack/private/a.jsonl"}, "source.object"},
 		{"undeclared bucket", SourceSpec{Object: "s3://other-account-bucket/a.jsonl"}, "source.object"},
@@ -72,7 +73,7 @@ func TestConfusedDeputySourcePolicy(t *testing.T) {
 	}
 	// The policy's prefixes are the ones the stack and the functions share.
 	if !slices.Equal(uploadPrefixes, []string{config.IncomingPrefix, config.UploadsPrefix}) ||
-		!slices.Equal(forbiddenPrefixes, []string{config.BatchesPrefix, config.UploadErrorsPrefix}) {
+		!slices.Equal(forbiddenPrefixes, []string{config.BatchesPrefix, config.UploadErrorsPrefix, config.ScheduleErrorsPrefix}) {
 		t.Fatalf("policy prefixes %q %q differ from shared/config", uploadPrefixes, forbiddenPrefixes)
 	}
 }
