@@ -16,6 +16,9 @@
 //	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
 //	defaultPipeline the pipeline of uploads whose metadata names none (default none)
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
+//	itemMemoryMiB  the item function's memory in MiB (default 512)
+//	itemsMaxConcurrency the SQS event sources' maximum concurrency, 2–1000 (default 100)
+//	reservedConcurrency reserved concurrency per function, e.g. "submit=5,finalize=2,item=200" (default none)
 //	maxManifestBytes the largest manifest submit is sized for, in bytes; sets its
 //	               ephemeral storage (see StackProps.MaxManifestBytes; default 224 MiB)
 //	alarmTopicArn, tracing, queueAgeAlarm, bucketVersioning, apiRateLimit,
@@ -70,6 +73,28 @@ func main() {
 	if err := opsContext(func(k string) string { return contextString(app, k, "") }, props); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	for key, dst := range map[string]*int{"itemMemoryMiB": &props.ItemMemoryMiB, "itemsMaxConcurrency": &props.ItemsMaxConcurrency} {
+		if raw := contextString(app, key, ""); raw != "" {
+			n, err := strconv.Atoi(raw)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "infra: context %s %q: want a whole number\n", key, raw)
+				os.Exit(2)
+			}
+			*dst = n
+		}
+	}
+	for _, pair := range splitList(contextString(app, "reservedConcurrency", "")) {
+		fn, raw, _ := strings.Cut(pair, "=")
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "infra: context reservedConcurrency %q: want function=number\n", pair)
+			os.Exit(2)
+		}
+		if props.ReservedConcurrency == nil {
+			props.ReservedConcurrency = map[string]int{}
+		}
+		props.ReservedConcurrency[strings.TrimSpace(fn)] = n
 	}
 	stackName := contextString(app, "stackName", config.DefaultStackName)
 	props.StackName = jsii.String(stackName)

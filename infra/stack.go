@@ -188,7 +188,36 @@ type StackProps struct {
 	// APIBurstLimit is the API stage's burst, in requests, ≥ 1. Default
 	// DefaultAPIBurstLimit (100).
 	APIBurstLimit int
+	// ItemMemoryMiB is the item function's memory in MiB, 128–10,240
+	// (Lambda quotas, "Function configuration, deployment, and execution",
+	// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html);
+	// the thumbnail pipeline decodes within half of it. Default
+	// DefaultItemMemoryMiB (512).
+	ItemMemoryMiB int
+	// ReservedConcurrency reserves concurrency for functions by name
+	// (FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep): at
+	// most that many instances run, and that many are kept from the
+	// account's other functions ("Configuring reserved concurrency",
+	// https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html).
+	// Reserving for submit and finalize keeps a large batch's items from
+	// throttling them. Each value ≥ 1; item's must be at least
+	// ItemsMaxConcurrency, or the event source is throttled. Default none.
+	ReservedConcurrency map[string]int
+	// ItemsMaxConcurrency is the maximum concurrency of the item function's
+	// SQS event sources (ScalingConfig.MaximumConcurrency, on the items
+	// queue and on the dead-letter queue each): how many item invocations
+	// the queue may drive at once, 2–1000 ("Configuring maximum concurrency
+	// for Amazon SQS event sources",
+	// https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html).
+	// Default DefaultItemsMaxConcurrency (100).
+	ItemsMaxConcurrency int
 }
+
+// Concurrency and memory defaults (see StackProps).
+const (
+	DefaultItemMemoryMiB       = 512
+	DefaultItemsMaxConcurrency = 100
+)
 
 // DefaultEmulatorSourcePrefixes are the SourcePrefixes of an emulator
 // stack that declares none: where the integration suite puts its sources.
@@ -247,6 +276,9 @@ type settings struct {
 	sourceBuckets   []string
 	sourcePrefixes  []string
 	pipelines       []string
+	itemMemoryMiB   int
+	reserved        map[string]int
+	maxConcurrency  int
 	ephemeralMiB    int
 }
 
@@ -283,6 +315,15 @@ func derive(props *StackProps) (settings, error) {
 		sourceBuckets:   props.SourceBuckets,
 		sourcePrefixes:  props.SourcePrefixes,
 		pipelines:       props.Pipelines,
+		itemMemoryMiB:   props.ItemMemoryMiB,
+		reserved:        props.ReservedConcurrency,
+		maxConcurrency:  props.ItemsMaxConcurrency,
+	}
+	if s.itemMemoryMiB == 0 {
+		s.itemMemoryMiB = DefaultItemMemoryMiB
+	}
+	if s.maxConcurrency == 0 {
+		s.maxConcurrency = DefaultItemsMaxConcurrency
 	}
 	if s.sourcePrefixes == nil && s.target == TargetEmulator {
 		s.sourcePrefixes = DefaultEmulatorSourcePrefixes
@@ -374,6 +415,22 @@ func derive(props *StackProps) (settings, error) {
 			if strings.HasPrefix(p, never) || strings.HasPrefix(never, p) {
 				bad("SourcePrefixes", p, fmt.Sprintf("overlaps %s, which is never a source", never))
 			}
+		}
+	}
+	if s.itemMemoryMiB < 128 || s.itemMemoryMiB > 10240 {
+		bad("ItemMemoryMiB", strconv.Itoa(s.itemMemoryMiB), "want 128–10240 MiB (Lambda's limits)")
+	}
+	if s.maxConcurrency < 2 || s.maxConcurrency > 1000 {
+		bad("ItemsMaxConcurrency", strconv.Itoa(s.maxConcurrency), "want 2–1000 (SQS event source maximum concurrency)")
+	}
+	for fn, n := range s.reserved {
+		switch {
+		case !slices.Contains([]string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep}, fn):
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "not a function of the stack (submit, item, finalize, sweep)")
+		case n < 1:
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "want at least 1 (0 would stop the function)")
+		case fn == FunctionItem && n < s.maxConcurrency:
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf("below ItemsMaxConcurrency (%d): the event source would be throttled", s.maxConcurrency))
 		}
 	}
 	for _, p := range s.pipelines {
@@ -562,6 +619,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 				Retention: awslogs.RetentionDays_ONE_MONTH,
 			})
 		}
+		if n, ok := s.reserved[name]; ok {
+			fp.ReservedConcurrentExecutions = jsii.Number(float64(n))
+		}
 		for _, t := range tune {
 			t(fp)
 		}
@@ -624,7 +684,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	})
 	itemEnv := copyEnv(fanOut)
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
-	item := newFunction(FunctionItem, s.itemTimeout, 512, itemEnv)
+	item := newFunction(FunctionItem, s.itemTimeout, float64(s.itemMemoryMiB), itemEnv)
 
 	// Least privilege, explicit actions only.
 	sourceObjects := []*string{s3Arn(bucketName, "*")}
@@ -685,6 +745,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		item.AddEventSource(awslambdaeventsources.NewSqsEventSource(q, &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(config.DefaultItemBatchSize),
 			ReportBatchItemFailures: jsii.Bool(true),
+			MaxConcurrency:          jsii.Number(float64(s.maxConcurrency)),
 		}))
 	}
 

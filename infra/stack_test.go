@@ -70,7 +70,10 @@ func testProps(target string) *StackProps {
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
-		MaxManifestBytes: 1 << 30,
+		MaxManifestBytes:    1 << 30,
+		ItemMemoryMiB:       1024,
+		ReservedConcurrency: map[string]int{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200},
+		ItemsMaxConcurrency: 150,
 	}
 }
 
@@ -81,14 +84,17 @@ type want struct {
 	pipelines                                                       []string
 	arch                                                            string
 	deletionPolicy                                                  string
+	itemMemoryMiB, itemsMaxConcurrency                              int
+	reserved                                                        map[string]float64 // by function; absent: none
 }
 
 func wanted(target string) want {
 	if target == TargetEmulator {
 		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
-		return want{300, 3, 10, 30, []string{"thumbnail", "webhook"}, arch, "Delete"}
+		return want{300, 3, 10, 30, []string{"thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
 	}
-	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain"}
+	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain", 1024, 150,
+		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200}}
 }
 
 var targets = []string{TargetEmulator, TargetAWS}
@@ -400,7 +406,7 @@ func TestFunctions(t *testing.T) {
 		t.Run(target, func(t *testing.T) {
 			s := synth(t, target)
 			w := wanted(target)
-			wantShape[FunctionItem] = struct{ timeout, memory float64 }{float64(w.itemTimeoutSeconds), 512}
+			wantShape[FunctionItem] = struct{ timeout, memory float64 }{float64(w.itemTimeoutSeconds), float64(w.itemMemoryMiB)}
 			if n := len(s.resourcesOfType("AWS::Lambda::Function")); n != 4 {
 				t.Errorf("%d functions, want 4 (no custom-resource functions)", n)
 			}
@@ -491,6 +497,41 @@ func TestEventSourceMappings(t *testing.T) {
 			}
 			if !sources["items"] || !sources["dlq"] || len(s.resourcesOfType("AWS::Lambda::EventSourceMapping")) != 2 {
 				t.Errorf("mappings from %v, want exactly the items queue and the DLQ", sources)
+			}
+		})
+	}
+}
+
+// Unbounded concurrency, point 4 (stack props): the item function's
+// memory, each function's reserved concurrency and the SQS event
+// sources' maximum concurrency are what the props say, with bounded
+// defaults (512 MiB, none reserved, 100 concurrent item invocations per
+// queue), so a large batch cannot take the account's whole Lambda
+// concurrency. Guards infra/README.md "Props and defaults".
+func TestUnboundedConcurrencyProps(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			w := wanted(target)
+			if m := num(t, s.properties(t, s.ids[FunctionItem])["MemorySize"]); m != float64(w.itemMemoryMiB) {
+				t.Errorf("item MemorySize %v, want %d", m, w.itemMemoryMiB)
+			}
+			for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
+				got, ok := s.properties(t, s.ids[fn])["ReservedConcurrentExecutions"]
+				want, reserved := w.reserved[fn]
+				if ok != reserved || (ok && num(t, got) != want) {
+					t.Errorf("%s ReservedConcurrentExecutions = %v, want %v (reserved %v)", fn, got, want, reserved)
+				}
+			}
+			mappings := s.resourcesOfType("AWS::Lambda::EventSourceMapping")
+			for id, m := range mappings {
+				sc, _ := m["Properties"].(map[string]any)["ScalingConfig"].(map[string]any)
+				if sc == nil || num(t, sc["MaximumConcurrency"]) != float64(w.itemsMaxConcurrency) {
+					t.Errorf("%s: ScalingConfig %v, want MaximumConcurrency %d", id, sc, w.itemsMaxConcurrency)
+				}
+			}
+			if len(mappings) != 2 {
+				t.Errorf("%d event source mappings, want 2", len(mappings))
 			}
 		})
 	}
@@ -917,6 +958,15 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"source prefix without a slash", func(p *StackProps) { p.SourcePrefixes = []string{"exports"} }, "SourcePrefixes"},
 		{"source prefix with ..", func(p *StackProps) { p.SourcePrefixes = []string{"uploads/../batches/"} }, "SourcePrefixes"},
 		{"own bucket as a source bucket", func(p *StackProps) { p.BucketName, p.SourceBuckets = "my-bulkrun", []string{"my-bulkrun"} }, "SourceBuckets"},
+		{"item memory below Lambda's", func(p *StackProps) { p.ItemMemoryMiB = 64 }, "ItemMemoryMiB"},
+		{"item memory above Lambda's", func(p *StackProps) { p.ItemMemoryMiB = 10241 }, "ItemMemoryMiB"},
+		{"max concurrency below SQS's 2", func(p *StackProps) { p.ItemsMaxConcurrency = 1 }, "ItemsMaxConcurrency"},
+		{"max concurrency above SQS's 1000", func(p *StackProps) { p.ItemsMaxConcurrency = 1001 }, "ItemsMaxConcurrency"},
+		{"reserved concurrency of no function", func(p *StackProps) { p.ReservedConcurrency = map[string]int{"worker": 5} }, "ReservedConcurrency[worker]"},
+		{"reserved concurrency zero", func(p *StackProps) { p.ReservedConcurrency = map[string]int{FunctionSubmit: 0} }, "ReservedConcurrency[submit]"},
+		{"item reserved below max concurrency", func(p *StackProps) {
+			p.ReservedConcurrency, p.ItemsMaxConcurrency = map[string]int{FunctionItem: 10}, 20
+		}, "ReservedConcurrency[item]"},
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
