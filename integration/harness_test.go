@@ -35,6 +35,7 @@ import (
 // storage on the emulator (its own table, bucket and queue, not the
 // stack's), so that a test decides exactly which deliveries happen.
 type harness struct {
+	table     string // the harness's own DynamoDB table
 	requests  *requestCounter
 	store     *dynamo.Store
 	blobs     *blob.Store
@@ -75,7 +76,7 @@ func newHarness(t *testing.T, run pipeline.Func) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
-	h := &harness{requests: counter, store: dynamo.New(ddb, name), blobs: blob.New(handler.NewS3(counted), name), queueURL: aws.ToString(q.QueueUrl)}
+	h := &harness{table: name, requests: counter, store: dynamo.New(ddb, name), blobs: blob.New(handler.NewS3(counted), name), queueURL: aws.ToString(q.QueueUrl)}
 	h.queue = queue.New(sqs.NewFromConfig(counted), h.queueURL)
 	counter.reset()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

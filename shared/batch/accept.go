@@ -235,13 +235,24 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 	b.Status = StatusRunning
 	b.RunStartedAt = s.Clock.Now()
 	if err := s.Store.Freeze(ctx, b); err != nil {
-		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
-			log.Warn("delete unused manifest", "error", derr.Error())
+		if !errors.Is(err, ErrConflict) {
+			// Outcome unknown (the write may have landed): keep the
+			// manifest, which the row may now name.
+			return b, err
 		}
-		if errors.Is(err, ErrConflict) { // another read froze it first, or it was refused
-			return s.Store.GetBatch(ctx, id)
+		// Another read froze it first, or it was refused — or this read's
+		// own write landed and the SDK's retry of it lost the condition.
+		stored, gerr := s.Store.GetBatch(ctx, id)
+		if gerr != nil {
+			return stored, gerr
 		}
-		return b, err
+		if stored.ManifestKey != manifestKey {
+			if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
+				log.Warn("delete unused manifest", "error", derr.Error())
+			}
+			return stored, nil
+		}
+		b = stored
 	}
 	if err := s.fanout(ctx, b, sum.Chunks); err != nil {
 		// Frozen: the finalize tick re-sends a lost fan-out.

@@ -279,11 +279,17 @@ func (s *Submitter) submit(ctx context.Context, req SubmitRequest) (SubmitResult
 	b := planOf(req, s.Clock.Now())
 	b.freeze(manifestKey, sum)
 	stored, err := s.Store.CreateBatch(ctx, b)
+	if errors.Is(err, ErrBatchExists) && stored.ManifestKey == manifestKey {
+		// Our own row: the SDK retried a put whose first try was written
+		// but whose answer was lost.
+		err = nil
+	}
 	created := err == nil
 	switch {
 	case created:
 		stored = b
 	case errors.Is(err, ErrBatchExists):
+		// Another submit's row: this manifest is nobody's.
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
 			log.Warn("delete duplicate manifest", "error", derr.Error())
 		}
@@ -316,7 +322,10 @@ func (s *Submitter) submit(ctx context.Context, req SubmitRequest) (SubmitResult
 		}
 		log.Info("duplicate submit resumes an interrupted fan-out")
 	default:
-		_ = s.Blobs.Delete(ctx, manifestKey)
+		// The put's outcome is unknown (it may have been written): keep the
+		// manifest, which the row may name. A retry finds the row and
+		// answers from it; an orphan under batches/{id}/ goes with the
+		// batch's forget or retention.
 		return SubmitResult{}, fmt.Errorf("submit %s: create batch row: %w", b.ID, err)
 	}
 

@@ -1,0 +1,97 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// TestLostAnswerKeepsTheManifest guards the product lines "a submit
+// deletes only a manifest no batch row names" (Submitter.Submit) and "a
+// background read deletes its manifest only when another read froze the
+// batch" (Submitter.Complete). Through the fault proxy, the emulator
+// applies the batch row's write and the connection is reset before its
+// answer arrives; the SDK retries the write, which now loses its own
+// condition. The batch row must still name a manifest that exists, and
+// the batch must run. (Submit's row is put by TransactWriteItems, which
+// the SDK retries with the same ClientRequestToken, so DynamoDB answers
+// the retry as the first write: the case shows the invariant holds there
+// too. Complete's Freeze is an UpdateItem, whose retry loses its own
+// condition: without the check, the read deleted the frozen manifest.)
+func TestLostAnswerKeepsTheManifest(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, op string
+		submit   func(t *testing.T, h *harness, s *batch.Submitter, id string) error
+	}{
+		{"submit", "TransactWriteItems", func(t *testing.T, h *harness, s *batch.Submitter, id string) error {
+			_, err := s.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}})
+			return err
+		}},
+		{"background read", "UpdateItem", func(t *testing.T, h *harness, s *batch.Submitter, id string) error {
+			key := "uploads/" + id + ".jsonl"
+			if err := h.blobs.Put(ctx, key, "application/x-ndjson", []byte("{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n")); err != nil {
+				t.Fatal(err)
+			}
+			accepting := *s
+			accepting.Store = h.store // accept without faults
+			accepting.Handoff = &handoffs{}
+			if _, err := accepting.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + key}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Complete(ctx, id)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			id := newID(t)
+			proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 3, Rules: []faultproxy.Rule{
+				// Only the batch row's writes: BeginSubmit is an UpdateItem
+				// too, so the background read's rule fires on its second.
+				{Service: "dynamodb", Operations: []string{tc.op}, Contains: "manifest_key", Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1},
+			}})
+			faulty := *h.submitter
+			faulty.Store = dynamo.New(dynamodb.NewFromConfig(cfg), h.table)
+			if err := tc.submit(t, h, &faulty, id); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if n := proxy.Status().Injected[faultproxy.KindResetAfter]; n != 1 {
+				t.Fatalf("answers lost: %d, want 1 (the rule did not fire: the test proves nothing)", n)
+			}
+			b, err := h.store.GetBatch(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Status != batch.StatusRunning || b.ManifestKey == "" {
+				t.Fatalf("batch %s manifest %q, want running with a manifest", b.Status, b.ManifestKey)
+			}
+			if _, err := h.blobs.Get(ctx, b.ManifestKey); err != nil {
+				t.Fatalf("the manifest the batch row names: %v (deleted by the write that lost its answer?)", err)
+			}
+			h.drain(t, ctx)
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Report.Census.Succeeded != 3 {
+				t.Errorf("census %+v, want 3 succeeded", r.Report.Census)
+			}
+			for i := range 3 {
+				if c := h.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+				}
+			}
+		})
+	}
+}
