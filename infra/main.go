@@ -15,6 +15,9 @@
 //	               besides incoming/ and uploads/ (default none; "it-sources/" on the emulator)
 //	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
 //	defaultPipeline the pipeline of uploads whose metadata names none (default none)
+//	webhookAllow   comma-separated hosts, *.domains, IPs and CIDRs the webhook
+//	               may reach although non-public (default none on aws;
+//	               "127.0.0.1,::1,localhost" on emulator; "none" for none)
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
 //	itemMemoryMiB  the item function's memory in MiB (default 512)
 //	itemsMaxConcurrency the SQS event sources' maximum concurrency, 2–1000 (default 100)
@@ -61,6 +64,13 @@ func main() {
 		Pipelines:       splitList(contextString(app, "pipelines", "")),
 		DefaultPipeline: contextString(app, "defaultPipeline", ""),
 		Schedules:       schedules,
+	}
+	switch allow := contextString(app, "webhookAllow", ""); allow {
+	case "":
+	case "none":
+		props.EmptyWebhookAllow = true
+	default:
+		props.WebhookAllow = splitList(allow)
 	}
 	if raw := contextString(app, "maxManifestBytes", ""); raw != "" {
 		n, err := strconv.ParseInt(raw, 10, 64)

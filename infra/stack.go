@@ -158,6 +158,17 @@ type StackProps struct {
 	// metadata names none. Default "" (the upload must name one). Must be
 	// one of Pipelines.
 	DefaultPipeline string
+	// WebhookAllow is the webhook pipeline's egress allow-list
+	// (config.EnvWebhookAllow on submit and item): hosts, *.domains, IP
+	// addresses and CIDRs it may reach although they are loopback,
+	// link-local, private or unique-local (syntax and rule in package
+	// egress). Public addresses are always reachable. Default: none on
+	// TargetAWS; DefaultEmulatorWebhookAllow on TargetEmulator, where
+	// receivers run on the host (see EmptyWebhookAllow).
+	WebhookAllow []string
+	// EmptyWebhookAllow, on TargetEmulator, leaves the allow-list empty
+	// instead of DefaultEmulatorWebhookAllow.
+	EmptyWebhookAllow bool
 	// MaxManifestBytes is the largest manifest (normalized JSONL, about the
 	// size of a JSONL source) the submit function is meant to take, in
 	// bytes. It sizes the function's ephemeral storage (/tmp), where
@@ -246,6 +257,12 @@ func SubmitEphemeralMiB(maxManifestBytes int64) int {
 	return max(mib, ephemeralMinMiB)
 }
 
+// DefaultEmulatorWebhookAllow is StackProps.WebhookAllow on TargetEmulator
+// when empty: the loopback receivers the integration tests and local
+// development run on the host. TargetAWS has no default: the webhook can
+// reach no non-public address there unless WebhookAllow names it.
+var DefaultEmulatorWebhookAllow = []string{"127.0.0.1", "::1", "localhost"}
+
 // PropError names the StackProps field at fault.
 type PropError struct {
 	Field  string // the StackProps field, e.g. "MaxReceiveCount"
@@ -279,6 +296,7 @@ type settings struct {
 	itemMemoryMiB   int
 	reserved        map[string]int
 	maxConcurrency  int
+	webhookAllow    string // comma-separated, config.EnvWebhookAllow
 	ephemeralMiB    int
 }
 
@@ -352,6 +370,11 @@ func derive(props *StackProps) (settings, error) {
 	if len(s.pipelines) == 0 {
 		s.pipelines = DefaultPipelines
 	}
+	allowList := props.WebhookAllow
+	if len(allowList) == 0 && s.target == TargetEmulator && !props.EmptyWebhookAllow {
+		allowList = DefaultEmulatorWebhookAllow
+	}
+	s.webhookAllow = strings.Join(allowList, ",")
 	maxManifest := props.MaxManifestBytes
 	if maxManifest == 0 {
 		maxManifest = DefaultMaxManifestBytes
@@ -474,6 +497,7 @@ func derive(props *StackProps) (settings, error) {
 	env[config.EnvBucket] = "bucket"
 	env[config.EnvPipelines] = strings.Join(s.pipelines, ",")
 	errs = append(errs, checkOperations(props)...)
+	env[config.EnvWebhookAllow] = s.webhookAllow
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
 		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
 	}
@@ -646,6 +670,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	}
 	if len(sources) > 0 {
 		fanOut[config.EnvSources] = strings.Join(sources, ",")
+	}
+	if s.webhookAllow != "" {
+		fanOut[config.EnvWebhookAllow] = s.webhookAllow // checked at submit, and at dial by item
 	}
 	submitEnv := copyEnv(fanOut)
 	if props != nil && props.DefaultPipeline != "" {

@@ -68,6 +68,7 @@ func testProps(target string) *StackProps {
 		BucketName:      "bulkrun-test-bucket",
 		SourceBuckets:   []string{"source-a", "source-b"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
+		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 		MaxManifestBytes:    1 << 30,
@@ -308,7 +309,7 @@ func TestFunctionEnvironment(t *testing.T) {
 				config.EnvMaxAttempts, config.EnvMaxReceiveCount, config.EnvItemTimeoutSeconds,
 				config.EnvLeaseSeconds, config.EnvVisibilitySeconds, config.EnvMetricsStack,
 			}
-			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources)
+			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
 			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
@@ -970,6 +971,7 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
+		{"bad webhook allow-list entry", func(p *StackProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
 		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},
 		{"manifest beyond Lambda's ephemeral storage", func(p *StackProps) { p.MaxManifestBytes = MaxMaxManifestBytes + 1 }, "MaxManifestBytes"},
 		{"negative manifest size", func(p *StackProps) { p.MaxManifestBytes = -1 }, "MaxManifestBytes"},
@@ -1002,6 +1004,39 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 				t.Errorf("the app has %d children after a refusal, want none", n)
 			}
 		})
+	}
+}
+
+// TestSSRFAllowListPerTarget guards the product line "the AWS default
+// refuses loopback; the emulator stack allow-lists its local receivers": the
+// webhook's allow-list reaches submit and item as given, defaults to the
+// loopback receivers on the emulator and to nothing on AWS.
+func TestSSRFAllowListPerTarget(t *testing.T) {
+	for target, want := range map[string]string{TargetEmulator: "127.0.0.1,::1,localhost", TargetAWS: "10.20.0.0/16,hooks.internal"} {
+		s := synth(t, target)
+		for _, fn := range []string{FunctionSubmit, FunctionItem} {
+			env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
+			if got := env[config.EnvWebhookAllow]; got != want {
+				t.Errorf("%s %s: %s = %v, want %q", target, fn, config.EnvWebhookAllow, got, want)
+			}
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		props StackProps
+		want  string
+	}{
+		{"aws default", StackProps{Target: TargetAWS, FunctionsDir: functionsDir}, ""},
+		{"emulator default", StackProps{Target: TargetEmulator, FunctionsDir: functionsDir}, "127.0.0.1,::1,localhost"},
+		{"emulator emptied", StackProps{Target: TargetEmulator, FunctionsDir: functionsDir, EmptyWebhookAllow: true}, ""},
+	} {
+		s, err := derive(&tt.props)
+		if err != nil {
+			t.Fatalf("%s: derive: %v", tt.name, err)
+		}
+		if s.webhookAllow != tt.want {
+			t.Errorf("%s: allow-list %q, want %q", tt.name, s.webhookAllow, tt.want)
+		}
 	}
 }
 

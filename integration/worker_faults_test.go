@@ -28,6 +28,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
 	"github.com/bulkrun/bulkrun/shared/queue"
@@ -118,7 +119,7 @@ func TestHarnessRetryAfterDelaysTheRetry(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}))
 	defer srv.Close()
-	hook := webhook.New(nil)
+	hook := webhook.New(nil, egress.MustParse("127.0.0.1"))
 	h := newHarness(t, hook.Run)
 	rq := &recordingQueue{Queue: h.queue}
 	h.worker.Queue = rq

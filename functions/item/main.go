@@ -30,7 +30,7 @@ func main() {
 	reg := &pipeline.Registry{}
 	// An item's {bucket, key} may name only what a source may (batch.SourcePolicy).
 	src := batch.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
-	if err := builtin.Register(reg, src, nil); err != nil {
+	if err := builtin.Register(reg, src, nil, d.Config.WebhookAllow); err != nil {
 		log.Fatalf("item: %v", err)
 	}
 	h := &handler.Item{

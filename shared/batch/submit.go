@@ -173,7 +173,11 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 					opts = json.RawMessage("{}")
 				}
 				if err := v.ValidateOptions(opts); err != nil {
-					return &InputError{Field: "pipeline_options", Reason: err.Error()}
+					field := "pipeline_options"
+					if oe := (*pipeline.OptionError)(nil); errors.As(err, &oe) && oe.Option != "" {
+						field += "." + oe.Option
+					}
+					return &InputError{Field: field, Reason: err.Error(), Err: err}
 				}
 			}
 		}

@@ -3,8 +3,9 @@
 // outputs, S3 prefixes — and the typed configuration each function reads
 // from its environment once at start.
 //
-// The package imports only the standard library so that infra/ and the
-// functions can both import it; a name changed here changes on both sides.
+// The package imports only the standard library (and bulkrun's egress,
+// which does too) so that infra/ and the functions can both import it; a
+// name changed here changes on both sides.
 package config
 
 import (
@@ -14,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/egress"
 )
 
 // Environment variable names. The stack sets them on every function that
@@ -68,6 +71,12 @@ const (
 	// empty prefix for a whole bucket. Optional (none). The stack bucket's
 	// BatchesPrefix and UploadErrorsPrefix are never sources.
 	EnvSources = "BULKRUN_SOURCES"
+	// EnvWebhookAllow is the webhook pipeline's egress allow-list: the
+	// comma-separated hosts, *.domains, IP addresses and CIDRs that it may
+	// reach although they are loopback, link-local, private or otherwise
+	// non-public (package egress has the rule and the syntax). Default ""
+	// (none). Read by submit (checked at submit) and item (checked at dial).
+	EnvWebhookAllow = "BULKRUN_WEBHOOK_ALLOW"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -160,22 +169,23 @@ const (
 // the code: Load fills defaults and Validate rejects what AWS or bulkrun's
 // invariants forbid.
 type Config struct {
-	Table            string        // EnvTable; required
-	Bucket           string        // EnvBucket; required
-	ItemsQueueURL    string        // EnvItemsQueueURL; required by submit and item
-	FinalizeFunction string        // EnvFinalizeFunction; required by item and submit
-	Pipelines        []string      // EnvPipelines; empty means "accept any registered in this binary"
-	DefaultPipeline  string        // EnvDefaultPipeline; optional
-	DeadLetterARN    string        // EnvDeadLetterQueueARN; required by item
-	Lease            time.Duration // EnvLeaseSeconds; default DefaultLease
-	ItemTimeout      time.Duration // EnvItemTimeoutSeconds; default DefaultItemTimeout
-	Visibility       time.Duration // EnvVisibilitySeconds; default DefaultVisibility
-	MaxAttempts      int           // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
-	MaxReceiveCount  int           // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
-	Retention        time.Duration // EnvRetentionDays; default DefaultRetention
-	LogLevel         string        // EnvLogLevel; default "info"
-	EphemeralMiB     int           // EnvEphemeralStorageMiB; 0 when unset
-	Sources          []string      // EnvSources; s3://bucket/prefix entries, none when unset
+	Table            string         // EnvTable; required
+	Bucket           string         // EnvBucket; required
+	ItemsQueueURL    string         // EnvItemsQueueURL; required by submit and item
+	FinalizeFunction string         // EnvFinalizeFunction; required by item and submit
+	Pipelines        []string       // EnvPipelines; empty means "accept any registered in this binary"
+	DefaultPipeline  string         // EnvDefaultPipeline; optional
+	DeadLetterARN    string         // EnvDeadLetterQueueARN; required by item
+	Lease            time.Duration  // EnvLeaseSeconds; default DefaultLease
+	ItemTimeout      time.Duration  // EnvItemTimeoutSeconds; default DefaultItemTimeout
+	Visibility       time.Duration  // EnvVisibilitySeconds; default DefaultVisibility
+	MaxAttempts      int            // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
+	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
+	Retention        time.Duration  // EnvRetentionDays; default DefaultRetention
+	LogLevel         string         // EnvLogLevel; default "info"
+	EphemeralMiB     int            // EnvEphemeralStorageMiB; 0 when unset
+	Sources          []string       // EnvSources; s3://bucket/prefix entries, none when unset
+	WebhookAllow     *egress.Policy // EnvWebhookAllow; default empty (no non-public destination)
 }
 
 // VarError names the environment variable at fault.
@@ -246,6 +256,12 @@ func Load(getenv func(string) string) (Config, error) {
 	} else {
 		c.Retention = DefaultRetention
 	}
+	allow, err := egress.Parse(getenv(EnvWebhookAllow))
+	if err != nil {
+		errs = append(errs, &VarError{Var: EnvWebhookAllow, Value: getenv(EnvWebhookAllow), Reason: err.Error()})
+		allow = &egress.Policy{}
+	}
+	c.WebhookAllow = allow
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}

@@ -119,7 +119,7 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 		return nil, err
 	}
 	reg := &pipeline.Registry{}
-	if err := builtin.Register(reg, d.Blobs, nil); err != nil {
+	if err := builtin.Register(reg, d.Blobs, nil, d.Config.WebhookAllow); err != nil {
 		return nil, err
 	}
 	s := &batch.Submitter{

@@ -96,6 +96,17 @@ type OptionsValidator interface {
 	ValidateOptions(options json.RawMessage) error
 }
 
+// OptionError is an error about one option of a batch's pipeline options:
+// submit refuses it with a 400 naming the field "pipeline_options.{Option}"
+// (e.g. "pipeline_options.url"). Its message is Err's.
+type OptionError struct {
+	Option string // the option's JSON name, e.g. "url"
+	Err    error
+}
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
 // Func adapts a function to the Pipeline interface.
 type Func func(ctx context.Context, req Request) (Result, error)
 

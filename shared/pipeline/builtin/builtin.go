@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
@@ -20,11 +21,12 @@ func Names() []string {
 }
 
 // Register adds the built-in pipelines to r: thumbnail.New(src) under
-// "thumbnail" and webhook.New(client) under "webhook" (a nil client gets
-// webhook's default transport). It registers nothing and returns an error
+// "thumbnail" and webhook.New(client, allow) under "webhook" (a nil client
+// gets webhook's default transport, which checks every connection against
+// allow, the egress allow-list; nil allows no non-public destination). It registers nothing and returns an error
 // when src is nil or when r already holds either name; it is not atomic
 // with respect to a concurrent Register of the same names.
-func Register(r *pipeline.Registry, src thumbnail.Source, client *http.Client) error {
+func Register(r *pipeline.Registry, src thumbnail.Source, client *http.Client, allow *egress.Policy) error {
 	if r == nil {
 		return errors.New("builtin: nil registry")
 	}
@@ -39,7 +41,7 @@ func Register(r *pipeline.Registry, src thumbnail.Source, client *http.Client) e
 	if err := r.Register(thumbnail.Name, thumbnail.New(src)); err != nil {
 		return fmt.Errorf("builtin: %w", err)
 	}
-	if err := r.Register(webhook.Name, webhook.New(client)); err != nil {
+	if err := r.Register(webhook.Name, webhook.New(client, allow)); err != nil {
 		return fmt.Errorf("builtin: %w", err)
 	}
 	return nil

@@ -65,7 +65,7 @@ func TestRegister(t *testing.T) {
 			if tt.src {
 				src = nopSource{}
 			}
-			err := builtin.Register(r, src, nil)
+			err := builtin.Register(r, src, nil, nil)
 			if got := fmt.Sprint(err); (tt.wantErr == "" && err != nil) || (tt.wantErr != "" && got != tt.wantErr) {
 				t.Fatalf("Register = %v, want %q", err, tt.wantErr)
 			}
@@ -81,7 +81,7 @@ func TestRegister(t *testing.T) {
 
 func ExampleRegister() {
 	var r pipeline.Registry
-	if err := builtin.Register(&r, nopSource{}, nil); err != nil {
+	if err := builtin.Register(&r, nopSource{}, nil, nil); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
 )
@@ -27,7 +28,8 @@ func Example() {
 	}))
 	defer srv.Close()
 
-	p := webhook.New(nil)
+	// The receiver listens on 127.0.0.1, which the allow-list must name.
+	p := webhook.New(nil, egress.MustParse("127.0.0.1"))
 	opts := json.RawMessage(fmt.Sprintf(`{"url": %q, "timeout_ms": 2000}`, srv.URL))
 	for _, n := range []int{12, 13} {
 		res, err := p.Run(context.Background(), pipeline.Request{

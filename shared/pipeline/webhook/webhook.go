@@ -7,7 +7,8 @@
 //
 //	{"url": "https://example.com/hooks/bulkrun", "timeout_ms": 10000}
 //
-// url is required: an absolute http or https URL. timeout_ms bounds one
+// url is required: an absolute http or https URL whose host is allowed by
+// the stack's egress allow-list (see "Destinations" below). timeout_ms bounds one
 // attempt's whole exchange (connect, send, headers and body of the answer),
 // in milliseconds, 1–900000, default 10000.
 //
@@ -33,6 +34,20 @@
 // empty body, or {"status": 200, "body": "<text>"} with the text cut to
 // [MaxBodyTextBytes] at a UTF-8 boundary. Cost: {"calls": 1}.
 //
+// # Destinations
+//
+// The webhook may not reach loopback, link-local (169.254.0.0/16, which
+// holds the metadata and credential endpoints, and fe80::/10), private
+// (RFC 1918), unique-local (fc00::/7), unspecified or other non-public
+// addresses, nor their IPv4-mapped forms, unless the allow-list given to
+// [New] (config.EnvWebhookAllow, the stack's WebhookAllow prop) names them;
+// package egress has the rule. It is applied at submit (ValidateOptions
+// resolves the host and refuses the batch, naming pipeline_options.url) and
+// again on every connection the default transport dials, after name
+// resolution, so a name that resolves elsewhere later (DNS rebinding) fails
+// the item permanently. The default transport ignores proxy settings from
+// the environment (a proxy would dial on bulkrun's behalf, unchecked).
+//
 // The receiver should deduplicate on Idempotency-Key: an attempt that timed
 // out after the receiver acted is retried with the same key.
 //
@@ -43,6 +58,11 @@
 //   - permanent, [ErrInvalidOptions]: the options are not a JSON object, url
 //     is missing or not an absolute http(s) URL, timeout_ms is out of range,
 //     or an option is unknown.
+//   - permanent, *[egress.DeniedError] (errors.Is(err, egress.ErrDenied)):
+//     the connection would go to an address the allow-list does not allow,
+//     e.g. `webhook: item-0000000007: POST http://127.0.0.1:8080: dial tcp
+//     127.0.0.1:8080: 127.0.0.1 is a loopback address, which the webhook
+//     allow-list does not name`.
 //   - permanent, [ErrInvalidHeader]: a submit header's name is not an HTTP
 //     token or its value holds a control character.
 //   - permanent, *[StatusError]: the answer's status is a 3xx, or a 4xx other
@@ -73,6 +93,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -140,28 +161,36 @@ func (e *StatusError) Transient() bool {
 // idempotent per item only as far as the receiver honours Idempotency-Key.
 type Pipeline struct {
 	client *http.Client
+	allow  *egress.Policy
 }
 
 var _ pipeline.Pipeline = (*Pipeline)(nil)
 
-// New returns the pipeline sending with client. A nil client gets a
-// transport cloned from http.DefaultTransport (proxy from the environment,
-// 30 s dial timeout, 10 s TLS handshake timeout) keeping up to 32 idle
-// connections per host. The per-attempt timeout comes from the options, so
-// client.Timeout should be 0. When client.CheckRedirect is nil, New uses a
-// copy of client that does not follow redirects; the caller's client is not
-// modified.
-func New(client *http.Client) *Pipeline {
+// New returns the pipeline sending with client, allowing the non-public
+// destinations that allow names (nil allows none; see package egress).
+//
+// A nil client gets a transport cloned from http.DefaultTransport (30 s
+// dial timeout, 10 s TLS handshake timeout) keeping up to 32 idle
+// connections per host, without a proxy, whose dialer checks every
+// connection's address with allow (egress.Policy.DialContext). A caller's
+// client is used as is: its transport must do that check itself (submit's
+// check with allow still applies). The per-attempt timeout comes from the
+// options, so client.Timeout should be 0. When client.CheckRedirect is nil,
+// New uses a copy of client that does not follow redirects; the caller's
+// client is not modified.
+func New(client *http.Client, allow *egress.Policy) *Pipeline {
 	if client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 32
+		t.Proxy = nil
+		t.DialContext = allow.DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 		client = &http.Client{Transport: t}
 	}
 	c := *client
 	if c.CheckRedirect == nil {
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	}
-	return &Pipeline{client: &c}
+	return &Pipeline{client: &c, allow: allow}
 }
 
 // Run POSTs req.Input to the options' URL and classifies the answer. The
@@ -250,12 +279,20 @@ func output(status int, body []byte) (json.RawMessage, error) {
 }
 
 // transportError words and classifies an error from sending the request or
-// reading the answer. All are transient; the URL's path and query, which
-// may hold a secret, are left out of the message.
+// reading the answer. A destination the allow-list refuses is permanent;
+// all others are transient. The URL's path and query, which may hold a
+// secret, are left out of the message.
 func (p *Pipeline) transportError(ctx context.Context, key string, target *url.URL, timeout time.Duration, err error) error {
 	where := "POST " + target.Scheme + "://" + target.Host
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("webhook: %s: %s: %w", key, where, cerr)
+	}
+	if errors.Is(err, egress.ErrDenied) {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return pipeline.Permanent(fmt.Errorf("webhook: %s: %s: %w", key, where, err))
 	}
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
@@ -269,10 +306,20 @@ func (p *Pipeline) transportError(ctx context.Context, key string, target *url.U
 }
 
 // ValidateOptions checks a batch's options (ParseOptions) before any item
-// runs; it implements pipeline.OptionsValidator.
+// runs, and the url's host against the allow-list (egress.Policy.CheckURL:
+// an address literal as is, a host name by resolving it). It implements
+// pipeline.OptionsValidator; a refused url is a *pipeline.OptionError for
+// option "url" wrapping ErrInvalidOptions and a *egress.DeniedError.
 func (p *Pipeline) ValidateOptions(raw json.RawMessage) error {
-	_, err := ParseOptions(raw)
-	return err
+	o, err := ParseOptions(raw)
+	if err != nil {
+		return err
+	}
+	u, _ := url.Parse(o.URL) // validated by ParseOptions
+	if err := p.allow.CheckURL(context.Background(), nil, u); err != nil {
+		return &pipeline.OptionError{Option: "url", Err: fmt.Errorf("%w: url: %w", ErrInvalidOptions, err)}
+	}
+	return nil
 }
 
 var _ pipeline.OptionsValidator = (*Pipeline)(nil)

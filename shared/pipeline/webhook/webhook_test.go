@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,9 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
 )
+
+// testAllow lets the tests' receivers (httptest servers on 127.0.0.1) be reached.
+var testAllow = egress.MustParse("127.0.0.1")
 
 // received is what a test server saw of one request.
 type received struct {
@@ -144,7 +150,7 @@ func TestRunAnswers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, calls, _ := server(t, tt.handler)
-			res, err := webhook.New(nil).Run(context.Background(), request(options(srv.URL+"/hook?token=s3cr3t", tt.timeoutMS)))
+			res, err := webhook.New(nil, testAllow).Run(context.Background(), request(options(srv.URL+"/hook?token=s3cr3t", tt.timeoutMS)))
 			if n := calls.Load(); n != 1 {
 				t.Errorf("server called %d times, want 1", n)
 			}
@@ -262,7 +268,7 @@ func TestRunTransportErrors(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			_, err := webhook.New(tt.client).Run(ctx, request(options(tt.url, 2000)))
+			_, err := webhook.New(tt.client, testAllow).Run(ctx, request(options(tt.url, 2000)))
 			if err == nil {
 				t.Fatal("Run succeeded, want an error")
 			}
@@ -292,7 +298,7 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 		client *http.Client
 	}{{"default client", nil}, {"caller's client without CheckRedirect", &http.Client{}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := webhook.New(tc.client).Run(context.Background(), request(options(hook.URL, 0)))
+			_, err := webhook.New(tc.client, testAllow).Run(context.Background(), request(options(hook.URL, 0)))
 			if got := pipeline.Classify(err); got != pipeline.ClassPermanent {
 				t.Errorf("Classify(%v) = %s, want permanent", err, got)
 			}
@@ -326,7 +332,7 @@ func TestRunSendsHeadersAndBody(t *testing.T) {
 		"idempotency-key": "caller-chose", // ours wins
 		"User-Agent":      "acme-batch/1",
 	}
-	if _, err := webhook.New(nil).Run(context.Background(), req); err != nil {
+	if _, err := webhook.New(nil, testAllow).Run(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	if calls.Load() != 1 {
@@ -372,7 +378,7 @@ func TestRunRefusesBadHeaders(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req := request(options(srv.URL, 0))
 			req.Headers = tt.headers
-			_, err := webhook.New(nil).Run(context.Background(), req)
+			_, err := webhook.New(nil, testAllow).Run(context.Background(), req)
 			if !errors.Is(err, webhook.ErrInvalidHeader) || pipeline.Classify(err) != pipeline.ClassPermanent {
 				t.Errorf("err = %v, want a permanent ErrInvalidHeader", err)
 			}
@@ -423,7 +429,7 @@ func TestParseOptions(t *testing.T) {
 }
 
 func TestRunBadOptionsIsPermanent(t *testing.T) {
-	_, err := webhook.New(nil).Run(context.Background(), request(json.RawMessage(`{"timeout_ms":5}`)))
+	_, err := webhook.New(nil, testAllow).Run(context.Background(), request(json.RawMessage(`{"timeout_ms":5}`)))
 	if pipeline.Classify(err) != pipeline.ClassPermanent || !errors.Is(err, webhook.ErrInvalidOptions) {
 		t.Fatalf("err = %v, want permanent ErrInvalidOptions", err)
 	}
@@ -446,7 +452,7 @@ func BenchmarkRun(b *testing.B) {
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	}))
 	defer srv.Close()
-	p := webhook.New(nil)
+	p := webhook.New(nil, testAllow)
 	req := request(options(srv.URL, 0))
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -461,10 +467,94 @@ func BenchmarkRun(b *testing.B) {
 func TestFailedCallsCost(t *testing.T) {
 	for _, status := range []int{422, 503} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
-		res, err := webhook.New(nil).Run(context.Background(), pipeline.Request{Key: "k", Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"url":"` + srv.URL + `"}`)})
+		res, err := webhook.New(nil, testAllow).Run(context.Background(), pipeline.Request{Key: "k", Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"url":"` + srv.URL + `"}`)})
 		srv.Close()
 		if err == nil || res.Cost["calls"] != 1 {
 			t.Errorf("status %d: err %v, cost %v, want an error with calls=1", status, err, res.Cost)
 		}
+	}
+}
+
+// TestSSRFSubmitRefusesNonPublicURL guards the product line "the webhook
+// may not reach loopback, link-local, private or unique-local addresses
+// unless the allow-list names them", at submit: the requests that used to
+// be accepted are refused with an *batch.InputError naming
+// pipeline_options.url (the API's 400), and accepted once allow-listed.
+func TestSSRFSubmitRefusesNonPublicURL(t *testing.T) {
+	recv := httptest.NewServer(http.NotFoundHandler())
+	defer recv.Close()
+	port := recv.Listener.Addr().(*net.TCPAddr).Port
+	tests := []struct {
+		name    string
+		url     string
+		allow   string
+		wantMsg string // "" = accepted
+	}{
+		{"metadata service", "http://169.254.169.254/latest/meta-data/iam/security-credentials/", "",
+			"pipeline_options.url: invalid options: url: 169.254.169.254 is a link-local address, which the webhook allow-list does not name"},
+		{"loopback", recv.URL + "/hook", "", "127.0.0.1 is a loopback address"},
+		{"IPv4-mapped loopback", fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", port), "", "127.0.0.1 is a loopback address"},
+		{"private", "https://10.0.0.5/hook", "", "10.0.0.5 is a private address"},
+		{"unique-local", "https://[fd00::5]/hook", "", "fd00::5 is a unique-local address"},
+		{"name resolving to loopback", fmt.Sprintf("http://localhost:%d/", port), "", "localhost resolves to"},
+		{"loopback allow-listed", recv.URL + "/hook", "127.0.0.1/32", ""},
+		{"public", "https://8.8.8.8/hook", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := &pipeline.Registry{}
+			if err := reg.Register(webhook.Name, webhook.New(nil, egress.MustParse(tt.allow))); err != nil {
+				t.Fatal(err)
+			}
+			s := &batch.Submitter{Registry: reg}
+			err := s.Validate(&batch.SubmitRequest{
+				Pipeline: webhook.Name,
+				Source:   batch.SourceSpec{Items: json.RawMessage(`[{}]`)},
+				Options:  json.RawMessage(fmt.Sprintf(`{"url": %q}`, tt.url)),
+			})
+			if tt.wantMsg == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want accepted", err)
+				}
+				return
+			}
+			var ie *batch.InputError
+			if !errors.As(err, &ie) || ie.Field != "pipeline_options.url" {
+				t.Fatalf("Validate = %v, want an InputError on pipeline_options.url", err)
+			}
+			if !errors.Is(err, egress.ErrDenied) || !errors.Is(err, webhook.ErrInvalidOptions) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("Validate = %q, want ErrDenied and ErrInvalidOptions containing %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// TestSSRFDialRefusesNonPublic guards the dial-time check (what DNS
+// rebinding and a submit that skipped validation cannot get round): an item
+// whose url reaches a refused address — by address or by a name that
+// resolves to it — fails permanently, and the receiver is never called.
+func TestSSRFDialRefusesNonPublic(t *testing.T) {
+	srv, calls, _ := server(t, status(200, `{"secret":"metadata"}`))
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	for _, u := range []string{srv.URL + "/x", fmt.Sprintf("http://localhost:%d/x", port)} {
+		t.Run(u, func(t *testing.T) {
+			res, err := webhook.New(nil, nil).Run(context.Background(), request(options(u, 2000)))
+			if got := pipeline.Classify(err); got != pipeline.ClassPermanent {
+				t.Fatalf("Classify(%v) = %s, want permanent", err, got)
+			}
+			var de *egress.DeniedError
+			if !errors.As(err, &de) || de.Kind != "loopback" {
+				t.Errorf("error %v is not a loopback *egress.DeniedError", err)
+			}
+			if res.Output != nil {
+				t.Errorf("output %s, want none", res.Output)
+			}
+			if testing.Verbose() {
+				t.Log(err)
+			}
+		})
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("receiver called %d times, want 0", n)
 	}
 }
