@@ -18,6 +18,10 @@
 //	webhookAllow   comma-separated hosts, *.domains, IPs and CIDRs the webhook
 //	               may reach although non-public (default none on aws;
 //	               "127.0.0.1,::1,localhost" on emulator; "none" for none)
+//	secretPrefixes comma-separated SSM parameter / Secrets Manager secret ARNs
+//	               or ARN prefixes ending in * that batches may reference
+//	               (default none on aws; "…:parameter/bulkrun/*" and
+//	               "…:secret:bulkrun/*" in the emulator's account on emulator)
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
 //	itemMemoryMiB  the item function's memory in MiB (default 512)
 //	itemsMaxConcurrency the SQS event sources' maximum concurrency, 2–1000 (default 100)
@@ -65,6 +69,7 @@ func main() {
 		DefaultPipeline: contextString(app, "defaultPipeline", ""),
 		Schedules:       schedules,
 	}
+	props.SecretPrefixes = splitList(contextString(app, "secretPrefixes", ""))
 	switch allow := contextString(app, "webhookAllow", ""); allow {
 	case "":
 	case "none":

@@ -169,6 +169,16 @@ type StackProps struct {
 	// EmptyWebhookAllow, on TargetEmulator, leaves the allow-list empty
 	// instead of DefaultEmulatorWebhookAllow.
 	EmptyWebhookAllow bool
+	// SecretPrefixes are the SSM parameter and Secrets Manager secret ARNs
+	// (or ARN prefixes ending in "*") that batches may reference in their
+	// headers and options ("secret:arn:…", batch.SecretRef): submit refuses
+	// any other reference, and the item function's role gets
+	// ssm:GetParameter or secretsmanager:GetSecretValue on exactly these
+	// (one statement per service). A SecureString encrypted with a
+	// customer managed KMS key also needs kms:Decrypt on that key, which
+	// the stack does not grant. Default: none on TargetAWS;
+	// DefaultEmulatorSecretPrefixes on TargetEmulator.
+	SecretPrefixes []string
 	// MaxManifestBytes is the largest manifest (normalized JSONL, about the
 	// size of a JSONL source) the submit function is meant to take, in
 	// bytes. It sizes the function's ephemeral storage (/tmp), where
@@ -257,6 +267,14 @@ func SubmitEphemeralMiB(maxManifestBytes int64) int {
 	return max(mib, ephemeralMinMiB)
 }
 
+// DefaultEmulatorSecretPrefixes is StackProps.SecretPrefixes on
+// TargetEmulator when empty: parameters and secrets under "bulkrun/" in the
+// emulator's account and region, which the integration tests use.
+var DefaultEmulatorSecretPrefixes = []string{
+	"arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/*",
+	"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/*",
+}
+
 // DefaultEmulatorWebhookAllow is StackProps.WebhookAllow on TargetEmulator
 // when empty: the loopback receivers the integration tests and local
 // development run on the host. TargetAWS has no default: the webhook can
@@ -298,6 +316,7 @@ type settings struct {
 	maxConcurrency  int
 	webhookAllow    string // comma-separated, config.EnvWebhookAllow
 	ephemeralMiB    int
+	secretPrefixes  []string // config.EnvSecretPrefixes
 }
 
 // env returns the environment variables whose values are known at synth
@@ -380,6 +399,10 @@ func derive(props *StackProps) (settings, error) {
 		maxManifest = DefaultMaxManifestBytes
 	}
 	s.ephemeralMiB = SubmitEphemeralMiB(maxManifest)
+	s.secretPrefixes = props.SecretPrefixes
+	if len(s.secretPrefixes) == 0 && s.target == TargetEmulator {
+		s.secretPrefixes = DefaultEmulatorSecretPrefixes
+	}
 	s.lease = s.itemTimeout + config.LeaseMargin
 	s.visibility = VisibilityFactor * s.itemTimeout
 
@@ -498,6 +521,7 @@ func derive(props *StackProps) (settings, error) {
 	env[config.EnvPipelines] = strings.Join(s.pipelines, ",")
 	errs = append(errs, checkOperations(props)...)
 	env[config.EnvWebhookAllow] = s.webhookAllow
+	env[config.EnvSecretPrefixes] = strings.Join(s.secretPrefixes, ",")
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
 		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
 	}
@@ -678,6 +702,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	if props != nil && props.DefaultPipeline != "" {
 		submitEnv[config.EnvDefaultPipeline] = props.DefaultPipeline
 	}
+	if len(s.secretPrefixes) > 0 {
+		submitEnv[config.EnvSecretPrefixes] = strings.Join(s.secretPrefixes, ",")
+	}
 	submitEnv[config.EnvEphemeralStorageMiB] = strconv.Itoa(s.ephemeralMiB)
 	submit := newFunction(FunctionSubmit, config.DefaultSubmitTimeout, 512, submitEnv, func(fp *awslambda.FunctionProps) {
 		fp.EphemeralStorageSize = awscdk.Size_Mebibytes(jsii.Number(float64(s.ephemeralMiB)))
@@ -750,6 +777,22 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(item, []string{"s3:PutObject"}, batchesArn)
 	allow(item, []string{"sqs:SendMessage", "sqs:ChangeMessageVisibility"}, items.QueueArn())
 	allow(item, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+
+	// Secret references: read access per declared prefix, per service.
+	var parameters, secrets []*string
+	for _, p := range s.secretPrefixes {
+		if strings.Contains(p, ":ssm:") {
+			parameters = append(parameters, jsii.String(p))
+		} else {
+			secrets = append(secrets, jsii.String(p))
+		}
+	}
+	if len(parameters) > 0 {
+		allow(item, []string{"ssm:GetParameter"}, parameters...)
+	}
+	if len(secrets) > 0 {
+		allow(item, []string{"secretsmanager:GetSecretValue"}, secrets...)
+	}
 
 	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, *tableArns...)
 	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}, batchesArn)

@@ -69,6 +69,7 @@ func testProps(target string) *StackProps {
 		SourceBuckets:   []string{"source-a", "source-b"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
+		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 		MaxManifestBytes:    1 << 30,
@@ -311,7 +312,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
-			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB)
+			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvSecretPrefixes)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
 					env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
@@ -606,8 +607,8 @@ func TestIAMScope(t *testing.T) {
 			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
 			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
 		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject",
-			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
+			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject", "secretsmanager:GetSecretValue",
+			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage", "ssm:GetParameter"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "sqs:SendMessage"},
 		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "s3:DeleteObject", "s3:ListBucket"},
@@ -664,6 +665,38 @@ func TestIAMScope(t *testing.T) {
 				t.Errorf("%s: mentions %s = %v, want %v", fn, b, got, wantSource)
 			}
 		}
+	}
+}
+
+// TestSecretsGrantedPerPrefix guards the product line "secret references
+// are resolved with a least-privilege grant per reference prefix": only the
+// item function may read secrets, each service's action is granted on
+// exactly the declared prefixes of that service, and submit is told them.
+func TestSecretsGrantedPerPrefix(t *testing.T) {
+	s := synth(t, TargetAWS)
+	want := map[string][]string{
+		"ssm:GetParameter":              {"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*"},
+		"secretsmanager:GetSecretValue": {"arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
+	}
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
+		for _, st := range s.statements(t, s.ids["policy:"+fn]) {
+			for _, a := range actions(st) {
+				w, secretAction := want[a]
+				if !secretAction {
+					continue
+				}
+				if fn != FunctionItem {
+					t.Errorf("%s may %s", fn, a)
+				}
+				if got := resolveAll(t, st["Resource"]); !slices.Equal(got, w) || len(actions(st)) != 1 {
+					t.Errorf("%s: %v on %v, want only %s on %v", fn, actions(st), got, a, w)
+				}
+			}
+		}
+	}
+	env, _ := s.properties(t, s.ids[FunctionSubmit])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if got, w := env[config.EnvSecretPrefixes], strings.Join(testProps(TargetAWS).SecretPrefixes, ","); got != w {
+		t.Errorf("submit %s = %v, want %q", config.EnvSecretPrefixes, got, w)
 	}
 }
 
@@ -971,6 +1004,7 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
+		{"bad secret prefix", func(p *StackProps) { p.SecretPrefixes = []string{"arn:aws:s3:::bucket/*"} }, config.EnvSecretPrefixes},
 		{"bad webhook allow-list entry", func(p *StackProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
 		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},
 		{"manifest beyond Lambda's ephemeral storage", func(p *StackProps) { p.MaxManifestBytes = MaxMaxManifestBytes + 1 }, "MaxManifestBytes"},

@@ -16,6 +16,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/handler"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
+	"github.com/bulkrun/bulkrun/shared/secret"
 )
 
 func main() {
@@ -36,7 +37,7 @@ func main() {
 	h := &handler.Item{
 		Worker: &batch.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
-			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics,
+			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}

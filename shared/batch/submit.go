@@ -79,6 +79,11 @@ type Submitter struct {
 	// runs. Pipelines it does not hold are accepted by name only.
 	Registry    *pipeline.Registry
 	MaxAttempts int // default per item
+	// SecretPrefixes are the ARNs (or ARN prefixes ending in "*") of the
+	// SSM parameters and Secrets Manager secrets a batch may reference
+	// (see SecretRef); the item function's role may read exactly these.
+	// Empty: no reference is accepted.
+	SecretPrefixes []string
 	// MaxReceiveCount is the items queue's redrive limit: a batch's
 	// max_attempts must stay below it, or a message would be dead-lettered
 	// while its item still has attempts left. 0: unchecked.
@@ -159,6 +164,9 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	if size > MaxHeaderBytes {
 		return &InputError{Field: "headers", Reason: fmt.Sprintf("%d bytes, more than %d", size, MaxHeaderBytes)}
 	}
+	if err := checkSecretRefs(s.SecretPrefixes, req.Headers, req.Options); err != nil {
+		return err
+	}
 	if len(req.Options) > 0 {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(req.Options, &obj); err != nil && string(req.Options) != "null" {
@@ -189,7 +197,9 @@ var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,256}$")
 
 // sameSettings returns the first setting in which a repeated submit differs
 // from the stored batch ("" when none): the same manifest with other
-// options is another plan, not the same batch.
+// options is another plan, not the same batch. Headers and options are
+// compared as given and shown redacted (see Redacted): a 409 never echoes
+// a stored secret.
 func sameSettings(stored, given Batch) (field, was, now string) {
 	compact := func(raw json.RawMessage) string {
 		var b bytes.Buffer
@@ -203,9 +213,9 @@ func sameSettings(stored, given Batch) (field, was, now string) {
 	case stored.Pipeline != given.Pipeline:
 		return "pipeline", stored.Pipeline, given.Pipeline
 	case compact(stored.Options) != compact(given.Options):
-		return "pipeline_options", compact(stored.Options), compact(given.Options)
+		return "pipeline_options", compact(redactOptions(stored.Options)), compact(redactOptions(given.Options))
 	case asJSON(stored.Headers) != asJSON(given.Headers) && len(stored.Headers)+len(given.Headers) > 0:
-		return "headers", asJSON(stored.Headers), asJSON(given.Headers)
+		return "headers", asJSON(redactHeaders(stored.Headers)), asJSON(redactHeaders(given.Headers))
 	case asJSON(stored.Threshold) != asJSON(given.Threshold):
 		return "threshold", asJSON(stored.Threshold), asJSON(given.Threshold)
 	case stored.EarlyStop() != given.EarlyStop():

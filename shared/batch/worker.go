@@ -76,6 +76,10 @@ type Worker struct {
 	// 5xx) for the n-th time in a row (n ≥ 1). Default
 	// DefaultUnavailableDelay.
 	UnavailableDelay func(n int) time.Duration
+	// Secrets resolves the secret references in a batch's headers and
+	// options (see SecretRef) before each item runs. nil: an item of a
+	// batch holding a reference fails permanently (ErrSecret).
+	Secrets Secrets
 }
 
 // DefaultUnavailableDelay is 1 s × 2^(n-1), at most 2 minutes, with full
@@ -469,6 +473,13 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		}
 		input = l.Input
 	}
+	// Secret references are resolved before the reservation, so that AWS
+	// being unavailable costs no attempt; a reference that cannot be
+	// resolved fails the item below, once it is reserved.
+	headers, options, serr := resolveSecrets(ctx, w.Secrets, b.Headers, b.Options)
+	if errors.Is(serr, ErrUnavailable) {
+		return w.unavailable(ctx, log, d, m, "resolve secrets", serr)
+	}
 	now := w.Clock.Now()
 	it, err := w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
 	if errors.Is(err, ErrConflict) {
@@ -501,6 +512,11 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		rec.Error = fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", it.RunAttempts, b.MaxAttempts)
 		return w.finish(ctx, log, b, rec)
 	}
+	if serr != nil {
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
+		rec.Error = pipeline.ErrorText(serr)
+		return w.finish(ctx, log, b, rec)
+	}
 	p, ok := w.Pipelines.Lookup(b.Pipeline)
 	if !ok {
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
@@ -512,7 +528,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	start := w.Clock.Now()
 	res, perr := runSafely(runCtx, p, pipeline.Request{
 		BatchID: b.ID, Key: m.Key, RunID: it.RunID, Attempt: it.Attempt, Input: input,
-		Headers: b.Headers, Options: b.Options, Outputs: w.outputs(b.ID),
+		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
 	// Cut off at the deadline margin (or the lease's end) while it ran: the
 	// call's outcome is unknown. Read before cancel, which would set it too.

@@ -77,6 +77,12 @@ const (
 	// non-public (package egress has the rule and the syntax). Default ""
 	// (none). Read by submit (checked at submit) and item (checked at dial).
 	EnvWebhookAllow = "BULKRUN_WEBHOOK_ALLOW"
+	// EnvSecretPrefixes is the comma-separated ARNs, or ARN prefixes ending
+	// in "*", of the SSM parameters and Secrets Manager secrets that a
+	// batch's headers and options may reference ("secret:arn:…", see
+	// batch.SecretRef); the item function's role may read exactly these.
+	// Default "" (no reference accepted). Read by submit.
+	EnvSecretPrefixes = "BULKRUN_SECRET_PREFIXES"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -186,6 +192,7 @@ type Config struct {
 	EphemeralMiB     int            // EnvEphemeralStorageMiB; 0 when unset
 	Sources          []string       // EnvSources; s3://bucket/prefix entries, none when unset
 	WebhookAllow     *egress.Policy // EnvWebhookAllow; default empty (no non-public destination)
+	SecretPrefixes   []string       // EnvSecretPrefixes; default none
 }
 
 // VarError names the environment variable at fault.
@@ -264,6 +271,16 @@ func Load(getenv func(string) string) (Config, error) {
 	c.WebhookAllow = allow
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	for _, p := range strings.Split(getenv(EnvSecretPrefixes), ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !strings.HasPrefix(p, "arn:") || !strings.Contains(p, ":ssm:") && !strings.Contains(p, ":secretsmanager:") {
+			errs = append(errs, &VarError{Var: EnvSecretPrefixes, Value: p, Reason: "want an SSM parameter or Secrets Manager secret ARN, or a prefix of one ending in *"})
+			continue
+		}
+		c.SecretPrefixes = append(c.SecretPrefixes, p)
 	}
 	for _, p := range strings.Split(getenv(EnvPipelines), ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -258,7 +258,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, err)
 		return
 	}
-	view := BatchView{Batch: res.Batch, Created: &res.Created}
+	view := BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created}
 	status := http.StatusOK
 	switch {
 	case res.Batch.Status == batch.StatusSubmitting:
@@ -301,7 +301,7 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 	if err != nil {
 		return BatchView{}, err
 	}
-	v := BatchView{Batch: b}
+	v := BatchView{Batch: batch.Redacted(b)}
 	switch {
 	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
 		// No manifest yet, or never: nothing to count.
@@ -399,7 +399,7 @@ func (a *API) resume(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, BatchView{Batch: b})
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: batch.Redacted(b)})
 }
 
 func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
@@ -408,7 +408,7 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, BatchView{Batch: b})
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: batch.Redacted(b)})
 }
 
 func (a *API) forget(w http.ResponseWriter, r *http.Request) {

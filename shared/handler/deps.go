@@ -125,6 +125,7 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 	s := &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
+		SecretPrefixes: d.Config.SecretPrefixes,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention,
 		Sources: d.SourcePolicy(),
 	}

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -134,18 +136,86 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 	}
 }
 
+// ReadHeaders returns the headers of a submit: those in file (a JSON
+// object of strings, or lines "Name: value"; blank lines and lines starting
+// with # are skipped; "" for none), then one per NAME=ENVVAR pair of env
+// with the value of ENVVAR as lookup finds it. Header values never come
+// from the command line itself, where other users of the machine (ps) and
+// the shell's history would see them. Errors name the file and line, or the
+// pair, never a value; a header given twice is an error. nil when none.
+func ReadHeaders(file string, env []string, lookup func(string) (string, bool)) (map[string]string, error) {
+	var h map[string]string
+	add := func(where, k, v string) error {
+		if h == nil {
+			h = map[string]string{}
+		}
+		if _, dup := h[k]; dup {
+			return fmt.Errorf("%s: header %q given twice", where, k)
+		}
+		h[k] = v
+		return nil
+	}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--headers-file: %w", err)
+		}
+		if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '{' {
+			var m map[string]string
+			if err := json.Unmarshal(t, &m); err != nil {
+				return nil, fmt.Errorf("--headers-file %s: want a JSON object of strings: %v", file, err)
+			}
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				if err := add("--headers-file "+file, k, m[k]); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			for i, line := range strings.Split(string(data), "\n") {
+				line = strings.TrimSpace(line)
+				if line == "" || strings.HasPrefix(line, "#") {
+					continue
+				}
+				k, v, ok := strings.Cut(line, ":")
+				where := fmt.Sprintf("--headers-file %s line %d", file, i+1)
+				if !ok || strings.TrimSpace(k) == "" {
+					return nil, fmt.Errorf("%s: want Name: value", where)
+				}
+				if err := add(where, strings.TrimSpace(k), strings.TrimSpace(v)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	for _, pair := range env {
+		k, name, ok := strings.Cut(pair, "=")
+		if !ok || k == "" || name == "" {
+			return nil, fmt.Errorf("--header-env %q: want NAME=ENVVAR", pair)
+		}
+		v, ok := lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("--header-env %s: environment variable %s is not set", k, name)
+		}
+		if err := add("--header-env "+k, k, v); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
 func (a *app) submitCmd() *cobra.Command {
 	var (
-		req     batch.SubmitRequest
-		format  string
-		prefix  bool
-		percent float64
-		count   int64
-		headers []string
-		options string
-		watch   bool
-		delim   string
-		stop    bool
+		req         batch.SubmitRequest
+		format      string
+		prefix      bool
+		percent     float64
+		count       int64
+		headerEnv   []string
+		headersFile string
+		options     string
+		watch       bool
+		delim       string
+		stop        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "submit FILE|DIR|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
@@ -210,16 +280,11 @@ func (a *app) submitCmd() *cobra.Command {
 			if cmd.Flags().Changed("tolerated-failure-count") {
 				req.Threshold.FailureCount = &count
 			}
-			for _, h := range headers {
-				k, v, ok := strings.Cut(h, "=")
-				if !ok || k == "" {
-					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--header %q: want NAME=VALUE", h)}
-				}
-				if req.Headers == nil {
-					req.Headers = map[string]string{}
-				}
-				req.Headers[k] = v
+			h, err := ReadHeaders(headersFile, headerEnv, os.LookupEnv)
+			if err != nil {
+				return &ExitError{Code: ExitUsage, Err: err}
 			}
+			req.Headers = h
 			if options != "" {
 				req.Options = json.RawMessage(options)
 			}
@@ -260,7 +325,8 @@ func (a *app) submitCmd() *cobra.Command {
 	f.StringVar(&delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
 	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
-	f.StringArrayVar(&headers, "header", nil, "NAME=VALUE header passed to the pipeline (repeatable)")
+	f.StringVar(&headersFile, "headers-file", "", "file of headers passed to the pipeline: a JSON object {\"Name\": \"value\"} or lines \"Name: value\" (a value may be a secret reference, secret:arn:…)")
+	f.StringArrayVar(&headerEnv, "header-env", nil, "NAME=ENVVAR: header NAME passed to the pipeline, its value read from environment variable ENVVAR (repeatable)")
 	f.StringVar(&options, "options", "", "pipeline options, a JSON object (e.g. '{\"url\":\"https://…\"}')")
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")

@@ -2,6 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -24,5 +28,64 @@ func TestPrintCostExact(t *testing.T) {
 	(&app{out: &out}).printCost(nil)
 	if out.Len() != 0 {
 		t.Fatalf("no costs printed %q, want nothing", out.String())
+	}
+}
+
+// TestSecretsCLIReadsHeadersFromFileOrEnv guards the product line "the CLI
+// reads headers from a file or the environment, not argv": values come from
+// --headers-file (JSON or "Name: value" lines) and --header-env, errors
+// never quote a value, and there is no --header flag taking values.
+func TestSecretsCLIReadsHeadersFromFileOrEnv(t *testing.T) {
+	dir := t.TempDir()
+	jsonFile := filepath.Join(dir, "h.json")
+	_ = os.WriteFile(jsonFile, []byte(`{"Authorization": "Bearer from-file", "X-Ref": "secret:arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/t"}`), 0o600)
+	linesFile := filepath.Join(dir, "h.txt")
+	_ = os.WriteFile(linesFile, []byte("# headers\nAuthorization: Bearer a:b\n\nX-Tenant: acme\n"), 0o600)
+	badFile := filepath.Join(dir, "bad.txt")
+	_ = os.WriteFile(badFile, []byte("X-Ok: 1\nno-colon-s3cr3t\n"), 0o600)
+	env := map[string]string{"HOOK_TOKEN": "Bearer from-env"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		want    map[string]string
+		wantErr string
+	}{
+		{"json file", jsonFile, nil, map[string]string{"Authorization": "Bearer from-file", "X-Ref": "secret:arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/t"}, ""},
+		{"lines file and env", linesFile, []string{"X-Hook=HOOK_TOKEN"}, map[string]string{"Authorization": "Bearer a:b", "X-Tenant": "acme", "X-Hook": "Bearer from-env"}, ""},
+		{"none", "", nil, nil, ""},
+		{"bad line", badFile, nil, nil, "line 2: want Name: value"},
+		{"unset variable", "", []string{"Authorization=NOPE"}, nil, "environment variable NOPE is not set"},
+		{"twice", linesFile, []string{"X-Tenant=HOOK_TOKEN"}, nil, `header "X-Tenant" given twice`},
+		{"bad pair", "", []string{"Authorization"}, nil, "want NAME=ENVVAR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ReadHeaders(tt.file, tt.env, lookup)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "from-env") {
+					t.Errorf("error %q quotes a value", err)
+				}
+				return
+			}
+			if err != nil || !maps.Equal(got, tt.want) {
+				t.Fatalf("ReadHeaders = %v, %v, want %v", got, err, tt.want)
+			}
+		})
+	}
+	a := &app{}
+	cmd := a.submitCmd()
+	if cmd.Flags().Lookup("header") != nil {
+		t.Error("submit still takes header values on the command line (--header)")
+	}
+	for _, f := range []string{"headers-file", "header-env"} {
+		if cmd.Flags().Lookup(f) == nil {
+			t.Errorf("submit has no --%s", f)
+		}
 	}
 }

@@ -1,0 +1,90 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+)
+
+// TestSecretsNeverEchoedAndReferencesResolved guards the product lines "views,
+// 409s and reports never show a header value" and "a header may reference
+// an SSM SecureString parameter or a Secrets Manager secret, resolved by the
+// item function at run time": the receiver gets the resolved values, while
+// GET /batches/{id} and the 409 of a conflicting resubmit hold neither the
+// stored bearer token nor the resolved values.
+func TestSecretsNeverEchoedAndReferencesResolved(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	token := "Bearer it-s3cr3t-" + id
+	paramName, paramValue := "/bulkrun/"+id, "ssm-value-"+id
+	ssmc := ssm.NewFromConfig(env.aws)
+	if _, err := ssmc.PutParameter(ctx, &ssm.PutParameterInput{Name: aws.String(paramName), Value: aws.String(paramValue), Type: ssmtypes.ParameterTypeSecureString}); err != nil {
+		t.Fatalf("put parameter: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = ssmc.DeleteParameter(context.Background(), &ssm.DeleteParameterInput{Name: aws.String(paramName)})
+	})
+	smc := secretsmanager.NewFromConfig(env.aws)
+	secretValue := "sm-value-" + id
+	sec, err := smc.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String("bulkrun/" + id), SecretString: aws.String(secretValue)})
+	if err != nil {
+		t.Fatalf("create secret: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = smc.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: sec.ARN, ForceDeleteWithoutRecovery: aws.Bool(true)})
+	})
+
+	route := env.hook.route(id, nil)
+	opts, _ := json.Marshal(map[string]string{"url": route})
+	headers := map[string]string{
+		"Authorization": token,
+		"X-Ssm":         "secret:arn:aws:ssm:us-east-1:000000000000:parameter" + paramName,
+		"X-Sm":          "secret:" + *sec.ARN,
+	}
+	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Headers: headers, Source: batch.SourceSpec{Items: inlineItems(1)}}
+	created, err := env.api.Submit(ctx, req)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	v := wait(t, id)
+	if v.Census == nil || v.Census.Succeeded != 1 {
+		t.Fatalf("census %+v, want 1 succeeded", v.Census)
+	}
+	got := env.hook.lastHeader(id)
+	if got.Get("Authorization") != token || got.Get("X-Ssm") != paramValue || got.Get("X-Sm") != secretValue {
+		t.Errorf("receiver got Authorization %q, X-Ssm %q, X-Sm %q; want the token and both resolved values",
+			got.Get("Authorization"), got.Get("X-Ssm"), got.Get("X-Sm"))
+	}
+
+	view, _ := json.Marshal(v)
+	answer, _ := json.Marshal(created)
+	req.Headers = map[string]string{"Authorization": "Bearer other-" + id}
+	_, err = env.api.Submit(ctx, req)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Field != "headers" {
+		t.Fatalf("resubmit with another header: err = %v, want 409 on headers", err)
+	}
+	t.Logf("409: %s", ae.Body.Message)
+	for what, text := range map[string]string{"GET /batches/{id}": string(view), "submit answer": string(answer), "409": ae.Body.Message} {
+		for _, secret := range []string{"it-s3cr3t", "other-" + id, paramValue, secretValue} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s holds %q: %s", what, secret, text)
+			}
+		}
+		if !strings.Contains(text, "sha256:") {
+			t.Errorf("%s shows no digest: %s", what, text)
+		}
+	}
+}
