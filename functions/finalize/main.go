@@ -19,5 +19,5 @@ func main() {
 		log.Fatalf("finalize: %v", err)
 	}
 	h := &handler.Finalize{Finalizer: d.Finalizer(), Log: d.Log}
-	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
+	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
 }

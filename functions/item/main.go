@@ -41,5 +41,5 @@ func main() {
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}
-	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
+	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
 }

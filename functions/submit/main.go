@@ -30,5 +30,5 @@ func main() {
 		DefaultPipeline: d.Config.DefaultPipeline,
 		Log:             d.Log,
 	}
-	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
+	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
 }

@@ -18,5 +18,5 @@ func main() {
 		log.Fatalf("sweep: %v", err)
 	}
 	h := &handler.Sweep{Sweeper: d.Sweeper(), Log: d.Log}
-	lambda.StartWithOptions(h.Handle, lambda.WithContext(ctx))
+	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
 }

@@ -181,11 +181,10 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 					opts = json.RawMessage("{}")
 				}
 				if err := v.ValidateOptions(opts); err != nil {
-					field := "pipeline_options"
 					if oe := (*pipeline.OptionError)(nil); errors.As(err, &oe) && oe.Option != "" {
-						field += "." + oe.Option
+						return &InputError{Field: "pipeline_options." + oe.Option, Reason: fmt.Sprintf("refused by pipeline %q", req.Pipeline), Err: err}
 					}
-					return &InputError{Field: field, Reason: err.Error(), Err: err}
+					return &InputError{Field: "pipeline_options", Reason: err.Error()}
 				}
 			}
 		}

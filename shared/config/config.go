@@ -11,6 +11,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -271,6 +272,9 @@ func Load(getenv func(string) string) (Config, error) {
 	c.WebhookAllow = allow
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if err := new(slog.Level).UnmarshalText([]byte(c.LogLevel)); err != nil {
+		errs = append(errs, &VarError{Var: EnvLogLevel, Value: c.LogLevel, Reason: "want debug, info, warn or error"})
 	}
 	for _, p := range strings.Split(getenv(EnvSecretPrefixes), ",") {
 		if p = strings.TrimSpace(p); p == "" {

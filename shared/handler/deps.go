@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -45,19 +44,6 @@ type Deps struct {
 	// Metrics writes CloudWatch EMF lines to stdout; nil (none) without
 	// config.EnvMetricsStack.
 	Metrics *metric.Emitter
-}
-
-// Logger returns the functions' JSON logger (with the request id when run
-// in Lambda) at level ("debug", "info", "warn", "error").
-func Logger(level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	if os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" {
-		return lambdacontext.NewLogger() // level from AWS_LAMBDA_LOG_LEVEL (Lambda advanced logging controls)
-	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
 // AWSConfig loads the SDK configuration from the environment (credentials,

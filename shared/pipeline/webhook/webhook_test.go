@@ -491,7 +491,7 @@ func TestSSRFSubmitRefusesNonPublicURL(t *testing.T) {
 		wantMsg string // "" = accepted
 	}{
 		{"metadata service", "http://169.254.169.254/latest/meta-data/iam/security-credentials/", "",
-			"pipeline_options.url: invalid options: url: 169.254.169.254 is a link-local address, which the webhook allow-list does not name"},
+			`pipeline_options.url: refused by pipeline "webhook": invalid options: url: 169.254.169.254 is a link-local address, which the webhook allow-list does not name`},
 		{"loopback", recv.URL + "/hook", "", "127.0.0.1 is a loopback address"},
 		{"IPv4-mapped loopback", fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", port), "", "127.0.0.1 is a loopback address"},
 		{"private", "https://10.0.0.5/hook", "", "10.0.0.5 is a private address"},
