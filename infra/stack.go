@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -25,6 +26,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -169,6 +171,10 @@ type StackProps struct {
 	// EmptyWebhookAllow, on TargetEmulator, leaves the allow-list empty
 	// instead of DefaultEmulatorWebhookAllow.
 	EmptyWebhookAllow bool
+	// AlarmTopicARN is an SNS topic ARN that bulkrun's alarms (the parking
+	// queue's and the submit failures queue's depth) notify, in alarm and back to OK. Default "": the
+	// alarms exist, without actions.
+	AlarmTopicARN string
 	// SecretPrefixes are the SSM parameter and Secrets Manager secret ARNs
 	// (or ARN prefixes ending in "*") that batches may reference in their
 	// headers and options ("secret:arn:…", batch.SecretRef): submit refuses
@@ -291,6 +297,10 @@ type PropError struct {
 func (e *PropError) Error() string {
 	return fmt.Sprintf("infra: StackProps.%s=%q: %s", e.Field, e.Value, e.Reason)
 }
+
+// snsTopicARN matches an SNS topic ARN (AWS General Reference, "Amazon
+// Resource Names": arn:partition:sns:region:account:topic).
+var snsTopicARN = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$`)
 
 // bucketNamePattern is the S3 rule for bucket names (general purpose buckets).
 var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
@@ -487,6 +497,9 @@ func derive(props *StackProps) (settings, error) {
 	if props.DefaultPipeline != "" && !slices.Contains(s.pipelines, props.DefaultPipeline) {
 		bad("DefaultPipeline", props.DefaultPipeline, "not one of Pipelines")
 	}
+	if t := props.AlarmTopicARN; t != "" && !snsTopicARN.MatchString(t) {
+		bad("AlarmTopicARN", t, "not an SNS topic ARN")
+	}
 	names := map[string]bool{}
 	for _, sc := range props.Schedules {
 		field := "Schedules[" + sc.Name + "]"
@@ -626,12 +639,50 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	// so its visibility timeout obeys the same rule as the items queue's.
 	visibility := awscdk.Duration_Seconds(jsii.Number(s.visibility.Seconds()))
 	retention := awscdk.Duration_Seconds(jsii.Number(queueRetention.Seconds()))
+	// The parking queue backs the dead-letter queue: a dead letter the
+	// item function could not record (a live lease, a storage error) is
+	// received again, and after config.ParkingMaxReceiveCount receives it
+	// is parked here, where nothing consumes it, the ParkingAlarm fires, and
+	// an operator redrives it (docs/operations.md).
+	parking := awssqs.NewQueue(stack, jsii.String("ItemsParkingQueue"), &awssqs.QueueProps{
+		RetentionPeriod: retention,
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		RemovalPolicy:   removal,
+	})
 	dlq := awssqs.NewQueue(stack, jsii.String("ItemsDeadLetterQueue"), &awssqs.QueueProps{
 		VisibilityTimeout: visibility,
 		RetentionPeriod:   retention,
 		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
 		RemovalPolicy:     removal,
+		DeadLetterQueue: &awssqs.DeadLetterQueue{
+			Queue:           parking,
+			MaxReceiveCount: jsii.Number(config.ParkingMaxReceiveCount),
+		},
 	})
+	parkingAlarm := awscloudwatch.NewAlarm(stack, jsii.String("ParkingAlarm"), &awscloudwatch.AlarmProps{
+		AlarmDescription: jsii.String("bulkrun: dead letters the item function could not record are parked; see docs/operations.md, \"Parked dead letters\""),
+		Metric: parking.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+			Period:    awscdk.Duration_Minutes(jsii.Number(5)),
+			Statistic: jsii.String("Maximum"),
+		}),
+		Threshold:          jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	// notify sends an alarm's transitions (to ALARM and back to OK) to the
+	// AlarmTopicARN topic, when given.
+	var alarmTopic awssns.ITopic
+	if props != nil && props.AlarmTopicARN != "" {
+		alarmTopic = awssns.Topic_FromTopicArn(stack, jsii.String("AlarmTopic"), jsii.String(props.AlarmTopicARN))
+	}
+	notify := func(a awscloudwatch.Alarm) {
+		if alarmTopic != nil {
+			a.AddAlarmAction(awscloudwatchactions.NewSnsAction(alarmTopic))
+			a.AddOkAction(awscloudwatchactions.NewSnsAction(alarmTopic))
+		}
+	}
+	notify(parkingAlarm)
 	items := awssqs.NewQueue(stack, jsii.String("ItemsQueue"), &awssqs.QueueProps{
 		VisibilityTimeout: visibility,
 		RetentionPeriod:   retention,
@@ -736,6 +787,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
+	notify(submitFailuresAlarm)
 	itemEnv := copyEnv(fanOut)
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
 	item := newFunction(FunctionItem, s.itemTimeout, float64(s.itemMemoryMiB), itemEnv)
@@ -928,6 +980,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		{config.OutputMaxReceiveCount, jsii.String(strconv.Itoa(s.maxReceiveCount)), "items queue redrive maxReceiveCount"},
 		{config.OutputSubmitFailuresQueueURL, submitFailures.QueueUrl(), "queue of uploads and schedule ticks that failed to start after Lambda's retries"},
 		{config.OutputSubmitFailuresAlarm, submitFailuresAlarm.AlarmName(), "alarm on the submit failures queue's depth"},
+		{config.OutputParkingQueueURL, parking.QueueUrl(), "parking queue URL (dead letters that could not be recorded)"},
+		{config.OutputParkingQueueARN, parking.QueueArn(), "parking queue ARN"},
+		{config.OutputParkingAlarm, parkingAlarm.AlarmName(), "alarm on the parking queue's depth"},
 	}
 	ops := operated{bucket: bucket, table: table, items: items, dlq: dlq, api: api,
 		functions: map[string]awslambda.Function{FunctionSubmit: submit, FunctionItem: item, FunctionFinalize: finalize, FunctionSweep: sweep}}

@@ -69,6 +69,7 @@ func testProps(target string) *StackProps {
 		SourceBuckets:   []string{"source-a", "source-b"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
+		AlarmTopicARN:   "arn:aws:sns:eu-west-1:123456789012:ops-alarms",
 		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
@@ -156,6 +157,8 @@ func synth(t *testing.T, target string) *synthesized {
 		"table":                      {"Table"},
 		"items":                      {"ItemsQueue"},
 		"dlq":                        {"ItemsDeadLetterQueue"},
+		"parking":                    {"ItemsParkingQueue"},
+		"parkingAlarm":               {"ParkingAlarm"},
 		"permission":                 {"SubmitFromBucket"},
 		"tick":                       {"FinalizeTick"},
 		"submitFailures":             {"SubmitFailuresQueue"},
@@ -467,6 +470,52 @@ func TestQueues(t *testing.T) {
 			env := s.properties(t, s.ids[FunctionItem])["Environment"].(map[string]any)["Variables"].(map[string]any)
 			if lease := num(t, env[config.EnvLeaseSeconds]); lease < itemTimeout+config.LeaseMargin.Seconds() {
 				t.Errorf("%s = %v, want ≥ item timeout %v + %s", config.EnvLeaseSeconds, lease, itemTimeout, config.LeaseMargin)
+			}
+		})
+	}
+}
+
+// TestDeadLetterBackstop guards the product line "a backstop for every dead
+// letter": the dead-letter queue redrives, after config.ParkingMaxReceiveCount
+// receives, to a parking queue that nothing consumes, whose depth is alarmed
+// (to the AlarmTopicARN topic when given), and whose retention is SQS's
+// maximum.
+func TestDeadLetterBackstop(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			dlq, parking := s.properties(t, s.ids["dlq"]), s.properties(t, s.ids["parking"])
+			redrive, _ := dlq["RedrivePolicy"].(map[string]any)
+			if !jsonEqual(redrive["deadLetterTargetArn"], arnOf(s.ids["parking"])) || num(t, redrive["maxReceiveCount"]) != config.ParkingMaxReceiveCount {
+				t.Errorf("dead-letter queue RedrivePolicy = %v, want the parking queue after %d receives", redrive, config.ParkingMaxReceiveCount)
+			}
+			if num(t, parking["MessageRetentionPeriod"]) != 14*24*3600 || parking["SqsManagedSseEnabled"] != true {
+				t.Errorf("parking queue = %v, want 14 days' retention, SSE", parking)
+			}
+			for _, m := range s.resourcesOfType("AWS::Lambda::EventSourceMapping") {
+				if references(m, s.ids["parking"]) {
+					t.Errorf("the parking queue is consumed: %v", m)
+				}
+			}
+			alarm := s.properties(t, s.ids["parkingAlarm"])
+			dims, _ := alarm["Dimensions"].([]any)
+			if alarm["MetricName"] != "ApproximateNumberOfMessagesVisible" || alarm["Namespace"] != "AWS/SQS" ||
+				len(dims) != 1 || !references(dims[0], s.ids["parking"]) ||
+				num(t, alarm["Threshold"]) != 1 || alarm["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" ||
+				alarm["TreatMissingData"] != "notBreaching" {
+				t.Errorf("parking alarm = %v, want depth ≥ 1 of the parking queue", alarm)
+			}
+			wantActions := []any(nil)
+			if target == TargetAWS {
+				wantActions = []any{"arn:aws:sns:eu-west-1:123456789012:ops-alarms"}
+			}
+			for id, a := range s.resourcesOfType("AWS::CloudWatch::Alarm") {
+				props, _ := a["Properties"].(map[string]any)
+				for _, k := range []string{"AlarmActions", "OKActions"} {
+					if got, _ := props[k].([]any); !jsonEqual(got, wantActions) {
+						t.Errorf("alarm %s: %s = %v, want %v", id, k, got, wantActions)
+					}
+				}
 			}
 		})
 	}
@@ -922,6 +971,7 @@ func TestOutputs(t *testing.T) {
 		config.OutputItemsQueueURL, config.OutputItemsDLQURL, config.OutputItemsQueueARN, config.OutputItemsDLQARN,
 		config.OutputSubmitFunction, config.OutputItemFunction, config.OutputFinalizeFunction, config.OutputSweepFunction, config.OutputMaxReceiveCount,
 		config.OutputSubmitFailuresQueueURL, config.OutputSubmitFailuresAlarm,
+		config.OutputParkingQueueURL, config.OutputParkingQueueARN, config.OutputParkingAlarm,
 	}
 	sort.Strings(want)
 	for _, target := range targets {
@@ -1004,6 +1054,7 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
+		{"bad alarm topic", func(p *StackProps) { p.AlarmTopicARN = "ops-alarms" }, "AlarmTopicARN"},
 		{"bad secret prefix", func(p *StackProps) { p.SecretPrefixes = []string{"arn:aws:s3:::bucket/*"} }, config.EnvSecretPrefixes},
 		{"bad webhook allow-list entry", func(p *StackProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
 		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},

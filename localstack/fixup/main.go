@@ -1,7 +1,8 @@
 // Command fixup applies, after `cdk deploy` onto the emulator, the stack
 // settings that the emulator's CloudFormation ignores (see
-// localstack/README.md): the items queue's redrive policy and the table's
-// TTL. The stack itself stays right for AWS; on AWS this command is not
+// localstack/README.md): the redrive policies of the items queue (to the
+// dead-letter queue) and of the dead-letter queue (to the parking queue),
+// and the table's TTL. The stack itself stays right for AWS; on AWS this command is not
 // needed and does nothing that the stack has not done.
 //
 // Usage: go run ./localstack/fixup [-stack bulkrun]
@@ -14,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,6 +63,14 @@ func run(ctx context.Context, stackName string) error {
 	if err != nil {
 		return err
 	}
+	dlqURL, err := s.Get(config.OutputItemsDLQURL)
+	if err != nil {
+		return err
+	}
+	parkingARN, err := s.Get(config.OutputParkingQueueARN)
+	if err != nil {
+		return err
+	}
 	policy, _ := json.Marshal(map[string]string{"deadLetterTargetArn": dlqARN, "maxReceiveCount": maxReceive})
 	_, err = sqs.NewFromConfig(c).SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
 		QueueUrl:   &queueURL,
@@ -68,6 +78,14 @@ func run(ctx context.Context, stackName string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("set redrive policy: %w", err)
+	}
+	parkingPolicy, _ := json.Marshal(map[string]string{"deadLetterTargetArn": parkingARN, "maxReceiveCount": strconv.Itoa(config.ParkingMaxReceiveCount)})
+	_, err = sqs.NewFromConfig(c).SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
+		QueueUrl:   &dlqURL,
+		Attributes: map[string]string{string(sqstypes.QueueAttributeNameRedrivePolicy): string(parkingPolicy)},
+	})
+	if err != nil {
+		return fmt.Errorf("set the dead-letter queue's redrive policy: %w", err)
 	}
 	_, err = dynamodb.NewFromConfig(c).UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName:               &table,
@@ -77,6 +95,7 @@ func run(ctx context.Context, stackName string) error {
 	if err != nil && !(errors.As(err, &ve) && strings.Contains(strings.ToLower(ve.ErrorMessage()), "already enabled")) {
 		return fmt.Errorf("enable TTL: %w", err)
 	}
-	fmt.Printf("fixup: redrive policy on the items queue (maxReceiveCount %s), TTL on %s\n", maxReceive, table)
+	fmt.Printf("fixup: redrive policy on the items queue (maxReceiveCount %s) and the dead-letter queue (parking after %d), TTL on %s\n",
+		maxReceive, config.ParkingMaxReceiveCount, table)
 	return nil
 }

@@ -102,6 +102,13 @@ const (
 	OutputFinalizeFunction = "FinalizeFunctionName"
 	OutputSweepFunction    = "SweepFunctionName"
 	OutputMaxReceiveCount  = "ItemsMaxReceiveCount"
+	// OutputParkingQueueURL and OutputParkingQueueARN are the parking
+	// queue's: where a dead letter goes after ParkingMaxReceiveCount
+	// receives by the item function failed to record it.
+	OutputParkingQueueURL = "ItemsParkingQueueUrl"
+	OutputParkingQueueARN = "ItemsParkingQueueArn"
+	// OutputParkingAlarm is the name of the alarm on the parking queue's depth.
+	OutputParkingAlarm = "ItemsParkingAlarmName"
 	OutputAPIStage         = "ApiStage"
 	// OutputSubmitFailuresQueueURL is the queue where Lambda puts the
 	// submit function's asynchronous invocations (uploads, schedule ticks)
@@ -168,6 +175,11 @@ const (
 	DefaultSubmitTimeout   = 15 * time.Minute
 	DefaultSweepTimeout    = 15 * time.Minute
 	DefaultItemBatchSize   = 10
+	// ParkingMaxReceiveCount is the dead-letter queue's redrive
+	// maxReceiveCount: receives of a dead letter by the item function (which
+	// records its item failed) before SQS moves it to the parking queue,
+	// where nothing consumes it and an alarm fires.
+	ParkingMaxReceiveCount = 5
 )
 
 // Config is a function's typed configuration, read once by Load.
