@@ -1,7 +1,7 @@
 # bulkrun — build, deploy onto the local emulator, demo and tests.
 #
 #   make demo   start the emulator, build, deploy the CDK stack, run a real batch
-#   make test   unit tests, then the integration suite on the emulator
+#   make test   lint (go vet, staticcheck), unit tests, then the integration suite on the emulator
 #
 # The emulator is MiniStack (pinned in localstack/requirements.txt, installed
 # into .venv); the aws-cdk CLI is pinned in tools/cdk/package.json.
@@ -45,8 +45,10 @@ BOOTSTRAP_ENV :=
 endif
 
 CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
+# staticcheck, pinned; `go run pkg@version` fetches and caches it.
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test unit integration bench clean
+.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration bench clean
 
 all: functions
 
@@ -90,6 +92,12 @@ deploy: tools $(EMULATOR_DEP) functions
 demo: deploy
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output
 
+lint:
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./integration/...
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags integration ./integration/...
+
 unit:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
@@ -97,7 +105,7 @@ unit:
 integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m ./integration/...
 
-test: unit integration
+test: lint unit integration
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./shared/...

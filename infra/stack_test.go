@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
-		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err == nil {
+		err := os.MkdirAll(filepath.Join(dir, fn), 0o755)
+		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\n"), 0o755)
 		}
 		if err != nil {

@@ -630,7 +630,7 @@ func TestHarnessSweep(t *testing.T) {
 		}
 		h.worker.Handle(ctx, h.receive(t, 1))
 		h.worker.Handle(ctx, h.receive(t, 3))
-		h.finalizer.Retention = expires.Sub(time.Now())
+		h.finalizer.Retention = time.Until(expires)
 		if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func TestIDs(t *testing.T) {
 	if PositionalKey(9) >= PositionalKey(10) {
 		t.Fatal("positional keys must sort in item order")
 	}
-	if RunID("b", "k") != RunID("b", "k") || RunID("b", "k") == RunID("b", "k2") || len(RunID("b", "k")) != 64 {
+	if first, again := RunID("b", "k"), RunID("b", "k"); first != again || first == RunID("b", "k2") || len(first) != 64 {
 		t.Fatal("RunID must be a stable hex SHA-256")
 	}
 	if sum := sha256.Sum256([]byte("b/k")); RunID("b", "k") != hex.EncodeToString(sum[:]) {

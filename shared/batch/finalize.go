@@ -395,7 +395,6 @@ type resultsWriter struct {
 	run     int
 	writers map[Outcome]BlobWriter
 	bytes   map[Outcome]int64
-	err     error
 }
 
 func newResultsWriter(ctx context.Context, blobs Blobs, id string, run int) *resultsWriter {

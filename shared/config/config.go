@@ -102,13 +102,6 @@ const (
 	OutputFinalizeFunction = "FinalizeFunctionName"
 	OutputSweepFunction    = "SweepFunctionName"
 	OutputMaxReceiveCount  = "ItemsMaxReceiveCount"
-	// OutputParkingQueueURL and OutputParkingQueueARN are the parking
-	// queue's: where a dead letter goes after ParkingMaxReceiveCount
-	// receives by the item function failed to record it.
-	OutputParkingQueueURL = "ItemsParkingQueueUrl"
-	OutputParkingQueueARN = "ItemsParkingQueueArn"
-	// OutputParkingAlarm is the name of the alarm on the parking queue's depth.
-	OutputParkingAlarm = "ItemsParkingAlarmName"
 	OutputAPIStage         = "ApiStage"
 	// OutputSubmitFailuresQueueURL is the queue where Lambda puts the
 	// submit function's asynchronous invocations (uploads, schedule ticks)
@@ -118,6 +111,17 @@ const (
 	OutputSubmitFailuresAlarm = "SubmitFailuresAlarmName"
 	DefaultStackName          = "bulkrun"
 	DefaultAPIStage           = "v1"
+)
+
+// Stack outputs of the dead-letter backstop (docs/operations.md).
+const (
+	// OutputParkingQueueURL and OutputParkingQueueARN are the parking
+	// queue's: where a dead letter goes after ParkingMaxReceiveCount
+	// receives by the item function failed to record it.
+	OutputParkingQueueURL = "ItemsParkingQueueUrl"
+	OutputParkingQueueARN = "ItemsParkingQueueArn"
+	// OutputParkingAlarm is the name of the alarm on the parking queue's depth.
+	OutputParkingAlarm = "ItemsParkingAlarmName"
 )
 
 // S3 key prefixes shared by the stack (notification filters) and the code.

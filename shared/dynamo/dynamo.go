@@ -553,12 +553,6 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 	)
 }
 
-// reclaimable is fresh OR expired: when an item may be settled without
-// running (dead-lettered, cancelled).
-func reclaimable(run int, now time.Time) expression.ConditionBuilder {
-	return expression.Or(fresh(run), expired(run, now))
-}
-
 // fenced is the condition of Record and Release:
 //
 //	outcome = in_flight AND attempt = :attempt AND run = :run
@@ -706,8 +700,10 @@ func (s *Store) Release(ctx context.Context, r batch.Record) error {
 	return s.update(ctx, "release", r, expr)
 }
 
-// Settle writes a terminal outcome for an item that did not run, under the
-// reclaimable condition; it returns the stored row on conflict.
+// Settle writes a terminal outcome for an item that did not run: under the
+// fresh condition, or, when the stored row is in flight in r.Run with an
+// expired lease, under the expired condition (a second conditional write,
+// which keeps the run's attempts). It returns the stored row on conflict.
 func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) {
 	// UpdateBuilder shares its operations between copies: build each
 	// variant from scratch.
