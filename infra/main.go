@@ -22,7 +22,6 @@
 //	               or ARN prefixes ending in * that batches may reference
 //	               (default none on aws; "…:parameter/bulkrun/*" and
 //	               "…:secret:bulkrun/*" in the emulator's account on emulator)
-//	alarmTopicArn  SNS topic ARN bulkrun's alarms notify (default none)
 //	schedules      JSON list of {"name", "expression", "request"} (see Schedule; default none)
 //	itemMemoryMiB  the item function's memory in MiB (default 512)
 //	itemsMaxConcurrency the SQS event sources' maximum concurrency, 2–1000 (default 100)
@@ -70,7 +69,6 @@ func main() {
 		DefaultPipeline: contextString(app, "defaultPipeline", ""),
 		Schedules:       schedules,
 	}
-	props.AlarmTopicARN = contextString(app, "alarmTopicArn", "")
 	props.SecretPrefixes = splitList(contextString(app, "secretPrefixes", ""))
 	switch allow := contextString(app, "webhookAllow", ""); allow {
 	case "":

@@ -35,6 +35,8 @@ var NagSuppressions = []NagSuppression{
 		Reason: "Objects under the prefixes the stack owns (batches/{batch id}/…, incoming-errors/…, schedule-errors/…): keys carry batch ids or upload names chosen at run time."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/\*$/`},
 		Reason: "submit and item read sources named by callers (s3:GetObject only) in the stack's bucket and the declared SourceBuckets; the keys are chosen per batch, so no narrower resource can be named."},
+	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:aws[a-z-]*:(ssm:[a-z0-9-]+:[0-9]{12}:parameter\/|secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:).*\*$/`},
+		Reason: "The item function reads the SSM parameters and Secrets Manager secrets that batches reference, under the SecretPrefixes the operator declared (ssm:GetParameter and secretsmanager:GetSecretValue only, one statement per service); the names under a prefix are chosen per batch."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::\*$/`},
 		Reason: "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions (only with Tracing on)."},
 	{Rule: "AwsSolutions-APIG3",

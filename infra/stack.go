@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -26,7 +25,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -171,10 +169,6 @@ type StackProps struct {
 	// EmptyWebhookAllow, on TargetEmulator, leaves the allow-list empty
 	// instead of DefaultEmulatorWebhookAllow.
 	EmptyWebhookAllow bool
-	// AlarmTopicARN is an SNS topic ARN that bulkrun's alarms (the parking
-	// queue's and the submit failures queue's depth) notify, in alarm and back to OK. Default "": the
-	// alarms exist, without actions.
-	AlarmTopicARN string
 	// SecretPrefixes are the SSM parameter and Secrets Manager secret ARNs
 	// (or ARN prefixes ending in "*") that batches may reference in their
 	// headers and options ("secret:arn:…", batch.SecretRef): submit refuses
@@ -297,10 +291,6 @@ type PropError struct {
 func (e *PropError) Error() string {
 	return fmt.Sprintf("infra: StackProps.%s=%q: %s", e.Field, e.Value, e.Reason)
 }
-
-// snsTopicARN matches an SNS topic ARN (AWS General Reference, "Amazon
-// Resource Names": arn:partition:sns:region:account:topic).
-var snsTopicARN = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$`)
 
 // bucketNamePattern is the S3 rule for bucket names (general purpose buckets).
 var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
@@ -497,9 +487,6 @@ func derive(props *StackProps) (settings, error) {
 	if props.DefaultPipeline != "" && !slices.Contains(s.pipelines, props.DefaultPipeline) {
 		bad("DefaultPipeline", props.DefaultPipeline, "not one of Pipelines")
 	}
-	if t := props.AlarmTopicARN; t != "" && !snsTopicARN.MatchString(t) {
-		bad("AlarmTopicARN", t, "not an SNS topic ARN")
-	}
 	names := map[string]bool{}
 	for _, sc := range props.Schedules {
 		field := "Schedules[" + sc.Name + "]"
@@ -670,19 +657,6 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
-	// notify sends an alarm's transitions (to ALARM and back to OK) to the
-	// AlarmTopicARN topic, when given.
-	var alarmTopic awssns.ITopic
-	if props != nil && props.AlarmTopicARN != "" {
-		alarmTopic = awssns.Topic_FromTopicArn(stack, jsii.String("AlarmTopic"), jsii.String(props.AlarmTopicARN))
-	}
-	notify := func(a awscloudwatch.Alarm) {
-		if alarmTopic != nil {
-			a.AddAlarmAction(awscloudwatchactions.NewSnsAction(alarmTopic))
-			a.AddOkAction(awscloudwatchactions.NewSnsAction(alarmTopic))
-		}
-	}
-	notify(parkingAlarm)
 	items := awssqs.NewQueue(stack, jsii.String("ItemsQueue"), &awssqs.QueueProps{
 		VisibilityTimeout: visibility,
 		RetentionPeriod:   retention,
@@ -787,7 +761,6 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
-	notify(submitFailuresAlarm)
 	itemEnv := copyEnv(fanOut)
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
 	item := newFunction(FunctionItem, s.itemTimeout, float64(s.itemMemoryMiB), itemEnv)

@@ -70,7 +70,6 @@ func testProps(target string) *StackProps {
 		SourceBuckets:   []string{"source-a", "source-b"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
-		AlarmTopicARN:   "arn:aws:sns:eu-west-1:123456789012:ops-alarms",
 		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
@@ -482,40 +481,38 @@ func TestQueues(t *testing.T) {
 // (to the AlarmTopicARN topic when given), and whose retention is SQS's
 // maximum.
 func TestDeadLetterBackstop(t *testing.T) {
-	for _, target := range targets {
+	for _, target := range []string{TargetEmulator, TargetAWS, opsAWS} {
 		t.Run(target, func(t *testing.T) {
-			s := synth(t, target)
-			dlq, parking := s.properties(t, s.ids["dlq"]), s.properties(t, s.ids["parking"])
+			s := synthOps(t, target)
+			ids := map[string]string{"dlq": s.id("ItemsDeadLetterQueue"), "parking": s.id("ItemsParkingQueue"), "parkingAlarm": s.id("ParkingAlarm")}
+			dlq, parking := s.properties(t, ids["dlq"]), s.properties(t, ids["parking"])
 			redrive, _ := dlq["RedrivePolicy"].(map[string]any)
-			if !jsonEqual(redrive["deadLetterTargetArn"], arnOf(s.ids["parking"])) || num(t, redrive["maxReceiveCount"]) != config.ParkingMaxReceiveCount {
+			if !jsonEqual(redrive["deadLetterTargetArn"], arnOf(ids["parking"])) || num(t, redrive["maxReceiveCount"]) != config.ParkingMaxReceiveCount {
 				t.Errorf("dead-letter queue RedrivePolicy = %v, want the parking queue after %d receives", redrive, config.ParkingMaxReceiveCount)
 			}
 			if num(t, parking["MessageRetentionPeriod"]) != 14*24*3600 || parking["SqsManagedSseEnabled"] != true {
 				t.Errorf("parking queue = %v, want 14 days' retention, SSE", parking)
 			}
 			for _, m := range s.resourcesOfType("AWS::Lambda::EventSourceMapping") {
-				if references(m, s.ids["parking"]) {
+				if references(m, ids["parking"]) {
 					t.Errorf("the parking queue is consumed: %v", m)
 				}
 			}
-			alarm := s.properties(t, s.ids["parkingAlarm"])
+			alarm := s.properties(t, ids["parkingAlarm"])
 			dims, _ := alarm["Dimensions"].([]any)
 			if alarm["MetricName"] != "ApproximateNumberOfMessagesVisible" || alarm["Namespace"] != "AWS/SQS" ||
-				len(dims) != 1 || !references(dims[0], s.ids["parking"]) ||
+				len(dims) != 1 || !references(dims[0], ids["parking"]) ||
 				num(t, alarm["Threshold"]) != 1 || alarm["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" ||
 				alarm["TreatMissingData"] != "notBreaching" {
 				t.Errorf("parking alarm = %v, want depth ≥ 1 of the parking queue", alarm)
 			}
 			wantActions := []any(nil)
-			if target == TargetAWS {
-				wantActions = []any{"arn:aws:sns:eu-west-1:123456789012:ops-alarms"}
+			if target == opsAWS {
+				wantActions = []any{testAlarmTopic}
 			}
-			for id, a := range s.resourcesOfType("AWS::CloudWatch::Alarm") {
-				props, _ := a["Properties"].(map[string]any)
-				for _, k := range []string{"AlarmActions", "OKActions"} {
-					if got, _ := props[k].([]any); !jsonEqual(got, wantActions) {
-						t.Errorf("alarm %s: %s = %v, want %v", id, k, got, wantActions)
-					}
+			for _, k := range []string{"AlarmActions", "OKActions"} {
+				if got, _ := alarm[k].([]any); !jsonEqual(got, wantActions) {
+					t.Errorf("parking alarm %s = %v, want %v", k, got, wantActions)
 				}
 			}
 		})
@@ -1055,7 +1052,6 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
-		{"bad alarm topic", func(p *StackProps) { p.AlarmTopicARN = "ops-alarms" }, "AlarmTopicARN"},
 		{"bad secret prefix", func(p *StackProps) { p.SecretPrefixes = []string{"arn:aws:s3:::bucket/*"} }, config.EnvSecretPrefixes},
 		{"bad webhook allow-list entry", func(p *StackProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
 		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},
