@@ -295,7 +295,8 @@ func (p *Policy) CheckURL(ctx context.Context, resolver *net.Resolver, u *url.UR
 type hostKey struct{}
 
 // Dialer returns a net.Dialer whose ControlContext hook refuses, with a
-// *DeniedError, every connection to an address p refuses — after name
+// *DeniedError (or, for an address it cannot parse, an error wrapping
+// ErrDenied), every connection to an address p refuses — after name
 // resolution, on the address actually dialled. Use its DialContext through
 // [Policy.DialContext], which passes the host name to the hook.
 func (p *Policy) Dialer(base *net.Dialer) *net.Dialer {
@@ -308,7 +309,7 @@ func (p *Policy) Dialer(base *net.Dialer) *net.Dialer {
 	d.ControlContext = func(ctx context.Context, network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return &DeniedError{Kind: "unparsable"}
+			return fmt.Errorf("%w: cannot check dialled address %q: %v", ErrDenied, address, err)
 		}
 		host, _ := ctx.Value(hostKey{}).(string)
 		return p.Check(host, ap.Addr())
