@@ -1,0 +1,110 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the worker's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type mapSecrets map[string]string
+
+func (m mapSecrets) Resolve(_ context.Context, arn string) (string, error) {
+	if v, ok := m[arn]; ok {
+		return v, nil
+	}
+	return "", errors.New("ParameterNotFound")
+}
+
+// TestHarnessLogsCarryNoPayloadOrSecret guards the product lines "JSON logs
+// with batch_id, run, key, run_id, attempt, outcome and duration_ms" and
+// "no item payloads or secret values in them": a batch whose inputs and
+// outputs carry a marker and whose headers carry a bearer token and a
+// secret reference runs through submit and the item worker with the
+// functions' JSON logger at debug; the pipeline gets the resolved secret,
+// every log line is JSON, the outcome line has every field, and no line
+// holds the marker, the token or the resolved value.
+func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
+	ctx := context.Background()
+	const ref = "arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/log-test"
+	h := newHarness(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Headers["X-Ref"] != "resolved-s3cr3t" || req.Headers["Authorization"] != "Bearer hdr-s3cr3t" {
+			return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("headers not resolved: %d headers", len(req.Headers)))
+		}
+		return pipeline.Result{Output: json.RawMessage(`{"echo":"payload-marker-out"}`)}, nil
+	})
+	var buf lockedBuffer
+	log := handler.NewLogger(&buf, "debug")
+	h.submitter.Log, h.worker.Log = log, log
+	h.submitter.SecretPrefixes = []string{"arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/*"}
+	h.worker.Secrets = mapSecrets{ref: "resolved-s3cr3t"}
+
+	id := newID(t)
+	_, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted",
+		Headers: map[string]string{"Authorization": "Bearer hdr-s3cr3t", "X-Ref": batch.SecretRefPrefix + ref},
+		Source:  batch.SourceSpec{Items: json.RawMessage(`[{"p":"payload-marker-in-1"},{"p":"payload-marker-in-2"}]`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
+	h.worker.Handle(ctx, h.receive(t, 2)) // the items
+	for _, k := range []string{batch.PositionalKey(0), batch.PositionalKey(1)} {
+		it, err := h.store.GetItem(ctx, id, k)
+		if err != nil || it.Outcome != batch.OutcomeSucceeded {
+			t.Fatalf("item %s: %+v, %v; want succeeded with the resolved headers", k, it, err)
+		}
+	}
+
+	out := buf.String()
+	recorded := 0
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %d is not JSON: %s", i+1, line)
+		}
+		if rec["msg"] == "item recorded" {
+			recorded++
+			for _, f := range []string{"batch_id", "run", "key", "run_id", "attempt", "outcome", "duration_ms"} {
+				if _, ok := rec[f]; !ok {
+					t.Errorf("outcome line lacks %s: %s", f, line)
+				}
+			}
+		}
+	}
+	if recorded != 2 {
+		t.Errorf("%d \"item recorded\" lines, want 2:\n%s", recorded, out)
+	}
+	for _, secret := range []string{"payload-marker", "hdr-s3cr3t", "resolved-s3cr3t"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("logs hold %q:\n%s", secret, out)
+		}
+	}
+}
