@@ -89,11 +89,20 @@ const (
 	// KindPartial turns a batch call into a partial failure; see partialOps
 	// for the calls it applies to. It is ignored on any other call.
 	KindPartial Kind = "partial"
+	// KindDuplicate sends the call to the emulator twice: the request, and
+	// once it is answered, an identical copy whose answer is dropped (the
+	// caller sees the first). On SQS SendMessage and SendMessageBatch every
+	// message is then delivered twice, as a standard queue may do
+	// (at-least-once delivery,
+	// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/standard-queues-at-least-once-delivery.html).
+	// It is ignored on S3 calls with a body other than DeleteObjects (their
+	// bodies are streamed, not kept).
+	KindDuplicate Kind = "duplicate"
 )
 
 // Kinds lists every Kind.
 func Kinds() []Kind {
-	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial}
+	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate}
 }
 
 // Rule is one fault and the calls it applies to. JSON names in brackets.
@@ -165,7 +174,7 @@ func (c Config) Validate() error {
 	for i, r := range c.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
 		switch r.Kind {
-		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial:
+		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate:
 		case "":
 			return fmt.Errorf("%s.kind: missing (one of %v)", at, Kinds())
 		default:
@@ -379,7 +388,7 @@ func unit(seed int64, rule int, call string, n uint64, entry int) float64 {
 	return float64(x>>11) / (1 << 53)
 }
 
-func (p *Proxy) decide(c Call, body []byte) decision {
+func (p *Proxy) decide(c Call, body []byte, kept bool) decision {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.requests++
@@ -391,7 +400,7 @@ func (p *Proxy) decide(c Call, body []byte) decision {
 		if !r.matches(c, body) || (r.Max > 0 && p.fired[i] >= int64(r.Max)) {
 			continue
 		}
-		if r.Kind == KindPartial && !partialOps[key] {
+		if (r.Kind == KindPartial && !partialOps[key]) || (r.Kind == KindDuplicate && !kept) {
 			continue
 		}
 		if unit(p.cfg.Seed, i, key, n, -1) >= r.Rate {
@@ -420,7 +429,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body []byte
-	if r.Body != nil && r.Body != http.NoBody && p.wantsBody(r) {
+	kept := r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
+	if !kept && p.wantsBody(r) {
 		var err error
 		if body, err = io.ReadAll(r.Body); err != nil {
 			http.Error(w, "faultproxy: read request body: "+err.Error(), http.StatusBadRequest)
@@ -428,13 +438,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = r.Body.Close()
 		r.Body = readCloser(body)
+		kept = true
 	}
 	c := classify(r, body)
 	if c.Service == "" {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	d := p.decide(c, body)
+	d := p.decide(c, body, kept)
 	if d.kind != "" || d.delay > 0 {
 		p.log.Debug("fault", "call", c.String(), "kind", string(d.kind), "delay_ms", d.delay.Milliseconds(), "n", d.n)
 	}
@@ -482,11 +493,36 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), partialKey{}, pt))
 	case KindResetAfter:
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, &d))
+	case KindDuplicate:
+		dup := r.Clone(r.Context())
+		if body != nil {
+			dup.Body = readCloser(body)
+		}
+		r = r.WithContext(context.WithValue(r.Context(), duplicateKey{}, dup))
 	}
 	p.rp.ServeHTTP(w, r)
 }
 
 type partialKey struct{}
+
+type duplicateKey struct{}
+
+// sendCopy sends the copy of a request KindDuplicate keeps and drops the
+// answer.
+func (p *Proxy) sendCopy(dup *http.Request) {
+	out := dup.Clone(context.WithoutCancel(dup.Context()))
+	out.Body = dup.Body
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = p.upstream.Scheme, p.upstream.Host
+	out.Host = dup.Host
+	resp, err := p.rp.Transport.RoundTrip(out)
+	if err != nil {
+		p.log.Warn("duplicate not sent", "path", dup.URL.Path, "error", err.Error())
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+}
 
 // wantsBody says whether the request body is read before forwarding: every
 // non-S3 body (small JSON or form bodies) and S3 DeleteObjects.
@@ -503,6 +539,9 @@ var errResetAfter = errors.New("faultproxy: reset after the emulator answered")
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	ctx := resp.Request.Context()
+	if dup, ok := ctx.Value(duplicateKey{}).(*http.Request); ok {
+		p.sendCopy(dup)
+	}
 	if d, ok := ctx.Value(ctxKey{}).(*decision); ok && d.kind == KindResetAfter {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return errResetAfter

@@ -565,3 +565,20 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// Guards duplicate deliveries in the integration suite and `make soak`:
+// a duplicated call reaches the emulator twice (so an SQS message is
+// queued twice) while the caller sees one answer.
+func TestFaultProxyDuplicate(t *testing.T) {
+	r := newRig(t, Config{Rules: []Rule{{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: KindDuplicate, Rate: 1}}})
+	if err := r.call(t, "sqs"); err != nil {
+		t.Fatal(err)
+	}
+	calls, entries := r.up.seen()
+	if strings.Join(calls, " ") != "sqs.SendMessageBatch sqs.SendMessageBatch" || strings.Join(entries, " ") != "0 0" {
+		t.Fatalf("emulator saw %v with entries %v, want the batch twice", calls, entries)
+	}
+	if s := r.proxy.Status(); s.Injected[KindDuplicate] != 1 {
+		t.Fatalf("status %+v", s)
+	}
+}
