@@ -54,6 +54,14 @@ func (c countTrigger) Finalize(context.Context, string, int) error { c.h.trigger
 
 func newHarness(t *testing.T, run pipeline.Func) *harness {
 	t.Helper()
+	return newHarnessOn(t, env.aws, run)
+}
+
+// newHarnessOn is newHarness with the harness's own DynamoDB, S3 and SQS
+// clients built from base (newFaultHarness passes one that goes through a
+// fault proxy).
+func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
+	t.Helper()
 	ctx := context.Background()
 	name := strings.ToLower(newID(t))
 	if len(name) > 60 {
@@ -61,7 +69,7 @@ func newHarness(t *testing.T, run pipeline.Func) *harness {
 	}
 	name = strings.Trim(name, "-")
 	counter := &requestCounter{n: map[string]int{}}
-	counted := env.aws.Copy()
+	counted := base.Copy()
 	counted.APIOptions = append(counted.APIOptions, counter.middleware)
 	ddb := dynamodb.NewFromConfig(counted)
 	if _, err := ddb.CreateTable(ctx, dynamo.TableInput(name)); err != nil {

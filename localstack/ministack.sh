@@ -20,10 +20,20 @@
 #   BULKRUN_EMULATOR_PORT   port to serve on; default 4566.
 #   BULKRUN_EMULATOR_START_TIMEOUT_SECONDS
 #                           how long start waits for health; default 60.
+#   BULKRUN_FAULT_PROXY     1: put the fault-injecting proxy (cmd/faultproxy)
+#                           on the port and MiniStack behind it on the inner
+#                           port; MiniStack hands the proxy's URL to every
+#                           function, so their AWS calls go through it too.
+#                           Rules: POST /_faults on the port. Default 0.
+#   BULKRUN_EMULATOR_INNER_PORT
+#                           MiniStack's own port under BULKRUN_FAULT_PROXY=1;
+#                           default the port + 10000.
 #
 # State lives in .ministack/ at the repo root (git-ignored): ministack.log,
 # ministack.pid, ministack.port, and tmp/, the emulator's own TMPDIR (it unpacks
-# function code there), emptied on every start. One instance per checkout.
+# function code there), emptied on every start; with the proxy also
+# faultproxy (the binary), faultproxy.log and faultproxy.pid. One instance
+# per checkout.
 set -euo pipefail
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,8 +45,13 @@ log_file="$state_dir/ministack.log"
 pid_file="$state_dir/ministack.pid"
 port_file="$state_dir/ministack.port"
 tmp_dir="$state_dir/tmp"
+proxy_bin="$state_dir/faultproxy"
+proxy_log="$state_dir/faultproxy.log"
+proxy_pid_file="$state_dir/faultproxy.pid"
 
 port="${BULKRUN_EMULATOR_PORT:-4566}"
+fault_proxy="${BULKRUN_FAULT_PROXY:-0}"
+inner_port="${BULKRUN_EMULATOR_INNER_PORT:-$((port + 10000))}"
 endpoint="http://localhost:$port"
 health_url="$endpoint/_ministack/health"
 start_timeout_seconds="${BULKRUN_EMULATOR_START_TIMEOUT_SECONDS:-60}"
@@ -123,6 +138,40 @@ cmd_install() {
   log "ministack $have installed"
 }
 
+# start_proxy builds cmd/faultproxy and starts it on the port, in front of
+# MiniStack on the inner port (which comes up after it).
+start_proxy() {
+  local inner="http://127.0.0.1:$inner_port" ppid
+  (exec 3<>"/dev/tcp/127.0.0.1/$inner_port") 2>/dev/null &&
+    die "inner port $inner_port is taken; set BULKRUN_EMULATOR_INNER_PORT"
+  (cd "$repo_root" && go build -o "$proxy_bin" ./cmd/faultproxy) || die "cannot build cmd/faultproxy"
+  [[ -f "$proxy_log" ]] && mv -f "$proxy_log" "$proxy_log.prev"
+  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" >"$proxy_log" 2>&1 </dev/null &
+  ppid=$!
+  echo "$ppid" >"$proxy_pid_file"
+  local deadline=$((SECONDS + 10))
+  until port_open; do
+    alive "$ppid" || { tail -n 20 "$proxy_log" >&2; die "faultproxy exited"; }
+    ((SECONDS < deadline)) || die "faultproxy does not listen on $port"
+    sleep 0.2
+  done
+  log "faultproxy pid $ppid on port $port -> $inner, log $proxy_log"
+}
+
+# stop_proxy stops the proxy this script started, if any.
+stop_proxy() {
+  local ppid=""
+  [[ -f "$proxy_pid_file" ]] && ppid=$(tr -dc '0-9' <"$proxy_pid_file")
+  if alive "$ppid"; then
+    kill -TERM "$ppid" 2>/dev/null || true
+    local deadline=$((SECONDS + 5))
+    while alive "$ppid" && ((SECONDS < deadline)); do sleep 0.1; done
+    alive "$ppid" && kill -KILL "$ppid" 2>/dev/null || true
+    log "faultproxy stopped (pid $ppid)"
+  fi
+  rm -f "$proxy_pid_file"
+}
+
 cmd_start() {
   if healthy; then
     log "already running: $health_url answers (pid $(read_pid || true))"
@@ -144,10 +193,16 @@ cmd_start() {
     rm -rf "$tmp_dir"
     mkdir -p "$tmp_dir"
     [[ -f "$log_file" ]] && mv -f "$log_file" "$log_file.prev"
+    local gateway_port=$port
+    if [[ "$fault_proxy" == 1 ]]; then
+      start_proxy
+      gateway_port=$inner_port
+    fi
     # Started in a new session (setsid) so that it survives the calling shell
     # and so that its pid is also its process group id: stop kills the group.
+    # AWS_ENDPOINT_URL is the outer port: with the proxy, functions call it.
     env \
-      GATEWAY_PORT="$port" \
+      GATEWAY_PORT="$gateway_port" \
       AWS_ENDPOINT_URL="$endpoint" \
       TMPDIR="$tmp_dir" \
       AWS_DEFAULT_REGION=us-east-1 \
@@ -157,7 +212,7 @@ cmd_start() {
     pid=$!
     echo "$pid" >"$pid_file"
     echo "$port" >"$port_file"
-    log "started pid $pid on port $port, log $log_file"
+    log "started pid $pid on port $gateway_port, log $log_file"
   fi
 
   local deadline=$((SECONDS + start_timeout_seconds))
@@ -166,6 +221,7 @@ cmd_start() {
       log "ministack (pid $pid) exited before it became healthy; last 40 log lines:"
       tail -n 40 "$log_file" >&2 || true
       rm -f "$pid_file" "$port_file"
+      stop_proxy
       exit 1
     fi
     if ((SECONDS >= deadline)); then
@@ -182,6 +238,7 @@ cmd_start() {
 cmd_stop() {
   local pid
   pid=$(read_pid)
+  stop_proxy
   if ! alive "$pid"; then
     rm -f "$pid_file" "$port_file"
     if healthy; then
