@@ -47,8 +47,10 @@ endif
 CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
 # staticcheck, pinned; `go run pkg@version` fetches and caches it.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Extra CDK context for synth and deploy, e.g. CDK_CONTEXT='-c itemTimeout=30s'.
+CDK_CONTEXT ?=
 
-.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration bench clean
+.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration soak bench clean
 
 all: functions
 
@@ -81,12 +83,12 @@ cli:
 	$(GO) build -trimpath -o build/bulkrun ./cmd/bulkrun
 
 synth: tools functions
-	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) > /dev/null
+	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) $(CDK_CONTEXT) > /dev/null
 
 deploy: tools $(EMULATOR_DEP) functions
 	cd infra && $(CDK) bootstrap $(BOOTSTRAP_ENV) --no-notices
 	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \
-	  -c functionsDir=../build/functions -c stackName=$(STACK) --outputs-file ../build/outputs.json
+	  -c functionsDir=../build/functions -c stackName=$(STACK) $(CDK_CONTEXT) --outputs-file ../build/outputs.json
 	$(FIXUP)
 
 demo: deploy
@@ -106,6 +108,18 @@ integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m ./integration/...
 
 test: lint unit integration
+
+# soak: opt-in, not part of `make test`. 5,000 items through the deployed
+# stack behind the fault proxy (5 % faults on the functions' DynamoDB, SQS
+# and S3 calls, duplicate deliveries, two crash windows); prints the census,
+# the pipeline calls and the injected faults by kind. The emulator must be
+# started by this target (or with BULKRUN_FAULT_PROXY=1). Bounded: the test
+# gives up after SOAK_TIMEOUT. See docs/design.md, "Soak".
+SOAK_TIMEOUT ?= 30m
+soak: export BULKRUN_FAULT_PROXY := 1
+soak:
+	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=30s'
+	$(GO) test -tags 'integration soak' -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./integration/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./shared/...

@@ -30,6 +30,9 @@
 //	               ephemeral storage (see StackProps.MaxManifestBytes; default 224 MiB)
 //	alarmTopicArn, tracing, queueAgeAlarm, bucketVersioning, apiRateLimit,
 //	apiBurstLimit  the operations props (see opsContext)
+//	itemTimeout    the item function's timeout as a Go duration, whole seconds
+//	               ("30s"; default config.DefaultItemTimeout); the lease and
+//	               the queues' visibility follow it (see StackProps.ItemTimeout)
 //
 // The account and region come from CDK_DEFAULT_ACCOUNT and
 // CDK_DEFAULT_REGION, which the cdk CLI sets from the caller's credentials.
@@ -41,6 +44,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
@@ -59,7 +63,17 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	var itemTimeout time.Duration
+	if raw := contextString(app, "itemTimeout", ""); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "infra: context itemTimeout: %v\n", err)
+			os.Exit(2)
+		}
+		itemTimeout = d
+	}
 	props := &StackProps{
+		ItemTimeout:     itemTimeout,
 		Target:          contextString(app, "target", TargetAWS),
 		FunctionsDir:    contextString(app, "functionsDir", DefaultFunctionsDir),
 		BucketName:      contextString(app, "bucketName", ""),
