@@ -113,8 +113,9 @@ test: lint unit integration
 # stack behind the fault proxy (5 % faults on the functions' DynamoDB, SQS
 # and S3 calls, duplicate deliveries, two crash windows); prints the census,
 # the pipeline calls and the injected faults by kind. The emulator must be
-# started by this target (or with BULKRUN_FAULT_PROXY=1). Bounded: the test
-# gives up after SOAK_TIMEOUT. See docs/design.md, "Soak".
+# started by this target (or with BULKRUN_FAULT_PROXY=1). Bounded: the run
+# is given BULKRUN_SOAK_LIMIT (20 min), the test SOAK_TIMEOUT; it takes ≈ 10
+# min on a 2-vCPU machine. See docs/design.md, "Faults and the soak".
 SOAK_TIMEOUT ?= 30m
 soak: export BULKRUN_FAULT_PROXY := 1
 soak:
