@@ -276,24 +276,27 @@ func TestFaultProxyPartialFailuresOnEmulator(t *testing.T) {
 }
 
 // Guards the harness's use of the fault proxy: a batch run by the
-// in-process submitter and worker under throttling, 500s and connection
-// resets on their DynamoDB, SQS and S3 calls still runs each item once and
-// ends with census = rows.
+// in-process submitter and worker under throttling, 500s, connection
+// resets, partial SendMessageBatch answers and duplicate sends on their
+// DynamoDB, SQS and S3 calls still runs each item once and ends with every
+// item succeeded in the rows.
 func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
 	ctx := context.Background()
 	h, p := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	setFaults(t, p, 42,
+		faultproxy.Rule{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: faultproxy.KindPartial, Rate: 0.3},
+		faultproxy.Rule{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: faultproxy.KindDuplicate, Rate: 0.3},
 		faultproxy.Rule{Service: "dynamodb", Kind: faultproxy.KindThrottle, Rate: 0.05},
 		faultproxy.Rule{Service: "sqs", Kind: faultproxy.KindThrottle, Rate: 0.05},
 		faultproxy.Rule{Service: "s3", Kind: faultproxy.KindServerError, Rate: 0.05},
-		faultproxy.Rule{Service: "*", Kind: faultproxy.KindReset, Rate: 0.02},
+		faultproxy.Rule{Service: "*", Kind: faultproxy.KindReset, Rate: 0.03},
 	)
 	id := newID(t)
 	var err error
 	for range 5 { // submit is retried by its caller (API Gateway's client, the S3 event)
-		if _, err = h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(30)}}); err == nil {
+		if _, err = h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(60)}}); err == nil {
 			break
 		}
 	}
@@ -302,8 +305,10 @@ func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
 	}
 	h.drainRetrying(t, ctx, 3*time.Minute)
 	s := p.Status()
-	if s.Injected[faultproxy.KindThrottle] == 0 || s.Requests == 0 {
-		t.Fatalf("no fault injected: %+v", s)
+	for _, k := range []faultproxy.Kind{faultproxy.KindThrottle, faultproxy.KindPartial, faultproxy.KindDuplicate, faultproxy.KindReset} {
+		if s.Injected[k] == 0 {
+			t.Fatalf("no %s injected: %+v", k, s)
+		}
 	}
 	hb, err := h.store.GetBatch(ctx, id)
 	if err != nil {
@@ -313,10 +318,10 @@ func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Succeeded != 30 || c.Total != 30 {
+	if c.Succeeded != 60 || c.Total != 60 {
 		t.Fatalf("census %+v after faults %v", c, s.Injected)
 	}
-	for i := range 30 {
+	for i := range 60 {
 		if n := h.callsOf(batch.PositionalKey(int64(i))); n != 1 {
 			t.Errorf("%s: %d pipeline calls, want 1", batch.PositionalKey(int64(i)), n)
 		}
