@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -35,7 +34,8 @@ import (
 // Faults in the integration suite. The emulator never throttles, fails or
 // drops a connection, so the suite puts internal/faultproxy in between:
 //
-//   - in-process harness: newFaultHarness starts a proxy in this process
+//   - in-process harness: faultProxy (worker_faults_test.go) starts a
+//     proxy in this process; newFaultHarness starts one
 //     in front of AWS_ENDPOINT_URL and builds the harness's DynamoDB, S3
 //     and SQS clients on it; the test sets rules with proxy.Set and reads
 //     the injected faults with proxy.Status. The test's own view (h.receive,
@@ -44,32 +44,12 @@ import (
 //     localstack/README.md), AWS_ENDPOINT_URL is the proxy and MiniStack
 //     hands it to every function; stackFaults drives its control endpoint.
 
-// newFaultProxy starts a fault proxy in front of the emulator, with no
-// rules, and returns it with a copy of env.aws whose calls go through it.
-func newFaultProxy(t *testing.T) (*faultproxy.Proxy, aws.Config) {
-	t.Helper()
-	p, err := faultproxy.New(os.Getenv("AWS_ENDPOINT_URL"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: p}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	cfg := env.aws.Copy()
-	cfg.BaseEndpoint = aws.String("http://" + ln.Addr().String())
-	return p, cfg
-}
-
 // newFaultHarness is newHarness whose storage calls go through a fault
 // proxy; set its rules after this returns (the harness's table is created
 // through it).
 func newFaultHarness(t *testing.T, run pipeline.Func) (*harness, *faultproxy.Proxy) {
 	t.Helper()
-	p, cfg := newFaultProxy(t)
+	p, cfg := faultProxy(t, faultproxy.Config{})
 	return newHarnessOn(t, cfg, run), p
 }
 
@@ -144,7 +124,7 @@ const emulatorFunctionAccessKey = "000000000000"
 // others were.
 func TestFaultProxyPartialFailuresOnEmulator(t *testing.T) {
 	ctx := context.Background()
-	p, cfg := newFaultProxy(t)
+	p, cfg := faultProxy(t, faultproxy.Config{})
 	name := strings.Trim(strings.ToLower(newID(t)), "-")
 	if len(name) > 60 {
 		name = strings.Trim(name[len(name)-60:], "-")
