@@ -35,11 +35,11 @@ import (
 // drops a connection, so the suite puts internal/faultproxy in between:
 //
 //   - in-process harness: faultProxy (worker_faults_test.go) starts a
-//     proxy in this process; newFaultHarness starts one
-//     in front of AWS_ENDPOINT_URL and builds the harness's DynamoDB, S3
-//     and SQS clients on it; the test sets rules with proxy.Set and reads
-//     the injected faults with proxy.Status. The test's own view (h.receive,
-//     env.*) goes straight to the emulator.
+//     proxy in this process in front of AWS_ENDPOINT_URL and returns a
+//     config whose clients go through it; newFaultHarness builds the
+//     harness's DynamoDB, S3 and SQS clients on one. The test sets rules
+//     with proxy.Set and reads the injected faults with proxy.Status. The
+//     test's own view (h.receive, env.*) goes straight to the emulator.
 //   - deployed stack: started with BULKRUN_FAULT_PROXY=1 (see
 //     localstack/README.md), AWS_ENDPOINT_URL is the proxy and MiniStack
 //     hands it to every function; stackFaults drives its control endpoint.
