@@ -71,9 +71,9 @@ var outcomeWriteLost = faultproxy.Rule{AccessKey: emulatorFunctionAccessKey, Ser
 
 // TestSoak runs `make soak`: 5,000 items through the deployed stack
 // behind the fault proxy with the faults of soakRules, and two crash
-// windows: at 25 % of the items the item function's processes are killed
-// (SIGKILL) mid-run, and from 55 % the outcome writes are lost as in
-// outcomeWriteLost. It prints the census, the pipeline calls and the
+// windows: when the pipeline has been called for 25 % of the items the
+// item function's processes are killed (SIGKILL) mid-run, and from 55 % to
+// 80 % the outcome writes are lost as in outcomeWriteLost. It prints the census, the pipeline calls and the
 // injected faults by kind, and checks that the census equals the rows,
 // that every item succeeded (throttling and 5xx never fail an item), and
 // that each succeeded item had exactly one successful pipeline call (the
@@ -158,8 +158,9 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Watch progress from the counters (read directly, not faulted) and
-	// open the crash windows.
+	// Watch progress by the pipeline calls the hook has seen (the counters,
+	// read directly and not faulted, are printed too) and open the crash
+	// windows.
 	var (
 		killed           []int
 		killedAt         time.Time
@@ -169,29 +170,29 @@ func TestSoak(t *testing.T) {
 	)
 	deadline := start.Add(limit)
 	for time.Now().Before(deadline) {
-		p, err := env.store.Progress(ctx, id, b.Run, b.CounterShards)
+		p, err := env.store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
 		if err != nil {
 			t.Logf("progress: %v", err)
 		}
-		done := p.Done
+		done := int64(hook.total())
 		if killed == nil && done >= int64(n)/4 {
 			killed = killItemProcesses(t, itemFn)
 			killedAt = time.Now()
-			t.Logf("crash window 1 at %d done: killed item function processes %v", done, killed)
+			t.Logf("crash window 1 at %d calls: killed item function processes %v", done, killed)
 		}
 		if !window2 && done >= int64(n)*55/100 {
 			window2 = true
 			setRules(append([]faultproxy.Rule{outcomeWriteLost}, soakRules()...))
-			t.Logf("crash window 2 at %d done: outcome writes lost (reset after the write), at most %d", done, outcomeWriteLost.Max)
+			t.Logf("crash window 2 at %d calls: outcome writes lost (reset after the write), at most %d", done, outcomeWriteLost.Max)
 		}
 		if window2 && !closed2 && done >= int64(n)*80/100 {
 			closed2 = true
 			setRules(soakRules())
-			t.Logf("crash window 2 closed at %d done", done)
+			t.Logf("crash window 2 closed at %d calls", done)
 		}
 		if time.Since(lastLog) >= 15*time.Second {
 			lastLog = time.Now()
-			t.Logf("%4.0fs  done %d/%d  failures %d  pipeline calls %d", time.Since(start).Seconds(), done, n, p.Failures, hook.total())
+			t.Logf("%4.0fs  pipeline calls %d for %d items  counters: done %d failures %d", time.Since(start).Seconds(), done, n, p.Done, p.Failures)
 		}
 		row, err := env.store.GetBatch(ctx, id)
 		if err == nil && row.Run == b.Run && row.Status.Finished() {
@@ -260,8 +261,11 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b2, "census from rows: %s\n", censusLine(rows))
 	fmt.Fprintf(&b2, "pipeline calls: %d for %d items (%d beyond one per item; attempts that called twice: %d; succeeded items without a call of their recorded attempt: %d)\n",
 		totalCalls, len(calls), extraCalls, doubleAttempt, noRecordedCall)
-	fmt.Fprintf(&b2, "crash window 1: killed %d item function processes at %s; crash window 2: %d outcome writes lost\n",
-		len(killed), killedAt.Sub(start).Round(time.Second), injected[faultproxy.KindResetAfter])
+	fmt.Fprintf(&b2, "crash window 1: killed %d item function processes", len(killed))
+	if len(killed) > 0 {
+		fmt.Fprintf(&b2, " at %s", killedAt.Sub(start).Round(time.Second))
+	}
+	fmt.Fprintf(&b2, "; crash window 2: %d outcome writes lost\n", injected[faultproxy.KindResetAfter])
 	kinds := make([]string, 0, len(injected))
 	var all int64
 	for k, v := range injected {
