@@ -1,0 +1,88 @@
+package meter
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Write billing by before and after image: the figures `make bench` and
+// the write-unit budget test of the integration suite rest on ("Cost" in
+// docs/design.md). Rules from "Managing capacity for secondary indexes"
+// and "Condition expressions" in the DynamoDB Developer Guide.
+func TestBill(t *testing.T) {
+	sc := &schema{pk: "pk", sk: "sk", indexes: []index{
+		{name: "all", pk: "lpk", sk: "lsk", projection: types.ProjectionTypeAll},
+		{name: "keys", pk: "apk", sk: "ask", projection: types.ProjectionTypeKeysOnly},
+	}}
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	row := func(kv ...string) map[string]types.AttributeValue {
+		m := map[string]types.AttributeValue{"pk": s("ITEM#b#k"), "sk": s("ITEM")}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = s(kv[i+1])
+		}
+		return m
+	}
+	big := strings.Repeat("x", 1500) // makes the row 2 KB
+	tests := []struct {
+		name          string
+		before, after map[string]types.AttributeValue
+		failed        bool
+		factor        float64
+		want          map[Target]float64
+	}{
+		{"insert without index keys: table only", nil, row("state", "r"), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 1}},
+		{"insert with list key: table + index insert", nil, row("lpk", "b#1", "lsk", "k"), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 1, {Index: "all", Kind: "ITEM"}: 1}},
+		{"update of a projected attribute: index updated in place", row("lpk", "b#1", "lsk", "k", "state", "r"), row("lpk", "b#1", "lsk", "k", "state", "s"), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 1, {Index: "all", Kind: "ITEM"}: 1}},
+		{"large output: by the larger image, table and ALL index", row("lpk", "b#1", "lsk", "k"), row("lpk", "b#1", "lsk", "k", "output", big), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 2, {Index: "all", Kind: "ITEM"}: 2}},
+		{"keys-only index unchanged when only other attributes change", row("apk", "b#1", "ask", "k"), row("apk", "b#1", "ask", "k", "output", big), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 2}},
+		{"index key changes: delete + insert", row("lpk", "b#1", "lsk", "k"), row("lpk", "b#2", "lsk", "k"), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 1, {Index: "all", Kind: "ITEM"}: 2}},
+		{"index entry removed", row("apk", "b#1", "ask", "k"), row(), false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 1, {Index: "keys", Kind: "ITEM"}: 1}},
+		{"delete: table and each index entry", row("lpk", "b#1", "lsk", "k", "output", big), nil, false, 1,
+			map[Target]float64{{Kind: "ITEM"}: 2, {Index: "all", Kind: "ITEM"}: 2}},
+		{"failed condition on a missing item: 1 unit, no index", nil, nil, true, 1,
+			map[Target]float64{{Kind: ""}: 1}},
+		{"failed condition: by the existing item's size, no index", row("lpk", "b#1", "lsk", "k", "output", big), nil, true, 1,
+			map[Target]float64{{Kind: "ITEM"}: 2}},
+		{"transaction doubles", nil, row("lpk", "b#1", "lsk", "k"), false, 2,
+			map[Target]float64{{Kind: "ITEM"}: 2, {Index: "all", Kind: "ITEM"}: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var u Usage
+			u.init()
+			after := tt.after
+			if tt.failed {
+				after = tt.before
+			}
+			sc.bill(&u, tt.before, after, tt.failed, tt.factor)
+			if len(u.Write) != len(tt.want) {
+				t.Errorf("billed %v, want %v", u.Write, tt.want)
+			}
+			for k, v := range tt.want {
+				if u.Write[k] != v {
+					t.Errorf("%+v: %v units, want %v (all: %v)", k, u.Write[k], v, u.Write)
+				}
+			}
+		})
+	}
+}
+
+func TestChunks(t *testing.T) {
+	for _, tt := range []struct {
+		bytes int
+		want  float64
+	}{{0, 1}, {1, 1}, {64 * 1024, 1}, {64*1024 + 1, 2}, {256 * 1024, 4}} {
+		if got := chunks(tt.bytes); got != tt.want {
+			t.Errorf("chunks(%d) = %v, want %v", tt.bytes, got, tt.want)
+		}
+	}
+}
