@@ -323,6 +323,18 @@ type Report struct {
 	CreatedAt      time.Time `json:"created_at"`
 	RunStartedAt   time.Time `json:"run_started_at"`
 	FinishedAt     time.Time `json:"finished_at"`
+	Usage          Usage     `json:"usage"`
+}
+
+// Usage is what a run consumed of billed services, as far as bulkrun can
+// attribute it to the run: the DynamoDB request units the item function's
+// message batches consumed as DynamoDB reported them (ReturnConsumedCapacity;
+// truthful on AWS, rough on the emulator). Submit's and finalize's own calls, SQS, S3, EventBridge and
+// Lambda are not attributed per run; `make bench` meters them all (see
+// "Cost" in docs/design.md). JSON: {"dynamodb_write_units": 4123.5, ...}.
+type Usage struct {
+	DynamoDBWriteUnits float64 `json:"dynamodb_write_units"`
+	DynamoDBReadUnits  float64 `json:"dynamodb_read_units"`
 }
 
 // Location is an S3 object and what identifies its content.

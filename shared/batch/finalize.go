@@ -157,6 +157,10 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: results: %w", id, run, err)
 	}
 
+	progress, err := f.Store.Progress(ctx, id, run, max(1, b.CounterShards))
+	if err != nil {
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: usage: %w", id, run, err)
+	}
 	now := f.Clock.Now()
 	verdict := b.Threshold.Judge(census.Failed+census.Quarantined, census.Total)
 	status := StatusCompleted
@@ -177,6 +181,7 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 		CreatedAt:    b.CreatedAt,
 		RunStartedAt: b.RunStartedAt,
 		FinishedAt:   now,
+		Usage:        progress.Usage,
 	}
 	body, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {

@@ -172,6 +172,7 @@ type Progress struct {
 	Done      int64
 	Failures  int64
 	UpdatedAt time.Time // latest update of any counter row; zero when none
+	Usage     Usage     // what the run's message batches consumed, as far as attributed
 }
 
 // Finish is what FinishRun writes.

@@ -65,7 +65,8 @@ type Store struct {
 	// config.AttrExpiresAt is set to the write's time + RowTTL); 0 writes
 	// none (finalize then sets every row's). Set it to the retention plus
 	// batch.TTLGrace so that finalize rarely has to extend a row.
-	RowTTL time.Duration
+	RowTTL   time.Duration
+	capacity capacity
 }
 
 var _ batch.Store = (*Store)(nil)
@@ -78,14 +79,16 @@ func (s *Store) Table() string { return s.table }
 
 // New returns a Store on table. It uses a copy of db with bulkrun's
 // retryer (no client-side retry quota, so that throttling is retried with
-// backoff instead of failing at once) and AWS's transient faults tagged
-// batch.ErrUnavailable (shared/awsfault); db itself is not changed.
+// backoff instead of failing at once), AWS's transient faults tagged
+// batch.ErrUnavailable (shared/awsfault) and every call asking for its
+// consumed capacity (see Capacity); db itself is not changed.
 func New(db *dynamodb.Client, table string) *Store {
-	db = dynamodb.New(db.Options(), func(o *dynamodb.Options) {
+	s := &Store{table: table, Timeout: 10 * time.Second}
+	s.db = dynamodb.New(db.Options(), func(o *dynamodb.Options) {
 		o.Retryer = awsfault.Retryer()
-		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag, s.consumed)
 	})
-	return &Store{db: db, table: table, Timeout: 10 * time.Second}
+	return s
 }
 
 const (
@@ -792,21 +795,36 @@ func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (batch.Ite
 	return itemFrom(out.Item)
 }
 
-// AddProgress adds to one counter row: ADD done :done, failures :failures
-// SET updated_at_ms = :now.
+// AddProgress adds to one counter row: ADD done :done, failures :failures,
+// wcu :w, rcu :r SET updated_at_ms = :now, where :w and :r are the
+// DynamoDB units this Store consumed since its last AddProgress (see
+// Store.Capacity; they are attributed to this batch).
 func (s *Store) AddProgress(ctx context.Context, batchID string, run, shard int, done, failures int64, now time.Time) error {
+	used := s.takePending()
 	u := expression.Add(expression.Name("done"), expression.Value(done)).
 		Add(expression.Name("failures"), expression.Value(failures)).
 		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
+	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
+		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
+			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
+	}
 	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, now)).Build()
 	if err != nil {
+		s.returnPending(used)
 		return err
 	}
 	if _, _, err := s.updateRow(ctx, key(countPK(batchID, run, shard), skCount), expr, types.ReturnValueNone); err != nil {
+		s.returnPending(used)
 		return fmt.Errorf("add progress %s run %d: %w", batchID, run, err)
 	}
 	return nil
 }
+
+// Counter-row attributes of the DynamoDB units attributed to a run.
+const (
+	attrWriteUnits = "wcu"
+	attrReadUnits  = "rcu"
+)
 
 // Progress sums the run's counter rows with strongly consistent
 // BatchGetItem calls (100 keys each), retrying unprocessed keys.
@@ -837,15 +855,19 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 			}
 			for _, av := range out.Responses[s.table] {
 				var row struct {
-					Done        int64 `dynamodbav:"done"`
-					Failures    int64 `dynamodbav:"failures"`
-					UpdatedAtMs int64 `dynamodbav:"updated_at_ms"`
+					Done        int64   `dynamodbav:"done"`
+					Failures    int64   `dynamodbav:"failures"`
+					UpdatedAtMs int64   `dynamodbav:"updated_at_ms"`
+					WriteUnits  float64 `dynamodbav:"wcu"`
+					ReadUnits   float64 `dynamodbav:"rcu"`
 				}
 				if err := attributevalue.UnmarshalMap(av, &row); err != nil {
 					return p, err
 				}
 				p.Done += row.Done
 				p.Failures += row.Failures
+				p.Usage.DynamoDBWriteUnits += row.WriteUnits
+				p.Usage.DynamoDBReadUnits += row.ReadUnits
 				if t := fromMs(row.UpdatedAtMs); t.After(p.UpdatedAt) {
 					p.UpdatedAt = t
 				}

@@ -1,0 +1,159 @@
+package dynamo
+
+import (
+	"context"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// Capacity is the DynamoDB capacity the Store's calls consumed, as DynamoDB
+// reports it (ReturnConsumedCapacity INDEXES; "ConsumedCapacity" in the
+// DynamoDB API Reference,
+// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_ConsumedCapacity.html).
+// WriteUnits and ReadUnits are request units of the table and its indexes
+// together; Indexes holds each index's part (write and read together).
+// On AWS these are the billed figures; the emulator sizes them only
+// roughly (see internal/meter for a client-side meter).
+type Capacity struct {
+	WriteUnits, ReadUnits float64
+	Indexes               map[string]float64
+}
+
+// capacity sums ConsumedCapacity over the Store's calls: total since New,
+// and pending since the last flush into a counter row.
+type capacity struct {
+	mu             sync.Mutex
+	total, pending Capacity
+}
+
+// Capacity returns the capacity consumed by the Store's calls since New.
+// Safe for concurrent use.
+func (s *Store) Capacity() Capacity {
+	s.capacity.mu.Lock()
+	defer s.capacity.mu.Unlock()
+	c := s.capacity.total
+	c.Indexes = make(map[string]float64, len(c.Indexes))
+	for k, v := range s.capacity.total.Indexes {
+		c.Indexes[k] = v
+	}
+	return c
+}
+
+// takePending returns the units consumed since the last call and starts a
+// new sum. AddProgress stores them on the counter row it writes, so that
+// each unit is attributed to exactly one batch: the one whose counter is
+// written next in this process (in Lambda, one invocation at a time: its own
+// batch, or the first of its batches when an invocation carries several).
+func (s *Store) takePending() batch.Usage {
+	s.capacity.mu.Lock()
+	defer s.capacity.mu.Unlock()
+	p := s.capacity.pending
+	s.capacity.pending = Capacity{}
+	return batch.Usage{DynamoDBWriteUnits: p.WriteUnits, DynamoDBReadUnits: p.ReadUnits}
+}
+
+// returnPending gives back units taken for a write that failed.
+func (s *Store) returnPending(u batch.Usage) {
+	s.capacity.mu.Lock()
+	defer s.capacity.mu.Unlock()
+	s.capacity.pending.WriteUnits += u.DynamoDBWriteUnits
+	s.capacity.pending.ReadUnits += u.DynamoDBReadUnits
+}
+
+func (s *Store) add(write bool, cs ...types.ConsumedCapacity) {
+	s.capacity.mu.Lock()
+	defer s.capacity.mu.Unlock()
+	for _, c := range cs {
+		for _, sum := range []*Capacity{&s.capacity.total, &s.capacity.pending} {
+			if write {
+				sum.WriteUnits += deref(c.CapacityUnits)
+			} else {
+				sum.ReadUnits += deref(c.CapacityUnits)
+			}
+			for name, ix := range c.GlobalSecondaryIndexes {
+				if sum.Indexes == nil {
+					sum.Indexes = map[string]float64{}
+				}
+				sum.Indexes[name] += deref(ix.CapacityUnits)
+			}
+		}
+	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// consumed asks every call for ReturnConsumedCapacity INDEXES and adds
+// what the response reports (failed calls report none through the SDK; a
+// failed condition's units are therefore not seen here).
+func (s *Store) consumed(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunCapacity",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			idx := types.ReturnConsumedCapacityIndexes
+			switch p := in.Parameters.(type) {
+			case *dynamodb.GetItemInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.BatchGetItemInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.QueryInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.ScanInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.PutItemInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.UpdateItemInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.DeleteItemInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.BatchWriteItemInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.TransactWriteItemsInput:
+				p.ReturnConsumedCapacity = idx
+			case *dynamodb.TransactGetItemsInput:
+				p.ReturnConsumedCapacity = idx
+			}
+			out, md, err := next.HandleInitialize(ctx, in)
+			if err != nil {
+				return out, md, err
+			}
+			switch o := out.Result.(type) {
+			case *dynamodb.GetItemOutput:
+				s.add(false, one(o.ConsumedCapacity)...)
+			case *dynamodb.BatchGetItemOutput:
+				s.add(false, o.ConsumedCapacity...)
+			case *dynamodb.QueryOutput:
+				s.add(false, one(o.ConsumedCapacity)...)
+			case *dynamodb.ScanOutput:
+				s.add(false, one(o.ConsumedCapacity)...)
+			case *dynamodb.TransactGetItemsOutput:
+				s.add(false, o.ConsumedCapacity...)
+			case *dynamodb.PutItemOutput:
+				s.add(true, one(o.ConsumedCapacity)...)
+			case *dynamodb.UpdateItemOutput:
+				s.add(true, one(o.ConsumedCapacity)...)
+			case *dynamodb.DeleteItemOutput:
+				s.add(true, one(o.ConsumedCapacity)...)
+			case *dynamodb.BatchWriteItemOutput:
+				s.add(true, o.ConsumedCapacity...)
+			case *dynamodb.TransactWriteItemsOutput:
+				s.add(true, o.ConsumedCapacity...)
+			}
+			return out, md, err
+		}), middleware.After)
+}
+
+func one(c *types.ConsumedCapacity) []types.ConsumedCapacity {
+	if c == nil {
+		return nil
+	}
+	return []types.ConsumedCapacity{*c}
+}
