@@ -2,6 +2,8 @@
 #
 #   make demo   start the emulator, build, deploy the CDK stack, run a real batch
 #   make test   lint (go vet, staticcheck), unit tests, then the integration suite on the emulator
+#   make bench  cost of a clean run per 10^6 items, metered on the emulator
+#               (BENCH_ITEMS=100000 for 10^5 items); make bench-go: Go benchmarks
 #
 # The emulator is MiniStack (pinned in localstack/requirements.txt, installed
 # into .venv); the aws-cdk CLI is pinned in tools/cdk/package.json.
@@ -50,7 +52,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Extra CDK context for synth and deploy, e.g. CDK_CONTEXT='-c itemTimeout=30s'.
 CDK_CONTEXT ?=
 
-.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration soak bench clean
+.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration soak bench bench-go clean
 
 all: functions
 
@@ -122,7 +124,14 @@ soak:
 	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=30s'
 	$(GO) test -tags 'integration soak' -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./integration/
 
-bench:
+BENCH_ITEMS ?= 2000
+
+# A clean run of BENCH_ITEMS items of 1 KB, with small and ~1 KB outputs,
+# in-process against the emulator's storage; writes build/bench/cost.json.
+bench: tools $(EMULATOR_DEP)
+	$(GO) run ./internal/bench/cmd -items $(BENCH_ITEMS) -out build/bench/cost.json
+
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./shared/...
 
 clean:

@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/bulkrun/bulkrun/internal/meter"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/queue"
+)
+
+// Function memory sizes in MB, as the stack sets them (infra/stack.go);
+// used for the GB-seconds estimate.
+const (
+	SubmitMemoryMB   = 512
+	ItemMemoryMB     = 512
+	FinalizeMemoryMB = 1024
+)
+
+// EchoPipeline is the name of the pipeline the bench registers: it returns
+// an output of the scenario's size and does nothing else.
+const EchoPipeline = "bench-echo"
+
+// Scenario is one clean run to measure.
+type Scenario struct {
+	Name        string
+	Items       int // default 2,000
+	InputBytes  int // bytes per source line; default 1,024
+	OutputBytes int // bytes of each item's output JSON; ≤ 16 means a small output ({"ok":true})
+}
+
+// Result is what one scenario measured.
+type Result struct {
+	Scenario
+	// Usage is the metered requests of submit, the item function (with the
+	// event source's ReceiveMessage and DeleteMessageBatch, made here as the
+	// poller makes them: one of each per message batch) and finalize.
+	Usage meter.Usage
+	// Reported is what the emulator returned as ConsumedCapacity to the
+	// adapter (rough on the emulator; the billed figure on AWS).
+	Reported dynamo.Capacity
+	// ReportUsage is the run report's usage block.
+	ReportUsage batch.Usage
+	// EmptyReceives are receives that returned nothing (idle polling, billed
+	// per minute of the event source, not per item); not in Usage.
+	EmptyReceives int
+	// MessageBatches is the item function's invocations (one per received
+	// message batch).
+	MessageBatches int
+	// LambdaRequests counts invocations: submit, one per message batch,
+	// finalize (its trigger's Invoke).
+	LambdaRequests float64
+	// LambdaGBSeconds is the wall time of each in-process invocation × its
+	// function's memory. On the emulator it includes the emulator's latency.
+	LambdaGBSeconds float64
+	// APIRequests is the API Gateway requests: one submit.
+	APIRequests float64
+}
+
+type trigger struct{ n atomic.Int64 }
+
+func (t *trigger) Finalize(context.Context, string, int) error { t.n.Add(1); return nil }
+
+// Run performs the scenario against the emulator (or AWS) given by cfg,
+// in its own table, bucket and queue, which it deletes afterwards.
+func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
+	if sc.Items <= 0 {
+		sc.Items = 2000
+	}
+	if sc.InputBytes <= 0 {
+		sc.InputBytes = 1024
+	}
+	res := Result{Scenario: sc}
+	name := fmt.Sprintf("bench-%d-%s", time.Now().UnixNano(), strings.ToLower(strings.ReplaceAll(sc.Name, " ", "-")))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	name = strings.Trim(name, "-")
+
+	raw := dynamodb.NewFromConfig(cfg)
+	rawS3 := handler.NewS3(cfg)
+	rawSQS := sqs.NewFromConfig(cfg)
+	if _, err := raw.CreateTable(ctx, dynamo.TableInput(name)); err != nil {
+		return res, fmt.Errorf("bench: create table: %w", err)
+	}
+	defer raw.DeleteTable(context.WithoutCancel(ctx), &dynamodb.DeleteTableInput{TableName: &name})
+	if _, err := rawS3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name}); err != nil {
+		return res, fmt.Errorf("bench: create bucket: %w", err)
+	}
+	defer emptyBucket(context.WithoutCancel(ctx), rawS3, name)
+	q, err := rawSQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: map[string]string{"VisibilityTimeout": "900"}})
+	if err != nil {
+		return res, fmt.Errorf("bench: create queue: %w", err)
+	}
+	defer rawSQS.DeleteQueue(context.WithoutCancel(ctx), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl})
+	qurl := aws.ToString(q.QueueUrl)
+
+	// The source: JSONL, one line of InputBytes per item, key in "id".
+	var src bytes.Buffer
+	for i := range sc.Items {
+		empty := fmt.Sprintf(`{"id":%q,"pad":""}`, batch.PositionalKey(int64(i)))
+		pad := strings.Repeat("x", max(0, sc.InputBytes-len(empty)-1))
+		fmt.Fprintf(&src, `{"id":%q,"pad":%q}`+"\n", batch.PositionalKey(int64(i)), pad)
+	}
+	if _, err := rawS3.PutObject(ctx, &s3.PutObjectInput{Bucket: &name, Key: aws.String("source.jsonl"), Body: bytes.NewReader(src.Bytes())}); err != nil {
+		return res, fmt.Errorf("bench: put source: %w", err)
+	}
+
+	m := meter.New(cfg)
+	metered := cfg.Copy()
+	m.Attach(&metered)
+	store := dynamo.New(dynamodb.NewFromConfig(metered), name)
+	blobs := blob.New(handler.NewS3(metered), name)
+	items := queue.New(sqs.NewFromConfig(metered), qurl)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	output := json.RawMessage(`{"ok":true}`)
+	if sc.OutputBytes > len(output) {
+		output = json.RawMessage(`{"echo":"` + strings.Repeat("y", sc.OutputBytes-len(`{"echo":""}`)) + `"}`)
+	}
+	res.OutputBytes = len(output)
+	reg := &pipeline.Registry{}
+	if err := reg.Register(EchoPipeline, pipeline.Func(func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: output}, nil
+	})); err != nil {
+		return res, err
+	}
+	trig := &trigger{}
+	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
+		Pipelines: []string{EchoPipeline}, MaxAttempts: config.DefaultMaxAttempts, MaxReceiveCount: config.DefaultMaxReceiveCount,
+		TempDir: os.TempDir(), Retention: config.DefaultRetention}
+	worker := &batch.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
+		Pipelines: reg, Lease: config.DefaultLease}
+	fin := &batch.Finalizer{Store: store, Blobs: blobs, Clock: batch.SystemClock{}, Log: log, Retention: config.DefaultRetention,
+		Events: event.New(eventbridge.NewFromConfig(metered), "", name)}
+	gbs := func(start time.Time, mb int) { res.LambdaGBSeconds += time.Since(start).Seconds() * float64(mb) / 1024 }
+
+	m.Reset()
+	start := time.Now()
+	id := strings.ToUpper(name[len(name)-min(len(name), 20):])
+	id = strings.Trim(strings.Map(func(r rune) rune {
+		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, id), "-")
+	if _, err := sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: EchoPipeline, KeyField: "id",
+		Source: batch.SourceSpec{Object: "s3://" + name + "/source.jsonl"}}); err != nil {
+		return res, fmt.Errorf("bench: submit: %w", err)
+	}
+	gbs(start, SubmitMemoryMB)
+	res.LambdaRequests++
+	res.APIRequests++
+
+	metered2 := sqs.NewFromConfig(metered)
+	idle := 0
+	for trig.n.Load() == 0 || idle == 0 {
+		out, err := metered2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &qurl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			return res, fmt.Errorf("bench: receive: %w", err)
+		}
+		if len(out.Messages) == 0 {
+			res.EmptyReceives++
+			if trig.n.Load() > 0 {
+				idle++
+			} else if res.EmptyReceives > 30 {
+				return res, errors.New("bench: the queue ran dry before the run finished")
+			}
+			continue
+		}
+		ds := make([]batch.Delivery, 0, len(out.Messages))
+		for _, msg := range out.Messages {
+			ds = append(ds, batch.Delivery{MessageID: aws.ToString(msg.MessageId), Body: []byte(aws.ToString(msg.Body)),
+				ReceiptHandle: aws.ToString(msg.ReceiptHandle), ReceiveCount: 1})
+		}
+		start := time.Now()
+		failed := worker.Handle(ctx, ds)
+		gbs(start, ItemMemoryMB)
+		res.LambdaRequests++
+		res.MessageBatches++
+		if len(failed) > 0 {
+			return res, fmt.Errorf("bench: %d deliveries failed in a clean run", len(failed))
+		}
+		// The event source deletes a successful batch with one call.
+		del := &sqs.DeleteMessageBatchInput{QueueUrl: &qurl}
+		for i, msg := range out.Messages {
+			del.Entries = append(del.Entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: msg.ReceiptHandle})
+		}
+		if _, err := metered2.DeleteMessageBatch(ctx, del); err != nil {
+			return res, fmt.Errorf("bench: delete: %w", err)
+		}
+	}
+	res.LambdaRequests += float64(trig.n.Load()) // each trigger is one Invoke of finalize
+	start = time.Now()
+	fr, err := fin.Finalize(ctx, id, 1)
+	if err != nil {
+		return res, fmt.Errorf("bench: finalize: %w", err)
+	}
+	gbs(start, FinalizeMemoryMB)
+	if fr.Report.Census.Succeeded != int64(sc.Items) {
+		return res, fmt.Errorf("bench: census %+v, want %d succeeded", fr.Report.Census, sc.Items)
+	}
+	res.Usage = m.Usage()
+	res.Usage.SQSRequests -= float64(res.EmptyReceives)
+	res.Reported = store.Capacity()
+	res.ReportUsage = fr.Report.Usage
+	return res, nil
+}
+
+func emptyBucket(ctx context.Context, c *s3.Client, bucket string) {
+	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &bucket})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			break
+		}
+		for _, o := range page.Contents {
+			c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: o.Key})
+		}
+	}
+	c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &bucket})
+}

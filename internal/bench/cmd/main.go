@@ -1,0 +1,64 @@
+// Command bench measures the cost of a clean bulkrun run on the emulator
+// (or the AWS account of the environment): two scenarios of -items items
+// of 1 KB inputs, with small and with ~1 KB outputs. It prints units,
+// requests and dollars per 10^6 items next to the Distributed Map anchors,
+// the partition table, and writes the figures to -out. `make bench` runs
+// it; `make bench BENCH_ITEMS=100000` measures 10^5 items.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/bulkrun/bulkrun/internal/bench"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+func main() {
+	items := flag.Int("items", 2000, "items per scenario")
+	out := flag.String("out", "build/bench/cost.json", "where to write the figures as JSON")
+	flag.Parse()
+	if err := run(*items, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(items int, out string) error {
+	ctx := context.Background()
+	cfg, err := handler.AWSConfig(ctx)
+	if err != nil {
+		return err
+	}
+	var fs []bench.Figures
+	for _, sc := range []bench.Scenario{
+		{Name: "small outputs", Items: items},
+		{Name: "1 KB outputs", Items: items, OutputBytes: 1024},
+	} {
+		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, items)
+		r, err := bench.Run(ctx, cfg, sc)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.Name, err)
+		}
+		f := r.Figures()
+		f.WithPartitions(r)
+		fs = append(fs, f)
+	}
+	bench.Print(os.Stdout, fs)
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(fs, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s\n", out)
+	return nil
+}

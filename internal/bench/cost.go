@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/bulkrun/bulkrun/internal/meter"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+)
+
+// Figures is one scenario's cost per item and per 10^6 items, in the shape
+// of build/bench/cost.json.
+type Figures struct {
+	Name                     string             `json:"name"`
+	Items                    int                `json:"items"`
+	ItemsPerMessage          int                `json:"items_per_message"`
+	InputBytes               int                `json:"input_bytes"`
+	OutputBytes              int                `json:"output_bytes"`
+	WriteUnitsPerItem        float64            `json:"write_units_per_item"`
+	ReadUnitsPerItem         float64            `json:"read_units_per_item"`
+	SQSRequestsPerItem       float64            `json:"sqs_requests_per_item"`
+	LambdaInvocationsPerItem float64            `json:"lambda_invocations_per_item"`
+	LambdaGBSecondsPerItem   float64            `json:"lambda_gb_seconds_per_item"`
+	S3PutPerItem             float64            `json:"s3_put_requests_per_item"`
+	S3GetPerItem             float64            `json:"s3_get_requests_per_item"`
+	EventsPerItem            float64            `json:"eventbridge_events_per_item"`
+	APIRequestsPerItem       float64            `json:"api_requests_per_item"`
+	WriteUnitsByTarget       map[string]float64 `json:"write_units_per_item_by_target"` // "table ITEM", "index list ITEM", ...
+	ReadUnitsByTarget        map[string]float64 `json:"read_units_per_item_by_target"`
+	ReportedWriteUnits       float64            `json:"emulator_reported_write_units_per_item"`
+	ReportedReadUnits        float64            `json:"emulator_reported_read_units_per_item"`
+	USDByComponent           map[string]float64 `json:"usd_per_million_items_by_component"`
+	USDPerMillionItems       float64            `json:"usd_per_million_items"`
+	// MaxPartitionWCUPerS is, per batch size (items, as a decimal string),
+	// the busiest partition key's write units/s over the table and every
+	// index at ItemsPerSecond; PartitionTable has the rows in full.
+	MaxPartitionWCUPerS map[string]float64 `json:"max_partition_wcu_per_s"`
+	PartitionTable      []PartitionRow     `json:"partition_table"`
+}
+
+// Components of the price, in print order.
+var Components = []string{"DynamoDB writes", "DynamoDB reads", "SQS", "Lambda requests", "Lambda duration", "S3", "EventBridge", "API Gateway"}
+
+func targetName(t meter.Target) string {
+	if t.Index == "" {
+		return "table " + t.Kind
+	}
+	return "index " + t.Index + " " + t.Kind
+}
+
+// Figures prices r per item and per 10^6 items.
+func (r Result) Figures() Figures {
+	n := float64(r.Items)
+	f := Figures{
+		Name: r.Name, Items: r.Items, ItemsPerMessage: 1, InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
+		WriteUnitsPerItem:        r.Usage.WriteUnits(nil) / n,
+		ReadUnitsPerItem:         r.Usage.ReadUnits(nil) / n,
+		SQSRequestsPerItem:       r.Usage.SQSRequests / n,
+		LambdaInvocationsPerItem: (r.LambdaRequests + r.Usage.LambdaRequests) / n,
+		LambdaGBSecondsPerItem:   r.LambdaGBSeconds / n,
+		S3PutPerItem:             r.Usage.S3Put / n,
+		S3GetPerItem:             r.Usage.S3Get / n,
+		EventsPerItem:            r.Usage.EventBridgeEvents / n,
+		APIRequestsPerItem:       r.APIRequests / n,
+		WriteUnitsByTarget:       map[string]float64{},
+		ReadUnitsByTarget:        map[string]float64{},
+		ReportedWriteUnits:       r.Reported.WriteUnits / n,
+		ReportedReadUnits:        r.Reported.ReadUnits / n,
+	}
+	for t, v := range r.Usage.Write {
+		f.WriteUnitsByTarget[targetName(t)] += v / n
+	}
+	for t, v := range r.Usage.Read {
+		f.ReadUnitsByTarget[targetName(t)] += v / n
+	}
+	const M = 1e6
+	f.USDByComponent = map[string]float64{
+		"DynamoDB writes": M * f.WriteUnitsPerItem * USDPerWriteUnit,
+		"DynamoDB reads":  M * f.ReadUnitsPerItem * USDPerReadUnit,
+		"SQS":             M * f.SQSRequestsPerItem * USDPerSQSRequest,
+		"Lambda requests": M * f.LambdaInvocationsPerItem * USDPerLambdaRequest,
+		"Lambda duration": M * f.LambdaGBSecondsPerItem * USDPerLambdaGBSecond,
+		"S3":              M * (f.S3PutPerItem*USDPerS3Put + f.S3GetPerItem*USDPerS3Get),
+		"EventBridge":     M * f.EventsPerItem * USDPerEvent,
+		"API Gateway":     M * f.APIRequestsPerItem * USDPerAPIRequest,
+	}
+	for _, v := range f.USDByComponent {
+		f.USDPerMillionItems += v
+	}
+	return f
+}
+
+// ItemsPerSecond is the flow the partition table assumes.
+const ItemsPerSecond = 10_000
+
+// PartitionSizes are the batch sizes of the partition table.
+var PartitionSizes = []int64{1_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000}
+
+// PartitionLimitWCU is DynamoDB's write throughput of one partition:
+// 1,000 write units/s ("Best practices for designing and using partition
+// keys effectively",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html).
+const PartitionLimitWCU = 1000
+
+// PartitionRow is the busiest partition key's write units per second of
+// the table and of each index for a batch of BatchItems at ItemsPerSecond.
+type PartitionRow struct {
+	BatchItems    int64              `json:"batch_items"`
+	ListShards    int                `json:"list_shards"`
+	CounterShards int                `json:"counter_shards"`
+	WCUPerS       map[string]float64 `json:"wcu_per_s"` // "table", "index <name>"
+	Busiest       map[string]string  `json:"busiest"`   // which key: "item row", "counter row", "list shard", ...
+	Max           float64            `json:"max"`
+}
+
+// Partitions computes the partition table from the write units per item
+// that r measured, split by target, and the real shard derivation:
+// batch.ListShards and batch.Shard over the positional keys of each batch
+// size (the index partition keys {batch}#{shard}), and batch.CounterShards
+// with the worker's uniform random choice of counter shard per message
+// batch (seeded, so the table is reproducible). Per target:
+//   - item rows (own partition key each): an item's units, all within one
+//     second at most;
+//   - counter rows: the rate × counter units per item × the busiest
+//     shard's share of message batches;
+//   - the batch row and other per-batch rows: their units per batch over
+//     the batch's duration (at least 1 s);
+//   - index entries of item rows: the rate × units per item × the busiest
+//     index shard's share of keys.
+func (r Result) Partitions() []PartitionRow {
+	per := map[meter.Target]float64{}
+	for t, v := range r.Usage.Write {
+		per[t] = v / float64(r.Items)
+	}
+	var rows []PartitionRow
+	for _, n := range PartitionSizes {
+		ls, cs := batch.ListShards(n), batch.CounterShards(n)
+		shard := make([]int64, ls)
+		for i := range n {
+			shard[batch.Shard(batch.PositionalKey(i), ls)]++
+		}
+		keyShare := float64(slicesMax(shard)) / float64(n)
+		counters := make([]int64, cs)
+		rng := rand.New(rand.NewPCG(uint64(n), 1))
+		batches := (n + 9) / 10
+		for range batches {
+			counters[rng.IntN(cs)]++
+		}
+		counterShare := float64(slicesMax(counters)) / float64(batches)
+		seconds := max(1, float64(n)/ItemsPerSecond)
+		row := PartitionRow{BatchItems: n, ListShards: ls, CounterShards: cs, WCUPerS: map[string]float64{}, Busiest: map[string]string{}}
+		consider := func(target string, v float64, what string) {
+			if _, ok := row.WCUPerS[target]; !ok || v > row.WCUPerS[target] {
+				row.WCUPerS[target], row.Busiest[target] = v, what
+			}
+			row.Max = max(row.Max, v)
+		}
+		consider("table", 0, "")
+		for _, ix := range dynamo.TableInput("").GlobalSecondaryIndexes {
+			consider("index "+aws.ToString(ix.IndexName), 0, "")
+		}
+		for t, u := range per {
+			target := "table"
+			if t.Index != "" {
+				target = "index " + t.Index
+			}
+			switch {
+			case t.Index == "" && t.Kind == "ITEM":
+				consider(target, u, "an item row")
+			case t.Index == "" && t.Kind == "COUNT":
+				consider(target, ItemsPerSecond*u*counterShare, fmt.Sprintf("a counter row (1 of %d)", cs))
+			case t.Kind == "ITEM":
+				consider(target, ItemsPerSecond*u*keyShare, fmt.Sprintf("a shard key (1 of %d)", ls))
+			default:
+				consider(target, u*float64(r.Items)/seconds, "the "+strings.ToLower(t.Kind)+" row")
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func slicesMax(s []int64) int64 {
+	var m int64
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}
+
+// Print writes the figures of each scenario, the anchors and the
+// partition table as text.
+func Print(w io.Writer, fs []Figures) {
+	fmt.Fprintf(w, "\nbulkrun cost per 10^6 items (us-east-1 on-demand prices; metered by DynamoDB's sizing rules)\n")
+	for _, f := range fs {
+		fmt.Fprintf(w, "\n== %s: %d items, %d-byte inputs, %d-byte outputs, %d item per message\n", f.Name, f.Items, f.InputBytes, f.OutputBytes, f.ItemsPerMessage)
+		fmt.Fprintf(w, "  %-34s %12s %14s\n", "units and requests", "per item", "per 10^6 items")
+		line := func(name string, v float64) { fmt.Fprintf(w, "  %-34s %12.4f %14.0f\n", name, v, v*1e6) }
+		line("DynamoDB write units", f.WriteUnitsPerItem)
+		for _, k := range sortedKeys(f.WriteUnitsByTarget) {
+			line("  "+k, f.WriteUnitsByTarget[k])
+		}
+		line("DynamoDB read units", f.ReadUnitsPerItem)
+		for _, k := range sortedKeys(f.ReadUnitsByTarget) {
+			line("  "+k, f.ReadUnitsByTarget[k])
+		}
+		line("SQS requests (64 KB chunks)", f.SQSRequestsPerItem)
+		line("Lambda requests", f.LambdaInvocationsPerItem)
+		line("Lambda GB-s (emulator wall time)", f.LambdaGBSecondsPerItem)
+		line("S3 PUT-tier requests", f.S3PutPerItem)
+		line("S3 GET-tier requests", f.S3GetPerItem)
+		line("EventBridge events", f.EventsPerItem)
+		line("API Gateway requests", f.APIRequestsPerItem)
+		fmt.Fprintf(w, "  (the emulator itself reported %.3f write and %.3f read units per item)\n", f.ReportedWriteUnits, f.ReportedReadUnits)
+		fmt.Fprintf(w, "  %-34s %12s\n", "dollars per 10^6 items", "USD")
+		top, topV := "", 0.0
+		for _, c := range Components {
+			v := f.USDByComponent[c]
+			fmt.Fprintf(w, "  %-34s %12.3f\n", c, v)
+			if v > topV {
+				top, topV = c, v
+			}
+		}
+		fmt.Fprintf(w, "  %-34s %12.3f\n", "total (infrastructure overhead)", f.USDPerMillionItems)
+		fmt.Fprintf(w, "  dominated by %s: %.0f %% of the total\n", top, 100*topV/f.USDPerMillionItems)
+	}
+	fmt.Fprintf(w, "\nanchors, Step Functions Distributed Map, overhead per 10^6 items (pipeline compute excluded):\n")
+	for _, a := range Anchors {
+		fmt.Fprintf(w, "  %-50s %8.2f  (%s)\n", a.Name, a.USD, a.Assumptions)
+	}
+	for _, f := range fs {
+		fmt.Fprintf(w, "  %-50s %8.2f  (measured above)\n", "bulkrun, "+f.Name, f.USDPerMillionItems)
+	}
+	for _, f := range fs {
+		fmt.Fprintf(w, "\npartition table, %s: busiest partition key's write units/s at %d items/s (limit %d per partition)\n", f.Name, ItemsPerSecond, PartitionLimitWCU)
+		targets := sortedKeys(f.PartitionTable[0].WCUPerS)
+		fmt.Fprintf(w, "  %10s %7s %9s", "items", "shards", "counters")
+		for _, t := range targets {
+			fmt.Fprintf(w, " %16s", t)
+		}
+		fmt.Fprintf(w, " %9s\n", "max")
+		for _, row := range f.PartitionTable {
+			fmt.Fprintf(w, "  %10d %7d %9d", row.BatchItems, row.ListShards, row.CounterShards)
+			for _, t := range targets {
+				fmt.Fprintf(w, " %16.0f", row.WCUPerS[t])
+			}
+			flag := ""
+			if row.Max > PartitionLimitWCU {
+				flag = "  over the limit"
+			}
+			fmt.Fprintf(w, " %9.0f%s\n", row.Max, flag)
+		}
+		last := f.PartitionTable[len(f.PartitionTable)-1]
+		for _, t := range targets {
+			if b := last.Busiest[t]; b != "" {
+				fmt.Fprintf(w, "  busiest key of %s: %s\n", t, b)
+			}
+		}
+	}
+}
+
+// WithPartitions fills f's partition fields from r.
+func (f *Figures) WithPartitions(r Result) {
+	f.PartitionTable = r.Partitions()
+	f.MaxPartitionWCUPerS = map[string]float64{}
+	for _, row := range f.PartitionTable {
+		f.MaxPartitionWCUPerS[strconv.FormatInt(row.BatchItems, 10)] = row.Max
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
