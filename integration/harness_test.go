@@ -401,7 +401,7 @@ func (c *requestCounter) snapshot() map[string]int {
 // TestHarnessRequestsPerItem counts the requests bulkrun makes per item for
 // a clean run of 200 items (submit, fan-out, items in message batches of
 // 10, finalize) and fails when a change raises them past the budget of
-// docs/design.md ("Cost per item"). The counts are logged with -v.
+// docs/design.md ("Cost"). The counts are logged with -v.
 func TestHarnessRequestsPerItem(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
