@@ -132,6 +132,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	metered := cfg.Copy()
 	m.Attach(&metered)
 	store := dynamo.New(dynamodb.NewFromConfig(metered), name)
+	store.RowTTL = config.DefaultRetention + batch.TTLGrace // as the functions set it (shared/handler)
 	blobs := blob.New(handler.NewS3(metered), name)
 	items := queue.New(sqs.NewFromConfig(metered), qurl)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
