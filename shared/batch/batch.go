@@ -328,10 +328,12 @@ type Report struct {
 
 // Usage is what a run consumed of billed services, as far as bulkrun can
 // attribute it to the run: the DynamoDB request units the item function's
-// message batches consumed as DynamoDB reported them (ReturnConsumedCapacity;
-// truthful on AWS, rough on the emulator). Submit's and finalize's own calls, SQS, S3, EventBridge and
+// message batches consumed, as DynamoDB reported them
+// (ReturnConsumedCapacity; the billed figure on AWS, rough on the
+// emulator). Submit's and finalize's own calls, SQS, S3, EventBridge and
 // Lambda are not attributed per run; `make bench` meters them all (see
-// "Cost" in docs/design.md). JSON: {"dynamodb_write_units": 4123.5, ...}.
+// "Cost" in docs/design.md). JSON:
+// {"dynamodb_write_units": 4123.5, "dynamodb_read_units": 240}.
 type Usage struct {
 	DynamoDBWriteUnits float64 `json:"dynamodb_write_units"`
 	DynamoDBReadUnits  float64 `json:"dynamodb_read_units"`
