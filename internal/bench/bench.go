@@ -32,8 +32,9 @@ import (
 	"github.com/bulkrun/bulkrun/shared/queue"
 )
 
-// Function memory sizes in MB, as the stack sets them (infra/stack.go);
-// used for the GB-seconds estimate.
+// Function memory sizes in MB, as the stack sets them by default
+// (infra/stack.go: DefaultItemMemoryMiB and the submit and finalize
+// functions); used for the GB-seconds estimate.
 const (
 	SubmitMemoryMB   = 512
 	ItemMemoryMB     = 512
@@ -125,7 +126,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		pad := strings.Repeat("x", max(0, sc.InputBytes-len(empty)-1))
 		fmt.Fprintf(&src, `{"id":%q,"pad":%q}`+"\n", batch.PositionalKey(int64(i)), pad)
 	}
-	if _, err := rawS3.PutObject(ctx, &s3.PutObjectInput{Bucket: &name, Key: aws.String("source.jsonl"), Body: bytes.NewReader(src.Bytes())}); err != nil {
+	if _, err := rawS3.PutObject(ctx, &s3.PutObjectInput{Bucket: &name, Key: aws.String("uploads/source.jsonl"), Body: bytes.NewReader(src.Bytes())}); err != nil {
 		return res, fmt.Errorf("bench: put source: %w", err)
 	}
 
@@ -152,7 +153,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	trig := &trigger{}
 	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
 		Pipelines: []string{EchoPipeline}, MaxAttempts: config.DefaultMaxAttempts, MaxReceiveCount: config.DefaultMaxReceiveCount,
-		TempDir: os.TempDir(), Retention: config.DefaultRetention}
+		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: batch.SourcePolicy{Bucket: name}}
 	worker := &batch.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
 		Pipelines: reg, Lease: config.DefaultLease}
 	fin := &batch.Finalizer{Store: store, Blobs: blobs, Clock: batch.SystemClock{}, Log: log, Retention: config.DefaultRetention,
@@ -169,7 +170,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return '-'
 	}, id), "-")
 	if _, err := sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: EchoPipeline, KeyField: "id",
-		Source: batch.SourceSpec{Object: "s3://" + name + "/source.jsonl"}}); err != nil {
+		Source: batch.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}}); err != nil {
 		return res, fmt.Errorf("bench: submit: %w", err)
 	}
 	gbs(start, SubmitMemoryMB)
