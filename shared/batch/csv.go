@@ -72,7 +72,7 @@ func ReadCSV(r io.Reader, keyField string, emit func(SourceItem) error) error {
 // sep= line that contradicts delimiter.
 //
 // A UTF-8 byte-order mark is skipped; any other encoding is refused (see
-// SourceText). Blank and whitespace-only lines outside a quoted field are
+// SourceText), and so are lines that end in CR alone (classic Mac OS). Blank and whitespace-only lines outside a quoted field are
 // never items and keep their line numbers. Errors are *InputError naming
 // the line: a malformed record names the line where the record began (and
 // where parsing stopped), a row with the wrong number of fields its line.
@@ -92,6 +92,11 @@ func ReadCSVDelimited(r io.Reader, keyField string, delimiter rune, emit func(So
 		return fmt.Errorf("read csv: %w", err)
 	}
 	headerAt := lr.line
+	if countOutsideQuotes(bytes.TrimSuffix(bytes.TrimSuffix(headLine, newline), []byte{'\r'}), '\r') > 0 {
+		// encoding/csv ends lines at '\n' only: the whole file would be
+		// one header and no item.
+		return &InputError{Line: headerAt, Reason: "lines end in a carriage return alone (CR, as classic Mac OS and Excel's \"CSV (Macintosh)\" write them); save the file with LF or CRLF line endings"}
+	}
 	delim, err := chooseDelimiter(headLine, delimiter, sep, headerAt)
 	if err != nil {
 		return err

@@ -121,6 +121,44 @@ func TestCSVDelimiterAsSpreadsheetsExport(t *testing.T) {
 	}
 }
 
+// TestCSVCROnlyLineEndingsRefused guards the README line "CSV: … a
+// source without items is refused": a CSV whose lines end in CR alone
+// (Excel's "CSV (Macintosh)") was read as one header line, no item, and
+// refused as an empty source although it held rows. It is refused naming
+// line 1 and the line endings; a CR inside a quoted header field, CRLF and
+// LF files are read as before.
+func TestCSVCROnlyLineEndingsRefused(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []string
+		wantErr  string
+	}{
+		{name: "CR only", in: "id,name\rA1,W\rA2,G\r", wantErr: "carriage return alone"},
+		{name: "CR only after a sep line", in: "sep=;\rid;name\rA1;W\r", wantErr: "carriage return alone"},
+		{name: "CR only without a final CR", in: "id;name\rA1;W", wantErr: "carriage return alone"},
+		{name: "CRLF", in: "id,name\r\nA1,W\r\n", want: []string{`{"id":"A1","name":"W"}`}},
+		{name: "CR in a quoted header field", in: "id,\"a\rb\"\nA1,W\n", want: []string{`{"id":"A1","a\rb":"W"}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			items, err := readAll(t, "orders.csv", []byte(tt.in), SourceSpec{}, "id")
+			if tt.wantErr != "" {
+				var ie *InputError
+				if !errors.As(err, &ie) || !strings.Contains(err.Error(), tt.wantErr) || ie.Line != 1 {
+					t.Fatalf("err = %v (%d items), want %q at line 1", err, len(items), tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := inputs(items); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Fatalf("inputs = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestParseCSVDelimiter(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
