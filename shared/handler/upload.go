@@ -203,9 +203,11 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if etag == "" {
 		etag = strings.Trim(info.ETag, `"`) // pin what the HEAD saw for every later read
 	}
+	// A name is matched in any case and with '_' for '-' (x-amz-meta-key_field,
+	// spelled as the API's key_field, is x-amz-meta-key-field).
 	get := func(name string) string {
 		for k, v := range meta {
-			if strings.EqualFold(k, name) {
+			if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), name) {
 				return v
 			}
 		}

@@ -339,3 +339,34 @@ func TestRetriedStartClearsItsReport(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadMetadataNamesAsTheAPISpellsThem guards the README line
+// "Options come from its metadata (x-amz-meta-pipeline, -key-field, …)":
+// an upload whose metadata spells the names as the API's fields do
+// (x-amz-meta-key_field, any case) was read as if it had no such option,
+// so its items ran under positional keys and without the threshold asked
+// for. '_' and '-' name the same option.
+func TestUploadMetadataNamesAsTheAPISpellsThem(t *testing.T) {
+	tests := []struct {
+		name string
+		meta map[string]string
+	}{
+		{"hyphens", map[string]string{"key-field": "order_id", "tolerated-failure-count": "0", "csv-delimiter": ";"}},
+		{"underscores", map[string]string{"key_field": "order_id", "tolerated_failure_count": "0", "csv_delimiter": ";"}},
+		{"underscores, upper case", map[string]string{"Key_Field": "order_id", "TOLERATED_FAILURE_COUNT": "0", "Csv_Delimiter": ";"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &bucket{name: "src", written: map[string][]byte{}, objects: map[string]object{
+				"incoming/orders.csv": {body: []byte("order_id;qty\nA1;2\n"), etag: "e1", meta: tt.meta}}}
+			var logs bytes.Buffer
+			req, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.csv", "e1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.KeyField != "order_id" || req.Threshold.FailureCount == nil || *req.Threshold.FailureCount != 0 || req.Source.CSVDelimiter != ";" {
+				t.Fatalf("key field %q, failure count %v, delimiter %q: want order_id, 0, ;", req.KeyField, req.Threshold.FailureCount, req.Source.CSVDelimiter)
+			}
+		})
+	}
+}
