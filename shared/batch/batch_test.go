@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -346,6 +347,20 @@ func TestSourceSpecValidate(t *testing.T) {
 				t.Fatalf("Validate = %v, want field %q", err, tt.wantField)
 			}
 		})
+	}
+}
+
+// TestUnknownFormatNamesTheValue guards the rule "bad input gets a clear
+// error naming the field": a format given but not known ("CSV", "ndjson")
+// was answered "cannot tell the format of k.csv: set format", as if none
+// had been given; the answer names the value given.
+func TestUnknownFormatNamesTheValue(t *testing.T) {
+	for _, f := range []string{"CSV", "ndjson", "tsv"} {
+		err := SourceSpec{Object: "s3://b/k.csv", Format: f}.Validate("")
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Field != "source.format" || !strings.Contains(err.Error(), strconv.Quote(f)+" is not a format") {
+			t.Errorf("format %q: Validate = %v, want source.format naming %q", f, err, f)
+		}
 	}
 }
 

@@ -404,8 +404,12 @@ func (s SourceSpec) Validate(keyField string) error {
 			return &InputError{Field: "source.object", Reason: "names no object key"}
 		}
 		f := s.Format
-		if f == "" {
+		switch f {
+		case "":
 			f = FormatOf(key)
+		case FormatJSONL, FormatJSON, FormatCSV:
+		default:
+			return &InputError{Field: "source.format", Reason: fmt.Sprintf("%q is not a format: want jsonl, json or csv (lower case)", f)}
 		}
 		if f != FormatJSONL && f != FormatJSON && f != FormatCSV {
 			return &InputError{Field: "source.format", Reason: fmt.Sprintf("cannot tell the format of %q: set format to jsonl, json or csv", key)}
