@@ -296,7 +296,7 @@ func (a *app) submitCmd() *cobra.Command {
 			fmt.Fprintf(a.errw, "batch %s: submitting\n", req.BatchID)
 			v, err := a.api.Submit(ctx, req)
 			if err != nil {
-				return fmt.Errorf("%w (the batch id was %s: run the command again with --id %s to retry it safely)", err, req.BatchID, req.BatchID)
+				return submitError(err, req.BatchID)
 			}
 			if !watch {
 				if a.output == "json" {
@@ -332,6 +332,17 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
+}
+
+// submitError is the error of a submit that failed: one that may be sent
+// again (client.Retryable: no answer, 429, 5xx but 507) says which --id
+// retries it safely; a refusal (another 4xx, 507) does not, as the same
+// request under that id would be answered the same.
+func submitError(err error, id string) error {
+	if client.Retryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (the batch id was %s: run the command again with --id %s to retry it safely)", err, id, id)
+	}
+	return err
 }
 
 // upload puts a local file under uploads/{sha256 prefix}/ in the stack's

@@ -2,12 +2,19 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -87,5 +94,36 @@ func TestSecretsCLIReadsHeadersFromFileOrEnv(t *testing.T) {
 		if cmd.Flags().Lookup(f) == nil {
 			t.Errorf("submit has no --%s", f)
 		}
+	}
+}
+
+// TestSubmitRetryHintOnlyWhenRetryable guards the README line "if every
+// try fails it says which --id to run again with": the hint was also given
+// for a refusal (400, 409, 507), where running the command again with that
+// id only gets the same refusal; it is given for failures a retry may cure.
+func TestSubmitRetryHintOnlyWhenRetryable(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		hint bool
+	}{
+		{"504 from the gateway", &client.APIError{Status: http.StatusGatewayTimeout}, true},
+		{"429", &client.APIError{Status: http.StatusTooManyRequests}, true},
+		{"no answer", &url.Error{Op: "Post", URL: "https://x/batches", Err: io.ErrUnexpectedEOF}, true},
+		{"interrupted", fmt.Errorf("submit b: %w", context.Canceled), true},
+		{"400 refused", &client.APIError{Status: http.StatusBadRequest}, false},
+		{"409 mismatch", &client.APIError{Status: http.StatusConflict}, false},
+		{"507", &client.APIError{Status: http.StatusInsufficientStorage}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := submitError(fmt.Errorf("submit b-1: %w", tt.err), "b-1")
+			if got := strings.Contains(err.Error(), "--id b-1"); got != tt.hint {
+				t.Fatalf("%v: hint %v, want %v", err, got, tt.hint)
+			}
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("%v does not wrap %v", err, tt.err)
+			}
+		})
 	}
 }
