@@ -2,6 +2,8 @@ package handler
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,10 +59,22 @@ type Refusal struct {
 type UploadError = Refusal
 
 // UploadErrorKey is where the error report of a refused upload goes:
-// incoming-errors/{key without incoming/}.error.json.
+// incoming-errors/{key without incoming/}.error.json, or, when that would
+// pass S3's 1,024-byte key limit (S3 user guide, "Naming Amazon S3
+// objects": https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html),
+// incoming-errors/_long/{hex SHA-256 of key}.error.json (the report names
+// the key).
 func UploadErrorKey(key string) string {
-	return config.UploadErrorsPrefix + strings.TrimPrefix(key, config.IncomingPrefix) + ".error.json"
+	k := config.UploadErrorsPrefix + strings.TrimPrefix(key, config.IncomingPrefix) + ".error.json"
+	if len(k) > maxS3KeyBytes {
+		sum := sha256.Sum256([]byte(key))
+		k = config.UploadErrorsPrefix + "_long/" + hex.EncodeToString(sum[:]) + ".error.json"
+	}
+	return k
 }
+
+// maxS3KeyBytes is S3's limit on an object key's length in UTF-8 bytes.
+const maxS3KeyBytes = 1024
 
 // ScheduleErrorKey is where the error report of a refused or failed tick
 // goes: schedule-errors/{schedule}/{batch id}.error.json.

@@ -370,3 +370,33 @@ func TestUploadMetadataNamesAsTheAPISpellsThem(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadErrorReportOfALongKey guards the README line "Every object
+// under incoming/ either starts a batch or leaves an error report": the
+// report of an upload whose key is near S3's 1,024-byte limit was put at
+// incoming-errors/{name}.error.json, past the limit, so S3 refused it and
+// the start ended on the failure queue without its report. Such a report
+// goes to incoming-errors/_long/{sha256 of the key}.error.json and names
+// the key; a shorter key keeps its readable report name.
+func TestUploadErrorReportOfALongKey(t *testing.T) {
+	long := "incoming/" + strings.Repeat("é", 500) + ".csv" // 1,013 bytes: its report key would be 1,031
+	for _, key := range []string{long, "incoming/" + strings.Repeat("a", 990) + ".csv"} {
+		b := &bucket{name: "bkt", written: map[string][]byte{}}
+		var logs bytes.Buffer
+		raw, _ := json.Marshal(events.S3Event{Records: []events.S3EventRecord{s3Record("ObjectCreated:Put", "bkt", key, 11, "e1")}})
+		if _, err := newSubmit(b, &bus{}, &logs).Handle(context.Background(), raw); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		want := UploadErrorKey(key)
+		if len(b.written) != 1 || b.written[want] == nil || len(want) > 1024 {
+			t.Fatalf("%d-byte key: reports %d, want one at %q (≤ 1,024 bytes)", len(key), len(b.written), want)
+		}
+		var rep Refusal
+		if err := json.Unmarshal(b.written[want], &rep); err != nil || rep.Key != key || rep.Report != "s3://bkt/"+want {
+			t.Fatalf("report %+v (%v): want one naming the key and itself", rep, err)
+		}
+		if short := "incoming-errors/" + strings.TrimPrefix(key, "incoming/") + ".error.json"; len(short) <= 1024 && want != short {
+			t.Fatalf("report key %q, want %q", want, short)
+		}
+	}
+}
