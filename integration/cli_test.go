@@ -4,12 +4,14 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -73,5 +75,62 @@ func TestCLI(t *testing.T) {
 	}
 	if _, code = run("forget", id); code != 0 {
 		t.Fatalf("forget: exit %d", code)
+	}
+}
+
+// TestCLISameCommandTwiceIsOneBatch guards the product line "running the
+// same submit of a local file again answers the batch it started" (the
+// CLI's default id derives from the uploaded content and the settings,
+// cli.RequestBatchID): a user who reruns a command that failed midway, or
+// by mistake, gets the same batch and every item runs once. The file's
+// content differs per test run (the route name is in it), so the batch is
+// new the first time.
+func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	name := newID(t)
+	url := env.hook.route(name, func(string, int) int { return 200 })
+	src := filepath.Join(t.TempDir(), "orders.jsonl")
+	body := ""
+	for i := range 5 {
+		body += fmt.Sprintf("{\"k\":\"k%d\",\"run\":%q}\n", i, name)
+	}
+	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	submit := func() handler.BatchView {
+		t.Helper()
+		cmd := exec.Command(bin, "submit", src, "--pipeline", "webhook", "--key-field", "k",
+			"--options", fmt.Sprintf(`{"url":%q}`, url), "--watch", "--output", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("submit: %v\n%s", err, stderr.String())
+		}
+		var v handler.BatchView
+		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
+			t.Fatalf("submit printed %q: %v", stdout.String(), err)
+		}
+		return v
+	}
+	first, second := submit(), submit()
+	if first.ID != second.ID || !strings.HasPrefix(first.ID, "cli-") {
+		t.Fatalf("batch ids %q and %q: want one id derived from the request", first.ID, second.ID)
+	}
+	if first.Census.Succeeded != 5 || second.Census.Succeeded != 5 {
+		t.Errorf("census %+v then %+v, want 5 succeeded", first.Census, second.Census)
+	}
+	for k, n := range env.hook.counts(name) {
+		if n != 1 {
+			t.Errorf("%s: %d calls, want 1", k, n)
+		}
+	}
+	if n := len(env.hook.counts(name)); n != 5 {
+		t.Errorf("%d items called, want 5", n)
+	}
+	if err := env.api.Forget(context.Background(), first.ID); err != nil {
+		t.Errorf("forget: %v", err)
 	}
 }

@@ -241,6 +241,7 @@ func (a *app) submitCmd() *cobra.Command {
 				return err
 			}
 			src := args[0]
+			local := false // a local file or folder: its content is known
 			switch {
 			case prefix:
 				if !strings.HasPrefix(src, "s3://") {
@@ -257,6 +258,7 @@ func (a *app) submitCmd() *cobra.Command {
 					}
 					fmt.Fprintf(a.errw, "uploaded %d files to %s\n", n, uri)
 					req.Source = batch.SourceSpec{Prefix: uri}
+					local = true
 					break
 				}
 				uri, err := a.upload(ctx, src)
@@ -264,6 +266,7 @@ func (a *app) submitCmd() *cobra.Command {
 					return err
 				}
 				req.Source = batch.SourceSpec{Object: uri, Format: format}
+				local = true
 			}
 			if delim != "" {
 				if req.Source.Object == "" {
@@ -291,7 +294,14 @@ func (a *app) submitCmd() *cobra.Command {
 			if req.BatchID == "" {
 				// Chosen before the first try, so that every retry (and a
 				// rerun of this command with --id) names the same batch.
+				// A local file or folder is uploaded under its content's
+				// digest, so its request names its content: the id derives
+				// from it, and running the same command again is the same
+				// batch, as an upload of the same name and content is.
 				req.BatchID = batch.NewBatchID()
+				if local {
+					req.BatchID = RequestBatchID(req)
+				}
 			}
 			fmt.Fprintf(a.errw, "batch %s: submitting\n", req.BatchID)
 			v, err := a.api.Submit(ctx, req)
@@ -316,7 +326,7 @@ func (a *app) submitCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
-	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]); a new ULID when empty, printed before the first try. Every try, and a rerun with this id, is the same batch")
+	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]), printed before the first try; every try, and a rerun with this id, is the same batch. Default: for a local file or folder, derived from its content and the settings (the same command again is the same batch); for an s3:// source, a new ULID")
 	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
 	f.StringVar(&format, "format", "", "source format: jsonl, json or csv (default from the extension)")
 	f.BoolVar(&prefix, "prefix", false, "the s3:// URI is a prefix: one item per object under it")
@@ -332,6 +342,24 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
+}
+
+// RequestBatchID is the default batch id of a submit of a local file or
+// folder: "cli-" and the first 24 hex digits of the SHA-256 of the request
+// as JSON (source URI — which holds the content's digest —, pipeline,
+// options, headers, key field, threshold and the other settings; the batch
+// id and --rerun left out). The same command over the same content gives the
+// same id, so running it again answers the batch it started instead of
+// running every item a second time; changed content or settings give
+// another id. Deterministic and safe for concurrent use.
+func RequestBatchID(req batch.SubmitRequest) string {
+	req.BatchID, req.Rerun = "", false // --rerun asks the same batch for a new run
+	b, err := json.Marshal(req)
+	if err != nil { // a SubmitRequest always marshals; fall back to a fresh id
+		return batch.NewBatchID()
+	}
+	sum := sha256.Sum256(b)
+	return "cli-" + hex.EncodeToString(sum[:])[:24]
 }
 
 // submitError is the error of a submit that failed: one that may be sent

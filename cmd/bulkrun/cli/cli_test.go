@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -125,5 +127,35 @@ func TestSubmitRetryHintOnlyWhenRetryable(t *testing.T) {
 				t.Fatalf("%v does not wrap %v", err, tt.err)
 			}
 		})
+	}
+}
+
+// TestRequestBatchIDNamesTheRequest: the default id of a local source is
+// the same for the same request (retries, --rerun), and another for other
+// content or settings.
+func TestRequestBatchIDNamesTheRequest(t *testing.T) {
+	base := batch.SubmitRequest{Pipeline: "webhook", KeyField: "k", Options: json.RawMessage(`{"url":"https://example.org/h"}`),
+		Source: batch.SourceSpec{Object: "s3://b/uploads/0123456789abcdef/orders.jsonl"}}
+	id := RequestBatchID(base)
+	if !strings.HasPrefix(id, "cli-") || len(id) != 28 {
+		t.Fatalf("id %q, want cli- and 24 hex digits", id)
+	}
+	same := base
+	same.Rerun, same.BatchID = true, "ignored"
+	if got := RequestBatchID(same); got != id {
+		t.Errorf("with --rerun: %q, want %q", got, id)
+	}
+	for name, change := range map[string]func(*batch.SubmitRequest){
+		"content":   func(r *batch.SubmitRequest) { r.Source.Object = "s3://b/uploads/fedcba9876543210/orders.jsonl" },
+		"pipeline":  func(r *batch.SubmitRequest) { r.Pipeline = "thumbnail" },
+		"options":   func(r *batch.SubmitRequest) { r.Options = json.RawMessage(`{"url":"https://example.org/other"}`) },
+		"key field": func(r *batch.SubmitRequest) { r.KeyField = "" },
+		"headers":   func(r *batch.SubmitRequest) { r.Headers = map[string]string{"X-Tenant": "acme"} },
+	} {
+		r := base
+		change(&r)
+		if got := RequestBatchID(r); got == id {
+			t.Errorf("other %s: same id %q", name, got)
+		}
 	}
 }
