@@ -14,18 +14,21 @@ import (
 // Batch is a batch's row: its plan (manifest and digest), its options and the
 // state of its current run. JSON names are the API's.
 type Batch struct {
-	ID             string            `json:"batch_id"`
-	Pipeline       string            `json:"pipeline"`
-	Digest         string            `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
-	ManifestKey    string            `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
-	ManifestBytes  int64             `json:"manifest_bytes"`
-	ItemCount      int64             `json:"item_count"`
-	ListShards     int               `json:"list_shards"`    // list-index shards (see ListShards)
-	CounterShards  int               `json:"counter_shards"` // run counter rows (see CounterShards)
-	Run            int               `json:"run"`            // current run, from 1
-	Status         Status            `json:"status"`
-	Threshold      Threshold         `json:"threshold"`
-	MaxAttempts    int               `json:"max_attempts"`
+	ID            string    `json:"batch_id"`
+	Pipeline      string    `json:"pipeline"`
+	Digest        string    `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
+	ManifestKey   string    `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
+	ManifestBytes int64     `json:"manifest_bytes"`
+	ItemCount     int64     `json:"item_count"`
+	ListShards    int       `json:"list_shards"`    // list-index shards (see ListShards)
+	CounterShards int       `json:"counter_shards"` // run counter rows (see CounterShards)
+	Run           int       `json:"run"`            // current run, from 1
+	Status        Status    `json:"status"`
+	Threshold     Threshold `json:"threshold"`
+	MaxAttempts   int       `json:"max_attempts"`
+	// MaxConcurrency is the most items of the batch whose pipeline runs at
+	// once, across every invocation (see Worker); 0 is unlimited.
+	MaxConcurrency int               `json:"max_concurrency,omitempty"`
 	OnInterrupt    InterruptPolicy   `json:"on_interrupt"`
 	Headers        map[string]string `json:"headers,omitempty"`
 	Options        json.RawMessage   `json:"pipeline_options,omitempty"`

@@ -424,6 +424,7 @@ func TestSameSettings(t *testing.T) {
 		{func(b *Batch) { b.Headers = map[string]string{"X": "1"} }, "headers"},
 		{func(b *Batch) { p := 5.0; b.Threshold.FailurePercent = &p }, "threshold"},
 		{func(b *Batch) { b.MaxAttempts = 4 }, "max_attempts"},
+		{func(b *Batch) { b.MaxConcurrency = 3 }, "max_concurrency"},
 		{func(b *Batch) { f := false; b.StopOnThreshold = &f }, "stop_on_threshold"},
 		{func(b *Batch) { b.OnInterrupt = InterruptQuarantine }, "on_interrupt"},
 	} {
@@ -490,6 +491,7 @@ func TestSameRequest(t *testing.T) {
 		{"other pipeline", func(r *SubmitRequest) { r.Pipeline = "thumbnail" }, "pipeline"},
 		{"other options", func(r *SubmitRequest) { r.Options = json.RawMessage(`{"url":"http://b"}`) }, "pipeline_options"},
 		{"other attempts", func(r *SubmitRequest) { r.MaxAttempts = 2 }, "max_attempts"},
+		{"a concurrency limit", func(r *SubmitRequest) { r.MaxConcurrency = 3 }, "max_concurrency"},
 		{"a threshold", func(r *SubmitRequest) { c := int64(1); r.Threshold.FailureCount = &c }, "threshold"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

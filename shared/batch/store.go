@@ -97,8 +97,8 @@ type Store interface {
 	// run can start while its state is deleted; ErrConflict while a run is
 	// going. Idempotent.
 	MarkForgetting(ctx context.Context, id string) error
-	// DeleteBatch removes every row of the batch: its items, counters and
-	// running marker, then the batch row, and its retention markers last,
+	// DeleteBatch removes every row of the batch: its items, counters,
+	// concurrency slots and running marker, then the batch row, and its retention markers last,
 	// only once everything else is gone (rows a delete left unprocessed are
 	// retried; if some stay, the error says so and the markers remain).
 	DeleteBatch(ctx context.Context, b Batch) error
@@ -107,6 +107,13 @@ type Store interface {
 	// run, to until where it is earlier or unset; rows that no longer
 	// exist are not created. Idempotent.
 	KeepRows(ctx context.Context, b Batch, keys []string, until time.Time) error
+	// AcquireSlot takes concurrency slot `slot` of the batch for holder
+	// until now+lease, only if the slot is free or its lease has ended;
+	// else ErrConflict. Each slot is its own row (its own partition key).
+	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
+	// FreeSlot frees the slot only if holder still holds it; a slot taken
+	// over by another holder (or gone) is left alone, without error.
+	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

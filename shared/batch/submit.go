@@ -38,6 +38,12 @@ type SubmitRequest struct {
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 	// MaxAttempts per item, 1–100; 0 means the stack's default.
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// MaxConcurrency is the most items of the batch running their pipeline
+	// at once, across every invocation of the item function, 1–
+	// MaxBatchConcurrency; 0 (the default) is unlimited. For receivers that
+	// can take only so much: an item that finds every slot taken waits
+	// (about SlotWait) without using an attempt.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Headers reach the pipeline; names starting with "bulkrun." are refused.
 	Headers map[string]string `json:"headers,omitempty"`
 	// Options is the pipeline's own JSON object (e.g. webhook's url).
@@ -145,6 +151,9 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	if req.MaxAttempts < 0 || req.MaxAttempts > 100 {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not within 1–100", req.MaxAttempts)}
 	}
+	if req.MaxConcurrency < 0 || req.MaxConcurrency > MaxBatchConcurrency {
+		return &InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, MaxBatchConcurrency)}
+	}
 	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
 	}
@@ -221,6 +230,8 @@ func sameSettings(stored, given Batch) (field, was, now string) {
 		return "stop_on_threshold", fmt.Sprint(stored.EarlyStop()), fmt.Sprint(given.EarlyStop())
 	case stored.MaxAttempts != given.MaxAttempts:
 		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
+	case stored.MaxConcurrency != given.MaxConcurrency:
+		return "max_concurrency", fmt.Sprint(stored.MaxConcurrency), fmt.Sprint(given.MaxConcurrency)
 	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
 		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
 	}
@@ -422,20 +433,21 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 // manifest is known (see freeze).
 func planOf(req SubmitRequest, now time.Time) Batch {
 	return Batch{
-		ID:           req.BatchID,
-		Pipeline:     req.Pipeline,
-		Run:          1,
-		Status:       StatusRunning,
-		Threshold:    req.Threshold,
-		MaxAttempts:  req.MaxAttempts,
-		OnInterrupt:  req.OnInterrupt,
-		Headers:      req.Headers,
-		Options:      req.Options,
-		KeyField:     req.KeyField,
-		Source:       req.Source.Describe(),
-		SubmittedBy:  req.SubmittedBy,
-		CreatedAt:    now,
-		RunStartedAt: now,
+		ID:             req.BatchID,
+		Pipeline:       req.Pipeline,
+		Run:            1,
+		Status:         StatusRunning,
+		Threshold:      req.Threshold,
+		MaxAttempts:    req.MaxAttempts,
+		MaxConcurrency: req.MaxConcurrency,
+		OnInterrupt:    req.OnInterrupt,
+		Headers:        req.Headers,
+		Options:        req.Options,
+		KeyField:       req.KeyField,
+		Source:         req.Source.Describe(),
+		SubmittedBy:    req.SubmittedBy,
+		CreatedAt:      now,
+		RunStartedAt:   now,
 		// StopOnThreshold is stored explicitly (nil on older rows means true).
 		StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 	}

@@ -480,6 +480,16 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	if errors.Is(serr, ErrUnavailable) {
 		return w.unavailable(ctx, log, d, m, "resolve secrets", serr)
 	}
+	// A batch with max_concurrency takes a slot before the reservation, so
+	// that waiting for one costs no attempt.
+	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
+	if err != nil {
+		return w.unavailable(ctx, log, d, m, "take a concurrency slot", err)
+	}
+	if !ok {
+		return w.slotsTaken(ctx, log, d, m)
+	}
+	defer w.freeSlot(ctx, log, b.ID, slot, holder)
 	now := w.Clock.Now()
 	it, err := w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
 	if errors.Is(err, ErrConflict) {

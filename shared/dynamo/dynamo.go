@@ -11,12 +11,13 @@
 //	                                       lpk={id}#{shard}, lsk={key}: list index (shard = FNV-1a(key) mod list_shards)
 //	                                       apk={id}#{shard}, ask={key}: attention index, only while failed or quarantined
 //	COUNT#{id}#{run}#{shard}, COUNT        a run counter row (done, failures), one write per message batch
+//	SLOT#{id}#{i}, SLOT                    concurrency slot i of a batch with max_concurrency (holder, lease_until_ms)
 //	RUNNING, {id}                          running marker (one per batch run)
 //	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
 //	PUBLISH, {id}#{run:010}                a finished run whose completion event is not marked published
 //
 // TTL: config.AttrExpiresAt (epoch seconds) is DynamoDB's TTL attribute.
-// Item and counter rows carry now + RowTTL from every write; finalize
+// Item, counter and slot rows carry now + RowTTL from every write; finalize
 // extends any that would end less than half of batch.TTLGrace after the
 // batch's retention to its end plus batch.TTLGrace, the time the batch row
 // gets when its run finishes (removed when a run starts). Markers carry
@@ -95,6 +96,7 @@ const (
 	skBatch   = "BATCH"
 	skItem    = "ITEM"
 	skCount   = "COUNT"
+	skSlot    = "SLOT"
 	pkRunning = "RUNNING"
 	pkRetain  = "RETENTION"
 	pkPublish = "PUBLISH"
@@ -116,6 +118,8 @@ func shardKey(id string, shard int) string { return id + "#" + strconv.Itoa(shar
 func countPK(id string, run, shard int) string {
 	return "COUNT#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
 }
+
+func slotPK(id string, slot int) string { return "SLOT#" + id + "#" + strconv.Itoa(slot) }
 
 // RetentionSK is the sort key of a retention marker: the expiry in epoch
 // milliseconds, zero-padded to 20 digits so that byte order is time order.
@@ -150,6 +154,7 @@ type batchRow struct {
 	Status         string            `dynamodbav:"status"`
 	Threshold      string            `dynamodbav:"threshold"` // JSON
 	MaxAttempts    int               `dynamodbav:"max_attempts"`
+	MaxConcurrency int               `dynamodbav:"max_concurrency,omitempty"`
 	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
 	Headers        map[string]string `dynamodbav:"headers,omitempty"`
 	Options        string            `dynamodbav:"pipeline_options"` // JSON
@@ -199,7 +204,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
 		ListShards: b.ListShards, CounterShards: b.CounterShards, Run: b.Run, Status: string(b.Status),
-		Threshold: string(th), MaxAttempts: b.MaxAttempts, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
+		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
@@ -227,7 +232,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 	b := batch.Batch{
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
 		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Run: r.Run,
-		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
+		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
@@ -1202,7 +1207,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 }
 
 // DeleteBatch removes every row of the batch: item rows (found through the
-// list index), counter rows of every run, the running and PUBLISH markers,
+// list index), counter rows of every run, its max_concurrency slot rows, the running and PUBLISH markers,
 // then the batch row, and the retention marker last, only once everything
 // else is gone: a marker never outlives the sweep's reason to come back.
 // BatchWriteItem deletes 25 keys a call; keys it leaves unprocessed are
@@ -1238,6 +1243,12 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 		}
 		keys = append(keys, key(pkPublish, publishSK(b.ID, run)))
 	}
+	for i := range b.MaxConcurrency {
+		keys = append(keys, key(slotPK(b.ID, i), skSlot))
+		if err := flush(false); err != nil {
+			return err
+		}
+	}
 	keys = append(keys, key(pkRunning, b.ID))
 	if err := flush(true); err != nil {
 		return err
@@ -1249,6 +1260,46 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(pkRetain, RetentionSK(b.ExpiresAt, b.ID))}); err != nil {
 			return fmt.Errorf("forget %s: retention marker: %w", b.ID, err)
 		}
+	}
+	return nil
+}
+
+// AcquireSlot takes the slot row SLOT#{id}#{slot} (see batch.Store) with
+// one UpdateItem: SET holder, lease_until_ms = now + lease and the row TTL,
+// under the condition attribute_not_exists(pk) OR lease_until_ms < now.
+func (s *Store) AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error {
+	u := expression.Set(expression.Name("holder"), expression.Value(holder)).
+		Set(expression.Name("lease_until_ms"), expression.Value(now.Add(lease).UnixMilli()))
+	cond := expression.Or(expression.AttributeNotExists(expression.Name(config.AttrPK)),
+		expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, now)).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(slotPK(batchID, slot), skSlot), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("take slot %d of %s: %w", slot, batchID, err)
+	}
+	return nil
+}
+
+// FreeSlot deletes the slot row under the condition holder = :holder (see
+// batch.Store); a lost condition is not an error.
+func (s *Store) FreeSlot(ctx context.Context, batchID string, slot int, holder string) error {
+	expr, err := expression.NewBuilder().WithCondition(expression.Name("holder").Equal(expression.Value(holder))).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.DeleteItem(c, &dynamodb.DeleteItemInput{
+		TableName: &s.table, Key: key(slotPK(batchID, slot), skSlot),
+		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if _, ok := conflict(err); ok {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("free slot %d of %s: %w", slot, batchID, err)
 	}
 	return nil
 }

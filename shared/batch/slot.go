@@ -1,0 +1,93 @@
+package batch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Per-batch concurrency (SubmitRequest.MaxConcurrency): a batch with a
+// limit N has N slots, each a row of its own (Store.AcquireSlot). An item
+// takes a free slot before its reservation and frees it once its outcome
+// (or its release for a retry) is written; a crashed holder's slot frees
+// itself when its lease (the item lease) ends.
+const (
+	// MaxBatchConcurrency is the largest max_concurrency a batch may ask.
+	MaxBatchConcurrency = 1000
+	// SlotTries is how many random slots an item tries before it waits.
+	SlotTries = 3
+	// SlotWait is the shortest wait of an item that found no free slot;
+	// the wait is jittered in [SlotWait, 4×SlotWait).
+	SlotWait = time.Second
+)
+
+// slotWait is the jittered wait of an item that found every slot it tried
+// taken.
+func slotWait() time.Duration { return SlotWait + mrand.N(3*SlotWait) }
+
+// slotsToTry returns up to SlotTries distinct slots in [0, n), at random.
+func slotsToTry(n int) []int {
+	p := mrand.Perm(n)
+	return p[:min(n, SlotTries)]
+}
+
+// acquireSlot takes a concurrency slot for the item of m when the batch
+// has a limit. It returns the slot and its holder (slot −1: no limit), or
+// ok false when every slot tried is taken. Taking a slot counts no attempt:
+// it happens before the reservation.
+func (w *Worker) acquireSlot(ctx context.Context, b Batch, m Message) (slot int, holder string, ok bool, err error) {
+	if b.MaxConcurrency <= 0 {
+		return -1, "", true, nil
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	holder = RunID(b.ID, m.Key) + "#" + hex.EncodeToString(nonce[:])
+	for _, i := range slotsToTry(b.MaxConcurrency) {
+		err := w.Store.AcquireSlot(ctx, b.ID, i, holder, w.Clock.Now(), w.Lease)
+		if err == nil {
+			return i, holder, true, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return -1, "", false, err
+		}
+	}
+	return -1, "", false, nil
+}
+
+// freeSlot frees a slot taken by acquireSlot (slot −1: none), even when the
+// invocation's context has ended; a slot not freed is freed by its lease.
+func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string, slot int, holder string) {
+	if slot < 0 {
+		return
+	}
+	if err := w.Store.FreeSlot(context.WithoutCancel(ctx), batchID, slot, holder); err != nil {
+		log.Warn("free concurrency slot; its lease frees it", "slot", slot, "error", pipeline.ErrorText(err))
+	}
+}
+
+// slotsTaken sends the message of an item that found no free slot again,
+// as a new message after slotWait, and acknowledges this one: no attempt
+// was counted and the receive count starts again from 0, so waiting for a
+// slot never brings an item toward max_attempts or the dead-letter queue.
+// If the new message cannot be sent, this one comes back after the wait.
+func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m Message) (bool, *done) {
+	wait := slotWait()
+	body, err := m.Body()
+	if err == nil {
+		if err = w.Queue.Requeue(ctx, body, wait); err == nil {
+			log.Debug("every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
+			return true, nil
+		}
+	}
+	log.Warn("send the message again", "error", err.Error())
+	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+		log.Warn("delay message", "error", derr.Error())
+	}
+	return false, nil
+}

@@ -1,0 +1,115 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// TestMaxConcurrencyValidate guards the per-batch max_concurrency option's
+// bounds: 0 (unlimited) to MaxBatchConcurrency; anything else is refused
+// naming the field.
+func TestMaxConcurrencyValidate(t *testing.T) {
+	s := &Submitter{Pipelines: []string{"webhook"}}
+	for _, tt := range []struct {
+		n  int
+		ok bool
+	}{
+		{0, true}, {1, true}, {3, true}, {MaxBatchConcurrency, true},
+		{-1, false}, {MaxBatchConcurrency + 1, false},
+	} {
+		req := SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: json.RawMessage(`[1]`)}, MaxConcurrency: tt.n}
+		err := s.Validate(&req)
+		var ie *InputError
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("max_concurrency %d: %v, want accepted", tt.n, err)
+		case !tt.ok && (!errors.As(err, &ie) || ie.Field != "max_concurrency"):
+			t.Errorf("max_concurrency %d: %v, want an error naming max_concurrency", tt.n, err)
+		}
+	}
+}
+
+// TestSlotsToTry: the slots an item tries are distinct, within [0, n), at
+// most SlotTries, and every slot of a small batch is tried.
+func TestSlotsToTry(t *testing.T) {
+	for _, n := range []int{1, 2, SlotTries, 10, MaxBatchConcurrency} {
+		got := slotsToTry(n)
+		if len(got) != min(n, SlotTries) {
+			t.Fatalf("slotsToTry(%d) = %v, want %d slots", n, got, min(n, SlotTries))
+		}
+		seen := map[int]bool{}
+		for _, i := range got {
+			if i < 0 || i >= n || seen[i] {
+				t.Fatalf("slotsToTry(%d) = %v: out of range or repeated", n, got)
+			}
+			seen[i] = true
+		}
+	}
+	for range 100 {
+		if w := slotWait(); w < SlotWait || w >= 4*SlotWait {
+			t.Fatalf("slotWait() = %s, want within [%s, %s)", w, SlotWait, 4*SlotWait)
+		}
+	}
+}
+
+// slotStore has every slot taken and counts reservations.
+type slotStore struct {
+	Store
+	tried    []int
+	reserves int
+}
+
+func (s *slotStore) AcquireSlot(_ context.Context, _ string, slot int, _ string, _ time.Time, _ time.Duration) error {
+	s.tried = append(s.tried, slot)
+	return ErrConflict
+}
+
+func (s *slotStore) Reserve(context.Context, Reservation) (Item, error) {
+	s.reserves++
+	return Item{}, errors.New("reserved")
+}
+
+type requeueQueue struct {
+	Queue
+	requeued [][]byte
+	delays   []time.Duration
+}
+
+func (q *requeueQueue) Requeue(_ context.Context, body []byte, d time.Duration) error {
+	q.requeued = append(q.requeued, body)
+	q.delays = append(q.delays, d)
+	return nil
+}
+
+// TestMaxConcurrencyWaitCountsNoAttempt guards that an item of a batch
+// with max_concurrency that finds its slots taken is never reserved (no
+// attempt toward max_attempts) and is sent again as a new message (its
+// receive count starts again, never nearing the dead-letter queue).
+func TestMaxConcurrencyWaitCountsNoAttempt(t *testing.T) {
+	st, q := &slotStore{}, &requeueQueue{}
+	w := &Worker{Store: st, Queue: q, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Lease: time.Minute}
+	b := Batch{ID: "b", Pipeline: "webhook", Run: 1, Status: StatusRunning, MaxAttempts: 3, MaxConcurrency: 5}
+	m := Message{Kind: KindItem, BatchID: "b", Run: 1, Key: "k", Input: json.RawMessage(`{}`)}
+	ack, dn := w.item(context.Background(), w.Log, b, m, Delivery{MessageID: "m1", ReceiveCount: 4}, time.Second)
+	if !ack || dn != nil {
+		t.Fatalf("item = %v, %v; want acknowledged (sent again) and nothing counted", ack, dn)
+	}
+	if st.reserves != 0 {
+		t.Fatalf("%d reservations; a wait for a slot must not take an attempt", st.reserves)
+	}
+	if len(st.tried) != SlotTries || len(q.requeued) != 1 {
+		t.Fatalf("tried slots %v, requeued %d; want %d slots tried and one new message", st.tried, len(q.requeued), SlotTries)
+	}
+	var again Message
+	if err := json.Unmarshal(q.requeued[0], &again); err != nil || again.Key != "k" || again.Requeued != 0 {
+		t.Fatalf("requeued message %s (%v): want the same item, its requeue count untouched", q.requeued[0], err)
+	}
+	if q.delays[0] < SlotWait {
+		t.Fatalf("sent again after %s, want at least %s", q.delays[0], SlotWait)
+	}
+}
