@@ -42,7 +42,7 @@ func Example() {
 	})
 	fmt.Println(pipeline.Classify(err), err)
 	// Output:
-	// {"thumbnail":"s3://bulkrun-test/batches/b1/outputs/images/cat.png","width":200,"height":150,"source_width":1024,"source_height":768,"source_format":"png"}
+	// {"thumbnail":"s3://bulkrun-test/batches/b1/outputs/images/cat.png.png","width":200,"height":150,"source_width":1024,"source_height":768,"source_format":"png"}
 	// 1
 	// permanent thumbnail: notes.png: not a decodable image: image: unknown format
 }

@@ -17,16 +17,15 @@
 //
 // Output, one item:
 //
-//	{"thumbnail": "s3://…/batches/{id}/outputs/images/cat.png", "width": 160, "height": 120,
+//	{"thumbnail": "s3://…/batches/{id}/outputs/images/cat.jpg.png", "width": 160, "height": 120,
 //	 "source_width": 1024, "source_height": 768, "source_format": "jpeg"}
 //
 // Cost: {"images": 1, "source_bytes": n}, n being the object's size in bytes.
 //
-// The thumbnail is stored with [pipeline.Outputs.Put] at the item key with
-// its extension replaced by ".png" ("images/cat.jpg" → "images/cat.png"; a
-// key without an extension gets ".png" appended). Two items whose keys differ
-// only by extension ("cat.jpg", "cat.gif") therefore write the same output
-// name; the last attempt to finish wins.
+// The thumbnail is stored with [pipeline.Outputs.Put] at [OutputName] of
+// the item key: the key with ".png" appended ("images/cat.jpg" →
+// "images/cat.jpg.png"), so that two items never write the same output
+// (keys are unique in a batch; "cat.jpg" and "cat.gif" get their own).
 //
 // Formats decoded: PNG, JPEG, GIF (the first frame, drawn at its place on
 // the image's canvas: a frame smaller than the canvas leaves the rest
@@ -81,6 +80,8 @@ package thumbnail
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,7 +89,7 @@ import (
 	"image/png"
 	"io"
 	"io/fs"
-	"strings"
+	"path"
 	"sync"
 
 	// Decoders registered with package image; image.Decode dispatches on
@@ -399,15 +400,19 @@ func Fit(w, h, maxW, maxH int) (int, int) {
 	return int(max(1, (W*mh+H/2)/H)), maxH
 }
 
-// OutputName returns the output name of the thumbnail of the item key: the
-// key with the extension of its last path element replaced by ".png", or
-// ".png" appended when that element has none (a leading dot does not start
-// an extension: ".hidden" → ".hidden.png").
+// OutputName returns the output name of the thumbnail of the item key, one
+// name per key: the key with ".png" appended ("images/cat.jpg" →
+// "images/cat.jpg.png", "cat" → "cat.png", "cat.png" → "cat.png.png"). A
+// key that path cleaning would change ("a//b.jpg", "./a", "a/", which
+// [pipeline.Outputs.Put] would store as another key's name) is named by
+// its digest instead: "_keys/" + the first 16 bytes of its SHA-256 in hex +
+// ".png". No two keys share a name: appending a suffix is one-to-one, and
+// a clean key's name never has the digest form's single ".png" after 32
+// hex digits under "_keys/" (it ends in its own key + ".png").
 func OutputName(key string) string {
-	slash := strings.LastIndexByte(key, '/')
-	dot := strings.LastIndexByte(key, '.')
-	if dot > slash+1 {
-		return key[:dot] + ".png"
+	if key == "" || path.Clean("/" + key)[1:] != key {
+		sum := sha256.Sum256([]byte(key))
+		return "_keys/" + hex.EncodeToString(sum[:16]) + ".png"
 	}
 	return key + ".png"
 }

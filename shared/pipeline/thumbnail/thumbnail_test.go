@@ -3,7 +3,9 @@ package thumbnail_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"image/png"
 	"io"
 	"io/fs"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -269,28 +272,28 @@ func TestRun(t *testing.T) {
 		wantMsg   string         // substring of the error message
 	}{
 		{name: "png landscape keeps 4:3", key: "images/land.png", input: input("images/land.png"),
-			want: want{name: "images/land.png", w: 160, h: 120, srcW: 640, srcH: 480, format: "png", sourceBytes: float64(len(pngBytes))}},
+			want: want{name: "images/land.png.png", w: 160, h: 120, srcW: 640, srcH: 480, format: "png", sourceBytes: float64(len(pngBytes))}},
 		{name: "jpeg portrait keeps 1:3", key: "images/tall.jpg", input: input("images/tall.jpg"), options: "{}",
-			want: want{name: "images/tall.png", w: 53, h: 160, srcW: 300, srcH: 900, format: "jpeg"}},
+			want: want{name: "images/tall.jpg.png", w: 53, h: 160, srcW: 300, srcH: 900, format: "jpeg"}},
 		{name: "gif smaller than box is not upscaled", key: "images/small.gif", input: input("images/small.gif"), options: "null",
-			want: want{name: "images/small.png", w: 100, h: 50, srcW: 100, srcH: 50, format: "gif"}},
+			want: want{name: "images/small.gif.png", w: 100, h: 50, srcW: 100, srcH: 50, format: "gif"}},
 		{name: "key without extension; width rounds up to 1", key: "images/needle", input: input("images/needle"),
 			want: want{name: "images/needle.png", w: 1, h: 160, srcW: 1, srcH: 1000, format: "png"}},
 		{name: "bmp", key: "images/old.bmp", input: input("images/old.bmp"),
-			want: want{name: "images/old.png", w: 160, h: 80, srcW: 400, srcH: 200, format: "bmp"}},
+			want: want{name: "images/old.bmp.png", w: 160, h: 80, srcW: 400, srcH: 200, format: "bmp"}},
 		{name: "tiff", key: "images/scan.tiff", input: input("images/scan.tiff"),
-			want: want{name: "images/scan.png", w: 80, h: 160, srcW: 200, srcH: 400, format: "tiff"}},
+			want: want{name: "images/scan.tiff.png", w: 80, h: 160, srcW: 200, srcH: 400, format: "tiff"}},
 		{name: "webp", key: "images/solid.webp", input: input("images/solid.webp"),
-			want: want{name: "images/solid.png", w: 160, h: 120, srcW: 320, srcH: 240, format: "webp"}},
+			want: want{name: "images/solid.webp.png", w: 160, h: 120, srcW: 320, srcH: 240, format: "webp"}},
 		{name: "custom box", key: "images/land.png", input: input("images/land.png"), options: `{"max_width": 64, "max_height": 64}`,
-			want: want{name: "images/land.png", w: 64, h: 48, srcW: 640, srcH: 480, format: "png"}},
+			want: want{name: "images/land.png.png", w: 64, h: 48, srcW: 640, srcH: 480, format: "png"}},
 		{name: "one-sided option keeps the other default", key: "images/land.png", input: input("images/land.png"), options: `{"max_height": 30}`,
-			want: want{name: "images/land.png", w: 40, h: 30, srcW: 640, srcH: 480, format: "png"}},
+			want: want{name: "images/land.png.png", w: 40, h: 30, srcW: 640, srcH: 480, format: "png"}},
 		{name: "item key differs from object key", key: "item-0000000001", input: input("images/land.png"),
 			want: want{name: "item-0000000001.png", w: 160, h: 120, srcW: 640, srcH: 480, format: "png"}},
 		{name: "extra input fields are ignored", key: "images/land.png",
 			input: json.RawMessage(`{"bucket":"photos","key":"images/land.png","size":1,"etag":"\"abc\"","last_modified":"2026-01-01T00:00:00Z"}`),
-			want:  want{name: "images/land.png", w: 160, h: 120, srcW: 640, srcH: 480, format: "png"}},
+			want:  want{name: "images/land.png.png", w: 160, h: 120, srcW: 640, srcH: 480, format: "png"}},
 
 		// Objects that are not images: permanent, naming the object key.
 		{name: "text named .png", key: "images/broken-text.png", input: input("images/broken-text.png"),
@@ -327,7 +330,7 @@ func TestRun(t *testing.T) {
 			wantClass: pipeline.ClassTransient, wantMsg: "thumbnail: images/reset.png: read: read tcp: connection reset by peer"},
 		{name: "outputs error is transient", key: "images/land.png", input: input("images/land.png"),
 			outputs:   &memOutputs{err: errors.New("s3: SlowDown")},
-			wantClass: pipeline.ClassTransient, wantMsg: "thumbnail: images/land.png: put images/land.png: s3: SlowDown"},
+			wantClass: pipeline.ClassTransient, wantMsg: "thumbnail: images/land.png: put images/land.png.png: s3: SlowDown"},
 		{name: "cancelled context is transient", key: "images/land.png", input: input("images/land.png"),
 			ctx: func() context.Context {
 				ctx, cancel := context.WithCancel(context.Background())
@@ -449,7 +452,7 @@ func TestRunWebPColour(t *testing.T) {
 	if _, err := thumbnail.New(src).Run(context.Background(), pipeline.Request{Key: "w.webp", Input: input("w.webp"), Outputs: outs}); err != nil {
 		t.Fatal(err)
 	}
-	img, err := png.Decode(bytes.NewReader(outs.objects["w.png"]))
+	img, err := png.Decode(bytes.NewReader(outs.objects[thumbnail.OutputName("w.webp")]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,16 +502,18 @@ func TestFit(t *testing.T) {
 
 func TestOutputName(t *testing.T) {
 	tests := []struct{ key, want string }{
-		{"images/cat.jpg", "images/cat.png"},
-		{"images/cat.PNG", "images/cat.png"},
-		{"images/cat.png", "images/cat.png"},
+		{"images/cat.jpg", "images/cat.jpg.png"},
+		{"images/cat.PNG", "images/cat.PNG.png"},
+		{"images/cat.png", "images/cat.png.png"},
 		{"cat", "cat.png"},
 		{"a.b/cat", "a.b/cat.png"},
 		{".hidden", ".hidden.png"},
 		{"dir/.hidden", "dir/.hidden.png"},
-		{"archive.tar.gz", "archive.tar.png"},
-		{"photo.", "photo.png"},
-		{"café/tête à tête.jpeg", "café/tête à tête.png"},
+		{"archive.tar.gz", "archive.tar.gz.png"},
+		{"photo.", "photo..png"},
+		{"café/tête à tête.jpeg", "café/tête à tête.jpeg.png"},
+		{"a//b.jpg", "_keys/" + digest16("a//b.jpg") + ".png"},
+		{"./a.jpg", "_keys/" + digest16("./a.jpg") + ".png"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -569,10 +574,10 @@ func TestConcurrentRuns(t *testing.T) {
 	if len(outs.objects) != 16 {
 		t.Errorf("stored %d thumbnails, want 16", len(outs.objects))
 	}
-	first := outs.objects["k00.png"]
+	first := outs.objects["k00.png.png"]
 	for name, b := range outs.objects {
 		if !bytes.Equal(b, first) {
-			t.Errorf("%s differs from k00.png: encoder state leaked between runs", name)
+			t.Errorf("%s differs from k00.png.png: encoder state leaked between runs", name)
 		}
 	}
 }
@@ -630,7 +635,7 @@ func TestRunDoesNotAlias(t *testing.T) {
 	if _, err := thumbnail.New(src).Run(context.Background(), pipeline.Request{Key: "stripes.png", Input: input("stripes.png"), Outputs: outs}); err != nil {
 		t.Fatal(err)
 	}
-	thumb, err := png.Decode(bytes.NewReader(outs.objects["stripes.png"]))
+	thumb, err := png.Decode(bytes.NewReader(outs.objects[thumbnail.OutputName("stripes.png")]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -646,4 +651,33 @@ func TestRunDoesNotAlias(t *testing.T) {
 	if lo < 100 || hi > 156 {
 		t.Errorf("thumbnail of stripes spans grey %d–%d, want within 100–156 (about 128): the scaler aliases", lo, hi)
 	}
+}
+
+// TestOutputNamesAreDistinct guards the product line "two items never
+// write the same thumbnail": keys that differ only by extension, or that
+// path cleaning would merge, get names that stay distinct after
+// Outputs.Put's cleaning.
+func TestOutputNamesAreDistinct(t *testing.T) {
+	keys := []string{"cat.jpg", "cat.gif", "cat.png", "cat", "a/b.jpg", "a//b.jpg", "./a/b.jpg", "a/b.jpg/", "/a/b.jpg", ".", "..", "_keys/x"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		name := thumbnail.OutputName(k)
+		clean := path.Clean("/" + name)[1:]
+		if clean != name {
+			t.Errorf("OutputName(%q) = %q, which Outputs.Put would store as %q", k, name, clean)
+		}
+		if other, ok := seen[clean]; ok {
+			t.Errorf("OutputName(%q) = OutputName(%q) = %q", k, other, clean)
+		}
+		seen[clean] = k
+	}
+	if got := thumbnail.OutputName("images/cat.jpg"); got != "images/cat.jpg.png" {
+		t.Errorf("OutputName(images/cat.jpg) = %q, want images/cat.jpg.png", got)
+	}
+}
+
+// digest16 is the hex of the first 16 bytes of key's SHA-256.
+func digest16(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16])
 }
