@@ -406,9 +406,9 @@ func Fit(w, h, maxW, maxH int) (int, int) {
 // key that path cleaning would change ("a//b.jpg", "./a", "a/", which
 // [pipeline.Outputs.Put] would store as another key's name) is named by
 // its digest instead: "_keys/" + the first 16 bytes of its SHA-256 in hex +
-// ".png". No two keys share a name: appending a suffix is one-to-one, and
-// a clean key's name never has the digest form's single ".png" after 32
-// hex digits under "_keys/" (it ends in its own key + ".png").
+// ".png". Appending a suffix is one-to-one, so two clean keys never share
+// a name; a clean key could meet a digest name only by being "_keys/" and
+// the first 128 bits of another key's SHA-256 (a preimage: not feasible).
 func OutputName(key string) string {
 	if key == "" || path.Clean("/" + key)[1:] != key {
 		sum := sha256.Sum256([]byte(key))
