@@ -620,6 +620,16 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 			ProjectionType: awsdynamodb.ProjectionType_ALL,
 		})
 	}
+	// The batches index lists batches newest first (GET /batches); it
+	// projects only what a listing shows, so most batch-row writes do not
+	// touch it (docs/design.md, "Storage layout").
+	table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:        jsii.String(config.IndexBatches),
+		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(config.AttrBatchesPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:          &awsdynamodb.Attribute{Name: jsii.String(config.AttrBatchesSK), Type: awsdynamodb.AttributeType_STRING},
+		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
+		NonKeyAttributes: jsii.Strings(config.BatchesProjection()...),
+	})
 	tableArns := &[]*string{table.TableArn(), jsii.String(*table.TableArn() + "/index/*")}
 
 	// Queues. The dead-letter queue is consumed by the item function too,

@@ -877,14 +877,27 @@ func TestBucketAndTablePerTarget(t *testing.T) {
 			gsis := map[string]map[string]string{}
 			for _, g := range tbl["GlobalSecondaryIndexes"].([]any) {
 				g := g.(map[string]any)
-				if g["Projection"].(map[string]any)["ProjectionType"] != "ALL" {
-					t.Errorf("%v: projection %v, want ALL", g["IndexName"], g["Projection"])
+				proj := g["Projection"].(map[string]any)
+				// The batches index projects only the listing's attributes
+				// (product line: GET /batches shows each batch's current
+				// status, so status must be projected); the others all.
+				want := map[string]any{"ProjectionType": "ALL"}
+				if g["IndexName"] == config.IndexBatches {
+					attrs := []any{}
+					for _, a := range config.BatchesProjection() {
+						attrs = append(attrs, a)
+					}
+					want = map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": attrs}
+				}
+				if !jsonEqual(proj, want) {
+					t.Errorf("%v: projection %v, want %v", g["IndexName"], proj, want)
 				}
 				gsis[str(g["IndexName"])] = keys(g["KeySchema"])
 			}
 			wantGSIs := map[string]map[string]string{
 				config.IndexList:      {"HASH": config.AttrListPK, "RANGE": config.AttrListSK},
 				config.IndexAttention: {"HASH": config.AttrAttentionPK, "RANGE": config.AttrAttentionSK},
+				config.IndexBatches:   {"HASH": config.AttrBatchesPK, "RANGE": config.AttrBatchesSK},
 			}
 			if !reflect.DeepEqual(gsis, wantGSIs) {
 				t.Errorf("GSIs = %v, want %v", gsis, wantGSIs)

@@ -74,6 +74,13 @@ type Store interface {
 	FinishRun(ctx context.Context, id string, run int, f Finish) error
 	// RunningBatches lists the ids of running batches.
 	RunningBatches(ctx context.Context) ([]string, error)
+	// ListBatches returns at most q.Limit batches newest first (CreatedAt,
+	// then id, descending) that pass q's filters and are not expired at
+	// q.Now, and the position to continue from ("" at the end). It may
+	// return fewer than q.Limit, even none, with a position (it reads a
+	// bounded share per call). Only the fields of BatchSummary are set. A
+	// malformed q.Before is an *InputError naming "cursor".
+	ListBatches(ctx context.Context, q BatchQuery) ([]Batch, string, error)
 	// Stop marks run as stopping with status (StatusCancelled or
 	// StatusThresholdExceeded), only if it is running and not stopping yet;
 	// else ErrConflict.

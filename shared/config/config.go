@@ -162,6 +162,14 @@ const (
 	IndexAttention  = "attention"
 	AttrAttentionPK = "apk"
 	AttrAttentionSK = "ask"
+	// IndexBatches is the GSI listing batches newest first: pk
+	// AttrBatchesPK ("BATCHES#{yyyy-mm}#{shard}", the UTC month of the
+	// batch's creation and FNV-1a(id) mod 8), sk AttrBatchesSK
+	// ("{created_at epoch ms:013}#{id}"). Only batch rows carry them; the
+	// index projects the listing's attributes (BatchesProjection).
+	IndexBatches  = "batches"
+	AttrBatchesPK = "bpk"
+	AttrBatchesSK = "bsk"
 	// AttrExpiresAt is the TTL attribute (epoch seconds).
 	AttrExpiresAt = "expires_at"
 )
@@ -398,4 +406,15 @@ func Require(pairs ...string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// BatchesProjection is the batch-row attributes the IndexBatches GSI
+// projects besides its keys and the table's: what a batch listing shows
+// and filters on (status, expiry). A write to the batch row that changes
+// none of them writes nothing to the index; one that changes the status
+// updates the index entry, so the listing follows the row (eventually
+// consistent, as every GSI).
+func BatchesProjection() []string {
+	return []string{"batch_id", "status", "pipeline", "item_count", "run", "created_at_ms", "finished_at_ms",
+		"expires_at_ms", "needs_attention", "submitted_by", "forgetting", "stop", "refusal"}
 }

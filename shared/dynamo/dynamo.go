@@ -1,5 +1,6 @@
 // Package dynamo is the DynamoDB adapter of batch.Store: one table, string
-// keys pk/sk, two GSIs (config.IndexList, config.IndexAttention). It is the
+// keys pk/sk, three GSIs (config.IndexList, config.IndexAttention,
+// config.IndexBatches). It is the
 // only importer of the DynamoDB SDK; it translates
 // ConditionalCheckFailedException and TransactionCanceledException into
 // batch.ErrConflict / batch.ErrBatchExists and never leaks SDK errors.
@@ -7,6 +8,7 @@
 // Rows (pk, sk → attributes):
 //
 //	BATCH#{id}, BATCH                      the batch row (one per batch)
+//	                                       bpk=BATCHES#{yyyy-mm}#{shard}, bsk={created ms:013}#{id}: batches index (see BatchesPK)
 //	ITEM#{id}#{key}, ITEM                  an item row (one per item, from its first reservation)
 //	                                       lpk={id}#{shard}, lsk={key}: list index (shard = FNV-1a(key) mod list_shards)
 //	                                       apk={id}#{shard}, ask={key}: attention index, only while failed or quarantined
@@ -179,6 +181,10 @@ type batchRow struct {
 	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
+
+	// Keys of the batches index (see BatchesPK), set at creation.
+	BatchesPK string `dynamodbav:"bpk,omitempty"`
+	BatchesSK string `dynamodbav:"bsk,omitempty"`
 }
 
 func ms(t time.Time) int64 {
@@ -210,6 +216,9 @@ func toRow(b batch.Batch) (batchRow, error) {
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold,
+	}
+	if !b.CreatedAt.IsZero() {
+		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
 	}
 	if b.Refusal != nil {
 		rf, err := json.Marshal(b.Refusal)

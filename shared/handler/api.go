@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -40,6 +41,7 @@ const LiveCensusMaxItems = 10_000
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
 //	POST   /batches                          submit (202 accepted, read in the background; 201 created, 200 identical batch exists)
+//	GET    /batches?status=&since=&limit=&cursor=   batches newest first (batch.BatchPage)
 //	GET    /batches/{id}                     status and census
 //	GET    /batches/{id}/report              the last finished run's report
 //	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
@@ -114,7 +116,7 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return nil
 	}
 	if rest == "" {
-		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.submit})
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.submit, http.MethodGet: a.list})
 	}
 	rest, ok = strings.CutPrefix(rest, "/")
 	if !ok || rest == "" {
@@ -436,6 +438,46 @@ func (a *API) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// list serves GET /batches: status (one or more statuses, comma-separated
+// or repeated), since (RFC 3339 time: batches created at or after it),
+// limit (1–1,000, default 100), cursor (a previous page's next_cursor).
+// Answers 200 with a batch.BatchPage; 400 invalid_request naming the
+// parameter at fault.
+func (a *API) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var req batch.ListBatchesRequest
+	for _, v := range q["status"] {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				req.Statuses = append(req.Statuses, batch.Status(s))
+			}
+		}
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: fmt.Sprintf("since: %q is not an RFC 3339 time (e.g. 2026-11-30T00:00:00Z)", v), Field: "since"})
+			return
+		}
+		req.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
+			return
+		}
+		req.Limit = n
+	}
+	req.Cursor = q.Get("cursor")
+	page, err := a.Control.ListBatches(r.Context(), req)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
 }
 
 func (a *API) items(w http.ResponseWriter, r *http.Request) {

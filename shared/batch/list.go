@@ -1,0 +1,117 @@
+package batch
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// BatchQuery is what Store.ListBatches reads: batches newest first (by
+// CreatedAt, then id), at most Limit of them.
+type BatchQuery struct {
+	// Statuses keeps only batches in one of these statuses; empty keeps all.
+	Statuses []Status
+	// Since keeps only batches created at or after it; zero: no bound.
+	Since time.Time
+	// Before continues a listing: the position a previous page ended at
+	// (its next position, as the store returned it); "" starts at the
+	// newest batch.
+	Before string
+	// Limit is the most batches of the page, ≥ 1.
+	Limit int
+	// Now decides expiry: a batch Expired at Now is never listed.
+	Now time.Time
+}
+
+// BatchSummary is a batch as a listing shows it: the batch row's
+// identity, status and progress, without its plan, options or census
+// (GET /batches/{id} has those). JSON names are the API's, as in Batch.
+type BatchSummary struct {
+	ID       string `json:"batch_id"`
+	Status   Status `json:"status"`
+	Pipeline string `json:"pipeline"`
+	// ItemCount is 0 while the batch is submitting, and for a refused one.
+	ItemCount  int64     `json:"item_count"`
+	Run        int       `json:"run"`
+	CreatedAt  time.Time `json:"created_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"` // the last finished run's end
+	// NeedsAttention is the last finished run's: a running batch's live
+	// census is on GET /batches/{id}.
+	NeedsAttention  bool           `json:"needs_attention"`
+	Stop            Status         `json:"stop,omitempty"`
+	Refusal         *SubmitRefusal `json:"refusal,omitempty"`
+	SubmittedBy     string         `json:"submitted_by,omitempty"`
+	PendingDeletion bool           `json:"pending_deletion,omitempty"`
+}
+
+// Summary returns b as a listing shows it.
+func Summary(b Batch) BatchSummary {
+	return BatchSummary{
+		ID: b.ID, Status: b.Status, Pipeline: b.Pipeline, ItemCount: b.ItemCount, Run: b.Run,
+		CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt, NeedsAttention: b.NeedsAttention,
+		Stop: b.Stop, Refusal: b.Refusal, SubmittedBy: b.SubmittedBy, PendingDeletion: b.PendingDeletion,
+	}
+}
+
+// BatchPage is one page of GET /batches.
+type BatchPage struct {
+	Batches []BatchSummary `json:"batches"`
+	// NextCursor, when set, continues the listing: pass it as cursor. A
+	// page may hold fewer than limit batches, even none, and still have a
+	// next cursor (a call reads a bounded share of the index); the listing
+	// ends when it is absent.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// ListBatchesRequest is GET /batches's query.
+type ListBatchesRequest struct {
+	Statuses []Status // empty: every status
+	Since    time.Time
+	Limit    int    // 0: DefaultListLimit; at most MaxListLimit
+	Cursor   string // a previous page's next_cursor
+}
+
+// ListBatches lists batches newest first (created_at descending, then id
+// descending), limit per page (default 100, at most 1,000), continuing
+// after cursor (opaque, from the previous page; a cursor stays valid
+// whatever the filters). Expired batches (Batch.Expired) are never listed;
+// submitting and refused ones are, with their status. The listing reads
+// an eventually consistent index: a batch created or changed a moment ago
+// may show a moment later. Errors: an *InputError naming status, limit or
+// cursor.
+func (c *Control) ListBatches(ctx context.Context, r ListBatchesRequest) (BatchPage, error) {
+	for _, s := range r.Statuses {
+		if !slices.Contains(Statuses(), s) {
+			return BatchPage{}, &InputError{Field: "status", Reason: fmt.Sprintf("%q: want one of %v", s, Statuses())}
+		}
+	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return BatchPage{}, &InputError{Field: "limit", Reason: fmt.Sprintf("%d is not within 1–%d", limit, MaxListLimit)}
+	}
+	before := ""
+	if r.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(r.Cursor)
+		if err != nil || len(raw) == 0 {
+			return BatchPage{}, &InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+		}
+		before = string(raw)
+	}
+	rows, next, err := c.Store.ListBatches(ctx, BatchQuery{Statuses: r.Statuses, Since: r.Since, Before: before, Limit: limit, Now: c.now()})
+	if err != nil {
+		return BatchPage{}, err
+	}
+	p := BatchPage{Batches: make([]BatchSummary, 0, len(rows))}
+	for _, b := range rows {
+		p.Batches = append(p.Batches, Summary(b))
+	}
+	if next != "" {
+		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	return p, nil
+}
