@@ -335,3 +335,33 @@ func (c *Client) Items(ctx context.Context, id string, outcome batch.Outcome, cu
 	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/items?"+q.Encode(), nil, &p)
 	return p, err
 }
+
+// ListBatches pages the batches newest first (GET /batches): r's
+// statuses, since and limit filter and size the page, r.Cursor continues
+// a previous one. See batch.Control.ListBatches.
+func (c *Client) ListBatches(ctx context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
+	q := url.Values{}
+	if len(r.Statuses) > 0 {
+		s := make([]string, len(r.Statuses))
+		for i, st := range r.Statuses {
+			s[i] = string(st)
+		}
+		q.Set("status", strings.Join(s, ","))
+	}
+	if !r.Since.IsZero() {
+		q.Set("since", r.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if r.Limit > 0 {
+		q.Set("limit", fmt.Sprint(r.Limit))
+	}
+	if r.Cursor != "" {
+		q.Set("cursor", r.Cursor)
+	}
+	path := "/batches"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p batch.BatchPage
+	_, err := c.Do(ctx, http.MethodGet, path, nil, &p)
+	return p, err
+}

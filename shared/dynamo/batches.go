@@ -193,6 +193,10 @@ func (it *batchesIter) fill(ctx context.Context) error {
 		case it.lower != "":
 			cond += " AND #k >= :lo"
 		}
+		names := map[string]string{"#p": config.AttrBatchesPK}
+		if it.upper != "" || it.lower != "" {
+			names["#k"] = config.AttrBatchesSK
+		}
 		if it.upper != "" {
 			vals[":up"] = &types.AttributeValueMemberS{Value: it.upper}
 		}
@@ -203,7 +207,7 @@ func (it *batchesIter) fill(ctx context.Context) error {
 		out, err := it.s.db.Query(c, &dynamodb.QueryInput{
 			TableName: &it.s.table, IndexName: aws.String(config.IndexBatches),
 			KeyConditionExpression:    aws.String(cond),
-			ExpressionAttributeNames:  map[string]string{"#p": config.AttrBatchesPK, "#k": config.AttrBatchesSK},
+			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: vals,
 			ScanIndexForward:          aws.Bool(false),
 			Limit:                     aws.Int32(int32(it.size)),

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+func (a *app) listCmd() *cobra.Command {
+	var (
+		statuses []string
+		since    string
+		limit    int
+		cursor   string
+		all      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--status S,…] [--since 24h|7d|2026-11-30|RFC3339] [--limit N] [--all]",
+		Short: "List batches, newest first",
+		Long: "List batches newest first: id, status, pipeline, items, run, created and finished (UTC), and what needs\n" +
+			"a look (attention, a refusal's code, a stop, a deletion under way). Expired batches are not listed.\n" +
+			"Shows --limit batches (default 20) and the cursor to go on with; --all shows every batch.",
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			req := batch.ListBatchesRequest{Cursor: cursor}
+			for _, s := range statuses {
+				for p := range strings.SplitSeq(s, ",") {
+					if p = strings.TrimSpace(p); p != "" {
+						req.Statuses = append(req.Statuses, batch.Status(p))
+					}
+				}
+			}
+			if since != "" {
+				t, err := ParseSince(since, time.Now())
+				if err != nil {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--since: %w", err)}
+				}
+				req.Since = t
+			}
+			if limit < 1 || limit > batch.MaxListLimit {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit: %d is not within 1–%d", limit, batch.MaxListLimit)}
+			}
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+			// A page may be short (the API reads a bounded share of the
+			// index per call): follow cursors until limit batches, or
+			// every one with --all.
+			got := batch.BatchPage{Batches: []batch.BatchSummary{}}
+			for {
+				req.Limit = limit
+				if !all {
+					req.Limit = limit - len(got.Batches)
+				}
+				p, err := a.api.ListBatches(ctx, req)
+				if err != nil {
+					return err
+				}
+				got.Batches = append(got.Batches, p.Batches...)
+				got.NextCursor = p.NextCursor
+				req.Cursor = p.NextCursor
+				if p.NextCursor == "" || (!all && len(got.Batches) >= limit) {
+					break
+				}
+			}
+			if a.output == "json" {
+				return a.printJSON(got)
+			}
+			printBatches(a, got.Batches)
+			if got.NextCursor != "" {
+				fmt.Fprintf(a.errw, "more: --cursor %s (or --all)\n", got.NextCursor)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only these statuses (comma-separated): "+strings.Join(statusNames(), ", "))
+	cmd.Flags().StringVar(&since, "since", "", "only batches created since: a duration (90m, 24h, 7d), a date (2026-11-30, UTC) or an RFC 3339 time")
+	cmd.Flags().IntVar(&limit, "limit", 20, "batches to show (1–1000; with --all, per request)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous listing")
+	cmd.Flags().BoolVar(&all, "all", false, "show every batch")
+	return cmd
+}
+
+func statusNames() []string {
+	var out []string
+	for _, s := range batch.Statuses() {
+		out = append(out, string(s))
+	}
+	return out
+}
+
+// printBatches writes the listing's table: one line per batch, times in
+// UTC to the second, "-" for what does not apply.
+func printBatches(a *app, bs []batch.BatchSummary) {
+	w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "BATCH\tSTATUS\tPIPELINE\tITEMS\tRUN\tCREATED\tFINISHED\tNOTE")
+	for _, b := range bs {
+		items, run, finished := "-", "-", "-"
+		if b.Status != batch.StatusSubmitting && b.Status != batch.StatusRefused {
+			items, run = strconv.FormatInt(b.ItemCount, 10), strconv.Itoa(b.Run)
+		}
+		if !b.FinishedAt.IsZero() && b.Status.Finished() {
+			finished = b.FinishedAt.UTC().Format(listTime)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Status, b.Pipeline, items, run,
+			b.CreatedAt.UTC().Format(listTime), finished, note(b))
+	}
+	_ = w.Flush()
+}
+
+const listTime = "2006-01-02 15:04:05Z"
+
+// note is what needs a look in a batch, "" when nothing does.
+func note(b batch.BatchSummary) string {
+	var n []string
+	if b.Refusal != nil {
+		n = append(n, "refused: "+b.Refusal.Code)
+	}
+	if b.Stop != "" && b.Status == batch.StatusRunning {
+		n = append(n, "stopping: "+string(b.Stop))
+	}
+	if b.NeedsAttention && b.Status.Finished() {
+		n = append(n, "needs attention")
+	}
+	if b.PendingDeletion {
+		n = append(n, "pending deletion")
+	}
+	return strings.Join(n, "; ")
+}
+
+var daysRE = regexp.MustCompile(`^([0-9]+)d$`)
+
+// ParseSince reads --since: a duration before now (Go syntax, "90m",
+// "24h", or whole days, "7d"), a date ("2026-11-30", midnight UTC) or an
+// RFC 3339 time ("2026-11-30T08:00:00+01:00").
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if m := daysRE.FindStringSubmatch(s); m != nil {
+		n, err := strconv.Atoi(m[1])
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%q: too many days", s)
+		}
+		return now.AddDate(0, 0, -n), nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%q: a duration before now is positive", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want a duration (90m, 24h, 7d), a date (2026-11-30) or an RFC 3339 time", s)
+}
