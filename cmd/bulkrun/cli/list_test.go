@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+)
+
+// Guards `bulkrun list --since` (README, The command line): durations,
+// days, dates and RFC 3339 times, and a clear error otherwise.
+func TestListSinceForms(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in      string
+		want    time.Time
+		wantErr bool
+	}{
+		{"24h", now.Add(-24 * time.Hour), false},
+		{"90m", now.Add(-90 * time.Minute), false},
+		{"7d", now.AddDate(0, 0, -7), false},
+		{"2026-11-01", time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), false},
+		{"2026-11-30T08:00:00+01:00", time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC), false},
+		{"-1h", time.Time{}, true},
+		{"yesterday", time.Time{}, true},
+		{"7 days", time.Time{}, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseSince(tt.in, now)
+		if (err != nil) != tt.wantErr || !got.Equal(tt.want) {
+			t.Errorf("ParseSince(%q) = %v, %v; want %v (error %v)", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// fakeList serves GET /batches from pages keyed by cursor and records the
+// queries it was sent.
+func fakeList(t *testing.T, pages map[string]batch.BatchPage) (*client.Client, *[]string) {
+	t.Helper()
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/batches" {
+			http.NotFound(w, r)
+			return
+		}
+		queries = append(queries, r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(pages[r.URL.Query().Get("cursor")])
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv(client.EnvAPIURL, srv.URL)
+	c, err := client.New(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("k", "s", "")}, client.Stack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, &queries
+}
+
+// Guards `bulkrun list` (README, The command line): the table's columns,
+// following short pages up to --limit, --all following every cursor,
+// --output json as the API's page, and the filters sent as the API's
+// query.
+func TestListCommand(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 15, 2, 0, time.UTC)
+	pages := map[string]batch.BatchPage{
+		"": {Batches: []batch.BatchSummary{
+			{ID: "nightly-20261130T020000Z", Status: batch.StatusCompleted, Pipeline: "webhook", ItemCount: 2000, Run: 1, CreatedAt: at, FinishedAt: at.Add(3 * time.Minute), NeedsAttention: true},
+		}, NextCursor: "c1"},
+		"c1": {Batches: []batch.BatchSummary{}, NextCursor: "c2"}, // a short page: the API read its share
+		"c2": {Batches: []batch.BatchSummary{
+			{ID: "orders-x", Status: batch.StatusRefused, Pipeline: "webhook", CreatedAt: at.Add(-time.Hour), Refusal: &batch.SubmitRefusal{Code: "invalid_request"}},
+			{ID: "cli-abc", Status: batch.StatusRunning, Pipeline: "thumbnail", ItemCount: 248, Run: 2, CreatedAt: at.Add(-2 * time.Hour), Stop: batch.StatusCancelled},
+		}, NextCursor: "c3"},
+		"c3": {Batches: []batch.BatchSummary{{ID: "old", Status: batch.StatusSubmitting, Pipeline: "webhook", CreatedAt: at.Add(-48 * time.Hour)}}},
+	}
+	run := func(output string, args ...string) (string, string, []string) {
+		c, queries := fakeList(t, pages)
+		var out, errw bytes.Buffer
+		a := &app{out: &out, errw: &errw, output: output, api: c, loaded: true}
+		cmd := a.listCmd()
+		cmd.SetArgs(args)
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("list %v: %v", args, err)
+		}
+		return out.String(), errw.String(), *queries
+	}
+
+	out, errw, queries := run("text", "--limit", "3", "--status", "running,refused", "--status", "completed", "--since", "2026-11-01")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "BATCH ") || !strings.Contains(lines[0], "NOTE") {
+		t.Fatalf("table:\n%s", out)
+	}
+	for i, want := range [][]string{
+		{"nightly-20261130T020000Z", "completed", "webhook", "2000", "2026-11-30 09:15:02Z", "2026-11-30 09:18:02Z", "needs attention"},
+		{"orders-x", "refused", " - ", "refused: invalid_request"},
+		{"cli-abc", "running", "thumbnail", "248", "stopping: cancelled"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i+1], w) {
+				t.Errorf("line %d %q lacks %q", i+1, lines[i+1], w)
+			}
+		}
+	}
+	if !strings.Contains(errw, "--cursor c3") {
+		t.Errorf("stderr %q: want the cursor to go on with", errw)
+	}
+	if len(queries) != 3 || !strings.Contains(queries[0], "status=running%2Crefused%2Ccompleted") ||
+		!strings.Contains(queries[0], "since=2026-11-01T00%3A00%3A00Z") || !strings.Contains(queries[0], "limit=3") ||
+		!strings.Contains(queries[2], "limit=2") {
+		t.Errorf("queries %q", queries)
+	}
+
+	out, errw, _ = run("json", "--all")
+	var page batch.BatchPage
+	if err := json.Unmarshal([]byte(out), &page); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if len(page.Batches) != 4 || page.Batches[3].ID != "old" || page.NextCursor != "" || errw != "" {
+		t.Errorf("--all: %+v, stderr %q", page, errw)
+	}
+}
