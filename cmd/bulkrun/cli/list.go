@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -34,6 +35,9 @@ func (a *app) listCmd() *cobra.Command {
 			for _, s := range statuses {
 				for p := range strings.SplitSeq(s, ",") {
 					if p = strings.TrimSpace(p); p != "" {
+						if !slices.Contains(batch.Statuses(), batch.Status(p)) {
+							return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--status: %q: want %s", p, strings.Join(statusNames(), ", "))}
+						}
 						req.Statuses = append(req.Statuses, batch.Status(p))
 					}
 				}

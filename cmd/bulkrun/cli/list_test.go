@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -117,6 +118,16 @@ func TestListCommand(t *testing.T) {
 		!strings.Contains(queries[0], "since=2026-11-01T00%3A00%3A00Z") || !strings.Contains(queries[0], "limit=3") ||
 		!strings.Contains(queries[2], "limit=2") {
 		t.Errorf("queries %q", queries)
+	}
+
+	for _, bad := range [][]string{{"--status", "done"}, {"--since", "yesterday"}, {"--limit", "0"}} {
+		var out, errw bytes.Buffer
+		cmd := (&app{out: &out, errw: &errw, output: "text", loaded: true}).listCmd()
+		cmd.SetArgs(bad)
+		var ee *ExitError
+		if err := cmd.Execute(); !errors.As(err, &ee) || ee.Code != ExitUsage || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("list %v: %v, want a usage error naming %s", bad, err, bad[0])
+		}
 	}
 
 	out, errw, _ = run("json", "--all")
