@@ -380,6 +380,8 @@ func TestMessageValidate(t *testing.T) {
 	}
 }
 
+// TestSubmitValidate guards submit's refusals; its "unknown pipeline" case
+// guards that the refusal says where a pipeline is registered.
 func TestSubmitValidate(t *testing.T) {
 	s := &Submitter{Pipelines: []string{"webhook"}}
 	items := json.RawMessage(`[1]`)
@@ -400,6 +402,9 @@ func TestSubmitValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := s.Validate(&tt.req)
+			if tt.name == "unknown pipeline" && (err == nil || !strings.Contains(err.Error(), RegisterPipelineHint)) {
+				t.Fatalf("unknown pipeline error %v does not say where to register", err)
+			}
 			var ie *InputError
 			if tt.wantField == "" && err != nil || tt.wantField != "" && (!errors.As(err, &ie) || ie.Field != tt.wantField) {
 				t.Fatalf("Validate = %v, want field %q", err, tt.wantField)

@@ -119,6 +119,10 @@ type Submitter struct {
 // batch row (DynamoDB items are at most 400 KB).
 const MaxHeaderBytes = 16 << 10
 
+// RegisterPipelineHint ends the unknown-pipeline error: where a pipeline
+// name has to appear before submit accepts it.
+const RegisterPipelineHint = "register it in the item binary (functions/item/main.go) and name it in the stack's pipelines setting (-c pipelines=…, prop Pipelines); see README \"Pipelines\""
+
 // ReservedHeaderPrefix is refused in submitted header names.
 const ReservedHeaderPrefix = "bulkrun."
 
@@ -131,7 +135,7 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 		return &InputError{Field: "pipeline", Reason: "required"}
 	}
 	if len(s.Pipelines) > 0 && !slices.Contains(s.Pipelines, req.Pipeline) {
-		return &InputError{Field: "pipeline", Reason: fmt.Sprintf("%q is not a registered pipeline (have %s)", req.Pipeline, strings.Join(s.Pipelines, ", "))}
+		return &InputError{Field: "pipeline", Reason: fmt.Sprintf("%q is not a registered pipeline (have %s); %s", req.Pipeline, strings.Join(s.Pipelines, ", "), RegisterPipelineHint)}
 	}
 	if err := req.Source.Validate(req.KeyField); err != nil {
 		return err
