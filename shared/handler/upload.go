@@ -11,9 +11,11 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -33,6 +35,54 @@ const (
 	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
 )
+
+// UploadOptions lists the x-amz-meta-<name> options an upload may carry,
+// in the order the README documents them.
+func UploadOptions() []string {
+	return []string{MetaBatchID, MetaPipeline, MetaKeyField, MetaFormat, MetaCSVDelimiter, MetaFailurePercent,
+		MetaFailureCount, MetaMaxAttempts, MetaStopOnThreshold, MetaPipelineOptions}
+}
+
+// MetaReservedPrefix marks a metadata name as meant for bulkrun: an upload
+// carrying x-amz-meta-bulkrun-<anything> is refused, as no option has that
+// prefix yet (it is kept for future options).
+const MetaReservedPrefix = "bulkrun-"
+
+// checkUploadOptions refuses, with an *batch.InputError naming the metadata
+// and listing the known options, a name that looks meant for bulkrun but is
+// not one of UploadOptions: one carrying MetaReservedPrefix, one equal to an
+// option once '-' and '_' are dropped (keyfield), or one within edit
+// distance 2 of an option (piepline, max-atempts). Names are compared in
+// lower case with '_' read as '-'. Other names pass: tools that upload
+// (rclone, s3cmd, the AWS CLI's sync) add metadata of their own, such as
+// mtime, md5chksum or s3cmd-attrs.
+func checkUploadOptions(meta map[string]string) error {
+	names := make([]string, 0, len(meta))
+	for k := range meta {
+		names = append(names, k)
+	}
+	slices.Sort(names) // the same upload always names the same culprit
+	known := UploadOptions()
+	squash := func(s string) string { return strings.NewReplacer("-", "", "_", "").Replace(s) }
+	for _, k := range names {
+		n := strings.ReplaceAll(strings.ToLower(k), "_", "-")
+		if slices.Contains(known, n) {
+			continue
+		}
+		near := strings.HasPrefix(n, MetaReservedPrefix)
+		for _, o := range known {
+			if near {
+				break
+			}
+			near = squash(n) == squash(o) || levenshtein.ComputeDistance(n, o) <= 2
+		}
+		if near {
+			return &batch.InputError{Field: "x-amz-meta-" + k,
+				Reason: fmt.Sprintf("not a bulkrun upload option (known: %s, each as x-amz-meta-<name>)", strings.Join(known, ", "))}
+		}
+	}
+	return nil
+}
 
 // Uploads starts a batch per object created under incoming/. S3 delivers
 // every notification at least once, with the key URL-encoded ('+' for a
@@ -202,6 +252,9 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	}
 	if etag == "" {
 		etag = strings.Trim(info.ETag, `"`) // pin what the HEAD saw for every later read
+	}
+	if err := checkUploadOptions(meta); err != nil {
+		return batch.SubmitRequest{Source: batch.SourceSpec{Object: uri, ETag: etag}}, err
 	}
 	// A name is matched in any case and with '_' for '-' (x-amz-meta-key_field,
 	// spelled as the API's key_field, is x-amz-meta-key-field).

@@ -174,6 +174,10 @@ func TestUploadsLeaveATrace(t *testing.T) {
 			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.csv", 11, "e1"),
 			objects: map[string]object{"incoming/orders.csv": {body: good, etag: "e1", encoding: "br", meta: hook}},
 			report:  "incoming-errors/orders.csv.error.json", says: "\"br\""},
+		{name: "a misspelt option is refused, naming it",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.jsonl", 11, "e1"),
+			objects: map[string]object{"incoming/orders.jsonl": {body: good, etag: "e1", meta: map[string]string{"keyfield": "id", "pipeline-options": hook["pipeline-options"]}}},
+			report:  "incoming-errors/orders.jsonl.error.json", says: "x-amz-meta-keyfield: not a bulkrun upload option (known: batch-id, pipeline, key-field"},
 		{name: "a failed HEAD is retried and recorded as retrying",
 			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/orders.csv", 11, "e1"),
 			headErr: errors.New("head: 503 SlowDown"),
@@ -366,6 +370,45 @@ func TestUploadMetadataNamesAsTheAPISpellsThem(t *testing.T) {
 			}
 			if req.KeyField != "order_id" || req.Threshold.FailureCount == nil || *req.Threshold.FailureCount != 0 || req.Source.CSVDelimiter != ";" {
 				t.Fatalf("key field %q, failure count %v, delimiter %q: want order_id, 0, ;", req.KeyField, req.Threshold.FailureCount, req.Source.CSVDelimiter)
+			}
+		})
+	}
+}
+
+// TestUploadRefusesUnknownOptions guards the README line "a name close to
+// an option but not one is refused": an upload whose metadata misspelt an
+// option (x-amz-meta-keyfield) ran as if it had none, its items under
+// positional keys. A name near an option, or under the bulkrun- prefix, is
+// refused naming it; the metadata other upload tools add passes.
+func TestUploadRefusesUnknownOptions(t *testing.T) {
+	tests := []struct {
+		name      string
+		meta      map[string]string
+		wantField string // "" = accepted
+	}{
+		{"keyfield without the hyphen", map[string]string{"keyfield": "id"}, "x-amz-meta-keyfield"},
+		{"KEY.FIELD in upper case", map[string]string{"KEY.FIELD": "id"}, "x-amz-meta-KEY.FIELD"},
+		{"pipeline transposed", map[string]string{"piepline": "webhook"}, "x-amz-meta-piepline"},
+		{"max-atempts", map[string]string{"max-atempts": "3"}, "x-amz-meta-max-atempts"},
+		{"tolerated failure count with underscores, one letter off", map[string]string{"tolerated_failure_cont": "0"}, "x-amz-meta-tolerated_failure_cont"},
+		{"formats", map[string]string{"formats": "csv"}, "x-amz-meta-formats"},
+		{"bulkrun- prefix", map[string]string{"bulkrun-priority": "high"}, "x-amz-meta-bulkrun-priority"},
+		{"known options, either spelling", map[string]string{"key_field": "id", "Format": "jsonl", "stop-on-threshold": "false"}, ""},
+		{"rclone's mtime and md5chksum", map[string]string{"mtime": "1700000000.5", "md5chksum": "1B2M2Y8AsgTpgAmY7PhCfg=="}, ""},
+		{"s3cmd's attributes", map[string]string{"s3cmd-attrs": "uid:1000/gname:staff", "owner": "ops"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &bucket{name: "src", written: map[string][]byte{}, objects: map[string]object{
+				"incoming/orders.jsonl": {body: []byte("{\"id\":\"a\"}\n"), etag: "e1", meta: tt.meta}}}
+			var logs bytes.Buffer
+			_, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.jsonl", "e1")
+			var ie *batch.InputError
+			switch {
+			case tt.wantField == "" && err != nil:
+				t.Fatalf("uploadRequest: %v, want accepted", err)
+			case tt.wantField != "" && (!errors.As(err, &ie) || ie.Field != tt.wantField || !strings.Contains(ie.Reason, MetaKeyField)):
+				t.Fatalf("uploadRequest: %v, want a refusal naming %s and listing the options", err, tt.wantField)
 			}
 		})
 	}
