@@ -111,7 +111,7 @@ func (a *app) load(ctx context.Context) error {
 		return fmt.Errorf("AWS config: %w", err)
 	}
 	a.aws = c
-	if a.outs, err = client.FindStack(ctx, c, a.stack); err != nil {
+	if a.outs, err = a.findStack(ctx, c); err != nil {
 		return err
 	}
 	if a.api, err = client.New(c, a.outs); err != nil {
