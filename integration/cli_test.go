@@ -20,7 +20,8 @@ import (
 
 // The bulkrun CLI against the deployed stack: submit a local file and
 // watch it (JSON output, exit code 3 when items failed), list the failed
-// items, forget the batch.
+// items, read its results lines (bulkrun results, guarding the README's
+// "The command line"), forget the batch.
 func TestCLI(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bulkrun")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
@@ -66,6 +67,31 @@ func TestCLI(t *testing.T) {
 	var p batch.ItemPage
 	if err := json.Unmarshal(out, &p); err != nil || code != 0 || len(p.Items) != 1 || p.Items[0].Key != "k2" {
 		t.Fatalf("items: exit %d, %s (%v)", code, out, err)
+	}
+	// bulkrun results: the run's lines, by outcome, to stdout or a file;
+	// a run without a report and an outcome without results are refused.
+	out, code = run("results", id, "--outcome", "failed")
+	var line batch.ResultLine
+	if err := json.Unmarshal(out, &line); code != 0 || err != nil || line.Key != "k2" || line.Outcome != batch.OutcomeFailed || line.Reason != batch.ReasonPermanent || line.Attempts != 1 {
+		t.Fatalf("results --outcome failed: exit %d, %s (%v)", code, out, err)
+	}
+	all, code := run("results", id)
+	var keys []string
+	if err := batch.ReadResults(bytes.NewReader(all), func(l batch.ResultLine) error { keys = append(keys, l.Key); return nil }); err != nil || code != 0 || len(keys) != 3 {
+		t.Fatalf("results: exit %d, keys %v (%v)", code, keys, err)
+	}
+	file := filepath.Join(t.TempDir(), "results.jsonl")
+	if _, code = run("results", id, "--run", "1", "--file", file); code != 0 {
+		t.Fatalf("results --run 1 --file: exit %d", code)
+	}
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, all) {
+		t.Fatalf("results --file wrote %q (%v), want what stdout got: %q", got, err, all)
+	}
+	if _, code = run("results", id, "--run", "2"); code != 1 {
+		t.Fatalf("results --run 2 of a batch with one run: exit %d, want 1", code)
+	}
+	if _, code = run("results", id, "--outcome", "in_flight"); code != 2 {
+		t.Fatalf("results --outcome in_flight: exit %d, want 2", code)
 	}
 	if _, code = run("status"); code != 2 {
 		t.Fatalf("status without an id: exit %d, want 2", code)

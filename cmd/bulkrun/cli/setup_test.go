@@ -80,3 +80,35 @@ func TestCLISaysWhatIsMissing(t *testing.T) {
 		})
 	}
 }
+
+// TestResultsOutcomes guards `bulkrun results --outcome`: only outcomes
+// that have results files are accepted (in the order given, once each);
+// the default is every terminal outcome.
+func TestResultsOutcomes(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      []string
+		want    string
+		wantErr bool
+	}{
+		{"default", nil, "succeeded,failed,quarantined,cancelled", false},
+		{"two, repeated", []string{"failed", " quarantined", "failed"}, "failed,quarantined", false},
+		{"not terminal", []string{"in_flight"}, "", true},
+		{"unknown", []string{"failure"}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := resultOutcomes(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("resultOutcomes(%q): %v, want error %v", tt.in, err, tt.wantErr)
+			}
+			var names []string
+			for _, o := range got {
+				names = append(names, string(o))
+			}
+			if s := strings.Join(names, ","); !tt.wantErr && s != tt.want {
+				t.Fatalf("resultOutcomes(%q) = %s, want %s", tt.in, s, tt.want)
+			}
+		})
+	}
+}

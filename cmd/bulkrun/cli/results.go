@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/spf13/cobra"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+// resultsCmd prints or downloads a finished run's results lines (JSONL, one
+// batch.ResultLine per item), outcome by outcome in TerminalOutcomes order.
+func (a *app) resultsCmd() *cobra.Command {
+	var (
+		outcomes []string
+		run      int
+		file     string
+	)
+	cmd := &cobra.Command{
+		Use:   "results ID [--outcome succeeded,failed,…] [--run N] [--file PATH]",
+		Short: "Print or download a finished run's results lines (JSONL)",
+		Long: `Print or download a finished run's results lines (JSONL): one JSON object
+per item, outcome by outcome (succeeded, failed, quarantined, cancelled).
+Without --run, the last finished run (the one 'bulkrun report' shows).
+With --file the lines go to PATH, written whole or not at all.`,
+		Args: exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			want, err := resultOutcomes(outcomes)
+			if err != nil {
+				return &ExitError{Code: ExitUsage, Err: err}
+			}
+			if run < 0 {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--run: want a run number ≥ 1, got %d", run)}
+			}
+			ctx := cmd.Context()
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+			rep, err := a.runReport(ctx, args[0], run)
+			if err != nil {
+				return err
+			}
+			if file == "" {
+				_, err := a.copyResults(ctx, a.out, rep, want)
+				return err
+			}
+			return a.downloadResults(ctx, file, rep, want)
+		},
+	}
+	cmd.Flags().StringSliceVar(&outcomes, "outcome", nil, "only these outcomes (comma-separated; default all): succeeded, failed, quarantined, cancelled")
+	cmd.Flags().IntVar(&run, "run", 0, "the run whose results to read (default the last finished run)")
+	cmd.Flags().StringVar(&file, "file", "", "write the lines to this file instead of stdout")
+	return cmd
+}
+
+// resultOutcomes checks the --outcome values (terminal outcomes only).
+func resultOutcomes(names []string) ([]batch.Outcome, error) {
+	if len(names) == 0 {
+		return batch.TerminalOutcomes(), nil
+	}
+	var want []batch.Outcome
+	for _, n := range names {
+		o := batch.Outcome(strings.TrimSpace(n))
+		if !slices.Contains(batch.TerminalOutcomes(), o) {
+			return nil, fmt.Errorf("--outcome: %q has no results; want succeeded, failed, quarantined or cancelled", n)
+		}
+		if !slices.Contains(want, o) {
+			want = append(want, o)
+		}
+	}
+	return want, nil
+}
+
+// runReport reads the report of run (0: the last finished run, through the
+// API; otherwise batches/{id}/runs/{run}/report.json in the stack's bucket).
+func (a *app) runReport(ctx context.Context, id string, run int) (batch.Report, error) {
+	if run == 0 {
+		return a.api.Report(ctx, id)
+	}
+	bucket, err := a.outs.Get(config.OutputBucket)
+	if err != nil {
+		return batch.Report{}, err
+	}
+	key := batch.ReportKey(id, run)
+	out, err := handler.NewS3(a.aws).GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	var nk *types.NoSuchKey
+	if errors.As(err, &nk) {
+		return batch.Report{}, fmt.Errorf("batch %s has no report for run %d (not finished, not run, or forgotten); 'bulkrun status %s' shows its runs", id, run, id)
+	} else if err != nil {
+		return batch.Report{}, fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
+	}
+	defer out.Body.Close()
+	var rep batch.Report
+	if err := json.NewDecoder(out.Body).Decode(&rep); err != nil {
+		return batch.Report{}, fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
+	}
+	return rep, nil
+}
+
+// copyResults writes the results files of the wanted outcomes to w, as
+// stored, and returns the bytes written. An outcome without items has no
+// file and adds nothing.
+func (a *app) copyResults(ctx context.Context, w io.Writer, rep batch.Report, want []batch.Outcome) (int64, error) {
+	s3c := handler.NewS3(a.aws)
+	var n int64
+	for _, o := range want {
+		loc, ok := rep.Results.Files[o]
+		if !ok {
+			continue
+		}
+		bucket, key, ok := strings.Cut(strings.TrimPrefix(loc.URI, "s3://"), "/")
+		if !ok || !strings.HasPrefix(loc.URI, "s3://") {
+			return n, fmt.Errorf("report of %s run %d: results %s: %q is not an s3:// URI", rep.BatchID, rep.Run, o, loc.URI)
+		}
+		out, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+		if err != nil {
+			return n, fmt.Errorf("read %s: %w", loc.URI, err)
+		}
+		c, err := io.Copy(w, out.Body)
+		out.Body.Close()
+		n += c
+		if err != nil {
+			return n, fmt.Errorf("read %s: %w", loc.URI, err)
+		}
+	}
+	return n, nil
+}
+
+// downloadResults writes the lines to path through a temporary file in the
+// same folder, renamed into place only when every line is written.
+func (a *app) downloadResults(ctx context.Context, path string, rep batch.Report, want []batch.Outcome) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	n, err := a.copyResults(ctx, f, rep, want)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	fmt.Fprintf(a.errw, "batch %s run %d: %d bytes of results written to %s\n", rep.BatchID, rep.Run, n, path)
+	return nil
+}
