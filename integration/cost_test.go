@@ -4,50 +4,68 @@ package integration
 
 import (
 	"context"
-	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
-// Cost sums drift: ten items of 0.1 usd and 0.07 eur give exactly 1 usd and
-// 0.7 eur in the stored report (S3), in the batch row's final census
-// (DynamoDB) and in its results lines. Guards the census and report cost
-// (docs/design.md, Vocabulary: census).
-func TestHarnessCostSumsExact(t *testing.T) {
+// TestCostCountsEveryAttempt guards the README's "Cost" lines: the census
+// and report carry `cost` (what the attempt that ended each item spent) and
+// `run_spent` (what every attempt of this run spent). Before, the rollup
+// counted only ending attempts (a webhook answered 429 twice then 200 was
+// one call, not three), and a resumed run's report showed the whole
+// batch's cost as if that run had spent it.
+func TestCostCountsEveryAttempt(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"usd": 0.1, "eur": 0.07}}, nil
-	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(10)}}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ds := h.receive(t, 10)
-		if len(ds) == 0 {
-			break
+	throttled, broken := batch.PositionalKey(1), batch.PositionalKey(2)
+	var healed atomic.Bool
+	url := env.hook.route(id, func(key string, attempt int) int {
+		switch {
+		case key == throttled && attempt <= 2:
+			return 429
+		case key == broken && !healed.Load():
+			return 422
 		}
-		h.worker.Handle(ctx, ds)
-	}
-	if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
+		return 200
+	})
+	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(3))); err != nil {
 		t.Fatal(err)
 	}
-	b, err := h.store.GetBatch(ctx, id)
-	if err != nil || b.FinalCensus == nil || b.FinalCensus.Cost.String() != "eur=0.7 usd=1" {
-		t.Fatalf("batch row census cost: %+v %v", b.FinalCensus, err)
+	v := wait(t, id)
+	if v.Census.Succeeded != 2 || v.Census.Failed != 1 {
+		t.Fatalf("run 1: %s %+v", v.Status, v.Census)
 	}
-	rep, err := h.blobs.Get(ctx, b.ReportKey)
-	if err != nil || !strings.Contains(string(rep), `"cost": {`) && !strings.Contains(string(rep), `"cost":{`) {
-		t.Fatalf("report: %s %v", rep, err)
+	if c := env.hook.counts(id)[throttled]; c != 3 {
+		t.Fatalf("%s: %d calls, want 3 (429, 429, 200)", throttled, c)
 	}
-	compact := strings.Join(strings.Fields(string(rep)), "")
-	if !strings.Contains(compact, `"cost":{"eur":0.7,"usd":1}`) {
-		t.Fatalf("report %s: want cost {\"eur\":0.7,\"usd\":1}", rep)
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	lines, err := h.blobs.Get(ctx, batch.ResultsKey(id, 1, batch.OutcomeSucceeded))
-	if err != nil || strings.Count(string(lines), `"cost":{"eur":0.07,"usd":0.1}`) != 10 {
-		t.Fatalf("results lines: %s %v", lines, err)
+	for _, c := range []batch.Census{*v.Census, rep.Census} {
+		if c.Cost.Text("calls") != "3" || c.RunSpent.Text("calls") != "5" {
+			t.Fatalf("run 1: cost %v, run_spent %v; want calls 3 ending, 5 spent", c.Cost, c.RunSpent)
+		}
+	}
+
+	healed.Store(true)
+	if _, err := env.api.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	v = wait(t, id)
+	if v.Run != 2 || v.Census.Succeeded != 3 {
+		t.Fatalf("run 2: run %d %s %+v", v.Run, v.Status, v.Census)
+	}
+	if rep, err = env.api.Report(ctx, id); err != nil || rep.Run != 2 {
+		t.Fatalf("report of run 2: run %d, %v", rep.Run, err)
+	}
+	// The resumed run called the pipeline once: that is what it spent; the
+	// ending attempts of all three items still cost three calls.
+	for _, c := range []batch.Census{*v.Census, rep.Census} {
+		if c.Cost.Text("calls") != "3" || c.RunSpent.Text("calls") != "1" {
+			t.Fatalf("run 2: cost %v, run_spent %v; want calls 3 ending, 1 spent by this run", c.Cost, c.RunSpent)
+		}
 	}
 }

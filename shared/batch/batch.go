@@ -141,8 +141,14 @@ type Item struct {
 	OutputRef   string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
 	Error       string          `json:"error,omitempty"`
 	Reason      Reason          `json:"reason,omitempty"`
-	Cost        pipeline.Cost   `json:"cost,omitempty"`
-	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
+	Cost        pipeline.Cost   `json:"cost,omitempty"` // what the attempt that ended the item spent
+	// Spent is what every attempt of run SpentRun spent (the ending one
+	// included): the sum of each attempt's cost records, written with each
+	// outcome and each release. Census.RunSpent sums it over the rows of
+	// the current run.
+	Spent     pipeline.Cost `json:"spent,omitempty"`
+	SpentRun  int           `json:"-"`
+	UpdatedAt time.Time     `json:"updated_at,omitzero"`
 	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
 	// it has none.
 	ExpiresAt time.Time `json:"-"`
@@ -188,9 +194,15 @@ type Census struct {
 	InFlight    int64 `json:"in_flight"`
 	Pending     int64 `json:"pending"`
 	// Cost is the exact decimal sum of each cost name over the counted
-	// items (JSON numbers in plain decimal: ten items of 0.1 usd give
-	// "usd": 1).
+	// items, each item counting the attempt that ended it (JSON numbers in
+	// plain decimal: ten items of 0.1 usd give "usd": 1). An item answered
+	// from an earlier run counts that run's ending attempt.
 	Cost pipeline.CostSum `json:"cost"`
+	// RunSpent is what this run spent: every attempt of this run, retried
+	// and ending ones alike, summed per name the same way (an item retried
+	// twice before it succeeded counts three calls here, one in Cost). An
+	// attempt cut off before it could write (a crash) is not in it.
+	RunSpent pipeline.CostSum `json:"run_spent"`
 }
 
 // Add counts one item of outcome o with cost c.

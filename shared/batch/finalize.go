@@ -40,7 +40,7 @@ func ResultsManifestKey(batchID string, run int) string {
 // succeeded and (unreleased) quarantined rows of an earlier run keep their
 // outcome.
 func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome) error) (Census, error) {
-	c := Census{Cost: pipeline.CostSum{}}
+	c := Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	var rows int64
 	err := store.ScanItems(ctx, b.ID, b.ListShards, func(it Item) error {
 		o := it.Outcome
@@ -49,6 +49,9 @@ func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome
 		}
 		rows++
 		c.Add(o, it.Cost)
+		if it.SpentRun == b.Run {
+			c.RunSpent.Add(it.Spent)
+		}
 		if each != nil {
 			return each(it, o)
 		}

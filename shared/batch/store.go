@@ -177,8 +177,11 @@ type Record struct {
 	OutputRef  string
 	Error      string
 	Reason     Reason
-	Cost       pipeline.Cost
-	Now        time.Time
+	Cost       pipeline.Cost // the attempt's own cost (Record, Settle)
+	// Spent is what every attempt of Run has spent, this one included
+	// (Record, Release); stored with the run number when not empty.
+	Spent pipeline.Cost
+	Now   time.Time
 }
 
 // Progress is the sum of a run's counter rows.

@@ -511,6 +511,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	log = log.With("run_id", it.RunID, "attempt", it.Attempt)
 	rec := w.record(b, m, now)
 	rec.Attempt = it.Attempt
+	rec.Spent = it.Spent // this run's earlier attempts (Reserve gives them)
 
 	if it.Interrupted && b.OnInterrupt == InterruptQuarantine {
 		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonInterrupted
@@ -544,6 +545,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	// call's outcome is unknown. Read before cancel, which would set it too.
 	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	cancel()
+	rec.Spent = it.Spent.Plus(res.Cost)
 	rec.Now = w.Clock.Now()
 	log = log.With("duration_ms", rec.Now.Sub(start).Milliseconds())
 	w.Metrics.ItemDuration(b.Pipeline, rec.Now.Sub(start), b.ID, b.Run)

@@ -292,6 +292,8 @@ type itemRow struct {
 	Error        string             `dynamodbav:"error"`
 	Reason       string             `dynamodbav:"reason"`
 	Cost         map[string]float64 `dynamodbav:"cost"`
+	Spent        map[string]float64 `dynamodbav:"spent"`     // batch.Item.Spent
+	SpentRun     int                `dynamodbav:"spent_run"` // the run Spent counts
 	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
 	ExpiresAt    int64              `dynamodbav:"expires_at"` // TTL, epoch seconds
 }
@@ -318,6 +320,9 @@ func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
 	}
 	if len(r.Cost) > 0 {
 		it.Cost = pipeline.Cost(r.Cost)
+	}
+	if len(r.Spent) > 0 {
+		it.Spent, it.SpentRun = pipeline.Cost(r.Spent), r.SpentRun
 	}
 	return it, nil
 }
@@ -651,6 +656,11 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	if prev.Run == r.Run && prev.Outcome == string(batch.OutcomeInFlight) {
 		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
+		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
+			// What this run's earlier attempts spent; the fence makes it
+			// current (an earlier attempt can no longer write).
+			it.Spent, it.SpentRun = pipeline.Cost(prev.Spent), r.Run
+		}
 	} else {
 		it.RunAttempts = 1
 	}
@@ -676,6 +686,7 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	} else {
 		u = u.Remove(expression.Name("cost"))
 	}
+	u = setSpent(u, r)
 	if r.Outcome == batch.OutcomeFailed || r.Outcome == batch.OutcomeQuarantined {
 		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, batch.Shard(r.Key, r.ListShards)))).
 			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
@@ -709,12 +720,25 @@ func (s *Store) Release(ctx context.Context, r batch.Record) error {
 		Set(expression.Name("retry_scheduled"), expression.Value(true)).
 		Set(expression.Name("error"), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
 		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
-	u = s.stamp(u, r.Now)
+	u = setSpent(s.stamp(u, r.Now), r)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
 	return s.update(ctx, "release", r, expr)
+}
+
+// setSpent writes what r.Run's attempts spent (spent, spent_run) when r
+// carries it, in the same write as the outcome or release, so it costs no
+// extra request. An empty Spent leaves the stored one: a row settled
+// without running keeps its earlier run's figure, which the census reads
+// only for that run.
+func setSpent(u expression.UpdateBuilder, r batch.Record) expression.UpdateBuilder {
+	if len(r.Spent) == 0 {
+		return u
+	}
+	return u.Set(expression.Name("spent"), expression.Value(map[string]float64(r.Spent))).
+		Set(expression.Name("spent_run"), expression.Value(r.Run))
 }
 
 // Settle writes a terminal outcome for an item that did not run: under the

@@ -120,3 +120,22 @@ func plain(d decimal.Decimal) string {
 	}
 	return t
 }
+
+// Plus returns a new Cost with c and d added name by name in decimal
+// arithmetic (each amount taken as its shortest decimal, as in [CostSum]),
+// each sum stored as the float64 nearest to it: 0.1 plus 0.2 is 0.3, not
+// 0.30000000000000004. NaN and ±Inf amounts are skipped; nil when both are
+// empty. c and d are not changed.
+func (c Cost) Plus(d Cost) Cost {
+	if len(c) == 0 && len(d) == 0 {
+		return nil
+	}
+	s := CostSum{}
+	s.Add(c)
+	s.Add(d)
+	out := make(Cost, len(s))
+	for k, v := range s {
+		out[k] = v.InexactFloat64()
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"testing"
 )
@@ -94,5 +95,32 @@ func BenchmarkCostSumAdd(b *testing.B) {
 	c := Cost{"calls": 1, "usd": 0.0021}
 	for b.Loop() {
 		s.Add(c)
+	}
+}
+
+// TestCostPlusAddsInDecimal guards an item's `spent` (README, "Cost"): the
+// cost of every attempt is added attempt by attempt, and a binary-float
+// sum would drift (0.1 + 0.2 = 0.30000000000000004).
+func TestCostPlusAddsInDecimal(t *testing.T) {
+	tests := []struct {
+		name string
+		a, b Cost
+		want Cost
+	}{
+		{"both empty", nil, nil, nil},
+		{"first attempt", nil, Cost{"calls": 1}, Cost{"calls": 1}},
+		{"a retry without cost", Cost{"calls": 2}, nil, Cost{"calls": 2}},
+		{"decimal", Cost{"usd": 0.1, "calls": 1}, Cost{"usd": 0.2, "calls": 1}, Cost{"usd": 0.3, "calls": 2}},
+		{"names of either", Cost{"usd": 0.07}, Cost{"tokens": 1200}, Cost{"usd": 0.07, "tokens": 1200}},
+		{"NaN skipped", Cost{"usd": 0.5}, Cost{"usd": math.NaN()}, Cost{"usd": 0.5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := maps.Clone(tt.a)
+			got := tt.a.Plus(tt.b)
+			if !maps.Equal(got, tt.want) || !maps.Equal(a, tt.a) {
+				t.Fatalf("%v.Plus(%v) = %v (receiver now %v), want %v", a, tt.b, got, tt.a, tt.want)
+			}
+		})
 	}
 }

@@ -567,7 +567,8 @@ func (a *app) show(v handler.BatchView) error {
 	if c := v.Census; c != nil {
 		fmt.Fprintf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
-		a.printCost(c.Cost)
+		a.printCost("cost (ending attempts)", c.Cost)
+		a.printCost("spent by this run", c.RunSpent)
 	}
 	if v.Progress != nil {
 		fmt.Fprintf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
@@ -650,7 +651,8 @@ func (a *app) reportCmd() *cobra.Command {
 			c := r.Census
 			fmt.Fprintf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
 			fmt.Fprintf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
-			a.printCost(c.Cost)
+			a.printCost("cost (ending attempts)", c.Cost)
+			a.printCost("spent by this run", c.RunSpent)
 			if r.Verdict.Exceeded {
 				fmt.Fprintf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
 			}
@@ -721,14 +723,14 @@ func refusalText(r *batch.SubmitRefusal) string {
 	return r.Code + ": " + r.Message
 }
 
-// printCost prints a census's cost sums, one "name amount" pair per name
+// printCost prints a census's cost sums after label, one "name amount" pair per name
 // in byte order, each exact in plain decimal (no float noise); nothing
 // when there are none.
-func (a *app) printCost(c pipeline.CostSum) {
+func (a *app) printCost(label string, c pipeline.CostSum) {
 	if len(c) == 0 {
 		return
 	}
-	fmt.Fprint(a.out, "cost:")
+	fmt.Fprint(a.out, label+":")
 	for _, k := range c.Names() {
 		fmt.Fprintf(a.out, "  %s %s", k, c.Text(k))
 	}

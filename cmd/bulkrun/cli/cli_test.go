@@ -29,12 +29,12 @@ func TestPrintCostExact(t *testing.T) {
 		sum.Add(pipeline.Cost{"usd": 0.1, "eur": 0.07, "tokens": 1e-7})
 	}
 	var out bytes.Buffer
-	(&app{out: &out}).printCost(sum)
+	(&app{out: &out}).printCost("cost", sum)
 	if want := "cost:  eur 0.7  tokens 0.000001  usd 1\n"; out.String() != want {
 		t.Fatalf("printed %q, want %q", out.String(), want)
 	}
 	out.Reset()
-	(&app{out: &out}).printCost(nil)
+	(&app{out: &out}).printCost("cost", nil)
 	if out.Len() != 0 {
 		t.Fatalf("no costs printed %q, want nothing", out.String())
 	}
