@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -32,7 +33,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 )
 
 // Part sizing of streaming writes. S3 needs parts of at least 5 MiB (but the
@@ -51,10 +51,22 @@ type Store struct {
 	bucket string
 }
 
-var (
-	_ batch.Blobs      = (*Store)(nil)
-	_ thumbnail.Source = (*Store)(nil)
-)
+var _ batch.Blobs = (*Store)(nil)
+
+// NewS3 returns an S3 client for c; against an emulator (AWS_ENDPOINT_URL
+// or AWS_ENDPOINT_URL_S3 set) it uses path-style addressing, since bucket
+// host names do not resolve there. Checksums are computed and validated
+// only when S3 requires them. The server functions and the CLI both build
+// their S3 client with it.
+func NewS3(c aws.Config) *s3.Client {
+	return s3.NewFromConfig(c, func(o *s3.Options) {
+		if os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_S3") != "" {
+			o.UsePathStyle = true
+		}
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+}
 
 // New returns a Store on bucket. It uses a copy of client with bulkrun's
 // retryer (no client-side retry quota) and AWS's transient faults tagged

@@ -27,7 +27,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // Stack is a deployed stack's outputs (config.Output* keys → values).
@@ -115,7 +115,7 @@ func New(c aws.Config, s Stack) (*Client, error) {
 // APIError is an error answer of the API.
 type APIError struct {
 	Status int
-	Body   handler.ErrorBody
+	Body   wire.ErrorBody
 }
 
 func (e *APIError) Error() string {
@@ -127,11 +127,11 @@ func (e *APIError) Error() string {
 // invalid_request → batch.ErrInvalid.
 func (e *APIError) Is(t error) bool {
 	switch e.Body.Code {
-	case "not_found":
+	case wire.CodeNotFound:
 		return t == batch.ErrNotFound
-	case "batch_mismatch":
+	case wire.CodeBatchMismatch:
 		return t == batch.ErrBatchMismatch
-	case "invalid_request":
+	case wire.CodeInvalidRequest:
 		return t == batch.ErrInvalid
 	}
 	return false
@@ -172,7 +172,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 	if resp.StatusCode/100 != 2 {
 		ae := &APIError{Status: resp.StatusCode}
 		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Code == "" {
-			ae.Body = handler.ErrorBody{Code: "http_" + fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(data))}
+			ae.Body = wire.ErrorBody{Code: "http_" + fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(data))}
 		}
 		return resp.StatusCode, ae
 	}
@@ -194,7 +194,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 // still go on), timeouts and connection errors, as c.Retry says. A repeated
 // submit of the same request is the same batch, so a retry never makes a
 // second one. Other errors (*APIError 4xx, 507) are returned at once.
-func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (handler.BatchView, error) {
+func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (wire.BatchView, error) {
 	if req.BatchID == "" {
 		req.BatchID = batch.NewBatchID()
 	}
@@ -202,10 +202,10 @@ func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (handler.B
 	if r.Tries <= 0 {
 		r = DefaultRetry
 	}
-	var v handler.BatchView
+	var v wire.BatchView
 	var err error
 	for try := 1; ; try++ {
-		v = handler.BatchView{}
+		v = wire.BatchView{}
 		_, err = c.Do(ctx, http.MethodPost, "/batches", req, &v)
 		if err == nil || try >= r.Tries || !Retryable(err) || ctx.Err() != nil {
 			break
@@ -244,8 +244,8 @@ func Retryable(err error) bool {
 }
 
 // Status reads a batch with its census.
-func (c *Client) Status(ctx context.Context, id string) (handler.BatchView, error) {
-	var v handler.BatchView
+func (c *Client) Status(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
 	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id), nil, &v)
 	return v, err
 }
@@ -260,19 +260,19 @@ func (c *Client) Report(ctx context.Context, id string) (batch.Report, error) {
 // Wait polls Status every interval until the batch's run is finished (or
 // the batch refused: Status.Finished) or ctx ends, calling progress
 // (optional) with each view. It waits through submitting.
-func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, progress func(handler.BatchView)) (handler.BatchView, error) {
-	return c.WaitUntil(ctx, id, interval, func(v handler.BatchView) bool { return v.Status.Finished() }, progress)
+func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, progress func(wire.BatchView)) (wire.BatchView, error) {
+	return c.WaitUntil(ctx, id, interval, func(v wire.BatchView) bool { return v.Status.Finished() }, progress)
 }
 
 // Submitted waits while the batch is submitting: it returns the batch once
 // its manifest is frozen (running or later) or it was refused.
-func (c *Client) Submitted(ctx context.Context, id string, interval time.Duration) (handler.BatchView, error) {
-	return c.WaitUntil(ctx, id, interval, func(v handler.BatchView) bool { return v.Status != batch.StatusSubmitting }, nil)
+func (c *Client) Submitted(ctx context.Context, id string, interval time.Duration) (wire.BatchView, error) {
+	return c.WaitUntil(ctx, id, interval, func(v wire.BatchView) bool { return v.Status != batch.StatusSubmitting }, nil)
 }
 
 // WaitUntil polls Status every interval until done says so or ctx ends,
 // calling progress (optional) with each view.
-func (c *Client) WaitUntil(ctx context.Context, id string, interval time.Duration, done func(handler.BatchView) bool, progress func(handler.BatchView)) (handler.BatchView, error) {
+func (c *Client) WaitUntil(ctx context.Context, id string, interval time.Duration, done func(wire.BatchView) bool, progress func(wire.BatchView)) (wire.BatchView, error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -295,15 +295,15 @@ func (c *Client) WaitUntil(ctx context.Context, id string, interval time.Duratio
 }
 
 // Resume starts a new run of a finished batch.
-func (c *Client) Resume(ctx context.Context, id string) (handler.BatchView, error) {
-	var v handler.BatchView
+func (c *Client) Resume(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
 	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/resume", nil, &v)
 	return v, err
 }
 
 // Cancel stops the batch's current run.
-func (c *Client) Cancel(ctx context.Context, id string) (handler.BatchView, error) {
-	var v handler.BatchView
+func (c *Client) Cancel(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
 	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/cancel", nil, &v)
 	return v, err
 }
@@ -315,10 +315,10 @@ func (c *Client) Forget(ctx context.Context, id string) error {
 }
 
 // Release makes a quarantined item eligible for the next run. The key is
-// sent escaped as one path segment (handler.ItemPath), so any key — "/",
+// sent escaped as one path segment (wire.ItemPath), so any key — "/",
 // "%", "+", spaces, non-ASCII — names exactly that item.
 func (c *Client) Release(ctx context.Context, id, key string) error {
-	_, err := c.Do(ctx, http.MethodPost, handler.ItemPath(id, key, "release"), nil, nil)
+	_, err := c.Do(ctx, http.MethodPost, wire.ItemPath(id, key, "release"), nil, nil)
 	return err
 }
 

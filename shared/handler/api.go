@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // MaxRequestBytes bounds a request body, in bytes: 6 MB (6,291,456 bytes),
@@ -80,22 +80,9 @@ func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.
 	return &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log, Clock: batch.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
 }
 
-// ItemPath is the API path of an item route, "/batches/{id}/items/{key}/" +
-// action (e.g. "release"), with id and key each escaped as one path segment
-// (url.PathEscape): "/" is sent as %2F, "%" as %25, a space as %20, other
-// bytes outside the unreserved set by their UTF-8 bytes; "+" stays literal
-// (a path gives it no meaning). A key "." or ".." is sent as %2E or %2E%2E
-// so that no client or proxy removes it as a dot segment. The API decodes
-// the path exactly once, so every key comes back as it was, "%2F"
-// literally in a key included (sent as %252F). shared/client, and so the
-// CLI, build every item path with it.
-func ItemPath(id, key, action string) string {
-	k := url.PathEscape(key)
-	if key == "." || key == ".." {
-		k = strings.Repeat("%2E", len(key))
-	}
-	return "/batches/" + url.PathEscape(id) + "/items/" + k + "/" + action
-}
+// ItemPath is wire.ItemPath: the API path of an item route, with id and
+// key each escaped as one path segment.
+func ItemPath(id, key, action string) string { return wire.ItemPath(id, key, action) }
 
 // ServeHTTP routes a request on its decoded path, r.URL.Path (see the
 // route table on [API]).
@@ -150,34 +137,14 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 
 func pick(method string, by map[string]http.HandlerFunc) http.HandlerFunc { return by[method] }
 
-// ErrorBody is the JSON of every error answer.
-type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	Line    int64  `json:"line,omitempty"`
-	Element int64  `json:"element,omitempty"`
-	Key     string `json:"key,omitempty"`
-}
+// ErrorBody is the JSON of every error answer (see wire.ErrorBody).
+type ErrorBody = wire.ErrorBody
 
-// BatchView is the JSON of a batch in API answers: the batch row's fields
-// plus its census (census_source says whether it was counted from the item
-// rows, read from the finished run, or, for a large running batch, is only
-// the counters' progress) and the report's location when finished.
-type BatchView struct {
-	batch.Batch
-	Census       *batch.Census `json:"census,omitempty"`
-	CensusSource string        `json:"census_source,omitempty"` // items | report | counters
-	Progress     *Progress     `json:"progress,omitempty"`
-	Report       string        `json:"report,omitempty"`
-	Created      *bool         `json:"created,omitempty"`
-}
+// BatchView is the JSON of a batch in API answers (see wire.BatchView).
+type BatchView = wire.BatchView
 
-// Progress is a large running batch's counters.
-type Progress struct {
-	Done     int64 `json:"done"`
-	Failures int64 `json:"failures"`
-}
+// Progress is a large running batch's counters (see wire.Progress).
+type Progress = wire.Progress
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -386,13 +353,42 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 	for k, v := range ev.Headers {
 		req.Header.Set(k, v)
 	}
-	rec := httptest.NewRecorder()
+	rec := &recorder{header: http.Header{}}
 	a.ServeHTTP(rec, req)
 	return events.APIGatewayProxyResponse{
-		StatusCode: rec.Code,
-		Headers:    map[string]string{"Content-Type": rec.Header().Get("Content-Type")},
-		Body:       rec.Body.String(),
+		StatusCode: rec.status(),
+		Headers:    map[string]string{"Content-Type": rec.header.Get("Content-Type")},
+		Body:       rec.body.String(),
 	}, nil
+}
+
+// recorder is the http.ResponseWriter Serve hands to ServeHTTP: it keeps
+// the status, headers and body for the proxy answer. The status is 200
+// when the handler writes a body without WriteHeader, as net/http does.
+type recorder struct {
+	header http.Header
+	code   int
+	body   strings.Builder
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
+}
+
+func (r *recorder) status() int {
+	if r.code == 0 {
+		return http.StatusOK
+	}
+	return r.code
 }
 
 func (a *API) resume(w http.ResponseWriter, r *http.Request) {

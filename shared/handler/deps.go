@@ -27,6 +27,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
+	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/shared/queue"
 	"github.com/bulkrun/bulkrun/shared/trigger"
 )
@@ -57,17 +58,11 @@ func AWSConfig(ctx context.Context) (aws.Config, error) {
 	return c, nil
 }
 
-// NewS3 returns an S3 client; against an emulator (AWS_ENDPOINT_URL set) it
-// uses path-style addressing, since bucket host names do not resolve there.
-func NewS3(c aws.Config) *s3.Client {
-	return s3.NewFromConfig(c, func(o *s3.Options) {
-		if os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_S3") != "" {
-			o.UsePathStyle = true
-		}
-		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
-		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-	})
-}
+// NewS3 is blob.NewS3: an S3 client, path-style against an emulator.
+func NewS3(c aws.Config) *s3.Client { return blob.NewS3(c) }
+
+// The blob store is the thumbnail pipeline's source (builtin.Register).
+var _ thumbnail.Source = (*blob.Store)(nil)
 
 // Build loads the configuration and builds the adapters.
 func Build(ctx context.Context) (*Deps, error) {

@@ -26,10 +26,11 @@ import (
 	"golang.org/x/term"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // ExitError carries the process exit code (and an error to print, if any).
@@ -389,7 +390,7 @@ func (a *app) upload(ctx context.Context, path string) (string, error) {
 	}
 	sum := sha256.Sum256(body)
 	key := "uploads/" + hex.EncodeToString(sum[:8]) + "/" + filepath.Base(path)
-	_, err = handler.NewS3(a.aws).PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(string(body))})
+	_, err = blob.NewS3(a.aws).PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(string(body))})
 	if err != nil {
 		return "", fmt.Errorf("upload %s: %w", path, err)
 	}
@@ -432,7 +433,7 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 		fmt.Fprintf(h, "%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))
 	}
 	prefix := "uploads/" + hex.EncodeToString(h.Sum(nil))[:16] + "/"
-	s3c := handler.NewS3(a.aws)
+	s3c := blob.NewS3(a.aws)
 	errs := make(chan error, len(files))
 	sem := make(chan struct{}, 8)
 	for _, f := range files {
@@ -495,7 +496,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 			progressbar.OptionShowCount(), progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
 	}
 	start, startDone, lastLine := time.Now(), int64(-1), time.Time{}
-	final, err := a.api.Wait(ctx, id, time.Second, func(v handler.BatchView) {
+	final, err := a.api.Wait(ctx, id, time.Second, func(v wire.BatchView) {
 		var done int64
 		var desc string
 		switch {
@@ -553,7 +554,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 }
 
 // show prints a batch view.
-func (a *app) show(v handler.BatchView) error {
+func (a *app) show(v wire.BatchView) error {
 	if a.output == "json" {
 		return a.printJSON(v)
 	}
@@ -673,7 +674,7 @@ func (a *app) simple(use, short string, nargs int, names string, run func(ctx co
 			if err != nil {
 				return err
 			}
-			if bv, ok := v.(handler.BatchView); ok {
+			if bv, ok := v.(wire.BatchView); ok {
 				return a.show(bv)
 			}
 			if a.output == "json" {

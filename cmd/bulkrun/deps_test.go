@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// goListDeps returns the packages `go list -deps` lists for patterns (run
+// from this directory, in the module).
+func goListDeps(t *testing.T, patterns ...string) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go tool not found: %v", err)
+	}
+	out, err := exec.Command(goBin, append([]string{"list", "-deps"}, patterns...)...).Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps %v: %v\n%s", patterns, err, stderr)
+	}
+	return strings.Fields(string(out))
+}
+
+// forbidden returns the deps that are pkg or below it.
+func forbidden(deps []string, pkgs ...string) []string {
+	var hit []string
+	for _, d := range deps {
+		for _, p := range pkgs {
+			if d == p || strings.HasPrefix(d, p+"/") {
+				hit = append(hit, d)
+			}
+		}
+	}
+	return hit
+}
+
+// TestContractCLILinksNoServer guards the API contract's client side: the
+// bulkrun CLI binary talks to the stack through shared/client and the wire
+// types of shared/wire only, so it links neither the server code
+// (shared/handler, the DynamoDB, SQS and trigger adapters, the pipelines)
+// nor the DynamoDB, SQS and Lambda SDK clients. It may link S3 (it uploads
+// local files) and CloudFormation (it reads the stack's outputs).
+func TestContractCLILinksNoServer(t *testing.T) {
+	deps := goListDeps(t, ".")
+	if hit := forbidden(deps,
+		"github.com/aws/aws-sdk-go-v2/service/dynamodb",
+		"github.com/aws/aws-sdk-go-v2/service/sqs",
+		"github.com/aws/aws-sdk-go-v2/service/lambda",
+		"github.com/aws/aws-sdk-go-v2/service/eventbridge",
+		"github.com/bulkrun/bulkrun/shared/handler",
+		"github.com/bulkrun/bulkrun/shared/dynamo",
+		"github.com/bulkrun/bulkrun/shared/queue",
+		"github.com/bulkrun/bulkrun/shared/trigger",
+		"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail",
+		"github.com/bulkrun/bulkrun/shared/pipeline/webhook",
+		"net/http/httptest",
+	); len(hit) > 0 {
+		t.Errorf("go list -deps ./cmd/bulkrun lists server packages:\n%s", strings.Join(hit, "\n"))
+	}
+	// The check must see the CLI's real dependencies, not an empty list.
+	if len(forbidden(deps, "github.com/bulkrun/bulkrun/shared/wire")) == 0 {
+		t.Errorf("go list -deps ./cmd/bulkrun does not list shared/wire; deps: %d packages", len(deps))
+	}
+}
+
+// TestContractWireImportsNoServer guards the API contract's shared types:
+// shared/wire depends on the standard library and the AWS-free domain
+// (shared/batch) only, so any Go client can use it without the AWS SDK.
+func TestContractWireImportsNoServer(t *testing.T) {
+	for _, d := range goListDeps(t, "github.com/bulkrun/bulkrun/shared/wire") {
+		if strings.HasPrefix(d, "github.com/aws/") || d == "github.com/bulkrun/bulkrun/shared/handler" || d == "net/http/httptest" {
+			t.Errorf("shared/wire depends on %s", d)
+		}
+	}
+}
+
+// TestContractNoHTTPTestInProduction guards the functions and the CLI
+// against linking net/http/httptest (a test helper that registers test
+// flags): no production package of the module depends on it.
+func TestContractNoHTTPTestInProduction(t *testing.T) {
+	deps := goListDeps(t, "github.com/bulkrun/bulkrun/functions/...", "github.com/bulkrun/bulkrun/cmd/...", "github.com/bulkrun/bulkrun/shared/...")
+	if hit := forbidden(deps, "net/http/httptest"); len(hit) > 0 {
+		t.Errorf("production code depends on %v", hit)
+	}
+}

@@ -1,0 +1,110 @@
+// Package wire holds the JSON shapes of bulkrun's REST API that the server
+// (shared/handler), the Go client (shared/client) and the CLI share: the
+// error body, the batch view, and the escaping of item paths. It imports the
+// standard library and the domain package shared/batch (whose request,
+// batch, census, report and item types are part of the wire format) and
+// nothing else, so a client built on it links no server code and no AWS SDK
+// service client (checked by TestContractWireImportsNoServer and
+// TestContractCLILinksNoServer in cmd/bulkrun).
+//
+// The shapes, by route (the OpenAPI document in docs/ describes them too):
+//
+//	POST   /batches                          body batch.SubmitRequest; answer BatchView
+//	GET    /batches/{id}                     answer BatchView
+//	GET    /batches/{id}/report              answer batch.Report
+//	GET    /batches/{id}/items               answer batch.ItemPage
+//	POST   /batches/{id}/resume, /cancel     answer BatchView
+//	POST   /batches/{id}/items/{key}/release no body (204), path from ItemPath
+//	DELETE /batches/{id}                     no body (204)
+//
+// Every error answer is an ErrorBody.
+package wire
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// Error codes of ErrorBody.Code, with the HTTP status the API answers them
+// with. A client branches on the code, never on the message.
+const (
+	CodeInvalidRequest      = "invalid_request"      // 400 (413 for a body over the size limit): the request names its bad field, line, element or key
+	CodeEmptySource         = "empty_source"         // 400: the source holds no items; nothing was created
+	CodeNotFound            = "not_found"            // 404: no such batch, report or route
+	CodeExpired             = "expired"              // 404: the batch's retention has ended; a submit may reuse its id
+	CodeBatchMismatch       = "batch_mismatch"       // 409: the batch id exists with another request
+	CodeConflict            = "conflict"             // 409: a run is going (resume, forget) or not (cancel)
+	CodeInsufficientStorage = "insufficient_storage" // 507: the source is too large for the submit function's disk; not retryable
+	CodeInternal            = "internal"             // 500 retryable; 409 for a refused batch submitted again
+)
+
+// Codes returns every error code, in the order of the constants above. The
+// slice is new on every call.
+func Codes() []string {
+	return []string{CodeInvalidRequest, CodeEmptySource, CodeNotFound, CodeExpired, CodeBatchMismatch,
+		CodeConflict, CodeInsufficientStorage, CodeInternal}
+}
+
+// ErrorBody is the JSON of every error answer:
+// {"code", "message", "field", "line", "element", "key"}; code is one of
+// Codes(), message is for people, and field (a JSON field, query parameter
+// or "path"/"body"), line (1-based line of a manifest), element (1-based
+// element of a JSON array) and key (an item key) are set when they locate
+// the fault.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Line    int64  `json:"line,omitempty"`
+	Element int64  `json:"element,omitempty"`
+	Key     string `json:"key,omitempty"`
+}
+
+// Census sources of BatchView.CensusSource.
+const (
+	CensusFromItems    = "items"    // counted from the item rows (a running batch of at most LiveCensusMaxItems items)
+	CensusFromReport   = "report"   // the finished run's census
+	CensusFromCounters = "counters" // a large running batch: only Progress, no census
+)
+
+// BatchView is the JSON of a batch in API answers: the batch row's fields
+// (batch.Batch, redacted) plus its census (census_source, one of the
+// CensusFrom* values, says whether it was counted from the item rows, read
+// from the finished run, or, for a large running batch, is only the
+// counters' progress), the report's location ("s3://bucket/key") when
+// finished, and, in a submit's answer only, whether this call created the
+// batch.
+type BatchView struct {
+	batch.Batch
+	Census       *batch.Census `json:"census,omitempty"`
+	CensusSource string        `json:"census_source,omitempty"` // items | report | counters
+	Progress     *Progress     `json:"progress,omitempty"`
+	Report       string        `json:"report,omitempty"`
+	Created      *bool         `json:"created,omitempty"`
+}
+
+// Progress is a large running batch's counters: items done (in any final
+// outcome) and, among them, failures (failed or quarantined), this run.
+type Progress struct {
+	Done     int64 `json:"done"`
+	Failures int64 `json:"failures"`
+}
+
+// ItemPath is the API path of an item route, "/batches/{id}/items/{key}/" +
+// action (e.g. "release"), with id and key each escaped as one path segment
+// (url.PathEscape): "/" is sent as %2F, "%" as %25, a space as %20, other
+// bytes outside the unreserved set by their UTF-8 bytes; "+" stays literal
+// (a path gives it no meaning). A key "." or ".." is sent as %2E or %2E%2E
+// so that no client or proxy removes it as a dot segment. The API decodes
+// the path exactly once, so every key comes back as it was, "%2F"
+// literally in a key included (sent as %252F). shared/client, and so the
+// CLI, build every item path with it.
+func ItemPath(id, key, action string) string {
+	k := url.PathEscape(key)
+	if key == "." || key == ".." {
+		k = strings.Repeat("%2E", len(key))
+	}
+	return "/batches/" + url.PathEscape(id) + "/items/" + k + "/" + action
+}
