@@ -7,7 +7,9 @@
 // service client (checked by TestContractWireImportsNoServer and
 // TestContractCLILinksNoServer in cmd/bulkrun).
 //
-// The shapes, by route (the OpenAPI document in docs/ describes them too):
+// The shapes, by route (docs/openapi.yaml is the contract, checked against
+// the handlers by TestContractOpenAPI in shared/handler; testdata holds a
+// golden example of each):
 //
 //	POST   /batches                          body batch.SubmitRequest; answer BatchView
 //	GET    /batches/{id}                     answer BatchView
