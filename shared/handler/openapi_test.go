@@ -72,6 +72,9 @@ func (s *contractStore) ListItems(context.Context, string, int, batch.Outcome, s
 	return []batch.Item{{Key: "a/1", RunID: "r1", Run: 1, Outcome: batch.OutcomeFailed, Attempt: 3, RunAttempts: 3,
 		Error: "HTTP 400", Reason: batch.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}, "a/1", nil
 }
+func (s *contractStore) ListBatches(context.Context, batch.BatchQuery) ([]batch.Batch, string, error) {
+	return []batch.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
+}
 func (s *contractStore) ReleaseItem(context.Context, string, string) error { return nil }
 func (s *contractStore) MarkForgetting(context.Context, string) error      { return nil }
 func (s *contractStore) DeleteBatch(_ context.Context, b batch.Batch) error {
@@ -239,6 +242,9 @@ func TestContractOpenAPI(t *testing.T) {
 		{"submit other request, same id", "POST", "/batches", `{"batch_id":"new-1","pipeline":"thumbnail","source":{"items":[{"a":1}]}}`, nil, 409, wire.CodeBatchMismatch, false},
 		{"submit too large", "POST", "/batches", `{"pipeline":"webhook","source":{"items":["` + strings.Repeat("x", MaxRequestBytes) + `"]}}`, nil, 413, wire.CodeInvalidRequest, false},
 		{"submit out of disk", "POST", "/batches", `{"batch_id":"space-1","pipeline":"webhook","key_field":"k","source":{"items":[` + strings.Join(many, ",") + `]}}`, NewAPI(full, nil, nil, log), 507, wire.CodeInsufficientStorage, false},
+		{"list", "GET", "/batches?status=running,completed&since=2026-11-01T00:00:00Z&limit=2", "", nil, 200, "", false},
+		{"list bad since", "GET", "/batches?since=yesterday", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"list bad status", "GET", "/batches?status=done", "", nil, 400, wire.CodeInvalidRequest, false},
 		{"get finished", "GET", "/batches/done-1", "", nil, 200, "", false},
 		{"get large running", "GET", "/batches/run-1", "", nil, 200, "", false},
 		{"get unknown", "GET", "/batches/nope-1", "", nil, 404, wire.CodeNotFound, false},
@@ -299,6 +305,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"batch-view", "GET", "/batches/b-1", 200},
 		{"report", "GET", "/batches/b-1/report", 200},
 		{"item-page", "GET", "/batches/b-1/items", 200},
+		{"batch-page", "GET", "/batches", 200},
 		{"error", "GET", "/batches/b-1", 404},
 	}
 	for _, ex := range examples {

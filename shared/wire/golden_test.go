@@ -21,7 +21,7 @@ import (
 
 // TestContractGoldenJSON guards the API contract's JSON shapes: the submit
 // request, the batch view (every answer about a batch), the error body, an
-// items page, the report, a results line and the completion event as
+// items page, a batches page, the report, a results line and the completion event as
 // EventBridge delivers it each round-trip through their Go types
 // unchanged (testdata/*.golden.json, as aws-lambda-go's events tests do),
 // and each golden file names every JSON field its type can write, so a
@@ -36,6 +36,7 @@ func TestContractGoldenJSON(t *testing.T) {
 		{"batch-view", func() any { return new(wire.BatchView) }},
 		{"error", func() any { return new(wire.ErrorBody) }},
 		{"item-page", func() any { return new(batch.ItemPage) }},
+		{"batch-page", func() any { return new(batch.BatchPage) }},
 		{"report", func() any { return new(batch.Report) }},
 		{"result-line", func() any { return new(batch.ResultLine) }},
 		{"event", func() any { return new(events.EventBridgeEvent) }},
