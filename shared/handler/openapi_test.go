@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	verrors "github.com/pb33f/libopenapi-validator/errors"
@@ -52,6 +53,9 @@ func (s *contractStore) GetBatch(_ context.Context, id string) (batch.Batch, err
 }
 
 func (s *contractStore) CreateBatch(_ context.Context, b batch.Batch) (batch.Batch, error) {
+	if b.ID == "boom-1" {
+		return batch.Batch{}, errors.New("dynamodb: connection reset")
+	}
 	if old, ok := s.batches[b.ID]; ok {
 		return old, batch.ErrBatchExists
 	}
@@ -72,7 +76,10 @@ func (s *contractStore) ListItems(context.Context, string, int, batch.Outcome, s
 	return []batch.Item{{Key: "a/1", RunID: "r1", Run: 1, Outcome: batch.OutcomeFailed, Attempt: 3, RunAttempts: 3,
 		Error: "HTTP 400", Reason: batch.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}, "a/1", nil
 }
-func (s *contractStore) ListBatches(context.Context, batch.BatchQuery) ([]batch.Batch, string, error) {
+func (s *contractStore) ListBatches(_ context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+	if q.Before == "boom" {
+		return nil, "", errors.New("dynamodb: connection reset")
+	}
 	return []batch.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
 }
 func (s *contractStore) ReleaseItem(context.Context, string, string) error { return nil }
@@ -90,10 +97,16 @@ type contractBlobs struct {
 
 func (b *contractBlobs) Bucket() string { return "example-bucket" }
 func (b *contractBlobs) Get(_ context.Context, key string) ([]byte, error) {
+	if strings.HasPrefix(key, "batches/lost-1/") {
+		return nil, errors.New("s3: connection reset")
+	}
 	if strings.HasSuffix(key, "/report.json") {
 		return b.report, nil
 	}
 	return nil, batch.ErrNotFound
+}
+func (b *contractBlobs) OpenMatch(context.Context, string, string, string) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(`{"a":1}` + "\n")), nil
 }
 func (b *contractBlobs) Delete(context.Context, string) error              { return nil }
 func (b *contractBlobs) DeletePrefix(context.Context, string) (int, error) { return 3, nil }
@@ -132,8 +145,11 @@ func loadOpenAPI(t *testing.T) (validator.Validator, *v3.Document) {
 // "API"): the document is valid OpenAPI 3.1; it describes exactly the
 // routes the handlers serve; its error codes are wire.Codes() and every
 // status ErrorOf gives is documented; every answer the real handlers give
-// (each route, success and error) validates, status and body, against it;
-// and the golden examples of shared/wire validate against its schemas.
+// (each route, success and error, through fixed stores) validates, status
+// and body, against it, and every status it documents is one of those
+// answers (two, named, are shown by integration tests); requests the
+// handlers refuse by a rule the schema states are refused by the schema
+// too; and the golden examples of shared/wire validate against it.
 func TestContractOpenAPI(t *testing.T) {
 	v, doc := loadOpenAPI(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -210,6 +226,11 @@ func TestContractOpenAPI(t *testing.T) {
 			Headers: map[string]string{"tenant": "acme"}, OnInterrupt: batch.InterruptRetry, NeedsAttention: true},
 		"run-1": {ID: "run-1", Pipeline: "webhook", Status: batch.StatusRunning, Run: 2, ItemCount: 20000, CounterShards: 4,
 			FannedOut: true, CreatedAt: now, RunStartedAt: now},
+		"lost-1": {ID: "lost-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ReportKey: batch.ReportKey("lost-1", 1),
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		"refused-1": {ID: "refused-1", Pipeline: "webhook", Status: batch.StatusRefused, Run: 1, CreatedAt: now, FinishedAt: now,
+			ExpiresAt: now.Add(time.Hour), Refusal: &batch.SubmitRefusal{Code: batch.RefusalInternal, Message: "reading the source failed 3 times"},
+			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`)},
 		"gone-1": {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
 	}}
 	blobs := &contractBlobs{report: golden("report")}
@@ -264,15 +285,62 @@ func TestContractOpenAPI(t *testing.T) {
 		{"release unknown batch", "POST", "/batches/nope-1/items/k/release", "", nil, 404, wire.CodeNotFound, false},
 		{"forget running", "DELETE", "/batches/run-1", "", nil, 409, wire.CodeConflict, false},
 		{"forget", "DELETE", "/batches/done-1", "", nil, 204, "", false},
+		{"submit refused again", "POST", "/batches", `{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"}}`, nil, 409, wire.CodeInternal, false},
+		{"submit store down", "POST", "/batches", `{"batch_id":"boom-1","pipeline":"webhook","source":{"items":[{"a":1}]}}`, nil, 500, wire.CodeInternal, false},
+		{"list store down", "GET", "/batches?cursor=Ym9vbQ", "", nil, 500, wire.CodeInternal, false},
+		{"report store down", "GET", "/batches/boom-1/report", "", nil, 500, wire.CodeInternal, false},
+		{"report object unreadable", "GET", "/batches/lost-1/report", "", nil, 500, wire.CodeInternal, false},
+		{"items unknown", "GET", "/batches/nope-1/items", "", nil, 404, wire.CodeNotFound, false},
+		{"items store down", "GET", "/batches/boom-1/items", "", nil, 500, wire.CodeInternal, false},
+		{"resume unknown", "POST", "/batches/nope-1/resume", "", nil, 404, wire.CodeNotFound, false},
+		{"resume store down", "POST", "/batches/boom-1/resume", "", nil, 500, wire.CodeInternal, false},
+		{"cancel unknown", "POST", "/batches/nope-1/cancel", "", nil, 404, wire.CodeNotFound, false},
+		{"cancel store down", "POST", "/batches/boom-1/cancel", "", nil, 500, wire.CodeInternal, false},
+		{"release bad id", "POST", "/batches/a%20b/items/k/release", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"release store down", "POST", "/batches/boom-1/items/k/release", "", nil, 500, wire.CodeInternal, false},
+		{"forget unknown", "DELETE", "/batches/nope-1", "", nil, 404, wire.CodeNotFound, false},
+		{"forget store down", "DELETE", "/batches/boom-1", "", nil, 500, wire.CodeInternal, false},
 	}
+	// Through API Gateway (Serve), a path with a malformed escape is 400
+	// on every route.
+	for _, route := range []struct{ method, path string }{
+		{"GET", "/batches/%zz"}, {"DELETE", "/batches/%zz"}, {"GET", "/batches/%zz/report"},
+		{"POST", "/batches/%zz/resume"}, {"POST", "/batches/%zz/cancel"},
+	} {
+		tests = append(tests, struct {
+			name, method, path, body string
+			api                      *API
+			status                   int
+			code                     string
+			docRefuses               bool
+		}{"serve malformed " + route.method + " " + route.path, route.method, route.path, "", nil, 400, wire.CodeInvalidRequest, false})
+	}
+	answered := map[string]bool{} // "METHOD /template STATUS"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := tt.api
 			if h == nil {
 				h = api
 			}
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
+			var rec *httptest.ResponseRecorder
+			malformed := strings.Contains(tt.path, "%zz")
+			if malformed {
+				// As API Gateway sends a path outside the proxy resource's
+				// decoding: the raw path, which Serve decodes once.
+				out, err := h.Serve(context.Background(), events.APIGatewayProxyRequest{HTTPMethod: tt.method, Path: tt.path})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec = httptest.NewRecorder()
+				for k, v := range out.Headers {
+					rec.Header().Set(k, v)
+				}
+				rec.WriteHeader(out.StatusCode)
+				rec.WriteString(out.Body)
+			} else {
+				rec = httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
+			}
 			var eb wire.ErrorBody
 			if tt.code != "" {
 				_ = json.Unmarshal(rec.Body.Bytes(), &eb)
@@ -280,8 +348,11 @@ func TestContractOpenAPI(t *testing.T) {
 			if rec.Code != tt.status || eb.Code != tt.code {
 				t.Fatalf("%d %s, want %d %s: %s", rec.Code, eb.Code, tt.status, tt.code, firstBytes(rec.Body.String()))
 			}
-			req := openAPIRequest(tt.method, tt.path, tt.body)
+			docPath := strings.ReplaceAll(tt.path, "%zz", "x")
+			answered[tt.method+" "+templateOf(documented, tt.method, docPath)+" "+fmt.Sprint(rec.Code)] = true
+			req := openAPIRequest(tt.method, docPath, tt.body)
 			switch {
+			case malformed: // a path no client can send on purpose
 			case tt.docRefuses:
 				if ok, _ := verrs(v.ValidateHttpRequestSync(req)); ok {
 					t.Errorf("docs/openapi.yaml accepts a request the handlers refuse by its schema")
@@ -291,9 +362,27 @@ func TestContractOpenAPI(t *testing.T) {
 			}
 			resp := rec.Result()
 			validate(t, "answer", func() (bool, []string) {
-				return verrs(v.ValidateHttpResponse(openAPIRequest(tt.method, tt.path, ""), resp))
+				return verrs(v.ValidateHttpResponse(openAPIRequest(tt.method, docPath, ""), resp))
 			})
 		})
+	}
+
+	// Every status the document gives an operation is one the handlers
+	// answered above, but for those that need more than fixed stores,
+	// each with where it is shown instead.
+	elsewhere := map[string]string{
+		"POST /batches 202":             "a background read of an S3 source: integration TestSubmitRetriedPastGatewayTimeout",
+		"POST /batches/{id}/resume 202": "a new run needs a stored manifest to fan out: integration TestResumeRunsOnlyWhatDidNotSucceed",
+	}
+	for path, item := range doc.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			for code := range op.Responses.Codes.KeysFromOldest() {
+				k := strings.ToUpper(method) + " " + path + " " + code
+				if _, ok := elsewhere[k]; !ok && !answered[k] {
+					t.Errorf("docs/openapi.yaml documents %s, which no answer above gave", k)
+				}
+			}
+		}
 	}
 
 	// Golden examples: answers and a request as the document says, and
@@ -334,6 +423,31 @@ func TestContractOpenAPI(t *testing.T) {
 			return verrs(ok, errs)
 		})
 	}
+}
+
+// templateOf returns the documented path template of method and path
+// ("{name}" matches one raw segment), or path itself when none matches.
+func templateOf(documented map[string]bool, method, path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	segs := strings.Split(path, "/")
+	for op := range documented {
+		m, tmpl, _ := strings.Cut(op, " ")
+		ts := strings.Split(tmpl, "/")
+		if m != method || len(ts) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range ts {
+			if !strings.HasPrefix(ts[i], "{") && ts[i] != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return tmpl
+		}
+	}
+	return path
 }
 
 func openAPIRequest(method, path, body string) *http.Request {
