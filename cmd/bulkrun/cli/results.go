@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
 )
 
 // resultsCmd prints or downloads a finished run's results lines (JSONL, one
@@ -94,7 +94,7 @@ func (a *app) runReport(ctx context.Context, id string, run int) (batch.Report, 
 		return batch.Report{}, err
 	}
 	key := batch.ReportKey(id, run)
-	out, err := handler.NewS3(a.aws).GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	out, err := blob.NewS3(a.aws).GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
 	var nk *types.NoSuchKey
 	if errors.As(err, &nk) {
 		return batch.Report{}, fmt.Errorf("batch %s has no report for run %d (not finished, not run, or forgotten); 'bulkrun status %s' shows its runs", id, run, id)
@@ -113,7 +113,7 @@ func (a *app) runReport(ctx context.Context, id string, run int) (batch.Report, 
 // stored, and returns the bytes written. An outcome without items has no
 // file and adds nothing.
 func (a *app) copyResults(ctx context.Context, w io.Writer, rep batch.Report, want []batch.Outcome) (int64, error) {
-	s3c := handler.NewS3(a.aws)
+	s3c := blob.NewS3(a.aws)
 	var n int64
 	for _, o := range want {
 		loc, ok := rep.Results.Files[o]
