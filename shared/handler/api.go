@@ -275,21 +275,21 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
 		// No manifest yet, or never: nothing to count.
 	case b.Status.Finished() && b.FinalCensus != nil:
-		v.Census, v.CensusSource = b.FinalCensus, "report"
+		v.Census, v.CensusSource = b.FinalCensus, wire.CensusFromReport
 		v.Report = "s3://" + a.Blobs.Bucket() + "/" + b.ReportKey
 	case b.ItemCount <= LiveCensusMaxItems:
 		c, err := batch.CensusOf(ctx, a.Store, b, nil)
 		if err != nil {
 			return BatchView{}, err
 		}
-		v.Census, v.CensusSource = &c, "items"
+		v.Census, v.CensusSource = &c, wire.CensusFromItems
 		v.NeedsAttention = c.NeedsAttention()
 	default:
 		p, err := a.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
 		if err != nil {
 			return BatchView{}, err
 		}
-		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, "counters"
+		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
 	}
 	return v, nil
 }

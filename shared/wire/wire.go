@@ -12,6 +12,7 @@
 // golden example of each):
 //
 //	POST   /batches                          body batch.SubmitRequest; answer BatchView
+//	GET    /batches                          answer batch.BatchPage
 //	GET    /batches/{id}                     answer BatchView
 //	GET    /batches/{id}/report              answer batch.Report
 //	GET    /batches/{id}/items               answer batch.ItemPage
