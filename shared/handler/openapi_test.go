@@ -189,6 +189,41 @@ func TestContractOpenAPI(t *testing.T) {
 	if want := wire.Codes(); !slices.Equal(sorted(enum), sorted(want)) {
 		t.Errorf("Error.code enum %v, want wire.Codes() %v", enum, want)
 	}
+	// The enums of the document are the Go constants.
+	enumOf := func(schema, prop string) []string {
+		sc := doc.Components.Schemas.GetOrZero(schema).Schema()
+		if prop != "" {
+			sc = sc.Properties.GetOrZero(prop).Schema()
+		}
+		var out []string
+		for _, n := range sc.Enum {
+			out = append(out, n.Value)
+		}
+		return sorted(out)
+	}
+	var statuses, outcomes []string
+	for _, st := range batch.Statuses() {
+		statuses = append(statuses, string(st))
+	}
+	for _, o := range batch.Outcomes() {
+		outcomes = append(outcomes, string(o))
+	}
+	for _, e := range []struct {
+		schema, prop string
+		want         []string
+	}{
+		{"Status", "", statuses},
+		{"Outcome", "", outcomes},
+		{"BatchView", "census_source", []string{wire.CensusFromItems, wire.CensusFromReport, wire.CensusFromCounters}},
+		{"InterruptPolicy", "", []string{string(batch.InterruptRetry), string(batch.InterruptQuarantine)}},
+		{"Reason", "", []string{string(batch.ReasonPermanent), string(batch.ReasonMaxAttempts), string(batch.ReasonDeadLettered),
+			string(batch.ReasonQuarantine), string(batch.ReasonInterrupted), string(batch.ReasonThreshold), string(batch.ReasonCancel)}},
+	} {
+		if got := enumOf(e.schema, e.prop); !slices.Equal(got, sorted(e.want)) {
+			t.Errorf("%s %s enum %v, want %v", e.schema, e.prop, got, sorted(e.want))
+		}
+	}
+
 	// Every status ErrorOf gives is documented on submit, which can meet
 	// every error class.
 	submitCodes := map[string]bool{}
