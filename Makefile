@@ -51,6 +51,12 @@ CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Extra CDK context for synth and deploy, e.g. CDK_CONTEXT='-c itemTimeout=30s'.
 CDK_CONTEXT ?=
+# PIPELINES=a,b narrows the pipelines submit accepts to some of those
+# registered in shared/pipeline/registered (default: all of them).
+PIPELINES ?=
+ifneq ($(strip $(PIPELINES)),)
+CDK_CONTEXT += -c pipelines=$(PIPELINES)
+endif
 
 .PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration soak bench bench-go clean
 

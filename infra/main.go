@@ -13,7 +13,8 @@
 //	sourceBuckets  comma-separated buckets submit and item may read sources from
 //	sourcePrefixes comma-separated prefixes of the stack's bucket sources may name,
 //	               besides incoming/ and uploads/ (default none; "it-sources/" on the emulator)
-//	pipelines      comma-separated pipeline names (default "thumbnail,webhook")
+//	pipelines      comma-separated pipeline names submit accepts, some of those
+//	               registered in shared/pipeline/registered (default all of them)
 //	defaultPipeline the pipeline of uploads whose metadata names none (default none)
 //	webhookAllow   comma-separated hosts, *.domains, IPs and CIDRs the webhook
 //	               may reach although non-public (default none on aws;

@@ -32,6 +32,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 )
 
 // Deployment targets, chosen with the CDK context key "target".
@@ -82,8 +83,10 @@ const (
 	queueRetention = 14 * 24 * time.Hour
 )
 
-// DefaultPipelines is StackProps.Pipelines when empty: the built-in pipelines.
-var DefaultPipelines = []string{"thumbnail", "webhook"}
+// DefaultPipelines returns StackProps.Pipelines when empty: every pipeline
+// the item binary registers (registered.Names — the one list, in
+// shared/pipeline/registered), in byte order.
+func DefaultPipelines() []string { return registered.Names() }
 
 // Schedule declares a batch started on a schedule. Each tick sends submit
 // {"bulkrun_schedule": Name, "time": <the tick's time>, "request": Request};
@@ -147,9 +150,10 @@ type StackProps struct {
 	// become config.EnvSources (batch.SourcePolicy). Default none on
 	// TargetAWS; DefaultEmulatorSourcePrefixes on TargetEmulator.
 	SourcePrefixes []string
-	// Pipelines are the pipeline names submit accepts; they must match the
-	// pipelines registered in the item binary. Default DefaultPipelines
-	// ("thumbnail", "webhook").
+	// Pipelines narrows the pipeline names submit accepts to some of those
+	// the item binary registers (shared/pipeline/registered, the one list
+	// where a pipeline is added). Default DefaultPipelines(): all of them. A
+	// name the registry does not hold is refused at synth.
 	Pipelines []string
 	// Schedules are batches started on a schedule (EventBridge rules
 	// targeting submit). Default none.
@@ -387,7 +391,7 @@ func derive(props *StackProps) (settings, error) {
 		s.tick = DefaultFinalizeTickSchedule
 	}
 	if len(s.pipelines) == 0 {
-		s.pipelines = DefaultPipelines
+		s.pipelines = DefaultPipelines()
 	}
 	allowList := props.WebhookAllow
 	if len(allowList) == 0 && s.target == TargetEmulator && !props.EmptyWebhookAllow {
@@ -479,9 +483,15 @@ func derive(props *StackProps) (settings, error) {
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf("below ItemsMaxConcurrency (%d): the event source would be throttled", s.maxConcurrency))
 		}
 	}
+	if err := registered.Check(); err != nil {
+		bad("Pipelines", "shared/pipeline/registered", err.Error())
+	}
+	known := registered.Names()
 	for _, p := range s.pipelines {
 		if !pipeline.ValidName(p) {
 			bad("Pipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
+		} else if !slices.Contains(known, p) {
+			bad("Pipelines", p, fmt.Sprintf("not registered in the item binary (have %s); %s", strings.Join(known, ", "), batch.RegisterPipelineHint))
 		}
 	}
 	if props.DefaultPipeline != "" && !slices.Contains(s.pipelines, props.DefaultPipeline) {

@@ -94,7 +94,7 @@ type want struct {
 func wanted(target string) want {
 	if target == TargetEmulator {
 		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
-		return want{300, 3, 10, 30, []string{"thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
+		return want{300, 3, 10, 30, []string{"enrich", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
 	}
 	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain", 1024, 150,
 		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200}}
@@ -1067,7 +1067,8 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
 		{"bad secret prefix", func(p *StackProps) { p.SecretPrefixes = []string{"arn:aws:s3:::bucket/*"} }, config.EnvSecretPrefixes},
 		{"bad webhook allow-list entry", func(p *StackProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
-		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "enrich" }, "DefaultPipeline"},
+		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "nope" }, "DefaultPipeline"},
+		{"pipeline not in the item binary's registry", func(p *StackProps) { p.Pipelines = []string{"webhook", "nope"} }, "Pipelines"},
 		{"manifest beyond Lambda's ephemeral storage", func(p *StackProps) { p.MaxManifestBytes = MaxMaxManifestBytes + 1 }, "MaxManifestBytes"},
 		{"negative manifest size", func(p *StackProps) { p.MaxManifestBytes = -1 }, "MaxManifestBytes"},
 		{"schedule with a batch id", func(p *StackProps) {

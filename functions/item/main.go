@@ -1,8 +1,8 @@
 // Command item is the item function: it runs item messages from the items
 // queue and records dead-lettered ones. Wiring only.
 //
-// To run your own pipelines, copy this file into your module, register
-// them in the registry next to the built-ins, and deploy your binary.
+// Its pipelines are the one list in shared/pipeline/registered; add your
+// own there (README "Write your own pipeline").
 package main
 
 import (
@@ -14,8 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/handler"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 	"github.com/bulkrun/bulkrun/shared/secret"
 )
 
@@ -28,10 +27,10 @@ func main() {
 	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
 		log.Fatalf("item: %v", err)
 	}
-	reg := &pipeline.Registry{}
 	// An item's {bucket, key} may name only what a source may (batch.SourcePolicy).
 	src := batch.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
-	if err := builtin.Register(reg, src, nil, d.Config.WebhookAllow); err != nil {
+	reg, err := registered.Build(registered.Deps{Source: src, WebhookAllow: d.Config.WebhookAllow})
+	if err != nil {
 		log.Fatalf("item: %v", err)
 	}
 	h := &handler.Item{

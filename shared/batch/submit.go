@@ -121,7 +121,9 @@ const MaxHeaderBytes = 16 << 10
 
 // RegisterPipelineHint ends the unknown-pipeline error: where a pipeline
 // name has to appear before submit accepts it.
-const RegisterPipelineHint = "register it in the item binary (functions/item/main.go) and name it in the stack's pipelines setting (-c pipelines=…, prop Pipelines); see README \"Pipelines\""
+// One place: shared/pipeline/registered (the item function runs what it
+// lists, submit accepts it, the stack learns the names from it).
+const RegisterPipelineHint = "add it to registered.Custom in shared/pipeline/registered/registered.go and redeploy; see README \"Write your own pipeline\""
 
 // ReservedHeaderPrefix is refused in submitted header names.
 const ReservedHeaderPrefix = "bulkrun."

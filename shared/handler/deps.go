@@ -25,8 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/dynamo"
 	"github.com/bulkrun/bulkrun/shared/event"
 	"github.com/bulkrun/bulkrun/shared/metric"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/shared/queue"
 	"github.com/bulkrun/bulkrun/shared/trigger"
@@ -61,7 +60,7 @@ func AWSConfig(ctx context.Context) (aws.Config, error) {
 // NewS3 is blob.NewS3: an S3 client, path-style against an emulator.
 func NewS3(c aws.Config) *s3.Client { return blob.NewS3(c) }
 
-// The blob store is the thumbnail pipeline's source (builtin.Register).
+// The blob store is the thumbnail pipeline's source (registered.Build).
 var _ thumbnail.Source = (*blob.Store)(nil)
 
 // Build loads the configuration and builds the adapters.
@@ -99,13 +98,20 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
 		return nil, err
 	}
-	reg := &pipeline.Registry{}
-	if err := builtin.Register(reg, d.Blobs, nil, d.Config.WebhookAllow); err != nil {
+	// The same registry as the item function's, for names and options.
+	reg, err := registered.Build(registered.Deps{Source: d.Blobs, WebhookAllow: d.Config.WebhookAllow})
+	if err != nil {
 		return nil, err
+	}
+	// Submit accepts the names the stack set (a subset of the registry,
+	// checked at synth), else every registered one.
+	names := d.Config.Pipelines
+	if len(names) == 0 {
+		names = reg.Names()
 	}
 	s := &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
-		Log: d.Log, Pipelines: d.Config.Pipelines, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
+		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
 		SecretPrefixes: d.Config.SecretPrefixes,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention,
 		Sources: d.SourcePolicy(),
