@@ -1,0 +1,48 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+)
+
+// TestRegisteredPipelineRunsDeployed guards the product line "a custom Go
+// pipeline is added by editing one place": the example pipeline, declared
+// only in shared/pipeline/registered, is accepted by the deployed submit
+// and run by the deployed item function (outputs, cost records, permanent
+// and quarantine outcomes), and an unknown pipeline is a 400 that says
+// where to register it.
+func TestRegisteredPipelineRunsDeployed(t *testing.T) {
+	ctx := context.Background()
+	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: newID(t), Pipeline: "enrich-nope", Source: batch.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)}})
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline" || !strings.Contains(ae.Body.Message, batch.RegisterPipelineHint) {
+		t.Fatalf("unknown pipeline: %v, want a 400 naming pipeline with the hint", err)
+	}
+
+	id := newID(t)
+	items := json.RawMessage(`[{"key":"a","text":"hello big world"},{"key":"b"},{"key":"c","text":"one two three four"}]`)
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "enrich", KeyField: "key",
+		Source: batch.SourceSpec{Items: items}, Options: json.RawMessage(`{"max_words":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	v := wait(t, id)
+	if v.Census.Succeeded != 1 || v.Census.Failed != 1 || v.Census.Quarantined != 1 || v.Census.Cost.Text("calls") != "2" || v.Census.Cost.Text("words") != "7" {
+		t.Fatalf("batch: %s %+v, want 1 succeeded, 1 failed, 1 quarantined, calls 2, words 7", v.Status, v.Census)
+	}
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI)
+	if len(ok) != 1 || ok[0].Key != "a" || string(ok[0].Output) != `{"words":3,"runes":15,"first_word":"hello"}` {
+		t.Fatalf("succeeded lines %+v", ok)
+	}
+}
