@@ -129,7 +129,7 @@ func TestFaultProxyPartialFailuresOnEmulator(t *testing.T) {
 	if len(name) > 60 {
 		name = strings.Trim(name[len(name)-60:], "-")
 	}
-	if _, err := env.ddb.CreateTable(ctx, dynamo.TableInput(name)); err != nil {
+	if err := dynamo.CreateTable(ctx, env.ddb, name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })

@@ -72,7 +72,7 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 	counted := base.Copy()
 	counted.APIOptions = append(counted.APIOptions, counter.middleware)
 	ddb := dynamodb.NewFromConfig(counted)
-	if _, err := ddb.CreateTable(ctx, dynamo.TableInput(name)); err != nil {
+	if err := dynamo.CreateTable(ctx, ddb, name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })

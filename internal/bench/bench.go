@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	raw := dynamodb.NewFromConfig(cfg)
 	rawS3 := handler.NewS3(cfg)
 	rawSQS := sqs.NewFromConfig(cfg)
-	if _, err := raw.CreateTable(ctx, dynamo.TableInput(name)); err != nil {
+	if err := dynamo.CreateTable(ctx, raw, name); err != nil {
 		return res, fmt.Errorf("bench: create table: %w", err)
 	}
 	defer raw.DeleteTable(context.WithoutCancel(ctx), &dynamodb.DeleteTableInput{TableName: &name})

@@ -1,6 +1,12 @@
 package dynamo
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -39,4 +45,53 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 				Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: config.BatchesProjection()}},
 		},
 	}
+}
+
+// CreateTokenTag is the tag key CreateTable writes on the table it
+// creates; its value is unique to the call.
+const CreateTokenTag = "bulkrun:create-token"
+
+// CreateTable creates the table name as TableInput describes it, and is
+// safe for the SDK to retry. The SDK sends a CreateTable again when its
+// answer was lost (a reset connection, a 5xx) even if the first request
+// created the table, and the retry is then refused with
+// ResourceInUseException. So the request carries a tag (CreateTokenTag)
+// whose value is unique to this call, and the refusal counts as success
+// only when the existing table carries this call's value: it is the table
+// this very call created. A table of that name made by anything else is
+// still an error (the ResourceInUseException, wrapped). It does not wait
+// for the table to become ACTIVE (the emulator creates it ACTIVE; on AWS
+// use dynamodb.NewTableExistsWaiter). Tags: DynamoDB developer guide,
+// "Adding tags and labels to resources"
+// (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Tagging.html).
+func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("create table %s: token: %w", name, err)
+	}
+	token := hex.EncodeToString(b[:])
+	in := TableInput(name)
+	in.Tags = append(in.Tags, types.Tag{Key: aws.String(CreateTokenTag), Value: aws.String(token)})
+	_, err := db.CreateTable(ctx, in)
+	var inUse *types.ResourceInUseException
+	if !errors.As(err, &inUse) {
+		if err != nil {
+			return fmt.Errorf("create table %s: %w", name, err)
+		}
+		return nil
+	}
+	d, derr := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	if derr != nil {
+		return fmt.Errorf("create table %s: %w (describe: %v)", name, err, derr)
+	}
+	tags, terr := db.ListTagsOfResource(ctx, &dynamodb.ListTagsOfResourceInput{ResourceArn: d.Table.TableArn})
+	if terr != nil {
+		return fmt.Errorf("create table %s: %w (list tags: %v)", name, err, terr)
+	}
+	for _, t := range tags.Tags {
+		if aws.ToString(t.Key) == CreateTokenTag && aws.ToString(t.Value) == token {
+			return nil // created by this call; its first answer was lost
+		}
+	}
+	return fmt.Errorf("create table %s: a table of that name already exists, not created by this call: %w", name, err)
 }
