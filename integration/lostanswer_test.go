@@ -95,3 +95,45 @@ func TestLostAnswerKeepsTheManifest(t *testing.T) {
 		})
 	}
 }
+
+// Guards the product line "an item's outcome is recorded once, counted,
+// and its run finalized" (dynamo.Store.Record) when the outcome write's
+// answer is lost: through the fault proxy the emulator applies the write
+// and the connection is reset before its answer arrives; the SDK sends the
+// write again, and the retry finds the row no longer in flight. The retry
+// is this attempt's own write, not a later attempt's fence: the delivery
+// is acknowledged, the item counted and finalize triggered. Before, the
+// delivery failed ("outcome fenced by a later attempt"), its message came
+// back only after the queue's visibility timeout, the counters never
+// counted the item and the run was finished by the scheduled tick minutes
+// later.
+func TestLostAnswerOfTheOutcomeWrite(t *testing.T) {
+	ctx := context.Background()
+	h, p := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	items := h.receive(t, 1)
+	if len(items) != 1 {
+		t.Fatalf("%d item messages, want 1", len(items))
+	}
+	setFaults(t, p, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: string(batch.OutcomeSucceeded),
+		Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1})
+	if failed := h.worker.Handle(ctx, items); len(failed) != 0 {
+		t.Errorf("the delivery failed after its outcome write lost its answer: %v", failed)
+	}
+	if n := p.Status().ByCall["dynamodb.UpdateItem"][faultproxy.KindResetAfter]; n != 1 {
+		t.Fatalf("%d outcome write answers lost, want 1: the test did not exercise a lost answer", n)
+	}
+	if n := h.triggered.Load(); n != 1 {
+		t.Errorf("finalize triggered %d times, want 1", n)
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil || r.Report.Census.Succeeded != 1 || h.callsOf(batch.PositionalKey(0)) != 1 {
+		t.Fatalf("report %+v %v (pipeline calls %d)", r.Report.Census, err, h.callsOf(batch.PositionalKey(0)))
+	}
+}

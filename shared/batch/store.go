@@ -43,7 +43,10 @@ type Store interface {
 	// row as written. Otherwise it returns the stored row and ErrConflict.
 	Reserve(ctx context.Context, r Reservation) (Item, error)
 	// Record writes an item's terminal outcome, only if the item is still in
-	// flight in r.Run under r.Attempt (the fence); else ErrConflict.
+	// flight in r.Run under r.Attempt (the fence); else ErrConflict, except
+	// when the row already holds this very outcome (run, attempt, outcome,
+	// reason and error): the same write sent again after its answer was
+	// lost, which returns nil.
 	Record(ctx context.Context, r Record) error
 	// Release ends an attempt's lease without an outcome (a transient error
 	// whose retry is scheduled), only under the same fence as Record.

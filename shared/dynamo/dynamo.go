@@ -700,6 +700,10 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 }
 
 // Record writes a terminal outcome under the attempt fence (see batch.Store).
+// Safe for the SDK to retry: a retry of a write that was applied but whose
+// answer was lost finds this run and attempt already holding this outcome,
+// reason and error, and Record returns nil; any other row that fails the
+// fence is batch.ErrConflict.
 func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	u, err := outcomeUpdate(r)
 	if err != nil {
@@ -710,7 +714,22 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	return s.update(ctx, "record", r, expr)
+	_, old, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueNone)
+	if errors.Is(err, batch.ErrConflict) {
+		// The SDK sends a write again when its answer was lost (a reset
+		// connection, a 5xx), also when the first try was applied: the
+		// retry then fails the fence on this attempt's own outcome. A row
+		// of this run and attempt holding this outcome, reason and error
+		// is that write, not a later attempt's: success.
+		if it, ierr := itemFrom(old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
+			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("record %s/%s attempt %d: %w", r.BatchID, r.Key, r.Attempt, err)
+	}
+	return nil
 }
 
 // Release ends the attempt's lease without an outcome, keeping the error
