@@ -1088,7 +1088,17 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 
 // RunningBatches lists running markers (pk RUNNING), every page.
 func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
-	var ids []string
+	ids, err := s.markerKeys(ctx, pkRunning)
+	if err != nil {
+		return nil, fmt.Errorf("running batches: %w", err)
+	}
+	return ids, nil
+}
+
+// markerKeys returns the sort keys of every row under the marker
+// partition pk (RUNNING, PUBLISH), reading every page.
+func (s *Store) markerKeys(ctx context.Context, pk string) ([]string, error) {
+	var sks []string
 	var start map[string]types.AttributeValue
 	for {
 		c, cancel := s.ctx(ctx)
@@ -1096,20 +1106,20 @@ func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
 			TableName:                 &s.table,
 			KeyConditionExpression:    aws.String("#p = :p"),
 			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pkRunning}},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pk}},
 			ExclusiveStartKey:         start,
 		})
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("running batches: %w", err)
+			return nil, err
 		}
 		for _, av := range out.Items {
 			if sk, ok := av[config.AttrSK].(*types.AttributeValueMemberS); ok {
-				ids = append(ids, sk.Value)
+				sks = append(sks, sk.Value)
 			}
 		}
 		if len(out.LastEvaluatedKey) == 0 {
-			return ids, nil
+			return sks, nil
 		}
 		start = out.LastEvaluatedKey
 	}
@@ -1424,37 +1434,19 @@ func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, unti
 
 // Unpublished queries the PUBLISH markers (every page).
 func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
-	var refs []batch.RunRef
-	var start map[string]types.AttributeValue
-	for {
-		c, cancel := s.ctx(ctx)
-		out, err := s.db.Query(c, &dynamodb.QueryInput{
-			TableName:                 &s.table,
-			KeyConditionExpression:    aws.String("#p = :p"),
-			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pkPublish}},
-			ExclusiveStartKey:         start,
-		})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("unpublished runs: %w", err)
-		}
-		for _, av := range out.Items {
-			sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
-			if sk == nil {
-				continue
-			}
-			id, digits, ok := strings.Cut(sk.Value, "#")
-			run, err := strconv.Atoi(digits)
-			if ok && err == nil && run > 0 {
-				refs = append(refs, batch.RunRef{BatchID: id, Run: run})
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return refs, nil
-		}
-		start = out.LastEvaluatedKey
+	sks, err := s.markerKeys(ctx, pkPublish)
+	if err != nil {
+		return nil, fmt.Errorf("unpublished runs: %w", err)
 	}
+	var refs []batch.RunRef
+	for _, sk := range sks {
+		id, digits, ok := strings.Cut(sk, "#")
+		run, err := strconv.Atoi(digits)
+		if ok && err == nil && run > 0 {
+			refs = append(refs, batch.RunRef{BatchID: id, Run: run})
+		}
+	}
+	return refs, nil
 }
 
 // SetPublished sets published_run = :run on the batch row under the
