@@ -1,0 +1,790 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/spf13/cobra"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// consoleAssets are the console's page, script and style sheet, served as
+// they are (no build step, no third-party code, nothing from another host).
+//
+//go:embed console
+var consoleAssets embed.FS
+
+// DefaultConsolePort is the port `bulkrun console` listens on, on
+// 127.0.0.1, unless --port says otherwise (0 picks a free port).
+const DefaultConsolePort = 8420
+
+// Console limits.
+const (
+	consoleListDefault  = 20       // batches per list page
+	consoleListMax      = 100      // most batches per list page
+	consoleItemsMax     = 100      // most items per items page
+	consoleThumbsMax    = 60       // most thumbnails per page
+	consoleRunsShown    = 20       // the last runs whose reports the batch page reads
+	consoleThumbMaxSize = 16 << 20 // largest thumbnail served, bytes
+	consoleParallel     = 8        // GET /batches/{id} calls at once for a list page
+	consoleTokenHeader  = "X-Bulkrun-Token"
+)
+
+// ConsoleAPI is what the console asks of the bulkrun API: the operations
+// it proxies, and no others. *client.Client implements it; every call is
+// signed with the user's credentials there, never in the page.
+type ConsoleAPI interface {
+	ListBatches(ctx context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error)
+	Status(ctx context.Context, id string) (wire.BatchView, error)
+	Report(ctx context.Context, id string) (batch.Report, error)
+	Items(ctx context.Context, id string, outcome batch.Outcome, cursor string, limit int) (batch.ItemPage, error)
+	Resume(ctx context.Context, id string) (wire.BatchView, error)
+	Cancel(ctx context.Context, id string) (wire.BatchView, error)
+	Release(ctx context.Context, id, key string) error
+	Forget(ctx context.Context, id string) error
+}
+
+var _ ConsoleAPI = (*client.Client)(nil)
+
+// ObjectReader reads an object of the stack's bucket from byte offset on,
+// returning its body and Content-Type; a missing object is ErrNoObject.
+type ObjectReader interface {
+	GetObject(ctx context.Context, key string, offset int64) (io.ReadCloser, string, error)
+}
+
+// ErrNoObject is an ObjectReader's answer for a key that does not exist.
+var ErrNoObject = errors.New("no such object")
+
+// s3Objects is the ObjectReader of the stack's bucket, with the user's
+// credentials.
+type s3Objects struct {
+	s3     *s3.Client
+	bucket string
+}
+
+func (o s3Objects) GetObject(ctx context.Context, key string, offset int64) (io.ReadCloser, string, error) {
+	in := &s3.GetObjectInput{Bucket: &o.bucket, Key: &key}
+	if offset > 0 {
+		in.Range = aws.String(fmt.Sprintf("bytes=%d-", offset))
+	}
+	out, err := o.s3.GetObject(ctx, in)
+	var nk *types.NoSuchKey
+	if errors.As(err, &nk) {
+		return nil, "", fmt.Errorf("s3://%s/%s: %w", o.bucket, key, ErrNoObject)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read s3://%s/%s: %w", o.bucket, key, err)
+	}
+	return out.Body, aws.ToString(out.ContentType), nil
+}
+
+func (a *app) consoleCmd() *cobra.Command {
+	var (
+		port int
+		open bool
+	)
+	cmd := &cobra.Command{
+		Use:   "console [--port N] [--open]",
+		Short: "Serve a web console of the batches on http://127.0.0.1:PORT/ (Ctrl-C stops it)",
+		Long: `Serve a web console on this machine only (127.0.0.1): the batch list, each batch's
+census, cost, verdict, runs, failed, quarantined and in-flight items, report and
+results locations, thumbnails of image pipelines, and resume, cancel, release and
+forget with a confirmation. The console calls the API with your AWS credentials,
+resolved as every other command does (--profile, --region, AWS_ENDPOINT_URL); the
+page never sees them: it talks only to this process, which answers a fixed set of
+operations.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if port < 0 || port > 65535 {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--port: %d is not within 0–65535", port)}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+			bucket, err := a.outs.Get(config.OutputBucket)
+			if err != nil {
+				return err
+			}
+			ln, err := consoleListen(port)
+			if err != nil {
+				return fmt.Errorf("console: listen on 127.0.0.1:%d: %w (another console running? pick one with --port, 0 for any free port)", port, err)
+			}
+			c, err := NewConsole(a.api, s3Objects{s3: blob.NewS3(a.aws), bucket: bucket}, bucket, ln.Addr().(*net.TCPAddr).Port)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			u := fmt.Sprintf("http://127.0.0.1:%d/", c.port)
+			fmt.Fprintf(a.out, "bulkrun console: %s (stack %s; Ctrl-C to stop)\n", u, a.stack)
+			if open {
+				if err := openBrowser(u); err != nil {
+					fmt.Fprintf(a.errw, "could not open a browser (%v): open %s yourself\n", err, u)
+				}
+			}
+			return c.Serve(ctx, ln)
+		},
+	}
+	cmd.Flags().IntVar(&port, "port", DefaultConsolePort, "port on 127.0.0.1 (0: any free port)")
+	cmd.Flags().BoolVar(&open, "open", false, "open the console in the default browser")
+	return cmd
+}
+
+// consoleListen listens on 127.0.0.1:port (0: a free port), the loopback
+// interface only: the console is for the user of this machine.
+func consoleListen(port int) (net.Listener, error) {
+	return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+// openBrowser asks the desktop to open u.
+func openBrowser(u string) error {
+	var cmd *exec.Cmd
+	switch runtime.GOOS {
+	case "darwin":
+		cmd = exec.Command("open", u)
+	case "windows":
+		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", u)
+	default:
+		cmd = exec.Command("xdg-open", u)
+	}
+	return cmd.Start()
+}
+
+// Console is the web console's HTTP handler. It answers only requests
+// addressed to 127.0.0.1:port or localhost:port (a page of another site
+// that rebinds its own host name to 127.0.0.1 gets 421), serves the page
+// and its assets, and a fixed set of JSON operations under /api/, each
+// mapped to one ConsoleAPI call or to a read of the batch's own report,
+// results or thumbnail objects; nothing else is forwarded. The actions
+// (POST) need the per-process token the page carries, the page's own
+// Origin and a JSON body, so that no other site can make a browser act.
+// Safe for concurrent use.
+type Console struct {
+	api    ConsoleAPI
+	objs   ObjectReader
+	bucket string
+	port   int
+	token  string
+	assets fs.FS
+	index  []byte
+	mux    *http.ServeMux
+}
+
+// NewConsole returns the console of the stack whose bucket is bucket,
+// serving on 127.0.0.1:port, with a new random token.
+func NewConsole(api ConsoleAPI, objs ObjectReader, bucket string, port int) (*Console, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("console token: %w", err)
+	}
+	assets, err := fs.Sub(consoleAssets, "console")
+	if err != nil {
+		return nil, err
+	}
+	page, err := fs.ReadFile(assets, "index.html")
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{api: api, objs: objs, bucket: bucket, port: port, token: hex.EncodeToString(b[:]), assets: assets}
+	c.index = []byte(strings.Replace(string(page), "{{TOKEN}}", c.token, 1))
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", c.page)
+	for name, ct := range map[string]string{"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"} {
+		body, err := fs.ReadFile(assets, name)
+		if err != nil {
+			return nil, err
+		}
+		m.HandleFunc("GET /assets/"+name, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", ct)
+			_, _ = w.Write(body)
+		})
+	}
+	m.HandleFunc("GET /api/batches", c.list)
+	m.HandleFunc("GET /api/batches/{id}", c.batch)
+	m.HandleFunc("GET /api/batches/{id}/runs", c.runs)
+	m.HandleFunc("GET /api/batches/{id}/items", c.items)
+	m.HandleFunc("GET /api/batches/{id}/thumbnails", c.thumbnails)
+	m.HandleFunc("GET /api/batches/{id}/thumbnail", c.thumbnail)
+	m.HandleFunc("POST /api/batches/{id}/resume", c.resume)
+	m.HandleFunc("POST /api/batches/{id}/cancel", c.cancel)
+	m.HandleFunc("POST /api/batches/{id}/release", c.release)
+	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
+	c.mux = m
+	return c, nil
+}
+
+// Token is the per-process token the page sends with every action.
+func (c *Console) Token() string { return c.token }
+
+// Serve answers on ln until ctx ends, then shuts down (in-flight requests
+// get 5 seconds).
+func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	}
+}
+
+// ServeHTTP checks where the request comes from, sets the headers every
+// answer carries, then routes it.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	if err := c.checkRequest(r); err != nil {
+		writeConsoleError(w, err.status, err.code, err.msg)
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+type requestError struct {
+	status    int
+	code, msg string
+}
+
+// checkRequest admits a request only when its Host is this console's
+// (127.0.0.1:port or localhost:port: DNS rebinding gets 421), and, for any
+// method but GET and HEAD, when it carries the page's token, the console's
+// own Origin, no cross-site Sec-Fetch-Site and a JSON body (403 otherwise).
+func (c *Console) checkRequest(r *http.Request) *requestError {
+	p := strconv.Itoa(c.port)
+	if r.Host != "127.0.0.1:"+p && r.Host != "localhost:"+p {
+		return &requestError{http.StatusMisdirectedRequest, "wrong_host", fmt.Sprintf("this console answers http://127.0.0.1:%s/ only, not host %q", p, r.Host)}
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" && strings.HasPrefix(r.URL.Path, "/api/") {
+			return &requestError{http.StatusForbidden, "cross_site", "the console's data is not for other sites"}
+		}
+		return nil
+	}
+	if o := r.Header.Get("Origin"); o != "http://"+r.Host {
+		return &requestError{http.StatusForbidden, "bad_origin", fmt.Sprintf("actions come from the console's own page (Origin %q)", o)}
+	}
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return &requestError{http.StatusForbidden, "cross_site", "actions come from the console's own page (Sec-Fetch-Site " + s + ")"}
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(consoleTokenHeader)), []byte(c.token)) != 1 {
+		return &requestError{http.StatusForbidden, "bad_token", "missing or wrong console token: reload the page"}
+	}
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(ct) != "application/json" {
+		return &requestError{http.StatusUnsupportedMediaType, "bad_content_type", "actions send application/json"}
+	}
+	return nil
+}
+
+func (c *Console) page(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(c.index)
+}
+
+// ConsoleBatch is a batch in the console's list: the listing's summary,
+// plus its census or progress from GET /batches/{id} (StatusError when
+// that read failed).
+type ConsoleBatch struct {
+	batch.BatchSummary
+	Census       *batch.Census  `json:"census,omitempty"`
+	CensusSource string         `json:"census_source,omitempty"`
+	Progress     *wire.Progress `json:"progress,omitempty"`
+	StatusError  string         `json:"status_error,omitempty"`
+}
+
+// ConsolePage is GET /api/batches's answer.
+type ConsolePage struct {
+	Batches    []ConsoleBatch `json:"batches"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+}
+
+// list answers a page of batches, newest first: ?status=a,b, ?limit
+// (1–100, default 20), ?cursor; each with its census or progress. A short
+// page of the API is followed by its cursor (at most 10 calls) so that a
+// page holds limit batches unless the listing ends.
+func (c *Console) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := batch.ListBatchesRequest{Cursor: q.Get("cursor")}
+	for s := range strings.SplitSeq(q.Get("status"), ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(batch.Statuses(), batch.Status(s)) {
+			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("status %q: want one of %s", s, strings.Join(statusNames(), ", ")))
+			return
+		}
+		req.Statuses = append(req.Statuses, batch.Status(s))
+	}
+	limit := consoleListDefault
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > consoleListMax {
+			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("limit %q: want 1–%d", s, consoleListMax))
+			return
+		}
+		limit = n
+	}
+	var got []batch.BatchSummary
+	next := req.Cursor
+	for calls := 0; calls < 10; calls++ {
+		req.Limit, req.Cursor = limit-len(got), next
+		p, err := c.api.ListBatches(r.Context(), req)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		got = append(got, p.Batches...)
+		next = p.NextCursor
+		if next == "" || len(got) >= limit {
+			break
+		}
+	}
+	out := ConsolePage{Batches: make([]ConsoleBatch, len(got)), NextCursor: next}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, consoleParallel)
+	for i, b := range got {
+		out.Batches[i].BatchSummary = b
+		if b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused || b.PendingDeletion {
+			continue
+		}
+		wg.Add(1)
+		go func(cb *ConsoleBatch) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			v, err := c.api.Status(r.Context(), cb.ID)
+			if err != nil {
+				cb.StatusError = err.Error()
+				return
+			}
+			cb.Census, cb.CensusSource, cb.Progress = v.Census, v.CensusSource, v.Progress
+			// The row is current; the index the listing reads may lag.
+			cb.Status, cb.Run, cb.NeedsAttention, cb.Stop = v.Status, v.Run, v.NeedsAttention, v.Stop
+		}(&out.Batches[i])
+	}
+	wg.Wait()
+	writeConsoleJSON(w, http.StatusOK, out)
+}
+
+// ConsoleBatchPage is GET /api/batches/{id}'s answer: the batch view and,
+// once a run has finished, its last report (threshold, verdict, results
+// and outputs locations).
+type ConsoleBatchPage struct {
+	Batch  wire.BatchView `json:"batch"`
+	Report *batch.Report  `json:"report,omitempty"`
+}
+
+func (c *Console) batchID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !batch.ValidBatchID(id) {
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("batch id %q: want 1–128 of A-Z a-z 0-9 _ -", id))
+		return "", false
+	}
+	return id, true
+}
+
+func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	v, err := c.api.Status(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := ConsoleBatchPage{Batch: v}
+	if v.ReportKey != "" {
+		rep, err := c.api.Report(r.Context(), id)
+		if err != nil && !errors.Is(err, batch.ErrNotFound) {
+			writeAPIError(w, err)
+			return
+		}
+		if err == nil {
+			out.Report = &rep
+		}
+	}
+	writeConsoleJSON(w, http.StatusOK, out)
+}
+
+// ConsoleRun is one run of a batch as the batch page lists it: from its
+// report when finished; Status "running" (or the batch's) without one.
+type ConsoleRun struct {
+	Run            int            `json:"run"`
+	Status         batch.Status   `json:"status"`
+	Census         *batch.Census  `json:"census,omitempty"`
+	Verdict        *batch.Verdict `json:"verdict,omitempty"`
+	StopDetail     string         `json:"stop_detail,omitempty"`
+	NeedsAttention bool           `json:"needs_attention"`
+	RunStartedAt   time.Time      `json:"run_started_at,omitzero"`
+	FinishedAt     time.Time      `json:"finished_at,omitzero"`
+	Report         string         `json:"report,omitempty"` // s3:// URI
+}
+
+// runs answers the batch's last runs, newest first, each from its
+// report.json in the stack's bucket (the current run from the batch while
+// it is going).
+func (c *Console) runs(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	v, err := c.api.Status(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := []ConsoleRun{}
+	for n := v.Run; n >= 1 && n > v.Run-consoleRunsShown; n-- {
+		run := ConsoleRun{Run: n}
+		key := batch.ReportKey(id, n)
+		body, _, err := c.objs.GetObject(r.Context(), key, 0)
+		switch {
+		case errors.Is(err, ErrNoObject):
+			run.Status = "no report"
+			if n == v.Run {
+				run.Status, run.RunStartedAt = v.Status, v.RunStartedAt
+				if v.Status.Finished() {
+					run.Status = "finalizing"
+				}
+			}
+		case err != nil:
+			writeConsoleError(w, http.StatusBadGateway, "s3", err.Error())
+			return
+		default:
+			var rep batch.Report
+			err := json.NewDecoder(io.LimitReader(body, 16<<20)).Decode(&rep)
+			body.Close()
+			if err != nil {
+				writeConsoleError(w, http.StatusBadGateway, "s3", fmt.Sprintf("read s3://%s/%s: %v", c.bucket, key, err))
+				return
+			}
+			run.Status, run.Census, run.Verdict, run.StopDetail = rep.Status, &rep.Census, &rep.Verdict, rep.StopDetail
+			run.NeedsAttention, run.RunStartedAt, run.FinishedAt = rep.NeedsAttention, rep.RunStartedAt, rep.FinishedAt
+			run.Report = "s3://" + c.bucket + "/" + key
+		}
+		out = append(out, run)
+	}
+	writeConsoleJSON(w, http.StatusOK, map[string]any{"runs": out})
+}
+
+// items answers a page of the batch's failed, quarantined or in-flight
+// items (?outcome, ?cursor, ?limit 1–100, default 25).
+func (c *Console) items(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	o := batch.Outcome(q.Get("outcome"))
+	if o != batch.OutcomeFailed && o != batch.OutcomeQuarantined && o != batch.OutcomeInFlight {
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("outcome %q: want failed, quarantined or in_flight", o))
+		return
+	}
+	limit := 25
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > consoleItemsMax {
+			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("limit %q: want 1–%d", s, consoleItemsMax))
+			return
+		}
+		limit = n
+	}
+	p, err := c.api.Items(r.Context(), id, o, q.Get("cursor"), limit)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if p.Items == nil {
+		p.Items = []batch.Item{}
+	}
+	writeConsoleJSON(w, http.StatusOK, p)
+}
+
+// ConsoleThumb is one thumbnail of the grid: the item's key and the
+// console path its image is served at.
+type ConsoleThumb struct {
+	Key string `json:"key"`
+	Src string `json:"src"`
+}
+
+// thumbnails answers a page of the last finished run's thumbnails: the
+// succeeded results lines whose output names a "thumbnail" under the
+// batch's outputs, read from byte ?cursor of the results file (the
+// cursor of the next page is where the next unread line starts).
+func (c *Console) thumbnails(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	limit := 24
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > consoleThumbsMax {
+			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("limit %q: want 1–%d", s, consoleThumbsMax))
+			return
+		}
+		limit = n
+	}
+	var offset int64
+	if s := r.URL.Query().Get("cursor"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("cursor %q: want a byte offset from a previous page", s))
+			return
+		}
+		offset = n
+	}
+	out := struct {
+		Thumbnails []ConsoleThumb `json:"thumbnails"`
+		NextCursor string         `json:"next_cursor,omitempty"`
+	}{Thumbnails: []ConsoleThumb{}}
+	rep, err := c.api.Report(r.Context(), id)
+	if errors.Is(err, batch.ErrNotFound) {
+		writeConsoleJSON(w, http.StatusOK, out) // no finished run yet
+		return
+	} else if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	loc, ok := rep.Results.Files[batch.OutcomeSucceeded]
+	if !ok {
+		writeConsoleJSON(w, http.StatusOK, out)
+		return
+	}
+	key, ok := c.bucketKey(loc.URI)
+	if !ok || !strings.HasPrefix(key, "batches/"+id+"/") {
+		writeConsoleError(w, http.StatusBadGateway, "results", fmt.Sprintf("results %s is not the batch's", loc.URI))
+		return
+	}
+	body, _, err := c.objs.GetObject(r.Context(), key, offset)
+	if err != nil {
+		writeConsoleError(w, http.StatusBadGateway, "s3", err.Error())
+		return
+	}
+	defer body.Close()
+	br := bufio.NewReaderSize(body, 64<<10)
+	pos := offset
+	for len(out.Thumbnails) < limit {
+		line, err := br.ReadBytes('\n')
+		pos += int64(len(line))
+		if len(line) > 0 {
+			var l batch.ResultLine
+			if json.Unmarshal(line, &l) == nil {
+				var o struct {
+					Thumbnail string `json:"thumbnail"`
+				}
+				if json.Unmarshal(l.Output, &o) == nil && c.isOutput(id, o.Thumbnail) {
+					out.Thumbnails = append(out.Thumbnails, ConsoleThumb{Key: l.Key,
+						Src: "/api/batches/" + url.PathEscape(id) + "/thumbnail?uri=" + url.QueryEscape(o.Thumbnail)})
+				}
+			}
+		}
+		if err == io.EOF {
+			writeConsoleJSON(w, http.StatusOK, out)
+			return
+		}
+		if err != nil {
+			writeConsoleError(w, http.StatusBadGateway, "s3", fmt.Sprintf("read %s: %v", loc.URI, err))
+			return
+		}
+	}
+	if _, err := br.Peek(1); err == nil {
+		out.NextCursor = strconv.FormatInt(pos, 10)
+	}
+	writeConsoleJSON(w, http.StatusOK, out)
+}
+
+// bucketKey returns the key of an s3:// URI in the stack's bucket.
+func (c *Console) bucketKey(uri string) (string, bool) {
+	rest, ok := strings.CutPrefix(uri, "s3://"+c.bucket+"/")
+	return rest, ok && rest != ""
+}
+
+// isOutput reports whether uri names an object under the batch's outputs
+// in the stack's bucket: the only objects the thumbnail route reads.
+func (c *Console) isOutput(id, uri string) bool {
+	key, ok := c.bucketKey(uri)
+	return ok && strings.HasPrefix(key, batch.OutputsPrefix(id)) && len(key) > len(batch.OutputsPrefix(id))
+}
+
+// consoleImageTypes are the Content-Types the thumbnail route serves.
+var consoleImageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// thumbnail serves one image under the batch's outputs (?uri, as the
+// thumbnails page named it) through this process, so the page needs no
+// credentials and no presigned URL. Anything else — another batch's
+// object, another bucket, an object that is not an image, one over 16 MiB
+// — is refused.
+func (c *Console) thumbnail(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	uri := r.URL.Query().Get("uri")
+	if !c.isOutput(id, uri) {
+		writeConsoleError(w, http.StatusForbidden, "not_an_output", fmt.Sprintf("%q is not an output of batch %s", uri, id))
+		return
+	}
+	key, _ := c.bucketKey(uri)
+	body, ct, err := c.objs.GetObject(r.Context(), key, 0)
+	if errors.Is(err, ErrNoObject) {
+		writeConsoleError(w, http.StatusNotFound, wire.CodeNotFound, err.Error())
+		return
+	} else if err != nil {
+		writeConsoleError(w, http.StatusBadGateway, "s3", err.Error())
+		return
+	}
+	defer body.Close()
+	ct = strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
+	if !slices.Contains(consoleImageTypes, ct) {
+		writeConsoleError(w, http.StatusUnsupportedMediaType, "not_an_image", fmt.Sprintf("%s is %q, not an image", uri, ct))
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(body, consoleThumbMaxSize+1))
+	if err != nil {
+		writeConsoleError(w, http.StatusBadGateway, "s3", fmt.Sprintf("read %s: %v", uri, err))
+		return
+	}
+	if len(data) > consoleThumbMaxSize {
+		writeConsoleError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("%s is over %d bytes", uri, consoleThumbMaxSize))
+		return
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Cache-Control", "private, max-age=300")
+	_, _ = w.Write(data)
+}
+
+// actionBody is the JSON body of an action: {} or, for release, {"key"}.
+type actionBody struct {
+	Key string `json:"key"`
+}
+
+func (c *Console) readAction(w http.ResponseWriter, r *http.Request) (string, actionBody, bool) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return "", actionBody{}, false
+	}
+	var b actionBody
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil && err != io.EOF {
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "body: "+err.Error())
+		return "", actionBody{}, false
+	}
+	return id, b, true
+}
+
+func (c *Console) resume(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	v, err := c.api.Resume(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeConsoleJSON(w, http.StatusAccepted, v)
+}
+
+func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	v, err := c.api.Cancel(r.Context(), id)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeConsoleJSON(w, http.StatusAccepted, v)
+}
+
+func (c *Console) release(w http.ResponseWriter, r *http.Request) {
+	id, b, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	if b.Key == "" {
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "key" is required`)
+		return
+	}
+	if err := c.api.Release(r.Context(), id, b.Key); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeConsoleJSON(w, http.StatusOK, map[string]string{"batch_id": id, "key": b.Key, "message": "released " + b.Key})
+}
+
+func (c *Console) forget(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	if err := c.api.Forget(r.Context(), id); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeConsoleJSON(w, http.StatusOK, map[string]string{"batch_id": id, "message": "forgotten " + id})
+}
+
+func writeConsoleJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeConsoleError(w http.ResponseWriter, status int, code, msg string) {
+	writeConsoleJSON(w, status, wire.ErrorBody{Code: code, Message: msg})
+}
+
+// writeAPIError answers an API error with its status and body, and any
+// other error (no answer, credentials) as 502 with its text.
+func writeAPIError(w http.ResponseWriter, err error) {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		writeConsoleJSON(w, ae.Status, ae.Body)
+		return
+	}
+	writeConsoleError(w, http.StatusBadGateway, "api", err.Error())
+}

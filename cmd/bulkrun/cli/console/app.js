@@ -1,0 +1,541 @@
+// bulkrun console: the batch list and the batch page, drawn from the local
+// console server's /api/ (which calls the bulkrun API with the user's
+// credentials; this page never sees them). Plain DOM, no dependencies.
+"use strict";
+
+const TOKEN = document.querySelector('meta[name="bulkrun-token"]').content;
+const OUTCOMES = ["succeeded", "failed", "quarantined", "cancelled", "in_flight", "pending"];
+const STATUSES = ["submitting", "running", "completed", "threshold_exceeded", "cancelled", "refused"];
+const LIVE_MS = 2000;
+const LABEL = {
+  succeeded: "succeeded", failed: "failed", quarantined: "quarantined", cancelled: "cancelled",
+  in_flight: "in flight", pending: "pending", threshold_exceeded: "threshold exceeded",
+  submitting: "submitting", running: "running", completed: "completed", refused: "refused",
+};
+
+let timer = null; // the live refresh of the page shown
+let listCursors = []; // cursors of the list pages before the one shown
+
+// el builds an element: el("a", {href: "#"}, "text", child…). Text is
+// always set as text, never parsed as HTML.
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(e.dataset, v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const k of kids.flat()) {
+    if (k === undefined || k === null || k === false) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+  return e;
+}
+
+async function get(path) {
+  const r = await fetch(path, {headers: {Accept: "application/json"}});
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.message || ("HTTP " + r.status));
+  return body;
+}
+
+async function act(path, body) {
+  const r = await fetch(path, {
+    method: "POST",
+    headers: {"Content-Type": "application/json", "X-Bulkrun-Token": TOKEN},
+    body: JSON.stringify(body || {}),
+  });
+  const out = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error((out.code ? out.code + ": " : "") + (out.message || ("HTTP " + r.status)));
+  return out;
+}
+
+function notice(text, kind) {
+  const n = document.getElementById("notice");
+  n.replaceChildren(text ? el("p", {class: "notice " + (kind || "info")}, text) : "");
+}
+
+function fmtTime(s) {
+  if (!s || s.startsWith("0001-")) return "—";
+  const d = new Date(s);
+  if (isNaN(d)) return s;
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z").replace("Z", " UTC");
+}
+
+function fmtInt(n) { return Number(n || 0).toLocaleString("en-US"); }
+
+function pct(n, total) {
+  if (!total) return "0 %";
+  const p = (100 * n) / total;
+  return (p === 100 || p === 0 ? p.toFixed(0) : p < 0.1 ? "<0.1" : p.toFixed(1)) + " %";
+}
+
+// done returns the items done and the total of a batch (or null).
+function doneOf(b) {
+  if (b.census) return {done: b.census.total - b.census.pending - b.census.in_flight, total: b.census.total};
+  if (b.progress) return {done: b.progress.done, total: b.item_count};
+  return null;
+}
+
+function statusBadge(s, stop) {
+  const text = LABEL[s] || s;
+  return el("span", {class: "badge s-" + s, dataset: {status: s}}, text + (stop && s === "running" ? " (stopping: " + (LABEL[stop] || stop) + ")" : ""));
+}
+
+function progressBar(b, id) {
+  const d = doneOf(b);
+  if (!d) return el("span", {class: "muted"}, b.status === "submitting" ? "reading the source" : "—");
+  const text = fmtInt(d.done) + " of " + fmtInt(d.total) + " done (" + pct(d.done, d.total) + ")";
+  return el("div", {class: "progress"},
+    el("progress", {id: id, max: d.total || 1, value: d.done, "aria-label": text}),
+    el("span", {class: "ptext", id: id ? id + "-text" : null}, text));
+}
+
+function countsText(b) {
+  if (b.census) {
+    const parts = OUTCOMES.filter((o) => b.census[o] > 0).map((o) => fmtInt(b.census[o]) + " " + LABEL[o]);
+    return parts.length ? parts.join(", ") : "no items";
+  }
+  if (b.progress) return fmtInt(b.progress.done) + " done, " + fmtInt(b.progress.failures) + " failures (counters)";
+  if (b.refusal) return "refused: " + b.refusal.code;
+  return "—";
+}
+
+function attention(b) {
+  const notes = [];
+  if (b.needs_attention) notes.push("Needs attention");
+  if (b.refusal) notes.push("Refused");
+  if (b.pending_deletion) notes.push("Deletion pending");
+  if (b.status_error) notes.push("Status unavailable");
+  if (!notes.length) return el("span", {class: "muted"}, "—");
+  return el("span", {class: "attn"}, el("span", {"aria-hidden": "true"}, "⚠ "), notes.join("; "));
+}
+
+function batchHref(id) { return "#/batch/" + encodeURIComponent(id); }
+
+// ---------- routing ----------
+
+function route() {
+  clearTimeout(timer);
+  timer = null;
+  notice("");
+  const h = location.hash || "#/";
+  const m = h.match(/^#\/batch\/([^?]+)/);
+  if (m) return showBatch(decodeURIComponent(m[1]));
+  const q = new URLSearchParams(h.split("?")[1] || "");
+  return showList(q.get("status") || "", q.get("cursor") || "");
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("confirm").addEventListener("close", () => {});
+  route();
+});
+
+// ---------- the list ----------
+
+async function showList(status, cursor) {
+  const main = document.getElementById("main");
+  const sel = el("select", {id: "status-filter", name: "status"},
+    el("option", {value: ""}, "every status"),
+    STATUSES.map((s) => el("option", {value: s, selected: s === status}, LABEL[s])));
+  sel.addEventListener("change", () => {
+    listCursors = [];
+    location.hash = "#/" + (sel.value ? "?status=" + sel.value : "");
+  });
+  const refresh = el("button", {class: "secondary", onclick: () => route()}, "Refresh");
+  const table = el("table", {id: "batches"},
+    el("caption", {class: "sr-only"}, "Batches, newest first"),
+    el("thead", {}, el("tr", {},
+      ["Batch", "Status", "Pipeline", "Created", "Progress", "Items by outcome", "Attention"].map((t) => el("th", {scope: "col"}, t)))),
+    el("tbody", {}, el("tr", {}, el("td", {colspan: 7, class: "muted"}, "Loading…"))));
+  const pager = el("nav", {class: "pager", "aria-label": "Pages"});
+  main.replaceChildren(
+    el("div", {class: "titlebar"}, el("h1", {}, "Batches"), el("span", {class: "muted"}, "newest first")),
+    el("form", {class: "filters", onsubmit: (e) => e.preventDefault()},
+      el("label", {for: "status-filter"}, "Status "), sel, refresh,
+      el("span", {class: "muted", id: "list-live"})),
+    el("div", {class: "scroll"}, table), pager);
+  let page;
+  try {
+    page = await get("/api/batches?limit=20" + (status ? "&status=" + encodeURIComponent(status) : "") +
+      (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+  } catch (e) {
+    table.tBodies[0].replaceChildren(el("tr", {}, el("td", {colspan: 7, class: "error"}, "Could not list the batches: " + e.message)));
+    return;
+  }
+  const rows = page.batches.map((b) => el("tr", {dataset: {id: b.batch_id, status: b.status}},
+    el("td", {"data-label": "Batch"}, el("a", {href: batchHref(b.batch_id), class: "mono"}, b.batch_id)),
+    el("td", {"data-label": "Status"}, el("span", {}, statusBadge(b.status, b.stop),
+      b.run > 1 ? el("span", {class: "muted small"}, " run " + b.run) : "")),
+    el("td", {"data-label": "Pipeline"}, b.pipeline),
+    el("td", {"data-label": "Created"}, fmtTime(b.created_at)),
+    el("td", {"data-label": "Progress"}, progressBar(b)),
+    el("td", {"data-label": "Items by outcome", class: "counts"}, countsText(b)),
+    el("td", {"data-label": "Attention"}, attention(b))));
+  table.tBodies[0].replaceChildren(...(rows.length ? rows :
+    [el("tr", {}, el("td", {colspan: 7, class: "muted"}, status ? "No " + LABEL[status] + " batches on this page." : "No batches yet. Submit one: bulkrun submit FILE --pipeline NAME"))]));
+  const back = listCursors.length > 0;
+  pager.replaceChildren(
+    el("button", {class: "secondary", disabled: !back && !cursor, onclick: () => {
+      const prev = listCursors.pop() || "";
+      location.hash = "#/?" + new URLSearchParams({status, cursor: prev}).toString();
+    }}, "← Newer"),
+    el("span", {class: "muted"}, page.batches.length + " batches on this page"),
+    el("button", {class: "secondary", id: "next-page", disabled: !page.next_cursor, onclick: () => {
+      listCursors.push(cursor);
+      location.hash = "#/?" + new URLSearchParams({status, cursor: page.next_cursor}).toString();
+    }}, "Older →"));
+  if (page.batches.some((b) => b.status === "running" || b.status === "submitting")) {
+    document.getElementById("list-live").textContent = "live: refreshes every 5 s while batches run";
+    timer = setTimeout(() => { if (!document.querySelector("dialog[open]")) route(); }, 5000);
+  }
+}
+
+// ---------- the batch page ----------
+
+async function showBatch(id) {
+  const main = document.getElementById("main");
+  main.replaceChildren(el("p", {class: "muted"}, "Loading " + id + "…"));
+  let data;
+  try {
+    data = await get("/api/batches/" + encodeURIComponent(id));
+  } catch (e) {
+    main.replaceChildren(el("p", {}, el("a", {href: "#/"}, "← Batches")),
+      el("h1", {class: "mono"}, id), el("p", {class: "error"}, "Could not read the batch: " + e.message));
+    return;
+  }
+  const page = {id, data, sections: {}};
+  const s = page.sections;
+  for (const k of ["summary", "progress", "census", "cost", "verdict", "runs", "locations", "items", "thumbs"]) {
+    s[k] = el("section", {id: "sec-" + k, "aria-labelledby": "h-" + k});
+  }
+  s.actions = el("div", {class: "actions", role: "group", "aria-label": "Actions"});
+  main.replaceChildren(
+    el("p", {class: "crumbs"}, el("a", {href: "#/"}, "← Batches")),
+    el("div", {class: "titlebar"}, el("h1", {class: "mono", id: "batch-title"}, id), el("span", {id: "batch-status"})),
+    s.actions,
+    el("div", {class: "grid2"}, s.summary, el("div", {}, s.progress, s.census)),
+    el("div", {class: "grid2"}, s.cost, s.verdict),
+    s.items, s.runs, s.locations, s.thumbs);
+  renderLive(page);
+  renderActions(page);
+  renderVerdict(page);
+  renderLocations(page);
+  loadRuns(page);
+  loadItems(page, "failed");
+  loadThumbs(page, "");
+  if (running(data.batch)) live(page);
+}
+
+function running(b) { return b.status === "running" || b.status === "submitting"; }
+
+// live polls the batch while its run goes; when it finishes, the whole
+// page is read again (report, runs, items, thumbnails).
+function live(page) {
+  timer = setTimeout(async () => {
+    if (!document.body.contains(page.sections.summary)) return;
+    try {
+      const data = await get("/api/batches/" + encodeURIComponent(page.id));
+      const was = page.data.batch;
+      page.data = data;
+      if (!running(data.batch) || data.batch.run !== was.run) return showBatch(page.id);
+      renderLive(page);
+      if (data.batch.stop !== was.stop) renderActions(page);
+      const c = data.batch.census, pc = was.census;
+      if (c && pc && !page.itemsPaged && c[page.tab] !== pc[page.tab]) loadItems(page, page.tab);
+    } catch (e) {
+      notice("Live update failed: " + e.message + " (retrying)", "error");
+    }
+    live(page);
+  }, LIVE_MS);
+}
+
+function section(sec, id, title, ...body) {
+  sec.replaceChildren(el("h2", {id: "h-" + id}, title), ...body);
+}
+
+function renderLive(page) {
+  const b = page.data.batch;
+  document.getElementById("batch-status").replaceChildren(statusBadge(b.status, b.stop),
+    b.needs_attention && !running(b) ? el("span", {class: "attn"}, " ⚠ Needs attention") : "");
+  const s = page.sections;
+  const dl = el("dl", {class: "facts"});
+  const fact = (k, v) => { if (v !== undefined && v !== null && v !== "") dl.append(el("dt", {}, k), el("dd", {}, v)); };
+  fact("Pipeline", b.pipeline);
+  fact("Items", b.status === "submitting" ? "not known yet (reading the source, attempt " + (b.submit_attempts || 1) + ")" : fmtInt(b.item_count));
+  fact("Run", String(b.run || "—"));
+  fact("Source", b.source);
+  fact("Created", fmtTime(b.created_at));
+  fact("Run started", fmtTime(b.run_started_at));
+  fact("Finished", running(b) ? "—" : fmtTime(b.finished_at));
+  fact("Submitted by", b.submitted_by);
+  fact("Max attempts", b.max_attempts ? String(b.max_attempts) : "");
+  fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
+  fact("On interrupt", b.on_interrupt);
+  if (b.stop) fact("Stopping", (LABEL[b.stop] || b.stop) + (b.stop_detail ? ": " + b.stop_detail : ""));
+  if (b.refusal) fact("Refused", b.refusal.code + ": " + b.refusal.message);
+  if (b.pending_deletion) fact("Deletion", "pending: forget it again to finish");
+  fact("Expires", fmtTime(b.expires_at));
+  section(s.summary, "summary", "Summary", dl);
+
+  const d = doneOf(b);
+  section(s.progress, "progress", running(b) ? "Progress (live)" : "Progress",
+    progressBar(b, "progress"),
+    running(b) ? el("p", {class: "muted small"}, "Updates every " + LIVE_MS / 1000 + " s while the run goes" +
+      (b.census_source === "counters" ? "; a large batch's live counts come from its counters" : "") + ".") : "",
+    d && !running(b) && d.done === d.total ? el("p", {class: "muted small"}, "Every item of run " + b.run + " has an outcome.") : "");
+
+  if (b.census) {
+    const c = b.census;
+    const bar = el("div", {class: "census-bar", role: "img",
+      "aria-label": "Census: " + OUTCOMES.map((o) => fmtInt(c[o]) + " " + LABEL[o]).join(", ")});
+    for (const o of OUTCOMES) {
+      if (!c[o]) continue;
+      const seg = el("span", {class: "seg o-" + o, title: fmtInt(c[o]) + " " + LABEL[o]});
+      seg.style.width = (100 * c[o] / (c.total || 1)) + "%";
+      bar.append(seg);
+    }
+    const legend = el("ul", {class: "legend", id: "census"}, OUTCOMES.map((o) =>
+      el("li", {dataset: {outcome: o}, class: c[o] ? "" : "zero"},
+        el("span", {class: "sw o-" + o, "aria-hidden": "true"}),
+        el("span", {class: "lbl"}, LABEL[o]), " ",
+        el("strong", {class: "n"}, fmtInt(c[o])), " ",
+        el("span", {class: "muted"}, "(" + pct(c[o], c.total) + ")"))));
+    section(s.census, "census", "Census", bar, legend,
+      el("p", {class: "muted small"}, fmtInt(c.total) + " items; counted from the " +
+        ({items: "item rows", report: "finished run's report", counters: "run's counters"}[b.census_source] || b.census_source) + "."));
+    renderCost(page, c);
+  } else {
+    section(s.census, "census", "Census", el("p", {class: "muted"},
+      b.progress ? "A large running batch shows its counters (above); the census comes with the report." :
+        b.status === "refused" ? "Refused: nothing ran." : "No census yet."));
+    section(s.cost, "cost", "Cost", el("p", {class: "muted"}, "Known once items have run."));
+  }
+}
+
+function renderCost(page, c) {
+  const names = [...new Set([...Object.keys(c.cost || {}), ...Object.keys(c.run_spent || {})])].sort();
+  if (!names.length) {
+    section(page.sections.cost, "cost", "Cost", el("p", {class: "muted"}, "The pipeline recorded no cost."));
+    return;
+  }
+  section(page.sections.cost, "cost", "Cost",
+    el("table", {class: "narrow", id: "cost"},
+      el("thead", {}, el("tr", {}, el("th", {scope: "col"}, "Name"), el("th", {scope: "col", class: "num"}, "Ending attempts"), el("th", {scope: "col", class: "num"}, "Spent by this run"))),
+      el("tbody", {}, names.map((n) => el("tr", {},
+        el("th", {scope: "row"}, n),
+        el("td", {class: "num"}, n in (c.cost || {}) ? String(c.cost[n]) : "—"),
+        el("td", {class: "num"}, n in (c.run_spent || {}) ? String(c.run_spent[n]) : "—"))))),
+    el("p", {class: "muted small"}, "Ending attempts: the attempt that ended each item. Spent: every attempt of this run, retries included."));
+}
+
+function renderVerdict(page) {
+  const b = page.data.batch, rep = page.data.report;
+  const t = b.threshold || {};
+  const tol = [];
+  if (t.tolerated_failure_percent !== undefined) tol.push("more than " + t.tolerated_failure_percent + " % of the items");
+  if (t.tolerated_failure_count !== undefined) tol.push("more than " + fmtInt(t.tolerated_failure_count) + " items");
+  const body = [el("p", {}, tol.length ? "The run fails when failures (failed + quarantined) are " + tol.join(" or ") + "." :
+    "No threshold: any number of failures is tolerated; needs attention tells.")];
+  body.push(el("p", {}, "Stops at the threshold: " + (b.stop_on_threshold === false ? "no (every item runs, judged at the end)" : "yes")));
+  if (rep) {
+    const v = rep.verdict;
+    body.push(el("p", {id: "verdict", class: v.exceeded ? "verdict bad" : "verdict ok"},
+      el("strong", {}, v.exceeded ? "✗ Threshold exceeded" : "✓ Within threshold"),
+      " — run " + rep.run + ": " + fmtInt(v.failures) + " failures of " + fmtInt(v.total) + " items" +
+        (v.detail ? " (" + v.detail + ")" : "")));
+  } else {
+    body.push(el("p", {class: "muted"}, "The verdict comes with the first finished run's report."));
+  }
+  section(page.sections.verdict, "verdict", "Threshold and verdict", ...body);
+}
+
+function renderLocations(page) {
+  const b = page.data.batch, rep = page.data.report;
+  const rows = [];
+  const row = (k, v) => rows.push(el("tr", {}, el("th", {scope: "row"}, k), el("td", {}, el("code", {class: "uri"}, v))));
+  if (b.report) row("Report", b.report);
+  if (rep) {
+    row("Results manifest", rep.results.manifest);
+    for (const o of ["succeeded", "failed", "quarantined", "cancelled"]) {
+      const f = (rep.results.files || {})[o];
+      if (f) rows.push(el("tr", {}, el("th", {scope: "row"}, "Results: " + LABEL[o]),
+        el("td", {}, el("code", {class: "uri"}, f.uri), el("span", {class: "muted"}, " " + fmtInt(f.bytes) + " bytes"))));
+    }
+    row("Outputs", rep.outputs);
+    row("Manifest", rep.manifest.uri);
+  } else if (b.manifest_key) {
+    row("Manifest key", b.manifest_key);
+  }
+  section(page.sections.locations, "locations", "Report and results",
+    rows.length ? el("div", {class: "scroll"}, el("table", {class: "kv", id: "locations"}, el("tbody", {}, rows))) :
+      el("p", {class: "muted"}, "The report and results are written when a run finishes."),
+    el("p", {class: "muted small"}, "Command line: ", el("code", {}, "bulkrun results " + b.batch_id + " --outcome failed"),
+      ", ", el("code", {}, "bulkrun report " + b.batch_id)));
+}
+
+function renderActions(page) {
+  const b = page.data.batch;
+  const finished = !running(b) && b.status !== "refused";
+  const btn = (id, text, enabled, why, run) => el("button", {id, disabled: !enabled, title: enabled ? null : why,
+    class: id === "act-forget" ? "danger" : "", onclick: run}, text);
+  page.sections.actions.replaceChildren(
+    btn("act-resume", "Resume…", finished, "Resume starts a new run of a finished batch",
+      () => confirmAct("Resume batch " + b.batch_id + "?",
+        "A new run starts: failed and cancelled items run again, released quarantined items too; succeeded items do not.",
+        "Resume", "/resume", {}, page)),
+    btn("act-cancel", "Cancel run…", b.status === "running" && !b.stop, "Only a running batch can be cancelled",
+      () => confirmAct("Cancel the run of " + b.batch_id + "?",
+        "Items not yet started end cancelled; started items finish. The run ends cancelled; resume runs the rest later.",
+        "Cancel run", "/cancel", {}, page)),
+    btn("act-forget", "Forget…", !running(b), "A running batch cannot be forgotten: cancel it first",
+      () => confirmAct("Forget batch " + b.batch_id + "?",
+        "Deletes its rows, manifest, outputs, results and report. This cannot be undone.",
+        "Forget for good", "/forget", {}, page, true)),
+    el("span", {class: "muted small"}, "Each action asks first."));
+}
+
+// confirmAct asks in a modal dialog (Esc or "Keep as is" declines), then
+// runs the action and reads the page again.
+async function confirmAct(title, text, yes, path, body, page, leave) {
+  const d = document.getElementById("confirm");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-yes").textContent = yes;
+  const opener = document.activeElement;
+  d.returnValue = "";
+  d.showModal();
+  document.getElementById("confirm-no").focus();
+  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
+  if (opener && document.body.contains(opener)) opener.focus();
+  if (!ok) { notice("Nothing done."); return; }
+  try {
+    const out = await act("/api/batches/" + encodeURIComponent(page.id) + path, body);
+    if (leave) {
+      location.hash = "#/";
+      notice(out.message || "Done.", "ok");
+      return;
+    }
+    await showBatch(page.id);
+    notice((out.message || (yes + ": done" + (out.run ? ", run " + out.run : ""))) + ".", "ok");
+  } catch (e) {
+    notice(yes + " failed: " + e.message, "error");
+  }
+}
+
+async function loadRuns(page) {
+  const sec = page.sections.runs;
+  section(sec, "runs", "Runs", el("p", {class: "muted"}, "Loading…"));
+  let out;
+  try {
+    out = await get("/api/batches/" + encodeURIComponent(page.id) + "/runs");
+  } catch (e) {
+    section(sec, "runs", "Runs", el("p", {class: "error"}, "Could not read the runs: " + e.message));
+    return;
+  }
+  if (!out.runs.length) { section(sec, "runs", "Runs", el("p", {class: "muted"}, "No run yet.")); return; }
+  const cell = (r, o) => el("td", {class: "num", "data-label": LABEL[o]}, r.census ? fmtInt(r.census[o]) : "—");
+  section(sec, "runs", "Runs", el("div", {class: "scroll"}, el("table", {id: "runs", class: "cards"},
+    el("thead", {}, el("tr", {}, ["Run", "Status", "Succeeded", "Failed", "Quarantined", "Cancelled", "Started", "Finished", "Verdict"].map((t) => el("th", {scope: "col"}, t)))),
+    el("tbody", {}, out.runs.map((r) => el("tr", {dataset: {run: r.run}},
+      el("td", {"data-label": "Run"}, String(r.run)),
+      el("td", {"data-label": "Status"}, statusBadge(r.status)),
+      cell(r, "succeeded"), cell(r, "failed"), cell(r, "quarantined"), cell(r, "cancelled"),
+      el("td", {"data-label": "Started"}, fmtTime(r.run_started_at)),
+      el("td", {"data-label": "Finished"}, fmtTime(r.finished_at)),
+      el("td", {"data-label": "Verdict"}, r.verdict ? (r.verdict.exceeded ? "✗ exceeded" : "✓ within") : "—")))))));
+}
+
+// loadItems shows the first page of the items of outcome (or, with
+// cursor, appends the next page).
+async function loadItems(page, outcome, cursor) {
+  page.tab = outcome;
+  page.itemsPaged = !!cursor;
+  const sec = page.sections.items;
+  const c = page.data.batch.census;
+  const tabs = el("div", {class: "tabs", role: "tablist", "aria-label": "Items needing a look"},
+    ["failed", "quarantined", "in_flight"].map((o) => el("button", {
+      role: "tab", id: "tab-" + o, "aria-selected": o === outcome ? "true" : "false", "aria-controls": "items",
+      tabindex: o === outcome ? "0" : "-1", class: "tab",
+      onclick: () => loadItems(page, o),
+      onkeydown: (e) => {
+        const order = ["failed", "quarantined", "in_flight"];
+        const i = order.indexOf(o) + (e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0);
+        if (i !== order.indexOf(o) && order[i]) { e.preventDefault(); loadItems(page, order[i]).then(() => document.getElementById("tab-" + order[i]).focus()); }
+      },
+    }, LABEL[o] + (c ? " (" + fmtInt(c[o]) + ")" : ""))));
+  let tbody = cursor && document.querySelector("#items tbody");
+  if (!tbody) {
+    tbody = el("tbody", {});
+    section(sec, "items", "Items needing a look", tabs,
+      el("div", {class: "scroll", role: "tabpanel", "aria-labelledby": "tab-" + outcome},
+        el("table", {id: "items", class: "cards", dataset: {outcome}},
+          el("thead", {}, el("tr", {}, ["Key", "Reason", "Attempts", "Error", "Updated", ""].map((t) => el("th", {scope: "col"}, t)))),
+          tbody)),
+      el("div", {id: "items-more", class: "pager"}));
+  }
+  let p;
+  try {
+    p = await get("/api/batches/" + encodeURIComponent(page.id) + "/items?limit=25&outcome=" + outcome +
+      (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+  } catch (e) {
+    tbody.append(el("tr", {}, el("td", {colspan: 6, class: "error"}, "Could not read the items: " + e.message)));
+    return;
+  }
+  if (page.tab !== outcome) return; // another tab was chosen meanwhile
+  for (const it of p.items) {
+    const rel = outcome === "quarantined" ? (it.released ? el("span", {class: "muted"}, "released: runs in the next run") :
+      el("button", {class: "secondary small", dataset: {release: it.key}, onclick: () => confirmAct(
+        "Release item " + it.key + "?", "The item stays quarantined in this run's results and runs again in the next run (resume).",
+        "Release", "/release", {key: it.key}, page)}, "Release…")) : "";
+    tbody.append(el("tr", {dataset: {key: it.key}},
+      el("td", {"data-label": "Key"}, el("code", {class: "key"}, it.key)),
+      el("td", {"data-label": "Reason"}, it.reason || "—"),
+      el("td", {"data-label": "Attempts", class: "num"}, String(it.attempts)),
+      el("td", {"data-label": "Error", class: "err"}, it.error || (outcome === "in_flight" ? "lease until " + fmtTime(it.lease_until) : "—")),
+      el("td", {"data-label": "Updated"}, fmtTime(it.updated_at)),
+      el("td", {"data-label": ""}, rel)));
+  }
+  if (!tbody.children.length) {
+    tbody.append(el("tr", {}, el("td", {colspan: 6, class: "muted"}, "No " + LABEL[outcome] + " items.")));
+  }
+  const more = document.getElementById("items-more");
+  more.replaceChildren(p.next_cursor ? el("button", {class: "secondary", id: "items-next", onclick: () => loadItems(page, outcome, p.next_cursor)}, "Show more " + LABEL[outcome] + " items") : "");
+}
+
+async function loadThumbs(page, cursor) {
+  const sec = page.sections.thumbs;
+  const b = page.data.batch;
+  if (!page.data.report) {
+    if (b.pipeline === "thumbnail") section(sec, "thumbs", "Thumbnails", el("p", {class: "muted"}, "Shown once a run has finished (read from its results)."));
+    return;
+  }
+  let p;
+  try {
+    p = await get("/api/batches/" + encodeURIComponent(page.id) + "/thumbnails?limit=24" + (cursor ? "&cursor=" + cursor : ""));
+  } catch (e) {
+    section(sec, "thumbs", "Thumbnails", el("p", {class: "error"}, "Could not read the thumbnails: " + e.message));
+    return;
+  }
+  if (!cursor && !p.thumbnails.length) {
+    if (b.pipeline === "thumbnail") section(sec, "thumbs", "Thumbnails", el("p", {class: "muted"}, "No thumbnails in the last finished run."));
+    return;
+  }
+  let grid = cursor && document.getElementById("thumbs");
+  if (!grid) {
+    grid = el("ul", {class: "thumbs", id: "thumbs"});
+    section(sec, "thumbs", "Thumbnails", el("p", {class: "muted small"}, "Outputs of the succeeded items of run " + page.data.report.run + ", served through this console."),
+      grid, el("div", {class: "pager", id: "thumbs-more"}));
+  }
+  for (const t of p.thumbnails) {
+    grid.append(el("li", {}, el("figure", {},
+      el("img", {src: t.src, alt: "Thumbnail of " + t.key}),
+      el("figcaption", {class: "key", title: t.key}, t.key.split("/").pop()))));
+  }
+  document.getElementById("thumbs-more").replaceChildren(p.next_cursor ?
+    el("button", {class: "secondary", onclick: () => loadThumbs(page, p.next_cursor)}, "Show more thumbnails") : "");
+}

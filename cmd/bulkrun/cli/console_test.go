@@ -1,0 +1,421 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// fakeAPI records the console's calls and answers from fixed data.
+type fakeAPI struct {
+	mu     sync.Mutex
+	calls  []string
+	report batch.Report
+}
+
+func (f *fakeAPI) record(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+func (f *fakeAPI) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+func (f *fakeAPI) ListBatches(_ context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
+	f.record("list")
+	return batch.BatchPage{Batches: []batch.BatchSummary{{ID: "b1", Status: batch.StatusCompleted}}}, nil
+}
+func (f *fakeAPI) Status(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("status " + id)
+	return wire.BatchView{Batch: batch.Batch{ID: id, Status: batch.StatusCompleted, Run: 1, ReportKey: batch.ReportKey(id, 1)}}, nil
+}
+func (f *fakeAPI) Report(_ context.Context, id string) (batch.Report, error) {
+	f.record("report " + id)
+	return f.report, nil
+}
+func (f *fakeAPI) Items(_ context.Context, id string, o batch.Outcome, cursor string, limit int) (batch.ItemPage, error) {
+	f.record(fmt.Sprintf("items %s %s %q %d", id, o, cursor, limit))
+	return batch.ItemPage{}, nil
+}
+func (f *fakeAPI) Resume(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("resume " + id)
+	return wire.BatchView{Batch: batch.Batch{ID: id, Run: 2}}, nil
+}
+func (f *fakeAPI) Cancel(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("cancel " + id)
+	return wire.BatchView{}, nil
+}
+func (f *fakeAPI) Release(_ context.Context, id, key string) error {
+	f.record("release " + id + " " + key)
+	return nil
+}
+func (f *fakeAPI) Forget(_ context.Context, id string) error {
+	f.record("forget " + id)
+	return nil
+}
+
+// fakeObjects serves objects of the stack's bucket from a map, recording
+// the keys read.
+type fakeObjects struct {
+	mu    sync.Mutex
+	objs  map[string]fakeObject
+	reads []string
+}
+
+type fakeObject struct {
+	body, contentType string
+}
+
+func (o *fakeObjects) GetObject(_ context.Context, key string, offset int64) (io.ReadCloser, string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reads = append(o.reads, key)
+	obj, ok := o.objs[key]
+	if !ok {
+		return nil, "", fmt.Errorf("%s: %w", key, ErrNoObject)
+	}
+	return io.NopCloser(strings.NewReader(obj.body[offset:])), obj.contentType, nil
+}
+
+const testPort = 8420
+
+func newTestConsole(t *testing.T, api ConsoleAPI, objs ObjectReader) *Console {
+	t.Helper()
+	if objs == nil {
+		objs = &fakeObjects{}
+	}
+	c, err := NewConsole(api, objs, "stack-bucket", testPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// do sends a request to the console as a browser on host would.
+func do(c *Console, method, target, host string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	r.Host = host
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	c.ServeHTTP(w, r)
+	return w
+}
+
+const host = "127.0.0.1:8420"
+
+// TestConsoleActionsRefuseOtherSites guards the console's protection of
+// its state-changing actions (resume, cancel, release, forget) against
+// cross-site requests: any web page can make a browser POST to localhost,
+// so an action needs the page's per-process token, the console's own
+// Origin, no cross-site Sec-Fetch-Site and a JSON body; and every request
+// needs the console's Host (a rebound DNS name gets 421). None of the
+// refused requests reaches the API.
+func TestConsoleActionsRefuseOtherSites(t *testing.T) {
+	api := &fakeAPI{}
+	c := newTestConsole(t, api, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	with := func(k, v string) map[string]string {
+		h := copyHeaders(good)
+		if v == "" {
+			delete(h, k)
+		} else {
+			h[k] = v
+		}
+		return h
+	}
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		host   string
+		hdr    map[string]string
+		want   int
+	}{
+		{"no token", "POST", "/api/batches/b1/resume", host, with(consoleTokenHeader, ""), 403},
+		{"wrong token", "POST", "/api/batches/b1/resume", host, with(consoleTokenHeader, strings.Repeat("0", 64)), 403},
+		{"another origin", "POST", "/api/batches/b1/cancel", host, with("Origin", "http://evil.example"), 403},
+		{"another port on localhost", "POST", "/api/batches/b1/forget", host, with("Origin", "http://127.0.0.1:9999"), 403},
+		{"no origin", "POST", "/api/batches/b1/resume", host, with("Origin", ""), 403},
+		{"null origin", "POST", "/api/batches/b1/resume", host, with("Origin", "null"), 403},
+		{"cross-site fetch", "POST", "/api/batches/b1/resume", host, with("Sec-Fetch-Site", "cross-site"), 403},
+		{"form post (text/plain)", "POST", "/api/batches/b1/release", host, with("Content-Type", "text/plain"), 415},
+		{"form post (urlencoded)", "POST", "/api/batches/b1/release", host, with("Content-Type", "application/x-www-form-urlencoded"), 415},
+		{"rebound host name", "POST", "/api/batches/b1/resume", "evil.example:8420", good, 421},
+		{"rebound host name reads", "GET", "/api/batches", "evil.example:8420", nil, 421},
+		{"rebound host name reads the page", "GET", "/", "evil.example:8420", nil, 421},
+		{"cross-site read", "GET", "/api/batches", host, map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(c, tt.method, tt.path, tt.host, tt.hdr, `{"key":"k"}`)
+			if w.Code != tt.want {
+				t.Errorf("HTTP %d %s, want %d", w.Code, w.Body.String(), tt.want)
+			}
+		})
+	}
+	if calls := api.Calls(); len(calls) > 0 {
+		t.Fatalf("refused requests reached the API: %v", calls)
+	}
+	// The same actions from the page itself go through, once each.
+	for _, p := range []string{"resume", "cancel", "release", "forget"} {
+		if w := do(c, "POST", "/api/batches/b1/"+p, host, good, `{"key":"a/b"}`); w.Code/100 != 2 {
+			t.Errorf("%s from the page: HTTP %d %s", p, w.Code, w.Body.String())
+		}
+	}
+	if w := do(c, "POST", "/api/batches/b1/resume", "localhost:8420", with("Origin", "http://localhost:8420"), `{}`); w.Code != 202 {
+		t.Errorf("resume from http://localhost:8420: HTTP %d %s", w.Code, w.Body.String())
+	}
+	want := []string{"resume b1", "cancel b1", "release b1 a/b", "forget b1", "resume b1"}
+	if calls := api.Calls(); !slices.Equal(calls, want) {
+		t.Errorf("API calls %v, want %v", calls, want)
+	}
+}
+
+func copyHeaders(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// TestConsoleNoOpenProxy guards the console's fixed set of operations: a
+// path, method or parameter outside it is refused without any call to the
+// API, and the thumbnail route reads only objects under the batch's own
+// outputs in the stack's bucket, and serves only images.
+func TestConsoleNoOpenProxy(t *testing.T) {
+	api := &fakeAPI{}
+	objs := &fakeObjects{objs: map[string]fakeObject{
+		"batches/b1/outputs/a.png":      {"PNG", "image/png"},
+		"batches/b1/outputs/x.html":     {"<script>alert(1)</script>", "text/html"},
+		"batches/b1/runs/1/report.json": {"{}", "application/json"},
+	}}
+	c := newTestConsole(t, api, objs)
+	tok := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token()}
+	tests := []struct {
+		name, method, path string
+		hdr                map[string]string
+		want               int
+	}{
+		{"any other API path", "GET", "/api/batches/b1/report", nil, 404},
+		{"a path of the API's own", "GET", "/restapis/x/v1/_user_request_/batches", nil, 404},
+		{"submit", "POST", "/api/batches", tok, 405},
+		{"delete", "DELETE", "/api/batches/b1", tok, 405},
+		{"an asset folder", "GET", "/assets/", nil, 404},
+		{"the raw page", "GET", "/assets/index.html", nil, 404},
+		{"bad batch id", "GET", "/api/batches/..%2Fetc/items?outcome=failed", nil, 400},
+		{"items of succeeded", "GET", "/api/batches/b1/items?outcome=succeeded", nil, 400},
+		{"items limit", "GET", "/api/batches/b1/items?outcome=failed&limit=5000", nil, 400},
+		{"list status", "GET", "/api/batches?status=bogus", nil, 400},
+		{"thumbnail of another batch", "GET", "/api/batches/b1/thumbnail?uri=s3://stack-bucket/batches/b2/outputs/a.png", nil, 403},
+		{"thumbnail of another bucket", "GET", "/api/batches/b1/thumbnail?uri=s3://other/batches/b1/outputs/a.png", nil, 403},
+		{"thumbnail of the report", "GET", "/api/batches/b1/thumbnail?uri=s3://stack-bucket/batches/b1/runs/1/report.json", nil, 403},
+		{"thumbnail of a prefix look-alike", "GET", "/api/batches/b1/thumbnail?uri=s3://stack-bucket/batches/b1/outputsx/a.png", nil, 403},
+		{"thumbnail not an image", "GET", "/api/batches/b1/thumbnail?uri=s3://stack-bucket/batches/b1/outputs/x.html", nil, 415},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(c, tt.method, tt.path, host, tt.hdr, "{}")
+			if w.Code != tt.want {
+				t.Errorf("HTTP %d %s, want %d", w.Code, w.Body.String(), tt.want)
+			}
+		})
+	}
+	if calls := api.Calls(); len(calls) > 0 {
+		t.Errorf("refused requests reached the API: %v", calls)
+	}
+	if !slices.Equal(objs.reads, []string{"batches/b1/outputs/x.html"}) {
+		t.Errorf("objects read %v, want only the batch's output", objs.reads)
+	}
+	w := do(c, "GET", "/api/batches/b1/thumbnail?uri=s3://stack-bucket/batches/b1/outputs/a.png", host, nil, "")
+	if w.Code != 200 || w.Body.String() != "PNG" || w.Header().Get("Content-Type") != "image/png" || w.Header().Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("thumbnail: HTTP %d %q %v", w.Code, w.Body.String(), w.Header())
+	}
+}
+
+// TestConsoleThumbnailPages guards the thumbnail grid's paging: pages of
+// the succeeded results lines whose output names a thumbnail under the
+// batch's outputs, each continuing at the byte where the previous one
+// stopped, the last without a cursor; an output elsewhere is left out.
+func TestConsoleThumbnailPages(t *testing.T) {
+	var lines strings.Builder
+	for i := range 5 {
+		fmt.Fprintf(&lines, `{"key":"k%d","outcome":"succeeded","output":{"thumbnail":"s3://stack-bucket/batches/b1/outputs/k%d.png"},"attempts":1}`+"\n", i, i)
+	}
+	lines.WriteString(`{"key":"evil","outcome":"succeeded","output":{"thumbnail":"s3://stack-bucket/batches/b2/outputs/x.png"},"attempts":1}` + "\n")
+	results := "batches/b1/runs/1/results/succeeded.jsonl"
+	api := &fakeAPI{report: batch.Report{BatchID: "b1", Run: 1, Results: batch.Results{Files: map[batch.Outcome]batch.Location{
+		batch.OutcomeSucceeded: {URI: "s3://stack-bucket/" + results}}}}}
+	c := newTestConsole(t, api, &fakeObjects{objs: map[string]fakeObject{results: {lines.String(), "application/x-ndjson"}}})
+	var keys []string
+	cursor, pages := "", 0
+	for {
+		w := do(c, "GET", "/api/batches/b1/thumbnails?limit=2&cursor="+cursor, host, nil, "")
+		if w.Code != 200 {
+			t.Fatalf("HTTP %d %s", w.Code, w.Body.String())
+		}
+		var p struct {
+			Thumbnails []ConsoleThumb `json:"thumbnails"`
+			NextCursor string         `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		for _, th := range p.Thumbnails {
+			keys = append(keys, th.Key)
+			if want := "/api/batches/b1/thumbnail?uri=s3%3A%2F%2Fstack-bucket%2Fbatches%2Fb1%2Foutputs%2F" + th.Key + ".png"; th.Src != want {
+				t.Errorf("src %s, want %s", th.Src, want)
+			}
+		}
+		pages++
+		if p.NextCursor == "" || pages > 10 {
+			break
+		}
+		cursor = p.NextCursor
+	}
+	if want := []string{"k0", "k1", "k2", "k3", "k4"}; !slices.Equal(keys, want) || pages != 3 {
+		t.Errorf("thumbnails %v in %d pages, want %v in 3", keys, pages, want)
+	}
+}
+
+// TestConsoleNeverExposesCredentials guards the console's promise that the
+// page never sees the user's credentials: the API calls behind the
+// console's answers are signed (SigV4) in this process, and nothing the
+// browser gets — the page, its assets, the JSON answers, an API error —
+// carries the access key, the secret key, the session token or the
+// signature.
+func TestConsoleNeverExposesCredentials(t *testing.T) {
+	const akid, secret, session = "AKIDCONSOLETEST", "SECRETconsoleTEST/abc", "SESSIONconsoleTOKEN"
+	var mu sync.Mutex
+	var auths []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auths = append(auths, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/batches":
+			fmt.Fprint(w, `{"batches":[{"batch_id":"b1","status":"running","pipeline":"enrich","item_count":2,"run":1,"created_at":"2026-11-30T10:00:00Z","needs_attention":false}]}`)
+		case r.URL.Path == "/batches/b1":
+			fmt.Fprint(w, `{"batch_id":"b1","status":"running","pipeline":"enrich","item_count":2,"run":1,"census":{"total":2,"succeeded":1,"failed":0,"quarantined":0,"cancelled":0,"in_flight":1,"pending":0,"cost":{},"run_spent":{}}}`)
+		default:
+			w.WriteHeader(404)
+			fmt.Fprint(w, `{"code":"not_found","message":"no such batch"}`)
+		}
+	}))
+	defer upstream.Close()
+	t.Setenv(client.EnvAPIURL, upstream.URL)
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider(akid, secret, session)}
+	api, err := client.New(cfg, client.Stack{config.OutputBucket: "stack-bucket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestConsole(t, api, nil)
+	srv := &http.Server{Handler: c}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go srv.Serve(ln)
+	var seen strings.Builder
+	for _, path := range []string{"/", "/assets/app.js", "/assets/style.css", "/api/batches", "/api/batches/b1", "/api/batches/nope", "/api/batches/b1/items?outcome=failed"} {
+		w := do(c, "GET", path, host, nil, "")
+		fmt.Fprintf(&seen, "%s %d %v\n%s\n", path, w.Code, w.Header(), w.Body.String())
+		if path == "/api/batches/nope" && w.Code != 404 {
+			t.Errorf("an API error is not passed on: HTTP %d %s", w.Code, w.Body.String())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auths) == 0 {
+		t.Fatal("the console made no API call")
+	}
+	for _, a := range auths {
+		if !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential="+akid+"/") {
+			t.Errorf("API call not signed with the user's credentials: Authorization %q", a)
+		}
+	}
+	out := seen.String()
+	if !strings.Contains(out, `"census"`) {
+		t.Fatalf("the answers hold no census:\n%s", out)
+	}
+	sig := auths[0][strings.LastIndex(auths[0], "Signature=")+len("Signature="):]
+	for _, s := range []string{akid, secret, session, sig, "AWS4-HMAC-SHA256"} {
+		if strings.Contains(out, s) {
+			t.Errorf("the browser is given %q", s)
+		}
+	}
+}
+
+// TestConsolePage guards what the page is served with: the per-process
+// token (random, 64 hex digits), a content security policy allowing only
+// the console's own scripts, styles, images and connections, and no
+// framing; the assets embedded in the binary.
+func TestConsolePage(t *testing.T) {
+	c1 := newTestConsole(t, &fakeAPI{}, nil)
+	c2 := newTestConsole(t, &fakeAPI{}, nil)
+	if c1.Token() == c2.Token() || len(c1.Token()) != 64 {
+		t.Errorf("tokens %q and %q: want two different 64-hex-digit tokens", c1.Token(), c2.Token())
+	}
+	w := do(c1, "GET", "/", host, nil, "")
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `<meta name="bulkrun-token" content="`+c1.Token()+`">`) {
+		t.Fatalf("page: HTTP %d, token missing:\n%s", w.Code, w.Body.String())
+	}
+	csp := w.Header().Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "connect-src 'self'", "img-src 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if w.Header().Get("X-Frame-Options") != "DENY" {
+		t.Errorf("X-Frame-Options %q", w.Header().Get("X-Frame-Options"))
+	}
+	for _, a := range []string{"/assets/app.js", "/assets/style.css"} {
+		if w := do(c1, "GET", a, host, nil, ""); w.Code != 200 || w.Body.Len() < 1000 {
+			t.Errorf("%s: HTTP %d, %d bytes", a, w.Code, w.Body.Len())
+		}
+	}
+	for _, a := range []string{"/", "/assets/app.js", "/assets/style.css"} {
+		body := do(c1, "GET", a, host, nil, "").Body.String()
+		if strings.Contains(body, "http://") || strings.Contains(body, "https://") || strings.Contains(body, "url(//") {
+			t.Errorf("%s links another host", a)
+		}
+	}
+}
+
+// TestConsoleListensOnLoopbackOnly guards the console's binding: it
+// listens on 127.0.0.1, never on every interface.
+func TestConsoleListensOnLoopbackOnly(t *testing.T) {
+	ln, err := consoleListen(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().(*net.TCPAddr)
+	if !addr.IP.Equal(net.IPv4(127, 0, 0, 1)) || addr.Port == 0 {
+		t.Errorf("listens on %s, want 127.0.0.1 and a port", addr)
+	}
+}

@@ -1,0 +1,411 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+// chromium returns the path of a Chromium (or Chrome) binary: $BULKRUN_CHROMIUM,
+// else the first of chromium, chromium-browser, google-chrome on PATH.
+func chromium() string {
+	if p := os.Getenv("BULKRUN_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// startConsole builds the CLI, runs `bulkrun console --port 0` against the
+// deployed stack (the test's environment: AWS_ENDPOINT_URL, credentials,
+// BULKRUN_STACK) and returns its URL; the process is stopped at cleanup.
+func startConsole(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "console", "--port", "0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if stderr.Len() > 0 {
+			t.Logf("bulkrun console stderr:\n%s", stderr.String())
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		if s.Scan() {
+			line <- s.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l := <-line:
+		// "bulkrun console: http://127.0.0.1:PORT/ (stack …)"
+		f := strings.Fields(l)
+		if len(f) < 3 || !strings.HasPrefix(f[2], "http://127.0.0.1:") {
+			t.Fatalf("console printed %q; stderr: %s", l, stderr.String())
+		}
+		t.Logf("%s", l)
+		return f[2]
+	case <-time.After(time.Minute):
+		t.Fatalf("console did not start in a minute; stderr: %s", stderr.String())
+	}
+	return ""
+}
+
+// shotsDir is where the test saves its screenshots: $BULKRUN_CONSOLE_SHOTS
+// (e.g. ../docs/console to refresh the README's), else ../build/console.
+func shotsDir(t *testing.T) string {
+	d := os.Getenv("BULKRUN_CONSOLE_SHOTS")
+	if d == "" {
+		d = "../build/console"
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestConsoleBrowser drives the web console (`bulkrun console`) in headless
+// Chromium over the deployed stack, guarding the console's product lines:
+// a thumbnail batch with broken files is watched on its page until the
+// progress bar reaches 100 %; the census and the failed items the page
+// shows are the API's; the thumbnail grid shows the succeeded items'
+// thumbnails, served through the console; an enrich batch's quarantined
+// item is released and the batch resumed from the page, with a
+// confirmation, by keyboard; the list shows both batches, newest first,
+// with written counts and the needs-attention flag; a POST without the
+// page's token is refused. Screenshots of the list and of the batch page
+// (1280×800 and a narrow window) are saved (shotsDir).
+//
+// Skips when no Chromium is installed, except under CI=true, where it
+// fails (.ci/run installs Debian's chromium package).
+func TestConsoleBrowser(t *testing.T) {
+	exe := chromium()
+	if exe == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("Chromium not found (CI=true): .ci/run installs Debian's chromium package; or set BULKRUN_CHROMIUM")
+		}
+		t.Skip("Chromium not found: the browser test of bulkrun console needs it (apt-get install chromium, or set BULKRUN_CHROMIUM)")
+	}
+	ctx := context.Background()
+	shots := shotsDir(t)
+
+	// A thumbnail batch: 21 images and 3 broken files.
+	suffix := newID(t)
+	suffix = suffix[len(suffix)-8:] // the random part: the ids read well in the screenshots
+	thumbID := "it-photos-" + suffix
+	prefix := "it-sources/" + thumbID + "/"
+	files := []string{"broken-text.png", "broken-empty.png", "broken-truncated.png"}
+	all, _ := filepath.Glob("../examples/images/*.png")
+	for _, f := range all {
+		if len(files) == 24 {
+			break
+		}
+		if !strings.HasPrefix(filepath.Base(f), "broken-") {
+			files = append(files, filepath.Base(f))
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("../examples/images", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: aws.String(prefix + f), Body: bytes.NewReader(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An enrich batch: 2 items fail (no text), 2 are quarantined (over
+	// max_words), 4 succeed.
+	enrichID := "it-reviews-" + suffix
+	items := `[{"k":"ok-1","text":"a b"},{"k":"ok-2","text":"c"},{"k":"ok-3","text":"d e f"},{"k":"ok-4","text":"g"},` +
+		`{"k":"no-text-1"},{"k":"no-text-2","body":"x"},` +
+		`{"k":"long-1","text":"one two three four five"},{"k":"long-2","text":"six seven eight nine ten eleven"}]`
+	t.Cleanup(func() {
+		_ = env.api.Forget(context.Background(), thumbID)
+		_ = env.api.Forget(context.Background(), enrichID)
+	})
+
+	url := startConsole(t)
+	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 800))...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancelB()
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	// waitJS polls expr (true when done) every 250 ms until deadline.
+	waitJS := func(what, expr string, limit time.Duration) {
+		t.Helper()
+		end := time.Now().Add(limit)
+		for {
+			if ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](expr)); err == nil && ok {
+				return
+			}
+			if time.Now().After(end) {
+				html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("main").innerText`))
+				t.Fatalf("%s: not within %s; the page shows:\n%s", what, limit, html)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	// shot saves the whole page (a narrow window: the first screen).
+	shot := func(name string, whole bool) {
+		t.Helper()
+		a := chromedp.CaptureScreenshot()
+		if whole {
+			a = chromedp.FullScreenshot(100) // quality 100: PNG
+		}
+		png, err := chromedp.Run(bctx, a)
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		p := filepath.Join(shots, name+".png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s (%d bytes)", p, len(png))
+	}
+	setWidth := func(w, h int64) {
+		t.Helper()
+		run("viewport", chromedp.EmulateViewport(w, h))
+	}
+	setWidth(1280, 800)
+
+	// Open the console first, then submit: the page watches the run.
+	run("open the list", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`#batches`)))
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: thumbID, Pipeline: "thumbnail",
+		Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
+		t.Fatal(err)
+	}
+	run("open the batch", chromedp.Navigate(url+"#/batch/"+thumbID))
+
+	// Watch the progress bar until it is full and the status final.
+	var seen []string
+	end := time.Now().Add(4 * time.Minute)
+	for {
+		st, err := chromedp.Run(bctx, chromedp.Evaluate[progressState](`(() => {
+			const p = document.getElementById("progress"), s = document.querySelector("#batch-status .badge");
+			return {status: s ? s.dataset.status : "", value: p ? p.value : -1, max: p ? p.max : -1,
+				text: (document.getElementById("progress-text") || {}).textContent || ""};
+		})()`))
+		if err == nil && st.Text != "" && (len(seen) == 0 || seen[len(seen)-1] != st.Status+" "+st.Text) {
+			seen = append(seen, st.Status+" "+st.Text)
+		}
+		if err == nil && st.Max > 0 && st.Value == st.Max && st.Status != "running" && st.Status != "submitting" && st.Status != "" {
+			if !strings.Contains(st.Text, "(100 %)") {
+				t.Errorf("full progress bar reads %q, want 100 %%", st.Text)
+			}
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("progress never reached 100 %%; seen: %q", seen)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Logf("progress seen on the batch page: %q", seen)
+
+	// The census the page writes is the API's.
+	v, err := env.api.Status(ctx, thumbID)
+	if err != nil || v.Census == nil {
+		t.Fatalf("status: %v %+v", err, v)
+	}
+	if v.Census.Failed != 3 || v.Census.Succeeded != 21 {
+		t.Fatalf("API census %+v, want 21 succeeded and 3 failed", v.Census)
+	}
+	waitJS("census", `!!document.querySelector('#census li[data-outcome="failed"] .n')`, 30*time.Second)
+	census := evalJS[map[string]string](t, bctx, `Object.fromEntries([...document.querySelectorAll("#census li")].map(li => [li.dataset.outcome, li.querySelector(".n").textContent]))`)
+	c := v.Census
+	for o, n := range map[string]int64{"succeeded": c.Succeeded, "failed": c.Failed, "quarantined": c.Quarantined,
+		"cancelled": c.Cancelled, "in_flight": c.InFlight, "pending": c.Pending} {
+		if census[o] != fmt.Sprint(n) {
+			t.Errorf("census on the page: %s %q, the API's %d (page %v)", o, census[o], n, census)
+		}
+	}
+	// The failed items the page lists are the API's, with their reasons.
+	p, err := env.api.Items(ctx, thumbID, batch.OutcomeFailed, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, it := range p.Items {
+		want = append(want, it.Key+" | "+string(it.Reason)+" | "+fmt.Sprint(it.RunAttempts)+" | "+it.Error)
+	}
+	waitJS("failed items", `document.querySelectorAll("#items tr[data-key]").length === 3`, 30*time.Second)
+	got := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#items tr[data-key]")].map(tr => [...tr.cells].slice(0, 4).map(td => td.textContent).join(" | "))`)
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("failed items on the page:\n%s\nthe API's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The thumbnail grid: every image loaded through the console.
+	waitJS("thumbnails", `(() => { const i = [...document.querySelectorAll("#thumbs img")];
+		return i.length === 21 && i.every(x => x.complete && x.naturalWidth > 0 && x.src.startsWith(location.origin + "/api/")); })()`, time.Minute)
+	verdict := evalJS[string](t, bctx, `document.getElementById("verdict").textContent`)
+	if !strings.Contains(verdict, "3 failures of 24 items") {
+		t.Errorf("verdict %q", verdict)
+	}
+	shot("batch", true)
+	setWidth(420, 900)
+	run("narrow", chromedp.Sleep(300*time.Millisecond))
+	shot("batch-narrow", false)
+	setWidth(1280, 800)
+
+	// A POST without the page's token changes nothing.
+	status := evalJS[int](t, bctx, `fetch("/api/batches/`+thumbID+`/resume", {method: "POST", headers: {"Content-Type": "application/json"}, body: "{}"}).then(r => r.status)`, chromedp.EvalAwaitPromise)
+	if status != 403 {
+		t.Errorf("resume without the token: HTTP %d, want 403", status)
+	}
+	if v, _ := env.api.Status(ctx, thumbID); v.Run != 1 {
+		t.Errorf("a resume without the token started run %d", v.Run)
+	}
+
+	// The enrich batch: release a quarantined item, then resume.
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: enrichID, Pipeline: "enrich", KeyField: "k",
+		Source: batch.SourceSpec{Items: json.RawMessage(items)}, Options: json.RawMessage(`{"max_words":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, enrichID)
+	run("open the enrich batch", chromedp.Navigate(url+"#/batch/"+enrichID))
+	waitJS("finished", `(document.querySelector("#batch-status .badge") || {dataset: {}}).dataset.status === "completed"`, time.Minute)
+	waitJS("quarantined tab", `!!document.getElementById("tab-quarantined")`, 30*time.Second)
+	run("quarantined tab", chromedp.Click(chromedp.CSS(`#tab-quarantined`)))
+	waitJS("quarantined items", `document.querySelectorAll('#items[data-outcome="quarantined"] tr[data-key]').length === 2`, 30*time.Second)
+	run("release long-1", chromedp.Click(chromedp.CSS(`button[data-release="long-1"]`)))
+	waitJS("confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	question := evalJS[string](t, bctx, `document.getElementById("confirm-title").textContent`)
+	if question != "Release item long-1?" {
+		t.Errorf("confirmation asks %q", question)
+	}
+	// Declining (Escape) does nothing.
+	run("decline", chromedp.KeyEvent(kb.Escape))
+	waitJS("declined", `!document.getElementById("confirm").open`, 10*time.Second)
+	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-1"); it.Released {
+		t.Fatal("long-1 released though the confirmation was declined")
+	}
+	run("release long-1 again", chromedp.Click(chromedp.CSS(`button[data-release="long-1"]`)))
+	waitJS("confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	run("confirm", chromedp.Click(chromedp.CSS(`#confirm-yes`)))
+	waitJS("released", `document.getElementById("notice").textContent.includes("released long-1")`, 30*time.Second)
+	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-1"); !it.Released {
+		t.Fatal("the API does not show long-1 released")
+	}
+	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-2"); it.Released {
+		t.Fatal("long-2 released too")
+	}
+	// Resume by keyboard: focus the button, Enter opens the confirmation
+	// (focus on "Keep as is"), Tab to the confirm button, Enter.
+	waitJS("resume button", `!!document.getElementById("act-resume") && !document.getElementById("act-resume").disabled`, 30*time.Second)
+	run("resume by keyboard", chromedp.Focus(chromedp.CSS(`#act-resume`)), chromedp.KeyEvent(kb.Enter))
+	waitJS("confirmation", `document.getElementById("confirm").open && document.activeElement.id === "confirm-no"`, 10*time.Second)
+	run("confirm by keyboard", chromedp.KeyEvent(kb.Tab))
+	waitJS("focus on confirm", `document.activeElement.id === "confirm-yes"`, 5*time.Second)
+	run("confirm by keyboard", chromedp.KeyEvent(kb.Enter))
+	wctx, cancelW := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelW()
+	ev, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v handler.BatchView) bool { return v.Run == 2 && v.Status.Finished() }, nil)
+	if err != nil {
+		t.Fatalf("resume from the page: %v (run %d)", err, ev.Run)
+	}
+	waitJS("run 2 on the page", `!!document.querySelector('#runs tr[data-run="2"]') && document.querySelector("#batch-status .badge").dataset.status === "completed"`, time.Minute)
+	// Run 2 ran the failed items and the released one again: long-1 is
+	// quarantined again (still too long), the failures fail again.
+	if ev.Census.Failed != 2 || ev.Census.Quarantined != 2 || ev.Census.Succeeded != 4 {
+		t.Errorf("run 2 census %+v", ev.Census)
+	}
+
+	// The list: both batches, newest first, counts written, attention flagged.
+	run("open the list", chromedp.Navigate(url+"#/"))
+	waitJS("list rows", `!!document.querySelector('#batches tr[data-id="`+enrichID+`"]') && !!document.querySelector('#batches tr[data-id="`+thumbID+`"]')`, time.Minute)
+	rows := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#batches tr[data-id]")].map(tr => tr.dataset.id)`)
+	if ie, it := slices.Index(rows, enrichID), slices.Index(rows, thumbID); ie > it {
+		t.Errorf("list order %v: the newer %s after %s", rows, enrichID, thumbID)
+	}
+	row := evalJS[string](t, bctx, `document.querySelector('#batches tr[data-id="`+thumbID+`"]').innerText`)
+	for _, w := range []string{"21 succeeded, 3 failed", "Needs attention", "24 of 24 done (100 %)", "thumbnail"} {
+		if !strings.Contains(row, w) {
+			t.Errorf("list row of %s lacks %q: %q", thumbID, w, row)
+		}
+	}
+	shot("list", true)
+	setWidth(420, 900)
+	run("narrow", chromedp.Sleep(300*time.Millisecond))
+	shot("list-narrow", false)
+}
+
+// progressState is the batch page's progress bar and status, as the
+// browser test reads them.
+type progressState struct {
+	Status string  `json:"status"`
+	Value  float64 `json:"value"`
+	Max    float64 `json:"max"`
+	Text   string  `json:"text"`
+}
+
+// evalJS evaluates a JavaScript expression in the page of ctx.
+func evalJS[T any](t *testing.T, ctx context.Context, expr string, opts ...chromedp.EvaluateOption) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// findItem returns the item key of the batch's outcome page (fails if absent).
+func findItem(t *testing.T, id string, o batch.Outcome, key string) batch.Item {
+	t.Helper()
+	p, err := env.api.Items(context.Background(), id, o, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range p.Items {
+		if it.Key == key {
+			return it
+		}
+	}
+	t.Fatalf("batch %s has no %s item %s", id, o, key)
+	return batch.Item{}
+}
