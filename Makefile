@@ -2,6 +2,7 @@
 #
 #   make demo   start the emulator, build, deploy the CDK stack, run a real batch
 #   make test   lint (go vet, staticcheck), unit tests, then the integration suite on the emulator
+#               (the web console in headless Chromium among it; make console-test: that alone)
 #   make bench  cost of a clean run per 10^6 items, metered on the emulator
 #               (BENCH_ITEMS=100000 for 10^5 items); make bench-go: Go benchmarks
 #
@@ -58,7 +59,7 @@ ifneq ($(strip $(PIPELINES)),)
 CDK_CONTEXT += -c pipelines=$(PIPELINES)
 endif
 
-.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration soak bench bench-go clean
+.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak bench bench-go clean
 
 all: functions
 
@@ -116,6 +117,14 @@ integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m ./integration/...
 
 test: lint unit integration
+
+# The web console in headless Chromium over the deployed stack (also part
+# of `make integration`; skipped there when no Chromium is installed,
+# except under CI=true). Saves screenshots to build/console/
+# (CONSOLE_SHOTS=docs/console refreshes the README's).
+CONSOLE_SHOTS ?= build/console
+console-test: deploy
+	BULKRUN_CONSOLE_SHOTS=$(CURDIR)/$(CONSOLE_SHOTS) $(GO) test -tags integration -count=1 -timeout 10m -run '^TestConsoleBrowser$$' -v ./integration/
 
 # soak: opt-in, not part of `make test`. 5,000 items through the deployed
 # stack behind the fault proxy (5 % faults on the functions' DynamoDB, SQS

@@ -150,7 +150,7 @@ async function showList(status, cursor) {
   const table = el("table", {id: "batches"},
     el("caption", {class: "sr-only"}, "Batches, newest first"),
     el("thead", {}, el("tr", {},
-      ["Batch", "Status", "Pipeline", "Created", "Progress", "Items by outcome", "Attention"].map((t) => el("th", {scope: "col"}, t)))),
+      ["Batch", "Status", "Pipeline", "Created (UTC)", "Progress", "Items by outcome", "Attention"].map((t) => el("th", {scope: "col"}, t)))),
     el("tbody", {}, el("tr", {}, el("td", {colspan: 7, class: "muted"}, "Loading…"))));
   const pager = el("nav", {class: "pager", "aria-label": "Pages"});
   main.replaceChildren(
@@ -172,7 +172,7 @@ async function showList(status, cursor) {
     el("td", {"data-label": "Status"}, el("span", {}, statusBadge(b.status, b.stop),
       b.run > 1 ? el("span", {class: "muted small"}, " run " + b.run) : "")),
     el("td", {"data-label": "Pipeline"}, b.pipeline),
-    el("td", {"data-label": "Created"}, fmtTime(b.created_at)),
+    el("td", {"data-label": "Created (UTC)"}, fmtTime(b.created_at).replace(" UTC", "")),
     el("td", {"data-label": "Progress"}, progressBar(b)),
     el("td", {"data-label": "Items by outcome", class: "counts"}, countsText(b)),
     el("td", {"data-label": "Attention"}, attention(b))));
