@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -373,6 +374,34 @@ func TestConsoleBrowser(t *testing.T) {
 	setWidth(420, 900)
 	run("narrow", chromedp.Sleep(300*time.Millisecond))
 	shot("list-narrow", false)
+	setWidth(1280, 800)
+
+	// The status filter: refused batches hold neither of ours, completed
+	// ones both.
+	filter := func(status string) {
+		t.Helper()
+		evalJS[bool](t, bctx, `(() => { const s = document.getElementById("status-filter"); s.value = "`+status+`";
+			s.dispatchEvent(new Event("change")); return true; })()`)
+		waitJS("filter "+status, `location.hash.includes("status=`+status+`") && !!document.querySelector("#batches tbody tr") &&
+			!document.querySelector("#batches tbody td.muted[colspan]")?.textContent.startsWith("Loading")`, 30*time.Second)
+	}
+	filter("refused")
+	if rows := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#batches tr[data-id]")].map(tr => tr.dataset.status)`); slices.ContainsFunc(rows, func(s string) bool { return s != "refused" }) {
+		t.Errorf("filtered on refused, the list shows statuses %v", rows)
+	}
+	filter("completed")
+	waitJS("completed batches", `!!document.querySelector('#batches tr[data-id="`+enrichID+`"]') && !!document.querySelector('#batches tr[data-id="`+thumbID+`"]')`, 30*time.Second)
+
+	// Forget from the page, after a confirmation: the batch is gone.
+	run("open the enrich batch", chromedp.Navigate(url+"#/batch/"+enrichID))
+	waitJS("forget button", `!!document.getElementById("act-forget") && !document.getElementById("act-forget").disabled`, 30*time.Second)
+	run("forget", chromedp.Click(chromedp.CSS(`#act-forget`)))
+	waitJS("confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	run("confirm", chromedp.Click(chromedp.CSS(`#confirm-yes`)))
+	waitJS("back on the list", `location.hash === "#/" && document.getElementById("notice").textContent.includes("forgotten `+enrichID+`")`, time.Minute)
+	if _, err := env.api.Status(ctx, enrichID); !errors.Is(err, batch.ErrNotFound) {
+		t.Errorf("after forget from the page, status: %v, want not found", err)
+	}
 }
 
 // progressState is the batch page's progress bar and status, as the

@@ -15,6 +15,7 @@ const LABEL = {
 
 let timer = null; // the live refresh of the page shown
 let listCursors = []; // cursors of the list pages before the one shown
+let pendingNotice = null; // [text, kind] to show on the next page drawn
 
 // el builds an element: el("a", {href: "#"}, "text", child…). Text is
 // always set as text, never parsed as HTML.
@@ -121,7 +122,8 @@ function batchHref(id) { return "#/batch/" + encodeURIComponent(id); }
 function route() {
   clearTimeout(timer);
   timer = null;
-  notice("");
+  notice(...(pendingNotice || [""]));
+  pendingNotice = null;
   const h = location.hash || "#/";
   const m = h.match(/^#\/batch\/([^?]+)/);
   if (m) return showBatch(decodeURIComponent(m[1]));
@@ -191,7 +193,17 @@ async function showList(status, cursor) {
     }}, "Older →"));
   if (page.batches.some((b) => b.status === "running" || b.status === "submitting")) {
     document.getElementById("list-live").textContent = "live: refreshes every 5 s while batches run";
-    timer = setTimeout(() => { if (!document.querySelector("dialog[open]")) route(); }, 5000);
+    // Redrawn only while nothing on the page has the keyboard focus, so
+    // that a keyboard user's place is never taken away.
+    const again = () => {
+      const f = document.activeElement;
+      if (document.querySelector("dialog[open]") || (f && f !== document.body && main.contains(f) && f !== main)) {
+        timer = setTimeout(again, 5000);
+        return;
+      }
+      route();
+    };
+    timer = setTimeout(again, 5000);
   }
 }
 
@@ -246,7 +258,8 @@ function live(page) {
       renderLive(page);
       if (data.batch.stop !== was.stop) renderActions(page);
       const c = data.batch.census, pc = was.census;
-      if (c && pc && !page.itemsPaged && c[page.tab] !== pc[page.tab]) loadItems(page, page.tab);
+      const focusInItems = page.sections.items.contains(document.activeElement);
+      if (c && pc && !page.itemsPaged && !focusInItems && c[page.tab] !== pc[page.tab]) loadItems(page, page.tab);
     } catch (e) {
       notice("Live update failed: " + e.message + " (retrying)", "error");
     }
@@ -416,8 +429,8 @@ async function confirmAct(title, text, yes, path, body, page, leave) {
   try {
     const out = await act("/api/batches/" + encodeURIComponent(page.id) + path, body);
     if (leave) {
+      pendingNotice = [(out.message || "Done.") + ".", "ok"];
       location.hash = "#/";
-      notice(out.message || "Done.", "ok");
       return;
     }
     await showBatch(page.id);
