@@ -359,7 +359,17 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// The list: both batches, newest first, counts written, attention flagged.
 	run("open the list", chromedp.Navigate(url+"#/"))
-	waitJS("list rows", `!!document.querySelector('#batches tr[data-id="`+enrichID+`"]') && !!document.querySelector('#batches tr[data-id="`+thumbID+`"]')`, time.Minute)
+	// The listing reads an eventually consistent index: a batch may show
+	// a moment later, so the wait presses Refresh every 2 s until it does.
+	listHas := `(() => {
+		const ok = !!document.querySelector('#batches tr[data-id="` + enrichID + `"]') && !!document.querySelector('#batches tr[data-id="` + thumbID + `"]');
+		if (!ok && Date.now() - (window.lastRefresh || 0) > 2000) {
+			window.lastRefresh = Date.now();
+			document.querySelector(".filters button").click();
+		}
+		return ok;
+	})()`
+	waitJS("list rows", listHas, time.Minute)
 	rows := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#batches tr[data-id]")].map(tr => tr.dataset.id)`)
 	if ie, it := slices.Index(rows, enrichID), slices.Index(rows, thumbID); ie > it {
 		t.Errorf("list order %v: the newer %s after %s", rows, enrichID, thumbID)
@@ -390,7 +400,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("filtered on refused, the list shows statuses %v", rows)
 	}
 	filter("completed")
-	waitJS("completed batches", `!!document.querySelector('#batches tr[data-id="`+enrichID+`"]') && !!document.querySelector('#batches tr[data-id="`+thumbID+`"]')`, 30*time.Second)
+	waitJS("completed batches", listHas, time.Minute)
 
 	// Forget from the page, after a confirmation: the batch is gone.
 	run("open the enrich batch", chromedp.Navigate(url+"#/batch/"+enrichID))
