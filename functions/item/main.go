@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 	"github.com/bulkrun/bulkrun/shared/secret"
 )
@@ -37,6 +38,7 @@ func main() {
 		Worker: &batch.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
+			Staging: effects.Staging(d.Config.EffectTables),
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}

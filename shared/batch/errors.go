@@ -203,3 +203,28 @@ func (e *BatchRefusedError) Is(target error) bool {
 		target == ErrEmptySource && e.Refusal.Code == RefusalEmptySource ||
 		target == ErrInsufficientStorage && e.Refusal.Code == RefusalInsufficientStorage
 }
+
+// EffectsError is a commit of an attempt's staged writes
+// (Record.Effects) that DynamoDB refused while the attempt still held the
+// item: nothing of the transaction was applied, the outcome included.
+//   - Permanent: DynamoDB refused the transaction as written
+//     (ValidationException: over 4 MB, two writes on one item, a bad
+//     expression…). No retry can fix it; the worker records the item
+//     failed, without its writes, with this error's text.
+//   - otherwise a staged write's own condition did not hold (Index names
+//     it): the attempt ends like a transient pipeline error, and the next
+//     attempt runs the pipeline again, which stages from what it reads then.
+type EffectsError struct {
+	Index     int    // the staged write, from 0 in staging order; -1 for the transaction as a whole
+	Table     string // its table, when Index ≥ 0
+	Permanent bool
+	Err       error
+}
+
+func (e *EffectsError) Error() string {
+	if e.Index < 0 {
+		return fmt.Sprintf("staged writes refused: %v", e.Err)
+	}
+	return fmt.Sprintf("staged write %d on table %q: %v", e.Index, e.Table, e.Err)
+}
+func (e *EffectsError) Unwrap() error { return e.Err }

@@ -184,8 +184,18 @@ type Record struct {
 	// Spent is what every attempt of Run has spent, this one included
 	// (Record, Release); stored with the run number when not empty.
 	Spent pipeline.Cost
-	Now   time.Time
+	// Effects are the writes the pipeline staged during this attempt
+	// (shared/pipeline/effects), committed by Record in one transaction
+	// with a succeeded outcome, under the same fence; nil or Len 0 for
+	// none. Record refuses them with an *EffectsError.
+	Effects StagedEffects
+	Now     time.Time
 }
+
+// StagedEffects is what one attempt staged. Its concrete type belongs to
+// the Store that commits it (shared/dynamo takes effects.Writes), so this
+// package links no storage SDK.
+type StagedEffects interface{ Len() int }
 
 // Progress is the sum of a run's counter rows.
 type Progress struct {

@@ -80,6 +80,12 @@ type Worker struct {
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
 	Secrets Secrets
+	// Staging, when not nil, lets pipelines stage writes that are
+	// committed with the item's succeeded outcome (shared/pipeline/effects):
+	// it returns the context the pipeline runs with and a function that
+	// ends staging and returns what was staged. Writes staged by an
+	// attempt that does not succeed are dropped. nil: staging is refused.
+	Staging func(ctx context.Context) (context.Context, func() StagedEffects)
 }
 
 // DefaultUnavailableDelay is 1 s × 2^(n-1), at most 2 minutes, with full
@@ -536,11 +542,18 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 	}
 
 	runCtx, cancel := w.runContext(ctx, it.LeaseUntil, margin)
+	pipeCtx, seal := runCtx, func() StagedEffects { return nil }
+	if w.Staging != nil {
+		pipeCtx, seal = w.Staging(runCtx)
+	}
 	start := w.Clock.Now()
-	res, perr := runSafely(runCtx, p, pipeline.Request{
+	res, perr := runSafely(pipeCtx, p, pipeline.Request{
 		BatchID: b.ID, Key: m.Key, RunID: it.RunID, Attempt: it.Attempt, Input: input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
+	// Staging ends with Run, whatever its result: a write staged later (by
+	// a goroutine the pipeline left behind) is refused, never committed.
+	staged := seal()
 	// Cut off at the deadline margin (or the lease's end) while it ran: the
 	// call's outcome is unknown. Read before cancel, which would set it too.
 	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
@@ -561,6 +574,9 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 			perr = err // transient: S3 write failed
 		} else {
 			rec.Outcome, rec.Output, rec.OutputRef, rec.Cost = OutcomeSucceeded, out, ref, res.Cost
+			if staged != nil && staged.Len() > 0 {
+				return w.commit(ctx, log, b, d, it, rec, staged)
+			}
 			return w.finish(ctx, log, b, rec)
 		}
 	} else if cutOff && pipeline.Classify(perr) == pipeline.ClassTransient {
@@ -583,6 +599,13 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonInterrupted
 		return w.finish(ctx, log, b, rec)
 	}
+	return w.retryLater(ctx, log, b, d, it, rec, perr)
+}
+
+// retryLater ends an attempt that failed transiently (perr): the item
+// fails at the batch's max attempts, otherwise its lease is released and
+// its message comes back after the backoff.
+func (w *Worker) retryLater(ctx context.Context, log *slog.Logger, b Batch, d Delivery, it Item, rec Record, perr error) (bool, *done) {
 	if it.RunAttempts >= b.MaxAttempts {
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
 		rec.Error = pipeline.CutText(fmt.Sprintf("attempt %d of %d: %s", it.RunAttempts, b.MaxAttempts, rec.Error), pipeline.MaxErrorTextBytes)
@@ -686,7 +709,36 @@ func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until 
 // rather than leaving the item to a takeover that would run it again.
 func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Record) (bool, *done) {
 	rec.Error = pipeline.CutText(rec.Error, pipeline.MaxErrorTextBytes)
+	rec.Effects = nil // staged writes are committed only by commit
 	err := w.persist(ctx, log, "record outcome", func() error { return w.Store.Record(ctx, rec) })
+	return w.recorded(log, b, rec, err)
+}
+
+// commit records a succeeded outcome together with the writes its
+// attempt staged, in one transaction under the attempt's fence. When
+// DynamoDB refuses the writes as written, the item fails permanently
+// without them; when a staged condition does not hold, the attempt ends
+// as a transient failure and the item runs again.
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, b Batch, d Delivery, it Item, rec Record, staged StagedEffects) (bool, *done) {
+	rec.Effects = staged
+	err := w.persist(ctx, log, "record outcome with staged writes", func() error { return w.Store.Record(ctx, rec) })
+	var ee *EffectsError
+	if !errors.As(err, &ee) {
+		return w.recorded(log, b, rec, err)
+	}
+	rec.Output, rec.OutputRef = nil, ""
+	rec.Error = pipeline.ErrorText(err)
+	if ee.Permanent {
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
+		return w.finish(ctx, log, b, rec)
+	}
+	rec.Outcome = ""
+	log.Warn("a staged write's condition did not hold; nothing applied", "error", rec.Error)
+	return w.retryLater(ctx, log, b, d, it, rec, err)
+}
+
+// recorded ends a delivery after its outcome write returned err.
+func (w *Worker) recorded(log *slog.Logger, b Batch, rec Record, err error) (bool, *done) {
 	if errors.Is(err, ErrConflict) {
 		// A later attempt took the item over: its holder records the outcome.
 		// Let the message come back; it is acknowledged once the row is final.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,11 @@ const (
 	// batch.SecretRef); the item function's role may read exactly these.
 	// Default "" (no reference accepted). Read by submit.
 	EnvSecretPrefixes = "BULKRUN_SECRET_PREFIXES"
+	// EnvEffectTables is the comma-separated DynamoDB table names on which
+	// a pipeline may stage writes committed with its item's outcome
+	// (shared/pipeline/effects); empty: staging is refused. bulkrun's own
+	// table is never one of them.
+	EnvEffectTables = "BULKRUN_EFFECT_TABLES"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -218,6 +224,7 @@ type Config struct {
 	Sources          []string       // EnvSources; s3://bucket/prefix entries, none when unset
 	WebhookAllow     *egress.Policy // EnvWebhookAllow; default empty (no non-public destination)
 	SecretPrefixes   []string       // EnvSecretPrefixes; default none
+	EffectTables     []string       // EnvEffectTables; default none (staging refused)
 }
 
 // VarError names the environment variable at fault.
@@ -314,6 +321,16 @@ func Load(getenv func(string) string) (Config, error) {
 		if p = strings.TrimSpace(p); p != "" {
 			c.Pipelines = append(c.Pipelines, p)
 		}
+	}
+	for _, t := range strings.Split(getenv(EnvEffectTables), ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		if err := CheckEffectTable(t, c.Table); err != nil {
+			errs = append(errs, &VarError{Var: EnvEffectTables, Value: t, Reason: err.Error()})
+			continue
+		}
+		c.EffectTables = append(c.EffectTables, t)
 	}
 	for _, p := range strings.Split(getenv(EnvSources), ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -417,4 +434,23 @@ func Require(pairs ...string) error {
 func BatchesProjection() []string {
 	return []string{"batch_id", "status", "pipeline", "item_count", "run", "created_at_ms", "finished_at_ms",
 		"expires_at_ms", "needs_attention", "submitted_by", "forgetting", "stop", "refusal"}
+}
+
+// effectTableName is DynamoDB's rule for table names: 3–255 characters of
+// a-z, A-Z, 0-9, '_', '-' and '.' (Amazon DynamoDB developer guide,
+// "Supported data types and naming rules in Amazon DynamoDB",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html).
+var effectTableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
+
+// CheckEffectTable checks a table declared for staged writes: a valid
+// DynamoDB table name, and not bulkrun's own table (own; empty when
+// unknown), whose rows a pipeline must never write.
+func CheckEffectTable(name, own string) error {
+	if !effectTableName.MatchString(name) {
+		return fmt.Errorf("not a DynamoDB table name (3–255 characters of a-z, A-Z, 0-9, _, - and .)")
+	}
+	if own != "" && name == own {
+		return fmt.Errorf("bulkrun's own table takes no staged writes")
+	}
+	return nil
 }

@@ -56,6 +56,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 )
 
 // Store implements batch.Store on one DynamoDB table. Safe for concurrent use.
@@ -714,7 +715,15 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	_, old, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueNone)
+	k := key(itemPK(r.BatchID, r.Key), skItem)
+	var old map[string]types.AttributeValue
+	if w, ok := r.Effects.(effects.Writes); ok && len(w) > 0 && r.Outcome == batch.OutcomeSucceeded {
+		old, err = s.recordWithEffects(ctx, r, k, expr, w)
+	} else if r.Effects != nil && r.Effects.Len() > 0 {
+		return fmt.Errorf("record %s/%s attempt %d: staged writes of type %T with outcome %s: only effects.Writes with a succeeded outcome are committed", r.BatchID, r.Key, r.Attempt, r.Effects, r.Outcome)
+	} else {
+		_, old, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+	}
 	if errors.Is(err, batch.ErrConflict) {
 		// The SDK sends a write again when its answer was lost (a reset
 		// connection, a 5xx), also when the first try was applied: the

@@ -1,0 +1,307 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+)
+
+// effectsTable creates a user table (pk string) for staged writes.
+func effectsTable(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	name := "fx-" + strings.ToLower(newID(t))
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	name = strings.Trim(name, "-")
+	db := dynamodb.NewFromConfig(env.aws)
+	if _, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: aws.String(name), BillingMode: ddbtypes.BillingModePayPerRequest,
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: ddbtypes.KeyTypeHash}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
+	return name
+}
+
+// stageCount stages, for req's key, an ADD of 1 to "applied" on the row
+// pk = key of table: a row whose applied is 2 was written twice.
+func stageCount(ctx context.Context, table string, req pipeline.Request) error {
+	return effects.Update(ctx, table, map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: req.Key}},
+		ddbtypes.Update{
+			UpdateExpression:          aws.String("ADD applied :one SET attempt = :a"),
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":one": &ddbtypes.AttributeValueMemberN{Value: "1"}, ":a": &ddbtypes.AttributeValueMemberN{Value: strconv.Itoa(req.Attempt)}},
+		})
+}
+
+// applied reads how many times the staged write of key was applied (0:
+// never).
+func applied(t *testing.T, table, key string) int {
+	t.Helper()
+	out, err := dynamodb.NewFromConfig(env.aws).GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: &table, ConsistentRead: aws.Bool(true),
+		Key: map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: key}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, ok := out.Item["applied"].(*ddbtypes.AttributeValueMemberN)
+	if !ok {
+		return 0
+	}
+	v, _ := strconv.Atoi(n.Value)
+	return v
+}
+
+// TestStagedEffectsOncePerItem guards the product line "a pipeline's
+// staged writes are committed with its succeeded outcome, once": every
+// item message delivered three times applies its item's write once; an
+// item that stages and then fails permanently applies nothing; an item
+// that stages and then fails transiently applies its write once, from the
+// attempt that succeeded (two calls, one write).
+func TestStagedEffectsOncePerItem(t *testing.T) {
+	ctx := context.Background()
+	table := effectsTable(t)
+	var flaky atomic.Int64
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if err := stageCount(ctx, table, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		switch req.Key {
+		case batch.PositionalKey(3):
+			return pipeline.Result{}, pipeline.Permanent(errors.New("bad item after staging"))
+		case batch.PositionalKey(4):
+			if flaky.Add(1) == 1 {
+				return pipeline.Result{}, errors.New("transient after staging")
+			}
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.worker.Staging = effects.Staging([]string{table})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(8)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 2)) // fan-out (chunks of 7)
+	items := h.receive(t, 8)
+	if len(items) != 8 {
+		t.Fatalf("%d item messages, want 8", len(items))
+	}
+	tripled := append(append(append([]batch.Delivery{}, items...), items...), items...)
+	pending := tripled
+	for deadline := time.Now().Add(2 * h.worker.Lease); len(pending) > 0 && time.Now().Before(deadline); {
+		failed := h.worker.Handle(ctx, pending)
+		var again []batch.Delivery
+		for _, d := range pending {
+			for _, f := range failed {
+				if d.MessageID == f {
+					again = append(again, d)
+					break
+				}
+			}
+		}
+		pending = again
+		if len(pending) > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for i := range 8 {
+		k := batch.PositionalKey(int64(i))
+		want, calls := 1, int64(1)
+		switch i {
+		case 3:
+			want = 0
+		case 4:
+			calls = 2
+		}
+		if got := applied(t, table, k); got != want {
+			t.Errorf("%s: staged write applied %d times, want %d", k, got, want)
+		}
+		if c := h.callsOf(k); c != calls {
+			t.Errorf("%s: %d pipeline calls, want %d", k, c, calls)
+		}
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Report.Census.Succeeded != 7 || r.Report.Census.Failed != 1 {
+		t.Fatalf("census %+v, want 7 succeeded, 1 failed", r.Report.Census)
+	}
+}
+
+// crashingStore is a Store whose outcome writes never reach DynamoDB: the
+// item function died after the pipeline returned and before it recorded.
+type crashingStore struct{ batch.Store }
+
+var errCrashed = errors.New("the process died before the outcome write")
+
+func (crashingStore) Record(context.Context, batch.Record) error { return errCrashed }
+
+// TestStagedEffectsCrashBeforeRecord guards the product line "writes
+// staged by an attempt that never recorded its outcome are never
+// applied". Attempt 1 stages its write and dies before the outcome
+// write: nothing is applied and the item stays in flight under its lease.
+// After the lease, the redelivery takes the item over (attempt 2), the
+// pipeline runs again and its write is applied once.
+func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
+	ctx := context.Background()
+	table := effectsTable(t)
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if err := stageCount(ctx, table, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.worker.Staging = effects.Staging([]string{table})
+	h.worker.Lease, h.worker.Margin = 2*time.Second, 100*time.Millisecond
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 1)
+	crashing := *h.worker
+	crashing.Store = crashingStore{h.store}
+	if failed := crashing.Handle(ctx, msgs); len(failed) != 1 {
+		t.Fatalf("the crashed delivery was acknowledged: %v", failed)
+	}
+	key := batch.PositionalKey(0)
+	if n := applied(t, table, key); n != 0 {
+		t.Fatalf("after the crash the staged write was applied %d times, want 0", n)
+	}
+	it, err := h.store.GetItem(ctx, id, key)
+	if err != nil || it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 {
+		t.Fatalf("row after the crash: %+v %v, want in flight, attempt 1", it, err)
+	}
+	time.Sleep(time.Until(it.LeaseUntil) + 100*time.Millisecond)
+	if failed := h.worker.Handle(ctx, msgs); len(failed) != 0 {
+		t.Fatalf("takeover failed: %v", failed)
+	}
+	if n, c := applied(t, table, key), h.callsOf(key); n != 1 || c != 2 {
+		t.Fatalf("after the takeover: applied %d, calls %d; want applied 1, calls 2", n, c)
+	}
+	if it, _ := h.store.GetItem(ctx, id, key); it.Outcome != batch.OutcomeSucceeded || it.Attempt != 2 {
+		t.Fatalf("row after the takeover: %+v", it)
+	}
+}
+
+// TestStagedEffectsLostAnswer guards "a commit whose answer was lost is
+// applied once": through the fault proxy the emulator applies the outcome
+// and staged write, and the connection is reset before the answer; the
+// SDK sends the transaction again (same client token), and the write is
+// still applied once, the item succeeded and acknowledged.
+func TestStagedEffectsLostAnswer(t *testing.T) {
+	ctx := context.Background()
+	table := effectsTable(t)
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if err := stageCount(ctx, table, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.worker.Staging = effects.Staging([]string{table})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 5, Rules: []faultproxy.Rule{
+		{Service: "dynamodb", Operations: []string{"TransactWriteItems"}, Contains: table, Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1},
+	}})
+	w := *h.worker
+	w.Store = dynamo.New(dynamodb.NewFromConfig(cfg), h.table)
+	if failed := w.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
+		t.Fatalf("delivery failed: %v", failed)
+	}
+	if n := proxy.Status().Injected[faultproxy.KindResetAfter]; n != 1 {
+		t.Fatalf("answers lost: %d, want 1 (the rule did not fire: the test proves nothing)", n)
+	}
+	key := batch.PositionalKey(0)
+	if n := applied(t, table, key); n != 1 {
+		t.Fatalf("staged write applied %d times, want 1", n)
+	}
+	if it, _ := h.store.GetItem(ctx, id, key); it.Outcome != batch.OutcomeSucceeded {
+		t.Fatalf("row: %+v", it)
+	}
+}
+
+// TestStagedEffectsRefused guards the product lines "a staged write on an
+// undeclared table fails the item with an error naming the table" and "a
+// staged condition that does not hold applies nothing and retries the
+// item": the first attempt's ConditionCheck fails (the row it requires is
+// absent), nothing is applied; the test then puts the row and the retry
+// commits.
+func TestStagedEffectsRefused(t *testing.T) {
+	ctx := context.Background()
+	table := effectsTable(t)
+	gate := map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "gate"}}
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key == batch.PositionalKey(0) {
+			if err := effects.Put(ctx, "not-declared", map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "x"}}); err != nil {
+				return pipeline.Result{}, err
+			}
+			return pipeline.Result{}, nil
+		}
+		if err := effects.ConditionCheck(ctx, table, gate, ddbtypes.ConditionCheck{ConditionExpression: aws.String("attribute_exists(pk)")}); err != nil {
+			return pipeline.Result{}, err
+		}
+		if err := stageCount(ctx, table, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.worker.Staging = effects.Staging([]string{table})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	msgs := h.receive(t, 2)
+	failed := h.worker.Handle(ctx, msgs)
+	if len(failed) != 1 {
+		t.Fatalf("failed deliveries %v, want the gated item's only", failed)
+	}
+	k0, k1 := batch.PositionalKey(0), batch.PositionalKey(1)
+	if it, _ := h.store.GetItem(ctx, id, k0); it.Outcome != batch.OutcomeFailed || !strings.Contains(it.Error, `"not-declared"`) {
+		t.Fatalf("undeclared table: row %+v, want failed naming the table", it)
+	}
+	it, _ := h.store.GetItem(ctx, id, k1)
+	if it.Outcome != batch.OutcomeInFlight || !strings.Contains(it.Error, "staged write 0") || applied(t, table, k1) != 0 {
+		t.Fatalf("gated item after a failed condition: row %+v, applied %d; want in flight, error naming write 0, nothing applied", it, applied(t, table, k1))
+	}
+	if _, err := dynamodb.NewFromConfig(env.aws).PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: gate}); err != nil {
+		t.Fatal(err)
+	}
+	var again []batch.Delivery
+	for _, d := range msgs {
+		if d.MessageID == failed[0] {
+			again = append(again, d)
+		}
+	}
+	if f := h.worker.Handle(ctx, again); len(f) != 0 {
+		t.Fatalf("retry failed: %v", f)
+	}
+	if n, c := applied(t, table, k1), h.callsOf(k1); n != 1 || c != 2 {
+		t.Fatalf("gated item: applied %d, calls %d; want 1 and 2", n, c)
+	}
+}

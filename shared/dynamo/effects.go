@@ -1,0 +1,121 @@
+package dynamo
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+)
+
+// recordWithEffects writes the outcome update (k, expr: the attempt's
+// fence and the outcome) and the attempt's staged writes in one
+// TransactWriteItems: all applied, or none.
+//
+// The request carries a client token derived from the item's run id, run
+// and attempt, so the SDK's resend of a transaction whose answer was lost
+// is answered as the first one within DynamoDB's 10-minute idempotency
+// window, and applies nothing twice (DynamoDB API reference,
+// TransactWriteItems, ClientRequestToken,
+// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html).
+// Past that window the outcome's fence refuses the resend, and Record's
+// check of the stored row recognises its own write.
+//
+// Errors: the outcome's fence lost → the stored row and batch.ErrConflict
+// (nothing applied); a staged write's condition did not hold or DynamoDB
+// refused a staged write as written → *batch.EffectsError; a transaction
+// conflict with a concurrent writer or throttling → batch.ErrUnavailable
+// (the worker tries the same commit again).
+func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[string]types.AttributeValue, expr expression.Expression, w effects.Writes) (map[string]types.AttributeValue, error) {
+	items := make([]types.TransactWriteItem, 0, 1+len(w))
+	items = append(items, types.TransactWriteItem{Update: &types.Update{
+		TableName: &s.table, Key: k,
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}})
+	for i, e := range w {
+		if tableOf(e) == s.table {
+			return nil, &batch.EffectsError{Index: i, Table: s.table, Permanent: true, Err: errors.New("bulkrun's own table takes no staged writes")}
+		}
+		items = append(items, e)
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{
+		TransactItems:      items,
+		ClientRequestToken: aws.String(effectsToken(r)),
+	})
+	if err == nil {
+		return nil, nil
+	}
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		reasons := tce.CancellationReasons
+		if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
+			return reasons[0].Item, batch.ErrConflict
+		}
+		for i := 1; i < len(reasons) && i < len(items); i++ {
+			switch code := aws.ToString(reasons[i].Code); code {
+			case "", "None":
+			case "ConditionalCheckFailed":
+				return nil, &batch.EffectsError{Index: i - 1, Table: tableOf(items[i]), Err: errors.New("its condition did not hold; nothing was applied")}
+			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				return nil, fmt.Errorf("%w: staged write %d on table %q: %s: %s", batch.ErrUnavailable, i-1, tableOf(items[i]), code, aws.ToString(reasons[i].Message))
+			default:
+				return nil, &batch.EffectsError{Index: i - 1, Table: tableOf(items[i]), Permanent: true, Err: fmt.Errorf("%s: %s", code, aws.ToString(reasons[i].Message))}
+			}
+		}
+		if len(reasons) > 0 {
+			switch aws.ToString(reasons[0].Code) {
+			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				return nil, fmt.Errorf("%w: %w", batch.ErrUnavailable, err)
+			}
+		}
+		return nil, err
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
+		return nil, &batch.EffectsError{Index: -1, Permanent: true, Err: fmt.Errorf("%s: %s", api.ErrorCode(), api.ErrorMessage())}
+	}
+	return nil, err
+}
+
+// effectsToken is the ClientRequestToken of an attempt's commit: 36 hex
+// digits (DynamoDB allows 1–36 characters) of SHA-256 over the batch id,
+// item key, run and attempt — the same for every resend of this commit,
+// different for any other attempt.
+func effectsToken(r batch.Record) string {
+	h := sha256.New()
+	for _, p := range []string{r.BatchID, r.Key, strconv.Itoa(r.Run), strconv.Itoa(r.Attempt)} {
+		h.Write([]byte(strconv.Itoa(len(p))))
+		h.Write([]byte{':'})
+		h.Write([]byte(p))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:36]
+}
+
+// tableOf is the table a transaction write acts on.
+func tableOf(w types.TransactWriteItem) string {
+	switch {
+	case w.Put != nil:
+		return aws.ToString(w.Put.TableName)
+	case w.Update != nil:
+		return aws.ToString(w.Update.TableName)
+	case w.Delete != nil:
+		return aws.ToString(w.Delete.TableName)
+	case w.ConditionCheck != nil:
+		return aws.ToString(w.ConditionCheck.TableName)
+	}
+	return ""
+}
