@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -22,14 +23,17 @@ import (
 // fence and the outcome) and the attempt's staged writes in one
 // TransactWriteItems: all applied, or none.
 //
-// The request carries a client token derived from the item's run id, run
-// and attempt, so the SDK's resend of a transaction whose answer was lost
-// is answered as the first one within DynamoDB's 10-minute idempotency
-// window, and applies nothing twice (DynamoDB API reference,
-// TransactWriteItems, ClientRequestToken,
+// The request carries a client token derived from the item's batch id,
+// key, run, attempt and recording time (effectsToken), so the SDK's resend
+// of a transaction whose answer was lost is answered as the first one
+// within DynamoDB's 10-minute idempotency window, and applies nothing twice
+// (DynamoDB API reference, TransactWriteItems, ClientRequestToken,
 // https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html).
 // Past that window the outcome's fence refuses the resend, and Record's
 // check of the stored row recognises its own write.
+//
+// bulkrun's own table is refused by name and by table ARN (TransactWriteItems
+// takes either in TableName).
 //
 // Errors: the outcome's fence lost → the stored row and batch.ErrConflict
 // (nothing applied); a staged write's condition did not hold or DynamoDB
@@ -45,7 +49,7 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}})
 	for i, e := range w {
-		if tableOf(e) == s.table {
+		if s.ownTable(tableOf(e)) {
 			return nil, &batch.EffectsError{Index: i, Table: s.table, Permanent: true, Err: errors.New("bulkrun's own table takes no staged writes")}
 		}
 		items = append(items, e)
@@ -93,11 +97,16 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 
 // effectsToken is the ClientRequestToken of an attempt's commit: 36 hex
 // digits (DynamoDB allows 1–36 characters) of SHA-256 over the batch id,
-// item key, run and attempt — the same for every resend of this commit,
-// different for any other attempt.
+// item key, run, attempt and the record's time in epoch milliseconds —
+// the same for every resend of this commit (the worker resends the same
+// Record), different for any other attempt, and different for a batch of
+// the same id submitted again after a forget: its run 1, attempt 1 is
+// another request, which DynamoDB would refuse with
+// IdempotentParameterMismatchException within 10 minutes under the same
+// token (its timestamps differ).
 func effectsToken(r batch.Record) string {
 	h := sha256.New()
-	for _, p := range []string{r.BatchID, r.Key, strconv.Itoa(r.Run), strconv.Itoa(r.Attempt)} {
+	for _, p := range []string{r.BatchID, r.Key, strconv.Itoa(r.Run), strconv.Itoa(r.Attempt), strconv.FormatInt(r.Now.UnixMilli(), 10)} {
 		h.Write([]byte(strconv.Itoa(len(p))))
 		h.Write([]byte{':'})
 		h.Write([]byte(p))
@@ -118,4 +127,17 @@ func tableOf(w types.TransactWriteItem) string {
 		return aws.ToString(w.ConditionCheck.TableName)
 	}
 	return ""
+}
+
+// ownTable reports whether table names bulkrun's own table: its name, or
+// an ARN whose resource is table/NAME.
+func (s *Store) ownTable(table string) bool {
+	if table == s.table {
+		return true
+	}
+	if !strings.HasPrefix(table, "arn:") {
+		return false
+	}
+	res, ok := strings.CutPrefix(table[strings.LastIndex(table, ":")+1:], "table/")
+	return ok && res == s.table
 }

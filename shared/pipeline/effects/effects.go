@@ -142,8 +142,33 @@ func (s *Stager) stage(w types.TransactWriteItem) error {
 	case i >= MaxWrites:
 		return pipeline.Permanent(fmt.Errorf("effects: write %d on table %q: an attempt stages at most %d writes (DynamoDB's 100 actions per transaction, one of them bulkrun's outcome)", i, table, MaxWrites))
 	}
-	s.writes = append(s.writes, w)
+	s.writes = append(s.writes, detach(w, table))
 	return nil
+}
+
+// detach returns w with its action copied and its table name set to a
+// string of its own: a pipeline that reuses or changes its struct after
+// staging (another table, bulkrun's own by ARN) cannot change which table
+// the staged write acts on. Items, keys and values are shared, not copied.
+func detach(w types.TransactWriteItem, table string) types.TransactWriteItem {
+	switch {
+	case w.Put != nil:
+		a := *w.Put
+		a.TableName = aws.String(table)
+		return types.TransactWriteItem{Put: &a}
+	case w.Update != nil:
+		a := *w.Update
+		a.TableName = aws.String(table)
+		return types.TransactWriteItem{Update: &a}
+	case w.Delete != nil:
+		a := *w.Delete
+		a.TableName = aws.String(table)
+		return types.TransactWriteItem{Delete: &a}
+	default:
+		a := *w.ConditionCheck
+		a.TableName = aws.String(table)
+		return types.TransactWriteItem{ConditionCheck: &a}
+	}
 }
 
 func (s *Stager) declared() []string {

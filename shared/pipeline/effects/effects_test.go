@@ -119,3 +119,43 @@ func TestSealEndsStaging(t *testing.T) {
 		t.Fatalf("an attempt that staged nothing gives %v, want nil (plain outcome write)", s)
 	}
 }
+
+// Point 3 of the ecosystem work, staged effects ("on tables the stack
+// declares"): the product line it guards is the table a staged write acts
+// on. A pipeline that stages a write and then reuses its struct — points
+// it at another table, bulkrun's own by ARN — must not move the staged
+// write: the table checked at Stage is the table committed.
+func TestStagedTableFixedAtStage(t *testing.T) {
+	s := New([]string{"orders"})
+	ctx := s.Context(context.Background())
+	put := &types.Put{TableName: aws.String("orders"), Item: key("a")}
+	upd := &types.Update{TableName: aws.String("orders"), Key: key("b"), UpdateExpression: aws.String("SET n = :n")}
+	del := &types.Delete{TableName: aws.String("orders"), Key: key("c")}
+	chk := &types.ConditionCheck{TableName: aws.String("orders"), Key: key("d"), ConditionExpression: aws.String("attribute_exists(pk)")}
+	for _, w := range []types.TransactWriteItem{{Put: put}, {Update: upd}, {Delete: del}, {ConditionCheck: chk}} {
+		if err := Stage(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := "arn:aws:dynamodb:us-east-1:123456789012:table/bulkrun-table"
+	for _, name := range []*string{put.TableName, upd.TableName, del.TableName, chk.TableName} {
+		*name = own
+	}
+	put.TableName, upd.TableName, del.TableName, chk.TableName = &own, &own, &own, &own
+	for i, w := range s.Seal() {
+		var got string
+		switch {
+		case w.Put != nil:
+			got = aws.ToString(w.Put.TableName)
+		case w.Update != nil:
+			got = aws.ToString(w.Update.TableName)
+		case w.Delete != nil:
+			got = aws.ToString(w.Delete.TableName)
+		case w.ConditionCheck != nil:
+			got = aws.ToString(w.ConditionCheck.TableName)
+		}
+		if got != "orders" {
+			t.Errorf("write %d acts on %q after the pipeline changed its struct, want orders", i, got)
+		}
+	}
+}
