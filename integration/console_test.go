@@ -79,7 +79,7 @@ func startConsole(t *testing.T) string {
 	}()
 	select {
 	case l := <-line:
-		// "bulkrun console: http://127.0.0.1:PORT/ (stack …)"
+		// "bulkrun console: http://127.0.0.1:PORT/?token=TOKEN (stack …)"
 		f := strings.Fields(l)
 		if len(f) < 3 || !strings.HasPrefix(f[2], "http://127.0.0.1:") {
 			t.Fatalf("console printed %q; stderr: %s", l, stderr.String())
@@ -165,7 +165,10 @@ func TestConsoleBrowser(t *testing.T) {
 		_ = env.api.Forget(context.Background(), enrichID)
 	})
 
-	url := startConsole(t)
+	// The printed address carries the console's token: opening it gives
+	// the browser the session; later navigations use the bare address.
+	addr := startConsole(t)
+	url, _, _ := strings.Cut(addr, "?")
 	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 800))...)
 	defer cancelA()
@@ -216,7 +219,10 @@ func TestConsoleBrowser(t *testing.T) {
 	setWidth(1280, 800)
 
 	// Open the console first, then submit: the page watches the run.
-	run("open the list", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(`#batches`)))
+	run("open the list", chromedp.Navigate(addr), chromedp.WaitVisible(chromedp.CSS(`#batches`)))
+	if loc := evalJS[string](t, bctx, `location.href`); loc != url {
+		t.Errorf("after opening the printed address the page is at %q, want %q (the token out of the address bar)", loc, url)
+	}
 	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: thumbID, Pipeline: "thumbnail",
 		Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
 		t.Fatal(err)

@@ -122,7 +122,8 @@ results locations, thumbnails of image pipelines, and resume, cancel, release an
 forget with a confirmation. The console calls the API with your AWS credentials,
 resolved as every other command does (--profile, --region, AWS_ENDPOINT_URL); the
 page never sees them: it talks only to this process, which answers a fixed set of
-operations.`,
+operations. Open the address it prints: its token gives your browser the
+console's session; without it the console answers nothing.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if port < 0 || port > 65535 {
@@ -146,7 +147,10 @@ operations.`,
 				ln.Close()
 				return err
 			}
-			u := fmt.Sprintf("http://127.0.0.1:%d/", c.port)
+			// The address carries the token: whoever opens it gets the
+			// console's session; other users and processes of this machine,
+			// who can reach 127.0.0.1 too, do not know it.
+			u := fmt.Sprintf("http://127.0.0.1:%d/?token=%s", c.port, c.token)
 			fmt.Fprintf(a.out, "bulkrun console: %s (stack %s; Ctrl-C to stop)\n", u, a.stack)
 			if open {
 				if err := openBrowser(u); err != nil {
@@ -186,10 +190,16 @@ func openBrowser(u string) error {
 // that rebinds its own host name to 127.0.0.1 gets 421), serves the page
 // and its assets, and a fixed set of JSON operations under /api/, each
 // mapped to one ConsoleAPI call or to a read of the batch's own report,
-// results or thumbnail objects; nothing else is forwarded. The actions
-// (POST) need the per-process token the page carries, the page's own
-// Origin and a JSON body, so that no other site can make a browser act.
-// Safe for concurrent use.
+// results or thumbnail objects; nothing else is forwarded.
+//
+// Everything but the static assets needs the console's session: a cookie
+// (HttpOnly, SameSite=Lax, named after the port) that GET /?token=TOKEN
+// sets, TOKEN being the per-process token `bulkrun console` prints in the
+// address. So another user or process of the machine, which can connect
+// to 127.0.0.1 as well, can neither read the batches nor act with the
+// user's credentials. The actions (POST) also need the token in a header
+// (the page carries it), the page's own Origin and a JSON body, so that
+// no other site can make a browser act. Safe for concurrent use.
 type Console struct {
 	api    ConsoleAPI
 	objs   ObjectReader
@@ -286,13 +296,19 @@ type requestError struct {
 }
 
 // checkRequest admits a request only when its Host is this console's
-// (127.0.0.1:port or localhost:port: DNS rebinding gets 421), and, for any
-// method but GET and HEAD, when it carries the page's token, the console's
-// own Origin, no cross-site Sec-Fetch-Site and a JSON body (403 otherwise).
+// (127.0.0.1:port or localhost:port: DNS rebinding gets 421); when it
+// carries the console's session cookie, unless it asks for an asset or
+// for the page with ?token= (403 otherwise); and, for any method but GET
+// and HEAD, when it carries the page's token, the console's own Origin,
+// no cross-site Sec-Fetch-Site and a JSON body (403 otherwise).
 func (c *Console) checkRequest(r *http.Request) *requestError {
 	p := strconv.Itoa(c.port)
 	if r.Host != "127.0.0.1:"+p && r.Host != "localhost:"+p {
 		return &requestError{http.StatusMisdirectedRequest, "wrong_host", fmt.Sprintf("this console answers http://127.0.0.1:%s/ only, not host %q", p, r.Host)}
+	}
+	exchange := r.URL.Path == "/" && r.URL.Query().Has("token")
+	if !strings.HasPrefix(r.URL.Path, "/assets/") && !exchange && !c.session(r) {
+		return &requestError{http.StatusForbidden, "no_session", "no console session: open the address `bulkrun console` printed (http://127.0.0.1:" + p + "/?token=…)"}
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" && strings.HasPrefix(r.URL.Path, "/api/") {
@@ -315,7 +331,29 @@ func (c *Console) checkRequest(r *http.Request) *requestError {
 	return nil
 }
 
-func (c *Console) page(w http.ResponseWriter, _ *http.Request) {
+// cookieName is the session cookie's name. Browsers share cookies between
+// the ports of a host, so it names the port: two consoles do not mix.
+func (c *Console) cookieName() string { return "bulkrun_console_" + strconv.Itoa(c.port) }
+
+// session reports whether r carries this console's session cookie.
+func (c *Console) session(r *http.Request) bool {
+	k, err := r.Cookie(c.cookieName())
+	return err == nil && subtle.ConstantTimeCompare([]byte(k.Value), []byte(c.token)) == 1
+}
+
+// page serves the console's page; GET /?token=TOKEN with the right token
+// sets the session cookie and redirects to / (so the token leaves the
+// address bar and the history).
+func (c *Console) page(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("token") {
+		if subtle.ConstantTimeCompare([]byte(r.URL.Query().Get("token")), []byte(c.token)) != 1 {
+			writeConsoleError(w, http.StatusForbidden, "bad_token", "wrong console token: open the address `bulkrun console` printed")
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: c.cookieName(), Value: c.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_, _ = w.Write(c.index)
 }

@@ -111,12 +111,17 @@ func newTestConsole(t *testing.T, api ConsoleAPI, objs ObjectReader) *Console {
 	return c
 }
 
-// do sends a request to the console as a browser on host would.
+// do sends a request to the console as a browser on host would, with the
+// console's session cookie unless hdr sets "Cookie" ("" for none).
 func do(c *Console, method, target, host string, hdr map[string]string, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
 	r.Host = host
+	r.Header.Set("Cookie", c.cookieName()+"="+c.Token())
 	for k, v := range hdr {
 		r.Header.Set(k, v)
+	}
+	if r.Header.Get("Cookie") == "" {
+		r.Header.Del("Cookie")
 	}
 	w := httptest.NewRecorder()
 	c.ServeHTTP(w, r)
@@ -417,5 +422,72 @@ func TestConsoleListensOnLoopbackOnly(t *testing.T) {
 	addr := ln.Addr().(*net.TCPAddr)
 	if !addr.IP.Equal(net.IPv4(127, 0, 0, 1)) || addr.Port == 0 {
 		t.Errorf("listens on %s, want 127.0.0.1 and a port", addr)
+	}
+}
+
+// TestConsoleNeedsSession guards the console against the other users and
+// processes of the machine, which can connect to 127.0.0.1 too: without
+// the session cookie that only the printed address (?token=) gives, the
+// page, the data and the actions are refused and nothing reaches the API
+// (product line: "the console acts only for its own page", README "The
+// console"). The static assets hold no data and are served to anyone.
+func TestConsoleNeedsSession(t *testing.T) {
+	api := &fakeAPI{}
+	c := newTestConsole(t, api, nil)
+	other := newTestConsole(t, api, nil)
+	action := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	for _, tt := range []struct {
+		name, method, path, cookie string
+		hdr                        map[string]string
+	}{
+		{"the page", "GET", "/", "", nil},
+		{"the list", "GET", "/api/batches", "", nil},
+		{"a batch", "GET", "/api/batches/b1", "", nil},
+		{"items", "GET", "/api/batches/b1/items?outcome=failed", "", nil},
+		{"a thumbnail", "GET", "/api/batches/b1/thumbnail?uri=s3://stack-bucket/batches/b1/outputs/a.png", "", nil},
+		{"an action with the page's token but no session", "POST", "/api/batches/b1/forget", "", action},
+		{"a wrong session", "GET", "/api/batches", c.cookieName() + "=" + strings.Repeat("0", 64), nil},
+		{"another console's session", "GET", "/api/batches", c.cookieName() + "=" + other.Token(), nil},
+		{"the token under another port's cookie", "GET", "/api/batches", "bulkrun_console_9999=" + c.Token(), nil},
+		{"a wrong token in the address", "GET", "/?token=" + other.Token(), "", nil},
+		{"an empty token in the address", "GET", "/?token=", "", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := copyHeaders(tt.hdr)
+			hdr["Cookie"] = tt.cookie
+			w := do(c, tt.method, tt.path, host, hdr, "{}")
+			if w.Code != http.StatusForbidden || strings.Contains(w.Body.String(), c.Token()) {
+				t.Errorf("HTTP %d %s, want 403 without the token", w.Code, w.Body.String())
+			}
+			if len(w.Result().Cookies()) > 0 {
+				t.Errorf("a refused request got cookies %v", w.Result().Cookies())
+			}
+		})
+	}
+	if calls := api.Calls(); len(calls) > 0 {
+		t.Fatalf("requests without the session reached the API: %v", calls)
+	}
+	for _, a := range []string{"/assets/app.js", "/assets/style.css"} {
+		if w := do(c, "GET", a, host, map[string]string{"Cookie": ""}, ""); w.Code != 200 {
+			t.Errorf("%s without a session: HTTP %d, want 200", a, w.Code)
+		}
+	}
+	// The printed address: the session cookie, and a redirect that takes
+	// the token out of the address bar.
+	w := do(c, "GET", "/?token="+c.Token(), host, map[string]string{"Cookie": ""}, "")
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/" {
+		t.Fatalf("GET /?token=: HTTP %d Location %q, want 303 to /", w.Code, w.Header().Get("Location"))
+	}
+	var got *http.Cookie
+	for _, k := range w.Result().Cookies() {
+		if k.Name == c.cookieName() {
+			got = k
+		}
+	}
+	if got == nil || got.Value != c.Token() || !got.HttpOnly || got.SameSite != http.SameSiteLaxMode || got.Path != "/" {
+		t.Fatalf("session cookie %+v, want %s=token, HttpOnly, SameSite=Lax, Path=/", got, c.cookieName())
+	}
+	if w := do(c, "GET", "/api/batches", host, map[string]string{"Cookie": got.Name + "=" + got.Value}, ""); w.Code != 200 {
+		t.Errorf("the list with the session: HTTP %d %s", w.Code, w.Body.String())
 	}
 }
