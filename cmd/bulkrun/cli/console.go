@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"io/fs"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -153,7 +155,15 @@ console's session; without it the console answers nothing.`,
 			u := fmt.Sprintf("http://127.0.0.1:%d/?token=%s", c.port, c.token)
 			fmt.Fprintf(a.out, "bulkrun console: %s (stack %s; Ctrl-C to stop)\n", u, a.stack)
 			if open {
-				if err := openBrowser(u); err != nil {
+				// The browser is given a private file that leads to u, not u
+				// itself: a command line is visible to every user of the
+				// machine (ps), the token must not be.
+				f, err := consoleOpener(u)
+				if err == nil {
+					defer os.Remove(f)
+					err = openBrowser("file://" + filepath.ToSlash(f))
+				}
+				if err != nil {
 					fmt.Fprintf(a.errw, "could not open a browser (%v): open %s yourself\n", err, u)
 				}
 			}
@@ -169,6 +179,32 @@ console's session; without it the console answers nothing.`,
 // interface only: the console is for the user of this machine.
 func consoleListen(port int) (net.Listener, error) {
 	return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+// consoleOpener writes a page that takes the browser to u (the console's
+// address with its token) into a new file only the user can read (mode
+// 0600, in the temporary directory) and returns its path; the caller
+// removes it.
+func consoleOpener(u string) (string, error) {
+	f, err := os.CreateTemp("", "bulkrun-console-*.html")
+	if err != nil {
+		return "", err
+	}
+	if err := f.Chmod(0o600); err != nil && runtime.GOOS != "windows" {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	q := html.EscapeString(u)
+	_, err = fmt.Fprintf(f, "<!doctype html>\n<meta charset=\"utf-8\">\n<meta http-equiv=\"refresh\" content=\"0;url=%s\">\n<title>bulkrun console</title>\n<p><a href=\"%s\">Open the bulkrun console</a></p>\n", q, q)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // openBrowser asks the desktop to open u.

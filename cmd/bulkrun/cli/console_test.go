@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -489,5 +491,34 @@ func TestConsoleNeedsSession(t *testing.T) {
 	}
 	if w := do(c, "GET", "/api/batches", host, map[string]string{"Cookie": got.Name + "=" + got.Value}, ""); w.Code != 200 {
 		t.Errorf("the list with the session: HTTP %d %s", w.Code, w.Body.String())
+	}
+}
+
+// TestConsoleOpenerKeepsTokenPrivate guards `bulkrun console --open`
+// (product line: other users of the machine cannot use the console): the
+// browser is started on a private file that leads to the address with the
+// token, because a command line is visible to every user (ps). The file
+// is the user's alone and its name holds no token.
+func TestConsoleOpenerKeepsTokenPrivate(t *testing.T) {
+	tok := strings.Repeat("ab", 32)
+	u := "http://127.0.0.1:8420/?token=" + tok
+	p, err := consoleOpener(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(p)
+	if strings.Contains(p, tok) {
+		t.Errorf("opener path %q holds the token", p)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS != "windows" && fi.Mode().Perm() != 0o600 {
+		t.Errorf("opener file mode %v, want 0600", fi.Mode().Perm())
+	}
+	b, _ := os.ReadFile(p)
+	if !strings.Contains(string(b), `content="0;url=`+u+`"`) {
+		t.Errorf("opener page %s does not lead to %s", b, u)
 	}
 }
