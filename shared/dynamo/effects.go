@@ -36,8 +36,11 @@ import (
 // takes either in TableName).
 //
 // Errors: the outcome's fence lost → the stored row and batch.ErrConflict
-// (nothing applied); a staged write's condition did not hold or DynamoDB
-// refused a staged write as written → *batch.EffectsError; a transaction
+// (nothing applied); a staged write's condition did not hold, DynamoDB
+// refused a staged write as written, or the transaction names a table
+// that does not exist or that the function may not write
+// (ResourceNotFoundException, AccessDeniedException) → *batch.EffectsError
+// (permanent but for a condition); a transaction
 // conflict with a concurrent writer or throttling → batch.ErrUnavailable
 // (the worker tries the same commit again).
 func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[string]types.AttributeValue, expr expression.Expression, w effects.Writes) (map[string]types.AttributeValue, error) {
@@ -89,8 +92,14 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 		return nil, err
 	}
 	var api smithy.APIError
-	if errors.As(err, &api) && api.ErrorCode() == "ValidationException" {
-		return nil, &batch.EffectsError{Index: -1, Permanent: true, Err: fmt.Errorf("%s: %s", api.ErrorCode(), api.ErrorMessage())}
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ValidationException", "ResourceNotFoundException", "AccessDeniedException":
+			// Refused as written, a staged write's table does not exist, or
+			// the item function may not write it: the same commit would be
+			// refused again.
+			return nil, &batch.EffectsError{Index: -1, Permanent: true, Err: fmt.Errorf("%s: %s", api.ErrorCode(), api.ErrorMessage())}
+		}
 	}
 	return nil, err
 }

@@ -144,3 +144,44 @@ func TestStagedEffectsNeverOnOwnTable(t *testing.T) {
 		}
 	}
 }
+
+// errDynamo answers every request with one DynamoDB error.
+type errDynamo struct{ code, msg string }
+
+func (f errDynamo) Do(r *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#` + f.code + `","message":"` + f.msg + `"}`
+	return &http.Response{StatusCode: 400, Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
+		Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+}
+
+// Point 3 of the ecosystem work, staged effects ("refuse … with a clear
+// error"): the product line it guards is the class of a commit DynamoDB
+// refuses for good. A staged write on a declared table that does not
+// exist, or that the item function may not write, is refused the same way
+// on every try; left unclassified, the item held its lease, came back as
+// an interruption (quarantined under on_interrupt=quarantine) and ran
+// again until its attempts or receives ran out. It is a permanent
+// *batch.EffectsError carrying DynamoDB's message, so the item fails at
+// once and says why.
+func TestStagedEffectsRefusedTableIsPermanent(t *testing.T) {
+	for _, f := range []errDynamo{
+		{"ResourceNotFoundException", "Requested resource not found"},
+		{"AccessDeniedException", "User is not authorized to perform: dynamodb:UpdateItem on resource: arn:aws:dynamodb:us-east-1:123456789012:table/orders"},
+		{"ValidationException", "Transaction request cannot include multiple operations on one item"},
+	} {
+		t.Run(f.code, func(t *testing.T) {
+			db := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://dynamo.invalid"),
+				Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), HTTPClient: f})
+			err := New(db, "bulkrun-table").Record(context.Background(), batch.Record{BatchID: "b", Key: "k", Run: 1, Attempt: 1,
+				Outcome: batch.OutcomeSucceeded, Effects: stagedPut("orders", "a"), Now: time.Now()})
+			var ee *batch.EffectsError
+			if !errors.As(err, &ee) || !ee.Permanent || !strings.Contains(err.Error(), f.code) {
+				t.Fatalf("Record = %v, want a permanent *batch.EffectsError naming %s", err, f.code)
+			}
+			if errors.Is(err, batch.ErrUnavailable) || errors.Is(err, batch.ErrConflict) {
+				t.Fatalf("Record = %v: classified as unavailable or conflict", err)
+			}
+		})
+	}
+}
