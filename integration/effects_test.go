@@ -305,3 +305,36 @@ func TestStagedEffectsRefused(t *testing.T) {
 		t.Fatalf("gated item: applied %d, calls %d; want 1 and 2", n, c)
 	}
 }
+
+// TestStagedEffectsMissingTable guards the product line "a commit DynamoDB
+// refuses for good fails the item permanently with DynamoDB's message": a
+// staged write on a table declared for the item function but missing (a
+// stack declaring a table that was deleted, or misspelt) fails the item
+// at once, acknowledged, with nothing applied; it does not hold the item
+// under its lease until a takeover counts it as an interruption.
+func TestStagedEffectsMissingTable(t *testing.T) {
+	ctx := context.Background()
+	missing := "fx-missing-" + strings.ToLower(newID(t))
+	if len(missing) > 60 {
+		missing = strings.Trim(missing[:60], "-")
+	}
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if err := stageCount(ctx, missing, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.worker.Staging = effects.Staging([]string{missing})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1))
+	if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
+		t.Fatalf("the delivery was not acknowledged (%v): the item waits for its lease", failed)
+	}
+	it, err := h.store.GetItem(ctx, id, batch.PositionalKey(0))
+	if err != nil || it.Outcome != batch.OutcomeFailed || it.Reason != batch.ReasonPermanent || !strings.Contains(it.Error, "ResourceNotFound") {
+		t.Fatalf("row %+v %v, want failed (permanent) with DynamoDB's ResourceNotFound message", it, err)
+	}
+}
