@@ -114,7 +114,8 @@ func shotsDir(t *testing.T) string {
 // item is released and the batch resumed from the page, with a
 // confirmation, by keyboard; the list shows both batches, newest first,
 // with written counts and the needs-attention flag; a POST without the
-// page's token is refused. Screenshots of the list and of the batch page
+// page's token is refused; the printed address's token leaves the address
+// bar; a malformed batch address is answered, not left loading. Screenshots of the list and of the batch page
 // (1280×800 and a narrow window) are saved (shotsDir).
 //
 // Skips when no Chromium is installed, except under CI=true, where it
@@ -362,6 +363,11 @@ func TestConsoleBrowser(t *testing.T) {
 	if ev.Census.Failed != 2 || ev.Census.Quarantined != 2 || ev.Census.Succeeded != 4 {
 		t.Errorf("run 2 census %+v", ev.Census)
 	}
+
+	// An address with a stray "%" (not URI-encoded) shows the console's
+	// answer instead of "Loading…" for ever.
+	run("open a malformed address", chromedp.Navigate(url+"#/batch/100%"))
+	waitJS("the malformed address answered", `(() => { const e = document.querySelector("#main .error"); return !!e && e.textContent.includes("Could not read the batch") && e.textContent.includes("100%"); })()`, 10*time.Second)
 
 	// The list: both batches, newest first, counts written, attention flagged.
 	run("open the list", chromedp.Navigate(url+"#/"))

@@ -126,7 +126,13 @@ function route() {
   pendingNotice = null;
   const h = location.hash || "#/";
   const m = h.match(/^#\/batch\/([^?]+)/);
-  if (m) return showBatch(decodeURIComponent(m[1]));
+  if (m) {
+    // A hand-made address may hold a stray "%": show the batch id as
+    // typed (the console answers that it is not one) rather than stop.
+    let id = m[1];
+    try { id = decodeURIComponent(id); } catch (e) { /* kept as typed */ }
+    return showBatch(id);
+  }
   const q = new URLSearchParams(h.split("?")[1] || "");
   return showList(q.get("status") || "", q.get("cursor") || "");
 }
