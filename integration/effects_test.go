@@ -173,7 +173,7 @@ func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	h.worker.Staging = effects.Staging([]string{table})
-	h.worker.Lease, h.worker.Margin = 2*time.Second, 100*time.Millisecond
+	h.worker.Lease, h.worker.Margin = 5*time.Second, 100*time.Millisecond
 	id := newID(t)
 	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
