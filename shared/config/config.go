@@ -90,6 +90,12 @@ const (
 	// (shared/pipeline/effects); empty: staging is refused. bulkrun's own
 	// table is never one of them.
 	EnvEffectTables = "BULKRUN_EFFECT_TABLES"
+	// EnvLambdaFunctions is the comma-separated allow-list of the Lambda
+	// functions the "lambda" pipeline may invoke: function names or
+	// function ARNs (CheckLambdaFunction); the item function's role may
+	// invoke exactly these. Default "" (none: the pipeline refuses every
+	// batch). Read by submit (checked at submit) and item (checked per item).
+	EnvLambdaFunctions = "BULKRUN_LAMBDA_FUNCTIONS"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -225,6 +231,7 @@ type Config struct {
 	WebhookAllow     *egress.Policy // EnvWebhookAllow; default empty (no non-public destination)
 	SecretPrefixes   []string       // EnvSecretPrefixes; default none
 	EffectTables     []string       // EnvEffectTables; default none (staging refused)
+	LambdaFunctions  []string       // EnvLambdaFunctions; default none
 }
 
 // VarError names the environment variable at fault.
@@ -317,6 +324,16 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.SecretPrefixes = append(c.SecretPrefixes, p)
 	}
+	for _, f := range strings.Split(getenv(EnvLambdaFunctions), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if err := CheckLambdaFunction(f); err != nil {
+			errs = append(errs, &VarError{Var: EnvLambdaFunctions, Value: f, Reason: err.Error()})
+			continue
+		}
+		c.LambdaFunctions = append(c.LambdaFunctions, f)
+	}
 	for _, p := range strings.Split(getenv(EnvPipelines), ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			c.Pipelines = append(c.Pipelines, p)
@@ -388,6 +405,36 @@ func (c Config) Validate() error {
 			Reason: fmt.Sprintf("must be at least the item timeout (%s): AWS refuses the event source mapping otherwise", c.ItemTimeout)})
 	}
 	return errors.Join(errs...)
+}
+
+// lambdaFunctionName is Lambda's rule for a function name, optionally
+// followed by a version or alias qualifier; lambdaFunctionARN for a
+// function ARN ("Invoke", FunctionName, AWS Lambda API Reference:
+// https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html).
+var (
+	lambdaFunctionName = regexp.MustCompile(`^[a-zA-Z0-9-_]{1,64}(:(\$LATEST|[a-zA-Z0-9-_]{1,128}))?$`)
+	lambdaFunctionARN  = regexp.MustCompile(`^arn:aws[a-zA-Z-]*:lambda:[a-z]{2}(-gov)?-[a-z]+-\d{1}:\d{12}:function:[a-zA-Z0-9-_]{1,64}(:(\$LATEST|[a-zA-Z0-9-_]{1,128}))?$`)
+)
+
+// CheckLambdaFunction checks one EnvLambdaFunctions entry: a function
+// name ("score", "score:live" with a version or alias) or a function ARN
+// ("arn:aws:lambda:eu-west-1:123456789012:function:score"), by the rules
+// of Lambda's Invoke FunctionName.
+func CheckLambdaFunction(f string) error {
+	if lambdaFunctionName.MatchString(f) || lambdaFunctionARN.MatchString(f) {
+		return nil
+	}
+	return errors.New("want a Lambda function name (letters, digits, - and _, 1–64, optionally :version or :alias) or a function ARN arn:aws:lambda:<region>:<account>:function:<name>")
+}
+
+// LambdaFunctionName returns the function name (with its qualifier, if
+// any) of an EnvLambdaFunctions entry: the entry itself for a name, the
+// part after ":function:" for an ARN.
+func LambdaFunctionName(f string) string {
+	if _, name, ok := strings.Cut(f, ":function:"); ok {
+		return name
+	}
+	return f
 }
 
 // CheckSourceURI checks one EnvSources entry: "s3://bucket/" (a whole

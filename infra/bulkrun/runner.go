@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 import (
 	"encoding/json"
@@ -46,7 +46,7 @@ const (
 )
 
 // Function names: the construct ids of the three functions and the folder
-// names under StackProps.FunctionsDir that hold their bootstrap binaries.
+// names under RunnerProps.FunctionsDir that hold their bootstrap binaries.
 const (
 	FunctionSubmit   = "submit"
 	FunctionItem     = "item"
@@ -56,14 +56,14 @@ const (
 
 // Stack defaults that config does not own because only the stack uses them.
 const (
-	// DefaultRetentionDays is StackProps.RetentionDays when zero; it equals
+	// DefaultRetentionDays is RunnerProps.RetentionDays when zero; it equals
 	// config.DefaultRetention in days.
 	DefaultRetentionDays = int(config.DefaultRetention / (24 * time.Hour))
-	// DefaultFinalizeTickSchedule is StackProps.FinalizeTickSchedule when empty.
+	// DefaultFinalizeTickSchedule is RunnerProps.FinalizeTickSchedule when empty.
 	DefaultFinalizeTickSchedule = "rate(5 minutes)"
 	// SweepSchedule is when the retention sweep runs.
 	SweepSchedule = "rate(1 hour)"
-	// DefaultFunctionsDir is StackProps.FunctionsDir when empty, relative to
+	// DefaultFunctionsDir is RunnerProps.FunctionsDir when empty, relative to
 	// infra/ (where the cdk commands run).
 	DefaultFunctionsDir = "../build/functions"
 	// DefaultLogLevel is the EnvLogLevel every function gets.
@@ -83,7 +83,7 @@ const (
 	queueRetention = 14 * 24 * time.Hour
 )
 
-// DefaultPipelines returns StackProps.Pipelines when empty: every pipeline
+// DefaultPipelines returns RunnerProps.Pipelines when empty: every pipeline
 // the item binary registers (registered.Names — the one list, in
 // shared/pipeline/registered), in byte order.
 func DefaultPipelines() []string { return registered.Names() }
@@ -105,11 +105,11 @@ type Schedule struct {
 	Request json.RawMessage `json:"request"`
 }
 
-// StackProps configures bulkrun's stack. Zero values take the defaults
-// noted on each field; NewStack rejects the rest with a *PropError.
-type StackProps struct {
-	awscdk.StackProps
-
+// RunnerProps configures a Runner: every setting its functions read.
+// Zero values take the defaults noted on each field; NewRunner and
+// Validate reject the rest with a *PropError (the field) or a
+// *config.VarError (the variable the functions would refuse).
+type RunnerProps struct {
 	// Target is TargetAWS (default when empty) or TargetEmulator.
 	Target string
 	// FunctionsDir holds one folder per function (submit, item, finalize),
@@ -236,9 +236,41 @@ type StackProps struct {
 	// https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html).
 	// Default DefaultItemsMaxConcurrency (100).
 	ItemsMaxConcurrency int
+	// MemoryMiB sets the memory of the other functions by name
+	// (FunctionSubmit, FunctionFinalize, FunctionSweep), in MiB, 128–10,240
+	// (Lambda quotas, as ItemMemoryMiB). Defaults: DefaultMemoryMiB. The
+	// item function's memory is ItemMemoryMiB.
+	MemoryMiB map[string]int
+	// Timeouts sets the timeout of the other functions by name
+	// (FunctionSubmit, FunctionFinalize, FunctionSweep): whole seconds from
+	// 1 s to 15 min (Lambda's limit). Defaults: config.DefaultSubmitTimeout,
+	// DefaultFinalizeTimeout, DefaultSweepTimeout (15 min each). A submit
+	// reached through the API is cut at API Gateway's 29 s integration
+	// timeout whatever this says; background source reads and finalize's
+	// report of a large run use the whole timeout. The item function's
+	// timeout is ItemTimeout (the lease and the visibility follow it).
+	Timeouts map[string]time.Duration
+	// LambdaFunctions is the allow-list of the "lambda" pipeline: the
+	// Lambda functions a batch may name in its pipeline options
+	// ({"function": …}), each a function name ("score", "score:live") or
+	// a function ARN (config.CheckLambdaFunction); a CDK token, such as
+	// fn.FunctionArn() of a function in the same app, is taken as an ARN.
+	// The item function's role gets lambda:InvokeFunction on exactly these
+	// (a name is this stack's account and region), one statement per
+	// function. Default none: the pipeline refuses every batch.
+	LambdaFunctions []string
 }
 
-// Concurrency and memory defaults (see StackProps).
+// DefaultMemoryMiB is each function's memory when RunnerProps.MemoryMiB
+// (or ItemMemoryMiB for item) does not set it, in MiB.
+var DefaultMemoryMiB = map[string]int{FunctionSubmit: 512, FunctionItem: DefaultItemMemoryMiB, FunctionFinalize: 1024, FunctionSweep: 512}
+
+// defaultTimeouts are the functions' timeouts when RunnerProps.Timeouts
+// (or ItemTimeout for item) does not set them.
+var defaultTimeouts = map[string]time.Duration{FunctionSubmit: config.DefaultSubmitTimeout, FunctionItem: config.DefaultItemTimeout,
+	FunctionFinalize: config.DefaultFinalizeTimeout, FunctionSweep: config.DefaultSweepTimeout}
+
+// Concurrency and memory defaults (see RunnerProps).
 const (
 	DefaultItemMemoryMiB       = 512
 	DefaultItemsMaxConcurrency = 100
@@ -271,7 +303,7 @@ func SubmitEphemeralMiB(maxManifestBytes int64) int {
 	return max(mib, ephemeralMinMiB)
 }
 
-// DefaultEmulatorSecretPrefixes is StackProps.SecretPrefixes on
+// DefaultEmulatorSecretPrefixes is RunnerProps.SecretPrefixes on
 // TargetEmulator when empty: parameters and secrets under "bulkrun/" in the
 // emulator's account and region, which the integration tests use.
 var DefaultEmulatorSecretPrefixes = []string{
@@ -279,27 +311,27 @@ var DefaultEmulatorSecretPrefixes = []string{
 	"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/*",
 }
 
-// DefaultEmulatorWebhookAllow is StackProps.WebhookAllow on TargetEmulator
+// DefaultEmulatorWebhookAllow is RunnerProps.WebhookAllow on TargetEmulator
 // when empty: the loopback receivers the integration tests and local
 // development run on the host. TargetAWS has no default: the webhook can
 // reach no non-public address there unless WebhookAllow names it.
 var DefaultEmulatorWebhookAllow = []string{"127.0.0.1", "::1", "localhost"}
 
-// PropError names the StackProps field at fault.
+// PropError names the RunnerProps field at fault.
 type PropError struct {
-	Field  string // the StackProps field, e.g. "MaxReceiveCount"
+	Field  string // the RunnerProps field, e.g. "MaxReceiveCount"
 	Value  string // its value as given
 	Reason string
 }
 
 func (e *PropError) Error() string {
-	return fmt.Sprintf("infra: StackProps.%s=%q: %s", e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("bulkrun: RunnerProps.%s=%q: %s", e.Field, e.Value, e.Reason)
 }
 
 // bucketNamePattern is the S3 rule for bucket names (general purpose buckets).
 var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
-// settings are the values NewStack derives from StackProps, defaults filled.
+// settings are the values NewRunner derives from RunnerProps, defaults filled.
 type settings struct {
 	target          string
 	functionsDir    string
@@ -320,7 +352,10 @@ type settings struct {
 	maxConcurrency  int
 	webhookAllow    string // comma-separated, config.EnvWebhookAllow
 	ephemeralMiB    int
-	secretPrefixes  []string // config.EnvSecretPrefixes
+	secretPrefixes  []string                 // config.EnvSecretPrefixes
+	memoryMiB       map[string]int           // every function
+	timeouts        map[string]time.Duration // every function
+	lambdaFunctions []string                 // config.EnvLambdaFunctions, tokens included
 }
 
 // env returns the environment variables whose values are known at synth
@@ -340,9 +375,9 @@ func (s settings) env() map[string]string {
 // derive fills defaults and validates props. The numbers go through
 // config.Load — the very function the Lambda functions run at start — so
 // the stack cannot deploy a configuration the functions would refuse.
-func derive(props *StackProps) (settings, error) {
+func derive(props *RunnerProps) (settings, error) {
 	if props == nil {
-		props = &StackProps{}
+		props = &RunnerProps{}
 	}
 	s := settings{
 		target:          props.Target,
@@ -409,6 +444,12 @@ func derive(props *StackProps) (settings, error) {
 	}
 	s.lease = s.itemTimeout + config.LeaseMargin
 	s.visibility = VisibilityFactor * s.itemTimeout
+	s.memoryMiB = map[string]int{FunctionItem: s.itemMemoryMiB}
+	s.timeouts = map[string]time.Duration{FunctionItem: s.itemTimeout}
+	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep} {
+		s.memoryMiB[fn], s.timeouts[fn] = DefaultMemoryMiB[fn], defaultTimeouts[fn]
+	}
+	s.lambdaFunctions = props.LambdaFunctions
 
 	var errs []error
 	bad := func(field, value, reason string) {
@@ -483,6 +524,30 @@ func derive(props *StackProps) (settings, error) {
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf("below ItemsMaxConcurrency (%d): the event source would be throttled", s.maxConcurrency))
 		}
 	}
+	for fn, n := range props.MemoryMiB {
+		switch {
+		case fn == FunctionItem:
+			bad("MemoryMiB["+fn+"]", strconv.Itoa(n), "set the item function's memory with ItemMemoryMiB")
+		case !slices.Contains([]string{FunctionSubmit, FunctionFinalize, FunctionSweep}, fn):
+			bad("MemoryMiB["+fn+"]", strconv.Itoa(n), "not a function of the stack (submit, finalize, sweep)")
+		case n < 128 || n > 10240:
+			bad("MemoryMiB["+fn+"]", strconv.Itoa(n), "want 128–10240 MiB (Lambda's limits)")
+		default:
+			s.memoryMiB[fn] = n
+		}
+	}
+	for fn, d := range props.Timeouts {
+		switch {
+		case fn == FunctionItem:
+			bad("Timeouts["+fn+"]", d.String(), "set the item function's timeout with ItemTimeout (the lease and the queues' visibility follow it)")
+		case !slices.Contains([]string{FunctionSubmit, FunctionFinalize, FunctionSweep}, fn):
+			bad("Timeouts["+fn+"]", d.String(), "not a function of the stack (submit, finalize, sweep)")
+		case d < time.Second || d > lambdaMaxTimeout || d%time.Second != 0:
+			bad("Timeouts["+fn+"]", d.String(), "want whole seconds from 1s to 15m (Lambda's limit)")
+		default:
+			s.timeouts[fn] = d
+		}
+	}
 	if err := registered.Check(); err != nil {
 		bad("Pipelines", "shared/pipeline/registered", err.Error())
 	}
@@ -532,31 +597,105 @@ func derive(props *StackProps) (settings, error) {
 	errs = append(errs, checkOperations(props)...)
 	env[config.EnvWebhookAllow] = s.webhookAllow
 	env[config.EnvSecretPrefixes] = strings.Join(s.secretPrefixes, ",")
+	// A token (a function's ARN in the same app) resolves at deploy: an
+	// ARN stands in for it.
+	var lambdas []string
+	for _, f := range s.lambdaFunctions {
+		if *awscdk.Token_IsUnresolved(jsii.String(f)) {
+			f = "arn:aws:lambda:us-east-1:000000000000:function:token"
+		}
+		lambdas = append(lambdas, f)
+	}
+	env[config.EnvLambdaFunctions] = strings.Join(lambdas, ",")
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
 		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
 	}
 	return s, errors.Join(errs...)
 }
 
-// NewStack defines bulkrun's stack in scope: the bucket, the table, the
-// items queue and its dead-letter queue, the submit, item and finalize
-// functions with least-privilege roles, their event sources, the
-// FinalizeTick schedule, the REST API, and one output per config.Output*
-// key. It validates props first and returns a *PropError or *config.VarError
-// (joined) without defining anything when they are invalid.
-func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.Stack, error) {
+// Runner is bulkrun in a CDK app: the construct NewRunner defines, and the
+// resources a user's own constructs may need (to grant an uploader
+// s3:PutObject on incoming/, to alarm on a queue, to call the API).
+// Its methods return the resources themselves; they are never nil.
+type Runner interface {
+	constructs.IConstruct
+	// Bucket is the bucket of sources (incoming/, uploads/) and of what
+	// batches own (batches/).
+	Bucket() awss3.Bucket
+	// Table is the DynamoDB table holding every bulkrun row.
+	Table() awsdynamodb.Table
+	// ItemsQueue is the items queue; DeadLetterQueue its dead-letter
+	// queue (also consumed by the item function); ParkingQueue where dead
+	// letters go that could not be recorded; SubmitFailuresQueue where
+	// Lambda puts submit's failed asynchronous invocations.
+	ItemsQueue() awssqs.Queue
+	DeadLetterQueue() awssqs.Queue
+	ParkingQueue() awssqs.Queue
+	SubmitFailuresQueue() awssqs.Queue
+	// API is the REST API (AWS_IAM on every method, stage config.DefaultAPIStage).
+	API() awsapigateway.LambdaRestApi
+	// Function returns the function of that name (FunctionSubmit,
+	// FunctionItem, FunctionFinalize, FunctionSweep), nil for another name.
+	Function(name string) awslambda.Function
+}
+
+// runner is NewRunner's Runner.
+type runner struct {
+	constructs.Construct
+	bucket                              awss3.Bucket
+	table                               awsdynamodb.Table
+	items, dlq, parking, submitFailures awssqs.Queue
+	api                                 awsapigateway.LambdaRestApi
+	functions                           map[string]awslambda.Function
+}
+
+func (r *runner) Bucket() awss3.Bucket                    { return r.bucket }
+func (r *runner) Table() awsdynamodb.Table                { return r.table }
+func (r *runner) ItemsQueue() awssqs.Queue                { return r.items }
+func (r *runner) DeadLetterQueue() awssqs.Queue           { return r.dlq }
+func (r *runner) ParkingQueue() awssqs.Queue              { return r.parking }
+func (r *runner) SubmitFailuresQueue() awssqs.Queue       { return r.submitFailures }
+func (r *runner) API() awsapigateway.LambdaRestApi        { return r.api }
+func (r *runner) Function(name string) awslambda.Function { return r.functions[name] }
+
+// Validate fills the defaults of props (nil is all defaults) and checks
+// them with the rules NewRunner applies: each bad field is a *PropError,
+// and the resulting function environment goes through config.Load — what
+// the functions run at start — so a setting they would refuse is a
+// *config.VarError naming the variable. The errors are joined. It
+// defines nothing; call it before NewRunner to report bad props without
+// a panic.
+func Validate(props *RunnerProps) error {
+	_, err := derive(props)
+	return err
+}
+
+// NewRunner defines bulkrun in scope, under the construct id: the
+// bucket, the table, the items queue with its dead-letter and parking
+// queues, the submit, item, finalize and sweep functions with
+// least-privilege roles, their event sources, the schedules, the REST
+// API, the alarms and dashboard, and one CfnOutput per config.Output*
+// key (the CLI finds the stack's resources through them, so a stack
+// holds at most one Runner). The construct id does not appear in the
+// resources' logical ids when it is "Default" (CDK leaves that id out),
+// which keeps the ids of a stack made before the construct existed.
+//
+// Bad props are refused before anything is defined: NewRunner panics
+// with Validate's error, as a CDK construct throws at synth. Call
+// Validate first to get the error as a value.
+func NewRunner(scope constructs.Construct, id string, props *RunnerProps) Runner {
 	s, err := derive(props)
 	if err != nil {
-		return nil, err
+		panic(err)
 	}
-	var sp awscdk.StackProps
-	if props != nil {
-		sp = props.StackProps
+	if props == nil {
+		props = &RunnerProps{}
 	}
-	if sp.Description == nil {
-		sp.Description = jsii.String("bulkrun: durable bulk runs (target " + s.target + ")")
-	}
-	stack := awscdk.NewStack(scope, &id, &sp)
+	root := constructs.NewConstruct(scope, &id)
+	self := &runner{Construct: root}
+	// Every resource is created under the runner's construct.
+	stack := root
+	stackOf := awscdk.Stack_Of(scope)
 	onAWS := s.target == TargetAWS
 	removal := awscdk.RemovalPolicy_DESTROY
 	if onAWS {
@@ -723,8 +862,8 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 
 	finalizeEnv := copyEnv(common)
 	finalizeEnv[config.EnvItemsQueueURL] = *items.QueueUrl() // the tick re-sends a lost fan-out
-	finalize := newFunction(FunctionFinalize, config.DefaultFinalizeTimeout, 1024, finalizeEnv)
-	sweep := newFunction(FunctionSweep, config.DefaultSweepTimeout, 512, common)
+	finalize := newFunction(FunctionFinalize, s.timeouts[FunctionFinalize], float64(s.memoryMiB[FunctionFinalize]), finalizeEnv)
+	sweep := newFunction(FunctionSweep, s.timeouts[FunctionSweep], float64(s.memoryMiB[FunctionSweep]), common)
 
 	fanOut := copyEnv(common)
 	fanOut[config.EnvItemsQueueURL] = *items.QueueUrl()
@@ -740,6 +879,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	if len(sources) > 0 {
 		fanOut[config.EnvSources] = strings.Join(sources, ",")
 	}
+	if len(s.lambdaFunctions) > 0 {
+		fanOut[config.EnvLambdaFunctions] = strings.Join(s.lambdaFunctions, ",") // checked at submit and per item
+	}
 	if s.webhookAllow != "" {
 		fanOut[config.EnvWebhookAllow] = s.webhookAllow // checked at submit, and at dial by item
 	}
@@ -751,7 +893,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		submitEnv[config.EnvSecretPrefixes] = strings.Join(s.secretPrefixes, ",")
 	}
 	submitEnv[config.EnvEphemeralStorageMiB] = strconv.Itoa(s.ephemeralMiB)
-	submit := newFunction(FunctionSubmit, config.DefaultSubmitTimeout, 512, submitEnv, func(fp *awslambda.FunctionProps) {
+	submit := newFunction(FunctionSubmit, s.timeouts[FunctionSubmit], float64(s.memoryMiB[FunctionSubmit]), submitEnv, func(fp *awslambda.FunctionProps) {
 		fp.EphemeralStorageSize = awscdk.Size_Mebibytes(jsii.Number(float64(s.ephemeralMiB)))
 	})
 
@@ -822,6 +964,17 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	allow(item, []string{"s3:PutObject"}, batchesArn)
 	allow(item, []string{"sqs:SendMessage", "sqs:ChangeMessageVisibility"}, items.QueueArn())
 	allow(item, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+
+	// The lambda pipeline: invoke exactly the allow-listed functions, one
+	// statement each (a name is a function of this account and region).
+	for _, f := range s.lambdaFunctions {
+		arn := jsii.String(f)
+		if !*awscdk.Token_IsUnresolved(arn) && !strings.HasPrefix(f, "arn:") {
+			arn = awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":lambda:"),
+				awscdk.Aws_REGION(), jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":function:" + f)})
+		}
+		allow(item, []string{"lambda:InvokeFunction"}, arn)
+	}
 
 	// Secret references: read access per declared prefix, per service.
 	var parameters, secrets []*string
@@ -934,7 +1087,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 	api := awsapigateway.NewLambdaRestApi(stack, jsii.String("Api"), &awsapigateway.LambdaRestApiProps{
 		Handler:        submit,
 		Proxy:          jsii.Bool(false),
-		RestApiName:    jsii.String(*stack.StackName() + "-api"),
+		RestApiName:    jsii.String(*stackOf.StackName() + "-api"),
 		Description:    jsii.String("bulkrun batches API"),
 		CloudWatchRole: jsii.Bool(false),
 		EndpointTypes:  &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
@@ -981,6 +1134,8 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 		functions: map[string]awslambda.Function{FunctionSubmit: submit, FunctionItem: item, FunctionFinalize: finalize, FunctionSweep: sweep}}
 	harden(stack, s, props, ops)
 	observe(stack, s, props, ops)
+	// Last: the suppressions reach the children that exist when they are added.
+	nagSuppressions(stack, s, ops)
 	for _, o := range outputs {
 		awscdk.NewCfnOutput(stack, jsii.String(o.key), &awscdk.CfnOutputProps{
 			Key:         jsii.String(o.key),
@@ -988,7 +1143,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) (awscdk.
 			Description: jsii.String(o.desc),
 		})
 	}
-	return stack, nil
+	self.bucket, self.table, self.api, self.functions = bucket, table, api, ops.functions
+	self.items, self.dlq, self.parking, self.submitFailures = items, dlq, parking, submitFailures
+	return self
 }
 
 // Asynchronous invocations of submit (S3 notifications, schedule ticks).

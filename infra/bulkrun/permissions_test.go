@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ var backticked = regexp.MustCompile("`([a-z0-9-]+:[A-Za-z]+)`")
 // in the third.
 func readPermissionTable(t *testing.T) []permissionRow {
 	t.Helper()
-	raw, err := os.ReadFile("README.md")
+	raw, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

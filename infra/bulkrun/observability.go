@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 import (
 	"slices"
@@ -44,24 +44,24 @@ const AccessLogFormat = `{"request_id":"$context.requestId","extended_request_id
 //     metrics (package metric: namespace "bulkrun", dimension Stack = the
 //     stack name) as embedded-metric-format lines;
 //   - X-Ray active tracing on the functions and the API stage when
-//     StackProps.Tracing;
+//     RunnerProps.Tracing;
 //   - API access logs, AccessLogFormat, into the log group ApiAccessLogs
 //     (1-month retention). API Gateway writes them with the region's
 //     account-level CloudWatch role: on the AWS target the stack sets it
 //     (ApiGatewayAccount, retained on deletion because it is shared by
 //     every API of the account and region);
-//   - the alarms of alarmSpecs, each notifying StackProps.AlarmTopicARN on
+//   - the alarms of alarmSpecs, each notifying RunnerProps.AlarmTopicARN on
 //     alarm and on recovery (no actions without it); the stack's other
 //     alarms (SubmitFailuresAlarm, …) get the same actions;
 //   - the dashboard "{stack}-operations".
-func observe(stack awscdk.Stack, s settings, props *StackProps, r operated) {
+func observe(stack constructs.Construct, s settings, props *RunnerProps, r operated) {
 	o := opsOf(props)
 	onAWS := s.target == TargetAWS
 	removal := awscdk.RemovalPolicy_DESTROY
 	if onAWS {
 		removal = awscdk.RemovalPolicy_RETAIN
 	}
-	stackName := *stack.StackName()
+	stackName := *awscdk.Stack_Of(stack).StackName()
 	for _, name := range functionNames {
 		fn := r.functions[name]
 		fn.AddEnvironment(jsii.String(config.EnvMetricsStack), jsii.String(stackName), nil)
@@ -156,7 +156,7 @@ type alarmSpec struct {
 //	finalize-tick-failures            bulkrun TickFailures (Sum, Stack) ≥ 1: the tick ran and failed
 //	finalize-tick-invocations-failed  AWS/Events FailedInvocations (Sum) of FinalizeTick ≥ 1: the tick did not run
 //	dead-letters                      bulkrun DeadLettered (Sum, Stack) ≥ 1: items recorded failed from the dead-letter queue
-func alarmSpecs(stack awscdk.Stack, o opsSettings, r operated) []alarmSpec {
+func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSpec {
 	period := awscdk.Duration_Seconds(jsii.Number(alarmPeriod.Seconds()))
 	age := o.queueAgeAlarm.Seconds()
 	specs := []alarmSpec{
@@ -174,7 +174,7 @@ func alarmSpecs(stack awscdk.Stack, o opsSettings, r operated) []alarmSpec {
 			alarmSpec{"Errors" + name, name + "-errors", "bulkrun: the " + name + " function failed (error, crash or timeout)", fn.MetricErrors(sum), 1},
 			alarmSpec{"Throttles" + name, name + "-throttles", "bulkrun: the " + name + " function was throttled", fn.MetricThrottles(sum), 1})
 	}
-	stackDim := &map[string]*string{metric.DimStack: stack.StackName()}
+	stackDim := &map[string]*string{metric.DimStack: awscdk.Stack_Of(stack).StackName()}
 	tick := stack.Node().FindChild(jsii.String("FinalizeTick")).(awsevents.Rule)
 	specs = append(specs,
 		alarmSpec{"FinalizeTickFailuresAlarm", "finalize-tick-failures",
@@ -197,10 +197,10 @@ func alarmSpecs(stack awscdk.Stack, o opsSettings, r operated) []alarmSpec {
 // retries and dead letters; item duration and finalize lag; queue depth
 // and age; function errors, throttles and concurrency; API traffic; the
 // alarms' states.
-func dashboard(stack awscdk.Stack, r operated, alarms []interfacesawscloudwatch.IAlarmRef) {
+func dashboard(stack constructs.Construct, r operated, alarms []interfacesawscloudwatch.IAlarmRef) {
 	minute := awscdk.Duration_Minutes(jsii.Number(1))
 	m := func(name, stat string, dims map[string]*string, label string) awscloudwatch.IMetric {
-		dims[metric.DimStack] = stack.StackName()
+		dims[metric.DimStack] = awscdk.Stack_Of(stack).StackName()
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(name),
 			DimensionsMap: &dims, Statistic: jsii.String(stat), Period: minute, Label: jsii.String(label)})
 	}
@@ -221,7 +221,7 @@ func dashboard(stack awscdk.Stack, r operated, alarms []interfacesawscloudwatch.
 	sum := &awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}
 	maxi := &awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}
 	db := awscloudwatch.NewDashboard(stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
-		DashboardName: jsii.String(*stack.StackName() + "-operations"),
+		DashboardName: jsii.String(*awscdk.Stack_Of(stack).StackName() + "-operations"),
 	})
 	db.AddWidgets(
 		graph("Items by outcome (per minute)", outcomes),

@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func TestOnePlaceRegistersPipeline(t *testing.T) {
 		return pipeline.Func(func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil }), nil
 	}})
 
-	for _, props := range []*StackProps{
+	for _, props := range []*RunnerProps{
 		{Target: TargetEmulator, FunctionsDir: functionsDir},
 		{Target: TargetEmulator, FunctionsDir: functionsDir, Pipelines: []string{probe}},
 	} {
@@ -69,7 +69,7 @@ func TestOnePlaceRegistersPipeline(t *testing.T) {
 // pipeline fails synth with an error that says where to register it.
 func TestPipelinesPropRefusesUnregistered(t *testing.T) {
 	app := awscdk.NewApp(nil)
-	_, err := NewStack(app, "refused", &StackProps{Target: TargetEmulator, FunctionsDir: functionsDir, Pipelines: []string{"webhook", "nope"}})
+	_, err := NewStack(app, "refused", &RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, Pipelines: []string{"webhook", "nope"}})
 	if err == nil {
 		t.Fatal("NewStack accepted an unregistered pipeline")
 	}

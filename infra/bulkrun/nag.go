@@ -1,7 +1,7 @@
-package main
+package bulkrun
 
 import (
-	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 )
@@ -53,7 +53,7 @@ var NagSuppressions = []NagSuppression{
 
 // nagSuppressions records NagSuppressions of s's target on the stack, as
 // cdk-nag metadata: without cdk-nag the template is otherwise unchanged.
-func nagSuppressions(stack awscdk.Stack, s settings, _ operated) {
+func nagSuppressions(stack constructs.Construct, s settings, _ operated) {
 	var list []*cdknag.NagPackSuppression
 	for _, n := range NagSuppressions {
 		if n.Target != "" && n.Target != s.target {
@@ -75,5 +75,7 @@ func nagSuppressions(stack awscdk.Stack, s settings, _ operated) {
 		}
 		list = append(list, sup)
 	}
-	cdknag.NagSuppressions_AddStackSuppressions(stack, &list, nil)
+	// On the runner's construct and its children only: a stack that
+	// embeds the runner keeps cdk-nag's findings on its own resources.
+	cdknag.NagSuppressions_AddResourceSuppressions(stack, &list, jsii.Bool(true))
 }

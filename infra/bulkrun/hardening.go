@@ -1,8 +1,6 @@
-package main
+package bulkrun
 
 import (
-	"errors"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,7 +17,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// Operations defaults (StackProps.QueueAgeAlarm, APIRateLimit, APIBurstLimit).
+// Operations defaults (RunnerProps.QueueAgeAlarm, APIRateLimit, APIBurstLimit).
 const (
 	DefaultQueueAgeAlarm = 30 * time.Minute
 	DefaultAPIRateLimit  = 50.0
@@ -46,7 +44,7 @@ type opsSettings struct {
 	apiBurst         int
 }
 
-func opsOf(props *StackProps) opsSettings {
+func opsOf(props *RunnerProps) opsSettings {
 	o := opsSettings{queueAgeAlarm: DefaultQueueAgeAlarm, apiRate: DefaultAPIRateLimit, apiBurst: DefaultAPIBurstLimit}
 	if props == nil {
 		return o
@@ -65,7 +63,7 @@ func opsOf(props *StackProps) opsSettings {
 }
 
 // checkOperations validates the operations props (derive's hook).
-func checkOperations(props *StackProps) []error {
+func checkOperations(props *RunnerProps) []error {
 	o := opsOf(props)
 	var errs []error
 	bad := func(field, value, reason string) {
@@ -95,19 +93,18 @@ func checkOperations(props *StackProps) []error {
 //     every queue of the stack, on every target; the bucket gets its own through
 //     EnforceSSL. The emulator serves plain HTTP and evaluates neither
 //     policy (localstack/README.md), so its tests are not locked out.
-//   - Bucket versioning when StackProps.BucketVersioning, with noncurrent
+//   - Bucket versioning when RunnerProps.BucketVersioning, with noncurrent
 //     versions (and the delete markers they leave) expiring after the
 //     retention, so that a deleted batch does not live on as versions.
 //   - On the AWS target, deletion protection on the table (point-in-time
 //     recovery is set where the table is built).
-//   - Stage throttling (StackProps.APIRateLimit, APIBurstLimit) on every
+//   - Stage throttling (RunnerProps.APIRateLimit, APIBurstLimit) on every
 //     method, and a request validator on every method (request parameters:
 //     the {proxy+} path must be present). Bodies are checked by submit,
 //     which names the field at fault, and capped at
 //     handler.MaxRequestBodyBytes (Lambda's 6 MB synchronous payload;
 //     API Gateway's own 10 MB limit cannot be lowered).
-//   - The written cdk-nag suppressions (nagSuppressions).
-func harden(stack awscdk.Stack, s settings, props *StackProps, r operated) {
+func harden(stack constructs.Construct, s settings, props *RunnerProps, r operated) {
 	o := opsOf(props)
 	onAWS := s.target == TargetAWS
 	for _, q := range queues(stack) {
@@ -161,13 +158,11 @@ func harden(stack awscdk.Stack, s settings, props *StackProps, r operated) {
 			cm.SetRequestParameters(&map[string]any{"method.request.path.proxy": true})
 		}
 	}
-
-	nagSuppressions(stack, s, r)
 }
 
 // queues returns every SQS queue of the stack (the items queue, its
 // dead-letter queue, and any other the stack defines).
-func queues(stack awscdk.Stack) []awssqs.Queue {
+func queues(stack constructs.Construct) []awssqs.Queue {
 	var out []awssqs.Queue
 	for _, c := range *stack.Node().FindAll(constructs.ConstructOrder_PREORDER) {
 		if q, ok := c.(awssqs.Queue); ok {
@@ -179,31 +174,3 @@ func queues(stack awscdk.Stack) []awssqs.Queue {
 
 // snsARNPattern is the form of an SNS topic ARN.
 var snsARNPattern = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$`)
-
-// opsContext reads the operations props from CDK context (main's hook):
-//
-//	alarmTopicArn     StackProps.AlarmTopicARN
-//	tracing           "true" for StackProps.Tracing
-//	queueAgeAlarm     a Go duration ("45m") for StackProps.QueueAgeAlarm
-//	bucketVersioning  "true" for StackProps.BucketVersioning
-//	apiRateLimit      requests per second, StackProps.APIRateLimit
-//	apiBurstLimit     requests, StackProps.APIBurstLimit
-//
-// An unparsable value is an error naming the key.
-func opsContext(get func(key string) string, props *StackProps) error {
-	props.AlarmTopicARN = get("alarmTopicArn")
-	var errs []error
-	parse := func(key string, fn func(string) error) {
-		if v := get(key); v != "" {
-			if err := fn(v); err != nil {
-				errs = append(errs, fmt.Errorf("infra: context %s %q: %w", key, v, err))
-			}
-		}
-	}
-	parse("tracing", func(v string) (err error) { props.Tracing, err = strconv.ParseBool(v); return })
-	parse("bucketVersioning", func(v string) (err error) { props.BucketVersioning, err = strconv.ParseBool(v); return })
-	parse("queueAgeAlarm", func(v string) (err error) { props.QueueAgeAlarm, err = time.ParseDuration(v); return })
-	parse("apiRateLimit", func(v string) (err error) { props.APIRateLimit, err = strconv.ParseFloat(v, 64); return })
-	parse("apiBurstLimit", func(v string) (err error) { props.APIBurstLimit, err = strconv.Atoi(v); return })
-	return errors.Join(errs...)
-}

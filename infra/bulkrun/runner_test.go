@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 import (
 	"encoding/json"
@@ -54,12 +54,12 @@ func TestMain(m *testing.M) {
 }
 
 // testProps returns the props a target's shared stack is built with.
-func testProps(target string) *StackProps {
+func testProps(target string) *RunnerProps {
 	if target == TargetEmulator {
-		return &StackProps{Target: TargetEmulator, FunctionsDir: functionsDir}
+		return &RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir}
 	}
-	return &StackProps{
-		StackProps:      awscdk.StackProps{Env: &awscdk.Environment{Account: jsii.String("123456789012"), Region: jsii.String("eu-west-1")}},
+	return &RunnerProps{
+
 		Target:          TargetAWS,
 		FunctionsDir:    functionsDir,
 		ItemTimeout:     2 * time.Minute,
@@ -105,7 +105,7 @@ var targets = []string{TargetEmulator, TargetAWS}
 // synthesized is one target's stack and its template.
 type synthesized struct {
 	target   string
-	props    *StackProps
+	props    *RunnerProps
 	stack    awscdk.Stack
 	template assertions.Template
 	json     map[string]any // the template, decoded into plain Go values
@@ -179,9 +179,9 @@ func synth(t *testing.T, target string) *synthesized {
 }
 
 // logicalID returns the logical id of the CloudFormation resource at path
-// (construct ids below stack), or of its default child.
+// (construct ids below the stack's Runner), or of its default child.
 func logicalID(stack awscdk.Stack, path ...string) string {
-	var c constructs.IConstruct = stack
+	var c constructs.IConstruct = stack.Node().FindChild(jsii.String(runnerID))
 	for _, p := range path {
 		c = c.Node().FindChild(jsii.String(p))
 	}
@@ -1022,62 +1022,62 @@ func TestOutputs(t *testing.T) {
 }
 
 func TestNewStackRefusesBadProps(t *testing.T) {
-	valid := func() StackProps { return StackProps{Target: TargetEmulator, FunctionsDir: functionsDir} }
+	valid := func() RunnerProps { return RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir} }
 	tests := []struct {
 		name      string
-		edit      func(*StackProps)
+		edit      func(*RunnerProps)
 		wantField string // the *PropError field or *config.VarError variable at fault
 	}{
-		{"receive count equals attempts", func(p *StackProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 5 }, config.EnvMaxReceiveCount},
-		{"receive count below attempts", func(p *StackProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 2 }, config.EnvMaxReceiveCount},
-		{"default receive count below attempts", func(p *StackProps) { p.MaxAttempts = config.DefaultMaxReceiveCount }, config.EnvMaxReceiveCount},
-		{"negative attempts", func(p *StackProps) { p.MaxAttempts = -1 }, config.EnvMaxAttempts},
-		{"receive count above SQS limit", func(p *StackProps) { p.MaxReceiveCount = 1001 }, "MaxReceiveCount"},
-		{"item timeout above Lambda limit", func(p *StackProps) { p.ItemTimeout = 16 * time.Minute }, "ItemTimeout"},
-		{"item timeout not whole seconds", func(p *StackProps) { p.ItemTimeout = 1500 * time.Millisecond }, "ItemTimeout"},
-		{"unknown target", func(p *StackProps) { p.Target = "localstack" }, "Target"},
-		{"negative retention", func(p *StackProps) { p.RetentionDays = -1 }, "RetentionDays"},
-		{"bad schedule", func(p *StackProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},
-		{"tick rate with plural 1", func(p *StackProps) { p.FinalizeTickSchedule = "rate(1 minutes)" }, "FinalizeTickSchedule"},
-		{"schedule with a 5-field cron", func(p *StackProps) {
+		{"receive count equals attempts", func(p *RunnerProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 5 }, config.EnvMaxReceiveCount},
+		{"receive count below attempts", func(p *RunnerProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 2 }, config.EnvMaxReceiveCount},
+		{"default receive count below attempts", func(p *RunnerProps) { p.MaxAttempts = config.DefaultMaxReceiveCount }, config.EnvMaxReceiveCount},
+		{"negative attempts", func(p *RunnerProps) { p.MaxAttempts = -1 }, config.EnvMaxAttempts},
+		{"receive count above SQS limit", func(p *RunnerProps) { p.MaxReceiveCount = 1001 }, "MaxReceiveCount"},
+		{"item timeout above Lambda limit", func(p *RunnerProps) { p.ItemTimeout = 16 * time.Minute }, "ItemTimeout"},
+		{"item timeout not whole seconds", func(p *RunnerProps) { p.ItemTimeout = 1500 * time.Millisecond }, "ItemTimeout"},
+		{"unknown target", func(p *RunnerProps) { p.Target = "localstack" }, "Target"},
+		{"negative retention", func(p *RunnerProps) { p.RetentionDays = -1 }, "RetentionDays"},
+		{"bad schedule", func(p *RunnerProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},
+		{"tick rate with plural 1", func(p *RunnerProps) { p.FinalizeTickSchedule = "rate(1 minutes)" }, "FinalizeTickSchedule"},
+		{"schedule with a 5-field cron", func(p *RunnerProps) {
 			p.Schedules = []Schedule{{Name: "s", Expression: "cron(0 2 * * *)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
 		}, "Schedules[s].Expression"},
-		{"schedule with * in both day fields", func(p *StackProps) {
+		{"schedule with * in both day fields", func(p *RunnerProps) {
 			p.Schedules = []Schedule{{Name: "s", Expression: "cron(0 2 * * * *)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
 		}, "Schedules[s].Expression"},
-		{"bad bucket name", func(p *StackProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
-		{"bad source bucket", func(p *StackProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
-		{"source prefix over batches/", func(p *StackProps) { p.SourcePrefixes = []string{"exports/", "batches/"} }, "SourcePrefixes"},
-		{"source prefix that lists batches/", func(p *StackProps) { p.SourcePrefixes = []string{"batch"} }, "SourcePrefixes"},
-		{"source prefix over incoming-errors/", func(p *StackProps) { p.SourcePrefixes = []string{"incoming-errors/2026/"} }, "SourcePrefixes"},
-		{"source prefix without a slash", func(p *StackProps) { p.SourcePrefixes = []string{"exports"} }, "SourcePrefixes"},
-		{"source prefix with ..", func(p *StackProps) { p.SourcePrefixes = []string{"uploads/../batches/"} }, "SourcePrefixes"},
-		{"own bucket as a source bucket", func(p *StackProps) { p.BucketName, p.SourceBuckets = "my-bulkrun", []string{"my-bulkrun"} }, "SourceBuckets"},
-		{"item memory below Lambda's", func(p *StackProps) { p.ItemMemoryMiB = 64 }, "ItemMemoryMiB"},
-		{"item memory above Lambda's", func(p *StackProps) { p.ItemMemoryMiB = 10241 }, "ItemMemoryMiB"},
-		{"max concurrency below SQS's 2", func(p *StackProps) { p.ItemsMaxConcurrency = 1 }, "ItemsMaxConcurrency"},
-		{"max concurrency above SQS's 1000", func(p *StackProps) { p.ItemsMaxConcurrency = 1001 }, "ItemsMaxConcurrency"},
-		{"reserved concurrency of no function", func(p *StackProps) { p.ReservedConcurrency = map[string]int{"worker": 5} }, "ReservedConcurrency[worker]"},
-		{"reserved concurrency zero", func(p *StackProps) { p.ReservedConcurrency = map[string]int{FunctionSubmit: 0} }, "ReservedConcurrency[submit]"},
-		{"item reserved below max concurrency", func(p *StackProps) {
+		{"bad bucket name", func(p *RunnerProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
+		{"bad source bucket", func(p *RunnerProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
+		{"source prefix over batches/", func(p *RunnerProps) { p.SourcePrefixes = []string{"exports/", "batches/"} }, "SourcePrefixes"},
+		{"source prefix that lists batches/", func(p *RunnerProps) { p.SourcePrefixes = []string{"batch"} }, "SourcePrefixes"},
+		{"source prefix over incoming-errors/", func(p *RunnerProps) { p.SourcePrefixes = []string{"incoming-errors/2026/"} }, "SourcePrefixes"},
+		{"source prefix without a slash", func(p *RunnerProps) { p.SourcePrefixes = []string{"exports"} }, "SourcePrefixes"},
+		{"source prefix with ..", func(p *RunnerProps) { p.SourcePrefixes = []string{"uploads/../batches/"} }, "SourcePrefixes"},
+		{"own bucket as a source bucket", func(p *RunnerProps) { p.BucketName, p.SourceBuckets = "my-bulkrun", []string{"my-bulkrun"} }, "SourceBuckets"},
+		{"item memory below Lambda's", func(p *RunnerProps) { p.ItemMemoryMiB = 64 }, "ItemMemoryMiB"},
+		{"item memory above Lambda's", func(p *RunnerProps) { p.ItemMemoryMiB = 10241 }, "ItemMemoryMiB"},
+		{"max concurrency below SQS's 2", func(p *RunnerProps) { p.ItemsMaxConcurrency = 1 }, "ItemsMaxConcurrency"},
+		{"max concurrency above SQS's 1000", func(p *RunnerProps) { p.ItemsMaxConcurrency = 1001 }, "ItemsMaxConcurrency"},
+		{"reserved concurrency of no function", func(p *RunnerProps) { p.ReservedConcurrency = map[string]int{"worker": 5} }, "ReservedConcurrency[worker]"},
+		{"reserved concurrency zero", func(p *RunnerProps) { p.ReservedConcurrency = map[string]int{FunctionSubmit: 0} }, "ReservedConcurrency[submit]"},
+		{"item reserved below max concurrency", func(p *RunnerProps) {
 			p.ReservedConcurrency, p.ItemsMaxConcurrency = map[string]int{FunctionItem: 10}, 20
 		}, "ReservedConcurrency[item]"},
-		{"pipeline with comma", func(p *StackProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
-		{"empty pipeline name", func(p *StackProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
-		{"functions not built", func(p *StackProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
-		{"bad secret prefix", func(p *StackProps) { p.SecretPrefixes = []string{"arn:aws:s3:::bucket/*"} }, config.EnvSecretPrefixes},
-		{"bad webhook allow-list entry", func(p *StackProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
-		{"default pipeline not registered", func(p *StackProps) { p.DefaultPipeline = "nope" }, "DefaultPipeline"},
-		{"pipeline not in the item binary's registry", func(p *StackProps) { p.Pipelines = []string{"webhook", "nope"} }, "Pipelines"},
-		{"manifest beyond Lambda's ephemeral storage", func(p *StackProps) { p.MaxManifestBytes = MaxMaxManifestBytes + 1 }, "MaxManifestBytes"},
-		{"negative manifest size", func(p *StackProps) { p.MaxManifestBytes = -1 }, "MaxManifestBytes"},
-		{"schedule with a batch id", func(p *StackProps) {
+		{"pipeline with comma", func(p *RunnerProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
+		{"empty pipeline name", func(p *RunnerProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
+		{"functions not built", func(p *RunnerProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
+		{"bad secret prefix", func(p *RunnerProps) { p.SecretPrefixes = []string{"arn:aws:s3:::bucket/*"} }, config.EnvSecretPrefixes},
+		{"bad webhook allow-list entry", func(p *RunnerProps) { p.WebhookAllow = []string{"10.0.0.0/99"} }, config.EnvWebhookAllow},
+		{"default pipeline not registered", func(p *RunnerProps) { p.DefaultPipeline = "nope" }, "DefaultPipeline"},
+		{"pipeline not in the item binary's registry", func(p *RunnerProps) { p.Pipelines = []string{"webhook", "nope"} }, "Pipelines"},
+		{"manifest beyond Lambda's ephemeral storage", func(p *RunnerProps) { p.MaxManifestBytes = MaxMaxManifestBytes + 1 }, "MaxManifestBytes"},
+		{"negative manifest size", func(p *RunnerProps) { p.MaxManifestBytes = -1 }, "MaxManifestBytes"},
+		{"schedule with a batch id", func(p *RunnerProps) {
 			p.Schedules = []Schedule{{Name: "s", Expression: "rate(1 day)", Request: json.RawMessage(`{"batch_id":"x","pipeline":"webhook"}`)}}
 		}, "Schedules[s].Request"},
-		{"schedule of an unknown pipeline", func(p *StackProps) {
+		{"schedule of an unknown pipeline", func(p *RunnerProps) {
 			p.Schedules = []Schedule{{Name: "s", Expression: "rate(1 day)", Request: json.RawMessage(`{"pipeline":"nope"}`)}}
 		}, "Schedules[s].Request"},
-		{"schedule with a bad name", func(p *StackProps) {
+		{"schedule with a bad name", func(p *RunnerProps) {
 			p.Schedules = []Schedule{{Name: "a/b", Expression: "rate(1 day)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
 		}, "Schedules[a/b]"},
 	}
@@ -1119,12 +1119,12 @@ func TestSSRFAllowListPerTarget(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name  string
-		props StackProps
+		props RunnerProps
 		want  string
 	}{
-		{"aws default", StackProps{Target: TargetAWS, FunctionsDir: functionsDir}, ""},
-		{"emulator default", StackProps{Target: TargetEmulator, FunctionsDir: functionsDir}, "127.0.0.1,::1,localhost"},
-		{"emulator emptied", StackProps{Target: TargetEmulator, FunctionsDir: functionsDir, EmptyWebhookAllow: true}, ""},
+		{"aws default", RunnerProps{Target: TargetAWS, FunctionsDir: functionsDir}, ""},
+		{"emulator default", RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir}, "127.0.0.1,::1,localhost"},
+		{"emulator emptied", RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, EmptyWebhookAllow: true}, ""},
 	} {
 		s, err := derive(&tt.props)
 		if err != nil {
@@ -1224,7 +1224,7 @@ func TestSweepAndLifecycle(t *testing.T) {
 }
 
 // Temporary disk, point 5: the submit function's ephemeral storage is sized
-// from StackProps.MaxManifestBytes (2 × the manifest + 64 MiB, at least
+// from RunnerProps.MaxManifestBytes (2 × the manifest + 64 MiB, at least
 // Lambda's 512 MiB, at most its 10,240 MiB), and the function is told the
 // size so that a full disk names it. Guards docs/design.md "Bounds" (the
 // largest source each setting supports) and README's stack props.

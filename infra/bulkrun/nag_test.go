@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 //lint:file-ignore SA1019 assertions.Annotations' Find* methods return cxapi.SynthesisMessage, deprecated upstream; the Go bindings have no other type for it.
 
@@ -21,7 +21,7 @@ import (
 // nagFindings synthesizes a fresh stack of target with cdk-nag's
 // AwsSolutions pack applied and returns its unsuppressed errors and
 // warnings, one "rule-id path" line each.
-func nagFindings(t *testing.T, name string, props *StackProps) []string {
+func nagFindings(t *testing.T, name string, props *RunnerProps) []string {
 	t.Helper()
 	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
 	stack, err := NewStack(app, config.DefaultStackName, props)
@@ -49,7 +49,7 @@ func nagFindings(t *testing.T, name string, props *StackProps) []string {
 // queues' SSL-only policy, the API's access log or validator, the
 // table's point-in-time recovery…) makes its rule fire here.
 func TestHardeningNag(t *testing.T) {
-	props := map[string]*StackProps{TargetEmulator: testProps(TargetEmulator), TargetAWS: testProps(TargetAWS), opsAWS: opsProps()}
+	props := map[string]*RunnerProps{TargetEmulator: testProps(TargetEmulator), TargetAWS: testProps(TargetAWS), opsAWS: opsProps()}
 	for _, name := range opsStacks {
 		t.Run(name, func(t *testing.T) {
 			if got := nagFindings(t, name, props[name]); len(got) > 0 {
@@ -62,7 +62,7 @@ func TestHardeningNag(t *testing.T) {
 // TestHardeningNagSuppressionsWritten: every suppression is listed in
 // infra/README.md with its rule and its reason, word for word.
 func TestHardeningNagSuppressionsWritten(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package bulkrun
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ const opsAWS = "aws+ops"
 
 const testAlarmTopic = "arn:aws:sns:eu-west-1:123456789012:bulkrun-alarms"
 
-func opsProps() *StackProps {
+func opsProps() *RunnerProps {
 	p := testProps(TargetAWS)
 	p.AlarmTopicARN = testAlarmTopic
 	p.Tracing = true
@@ -76,7 +76,7 @@ var opsStacks = []string{TargetEmulator, TargetAWS, opsAWS}
 // TestMetricsAlarms guards the alarms product line: each alarm's metric
 // (namespace, name, statistic, dimensions), threshold, period and actions;
 // every alarm of the stack (these and the others) notifies
-// StackProps.AlarmTopicARN, and without it has no actions.
+// RunnerProps.AlarmTopicARN, and without it has no actions.
 func TestMetricsAlarms(t *testing.T) {
 	for _, name := range opsStacks {
 		t.Run(name, func(t *testing.T) {
@@ -239,7 +239,7 @@ func TestObservabilityAccessLogs(t *testing.T) {
 
 // TestObservabilityTracing guards the X-Ray product line: tracing on the
 // functions (with the grant to write traces) and the stage when
-// StackProps.Tracing, and nowhere otherwise.
+// RunnerProps.Tracing, and nowhere otherwise.
 func TestObservabilityTracing(t *testing.T) {
 	for _, name := range opsStacks {
 		t.Run(name, func(t *testing.T) {
@@ -412,18 +412,18 @@ func TestHardeningAPI(t *testing.T) {
 func TestNewStackRefusesBadOperationsProps(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		edit  func(*StackProps)
+		edit  func(*RunnerProps)
 		field string
 	}{
-		{"topic not an SNS ARN", func(p *StackProps) { p.AlarmTopicARN = "arn:aws:sqs:eu-west-1:123456789012:q" }, "AlarmTopicARN"},
-		{"queue age under a minute", func(p *StackProps) { p.QueueAgeAlarm = 30 * time.Second }, "QueueAgeAlarm"},
-		{"queue age beyond SQS retention", func(p *StackProps) { p.QueueAgeAlarm = 15 * 24 * time.Hour }, "QueueAgeAlarm"},
-		{"queue age not whole minutes", func(p *StackProps) { p.QueueAgeAlarm = 90 * time.Second }, "QueueAgeAlarm"},
-		{"negative rate", func(p *StackProps) { p.APIRateLimit = -1 }, "APIRateLimit"},
-		{"negative burst", func(p *StackProps) { p.APIBurstLimit = -5 }, "APIBurstLimit"},
+		{"topic not an SNS ARN", func(p *RunnerProps) { p.AlarmTopicARN = "arn:aws:sqs:eu-west-1:123456789012:q" }, "AlarmTopicARN"},
+		{"queue age under a minute", func(p *RunnerProps) { p.QueueAgeAlarm = 30 * time.Second }, "QueueAgeAlarm"},
+		{"queue age beyond SQS retention", func(p *RunnerProps) { p.QueueAgeAlarm = 15 * 24 * time.Hour }, "QueueAgeAlarm"},
+		{"queue age not whole minutes", func(p *RunnerProps) { p.QueueAgeAlarm = 90 * time.Second }, "QueueAgeAlarm"},
+		{"negative rate", func(p *RunnerProps) { p.APIRateLimit = -1 }, "APIRateLimit"},
+		{"negative burst", func(p *RunnerProps) { p.APIBurstLimit = -5 }, "APIBurstLimit"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			props := StackProps{Target: TargetEmulator, FunctionsDir: functionsDir}
+			props := RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir}
 			tt.edit(&props)
 			_, err := NewStack(awscdk.NewApp(nil), "refused", &props)
 			if !slices.Contains(faults(err), tt.field) {
@@ -433,22 +433,3 @@ func TestNewStackRefusesBadOperationsProps(t *testing.T) {
 	}
 }
 
-// TestOperationsContext: the cdk context keys reach the props, and a bad
-// value is refused naming its key.
-func TestOperationsContext(t *testing.T) {
-	ctx := map[string]string{"alarmTopicArn": testAlarmTopic, "tracing": "true", "queueAgeAlarm": "45m",
-		"bucketVersioning": "true", "apiRateLimit": "20", "apiBurstLimit": "40"}
-	var p StackProps
-	if err := opsContext(func(k string) string { return ctx[k] }, &p); err != nil {
-		t.Fatal(err)
-	}
-	want := opsProps()
-	if p.AlarmTopicARN != want.AlarmTopicARN || p.Tracing != want.Tracing || p.QueueAgeAlarm != want.QueueAgeAlarm ||
-		p.BucketVersioning != want.BucketVersioning || p.APIRateLimit != want.APIRateLimit || p.APIBurstLimit != want.APIBurstLimit {
-		t.Errorf("props %+v", p)
-	}
-	ctx["apiBurstLimit"] = "lots"
-	if err := opsContext(func(k string) string { return ctx[k] }, &p); err == nil || !strings.Contains(err.Error(), "apiBurstLimit") {
-		t.Errorf("error %v, want one naming apiBurstLimit", err)
-	}
-}

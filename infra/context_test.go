@@ -1,0 +1,463 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/infra/bulkrun"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+var functionsDir string // temp folder with one bootstrap per function
+
+// itemBootstrap is the item function's placeholder binary: the template
+// test finds it in the staged asset.
+const itemBootstrap = "#!/bin/sh\n# item, context test\n"
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bulkrun-app-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem, bulkrun.FunctionFinalize, bulkrun.FunctionSweep} {
+		body := "#!/bin/sh\n"
+		if fn == bulkrun.FunctionItem {
+			body = itemBootstrap
+		}
+		err := os.MkdirAll(filepath.Join(dir, fn), 0o755)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte(body), 0o755)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	functionsDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	jsii.Close()
+	os.Exit(code)
+}
+
+// TestContextCoversEveryProp guards the product line "every prop also
+// settable by CDK context": each RunnerProps field is set by a context
+// key, and each key sets only fields that exist. A field added to
+// RunnerProps without a key fails here.
+func TestContextCoversEveryProp(t *testing.T) {
+	covered := map[string]string{}
+	for _, c := range contextProps {
+		for _, f := range c.fields {
+			if _, ok := reflect.TypeFor[bulkrun.RunnerProps]().FieldByName(f); !ok {
+				t.Errorf("context %s names RunnerProps.%s, which does not exist", c.key, f)
+			}
+			covered[f] = c.key
+		}
+	}
+	for f := range reflect.TypeFor[bulkrun.RunnerProps]().Fields() {
+		if _, ok := covered[f.Name]; !ok {
+			t.Errorf("RunnerProps.%s has no context key", f.Name)
+		}
+	}
+}
+
+// TestContextBadValues: an unparsable value is refused naming its key,
+// every bad key at once.
+func TestContextBadValues(t *testing.T) {
+	ctx := map[string]string{"maxAttempts": "three", "tracing": "maybe", "timeouts": "finalize", "memoryMiB": "submit=lots", "schedules": "[{"}
+	_, err := propsFromContext(func(k string) string { return ctx[k] })
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for k := range ctx {
+		if !strings.Contains(err.Error(), "context "+k+"=") {
+			t.Errorf("error %q does not name %s", err, k)
+		}
+	}
+}
+
+// TestContextRefusedBySynthRules: a parsable value the Runner refuses is
+// refused by bulkrun.Validate (the functions' own rules), naming the
+// field; the app exits before synthesizing.
+func TestContextRefusedBySynthRules(t *testing.T) {
+	for _, tt := range []struct{ key, value, field string }{
+		{"maxReceiveCount", "3", config.EnvMaxReceiveCount}, // ≤ max attempts (3): config.Validate's rule
+		{"timeouts", "finalize=16m", "Timeouts[finalize]"},
+		{"memoryMiB", "item=1024", "MemoryMiB[item]"},
+		{"lambdaFunctions", "not a function!", config.EnvLambdaFunctions},
+		{"finalizeTickSchedule", "rate(1 minutes)", "FinalizeTickSchedule"},
+	} {
+		t.Run(tt.key, func(t *testing.T) {
+			ctx := map[string]string{"target": "emulator", "functionsDir": functionsDir, tt.key: tt.value}
+			p, err := propsFromContext(func(k string) string { return ctx[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = bulkrun.Validate(p)
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("Validate: %v, want an error naming %s", err, tt.field)
+			}
+		})
+	}
+}
+
+// allContext sets every context key to a value other than its default.
+func allContext() map[string]string {
+	return map[string]string{
+		"stackName":            "ctx-stack",
+		"target":               "aws",
+		"functionsDir":         functionsDir,
+		"itemTimeout":          "2m",
+		"maxAttempts":          "4",
+		"maxReceiveCount":      "7",
+		"retentionDays":        "9",
+		"finalizeTickSchedule": "rate(2 minutes)",
+		"bucketName":           "bulkrun-ctx-bucket",
+		"sourceBuckets":        "ctx-source-a, ctx-source-b",
+		"sourcePrefixes":       "exports/",
+		"pipelines":            "webhook,enrich",
+		"defaultPipeline":      "webhook",
+		"schedules":            `[{"name":"nightly","expression":"cron(0 2 * * ? *)","request":{"pipeline":"enrich","source":{"prefix":"s3://ctx-source-a/daily/"}}}]`,
+		"webhookAllow":         "10.20.0.0/16,hooks.internal",
+		"secretPrefixes":       "arn:aws:ssm:eu-west-1:123456789012:parameter/ctx/*",
+		"lambdaFunctions":      "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live",
+		"maxManifestBytes":     "1073741824",
+		"alarmTopicArn":        "arn:aws:sns:eu-west-1:123456789012:ctx-alarms",
+		"tracing":              "true",
+		"queueAgeAlarm":        "45m",
+		"bucketVersioning":     "true",
+		"apiRateLimit":         "20",
+		"apiBurstLimit":        "40",
+		"itemMemoryMiB":        "1024",
+		"itemsMaxConcurrency":  "150",
+		"reservedConcurrency":  "submit=5,finalize=2,item=200",
+		"memoryMiB":            "submit=1024,finalize=2048,sweep=256",
+		"timeouts":             "submit=5m,finalize=10m,sweep=7m",
+	}
+}
+
+// appTemplate is a stack the app synthesized from a context, decoded.
+type appTemplate struct {
+	stack  awscdk.Stack
+	outdir string
+	res    map[string]map[string]any // logical id → resource
+}
+
+// synthApp runs the app's own path — propsFromContext, Validate,
+// newStack — on ctx (with the account and region of CDK_DEFAULT_*).
+func synthApp(t *testing.T, ctx map[string]string) *appTemplate {
+	t.Helper()
+	t.Setenv("CDK_DEFAULT_ACCOUNT", "123456789012")
+	t.Setenv("CDK_DEFAULT_REGION", "eu-west-1")
+	get := func(k string) string { return ctx[k] }
+	props, err := propsFromContext(get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bulkrun.Validate(props); err != nil {
+		t.Fatal(err)
+	}
+	outdir := t.TempDir()
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(outdir)})
+	stack := newStack(app, get, props)
+	raw, err := json.Marshal(assertions.Template_FromStack(stack, nil).ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl struct {
+		Resources map[string]map[string]any
+	}
+	if err := json.Unmarshal(raw, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	return &appTemplate{stack: stack, outdir: outdir, res: tmpl.Resources}
+}
+
+// ofType returns the resources of a CloudFormation type.
+func (a *appTemplate) ofType(typ string) []map[string]any {
+	var out []map[string]any
+	for _, r := range a.res {
+		if r["Type"] == typ {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// props returns a resource's Properties.
+func props(r map[string]any) map[string]any { p, _ := r["Properties"].(map[string]any); return p }
+
+// function returns the function whose description is "bulkrun {name}".
+func (a *appTemplate) function(t *testing.T, name string) map[string]any {
+	t.Helper()
+	for _, r := range a.ofType("AWS::Lambda::Function") {
+		if props(r)["Description"] == "bulkrun "+name {
+			return r
+		}
+	}
+	t.Fatalf("no function %s", name)
+	return nil
+}
+
+// env returns a function's environment variable ("" when absent; a
+// token rendered as JSON).
+func (a *appTemplate) env(t *testing.T, fn, name string) string {
+	t.Helper()
+	vars, _ := props(a.function(t, fn))["Environment"].(map[string]any)["Variables"].(map[string]any)
+	switch v := vars[name].(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+// has reports whether some resource of typ has properties whose JSON
+// contains every fragment.
+func (a *appTemplate) has(typ string, fragments ...string) bool {
+	for _, r := range a.ofType(typ) {
+		b, _ := json.Marshal(props(r))
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(string(b), f)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRunnerPropsContext guards the product line "typed props for every
+// setting the functions read, each settable by CDK context": one
+// template check per context key (so per RunnerProps field), on the
+// stack the app synthesizes from a context that sets every key to a
+// non-default value. A key that stops reaching its field, or a field
+// that stops reaching the template, fails its subtest.
+func TestRunnerPropsContext(t *testing.T) {
+	a := synthApp(t, allContext())
+	checks := map[string]func(t *testing.T){
+		"stackName": func(t *testing.T) {
+			if got := *a.stack.StackName(); got != "ctx-stack" {
+				t.Errorf("stack name %q", got)
+			}
+		},
+		"target": func(t *testing.T) {
+			if got := fmt.Sprint(props(a.function(t, "item"))["Architectures"]); got != "[arm64]" {
+				t.Errorf("architectures %s, want [arm64] (aws)", got)
+			}
+			for _, r := range a.ofType("AWS::DynamoDB::Table") {
+				if r["DeletionPolicy"] != "Retain" {
+					t.Errorf("table deletion policy %v, want Retain (aws)", r["DeletionPolicy"])
+				}
+			}
+		},
+		"functionsDir": func(t *testing.T) {
+			// The item function's code is the asset staged from
+			// functionsDir/item: {hash}.zip, staged as asset.{hash}/.
+			code := props(a.function(t, "item"))["Code"].(map[string]any)
+			hash := strings.TrimSuffix(fmt.Sprint(code["S3Key"]), ".zip")
+			got, err := os.ReadFile(filepath.Join(a.outdir, "asset."+hash, "bootstrap"))
+			if err != nil || string(got) != itemBootstrap {
+				t.Errorf("item asset %s: %q, %v; want the bootstrap of functionsDir", hash, got, err)
+			}
+		},
+		"itemTimeout": func(t *testing.T) {
+			if got := props(a.function(t, "item"))["Timeout"]; got != 120.0 {
+				t.Errorf("item timeout %v", got)
+			}
+			if got := a.env(t, "submit", config.EnvItemTimeoutSeconds); got != "120" {
+				t.Errorf("%s=%q", config.EnvItemTimeoutSeconds, got)
+			}
+		},
+		"maxAttempts": func(t *testing.T) {
+			if got := a.env(t, "item", config.EnvMaxAttempts); got != "4" {
+				t.Errorf("%s=%q", config.EnvMaxAttempts, got)
+			}
+		},
+		"maxReceiveCount": func(t *testing.T) {
+			if !a.has("AWS::SQS::Queue", `"maxReceiveCount":7`) {
+				t.Error("no queue redrives after 7 receives")
+			}
+		},
+		"retentionDays": func(t *testing.T) {
+			if got := a.env(t, "sweep", config.EnvRetentionDays); got != "9" {
+				t.Errorf("%s=%q", config.EnvRetentionDays, got)
+			}
+		},
+		"finalizeTickSchedule": func(t *testing.T) {
+			if !a.has("AWS::Events::Rule", `"ScheduleExpression":"rate(2 minutes)"`, `tick`) {
+				t.Error("no tick rule on rate(2 minutes)")
+			}
+		},
+		"bucketName": func(t *testing.T) {
+			if !a.has("AWS::S3::Bucket", `"BucketName":"bulkrun-ctx-bucket"`) {
+				t.Error("bucket not named bulkrun-ctx-bucket")
+			}
+		},
+		"sourceBuckets": func(t *testing.T) {
+			if got := a.env(t, "submit", config.EnvSources); !strings.Contains(got, "s3://ctx-source-a/") || !strings.Contains(got, "s3://ctx-source-b/") {
+				t.Errorf("%s=%s", config.EnvSources, got)
+			}
+		},
+		"sourcePrefixes": func(t *testing.T) {
+			if got := a.env(t, "item", config.EnvSources); !strings.Contains(got, "bulkrun-ctx-bucket/exports/") {
+				t.Errorf("%s=%s", config.EnvSources, got)
+			}
+		},
+		"pipelines": func(t *testing.T) {
+			if got := a.env(t, "submit", config.EnvPipelines); got != "webhook,enrich" {
+				t.Errorf("%s=%q", config.EnvPipelines, got)
+			}
+		},
+		"defaultPipeline": func(t *testing.T) {
+			if got := a.env(t, "submit", config.EnvDefaultPipeline); got != "webhook" {
+				t.Errorf("%s=%q", config.EnvDefaultPipeline, got)
+			}
+		},
+		"schedules": func(t *testing.T) {
+			if !a.has("AWS::Events::Rule", `"ScheduleExpression":"cron(0 2 * * ? *)"`, `nightly`) {
+				t.Error("no nightly schedule rule")
+			}
+		},
+		"webhookAllow": func(t *testing.T) {
+			if got := a.env(t, "item", config.EnvWebhookAllow); got != "10.20.0.0/16,hooks.internal" {
+				t.Errorf("%s=%q", config.EnvWebhookAllow, got)
+			}
+		},
+		"secretPrefixes": func(t *testing.T) {
+			if got := a.env(t, "submit", config.EnvSecretPrefixes); got != "arn:aws:ssm:eu-west-1:123456789012:parameter/ctx/*" {
+				t.Errorf("%s=%q", config.EnvSecretPrefixes, got)
+			}
+			if !a.has("AWS::IAM::Policy", `"ssm:GetParameter"`, `parameter/ctx/*`) {
+				t.Error("no ssm:GetParameter on the prefix")
+			}
+		},
+		"lambdaFunctions": func(t *testing.T) {
+			if got := a.env(t, "item", config.EnvLambdaFunctions); got != "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live" {
+				t.Errorf("%s=%q", config.EnvLambdaFunctions, got)
+			}
+			if !a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `:function:score"`) ||
+				!a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `function:other:live`) {
+				t.Error("item may not invoke both allow-listed functions")
+			}
+		},
+		"maxManifestBytes": func(t *testing.T) {
+			if got := fmt.Sprint(props(a.function(t, "submit"))["EphemeralStorage"]); got != "map[Size:2112]" {
+				t.Errorf("submit ephemeral storage %s, want 2 × 1024 + 64 MiB", got)
+			}
+		},
+		"alarmTopicArn": func(t *testing.T) {
+			if !a.has("AWS::CloudWatch::Alarm", `"AlarmActions":["arn:aws:sns:eu-west-1:123456789012:ctx-alarms"]`) {
+				t.Error("no alarm notifies the topic")
+			}
+		},
+		"tracing": func(t *testing.T) {
+			if got := fmt.Sprint(props(a.function(t, "finalize"))["TracingConfig"]); got != "map[Mode:Active]" {
+				t.Errorf("finalize tracing %s", got)
+			}
+		},
+		"queueAgeAlarm": func(t *testing.T) {
+			if !a.has("AWS::CloudWatch::Alarm", `"MetricName":"ApproximateAgeOfOldestMessage"`, `"Threshold":2700`) {
+				t.Error("no queue age alarm at 2700 s")
+			}
+		},
+		"bucketVersioning": func(t *testing.T) {
+			if !a.has("AWS::S3::Bucket", `"VersioningConfiguration":{"Status":"Enabled"}`) {
+				t.Error("bucket not versioned")
+			}
+		},
+		"apiRateLimit": func(t *testing.T) {
+			if !a.has("AWS::ApiGateway::Stage", `"ThrottlingRateLimit":20`) {
+				t.Error("stage rate not 20")
+			}
+		},
+		"apiBurstLimit": func(t *testing.T) {
+			if !a.has("AWS::ApiGateway::Stage", `"ThrottlingBurstLimit":40`) {
+				t.Error("stage burst not 40")
+			}
+		},
+		"itemMemoryMiB": func(t *testing.T) {
+			if got := props(a.function(t, "item"))["MemorySize"]; got != 1024.0 {
+				t.Errorf("item memory %v", got)
+			}
+		},
+		"itemsMaxConcurrency": func(t *testing.T) {
+			if n := len(a.ofType("AWS::Lambda::EventSourceMapping")); n != 2 || !a.has("AWS::Lambda::EventSourceMapping", `"MaximumConcurrency":150`) {
+				t.Errorf("%d event sources, want 2 with maximum concurrency 150", n)
+			}
+		},
+		"reservedConcurrency": func(t *testing.T) {
+			for fn, n := range map[string]float64{"submit": 5, "finalize": 2, "item": 200} {
+				if got := props(a.function(t, fn))["ReservedConcurrentExecutions"]; got != n {
+					t.Errorf("%s reserved %v, want %v", fn, got, n)
+				}
+			}
+		},
+		"memoryMiB": func(t *testing.T) {
+			for fn, n := range map[string]float64{"submit": 1024, "finalize": 2048, "sweep": 256} {
+				if got := props(a.function(t, fn))["MemorySize"]; got != n {
+					t.Errorf("%s memory %v, want %v", fn, got, n)
+				}
+			}
+		},
+		"timeouts": func(t *testing.T) {
+			for fn, n := range map[string]float64{"submit": 300, "finalize": 600, "sweep": 420} {
+				if got := props(a.function(t, fn))["Timeout"]; got != n {
+					t.Errorf("%s timeout %v, want %v", fn, got, n)
+				}
+			}
+		},
+	}
+	for _, c := range contextProps {
+		if checks[c.key] == nil {
+			t.Errorf("context key %s has no template check", c.key)
+		}
+	}
+	keys := make([]string, 0, len(checks))
+	for k := range checks {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		t.Run(k, checks[k])
+	}
+}
+
+// TestRunnerPropsContextEmulator: the emulator target and
+// webhookAllow=none (RunnerProps.EmptyWebhookAllow), which the AWS
+// context above cannot show.
+func TestRunnerPropsContextEmulator(t *testing.T) {
+	a := synthApp(t, map[string]string{"target": "emulator", "functionsDir": functionsDir, "webhookAllow": "none"})
+	arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
+	if got := fmt.Sprint(props(a.function(t, "item"))["Architectures"]); got != "["+arch+"]" {
+		t.Errorf("architectures %s, want [%s] (the host's)", got, arch)
+	}
+	if got := a.env(t, "item", config.EnvWebhookAllow); got != "" {
+		t.Errorf("%s=%q, want none", config.EnvWebhookAllow, got)
+	}
+	if got := *a.stack.StackName(); got != config.DefaultStackName {
+		t.Errorf("stack name %q, want the default", got)
+	}
+	// Defaults where the context says nothing.
+	for fn, n := range bulkrun.DefaultMemoryMiB {
+		if got := props(a.function(t, fn))["MemorySize"]; got != float64(n) {
+			t.Errorf("%s memory %v, want %d", fn, got, n)
+		}
+	}
+}
