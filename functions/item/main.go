@@ -10,11 +10,13 @@ import (
 	"log"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/handler"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+	"github.com/bulkrun/bulkrun/shared/pipeline/lambdafn"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 	"github.com/bulkrun/bulkrun/shared/secret"
 )
@@ -30,7 +32,8 @@ func main() {
 	}
 	// An item's {bucket, key} may name only what a source may (batch.SourcePolicy).
 	src := batch.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
-	reg, err := registered.Build(registered.Deps{Source: src, WebhookAllow: d.Config.WebhookAllow})
+	reg, err := registered.Build(registered.Deps{Source: src, WebhookAllow: d.Config.WebhookAllow,
+		Lambda: lambdafn.SDK{Client: awslambda.NewFromConfig(d.AWS)}, LambdaFunctions: d.Config.LambdaFunctions})
 	if err != nil {
 		log.Fatalf("item: %v", err)
 	}

@@ -257,7 +257,8 @@ type RunnerProps struct {
 	// fn.FunctionArn() of a function in the same app, is taken as an ARN.
 	// The item function's role gets lambda:InvokeFunction on exactly these
 	// (a name is this stack's account and region), one statement per
-	// function. Default none: the pipeline refuses every batch.
+	// function. Default: none on TargetAWS (the pipeline refuses every
+	// batch); DefaultEmulatorLambdaFunctions on TargetEmulator.
 	LambdaFunctions []string
 }
 
@@ -310,6 +311,12 @@ var DefaultEmulatorSecretPrefixes = []string{
 	"arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/*",
 	"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/*",
 }
+
+// DefaultEmulatorLambdaFunctions is RunnerProps.LambdaFunctions on
+// TargetEmulator when empty: the example Python function
+// (examples/lambda-python) that the integration suite deploys onto the
+// emulator and runs batches of the lambda pipeline through.
+var DefaultEmulatorLambdaFunctions = []string{"bulkrun-example-python"}
 
 // DefaultEmulatorWebhookAllow is RunnerProps.WebhookAllow on TargetEmulator
 // when empty: the loopback receivers the integration tests and local
@@ -450,6 +457,9 @@ func derive(props *RunnerProps) (settings, error) {
 		s.memoryMiB[fn], s.timeouts[fn] = DefaultMemoryMiB[fn], defaultTimeouts[fn]
 	}
 	s.lambdaFunctions = props.LambdaFunctions
+	if len(s.lambdaFunctions) == 0 && s.target == TargetEmulator {
+		s.lambdaFunctions = DefaultEmulatorLambdaFunctions
+	}
 
 	var errs []error
 	bad := func(field, value, reason string) {

@@ -71,6 +71,7 @@ func testProps(target string) *RunnerProps {
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
 		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
+		LambdaFunctions: []string{"score", "arn:aws:lambda:eu-west-1:123456789012:function:other:live"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 		MaxManifestBytes:    1 << 30,
@@ -94,7 +95,7 @@ type want struct {
 func wanted(target string) want {
 	if target == TargetEmulator {
 		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
-		return want{300, 3, 10, 30, []string{"enrich", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
+		return want{300, 3, 10, 30, []string{"enrich", "lambda", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
 	}
 	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain", 1024, 150,
 		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200}}
@@ -313,7 +314,7 @@ func TestFunctionEnvironment(t *testing.T) {
 				config.EnvMaxAttempts, config.EnvMaxReceiveCount, config.EnvItemTimeoutSeconds,
 				config.EnvLeaseSeconds, config.EnvVisibilitySeconds, config.EnvMetricsStack,
 			}
-			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow)
+			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
 			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvSecretPrefixes)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
@@ -1349,3 +1350,53 @@ func TestSubmitFailureDestinationAndAlarm(t *testing.T) {
 }
 
 func getAttMap(id, attr string) map[string]any { return map[string]any{"Fn::GetAtt": getAtt(id, attr)} }
+
+// TestLambdaPipelineInvokeGrants guards the product line "the lambda
+// pipeline invokes only allow-listed functions, least privilege": the
+// item function's role may lambda:InvokeFunction each LambdaFunctions
+// function in a statement of its own, with that function's ARN as the
+// only resource (a name becomes this stack's account and region); no
+// other function may invoke them; submit and item are told the list. On
+// the emulator the default is the integration suite's example function.
+func TestLambdaPipelineInvokeGrants(t *testing.T) {
+	for _, tt := range []struct {
+		target string
+		want   []string // one statement each
+		env    string
+	}{
+		{TargetAWS, []string{"arn:aws:lambda:eu-west-1:123456789012:function:score", "arn:aws:lambda:eu-west-1:123456789012:function:other:live"},
+			"score,arn:aws:lambda:eu-west-1:123456789012:function:other:live"},
+		{TargetEmulator, []string{"arn:aws:lambda:" + pseudo["AWS::Region"] + ":" + pseudo["AWS::AccountId"] + ":function:bulkrun-example-python"},
+			"bulkrun-example-python"},
+	} {
+		t.Run(tt.target, func(t *testing.T) {
+			s := synth(t, tt.target)
+			var got []string
+			for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
+				for _, st := range s.statements(t, s.ids["policy:"+fn]) {
+					res := resolveAll(t, st["Resource"])
+					if !slices.Contains(actions(st), "lambda:InvokeFunction") || !strings.Contains(strings.Join(res, " "), ":function:") {
+						continue
+					}
+					if fn != FunctionItem {
+						t.Errorf("%s may invoke %v", fn, res)
+						continue
+					}
+					if len(res) != 1 || len(actions(st)) != 1 {
+						t.Errorf("item: %v on %v, want lambda:InvokeFunction on one function per statement", actions(st), res)
+					}
+					got = append(got, res...)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("item may invoke %q, want %q", got, tt.want)
+			}
+			for _, fn := range []string{FunctionSubmit, FunctionItem} {
+				env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)
+				if env[config.EnvLambdaFunctions] != tt.env {
+					t.Errorf("%s %s = %v, want %q", fn, config.EnvLambdaFunctions, env[config.EnvLambdaFunctions], tt.env)
+				}
+			}
+		})
+	}
+}

@@ -99,7 +99,7 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 		return nil, err
 	}
 	// The same registry as the item function's, for names and options.
-	reg, err := registered.Build(registered.Deps{Source: d.Blobs, WebhookAllow: d.Config.WebhookAllow})
+	reg, err := registered.Build(registered.Deps{Source: d.Blobs, WebhookAllow: d.Config.WebhookAllow, LambdaFunctions: d.Config.LambdaFunctions})
 	if err != nil {
 		return nil, err
 	}

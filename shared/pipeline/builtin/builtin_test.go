@@ -21,14 +21,14 @@ func (nopSource) Open(context.Context, string, string) (io.ReadCloser, error) {
 
 func TestNames(t *testing.T) {
 	got := builtin.Names()
-	if want := []string{"thumbnail", "webhook"}; !slices.Equal(got, want) {
+	if want := []string{"lambda", "thumbnail", "webhook"}; !slices.Equal(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
 	if !slices.IsSorted(got) {
 		t.Errorf("Names() = %q is not sorted", got)
 	}
 	got[0] = "changed"
-	if builtin.Names()[0] != "thumbnail" {
+	if builtin.Names()[0] != "lambda" {
 		t.Error("Names() returns a shared slice")
 	}
 }
@@ -43,12 +43,12 @@ func TestRegister(t *testing.T) {
 		wantErr   string
 	}{
 		{name: "empty registry", reg: func() *pipeline.Registry { return &pipeline.Registry{} }, src: true,
-			wantNames: []string{"thumbnail", "webhook"}},
+			wantNames: []string{"lambda", "thumbnail", "webhook"}},
 		{name: "next to a user pipeline", reg: func() *pipeline.Registry {
 			r := &pipeline.Registry{}
 			_ = r.Register("enrich", noop)
 			return r
-		}, src: true, wantNames: []string{"enrich", "thumbnail", "webhook"}},
+		}, src: true, wantNames: []string{"enrich", "lambda", "thumbnail", "webhook"}},
 		{name: "webhook taken: nothing registered", reg: func() *pipeline.Registry {
 			r := &pipeline.Registry{}
 			_ = r.Register("webhook", noop)
@@ -65,7 +65,7 @@ func TestRegister(t *testing.T) {
 			if tt.src {
 				src = nopSource{}
 			}
-			err := builtin.Register(r, src, nil, nil)
+			err := builtin.Register(r, src, nil, nil, nil)
 			if got := fmt.Sprint(err); (tt.wantErr == "" && err != nil) || (tt.wantErr != "" && got != tt.wantErr) {
 				t.Fatalf("Register = %v, want %q", err, tt.wantErr)
 			}
@@ -81,11 +81,11 @@ func TestRegister(t *testing.T) {
 
 func ExampleRegister() {
 	var r pipeline.Registry
-	if err := builtin.Register(&r, nopSource{}, nil, nil); err != nil {
+	if err := builtin.Register(&r, nopSource{}, nil, nil, nil); err != nil {
 		fmt.Println(err)
 		return
 	}
 	_, ok := r.Lookup("webhook")
 	fmt.Println(r.Names(), ok)
-	// Output: [thumbnail webhook] true
+	// Output: [lambda thumbnail webhook] true
 }

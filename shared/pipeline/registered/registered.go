@@ -15,6 +15,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
+	"github.com/bulkrun/bulkrun/shared/pipeline/lambdafn"
 	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 )
 
@@ -30,6 +31,12 @@ type Deps struct {
 	// WebhookAllow is the egress allow-list (config.EnvWebhookAllow); nil
 	// allows no non-public destination.
 	WebhookAllow *egress.Policy
+	// Lambda invokes the lambda pipeline's functions; nil fails its items
+	// (submit, which only checks options, needs none).
+	Lambda lambdafn.Invoker
+	// LambdaFunctions is the lambda pipeline's allow-list
+	// (config.EnvLambdaFunctions); none refuses every batch.
+	LambdaFunctions []string
 }
 
 // Declaration names one pipeline and builds it.
@@ -94,7 +101,7 @@ func Build(deps Deps) (*pipeline.Registry, error) {
 		return nil, err
 	}
 	r := &pipeline.Registry{}
-	if err := builtin.Register(r, deps.Source, deps.Client, deps.WebhookAllow); err != nil {
+	if err := builtin.Register(r, deps.Source, deps.Client, deps.WebhookAllow, lambdafn.New(deps.Lambda, deps.LambdaFunctions)); err != nil {
 		return nil, err
 	}
 	for _, d := range Custom {

@@ -1,0 +1,365 @@
+// Package lambdafn is the built-in pipeline "lambda": it invokes a Lambda
+// function, in any language, once per item attempt (synchronously,
+// InvocationType RequestResponse) and maps its answer to the item's
+// outcome. The request and answer JSON are versioned; this is version 1
+// (RequestVersion).
+//
+// # Options
+//
+// The batch's pipeline options (an unknown option is an error):
+//
+//	{"function": "score", "params": {"model": "v2"}}
+//
+// function is required: a function name or ARN (config.CheckLambdaFunction)
+// that the stack allow-lists (config.EnvLambdaFunctions, the Runner's
+// LambdaFunctions prop). A name matches an allow-listed ARN of that name
+// and an ARN matches an allow-listed name of the same function name, so
+// either form may be used; the stack grants lambda:InvokeFunction on
+// exactly the allow-listed functions. params is any JSON, passed on as is
+// (default null).
+//
+// # Request (the function's event)
+//
+//	{
+//	  "version": 1,
+//	  "batch_id": "orders-2026-11-30",
+//	  "key": "order-17",
+//	  "run_id": "5f0c…",           hex SHA-256 of "{batch id}/{key}": the same on every attempt and run
+//	  "attempt": 1,                 from 1
+//	  "input": {"order_id": 17},    the item's input as in the manifest
+//	  "headers": {"Authorization": "…"},   headers given at submit, secret references resolved ({} when none)
+//	  "params": {"model": "v2"}     the options' params (null when none)
+//	}
+//
+// The function should be idempotent per run_id: an attempt whose outcome
+// was not recorded (the item function died after the call) is run again
+// with the same run_id and attempt + 1.
+//
+// # Answer (the function's result)
+//
+// A result payload that is a JSON object:
+//
+//	{"output": {"score": 0.92}, "cost": {"calls": 1, "tokens": 812}}
+//
+// output is the item's output (any JSON; null when absent), cost its cost
+// records (name → number; none when absent). An answer may also carry an
+// error instead of an output, which lets the function report what the
+// failed attempt cost:
+//
+//	{"error": {"class": "permanent", "message": "order 17 has no lines"}, "cost": {"calls": 1}}
+//
+// class is "permanent" (the item fails, never retried), "quarantine" (set
+// aside until released) or "transient" (retried with backoff); message is
+// the error text. "version", when present, must be 1. Any other member, or
+// a result that is not a JSON object, fails the item permanently
+// ([ErrBadAnswer]): the function breaks the contract, and a retry would
+// too.
+//
+// # Function errors
+//
+// A function that raises or returns an error (Lambda's X-Amz-Function-Error,
+// with the payload {"errorType", "errorMessage", …}) is classified by its
+// errorType's last dot-separated part, so that Python's class name, Java's
+// qualified class name and Go's type name all work:
+//
+//   - PermanentErrorType ("PermanentError"): permanent;
+//   - QuarantineErrorType ("QuarantineError"): quarantine;
+//   - anything else ("ValueError", "Sandbox.Timedout",
+//     "Runtime.ExitError", …): transient.
+//
+// # Invoke errors
+//
+// Lambda's own refusals, from the Invoke call ([InvokeError]): throttling
+// (429 TooManyRequestsException), 5xx (ServiceException, …), timeouts and
+// lost connections are transient; other 4xx (ResourceNotFoundException,
+// AccessDeniedException, RequestTooLargeException: a request over 6 MB,
+// …) are permanent, naming the function.
+package lambdafn
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Name is the name the pipeline is registered under.
+const Name = "lambda"
+
+// RequestVersion is the version of the request and answer JSON.
+const RequestVersion = 1
+
+// The errorType names (their last dot-separated part) that classify a
+// function error as permanent or quarantine.
+const (
+	PermanentErrorType  = "PermanentError"
+	QuarantineErrorType = "QuarantineError"
+)
+
+// Answer error classes ("error": {"class": …}).
+const (
+	ClassPermanent  = "permanent"
+	ClassQuarantine = "quarantine"
+	ClassTransient  = "transient"
+)
+
+// Errors of the pipeline (see the package comment for their class).
+var (
+	// ErrInvalidOptions: the options are not {"function": …, "params": …}
+	// with an allow-listed function.
+	ErrInvalidOptions = errors.New("lambda: invalid pipeline options")
+	// ErrBadAnswer: the function's result is not an answer of version 1.
+	ErrBadAnswer = errors.New("lambda: the function's answer breaks the contract")
+	// ErrNoInvoker: the pipeline was built without a Lambda client.
+	ErrNoInvoker = errors.New("lambda: no Lambda client")
+)
+
+// Request is the function's event, version 1 (see the package comment).
+type Request struct {
+	Version int               `json:"version"`
+	BatchID string            `json:"batch_id"`
+	Key     string            `json:"key"`
+	RunID   string            `json:"run_id"`
+	Attempt int               `json:"attempt"`
+	Input   json.RawMessage   `json:"input"`
+	Headers map[string]string `json:"headers"`
+	Params  json.RawMessage   `json:"params"`
+}
+
+// Answer is the function's result payload, version 1.
+type Answer struct {
+	Version int             `json:"version,omitempty"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	Cost    pipeline.Cost   `json:"cost,omitempty"`
+	Error   *AnswerError    `json:"error,omitempty"`
+}
+
+// AnswerError is an error the function answers instead of an output.
+type AnswerError struct {
+	Class   string `json:"class"`
+	Message string `json:"message"`
+}
+
+// FunctionError is Lambda's payload of a function error.
+type FunctionError struct {
+	ErrorType    string `json:"errorType"`
+	ErrorMessage string `json:"errorMessage"`
+}
+
+// Result is one Invoke's outcome as the Invoker reports it.
+type Result struct {
+	// Payload is the function's result, or its error payload when
+	// FunctionError is set.
+	Payload []byte
+	// FunctionError is Lambda's X-Amz-Function-Error ("Unhandled",
+	// "Handled"), empty when the function returned normally.
+	FunctionError string
+}
+
+// InvokeError is Lambda refusing or failing an Invoke: Status is the HTTP
+// status (0 when no answer came: a timeout, a lost connection), Code the
+// error code (e.g. "TooManyRequestsException").
+type InvokeError struct {
+	Status int
+	Code   string
+	Err    error
+}
+
+func (e *InvokeError) Error() string { return e.Err.Error() }
+func (e *InvokeError) Unwrap() error { return e.Err }
+
+// Transient reports whether a retry may succeed: no answer, throttling
+// (429) or a 5xx.
+func (e *InvokeError) Transient() bool {
+	return e.Status == 0 || e.Status == 429 || e.Status >= 500
+}
+
+// Invoker invokes a function synchronously with payload. An error is an
+// *InvokeError (or the context's error). Implementations are safe for
+// concurrent use.
+type Invoker interface {
+	Invoke(ctx context.Context, function string, payload []byte) (Result, error)
+}
+
+// Pipeline is the "lambda" pipeline. Safe for concurrent use.
+type Pipeline struct {
+	invoker Invoker
+	allowed []string
+}
+
+var (
+	_ pipeline.Pipeline         = (*Pipeline)(nil)
+	_ pipeline.OptionsValidator = (*Pipeline)(nil)
+)
+
+// New returns the pipeline invoking through invoker (nil: every item fails
+// permanently with ErrNoInvoker; submit, which only checks options, needs
+// none) the functions of allowed (config.EnvLambdaFunctions entries).
+func New(invoker Invoker, allowed []string) *Pipeline {
+	return &Pipeline{invoker: invoker, allowed: slices.Clone(allowed)}
+}
+
+// options are the batch's pipeline options.
+type options struct {
+	Function string          `json:"function"`
+	Params   json.RawMessage `json:"params"`
+}
+
+func (p *Pipeline) parse(raw json.RawMessage) (options, error) {
+	var o options
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return o, fmt.Errorf("%w: want {\"function\": NAME_OR_ARN, \"params\": ANY}: %v", ErrInvalidOptions, err)
+	}
+	if o.Function == "" {
+		return o, &pipeline.OptionError{Option: "function", Err: fmt.Errorf("%w: function is required (a Lambda function name or ARN)", ErrInvalidOptions)}
+	}
+	if err := config.CheckLambdaFunction(o.Function); err != nil {
+		return o, &pipeline.OptionError{Option: "function", Err: fmt.Errorf("%w: function %q: %v", ErrInvalidOptions, o.Function, err)}
+	}
+	if !p.allows(o.Function) {
+		list := "none"
+		if len(p.allowed) > 0 {
+			list = strings.Join(p.allowed, ", ")
+		}
+		return o, &pipeline.OptionError{Option: "function", Err: fmt.Errorf("%w: function %q is not allow-listed (the stack's LambdaFunctions, %s: %s)",
+			ErrInvalidOptions, o.Function, config.EnvLambdaFunctions, list)}
+	}
+	return o, nil
+}
+
+// allows reports whether f is allow-listed: equal to an entry, or the
+// same function name (with qualifier) when one of the two is an ARN and
+// the other a name.
+func (p *Pipeline) allows(f string) bool {
+	for _, a := range p.allowed {
+		if a == f {
+			return true
+		}
+		aARN, fARN := strings.HasPrefix(a, "arn:"), strings.HasPrefix(f, "arn:")
+		if aARN != fARN && config.LambdaFunctionName(a) == config.LambdaFunctionName(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateOptions checks a batch's options at submit: a *pipeline.OptionError
+// naming "function", or ErrInvalidOptions.
+func (p *Pipeline) ValidateOptions(raw json.RawMessage) error {
+	_, err := p.parse(raw)
+	return err
+}
+
+// Run invokes the function once with req's Request and maps the answer
+// (see the package comment).
+func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+	o, err := p.parse(req.Options)
+	if err != nil {
+		return pipeline.Result{}, pipeline.Permanent(err)
+	}
+	if p.invoker == nil {
+		return pipeline.Result{}, pipeline.Permanent(ErrNoInvoker)
+	}
+	headers := req.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	params := o.Params
+	if len(params) == 0 {
+		params = json.RawMessage("null")
+	}
+	input := req.Input
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	payload, err := json.Marshal(Request{Version: RequestVersion, BatchID: req.BatchID, Key: req.Key, RunID: req.RunID,
+		Attempt: req.Attempt, Input: input, Headers: headers, Params: params})
+	if err != nil {
+		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("lambda: %s: request: %w", req.Key, err))
+	}
+	res, err := p.invoker.Invoke(ctx, o.Function, payload)
+	if err != nil {
+		err = fmt.Errorf("lambda: %s: invoke %s: %w", req.Key, o.Function, err)
+		var ie *InvokeError
+		if errors.As(err, &ie) && !ie.Transient() {
+			return pipeline.Result{}, pipeline.Permanent(err)
+		}
+		return pipeline.Result{}, err
+	}
+	if res.FunctionError != "" {
+		return pipeline.Result{}, functionError(req.Key, o.Function, res)
+	}
+	return answer(req.Key, o.Function, res.Payload)
+}
+
+// functionError classifies a function error by its errorType.
+func functionError(key, function string, res Result) error {
+	var fe FunctionError
+	if err := json.Unmarshal(res.Payload, &fe); err != nil || fe.ErrorType == "" {
+		return fmt.Errorf("lambda: %s: %s: function error (%s): %s", key, function, res.FunctionError, pipeline.CutText(string(res.Payload), 1024))
+	}
+	err := fmt.Errorf("lambda: %s: %s: %s: %s", key, function, fe.ErrorType, fe.ErrorMessage)
+	kind := fe.ErrorType
+	if i := strings.LastIndex(kind, "."); i >= 0 {
+		kind = kind[i+1:]
+	}
+	switch kind {
+	case PermanentErrorType:
+		return pipeline.Permanent(err)
+	case QuarantineErrorType:
+		return pipeline.Quarantine(err)
+	}
+	return err
+}
+
+// answer maps a normal result payload.
+func answer(key, function string, payload []byte) (pipeline.Result, error) {
+	bad := func(why string) (pipeline.Result, error) {
+		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("%w: %s: %s: %s: %s", ErrBadAnswer, key, function, why, pipeline.CutText(string(payload), 512)))
+	}
+	trimmed := bytes.TrimSpace(payload)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return bad(`want a JSON object {"output": …, "cost": {…}}`)
+	}
+	var a Answer
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return bad(err.Error())
+	}
+	if a.Version != 0 && a.Version != RequestVersion {
+		return bad(fmt.Sprintf("version %d, want %d", a.Version, RequestVersion))
+	}
+	if a.Error == nil {
+		out := a.Output
+		if len(out) == 0 {
+			out = json.RawMessage("null")
+		}
+		return pipeline.Result{Output: out, Cost: a.Cost}, nil
+	}
+	if len(a.Output) > 0 && string(a.Output) != "null" {
+		return bad("an answer carries output or error, not both")
+	}
+	err := fmt.Errorf("lambda: %s: %s: %s", key, function, a.Error.Message)
+	res := pipeline.Result{Cost: a.Cost}
+	switch a.Error.Class {
+	case ClassPermanent:
+		return res, pipeline.Permanent(err)
+	case ClassQuarantine:
+		return res, pipeline.Quarantine(err)
+	case ClassTransient:
+		return res, err
+	}
+	return bad(fmt.Sprintf("error class %q, want %q, %q or %q", a.Error.Class, ClassPermanent, ClassQuarantine, ClassTransient))
+}
