@@ -72,7 +72,7 @@ func newStack(app awscdk.App, get func(string) string, props *bulkrun.RunnerProp
 		Env:         env,
 		Description: jsii.String("bulkrun: durable bulk runs (target " + target + ")"),
 	})
-	bulkrun.NewRunner(stack, runnerID, props)
+	bulkrun.NewRunner(stack, jsii.String(runnerID), props)
 	return stack
 }
 

@@ -69,7 +69,8 @@ func checkOperations(props *RunnerProps) []error {
 	bad := func(field, value, reason string) {
 		errs = append(errs, &PropError{Field: field, Value: value, Reason: reason})
 	}
-	if o.alarmTopicARN != "" && !snsARNPattern.MatchString(o.alarmTopicARN) {
+	// A token (topic.TopicArn() of a topic in the same app) resolves at deploy.
+	if o.alarmTopicARN != "" && !*awscdk.Token_IsUnresolved(jsii.String(o.alarmTopicARN)) && !snsARNPattern.MatchString(o.alarmTopicARN) {
 		bad("AlarmTopicARN", o.alarmTopicARN, "want an SNS topic ARN, arn:<partition>:sns:<region>:<account>:<name>")
 	}
 	// SQS keeps a message at most 14 days; CloudWatch alarms take whole

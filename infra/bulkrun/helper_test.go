@@ -29,6 +29,6 @@ func NewStack(scope constructs.Construct, id string, props *RunnerProps) (stack 
 			stack, err = nil, fmt.Errorf("NewRunner panicked after Validate passed: %v", r)
 		}
 	}()
-	NewRunner(stack, runnerID, props)
+	NewRunner(stack, jsii.String(runnerID), props)
 	return stack, nil
 }

@@ -432,4 +432,3 @@ func TestNewStackRefusesBadOperationsProps(t *testing.T) {
 		})
 	}
 }
-

@@ -195,7 +195,8 @@ type RunnerProps struct {
 	// Operations (observability.go, hardening.go).
 
 	// AlarmTopicARN is the SNS topic every alarm notifies, on alarm and on
-	// recovery. Default "": the alarms exist, without actions.
+	// recovery: its ARN, or topic.TopicArn() of a topic in the same app.
+	// Default "": the alarms exist, without actions.
 	AlarmTopicARN string
 	// Tracing turns on X-Ray active tracing for the functions and the API
 	// stage. Default off.
@@ -693,7 +694,7 @@ func Validate(props *RunnerProps) error {
 // Bad props are refused before anything is defined: NewRunner panics
 // with Validate's error, as a CDK construct throws at synth. Call
 // Validate first to get the error as a value.
-func NewRunner(scope constructs.Construct, id string, props *RunnerProps) Runner {
+func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runner {
 	s, err := derive(props)
 	if err != nil {
 		panic(err)
@@ -701,7 +702,7 @@ func NewRunner(scope constructs.Construct, id string, props *RunnerProps) Runner
 	if props == nil {
 		props = &RunnerProps{}
 	}
-	root := constructs.NewConstruct(scope, &id)
+	root := constructs.NewConstruct(scope, id)
 	self := &runner{Construct: root}
 	// Every resource is created under the runner's construct.
 	stack := root
