@@ -1037,6 +1037,14 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"item timeout above Lambda limit", func(p *RunnerProps) { p.ItemTimeout = 16 * time.Minute }, "ItemTimeout"},
 		{"item timeout not whole seconds", func(p *RunnerProps) { p.ItemTimeout = 1500 * time.Millisecond }, "ItemTimeout"},
 		{"unknown target", func(p *RunnerProps) { p.Target = "localstack" }, "Target"},
+		{"submit memory above Lambda limit", func(p *RunnerProps) { p.MemoryMiB = map[string]int{FunctionSubmit: 20000} }, "MemoryMiB[submit]"},
+		{"item memory through MemoryMiB", func(p *RunnerProps) { p.MemoryMiB = map[string]int{FunctionItem: 1024} }, "MemoryMiB[item]"},
+		{"memory of an unknown function", func(p *RunnerProps) { p.MemoryMiB = map[string]int{"report": 1024} }, "MemoryMiB[report]"},
+		{"finalize timeout above Lambda limit", func(p *RunnerProps) { p.Timeouts = map[string]time.Duration{FunctionFinalize: 16 * time.Minute} }, "Timeouts[finalize]"},
+		{"sweep timeout not whole seconds", func(p *RunnerProps) { p.Timeouts = map[string]time.Duration{FunctionSweep: 1500 * time.Millisecond} }, "Timeouts[sweep]"},
+		{"item timeout through Timeouts", func(p *RunnerProps) { p.Timeouts = map[string]time.Duration{FunctionItem: time.Minute} }, "Timeouts[item]"},
+		{"lambda function neither name nor ARN", func(p *RunnerProps) { p.LambdaFunctions = []string{"score", "s3://bucket/fn"} }, config.EnvLambdaFunctions},
+		{"alarm topic neither ARN nor token", func(p *RunnerProps) { p.AlarmTopicARN = "alarms" }, "AlarmTopicARN"},
 		{"negative retention", func(p *RunnerProps) { p.RetentionDays = -1 }, "RetentionDays"},
 		{"bad schedule", func(p *RunnerProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},
 		{"tick rate with plural 1", func(p *RunnerProps) { p.FinalizeTickSchedule = "rate(1 minutes)" }, "FinalizeTickSchedule"},
@@ -1399,4 +1407,23 @@ func TestLambdaPipelineInvokeGrants(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNewRunnerPanicsOnBadProps guards the product line "props are
+// validated at synth": NewRunner refuses bad props before defining
+// anything, panicking with Validate's error (as a CDK construct throws),
+// so that a user's app stops at synth naming the field.
+func TestNewRunnerPanicsOnBadProps(t *testing.T) {
+	stack := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("refused"), nil)
+	props := &RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, Timeouts: map[string]time.Duration{FunctionSubmit: time.Hour}}
+	defer func() {
+		err, ok := recover().(error)
+		if !ok || !strings.Contains(err.Error(), "Timeouts[submit]") || err.Error() != Validate(props).Error() {
+			t.Fatalf("NewRunner panicked with %v, want Validate's error naming Timeouts[submit]", err)
+		}
+		if n := len(*stack.Node().Children()); n != 0 {
+			t.Errorf("%d constructs defined before the refusal", n)
+		}
+	}()
+	NewRunner(stack, jsii.String("Default"), props)
 }
