@@ -97,26 +97,38 @@ func deployPython(ctx context.Context) error {
 	return lambda.NewFunctionActiveV2Waiter(env.lambda).Wait(ctx, &lambda.GetFunctionInput{FunctionName: aws.String(exampleFunction)}, time.Minute)
 }
 
+// exampleCallObjects lists the objects recording the example's calls of
+// a batch: object key → "{attempt}-{outcome}-{uuid}".
+func exampleCallObjects(t *testing.T, batchID string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	p := s3.NewListObjectsV2Paginator(env.s3, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(exampleCallsPrefix + batchID + "/")})
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			t.Error(err)
+			return out
+		}
+		for _, o := range page.Contents {
+			out[aws.ToString(o.Key)] = strings.TrimPrefix(aws.ToString(o.Key), exampleCallsPrefix+batchID+"/")
+		}
+	}
+	return out
+}
+
 // exampleCalls lists the example's recorded calls of a batch: item key →
 // "{attempt}-{outcome}" per call.
 func exampleCalls(t *testing.T, batchID string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	p := s3.NewListObjectsV2Paginator(env.s3, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(exampleCallsPrefix + batchID + "/")})
-	for p.HasMorePages() {
-		page, err := p.NextPage(context.Background())
-		if err != nil {
-			t.Fatal(err)
+	for object, rest := range exampleCallObjects(t, batchID) {
+		parts := strings.Split(rest, "/")
+		key, err := hex.DecodeString(parts[0])
+		if err != nil || len(parts) != 2 {
+			t.Fatalf("call object %s", object)
 		}
-		for _, o := range page.Contents {
-			parts := strings.Split(strings.TrimPrefix(aws.ToString(o.Key), exampleCallsPrefix+batchID+"/"), "/")
-			key, err := hex.DecodeString(parts[0])
-			if err != nil || len(parts) != 2 {
-				t.Fatalf("call object %s", aws.ToString(o.Key))
-			}
-			call := parts[1][:strings.LastIndex(parts[1], "-")]
-			out[string(key)] = append(out[string(key)], call)
-		}
+		call := parts[1][:strings.LastIndex(parts[1], "-")]
+		out[string(key)] = append(out[string(key)], call)
 	}
 	return out
 }
@@ -150,6 +162,12 @@ func TestLambdaPipelinePython(t *testing.T) {
 	perm, quar, flaky := batch.PositionalKey(ok), batch.PositionalKey(ok+1), batch.PositionalKey(ok+2)
 	items := json.RawMessage("[" + strings.Join(lines, ",") + "]")
 	id := newID(t)
+	t.Cleanup(func() {
+		_ = env.api.Forget(context.Background(), id)
+		for key := range exampleCallObjects(t, id) {
+			_, _ = env.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &env.bucket, Key: aws.String(key)})
+		}
+	})
 	b, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "lambda", Source: batch.SourceSpec{Items: items},
 		Options: json.RawMessage(`{"function":"` + exampleFunction + `","params":{"model":"v1"}}`)})
 	if err != nil {

@@ -33,7 +33,7 @@ import (
 )
 
 // Function memory sizes in MB, as the stack sets them by default
-// (infra/stack.go: DefaultItemMemoryMiB and the submit and finalize
+// (infra/bulkrun: DefaultMemoryMiB, DefaultItemMemoryMiB
 // functions); used for the GB-seconds estimate.
 const (
 	SubmitMemoryMB   = 512
