@@ -33,8 +33,7 @@ import (
 )
 
 // Function memory sizes in MB, as the stack sets them by default
-// (infra/bulkrun: DefaultMemoryMiB, DefaultItemMemoryMiB
-// functions); used for the GB-seconds estimate.
+// (infra/bulkrun: DefaultMemoryMiB); used for the GB-seconds estimate.
 const (
 	SubmitMemoryMB   = 512
 	ItemMemoryMB     = 512
