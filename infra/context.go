@@ -59,6 +59,8 @@ var contextProps = []contextProp{
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.SecretPrefixes })},
 	{"lambdaFunctions", []string{"LambdaFunctions"}, "comma-separated function names or ARNs the lambda pipeline may invoke",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.LambdaFunctions })},
+	{"effectTables", []string{"EffectTables"}, "comma-separated DynamoDB table names pipelines may stage writes on",
+		list(func(p *bulkrun.RunnerProps) *[]string { return &p.EffectTables })},
 	{"maxManifestBytes", []string{"MaxManifestBytes"}, "bytes", func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.MaxManifestBytes, err = strconv.ParseInt(v, 10, 64)
 		return err

@@ -133,6 +133,7 @@ func allContext() map[string]string {
 		"webhookAllow":         "10.20.0.0/16,hooks.internal",
 		"secretPrefixes":       "arn:aws:ssm:eu-west-1:123456789012:parameter/ctx/*",
 		"lambdaFunctions":      "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live",
+		"effectTables":         "accounts,ledger.v2",
 		"maxManifestBytes":     "1073741824",
 		"alarmTopicArn":        "arn:aws:sns:eu-west-1:123456789012:ctx-alarms",
 		"tracing":              "true",
@@ -355,6 +356,15 @@ func TestRunnerPropsContext(t *testing.T) {
 			if !a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `:function:score"`) ||
 				!a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `function:other:live`) {
 				t.Error("item may not invoke both allow-listed functions")
+			}
+		},
+		"effectTables": func(t *testing.T) {
+			if got := a.env(t, "item", config.EnvEffectTables); got != "accounts,ledger.v2" {
+				t.Errorf("%s=%q", config.EnvEffectTables, got)
+			}
+			if !a.has("AWS::IAM::Policy", `"dynamodb:ConditionCheckItem"`, `:table/accounts"`) ||
+				!a.has("AWS::IAM::Policy", `"dynamodb:ConditionCheckItem"`, `:table/ledger.v2"`) {
+				t.Error("item may not stage writes on both tables")
 			}
 		},
 		"maxManifestBytes": func(t *testing.T) {

@@ -261,6 +261,16 @@ type RunnerProps struct {
 	// function. Default: none on TargetAWS (the pipeline refuses every
 	// batch); DefaultEmulatorLambdaFunctions on TargetEmulator.
 	LambdaFunctions []string
+	// EffectTables are the DynamoDB tables on which pipelines may stage
+	// writes committed with their item's outcome (package
+	// shared/pipeline/effects; config.EnvEffectTables on the item
+	// function): table names (config.CheckEffectTable), or a token such as
+	// table.TableName() of a table in the same app; never bulkrun's own.
+	// The item function's role gets dynamodb:PutItem, UpdateItem,
+	// DeleteItem and ConditionCheckItem on exactly these tables (what a
+	// TransactWriteItems of those actions needs), one statement per table.
+	// Default none: staging is refused.
+	EffectTables []string
 }
 
 // DefaultMemoryMiB is each function's memory when RunnerProps.MemoryMiB
@@ -364,6 +374,7 @@ type settings struct {
 	memoryMiB       map[string]int           // every function
 	timeouts        map[string]time.Duration // every function
 	lambdaFunctions []string                 // config.EnvLambdaFunctions, tokens included
+	effectTables    []string                 // config.EnvEffectTables, tokens included
 }
 
 // env returns the environment variables whose values are known at synth
@@ -457,6 +468,7 @@ func derive(props *RunnerProps) (settings, error) {
 	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep} {
 		s.memoryMiB[fn], s.timeouts[fn] = DefaultMemoryMiB[fn], defaultTimeouts[fn]
 	}
+	s.effectTables = props.EffectTables
 	s.lambdaFunctions = props.LambdaFunctions
 	if len(s.lambdaFunctions) == 0 && s.target == TargetEmulator {
 		s.lambdaFunctions = DefaultEmulatorLambdaFunctions
@@ -618,6 +630,14 @@ func derive(props *RunnerProps) (settings, error) {
 		lambdas = append(lambdas, f)
 	}
 	env[config.EnvLambdaFunctions] = strings.Join(lambdas, ",")
+	var tables []string
+	for _, t := range s.effectTables {
+		if *awscdk.Token_IsUnresolved(jsii.String(t)) {
+			t = "token-table"
+		}
+		tables = append(tables, t)
+	}
+	env[config.EnvEffectTables] = strings.Join(tables, ",")
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
 		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
 	}
@@ -936,6 +956,9 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 	})
 	itemEnv := copyEnv(fanOut)
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
+	if len(s.effectTables) > 0 {
+		itemEnv[config.EnvEffectTables] = strings.Join(s.effectTables, ",") // staged writes (shared/pipeline/effects)
+	}
 	item := newFunction(FunctionItem, s.itemTimeout, float64(s.itemMemoryMiB), itemEnv)
 
 	// Least privilege, explicit actions only.
@@ -985,6 +1008,17 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 				awscdk.Aws_REGION(), jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":function:" + f)})
 		}
 		allow(item, []string{"lambda:InvokeFunction"}, arn)
+	}
+
+	// Staged writes: the actions of a TransactWriteItems on each declared
+	// table, one statement per table ("Using IAM policy conditions for
+	// fine-grained access control" / TransactWriteItems, Amazon DynamoDB
+	// developer guide: each action of the transaction needs its own
+	// permission).
+	for _, t := range s.effectTables {
+		allow(item, []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"},
+			awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":dynamodb:"),
+				awscdk.Aws_REGION(), jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":table/"), jsii.String(t)}))
 	}
 
 	// Secret references: read access per declared prefix, per service.

@@ -72,6 +72,7 @@ func testProps(target string) *RunnerProps {
 		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
 		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
 		LambdaFunctions: []string{"score", "arn:aws:lambda:eu-west-1:123456789012:function:other:live"},
+		EffectTables:    []string{"accounts"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 		MaxManifestBytes:    1 << 30,
@@ -316,6 +317,9 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
+			if target == TargetAWS {
+				itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one
+			}
 			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvSecretPrefixes)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
@@ -654,7 +658,7 @@ func TestIAMScope(t *testing.T) {
 		FunctionSubmit: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
 			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
-		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
 			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject", "secretsmanager:GetSecretValue",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage", "ssm:GetParameter"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
@@ -1043,6 +1047,7 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"finalize timeout above Lambda limit", func(p *RunnerProps) { p.Timeouts = map[string]time.Duration{FunctionFinalize: 16 * time.Minute} }, "Timeouts[finalize]"},
 		{"sweep timeout not whole seconds", func(p *RunnerProps) { p.Timeouts = map[string]time.Duration{FunctionSweep: 1500 * time.Millisecond} }, "Timeouts[sweep]"},
 		{"item timeout through Timeouts", func(p *RunnerProps) { p.Timeouts = map[string]time.Duration{FunctionItem: time.Minute} }, "Timeouts[item]"},
+		{"effect table not a table name", func(p *RunnerProps) { p.EffectTables = []string{"accounts", "a/b"} }, config.EnvEffectTables},
 		{"lambda function neither name nor ARN", func(p *RunnerProps) { p.LambdaFunctions = []string{"score", "s3://bucket/fn"} }, config.EnvLambdaFunctions},
 		{"alarm topic neither ARN nor token", func(p *RunnerProps) { p.AlarmTopicARN = "alarms" }, "AlarmTopicARN"},
 		{"negative retention", func(p *RunnerProps) { p.RetentionDays = -1 }, "RetentionDays"},
@@ -1426,4 +1431,39 @@ func TestNewRunnerPanicsOnBadProps(t *testing.T) {
 		}
 	}()
 	NewRunner(stack, jsii.String("Default"), props)
+}
+
+// TestEffectTablesGranted guards the product line "staged writes only on
+// tables the stack declares": the item function (and no other) may
+// PutItem, UpdateItem, DeleteItem and ConditionCheckItem on each
+// EffectTables table, one statement each, and is told the list; bulkrun's
+// own table and a malformed name are refused at synth.
+func TestEffectTablesGranted(t *testing.T) {
+	s := synth(t, TargetAWS)
+	want := "arn:aws:dynamodb:eu-west-1:123456789012:table/accounts"
+	found := 0
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
+		for _, st := range s.statements(t, s.ids["policy:"+fn]) {
+			res := resolveAll(t, st["Resource"])
+			if !slices.Contains(res, want) {
+				continue
+			}
+			found++
+			got := actions(st)
+			sort.Strings(got)
+			if fn != FunctionItem || len(res) != 1 || !slices.Equal(got, []string{"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}) {
+				t.Errorf("%s: %v on %v, want item's four write actions on the table alone", fn, got, res)
+			}
+		}
+	}
+	if found != 1 {
+		t.Errorf("%d statements on %s, want 1", found, want)
+	}
+	env, _ := s.properties(t, s.ids[FunctionItem])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if env[config.EnvEffectTables] != "accounts" {
+		t.Errorf("item %s = %v", config.EnvEffectTables, env[config.EnvEffectTables])
+	}
+	if err := Validate(&RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, EffectTables: []string{"x"}}); err == nil || !strings.Contains(err.Error(), config.EnvEffectTables) {
+		t.Errorf("a 1-character table name: %v, want refused naming %s", err, config.EnvEffectTables)
+	}
 }
