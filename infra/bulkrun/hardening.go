@@ -24,7 +24,7 @@ const (
 	DefaultAPIBurstLimit = 100
 )
 
-// operated are the resources of NewStack that harden and observe extend.
+// operated are the resources of NewRunner that harden and observe extend.
 type operated struct {
 	bucket    awss3.Bucket
 	table     awsdynamodb.Table
@@ -88,7 +88,7 @@ func checkOperations(props *RunnerProps) []error {
 }
 
 // harden adds what the storage and the API need beyond their
-// construction in NewStack:
+// construction in NewRunner:
 //
 //   - SSL-only resource policies (deny when aws:SecureTransport is false) on
 //     every queue of the stack, on every target; the bucket gets its own through

@@ -639,7 +639,7 @@ func derive(props *RunnerProps) (settings, error) {
 	}
 	env[config.EnvEffectTables] = strings.Join(tables, ",")
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
-		errs = append(errs, fmt.Errorf("infra: the functions would refuse this configuration: %w", err))
+		errs = append(errs, fmt.Errorf("bulkrun: the functions would refuse this configuration: %w", err))
 	}
 	return s, errors.Join(errs...)
 }
