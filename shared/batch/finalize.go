@@ -42,9 +42,9 @@ func ResultsManifestKey(batchID string, run int) string {
 func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome) error) (Census, error) {
 	c := Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	var rows int64
-	err := store.ScanItems(ctx, b.ID, b.ListShards, func(it Item) error {
-		o := it.Outcome
-		if it.Run < b.Run && (o == OutcomeFailed || o == OutcomeCancelled || o == OutcomeInFlight || o == OutcomeQuarantined && it.Released) {
+	err := MergeShards(ctx, store, b.ID, b.ListShards, "", MergeOptions{}, func(it Item) error {
+		o, ok := outcomeInRun(it, b)
+		if !ok {
 			return nil // not yet reached in this run: pending
 		}
 		rows++
@@ -85,6 +85,18 @@ type Finalizer struct {
 	FanOut func(ctx context.Context, b Batch) error
 	// Metrics receives the finalize lag and tick failures; nil for none.
 	Metrics *metric.Emitter
+	// ChunkTime is how long one call reads rows before it writes a
+	// checkpoint and leaves the rest to the next call (see chunk.go).
+	// Default DefaultChunkTime.
+	ChunkTime time.Duration
+	// ChunkMargin is how long before the context's deadline a call stops
+	// reading rows. Default DefaultChunkMargin.
+	ChunkMargin time.Duration
+	// ChunkRows, when > 0, also ends a call's chunk after that many rows
+	// (tests; 0: no limit).
+	ChunkRows int64
+	// Merge bounds the memory of reading the rows (MergeShards).
+	Merge MergeOptions
 }
 
 // FinalizeResult says what Finalize did.
@@ -93,15 +105,28 @@ type FinalizeResult struct {
 	// Wrote is true for the one call that wrote the report; false when the
 	// report already existed.
 	Wrote bool
+	// Continued is true when the call counted part of the rows and wrote
+	// a checkpoint (or found one written by another call) without
+	// finishing the run: the next call goes on from it. Report is empty.
+	Continued bool
 }
 
 // Finalize finishes run of batch id. It returns ErrNotFinished (wrapped)
 // when an item is still pending or in flight, ErrNotFound for an unknown
 // batch, and the stored report (Wrote false) when the run was finalized
-// already. Steps: census and results in one pass over the rows, the report
+// already. Steps: census and results in one pass over the rows in key
+// order, in chunks across calls when the rows take longer than ChunkTime
+// (a call that ends a chunk returns Continued; see chunk.go), the report
 // written only if absent (S3 If-None-Match), then the batch row moved from
-// running to its final status only if still running this run.
+// running to its final status only if still running this run. Memory is
+// bounded whatever the run's size: Merge's budget, two results parts of
+// ResultPartBytes per outcome met, and 1,000 keys of rows whose TTL is
+// extended.
 func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeResult, error) {
+	return f.finalize(ctx, id, run, false)
+}
+
+func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick bool) (FinalizeResult, error) {
 	b, err := f.Store.GetBatch(ctx, id)
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s: %w", id, err)
@@ -127,35 +152,40 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 		return FinalizeResult{Report: rep}, err
 	}
 
-	// Rows whose TTL ends less than half the grace after the retention
-	// (written long before the finish, or without a TTL) get it extended
-	// to the full grace below; rows written with the stack's row TTL
-	// (retention + grace) during the last half grace before the finish
-	// need no write.
-	keepBefore := f.Clock.Now().Add(f.Retention + TTLGrace/2)
-	var keep []string
-	var lastOutcomeAt time.Time // the finalize lag runs from here
-	rw := newResultsWriter(ctx, f.Blobs, id, run)
-	census, err := CensusOf(ctx, f.Store, b, func(it Item, o Outcome) error {
-		if !o.Terminal() {
-			return fmt.Errorf("item %q is %s: %w", it.Key, o, ErrNotFinished)
-		}
-		if it.UpdatedAt.After(lastOutcomeAt) {
-			lastOutcomeAt = it.UpdatedAt
-		}
-		if it.ExpiresAt.Before(keepBefore) {
-			keep = append(keep, it.Key)
-		}
-		return rw.add(it, o)
-	})
-	if err == nil && !census.Done() {
-		err = fmt.Errorf("%d items pending: %w", census.Pending, ErrNotFinished)
-	}
+	cp, err := f.loadCheckpoint(ctx, id, run)
 	if err != nil {
-		rw.abort()
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", id, run, err)
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: checkpoint: %w", id, run, err)
 	}
-	results, err := rw.close()
+	if cp == nil {
+		cp = newCheckpoint(0, f.Clock.Now())
+	} else if !cp.Done && f.Clock.Now().Sub(cp.ChainStartedAt) > TTLGrace/2 {
+		cp = newCheckpoint(cp.Seq, f.Clock.Now()) // too old to go on from: start over
+	}
+	if !cp.Done {
+		if fromTick && f.busy(ctx, id, run) {
+			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, ErrNotFinished)
+		}
+		done, err := f.scanChunk(ctx, b, cp)
+		if errors.Is(err, ErrConflict) {
+			// Another call wrote this checkpoint first: go on from it.
+			if cp, err = f.loadCheckpoint(ctx, id, run); err == nil && (cp == nil || !cp.Done) {
+				return FinalizeResult{Continued: true}, nil
+			}
+			done = true
+		}
+		if err != nil {
+			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", id, run, err)
+		}
+		if !done {
+			log.Info("finalize chunk written; the next call goes on from it", "checkpoint", cp.Seq, "rows", cp.Rows)
+			return FinalizeResult{Continued: true}, nil
+		}
+	}
+	census := cp.Census
+	census.Total = b.ItemCount
+	census.Pending = b.ItemCount - cp.Rows
+	lastOutcomeAt := cp.LastOutcomeAt // the finalize lag runs from here
+	results, err := f.completeResults(ctx, id, run, cp)
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: results: %w", id, run, err)
 	}
@@ -209,7 +239,7 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	// is moved so that no finished batch lacks it.
 	expires := rep.FinishedAt.Add(f.Retention)
 	rowsExpire := expires.Add(TTLGrace)
-	if err := f.Store.KeepRows(ctx, b, keep, rowsExpire); err != nil {
+	if err := f.Store.KeepRows(ctx, b, nil, rowsExpire); err != nil { // the counter rows; item rows as they were counted
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: row TTL: %w", id, run, err)
 	}
 	err = f.Store.FinishRun(ctx, id, run, Finish{
@@ -223,6 +253,10 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 	// the report); if it dies first, a retried finalize or the tick does.
 	if err == nil {
 		f.announce(ctx, log, rep)
+	}
+	// The checkpoints served their purpose (forget deletes them too).
+	if _, err := f.Blobs.DeletePrefix(ctx, FinalizePrefix(id, run)); err != nil {
+		log.Warn("delete finalize checkpoints", "error", err.Error())
 	}
 	if wrote {
 		log.Info("run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
@@ -338,7 +372,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			continue
 		}
 		res.Checked++
-		r, err := f.Finalize(ctx, id, b.Run)
+		r, err := f.finalize(ctx, id, b.Run, true)
 		switch {
 		case err == nil && r.Wrote:
 			res.Finalized++
@@ -395,46 +429,6 @@ func (f *Finalizer) publishLost(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// resultsWriter streams one JSONL file per outcome and the manifest.json.
-type resultsWriter struct {
-	ctx     context.Context
-	blobs   Blobs
-	id      string
-	run     int
-	writers map[Outcome]BlobWriter
-	bytes   map[Outcome]int64
-}
-
-func newResultsWriter(ctx context.Context, blobs Blobs, id string, run int) *resultsWriter {
-	return &resultsWriter{ctx: ctx, blobs: blobs, id: id, run: run, writers: map[Outcome]BlobWriter{}, bytes: map[Outcome]int64{}}
-}
-
-func (r *resultsWriter) add(it Item, o Outcome) error {
-	w := r.writers[o]
-	if w == nil {
-		var err error
-		if w, err = r.blobs.Create(r.ctx, ResultsKey(r.id, r.run, o), "application/x-ndjson"); err != nil {
-			return err
-		}
-		r.writers[o] = w
-	}
-	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Output: it.Output, OutputRef: it.OutputRef,
-		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
-	if err != nil {
-		return err
-	}
-	line = append(line, '\n')
-	n, err := w.Write(line)
-	r.bytes[o] += int64(n)
-	return err
-}
-
-func (r *resultsWriter) abort() {
-	for _, w := range r.writers {
-		_ = w.Abort()
-	}
-}
-
 // resultFile is one entry of manifest.json (Distributed Map's ResultWriter
 // manifest shape: {"Key", "Size"}).
 type resultFile struct {
@@ -442,37 +436,38 @@ type resultFile struct {
 	Size int64  `json:"Size"`
 }
 
-func (r *resultsWriter) close() (Results, error) {
-	bucket := r.blobs.Bucket()
-	res := Results{Manifest: "s3://" + bucket + "/" + ResultsManifestKey(r.id, r.run), Files: map[Outcome]Location{}}
+// completeResults completes the results upload of every outcome of a done
+// checkpoint and writes manifest.json. Idempotent.
+func (f *Finalizer) completeResults(ctx context.Context, id string, run int, cp *checkpoint) (Results, error) {
+	bucket := f.Blobs.Bucket()
+	res := Results{Manifest: "s3://" + bucket + "/" + ResultsManifestKey(id, run), Files: map[Outcome]Location{}}
 	files := map[string][]resultFile{}
 	for _, o := range TerminalOutcomes() {
 		files[strings.ToUpper(string(o))] = []resultFile{}
 	}
 	files["PENDING"] = []resultFile{}
 	for _, o := range TerminalOutcomes() {
-		w := r.writers[o]
-		if w == nil {
+		file := cp.Files[o]
+		if file == nil {
 			continue
 		}
-		if err := w.Close(); err != nil {
-			r.abort()
+		key := ResultsKey(id, run, o)
+		if err := f.Blobs.CompleteParts(ctx, key, file.UploadID, file.Parts, file.Bytes); err != nil {
 			return Results{}, err
 		}
-		key := ResultsKey(r.id, r.run, o)
-		res.Files[o] = Location{URI: "s3://" + bucket + "/" + key, Bytes: r.bytes[o]}
-		files[strings.ToUpper(string(o))] = []resultFile{{Key: key, Size: r.bytes[o]}}
+		res.Files[o] = Location{URI: "s3://" + bucket + "/" + key, Bytes: file.Bytes}
+		files[strings.ToUpper(string(o))] = []resultFile{{Key: key, Size: file.Bytes}}
 	}
 	manifest, err := json.MarshalIndent(struct {
 		DestinationBucket string                  `json:"DestinationBucket"`
 		BatchID           string                  `json:"BatchId"`
 		Run               int                     `json:"Run"`
 		ResultFiles       map[string][]resultFile `json:"ResultFiles"`
-	}{bucket, r.id, r.run, files}, "", "  ")
+	}{bucket, id, run, files}, "", "  ")
 	if err != nil {
 		return Results{}, err
 	}
-	if err := r.blobs.Put(r.ctx, ResultsManifestKey(r.id, r.run), "application/json", manifest); err != nil {
+	if err := f.Blobs.Put(ctx, ResultsManifestKey(id, run), "application/json", manifest); err != nil {
 		return Results{}, err
 	}
 	return res, nil

@@ -70,6 +70,12 @@ type Store interface {
 	// ScanItems calls fn for every item row of the batch in key byte order,
 	// merging its list shards. fn's error stops the scan and is returned.
 	ScanItems(ctx context.Context, batchID string, listShards int, fn func(Item) error) error
+	// ScanShard returns up to limit item rows of list shard `shard` (0 ..
+	// listShards-1) whose keys sort after `after` ("" from the first), in
+	// key byte order, and whether the shard may hold more past the last
+	// one. Rows read as in flight or released are read again consistently.
+	// Finalize merges the shards with it in bounded memory (MergeShards).
+	ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
 	// FinishRun moves the batch from running to f.Status, only if its
 	// current run is run and it is still running; else ErrConflict. It also
 	// removes the running marker, writes the retention marker, and lists
@@ -247,6 +253,15 @@ type Blobs interface {
 	// DeletePrefix removes every object under prefix in the batches bucket
 	// and returns how many it removed.
 	DeletePrefix(ctx context.Context, prefix string) (int, error)
+	// StartParts begins a multipart upload of key whose parts may be
+	// written from several invocations, and returns its upload id.
+	StartParts(ctx context.Context, key, contentType string) (string, error)
+	// PutPart writes part n (1–10,000) of upload id; writing it again
+	// replaces it. Every part but the last holds at least 5 MiB.
+	PutPart(ctx context.Context, key, id string, n int, body []byte) error
+	// CompleteParts makes parts 1..n (size bytes in all) the object key.
+	// Idempotent: an upload already completed into size bytes is no error.
+	CompleteParts(ctx context.Context, key, id string, n int, size int64) error
 }
 
 // Events publishes a finished run's report (EventBridge adapter:

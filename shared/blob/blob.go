@@ -454,3 +454,94 @@ func xmlSafe(key string) bool {
 	}
 	return true
 }
+
+// StartParts begins a multipart upload of key in the batches bucket
+// (CreateMultipartUpload) and returns its upload id. Its parts are written
+// by PutPart, possibly from several invocations, and made visible by
+// CompleteParts; an upload never completed is removed by the bucket's
+// lifecycle rule (AbortIncompleteMultipartUpload, 1 day).
+func (s *Store) StartParts(ctx context.Context, key, contentType string) (string, error) {
+	out, err := s.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &key, ContentType: &contentType})
+	if err != nil {
+		return "", fmt.Errorf("start upload s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return aws.ToString(out.UploadId), nil
+}
+
+// PutPart writes part n (1–10,000) of upload id of key (UploadPart);
+// writing part n again replaces it. Every part but the last must hold at
+// least 5 MiB (S3 user guide, "Amazon S3 multipart upload limits").
+func (s *Store) PutPart(ctx context.Context, key, id string, n int, body []byte) error {
+	_, err := s.s3.UploadPart(ctx, &s3.UploadPartInput{Bucket: &s.bucket, Key: &key, UploadId: &id, PartNumber: aws.Int32(int32(n)),
+		Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body)))})
+	if err != nil {
+		return fmt.Errorf("upload part %d of s3://%s/%s: %w", n, s.bucket, key, err)
+	}
+	return nil
+}
+
+// CompleteParts makes parts 1..n of upload id the object key
+// (CompleteMultipartUpload), each part with the ETag of its last write as
+// ListParts reports it. n = 0 puts an empty object. An upload that is gone
+// (S3's NoSuchUpload: completed by an earlier call) while key holds size
+// bytes is no error; a part missing from the listing is.
+func (s *Store) CompleteParts(ctx context.Context, key, id string, n int, size int64) error {
+	if n == 0 {
+		_ = s.abortParts(ctx, key, id)
+		return s.Put(ctx, key, "application/x-ndjson", nil)
+	}
+	parts := make([]types.CompletedPart, 0, n)
+	p := s3.NewListPartsPaginator(s.s3, &s3.ListPartsInput{Bucket: &s.bucket, Key: &key, UploadId: &id})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			var nsu *types.NoSuchUpload
+			if errors.As(err, &nsu) || isNotFound(err) {
+				return s.completed(ctx, key, size, err)
+			}
+			return fmt.Errorf("list parts of s3://%s/%s: %w", s.bucket, key, err)
+		}
+		for _, part := range page.Parts {
+			if pn := int(aws.ToInt32(part.PartNumber)); pn >= 1 && pn <= n {
+				parts = append(parts, types.CompletedPart{PartNumber: part.PartNumber, ETag: part.ETag})
+			}
+		}
+	}
+	slices.SortFunc(parts, func(a, b types.CompletedPart) int { return int(aws.ToInt32(a.PartNumber) - aws.ToInt32(b.PartNumber)) })
+	for i, part := range parts {
+		if int(aws.ToInt32(part.PartNumber)) != i+1 {
+			return fmt.Errorf("complete s3://%s/%s: part %d was never written", s.bucket, key, i+1)
+		}
+	}
+	if len(parts) != n {
+		return fmt.Errorf("complete s3://%s/%s: %d of %d parts written", s.bucket, key, len(parts), n)
+	}
+	_, err := s.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &s.bucket, Key: &key, UploadId: &id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}})
+	if err != nil {
+		var nsu *types.NoSuchUpload
+		if errors.As(err, &nsu) || isNotFound(err) {
+			return s.completed(ctx, key, size, err)
+		}
+		return fmt.Errorf("complete s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return nil
+}
+
+// completed checks that an upload reported gone was completed into key
+// with size bytes.
+func (s *Store) completed(ctx context.Context, key string, size int64, cause error) error {
+	info, _, err := s.Head(ctx, s.bucket, key)
+	if err == nil && info.Size == size {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("holds %d bytes, want %d", info.Size, size)
+	}
+	return fmt.Errorf("complete s3://%s/%s: upload gone (%v) and the object not written: %w", s.bucket, key, cause, err)
+}
+
+func (s *Store) abortParts(ctx context.Context, key, id string) error {
+	_, err := s.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: &key, UploadId: &id})
+	return err
+}

@@ -41,6 +41,11 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 	}
 	for i := 0; ; i++ {
 		res, err := h.Finalizer.Finalize(ctx, ev.BatchID, ev.Run)
+		if err == nil && res.Continued {
+			// A chunk of the rows is counted and checkpointed; the tick
+			// (or the next trigger) goes on from it.
+			return map[string]any{"status": batch.StatusRunning, "continued": true}, nil
+		}
 		if err == nil {
 			return map[string]any{"status": res.Report.Status, "wrote": res.Wrote}, nil
 		}
