@@ -1,0 +1,99 @@
+package batch
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkFinalizeMemory feeds generated item rows through the real
+// Finalize (MergeShards, census, results parts, checkpoints) from a store
+// that makes each shard's rows as they are read, and a bucket that keeps
+// only the sizes of the parts, so that what is measured is finalize's own
+// memory. BULKRUN_FINALIZE_ROWS sets the rows (default 10^6; 10^7 for the
+// figure in docs/design.md), spread over 1,024 list shards (the most
+// batch.ListShards gives), each succeeded with a ~1 KB output. It reports
+// rows/s, the peak of the Go heap's objects (sampled every 2 ms) and the
+// process's peak RSS (getrusage).
+//
+//	BULKRUN_FINALIZE_ROWS=10000000 go test -run '^$' -bench FinalizeMemory -benchtime 1x -timeout 60m ./shared/batch/
+func BenchmarkFinalizeMemory(b *testing.B) {
+	n := int64(1_000_000)
+	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_FINALIZE_ROWS"), 10, 64); err == nil && v > 0 {
+		n = v
+	}
+	const shards = 1024
+	output := []byte(`{"text":"` + strings.Repeat("o", 1000) + `"}`)
+	gen := func(shard int, after string, limit int) ([]Item, bool) {
+		i := int64(shard)
+		if after != "" {
+			last, _ := strconv.ParseInt(strings.TrimPrefix(after, "item-"), 10, 64)
+			i = last + shards
+		}
+		rows := make([]Item, 0, limit)
+		for ; i < n && len(rows) < limit; i += shards {
+			key := PositionalKey(i)
+			rows = append(rows, Item{Key: key, RunID: RunID("bench", key), Run: 1, RunAttempts: 1, Attempt: 1,
+				Outcome: OutcomeSucceeded, Output: slices.Clone(output), UpdatedAt: time.Unix(1_800_000_000, 0).UTC(),
+				Cost: map[string]float64{"usd": 0.0001}})
+		}
+		return rows, i < n
+	}
+	var peakHeap atomic.Uint64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				metrics.Read(sample)
+				if v := sample[0].Value.Uint64(); v > peakHeap.Load() {
+					peakHeap.Store(v)
+				}
+			}
+		}
+	})
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		s := &rowStore{b: Batch{ID: "bench", Run: 1, Status: StatusRunning, ItemCount: n, ListShards: shards, CounterShards: 16}, gen: gen}
+		blobs := newPartBlobs()
+		blobs.discard = true
+		f := &Finalizer{Store: s, Blobs: blobs, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour}
+		for {
+			r, err := f.Finalize(context.Background(), "bench", 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !r.Continued {
+				if r.Report.Census.Succeeded != n {
+					b.Fatalf("census %+v, want %d succeeded", r.Report.Census, n)
+				}
+				break
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "rows/s")
+	b.ReportMetric(float64(peakHeap.Load())/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB") // Linux: KiB
+}
