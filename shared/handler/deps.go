@@ -63,8 +63,10 @@ func NewS3(c aws.Config) *s3.Client { return blob.NewS3(c) }
 // The blob store is the thumbnail pipeline's source (registered.Build).
 var _ thumbnail.Source = (*blob.Store)(nil)
 
-// Build loads the configuration and builds the adapters.
+// Build sets the Go runtime's memory limit from the function's memory
+// (SetMemoryLimit), loads the configuration and builds the adapters.
 func Build(ctx context.Context) (*Deps, error) {
+	SetMemoryLimit()
 	cfg, err := config.Load(nil)
 	log := Logger(cfg.LogLevel)
 	if err != nil {
