@@ -275,7 +275,7 @@ type RunnerProps struct {
 
 // DefaultMemoryMiB is each function's memory when RunnerProps.MemoryMiB
 // (or ItemMemoryMiB for item) does not set it, in MiB.
-var DefaultMemoryMiB = map[string]int{FunctionSubmit: 512, FunctionItem: DefaultItemMemoryMiB, FunctionFinalize: 1024, FunctionSweep: 512}
+var DefaultMemoryMiB = map[string]int{FunctionSubmit: SubmitMemoryMiB, FunctionItem: DefaultItemMemoryMiB, FunctionFinalize: 1024, FunctionSweep: 512}
 
 // defaultTimeouts are the functions' timeouts when RunnerProps.Timeouts
 // (or ItemTimeout for item) does not set them.
@@ -286,6 +286,13 @@ var defaultTimeouts = map[string]time.Duration{FunctionSubmit: config.DefaultSub
 const (
 	DefaultItemMemoryMiB       = 512
 	DefaultItemsMaxConcurrency = 100
+	// SubmitMemoryMiB is the submit function's memory. Lambda gives CPU in
+	// proportion to memory (1 vCPU at 1,769 MB: "Configuring Lambda
+	// function memory", AWS Lambda developer guide): reading a source of
+	// 10^7 items of 1 KB takes ≈ 144 CPU-seconds (docs/design.md,
+	// "Measured"), ≈ 250 s at 1,024 MB, under a third of the 15-minute
+	// limit; at 512 MB it would take ≈ 500 s.
+	SubmitMemoryMiB = 1024
 )
 
 // DefaultEmulatorSourcePrefixes are the SourcePrefixes of an emulator

@@ -408,7 +408,7 @@ func TestConfusedDeputySourcesProps(t *testing.T) {
 
 func TestFunctions(t *testing.T) {
 	wantShape := map[string]struct{ timeout, memory float64 }{
-		FunctionSubmit:   {900, 512},
+		FunctionSubmit:   {900, SubmitMemoryMiB},
 		FunctionFinalize: {900, 1024},
 		FunctionSweep:    {900, 512},
 	}

@@ -97,7 +97,8 @@ type Submitter struct {
 	ChunkItems      int    // items per fan-out message; 0 = DefaultChunkItems
 	TempDir         string // where duplicate-key detection spills; "" = OS temp dir
 	// Keys tunes duplicate-key detection (memory budget, fault injection);
-	// its Dir defaults to TempDir.
+	// its Dir defaults to TempDir, its MemoryBytes to
+	// SubmitKeysMemoryBytes.
 	Keys keyset.Options
 	// TempLimitBytes is the size of the disk under TempDir (the submit
 	// function's ephemeral storage), named when it fills up; 0: unknown.
@@ -114,6 +115,16 @@ type Submitter struct {
 	// SourcePolicy); the zero value allows any.
 	Sources SourcePolicy
 }
+
+// SubmitKeysMemoryBytes is the duplicate-key detector's buffer in a
+// submit (keyset.Options.MemoryBytes): 8 MiB. The buffer weighs about
+// 2.6 times its budget at submit's peak (its index is grown by copying,
+// and the Go heap reaches about twice what is live between collections):
+// a submit of 10^6 items of 1 KB with 110-byte keys peaks at ≈ 104 MiB
+// with it, ≈ 125 MiB at 16 MiB and ≈ 134 MiB at keyset's 32 MiB default,
+// in the same CPU time; spilling more runs costs ≈ 1 ms per 1,000 keys
+// (docs/design.md, "Measured").
+const SubmitKeysMemoryBytes = 8 << 20
 
 // MaxHeaderBytes bounds the headers given at submit: they are stored on the
 // batch row (DynamoDB items are at most 400 KB).
@@ -406,6 +417,9 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 	keys := s.Keys
 	if keys.Dir == "" {
 		keys.Dir = s.TempDir
+	}
+	if keys.MemoryBytes == 0 {
+		keys.MemoryBytes = SubmitKeysMemoryBytes
 	}
 	mw := NewManifestWriterOptions(w, ManifestOptions{ChunkItems: s.ChunkItems, Keys: keys, TempLimitBytes: s.TempLimitBytes})
 	defer mw.Close()

@@ -1,0 +1,151 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// submitMemoryMiB is the submit function's memory in the stack
+// (infra.SubmitMemoryMiB);
+// the test runs submit under the Go memory limit the function sets from
+// it (handler.SetMemoryLimit).
+const submitMemoryMiB = 1024
+
+// memoryPeak samples the Go runtime's memory every 2 ms: the heap's
+// objects, and everything the runtime holds from the OS (total minus
+// released), the figure GOMEMLIMIT bounds and the one a Lambda function's
+// memory must hold, the executable aside.
+type memoryPeak struct {
+	heap, runtime atomic.Uint64
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+func startMemoryPeak() *memoryPeak {
+	debug.FreeOSMemory() // what earlier work left is not counted
+	p := &memoryPeak{stop: make(chan struct{})}
+	p.wg.Go(func() {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+				metrics.Read(s)
+				if v := s[0].Value.Uint64(); v > p.heap.Load() {
+					p.heap.Store(v)
+				}
+				if v := s[1].Value.Uint64() - s[2].Value.Uint64(); v > p.runtime.Load() {
+					p.runtime.Store(v)
+				}
+			}
+		}
+	})
+	return p
+}
+
+func (p *memoryPeak) end() (heapMiB, runtimeMiB float64) {
+	close(p.stop)
+	p.wg.Wait()
+	return float64(p.heap.Load()) / (1 << 20), float64(p.runtime.Load()) / (1 << 20)
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestSubmitPeakMemory guards the product line "a submit of 10^6 items of
+// ~1 KB through the real S3 adapter peaks below 128 MiB", and measures a
+// submit of BULKRUN_SUBMIT_ITEMS JSONL
+// items of ~1 KB (default 300,000; 10^6 for the figure in docs/design.md)
+// from an object on the emulator's S3, read and written through the real
+// S3 adapter (manifest multipart upload), duplicate keys checked, fan-out
+// sent, under the Go memory limit of the stack's submit function. It checks
+// the batch and that the runtime's memory stayed below 128 MiB, and logs
+// the peaks, the wall and CPU time, and the CPU time 10^7 items would take
+// at the function's share of a vCPU (Lambda gives 1 vCPU at 1,769 MB and
+// CPU in proportion to memory: AWS Lambda developer guide, "Configuring
+// Lambda function memory").
+//
+//	BULKRUN_SUBMIT_ITEMS=1000000 go test -tags integration -run TestSubmitPeakMemory -v -timeout 30m ./integration/
+func TestSubmitPeakMemory(t *testing.T) {
+	ctx := context.Background()
+	n := int64(300_000)
+	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_SUBMIT_ITEMS"), 10, 64); err == nil && v > 0 {
+		n = v
+	}
+	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	id := newID(t)
+	srcKey := "incoming/" + id + ".jsonl"
+	w, err := h.blobs.Create(ctx, srcKey, "application/x-ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.blobs.DeletePrefix(context.Background(), "incoming/")
+		h.blobs.DeletePrefix(context.Background(), "batches/")
+	})
+	// Keys of ~110 bytes fill the duplicate detector's buffer from ≈ 130,000
+	// items on, so that the default size already measures a full buffer.
+	bw := bufio.NewWriterSize(w, 1<<20)
+	keyPad, pad := strings.Repeat("k", 94), strings.Repeat("p", 860)
+	for i := range n {
+		fmt.Fprintf(bw, `{"id":"order-%s-%010d","customer":"c-%06d","note":"%s"}`+"\n", keyPad, i, i%7919, pad)
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv(handler.EnvFunctionMemory, strconv.Itoa(submitMemoryMiB))
+	t.Setenv("GOMEMLIMIT", "")
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	handler.SetMemoryLimit()
+
+	s := *h.submitter
+	s.ChunkItems = 0 // the stack's 5,000 items per fan-out message
+	s.TempDir = t.TempDir()
+	peak := startMemoryPeak()
+	cpu0, start := cpuTime(), time.Now()
+	res, err := s.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
+		Source: batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}})
+	wall, cpu := time.Since(start), cpuTime()-cpu0
+	heapMiB, runtimeMiB := peak.end()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Batch.ItemCount != n {
+		t.Fatalf("batch of %d items, want %d", res.Batch.ItemCount, n)
+	}
+	share := float64(submitMemoryMiB) / 1769
+	at1e7 := time.Duration(float64(cpu) * 1e7 / float64(n) / share)
+	t.Logf("submit of %d items (%d MB source): %s wall, %s CPU (%.0f items per CPU-second); peak heap %.1f MiB, runtime %.1f MiB (GOMEMLIMIT %d MiB); 10^7 items at %d MB (%.2f vCPU): ≈ %s of CPU",
+		n, res.Batch.ManifestBytes>>20, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(n)/cpu.Seconds(),
+		heapMiB, runtimeMiB, handler.MemoryLimit(submitMemoryMiB)>>20, submitMemoryMiB, share, at1e7.Round(time.Second))
+	if runtimeMiB >= 128 {
+		t.Fatalf("submit held %.1f MiB, want < 128", runtimeMiB)
+	}
+}
