@@ -106,8 +106,9 @@ func TestSubmitPeakMemory(t *testing.T) {
 		h.blobs.DeletePrefix(context.Background(), "incoming/")
 		h.blobs.DeletePrefix(context.Background(), "batches/")
 	})
-	// Keys of ~110 bytes fill the duplicate detector's buffer from ≈ 130,000
-	// items on, so that the default size already measures a full buffer.
+	// Keys of ~110 bytes fill keyset's default 32 MiB buffer from
+	// ≈ 270,000 items on (submit's 8 MiB from ≈ 66,000), so that the
+	// default size already measures a full buffer.
 	bw := bufio.NewWriterSize(w, 1<<20)
 	keyPad, pad := strings.Repeat("k", 94), strings.Repeat("p", 860)
 	for i := range n {
