@@ -105,7 +105,7 @@ func chunkFinalizer(s *rowStore, blobs *partBlobs, chunkRows int64) *Finalizer {
 }
 
 func runningBatch(n int64) Batch {
-	return Batch{ID: "b1", Run: 1, Status: StatusRunning, ItemCount: n, ListShards: 6, CounterShards: 1}
+	return Batch{ID: "b1", Run: 1, Status: StatusRunning, ItemCount: n, ListShards: 6, CounterShards: 1, FannedOut: true}
 }
 
 // finalizeUntilDone calls Finalize until it writes or finds the report,
@@ -298,5 +298,32 @@ func TestFinalizeChainStartsOverWhenARowAppearsBehindIt(t *testing.T) {
 	}
 	if c := r.Report.Census; !r.Wrote || c.Pending != 0 || c.Succeeded+c.Failed+c.Quarantined != n {
 		t.Fatalf("census %+v wrote %v, want all %d rows counted once", c, r.Wrote, n)
+	}
+}
+
+// TestTickLeavesAChunkInProgressAlone guards one worker per chunk at a
+// time: while a call works on a run's rows (its active mark not expired),
+// the tick, which tries every running batch whose counters are done, does
+// not start a second pass over the same rows; once the mark has expired
+// (the call died), the tick goes on with the run.
+func TestTickLeavesAChunkInProgressAlone(t *testing.T) {
+	const n = 40
+	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 100)), newPartBlobs()
+	f := chunkFinalizer(s, blobs, 0)
+	ctx := context.Background()
+	if err := f.markActive(ctx, "b1", 1, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	scans := s.scans
+	res, err := f.Tick(ctx)
+	if err != nil || res.Checked != 1 || res.Finalized != 0 || s.scans != scans {
+		t.Fatalf("tick during a chunk: %+v %v, %d shard reads; want the run checked, left alone, nothing read", res, err, s.scans-scans)
+	}
+	if err := f.markActive(ctx, "b1", 1, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.Tick(ctx)
+	if err != nil || res.Finalized != 1 {
+		t.Fatalf("tick after the mark expired: %+v %v, want the run finalized", res, err)
 	}
 }
