@@ -288,10 +288,11 @@ const (
 	DefaultItemsMaxConcurrency = 100
 	// SubmitMemoryMiB is the submit function's memory. Lambda gives CPU in
 	// proportion to memory (1 vCPU at 1,769 MB: "Configuring Lambda
-	// function memory", AWS Lambda developer guide): reading a source of
-	// 10^7 items of 1 KB takes ≈ 144 CPU-seconds (docs/design.md,
-	// "Measured"), ≈ 250 s at 1,024 MB, under a third of the 15-minute
-	// limit; at 512 MB it would take ≈ 500 s.
+	// function memory", AWS Lambda developer guide,
+	// https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html):
+	// reading a source of 10^7 items of 1 KB takes ≈ 160 CPU-seconds
+	// (docs/design.md, "Measured"), ≈ 276 s at 1,024 MB, under a third of
+	// the 15-minute limit; at 512 MB it would take ≈ 550 s.
 	SubmitMemoryMiB = 1024
 )
 
