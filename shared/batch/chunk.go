@@ -286,7 +286,7 @@ func (c *chunkWriters) add(it Item, o Outcome) error {
 	return w.write(append(line, '\n'))
 }
 
-// wait waits for every part in flight (their errors are dropped: the
+// drop waits for every part in flight (their errors are dropped: the
 // chunk is abandoned).
 func (c *chunkWriters) drop() {
 	for _, w := range c.w {
