@@ -23,7 +23,7 @@ import (
 )
 
 // submitMemoryMiB is the submit function's memory in the stack
-// (infra.SubmitMemoryMiB);
+// (SubmitMemoryMiB in infra/bulkrun);
 // the test runs submit under the Go memory limit the function sets from
 // it (handler.SetMemoryLimit).
 const submitMemoryMiB = 1024

@@ -286,9 +286,10 @@ var defaultTimeouts = map[string]time.Duration{FunctionSubmit: config.DefaultSub
 const (
 	DefaultItemMemoryMiB       = 512
 	DefaultItemsMaxConcurrency = 100
-	// SubmitMemoryMiB is the submit function's memory. Lambda gives CPU in
-	// proportion to memory (1 vCPU at 1,769 MB: "Configuring Lambda
-	// function memory", AWS Lambda developer guide,
+	// SubmitMemoryMiB is the submit function's default memory
+	// (DefaultMemoryMiB; RunnerProps.MemoryMiB may change it). Lambda
+	// gives CPU in proportion to memory (1 vCPU at 1,769 MB: "Configuring
+	// Lambda function memory", AWS Lambda developer guide,
 	// https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html):
 	// reading a source of 10^7 items of 1 KB takes ≈ 160 CPU-seconds
 	// (docs/design.md, "Measured"), ≈ 276 s at 1,024 MB, under a third of
