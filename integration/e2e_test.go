@@ -8,10 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -159,7 +159,7 @@ func TestDuplicateDeliveriesRunOncePerItem(t *testing.T) {
 	}
 	var bodies []string
 	for i, in := range lines {
-		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0)
+		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.Chunk{Count: n}, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0)
 		body, _ := json.Marshal(m)
 		bodies = append(bodies, string(body), string(body))
 	}
@@ -502,8 +502,12 @@ func TestUnknownBatchIs404(t *testing.T) {
 	}
 }
 
-// DESIGN §4: no partition key (of the table or an index) is written once
-// per item of a batch.
+// DESIGN §4: no partition key (of the table or an index) takes more write
+// units than the shard budget allows: a batch's item rows live under
+// ListShards keys ITEM#{id}#{shard} as batch.Shard places them (the table
+// lists them in key order; no list index copies them), each key holding
+// no more items than ShardWriteBudget / ShardWriteUnitsPerItem at the
+// flow's shard count, and its counter rows under its counter shards.
 func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
@@ -513,8 +517,11 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, id)
+	b, _ := env.store.GetBatch(ctx, id)
+	if want := batch.ListShards(n, 0); b.ListShards != want || b.CounterShards < 1 || b.Chunks != 1 {
+		t.Fatalf("batch shards %d, counter shards %d, chunks %d; want %d item shards", b.ListShards, b.CounterShards, b.Chunks, want)
+	}
 	pks := map[string]int{}
-	lpks := map[string]int{}
 	var start map[string]types.AttributeValue
 	for {
 		out, err := env.ddb.Scan(ctx, &dynamodb.ScanInput{TableName: &env.table, ExclusiveStartKey: start})
@@ -523,14 +530,21 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 		}
 		for _, it := range out.Items {
 			pk := it["pk"].(*types.AttributeValueMemberS).Value
-			if !strings.Contains(pk, id) {
-				if sk, ok := it["sk"].(*types.AttributeValueMemberS); !ok || !strings.Contains(sk.Value, id) {
-					continue
-				}
+			sk, _ := it["sk"].(*types.AttributeValueMemberS)
+			if !strings.Contains(pk, "#"+id) && (sk == nil || !strings.Contains(sk.Value, id)) {
+				continue
 			}
 			pks[pk]++
-			if l, ok := it["lpk"].(*types.AttributeValueMemberS); ok {
-				lpks[l.Value]++
+			if _, ok := it["lpk"]; ok {
+				t.Errorf("row %s carries a list-index key", pk)
+			}
+			if strings.HasPrefix(pk, "ITEM#") {
+				if want := "ITEM#" + id + "#" + strconv.Itoa(batch.Shard(sk.Value, b.ListShards)); pk != want {
+					t.Errorf("item %s under %s, want %s", sk.Value, pk, want)
+				}
+				if _, ok := it["output"]; !ok {
+					t.Errorf("item %s has no output", sk.Value)
+				}
 			}
 		}
 		if len(out.LastEvaluatedKey) == 0 {
@@ -540,26 +554,20 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 	}
 	items := 0
 	for pk, c := range pks {
-		if c != 1 {
+		switch {
+		case strings.HasPrefix(pk, "ITEM#"):
+			items += c
+			if c*batch.ShardWriteUnitsPerItem > batch.ShardWriteBudget {
+				t.Errorf("item partition %s holds %d items: %d planned write units, budget %d", pk, c, c*batch.ShardWriteUnitsPerItem, batch.ShardWriteBudget)
+			}
+		case strings.HasPrefix(pk, "COUNT#"+id+"#1#"):
+		case c != 1:
 			t.Errorf("partition key %s holds %d rows", pk, c)
-		}
-		if strings.HasPrefix(pk, "ITEM#") {
-			items++
 		}
 	}
 	if items != n {
 		t.Fatalf("%d item rows, want %d", items, n)
 	}
-	b, _ := env.store.GetBatch(ctx, id)
-	if len(lpks) < 2 || len(lpks) > b.ListShards {
-		t.Fatalf("list index uses %d shard keys (batch has %d)", len(lpks), b.ListShards)
-	}
-	for k, c := range lpks {
-		if c == n {
-			t.Fatalf("list index key %s receives every item", k)
-		}
-	}
-	_ = io.EOF
 }
 
 // A scheduled tick starts a batch whose id derives from the tick's time; a

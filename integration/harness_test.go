@@ -349,13 +349,6 @@ func TestHarnessStoreConditions(t *testing.T) {
 	if err != nil || again.Attempt != 2 {
 		t.Fatalf("retry after release: %+v %v", again, err)
 	}
-	// Progress sums the counter shards.
-	_ = h.store.AddProgress(ctx, id, 1, 0, 2, 1, now)
-	_ = h.store.AddProgress(ctx, id, 1, 1, 3, 0, now.Add(time.Second))
-	p, err := h.store.Progress(ctx, id, 1, 2)
-	if err != nil || p.Done != 5 || p.Failures != 1 || !p.UpdatedAt.Equal(now.Add(time.Second).Truncate(time.Millisecond)) {
-		t.Fatalf("progress %+v %v", p, err)
-	}
 	// Scan merges the shards in key byte order.
 	var keys []string
 	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { keys = append(keys, it.Key); return nil })
@@ -722,5 +715,53 @@ func TestHarnessCancelledKeepsItsAttempts(t *testing.T) {
 	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { row = it; return nil })
 	if row.Outcome != batch.OutcomeCancelled || row.RunAttempts != 1 || row.Reason != batch.ReasonCancel {
 		t.Fatalf("row %+v, want cancelled with 1 attempt", row)
+	}
+}
+
+// Completion detection without reading every counter: each message batch
+// adds to its fan-out chunk's counter and learns from the write's answer
+// (no read) whether it completed the chunk; the write that completes the
+// run's last chunk reports the run done, once. Progress sums the counters
+// by reading the counter shards only. The product line: "a run is
+// finalized when its last item is counted, at ≤ 0.01 read units per item".
+func TestCompletionWithoutReadingCounters(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	id := newID(t)
+	now := time.Now().UTC()
+	count := func(first, items int64, at time.Time, runFailures bool, outcomes map[batch.Outcome]int64) batch.ChunkCounted {
+		t.Helper()
+		var failures int64
+		for o, n := range outcomes {
+			if o == batch.OutcomeFailed || o == batch.OutcomeQuarantined {
+				failures += n
+			}
+		}
+		c, err := h.store.CountChunk(ctx, batch.ChunkCount{BatchID: id, Run: 1, First: first, Items: items, Chunks: 2, Shards: 2,
+			Outcomes: outcomes, Failures: failures, RunFailures: runFailures, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ok := batch.OutcomeSucceeded
+	// Chunk 0 holds items 0–1, chunk 1 items 2–4.
+	if c := count(0, 2, now, true, map[batch.Outcome]int64{ok: 1, batch.OutcomeFailed: 1}); !c.ChunkDone || c.RunDone || c.Failures != 1 {
+		t.Fatalf("chunk 0 complete: %+v, want chunk done, run not done, 1 failure", c)
+	}
+	if c := count(2, 3, now, false, map[batch.Outcome]int64{ok: 2}); c.ChunkDone || c.RunDone {
+		t.Fatalf("chunk 1 at 2 of 3: %+v", c)
+	}
+	if c := count(2, 3, now.Add(time.Second), false, map[batch.Outcome]int64{batch.OutcomeCancelled: 1}); !c.ChunkDone || !c.RunDone {
+		t.Fatalf("chunk 1 complete: %+v, want the run done", c)
+	}
+	// A count past the chunk's items (never expected) does not complete it twice.
+	if c := count(2, 3, now, false, map[batch.Outcome]int64{ok: 1}); c.ChunkDone || c.RunDone {
+		t.Fatalf("count past the end: %+v", c)
+	}
+	p, err := h.store.Progress(ctx, id, 1, 2)
+	if err != nil || p.Done != 6 || p.Failures != 1 || p.ByOutcome[ok] != 4 || p.ByOutcome[batch.OutcomeCancelled] != 1 ||
+		!p.UpdatedAt.Equal(now.Add(time.Second).Truncate(time.Millisecond)) {
+		t.Fatalf("progress %+v %v", p, err)
 	}
 }

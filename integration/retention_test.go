@@ -93,9 +93,9 @@ func withMiddleware(name string, fn func(context.Context, middleware.InitializeI
 }
 
 // unprocessedDeletes makes every BatchWriteItem leave the delete of the
-// row whose pk is pk unprocessed, as DynamoDB does under throttling: the
+// row whose key is (pk, sk) unprocessed, as DynamoDB does under throttling: the
 // request goes on without it and the answer lists it in UnprocessedItems.
-func unprocessedDeletes(pk string, hits *atomic.Int64) aws.Config {
+func unprocessedDeletes(pk, sk string, hits *atomic.Int64) aws.Config {
 	return withMiddleware("unprocessedDeletes", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 		req, ok := in.Parameters.(*dynamodb.BatchWriteItemInput)
 		if !ok || awsmiddleware.GetOperationName(ctx) != "BatchWriteItem" {
@@ -105,7 +105,7 @@ func unprocessedDeletes(pk string, hits *atomic.Int64) aws.Config {
 		kept := map[string][]ddbtypes.WriteRequest{}
 		for table, reqs := range req.RequestItems {
 			for _, w := range reqs {
-				if w.DeleteRequest != nil && str(w.DeleteRequest.Key, "pk") == pk {
+				if w.DeleteRequest != nil && str(w.DeleteRequest.Key, "pk") == pk && str(w.DeleteRequest.Key, "sk") == sk {
 					held[table] = append(held[table], w)
 					hits.Add(1)
 					continue
@@ -170,8 +170,10 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			func() int64 { return proxy.Status().ByCall["dynamodb.BatchWriteItem"][faultproxy.KindPartial] }},
 		{"one row", func(id string) *dynamo.Store {
 			var stuck string
-			_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { stuck = it.Key; return nil })
-			return dynamo.New(dynamodb.NewFromConfig(unprocessedDeletes("ITEM#"+id+"#"+stuck, &hits)), h.store.Table())
+			b, _ := h.store.GetBatch(ctx, id)
+			_ = h.store.ScanItems(ctx, id, b.ListShards, func(it batch.Item) error { stuck = it.Key; return nil })
+			pk := "ITEM#" + id + "#" + strconv.Itoa(batch.Shard(stuck, b.ListShards))
+			return dynamo.New(dynamodb.NewFromConfig(unprocessedDeletes(pk, stuck, &hits)), h.store.Table())
 		}, hits.Load},
 	}
 	for _, inj := range injections {

@@ -390,13 +390,14 @@ type settings struct {
 // time, in the config.Env* names and the units config.Load reads.
 func (s settings) env() map[string]string {
 	return map[string]string{
-		config.EnvLogLevel:           DefaultLogLevel,
-		config.EnvRetentionDays:      strconv.Itoa(s.retentionDays),
-		config.EnvMaxAttempts:        strconv.Itoa(s.maxAttempts),
-		config.EnvMaxReceiveCount:    strconv.Itoa(s.maxReceiveCount),
-		config.EnvItemTimeoutSeconds: strconv.Itoa(int(s.itemTimeout / time.Second)),
-		config.EnvLeaseSeconds:       strconv.Itoa(int(s.lease / time.Second)),
-		config.EnvVisibilitySeconds:  strconv.Itoa(int(s.visibility / time.Second)),
+		config.EnvLogLevel:            DefaultLogLevel,
+		config.EnvRetentionDays:       strconv.Itoa(s.retentionDays),
+		config.EnvMaxAttempts:         strconv.Itoa(s.maxAttempts),
+		config.EnvMaxReceiveCount:     strconv.Itoa(s.maxReceiveCount),
+		config.EnvItemTimeoutSeconds:  strconv.Itoa(int(s.itemTimeout / time.Second)),
+		config.EnvLeaseSeconds:        strconv.Itoa(int(s.lease / time.Second)),
+		config.EnvVisibilitySeconds:   strconv.Itoa(int(s.visibility / time.Second)),
+		config.EnvItemsMaxConcurrency: strconv.Itoa(s.maxConcurrency),
 	}
 }
 
@@ -798,17 +799,16 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 		},
 		RemovalPolicy: removal,
 	})
-	for _, gsi := range []struct{ name, pk, sk string }{
-		{config.IndexList, config.AttrListPK, config.AttrListSK},
-		{config.IndexAttention, config.AttrAttentionPK, config.AttrAttentionSK},
-	} {
-		table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
-			IndexName:      jsii.String(gsi.name),
-			PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String(gsi.pk), Type: awsdynamodb.AttributeType_STRING},
-			SortKey:        &awsdynamodb.Attribute{Name: jsii.String(gsi.sk), Type: awsdynamodb.AttributeType_STRING},
-			ProjectionType: awsdynamodb.ProjectionType_ALL,
-		})
-	}
+	// Item rows are listed by the table itself (pk ITEM#{id}#{shard}, sk
+	// the item key): no index copies them. The attention index is sparse:
+	// only failed and quarantined rows carry its keys, and they hold no
+	// output (docs/design.md, "Storage layout").
+	table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:      jsii.String(config.IndexAttention),
+		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String(config.AttrAttentionPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:        &awsdynamodb.Attribute{Name: jsii.String(config.AttrAttentionSK), Type: awsdynamodb.AttributeType_STRING},
+		ProjectionType: awsdynamodb.ProjectionType_ALL,
+	})
 	// The batches index lists batches newest first (GET /batches); it
 	// projects only what a listing shows, so most batch-row writes do not
 	// touch it (docs/design.md, "Storage layout").

@@ -900,7 +900,6 @@ func TestBucketAndTablePerTarget(t *testing.T) {
 				gsis[str(g["IndexName"])] = keys(g["KeySchema"])
 			}
 			wantGSIs := map[string]map[string]string{
-				config.IndexList:      {"HASH": config.AttrListPK, "RANGE": config.AttrListSK},
 				config.IndexAttention: {"HASH": config.AttrAttentionPK, "RANGE": config.AttrAttentionSK},
 				config.IndexBatches:   {"HASH": config.AttrBatchesPK, "RANGE": config.AttrBatchesSK},
 			}

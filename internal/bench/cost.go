@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,39 +120,42 @@ type PartitionRow struct {
 }
 
 // Partitions computes the partition table from the write units per item
-// that r measured, split by target, and the real shard derivation:
+// that r measured, split by target, and the real shard derivation at the
+// stack's default flow (batch.StackFlow(100, 10) = ItemsPerSecond):
 // batch.ListShards and batch.Shard over the positional keys of each batch
-// size (the index partition keys {batch}#{shard}), and batch.CounterShards
-// with the worker's uniform random choice of counter shard per message
-// batch (seeded, so the table is reproducible). Per target:
-//   - item rows (own partition key each): an item's units, all within one
-//     second at most;
-//   - counter rows: the rate × counter units per item × the busiest
-//     shard's share of message batches;
+// size (item rows ITEM#{batch}#{shard}; the attention index's keys are the
+// same shards), batch.CounterShards and the chunks of
+// batch.DefaultChunkItems items (chunk c's counter under partition c mod
+// counter shards). Units per second on a key are its units over the
+// batch's duration, n / ItemsPerSecond but at least one second (a batch
+// shorter than a second puts all its units into that second). Per target:
+//   - item rows and their index entries: units per item × the items of
+//     the busiest shard / duration;
+//   - counter rows (chunk counters and the run's chunks-done row): units
+//     per item × the items of the busiest counter partition's chunks /
+//     duration (chunks are expanded in parallel, so their items
+//     interleave in the queue);
 //   - the batch row and other per-batch rows: their units per batch over
-//     the batch's duration (at least 1 s);
-//   - index entries of item rows: the rate × units per item × the busiest
-//     index shard's share of keys.
+//     the duration.
 func (r Result) Partitions() []PartitionRow {
 	per := map[meter.Target]float64{}
 	for t, v := range r.Usage.Write {
 		per[t] = v / float64(r.Items)
 	}
+	flow := batch.StackFlow(100, 10)
 	var rows []PartitionRow
 	for _, n := range PartitionSizes {
-		ls, cs := batch.ListShards(n), batch.CounterShards(n)
+		ls, cs := batch.ListShards(n, flow), batch.CounterShards(flow)
 		shard := make([]int64, ls)
 		for i := range n {
 			shard[batch.Shard(batch.PositionalKey(i), ls)]++
 		}
-		keyShare := float64(slicesMax(shard)) / float64(n)
+		busiestShard := float64(slicesMax(shard))
 		counters := make([]int64, cs)
-		rng := rand.New(rand.NewPCG(uint64(n), 1))
-		batches := (n + 9) / 10
-		for range batches {
-			counters[rng.IntN(cs)]++
+		for c := int64(0); c*batch.DefaultChunkItems < n; c++ {
+			counters[c%int64(cs)] += min(batch.DefaultChunkItems, n-c*batch.DefaultChunkItems)
 		}
-		counterShare := float64(slicesMax(counters)) / float64(batches)
+		busiestCounter := float64(slicesMax(counters))
 		seconds := max(1, float64(n)/ItemsPerSecond)
 		row := PartitionRow{BatchItems: n, ListShards: ls, CounterShards: cs, WCUPerS: map[string]float64{}, Busiest: map[string]string{}}
 		consider := func(target string, v float64, what string) {
@@ -171,13 +173,11 @@ func (r Result) Partitions() []PartitionRow {
 			if t.Index != "" {
 				target = "index " + t.Index
 			}
-			switch {
-			case t.Index == "" && t.Kind == "ITEM":
-				consider(target, u, "an item row")
-			case t.Index == "" && t.Kind == "COUNT":
-				consider(target, ItemsPerSecond*u*counterShare, fmt.Sprintf("a counter row (1 of %d)", cs))
-			case t.Kind == "ITEM":
-				consider(target, ItemsPerSecond*u*keyShare, fmt.Sprintf("a shard key (1 of %d)", ls))
+			switch t.Kind {
+			case "ITEM", "MARK":
+				consider(target, u*busiestShard/seconds, fmt.Sprintf("an item shard (1 of %d)", ls))
+			case "COUNT":
+				consider(target, u*busiestCounter/seconds, fmt.Sprintf("a counter partition (1 of %d)", cs))
 			default:
 				consider(target, u*float64(r.Items)/seconds, "the "+strings.ToLower(t.Kind)+" row")
 			}

@@ -231,7 +231,7 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 		log.Error("background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
 		return b, err
 	}
-	b.freeze(manifestKey, sum)
+	b.freeze(manifestKey, sum, s.ItemsPerSecond)
 	b.Status = StatusRunning
 	b.RunStartedAt = s.Clock.Now()
 	if err := s.Store.Freeze(ctx, b); err != nil {

@@ -14,18 +14,23 @@ import (
 // Batch is a batch's row: its plan (manifest and digest), its options and the
 // state of its current run. JSON names are the API's.
 type Batch struct {
-	ID            string    `json:"batch_id"`
-	Pipeline      string    `json:"pipeline"`
-	Digest        string    `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
-	ManifestKey   string    `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
-	ManifestBytes int64     `json:"manifest_bytes"`
-	ItemCount     int64     `json:"item_count"`
-	ListShards    int       `json:"list_shards"`    // list-index shards (see ListShards)
-	CounterShards int       `json:"counter_shards"` // run counter rows (see CounterShards)
-	Run           int       `json:"run"`            // current run, from 1
-	Status        Status    `json:"status"`
-	Threshold     Threshold `json:"threshold"`
-	MaxAttempts   int       `json:"max_attempts"`
+	ID            string `json:"batch_id"`
+	Pipeline      string `json:"pipeline"`
+	Digest        string `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
+	ManifestKey   string `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
+	ManifestBytes int64  `json:"manifest_bytes"`
+	ItemCount     int64  `json:"item_count"`
+	ListShards    int    `json:"list_shards"`    // item-row partition keys (see ListShards)
+	CounterShards int    `json:"counter_shards"` // chunk-counter partition keys (see CounterShards)
+	// Chunks is the number of fan-out chunks of the manifest (the same in
+	// every run): a run is done when this many chunk counters reached
+	// their item counts (Store.CountChunk). 0 on rows written before
+	// chunk counters: their runs end by the finalize tick.
+	Chunks      int       `json:"-"`
+	Run         int       `json:"run"` // current run, from 1
+	Status      Status    `json:"status"`
+	Threshold   Threshold `json:"threshold"`
+	MaxAttempts int       `json:"max_attempts"`
 	// MaxConcurrency is the most items of the batch whose pipeline runs at
 	// once, across every invocation (see Worker); 0 is unlimited.
 	MaxConcurrency int               `json:"max_concurrency,omitempty"`
@@ -264,6 +269,10 @@ type Threshold struct {
 	// FailureCount is ≥ 0; nil means unset.
 	FailureCount *int64 `json:"tolerated_failure_count,omitempty"`
 }
+
+// Limited reports whether t tolerates fewer than every failure (a count
+// or a percent is set): only then can failures exceed it.
+func (t Threshold) Limited() bool { return t.FailurePercent != nil || t.FailureCount != nil }
 
 // Validate names the field at fault.
 func (t Threshold) Validate() error {

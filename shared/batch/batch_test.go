@@ -146,12 +146,6 @@ func TestIDs(t *testing.T) {
 			t.Errorf("CheckKey(%.10q) = %q, want %q", tt.key, got, tt.want)
 		}
 	}
-	if ListShards(0) != MinListShards || ListShards(20_000_000) != MaxListShards || ListShards(200_000) != 20 {
-		t.Fatalf("ListShards: %d %d %d", ListShards(0), ListShards(20_000_000), ListShards(200_000))
-	}
-	if CounterShards(10) != 1 || CounterShards(250_000) != 3 || CounterShards(1e9) != MaxCounterShards {
-		t.Fatal("CounterShards")
-	}
 	for n := 1; n < 40; n += 7 {
 		if s := Shard("some-key", n); s < 0 || s >= n {
 			t.Fatalf("Shard out of range: %d of %d", s, n)
@@ -365,11 +359,11 @@ func TestUnknownFormatNamesTheValue(t *testing.T) {
 }
 
 func TestMessageValidate(t *testing.T) {
-	ok := ItemMessage("b1", 1, "m", ManifestLine{Key: "k", Input: json.RawMessage(`{}`)}, 0, 10)
+	ok := ItemMessage("b1", 1, "m", Chunk{Count: 1}, ManifestLine{Key: "k", Input: json.RawMessage(`{}`)}, 0, 10)
 	if err := ok.Validate(); err != nil || ok.Input == nil || ok.InputRef != nil {
 		t.Fatalf("small input must travel inline: %+v %v", ok, err)
 	}
-	big := ItemMessage("b1", 1, "m", ManifestLine{Key: "k", Input: json.RawMessage(`"` + strings.Repeat("x", MaxInlineInputBytes) + `"`)}, 100, 200)
+	big := ItemMessage("b1", 1, "m", Chunk{Count: 1}, ManifestLine{Key: "k", Input: json.RawMessage(`"` + strings.Repeat("x", MaxInlineInputBytes) + `"`)}, 100, 200)
 	if err := big.Validate(); err != nil || big.Input != nil || big.InputRef == nil || big.InputRef.Offset != 100 || big.ManifestKey != "m" {
 		t.Fatalf("large input must travel as a pointer: %+v %v", big.InputRef, err)
 	}
@@ -458,7 +452,7 @@ func TestManifestDuplicateInArrayNamesElements(t *testing.T) {
 // when encoded travels as a pointer; HTML characters are not escaped.
 func TestItemMessageBodySize(t *testing.T) {
 	html := json.RawMessage(`"` + strings.Repeat("<p>a&b</p>", 15000) + `"`) // 150 KB
-	body, err := ItemMessageBody("b", 1, "m", ManifestLine{Key: "k", Input: html}, 10, 20)
+	body, err := ItemMessageBody("b", 1, "m", Chunk{Count: 1}, ManifestLine{Key: "k", Input: html}, 10, 20)
 	if err != nil || len(body) > MaxMessageBytes || strings.Contains(string(body), `\u003c`) {
 		t.Fatalf("body %d bytes, err %v", len(body), err)
 	}
@@ -467,7 +461,7 @@ func TestItemMessageBodySize(t *testing.T) {
 		t.Fatalf("150 KB of HTML must stay inline unescaped: %v", err)
 	}
 	quotes := json.RawMessage(`"` + strings.Repeat(`\"\"\"\"`, 20000) + `"`) // 160 KB that encodes larger
-	body, err = ItemMessageBody("b", 1, "m", ManifestLine{Key: "k", Input: json.RawMessage(`[` + string(quotes) + `,` + string(quotes) + `]`)}, 10, 20)
+	body, err = ItemMessageBody("b", 1, "m", Chunk{Count: 1}, ManifestLine{Key: "k", Input: json.RawMessage(`[` + string(quotes) + `,` + string(quotes) + `]`)}, 10, 20)
 	_ = json.Unmarshal(body, &m)
 	if err != nil || len(body) > MaxMessageBytes || m.InputRef == nil || m.InputRef.Offset != 10 {
 		t.Fatalf("an oversize body must become a pointer: %d bytes, %+v, %v", len(body), m.InputRef, err)
@@ -506,5 +500,58 @@ func TestSameRequest(t *testing.T) {
 				t.Errorf("sameRequest = %q, want %q", f, tt.want)
 			}
 		})
+	}
+}
+
+// No hot partition at any size (shard counts follow the stack's flow, not
+// the item count): the item-row and counter partition counts derive from
+// the item function's maximum concurrency × items per invocation, capped
+// by what a small batch can write. Removing the flow term (sizing by item
+// count alone) fails the 10^4 and 5·10^4 rows.
+func TestNoHotPartitionShardCounts(t *testing.T) {
+	flow := StackFlow(100, 10)
+	if flow != DefaultItemsPerSecond {
+		t.Fatalf("StackFlow(100, 10) = %d, want %d", flow, DefaultItemsPerSecond)
+	}
+	for _, tt := range []struct {
+		name       string
+		items      int64
+		flow       int
+		wantList   int
+		wantCounts int
+	}{
+		{"one item", 1, flow, 1, 2},
+		{"10^3 items: as many as its writes need", 1_000, flow, 8, 2},
+		{"10^4 items: the flow's", 10_000, flow, 80, 2},
+		{"5·10^4 items", 50_000, flow, 80, 2},
+		{"10^7 items: the same", 10_000_000, flow, 80, 2},
+		{"default flow when unknown", 10_000_000, 0, 80, 2},
+		{"max concurrency 1000", 10_000_000, StackFlow(1000, 10), 800, MaxCounterShards},
+		{"clamped at 1,024", 10_000_000, StackFlow(1000, 10) * 2, MaxListShards, MaxCounterShards},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ListShards(tt.items, tt.flow); got != tt.wantList {
+				t.Errorf("ListShards(%d, %d) = %d, want %d", tt.items, tt.flow, got, tt.wantList)
+			}
+			if got := CounterShards(tt.flow); got != tt.wantCounts {
+				t.Errorf("CounterShards(%d) = %d, want %d", tt.flow, got, tt.wantCounts)
+			}
+			// The planned units per second on one item partition stay
+			// within the budget at the flow (the busiest of the batch's
+			// own keys can take no more than all its items write).
+			f := tt.flow
+			if f <= 0 {
+				f = DefaultItemsPerSecond
+			}
+			perKey := float64(min(int64(f), tt.items)) * ShardWriteUnitsPerItem / float64(ListShards(tt.items, tt.flow))
+			if ListShards(tt.items, tt.flow) < MaxListShards && perKey > ShardWriteBudget {
+				t.Errorf("%.0f write units/s per item partition, budget %d", perKey, ShardWriteBudget)
+			}
+		})
+	}
+	for n := 1; n < 40; n += 7 {
+		if s := Shard("some-key", n); s < 0 || s >= n {
+			t.Fatalf("Shard out of range: %d of %d", s, n)
+		}
 	}
 }

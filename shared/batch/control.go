@@ -152,7 +152,7 @@ func (c *Control) Release(ctx context.Context, id, key string) error {
 	if b.Status == StatusRunning {
 		return fmt.Errorf("release %s/%s: run %d is going; release between runs: %w", id, key, b.Run, ErrConflict)
 	}
-	return c.Store.ReleaseItem(ctx, id, key)
+	return c.Store.ReleaseItem(ctx, id, b.ListShards, key)
 }
 
 // Forget removes everything the batch owns: it flags the batch as being

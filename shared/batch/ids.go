@@ -58,29 +58,81 @@ func Shard(key string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// Shard counts. The list index spreads a batch's item rows over
-// ListShards(items) partition keys so that none receives a write per item of
-// the batch (DynamoDB caps one partition key at 1,000 write units/s); the
-// run counters are spread over CounterShards(items) rows.
+// Shard counts. A batch's item rows live under ListShards partition keys
+// (ITEM#{batch}#{shard}, sort key the item key) and its run counters under
+// CounterShards partition keys, both derived from the flow the stack
+// allows (ItemsPerSecond), not from the item count alone: DynamoDB allows
+// one partition key at most 1,000 write units per second ("Partitions and
+// data distribution", DynamoDB developer guide,
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.Partitions.html;
+// "Best practices for designing and using partition keys effectively",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html).
 const (
-	MinListShards    = 8
-	MaxListShards    = 1024
-	ItemsPerShard    = 10_000
-	MaxCounterShards = 16
+	MinListShards = 1
+	MaxListShards = 1024
+	// ShardWriteUnitsPerItem is the item-row write units one item is
+	// planned at: the reservation (1) and the outcome with an output of up
+	// to ≈ 2 KB (≤ 3). Larger inline outputs (up to MaxInlineOutputBytes)
+	// cost more per item and lower the flow one shard takes.
+	ShardWriteUnitsPerItem = 4
+	// ShardWriteBudget is the write units per second planned per partition
+	// key: half of DynamoDB's 1,000, leaving room for the uneven spread of
+	// keys over shards, retries and takeovers.
+	ShardWriteBudget = 500
+	// DefaultItemsPerSecond is the flow of the stack's defaults:
+	// StackFlow(100, 10).
+	DefaultItemsPerSecond = 10_000
+	// InvocationsPerSecondPerSlot bounds how many message batches one
+	// concurrent item-function instance finishes per second: each
+	// invocation makes at least the event source's receive and delete, a
+	// reservation, an outcome write and a counter write in sequence, over
+	// 100 ms in all.
+	InvocationsPerSecondPerSlot = 10
+	MaxCounterShards            = 16
 )
 
-// ListShards is the number of list-index shards for a batch of n items:
-// ceil(n / ItemsPerShard) clamped to [MinListShards, MaxListShards].
-func ListShards(n int64) int {
-	s := int((n + ItemsPerShard - 1) / ItemsPerShard)
-	return max(MinListShards, min(MaxListShards, s))
+// StackFlow is the most items per second the stack's item function can
+// finish: maxConcurrency instances (the SQS event source's maximum
+// concurrency) × perInvocation items per message batch ×
+// InvocationsPerSecondPerSlot. At the defaults (100, 10) it is
+// DefaultItemsPerSecond.
+func StackFlow(maxConcurrency, perInvocation int) int {
+	return max(1, maxConcurrency) * max(1, perInvocation) * InvocationsPerSecondPerSlot
 }
 
-// CounterShards is the number of counter rows for a run of n items:
-// ceil(n / 100,000) clamped to [1, MaxCounterShards]. A counter row takes
-// one write per message batch (≤ 10 items), so one row carries ~10,000
-// items/s before the partition limit.
-func CounterShards(n int64) int {
-	s := int((n + 99_999) / 100_000)
-	return max(1, min(MaxCounterShards, s))
+// ListShards is the number of item-row partition keys of a batch of n
+// items at a flow of itemsPerSecond (≤ 0: DefaultItemsPerSecond): enough
+// that the flow's item-row writes stay within ShardWriteBudget per key,
+// ceil(itemsPerSecond × ShardWriteUnitsPerItem / ShardWriteBudget), and no
+// more than a batch of n items needs, ceil(n × ShardWriteUnitsPerItem /
+// ShardWriteBudget) (a key whose items write fewer units in all than the
+// budget cannot exceed it in any second); clamped to [MinListShards,
+// MaxListShards]. Every reader of a batch's items (finalize, listings,
+// forget) reads this many partitions.
+func ListShards(n int64, itemsPerSecond int) int {
+	if itemsPerSecond <= 0 {
+		itemsPerSecond = DefaultItemsPerSecond
+	}
+	byFlow := (int64(itemsPerSecond)*ShardWriteUnitsPerItem + ShardWriteBudget - 1) / ShardWriteBudget
+	bySize := (n*ShardWriteUnitsPerItem + ShardWriteBudget - 1) / ShardWriteBudget
+	return int(max(MinListShards, min(MaxListShards, byFlow, bySize)))
 }
+
+// CounterShards is the number of partition keys the run's chunk counters
+// are spread over (counter of chunk c under key c mod CounterShards): each
+// message batch writes one counter (one write unit), so the counters take
+// at most itemsPerSecond / ItemsPerMessageBatch units per second in all;
+// ceil of that over ShardWriteBudget, clamped to [1, MaxCounterShards].
+// Live status and the finalize tick read this many partitions.
+func CounterShards(itemsPerSecond int) int {
+	if itemsPerSecond <= 0 {
+		itemsPerSecond = DefaultItemsPerSecond
+	}
+	perSecond := (itemsPerSecond + ItemsPerMessageBatch - 1) / ItemsPerMessageBatch
+	return max(1, min(MaxCounterShards, (perSecond+ShardWriteBudget-1)/ShardWriteBudget))
+}
+
+// ItemsPerMessageBatch is the items queue's batch size: the most item
+// messages one invocation of the item function receives (the stack's SQS
+// event source BatchSize, config.DefaultItemBatchSize).
+const ItemsPerMessageBatch = 10

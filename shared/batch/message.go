@@ -30,6 +30,13 @@ type Message struct {
 	InputRef    *Chunk          `json:"input_ref,omitempty"` // the item's manifest line: Offset, Length
 	ManifestKey string          `json:"manifest_key,omitempty"`
 	Chunk       *Chunk          `json:"chunk,omitempty"`
+	// ChunkFirst and ChunkItems name the fan-out chunk an item message
+	// belongs to (its Chunk.FirstIndex and Chunk.Count): the item's
+	// terminal outcome is counted on that chunk's counter
+	// (Store.CountChunk). ChunkItems 0: sent without one (counted by the
+	// finalize tick only).
+	ChunkFirst int64 `json:"chunk_first,omitempty"`
+	ChunkItems int64 `json:"chunk_items,omitempty"`
 	// Requeued counts how often the item worker sent this message again
 	// because an AWS service was unavailable (throttling, 5xx): it grows
 	// the next delay. Not an attempt.
@@ -73,8 +80,8 @@ const MaxMessageBytes = 240 << 10
 // ItemMessageBody encodes the message of one manifest line (JSON without
 // HTML escaping, which would grow "<", ">" and "&" sixfold): the input
 // inline when the body fits MaxMessageBytes, else a pointer to the line.
-func ItemMessageBody(batchID string, run int, manifestKey string, line ManifestLine, offset, length int64) ([]byte, error) {
-	m := ItemMessage(batchID, run, manifestKey, line, offset, length)
+func ItemMessageBody(batchID string, run int, manifestKey string, chunk Chunk, line ManifestLine, offset, length int64) ([]byte, error) {
+	m := ItemMessage(batchID, run, manifestKey, chunk, line, offset, length)
 	body, err := m.Body()
 	if err != nil || len(body) <= MaxMessageBytes || m.InputRef != nil {
 		return body, err
@@ -152,9 +159,9 @@ func SQSSafe(js []byte) []byte {
 // ItemMessage builds the message for one manifest line: the input inline
 // when it is at most MaxInlineInputBytes, else a pointer to the line
 // (offset, length) in manifestKey. ItemMessageBody also checks the encoded
-// size.
-func ItemMessage(batchID string, run int, manifestKey string, line ManifestLine, offset, length int64) Message {
-	m := Message{Kind: KindItem, BatchID: batchID, Run: run, Key: line.Key}
+// size. chunk is the fan-out chunk the line belongs to.
+func ItemMessage(batchID string, run int, manifestKey string, chunk Chunk, line ManifestLine, offset, length int64) Message {
+	m := Message{Kind: KindItem, BatchID: batchID, Run: run, Key: line.Key, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
 	if len(line.Input) <= MaxInlineInputBytes {
 		m.Input = line.Input
 	} else {

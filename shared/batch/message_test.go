@@ -29,7 +29,7 @@ func TestItemMessageBodyTravelsThroughSQS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			line := ManifestLine{Key: tt.key, Input: json.RawMessage(tt.input)}
-			body, err := ItemMessageBody("b1", 1, "batches/b1/manifests/m.jsonl", line, 0, 100)
+			body, err := ItemMessageBody("b1", 1, "batches/b1/manifests/m.jsonl", Chunk{Count: 1}, line, 0, 100)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -62,13 +62,19 @@ type Store interface {
 	// flight, or waiting for a scheduled retry) and is left to it: else the
 	// stored row and ErrConflict.
 	SettleUnstarted(ctx context.Context, r Record) (Item, error)
-	// AddProgress adds to one of the run's counter rows: done terminal items
-	// and failures among them. Counters may lag or be lost; item rows decide.
-	AddProgress(ctx context.Context, batchID string, run, shard int, done, failures int64, now time.Time) error
-	// Progress sums the run's counter rows 0..shards-1.
+	// CountChunk adds one message batch's terminal items (and the failures
+	// among them) to the counter of their fan-out chunk, and reports
+	// whether that write brought the chunk to its item count and the run
+	// to its last chunk, without reading any counter. Counters may lag or
+	// be lost (the finalize tick is the backstop); item rows decide.
+	CountChunk(ctx context.Context, c ChunkCount) (ChunkCounted, error)
+	// Progress sums the run's chunk counters, reading its counter
+	// partitions 0..shards-1 (Batch.CounterShards): O(shards) reads
+	// whatever the batch's size.
 	Progress(ctx context.Context, batchID string, run, shards int) (Progress, error)
 	// ScanItems calls fn for every item row of the batch in key byte order,
-	// merging its list shards. fn's error stops the scan and is returned.
+	// merging its listShards item partitions (Batch.ListShards). fn's
+	// error stops the scan and is returned.
 	ScanItems(ctx context.Context, batchID string, listShards int, fn func(Item) error) error
 	// ScanShard returns up to limit item rows of list shard `shard` (0 ..
 	// listShards-1) whose keys sort after `after` ("" from the first), in
@@ -100,15 +106,17 @@ type Store interface {
 	StartRun(ctx context.Context, id string, from int, now time.Time) (Batch, error)
 	// ReleaseItem marks a quarantined item released for the next run;
 	// ErrNotFound without a row, ErrConflict when it is not quarantined.
-	ReleaseItem(ctx context.Context, batchID, key string) error
+	// listShards is the batch's Batch.ListShards (where its row lives).
+	ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error
 	// ListItems pages the items of outcome (failed, quarantined, in_flight)
 	// in key byte order after the key after; it returns the key to continue
 	// after, or "" at the end.
 	ListItems(ctx context.Context, batchID string, listShards int, outcome Outcome, after string, limit int) ([]Item, string, error)
 	// MarkCounted records that an item answered from an earlier run's row
 	// (succeeded, or quarantined and not released) was counted in run; it
-	// returns false when it already was (a duplicate delivery).
-	MarkCounted(ctx context.Context, batchID, key string, run int) (bool, error)
+	// returns false when it already was (a duplicate delivery). It never
+	// writes the item row (whose output would be billed again).
+	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int) (bool, error)
 	// MarkForgetting flags a finished batch as being forgotten, so that no
 	// run can start while its state is deleted; ErrConflict while a run is
 	// going. Idempotent.
@@ -167,7 +175,7 @@ type Reservation struct {
 	Key        string
 	RunID      string
 	Run        int
-	ListShards int // to place the row in the list index
+	ListShards int // Batch.ListShards: which partition holds the row
 	Now        time.Time
 	Lease      time.Duration
 }
@@ -203,12 +211,49 @@ type Record struct {
 // package links no storage SDK.
 type StagedEffects interface{ Len() int }
 
+// ChunkCount is one counter write of Store.CountChunk.
+type ChunkCount struct {
+	BatchID string
+	Run     int
+	// First and Items name the fan-out chunk (Chunk.FirstIndex,
+	// Chunk.Count): its counter is complete at Items.
+	First, Items int64
+	Chunks       int // the run's chunks (Batch.Chunks); 0: completion is left to the tick
+	Shards       int // Batch.CounterShards
+	// Outcomes counts the terminal items by outcome; their sum is what
+	// the chunk's counter grows by.
+	Outcomes map[Outcome]int64
+	Failures int64 // failed and quarantined among them
+	// RunFailures also adds Failures to the run's failure total and
+	// returns it (for the early stop on a threshold); without it the run
+	// row is written only when the chunk completes.
+	RunFailures bool
+	Now         time.Time
+}
+
+// Done is the number of items c counts.
+func (c ChunkCount) Done() int64 {
+	var n int64
+	for _, v := range c.Outcomes {
+		n += v
+	}
+	return n
+}
+
+// ChunkCounted is what one CountChunk write found.
+type ChunkCounted struct {
+	ChunkDone bool  // this write brought the chunk's counter to its item count
+	RunDone   bool  // ... and the run's chunks-done counter to Chunks
+	Failures  int64 // the run's failures counted so far (with RunFailures)
+}
+
 // Progress is the sum of a run's counter rows.
 type Progress struct {
 	Done      int64
 	Failures  int64
-	UpdatedAt time.Time // latest update of any counter row; zero when none
-	Usage     Usage     // what the run's message batches consumed, as far as attributed
+	ByOutcome map[Outcome]int64 // Done by terminal outcome
+	UpdatedAt time.Time         // latest update of any counter row; zero when none
+	Usage     Usage             // what the run's message batches consumed, as far as attributed
 }
 
 // Finish is what FinishRun writes.

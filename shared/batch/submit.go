@@ -94,8 +94,13 @@ type Submitter struct {
 	// max_attempts must stay below it, or a message would be dead-lettered
 	// while its item still has attempts left. 0: unchecked.
 	MaxReceiveCount int
-	ChunkItems      int    // items per fan-out message; 0 = DefaultChunkItems
-	TempDir         string // where duplicate-key detection spills; "" = OS temp dir
+	ChunkItems      int // items per fan-out message; 0 = DefaultChunkItems
+	// ItemsPerSecond is the most items per second the stack's item
+	// function can finish (StackFlow of its event source's maximum
+	// concurrency and batch size); it sizes a batch's shards (ListShards,
+	// CounterShards). 0 means DefaultItemsPerSecond.
+	ItemsPerSecond int
+	TempDir        string // where duplicate-key detection spills; "" = OS temp dir
 	// Keys tunes duplicate-key detection (memory budget, fault injection);
 	// its Dir defaults to TempDir, its MemoryBytes to
 	// SubmitKeysMemoryBytes.
@@ -318,7 +323,7 @@ func (s *Submitter) submit(ctx context.Context, req SubmitRequest) (SubmitResult
 		return SubmitResult{}, err
 	}
 	b := planOf(req, s.Clock.Now())
-	b.freeze(manifestKey, sum)
+	b.freeze(manifestKey, sum, s.ItemsPerSecond)
 	stored, err := s.Store.CreateBatch(ctx, b)
 	if errors.Is(err, ErrBatchExists) && stored.ManifestKey == manifestKey {
 		// Our own row: the SDK retried a put whose first try was written
@@ -474,13 +479,14 @@ func planOf(req SubmitRequest, now time.Time) Batch {
 }
 
 // freeze sets the manifest fields of b.
-func (b *Batch) freeze(manifestKey string, sum ManifestSummary) {
+func (b *Batch) freeze(manifestKey string, sum ManifestSummary, itemsPerSecond int) {
 	b.Digest = sum.Digest
 	b.ManifestKey = manifestKey
 	b.ManifestBytes = sum.Bytes
 	b.ItemCount = sum.Count
-	b.ListShards = ListShards(sum.Count)
-	b.CounterShards = CounterShards(sum.Count)
+	b.ListShards = ListShards(sum.Count, itemsPerSecond)
+	b.CounterShards = CounterShards(itemsPerSecond)
+	b.Chunks = len(sum.Chunks)
 }
 
 // sourceField names the request field of a source, for errors.

@@ -108,10 +108,12 @@ func DefaultBackoff(n int) time.Duration {
 	return d
 }
 
-// done is what one delivery contributes to its run's counters.
+// done is what one delivery contributes to its run's counters: one
+// terminal item of the fan-out chunk (first, items).
 type done struct {
-	batch   Batch
-	failure bool
+	batch        Batch
+	outcome      Outcome // terminal
+	first, items int64
 }
 
 // Handle processes one batch of deliveries and returns the MessageIDs to
@@ -161,47 +163,54 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	return failed
 }
 
-// count adds the deliveries' terminal outcomes to their runs' counters (one
-// write per run per message batch) and triggers finalize when a run's
-// counters reach its item count. A lost write here only delays finalize
-// until the scheduled tick: the census comes from the item rows.
+// count adds the deliveries' terminal outcomes to their chunks' counters
+// (one write per chunk per message batch) and triggers finalize when a
+// write completes the run's last chunk: completion is detected without
+// reading any counter. A batch whose threshold may stop the run early also
+// adds its failures to the run's total and stops the run once the total
+// exceeds the threshold. A lost write here only delays finalize until the
+// scheduled tick: the census comes from the item rows.
 func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
-	type runKey struct {
-		id  string
-		run int
+	type chunkKey struct {
+		id           string
+		run          int
+		first, items int64
 	}
-	agg := map[runKey]*struct {
-		b              Batch
-		done, failures int64
-	}{}
+	type sum struct {
+		b        Batch
+		outcomes map[Outcome]int64
+		failures int64
+	}
+	agg := map[chunkKey]*sum{}
+	var order []chunkKey
 	for _, d := range dones {
-		k := runKey{d.batch.ID, d.batch.Run}
+		if d.items <= 0 {
+			continue // a message sent without its chunk: the tick counts it
+		}
+		k := chunkKey{d.batch.ID, d.batch.Run, d.first, d.items}
 		a := agg[k]
 		if a == nil {
-			a = &struct {
-				b              Batch
-				done, failures int64
-			}{b: d.batch}
+			a = &sum{b: d.batch, outcomes: map[Outcome]int64{}}
 			agg[k] = a
+			order = append(order, k)
 		}
-		a.done += weight
-		if d.failure {
+		a.outcomes[d.outcome] += weight
+		if d.outcome == OutcomeFailed || d.outcome == OutcomeQuarantined {
 			a.failures += weight
 		}
 	}
-	for k, a := range agg {
+	for _, k := range order {
+		a := agg[k]
 		log := w.Log.With("batch_id", k.id, "run", k.run)
-		shards := max(1, a.b.CounterShards)
-		if err := w.Store.AddProgress(ctx, k.id, k.run, rand.IntN(shards), a.done, a.failures, w.Clock.Now()); err != nil {
-			log.Warn("add progress", "error", err.Error())
-			continue
-		}
-		p, err := w.Store.Progress(ctx, k.id, k.run, shards)
+		judge := a.failures > 0 && a.b.Stop == "" && a.b.EarlyStop() && a.b.Threshold.Limited()
+		c, err := w.Store.CountChunk(ctx, ChunkCount{BatchID: k.id, Run: k.run, First: k.first, Items: k.items,
+			Chunks: a.b.Chunks, Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
+			RunFailures: judge, Now: w.Clock.Now()})
 		if err != nil {
-			log.Warn("read progress", "error", err.Error())
+			log.Warn("count progress", "error", err.Error())
 			continue
 		}
-		if v := a.b.Threshold.Judge(p.Failures, a.b.ItemCount); v.Exceeded && a.b.Stop == "" && a.b.EarlyStop() {
+		if v := a.b.Threshold.Judge(c.Failures, a.b.ItemCount); judge && v.Exceeded {
 			// Failures counted so far already exceed the threshold: stop the
 			// run; items not yet started end cancelled. Without early stop
 			// every item runs and finalize judges the threshold.
@@ -212,7 +221,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 				log.Warn("threshold exceeded: run stopping", "detail", v.Detail)
 			}
 		}
-		if p.Done >= a.b.ItemCount {
+		if c.RunDone {
 			if err := w.Trigger.Finalize(ctx, k.id, k.run); err != nil {
 				log.Warn("trigger finalize", "error", err.Error())
 			}
@@ -226,6 +235,19 @@ type batchEntry struct {
 	err  error
 }
 
+// EventualBatchReader is a Store that can also read a batch row with an
+// eventually consistent read, which costs half a strongly consistent one
+// (DynamoDB developer guide, "Read consistency",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html).
+// The worker uses it for the batch row it reads per message batch; a read
+// that may be stale in a way that matters (no row, still submitting, an
+// earlier run than the message's) is repeated with GetBatch. A stop set in
+// the last second may thus be seen a moment later: items already taken
+// then run, as items in flight at a stop always do.
+type EventualBatchReader interface {
+	GetBatchEventually(ctx context.Context, id string) (Batch, error)
+}
+
 // batchCache reads each batch row once per message batch.
 type batchCache struct {
 	store Store
@@ -233,7 +255,8 @@ type batchCache struct {
 	m     map[string]*batchEntry
 }
 
-func (c *batchCache) get(ctx context.Context, id string) (Batch, error) {
+// get returns the batch row for a message of run.
+func (c *batchCache) get(ctx context.Context, id string, run int) (Batch, error) {
 	c.mu.Lock()
 	e := c.m[id]
 	if e == nil {
@@ -241,7 +264,15 @@ func (c *batchCache) get(ctx context.Context, id string) (Batch, error) {
 		c.m[id] = e
 	}
 	c.mu.Unlock()
-	e.once.Do(func() { e.b, e.err = c.store.GetBatch(ctx, id) })
+	e.once.Do(func() {
+		if r, ok := c.store.(EventualBatchReader); ok {
+			e.b, e.err = r.GetBatchEventually(ctx, id)
+			if e.err == nil && e.b.Status != StatusSubmitting && e.b.Run >= run {
+				return
+			}
+		}
+		e.b, e.err = c.store.GetBatch(ctx, id)
+	})
 	return e.b, e.err
 }
 
@@ -257,7 +288,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		return true, nil
 	}
 	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
-	b, err := batches.get(ctx, m.BatchID)
+	b, err := batches.get(ctx, m.BatchID, m.Run)
 	if errors.Is(err, ErrNotFound) {
 		log.Warn("message for an unknown batch; acknowledged", "message_id", d.MessageID)
 		return true, nil
@@ -283,13 +314,18 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		return true, nil
 	}
 	log = log.With("key", m.Key)
-	if d.DeadLetter {
-		return w.deadLetter(ctx, log, b, m, d)
+	switch {
+	case d.DeadLetter:
+		ack, dn = w.deadLetter(ctx, log, b, m, d)
+	case b.Stop != "" || b.Status.Finished():
+		ack, dn = w.cancelled(ctx, log, b, m, d)
+	default:
+		ack, dn = w.item(ctx, log, b, m, d, margin)
 	}
-	if b.Stop != "" || b.Status.Finished() {
-		return w.cancelled(ctx, log, b, m, d)
+	if dn != nil {
+		dn.first, dn.items = m.ChunkFirst, m.ChunkItems
 	}
-	return w.item(ctx, log, b, m, d, margin)
+	return ack, dn
 }
 
 // fanout expands one manifest chunk into item messages. Items whose
@@ -324,7 +360,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 		return nil
 	}
 	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, off, n int64) error {
-		body, err := ItemMessageBody(b.ID, b.Run, m.ManifestKey, l, off, n)
+		body, err := ItemMessageBody(b.ID, b.Run, m.ManifestKey, *m.Chunk, l, off, n)
 		if err != nil {
 			return err
 		}
@@ -338,7 +374,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 		err = flush()
 	}
 	if refused > 0 {
-		w.count(ctx, []done{{batch: b, failure: true}}, refused)
+		w.count(ctx, []done{{batch: b, outcome: OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, refused)
 		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), refused, b.ID, b.Run)
 	}
 	if err != nil {
@@ -391,7 +427,7 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Me
 		log.Warn("item dead-lettered", "outcome", string(OutcomeFailed))
 		w.Metrics.DeadLetters(b.Pipeline, 1, b.ID, b.Run)
 		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), 1, b.ID, b.Run)
-		return true, &done{batch: b, failure: true}
+		return true, &done{batch: b, outcome: OutcomeFailed}
 	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
 		return false, nil // still under a live lease: its holder records the outcome
 	case errors.Is(err, ErrConflict):
@@ -431,7 +467,7 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch,
 	})
 	if settled > 0 {
 		// One counter write for the whole chunk.
-		w.count(ctx, []done{{batch: b, failure: true}}, settled)
+		w.count(ctx, []done{{batch: b, outcome: OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, settled)
 		w.Metrics.DeadLetters(b.Pipeline, settled, b.ID, b.Run)
 		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), settled, b.ID, b.Run)
 	}
@@ -457,7 +493,7 @@ func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Mes
 	switch {
 	case err == nil:
 		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeCancelled), 1, b.ID, b.Run)
-		return true, &done{batch: b}
+		return true, &done{batch: b, outcome: OutcomeCancelled}
 	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
 		// Started before the stop: its holder records the outcome; if the
 		// holder died, this message takes the item once the lease ends.
@@ -685,14 +721,14 @@ func (w *Worker) answered(ctx context.Context, log *slog.Logger, b Batch, m Mess
 	if it.Run >= b.Run || (it.Outcome != OutcomeSucceeded && it.Outcome != OutcomeQuarantined) {
 		return true, nil
 	}
-	counted, err := w.Store.MarkCounted(ctx, b.ID, m.Key, b.Run)
+	counted, err := w.Store.MarkCounted(ctx, b.ID, b.ListShards, m.Key, b.Run)
 	if err != nil {
 		return w.unavailable(ctx, log, d, m, "count an answered item", err)
 	}
 	if !counted {
 		return true, nil
 	}
-	return true, &done{batch: b, failure: it.Outcome == OutcomeQuarantined}
+	return true, &done{batch: b, outcome: it.Outcome}
 }
 
 // delay makes a message come back after min(until+1 s, 5 s doubled per
@@ -755,7 +791,7 @@ func (w *Worker) recorded(log *slog.Logger, b Batch, rec Record, err error) (boo
 	} else {
 		log.Warn("item recorded", "outcome", string(rec.Outcome), "reason", string(rec.Reason), "error", rec.Error)
 	}
-	return true, &done{batch: b, failure: rec.Outcome == OutcomeFailed || rec.Outcome == OutcomeQuarantined}
+	return true, &done{batch: b, outcome: rec.Outcome}
 }
 
 // persist runs fn, a write whose result the attempt depends on, again

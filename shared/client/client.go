@@ -270,11 +270,28 @@ func (c *Client) Submitted(ctx context.Context, id string, interval time.Duratio
 	return c.WaitUntil(ctx, id, interval, func(v wire.BatchView) bool { return v.Status != batch.StatusSubmitting }, nil)
 }
 
-// WaitUntil polls Status every interval until done says so or ctx ends,
-// calling progress (optional) with each view.
+// MaxPollInterval is the longest pause between two polls of WaitUntil.
+const MaxPollInterval = 15 * time.Second
+
+// NextPoll is the pause before the next poll of a waiting client: interval
+// again after a poll that saw the batch move (status or counts changed),
+// else the last pause doubled, at most max(interval, MaxPollInterval). A
+// batch that stands still (a long pipeline call, a stalled run waiting for
+// the tick) is thus polled a few times a minute, not every second; each
+// poll of a running batch costs O(counter shards) reads.
+func NextPoll(last, interval time.Duration, moved bool) time.Duration {
+	if moved || last <= 0 {
+		return interval
+	}
+	return min(2*last, max(interval, MaxPollInterval))
+}
+
+// WaitUntil polls Status until done says so or ctx ends, calling progress
+// (optional) with each view. Polls are interval apart while the batch
+// moves and back off while it does not (NextPoll).
 func (c *Client) WaitUntil(ctx context.Context, id string, interval time.Duration, done func(wire.BatchView) bool, progress func(wire.BatchView)) (wire.BatchView, error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	var pause time.Duration
+	var seen string
 	for {
 		v, err := c.Status(ctx, id)
 		if err != nil {
@@ -286,12 +303,29 @@ func (c *Client) WaitUntil(ctx context.Context, id string, interval time.Duratio
 		if done(v) {
 			return v, nil
 		}
+		now := movement(v)
+		pause = NextPoll(pause, interval, now != seen)
+		seen = now
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return v, fmt.Errorf("wait for batch %s: %w (last status %s)", id, ctx.Err(), v.Status)
 		case <-t.C:
 		}
 	}
+}
+
+// movement sums up what a poll shows of a batch's progress.
+func movement(v wire.BatchView) string {
+	s := fmt.Sprintf("%s %d %v", v.Status, v.Run, v.Stop)
+	if v.Progress != nil {
+		s += fmt.Sprintf(" %d %d", v.Progress.Done, v.Progress.Failures)
+	}
+	if c := v.Census; c != nil {
+		s += fmt.Sprintf(" %d %d %d %d %d %d", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending)
+	}
+	return s
 }
 
 // Resume starts a new run of a finished batch.

@@ -87,3 +87,30 @@ func TestSubmitRetriesWithTheSameID(t *testing.T) {
 		})
 	}
 }
+
+// `watch` polls with backoff: a batch that stands still is polled ever
+// less often (up to MaxPollInterval), one that moves at the caller's
+// interval again (the product line "watching a batch costs a few reads a
+// minute, not one GET per second").
+func TestWatchPollsWithBackoff(t *testing.T) {
+	s := time.Second
+	for _, tt := range []struct {
+		name     string
+		last     time.Duration
+		interval time.Duration
+		moved    bool
+		want     time.Duration
+	}{
+		{"first poll", 0, s, false, s},
+		{"moved: the interval again", 8 * s, s, true, s},
+		{"still: doubled", s, s, false, 2 * s},
+		{"still: doubled again", 4 * s, s, false, 8 * s},
+		{"capped", 8 * s, s, false, MaxPollInterval},
+		{"stays capped", MaxPollInterval, s, false, MaxPollInterval},
+		{"an interval above the cap is kept", 20 * s, 20 * s, false, 20 * s},
+	} {
+		if got := NextPoll(tt.last, tt.interval, tt.moved); got != tt.want {
+			t.Errorf("%s: NextPoll(%v, %v, %v) = %v, want %v", tt.name, tt.last, tt.interval, tt.moved, got, tt.want)
+		}
+	}
+}

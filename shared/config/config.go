@@ -55,6 +55,10 @@ const (
 	// EnvMaxReceiveCount is the items queue's redrive maxReceiveCount
 	// (default 10). Must exceed the max attempts.
 	EnvMaxReceiveCount = "BULKRUN_MAX_RECEIVE_COUNT"
+	// EnvItemsMaxConcurrency is the maximum concurrency of the item
+	// function's SQS event sources (default 100); submit sizes a batch's
+	// shards from the flow it allows (batch.StackFlow).
+	EnvItemsMaxConcurrency = "BULKRUN_ITEMS_MAX_CONCURRENCY"
 	// EnvRetentionDays is how long a finished batch is kept, in days (default 30).
 	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
 	// EnvLogLevel is the slog level: debug, info (default), warn, error.
@@ -164,11 +168,6 @@ const (
 	// AttrPK and AttrSK are the table's partition and sort key attributes.
 	AttrPK = "pk"
 	AttrSK = "sk"
-	// IndexList is the GSI listing a batch's items: pk AttrListPK
-	// ("{batch}#{shard}"), sk AttrListSK (item key).
-	IndexList  = "list"
-	AttrListPK = "lpk"
-	AttrListSK = "lsk"
 	// IndexAttention is the sparse GSI of items needing attention (failed,
 	// quarantined): pk AttrAttentionPK ("{batch}#{shard}"), sk AttrAttentionSK.
 	IndexAttention  = "attention"
@@ -199,6 +198,9 @@ const (
 	DefaultSubmitTimeout   = 15 * time.Minute
 	DefaultSweepTimeout    = 15 * time.Minute
 	DefaultItemBatchSize   = 10
+	// DefaultItemsMaxConcurrency is the item event sources' maximum
+	// concurrency when EnvItemsMaxConcurrency is unset (the stack's default).
+	DefaultItemsMaxConcurrency = 100
 	// ParkingMaxReceiveCount is the dead-letter queue's redrive
 	// maxReceiveCount: receives of a dead letter by the item function (which
 	// records its item failed) before SQS moves it to the parking queue,
@@ -232,6 +234,9 @@ type Config struct {
 	SecretPrefixes   []string       // EnvSecretPrefixes; default none
 	EffectTables     []string       // EnvEffectTables; default none (staging refused)
 	LambdaFunctions  []string       // EnvLambdaFunctions; default none
+	// ItemsMaxConcurrency is EnvItemsMaxConcurrency; default
+	// DefaultItemsMaxConcurrency, 2–1000 (SQS event sources' range).
+	ItemsMaxConcurrency int
 }
 
 // VarError names the environment variable at fault.
@@ -291,6 +296,11 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxReceiveCount:  count(EnvMaxReceiveCount, DefaultMaxReceiveCount),
 		LogLevel:         getenv(EnvLogLevel),
 		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
+
+		ItemsMaxConcurrency: count(EnvItemsMaxConcurrency, DefaultItemsMaxConcurrency),
+	}
+	if n := c.ItemsMaxConcurrency; n < 2 || n > 1000 {
+		errs = append(errs, &VarError{Var: EnvItemsMaxConcurrency, Value: getenv(EnvItemsMaxConcurrency), Reason: "want 2–1000 (SQS event source maximum concurrency)"})
 	}
 	if v := getenv(EnvRetentionDays); v != "" {
 		n, err := strconv.Atoi(v)

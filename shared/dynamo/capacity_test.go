@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
 // fakeDynamo answers every call with one canned JSON body and keeps the
@@ -47,9 +49,9 @@ func (f *fakeDynamo) Do(r *http.Request) (*http.Response, error) {
 // Store.Capacity, the billed figures on AWS.
 func TestCapacityMeteringAsksAndSums(t *testing.T) {
 	f := &fakeDynamo{answer: map[string]string{
-		"UpdateItem":   `{"ConsumedCapacity":{"TableName":"t","CapacityUnits":3,"GlobalSecondaryIndexes":{"list":{"CapacityUnits":1}}}}`,
-		"GetItem":      `{"ConsumedCapacity":{"TableName":"t","CapacityUnits":0.5}}`,
-		"BatchGetItem": `{"Responses":{"t":[{"done":{"N":"10"},"failures":{"N":"0"},"wcu":{"N":"6.5"},"rcu":{"N":"1.5"}}]},"ConsumedCapacity":[{"TableName":"t","CapacityUnits":1}]}`,
+		"UpdateItem": `{"Attributes":{"done":{"N":"10"}},"ConsumedCapacity":{"TableName":"t","CapacityUnits":3,"GlobalSecondaryIndexes":{"attention":{"CapacityUnits":1}}}}`,
+		"GetItem":    `{"ConsumedCapacity":{"TableName":"t","CapacityUnits":0.5}}`,
+		"Query":      `{"Items":[{"done":{"N":"10"},"failures":{"N":"0"},"wcu":{"N":"6.5"},"rcu":{"N":"1.5"}}],"ConsumedCapacity":{"TableName":"t","CapacityUnits":1}}`,
 	}}
 	db := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://dynamo.invalid"),
 		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), HTTPClient: f})
@@ -60,10 +62,12 @@ func TestCapacityMeteringAsksAndSums(t *testing.T) {
 	}
 	// The counter write carries the units consumed so far (0.5 read), and
 	// itself is attributed to the next one.
-	if err := s.AddProgress(ctx, "b", 1, 0, 10, 0, time.Now()); err != nil {
+	count := batch.ChunkCount{BatchID: "b", Run: 1, Items: 5000, Chunks: 1, Shards: 1, Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 10}, Now: time.Now()}
+	if _, err := s.CountChunk(ctx, count); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddProgress(ctx, "b", 1, 0, 0, 0, time.Now()); err != nil {
+	count.Outcomes = nil
+	if _, err := s.CountChunk(ctx, count); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range f.bodies {
@@ -79,8 +83,8 @@ func TestCapacityMeteringAsksAndSums(t *testing.T) {
 		t.Errorf("second counter write values %s, want the first counter write's 3 units", jsonOf(got))
 	}
 	c := s.Capacity()
-	if c.WriteUnits != 6 || c.ReadUnits != 0.5 || c.Indexes["list"] != 2 {
-		t.Errorf("Capacity = %+v, want 6 write, 0.5 read, list 2", c)
+	if c.WriteUnits != 6 || c.ReadUnits != 0.5 || c.Indexes["attention"] != 2 {
+		t.Errorf("Capacity = %+v, want 6 write, 0.5 read, attention 2", c)
 	}
 	p, err := s.Progress(ctx, "b", 1, 1)
 	if err != nil {

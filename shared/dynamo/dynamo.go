@@ -1,6 +1,5 @@
 // Package dynamo is the DynamoDB adapter of batch.Store: one table, string
-// keys pk/sk, three GSIs (config.IndexList, config.IndexAttention,
-// config.IndexBatches). It is the
+// keys pk/sk, two GSIs (config.IndexAttention, config.IndexBatches). It is the
 // only importer of the DynamoDB SDK; it translates
 // ConditionalCheckFailedException and TransactionCanceledException into
 // batch.ErrConflict / batch.ErrBatchExists and never leaks SDK errors.
@@ -9,10 +8,17 @@
 //
 //	BATCH#{id}, BATCH                      the batch row (one per batch)
 //	                                       bpk=BATCHES#{yyyy-mm}#{shard}, bsk={created ms:013}#{id}: batches index (see BatchesPK)
-//	ITEM#{id}#{key}, ITEM                  an item row (one per item, from its first reservation)
-//	                                       lpk={id}#{shard}, lsk={key}: list index (shard = FNV-1a(key) mod list_shards)
+//	ITEM#{id}#{shard}, {key}               an item row (one per item, from its first reservation); the
+//	                                       table lists a batch's items per shard in key order (shard =
+//	                                       FNV-1a(key) mod list_shards)
 //	                                       apk={id}#{shard}, ask={key}: attention index, only while failed or quarantined
-//	COUNT#{id}#{run}#{shard}, COUNT        a run counter row (done, failures), one write per message batch
+//	COUNT#{id}#{run}#{p}, CHUNK#{first:012} the counter of the fan-out chunk starting at item first (done,
+//	                                       failures, items), one write per message batch; p = chunk
+//	                                       number mod counter_shards
+//	COUNT#{id}#{run}, RUN                  the run's chunks-done counter (chunks_done, failures), one write
+//	                                       per chunk (and per message batch with failures when the
+//	                                       threshold may stop the run early)
+//	MARK#{id}#{run}#{shard}, {key}         an item answered from an earlier run's row, counted in run
 //	SLOT#{id}#{i}, SLOT                    concurrency slot i of a batch with max_concurrency (holder, lease_until_ms)
 //	RUNNING, {id}                          running marker (one per batch run)
 //	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
@@ -25,11 +31,14 @@
 // gets when its run finishes (removed when a run starts). Markers carry
 // none: the sweep deletes them.
 //
-// No partition key receives a write per item of a batch: item rows are
-// keyed per item, index keys are sharded, counters take one write per
-// message batch (DESIGN.md §4; DynamoDB's per-partition limit of 1,000 write
-// units/s, see the DynamoDB developer guide, "Partitions and data
-// distribution").
+// No partition key receives more than DynamoDB's 1,000 write units/s at the
+// stack's flow: item rows are spread over list_shards partition keys and
+// chunk counters over counter_shards, both sized from the flow
+// (batch.ListShards, batch.CounterShards; DynamoDB developer guide,
+// "Partitions and data distribution"). An item row is written twice in a
+// clean run (reservation, outcome) and never after its outcome by the
+// ledger itself: no index copies its output, rerun counting writes MARK
+// rows, and completion is detected on counters.
 package dynamo
 
 import (
@@ -73,7 +82,10 @@ type Store struct {
 	capacity capacity
 }
 
-var _ batch.Store = (*Store)(nil)
+var (
+	_ batch.Store               = (*Store)(nil)
+	_ batch.EventualBatchReader = (*Store)(nil)
+)
 
 // DB returns the DynamoDB client (for tests and tools).
 func (s *Store) DB() *dynamodb.Client { return s.db }
@@ -97,8 +109,7 @@ func New(db *dynamodb.Client, table string) *Store {
 
 const (
 	skBatch   = "BATCH"
-	skItem    = "ITEM"
-	skCount   = "COUNT"
+	skRun     = "RUN"
 	skSlot    = "SLOT"
 	pkRunning = "RUNNING"
 	pkRetain  = "RETENTION"
@@ -116,10 +127,30 @@ func (s *Store) stamp(u expression.UpdateBuilder, now time.Time) expression.Upda
 }
 
 func batchPK(id string) string             { return "BATCH#" + id }
-func itemPK(id, key string) string         { return "ITEM#" + id + "#" + key }
 func shardKey(id string, shard int) string { return id + "#" + strconv.Itoa(shard) }
+
+// itemPK is the partition key of the item rows of one shard.
+func itemPK(id string, shard int) string { return "ITEM#" + shardKey(id, shard) }
+
+// itemKey is the key of item itemKey's row in a batch of shards shards.
+func itemKey(id string, shards int, itemKey string) map[string]types.AttributeValue {
+	return key(itemPK(id, batch.Shard(itemKey, shards)), itemKey)
+}
+
+// countPK is the partition key of the chunk counters of one counter shard.
 func countPK(id string, run, shard int) string {
 	return "COUNT#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
+}
+
+// runPK is the partition key of the run's chunks-done row.
+func runPK(id string, run int) string { return "COUNT#" + id + "#" + strconv.Itoa(run) }
+
+// chunkSK is the sort key of the counter of the chunk starting at first.
+func chunkSK(first int64) string { return fmt.Sprintf("CHUNK#%012d", first) }
+
+// markPK is the partition key of the rerun count marks of one item shard.
+func markPK(id string, run, shard int) string {
+	return "MARK#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
 }
 
 func slotPK(id string, slot int) string { return "SLOT#" + id + "#" + strconv.Itoa(slot) }
@@ -153,6 +184,7 @@ type batchRow struct {
 	ItemCount      int64             `dynamodbav:"item_count"`
 	ListShards     int               `dynamodbav:"list_shards"`
 	CounterShards  int               `dynamodbav:"counter_shards"`
+	Chunks         int               `dynamodbav:"chunks,omitempty"`
 	Run            int               `dynamodbav:"run"`
 	Status         string            `dynamodbav:"status"`
 	Threshold      string            `dynamodbav:"threshold"` // JSON
@@ -210,7 +242,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 	r := batchRow{
 		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
-		ListShards: b.ListShards, CounterShards: b.CounterShards, Run: b.Run, Status: string(b.Status),
+		ListShards: b.ListShards, CounterShards: b.CounterShards, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
 		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
@@ -241,7 +273,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 func fromRow(r batchRow) (batch.Batch, error) {
 	b := batch.Batch{
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
-		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Run: r.Run,
+		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Chunks: r.Chunks, Run: r.Run,
 		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
@@ -276,11 +308,12 @@ func fromRow(r batchRow) (batch.Batch, error) {
 	return b, nil
 }
 
-// itemRow is the stored shape of batch.Item.
+// itemRow is the stored shape of batch.Item. The batch id and the item key
+// are the row's keys (pk ITEM#{id}#{shard}, sk {key}) and the run id
+// derives from them (batch.RunID), so the row stores none of them again:
+// every byte of it is billed on each of its two writes.
 type itemRow struct {
-	BatchID      string             `dynamodbav:"batch_id"`
-	Key          string             `dynamodbav:"key"`
-	RunID        string             `dynamodbav:"run_id"`
+	SK           string             `dynamodbav:"sk"`
 	Run          int                `dynamodbav:"run"`
 	Outcome      string             `dynamodbav:"outcome"`
 	Attempt      int                `dynamodbav:"attempt"`
@@ -299,7 +332,8 @@ type itemRow struct {
 	ExpiresAt    int64              `dynamodbav:"expires_at"` // TTL, epoch seconds
 }
 
-func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
+// itemFrom reads an item row of batch batchID.
+func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, error) {
 	if len(av) == 0 {
 		return batch.Item{}, nil
 	}
@@ -308,7 +342,7 @@ func itemFrom(av map[string]types.AttributeValue) (batch.Item, error) {
 		return batch.Item{}, fmt.Errorf("item row: %w", err)
 	}
 	it := batch.Item{
-		BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.Outcome(r.Outcome),
+		BatchID: batchID, Key: r.SK, RunID: batch.RunID(batchID, r.SK), Run: r.Run, Outcome: batch.Outcome(r.Outcome),
 		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
 		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs), Released: r.Released,
 		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1),
@@ -438,9 +472,20 @@ func (s *Store) CreateBatch(ctx context.Context, b batch.Batch) (batch.Batch, er
 
 // GetBatch reads the batch row with a strongly consistent read.
 func (s *Store) GetBatch(ctx context.Context, id string) (batch.Batch, error) {
+	return s.getBatch(ctx, id, true)
+}
+
+// GetBatchEventually reads the batch row with an eventually consistent
+// read (half the read units of GetBatch); it may miss a write of the last
+// second (see batch.EventualBatchReader).
+func (s *Store) GetBatchEventually(ctx context.Context, id string) (batch.Batch, error) {
+	return s.getBatch(ctx, id, false)
+}
+
+func (s *Store) getBatch(ctx context.Context, id string, consistent bool) (batch.Batch, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(batchPK(id), skBatch), ConsistentRead: aws.Bool(true)})
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(batchPK(id), skBatch), ConsistentRead: aws.Bool(consistent)})
 	if err != nil {
 		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
 	}
@@ -490,6 +535,7 @@ func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
 			Set(expression.Name("item_count"), expression.Value(b.ItemCount)).
 			Set(expression.Name("list_shards"), expression.Value(b.ListShards)).
 			Set(expression.Name("counter_shards"), expression.Value(b.CounterShards)).
+			Set(expression.Name("chunks"), expression.Value(b.Chunks)).
 			Set(expression.Name("fanned_out"), expression.Value(false)).
 			Set(expression.Name("run_started_at_ms"), expression.Value(ms(b.RunStartedAt)))).Build()
 	if err != nil {
@@ -587,14 +633,8 @@ func fenced(run, attempt int) expression.ConditionBuilder {
 	)
 }
 
-func identity(u expression.UpdateBuilder, batchID, key, runID string, run, listShards int, now time.Time) expression.UpdateBuilder {
-	shard := shardKey(batchID, batch.Shard(key, listShards))
-	return u.Set(expression.Name("batch_id"), expression.Value(batchID)).
-		Set(expression.Name("key"), expression.Value(key)).
-		Set(expression.Name("run_id"), expression.Value(runID)).
-		Set(expression.Name("run"), expression.Value(run)).
-		Set(expression.Name(config.AttrListPK), expression.Value(shard)).
-		Set(expression.Name(config.AttrListSK), expression.Value(key)).
+func identity(u expression.UpdateBuilder, run int, now time.Time) expression.UpdateBuilder {
+	return u.Set(expression.Name("run"), expression.Value(run)).
 		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
 }
 
@@ -609,7 +649,7 @@ func identity(u expression.UpdateBuilder, batchID, key, runID string, run, listS
 // conditioned on expired takes it over: attempt + 1, first_attempt kept.
 func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, error) {
 	next := expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))
-	u := identity(expression.UpdateBuilder{}, r.BatchID, r.Key, r.RunID, r.Run, r.ListShards, r.Now).
+	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
 		Set(expression.Name("outcome"), expression.Value(string(batch.OutcomeInFlight))).
 		Set(expression.Name("attempt"), next).
 		Set(expression.Name("first_attempt"), next).
@@ -633,9 +673,9 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	if err != nil {
 		return batch.Item{}, err
 	}
-	attrs, old, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueAllOld)
+	attrs, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
 	if errors.Is(err, batch.ErrConflict) {
-		it, uerr := itemFrom(old)
+		it, uerr := itemFrom(r.BatchID, old)
 		if uerr != nil {
 			return batch.Item{}, uerr
 		}
@@ -669,7 +709,7 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 }
 
 func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
-	u := identity(expression.UpdateBuilder{}, r.BatchID, r.Key, r.RunID, r.Run, r.ListShards, r.Now).
+	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
 		Set(expression.Name("outcome"), expression.Value(string(r.Outcome)))
 	set := func(name, v string) {
 		if v != "" {
@@ -715,7 +755,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	k := key(itemPK(r.BatchID, r.Key), skItem)
+	k := itemKey(r.BatchID, r.ListShards, r.Key)
 	var old map[string]types.AttributeValue
 	if w, ok := r.Effects.(effects.Writes); ok && len(w) > 0 && r.Outcome == batch.OutcomeSucceeded {
 		old, err = s.recordWithEffects(ctx, r, k, expr, w)
@@ -730,7 +770,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 		// retry then fails the fence on this attempt's own outcome. A row
 		// of this run and attempt holding this outcome, reason and error
 		// is that write, not a later attempt's: success.
-		if it, ierr := itemFrom(old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
+		if it, ierr := itemFrom(r.BatchID, old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
 			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes) {
 			return nil
 		}
@@ -825,9 +865,9 @@ func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.Cond
 	if err != nil {
 		return batch.Item{}, err
 	}
-	_, old, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueNone)
+	_, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
 	if errors.Is(err, batch.ErrConflict) {
-		it, uerr := itemFrom(old)
+		it, uerr := itemFrom(r.BatchID, old)
 		if uerr != nil {
 			return batch.Item{}, uerr
 		}
@@ -840,108 +880,214 @@ func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.Cond
 }
 
 func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expression.Expression) error {
-	if _, _, err := s.updateRow(ctx, key(itemPK(r.BatchID, r.Key), skItem), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, err)
 	}
 	return nil
 }
 
 // GetItem reads an item row with a strongly consistent read; ErrNotFound
-// when the item has no row.
+// when the item has no row. It reads the batch row (eventually consistent)
+// to find the row's shard; for tests and tools.
 func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (batch.Item, error) {
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(itemPK(batchID, itemKey), skItem), ConsistentRead: aws.Bool(true)})
+	b, err := s.getBatch(ctx, batchID, false)
 	if err != nil {
-		return batch.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, itemKey, err)
+		return batch.Item{}, err
 	}
-	if len(out.Item) == 0 {
-		return batch.Item{}, fmt.Errorf("item %s/%s: %w", batchID, itemKey, batch.ErrNotFound)
-	}
-	return itemFrom(out.Item)
+	return s.getItem(ctx, batchID, b.ListShards, itemKey)
 }
 
-// AddProgress adds to one counter row: ADD done :done, failures :failures,
-// wcu :w, rcu :r SET updated_at_ms = :now, where :w and :r are the
-// DynamoDB units this Store consumed since its last AddProgress (see
-// Store.Capacity; they are attributed to this batch).
-func (s *Store) AddProgress(ctx context.Context, batchID string, run, shard int, done, failures int64, now time.Time) error {
+func (s *Store) getItem(ctx context.Context, batchID string, shards int, key string) (batch.Item, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: itemKey(batchID, shards, key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, key, err)
+	}
+	if len(out.Item) == 0 {
+		return batch.Item{}, fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
+	}
+	return itemFrom(batchID, out.Item)
+}
+
+// Counter-row attributes.
+const (
+	attrDone       = "done"
+	attrFailures   = "failures"
+	attrItems      = "items"
+	attrChunksDone = "chunks_done"
+	attrWriteUnits = "wcu" // DynamoDB units attributed to the run (see Capacity)
+	attrReadUnits  = "rcu"
+)
+
+// CountChunk adds c to the counter of its chunk with one UpdateItem that
+// returns the new values (UPDATED_NEW; no read is billed):
+//
+//	ADD done :done, failures :failures, wcu :w, rcu :r
+//	SET items = :items, updated_at_ms = :now, expires_at = :ttl
+//
+// on COUNT#{id}#{run}#{p}, CHUNK#{first:012}, where :w and :r are the
+// DynamoDB units this Store consumed since its last counter write. When
+// the new done reaches items and the old one had not (this write
+// completed the chunk), or when c.RunFailures asks for the run's failure
+// total, one more UpdateItem on the run row COUNT#{id}#{run}, RUN adds
+// 1 to chunks_done (on completion) and the failures, returning both: the
+// write that brings chunks_done to c.Chunks reports RunDone. Each chunk
+// completes once (its counter crosses items once), so exactly one write
+// reports RunDone unless a counter write was lost.
+func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.ChunkCounted, error) {
+	var res batch.ChunkCounted
 	used := s.takePending()
-	u := expression.Add(expression.Name("done"), expression.Value(done)).
-		Add(expression.Name("failures"), expression.Value(failures)).
-		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
+	shards := max(1, c.Shards)
+	part := int((c.First / max(c.Items, 1)) % int64(shards))
+	done := c.Done()
+	u := expression.Add(expression.Name(attrDone), expression.Value(done)).
+		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
+		Set(expression.Name(attrItems), expression.Value(c.Items)).
+		Set(expression.Name("updated_at_ms"), expression.Value(c.Now.UnixMilli()))
+	for _, o := range batch.TerminalOutcomes() {
+		if n := c.Outcomes[o]; n != 0 {
+			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(n))
+		}
+	}
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
 		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
 			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
 	}
-	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, now)).Build()
+	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
 		s.returnPending(used)
-		return err
+		return res, err
 	}
-	if _, _, err := s.updateRow(ctx, key(countPK(batchID, run, shard), skCount), expr, types.ReturnValueNone); err != nil {
+	attrs, _, err := s.updateRow(ctx, key(countPK(c.BatchID, c.Run, part), chunkSK(c.First)), expr, types.ReturnValueUpdatedNew)
+	if err != nil {
 		s.returnPending(used)
-		return fmt.Errorf("add progress %s run %d: %w", batchID, run, err)
+		return res, fmt.Errorf("count chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
 	}
-	return nil
+	var row struct {
+		Done int64 `dynamodbav:"done"`
+	}
+	if err := attributevalue.UnmarshalMap(attrs, &row); err != nil {
+		return res, fmt.Errorf("count chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
+	}
+	res.ChunkDone = row.Done >= c.Items && row.Done-done < c.Items
+	if !res.ChunkDone && !c.RunFailures {
+		return res, nil
+	}
+	ru := expression.Set(expression.Name("updated_at_ms"), expression.Value(c.Now.UnixMilli())).
+		Add(expression.Name(attrChunksDone), expression.Value(boolInt(res.ChunkDone)))
+	if c.RunFailures {
+		ru = ru.Add(expression.Name(attrFailures), expression.Value(c.Failures))
+	}
+	expr, err = expression.NewBuilder().WithUpdate(s.stamp(ru, c.Now)).Build()
+	if err != nil {
+		return res, err
+	}
+	attrs, _, err = s.updateRow(ctx, key(runPK(c.BatchID, c.Run), skRun), expr, types.ReturnValueUpdatedNew)
+	if err != nil {
+		return res, fmt.Errorf("count chunks of %s run %d: %w", c.BatchID, c.Run, err)
+	}
+	var run struct {
+		ChunksDone int64 `dynamodbav:"chunks_done"`
+		Failures   int64 `dynamodbav:"failures"`
+	}
+	if err := attributevalue.UnmarshalMap(attrs, &run); err != nil {
+		return res, fmt.Errorf("count chunks of %s run %d: %w", c.BatchID, c.Run, err)
+	}
+	res.Failures = run.Failures
+	res.RunDone = res.ChunkDone && c.Chunks > 0 && run.ChunksDone == int64(c.Chunks)
+	return res, nil
 }
 
-// Counter-row attributes of the DynamoDB units attributed to a run.
-const (
-	attrWriteUnits = "wcu"
-	attrReadUnits  = "rcu"
-)
+// outcomeAttr is the counter attribute counting items of outcome o
+// ("n_succeeded", ...).
+func outcomeAttr(o batch.Outcome) string { return "n_" + string(o) }
 
-// Progress sums the run's counter rows with strongly consistent
-// BatchGetItem calls (100 keys each), retrying unprocessed keys.
-func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (batch.Progress, error) {
-	var p batch.Progress
-	keys := make([]map[string]types.AttributeValue, 0, shards)
-	for i := range shards {
-		keys = append(keys, key(countPK(batchID, run, i), skCount))
+func boolInt(b bool) int {
+	if b {
+		return 1
 	}
-	for len(keys) > 0 {
-		n := min(100, len(keys))
-		req := map[string]types.KeysAndAttributes{s.table: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
-		keys = keys[n:]
-		for tries := 0; len(req) > 0; tries++ {
-			if tries > 0 {
-				if err := sleep(ctx, time.Duration(tries)*50*time.Millisecond); err != nil {
-					return p, err
+	return 0
+}
+
+// Progress sums the run's chunk counters: one eventually consistent Query
+// per counter shard (COUNT#{id}#{run}#{p}, every page), so it reads
+// O(shards) partitions and about 100 bytes per chunk of 5,000 items,
+// whatever the batch's size.
+func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (batch.Progress, error) {
+	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}}
+	for part := range max(1, shards) {
+		err := s.queryAll(ctx, countPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
+			var row struct {
+				Done        int64   `dynamodbav:"done"`
+				Failures    int64   `dynamodbav:"failures"`
+				UpdatedAtMs int64   `dynamodbav:"updated_at_ms"`
+				WriteUnits  float64 `dynamodbav:"wcu"`
+				ReadUnits   float64 `dynamodbav:"rcu"`
+			}
+			if err := attributevalue.UnmarshalMap(av, &row); err != nil {
+				return err
+			}
+			p.Done += row.Done
+			p.Failures += row.Failures
+			for _, o := range batch.TerminalOutcomes() {
+				if v, ok := av[outcomeAttr(o)].(*types.AttributeValueMemberN); ok {
+					n, _ := strconv.ParseInt(v.Value, 10, 64)
+					p.ByOutcome[o] += n
 				}
 			}
-			if tries > 8 {
-				return p, fmt.Errorf("progress %s run %d: keys left unprocessed", batchID, run)
+			p.Usage.DynamoDBWriteUnits += row.WriteUnits
+			p.Usage.DynamoDBReadUnits += row.ReadUnits
+			if t := fromMs(row.UpdatedAtMs); t.After(p.UpdatedAt) {
+				p.UpdatedAt = t
 			}
-			c, cancel := s.ctx(ctx)
-			out, err := s.db.BatchGetItem(c, &dynamodb.BatchGetItemInput{RequestItems: req})
-			cancel()
-			if err != nil {
-				return p, fmt.Errorf("progress %s run %d: %w", batchID, run, err)
-			}
-			for _, av := range out.Responses[s.table] {
-				var row struct {
-					Done        int64   `dynamodbav:"done"`
-					Failures    int64   `dynamodbav:"failures"`
-					UpdatedAtMs int64   `dynamodbav:"updated_at_ms"`
-					WriteUnits  float64 `dynamodbav:"wcu"`
-					ReadUnits   float64 `dynamodbav:"rcu"`
-				}
-				if err := attributevalue.UnmarshalMap(av, &row); err != nil {
-					return p, err
-				}
-				p.Done += row.Done
-				p.Failures += row.Failures
-				p.Usage.DynamoDBWriteUnits += row.WriteUnits
-				p.Usage.DynamoDBReadUnits += row.ReadUnits
-				if t := fromMs(row.UpdatedAtMs); t.After(p.UpdatedAt) {
-					p.UpdatedAt = t
-				}
-			}
-			req = out.UnprocessedKeys
+			return nil
+		})
+		if err != nil {
+			return p, fmt.Errorf("progress %s run %d: %w", batchID, run, err)
 		}
 	}
 	return p, nil
+}
+
+// queryAll calls fn with every row under partition key pk, in sort-key
+// order, reading every page.
+func (s *Store) queryAll(ctx context.Context, pk string, consistent bool, fn func(map[string]types.AttributeValue) error) error {
+	var start map[string]types.AttributeValue
+	for {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName:                 &s.table,
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pk}},
+			ExclusiveStartKey:         start,
+			ConsistentRead:            aws.Bool(consistent),
+		})
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, av := range out.Items {
+			if err := fn(av); err != nil {
+				return err
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// queryKeys returns the keys (pk, sk) of every row under partition key pk.
+func (s *Store) queryKeys(ctx context.Context, pk string) ([]map[string]types.AttributeValue, error) {
+	var keys []map[string]types.AttributeValue
+	err := s.queryAll(ctx, pk, false, func(av map[string]types.AttributeValue) error {
+		keys = append(keys, map[string]types.AttributeValue{config.AttrPK: av[config.AttrPK], config.AttrSK: av[config.AttrSK]})
+		return nil
+	})
+	return keys, err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -955,23 +1101,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// shardIter pages through one list-index shard in key order.
+// shardIter pages through one item shard (ITEM#{id}#{shard}) in key order.
 type shardIter struct {
-	s     *Store
-	pk    string
-	index string
-	page  []batch.Item
-	next  map[string]types.AttributeValue
-	done  bool
+	s       *Store
+	batchID string
+	pk      string
+	page    []batch.Item
+	next    map[string]types.AttributeValue
+	done    bool
 }
 
 func (it *shardIter) fill(ctx context.Context) error {
 	for len(it.page) == 0 && !it.done {
 		c, cancel := it.s.ctx(ctx)
 		out, err := it.s.db.Query(c, &dynamodb.QueryInput{
-			TableName: &it.s.table, IndexName: aws.String(it.index),
+			TableName:                 &it.s.table,
 			KeyConditionExpression:    aws.String("#p = :p"),
-			ExpressionAttributeNames:  map[string]string{"#p": config.AttrListPK},
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: it.pk}},
 			ExclusiveStartKey:         it.next,
 		})
@@ -980,7 +1126,7 @@ func (it *shardIter) fill(ctx context.Context) error {
 			return fmt.Errorf("query %s: %w", it.pk, err)
 		}
 		for _, av := range out.Items {
-			item, err := itemFrom(av)
+			item, err := itemFrom(it.batchID, av)
 			if err != nil {
 				return err
 			}
@@ -1005,14 +1151,17 @@ func (h *iterHeap) Pop() any {
 	return x
 }
 
-// ScanItems merges the batch's list-index shards in key byte order. The
-// index is eventually consistent: a row read as in_flight or released is
-// re-read from the table with a strongly consistent GetItem before fn sees
-// it (those are the rows whose next write decides a run's end).
+// ScanItems merges the batch's item shards (one Query each on the table,
+// pk ITEM#{id}#{shard}, whose sort key is the item key) in key byte order.
+// The pages are read eventually consistent (half the read units): a row
+// read as in_flight or released is re-read with a strongly consistent
+// GetItem before fn sees it (those are the rows whose next write decides a
+// run's end).
 func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, fn func(batch.Item) error) error {
 	h := &iterHeap{}
-	for i := range max(1, listShards) {
-		it := &shardIter{s: s, pk: shardKey(batchID, i), index: config.IndexList}
+	shards := max(1, listShards)
+	for i := range shards {
+		it := &shardIter{s: s, batchID: batchID, pk: itemPK(batchID, i)}
 		if err := it.fill(ctx); err != nil {
 			return fmt.Errorf("scan items %s: %w", batchID, err)
 		}
@@ -1036,13 +1185,12 @@ func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, f
 			heap.Fix(h, 0)
 		}
 		if item.Outcome == batch.OutcomeInFlight || item.Released {
-			fresh, err := s.GetItem(ctx, batchID, item.Key)
+			fresh, err := s.getItem(ctx, batchID, shards, item.Key)
 			if err != nil {
 				return err
 			}
 			item = fresh
 		}
-		item.BatchID = batchID
 		if err := fn(item); err != nil {
 			return err
 		}
@@ -1187,21 +1335,21 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 // ReleaseItem marks a quarantined item released, so that the next run
 // runs it again: condition outcome = quarantined. batch.ErrNotFound when
 // the item has no row, batch.ErrConflict when it is not quarantined.
-func (s *Store) ReleaseItem(ctx context.Context, batchID, itemKey string) error {
+func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeQuarantined)))).
 		WithUpdate(expression.Set(expression.Name("released"), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
-	_, old, err := s.updateRow(ctx, key(itemPK(batchID, itemKey), skItem), expr, types.ReturnValueNone)
+	_, old, err := s.updateRow(ctx, itemKey(batchID, listShards, key), expr, types.ReturnValueNone)
 	switch {
 	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
-		return fmt.Errorf("item %s/%s: %w", batchID, itemKey, batch.ErrNotFound)
+		return fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
 	case errors.Is(err, batch.ErrConflict):
-		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, err)
+		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, key, err)
 	case err != nil:
-		return fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
+		return fmt.Errorf("release %s/%s: %w", batchID, key, err)
 	}
 	return nil
 }
@@ -1210,22 +1358,26 @@ func (s *Store) ReleaseItem(ctx context.Context, batchID, itemKey string) error 
 // the key after (exclusive; "" from the start), and the key to continue
 // after ("" when there are no more). failed and quarantined items come
 // from the sparse attention index, so successes are never read; in_flight
-// items come from the list index with a filter (DynamoDB reads and
+// items come from the table's item shards with a filter (DynamoDB reads and
 // discards the other rows of the page). Each shard is queried for at most
 // limit rows per call.
 func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, outcome batch.Outcome, after string, limit int) ([]batch.Item, string, error) {
-	index, pkAttr, skAttr := config.IndexAttention, config.AttrAttentionPK, config.AttrAttentionSK
+	var index *string
+	pkAttr, skAttr := config.AttrAttentionPK, config.AttrAttentionSK
+	pkOf := func(shard int) string { return shardKey(batchID, shard) }
 	switch outcome {
 	case batch.OutcomeFailed, batch.OutcomeQuarantined:
+		index = aws.String(config.IndexAttention)
 	case batch.OutcomeInFlight:
-		index, pkAttr, skAttr = config.IndexList, config.AttrListPK, config.AttrListSK
+		pkAttr, skAttr = config.AttrPK, config.AttrSK
+		pkOf = func(shard int) string { return itemPK(batchID, shard) }
 	default:
 		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, batch.ErrInvalid)
 	}
 	var all []batch.Item
 	more := false // a shard stopped reading with rows left
 	for shard := range max(1, listShards) {
-		kc := expression.Key(pkAttr).Equal(expression.Value(shardKey(batchID, shard)))
+		kc := expression.Key(pkAttr).Equal(expression.Value(pkOf(shard)))
 		if after != "" {
 			kc = kc.And(expression.Key(skAttr).GreaterThan(expression.Value(after)))
 		}
@@ -1239,7 +1391,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 		for got < limit {
 			c, cancel := s.ctx(ctx)
 			out, err := s.db.Query(c, &dynamodb.QueryInput{
-				TableName: &s.table, IndexName: aws.String(index),
+				TableName: &s.table, IndexName: index,
 				KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
 				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 				ExclusiveStartKey: start, Limit: aws.Int32(int32(min(limit*4, 1000))),
@@ -1249,11 +1401,10 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 				return nil, "", fmt.Errorf("list items %s: %w", batchID, err)
 			}
 			for _, av := range out.Items {
-				it, err := itemFrom(av)
+				it, err := itemFrom(batchID, av)
 				if err != nil {
 					return nil, "", err
 				}
-				it.BatchID = batchID
 				all = append(all, it)
 				got++
 			}
@@ -1277,18 +1428,19 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 	return all, "", nil
 }
 
-// DeleteBatch removes every row of the batch: item rows (found through the
-// list index), counter rows of every run, its max_concurrency slot rows, the running and PUBLISH markers,
-// then the batch row, and the retention marker last, only once everything
-// else is gone: a marker never outlives the sweep's reason to come back.
-// BatchWriteItem deletes 25 keys a call; keys it leaves unprocessed are
-// retried with exponential backoff (DynamoDB API reference,
-// "BatchWriteItem": "If any requested operations fail because the table's
-// provisioned throughput is exceeded or an internal processing failure
-// occurs, the failed operations are returned in the UnprocessedItems
-// response parameter ... we strongly recommend that you use an exponential
-// backoff algorithm"); keys still unprocessed after MaxDeleteTries fail
-// the call, which leaves the rest for a retry.
+// DeleteBatch removes every row of the batch: item rows (one Query of
+// keys per item shard), chunk counters and the run row of every run, the
+// rerun count marks, its max_concurrency slot rows, the running and PUBLISH
+// markers, then the batch row, and the retention marker last, only once
+// everything else is gone: a marker never outlives the sweep's reason to
+// come back. BatchWriteItem deletes 25 keys a call; keys it leaves
+// unprocessed are retried with exponential backoff (DynamoDB API
+// reference, "BatchWriteItem": "If any requested operations fail because
+// the table's provisioned throughput is exceeded or an internal processing
+// failure occurs, the failed operations are returned in the
+// UnprocessedItems response parameter ... we strongly recommend that you
+// use an exponential backoff algorithm"); keys still unprocessed after
+// MaxDeleteTries fail the call, which leaves the rest for a retry.
 func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 	var keys []map[string]types.AttributeValue
 	flush := func(force bool) error {
@@ -1301,18 +1453,26 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 		}
 		return nil
 	}
-	err := s.ScanItems(ctx, b.ID, b.ListShards, func(it batch.Item) error {
-		keys = append(keys, key(itemPK(b.ID, it.Key), skItem))
+	partition := func(pk string) error {
+		found, err := s.queryKeys(ctx, pk)
+		if err != nil {
+			return fmt.Errorf("forget %s: %w", b.ID, err)
+		}
+		keys = append(keys, found...)
 		return flush(false)
-	})
-	if err != nil {
-		return err
+	}
+	for shard := range max(1, b.ListShards) {
+		if err := partition(itemPK(b.ID, shard)); err != nil {
+			return err
+		}
 	}
 	for run := 1; run <= b.Run; run++ {
-		for shard := range max(1, b.CounterShards) {
-			keys = append(keys, key(countPK(b.ID, run, shard), skCount))
+		for p := range s.counterPartitions(b, run) {
+			if err := partition(p); err != nil {
+				return err
+			}
 		}
-		keys = append(keys, key(pkPublish, publishSK(b.ID, run)))
+		keys = append(keys, key(runPK(b.ID, run), skRun), key(pkPublish, publishSK(b.ID, run)))
 	}
 	for i := range b.MaxConcurrency {
 		keys = append(keys, key(slotPK(b.ID, i), skSlot))
@@ -1333,6 +1493,26 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 		}
 	}
 	return nil
+}
+
+// counterPartitions yields the partition keys of run's chunk counters and,
+// for runs after the first, of its rerun count marks.
+func (s *Store) counterPartitions(b batch.Batch, run int) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for p := range max(1, b.CounterShards) {
+			if !yield(countPK(b.ID, run, p)) {
+				return
+			}
+		}
+		if run < 2 {
+			return
+		}
+		for shard := range max(1, b.ListShards) {
+			if !yield(markPK(b.ID, run, shard)) {
+				return
+			}
+		}
+	}
 }
 
 // AcquireSlot takes the slot row SLOT#{id}#{slot} (see batch.Store) with
@@ -1404,20 +1584,26 @@ func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.Attribut
 	return err
 }
 
-// KeepRows sets config.AttrExpiresAt = until on the item rows of keys and
-// the counter rows of runs 1..b.Run, each with one UpdateItem under the
-// condition attribute_exists(pk) AND (attribute_not_exists(expires_at) OR
-// expires_at < :until), 16 at a time. A row gone or already later is
-// skipped.
+// KeepRows sets config.AttrExpiresAt = until on the item rows of keys,
+// the chunk counters and run row of runs 1..b.Run and the rerun count
+// marks (found with one Query per counter or mark partition), each with
+// one UpdateItem under the condition attribute_exists(pk) AND
+// (attribute_not_exists(expires_at) OR expires_at < :until), 16 at a
+// time. A row gone or already later is skipped.
 func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, until time.Time) error {
-	rows := make([]map[string]types.AttributeValue, 0, len(keys)+b.Run*max(1, b.CounterShards))
+	rows := make([]map[string]types.AttributeValue, 0, len(keys)+b.Run)
 	for _, k := range keys {
-		rows = append(rows, key(itemPK(b.ID, k), skItem))
+		rows = append(rows, itemKey(b.ID, b.ListShards, k))
 	}
 	for run := 1; run <= b.Run; run++ {
-		for shard := range max(1, b.CounterShards) {
-			rows = append(rows, key(countPK(b.ID, run, shard), skCount))
+		for p := range s.counterPartitions(b, run) {
+			found, err := s.queryKeys(ctx, p)
+			if err != nil {
+				return fmt.Errorf("keep rows of %s: %w", b.ID, err)
+			}
+			rows = append(rows, found...)
 		}
+		rows = append(rows, key(runPK(b.ID, run), skRun))
 	}
 	ttl := expression.Name(config.AttrExpiresAt)
 	expr, err := expression.NewBuilder().
@@ -1529,39 +1715,34 @@ func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
 	return nil
 }
 
-// MarkCounted sets counted_run = :run on an item answered from an earlier
-// run's row, under the condition
-//
-//	run < :run AND (outcome = succeeded OR (outcome = quarantined AND NOT released))
-//	AND (attribute_not_exists(counted_run) OR counted_run < :run)
-//
-// and reports whether it did (false: already counted in this run, or the
-// row no longer qualifies).
-func (s *Store) MarkCounted(ctx context.Context, batchID, itemKey string, run int) (bool, error) {
-	out := expression.Name("outcome")
-	cond := expression.And(
-		expression.Name("run").LessThan(expression.Value(run)),
-		expression.Or(
-			out.Equal(expression.Value(string(batch.OutcomeSucceeded))),
-			expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))),
-				expression.Or(expression.AttributeNotExists(expression.Name("released")), expression.Name("released").Equal(expression.Value(false)))),
-		),
-		expression.Or(
-			expression.AttributeNotExists(expression.Name("counted_run")),
-			expression.Name("counted_run").LessThan(expression.Value(run)),
-		),
-	)
-	expr, err := expression.NewBuilder().WithCondition(cond).
-		WithUpdate(s.stamp(expression.Set(expression.Name("counted_run"), expression.Value(run)), time.Now())).Build()
+// MarkCounted puts the count mark MARK#{id}#{run}#{shard}, {key} under the
+// condition attribute_not_exists(pk) and reports whether it did (false:
+// already counted in this run, a duplicate delivery). The caller has read
+// the item row (its reservation was refused with the row): succeeded, or
+// quarantined and not released, in an earlier run. The mark is its own
+// small row, so that counting never writes the item row again (which
+// would bill its output once more); it carries the row TTL.
+func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int) (bool, error) {
+	item := map[string]types.AttributeValue{
+		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, batch.Shard(key, listShards))},
+		config.AttrSK: &types.AttributeValueMemberS{Value: key},
+	}
+	if s.RowTTL > 0 {
+		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(s.RowTTL).Unix(), 10)}
+	}
+	cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(config.AttrPK))).Build()
 	if err != nil {
 		return false, err
 	}
-	_, _, err = s.updateRow(ctx, key(itemPK(batchID, itemKey), skItem), expr, types.ReturnValueNone)
-	if errors.Is(err, batch.ErrConflict) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.PutItem(c, &dynamodb.PutItemInput{TableName: &s.table, Item: item,
+		ConditionExpression: cond.Condition(), ExpressionAttributeNames: cond.Names()})
+	if _, ok := conflict(err); ok {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("mark counted %s/%s: %w", batchID, itemKey, err)
+		return false, fmt.Errorf("mark counted %s/%s: %w", batchID, key, err)
 	}
 	return true, nil
 }

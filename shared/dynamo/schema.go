@@ -15,8 +15,9 @@ import (
 )
 
 // TableInput is the table the Store needs, as a CreateTable request
-// (on-demand billing): pk/sk strings, the list and attention GSIs with
-// all attributes projected, and the batches GSI projecting
+// (on-demand billing): pk/sk strings, the sparse attention GSI with all
+// attributes projected (failed and quarantined item rows only, which
+// carry no output), and the batches GSI projecting
 // config.BatchesProjection. The CDK stack declares the same table; its
 // template test checks the names against config.
 func TableInput(name string) *dynamodb.CreateTableInput {
@@ -34,12 +35,11 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 		TableName:   aws.String(name),
 		BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{
-			s(config.AttrPK), s(config.AttrSK), s(config.AttrListPK), s(config.AttrListSK), s(config.AttrAttentionPK), s(config.AttrAttentionSK),
+			s(config.AttrPK), s(config.AttrSK), s(config.AttrAttentionPK), s(config.AttrAttentionSK),
 			s(config.AttrBatchesPK), s(config.AttrBatchesSK),
 		},
 		KeySchema: keys(config.AttrPK, config.AttrSK),
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
-			{IndexName: aws.String(config.IndexList), KeySchema: keys(config.AttrListPK, config.AttrListSK), Projection: all},
 			{IndexName: aws.String(config.IndexAttention), KeySchema: keys(config.AttrAttentionPK, config.AttrAttentionSK), Projection: all},
 			{IndexName: aws.String(config.IndexBatches), KeySchema: keys(config.AttrBatchesPK, config.AttrBatchesSK),
 				Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: config.BatchesProjection()}},

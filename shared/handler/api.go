@@ -19,6 +19,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -31,12 +32,6 @@ import (
 // refused by Lambda before submit runs (API Gateway then answers 5xx), so
 // put large item lists in S3 and name the object.
 const MaxRequestBytes = 6 << 20
-
-// LiveCensusMaxItems is the largest running batch whose GET counts items
-// from their rows (one GSI page of ≈ 1 MB per shard read, ≈ 3 MB and a few
-// hundred read units for 10,000 items); a larger running batch shows its
-// counters (progress, a few reads) until finalize writes the exact census.
-const LiveCensusMaxItems = 10_000
 
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
@@ -277,21 +272,33 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 	case b.Status.Finished() && b.FinalCensus != nil:
 		v.Census, v.CensusSource = b.FinalCensus, wire.CensusFromReport
 		v.Report = "s3://" + a.Blobs.Bucket() + "/" + b.ReportKey
-	case b.ItemCount <= LiveCensusMaxItems:
-		c, err := batch.CensusOf(ctx, a.Store, b, nil)
-		if err != nil {
-			return BatchView{}, err
-		}
-		v.Census, v.CensusSource = &c, wire.CensusFromItems
-		v.NeedsAttention = c.NeedsAttention()
 	default:
+		// A running batch: its chunk counters, O(counter shards) reads
+		// whatever its size; the exact census comes with the report.
 		p, err := a.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
 		if err != nil {
 			return BatchView{}, err
 		}
 		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
+		c := CounterCensus(b, p)
+		v.Census = &c
+		v.NeedsAttention = v.NeedsAttention || c.Failed+c.Quarantined > 0
 	}
 	return v, nil
+}
+
+// CounterCensus is a running batch's census as its counters tell it:
+// terminal items by outcome as counted so far, and every other item
+// pending (items in flight are among them: counters see only outcomes).
+// Counters may lag the rows; the report's census is exact.
+func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
+	c := batch.Census{Total: b.ItemCount, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	c.Succeeded = p.ByOutcome[batch.OutcomeSucceeded]
+	c.Failed = p.ByOutcome[batch.OutcomeFailed]
+	c.Quarantined = p.ByOutcome[batch.OutcomeQuarantined]
+	c.Cancelled = p.ByOutcome[batch.OutcomeCancelled]
+	c.Pending = max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
+	return c
 }
 
 func (a *API) report(w http.ResponseWriter, r *http.Request) {

@@ -116,7 +116,8 @@ func (d *Deps) Submitter() (*batch.Submitter, error) {
 		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
 		SecretPrefixes: d.Config.SecretPrefixes,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention,
-		Sources: d.SourcePolicy(),
+		Sources:        d.SourcePolicy(),
+		ItemsPerSecond: batch.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself

@@ -82,8 +82,8 @@ func (s *contractStore) ListBatches(_ context.Context, q batch.BatchQuery) ([]ba
 	}
 	return []batch.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
 }
-func (s *contractStore) ReleaseItem(context.Context, string, string) error { return nil }
-func (s *contractStore) MarkForgetting(context.Context, string) error      { return nil }
+func (s *contractStore) ReleaseItem(context.Context, string, int, string) error { return nil }
+func (s *contractStore) MarkForgetting(context.Context, string) error           { return nil }
 func (s *contractStore) DeleteBatch(_ context.Context, b batch.Batch) error {
 	delete(s.batches, b.ID)
 	return nil

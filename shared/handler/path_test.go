@@ -28,7 +28,7 @@ func (s *releaseStore) GetBatch(_ context.Context, id string) (batch.Batch, erro
 	return batch.Batch{ID: id, Status: batch.StatusCompleted, Run: 1}, nil
 }
 
-func (s *releaseStore) ReleaseItem(_ context.Context, _ string, key string) error {
+func (s *releaseStore) ReleaseItem(_ context.Context, _ string, _ int, key string) error {
 	s.released = append(s.released, key)
 	return nil
 }

@@ -67,9 +67,9 @@ type ErrorBody struct {
 
 // Census sources of BatchView.CensusSource.
 const (
-	CensusFromItems    = "items"    // counted from the item rows (a running batch of at most LiveCensusMaxItems items)
+	CensusFromItems    = "items"    // counted from the item rows (no longer answered by GET: a running batch shows its counters)
 	CensusFromReport   = "report"   // the finished run's census
-	CensusFromCounters = "counters" // a large running batch: only Progress, no census
+	CensusFromCounters = "counters" // a running batch: Progress and a census by outcome from its chunk counters (in flight counted as pending), O(counter shards) reads
 )
 
 // BatchView is the JSON of a batch in API answers: the batch row's fields
