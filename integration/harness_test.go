@@ -756,12 +756,12 @@ func TestCompletionWithoutReadingCounters(t *testing.T) {
 		t.Fatalf("chunk 1 complete: %+v, want the run done", c)
 	}
 	// A count past the chunk's items (never expected) does not complete it twice.
-	if c := count(2, 3, now, false, map[batch.Outcome]int64{ok: 1}); c.ChunkDone || c.RunDone {
+	if c := count(2, 3, now.Add(2*time.Second), false, map[batch.Outcome]int64{ok: 1}); c.ChunkDone || c.RunDone {
 		t.Fatalf("count past the end: %+v", c)
 	}
 	p, err := h.store.Progress(ctx, id, 1, 2)
 	if err != nil || p.Done != 6 || p.Failures != 1 || p.ByOutcome[ok] != 4 || p.ByOutcome[batch.OutcomeCancelled] != 1 ||
-		!p.UpdatedAt.Equal(now.Add(time.Second).Truncate(time.Millisecond)) {
+		!p.UpdatedAt.Equal(now.Add(2*time.Second).Truncate(time.Millisecond)) {
 		t.Fatalf("progress %+v %v", p, err)
 	}
 }
