@@ -141,9 +141,6 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	blobs := blob.New(handler.NewS3(metered), name)
 	items := queue.New(sqs.NewFromConfig(metered), qurl)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("BENCH_DEBUG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	output := json.RawMessage(`{"ok":true}`)
 	if sc.OutputBytes > len(output) {
 		output = json.RawMessage(`{"echo":"` + strings.Repeat("y", sc.OutputBytes-len(`{"echo":""}`)) + `"}`)
