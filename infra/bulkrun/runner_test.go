@@ -314,6 +314,7 @@ func TestFunctionEnvironment(t *testing.T) {
 				config.EnvTable, config.EnvBucket, config.EnvLogLevel, config.EnvRetentionDays,
 				config.EnvMaxAttempts, config.EnvMaxReceiveCount, config.EnvItemTimeoutSeconds,
 				config.EnvLeaseSeconds, config.EnvVisibilitySeconds, config.EnvMetricsStack,
+				config.EnvItemsMaxConcurrency,
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
@@ -339,6 +340,10 @@ func TestFunctionEnvironment(t *testing.T) {
 					}
 					if !jsonEqual(env[config.EnvBucket], bucketName) {
 						t.Errorf("%s = %v, want the bucket's name %v", config.EnvBucket, env[config.EnvBucket], bucketName)
+					}
+					// Submit sizes shards from the item event sources' flow.
+					if got := env[config.EnvItemsMaxConcurrency]; got != strconv.Itoa(w.itemsMaxConcurrency) {
+						t.Errorf("%s = %v, want %d", config.EnvItemsMaxConcurrency, got, w.itemsMaxConcurrency)
 					}
 					if _, ok := env[config.EnvItemsQueueURL]; ok && !jsonEqual(env[config.EnvItemsQueueURL], ref(s.ids["items"])) {
 						t.Errorf("%s = %v, want Ref %s", config.EnvItemsQueueURL, env[config.EnvItemsQueueURL], s.ids["items"])
