@@ -176,7 +176,7 @@ func TestLambdaPipelinePython(t *testing.T) {
 	// Every item's message twice more, straight to the items queue.
 	var bodies []string
 	for i, in := range lines {
-		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: json.RawMessage(in)}, 0, 0)
+		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.Chunk{Count: int64(len(lines))}, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: json.RawMessage(in)}, 0, 0)
 		body, _ := json.Marshal(m)
 		bodies = append(bodies, string(body), string(body))
 	}
