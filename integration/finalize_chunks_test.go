@@ -198,7 +198,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 // on the emulator's DynamoDB: BULKRUN_FINALIZE_EMULATOR_ROWS item rows
 // (default 2,000) of ~1 KB outputs, written with Store.Settle (one
 // conditional write each; MiniStack takes ≈ 150 a second) into a batch laid
-// out as one of 10^7 items (batch.ListShards(10^7) list shards), then one
+// out as one of 10^7 items (batch.ListShards(10^7, 0) item shards), then one
 // finalize. It checks the census and that the heap stayed below 256 MiB,
 // and logs the peak.
 //
@@ -212,7 +212,7 @@ func TestFinalizePeakMemoryOnEmulator(t *testing.T) {
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
 	now := time.Now().UTC()
-	b := batch.Batch{ID: id, Run: 1, Status: batch.StatusRunning, Pipeline: "counted", ItemCount: n, ListShards: batch.ListShards(10_000_000),
+	b := batch.Batch{ID: id, Run: 1, Status: batch.StatusRunning, Pipeline: "counted", ItemCount: n, ListShards: batch.ListShards(10_000_000, 0),
 		CounterShards: 1, CreatedAt: now, RunStartedAt: now, FannedOut: true, Digest: "sha256:0", ManifestKey: "batches/" + id + "/manifests/x.jsonl"}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
@@ -271,7 +271,7 @@ func TestFinalizePeakMemoryOnEmulator(t *testing.T) {
 		t.Fatalf("finalize: %+v %v", r.Report.Census, err)
 	}
 	peakMiB := float64(peak.Load()) / (1 << 20)
-	t.Logf("finalize of %d rows over %d list shards: %s (%.0f rows/s), peak heap %.1f MiB", n, b.ListShards, elapsed.Round(time.Millisecond),
+	t.Logf("finalize of %d rows over %d item shards: %s (%.0f rows/s), peak heap %.1f MiB", n, b.ListShards, elapsed.Round(time.Millisecond),
 		float64(n)/elapsed.Seconds(), peakMiB)
 	if peakMiB >= 256 {
 		t.Fatalf("peak heap %.1f MiB, want < 256", peakMiB)

@@ -48,7 +48,7 @@ func RunID(batchID, key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Shard is FNV-1a(key) mod n: the item's list-index shard (n ≥ 1).
+// Shard is FNV-1a(key) mod n: the item's shard (n ≥ 1): its row lives under ITEM#{batch}#{shard}.
 func Shard(key string, n int) int {
 	if n <= 1 {
 		return 0

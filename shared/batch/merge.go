@@ -50,7 +50,7 @@ func RowBytes(it Item) int64 {
 
 // MergeShards calls fn for every item row of the batch whose key sorts
 // after `after` ("" from the first), in key byte order, merging its
-// listShards list shards read with Store.ScanShard. Memory is bounded
+// listShards item shards read with Store.ScanShard. Memory is bounded
 // whatever the batch's size: the rows read ahead stay within
 // opts.BudgetBytes (a read that would pass it keeps only its first rows
 // and the shard is read again from the last kept key later), plus one row

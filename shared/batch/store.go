@@ -76,7 +76,7 @@ type Store interface {
 	// merging its listShards item partitions (Batch.ListShards). fn's
 	// error stops the scan and is returned.
 	ScanItems(ctx context.Context, batchID string, listShards int, fn func(Item) error) error
-	// ScanShard returns up to limit item rows of list shard `shard` (0 ..
+	// ScanShard returns up to limit item rows of item shard `shard` (0 ..
 	// listShards-1) whose keys sort after `after` ("" from the first), in
 	// key byte order, and whether the shard may hold more past the last
 	// one. Rows read as in flight or released are read again consistently.

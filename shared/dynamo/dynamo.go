@@ -134,7 +134,12 @@ func itemPK(id string, shard int) string { return "ITEM#" + shardKey(id, shard) 
 
 // itemKey is the key of item itemKey's row in a batch of shards shards.
 func itemKey(id string, shards int, itemKey string) map[string]types.AttributeValue {
-	return key(itemPK(id, batch.Shard(itemKey, shards)), itemKey)
+	return itemKeyAt(id, batch.Shard(itemKey, shards), itemKey)
+}
+
+// itemKeyAt is the key of item itemKey's row in item shard `shard`.
+func itemKeyAt(id string, shard int, itemKey string) map[string]types.AttributeValue {
+	return key(itemPK(id, shard), itemKey)
 }
 
 // countPK is the partition key of the chunk counters of one counter shard.
@@ -898,9 +903,15 @@ func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (batch.Ite
 }
 
 func (s *Store) getItem(ctx context.Context, batchID string, shards int, key string) (batch.Item, error) {
+	return s.getItemAt(ctx, batchID, batch.Shard(key, shards), key)
+}
+
+// getItemAt reads the row of item key in item shard `shard` with a
+// strongly consistent read; ErrNotFound when it has no row.
+func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key string) (batch.Item, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: itemKey(batchID, shards, key), ConsistentRead: aws.Bool(true)})
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: itemKeyAt(batchID, shard, key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return batch.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, key, err)
 	}

@@ -12,21 +12,21 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// shardQuery is the list-index query of one shard of a batch's items after
+// shardQuery is the table query of one shard of a batch's items after
 // the item key after ("" from the first), at most limit rows: key
-// condition lpk = {batch}#{shard} AND lsk > :after. It is the one place
-// that knows how a shard's items are keyed in the list index.
+// condition pk = ITEM#{batch}#{shard} AND sk > :after. It is the one place
+// that knows how a shard's items are keyed for listing.
 func (s *Store) shardQuery(batchID string, shard int, after string, limit int) *dynamodb.QueryInput {
 	cond := "#p = :p"
-	names := map[string]string{"#p": config.AttrListPK}
-	values := map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: shardKey(batchID, shard)}}
+	names := map[string]string{"#p": config.AttrPK}
+	values := map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: itemPK(batchID, shard)}}
 	if after != "" {
 		cond += " AND #s > :s"
-		names["#s"] = config.AttrListSK
+		names["#s"] = config.AttrSK
 		values[":s"] = &types.AttributeValueMemberS{Value: after}
 	}
 	return &dynamodb.QueryInput{
-		TableName: &s.table, IndexName: aws.String(config.IndexList),
+		TableName:                 &s.table,
 		KeyConditionExpression:    aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -35,9 +35,9 @@ func (s *Store) shardQuery(batchID string, shard int, after string, limit int) *
 }
 
 // ScanShard reads up to limit item rows (1–1,000; DynamoDB also ends a
-// page at 1 MB) of list shard `shard` of the batch whose keys sort after
+// page at 1 MB) of item shard `shard` of the batch whose keys sort after
 // `after` (exclusive; "" from the first), in key byte order, with one
-// eventually consistent Query of the list index. more is false once the
+// eventually consistent Query of the table (ITEM#{batch}#{shard}). more is false once the
 // shard holds nothing past the last row returned. A row read as in flight
 // or released is re-read from the table with a strongly consistent
 // GetItem, as ScanItems does. Memory: the rows returned, whatever the
@@ -52,16 +52,15 @@ func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after 
 	}
 	items := make([]batch.Item, 0, len(out.Items))
 	for _, av := range out.Items {
-		it, err := itemFrom(av)
+		it, err := itemFrom(batchID, av)
 		if err != nil {
 			return nil, false, fmt.Errorf("scan shard %d of %s: %w", shard, batchID, err)
 		}
 		if it.Outcome == batch.OutcomeInFlight || it.Released {
-			if it, err = s.GetItem(ctx, batchID, it.Key); err != nil {
+			if it, err = s.getItemAt(ctx, batchID, shard, it.Key); err != nil {
 				return nil, false, err
 			}
 		}
-		it.BatchID = batchID
 		items = append(items, it)
 	}
 	// A page cut by Limit or by the 1 MB cap carries LastEvaluatedKey even

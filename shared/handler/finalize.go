@@ -18,7 +18,7 @@ type Finalize struct {
 	Finalizer *batch.Finalizer
 	Log       *slog.Logger
 	// Waits are the pauses between census attempts when a triggered run is
-	// not finished yet: the list index is eventually consistent, so the
+	// not finished yet: the item shards are read eventually consistent, so the
 	// last outcome may not show at once. Default 1, 2, 4, 8 s.
 	Waits []time.Duration
 }
