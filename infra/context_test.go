@@ -21,9 +21,15 @@ import (
 
 var functionsDir string // temp folder with one bootstrap per function
 
-// itemBootstrap is the item function's placeholder binary: the template
-// test finds it in the staged asset.
-const itemBootstrap = "#!/bin/sh\n# item, context test\n"
+// finalizeBootstrap is the finalize function's placeholder binary, and
+// teamBootstrap a team's (pipelineCode): the template test finds them in
+// the staged assets.
+const (
+	finalizeBootstrap = "#!/bin/sh\n# finalize, context test\n"
+	teamBootstrap     = "#!/bin/sh\n# a team's submit and item, context test\n"
+)
+
+var teamCode string // temp folder with teamBootstrap
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "bulkrun-app-test-")
@@ -33,8 +39,8 @@ func TestMain(m *testing.M) {
 	}
 	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem, bulkrun.FunctionFinalize, bulkrun.FunctionSweep} {
 		body := "#!/bin/sh\n"
-		if fn == bulkrun.FunctionItem {
-			body = itemBootstrap
+		if fn == bulkrun.FunctionFinalize {
+			body = finalizeBootstrap
 		}
 		err := os.MkdirAll(filepath.Join(dir, fn), 0o755)
 		if err == nil {
@@ -46,6 +52,15 @@ func TestMain(m *testing.M) {
 		}
 	}
 	functionsDir = dir
+	teamCode = filepath.Join(dir, "team")
+	if err := os.MkdirAll(teamCode, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(teamCode, "bootstrap"), []byte(teamBootstrap), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	jsii.Close()
@@ -127,6 +142,8 @@ func allContext() map[string]string {
 		"bucketName":           "bulkrun-ctx-bucket",
 		"sourceBuckets":        "ctx-source-a, ctx-source-b",
 		"sourcePrefixes":       "exports/",
+		"pipelineCode":         teamCode,
+		"customPipelines":      "enrich",
 		"pipelines":            "webhook,enrich",
 		"defaultPipeline":      "webhook",
 		"schedules":            `[{"name":"nightly","expression":"cron(0 2 * * ? *)","request":{"pipeline":"enrich","source":{"prefix":"s3://ctx-source-a/daily/"}}}]`,
@@ -212,6 +229,19 @@ func (a *appTemplate) function(t *testing.T, name string) map[string]any {
 	return nil
 }
 
+// bootstrap returns the bootstrap file of a function's staged code asset
+// ({hash}.zip in the template, staged as asset.{hash}/).
+func (a *appTemplate) bootstrap(t *testing.T, name string) string {
+	t.Helper()
+	code := props(a.function(t, name))["Code"].(map[string]any)
+	hash := strings.TrimSuffix(fmt.Sprint(code["S3Key"]), ".zip")
+	got, err := os.ReadFile(filepath.Join(a.outdir, "asset."+hash, "bootstrap"))
+	if err != nil {
+		t.Fatalf("%s asset %s: %v", name, hash, err)
+	}
+	return string(got)
+}
+
 // env returns a function's environment variable ("" when absent; a
 // token rendered as JSON).
 func (a *appTemplate) env(t *testing.T, fn, name string) string {
@@ -269,13 +299,28 @@ func TestRunnerPropsContext(t *testing.T) {
 			}
 		},
 		"functionsDir": func(t *testing.T) {
-			// The item function's code is the asset staged from
-			// functionsDir/item: {hash}.zip, staged as asset.{hash}/.
-			code := props(a.function(t, "item"))["Code"].(map[string]any)
-			hash := strings.TrimSuffix(fmt.Sprint(code["S3Key"]), ".zip")
-			got, err := os.ReadFile(filepath.Join(a.outdir, "asset."+hash, "bootstrap"))
-			if err != nil || string(got) != itemBootstrap {
-				t.Errorf("item asset %s: %q, %v; want the bootstrap of functionsDir", hash, got, err)
+			// The finalize function's code is the asset staged from
+			// functionsDir/finalize: {hash}.zip, staged as asset.{hash}/.
+			if got := a.bootstrap(t, "finalize"); got != finalizeBootstrap {
+				t.Errorf("finalize asset: %q; want the bootstrap of functionsDir", got)
+			}
+		},
+		"pipelineCode": func(t *testing.T) {
+			for _, fn := range []string{"submit", "item"} {
+				if got := a.bootstrap(t, fn); got != teamBootstrap {
+					t.Errorf("%s asset: %q; want the bootstrap of pipelineCode", fn, got)
+				}
+				if got := a.env(t, fn, config.EnvFunction); got != fn {
+					t.Errorf("%s's %s=%q", fn, config.EnvFunction, got)
+				}
+			}
+		},
+		"customPipelines": func(t *testing.T) {
+			// allContext narrows with pipelines; without, the custom names
+			// join the built-ins.
+			b := synthApp(t, map[string]string{"target": "emulator", "functionsDir": functionsDir, "pipelineCode": teamCode, "customPipelines": "enrich,score"})
+			if got := b.env(t, "submit", config.EnvPipelines); got != "enrich,lambda,score,thumbnail,webhook" {
+				t.Errorf("%s=%q, want the built-ins and enrich, score", config.EnvPipelines, got)
 			}
 		},
 		"itemTimeout": func(t *testing.T) {

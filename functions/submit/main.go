@@ -1,34 +1,19 @@
-// Command submit is the submit function: the REST API and S3 uploads under
-// incoming/. Wiring only; the logic is in shared/handler and shared/batch.
+// Command submit is bulkrun's submit function with the built-in
+// pipelines: the REST API and S3 uploads under incoming/. Wiring only
+// (package shared/function); the logic is in shared/handler and
+// shared/batch. A team's own Go pipelines run in its own binary built
+// with function.Start (README "Write your own pipeline").
 package main
 
 import (
 	"context"
 	"log"
 
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func main() {
-	ctx := context.Background()
-	d, err := handler.Build(ctx)
-	if err != nil {
-		log.Fatalf("submit: %v", err)
+	if err := function.StartSubmit(context.Background()); err != nil {
+		log.Fatal(err)
 	}
-	s, err := d.Submitter()
-	if err != nil {
-		log.Fatalf("submit: %v", err)
-	}
-	h := &handler.Submit{
-		API:             handler.NewAPI(s, d.Store, d.Blobs, d.Log),
-		Submitter:       s,
-		Heads:           d.Blobs,
-		Blobs:           d.Blobs,
-		Events:          d.Bus(),
-		DefaultPipeline: d.Config.DefaultPipeline,
-		Log:             d.Log,
-	}
-	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
 }

@@ -83,10 +83,13 @@ const (
 	queueRetention = 14 * 24 * time.Hour
 )
 
-// DefaultPipelines returns RunnerProps.Pipelines when empty: every pipeline
-// the item binary registers (registered.Names — the one list, in
-// shared/pipeline/registered), in byte order.
-func DefaultPipelines() []string { return registered.Names() }
+// DefaultPipelines returns RunnerProps.Pipelines when empty: the built-in
+// pipelines and custom (RunnerProps.CustomPipelines), in byte order.
+func DefaultPipelines(custom []string) []string {
+	names := append(registered.Names(), custom...)
+	slices.Sort(names)
+	return names
+}
 
 // Schedule declares a batch started on a schedule. Each tick sends submit
 // {"bulkrun_schedule": Name, "time": <the tick's time>, "request": Request};
@@ -112,10 +115,31 @@ type Schedule struct {
 type RunnerProps struct {
 	// Target is TargetAWS (default when empty) or TargetEmulator.
 	Target string
-	// FunctionsDir holds one folder per function (submit, item, finalize),
-	// each with a `bootstrap` binary for provided.al2023. Default
+	// FunctionsDir holds one folder per function (submit, item, finalize,
+	// sweep), each with a `bootstrap` binary for provided.al2023. Default
 	// DefaultFunctionsDir ("../build/functions", relative to infra/).
+	// With PipelineCode, its submit/ and item/ are not used.
 	FunctionsDir string
+	// PipelineCode is a folder holding one `bootstrap` binary (Linux, for
+	// provided.al2023 on the target's architecture, CGO_ENABLED=0) built
+	// from a team's own Go module whose main calls function.Start
+	// (package shared/function) with the declarations of its Go pipelines.
+	// The stack deploys it as both the submit and the item function, in
+	// place of FunctionsDir's submit/ and item/ (config.EnvFunction tells
+	// it which it is), so submit checks those pipelines' names and options
+	// and the item function runs them. Default "": bulkrun's own binaries,
+	// which run the built-in pipelines only. Requires CustomPipelines.
+	PipelineCode string
+	// CustomPipelines are the names of the pipelines PipelineCode's binary
+	// declares: registered.Declared of its declarations (one list, when
+	// the CDK app is in the same module), or what `bootstrap pipelines`
+	// prints (function.ListArg). Each is a valid pipeline name
+	// (pipeline.ValidName), not a built-in, listed once. They join the
+	// built-ins in DefaultPipelines, and Pipelines and DefaultPipeline may
+	// name them. The binary refuses to start when the stack names a
+	// pipeline it does not declare (registered.CheckListed). Default none;
+	// set only with PipelineCode.
+	CustomPipelines []string
 	// ItemTimeout is the item function's timeout, whole seconds from 1 s to
 	// 15 min. Default config.DefaultItemTimeout (5 min). The reservation
 	// lease is ItemTimeout + config.LeaseMargin and the queues' visibility
@@ -150,10 +174,9 @@ type RunnerProps struct {
 	// become config.EnvSources (batch.SourcePolicy). Default none on
 	// TargetAWS; DefaultEmulatorSourcePrefixes on TargetEmulator.
 	SourcePrefixes []string
-	// Pipelines narrows the pipeline names submit accepts to some of those
-	// the item binary registers (shared/pipeline/registered, the one list
-	// where a pipeline is added). Default DefaultPipelines(): all of them. A
-	// name the registry does not hold is refused at synth.
+	// Pipelines narrows the pipeline names submit accepts to some of the
+	// built-ins and CustomPipelines. Default DefaultPipelines: all of them.
+	// Another name is refused at synth.
 	Pipelines []string
 	// Schedules are batches started on a schedule (EventBridge rules
 	// targeting submit). Default none.
@@ -362,6 +385,7 @@ var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 type settings struct {
 	target          string
 	functionsDir    string
+	code            map[string]string // each function's code folder
 	arch            awslambda.Architecture
 	itemTimeout     time.Duration
 	lease           time.Duration
@@ -455,7 +479,7 @@ func derive(props *RunnerProps) (settings, error) {
 		s.tick = DefaultFinalizeTickSchedule
 	}
 	if len(s.pipelines) == 0 {
-		s.pipelines = DefaultPipelines()
+		s.pipelines = DefaultPipelines(props.CustomPipelines)
 	}
 	allowList := props.WebhookAllow
 	if len(allowList) == 0 && s.target == TargetEmulator && !props.EmptyWebhookAllow {
@@ -581,15 +605,28 @@ func derive(props *RunnerProps) (settings, error) {
 			s.timeouts[fn] = d
 		}
 	}
-	if err := registered.Check(); err != nil {
-		bad("Pipelines", "shared/pipeline/registered", err.Error())
-	}
 	known := registered.Names()
+	for _, p := range props.CustomPipelines {
+		switch {
+		case !pipeline.ValidName(p):
+			bad("CustomPipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
+		case slices.Contains(known, p):
+			bad("CustomPipelines", p, "listed twice, or the name of a built-in pipeline")
+		default:
+			known = append(known, p)
+		}
+	}
+	if len(props.CustomPipelines) > 0 && props.PipelineCode == "" {
+		bad("CustomPipelines", strings.Join(props.CustomPipelines, ","), "set PipelineCode too: bulkrun's own binaries run the built-in pipelines only")
+	}
+	if props.PipelineCode != "" && len(props.CustomPipelines) == 0 {
+		bad("PipelineCode", props.PipelineCode, "name the binary's pipelines in CustomPipelines (what `bootstrap pipelines` prints)")
+	}
 	for _, p := range s.pipelines {
 		if !pipeline.ValidName(p) {
 			bad("Pipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
 		} else if !slices.Contains(known, p) {
-			bad("Pipelines", p, fmt.Sprintf("not registered in the item binary (have %s); %s", strings.Join(known, ", "), batch.RegisterPipelineHint))
+			bad("Pipelines", p, fmt.Sprintf("neither built in nor in CustomPipelines (have %s); %s", strings.Join(slices.Sorted(slices.Values(known)), ", "), batch.RegisterPipelineHint))
 		}
 	}
 	if props.DefaultPipeline != "" && !slices.Contains(s.pipelines, props.DefaultPipeline) {
@@ -614,9 +651,22 @@ func derive(props *RunnerProps) (settings, error) {
 			bad(field+".Request", req.Pipeline, "pipeline is not one of Pipelines")
 		}
 	}
+	s.code = map[string]string{}
 	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
-		bootstrap := filepath.Join(s.functionsDir, fn, "bootstrap")
+		s.code[fn] = filepath.Join(s.functionsDir, fn)
+		if props.PipelineCode != "" && (fn == FunctionSubmit || fn == FunctionItem) {
+			s.code[fn] = props.PipelineCode
+		}
+	}
+	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep, FunctionItem} {
+		bootstrap := filepath.Join(s.code[fn], "bootstrap")
 		if info, err := os.Stat(bootstrap); err != nil || info.IsDir() {
+			if props.PipelineCode != "" && s.code[fn] == props.PipelineCode {
+				if fn == FunctionSubmit {
+					bad("PipelineCode", props.PipelineCode, fmt.Sprintf("no %s: build the binary whose main calls function.Start first", bootstrap))
+				}
+				continue
+			}
 			bad("FunctionsDir", s.functionsDir, fmt.Sprintf("no %s: build the functions first", bootstrap))
 		}
 	}
@@ -879,7 +929,7 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 		fp := &awslambda.FunctionProps{
 			Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 			Handler:      jsii.String("bootstrap"),
-			Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(s.functionsDir, name)), nil),
+			Code:         awslambda.Code_FromAsset(jsii.String(s.code[name]), nil),
 			Architecture: s.arch,
 			Timeout:      awscdk.Duration_Seconds(jsii.Number(timeout.Seconds())),
 			MemorySize:   jsii.Number(memoryMiB),
@@ -926,6 +976,7 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 		fanOut[config.EnvWebhookAllow] = s.webhookAllow // checked at submit, and at dial by item
 	}
 	submitEnv := copyEnv(fanOut)
+	submitEnv[config.EnvFunction] = FunctionSubmit // which function a PipelineCode binary serves
 	if props != nil && props.DefaultPipeline != "" {
 		submitEnv[config.EnvDefaultPipeline] = props.DefaultPipeline
 	}
@@ -964,6 +1015,7 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 	itemEnv := copyEnv(fanOut)
+	itemEnv[config.EnvFunction] = FunctionItem
 	itemEnv[config.EnvDeadLetterQueueARN] = *dlq.QueueArn()
 	if len(s.effectTables) > 0 {
 		itemEnv[config.EnvEffectTables] = strings.Join(s.effectTables, ",") // staged writes (shared/pipeline/effects)

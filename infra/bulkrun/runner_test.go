@@ -28,7 +28,9 @@ import (
 // the emulator stack with the defaults, the AWS stack with non-default
 // props so that every value can be traced from props to the template.
 
-var functionsDir string // temp folder with submit/, item/, finalize/ bootstrap files
+var functionsDir string // temp folder with submit/, item/, finalize/, sweep/ bootstrap files
+
+var teamCode string // temp folder with a team's bootstrap (PipelineCode)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "bulkrun-infra-test-")
@@ -47,6 +49,15 @@ func TestMain(m *testing.M) {
 		}
 	}
 	functionsDir = dir
+	// A team's binary (PipelineCode), declaring "enrich".
+	teamCode = filepath.Join(dir, "team")
+	if err := os.MkdirAll(teamCode, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(teamCode, "bootstrap"), []byte("#!/bin/sh\n# team\n"), 0o755)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	jsii.Close()
@@ -68,6 +79,8 @@ func testProps(target string) *RunnerProps {
 		RetentionDays:   9,
 		BucketName:      "bulkrun-test-bucket",
 		SourceBuckets:   []string{"source-a", "source-b"},
+		PipelineCode:    teamCode,
+		CustomPipelines: []string{"enrich"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
 		WebhookAllow:    []string{"10.20.0.0/16", "hooks.internal"},
 		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
@@ -96,7 +109,7 @@ type want struct {
 func wanted(target string) want {
 	if target == TargetEmulator {
 		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
-		return want{300, 3, 10, 30, []string{"enrich", "lambda", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
+		return want{300, 3, 10, 30, []string{"lambda", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
 	}
 	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain", 1024, 150,
 		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200}}
@@ -321,7 +334,8 @@ func TestFunctionEnvironment(t *testing.T) {
 			if target == TargetAWS {
 				itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one
 			}
-			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvSecretPrefixes)
+			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvSecretPrefixes, config.EnvFunction)
+			itemNames = append(itemNames, config.EnvFunction)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
 					env, _ := s.properties(t, s.ids[fn])["Environment"].(map[string]any)["Variables"].(map[string]any)

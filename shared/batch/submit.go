@@ -136,10 +136,10 @@ const SubmitKeysMemoryBytes = 8 << 20
 const MaxHeaderBytes = 16 << 10
 
 // RegisterPipelineHint ends the unknown-pipeline error: where a pipeline
-// name has to appear before submit accepts it.
-// One place: shared/pipeline/registered (the item function runs what it
-// lists, submit accepts it, the stack learns the names from it).
-const RegisterPipelineHint = "add it to registered.Custom in shared/pipeline/registered/registered.go and redeploy; see README \"Write your own pipeline\""
+// has to be declared before submit accepts it. A Go pipeline is declared
+// once, in the main of the binary deployed as the submit and item
+// functions (its registry is what both run), and the stack names it.
+const RegisterPipelineHint = "pass its registered.Declaration to function.Start (shared/function/function.go) in the binary the stack deploys as the submit and item functions, name it in RunnerProps.CustomPipelines (infra/bulkrun/runner.go), and redeploy; see README \"Write your own pipeline\""
 
 // ReservedHeaderPrefix is refused in submitted header names.
 const ReservedHeaderPrefix = "bulkrun."

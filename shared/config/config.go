@@ -34,8 +34,13 @@ const (
 	// asynchronously when the last item of a run records its outcome.
 	EnvFinalizeFunction = "BULKRUN_FINALIZE_FUNCTION"
 	// EnvPipelines is the comma-separated list of pipeline names that submit
-	// accepts; it must match the pipelines registered in the item binary.
+	// accepts; the submit and item binaries refuse to start when it names
+	// one they do not register (registered.CheckListed).
 	EnvPipelines = "BULKRUN_PIPELINES"
+	// EnvFunction is the function a process serves, "submit" or "item", set
+	// by the stack on those two: a team's binary built with
+	// function.Start serves both and dispatches on it.
+	EnvFunction = "BULKRUN_FUNCTION"
 	// EnvDefaultPipeline is the pipeline of a batch started by an S3 upload
 	// whose object metadata names none (optional).
 	EnvDefaultPipeline = "BULKRUN_DEFAULT_PIPELINE"

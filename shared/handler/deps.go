@@ -95,13 +95,14 @@ func Build(ctx context.Context) (*Deps, error) {
 	return d, nil
 }
 
-// Submitter builds the submit workflow from d.
-func (d *Deps) Submitter() (*batch.Submitter, error) {
+// Submitter builds the submit workflow from d, with the built-in
+// pipelines and custom (the binary's own, package shared/function).
+func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, error) {
 	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
 		return nil, err
 	}
 	// The same registry as the item function's, for names and options.
-	reg, err := registered.Build(registered.Deps{Source: d.Blobs, WebhookAllow: d.Config.WebhookAllow, LambdaFunctions: d.Config.LambdaFunctions})
+	reg, err := registered.Build(registered.Deps{Source: d.Blobs, WebhookAllow: d.Config.WebhookAllow, LambdaFunctions: d.Config.LambdaFunctions}, custom...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,17 +1,20 @@
-// Package registered is the one list of pipelines a bulkrun deployment
-// runs. The item function builds its registry from it (Build), submit
-// checks pipeline names and options against the same registry, and the
-// stack (infra/) learns the names from it (Names) for submit's
-// BULKRUN_PIPELINES. Adding a pipeline is one edit: append a Declaration
-// to Custom below and redeploy (`make deploy`).
+// Package registered builds the registry of pipelines a bulkrun binary
+// runs: the built-ins (package builtin) plus the Declarations a binary is
+// given. bulkrun's own submit and item functions declare none; a team adds
+// its Go pipelines by building those two functions from its own module
+// with its Declarations (package shared/function, README "Write your own
+// pipeline"), and the stack names them in RunnerProps.CustomPipelines.
+// The item function runs what Build returns, and submit checks pipeline
+// names and options against the same registry.
 package registered
 
 import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
-	"github.com/bulkrun/bulkrun/examples/enrich"
+	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
@@ -50,61 +53,85 @@ type Declaration struct {
 	New func(Deps) (pipeline.Pipeline, error)
 }
 
-// Custom is the list of pipelines beyond the built-ins (builtin.Names).
-// THIS IS THE ONE PLACE TO REGISTER A PIPELINE: add a Declaration here; the
-// item binary runs it, submit accepts its name (and checks its options when
-// it implements pipeline.OptionsValidator), and the stack names it in
-// BULKRUN_PIPELINES. See README "Write your own pipeline".
-var Custom = []Declaration{
-	{Name: enrich.Name, New: func(Deps) (pipeline.Pipeline, error) { return enrich.New(), nil }},
-}
-
-// Names returns the names of every registered pipeline, built-in and
-// Custom, in byte order. The slice is new on every call. It does not check
-// the names; Check and Build do.
-func Names() []string {
+// Names returns the names of the built-in pipelines (builtin.Names) and
+// of custom, in byte order. The slice is new on every call. It does not
+// check the names; Check and Build do.
+func Names(custom ...Declaration) []string {
 	names := builtin.Names()
-	for _, d := range Custom {
+	for _, d := range custom {
 		names = append(names, d.Name)
 	}
 	slices.Sort(names)
 	return names
 }
 
-// Check reports the first bad Custom declaration: an invalid or duplicate
-// name (built-ins included) or a nil New. The stack's synth runs it, so a
-// bad declaration fails `make deploy` before anything is deployed.
-func Check() error {
+// Declared returns the names of custom, in order: what a stack that
+// deploys a binary declaring custom gives RunnerProps.CustomPipelines.
+func Declared(custom ...Declaration) []string {
+	names := make([]string, len(custom))
+	for i, d := range custom {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// Check reports the first bad declaration of custom: an invalid or
+// duplicate name (built-ins included) or a nil New. Build runs it, so a
+// bad declaration stops the function's start.
+func Check(custom ...Declaration) error {
 	seen := map[string]bool{}
 	for _, n := range builtin.Names() {
 		seen[n] = true
 	}
-	for i, d := range Custom {
+	for i, d := range custom {
 		switch {
 		case !pipeline.ValidName(d.Name):
-			return fmt.Errorf("registered: Custom[%d]: %q is not a valid pipeline name (see pipeline.ValidName)", i, d.Name)
+			return fmt.Errorf("registered: declaration %d: %q is not a valid pipeline name (see pipeline.ValidName)", i, d.Name)
 		case seen[d.Name]:
-			return fmt.Errorf("registered: Custom[%d]: %q is declared twice", i, d.Name)
+			return fmt.Errorf("registered: declaration %d: %q is declared twice or is a built-in", i, d.Name)
 		case d.New == nil:
-			return fmt.Errorf("registered: Custom[%d] %q: nil New", i, d.Name)
+			return fmt.Errorf("registered: declaration %d %q: nil New", i, d.Name)
 		}
 		seen[d.Name] = true
 	}
 	return nil
 }
 
-// Build returns a registry holding the built-in pipelines and every Custom
-// one, each built once from deps. It fails on a bad declaration (Check), a
-// nil deps.Source or a constructor's error, naming the pipeline.
-func Build(deps Deps) (*pipeline.Registry, error) {
-	if err := Check(); err != nil {
+// CheckListed reports the names of listed (the stack's
+// config.EnvPipelines) that the registry of custom does not hold: the
+// stack names a pipeline this binary cannot run, because the binary
+// deployed as the submit and item functions is not the one declaring it.
+// The error names the missing pipelines, what the binary has, and where a
+// pipeline is declared. Empty listed is fine (every registered name is
+// accepted).
+func CheckListed(listed []string, custom ...Declaration) error {
+	have := Names(custom...)
+	var missing []string
+	for _, n := range listed {
+		if !slices.Contains(have, n) {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("registered: %s names %q, which this binary does not register (it has %s): deploy the binary whose main passes their Declarations to function.Start as RunnerProps.PipelineCode",
+		config.EnvPipelines, missing, strings.Join(have, ", "))
+}
+
+// Build returns a registry holding the built-in pipelines and those of
+// custom, each built once from deps. It fails on a bad declaration
+// (Check), a nil deps.Source or a constructor's error, naming the
+// pipeline.
+func Build(deps Deps, custom ...Declaration) (*pipeline.Registry, error) {
+	if err := Check(custom...); err != nil {
 		return nil, err
 	}
 	r := &pipeline.Registry{}
 	if err := builtin.Register(r, deps.Source, deps.Client, deps.WebhookAllow, lambdafn.New(deps.Lambda, deps.LambdaFunctions)); err != nil {
 		return nil, err
 	}
-	for _, d := range Custom {
+	for _, d := range custom {
 		p, err := d.New(deps)
 		if err != nil {
 			return nil, fmt.Errorf("registered: build %q: %w", d.Name, err)

@@ -1,0 +1,150 @@
+// Package function starts bulkrun's submit and item functions in a Lambda
+// process, with the built-in pipelines and any Go pipelines the caller
+// declares. bulkrun's own binaries (functions/submit, functions/item)
+// declare none. A team that writes its own Go pipeline builds one binary
+// from its own module whose main is
+//
+//	func main() {
+//		if err := function.Start(context.Background(), mine.Pipelines...); err != nil {
+//			log.Fatal(err)
+//		}
+//	}
+//
+// and gives its folder to the construct (RunnerProps.PipelineCode) with
+// the pipelines' names (RunnerProps.CustomPipelines:
+// registered.Declared of the same declarations); the stack deploys that
+// binary as both the submit and the item function. Submit then accepts
+// the names and checks their options (pipeline.OptionsValidator), and the
+// item function runs them. README "Write your own pipeline".
+//
+// Every function here returns only when the process cannot start (a
+// missing variable, a bad declaration, a stack naming a pipeline the
+// binary does not register); lambda.Start never returns otherwise.
+package function
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+	"github.com/bulkrun/bulkrun/shared/pipeline/lambdafn"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+	"github.com/bulkrun/bulkrun/shared/secret"
+)
+
+// Names of the functions Start serves, the values of config.EnvFunction.
+const (
+	Submit = "submit"
+	Item   = "item"
+)
+
+// ListArg is the one argument that makes Start print the names of the
+// binary's own pipelines (custom, not the built-ins), one per line, and
+// return without starting: how a build learns the names to give the stack
+// (`go run ./cmd/pipelines pipelines`; the Makefile's CUSTOM_PIPELINES).
+const ListArg = "pipelines"
+
+// Start serves the function config.EnvFunction names (Submit or Item)
+// with the built-in pipelines and custom. Run with the single argument
+// ListArg, it prints the names of custom, one per line, to stdout and
+// returns nil. Its errors: a bad declaration (registered.Check), an
+// EnvFunction that is neither, and StartSubmit's and StartItem's.
+func Start(ctx context.Context, custom ...registered.Declaration) error {
+	if len(os.Args) == 2 && os.Args[1] == ListArg {
+		return list(os.Stdout, custom)
+	}
+	switch fn := os.Getenv(config.EnvFunction); fn {
+	case Submit:
+		return StartSubmit(ctx, custom...)
+	case Item:
+		return StartItem(ctx, custom...)
+	default:
+		return fmt.Errorf("function: %s=%q: want %q or %q (the stack sets it on the functions it deploys this binary as)", config.EnvFunction, fn, Submit, Item)
+	}
+}
+
+// list writes the names of custom, one per line, after checking them.
+func list(w io.Writer, custom []registered.Declaration) error {
+	if err := registered.Check(custom...); err != nil {
+		return err
+	}
+	for _, d := range custom {
+		if _, err := fmt.Fprintln(w, d.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartSubmit serves the submit function (the REST API, uploads under
+// incoming/, schedule and submit ticks): submit checks a batch's pipeline
+// name against config.EnvPipelines (the stack's list) and its options
+// against the registry of the built-ins and custom. It fails when
+// config.EnvPipelines names a pipeline that registry lacks
+// (registered.CheckListed).
+func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
+	d, err := handler.Build(ctx)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if err := registered.CheckListed(d.Config.Pipelines, custom...); err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	s, err := d.Submitter(custom...)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	h := &handler.Submit{
+		API:             handler.NewAPI(s, d.Store, d.Blobs, d.Log),
+		Submitter:       s,
+		Heads:           d.Blobs,
+		Blobs:           d.Blobs,
+		Events:          d.Bus(),
+		DefaultPipeline: d.Config.DefaultPipeline,
+		Log:             d.Log,
+	}
+	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
+	return nil
+}
+
+// StartItem serves the item function: it runs item messages from the
+// items queue with the built-in pipelines and custom, and records
+// dead-lettered ones. It fails when config.EnvPipelines names a pipeline
+// that it does not register (registered.CheckListed).
+func StartItem(ctx context.Context, custom ...registered.Declaration) error {
+	d, err := handler.Build(ctx)
+	if err != nil {
+		return fmt.Errorf("item: %w", err)
+	}
+	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
+		return fmt.Errorf("item: %w", err)
+	}
+	if err := registered.CheckListed(d.Config.Pipelines, custom...); err != nil {
+		return fmt.Errorf("item: %w", err)
+	}
+	// An item's {bucket, key} may name only what a source may (batch.SourcePolicy).
+	src := batch.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
+	reg, err := registered.Build(registered.Deps{Source: src, WebhookAllow: d.Config.WebhookAllow,
+		Lambda: lambdafn.SDK{Client: awslambda.NewFromConfig(d.AWS)}, LambdaFunctions: d.Config.LambdaFunctions}, custom...)
+	if err != nil {
+		return fmt.Errorf("item: %w", err)
+	}
+	h := &handler.Item{
+		Worker: &batch.Worker{
+			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
+			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
+			Staging: effects.Staging(d.Config.EffectTables),
+		},
+		DeadLetterARN: d.Config.DeadLetterARN,
+	}
+	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
+	return nil
+}
