@@ -52,12 +52,32 @@ CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Extra CDK context for synth and deploy, e.g. CDK_CONTEXT='-c itemTimeout=30s'.
 CDK_CONTEXT ?=
-# PIPELINES=a,b narrows the pipelines submit accepts to some of those
-# registered in shared/pipeline/registered (default: all of them).
+# PIPELINES=a,b narrows the pipelines submit accepts to some of the
+# built-ins and PIPELINE_MODULE's (default: all of them).
 PIPELINES ?=
 ifneq ($(strip $(PIPELINES)),)
 CDK_CONTEXT += -c pipelines=$(PIPELINES)
 endif
+# Go pipelines of your own: PIPELINE_MODULE is a Go module (a folder with
+# its go.mod) whose package PIPELINE_MAIN calls function.Start with your
+# pipelines' declarations (README "Write your own pipeline"). `make
+# functions` builds it into build/pipeline-code/bootstrap and writes the
+# names it declares (`PIPELINE_MAIN pipelines`) beside it; the stack deploys
+# it as the submit and item functions (context pipelineCode and
+# customPipelines). Default: the example team module in examples/embed
+# (pipeline "enrich"); PIPELINE_MODULE= deploys bulkrun's own submit and
+# item (built-in pipelines only).
+PIPELINE_MODULE ?= examples/embed
+PIPELINE_MAIN   ?= ./runner
+PIPELINE_CODE   := build/pipeline-code
+ifneq ($(strip $(PIPELINE_MODULE)),)
+PIPELINE_CONTEXT = -c pipelineCode=../$(PIPELINE_CODE) -c customPipelines=$$(paste -sd, ../$(PIPELINE_CODE)/pipelines)
+else
+PIPELINE_CONTEXT =
+endif
+# Go modules besides the root that lint and unit cover (`./...` at the root
+# does not descend into a nested module).
+MODULES := examples/embed
 
 .PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak bench bench-go clean
 
@@ -87,17 +107,25 @@ functions:
 	  GOOS=linux GOARCH=$(GOARCH_FN) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags=-s \
 	    -o build/functions/$$f/bootstrap ./functions/$$f; \
 	done
+ifneq ($(strip $(PIPELINE_MODULE)),)
+	@echo "build $(PIPELINE_MODULE) $(PIPELINE_MAIN) (linux/$(GOARCH_FN)) as submit and item"
+	@mkdir -p $(PIPELINE_CODE)
+	cd $(PIPELINE_MODULE) && GOOS=linux GOARCH=$(GOARCH_FN) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags=-s \
+	  -o $(abspath $(PIPELINE_CODE))/bootstrap $(PIPELINE_MAIN)
+	cd $(PIPELINE_MODULE) && $(GO) run $(PIPELINE_MAIN) pipelines > $(abspath $(PIPELINE_CODE))/pipelines
+	@echo "  declares: $$(paste -sd, $(PIPELINE_CODE)/pipelines)"
+endif
 
 cli:
 	$(GO) build -trimpath -o build/bulkrun ./cmd/bulkrun
 
 synth: tools functions
-	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) $(CDK_CONTEXT) > /dev/null
+	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) > /dev/null
 
 deploy: tools $(EMULATOR_DEP) functions
 	cd infra && $(CDK) bootstrap $(BOOTSTRAP_ENV) --no-notices
 	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \
-	  -c functionsDir=../build/functions -c stackName=$(STACK) $(CDK_CONTEXT) --outputs-file ../build/outputs.json
+	  -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) --outputs-file ../build/outputs.json
 	$(FIXUP)
 
 demo: deploy
@@ -108,10 +136,12 @@ lint:
 	$(GO) vet -tags integration ./integration/...
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags integration ./integration/...
+	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done
 
 unit:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -count=1 ./...); done
 
 integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m ./integration/...

@@ -13,18 +13,27 @@ import (
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
-// TestRegisteredPipelineRunsDeployed guards the product line "a custom Go
-// pipeline is added by editing one place": the example pipeline, declared
-// only in shared/pipeline/registered, is accepted by the deployed submit
-// and run by the deployed item function (outputs, cost records, permanent
-// and quarantine outcomes), and an unknown pipeline is a 400 that says
-// where to register it.
+// TestRegisteredPipelineRunsDeployed guards the product line "a Go team
+// adds its own pipeline from its own module, deployed through the
+// construct": the example pipeline "enrich", declared only in the example
+// team module (examples/embed/pipelines, built by `make functions` into
+// the binary the stack deploys as submit and item, RunnerProps.PipelineCode),
+// is accepted by the deployed submit, which checks its options with the
+// pipeline's own rules (bulkrun's own submit could not), and run by the
+// deployed item function (outputs, cost records, permanent and quarantine
+// outcomes); an unknown pipeline is a 400 that says where to declare it.
 func TestRegisteredPipelineRunsDeployed(t *testing.T) {
 	ctx := context.Background()
 	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: newID(t), Pipeline: "enrich-nope", Source: batch.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)}})
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline" || !strings.Contains(ae.Body.Message, batch.RegisterPipelineHint) {
 		t.Fatalf("unknown pipeline: %v, want a 400 naming pipeline with the hint", err)
+	}
+
+	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: newID(t), Pipeline: "enrich", Source: batch.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)},
+		Options: json.RawMessage(`{"max_words":-1}`)})
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options.max_words" {
+		t.Fatalf("enrich with max_words -1: %v, want a 400 naming pipeline_options.max_words", err)
 	}
 
 	id := newID(t)

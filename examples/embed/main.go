@@ -1,17 +1,26 @@
 // Command embed is the CDK app of a team that already has its own stack
-// and drops bulkrun into it: its own Python function (the example in
-// examples/lambda-python) is the pipeline, run once per item by bulkrun's
-// built-in "lambda" pipeline, and its own SNS topic gets bulkrun's alarms.
+// and its own Go module (this folder: go.mod, module example.com/orders),
+// and drops bulkrun into it with two kinds of pipeline:
 //
-// Run it from examples/embed with the cdk CLI (cdk.json says "go run ."),
-// after building bulkrun's functions (make functions, at the repository's
-// root):
+//   - its Go pipeline "enrich" (package enrich), declared once in package
+//     pipelines: the team's binary (runner/) runs it as bulkrun's submit
+//     and item functions, and this app names it to the construct
+//     (RunnerProps.PipelineCode, CustomPipelines);
+//   - its Python function (the example in examples/lambda-python), run
+//     once per item by bulkrun's built-in "lambda" pipeline.
 //
-//	cdk synth -c functionsDir=../../build/functions
-//	cdk deploy -c functionsDir=../../build/functions
+// Its own SNS topic gets bulkrun's alarms.
 //
-// then submit batches naming the function the stack outputs:
+// Build the functions, then run the cdk CLI from examples/embed (cdk.json
+// says "go run ." and points functionsDir and pipelineCode at the builds
+// of `make functions` at the repository's root):
 //
+//	make functions                      # at the root: bulkrun's and ./runner
+//	cdk deploy                          # here
+//
+// then submit batches to either pipeline:
+//
+//	bulkrun submit texts.jsonl --stack orders --pipeline enrich --key-field key
 //	bulkrun submit orders.jsonl --stack orders --pipeline lambda \
 //	    --options '{"function": "<ScorerFunctionArn output>"}'
 package main
@@ -29,6 +38,9 @@ import (
 
 	"github.com/bulkrun/bulkrun/infra/bulkrun"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+
+	"example.com/orders/pipelines"
 )
 
 // Orders is the team's stack with bulkrun inside it.
@@ -40,9 +52,10 @@ type Orders struct {
 }
 
 // NewOrders defines the stack id in scope. functionsDir holds bulkrun's
-// function binaries (bulkrun.RunnerProps.FunctionsDir); scorerDir the
+// function binaries (bulkrun.RunnerProps.FunctionsDir), pipelineCode the
+// bootstrap built from ./runner (RunnerProps.PipelineCode), scorerDir the
 // Python function's code.
-func NewOrders(scope constructs.Construct, id, functionsDir, scorerDir string) Orders {
+func NewOrders(scope constructs.Construct, id, functionsDir, pipelineCode, scorerDir string) Orders {
 	env := &awscdk.Environment{}
 	if a := os.Getenv("CDK_DEFAULT_ACCOUNT"); a != "" {
 		env.Account = jsii.String(a)
@@ -62,11 +75,15 @@ func NewOrders(scope constructs.Construct, id, functionsDir, scorerDir string) O
 	})
 	alarms := awssns.NewTopic(stack, jsii.String("Alarms"), nil)
 
-	// bulkrun: only the lambda pipeline, allowed to invoke only the
-	// scorer; items get 2 minutes and 5 attempts.
+	// bulkrun: the team's Go pipelines (the binary built from ./runner,
+	// and their names from the same list) and the lambda pipeline, allowed
+	// to invoke only the scorer; items get 2 minutes and 5 attempts.
+	custom := registered.Declared(pipelines.All...)
 	runner := bulkrun.NewRunner(stack, jsii.String("Bulkrun"), &bulkrun.RunnerProps{
 		FunctionsDir:        functionsDir,
-		Pipelines:           []string{"lambda"},
+		PipelineCode:        pipelineCode,
+		CustomPipelines:     custom,
+		Pipelines:           append([]string{"lambda"}, custom...),
 		LambdaFunctions:     []string{*scorer.FunctionArn()},
 		ItemTimeout:         2 * time.Minute,
 		MaxAttempts:         5,
@@ -92,10 +109,12 @@ func NewOrders(scope constructs.Construct, id, functionsDir, scorerDir string) O
 func main() {
 	defer jsii.Close()
 	app := awscdk.NewApp(nil)
-	functionsDir := "../../build/functions"
-	if v, ok := app.Node().TryGetContext(jsii.String("functionsDir")).(string); ok && v != "" {
-		functionsDir = v
+	dir := func(key, def string) string {
+		if v, ok := app.Node().TryGetContext(jsii.String(key)).(string); ok && v != "" {
+			return v
+		}
+		return def
 	}
-	NewOrders(app, "orders", functionsDir, "../lambda-python")
+	NewOrders(app, "orders", dir("functionsDir", "../../build/functions"), dir("pipelineCode", "../../build/pipeline-code"), "../lambda-python")
 	app.Synth(nil)
 }

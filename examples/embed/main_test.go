@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,10 +22,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestEmbedSynthesizes guards the product line "a CDK app of a user
-// imports the construct and adds its own function as the pipeline": the
-// example app synthesizes into a cloud assembly whose one stack holds the
-// team's Python function, bulkrun's resources and outputs, a lambda
+// TestEmbedSynthesizes guards the product lines "a CDK app of a user
+// imports the construct and adds its own function as the pipeline" and
+// "a Go team's own pipeline, in its own module, deployed through the
+// construct": the example app synthesizes into a cloud assembly whose one
+// stack holds the team's Python function, bulkrun's resources and
+// outputs, the team's binary as the submit and item functions with its
+// pipeline's name from the module's one list (pipelines.All), a lambda
 // pipeline allowed to invoke exactly that function (the item role's
 // grant, the functions' allow-list), the team's topic on bulkrun's
 // alarms, and the team's uploader allowed to start batches.
@@ -38,10 +42,16 @@ func TestEmbedSynthesizes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pipelineCode := t.TempDir()
+	const teamBootstrap = "#!/bin/sh\n# runner\n"
+	if err := os.WriteFile(filepath.Join(pipelineCode, "bootstrap"), []byte(teamBootstrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("CDK_DEFAULT_ACCOUNT", "123456789012")
 	t.Setenv("CDK_DEFAULT_REGION", "eu-west-1")
-	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
-	orders := NewOrders(app, "orders", functionsDir, "../lambda-python")
+	outdir := t.TempDir()
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(outdir)})
+	orders := NewOrders(app, "orders", functionsDir, pipelineCode, "../lambda-python")
 	assembly := app.Synth(nil)
 
 	stacks := *assembly.Stacks()
@@ -68,14 +78,23 @@ func TestEmbedSynthesizes(t *testing.T) {
 	}
 	scorerArn := `{"Fn::GetAtt":["` + scorerID + `","Arn"]}`
 
-	// bulkrun's functions: the lambda pipeline only, allowed the scorer.
+	// bulkrun's submit and item: the team's binary (its bootstrap in the
+	// staged asset), told which it is, with the lambda pipeline and the
+	// team's enrich, the lambda pipeline allowed the scorer.
 	var item map[string]any
 	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem} {
 		props := tmpl.Resources[*orders.Stack.GetLogicalId(orders.Runner.Function(fn).Node().DefaultChild().(awscdk.CfnElement))].Properties
 		vars, _ := props["Environment"].(map[string]any)["Variables"].(map[string]any)
 		allowed, _ := json.Marshal(vars[config.EnvLambdaFunctions])
-		if vars[config.EnvPipelines] != "lambda" || string(allowed) != scorerArn {
-			t.Errorf("%s: %s=%v %s=%s, want lambda and the scorer's ARN", fn, config.EnvPipelines, vars[config.EnvPipelines], config.EnvLambdaFunctions, allowed)
+		if vars[config.EnvPipelines] != "lambda,enrich" || string(allowed) != scorerArn {
+			t.Errorf("%s: %s=%v %s=%s, want lambda,enrich and the scorer's ARN", fn, config.EnvPipelines, vars[config.EnvPipelines], config.EnvLambdaFunctions, allowed)
+		}
+		if vars[config.EnvFunction] != fn {
+			t.Errorf("%s: %s=%v", fn, config.EnvFunction, vars[config.EnvFunction])
+		}
+		hash := strings.TrimSuffix(fmt.Sprint(props["Code"].(map[string]any)["S3Key"]), ".zip")
+		if got, err := os.ReadFile(filepath.Join(outdir, "asset."+hash, "bootstrap")); err != nil || string(got) != teamBootstrap {
+			t.Errorf("%s's code %s: %q, %v; want the team's bootstrap", fn, hash, got, err)
 		}
 		if fn == bulkrun.FunctionItem {
 			item = props

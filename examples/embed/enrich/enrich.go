@@ -1,8 +1,9 @@
 // Package enrich is a small example pipeline, "enrich": it counts the words
 // and characters of an item's text. It shows the whole pipeline contract of
 // package pipeline — input and options decoding, output, cost records and
-// the error classes — and is registered in the item binary through the one
-// list of pipelines, shared/pipeline/registered.
+// the error classes. The team's module declares it once, in package
+// pipelines: its binary (runner/) runs it as bulkrun's submit and item
+// functions, and its CDK app (main.go) names it to the construct.
 //
 // Item input: {"text": "…"} (required, a JSON string).
 // Batch options: {"max_words": n} (optional, n ≥ 1; default no limit).
@@ -25,10 +26,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 )
 
 // Name is the pipeline's registered name.
 const Name = "enrich"
+
+// Declaration declares the pipeline to bulkrun (registered.Declaration):
+// its name, and its constructor, run once per process.
+var Declaration = registered.Declaration{Name: Name, New: func(registered.Deps) (pipeline.Pipeline, error) { return New(), nil }}
 
 // Input is an item's input.
 type Input struct {
