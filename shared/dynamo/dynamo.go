@@ -1101,17 +1101,6 @@ func (s *Store) queryKeys(ctx context.Context, pk string) ([]map[string]types.At
 	return keys, err
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // shardIter pages through one item shard (ITEM#{id}#{shard}) in key order.
 type shardIter struct {
 	s       *Store
