@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,8 +36,23 @@ type Figures struct {
 	ReadUnitsByTarget        map[string]float64 `json:"read_units_per_item_by_target"`
 	ReportedWriteUnits       float64            `json:"emulator_reported_write_units_per_item"`
 	ReportedReadUnits        float64            `json:"emulator_reported_read_units_per_item"`
-	USDByComponent           map[string]float64 `json:"usd_per_million_items_by_component"`
-	USDPerMillionItems       float64            `json:"usd_per_million_items"`
+	// USDByComponent and USDPerMillionItems are the dollars of one batch
+	// of 10^6 items: what each item adds × 10^6, plus once what a batch
+	// costs whatever its size (WithFixed). Without WithFixed they equal
+	// the run-size figures.
+	USDByComponent     map[string]float64 `json:"usd_per_million_items_by_component"`
+	USDPerMillionItems float64            `json:"usd_per_million_items"`
+	// USDFixedPerBatch is what a batch costs whatever its size (submit,
+	// the batch's own rows and markers, manifest, report and results
+	// objects, finalize's invocation), from WithFixed; 0 without it.
+	USDFixedPerBatch float64 `json:"usd_fixed_per_batch"`
+	// FixedFromItems is the size of the small run WithFixed compared with.
+	FixedFromItems int `json:"fixed_cost_from_run_of_items,omitempty"`
+	// USDByComponentAtRunSize and USDPerMillionItemsAtRunSize are the run's
+	// own dollars × 10^6 / Items: 10^6 items in batches of Items items,
+	// each batch paying its fixed cost.
+	USDByComponentAtRunSize     map[string]float64 `json:"usd_per_million_items_by_component_at_run_size"`
+	USDPerMillionItemsAtRunSize float64            `json:"usd_per_million_items_at_run_size"`
 	// MaxPartitionWCUPerS is, per batch size (items, as a decimal string),
 	// the busiest partition key's write units/s over the table and every
 	// index at ItemsPerSecond; PartitionTable has the rows in full.
@@ -93,8 +109,47 @@ func (r Result) Figures() Figures {
 	for _, v := range f.USDByComponent {
 		f.USDPerMillionItems += v
 	}
+	f.USDByComponentAtRunSize = maps.Clone(f.USDByComponent)
+	f.USDPerMillionItemsAtRunSize = f.USDPerMillionItems
 	return f
 }
+
+// WithFixed splits f's dollars into what a batch costs whatever its size
+// and what each item adds, from small, the same scenario run with fewer
+// items: per component, with T(n) the run's dollars at n items, each
+// item adds v = (T(f.Items) − T(small.Items)) / (f.Items − small.Items)
+// and a batch costs a = T(small.Items) − v × small.Items. (A component
+// whose a comes out negative — emulator noise — is taken as all per item:
+// a = 0, v = T(f.Items) / f.Items.) f's USDByComponent and
+// USDPerMillionItems become one batch of 10^6 items, a + 10^6 × v; the
+// run-size figures stay in the *AtRunSize fields. small must have fewer
+// items than f; otherwise f is left as it is.
+func (f *Figures) WithFixed(small Figures) {
+	nL, nS := float64(f.Items), float64(small.Items)
+	if small.Items <= 0 || nS >= nL {
+		return
+	}
+	const M = 1e6
+	f.USDByComponent = map[string]float64{}
+	f.USDPerMillionItems, f.USDFixedPerBatch, f.FixedFromItems = 0, 0, small.Items
+	for _, c := range Components {
+		tL := f.USDByComponentAtRunSize[c] * nL / M
+		tS := small.USDByComponentAtRunSize[c] * nS / M
+		v := (tL - tS) / (nL - nS)
+		a := tS - v*nS
+		if a < 0 || v < 0 {
+			a, v = 0, tL/nL
+		}
+		f.USDByComponent[c] = a + M*v
+		f.USDFixedPerBatch += a
+		f.USDPerMillionItems += a + M*v
+	}
+}
+
+// FixedProbeItems is the size of the run that WithFixed compares a
+// scenario with: one fan-out chunk and a few message batches, so nearly
+// all of its cost is what any batch costs.
+const FixedProbeItems = 40
 
 // ItemsPerSecond is the flow the partition table assumes.
 const ItemsPerSecond = 10_000
@@ -219,16 +274,19 @@ func Print(w io.Writer, fs []Figures) {
 		line("EventBridge events", f.EventsPerItem)
 		line("API Gateway requests", f.APIRequestsPerItem)
 		fmt.Fprintf(w, "  (the emulator itself reported %.3f write and %.3f read units per item)\n", f.ReportedWriteUnits, f.ReportedReadUnits)
-		fmt.Fprintf(w, "  %-34s %12s\n", "dollars per 10^6 items", "USD")
+		fmt.Fprintf(w, "  %-34s %12s %14s\n", "dollars per 10^6 items, USD", "one batch", fmt.Sprintf("%d-item batches", f.Items))
 		top, topV := "", 0.0
 		for _, c := range Components {
 			v := f.USDByComponent[c]
-			fmt.Fprintf(w, "  %-34s %12.3f\n", c, v)
+			fmt.Fprintf(w, "  %-34s %12.3f %14.3f\n", c, v, f.USDByComponentAtRunSize[c])
 			if v > topV {
 				top, topV = c, v
 			}
 		}
-		fmt.Fprintf(w, "  %-34s %12.3f\n", "total (infrastructure overhead)", f.USDPerMillionItems)
+		fmt.Fprintf(w, "  %-34s %12.3f %14.3f\n", "total (infrastructure overhead)", f.USDPerMillionItems, f.USDPerMillionItemsAtRunSize)
+		if f.FixedFromItems > 0 {
+			fmt.Fprintf(w, "  one batch: $%.4f per batch whatever its size (from a %d-item run) + what each item adds, × 10^6\n", f.USDFixedPerBatch, f.FixedFromItems)
+		}
 		fmt.Fprintf(w, "  dominated by %s: %.0f %% of the total\n", top, 100*topV/f.USDPerMillionItems)
 	}
 	fmt.Fprintf(w, "\nanchors, Step Functions Distributed Map, overhead per 10^6 items (pipeline compute excluded):\n")
@@ -236,7 +294,7 @@ func Print(w io.Writer, fs []Figures) {
 		fmt.Fprintf(w, "  %-50s %8.2f  (%s)\n", a.Name, a.USD, a.Assumptions)
 	}
 	for _, f := range fs {
-		fmt.Fprintf(w, "  %-50s %8.2f  (measured above)\n", "bulkrun, "+f.Name, f.USDPerMillionItems)
+		fmt.Fprintf(w, "  %-50s %8.2f  (measured above: one batch of 10^6 items; %.2f in %d-item batches)\n", "bulkrun, "+f.Name, f.USDPerMillionItems, f.USDPerMillionItemsAtRunSize, f.Items)
 	}
 	for _, f := range fs {
 		fmt.Fprintf(w, "\npartition table, %s: busiest partition key's write units/s at %d items/s (limit %d per partition)\n", f.Name, ItemsPerSecond, PartitionLimitWCU)

@@ -79,3 +79,31 @@ func TestFiguresPrices(t *testing.T) {
 		t.Errorf("per item: %+v", f)
 	}
 }
+
+// One batch of 10^6 items pays its fixed cost once: from a run of 1,000
+// items at $3.00 per 10^6 (in S3 $1.00 fixed-looking) and a run of 100
+// items, WithFixed finds what each item adds and what a batch costs, and
+// the total for one batch of 10^6 is a + 10^6 × v; the run-size figures
+// are kept.
+func TestWithFixedSplitsPerBatchCost(t *testing.T) {
+	fig := func(items int, writes, s3 float64) Figures {
+		usd := map[string]float64{"DynamoDB writes": writes, "S3": s3}
+		return Figures{Items: items, USDByComponentAtRunSize: usd, USDByComponent: usd, USDPerMillionItemsAtRunSize: writes + s3}
+	}
+	// Writes: $2 per 10^6 items, no fixed part. S3: $0.001 per batch, so
+	// $1.00 per 10^6 at 1,000 items and $10 per 10^6 at 100 items.
+	large, small := fig(1000, 2, 1), fig(100, 2, 10)
+	large.WithFixed(small)
+	if !near(large.USDByComponent["DynamoDB writes"], 2, 1e-9) || !near(large.USDByComponent["S3"], 0.001, 1e-9) {
+		t.Fatalf("one batch of 10^6: %v, want writes 2 and S3 0.001", large.USDByComponent)
+	}
+	if !near(large.USDFixedPerBatch, 0.001, 1e-9) || !near(large.USDPerMillionItems, 2.001, 1e-9) || large.USDPerMillionItemsAtRunSize != 3 {
+		t.Fatalf("fixed %v total %v at run size %v", large.USDFixedPerBatch, large.USDPerMillionItems, large.USDPerMillionItemsAtRunSize)
+	}
+	// Noise that makes a fixed part negative counts the component per item.
+	noisy, probe := fig(1000, 2, 1), fig(100, 1, 0)
+	noisy.WithFixed(probe)
+	if !near(noisy.USDByComponent["DynamoDB writes"], 2, 1e-9) || !near(noisy.USDByComponent["S3"], 1, 1e-9) {
+		t.Fatalf("noisy: %v", noisy.USDByComponent)
+	}
+}

@@ -2,7 +2,10 @@
 // (or the AWS account of the environment): two scenarios of -items items
 // of 1 KB inputs, with small and with ~1 KB outputs. It prints units,
 // requests and dollars per 10^6 items next to the Distributed Map anchors,
-// the partition table, and writes the figures to -out. `make bench` runs
+// the partition table, and writes the figures to -out. Each scenario also
+// runs at bench.FixedProbeItems items to split what a batch costs whatever
+// its size from what each item adds, so the dollars are given for one
+// batch of 10^6 items as well as for batches of -items items. `make bench` runs
 // it; `make bench BENCH_ITEMS=100000` measures 10^5 items.
 package main
 
@@ -46,6 +49,16 @@ func run(items int, out string) error {
 		}
 		f := r.Figures()
 		f.WithPartitions(r)
+		// What a batch costs whatever its size: the same scenario at
+		// FixedProbeItems items (Figures.WithFixed).
+		probe := sc
+		probe.Name, probe.Items = sc.Name+" (fixed-cost probe)", bench.FixedProbeItems
+		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", probe.Name, probe.Items)
+		pr, err := bench.Run(ctx, cfg, probe)
+		if err != nil {
+			return fmt.Errorf("%s: %w", probe.Name, err)
+		}
+		f.WithFixed(pr.Figures())
 		fs = append(fs, f)
 	}
 	bench.Print(os.Stdout, fs)
