@@ -94,7 +94,14 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		sc.InputBytes = 1024
 	}
 	res := Result{Scenario: sc}
-	name := fmt.Sprintf("bench-%d-%s", time.Now().UnixNano(), strings.ToLower(strings.ReplaceAll(sc.Name, " ", "-")))
+	// Table, bucket and queue names allow a-z, 0-9 and "-" in common.
+	slug := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(sc.Name))
+	name := fmt.Sprintf("bench-%d-%s", time.Now().UnixNano(), slug)
 	if len(name) > 60 {
 		name = name[:60]
 	}
