@@ -1,0 +1,294 @@
+package dynamo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// batchUpdate is a transaction operation updating the batch row with expr.
+func (s *Store) batchUpdate(id string, expr expression.Expression) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: &s.table, Key: key(batchPK(id), skBatch),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}
+}
+
+// putRunning is a transaction operation putting the running marker of run.
+func (s *Store) putRunning(id string, run int) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+		config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
+		config.AttrSK: &types.AttributeValueMemberS{Value: id},
+		"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+	}}}
+}
+
+// CreateBatch puts the batch row and its running marker in one transaction,
+// only if no row has the batch's id; otherwise it returns the stored batch
+// and batch.ErrBatchExists.
+func (s *Store) CreateBatch(ctx context.Context, b batch.Batch) (batch.Batch, error) {
+	row, err := toRow(b)
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	av, err := attributevalue.MarshalMap(row)
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+	}
+	cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(config.AttrPK))).Build()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	old, err := s.transact(ctx, types.TransactWriteItem{Put: &types.Put{
+		TableName: &s.table, Item: av,
+		ConditionExpression:                 cond.Condition(),
+		ExpressionAttributeNames:            cond.Names(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}, s.putRunning(b.ID, b.Run))
+	switch {
+	case err == nil:
+		return b, nil
+	case !errors.Is(err, batch.ErrConflict):
+		return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+	}
+	if len(old) > 0 {
+		var r batchRow
+		if uerr := attributevalue.UnmarshalMap(old, &r); uerr == nil {
+			if stored, uerr := fromRow(r); uerr == nil {
+				return stored, batch.ErrBatchExists
+			}
+		}
+	}
+	stored, gerr := s.GetBatch(ctx, b.ID)
+	if gerr != nil {
+		return batch.Batch{}, fmt.Errorf("create batch %s: exists, but: %w", b.ID, gerr)
+	}
+	return stored, batch.ErrBatchExists
+}
+
+// GetBatch reads the batch row with a strongly consistent read.
+func (s *Store) GetBatch(ctx context.Context, id string) (batch.Batch, error) {
+	return s.getBatch(ctx, id, true)
+}
+
+// GetBatchEventually reads the batch row with an eventually consistent
+// read (half the read units of GetBatch); it may miss a write of the last
+// second (see batch.EventualBatchReader).
+func (s *Store) GetBatchEventually(ctx context.Context, id string) (batch.Batch, error) {
+	return s.getBatch(ctx, id, false)
+}
+
+func (s *Store) getBatch(ctx context.Context, id string, consistent bool) (batch.Batch, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(batchPK(id), skBatch), ConsistentRead: aws.Bool(consistent)})
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
+	}
+	if len(out.Item) == 0 {
+		return batch.Batch{}, fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+	}
+	var r batchRow
+	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
+		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
+	}
+	return fromRow(r)
+}
+
+// submitting is the condition status = submitting.
+func submitting() expression.ConditionBuilder {
+	return expression.Name("status").Equal(expression.Value(string(batch.StatusSubmitting)))
+}
+
+// BeginSubmit adds 1 to submit_attempts and sets submit_deadline_ms under
+// the condition status = submitting (see batch.Store).
+func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) (batch.Batch, error) {
+	expr, err := expression.NewBuilder().WithCondition(submitting()).
+		WithUpdate(expression.Add(expression.Name("submit_attempts"), expression.Value(1)).
+			Set(expression.Name("submit_deadline_ms"), expression.Value(deadline.UnixMilli()))).Build()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	attrs, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueAllNew)
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
+	}
+	var r batchRow
+	if err := attributevalue.UnmarshalMap(attrs, &r); err != nil {
+		return batch.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
+	}
+	return fromRow(r)
+}
+
+// Freeze writes the manifest fields and status running under the
+// condition status = submitting (see batch.Store).
+func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
+	expr, err := expression.NewBuilder().WithCondition(submitting()).
+		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
+			Set(expression.Name("manifest_digest"), expression.Value(b.Digest)).
+			Set(expression.Name("manifest_key"), expression.Value(b.ManifestKey)).
+			Set(expression.Name("manifest_bytes"), expression.Value(b.ManifestBytes)).
+			Set(expression.Name("item_count"), expression.Value(b.ItemCount)).
+			Set(expression.Name("list_shards"), expression.Value(b.ListShards)).
+			Set(expression.Name("counter_shards"), expression.Value(b.CounterShards)).
+			Set(expression.Name("chunks"), expression.Value(b.Chunks)).
+			Set(expression.Name("fanned_out"), expression.Value(false)).
+			Set(expression.Name("run_started_at_ms"), expression.Value(ms(b.RunStartedAt)))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(b.ID), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("freeze %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Refuse moves a submitting batch to refused, deletes its running marker
+// and puts its retention marker, in one transaction (see batch.Store).
+func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, now, expiresAt time.Time) error {
+	rf, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	expr, err := expression.NewBuilder().WithCondition(submitting()).
+		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(batch.StatusRefused))).
+			Set(expression.Name("refusal"), expression.Value(string(rf))).
+			Set(expression.Name("finished_at_ms"), expression.Value(now.UnixMilli())).
+			Set(expression.Name("expires_at_ms"), expression.Value(expiresAt.UnixMilli()))).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.transact(ctx, s.batchUpdate(id, expr),
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
+			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(expiresAt, id)},
+			"batch_id":    &types.AttributeValueMemberS{Value: id},
+		}}})
+	if err != nil {
+		return fmt.Errorf("refuse %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetFannedOut sets fanned_out on the batch row if it is at run.
+func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.Name("run").Equal(expression.Value(run))).
+		WithUpdate(expression.Set(expression.Name("fanned_out"), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("set fanned out %s run %d: %w", id, run, err)
+	}
+	return nil
+}
+
+// FinishRun moves the batch to f.Status under the condition
+// run = :run AND status = running (setting the batch row's TTL to
+// f.RowsExpireAt), deletes the running marker and writes the retention
+// marker and the run's PUBLISH marker, in one transaction.
+func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finish) error {
+	census, err := json.Marshal(f.Census)
+	if err != nil {
+		return err
+	}
+	u := expression.Set(expression.Name("status"), expression.Value(string(f.Status))).
+		Set(expression.Name("report_key"), expression.Value(f.ReportKey)).
+		Set(expression.Name("census"), expression.Value(string(census))).
+		Set(expression.Name("needs_attention"), expression.Value(f.Census.NeedsAttention())).
+		Set(expression.Name("finished_at_ms"), expression.Value(f.FinishedAt.UnixMilli())).
+		Set(expression.Name("expires_at_ms"), expression.Value(f.ExpiresAt.UnixMilli()))
+	if !f.RowsExpireAt.IsZero() {
+		u = u.Set(expression.Name(config.AttrExpiresAt), expression.Value(f.RowsExpireAt.Unix()))
+	}
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name("run").Equal(expression.Value(run)),
+			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))))).
+		WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.transact(ctx, s.batchUpdate(id, expr),
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
+			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
+			"batch_id":    &types.AttributeValueMemberS{Value: id},
+		}}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkPublish},
+			config.AttrSK: &types.AttributeValueMemberS{Value: publishSK(id, run)},
+			"batch_id":    &types.AttributeValueMemberS{Value: id},
+			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+		}}})
+	if err != nil {
+		return fmt.Errorf("finish %s run %d: %w", id, run, err)
+	}
+	return nil
+}
+
+// Stop marks the run as stopping (status cancelled or threshold_exceeded)
+// under the condition run = :run AND status = running AND
+// attribute_not_exists(stop); else batch.ErrConflict. Idempotent in effect:
+// the first stop wins.
+func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Status, detail string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name("run").Equal(expression.Value(run)),
+			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))),
+			expression.AttributeNotExists(expression.Name("stop")))).
+		WithUpdate(expression.Set(expression.Name("stop"), expression.Value(string(status))).
+			Set(expression.Name("stop_detail"), expression.Value(detail))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("stop %s run %d: %w", id, run, err)
+	}
+	return nil
+}
+
+// StartRun starts run from+1 of a finished batch, in one transaction: the
+// batch row (condition run = :from AND status <> running AND not being
+// forgotten) becomes running
+// with fanned_out false and no stop, and the running marker is put. It
+// returns the updated batch, or batch.ErrConflict when the batch is not at
+// run from or still running.
+func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (batch.Batch, error) {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name("run").Equal(expression.Value(from)),
+			expression.Name("status").In(expression.Value(string(batch.StatusCompleted)),
+				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled))),
+			expression.AttributeNotExists(expression.Name("forgetting")))).
+		WithUpdate(expression.Set(expression.Name("run"), expression.Value(from+1)).
+			Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
+			Set(expression.Name("fanned_out"), expression.Value(false)).
+			Set(expression.Name("run_started_at_ms"), expression.Value(now.UnixMilli())).
+			Remove(expression.Name("stop")).Remove(expression.Name("stop_detail")).
+			Remove(expression.Name(config.AttrExpiresAt))).Build()
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	_, err = s.transact(ctx, s.batchUpdate(id, expr), s.putRunning(id, from+1))
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, err)
+	}
+	return s.GetBatch(ctx, id)
+}

@@ -1,0 +1,401 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+)
+
+// fresh is the condition under which an item starts a new run: no row; a
+// failed, cancelled (or interrupted) row of an earlier run; a quarantined
+// row of an earlier run that was released.
+//
+//	attribute_not_exists(pk)
+//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight)
+//	                    OR (outcome = quarantined AND released = true)))
+func fresh(run int) expression.ConditionBuilder {
+	out := expression.Name("outcome")
+	return expression.Or(
+		expression.AttributeNotExists(expression.Name(config.AttrPK)),
+		expression.And(
+			expression.Name("run").LessThan(expression.Value(run)),
+			expression.Or(
+				expression.In(out, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeCancelled)), expression.Value(string(batch.OutcomeInFlight))),
+				expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))), expression.Name("released").Equal(expression.Value(true))),
+			),
+		),
+	)
+}
+
+// expired is the condition of a takeover: the item is in flight in this
+// run and its lease has expired.
+//
+//	run = :run AND outcome = in_flight AND lease_until_ms < :now
+func expired(run int, now time.Time) expression.ConditionBuilder {
+	return expression.And(
+		expression.Name("run").Equal(expression.Value(run)),
+		expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())),
+	)
+}
+
+// fenced is the condition of Record and Release:
+//
+//	outcome = in_flight AND attempt = :attempt AND run = :run
+func fenced(run, attempt int) expression.ConditionBuilder {
+	return expression.And(
+		expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name("attempt").Equal(expression.Value(attempt)),
+		expression.Name("run").Equal(expression.Value(run)),
+	)
+}
+
+func identity(u expression.UpdateBuilder, run int, now time.Time) expression.UpdateBuilder {
+	return u.Set(expression.Name("run"), expression.Value(run)).
+		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
+}
+
+// Reserve takes the item under a new attempt and lease (see batch.Store).
+// Attempts count across runs (the attempt is the fence); first_attempt
+// marks where this run's attempts start, so Item.RunAttempts counts them.
+//
+// First one UpdateItem conditioned on fresh: SET outcome = in_flight,
+// attempt = if_not_exists(attempt, 0) + 1, first_attempt = the same,
+// lease_until_ms = now + lease. If that condition fails and the stored row
+// is in flight in this run with an expired lease, a second UpdateItem
+// conditioned on expired takes it over: attempt + 1, first_attempt kept.
+func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, error) {
+	next := expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))
+	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
+		Set(expression.Name("outcome"), expression.Value(string(batch.OutcomeInFlight))).
+		Set(expression.Name("attempt"), next).
+		Set(expression.Name("first_attempt"), next).
+		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Remove(expression.Name("output")).Remove(expression.Name("output_ref")).Remove(expression.Name("reason")).
+		Remove(expression.Name("error")).Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled")).
+		Remove(expression.Name("cost")).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+	it, err := s.reserve(ctx, r, fresh(r.Run), s.stamp(u, r.Now))
+	if !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
+		return it, err
+	}
+	take := expression.Set(expression.Name("attempt"), expression.Plus(expression.Name("attempt"), expression.Value(1))).
+		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli())).
+		Remove(expression.Name("retry_scheduled"))
+	return s.reserve(ctx, r, expired(r.Run, r.Now), s.stamp(take, r.Now))
+}
+
+func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
+	if err != nil {
+		return batch.Item{}, err
+	}
+	attrs, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
+	if errors.Is(err, batch.ErrConflict) {
+		it, uerr := itemFrom(r.BatchID, old)
+		if uerr != nil {
+			return batch.Item{}, uerr
+		}
+		return it, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+	}
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+	}
+	// The row as written, from the row as it was: one round trip, and the
+	// old row tells whether this reservation interrupted an attempt.
+	var prev itemRow
+	if len(attrs) > 0 {
+		if err := attributevalue.UnmarshalMap(attrs, &prev); err != nil {
+			return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+		}
+	}
+	it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
+		Attempt: prev.Attempt + 1, LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()), UpdatedAt: fromMs(r.Now.UnixMilli())}
+	if prev.Run == r.Run && prev.Outcome == string(batch.OutcomeInFlight) {
+		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
+		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
+		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
+			// What this run's earlier attempts spent; the fence makes it
+			// current (an earlier attempt can no longer write).
+			it.Spent, it.SpentRun = pipeline.Cost(prev.Spent), r.Run
+		}
+	} else {
+		it.RunAttempts = 1
+	}
+	return it, nil
+}
+
+func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
+	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
+		Set(expression.Name("outcome"), expression.Value(string(r.Outcome)))
+	set := func(name, v string) {
+		if v != "" {
+			u = u.Set(expression.Name(name), expression.Value(v))
+		} else {
+			u = u.Remove(expression.Name(name))
+		}
+	}
+	set("output", string(r.Output))
+	set("output_ref", r.OutputRef)
+	set("error", pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))
+	set("reason", string(r.Reason))
+	if len(r.Cost) > 0 {
+		u = u.Set(expression.Name("cost"), expression.Value(map[string]float64(r.Cost)))
+	} else {
+		u = u.Remove(expression.Name("cost"))
+	}
+	u = setSpent(u, r)
+	if r.Outcome == batch.OutcomeFailed || r.Outcome == batch.OutcomeQuarantined {
+		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, batch.Shard(r.Key, r.ListShards)))).
+			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
+	} else {
+		u = u.Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+	}
+	if !r.Outcome.Terminal() {
+		return u, fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
+	}
+	return u, nil
+}
+
+// Record writes a terminal outcome under the attempt fence (see batch.Store).
+// Safe for the SDK to retry: a retry of a write that was applied but whose
+// answer was lost finds this run and attempt already holding this outcome,
+// reason and error, and Record returns nil; any other row that fails the
+// fence is batch.ErrConflict.
+func (s *Store) Record(ctx context.Context, r batch.Record) error {
+	u, err := outcomeUpdate(r)
+	if err != nil {
+		return err
+	}
+	u = s.stamp(u.Set(expression.Name("lease_until_ms"), expression.Value(0)), r.Now)
+	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	k := itemKey(r.BatchID, r.ListShards, r.Key)
+	var old map[string]types.AttributeValue
+	if w, ok := r.Effects.(effects.Writes); ok && len(w) > 0 && r.Outcome == batch.OutcomeSucceeded {
+		old, err = s.recordWithEffects(ctx, r, k, expr, w)
+	} else if r.Effects != nil && r.Effects.Len() > 0 {
+		return fmt.Errorf("record %s/%s attempt %d: staged writes of type %T with outcome %s: only effects.Writes with a succeeded outcome are committed", r.BatchID, r.Key, r.Attempt, r.Effects, r.Outcome)
+	} else {
+		_, old, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+	}
+	if errors.Is(err, batch.ErrConflict) {
+		// The SDK sends a write again when its answer was lost (a reset
+		// connection, a 5xx), also when the first try was applied: the
+		// retry then fails the fence on this attempt's own outcome. A row
+		// of this run and attempt holding this outcome, reason and error
+		// is that write, not a later attempt's: success.
+		if it, ierr := itemFrom(r.BatchID, old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
+			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("record %s/%s attempt %d: %w", r.BatchID, r.Key, r.Attempt, err)
+	}
+	return nil
+}
+
+// Release ends the attempt's lease without an outcome, keeping the error
+// text, under the attempt fence.
+func (s *Store) Release(ctx context.Context, r batch.Record) error {
+	u := expression.Set(expression.Name("lease_until_ms"), expression.Value(r.Now.UnixMilli())).
+		Set(expression.Name("retry_scheduled"), expression.Value(true)).
+		Set(expression.Name("error"), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
+		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
+	u = setSpent(s.stamp(u, r.Now), r)
+	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, "release", r, expr)
+}
+
+// setSpent writes what r.Run's attempts spent (spent, spent_run) when r
+// carries it, in the same write as the outcome or release, so it costs no
+// extra request. An empty Spent leaves the stored one: a row settled
+// without running keeps its earlier run's figure, which the census reads
+// only for that run.
+func setSpent(u expression.UpdateBuilder, r batch.Record) expression.UpdateBuilder {
+	if len(r.Spent) == 0 {
+		return u
+	}
+	return u.Set(expression.Name("spent"), expression.Value(map[string]float64(r.Spent))).
+		Set(expression.Name("spent_run"), expression.Value(r.Run))
+}
+
+// Settle writes a terminal outcome for an item that did not run: under the
+// fresh condition, or, when the stored row is in flight in r.Run with an
+// expired lease, under the expired condition (a second conditional write,
+// which keeps the run's attempts). It returns the stored row on conflict.
+func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) {
+	// UpdateBuilder shares its operations between copies: build each
+	// variant from scratch.
+	update := func(newRun bool) (expression.UpdateBuilder, error) {
+		u, err := outcomeUpdate(r)
+		if err != nil {
+			return u, err
+		}
+		u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
+			Set(expression.Name("lease_until_ms"), expression.Value(0)).
+			Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled"))
+		if newRun {
+			// A row new to this run starts the run's attempts here (none
+			// made); a row in flight in this run keeps them.
+			u = u.Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1)))
+		}
+		return s.stamp(u, r.Now), nil
+	}
+	u, err := update(true)
+	if err != nil {
+		return batch.Item{}, err
+	}
+	it, err := s.settle(ctx, r, fresh(r.Run), u)
+	if errors.Is(err, batch.ErrConflict) && it.Outcome == batch.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now) {
+		if u, err = update(false); err != nil {
+			return batch.Item{}, err
+		}
+		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
+	}
+	return it, err
+}
+
+// SettleUnstarted writes a terminal outcome for an item not reserved in
+// r.Run, under the fresh condition only (see batch.Store); it returns the
+// stored row on conflict.
+func (s *Store) SettleUnstarted(ctx context.Context, r batch.Record) (batch.Item, error) {
+	u, err := outcomeUpdate(r)
+	if err != nil {
+		return batch.Item{}, err
+	}
+	u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
+		Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name("lease_until_ms"), expression.Value(0)).
+		Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled"))
+	return s.settle(ctx, r, fresh(r.Run), u)
+}
+
+func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
+	if err != nil {
+		return batch.Item{}, err
+	}
+	_, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
+	if errors.Is(err, batch.ErrConflict) {
+		it, uerr := itemFrom(r.BatchID, old)
+		if uerr != nil {
+			return batch.Item{}, uerr
+		}
+		return it, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
+	}
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
+	}
+	return batch.Item{}, nil
+}
+
+func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expression.Expression) error {
+	if _, _, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, err)
+	}
+	return nil
+}
+
+// GetItem reads an item row with a strongly consistent read; ErrNotFound
+// when the item has no row. It reads the batch row (eventually consistent)
+// to find the row's shard; for tests and tools.
+func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (batch.Item, error) {
+	b, err := s.getBatch(ctx, batchID, false)
+	if err != nil {
+		return batch.Item{}, err
+	}
+	return s.getItem(ctx, batchID, b.ListShards, itemKey)
+}
+
+func (s *Store) getItem(ctx context.Context, batchID string, shards int, key string) (batch.Item, error) {
+	return s.getItemAt(ctx, batchID, batch.Shard(key, shards), key)
+}
+
+// getItemAt reads the row of item key in item shard `shard` with a
+// strongly consistent read; ErrNotFound when it has no row.
+func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key string) (batch.Item, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: itemKeyAt(batchID, shard, key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return batch.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, key, err)
+	}
+	if len(out.Item) == 0 {
+		return batch.Item{}, fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
+	}
+	return itemFrom(batchID, out.Item)
+}
+
+// ReleaseItem marks a quarantined item released, so that the next run
+// runs it again: condition outcome = quarantined. batch.ErrNotFound when
+// the item has no row, batch.ErrConflict when it is not quarantined.
+func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeQuarantined)))).
+		WithUpdate(expression.Set(expression.Name("released"), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	_, old, err := s.updateRow(ctx, itemKey(batchID, listShards, key), expr, types.ReturnValueNone)
+	switch {
+	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
+		return fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
+	case errors.Is(err, batch.ErrConflict):
+		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, key, err)
+	case err != nil:
+		return fmt.Errorf("release %s/%s: %w", batchID, key, err)
+	}
+	return nil
+}
+
+// MarkCounted puts the count mark MARK#{id}#{run}#{shard}, {key} under the
+// condition attribute_not_exists(pk) and reports whether it did (false:
+// already counted in this run, a duplicate delivery). The caller has read
+// the item row (its reservation was refused with the row): succeeded, or
+// quarantined and not released, in an earlier run. The mark is its own
+// small row, so that counting never writes the item row again (which
+// would bill its output once more); it carries the row TTL.
+func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int) (bool, error) {
+	item := map[string]types.AttributeValue{
+		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, batch.Shard(key, listShards))},
+		config.AttrSK: &types.AttributeValueMemberS{Value: key},
+	}
+	if s.RowTTL > 0 {
+		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(s.RowTTL).Unix(), 10)}
+	}
+	cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(config.AttrPK))).Build()
+	if err != nil {
+		return false, err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.PutItem(c, &dynamodb.PutItemInput{TableName: &s.table, Item: item,
+		ConditionExpression: cond.Condition(), ExpressionAttributeNames: cond.Names()})
+	if _, ok := conflict(err); ok {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mark counted %s/%s: %w", batchID, key, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,330 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/cenkalti/backoff/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// RunningBatches lists running markers (pk RUNNING), every page.
+func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
+	ids, err := s.markerKeys(ctx, pkRunning)
+	if err != nil {
+		return nil, fmt.Errorf("running batches: %w", err)
+	}
+	return ids, nil
+}
+
+// markerKeys returns the sort keys of every row under the marker
+// partition pk (RUNNING, PUBLISH), reading every page.
+func (s *Store) markerKeys(ctx context.Context, pk string) ([]string, error) {
+	var sks []string
+	var start map[string]types.AttributeValue
+	for {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName:                 &s.table,
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pk}},
+			ExclusiveStartKey:         start,
+		})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for _, av := range out.Items {
+			if sk, ok := av[config.AttrSK].(*types.AttributeValueMemberS); ok {
+				sks = append(sks, sk.Value)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return sks, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// DeleteBatch removes every row of the batch: item rows (one Query of
+// keys per item shard), chunk counters and the run row of every run, the
+// rerun count marks, its max_concurrency slot rows, the running and PUBLISH
+// markers, then the batch row, and the retention marker last, only once
+// everything else is gone: a marker never outlives the sweep's reason to
+// come back. BatchWriteItem deletes 25 keys a call; keys it leaves
+// unprocessed are retried with exponential backoff (DynamoDB API
+// reference, "BatchWriteItem": "If any requested operations fail because
+// the table's provisioned throughput is exceeded or an internal processing
+// failure occurs, the failed operations are returned in the
+// UnprocessedItems response parameter ... we strongly recommend that you
+// use an exponential backoff algorithm"); keys still unprocessed after
+// MaxDeleteTries fail the call, which leaves the rest for a retry.
+func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
+	var keys []map[string]types.AttributeValue
+	flush := func(force bool) error {
+		for len(keys) >= 25 || force && len(keys) > 0 {
+			n := min(25, len(keys))
+			if err := s.deleteKeys(ctx, keys[:n]); err != nil {
+				return fmt.Errorf("forget %s: %w", b.ID, err)
+			}
+			keys = keys[n:]
+		}
+		return nil
+	}
+	partition := func(pk string) error {
+		found, err := s.queryKeys(ctx, pk)
+		if err != nil {
+			return fmt.Errorf("forget %s: %w", b.ID, err)
+		}
+		keys = append(keys, found...)
+		return flush(false)
+	}
+	for shard := range max(1, b.ListShards) {
+		if err := partition(itemPK(b.ID, shard)); err != nil {
+			return err
+		}
+	}
+	for run := 1; run <= b.Run; run++ {
+		for p := range s.counterPartitions(b, run) {
+			if err := partition(p); err != nil {
+				return err
+			}
+		}
+		keys = append(keys, key(runPK(b.ID, run), skRun), key(pkPublish, publishSK(b.ID, run)))
+	}
+	for i := range b.MaxConcurrency {
+		keys = append(keys, key(slotPK(b.ID, i), skSlot))
+		if err := flush(false); err != nil {
+			return err
+		}
+	}
+	keys = append(keys, key(pkRunning, b.ID))
+	if err := flush(true); err != nil {
+		return err
+	}
+	if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(batchPK(b.ID), skBatch)}); err != nil {
+		return fmt.Errorf("forget %s: %w", b.ID, err)
+	}
+	if !b.ExpiresAt.IsZero() {
+		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(pkRetain, RetentionSK(b.ExpiresAt, b.ID))}); err != nil {
+			return fmt.Errorf("forget %s: retention marker: %w", b.ID, err)
+		}
+	}
+	return nil
+}
+
+// counterPartitions yields the partition keys of run's chunk counters and,
+// for runs after the first, of its rerun count marks.
+func (s *Store) counterPartitions(b batch.Batch, run int) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for p := range max(1, b.CounterShards) {
+			if !yield(countPK(b.ID, run, p)) {
+				return
+			}
+		}
+		if run < 2 {
+			return
+		}
+		for shard := range max(1, b.ListShards) {
+			if !yield(markPK(b.ID, run, shard)) {
+				return
+			}
+		}
+	}
+}
+
+// MaxDeleteTries bounds the BatchWriteItem calls for one set of keys.
+const MaxDeleteTries = 8
+
+// deleteKeys deletes up to 25 keys with BatchWriteItem, retrying the
+// unprocessed ones with exponential backoff (50 ms doubling, jittered, at
+// most MaxDeleteTries calls).
+func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.AttributeValue) error {
+	reqs := make([]types.WriteRequest, 0, len(keys))
+	for _, k := range keys {
+		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}})
+	}
+	pending := map[string][]types.WriteRequest{s.table: reqs}
+	bo := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.BatchWriteItem(c, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+		cancel()
+		if err != nil {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		pending = out.UnprocessedItems
+		if n := len(pending[s.table]); n > 0 {
+			return struct{}{}, fmt.Errorf("delete: %d of %d keys left unprocessed", n, len(keys))
+		}
+		return struct{}{}, nil
+	}, backoff.WithBackOff(bo), backoff.WithMaxTries(MaxDeleteTries), backoff.WithMaxElapsedTime(0))
+	return err
+}
+
+// KeepRows sets config.AttrExpiresAt = until on the item rows of keys,
+// the chunk counters and run row of runs 1..b.Run and the rerun count
+// marks (found with one Query per counter or mark partition), each with
+// one UpdateItem under the condition attribute_exists(pk) AND
+// (attribute_not_exists(expires_at) OR expires_at < :until), 16 at a
+// time. A row gone or already later is skipped.
+func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, until time.Time) error {
+	rows := make([]map[string]types.AttributeValue, 0, len(keys)+b.Run)
+	for _, k := range keys {
+		rows = append(rows, itemKey(b.ID, b.ListShards, k))
+	}
+	for run := 1; run <= b.Run; run++ {
+		for p := range s.counterPartitions(b, run) {
+			found, err := s.queryKeys(ctx, p)
+			if err != nil {
+				return fmt.Errorf("keep rows of %s: %w", b.ID, err)
+			}
+			rows = append(rows, found...)
+		}
+		rows = append(rows, key(runPK(b.ID, run), skRun))
+	}
+	ttl := expression.Name(config.AttrExpiresAt)
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Or(expression.AttributeNotExists(ttl), ttl.LessThan(expression.Value(until.Unix()))))).
+		WithUpdate(expression.Set(ttl, expression.Value(until.Unix()))).Build()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, k := range rows {
+		g.Go(func() error {
+			_, _, err := s.updateRow(gctx, k, expr, types.ReturnValueNone)
+			if err != nil && !errors.Is(err, batch.ErrConflict) {
+				return fmt.Errorf("keep rows of %s: %w", b.ID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// Unpublished queries the PUBLISH markers (every page).
+func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
+	sks, err := s.markerKeys(ctx, pkPublish)
+	if err != nil {
+		return nil, fmt.Errorf("unpublished runs: %w", err)
+	}
+	var refs []batch.RunRef
+	for _, sk := range sks {
+		id, digits, ok := strings.Cut(sk, "#")
+		run, err := strconv.Atoi(digits)
+		if ok && err == nil && run > 0 {
+			refs = append(refs, batch.RunRef{BatchID: id, Run: run})
+		}
+	}
+	return refs, nil
+}
+
+// SetPublished sets published_run = :run on the batch row under the
+// condition attribute_exists(pk) AND (attribute_not_exists(published_run)
+// OR published_run < :run) (a lost condition is no error), then deletes
+// the run's PUBLISH marker.
+func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
+	pr := expression.Name("published_run")
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Or(expression.AttributeNotExists(pr), pr.LessThan(expression.Value(run))))).
+		WithUpdate(expression.Set(pr, expression.Value(run))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, batch.ErrConflict) {
+		return fmt.Errorf("set published %s run %d: %w", id, run, err)
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: key(pkPublish, publishSK(id, run))}); err != nil {
+		return fmt.Errorf("set published %s run %d: %w", id, run, err)
+	}
+	return nil
+}
+
+// ExpiredMarkers returns up to limit retention markers whose expiry is at
+// or before now, oldest first: Query pk = RETENTION AND sk < {now_ms+1:020}.
+// A marker whose sort key is not "{20 digits}#{batch id}" comes back with
+// Malformed set.
+func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]batch.RetentionMarker, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.Query(c, &dynamodb.QueryInput{
+		TableName:                &s.table,
+		KeyConditionExpression:   aws.String("#p = :p AND #s < :s"),
+		ExpressionAttributeNames: map[string]string{"#p": config.AttrPK, "#s": config.AttrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":p": &types.AttributeValueMemberS{Value: pkRetain},
+			":s": &types.AttributeValueMemberS{Value: fmt.Sprintf("%020d", now.UnixMilli()+1)},
+		},
+		Limit: aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expired markers: %w", err)
+	}
+	markers := make([]batch.RetentionMarker, 0, len(out.Items))
+	for _, av := range out.Items {
+		sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
+		m := batch.RetentionMarker{Malformed: true}
+		if sk != nil {
+			m.Key = sk.Value
+			digits, id, ok := strings.Cut(sk.Value, "#")
+			msec, perr := strconv.ParseInt(digits, 10, 64)
+			if ok && len(digits) == 20 && perr == nil && batch.ValidBatchID(id) {
+				m = batch.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
+			}
+		}
+		markers = append(markers, m)
+	}
+	return markers, nil
+}
+
+// DeleteMarker deletes the retention marker whose sort key is markerKey.
+func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: key(pkRetain, markerKey)}); err != nil {
+		return fmt.Errorf("delete retention marker %q: %w", markerKey, err)
+	}
+	return nil
+}
+
+// MarkForgetting flags a finished batch as being forgotten, under the
+// condition status <> running; from then on StartRun refuses it. Returns
+// batch.ErrConflict while a run is going, batch.ErrNotFound without a row.
+// Idempotent.
+func (s *Store) MarkForgetting(ctx context.Context, id string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))),
+			expression.Name("status").NotEqual(expression.Value(string(batch.StatusSubmitting))))).
+		WithUpdate(expression.Set(expression.Name("forgetting"), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	_, old, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone)
+	switch {
+	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
+		return fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("forget %s: a run is going: %w", id, err)
+	}
+	return nil
+}

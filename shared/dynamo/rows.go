@@ -1,0 +1,256 @@
+package dynamo
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+const (
+	skBatch   = "BATCH"
+	skRun     = "RUN"
+	skSlot    = "SLOT"
+	pkRunning = "RUNNING"
+	pkRetain  = "RETENTION"
+	pkPublish = "PUBLISH"
+)
+
+func publishSK(id string, run int) string { return fmt.Sprintf("%s#%010d", id, run) }
+
+func batchPK(id string) string { return "BATCH#" + id }
+
+func shardKey(id string, shard int) string { return id + "#" + strconv.Itoa(shard) }
+
+// itemPK is the partition key of the item rows of one shard.
+func itemPK(id string, shard int) string { return "ITEM#" + shardKey(id, shard) }
+
+// itemKey is the key of item itemKey's row in a batch of shards shards.
+func itemKey(id string, shards int, itemKey string) map[string]types.AttributeValue {
+	return itemKeyAt(id, batch.Shard(itemKey, shards), itemKey)
+}
+
+// itemKeyAt is the key of item itemKey's row in item shard `shard`.
+func itemKeyAt(id string, shard int, itemKey string) map[string]types.AttributeValue {
+	return key(itemPK(id, shard), itemKey)
+}
+
+// countPK is the partition key of the chunk counters of one counter shard.
+func countPK(id string, run, shard int) string {
+	return "COUNT#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
+}
+
+// runPK is the partition key of the run's chunks-done row.
+func runPK(id string, run int) string { return "COUNT#" + id + "#" + strconv.Itoa(run) }
+
+// chunkSK is the sort key of the counter of the chunk starting at first.
+func chunkSK(first int64) string { return fmt.Sprintf("CHUNK#%012d", first) }
+
+// markPK is the partition key of the rerun count marks of one item shard.
+func markPK(id string, run, shard int) string {
+	return "MARK#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
+}
+
+func slotPK(id string, slot int) string { return "SLOT#" + id + "#" + strconv.Itoa(slot) }
+
+// RetentionSK is the sort key of a retention marker: the expiry in epoch
+// milliseconds, zero-padded to 20 digits so that byte order is time order.
+func RetentionSK(expiresAt time.Time, id string) string {
+	return fmt.Sprintf("%020d#%s", expiresAt.UnixMilli(), id)
+}
+
+// batchRow is the stored shape of batch.Batch.
+type batchRow struct {
+	PK             string            `dynamodbav:"pk"`
+	SK             string            `dynamodbav:"sk"`
+	ID             string            `dynamodbav:"batch_id"`
+	Pipeline       string            `dynamodbav:"pipeline"`
+	Digest         string            `dynamodbav:"manifest_digest"`
+	ManifestKey    string            `dynamodbav:"manifest_key"`
+	ManifestBytes  int64             `dynamodbav:"manifest_bytes"`
+	ItemCount      int64             `dynamodbav:"item_count"`
+	ListShards     int               `dynamodbav:"list_shards"`
+	CounterShards  int               `dynamodbav:"counter_shards"`
+	Chunks         int               `dynamodbav:"chunks,omitempty"`
+	Run            int               `dynamodbav:"run"`
+	Status         string            `dynamodbav:"status"`
+	Threshold      string            `dynamodbav:"threshold"` // JSON
+	MaxAttempts    int               `dynamodbav:"max_attempts"`
+	MaxConcurrency int               `dynamodbav:"max_concurrency,omitempty"`
+	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
+	Headers        map[string]string `dynamodbav:"headers,omitempty"`
+	Options        string            `dynamodbav:"pipeline_options"` // JSON
+	KeyField       string            `dynamodbav:"key_field,omitempty"`
+	Source         string            `dynamodbav:"source"`
+	SubmittedBy    string            `dynamodbav:"submitted_by,omitempty"`
+	FannedOut      bool              `dynamodbav:"fanned_out"`
+	CreatedAtMs    int64             `dynamodbav:"created_at_ms"`
+	RunStartedAtMs int64             `dynamodbav:"run_started_at_ms"`
+	FinishedAtMs   int64             `dynamodbav:"finished_at_ms,omitempty"`
+	ReportKey      string            `dynamodbav:"report_key,omitempty"`
+	Census         string            `dynamodbav:"census,omitempty"` // JSON
+	NeedsAttention bool              `dynamodbav:"needs_attention"`
+	Stop           string            `dynamodbav:"stop,omitempty"`
+	StopDetail     string            `dynamodbav:"stop_detail,omitempty"`
+	ExpiresAtMs    int64             `dynamodbav:"expires_at_ms,omitempty"`
+	Request        string            `dynamodbav:"request,omitempty"` // JSON
+	SubmitAttempts int               `dynamodbav:"submit_attempts,omitempty"`
+	SubmitDeadMs   int64             `dynamodbav:"submit_deadline_ms,omitempty"`
+	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
+	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
+	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
+
+	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
+
+	// Keys of the batches index (see BatchesPK), set at creation.
+	BatchesPK string `dynamodbav:"bpk,omitempty"`
+	BatchesSK string `dynamodbav:"bsk,omitempty"`
+}
+
+func toRow(b batch.Batch) (batchRow, error) {
+	th, err := json.Marshal(b.Threshold)
+	if err != nil {
+		return batchRow{}, err
+	}
+	r := batchRow{
+		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
+		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
+		ListShards: b.ListShards, CounterShards: b.CounterShards, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
+		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
+		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
+		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
+		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
+		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
+		StopOnThreshold: b.StopOnThreshold,
+	}
+	if !b.CreatedAt.IsZero() {
+		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
+	}
+	if b.Refusal != nil {
+		rf, err := json.Marshal(b.Refusal)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Refusal = string(rf)
+	}
+	if b.FinalCensus != nil {
+		c, err := json.Marshal(b.FinalCensus)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Census = string(c)
+	}
+	return r, nil
+}
+
+func fromRow(r batchRow) (batch.Batch, error) {
+	b := batch.Batch{
+		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
+		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Chunks: r.Chunks, Run: r.Run,
+		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
+		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
+		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
+		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
+		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
+		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun,
+		StopOnThreshold: r.StopOnThreshold,
+	}
+	if r.Request != "" {
+		b.Request = json.RawMessage(r.Request)
+	}
+	if r.Refusal != "" {
+		b.Refusal = &batch.SubmitRefusal{}
+		if err := json.Unmarshal([]byte(r.Refusal), b.Refusal); err != nil {
+			return b, fmt.Errorf("batch %s: refusal: %w", r.ID, err)
+		}
+	}
+	if r.Options != "" {
+		b.Options = json.RawMessage(r.Options)
+	}
+	if r.Threshold != "" {
+		if err := json.Unmarshal([]byte(r.Threshold), &b.Threshold); err != nil {
+			return b, fmt.Errorf("batch %s: threshold: %w", r.ID, err)
+		}
+	}
+	if r.Census != "" {
+		b.FinalCensus = &batch.Census{}
+		if err := json.Unmarshal([]byte(r.Census), b.FinalCensus); err != nil {
+			return b, fmt.Errorf("batch %s: census: %w", r.ID, err)
+		}
+	}
+	return b, nil
+}
+
+// itemRow is the stored shape of batch.Item. The batch id and the item key
+// are the row's keys (pk ITEM#{id}#{shard}, sk {key}) and the run id
+// derives from them (batch.RunID), so the row stores none of them again:
+// every byte of it is billed on each of its two writes.
+type itemRow struct {
+	SK           string             `dynamodbav:"sk"`
+	Run          int                `dynamodbav:"run"`
+	Outcome      string             `dynamodbav:"outcome"`
+	Attempt      int                `dynamodbav:"attempt"`
+	FirstAttempt int                `dynamodbav:"first_attempt"`
+	Released     bool               `dynamodbav:"released"`
+	Retry        bool               `dynamodbav:"retry_scheduled"`
+	LeaseUntilMs int64              `dynamodbav:"lease_until_ms"`
+	Output       string             `dynamodbav:"output"`
+	OutputRef    string             `dynamodbav:"output_ref"`
+	Error        string             `dynamodbav:"error"`
+	Reason       string             `dynamodbav:"reason"`
+	Cost         map[string]float64 `dynamodbav:"cost"`
+	Spent        map[string]float64 `dynamodbav:"spent"`     // batch.Item.Spent
+	SpentRun     int                `dynamodbav:"spent_run"` // the run Spent counts
+	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
+	ExpiresAt    int64              `dynamodbav:"expires_at"` // TTL, epoch seconds
+}
+
+// itemFrom reads an item row of batch batchID.
+func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, error) {
+	if len(av) == 0 {
+		return batch.Item{}, nil
+	}
+	var r itemRow
+	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
+		return batch.Item{}, fmt.Errorf("item row: %w", err)
+	}
+	it := batch.Item{
+		BatchID: batchID, Key: r.SK, RunID: batch.RunID(batchID, r.SK), Run: r.Run, Outcome: batch.Outcome(r.Outcome),
+		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
+		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs), Released: r.Released,
+		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1),
+	}
+	if r.Output != "" {
+		it.Output = json.RawMessage(r.Output)
+	}
+	if r.ExpiresAt > 0 {
+		it.ExpiresAt = time.Unix(r.ExpiresAt, 0).UTC()
+	}
+	if len(r.Cost) > 0 {
+		it.Cost = pipeline.Cost(r.Cost)
+	}
+	if len(r.Spent) > 0 {
+		it.Spent, it.SpentRun = pipeline.Cost(r.Spent), r.SpentRun
+	}
+	return it, nil
+}
+
+// Counter-row attributes.
+const (
+	attrDone       = "done"
+	attrFailures   = "failures"
+	attrItems      = "items"
+	attrChunksDone = "chunks_done"
+	attrWriteUnits = "wcu" // DynamoDB units attributed to the run (see Capacity)
+	attrReadUnits  = "rcu"
+)
+
+// outcomeAttr is the counter attribute counting items of outcome o
+// ("n_succeeded", ...).
+func outcomeAttr(o batch.Outcome) string { return "n_" + string(o) }
