@@ -32,7 +32,7 @@ func (s *Store) putRunning(id string, run int) types.TransactWriteItem {
 	return types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
 		config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
 		config.AttrSK: &types.AttributeValueMemberS{Value: id},
-		"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+		attrRun:       &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
 	}}}
 }
 
@@ -110,15 +110,15 @@ func (s *Store) getBatch(ctx context.Context, id string, consistent bool) (batch
 
 // submitting is the condition status = submitting.
 func submitting() expression.ConditionBuilder {
-	return expression.Name("status").Equal(expression.Value(string(batch.StatusSubmitting)))
+	return expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusSubmitting)))
 }
 
 // BeginSubmit adds 1 to submit_attempts and sets submit_deadline_ms under
 // the condition status = submitting (see batch.Store).
 func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) (batch.Batch, error) {
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Add(expression.Name("submit_attempts"), expression.Value(1)).
-			Set(expression.Name("submit_deadline_ms"), expression.Value(deadline.UnixMilli()))).Build()
+		WithUpdate(expression.Add(expression.Name(attrSubmitAttempts), expression.Value(1)).
+			Set(expression.Name(attrSubmitDeadlineMs), expression.Value(deadline.UnixMilli()))).Build()
 	if err != nil {
 		return batch.Batch{}, err
 	}
@@ -137,16 +137,16 @@ func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) 
 // condition status = submitting (see batch.Store).
 func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
-			Set(expression.Name("manifest_digest"), expression.Value(b.Digest)).
-			Set(expression.Name("manifest_key"), expression.Value(b.ManifestKey)).
-			Set(expression.Name("manifest_bytes"), expression.Value(b.ManifestBytes)).
-			Set(expression.Name("item_count"), expression.Value(b.ItemCount)).
-			Set(expression.Name("list_shards"), expression.Value(b.ListShards)).
-			Set(expression.Name("counter_shards"), expression.Value(b.CounterShards)).
-			Set(expression.Name("chunks"), expression.Value(b.Chunks)).
-			Set(expression.Name("fanned_out"), expression.Value(false)).
-			Set(expression.Name("run_started_at_ms"), expression.Value(ms(b.RunStartedAt)))).Build()
+		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
+			Set(expression.Name(attrManifestDigest), expression.Value(b.Digest)).
+			Set(expression.Name(attrManifestKey), expression.Value(b.ManifestKey)).
+			Set(expression.Name(attrManifestBytes), expression.Value(b.ManifestBytes)).
+			Set(expression.Name(attrItemCount), expression.Value(b.ItemCount)).
+			Set(expression.Name(attrListShards), expression.Value(b.ListShards)).
+			Set(expression.Name(attrCounterShards), expression.Value(b.CounterShards)).
+			Set(expression.Name(attrChunks), expression.Value(b.Chunks)).
+			Set(expression.Name(attrFannedOut), expression.Value(false)).
+			Set(expression.Name(attrRunStartedAtMs), expression.Value(ms(b.RunStartedAt)))).Build()
 	if err != nil {
 		return err
 	}
@@ -164,10 +164,10 @@ func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, no
 		return err
 	}
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Set(expression.Name("status"), expression.Value(string(batch.StatusRefused))).
-			Set(expression.Name("refusal"), expression.Value(string(rf))).
-			Set(expression.Name("finished_at_ms"), expression.Value(now.UnixMilli())).
-			Set(expression.Name("expires_at_ms"), expression.Value(expiresAt.UnixMilli()))).Build()
+		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRefused))).
+			Set(expression.Name(attrRefusal), expression.Value(string(rf))).
+			Set(expression.Name(attrFinishedAtMs), expression.Value(now.UnixMilli())).
+			Set(expression.Name(attrExpiresAtMs), expression.Value(expiresAt.UnixMilli()))).Build()
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, no
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(expiresAt, id)},
-			"batch_id":    &types.AttributeValueMemberS{Value: id},
+			attrBatchID:   &types.AttributeValueMemberS{Value: id},
 		}}})
 	if err != nil {
 		return fmt.Errorf("refuse %s: %w", id, err)
@@ -187,8 +187,8 @@ func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, no
 // SetFannedOut sets fanned_out on the batch row if it is at run.
 func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
 	expr, err := expression.NewBuilder().
-		WithCondition(expression.Name("run").Equal(expression.Value(run))).
-		WithUpdate(expression.Set(expression.Name("fanned_out"), expression.Value(true))).Build()
+		WithCondition(expression.Name(attrRun).Equal(expression.Value(run))).
+		WithUpdate(expression.Set(expression.Name(attrFannedOut), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
@@ -207,19 +207,19 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 	if err != nil {
 		return err
 	}
-	u := expression.Set(expression.Name("status"), expression.Value(string(f.Status))).
-		Set(expression.Name("report_key"), expression.Value(f.ReportKey)).
-		Set(expression.Name("census"), expression.Value(string(census))).
-		Set(expression.Name("needs_attention"), expression.Value(f.Census.NeedsAttention())).
-		Set(expression.Name("finished_at_ms"), expression.Value(f.FinishedAt.UnixMilli())).
-		Set(expression.Name("expires_at_ms"), expression.Value(f.ExpiresAt.UnixMilli()))
+	u := expression.Set(expression.Name(attrStatus), expression.Value(string(f.Status))).
+		Set(expression.Name(attrReportKey), expression.Value(f.ReportKey)).
+		Set(expression.Name(attrCensus), expression.Value(string(census))).
+		Set(expression.Name(attrNeedsAttention), expression.Value(f.Census.NeedsAttention())).
+		Set(expression.Name(attrFinishedAtMs), expression.Value(f.FinishedAt.UnixMilli())).
+		Set(expression.Name(attrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli()))
 	if !f.RowsExpireAt.IsZero() {
 		u = u.Set(expression.Name(config.AttrExpiresAt), expression.Value(f.RowsExpireAt.Unix()))
 	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name("run").Equal(expression.Value(run)),
-			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))))).
+			expression.Name(attrRun).Equal(expression.Value(run)),
+			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))))).
 		WithUpdate(u).Build()
 	if err != nil {
 		return err
@@ -229,13 +229,13 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
-			"batch_id":    &types.AttributeValueMemberS{Value: id},
+			attrBatchID:   &types.AttributeValueMemberS{Value: id},
 		}}},
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkPublish},
 			config.AttrSK: &types.AttributeValueMemberS{Value: publishSK(id, run)},
-			"batch_id":    &types.AttributeValueMemberS{Value: id},
-			"run":         &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+			attrBatchID:   &types.AttributeValueMemberS{Value: id},
+			attrRun:       &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
 		}}})
 	if err != nil {
 		return fmt.Errorf("finish %s run %d: %w", id, run, err)
@@ -250,11 +250,11 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Status, detail string) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name("run").Equal(expression.Value(run)),
-			expression.Name("status").Equal(expression.Value(string(batch.StatusRunning))),
-			expression.AttributeNotExists(expression.Name("stop")))).
-		WithUpdate(expression.Set(expression.Name("stop"), expression.Value(string(status))).
-			Set(expression.Name("stop_detail"), expression.Value(detail))).Build()
+			expression.Name(attrRun).Equal(expression.Value(run)),
+			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))),
+			expression.AttributeNotExists(expression.Name(attrStop)))).
+		WithUpdate(expression.Set(expression.Name(attrStop), expression.Value(string(status))).
+			Set(expression.Name(attrStopDetail), expression.Value(detail))).Build()
 	if err != nil {
 		return err
 	}
@@ -273,15 +273,15 @@ func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Statu
 func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (batch.Batch, error) {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name("run").Equal(expression.Value(from)),
-			expression.Name("status").In(expression.Value(string(batch.StatusCompleted)),
+			expression.Name(attrRun).Equal(expression.Value(from)),
+			expression.Name(attrStatus).In(expression.Value(string(batch.StatusCompleted)),
 				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled))),
-			expression.AttributeNotExists(expression.Name("forgetting")))).
-		WithUpdate(expression.Set(expression.Name("run"), expression.Value(from+1)).
-			Set(expression.Name("status"), expression.Value(string(batch.StatusRunning))).
-			Set(expression.Name("fanned_out"), expression.Value(false)).
-			Set(expression.Name("run_started_at_ms"), expression.Value(now.UnixMilli())).
-			Remove(expression.Name("stop")).Remove(expression.Name("stop_detail")).
+			expression.AttributeNotExists(expression.Name(attrForgetting)))).
+		WithUpdate(expression.Set(expression.Name(attrRun), expression.Value(from+1)).
+			Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
+			Set(expression.Name(attrFannedOut), expression.Value(false)).
+			Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
+			Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
 			Remove(expression.Name(config.AttrExpiresAt))).Build()
 	if err != nil {
 		return batch.Batch{}, err

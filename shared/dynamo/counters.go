@@ -36,7 +36,7 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 	u := expression.Add(expression.Name(attrDone), expression.Value(done)).
 		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
 		Set(expression.Name(attrItems), expression.Value(c.Items)).
-		Set(expression.Name("updated_at_ms"), expression.Value(c.Now.UnixMilli()))
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
 	for _, o := range batch.TerminalOutcomes() {
 		if n := c.Outcomes[o]; n != 0 {
 			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(n))
@@ -66,7 +66,7 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 	if !res.ChunkDone && !c.RunFailures {
 		return res, nil
 	}
-	ru := expression.Set(expression.Name("updated_at_ms"), expression.Value(c.Now.UnixMilli())).
+	ru := expression.Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli())).
 		Add(expression.Name(attrChunksDone), expression.Value(boolInt(res.ChunkDone)))
 	if c.RunFailures {
 		ru = ru.Add(expression.Name(attrFailures), expression.Value(c.Failures))

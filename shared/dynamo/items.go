@@ -27,14 +27,14 @@ import (
 //	OR (run < :run AND (outcome IN (failed, cancelled, in_flight)
 //	                    OR (outcome = quarantined AND released = true)))
 func fresh(run int) expression.ConditionBuilder {
-	out := expression.Name("outcome")
+	out := expression.Name(attrOutcome)
 	return expression.Or(
 		expression.AttributeNotExists(expression.Name(config.AttrPK)),
 		expression.And(
-			expression.Name("run").LessThan(expression.Value(run)),
+			expression.Name(attrRun).LessThan(expression.Value(run)),
 			expression.Or(
 				expression.In(out, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeCancelled)), expression.Value(string(batch.OutcomeInFlight))),
-				expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))), expression.Name("released").Equal(expression.Value(true))),
+				expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))), expression.Name(attrReleased).Equal(expression.Value(true))),
 			),
 		),
 	)
@@ -46,9 +46,9 @@ func fresh(run int) expression.ConditionBuilder {
 //	run = :run AND outcome = in_flight AND lease_until_ms < :now
 func expired(run int, now time.Time) expression.ConditionBuilder {
 	return expression.And(
-		expression.Name("run").Equal(expression.Value(run)),
-		expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeInFlight))),
-		expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())),
+		expression.Name(attrRun).Equal(expression.Value(run)),
+		expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name(attrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())),
 	)
 }
 
@@ -57,15 +57,15 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 //	outcome = in_flight AND attempt = :attempt AND run = :run
 func fenced(run, attempt int) expression.ConditionBuilder {
 	return expression.And(
-		expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeInFlight))),
-		expression.Name("attempt").Equal(expression.Value(attempt)),
-		expression.Name("run").Equal(expression.Value(run)),
+		expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name(attrAttempt).Equal(expression.Value(attempt)),
+		expression.Name(attrRun).Equal(expression.Value(run)),
 	)
 }
 
 func identity(u expression.UpdateBuilder, run int, now time.Time) expression.UpdateBuilder {
-	return u.Set(expression.Name("run"), expression.Value(run)).
-		Set(expression.Name("updated_at_ms"), expression.Value(now.UnixMilli()))
+	return u.Set(expression.Name(attrRun), expression.Value(run)).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(now.UnixMilli()))
 }
 
 // Reserve takes the item under a new attempt and lease (see batch.Store).
@@ -78,23 +78,23 @@ func identity(u expression.UpdateBuilder, run int, now time.Time) expression.Upd
 // is in flight in this run with an expired lease, a second UpdateItem
 // conditioned on expired takes it over: attempt + 1, first_attempt kept.
 func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, error) {
-	next := expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))
+	next := expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))
 	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
-		Set(expression.Name("outcome"), expression.Value(string(batch.OutcomeInFlight))).
-		Set(expression.Name("attempt"), next).
-		Set(expression.Name("first_attempt"), next).
-		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
-		Remove(expression.Name("output")).Remove(expression.Name("output_ref")).Remove(expression.Name("reason")).
-		Remove(expression.Name("error")).Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled")).
-		Remove(expression.Name("cost")).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+		Set(expression.Name(attrOutcome), expression.Value(string(batch.OutcomeInFlight))).
+		Set(expression.Name(attrAttempt), next).
+		Set(expression.Name(attrFirstAttempt), next).
+		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Remove(expression.Name(attrOutput)).Remove(expression.Name(attrOutputRef)).Remove(expression.Name(attrReason)).
+		Remove(expression.Name(attrError)).Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled)).
+		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
 	it, err := s.reserve(ctx, r, fresh(r.Run), s.stamp(u, r.Now))
 	if !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
 		return it, err
 	}
-	take := expression.Set(expression.Name("attempt"), expression.Plus(expression.Name("attempt"), expression.Value(1))).
-		Set(expression.Name("lease_until_ms"), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
-		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli())).
-		Remove(expression.Name("retry_scheduled"))
+	take := expression.Set(expression.Name(attrAttempt), expression.Plus(expression.Name(attrAttempt), expression.Value(1))).
+		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
+		Remove(expression.Name(attrRetryScheduled))
 	return s.reserve(ctx, r, expired(r.Run, r.Now), s.stamp(take, r.Now))
 }
 
@@ -140,7 +140,7 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 
 func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
-		Set(expression.Name("outcome"), expression.Value(string(r.Outcome)))
+		Set(expression.Name(attrOutcome), expression.Value(string(r.Outcome)))
 	set := func(name, v string) {
 		if v != "" {
 			u = u.Set(expression.Name(name), expression.Value(v))
@@ -153,9 +153,9 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	set("error", pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))
 	set("reason", string(r.Reason))
 	if len(r.Cost) > 0 {
-		u = u.Set(expression.Name("cost"), expression.Value(map[string]float64(r.Cost)))
+		u = u.Set(expression.Name(attrCost), expression.Value(map[string]float64(r.Cost)))
 	} else {
-		u = u.Remove(expression.Name("cost"))
+		u = u.Remove(expression.Name(attrCost))
 	}
 	u = setSpent(u, r)
 	if r.Outcome == batch.OutcomeFailed || r.Outcome == batch.OutcomeQuarantined {
@@ -180,7 +180,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	if err != nil {
 		return err
 	}
-	u = s.stamp(u.Set(expression.Name("lease_until_ms"), expression.Value(0)), r.Now)
+	u = s.stamp(u.Set(expression.Name(attrLeaseUntilMs), expression.Value(0)), r.Now)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
@@ -214,10 +214,10 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 // Release ends the attempt's lease without an outcome, keeping the error
 // text, under the attempt fence.
 func (s *Store) Release(ctx context.Context, r batch.Record) error {
-	u := expression.Set(expression.Name("lease_until_ms"), expression.Value(r.Now.UnixMilli())).
-		Set(expression.Name("retry_scheduled"), expression.Value(true)).
-		Set(expression.Name("error"), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
-		Set(expression.Name("updated_at_ms"), expression.Value(r.Now.UnixMilli()))
+	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
+		Set(expression.Name(attrRetryScheduled), expression.Value(true)).
+		Set(expression.Name(attrError), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))
 	u = setSpent(s.stamp(u, r.Now), r)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
@@ -235,8 +235,8 @@ func setSpent(u expression.UpdateBuilder, r batch.Record) expression.UpdateBuild
 	if len(r.Spent) == 0 {
 		return u
 	}
-	return u.Set(expression.Name("spent"), expression.Value(map[string]float64(r.Spent))).
-		Set(expression.Name("spent_run"), expression.Value(r.Run))
+	return u.Set(expression.Name(attrSpent), expression.Value(map[string]float64(r.Spent))).
+		Set(expression.Name(attrSpentRun), expression.Value(r.Run))
 }
 
 // Settle writes a terminal outcome for an item that did not run: under the
@@ -251,13 +251,13 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 		if err != nil {
 			return u, err
 		}
-		u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
-			Set(expression.Name("lease_until_ms"), expression.Value(0)).
-			Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled"))
+		u = u.Set(expression.Name(attrAttempt), expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0))).
+			Set(expression.Name(attrLeaseUntilMs), expression.Value(0)).
+			Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled))
 		if newRun {
 			// A row new to this run starts the run's attempts here (none
 			// made); a row in flight in this run keeps them.
-			u = u.Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1)))
+			u = u.Set(expression.Name(attrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1)))
 		}
 		return s.stamp(u, r.Now), nil
 	}
@@ -283,10 +283,10 @@ func (s *Store) SettleUnstarted(ctx context.Context, r batch.Record) (batch.Item
 	if err != nil {
 		return batch.Item{}, err
 	}
-	u = u.Set(expression.Name("attempt"), expression.IfNotExists(expression.Name("attempt"), expression.Value(0))).
-		Set(expression.Name("first_attempt"), expression.Plus(expression.IfNotExists(expression.Name("attempt"), expression.Value(0)), expression.Value(1))).
-		Set(expression.Name("lease_until_ms"), expression.Value(0)).
-		Remove(expression.Name("released")).Remove(expression.Name("retry_scheduled"))
+	u = u.Set(expression.Name(attrAttempt), expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0))).
+		Set(expression.Name(attrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name(attrLeaseUntilMs), expression.Value(0)).
+		Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled))
 	return s.settle(ctx, r, fresh(r.Run), u)
 }
 
@@ -351,8 +351,8 @@ func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key st
 // the item has no row, batch.ErrConflict when it is not quarantined.
 func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error {
 	expr, err := expression.NewBuilder().
-		WithCondition(expression.Name("outcome").Equal(expression.Value(string(batch.OutcomeQuarantined)))).
-		WithUpdate(expression.Set(expression.Name("released"), expression.Value(true))).Build()
+		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeQuarantined)))).
+		WithUpdate(expression.Set(expression.Name(attrReleased), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}

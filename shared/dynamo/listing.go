@@ -6,8 +6,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -16,58 +20,106 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// shardIter pages through one item shard (ITEM#{id}#{shard}) in key order.
-type shardIter struct {
-	s       *Store
-	batchID string
-	pk      string
-	page    []batch.Item
-	next    map[string]types.AttributeValue
-	done    bool
+// pages is one sorted source of a k-way merge: rows read a page at a
+// time by read, which returns the next page and whether it was the last.
+type pages[T any] struct {
+	page []T
+	done bool
+	read func(ctx context.Context) ([]T, bool, error)
 }
 
-func (it *shardIter) fill(ctx context.Context) error {
-	for len(it.page) == 0 && !it.done {
-		c, cancel := it.s.ctx(ctx)
-		out, err := it.s.db.Query(c, &dynamodb.QueryInput{
-			TableName:                 &it.s.table,
-			KeyConditionExpression:    aws.String("#p = :p"),
-			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: it.pk}},
-			ExclusiveStartKey:         it.next,
-		})
-		cancel()
+// fill reads pages until it holds a row or the source is done.
+func (p *pages[T]) fill(ctx context.Context) error {
+	for len(p.page) == 0 && !p.done {
+		page, last, err := p.read(ctx)
 		if err != nil {
-			return fmt.Errorf("query %s: %w", it.pk, err)
+			return err
 		}
-		for _, av := range out.Items {
-			item, err := itemFrom(it.batchID, av)
-			if err != nil {
-				return err
-			}
-			it.page = append(it.page, item)
-		}
-		it.next = out.LastEvaluatedKey
-		it.done = len(out.LastEvaluatedKey) == 0
+		p.page, p.done = page, last
 	}
 	return nil
 }
 
-type iterHeap []*shardIter
+// merge calls fn with the rows of every source in the order of before (a
+// row goes before b), each source being in that order already; it holds
+// one page per source. fn returning false stops the merge; fn's or a
+// read's error stops it and is returned. ScanItems merges item shards in
+// key order with it, ListBatches the batches index shards newest first.
+func merge[T any](ctx context.Context, srcs []*pages[T], before func(a, b T) bool, fn func(T) (bool, error)) error {
+	h := &pagesHeap[T]{before: before}
+	for _, p := range srcs {
+		if err := p.fill(ctx); err != nil {
+			return err
+		}
+		if len(p.page) > 0 {
+			h.srcs = append(h.srcs, p)
+		}
+	}
+	heap.Init(h)
+	for h.Len() > 0 {
+		p := h.srcs[0]
+		row := p.page[0]
+		p.page = p.page[1:]
+		if err := p.fill(ctx); err != nil {
+			return err
+		}
+		if len(p.page) == 0 {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+		if more, err := fn(row); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
 
-func (h iterHeap) Len() int { return len(h) }
+// pagesHeap orders sources by their next row.
+type pagesHeap[T any] struct {
+	srcs   []*pages[T]
+	before func(a, b T) bool
+}
 
-func (h iterHeap) Less(i, j int) bool { return cmp.Less(h[i].page[0].Key, h[j].page[0].Key) }
-
-func (h iterHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-
-func (h *iterHeap) Push(x any) { *h = append(*h, x.(*shardIter)) }
-
-func (h *iterHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+func (h *pagesHeap[T]) Len() int           { return len(h.srcs) }
+func (h *pagesHeap[T]) Less(i, j int) bool { return h.before(h.srcs[i].page[0], h.srcs[j].page[0]) }
+func (h *pagesHeap[T]) Swap(i, j int)      { h.srcs[i], h.srcs[j] = h.srcs[j], h.srcs[i] }
+func (h *pagesHeap[T]) Push(x any)         { h.srcs = append(h.srcs, x.(*pages[T])) }
+func (h *pagesHeap[T]) Pop() any {
+	x := h.srcs[len(h.srcs)-1]
+	h.srcs = h.srcs[:len(h.srcs)-1]
 	return x
+}
+
+// shardPages pages through one item shard (ITEM#{id}#{shard}) in key
+// order, every page of it, eventually consistent.
+func (s *Store) shardPages(batchID string, shard int) *pages[batch.Item] {
+	pk := itemPK(batchID, shard)
+	var next map[string]types.AttributeValue
+	return &pages[batch.Item]{read: func(ctx context.Context) ([]batch.Item, bool, error) {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName:                 &s.table,
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pk}},
+			ExclusiveStartKey:         next,
+		})
+		cancel()
+		if err != nil {
+			return nil, false, fmt.Errorf("query %s: %w", pk, err)
+		}
+		page := make([]batch.Item, 0, len(out.Items))
+		for _, av := range out.Items {
+			item, err := itemFrom(batchID, av)
+			if err != nil {
+				return nil, false, err
+			}
+			page = append(page, item)
+		}
+		next = out.LastEvaluatedKey
+		return page, len(next) == 0, nil
+	}}
 }
 
 // ScanItems merges the batch's item shards (one Query each on the table,
@@ -77,44 +129,31 @@ func (h *iterHeap) Pop() any {
 // GetItem before fn sees it (those are the rows whose next write decides a
 // run's end).
 func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, fn func(batch.Item) error) error {
-	h := &iterHeap{}
 	shards := max(1, listShards)
-	for i := range shards {
-		it := &shardIter{s: s, batchID: batchID, pk: itemPK(batchID, i)}
-		if err := it.fill(ctx); err != nil {
-			return fmt.Errorf("scan items %s: %w", batchID, err)
-		}
-		if len(it.page) > 0 {
-			*h = append(*h, it)
-		}
+	srcs := make([]*pages[batch.Item], shards)
+	for i := range srcs {
+		srcs[i] = s.shardPages(batchID, i)
 	}
-	heap.Init(h)
-	for h.Len() > 0 {
-		it := (*h)[0]
-		item := it.page[0]
-		it.page = it.page[1:]
-		if len(it.page) == 0 {
-			if err := it.fill(ctx); err != nil {
-				return fmt.Errorf("scan items %s: %w", batchID, err)
-			}
-		}
-		if len(it.page) == 0 {
-			heap.Pop(h)
-		} else {
-			heap.Fix(h, 0)
-		}
+	var fnErr error
+	err := merge(ctx, srcs, func(a, b batch.Item) bool { return a.Key < b.Key }, func(item batch.Item) (bool, error) {
 		if item.Outcome == batch.OutcomeInFlight || item.Released {
 			fresh, err := s.getItem(ctx, batchID, shards, item.Key)
 			if err != nil {
-				return err
+				fnErr = err
+				return false, err
 			}
 			item = fresh
 		}
 		if err := fn(item); err != nil {
-			return err
+			fnErr = err
+			return false, err
 		}
+		return true, nil
+	})
+	if err != nil && err != fnErr {
+		return fmt.Errorf("scan items %s: %w", batchID, err)
 	}
-	return nil
+	return err
 }
 
 // ListItems returns up to limit items of outcome in key byte order after
@@ -145,7 +184,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 			kc = kc.And(expression.Key(skAttr).GreaterThan(expression.Value(after)))
 		}
 		expr, err := expression.NewBuilder().WithKeyCondition(kc).
-			WithFilter(expression.Name("outcome").Equal(expression.Value(string(outcome)))).Build()
+			WithFilter(expression.Name(attrOutcome).Equal(expression.Value(string(outcome)))).Build()
 		if err != nil {
 			return nil, "", err
 		}
@@ -189,4 +228,194 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 		return all, all[len(all)-1].Key, nil
 	}
 	return all, "", nil
+}
+
+// shardQuery is the table query of one shard of a batch's items after
+// the item key after ("" from the first), at most limit rows: key
+// condition pk = ITEM#{batch}#{shard} AND sk > :after. It is the one place
+// that knows how a shard's items are keyed for listing.
+func (s *Store) shardQuery(batchID string, shard int, after string, limit int) *dynamodb.QueryInput {
+	cond := "#p = :p"
+	names := map[string]string{"#p": config.AttrPK}
+	values := map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: itemPK(batchID, shard)}}
+	if after != "" {
+		cond += " AND #s > :s"
+		names["#s"] = config.AttrSK
+		values[":s"] = &types.AttributeValueMemberS{Value: after}
+	}
+	return &dynamodb.QueryInput{
+		TableName:                 &s.table,
+		KeyConditionExpression:    aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+		Limit:                     aws.Int32(int32(limit)),
+	}
+}
+
+// ScanShard reads up to limit item rows (1–1,000; DynamoDB also ends a
+// page at 1 MB) of item shard `shard` of the batch whose keys sort after
+// `after` (exclusive; "" from the first), in key byte order, with one
+// eventually consistent Query of the table (ITEM#{batch}#{shard}). more is false once the
+// shard holds nothing past the last row returned. A row read as in flight
+// or released is re-read from the table with a strongly consistent
+// GetItem, as ScanItems does. Memory: the rows returned, whatever the
+// shard's size.
+func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]batch.Item, bool, error) {
+	limit = min(max(limit, 1), 1000)
+	c, cancel := s.ctx(ctx)
+	out, err := s.db.Query(c, s.shardQuery(batchID, shard, after, limit))
+	cancel()
+	if err != nil {
+		return nil, false, fmt.Errorf("scan shard %d of %s: %w", shard, batchID, err)
+	}
+	items := make([]batch.Item, 0, len(out.Items))
+	for _, av := range out.Items {
+		it, err := itemFrom(batchID, av)
+		if err != nil {
+			return nil, false, fmt.Errorf("scan shard %d of %s: %w", shard, batchID, err)
+		}
+		if it.Outcome == batch.OutcomeInFlight || it.Released {
+			if it, err = s.getItemAt(ctx, batchID, shard, it.Key); err != nil {
+				return nil, false, err
+			}
+		}
+		items = append(items, it)
+	}
+	// A page cut by Limit or by the 1 MB cap carries LastEvaluatedKey even
+	// when nothing follows; the next call then returns no rows and more
+	// false.
+	return items, len(out.LastEvaluatedKey) > 0, nil
+}
+
+// ListBatches walks the batches index newest month first, merging each
+// month's BatchesShards shards newest first (see batch.Store). The
+// position it returns is the sort key of the last entry it examined, or
+// the start of the last month it read when it stopped between months.
+func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+	if q.Limit < 1 {
+		return nil, "", &batch.InputError{Field: "limit", Reason: fmt.Sprintf("%d: want at least 1", q.Limit)}
+	}
+	upper := q.Before
+	// A month's entries may be stamped a little after Now by another
+	// function's clock: start an hour ahead.
+	m := month(q.Now.Add(time.Hour))
+	if upper != "" {
+		if !positionRE.MatchString(upper) {
+			return nil, "", &batch.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+		}
+		ms, _ := strconv.ParseInt(upper[:13], 10, 64)
+		if !strings.Contains(upper, "#") {
+			ms-- // the start of a month already read: continue in the one before
+		}
+		m = month(time.UnixMilli(ms))
+	}
+	floor := batchesEpoch
+	lower := ""
+	if !q.Since.IsZero() {
+		lower = msKey(q.Since)
+		if sm := month(q.Since); sm.After(floor) {
+			floor = sm
+		}
+	}
+	var out []batch.Batch
+	examined := 0
+	for months := 0; !m.Before(floor); months++ {
+		if months == listMonthsPerCall {
+			return out, msKey(m.AddDate(0, 1, 0)), nil
+		}
+		srcs := make([]*pages[batchesEntry], BatchesShards)
+		for shard := range srcs {
+			srcs[shard] = s.batchesPages(batchesPKOf(m, shard), upper, lower, min(max(q.Limit/2, 25), 250))
+		}
+		pos := ""
+		err := merge(ctx, srcs, func(a, b batchesEntry) bool { return a.sk > b.sk }, func(e batchesEntry) (bool, error) {
+			examined++
+			if !e.b.Expired(q.Now) && (len(q.Statuses) == 0 || slices.Contains(q.Statuses, e.b.Status)) {
+				out = append(out, e.b)
+			}
+			if len(out) == q.Limit || examined == listEntriesPerCall {
+				pos = e.sk
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		if pos != "" {
+			return out, pos, nil
+		}
+		upper = ""
+		m = m.AddDate(0, -1, 0)
+	}
+	return out, "", nil
+}
+
+type batchesEntry struct {
+	sk string
+	b  batch.Batch
+}
+
+// batchesPages pages through one shard of one month of the batches
+// index, newest first, below upper and at or above lower (each "" for no
+// bound), size entries a page.
+func (s *Store) batchesPages(pk, upper, lower string, size int) *pages[batchesEntry] {
+	var next map[string]types.AttributeValue
+	p := &pages[batchesEntry]{done: upper != "" && lower != "" && lower >= upper}
+	p.read = func(ctx context.Context) ([]batchesEntry, bool, error) {
+		cond := "#p = :p"
+		vals := map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pk}}
+		switch {
+		case upper != "" && lower != "":
+			// BETWEEN is inclusive: the entry at upper (the previous page's
+			// last) is skipped below.
+			cond += " AND #k BETWEEN :lo AND :up"
+		case upper != "":
+			cond += " AND #k < :up"
+		case lower != "":
+			cond += " AND #k >= :lo"
+		}
+		names := map[string]string{"#p": config.AttrBatchesPK}
+		if upper != "" || lower != "" {
+			names["#k"] = config.AttrBatchesSK
+		}
+		if upper != "" {
+			vals[":up"] = &types.AttributeValueMemberS{Value: upper}
+		}
+		if lower != "" {
+			vals[":lo"] = &types.AttributeValueMemberS{Value: lower}
+		}
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName: &s.table, IndexName: aws.String(config.IndexBatches),
+			KeyConditionExpression:    aws.String(cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
+			ScanIndexForward:          aws.Bool(false),
+			Limit:                     aws.Int32(int32(size)),
+			ExclusiveStartKey:         next,
+		})
+		cancel()
+		if err != nil {
+			return nil, false, fmt.Errorf("list batches %s: %w", pk, err)
+		}
+		page := make([]batchesEntry, 0, len(out.Items))
+		for _, av := range out.Items {
+			var r batchRow
+			if err := attributevalue.UnmarshalMap(av, &r); err != nil {
+				return nil, false, fmt.Errorf("list batches %s: %w", pk, err)
+			}
+			if r.BatchesSK == upper {
+				continue
+			}
+			b, err := fromRow(r)
+			if err != nil {
+				return nil, false, fmt.Errorf("list batches %s: %w", pk, err)
+			}
+			page = append(page, batchesEntry{sk: r.BatchesSK, b: b})
+		}
+		next = out.LastEvaluatedKey
+		return page, len(next) == 0, nil
+	}
+	return p
 }

@@ -239,7 +239,7 @@ func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
 // OR published_run < :run) (a lost condition is no error), then deletes
 // the run's PUBLISH marker.
 func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
-	pr := expression.Name("published_run")
+	pr := expression.Name(attrPublishedRun)
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
 			expression.Or(expression.AttributeNotExists(pr), pr.LessThan(expression.Value(run))))).
@@ -313,9 +313,9 @@ func (s *Store) MarkForgetting(ctx context.Context, id string) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.AttributeExists(expression.Name(config.AttrPK)),
-			expression.Name("status").NotEqual(expression.Value(string(batch.StatusRunning))),
-			expression.Name("status").NotEqual(expression.Value(string(batch.StatusSubmitting))))).
-		WithUpdate(expression.Set(expression.Name("forgetting"), expression.Value(true))).Build()
+			expression.Name(attrStatus).NotEqual(expression.Value(string(batch.StatusRunning))),
+			expression.Name(attrStatus).NotEqual(expression.Value(string(batch.StatusSubmitting))))).
+		WithUpdate(expression.Set(expression.Name(attrForgetting), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,60 @@ func RetentionSK(expiresAt time.Time, id string) string {
 	return fmt.Sprintf("%020d#%s", expiresAt.UnixMilli(), id)
 }
 
+// Attributes of item rows (itemRow), named in condition and update
+// expressions; itemRow's dynamodbav tags spell the same names.
+const (
+	attrAttempt        = "attempt"
+	attrCost           = "cost"
+	attrError          = "error"
+	attrFirstAttempt   = "first_attempt"
+	attrLeaseUntilMs   = "lease_until_ms"
+	attrOutcome        = "outcome"
+	attrOutput         = "output"
+	attrOutputRef      = "output_ref"
+	attrReason         = "reason"
+	attrReleased       = "released"
+	attrRetryScheduled = "retry_scheduled"
+	attrRun            = "run"
+	attrSpent          = "spent"
+	attrSpentRun       = "spent_run"
+	attrUpdatedAtMs    = "updated_at_ms"
+)
+
+// Attributes of the batch row (batchRow) and of the markers, named in
+// condition and update expressions; batchRow's dynamodbav tags spell the
+// same names. attrRun is shared with item rows.
+const (
+	attrBatchID          = "batch_id"
+	attrCensus           = "census"
+	attrChunks           = "chunks"
+	attrCounterShards    = "counter_shards"
+	attrExpiresAtMs      = "expires_at_ms"
+	attrFannedOut        = "fanned_out"
+	attrFinishedAtMs     = "finished_at_ms"
+	attrForgetting       = "forgetting"
+	attrItemCount        = "item_count"
+	attrListShards       = "list_shards"
+	attrManifestBytes    = "manifest_bytes"
+	attrManifestDigest   = "manifest_digest"
+	attrManifestKey      = "manifest_key"
+	attrNeedsAttention   = "needs_attention"
+	attrPublishedRun     = "published_run"
+	attrRefusal          = "refusal"
+	attrReportKey        = "report_key"
+	attrRunStartedAtMs   = "run_started_at_ms"
+	attrStatus           = "status"
+	attrStop             = "stop"
+	attrStopDetail       = "stop_detail"
+	attrSubmitAttempts   = "submit_attempts"
+	attrSubmitDeadlineMs = "submit_deadline_ms"
+)
+
+// Attributes of slot rows.
+const (
+	attrHolder = "holder"
+)
+
 // batchRow is the stored shape of batch.Batch.
 type batchRow struct {
 	PK             string            `dynamodbav:"pk"`

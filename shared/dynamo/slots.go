@@ -16,10 +16,10 @@ import (
 // one UpdateItem: SET holder, lease_until_ms = now + lease and the row TTL,
 // under the condition attribute_not_exists(pk) OR lease_until_ms < now.
 func (s *Store) AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error {
-	u := expression.Set(expression.Name("holder"), expression.Value(holder)).
-		Set(expression.Name("lease_until_ms"), expression.Value(now.Add(lease).UnixMilli()))
+	u := expression.Set(expression.Name(attrHolder), expression.Value(holder)).
+		Set(expression.Name(attrLeaseUntilMs), expression.Value(now.Add(lease).UnixMilli()))
 	cond := expression.Or(expression.AttributeNotExists(expression.Name(config.AttrPK)),
-		expression.Name("lease_until_ms").LessThan(expression.Value(now.UnixMilli())))
+		expression.Name(attrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())))
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, now)).Build()
 	if err != nil {
 		return err
@@ -33,7 +33,7 @@ func (s *Store) AcquireSlot(ctx context.Context, batchID string, slot int, holde
 // FreeSlot deletes the slot row under the condition holder = :holder (see
 // batch.Store); a lost condition is not an error.
 func (s *Store) FreeSlot(ctx context.Context, batchID string, slot int, holder string) error {
-	expr, err := expression.NewBuilder().WithCondition(expression.Name("holder").Equal(expression.Value(holder))).Build()
+	expr, err := expression.NewBuilder().WithCondition(expression.Name(attrHolder).Equal(expression.Value(holder))).Build()
 	if err != nil {
 		return err
 	}
