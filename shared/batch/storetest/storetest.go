@@ -1,0 +1,974 @@
+// Package storetest is the conformance suite of the batch.Store contract:
+// every condition, transition and listing order its doc comments state,
+// run against each implementation (the DynamoDB adapter on the emulator,
+// from integration/; the in-memory store, in its unit tests), as river's
+// riverdrivertest is run against every driver.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// T0 is the suite's clock start: inside the batches index's range.
+var T0 = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+
+const lease = time.Minute
+
+// Run runs every case of the contract, each as a parallel subtest on a
+// store of its own from newStore (an empty store: no batch, no marker).
+func Run(t *testing.T, newStore func(t *testing.T) batch.Store) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newStore(t))
+		})
+	}
+}
+
+type suiteCase struct {
+	name string
+	run  func(t *testing.T, s batch.Store)
+}
+
+var ctx = context.Background()
+
+// newBatch is a running batch at run 1 created at T0 (its row and
+// running marker are written by the case).
+func newBatch(id string) batch.Batch {
+	return batch.Batch{ID: id, Pipeline: "echo", Digest: "d1", ManifestKey: "batches/" + id + "/manifest.jsonl", ManifestBytes: 10,
+		ItemCount: 10, ListShards: 4, CounterShards: 2, Chunks: 2, Run: 1, Status: batch.StatusRunning, MaxAttempts: 3,
+		OnInterrupt: batch.InterruptRetry, Source: "inline", CreatedAt: T0, RunStartedAt: T0,
+		Headers: map[string]string{"h": "v"}}
+}
+
+func create(t *testing.T, s batch.Store, b batch.Batch) batch.Batch {
+	t.Helper()
+	if _, err := s.CreateBatch(ctx, b); err != nil {
+		t.Fatalf("create %s: %v", b.ID, err)
+	}
+	return b
+}
+
+func res(b batch.Batch, key string, run int, now time.Time) batch.Reservation {
+	return batch.Reservation{BatchID: b.ID, Key: key, RunID: batch.RunID(b.ID, key), Run: run, ListShards: b.ListShards, Now: now, Lease: lease}
+}
+
+func rec(b batch.Batch, key string, run, attempt int, o batch.Outcome, now time.Time) batch.Record {
+	r := batch.Record{BatchID: b.ID, Key: key, RunID: batch.RunID(b.ID, key), Run: run, ListShards: b.ListShards, Attempt: attempt, Outcome: o, Now: now}
+	switch o {
+	case batch.OutcomeSucceeded:
+		r.Output = []byte(`{"ok":"` + key + `"}`)
+	case batch.OutcomeFailed:
+		r.Error, r.Reason = "boom", batch.ReasonPermanent
+	case batch.OutcomeQuarantined:
+		r.Reason = batch.ReasonQuarantine
+	case batch.OutcomeCancelled:
+		r.Reason = batch.ReasonCancel
+	}
+	return r
+}
+
+func reserve(t *testing.T, s batch.Store, r batch.Reservation) batch.Item {
+	t.Helper()
+	it, err := s.Reserve(ctx, r)
+	if err != nil {
+		t.Fatalf("reserve %s: %v", r.Key, err)
+	}
+	return it
+}
+
+func record(t *testing.T, s batch.Store, r batch.Record) {
+	t.Helper()
+	if err := s.Record(ctx, r); err != nil {
+		t.Fatalf("record %s: %v", r.Key, err)
+	}
+}
+
+// done reserves key in run and records o under the new attempt.
+func done(t *testing.T, s batch.Store, b batch.Batch, key string, run int, o batch.Outcome, now time.Time) {
+	t.Helper()
+	it := reserve(t, s, res(b, key, run, now))
+	record(t, s, rec(b, key, run, it.Attempt, o, now))
+}
+
+// get reads key's row through ScanShard (the contract has no point read).
+func get(t *testing.T, s batch.Store, b batch.Batch, key string) (batch.Item, bool) {
+	t.Helper()
+	items, _, err := s.ScanShard(ctx, b.ID, batch.Shard(key, b.ListShards), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Key == key {
+			return it, true
+		}
+	}
+	return batch.Item{}, false
+}
+
+func mustGet(t *testing.T, s batch.Store, b batch.Batch, key string) batch.Item {
+	t.Helper()
+	it, ok := get(t, s, b, key)
+	if !ok {
+		t.Fatalf("item %s has no row", key)
+	}
+	return it
+}
+
+func isConflict(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("%s: got %v, want ErrConflict", what, err)
+	}
+}
+
+func ms(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() }
+
+func check[V comparable](t *testing.T, what string, got, want V) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+// eventually retries read until it passes or 10 s have passed: the
+// listings served by an index (ListItems of failed and quarantined items,
+// ListBatches) are eventually consistent.
+func eventually(t *testing.T, read func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := read()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func finish(t *testing.T, s batch.Store, id string, run int, status batch.Status, expires time.Time) {
+	t.Helper()
+	err := s.FinishRun(ctx, id, run, batch.Finish{Status: status, ReportKey: fmt.Sprintf("batches/%s/report-%d.json", id, run),
+		Census: batch.Census{Total: 1, Succeeded: 1}, FinishedAt: T0.Add(time.Minute), ExpiresAt: expires})
+	if err != nil {
+		t.Fatalf("finish %s run %d: %v", id, run, err)
+	}
+}
+
+var cases = []suiteCase{
+	{"ReserveNewItem", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		check(t, "outcome", it.Outcome, batch.OutcomeInFlight)
+		check(t, "attempt", it.Attempt, 1)
+		check(t, "run attempts", it.RunAttempts, 1)
+		check(t, "run", it.Run, 1)
+		check(t, "lease", it.LeaseUntil, ms(T0.Add(lease)))
+		check(t, "interrupted", it.Interrupted, false)
+		stored := mustGet(t, s, b, "k1")
+		check(t, "stored run id", stored.RunID, batch.RunID(b.ID, "k1"))
+		check(t, "stored attempt", stored.Attempt, 1)
+		check(t, "stored lease", stored.LeaseUntil, ms(T0.Add(lease)))
+	}},
+	{"ReserveUnderLiveLeaseConflictsWithStoredRow", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		reserve(t, s, res(b, "k1", 1, T0))
+		it, err := s.Reserve(ctx, res(b, "k1", 1, T0.Add(lease-time.Millisecond)))
+		isConflict(t, "second reserve", err)
+		check(t, "stored outcome", it.Outcome, batch.OutcomeInFlight)
+		check(t, "stored attempt", it.Attempt, 1)
+		check(t, "stored lease", it.LeaseUntil, ms(T0.Add(lease)))
+	}},
+	{"ReserveTakesOverAnExpiredLease", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		reserve(t, s, res(b, "k1", 1, T0))
+		now := T0.Add(lease + time.Millisecond)
+		it := reserve(t, s, res(b, "k1", 1, now))
+		check(t, "attempt", it.Attempt, 2)
+		check(t, "run attempts", it.RunAttempts, 2)
+		check(t, "interrupted", it.Interrupted, true)
+		check(t, "lease", it.LeaseUntil, ms(now.Add(lease)))
+		// The first attempt is fenced off.
+		isConflict(t, "record by the old attempt", s.Record(ctx, rec(b, "k1", 1, 1, batch.OutcomeSucceeded, now)))
+		record(t, s, rec(b, "k1", 1, 2, batch.OutcomeSucceeded, now))
+	}},
+	{"ReserveAfterReleaseIsARetryNotAnInterruption", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		r := rec(b, "k1", 1, it.Attempt, batch.OutcomeFailed, T0.Add(time.Second))
+		r.Error, r.Spent = "throttled", pipeline.Cost{"tokens": 5}
+		if err := s.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		stored := mustGet(t, s, b, "k1")
+		check(t, "released outcome", stored.Outcome, batch.OutcomeInFlight)
+		check(t, "released error", stored.Error, "throttled")
+		check(t, "released lease", stored.LeaseUntil, ms(T0.Add(time.Second)))
+		it = reserve(t, s, res(b, "k1", 1, T0.Add(2*time.Second)))
+		check(t, "attempt", it.Attempt, 2)
+		check(t, "interrupted", it.Interrupted, false)
+		check(t, "spent carried", it.Spent["tokens"], 5.0)
+		check(t, "spent run", it.SpentRun, 1)
+		isConflict(t, "release by the old attempt", s.Release(ctx, rec(b, "k1", 1, 1, batch.OutcomeFailed, T0.Add(3*time.Second))))
+	}},
+	{"RecordIsFenced", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		isConflict(t, "record without a row", s.Record(ctx, rec(b, "k1", 1, 1, batch.OutcomeSucceeded, T0)))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		isConflict(t, "record of another attempt", s.Record(ctx, rec(b, "k1", 1, it.Attempt+1, batch.OutcomeSucceeded, T0)))
+		isConflict(t, "record of another run", s.Record(ctx, rec(b, "k1", 2, it.Attempt, batch.OutcomeSucceeded, T0)))
+		r := rec(b, "k1", 1, it.Attempt, batch.OutcomeSucceeded, T0.Add(time.Second))
+		r.Cost = pipeline.Cost{"usd": 0.5}
+		record(t, s, r)
+		stored := mustGet(t, s, b, "k1")
+		check(t, "outcome", stored.Outcome, batch.OutcomeSucceeded)
+		check(t, "output", string(stored.Output), `{"ok":"k1"}`)
+		check(t, "cost", stored.Cost["usd"], 0.5)
+		check(t, "run attempts", stored.RunAttempts, 1)
+		check(t, "updated", stored.UpdatedAt, ms(T0.Add(time.Second)))
+		got, err := s.Reserve(ctx, res(b, "k1", 1, T0.Add(2*lease)))
+		isConflict(t, "reserve of a succeeded item", err)
+		check(t, "stored outcome", got.Outcome, batch.OutcomeSucceeded)
+	}},
+	{"RecordSentAgainCountsAsWritten", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		r := rec(b, "k1", 1, it.Attempt, batch.OutcomeFailed, T0)
+		record(t, s, r)
+		if err := s.Record(ctx, r); err != nil {
+			t.Fatalf("the same record again: %v, want nil", err)
+		}
+		other := r
+		other.Error = "another error"
+		isConflict(t, "a different outcome on the same attempt", s.Record(ctx, other))
+		other = rec(b, "k1", 1, it.Attempt, batch.OutcomeSucceeded, T0)
+		isConflict(t, "succeeded after failed", s.Record(ctx, other))
+	}},
+	{"RecordRefusesANonTerminalOutcome", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		err := s.Record(ctx, rec(b, "k1", 1, it.Attempt, batch.OutcomeInFlight, T0))
+		if err == nil || errors.Is(err, batch.ErrConflict) {
+			t.Fatalf("record in_flight: %v, want an error other than ErrConflict", err)
+		}
+		check(t, "outcome", mustGet(t, s, b, "k1").Outcome, batch.OutcomeInFlight)
+	}},
+	{"SettleConditions", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		// No row: settled, no attempt made.
+		if _, err := s.Settle(ctx, rec(b, "none", 1, 0, batch.OutcomeCancelled, T0)); err != nil {
+			t.Fatal(err)
+		}
+		it := mustGet(t, s, b, "none")
+		check(t, "settled outcome", it.Outcome, batch.OutcomeCancelled)
+		check(t, "settled reason", it.Reason, batch.ReasonCancel)
+		check(t, "settled attempt", it.Attempt, 0)
+		check(t, "settled run attempts", it.RunAttempts, 0)
+		// Live lease: left to its attempt.
+		reserve(t, s, res(b, "live", 1, T0))
+		got, err := s.Settle(ctx, rec(b, "live", 1, 0, batch.OutcomeFailed, T0.Add(time.Second)))
+		isConflict(t, "settle under a live lease", err)
+		check(t, "stored outcome", got.Outcome, batch.OutcomeInFlight)
+		// Expired lease: settled, its attempts kept.
+		now := T0.Add(lease + time.Second)
+		r := rec(b, "live", 1, 0, batch.OutcomeFailed, now)
+		r.Reason = batch.ReasonDeadLettered
+		if _, err := s.Settle(ctx, r); err != nil {
+			t.Fatalf("settle of an expired lease: %v", err)
+		}
+		it = mustGet(t, s, b, "live")
+		check(t, "outcome", it.Outcome, batch.OutcomeFailed)
+		check(t, "attempt", it.Attempt, 1)
+		check(t, "run attempts", it.RunAttempts, 1)
+		// Terminal in this run: conflict.
+		got, err = s.Settle(ctx, rec(b, "live", 1, 0, batch.OutcomeCancelled, now))
+		isConflict(t, "settle of a terminal item", err)
+		check(t, "stored outcome", got.Outcome, batch.OutcomeFailed)
+	}},
+	{"SettleUnstartedLeavesReservedItems", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		if _, err := s.SettleUnstarted(ctx, rec(b, "none", 1, 0, batch.OutcomeCancelled, T0)); err != nil {
+			t.Fatal(err)
+		}
+		reserve(t, s, res(b, "k1", 1, T0))
+		got, err := s.SettleUnstarted(ctx, rec(b, "k1", 1, 0, batch.OutcomeCancelled, T0.Add(2*lease)))
+		isConflict(t, "settle unstarted of an expired reservation of this run", err)
+		check(t, "stored outcome", got.Outcome, batch.OutcomeInFlight)
+		// A failed row of an earlier run is unstarted in the next.
+		done(t, s, b, "f", 1, batch.OutcomeFailed, T0)
+		if _, err := s.SettleUnstarted(ctx, rec(b, "f", 2, 0, batch.OutcomeCancelled, T0.Add(time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		it := mustGet(t, s, b, "f")
+		check(t, "run", it.Run, 2)
+		check(t, "outcome", it.Outcome, batch.OutcomeCancelled)
+		check(t, "run attempts", it.RunAttempts, 0)
+	}},
+	{"ReserveInANewRun", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		for key, o := range map[string]batch.Outcome{"s": batch.OutcomeSucceeded, "f": batch.OutcomeFailed, "q": batch.OutcomeQuarantined} {
+			done(t, s, b, key, 1, o, T0)
+		}
+		if _, err := s.Settle(ctx, rec(b, "c", 1, 0, batch.OutcomeCancelled, T0)); err != nil {
+			t.Fatal(err)
+		}
+		reserve(t, s, res(b, "i", 1, T0)) // in flight when run 1 ended
+		now := T0.Add(time.Hour)
+		for _, tc := range []struct {
+			key     string
+			ok      bool
+			attempt int
+		}{{"s", false, 1}, {"q", false, 1}, {"f", true, 2}, {"c", true, 1}, {"i", true, 2}} {
+			it, err := s.Reserve(ctx, res(b, tc.key, 2, now))
+			if !tc.ok {
+				isConflict(t, "run 2 reserve of "+tc.key, err)
+				check(t, tc.key+" stored run", it.Run, 1)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("run 2 reserve of %s: %v", tc.key, err)
+			}
+			check(t, tc.key+" attempt", it.Attempt, tc.attempt)
+			check(t, tc.key+" run attempts", it.RunAttempts, 1)
+			check(t, tc.key+" interrupted", it.Interrupted, false)
+		}
+		if err := s.ReleaseItem(ctx, b.ID, b.ListShards, "q"); err != nil {
+			t.Fatal(err)
+		}
+		it := reserve(t, s, res(b, "q", 2, now))
+		check(t, "released item attempt", it.Attempt, 2)
+	}},
+	{"ReleaseItem", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		if err := s.ReleaseItem(ctx, b.ID, b.ListShards, "none"); !errors.Is(err, batch.ErrNotFound) {
+			t.Fatalf("release without a row: %v, want ErrNotFound", err)
+		}
+		done(t, s, b, "s", 1, batch.OutcomeSucceeded, T0)
+		isConflict(t, "release of a succeeded item", s.ReleaseItem(ctx, b.ID, b.ListShards, "s"))
+		done(t, s, b, "q", 1, batch.OutcomeQuarantined, T0)
+		if err := s.ReleaseItem(ctx, b.ID, b.ListShards, "q"); err != nil {
+			t.Fatal(err)
+		}
+		it := mustGet(t, s, b, "q")
+		check(t, "released", it.Released, true)
+		check(t, "outcome", it.Outcome, batch.OutcomeQuarantined)
+	}},
+	{"MarkCountedOncePerRun", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		for i, want := range []bool{true, false} {
+			got, err := s.MarkCounted(ctx, b.ID, b.ListShards, "k1", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, fmt.Sprintf("mark %d", i+1), got, want)
+		}
+		got, err := s.MarkCounted(ctx, b.ID, b.ListShards, "k1", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "mark in run 3", got, true)
+	}},
+	{"CreateBatch", func(t *testing.T, s batch.Store) {
+		if _, err := s.GetBatch(ctx, "b1"); !errors.Is(err, batch.ErrNotFound) {
+			t.Fatalf("get before create: %v, want ErrNotFound", err)
+		}
+		b := newBatch("b1")
+		on := false
+		b.StopOnThreshold = &on
+		create(t, s, b)
+		got, err := s.GetBatch(ctx, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "digest", got.Digest, "d1")
+		check(t, "status", got.Status, batch.StatusRunning)
+		check(t, "created", got.CreatedAt, T0)
+		check(t, "list shards", got.ListShards, 4)
+		check(t, "chunks", got.Chunks, 2)
+		check(t, "header", got.Headers["h"], "v")
+		check(t, "early stop", got.EarlyStop(), false)
+		other := newBatch("b1")
+		other.Digest = "d2"
+		stored, err := s.CreateBatch(ctx, other)
+		if !errors.Is(err, batch.ErrBatchExists) {
+			t.Fatalf("second create: %v, want ErrBatchExists", err)
+		}
+		check(t, "stored digest", stored.Digest, "d1")
+		ids, err := s.RunningBatches(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, []string{"b1"}) {
+			t.Errorf("running = %v, want [b1]", ids)
+		}
+	}},
+	{"SubmittingFreezeAndRefuse", func(t *testing.T, s batch.Store) {
+		b := newBatch("b1")
+		b.Status, b.ItemCount, b.ListShards, b.Chunks = batch.StatusSubmitting, 0, 0, 0
+		create(t, s, b)
+		for want := 1; want <= 2; want++ {
+			got, err := s.BeginSubmit(ctx, "b1", T0.Add(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, "submit attempts", got.SubmitAttempts, want)
+			check(t, "submit deadline", got.SubmitDeadline, T0.Add(time.Minute))
+		}
+		f := newBatch("b1")
+		f.Digest, f.ItemCount, f.ListShards, f.CounterShards, f.Chunks, f.RunStartedAt = "d9", 7, 2, 1, 1, T0.Add(time.Second)
+		if err := s.Freeze(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "status", got.Status, batch.StatusRunning)
+		check(t, "digest", got.Digest, "d9")
+		check(t, "items", got.ItemCount, int64(7))
+		check(t, "list shards", got.ListShards, 2)
+		check(t, "chunks", got.Chunks, 1)
+		check(t, "fanned out", got.FannedOut, false)
+		check(t, "run started", got.RunStartedAt, T0.Add(time.Second))
+		isConflict(t, "second freeze", s.Freeze(ctx, f))
+		_, err := s.BeginSubmit(ctx, "b1", T0)
+		isConflict(t, "begin submit of a running batch", err)
+		isConflict(t, "refuse of a running batch", s.Refuse(ctx, "b1", batch.SubmitRefusal{Code: "x"}, T0, T0.Add(time.Hour)))
+		_, err = s.BeginSubmit(ctx, "none", T0)
+		isConflict(t, "begin submit without a row", err)
+
+		r := newBatch("b2")
+		r.Status = batch.StatusSubmitting
+		create(t, s, r)
+		expires := T0.Add(time.Hour)
+		if err := s.Refuse(ctx, "b2", batch.SubmitRefusal{Code: "bad_line", Line: 3}, T0.Add(time.Second), expires); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = s.GetBatch(ctx, "b2")
+		check(t, "refused status", got.Status, batch.StatusRefused)
+		if got.Refusal == nil || got.Refusal.Code != "bad_line" || got.Refusal.Line != 3 {
+			t.Errorf("refusal = %+v", got.Refusal)
+		}
+		check(t, "refused expires", got.ExpiresAt, expires)
+		ids, _ := s.RunningBatches(ctx)
+		if !slices.Equal(ids, []string{"b1"}) {
+			t.Errorf("running = %v, want [b1]", ids)
+		}
+		m, err := s.ExpiredMarkers(ctx, expires, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) != 1 || m[0].BatchID != "b2" || !m[0].ExpiresAt.Equal(expires) {
+			t.Errorf("markers = %+v, want b2's", m)
+		}
+	}},
+	{"StopFirstWins", func(t *testing.T, s batch.Store) {
+		create(t, s, newBatch("b1"))
+		isConflict(t, "stop of another run", s.Stop(ctx, "b1", 2, batch.StatusCancelled, "x"))
+		if err := s.Stop(ctx, "b1", 1, batch.StatusThresholdExceeded, "3 > 2"); err != nil {
+			t.Fatal(err)
+		}
+		isConflict(t, "second stop", s.Stop(ctx, "b1", 1, batch.StatusCancelled, "cancel"))
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "stop", got.Stop, batch.StatusThresholdExceeded)
+		check(t, "detail", got.StopDetail, "3 > 2")
+		isConflict(t, "stop without a row", s.Stop(ctx, "none", 1, batch.StatusCancelled, ""))
+	}},
+	{"FinishRunOnce", func(t *testing.T, s batch.Store) {
+		create(t, s, newBatch("b1"))
+		if err := s.SetFannedOut(ctx, "b1", 1); err != nil {
+			t.Fatal(err)
+		}
+		isConflict(t, "set fanned out of another run", s.SetFannedOut(ctx, "b1", 2))
+		expires := T0.Add(24 * time.Hour)
+		isConflict(t, "finish of another run", s.FinishRun(ctx, "b1", 2, batch.Finish{Status: batch.StatusCompleted, ExpiresAt: expires}))
+		finish(t, s, "b1", 1, batch.StatusCompleted, expires)
+		isConflict(t, "second finish", s.FinishRun(ctx, "b1", 1, batch.Finish{Status: batch.StatusCompleted, ExpiresAt: expires}))
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "status", got.Status, batch.StatusCompleted)
+		check(t, "fanned out", got.FannedOut, true)
+		check(t, "report", got.ReportKey, "batches/b1/report-1.json")
+		check(t, "finished", got.FinishedAt, T0.Add(time.Minute))
+		check(t, "expires", got.ExpiresAt, expires)
+		if got.FinalCensus == nil || got.FinalCensus.Succeeded != 1 {
+			t.Errorf("census = %+v", got.FinalCensus)
+		}
+		ids, _ := s.RunningBatches(ctx)
+		check(t, "running", len(ids), 0)
+		refs, _ := s.Unpublished(ctx)
+		if !slices.Equal(refs, []batch.RunRef{{BatchID: "b1", Run: 1}}) {
+			t.Errorf("unpublished = %v", refs)
+		}
+	}},
+	{"StartRunTransitions", func(t *testing.T, s batch.Store) {
+		create(t, s, newBatch("b1"))
+		_, err := s.StartRun(ctx, "b1", 1, T0)
+		isConflict(t, "start run of a running batch", err)
+		if err := s.Stop(ctx, "b1", 1, batch.StatusCancelled, "by x"); err != nil {
+			t.Fatal(err)
+		}
+		finish(t, s, "b1", 1, batch.StatusCancelled, T0.Add(24*time.Hour))
+		_, err = s.StartRun(ctx, "b1", 2, T0)
+		isConflict(t, "start run from another run", err)
+		got, err := s.StartRun(ctx, "b1", 1, T0.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "run", got.Run, 2)
+		check(t, "status", got.Status, batch.StatusRunning)
+		check(t, "stop", got.Stop, batch.Status(""))
+		check(t, "fanned out", got.FannedOut, false)
+		check(t, "run started", got.RunStartedAt, T0.Add(time.Hour))
+		ids, _ := s.RunningBatches(ctx)
+		if !slices.Equal(ids, []string{"b1"}) {
+			t.Errorf("running = %v", ids)
+		}
+		_, err = s.StartRun(ctx, "b1", 2, T0)
+		isConflict(t, "start run while running", err)
+
+		r := newBatch("r")
+		r.Status = batch.StatusSubmitting
+		create(t, s, r)
+		if err := s.Refuse(ctx, "r", batch.SubmitRefusal{Code: "x"}, T0, T0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.StartRun(ctx, "r", 1, T0)
+		isConflict(t, "start run of a refused batch", err)
+	}},
+	{"MarkForgetting", func(t *testing.T, s batch.Store) {
+		if err := s.MarkForgetting(ctx, "none"); !errors.Is(err, batch.ErrNotFound) {
+			t.Fatalf("forget without a row: %v, want ErrNotFound", err)
+		}
+		create(t, s, newBatch("b1"))
+		isConflict(t, "forget while running", s.MarkForgetting(ctx, "b1"))
+		finish(t, s, "b1", 1, batch.StatusCompleted, T0.Add(time.Hour))
+		for range 2 {
+			if err := s.MarkForgetting(ctx, "b1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "pending deletion", got.PendingDeletion, true)
+		_, err := s.StartRun(ctx, "b1", 1, T0)
+		isConflict(t, "start run while forgetting", err)
+	}},
+	{"CountChunkCompletion", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		cc := func(first, items int64, o map[batch.Outcome]int64, failures int64, runFailures bool, at time.Time) batch.ChunkCounted {
+			t.Helper()
+			got, err := s.CountChunk(ctx, batch.ChunkCount{BatchID: b.ID, Run: 1, First: first, Items: items, Chunks: 2,
+				Shards: b.CounterShards, Outcomes: o, Failures: failures, RunFailures: runFailures, Now: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		type ok = map[batch.Outcome]int64
+		got := cc(0, 3, ok{batch.OutcomeSucceeded: 2}, 0, false, T0)
+		check(t, "first write chunk done", got.ChunkDone, false)
+		got = cc(3, 2, ok{batch.OutcomeFailed: 1}, 1, true, T0.Add(time.Second))
+		check(t, "partial chunk 2 done", got.ChunkDone, false)
+		check(t, "run failures", got.Failures, int64(1))
+		got = cc(0, 3, ok{batch.OutcomeQuarantined: 1}, 1, false, T0.Add(2*time.Second))
+		check(t, "chunk 1 done", got.ChunkDone, true)
+		check(t, "run done after chunk 1", got.RunDone, false)
+		got = cc(3, 2, ok{batch.OutcomeCancelled: 1}, 0, true, T0.Add(3*time.Second))
+		check(t, "chunk 2 done", got.ChunkDone, true)
+		check(t, "run done", got.RunDone, true)
+		check(t, "run failures", got.Failures, int64(1))
+		got = cc(3, 2, ok{batch.OutcomeSucceeded: 1}, 0, false, T0.Add(4*time.Second))
+		check(t, "a write past the count completes nothing", got.ChunkDone || got.RunDone, false)
+
+		p, err := s.Progress(ctx, b.ID, 1, b.CounterShards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "done", p.Done, int64(6))
+		check(t, "failures", p.Failures, int64(2))
+		wantBy := ok{batch.OutcomeSucceeded: 3, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1, batch.OutcomeCancelled: 1}
+		for o, n := range wantBy {
+			check(t, "by outcome "+string(o), p.ByOutcome[o], n)
+		}
+		check(t, "updated", p.UpdatedAt, T0.Add(4*time.Second))
+		p, err = s.Progress(ctx, b.ID, 2, b.CounterShards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "run 2 done", p.Done, int64(0))
+		check(t, "run 2 updated", p.UpdatedAt.IsZero(), true)
+	}},
+	{"ScanItemsInKeyByteOrder", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		keys := []string{"b", "a", "B", "a0", "Z", "0", "é", "a-", "zz", "_"}
+		for _, k := range keys {
+			reserve(t, s, res(b, k, 1, T0))
+		}
+		want := slices.Sorted(slices.Values(keys))
+		var got []string
+		if err := s.ScanItems(ctx, b.ID, b.ListShards, func(it batch.Item) error {
+			got = append(got, it.Key)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("scan = %q, want %q", got, want)
+		}
+		stop := errors.New("stop")
+		n := 0
+		err := s.ScanItems(ctx, b.ID, b.ListShards, func(batch.Item) error { n++; return stop })
+		if !errors.Is(err, stop) || n != 1 {
+			t.Errorf("scan stopped by fn: %v after %d rows, want fn's error after 1", err, n)
+		}
+	}},
+	{"ScanShardPages", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		var keys []string
+		for i := range 23 {
+			k := fmt.Sprintf("k%02d", i)
+			keys = append(keys, k)
+			reserve(t, s, res(b, k, 1, T0))
+		}
+		var all []string
+		for shard := range b.ListShards {
+			after := ""
+			for pages := 0; ; pages++ {
+				if pages > 30 {
+					t.Fatalf("shard %d: no end after 30 pages", shard)
+				}
+				items, more, err := s.ScanShard(ctx, b.ID, shard, after, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(items) > 2 {
+					t.Fatalf("shard %d: %d rows, limit 2", shard, len(items))
+				}
+				if len(items) < 2 && more {
+					t.Errorf("shard %d: a short page (%d rows) says more", shard, len(items))
+				}
+				for _, it := range items {
+					if it.Key <= after {
+						t.Errorf("shard %d: %q not after %q", shard, it.Key, after)
+					}
+					if sh := batch.Shard(it.Key, b.ListShards); sh != shard {
+						t.Errorf("%q read from shard %d, belongs to %d", it.Key, shard, sh)
+					}
+					after = it.Key
+					all = append(all, it.Key)
+				}
+				if !more {
+					break
+				}
+			}
+		}
+		slices.Sort(all)
+		if !slices.Equal(all, keys) {
+			t.Errorf("shards hold %q, want %q", all, keys)
+		}
+	}},
+	{"ListItemsByOutcome", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		want := map[batch.Outcome][]string{}
+		for i, o := range []batch.Outcome{batch.OutcomeFailed, batch.OutcomeQuarantined, batch.OutcomeSucceeded, batch.OutcomeInFlight, batch.OutcomeCancelled} {
+			for j := range 5 {
+				k := fmt.Sprintf("%c%d", 'e'-rune(j), i)
+				if o == batch.OutcomeInFlight {
+					reserve(t, s, res(b, k, 1, T0))
+				} else if o == batch.OutcomeCancelled {
+					if _, err := s.Settle(ctx, rec(b, k, 1, 0, o, T0)); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					done(t, s, b, k, 1, o, T0)
+				}
+				want[o] = append(want[o], k)
+			}
+		}
+		for _, o := range []batch.Outcome{batch.OutcomeFailed, batch.OutcomeQuarantined, batch.OutcomeInFlight} {
+			w := slices.Sorted(slices.Values(want[o]))
+			eventually(t, func() error {
+				var got []string
+				after := ""
+				for pages := 0; pages < 20; pages++ {
+					items, next, err := s.ListItems(ctx, b.ID, b.ListShards, o, after, 2)
+					if err != nil {
+						return err
+					}
+					if len(items) > 2 {
+						return fmt.Errorf("%s: %d items, limit 2", o, len(items))
+					}
+					for _, it := range items {
+						if it.Outcome != o {
+							return fmt.Errorf("%s listing holds %q %s", o, it.Key, it.Outcome)
+						}
+						got = append(got, it.Key)
+					}
+					if next == "" {
+						break
+					}
+					after = next
+				}
+				if !slices.Equal(got, w) {
+					return fmt.Errorf("%s: listed %q, want %q", o, got, w)
+				}
+				return nil
+			})
+		}
+		for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeCancelled, batch.OutcomePending, "bogus"} {
+			if _, _, err := s.ListItems(ctx, b.ID, b.ListShards, o, "", 10); !errors.Is(err, batch.ErrInvalid) {
+				t.Errorf("list %s: %v, want ErrInvalid", o, err)
+			}
+		}
+	}},
+	{"ListBatchesNewestFirst", func(t *testing.T, s batch.Store) {
+		now := T0.Add(48 * time.Hour)
+		var want []string
+		for i := range 7 {
+			b := newBatch(fmt.Sprintf("b%d", i))
+			b.CreatedAt = T0.Add(time.Duration(i) * time.Hour)
+			create(t, s, b)
+			want = append([]string{b.ID}, want...)
+		}
+		finish(t, s, "b1", 1, batch.StatusCompleted, now.Add(time.Hour))
+		finish(t, s, "b2", 1, batch.StatusCompleted, now.Add(-time.Hour)) // expired at now
+		want = slices.DeleteFunc(want, func(id string) bool { return id == "b2" })
+		page := func(q batch.BatchQuery) []string {
+			t.Helper()
+			var ids []string
+			eventually(t, func() error {
+				ids = nil
+				q := q
+				for pages := 0; ; pages++ {
+					if pages > 50 {
+						return fmt.Errorf("no end after 50 pages")
+					}
+					bs, next, err := s.ListBatches(ctx, q)
+					if err != nil {
+						return err
+					}
+					if len(bs) > q.Limit {
+						return fmt.Errorf("%d batches, limit %d", len(bs), q.Limit)
+					}
+					for _, b := range bs {
+						ids = append(ids, b.ID)
+					}
+					if next == "" {
+						return nil
+					}
+					q.Before = next
+				}
+			})
+			return ids
+		}
+		if got := page(batch.BatchQuery{Limit: 2, Now: now}); !slices.Equal(got, want) {
+			t.Errorf("listing = %v, want %v", got, want)
+		}
+		if got := page(batch.BatchQuery{Limit: 10, Now: now, Statuses: []batch.Status{batch.StatusCompleted}}); !slices.Equal(got, []string{"b1"}) {
+			t.Errorf("completed = %v, want [b1]", got)
+		}
+		if got := page(batch.BatchQuery{Limit: 10, Now: now, Since: T0.Add(5 * time.Hour)}); !slices.Equal(got, []string{"b6", "b5"}) {
+			t.Errorf("since = %v, want [b6 b5]", got)
+		}
+		bs, _, err := s.ListBatches(ctx, batch.BatchQuery{Limit: 1, Now: now})
+		if err != nil || len(bs) != 1 {
+			t.Fatalf("first = %v, %v", bs, err)
+		}
+		check(t, "summary status", bs[0].Status, batch.StatusRunning)
+		check(t, "summary pipeline", bs[0].Pipeline, "echo")
+		check(t, "summary created", bs[0].CreatedAt, T0.Add(6*time.Hour))
+		var ie *batch.InputError
+		if _, _, err := s.ListBatches(ctx, batch.BatchQuery{Limit: 1, Now: now, Before: "not a cursor"}); !errors.As(err, &ie) || ie.Field != "cursor" {
+			t.Errorf("bad cursor: %v, want an InputError naming cursor", err)
+		}
+		if _, _, err := s.ListBatches(ctx, batch.BatchQuery{Limit: 0, Now: now}); !errors.As(err, &ie) || ie.Field != "limit" {
+			t.Errorf("limit 0: %v, want an InputError naming limit", err)
+		}
+	}},
+	{"RetentionMarkersOldestFirst", func(t *testing.T, s batch.Store) {
+		for i, id := range []string{"c", "a", "b"} {
+			create(t, s, newBatch(id))
+			finish(t, s, id, 1, batch.StatusCompleted, T0.Add(time.Duration(3-i)*time.Hour))
+		}
+		// c expires at +3h, a at +2h, b at +1h.
+		m, err := s.ExpiredMarkers(ctx, T0.Add(2*time.Hour), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, x := range m {
+			if x.Malformed {
+				t.Errorf("marker %q malformed", x.Key)
+			}
+			ids = append(ids, x.BatchID)
+		}
+		if !slices.Equal(ids, []string{"b", "a"}) {
+			t.Fatalf("expired at +2h = %v, want [b a]", ids)
+		}
+		check(t, "expiry", m[0].ExpiresAt, T0.Add(time.Hour))
+		m, _ = s.ExpiredMarkers(ctx, T0.Add(3*time.Hour), 1)
+		if len(m) != 1 || m[0].BatchID != "b" {
+			t.Fatalf("limit 1 = %+v, want b's", m)
+		}
+		if err := s.DeleteMarker(ctx, m[0].Key); err != nil {
+			t.Fatal(err)
+		}
+		m, _ = s.ExpiredMarkers(ctx, T0.Add(3*time.Hour), 10)
+		if len(m) != 2 || m[0].BatchID != "a" || m[1].BatchID != "c" {
+			t.Errorf("after delete = %+v, want a, c", m)
+		}
+	}},
+	{"UnpublishedUntilSetPublished", func(t *testing.T, s batch.Store) {
+		create(t, s, newBatch("b1"))
+		finish(t, s, "b1", 1, batch.StatusCancelled, T0.Add(time.Hour))
+		if _, err := s.StartRun(ctx, "b1", 1, T0); err != nil {
+			t.Fatal(err)
+		}
+		finish(t, s, "b1", 2, batch.StatusCompleted, T0.Add(2*time.Hour))
+		create(t, s, newBatch("a"))
+		finish(t, s, "a", 1, batch.StatusCompleted, T0.Add(time.Hour))
+		refs, _ := s.Unpublished(ctx)
+		if !slices.Equal(refs, []batch.RunRef{{BatchID: "a", Run: 1}, {BatchID: "b1", Run: 1}, {BatchID: "b1", Run: 2}}) {
+			t.Fatalf("unpublished = %v", refs)
+		}
+		if err := s.SetPublished(ctx, "b1", 2); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := s.SetPublished(ctx, "b1", 1); err != nil { // later than the stored 2: left; idempotent
+				t.Fatal(err)
+			}
+		}
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "published run", got.PublishedRun, 2)
+		if err := s.SetPublished(ctx, "gone", 1); err != nil {
+			t.Fatalf("set published of a missing batch: %v", err)
+		}
+		refs, _ = s.Unpublished(ctx)
+		if !slices.Equal(refs, []batch.RunRef{{BatchID: "a", Run: 1}}) {
+			t.Errorf("unpublished = %v, want [a 1]", refs)
+		}
+		if _, err := s.GetBatch(ctx, "gone"); !errors.Is(err, batch.ErrNotFound) {
+			t.Errorf("set published created a batch row: %v", err)
+		}
+	}},
+	{"DeleteBatchRemovesEveryRow", func(t *testing.T, s batch.Store) {
+		b := newBatch("b1")
+		b.MaxConcurrency = 2
+		create(t, s, b)
+		create(t, s, newBatch("keep"))
+		keep := newBatch("keep")
+		done(t, s, keep, "x", 1, batch.OutcomeSucceeded, T0)
+		for _, k := range []string{"a", "b", "c"} {
+			done(t, s, b, k, 1, batch.OutcomeFailed, T0)
+		}
+		if _, err := s.CountChunk(ctx, batch.ChunkCount{BatchID: b.ID, Run: 1, First: 0, Items: 3, Shards: 2,
+			Outcomes: map[batch.Outcome]int64{batch.OutcomeFailed: 3}, Failures: 3, RunFailures: true, Now: T0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AcquireSlot(ctx, b.ID, 1, "w1", T0, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		expires := T0.Add(time.Hour)
+		finish(t, s, b.ID, 1, batch.StatusCompleted, expires)
+		if _, err := s.StartRun(ctx, b.ID, 1, T0); err != nil {
+			t.Fatal(err)
+		}
+		reserve(t, s, res(b, "a", 2, T0))
+		if _, err := s.MarkCounted(ctx, b.ID, b.ListShards, "x", 2); err != nil {
+			t.Fatal(err)
+		}
+		finish(t, s, b.ID, 2, batch.StatusCompleted, expires)
+		stored, _ := s.GetBatch(ctx, b.ID)
+		if err := s.DeleteBatch(ctx, stored); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetBatch(ctx, b.ID); !errors.Is(err, batch.ErrNotFound) {
+			t.Errorf("batch row after delete: %v", err)
+		}
+		n := 0
+		if err := s.ScanItems(ctx, b.ID, b.ListShards, func(batch.Item) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "item rows left", n, 0)
+		p, _ := s.Progress(ctx, b.ID, 1, 2)
+		check(t, "counted left", p.Done, int64(0))
+		if again, _ := s.MarkCounted(ctx, b.ID, b.ListShards, "x", 2); !again {
+			t.Error("count mark left after delete")
+		}
+		if err := s.AcquireSlot(ctx, b.ID, 1, "w2", T0, time.Hour); err != nil {
+			t.Errorf("slot left after delete: %v", err)
+		}
+		m, _ := s.ExpiredMarkers(ctx, expires, 10)
+		check(t, "retention markers left", len(m), 0)
+		refs, _ := s.Unpublished(ctx)
+		if len(refs) != 0 {
+			t.Errorf("unpublished after delete = %v", refs)
+		}
+		ids, _ := s.RunningBatches(ctx)
+		if !slices.Equal(ids, []string{"keep"}) {
+			t.Errorf("running after delete = %v, want [keep]", ids)
+		}
+		if _, ok := get(t, s, keep, "x"); !ok {
+			t.Error("another batch's item row went too")
+		}
+	}},
+	{"KeepRowsOnlyExtends", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("b1"))
+		for _, k := range []string{"a", "b"} {
+			done(t, s, b, k, 1, batch.OutcomeSucceeded, T0)
+		}
+		base := map[string]time.Time{"a": mustGet(t, s, b, "a").ExpiresAt, "b": mustGet(t, s, b, "b").ExpiresAt}
+		until := T0.Add(100 * 24 * time.Hour).Add(500 * time.Millisecond)
+		if err := s.KeepRows(ctx, b, []string{"a", "gone"}, until); err != nil {
+			t.Fatal(err)
+		}
+		want := time.Unix(until.Unix(), 0).UTC()
+		check(t, "a kept until", mustGet(t, s, b, "a").ExpiresAt, want)
+		check(t, "b untouched", mustGet(t, s, b, "b").ExpiresAt, base["b"])
+		if _, ok := get(t, s, b, "gone"); ok {
+			t.Error("KeepRows created a row")
+		}
+		if err := s.KeepRows(ctx, b, []string{"a"}, until.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "a after an earlier until", mustGet(t, s, b, "a").ExpiresAt, want)
+	}},
+	{"SlotLeases", func(t *testing.T, s batch.Store) {
+		if err := s.AcquireSlot(ctx, "b1", 0, "w1", T0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		isConflict(t, "another holder under the lease", s.AcquireSlot(ctx, "b1", 0, "w2", T0.Add(time.Second), time.Minute))
+		isConflict(t, "the same holder again under the lease", s.AcquireSlot(ctx, "b1", 0, "w1", T0.Add(time.Second), time.Minute))
+		if err := s.AcquireSlot(ctx, "b1", 1, "w2", T0, time.Minute); err != nil {
+			t.Fatalf("another slot: %v", err)
+		}
+		if err := s.FreeSlot(ctx, "b1", 0, "w2"); err != nil {
+			t.Fatalf("free by a non-holder: %v", err)
+		}
+		isConflict(t, "slot freed by a non-holder", s.AcquireSlot(ctx, "b1", 0, "w3", T0.Add(time.Second), time.Minute))
+		if err := s.FreeSlot(ctx, "b1", 0, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AcquireSlot(ctx, "b1", 0, "w3", T0.Add(time.Second), time.Minute); err != nil {
+			t.Fatalf("freed slot: %v", err)
+		}
+		if err := s.AcquireSlot(ctx, "b1", 0, "w4", T0.Add(time.Second+time.Minute+time.Millisecond), time.Minute); err != nil {
+			t.Fatalf("slot past its lease: %v", err)
+		}
+		if err := s.FreeSlot(ctx, "b1", 0, "w3"); err != nil {
+			t.Fatalf("free by the holder it was taken from: %v", err)
+		}
+		isConflict(t, "slot of w4 after w3's free", s.AcquireSlot(ctx, "b1", 0, "w5", T0.Add(2*time.Minute), time.Minute))
+		if err := s.FreeSlot(ctx, "none", 0, "w1"); err != nil {
+			t.Fatalf("free of a slot without a row: %v", err)
+		}
+	}},
+}
