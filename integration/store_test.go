@@ -1,0 +1,36 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/batch/storetest"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+)
+
+// TestStoreConformance runs the batch.Store conformance suite
+// (shared/batch/storetest: every condition, transition and listing order of
+// the contract) on the DynamoDB adapter, a table of its own per case made
+// by dynamo.CreateTable as the harness makes it. The in-memory store the
+// domain's unit tests use passes the same suite, so what those tests see
+// is what DynamoDB does.
+func TestStoreConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) batch.Store {
+		ctx := context.Background()
+		name := strings.Trim(strings.ToLower(newID(t)), "-")
+		if len(name) > 60 {
+			name = strings.Trim(name[len(name)-60:], "-")
+		}
+		if err := dynamo.CreateTable(ctx, env.ddb, name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
+		return dynamo.New(env.ddb, name)
+	})
+}
