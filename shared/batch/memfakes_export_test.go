@@ -1,0 +1,76 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"time"
+)
+
+// The rest of Blobs on partBlobs, so that the domain's tests in package
+// batch_test (which use shared/batch/memstore) run Submit, Worker and
+// Finalize on it.
+
+func (m *partBlobs) Create(_ context.Context, key, _ string) (BlobWriter, error) {
+	return &blobWriterMem{m: m, key: key}, nil
+}
+
+func (m *partBlobs) OpenMatch(ctx context.Context, bucket, key, _ string) (io.ReadCloser, error) {
+	return m.Open(ctx, bucket, key)
+}
+
+func (m *partBlobs) OpenRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	b, err := m.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	end := min(int64(len(b)), offset+length)
+	return io.NopCloser(bytes.NewReader(b[min(offset, end):end])), nil
+}
+
+func (m *partBlobs) Delete(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.objects, key)
+	return nil
+}
+
+// blobWriterMem makes its object visible on Close only.
+type blobWriterMem struct {
+	m    *partBlobs
+	key  string
+	buf  bytes.Buffer
+	done bool
+}
+
+func (w *blobWriterMem) Write(p []byte) (int, error) { return w.buf.Write(p) }
+
+func (w *blobWriterMem) Close() error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	return w.m.Put(context.Background(), w.key, "", w.buf.Bytes())
+}
+
+func (w *blobWriterMem) Abort() error { w.done = true; return nil }
+
+// MemBlobs is an in-memory Blobs (S3's semantics for what the domain
+// uses), for the tests of package batch_test.
+type MemBlobs = partBlobs
+
+// NewMemBlobs returns an empty MemBlobs.
+func NewMemBlobs() *MemBlobs { return newPartBlobs() }
+
+// Objects returns the keys of the stored objects under prefix.
+func (m *partBlobs) Objects(prefix string) []string {
+	var keys []string
+	_ = m.List(context.Background(), "", prefix, func(o ObjectInfo) error { keys = append(keys, o.Key); return nil })
+	return keys
+}
+
+// FixedClock is a Clock that tells T until moved.
+type FixedClock struct{ T time.Time }
+
+// Now returns c.T.
+func (c *FixedClock) Now() time.Time { return c.T }

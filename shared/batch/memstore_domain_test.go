@@ -1,0 +1,412 @@
+package batch_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/batch/memstore"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// The domain's main paths (Submit, Worker, Finalize, Control, Sweep) on
+// the in-memory store (shared/batch/memstore), which passes the same
+// batch.Store conformance suite as the DynamoDB adapter: the storage
+// conditions these tests lean on are DynamoDB's. The same paths run on
+// the emulator in integration/harness_test.go.
+
+// memQueue is an in-memory Queue: what was sent waits until take.
+type memQueue struct {
+	mu   sync.Mutex
+	msgs []batch.Delivery
+	n    int
+}
+
+func (q *memQueue) add(body []byte) {
+	q.n++
+	q.msgs = append(q.msgs, batch.Delivery{MessageID: "m" + strconv.Itoa(q.n), Body: bytes.Clone(body), ReceiptHandle: "r" + strconv.Itoa(q.n), ReceiveCount: 1})
+}
+
+func (q *memQueue) Send(_ context.Context, bodies [][]byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, b := range bodies {
+		q.add(b)
+	}
+	return nil
+}
+
+func (q *memQueue) Requeue(_ context.Context, body []byte, _ time.Duration) error {
+	return q.Send(context.Background(), [][]byte{body})
+}
+
+func (q *memQueue) Delay(context.Context, string, time.Duration) error { return nil }
+
+func (q *memQueue) take() []batch.Delivery {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ds := q.msgs
+	q.msgs = nil
+	return ds
+}
+
+func (q *memQueue) put(ds []batch.Delivery) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.msgs = append(q.msgs, ds...)
+}
+
+// memTrigger counts finalize triggers.
+type memTrigger struct{ n atomic.Int64 }
+
+func (t *memTrigger) Finalize(context.Context, string, int) error { t.n.Add(1); return nil }
+
+type rig struct {
+	store   *memstore.Store
+	blobs   *batch.MemBlobs
+	queue   *memQueue
+	trigger *memTrigger
+	clock   *batch.FixedClock
+	sub     *batch.Submitter
+	worker  *batch.Worker
+	fin     *batch.Finalizer
+	ctl     *batch.Control
+	sweep   *batch.Sweeper
+	calls   sync.Map // key → *atomic.Int64
+}
+
+func newRig(t *testing.T, run pipeline.Func) *rig {
+	t.Helper()
+	r := &rig{store: memstore.New(), blobs: batch.NewMemBlobs(), queue: &memQueue{}, trigger: &memTrigger{},
+		clock: &batch.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := &pipeline.Registry{}
+	counted := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		c, _ := r.calls.LoadOrStore(req.Key, new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		return run(ctx, req)
+	})
+	if err := reg.Register("counted", counted); err != nil {
+		t.Fatal(err)
+	}
+	r.sub = &batch.Submitter{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
+		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
+	r.worker = &batch.Worker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
+		Log: log, Pipelines: reg, Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }}
+	r.fin = &batch.Finalizer{Store: r.store, Blobs: r.blobs, Clock: r.clock, Log: log, Retention: time.Hour}
+	r.ctl = &batch.Control{Store: r.store, Blobs: r.blobs, Log: log, Clock: r.clock}
+	r.sweep = &batch.Sweeper{Store: r.store, Control: r.ctl, Clock: r.clock, Log: log}
+	return r
+}
+
+func (r *rig) callsOf(key string) int64 {
+	c, ok := r.calls.Load(key)
+	if !ok {
+		return 0
+	}
+	return c.(*atomic.Int64).Load()
+}
+
+// drain hands every queued message to the worker, each `copies` times in
+// one call (duplicate deliveries), and hands back the ones it failed until
+// the queue is empty.
+func (r *rig) drain(t *testing.T, ctx context.Context, copies int) {
+	t.Helper()
+	r.drainBy(t, ctx, copies, 0)
+}
+
+// drainBy is drain handing at most per messages to each call (0: all).
+func (r *rig) drainBy(t *testing.T, ctx context.Context, copies, per int) {
+	t.Helper()
+	for range 1000 {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			return
+		}
+		if per > 0 && len(ds) > per {
+			r.queue.put(ds[per:])
+			ds = ds[:per]
+		}
+		var all []batch.Delivery
+		for range copies {
+			all = append(all, ds...)
+		}
+		failed := r.worker.Handle(ctx, all)
+		var again []batch.Delivery
+		seen := map[string]bool{}
+		for _, d := range ds {
+			for _, f := range failed {
+				if d.MessageID == f && !seen[f] {
+					seen[f] = true
+					d.ReceiveCount++
+					again = append(again, d)
+				}
+			}
+		}
+		r.queue.put(again)
+	}
+	t.Fatal("the queue did not drain in 1,000 rounds")
+}
+
+func items(n int) json.RawMessage {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"n":%d}`, i)
+	}
+	b.WriteByte(']')
+	return json.RawMessage(b.String())
+}
+
+func failOn3(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+	if strings.HasSuffix(req.Key, "3") {
+		return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+	}
+	return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1}}, nil
+}
+
+// Every message delivered three times at once: one pipeline call per item,
+// the last item triggers finalize, four concurrent finalizes write one
+// report with the exact census.
+func TestMemDuplicatesRunOnceAndFinalizeOnce(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "dup", Pipeline: "counted", Source: batch.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 3)
+	for i := range 20 {
+		if c := r.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+		}
+	}
+	if r.trigger.n.Load() < 1 {
+		t.Fatal("the last item did not trigger finalize")
+	}
+	var wg sync.WaitGroup
+	var wrote atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.fin.Finalize(ctx, "dup", 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Wrote {
+				wrote.Add(1)
+			}
+			if c := res.Report.Census; c.Total != 20 || c.Succeeded != 18 || c.Failed != 2 || c.Cost.Text("calls") != "18" {
+				t.Errorf("census %+v", c)
+			}
+		}()
+	}
+	wg.Wait()
+	if wrote.Load() != 1 {
+		t.Fatalf("%d finalize calls wrote the report, want 1", wrote.Load())
+	}
+	b, err := r.store.GetBatch(ctx, "dup")
+	if err != nil || b.Status != batch.StatusCompleted || !b.NeedsAttention {
+		t.Fatalf("batch %+v %v", b, err)
+	}
+	if ids, _ := r.store.RunningBatches(ctx); len(ids) != 0 {
+		t.Fatalf("running after finish: %v", ids)
+	}
+}
+
+// A crashed attempt's lease expires; the redelivery takes the item over
+// under attempt 2 and the crashed attempt's late write is fenced off.
+func TestMemFencedTakeover(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: json.RawMessage(`{"attempt":` + strconv.Itoa(req.Attempt) + `}`)}, nil
+	})
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "crash", Pipeline: "counted", Source: batch.SourceSpec{Items: items(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.store.GetBatch(ctx, "crash")
+	key := batch.PositionalKey(0)
+	first, err := r.store.Reserve(ctx, batch.Reservation{BatchID: "crash", Key: key, RunID: batch.RunID("crash", key), Run: 1,
+		ListShards: b.ListShards, Now: r.clock.T, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock.T = r.clock.T.Add(2 * time.Second)
+	r.drain(t, ctx, 1)
+	err = r.store.Record(ctx, batch.Record{BatchID: "crash", Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards,
+		Attempt: first.Attempt, Outcome: batch.OutcomeFailed, Error: "late", Now: r.clock.T})
+	if !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("late write of attempt 1: %v, want ErrConflict", err)
+	}
+	res, err := r.fin.Finalize(ctx, "crash", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Census.Succeeded != 1 || r.callsOf(key) != 1 {
+		t.Fatalf("census %+v, calls %d", res.Report.Census, r.callsOf(key))
+	}
+	var row batch.Item
+	_ = r.store.ScanItems(ctx, "crash", b.ListShards, func(it batch.Item) error { row = it; return nil })
+	if row.Attempt != 2 || string(row.Output) != `{"attempt":2}` {
+		t.Fatalf("row after takeover: %+v", row)
+	}
+}
+
+// Failures past the threshold stop the run: the items not started end
+// cancelled and the run ends threshold_exceeded.
+func TestMemThresholdStop(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+	})
+	zero := int64(0)
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "th", Pipeline: "counted", Source: batch.SourceSpec{Items: items(20)},
+		Threshold: batch.Threshold{FailureCount: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drainBy(t, ctx, 1, 1) // one message per invocation: the stop is seen by the next
+
+	b, _ := r.store.GetBatch(ctx, "th")
+	if b.Stop != batch.StatusThresholdExceeded {
+		t.Fatalf("stop = %q, want threshold_exceeded", b.Stop)
+	}
+	res, err := r.fin.Finalize(ctx, "th", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if res.Report.Status != batch.StatusThresholdExceeded || c.Failed < 1 || c.Cancelled < 1 || c.Failed+c.Cancelled != 20 {
+		t.Fatalf("status %s, census %+v", res.Report.Status, c)
+	}
+	var calls int64
+	for i := range 20 {
+		calls += r.callsOf(batch.PositionalKey(int64(i)))
+	}
+	if calls != c.Failed {
+		t.Fatalf("%d pipeline calls for %d failed items: cancelled items ran", calls, c.Failed)
+	}
+}
+
+// A cancel before the items run: none runs, every item ends cancelled.
+func TestMemCancel(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "cx", Pipeline: "counted", Source: batch.SourceSpec{Items: items(10)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ctl.Cancel(ctx, "cx"); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, "cx", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Status != batch.StatusCancelled || res.Report.Census.Cancelled != 10 {
+		t.Fatalf("status %s, census %+v", res.Report.Status, res.Report.Census)
+	}
+	for i := range 10 {
+		if c := r.callsOf(batch.PositionalKey(int64(i))); c != 0 {
+			t.Errorf("%s ran %d times after the cancel", batch.PositionalKey(int64(i)), c)
+		}
+	}
+}
+
+// Resume runs only what did not succeed: run 2 retries the failed items,
+// succeeded ones are counted from their rows without running again.
+func TestMemResume(t *testing.T) {
+	ctx := context.Background()
+	var fixed atomic.Bool
+	r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if fixed.Load() {
+			return pipeline.Result{Output: req.Input}, nil
+		}
+		return failOn3(ctx, req)
+	})
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "rs", Pipeline: "counted", Source: batch.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	if _, err := r.fin.Finalize(ctx, "rs", 1); err != nil {
+		t.Fatal(err)
+	}
+	fixed.Store(true)
+	r.clock.T = r.clock.T.Add(time.Minute)
+	b, err := r.sub.Resume(ctx, "rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Run != 2 || b.Status != batch.StatusRunning {
+		t.Fatalf("resumed %+v", b)
+	}
+	r.drain(t, ctx, 2)
+	res, err := r.fin.Finalize(ctx, "rs", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Census; c.Total != 20 || c.Succeeded != 20 || res.Report.Status != batch.StatusCompleted {
+		t.Fatalf("run 2: status %s, census %+v", res.Report.Status, c)
+	}
+	for i := range 20 {
+		key := batch.PositionalKey(int64(i))
+		want := int64(1)
+		if strings.HasSuffix(key, "3") {
+			want = 2
+		}
+		if c := r.callsOf(key); c != want {
+			t.Errorf("%s: %d calls, want %d", key, c, want)
+		}
+	}
+}
+
+// The sweep forgets a batch whose retention ended: its rows and objects go.
+func TestMemSweepForgetsExpiredBatches(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	for _, id := range []string{"old", "young"} {
+		if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: items(5)}}); err != nil {
+			t.Fatal(err)
+		}
+		r.drain(t, ctx, 1)
+		if _, err := r.fin.Finalize(ctx, id, 1); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.T = r.clock.T.Add(30 * time.Minute)
+	}
+	// old's retention (1 h) ends, young's not.
+	r.clock.T = r.clock.T.Add(time.Minute)
+	res, err := r.sweep.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Expired != 1 || res.Deleted != 1 || res.Failed != 0 {
+		t.Fatalf("sweep %+v, want 1 expired and deleted", res)
+	}
+	if _, err := r.store.GetBatch(ctx, "old"); !errors.Is(err, batch.ErrNotFound) {
+		t.Fatalf("old after the sweep: %v, want ErrNotFound", err)
+	}
+	if keys := r.blobs.Objects("batches/old/"); len(keys) != 0 {
+		t.Fatalf("objects of old left: %v", keys)
+	}
+	if _, err := r.store.GetBatch(ctx, "young"); err != nil {
+		t.Fatalf("young: %v", err)
+	}
+	if keys := r.blobs.Objects("batches/young/"); len(keys) == 0 {
+		t.Fatal("young's objects went too")
+	}
+}
