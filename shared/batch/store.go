@@ -11,8 +11,9 @@ import (
 )
 
 // Store is the durable state of batches and items. The DynamoDB adapter
-// (shared/dynamo) implements it; its storage semantics are tested against
-// the emulator. All methods are safe for concurrent use; conditional writes
+// (shared/dynamo) and the in-memory store (shared/batch/memstore)
+// implement it; both pass the conformance suite shared/batch/storetest,
+// run against the emulator for the adapter. All methods are safe for concurrent use; conditional writes
 // report a lost condition as an error wrapping ErrConflict.
 type Store interface {
 	// CreateBatch puts b's row (and its running marker) only if no batch has
@@ -37,10 +38,12 @@ type Store interface {
 	// Idempotent.
 	SetFannedOut(ctx context.Context, id string, run int) error
 	// Reserve binds a new attempt and a lease to an item before its pipeline
-	// runs. It succeeds when the item has no row, when its row is failed or
-	// cancelled in an earlier run, or when it is in flight in this run with
-	// an expired lease (a takeover: attempt + 1, same run id). It returns the
-	// row as written. Otherwise it returns the stored row and ErrConflict.
+	// runs. It succeeds when the item has no row, when its row is failed,
+	// cancelled or still in flight (interrupted) in an earlier run, or
+	// quarantined in an earlier run and released, or when it is in flight
+	// in this run with an expired lease (a takeover: attempt + 1, same run
+	// id). It returns the row as written. Otherwise it returns the stored
+	// row and ErrConflict.
 	Reserve(ctx context.Context, r Reservation) (Item, error)
 	// Record writes an item's terminal outcome, only if the item is still in
 	// flight in r.Run under r.Attempt (the fence); else ErrConflict, except
@@ -52,9 +55,10 @@ type Store interface {
 	// whose retry is scheduled), only under the same fence as Record.
 	Release(ctx context.Context, r Record) error
 	// Settle writes a terminal outcome for an item that did not run in this
-	// run (dead-lettered, cancelled): only if the item has no row, is failed
-	// or cancelled in an earlier run, or is in flight with an expired lease.
-	// Else it returns the stored row and ErrConflict.
+	// run (dead-lettered, cancelled): only where Reserve would take it (no
+	// row; failed, cancelled, in flight or released quarantined in an
+	// earlier run; in flight in this run with an expired lease). Else it
+	// returns the stored row and ErrConflict.
 	Settle(ctx context.Context, r Record) (Item, error)
 	// SettleUnstarted is Settle only for an item not reserved in r.Run: no
 	// row, or a failed or cancelled (or released quarantined) row of an

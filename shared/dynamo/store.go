@@ -3,6 +3,10 @@
 // only importer of the DynamoDB SDK; it translates
 // ConditionalCheckFailedException and TransactionCanceledException into
 // batch.ErrConflict / batch.ErrBatchExists and never leaks SDK errors.
+// One file per concern: rows.go (keys, row shapes, attribute names),
+// batch.go (the batch row), items.go (reservations and outcomes),
+// counters.go, listing.go, retention.go, slots.go; the batch.Store
+// contract is shared/batch/storetest, run on the emulator.
 //
 // Rows (pk, sk → attributes):
 //
