@@ -32,30 +32,13 @@ func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
 // partition pk (RUNNING, PUBLISH), reading every page.
 func (s *Store) markerKeys(ctx context.Context, pk string) ([]string, error) {
 	var sks []string
-	var start map[string]types.AttributeValue
-	for {
-		c, cancel := s.ctx(ctx)
-		out, err := s.db.Query(c, &dynamodb.QueryInput{
-			TableName:                 &s.table,
-			KeyConditionExpression:    aws.String("#p = :p"),
-			ExpressionAttributeNames:  map[string]string{"#p": config.AttrPK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: pk}},
-			ExclusiveStartKey:         start,
-		})
-		cancel()
-		if err != nil {
-			return nil, err
+	err := s.queryAll(ctx, pk, false, func(av map[string]types.AttributeValue) error {
+		if sk, ok := av[config.AttrSK].(*types.AttributeValueMemberS); ok {
+			sks = append(sks, sk.Value)
 		}
-		for _, av := range out.Items {
-			if sk, ok := av[config.AttrSK].(*types.AttributeValueMemberS); ok {
-				sks = append(sks, sk.Value)
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return sks, nil
-		}
-		start = out.LastEvaluatedKey
-	}
+		return nil
+	})
+	return sks, err
 }
 
 // DeleteBatch removes every row of the batch: item rows (one Query of

@@ -282,8 +282,8 @@ func NewConsole(api ConsoleAPI, objs ObjectReader, bucket string, port int) (*Co
 	m.HandleFunc("GET /api/batches/{id}/items", c.items)
 	m.HandleFunc("GET /api/batches/{id}/thumbnails", c.thumbnails)
 	m.HandleFunc("GET /api/batches/{id}/thumbnail", c.thumbnail)
-	m.HandleFunc("POST /api/batches/{id}/resume", c.resume)
-	m.HandleFunc("POST /api/batches/{id}/cancel", c.cancel)
+	m.HandleFunc("POST /api/batches/{id}/resume", c.runAction(c.api.Resume))
+	m.HandleFunc("POST /api/batches/{id}/cancel", c.runAction(c.api.Cancel))
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
 	c.mux = m
@@ -788,30 +788,21 @@ func (c *Console) readAction(w http.ResponseWriter, r *http.Request) (string, ac
 	return id, b, true
 }
 
-func (c *Console) resume(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := c.readAction(w, r)
-	if !ok {
-		return
+// runAction serves an action on the batch as a whole (resume, cancel):
+// call runs it through the API, and its answer is passed on as 202.
+func (c *Console) runAction(call func(ctx context.Context, id string) (wire.BatchView, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, _, ok := c.readAction(w, r)
+		if !ok {
+			return
+		}
+		v, err := call(r.Context(), id)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		writeConsoleJSON(w, http.StatusAccepted, v)
 	}
-	v, err := c.api.Resume(r.Context(), id)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	writeConsoleJSON(w, http.StatusAccepted, v)
-}
-
-func (c *Console) cancel(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := c.readAction(w, r)
-	if !ok {
-		return
-	}
-	v, err := c.api.Cancel(r.Context(), id)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	writeConsoleJSON(w, http.StatusAccepted, v)
 }
 
 func (c *Console) release(w http.ResponseWriter, r *http.Request) {
