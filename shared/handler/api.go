@@ -265,6 +265,12 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 	if err != nil {
 		return BatchView{}, err
 	}
+	return a.viewOf(ctx, b)
+}
+
+// viewOf is the view of the batch row b with its census: the report's once
+// finished, the run's counters while it runs.
+func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 	v := BatchView{Batch: batch.Redacted(b)}
 	switch {
 	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
@@ -275,7 +281,7 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 	default:
 		// A running batch: its chunk counters, O(counter shards) reads
 		// whatever its size; the exact census comes with the report.
-		p, err := a.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
+		p, err := a.Store.Progress(ctx, b.ID, b.Run, max(1, b.CounterShards))
 		if err != nil {
 			return BatchView{}, err
 		}
@@ -407,13 +413,22 @@ func (a *API) resume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, BatchView{Batch: batch.Redacted(b)})
 }
 
+// cancel answers the batch as GET /batches/{id} would, census and
+// needs_attention included, so the answer agrees with the next status; when
+// the census cannot be read the cancel still stands and the answer is the
+// batch row alone.
 func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	b, err := a.Control.Cancel(r.Context(), r.PathValue("id"))
 	if err != nil {
 		a.errorAnswer(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, BatchView{Batch: batch.Redacted(b)})
+	v, err := a.viewOf(r.Context(), b)
+	if err != nil {
+		a.Log.Warn("cancel: census not read; answering the batch row", "batch_id", b.ID, "error", err)
+		v = BatchView{Batch: batch.Redacted(b)}
+	}
+	writeJSON(w, http.StatusAccepted, v)
 }
 
 func (a *API) forget(w http.ResponseWriter, r *http.Request) {
