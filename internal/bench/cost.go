@@ -119,8 +119,11 @@ func (r Result) Figures() Figures {
 // items: per component, with T(n) the run's dollars at n items, each
 // item adds v = (T(f.Items) − T(small.Items)) / (f.Items − small.Items)
 // and a batch costs a = T(small.Items) − v × small.Items. (A component
-// whose a comes out negative — emulator noise — is taken as all per item:
-// a = 0, v = T(f.Items) / f.Items.) f's USDByComponent and
+// the smaller run cost as much as or more than the larger — v ≤ 0, as S3's
+// 11 PUTs and 2 GETs per batch whatever its size, where rounding alone
+// can make v a hair below 0 — is taken as all per batch: a = T(f.Items),
+// v = 0. One whose a comes out negative — emulator noise — is taken as
+// all per item: a = 0, v = T(f.Items) / f.Items.) f's USDByComponent and
 // USDPerMillionItems become one batch of 10^6 items, a + 10^6 × v; the
 // run-size figures stay in the *AtRunSize fields. small must have fewer
 // items than f; otherwise f is left as it is.
@@ -137,7 +140,10 @@ func (f *Figures) WithFixed(small Figures) {
 		tS := small.USDByComponentAtRunSize[c] * nS / M
 		v := (tL - tS) / (nL - nS)
 		a := tS - v*nS
-		if a < 0 || v < 0 {
+		switch {
+		case v <= 0:
+			a, v = tL, 0
+		case a < 0:
 			a, v = 0, tL/nL
 		}
 		f.USDByComponent[c] = a + M*v

@@ -100,6 +100,21 @@ func TestWithFixedSplitsPerBatchCost(t *testing.T) {
 	if !near(large.USDFixedPerBatch, 0.001, 1e-9) || !near(large.USDPerMillionItems, 2.001, 1e-9) || large.USDPerMillionItemsAtRunSize != 3 {
 		t.Fatalf("fixed %v total %v at run size %v", large.USDFixedPerBatch, large.USDPerMillionItems, large.USDPerMillionItemsAtRunSize)
 	}
+	// A component that costs the same whatever the batch's size is all
+	// per batch (S3: 11 PUTs and 2 GETs per batch, $0.0000558), also when
+	// the smaller run cost a little more or rounding makes the two totals
+	// differ by a hair: counting it per item put $0.028 of S3 into "one
+	// batch of 10^6 items" and fails here.
+	for _, s3Small := range []float64{0.0279 * 2000 / 40, 0.0279 * 2000 / 40 * (1 + 1e-15), 0.0279 * 2000 / 40 * 12 / 11} {
+		big, probe := fig(2000, 2, 0.0279), fig(40, 2, s3Small)
+		big.WithFixed(probe)
+		if !near(big.USDByComponent["S3"], 0.0000558, 1e-9) || !near(big.USDByComponent["DynamoDB writes"], 2, 1e-9) {
+			t.Errorf("S3 %v per 10^6 in a 40-item run: one batch of 10^6 %v, want S3 0.0000558 and writes 2", s3Small, big.USDByComponent)
+		}
+		if !near(big.USDFixedPerBatch, 0.0000558, 1e-12) {
+			t.Errorf("S3 %v per 10^6 in a 40-item run: fixed %v per batch, want 0.0000558", s3Small, big.USDFixedPerBatch)
+		}
+	}
 	// Noise that makes a fixed part negative counts the component per item.
 	noisy, probe := fig(1000, 2, 1), fig(100, 1, 0)
 	noisy.WithFixed(probe)
