@@ -291,7 +291,7 @@ func Print(w io.Writer, fs []Figures) {
 		}
 		fmt.Fprintf(w, "  %-34s %12.3f %14.3f\n", "total (infrastructure overhead)", f.USDPerMillionItems, f.USDPerMillionItemsAtRunSize)
 		if f.FixedFromItems > 0 {
-			fmt.Fprintf(w, "  one batch: $%.4f per batch whatever its size (from a %d-item run) + what each item adds, × 10^6\n", f.USDFixedPerBatch, f.FixedFromItems)
+			fmt.Fprintf(w, "  one batch: $%.7f per batch whatever its size (from a %d-item run) + what each item adds, × 10^6\n", f.USDFixedPerBatch, f.FixedFromItems)
 		}
 		fmt.Fprintf(w, "  dominated by %s: %.0f %% of the total\n", top, 100*topV/f.USDPerMillionItems)
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/internal/meter"
@@ -120,5 +121,20 @@ func TestWithFixedSplitsPerBatchCost(t *testing.T) {
 	noisy.WithFixed(probe)
 	if !near(noisy.USDByComponent["DynamoDB writes"], 2, 1e-9) || !near(noisy.USDByComponent["S3"], 1, 1e-9) {
 		t.Fatalf("noisy: %v", noisy.USDByComponent)
+	}
+}
+
+// The per-batch cost is printed to the digit that carries it (the product
+// line "make bench prints what a batch costs whatever its size"): about
+// $0.00008 per batch printed with four decimals read "$0.0000 per batch",
+// which said a batch costs nothing; that fails here.
+func TestPrintFixedPerBatchDigits(t *testing.T) {
+	f := Figures{Name: "small outputs", Items: 2000, USDFixedPerBatch: 0.0000767, FixedFromItems: 40,
+		USDByComponent: map[string]float64{"DynamoDB writes": 1.3}, USDPerMillionItems: 1.3,
+		PartitionTable: []PartitionRow{{BatchItems: 1000, ListShards: 8, CounterShards: 2, WCUPerS: map[string]float64{"table": 252}, Max: 252}}}
+	var out strings.Builder
+	Print(&out, []Figures{f})
+	if want := "one batch: $0.0000767 per batch whatever its size (from a 40-item run)"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
 	}
 }
