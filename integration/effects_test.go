@@ -53,6 +53,32 @@ func stageCount(ctx context.Context, table string, req pipeline.Request) error {
 		})
 }
 
+// stagingBatch makes a harness running run with staging on tables,
+// submits n items and expands the fan-out (chunks of 7); it returns the
+// harness and the batch id.
+func stagingBatch(t *testing.T, tables []string, n int, run pipeline.Func) (*harness, string) {
+	t.Helper()
+	h := newHarness(t, run)
+	h.worker.Staging = effects.Staging(tables)
+	id := newID(t)
+	if _, err := h.submitter.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(context.Background(), h.receive(t, (n+6)/7))
+	return h, id
+}
+
+// stagingCounter is a pipeline that stages stageCount on table and
+// succeeds with its input as output.
+func stagingCounter(table string) pipeline.Func {
+	return func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if err := stageCount(ctx, table, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		return pipeline.Result{Output: req.Input}, nil
+	}
+}
+
 // applied reads how many times the staged write of key was applied (0:
 // never).
 func applied(t *testing.T, table, key string) int {
@@ -82,7 +108,7 @@ func TestStagedEffectsOncePerItem(t *testing.T) {
 	ctx := context.Background()
 	table := effectsTable(t)
 	var flaky atomic.Int64
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+	h, id := stagingBatch(t, []string{table}, 8, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if err := stageCount(ctx, table, req); err != nil {
 			return pipeline.Result{}, err
 		}
@@ -96,12 +122,6 @@ func TestStagedEffectsOncePerItem(t *testing.T) {
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	h.worker.Staging = effects.Staging([]string{table})
-	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(8)}}); err != nil {
-		t.Fatal(err)
-	}
-	h.worker.Handle(ctx, h.receive(t, 2)) // fan-out (chunks of 7)
 	items := h.receive(t, 8)
 	if len(items) != 8 {
 		t.Fatalf("%d item messages, want 8", len(items))
@@ -166,19 +186,8 @@ func (crashingStore) Record(context.Context, batch.Record) error { return errCra
 func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
 	ctx := context.Background()
 	table := effectsTable(t)
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if err := stageCount(ctx, table, req); err != nil {
-			return pipeline.Result{}, err
-		}
-		return pipeline.Result{Output: req.Input}, nil
-	})
-	h.worker.Staging = effects.Staging([]string{table})
+	h, id := stagingBatch(t, []string{table}, 1, stagingCounter(table))
 	h.worker.Lease, h.worker.Margin = 5*time.Second, 100*time.Millisecond
-	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	h.worker.Handle(ctx, h.receive(t, 1))
 	msgs := h.receive(t, 1)
 	crashing := *h.worker
 	crashing.Store = crashingStore{h.store}
@@ -213,18 +222,7 @@ func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
 func TestStagedEffectsLostAnswer(t *testing.T) {
 	ctx := context.Background()
 	table := effectsTable(t)
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if err := stageCount(ctx, table, req); err != nil {
-			return pipeline.Result{}, err
-		}
-		return pipeline.Result{Output: req.Input}, nil
-	})
-	h.worker.Staging = effects.Staging([]string{table})
-	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	h.worker.Handle(ctx, h.receive(t, 1))
+	h, id := stagingBatch(t, []string{table}, 1, stagingCounter(table))
 	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 5, Rules: []faultproxy.Rule{
 		{Service: "dynamodb", Operations: []string{"TransactWriteItems"}, Contains: table, Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1},
 	}})
@@ -255,7 +253,7 @@ func TestStagedEffectsRefused(t *testing.T) {
 	ctx := context.Background()
 	table := effectsTable(t)
 	gate := map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "gate"}}
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+	h, id := stagingBatch(t, []string{table}, 2, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if req.Key == batch.PositionalKey(0) {
 			if err := effects.Put(ctx, "not-declared", map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "x"}}); err != nil {
 				return pipeline.Result{}, err
@@ -270,12 +268,6 @@ func TestStagedEffectsRefused(t *testing.T) {
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	h.worker.Staging = effects.Staging([]string{table})
-	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
-		t.Fatal(err)
-	}
-	h.worker.Handle(ctx, h.receive(t, 1))
 	msgs := h.receive(t, 2)
 	failed := h.worker.Handle(ctx, msgs)
 	if len(failed) != 1 {
@@ -318,18 +310,7 @@ func TestStagedEffectsMissingTable(t *testing.T) {
 	if len(missing) > 60 {
 		missing = strings.Trim(missing[:60], "-")
 	}
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if err := stageCount(ctx, missing, req); err != nil {
-			return pipeline.Result{}, err
-		}
-		return pipeline.Result{Output: req.Input}, nil
-	})
-	h.worker.Staging = effects.Staging([]string{missing})
-	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	h.worker.Handle(ctx, h.receive(t, 1))
+	h, id := stagingBatch(t, []string{missing}, 1, stagingCounter(missing))
 	if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
 		t.Fatalf("the delivery was not acknowledged (%v): the item waits for its lease", failed)
 	}
