@@ -33,19 +33,24 @@ type Batch struct {
 	MaxAttempts int       `json:"max_attempts"`
 	// MaxConcurrency is the most items of the batch whose pipeline runs at
 	// once, across every invocation (see Worker); 0 is unlimited.
-	MaxConcurrency int               `json:"max_concurrency,omitempty"`
-	OnInterrupt    InterruptPolicy   `json:"on_interrupt"`
-	Headers        map[string]string `json:"headers,omitempty"`
-	Options        json.RawMessage   `json:"pipeline_options,omitempty"`
-	KeyField       string            `json:"key_field,omitempty"`
-	Source         string            `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
-	FannedOut      bool              `json:"fanned_out"`
-	CreatedAt      time.Time         `json:"created_at"`
-	RunStartedAt   time.Time         `json:"run_started_at"`
-	FinishedAt     time.Time         `json:"finished_at,omitzero"`
-	ReportKey      string            `json:"report_key,omitempty"`
-	FinalCensus    *Census           `json:"census,omitempty"` // the census of the last finished run
-	NeedsAttention bool              `json:"needs_attention"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// ItemsPerMessage is how many consecutive manifest items share one
+	// items-queue message and one ledger row (a pack; see Pack), 1–
+	// MaxItemsPerMessage; part of the plan, the same in every run. 0 on
+	// rows written before the option: 1. Read it with Pack.
+	ItemsPerMessage int               `json:"items_per_message,omitempty"`
+	OnInterrupt     InterruptPolicy   `json:"on_interrupt"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Options         json.RawMessage   `json:"pipeline_options,omitempty"`
+	KeyField        string            `json:"key_field,omitempty"`
+	Source          string            `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
+	FannedOut       bool              `json:"fanned_out"`
+	CreatedAt       time.Time         `json:"created_at"`
+	RunStartedAt    time.Time         `json:"run_started_at"`
+	FinishedAt      time.Time         `json:"finished_at,omitzero"`
+	ReportKey       string            `json:"report_key,omitempty"`
+	FinalCensus     *Census           `json:"census,omitempty"` // the census of the last finished run
+	NeedsAttention  bool              `json:"needs_attention"`
 	// Stop is set while a run is being stopped: StatusCancelled (a caller
 	// cancelled) or StatusThresholdExceeded (failures passed the
 	// threshold). Items not yet started end cancelled; finalize gives the
@@ -157,6 +162,20 @@ type Item struct {
 	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
 	// it has none.
 	ExpiresAt time.Time `json:"-"`
+	// Pos is the item's position in a scan of its batch's rows
+	// (MergeShards): its key for an item row, PackPos for an item of a
+	// pack row (Packed, in the pack starting at manifest index PackFirst).
+	Pos       string `json:"-"`
+	Packed    bool   `json:"-"`
+	PackFirst int64  `json:"-"`
+}
+
+// ScanPos is the item's position in a scan: Pos, or its key when Pos is unset.
+func (it Item) ScanPos() string {
+	if it.Pos != "" {
+		return it.Pos
+	}
+	return it.Key
 }
 
 // InterruptPolicy says what happens to an item whose attempt was

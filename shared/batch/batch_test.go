@@ -392,6 +392,11 @@ func TestSubmitValidate(t *testing.T) {
 		{"interrupt policy", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, OnInterrupt: "maybe"}, "on_interrupt"},
 		{"options not an object", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, Options: json.RawMessage(`[1]`)}, "pipeline_options"},
 		{"max attempts", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, MaxAttempts: 101}, "max_attempts"},
+		{"items per message 100", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 100}, ""},
+		{"items per message 101", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 101}, "items_per_message"},
+		{"items per message negative", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: -1}, "items_per_message"},
+		{"items per message with max concurrency", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 10, MaxConcurrency: 5}, "items_per_message"},
+		{"one item per message with max concurrency", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 1, MaxConcurrency: 5}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -414,6 +419,10 @@ func TestSameSettings(t *testing.T) {
 	if f, _, _ := sameSettings(base, same); f != "" {
 		t.Fatalf("whitespace in options is not a difference: %s", f)
 	}
+	same.ItemsPerMessage = 1 // a row written before the option holds 0: the same plan
+	if f, _, _ := sameSettings(base, same); f != "" {
+		t.Fatalf("items per message 0 and 1 differ: %s", f)
+	}
 	for _, tt := range []struct {
 		edit func(*Batch)
 		want string
@@ -424,6 +433,7 @@ func TestSameSettings(t *testing.T) {
 		{func(b *Batch) { p := 5.0; b.Threshold.FailurePercent = &p }, "threshold"},
 		{func(b *Batch) { b.MaxAttempts = 4 }, "max_attempts"},
 		{func(b *Batch) { b.MaxConcurrency = 3 }, "max_concurrency"},
+		{func(b *Batch) { b.ItemsPerMessage = 10 }, "items_per_message"},
 		{func(b *Batch) { f := false; b.StopOnThreshold = &f }, "stop_on_threshold"},
 		{func(b *Batch) { b.OnInterrupt = InterruptQuarantine }, "on_interrupt"},
 	} {

@@ -340,16 +340,23 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 	// + grace) during the last half grace need no write.
 	keepBefore, keepUntil := now.Add(f.Retention+TTLGrace/2), now.Add(f.Retention+TTLGrace)
 	var keep []string
+	var keepPacks []int64
+	var keepAttention []string // pack items with an attention entry
 	flushKeep := func() error {
-		if len(keep) == 0 {
+		if len(keep) == 0 && len(keepPacks) == 0 {
 			return nil
 		}
 		err := f.Store.KeepRows(ctx, b, keep, keepUntil)
-		keep = keep[:0]
+		if err == nil && len(keepPacks) > 0 {
+			err = f.Store.KeepPacks(ctx, b, keepPacks, keepAttention, keepUntil)
+		}
+		keep, keepPacks, keepAttention = keep[:0], keepPacks[:0], keepAttention[:0]
 		return err
 	}
 	var rows int64
-	err := MergeShards(ctx, f.Store, b.ID, b.ListShards, cp.After, f.Merge, func(it Item) error {
+	opts := f.Merge
+	opts.Packed = b.Pack() > 1
+	err := MergeShards(ctx, f.Store, b.ID, b.ListShards, cp.After, opts, func(it Item) error {
 		if rows > 0 && (f.ChunkRows > 0 && rows >= f.ChunkRows || time.Now().After(stopAt)) {
 			return errChunkEnds
 		}
@@ -370,14 +377,23 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 				return err
 			}
 			if it.ExpiresAt.Before(keepBefore) {
-				if keep = append(keep, it.Key); len(keep) >= keepBatch {
+				switch {
+				case !it.Packed:
+					keep = append(keep, it.Key)
+				case len(keepPacks) == 0 || keepPacks[len(keepPacks)-1] != it.PackFirst:
+					keepPacks = append(keepPacks, it.PackFirst)
+				}
+				if it.Packed && (o == OutcomeFailed || o == OutcomeQuarantined) {
+					keepAttention = append(keepAttention, it.Key)
+				}
+				if len(keep)+len(keepPacks) >= keepBatch {
 					if err := flushKeep(); err != nil {
 						return err
 					}
 				}
 			}
 		}
-		cp.After = it.Key
+		cp.After = it.ScanPos()
 		return nil
 	})
 	if err != nil && !errors.Is(err, errChunkEnds) {

@@ -236,7 +236,13 @@ func (c *Control) Items(ctx context.Context, id string, outcome Outcome, cursor 
 	if err != nil {
 		return ItemPage{}, err
 	}
-	items, next, err := c.Store.ListItems(ctx, id, b.ListShards, outcome, after, limit)
+	list := c.Store.ListItems
+	if b.Pack() > 1 && outcome == OutcomeInFlight {
+		list = func(ctx context.Context, id string, shards int, _ Outcome, after string, limit int) ([]Item, string, error) {
+			return c.Store.ListPackItems(ctx, id, shards, after, limit)
+		}
+	}
+	items, next, err := list(ctx, id, b.ListShards, outcome, after, limit)
 	if err != nil {
 		return ItemPage{}, err
 	}

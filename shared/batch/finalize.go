@@ -42,7 +42,7 @@ func ResultsManifestKey(batchID string, run int) string {
 func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome) error) (Census, error) {
 	c := Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	var rows int64
-	err := MergeShards(ctx, store, b.ID, b.ListShards, "", MergeOptions{}, func(it Item) error {
+	err := MergeShards(ctx, store, b.ID, b.ListShards, "", MergeOptions{Packed: b.Pack() > 1}, func(it Item) error {
 		o, ok := outcomeInRun(it, b)
 		if !ok {
 			return nil // not yet reached in this run: pending

@@ -33,6 +33,11 @@ type MergeOptions struct {
 	// Reads is how many Store.ScanShard calls run at once (read-ahead of
 	// the shards whose rows run low). Default DefaultMergeReads.
 	Reads int
+	// Packed reads the shards' pack rows (Store.ScanPacks) instead of
+	// their item rows: a batch with items per message > 1 (Batch.Pack).
+	// The items then come in manifest order (Item.Pos), and `after` is a
+	// position.
+	Packed bool
 }
 
 // RowBytes estimates what an item row takes in memory once read: its
@@ -58,7 +63,10 @@ func RowBytes(it Item) int64 {
 // limit, sized from the budget, the shard count and the largest rows seen).
 // fn's error stops the merge and is returned; so is a read's error.
 func MergeShards(ctx context.Context, store Store, batchID string, listShards int, after string, opts MergeOptions, fn func(Item) error) error {
-	m := &merger{store: store, id: batchID, budget: opts.BudgetBytes, estimate: minRowEstimateBytes}
+	m := &merger{store: store, id: batchID, budget: opts.BudgetBytes, estimate: minRowEstimateBytes, scan: store.ScanShard}
+	if opts.Packed {
+		m.scan = store.ScanPacks
+	}
 	if m.budget <= 0 {
 		m.budget = DefaultMergeBudgetBytes
 	}
@@ -121,6 +129,7 @@ type merger struct {
 	estimate int64 // largest mean row size of a read so far
 	sem      chan struct{}
 	shards   []*mergeShard
+	scan     func(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
 }
 
 type mergeShard struct {
@@ -157,7 +166,7 @@ func (m *merger) read(sh *mergeShard) {
 			ch <- shardRead{err: m.ctx.Err()}
 			return
 		}
-		rows, more, err := m.store.ScanShard(m.ctx, m.id, sh.n, after, limit)
+		rows, more, err := m.scan(m.ctx, m.id, sh.n, after, limit)
 		<-m.sem
 		ch <- shardRead{rows: rows, more: more, err: err}
 	}()
@@ -194,8 +203,8 @@ func (m *merger) take(sh *mergeShard) error {
 	}
 	kept := len(r.rows)
 	for i, it := range r.rows {
-		if sh.cursor != "" && it.Key <= sh.cursor {
-			return fmt.Errorf("merge shards of %s: shard %d returned key %q after %q", m.id, sh.n, it.Key, sh.cursor)
+		if sh.cursor != "" && it.ScanPos() <= sh.cursor {
+			return fmt.Errorf("merge shards of %s: shard %d returned position %q after %q", m.id, sh.n, it.ScanPos(), sh.cursor)
 		}
 		size := RowBytes(it)
 		if len(sh.rows) > 0 && m.held+size > m.budget {
@@ -203,7 +212,7 @@ func (m *merger) take(sh *mergeShard) error {
 			break
 		}
 		sh.rows = append(sh.rows, it)
-		sh.cursor = it.Key
+		sh.cursor = it.ScanPos()
 		m.held += size
 	}
 	sh.more = r.more || kept < len(r.rows)
@@ -212,10 +221,12 @@ func (m *merger) take(sh *mergeShard) error {
 
 type shardHeap []*mergeShard
 
-func (h shardHeap) Len() int           { return len(h) }
-func (h shardHeap) Less(i, j int) bool { return cmp.Less(h[i].rows[0].Key, h[j].rows[0].Key) }
-func (h shardHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *shardHeap) Push(x any)        { *h = append(*h, x.(*mergeShard)) }
+func (h shardHeap) Len() int { return len(h) }
+func (h shardHeap) Less(i, j int) bool {
+	return cmp.Less(h[i].rows[0].ScanPos(), h[j].rows[0].ScanPos())
+}
+func (h shardHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *shardHeap) Push(x any)   { *h = append(*h, x.(*mergeShard)) }
 func (h *shardHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // KindPack is the kind of a pack message: several consecutive manifest
 // items of one fan-out chunk in one items-queue message (see PackMessage).
-// The item function does not take pack messages yet: Message.Validate
-// refuses the kind, and nothing sends one.
 const KindPack = "pack"
 
 // MaxItemsPerMessage is the most items one pack message carries (1–100).
@@ -32,6 +33,8 @@ type PackMessage struct {
 	ChunkItems  int64        `json:"chunk_items"`
 	PackFirst   int64        `json:"pack_first"`
 	Items       []PackedItem `json:"items"`
+	// Requeued: see Message.Requeued.
+	Requeued int `json:"requeued,omitempty"`
 }
 
 // PackedItem is one item of a pack message: its key and either its input
@@ -195,3 +198,139 @@ func encodeSafe(v any) ([]byte, error) {
 	}
 	return SQSSafe(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
 }
+
+// PackSK is the sort key of the pack whose first item is manifest index
+// first: 12 digits, so that byte order is manifest order.
+func PackSK(first int64) string { return fmt.Sprintf("%012d", first) }
+
+// PackShard is the item shard (0 .. shards-1) whose pack partition holds
+// the pack starting at manifest index first: FNV-1a of PackSK mod shards,
+// so packs spread over the shards as item rows do.
+func PackShard(first int64, shards int) int { return Shard(PackSK(first), shards) }
+
+// PackPos is the scan position of item j of the pack starting at first
+// (Item.Pos): packs in manifest order, their items in pack order.
+func PackPos(first int64, j int) string { return fmt.Sprintf("%s.%03d", PackSK(first), j) }
+
+// PackRef names a pack row: its batch, the batch's Batch.ListShards
+// (which partition holds it) and the manifest index of its first item.
+type PackRef struct {
+	BatchID    string
+	ListShards int
+	First      int64
+}
+
+// Pack is a pack row: the ledger row of the items of one pack message of
+// a batch with items_per_message > 1. It carries the pack's reservation
+// (Attempt, the fence of every write while the pack is taken; LeaseUntil,
+// until when its holder owns it) and each item's own state, which is what
+// an item row holds with one item per message. Only the pack's holder
+// writes its items (Store.WritePack), so every item's transition is
+// decided in the worker from the row it read (see PackItem).
+type Pack struct {
+	BatchID string
+	First   int64
+	// Run is the run of the pack's last take.
+	Run int
+	// Attempt counts the takes of the pack across runs: a write is fenced
+	// by the attempt of its take.
+	Attempt    int
+	LeaseUntil time.Time // zero: free
+	// Items holds manifest indexes First .. First+len(Items)-1; an item
+	// never reserved has an empty Outcome.
+	Items     []PackItem
+	ExpiresAt time.Time // the row's TTL; zero when it has none
+}
+
+// PackItem is one item's state inside a pack row.
+type PackItem struct {
+	Key     string
+	Run     int
+	Outcome Outcome // "": never reserved (pending)
+	// Attempt counts the item's own attempts across runs; FirstAttempt is
+	// the first of them in Run, so attempts in the run are Attempt -
+	// FirstAttempt + 1.
+	Attempt, FirstAttempt int
+	// Retry is set on an item in flight whose attempt failed transiently:
+	// its retry is scheduled (the pack's message comes back), it was not
+	// interrupted.
+	Retry     bool
+	Released  bool // quarantined and released for the next run
+	Output    json.RawMessage
+	OutputRef string
+	Error     string
+	Reason    Reason
+	Cost      pipeline.Cost // the attempt that ended the item
+	Spent     pipeline.Cost // every attempt of SpentRun
+	SpentRun  int
+	// CountedRun is the last run in which the item, answered from an
+	// earlier run's outcome, was counted toward the run's progress (the
+	// count mark of one item per message, kept in the row).
+	CountedRun int
+	UpdatedAt  time.Time
+}
+
+// Attention reports whether the item is listed as needing attention
+// (failed or quarantined): the stores keep an attention entry for it.
+func (p PackItem) Attention() bool {
+	return p.Outcome == OutcomeFailed || p.Outcome == OutcomeQuarantined
+}
+
+// Item is item j of the pack as Store readers see it: an Item with its
+// scan position (PackPos) and the pack it lives in.
+func (p Pack) Item(j int) Item {
+	s := p.Items[j]
+	it := Item{
+		BatchID: p.BatchID, Key: s.Key, RunID: RunID(p.BatchID, s.Key), Run: s.Run, Outcome: s.Outcome,
+		Attempt: s.Attempt, RunAttempts: max(0, s.Attempt-max(s.FirstAttempt, 1)+1), Released: s.Released,
+		Output: s.Output, OutputRef: s.OutputRef, Error: s.Error, Reason: s.Reason, Cost: s.Cost,
+		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt, ExpiresAt: p.ExpiresAt,
+		Pos: PackPos(p.First, j), Packed: true, PackFirst: p.First,
+	}
+	if s.Outcome == OutcomeInFlight && s.Run == p.Run && !s.Retry {
+		it.LeaseUntil = p.LeaseUntil
+	}
+	if s.Outcome == "" || s.Attempt == 0 {
+		it.RunAttempts = 0
+	}
+	return it
+}
+
+// PackWrite is one write of a pack row (Store.WritePack).
+//
+// A take (Take true) reserves the pack for a holder: with Attempt 0 only
+// if the pack has no row; else only if its attempt is still Attempt (the
+// row the holder read) and its lease has ended before Now. It sets the
+// pack's attempt to Attempt+1 and its run to Run. Any other write is
+// fenced: only if the pack's attempt is Attempt. Both set the lease to
+// LeaseUntil (zero: the pack is left free) and write the items named,
+// leaving the others as they are; an item written with an empty Outcome
+// is removed (never reserved). A lost condition is ErrConflict. A fenced
+// write sent again after its answer was lost is applied again, to the
+// same effect.
+type PackWrite struct {
+	Ref        PackRef
+	Take       bool
+	Attempt    int
+	Run        int
+	LeaseUntil time.Time
+	Items      []PackItemWrite
+	// Effects are the writes one item's attempt staged, committed with
+	// this write in one transaction (a fenced write of that item alone);
+	// see Record.Effects.
+	Effects StagedEffects
+	Now     time.Time
+}
+
+// PackItemWrite is one item of a PackWrite: its index in the pack, its new
+// state, and the outcome it replaces (Was), by which the store keeps the
+// item's attention entry: put while failed or quarantined, deleted when it
+// leaves them.
+type PackItemWrite struct {
+	Index int
+	Item  PackItem
+	Was   Outcome
+}
+
+// Pack is the batch's items per message: ItemsPerMessage, 1 when unset.
+func (b Batch) Pack() int { return max(1, b.ItemsPerMessage) }

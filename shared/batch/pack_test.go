@@ -206,3 +206,42 @@ func TestPackerRefusesBadInput(t *testing.T) {
 		t.Fatal("a second line in a chunk of one: no error")
 	}
 }
+
+// TestPlanPackItem guards the product line "each item of a pack keeps the
+// reservation rules of an item row": for every state an item can hold in
+// its pack row, what a delivery of run 2 does with it in each mode —
+// Reserve's fresh and takeover conditions, Settle's and SettleUnstarted's,
+// and the count mark of an item answered from an earlier run.
+func TestPlanPackItem(t *testing.T) {
+	const run = 2
+	tests := []struct {
+		name                string
+		s                   PackItem
+		run, settle, unstrt packStep
+		interrupted         bool
+	}{
+		{"never reserved", PackItem{}, stepRun, stepSettle, stepSettle, false},
+		{"failed in run 1", PackItem{Run: 1, Outcome: OutcomeFailed}, stepRun, stepSettle, stepSettle, false},
+		{"cancelled in run 1", PackItem{Run: 1, Outcome: OutcomeCancelled}, stepRun, stepSettle, stepSettle, false},
+		{"in flight in run 1", PackItem{Run: 1, Outcome: OutcomeInFlight}, stepRun, stepSettle, stepSettle, false},
+		{"released quarantined in run 1", PackItem{Run: 1, Outcome: OutcomeQuarantined, Released: true}, stepRun, stepSettle, stepSettle, false},
+		{"succeeded in run 1", PackItem{Run: 1, Outcome: OutcomeSucceeded}, stepCount, stepCount, stepNone, false},
+		{"succeeded in run 1, counted", PackItem{Run: 1, Outcome: OutcomeSucceeded, CountedRun: 2}, stepNone, stepNone, stepNone, false},
+		{"quarantined in run 1", PackItem{Run: 1, Outcome: OutcomeQuarantined}, stepCount, stepCount, stepNone, false},
+		{"in flight, retry scheduled", PackItem{Run: 2, Outcome: OutcomeInFlight, Retry: true}, stepRun, stepSettle, stepNone, false},
+		{"in flight, holder gone", PackItem{Run: 2, Outcome: OutcomeInFlight}, stepRun, stepSettle, stepNone, true},
+		{"succeeded in run 2", PackItem{Run: 2, Outcome: OutcomeSucceeded}, stepNone, stepNone, stepNone, false},
+		{"failed in run 2", PackItem{Run: 2, Outcome: OutcomeFailed}, stepNone, stepNone, stepNone, false},
+		{"quarantined in run 2", PackItem{Run: 2, Outcome: OutcomeQuarantined}, stepNone, stepNone, stepNone, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for mode, want := range map[packMode]packStep{packRun: tt.run, packSettle: tt.settle, packUnstarted: tt.unstrt} {
+				got, interrupted := planPackItem(tt.s, run, mode)
+				if got != want || mode == packRun && interrupted != tt.interrupted {
+					t.Errorf("mode %d: step %d interrupted %v, want %d %v", mode, got, interrupted, want, tt.interrupted && mode == packRun)
+				}
+			}
+		})
+	}
+}

@@ -155,6 +155,31 @@ type Store interface {
 	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]RetentionMarker, error)
 	// DeleteMarker deletes the retention marker with the given key.
 	DeleteMarker(ctx context.Context, markerKey string) error
+
+	// The pack rows of a batch with items_per_message > 1 (see Pack).
+	// ListItems lists their failed and quarantined items with the item
+	// rows' (from their attention entries), ReleaseItem releases a
+	// quarantined item of a pack, DeleteBatch deletes them.
+
+	// GetPack reads a pack row with a strongly consistent read, or
+	// ErrNotFound.
+	GetPack(ctx context.Context, ref PackRef) (Pack, error)
+	// WritePack takes a pack or writes it under its fence (see PackWrite);
+	// ErrConflict when the condition does not hold.
+	WritePack(ctx context.Context, w PackWrite) error
+	// ScanPacks is ScanShard for pack rows: up to about limit items of the
+	// packs of item shard `shard` whose position (Item.Pos) sorts after
+	// `after` ("" from the first), in position order, never-reserved items
+	// left out, and whether the shard may hold more. A pack read with an
+	// item in flight or released is read again consistently.
+	ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
+	// ListPackItems pages the in-flight items of the batch's pack rows in
+	// key byte order after the key after; it returns the key to continue
+	// after, or "" at the end. It reads every pack row of the batch.
+	ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]Item, string, error)
+	// KeepPacks is KeepRows for the pack rows starting at firsts and the
+	// attention entries of the pack items named by attention.
+	KeepPacks(ctx context.Context, b Batch, firsts []int64, attention []string, until time.Time) error
 }
 
 // RunRef names one run of a batch.

@@ -44,6 +44,14 @@ type SubmitRequest struct {
 	// can take only so much: an item that finds every slot taken waits
 	// (about SlotWait) without using an attempt.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// ItemsPerMessage (K) packs K consecutive manifest items into one
+	// items-queue message and one ledger row, each item keeping its own
+	// reservation, attempts, outcome, error, cost, listing and census;
+	// 1–MaxItemsPerMessage, 0 (the default) means 1: one item per message
+	// and per row. Part of the plan: a repeated submit with another K is
+	// another plan (409), and every run of the batch keeps it. Not with
+	// max_concurrency.
+	ItemsPerMessage int `json:"items_per_message,omitempty"`
 	// Headers reach the pipeline; names starting with "bulkrun." are refused.
 	Headers map[string]string `json:"headers,omitempty"`
 	// Options is the pipeline's own JSON object (e.g. webhook's url).
@@ -176,6 +184,12 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	if req.MaxConcurrency < 0 || req.MaxConcurrency > MaxBatchConcurrency {
 		return &InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, MaxBatchConcurrency)}
 	}
+	if req.ItemsPerMessage < 0 || req.ItemsPerMessage > MaxItemsPerMessage {
+		return &InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.ItemsPerMessage, MaxItemsPerMessage)}
+	}
+	if req.ItemsPerMessage > 1 && req.MaxConcurrency > 0 {
+		return &InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d items per message cannot be combined with max_concurrency (concurrency slots are taken per item message); use 1", req.ItemsPerMessage)}
+	}
 	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
 	}
@@ -254,6 +268,8 @@ func sameSettings(stored, given Batch) (field, was, now string) {
 		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
 	case stored.MaxConcurrency != given.MaxConcurrency:
 		return "max_concurrency", fmt.Sprint(stored.MaxConcurrency), fmt.Sprint(given.MaxConcurrency)
+	case stored.Pack() != given.Pack():
+		return "items_per_message", fmt.Sprint(stored.Pack()), fmt.Sprint(given.Pack())
 	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
 		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
 	}
@@ -402,6 +418,9 @@ func (s *Submitter) prepare(req *SubmitRequest) error {
 	if req.OnInterrupt == "" {
 		req.OnInterrupt = InterruptRetry
 	}
+	if req.ItemsPerMessage == 0 {
+		req.ItemsPerMessage = 1
+	}
 	if len(req.Options) == 0 || string(req.Options) == "null" {
 		req.Options = json.RawMessage("{}")
 	}
@@ -458,21 +477,22 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 // manifest is known (see freeze).
 func planOf(req SubmitRequest, now time.Time) Batch {
 	return Batch{
-		ID:             req.BatchID,
-		Pipeline:       req.Pipeline,
-		Run:            1,
-		Status:         StatusRunning,
-		Threshold:      req.Threshold,
-		MaxAttempts:    req.MaxAttempts,
-		MaxConcurrency: req.MaxConcurrency,
-		OnInterrupt:    req.OnInterrupt,
-		Headers:        req.Headers,
-		Options:        req.Options,
-		KeyField:       req.KeyField,
-		Source:         req.Source.Describe(),
-		SubmittedBy:    req.SubmittedBy,
-		CreatedAt:      now,
-		RunStartedAt:   now,
+		ID:              req.BatchID,
+		Pipeline:        req.Pipeline,
+		Run:             1,
+		Status:          StatusRunning,
+		Threshold:       req.Threshold,
+		MaxAttempts:     req.MaxAttempts,
+		MaxConcurrency:  req.MaxConcurrency,
+		ItemsPerMessage: req.ItemsPerMessage,
+		OnInterrupt:     req.OnInterrupt,
+		Headers:         req.Headers,
+		Options:         req.Options,
+		KeyField:        req.KeyField,
+		Source:          req.Source.Describe(),
+		SubmittedBy:     req.SubmittedBy,
+		CreatedAt:       now,
+		RunStartedAt:    now,
 		// StopOnThreshold is stored explicitly (nil on older rows means true).
 		StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 	}

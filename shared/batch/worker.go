@@ -67,6 +67,11 @@ type Worker struct {
 	// Concurrency is how many messages of one batch of deliveries run at
 	// once. Default 10 (the SQS batch size).
 	Concurrency int
+	// PackConcurrency is how many items of one pack message (a batch with
+	// items_per_message > 1) run their pipeline at once, so an invocation
+	// runs at most Concurrency × PackConcurrency. Default
+	// DefaultPackConcurrency.
+	PackConcurrency int
 	// Backoff gives the delay before retry n (n ≥ 1) after a transient
 	// error. Default: exponential from 2 s, ×2, ±50 % jitter, at most 5 min.
 	// A *pipeline.RetryAfterError's delay wins when it is longer.
@@ -147,15 +152,13 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		wg.Add(1)
 		go func(d Delivery) {
 			defer func() { <-sem; wg.Done() }()
-			ack, dn := w.deliver(ctx, d, batches, margin)
+			ack, dns := w.deliver(ctx, d, batches, margin)
 			mu.Lock()
 			defer mu.Unlock()
 			if !ack {
 				failed = append(failed, d.MessageID)
 			}
-			if dn != nil {
-				dones = append(dones, *dn)
-			}
+			dones = append(dones, dns...)
 		}(d)
 	}
 	wg.Wait()
@@ -276,8 +279,24 @@ func (c *batchCache) get(ctx context.Context, id string, run int) (Batch, error)
 	return e.b, e.err
 }
 
-// deliver handles one delivery; ack false reports it as failed.
-func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (ack bool, dn *done) {
+// deliver handles one delivery (an item, pack or fan-out message); ack
+// false reports it as failed.
+func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (bool, []done) {
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(d.Body, &kind) == nil && kind.Kind == KindPack {
+		return w.deliverPack(ctx, d, batches, margin)
+	}
+	ack, dn := w.deliverItem(ctx, d, batches, margin)
+	if dn == nil {
+		return ack, nil
+	}
+	return ack, []done{*dn}
+}
+
+// deliverItem handles an item or fan-out message.
+func (w *Worker) deliverItem(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (ack bool, dn *done) {
 	var m Message
 	if err := json.Unmarshal(d.Body, &m); err != nil {
 		w.Log.Error("poison message: not JSON; acknowledged", "message_id", d.MessageID, "error", err.Error())
@@ -339,8 +358,8 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 	defer rc.Close()
 	const flushAt = 500
 	bodies := make([][]byte, 0, flushAt)
-	keys := make([]string, 0, flushAt)
-	var sent, refused int64
+	keys := make([][]string, 0, flushAt) // the items of each body
+	var sent, refused, items int64
 	flush := func() error {
 		if len(bodies) == 0 {
 			return nil
@@ -348,28 +367,34 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 		err := w.Queue.Send(ctx, bodies)
 		var re *RefusedError
 		if errors.As(err, &re) {
-			n, serr := w.settleRefused(ctx, log, b, keys, re)
+			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, items-int64(len(bodies)), keys, re)
 			refused += n
 			err = serr
 		}
 		if err != nil {
 			return err
 		}
-		sent += int64(len(bodies))
+		for _, k := range keys {
+			sent += int64(len(k))
+		}
 		bodies, keys = bodies[:0], keys[:0]
 		return nil
 	}
-	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, off, n int64) error {
-		body, err := ItemMessageBody(b.ID, b.Run, m.ManifestKey, *m.Chunk, l, off, n)
-		if err != nil {
-			return err
-		}
-		bodies, keys = append(bodies, body), append(keys, l.Key)
+	packer, err := NewPacker(b.ID, b.Run, m.ManifestKey, *m.Chunk, b.Pack(), func(body []byte, ks []string) error {
+		bodies, keys = append(bodies, body), append(keys, ks)
+		items++
 		if len(bodies) >= flushAt {
 			return flush()
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	err = ReadManifestLines(rc, m.Chunk.Offset, packer.Add)
+	if err == nil {
+		err = packer.Flush()
+	}
 	if err == nil {
 		err = flush()
 	}
@@ -389,16 +414,30 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 
 // settleRefused records the items whose message the queue refused as
 // failed (permanent, with the queue's code and message), unless they
-// already have a row in this run. It returns how many it recorded.
-func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b Batch, keys []string, re *RefusedError) (int64, error) {
+// already have a row in this run. keys holds each body's items; body i
+// is the chunk's message number firstBody+i (its pack starts at
+// chunk.FirstIndex + that × the batch's items per message). It returns
+// how many it recorded.
+func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b Batch, chunk Chunk, firstBody int64, keys [][]string, re *RefusedError) (int64, error) {
 	var n int64
 	for _, r := range re.Refused {
 		if r.Index < 0 || r.Index >= len(keys) {
 			return n, fmt.Errorf("refusal of message %d of %d", r.Index, len(keys))
 		}
-		rec := w.record(b, Message{Key: keys[r.Index]}, w.Clock.Now())
+		text := pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
+		if b.Pack() > 1 {
+			first := chunk.FirstIndex + (firstBody+int64(r.Index))*int64(b.Pack())
+			settled, err := w.settlePackUnstarted(ctx, b, chunk, first, keys[r.Index], ReasonPermanent, text)
+			if err != nil {
+				return n, err
+			}
+			n += settled
+			log.Warn("pack message refused by the queue; its items recorded failed", "pack_first", first, "items", settled, "error", text)
+			continue
+		}
+		rec := w.record(b, Message{Key: keys[r.Index][0]}, w.Clock.Now())
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
-		rec.Error = pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
+		rec.Error = text
 		_, err := w.Store.SettleUnstarted(ctx, rec)
 		switch {
 		case err == nil:
@@ -451,10 +490,30 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch,
 	}
 	defer rc.Close()
 	var settled int64
+	text := fmt.Sprintf("the fan-out message of its chunk exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
+	var pack []string // keys of the pack being read (items per message > 1)
+	var index int64
+	settlePack := func() error {
+		if len(pack) == 0 {
+			return nil
+		}
+		n, err := w.settlePackUnstarted(ctx, b, *m.Chunk, m.Chunk.FirstIndex+index-int64(len(pack)), pack, ReasonDeadLettered, text)
+		settled += n
+		pack = pack[:0]
+		return err
+	}
 	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, _, _ int64) error {
+		if b.Pack() > 1 {
+			pack = append(pack, l.Key)
+			index++
+			if len(pack) == b.Pack() {
+				return settlePack()
+			}
+			return nil
+		}
 		r := w.record(b, Message{Key: l.Key}, w.Clock.Now())
 		r.Outcome, r.Reason = OutcomeFailed, ReasonDeadLettered
-		r.Error = fmt.Sprintf("the fan-out message of its chunk exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
+		r.Error = text
 		_, err := w.Store.SettleUnstarted(ctx, r)
 		if err == nil {
 			settled++
@@ -465,6 +524,9 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch,
 		}
 		return err
 	})
+	if err == nil {
+		err = settlePack() // the chunk's last, short pack
+	}
 	if settled > 0 {
 		// One counter write for the whole chunk.
 		w.count(ctx, []done{{batch: b, outcome: OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, settled)

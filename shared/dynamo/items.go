@@ -357,6 +357,12 @@ func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int,
 		return err
 	}
 	_, old, err := s.updateRow(ctx, itemKey(batchID, listShards, key), expr, types.ReturnValueNone)
+	if errors.Is(err, batch.ErrConflict) && len(old) == 0 {
+		// No item row: an item of a pack row, found by its attention row.
+		if found, perr := s.releasePackItem(ctx, batchID, listShards, key); found {
+			return perr
+		}
+	}
 	switch {
 	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
 		return fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)

@@ -78,6 +78,14 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 		if err := partition(itemPK(b.ID, shard)); err != nil {
 			return err
 		}
+		if b.Pack() > 1 {
+			if err := partition(packPK(b.ID, shard)); err != nil {
+				return err
+			}
+			if err := partition(attnPK(b.ID, shard)); err != nil {
+				return err
+			}
+		}
 	}
 	for run := 1; run <= b.Run; run++ {
 		for p := range s.counterPartitions(b, run) {

@@ -137,6 +137,7 @@ type batchRow struct {
 	Threshold      string            `dynamodbav:"threshold"` // JSON
 	MaxAttempts    int               `dynamodbav:"max_attempts"`
 	MaxConcurrency int               `dynamodbav:"max_concurrency,omitempty"`
+	ItemsPerMsg    int               `dynamodbav:"items_per_message,omitempty"`
 	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
 	Headers        map[string]string `dynamodbav:"headers,omitempty"`
 	Options        string            `dynamodbav:"pipeline_options"` // JSON
@@ -176,7 +177,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
 		ListShards: b.ListShards, CounterShards: b.CounterShards, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
-		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
+		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, ItemsPerMsg: b.ItemsPerMessage, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
@@ -207,7 +208,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 	b := batch.Batch{
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
 		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Chunks: r.Chunks, Run: r.Run,
-		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
+		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),

@@ -37,6 +37,8 @@ type Store struct {
 	running   map[string]int    // batch id → run
 	retention map[string]string // marker key → batch id
 	publish   map[batch.RunRef]bool
+	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
+	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
 }
 
 var _ batch.Store = (*Store)(nil)
@@ -47,6 +49,7 @@ func New() *Store {
 		batches: map[string]*batch.Batch{}, items: map[string]map[string]*row{}, marks: map[markKey]bool{},
 		chunks: map[chunkKey]*counter{}, runs: map[runKey]*runCounter{}, slots: map[slotKey]slot{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[batch.RunRef]bool{},
+		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
 	}
 }
 
@@ -308,6 +311,11 @@ func (s *Store) ReleaseItem(_ context.Context, batchID string, _ int, key string
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.row(batchID, key)
+	if cur == nil {
+		if found, err := s.releasePackItem(batchID, key); found {
+			return err
+		}
+	}
 	switch {
 	case cur == nil:
 		return fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
@@ -452,11 +460,19 @@ func (s *Store) ListItems(_ context.Context, batchID string, listShards int, out
 	rows := s.sortedRows(batchID, func(r *row) bool {
 		return r.shard < max(1, listShards) && r.it.Outcome == outcome && r.it.Key > after
 	})
-	var items []batch.Item
-	for _, r := range rows[:min(max(limit, 0), len(rows))] {
-		items = append(items, r.view())
+	all := make([]batch.Item, 0, len(rows))
+	for _, r := range rows {
+		all = append(all, r.view())
 	}
-	if len(rows) > len(items) && len(items) > 0 {
+	if outcome != batch.OutcomeInFlight {
+		all = append(all, s.attentionItems(batchID, listShards, outcome, after)...)
+		slices.SortFunc(all, func(a, b batch.Item) int { return strings.Compare(a.Key, b.Key) })
+	}
+	items := all[:min(max(limit, 0), len(all))]
+	if len(items) == 0 {
+		items = nil
+	}
+	if len(all) > len(items) && len(items) > 0 {
 		return items, items[len(items)-1].Key, nil
 	}
 	return items, "", nil
@@ -648,6 +664,8 @@ func (s *Store) DeleteBatch(_ context.Context, b batch.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.items, b.ID)
+	delete(s.packs, b.ID)
+	delete(s.attn, b.ID)
 	for k := range s.marks {
 		if k.batchID == b.ID {
 			delete(s.marks, k)

@@ -1,0 +1,483 @@
+package batch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// packKs are the items per message every pack domain test runs with: one
+// item per message (the item rows) and ten (pack rows), so that each
+// guarantee is shown to hold the same way for both.
+var packKs = []int{1, 10}
+
+func submitK(t *testing.T, r *rig, id string, k, n int, mod func(*batch.SubmitRequest)) batch.Batch {
+	t.Helper()
+	req := batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: items(n)}, ItemsPerMessage: k}
+	if mod != nil {
+		mod(&req)
+	}
+	res, err := r.sub.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Batch
+}
+
+// messagesOf counts the queued messages and their items.
+func messagesOf(r *rig) (msgs, itemsIn int) {
+	r.queue.mu.Lock()
+	defer r.queue.mu.Unlock()
+	for _, d := range r.queue.msgs {
+		msgs++
+		var m batch.PackMessage
+		if json.Unmarshal(d.Body, &m) == nil && m.Kind == batch.KindPack {
+			itemsIn += len(m.Items)
+		} else {
+			itemsIn++
+		}
+	}
+	return msgs, itemsIn
+}
+
+// TestPackDuplicatesRunOnceAndFinalizeOnce guards "duplicate delivery runs
+// an item once and finalize writes one report" for K = 1 and K = 10: every
+// message delivered three times at once, one pipeline call per item, the
+// exact census from the rows, four concurrent finalizes write one report,
+// and the fan-out sends ceil(chunk items / K) messages per chunk.
+func TestPackDuplicatesRunOnceAndFinalizeOnce(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, failOn3)
+			r.sub.ChunkItems = 25
+			submitK(t, r, "dup", k, 60, nil)
+			r.worker.Handle(ctx, r.queue.take()) // the fan-out messages (3 chunks) expand
+			msgs, n := messagesOf(r)
+			// chunks of 25, 25, 10: with K = 10, packs of 10,10,5 / 10,10,5 / 10
+			if want := map[int]int{1: 60, 10: 7}[k]; msgs != want || n != 60 {
+				t.Fatalf("%d messages holding %d items, want %d holding 60", msgs, n, want)
+			}
+			r.drain(t, ctx, 3)
+			for i := range 60 {
+				if c := r.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+				}
+			}
+			if r.trigger.n.Load() != 1 {
+				t.Fatalf("finalize triggered %d times, want 1 (counters crossed once)", r.trigger.n.Load())
+			}
+			var wg sync.WaitGroup
+			var wrote atomic.Int64
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := r.fin.Finalize(ctx, "dup", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Wrote {
+						wrote.Add(1)
+					}
+					if c := res.Report.Census; c.Total != 60 || c.Succeeded != 54 || c.Failed != 6 || c.Cost.Text("calls") != "54" {
+						t.Errorf("census %+v", c)
+					}
+				}()
+			}
+			wg.Wait()
+			if wrote.Load() != 1 {
+				t.Fatalf("%d finalize calls wrote the report, want 1", wrote.Load())
+			}
+			lines := resultLines(t, r, "dup", 1, batch.OutcomeSucceeded)
+			if len(lines) != 54 {
+				t.Fatalf("%d succeeded results, want 54", len(lines))
+			}
+		})
+	}
+}
+
+// resultLines reads a run's results JSONL of outcome.
+func resultLines(t *testing.T, r *rig, id string, run int, o batch.Outcome) []batch.Item {
+	t.Helper()
+	body, err := r.blobs.Get(context.Background(), batch.ResultsKey(id, run, o))
+	if errors.Is(err, batch.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []batch.Item
+	for _, l := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		if l == "" {
+			continue
+		}
+		var it batch.Item
+		if err := json.Unmarshal([]byte(l), &it); err != nil {
+			t.Fatalf("result line %q: %v", l, err)
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// TestPackPartialSuccess guards "when some items of a pack fail
+// transiently, only they run again; succeeded items are answered from the
+// row": items 2 and 7 fail transiently twice, then succeed; every other
+// item runs once, and the retried ones run three times with 3 attempts.
+func TestPackPartialSuccess(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var mu sync.Mutex
+			tries := map[string]int{}
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				tries[req.Key]++
+				if (strings.HasSuffix(req.Key, "2") || strings.HasSuffix(req.Key, "7")) && tries[req.Key] < 3 {
+					return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, errors.New("busy")
+				}
+				return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1}}, nil
+			})
+			r.worker.Clock = &tickClock{t: r.clock.T} // a released lease ends as time goes on
+			r.sub.ChunkItems = 10
+			submitK(t, r, "part", k, 10, func(q *batch.SubmitRequest) { q.MaxAttempts = 3 })
+			r.drain(t, ctx, 1)
+			for i := range 10 {
+				key := batch.PositionalKey(int64(i))
+				want := int64(1)
+				if i == 2 || i == 7 {
+					want = 3
+				}
+				if c := r.callsOf(key); c != want {
+					t.Errorf("%s: %d calls, want %d", key, c, want)
+				}
+			}
+			res, err := r.fin.Finalize(ctx, "part", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := res.Report.Census; c.Succeeded != 10 || c.RunSpent.Text("calls") != "14" {
+				t.Fatalf("census %+v", c)
+			}
+			for _, it := range resultLines(t, r, "part", 1, batch.OutcomeSucceeded) {
+				want := 1
+				if strings.HasSuffix(it.Key, "2") || strings.HasSuffix(it.Key, "7") {
+					want = 3
+				}
+				if it.RunAttempts != want {
+					t.Errorf("%s: %d attempts, want %d", it.Key, it.RunAttempts, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPackCrashTakeover guards "a crashed holder's lease expires; the next
+// delivery takes over, the interrupt policy decides, and the crashed
+// holder's late write is fenced off", for K = 1 and K = 10, with policy
+// retry (runs again under attempt 2) and quarantine (quarantined,
+// reason interrupted, never run again).
+func TestPackCrashTakeover(t *testing.T) {
+	for _, k := range packKs {
+		for _, policy := range []batch.InterruptPolicy{batch.InterruptRetry, batch.InterruptQuarantine} {
+			t.Run(fmt.Sprintf("K=%d/%s", k, policy), func(t *testing.T) {
+				ctx := context.Background()
+				r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+					return pipeline.Result{Output: json.RawMessage(fmt.Sprintf(`{"attempt":%d}`, req.Attempt))}, nil
+				})
+				b := submitK(t, r, "crash", k, 3, func(q *batch.SubmitRequest) { q.OnInterrupt = policy })
+				key := batch.PositionalKey(1)
+				// A holder reserves and crashes: the reservation, no outcome.
+				late := crashHolder(t, r, b, k, key)
+				r.clock.T = r.clock.T.Add(2 * time.Minute)
+				r.drain(t, ctx, 1)
+				if err := late(); !errors.Is(err, batch.ErrConflict) {
+					t.Fatalf("late write of the crashed holder: %v, want ErrConflict", err)
+				}
+				res, err := r.fin.Finalize(ctx, "crash", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := res.Report.Census
+				if policy == batch.InterruptRetry {
+					got := resultLines(t, r, "crash", 1, batch.OutcomeSucceeded)
+					if c.Succeeded != 3 || r.callsOf(key) != 1 || len(got) != 3 || string(got[1].Output) != `{"attempt":2}` {
+						t.Fatalf("census %+v, calls %d, results %+v", c, r.callsOf(key), got)
+					}
+					return
+				}
+				q := resultLines(t, r, "crash", 1, batch.OutcomeQuarantined)
+				if c.Succeeded != 2 || c.Quarantined != 1 || r.callsOf(key) != 0 || len(q) != 1 || q[0].Reason != batch.ReasonInterrupted {
+					t.Fatalf("census %+v, calls %d, quarantined %+v", c, r.callsOf(key), q)
+				}
+				page, err := r.ctl.Items(ctx, "crash", batch.OutcomeQuarantined, "", 10)
+				if err != nil || len(page.Items) != 1 || page.Items[0].Key != key {
+					t.Fatalf("quarantined listing %+v %v", page, err)
+				}
+			})
+		}
+	}
+}
+
+// crashHolder reserves key (K = 1) or its pack (K > 1) as a delivery that
+// then dies, and returns that holder's late outcome write.
+func crashHolder(t *testing.T, r *rig, b batch.Batch, k int, key string) func() error {
+	t.Helper()
+	ctx := context.Background()
+	if k == 1 {
+		it, err := r.store.Reserve(ctx, batch.Reservation{BatchID: b.ID, Key: key, RunID: batch.RunID(b.ID, key), Run: 1,
+			ListShards: b.ListShards, Now: r.clock.T, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() error {
+			return r.store.Record(ctx, batch.Record{BatchID: b.ID, Key: key, RunID: it.RunID, Run: 1, ListShards: b.ListShards,
+				Attempt: it.Attempt, Outcome: batch.OutcomeFailed, Error: "late", Now: r.clock.T})
+		}
+	}
+	ref := batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}
+	running := batch.PackItem{Key: key, Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: r.clock.T}
+	err := r.store.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: r.clock.T.Add(time.Minute),
+		Items: []batch.PackItemWrite{{Index: 1, Item: running}}, Now: r.clock.T})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() error {
+		failed := running
+		failed.Outcome, failed.Error = batch.OutcomeFailed, "late"
+		return r.store.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1,
+			Items: []batch.PackItemWrite{{Index: 1, Item: failed, Was: batch.OutcomeInFlight}}, Now: r.clock.T})
+	}
+}
+
+// TestPackStopsPerItem guards "cancel and the threshold's early stop
+// behave per item as with K = 1": a cancel before any delivery settles
+// every item cancelled without a call; failures past a zero threshold stop
+// the run and the items not started end cancelled, none of them called.
+func TestPackStopsPerItem(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d/cancel", k), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, failOn3)
+			submitK(t, r, "cx", k, 30, nil)
+			if _, err := r.ctl.Cancel(ctx, "cx"); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 2)
+			res, err := r.fin.Finalize(ctx, "cx", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Report.Status != batch.StatusCancelled || res.Report.Census.Cancelled != 30 {
+				t.Fatalf("status %s, census %+v", res.Report.Status, res.Report.Census)
+			}
+			for i := range 30 {
+				if c := r.callsOf(batch.PositionalKey(int64(i))); c != 0 {
+					t.Errorf("%s ran %d times after the cancel", batch.PositionalKey(int64(i)), c)
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("K=%d/threshold", k), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+			})
+			r.sub.ChunkItems = 10
+			zero := int64(0)
+			submitK(t, r, "th", k, 40, func(q *batch.SubmitRequest) { q.Threshold = batch.Threshold{FailureCount: &zero} })
+			r.drainBy(t, ctx, 1, 1)
+			res, err := r.fin.Finalize(ctx, "th", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := res.Report.Census
+			if res.Report.Status != batch.StatusThresholdExceeded || c.Failed < 1 || c.Cancelled < 1 || c.Failed+c.Cancelled != 40 {
+				t.Fatalf("status %s, census %+v", res.Report.Status, c)
+			}
+			var calls int64
+			for i := range 40 {
+				calls += r.callsOf(batch.PositionalKey(int64(i)))
+			}
+			if calls != c.Failed {
+				t.Fatalf("%d pipeline calls for %d failed items: cancelled items ran", calls, c.Failed)
+			}
+		})
+	}
+}
+
+// TestPackViewsReleaseResume guards "every view is per item whatever K":
+// failed and quarantined items are listed one by one in key order, paged,
+// from their attention entries; one quarantined item of a pack is
+// released and resume runs it and the failed ones only, the succeeded
+// items of the same packs answered from their rows and counted once.
+func TestPackViewsReleaseResume(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var fixed atomic.Bool
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				switch {
+				case fixed.Load():
+				case strings.HasSuffix(req.Key, "3"):
+					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+				case strings.HasSuffix(req.Key, "5"):
+					return pipeline.Result{}, pipeline.Quarantine(errors.New("look at it"))
+				}
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			r.sub.ChunkItems = 20
+			submitK(t, r, "vw", k, 40, nil)
+			r.drain(t, ctx, 1)
+			if _, err := r.fin.Finalize(ctx, "vw", 1); err != nil {
+				t.Fatal(err)
+			}
+			var failed []string
+			cursor := ""
+			for {
+				page, err := r.ctl.Items(ctx, "vw", batch.OutcomeFailed, cursor, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, it := range page.Items {
+					if it.Outcome != batch.OutcomeFailed || it.Reason != batch.ReasonPermanent || it.Error == "" || it.RunAttempts != 1 {
+						t.Errorf("listed %+v", it)
+					}
+					failed = append(failed, it.Key)
+				}
+				if cursor = page.NextCursor; cursor == "" {
+					break
+				}
+			}
+			if want := []string{batch.PositionalKey(3), batch.PositionalKey(13), batch.PositionalKey(23), batch.PositionalKey(33)}; fmt.Sprint(failed) != fmt.Sprint(want) {
+				t.Fatalf("failed listing %v, want %v", failed, want)
+			}
+			q, err := r.ctl.Items(ctx, "vw", batch.OutcomeQuarantined, "", 100)
+			if err != nil || len(q.Items) != 4 {
+				t.Fatalf("quarantined listing %+v %v", q, err)
+			}
+			if err := r.ctl.Release(ctx, "vw", batch.PositionalKey(15)); err != nil {
+				t.Fatal(err)
+			}
+			// A succeeded item: not quarantined (K = 1: its row says so; a
+			// pack item has no attention entry to find it by).
+			want := batch.ErrConflict
+			if k > 1 {
+				want = batch.ErrNotFound
+			}
+			if err := r.ctl.Release(ctx, "vw", batch.PositionalKey(14)); !errors.Is(err, want) {
+				t.Fatalf("release of a succeeded item: %v, want %v", err, want)
+			}
+			if err := r.ctl.Release(ctx, "vw", batch.PositionalKey(13)); !errors.Is(err, batch.ErrConflict) {
+				t.Fatalf("release of a failed item: %v, want ErrConflict", err)
+			}
+			fixed.Store(true)
+			r.clock.T = r.clock.T.Add(time.Minute)
+			if _, err := r.sub.Resume(ctx, "vw"); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 2)
+			res, err := r.fin.Finalize(ctx, "vw", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := res.Report.Census; c.Total != 40 || c.Succeeded != 37 || c.Quarantined != 3 || c.Failed != 0 {
+				t.Fatalf("run 2 census %+v", c)
+			}
+			for i := range 40 {
+				key := batch.PositionalKey(int64(i))
+				want := int64(1)
+				if strings.HasSuffix(key, "3") || key == batch.PositionalKey(15) {
+					want = 2
+				}
+				if c := r.callsOf(key); c != want {
+					t.Errorf("%s: %d calls, want %d", key, c, want)
+				}
+			}
+			if left, err := r.ctl.Items(ctx, "vw", batch.OutcomeFailed, "", 100); err != nil || len(left.Items) != 0 {
+				t.Fatalf("failed after run 2: %+v %v", left, err)
+			}
+		})
+	}
+}
+
+// TestPackDeadLetters guards "dead-lettered messages record their items
+// failed (dead-lettered), items reserved in the run left to their own
+// message", for an item or pack message and for a fan-out message, K = 1
+// and K = 10.
+func TestPackDeadLetters(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, failOn3)
+			r.sub.ChunkItems = 20
+			submitK(t, r, "dl", k, 40, nil)
+			fan := r.queue.take() // two fan-out messages
+			if len(fan) != 2 {
+				t.Fatalf("%d fan-out messages, want 2", len(fan))
+			}
+			// Chunk 2's fan-out is dead-lettered; chunk 1 expands and its
+			// first message is dead-lettered too.
+			r.worker.Handle(ctx, fan[:1])
+			fan[1].DeadLetter = true
+			r.worker.Handle(ctx, fan[1:])
+			msgs := r.queue.take()
+			first := msgs[0]
+			first.DeadLetter = true
+			r.worker.Handle(ctx, []batch.Delivery{first})
+			r.queue.put(msgs[1:])
+			r.drain(t, ctx, 1)
+			res, err := r.fin.Finalize(ctx, "dl", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dead := 20 + k // chunk 2, and the first message's items
+			bad := 0       // items of chunk 1 that ran and failed (failOn3)
+			for i := k; i < 20; i++ {
+				if i%10 == 3 {
+					bad++
+				}
+			}
+			c := res.Report.Census
+			if c.Failed != int64(dead+bad) || c.Succeeded != int64(20-k-bad) {
+				t.Fatalf("census %+v, want %d dead-lettered", c, dead)
+			}
+			var n int
+			for _, it := range resultLines(t, r, "dl", 1, batch.OutcomeFailed) {
+				if it.Reason == batch.ReasonDeadLettered {
+					n++
+					if r.callsOf(it.Key) != 0 {
+						t.Errorf("%s dead-lettered after running", it.Key)
+					}
+				}
+			}
+			if n != dead {
+				t.Fatalf("%d dead-lettered results, want %d", n, dead)
+			}
+		})
+	}
+}
+
+// tickClock moves a second on from every reading.
+type tickClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *tickClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Second)
+	return c.t
+}

@@ -1,0 +1,529 @@
+package dynamo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+)
+
+// packPK is the partition key of the pack rows of one item shard.
+func packPK(id string, shard int) string { return "PACK#" + shardKey(id, shard) }
+
+// attnPK is the partition key of the attention rows of the pack items of
+// one item shard (by the item key's shard, as an item row's).
+func attnPK(id string, shard int) string { return "ATTN#" + shardKey(id, shard) }
+
+func packKey(ref batch.PackRef) map[string]types.AttributeValue {
+	return key(packPK(ref.BatchID, batch.PackShard(ref.First, ref.ListShards)), batch.PackSK(ref.First))
+}
+
+// packItemAttr is the attribute holding item j of a pack row ("i0" ..
+// "i99"): a map of the item's state (packItemRow).
+func packItemAttr(j int) string { return "i" + strconv.Itoa(j) }
+
+// Attributes of pack rows besides the item maps; attrRun, attrAttempt,
+// attrLeaseUntilMs and attrUpdatedAtMs are the item rows' names.
+const attrPackItems = "n" // items in the pack, set by its first take
+
+// Attributes of attention rows besides the item row's: where the item's
+// pack row is.
+const (
+	attrPackFirst = "pack_first"
+	attrPackIndex = "pack_index"
+)
+
+// packItemRow is the stored shape of batch.PackItem: short names, empty
+// fields left out, since every byte of a pack row is billed on each of its
+// writes.
+type packItemRow struct {
+	Key          string             `dynamodbav:"k"`
+	Run          int                `dynamodbav:"r,omitempty"`
+	Outcome      string             `dynamodbav:"o,omitempty"`
+	Attempt      int                `dynamodbav:"a,omitempty"`
+	FirstAttempt int                `dynamodbav:"f,omitempty"`
+	Retry        bool               `dynamodbav:"rs,omitempty"`
+	Released     bool               `dynamodbav:"rel,omitempty"`
+	Output       string             `dynamodbav:"out,omitempty"`
+	OutputRef    string             `dynamodbav:"ref,omitempty"`
+	Error        string             `dynamodbav:"e,omitempty"`
+	Reason       string             `dynamodbav:"re,omitempty"`
+	Cost         map[string]float64 `dynamodbav:"c,omitempty"`
+	Spent        map[string]float64 `dynamodbav:"s,omitempty"`
+	SpentRun     int                `dynamodbav:"sr,omitempty"`
+	CountedRun   int                `dynamodbav:"cr,omitempty"`
+	UpdatedAtMs  int64              `dynamodbav:"u,omitempty"`
+}
+
+func packItemToRow(it batch.PackItem) packItemRow {
+	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
+		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
+		Error: pipeline.CutText(it.Error, pipeline.MaxErrorTextBytes), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
+		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt)}
+}
+
+func packItemFromRow(r packItemRow) batch.PackItem {
+	it := batch.PackItem{Key: r.Key, Run: r.Run, Outcome: batch.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
+		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: batch.Reason(r.Reason),
+		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs)}
+	if r.Output != "" {
+		it.Output = json.RawMessage(r.Output)
+	}
+	if len(r.Cost) > 0 {
+		it.Cost = pipeline.Cost(r.Cost)
+	}
+	if len(r.Spent) > 0 {
+		it.Spent = pipeline.Cost(r.Spent)
+	}
+	return it
+}
+
+// packFrom reads a pack row of batch batchID.
+func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, error) {
+	var head struct {
+		SK           string `dynamodbav:"sk"`
+		Run          int    `dynamodbav:"run"`
+		Attempt      int    `dynamodbav:"attempt"`
+		LeaseUntilMs int64  `dynamodbav:"lease_until_ms"`
+		Items        int    `dynamodbav:"n"`
+		ExpiresAt    int64  `dynamodbav:"expires_at"`
+	}
+	if err := attributevalue.UnmarshalMap(av, &head); err != nil {
+		return batch.Pack{}, fmt.Errorf("pack row: %w", err)
+	}
+	first, err := strconv.ParseInt(head.SK, 10, 64)
+	if err != nil {
+		return batch.Pack{}, fmt.Errorf("pack row: sort key %q: %w", head.SK, err)
+	}
+	p := batch.Pack{BatchID: batchID, First: first, Run: head.Run, Attempt: head.Attempt, LeaseUntil: fromMs(head.LeaseUntilMs)}
+	if head.ExpiresAt > 0 {
+		p.ExpiresAt = time.Unix(head.ExpiresAt, 0).UTC()
+	}
+	n := min(max(head.Items, 0), batch.MaxItemsPerMessage)
+	for j := batch.MaxItemsPerMessage - 1; j >= n; j-- {
+		if _, ok := av[packItemAttr(j)]; ok {
+			n = j + 1
+			break
+		}
+	}
+	p.Items = make([]batch.PackItem, n)
+	for j := range n {
+		v, ok := av[packItemAttr(j)]
+		if !ok {
+			continue
+		}
+		var r packItemRow
+		if err := attributevalue.Unmarshal(v, &r); err != nil {
+			return batch.Pack{}, fmt.Errorf("pack row %d: item %d: %w", first, j, err)
+		}
+		p.Items[j] = packItemFromRow(r)
+	}
+	return p, nil
+}
+
+// GetPack reads a pack row with a strongly consistent read.
+func (s *Store) GetPack(ctx context.Context, ref batch.PackRef) (batch.Pack, error) {
+	return s.getPackAt(ctx, ref.BatchID, key(packPK(ref.BatchID, batch.PackShard(ref.First, ref.ListShards)), batch.PackSK(ref.First)))
+}
+
+func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]types.AttributeValue) (batch.Pack, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return batch.Pack{}, fmt.Errorf("get pack of %s: %w", batchID, err)
+	}
+	if len(out.Item) == 0 {
+		return batch.Pack{}, fmt.Errorf("pack of %s: %w", batchID, batch.ErrNotFound)
+	}
+	return packFrom(batchID, out.Item)
+}
+
+// maxAttentionPerWrite bounds the attention rows one transaction of a
+// pack write puts or deletes: TransactWriteItems takes at most 100
+// actions, one of them the pack row's update ("TransactWriteItems",
+// DynamoDB API reference,
+// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html).
+const maxAttentionPerWrite = 99
+
+// WritePack takes or writes a pack row (see batch.PackWrite) with one
+// UpdateItem:
+//
+//	take, no row read:  attribute_not_exists(pk)
+//	take:               attempt = :seen AND lease_until_ms < :now
+//	                    SET attempt = :seen + 1, run = :run
+//	fenced:             attempt = :attempt
+//	every write:        SET lease_until_ms = :lease, updated_at_ms, expires_at,
+//	                    i{j} = :item (REMOVE i{j} for an item written empty)
+//
+// An item that enters failed or quarantined gets its attention row (pk
+// ATTN#{id}#{shard of its key}, sk its key, with the item row's attributes
+// and apk/ask: the sparse attention index lists it with the item rows);
+// one that leaves them loses it; both in one TransactWriteItems with the
+// pack's update, so the index never disagrees with the pack. A write
+// whose attention changes pass 99 is split into transactions of at most
+// 99, each with the pack's update of its own items; after the first, they
+// are fenced by the attempt the first one left.
+func (s *Store) WritePack(ctx context.Context, w batch.PackWrite) error {
+	var groups [][]batch.PackItemWrite
+	var cur []batch.PackItemWrite
+	changes := 0
+	for _, iw := range w.Items {
+		if attentionChange(iw) != 0 && changes == maxAttentionPerWrite {
+			groups, cur, changes = append(groups, cur), nil, 0
+		}
+		if attentionChange(iw) != 0 {
+			changes++
+		}
+		cur = append(cur, iw)
+	}
+	groups = append(groups, cur)
+	for g, items := range groups {
+		part := w
+		part.Items = items
+		if g > 0 && w.Take {
+			part.Take, part.Attempt = false, w.Attempt+1
+		}
+		if err := s.writePack(ctx, part, g == 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attentionChange is +1 when the write puts the item's attention row, -1
+// when it deletes it, 0 when it leaves it.
+func attentionChange(iw batch.PackItemWrite) int {
+	had := iw.Was == batch.OutcomeFailed || iw.Was == batch.OutcomeQuarantined
+	switch {
+	case iw.Item.Outcome != "" && iw.Item.Attention() && iw.Item.Outcome != iw.Was:
+		return 1
+	case !iw.Item.Attention() && had:
+		return -1
+	}
+	return 0
+}
+
+func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) error {
+	var cond expression.ConditionBuilder
+	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(ms(w.LeaseUntil))).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
+	switch {
+	case w.Take && w.Attempt == 0:
+		cond = expression.AttributeNotExists(expression.Name(config.AttrPK))
+	case w.Take:
+		cond = expression.And(expression.Name(attrAttempt).Equal(expression.Value(w.Attempt)),
+			expression.Name(attrLeaseUntilMs).LessThan(expression.Value(w.Now.UnixMilli())))
+	default:
+		cond = expression.Name(attrAttempt).Equal(expression.Value(w.Attempt))
+	}
+	if w.Take {
+		u = u.Set(expression.Name(attrAttempt), expression.Value(w.Attempt+1)).
+			Set(expression.Name(attrRun), expression.Value(w.Run))
+	}
+	if first && w.Take && w.Attempt == 0 {
+		n := 0
+		for _, iw := range w.Items {
+			n = max(n, iw.Index+1)
+		}
+		u = u.Set(expression.Name(attrPackItems), expression.Value(n))
+	}
+	var attention []types.TransactWriteItem
+	for _, iw := range w.Items {
+		if iw.Index < 0 || iw.Index >= batch.MaxItemsPerMessage {
+			return fmt.Errorf("write pack %s/%d: item index %d", w.Ref.BatchID, w.Ref.First, iw.Index)
+		}
+		name := expression.Name(packItemAttr(iw.Index))
+		if iw.Item.Outcome == "" {
+			u = u.Remove(name)
+		} else {
+			av, err := attributevalue.Marshal(packItemToRow(iw.Item))
+			if err != nil {
+				return fmt.Errorf("write pack %s/%d: %w", w.Ref.BatchID, w.Ref.First, err)
+			}
+			u = u.Set(name, expression.Value(av))
+		}
+		switch attentionChange(iw) {
+		case 1:
+			put, err := s.attentionPut(w, iw)
+			if err != nil {
+				return err
+			}
+			attention = append(attention, put)
+		case -1:
+			k := key(attnPK(w.Ref.BatchID, batch.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key)
+			attention = append(attention, types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: k}})
+		}
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, w.Now)).Build()
+	if err != nil {
+		return err
+	}
+	k := packKey(w.Ref)
+	switch {
+	case w.Effects != nil && w.Effects.Len() > 0:
+		wr, ok := w.Effects.(effects.Writes)
+		if !ok || len(w.Items) != 1 || w.Items[0].Item.Outcome != batch.OutcomeSucceeded || len(attention) > 0 {
+			return fmt.Errorf("write pack %s/%d: staged writes of type %T are committed only with one succeeded item", w.Ref.BatchID, w.Ref.First, w.Effects)
+		}
+		it := w.Items[0].Item
+		_, err = s.recordWithEffects(ctx, batch.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr)
+	case len(attention) > 0:
+		update := types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.table, Key: k,
+			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		}}
+		_, err = s.transact(ctx, append([]types.TransactWriteItem{update}, attention...)...)
+	default:
+		_, _, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+	}
+	if errors.Is(err, batch.ErrConflict) {
+		return fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
+	}
+	var ee *batch.EffectsError
+	if err != nil && !errors.As(err, &ee) {
+		return fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
+	}
+	return err
+}
+
+// attentionPut is the Put of the attention row of pack item iw: the item
+// row's attributes (itemRow's names, so that ListItems reads it as it
+// reads an item row), apk/ask, and where its pack is.
+func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.TransactWriteItem, error) {
+	it := iw.Item
+	shard := batch.Shard(it.Key, w.Ref.ListShards)
+	row := map[string]any{
+		config.AttrPK: attnPK(w.Ref.BatchID, shard), config.AttrSK: it.Key,
+		config.AttrAttentionPK: shardKey(w.Ref.BatchID, shard), config.AttrAttentionSK: it.Key,
+		attrRun: it.Run, attrOutcome: string(it.Outcome), attrAttempt: it.Attempt, attrFirstAttempt: it.FirstAttempt,
+		attrUpdatedAtMs: ms(it.UpdatedAt), attrPackFirst: w.Ref.First, attrPackIndex: iw.Index,
+	}
+	if it.Error != "" {
+		row[attrError] = pipeline.CutText(it.Error, pipeline.MaxErrorTextBytes)
+	}
+	if it.Reason != "" {
+		row[attrReason] = string(it.Reason)
+	}
+	if len(it.Cost) > 0 {
+		row[attrCost] = map[string]float64(it.Cost)
+	}
+	if len(it.Spent) > 0 {
+		row[attrSpent], row[attrSpentRun] = map[string]float64(it.Spent), it.SpentRun
+	}
+	if it.Released {
+		row[attrReleased] = true
+	}
+	if s.RowTTL > 0 {
+		row[config.AttrExpiresAt] = w.Now.Add(s.RowTTL).Unix()
+	}
+	av, err := attributevalue.MarshalMap(row)
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("attention row %s/%s: %w", w.Ref.BatchID, it.Key, err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: av}}, nil
+}
+
+// releasePackItem releases a quarantined pack item found by its attention
+// row: in one transaction, released on the attention row and on the item
+// in its pack row, under the condition that the item is quarantined.
+// found is false when the item has no attention row.
+func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards int, itemKey string) (found bool, err error) {
+	ak := key(attnPK(batchID, batch.Shard(itemKey, listShards)), itemKey)
+	c, cancel := s.ctx(ctx)
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: ak, ConsistentRead: aws.Bool(true)})
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
+	}
+	if len(out.Item) == 0 {
+		return false, nil
+	}
+	var loc struct {
+		Outcome string `dynamodbav:"outcome"`
+		First   int64  `dynamodbav:"pack_first"`
+		Index   int    `dynamodbav:"pack_index"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Item, &loc); err != nil {
+		return true, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
+	}
+	if loc.Outcome != string(batch.OutcomeQuarantined) {
+		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, batch.ErrConflict)
+	}
+	item := expression.Name(packItemAttr(loc.Index))
+	pexpr, err := expression.NewBuilder().
+		WithCondition(expression.And(item.AppendName(expression.Name("k")).Equal(expression.Value(itemKey)),
+			item.AppendName(expression.Name("o")).Equal(expression.Value(string(batch.OutcomeQuarantined))))).
+		WithUpdate(expression.Set(item.AppendName(expression.Name("rel")), expression.Value(true))).Build()
+	if err != nil {
+		return true, err
+	}
+	aexpr, err := expression.NewBuilder().
+		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeQuarantined)))).
+		WithUpdate(expression.Set(expression.Name(attrReleased), expression.Value(true))).Build()
+	if err != nil {
+		return true, err
+	}
+	update := func(k map[string]types.AttributeValue, e expression.Expression) types.TransactWriteItem {
+		return types.TransactWriteItem{Update: &types.Update{TableName: &s.table, Key: k,
+			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()}}
+	}
+	_, err = s.transact(ctx, update(packKey(batch.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
+	var tce *types.TransactionCanceledException
+	switch {
+	case errors.Is(err, batch.ErrConflict), errors.As(err, &tce):
+		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, batch.ErrConflict)
+	case err != nil:
+		return true, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
+	}
+	return true, nil
+}
+
+// ScanPacks queries pack partition PACK#{id}#{shard} from the pack that
+// holds position after, eventually consistent, and returns its items past
+// after in position order (never-reserved items left out). A pack read
+// with an item in flight or released is read again with a consistent
+// GetItem, as ScanShard does for item rows.
+func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]batch.Item, bool, error) {
+	limit = min(max(limit, 1), 1000)
+	kc := expression.Key(config.AttrPK).Equal(expression.Value(packPK(batchID, shard)))
+	if after != "" {
+		sk, _, _ := strings.Cut(after, ".")
+		kc = kc.And(expression.Key(config.AttrSK).GreaterThanEqual(expression.Value(sk)))
+	}
+	expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, false, err
+	}
+	var items []batch.Item
+	var start map[string]types.AttributeValue
+	for {
+		c, cancel := s.ctx(ctx)
+		out, err := s.db.Query(c, &dynamodb.QueryInput{
+			TableName: &s.table, KeyConditionExpression: expr.KeyCondition(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			ExclusiveStartKey: start, Limit: aws.Int32(int32(max(1, limit/10))),
+		})
+		cancel()
+		if err != nil {
+			return nil, false, fmt.Errorf("scan packs %s/%d: %w", batchID, shard, err)
+		}
+		for _, av := range out.Items {
+			p, err := packFrom(batchID, av)
+			if err != nil {
+				return nil, false, err
+			}
+			if packUnsettled(p) {
+				if p, err = s.getPackAt(ctx, batchID, key(packPK(batchID, shard), batch.PackSK(p.First))); err != nil {
+					return nil, false, err
+				}
+			}
+			for j := range p.Items {
+				if p.Items[j].Outcome == "" {
+					continue
+				}
+				if it := p.Item(j); it.Pos > after {
+					items = append(items, it)
+				}
+			}
+		}
+		start = out.LastEvaluatedKey
+		if len(start) == 0 {
+			return items, false, nil
+		}
+		if len(items) >= limit {
+			return items, true, nil
+		}
+	}
+}
+
+// packUnsettled reports a pack with an item in flight or released: the
+// rows whose next write decides a run's end.
+func packUnsettled(p batch.Pack) bool {
+	for _, it := range p.Items {
+		if it.Outcome == batch.OutcomeInFlight || it.Released {
+			return true
+		}
+	}
+	return false
+}
+
+// ListPackItems reads every pack row of the batch (one Query per item
+// shard, eventually consistent) and pages its in-flight items in key
+// order: the in-flight listing of a batch with items per message > 1.
+func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]batch.Item, string, error) {
+	var items []batch.Item
+	for shard := range max(1, listShards) {
+		err := s.queryAll(ctx, packPK(batchID, shard), false, func(av map[string]types.AttributeValue) error {
+			p, err := packFrom(batchID, av)
+			if err != nil {
+				return err
+			}
+			for j, it := range p.Items {
+				if it.Outcome == batch.OutcomeInFlight && it.Key > after {
+					items = append(items, p.Item(j))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("list pack items %s: %w", batchID, err)
+		}
+	}
+	slices.SortFunc(items, func(a, b batch.Item) int { return strings.Compare(a.Key, b.Key) })
+	if limit > 0 && len(items) > limit {
+		items = items[:limit]
+		return items, items[len(items)-1].Key, nil
+	}
+	return items, "", nil
+}
+
+// KeepPacks sets the TTL of the pack rows starting at firsts, and of the
+// attention rows of the pack items named by attention, to until where it
+// is earlier or unset (see KeepRows).
+func (s *Store) KeepPacks(ctx context.Context, b batch.Batch, firsts []int64, attention []string, until time.Time) error {
+	ttl := expression.Name(config.AttrExpiresAt)
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
+			expression.Or(expression.AttributeNotExists(ttl), ttl.LessThan(expression.Value(until.Unix()))))).
+		WithUpdate(expression.Set(ttl, expression.Value(until.Unix()))).Build()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	keep := func(k map[string]types.AttributeValue) {
+		g.Go(func() error {
+			_, _, err := s.updateRow(gctx, k, expr, types.ReturnValueNone)
+			if err != nil && !errors.Is(err, batch.ErrConflict) {
+				return fmt.Errorf("keep packs of %s: %w", b.ID, err)
+			}
+			return nil
+		})
+	}
+	for _, f := range firsts {
+		keep(packKey(batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
+	}
+	for _, k := range attention {
+		keep(key(attnPK(b.ID, batch.Shard(k, b.ListShards)), k))
+	}
+	return g.Wait()
+}
