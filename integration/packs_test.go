@@ -1,0 +1,310 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// The guarantees of docs/design.md with items packed into messages and
+// ledger rows (items_per_message), on the emulator's DynamoDB, S3 and SQS:
+// each test runs for K = 1 (item rows) and K = 10 (pack rows).
+
+var packedKs = []int{1, 10}
+
+// handleUntilDone hands ds to the worker and the failed ones again (as
+// the queue would redeliver them) until none fails; a failure under a
+// live lease comes back after it, so it gives up after twice the lease.
+func (h *harness) handleUntilDone(t *testing.T, ctx context.Context, ds []batch.Delivery) {
+	t.Helper()
+	deadline := time.Now().Add(2 * h.worker.Lease)
+	for len(ds) > 0 {
+		failed := h.worker.Handle(ctx, ds)
+		var again []batch.Delivery
+		for _, d := range ds {
+			for _, f := range failed {
+				if d.MessageID == f {
+					d.ReceiveCount++
+					again = append(again, d)
+					break
+				}
+			}
+		}
+		if len(again) > 0 && time.Now().After(deadline) {
+			t.Fatalf("%d deliveries still failing", len(again))
+		}
+		if len(again) > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		ds = again
+	}
+}
+
+// itemsIn counts the items of item and pack messages.
+func itemsIn(ds []batch.Delivery) map[string]int {
+	seen := map[string]int{}
+	for _, d := range ds {
+		var m batch.PackMessage
+		if json.Unmarshal(d.Body, &m) == nil && m.Kind == batch.KindPack {
+			for _, it := range m.Items {
+				seen[it.Key]++
+			}
+			continue
+		}
+		var im batch.Message
+		_ = json.Unmarshal(d.Body, &im)
+		seen[im.Key]++
+	}
+	return seen
+}
+
+// TestPackedDuplicateDeliveriesAndFinalizeOnce guards "duplicate delivery
+// runs an item once; finalize writes one report with the exact census",
+// K = 1 and K = 10: every item or pack message delivered three times at
+// once, one pipeline call per item, four concurrent finalizes, one wrote.
+func TestPackedDuplicateDeliveriesAndFinalizeOnce(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if strings.HasSuffix(req.Key, "3") {
+					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+				}
+				time.Sleep(10 * time.Millisecond)
+				return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1}}, nil
+			})
+			h.submitter.ChunkItems = 20
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(40)}, ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			h.handleUntilDone(t, ctx, h.receive(t, 2))
+			msgs := h.receive(t, 40/k)
+			if seen := itemsIn(msgs); len(msgs) != 40/k || len(seen) != 40 {
+				t.Fatalf("%d messages for %d keys, want %d for 40", len(msgs), len(seen), 40/k)
+			}
+			h.handleUntilDone(t, ctx, append(append(append([]batch.Delivery{}, msgs...), msgs...), msgs...))
+			for i := range 40 {
+				if c := h.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+				}
+			}
+			if h.triggered.Load() != 1 {
+				t.Fatalf("finalize triggered %d times, want 1", h.triggered.Load())
+			}
+			var wg sync.WaitGroup
+			var wrote atomic.Int64
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := h.finalizer.Finalize(ctx, id, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Wrote {
+						wrote.Add(1)
+					}
+					if c := r.Report.Census; c.Succeeded != 36 || c.Failed != 4 || c.Cost.Text("calls") != "36" {
+						t.Errorf("census %+v", c)
+					}
+				}()
+			}
+			wg.Wait()
+			if wrote.Load() != 1 {
+				t.Fatalf("%d finalize calls wrote the report, want exactly 1", wrote.Load())
+			}
+			p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
+			if err != nil || len(p.Items) != 4 || p.Items[0].Key != batch.PositionalKey(3) || p.Items[0].Error != "bad item" {
+				t.Fatalf("failed listing %+v %v", p, err)
+			}
+		})
+	}
+}
+
+// TestPackedCrashTakeoverIsFenced guards "a crash after the reservation:
+// the lease expires, a redelivery takes over under the next attempt, the
+// crashed holder's late write is fenced off", K = 1 and K = 10.
+func TestPackedCrashTakeoverIsFenced(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: json.RawMessage(fmt.Sprintf(`{"attempt":%d}`, req.Attempt))}, nil
+			})
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}, ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := h.store.GetBatch(ctx, id)
+			key := batch.PositionalKey(1)
+			now := time.Now()
+			var late func() error
+			if k == 1 {
+				first, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: now, Lease: 300 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				late = func() error {
+					return h.store.Record(ctx, batch.Record{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Attempt: 1,
+						Outcome: batch.OutcomeFailed, Error: "late", Now: time.Now()})
+				}
+			} else {
+				ref := batch.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
+				running := batch.PackItem{Key: key, Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: now}
+				if err := h.store.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: now.Add(300 * time.Millisecond),
+					Items: []batch.PackItemWrite{{Index: 1, Item: running}}, Now: now}); err != nil {
+					t.Fatal(err)
+				}
+				late = func() error {
+					failed := running
+					failed.Outcome, failed.Error = batch.OutcomeFailed, "late"
+					return h.store.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1,
+						Items: []batch.PackItemWrite{{Index: 1, Item: failed, Was: batch.OutcomeInFlight}}, Now: time.Now()})
+				}
+			}
+			time.Sleep(400 * time.Millisecond)
+			h.handleUntilDone(t, ctx, h.receive(t, 1))
+			h.handleUntilDone(t, ctx, h.receive(t, 3/k+3%k))
+			if err := late(); !errors.Is(err, batch.ErrConflict) {
+				t.Fatalf("late write of the crashed holder: %v, want ErrConflict", err)
+			}
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Report.Census.Succeeded != 3 || h.callsOf(key) != 1 {
+				t.Fatalf("census %+v, calls %d", r.Report.Census, h.callsOf(key))
+			}
+			var row batch.Item
+			err = batch.MergeShards(ctx, h.store, id, b.ListShards, "", batch.MergeOptions{Packed: k > 1}, func(it batch.Item) error {
+				if it.Key == key {
+					row = it
+				}
+				return nil
+			})
+			if err != nil || row.Attempt != 2 || row.RunAttempts != 2 || string(row.Output) != `{"attempt":2}` {
+				t.Fatalf("row after takeover: %+v %v", row, err)
+			}
+		})
+	}
+}
+
+// TestPackedRerunAndRelease guards "resume runs only what did not
+// succeed, answered items counted once, one released quarantined item
+// runs again", K = 1 and K = 10: every message of run 2 delivered twice.
+func TestPackedRerunAndRelease(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var fixed atomic.Bool
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				switch {
+				case fixed.Load():
+				case strings.HasSuffix(req.Key, "3"):
+					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+				case strings.HasSuffix(req.Key, "5"):
+					return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
+				}
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			h.submitter.ChunkItems = 20
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(20)}, ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			h.drain(t, ctx)
+			if r, err := h.finalizer.Finalize(ctx, id, 1); err != nil || r.Report.Census.Failed != 2 || r.Report.Census.Quarantined != 2 {
+				t.Fatalf("run 1: %+v %v", r.Report.Census, err)
+			}
+			if err := h.control().Release(ctx, id, batch.PositionalKey(15)); err != nil {
+				t.Fatal(err)
+			}
+			fixed.Store(true)
+			b, err := h.submitter.Resume(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.handleUntilDone(t, ctx, h.receive(t, 1))
+			msgs := h.receive(t, 20/k)
+			h.handleUntilDone(t, ctx, append(append([]batch.Delivery{}, msgs...), msgs...))
+			p, _ := h.store.Progress(ctx, id, 2, b.CounterShards)
+			if p.Done != 20 || p.Failures != 1 {
+				t.Fatalf("run 2 progress %+v, want done 20 (answered items counted once), failures 1", p)
+			}
+			r, err := h.finalizer.Finalize(ctx, id, 2)
+			if err != nil || r.Report.Census.Succeeded != 19 || r.Report.Census.Quarantined != 1 {
+				t.Fatalf("run 2: %+v %v", r.Report.Census, err)
+			}
+			for i := range 20 {
+				key := batch.PositionalKey(int64(i))
+				want := int64(1)
+				if strings.HasSuffix(key, "3") || i == 15 {
+					want = 2
+				}
+				if c := h.callsOf(key); c != want {
+					t.Errorf("%s: %d calls, want %d", key, c, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPackedDeadLetters guards "a dead-lettered item or pack message
+// records its items failed (dead-lettered) without running them; a
+// dead-lettered fan-out message records its chunk's unstarted items
+// failed", K = 1 and K = 10.
+func TestPackedDeadLetters(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			h.submitter.ChunkItems = 20
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(40)}, ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			fan := h.receive(t, 2)
+			if len(fan) != 2 {
+				t.Fatalf("%d fan-out messages, want 2", len(fan))
+			}
+			h.handleUntilDone(t, ctx, fan[:1])
+			fan[1].DeadLetter, fan[1].ReceiveCount = true, 10
+			h.handleUntilDone(t, ctx, fan[1:])
+			msgs := h.receive(t, 20/k)
+			msgs[0].DeadLetter, msgs[0].ReceiveCount = true, 10
+			h.handleUntilDone(t, ctx, msgs[:1])
+			h.handleUntilDone(t, ctx, msgs[1:])
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := r.Report.Census; c.Failed != int64(20+k) || c.Succeeded != int64(20-k) {
+				t.Fatalf("census %+v, want %d failed", c, 20+k)
+			}
+			p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
+			if err != nil || len(p.Items) != 20+k {
+				t.Fatalf("failed listing: %d items %v", len(p.Items), err)
+			}
+			for _, it := range p.Items {
+				if it.Reason != batch.ReasonDeadLettered || !strings.Contains(it.Error, "10 receives") || h.callsOf(it.Key) != 0 {
+					t.Errorf("%s: reason %s error %q, %d calls", it.Key, it.Reason, it.Error, h.callsOf(it.Key))
+				}
+			}
+		})
+	}
+}
