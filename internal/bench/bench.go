@@ -50,6 +50,8 @@ type Scenario struct {
 	Items       int // default 2,000
 	InputBytes  int // bytes per source line; default 1,024
 	OutputBytes int // bytes of each item's output JSON; ≤ 16 means a small output ({"ok":true})
+	// ItemsPerMessage is the batch's items_per_message (K); 0 means 1.
+	ItemsPerMessage int
 }
 
 // Result is what one scenario measured.
@@ -179,7 +181,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return '-'
 	}, id), "-")
 	if _, err := sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: EchoPipeline, KeyField: "id",
-		Source: batch.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}}); err != nil {
+		Source: batch.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}, ItemsPerMessage: sc.ItemsPerMessage}); err != nil {
 		return res, fmt.Errorf("bench: submit: %w", err)
 	}
 	gbs(start, SubmitMemoryMB)

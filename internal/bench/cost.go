@@ -74,7 +74,7 @@ func targetName(t meter.Target) string {
 func (r Result) Figures() Figures {
 	n := float64(r.Items)
 	f := Figures{
-		Name: r.Name, Items: r.Items, ItemsPerMessage: 1, InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
+		Name: r.Name, Items: r.Items, ItemsPerMessage: max(1, r.ItemsPerMessage), InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
 		WriteUnitsPerItem:        r.Usage.WriteUnits(nil) / n,
 		ReadUnitsPerItem:         r.Usage.ReadUnits(nil) / n,
 		SQSRequestsPerItem:       r.Usage.SQSRequests / n,
@@ -261,7 +261,7 @@ func slicesMax(s []int64) int64 {
 func Print(w io.Writer, fs []Figures) {
 	fmt.Fprintf(w, "\nbulkrun cost per 10^6 items (us-east-1 on-demand prices; metered by DynamoDB's sizing rules)\n")
 	for _, f := range fs {
-		fmt.Fprintf(w, "\n== %s: %d items, %d-byte inputs, %d-byte outputs, %d item per message\n", f.Name, f.Items, f.InputBytes, f.OutputBytes, f.ItemsPerMessage)
+		fmt.Fprintf(w, "\n== %s: %d items, %d-byte inputs, %d-byte outputs, %d item(s) per message\n", f.Name, f.Items, f.InputBytes, f.OutputBytes, f.ItemsPerMessage)
 		fmt.Fprintf(w, "  %-34s %12s %14s\n", "units and requests", "per item", "per 10^6 items")
 		line := func(name string, v float64) { fmt.Fprintf(w, "  %-34s %12.4f %14.0f\n", name, v, v*1e6) }
 		line("DynamoDB write units", f.WriteUnitsPerItem)

@@ -1,6 +1,7 @@
 // Command bench measures the cost of a clean bulkrun run on the emulator
-// (or the AWS account of the environment): two scenarios of -items items
-// of 1 KB inputs, with small and with ~1 KB outputs. It prints units,
+// (or the AWS account of the environment): scenarios of -items items of
+// 1 KB inputs, with small and with ~1 KB outputs at one item per message,
+// and with small outputs at 10 and 100 items per message (packs). It prints units,
 // requests and dollars per 10^6 items next to the Distributed Map anchors,
 // the partition table, and writes the figures to -out. Each scenario also
 // runs at bench.FixedProbeItems items to split what a batch costs whatever
@@ -41,6 +42,8 @@ func run(items int, out string) error {
 	for _, sc := range []bench.Scenario{
 		{Name: "small outputs", Items: items},
 		{Name: "1 KB outputs", Items: items, OutputBytes: 1024},
+		{Name: "small outputs, 10 items per message", Items: items, ItemsPerMessage: 10},
+		{Name: "small outputs, 100 items per message", Items: items, ItemsPerMessage: 100},
 	} {
 		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, items)
 		r, err := bench.Run(ctx, cfg, sc)
