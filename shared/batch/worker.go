@@ -359,7 +359,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 	const flushAt = 500
 	bodies := make([][]byte, 0, flushAt)
 	keys := make([][]string, 0, flushAt) // the items of each body
-	var sent, refused, items int64
+	var sent, refused, emitted int64     // items sent, items refused, bodies made
 	flush := func() error {
 		if len(bodies) == 0 {
 			return nil
@@ -367,7 +367,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 		err := w.Queue.Send(ctx, bodies)
 		var re *RefusedError
 		if errors.As(err, &re) {
-			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, items-int64(len(bodies)), keys, re)
+			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, emitted-int64(len(bodies)), keys, re)
 			refused += n
 			err = serr
 		}
@@ -382,7 +382,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 	}
 	packer, err := NewPacker(b.ID, b.Run, m.ManifestKey, *m.Chunk, b.Pack(), func(body []byte, ks []string) error {
 		bodies, keys = append(bodies, body), append(keys, ks)
-		items++
+		emitted++
 		if len(bodies) >= flushAt {
 			return flush()
 		}
