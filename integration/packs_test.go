@@ -308,3 +308,91 @@ func TestPackedDeadLetters(t *testing.T) {
 		})
 	}
 }
+
+// TestPackedThroughTheStack guards "items_per_message through the API and
+// the deployed functions: every item with its own outcome, whatever K",
+// K = 1 and K = 10: 30 webhook items, three refused (422, permanent), one
+// answered 503 once (its retry runs it alone), every item or pack message
+// sent twice more straight to the queue; one call per item (two for the
+// retried one), the census from the rows, the failed listing and the
+// report's results per item.
+func TestPackedThroughTheStack(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			id := newID(t)
+			bad := map[string]bool{batch.PositionalKey(3): true, batch.PositionalKey(17): true, batch.PositionalKey(28): true}
+			flaky := batch.PositionalKey(12)
+			url := env.hook.route(id, func(key string, attempt int) int {
+				switch {
+				case bad[key]:
+					return 422
+				case key == flaky && attempt == 1:
+					return 503
+				}
+				return 200
+			})
+			const n = 30
+			items := inlineItems(n)
+			req := webhookRequest(id, url, items)
+			req.ItemsPerMessage = k
+			b, err := env.api.Submit(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.ItemsPerMessage != k {
+				t.Fatalf("batch view items_per_message %d, want %d", b.ItemsPerMessage, k)
+			}
+			var lines []json.RawMessage
+			if err := json.Unmarshal(items, &lines); err != nil {
+				t.Fatal(err)
+			}
+			var bodies []string
+			p, err := batch.NewPacker(id, 1, b.ManifestKey, batch.Chunk{Count: n}, k, func(body []byte, _ []string) error {
+				bodies = append(bodies, string(body), string(body))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, in := range lines {
+				if err := p.Add(batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			sendRaw(t, bodies)
+			v := wait(t, id)
+			if v.Status != batch.StatusCompleted || v.Census.Succeeded != n-3 || v.Census.Failed != 3 {
+				t.Fatalf("batch: %s %+v", v.Status, v.Census)
+			}
+			calls := env.hook.counts(id)
+			for i := range n {
+				key := batch.PositionalKey(int64(i))
+				want := 1
+				if key == flaky {
+					want = 2
+				}
+				if calls[key] != want {
+					t.Errorf("%s: %d calls, want %d", key, calls[key], want)
+				}
+			}
+			if rc := rowsCensus(t, id); !sameCounts(rc, *v.Census) {
+				t.Fatalf("census %+v != rows %+v", *v.Census, rc)
+			}
+			page, err := env.api.Items(ctx, id, batch.OutcomeFailed, "", 10)
+			if err != nil || len(page.Items) != 3 || page.Items[0].Key != batch.PositionalKey(3) || page.Items[0].Reason != batch.ReasonPermanent {
+				t.Fatalf("failed listing %+v %v", page, err)
+			}
+			rep, err := env.api.Report(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI); len(got) != n-3 {
+				t.Fatalf("%d succeeded results, want %d", len(got), n-3)
+			}
+		})
+	}
+}
