@@ -151,11 +151,31 @@ func TestRequestBatchIDNamesTheRequest(t *testing.T) {
 		"options":   func(r *batch.SubmitRequest) { r.Options = json.RawMessage(`{"url":"https://example.org/other"}`) },
 		"key field": func(r *batch.SubmitRequest) { r.KeyField = "" },
 		"headers":   func(r *batch.SubmitRequest) { r.Headers = map[string]string{"X-Tenant": "acme"} },
+		// Items per message are part of the plan: another K under the same
+		// id would be a 409.
+		"items per message": func(r *batch.SubmitRequest) { r.ItemsPerMessage = 10 },
 	} {
 		r := base
 		change(&r)
 		if got := RequestBatchID(r); got == id {
 			t.Errorf("other %s: same id %q", name, got)
 		}
+	}
+}
+
+// TestSubmitItemsPerMessageFlag guards the README line "CLI
+// --items-per-message": the flag sets the request's items_per_message.
+func TestSubmitItemsPerMessageFlag(t *testing.T) {
+	a := &app{}
+	cmd := a.submitCmd()
+	f := cmd.Flags().Lookup("items-per-message")
+	if f == nil {
+		t.Fatal("submit has no --items-per-message")
+	}
+	if err := cmd.Flags().Set("items-per-message", "10"); err != nil {
+		t.Fatal(err)
+	}
+	if f.Value.String() != "10" || f.DefValue != "0" {
+		t.Fatalf("--items-per-message = %s (default %s), want 10 (default 0)", f.Value, f.DefValue)
 	}
 }
