@@ -82,3 +82,34 @@ func TestCostUnitsPerItem(t *testing.T) {
 		}
 	}
 }
+
+// TestCostUnitsPerItemPacked guards the item-packing target (docs/design.md,
+// "Cost"): a clean run of 1 KB inputs with small outputs at 10 items per
+// message writes at most 0.5 DynamoDB write units per item and costs at
+// most $0.50 of infrastructure per 10^6 items (here in 500-item batches,
+// each paying its fixed cost), with no index entry written.
+func TestCostUnitsPerItemPacked(t *testing.T) {
+	r, err := bench.Run(context.Background(), env.aws, bench.Scenario{Name: "packed " + newID(t), Items: 500, ItemsPerMessage: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.Figures()
+	t.Logf("10 items per message: write units %.3f, read units %.3f, SQS requests %.3f, Lambda requests %.3f per item; $%.2f per 10^6 items",
+		f.WriteUnitsPerItem, f.ReadUnitsPerItem, f.SQSRequestsPerItem, f.LambdaInvocationsPerItem, f.USDPerMillionItems)
+	if f.WriteUnitsPerItem > 0.5 {
+		t.Errorf("%.3f write units per item, target 0.5", f.WriteUnitsPerItem)
+	}
+	if f.USDPerMillionItems > 0.50 {
+		t.Errorf("$%.3f per 10^6 items, target 0.50", f.USDPerMillionItems)
+	}
+	// Each pack row is written at least twice (take and outcomes): less
+	// means the meter misses writes.
+	if got := f.WriteUnitsByTarget["table PACK"]; got < 0.2 {
+		t.Errorf("%.3f pack-row write units per item, want ≥ 0.2 (two writes per 10 items)", got)
+	}
+	for k, v := range f.WriteUnitsByTarget {
+		if strings.HasPrefix(k, "index ") && !strings.HasSuffix(k, " BATCH") && v > 0 {
+			t.Errorf("%s: %.3f write units per item in a clean run, want none", k, v)
+		}
+	}
+}
