@@ -481,3 +481,50 @@ func (c *tickClock) Now() time.Time {
 	c.t = c.t.Add(time.Second)
 	return c.t
 }
+
+// TestPackDeadlineLeavesItemsUnstarted guards "the pipeline runs per item
+// inside the invocation, deadline-aware": items of a pack that cannot
+// start before the invocation's deadline margin are given back without
+// using an attempt, the message comes back, and the next delivery runs
+// them: every item ends with one call and one attempt.
+func TestPackDeadlineLeavesItemsUnstarted(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		time.Sleep(120 * time.Millisecond) // past the whole deadline below
+		return pipeline.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
+	})
+	r.worker.Margin, r.worker.PackConcurrency = 50*time.Millisecond, 1
+	r.sub.ChunkItems = 10
+	submitK(t, r, "dl", 10, 10, nil)
+	r.worker.Handle(ctx, r.queue.take()) // fan-out
+	msgs := r.queue.take()
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages, want 1 pack", len(msgs))
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	failed := r.worker.Handle(short, msgs)
+	cancel()
+	if len(failed) != 1 {
+		t.Fatal("a pack with items left unstarted was acknowledged")
+	}
+	var ran int64
+	for i := range 10 {
+		ran += r.callsOf(batch.PositionalKey(int64(i)))
+	}
+	if ran > 1 {
+		t.Fatalf("%d items ran with 100 ms left and a 50 ms margin, want at most 1", ran)
+	}
+	r.worker.Handle(ctx, msgs)
+	res, err := r.fin.Finalize(ctx, "dl", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Census.Succeeded != 10 {
+		t.Fatalf("census %+v", res.Report.Census)
+	}
+	for _, it := range resultLines(t, r, "dl", 1, batch.OutcomeSucceeded) {
+		if it.RunAttempts != 1 || r.callsOf(it.Key) != 1 {
+			t.Errorf("%s: %d attempts, %d calls, want 1 and 1", it.Key, it.RunAttempts, r.callsOf(it.Key))
+		}
+	}
+}
