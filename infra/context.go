@@ -30,6 +30,7 @@ var contextProps = []contextProp{
 	{"itemTimeout", []string{"ItemTimeout"}, `the item function's timeout, a Go duration in whole seconds ("30s")`,
 		duration(func(p *bulkrun.RunnerProps) *time.Duration { return &p.ItemTimeout })},
 	{"maxAttempts", []string{"MaxAttempts"}, "default attempts per item", integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxAttempts })},
+	{"itemsPerMessage", []string{"ItemsPerMessage"}, "default items per message and per ledger row, 1–100", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsPerMessage })},
 	{"maxReceiveCount", []string{"MaxReceiveCount"}, "the items queue's redrive maxReceiveCount",
 		integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxReceiveCount })},
 	{"retentionDays", []string{"RetentionDays"}, "days a finished batch is kept", integer(func(p *bulkrun.RunnerProps) *int { return &p.RetentionDays })},

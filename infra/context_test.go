@@ -109,6 +109,7 @@ func TestContextBadValues(t *testing.T) {
 func TestContextRefusedBySynthRules(t *testing.T) {
 	for _, tt := range []struct{ key, value, field string }{
 		{"maxReceiveCount", "3", config.EnvMaxReceiveCount}, // ≤ max attempts (3): config.Validate's rule
+		{"itemsPerMessage", "101", config.EnvItemsPerMessage},
 		{"timeouts", "finalize=16m", "Timeouts[finalize]"},
 		{"memoryMiB", "item=1024", "MemoryMiB[item]"},
 		{"lambdaFunctions", "not a function!", config.EnvLambdaFunctions},
@@ -136,6 +137,7 @@ func allContext() map[string]string {
 		"functionsDir":         functionsDir,
 		"itemTimeout":          "2m",
 		"maxAttempts":          "4",
+		"itemsPerMessage":      "10",
 		"maxReceiveCount":      "7",
 		"retentionDays":        "9",
 		"finalizeTickSchedule": "rate(2 minutes)",
@@ -334,6 +336,11 @@ func TestRunnerPropsContext(t *testing.T) {
 		"maxAttempts": func(t *testing.T) {
 			if got := a.env(t, "item", config.EnvMaxAttempts); got != "4" {
 				t.Errorf("%s=%q", config.EnvMaxAttempts, got)
+			}
+		},
+		"itemsPerMessage": func(t *testing.T) {
+			if got := a.env(t, "submit", config.EnvItemsPerMessage); got != "10" {
+				t.Errorf("%s=%q", config.EnvItemsPerMessage, got)
 			}
 		},
 		"maxReceiveCount": func(t *testing.T) {

@@ -148,6 +148,11 @@ type RunnerProps struct {
 	// MaxAttempts is the default number of attempts per item, ≥ 1.
 	// Default config.DefaultMaxAttempts (3).
 	MaxAttempts int
+	// ItemsPerMessage is the items per message, and per ledger row, of a
+	// batch that sets none: 1–100, default 1 (docs/design.md, "Item
+	// packing": 10 costs about a ninth per item; results then come in
+	// manifest order, and a batch with max_concurrency still gets 1).
+	ItemsPerMessage int
 	// MaxReceiveCount is the items queue's redrive maxReceiveCount: receives
 	// of one message before SQS moves it to the dead-letter queue. Must
 	// exceed MaxAttempts, at most 1000. Default config.DefaultMaxReceiveCount (10).
@@ -391,6 +396,7 @@ type settings struct {
 	lease           time.Duration
 	visibility      time.Duration
 	maxAttempts     int
+	itemsPerMessage int
 	maxReceiveCount int
 	retentionDays   int
 	tick            string
@@ -417,6 +423,7 @@ func (s settings) env() map[string]string {
 		config.EnvLogLevel:            DefaultLogLevel,
 		config.EnvRetentionDays:       strconv.Itoa(s.retentionDays),
 		config.EnvMaxAttempts:         strconv.Itoa(s.maxAttempts),
+		config.EnvItemsPerMessage:     strconv.Itoa(s.itemsPerMessage),
 		config.EnvMaxReceiveCount:     strconv.Itoa(s.maxReceiveCount),
 		config.EnvItemTimeoutSeconds:  strconv.Itoa(int(s.itemTimeout / time.Second)),
 		config.EnvLeaseSeconds:        strconv.Itoa(int(s.lease / time.Second)),
@@ -437,6 +444,7 @@ func derive(props *RunnerProps) (settings, error) {
 		functionsDir:    props.FunctionsDir,
 		itemTimeout:     props.ItemTimeout,
 		maxAttempts:     props.MaxAttempts,
+		itemsPerMessage: props.ItemsPerMessage,
 		maxReceiveCount: props.MaxReceiveCount,
 		retentionDays:   props.RetentionDays,
 		tick:            props.FinalizeTickSchedule,
@@ -468,6 +476,9 @@ func derive(props *RunnerProps) (settings, error) {
 	}
 	if s.maxAttempts == 0 {
 		s.maxAttempts = config.DefaultMaxAttempts
+	}
+	if s.itemsPerMessage == 0 {
+		s.itemsPerMessage = 1
 	}
 	if s.maxReceiveCount == 0 {
 		s.maxReceiveCount = config.DefaultMaxReceiveCount

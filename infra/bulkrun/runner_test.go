@@ -1055,6 +1055,8 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"receive count below attempts", func(p *RunnerProps) { p.MaxAttempts, p.MaxReceiveCount = 5, 2 }, config.EnvMaxReceiveCount},
 		{"default receive count below attempts", func(p *RunnerProps) { p.MaxAttempts = config.DefaultMaxReceiveCount }, config.EnvMaxReceiveCount},
 		{"negative attempts", func(p *RunnerProps) { p.MaxAttempts = -1 }, config.EnvMaxAttempts},
+		{"items per message above 100", func(p *RunnerProps) { p.ItemsPerMessage = 101 }, config.EnvItemsPerMessage},
+		{"negative items per message", func(p *RunnerProps) { p.ItemsPerMessage = -1 }, config.EnvItemsPerMessage},
 		{"receive count above SQS limit", func(p *RunnerProps) { p.MaxReceiveCount = 1001 }, "MaxReceiveCount"},
 		{"item timeout above Lambda limit", func(p *RunnerProps) { p.ItemTimeout = 16 * time.Minute }, "ItemTimeout"},
 		{"item timeout not whole seconds", func(p *RunnerProps) { p.ItemTimeout = 1500 * time.Millisecond }, "ItemTimeout"},

@@ -565,3 +565,33 @@ func TestNoHotPartitionShardCounts(t *testing.T) {
 		}
 	}
 }
+
+// The stack's default items per message (Submitter.ItemsPerMessage,
+// BULKRUN_ITEMS_PER_MESSAGE) applies to a request that sets none; a
+// request's own value wins, and a request with max_concurrency gets 1
+// (the two cannot be combined) instead of a refusal it did not ask for.
+func TestSubmitterDefaultItemsPerMessage(t *testing.T) {
+	items := json.RawMessage(`[1]`)
+	for _, tt := range []struct {
+		name      string
+		stack     int
+		req       SubmitRequest
+		wantItems int
+	}{
+		{"no default", 0, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}}, 1},
+		{"stack default", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}}, 10},
+		{"request wins", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 3}, 3},
+		{"max concurrency gets one", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, MaxConcurrency: 5}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Submitter{Pipelines: []string{"webhook"}, MaxAttempts: 3, ItemsPerMessage: tt.stack}
+			req := tt.req
+			if err := s.prepare(&req); err != nil {
+				t.Fatal(err)
+			}
+			if req.ItemsPerMessage != tt.wantItems {
+				t.Fatalf("items per message %d, want %d", req.ItemsPerMessage, tt.wantItems)
+			}
+		})
+	}
+}

@@ -93,6 +93,11 @@ type Submitter struct {
 	// runs. Pipelines it does not hold are accepted by name only.
 	Registry    *pipeline.Registry
 	MaxAttempts int // default per item
+	// ItemsPerMessage is the items per message of a request that sets
+	// none (0 or 1: one). A request with max_concurrency gets 1 whatever
+	// this says (the two cannot be combined). The stack sets it from
+	// config.EnvItemsPerMessage.
+	ItemsPerMessage int
 	// SecretPrefixes are the ARNs (or ARN prefixes ending in "*") of the
 	// SSM parameters and Secrets Manager secrets a batch may reference
 	// (see SecretRef); the item function's role may read exactly these.
@@ -420,6 +425,9 @@ func (s *Submitter) prepare(req *SubmitRequest) error {
 	}
 	if req.ItemsPerMessage == 0 {
 		req.ItemsPerMessage = 1
+		if s.ItemsPerMessage > 1 && req.MaxConcurrency == 0 {
+			req.ItemsPerMessage = min(s.ItemsPerMessage, MaxItemsPerMessage)
+		}
 	}
 	if len(req.Options) == 0 || string(req.Options) == "null" {
 		req.Options = json.RawMessage("{}")

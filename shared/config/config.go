@@ -57,6 +57,10 @@ const (
 	EnvVisibilitySeconds = "BULKRUN_VISIBILITY_SECONDS"
 	// EnvMaxAttempts is the default number of attempts per item (default 3).
 	EnvMaxAttempts = "BULKRUN_MAX_ATTEMPTS"
+	// EnvItemsPerMessage is the items per message (and per ledger row) of
+	// a batch that sets none, 1–100 (default 1); a batch with
+	// max_concurrency gets 1 whatever this says.
+	EnvItemsPerMessage = "BULKRUN_ITEMS_PER_MESSAGE"
 	// EnvMaxReceiveCount is the items queue's redrive maxReceiveCount
 	// (default 10). Must exceed the max attempts.
 	EnvMaxReceiveCount = "BULKRUN_MAX_RECEIVE_COUNT"
@@ -230,6 +234,7 @@ type Config struct {
 	ItemTimeout      time.Duration  // EnvItemTimeoutSeconds; default DefaultItemTimeout
 	Visibility       time.Duration  // EnvVisibilitySeconds; default DefaultVisibility
 	MaxAttempts      int            // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
+	ItemsPerMessage  int            // EnvItemsPerMessage; default 1, 1–100
 	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
 	Retention        time.Duration  // EnvRetentionDays; default DefaultRetention
 	LogLevel         string         // EnvLogLevel; default "info"
@@ -298,6 +303,7 @@ func Load(getenv func(string) string) (Config, error) {
 		ItemTimeout:      seconds(EnvItemTimeoutSeconds, DefaultItemTimeout),
 		Visibility:       seconds(EnvVisibilitySeconds, DefaultVisibility),
 		MaxAttempts:      count(EnvMaxAttempts, DefaultMaxAttempts),
+		ItemsPerMessage:  count(EnvItemsPerMessage, 1),
 		MaxReceiveCount:  count(EnvMaxReceiveCount, DefaultMaxReceiveCount),
 		LogLevel:         getenv(EnvLogLevel),
 		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
@@ -402,6 +408,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		errs = append(errs, &VarError{Var: EnvMaxAttempts, Value: strconv.Itoa(c.MaxAttempts), Reason: "must be at least 1"})
+	}
+	if c.ItemsPerMessage < 1 || c.ItemsPerMessage > 100 {
+		errs = append(errs, &VarError{Var: EnvItemsPerMessage, Value: strconv.Itoa(c.ItemsPerMessage), Reason: "must be within 1–100"})
 	}
 	if c.MaxReceiveCount <= c.MaxAttempts {
 		errs = append(errs, &VarError{Var: EnvMaxReceiveCount, Value: strconv.Itoa(c.MaxReceiveCount),

@@ -114,7 +114,7 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, er
 	}
 	s := &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
-		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
+		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
 		SecretPrefixes: d.Config.SecretPrefixes,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention,
 		Sources:        d.SourcePolicy(),
