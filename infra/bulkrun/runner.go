@@ -423,7 +423,6 @@ func (s settings) env() map[string]string {
 		config.EnvLogLevel:            DefaultLogLevel,
 		config.EnvRetentionDays:       strconv.Itoa(s.retentionDays),
 		config.EnvMaxAttempts:         strconv.Itoa(s.maxAttempts),
-		config.EnvItemsPerMessage:     strconv.Itoa(s.itemsPerMessage),
 		config.EnvMaxReceiveCount:     strconv.Itoa(s.maxReceiveCount),
 		config.EnvItemTimeoutSeconds:  strconv.Itoa(int(s.itemTimeout / time.Second)),
 		config.EnvLeaseSeconds:        strconv.Itoa(int(s.lease / time.Second)),
@@ -709,6 +708,7 @@ func derive(props *RunnerProps) (settings, error) {
 		tables = append(tables, t)
 	}
 	env[config.EnvEffectTables] = strings.Join(tables, ",")
+	env[config.EnvItemsPerMessage] = strconv.Itoa(s.itemsPerMessage)
 	if _, err := config.Load(func(k string) string { return env[k] }); err != nil {
 		errs = append(errs, fmt.Errorf("bulkrun: the functions would refuse this configuration: %w", err))
 	}
@@ -995,6 +995,7 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 		submitEnv[config.EnvSecretPrefixes] = strings.Join(s.secretPrefixes, ",")
 	}
 	submitEnv[config.EnvEphemeralStorageMiB] = strconv.Itoa(s.ephemeralMiB)
+	submitEnv[config.EnvItemsPerMessage] = strconv.Itoa(s.itemsPerMessage) // only submit applies it
 	submit := newFunction(FunctionSubmit, s.timeouts[FunctionSubmit], float64(s.memoryMiB[FunctionSubmit]), submitEnv, func(fp *awslambda.FunctionProps) {
 		fp.EphemeralStorageSize = awscdk.Size_Mebibytes(jsii.Number(float64(s.ephemeralMiB)))
 	})

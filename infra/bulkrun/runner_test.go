@@ -334,7 +334,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			if target == TargetAWS {
 				itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one
 			}
-			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvSecretPrefixes, config.EnvFunction)
+			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvSecretPrefixes, config.EnvFunction)
 			itemNames = append(itemNames, config.EnvFunction)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
