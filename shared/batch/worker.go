@@ -751,28 +751,35 @@ func (e *interruptedError) Unwrap() error { return e.err }
 // the message to come back after its visibility timeout (and, if it keeps
 // failing, to the dead-letter queue).
 func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m Message, what string, err error) (bool, *done) {
+	return w.sendAgain(ctx, log, d, &m.Requeued, func() ([]byte, error) { return m.Body() }, what, err), nil
+}
+
+// sendAgain is unavailable for any message: requeued is the message's
+// Requeued count, which it raises before body encodes the message again.
+// It reports whether the delivery may be acknowledged.
+func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, requeued *int, body func() ([]byte, error), what string, err error) bool {
 	if !errors.Is(err, ErrUnavailable) || d.DeadLetter {
 		log.Error(what, "error", pipeline.ErrorText(err))
-		return false, nil
+		return false
 	}
 	delayOf := w.UnavailableDelay
 	if delayOf == nil {
 		delayOf = DefaultUnavailableDelay
 	}
-	m.Requeued++
-	wait := delayOf(m.Requeued)
-	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", m.Requeued)
-	body, berr := m.Body()
+	*requeued++
+	wait := delayOf(*requeued)
+	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
+	b, berr := body()
 	if berr == nil {
-		if berr = w.Queue.Requeue(ctx, body, wait); berr == nil {
-			return true, nil
+		if berr = w.Queue.Requeue(ctx, b, wait); berr == nil {
+			return true
 		}
 	}
 	log.Warn("send the message again", "error", berr.Error())
 	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
 		log.Warn("delay message", "error", derr.Error())
 	}
-	return false, nil
+	return false
 }
 
 // answered acknowledges a message whose item already has its outcome. In a

@@ -611,28 +611,7 @@ func (w *Worker) commitPackItem(ctx context.Context, log *slog.Logger, b Batch, 
 // ErrUnavailable the message is sent again after a short delay (no
 // attempt counted) and this one acknowledged.
 func (w *Worker) unavailablePack(ctx context.Context, log *slog.Logger, d Delivery, m PackMessage, what string, err error) (bool, []done) {
-	if !errors.Is(err, ErrUnavailable) || d.DeadLetter {
-		log.Error(what, "error", pipeline.ErrorText(err))
-		return false, nil
-	}
-	delayOf := w.UnavailableDelay
-	if delayOf == nil {
-		delayOf = DefaultUnavailableDelay
-	}
-	m.Requeued++
-	wait := delayOf(m.Requeued)
-	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", m.Requeued)
-	body, berr := m.Body()
-	if berr == nil {
-		if berr = w.Queue.Requeue(ctx, body, wait); berr == nil {
-			return true, nil
-		}
-	}
-	log.Warn("send the message again", "error", berr.Error())
-	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-		log.Warn("delay message", "error", derr.Error())
-	}
-	return false, nil
+	return w.sendAgain(ctx, log, d, &m.Requeued, func() ([]byte, error) { return m.Body() }, what, err), nil
 }
 
 // settlePackUnstarted settles as failed, with reason and text, the items
