@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -500,30 +499,15 @@ func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards in
 // attention rows of the pack items named by attention, to until where it
 // is earlier or unset (see KeepRows).
 func (s *Store) KeepPacks(ctx context.Context, b batch.Batch, firsts []int64, attention []string, until time.Time) error {
-	ttl := expression.Name(config.AttrExpiresAt)
-	expr, err := expression.NewBuilder().
-		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
-			expression.Or(expression.AttributeNotExists(ttl), ttl.LessThan(expression.Value(until.Unix()))))).
-		WithUpdate(expression.Set(ttl, expression.Value(until.Unix()))).Build()
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	keep := func(k map[string]types.AttributeValue) {
-		g.Go(func() error {
-			_, _, err := s.updateRow(gctx, k, expr, types.ReturnValueNone)
-			if err != nil && !errors.Is(err, batch.ErrConflict) {
-				return fmt.Errorf("keep packs of %s: %w", b.ID, err)
-			}
-			return nil
-		})
-	}
+	keys := make([]map[string]types.AttributeValue, 0, len(firsts)+len(attention))
 	for _, f := range firsts {
-		keep(packKey(batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
+		keys = append(keys, packKey(batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
 	}
 	for _, k := range attention {
-		keep(key(attnPK(b.ID, batch.Shard(k, b.ListShards)), k))
+		keys = append(keys, key(attnPK(b.ID, batch.Shard(k, b.ListShards)), k))
 	}
-	return g.Wait()
+	if err := s.extendTTL(ctx, keys, until); err != nil {
+		return fmt.Errorf("keep packs of %s: %w", b.ID, err)
+	}
+	return nil
 }

@@ -186,6 +186,16 @@ func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, unti
 		}
 		rows = append(rows, key(runPK(b.ID, run), skRun))
 	}
+	if err := s.extendTTL(ctx, rows, until); err != nil {
+		return fmt.Errorf("keep rows of %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// extendTTL sets the TTL of each existing row at keys to until where it is
+// earlier or unset, 16 writes at a time; a row that is gone or already
+// kept longer is left as it is.
+func (s *Store) extendTTL(ctx context.Context, keys []map[string]types.AttributeValue, until time.Time) error {
 	ttl := expression.Name(config.AttrExpiresAt)
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
@@ -196,11 +206,11 @@ func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, unti
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for _, k := range rows {
+	for _, k := range keys {
 		g.Go(func() error {
 			_, _, err := s.updateRow(gctx, k, expr, types.ReturnValueNone)
 			if err != nil && !errors.Is(err, batch.ErrConflict) {
-				return fmt.Errorf("keep rows of %s: %w", b.ID, err)
+				return err
 			}
 			return nil
 		})
