@@ -159,6 +159,33 @@ func (r *rig) drainBy(t *testing.T, ctx context.Context, copies, per int) {
 	t.Fatal("the queue did not drain in 1,000 rounds")
 }
 
+// finalizeFour runs four Finalize calls of run 1 of id at once, checks
+// each report's census with check, and fails unless exactly one wrote it.
+func (r *rig) finalizeFour(t *testing.T, ctx context.Context, id string, check func(batch.Census)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var wrote atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.fin.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Wrote {
+				wrote.Add(1)
+			}
+			check(res.Report.Census)
+		}()
+	}
+	wg.Wait()
+	if wrote.Load() != 1 {
+		t.Fatalf("%d finalize calls wrote the report, want 1", wrote.Load())
+	}
+}
+
 func items(n int) json.RawMessage {
 	var b strings.Builder
 	b.WriteByte('[')
@@ -197,29 +224,11 @@ func TestMemDuplicatesRunOnceAndFinalizeOnce(t *testing.T) {
 	if r.trigger.n.Load() < 1 {
 		t.Fatal("the last item did not trigger finalize")
 	}
-	var wg sync.WaitGroup
-	var wrote atomic.Int64
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := r.fin.Finalize(ctx, "dup", 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if res.Wrote {
-				wrote.Add(1)
-			}
-			if c := res.Report.Census; c.Total != 20 || c.Succeeded != 18 || c.Failed != 2 || c.Cost.Text("calls") != "18" {
-				t.Errorf("census %+v", c)
-			}
-		}()
-	}
-	wg.Wait()
-	if wrote.Load() != 1 {
-		t.Fatalf("%d finalize calls wrote the report, want 1", wrote.Load())
-	}
+	r.finalizeFour(t, ctx, "dup", func(c batch.Census) {
+		if c.Total != 20 || c.Succeeded != 18 || c.Failed != 2 || c.Cost.Text("calls") != "18" {
+			t.Errorf("census %+v", c)
+		}
+	})
 	b, err := r.store.GetBatch(ctx, "dup")
 	if err != nil || b.Status != batch.StatusCompleted || !b.NeedsAttention {
 		t.Fatalf("batch %+v %v", b, err)

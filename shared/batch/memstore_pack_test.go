@@ -76,29 +76,11 @@ func TestPackDuplicatesRunOnceAndFinalizeOnce(t *testing.T) {
 			if r.trigger.n.Load() != 1 {
 				t.Fatalf("finalize triggered %d times, want 1 (counters crossed once)", r.trigger.n.Load())
 			}
-			var wg sync.WaitGroup
-			var wrote atomic.Int64
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					res, err := r.fin.Finalize(ctx, "dup", 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Wrote {
-						wrote.Add(1)
-					}
-					if c := res.Report.Census; c.Total != 60 || c.Succeeded != 54 || c.Failed != 6 || c.Cost.Text("calls") != "54" {
-						t.Errorf("census %+v", c)
-					}
-				}()
-			}
-			wg.Wait()
-			if wrote.Load() != 1 {
-				t.Fatalf("%d finalize calls wrote the report, want 1", wrote.Load())
-			}
+			r.finalizeFour(t, ctx, "dup", func(c batch.Census) {
+				if c.Total != 60 || c.Succeeded != 54 || c.Failed != 6 || c.Cost.Text("calls") != "54" {
+					t.Errorf("census %+v", c)
+				}
+			})
 			lines := resultLines(t, r, "dup", 1, batch.OutcomeSucceeded)
 			if len(lines) != 54 {
 				t.Fatalf("%d succeeded results, want 54", len(lines))
