@@ -137,6 +137,33 @@ func (h *harness) receive(t *testing.T, n int) []batch.Delivery {
 	return ds
 }
 
+// finalizeFour runs four Finalize calls of run 1 of id at once, checks
+// each report's census with check, and fails unless exactly one wrote it.
+func (h *harness) finalizeFour(t *testing.T, ctx context.Context, id string, check func(batch.Census)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var wrote atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Wrote {
+				wrote.Add(1)
+			}
+			check(r.Report.Census)
+		}()
+	}
+	wg.Wait()
+	if wrote.Load() != 1 {
+		t.Fatalf("%d finalize calls wrote the report, want exactly 1", wrote.Load())
+	}
+}
+
 func (h *harness) callsOf(key string) int64 {
 	c, ok := h.calls.Load(key)
 	if !ok {
@@ -205,29 +232,11 @@ func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
 	if h.triggered.Load() < 1 {
 		t.Fatal("the last item did not trigger finalize")
 	}
-	var wg sync.WaitGroup
-	var wrote atomic.Int64
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := h.finalizer.Finalize(ctx, id, 1)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if r.Wrote {
-				wrote.Add(1)
-			}
-			if r.Report.Census.Succeeded != 18 || r.Report.Census.Failed != 2 || r.Report.Census.Cost.Text("calls") != "18" || r.Report.Census.Cost.Text("usd") != "4.5" {
-				t.Errorf("census %+v", r.Report.Census)
-			}
-		}()
-	}
-	wg.Wait()
-	if wrote.Load() != 1 {
-		t.Fatalf("%d finalize calls wrote the report, want exactly 1", wrote.Load())
-	}
+	h.finalizeFour(t, ctx, id, func(c batch.Census) {
+		if c.Succeeded != 18 || c.Failed != 2 || c.Cost.Text("calls") != "18" || c.Cost.Text("usd") != "4.5" {
+			t.Errorf("census %+v", c)
+		}
+	})
 	b, err := h.store.GetBatch(ctx, id)
 	if err != nil || b.Status != batch.StatusCompleted || b.FinalCensus == nil || b.FinalCensus.Failed != 2 || !b.NeedsAttention {
 		t.Fatalf("batch row: %+v %v", b, err)

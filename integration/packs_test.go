@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,29 +102,11 @@ func TestPackedDuplicateDeliveriesAndFinalizeOnce(t *testing.T) {
 			if h.triggered.Load() != 1 {
 				t.Fatalf("finalize triggered %d times, want 1", h.triggered.Load())
 			}
-			var wg sync.WaitGroup
-			var wrote atomic.Int64
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r, err := h.finalizer.Finalize(ctx, id, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if r.Wrote {
-						wrote.Add(1)
-					}
-					if c := r.Report.Census; c.Succeeded != 36 || c.Failed != 4 || c.Cost.Text("calls") != "36" {
-						t.Errorf("census %+v", c)
-					}
-				}()
-			}
-			wg.Wait()
-			if wrote.Load() != 1 {
-				t.Fatalf("%d finalize calls wrote the report, want exactly 1", wrote.Load())
-			}
+			h.finalizeFour(t, ctx, id, func(c batch.Census) {
+				if c.Succeeded != 36 || c.Failed != 4 || c.Cost.Text("calls") != "36" {
+					t.Errorf("census %+v", c)
+				}
+			})
 			p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
 			if err != nil || len(p.Items) != 4 || p.Items[0].Key != batch.PositionalKey(3) || p.Items[0].Error != "bad item" {
 				t.Fatalf("failed listing %+v %v", p, err)
