@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -136,25 +134,7 @@ func TestConsoleBrowser(t *testing.T) {
 	suffix = suffix[len(suffix)-8:] // the random part: the ids read well in the screenshots
 	thumbID := "it-photos-" + suffix
 	prefix := "it-sources/" + thumbID + "/"
-	files := []string{"broken-text.png", "broken-empty.png", "broken-truncated.png"}
-	all, _ := filepath.Glob("../examples/images/*.png")
-	for _, f := range all {
-		if len(files) == 24 {
-			break
-		}
-		if !strings.HasPrefix(filepath.Base(f), "broken-") {
-			files = append(files, filepath.Base(f))
-		}
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join("../examples/images", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: aws.String(prefix + f), Body: bytes.NewReader(b)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	uploadImages(t, prefix, 24)
 	// An enrich batch: 2 items fail (no text), 2 are quarantined (over
 	// max_words), 4 succeed.
 	enrichID := "it-reviews-" + suffix

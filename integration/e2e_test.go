@@ -31,6 +31,33 @@ import (
 	"github.com/bulkrun/bulkrun/shared/trigger"
 )
 
+// uploadImages puts n files of examples/images under prefix of the
+// stack's bucket — the three broken ones first, then good ones — and
+// returns their names.
+func uploadImages(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	files := []string{"broken-text.png", "broken-empty.png", "broken-truncated.png"}
+	all, _ := filepath.Glob("../examples/images/*.png")
+	for _, f := range all {
+		if len(files) == n {
+			break
+		}
+		if !strings.HasPrefix(filepath.Base(f), "broken-") {
+			files = append(files, filepath.Base(f))
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("../examples/images", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.s3.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &env.bucket, Key: aws.String(prefix + f), Body: bytes.NewReader(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
 func inlineItems(n int) json.RawMessage {
 	var b bytes.Buffer
 	b.WriteByte('[')
@@ -330,25 +357,7 @@ func TestPrefixThumbnails(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
 	prefix := "it-sources/" + id + "/"
-	files := []string{"broken-text.png", "broken-empty.png", "broken-truncated.png"}
-	all, _ := filepath.Glob("../examples/images/*.png")
-	for _, f := range all {
-		if len(files) == 7 {
-			break
-		}
-		if !strings.HasPrefix(filepath.Base(f), "broken-") {
-			files = append(files, filepath.Base(f))
-		}
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join("../examples/images", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: aws.String(prefix + f), Body: bytes.NewReader(b)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	uploadImages(t, prefix, 7)
 	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
 		t.Fatal(err)
 	}
