@@ -18,7 +18,6 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/metric"
 )
 
@@ -40,9 +39,9 @@ const AccessLogFormat = `{"request_id":"$context.requestId","extended_request_id
 
 // observe adds what an operator watches bulkrun with:
 //
-//   - config.EnvMetricsStack on every function, so that they write their
-//     metrics (package metric: namespace "bulkrun", dimension Stack = the
-//     stack name) as embedded-metric-format lines;
+//   - (config.EnvMetricsStack, the stack name, is in every function's
+//     environment (functionEnv): they write their metrics, package metric,
+//     namespace "bulkrun", dimension Stack, as embedded-metric-format lines);
 //   - X-Ray active tracing on the functions and the API stage when
 //     RunnerProps.Tracing;
 //   - API access logs, AccessLogFormat, into the log group ApiAccessLogs
@@ -64,7 +63,6 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 	stackName := *awscdk.Stack_Of(stack).StackName()
 	for _, name := range functionNames {
 		fn := r.functions[name]
-		fn.AddEnvironment(jsii.String(config.EnvMetricsStack), jsii.String(stackName), nil)
 		if o.tracing {
 			fn.Node().DefaultChild().(awslambda.CfnFunction).SetTracingConfig(&awslambda.CfnFunction_TracingConfigProperty{Mode: jsii.String("Active")})
 			// X-Ray's write actions take no resource ("*" only): see

@@ -1,0 +1,87 @@
+package bulkrun
+
+import (
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Asynchronous invocations of submit (S3 notifications, schedule ticks).
+// Lambda's defaults, stated so that the template shows them: 2 retries
+// (the maximum), events kept up to 6 hours ("Configuring error handling
+// for asynchronous invocation", AWS Lambda Developer Guide).
+const (
+	SubmitRetryAttempts = 2
+	SubmitMaxEventAge   = 6 * time.Hour
+)
+
+// defineFunctions defines the four functions, each with its environment
+// from settings.env (the one derive checked), the resources' names in
+// place of the placeholders. Finalize comes first: submit and item name it.
+func (r *runner) defineFunctions() {
+	refs := map[string]*string{
+		refTable:         r.table.TableName(),
+		refBucket:        r.bucketName,
+		refItemsQueueURL: r.items.QueueUrl(),
+		refDeadLetterARN: r.dlq.QueueArn(),
+		refStackName:     awscdk.Stack_Of(r.Construct).StackName(),
+	}
+	r.functions = map[string]awslambda.Function{}
+	for _, name := range []string{FunctionFinalize, FunctionSweep, FunctionSubmit, FunctionItem} {
+		r.functions[name] = r.function(name, deployedEnv(r.s.env[name], refs))
+		if name == FunctionFinalize {
+			refs[refFinalizeFunction] = r.functions[name].FunctionName()
+		}
+	}
+}
+
+// function defines the function name: provided.al2023, its code folder,
+// the target's architecture, timeout and memory from settings; a log
+// group of one month on AWS; reserved concurrency when set; submit's
+// ephemeral storage.
+func (r *runner) function(name string, env *map[string]*string) awslambda.Function {
+	s := r.s
+	fp := &awslambda.FunctionProps{
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Handler:      jsii.String("bootstrap"),
+		Code:         awslambda.Code_FromAsset(jsii.String(s.code[name]), nil),
+		Architecture: s.arch,
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(s.timeouts[name].Seconds())),
+		MemorySize:   jsii.Number(float64(s.memoryMiB[name])),
+		Environment:  env,
+		Description:  jsii.String("bulkrun " + name),
+	}
+	if s.target == TargetAWS {
+		fp.LogGroup = awslogs.NewLogGroup(r.Construct, jsii.String(name+"-logs"), &awslogs.LogGroupProps{
+			Retention: awslogs.RetentionDays_ONE_MONTH,
+		})
+	}
+	if n, ok := s.reserved[name]; ok {
+		fp.ReservedConcurrentExecutions = jsii.Number(float64(n))
+	}
+	if name == FunctionSubmit {
+		fp.EphemeralStorageSize = awscdk.Size_Mebibytes(jsii.Number(float64(s.ephemeralMiB)))
+	}
+	return awslambda.NewFunction(r.Construct, jsii.String(name), fp)
+}
+
+// defineFailedStarts defines where submit's failed asynchronous
+// invocations go. S3 and EventBridge invoke submit asynchronously; Lambda
+// retries a failed invocation SubmitRetryAttempts times and then puts the
+// event, with the error, on the submit failures queue, whose depth is
+// alarmed ("Asynchronous invocation" and "Capturing records of Lambda
+// asynchronous invocations", AWS Lambda Developer Guide).
+func (r *runner) defineFailedStarts() {
+	r.submitFailures = r.queue("SubmitFailuresQueue", nil, nil)
+	r.functions[FunctionSubmit].ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+		RetryAttempts: jsii.Number(SubmitRetryAttempts),
+		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(SubmitMaxEventAge.Hours())),
+		OnFailure:     awslambdadestinations.NewSqsDestination(r.submitFailures),
+	})
+	r.submitFailuresAlarm = depthAlarm(r, "SubmitFailuresAlarm", r.submitFailures, time.Minute,
+		"bulkrun: an asynchronous invocation of submit (an upload, a schedule tick, a background read) still failed after Lambda's retries; its event is on the submit failures queue")
+}

@@ -1,0 +1,125 @@
+package bulkrun
+
+import (
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// grant gives each function's role exactly the actions its code calls,
+// explicit actions only (the table in infra/README.md, "Permissions",
+// which TestPermissionTable keeps equal to the templates). Grants on the
+// bucket use ARNs built from its name (see defineStorage).
+func (r *runner) grant() {
+	s := r.s
+	submit, item, finalize, sweep := r.functions[FunctionSubmit], r.functions[FunctionItem], r.functions[FunctionFinalize], r.functions[FunctionSweep]
+	bucketArn := s3Arn(r.bucketName, "")
+	batchesArn := s3Arn(r.bucketName, config.BatchesPrefix+"*")
+	tableArns := []*string{r.table.TableArn(), jsii.String(*r.table.TableArn() + "/index/*")}
+	sourceObjects := []*string{s3Arn(r.bucketName, "*")}
+	sourceBuckets := []*string{bucketArn}
+	for _, b := range s.sourceBuckets {
+		sourceObjects = append(sourceObjects, s3Arn(jsii.String(b), "*"))
+		sourceBuckets = append(sourceBuckets, s3Arn(jsii.String(b), ""))
+	}
+
+	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
+	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
+	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
+	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)
+	allow(submit, []string{"s3:PutObject", "s3:DeleteObject"}, s3Arn(r.bucketName, config.UploadErrorsPrefix+"*"), s3Arn(r.bucketName, config.ScheduleErrorsPrefix+"*"))
+	allow(submit, []string{"sqs:SendMessage"}, r.items.QueueArn())
+	allow(submit, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+	// Submit hands the reading of an S3 source to itself (an asynchronous
+	// invocation). The grant is a policy of its own: in the role's default
+	// policy, which the function depends on, it would be a cycle.
+	awsiam.NewPolicy(r.Construct, jsii.String("SubmitInvokesItself"), &awsiam.PolicyProps{
+		Roles: &[]awsiam.IRole{submit.Role()},
+		Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings("lambda:InvokeFunction"),
+			Resources: jsii.Strings(*submit.FunctionArn()),
+		})},
+	})
+
+	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, r.table.TableArn())
+	allow(item, []string{"s3:GetObject"}, sourceObjects...)
+	allow(item, []string{"s3:PutObject"}, batchesArn)
+	allow(item, []string{"sqs:SendMessage", "sqs:ChangeMessageVisibility"}, r.items.QueueArn())
+	allow(item, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
+	r.grantPipelineReach(item)
+
+	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
+	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}, batchesArn)
+	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
+	allow(finalize, []string{"sqs:SendMessage"}, r.items.QueueArn())
+
+	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, tableArns...)
+	allow(sweep, []string{"s3:DeleteObject"}, batchesArn)
+	allow(sweep, []string{"s3:ListBucket"}, bucketArn)
+	defaultBus := regionalArn("events", "event-bus/default")
+	allow(finalize, []string{"events:PutEvents"}, defaultBus)
+	allow(submit, []string{"events:PutEvents"}, defaultBus) // Batch Refused
+}
+
+// grantPipelineReach gives the item function what the pipelines reach
+// beyond bulkrun's own resources, each exactly as declared: the lambda
+// pipeline's functions, the tables staged writes go to, the secrets
+// batches reference.
+func (r *runner) grantPipelineReach(item awslambda.Function) {
+	s := r.s
+	// The lambda pipeline: invoke exactly the allow-listed functions, one
+	// statement each (a name is a function of this account and region).
+	for _, f := range s.lambdaFunctions {
+		arn := jsii.String(f)
+		if !*awscdk.Token_IsUnresolved(arn) && !strings.HasPrefix(f, "arn:") {
+			arn = regionalArn("lambda", "function:"+f)
+		}
+		allow(item, []string{"lambda:InvokeFunction"}, arn)
+	}
+
+	// Staged writes: the actions of a TransactWriteItems on each declared
+	// table, one statement per table ("Using IAM policy conditions for
+	// fine-grained access control" / TransactWriteItems, Amazon DynamoDB
+	// developer guide: each action of the transaction needs its own
+	// permission).
+	for _, t := range s.effectTables {
+		allow(item, []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"},
+			regionalArn("dynamodb", "table/"+t))
+	}
+
+	// Secret references: read access per declared prefix, per service.
+	var parameters, secrets []*string
+	for _, p := range s.secretPrefixes {
+		if strings.Contains(p, ":ssm:") {
+			parameters = append(parameters, jsii.String(p))
+		} else {
+			secrets = append(secrets, jsii.String(p))
+		}
+	}
+	if len(parameters) > 0 {
+		allow(item, []string{"ssm:GetParameter"}, parameters...)
+	}
+	if len(secrets) > 0 {
+		allow(item, []string{"secretsmanager:GetSecretValue"}, secrets...)
+	}
+}
+
+// allow adds one statement to fn's role: actions on resources.
+func allow(fn awslambda.Function, actions []string, resources ...*string) {
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings(actions...),
+		Resources: &resources,
+	}))
+}
+
+// regionalArn is arn:{partition}:{service}:{region}:{account}:{resource}
+// of the stack's account and region.
+func regionalArn(service, resource string) *string {
+	return awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":" + service + ":"),
+		awscdk.Aws_REGION(), jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":" + resource)})
+}

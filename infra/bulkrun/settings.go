@@ -1,0 +1,363 @@
+package bulkrun
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+)
+
+// bucketNamePattern is the S3 rule for bucket names (general purpose buckets).
+var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// settings are the values NewRunner derives from RunnerProps, defaults filled.
+type settings struct {
+	target          string
+	functionsDir    string
+	code            map[string]string // each function's code folder
+	arch            awslambda.Architecture
+	itemTimeout     time.Duration
+	lease           time.Duration
+	visibility      time.Duration
+	maxAttempts     int
+	itemsPerMessage int
+	maxReceiveCount int
+	retentionDays   int
+	tick            string
+	bucketName      string
+	sourceBuckets   []string
+	sourcePrefixes  []string
+	pipelines       []string
+	defaultPipeline string
+	schedules       []Schedule
+	itemMemoryMiB   int
+	reserved        map[string]int
+	maxConcurrency  int
+	webhookAllow    string // comma-separated, config.EnvWebhookAllow
+	ephemeralMiB    int
+	secretPrefixes  []string                 // config.EnvSecretPrefixes
+	memoryMiB       map[string]int           // every function
+	timeouts        map[string]time.Duration // every function
+	lambdaFunctions []string                 // config.EnvLambdaFunctions, tokens included
+	effectTables    []string                 // config.EnvEffectTables, tokens included
+	// env is every function's environment (functionEnv): derived once,
+	// checked with config.Load by derive and deployed by NewRunner.
+	env map[string]map[string]string
+}
+
+// derive fills defaults and validates props. The function environments
+// go through config.Load — the very function the Lambda functions run at
+// start — so the stack cannot deploy a configuration the functions would
+// refuse.
+func derive(props *RunnerProps) (settings, error) {
+	if props == nil {
+		props = &RunnerProps{}
+	}
+	s := withDefaults(props)
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &PropError{Field: field, Value: value, Reason: reason})
+	}
+	s.checkTarget(bad)
+	s.checkLimits(props, bad)
+	s.checkStorage(bad)
+	s.checkFunctions(props, bad)
+	s.checkPipelines(props, bad)
+	s.checkSchedules(bad)
+	s.checkCode(props, bad)
+	errs = append(errs, checkOperations(props)...)
+	s.env = s.functionEnv()
+	if _, err := config.Load(validationView(s.env)); err != nil {
+		errs = append(errs, fmt.Errorf("bulkrun: the functions would refuse this configuration: %w", err))
+	}
+	return s, errors.Join(errs...)
+}
+
+// withDefaults returns props' settings with every default filled.
+func withDefaults(props *RunnerProps) settings {
+	s := settings{
+		target:          props.Target,
+		functionsDir:    props.FunctionsDir,
+		itemTimeout:     props.ItemTimeout,
+		maxAttempts:     props.MaxAttempts,
+		itemsPerMessage: props.ItemsPerMessage,
+		maxReceiveCount: props.MaxReceiveCount,
+		retentionDays:   props.RetentionDays,
+		tick:            props.FinalizeTickSchedule,
+		bucketName:      props.BucketName,
+		sourceBuckets:   props.SourceBuckets,
+		sourcePrefixes:  props.SourcePrefixes,
+		pipelines:       props.Pipelines,
+		defaultPipeline: props.DefaultPipeline,
+		schedules:       props.Schedules,
+		itemMemoryMiB:   props.ItemMemoryMiB,
+		reserved:        props.ReservedConcurrency,
+		maxConcurrency:  props.ItemsMaxConcurrency,
+		secretPrefixes:  props.SecretPrefixes,
+		effectTables:    props.EffectTables,
+		lambdaFunctions: props.LambdaFunctions,
+	}
+	orDefault := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	orDefault(&s.itemMemoryMiB, DefaultItemMemoryMiB)
+	orDefault(&s.maxConcurrency, DefaultItemsMaxConcurrency)
+	orDefault(&s.maxAttempts, config.DefaultMaxAttempts)
+	orDefault(&s.itemsPerMessage, 1)
+	orDefault(&s.maxReceiveCount, config.DefaultMaxReceiveCount)
+	orDefault(&s.retentionDays, DefaultRetentionDays)
+	if s.sourcePrefixes == nil && s.target == TargetEmulator {
+		s.sourcePrefixes = DefaultEmulatorSourcePrefixes
+	}
+	if s.target == "" {
+		s.target = TargetAWS
+	}
+	if s.functionsDir == "" {
+		s.functionsDir = DefaultFunctionsDir
+	}
+	if s.itemTimeout == 0 {
+		s.itemTimeout = config.DefaultItemTimeout
+	}
+	if s.tick == "" {
+		s.tick = DefaultFinalizeTickSchedule
+	}
+	if len(s.pipelines) == 0 {
+		s.pipelines = DefaultPipelines(props.CustomPipelines)
+	}
+	allowList := props.WebhookAllow
+	if len(allowList) == 0 && s.target == TargetEmulator && !props.EmptyWebhookAllow {
+		allowList = DefaultEmulatorWebhookAllow
+	}
+	s.webhookAllow = strings.Join(allowList, ",")
+	s.ephemeralMiB = SubmitEphemeralMiB(maxManifestBytes(props))
+	if len(s.secretPrefixes) == 0 && s.target == TargetEmulator {
+		s.secretPrefixes = DefaultEmulatorSecretPrefixes
+	}
+	if len(s.lambdaFunctions) == 0 && s.target == TargetEmulator {
+		s.lambdaFunctions = DefaultEmulatorLambdaFunctions
+	}
+	s.lease = s.itemTimeout + config.LeaseMargin
+	s.visibility = VisibilityFactor * s.itemTimeout
+	s.memoryMiB = map[string]int{FunctionItem: s.itemMemoryMiB}
+	s.timeouts = map[string]time.Duration{FunctionItem: s.itemTimeout}
+	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep} {
+		s.memoryMiB[fn], s.timeouts[fn] = DefaultMemoryMiB[fn], defaultTimeouts[fn]
+	}
+	return s
+}
+
+// maxManifestBytes is props.MaxManifestBytes, or its default.
+func maxManifestBytes(props *RunnerProps) int64 {
+	if props.MaxManifestBytes == 0 {
+		return DefaultMaxManifestBytes
+	}
+	return props.MaxManifestBytes
+}
+
+// badProp reports one field at fault: field, its value, the reason.
+type badProp func(field, value, reason string)
+
+// checkTarget checks the target and picks the functions' architecture.
+func (s *settings) checkTarget(bad badProp) {
+	switch s.target {
+	case TargetAWS:
+		s.arch = awslambda.Architecture_ARM_64()
+	case TargetEmulator:
+		switch runtime.GOARCH {
+		case "amd64":
+			s.arch = awslambda.Architecture_X86_64()
+		case "arm64":
+			s.arch = awslambda.Architecture_ARM_64()
+		default:
+			bad("Target", s.target, fmt.Sprintf("Lambda has no architecture for host GOARCH %q", runtime.GOARCH))
+		}
+	default:
+		bad("Target", s.target, fmt.Sprintf("want %q or %q", TargetAWS, TargetEmulator))
+	}
+}
+
+// checkLimits checks the item timeout, manifest size, receive count,
+// retention and tick against AWS's limits.
+func (s *settings) checkLimits(props *RunnerProps, bad badProp) {
+	if s.itemTimeout < time.Second || s.itemTimeout > lambdaMaxTimeout || s.itemTimeout%time.Second != 0 {
+		bad("ItemTimeout", s.itemTimeout.String(), "want whole seconds from 1s to 15m (Lambda's limit)")
+	}
+	if m := maxManifestBytes(props); m < 0 || m > MaxMaxManifestBytes {
+		bad("MaxManifestBytes", strconv.FormatInt(props.MaxManifestBytes, 10),
+			fmt.Sprintf("want 1–%d bytes: the submit function's ephemeral storage (2 × the manifest + %d MiB) is at most %d MiB (Lambda's limit)",
+				int64(MaxMaxManifestBytes), ephemeralMarginMiB, ephemeralMaxMiB))
+	}
+	if s.maxReceiveCount > sqsMaxReceiveCount {
+		bad("MaxReceiveCount", strconv.Itoa(s.maxReceiveCount), "SQS allows at most 1000")
+	}
+	if s.retentionDays < 1 {
+		bad("RetentionDays", strconv.Itoa(s.retentionDays), "want at least 1 day")
+	}
+	if err := CheckScheduleExpression(s.tick); err != nil {
+		bad("FinalizeTickSchedule", s.tick, "not an EventBridge schedule expression: "+err.Error())
+	}
+}
+
+// checkStorage checks the bucket name, the source buckets and prefixes.
+func (s *settings) checkStorage(bad badProp) {
+	if s.bucketName != "" && !bucketNamePattern.MatchString(s.bucketName) {
+		bad("BucketName", s.bucketName, "not a valid S3 bucket name")
+	}
+	for _, b := range s.sourceBuckets {
+		if !bucketNamePattern.MatchString(b) {
+			bad("SourceBuckets", b, "not a valid S3 bucket name")
+		} else if b == s.bucketName {
+			bad("SourceBuckets", b, "the stack's own bucket: name prefixes of it in SourcePrefixes (its batches/ is never a source)")
+		}
+	}
+	for _, p := range s.sourcePrefixes {
+		if err := config.CheckSourceURI("s3://bucket/" + p); err != nil || p == "" {
+			bad("SourcePrefixes", p, "want a prefix ending in / (e.g. exports/), without empty, . or .. segments")
+			continue
+		}
+		for _, never := range []string{config.BatchesPrefix, config.UploadErrorsPrefix, config.ScheduleErrorsPrefix} {
+			if strings.HasPrefix(p, never) || strings.HasPrefix(never, p) {
+				bad("SourcePrefixes", p, fmt.Sprintf("overlaps %s, which is never a source", never))
+			}
+		}
+	}
+}
+
+// checkFunctions checks memory, concurrency and timeouts per function and
+// fills the memory and timeout props set.
+func (s *settings) checkFunctions(props *RunnerProps, bad badProp) {
+	if s.itemMemoryMiB < 128 || s.itemMemoryMiB > 10240 {
+		bad("ItemMemoryMiB", strconv.Itoa(s.itemMemoryMiB), "want 128–10240 MiB (Lambda's limits)")
+	}
+	if s.maxConcurrency < 2 || s.maxConcurrency > 1000 {
+		bad("ItemsMaxConcurrency", strconv.Itoa(s.maxConcurrency), "want 2–1000 (SQS event source maximum concurrency)")
+	}
+	for fn, n := range s.reserved {
+		switch {
+		case !slices.Contains(functionNames, fn):
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "not a function of the stack (submit, item, finalize, sweep)")
+		case n < 1:
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "want at least 1 (0 would stop the function)")
+		case fn == FunctionItem && n < s.maxConcurrency:
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf("below ItemsMaxConcurrency (%d): the event source would be throttled", s.maxConcurrency))
+		}
+	}
+	for fn, n := range props.MemoryMiB {
+		switch {
+		case fn == FunctionItem:
+			bad("MemoryMiB["+fn+"]", strconv.Itoa(n), "set the item function's memory with ItemMemoryMiB")
+		case !slices.Contains([]string{FunctionSubmit, FunctionFinalize, FunctionSweep}, fn):
+			bad("MemoryMiB["+fn+"]", strconv.Itoa(n), "not a function of the stack (submit, finalize, sweep)")
+		case n < 128 || n > 10240:
+			bad("MemoryMiB["+fn+"]", strconv.Itoa(n), "want 128–10240 MiB (Lambda's limits)")
+		default:
+			s.memoryMiB[fn] = n
+		}
+	}
+	for fn, d := range props.Timeouts {
+		switch {
+		case fn == FunctionItem:
+			bad("Timeouts["+fn+"]", d.String(), "set the item function's timeout with ItemTimeout (the lease and the queues' visibility follow it)")
+		case !slices.Contains([]string{FunctionSubmit, FunctionFinalize, FunctionSweep}, fn):
+			bad("Timeouts["+fn+"]", d.String(), "not a function of the stack (submit, finalize, sweep)")
+		case d < time.Second || d > lambdaMaxTimeout || d%time.Second != 0:
+			bad("Timeouts["+fn+"]", d.String(), "want whole seconds from 1s to 15m (Lambda's limit)")
+		default:
+			s.timeouts[fn] = d
+		}
+	}
+}
+
+// checkPipelines checks the custom pipelines, Pipelines and DefaultPipeline.
+func (s *settings) checkPipelines(props *RunnerProps, bad badProp) {
+	known := registered.Names()
+	for _, p := range props.CustomPipelines {
+		switch {
+		case !pipeline.ValidName(p):
+			bad("CustomPipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
+		case slices.Contains(known, p):
+			bad("CustomPipelines", p, "listed twice, or the name of a built-in pipeline")
+		default:
+			known = append(known, p)
+		}
+	}
+	if len(props.CustomPipelines) > 0 && props.PipelineCode == "" {
+		bad("CustomPipelines", strings.Join(props.CustomPipelines, ","), "set PipelineCode too: bulkrun's own binaries run the built-in pipelines only")
+	}
+	if props.PipelineCode != "" && len(props.CustomPipelines) == 0 {
+		bad("PipelineCode", props.PipelineCode, "name the binary's pipelines in CustomPipelines (what `bootstrap pipelines` prints)")
+	}
+	for _, p := range s.pipelines {
+		if !pipeline.ValidName(p) {
+			bad("Pipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
+		} else if !slices.Contains(known, p) {
+			bad("Pipelines", p, fmt.Sprintf("neither built in nor in CustomPipelines (have %s); %s", strings.Join(slices.Sorted(slices.Values(known)), ", "), batch.RegisterPipelineHint))
+		}
+	}
+	if s.defaultPipeline != "" && !slices.Contains(s.pipelines, s.defaultPipeline) {
+		bad("DefaultPipeline", s.defaultPipeline, "not one of Pipelines")
+	}
+}
+
+// checkSchedules checks each schedule's name, expression and request.
+func (s *settings) checkSchedules(bad badProp) {
+	names := map[string]bool{}
+	for _, sc := range s.schedules {
+		field := "Schedules[" + sc.Name + "]"
+		if len(sc.Name) > 100 || !batch.ValidBatchID(sc.Name) || names[sc.Name] {
+			bad(field, sc.Name, "name must be unique, 1–100 bytes of [A-Za-z0-9_-]")
+		}
+		names[sc.Name] = true
+		if err := CheckScheduleExpression(sc.Expression); err != nil {
+			bad(field+".Expression", sc.Expression, "not an EventBridge schedule expression: "+err.Error())
+		}
+		var req batch.SubmitRequest
+		if err := json.Unmarshal(sc.Request, &req); err != nil {
+			bad(field+".Request", string(sc.Request), "not a submit request: "+err.Error())
+		} else if req.BatchID != "" {
+			bad(field+".Request", string(sc.Request), "batch_id derives from the schedule; leave it out")
+		} else if !slices.Contains(s.pipelines, req.Pipeline) {
+			bad(field+".Request", req.Pipeline, "pipeline is not one of Pipelines")
+		}
+	}
+}
+
+// checkCode picks each function's code folder and checks that it holds a
+// bootstrap binary.
+func (s *settings) checkCode(props *RunnerProps, bad badProp) {
+	s.code = map[string]string{}
+	for _, fn := range functionNames {
+		s.code[fn] = filepath.Join(s.functionsDir, fn)
+		if props.PipelineCode != "" && (fn == FunctionSubmit || fn == FunctionItem) {
+			s.code[fn] = props.PipelineCode
+		}
+	}
+	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep, FunctionItem} {
+		bootstrap := filepath.Join(s.code[fn], "bootstrap")
+		if info, err := os.Stat(bootstrap); err != nil || info.IsDir() {
+			if props.PipelineCode != "" && s.code[fn] == props.PipelineCode {
+				if fn == FunctionSubmit {
+					bad("PipelineCode", props.PipelineCode, fmt.Sprintf("no %s: build the binary whose main calls function.Start first", bootstrap))
+				}
+				continue
+			}
+			bad("FunctionsDir", s.functionsDir, fmt.Sprintf("no %s: build the functions first", bootstrap))
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package bulkrun
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// defineStorage defines the bucket and the table.
+//
+// Every reference to the bucket from a function or a policy uses its name
+// (r.bucketName) and ARNs built from it, never a Ref to the bucket: the
+// bucket depends on the submit function through its notification, so a
+// reference back from the function would be a cycle.
+func (r *runner) defineStorage() {
+	s := r.s
+	r.bucketName = jsii.String(s.bucketName)
+	if s.bucketName == "" {
+		r.bucketName = awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("bulkrun-"), awscdk.Aws_ACCOUNT_ID(), jsii.String("-"), awscdk.Aws_REGION(),
+		})
+	}
+	expire := func(id, prefix string) *awss3.LifecycleRule {
+		return &awss3.LifecycleRule{
+			Id:         jsii.String(id),
+			Enabled:    jsii.Bool(true),
+			Prefix:     jsii.String(prefix),
+			Expiration: awscdk.Duration_Days(jsii.Number(float64(s.retentionDays))),
+		}
+	}
+	r.bucket = awss3.NewBucket(r.Construct, jsii.String("Bucket"), &awss3.BucketProps{
+		BucketName:        r.bucketName,
+		RemovalPolicy:     r.removal,
+		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
+		Encryption:        awss3.BucketEncryption_S3_MANAGED,
+		// SSL-only on every target: the emulator does not evaluate bucket
+		// policies (see hardening.go).
+		EnforceSSL: jsii.Bool(true),
+		Versioned:  jsii.Bool(false),
+		LifecycleRules: &[]*awss3.LifecycleRule{{
+			Id:                                  jsii.String("abort-incomplete-multipart-uploads"),
+			Enabled:                             jsii.Bool(true),
+			AbortIncompleteMultipartUploadAfter: awscdk.Duration_Days(jsii.Number(1)),
+		},
+			// Local files the CLI uploaded, and error reports of refused
+			// uploads, go after the retention.
+			expire("expire-uploads", config.UploadsPrefix),
+			expire("expire-upload-errors", config.UploadErrorsPrefix),
+			expire("expire-schedule-errors", config.ScheduleErrorsPrefix),
+		},
+	})
+
+	// Table: one table for every bulkrun row.
+	r.table = awsdynamodb.NewTable(r.Construct, jsii.String("Table"), &awsdynamodb.TableProps{
+		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String(config.AttrPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:             &awsdynamodb.Attribute{Name: jsii.String(config.AttrSK), Type: awsdynamodb.AttributeType_STRING},
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		TimeToLiveAttribute: jsii.String(config.AttrExpiresAt),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(s.target == TargetAWS),
+		},
+		RemovalPolicy: r.removal,
+	})
+	// Item rows are listed by the table itself (pk ITEM#{id}#{shard}, sk
+	// the item key): no index copies them. The attention index is sparse:
+	// only failed and quarantined rows carry its keys, and they hold no
+	// output (docs/design.md, "Storage layout").
+	r.table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:      jsii.String(config.IndexAttention),
+		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String(config.AttrAttentionPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:        &awsdynamodb.Attribute{Name: jsii.String(config.AttrAttentionSK), Type: awsdynamodb.AttributeType_STRING},
+		ProjectionType: awsdynamodb.ProjectionType_ALL,
+	})
+	// The batches index lists batches newest first (GET /batches); it
+	// projects only what a listing shows, so most batch-row writes do not
+	// touch it (docs/design.md, "Storage layout").
+	r.table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:        jsii.String(config.IndexBatches),
+		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(config.AttrBatchesPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:          &awsdynamodb.Attribute{Name: jsii.String(config.AttrBatchesSK), Type: awsdynamodb.AttributeType_STRING},
+		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
+		NonKeyAttributes: jsii.Strings(config.BatchesProjection()...),
+	})
+}
+
+// s3Arn returns the ARN of bucket (when key is empty) or of key in bucket,
+// built from the bucket's name so that it does not reference the bucket
+// resource.
+func s3Arn(bucket *string, key string) *string {
+	parts := []*string{jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":s3:::"), bucket}
+	if key != "" {
+		parts = append(parts, jsii.String("/"+key))
+	}
+	return awscdk.Fn_Join(jsii.String(""), &parts)
+}
