@@ -60,7 +60,7 @@ CDK_CONTEXT += -c pipelines=$(PIPELINES)
 endif
 # Go pipelines of your own: PIPELINE_MODULE is a Go module (a folder with
 # its go.mod) whose package PIPELINE_MAIN calls function.Start with your
-# pipelines' declarations (README "Write your own pipeline"). `make
+# pipelines' declarations (docs/pipelines.md "Write your own pipeline"). `make
 # functions` builds it into build/pipeline-code/bootstrap and writes the
 # names it declares (`PIPELINE_MAIN pipelines`) beside it; the stack deploys
 # it as the submit and item functions (context pipelineCode and
@@ -151,7 +151,7 @@ test: lint unit integration
 # The web console in headless Chromium over the deployed stack (also part
 # of `make integration`; skipped there when no Chromium is installed,
 # except under CI=true). Saves screenshots to build/console/
-# (CONSOLE_SHOTS=docs/console refreshes the README's).
+# (CONSOLE_SHOTS=docs/console refreshes those docs/console.md shows).
 CONSOLE_SHOTS ?= build/console
 console-test: deploy
 	BULKRUN_CONSOLE_SHOTS=$(CURDIR)/$(CONSOLE_SHOTS) $(GO) test -tags integration -count=1 -timeout 10m -run '^TestConsoleBrowser$$' -v ./integration/

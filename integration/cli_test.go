@@ -20,8 +20,8 @@ import (
 
 // The bulkrun CLI against the deployed stack: submit a local file and
 // watch it (JSON output, exit code 3 when items failed), list the failed
-// items, read its results lines (bulkrun results, guarding the README's
-// "The command line"), forget the batch.
+// items, read its results lines (bulkrun results, guarding docs/cli.md
+// "Results lines"), forget the batch.
 func TestCLI(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bulkrun")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {

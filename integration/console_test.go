@@ -91,7 +91,7 @@ func startConsole(t *testing.T) string {
 }
 
 // shotsDir is where the test saves its screenshots: $BULKRUN_CONSOLE_SHOTS
-// (e.g. ../docs/console to refresh the README's), else ../build/console.
+// (e.g. ../docs/console to refresh those docs/console.md shows), else ../build/console.
 func shotsDir(t *testing.T) string {
 	d := os.Getenv("BULKRUN_CONSOLE_SHOTS")
 	if d == "" {

@@ -10,7 +10,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
-// TestCostCountsEveryAttempt guards the README's "Cost" lines: the census
+// TestCostCountsEveryAttempt guards docs/pipelines.md "Pipelines" (cost records): the census
 // and report carry `cost` (what the attempt that ended each item spent) and
 // `run_spent` (what every attempt of this run spent). Before, the rollup
 // counted only ending attempts (a webhook answered 429 twice then 200 was

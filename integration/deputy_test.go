@@ -27,7 +27,7 @@ import (
 // inputs into a batch the caller could read back; now it is 400
 // invalid_request naming source.object (source.prefix for a prefix). A
 // thumbnail item naming a key under batches/ fails permanently, naming
-// its bucket/key, while one naming an upload succeeds. Guards README
+// its bucket/key, while one naming an upload succeeds. Guards docs/sources.md
 // "Sources and who may read what".
 func TestConfusedDeputySources(t *testing.T) {
 	ctx := context.Background()
@@ -107,7 +107,7 @@ func TestConfusedDeputySources(t *testing.T) {
 // API Gateway's REST API sends it with IAM authorization (the caller's ARN
 // in requestContext.identity.userArn), given to the deployed submit
 // function, records that ARN as the batch's submitted_by: the batch row
-// (GET /batches/{id}) and the run's report carry it. Guards README "Who
+// (GET /batches/{id}) and the run's report carry it. Guards docs/sources.md "Who
 // submitted a batch".
 func TestSubmittedByRecorded(t *testing.T) {
 	ctx := context.Background()

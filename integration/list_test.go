@@ -64,7 +64,7 @@ type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }
 
-// Guards GET /batches and `bulkrun list` (README, "Using it"): batches
+// Guards GET /batches and `bulkrun list` (docs/api.md "Using it"): batches
 // newest first across month buckets and shards, paged by an opaque cursor
 // without a gap or a repeat, filtered by status and since, expired
 // batches left out, and a status change alone (a refusal) moving the
@@ -239,7 +239,7 @@ func TestListBatchesAcrossEmptyMonths(t *testing.T) {
 	}
 }
 
-// Guards GET /batches end to end (README, "Using it"): a batch submitted
+// Guards GET /batches end to end (docs/api.md "Using it"): a batch submitted
 // through the API is listed by the deployed API, with its status, and a
 // bad query is a 400 naming the parameter.
 func TestListBatchesAPI(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 // Item keys in paths: each awkward key released through the deployed REST
 // API (shared/client, as the CLI sends it) releases exactly that item, and
-// no other. Guards "POST /batches/{id}/items/{key}/release" (README, Using
-// it): releasing a/b must never release a%2Fb. The items are quarantined
+// no other. Guards "POST /batches/{id}/items/{key}/release" (docs/api.md "Using
+// it"): releasing a/b must never release a%2Fb. The items are quarantined
 // in this process on the stack's own table, so the API reads them. Keys
 // with an empty path segment ("a//b", a leading or trailing "/") are left
 // out: MiniStack drops empty segments from the path parameters (see

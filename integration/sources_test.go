@@ -108,7 +108,7 @@ func TestPrefixListingEveryPage(t *testing.T) {
 // (U+0001, a tab), a space, "+", "%" or non-ASCII are listed as stored by
 // the prefix source (one item each, every key reaching the pipeline as it
 // is) and by forget, which must delete such objects under batches/{id}/.
-// Guards the prefix source and forget (README, Using it; the sweep forgets
+// Guards the prefix source and forget (docs/api.md "Using it"; the sweep forgets
 // through the same listing): without EncodingType=url S3's XML answer
 // cannot carry U+0001 and submit answered 500.
 func TestPrefixListingUnusualKeys(t *testing.T) {

@@ -128,7 +128,7 @@ func apiBase(t *testing.T) string {
 // after the API got them (as API Gateway does past 29 s). The CLI prints
 // the batch id it chose before the first try, retries with that same id,
 // and watches the batch to the end: one batch, one manifest, and exactly
-// one webhook call per item. Guards README "The command line" (retries)
+// one webhook call per item. Guards docs/cli.md "Reaching the stack, submitting, watching" (retries)
 // and docs/design.md invariant 1 (one id, one plan).
 func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bulkrun")
@@ -209,7 +209,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 // (409), and the same request answers the same batch (202, created false).
 // Here the accepted batch's hand-off was lost (the row is put directly), so
 // that repeat also hands the read off again: the batch then runs, each
-// item once. Guards the README's API answers for POST /batches.
+// item once. Guards docs/api.md "Using it" (POST /batches answers).
 func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
@@ -282,7 +282,7 @@ func (h *handoffs) StartSubmit(_ context.Context, id string) error {
 // grace; one whose read may still run (deadline ahead) is left alone; one
 // whose last allowed read died is refused with code internal, visibly and
 // for good (running marker gone, resume refused). Guards docs/design.md
-// "Submitting" (no accepted batch is lost or stuck).
+// "Submitting past the gateway timeout" (no accepted batch is lost or stuck).
 func TestSubmitTickHandsOffOrRefuses(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })

@@ -13,7 +13,7 @@ and reads its answer:
 
 Raising works too: an exception whose class is named PermanentError or
 QuarantineError fails the item permanently or quarantines it; any other
-exception is transient (retried). See README, "Pipelines in any language".
+exception is transient (retried). See docs/pipelines.md, "Pipelines in any language".
 
 What this example does with an item's input:
 

@@ -1,7 +1,7 @@
 // Command item is bulkrun's item function with the built-in pipelines: it
 // runs item messages from the items queue and records dead-lettered ones.
 // Wiring only (package shared/function). A team's own Go pipelines run in
-// its own binary built with function.Start (README "Write your own
+// its own binary built with function.Start (docs/pipelines.md "Write your own
 // pipeline").
 package main
 

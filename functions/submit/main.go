@@ -2,7 +2,7 @@
 // pipelines: the REST API and S3 uploads under incoming/. Wiring only
 // (package shared/function); the logic is in shared/handler and
 // shared/batch. A team's own Go pipelines run in its own binary built
-// with function.Start (README "Write your own pipeline").
+// with function.Start (docs/pipelines.md "Write your own pipeline").
 package main
 
 import (

@@ -403,7 +403,7 @@ func TestFunctionEnvironment(t *testing.T) {
 // declared source buckets and prefixes in BULKRUN_SOURCES — whole
 // buckets as s3://bucket/, prefixes of the stack's bucket under its
 // name — and an emulator stack declaring none gets
-// DefaultEmulatorSourcePrefixes. Guards README "Sources and who may read
+// DefaultEmulatorSourcePrefixes. Guards docs/sources.md "Sources and who may read
 // what" and infra/README.md.
 func TestConfusedDeputySourcesProps(t *testing.T) {
 	for _, target := range targets {
@@ -1261,7 +1261,7 @@ func TestSweepAndLifecycle(t *testing.T) {
 // from RunnerProps.MaxManifestBytes (2 × the manifest + 64 MiB, at least
 // Lambda's 512 MiB, at most its 10,240 MiB), and the function is told the
 // size so that a full disk names it. Guards docs/design.md "Bounds" (the
-// largest source each setting supports) and README's stack props.
+// largest source each setting supports) and infra/README.md "Props and defaults".
 func TestSubmitEphemeralStorage(t *testing.T) {
 	for _, tt := range []struct {
 		manifestBytes int64

@@ -19,8 +19,8 @@ import (
 
 // Confused deputy, point 2: a source may name only the stack bucket's
 // upload prefixes and the declared sources; batches/ (another batch's
-// manifest, outputs, results) and incoming-errors/ never. Guards README
-// "Sources and who may read what" and docs/design.md "Confused deputy".
+// manifest, outputs, results) and incoming-errors/ never. Guards docs/sources.md
+// "Sources and who may read what" and docs/design.md "Sources: no confused deputy".
 func TestConfusedDeputySourcePolicy(t *testing.T) {
 	p := SourcePolicy{Bucket: "stack", Allowed: []string{"s3://stack/exports/", "s3://partner/", "s3://shared/bulkrun/"}}
 	tests := []struct {
@@ -97,7 +97,7 @@ func (discardOutputs) Put(_ context.Context, name, _ string, _ []byte) (string, 
 // Confused deputy, point 2, at run time: a thumbnail item whose input
 // names a key under batches/ (or an undeclared bucket) fails permanently,
 // naming the key, without reading it; an upload's key is read. Guards
-// README "Sources and who may read what" (item inputs are checked as
+// docs/sources.md "Sources and who may read what" (item inputs are checked as
 // sources are).
 func TestConfusedDeputyItemInput(t *testing.T) {
 	src := &opener{}

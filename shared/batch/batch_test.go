@@ -481,7 +481,7 @@ func TestItemMessageBodySize(t *testing.T) {
 // Submit past the gateway timeout, point 1: a repeated submit of a batch
 // still submitting is the same batch only with the same request; otherwise
 // the first field that differs is named (409). Rerun is a property of one
-// call, not of the batch. Guards README's POST /batches answers.
+// call, not of the batch. Guards docs/api.md "Using it" (POST /batches answers).
 func TestSameRequest(t *testing.T) {
 	base := SubmitRequest{BatchID: "b", Pipeline: "webhook", KeyField: "k", Source: SourceSpec{Object: "s3://x/a.jsonl"},
 		Options: json.RawMessage(`{"url": "http://a"}`), MaxAttempts: 3, OnInterrupt: InterruptRetry}

@@ -121,7 +121,7 @@ func TestCSVDelimiterAsSpreadsheetsExport(t *testing.T) {
 	}
 }
 
-// TestCSVCROnlyLineEndingsRefused guards the README line "CSV: … a
+// TestCSVCROnlyLineEndingsRefused guards docs/sources.md "Reading a source": "CSV: … a
 // source without items is refused": a CSV whose lines end in CR alone
 // (Excel's "CSV (Macintosh)") was read as one header line, no item, and
 // refused as an empty source although it held rows. It is refused naming

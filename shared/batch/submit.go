@@ -152,7 +152,7 @@ const MaxHeaderBytes = 16 << 10
 // has to be declared before submit accepts it. A Go pipeline is declared
 // once, in the main of the binary deployed as the submit and item
 // functions (its registry is what both run), and the stack names it.
-const RegisterPipelineHint = "pass its registered.Declaration to function.Start (shared/function/function.go) in the binary the stack deploys as the submit and item functions, name it in RunnerProps.CustomPipelines (infra/bulkrun/runner.go), and redeploy; see README \"Write your own pipeline\""
+const RegisterPipelineHint = "pass its registered.Declaration to function.Start (shared/function/function.go) in the binary the stack deploys as the submit and item functions, name it in RunnerProps.CustomPipelines (infra/bulkrun/runner.go), and redeploy; see docs/pipelines.md \"Write your own pipeline\""
 
 // ReservedHeaderPrefix is refused in submitted header names.
 const ReservedHeaderPrefix = "bulkrun."

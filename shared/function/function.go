@@ -15,7 +15,7 @@
 // registered.Declared of the same declarations); the stack deploys that
 // binary as both the submit and the item function. Submit then accepts
 // the names and checks their options (pipeline.OptionsValidator), and the
-// item function runs them. README "Write your own pipeline".
+// item function runs them. docs/pipelines.md "Write your own pipeline".
 //
 // Every function here returns only when the process cannot start (a
 // missing variable, a bad declaration, a stack naming a pipeline the

@@ -33,7 +33,7 @@ func (sentQueue) Send(context.Context, [][]byte) error { return nil }
 // Gateway's REST API sends it with IAM authorization records the
 // caller's ARN from requestContext.identity.userArn as the batch's
 // submitted_by, whatever the body says; an upload records its uploader
-// (userIdentity.principalId) and a schedule's tick its name. Guards README
+// (userIdentity.principalId) and a schedule's tick its name. Guards docs/sources.md
 // "Who submitted a batch".
 func TestSubmittedByIsRecorded(t *testing.T) {
 	const event = `{

@@ -141,8 +141,8 @@ func loadOpenAPI(t *testing.T) (validator.Validator, *v3.Document) {
 	return v, &m.Model
 }
 
-// TestContractOpenAPI guards the API contract (docs/openapi.yaml, README
-// "API"): the document is valid OpenAPI 3.1; it describes exactly the
+// TestContractOpenAPI guards the API contract (docs/openapi.yaml, docs/api.md
+// "Using it"): the document is valid OpenAPI 3.1; it describes exactly the
 // routes the handlers serve; its error codes are wire.Codes() and every
 // status ErrorOf gives is documented; every answer the real handlers give
 // (each route, success and error, through fixed stores) validates, status

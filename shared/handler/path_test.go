@@ -70,7 +70,7 @@ func mustUnescape(p string) string {
 // exactly the item named, whatever its key holds, whether the request
 // arrives as an API Gateway REST event (path encoded, parameters decoded),
 // as MiniStack's event (path decoded) or as plain HTTP. Guards "release"
-// (README, Using it): releasing a/b must never release a%2Fb.
+// (docs/api.md "Using it"): releasing a/b must never release a%2Fb.
 func TestItemKeysInPaths(t *testing.T) {
 	for _, key := range awkwardKeys {
 		t.Run(key, func(t *testing.T) {

@@ -45,7 +45,7 @@ func (w noSpace) Close() error { return w.f.Close() }
 // insufficient_storage naming the ephemeral storage limit and the stack
 // prop that raises it — not 500 "can be retried" — and the manifest upload
 // is aborted. A refused background read answers the same way on repeat.
-// Guards the README's API answers and docs/design.md "Bounds".
+// Guards docs/api.md "Using it" (the answers) and docs/design.md "Bounds".
 func TestOutOfSpaceIs507(t *testing.T) {
 	blobs := &discardBlobs{}
 	s := &batch.Submitter{

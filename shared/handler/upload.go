@@ -37,7 +37,7 @@ const (
 )
 
 // UploadOptions lists the x-amz-meta-<name> options an upload may carry,
-// in the order the README documents them.
+// in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{MetaBatchID, MetaPipeline, MetaKeyField, MetaFormat, MetaCSVDelimiter, MetaFailurePercent,
 		MetaFailureCount, MetaMaxAttempts, MetaStopOnThreshold, MetaPipelineOptions}

@@ -344,7 +344,7 @@ func TestRetriedStartClearsItsReport(t *testing.T) {
 	}
 }
 
-// TestUploadMetadataNamesAsTheAPISpellsThem guards the README line
+// TestUploadMetadataNamesAsTheAPISpellsThem guards docs/sources.md "Upload instead":
 // "Options come from its metadata (x-amz-meta-pipeline, -key-field, …)":
 // an upload whose metadata spells the names as the API's fields do
 // (x-amz-meta-key_field, any case) was read as if it had no such option,
@@ -375,7 +375,7 @@ func TestUploadMetadataNamesAsTheAPISpellsThem(t *testing.T) {
 	}
 }
 
-// TestUploadRefusesUnknownOptions guards the README line "a name close to
+// TestUploadRefusesUnknownOptions guards docs/sources.md "Upload instead": "a name close to
 // an option but not one is refused": an upload whose metadata misspelt an
 // option (x-amz-meta-keyfield) ran as if it had none, its items under
 // positional keys. A name near an option, or under the bulkrun- prefix, is
@@ -414,7 +414,7 @@ func TestUploadRefusesUnknownOptions(t *testing.T) {
 	}
 }
 
-// TestUploadErrorReportOfALongKey guards the README line "Every object
+// TestUploadErrorReportOfALongKey guards docs/sources.md "Upload instead": "Every object
 // under incoming/ either starts a batch or leaves an error report": the
 // report of an upload whose key is near S3's 1,024-byte limit was put at
 // incoming-errors/{name}.error.json, past the limit, so S3 refused it and

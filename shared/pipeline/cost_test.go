@@ -9,7 +9,7 @@ import (
 
 // Cost sums drift: amounts are summed as exact decimals, so the census, the
 // report and the CLI show 1, not 0.9999999999999999. Guards "the cost"
-// of the census (README, first paragraph; docs/design.md, Vocabulary).
+// of the census (README, first paragraph; docs/design.md "Vocabulary").
 func TestCostSumsExact(t *testing.T) {
 	repeat := func(n int, c Cost) []Cost {
 		out := make([]Cost, n)
@@ -98,7 +98,7 @@ func BenchmarkCostSumAdd(b *testing.B) {
 	}
 }
 
-// TestCostPlusAddsInDecimal guards an item's `spent` (README, "Cost"): the
+// TestCostPlusAddsInDecimal guards an item's `spent` (docs/pipelines.md "Pipelines"): the
 // cost of every attempt is added attempt by attempt, and a binary-float
 // sum would drift (0.1 + 0.2 = 0.30000000000000004).
 func TestCostPlusAddsInDecimal(t *testing.T) {

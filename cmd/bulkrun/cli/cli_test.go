@@ -22,7 +22,7 @@ import (
 
 // Cost sums drift: the CLI prints summed costs in plain decimal, without
 // binary-float noise. Guards `bulkrun status` and `bulkrun report`
-// (README, The command line).
+// (docs/cli.md "The command line").
 func TestPrintCostExact(t *testing.T) {
 	sum := pipeline.CostSum{}
 	for range 10 {
@@ -99,7 +99,7 @@ func TestSecretsCLIReadsHeadersFromFileOrEnv(t *testing.T) {
 	}
 }
 
-// TestSubmitRetryHintOnlyWhenRetryable guards the README line "if every
+// TestSubmitRetryHintOnlyWhenRetryable guards docs/cli.md "Reaching the stack, submitting, watching": "if every
 // try fails it says which --id to run again with": the hint was also given
 // for a refusal (400, 409, 507), where running the command again with that
 // id only gets the same refusal; it is given for failures a retry may cure.
@@ -163,7 +163,7 @@ func TestRequestBatchIDNamesTheRequest(t *testing.T) {
 	}
 }
 
-// TestSubmitItemsPerMessageFlag guards the README line "CLI
+// TestSubmitItemsPerMessageFlag guards docs/api.md "More submit options": "CLI
 // --items-per-message": the flag sets the request's items_per_message.
 func TestSubmitItemsPerMessageFlag(t *testing.T) {
 	a := &app{}

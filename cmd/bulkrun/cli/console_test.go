@@ -431,7 +431,7 @@ func TestConsoleListensOnLoopbackOnly(t *testing.T) {
 // processes of the machine, which can connect to 127.0.0.1 too: without
 // the session cookie that only the printed address (?token=) gives, the
 // page, the data and the actions are refused and nothing reaches the API
-// (product line: "the console acts only for its own page", README "The
+// (product line: "the console acts only for its own page", docs/console.md "The
 // console"). The static assets hold no data and are served to anyone.
 func TestConsoleNeedsSession(t *testing.T) {
 	api := &fakeAPI{}

@@ -17,7 +17,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
-// Guards `bulkrun list --since` (README, The command line): durations,
+// Guards `bulkrun list --since` (docs/cli.md "Listing batches"): durations,
 // days, dates and RFC 3339 times, and a clear error otherwise.
 func TestListSinceForms(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -66,7 +66,7 @@ func fakeList(t *testing.T, pages map[string]batch.BatchPage) (*client.Client, *
 	return c, &queries
 }
 
-// Guards `bulkrun list` (README, The command line): the table's columns,
+// Guards `bulkrun list` (docs/cli.md "Listing batches"): the table's columns,
 // following short pages up to --limit, --all following every cursor,
 // --output json as the API's page, and the filters sent as the API's
 // query.

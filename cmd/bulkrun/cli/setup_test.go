@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// TestCLISaysWhatIsMissing guards the README line "a CLI that cannot reach
+// TestCLISaysWhatIsMissing guards docs/cli.md "Reaching the stack, submitting, watching": "a CLI that cannot reach
 // the stack says what is missing and how to fix it": without a region,
 // credentials, a reachable endpoint or a deployed stack, the CLI printed the
 // SDK's raw error. Each case gets a *SetupError naming what is missing and

@@ -10,8 +10,8 @@ import (
 )
 
 // TestRun covers the example pipeline's whole contract: output, cost
-// records and the error class of each bad input (the README's "Write your
-// own pipeline" section shows this pipeline).
+// records and the error class of each bad input (docs/pipelines.md "Write your
+// own pipeline" shows this pipeline).
 func TestRun(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -2,7 +2,7 @@
 // runs: the built-ins (package builtin) plus the Declarations a binary is
 // given. bulkrun's own submit and item functions declare none; a team adds
 // its Go pipelines by building those two functions from its own module
-// with its Declarations (package shared/function, README "Write your own
+// with its Declarations (package shared/function, docs/pipelines.md "Write your own
 // pipeline"), and the stack names them in RunnerProps.CustomPipelines.
 // The item function runs what Build returns, and submit checks pipeline
 // names and options against the same registry.

@@ -140,7 +140,7 @@ func TestCheckListed(t *testing.T) {
 // TestRegisterPipelineHint guards the product line "the unknown-pipeline
 // error says where to register": the files the hint names exist and
 // declare what it names (function.Start, RunnerProps.CustomPipelines),
-// and the README section it names exists.
+// and the section of the manual it names exists.
 func TestRegisterPipelineHint(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
 	files := regexp.MustCompile(`[\w/]+\.go`).FindAllString(batch.RegisterPipelineHint, -1)
@@ -157,15 +157,15 @@ func TestRegisterPipelineHint(t *testing.T) {
 			t.Errorf("hint %q: %s does not declare %q", batch.RegisterPipelineHint, file, want)
 		}
 	}
-	section := regexp.MustCompile(`README "([^"]+)"`).FindStringSubmatch(batch.RegisterPipelineHint)
+	section := regexp.MustCompile(`(docs/[a-z]+\.md) "([^"]+)"`).FindStringSubmatch(batch.RegisterPipelineHint)
 	if section == nil {
-		t.Fatalf("hint %q names no README section", batch.RegisterPipelineHint)
+		t.Fatalf("hint %q names no section of the manual (docs/PAGE.md \"Heading\")", batch.RegisterPipelineHint)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(root, section[1]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^#+ ` + regexp.QuoteMeta(section[1]) + `\s*$`).Match(readme) {
-		t.Errorf("README has no section %q", section[1])
+	if !regexp.MustCompile(`(?m)^#+ ` + regexp.QuoteMeta(section[2]) + `\s*$`).Match(page) {
+		t.Errorf("%s has no section %q", section[1], section[2])
 	}
 }

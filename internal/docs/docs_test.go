@@ -1,0 +1,228 @@
+package docs
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const root = "../.."
+
+// readmeMaxLines is the most lines the README may have: it is a front
+// page (what bulkrun is, the two commands, a tour, links); the manual is
+// the pages under docs/.
+const readmeMaxLines = 250
+
+// markdownFiles are the repository's Markdown files, relative to the root,
+// outside build outputs and installed tools.
+func markdownFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && skipDir(d.Name()) && path != root {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func skipDir(name string) bool {
+	switch name {
+	case "node_modules", "build", "cdk.out", "demo-output", "testdata", ".ministack":
+		return true
+	}
+	return strings.HasPrefix(name, ".")
+}
+
+// headings returns the headings of a Markdown file, as written and as
+// GitHub's anchors (lower case, punctuation but - and _ dropped, spaces as
+// -), outside code blocks.
+func headings(t *testing.T, file string) (titles, anchors map[string]bool) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, file))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	titles, anchors = map[string]bool{}, map[string]bool{}
+	inBlock := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			inBlock = !inBlock
+			continue
+		}
+		m := regexp.MustCompile(`^#+ (.+?)\s*$`).FindStringSubmatch(l)
+		if inBlock || m == nil {
+			continue
+		}
+		titles[m[1]] = true
+		anchors[anchor(m[1])] = true
+	}
+	return titles, anchors
+}
+
+// anchor is GitHub's anchor of a heading.
+func anchor(title string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(title) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestDocLinks: every relative link of every Markdown file names a file or
+// folder that exists, and its #anchor a heading of that file.
+func TestDocLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, file := range markdownFiles(t) {
+		raw, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(raw), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, frag, _ := strings.Cut(target, "#")
+			resolved := file
+			if path != "" {
+				resolved = filepath.ToSlash(filepath.Join(filepath.Dir(file), path))
+				if _, err := os.Stat(filepath.Join(root, resolved)); err != nil {
+					t.Errorf("%s: link %q: %s does not exist", file, target, resolved)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(resolved, ".md") {
+				if _, anchors := headings(t, resolved); !anchors[frag] {
+					t.Errorf("%s: link %q: %s has no heading with anchor #%s", file, target, resolved, frag)
+				}
+			}
+		}
+	}
+}
+
+// sectionRef is a reference to a section: a Markdown file, written as the
+// repository names it (README, README.md, docs/cli.md, infra/README.md,
+// or a page's bare name inside docs/), then an optional comma or "(" and
+// the heading in double quotes: the heading itself, or its beginning up
+// to a parenthesis or a colon.
+var sectionRef = regexp.MustCompile(`(?:^|[\s(\[])((?:docs/|infra/|localstack/|examples/)?[a-z]+\.md|README(?:\.md)?),? \(?"([^"]+)"`)
+
+// TestDocSectionReferences: every reference to a section of the manual, in
+// the Markdown files, in the code's comments and messages and in the
+// Makefile, names a heading that exists. Comment markers and line breaks
+// are read as spaces, so a reference may wrap.
+func TestDocSectionReferences(t *testing.T) {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && skipDir(d.Name()) && path != root {
+			return filepath.SkipDir
+		}
+		switch ext := filepath.Ext(path); {
+		case d.IsDir():
+		case ext == ".go" || ext == ".md" || ext == ".py" || ext == ".yaml" || ext == ".sh" || d.Name() == "Makefile":
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwrap := regexp.MustCompile(`\n\s*(?://|#)?\s*`)
+	checked := 0
+	for _, file := range files {
+		raw, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := unwrap.ReplaceAllString(string(raw), " ")
+		text = strings.ReplaceAll(text, `\"`, `"`) // inside Go strings
+		for _, m := range sectionRef.FindAllStringSubmatch(text, -1) {
+			doc := m[1]
+			switch {
+			case doc == "README":
+				doc = "README.md"
+			case !strings.Contains(doc, "/"):
+				doc = filepath.ToSlash(filepath.Join(filepath.Dir(file), doc))
+			}
+			if _, err := os.Stat(filepath.Join(root, doc)); err != nil {
+				t.Errorf("%s: reference %s %q: %s does not exist", file, m[1], m[2], doc)
+				continue
+			}
+			if titles, _ := headings(t, doc); !names(titles, m[2]) {
+				t.Errorf("%s: reference %s %q: %s has no such heading", file, m[1], m[2], doc)
+			}
+			checked++
+		}
+	}
+	t.Logf("%d section references checked", checked)
+	if checked < 30 {
+		t.Errorf("checked %d section references; the pattern no longer finds them?", checked)
+	}
+}
+
+// names reports whether ref names one of the headings: the heading itself,
+// or its beginning up to a parenthesis or a colon ("Item packing" names
+// "Item packing (items_per_message)").
+func names(titles map[string]bool, ref string) bool {
+	if titles[ref] {
+		return true
+	}
+	for title := range titles {
+		if strings.HasPrefix(title, ref+" (") || strings.HasPrefix(title, ref+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReadmeIsAFrontPage: the README is at most readmeMaxLines lines, keeps
+// its two commands, and links every page of docs/ (the manual).
+func TestReadmeIsAFrontPage(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	if n := strings.Count(readme, "\n"); n > readmeMaxLines {
+		t.Errorf("README.md has %d lines, want at most %d: move the manual's text to a page of docs/", n, readmeMaxLines)
+	}
+	for _, cmd := range []string{"make demo", "make test"} {
+		if !strings.Contains(readme, cmd) {
+			t.Errorf("README.md does not show %q", cmd)
+		}
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		rel := "docs/" + filepath.Base(p)
+		if !strings.Contains(readme, "]("+rel+")") {
+			t.Errorf("README.md does not link %s", rel)
+		}
+	}
+}
