@@ -28,14 +28,14 @@ func main() {
 	case err == nil:
 	case errors.As(err, &ec):
 		if ec.Err != nil {
-			fmt.Fprintln(os.Stderr, "bulkrun:", ec.Err)
+			fmt.Fprintln(os.Stderr, "bulkrun:", cli.Escape(ec.Err.Error()))
 		}
 		os.Exit(ec.Code)
 	case strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "required flag"):
-		fmt.Fprintln(os.Stderr, "bulkrun:", err)
+		fmt.Fprintln(os.Stderr, "bulkrun:", cli.Escape(err.Error()))
 		os.Exit(cli.ExitUsage)
 	default:
-		fmt.Fprintln(os.Stderr, "bulkrun:", err)
+		fmt.Fprintln(os.Stderr, "bulkrun:", cli.Escape(err.Error()))
 		os.Exit(cli.ExitFailure)
 	}
 }

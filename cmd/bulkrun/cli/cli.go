@@ -257,7 +257,7 @@ func (a *app) submitCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(a.errw, "uploaded %d files to %s\n", n, uri)
+					textf(a.errw, "uploaded %d files to %s\n", n, uri)
 					req.Source = batch.SourceSpec{Prefix: uri}
 					local = true
 					break
@@ -304,7 +304,7 @@ func (a *app) submitCmd() *cobra.Command {
 					req.BatchID = RequestBatchID(req)
 				}
 			}
-			fmt.Fprintf(a.errw, "batch %s: submitting\n", req.BatchID)
+			textf(a.errw, "batch %s: submitting\n", req.BatchID)
 			v, err := a.api.Submit(ctx, req)
 			if err != nil {
 				return submitError(err, req.BatchID)
@@ -313,12 +313,12 @@ func (a *app) submitCmd() *cobra.Command {
 				if a.output == "json" {
 					return a.printJSON(v)
 				}
-				fmt.Fprintln(a.out, v.ID)
+				textln(a.out, v.ID)
 				created := v.Created != nil && *v.Created
 				if v.Status == batch.StatusSubmitting {
-					fmt.Fprintf(a.errw, "batch %s: accepted, reading the source (created: %v); bulkrun watch %s\n", v.ID, created, v.ID)
+					textf(a.errw, "batch %s: accepted, reading the source (created: %v); bulkrun watch %s\n", v.ID, created, v.ID)
 				} else {
-					fmt.Fprintf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
+					textf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
 				}
 				return nil
 			}
@@ -431,7 +431,7 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 			return "", 0, err
 		}
 		rel, _ := filepath.Rel(dir, f)
-		fmt.Fprintf(h, "%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))
+		h.Write([]byte(fmt.Sprintf("%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))))
 	}
 	prefix := "uploads/" + hex.EncodeToString(h.Sum(nil))[:16] + "/"
 	s3c := blob.NewS3(a.aws)
@@ -511,7 +511,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 		case v.Status == batch.StatusSubmitting:
 			if time.Since(lastLine) >= 10*time.Second {
 				lastLine = time.Now()
-				fmt.Fprintf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
+				textf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
 			}
 			return
 		default:
@@ -531,12 +531,12 @@ func (a *app) watch(ctx context.Context, id string) error {
 			bar.Describe(desc)
 		} else if time.Since(lastLine) >= 10*time.Second || v.Status.Finished() {
 			lastLine = time.Now()
-			fmt.Fprintf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
+			textf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
 		}
 	})
 	if bar != nil {
 		_ = bar.Finish()
-		fmt.Fprintln(a.errw)
+		textln(a.errw)
 	}
 	if err != nil {
 		return err
@@ -559,24 +559,24 @@ func (a *app) show(v wire.BatchView) error {
 	if a.output == "json" {
 		return a.printJSON(v)
 	}
-	fmt.Fprintf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
+	textf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
 	if v.Stop != "" {
-		fmt.Fprintf(a.out, "stopping: %s (%s)\n", v.Stop, v.StopDetail)
+		textf(a.out, "stopping: %s (%s)\n", v.Stop, v.StopDetail)
 	}
 	if v.Refusal != nil {
-		fmt.Fprintf(a.out, "refused: %s\n", refusalText(v.Refusal))
+		textf(a.out, "refused: %s\n", refusalText(v.Refusal))
 	}
 	if c := v.Census; c != nil {
-		fmt.Fprintf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
+		textf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
 		a.printCost("cost (ending attempts)", c.Cost)
 		a.printCost("spent by this run", c.RunSpent)
 	}
 	if v.Progress != nil {
-		fmt.Fprintf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
+		textf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
 	}
 	if v.Report != "" {
-		fmt.Fprintf(a.out, "report: %s\n", v.Report)
+		textf(a.out, "report: %s\n", v.Report)
 	}
 	return nil
 }
@@ -618,11 +618,9 @@ func (a *app) itemsCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(batch.ItemPage{Items: items, NextCursor: next})
 			}
-			for _, it := range items {
-				fmt.Fprintf(a.out, "%s\t%s\t%d\t%s\n", it.Key, it.Outcome, it.RunAttempts, it.Error)
-			}
+			a.printItems(items)
 			if next != "" {
-				fmt.Fprintf(a.errw, "more: --cursor %s\n", next)
+				textf(a.errw, "more: --cursor %s\n", next)
 			}
 			return nil
 		},
@@ -650,15 +648,7 @@ func (a *app) reportCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(r)
 			}
-			c := r.Census
-			fmt.Fprintf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
-			fmt.Fprintf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
-			a.printCost("cost (ending attempts)", c.Cost)
-			a.printCost("spent by this run", c.RunSpent)
-			if r.Verdict.Exceeded {
-				fmt.Fprintf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
-			}
-			fmt.Fprintf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
+			a.printReport(r)
 			return nil
 		},
 	}
@@ -681,7 +671,7 @@ func (a *app) simple(use, short string, nargs int, names string, run func(ctx co
 			if a.output == "json" {
 				return a.printJSON(v)
 			}
-			fmt.Fprintln(a.out, v.(map[string]string)["message"])
+			textln(a.out, v.(map[string]string)["message"])
 			return nil
 		},
 	}
@@ -717,6 +707,28 @@ func (a *app) releaseCmd() *cobra.Command {
 		})
 }
 
+// printItems writes one line per item: key, outcome, attempts of this run
+// and error, tab-separated, each text escaped (Escape), so that a key or an
+// error holding a newline, a tab or a terminal escape stays on its line.
+func (a *app) printItems(items []batch.Item) {
+	for _, it := range items {
+		textf(a.out, "%s\t%s\t%d\t%s\n", it.Key, it.Outcome, it.RunAttempts, it.Error)
+	}
+}
+
+// printReport writes a run's report as text.
+func (a *app) printReport(r batch.Report) {
+	c := r.Census
+	textf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
+	textf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
+	a.printCost("cost (ending attempts)", c.Cost)
+	a.printCost("spent by this run", c.RunSpent)
+	if r.Verdict.Exceeded {
+		textf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
+	}
+	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
+}
+
 // refusalText is a refusal's code and message.
 func refusalText(r *batch.SubmitRefusal) string {
 	if r == nil {
@@ -732,9 +744,9 @@ func (a *app) printCost(label string, c pipeline.CostSum) {
 	if len(c) == 0 {
 		return
 	}
-	fmt.Fprint(a.out, label+":")
+	textf(a.out, "%s:", label)
 	for _, k := range c.Names() {
-		fmt.Fprintf(a.out, "  %s %s", k, c.Text(k))
+		textf(a.out, "  %s %s", k, c.Text(k))
 	}
-	fmt.Fprintln(a.out)
+	textln(a.out)
 }

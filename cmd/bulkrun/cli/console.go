@@ -153,7 +153,7 @@ console's session; without it the console answers nothing.`,
 			// console's session; other users and processes of this machine,
 			// who can reach 127.0.0.1 too, do not know it.
 			u := fmt.Sprintf("http://127.0.0.1:%d/?token=%s", c.port, c.token)
-			fmt.Fprintf(a.out, "bulkrun console: %s (stack %s; Ctrl-C to stop)\n", u, a.stack)
+			textf(a.out, "bulkrun console: %s (stack %s; Ctrl-C to stop)\n", u, a.stack)
 			if open {
 				// The browser is given a private file that leads to u, not u
 				// itself: a command line is visible to every user of the
@@ -164,7 +164,7 @@ console's session; without it the console answers nothing.`,
 					err = openBrowser("file://" + filepath.ToSlash(f))
 				}
 				if err != nil {
-					fmt.Fprintf(a.errw, "could not open a browser (%v): open %s yourself\n", err, u)
+					textf(a.errw, "could not open a browser (%v): open %s yourself\n", err, u)
 				}
 			}
 			return c.Serve(ctx, ln)

@@ -80,7 +80,7 @@ func (a *app) listCmd() *cobra.Command {
 			}
 			printBatches(a, got.Batches)
 			if got.NextCursor != "" {
-				fmt.Fprintf(a.errw, "more: --cursor %s (or --all)\n", got.NextCursor)
+				textf(a.errw, "more: --cursor %s (or --all)\n", got.NextCursor)
 			}
 			return nil
 		},
@@ -105,7 +105,7 @@ func statusNames() []string {
 // UTC to the second, "-" for what does not apply.
 func printBatches(a *app, bs []batch.BatchSummary) {
 	w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "BATCH\tSTATUS\tPIPELINE\tITEMS\tRUN\tCREATED\tFINISHED\tNOTE")
+	textf(w, "BATCH\tSTATUS\tPIPELINE\tITEMS\tRUN\tCREATED\tFINISHED\tNOTE\n")
 	for _, b := range bs {
 		items, run, finished := "-", "-", "-"
 		if b.Status != batch.StatusSubmitting && b.Status != batch.StatusRefused {
@@ -114,7 +114,7 @@ func printBatches(a *app, bs []batch.BatchSummary) {
 		if !b.FinishedAt.IsZero() && b.Status.Finished() {
 			finished = b.FinishedAt.UTC().Format(listTime)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Status, b.Pipeline, items, run,
+		textf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Status, b.Pipeline, items, run,
 			b.CreatedAt.UTC().Format(listTime), finished, note(b))
 	}
 	_ = w.Flush()

@@ -156,6 +156,6 @@ func (a *app) downloadResults(ctx context.Context, path string, rep batch.Report
 		os.Remove(f.Name())
 		return err
 	}
-	fmt.Fprintf(a.errw, "batch %s run %d: %d bytes of results written to %s\n", rep.BatchID, rep.Run, n, path)
+	textf(a.errw, "batch %s run %d: %d bytes of results written to %s\n", rep.BatchID, rep.Run, n, path)
 	return nil
 }

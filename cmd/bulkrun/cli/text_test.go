@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
+	"github.com/shopspring/decimal"
+)
+
+// hostile are texts a pipeline or a source file can put in a key, an
+// error, an output or a cost name: a window-title change, a screen clear,
+// a red forged verdict, a newline that forges a row, a tab that forges a
+// column, a C1 CSI, a bidi override and a byte that is not UTF-8.
+var hostile = []string{
+	"\x1b]0;pwned\x07",
+	"\x1b[2J\x1b[H",
+	"\x1b[31mFORGED: all items succeeded\x1b[0m",
+	"k1\nok\tsucceeded\t1\t",
+	"a\rb",
+	"\u009b31m",
+	"\u202egnp.exe",
+	"bad\xffbyte",
+	`back\slash`,
+}
+
+func TestEscape(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain key-1 ünïcödé 日本 🙂", "plain key-1 ünïcödé 日本 🙂"},
+		{"\x1b]0;pwned\x07", `\x1b]0;pwned\x07`},
+		{"k1\nok\tsucceeded", `k1\nok\tsucceeded`},
+		{"a\rb\x00c\x7f", `a\rb\x00c\x7f`},
+		{"\u009b31m", `\u009b31m`},
+		{"\u202egnp.exe\u2028", `\u202egnp.exe\u2028`},
+		{"bad\xffbyte", `bad\xffbyte`},
+		{`a\nb`, `a\\nb`}, // a literal backslash-n never looks like an escaped newline
+	} {
+		if got := Escape(tc.in); got != tc.want {
+			t.Errorf("Escape(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// inertLines checks that out holds exactly wantLines lines and no byte a
+// terminal acts on: no control character but the line ends, no C1, no
+// bidi control, valid UTF-8.
+func inertLines(t *testing.T, what, out string, wantLines int) {
+	t.Helper()
+	if !utf8.ValidString(out) {
+		t.Errorf("%s: output is not UTF-8: %q", what, out)
+	}
+	for _, r := range strings.TrimSuffix(out, "\n") {
+		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f || unsafeRune(r) {
+			t.Errorf("%s: raw %U in output %q", what, r, out)
+			break
+		}
+	}
+	if n := strings.Count(out, "\n"); n != wantLines {
+		t.Errorf("%s: %d lines, want %d:\n%s", what, n, wantLines, out)
+	}
+}
+
+// Terminal escapes from item texts: `bulkrun items`, `status`, `report`
+// and `list` in text mode print every key, error, output, cost name,
+// refusal and stop detail escaped, one item per line, whatever they hold.
+func TestTextOutputEscapesItemTexts(t *testing.T) {
+	var items []batch.Item
+	cost := pipeline.CostSum{}
+	for i, h := range hostile {
+		items = append(items, batch.Item{Key: h, Outcome: batch.OutcomeFailed, RunAttempts: i, Error: h})
+		cost[h] = decimal.NewFromInt(1)
+	}
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	a.printItems(items)
+	inertLines(t, "items", out.String(), len(items))
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		if n := strings.Count(line, "\t"); n != 3 {
+			t.Errorf("items: line %q has %d tabs, want 3 (key, outcome, attempts, error)", line, n)
+		}
+	}
+
+	out.Reset()
+	h := strings.Join(hostile, "")
+	a.show(wire.BatchView{
+		Batch:  batch.Batch{ID: "b1", Status: batch.StatusRunning, Pipeline: h, Stop: batch.StatusThresholdExceeded, StopDetail: h, Refusal: &batch.SubmitRefusal{Code: h, Message: h}},
+		Census: &batch.Census{Cost: cost}, Report: h,
+	})
+	inertLines(t, "status", out.String(), 6)
+
+	out.Reset()
+	a.printReport(batch.Report{BatchID: "b1", Status: batch.StatusCompleted, Census: batch.Census{Cost: cost},
+		Verdict: batch.Verdict{Exceeded: true, Limit: h, Detail: h}, Outputs: h})
+	inertLines(t, "report", out.String(), 6)
+
+	out.Reset()
+	printBatches(a, []batch.BatchSummary{{ID: "b1", Status: batch.StatusRefused, Pipeline: h, Refusal: &batch.SubmitRefusal{Code: h}}})
+	inertLines(t, "list", out.String(), 2)
+}
+
+// `-o json` stays exact: the same hostile texts come back byte for byte
+// from the JSON the CLI prints, and no raw ESC reaches the terminal.
+func TestJSONOutputExact(t *testing.T) {
+	var items []batch.Item
+	for _, h := range hostile {
+		if !utf8.ValidString(h) {
+			continue // JSON carries UTF-8 text only
+		}
+		items = append(items, batch.Item{Key: h, Outcome: batch.OutcomeFailed, Error: h})
+	}
+	var out bytes.Buffer
+	if err := (&app{out: &out}).printJSON(batch.ItemPage{Items: items}); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsAny(out.Bytes(), "\x1b\x07\r") {
+		t.Errorf("JSON output holds a raw control byte: %q", out.String())
+	}
+	var back batch.ItemPage
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range back.Items {
+		if it.Key != items[i].Key || it.Error != items[i].Error {
+			t.Errorf("item %d: key %q error %q back, want %q", i, it.Key, it.Error, items[i].Key)
+		}
+	}
+}
+
+// TestTextOutputGoesThroughOneHelper: no file of the command prints with
+// fmt.Print*/Fprint* or writes to os.Stdout/os.Stderr directly except
+// text.go (textf, textln) and the console opener's HTML file; a new print
+// must use textf so that its data is escaped.
+func TestTextOutputGoesThroughOneHelper(t *testing.T) {
+	allowed := map[string]bool{"text.go:Escape": true, "text.go:textf": true, "text.go:textln": true, "console.go:consoleOpener": true}
+	for _, dir := range []string{".", ".."} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			file, err := parser.ParseFile(fset, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range file.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || allowed[filepath.Base(f)+":"+fd.Name.Name] {
+					continue
+				}
+				ast.Inspect(fd, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					pkg, ok := sel.X.(*ast.Ident)
+					if !ok {
+						return true
+					}
+					name := pkg.Name + "." + sel.Sel.Name
+					if pkg.Name == "fmt" && (strings.HasPrefix(sel.Sel.Name, "Print") || strings.HasPrefix(sel.Sel.Name, "Fprint")) && !(dir == ".." && name == "fmt.Fprintln") ||
+						pkg.Name == "os" && (sel.Sel.Name == "Stdout" || sel.Sel.Name == "Stderr") && dir == "." {
+						t.Errorf("%s: %s in %s prints around textf (text.go)", fset.Position(sel.Pos()), name, fd.Name.Name)
+					}
+					return true
+				})
+			}
+		}
+	}
+	if b, _ := os.ReadFile("../main.go"); !bytes.Contains(b, []byte("cli.Escape(")) {
+		t.Error("main.go prints errors without cli.Escape")
+	}
+}
