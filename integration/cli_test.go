@@ -160,3 +160,57 @@ func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
 		t.Errorf("forget: %v", err)
 	}
 }
+
+// A submit without --watch waits (at most cli.SubmitWait) until the
+// source is frozen or refused: a refused source exits 1 naming the line,
+// key or field (a duplicate key, a wrong --key-field, an empty file); the
+// refused batch is listed as refused and does not hold its id, so the
+// corrected file under the same --id is accepted and runs.
+func TestCLISubmitReportsRefusal(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	id := newID(t)
+	url := env.hook.route(id, func(string, int) int { return 200 })
+	submit := func(body, keyField string) (string, string, int) {
+		t.Helper()
+		src := filepath.Join(t.TempDir(), "orders.jsonl")
+		if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "submit", src, "--pipeline", "webhook", "--id", id, "--key-field", keyField, "--options", fmt.Sprintf(`{"url":%q}`, url))
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("submit → %d\n%s", code, stderr.String())
+		return stdout.String(), stderr.String(), code
+	}
+	for _, tc := range []struct{ name, body, keyField, says string }{
+		{"duplicate keys", "{\"k\":\"a\"}\n{\"k\":\"b\"}\n{\"k\":\"a\"}\n", "k", `line 3 (key "a")`},
+		{"wrong key field", "{\"k\":\"a\"}\n", "order_id", "order_id"},
+	} {
+		_, stderr, code := submit(tc.body, tc.keyField)
+		if code != 1 || !strings.Contains(stderr, "was refused") || !strings.Contains(stderr, tc.says) {
+			t.Fatalf("%s: exit %d, stderr %q: want exit 1 naming %q", tc.name, code, stderr, tc.says)
+		}
+		v, err := env.api.Status(context.Background(), id)
+		if err != nil || v.Status != batch.StatusRefused {
+			t.Fatalf("%s: status %s %v, want refused", tc.name, v.Status, err)
+		}
+	}
+	stdout, stderr, code := submit("{\"k\":\"a\"}\n{\"k\":\"b\"}\n", "k")
+	if code != 0 || strings.TrimSpace(stdout) != id || !strings.Contains(stderr, "2 items, run 1") {
+		t.Fatalf("corrected file under the refused id: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if v := wait(t, id); v.Census.Succeeded != 2 {
+		t.Fatalf("corrected batch: %+v", v.Census)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -614,7 +615,8 @@ func TestScheduleTickIsOneBatch(t *testing.T) {
 	}
 }
 
-// A refused upload leaves an error report naming the line, and no batch.
+// A refused upload leaves an error report naming the line and a refused
+// batch that `bulkrun list` shows; the refused batch does not hold its id.
 func TestRefusedUploadIsReported(t *testing.T) {
 	ctx := context.Background()
 	name := newID(t)
@@ -640,9 +642,29 @@ func TestRefusedUploadIsReported(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if _, err := env.api.Status(ctx, name); !errors.Is(err, batch.ErrNotFound) {
-		t.Fatalf("status: %v, want not found", err)
+	// The refusal is a refused batch, listed as any other, naming the line.
+	v, err := env.api.Status(ctx, name)
+	if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Line != 2 || v.Source != "s3://"+env.bucket+"/"+key {
+		t.Fatalf("status: %+v %v, want refused naming line 2 and the upload", v.Refusal, err)
 	}
+	page, err := env.api.ListBatches(ctx, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusRefused}, Limit: 1000})
+	if err != nil || !slices.ContainsFunc(page.Batches, func(b batch.BatchSummary) bool { return b.ID == name && b.Refusal != nil }) {
+		t.Fatalf("list --status refused: %v, want %s among %d", err, name, len(page.Batches))
+	}
+	// The refused batch does not hold its id: the corrected upload runs under it.
+	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader("{\"a\":1}\n{\"a\":2}\n"),
+		Metadata: map[string]string{"pipeline": "webhook", "batch-id": name, "pipeline-options": `{"url":"http://127.0.0.1:9/x"}`}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for v.Status == batch.StatusRefused && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		v, err = env.api.Status(ctx, name)
+	}
+	if err != nil || v.Status == batch.StatusRefused || v.ItemCount != 2 {
+		t.Fatalf("corrected upload under the refused id: %s %d items %v, want a batch of 2 items", v.Status, v.ItemCount, err)
+	}
+	wait(t, name)
 }
 
 // The API refuses options the pipeline would refuse for every item, and

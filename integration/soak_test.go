@@ -104,7 +104,9 @@ func TestSoak(t *testing.T) {
 	for i := range n {
 		fmt.Fprintf(&manifest, "{\"id\":\"s-%05d\",\"n\":%d}\n", i, i)
 	}
-	src := "soak/" + id + ".jsonl"
+	// Under it-sources/, a prefix the emulator stack allows as a source
+	// (DefaultEmulatorSourcePrefixes); soak/ is not one.
+	src := "it-sources/soak/" + id + ".jsonl"
 	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &src, Body: bytes.NewReader(manifest.Bytes())}); err != nil {
 		t.Fatal(err)
 	}

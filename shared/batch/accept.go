@@ -46,8 +46,9 @@ type Handoff interface {
 //
 // A repeated submit with the same id: while submitting, the same request
 // answers the same batch (Created false) and another is a *MismatchError
-// naming the first field that differs; once refused, the same request gets
-// the refusal again (*BatchRefusedError); once frozen, Submit's rules hold (the
+// naming the first field that differs; once refused, the id is free: the
+// refused batch is forgotten and the request (the same or a corrected one)
+// accepted afresh; once frozen, Submit's rules hold (the
 // source is read again and its digest compared). Idempotent per (id,
 // request). Errors: *InputError for a malformed request; a hand-off that
 // failed is returned (retry the same request: it hands off again).
@@ -81,13 +82,13 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 	case !errors.Is(err, ErrBatchExists):
 		return SubmitResult{}, fmt.Errorf("accept %s: create batch row: %w", b.ID, err)
 	case s.stale(got):
-		// The id's batch expired (or is pending deletion): clear it and
-		// accept the request as a fresh batch.
+		// The id's batch expired, is pending deletion or was refused:
+		// clear it and accept the request as a fresh batch.
 		if err := s.clearStale(ctx, got); err != nil {
 			return SubmitResult{}, err
 		}
 		return s.Accept(ctx, req)
-	case got.Status == StatusSubmitting || got.Status == StatusRefused:
+	case got.Status == StatusSubmitting:
 		return s.repeated(ctx, got, req)
 	}
 	return s.Submit(ctx, req)
@@ -149,7 +150,7 @@ func prefixHasObjects(ctx context.Context, blobs Blobs, uri string) error {
 }
 
 // repeated answers a repeated submit of a batch that was accepted for a
-// background read and is not frozen yet (submitting) or was refused.
+// background read and is not frozen yet (submitting).
 func (s *Submitter) repeated(ctx context.Context, stored Batch, req SubmitRequest) (SubmitResult, error) {
 	var was SubmitRequest
 	if err := json.Unmarshal(stored.Request, &was); err != nil {
@@ -157,13 +158,6 @@ func (s *Submitter) repeated(ctx context.Context, stored Batch, req SubmitReques
 	}
 	if field, a, b := sameRequest(was, req); field != "" {
 		return SubmitResult{}, &MismatchError{BatchID: stored.ID, Field: field, Stored: a, Given: b}
-	}
-	if stored.Status == StatusRefused {
-		r := SubmitRefusal{Code: RefusalInternal, Message: "refused"}
-		if stored.Refusal != nil {
-			r = *stored.Refusal
-		}
-		return SubmitResult{}, &BatchRefusedError{BatchID: stored.ID, Refusal: r}
 	}
 	if stored.SubmitAttempts == 0 && s.Handoff != nil {
 		// No read has started: the first hand-off may have failed.
@@ -343,4 +337,44 @@ func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error
 		s.Log.Warn("tick handed off a background read again", "batch_id", id, "attempts", b.SubmitAttempts)
 	}
 	return res, errors.Join(errs...)
+}
+
+// RecordRefused puts a refused batch row for a request that was refused
+// before any batch existed (an upload whose file or metadata is bad), so
+// that `bulkrun list` and the console show it as the refused batch it
+// would have been, with r naming the line, field or key. req needs its
+// BatchID; its other fields are shown as far as they were read.
+//
+// The row is written as submitting with no stored request (so that no
+// background read can ever run it) and then refused; a crash between the
+// two leaves a submitting row that the repeated call (Lambda retries the
+// upload's event) refuses, or that the tick refuses (its request does not
+// decode). An id held by a live batch (another upload's, an API submit's)
+// is left alone: the refusal is then in the upload's error report only,
+// and (Batch{}, ErrBatchExists) is returned. An id held by a stale or
+// refused batch is freed first (Submit's rule). Idempotent per (id, r).
+func (s *Submitter) RecordRefused(ctx context.Context, req SubmitRequest, r SubmitRefusal) (Batch, error) {
+	if req.BatchID == "" {
+		return Batch{}, fmt.Errorf("record refusal: %w", &InputError{Field: "batch_id", Reason: "required"})
+	}
+	b := planOf(req, s.Clock.Now())
+	b.Status = StatusSubmitting
+	got, err := s.Store.CreateBatch(ctx, b)
+	switch {
+	case err == nil:
+	case !errors.Is(err, ErrBatchExists):
+		return Batch{}, fmt.Errorf("record refusal of %s: create batch row: %w", b.ID, err)
+	case got.Status == StatusRefused && got.Refusal != nil && *got.Refusal == r:
+		return got, nil // this refusal, recorded already
+	case s.stale(got):
+		if err := s.clearStale(ctx, got); err != nil {
+			return Batch{}, err
+		}
+		return s.RecordRefused(ctx, req, r)
+	case got.Status == StatusSubmitting && len(got.Request) == 0:
+		b = got // this call's own row, left submitting by a crash
+	default:
+		return Batch{}, ErrBatchExists
+	}
+	return s.refuse(ctx, b, r)
 }

@@ -419,3 +419,73 @@ func TestMemSweepForgetsExpiredBatches(t *testing.T) {
 		t.Fatal("young's objects went too")
 	}
 }
+
+// nopHandoff accepts every hand-off; the test runs Complete itself.
+type nopHandoff struct{}
+
+func (nopHandoff) StartSubmit(context.Context, string) error { return nil }
+
+// A refused batch does not hold its id: a source with a duplicate key is
+// refused by the background read (naming the line and the key), and the
+// corrected source submitted under the same id is accepted and runs, as
+// when a bad source was refused within the submit call. Submitting the
+// same bad source again is refused again, by the same rule.
+func TestMemRefusedBatchFreesItsID(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	r.sub.Handoff = nopHandoff{}
+	put := func(body string) batch.SourceSpec {
+		if err := r.blobs.Put(ctx, "in/orders.jsonl", "", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return batch.SourceSpec{Object: "s3://" + r.blobs.Bucket() + "/in/orders.jsonl"}
+	}
+	req := batch.SubmitRequest{BatchID: "fix-me", Pipeline: "counted", KeyField: "k", Source: put("{\"k\":\"a\"}\n{\"k\":\"a\"}\n")}
+	for range 2 {
+		if _, err := r.sub.Accept(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		b, err := r.sub.Complete(ctx, "fix-me")
+		if err != nil || b.Status != batch.StatusRefused || b.Refusal == nil || b.Refusal.Line != 2 || b.Refusal.Key != "a" {
+			t.Fatalf("bad source: %s %+v %v, want refused naming line 2, key a", b.Status, b.Refusal, err)
+		}
+	}
+	req.Source = put("{\"k\":\"a\"}\n{\"k\":\"b\"}\n")
+	res, err := r.sub.Accept(ctx, req)
+	if err != nil || !res.Created || res.Batch.Status != batch.StatusSubmitting {
+		t.Fatalf("corrected source under the refused id: %+v %v, want accepted afresh", res, err)
+	}
+	b, err := r.sub.Complete(ctx, "fix-me")
+	if err != nil || b.Status != batch.StatusRunning || b.ItemCount != 2 || b.Refusal != nil {
+		t.Fatalf("corrected source: %s %d items %+v %v, want running with 2 items", b.Status, b.ItemCount, b.Refusal, err)
+	}
+}
+
+// RecordRefused makes a refusal that happened before any batch existed (a
+// bad upload) a refused batch row, idempotently; an id held by a live
+// batch is left alone.
+func TestMemRecordRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	refusal := batch.SubmitRefusal{Code: batch.RefusalInvalid, Message: "line 3: not JSON", Line: 3}
+	req := batch.SubmitRequest{BatchID: "up-1", Pipeline: "counted", Source: batch.SourceSpec{Object: "s3://b/incoming/x.jsonl"}}
+	for range 2 {
+		b, err := r.sub.RecordRefused(ctx, req, refusal)
+		if err != nil || b.Status != batch.StatusRefused || *b.Refusal != refusal {
+			t.Fatalf("RecordRefused: %+v %v", b, err)
+		}
+	}
+	listed, _, err := r.store.ListBatches(ctx, batch.BatchQuery{Statuses: []batch.Status{batch.StatusRefused}, Limit: 10})
+	if err != nil || len(listed) != 1 || listed[0].ID != "up-1" || listed[0].Refusal == nil {
+		t.Fatalf("listed refused: %+v %v, want up-1", listed, err)
+	}
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "live-1", Pipeline: "counted", Source: batch.SourceSpec{Items: items(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.RecordRefused(ctx, batch.SubmitRequest{BatchID: "live-1", Pipeline: "counted"}, refusal); !errors.Is(err, batch.ErrBatchExists) {
+		t.Fatalf("RecordRefused over a live batch: %v, want ErrBatchExists", err)
+	}
+	if b, _ := r.store.GetBatch(ctx, "live-1"); b.Status != batch.StatusRunning {
+		t.Fatalf("live batch %s after a refusal under its id, want running", b.Status)
+	}
+}

@@ -301,8 +301,9 @@ func ManifestKey(batchID, attempt string) string {
 // a *MismatchError (ErrBatchMismatch). Idempotent per (id, manifest).
 //
 // An id whose batch has expired (Batch.Expired: its retention ended, swept
-// or not) or is pending deletion starts a fresh batch: the stale batch is
-// forgotten first (objects and rows), then the submit is made again.
+// or not), is pending deletion or was refused starts a fresh batch: the
+// stale batch is forgotten first (objects and rows), then the submit is
+// made again.
 func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
 	res, err := s.submit(ctx, req)
 	if errors.Is(err, errStaleCleared) {
@@ -315,20 +316,29 @@ func (s *Submitter) Submit(ctx context.Context, req SubmitRequest) (SubmitResult
 // and forgot it: the submit is to be made again.
 var errStaleCleared = errors.New("stale batch cleared")
 
-// stale reports whether the stored batch of a submitted id is gone for
-// callers: expired, or pending deletion.
+// stale reports whether the stored batch of a submitted id no longer holds
+// the id: expired, pending deletion, or refused. A refused batch ran
+// nothing and froze no manifest, so its id is free for the corrected
+// request, as it was when a bad source was refused within the submit call:
+// the next submit under the id (the same request or another) forgets the
+// refusal and starts afresh; repeating a request whose source is still bad
+// is refused again, by the same rule.
 func (s *Submitter) stale(stored Batch) bool {
-	return stored.Expired(s.Clock.Now()) || stored.PendingDeletion
+	return stored.Expired(s.Clock.Now()) || stored.PendingDeletion || stored.Status == StatusRefused
 }
 
 // clearStale forgets a stale batch (objects and rows) so that its id can
 // start a fresh batch.
 func (s *Submitter) clearStale(ctx context.Context, stored Batch) error {
+	why := "expired"
+	if stored.Status == StatusRefused {
+		why = "refused"
+	}
 	c := &Control{Store: s.Store, Blobs: s.Blobs, Log: s.Log, Clock: s.Clock}
 	if err := c.Forget(ctx, stored.ID); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("submit %s: clear the expired batch first: %w", stored.ID, err)
+		return fmt.Errorf("submit %s: clear the %s batch first: %w", stored.ID, why, err)
 	}
-	s.Log.Info("expired batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))
+	s.Log.Info(why+" batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))
 	return nil
 }
 
@@ -366,7 +376,7 @@ func (s *Submitter) submit(ctx context.Context, req SubmitRequest) (SubmitResult
 			}
 			return SubmitResult{}, errStaleCleared
 		}
-		if stored.Status == StatusSubmitting || stored.Status == StatusRefused {
+		if stored.Status == StatusSubmitting {
 			// Accepted earlier and read in the background: compare the requests.
 			return s.repeated(ctx, stored, req)
 		}

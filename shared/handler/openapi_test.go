@@ -320,7 +320,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"release unknown batch", "POST", "/batches/nope-1/items/k/release", "", nil, 404, wire.CodeNotFound, false},
 		{"forget running", "DELETE", "/batches/run-1", "", nil, 409, wire.CodeConflict, false},
 		{"forget", "DELETE", "/batches/done-1", "", nil, 204, "", false},
-		{"submit refused again", "POST", "/batches", `{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"}}`, nil, 409, wire.CodeInternal, false},
+		{"submit under a refused batch's id starts afresh", "POST", "/batches", `{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"}}`, nil, 201, "", false},
 		{"submit store down", "POST", "/batches", `{"batch_id":"boom-1","pipeline":"webhook","source":{"items":[{"a":1}]}}`, nil, 500, wire.CodeInternal, false},
 		{"list store down", "GET", "/batches?cursor=Ym9vbQ", "", nil, 500, wire.CodeInternal, false},
 		{"report store down", "GET", "/batches/boom-1/report", "", nil, 500, wire.CodeInternal, false},

@@ -127,11 +127,14 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) (UploadsResult,
 			err = &batch.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
 		} else {
 			var created bool
-			r.BatchID, created, err = s.upload(ctx, log, bucket, key, etag, UploadSubmitter(rec))
+			var req batch.SubmitRequest
+			req, created, err = s.upload(ctx, log, bucket, key, etag, UploadSubmitter(rec))
+			r.BatchID = req.BatchID
 			if err == nil {
 				res.Started = append(res.Started, UploadStart{Key: key, BatchID: r.BatchID, Created: created})
 				continue
 			}
+			r.BatchID = s.recordRefused(ctx, log, req, bucket, key, etag, err)
 		}
 		res.Refused = append(res.Refused, key)
 		if err := s.refuse(ctx, log, r, err); err != nil {
@@ -174,28 +177,57 @@ func ignoreUpload(eventName, key string, size int64) string {
 	return ""
 }
 
-// upload starts the batch of one uploaded object and returns its id (when
-// known, also on error) and whether this call created it.
-func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (string, bool, error) {
+// upload starts the batch of one uploaded object and returns its request
+// (as far as it was read, its BatchID when known, also on error) and
+// whether this call created the batch.
+func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (batch.SubmitRequest, bool, error) {
 	req, err := s.uploadRequest(ctx, bucket, key, etag)
-	if err != nil {
-		return req.BatchID, false, err
-	}
 	req.SubmittedBy = by
+	if err != nil {
+		return req, false, err
+	}
 	if req.BatchID == "" {
 		digest, err := s.Submitter.Digest(ctx, req)
 		if err != nil {
-			return "", false, err
+			return req, false, err
 		}
 		req.BatchID = UploadBatchID(bucket, key, digest)
 	}
 	res, err := s.Submitter.Submit(ctx, req)
 	if err != nil {
-		return req.BatchID, false, err
+		return req, false, err
 	}
 	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 	s.clearRetrying(ctx, log, UploadErrorKey(key), req.Source.ETag)
-	return res.Batch.ID, res.Created, nil
+	req.BatchID = res.Batch.ID
+	return req, res.Created, nil
+}
+
+// recordRefused makes an upload refused for its input (batch.RefusalOf: a
+// malformed line, a duplicate key, a bad option, an empty file) a refused
+// batch, which `bulkrun list` and the console show like any other, and
+// returns its id: req.BatchID, or, when the file could not be read far
+// enough to know its digest, UploadBatchID of the object's ETag ("etag:"
+// and the ETag in place of the digest), the same for every delivery of
+// the same object. An upload whose batch id is another batch's (a
+// mismatch, or an id held by a live batch) gets no row; its error report
+// says why. A failure to write the row is logged; the error report and
+// the event are still written.
+func (s *Submit) recordRefused(ctx context.Context, log *slog.Logger, req batch.SubmitRequest, bucket, key, etag string, err error) string {
+	refusal, ok := batch.RefusalOf(err)
+	if !ok || errors.Is(err, batch.ErrBatchMismatch) || s.Submitter == nil {
+		return req.BatchID
+	}
+	if req.BatchID == "" {
+		req.BatchID = UploadBatchID(bucket, key, "etag:"+etag)
+	}
+	if req.Source.Object == "" {
+		req.Source = batch.SourceSpec{Object: "s3://" + bucket + "/" + key, ETag: etag}
+	}
+	if _, rerr := s.Submitter.RecordRefused(ctx, req, refusal); rerr != nil && !errors.Is(rerr, batch.ErrBatchExists) {
+		log.Error("record the refused upload as a refused batch", "batch_id", req.BatchID, "error", rerr.Error())
+	}
+	return req.BatchID
 }
 
 // UploadSubmitter is the submitted_by of an upload's batch:

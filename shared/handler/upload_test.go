@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/batch/memstore"
 	"github.com/bulkrun/bulkrun/shared/event"
 )
 
@@ -112,7 +113,7 @@ func (e *bus) Put(_ context.Context, detailType string, detail any) error {
 func newSubmit(b *bucket, e *bus, logs *bytes.Buffer) *Submit {
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	return &Submit{
-		Submitter:       &batch.Submitter{Blobs: b, Log: log, Clock: batch.SystemClock{}, Pipelines: []string{"webhook"}},
+		Submitter:       &batch.Submitter{Store: memstore.New(), Blobs: b, Log: log, Clock: batch.SystemClock{}, Pipelines: []string{"webhook"}},
 		Heads:           b,
 		Blobs:           b,
 		Events:          e,
@@ -221,6 +222,14 @@ func TestUploadsLeaveATrace(t *testing.T) {
 			ev := e.events[0].detail
 			if ev.Source != SourceUpload || ev.Key != key || ev.Bucket != "bkt" || ev.Retrying != tt.retrying || !strings.Contains(ev.Error.Message, tt.says) || ev.Error.Line != tt.line {
 				t.Fatalf("event detail %+v: want key %q, retrying %v, a message saying %q, line %d", ev, key, tt.retrying, tt.says, tt.line)
+			}
+			// A refused upload is a refused batch, listed as any other (its
+			// row names the line or field); a start being retried is not.
+			got, gerr := s.Submitter.Store.GetBatch(context.Background(), ev.BatchID)
+			switch {
+			case tt.retrying || tt.putErr != nil:
+			case gerr != nil || got.Status != batch.StatusRefused || got.Refusal == nil || !strings.Contains(got.Refusal.Message, tt.says) || got.Refusal.Line != tt.line || got.Source == "":
+				t.Fatalf("batch %q: %+v %v, want a refused batch row saying %q", ev.BatchID, got, gerr, tt.says)
 			}
 			if tt.report == "" {
 				return

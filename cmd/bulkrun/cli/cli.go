@@ -310,17 +310,7 @@ func (a *app) submitCmd() *cobra.Command {
 				return submitError(err, req.BatchID)
 			}
 			if !watch {
-				if a.output == "json" {
-					return a.printJSON(v)
-				}
-				textln(a.out, v.ID)
-				created := v.Created != nil && *v.Created
-				if v.Status == batch.StatusSubmitting {
-					textf(a.errw, "batch %s: accepted, reading the source (created: %v); bulkrun watch %s\n", v.ID, created, v.ID)
-				} else {
-					textf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
-				}
-				return nil
+				return a.submitted(ctx, v)
 			}
 			return a.watch(ctx, v.ID)
 		},
@@ -369,6 +359,57 @@ func RequestBatchID(req batch.SubmitRequest) string {
 // again (client.Retryable: no answer, 429, 5xx but 507) says which --id
 // retries it safely; a refusal (another 4xx, 507) does not, as the same
 // request under that id would be answered the same.
+// SubmitWait bounds how long `bulkrun submit` (without --watch) waits for
+// an accepted batch's source to be read: until its manifest is frozen or
+// it is refused, at most this long; then it says how to follow the batch.
+const SubmitWait = 60 * time.Second
+
+// submitted waits (at most SubmitWait, polling the batch's status) until an
+// accepted batch is frozen or refused and reports it: the batch id on
+// stdout (the view with -o json), its items and run on stderr. A refused
+// batch is an error (exit 1) naming the refusal's line, key or field; a
+// batch still being read after SubmitWait is not (exit 0), and the message
+// says to follow it with `bulkrun watch`.
+func (a *app) submitted(ctx context.Context, v wire.BatchView) error {
+	created := v.Created != nil && *v.Created
+	if v.Status == batch.StatusSubmitting {
+		textf(a.errw, "batch %s: accepted, reading the source (created: %v)\n", v.ID, created)
+		wctx, cancel := context.WithTimeout(ctx, SubmitWait)
+		w, err := a.api.Submitted(wctx, v.ID, time.Second)
+		cancel()
+		switch {
+		case err == nil:
+			w.Created = v.Created
+			v = w
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			textf(a.errw, "batch %s: still reading the source after %s; follow it with: bulkrun watch %s\n", v.ID, SubmitWait, v.ID)
+		default:
+			return fmt.Errorf("batch %s was accepted; reading its status: %w (follow it with: bulkrun watch %s)", v.ID, err, v.ID)
+		}
+	}
+	if a.output == "json" {
+		if err := a.printJSON(v); err != nil {
+			return err
+		}
+	} else {
+		textln(a.out, v.ID)
+	}
+	switch v.Status {
+	case batch.StatusRefused:
+		return &ExitError{Code: ExitFailure, Err: refusedError(v)}
+	case batch.StatusSubmitting:
+	default:
+		textf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
+	}
+	return nil
+}
+
+// refusedError is a refused batch's error: its refusal's code, then where
+// in the source (field, line, element, key) and why.
+func refusedError(v wire.BatchView) error {
+	return fmt.Errorf("batch %s was refused: %s", v.ID, refusalText(v.Refusal))
+}
+
 func submitError(err error, id string) error {
 	if client.Retryable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w (the batch id was %s: run the command again with --id %s to retry it safely)", err, id, id)
@@ -545,7 +586,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 		return err
 	}
 	if final.Status == batch.StatusRefused {
-		return fmt.Errorf("batch %s was refused: %s", id, refusalText(final.Refusal))
+		return refusedError(final)
 	}
 	c := final.Census
 	if final.Status != batch.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
@@ -729,12 +770,27 @@ func (a *app) printReport(r batch.Report) {
 	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
 }
 
-// refusalText is a refusal's code and message.
+// refusalText is a refusal's code and message; the message names the
+// field, line, element and key (batch.InputError), and where it does not
+// (an older refusal) they are added.
 func refusalText(r *batch.SubmitRefusal) string {
 	if r == nil {
 		return "no reason recorded"
 	}
-	return r.Code + ": " + r.Message
+	var where []string
+	if r.Field != "" && !strings.Contains(r.Message, r.Field) {
+		where = append(where, r.Field)
+	}
+	if r.Line > 0 && !strings.Contains(r.Message, fmt.Sprintf("line %d", r.Line)) {
+		where = append(where, fmt.Sprintf("line %d", r.Line))
+	}
+	if r.Key != "" && !strings.Contains(r.Message, r.Key) {
+		where = append(where, fmt.Sprintf("key %q", r.Key))
+	}
+	if len(where) == 0 {
+		return r.Code + ": " + r.Message
+	}
+	return r.Code + ": " + strings.Join(where, ", ") + ": " + r.Message
 }
 
 // printCost prints a census's cost sums after label, one "name amount" pair per name
