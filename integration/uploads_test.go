@@ -387,3 +387,60 @@ func TestFailedStartGoesToTheFailureQueue(t *testing.T) {
 	}
 	t.Fatal("the failed invocation did not reach the submit failures queue within 90 s")
 }
+
+// listBySource polls GET /batches?source=… through the deployed API (a
+// minute at most: the index is eventually consistent) until it answers
+// want batches, and returns them.
+func listBySource(t *testing.T, source string, want int) []batch.BatchSummary {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		p, err := env.api.ListBatches(context.Background(), batch.ListBatchesRequest{Source: source})
+		if err != nil {
+			t.Fatalf("list source %s: %v", source, err)
+		}
+		if len(p.Batches) >= want {
+			return p.Batches
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list source %s: %d batches, want %d", source, len(p.Batches), want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// Guards docs/sources.md "Upload instead" (find an upload's batch by its
+// key): an upload is found by its object key through the deployed API
+// (GET /batches?source=s3://bucket/key), whether its id was derived or
+// named with x-amz-meta-batch-id, a name with spaces and parentheses
+// included; the other file's batches are not listed.
+func TestUploadFoundBySource(t *testing.T) {
+	ctx := context.Background()
+	name := newID(t)
+	hook := env.hook.route(name, nil)
+	key := "incoming/" + name + " records (1).csv"
+	upload(t, key, []byte("id,text\na,x\nb,y\n"), hook, "")
+	id := uploadID(t, key)
+	got := listBySource(t, "s3://"+env.bucket+"/"+key, 1)
+	if len(got) != 1 || got[0].ID != id || got[0].Pipeline != "webhook" {
+		t.Fatalf("by source: %+v, want the one batch %s", got, id)
+	}
+	if v := waitBatch(t, id); v.Source != "s3://"+env.bucket+"/"+key || v.Census.Succeeded != 2 {
+		t.Fatalf("batch %s: source %q census %+v", id, v.Source, v.Census)
+	}
+
+	named := "incoming/" + name + "-named.csv"
+	in := &s3.PutObjectInput{Bucket: &env.bucket, Key: &named, Body: strings.NewReader("id,text\nc,z\n"),
+		Metadata: map[string]string{"pipeline": "webhook", "key-field": "id", "batch-id": name + "-named", "pipeline-options": fmt.Sprintf(`{"url":%q}`, hook)}}
+	if _, err := env.s3.PutObject(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	got = listBySource(t, "s3://"+env.bucket+"/"+named, 1)
+	if len(got) != 1 || got[0].ID != name+"-named" {
+		t.Fatalf("named upload by source: %+v, want %s-named", got, name)
+	}
+	waitBatch(t, name+"-named")
+	if p, err := env.api.ListBatches(ctx, batch.ListBatchesRequest{Source: "s3://" + env.bucket + "/incoming/" + name + " none.csv"}); err != nil || len(p.Batches) != 0 {
+		t.Fatalf("a file never uploaded: %+v %v, want none", p.Batches, err)
+	}
+}

@@ -906,7 +906,7 @@ func TestBucketAndTablePerTarget(t *testing.T) {
 				// (product line: GET /batches shows each batch's current
 				// status, so status must be projected); the others all.
 				want := map[string]any{"ProjectionType": "ALL"}
-				if g["IndexName"] == config.IndexBatches {
+				if g["IndexName"] == config.IndexBatches || g["IndexName"] == config.IndexSources {
 					attrs := []any{}
 					for _, a := range config.BatchesProjection() {
 						attrs = append(attrs, a)
@@ -921,6 +921,7 @@ func TestBucketAndTablePerTarget(t *testing.T) {
 			wantGSIs := map[string]map[string]string{
 				config.IndexAttention: {"HASH": config.AttrAttentionPK, "RANGE": config.AttrAttentionSK},
 				config.IndexBatches:   {"HASH": config.AttrBatchesPK, "RANGE": config.AttrBatchesSK},
+				config.IndexSources:   {"HASH": config.AttrSourcesPK, "RANGE": config.AttrBatchesSK},
 			}
 			if !reflect.DeepEqual(gsis, wantGSIs) {
 				t.Errorf("GSIs = %v, want %v", gsis, wantGSIs)

@@ -84,6 +84,16 @@ func (r *runner) defineStorage() {
 		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
 		NonKeyAttributes: jsii.Strings(config.BatchesProjection()...),
 	})
+	// The sources index finds the batches of one file or prefix (GET
+	// /batches?source=…): sparse, only batch rows of an S3 source carry
+	// its key; it projects what the batches index does.
+	r.table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:        jsii.String(config.IndexSources),
+		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(config.AttrSourcesPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:          &awsdynamodb.Attribute{Name: jsii.String(config.AttrBatchesSK), Type: awsdynamodb.AttributeType_STRING},
+		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
+		NonKeyAttributes: jsii.Strings(config.BatchesProjection()...),
+	})
 }
 
 // s3Arn returns the ARN of bucket (when key is empty) or of key in bucket,

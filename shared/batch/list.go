@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,11 @@ type BatchQuery struct {
 	Statuses []Status
 	// Since keeps only batches created at or after it; zero: no bound.
 	Since time.Time
+	// Source keeps only the batches whose source is this S3 object or
+	// prefix, as Batch.Source describes it ("s3://bucket/key",
+	// "s3://bucket/prefix/*"); "" keeps all. A store reads only that
+	// source's batches then (an index of their own), not the whole listing.
+	Source string
 	// Before continues a listing: the position a previous page ended at
 	// (its next position, as the store returned it); "" starts at the
 	// newest batch.
@@ -55,6 +61,12 @@ func Summary(b Batch) BatchSummary {
 	}
 }
 
+// MaxSourceBytes is the longest source a listing may ask for: "s3://", a
+// bucket name (at most 63 bytes), "/", an object key (at most 1,024
+// bytes; Amazon S3 user guide, "Naming Amazon S3 objects") and a prefix's
+// "*".
+const MaxSourceBytes = 5 + 63 + 1 + 1024 + 1
+
 // BatchPage is one page of GET /batches.
 type BatchPage struct {
 	Batches []BatchSummary `json:"batches"`
@@ -69,8 +81,11 @@ type BatchPage struct {
 type ListBatchesRequest struct {
 	Statuses []Status // empty: every status
 	Since    time.Time
-	Limit    int    // 0: DefaultListLimit; at most MaxListLimit
-	Cursor   string // a previous page's next_cursor
+	// Source keeps the batches of one S3 object or prefix (see
+	// BatchQuery.Source); "" every batch.
+	Source string
+	Limit  int    // 0: DefaultListLimit; at most MaxListLimit
+	Cursor string // a previous page's next_cursor
 }
 
 // ListBatches lists batches newest first (created_at descending, then id
@@ -79,13 +94,18 @@ type ListBatchesRequest struct {
 // whatever the filters). Expired batches (Batch.Expired) are never listed;
 // submitting and refused ones are, with their status. The listing reads
 // an eventually consistent index: a batch created or changed a moment ago
-// may show a moment later. Errors: an *InputError naming status, limit or
-// cursor.
+// may show a moment later. r.Source lists only the batches started from
+// one S3 object ("s3://bucket/incoming/orders.csv": an upload, or a submit
+// of that object) or prefix ("s3://bucket/images/*"). Errors: an
+// *InputError naming status, source, limit or cursor.
 func (c *Control) ListBatches(ctx context.Context, r ListBatchesRequest) (BatchPage, error) {
 	for _, s := range r.Statuses {
 		if !slices.Contains(Statuses(), s) {
 			return BatchPage{}, &InputError{Field: "status", Reason: fmt.Sprintf("%q: want one of %v", s, Statuses())}
 		}
+	}
+	if r.Source != "" && (!strings.HasPrefix(r.Source, "s3://") || len(r.Source) > MaxSourceBytes) {
+		return BatchPage{}, &InputError{Field: "source", Reason: fmt.Sprintf("%q: want an S3 object or prefix as a batch names it, s3://bucket/key or s3://bucket/prefix/* (at most %d bytes)", truncate(r.Source, 140), MaxSourceBytes)}
 	}
 	limit := r.Limit
 	if limit == 0 {
@@ -102,7 +122,7 @@ func (c *Control) ListBatches(ctx context.Context, r ListBatchesRequest) (BatchP
 		}
 		before = string(raw)
 	}
-	rows, next, err := c.Store.ListBatches(ctx, BatchQuery{Statuses: r.Statuses, Since: r.Since, Before: before, Limit: limit, Now: c.now()})
+	rows, next, err := c.Store.ListBatches(ctx, BatchQuery{Statuses: r.Statuses, Since: r.Since, Source: r.Source, Before: before, Limit: limit, Now: c.now()})
 	if err != nil {
 		return BatchPage{}, err
 	}

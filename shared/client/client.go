@@ -371,7 +371,7 @@ func (c *Client) Items(ctx context.Context, id string, outcome batch.Outcome, cu
 }
 
 // ListBatches pages the batches newest first (GET /batches): r's
-// statuses, since and limit filter and size the page, r.Cursor continues
+// statuses, since, source and limit filter and size the page, r.Cursor continues
 // a previous one. See batch.Control.ListBatches.
 func (c *Client) ListBatches(ctx context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
 	q := url.Values{}
@@ -390,6 +390,9 @@ func (c *Client) ListBatches(ctx context.Context, r batch.ListBatchesRequest) (b
 	}
 	if r.Cursor != "" {
 		q.Set("cursor", r.Cursor)
+	}
+	if r.Source != "" {
+		q.Set("source", r.Source)
 	}
 	path := "/batches"
 	if len(q) > 0 {

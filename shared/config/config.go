@@ -190,6 +190,14 @@ const (
 	IndexBatches  = "batches"
 	AttrBatchesPK = "bpk"
 	AttrBatchesSK = "bsk"
+	// IndexSources is the sparse GSI finding the batches of one source
+	// (GET /batches?source=…), newest first: pk AttrSourcesPK ("SOURCE#"
+	// and the batch's source as described, "s3://bucket/key" or
+	// "s3://bucket/prefix/*"), sk AttrBatchesSK. Only batch rows of an S3
+	// source carry it (an inline source is no one's file); the index
+	// projects what the batches index does (BatchesProjection).
+	IndexSources  = "sources"
+	AttrSourcesPK = "spk"
 	// AttrExpiresAt is the TTL attribute (epoch seconds).
 	AttrExpiresAt = "expires_at"
 )

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -66,6 +67,20 @@ func batchesPKOf(m time.Time, shard int) string {
 // "#" and the id.
 func BatchesSK(id string, createdAt time.Time) string {
 	return fmt.Sprintf("%013d#%s", createdAt.UnixMilli(), id)
+}
+
+// SourcesPK is the sources index's partition key of a batch whose source
+// is described as source (batch.SourceSpec.Describe): "SOURCE#" and the
+// description for an S3 source ("s3://bucket/key", "s3://bucket/prefix/*"),
+// "" (not indexed) for any other. At most 7 + 5 + 63 + 1 + 1,024 + 1 bytes,
+// within DynamoDB's 2,048 bytes for a partition key (Amazon DynamoDB
+// developer guide, "Service, account, and table quotas", "Partition key
+// length").
+func SourcesPK(source string) string {
+	if !strings.HasPrefix(source, "s3://") {
+		return ""
+	}
+	return "SOURCE#" + source
 }
 
 func msKey(t time.Time) string { return fmt.Sprintf("%013d", t.UnixMilli()) }

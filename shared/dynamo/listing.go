@@ -288,12 +288,17 @@ func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after 
 }
 
 // ListBatches walks the batches index newest month first, merging each
-// month's BatchesShards shards newest first (see batch.Store). The
-// position it returns is the sort key of the last entry it examined, or
-// the start of the last month it read when it stopped between months.
+// month's BatchesShards shards newest first (see batch.Store); with
+// q.Source, the one partition of the sources index that holds the
+// batches of that source. The position it returns is the sort key of the
+// last entry it examined, or the start of the last month it read when it
+// stopped between months.
 func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
 	if q.Limit < 1 {
 		return nil, "", &batch.InputError{Field: "limit", Reason: fmt.Sprintf("%d: want at least 1", q.Limit)}
+	}
+	if q.Source != "" {
+		return s.listSource(ctx, q)
 	}
 	upper := q.Before
 	// A month's entries may be stamped a little after Now by another
@@ -351,6 +356,41 @@ func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Ba
 	return out, "", nil
 }
 
+// listSource lists the batches of q.Source from the sources index (one
+// partition, newest first), as ListBatches does the batches index: at
+// most listEntriesPerCall entries examined per call.
+func (s *Store) listSource(ctx context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+	pk := SourcesPK(q.Source)
+	if pk == "" {
+		return nil, "", nil // only S3 sources are indexed
+	}
+	if q.Before != "" && (!positionRE.MatchString(q.Before) || !strings.Contains(q.Before, "#")) {
+		return nil, "", &batch.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+	}
+	lower := ""
+	if !q.Since.IsZero() {
+		lower = msKey(q.Since)
+	}
+	src := s.indexPages(config.IndexSources, config.AttrSourcesPK, pk, q.Before, lower, min(max(q.Limit, 25), 250))
+	var out []batch.Batch
+	examined, pos := 0, ""
+	err := merge(ctx, []*pages[batchesEntry]{src}, func(a, b batchesEntry) bool { return a.sk > b.sk }, func(e batchesEntry) (bool, error) {
+		examined++
+		if !e.b.Expired(q.Now) && (len(q.Statuses) == 0 || slices.Contains(q.Statuses, e.b.Status)) {
+			out = append(out, e.b)
+		}
+		if len(out) == q.Limit || examined == listEntriesPerCall {
+			pos = e.sk
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, pos, nil
+}
+
 type batchesEntry struct {
 	sk string
 	b  batch.Batch
@@ -360,6 +400,14 @@ type batchesEntry struct {
 // index, newest first, below upper and at or above lower (each "" for no
 // bound), size entries a page.
 func (s *Store) batchesPages(pk, upper, lower string, size int) *pages[batchesEntry] {
+	return s.indexPages(config.IndexBatches, config.AttrBatchesPK, pk, upper, lower, size)
+}
+
+// indexPages pages through partition pk (attribute pkAttr) of a GSI
+// keyed by AttrBatchesSK (the batches or the sources index), newest
+// first, below upper and at or above lower (each "" for no bound), size
+// entries a page.
+func (s *Store) indexPages(index, pkAttr, pk, upper, lower string, size int) *pages[batchesEntry] {
 	var next map[string]types.AttributeValue
 	p := &pages[batchesEntry]{done: upper != "" && lower != "" && lower >= upper}
 	p.read = func(ctx context.Context) ([]batchesEntry, bool, error) {
@@ -375,7 +423,7 @@ func (s *Store) batchesPages(pk, upper, lower string, size int) *pages[batchesEn
 		case lower != "":
 			cond += " AND #k >= :lo"
 		}
-		names := map[string]string{"#p": config.AttrBatchesPK}
+		names := map[string]string{"#p": pkAttr}
 		if upper != "" || lower != "" {
 			names["#k"] = config.AttrBatchesSK
 		}
@@ -387,7 +435,7 @@ func (s *Store) batchesPages(pk, upper, lower string, size int) *pages[batchesEn
 		}
 		c, cancel := s.ctx(ctx)
 		out, err := s.db.Query(c, &dynamodb.QueryInput{
-			TableName: &s.table, IndexName: aws.String(config.IndexBatches),
+			TableName: &s.table, IndexName: aws.String(index),
 			KeyConditionExpression:    aws.String(cond),
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: vals,

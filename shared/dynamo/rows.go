@@ -166,6 +166,9 @@ type batchRow struct {
 	// Keys of the batches index (see BatchesPK), set at creation.
 	BatchesPK string `dynamodbav:"bpk,omitempty"`
 	BatchesSK string `dynamodbav:"bsk,omitempty"`
+	// Key of the sources index (see SourcesPK), set at creation for an S3
+	// source.
+	SourcesPK string `dynamodbav:"spk,omitempty"`
 }
 
 func toRow(b batch.Batch) (batchRow, error) {
@@ -186,6 +189,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
+		r.SourcesPK = SourcesPK(b.Source)
 	}
 	if b.Refusal != nil {
 		rf, err := json.Marshal(b.Refusal)

@@ -17,7 +17,7 @@ import (
 // TableInput is the table the Store needs, as a CreateTable request
 // (on-demand billing): pk/sk strings, the sparse attention GSI with all
 // attributes projected (failed and quarantined item rows only, which
-// carry no output), and the batches GSI projecting
+// carry no output), and the batches and sources GSIs projecting
 // config.BatchesProjection. The CDK stack declares the same table; its
 // template test checks the names against config.
 func TableInput(name string) *dynamodb.CreateTableInput {
@@ -36,12 +36,14 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 		BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{
 			s(config.AttrPK), s(config.AttrSK), s(config.AttrAttentionPK), s(config.AttrAttentionSK),
-			s(config.AttrBatchesPK), s(config.AttrBatchesSK),
+			s(config.AttrBatchesPK), s(config.AttrBatchesSK), s(config.AttrSourcesPK),
 		},
 		KeySchema: keys(config.AttrPK, config.AttrSK),
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
 			{IndexName: aws.String(config.IndexAttention), KeySchema: keys(config.AttrAttentionPK, config.AttrAttentionSK), Projection: all},
 			{IndexName: aws.String(config.IndexBatches), KeySchema: keys(config.AttrBatchesPK, config.AttrBatchesSK),
+				Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: config.BatchesProjection()}},
+			{IndexName: aws.String(config.IndexSources), KeySchema: keys(config.AttrSourcesPK, config.AttrBatchesSK),
 				Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: config.BatchesProjection()}},
 		},
 	}

@@ -490,6 +490,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		req.Limit = n
 	}
 	req.Cursor = q.Get("cursor")
+	req.Source = q.Get("source")
 	page, err := a.Control.ListBatches(r.Context(), req)
 	if err != nil {
 		a.errorAnswer(w, err)

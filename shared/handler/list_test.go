@@ -10,7 +10,7 @@ import (
 )
 
 // Guards the listing's product line "bad input gets a clear error naming
-// the field": GET /batches refuses a bad status, since, limit or cursor
+// the field": GET /batches refuses a bad status, since, source, limit or cursor
 // with 400 naming the query parameter, before any storage is read (the
 // API here has no store: a read would panic).
 func TestListBatchesQueryErrors(t *testing.T) {
@@ -27,6 +27,8 @@ func TestListBatchesQueryErrors(t *testing.T) {
 		{"limit too large", "limit=1001", "limit", "1001"},
 		{"limit negative", "limit=-1", "limit", "-1"},
 		{"cursor not base64", "cursor=%21%21", "cursor", "cursor"},
+		{"source not an S3 URI", "source=orders.csv", "source", `"orders.csv"`},
+		{"source too long", "source=s3://b/" + strings.Repeat("k", 1100), "source", "1094 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -430,13 +430,53 @@ func (a *app) upload(ctx context.Context, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(body)
-	key := "uploads/" + hex.EncodeToString(sum[:8]) + "/" + filepath.Base(path)
+	key := uploadFileKey(path, body)
 	_, err = blob.NewS3(a.aws).PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(string(body))})
 	if err != nil {
 		return "", fmt.Errorf("upload %s: %w", path, err)
 	}
 	return "s3://" + bucket + "/" + key, nil
+}
+
+// uploadFileKey is the key a local file of content body is uploaded
+// under: uploads/{first 16 hex digits of its SHA-256}/{base name}.
+func uploadFileKey(path string, body []byte) string {
+	sum := sha256.Sum256(body)
+	return "uploads/" + hex.EncodeToString(sum[:8]) + "/" + filepath.Base(path)
+}
+
+// uploadDirFiles lists the regular files under dir (recursively, sorted)
+// and returns them with the prefix they are uploaded under:
+// uploads/{first 16 hex digits of the SHA-256 of "{relative path}
+// {SHA-256 of content}\n" per file}/. The same folder gives the same prefix.
+func uploadDirFiles(dir string) ([]string, string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(files) == 0 {
+		return nil, "", fmt.Errorf("%s holds no files", dir)
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, "", err
+		}
+		rel, _ := filepath.Rel(dir, f)
+		h.Write([]byte(fmt.Sprintf("%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))))
+	}
+	return files, "uploads/" + hex.EncodeToString(h.Sum(nil))[:16] + "/", nil
 }
 
 // uploadDir puts every regular file under dir (recursively, keys relative
@@ -448,33 +488,10 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	var files []string
-	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			files = append(files, path)
-		}
-		return nil
-	})
+	files, prefix, err := uploadDirFiles(dir)
 	if err != nil {
 		return "", 0, err
 	}
-	if len(files) == 0 {
-		return "", 0, fmt.Errorf("%s holds no files", dir)
-	}
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", 0, err
-		}
-		rel, _ := filepath.Rel(dir, f)
-		h.Write([]byte(fmt.Sprintf("%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))))
-	}
-	prefix := "uploads/" + hex.EncodeToString(h.Sum(nil))[:16] + "/"
 	s3c := blob.NewS3(a.aws)
 	errs := make(chan error, len(files))
 	sem := make(chan struct{}, 8)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 func (a *app) listCmd() *cobra.Command {
@@ -21,13 +23,16 @@ func (a *app) listCmd() *cobra.Command {
 		limit    int
 		cursor   string
 		all      bool
+		source   string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--status S,…] [--since 24h|7d|2026-11-30|RFC3339] [--limit N] [--all]",
+		Use:   "list [--status S,…] [--since 24h|7d|2026-11-30|RFC3339] [--source FILE|KEY|s3://…] [--limit N] [--all]",
 		Short: "List batches, newest first",
 		Long: "List batches newest first: id, status, pipeline, items, run, created and finished (UTC), and what needs\n" +
 			"a look (attention, a refusal's code, a stop, a deletion under way). Expired batches are not listed.\n" +
-			"Shows --limit batches (default 20) and the cursor to go on with; --all shows every batch.",
+			"Shows --limit batches (default 20) and the cursor to go on with; --all shows every batch.\n" +
+			"--source finds the batches of one file: an s3:// object or prefix (s3://bucket/images/*), a key of the\n" +
+			"stack's bucket (incoming/orders.csv: an upload), or a local file or folder `bulkrun submit` uploaded.",
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -54,6 +59,13 @@ func (a *app) listCmd() *cobra.Command {
 			}
 			if err := a.load(ctx); err != nil {
 				return err
+			}
+			if source != "" {
+				uri, err := a.sourceURI(source)
+				if err != nil {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--source: %w", err)}
+				}
+				req.Source = uri
 			}
 			// A page may be short (the API reads a bounded share of the
 			// index per call): follow cursors until limit batches, or
@@ -90,7 +102,43 @@ func (a *app) listCmd() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", 20, "batches to show (1–1000; with --all, per request)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous listing")
 	cmd.Flags().BoolVar(&all, "all", false, "show every batch")
+	cmd.Flags().StringVar(&source, "source", "", "only the batches of this source: s3://bucket/key, s3://bucket/prefix/*, a key of the stack's bucket (incoming/orders.csv), or a local file or folder submitted from this machine")
 	return cmd
+}
+
+// sourceURI is the source a batch names for what --source gives: an
+// s3:// URI as it is; a local file or folder, the object or prefix
+// `bulkrun submit` uploads it to (its content decides where, so the same
+// content finds the batches it started); anything else, a key of the
+// stack's bucket ("incoming/orders.csv", a folder's "images/" as its
+// prefix).
+func (a *app) sourceURI(s string) (string, error) {
+	if strings.HasPrefix(s, "s3://") {
+		return s, nil
+	}
+	bucket, err := a.outs.Get(config.OutputBucket)
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(s); err == nil {
+		if st.IsDir() {
+			_, prefix, err := uploadDirFiles(s)
+			if err != nil {
+				return "", err
+			}
+			return "s3://" + bucket + "/" + prefix + "*", nil
+		}
+		body, err := os.ReadFile(s)
+		if err != nil {
+			return "", err
+		}
+		return "s3://" + bucket + "/" + uploadFileKey(s, body), nil
+	}
+	key := strings.TrimPrefix(s, "/")
+	if strings.HasSuffix(key, "/") {
+		key += "*"
+	}
+	return "s3://" + bucket + "/" + key, nil
 }
 
 func statusNames() []string {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Guards `bulkrun list --since` (docs/cli.md "Listing batches"): durations,
@@ -137,5 +141,55 @@ func TestListCommand(t *testing.T) {
 	}
 	if len(page.Batches) != 4 || page.Batches[3].ID != "old" || page.NextCursor != "" || errw != "" {
 		t.Errorf("--all: %+v, stderr %q", page, errw)
+	}
+}
+
+// Guards `bulkrun list --source` (docs/cli.md "Listing batches"): an
+// s3:// URI is sent as it is; a key of the stack's bucket becomes its
+// s3:// URI (a folder's key its prefix); a local file or folder becomes
+// the object or prefix `bulkrun submit` uploads it to, so that the file
+// finds the batches it started.
+func TestListSource(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "orders.csv")
+	if err := os.WriteFile(file, []byte("order_id,amount\n1,2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	images := filepath.Join(dir, "images")
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(images, "a.png"), []byte("png"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, dirPrefix, err := uploadDirFiles(images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ arg, want string }{
+		{"s3://other/incoming/x.csv", "s3://other/incoming/x.csv"},
+		{"incoming/orders (1).csv", "s3://stack-bucket/incoming/orders (1).csv"},
+		{"images/", "s3://stack-bucket/images/*"},
+		{file, "s3://stack-bucket/" + uploadFileKey(file, []byte("order_id,amount\n1,2\n"))},
+		{images, "s3://stack-bucket/" + dirPrefix + "*"},
+	} {
+		c, queries := fakeList(t, map[string]batch.BatchPage{"": {Batches: []batch.BatchSummary{}}})
+		var out, errw bytes.Buffer
+		a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true, outs: client.Stack{config.OutputBucket: "stack-bucket"}}
+		cmd := a.listCmd()
+		cmd.SetArgs([]string{"--source", tt.arg})
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("list --source %s: %v", tt.arg, err)
+		}
+		if len(*queries) != 1 {
+			t.Fatalf("list --source %s: %d calls", tt.arg, len(*queries))
+		}
+		q, _ := url.ParseQuery((*queries)[0])
+		if got := q.Get("source"); got != tt.want {
+			t.Errorf("list --source %s: source=%q, want %q", tt.arg, got, tt.want)
+		}
+	}
+	if !strings.HasPrefix(uploadFileKey(file, nil), "uploads/") || !strings.HasSuffix(uploadFileKey(file, nil), "/orders.csv") {
+		t.Errorf("upload key %q", uploadFileKey(file, nil))
 	}
 }

@@ -828,7 +828,8 @@ func (s *Store) ListBatches(_ context.Context, q batch.BatchQuery) ([]batch.Batc
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(b.sk, a.sk) })
 	var out []batch.Batch
 	for _, e := range entries {
-		if e.b.Expired(q.Now) || len(q.Statuses) > 0 && !slices.Contains(q.Statuses, e.b.Status) {
+		if e.b.Expired(q.Now) || len(q.Statuses) > 0 && !slices.Contains(q.Statuses, e.b.Status) ||
+			q.Source != "" && (e.b.Source != q.Source || !strings.HasPrefix(q.Source, "s3://")) {
 			continue
 		}
 		out = append(out, clone(*e.b))

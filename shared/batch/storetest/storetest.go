@@ -792,6 +792,61 @@ var cases = []suiteCase{
 			t.Errorf("limit 0: %v, want an InputError naming limit", err)
 		}
 	}},
+	{"ListBatchesBySource", func(t *testing.T, s batch.Store) {
+		now := T0.Add(48 * time.Hour)
+		const file, other = "s3://bkt/incoming/orders (1).csv", "s3://bkt/incoming/orders.csv"
+		sources := map[string]string{"s1": file, "s2": other, "s3": file, "s4": "inline", "s5": file, "s6": "s3://bkt/images/*"}
+		for i, id := range []string{"s1", "s2", "s3", "s4", "s5", "s6"} {
+			b := newBatch(id)
+			b.Source = sources[id]
+			b.CreatedAt = T0.Add(time.Duration(i) * time.Hour)
+			create(t, s, b)
+		}
+		finish(t, s, "s3", 1, batch.StatusCompleted, now.Add(time.Hour))
+		list := func(q batch.BatchQuery) []string {
+			t.Helper()
+			var ids []string
+			eventually(t, func() error {
+				ids = nil
+				q := q
+				for pages := 0; ; pages++ {
+					if pages > 20 {
+						return fmt.Errorf("no end after 20 pages")
+					}
+					bs, next, err := s.ListBatches(ctx, q)
+					if err != nil {
+						return err
+					}
+					for _, b := range bs {
+						ids = append(ids, b.ID)
+					}
+					if next == "" {
+						return nil
+					}
+					q.Before = next
+				}
+			})
+			return ids
+		}
+		if got := list(batch.BatchQuery{Limit: 1, Now: now, Source: file}); !slices.Equal(got, []string{"s5", "s3", "s1"}) {
+			t.Errorf("source %s = %v, want [s5 s3 s1] (newest first, one a page)", file, got)
+		}
+		if got := list(batch.BatchQuery{Limit: 10, Now: now, Source: "s3://bkt/images/*"}); !slices.Equal(got, []string{"s6"}) {
+			t.Errorf("prefix source = %v, want [s6]", got)
+		}
+		if got := list(batch.BatchQuery{Limit: 10, Now: now, Source: file, Statuses: []batch.Status{batch.StatusCompleted}}); !slices.Equal(got, []string{"s3"}) {
+			t.Errorf("completed of %s = %v, want [s3]", file, got)
+		}
+		if got := list(batch.BatchQuery{Limit: 10, Now: now, Source: file, Since: T0.Add(3 * time.Hour)}); !slices.Equal(got, []string{"s5"}) {
+			t.Errorf("since of %s = %v, want [s5]", file, got)
+		}
+		if got := list(batch.BatchQuery{Limit: 10, Now: now, Source: "inline"}); len(got) != 0 {
+			t.Errorf("source inline = %v, want none (only S3 sources are found by source)", got)
+		}
+		if got := list(batch.BatchQuery{Limit: 10, Now: now, Source: "s3://bkt/incoming/none.csv"}); len(got) != 0 {
+			t.Errorf("unknown source = %v, want none", got)
+		}
+	}},
 	{"RetentionMarkersOldestFirst", func(t *testing.T, s batch.Store) {
 		for i, id := range []string{"c", "a", "b"} {
 			create(t, s, newBatch(id))
