@@ -57,6 +57,12 @@ type Batch struct {
 	// run this status.
 	Stop       Status    `json:"stop,omitempty"`
 	StopDetail string    `json:"stop_detail,omitempty"`
+	// StopRan and StopFailures are this run's items that had ended
+	// (succeeded, failed or quarantined) and, among them, failed or were
+	// quarantined, by the counters when the stop was marked: items
+	// already in flight then finish after it (StopSummary).
+	StopRan      int64     `json:"stop_ran,omitempty"`
+	StopFailures int64     `json:"stop_failures,omitempty"`
 	ExpiresAt  time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 
 	// Request is the accepted submit request (JSON, defaults filled) of a
@@ -356,6 +362,9 @@ type Report struct {
 	SubmittedBy    string    `json:"submitted_by,omitempty"` // Batch.SubmittedBy
 	Status         Status    `json:"status"`
 	StopDetail     string    `json:"stop_detail,omitempty"` // why a stopped run stopped
+	// Stop is a stopped run's stop: why, and how many items already in
+	// flight finished after it (so the stop line and the census agree).
+	Stop *StopSummary `json:"stop,omitempty"`
 	NeedsAttention bool      `json:"needs_attention"`
 	Census         Census    `json:"census"`
 	Threshold      Threshold `json:"threshold"`

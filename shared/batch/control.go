@@ -131,7 +131,7 @@ func (c *Control) Cancel(ctx context.Context, id string) (Batch, error) {
 		return b, fmt.Errorf("cancel %s: no run is going (status %s): %w", id, b.Status, ErrConflict)
 	}
 	if b.Stop == "" {
-		err := c.Store.Stop(ctx, id, b.Run, StatusCancelled, "cancelled by a caller")
+		err := stopRun(ctx, c.Store, b, b.Run, StatusCancelled, "cancelled by a caller")
 		if err != nil && !errors.Is(err, ErrConflict) {
 			return Batch{}, err
 		}

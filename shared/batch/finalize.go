@@ -205,7 +205,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 	}
 	bucket := f.Blobs.Bucket()
 	rep := Report{
-		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail,
+		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail, Stop: StopSummaryOf(b, census),
 		NeedsAttention: census.NeedsAttention(), Census: census,
 		Threshold: b.Threshold, Verdict: verdict,
 		Manifest:     Location{URI: "s3://" + bucket + "/" + b.ManifestKey, Digest: b.Digest, Bytes: b.ManifestBytes},

@@ -489,3 +489,136 @@ func TestMemRecordRefused(t *testing.T) {
 		t.Fatalf("live batch %s after a refusal under its id, want running", b.Status)
 	}
 }
+
+// rotatingSecrets is a FreshSecrets whose cached value is stale: Resolve
+// answers the value read before the rotation, ResolveFresh the current
+// one (and caches it), as secret.Store does once its TTL has not ended.
+type rotatingSecrets struct {
+	mu             sync.Mutex
+	cached, latest string
+	fresh          int
+}
+
+func (s *rotatingSecrets) Resolve(context.Context, string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cached, nil
+}
+
+func (s *rotatingSecrets) ResolveFresh(context.Context, string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fresh++
+	s.cached = s.latest
+	return s.latest, nil
+}
+
+// A secret rotated while a batch runs fails no item: the receiver rejects
+// the cached old value (401, a *pipeline.CredentialRejectedError), the
+// worker reads the reference again bypassing the cache and calls once
+// more, within the same attempt. A credential that is simply wrong (the
+// fresh value is the same) still fails at once, with one call.
+func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
+	ctx := context.Background()
+	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
+	var accept atomic.Value
+	accept.Store("Bearer v2")
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Headers["Authorization"] != accept.Load().(string) {
+			return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
+		}
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, nil
+	})
+	secrets := &rotatingSecrets{cached: "Bearer v1", latest: "Bearer v2"}
+	r.worker.Secrets = secrets
+	r.sub.SecretPrefixes = []string{arn}
+	submit := func(id string) {
+		t.Helper()
+		if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: items(5)},
+			Headers: map[string]string{"Authorization": batch.SecretRefPrefix + arn}}); err != nil {
+			t.Fatal(err)
+		}
+		r.drain(t, ctx, 1)
+	}
+	submit("rotated")
+	got := map[batch.Outcome]int{}
+	if err := r.store.ScanItems(ctx, "rotated", 1, func(it batch.Item) error {
+		got[it.Outcome]++
+		if it.Attempt != 1 {
+			t.Errorf("%s: attempt %d, want 1 (the fresh read and the call again use no attempt)", it.Key, it.Attempt)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got[batch.OutcomeSucceeded] != 5 || secrets.fresh == 0 || secrets.fresh > 5 {
+		t.Fatalf("outcomes %v, fresh reads %d: want 5 succeeded after at most one fresh read per item", got, secrets.fresh)
+	}
+
+	accept.Store("Bearer v3") // a value the store does not have: wrong, not rotated
+	calls := r.callsOf(batch.PositionalKey(0))
+	submit("wrong")
+	if err := r.store.ScanItems(ctx, "wrong", 1, func(it batch.Item) error {
+		if it.Outcome != batch.OutcomeFailed || !strings.Contains(it.Error, "401") {
+			t.Errorf("%s: %s %q, want failed with the 401", it.Key, it.Outcome, it.Error)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.callsOf(batch.PositionalKey(0)) - calls; n != 1 {
+		t.Errorf("a wrong credential: %d calls, want 1 (the same fresh value is not tried again)", n)
+	}
+}
+
+// The stop line and the census agree: items already in flight when the
+// threshold stop is marked finish after it, and the report says how many
+// (and how many of them failed), so "1 failure" at the stop and 4 failed
+// in the census are explained: 3 items in flight failed after the stop.
+func TestMemStopCountsItemsInFlight(t *testing.T) {
+	ctx := context.Background()
+	var r *rig
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key != batch.PositionalKey(0) {
+			// In flight while the first failure stops the run.
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				if b, _ := r.store.GetBatch(ctx, "fl"); b.Stop != "" {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+	})
+	zero := int64(0)
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "fl", Pipeline: "counted", Source: batch.SourceSpec{Items: items(4)},
+		Threshold: batch.Threshold{FailureCount: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	r.worker.Handle(ctx, r.queue.take()) // the fan-out: four item messages
+	ds := r.queue.take()
+	if len(ds) != 4 {
+		t.Fatalf("%d item messages, want 4", len(ds))
+	}
+	var wg sync.WaitGroup
+	for _, part := range [][]batch.Delivery{ds[:1], ds[1:]} { // two invocations at once
+		wg.Add(1)
+		go func() { defer wg.Done(); r.worker.Handle(ctx, part) }()
+	}
+	wg.Wait()
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, "fl", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Report.Stop
+	want := batch.StopSummary{Status: batch.StatusThresholdExceeded, Detail: res.Report.StopDetail,
+		RanAtStop: 1, FailuresAtStop: 1, FinishedAfterStop: 3, FailuresAfterStop: 3}
+	if s == nil || *s != want || res.Report.Census.Failed != 4 {
+		t.Fatalf("stop %+v, census %+v: want %+v", s, res.Report.Census, want)
+	}
+	if txt := s.Text(); !strings.Contains(txt, "3 items already in flight finished after the stop, 3 of them failed") {
+		t.Errorf("stop line %q", txt)
+	}
+}

@@ -8,10 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Secret values in a batch's headers and pipeline options.
@@ -58,6 +61,16 @@ func SecretRef(v string) (arn string, ok bool) {
 // resolved (missing, access denied); they are safe for concurrent use.
 type Secrets interface {
 	Resolve(ctx context.Context, arn string) (string, error)
+}
+
+// FreshSecrets is a Secrets with a cache that can be bypassed:
+// ResolveFresh reads the value from its service whatever is cached (and
+// caches it). The worker uses it when a receiver rejected a credential
+// resolved from a reference (pipeline.IsCredentialRejected); a Secrets
+// without it is read with Resolve again.
+type FreshSecrets interface {
+	Secrets
+	ResolveFresh(ctx context.Context, arn string) (string, error)
 }
 
 // Digest is how bulkrun shows a value it must not echo: "sha256:" and the
@@ -231,6 +244,12 @@ var ErrSecret = errors.New("secret reference not resolved")
 // replaced by its value. An error wraps ErrUnavailable (retry later) or
 // ErrSecret (fail the item).
 func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, options json.RawMessage) (map[string]string, json.RawMessage, error) {
+	return resolveSecretsFrom(ctx, s, headers, options, false)
+}
+
+// resolveSecretsFrom is resolveSecrets; fresh reads every reference from
+// its service, bypassing the cache (FreshSecrets).
+func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]string, options json.RawMessage, fresh bool) (map[string]string, json.RawMessage, error) {
 	refs, err := secretRefs(headers, options)
 	if err != nil || len(refs) == 0 {
 		return headers, options, nil
@@ -243,7 +262,11 @@ func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, o
 		if _, ok := values[arn]; ok {
 			continue
 		}
-		v, err := s.Resolve(ctx, arn)
+		resolve := s.Resolve
+		if f, ok := s.(FreshSecrets); ok && fresh {
+			resolve = f.ResolveFresh
+		}
+		v, err := resolve(ctx, arn)
 		if errors.Is(err, ErrUnavailable) {
 			return nil, nil, fmt.Errorf("resolve %s: %w", arn, err)
 		}
@@ -290,4 +313,37 @@ func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, o
 		return nil, nil, fmt.Errorf("%w: %v", ErrSecret, err)
 	}
 	return h, out, nil
+}
+
+// runPipeline runs p once for req (runSafely). When the call fails because
+// the receiver rejected a credential (pipeline.IsCredentialRejected: a
+// webhook's 401 or 403) and the batch's headers or options hold secret
+// references, the references are read again bypassing the cache
+// (FreshSecrets) and, if a value changed (the secret was rotated since it
+// was cached), p runs once more with the new values, within the same
+// attempt; the two calls' costs add up. A reference that cannot be read
+// again, or an unchanged value, leaves the first call's error. The first
+// call must have staged no writes (the built-in pipelines stage none on a
+// 401 or 403).
+func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b Batch, req pipeline.Request) (pipeline.Result, error) {
+	res, err := runSafely(ctx, p, req)
+	if err == nil || !pipeline.IsCredentialRejected(err) {
+		return res, err
+	}
+	if refs, rerr := secretRefs(b.Headers, b.Options); rerr != nil || len(refs) == 0 || w.Secrets == nil {
+		return res, err
+	}
+	headers, options, serr := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, true)
+	if serr != nil {
+		log.Warn("credential rejected; reading its secret again failed", "error", pipeline.ErrorText(serr))
+		return res, err
+	}
+	if maps.Equal(headers, req.Headers) && bytes.Equal(options, req.Options) {
+		return res, err // the same value: not a rotation
+	}
+	log.Info("credential rejected; its secret changed since it was cached, calling again")
+	req.Headers, req.Options = headers, options
+	again, err := runSafely(ctx, p, req)
+	again.Cost = res.Cost.Plus(again.Cost)
+	return again, err
 }

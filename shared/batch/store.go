@@ -100,10 +100,10 @@ type Store interface {
 	// bounded share per call). Only the fields of BatchSummary are set. A
 	// malformed q.Before is an *InputError naming "cursor".
 	ListBatches(ctx context.Context, q BatchQuery) ([]Batch, string, error)
-	// Stop marks run as stopping with status (StatusCancelled or
-	// StatusThresholdExceeded), only if it is running and not stopping yet;
-	// else ErrConflict.
-	Stop(ctx context.Context, id string, run int, status Status, detail string) error
+	// Stop marks m.Run as stopping with m.Status (StatusCancelled or
+	// StatusThresholdExceeded), its detail and counts, only if it is
+	// running and not stopping yet; else ErrConflict.
+	Stop(ctx context.Context, m StopMark) error
 	// StartRun starts run from+1 of a finished batch (status running,
 	// not fanned out, no stop) and returns the batch; ErrConflict when the
 	// batch is not at run from or is still running.
@@ -274,6 +274,17 @@ type ChunkCounted struct {
 	ChunkDone bool  // this write brought the chunk's counter to its item count
 	RunDone   bool  // ... and the run's chunks-done counter to Chunks
 	Failures  int64 // the run's failures counted so far (with RunFailures)
+}
+
+// StopMark is a run being stopped (Store.Stop): why, and how far the run
+// had got by its counters (Batch.StopRan, Batch.StopFailures).
+type StopMark struct {
+	BatchID  string
+	Run      int
+	Status   Status // StatusCancelled or StatusThresholdExceeded
+	Detail   string // e.g. "251 failures of 5000 items > 5% tolerated"
+	Ran      int64  // items ended succeeded, failed or quarantined
+	Failures int64  // of them failed or quarantined
 }
 
 // Progress is the sum of a run's counter rows.

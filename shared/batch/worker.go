@@ -217,7 +217,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 			// Failures counted so far already exceed the threshold: stop the
 			// run; items not yet started end cancelled. Without early stop
 			// every item runs and finalize judges the threshold.
-			err := w.Store.Stop(ctx, k.id, k.run, StatusThresholdExceeded, v.Detail)
+			err := stopRun(ctx, w.Store, a.b, k.run, StatusThresholdExceeded, v.Detail)
 			if err != nil && !errors.Is(err, ErrConflict) {
 				log.Warn("stop run", "error", err.Error())
 			} else if err == nil {
@@ -645,7 +645,7 @@ func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message,
 		pipeCtx, seal = w.Staging(runCtx)
 	}
 	start := w.Clock.Now()
-	res, perr := runSafely(pipeCtx, p, pipeline.Request{
+	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: m.Key, RunID: it.RunID, Attempt: it.Attempt, Input: input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})

@@ -492,7 +492,7 @@ func (w *Worker) runPackItem(ctx context.Context, log *slog.Logger, b Batch, st 
 		pipeCtx, seal = w.Staging(runCtx)
 	}
 	start := w.Clock.Now()
-	res, perr := runSafely(pipeCtx, p, pipeline.Request{
+	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: n.Key, RunID: RunID(b.ID, n.Key), Attempt: n.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})

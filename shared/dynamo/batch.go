@@ -247,14 +247,17 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 // under the condition run = :run AND status = running AND
 // attribute_not_exists(stop); else batch.ErrConflict. Idempotent in effect:
 // the first stop wins.
-func (s *Store) Stop(ctx context.Context, id string, run int, status batch.Status, detail string) error {
+func (s *Store) Stop(ctx context.Context, m batch.StopMark) error {
+	id, run := m.BatchID, m.Run
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(run)),
 			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))),
 			expression.AttributeNotExists(expression.Name(attrStop)))).
-		WithUpdate(expression.Set(expression.Name(attrStop), expression.Value(string(status))).
-			Set(expression.Name(attrStopDetail), expression.Value(detail))).Build()
+		WithUpdate(expression.Set(expression.Name(attrStop), expression.Value(string(m.Status))).
+			Set(expression.Name(attrStopDetail), expression.Value(m.Detail)).
+			Set(expression.Name(attrStopRan), expression.Value(m.Ran)).
+			Set(expression.Name(attrStopFailures), expression.Value(m.Failures))).Build()
 	if err != nil {
 		return err
 	}
@@ -282,6 +285,7 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 			Set(expression.Name(attrFannedOut), expression.Value(false)).
 			Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
 			Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
+			Remove(expression.Name(attrStopRan)).Remove(expression.Name(attrStopFailures)).
 			Remove(expression.Name(config.AttrExpiresAt))).Build()
 	if err != nil {
 		return batch.Batch{}, err

@@ -110,6 +110,8 @@ const (
 	attrStatus           = "status"
 	attrStop             = "stop"
 	attrStopDetail       = "stop_detail"
+	attrStopRan          = "stop_ran"
+	attrStopFailures     = "stop_failures"
 	attrSubmitAttempts   = "submit_attempts"
 	attrSubmitDeadlineMs = "submit_deadline_ms"
 )
@@ -153,6 +155,8 @@ type batchRow struct {
 	NeedsAttention bool              `dynamodbav:"needs_attention"`
 	Stop           string            `dynamodbav:"stop,omitempty"`
 	StopDetail     string            `dynamodbav:"stop_detail,omitempty"`
+	StopRan        int64             `dynamodbav:"stop_ran,omitempty"`
+	StopFailures   int64             `dynamodbav:"stop_failures,omitempty"`
 	ExpiresAtMs    int64             `dynamodbav:"expires_at_ms,omitempty"`
 	Request        string            `dynamodbav:"request,omitempty"` // JSON
 	SubmitAttempts int               `dynamodbav:"submit_attempts,omitempty"`
@@ -183,7 +187,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, ItemsPerMsg: b.ItemsPerMessage, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
-		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, ExpiresAtMs: ms(b.ExpiresAt),
+		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold,
 	}
@@ -215,7 +219,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
-		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, ExpiresAt: fromMs(r.ExpiresAtMs),
+		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, StopRan: r.StopRan, StopFailures: r.StopFailures, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
 		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun,
 		StopOnThreshold: r.StopOnThreshold,

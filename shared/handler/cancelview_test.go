@@ -22,8 +22,8 @@ type cancelStore struct {
 }
 
 func (s *cancelStore) GetBatch(context.Context, string) (batch.Batch, error) { return s.b, nil }
-func (s *cancelStore) Stop(_ context.Context, _ string, _ int, status batch.Status, detail string) error {
-	s.b.Stop, s.b.StopDetail = status, detail
+func (s *cancelStore) Stop(_ context.Context, m batch.StopMark) error {
+	s.b.Stop, s.b.StopDetail = m.Status, m.Detail
 	return nil
 }
 func (s *cancelStore) Progress(context.Context, string, int, int) (batch.Progress, error) {

@@ -66,10 +66,10 @@ func (s *contractStore) SetFannedOut(context.Context, string, int) error { retur
 func (s *contractStore) Progress(context.Context, string, int, int) (batch.Progress, error) {
 	return batch.Progress{Done: 12000, Failures: 3}, nil
 }
-func (s *contractStore) Stop(_ context.Context, id string, _ int, st batch.Status, detail string) error {
-	b := s.batches[id]
-	b.Stop, b.StopDetail = st, detail
-	s.batches[id] = b
+func (s *contractStore) Stop(_ context.Context, m batch.StopMark) error {
+	b := s.batches[m.BatchID]
+	b.Stop, b.StopDetail = m.Status, m.Detail
+	s.batches[m.BatchID] = b
 	return nil
 }
 func (s *contractStore) ListItems(context.Context, string, int, batch.Outcome, string, int) ([]batch.Item, string, error) {

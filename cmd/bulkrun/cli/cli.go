@@ -618,8 +618,11 @@ func (a *app) show(v wire.BatchView) error {
 		return a.printJSON(v)
 	}
 	textf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
-	if v.Stop != "" {
-		textf(a.out, "stopping: %s (%s)\n", v.Stop, v.StopDetail)
+	switch {
+	case v.Stop != "" && v.Status == batch.StatusRunning:
+		textf(a.out, "stopping: %s (%s); items already in flight finish after the stop\n", v.Stop, v.StopDetail)
+	case v.Stop != "" && v.Census != nil:
+		textf(a.out, "stopped: %s\n", batch.StopSummaryOf(v.Batch, *v.Census).Text())
 	}
 	if v.Refusal != nil {
 		textf(a.out, "refused: %s\n", refusalText(v.Refusal))
@@ -781,6 +784,9 @@ func (a *app) printReport(r batch.Report) {
 	textf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
 	a.printCost("cost (ending attempts)", c.Cost)
 	a.printCost("spent by this run", c.RunSpent)
+	if r.Stop != nil {
+		textf(a.out, "stopped: %s\n", r.Stop.Text())
+	}
 	if r.Verdict.Exceeded {
 		textf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
 	}

@@ -618,14 +618,15 @@ func (s *Store) RunningBatches(context.Context) ([]string, error) {
 }
 
 // Stop implements batch.Store.
-func (s *Store) Stop(_ context.Context, id string, run int, status batch.Status, detail string) error {
+func (s *Store) Stop(_ context.Context, m batch.StopMark) error {
+	id, run := m.BatchID, m.Run
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.batch(id)
 	if !ok || b.Run != run || b.Status != batch.StatusRunning || b.Stop != "" {
 		return conflictf("stop %s run %d", id, run)
 	}
-	b.Stop, b.StopDetail = status, detail
+	b.Stop, b.StopDetail, b.StopRan, b.StopFailures = m.Status, m.Detail, m.Ran, m.Failures
 	return nil
 }
 
@@ -639,7 +640,7 @@ func (s *Store) StartRun(_ context.Context, id string, from int, now time.Time) 
 		return batch.Batch{}, conflictf("start run %d of %s", from+1, id)
 	}
 	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, batch.StatusRunning, false, ms(now)
-	b.Stop, b.StopDetail = "", ""
+	b.Stop, b.StopDetail, b.StopRan, b.StopFailures = "", "", 0, 0
 	s.running[id] = from + 1
 	return clone(*b), nil
 }

@@ -472,15 +472,17 @@ var cases = []suiteCase{
 	}},
 	{"StopFirstWins", func(t *testing.T, s batch.Store) {
 		create(t, s, newBatch("b1"))
-		isConflict(t, "stop of another run", s.Stop(ctx, "b1", 2, batch.StatusCancelled, "x"))
-		if err := s.Stop(ctx, "b1", 1, batch.StatusThresholdExceeded, "3 > 2"); err != nil {
+		isConflict(t, "stop of another run", s.Stop(ctx, batch.StopMark{BatchID: "b1", Run: 2, Status: batch.StatusCancelled, Detail: "x"}))
+		if err := s.Stop(ctx, batch.StopMark{BatchID: "b1", Run: 1, Status: batch.StatusThresholdExceeded, Detail: "3 > 2", Ran: 7, Failures: 3}); err != nil {
 			t.Fatal(err)
 		}
-		isConflict(t, "second stop", s.Stop(ctx, "b1", 1, batch.StatusCancelled, "cancel"))
+		isConflict(t, "second stop", s.Stop(ctx, batch.StopMark{BatchID: "b1", Run: 1, Status: batch.StatusCancelled, Detail: "cancel"}))
 		got, _ := s.GetBatch(ctx, "b1")
 		check(t, "stop", got.Stop, batch.StatusThresholdExceeded)
 		check(t, "detail", got.StopDetail, "3 > 2")
-		isConflict(t, "stop without a row", s.Stop(ctx, "none", 1, batch.StatusCancelled, ""))
+		check(t, "ran at the stop", got.StopRan, int64(7))
+		check(t, "failures at the stop", got.StopFailures, int64(3))
+		isConflict(t, "stop without a row", s.Stop(ctx, batch.StopMark{BatchID: "none", Run: 1, Status: batch.StatusCancelled}))
 	}},
 	{"FinishRunOnce", func(t *testing.T, s batch.Store) {
 		create(t, s, newBatch("b1"))
@@ -512,7 +514,7 @@ var cases = []suiteCase{
 		create(t, s, newBatch("b1"))
 		_, err := s.StartRun(ctx, "b1", 1, T0)
 		isConflict(t, "start run of a running batch", err)
-		if err := s.Stop(ctx, "b1", 1, batch.StatusCancelled, "by x"); err != nil {
+		if err := s.Stop(ctx, batch.StopMark{BatchID: "b1", Run: 1, Status: batch.StatusCancelled, Detail: "by x", Ran: 2}); err != nil {
 			t.Fatal(err)
 		}
 		finish(t, s, "b1", 1, batch.StatusCancelled, T0.Add(24*time.Hour))

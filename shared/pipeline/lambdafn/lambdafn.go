@@ -69,11 +69,18 @@
 //
 // # Invoke errors
 //
-// Lambda's own refusals, from the Invoke call ([InvokeError]): throttling
-// (429 TooManyRequestsException), 5xx (ServiceException, …), timeouts and
-// lost connections are transient; other 4xx (ResourceNotFoundException,
+// Lambda's own refusals, from the Invoke call ([InvokeError]), are
+// classified by their code from the Invoke API reference (the table is
+// invokeErrors; docs/pipelines.md lists it): throttling and capacity
+// (429 TooManyRequestsException, EC2ThrottledException,
+// ENILimitReachedException, SubnetIPAddressLimitReachedException) are a
+// *pipeline.ThrottledError; a function not ready or being updated
+// (ResourceNotReadyException, ResourceConflictException), 5xx
+// ServiceException, timeouts and lost connections are transient; what
+// fails the same way every time (ResourceNotFoundException,
 // AccessDeniedException, RequestTooLargeException: a request over 6 MB,
-// …) are permanent, naming the function.
+// InvalidRuntimeException, the KMS* errors, …) is permanent, naming the
+// function. An unknown code is classified by its status.
 package lambdafn
 
 import (
@@ -174,10 +181,71 @@ type InvokeError struct {
 func (e *InvokeError) Error() string { return e.Err.Error() }
 func (e *InvokeError) Unwrap() error { return e.Err }
 
-// Transient reports whether a retry may succeed: no answer, throttling
-// (429) or a 5xx.
-func (e *InvokeError) Transient() bool {
-	return e.Status == 0 || e.Status == 429 || e.Status >= 500
+// Transient reports whether a retry may succeed (Class is not
+// ClassPermanent).
+func (e *InvokeError) Transient() bool { return e.Class() != ClassPermanent }
+
+// Kinds of Invoke errors (InvokeError.Class).
+const (
+	ClassThrottled = "throttled" // Lambda's rate or capacity: back off
+)
+
+// invokeErrors classifies Lambda's Invoke errors by code, from the API
+// reference (AWS Lambda API Reference, "Invoke", Errors,
+// https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html):
+// throttled, the account's or function's rate or concurrency, or the
+// VPC's network capacity; transient, Lambda or the function's resources
+// not ready yet; permanent, what fails the same way every time (the
+// function, its configuration, its KMS key, the request).
+var invokeErrors = map[string]string{
+	"TooManyRequestsException":             ClassThrottled, // 429: concurrency or rate limit (Reason names which)
+	"EC2ThrottledException":                ClassThrottled, // 502: EC2 throttled Lambda creating the function's network interface
+	"ENILimitReachedException":             ClassThrottled, // 502: the VPC's network-interface quota
+	"SubnetIPAddressLimitReachedException": ClassThrottled, // 502: no free IP address in the function's subnets
+	"ServiceException":                     ClassTransient, // 500
+	"ResourceNotReadyException":            ClassTransient, // 502: the function is being created or restored
+	"ResourceConflictException":            ClassTransient, // 409: the function is being updated
+	"SnapStartNotReadyException":           ClassTransient, // 409
+	"SnapStartTimeoutException":            ClassTransient, // 408
+	"EC2UnexpectedException":               ClassTransient, // 502
+	"EFSIOException":                       ClassTransient, // 410
+	"EFSMountConnectivityException":        ClassTransient, // 408
+	"EFSMountTimeoutException":             ClassTransient, // 408
+	"ResourceNotFoundException":            ClassPermanent, // 404: no such function, version or alias
+	"RequestTooLargeException":             ClassPermanent, // 413: payload over 6 MB
+	"InvalidRequestContentException":       ClassPermanent, // 400
+	"InvalidParameterValueException":       ClassPermanent, // 400
+	"UnsupportedMediaTypeException":        ClassPermanent, // 415
+	"RecursiveInvocationException":         ClassPermanent, // 400: a recursive loop was stopped
+	"SnapStartException":                   ClassPermanent, // 400
+	"AccessDeniedException":                ClassPermanent, // 403: the role may not invoke it
+	"EFSMountFailureException":             ClassPermanent, // 403
+	"InvalidRuntimeException":              ClassPermanent, // 502: the runtime or its settings are invalid
+	"InvalidSecurityGroupIDException":      ClassPermanent, // 502
+	"InvalidSubnetIDException":             ClassPermanent, // 502
+	"InvalidZipFileException":              ClassPermanent, // 502: the deployment package cannot be unpacked
+	"EC2AccessDeniedException":             ClassPermanent, // 502: the function's role lacks EC2 permissions
+	"KMSAccessDeniedException":             ClassPermanent, // 502: the function's KMS key may not be used
+	"KMSDisabledException":                 ClassPermanent, // 502
+	"KMSInvalidStateException":             ClassPermanent, // 502
+	"KMSNotFoundException":                 ClassPermanent, // 502
+}
+
+// Class is the kind of the Invoke error: ClassThrottled, ClassTransient
+// or ClassPermanent, by its code (invokeErrors), else by its status: no
+// answer (0) or a 5xx is transient, 429 throttled, any other 4xx
+// permanent.
+func (e *InvokeError) Class() string {
+	if c, ok := invokeErrors[e.Code]; ok {
+		return c
+	}
+	switch {
+	case e.Status == 429:
+		return ClassThrottled
+	case e.Status == 0 || e.Status >= 500:
+		return ClassTransient
+	}
+	return ClassPermanent
 }
 
 // Invoker invokes a function synchronously with payload. An error is an
@@ -292,8 +360,11 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	if err != nil {
 		err = fmt.Errorf("lambda: %s: invoke %s: %w", req.Key, o.Function, err)
 		var ie *InvokeError
-		if errors.As(err, &ie) && !ie.Transient() {
+		if errors.As(err, &ie) && ie.Class() == ClassPermanent {
 			return pipeline.Result{}, pipeline.Permanent(err)
+		}
+		if errors.As(err, &ie) && ie.Class() == ClassThrottled {
+			return pipeline.Result{}, pipeline.Throttled("lambda", ie.Code, 0, err)
 		}
 		return pipeline.Result{}, err
 	}

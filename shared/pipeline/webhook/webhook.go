@@ -67,7 +67,12 @@
 //     token or its value holds a control character.
 //   - permanent, *[StatusError]: the answer's status is a 3xx, or a 4xx other
 //     than 429, or outside 200–599, e.g.
-//     `webhook: item-0000000007: HTTP 422: {"error":"bad"}`.
+//     `webhook: item-0000000007: HTTP 422: {"error":"bad"}`. A 401 or 403
+//     is also a *pipeline.CredentialRejectedError: a header resolved from
+//     a secret reference is read again, bypassing the cache, and the call
+//     made once more before the item fails (a secret rotated mid-batch).
+//   - throttled, *pipeline.ThrottledError over the *[StatusError]: the
+//     answer's status is 429 or 503 (the receiver's rate or capacity).
 //   - transient, *[StatusError]: the answer's status is 429 or 5xx. On a 429
 //     or 503 with a Retry-After header (delta-seconds, e.g. `Retry-After:
 //     20`, or an HTTP date, RFC 9110 §10.2.3), the StatusError is wrapped in
@@ -96,6 +101,31 @@ import (
 	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
+
+// classifyStatus is the class of a non-2xx answer (RFC 9110 §15): 429
+// Too Many Requests and 503 Service Unavailable are the receiver's rate
+// or capacity (*pipeline.ThrottledError, with its Retry-After, also as a
+// *pipeline.RetryAfterError); other 5xx are transient; 401 Unauthorized
+// and 403 Forbidden reject the credential sent
+// (pipeline.CredentialRejected: permanent, but a credential from a secret
+// reference is read again and the call made once more); every other
+// status is permanent.
+func classifyStatus(serr *StatusError) error {
+	var err error = serr
+	switch code := serr.StatusCode; {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		err = pipeline.Throttled("http", strconv.Itoa(code), serr.RetryAfter, serr)
+		if serr.RetryAfter > 0 {
+			err = pipeline.RetryAfter(err, serr.RetryAfter)
+		}
+		return err
+	case serr.Transient():
+		return serr
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return pipeline.CredentialRejected(serr)
+	}
+	return pipeline.Permanent(serr)
+}
 
 // Name is the name the pipeline is registered under.
 const Name = "webhook"
@@ -240,13 +270,7 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 		}
 		// The call was made: its cost counts even when the item fails.
 		called := pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
-		if serr.RetryAfter > 0 {
-			return called, pipeline.RetryAfter(serr, serr.RetryAfter)
-		}
-		if serr.Transient() {
-			return called, serr
-		}
-		return called, pipeline.Permanent(serr)
+		return called, classifyStatus(serr)
 	}
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))

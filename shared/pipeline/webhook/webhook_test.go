@@ -558,3 +558,64 @@ func TestSSRFDialRefusesNonPublic(t *testing.T) {
 		t.Errorf("receiver called %d times, want 0", n)
 	}
 }
+
+// The receiver's answers, classified as docs/pipelines.md's table says
+// (RFC 9110 §15): 429 and 503 are its rate or capacity (a
+// *pipeline.ThrottledError, with the Retry-After it sent), other 5xx
+// transient, 401 and 403 a rejected credential (permanent, re-read once
+// when it came from a secret reference), other 4xx permanent.
+func TestStatusClassification(t *testing.T) {
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		want       string // throttled, transient, credential, permanent
+		delay      time.Duration
+	}{
+		{429, "", "throttled", 0},
+		{429, "7", "throttled", 7 * time.Second},
+		{503, "", "throttled", 0},
+		{503, "20", "throttled", 20 * time.Second},
+		{500, "", "transient", 0},
+		{502, "", "transient", 0},
+		{504, "", "transient", 0},
+		{401, "", "credential", 0},
+		{403, "", "credential", 0},
+		{400, "", "permanent", 0},
+		{404, "", "permanent", 0},
+		{422, "", "permanent", 0},
+	} {
+		t.Run(fmt.Sprint(tc.status, tc.retryAfter), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.retryAfter != "" {
+					w.Header().Set("Retry-After", tc.retryAfter)
+				}
+				w.WriteHeader(tc.status)
+				fmt.Fprintf(w, `{"error":"status %d"}`, tc.status)
+			}))
+			defer srv.Close()
+			res, err := webhook.New(nil, testAllow).Run(context.Background(), request(options(srv.URL, 0)))
+			var se *webhook.StatusError
+			if !errors.As(err, &se) || se.StatusCode != tc.status || res.Cost["calls"] != 1 {
+				t.Fatalf("err %v, cost %v: want a StatusError %d and the call counted", err, res.Cost, tc.status)
+			}
+			th, throttled := pipeline.ThrottleOf(err)
+			class := pipeline.Classify(err)
+			got := map[bool]string{true: "throttled", false: string(class)}[throttled]
+			if pipeline.IsCredentialRejected(err) {
+				got = "credential"
+				if class != pipeline.ClassPermanent {
+					t.Errorf("a rejected credential is %s, want permanent", class)
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("HTTP %d: %s, want %s", tc.status, got, tc.want)
+			}
+			if throttled && (th.Service != "http" || th.Code != fmt.Sprint(tc.status) || th.Delay != tc.delay) {
+				t.Errorf("throttle %+v, want http %d asking %s", th, tc.status, tc.delay)
+			}
+			if d, ok := pipeline.RetryDelay(err); ok != (tc.delay > 0) || d != tc.delay {
+				t.Errorf("retry delay %s %v, want %s", d, ok, tc.delay)
+			}
+		})
+	}
+}

@@ -81,6 +81,19 @@ function doneOf(b) {
   return null;
 }
 
+// stopText is a stop as the CLI prints it: why, and that items already in
+// flight when it was marked finish after it (how many, once finished:
+// what ended then is stop_ran, the census has the rest).
+function stopText(b) {
+  let t = (LABEL[b.stop] || b.stop) + (b.stop_detail ? ": " + b.stop_detail : "");
+  const c = b.census;
+  if (running(b) || !c) return t + "; items already in flight finish after the stop";
+  const failures = (c.failed || 0) + (c.quarantined || 0);
+  const after = Math.max(0, (c.succeeded || 0) + failures - (b.stop_ran || 0));
+  const failedAfter = Math.max(0, failures - (b.stop_failures || 0));
+  return t + "; " + fmtInt(after) + " items already in flight finished after the stop, " + fmtInt(failedAfter) + " of them failed";
+}
+
 function statusBadge(s, stop) {
   const text = LABEL[s] || s;
   return el("span", {class: "badge s-" + s, dataset: {status: s}}, text + (stop && s === "running" ? " (stopping: " + (LABEL[stop] || stop) + ")" : ""));
@@ -295,7 +308,7 @@ function renderLive(page) {
   fact("Max attempts", b.max_attempts ? String(b.max_attempts) : "");
   fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
   fact("On interrupt", b.on_interrupt);
-  if (b.stop) fact("Stopping", (LABEL[b.stop] || b.stop) + (b.stop_detail ? ": " + b.stop_detail : ""));
+  if (b.stop) fact(running(b) ? "Stopping" : "Stopped", stopText(b));
   if (b.refusal) fact("Refused", b.refusal.code + ": " + b.refusal.message);
   if (b.pending_deletion) fact("Deletion", "pending: forget it again to finish");
   fact("Expires", fmtTime(b.expires_at));
