@@ -141,9 +141,18 @@ func TestConsoleBrowser(t *testing.T) {
 	items := `[{"k":"ok-1","text":"a b"},{"k":"ok-2","text":"c"},{"k":"ok-3","text":"d e f"},{"k":"ok-4","text":"g"},` +
 		`{"k":"no-text-1"},{"k":"no-text-2","body":"x"},` +
 		`{"k":"long-1","text":"one two three four five"},{"k":"long-2","text":"six seven eight nine ten eleven"}]`
+	// A stopped batch: 30 items without text fail, 2 are tolerated, one
+	// item runs at a time, so the run stops after the third failure and
+	// the items not yet started end cancelled.
+	stopID := "it-stopped-" + suffix
+	var stopItems []string
+	for i := range 30 {
+		stopItems = append(stopItems, fmt.Sprintf(`{"k":"s-%02d"}`, i))
+	}
 	t.Cleanup(func() {
 		_ = env.api.Forget(context.Background(), thumbID)
 		_ = env.api.Forget(context.Background(), enrichID)
+		_ = env.api.Forget(context.Background(), stopID)
 	})
 
 	// The printed address carries the console's token: opening it gives
@@ -216,11 +225,19 @@ func TestConsoleBrowser(t *testing.T) {
 	for {
 		st, err := chromedp.Run(bctx, chromedp.Evaluate[progressState](`(() => {
 			const p = document.getElementById("progress"), s = document.querySelector("#batch-status .badge");
-			return {status: s ? s.dataset.status : "", value: p ? p.value : -1, max: p ? p.max : -1,
-				text: (document.getElementById("progress-text") || {}).textContent || ""};
+			return {status: s ? s.dataset.status : "", value: p ? Number(p.dataset.done) : -1, max: p ? Number(p.dataset.total) : -1,
+				text: ((document.getElementById("progress-text") || {}).textContent || "").replaceAll("\u00a0", " "),
+				cost: (document.getElementById("sec-cost") || {}).textContent || "",
+				source: (document.querySelector('[data-label="Source"], #sec-summary .source') || {}).textContent || ""};
 		})()`))
 		if err == nil && st.Text != "" && (len(seen) == 0 || seen[len(seen)-1] != st.Status+" "+st.Text) {
 			seen = append(seen, st.Status+" "+st.Text)
+		}
+		// While the run goes, the cost box tells the truth: the counters
+		// count outcomes, not cost, so it never says the pipeline recorded
+		// none.
+		if err == nil && st.Status == "running" && strings.Contains(st.Cost, "recorded no cost") {
+			t.Errorf("live cost box of a running batch says %q", st.Cost)
 		}
 		if err == nil && st.Max > 0 && st.Value == st.Max && st.Status != "running" && st.Status != "submitting" && st.Status != "" {
 			if !strings.Contains(st.Text, "(100 %)") {
@@ -275,9 +292,13 @@ func TestConsoleBrowser(t *testing.T) {
 	if !strings.Contains(verdict, "3 failures of 24 items") {
 		t.Errorf("verdict %q", verdict)
 	}
+	if src := evalJS[string](t, bctx, `document.querySelector("#sec-summary .source").textContent`); src != "S3 "+prefix+"*" {
+		t.Errorf("batch page source %q, want the kind and %s*", src, prefix)
+	}
 	shot("batch", true)
-	setWidth(420, 900)
+	setWidth(390, 844)
 	run("narrow", chromedp.Sleep(300*time.Millisecond))
+	fits(t, bctx, "batch page at 390×844", "#main")
 	shot("batch-narrow", false)
 	setWidth(1280, 800)
 
@@ -296,9 +317,25 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, enrichID)
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: stopID, Pipeline: "enrich", KeyField: "k", MaxConcurrency: 1,
+		Threshold: batch.Threshold{FailureCount: new(int64(2))}, Source: batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(stopItems, ",") + "]")}}); err != nil {
+		t.Fatal(err)
+	}
 	run("open the enrich batch", chromedp.Navigate(url+"#/batch/"+enrichID))
 	waitJS("finished", `(document.querySelector("#batch-status .badge") || {dataset: {}}).dataset.status === "completed"`, time.Minute)
 	waitJS("quarantined tab", `!!document.getElementById("tab-quarantined")`, 30*time.Second)
+	// Actions are styled by their weight: resume (starts work) is the one
+	// primary, filled button; cancel and forget (stop, delete) never are.
+	weights := evalJS[map[string]string](t, bctx, `Object.fromEntries(["act-resume", "act-cancel", "act-forget"].map(id => {
+		const b = document.getElementById(id); return [id, b.className + " " + getComputedStyle(b).backgroundColor]; }))`)
+	if !strings.HasPrefix(weights["act-resume"], "primary ") {
+		t.Errorf("resume button %q, want primary", weights["act-resume"])
+	}
+	for _, id := range []string{"act-cancel", "act-forget"} {
+		if !strings.HasPrefix(weights[id], "danger ") || strings.Contains(weights[id], strings.TrimPrefix(weights["act-resume"], "primary ")) {
+			t.Errorf("%s button %q: want danger, never the primary fill (%s)", id, weights[id], weights["act-resume"])
+		}
+	}
 	run("quarantined tab", chromedp.Click(chromedp.CSS(`#tab-quarantined`)))
 	waitJS("quarantined items", `document.querySelectorAll('#items[data-outcome="quarantined"] tr[data-key]').length === 2`, 30*time.Second)
 	run("release long-1", chromedp.Click(chromedp.CSS(`button[data-release="long-1"]`)))
@@ -315,6 +352,9 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	run("release long-1 again", chromedp.Click(chromedp.CSS(`button[data-release="long-1"]`)))
 	waitJS("confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	if cls := evalJS[string](t, bctx, `document.getElementById("confirm-yes").className`); cls != "primary" {
+		t.Errorf("release's confirm button is %q, want primary", cls)
+	}
 	run("confirm", chromedp.Click(chromedp.CSS(`#confirm-yes`)))
 	waitJS("released", `document.getElementById("notice").textContent.includes("released long-1")`, 30*time.Second)
 	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-1"); !it.Released {
@@ -353,28 +393,62 @@ func TestConsoleBrowser(t *testing.T) {
 	run("open the list", chromedp.Navigate(url+"#/"))
 	// The listing reads an eventually consistent index: a batch may show
 	// a moment later, so the wait presses Refresh every 2 s until it does.
-	listHas := `(() => {
-		const ok = !!document.querySelector('#batches tr[data-id="` + enrichID + `"]') && !!document.querySelector('#batches tr[data-id="` + thumbID + `"]');
+	listShows := func(cond string) string {
+		return `(() => {
+		const ok = ` + cond + `;
 		if (!ok && Date.now() - (window.lastRefresh || 0) > 2000) {
 			window.lastRefresh = Date.now();
 			document.querySelector(".filters button").click();
 		}
 		return ok;
 	})()`
-	waitJS("list rows", listHas, time.Minute)
+	}
+	listHas := listShows(`!!document.querySelector('#batches tr[data-id="` + enrichID + `"]') && !!document.querySelector('#batches tr[data-id="` + thumbID + `"]')`)
+	waitJS("list rows", listShows(`!!document.querySelector('#batches tr[data-id="`+enrichID+`"]') && !!document.querySelector('#batches tr[data-id="`+thumbID+`"]') &&
+		!!document.querySelector('#batches tr[data-id="`+stopID+`"][data-status="threshold_exceeded"]')`), 2*time.Minute)
 	rows := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#batches tr[data-id]")].map(tr => tr.dataset.id)`)
 	if ie, it := slices.Index(rows, enrichID), slices.Index(rows, thumbID); ie > it {
 		t.Errorf("list order %v: the newer %s after %s", rows, enrichID, thumbID)
 	}
-	row := evalJS[string](t, bctx, `document.querySelector('#batches tr[data-id="`+thumbID+`"]').innerText`)
-	for _, w := range []string{"21 succeeded, 3 failed", "Needs attention", "24 of 24 done (100 %)", "thumbnail"} {
+	rowText := func(id string) string {
+		return strings.ReplaceAll(evalJS[string](t, bctx, `document.querySelector('#batches tr[data-id="`+id+`"]').innerText`), "\u00a0", " ")
+	}
+	row := rowText(thumbID)
+	for _, w := range []string{"21 succeeded, 3 failed", "Needs attention", "24 of 24 done (100 %)", "87.5 % succeeded", "thumbnail", "S3", prefix + "*"} {
 		if !strings.Contains(row, w) {
 			t.Errorf("list row of %s lacks %q: %q", thumbID, w, row)
 		}
 	}
+	if row := rowText(enrichID); !strings.Contains(row, "API") || !strings.Contains(row, "inline items") {
+		t.Errorf("list row of %s lacks its source (API, inline items): %q", enrichID, row)
+	}
+	// The stopped batch: "ended", not "done", and a bar coloured by
+	// outcome whose segments are the API's census (cancelled included).
+	sv, err := env.api.Status(ctx, stopID)
+	if err != nil || sv.Status != batch.StatusThresholdExceeded || sv.Census == nil {
+		t.Fatalf("stopped batch: %+v %v", sv, err)
+	}
+	if row := rowText(stopID); !strings.Contains(row, fmt.Sprintf("%d of %d ended (100 %%)", sv.Census.Total, sv.Census.Total)) || strings.Contains(row, " done ") || !strings.Contains(row, "threshold exceeded") {
+		t.Errorf("list row of the stopped batch %s: %q, want ended (not done) and its status", stopID, row)
+	}
+	segs := evalJS[map[string]float64](t, bctx, `(() => { const bar = document.querySelector('#batches tr[data-id="`+stopID+`"] .mini-bar');
+		const w = bar.getBoundingClientRect().width - 2; return Object.fromEntries([...bar.querySelectorAll(".seg")].map(s => [s.dataset.outcome, s.getBoundingClientRect().width / w])); })()`)
+	for o, n := range map[string]int64{"succeeded": sv.Census.Succeeded, "failed": sv.Census.Failed, "quarantined": sv.Census.Quarantined, "cancelled": sv.Census.Cancelled} {
+		share := float64(n) / float64(sv.Census.Total)
+		if got, ok := segs[o]; n > 0 && (!ok || got < share-0.03 || got > share+0.03) || n == 0 && ok {
+			t.Errorf("stopped batch bar: %s segment %.3f of the bar, census %d of %d (%.3f); segments %v", o, got, n, sv.Census.Total, share, segs)
+		}
+	}
+	if sv.Census.Cancelled == 0 {
+		t.Logf("the stopped batch ran every item before its stop (census %+v); its bar has no cancelled segment", sv.Census)
+	}
+	listDrawn := `document.querySelectorAll("#batches tr[data-id]").length > 0`
+	fits(t, bctx, "list at 1280×800", "#batches")
 	shot("list", true)
-	setWidth(420, 900)
+	setWidth(390, 844)
 	run("narrow", chromedp.Sleep(300*time.Millisecond))
+	waitJS("the list drawn at 390×844", listDrawn, 30*time.Second)
+	fits(t, bctx, "list at 390×844", "#batches")
 	shot("list-narrow", false)
 	setWidth(1280, 800)
 
@@ -406,13 +480,36 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 }
 
-// progressState is the batch page's progress bar and status, as the
-// browser test reads them.
+// progressState is the batch page's progress bar, status, cost box and
+// source, as the browser test reads them.
 type progressState struct {
 	Status string  `json:"status"`
 	Value  float64 `json:"value"`
 	Max    float64 `json:"max"`
 	Text   string  `json:"text"`
+	Cost   string  `json:"cost"`
+	Source string  `json:"source"`
+}
+
+// fits checks that the page fits its window: nothing scrolls sideways, and
+// no cell of the tables under selector is cut off — each ends inside the
+// window, and holds its text without overflowing.
+func fits(t *testing.T, ctx context.Context, what, selector string) {
+	t.Helper()
+	bad := evalJS[[]string](t, ctx, `(() => {
+		const out = [], w = window.innerWidth;
+		if (document.documentElement.scrollWidth > w) out.push("the page is " + document.documentElement.scrollWidth + " px wide in a " + w + " px window");
+		for (const c of document.querySelectorAll("`+selector+` th, `+selector+` td, `+selector+` .scroll")) {
+			const r = c.getBoundingClientRect();
+			if (r.width === 0) continue;
+			if (r.right > w + 0.5) out.push((c.dataset.label || c.textContent.slice(0, 30)) + ": ends at " + Math.round(r.right) + " px");
+			if (c.scrollWidth > c.clientWidth + 1) out.push((c.dataset.label || c.className || c.tagName) + ": " + c.scrollWidth + " px of content in " + c.clientWidth + " px");
+		}
+		return out;
+	})()`)
+	if len(bad) > 0 {
+		t.Errorf("%s does not fit: %s", what, strings.Join(bad, "; "))
+	}
 }
 
 // evalJS evaluates a JavaScript expression in the page of ctx.

@@ -395,14 +395,59 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 }
 
 // ConsoleBatch is a batch in the console's list: the listing's summary,
-// plus its census or progress from GET /batches/{id} (StatusError when
-// that read failed).
+// plus its census or progress and its source from GET /batches/{id}
+// (StatusError when that read failed).
 type ConsoleBatch struct {
 	batch.BatchSummary
 	Census       *batch.Census  `json:"census,omitempty"`
 	CensusSource string         `json:"census_source,omitempty"`
 	Progress     *wire.Progress `json:"progress,omitempty"`
-	StatusError  string         `json:"status_error,omitempty"`
+	// Source is the batch's source as it names it; SourceKind and
+	// SourceLabel say where it came from in a few words (SourceOf).
+	Source      string `json:"source,omitempty"`
+	SourceKind  string `json:"source_kind,omitempty"`
+	SourceLabel string `json:"source_label,omitempty"`
+	StatusError string `json:"status_error,omitempty"`
+}
+
+// Source kinds of ConsoleBatch.SourceKind.
+const (
+	SourceKindUpload   = "upload"   // an object under incoming/ of the stack's bucket
+	SourceKindCLI      = "cli"      // a local file or folder `bulkrun submit` uploaded
+	SourceKindS3       = "s3"       // another S3 object or prefix
+	SourceKindInline   = "inline"   // items given in the request
+	SourceKindSchedule = "schedule" // a schedule's tick (SourceLabel names the schedule)
+)
+
+// SourceOf says where a batch's items came from, for the list's source
+// column: its kind and a short label. bucket is the stack's bucket, source
+// the batch's (batch.SourceSpec.Describe), by its submitted_by. An upload
+// is its key ("incoming/orders (1).csv"); a file the CLI uploaded is its
+// base name (the uploads/{digest}/ prefix says nothing); a folder it
+// uploaded, "local folder"; an object or prefix of the stack's bucket its
+// key, of another bucket its bucket and key; a schedule's tick "schedule
+// NAME · " and its source. Deterministic.
+func SourceOf(bucket, source, by string) (kind, label string) {
+	own := "s3://" + bucket + "/"
+	switch rest, ok := strings.CutPrefix(source, own); {
+	case source == "inline" || source == "":
+		kind, label = SourceKindInline, "inline items"
+	case ok && strings.HasPrefix(rest, config.IncomingPrefix):
+		kind, label = SourceKindUpload, rest
+	case ok && strings.HasPrefix(rest, config.UploadsPrefix):
+		kind, label = SourceKindCLI, "local folder"
+		if name := rest[strings.LastIndex(rest, "/")+1:]; name != "*" && name != "" {
+			label = name
+		}
+	case ok:
+		kind, label = SourceKindS3, rest
+	default:
+		kind, label = SourceKindS3, strings.TrimPrefix(source, "s3://")
+	}
+	if name, ok := strings.CutPrefix(by, "schedule:"); ok {
+		return SourceKindSchedule, "schedule " + name + " · " + label
+	}
+	return kind, label
 }
 
 // ConsolePage is GET /api/batches's answer.
@@ -457,7 +502,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	sem := make(chan struct{}, consoleParallel)
 	for i, b := range got {
 		out.Batches[i].BatchSummary = b
-		if b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused || b.PendingDeletion {
+		if b.PendingDeletion {
 			continue
 		}
 		wg.Add(1)
@@ -471,6 +516,8 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			cb.Census, cb.CensusSource, cb.Progress = v.Census, v.CensusSource, v.Progress
+			cb.Source = v.Source
+			cb.SourceKind, cb.SourceLabel = SourceOf(c.bucket, v.Source, v.SubmittedBy)
 			// The row is current; the index the listing reads may lag.
 			cb.Status, cb.Run, cb.NeedsAttention, cb.Stop = v.Status, v.Run, v.NeedsAttention, v.Stop
 		}(&out.Batches[i])
@@ -485,6 +532,9 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 type ConsoleBatchPage struct {
 	Batch  wire.BatchView `json:"batch"`
 	Report *batch.Report  `json:"report,omitempty"`
+	// SourceKind and SourceLabel say where the items came from (SourceOf).
+	SourceKind  string `json:"source_kind"`
+	SourceLabel string `json:"source_label"`
 }
 
 func (c *Console) batchID(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -507,6 +557,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := ConsoleBatchPage{Batch: v}
+	out.SourceKind, out.SourceLabel = SourceOf(c.bucket, v.Source, v.SubmittedBy)
 	if v.ReportKey != "" {
 		rep, err := c.api.Report(r.Context(), id)
 		if err != nil && !errors.Is(err, batch.ErrNotFound) {

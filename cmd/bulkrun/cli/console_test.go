@@ -522,3 +522,69 @@ func TestConsoleOpenerKeepsTokenPrivate(t *testing.T) {
 		t.Errorf("opener page %s does not lead to %s", b, u)
 	}
 }
+
+// Guards the console list's source column (docs/console.md): where each
+// batch's items came from, in a few words, whatever started it.
+func TestSourceOf(t *testing.T) {
+	for _, tt := range []struct{ source, by, kind, label string }{
+		{"s3://stack-bucket/incoming/records (1).csv", "s3-upload:AWS:AIDA", SourceKindUpload, "incoming/records (1).csv"},
+		{"s3://stack-bucket/uploads/0a1b2c3d4e5f6071/texts.jsonl", "arn:aws:iam::1:user/a", SourceKindCLI, "texts.jsonl"},
+		{"s3://stack-bucket/uploads/0a1b2c3d4e5f6071/*", "arn:aws:iam::1:user/a", SourceKindCLI, "local folder"},
+		{"s3://stack-bucket/exports/2026/*", "", SourceKindS3, "exports/2026/*"},
+		{"s3://other-bucket/in/orders.jsonl", "", SourceKindS3, "other-bucket/in/orders.jsonl"},
+		{"inline", "arn:aws:iam::1:user/a", SourceKindInline, "inline items"},
+		{"", "", SourceKindInline, "inline items"},
+		{"s3://stack-bucket/daily/*", "schedule:nightly", SourceKindSchedule, "schedule nightly · daily/*"},
+		{"s3://stack-bucket-2/incoming/x.csv", "", SourceKindS3, "stack-bucket-2/incoming/x.csv"},
+	} {
+		kind, label := SourceOf("stack-bucket", tt.source, tt.by)
+		if kind != tt.kind || label != tt.label {
+			t.Errorf("SourceOf(%q, %q) = %q, %q; want %q, %q", tt.source, tt.by, kind, label, tt.kind, tt.label)
+		}
+	}
+}
+
+// refusedAPI lists one refused upload and one completed batch.
+type refusedAPI struct{ fakeAPI }
+
+func (f *refusedAPI) ListBatches(_ context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
+	f.record("list")
+	return batch.BatchPage{Batches: []batch.BatchSummary{
+		{ID: "up-1", Status: batch.StatusRefused, Refusal: &batch.SubmitRefusal{Code: "invalid_request", Line: 3}},
+		{ID: "b1", Status: batch.StatusCompleted},
+	}}, nil
+}
+
+func (f *refusedAPI) Status(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("status " + id)
+	v := wire.BatchView{Batch: batch.Batch{ID: id, Status: batch.StatusCompleted, Run: 1, Source: "inline"}}
+	if id == "up-1" {
+		v.Status, v.Source, v.SubmittedBy = batch.StatusRefused, "s3://stack-bucket/incoming/broken.csv", "s3-upload:X"
+	}
+	return v, nil
+}
+
+// Guards the console list (docs/console.md): every listed batch, a refused
+// upload included, carries its source and where it came from.
+func TestConsoleListSources(t *testing.T) {
+	api := &refusedAPI{}
+	c := newTestConsole(t, api, nil)
+	w := do(c, "GET", "/api/batches", "127.0.0.1:8420", map[string]string{"Cookie": c.cookieName() + "=" + c.Token()}, "")
+	if w.Code != 200 {
+		t.Fatalf("list: %d %s", w.Code, w.Body)
+	}
+	var page ConsolePage
+	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Batches) != 2 {
+		t.Fatalf("list: %+v", page)
+	}
+	up := page.Batches[0]
+	if up.Source != "s3://stack-bucket/incoming/broken.csv" || up.SourceKind != SourceKindUpload || up.SourceLabel != "incoming/broken.csv" || up.Refusal == nil || up.Refusal.Line != 3 {
+		t.Errorf("refused upload: %+v", up)
+	}
+	if b := page.Batches[1]; b.SourceKind != SourceKindInline || b.SourceLabel != "inline items" {
+		t.Errorf("inline batch: %+v", b)
+	}
+}

@@ -16,6 +16,7 @@ const LABEL = {
 let timer = null; // the live refresh of the page shown
 let listCursors = []; // cursors of the list pages before the one shown
 let pendingNotice = null; // [text, kind] to show on the next page drawn
+let listSeq = 0; // the latest list drawing: an older one's answer is dropped
 
 // el builds an element: el("a", {href: "#"}, "text", child…). Text is
 // always set as text, never parsed as HTML.
@@ -69,9 +70,9 @@ function fmtTime(s) {
 function fmtInt(n) { return Number(n || 0).toLocaleString("en-US"); }
 
 function pct(n, total) {
-  if (!total) return "0 %";
+  if (!total) return "0\u00a0%";
   const p = (100 * n) / total;
-  return (p === 100 || p === 0 ? p.toFixed(0) : p < 0.1 ? "<0.1" : p.toFixed(1)) + " %";
+  return (p === 100 || p === 0 ? p.toFixed(0) : p < 0.1 ? "<0.1" : p.toFixed(1)) + "\u00a0%";
 }
 
 // done returns the items done and the total of a batch (or null).
@@ -99,13 +100,54 @@ function statusBadge(s, stop) {
   return el("span", {class: "badge s-" + s, dataset: {status: s}}, text + (stop && s === "running" ? " (stopping: " + (LABEL[stop] || stop) + ")" : ""));
 }
 
-function progressBar(b, id) {
+// stopped reports whether the batch's run was stopped before every item
+// ran (cancelled, or past its threshold): its items "ended", not "done".
+function stopped(b) { return b.status === "cancelled" || b.status === "threshold_exceeded" || !!b.stop; }
+
+// progressText is "N of M done (P %)", "ended" for a stopped run.
+function progressText(b, d) {
+  return fmtInt(d.done) + " of " + fmtInt(d.total) + (stopped(b) ? " ended" : " done") + " (" + pct(d.done, d.total) + ")";
+}
+
+// outcomeBar is a batch's progress as a bar of its outcomes (the census
+// bar's colours and patterns): succeeded, failed, quarantined, cancelled,
+// in flight, then what is still pending; with the written progress under
+// it. A running batch's counters count in-flight items as pending.
+function outcomeBar(b, id) {
   const d = doneOf(b);
-  if (!d) return el("span", {class: "muted"}, b.status === "submitting" ? "reading the source" : "—");
-  const text = fmtInt(d.done) + " of " + fmtInt(d.total) + " done (" + pct(d.done, d.total) + ")";
-  return el("div", {class: "progress"},
-    el("progress", {id: id, max: d.total || 1, value: d.done, "aria-label": text}),
-    el("span", {class: "ptext", id: id ? id + "-text" : null}, text));
+  if (!d) {
+    return el("span", {class: "muted"}, b.status === "submitting" ? "reading the source" :
+      b.status === "refused" ? "nothing ran" : b.status_error ? "status unavailable" : "—");
+  }
+  const c = b.census || {total: d.total, pending: d.total - d.done, succeeded: 0, failed: 0, quarantined: 0, cancelled: 0, in_flight: 0};
+  const bar = el("div", {class: "mini-bar", id, role: "img", dataset: {done: d.done, total: d.total},
+    "aria-label": progressText(b, d) + ": " + OUTCOMES.map((o) => fmtInt(c[o]) + " " + LABEL[o]).join(", ")});
+  for (const o of OUTCOMES) {
+    if (!c[o]) continue;
+    const seg = el("span", {class: "seg o-" + o, dataset: {outcome: o, n: c[o]}, title: fmtInt(c[o]) + " " + LABEL[o]});
+    seg.style.width = (100 * c[o] / (c.total || 1)) + "%";
+    bar.append(seg);
+  }
+  const ok = b.census && !running(b) ? el("span", {class: "muted nowrap"}, " · " + pct(c.succeeded, c.total) + "\u00a0succeeded") : "";
+  return el("div", {class: "outcome-progress"}, bar,
+    el("span", {class: "ptext"}, el("span", {id: id ? id + "-text" : null}, progressText(b, d)), ok));
+}
+
+// createdCell is a creation time as its date and, below it, its time
+// (UTC), so that the column stays narrow.
+function createdCell(s) {
+  const t = fmtTime(s).replace(" UTC", "");
+  const [day, time] = t.split(" ");
+  return time ? el("span", {}, el("span", {class: "day"}, day), " ", el("span", {class: "time"}, time)) : t;
+}
+
+// sourceCell shows where a batch's items came from: its kind and label,
+// the full source as the tooltip.
+function sourceCell(b) {
+  if (!b.source_label) return el("span", {class: "muted"}, b.status_error ? "—" : "not known");
+  const kind = {upload: "upload", cli: "CLI file", s3: "S3", inline: "API", schedule: "schedule"}[b.source_kind] || b.source_kind;
+  return el("span", {class: "source", title: b.source || ""},
+    el("span", {class: "kind k-" + b.source_kind}, kind), " ", el("span", {class: "label"}, b.source_label));
 }
 
 function countsText(b) {
@@ -114,18 +156,37 @@ function countsText(b) {
     return parts.length ? parts.join(", ") : "no items";
   }
   if (b.progress) return fmtInt(b.progress.done) + " done, " + fmtInt(b.progress.failures) + " failures (counters)";
-  if (b.refusal) return "refused: " + b.refusal.code;
+  if (b.refusal) return "none: refused";
   return "—";
+}
+
+// refusalReason is a refusal's message without what the list already
+// shows (the source, the line), at most 120 characters.
+function refusalReason(r) {
+  let m = r.message || "";
+  const at = r.line ? m.lastIndexOf("line " + r.line + ": ") : -1;
+  if (at >= 0) m = m.slice(at + ("line " + r.line + ": ").length);
+  else if (r.field && m.startsWith(r.field + ": ")) m = m.slice(r.field.length + 2);
+  return m.length > 120 ? m.slice(0, 119) + "…" : m;
+}
+
+// refusalWhere says where a refused source went wrong: " at line N",
+// " (field F)", " (key K)", or "".
+function refusalWhere(r) {
+  if (r.line) return " at line " + r.line;
+  if (r.key) return " (key " + r.key + ")";
+  if (r.field) return " (" + r.field + ")";
+  return "";
 }
 
 function attention(b) {
   const notes = [];
   if (b.needs_attention) notes.push("Needs attention");
-  if (b.refusal) notes.push("Refused");
+  if (b.refusal) notes.push("Refused: " + b.refusal.code + refusalWhere(b.refusal) + (b.refusal.message ? ": " + refusalReason(b.refusal) : ""));
   if (b.pending_deletion) notes.push("Deletion pending");
   if (b.status_error) notes.push("Status unavailable");
-  if (!notes.length) return el("span", {class: "muted"}, "—");
-  return el("span", {class: "attn"}, el("span", {"aria-hidden": "true"}, "⚠ "), notes.join("; "));
+  if (!notes.length) return "";
+  return el("div", {class: "attn small"}, el("span", {"aria-hidden": "true"}, "⚠ "), notes.join("; "));
 }
 
 function batchHref(id) { return "#/batch/" + encodeURIComponent(id); }
@@ -168,35 +229,47 @@ async function showList(status, cursor) {
     location.hash = "#/" + (sel.value ? "?status=" + sel.value : "");
   });
   const refresh = el("button", {class: "secondary", onclick: () => route()}, "Refresh");
+  const cols = ["Batch", "Source", "Status", "Pipeline", "Created (UTC)", "Progress", "Items by outcome"];
   const table = el("table", {id: "batches"},
     el("caption", {class: "sr-only"}, "Batches, newest first"),
-    el("thead", {}, el("tr", {},
-      ["Batch", "Status", "Pipeline", "Created (UTC)", "Progress", "Items by outcome", "Attention"].map((t) => el("th", {scope: "col"}, t)))),
+    el("colgroup", {}, cols.map((t) => el("col", {class: "c-" + t.split(" ")[0].toLowerCase()}))),
+    el("thead", {}, el("tr", {}, cols.map((t) => el("th", {scope: "col"}, t)))),
     el("tbody", {}, el("tr", {}, el("td", {colspan: 7, class: "muted"}, "Loading…"))));
   const pager = el("nav", {class: "pager", "aria-label": "Pages"});
-  main.replaceChildren(
+  const draw = () => main.replaceChildren(
     el("div", {class: "titlebar"}, el("h1", {}, "Batches"), el("span", {class: "muted"}, "newest first")),
     el("form", {class: "filters", onsubmit: (e) => e.preventDefault()},
       el("label", {for: "status-filter"}, "Status "), sel, refresh,
       el("span", {class: "muted", id: "list-live"})),
     el("div", {class: "scroll"}, table), pager);
+  // A refresh of the page shown keeps it until the new one has come (no
+  // "Loading…" flash); another page or filter shows "Loading…" at once.
+  const query = status + "|" + cursor;
+  const refreshing = !!document.getElementById("batches") && main.dataset.list === query;
+  main.dataset.list = query;
+  const seq = ++listSeq;
+  if (!refreshing) draw();
   let page;
   try {
     page = await get("/api/batches?limit=20" + (status ? "&status=" + encodeURIComponent(status) : "") +
       (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
   } catch (e) {
+    if (seq !== listSeq) return; // another page was asked for meanwhile
+    if (refreshing) draw();
     table.tBodies[0].replaceChildren(el("tr", {}, el("td", {colspan: 7, class: "error"}, "Could not list the batches: " + e.message)));
     return;
   }
+  if (seq !== listSeq || (refreshing && !document.getElementById("batches"))) return; // another page, or the batch page, was asked for meanwhile
+  if (refreshing) draw();
   const rows = page.batches.map((b) => el("tr", {dataset: {id: b.batch_id, status: b.status}},
     el("td", {"data-label": "Batch"}, el("a", {href: batchHref(b.batch_id), class: "mono"}, b.batch_id)),
-    el("td", {"data-label": "Status"}, el("span", {}, statusBadge(b.status, b.stop),
-      b.run > 1 ? el("span", {class: "muted small"}, " run " + b.run) : "")),
+    el("td", {"data-label": "Source", class: "src"}, sourceCell(b)),
+    el("td", {"data-label": "Status"}, el("div", {}, el("div", {}, statusBadge(b.status, b.stop),
+      b.run > 1 ? el("span", {class: "muted small"}, " run " + b.run) : ""), attention(b))),
     el("td", {"data-label": "Pipeline"}, b.pipeline),
-    el("td", {"data-label": "Created (UTC)"}, fmtTime(b.created_at).replace(" UTC", "")),
-    el("td", {"data-label": "Progress"}, progressBar(b)),
-    el("td", {"data-label": "Items by outcome", class: "counts"}, countsText(b)),
-    el("td", {"data-label": "Attention"}, attention(b))));
+    el("td", {"data-label": "Created (UTC)", class: "created"}, createdCell(b.created_at)),
+    el("td", {"data-label": "Progress"}, outcomeBar(b)),
+    el("td", {"data-label": "Items by outcome", class: "counts"}, countsText(b))));
   table.tBodies[0].replaceChildren(...(rows.length ? rows :
     [el("tr", {}, el("td", {colspan: 7, class: "muted"}, status ? "No " + LABEL[status] + " batches on this page." : "No batches yet. Submit one: bulkrun submit FILE --pipeline NAME"))]));
   const back = listCursors.length > 0;
@@ -229,6 +302,7 @@ async function showList(status, cursor) {
 // ---------- the batch page ----------
 
 async function showBatch(id) {
+  listSeq++; // a list still loading is not drawn over this page
   const main = document.getElementById("main");
   main.replaceChildren(el("p", {class: "muted"}, "Loading " + id + "…"));
   let data;
@@ -300,7 +374,8 @@ function renderLive(page) {
   fact("Pipeline", b.pipeline);
   fact("Items", b.status === "submitting" ? "not known yet (reading the source, attempt " + (b.submit_attempts || 1) + ")" : fmtInt(b.item_count));
   fact("Run", String(b.run || "—"));
-  fact("Source", b.source);
+  fact("Source", el("span", {}, sourceCell({source: b.source, source_kind: page.data.source_kind, source_label: page.data.source_label}),
+    el("br"), el("code", {class: "uri small"}, b.source)));
   fact("Created", fmtTime(b.created_at));
   fact("Run started", fmtTime(b.run_started_at));
   fact("Finished", running(b) ? "—" : fmtTime(b.finished_at));
@@ -316,7 +391,7 @@ function renderLive(page) {
 
   const d = doneOf(b);
   section(s.progress, "progress", running(b) ? "Progress (live)" : "Progress",
-    progressBar(b, "progress"),
+    outcomeBar(b, "progress"),
     running(b) ? el("p", {class: "muted small"}, "Updates every " + LIVE_MS / 1000 + " s while the run goes" +
       (b.census_source === "counters" ? "; a large batch's live counts come from its counters" : "") + ".") : "",
     d && !running(b) && d.done === d.total ? el("p", {class: "muted small"}, "Every item of run " + b.run + " has an outcome.") : "");
@@ -351,8 +426,11 @@ function renderLive(page) {
 
 function renderCost(page, c) {
   const names = [...new Set([...Object.keys(c.cost || {}), ...Object.keys(c.run_spent || {})])].sort();
+  const b = page.data.batch;
   if (!names.length) {
-    section(page.sections.cost, "cost", "Cost", el("p", {class: "muted"}, "The pipeline recorded no cost."));
+    section(page.sections.cost, "cost", "Cost", el("p", {class: "muted", id: "cost-none"},
+      b.census_source === "counters" ? "Summed from the item rows when the run finishes: while it runs, its counters count outcomes, not cost." :
+        "The pipeline recorded no cost for this run's items."));
     return;
   }
   section(page.sections.cost, "cost", "Cost",
@@ -413,31 +491,37 @@ function renderLocations(page) {
 function renderActions(page) {
   const b = page.data.batch;
   const finished = !running(b) && b.status !== "refused";
+  // Styled by weight: resume (starts work) is the one primary action;
+  // cancel and forget (stop or delete) are never primary.
+  const weight = {"act-resume": "primary", "act-cancel": "danger", "act-forget": "danger"};
   const btn = (id, text, enabled, why, run) => el("button", {id, disabled: !enabled, title: enabled ? null : why,
-    class: id === "act-forget" ? "danger" : "", onclick: run}, text);
+    class: weight[id], onclick: run}, text);
   page.sections.actions.replaceChildren(
     btn("act-resume", "Resume…", finished, "Resume starts a new run of a finished batch",
       () => confirmAct("Resume batch " + b.batch_id + "?",
         "A new run starts: failed and cancelled items run again, released quarantined items too; succeeded items do not.",
-        "Resume", "/resume", {}, page)),
+        "Resume", "/resume", {}, page, false, "primary")),
     btn("act-cancel", "Cancel run…", b.status === "running" && !b.stop, "Only a running batch can be cancelled",
       () => confirmAct("Cancel the run of " + b.batch_id + "?",
         "Items not yet started end cancelled; started items finish. The run ends cancelled; resume runs the rest later.",
-        "Cancel run", "/cancel", {}, page)),
+        "Cancel run", "/cancel", {}, page, false, "danger")),
     btn("act-forget", "Forget…", !running(b), "A running batch cannot be forgotten: cancel it first",
       () => confirmAct("Forget batch " + b.batch_id + "?",
         "Deletes its rows, manifest, outputs, results and report. This cannot be undone.",
-        "Forget for good", "/forget", {}, page, true)),
+        "Forget for good", "/forget", {}, page, true, "danger")),
     el("span", {class: "muted small"}, "Each action asks first."));
 }
 
 // confirmAct asks in a modal dialog (Esc or "Keep as is" declines), then
-// runs the action and reads the page again.
-async function confirmAct(title, text, yes, path, body, page, leave) {
+// runs the action and reads the page again. weight styles the confirm
+// button: "primary" for an action that starts work, "danger" (the
+// default) for one that stops or deletes.
+async function confirmAct(title, text, yes, path, body, page, leave, weight) {
   const d = document.getElementById("confirm");
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
   document.getElementById("confirm-yes").textContent = yes;
+  document.getElementById("confirm-yes").className = weight || "danger";
   const opener = document.activeElement;
   d.returnValue = "";
   d.showModal();
@@ -523,7 +607,7 @@ async function loadItems(page, outcome, cursor) {
     const rel = outcome === "quarantined" ? (it.released ? el("span", {class: "muted"}, "released: runs in the next run") :
       el("button", {class: "secondary small", dataset: {release: it.key}, onclick: () => confirmAct(
         "Release item " + it.key + "?", "The item stays quarantined in this run's results and runs again in the next run (resume).",
-        "Release", "/release", {key: it.key}, page)}, "Release…")) : "";
+        "Release", "/release", {key: it.key}, page, false, "primary")}, "Release…")) : "";
     tbody.append(el("tr", {dataset: {key: it.key}},
       el("td", {"data-label": "Key"}, el("code", {class: "key"}, it.key)),
       el("td", {"data-label": "Reason"}, it.reason || "—"),
