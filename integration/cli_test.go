@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/handler"
@@ -72,7 +73,7 @@ func TestCLI(t *testing.T) {
 	// a run without a report and an outcome without results are refused.
 	out, code = run("results", id, "--outcome", "failed")
 	var line batch.ResultLine
-	if err := json.Unmarshal(out, &line); code != 0 || err != nil || line.Key != "k2" || line.Outcome != batch.OutcomeFailed || line.Reason != batch.ReasonPermanent || line.Attempts != 1 {
+	if err := json.Unmarshal(out, &line); code != 0 || err != nil || line.Key != "k2" || line.Outcome != batch.OutcomeFailed || line.Reason != batch.ReasonPermanent || line.Attempts != 1 || line.Run != 1 || !bytes.Contains(out, []byte(`"run":1`)) {
 		t.Fatalf("results --outcome failed: exit %d, %s (%v)", code, out, err)
 	}
 	all, code := run("results", id)
@@ -163,7 +164,8 @@ func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
 
 // A submit without --watch waits (at most cli.SubmitWait) until the
 // source is frozen or refused: a refused source exits 1 naming the line,
-// key or field (a duplicate key, a wrong --key-field, an empty file); the
+// key or field (a duplicate key; a wrong --key-field or an empty file is
+// refused before the upload, by cli.CheckLocalSource); the
 // refused batch is listed as refused and does not hold its id, so the
 // corrected file under the same --id is accepted and runs.
 func TestCLISubmitReportsRefusal(t *testing.T) {
@@ -193,13 +195,15 @@ func TestCLISubmitReportsRefusal(t *testing.T) {
 		t.Logf("submit → %d\n%s", code, stderr.String())
 		return stdout.String(), stderr.String(), code
 	}
-	for _, tc := range []struct{ name, body, keyField, says string }{
-		{"duplicate keys", "{\"k\":\"a\"}\n{\"k\":\"b\"}\n{\"k\":\"a\"}\n", "k", `line 3 (key "a")`},
-		{"wrong key field", "{\"k\":\"a\"}\n", "order_id", "order_id"},
+	for _, tc := range []struct{ name, body, keyField, says, refused string }{
+		{"duplicate keys", "{\"k\":\"a\"}\n{\"k\":\"b\"}\n{\"k\":\"a\"}\n", "k", `line 3 (key "a")`, "was refused"},
+		// A local file whose first item lacks the key field is refused
+		// before it is uploaded (cli.CheckLocalSource).
+		{"wrong key field", "{\"k\":\"a\"}\n", "order_id", "order_id", "nothing was uploaded"},
 	} {
 		_, stderr, code := submit(tc.body, tc.keyField)
-		if code != 1 || !strings.Contains(stderr, "was refused") || !strings.Contains(stderr, tc.says) {
-			t.Fatalf("%s: exit %d, stderr %q: want exit 1 naming %q", tc.name, code, stderr, tc.says)
+		if code != 1 || !strings.Contains(stderr, tc.refused) || !strings.Contains(stderr, tc.says) {
+			t.Fatalf("%s: exit %d, stderr %q: want exit 1 naming %q (%s)", tc.name, code, stderr, tc.says, tc.refused)
 		}
 		v, err := env.api.Status(context.Background(), id)
 		if err != nil || v.Status != batch.StatusRefused {
@@ -213,4 +217,68 @@ func TestCLISubmitReportsRefusal(t *testing.T) {
 	if v := wait(t, id); v.Census.Succeeded != 2 {
 		t.Fatalf("corrected batch: %+v", v.Census)
 	}
+}
+
+// TestCLIWatchCtrlC guards docs/cli.md "Reaching the stack, submitting,
+// watching" (Ctrl-C): SIGINT to a `bulkrun watch` of a running batch stops
+// the command with exit 130 and a message that the batch keeps running
+// and how to follow it again; the batch's run goes on and finishes, every
+// item once.
+func TestCLIWatchCtrlC(t *testing.T) {
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	id := newID(t)
+	release := make(chan struct{})
+	url := env.hook.route(id, func(string, int) int { <-release; return 200 })
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k",
+		Source: batch.SourceSpec{Items: json.RawMessage(`[{"k":"a"},{"k":"b"},{"k":"c"}]`)}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "watch", id)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupt once the items are being run (their webhook calls wait).
+	deadline := time.Now().Add(time.Minute)
+	for len(env.hook.counts(id)) < 3 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // the watch has polled
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("watch after Ctrl-C: %v, want exit 130; stderr:\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"stopped watching batch " + id + "; the batch keeps running", "bulkrun watch " + id} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if v, err := env.api.Status(ctx, id); err != nil || v.Status != batch.StatusRunning || v.Stop != "" {
+		t.Fatalf("after Ctrl-C the batch is %+v (%v), want it still running", v.Batch, err)
+	}
+	close(release)
+	v := wait(t, id)
+	if v.Status != batch.StatusCompleted || v.Census.Succeeded != 3 {
+		t.Fatalf("the batch after the watch was interrupted: %s %+v", v.Status, v.Census)
+	}
+	if calls := env.hook.counts(id); calls["a"] != 1 || calls["b"] != 1 || calls["c"] != 1 {
+		t.Errorf("calls %v, want one per item", calls)
+	}
+	_ = env.api.Forget(ctx, id)
 }

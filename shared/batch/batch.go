@@ -55,15 +55,15 @@ type Batch struct {
 	// cancelled) or StatusThresholdExceeded (failures passed the
 	// threshold). Items not yet started end cancelled; finalize gives the
 	// run this status.
-	Stop       Status    `json:"stop,omitempty"`
-	StopDetail string    `json:"stop_detail,omitempty"`
+	Stop       Status `json:"stop,omitempty"`
+	StopDetail string `json:"stop_detail,omitempty"`
 	// StopRan and StopFailures are this run's items that had ended
 	// (succeeded, failed or quarantined) and, among them, failed or were
 	// quarantined, by the counters when the stop was marked: items
 	// already in flight then finish after it (StopSummary).
 	StopRan      int64     `json:"stop_ran,omitempty"`
 	StopFailures int64     `json:"stop_failures,omitempty"`
-	ExpiresAt  time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
+	ExpiresAt    time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 
 	// Request is the accepted submit request (JSON, defaults filled) of a
 	// batch whose source is read in the background; the read and a
@@ -356,26 +356,26 @@ func exceedsPercent(failures, total int64, percent float64) bool {
 // Report is what finalize writes once per run to
 // batches/{id}/runs/{run}/report.json.
 type Report struct {
-	BatchID        string    `json:"batch_id"`
-	Run            int       `json:"run"`
-	Pipeline       string    `json:"pipeline"`
-	SubmittedBy    string    `json:"submitted_by,omitempty"` // Batch.SubmittedBy
-	Status         Status    `json:"status"`
-	StopDetail     string    `json:"stop_detail,omitempty"` // why a stopped run stopped
+	BatchID     string `json:"batch_id"`
+	Run         int    `json:"run"`
+	Pipeline    string `json:"pipeline"`
+	SubmittedBy string `json:"submitted_by,omitempty"` // Batch.SubmittedBy
+	Status      Status `json:"status"`
+	StopDetail  string `json:"stop_detail,omitempty"` // why a stopped run stopped
 	// Stop is a stopped run's stop: why, and how many items already in
 	// flight finished after it (so the stop line and the census agree).
-	Stop *StopSummary `json:"stop,omitempty"`
-	NeedsAttention bool      `json:"needs_attention"`
-	Census         Census    `json:"census"`
-	Threshold      Threshold `json:"threshold"`
-	Verdict        Verdict   `json:"verdict"`
-	Manifest       Location  `json:"manifest"`
-	Results        Results   `json:"results"`
-	Outputs        string    `json:"outputs"` // s3:// prefix of the pipeline's output objects
-	CreatedAt      time.Time `json:"created_at"`
-	RunStartedAt   time.Time `json:"run_started_at"`
-	FinishedAt     time.Time `json:"finished_at"`
-	Usage          Usage     `json:"usage"`
+	Stop           *StopSummary `json:"stop,omitempty"`
+	NeedsAttention bool         `json:"needs_attention"`
+	Census         Census       `json:"census"`
+	Threshold      Threshold    `json:"threshold"`
+	Verdict        Verdict      `json:"verdict"`
+	Manifest       Location     `json:"manifest"`
+	Results        Results      `json:"results"`
+	Outputs        string       `json:"outputs"` // s3:// prefix of the pipeline's output objects
+	CreatedAt      time.Time    `json:"created_at"`
+	RunStartedAt   time.Time    `json:"run_started_at"`
+	FinishedAt     time.Time    `json:"finished_at"`
+	Usage          Usage        `json:"usage"`
 }
 
 // Usage is what a run consumed of billed services, as far as bulkrun can
@@ -406,10 +406,17 @@ type Results struct {
 	Files    map[Outcome]Location `json:"files"`
 }
 
-// ResultLine is one line of a results file.
+// ResultLine is one line of a results file: one item of the batch, with
+// the outcome it has at the end of the run the file belongs to. A run's
+// results hold every item once, the ones it did not run with the outcome
+// an earlier run gave them (a resumed run answers succeeded items from
+// their rows): Run says which run produced the line's outcome, Attempts
+// how many attempts that run made (0: settled without running, such as an
+// item cancelled before it started).
 type ResultLine struct {
 	Key       string          `json:"key"`
 	Outcome   Outcome         `json:"outcome"`
+	Run       int             `json:"run"`
 	Output    json.RawMessage `json:"output,omitempty"`
 	OutputRef string          `json:"output_ref,omitempty"`
 	Error     string          `json:"error,omitempty"`

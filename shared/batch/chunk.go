@@ -278,7 +278,7 @@ func (c *chunkWriters) add(it Item, o Outcome) error {
 		w = &partWriter{ctx: c.ctx, blobs: c.blobs, key: key, file: file, buf: newPartBuf()}
 		c.w[o] = w
 	}
-	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Output: it.Output, OutputRef: it.OutputRef,
+	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Run: it.Run, Output: it.Output, OutputRef: it.OutputRef,
 		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
 	if err != nil {
 		return err

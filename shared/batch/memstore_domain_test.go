@@ -381,6 +381,28 @@ func TestMemResume(t *testing.T) {
 			t.Errorf("%s: %d calls, want %d", key, c, want)
 		}
 	}
+	// Run 2's results hold every item once, each line naming the run that
+	// produced its outcome: run 1 for the items it answered from their
+	// rows, run 2 for the ones it ran again (docs/cli.md "Results lines").
+	body, err := r.blobs.Get(ctx, batch.ResultsKey("rs", 2, batch.OutcomeSucceeded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[int]int{}
+	err = batch.ReadResults(bytes.NewReader(body), func(l batch.ResultLine) error {
+		want := 1
+		if strings.HasSuffix(l.Key, "3") {
+			want = 2
+		}
+		if l.Run != want || l.Attempts != 1 {
+			t.Errorf("%s: run %d, %d attempts; want run %d, 1 attempt", l.Key, l.Run, l.Attempts, want)
+		}
+		runs[l.Run]++
+		return nil
+	})
+	if err != nil || runs[1] != 18 || runs[2] != 2 {
+		t.Fatalf("run 2's results: lines by run %v (%v), want 18 of run 1 and 2 of run 2", runs, err)
+	}
 }
 
 // The sweep forgets a batch whose retention ended: its rows and objects go.

@@ -12,10 +12,13 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -51,6 +54,9 @@ const (
 	ExitFailure    = 1
 	ExitUsage      = 2
 	ExitNeedsCheck = 3 // finished with failures, quarantined items, threshold_exceeded or cancelled
+	// ExitInterrupted is a watch stopped by Ctrl-C (SIGINT): 128 + 2, as a
+	// shell reports a command SIGINT ended. The batch goes on.
+	ExitInterrupted = 130
 )
 
 type app struct {
@@ -64,6 +70,19 @@ type app struct {
 	outs   client.Stack
 	api    *client.Client
 	loaded bool
+
+	// interrupt returns a context that ends when the user presses Ctrl-C
+	// (SIGINT) while a batch is watched; nil: signal.NotifyContext on
+	// os.Interrupt. Tests set it.
+	interrupt func(context.Context) (context.Context, context.CancelFunc)
+}
+
+// interruptible is ctx, ended also by Ctrl-C (see app.interrupt).
+func (a *app) interruptible(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.interrupt != nil {
+		return a.interrupt(ctx)
+	}
+	return signal.NotifyContext(ctx, os.Interrupt)
 }
 
 // New returns the root command writing to out (results) and errw
@@ -262,6 +281,9 @@ func (a *app) submitCmd() *cobra.Command {
 					local = true
 					break
 				}
+				if err := CheckLocalSource(src, format, req.KeyField, delim); err != nil {
+					return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", src, err)}
+				}
 				uri, err := a.upload(ctx, src)
 				if err != nil {
 					return err
@@ -335,6 +357,57 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
+}
+
+// errFirstItem stops CheckLocalSource's read at the first item.
+var errFirstItem = errors.New("first item read")
+
+// CheckLocalSource reads a local file as submit will read it once
+// uploaded — its encoding (gzip, UTF-8, a BOM), its format (format, or its
+// name's extension), a CSV's delimiter (delim, or as the file says) and
+// header — up to its first item, and checks that the first item has the
+// key field keyField ("" for positional keys). It returns the source
+// reader's error, which names the line and the field (a CSV header without
+// the key column, a first line that is not JSON, a file that is not
+// UTF-8), so that a file submit would refuse is refused before any byte is
+// uploaded. The rest of the file is checked by submit, as it reads it
+// whole. A file whose format cannot be told is an error naming --format.
+func CheckLocalSource(path, format, keyField, delim string) error {
+	if format == "" {
+		format = batch.FormatOf(path)
+	}
+	if format == "" {
+		return fmt.Errorf("cannot tell the format of %s: name it .jsonl, .ndjson, .json or .csv (optionally .gz), or give --format", filepath.Base(path))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	text, err := batch.SourceText(f)
+	if err != nil {
+		return err
+	}
+	first := func(batch.SourceItem) error { return errFirstItem }
+	switch format {
+	case batch.FormatCSV:
+		d, derr := batch.ParseCSVDelimiter(delim)
+		if derr != nil {
+			return fmt.Errorf("--csv-delimiter %w", derr)
+		}
+		err = batch.ReadCSVDelimited(text, keyField, d, first)
+	case batch.FormatJSON:
+		err = batch.ReadJSONArray(text, keyField, first)
+	default:
+		err = batch.ReadJSONL(text, keyField, first)
+	}
+	if errors.Is(err, errFirstItem) {
+		return nil
+	}
+	if err == nil {
+		return fmt.Errorf("holds no items (blank and whitespace-only lines are not items)")
+	}
+	return err
 }
 
 // RequestBatchID is the default batch id of a submit of a local file or
@@ -555,7 +628,11 @@ func (a *app) watch(ctx context.Context, id string) error {
 			progressbar.OptionShowCount(), progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
 	}
 	start, startDone, lastLine := time.Now(), int64(-1), time.Time{}
-	final, err := a.api.Wait(ctx, id, time.Second, func(v wire.BatchView) {
+	// Ctrl-C stops the watching, not the batch: its run goes on in the
+	// stack, and the command says so and how to come back to it.
+	wctx, stopWatching := a.interruptible(ctx)
+	defer stopWatching()
+	final, err := a.api.Wait(wctx, id, time.Second, func(v wire.BatchView) {
 		var done int64
 		var desc string
 		switch {
@@ -592,6 +669,14 @@ func (a *app) watch(ctx context.Context, id string) error {
 			textf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
 		}
 	})
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		if bar != nil {
+			_ = bar.Exit()
+		}
+		textf(a.errw, "\ninterrupted: stopped watching batch %s; the batch keeps running in the stack (Ctrl-C stops this command only).\n", id)
+		textf(a.errw, "  follow it again: bulkrun watch %s\n  its status:      bulkrun status %s\n  stop its run:    bulkrun cancel %s\n", id, id, id)
+		return &ExitError{Code: ExitInterrupted}
+	}
 	if bar != nil {
 		_ = bar.Finish()
 		textln(a.errw)
@@ -632,6 +717,12 @@ func (a *app) show(v wire.BatchView) error {
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
 		a.printCost("cost (ending attempts)", c.Cost)
 		a.printCost("spent by this run", c.RunSpent)
+	}
+	if v.Status != batch.StatusSubmitting && v.Status != batch.StatusRefused {
+		textf(a.out, "threshold: %s\n", ThresholdText(v.Threshold, v.EarlyStop()))
+		if c := v.Census; c != nil {
+			textf(a.out, "%s\n", VerdictText(v.Threshold.Judge(c.Failed+c.Quarantined, c.Total), !v.Status.Finished()))
+		}
 	}
 	if v.Progress != nil {
 		textf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
@@ -696,7 +787,7 @@ func (a *app) itemsCmd() *cobra.Command {
 func (a *app) reportCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "report ID",
-		Short: "Print the last finished run's report (JSON)",
+		Short: "Print the last finished run's report: status, census, cost, threshold and verdict, results (text; -o json: report.json as stored)",
 		Args:  exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.load(cmd.Context()); err != nil {
@@ -768,13 +859,21 @@ func (a *app) releaseCmd() *cobra.Command {
 		})
 }
 
-// printItems writes one line per item: key, outcome, attempts of this run
-// and error, tab-separated, each text escaped (Escape), so that a key or an
-// error holding a newline, a tab or a terminal escape stays on its line.
+// printItems writes a header and one line per item — key, outcome,
+// reason, run, attempts of that run and error — in aligned columns, each
+// text escaped (Escape), so that a key or an error holding a newline, a
+// tab or a terminal escape stays on its line and in its column.
 func (a *app) printItems(items []batch.Item) {
+	w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
+	textf(w, "KEY\tOUTCOME\tREASON\tRUN\tATTEMPTS\tERROR\n")
 	for _, it := range items {
-		textf(a.out, "%s\t%s\t%d\t%s\n", it.Key, it.Outcome, it.RunAttempts, it.Error)
+		reason := string(it.Reason)
+		if reason == "" {
+			reason = "-"
+		}
+		textf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", it.Key, it.Outcome, reason, it.Run, it.RunAttempts, it.Error)
 	}
+	_ = w.Flush()
 }
 
 // printReport writes a run's report as text.
@@ -787,10 +886,46 @@ func (a *app) printReport(r batch.Report) {
 	if r.Stop != nil {
 		textf(a.out, "stopped: %s\n", r.Stop.Text())
 	}
-	if r.Verdict.Exceeded {
-		textf(a.out, "threshold exceeded: %s (%s)\n", r.Verdict.Limit, r.Verdict.Detail)
-	}
+	textf(a.out, "threshold: %s\n", ThresholdText(r.Threshold, true))
+	textf(a.out, "%s\n", VerdictText(r.Verdict, false))
 	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
+}
+
+// ThresholdText says what a threshold tolerates, in words: "more than 5 %
+// of the items or more than 100 failures (failed + quarantined) fail the
+// run; it stops at the threshold", or "none: any number of failures is
+// tolerated". stop is whether the run stops as soon as failures exceed it
+// (Batch.EarlyStop).
+func ThresholdText(t batch.Threshold, stop bool) string {
+	if !t.Limited() {
+		return "none: any number of failures is tolerated (needs_attention tells)"
+	}
+	var parts []string
+	if p := t.FailurePercent; p != nil {
+		parts = append(parts, fmt.Sprintf("more than %s %% of the items", strconv.FormatFloat(*p, 'f', -1, 64)))
+	}
+	if c := t.FailureCount; c != nil {
+		parts = append(parts, fmt.Sprintf("more than %d items", *c))
+	}
+	how := "the run stops as soon as they do"
+	if !stop {
+		how = "every item runs and the run is judged at the end"
+	}
+	return "failures (failed + quarantined) of " + strings.Join(parts, " or ") + " fail the run; " + how
+}
+
+// VerdictText is a threshold's judgement in words: "verdict: within the
+// threshold (3 failures of 5000 items)" or "verdict: threshold exceeded
+// (…detail)"; "so far" for a run still going (judged on its counters).
+func VerdictText(v batch.Verdict, sofar bool) string {
+	label := "verdict"
+	if sofar {
+		label = "verdict so far"
+	}
+	if v.Exceeded {
+		return fmt.Sprintf("%s: threshold exceeded (%s)", label, v.Detail)
+	}
+	return fmt.Sprintf("%s: within the threshold (%d failures of %d items)", label, v.Failures, v.Total)
 }
 
 // refusalText is a refusal's code and message; the message names the

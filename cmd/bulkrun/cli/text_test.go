@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -83,10 +84,14 @@ func TestTextOutputEscapesItemTexts(t *testing.T) {
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
 	a.printItems(items)
-	inertLines(t, "items", out.String(), len(items))
-	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
-		if n := strings.Count(line, "\t"); n != 3 {
-			t.Errorf("items: line %q has %d tabs, want 3 (key, outcome, attempts, error)", line, n)
+	inertLines(t, "items", out.String(), len(items)+1)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if f := strings.Fields(lines[0]); !slices.Equal(f, []string{"KEY", "OUTCOME", "REASON", "RUN", "ATTEMPTS", "ERROR"}) {
+		t.Errorf("items: header %q", lines[0])
+	}
+	for i, line := range lines[1:] {
+		if !strings.HasPrefix(line, Escape(items[i].Key)) || strings.Contains(line, "\t") {
+			t.Errorf("items: line %q does not start with its escaped key %q, or holds a raw tab", line, Escape(items[i].Key))
 		}
 	}
 
@@ -96,12 +101,12 @@ func TestTextOutputEscapesItemTexts(t *testing.T) {
 		Batch:  batch.Batch{ID: "b1", Status: batch.StatusRunning, Pipeline: h, Stop: batch.StatusThresholdExceeded, StopDetail: h, Refusal: &batch.SubmitRefusal{Code: h, Message: h}},
 		Census: &batch.Census{Cost: cost}, Report: h,
 	})
-	inertLines(t, "status", out.String(), 6)
+	inertLines(t, "status", out.String(), 8)
 
 	out.Reset()
 	a.printReport(batch.Report{BatchID: "b1", Status: batch.StatusCompleted, Census: batch.Census{Cost: cost},
 		Verdict: batch.Verdict{Exceeded: true, Limit: h, Detail: h}, Outputs: h})
-	inertLines(t, "report", out.String(), 6)
+	inertLines(t, "report", out.String(), 7)
 
 	out.Reset()
 	printBatches(a, []batch.BatchSummary{{ID: "b1", Status: batch.StatusRefused, Pipeline: h, Refusal: &batch.SubmitRefusal{Code: h}}})

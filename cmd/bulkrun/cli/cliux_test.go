@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// fakeBatchAPI serves GET /batches/{id} with view and GET
+// /batches/{id}/report with rep, counting the requests.
+func fakeBatchAPI(t *testing.T, view wire.BatchView, rep batch.Report) (*client.Client, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/batches/"+view.ID:
+			_ = json.NewEncoder(w).Encode(view)
+		case r.Method == http.MethodGet && r.URL.Path == "/batches/"+view.ID+"/report":
+			_ = json.NewEncoder(w).Encode(rep)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(wire.ErrorBody{Code: "not_found", Message: r.URL.Path})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv(client.EnvAPIURL, srv.URL)
+	c, err := client.New(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("k", "s", "")}, client.Stack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, &n
+}
+
+// Guards docs/cli.md "Reaching the stack, submitting, watching" (Ctrl-C):
+// Ctrl-C while `bulkrun watch` (or `submit --watch`) follows a running
+// batch stops the command, not the batch: it says that the batch keeps
+// running and how to follow it again, and exits 130.
+func TestWatchInterrupted(t *testing.T) {
+	view := wire.BatchView{Batch: batch.Batch{ID: "orders-1", Status: batch.StatusRunning, Run: 1, ItemCount: 5000, Pipeline: "lambda"},
+		Census: &batch.Census{Total: 5000, Succeeded: 120, Pending: 4880}, CensusSource: wire.CensusFromCounters}
+	c, polls := fakeBatchAPI(t, view, batch.Report{})
+	var out, errw bytes.Buffer
+	a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
+	// Ctrl-C once the watch has polled twice.
+	a.interrupt = func(ctx context.Context) (context.Context, context.CancelFunc) {
+		ictx, cancel := context.WithCancel(ctx)
+		go func() {
+			for polls.Load() < 2 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+		}()
+		return ictx, cancel
+	}
+	cmd := a.watchCmd()
+	cmd.SetArgs([]string{"orders-1"})
+	err := cmd.Execute()
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 130 {
+		t.Fatalf("watch interrupted: %v, want exit 130", err)
+	}
+	for _, want := range []string{"stopped watching batch orders-1; the batch keeps running", "bulkrun watch orders-1", "bulkrun cancel orders-1"} {
+		if !strings.Contains(errw.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errw.String())
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout %q: an interrupted watch prints no census", out.String())
+	}
+}
+
+// Guards `bulkrun report` (docs/cli.md): it prints what its help says —
+// text by default, with the threshold and the verdict; -o json the
+// report as stored.
+func TestReportTextAndJSON(t *testing.T) {
+	pct := 5.0
+	rep := batch.Report{BatchID: "orders-1", Run: 2, Status: batch.StatusThresholdExceeded, NeedsAttention: true,
+		Census:    batch.Census{Total: 5000, Succeeded: 4700, Failed: 300},
+		Threshold: batch.Threshold{FailurePercent: &pct},
+		Verdict:   batch.Threshold{FailurePercent: &pct}.Judge(300, 5000),
+		Results:   batch.Results{Manifest: "s3://b/batches/orders-1/runs/2/results/manifest.json"}}
+	c, _ := fakeBatchAPI(t, wire.BatchView{Batch: batch.Batch{ID: "orders-1"}}, rep)
+	cmd := (&app{}).reportCmd()
+	if !strings.Contains(cmd.Short, "text") || !strings.Contains(cmd.Short, "-o json") {
+		t.Errorf("report's help %q does not say it prints text, and JSON with -o json", cmd.Short)
+	}
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text", api: c, loaded: true}
+	cmd = a.reportCmd()
+	cmd.SetArgs([]string{"orders-1"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"batch orders-1 run 2: threshold_exceeded", "census: total 5000  succeeded 4700  failed 300",
+		"threshold: failures (failed + quarantined) of more than 5 % of the items fail the run",
+		"verdict: threshold exceeded (300 failures of 5000 items = 6% > 5% tolerated)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report text lacks %q:\n%s", want, text)
+		}
+	}
+	if json.Valid(out.Bytes()) {
+		t.Errorf("report printed JSON by default:\n%s", text)
+	}
+	out.Reset()
+	a = &app{out: &out, errw: &out, output: "json", api: c, loaded: true}
+	cmd = a.reportCmd()
+	cmd.SetArgs([]string{"orders-1"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var back batch.Report
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.BatchID != "orders-1" || back.Verdict != rep.Verdict {
+		t.Errorf("-o json: %v %+v\n%s", err, back, out.String())
+	}
+}
+
+// Guards `bulkrun status` (docs/cli.md): the threshold and the verdict
+// are shown — judged on the final census once finished, "so far" on the
+// counters while the run goes.
+func TestStatusShowsThresholdAndVerdict(t *testing.T) {
+	count := int64(20)
+	th := batch.Threshold{FailureCount: &count}
+	finished := wire.BatchView{Batch: batch.Batch{ID: "b", Status: batch.StatusCompleted, Run: 1, ItemCount: 5000, Threshold: th},
+		Census: &batch.Census{Total: 5000, Succeeded: 4980, Failed: 20}, CensusSource: wire.CensusFromReport}
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	if err := a.show(finished); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"threshold: failures (failed + quarantined) of more than 20 items fail the run; the run stops as soon as they do",
+		"verdict: within the threshold (20 failures of 5000 items)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	stop := false
+	running := wire.BatchView{Batch: batch.Batch{ID: "b", Status: batch.StatusRunning, Run: 1, ItemCount: 5000, Threshold: th, StopOnThreshold: &stop},
+		Census: &batch.Census{Total: 5000, Succeeded: 100, Failed: 21, Pending: 4879}, CensusSource: wire.CensusFromCounters}
+	if err := a.show(running); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"every item runs and the run is judged at the end", "verdict so far: threshold exceeded (21 failures > 20 tolerated)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status of a running batch lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := a.show(wire.BatchView{Batch: batch.Batch{ID: "b", Status: batch.StatusRunning, Run: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "threshold: none: any number of failures is tolerated") {
+		t.Errorf("status without a threshold:\n%s", out.String())
+	}
+}
+
+// Guards `bulkrun items` text (docs/cli.md): a header, then each item's
+// key, outcome, reason, run, attempts and error in aligned columns.
+func TestItemsTextHeaderAndReason(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	a.printItems([]batch.Item{
+		{Key: "order-17", Outcome: batch.OutcomeFailed, Reason: batch.ReasonPermanent, Run: 1, RunAttempts: 1, Error: "400: no such account"},
+		{Key: "order-2041", Outcome: batch.OutcomeQuarantined, Reason: batch.ReasonQuarantine, Run: 2, RunAttempts: 3, Error: "set aside"},
+	})
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("items:\n%s", out.String())
+	}
+	for i, want := range [][]string{
+		{"KEY", "OUTCOME", "REASON", "RUN", "ATTEMPTS", "ERROR"},
+		{"order-17", "failed", "permanent", "1", "1", "400:", "no", "such", "account"},
+		{"order-2041", "quarantined", "quarantine", "2", "3", "set", "aside"},
+	} {
+		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("line %d: %q, want fields %q", i, lines[i], want)
+		}
+	}
+	// Aligned: every column starts at the same offset on every line.
+	if strings.Index(lines[0], "REASON") != strings.Index(lines[1], "permanent") || strings.Index(lines[1], "permanent") != strings.Index(lines[2], "quarantine ") {
+		t.Errorf("columns not aligned:\n%s", out.String())
+	}
+}
+
+// Guards docs/cli.md "Reaching the stack, submitting, watching" (local
+// files checked before uploading): a local CSV whose header lacks the
+// --key-field column, a JSON Lines file whose first line is not JSON or
+// lacks the key field, a file that is not UTF-8 and a name whose format
+// cannot be told are refused before any byte is uploaded, naming what is
+// wrong; good files pass, gzip included.
+func TestCheckLocalSource(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tt := range []struct {
+		name, body, format, keyField, delim, wantErr string
+	}{
+		{"records.csv", "order_id,amount\n1,2\n", "", "order_id", "", ""},
+		{"records.csv", "\ufefforder_id;amount\n1;2\n", "", "order_id", "", ""},
+		{"records.csv", "id,amount\n1,2\n", "", "order_id", "", `"order_id" is not a column of the CSV header (id,amount`},
+		{"records.csv", "order_id;amount\n1;2\n", "", "order_id", ",", "looks separated by ';'"},
+		{"records.txt", "order_id,amount\n1,2\n", "", "order_id", "", "cannot tell the format"},
+		{"records.txt", "order_id,amount\n1,2\n", "csv", "order_id", "", ""},
+		{"orders.jsonl", `{"order_id": 1}` + "\n", "", "order_id", "", ""},
+		{"orders.jsonl", `{"id": 1}` + "\n", "", "order_id", "", "order_id"},
+		{"orders.jsonl", "{not json\n", "", "", "", "line 1"},
+		{"orders.jsonl", "\n\n", "", "", "", "holds no items"},
+		{"latin.csv", "id,name\n1,caf\xe9\n", "", "id", "", "UTF-8"},
+	} {
+		err := CheckLocalSource(write(tt.name, tt.body), tt.format, tt.keyField, tt.delim)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s %q: %v, want no error", tt.name, tt.body, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s %q: %v, want an error with %q", tt.name, tt.body, err, tt.wantErr)
+		}
+	}
+
+	// submit refuses such a file before uploading it: the stack is never
+	// reached (no request, no bucket needed).
+	c, requests := fakeBatchAPI(t, wire.BatchView{Batch: batch.Batch{ID: "x"}}, batch.Report{})
+	var out, errw bytes.Buffer
+	a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
+	cmd := a.submitCmd()
+	cmd.SetArgs([]string{write("bad.csv", "id,amount\n1,2\n"), "--pipeline", "lambda", "--key-field", "order_id"})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "order_id") || !strings.Contains(err.Error(), "nothing was uploaded") || requests.Load() != 0 {
+		t.Errorf("submit of a CSV without its key column: %v (%d requests), want a refusal naming order_id before any upload", err, requests.Load())
+	}
+}
