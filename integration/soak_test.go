@@ -29,7 +29,9 @@ import (
 )
 
 // Soak settings; BULKRUN_SOAK_ITEMS, BULKRUN_SOAK_SEED and
-// BULKRUN_SOAK_LIMIT (a Go duration) override them.
+// BULKRUN_SOAK_LIMIT (a Go duration) override them, and
+// BULKRUN_SOAK_KILL_AT, BULKRUN_SOAK_LOSE_FROM and BULKRUN_SOAK_LOSE_TO
+// (percent of the items called: 25, 55, 80) move the crash windows.
 const (
 	soakItems = 5000
 	soakSeed  = 1
@@ -91,6 +93,9 @@ func TestSoak(t *testing.T) {
 		}
 		limit = d
 	}
+	// The crash windows, in percent of the items called: the kill, and
+	// the opening and closing of the lost outcome writes.
+	killAt, openAt, closeAt := int64(envInt(t, "BULKRUN_SOAK_KILL_AT", 25)), int64(envInt(t, "BULKRUN_SOAK_LOSE_FROM", 55)), int64(envInt(t, "BULKRUN_SOAK_LOSE_TO", 80))
 	itemFn, err := env.stack.Get(config.OutputItemFunction)
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +142,16 @@ func TestSoak(t *testing.T) {
 	}
 	faults.set(t, faultproxy.Config{Seed: seed, Rules: soakRules()})
 	start := time.Now()
+	// lostWrites is how many outcome writes window 2 has lost so far: it
+	// stays open past 80 % until at least one was (a short soak's items
+	// may all be called between two polls).
+	lostWrites := func() int64 {
+		s, err := faults.status()
+		if err != nil {
+			return 0
+		}
+		return s.Injected[faultproxy.KindResetAfter]
+	}
 
 	// Submit is idempotent: the same id and manifest answer the same batch,
 	// so a submit cut by an injected fault is simply repeated.
@@ -177,17 +192,17 @@ func TestSoak(t *testing.T) {
 			t.Logf("progress: %v", err)
 		}
 		done := int64(hook.total())
-		if killed == nil && done >= int64(n)/4 {
+		if killed == nil && done >= int64(n)*killAt/100 {
 			killed = killItemProcesses(t, itemFn)
 			killedAt = time.Now()
 			t.Logf("crash window 1 at %d calls: killed item function processes %v", done, killed)
 		}
-		if !window2 && done >= int64(n)*55/100 {
+		if !window2 && done >= int64(n)*openAt/100 {
 			window2 = true
 			setRules(append([]faultproxy.Rule{outcomeWriteLost}, soakRules()...))
 			t.Logf("crash window 2 at %d calls: outcome writes lost (reset after the write), at most %d", done, outcomeWriteLost.Max)
 		}
-		if window2 && !closed2 && done >= int64(n)*80/100 {
+		if window2 && !closed2 && done >= int64(n)*closeAt/100 && lostWrites() > 0 {
 			closed2 = true
 			setRules(soakRules())
 			t.Logf("crash window 2 closed at %d calls", done)
@@ -204,7 +219,9 @@ func TestSoak(t *testing.T) {
 			finished = true
 			break
 		}
-		time.Sleep(2 * time.Second)
+		// Often enough to open the windows near their marks when a short
+		// soak's items run in seconds.
+		time.Sleep(250 * time.Millisecond)
 	}
 	collect()
 	faults.set(t, faultproxy.Config{})

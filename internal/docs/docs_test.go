@@ -226,3 +226,65 @@ func TestReadmeIsAFrontPage(t *testing.T) {
 		}
 	}
 }
+
+// Every make target the README documents runs in CI: in .ci/run itself,
+// or as a prerequisite (at any depth) of a target .ci/run runs, such as
+// `make test` — so a documented target that stops working fails CI
+// instead of waiting for a user to find it (as `make soak` once did).
+func TestReadmeTargetsRunInCI(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	makefile := read("Makefile")
+	deps := map[string][]string{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z0-9-]*):([^=\n]*)$`).FindAllStringSubmatch(makefile, -1) {
+		deps[m[1]] = append(deps[m[1]], strings.Fields(m[2])...)
+	}
+	// A recipe's $(MAKE) X runs X too.
+	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z0-9-]*):[^=\n]*\n((?:\t.*\n)+)`).FindAllStringSubmatch(makefile, -1) {
+		for _, c := range regexp.MustCompile(`\$\(MAKE\) ([a-z][a-z0-9-]*)`).FindAllStringSubmatch(m[2], -1) {
+			deps[m[1]] = append(deps[m[1]], c[1])
+		}
+	}
+	ran := map[string]bool{}
+	var visit func(string)
+	visit = func(target string) {
+		if ran[target] {
+			return
+		}
+		ran[target] = true
+		for _, d := range deps[target] {
+			visit(d)
+		}
+	}
+	ci := read(".ci/run")
+	for _, m := range regexp.MustCompile(`(?m)^\s*make ((?:[a-z][a-z0-9-]* ?)+)`).FindAllStringSubmatch(ci, -1) {
+		for _, target := range strings.Fields(m[1]) {
+			visit(target)
+		}
+	}
+	documented := regexp.MustCompile("`(?:TARGET=[a-z]+ )?make ([a-z][a-z0-9-]*)").FindAllStringSubmatch(read("README.md"), -1)
+	if len(documented) < 5 {
+		t.Fatalf("found %d documented targets in README.md; the pattern no longer matches how it names them", len(documented))
+	}
+	// Targets whose check runs in CI under another target: the console's
+	// browser test is part of the integration suite, and the soak's test
+	// runs short in soak-short.
+	sameCheck := map[string]string{"console-test": "integration", "soak": "soak-short"}
+	for from, to := range sameCheck {
+		if ran[to] {
+			ran[from] = true
+		}
+	}
+	for _, m := range documented {
+		if _, ok := deps[m[1]]; !ok {
+			t.Errorf("README.md documents make %s, which the Makefile does not define", m[1])
+		} else if !ran[m[1]] {
+			t.Errorf("README.md documents make %s, which neither .ci/run nor any target it runs (make test included) runs", m[1])
+		}
+	}
+}

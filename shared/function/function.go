@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -142,9 +143,22 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
 			Staging: effects.Staging(d.Config.EffectTables),
+			// The worker's default 10 s margin, but at most a third of a
+			// short item timeout (a 10 s function keeps 3.3 s, not all).
+			Margin: workerMargin(d.Config.ItemTimeout),
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}
 	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
 	return nil
+}
+
+// workerMargin is the item worker's margin before the invocation deadline:
+// 10 s (the worker's default), at most a third of timeout when that is
+// shorter; 0 (the worker's default) when timeout is unknown.
+func workerMargin(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return 0
+	}
+	return min(10*time.Second, timeout/3)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -143,6 +144,14 @@ func (d *Deps) SourcePolicy() batch.SourcePolicy {
 func (d *Deps) Finalizer() *batch.Finalizer {
 	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
 		Events: d.Bus()}
+	if d.Config.Lease > 0 {
+		// Counters that stood still for a whole lease cannot be waiting for
+		// an item in flight (its lease has ended): a crashed invocation's
+		// outcomes, written but never counted, are counted from the rows
+		// then rather than after the 5-minute default (a stack with a
+		// short item timeout finishes such a run sooner).
+		f.Stall = min(5*time.Minute, d.Config.Lease)
+	}
 	if d.Queue != nil {
 		// The tick re-sends a fan-out that a dead submit or resume left unsent.
 		f.FanOut = (&batch.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: batch.SystemClock{}, Log: d.Log}).FanOut
