@@ -181,12 +181,12 @@ soak:
 # to 80 %) so that their recoveries overlap. Most of the 3 minutes is the
 # wait for the visibility timeout, then for the counters to stand still a
 # lease and the next tick (outcomes written by a killed invocation are not
-# counted on redelivery; docs/design.md, Known limits). The emulator must
-# run behind the fault proxy
-# (BULKRUN_FAULT_PROXY=1 when it was started, as .ci/run does); the next
-# `make deploy` puts the default timeouts back.
+# counted on redelivery; docs/design.md, Known limits). It needs the
+# emulator behind the fault proxy (BULKRUN_FAULT_PROXY=1 when it was
+# started, as .ci/run does) and is skipped without it, except under
+# CI=true or BULKRUN_FAULT_PROXY=1, where it fails; the next `make
+# deploy` puts the default timeouts back.
 SOAK_SHORT_ITEMS ?= 400
-soak-short: export BULKRUN_FAULT_PROXY := 1
 soak-short:
 	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=12s -c finalizeTickSchedule="rate(1 minute)"'
 	BULKRUN_SOAK_ITEMS=$(SOAK_SHORT_ITEMS) BULKRUN_SOAK_LIMIT=4m BULKRUN_SOAK_KILL_AT=10 BULKRUN_SOAK_LOSE_FROM=20 BULKRUN_SOAK_LOSE_TO=80 \
