@@ -145,7 +145,7 @@ unit:
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -count=1 ./...); done
 
 integration: deploy
-	$(GO) test -tags integration -count=1 -timeout 15m ./integration/...
+	$(GO) test -tags integration -count=1 -timeout 15m ./integration/... ./internal/formats/...
 
 test: lint unit integration soak-short
 

@@ -1,0 +1,41 @@
+package formats_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/bulkrun/bulkrun/internal/formats"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/handler"
+)
+
+// TestCapture writes today's golden formats into BULKRUN_CAPTURE_FORMATS
+// (a folder; the test does nothing without it), from the scenario run on
+// the emulator in AWS_ENDPOINT_URL:
+//
+//	BULKRUN_CAPTURE_FORMATS=$PWD/internal/formats/testdata/vN go test -run TestCapture ./internal/formats/
+func TestCapture(t *testing.T) {
+	dir := os.Getenv("BULKRUN_CAPTURE_FORMATS")
+	if dir == "" {
+		t.Skip("BULKRUN_CAPTURE_FORMATS is not set")
+	}
+	ctx := context.Background()
+	cfg, err := handler.AWSConfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	table := fmt.Sprintf("formats-%d", time.Now().UnixNano())
+	if err := dynamo.CreateTable(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	defer db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table})
+	if err := formats.Capture(ctx, db, table, dir); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,374 @@
+// Package formats pins what crosses a deploy: the items-queue messages and
+// the ledger rows that a release leaves behind for the next one. It writes
+// them as golden files from a scenario run through the code of the day
+// (Capture), and puts a golden scenario back into a table (Load), so that
+// a test can finish with today's code a batch that an earlier release
+// half ran (integration's TestUpgradeFinishesOldFormats). Not API.
+//
+// testdata/v0 holds the formats of the release before format versions
+// (commit a661e02); testdata/v{FormatVersion} holds today's.
+package formats
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/dynamo"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// T0 is the scenario's clock: every write is stamped from it.
+var T0 = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+
+// The scenario's batches: Items items each, one item per message and four.
+const (
+	BatchOne  = "upgrade-k1"
+	BatchPack = "upgrade-k4"
+	Items     = 8
+	PackK     = 4
+	// Lease is the leases the scenario takes; the interrupted item's has
+	// ended by T0 + Lease.
+	Lease = time.Minute
+	// RowTTL is the row TTL of the scenario's store.
+	RowTTL = 30 * 24 * time.Hour
+)
+
+// Key is the scenario's item i.
+func Key(i int) string { return fmt.Sprintf("item-%010d", i) }
+
+// Input is item i's input.
+func Input(i int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)) }
+
+// Manifest is the scenario's manifest (the same for both batches) and the
+// offset and length of each line.
+func Manifest() ([]byte, [][2]int64) {
+	var b bytes.Buffer
+	var at [][2]int64
+	for i := range Items {
+		line, _ := json.Marshal(batch.ManifestLine{Key: Key(i), Input: Input(i)})
+		at = append(at, [2]int64{int64(b.Len()), int64(len(line) + 1)})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes(), at
+}
+
+// ManifestKey is where batch id's manifest lives.
+func ManifestKey(id string) string { return "batches/" + id + "/manifests/golden.jsonl" }
+
+// Batch is the scenario's batch id at T0, running run 1.
+func Batch(id string, k int) batch.Batch {
+	m, _ := Manifest()
+	return batch.Batch{
+		ID: id, Pipeline: "echo", Digest: digest(m), ManifestKey: ManifestKey(id), ManifestBytes: int64(len(m)),
+		ItemCount: Items, ListShards: 2, CounterShards: 1, Chunks: 1, Run: 1, Status: batch.StatusRunning,
+		Threshold: batch.Threshold{}, MaxAttempts: 3, ItemsPerMessage: k, OnInterrupt: batch.InterruptRetry,
+		Options: json.RawMessage(`{}`), Source: "inline", CreatedAt: T0, RunStartedAt: T0,
+	}
+}
+
+// Chunk is the scenario's one fan-out chunk.
+func Chunk() batch.Chunk {
+	m, _ := Manifest()
+	return batch.Chunk{Offset: 0, Length: int64(len(m)), FirstIndex: 0, Count: Items}
+}
+
+// Message is one queue message of the scenario: its batch and exact body.
+type Message struct {
+	BatchID string `json:"batch_id"`
+	Body    string `json:"body"`
+}
+
+// Scenario is a golden scenario: the table's rows after half a run, and
+// the messages still on the queue.
+type Scenario struct {
+	Rows     []Row     `json:"rows"`
+	Messages []Message `json:"messages"`
+}
+
+// Capture runs the scenario's first half with today's code into table
+// (which it expects empty) and writes the golden files into dir: the
+// scenario, the manifest, and one file per shape (a message of each kind,
+// a row of each kind).
+func Capture(ctx context.Context, db *dynamodb.Client, table, dir string) error {
+	s := dynamo.New(db, table)
+	s.RowTTL = RowTTL
+	if err := half(ctx, s); err != nil {
+		return err
+	}
+	msgs, shapes, err := messages()
+	if err != nil {
+		return err
+	}
+	rows, err := scan(ctx, db, table)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	m, _ := Manifest()
+	if err := os.WriteFile(filepath.Join(dir, "manifest.jsonl"), m, 0o644); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "scenario.json"), Scenario{Rows: rows, Messages: msgs}); err != nil {
+		return err
+	}
+	for name, body := range shapes {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := writeJSON(filepath.Join(dir, name+".json"), v); err != nil {
+			return err
+		}
+	}
+	for name, want := range rowShapes {
+		for _, r := range rows {
+			if want(r) {
+				if err := writeJSON(filepath.Join(dir, name+".json"), r); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// rowShapes picks one row of each kind from the scenario's rows.
+var rowShapes = map[string]func(Row) bool{
+	"row-batch":            func(r Row) bool { return str(r, "pk") == "BATCH#"+BatchOne && str(r, "sk") == "BATCH" },
+	"row-item-succeeded":   func(r Row) bool { return str(r, "sk") == Key(0) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-failed":      func(r Row) bool { return str(r, "sk") == Key(1) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-retry":       func(r Row) bool { return str(r, "sk") == Key(2) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-in-flight":   func(r Row) bool { return str(r, "sk") == Key(3) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-quarantined": func(r Row) bool { return str(r, "sk") == Key(4) && prefix(r, "ITEM#"+BatchOne) },
+	"row-pack":             func(r Row) bool { return prefix(r, "PACK#"+BatchPack) },
+	"row-attention":        func(r Row) bool { return prefix(r, "ATTN#"+BatchPack) },
+	"row-counter-chunk":    func(r Row) bool { return prefix(r, "COUNT#"+BatchOne+"#1#") },
+	"row-counter-run":      func(r Row) bool { return str(r, "pk") == "COUNT#"+BatchOne+"#1" },
+	"row-running":          func(r Row) bool { return str(r, "pk") == "RUNNING" && str(r, "sk") == BatchOne },
+}
+
+func str(r Row, attr string) string {
+	var v struct{ S string }
+	_ = json.Unmarshal(r[attr], &v)
+	return v.S
+}
+
+func prefix(r Row, p string) bool {
+	pk := str(r, "pk")
+	return len(pk) >= len(p) && pk[:len(p)] == p
+}
+
+// half writes the scenario's first half: in each batch, of its 8 items,
+// 0 succeeded, 1 failed, 2 waiting for a scheduled retry, 3 in flight
+// under a lease that ends at T0 + Lease (its holder died), 4 quarantined,
+// 5–7 not yet reserved; the chunk counter holds the three terminal ones.
+func half(ctx context.Context, s batch.Store) error {
+	one, pack := Batch(BatchOne, 1), Batch(BatchPack, PackK)
+	for _, b := range []batch.Batch{one, pack} {
+		if _, err := s.CreateBatch(ctx, b); err != nil {
+			return fmt.Errorf("create %s: %w", b.ID, err)
+		}
+	}
+	b := one
+	cost := pipeline.Cost{"calls": 1}
+	rec := func(i, attempt int, o batch.Outcome, reason batch.Reason, text string, out json.RawMessage) batch.Record {
+		return batch.Record{BatchID: b.ID, Key: Key(i), RunID: batch.RunID(b.ID, Key(i)), Run: 1, ListShards: b.ListShards,
+			Attempt: attempt, Outcome: o, Reason: reason, Error: text, Output: out, Cost: cost, Spent: cost, Now: T0.Add(time.Second)}
+	}
+	for i := range 5 {
+		it, err := s.Reserve(ctx, batch.Reservation{BatchID: b.ID, Key: Key(i), RunID: batch.RunID(b.ID, Key(i)), Run: 1,
+			ListShards: b.ListShards, Now: T0, Lease: Lease})
+		if err != nil {
+			return fmt.Errorf("reserve %d: %w", i, err)
+		}
+		switch i {
+		case 0:
+			err = s.Record(ctx, rec(i, it.Attempt, batch.OutcomeSucceeded, "", "", json.RawMessage(`{"n":0}`)))
+		case 1:
+			err = s.Record(ctx, rec(i, it.Attempt, batch.OutcomeFailed, batch.ReasonPermanent, "boom", nil))
+		case 2:
+			err = s.Release(ctx, rec(i, it.Attempt, "", "", "flaky", nil))
+		case 4:
+			err = s.Record(ctx, rec(i, it.Attempt, batch.OutcomeQuarantined, batch.ReasonQuarantine, "set aside", nil))
+		}
+		if err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+	}
+	now := T0.Add(time.Second)
+	ref := batch.PackRef{BatchID: pack.ID, ListShards: pack.ListShards, First: 0}
+	var take, end []batch.PackItemWrite
+	for j := range PackK {
+		in := batch.PackItem{Key: Key(j), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
+		take = append(take, batch.PackItemWrite{Index: j, Item: in})
+		out := in
+		out.UpdatedAt, out.Spent, out.SpentRun, out.Cost = now, cost, 1, cost
+		switch j {
+		case 0:
+			out.Outcome, out.Output = batch.OutcomeSucceeded, json.RawMessage(`{"n":0}`)
+		case 1:
+			out.Outcome, out.Reason, out.Error = batch.OutcomeFailed, batch.ReasonPermanent, "boom"
+		case 2:
+			out.Retry, out.Error, out.Cost = true, "flaky", nil
+		case 3:
+			out.Outcome, out.Reason, out.Error = batch.OutcomeQuarantined, batch.ReasonQuarantine, "set aside"
+		}
+		end = append(end, batch.PackItemWrite{Index: j, Item: out, Was: batch.OutcomeInFlight})
+	}
+	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, Now: T0}); err != nil {
+		return fmt.Errorf("take pack: %w", err)
+	}
+	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, Now: now}); err != nil {
+		return fmt.Errorf("write pack: %w", err)
+	}
+	for _, b := range []batch.Batch{one, pack} {
+		_, err := s.CountChunk(ctx, batch.ChunkCount{BatchID: b.ID, Run: 1, First: 0, Items: Items, Chunks: 1, Shards: 1,
+			Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 1, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1},
+			Failures: 2, Now: now})
+		if err != nil {
+			return fmt.Errorf("count %s: %w", b.ID, err)
+		}
+	}
+	return nil
+}
+
+// messages are the scenario's messages on the queue (every item's and
+// pack's, as the fan-out sent them; item 6's input by pointer) and one
+// example body of each kind.
+func messages() ([]Message, map[string][]byte, error) {
+	m, at := Manifest()
+	chunk := Chunk()
+	shapes := map[string][]byte{}
+	var msgs []Message
+	var lines []batch.ManifestLine
+	if err := batch.ReadManifestLines(bytes.NewReader(m), 0, func(l batch.ManifestLine, _, _ int64) error {
+		lines = append(lines, l)
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	for i, l := range lines {
+		msg := batch.ItemMessage(BatchOne, 1, ManifestKey(BatchOne), chunk, l, at[i][0], at[i][1])
+		if i == 6 {
+			msg.Input, msg.InputRef, msg.ManifestKey = nil, &batch.Chunk{Offset: at[i][0], Length: at[i][1], Count: 1}, ManifestKey(BatchOne)
+		}
+		body, err := msg.Body()
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs = append(msgs, Message{BatchID: BatchOne, Body: string(body)})
+		switch i {
+		case 5:
+			shapes["message-item"] = body
+		case 6:
+			shapes["message-item-ref"] = body
+		}
+	}
+	packer, err := batch.NewPacker(BatchPack, 1, ManifestKey(BatchPack), chunk, PackK, func(body []byte, _ []string) error {
+		msgs = append(msgs, Message{BatchID: BatchPack, Body: string(body)})
+		shapes["message-pack"] = body
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, l := range lines {
+		if err := packer.Add(l, at[i][0], at[i][1]); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := packer.Flush(); err != nil {
+		return nil, nil, err
+	}
+	fan, err := batch.Message{Kind: batch.KindFanout, BatchID: BatchOne, Run: 1, ManifestKey: ManifestKey(BatchOne), Chunk: &chunk}.Body()
+	if err != nil {
+		return nil, nil, err
+	}
+	shapes["message-fanout"] = fan
+	return msgs, shapes, nil
+}
+
+// scan reads every row of table, sorted by pk, then sk.
+func scan(ctx context.Context, db *dynamodb.Client, table string) ([]Row, error) {
+	var rows []Row
+	var start map[string]types.AttributeValue
+	for {
+		out, err := db.Scan(ctx, &dynamodb.ScanInput{TableName: &table, ExclusiveStartKey: start, ConsistentRead: boolp(true)})
+		if err != nil {
+			return nil, fmt.Errorf("scan %s: %w", table, err)
+		}
+		for _, it := range out.Items {
+			r, err := EncodeRow(it)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r)
+		}
+		if start = out.LastEvaluatedKey; len(start) == 0 {
+			break
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if a, b := str(rows[i], "pk"), str(rows[j], "pk"); a != b {
+			return a < b
+		}
+		return str(rows[i], "sk") < str(rows[j], "sk")
+	})
+	return rows, nil
+}
+
+func boolp(b bool) *bool { return &b }
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// ReadScenario reads the golden scenario in dir.
+func ReadScenario(dir string) (Scenario, error) {
+	var s Scenario
+	b, err := os.ReadFile(filepath.Join(dir, "scenario.json"))
+	if err != nil {
+		return s, err
+	}
+	err = json.Unmarshal(b, &s)
+	return s, err
+}
+
+// Load puts the scenario's rows into table as they are.
+func Load(ctx context.Context, db *dynamodb.Client, table string, sc Scenario) error {
+	for _, r := range sc.Rows {
+		item, err := DecodeRow(r)
+		if err != nil {
+			return err
+		}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item}); err != nil {
+			return fmt.Errorf("put %s/%s: %w", str(r, "pk"), str(r, "sk"), err)
+		}
+	}
+	return nil
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
