@@ -215,7 +215,7 @@ func half(ctx context.Context, s batch.Store) error {
 	ref := batch.PackRef{BatchID: pack.ID, ListShards: pack.ListShards, First: 0}
 	var take, end []batch.PackItemWrite
 	for j := range PackK {
-		in := batch.PackItem{Key: Key(j), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
+		in := batch.ItemState{Key: Key(j), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
 		take = append(take, batch.PackItemWrite{Index: j, Item: in})
 		out := in
 		out.UpdatedAt, out.Spent, out.SpentRun, out.Cost = now, cost, 1, cost

@@ -12,35 +12,6 @@ import (
 	"testing"
 )
 
-func TestCanTransition(t *testing.T) {
-	all := Outcomes()
-	allowed := map[[2]Outcome]bool{
-		{OutcomePending, OutcomeInFlight}:     true,
-		{OutcomePending, OutcomeCancelled}:    true,
-		{OutcomePending, OutcomeFailed}:       true,
-		{OutcomeInFlight, OutcomeInFlight}:    true,
-		{OutcomeInFlight, OutcomeSucceeded}:   true,
-		{OutcomeInFlight, OutcomeFailed}:      true,
-		{OutcomeInFlight, OutcomeQuarantined}: true,
-	}
-	for _, from := range all {
-		for _, to := range all {
-			want := allowed[[2]Outcome{from, to}]
-			if got := CanTransition(from, to); got != want {
-				t.Errorf("CanTransition(%s, %s) = %v, want %v", from, to, got, want)
-			}
-		}
-	}
-	for _, o := range TerminalOutcomes() {
-		if !o.Terminal() || !o.Valid() {
-			t.Errorf("%s: Terminal %v Valid %v", o, o.Terminal(), o.Valid())
-		}
-	}
-	if OutcomeInFlight.Terminal() || OutcomePending.Terminal() || Outcome("done").Valid() {
-		t.Error("non-terminal or invalid outcome misclassified")
-	}
-}
-
 func pct(v float64) *float64 { return &v }
 func cnt(v int64) *int64     { return &v }
 

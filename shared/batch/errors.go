@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Sentinel errors a caller branches on with errors.Is.
@@ -228,3 +230,7 @@ func (e *EffectsError) Error() string {
 	return fmt.Sprintf("staged write %d on table %q: %v", e.Index, e.Table, e.Err)
 }
 func (e *EffectsError) Unwrap() error { return e.Err }
+
+// CutError is text cut to pipeline.MaxErrorTextBytes on a rune boundary:
+// the error text an item's row keeps.
+func CutError(text string) string { return pipeline.CutText(text, pipeline.MaxErrorTextBytes) }

@@ -7,10 +7,19 @@ import (
 	"unicode/utf8"
 )
 
-// Message kinds on the items queue.
+// MessageKind is the kind of an items-queue message, its "kind" field.
+type MessageKind string
+
+// The message kinds.
 const (
-	KindItem   = "item"   // run one item
-	KindFanout = "fanout" // expand one manifest chunk into item messages
+	// KindItem runs one item (Message): its ledger unit is the item row.
+	KindItem MessageKind = "item"
+	// KindFanout expands one manifest chunk (Message.Chunk) into item or
+	// pack messages.
+	KindFanout MessageKind = "fanout"
+	// KindPack runs several consecutive manifest items of one fan-out
+	// chunk (PackMessage): its ledger unit is the pack row.
+	KindPack MessageKind = "pack"
 )
 
 // MaxInlineInputBytes is the largest item input carried inside an item
@@ -22,7 +31,7 @@ const MaxInlineInputBytes = 192 << 10
 
 // Message is the body of an items-queue message (JSON).
 type Message struct {
-	Kind        string          `json:"kind"`
+	Kind        MessageKind     `json:"kind"`
 	BatchID     string          `json:"batch_id"`
 	Run         int             `json:"run"`
 	Key         string          `json:"key,omitempty"`

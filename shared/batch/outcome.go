@@ -58,27 +58,6 @@ func (o Outcome) Valid() bool {
 	return false
 }
 
-// CanTransition reports whether an item may move from one outcome to
-// another within a run (the storage conditions enforce the same table):
-//
-//	pending   → in_flight (reserve), cancelled (batch stopped), failed (dead-lettered)
-//	in_flight → in_flight (takeover of an expired lease, or a retry: attempt + 1)
-//	in_flight → succeeded, failed, quarantined (record, fenced by attempt)
-//	in_flight → cancelled: never (a started item finishes)
-//
-// Terminal outcomes do not move within a run. A new run (resume) makes
-// failed and cancelled items pending again; succeeded items never leave
-// succeeded, and quarantined ones stay until released.
-func CanTransition(from, to Outcome) bool {
-	switch from {
-	case OutcomePending:
-		return to == OutcomeInFlight || to == OutcomeCancelled || to == OutcomeFailed
-	case OutcomeInFlight:
-		return to == OutcomeInFlight || to == OutcomeSucceeded || to == OutcomeFailed || to == OutcomeQuarantined
-	}
-	return false
-}
-
 // Status is a batch's state. There is no "succeeded" status: a finished
 // batch is completed (read its counts), threshold_exceeded or cancelled.
 type Status string

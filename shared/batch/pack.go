@@ -9,10 +9,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
-// KindPack is the kind of a pack message: several consecutive manifest
-// items of one fan-out chunk in one items-queue message (see PackMessage).
-const KindPack = "pack"
-
 // MaxItemsPerMessage is the most items one pack message carries (1–100).
 const MaxItemsPerMessage = 100
 
@@ -23,9 +19,9 @@ const MaxItemsPerMessage = 100
 // delivery expanded the chunk, so a chunk expanded twice yields the same
 // packs with the same PackFirst: the pack's name in the ledger.
 type PackMessage struct {
-	Kind    string `json:"kind"` // KindPack
-	BatchID string `json:"batch_id"`
-	Run     int    `json:"run"`
+	Kind    MessageKind `json:"kind"` // KindPack
+	BatchID string      `json:"batch_id"`
+	Run     int         `json:"run"`
 	// ManifestKey is the manifest the items' InputRef point into (always
 	// set).
 	ManifestKey string       `json:"manifest_key"`
@@ -44,6 +40,38 @@ type PackedItem struct {
 	Input    json.RawMessage `json:"input,omitempty"`
 	InputRef *Chunk          `json:"input_ref,omitempty"`
 }
+
+// Validate reports a malformed pack message (a poison message is
+// acknowledged and logged).
+func (m PackMessage) Validate() error {
+	switch {
+	case m.Kind != KindPack:
+		return fmt.Errorf("pack message: kind %q", m.Kind)
+	case !ValidBatchID(m.BatchID):
+		return fmt.Errorf("pack message: bad batch_id %q", m.BatchID)
+	case m.Run < 1:
+		return fmt.Errorf("pack message: bad run %d", m.Run)
+	case len(m.Items) == 0 || len(m.Items) > MaxItemsPerMessage:
+		return fmt.Errorf("pack message: %d items, want 1–%d", len(m.Items), MaxItemsPerMessage)
+	case m.PackFirst < m.ChunkFirst || m.ChunkItems > 0 && m.PackFirst+int64(len(m.Items)) > m.ChunkFirst+m.ChunkItems:
+		return fmt.Errorf("pack message: items %d+%d outside chunk %d+%d", m.PackFirst, len(m.Items), m.ChunkFirst, m.ChunkItems)
+	}
+	for j, it := range m.Items {
+		if r := CheckKey(it.Key); r != "" {
+			return fmt.Errorf("pack message: item %d: %s", j, r)
+		}
+		if it.Input == nil && it.InputRef == nil {
+			return fmt.Errorf("pack message: item %q has neither input nor input_ref", it.Key)
+		}
+		if it.InputRef != nil && m.ManifestKey == "" {
+			return fmt.Errorf("pack message: item %q has input_ref without manifest_key", it.Key)
+		}
+	}
+	return nil
+}
+
+// Body encodes the pack message as the fan-out does (see Packer).
+func (m PackMessage) Body() ([]byte, error) { return encodeSafe(m) }
 
 // PackFirst is the manifest index of the first item of the pack that
 // holds manifest index i of chunk, with k items per message: packs start
@@ -226,7 +254,7 @@ type PackRef struct {
 // until when its holder owns it) and each item's own state, which is what
 // an item row holds with one item per message. Only the pack's holder
 // writes its items (Store.WritePack), so every item's transition is
-// decided in the worker from the row it read (see PackItem).
+// decided in the worker from the row it read (see ItemState).
 type Pack struct {
 	BatchID string
 	First   int64
@@ -238,12 +266,14 @@ type Pack struct {
 	LeaseUntil time.Time // zero: free
 	// Items holds manifest indexes First .. First+len(Items)-1; an item
 	// never reserved has an empty Outcome.
-	Items     []PackItem
+	Items     []ItemState
 	ExpiresAt time.Time // the row's TTL; zero when it has none
 }
 
-// PackItem is one item's state inside a pack row.
-type PackItem struct {
+// ItemState is one item's state in its ledger unit: what an item row
+// holds, and what each entry of a pack row holds. The item rules (Plan,
+// Start, Settled, Ended) are functions of it.
+type ItemState struct {
 	Key     string
 	Run     int
 	Outcome Outcome // "": never reserved (pending)
@@ -272,26 +302,33 @@ type PackItem struct {
 
 // Attention reports whether the item is listed as needing attention
 // (failed or quarantined): the stores keep an attention entry for it.
-func (p PackItem) Attention() bool {
+func (p ItemState) Attention() bool {
 	return p.Outcome == OutcomeFailed || p.Outcome == OutcomeQuarantined
+}
+
+// Item is the item of state s in batch batchID as Store readers see it
+// (no lease, TTL or scan position: its unit's).
+func (s ItemState) Item(batchID string) Item {
+	it := Item{
+		BatchID: batchID, Key: s.Key, RunID: RunID(batchID, s.Key), Run: s.Run, Outcome: s.Outcome,
+		Attempt: s.Attempt, RunAttempts: max(0, s.RunAttempts()), Released: s.Released,
+		Output: s.Output, OutputRef: s.OutputRef, Error: s.Error, Reason: s.Reason, Cost: s.Cost,
+		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt,
+	}
+	if s.Outcome == "" || s.Attempt == 0 {
+		it.RunAttempts = 0
+	}
+	return it
 }
 
 // Item is item j of the pack as Store readers see it: an Item with its
 // scan position (PackPos) and the pack it lives in.
 func (p Pack) Item(j int) Item {
 	s := p.Items[j]
-	it := Item{
-		BatchID: p.BatchID, Key: s.Key, RunID: RunID(p.BatchID, s.Key), Run: s.Run, Outcome: s.Outcome,
-		Attempt: s.Attempt, RunAttempts: max(0, s.Attempt-max(s.FirstAttempt, 1)+1), Released: s.Released,
-		Output: s.Output, OutputRef: s.OutputRef, Error: s.Error, Reason: s.Reason, Cost: s.Cost,
-		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt, ExpiresAt: p.ExpiresAt,
-		Pos: PackPos(p.First, j), Packed: true, PackFirst: p.First,
-	}
+	it := s.Item(p.BatchID)
+	it.ExpiresAt, it.Pos, it.Packed, it.PackFirst = p.ExpiresAt, PackPos(p.First, j), true, p.First
 	if s.Outcome == OutcomeInFlight && s.Run == p.Run && !s.Retry {
 		it.LeaseUntil = p.LeaseUntil
-	}
-	if s.Outcome == "" || s.Attempt == 0 {
-		it.RunAttempts = 0
 	}
 	return it
 }
@@ -328,7 +365,7 @@ type PackWrite struct {
 // leaves them.
 type PackItemWrite struct {
 	Index int
-	Item  PackItem
+	Item  ItemState
 	Was   Outcome
 }
 

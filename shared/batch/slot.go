@@ -37,17 +37,17 @@ func slotsToTry(n int) []int {
 	return p[:min(n, SlotTries)]
 }
 
-// acquireSlot takes a concurrency slot for the item of m when the batch
-// has a limit. It returns the slot and its holder (slot −1: no limit), or
+// acquireSlot takes a concurrency slot for the unit of m when the batch
+// has a limit (its items then run one at a time). It returns the slot and its holder (slot −1: no limit), or
 // ok false when every slot tried is taken. Taking a slot counts no attempt:
 // it happens before the reservation.
-func (w *Worker) acquireSlot(ctx context.Context, b Batch, m Message) (slot int, holder string, ok bool, err error) {
+func (w *Worker) acquireSlot(ctx context.Context, b Batch, m *unitMessage) (slot int, holder string, ok bool, err error) {
 	if b.MaxConcurrency <= 0 {
 		return -1, "", true, nil
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
-	holder = RunID(b.ID, m.Key) + "#" + hex.EncodeToString(nonce[:])
+	holder = RunID(b.ID, m.Items[0].Key) + "#" + hex.EncodeToString(nonce[:])
 	for _, i := range slotsToTry(b.MaxConcurrency) {
 		err := w.Store.AcquireSlot(ctx, b.ID, i, holder, w.Clock.Now(), w.Lease)
 		if err == nil {
@@ -76,18 +76,18 @@ func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string,
 // was counted and the receive count starts again from 0, so waiting for a
 // slot never brings an item toward max_attempts or the dead-letter queue.
 // If the new message cannot be sent, this one comes back after the wait.
-func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m Message) (bool, *done) {
+func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage) bool {
 	wait := slotWait()
-	body, err := m.Body()
+	body, err := m.body()
 	if err == nil {
 		if err = w.Queue.Requeue(ctx, body, wait); err == nil {
 			log.Debug("every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
-			return true, nil
+			return true
 		}
 	}
 	log.Warn("send the message again", "error", err.Error())
 	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
 		log.Warn("delay message", "error", derr.Error())
 	}
-	return false, nil
+	return false
 }

@@ -279,72 +279,95 @@ func (c *batchCache) get(ctx context.Context, id string, run int) (Batch, error)
 	return e.b, e.err
 }
 
-// deliver handles one delivery (an item, pack or fan-out message); ack
-// false reports it as failed.
+// deliver handles one delivery: an item or pack message (its ledger
+// unit's items) or a fan-out message. ack false reports it as failed.
 func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (bool, []done) {
 	var kind struct {
-		Kind string `json:"kind"`
+		Kind MessageKind `json:"kind"`
 	}
-	if json.Unmarshal(d.Body, &kind) == nil && kind.Kind == KindPack {
-		return w.deliverPack(ctx, d, batches, margin)
+	var m *unitMessage
+	var fan *Message
+	err := json.Unmarshal(d.Body, &kind)
+	if err == nil && kind.Kind == KindPack {
+		var pm PackMessage
+		if err = json.Unmarshal(d.Body, &pm); err == nil {
+			err = pm.Validate()
+		}
+		m = packUnitMessage(&pm)
+	} else if err == nil {
+		var im Message
+		if err = json.Unmarshal(d.Body, &im); err == nil {
+			err = im.Validate()
+		}
+		if m = itemUnitMessage(&im); im.Kind == KindFanout {
+			fan = &im
+		}
 	}
-	ack, dn := w.deliverItem(ctx, d, batches, margin)
-	if dn == nil {
-		return ack, nil
-	}
-	return ack, []done{*dn}
-}
-
-// deliverItem handles an item or fan-out message.
-func (w *Worker) deliverItem(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (ack bool, dn *done) {
-	var m Message
-	if err := json.Unmarshal(d.Body, &m); err != nil {
-		w.Log.Error("poison message: not JSON; acknowledged", "message_id", d.MessageID, "error", err.Error())
-		return true, nil
-	}
-	if err := m.Validate(); err != nil {
+	if err != nil {
 		w.Log.Error("poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
 		return true, nil
 	}
 	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
 	b, err := batches.get(ctx, m.BatchID, m.Run)
-	if errors.Is(err, ErrNotFound) {
+	switch {
+	case errors.Is(err, ErrNotFound):
 		log.Warn("message for an unknown batch; acknowledged", "message_id", d.MessageID)
 		return true, nil
-	}
-	if err != nil {
+	case err != nil:
 		return w.unavailable(ctx, log, d, m, "read batch", err)
-	}
-	if m.Run < b.Run {
-		log.Info("message of an earlier run; acknowledged", "key", m.Key)
+	case m.Run < b.Run:
+		log.Info("message of an earlier run; acknowledged")
 		return true, nil
-	}
-	if m.Run > b.Run {
-		log.Warn("message of a later run than the batch row; retried", "key", m.Key)
+	case m.Run > b.Run:
+		log.Warn("message of a later run than the batch row; retried")
 		return false, nil
-	}
-	if m.Kind == KindFanout && d.DeadLetter {
-		return w.deadLetterChunk(ctx, log, b, m, d)
-	}
-	if m.Kind == KindFanout {
-		if err := w.fanout(ctx, log, b, m); err != nil {
-			return w.unavailable(ctx, log.With("offset", m.Chunk.Offset), d, m, "fan-out", err)
+	case fan != nil && d.DeadLetter:
+		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
+	case fan != nil:
+		if err := w.fanout(ctx, log, b, *fan); err != nil {
+			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, "fan-out", err)
 		}
 		return true, nil
 	}
-	log = log.With("key", m.Key)
+	if m.Packed {
+		log = log.With("pack_first", m.PackFirst)
+	} else {
+		log = log.With("key", m.Items[0].Key)
+	}
+	var ack bool
+	var dns []done
 	switch {
 	case d.DeadLetter:
-		ack, dn = w.deadLetter(ctx, log, b, m, d)
-	case b.Stop != "" || b.Status.Finished():
-		ack, dn = w.cancelled(ctx, log, b, m, d)
+		ack, dns = w.settleUnit(ctx, log, b, m, d, OutcomeFailed, ReasonDeadLettered,
+			fmt.Sprintf("message exceeded the items queue's receive limit (%d receives)", d.ReceiveCount))
+		if n := countOutcome(dns, OutcomeFailed); n > 0 {
+			w.Metrics.DeadLetters(b.Pipeline, n, b.ID, b.Run)
+		}
+	case b.Stop == "" && b.Status.Finished():
+		return true, nil // the run finished: every item was already terminal
+	case b.Stop != "":
+		reason := ReasonThreshold
+		if b.Stop == StatusCancelled {
+			reason = ReasonCancel
+		}
+		ack, dns = w.settleUnit(ctx, log, b, m, d, OutcomeCancelled, reason, b.StopDetail)
 	default:
-		ack, dn = w.item(ctx, log, b, m, d, margin)
+		ack, dns = w.runUnit(ctx, log, b, m, d, margin)
 	}
-	if dn != nil {
-		dn.first, dn.items = m.ChunkFirst, m.ChunkItems
+	for i := range dns {
+		dns[i].first, dns[i].items = m.ChunkFirst, m.ChunkItems
 	}
-	return ack, dn
+	return ack, dns
+}
+
+func countOutcome(dns []done, o Outcome) int64 {
+	var n int64
+	for _, d := range dns {
+		if d.outcome == o {
+			n++
+		}
+	}
+	return n
 }
 
 // fanout expands one manifest chunk into item messages. Items whose
@@ -413,9 +436,9 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 }
 
 // settleRefused records the items whose message the queue refused as
-// failed (permanent, with the queue's code and message), unless they
-// already have a row in this run. keys holds each body's items; body i
-// is the chunk's message number firstBody+i (its pack starts at
+// failed (permanent, with the queue's code and message), unless they were
+// already reserved in this run. keys holds each body's items; body i is
+// the chunk's message number firstBody+i (its unit starts at
 // chunk.FirstIndex + that × the batch's items per message). It returns
 // how many it recorded.
 func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b Batch, chunk Chunk, firstBody int64, keys [][]string, re *RefusedError) (int64, error) {
@@ -425,107 +448,52 @@ func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b Batch, c
 			return n, fmt.Errorf("refusal of message %d of %d", r.Index, len(keys))
 		}
 		text := pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
-		if b.Pack() > 1 {
-			first := chunk.FirstIndex + (firstBody+int64(r.Index))*int64(b.Pack())
-			settled, err := w.settlePackUnstarted(ctx, b, chunk, first, keys[r.Index], ReasonPermanent, text)
-			if err != nil {
-				return n, err
-			}
-			n += settled
-			log.Warn("pack message refused by the queue; its items recorded failed", "pack_first", first, "items", settled, "error", text)
-			continue
-		}
-		rec := w.record(b, Message{Key: keys[r.Index][0]}, w.Clock.Now())
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
-		rec.Error = text
-		_, err := w.Store.SettleUnstarted(ctx, rec)
-		switch {
-		case err == nil:
-			n++
-			log.Warn("item message refused by the queue; item recorded failed", "key", rec.Key, "error", rec.Error)
-		case errors.Is(err, ErrConflict):
-		default:
+		first := chunk.FirstIndex + (firstBody+int64(r.Index))*int64(b.Pack())
+		settled, err := w.settleUnstarted(ctx, b, chunk, first, keys[r.Index], ReasonPermanent, text)
+		if err != nil {
 			return n, err
 		}
+		n += settled
+		log.Warn("message refused by the queue; its items recorded failed", "first", first, "items", settled, "error", text)
 	}
 	return n, nil
-}
-
-func (w *Worker) record(b Batch, m Message, now time.Time) Record {
-	return Record{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now}
-}
-
-// deadLetter records an item whose message exceeded the receive limit.
-func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
-	r := w.record(b, m, w.Clock.Now())
-	r.Outcome, r.Reason = OutcomeFailed, ReasonDeadLettered
-	r.Error = fmt.Sprintf("message exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
-	old, err := w.Store.Settle(ctx, r)
-	switch {
-	case err == nil:
-		log.Warn("item dead-lettered", "outcome", string(OutcomeFailed))
-		w.Metrics.DeadLetters(b.Pipeline, 1, b.ID, b.Run)
-		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeFailed), 1, b.ID, b.Run)
-		return true, &done{batch: b, outcome: OutcomeFailed}
-	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
-		return false, nil // still under a live lease: its holder records the outcome
-	case errors.Is(err, ErrConflict):
-		return true, nil // already terminal
-	}
-	log.Error("record dead-lettered item", "error", err.Error())
-	return false, nil
 }
 
 // deadLetterChunk records every item of a fan-out chunk whose message was
 // dead-lettered (its expansion kept failing) as failed, dead-lettered, so
 // that the run still finishes. Only items never reserved in this run are
-// settled (Store.SettleUnstarted): an item with a row in this run had its
-// own message — in flight, or waiting for a scheduled retry with attempts
+// settled (ModeUnstarted): an item reserved in this run had its own
+// message — in flight, or waiting for a scheduled retry with attempts
 // left — and that message decides its outcome.
-func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
+func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) bool {
 	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
 	if err != nil {
 		log.Error("dead-lettered fan-out: open chunk", "error", err.Error())
-		return false, nil
+		return false
 	}
 	defer rc.Close()
 	var settled int64
 	text := fmt.Sprintf("the fan-out message of its chunk exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
-	var pack []string // keys of the pack being read (items per message > 1)
+	var unit []string // keys of the unit being read
 	var index int64
-	settlePack := func() error {
-		if len(pack) == 0 {
+	settle := func() error {
+		if len(unit) == 0 {
 			return nil
 		}
-		n, err := w.settlePackUnstarted(ctx, b, *m.Chunk, m.Chunk.FirstIndex+index-int64(len(pack)), pack, ReasonDeadLettered, text)
+		n, err := w.settleUnstarted(ctx, b, *m.Chunk, m.Chunk.FirstIndex+index-int64(len(unit)), unit, ReasonDeadLettered, text)
 		settled += n
-		pack = pack[:0]
+		unit = unit[:0]
 		return err
 	}
 	err = ReadManifestLines(rc, m.Chunk.Offset, func(l ManifestLine, _, _ int64) error {
-		if b.Pack() > 1 {
-			pack = append(pack, l.Key)
-			index++
-			if len(pack) == b.Pack() {
-				return settlePack()
-			}
-			return nil
+		unit = append(unit, l.Key)
+		if index++; len(unit) == b.Pack() {
+			return settle()
 		}
-		r := w.record(b, Message{Key: l.Key}, w.Clock.Now())
-		r.Outcome, r.Reason = OutcomeFailed, ReasonDeadLettered
-		r.Error = text
-		_, err := w.Store.SettleUnstarted(ctx, r)
-		if err == nil {
-			settled++
-			return nil
-		}
-		if errors.Is(err, ErrConflict) {
-			return nil
-		}
-		return err
+		return nil
 	})
 	if err == nil {
-		err = settlePack() // the chunk's last, short pack
+		err = settle() // the chunk's last, short pack
 	}
 	if settled > 0 {
 		// One counter write for the whole chunk.
@@ -535,211 +503,11 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b Batch,
 	}
 	if err != nil {
 		log.Error("dead-lettered fan-out", "error", err.Error(), "settled", settled)
-		return false, nil
+		return false
 	}
 	log.Warn("fan-out chunk dead-lettered; its items recorded failed", "items", settled)
-	return true, nil
+	return true
 }
-
-// cancelled settles an item of a stopped run that has not started.
-func (w *Worker) cancelled(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery) (bool, *done) {
-	r := w.record(b, m, w.Clock.Now())
-	if b.Stop == "" {
-		return true, nil // the run finished: every item was already terminal
-	}
-	r.Outcome, r.Reason, r.Error = OutcomeCancelled, ReasonThreshold, b.StopDetail
-	if b.Stop == StatusCancelled {
-		r.Reason = ReasonCancel
-	}
-	old, err := w.Store.Settle(ctx, r)
-	switch {
-	case err == nil:
-		w.Metrics.ItemsRecorded(b.Pipeline, string(OutcomeCancelled), 1, b.ID, b.Run)
-		return true, &done{batch: b, outcome: OutcomeCancelled}
-	case errors.Is(err, ErrConflict) && old.Outcome == OutcomeInFlight && old.Run == b.Run:
-		// Started before the stop: its holder records the outcome; if the
-		// holder died, this message takes the item once the lease ends.
-		w.delay(ctx, log, d, old.LeaseUntil.Sub(r.Now))
-		return false, nil
-	case errors.Is(err, ErrConflict):
-		return w.answered(ctx, log, b, m, d, old)
-	}
-	return w.unavailable(ctx, log, d, m, "cancel item", err)
-}
-
-// item runs one item under a reservation.
-func (w *Worker) item(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery, margin time.Duration) (bool, *done) {
-	input := m.Input
-	if m.InputRef != nil {
-		l, err := w.readLine(ctx, m)
-		if err != nil {
-			return w.unavailable(ctx, log, d, m, "read input", err)
-		}
-		input = l.Input
-	}
-	// Secret references are resolved before the reservation, so that AWS
-	// being unavailable costs no attempt; a reference that cannot be
-	// resolved fails the item below, once it is reserved.
-	headers, options, serr := resolveSecrets(ctx, w.Secrets, b.Headers, b.Options)
-	if errors.Is(serr, ErrUnavailable) {
-		return w.unavailable(ctx, log, d, m, "resolve secrets", serr)
-	}
-	// A batch with max_concurrency takes a slot before the reservation, so
-	// that waiting for one costs no attempt.
-	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
-	if err != nil {
-		return w.unavailable(ctx, log, d, m, "take a concurrency slot", err)
-	}
-	if !ok {
-		return w.slotsTaken(ctx, log, d, m)
-	}
-	defer w.freeSlot(ctx, log, b.ID, slot, holder)
-	now := w.Clock.Now()
-	it, err := w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: m.Key, RunID: RunID(b.ID, m.Key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
-	if errors.Is(err, ErrConflict) {
-		if it.Outcome == OutcomeInFlight && it.Run == b.Run {
-			// Another delivery holds the item (or its lease ended this very
-			// millisecond). Never acknowledge an item in flight: come back
-			// when its holder has likely recorded the outcome (5 s, doubling
-			// per receive) and at the latest when its lease ends.
-			w.delay(ctx, log, d, it.LeaseUntil.Sub(now))
-			log.Info("item under a lease; retried later", "attempt", it.Attempt)
-			return false, nil
-		}
-		log.Info("item already recorded; acknowledged", "outcome", string(it.Outcome))
-		return w.answered(ctx, log, b, m, d, it)
-	}
-	if err != nil {
-		return w.unavailable(ctx, log, d, m, "reserve", err)
-	}
-	log = log.With("run_id", it.RunID, "attempt", it.Attempt)
-	rec := w.record(b, m, now)
-	rec.Attempt = it.Attempt
-	rec.Spent = it.Spent // this run's earlier attempts (Reserve gives them)
-
-	if it.Interrupted && b.OnInterrupt == InterruptQuarantine {
-		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonInterrupted
-		rec.Error = fmt.Sprintf("attempt %d was interrupted (lease expired, outcome unknown); the batch quarantines interrupted items", it.Attempt-1)
-		return w.finish(ctx, log, b, rec)
-	}
-	if it.RunAttempts > b.MaxAttempts {
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
-		rec.Error = fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", it.RunAttempts, b.MaxAttempts)
-		return w.finish(ctx, log, b, rec)
-	}
-	if serr != nil {
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
-		rec.Error = pipeline.ErrorText(serr)
-		return w.finish(ctx, log, b, rec)
-	}
-	p, ok := w.Pipelines.Lookup(b.Pipeline)
-	if !ok {
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
-		rec.Error = fmt.Sprintf("pipeline %q is not registered in this item function", b.Pipeline)
-		return w.finish(ctx, log, b, rec)
-	}
-
-	runCtx, cancel := w.runContext(ctx, it.LeaseUntil, margin)
-	pipeCtx, seal := runCtx, func() StagedEffects { return nil }
-	if w.Staging != nil {
-		pipeCtx, seal = w.Staging(runCtx)
-	}
-	start := w.Clock.Now()
-	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
-		BatchID: b.ID, Key: m.Key, RunID: it.RunID, Attempt: it.Attempt, Input: input,
-		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
-	})
-	// Staging ends with Run, whatever its result: a write staged later (by
-	// a goroutine the pipeline left behind) is refused, never committed.
-	staged := seal()
-	// Cut off at the deadline margin (or the lease's end) while it ran: the
-	// call's outcome is unknown. Read before cancel, which would set it too.
-	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
-	cancel()
-	rec.Spent = it.Spent.Plus(res.Cost)
-	rec.Now = w.Clock.Now()
-	log = log.With("duration_ms", rec.Now.Sub(start).Milliseconds())
-	w.Metrics.ItemDuration(b.Pipeline, rec.Now.Sub(start), b.ID, b.Run)
-
-	if perr == nil {
-		var out json.RawMessage
-		var ref string
-		err := w.persist(ctx, log, "store output", func() (err error) {
-			out, ref, err = w.storeOutput(ctx, b.ID, it.RunID, res.Output)
-			return err
-		})
-		if err != nil {
-			perr = err // transient: S3 write failed
-		} else {
-			rec.Outcome, rec.Output, rec.OutputRef, rec.Cost = OutcomeSucceeded, out, ref, res.Cost
-			if staged != nil && staged.Len() > 0 {
-				return w.commit(ctx, log, b, d, it, rec, staged)
-			}
-			return w.finish(ctx, log, b, rec)
-		}
-	} else if cutOff && pipeline.Classify(perr) == pipeline.ClassTransient {
-		perr = &interruptedError{err: perr}
-	}
-	rec.Error = pipeline.ErrorText(perr)
-	rec.Cost = res.Cost // what the failed attempt spent, if the pipeline says
-	switch pipeline.Classify(perr) {
-	case pipeline.ClassPermanent:
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
-		return w.finish(ctx, log, b, rec)
-	case pipeline.ClassQuarantine:
-		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonQuarantine
-		return w.finish(ctx, log, b, rec)
-	}
-	var interrupted *interruptedError
-	if errors.As(perr, &interrupted) && b.OnInterrupt == InterruptQuarantine {
-		// An interruption, not a transient error: the receiver may have
-		// acted. The batch's policy sets the item aside.
-		rec.Outcome, rec.Reason = OutcomeQuarantined, ReasonInterrupted
-		return w.finish(ctx, log, b, rec)
-	}
-	return w.retryLater(ctx, log, b, d, it, rec, perr)
-}
-
-// retryLater ends an attempt that failed transiently (perr): the item
-// fails at the batch's max attempts, otherwise its lease is released and
-// its message comes back after the backoff.
-func (w *Worker) retryLater(ctx context.Context, log *slog.Logger, b Batch, d Delivery, it Item, rec Record, perr error) (bool, *done) {
-	if it.RunAttempts >= b.MaxAttempts {
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonMaxAttempts
-		rec.Error = pipeline.CutText(fmt.Sprintf("attempt %d of %d: %s", it.RunAttempts, b.MaxAttempts, rec.Error), pipeline.MaxErrorTextBytes)
-		return w.finish(ctx, log, b, rec)
-	}
-	// Transient: release the lease and let the queue bring the message back
-	// after the backoff, or after the delay the pipeline asked for
-	// (*pipeline.RetryAfterError) when that is longer.
-	if err := w.persist(ctx, log, "release lease", func() error { return w.Store.Release(ctx, rec) }); err != nil {
-		log.Warn("release lease", "error", pipeline.ErrorText(err))
-	}
-	bo := w.Backoff
-	if bo == nil {
-		bo = DefaultBackoff
-	}
-	wait := bo(it.RunAttempts)
-	if ra, ok := pipeline.RetryDelay(perr); ok && ra > wait {
-		wait = ra
-	}
-	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
-		log.Warn("delay message", "error", err.Error())
-	}
-	log.Warn("transient error; retried", "error", rec.Error, "retry_in_ms", wait.Milliseconds())
-	w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
-	return false, nil
-}
-
-// interruptedError is a transient pipeline error returned after the
-// pipeline's context was cut off at the invocation's deadline margin or
-// the lease's end: the call's outcome is unknown (an interruption).
-type interruptedError struct{ err error }
-
-func (e *interruptedError) Error() string {
-	return "interrupted at the invocation's deadline (outcome unknown): " + e.err.Error()
-}
-func (e *interruptedError) Unwrap() error { return e.err }
 
 // unavailable handles a delivery that could not be processed because of
 // err. When err is ErrUnavailable (AWS throttled or failed transiently),
@@ -750,8 +518,8 @@ func (e *interruptedError) Unwrap() error { return e.err }
 // sent, this one comes back after the same delay. Any other error leaves
 // the message to come back after its visibility timeout (and, if it keeps
 // failing, to the dead-letter queue).
-func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m Message, what string, err error) (bool, *done) {
-	return w.sendAgain(ctx, log, d, &m.Requeued, func() ([]byte, error) { return m.Body() }, what, err), nil
+func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, what string, err error) (bool, []done) {
+	return w.sendAgain(ctx, log, d, m.requeued, m.body, what, err), nil
 }
 
 // sendAgain is unavailable for any message: requeued is the message's
@@ -782,24 +550,6 @@ func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, re
 	return false
 }
 
-// answered acknowledges a message whose item already has its outcome. In a
-// rerun, an item succeeded (or still quarantined) in an earlier run counts
-// toward this run's progress once: Store.MarkCounted is a conditional write,
-// so duplicate deliveries do not count it again.
-func (w *Worker) answered(ctx context.Context, log *slog.Logger, b Batch, m Message, d Delivery, it Item) (bool, *done) {
-	if it.Run >= b.Run || (it.Outcome != OutcomeSucceeded && it.Outcome != OutcomeQuarantined) {
-		return true, nil
-	}
-	counted, err := w.Store.MarkCounted(ctx, b.ID, b.ListShards, m.Key, b.Run)
-	if err != nil {
-		return w.unavailable(ctx, log, d, m, "count an answered item", err)
-	}
-	if !counted {
-		return true, nil
-	}
-	return true, &done{batch: b, outcome: it.Outcome}
-}
-
 // delay makes a message come back after min(until+1 s, 5 s doubled per
 // earlier receive).
 func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until time.Duration) {
@@ -807,60 +557,6 @@ func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until 
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 		log.Warn("delay message", "error", err.Error())
 	}
-}
-
-// finish records a terminal outcome under the attempt's fence. The outcome
-// is known, so a write that AWS throttles is tried again here (persist)
-// rather than leaving the item to a takeover that would run it again.
-func (w *Worker) finish(ctx context.Context, log *slog.Logger, b Batch, rec Record) (bool, *done) {
-	rec.Error = pipeline.CutText(rec.Error, pipeline.MaxErrorTextBytes)
-	rec.Effects = nil // staged writes are committed only by commit
-	err := w.persist(ctx, log, "record outcome", func() error { return w.Store.Record(ctx, rec) })
-	return w.recorded(log, b, rec, err)
-}
-
-// commit records a succeeded outcome together with the writes its
-// attempt staged, in one transaction under the attempt's fence. When
-// DynamoDB refuses the writes as written, the item fails permanently
-// without them; when a staged condition does not hold, the attempt ends
-// as a transient failure and the item runs again.
-func (w *Worker) commit(ctx context.Context, log *slog.Logger, b Batch, d Delivery, it Item, rec Record, staged StagedEffects) (bool, *done) {
-	rec.Effects = staged
-	err := w.persist(ctx, log, "record outcome with staged writes", func() error { return w.Store.Record(ctx, rec) })
-	var ee *EffectsError
-	if !errors.As(err, &ee) {
-		return w.recorded(log, b, rec, err)
-	}
-	rec.Output, rec.OutputRef = nil, ""
-	rec.Error = pipeline.ErrorText(err)
-	if ee.Permanent {
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonPermanent
-		return w.finish(ctx, log, b, rec)
-	}
-	rec.Outcome = ""
-	log.Warn("a staged write's condition did not hold; nothing applied", "error", rec.Error)
-	return w.retryLater(ctx, log, b, d, it, rec, err)
-}
-
-// recorded ends a delivery after its outcome write returned err.
-func (w *Worker) recorded(log *slog.Logger, b Batch, rec Record, err error) (bool, *done) {
-	if errors.Is(err, ErrConflict) {
-		// A later attempt took the item over: its holder records the outcome.
-		// Let the message come back; it is acknowledged once the row is final.
-		log.Warn("outcome fenced by a later attempt", "outcome", string(rec.Outcome))
-		return false, nil
-	}
-	if err != nil {
-		log.Error("record outcome", "error", pipeline.ErrorText(err), "outcome", string(rec.Outcome))
-		return false, nil
-	}
-	w.Metrics.ItemsRecorded(b.Pipeline, string(rec.Outcome), 1, b.ID, b.Run)
-	if rec.Outcome == OutcomeSucceeded {
-		log.Info("item recorded", "outcome", string(rec.Outcome))
-	} else {
-		log.Warn("item recorded", "outcome", string(rec.Outcome), "reason", string(rec.Reason), "error", rec.Error)
-	}
-	return true, &done{batch: b, outcome: rec.Outcome}
 }
 
 // persist runs fn, a write whose result the attempt depends on, again
@@ -923,18 +619,19 @@ func (w *Worker) storeOutput(ctx context.Context, batchID, runID string, out jso
 	return nil, "s3://" + w.Blobs.Bucket() + "/" + key, nil
 }
 
-func (w *Worker) readLine(ctx context.Context, m Message) (ManifestLine, error) {
-	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.InputRef.Offset, m.InputRef.Length)
+// readLine reads the manifest line of key at ref in manifestKey.
+func (w *Worker) readLine(ctx context.Context, manifestKey, key string, ref Chunk) (ManifestLine, error) {
+	rc, err := w.Blobs.OpenRange(ctx, manifestKey, ref.Offset, ref.Length)
 	if err != nil {
 		return ManifestLine{}, err
 	}
 	defer rc.Close()
 	var l ManifestLine
-	if err := json.NewDecoder(io.LimitReader(rc, m.InputRef.Length)).Decode(&l); err != nil {
-		return ManifestLine{}, fmt.Errorf("manifest line at %d: %w", m.InputRef.Offset, err)
+	if err := json.NewDecoder(io.LimitReader(rc, ref.Length)).Decode(&l); err != nil {
+		return ManifestLine{}, fmt.Errorf("manifest line at %d: %w", ref.Offset, err)
 	}
-	if l.Key != m.Key {
-		return ManifestLine{}, fmt.Errorf("manifest line at %d holds key %q, want %q", m.InputRef.Offset, l.Key, m.Key)
+	if l.Key != key {
+		return ManifestLine{}, fmt.Errorf("manifest line at %d holds key %q, want %q", ref.Offset, l.Key, key)
 	}
 	return l, nil
 }

@@ -16,8 +16,15 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 )
+
+// stagedWrites is what the worker's Staging hands Record and WritePack as
+// batch.StagedEffects: DynamoDB transaction writes
+// (shared/pipeline/effects.Writes), matched by method so that the adapter
+// imports no pipeline package.
+type stagedWrites interface {
+	TransactWriteItems() []types.TransactWriteItem
+}
 
 // recordWithEffects writes the outcome update (k, expr: the attempt's
 // fence and the outcome) and the attempt's staged writes in one
@@ -43,7 +50,7 @@ import (
 // (permanent but for a condition); a transaction
 // conflict with a concurrent writer or throttling → batch.ErrUnavailable
 // (the worker tries the same commit again).
-func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[string]types.AttributeValue, expr expression.Expression, w effects.Writes) (map[string]types.AttributeValue, error) {
+func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[string]types.AttributeValue, expr expression.Expression, w []types.TransactWriteItem) (map[string]types.AttributeValue, error) {
 	items := make([]types.TransactWriteItem, 0, 1+len(w))
 	items = append(items, types.TransactWriteItem{Update: &types.Update{
 		TableName: &s.table, Key: k,

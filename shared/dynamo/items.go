@@ -15,8 +15,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 )
 
 // fresh is the condition under which an item starts a new run: no row; a
@@ -130,7 +128,7 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
 			// What this run's earlier attempts spent; the fence makes it
 			// current (an earlier attempt can no longer write).
-			it.Spent, it.SpentRun = pipeline.Cost(prev.Spent), r.Run
+			it.Spent, it.SpentRun = prev.Spent, r.Run
 		}
 	} else {
 		it.RunAttempts = 1
@@ -150,7 +148,7 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	}
 	set("output", string(r.Output))
 	set("output_ref", r.OutputRef)
-	set("error", pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))
+	set("error", batch.CutError(r.Error))
 	set("reason", string(r.Reason))
 	if len(r.Cost) > 0 {
 		u = u.Set(expression.Name(attrCost), expression.Value(map[string]float64(r.Cost)))
@@ -187,10 +185,10 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	}
 	k := itemKey(r.BatchID, r.ListShards, r.Key)
 	var old map[string]types.AttributeValue
-	if w, ok := r.Effects.(effects.Writes); ok && len(w) > 0 && r.Outcome == batch.OutcomeSucceeded {
-		old, err = s.recordWithEffects(ctx, r, k, expr, w)
+	if w, ok := r.Effects.(stagedWrites); ok && len(w.TransactWriteItems()) > 0 && r.Outcome == batch.OutcomeSucceeded {
+		old, err = s.recordWithEffects(ctx, r, k, expr, w.TransactWriteItems())
 	} else if r.Effects != nil && r.Effects.Len() > 0 {
-		return fmt.Errorf("record %s/%s attempt %d: staged writes of type %T with outcome %s: only effects.Writes with a succeeded outcome are committed", r.BatchID, r.Key, r.Attempt, r.Effects, r.Outcome)
+		return fmt.Errorf("record %s/%s attempt %d: staged writes of type %T with outcome %s: only DynamoDB transaction writes with a succeeded outcome are committed", r.BatchID, r.Key, r.Attempt, r.Effects, r.Outcome)
 	} else {
 		_, old, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
 	}
@@ -201,7 +199,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 		// of this run and attempt holding this outcome, reason and error
 		// is that write, not a later attempt's: success.
 		if it, ierr := itemFrom(r.BatchID, old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
-			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes) {
+			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == batch.CutError(r.Error) {
 			return nil
 		}
 	}
@@ -216,7 +214,7 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 func (s *Store) Release(ctx context.Context, r batch.Record) error {
 	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
 		Set(expression.Name(attrRetryScheduled), expression.Value(true)).
-		Set(expression.Name(attrError), expression.Value(pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes))).
+		Set(expression.Name(attrError), expression.Value(batch.CutError(r.Error))).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))
 	u = setSpent(s.stamp(u, r.Now), r)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()

@@ -18,8 +18,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 )
 
 // packPK is the partition key of the pack rows of one item shard.
@@ -48,7 +46,7 @@ const (
 	attrPackIndex = "pack_index"
 )
 
-// packItemRow is the stored shape of batch.PackItem: short names, empty
+// packItemRow is the stored shape of batch.ItemState: short names, empty
 // fields left out, since every byte of a pack row is billed on each of its
 // writes.
 type packItemRow struct {
@@ -70,25 +68,25 @@ type packItemRow struct {
 	UpdatedAtMs  int64              `dynamodbav:"u,omitempty"`
 }
 
-func packItemToRow(it batch.PackItem) packItemRow {
+func packItemToRow(it batch.ItemState) packItemRow {
 	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
 		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
-		Error: pipeline.CutText(it.Error, pipeline.MaxErrorTextBytes), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
+		Error: batch.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
 		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt)}
 }
 
-func packItemFromRow(r packItemRow) batch.PackItem {
-	it := batch.PackItem{Key: r.Key, Run: r.Run, Outcome: batch.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
+func packItemFromRow(r packItemRow) batch.ItemState {
+	it := batch.ItemState{Key: r.Key, Run: r.Run, Outcome: batch.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
 		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: batch.Reason(r.Reason),
 		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs)}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
 	}
 	if len(r.Cost) > 0 {
-		it.Cost = pipeline.Cost(r.Cost)
+		it.Cost = r.Cost
 	}
 	if len(r.Spent) > 0 {
-		it.Spent = pipeline.Cost(r.Spent)
+		it.Spent = r.Spent
 	}
 	return it
 }
@@ -121,7 +119,7 @@ func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, e
 			break
 		}
 	}
-	p.Items = make([]batch.PackItem, n)
+	p.Items = make([]batch.ItemState, n)
 	for j := range n {
 		v, ok := av[packItemAttr(j)]
 		if !ok {
@@ -277,12 +275,12 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 	k := packKey(w.Ref)
 	switch {
 	case w.Effects != nil && w.Effects.Len() > 0:
-		wr, ok := w.Effects.(effects.Writes)
+		wr, ok := w.Effects.(stagedWrites)
 		if !ok || len(w.Items) != 1 || w.Items[0].Item.Outcome != batch.OutcomeSucceeded || len(attention) > 0 {
 			return fmt.Errorf("write pack %s/%d: staged writes of type %T are committed only with one succeeded item", w.Ref.BatchID, w.Ref.First, w.Effects)
 		}
 		it := w.Items[0].Item
-		_, err = s.recordWithEffects(ctx, batch.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr)
+		_, err = s.recordWithEffects(ctx, batch.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr.TransactWriteItems())
 	case len(attention) > 0:
 		update := types.TransactWriteItem{Update: &types.Update{
 			TableName: &s.table, Key: k,
@@ -316,7 +314,7 @@ func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.T
 		attrUpdatedAtMs: ms(it.UpdatedAt), attrPackFirst: w.Ref.First, attrPackIndex: iw.Index,
 	}
 	if it.Error != "" {
-		row[attrError] = pipeline.CutText(it.Error, pipeline.MaxErrorTextBytes)
+		row[attrError] = batch.CutError(it.Error)
 	}
 	if it.Reason != "" {
 		row[attrReason] = string(it.Reason)

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 const (
@@ -296,10 +295,10 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, e
 		it.ExpiresAt = time.Unix(r.ExpiresAt, 0).UTC()
 	}
 	if len(r.Cost) > 0 {
-		it.Cost = pipeline.Cost(r.Cost)
+		it.Cost = r.Cost
 	}
 	if len(r.Spent) > 0 {
-		it.Spent, it.SpentRun = pipeline.Cost(r.Spent), r.SpentRun
+		it.Spent, it.SpentRun = r.Spent, r.SpentRun
 	}
 	return it, nil
 }

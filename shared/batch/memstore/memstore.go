@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Store is an in-memory batch.Store. The zero value is not usable: call New.
@@ -51,13 +50,6 @@ func New() *Store {
 		running: map[string]int{}, retention: map[string]string{}, publish: map[batch.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
 	}
-}
-
-type row struct {
-	it           batch.Item
-	shard        int // item shard, from the write's ListShards
-	firstAttempt int
-	retry        bool
 }
 
 type markKey struct {
@@ -106,224 +98,6 @@ func ms(t time.Time) time.Time {
 
 func conflictf(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, batch.ErrConflict)...)
-}
-
-// view is the item as the adapter reads it back.
-func (r *row) view() batch.Item {
-	it := r.it
-	it.Interrupted = false
-	it.RunAttempts = max(0, it.Attempt-max(r.firstAttempt, 1)+1)
-	it.Output = slices.Clone(it.Output)
-	it.Cost = maps.Clone(it.Cost)
-	it.Spent = maps.Clone(it.Spent)
-	return it
-}
-
-func (s *Store) row(batchID, key string) *row {
-	return s.items[batchID][key]
-}
-
-func (s *Store) putRow(batchID, key string, r *row) {
-	if s.items[batchID] == nil {
-		s.items[batchID] = map[string]*row{}
-	}
-	s.items[batchID][key] = r
-}
-
-// fresh: no row; a failed, cancelled or in-flight row of an earlier run;
-// a released quarantined row of an earlier run.
-func fresh(r *row, run int) bool {
-	if r == nil {
-		return true
-	}
-	if r.it.Run >= run {
-		return false
-	}
-	switch r.it.Outcome {
-	case batch.OutcomeFailed, batch.OutcomeCancelled, batch.OutcomeInFlight:
-		return true
-	case batch.OutcomeQuarantined:
-		return r.it.Released
-	}
-	return false
-}
-
-// expired: in flight in run with a lease ended before now.
-func expired(r *row, run int, now time.Time) bool {
-	return r != nil && r.it.Run == run && r.it.Outcome == batch.OutcomeInFlight && r.it.LeaseUntil.UnixMilli() < now.UnixMilli()
-}
-
-func fenced(r *row, run, attempt int) bool {
-	return r != nil && r.it.Outcome == batch.OutcomeInFlight && r.it.Attempt == attempt && r.it.Run == run
-}
-
-func (s *Store) stored(r *row) batch.Item {
-	if r == nil {
-		return batch.Item{}
-	}
-	return r.view()
-}
-
-// Reserve implements batch.Store.
-func (s *Store) Reserve(_ context.Context, r batch.Reservation) (batch.Item, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.row(r.BatchID, r.Key)
-	lease := ms(r.Now.Add(r.Lease))
-	switch {
-	case fresh(cur, r.Run):
-		n := &row{shard: batch.Shard(r.Key, r.ListShards)}
-		prevAttempt := 0
-		if cur != nil {
-			prevAttempt = cur.it.Attempt
-			n.it.Spent, n.it.SpentRun, n.it.ExpiresAt = cur.it.Spent, cur.it.SpentRun, cur.it.ExpiresAt
-			n.shard = cur.shard
-		}
-		n.it.BatchID, n.it.Key, n.it.RunID, n.it.Run = r.BatchID, r.Key, batch.RunID(r.BatchID, r.Key), r.Run
-		n.it.Outcome, n.it.Attempt, n.it.LeaseUntil, n.it.UpdatedAt = batch.OutcomeInFlight, prevAttempt+1, lease, ms(r.Now)
-		n.firstAttempt = prevAttempt + 1
-		s.putRow(r.BatchID, r.Key, n)
-		it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
-			Attempt: n.it.Attempt, LeaseUntil: lease, UpdatedAt: ms(r.Now), RunAttempts: 1}
-		return it, nil
-	case expired(cur, r.Run, r.Now):
-		prev := *cur
-		cur.it.Attempt++
-		cur.it.LeaseUntil, cur.it.UpdatedAt = lease, ms(r.Now)
-		cur.retry = false
-		it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
-			Attempt: cur.it.Attempt, LeaseUntil: lease, UpdatedAt: ms(r.Now),
-			Interrupted: !prev.retry, RunAttempts: cur.it.Attempt - max(prev.firstAttempt, 1) + 1}
-		if prev.it.SpentRun == r.Run && len(prev.it.Spent) > 0 {
-			it.Spent, it.SpentRun = maps.Clone(prev.it.Spent), r.Run
-		}
-		return it, nil
-	}
-	return s.stored(cur), conflictf("reserve %s/%s", r.BatchID, r.Key)
-}
-
-// setOutcome writes r's outcome fields on n, as the adapter's outcome
-// update does.
-func setOutcome(n *row, r batch.Record) error {
-	if !r.Outcome.Terminal() {
-		return fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
-	}
-	n.it.Run, n.it.UpdatedAt, n.it.Outcome = r.Run, ms(r.Now), r.Outcome
-	n.it.Output, n.it.OutputRef = slices.Clone(r.Output), r.OutputRef
-	if len(n.it.Output) == 0 {
-		n.it.Output = nil
-	}
-	n.it.Error = pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes)
-	n.it.Reason = r.Reason
-	n.it.Cost = nil
-	if len(r.Cost) > 0 {
-		n.it.Cost = maps.Clone(r.Cost)
-	}
-	setSpent(n, r)
-	return nil
-}
-
-func setSpent(n *row, r batch.Record) {
-	if len(r.Spent) > 0 {
-		n.it.Spent, n.it.SpentRun = maps.Clone(r.Spent), r.Run
-	}
-}
-
-// Record implements batch.Store. Staged effects are refused: this store
-// has no table to commit them to.
-func (s *Store) Record(_ context.Context, r batch.Record) error {
-	if r.Effects != nil && r.Effects.Len() > 0 {
-		return fmt.Errorf("record %s/%s attempt %d: memstore commits no staged writes (%T)", r.BatchID, r.Key, r.Attempt, r.Effects)
-	}
-	if !r.Outcome.Terminal() {
-		return fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.row(r.BatchID, r.Key)
-	if !fenced(cur, r.Run, r.Attempt) {
-		if cur != nil && cur.it.Run == r.Run && cur.it.Attempt == r.Attempt && cur.it.Outcome == r.Outcome &&
-			cur.it.Reason == r.Reason && cur.it.Error == pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes) {
-			return nil // the same write sent again
-		}
-		return conflictf("record %s/%s attempt %d", r.BatchID, r.Key, r.Attempt)
-	}
-	if err := setOutcome(cur, r); err != nil {
-		return err
-	}
-	cur.it.LeaseUntil = time.Time{}
-	return nil
-}
-
-// Release implements batch.Store.
-func (s *Store) Release(_ context.Context, r batch.Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.row(r.BatchID, r.Key)
-	if !fenced(cur, r.Run, r.Attempt) {
-		return conflictf("release %s/%s attempt %d", r.BatchID, r.Key, r.Attempt)
-	}
-	cur.it.LeaseUntil, cur.it.UpdatedAt = ms(r.Now), ms(r.Now)
-	cur.retry = true
-	cur.it.Error = pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes)
-	setSpent(cur, r)
-	return nil
-}
-
-// Settle implements batch.Store.
-func (s *Store) Settle(_ context.Context, r batch.Record) (batch.Item, error) {
-	return s.settle(r, true)
-}
-
-// SettleUnstarted implements batch.Store.
-func (s *Store) SettleUnstarted(_ context.Context, r batch.Record) (batch.Item, error) {
-	return s.settle(r, false)
-}
-
-func (s *Store) settle(r batch.Record, takeover bool) (batch.Item, error) {
-	if !r.Outcome.Terminal() {
-		return batch.Item{}, fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.row(r.BatchID, r.Key)
-	newRun := fresh(cur, r.Run)
-	if !newRun && !(takeover && expired(cur, r.Run, r.Now)) {
-		return s.stored(cur), conflictf("settle %s/%s", r.BatchID, r.Key)
-	}
-	if cur == nil {
-		cur = &row{shard: batch.Shard(r.Key, r.ListShards)}
-		cur.it.BatchID, cur.it.Key, cur.it.RunID = r.BatchID, r.Key, batch.RunID(r.BatchID, r.Key)
-		s.putRow(r.BatchID, r.Key, cur)
-	}
-	if err := setOutcome(cur, r); err != nil {
-		return batch.Item{}, err
-	}
-	cur.it.LeaseUntil, cur.it.Released, cur.retry = time.Time{}, false, false
-	if newRun {
-		cur.firstAttempt = cur.it.Attempt + 1
-	}
-	return batch.Item{}, nil
-}
-
-// ReleaseItem implements batch.Store.
-func (s *Store) ReleaseItem(_ context.Context, batchID string, _ int, key string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.row(batchID, key)
-	if cur == nil {
-		if found, err := s.releasePackItem(batchID, key); found {
-			return err
-		}
-	}
-	switch {
-	case cur == nil:
-		return fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
-	case cur.it.Outcome != batch.OutcomeQuarantined:
-		return conflictf("release %s/%s: not quarantined", batchID, key)
-	}
-	cur.it.Released = true
-	return nil
 }
 
 // MarkCounted implements batch.Store.
@@ -411,7 +185,7 @@ func (s *Store) sortedRows(batchID string, keep func(*row) bool) []*row {
 			rows = append(rows, r)
 		}
 	}
-	slices.SortFunc(rows, func(a, b *row) int { return strings.Compare(a.it.Key, b.it.Key) })
+	slices.SortFunc(rows, func(a, b *row) int { return strings.Compare(a.s.Key, b.s.Key) })
 	return rows
 }
 
@@ -438,7 +212,7 @@ func (s *Store) ScanShard(_ context.Context, batchID string, shard int, after st
 	limit = min(max(limit, 1), 1000)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rows := s.sortedRows(batchID, func(r *row) bool { return r.shard == shard && r.it.Key > after })
+	rows := s.sortedRows(batchID, func(r *row) bool { return r.shard == shard && r.s.Key > after })
 	more := len(rows) > limit
 	rows = rows[:min(limit, len(rows))]
 	items := make([]batch.Item, len(rows))
@@ -458,7 +232,7 @@ func (s *Store) ListItems(_ context.Context, batchID string, listShards int, out
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rows := s.sortedRows(batchID, func(r *row) bool {
-		return r.shard < max(1, listShards) && r.it.Outcome == outcome && r.it.Key > after
+		return r.shard < max(1, listShards) && r.s.Outcome == outcome && r.s.Key > after
 	})
 	all := make([]batch.Item, 0, len(rows))
 	for _, r := range rows {
@@ -706,8 +480,8 @@ func (s *Store) KeepRows(_ context.Context, b batch.Batch, keys []string, until 
 	defer s.mu.Unlock()
 	u := time.Unix(until.Unix(), 0).UTC()
 	for _, k := range keys {
-		if r := s.row(b.ID, k); r != nil && (r.it.ExpiresAt.IsZero() || r.it.ExpiresAt.Before(u)) {
-			r.it.ExpiresAt = u
+		if r := s.row(b.ID, k); r != nil && (r.expiresAt.IsZero() || r.expiresAt.Before(u)) {
+			r.expiresAt = u
 		}
 	}
 	for k, c := range s.chunks {

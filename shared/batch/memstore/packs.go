@@ -24,7 +24,7 @@ type attnEntry struct {
 	shard int
 }
 
-func clonePackItem(it batch.PackItem) batch.PackItem {
+func clonePackItem(it batch.ItemState) batch.ItemState {
 	it.Output = slices.Clone(it.Output)
 	it.Cost = maps.Clone(it.Cost)
 	it.Spent = maps.Clone(it.Spent)
@@ -37,7 +37,7 @@ func (s *Store) pack(ref batch.PackRef) *packRow {
 
 func (r *packRow) view() batch.Pack {
 	p := r.p
-	p.Items = make([]batch.PackItem, len(r.p.Items))
+	p.Items = make([]batch.ItemState, len(r.p.Items))
 	for j, it := range r.p.Items {
 		p.Items[j] = clonePackItem(it)
 	}
@@ -88,12 +88,12 @@ func (s *Store) WritePack(_ context.Context, w batch.PackWrite) error {
 	}
 	for _, iw := range w.Items {
 		for len(r.p.Items) <= iw.Index {
-			r.p.Items = append(r.p.Items, batch.PackItem{})
+			r.p.Items = append(r.p.Items, batch.ItemState{})
 		}
 		it := clonePackItem(iw.Item)
 		it.UpdatedAt = ms(it.UpdatedAt)
 		if it.Outcome == "" {
-			it = batch.PackItem{}
+			it = batch.ItemState{}
 		}
 		r.p.Items[iw.Index] = it
 		s.attention(r, iw)

@@ -30,8 +30,8 @@ func pref(b batch.Batch, first int64) batch.PackRef {
 
 // pitem is item key's state in run with outcome o after its attempt-th
 // attempt (the run's first, at attempt).
-func pitem(key string, run, attempt int, o batch.Outcome, now time.Time) batch.PackItem {
-	it := batch.PackItem{Key: key, Run: run, Outcome: o, Attempt: attempt, FirstAttempt: attempt, UpdatedAt: now}
+func pitem(key string, run, attempt int, o batch.Outcome, now time.Time) batch.ItemState {
+	it := batch.ItemState{Key: key, Run: run, Outcome: o, Attempt: attempt, FirstAttempt: attempt, UpdatedAt: now}
 	switch o {
 	case batch.OutcomeSucceeded:
 		it.Output = []byte(`{"ok":"` + key + `"}`)
@@ -65,11 +65,11 @@ func takeAndRecord(t *testing.T, s batch.Store, b batch.Batch, first int64, keys
 
 // itemAt is item j of p; a pack row may hold fewer items than the pack
 // when its last ones were never written.
-func itemAt(p batch.Pack, j int) batch.PackItem {
+func itemAt(p batch.Pack, j int) batch.ItemState {
 	if j < len(p.Items) {
 		return p.Items[j]
 	}
-	return batch.PackItem{}
+	return batch.ItemState{}
 }
 
 var packCases = []suiteCase{
@@ -108,10 +108,10 @@ var packCases = []suiteCase{
 		late := batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: []batch.PackItemWrite{{Index: 0, Item: pitem("a", 1, 1, batch.OutcomeFailed, T0), Was: batch.OutcomeInFlight}}, Now: again.Now}
 		isConflict(t, "the first holder's late write", s.WritePack(ctx, late))
 		// The holder writes every field of an item; a resend is the same write.
-		full := batch.PackItem{Key: "a", Run: 1, Outcome: batch.OutcomeSucceeded, Attempt: 2, FirstAttempt: 1,
+		full := batch.ItemState{Key: "a", Run: 1, Outcome: batch.OutcomeSucceeded, Attempt: 2, FirstAttempt: 1,
 			Output: []byte(`{"n":1}`), OutputRef: "s3://b/k", Cost: pipeline.Cost{"usd": 0.5}, Spent: pipeline.Cost{"usd": 0.75},
 			SpentRun: 1, CountedRun: 1, UpdatedAt: again.Now}
-		retry := batch.PackItem{Key: "b", Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, Retry: true, Error: "busy", UpdatedAt: again.Now}
+		retry := batch.ItemState{Key: "b", Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, Retry: true, Error: "busy", UpdatedAt: again.Now}
 		fenced := batch.PackWrite{Ref: ref, Attempt: 2, Run: 1, Items: []batch.PackItemWrite{{Index: 0, Item: full, Was: batch.OutcomeInFlight}, {Index: 3, Item: retry}}, Now: again.Now}
 		for range 2 {
 			if err := s.WritePack(ctx, fenced); err != nil {
@@ -145,7 +145,7 @@ var packCases = []suiteCase{
 		check(t, "item view attempts", it.RunAttempts, 2)
 		check(t, "item view position", it.Pos, batch.PackPos(20, 0))
 		// A free pack is taken at once; an item written empty is removed.
-		free := batch.PackWrite{Ref: ref, Take: true, Attempt: 2, Run: 2, Items: []batch.PackItemWrite{{Index: 3, Item: batch.PackItem{}, Was: batch.OutcomeInFlight}}, Now: again.Now}
+		free := batch.PackWrite{Ref: ref, Take: true, Attempt: 2, Run: 2, Items: []batch.PackItemWrite{{Index: 3, Item: batch.ItemState{}, Was: batch.OutcomeInFlight}}, Now: again.Now}
 		if err := s.WritePack(ctx, free); err != nil {
 			t.Fatalf("take of a free pack: %v", err)
 		}

@@ -249,6 +249,11 @@ type Writes []types.TransactWriteItem
 // Len is the number of staged writes.
 func (w Writes) Len() int { return len(w) }
 
+// TransactWriteItems returns the staged writes as DynamoDB transaction
+// items, in staging order: what the DynamoDB adapter (shared/dynamo)
+// commits with the item's outcome.
+func (w Writes) TransactWriteItems() []types.TransactWriteItem { return w }
+
 // Staging returns the worker's staging hook (batch.Worker.Staging) for
 // the given declared tables: one Stager per attempt, sealed when Run
 // returns. With no table declared it returns nil, and staging is refused

@@ -1,0 +1,254 @@
+package batch
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// The item rules: what a delivery may do with an item (Plan), the state a
+// reservation or a settlement leaves (Start, Settled), and how an attempt
+// ends (Conclude). They are pure functions of the item's state in its
+// ledger unit (an item row, or an entry of a pack row) and are the only
+// statement of the rules: the worker plans and concludes every item with
+// them whatever its unit, the in-memory store decides its item-row
+// conditions with Plan, and the conformance suite (shared/batch/storetest)
+// checks that DynamoDB's condition expressions (shared/dynamo) take and
+// refuse exactly what Plan does.
+//
+// Within a run an item moves
+//
+//	pending   → in_flight (reserve: attempt + 1), cancelled (stopped run), failed (dead letter, refused message)
+//	in_flight → in_flight (takeover of an ended lease, or a scheduled retry: attempt + 1)
+//	in_flight → succeeded, failed, quarantined (the attempt's ending, fenced by its attempt)
+//	in_flight → cancelled, failed (a stopped run or a dead letter, once its lease has ended)
+//
+// and a terminal outcome does not move. A new run (resume) makes failed,
+// cancelled and interrupted items, and released quarantined ones, pending
+// again; succeeded and unreleased quarantined items keep their outcome and
+// are counted once in the new run.
+
+// Mode is what a delivery does with the items of its unit.
+type Mode int
+
+const (
+	// ModeRun runs the items: the message's normal delivery.
+	ModeRun Mode = iota
+	// ModeSettle settles the items not yet terminal in the run without
+	// running them: a stopped run (cancelled), a dead-lettered message
+	// (failed).
+	ModeSettle
+	// ModeUnstarted settles only the items never reserved in the run: a
+	// message the queue refused, a dead-lettered fan-out chunk.
+	ModeUnstarted
+)
+
+// Step is what a delivery does with one item (Plan).
+type Step int
+
+const (
+	// StepNone: terminal in this run already, or left to its own message.
+	StepNone Step = iota
+	// StepCount: answered from an earlier run's outcome (succeeded, or
+	// quarantined and not released); counted once toward this run.
+	StepCount
+	// StepRun: reserved; its pipeline runs under attempt + 1.
+	StepRun
+	// StepSettle: settled without running (Settled).
+	StepSettle
+	// StepHeld: in flight in this run under another delivery's live
+	// lease; its holder ends it.
+	StepHeld
+)
+
+// Plan decides what a delivery of run `run` in mode does with an item
+// whose state is s; live reports that s's lease (the item row's, or its
+// pack row's) has not ended. interrupted reports a StepRun item in flight
+// in this run without a scheduled retry: its last attempt's outcome is
+// unknown (a crash or a timeout).
+//
+// An item is fresh to the run when it has no state, or an earlier run
+// left it failed, cancelled, in flight (interrupted) or quarantined and
+// released. DynamoDB's conditions spell the same rules: Store.Reserve
+// takes exactly the items Plan gives StepRun in ModeRun, Store.Settle the
+// items it gives StepSettle in ModeSettle, Store.SettleUnstarted those it
+// gives StepSettle in ModeUnstarted.
+func Plan(s ItemState, run int, mode Mode, live bool) (step Step, interrupted bool) {
+	o := s.Outcome
+	fresh := o == "" || s.Run < run && (o == OutcomeFailed || o == OutcomeCancelled || o == OutcomeInFlight || o == OutcomeQuarantined && s.Released)
+	inFlight := s.Run == run && o == OutcomeInFlight
+	kept := s.Run < run && (o == OutcomeSucceeded || o == OutcomeQuarantined && !s.Released)
+	switch {
+	case mode == ModeUnstarted && fresh:
+		return StepSettle, false
+	case mode == ModeUnstarted:
+		return StepNone, false
+	case fresh && mode == ModeSettle:
+		return StepSettle, false
+	case fresh:
+		return StepRun, false
+	case inFlight && live:
+		return StepHeld, false
+	case inFlight && mode == ModeSettle:
+		return StepSettle, false
+	case inFlight:
+		return StepRun, !s.Retry
+	case kept && s.CountedRun != run:
+		return StepCount, false
+	}
+	return StepNone, false
+}
+
+// Start is s reserved for an attempt in run at now (Plan gave StepRun):
+// in flight, attempt + 1, no scheduled retry. An item new to the run
+// starts its run's attempts there and drops the earlier run's ending.
+func Start(s ItemState, run int, now time.Time) ItemState {
+	n := s
+	n.Attempt = s.Attempt + 1
+	if s.Run != run || s.Outcome != OutcomeInFlight {
+		n.FirstAttempt = n.Attempt
+		n.Output, n.OutputRef, n.Error, n.Reason, n.Cost, n.Released = nil, "", "", "", nil, false
+	}
+	n.Run, n.Outcome, n.Retry, n.UpdatedAt = run, OutcomeInFlight, false, now
+	return n
+}
+
+// Settled is s settled in run with outcome o without running (Plan gave
+// StepSettle): an item new to the run makes no attempt in it; one in
+// flight in it keeps its attempts.
+func Settled(s ItemState, run int, o Outcome, reason Reason, text string, now time.Time) ItemState {
+	n := s
+	if s.Run != run || s.Outcome != OutcomeInFlight {
+		n.FirstAttempt = s.Attempt + 1 // no attempt in this run
+	}
+	n.Run, n.Outcome, n.Reason, n.Error = run, o, reason, pipeline.CutText(text, pipeline.MaxErrorTextBytes)
+	n.Output, n.OutputRef, n.Cost, n.Released, n.Retry, n.UpdatedAt = nil, "", nil, false, false, now
+	return n
+}
+
+// RunAttempts is the attempts of the item's run: Attempt − FirstAttempt + 1.
+func (s ItemState) RunAttempts() int { return s.Attempt - max(s.FirstAttempt, 1) + 1 }
+
+// Attempt is what Conclude decides from: one reserved attempt of an item,
+// before its pipeline runs (Ran false) and after (Ran true).
+type Attempt struct {
+	Number      int // the item's attempt (its fence: counts across runs)
+	RunAttempts int // attempts of the run, this one included
+	MaxAttempts int // the batch's max attempts
+	// Interrupted: the run's previous attempt ended without an outcome or
+	// a scheduled retry (its lease ran out): its effect is unknown.
+	Interrupted bool
+	OnInterrupt InterruptPolicy
+	// Refusal is why the attempt cannot run at all (a secret reference that
+	// does not resolve, a pipeline this function does not register): the
+	// item fails permanently without running.
+	Refusal error
+	Ran     bool
+	// Err is what ended the attempt once it ran: the pipeline's error, or
+	// the error of storing its output or committing its staged writes;
+	// nil: succeeded.
+	Err error
+	// CutOff: the pipeline returned Err after its context ended at the
+	// invocation's deadline margin or the lease's end, so the call's
+	// outcome is unknown (an interruption).
+	CutOff bool
+	// Backoff is the retry policy's delay before the next attempt
+	// (Worker.Backoff of RunAttempts).
+	Backoff time.Duration
+}
+
+// Ending is how an attempt ends: a terminal Outcome, or OutcomeInFlight
+// with a retry scheduled after Wait. The zero Ending (Outcome "") means
+// nothing is decided yet: the attempt may run.
+type Ending struct {
+	Outcome Outcome
+	Reason  Reason
+	Error   string // cut to pipeline.MaxErrorTextBytes
+	Wait    time.Duration
+}
+
+// Retry reports an ending that schedules another attempt.
+func (e Ending) Retry() bool { return e.Outcome == OutcomeInFlight }
+
+// Conclude decides how attempt a ends. Before the pipeline runs (a.Ran
+// false) it ends an attempt that must not run: an interrupted attempt of
+// a batch that quarantines interruptions, an attempt past max attempts
+// (a takeover after the last one was interrupted), a refusal; otherwise
+// it returns the zero Ending. After it ran: succeeded without an error;
+// failed for a permanent error, quarantined for a quarantine; a transient
+// error cut off at the deadline is an interruption (quarantined where the
+// batch says so); a transient error at max attempts fails
+// (max_attempts); any other transient error schedules a retry after
+// a.Backoff, or the pipeline's longer Retry-After.
+//
+// The retry policy enters only here (MaxAttempts, Backoff): a per-batch
+// policy, a throttled attempt that keeps its attempt, or a paused batch
+// are further endings of this one function.
+func Conclude(a Attempt) Ending {
+	end := func(o Outcome, r Reason, text string) Ending {
+		return Ending{Outcome: o, Reason: r, Error: pipeline.CutText(text, pipeline.MaxErrorTextBytes)}
+	}
+	switch {
+	case a.Interrupted && a.OnInterrupt == InterruptQuarantine:
+		return end(OutcomeQuarantined, ReasonInterrupted, fmt.Sprintf("attempt %d was interrupted (lease expired, outcome unknown); the batch quarantines interrupted items", a.Number-1))
+	case a.RunAttempts > a.MaxAttempts:
+		return end(OutcomeFailed, ReasonMaxAttempts, fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", a.RunAttempts, a.MaxAttempts))
+	case a.Refusal != nil:
+		return end(OutcomeFailed, ReasonPermanent, pipeline.ErrorText(a.Refusal))
+	case !a.Ran:
+		return Ending{}
+	case a.Err == nil:
+		return Ending{Outcome: OutcomeSucceeded}
+	}
+	err := a.Err
+	if a.CutOff && pipeline.Classify(err) == pipeline.ClassTransient {
+		err = &interruptedError{err: err}
+	}
+	text := pipeline.ErrorText(err)
+	switch pipeline.Classify(err) {
+	case pipeline.ClassPermanent:
+		return end(OutcomeFailed, ReasonPermanent, text)
+	case pipeline.ClassQuarantine:
+		return end(OutcomeQuarantined, ReasonQuarantine, text)
+	}
+	var interrupted *interruptedError
+	if errors.As(err, &interrupted) && a.OnInterrupt == InterruptQuarantine {
+		// An interruption, not a transient error: the receiver may have
+		// acted. The batch's policy sets the item aside.
+		return end(OutcomeQuarantined, ReasonInterrupted, text)
+	}
+	if a.RunAttempts >= a.MaxAttempts {
+		return end(OutcomeFailed, ReasonMaxAttempts, fmt.Sprintf("attempt %d of %d: %s", a.RunAttempts, a.MaxAttempts, text))
+	}
+	e := end(OutcomeInFlight, "", text)
+	e.Wait = a.Backoff
+	if ra, ok := pipeline.RetryDelay(err); ok && ra > e.Wait {
+		e.Wait = ra
+	}
+	return e
+}
+
+// Ended is s (in flight under attempt a) once its attempt ended with e at
+// now: its outcome, reason and error, with Output and OutputRef for a
+// success, a scheduled retry for a transient failure.
+func Ended(s ItemState, e Ending, now time.Time) ItemState {
+	n := s
+	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
+	n.Retry = e.Retry()
+	if e.Outcome != OutcomeSucceeded {
+		n.Output, n.OutputRef = nil, ""
+	}
+	return n
+}
+
+// interruptedError is a transient pipeline error returned after the
+// pipeline's context was cut off at the invocation's deadline margin or
+// the lease's end: the call's outcome is unknown (an interruption).
+type interruptedError struct{ err error }
+
+func (e *interruptedError) Error() string {
+	return "interrupted at the invocation's deadline (outcome unknown): " + e.err.Error()
+}
+func (e *interruptedError) Unwrap() error { return e.err }

@@ -1,0 +1,114 @@
+package batch
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// TestPlan guards the item rules every unit shares: for every state an
+// item can hold, what a delivery of run 2 does with it in each mode —
+// Reserve's fresh and takeover conditions, Settle's and SettleUnstarted's,
+// the count mark of an item answered from an earlier run, and an item
+// held under another delivery's live lease.
+func TestPlan(t *testing.T) {
+	const run = 2
+	tests := []struct {
+		name                string
+		s                   ItemState
+		live                bool
+		run, settle, unstrt Step
+		interrupted         bool
+	}{
+		{"never reserved", ItemState{}, false, StepRun, StepSettle, StepSettle, false},
+		{"failed in run 1", ItemState{Run: 1, Outcome: OutcomeFailed}, false, StepRun, StepSettle, StepSettle, false},
+		{"cancelled in run 1", ItemState{Run: 1, Outcome: OutcomeCancelled}, false, StepRun, StepSettle, StepSettle, false},
+		{"in flight in run 1", ItemState{Run: 1, Outcome: OutcomeInFlight}, false, StepRun, StepSettle, StepSettle, false},
+		{"in flight in run 1, lease live", ItemState{Run: 1, Outcome: OutcomeInFlight}, true, StepRun, StepSettle, StepSettle, false},
+		{"released quarantined in run 1", ItemState{Run: 1, Outcome: OutcomeQuarantined, Released: true}, false, StepRun, StepSettle, StepSettle, false},
+		{"succeeded in run 1", ItemState{Run: 1, Outcome: OutcomeSucceeded}, false, StepCount, StepCount, StepNone, false},
+		{"succeeded in run 1, counted", ItemState{Run: 1, Outcome: OutcomeSucceeded, CountedRun: 2}, false, StepNone, StepNone, StepNone, false},
+		{"quarantined in run 1", ItemState{Run: 1, Outcome: OutcomeQuarantined}, false, StepCount, StepCount, StepNone, false},
+		{"in flight, retry scheduled", ItemState{Run: 2, Outcome: OutcomeInFlight, Retry: true}, false, StepRun, StepSettle, StepNone, false},
+		{"in flight, holder gone", ItemState{Run: 2, Outcome: OutcomeInFlight}, false, StepRun, StepSettle, StepNone, true},
+		{"in flight, lease live", ItemState{Run: 2, Outcome: OutcomeInFlight}, true, StepHeld, StepHeld, StepNone, false},
+		{"succeeded in run 2", ItemState{Run: 2, Outcome: OutcomeSucceeded}, false, StepNone, StepNone, StepNone, false},
+		{"failed in run 2", ItemState{Run: 2, Outcome: OutcomeFailed}, false, StepNone, StepNone, StepNone, false},
+		{"quarantined in run 2", ItemState{Run: 2, Outcome: OutcomeQuarantined}, false, StepNone, StepNone, StepNone, false},
+		{"cancelled in run 2", ItemState{Run: 2, Outcome: OutcomeCancelled}, false, StepNone, StepNone, StepNone, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for mode, want := range map[Mode]Step{ModeRun: tt.run, ModeSettle: tt.settle, ModeUnstarted: tt.unstrt} {
+				got, interrupted := Plan(tt.s, run, mode, tt.live)
+				if got != want || mode == ModeRun && interrupted != tt.interrupted {
+					t.Errorf("mode %d: step %d interrupted %v, want %d %v", mode, got, interrupted, want, tt.interrupted && mode == ModeRun)
+				}
+			}
+		})
+	}
+}
+
+// TestStartAndSettled guards the states a take leaves: a reservation new
+// to the run starts the run's attempts and drops the earlier ending; a
+// takeover keeps them; a settlement of an item new to the run makes no
+// attempt in it.
+func TestStartAndSettled(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	old := ItemState{Key: "k", Run: 1, Outcome: OutcomeFailed, Attempt: 3, FirstAttempt: 1, Error: "x", Reason: ReasonPermanent, Cost: pipeline.Cost{"c": 1}}
+	s := Start(old, 2, now)
+	if s.Outcome != OutcomeInFlight || s.Attempt != 4 || s.FirstAttempt != 4 || s.RunAttempts() != 1 || s.Error != "" || s.Cost != nil || s.Run != 2 {
+		t.Errorf("Start of a new run: %+v", s)
+	}
+	s.Retry = true
+	if n := Start(s, 2, now); n.Attempt != 5 || n.FirstAttempt != 4 || n.RunAttempts() != 2 || n.Retry {
+		t.Errorf("Start of a retry: %+v", n)
+	}
+	if n := Settled(old, 2, OutcomeCancelled, ReasonCancel, "stop", now); n.Outcome != OutcomeCancelled || n.Attempt != 3 || n.RunAttempts() != 0 || n.Run != 2 {
+		t.Errorf("Settled new to the run: %+v, %d attempts", n, n.RunAttempts())
+	}
+}
+
+// TestConclude guards the one decision chain every attempt ends by, in
+// its order: interrupted under a quarantining batch, past max attempts,
+// refused, then the pipeline's result by class, an interruption, max
+// attempts, and the retry's wait.
+func TestConclude(t *testing.T) {
+	boom := errors.New("boom")
+	base := Attempt{Number: 2, RunAttempts: 1, MaxAttempts: 3, OnInterrupt: InterruptRetry, Backoff: 2 * time.Second}
+	with := func(f func(a *Attempt)) Attempt { a := base; f(&a); return a }
+	tests := []struct {
+		name    string
+		a       Attempt
+		outcome Outcome
+		reason  Reason
+		text    string
+		wait    time.Duration
+	}{
+		{"may run", base, "", "", "", 0},
+		{"interrupted, quarantining batch", with(func(a *Attempt) { a.Interrupted, a.OnInterrupt = true, InterruptQuarantine }), OutcomeQuarantined, ReasonInterrupted, "attempt 1 was interrupted", 0},
+		{"interrupted, retrying batch", with(func(a *Attempt) { a.Interrupted = true }), "", "", "", 0},
+		{"past max attempts", with(func(a *Attempt) { a.RunAttempts = 4 }), OutcomeFailed, ReasonMaxAttempts, "interrupted: attempt 4 exceeds max attempts 3", 0},
+		{"refused", with(func(a *Attempt) { a.Refusal = boom }), OutcomeFailed, ReasonPermanent, "boom", 0},
+		{"succeeded", with(func(a *Attempt) { a.Ran = true }), OutcomeSucceeded, "", "", 0},
+		{"permanent", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.Permanent(boom) }), OutcomeFailed, ReasonPermanent, "boom", 0},
+		{"quarantine", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.Quarantine(boom) }), OutcomeQuarantined, ReasonQuarantine, "boom", 0},
+		{"transient", with(func(a *Attempt) { a.Ran, a.Err = true, boom }), OutcomeInFlight, "", "boom", 2 * time.Second},
+		{"transient, longer retry-after", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.RetryAfter(boom, time.Minute) }), OutcomeInFlight, "", "boom", time.Minute},
+		{"transient at max attempts", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, boom, 3 }), OutcomeFailed, ReasonMaxAttempts, "attempt 3 of 3: boom", 0},
+		{"cut off, retrying batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, boom, true }), OutcomeInFlight, "", "interrupted at the invocation's deadline", 2 * time.Second},
+		{"cut off, quarantining batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff, a.OnInterrupt = true, boom, true, InterruptQuarantine }), OutcomeQuarantined, ReasonInterrupted, "interrupted at the invocation's deadline", 0},
+		{"cut off, permanent", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, pipeline.Permanent(boom), true }), OutcomeFailed, ReasonPermanent, "boom", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := Conclude(tt.a)
+			if e.Outcome != tt.outcome || e.Reason != tt.reason || !strings.HasPrefix(e.Error, tt.text) || e.Wait != tt.wait {
+				t.Errorf("Conclude = %+v, want %s %s %q… wait %s", e, tt.outcome, tt.reason, tt.text, tt.wait)
+			}
+		})
+	}
+}

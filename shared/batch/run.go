@@ -1,0 +1,337 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// DefaultPackConcurrency is how many items of one unit run their pipeline
+// at once in an invocation (Worker.PackConcurrency).
+const DefaultPackConcurrency = 10
+
+// itemRun is one reserved item's attempt in runUnit.
+type itemRun struct {
+	j         int
+	input     json.RawMessage
+	state     ItemState // its state once the attempt ended
+	ending    Ending
+	started   bool // its pipeline was called (else its take is given back)
+	committed bool // written on its own, with its staged writes
+	lost      bool // its own write lost the unit's fence
+}
+
+// runUnit is the one delivery loop of an item or pack message: take the
+// unit, run each item the take reserved (at most PackConcurrency at once,
+// one at a time under a concurrency slot, none started inside the
+// deadline margin), conclude each attempt, and write the endings in one
+// write fenced by the take. Items whose attempt failed transiently stay
+// in flight with a retry scheduled and the message comes back after the
+// longest of their delays; the others are answered from the unit on that
+// delivery.
+func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unitMessage, d Delivery, margin time.Duration) (bool, []done) {
+	// Secret references are resolved before the take, so that AWS being
+	// unavailable costs no attempt; a reference that cannot be resolved
+	// fails the items once they are taken.
+	headers, options, serr := resolveSecrets(ctx, w.Secrets, b.Headers, b.Options)
+	if errors.Is(serr, ErrUnavailable) {
+		return w.unavailable(ctx, log, d, m, "resolve secrets", serr)
+	}
+	// A batch with max_concurrency takes a slot before the take, so that
+	// waiting for one costs no attempt; the unit's items then run one at
+	// a time, so the slots bound the items running.
+	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
+	if err != nil {
+		return w.unavailable(ctx, log, d, m, "take a concurrency slot", err)
+	}
+	if !ok {
+		return w.slotsTaken(ctx, log, d, m), nil
+	}
+	defer w.freeSlot(ctx, log, b.ID, slot, holder)
+	inputs := make([]json.RawMessage, len(m.Items))
+	u := w.unitOf(b, m)
+	h, err := u.take(ctx, taking{b: b, msg: m, mode: ModeRun, prepare: w.prepareInputs(ctx, m, inputs)})
+	switch {
+	case err != nil:
+		return w.unavailable(ctx, log, d, m, "take", err)
+	case !h.held.IsZero():
+		// Another delivery holds it (or its lease ended this very
+		// millisecond). Never acknowledge a unit in flight: come back when
+		// its holder has likely recorded the outcome (5 s, doubling per
+		// receive) and at the latest when its lease ends.
+		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		log.Info("under another delivery's lease; retried later")
+		return false, nil
+	}
+	var runs []*itemRun
+	for j, s := range h.steps {
+		if s == StepRun {
+			runs = append(runs, &itemRun{j: j, input: inputs[j]})
+		}
+	}
+	if len(runs) == 0 {
+		log.Info("already recorded; acknowledged")
+		return true, h.dones
+	}
+	if len(runs) == 1 && !m.Packed {
+		log = log.With("run_id", RunID(b.ID, h.items[runs[0].j].Key), "attempt", h.attempt)
+	} else {
+		log = log.With("attempt", h.attempt)
+	}
+	var refusal error = serr
+	p, registered := w.Pipelines.Lookup(b.Pipeline)
+	if !registered && refusal == nil {
+		refusal = fmt.Errorf("pipeline %q is not registered in this item function", b.Pipeline)
+	}
+	conc := w.PackConcurrency
+	if conc <= 0 {
+		conc = DefaultPackConcurrency
+	}
+	if slot >= 0 {
+		conc = 1
+	}
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if dl, has := ctx.Deadline(); has && time.Until(dl) < margin {
+				return // not started: given back below
+			}
+			r.started = true
+			w.attempt(ctx, log, b, u, h, r, p, refusal, headers, options, margin)
+		}()
+	}
+	wg.Wait()
+	return w.endUnit(ctx, log, b, u, h, d, runs)
+}
+
+// endUnit writes the endings of the unit's attempts under its fence and
+// says whether the message may be acknowledged.
+func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
+	dns := h.dones
+	var writes []PackItemWrite
+	var wait time.Duration
+	retries, lost := 0, false
+	for _, r := range runs {
+		switch {
+		case r.lost:
+			lost = true
+		case r.committed:
+			dns = append(dns, done{batch: b, outcome: r.state.Outcome})
+			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
+		case !r.started:
+			// Inside the deadline margin: its take is given back, as if
+			// this delivery had never taken it (no attempt used in a pack).
+			give := h.was[r.j]
+			give.UpdatedAt = w.Clock.Now()
+			writes = append(writes, PackItemWrite{Index: r.j, Item: give, Was: OutcomeInFlight})
+			retries++
+		default:
+			writes = append(writes, PackItemWrite{Index: r.j, Item: r.state, Was: OutcomeInFlight})
+			if r.ending.Retry() {
+				retries++
+				wait = max(wait, r.ending.Wait)
+			}
+		}
+	}
+	if lost {
+		log.Warn("fenced by a later take; its holder records the outcomes")
+		return false, dns
+	}
+	if len(writes) > 0 {
+		err := w.persist(ctx, log, "record outcome", func() error { return u.write(ctx, h, writes, nil) })
+		if errors.Is(err, ErrConflict) {
+			// A later take holds the unit: its holder records the outcomes.
+			// Let the message come back; it is acknowledged once they are.
+			log.Warn("outcome fenced by a later attempt")
+			return false, dns
+		}
+		if err != nil {
+			log.Error("record outcome", "error", pipeline.ErrorText(err))
+			return false, dns
+		}
+	}
+	for _, wr := range writes {
+		o := wr.Item.Outcome
+		if !o.Terminal() {
+			continue
+		}
+		dns = append(dns, done{batch: b, outcome: o})
+		w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
+		if o == OutcomeSucceeded {
+			log.Info("item recorded", "key", wr.Item.Key, "outcome", string(o))
+		} else {
+			log.Warn("item recorded", "key", wr.Item.Key, "outcome", string(o), "reason", string(wr.Item.Reason), "error", wr.Item.Error)
+		}
+	}
+	if retries == 0 {
+		return true, dns
+	}
+	if wait <= 0 {
+		wait = time.Second // items not started: back soon
+	}
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+		log.Warn("delay message", "error", err.Error())
+	}
+	log.Warn("items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
+	return false, dns
+}
+
+// attempt runs one reserved item: Conclude before its pipeline runs (an
+// attempt that must not run ends there), the pipeline under the lease's
+// deadline, its output stored, Conclude again; a success with staged
+// writes is committed on its own (the unit's write with the effects).
+// It leaves the item's ending in r.
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit, h *hold, r *itemRun,
+	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
+	s, was := h.items[r.j], h.was[r.j]
+	log = log.With("key", s.Key, "item_attempt", s.Attempt)
+	a := Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
+		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal}
+	s.Cost = nil // the cost of this attempt
+	if e := Conclude(a); e.Outcome != "" {
+		r.state, r.ending = Ended(s, e, w.Clock.Now()), e
+		return
+	}
+	runCtx, cancel := w.runContext(ctx, h.lease, margin)
+	pipeCtx, seal := runCtx, func() StagedEffects { return nil }
+	if w.Staging != nil {
+		pipeCtx, seal = w.Staging(runCtx)
+	}
+	start := w.Clock.Now()
+	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
+		BatchID: b.ID, Key: s.Key, RunID: RunID(b.ID, s.Key), Attempt: s.Attempt, Input: r.input,
+		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
+	})
+	// Staging ends with Run, whatever its result: a write staged later (by
+	// a goroutine the pipeline left behind) is refused, never committed.
+	staged := seal()
+	// Cut off at the deadline margin (or the lease's end) while it ran: the
+	// call's outcome is unknown. Read before cancel, which would set it too.
+	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
+	cancel()
+	w.Metrics.ItemDuration(b.Pipeline, w.Clock.Now().Sub(start), b.ID, b.Run)
+	// What this run's attempts spent: the earlier ones' (the fence makes
+	// them current) and this one's.
+	spent := pipeline.Cost(nil)
+	if was.SpentRun == b.Run && was.Run == b.Run {
+		spent = was.Spent
+	}
+	if sum := spent.Plus(res.Cost); len(sum) > 0 {
+		s.Spent, s.SpentRun = sum, b.Run
+	}
+	s.Cost = res.Cost
+	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil
+	if perr == nil {
+		err := w.persist(ctx, log, "store output", func() (err error) {
+			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, RunID(b.ID, s.Key), res.Output)
+			return err
+		})
+		a.Err = err // transient: the S3 write failed
+	}
+	a.Backoff = w.backoff(a.RunAttempts)
+	e := Conclude(a)
+	if e.Outcome == OutcomeSucceeded && staged != nil && staged.Len() > 0 {
+		e = w.commit(ctx, log, u, h, r, Ended(s, e, w.Clock.Now()), staged, a)
+		if r.committed || r.lost {
+			return
+		}
+	}
+	r.state, r.ending = Ended(s, e, w.Clock.Now()), e
+	if e.Retry() {
+		log.Warn("transient error; retried", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
+	}
+}
+
+// commit writes a succeeded item with the writes its attempt staged, on
+// its own, in one transaction under the unit's fence. When DynamoDB
+// refuses the writes as written the item fails permanently without them;
+// when a staged condition does not hold the attempt ends as a transient
+// failure and the item runs again: the ending returned.
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, r *itemRun, n ItemState, staged StagedEffects, a Attempt) Ending {
+	err := w.persist(ctx, log, "record outcome with staged writes", func() error {
+		return u.write(ctx, h, []PackItemWrite{{Index: r.j, Item: n, Was: OutcomeInFlight}}, staged)
+	})
+	var ee *EffectsError
+	switch {
+	case err == nil:
+		r.state, r.committed = n, true
+		return Ending{Outcome: OutcomeSucceeded}
+	case errors.Is(err, ErrConflict):
+		r.lost = true
+		return Ending{}
+	case !errors.As(err, &ee):
+		// Not written, and the unit's write would record it without its
+		// staged writes: its attempt ends unknown.
+		log.Error("record outcome with staged writes", "error", pipeline.ErrorText(err))
+		r.lost = true
+		return Ending{}
+	}
+	a.Err, a.CutOff = err, false
+	if ee.Permanent {
+		a.Err = pipeline.Permanent(err)
+	} else {
+		log.Warn("a staged write's condition did not hold; nothing applied", "error", pipeline.ErrorText(err))
+	}
+	return Conclude(a)
+}
+
+// backoff is the retry policy's delay before retry n.
+func (w *Worker) backoff(n int) time.Duration {
+	if w.Backoff != nil {
+		return w.Backoff(n)
+	}
+	return DefaultBackoff(n)
+}
+
+// settleUnit settles the unit's items not yet terminal in the run with
+// outcome o (a stopped run: cancelled; a dead-lettered message: failed)
+// and counts the ones answered from an earlier run.
+func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b Batch, m *unitMessage, d Delivery, o Outcome, reason Reason, text string) (bool, []done) {
+	settle := func(s ItemState, now time.Time) ItemState { return Settled(s, b.Run, o, reason, text, now) }
+	h, err := w.unitOf(b, m).take(ctx, taking{b: b, msg: m, mode: ModeSettle, settle: settle})
+	switch {
+	case err != nil:
+		return w.unavailable(ctx, log, d, m, "settle", err)
+	case !h.held.IsZero() && !d.DeadLetter:
+		// Started before the stop: its holder records the outcomes; if the
+		// holder died, this message takes the unit once the lease ends.
+		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		return false, nil
+	case !h.held.IsZero():
+		return false, nil // under a live lease: its holder decides
+	}
+	if n := countOutcome(h.dones, o); n > 0 {
+		w.Metrics.ItemsRecorded(b.Pipeline, string(o), n, b.ID, b.Run)
+		log.Warn("items settled", "outcome", string(o), "reason", string(reason), "items", n)
+	}
+	return true, h.dones
+}
+
+// settleUnstarted settles as failed, with reason and text, the items of
+// the unit at first (keys in order: an item row for one item per message,
+// else the pack at first) that were never reserved in the run: their
+// message was refused, or their chunk's fan-out was dead-lettered. It
+// returns how many items it settled.
+func (w *Worker) settleUnstarted(ctx context.Context, b Batch, chunk Chunk, first int64, keys []string, reason Reason, text string) (int64, error) {
+	m := &unitMessage{BatchID: b.ID, Run: b.Run, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count, Packed: b.Pack() > 1, PackFirst: first}
+	for _, k := range keys {
+		m.Items = append(m.Items, PackedItem{Key: k})
+	}
+	settle := func(s ItemState, now time.Time) ItemState { return Settled(s, b.Run, OutcomeFailed, reason, text, now) }
+	h, err := w.unitOf(b, m).take(ctx, taking{b: b, msg: m, mode: ModeUnstarted, settle: settle})
+	if err != nil {
+		return 0, err
+	}
+	return countOutcome(h.dones, OutcomeFailed), nil
+}

@@ -1,0 +1,41 @@
+package dynamo
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestAdapterImportsNoPipeline guards the layering: the DynamoDB adapter
+// imports the domain (shared/batch) and the SDK, never a pipeline package
+// (staged writes arrive as batch.StagedEffects and are matched by method),
+// so nothing runs back up from storage to the pipelines.
+func TestAdapterImportsNoPipeline(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read++
+		for _, imp := range file.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, "github.com/bulkrun/bulkrun/shared/pipeline") {
+				t.Errorf("%s imports %s", f, p)
+			}
+		}
+	}
+	if read == 0 {
+		t.Fatal("no adapter source file read")
+	}
+}
