@@ -366,7 +366,7 @@ func TestSubmitValidate(t *testing.T) {
 		{"items per message 100", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 100}, ""},
 		{"items per message 101", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 101}, "items_per_message"},
 		{"items per message negative", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: -1}, "items_per_message"},
-		{"items per message with max concurrency", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 10, MaxConcurrency: 5}, "items_per_message"},
+		{"items per message with max concurrency", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 10, MaxConcurrency: 5}, ""},
 		{"one item per message with max concurrency", SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 1, MaxConcurrency: 5}, ""},
 	}
 	for _, tt := range tests {
@@ -539,8 +539,8 @@ func TestNoHotPartitionShardCounts(t *testing.T) {
 
 // The stack's default items per message (Submitter.ItemsPerMessage,
 // BULKRUN_ITEMS_PER_MESSAGE) applies to a request that sets none; a
-// request's own value wins, and a request with max_concurrency gets 1
-// (the two cannot be combined) instead of a refusal it did not ask for.
+// request's own value wins; a request with max_concurrency gets it too
+// (a pack holds one slot and runs its items one at a time).
 func TestSubmitterDefaultItemsPerMessage(t *testing.T) {
 	items := json.RawMessage(`[1]`)
 	for _, tt := range []struct {
@@ -552,7 +552,7 @@ func TestSubmitterDefaultItemsPerMessage(t *testing.T) {
 		{"no default", 0, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}}, 1},
 		{"stack default", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}}, 10},
 		{"request wins", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, ItemsPerMessage: 3}, 3},
-		{"max concurrency gets one", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, MaxConcurrency: 5}, 1},
+		{"max concurrency gets the default too", 10, SubmitRequest{Pipeline: "webhook", Source: SourceSpec{Items: items}, MaxConcurrency: 5}, 10},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Submitter{Pipelines: []string{"webhook"}, MaxAttempts: 3, ItemsPerMessage: tt.stack}

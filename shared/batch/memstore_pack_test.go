@@ -89,6 +89,43 @@ func TestPackDuplicatesRunOnceAndFinalizeOnce(t *testing.T) {
 	}
 }
 
+// TestPackMaxConcurrency guards "max_concurrency bounds the items running
+// at once at every K": 40 items, limit 3, every message of a round handed
+// to the worker at once; a pack holds one slot and runs its items one at
+// a time, so no more than 3 pipelines ever run together, and every item
+// runs once and succeeds.
+func TestPackMaxConcurrency(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var running, most atomic.Int64
+			r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(2 * time.Millisecond)
+				running.Add(-1)
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			submitK(t, r, "limited", k, 40, func(req *batch.SubmitRequest) { req.MaxConcurrency = 3 })
+			r.drain(t, ctx, 1)
+			if m := most.Load(); m > 3 || m < 1 {
+				t.Fatalf("%d pipelines ran at once, want 1–3", m)
+			}
+			for i := range 40 {
+				if c := r.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+				}
+			}
+			r.finalizeFour(t, ctx, "limited", func(c batch.Census) {
+				if c.Total != 40 || c.Succeeded != 40 {
+					t.Errorf("census %+v", c)
+				}
+			})
+		})
+	}
+}
+
 // resultLines reads a run's results JSONL of outcome.
 func resultLines(t *testing.T, r *rig, id string, run int, o batch.Outcome) []batch.Item {
 	t.Helper()

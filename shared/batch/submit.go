@@ -49,8 +49,9 @@ type SubmitRequest struct {
 	// reservation, attempts, outcome, error, cost, listing and census;
 	// 1–MaxItemsPerMessage, 0 (the default) means 1: one item per message
 	// and per row. Part of the plan: a repeated submit with another K is
-	// another plan (409), and every run of the batch keeps it. Not with
-	// max_concurrency.
+	// another plan (409), and every run of the batch keeps it. With
+	// max_concurrency a pack takes one slot and runs its items one at a
+	// time, so the limit still counts items.
 	ItemsPerMessage int `json:"items_per_message,omitempty"`
 	// Headers reach the pipeline; names starting with "bulkrun." are refused.
 	Headers map[string]string `json:"headers,omitempty"`
@@ -94,8 +95,7 @@ type Submitter struct {
 	Registry    *pipeline.Registry
 	MaxAttempts int // default per item
 	// ItemsPerMessage is the items per message of a request that sets
-	// none (0 or 1: one). A request with max_concurrency gets 1 whatever
-	// this says (the two cannot be combined). The stack sets it from
+	// none (0 or 1: one). The stack sets it from
 	// config.EnvItemsPerMessage.
 	ItemsPerMessage int
 	// SecretPrefixes are the ARNs (or ARN prefixes ending in "*") of the
@@ -191,9 +191,6 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	}
 	if req.ItemsPerMessage < 0 || req.ItemsPerMessage > MaxItemsPerMessage {
 		return &InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.ItemsPerMessage, MaxItemsPerMessage)}
-	}
-	if req.ItemsPerMessage > 1 && req.MaxConcurrency > 0 {
-		return &InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d items per message cannot be combined with max_concurrency (concurrency slots are taken per item message); use 1", req.ItemsPerMessage)}
 	}
 	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
@@ -435,7 +432,7 @@ func (s *Submitter) prepare(req *SubmitRequest) error {
 	}
 	if req.ItemsPerMessage == 0 {
 		req.ItemsPerMessage = 1
-		if s.ItemsPerMessage > 1 && req.MaxConcurrency == 0 {
+		if s.ItemsPerMessage > 1 {
 			req.ItemsPerMessage = min(s.ItemsPerMessage, MaxItemsPerMessage)
 		}
 	}
