@@ -9,6 +9,7 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -23,13 +24,15 @@ const (
 	// SlotTries is how many random slots an item tries before it waits.
 	SlotTries = 3
 	// SlotWait is the shortest wait of an item that found no free slot;
-	// the wait is jittered in [SlotWait, 4×SlotWait).
+	// the wait is jittered in [SlotWait, 4×SlotWait].
 	SlotWait = time.Second
 )
 
 // slotWait is the jittered wait of an item that found every slot it tried
-// taken.
-func slotWait() time.Duration { return SlotWait + mrand.N(3*SlotWait) }
+// taken: 2.5 × SlotWait ± 60 %.
+func slotWait() time.Duration {
+	return retry.Schedule{Interval: SlotWait * 5 / 2, Jitter: 0.6}.Delay(1)
+}
 
 // slotsToTry returns up to SlotTries distinct slots in [0, n), at random.
 func slotsToTry(n int) []int {

@@ -51,8 +51,8 @@ func TestSlotsToTry(t *testing.T) {
 		}
 	}
 	for range 100 {
-		if w := slotWait(); w < SlotWait || w >= 4*SlotWait {
-			t.Fatalf("slotWait() = %s, want within [%s, %s)", w, SlotWait, 4*SlotWait)
+		if w := slotWait(); w < SlotWait || w > 4*SlotWait {
+			t.Fatalf("slotWait() = %s, want within [%s, %s]", w, SlotWait, 4*SlotWait)
 		}
 	}
 }

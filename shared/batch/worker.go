@@ -10,15 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"path"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-
+	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -93,25 +91,28 @@ type Worker struct {
 	Staging func(ctx context.Context) (context.Context, func() StagedEffects)
 }
 
-// DefaultUnavailableDelay is 1 s × 2^(n-1), at most 2 minutes, with full
-// jitter in [d/2, d]: short, and spread so that throttled messages do not
-// come back together.
-func DefaultUnavailableDelay(n int) time.Duration {
-	d := min(time.Second<<min(max(n-1, 0), 7), 2*time.Minute)
-	return d/2 + rand.N(d/2+1)
-}
+// The worker's retry schedules (internal/retry).
+var (
+	// ItemRetry is an item's retry after a transient error: 2 s × 2^(n−1),
+	// at most 5 minutes, ±50 % jitter (Worker.Backoff's default).
+	ItemRetry = retry.Schedule{Interval: 2 * time.Second, MaxDelay: 5 * time.Minute, Jitter: 0.5}
+	// UnavailableRetry is a message sent again while AWS is unavailable:
+	// 0.75 s × 2^(n−1), at most 90 s, ±⅓ jitter, which is 1 s × 2^(n−1)
+	// (at most 2 minutes) jittered within [d/2, d]: short, and spread so
+	// that throttled messages do not come back together.
+	UnavailableRetry = retry.Schedule{Interval: 750 * time.Millisecond, MaxDelay: 90 * time.Second, Jitter: 1.0 / 3}
+	// persistRetry spaces the tries of an outcome write: 1, 2, 4, 8, 8… s.
+	persistRetry = retry.Schedule{Interval: time.Second, MaxDelay: 8 * time.Second}
+	// heldRetry brings back a message whose unit another delivery holds:
+	// 5 s doubled per earlier receive, at most 5 s × 2^10.
+	heldRetry = retry.Schedule{Interval: LiveLeaseRecheck, MaxDelay: LiveLeaseRecheck << 10}
+)
 
-// DefaultBackoff is exponential backoff with jitter (cenkalti/backoff):
-// 2 s × 2^(n-1), randomized ±50 %, capped at 5 minutes.
-func DefaultBackoff(n int) time.Duration {
-	b := &backoff.ExponentialBackOff{InitialInterval: 2 * time.Second, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Minute}
-	b.Reset()
-	d := b.NextBackOff()
-	for i := 1; i < n; i++ {
-		d = b.NextBackOff()
-	}
-	return d
-}
+// DefaultUnavailableDelay is UnavailableRetry's delay n.
+func DefaultUnavailableDelay(n int) time.Duration { return UnavailableRetry.Delay(n) }
+
+// DefaultBackoff is ItemRetry's delay n.
+func DefaultBackoff(n int) time.Duration { return ItemRetry.Delay(n) }
 
 // done is what one delivery contributes to its run's counters: one
 // terminal item of the fan-out chunk (first, items).
@@ -550,10 +551,10 @@ func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, re
 	return false
 }
 
-// delay makes a message come back after min(until+1 s, 5 s doubled per
-// earlier receive).
+// delay makes a message come back after min(until+1 s, heldRetry's delay
+// of its receive count).
 func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until time.Duration) {
-	wait := min(max(until, 0)+time.Second, LiveLeaseRecheck<<min(max(d.ReceiveCount-1, 0), 10))
+	wait := min(max(until, 0)+time.Second, heldRetry.Delay(d.ReceiveCount))
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 		log.Warn("delay message", "error", err.Error())
 	}
@@ -561,11 +562,12 @@ func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until 
 
 // persist runs fn, a write whose result the attempt depends on, again
 // while it fails with ErrUnavailable (AWS throttling or 5xx after the
-// SDK's tries): 1, 2, 4, 8, 8… s apart, as long as the context's deadline
+// SDK's tries) at persistRetry's delays, as long as the context's deadline
 // leaves a second after the pause. It returns fn's last error.
 func (w *Worker) persist(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
 	err := fn()
-	for pause := time.Second; errors.Is(err, ErrUnavailable) && ctx.Err() == nil; pause = min(2*pause, 8*time.Second) {
+	for try := 1; errors.Is(err, ErrUnavailable) && ctx.Err() == nil; try++ {
+		pause := persistRetry.Delay(try)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause+time.Second {
 			break
 		}

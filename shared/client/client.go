@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,6 +24,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
+	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/wire"
@@ -74,6 +74,12 @@ type Retry struct {
 	Tries int
 	Base  time.Duration
 	Max   time.Duration
+}
+
+// schedule is r as a retry schedule: min(Base × 2^(n−1), Max) × 1.25 ±
+// 20 %, which is that delay plus up to half of it at random.
+func (r Retry) schedule() retry.Schedule {
+	return retry.Schedule{Interval: r.Base * 5 / 4, MaxDelay: r.Max * 5 / 4, Jitter: 0.2}
 }
 
 // DefaultRetry is Submit's retry policy: 6 tries over about a minute
@@ -210,8 +216,7 @@ func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (wire.Batc
 		if err == nil || try >= r.Tries || !Retryable(err) || ctx.Err() != nil {
 			break
 		}
-		d := min(r.Base<<(try-1), r.Max)
-		d += time.Duration(mathrand.Int64N(int64(d)/2 + 1))
+		d := r.schedule().Delay(try)
 		select {
 		case <-ctx.Done():
 			return v, fmt.Errorf("submit %s: %w (last try: %v)", req.BatchID, ctx.Err(), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
@@ -28,6 +29,10 @@ const (
 	// MaxSendTries is how many times an entry that SQS failed is sent.
 	MaxSendTries = 8
 )
+
+// resendRetry spaces the sends of entries SQS failed: 100 ms × 2^(n−1)
+// before send n+1.
+var resendRetry = retry.Schedule{Interval: 100 * time.Millisecond}
 
 // Queue implements batch.Queue on one SQS queue. Safe for concurrent use.
 type Queue struct {
@@ -55,7 +60,7 @@ func New(client *sqs.Client, url string) *Queue {
 // Send delivers every body in SendMessageBatch calls of ≤ 10 entries and
 // ≤ 256 KiB, checking every entry's result. Entries that failed on SQS's
 // side (SenderFault false) are sent again, alone — never the entries SQS
-// already accepted — with exponential backoff (50 ms × 2^try) up to
+// already accepted — with exponential backoff (resendRetry) up to
 // MaxSendTries. Entries SQS refused as the sender's fault (SenderFault
 // true: a character outside SQS's allowed set, a body too large) are never
 // retried: Send goes on with the other bodies and returns a
@@ -107,7 +112,7 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ba
 	var lastErr error
 	for try := 0; try < MaxSendTries && len(pending) > 0; try++ {
 		if try > 0 {
-			t := time.NewTimer(time.Duration(50<<try) * time.Millisecond)
+			t := time.NewTimer(resendRetry.Delay(try))
 			select {
 			case <-ctx.Done():
 				t.Stop()
