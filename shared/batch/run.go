@@ -22,7 +22,8 @@ type itemRun struct {
 	input     json.RawMessage
 	state     ItemState // its state once the attempt ended
 	ending    Ending
-	started   bool // its pipeline was called (else its take is given back)
+	started   bool          // its attempt started (else its take is given back)
+	took      time.Duration // how long its pipeline ran; 0 when it did not
 	committed bool // written on its own, with its staged writes
 	lost      bool // its own write lost the unit's fence
 }
@@ -79,10 +80,8 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		log.Info("already recorded; acknowledged")
 		return true, h.dones
 	}
-	if len(runs) == 1 && !m.Packed {
-		log = log.With("run_id", RunID(b.ID, h.items[runs[0].j].Key), "attempt", h.attempt)
-	} else {
-		log = log.With("attempt", h.attempt)
+	if m.Packed {
+		log = log.With("pack_attempt", h.attempt)
 	}
 	var refusal error = serr
 	p, registered := w.Pipelines.Lookup(b.Pipeline)
@@ -107,16 +106,25 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 				return // not started: given back below
 			}
 			r.started = true
-			w.attempt(ctx, log, b, u, h, r, p, refusal, headers, options, margin)
+			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, u, h, r, p, refusal, headers, options, margin)
 		}()
 	}
 	wg.Wait()
-	return w.endUnit(ctx, log, b, u, h, d, runs)
+	return w.endUnit(ctx, log, b, m, u, h, d, runs)
+}
+
+// itemLog is log for item s of m's unit: its key (a pack's; an item
+// message's logger has it), run id and attempt.
+func itemLog(log *slog.Logger, b Batch, m *unitMessage, s ItemState) *slog.Logger {
+	if m.Packed {
+		log = log.With("key", s.Key)
+	}
+	return log.With("run_id", RunID(b.ID, s.Key), "attempt", s.Attempt)
 }
 
 // endUnit writes the endings of the unit's attempts under its fence and
 // says whether the message may be acknowledged.
-func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
+func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unitMessage, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
 	dns := h.dones
 	var writes []PackItemWrite
 	var wait time.Duration
@@ -160,17 +168,26 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, u unit,
 			return false, dns
 		}
 	}
-	for _, wr := range writes {
-		o := wr.Item.Outcome
-		if !o.Terminal() {
+	recorded := map[int]*itemRun{}
+	for _, r := range runs {
+		if r.committed || !r.lost && r.started && r.state.Outcome.Terminal() {
+			recorded[r.j] = r
+		}
+	}
+	for _, r := range runs {
+		if recorded[r.j] == nil {
 			continue
 		}
-		dns = append(dns, done{batch: b, outcome: o})
-		w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
+		o := r.state.Outcome
+		if !r.committed {
+			dns = append(dns, done{batch: b, outcome: o})
+			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
+		}
+		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
 		if o == OutcomeSucceeded {
-			log.Info("item recorded", "key", wr.Item.Key, "outcome", string(o))
+			ilog.Info("item recorded", "outcome", string(o))
 		} else {
-			log.Warn("item recorded", "key", wr.Item.Key, "outcome", string(o), "reason", string(wr.Item.Reason), "error", wr.Item.Error)
+			ilog.Warn("item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
 		}
 	}
 	if retries == 0 {
@@ -194,7 +211,6 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, u unit,
 func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit, h *hold, r *itemRun,
 	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
 	s, was := h.items[r.j], h.was[r.j]
-	log = log.With("key", s.Key, "item_attempt", s.Attempt)
 	a := Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
 		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal}
 	s.Cost = nil // the cost of this attempt
@@ -219,7 +235,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	// call's outcome is unknown. Read before cancel, which would set it too.
 	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	cancel()
-	w.Metrics.ItemDuration(b.Pipeline, w.Clock.Now().Sub(start), b.ID, b.Run)
+	r.took = w.Clock.Now().Sub(start)
+	w.Metrics.ItemDuration(b.Pipeline, r.took, b.ID, b.Run)
 	// What this run's attempts spent: the earlier ones' (the fence makes
 	// them current) and this one's.
 	spent := pipeline.Cost(nil)
