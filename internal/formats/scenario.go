@@ -5,8 +5,8 @@
 // a test can finish with today's code a batch that an earlier release
 // half ran (integration's TestUpgradeFinishesOldFormats). Not API.
 //
-// testdata/v0 holds the formats of the release before format versions
-// (commit a661e02); testdata/v{FormatVersion} holds today's.
+// testdata/v0 holds the formats of the release before format versions;
+// testdata/v{batch.FormatVersion} holds today's.
 package formats
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynjson"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/dynamo"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -94,8 +95,8 @@ type Message struct {
 // Scenario is a golden scenario: the table's rows after half a run, and
 // the messages still on the queue.
 type Scenario struct {
-	Rows     []Row     `json:"rows"`
-	Messages []Message `json:"messages"`
+	Rows     []dynjson.Row `json:"rows"`
+	Messages []Message     `json:"messages"`
 }
 
 // Capture runs the scenario's first half with today's code into table
@@ -149,27 +150,27 @@ func Capture(ctx context.Context, db *dynamodb.Client, table, dir string) error 
 }
 
 // rowShapes picks one row of each kind from the scenario's rows.
-var rowShapes = map[string]func(Row) bool{
-	"row-batch":            func(r Row) bool { return str(r, "pk") == "BATCH#"+BatchOne && str(r, "sk") == "BATCH" },
-	"row-item-succeeded":   func(r Row) bool { return str(r, "sk") == Key(0) && prefix(r, "ITEM#"+BatchOne) },
-	"row-item-failed":      func(r Row) bool { return str(r, "sk") == Key(1) && prefix(r, "ITEM#"+BatchOne) },
-	"row-item-retry":       func(r Row) bool { return str(r, "sk") == Key(2) && prefix(r, "ITEM#"+BatchOne) },
-	"row-item-in-flight":   func(r Row) bool { return str(r, "sk") == Key(3) && prefix(r, "ITEM#"+BatchOne) },
-	"row-item-quarantined": func(r Row) bool { return str(r, "sk") == Key(4) && prefix(r, "ITEM#"+BatchOne) },
-	"row-pack":             func(r Row) bool { return prefix(r, "PACK#"+BatchPack) },
-	"row-attention":        func(r Row) bool { return prefix(r, "ATTN#"+BatchPack) },
-	"row-counter-chunk":    func(r Row) bool { return prefix(r, "COUNT#"+BatchOne+"#1#") },
-	"row-counter-run":      func(r Row) bool { return str(r, "pk") == "COUNT#"+BatchOne+"#1" },
-	"row-running":          func(r Row) bool { return str(r, "pk") == "RUNNING" && str(r, "sk") == BatchOne },
+var rowShapes = map[string]func(dynjson.Row) bool{
+	"row-batch":            func(r dynjson.Row) bool { return str(r, "pk") == "BATCH#"+BatchOne && str(r, "sk") == "BATCH" },
+	"row-item-succeeded":   func(r dynjson.Row) bool { return str(r, "sk") == Key(0) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-failed":      func(r dynjson.Row) bool { return str(r, "sk") == Key(1) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-retry":       func(r dynjson.Row) bool { return str(r, "sk") == Key(2) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-in-flight":   func(r dynjson.Row) bool { return str(r, "sk") == Key(3) && prefix(r, "ITEM#"+BatchOne) },
+	"row-item-quarantined": func(r dynjson.Row) bool { return str(r, "sk") == Key(4) && prefix(r, "ITEM#"+BatchOne) },
+	"row-pack":             func(r dynjson.Row) bool { return prefix(r, "PACK#"+BatchPack) },
+	"row-attention":        func(r dynjson.Row) bool { return prefix(r, "ATTN#"+BatchPack) },
+	"row-counter-chunk":    func(r dynjson.Row) bool { return prefix(r, "COUNT#"+BatchOne+"#1#") },
+	"row-counter-run":      func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchOne+"#1" },
+	"row-running":          func(r dynjson.Row) bool { return str(r, "pk") == "RUNNING" && str(r, "sk") == BatchOne },
 }
 
-func str(r Row, attr string) string {
+func str(r dynjson.Row, attr string) string {
 	var v struct{ S string }
 	_ = json.Unmarshal(r[attr], &v)
 	return v.S
 }
 
-func prefix(r Row, p string) bool {
+func prefix(r dynjson.Row, p string) bool {
 	pk := str(r, "pk")
 	return len(pk) >= len(p) && pk[:len(p)] == p
 }
@@ -305,8 +306,8 @@ func messages() ([]Message, map[string][]byte, error) {
 }
 
 // scan reads every row of table, sorted by pk, then sk.
-func scan(ctx context.Context, db *dynamodb.Client, table string) ([]Row, error) {
-	var rows []Row
+func scan(ctx context.Context, db *dynamodb.Client, table string) ([]dynjson.Row, error) {
+	var rows []dynjson.Row
 	var start map[string]types.AttributeValue
 	for {
 		out, err := db.Scan(ctx, &dynamodb.ScanInput{TableName: &table, ExclusiveStartKey: start, ConsistentRead: boolp(true)})
@@ -314,7 +315,7 @@ func scan(ctx context.Context, db *dynamodb.Client, table string) ([]Row, error)
 			return nil, fmt.Errorf("scan %s: %w", table, err)
 		}
 		for _, it := range out.Items {
-			r, err := EncodeRow(it)
+			r, err := dynjson.EncodeRow(it)
 			if err != nil {
 				return nil, err
 			}
@@ -357,7 +358,7 @@ func ReadScenario(dir string) (Scenario, error) {
 // Load puts the scenario's rows into table as they are.
 func Load(ctx context.Context, db *dynamodb.Client, table string, sc Scenario) error {
 	for _, r := range sc.Rows {
-		item, err := DecodeRow(r)
+		item, err := dynjson.DecodeRow(r)
 		if err != nil {
 			return err
 		}

@@ -171,3 +171,58 @@ func (q *queue) takeRequeued() [][]byte {
 type nopTrigger struct{}
 
 func (nopTrigger) Finalize(context.Context, string, int) error { return nil }
+
+// TestFormatsMatchGolden guards that today's code writes today's golden
+// formats: the scenario captured again on the emulator equals
+// testdata/v{batch.FormatVersion} file for file, so a changed message or
+// row shape fails here until a new version's golden files (and the
+// upgrade procedure of docs/operations.md) say so.
+func TestFormatsMatchGolden(t *testing.T) {
+	if os.Getenv("AWS_ENDPOINT_URL") == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("AWS_ENDPOINT_URL is not set")
+		}
+		t.Skip("AWS_ENDPOINT_URL is not set")
+	}
+	ctx := context.Background()
+	cfg, err := handler.AWSConfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	name := fmt.Sprintf("formats-%d", time.Now().UnixNano())
+	if err := dynamo.CreateTable(ctx, db, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
+	dir := t.TempDir()
+	if err := formats.Capture(ctx, db, name, dir); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", fmt.Sprintf("v%d", batch.FormatVersion))
+	files, err := os.ReadDir(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(files) {
+		t.Errorf("captured %d files, golden has %d", len(got), len(files))
+	}
+	for _, f := range files {
+		want, err := os.ReadFile(filepath.Join(golden, f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		if err != nil {
+			t.Errorf("%s: not captured: %v", f.Name(), err)
+			continue
+		}
+		if string(have) != string(want) {
+			t.Errorf("%s: today's code writes another shape than the golden file:\n%s", f.Name(), have)
+		}
+	}
+}

@@ -547,3 +547,22 @@ func TestPackDeadlineLeavesItemsUnstarted(t *testing.T) {
 		}
 	}
 }
+
+// TestNewerFormatMessageLeftOnQueue guards the upgrade rule for messages:
+// one of a format version above this code's (a newer release sent it) is
+// neither run nor acknowledged as poison; it stays on the queue.
+func TestNewerFormatMessageLeftOnQueue(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	submitK(t, r, "newer", 1, 1, nil)
+	body := fmt.Sprintf(`{"v":%d,"kind":"item","batch_id":"newer","run":1,"key":"%s","input":{}}`, batch.FormatVersion+1, batch.PositionalKey(0))
+	failed := r.worker.Handle(ctx, []batch.Delivery{{MessageID: "m1", Body: []byte(body), ReceiveCount: 1}})
+	if len(failed) != 1 || failed[0] != "m1" {
+		t.Fatalf("failed = %v, want the message left on the queue", failed)
+	}
+	if c := r.callsOf(batch.PositionalKey(0)); c != 0 {
+		t.Fatalf("%d pipeline calls, want none", c)
+	}
+}

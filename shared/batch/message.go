@@ -7,6 +7,38 @@ import (
 	"unicode/utf8"
 )
 
+// FormatVersion is the version of the formats this code writes: every
+// items-queue message (its "v" field) and every ledger row (its "fv"
+// attribute: item, pack, attention, batch, counter and count-mark rows).
+// A message or row without one is of version 0, the formats of the
+// release before versions, which this code reads as they are (the shapes
+// of version 1 are version 0's plus the version). Code meeting a version
+// above its own leaves the message on the queue and refuses the row
+// (docs/operations.md, "Upgrading with batches in flight"); golden files
+// pin every version's shapes (internal/formats/testdata).
+const FormatVersion = 1
+
+// NewerFormatError is a message or row of a format version above
+// FormatVersion: written by a newer release. The message is left on the
+// queue (not acknowledged) for code that reads it.
+type NewerFormatError struct {
+	What    string // "message", "item row", ...
+	Version int
+}
+
+func (e *NewerFormatError) Error() string {
+	return fmt.Sprintf("%s of format version %d, newer than this code's %d: deploy the release that wrote it", e.What, e.Version, FormatVersion)
+}
+
+// CheckFormat returns a *NewerFormatError for a version above
+// FormatVersion.
+func CheckFormat(what string, version int) error {
+	if version > FormatVersion {
+		return &NewerFormatError{What: what, Version: version}
+	}
+	return nil
+}
+
 // MessageKind is the kind of an items-queue message, its "kind" field.
 type MessageKind string
 
@@ -31,6 +63,10 @@ const MaxInlineInputBytes = 192 << 10
 
 // Message is the body of an items-queue message (JSON).
 type Message struct {
+	// Format is the message's format version ("v"): FormatVersion when
+	// this code writes it (Body sets it), 0 on messages of the release
+	// before versions.
+	Format      int             `json:"v"`
 	Kind        MessageKind     `json:"kind"`
 	BatchID     string          `json:"batch_id"`
 	Run         int             `json:"run"`
@@ -103,6 +139,7 @@ func ItemMessageBody(batchID string, run int, manifestKey string, chunk Chunk, l
 // character SQS refuses in a message written as a JSON \uXXXX escape (see
 // SQSSafe): the body always travels, and decodes to the same message.
 func (m Message) Body() ([]byte, error) {
+	m.Format = FormatVersion
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

@@ -19,6 +19,7 @@ const MaxItemsPerMessage = 100
 // delivery expanded the chunk, so a chunk expanded twice yields the same
 // packs with the same PackFirst: the pack's name in the ledger.
 type PackMessage struct {
+	Format  int         `json:"v"`    // see Message.Format
 	Kind    MessageKind `json:"kind"` // KindPack
 	BatchID string      `json:"batch_id"`
 	Run     int         `json:"run"`
@@ -71,7 +72,10 @@ func (m PackMessage) Validate() error {
 }
 
 // Body encodes the pack message as the fan-out does (see Packer).
-func (m PackMessage) Body() ([]byte, error) { return encodeSafe(m) }
+func (m PackMessage) Body() ([]byte, error) {
+	m.Format = FormatVersion
+	return encodeSafe(m)
+}
 
 // PackFirst is the manifest index of the first item of the pack that
 // holds manifest index i of chunk, with k items per message: packs start
@@ -158,7 +162,7 @@ func (p *Packer) Flush() error {
 // body is encoded once.
 func (p *Packer) body() ([]byte, []string, error) {
 	first := p.chunk.FirstIndex + p.added - int64(len(p.lines))
-	m := PackMessage{Kind: KindPack, BatchID: p.batchID, Run: p.run, ManifestKey: p.manifestKey,
+	m := PackMessage{Format: FormatVersion, Kind: KindPack, BatchID: p.batchID, Run: p.run, ManifestKey: p.manifestKey,
 		ChunkFirst: p.chunk.FirstIndex, ChunkItems: p.chunk.Count, PackFirst: first, Items: []PackedItem{}}
 	env, err := encodeSafe(m)
 	if err != nil {

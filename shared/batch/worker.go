@@ -284,11 +284,19 @@ func (c *batchCache) get(ctx context.Context, id string, run int) (Batch, error)
 // unit's items) or a fan-out message. ack false reports it as failed.
 func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (bool, []done) {
 	var kind struct {
-		Kind MessageKind `json:"kind"`
+		Format int         `json:"v"`
+		Kind   MessageKind `json:"kind"`
 	}
 	var m *unitMessage
 	var fan *Message
 	err := json.Unmarshal(d.Body, &kind)
+	if err == nil {
+		if ferr := CheckFormat("message", kind.Format); ferr != nil {
+			// Written by a newer release: left on the queue for it.
+			w.Log.Error("message not read; retried", "message_id", d.MessageID, "error", ferr.Error())
+			return false, nil
+		}
+	}
 	if err == nil && kind.Kind == KindPack {
 		var pm PackMessage
 		if err = json.Unmarshal(d.Body, &pm); err == nil {

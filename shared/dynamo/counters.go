@@ -105,8 +105,12 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 				UpdatedAtMs int64   `dynamodbav:"updated_at_ms"`
 				WriteUnits  float64 `dynamodbav:"wcu"`
 				ReadUnits   float64 `dynamodbav:"rcu"`
+				Format      int     `dynamodbav:"fv"`
 			}
 			if err := attributevalue.UnmarshalMap(av, &row); err != nil {
+				return err
+			}
+			if err := batch.CheckFormat("counter row of "+batchID, row.Format); err != nil {
 				return err
 			}
 			p.Done += row.Done

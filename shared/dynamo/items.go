@@ -383,6 +383,7 @@ func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int,
 	item := map[string]types.AttributeValue{
 		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, batch.Shard(key, listShards))},
 		config.AttrSK: &types.AttributeValueMemberS{Value: key},
+		attrFormat:    &types.AttributeValueMemberN{Value: strconv.Itoa(batch.FormatVersion)},
 	}
 	if s.RowTTL > 0 {
 		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(s.RowTTL).Unix(), 10)}

@@ -100,9 +100,13 @@ func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, e
 		LeaseUntilMs int64  `dynamodbav:"lease_until_ms"`
 		Items        int    `dynamodbav:"n"`
 		ExpiresAt    int64  `dynamodbav:"expires_at"`
+		Format       int    `dynamodbav:"fv"`
 	}
 	if err := attributevalue.UnmarshalMap(av, &head); err != nil {
 		return batch.Pack{}, fmt.Errorf("pack row: %w", err)
+	}
+	if err := batch.CheckFormat("pack row "+batchID+"/"+head.SK, head.Format); err != nil {
+		return batch.Pack{}, err
 	}
 	first, err := strconv.ParseInt(head.SK, 10, 64)
 	if err != nil {
@@ -312,6 +316,7 @@ func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.T
 		config.AttrAttentionPK: shardKey(w.Ref.BatchID, shard), config.AttrAttentionSK: it.Key,
 		attrRun: it.Run, attrOutcome: string(it.Outcome), attrAttempt: it.Attempt, attrFirstAttempt: it.FirstAttempt,
 		attrUpdatedAtMs: ms(it.UpdatedAt), attrPackFirst: w.Ref.First, attrPackIndex: iw.Index,
+		attrFormat: batch.FormatVersion,
 	}
 	if it.Error != "" {
 		row[attrError] = batch.CutError(it.Error)

@@ -64,6 +64,10 @@ func RetentionSK(expiresAt time.Time, id string) string {
 	return fmt.Sprintf("%020d#%s", expiresAt.UnixMilli(), id)
 }
 
+// attrFormat is every ledger row's format version (batch.FormatVersion;
+// absent: 0, the release before versions).
+const attrFormat = "fv"
+
 // Attributes of item rows (itemRow), named in condition and update
 // expressions; itemRow's dynamodbav tags spell the same names.
 const (
@@ -163,6 +167,7 @@ type batchRow struct {
 	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
 	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
 	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
+	Format         int               `dynamodbav:"fv,omitempty"` // batch.FormatVersion; absent: 0
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 
@@ -188,7 +193,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
-		StopOnThreshold: b.StopOnThreshold,
+		StopOnThreshold: b.StopOnThreshold, Format: batch.FormatVersion,
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
@@ -212,6 +217,9 @@ func toRow(b batch.Batch) (batchRow, error) {
 }
 
 func fromRow(r batchRow) (batch.Batch, error) {
+	if err := batch.CheckFormat("batch row "+r.ID, r.Format); err != nil {
+		return batch.Batch{}, err
+	}
 	b := batch.Batch{
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
 		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Chunks: r.Chunks, Run: r.Run,
@@ -271,6 +279,7 @@ type itemRow struct {
 	SpentRun     int                `dynamodbav:"spent_run"` // the run Spent counts
 	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
 	ExpiresAt    int64              `dynamodbav:"expires_at"` // TTL, epoch seconds
+	Format       int                `dynamodbav:"fv"`         // batch.FormatVersion; absent: 0
 }
 
 // itemFrom reads an item row of batch batchID.
@@ -281,6 +290,9 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, e
 	var r itemRow
 	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
 		return batch.Item{}, fmt.Errorf("item row: %w", err)
+	}
+	if err := batch.CheckFormat("item row "+batchID+"/"+r.SK, r.Format); err != nil {
+		return batch.Item{}, err
 	}
 	it := batch.Item{
 		BatchID: batchID, Key: r.SK, RunID: batch.RunID(batchID, r.SK), Run: r.Run, Outcome: batch.Outcome(r.Outcome),

@@ -100,8 +100,10 @@ func New(db *dynamodb.Client, table string) *Store {
 	return s
 }
 
-// stamp sets the row's TTL to now + RowTTL on update u (when RowTTL is set).
+// stamp sets the row's format version (batch.FormatVersion) and its TTL
+// to now + RowTTL (when RowTTL is set) on update u.
 func (s *Store) stamp(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
+	u = u.Set(expression.Name(attrFormat), expression.Value(batch.FormatVersion))
 	if s.RowTTL <= 0 {
 		return u
 	}

@@ -1,4 +1,6 @@
-package formats
+// Package dynjson reads and writes DynamoDB items as DynamoDB JSON, for
+// golden files and tests. Not API.
+package dynjson
 
 import (
 	"encoding/base64"
