@@ -47,7 +47,9 @@ const (
 	// EnvDeadLetterQueueARN is the ARN of the items queue's dead-letter
 	// queue: the item function records messages from it as dead-lettered.
 	EnvDeadLetterQueueARN = "BULKRUN_DEAD_LETTER_QUEUE_ARN"
-	// EnvLeaseSeconds is the reservation lease in seconds (default 900+60).
+	// EnvLeaseSeconds is the reservation lease in seconds; default
+	// DefaultLease (the item timeout, 300 s, + LeaseMargin, 60 s: 360),
+	// and at least the item timeout + LeaseMargin (Config.Validate).
 	EnvLeaseSeconds = "BULKRUN_LEASE_SECONDS"
 	// EnvItemTimeoutSeconds is the item function's timeout in seconds, as
 	// configured on the function (default 300). Used to validate the lease.
