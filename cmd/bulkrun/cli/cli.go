@@ -23,7 +23,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -493,9 +492,12 @@ func submitError(err error, id string) error {
 // upload puts a local file under uploads/{sha256 prefix}/ in the stack's
 // bucket (not incoming/, which would start a second batch) and returns its
 // URI. The key derives from the content, so a retried submit of the same
-// file names the same object.
+// file names the same object. The file is read twice from disk (its hash,
+// then the upload) and streamed through the transfer manager in parts
+// (shared/blob: memory bounded by its part size × concurrency, whatever
+// the file's size).
 func (a *app) upload(ctx context.Context, path string) (string, error) {
-	body, err := os.ReadFile(path)
+	sum, err := hashFile(path)
 	if err != nil {
 		return "", err
 	}
@@ -503,19 +505,54 @@ func (a *app) upload(ctx context.Context, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	key := uploadFileKey(path, body)
-	_, err = blob.NewS3(a.aws).PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(string(body))})
-	if err != nil {
-		return "", fmt.Errorf("upload %s: %w", path, err)
+	key := uploadFileKey(path, sum)
+	if err := uploadFile(ctx, blob.New(blob.NewS3(a.aws), bucket), path, key); err != nil {
+		return "", err
 	}
 	return "s3://" + bucket + "/" + key, nil
 }
 
-// uploadFileKey is the key a local file of content body is uploaded
-// under: uploads/{first 16 hex digits of its SHA-256}/{base name}.
-func uploadFileKey(path string, body []byte) string {
-	sum := sha256.Sum256(body)
+// uploadFileKey is the key a local file whose content has SHA-256 sum is
+// uploaded under: uploads/{first 16 hex digits of sum}/{base name}.
+func uploadFileKey(path string, sum [32]byte) string {
 	return "uploads/" + hex.EncodeToString(sum[:8]) + "/" + filepath.Base(path)
+}
+
+// hashFile is the SHA-256 of the file at path, read as a stream.
+func hashFile(path string) ([32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, fmt.Errorf("read %s: %w", path, err)
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// uploadFile streams the file at path to key through the transfer manager.
+func uploadFile(ctx context.Context, store *blob.Store, path, key string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w, err := store.Create(ctx, key, "application/octet-stream")
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", path, err)
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		w.Abort()
+		return fmt.Errorf("upload %s: %w", path, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("upload %s: %w", path, err)
+	}
+	return nil
 }
 
 // uploadDirFiles lists the regular files under dir (recursively, sorted)
@@ -542,12 +579,12 @@ func uploadDirFiles(dir string) ([]string, string, error) {
 	sort.Strings(files)
 	h := sha256.New()
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		sum, err := hashFile(f)
 		if err != nil {
 			return nil, "", err
 		}
 		rel, _ := filepath.Rel(dir, f)
-		h.Write([]byte(fmt.Sprintf("%s %x\n", filepath.ToSlash(rel), sha256.Sum256(b))))
+		h.Write([]byte(fmt.Sprintf("%s %x\n", filepath.ToSlash(rel), sum)))
 	}
 	return files, "uploads/" + hex.EncodeToString(h.Sum(nil))[:16] + "/", nil
 }
@@ -565,23 +602,15 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	s3c := blob.NewS3(a.aws)
+	store := blob.New(blob.NewS3(a.aws), bucket)
 	errs := make(chan error, len(files))
 	sem := make(chan struct{}, 8)
 	for _, f := range files {
 		sem <- struct{}{}
 		go func(f string) {
 			defer func() { <-sem }()
-			body, err := os.ReadFile(f)
-			if err == nil {
-				rel, _ := filepath.Rel(dir, f)
-				key := prefix + filepath.ToSlash(rel)
-				_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(body)})
-			}
-			if err != nil {
-				err = fmt.Errorf("upload %s: %w", f, err)
-			}
-			errs <- err
+			rel, _ := filepath.Rel(dir, f)
+			errs <- uploadFile(ctx, store, f, prefix+filepath.ToSlash(rel))
 		}(f)
 	}
 	var all []error

@@ -128,11 +128,11 @@ func (a *app) sourceURI(s string) (string, error) {
 			}
 			return "s3://" + bucket + "/" + prefix + "*", nil
 		}
-		body, err := os.ReadFile(s)
+		sum, err := hashFile(s)
 		if err != nil {
 			return "", err
 		}
-		return "s3://" + bucket + "/" + uploadFileKey(s, body), nil
+		return "s3://" + bucket + "/" + uploadFileKey(s, sum), nil
 	}
 	key := strings.TrimPrefix(s, "/")
 	if strings.HasSuffix(key, "/") {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -170,7 +171,7 @@ func TestListSource(t *testing.T) {
 		{"s3://other/incoming/x.csv", "s3://other/incoming/x.csv"},
 		{"incoming/orders (1).csv", "s3://stack-bucket/incoming/orders (1).csv"},
 		{"images/", "s3://stack-bucket/images/*"},
-		{file, "s3://stack-bucket/" + uploadFileKey(file, []byte("order_id,amount\n1,2\n"))},
+		{file, "s3://stack-bucket/" + uploadFileKey(file, sha256.Sum256([]byte("order_id,amount\n1,2\n")))},
 		{images, "s3://stack-bucket/" + dirPrefix + "*"},
 	} {
 		c, queries := fakeList(t, map[string]batch.BatchPage{"": {Batches: []batch.BatchSummary{}}})
@@ -189,7 +190,7 @@ func TestListSource(t *testing.T) {
 			t.Errorf("list --source %s: source=%q, want %q", tt.arg, got, tt.want)
 		}
 	}
-	if !strings.HasPrefix(uploadFileKey(file, nil), "uploads/") || !strings.HasSuffix(uploadFileKey(file, nil), "/orders.csv") {
-		t.Errorf("upload key %q", uploadFileKey(file, nil))
+	if !strings.HasPrefix(uploadFileKey(file, [32]byte{}), "uploads/") || !strings.HasSuffix(uploadFileKey(file, [32]byte{}), "/orders.csv") {
+		t.Errorf("upload key %q", uploadFileKey(file, [32]byte{}))
 	}
 }
