@@ -146,7 +146,7 @@ func TestPackedCrashTakeoverIsFenced(t *testing.T) {
 				ref := batch.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
 				running := batch.ItemState{Key: key, Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: now}
 				if err := h.store.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: now.Add(300 * time.Millisecond),
-					Items: []batch.PackItemWrite{{Index: 1, Item: running}}, Now: now}); err != nil {
+					Items: []batch.PackItemWrite{{Index: 1, Item: running}}, InFlight: 1, Now: now}); err != nil {
 					t.Fatal(err)
 				}
 				late = func() error {

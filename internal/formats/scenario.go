@@ -232,10 +232,10 @@ func half(ctx context.Context, s batch.Store) error {
 		}
 		end = append(end, batch.PackItemWrite{Index: j, Item: out, Was: batch.OutcomeInFlight})
 	}
-	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, Now: T0}); err != nil {
+	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, InFlight: PackK, Now: T0}); err != nil {
 		return fmt.Errorf("take pack: %w", err)
 	}
-	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, Now: now}); err != nil {
+	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, InFlight: 1, Now: now}); err != nil {
 		return fmt.Errorf("write pack: %w", err)
 	}
 	for _, b := range []batch.Batch{one, pack} {

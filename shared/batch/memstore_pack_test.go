@@ -269,7 +269,7 @@ func crashHolder(t *testing.T, r *rig, b batch.Batch, k int, key string) func() 
 	ref := batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}
 	running := batch.ItemState{Key: key, Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: r.clock.T}
 	err := r.store.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: r.clock.T.Add(time.Minute),
-		Items: []batch.PackItemWrite{{Index: 1, Item: running}}, Now: r.clock.T})
+		Items: []batch.PackItemWrite{{Index: 1, Item: running}}, InFlight: 1, Now: r.clock.T})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -356,11 +356,29 @@ type PackWrite struct {
 	Run        int
 	LeaseUntil time.Time
 	Items      []PackItemWrite
+	// InFlight is how many of the pack's items are in flight once this
+	// write is applied (the holder counts them in the row it holds): the
+	// store keeps it on the row, so that the in-flight listing
+	// (ListPackItems) reads only packs with some. −1 leaves the stored
+	// count (a write of one item with its staged writes: the holder's
+	// next write counts again).
+	InFlight int
 	// Effects are the writes one item's attempt staged, committed with
 	// this write in one transaction (a fenced write of that item alone);
 	// see Record.Effects.
 	Effects StagedEffects
 	Now     time.Time
+}
+
+// inFlight counts the items of states in flight.
+func inFlight(states []ItemState) int {
+	n := 0
+	for _, s := range states {
+		if s.Outcome == OutcomeInFlight {
+			n++
+		}
+	}
+	return n
 }
 
 // PackItemWrite is one item of a PackWrite: its index in the pack, its new

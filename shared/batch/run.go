@@ -24,8 +24,8 @@ type itemRun struct {
 	ending    Ending
 	started   bool          // its attempt started (else its take is given back)
 	took      time.Duration // how long its pipeline ran; 0 when it did not
-	committed bool // written on its own, with its staged writes
-	lost      bool // its own write lost the unit's fence
+	committed bool          // written on its own, with its staged writes
+	lost      bool          // its own write lost the unit's fence
 }
 
 // runUnit is the one delivery loop of an item or pack message: take the
@@ -283,6 +283,7 @@ func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, 
 	switch {
 	case err == nil:
 		r.state, r.committed = n, true
+		h.items[r.j] = n // the unit's final write counts it ended
 		return Ending{Outcome: OutcomeSucceeded}
 	case errors.Is(err, ErrConflict):
 		r.lost = true

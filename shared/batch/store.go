@@ -175,7 +175,8 @@ type Store interface {
 	ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
 	// ListPackItems pages the in-flight items of the batch's pack rows in
 	// key byte order after the key after; it returns the key to continue
-	// after, or "" at the end. It reads every pack row of the batch.
+	// after, or "" at the end. It reads the packs whose last write left
+	// items in flight (PackWrite.InFlight), not the others.
 	ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]Item, string, error)
 	// KeepPacks is KeepRows for the pack rows starting at firsts and the
 	// attention entries of the pack items named by attention.

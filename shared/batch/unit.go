@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -264,7 +265,8 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			}
 			h.lease = now.Add(w.Lease)
 		}
-		err = w.Store.WritePack(ctx, PackWrite{Ref: u.ref, Take: true, Attempt: p.Attempt, Run: b.Run, LeaseUntil: h.lease, Items: writes, Now: now})
+		err = w.Store.WritePack(ctx, PackWrite{Ref: u.ref, Take: true, Attempt: p.Attempt, Run: b.Run, LeaseUntil: h.lease, Items: writes,
+			InFlight: inFlight(h.items), Now: now})
 		switch {
 		case errors.Is(err, ErrConflict) && try+1 < packTakeTries:
 			continue // another writer changed the row since it was read
@@ -283,10 +285,19 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 // attempt, leaving the pack free (or, with effects, one item's ending and
 // its staged writes in one transaction, the pack still held).
 func (u *packUnit) write(ctx context.Context, h *hold, items []PackItemWrite, effects StagedEffects) error {
-	pw := PackWrite{Ref: u.ref, Attempt: h.attempt, Run: u.run, Items: items, Effects: effects, Now: items[0].Item.UpdatedAt}
+	pw := PackWrite{Ref: u.ref, Attempt: h.attempt, Run: u.run, Items: items, Effects: effects, InFlight: -1, Now: items[0].Item.UpdatedAt}
 	if effects != nil {
 		pw.LeaseUntil = h.lease
+		return u.w.Store.WritePack(ctx, pw)
 	}
+	// The unit's final write: every item it took ends here (or ended on its
+	// own with its staged writes, which commit left in h.items), so the
+	// row's items are the held states with these endings.
+	after := slices.Clone(h.items)
+	for _, iw := range items {
+		after[iw.Index] = iw.Item
+	}
+	pw.InFlight = inFlight(after)
 	return u.w.Store.WritePack(ctx, pw)
 }
 

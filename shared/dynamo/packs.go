@@ -37,7 +37,10 @@ func packItemAttr(j int) string { return "i" + strconv.Itoa(j) }
 
 // Attributes of pack rows besides the item maps; attrRun, attrAttempt,
 // attrLeaseUntilMs and attrUpdatedAtMs are the item rows' names.
-const attrPackItems = "n" // items in the pack, set by its first take
+const (
+	attrPackItems    = "n"        // items in the pack, set by its first take
+	attrPackInFlight = "inflight" // items in flight after the last write (batch.PackWrite.InFlight)
+)
 
 // Attributes of attention rows besides the item row's: where the item's
 // pack row is.
@@ -237,6 +240,9 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 	if w.Take {
 		u = u.Set(expression.Name(attrAttempt), expression.Value(w.Attempt+1)).
 			Set(expression.Name(attrRun), expression.Value(w.Run))
+	}
+	if w.InFlight >= 0 {
+		u = u.Set(expression.Name(attrPackInFlight), expression.Value(w.InFlight))
 	}
 	if first && w.Take && w.Attempt == 0 {
 		n := 0
@@ -468,26 +474,50 @@ func packUnsettled(p batch.Pack) bool {
 	return false
 }
 
-// ListPackItems reads every pack row of the batch (one Query per item
-// shard, eventually consistent) and pages its in-flight items in key
-// order: the in-flight listing of a batch with items per message > 1.
+// ListPackItems queries the pack partitions of the batch (one paged
+// Query per item shard, eventually consistent) with the filter
+//
+//	attribute_not_exists(inflight) OR inflight > 0
+//
+// so that only packs with items in flight come back (a row written before
+// the count existed is read as one that may have some), and pages their
+// in-flight items in key order. Its memory is the in-flight packs', not
+// the batch's.
 func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]batch.Item, string, error) {
+	cond := expression.Or(expression.AttributeNotExists(expression.Name(attrPackInFlight)),
+		expression.Name(attrPackInFlight).GreaterThan(expression.Value(0)))
 	var items []batch.Item
 	for shard := range max(1, listShards) {
-		err := s.queryAll(ctx, packPK(batchID, shard), false, func(av map[string]types.AttributeValue) error {
-			p, err := packFrom(batchID, av)
+		expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(config.AttrPK).Equal(expression.Value(packPK(batchID, shard)))).
+			WithFilter(cond).Build()
+		if err != nil {
+			return nil, "", err
+		}
+		var start map[string]types.AttributeValue
+		for {
+			c, cancel := s.ctx(ctx)
+			out, err := s.db.Query(c, &dynamodb.QueryInput{
+				TableName: &s.table, KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
+				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ExclusiveStartKey: start,
+			})
+			cancel()
 			if err != nil {
-				return err
+				return nil, "", fmt.Errorf("list pack items %s: %w", batchID, err)
 			}
-			for j, it := range p.Items {
-				if it.Outcome == batch.OutcomeInFlight && it.Key > after {
-					items = append(items, p.Item(j))
+			for _, av := range out.Items {
+				p, err := packFrom(batchID, av)
+				if err != nil {
+					return nil, "", err
+				}
+				for j, it := range p.Items {
+					if it.Outcome == batch.OutcomeInFlight && it.Key > after {
+						items = append(items, p.Item(j))
+					}
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, "", fmt.Errorf("list pack items %s: %w", batchID, err)
+			if start = out.LastEvaluatedKey; len(start) == 0 {
+				break
+			}
 		}
 	}
 	slices.SortFunc(items, func(a, b batch.Item) int { return strings.Compare(a.Key, b.Key) })

@@ -13,8 +13,9 @@ import (
 
 // packRow is a stored pack row.
 type packRow struct {
-	p     batch.Pack
-	shard int
+	p        batch.Pack
+	shard    int
+	inFlight int // PackWrite.InFlight of the last write that set it
 }
 
 // attnEntry is an attention entry of a pack item: the item as its write
@@ -81,6 +82,9 @@ func (s *Store) WritePack(_ context.Context, w batch.PackWrite) error {
 	}
 	if w.Take {
 		r.p.Attempt, r.p.Run = w.Attempt+1, w.Run
+	}
+	if w.InFlight >= 0 {
+		r.inFlight = w.InFlight
 	}
 	r.p.LeaseUntil = time.Time{}
 	if !w.LeaseUntil.IsZero() {
@@ -150,6 +154,9 @@ func (s *Store) ListPackItems(_ context.Context, batchID string, listShards int,
 	defer s.mu.Unlock()
 	var items []batch.Item
 	for _, r := range s.packs[batchID] {
+		if r.inFlight == 0 {
+			continue // as the adapter's filter: no item in flight after its last write
+		}
 		p := r.view()
 		for j := range p.Items {
 			if p.Items[j].Outcome == batch.OutcomeInFlight && p.Items[j].Key > after && r.shard < max(1, listShards) {

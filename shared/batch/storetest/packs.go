@@ -55,7 +55,7 @@ func takeAndRecord(t *testing.T, s batch.Store, b batch.Batch, first int64, keys
 		start = append(start, batch.PackItemWrite{Index: j, Item: pitem(k, 1, 1, batch.OutcomeInFlight, T0)})
 		end = append(end, batch.PackItemWrite{Index: j, Item: pitem(k, 1, 1, outcomes[j], T0), Was: batch.OutcomeInFlight})
 	}
-	if err := s.WritePack(ctx, batch.PackWrite{Ref: pref(b, first), Take: true, Run: 1, LeaseUntil: T0.Add(lease), Items: start, Now: T0}); err != nil {
+	if err := s.WritePack(ctx, batch.PackWrite{Ref: pref(b, first), Take: true, Run: 1, LeaseUntil: T0.Add(lease), Items: start, InFlight: len(keys), Now: T0}); err != nil {
 		t.Fatalf("take pack %d: %v", first, err)
 	}
 	if err := s.WritePack(ctx, batch.PackWrite{Ref: pref(b, first), Attempt: 1, Run: 1, Items: end, Now: T0}); err != nil {
@@ -189,7 +189,7 @@ var packCases = []suiteCase{
 		list(batch.OutcomeQuarantined, []string{"p2"})
 		// p3 leaves failed (a new run takes it); p1 enters quarantined.
 		now := T0.Add(time.Hour)
-		err := s.WritePack(ctx, batch.PackWrite{Ref: pref(b, 0), Take: true, Attempt: 1, Run: 2, LeaseUntil: now.Add(lease), Now: now,
+		err := s.WritePack(ctx, batch.PackWrite{Ref: pref(b, 0), Take: true, Attempt: 1, Run: 2, LeaseUntil: now.Add(lease), Now: now, InFlight: 1,
 			Items: []batch.PackItemWrite{{Index: 0, Item: pitem("p3", 2, 2, batch.OutcomeInFlight, now), Was: batch.OutcomeFailed},
 				{Index: 1, Item: pitem("p1", 2, 2, batch.OutcomeQuarantined, now), Was: batch.OutcomeSucceeded}}})
 		if err != nil {
