@@ -34,6 +34,7 @@ var contextProps = []contextProp{
 	{"maxReceiveCount", []string{"MaxReceiveCount"}, "the items queue's redrive maxReceiveCount",
 		integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxReceiveCount })},
 	{"retentionDays", []string{"RetentionDays"}, "days a finished batch is kept", integer(func(p *bulkrun.RunnerProps) *int { return &p.RetentionDays })},
+	{"uploadRepeatDays", []string{"UploadRepeatDays"}, "days an upload's content is remembered (-1: none)", integer(func(p *bulkrun.RunnerProps) *int { return &p.UploadRepeatDays })},
 	{"finalizeTickSchedule", []string{"FinalizeTickSchedule"}, `an EventBridge schedule expression ("rate(2 minutes)")`,
 		str(func(p *bulkrun.RunnerProps) *string { return &p.FinalizeTickSchedule })},
 	{"bucketName", []string{"BucketName"}, "the bucket's name", str(func(p *bulkrun.RunnerProps) *string { return &p.BucketName })},

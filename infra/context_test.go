@@ -140,6 +140,7 @@ func allContext() map[string]string {
 		"itemsPerMessage":      "10",
 		"maxReceiveCount":      "7",
 		"retentionDays":        "9",
+		"uploadRepeatDays":     "-1",
 		"finalizeTickSchedule": "rate(2 minutes)",
 		"bucketName":           "bulkrun-ctx-bucket",
 		"sourceBuckets":        "ctx-source-a, ctx-source-b",
@@ -351,6 +352,11 @@ func TestRunnerPropsContext(t *testing.T) {
 		"retentionDays": func(t *testing.T) {
 			if got := a.env(t, "sweep", config.EnvRetentionDays); got != "9" {
 				t.Errorf("%s=%q", config.EnvRetentionDays, got)
+			}
+		},
+		"uploadRepeatDays": func(t *testing.T) {
+			if got := a.env(t, "submit", config.EnvUploadRepeatDays); got != "0" {
+				t.Errorf("%s=%q, want 0 (uploads not remembered)", config.EnvUploadRepeatDays, got)
 			}
 		},
 		"finalizeTickSchedule": func(t *testing.T) {

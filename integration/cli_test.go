@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/handler"
 )
@@ -281,4 +283,90 @@ func TestCLIWatchCtrlC(t *testing.T) {
 		t.Errorf("calls %v, want one per item", calls)
 	}
 	_ = env.api.Forget(ctx, id)
+}
+
+// TestCLIUpload guards `bulkrun upload` (docs/cli.md "Uploading a file"):
+// it checks the file, puts it under incoming/ with its options as object
+// metadata (JSON options included) and names the batch the upload starts
+// — the very id submit derives from the name and the items; the same file
+// under the same name again is that batch, nothing runs again; under
+// another name it is refused as a repeated upload (exit 1, naming the
+// first batch) and runs with --rerun; a file submit would refuse is
+// refused before anything is uploaded.
+func TestCLIUpload(t *testing.T) {
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("bulkrun %v → %d\n%s", args, code, stderr.String())
+		return stdout.String(), stderr.String(), code
+	}
+	name := newID(t)
+	hook := env.hook.route(name, nil)
+	file := filepath.Join(t.TempDir(), "export.csv")
+	if err := os.WriteFile(file, []byte("id,text\nr1,a\nr2,b\nr3,c\nr4,d\nr5,e\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf(`{ "url": %q, "timeout_ms": 5000 }`, hook)
+	key := "incoming/" + name + " export.csv"
+	stdout, _, code := run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export.csv", "--watch", "-o", "json")
+	var v handler.BatchView
+	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &v); err != nil && json.Unmarshal([]byte(stdout), &v) != nil {
+		t.Fatalf("upload --watch -o json printed %q", stdout)
+	}
+	if code != 0 || v.ID != uploadID(t, key) || v.Status != batch.StatusCompleted || v.Census.Succeeded != 5 || v.Source != "s3://"+env.bucket+"/"+key {
+		t.Fatalf("upload: exit %d, batch %s %s %+v (want %s)", code, v.ID, v.Status, v.Census, uploadID(t, key))
+	}
+	head, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: &key})
+	if err != nil || head.Metadata["pipeline-options"] != fmt.Sprintf(`{"url":%q,"timeout_ms":5000}`, hook) || head.Metadata["key-field"] != "id" {
+		t.Fatalf("the object's metadata: %v %v", head.Metadata, err)
+	}
+	stdout, stderr, code := run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export.csv")
+	if code != 0 || strings.TrimSpace(stdout) != v.ID || !strings.Contains(stderr, "nothing was uploaded, nothing runs again") {
+		t.Fatalf("the same upload again: exit %d, %q, %q", code, stdout, stderr)
+	}
+	_, stderr, code = run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export (1).csv")
+	if code != 1 || !strings.Contains(stderr, "repeated_upload") || !strings.Contains(stderr, "batch "+v.ID) {
+		t.Fatalf("a renamed copy: exit %d, %q, want exit 1, repeated_upload naming %s", code, stderr, v.ID)
+	}
+	stdout, _, code = run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export (1).csv", "--rerun", "--watch", "-o", "json")
+	var again handler.BatchView
+	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &again); err != nil {
+		t.Fatalf("--rerun printed %q", stdout)
+	}
+	if code != 0 || again.ID == v.ID || again.Census.Succeeded != 5 {
+		t.Fatalf("--rerun: exit %d, %s %+v", code, again.ID, again.Census)
+	}
+	if calls := env.hook.counts(name); calls["r1"] != 2 || calls["r5"] != 2 {
+		t.Errorf("calls %v, want each item twice (the first upload and the rerun)", calls)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte("order,text\nr1,a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = run("upload", bad, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" bad.csv")
+	if code != 1 || !strings.Contains(stderr, `"id" is not a column`) || !strings.Contains(stderr, "nothing was uploaded") {
+		t.Fatalf("a CSV without its key column: exit %d, %q", code, stderr)
+	}
+	badKey := "incoming/" + name + " bad.csv"
+	if _, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: &badKey}); err == nil {
+		t.Fatal("the refused file was uploaded")
+	}
+	for _, id := range []string{v.ID, again.ID} {
+		_ = env.api.Forget(ctx, id)
+	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/handler"
 	"github.com/bulkrun/bulkrun/shared/trigger"
 )
@@ -624,13 +625,16 @@ func TestRefusedUploadIsReported(t *testing.T) {
 	ctx := context.Background()
 	name := newID(t)
 	key := "incoming/" + name + ".jsonl"
+	// The options name the test: the same items for the same options
+	// uploaded by an earlier run of the suite would be a repeated upload.
+	opts := fmt.Sprintf(`{"url":"http://127.0.0.1:9/%s"}`, name)
 	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader("{\"a\":1}\n{oops\n"),
-		Metadata: map[string]string{"pipeline": "webhook", "batch-id": name, "pipeline-options": `{"url":"http://127.0.0.1:9/x"}`}}); err != nil {
+		Metadata: map[string]string{"pipeline": "webhook", "batch-id": name, "pipeline-options": opts}}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		o, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.bucket, Key: aws.String(handler.UploadErrorKey(key))})
+		o, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.bucket, Key: aws.String(config.UploadErrorKey(key))})
 		if err == nil {
 			var rep handler.UploadError
 			err = json.NewDecoder(o.Body).Decode(&rep)
@@ -656,7 +660,7 @@ func TestRefusedUploadIsReported(t *testing.T) {
 	}
 	// The refused batch does not hold its id: the corrected upload runs under it.
 	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &env.bucket, Key: &key, Body: strings.NewReader("{\"a\":1}\n{\"a\":2}\n"),
-		Metadata: map[string]string{"pipeline": "webhook", "batch-id": name, "pipeline-options": `{"url":"http://127.0.0.1:9/x"}`}}); err != nil {
+		Metadata: map[string]string{"pipeline": "webhook", "batch-id": name, "pipeline-options": opts}}); err != nil {
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(time.Minute)

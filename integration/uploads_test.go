@@ -56,7 +56,7 @@ func uploadID(t *testing.T, key string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return handler.UploadBatchID(env.bucket, key, digest)
+	return batch.UploadBatchID(env.bucket, key, digest)
 }
 
 // waitBatch polls until the batch exists (a minute at most), then until
@@ -190,7 +190,7 @@ func TestUploadFormatsAnyCase(t *testing.T) {
 			t.Errorf("%s: calls %v", key, calls)
 		}
 	}
-	rep := waitReport(t, handler.UploadErrorKey(unknown), func(handler.Refusal) bool { return true })
+	rep := waitReport(t, config.UploadErrorKey(unknown), func(handler.Refusal) bool { return true })
 	if rep.Key != unknown || rep.Retrying || !strings.Contains(rep.Error.Message, "cannot tell the format") {
 		t.Fatalf("report %+v", rep)
 	}
@@ -223,7 +223,7 @@ func TestUploadGzip(t *testing.T) {
 			t.Errorf("%s: calls %v", key, calls)
 		}
 	}
-	rep := waitReport(t, handler.UploadErrorKey(cutGzip), func(handler.Refusal) bool { return true })
+	rep := waitReport(t, config.UploadErrorKey(cutGzip), func(handler.Refusal) bool { return true })
 	if rep.Key != cutGzip || !strings.Contains(rep.Error.Message, "gzip") {
 		t.Fatalf("report %+v, want one that says gzip", rep)
 	}
@@ -305,18 +305,18 @@ func TestUploadReadsTheObjectTheEventNames(t *testing.T) {
 	if len(res.Started) != 0 || len(res.Refused) != 1 || res.Refused[0] != replaced {
 		t.Fatalf("replaced object: %+v, want it refused", res)
 	}
-	rep := waitReport(t, handler.UploadErrorKey(replaced), func(r handler.Refusal) bool { return r.ETag == old })
+	rep := waitReport(t, config.UploadErrorKey(replaced), func(r handler.Refusal) bool { return r.ETag == old })
 	if rep.Key != replaced || rep.Retrying || !strings.Contains(rep.Error.Message, "was replaced before it was read") {
 		t.Fatalf("report %+v", rep)
 	}
 
 	invokeSubmit(t, s3Event(gone, "0123456789abcdef0123456789abcdef", 20))
-	rep = waitReport(t, handler.UploadErrorKey(gone), func(handler.Refusal) bool { return true })
+	rep = waitReport(t, config.UploadErrorKey(gone), func(handler.Refusal) bool { return true })
 	if rep.Key != gone || rep.Retrying || !strings.Contains(rep.Error.Message, "s3://"+env.bucket+"/"+gone+" was deleted before it was read") {
 		t.Fatalf("report %+v", rep)
 	}
 	if ev := nextRefusal(); ev.Source != handler.SourceUpload || ev.Key != gone || ev.Error.Message != rep.Error.Message ||
-		ev.Report != "s3://"+env.bucket+"/"+handler.UploadErrorKey(gone) {
+		ev.Report != "s3://"+env.bucket+"/"+config.UploadErrorKey(gone) {
 		t.Fatalf("Batch Refused event %+v, want the report's detail", ev)
 	}
 }
@@ -442,5 +442,68 @@ func TestUploadFoundBySource(t *testing.T) {
 	waitBatch(t, name+"-named")
 	if p, err := env.api.ListBatches(ctx, batch.ListBatchesRequest{Source: "s3://" + env.bucket + "/incoming/" + name + " none.csv"}); err != nil || len(p.Batches) != 0 {
 		t.Fatalf("a file never uploaded: %+v %v, want none", p.Batches, err)
+	}
+}
+
+// Guards docs/sources.md "Upload instead" (a renamed copy is not run
+// again), on the deployed stack: the same file uploaded again under
+// another name ("records (1).csv", as a browser names a second download)
+// starts nothing — an error report with code repeated_upload names the
+// batch the first name started and says how to run it again, and the
+// listing by source shows the upload as a refused batch; uploaded once
+// more with x-amz-meta-rerun: true it runs, every item once more. Every
+// item of the first batch runs once.
+func TestUploadRepeatedUnderAnotherName(t *testing.T) {
+	ctx := context.Background()
+	name := newID(t)
+	hook := env.hook.route(name, nil)
+	body := []byte("id,text\nr1,a\nr2,b\nr3,c\n")
+	first := "incoming/" + name + " records.csv"
+	upload(t, first, body, hook, "")
+	firstID := uploadID(t, first)
+	if v := waitBatch(t, firstID); v.Census.Succeeded != 3 {
+		t.Fatalf("first upload: census %+v", v.Census)
+	}
+
+	again := "incoming/" + name + " records (1).csv"
+	upload(t, again, body, hook, "")
+	rep := waitReport(t, config.UploadErrorKey(again), func(handler.Refusal) bool { return true })
+	if rep.Error.Code != batch.RefusalRepeatedUpload || rep.Retrying || !strings.Contains(rep.Error.Message, "batch "+firstID) ||
+		!strings.Contains(rep.Error.Message, first) || !strings.Contains(rep.Error.Message, "x-amz-meta-rerun: true") {
+		t.Fatalf("report of the renamed copy: %+v", rep)
+	}
+	got := listBySource(t, "s3://"+env.bucket+"/"+again, 1)
+	if len(got) != 1 || got[0].Status != batch.StatusRefused || got[0].Refusal == nil || got[0].Refusal.Code != batch.RefusalRepeatedUpload {
+		t.Fatalf("the renamed copy by source: %+v, want one refused batch (repeated_upload)", got)
+	}
+	time.Sleep(2 * time.Second) // nothing may run: give a wrongly started batch the time to call
+	if calls := env.hook.counts(name); calls["r1"] != 1 || calls["r2"] != 1 || calls["r3"] != 1 {
+		t.Fatalf("calls %v: want each item once (the copy ran nothing)", calls)
+	}
+
+	// Asked to run again: it does, under its own batch.
+	in := &s3.PutObjectInput{Bucket: &env.bucket, Key: &again, Body: bytes.NewReader(body),
+		Metadata: map[string]string{"pipeline": "webhook", "key-field": "id", "rerun": "true", "pipeline-options": fmt.Sprintf(`{"url":%q}`, hook)}}
+	if _, err := env.s3.PutObject(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	rerunID := uploadID(t, again)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := env.api.Status(ctx, rerunID)
+		// Its id held the refused batch of the copy: wait past it.
+		if err == nil && v.Status.Finished() && v.Status != batch.StatusRefused {
+			if v.Census == nil || v.Census.Succeeded != 3 {
+				t.Fatalf("the rerun upload: %+v", v.Census)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rerun upload %s did not run: %+v %v", rerunID, v.Batch, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if calls := env.hook.counts(name); calls["r1"] != 2 || calls["r2"] != 2 || calls["r3"] != 2 {
+		t.Fatalf("calls %v: want each item twice (first upload, rerun)", calls)
 	}
 }

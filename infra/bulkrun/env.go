@@ -36,7 +36,8 @@ const (
 //	submit, item     + items queue, finalize function, pipelines, sources,
 //	                 lambda allow-list, webhook allow-list, which function
 //	submit           + default pipeline, secret prefixes, ephemeral
-//	                 storage, items per message (only submit applies it)
+//	                 storage, items per message (only submit applies it),
+//	                 upload repeat window
 //	item             + dead-letter queue ARN, effect tables
 func (s settings) functionEnv() map[string]map[string]string {
 	common := map[string]string{
@@ -74,6 +75,7 @@ func (s settings) functionEnv() map[string]map[string]string {
 		config.EnvFunction:            FunctionSubmit, // which function a PipelineCode binary serves
 		config.EnvEphemeralStorageMiB: strconv.Itoa(s.ephemeralMiB),
 		config.EnvItemsPerMessage:     strconv.Itoa(s.itemsPerMessage),
+		config.EnvUploadRepeatDays:    strconv.Itoa(max(0, s.uploadRepeat)),
 	})
 	setIf(submit, config.EnvDefaultPipeline, s.defaultPipeline)
 	setIf(submit, config.EnvSecretPrefixes, strings.Join(s.secretPrefixes, ","))

@@ -45,6 +45,8 @@ const (
 	DefaultRetentionDays = int(config.DefaultRetention / (24 * time.Hour))
 	// DefaultFinalizeTickSchedule is RunnerProps.FinalizeTickSchedule when empty.
 	DefaultFinalizeTickSchedule = "rate(5 minutes)"
+	// DefaultUploadRepeatDays is RunnerProps.UploadRepeatDays when zero.
+	DefaultUploadRepeatDays = int(config.DefaultUploadRepeat / (24 * time.Hour))
 	// SweepSchedule is when the retention sweep runs.
 	SweepSchedule = "rate(1 hour)"
 	// DefaultFunctionsDir is RunnerProps.FunctionsDir when empty, relative to
@@ -144,6 +146,13 @@ type RunnerProps struct {
 	// RetentionDays is how long a finished batch is kept, in days, ≥ 1.
 	// Default DefaultRetentionDays (30).
 	RetentionDays int
+	// UploadRepeatDays is how long, in days, an upload's content is
+	// remembered: the same items for the same pipeline and options uploaded
+	// under another name within it start no batch (an error report says
+	// which batch they started) unless the upload carries
+	// x-amz-meta-rerun: true. Default DefaultUploadRepeatDays (7); -1
+	// remembers nothing (every upload runs); at most 3650.
+	UploadRepeatDays int
 	// FinalizeTickSchedule is the EventBridge schedule expression of the
 	// FinalizeTick rule, "rate(...)" or "cron(...)" (UTC), checked by
 	// CheckScheduleExpression. Default DefaultFinalizeTickSchedule

@@ -334,7 +334,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			if target == TargetAWS {
 				itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one
 			}
-			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvSecretPrefixes, config.EnvFunction)
+			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvUploadRepeatDays, config.EnvSecretPrefixes, config.EnvFunction)
 			itemNames = append(itemNames, config.EnvFunction)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {
@@ -1072,6 +1072,8 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"lambda function neither name nor ARN", func(p *RunnerProps) { p.LambdaFunctions = []string{"score", "s3://bucket/fn"} }, config.EnvLambdaFunctions},
 		{"alarm topic neither ARN nor token", func(p *RunnerProps) { p.AlarmTopicARN = "alarms" }, "AlarmTopicARN"},
 		{"negative retention", func(p *RunnerProps) { p.RetentionDays = -1 }, "RetentionDays"},
+		{"upload repeat below -1", func(p *RunnerProps) { p.UploadRepeatDays = -2 }, "UploadRepeatDays"},
+		{"upload repeat above ten years", func(p *RunnerProps) { p.UploadRepeatDays = 3651 }, "UploadRepeatDays"},
 		{"bad schedule", func(p *RunnerProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},
 		{"tick rate with plural 1", func(p *RunnerProps) { p.FinalizeTickSchedule = "rate(1 minutes)" }, "FinalizeTickSchedule"},
 		{"schedule with a 5-field cron", func(p *RunnerProps) {

@@ -37,6 +37,7 @@ type settings struct {
 	itemsPerMessage int
 	maxReceiveCount int
 	retentionDays   int
+	uploadRepeat    int // days; -1: off
 	tick            string
 	bucketName      string
 	sourceBuckets   []string
@@ -97,6 +98,7 @@ func withDefaults(props *RunnerProps) settings {
 		itemsPerMessage: props.ItemsPerMessage,
 		maxReceiveCount: props.MaxReceiveCount,
 		retentionDays:   props.RetentionDays,
+		uploadRepeat:    props.UploadRepeatDays,
 		tick:            props.FinalizeTickSchedule,
 		bucketName:      props.BucketName,
 		sourceBuckets:   props.SourceBuckets,
@@ -122,6 +124,7 @@ func withDefaults(props *RunnerProps) settings {
 	orDefault(&s.itemsPerMessage, 1)
 	orDefault(&s.maxReceiveCount, config.DefaultMaxReceiveCount)
 	orDefault(&s.retentionDays, DefaultRetentionDays)
+	orDefault(&s.uploadRepeat, DefaultUploadRepeatDays)
 	if s.sourcePrefixes == nil && s.target == TargetEmulator {
 		s.sourcePrefixes = DefaultEmulatorSourcePrefixes
 	}
@@ -205,6 +208,9 @@ func (s *settings) checkLimits(props *RunnerProps, bad badProp) {
 	}
 	if s.maxReceiveCount > sqsMaxReceiveCount {
 		bad("MaxReceiveCount", strconv.Itoa(s.maxReceiveCount), "SQS allows at most 1000")
+	}
+	if s.uploadRepeat < -1 || s.uploadRepeat > 3650 {
+		bad("UploadRepeatDays", strconv.Itoa(s.uploadRepeat), "want 1–3650 days, or -1 to remember no upload")
 	}
 	if s.retentionDays < 1 {
 		bad("RetentionDays", strconv.Itoa(s.retentionDays), "want at least 1 day")

@@ -145,7 +145,9 @@ func (e *StorageFullError) Unwrap() error { return e.Err }
 // SubmitRefusal is why a batch read in the background was refused: Code is
 // "invalid_request" (the source or request is malformed: Field, Line,
 // Element and Key say where), "empty_source" (the source holds no items,
-// ErrEmptySource), "insufficient_storage" (a *StorageFullError)
+// ErrEmptySource), "insufficient_storage" (a *StorageFullError),
+// "repeated_upload" (an upload of items another upload started within
+// the stack's window, *RepeatedUploadError; Field x-amz-meta-rerun)
 // or "internal" (every attempt to read the source died); Message is the
 // full text. JSON names as tagged (the API's error body).
 type SubmitRefusal struct {
@@ -171,9 +173,12 @@ const (
 func RefusalOf(err error) (SubmitRefusal, bool) {
 	var ie *InputError
 	var re *BatchRefusedError
+	var rue *RepeatedUploadError
 	switch {
 	case errors.As(err, &re):
 		return re.Refusal, true
+	case errors.As(err, &rue):
+		return SubmitRefusal{Code: RefusalRepeatedUpload, Message: err.Error(), Field: "x-amz-meta-rerun"}, true
 	case errors.As(err, &ie):
 		code := RefusalInvalid
 		if errors.Is(err, ErrEmptySource) {

@@ -155,6 +155,13 @@ type Store interface {
 	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]RetentionMarker, error)
 	// DeleteMarker deletes the retention marker with the given key.
 	DeleteMarker(ctx context.Context, markerKey string) error
+	// ClaimUpload stores claim c of an upload's content (one row per
+	// content, TTL a day past c.Until) and returns it, only if no claim of
+	// c.Content stands: none, one whose Until is not after c.ClaimedAt,
+	// or one of the same c.Source — or force. Otherwise it returns the
+	// standing claim and ErrConflict, writing nothing. See
+	// Submitter.ClaimUpload.
+	ClaimUpload(ctx context.Context, c UploadClaim, force bool) (UploadClaim, error)
 
 	// The pack rows of a batch with items_per_message > 1 (see Pack).
 	// ListItems lists their failed and quarantined items with the item

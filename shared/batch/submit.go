@@ -132,6 +132,11 @@ type Submitter struct {
 	// Sources limits the S3 objects and prefixes a source may name (see
 	// SourcePolicy); the zero value allows any.
 	Sources SourcePolicy
+	// UploadRepeatWindow is how long an upload's content is remembered:
+	// the same items for the same pipeline and options uploaded under
+	// another name within it are not run again (ClaimUpload). 0 remembers
+	// nothing. The stack sets it from config.EnvUploadRepeatDays.
+	UploadRepeatWindow time.Duration
 }
 
 // SubmitKeysMemoryBytes is the duplicate-key detector's buffer in a

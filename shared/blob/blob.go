@@ -153,11 +153,17 @@ func (w *writer) Abort() error {
 
 // Create starts a streaming write of key in the batches bucket.
 func (s *Store) Create(ctx context.Context, key, contentType string) (batch.BlobWriter, error) {
+	return s.CreateObject(ctx, key, contentType, nil)
+}
+
+// CreateObject is Create of an object with user metadata meta
+// (x-amz-meta-<name>; nil for none), such as an upload's submit options.
+func (s *Store) CreateObject(ctx context.Context, key, contentType string, meta map[string]string) (batch.BlobWriter, error) {
 	pr, pw := io.Pipe()
 	w := &writer{pw: pw, done: make(chan error, 1)}
 	go func() {
 		_, err := s.tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
-			Bucket: &s.bucket, Key: &key, Body: pr, ContentType: &contentType,
+			Bucket: &s.bucket, Key: &key, Body: pr, ContentType: &contentType, Metadata: meta,
 		})
 		if err != nil {
 			err = fmt.Errorf("upload s3://%s/%s: %w", s.bucket, key, err)

@@ -9,6 +9,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +74,12 @@ const (
 	EnvItemsMaxConcurrency = "BULKRUN_ITEMS_MAX_CONCURRENCY"
 	// EnvRetentionDays is how long a finished batch is kept, in days (default 30).
 	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
+	// EnvUploadRepeatDays is how long, in whole days, submit remembers an
+	// upload's content: the same items for the same pipeline and options
+	// uploaded under another name within it are not run again unless the
+	// upload carries x-amz-meta-rerun: true (batch.Submitter.ClaimUpload).
+	// Default 7 (DefaultUploadRepeat); 0 remembers nothing.
+	EnvUploadRepeatDays = "BULKRUN_UPLOAD_REPEAT_DAYS"
 	// EnvLogLevel is the slog level: debug, info (default), warn, error.
 	EnvLogLevel = "BULKRUN_LOG_LEVEL"
 	// EnvEphemeralStorageMiB is the submit function's ephemeral storage
@@ -212,6 +220,7 @@ const (
 	DefaultLease           = DefaultItemTimeout + LeaseMargin
 	DefaultVisibility      = 6 * DefaultItemTimeout // AWS: at least 6× the function timeout for SQS event sources
 	DefaultRetention       = 30 * 24 * time.Hour
+	DefaultUploadRepeat    = 7 * 24 * time.Hour
 	LeaseMargin            = time.Minute
 	DefaultFinalizeTimeout = 15 * time.Minute
 	DefaultSubmitTimeout   = 15 * time.Minute
@@ -247,6 +256,7 @@ type Config struct {
 	ItemsPerMessage  int            // EnvItemsPerMessage; default 1, 1–100
 	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
 	Retention        time.Duration  // EnvRetentionDays; default DefaultRetention
+	UploadRepeat     time.Duration  // EnvUploadRepeatDays; default DefaultUploadRepeat, 0: off
 	LogLevel         string         // EnvLogLevel; default "info"
 	EphemeralMiB     int            // EnvEphemeralStorageMiB; 0 when unset
 	Sources          []string       // EnvSources; s3://bucket/prefix entries, none when unset
@@ -332,6 +342,15 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	} else {
 		c.Retention = DefaultRetention
+	}
+	c.UploadRepeat = DefaultUploadRepeat
+	if v := getenv(EnvUploadRepeatDays); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 3650 {
+			errs = append(errs, &VarError{Var: EnvUploadRepeatDays, Value: v, Reason: "want a whole number of days, 0–3650 (0: uploads are not remembered)"})
+		} else {
+			c.UploadRepeat = time.Duration(n) * 24 * time.Hour
+		}
 	}
 	allow, err := egress.Parse(getenv(EnvWebhookAllow))
 	if err != nil {
@@ -535,3 +554,21 @@ func CheckEffectTable(name, own string) error {
 	}
 	return nil
 }
+
+// UploadErrorKey is where the error report of a refused upload goes:
+// incoming-errors/{key without incoming/}.error.json, or, when that would
+// pass S3's 1,024-byte key limit (S3 user guide, "Naming Amazon S3
+// objects": https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html),
+// incoming-errors/_long/{hex SHA-256 of key}.error.json (the report names
+// the key).
+func UploadErrorKey(key string) string {
+	k := UploadErrorsPrefix + strings.TrimPrefix(key, IncomingPrefix) + ".error.json"
+	if len(k) > MaxS3KeyBytes {
+		sum := sha256.Sum256([]byte(key))
+		k = UploadErrorsPrefix + "_long/" + hex.EncodeToString(sum[:]) + ".error.json"
+	}
+	return k
+}
+
+// MaxS3KeyBytes is S3's limit on an object key's length in UTF-8 bytes.
+const MaxS3KeyBytes = 1024

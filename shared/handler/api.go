@@ -156,7 +156,11 @@ func ErrorOf(err error) (int, ErrorBody) {
 	var ie *batch.InputError
 	var me *batch.MismatchError
 	var re *batch.BatchRefusedError
+	var rue *batch.RepeatedUploadError
 	switch {
+	case errors.As(err, &rue):
+		// An upload only: the items another upload started within the window.
+		return http.StatusConflict, ErrorBody{Code: batch.RefusalRepeatedUpload, Message: err.Error(), Field: "x-amz-meta-rerun"}
 	case errors.Is(err, batch.ErrEmptySource) && errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Code: "empty_source", Message: err.Error(), Field: ie.Field}
 	case errors.As(err, &ie):

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Request bodies the API refuses before any storage is touched.
@@ -53,11 +54,11 @@ func TestAPIRefusesMalformedBodies(t *testing.T) {
 }
 
 func TestUploadNames(t *testing.T) {
-	if got := UploadErrorKey("incoming/2026/orders.jsonl"); got != "incoming-errors/2026/orders.jsonl.error.json" {
+	if got := config.UploadErrorKey("incoming/2026/orders.jsonl"); got != "incoming-errors/2026/orders.jsonl.error.json" {
 		t.Errorf("UploadErrorKey = %s", got)
 	}
-	a := UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag1"`)
-	if !strings.HasPrefix(a, "My-Orders-1-") || len(a) != len("My-Orders-1-")+16 || a == UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag2"`) {
+	a := batch.UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag1"`)
+	if !strings.HasPrefix(a, "My-Orders-1-") || len(a) != len("My-Orders-1-")+16 || a == batch.UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag2"`) {
 		t.Errorf("UploadBatchID = %s", a)
 	}
 	if got := ScheduleBatchID("nightly", mustTime(t, "2026-11-29T02:00:00Z")); got != "nightly-20261129T020000Z" {

@@ -2,8 +2,6 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,7 +29,7 @@ const CodeStartFailed = "start_failed"
 // Refusal is the error report of a start that did not happen — an upload or
 // a schedule tick whose submit was refused or failed — and the detail of
 // its Batch Refused event (the same JSON). The report is at Report:
-// incoming-errors/{name}.error.json (UploadErrorKey) or
+// incoming-errors/{name}.error.json (config.UploadErrorKey) or
 // schedule-errors/{schedule}/{batch id}.error.json (ScheduleErrorKey).
 //
 //	{"source": "upload", "bucket": "…", "key": "incoming/my orders.csv", "etag": "…",
@@ -58,24 +56,6 @@ type Refusal struct {
 // UploadError is the error report of a refused upload (a Refusal).
 type UploadError = Refusal
 
-// UploadErrorKey is where the error report of a refused upload goes:
-// incoming-errors/{key without incoming/}.error.json, or, when that would
-// pass S3's 1,024-byte key limit (S3 user guide, "Naming Amazon S3
-// objects": https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html),
-// incoming-errors/_long/{hex SHA-256 of key}.error.json (the report names
-// the key).
-func UploadErrorKey(key string) string {
-	k := config.UploadErrorsPrefix + strings.TrimPrefix(key, config.IncomingPrefix) + ".error.json"
-	if len(k) > maxS3KeyBytes {
-		sum := sha256.Sum256([]byte(key))
-		k = config.UploadErrorsPrefix + "_long/" + hex.EncodeToString(sum[:]) + ".error.json"
-	}
-	return k
-}
-
-// maxS3KeyBytes is S3's limit on an object key's length in UTF-8 bytes.
-const maxS3KeyBytes = 1024
-
 // ScheduleErrorKey is where the error report of a refused or failed tick
 // goes: schedule-errors/{schedule}/{batch id}.error.json.
 func ScheduleErrorKey(schedule, batchID string) string {
@@ -100,7 +80,7 @@ func (s *Submit) reportKey(r Refusal) string {
 		}
 		return ScheduleErrorKey(r.Schedule, id)
 	}
-	return UploadErrorKey(r.Key)
+	return config.UploadErrorKey(r.Key)
 }
 
 // refuse records a start that did not happen and returns what the handler

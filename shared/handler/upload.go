@@ -2,15 +2,11 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,27 +16,14 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
-)
-
-// Object metadata an upload may carry (x-amz-meta-<name>).
-const (
-	MetaBatchID         = "batch-id"
-	MetaPipeline        = "pipeline"
-	MetaKeyField        = "key-field"
-	MetaFormat          = "format"
-	MetaFailurePercent  = "tolerated-failure-percent"
-	MetaFailureCount    = "tolerated-failure-count"
-	MetaMaxAttempts     = "max-attempts"
-	MetaPipelineOptions = "pipeline-options"
-	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
-	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // UploadOptions lists the x-amz-meta-<name> options an upload may carry,
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
-	return []string{MetaBatchID, MetaPipeline, MetaKeyField, MetaFormat, MetaCSVDelimiter, MetaFailurePercent,
-		MetaFailureCount, MetaMaxAttempts, MetaStopOnThreshold, MetaPipelineOptions}
+	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun}
 }
 
 // MetaReservedPrefix marks a metadata name as meant for bulkrun: an upload
@@ -89,16 +72,20 @@ func checkUploadOptions(meta map[string]string) error {
 // space); Uploads decodes it and reads exactly the object the record names
 // (If-Match on its ETag). Every object under incoming/ either starts a
 // batch or leaves an error report in incoming-errors/{name}.error.json
-// (UploadErrorKey) and a Batch Refused event: an unknown format, a
+// (config.UploadErrorKey) and a Batch Refused event: an unknown format, a
 // malformed line, a bad option, an object deleted or replaced before it was
 // read. A folder placeholder (a key ending in "/", size 0), an object
 // outside incoming/ (the stack's own writes included) and other event
 // types are ignored with a log line saying why.
 //
-// The batch id is the x-amz-meta-batch-id, or UploadBatchID(bucket, key,
+// The batch id is the x-amz-meta-batch-id, or batch.UploadBatchID(bucket, key,
 // manifest digest): the same name with the same items is the same batch
 // however often and however it is uploaded (single or multipart PUT); a
-// changed file under the same name is a new batch.
+// changed file under the same name is a new batch. The same items for the
+// same pipeline and options under another name within the stack's window
+// (batch.Submitter.UploadRepeatWindow) start nothing: the upload is
+// refused as a repeated upload (code repeated_upload, its report naming
+// the batch they started) unless it carries x-amz-meta-rerun: true.
 //
 // A refusal is not retried. Any other failure is recorded as retrying and
 // returned, so that Lambda retries the event (twice by default) and then
@@ -186,19 +173,27 @@ func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag
 	if err != nil {
 		return req, false, err
 	}
-	if req.BatchID == "" {
+	if req.BatchID == "" || s.Submitter.UploadRepeatWindow > 0 {
 		digest, err := s.Submitter.Digest(ctx, req)
 		if err != nil {
 			return req, false, err
 		}
-		req.BatchID = UploadBatchID(bucket, key, digest)
+		if req.BatchID == "" {
+			req.BatchID = batch.UploadBatchID(bucket, key, digest)
+		}
+		// The same items for the same pipeline and options under another
+		// name within the window are not run again, unless asked.
+		content := batch.UploadContent(digest, req.Pipeline, req.Options)
+		if err := s.Submitter.ClaimUpload(ctx, content, req.BatchID, req.Source.Object, req.Rerun); err != nil {
+			return req, false, err
+		}
 	}
 	res, err := s.Submitter.Submit(ctx, req)
 	if err != nil {
 		return req, false, err
 	}
 	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
-	s.clearRetrying(ctx, log, UploadErrorKey(key), req.Source.ETag)
+	s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
 	req.BatchID = res.Batch.ID
 	return req, res.Created, nil
 }
@@ -207,7 +202,7 @@ func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag
 // malformed line, a duplicate key, a bad option, an empty file) a refused
 // batch, which `bulkrun list` and the console show like any other, and
 // returns its id: req.BatchID, or, when the file could not be read far
-// enough to know its digest, UploadBatchID of the object's ETag ("etag:"
+// enough to know its digest, batch.UploadBatchID of the object's ETag ("etag:"
 // and the ETag in place of the digest), the same for every delivery of
 // the same object. An upload whose batch id is another batch's (a
 // mismatch, or an id held by a live batch) gets no row; its error report
@@ -219,7 +214,7 @@ func (s *Submit) recordRefused(ctx context.Context, log *slog.Logger, req batch.
 		return req.BatchID
 	}
 	if req.BatchID == "" {
-		req.BatchID = UploadBatchID(bucket, key, "etag:"+etag)
+		req.BatchID = batch.UploadBatchID(bucket, key, "etag:"+etag)
 	}
 	if req.Source.Object == "" {
 		req.Source = batch.SourceSpec{Object: "s3://" + bucket + "/" + key, ETag: etag}
@@ -240,31 +235,6 @@ func UploadSubmitter(rec events.S3EventRecord) string {
 		return "s3-upload:" + p
 	}
 	return "s3-upload"
-}
-
-var unsafeID = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
-
-// UploadBatchID derives a batch id from an upload: the file's base name
-// (without its format and .gz extensions, characters outside
-// [A-Za-z0-9_-] replaced by '-', at most 80 bytes), '-', and 16 hex digits
-// of SHA-256("{bucket}/{key}#{digest}"), digest being the manifest digest
-// (batch.Submitter.Digest). The same name with the same items gives the
-// same id whatever the object's ETag.
-func UploadBatchID(bucket, key, digest string) string {
-	base := path.Base(key)
-	if strings.EqualFold(path.Ext(base), ".gz") {
-		base = strings.TrimSuffix(base, path.Ext(base))
-	}
-	base = strings.TrimSuffix(base, path.Ext(base))
-	base = strings.Trim(unsafeID.ReplaceAllString(base, "-"), "-")
-	if len(base) > 80 {
-		base = base[:80]
-	}
-	if base == "" {
-		base = "upload"
-	}
-	sum := sha256.Sum256([]byte(bucket + "/" + key + "#" + digest))
-	return base + "-" + hex.EncodeToString(sum[:8])
 }
 
 // uploadRequest builds the submit request of an upload from its metadata,
@@ -299,10 +269,10 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 		return ""
 	}
 	req := batch.SubmitRequest{
-		BatchID:  get(MetaBatchID),
-		Pipeline: get(MetaPipeline),
-		KeyField: get(MetaKeyField),
-		Source:   batch.SourceSpec{Object: uri, Format: strings.ToLower(get(MetaFormat)), CSVDelimiter: get(MetaCSVDelimiter), ETag: etag},
+		BatchID:  get(wire.MetaBatchID),
+		Pipeline: get(wire.MetaPipeline),
+		KeyField: get(wire.MetaKeyField),
+		Source:   batch.SourceSpec{Object: uri, Format: strings.ToLower(get(wire.MetaFormat)), CSVDelimiter: get(wire.MetaCSVDelimiter), ETag: etag},
 	}
 	// A gzip object is recognised by its bytes (batch.ReadSource), whatever
 	// its name or Content-Encoding; another encoding could not be read.
@@ -313,44 +283,51 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	}
 	if req.Source.Format == "" && batch.FormatOf(key) == "" {
 		return req, &batch.InputError{Field: "source.object",
-			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, MetaFormat)}
+			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, wire.MetaFormat)}
 	}
 	if req.Pipeline == "" {
 		req.Pipeline = s.DefaultPipeline
 	}
-	if v := get(MetaFailurePercent); v != "" {
+	if v := get(wire.MetaFailurePercent); v != "" {
 		p, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + MetaFailurePercent, Reason: "not a number: " + v}
+			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailurePercent, Reason: "not a number: " + v}
 		}
 		req.Threshold.FailurePercent = &p
 	}
-	if v := get(MetaFailureCount); v != "" {
+	if v := get(wire.MetaFailureCount); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + MetaFailureCount, Reason: "not a whole number: " + v}
+			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailureCount, Reason: "not a whole number: " + v}
 		}
 		req.Threshold.FailureCount = &c
 	}
-	if v := get(MetaMaxAttempts); v != "" {
+	if v := get(wire.MetaMaxAttempts); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + MetaMaxAttempts, Reason: "not a whole number: " + v}
+			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
 		}
 		req.MaxAttempts = n
 	}
-	if v := get(MetaStopOnThreshold); v != "" {
+	if v := get(wire.MetaStopOnThreshold); v != "" {
 		stop, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + MetaStopOnThreshold, Reason: "want true or false: " + v}
+			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaStopOnThreshold, Reason: "want true or false: " + v}
 		}
 		req.StopOnThreshold = &stop
 	}
-	if v := get(MetaPipelineOptions); v != "" {
+	if v := get(wire.MetaPipelineOptions); v != "" {
 		req.Options = json.RawMessage(v)
 	}
+	if v := get(wire.MetaRerun); v != "" {
+		rerun, err := strconv.ParseBool(v)
+		if err != nil {
+			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaRerun, Reason: "want true or false: " + v}
+		}
+		req.Rerun = rerun
+	}
 	if req.Pipeline == "" {
-		return req, &batch.InputError{Field: "x-amz-meta-" + MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
+		return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
 	}
 	if err := s.Submitter.Validate(&req); err != nil {
 		return req, err

@@ -16,7 +16,9 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/batch/memstore"
+	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // object is what the fake bucket holds under one key.
@@ -249,22 +251,22 @@ func TestUploadsLeaveATrace(t *testing.T) {
 // not the ETag: the same name and items (a multipart re-upload has another
 // ETag) are the same batch; other items under the same name another.
 func TestUploadBatchIDIsNameAndDigest(t *testing.T) {
-	a := UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1")
+	a := batch.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1")
 	tests := []struct {
 		name, id string
 		same     bool
 	}{
-		{"same name and digest", UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1"), true},
-		{"other digest", UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d2"), false},
-		{"other name", UploadBatchID("bkt", "incoming/orders2.jsonl.gz", "d1"), false},
-		{"other bucket", UploadBatchID("bkt2", "incoming/orders.jsonl.gz", "d1"), false},
+		{"same name and digest", batch.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1"), true},
+		{"other digest", batch.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d2"), false},
+		{"other name", batch.UploadBatchID("bkt", "incoming/orders2.jsonl.gz", "d1"), false},
+		{"other bucket", batch.UploadBatchID("bkt2", "incoming/orders.jsonl.gz", "d1"), false},
 	}
 	for _, tt := range tests {
 		if (tt.id == a) != tt.same {
 			t.Errorf("%s: %s vs %s, want same %v", tt.name, tt.id, a, tt.same)
 		}
 	}
-	if !strings.HasPrefix(a, "orders-") || !batch.ValidBatchID(a) || !batch.ValidBatchID(UploadBatchID("b", "incoming/my orders (1).CSV", "d")) {
+	if !strings.HasPrefix(a, "orders-") || !batch.ValidBatchID(a) || !batch.ValidBatchID(batch.UploadBatchID("b", "incoming/my orders (1).CSV", "d")) {
 		t.Errorf("id %q: want the base name without extensions and a valid batch id", a)
 	}
 }
@@ -345,7 +347,7 @@ func TestRetriedStartClearsItsReport(t *testing.T) {
 			body, _ := json.Marshal(Refusal{Source: SourceUpload, Key: "incoming/a.csv", ETag: tt.etag, Retrying: tt.retrying})
 			b := &bucket{name: "bkt", written: map[string][]byte{"incoming-errors/a.csv.error.json": body}}
 			s := newSubmit(b, &bus{}, &bytes.Buffer{})
-			s.clearRetrying(context.Background(), s.Log, UploadErrorKey("incoming/a.csv"), `"e1"`)
+			s.clearRetrying(context.Background(), s.Log, config.UploadErrorKey("incoming/a.csv"), `"e1"`)
 			if _, ok := b.written["incoming-errors/a.csv.error.json"]; ok == tt.gone {
 				t.Fatalf("report present %v, want gone %v", ok, tt.gone)
 			}
@@ -416,7 +418,7 @@ func TestUploadRefusesUnknownOptions(t *testing.T) {
 			switch {
 			case tt.wantField == "" && err != nil:
 				t.Fatalf("uploadRequest: %v, want accepted", err)
-			case tt.wantField != "" && (!errors.As(err, &ie) || ie.Field != tt.wantField || !strings.Contains(ie.Reason, MetaKeyField)):
+			case tt.wantField != "" && (!errors.As(err, &ie) || ie.Field != tt.wantField || !strings.Contains(ie.Reason, wire.MetaKeyField)):
 				t.Fatalf("uploadRequest: %v, want a refusal naming %s and listing the options", err, tt.wantField)
 			}
 		})
@@ -439,7 +441,7 @@ func TestUploadErrorReportOfALongKey(t *testing.T) {
 		if _, err := newSubmit(b, &bus{}, &logs).Handle(context.Background(), raw); err != nil {
 			t.Fatalf("Handle: %v", err)
 		}
-		want := UploadErrorKey(key)
+		want := config.UploadErrorKey(key)
 		if len(b.written) != 1 || b.written[want] == nil || len(want) > 1024 {
 			t.Fatalf("%d-byte key: reports %d, want one at %q (≤ 1,024 bytes)", len(key), len(b.written), want)
 		}

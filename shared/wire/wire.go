@@ -111,3 +111,24 @@ func ItemPath(id, key, action string) string {
 	}
 	return "/batches/" + url.PathEscape(id) + "/items/" + k + "/" + action
 }
+
+// Object metadata an upload under incoming/ may carry (x-amz-meta-<name>,
+// any case, '_' for '-'): the upload's submit options (docs/sources.md,
+// "Upload instead"). The submit function reads them; `bulkrun upload` sets
+// them.
+const (
+	MetaBatchID         = "batch-id"
+	MetaPipeline        = "pipeline"
+	MetaKeyField        = "key-field"
+	MetaFormat          = "format"
+	MetaFailurePercent  = "tolerated-failure-percent"
+	MetaFailureCount    = "tolerated-failure-count"
+	MetaMaxAttempts     = "max-attempts"
+	MetaPipelineOptions = "pipeline-options"
+	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
+	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
+	// MetaRerun "true" runs the upload's items even though the same items
+	// started a batch from another object within the stack's window, and
+	// starts a new run of a finished batch of the same object and items.
+	MetaRerun = "rerun"
+)

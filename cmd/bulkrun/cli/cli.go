@@ -110,7 +110,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.cancelCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd())
+		a.resumeCmd(), a.cancelCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd())
 	return root
 }
 
@@ -372,6 +372,23 @@ var errFirstItem = errors.New("first item read")
 // uploaded. The rest of the file is checked by submit, as it reads it
 // whole. A file whose format cannot be told is an error naming --format.
 func CheckLocalSource(path, format, keyField, delim string) error {
+	err := readLocalSource(path, format, keyField, delim, func(batch.SourceItem) error { return errFirstItem })
+	if errors.Is(err, errFirstItem) {
+		return nil
+	}
+	if err == nil {
+		return errNoItems
+	}
+	return err
+}
+
+var errNoItems = errors.New("holds no items (blank and whitespace-only lines are not items)")
+
+// readLocalSource reads the items of a local file with the readers submit
+// uses for an object (batch.SourceText, then the format's reader), in
+// format (or its name's extension's) and delimiter delim, calling emit
+// with each.
+func readLocalSource(path, format, keyField, delim string, emit func(batch.SourceItem) error) error {
 	if format == "" {
 		format = batch.FormatOf(path)
 	}
@@ -387,26 +404,36 @@ func CheckLocalSource(path, format, keyField, delim string) error {
 	if err != nil {
 		return err
 	}
-	first := func(batch.SourceItem) error { return errFirstItem }
 	switch format {
 	case batch.FormatCSV:
 		d, derr := batch.ParseCSVDelimiter(delim)
 		if derr != nil {
 			return fmt.Errorf("--csv-delimiter %w", derr)
 		}
-		err = batch.ReadCSVDelimited(text, keyField, d, first)
+		return batch.ReadCSVDelimited(text, keyField, d, emit)
 	case batch.FormatJSON:
-		err = batch.ReadJSONArray(text, keyField, first)
-	default:
-		err = batch.ReadJSONL(text, keyField, first)
+		return batch.ReadJSONArray(text, keyField, emit)
 	}
-	if errors.Is(err, errFirstItem) {
-		return nil
+	return batch.ReadJSONL(text, keyField, emit)
+}
+
+// LocalManifest reads a whole local file as submit will once it is
+// uploaded (readLocalSource) into a manifest it discards, and returns its
+// summary: the digest submit will compute (batch.Submitter.Digest) and
+// the item count. Every line is checked — malformed lines, duplicate keys
+// (spilled to the temporary directory past a few MiB) — with submit's
+// errors, which name the line and key.
+func LocalManifest(path, format, keyField, delim string) (batch.ManifestSummary, error) {
+	mw := batch.NewManifestWriter(io.Discard, 0, os.TempDir())
+	defer mw.Close()
+	if err := readLocalSource(path, format, keyField, delim, mw.Add); err != nil {
+		return batch.ManifestSummary{}, err
 	}
-	if err == nil {
-		return fmt.Errorf("holds no items (blank and whitespace-only lines are not items)")
+	sum, err := mw.Finish()
+	if err == nil && sum.Count == 0 {
+		err = errNoItems
 	}
-	return err
+	return sum, err
 }
 
 // RequestBatchID is the default batch id of a submit of a local file or
@@ -501,12 +528,18 @@ func (a *app) upload(ctx context.Context, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return a.putFile(ctx, path, uploadFileKey(path, sum), nil)
+}
+
+// putFile streams the local file path under key in the stack's bucket
+// with user metadata meta (x-amz-meta-<name>; nil for none), and returns
+// its s3:// URI.
+func (a *app) putFile(ctx context.Context, path, key string, meta map[string]string) (string, error) {
 	bucket, err := a.outs.Get(config.OutputBucket)
 	if err != nil {
 		return "", err
 	}
-	key := uploadFileKey(path, sum)
-	if err := uploadFile(ctx, blob.New(blob.NewS3(a.aws), bucket), path, key); err != nil {
+	if err := uploadFile(ctx, blob.New(blob.NewS3(a.aws), bucket), path, key, meta); err != nil {
 		return "", err
 	}
 	return "s3://" + bucket + "/" + key, nil
@@ -534,14 +567,15 @@ func hashFile(path string) ([32]byte, error) {
 	return sum, nil
 }
 
-// uploadFile streams the file at path to key through the transfer manager.
-func uploadFile(ctx context.Context, store *blob.Store, path, key string) error {
+// uploadFile streams the file at path to key through the transfer
+// manager, with user metadata meta (nil for none).
+func uploadFile(ctx context.Context, store *blob.Store, path, key string, meta map[string]string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w, err := store.Create(ctx, key, "application/octet-stream")
+	w, err := store.CreateObject(ctx, key, "application/octet-stream", meta)
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", path, err)
 	}
@@ -610,7 +644,7 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 		go func(f string) {
 			defer func() { <-sem }()
 			rel, _ := filepath.Rel(dir, f)
-			errs <- uploadFile(ctx, store, f, prefix+filepath.ToSlash(rel))
+			errs <- uploadFile(ctx, store, f, prefix+filepath.ToSlash(rel), nil)
 		}(f)
 	}
 	var all []error

@@ -252,3 +252,73 @@ func TestCheckLocalSource(t *testing.T) {
 		t.Errorf("submit of a CSV without its key column: %v (%d requests), want a refusal naming order_id before any upload", err, requests.Load())
 	}
 }
+
+// Guards `bulkrun upload` (docs/cli.md "Uploading a file"): the key under
+// incoming/, and the object metadata its flags set — only the flags given,
+// the options as compact JSON (no shell quoting to get right), rerun.
+func TestUploadKeyAndMetadata(t *testing.T) {
+	for _, tt := range []struct{ file, name, want string }{
+		{"/tmp/x/records (1).csv", "", "incoming/records (1).csv"},
+		{"records.csv", "exports/2026/records.csv", "incoming/exports/2026/records.csv"},
+		{"records.csv", "incoming/records.csv", "incoming/records.csv"},
+		{"records.csv", "/../../etc/records.csv", "incoming/etc/records.csv"},
+	} {
+		if got := UploadKey(tt.file, tt.name); got != tt.want {
+			t.Errorf("UploadKey(%q, %q) = %q, want %q", tt.file, tt.name, got, tt.want)
+		}
+	}
+	cmd := (&app{}).uploadCmd()
+	if err := cmd.ParseFlags([]string{"--pipeline", "lambda", "--key-field", "order_id", "--options", "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }",
+		"--tolerated-failure-percent", "5", "--stop-on-threshold=false", "--rerun"}); err != nil {
+		t.Fatal(err)
+	}
+	o := uploadOptions{pipeline: "lambda", keyField: "order_id", options: "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }", percent: 5, stop: false, rerun: true}
+	meta, err := o.metadata(cmd.Flags().Changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"pipeline": "lambda", "key-field": "order_id", "pipeline-options": `{"function":"score","params":{"model":"v2"}}`,
+		"tolerated-failure-percent": "5", "stop-on-threshold": "false", "rerun": "true"}
+	if len(meta) != len(want) {
+		t.Errorf("metadata %v, want %v", meta, want)
+	}
+	for k, v := range want {
+		if meta[k] != v {
+			t.Errorf("metadata %s = %q, want %q", k, meta[k], v)
+		}
+	}
+	o.options = "{not json"
+	var ee *ExitError
+	if _, err := o.metadata(cmd.Flags().Changed); !errors.As(err, &ee) || ee.Code != ExitUsage {
+		t.Errorf("bad --options: %v, want a usage error", err)
+	}
+}
+
+// LocalManifest reads a whole local file as submit will: its digest and
+// count, and every line's errors — a duplicate key anywhere, not only in
+// the first line.
+func TestLocalManifest(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "a.csv")
+	if err := os.WriteFile(good, []byte("id,x\nk1,1\nk2,2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := LocalManifest(good, "", "id", "")
+	if err != nil || sum.Count != 2 || len(sum.Digest) != 64 {
+		t.Fatalf("LocalManifest: %+v %v", sum, err)
+	}
+	crlf := filepath.Join(dir, "b.csv")
+	if err := os.WriteFile(crlf, []byte("id,x\r\nk1,1\r\nk2,2\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := LocalManifest(crlf, "", "id", ""); err != nil || again.Digest != sum.Digest {
+		t.Errorf("the same items with CRLF line ends: %+v %v, want digest %s (the items as read)", again, err, sum.Digest)
+	}
+	dup := filepath.Join(dir, "c.csv")
+	if err := os.WriteFile(dup, []byte("id,x\nk1,1\nk2,2\nk1,3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LocalManifest(dup, "", "id", ""); err == nil || !strings.Contains(err.Error(), "line 4") {
+		t.Errorf("a duplicate key on line 4: %v", err)
+	}
+}

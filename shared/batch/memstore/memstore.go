@@ -38,6 +38,7 @@ type Store struct {
 	publish   map[batch.RunRef]bool
 	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
 	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
+	uploads   map[string]batch.UploadClaim    // content → claim
 }
 
 var _ batch.Store = (*Store)(nil)
@@ -49,7 +50,20 @@ func New() *Store {
 		chunks: map[chunkKey]*counter{}, runs: map[runKey]*runCounter{}, slots: map[slotKey]slot{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[batch.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
+		uploads: map[string]batch.UploadClaim{},
 	}
+}
+
+// ClaimUpload stores c unless another object's claim of its content
+// stands (see batch.Store).
+func (s *Store) ClaimUpload(_ context.Context, c batch.UploadClaim, force bool) (batch.UploadClaim, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.uploads[c.Content]; ok && !force && old.Until.After(c.ClaimedAt) && old.Source != c.Source {
+		return old, batch.ErrConflict
+	}
+	s.uploads[c.Content] = c
+	return c, nil
 }
 
 type markKey struct {

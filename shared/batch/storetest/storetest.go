@@ -849,6 +849,44 @@ var cases = []suiteCase{
 			t.Errorf("unknown source = %v, want none", got)
 		}
 	}},
+	{"ClaimUploadOnePerContent", func(t *testing.T, s batch.Store) {
+		const a, b = "s3://bkt/incoming/records.csv", "s3://bkt/incoming/records (1).csv"
+		claim := func(src, id string, at time.Time) batch.UploadClaim {
+			return batch.UploadClaim{Content: "c1", BatchID: id, Source: src, ClaimedAt: at, Until: at.Add(7 * 24 * time.Hour)}
+		}
+		got, err := s.ClaimUpload(ctx, claim(a, "records-1", T0), false)
+		if err != nil || got.BatchID != "records-1" {
+			t.Fatalf("first claim: %+v %v", got, err)
+		}
+		// The same object again (a repeated notification, the same file
+		// uploaded again): it holds the claim.
+		if _, err := s.ClaimUpload(ctx, claim(a, "records-1", T0.Add(time.Hour)), false); err != nil {
+			t.Fatalf("the same object again: %v", err)
+		}
+		// Another object within the window: refused, the standing claim
+		// returned, nothing written.
+		got, err = s.ClaimUpload(ctx, claim(b, "records-2", T0.Add(2*time.Hour)), false)
+		if !errors.Is(err, batch.ErrConflict) || got.BatchID != "records-1" || got.Source != a || !got.ClaimedAt.Equal(T0.Add(time.Hour)) {
+			t.Fatalf("another object within the window: %+v %v, want ErrConflict with the claim of %s", got, err, a)
+		}
+		// Another content is its own claim.
+		other := claim(b, "records-2", T0.Add(2*time.Hour))
+		other.Content = "c2"
+		if _, err := s.ClaimUpload(ctx, other, false); err != nil {
+			t.Fatalf("another content: %v", err)
+		}
+		// Forced (a rerun asked for): the claim moves.
+		if got, err := s.ClaimUpload(ctx, claim(b, "records-2", T0.Add(3*time.Hour)), true); err != nil || got.Source != b {
+			t.Fatalf("forced claim: %+v %v", got, err)
+		}
+		if got, err := s.ClaimUpload(ctx, claim(a, "records-1", T0.Add(4*time.Hour)), false); !errors.Is(err, batch.ErrConflict) || got.Source != b {
+			t.Fatalf("after the forced claim, the first object: %+v %v, want the claim of %s", got, err, b)
+		}
+		// Past the window anyone claims it.
+		if got, err := s.ClaimUpload(ctx, claim(a, "records-3", T0.Add(3*time.Hour+7*24*time.Hour)), false); err != nil || got.BatchID != "records-3" {
+			t.Fatalf("past the window: %+v %v", got, err)
+		}
+	}},
 	{"RetentionMarkersOldestFirst", func(t *testing.T, s batch.Store) {
 		for i, id := range []string{"c", "a", "b"} {
 			create(t, s, newBatch(id))

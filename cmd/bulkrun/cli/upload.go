@@ -1,0 +1,279 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/spf13/cobra"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// UploadWait is how long `bulkrun upload` waits for the upload's batch to
+// appear (the S3 notification, then submit reading the file).
+const UploadWait = 2 * time.Minute
+
+// UploadKey is the key a file is uploaded under: incoming/ and name (a
+// name without incoming/ gets it; "" is the file's base name).
+func UploadKey(file, name string) string {
+	if name == "" {
+		name = filepath.Base(file)
+	}
+	name = strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(name)), "/")
+	if strings.HasPrefix(name, config.IncomingPrefix) {
+		return name
+	}
+	return config.IncomingPrefix + name
+}
+
+// uploadOptions are the flags of `bulkrun upload`.
+type uploadOptions struct {
+	name, pipeline, keyField, format, delim, options, id string
+	percent                                              float64
+	count                                                int64
+	maxAttempts                                          int
+	stop, rerun, watch                                   bool
+}
+
+// metadata is the object metadata (x-amz-meta-<name>, wire.Meta*) that
+// asks submit for what the flags say; only the flags given are set.
+func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, error) {
+	m := map[string]string{wire.MetaPipeline: o.pipeline}
+	set := func(flag, name, value string) {
+		if changed(flag) && value != "" {
+			m[name] = value
+		}
+	}
+	set("key-field", wire.MetaKeyField, o.keyField)
+	set("format", wire.MetaFormat, o.format)
+	set("csv-delimiter", wire.MetaCSVDelimiter, o.delim)
+	set("id", wire.MetaBatchID, o.id)
+	set("tolerated-failure-percent", wire.MetaFailurePercent, strconv.FormatFloat(o.percent, 'f', -1, 64))
+	set("tolerated-failure-count", wire.MetaFailureCount, strconv.FormatInt(o.count, 10))
+	set("max-attempts", wire.MetaMaxAttempts, strconv.Itoa(o.maxAttempts))
+	set("stop-on-threshold", wire.MetaStopOnThreshold, strconv.FormatBool(o.stop))
+	if o.rerun {
+		m[wire.MetaRerun] = "true"
+	}
+	if o.options != "" {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(o.options)); err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--options: not valid JSON: %v", err)}
+		}
+		m[wire.MetaPipelineOptions] = compact.String()
+	}
+	return m, nil
+}
+
+func (a *app) uploadCmd() *cobra.Command {
+	var o uploadOptions
+	cmd := &cobra.Command{
+		Use:   "upload FILE --pipeline NAME [--name KEY] [--key-field F] [--options JSON] [--watch]",
+		Short: "Upload a file under incoming/ with its options as object metadata, as any uploader would, and follow the batch it starts",
+		Long: `Upload a local file under incoming/ in the stack's bucket, its submit options set as the object's
+metadata (x-amz-meta-pipeline, -key-field, -pipeline-options, …: docs/sources.md "Upload instead"), the
+way any S3 uploader starts a batch. The file is read first as submit will read it — every line, duplicate
+keys included — and a file submit would refuse is refused before any byte is uploaded. It then prints the
+batch id the upload starts (the name and the items decide it, as for every upload, unless --id names it),
+waits until submit has read the file, and says whether the batch runs, was found (the same file under the
+same name again), or was refused (a renamed copy of a file that already ran: --rerun runs it again).
+--watch follows the run as bulkrun watch does.`,
+		Args: exactArgs(1, "one FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.uploadFile(cmd, args[0], o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.pipeline, "pipeline", "", "pipeline to run per item (required)")
+	f.StringVar(&o.name, "name", "", "key under incoming/ (default: the file's name); incoming/ is added when missing")
+	f.StringVar(&o.keyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
+	f.StringVar(&o.format, "format", "", "source format: jsonl, json or csv (default from the extension)")
+	f.StringVar(&o.delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
+	f.StringVar(&o.options, "options", "", "pipeline options, a JSON object, set as x-amz-meta-pipeline-options")
+	f.StringVar(&o.id, "id", "", "batch id, set as x-amz-meta-batch-id (default: derived from the name and the items)")
+	f.Float64Var(&o.percent, "tolerated-failure-percent", 0, "threshold: tolerated failures in percent of all items")
+	f.Int64Var(&o.count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
+	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
+	f.BoolVar(&o.stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
+	f.BoolVar(&o.rerun, "rerun", false, "run the items even though the same items started a batch from another name (x-amz-meta-rerun: true), or start a new run of this name's finished batch")
+	f.BoolVar(&o.watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
+	_ = cmd.MarkFlagRequired("pipeline")
+	return cmd
+}
+
+// uploadFile is `bulkrun upload`: check, upload, find the batch, report.
+func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error {
+	ctx := cmd.Context()
+	meta, err := o.metadata(cmd.Flags().Changed)
+	if err != nil {
+		return err
+	}
+	if o.id != "" && !batch.ValidBatchID(o.id) {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--id %q: want 1–128 of A-Z a-z 0-9 _ -", o.id)}
+	}
+	key := UploadKey(file, o.name)
+	format := o.format
+	if format == "" {
+		format = batch.FormatOf(key) // what submit will go by: the object's name
+	}
+	sum, err := LocalManifest(file, format, o.keyField, o.delim)
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", file, err)}
+	}
+	if err := a.load(ctx); err != nil {
+		return err
+	}
+	bucket, err := a.outs.Get(config.OutputBucket)
+	if err != nil {
+		return err
+	}
+	id := o.id
+	if id == "" {
+		id = batch.UploadBatchID(bucket, key, sum.Digest)
+	}
+	md5sum, err := fileMD5(file)
+	if err != nil {
+		return err
+	}
+	// The same bytes and options already under this name: its batch
+	// answers (an upload of them again would be the same batch), nothing
+	// is uploaded and nothing runs again.
+	if !o.rerun {
+		if v, ok := a.alreadyUploaded(ctx, bucket, key, md5sum, meta, id); ok {
+			if a.output == "json" {
+				return a.printJSON(v)
+			}
+			textln(a.out, v.ID)
+			textf(a.errw, "%s is already s3://%s/%s with these options: batch %s (%s) answers; nothing was uploaded, nothing runs again (--rerun starts a new run)\n",
+				file, bucket, key, v.ID, v.Status)
+			if o.watch {
+				return a.watch(ctx, v.ID)
+			}
+			return nil
+		}
+	}
+	// An earlier upload's refusal under this id (a renamed copy refused,
+	// now sent with --rerun; a file since corrected) does not hold it: it
+	// is forgotten first, so that the refusal read below is this upload's.
+	if v, err := a.api.Status(ctx, id); err == nil && v.Status == batch.StatusRefused {
+		if err := a.api.Forget(ctx, id); err != nil {
+			return fmt.Errorf("forget the earlier refusal of batch %s: %w", id, err)
+		}
+		textf(a.errw, "batch %s: its earlier refusal (%s) forgotten\n", id, refusalText(v.Refusal))
+	}
+	uri, err := a.putFile(ctx, file, key, meta)
+	if err != nil {
+		return err
+	}
+	textf(a.errw, "uploaded %s (%d items) to %s; batch %s\n", file, sum.Count, uri, id)
+	v, err := a.uploadedBatch(ctx, id)
+	if err != nil {
+		return err
+	}
+	if a.output == "json" {
+		if err := a.printJSON(v); err != nil {
+			return err
+		}
+	} else {
+		textln(a.out, v.ID)
+	}
+	switch {
+	case v.Status == batch.StatusRefused:
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("the upload was refused: %s (report: s3://%s/%s)", refusalText(v.Refusal), bucket, config.UploadErrorKey(key))}
+	default:
+		textf(a.errw, "batch %s: %s, %d items, run %d\n", v.ID, v.Status, v.ItemCount, v.Run)
+	}
+	if o.watch && v.Status != batch.StatusRefused {
+		return a.watch(ctx, v.ID)
+	}
+	return nil
+}
+
+// alreadyUploaded reports whether key holds the file whose MD5 is sum
+// (the ETag of a single-part upload, which a file under one part size is)
+// with the metadata meta, and returns the batch id's view when it exists.
+// A multipart object's ETag is not its MD5: such a file is uploaded again,
+// and submit answers its batch all the same.
+func (a *app) alreadyUploaded(ctx context.Context, bucket, key string, sum [md5.Size]byte, meta map[string]string, id string) (wire.BatchView, bool) {
+	head, err := blob.NewS3(a.aws).HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		return wire.BatchView{}, false
+	}
+	if strings.Trim(aws.ToString(head.ETag), `"`) != hex.EncodeToString(sum[:]) || len(head.Metadata) != len(meta) {
+		return wire.BatchView{}, false
+	}
+	for k, v := range meta {
+		if head.Metadata[strings.ToLower(k)] != v {
+			return wire.BatchView{}, false
+		}
+	}
+	v, err := a.api.Status(ctx, id)
+	if err != nil || v.Status == batch.StatusRefused || v.Status == batch.StatusSubmitting {
+		return wire.BatchView{}, false
+	}
+	return v, true
+}
+
+// fileMD5 is the MD5 of the file at path, read as a stream: what S3 gives
+// as the ETag of a single-part upload (S3 user guide, "Checking object
+// integrity").
+func fileMD5(path string) ([md5.Size]byte, error) {
+	var sum [md5.Size]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := md5.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, fmt.Errorf("read %s: %w", path, err)
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// uploadedBatch polls the batch of an upload until submit has read the
+// file: it exists and is past submitting (running or later, or refused).
+func (a *app) uploadedBatch(ctx context.Context, id string) (wire.BatchView, error) {
+	wctx, cancel := context.WithTimeout(ctx, UploadWait)
+	defer cancel()
+	var last error
+	for pause := 500 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		v, err := a.api.Status(wctx, id)
+		switch {
+		case err == nil && v.Status != batch.StatusSubmitting:
+			return v, nil
+		case err == nil:
+			last = fmt.Errorf("batch %s is still reading the file", id)
+		case errors.Is(err, batch.ErrNotFound):
+			last = fmt.Errorf("batch %s does not exist yet", id)
+		default:
+			return wire.BatchView{}, err
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return wire.BatchView{}, ctx.Err()
+			}
+			return wire.BatchView{}, fmt.Errorf("no batch after %s: %v; the upload may still start it: bulkrun status %s", UploadWait, last, id)
+		case <-time.After(pause):
+		}
+	}
+}

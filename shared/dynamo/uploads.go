@@ -1,0 +1,71 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// skUpload is the sort key of an upload claim (pk UPLOAD#{content}).
+const skUpload = "UPLOAD"
+
+func uploadPK(content string) string { return "UPLOAD#" + content }
+
+// uploadRow is the stored shape of batch.UploadClaim.
+type uploadRow struct {
+	PK          string `dynamodbav:"pk"`
+	SK          string `dynamodbav:"sk"`
+	BatchID     string `dynamodbav:"batch_id"`
+	Source      string `dynamodbav:"source"`
+	ClaimedAtMs int64  `dynamodbav:"claimed_at_ms"`
+	UntilMs     int64  `dynamodbav:"until_ms"`
+	ExpiresAt   int64  `dynamodbav:"expires_at"` // TTL, epoch seconds
+}
+
+// ClaimUpload puts the claim row UPLOAD#{content}, UPLOAD with one
+// PutItem conditioned on
+//
+//	attribute_not_exists(pk) OR until_ms <= :claimed OR source = :source
+//
+// (no condition with force), the TTL a day past the claim's end
+// (batch.TTLGrace). A lost condition returns the stored claim, which
+// DynamoDB sends back (ALL_OLD), and batch.ErrConflict.
+func (s *Store) ClaimUpload(ctx context.Context, c batch.UploadClaim, force bool) (batch.UploadClaim, error) {
+	av, err := attributevalue.MarshalMap(uploadRow{PK: uploadPK(c.Content), SK: skUpload, BatchID: c.BatchID, Source: c.Source,
+		ClaimedAtMs: ms(c.ClaimedAt), UntilMs: ms(c.Until), ExpiresAt: c.Until.Add(batch.TTLGrace).Unix()})
+	if err != nil {
+		return batch.UploadClaim{}, err
+	}
+	in := &dynamodb.PutItemInput{TableName: &s.table, Item: av, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}
+	if !force {
+		cond := expression.AttributeNotExists(expression.Name(config.AttrPK)).
+			Or(expression.Name("until_ms").LessThanEqual(expression.Value(ms(c.ClaimedAt)))).
+			Or(expression.Name("source").Equal(expression.Value(c.Source)))
+		expr, err := expression.NewBuilder().WithCondition(cond).Build()
+		if err != nil {
+			return batch.UploadClaim{}, err
+		}
+		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = expr.Condition(), expr.Names(), expr.Values()
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.PutItem(cctx, in)
+	if old, ok := conflict(err); ok {
+		var r uploadRow
+		if uerr := attributevalue.UnmarshalMap(old, &r); uerr != nil || r.BatchID == "" {
+			return batch.UploadClaim{}, fmt.Errorf("claim upload %s: lost to a claim that does not read back (%v): %w", c.Source, uerr, batch.ErrConflict)
+		}
+		return batch.UploadClaim{Content: c.Content, BatchID: r.BatchID, Source: r.Source, ClaimedAt: fromMs(r.ClaimedAtMs), Until: fromMs(r.UntilMs)}, batch.ErrConflict
+	}
+	if err != nil {
+		return batch.UploadClaim{}, fmt.Errorf("claim upload %s: %w", c.Source, err)
+	}
+	return c, nil
+}
