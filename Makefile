@@ -25,8 +25,13 @@ GOARCH_FN := $(shell $(GO) env GOARCH)
 endif
 
 EMULATOR_PORT ?= $(or $(BULKRUN_EMULATOR_PORT),4566)
+# Node.js 20 is past its end of life; the pinned aws-cdk CLI works on it.
+# Its three notices about that (jsii's two, and the AWS SDK for
+# JavaScript's NodeVersionSupportWarning, once per cdk command) are
+# silenced here; Node.js 22 or later needs none of this.
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 export BULKRUN_EMULATOR_PORT := $(EMULATOR_PORT)
 ifeq ($(TARGET),emulator)
@@ -59,6 +64,15 @@ PIPELINES ?=
 ifneq ($(strip $(PIPELINES)),)
 CDK_CONTEXT += -c pipelines=$(PIPELINES)
 endif
+# LAMBDA_FUNCTIONS=score,arn:aws:lambda:… allow-lists the Lambda functions
+# the `lambda` pipeline may call (context lambdaFunctions, prop
+# LambdaFunctions; docs/pipelines.md "Pipelines in any language"). Default:
+# none on AWS, bulkrun-example-python (the integration suite's) on the
+# emulator; naming others replaces it.
+LAMBDA_FUNCTIONS ?=
+ifneq ($(strip $(LAMBDA_FUNCTIONS)),)
+CDK_CONTEXT += -c lambdaFunctions=$(LAMBDA_FUNCTIONS)
+endif
 # Go pipelines of your own: PIPELINE_MODULE is a Go module (a folder with
 # its go.mod) whose package PIPELINE_MAIN calls function.Start with your
 # pipelines' declarations (docs/pipelines.md "Write your own pipeline"). `make
@@ -80,7 +94,7 @@ endif
 # does not descend into a nested module).
 MODULES := examples/embed
 
-.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short bench bench-go clean
+.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short bench bench-go clean lambda-function
 
 all: functions
 
@@ -128,6 +142,16 @@ deploy: tools $(EMULATOR_DEP) functions
 	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \
 	  -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) --outputs-file ../build/outputs.json
 	$(FIXUP)
+
+# A team's Python function onto the emulator, for the `lambda` pipeline:
+# every .py file of FUNCTION_DIR as FUNCTION (python3.12, FUNCTION_HANDLER),
+# created or its code replaced. Then `make deploy LAMBDA_FUNCTIONS=…` lets
+# the stack call it. On AWS, deploy the function with your own tooling.
+FUNCTION         ?= bulkrun-example-python
+FUNCTION_DIR     ?= examples/lambda-python
+FUNCTION_HANDLER ?= handler.handler
+lambda-function: $(EMULATOR_DEP)
+	$(GO) run ./localstack/pyfunc -name $(FUNCTION) -dir $(FUNCTION_DIR) -handler $(FUNCTION_HANDLER)
 
 demo: deploy
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output

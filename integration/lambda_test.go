@@ -3,26 +3,21 @@
 package integration
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	ltypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/bulkrun/bulkrun/internal/pyfunc"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
@@ -52,49 +47,8 @@ func deployExampleFunction(t *testing.T) {
 }
 
 func deployPython(ctx context.Context) error {
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, name := range []string{"handler.py", "calls.py"} {
-		src, err := os.ReadFile(filepath.Join("..", "examples", "lambda-python", name))
-		if err != nil {
-			return err
-		}
-		w, err := zw.Create(name)
-		if err != nil {
-			return err
-		}
-		if _, err := w.Write(src); err != nil {
-			return err
-		}
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	vars := map[string]string{"BULKRUN_EXAMPLE_CALLS_BUCKET": env.bucket, "BULKRUN_EXAMPLE_CALLS_PREFIX": exampleCallsPrefix}
-	_, err := env.lambda.CreateFunction(ctx, &lambda.CreateFunctionInput{
-		FunctionName: aws.String(exampleFunction),
-		Runtime:      ltypes.RuntimePython312,
-		Handler:      aws.String("handler.handler"),
-		Role:         aws.String("arn:aws:iam::000000000000:role/bulkrun-example-python"),
-		Code:         &ltypes.FunctionCode{ZipFile: buf.Bytes()},
-		Timeout:      aws.Int32(30),
-		Environment:  &ltypes.Environment{Variables: vars},
-	})
-	var exists *ltypes.ResourceConflictException
-	if errors.As(err, &exists) {
-		if _, err = env.lambda.UpdateFunctionCode(ctx, &lambda.UpdateFunctionCodeInput{FunctionName: aws.String(exampleFunction), ZipFile: buf.Bytes()}); err != nil {
-			return err
-		}
-		if err := lambda.NewFunctionUpdatedV2Waiter(env.lambda).Wait(ctx, &lambda.GetFunctionInput{FunctionName: aws.String(exampleFunction)}, time.Minute); err != nil {
-			return err
-		}
-		_, err = env.lambda.UpdateFunctionConfiguration(ctx, &lambda.UpdateFunctionConfigurationInput{FunctionName: aws.String(exampleFunction),
-			Environment: &ltypes.Environment{Variables: vars}})
-	}
-	if err != nil {
-		return err
-	}
-	return lambda.NewFunctionActiveV2Waiter(env.lambda).Wait(ctx, &lambda.GetFunctionInput{FunctionName: aws.String(exampleFunction)}, time.Minute)
+	return pyfunc.Deploy(ctx, env.lambda, pyfunc.Function{Name: exampleFunction, Dir: filepath.Join("..", "examples", "lambda-python"),
+		Env: map[string]string{"BULKRUN_EXAMPLE_CALLS_BUCKET": env.bucket, "BULKRUN_EXAMPLE_CALLS_PREFIX": exampleCallsPrefix}})
 }
 
 // exampleCallObjects lists the objects recording the example's calls of
