@@ -233,6 +233,38 @@ type Census struct {
 	// twice before it succeeded counts three calls here, one in Cost). An
 	// attempt cut off before it could write (a crash) is not in it.
 	RunSpent pipeline.CostSum `json:"run_spent"`
+	// CostNamesOmitted is how many cost names Bounded left out of Cost
+	// and RunSpent together (0 when none was): the batch row and the
+	// completion event carry at most MaxCensusCostNames per rollup, the
+	// report every one.
+	CostNamesOmitted int `json:"cost_names_omitted,omitempty"`
+}
+
+// MaxCensusCostNames is the most cost names per rollup (Cost, RunSpent)
+// that the census on the batch row and in the completion event carries:
+// 100, ≈ 6.5 KB per rollup at pipeline.MaxCostNameBytes, so that however
+// many distinct names a batch's items report, the batch row stays far
+// under DynamoDB's 400 KB item limit and the event under EventBridge's
+// 256 KB entry limit. The report (S3) has every name.
+const MaxCensusCostNames = 100
+
+// Bounded returns c with each cost rollup cut to its first
+// MaxCensusCostNames names in byte order, CostNamesOmitted counting what
+// was left out (see the report for them). c is not changed.
+func (c Census) Bounded() Census {
+	cut := func(s pipeline.CostSum) pipeline.CostSum {
+		if len(s) <= MaxCensusCostNames {
+			return s
+		}
+		out := make(pipeline.CostSum, MaxCensusCostNames)
+		for _, name := range s.Names()[:MaxCensusCostNames] {
+			out[name] = s[name]
+		}
+		c.CostNamesOmitted += len(s) - MaxCensusCostNames
+		return out
+	}
+	c.Cost, c.RunSpent = cut(c.Cost), cut(c.RunSpent)
+	return c
 }
 
 // Add counts one item of outcome o with cost c.

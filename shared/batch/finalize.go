@@ -243,7 +243,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: row TTL: %w", id, run, err)
 	}
 	err = f.Store.FinishRun(ctx, id, run, Finish{
-		Status: rep.Status, ReportKey: key, Census: rep.Census, FinishedAt: rep.FinishedAt,
+		Status: rep.Status, ReportKey: key, Census: rep.Census.Bounded(), FinishedAt: rep.FinishedAt,
 		ExpiresAt: expires, RowsExpireAt: rowsExpire,
 	})
 	if err != nil && !errors.Is(err, ErrConflict) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/batch/memstore"
+	"github.com/bulkrun/bulkrun/shared/event"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -642,5 +643,98 @@ func TestMemStopCountsItemsInFlight(t *testing.T) {
 	}
 	if txt := s.Text(); !strings.Contains(txt, "3 items already in flight finished after the stop, 3 of them failed") {
 		t.Errorf("stop line %q", txt)
+	}
+}
+
+// eventSizes records the completion event each finished run would put on
+// the bus, sized by EventBridge's rule (event.EntryBytes).
+type eventSizes struct {
+	mu      sync.Mutex
+	details []string
+	bytes   []int
+}
+
+func (e *eventSizes) Publish(_ context.Context, r batch.Report) error {
+	d, err := event.CompletionDetail(r, "bucket")
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.details = append(e.details, d)
+	e.bytes = append(e.bytes, event.EntryBytes(event.Source, event.DetailType(r.Status), d, nil))
+	return nil
+}
+
+// Every aggregate within its service's limit, whatever the items report:
+// 150 items naming 100 costs each fail at once with an error naming the
+// item and the limit (the contract: pipeline.MaxCostNames), and the batch
+// finishes with its event; 150 items naming 10 costs of their own (1,500
+// distinct names in the batch) finish with every name in the report, at
+// most batch.MaxCensusCostNames per rollup on the batch row and in the
+// event, and the event within EventBridge's 256 KB.
+func TestMemAggregatesStayWithinLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name         string
+		names        int  // cost names per item
+		distinct     bool // each item its own names
+		wantFailed   int64
+		wantInReport int
+	}{
+		{"100 names per item", 100, false, 150, 0},
+		{"10 names per item, 1500 in the batch", 10, true, 0, 1500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				c := pipeline.Cost{}
+				for i := range tc.names {
+					name := fmt.Sprintf("cost-name-%03d-%s", i, strings.Repeat("x", 20))
+					if tc.distinct {
+						name = fmt.Sprintf("%s-%03d-%s", req.Key, i, strings.Repeat("y", 10))
+					}
+					c[name] = 0.5
+				}
+				return pipeline.Result{Cost: c}, nil
+			})
+			ev := &eventSizes{}
+			r.fin.Events = ev
+			if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "agg", Pipeline: "counted", Source: batch.SourceSpec{Items: items(150)}}); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			res, err := r.fin.Finalize(ctx, "agg", 1)
+			if err != nil {
+				t.Fatalf("finalize: %v", err)
+			}
+			c := res.Report.Census
+			if c.Total != 150 || c.Failed != tc.wantFailed || c.Succeeded != 150-tc.wantFailed || len(c.Cost) != tc.wantInReport {
+				t.Fatalf("report census: %d total, %d failed, %d cost names; want 150, %d, %d", c.Total, c.Failed, len(c.Cost), tc.wantFailed, tc.wantInReport)
+			}
+			if tc.wantFailed > 0 {
+				var it batch.Item
+				err := r.store.ScanItems(ctx, "agg", 1, func(i batch.Item) error {
+					if i.Key == batch.PositionalKey(7) {
+						it = i
+					}
+					return nil
+				})
+				if err != nil || it.Reason != batch.ReasonPermanent || !strings.Contains(it.Error, batch.PositionalKey(7)) ||
+					!strings.Contains(it.Error, "pipeline.MaxCostNames") || len(it.Cost) != 0 {
+					t.Fatalf("item 7: %+v %v, want failed naming the item and pipeline.MaxCostNames, no cost kept", it, err)
+				}
+			}
+			b, _ := r.store.GetBatch(ctx, "agg")
+			if !b.Status.Finished() || b.FinalCensus == nil || len(b.FinalCensus.Cost) > batch.MaxCensusCostNames || len(b.FinalCensus.RunSpent) > batch.MaxCensusCostNames {
+				t.Fatalf("batch row: %s, census on the row %v", b.Status, b.FinalCensus != nil)
+			}
+			if want := max(0, 2*(tc.wantInReport-batch.MaxCensusCostNames)); b.FinalCensus.CostNamesOmitted != want {
+				t.Errorf("row: cost_names_omitted %d, want %d", b.FinalCensus.CostNamesOmitted, want)
+			}
+			if len(ev.bytes) != 1 || ev.bytes[0] > event.MaxEntryBytes || !strings.Contains(ev.details[0], `"report":"s3://bucket/`) {
+				t.Fatalf("events %v bytes, want one within %d with the report's URI", ev.bytes, event.MaxEntryBytes)
+			}
+			t.Logf("event entry %d bytes; report census %d cost names, row %d (+%d omitted)", ev.bytes[0], len(c.Cost), len(b.FinalCensus.Cost), b.FinalCensus.CostNamesOmitted)
+		})
 	}
 }

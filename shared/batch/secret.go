@@ -315,7 +315,9 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 	return h, out, nil
 }
 
-// runPipeline runs p once for req (runSafely). When the call fails because
+// runPipeline runs p once for req (runSafely), and checks the result's
+// cost record against the contract's limits (pipeline.CheckCost). When the
+// call fails because
 // the receiver rejected a credential (pipeline.IsCredentialRejected: a
 // webhook's 401 or 403) and the batch's headers or options hold secret
 // references, the references are read again bypassing the cache
@@ -326,6 +328,19 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 // call must have staged no writes (the built-in pipelines stage none on a
 // 401 or 403).
 func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b Batch, req pipeline.Request) (pipeline.Result, error) {
+	res, err := w.rejectCredential(ctx, log, p, b, req)
+	if cerr := pipeline.CheckCost(res.Cost); cerr != nil {
+		// Beyond the contract's limits: not recorded (it would not fit
+		// the rows), and the item fails saying which limit.
+		res.Cost = nil
+		err = pipeline.Permanent(fmt.Errorf("item %q: %w", req.Key, cerr))
+	}
+	return res, err
+}
+
+// rejectCredential is runPipeline's call, made once more with freshly read
+// secrets when the receiver rejected the credential.
+func (w *Worker) rejectCredential(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b Batch, req pipeline.Request) (pipeline.Result, error) {
 	res, err := runSafely(ctx, p, req)
 	if err == nil || !pipeline.IsCredentialRejected(err) {
 		return res, err

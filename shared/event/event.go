@@ -97,8 +97,7 @@ func (b *Bus) Put(ctx context.Context, detailType string, detail any) error {
 
 // Publish puts the run's event. An entry EventBridge refuses is an error.
 func (b *Bus) Publish(ctx context.Context, r batch.Report) error {
-	detail, err := json.Marshal(Detail{EventID: batch.EventID(r), BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
-		Census: r.Census, Report: "s3://" + b.bucket + "/" + batch.ReportKey(r.BatchID, r.Run)})
+	detail, err := CompletionDetail(r, b.bucket)
 	if err != nil {
 		return err
 	}
@@ -113,4 +112,43 @@ func (b *Bus) Publish(ctx context.Context, r batch.Report) error {
 		return fmt.Errorf("put event for %s run %d: %s: %s", r.BatchID, r.Run, aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage))
 	}
 	return nil
+}
+
+// MaxEntryBytes is EventBridge's limit on one PutEvents entry: 256 KB,
+// counted as the UTF-8 bytes of its Source, DetailType, Detail and
+// Resources plus 14 for its Time (Amazon EventBridge user guide,
+// "Calculating Amazon EventBridge PutEvents event entry size",
+// https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html).
+const MaxEntryBytes = 256 * 1024
+
+// EntryBytes is an entry's size by EventBridge's rule (MaxEntryBytes).
+func EntryBytes(source, detailType, detail string, resources []string) int {
+	n := 14 + len(source) + len(detailType) + len(detail)
+	for _, r := range resources {
+		n += len(r)
+	}
+	return n
+}
+
+// CompletionDetail is the JSON detail of r's completion event: the census
+// bounded as on the batch row (batch.Census.Bounded: at most
+// batch.MaxCensusCostNames names per rollup) and the report's URI, which
+// has everything. Whatever the census held, the entry stays within
+// MaxEntryBytes: should it not, its cost rollups are left out
+// (cost_names_omitted counts them) and the report carries them.
+func CompletionDetail(r batch.Report, bucket string) (string, error) {
+	d := Detail{EventID: batch.EventID(r), BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
+		Census: r.Census.Bounded(), Report: "s3://" + bucket + "/" + batch.ReportKey(r.BatchID, r.Run)}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "", err
+	}
+	if EntryBytes(Source, DetailType(r.Status), string(b), nil) > MaxEntryBytes {
+		d.Census.CostNamesOmitted += len(d.Census.Cost) + len(d.Census.RunSpent)
+		d.Census.Cost, d.Census.RunSpent = nil, nil
+		if b, err = json.Marshal(d); err != nil {
+			return "", err
+		}
+	}
+	return string(b), nil
 }

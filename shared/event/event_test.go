@@ -3,9 +3,11 @@ package event_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // TestPublishCarriesStableEventID guards the product line "every delivery
@@ -65,4 +68,34 @@ func TestPublishCarriesStableEventID(t *testing.T) {
 	if len(details) != 3 || details[0].EventID != want || details[1].EventID != want || details[2].EventID == want || details[2].EventID == "" {
 		t.Fatalf("event ids %q, %q, %q; want %q twice, then another", details[0].EventID, details[1].EventID, details[2].EventID, want)
 	}
+}
+
+// The completion event stays within EventBridge's 256 KB entry limit
+// whatever the census holds: a run whose items named 10,000 costs (the
+// issue's ≈ 400 KB detail) is announced with at most
+// batch.MaxCensusCostNames names per rollup, the number left out, and the
+// report's URI, where every name is.
+func TestCompletionDetailWithinEntryLimit(t *testing.T) {
+	c := batch.Census{Total: 10000, Succeeded: 10000, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	for i := range 10000 {
+		name := fmt.Sprintf("tokens.model-%05d.%s", i, strings.Repeat("x", 16))
+		c.Cost.Add(pipeline.Cost{name: 1.5})
+		c.RunSpent.Add(pipeline.Cost{name: 3})
+	}
+	r := batch.Report{BatchID: "b1", Run: 1, Status: batch.StatusCompleted, Census: c}
+	d, err := event.CompletionDetail(r, "bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := event.EntryBytes(event.Source, event.DetailType(r.Status), d, nil)
+	var got event.Detail
+	if err := json.Unmarshal([]byte(d), &got); err != nil {
+		t.Fatal(err)
+	}
+	if n > event.MaxEntryBytes || len(got.Census.Cost) != batch.MaxCensusCostNames || got.Census.CostNamesOmitted != 2*(10000-batch.MaxCensusCostNames) ||
+		got.Report != "s3://bkt/"+batch.ReportKey("b1", 1) {
+		t.Fatalf("entry %d bytes, %d names, %d omitted, report %q", n, len(got.Census.Cost), got.Census.CostNamesOmitted, got.Report)
+	}
+	full, _ := json.Marshal(event.Detail{Census: c})
+	t.Logf("entry %d bytes (the census in full: %d bytes)", n, len(full))
 }

@@ -3,10 +3,12 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 )
@@ -138,4 +140,36 @@ func (c Cost) Plus(d Cost) Cost {
 		out[k] = v.InexactFloat64()
 	}
 	return out
+}
+
+// Limits of a result's cost record (Result.Cost), so that what an item
+// reports cannot push a row past DynamoDB's 400 KB item limit (Amazon
+// DynamoDB developer guide, "Service, account, and table quotas", Item
+// size, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html):
+// a pack row holds up to 100 items, each with its key (up to 1,024 bytes),
+// its cost and what its run spent; 10 names of 40 bytes keep the two cost
+// maps of one item under ≈ 1.3 KB and a full pack row under ≈ 350 KB.
+const (
+	MaxCostNames     = 10
+	MaxCostNameBytes = 40
+)
+
+// ErrCostRecord marks a cost record beyond MaxCostNames or
+// MaxCostNameBytes: the item fails permanently (a pipeline that reports
+// that many costs would for every item), its cost not recorded.
+var ErrCostRecord = errors.New("cost record over its limits")
+
+// CheckCost returns nil when c is within MaxCostNames names of 1 to
+// MaxCostNameBytes bytes of valid UTF-8, else an error matching
+// ErrCostRecord that names the limit and the first name at fault.
+func CheckCost(c Cost) error {
+	if len(c) > MaxCostNames {
+		return fmt.Errorf("%w: %d cost names, at most %d (pipeline.MaxCostNames)", ErrCostRecord, len(c), MaxCostNames)
+	}
+	for name := range c {
+		if name == "" || len(name) > MaxCostNameBytes || !utf8.ValidString(name) {
+			return fmt.Errorf("%w: cost name %q: 1 to %d bytes of UTF-8 (pipeline.MaxCostNameBytes)", ErrCostRecord, CutText(name, 64), MaxCostNameBytes)
+		}
+	}
+	return nil
 }

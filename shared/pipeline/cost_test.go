@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -122,5 +125,40 @@ func TestCostPlusAddsInDecimal(t *testing.T) {
 				t.Fatalf("%v.Plus(%v) = %v (receiver now %v), want %v", a, tt.b, got, tt.a, tt.want)
 			}
 		})
+	}
+}
+
+// The cost record's limits (MaxCostNames, MaxCostNameBytes): a
+// record within them passes; more names, an empty, long or non-UTF-8 name
+// is refused naming the limit.
+func TestCheckCost(t *testing.T) {
+	many := Cost{}
+	for i := range MaxCostNames + 1 {
+		many[fmt.Sprintf("c%03d", i)] = 1
+	}
+	ten := Cost{}
+	for i := range MaxCostNames {
+		ten[fmt.Sprintf("c%03d", i)] = 1
+	}
+	for _, tc := range []struct {
+		name string
+		c    Cost
+		want string
+	}{
+		{"none", nil, ""},
+		{"at the limit", ten, ""},
+		{"a 40-byte name", Cost{strings.Repeat("n", MaxCostNameBytes): 1}, ""},
+		{"too many names", many, "11 cost names, at most 10 (pipeline.MaxCostNames)"},
+		{"a 41-byte name", Cost{strings.Repeat("n", MaxCostNameBytes+1): 1}, "pipeline.MaxCostNameBytes"},
+		{"an empty name", Cost{"": 1}, "MaxCostNameBytes"},
+		{"not UTF-8", Cost{"a\xffb": 1}, "MaxCostNameBytes"},
+	} {
+		err := CheckCost(tc.c)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want nil", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, ErrCostRecord) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want ErrCostRecord saying %q", tc.name, err, tc.want)
+		}
 	}
 }

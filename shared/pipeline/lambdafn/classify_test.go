@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -81,4 +82,33 @@ func TestInvokeErrorsClassifiedByCode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request over Lambda's 6 MB synchronous payload fails before the call,
+// naming the item and the limit; one just under it is sent.
+func TestRequestOverPayloadLimit(t *testing.T) {
+	calls := 0
+	inv := invokerFunc(func(context.Context, string, []byte) (lambdafn.Result, error) {
+		calls++
+		return lambdafn.Result{Payload: []byte(`{"output":1}`)}, nil
+	})
+	p := lambdafn.New(inv, []string{"score"})
+	run := func(n int) error {
+		in, _ := json.Marshal(strings.Repeat("x", n))
+		_, err := p.Run(context.Background(), pipeline.Request{BatchID: "b", Key: "big-1", Attempt: 1, Input: in, Options: json.RawMessage(`{"function":"score"}`)})
+		return err
+	}
+	if err := run(lambdafn.MaxPayloadBytes); !errors.Is(err, lambdafn.ErrTooLarge) || pipeline.Classify(err) != pipeline.ClassPermanent ||
+		!strings.Contains(err.Error(), "big-1") || !strings.Contains(err.Error(), "6291456") || calls != 0 {
+		t.Fatalf("over the limit: %v (calls %d), want a permanent ErrTooLarge naming big-1 and 6291456, no call", err, calls)
+	}
+	if err := run(lambdafn.MaxPayloadBytes - 4096); err != nil || calls != 1 {
+		t.Fatalf("under the limit: %v (calls %d)", err, calls)
+	}
+}
+
+type invokerFunc func(context.Context, string, []byte) (lambdafn.Result, error)
+
+func (f invokerFunc) Invoke(ctx context.Context, fn string, payload []byte) (lambdafn.Result, error) {
+	return f(ctx, fn, payload)
 }

@@ -116,8 +116,18 @@ const (
 	ClassTransient  = "transient"
 )
 
+// MaxPayloadBytes is the largest request Invoke takes synchronously:
+// 6 MB, 6,291,456 bytes (AWS Lambda quotas, "Invocation payload (request
+// and response)", 6 MB each for synchronous invocations,
+// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+// A larger request (an item whose input and headers make it so) fails
+// permanently before the call, naming the item and the limit.
+const MaxPayloadBytes = 6 << 20
+
 // Errors of the pipeline (see the package comment for their class).
 var (
+	// ErrTooLarge: the request is over MaxPayloadBytes.
+	ErrTooLarge = errors.New("lambda: request too large")
 	// ErrInvalidOptions: the options are not {"function": …, "params": …}
 	// with an allow-listed function.
 	ErrInvalidOptions = errors.New("lambda: invalid pipeline options")
@@ -355,6 +365,10 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 		Attempt: req.Attempt, Input: input, Headers: headers, Params: params})
 	if err != nil {
 		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("lambda: %s: request: %w", req.Key, err))
+	}
+	if len(payload) > MaxPayloadBytes {
+		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("%w: lambda: %s: the request is %d bytes, more than Lambda's %d-byte synchronous payload (lambdafn.MaxPayloadBytes)",
+			ErrTooLarge, req.Key, len(payload), MaxPayloadBytes))
 	}
 	res, err := p.invoker.Invoke(ctx, o.Function, payload)
 	if err != nil {
