@@ -1,0 +1,89 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/internal/meter"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/event"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Every aggregate within its service's limit, on the emulator's storage:
+// a batch of 150 items whose pipeline names 100 costs per item, and one of
+// 150 items naming 10 costs of their own (1,500 in the batch), finish; the
+// batch row as DynamoDB stores it (sized by DynamoDB's rules,
+// meter.ItemBytes) stays under its 400 KB item limit and the completion
+// event's entry under EventBridge's 256 KB. MiniStack enforces neither
+// limit, so the sizes are checked here. Guards docs/design.md, "Every
+// aggregate within its service's limit".
+func TestHarnessAggregatesWithinLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		names    int
+		distinct bool
+		failed   int64
+	}{
+		{"150 items x 100 cost names", 100, false, 150},
+		{"150 items x 10 cost names of their own", 10, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				c := pipeline.Cost{}
+				for i := range tc.names {
+					name := fmt.Sprintf("cost-%03d-%s", i, strings.Repeat("x", 28))
+					if tc.distinct {
+						name = fmt.Sprintf("%s-%02d-%s", req.Key, i, strings.Repeat("y", 20))
+					}
+					c[name] = 0.001
+				}
+				return pipeline.Result{Cost: c}, nil
+			})
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(150)}}); err != nil {
+				t.Fatal(err)
+			}
+			h.drainRetrying(t, ctx, 2*time.Minute)
+			res, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatalf("finalize: %v", err)
+			}
+			c := res.Report.Census
+			if c.Total != 150 || c.Failed != tc.failed {
+				t.Fatalf("census %d total, %d failed; want 150, %d", c.Total, c.Failed, tc.failed)
+			}
+			b, err := h.store.GetBatch(ctx, id)
+			if err != nil || !b.Status.Finished() {
+				t.Fatalf("batch %s %v, want finished", b.Status, err)
+			}
+			out, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &h.table, ConsistentRead: aws.Bool(true), Key: map[string]ddbtypes.AttributeValue{
+				config.AttrPK: &ddbtypes.AttributeValueMemberS{Value: "BATCH#" + id}, config.AttrSK: &ddbtypes.AttributeValueMemberS{Value: "BATCH"}}})
+			if err != nil || len(out.Item) == 0 {
+				t.Fatalf("raw batch row: %v", err)
+			}
+			rowBytes := meter.ItemBytes(out.Item)
+			detail, err := event.CompletionDetail(res.Report, h.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			entry := event.EntryBytes(event.Source, event.DetailType(res.Report.Status), detail, nil)
+			t.Logf("%s: status %s, %d failed, report %d cost names; batch row %d bytes (limit 409600), event entry %d bytes (limit %d)",
+				tc.name, b.Status, c.Failed, len(c.Cost), rowBytes, entry, event.MaxEntryBytes)
+			if rowBytes >= 400*1024 || entry > event.MaxEntryBytes {
+				t.Fatalf("batch row %d bytes, event entry %d bytes: over their limits", rowBytes, entry)
+			}
+		})
+	}
+}
