@@ -126,6 +126,35 @@ func TestPackMaxConcurrency(t *testing.T) {
 	}
 }
 
+// TestItemConcurrencyAcrossMessages guards that packs do not multiply
+// what an invocation runs at once: with ItemConcurrency 4, three pack
+// messages of 10 items handed to the worker in one call never have more
+// than 4 pipelines running, and every item runs once.
+func TestItemConcurrencyAcrossMessages(t *testing.T) {
+	ctx := context.Background()
+	var running, most atomic.Int64
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond)
+		running.Add(-1)
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	r.worker.ItemConcurrency = 4
+	r.sub.ChunkItems = 30
+	submitK(t, r, "shared", 10, 30, nil)
+	r.drain(t, ctx, 1)
+	if m := most.Load(); m > 4 || m < 2 {
+		t.Fatalf("%d pipelines ran at once, want 2–4", m)
+	}
+	for i := range 30 {
+		if c := r.callsOf(batch.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+		}
+	}
+}
+
 // resultLines reads a run's results JSONL of outcome.
 func resultLines(t *testing.T, r *rig, id string, run int, o batch.Outcome) []batch.Item {
 	t.Helper()
@@ -512,7 +541,7 @@ func TestPackDeadlineLeavesItemsUnstarted(t *testing.T) {
 		time.Sleep(120 * time.Millisecond) // past the whole deadline below
 		return pipeline.Result{Output: json.RawMessage(`{"ok":true}`)}, nil
 	})
-	r.worker.Margin, r.worker.PackConcurrency = 50*time.Millisecond, 1
+	r.worker.Margin, r.worker.ItemConcurrency = 50*time.Millisecond, 1
 	r.sub.ChunkItems = 10
 	submitK(t, r, "dl", 10, 10, nil)
 	r.worker.Handle(ctx, r.queue.take()) // fan-out

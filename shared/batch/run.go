@@ -12,9 +12,9 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
-// DefaultPackConcurrency is how many items of one unit run their pipeline
-// at once in an invocation (Worker.PackConcurrency).
-const DefaultPackConcurrency = 10
+// DefaultItemConcurrency is how many items run their pipeline at once in
+// one invocation (Worker.ItemConcurrency).
+const DefaultItemConcurrency = 10
 
 // itemRun is one reserved item's attempt in runUnit.
 type itemRun struct {
@@ -29,14 +29,15 @@ type itemRun struct {
 }
 
 // runUnit is the one delivery loop of an item or pack message: take the
-// unit, run each item the take reserved (at most PackConcurrency at once,
-// one at a time under a concurrency slot, none started inside the
+// unit, run each item the take reserved (at most ItemConcurrency at once
+// in the invocation, one at a time under a concurrency slot, none started
+// inside the
 // deadline margin), conclude each attempt, and write the endings in one
 // write fenced by the take. Items whose attempt failed transiently stay
 // in flight with a retry scheduled and the message comes back after the
 // longest of their delays; the others are answered from the unit on that
 // delivery.
-func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unitMessage, d Delivery, margin time.Duration) (bool, []done) {
+func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
 	// Secret references are resolved before the take, so that AWS being
 	// unavailable costs no attempt; a reference that cannot be resolved
 	// fails the items once they are taken.
@@ -88,25 +89,23 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 	if !registered && refusal == nil {
 		refusal = fmt.Errorf("pipeline %q is not registered in this item function", b.Pipeline)
 	}
-	conc := w.PackConcurrency
-	if conc <= 0 {
-		conc = DefaultPackConcurrency
-	}
+	sem := make(chan struct{}, len(runs)) // the unit's own bound: 1 under a slot
 	if slot >= 0 {
-		conc = 1
+		sem = make(chan struct{}, 1)
 	}
-	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	for _, r := range runs {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if dl, has := ctx.Deadline(); has && time.Until(dl) < margin {
+			inv.items <- struct{}{}
+			defer func() { <-inv.items }()
+			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin {
 				return // not started: given back below
 			}
 			r.started = true
-			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, u, h, r, p, refusal, headers, options, margin)
+			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, u, h, r, p, refusal, headers, options, inv.margin)
 		}()
 	}
 	wg.Wait()

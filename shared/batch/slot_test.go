@@ -95,7 +95,7 @@ func TestMaxConcurrencyWaitCountsNoAttempt(t *testing.T) {
 	w := &Worker{Store: st, Queue: q, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Lease: time.Minute}
 	b := Batch{ID: "b", Pipeline: "webhook", Run: 1, Status: StatusRunning, MaxAttempts: 3, MaxConcurrency: 5}
 	m := Message{Kind: KindItem, BatchID: "b", Run: 1, Key: "k", Input: json.RawMessage(`{}`)}
-	ack, dn := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiveCount: 4}, time.Second)
+	ack, dn := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiveCount: 4}, &invocation{items: make(chan struct{}, 1), margin: time.Second})
 	if !ack || dn != nil {
 		t.Fatalf("item = %v, %v; want acknowledged (sent again) and nothing counted", ack, dn)
 	}

@@ -65,11 +65,13 @@ type Worker struct {
 	// Concurrency is how many messages of one batch of deliveries run at
 	// once. Default 10 (the SQS batch size).
 	Concurrency int
-	// PackConcurrency is how many items of one pack message (a batch with
-	// items_per_message > 1) run their pipeline at once, so an invocation
-	// runs at most Concurrency × PackConcurrency. Default
-	// DefaultPackConcurrency.
-	PackConcurrency int
+	// ItemConcurrency is how many items run their pipeline at once in one
+	// invocation, across all its messages: with items_per_message K > 1 a
+	// message holds K items, and they share these with the other
+	// messages'. Default DefaultItemConcurrency, which is what one item per
+	// message runs with Concurrency 10, so a pack does not multiply the
+	// calls an invocation makes at once (nor its memory).
+	ItemConcurrency int
 	// Backoff gives the delay before retry n (n ≥ 1) after a transient
 	// error. Default: exponential from 2 s, ×2, ±50 % jitter, at most 5 min.
 	// A *pipeline.RetryAfterError's delay wins when it is longer.
@@ -134,7 +136,11 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	if margin <= 0 {
 		margin = 10 * time.Second
 	}
-	batches := &batchCache{store: w.Store, m: map[string]*batchEntry{}}
+	items := w.ItemConcurrency
+	if items <= 0 {
+		items = DefaultItemConcurrency
+	}
+	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin}
 	var (
 		mu     sync.Mutex
 		failed = []string{}
@@ -153,7 +159,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		wg.Add(1)
 		go func(d Delivery) {
 			defer func() { <-sem; wg.Done() }()
-			ack, dns := w.deliver(ctx, d, batches, margin)
+			ack, dns := w.deliver(ctx, d, inv)
 			mu.Lock()
 			defer mu.Unlock()
 			if !ack {
@@ -233,6 +239,15 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 	}
 }
 
+// invocation is what the deliveries of one Handle share: the batch rows
+// read, the items running their pipeline (at most ItemConcurrency), and
+// the deadline margin.
+type invocation struct {
+	batches *batchCache
+	items   chan struct{}
+	margin  time.Duration
+}
+
 type batchEntry struct {
 	once sync.Once
 	b    Batch
@@ -282,7 +297,7 @@ func (c *batchCache) get(ctx context.Context, id string, run int) (Batch, error)
 
 // deliver handles one delivery: an item or pack message (its ledger
 // unit's items) or a fan-out message. ack false reports it as failed.
-func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, margin time.Duration) (bool, []done) {
+func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool, []done) {
 	var kind struct {
 		Format int         `json:"v"`
 		Kind   MessageKind `json:"kind"`
@@ -317,7 +332,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		return true, nil
 	}
 	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
-	b, err := batches.get(ctx, m.BatchID, m.Run)
+	b, err := inv.batches.get(ctx, m.BatchID, m.Run)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		log.Warn("message for an unknown batch; acknowledged", "message_id", d.MessageID)
@@ -361,7 +376,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, batches *batchCache, m
 		}
 		ack, dns = w.settleUnit(ctx, log, b, m, d, OutcomeCancelled, reason, b.StopDetail)
 	default:
-		ack, dns = w.runUnit(ctx, log, b, m, d, margin)
+		ack, dns = w.runUnit(ctx, log, b, m, d, inv)
 	}
 	for i := range dns {
 		dns[i].first, dns[i].items = m.ChunkFirst, m.ChunkItems
