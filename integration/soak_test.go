@@ -242,7 +242,8 @@ func TestSoak(t *testing.T) {
 	attempts := map[string]int{}
 	outcomes := map[string]batch.Outcome{}
 	reasons := map[string]int{}
-	if err := env.store.ScanItems(ctx, id, b.ListShards, func(it batch.Item) error {
+	// Item rows or pack rows, as the stack's items per message made them.
+	if err := batch.MergeShards(ctx, env.store, id, b.ListShards, "", batch.MergeOptions{Packed: b.Pack() > 1}, func(it batch.Item) error {
 		attempts[it.Key], outcomes[it.Key] = it.Attempt, it.Outcome
 		if it.Outcome == batch.OutcomeFailed {
 			reasons[string(it.Reason)+": "+firstLine(it.Error)]++
@@ -252,7 +253,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(outcomes) != n {
-		t.Errorf("scanned %d item rows, want %d", len(outcomes), n)
+		t.Errorf("scanned %d items, want %d", len(outcomes), n)
 	}
 
 	calls := hook.snapshot()

@@ -135,9 +135,9 @@ type RunnerProps struct {
 	// Default config.DefaultMaxAttempts (3).
 	MaxAttempts int
 	// ItemsPerMessage is the items per message, and per ledger row, of a
-	// batch that sets none: 1–100, default 1 (docs/design.md, "Item
-	// packing": 10 costs about a ninth per item; results then come in
-	// manifest order, and a batch with max_concurrency still gets 1).
+	// batch that sets none: 1–100, default config.DefaultItemsPerMessage
+	// (10; docs/design.md, "Item packing": it costs about an eighth of 1
+	// per item; a batch may still ask for 1).
 	ItemsPerMessage int
 	// MaxReceiveCount is the items queue's redrive maxReceiveCount: receives
 	// of one message before SQS moves it to the dead-letter queue. Must

@@ -121,7 +121,7 @@ func withDefaults(props *RunnerProps) settings {
 	orDefault(&s.itemMemoryMiB, DefaultItemMemoryMiB)
 	orDefault(&s.maxConcurrency, DefaultItemsMaxConcurrency)
 	orDefault(&s.maxAttempts, config.DefaultMaxAttempts)
-	orDefault(&s.itemsPerMessage, 1)
+	orDefault(&s.itemsPerMessage, config.DefaultItemsPerMessage)
 	orDefault(&s.maxReceiveCount, config.DefaultMaxReceiveCount)
 	orDefault(&s.retentionDays, DefaultRetentionDays)
 	orDefault(&s.uploadRepeat, DefaultUploadRepeatDays)

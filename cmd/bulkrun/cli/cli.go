@@ -348,7 +348,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
 	f.IntVar(&req.MaxConcurrency, "max-concurrency", 0, "most items of the batch running at once, 1–1000 (default 0: unlimited)")
-	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: 1; not with --max-concurrency)")
+	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
 	f.StringVar(&headersFile, "headers-file", "", "file of headers passed to the pipeline: a JSON object {\"Name\": \"value\"} or lines \"Name: value\" (a value may be a secret reference, secret:arn:…)")
 	f.StringArrayVar(&headerEnv, "header-env", nil, "NAME=ENVVAR: header NAME passed to the pipeline, its value read from environment variable ENVVAR (repeatable)")
 	f.StringVar(&options, "options", "", "pipeline options, a JSON object (e.g. '{\"url\":\"https://…\"}')")
