@@ -94,6 +94,32 @@ func rowsCensus(t *testing.T, id string) batch.Census {
 	return c
 }
 
+// fanOutBodies are the message bodies the fan-out sends for inline items
+// lines of batch b (one chunk, positional keys): item messages at one
+// item per message, pack messages at the batch's K, so that a test can
+// deliver them again as duplicates of the batch's own messages.
+func fanOutBodies(t *testing.T, b batch.Batch, lines []json.RawMessage) []string {
+	t.Helper()
+	chunk := batch.Chunk{Count: int64(len(lines))}
+	var bodies []string
+	p, err := batch.NewPacker(b.ID, b.Run, b.ManifestKey, chunk, b.Pack(), func(body []byte, _ []string) error {
+		bodies = append(bodies, string(body))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range lines {
+		if err := p.Add(batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return bodies
+}
+
 func sameCounts(a, b batch.Census) bool {
 	return a.Total == b.Total && a.Succeeded == b.Succeeded && a.Failed == b.Failed && a.Quarantined == b.Quarantined &&
 		a.Cancelled == b.Cancelled && a.InFlight == b.InFlight && a.Pending == b.Pending
@@ -186,13 +212,8 @@ func TestDuplicateDeliveriesRunOncePerItem(t *testing.T) {
 	if err := json.Unmarshal(items, &lines); err != nil {
 		t.Fatal(err)
 	}
-	var bodies []string
-	for i, in := range lines {
-		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.Chunk{Count: n}, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0)
-		body, _ := json.Marshal(m)
-		bodies = append(bodies, string(body), string(body))
-	}
-	sendRaw(t, bodies)
+	bodies := fanOutBodies(t, b.Batch, lines)
+	sendRaw(t, append(bodies, bodies...))
 	v := wait(t, id)
 	if v.Status != batch.StatusCompleted || v.Census.Succeeded != n || v.Census.Failed != 0 {
 		t.Fatalf("batch: %s %+v", v.Status, v.Census)
@@ -523,11 +544,19 @@ func TestUnknownBatchIs404(t *testing.T) {
 // no more items than ShardWriteBudget / ShardWriteUnitsPerItem at the
 // flow's shard count, and its counter rows under its counter shards.
 func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) { storageLayoutHasNoHotKey(t, k) })
+	}
+}
+
+func storageLayoutHasNoHotKey(t *testing.T, k int) {
 	ctx := context.Background()
 	id := newID(t)
 	url := env.hook.route(id, nil)
 	const n = 40
-	if _, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(n))); err != nil {
+	req := webhookRequest(id, url, inlineItems(n))
+	req.ItemsPerMessage = k
+	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	wait(t, id)
@@ -536,6 +565,7 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 		t.Fatalf("batch shards %d, counter shards %d, chunks %d; want %d item shards", b.ListShards, b.CounterShards, b.Chunks, want)
 	}
 	pks := map[string]int{}
+	items := 0
 	var start map[string]types.AttributeValue
 	for {
 		out, err := env.ddb.Scan(ctx, &dynamodb.ScanInput{TableName: &env.table, ExclusiveStartKey: start})
@@ -552,12 +582,24 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 			if _, ok := it["lpk"]; ok {
 				t.Errorf("row %s carries a list-index key", pk)
 			}
-			if strings.HasPrefix(pk, "ITEM#") {
+			switch {
+			case strings.HasPrefix(pk, "ITEM#"):
+				items++
 				if want := "ITEM#" + id + "#" + strconv.Itoa(batch.Shard(sk.Value, b.ListShards)); pk != want {
 					t.Errorf("item %s under %s, want %s", sk.Value, pk, want)
 				}
 				if _, ok := it["output"]; !ok {
 					t.Errorf("item %s has no output", sk.Value)
+				}
+			case strings.HasPrefix(pk, "PACK#"):
+				first, _ := strconv.ParseInt(sk.Value, 10, 64)
+				if want := "PACK#" + id + "#" + strconv.Itoa(batch.PackShard(first, b.ListShards)); pk != want {
+					t.Errorf("pack %s under %s, want %s", sk.Value, pk, want)
+				}
+				for j := range batch.MaxItemsPerMessage {
+					if _, ok := it[fmt.Sprintf("i%d", j)]; ok {
+						items++
+					}
 				}
 			}
 		}
@@ -566,21 +608,21 @@ func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 		}
 		start = out.LastEvaluatedKey
 	}
-	items := 0
 	for pk, c := range pks {
 		switch {
 		case strings.HasPrefix(pk, "ITEM#"):
-			items += c
 			if c*batch.ShardWriteUnitsPerItem > batch.ShardWriteBudget {
 				t.Errorf("item partition %s holds %d items: %d planned write units, budget %d", pk, c, c*batch.ShardWriteUnitsPerItem, batch.ShardWriteBudget)
 			}
+		case strings.HasPrefix(pk, "PACK#"):
+			// A shard's packs: each written about twice per K items.
 		case strings.HasPrefix(pk, "COUNT#"+id+"#1#"):
 		case c != 1:
 			t.Errorf("partition key %s holds %d rows", pk, c)
 		}
 	}
 	if items != n {
-		t.Fatalf("%d item rows, want %d", items, n)
+		t.Fatalf("%d items in the rows, want %d", items, n)
 	}
 }
 

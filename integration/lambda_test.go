@@ -128,13 +128,12 @@ func TestLambdaPipelinePython(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every item's message twice more, straight to the items queue.
-	var bodies []string
-	for i, in := range lines {
-		m := batch.ItemMessage(id, 1, b.ManifestKey, batch.Chunk{Count: int64(len(lines))}, batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: json.RawMessage(in)}, 0, 0)
-		body, _ := json.Marshal(m)
-		bodies = append(bodies, string(body), string(body))
+	var raw []json.RawMessage
+	for _, in := range lines {
+		raw = append(raw, json.RawMessage(in))
 	}
-	sendRaw(t, bodies)
+	bodies := fanOutBodies(t, b.Batch, raw)
+	sendRaw(t, append(bodies, bodies...))
 
 	v := wait(t, id)
 	if v.Census.Succeeded != ok+1 || v.Census.Failed != 1 || v.Census.Quarantined != 1 {

@@ -595,3 +595,32 @@ func TestNewerFormatMessageLeftOnQueue(t *testing.T) {
 		t.Fatalf("%d pipeline calls, want none", c)
 	}
 }
+
+// TestMessageOfTheOtherUnitIsNotRun guards against running an item twice
+// through two units: an item message for a batch of packs (or a pack
+// message for a batch of one item per message) is acknowledged as poison,
+// never run; the item runs once, through its own unit.
+func TestMessageOfTheOtherUnitIsNotRun(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			submitK(t, r, "other", k, 3, nil)
+			key := batch.PositionalKey(0)
+			body := fmt.Sprintf(`{"v":1,"kind":"item","batch_id":"other","run":1,"key":"%s","input":{}}`, key)
+			if k == 1 {
+				body = fmt.Sprintf(`{"v":1,"kind":"pack","batch_id":"other","run":1,"manifest_key":"m","pack_first":0,"items":[{"key":"%s","input":{}}]}`, key)
+			}
+			failed := r.worker.Handle(ctx, []batch.Delivery{{MessageID: "x", Body: []byte(body), ReceiveCount: 1}})
+			if len(failed) != 0 || r.callsOf(key) != 0 {
+				t.Fatalf("failed %v, %d calls: want acknowledged without a call", failed, r.callsOf(key))
+			}
+			r.drain(t, ctx, 1)
+			if c := r.callsOf(key); c != 1 {
+				t.Fatalf("%d calls, want 1 through the batch's own unit", c)
+			}
+		})
+	}
+}

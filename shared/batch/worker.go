@@ -353,6 +353,15 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		}
 		return true, nil
 	}
+	if m.Packed != (b.Pack() > 1) {
+		// An item message for a batch of packs, or a pack message for a
+		// batch of one item per message: the fan-out never sends one (K is
+		// part of the plan), and taking its unit would run items a second
+		// time beside their own unit's. Its items are their own unit's.
+		log.Error("poison message: its unit does not match the batch's items per message; acknowledged",
+			"message_id", d.MessageID, "items_per_message", b.Pack(), "packed", m.Packed)
+		return true, nil
+	}
 	if m.Packed {
 		log = log.With("pack_first", m.PackFirst)
 	} else {
