@@ -545,7 +545,7 @@ func TestUnknownBatchIs404(t *testing.T) {
 // flow's shard count, and its counter rows under its counter shards.
 func TestStorageLayoutHasNoPerBatchHotKey(t *testing.T) {
 	for _, k := range []int{1, 10} {
-		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) { storageLayoutHasNoHotKey(t, k) })
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { storageLayoutHasNoHotKey(t, k) })
 	}
 }
 

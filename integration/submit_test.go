@@ -219,11 +219,12 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", Source: batch.SourceSpec{Object: uri},
 		Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, hook))}
 	stored := req
-	stored.MaxAttempts, stored.OnInterrupt = 3, batch.InterruptRetry // the stack's defaults, as submit fills them
+	// the stack's defaults, as submit fills them
+	stored.MaxAttempts, stored.OnInterrupt, stored.ItemsPerMessage = 3, batch.InterruptRetry, config.DefaultItemsPerMessage
 	raw, _ := json.Marshal(stored)
 	now := time.Now().UTC()
 	if _, err := env.store.CreateBatch(ctx, batch.Batch{ID: id, Pipeline: "webhook", Run: 1, Status: batch.StatusSubmitting,
-		MaxAttempts: 3, OnInterrupt: batch.InterruptRetry, Options: stored.Options, KeyField: "k", Source: uri,
+		MaxAttempts: 3, ItemsPerMessage: config.DefaultItemsPerMessage, OnInterrupt: batch.InterruptRetry, Options: stored.Options, KeyField: "k", Source: uri,
 		CreatedAt: now, RunStartedAt: now, Request: raw}); err != nil {
 		t.Fatal(err)
 	}
