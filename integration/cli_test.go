@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // The bulkrun CLI against the deployed stack: submit a local file and
@@ -59,7 +59,7 @@ func TestCLI(t *testing.T) {
 	}
 	out, code := run("submit", src, "--pipeline", "webhook", "--id", id, "--key-field", "k",
 		"--options", fmt.Sprintf(`{"url":%q}`, url), "--watch", "--output", "json")
-	var v handler.BatchView
+	var v function.BatchView
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("submit --watch -o json printed %q: %v", out, err)
 	}
@@ -129,7 +129,7 @@ func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
 	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	submit := func() handler.BatchView {
+	submit := func() function.BatchView {
 		t.Helper()
 		cmd := exec.Command(bin, "submit", src, "--pipeline", "webhook", "--key-field", "k",
 			"--options", fmt.Sprintf(`{"url":%q}`, url), "--watch", "--output", "json")
@@ -138,7 +138,7 @@ func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("submit: %v\n%s", err, stderr.String())
 		}
-		var v handler.BatchView
+		var v function.BatchView
 		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 			t.Fatalf("submit printed %q: %v", stdout.String(), err)
 		}
@@ -324,7 +324,7 @@ func TestCLIUpload(t *testing.T) {
 	opts := fmt.Sprintf(`{ "url": %q, "timeout_ms": 5000 }`, hook)
 	key := "incoming/" + name + " export.csv"
 	stdout, _, code := run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export.csv", "--watch", "-o", "json")
-	var v handler.BatchView
+	var v function.BatchView
 	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &v); err != nil && json.Unmarshal([]byte(stdout), &v) != nil {
 		t.Fatalf("upload --watch -o json printed %q", stdout)
 	}
@@ -344,7 +344,7 @@ func TestCLIUpload(t *testing.T) {
 		t.Fatalf("a renamed copy: exit %d, %q, want exit 1, repeated_upload naming %s", code, stderr, v.ID)
 	}
 	stdout, _, code = run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export (1).csv", "--rerun", "--watch", "-o", "json")
-	var again handler.BatchView
+	var again function.BatchView
 	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &again); err != nil {
 		t.Fatalf("--rerun printed %q", stdout)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // chromium returns the path of a Chromium (or Chrome) binary: $BULKRUN_CHROMIUM,
@@ -373,7 +373,7 @@ func TestConsoleBrowser(t *testing.T) {
 	run("confirm by keyboard", chromedp.KeyEvent(kb.Enter))
 	wctx, cancelW := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelW()
-	ev, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v handler.BatchView) bool { return v.Run == 2 && v.Status.Finished() }, nil)
+	ev, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v function.BatchView) bool { return v.Run == 2 && v.Status.Finished() }, nil)
 	if err != nil {
 		t.Fatalf("resume from the page: %v (run %d)", err, ev.Run)
 	}

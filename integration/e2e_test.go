@@ -26,11 +26,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
-	"github.com/bulkrun/bulkrun/shared/trigger"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // uploadImages puts n files of examples/images under prefix of the
@@ -633,7 +633,7 @@ func TestScheduleTickIsOneBatch(t *testing.T) {
 	name := newID(t)
 	url := env.hook.route(name, nil)
 	tick := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
-	ev := handler.ScheduleEvent{Schedule: name, Time: tick, Request: webhookRequest("", url, inlineItems(3))}
+	ev := function.ScheduleEvent{Schedule: name, Time: tick, Request: webhookRequest("", url, inlineItems(3))}
 	payload, _ := json.Marshal(ev)
 	var ids []string
 	for range 2 {
@@ -651,7 +651,7 @@ func TestScheduleTickIsOneBatch(t *testing.T) {
 			t.Fatal("the duplicate tick created a batch")
 		}
 	}
-	want := handler.ScheduleBatchID(name, tick)
+	want := function.ScheduleBatchID(name, tick)
 	if ids[0] != want || ids[1] != want || want != name+"-20261129T020000Z" {
 		t.Fatalf("batch ids %v, want %s", ids, want)
 	}
@@ -678,7 +678,7 @@ func TestRefusedUploadIsReported(t *testing.T) {
 	for {
 		o, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.bucket, Key: aws.String(config.UploadErrorKey(key))})
 		if err == nil {
-			var rep handler.UploadError
+			var rep function.UploadError
 			err = json.NewDecoder(o.Body).Decode(&rep)
 			o.Body.Close()
 			if err != nil || rep.Key != key || rep.BatchID != name || rep.Error.Code != "invalid_request" || rep.Error.Line != 2 {

@@ -24,10 +24,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -146,7 +146,7 @@ func TestFaultProxyPartialFailuresOnEmulator(t *testing.T) {
 		faultproxy.Rule{Service: "s3", Operations: []string{"DeleteObjects"}, Kind: faultproxy.KindPartial, Rate: 1},
 		faultproxy.Rule{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: faultproxy.KindPartial, Rate: 1},
 	)
-	faultyDDB, faultyS3, faultySQS := dynamodb.NewFromConfig(cfg), handler.NewS3(cfg), sqs.NewFromConfig(cfg)
+	faultyDDB, faultyS3, faultySQS := dynamodb.NewFromConfig(cfg), function.NewS3(cfg), sqs.NewFromConfig(cfg)
 	t.Run("BatchWriteItem", func(t *testing.T) {
 		row := func(i int) map[string]ddbtypes.AttributeValue {
 			return map[string]ddbtypes.AttributeValue{

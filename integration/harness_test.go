@@ -25,12 +25,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/queue"
 )
 
 // harness runs submit, item and finalize in this process against real
@@ -86,7 +86,7 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
-	h := &harness{table: name, requests: counter, store: dynamo.New(ddb, name), blobs: blob.New(handler.NewS3(counted), name), queueURL: aws.ToString(q.QueueUrl)}
+	h := &harness{table: name, requests: counter, store: dynamo.New(ddb, name), blobs: blob.New(function.NewS3(counted), name), queueURL: aws.ToString(q.QueueUrl)}
 	h.queue = queue.New(sqs.NewFromConfig(counted), h.queueURL)
 	counter.reset()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -13,9 +13,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
 )
 
 // listTable creates a table of its own (the stack's layout, dynamo.TableInput)

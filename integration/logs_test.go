@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -62,7 +62,7 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 		return pipeline.Result{Output: json.RawMessage(`{"echo":"payload-marker-out"}`)}, nil
 	})
 	var buf lockedBuffer
-	log := handler.NewLogger(&buf, "debug")
+	log := function.NewLogger(&buf, "debug")
 	h.submitter.Log, h.worker.Log = log, log
 	h.submitter.SecretPrefixes = []string{"arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/*"}
 	h.worker.Secrets = mapSecrets{ref: "resolved-s3cr3t"}

@@ -28,11 +28,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // env is what every test shares: the deployed stack and clients.
@@ -72,7 +72,7 @@ func TestMain(m *testing.M) {
 
 func setup() error {
 	ctx := context.Background()
-	c, err := handler.AWSConfig(ctx)
+	c, err := function.AWSConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func setup() error {
 			return err
 		}
 	}
-	env.s3 = handler.NewS3(c)
+	env.s3 = function.NewS3(c)
 	env.sqs = sqs.NewFromConfig(c)
 	env.ddb = dynamodb.NewFromConfig(c)
 	env.lambda = lambda.NewFromConfig(c)
@@ -191,7 +191,7 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // wait polls the batch until its run is finished (3 minutes at most).
-func wait(t *testing.T, id string) handler.BatchView {
+func wait(t *testing.T, id string) function.BatchView {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

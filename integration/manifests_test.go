@@ -21,7 +21,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func gzipped(t *testing.T, s string) []byte {
@@ -264,7 +264,7 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		_ = cmd.Run()
-		var v handler.BatchView
+		var v function.BatchView
 		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 			t.Fatalf("submit printed %q (%s): %v", stdout.String(), stderr.String(), err)
 		}

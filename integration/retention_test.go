@@ -24,12 +24,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -195,7 +195,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			if err != nil || !b.PendingDeletion {
 				t.Fatalf("batch row after the partial pass: %+v %v, want pending_deletion", b, err)
 			}
-			api := handler.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
+			api := function.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
 			if _, err := api.View(ctx, id); !errors.Is(err, batch.ErrExpired) {
 				t.Fatalf("GET of the partly swept batch: %v, want expired", err)
 			}
@@ -225,7 +225,7 @@ func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 		return pipeline.Result{}, nil
 	})
 	proxy, via := faultProxy(t, faultproxy.Config{})
-	flaky := blob.New(handler.NewS3(via), h.blobs.Bucket())
+	flaky := blob.New(function.NewS3(via), h.blobs.Bucket())
 	put := func(prefix string, n int) {
 		for i := range n {
 			if err := h.blobs.Put(ctx, fmt.Sprintf("%so%d", prefix, i), "text/plain", []byte("x")); err != nil {
@@ -275,7 +275,7 @@ func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 }
 
 // apiCall serves one request through the API handler.
-func apiCall(t *testing.T, a *handler.API, method, path string, body any) (int, handler.ErrorBody, []byte) {
+func apiCall(t *testing.T, a *function.API, method, path string, body any) (int, function.ErrorBody, []byte) {
 	t.Helper()
 	var rd bytes.Reader
 	if body != nil {
@@ -285,7 +285,7 @@ func apiCall(t *testing.T, a *handler.API, method, path string, body any) (int, 
 	req := httptest.NewRequest(method, path, &rd)
 	rec := httptest.NewRecorder()
 	a.ServeHTTP(rec, req)
-	var e handler.ErrorBody
+	var e function.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &e)
 	return rec.Code, e, rec.Body.Bytes()
 }
@@ -300,7 +300,7 @@ func TestExpiredBatchIsGone(t *testing.T) {
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	a := handler.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
+	a := function.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
 	id := newID(t)
 	old := finishedBatch(t, h, id, 3, -time.Second)
 	for _, r := range []struct{ method, path string }{
@@ -321,7 +321,7 @@ func TestExpiredBatchIsGone(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("submit reusing the expired id: %d %s, want 201", code, body)
 	}
-	var v handler.BatchView
+	var v function.BatchView
 	if err := json.Unmarshal(body, &v); err != nil || v.Run != 1 || v.ItemCount != 5 || v.Digest == old.Manifest.Digest {
 		t.Fatalf("fresh batch %+v %v", v.Batch, err)
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
-	"github.com/bulkrun/bulkrun/shared/event"
 )
 
 // A rerun runs only what did not succeed: 3 succeeded + 1 failed → one call.

@@ -25,7 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // Soak settings; BULKRUN_SOAK_ITEMS, BULKRUN_SOAK_SEED and
@@ -228,7 +228,7 @@ func TestSoak(t *testing.T) {
 	elapsed := time.Since(start)
 
 	// The census of the finished run, through the API, and from the rows.
-	var view handler.BatchView
+	var view function.BatchView
 	for try := 0; try < 10; try++ {
 		if view, err = env.api.Status(ctx, id); err == nil {
 			break

@@ -9,9 +9,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/batch/storetest"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
 )
 
 // TestStoreConformance runs the batch.Store conformance suite

@@ -18,14 +18,14 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // submitMemoryMiB is the submit function's memory in the stack
 // (SubmitMemoryMiB in infra/bulkrun);
 // the test runs submit under the Go memory limit the function sets from
-// it (handler.SetMemoryLimit).
+// it (function.SetMemoryLimit).
 const submitMemoryMiB = 1024
 
 // memoryPeak samples the Go runtime's memory every 2 ms: the heap's
@@ -121,10 +121,10 @@ func TestSubmitPeakMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Setenv(handler.EnvFunctionMemory, strconv.Itoa(submitMemoryMiB))
+	t.Setenv(function.EnvFunctionMemory, strconv.Itoa(submitMemoryMiB))
 	t.Setenv("GOMEMLIMIT", "")
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	handler.SetMemoryLimit()
+	function.SetMemoryLimit()
 
 	s := *h.submitter
 	s.ChunkItems = 0 // the stack's 5,000 items per fan-out message
@@ -145,7 +145,7 @@ func TestSubmitPeakMemory(t *testing.T) {
 	at1e7 := time.Duration(float64(cpu) * 1e7 / float64(n) / share)
 	t.Logf("submit of %d items (%d MB source): %s wall, %s CPU (%.0f items per CPU-second); peak heap %.1f MiB, runtime %.1f MiB (GOMEMLIMIT %d MiB); 10^7 items at %d MB (%.2f vCPU): ≈ %s of CPU",
 		n, res.Batch.ManifestBytes>>20, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(n)/cpu.Seconds(),
-		heapMiB, runtimeMiB, handler.MemoryLimit(submitMemoryMiB)>>20, submitMemoryMiB, share, at1e7.Round(time.Second))
+		heapMiB, runtimeMiB, function.MemoryLimit(submitMemoryMiB)>>20, submitMemoryMiB, share, at1e7.Round(time.Second))
 	if runtimeMiB >= 128 {
 		t.Fatalf("submit held %.1f MiB, want < 128", runtimeMiB)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -157,7 +157,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("submit --watch failed: %v", err)
 	}
-	var v handler.BatchView
+	var v function.BatchView
 	if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 		t.Fatalf("printed %q: %v", stdout.String(), err)
 	}
@@ -175,7 +175,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 		if err := json.Unmarshal(p.body, &req); err != nil || req.BatchID != v.ID {
 			t.Errorf("try %d named batch %q (%v), want %s", i+1, req.BatchID, err, v.ID)
 		}
-		var got handler.BatchView
+		var got function.BatchView
 		if err := json.Unmarshal(p.answer, &got); err != nil || p.status/100 != 2 || got.Created == nil || *got.Created != (i == 0) {
 			t.Errorf("try %d: the API answered %d %s, want 2xx created=%v", i+1, p.status, p.answer, i == 0)
 		}
@@ -249,7 +249,7 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	if v, err := env.api.Status(ctx, id); err != nil || v.Status != batch.StatusSubmitting {
 		t.Fatalf("after refused repeats: %+v %v, want still submitting", v.Status, err)
 	}
-	var v handler.BatchView
+	var v function.BatchView
 	code, err := env.api.Do(ctx, http.MethodPost, "/batches", req, &v)
 	if err != nil || code != http.StatusAccepted || v.Created == nil || *v.Created || v.Status != batch.StatusSubmitting {
 		t.Fatalf("same request: %d %+v %v, want 202 created false submitting", code, v, err)

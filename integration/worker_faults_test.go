@@ -25,13 +25,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/egress"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/internal/pipeline/webhook"
+	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/webhook"
-	"github.com/bulkrun/bulkrun/shared/queue"
 )
 
 // recordingQueue is the harness queue, remembering every Delay asked for.

@@ -41,7 +41,7 @@ func forbidden(deps []string, pkgs ...string) []string {
 // TestContractCLILinksNoServer guards the API contract's client side: the
 // bulkrun CLI binary talks to the stack through shared/client and the wire
 // types of shared/wire only, so it links neither the server code
-// (shared/handler, the DynamoDB, SQS and trigger adapters, the pipelines)
+// (shared/function, the DynamoDB, SQS and trigger adapters, the pipelines)
 // nor the DynamoDB, SQS and Lambda SDK clients. It may link S3 (it uploads
 // local files) and CloudFormation (it reads the stack's outputs).
 func TestContractCLILinksNoServer(t *testing.T) {
@@ -51,12 +51,12 @@ func TestContractCLILinksNoServer(t *testing.T) {
 		"github.com/aws/aws-sdk-go-v2/service/sqs",
 		"github.com/aws/aws-sdk-go-v2/service/lambda",
 		"github.com/aws/aws-sdk-go-v2/service/eventbridge",
-		"github.com/bulkrun/bulkrun/shared/handler",
-		"github.com/bulkrun/bulkrun/shared/dynamo",
-		"github.com/bulkrun/bulkrun/shared/queue",
-		"github.com/bulkrun/bulkrun/shared/trigger",
-		"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail",
-		"github.com/bulkrun/bulkrun/shared/pipeline/webhook",
+		"github.com/bulkrun/bulkrun/shared/function",
+		"github.com/bulkrun/bulkrun/internal/dynamo",
+		"github.com/bulkrun/bulkrun/internal/queue",
+		"github.com/bulkrun/bulkrun/internal/trigger",
+		"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail",
+		"github.com/bulkrun/bulkrun/internal/pipeline/webhook",
 		"net/http/httptest",
 	); len(hit) > 0 {
 		t.Errorf("go list -deps ./cmd/bulkrun lists server packages:\n%s", strings.Join(hit, "\n"))
@@ -72,7 +72,7 @@ func TestContractCLILinksNoServer(t *testing.T) {
 // (shared/batch) only, so any Go client can use it without the AWS SDK.
 func TestContractWireImportsNoServer(t *testing.T) {
 	for _, d := range goListDeps(t, "github.com/bulkrun/bulkrun/shared/wire") {
-		if strings.HasPrefix(d, "github.com/aws/") || d == "github.com/bulkrun/bulkrun/shared/handler" || d == "net/http/httptest" {
+		if strings.HasPrefix(d, "github.com/aws/") || d == "github.com/bulkrun/bulkrun/shared/function" || d == "net/http/httptest" {
 			t.Errorf("shared/wire depends on %s", d)
 		}
 	}

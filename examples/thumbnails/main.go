@@ -31,12 +31,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/contactsheet"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func main() {
@@ -54,7 +54,7 @@ func main() {
 }
 
 func run(ctx context.Context, stackName, dir, out string) error {
-	ac, err := handler.AWSConfig(ctx)
+	ac, err := function.AWSConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	if err != nil {
 		return err
 	}
-	s3c := handler.NewS3(ac)
+	s3c := function.NewS3(ac)
 
 	files, err := filepath.Glob(filepath.Join(dir, "*.png"))
 	if err != nil || len(files) == 0 {
@@ -118,7 +118,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	bar := progressbar.NewOptions64(view.ItemCount, progressbar.OptionSetDescription("items"),
 		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("items"),
 		progressbar.OptionSetWriter(os.Stderr), progressbar.OptionThrottle(200*time.Millisecond))
-	final, err := api.Wait(ctx, id, time.Second, func(v handler.BatchView) {
+	final, err := api.Wait(ctx, id, time.Second, func(v function.BatchView) {
 		if v.Census != nil {
 			_ = bar.Set64(v.Census.Total - v.Census.Pending - v.Census.InFlight)
 			bar.Describe(fmt.Sprintf("ok %d failed %d in flight %d", v.Census.Succeeded, v.Census.Failed, v.Census.InFlight))

@@ -9,15 +9,15 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func main() {
 	ctx := context.Background()
-	d, err := handler.Build(ctx)
+	d, err := function.Build(ctx)
 	if err != nil {
 		log.Fatalf("finalize: %v", err)
 	}
-	h := &handler.Finalize{Finalizer: d.Finalizer(), Log: d.Log}
-	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
+	h := &function.Finalize{Finalizer: d.Finalizer(), Log: d.Log}
+	lambda.StartWithOptions(function.Invoke(h.Handle), lambda.WithContext(ctx))
 }

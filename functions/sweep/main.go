@@ -8,15 +8,15 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func main() {
 	ctx := context.Background()
-	d, err := handler.Build(ctx)
+	d, err := function.Build(ctx)
 	if err != nil {
 		log.Fatalf("sweep: %v", err)
 	}
-	h := &handler.Sweep{Sweeper: d.Sweeper(), Log: d.Log}
-	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
+	h := &function.Sweep{Sweeper: d.Sweeper(), Log: d.Log}
+	lambda.StartWithOptions(function.Invoke(h.Handle), lambda.WithContext(ctx))
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/metric"
 )
 
 // alarmPeriod is the period of every alarm: one datapoint of 5 minutes.

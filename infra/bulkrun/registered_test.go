@@ -34,8 +34,8 @@ func pipelineCode(t *testing.T) string {
 // the custom names join the built-ins in both functions'
 // BULKRUN_PIPELINES (all by default; Pipelines may narrow to them).
 func TestPipelineCodeServesSubmitAndItem(t *testing.T) {
-	if function.Submit != FunctionSubmit || function.Item != FunctionItem {
-		t.Fatalf("function.Start dispatches on %q and %q, the stack names %q and %q", function.Submit, function.Item, FunctionSubmit, FunctionItem)
+	if function.SubmitName != FunctionSubmit || function.ItemName != FunctionItem {
+		t.Fatalf("function.Start dispatches on %q and %q, the stack names %q and %q", function.SubmitName, function.ItemName, FunctionSubmit, FunctionItem)
 	}
 	code := pipelineCode(t)
 	for _, tt := range []struct {

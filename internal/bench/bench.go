@@ -21,15 +21,15 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/logging"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/meter"
+	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/event"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/queue"
 )
 
 // Function memory sizes in MB, as the stack sets them by default
@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	name = strings.Trim(name, "-")
 
 	raw := dynamodb.NewFromConfig(cfg)
-	rawS3 := handler.NewS3(cfg)
+	rawS3 := function.NewS3(cfg)
 	rawSQS := sqs.NewFromConfig(cfg)
 	if err := dynamo.CreateTable(ctx, raw, name); err != nil {
 		return res, fmt.Errorf("bench: create table: %w", err)
@@ -146,8 +146,8 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	metered.Logger = logging.Nop{} // the emulator's ranged GETs make the SDK warn about checksums
 	m.Attach(&metered)
 	store := dynamo.New(dynamodb.NewFromConfig(metered), name)
-	store.RowTTL = config.DefaultRetention + batch.TTLGrace // as the functions set it (shared/handler)
-	blobs := blob.New(handler.NewS3(metered), name)
+	store.RowTTL = config.DefaultRetention + batch.TTLGrace // as the functions set it (shared/function)
+	blobs := blob.New(function.NewS3(metered), name)
 	items := queue.New(sqs.NewFromConfig(metered), qurl)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	output := json.RawMessage(`{"ok":true}`)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/formats"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // TestCapture writes today's golden formats into BULKRUN_CAPTURE_FORMATS
@@ -25,7 +25,7 @@ func TestCapture(t *testing.T) {
 		t.Skip("BULKRUN_CAPTURE_FORMATS is not set")
 	}
 	ctx := context.Background()
-	cfg, err := handler.AWSConfig(ctx)
+	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

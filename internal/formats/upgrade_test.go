@@ -16,11 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/formats"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
-	"github.com/bulkrun/bulkrun/shared/dynamo"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -41,7 +41,7 @@ func TestUpgradeFinishesOldFormats(t *testing.T) {
 		t.Skip("AWS_ENDPOINT_URL is not set")
 	}
 	ctx := context.Background()
-	cfg, err := handler.AWSConfig(ctx)
+	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestFormatsMatchGolden(t *testing.T) {
 		t.Skip("AWS_ENDPOINT_URL is not set")
 	}
 	ctx := context.Background()
-	cfg, err := handler.AWSConfig(ctx)
+	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

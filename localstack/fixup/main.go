@@ -26,7 +26,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func main() {
@@ -39,7 +39,7 @@ func main() {
 }
 
 func run(ctx context.Context, stackName string) error {
-	c, err := handler.AWSConfig(ctx)
+	c, err := function.AWSConfig(ctx)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ const HandoffGrace = 2 * time.Minute
 const DeadlineMargin = time.Minute
 
 // Handoff starts the background read of an accepted batch, asynchronously
-// (the submit function invokes itself, shared/trigger). Starting it twice
+// (the submit function invokes itself, internal/trigger). Starting it twice
 // is harmless: the first read to freeze the manifest wins, the other's
 // manifest is deleted.
 type Handoff interface {

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 )
 
 // Confused deputy, point 2: a source may name only the stack bucket's

@@ -1,8 +1,8 @@
 // Package batch is bulkrun's domain: batches, items, runs, outcomes,
 // census, threshold, manifest, reservation and retention. It imports no AWS
 // type; it declares the small interfaces it consumes (Store, Blobs, Queue,
-// Trigger, Events, Clock), which shared/dynamo, shared/blob, shared/queue,
-// shared/trigger and shared/event implement.
+// Trigger, Events, Clock), which internal/dynamo, internal/blob, internal/queue,
+// internal/trigger and internal/event implement.
 //
 // The workflows: Submitter (submit, accept and its background read, resume), Worker (fan-out, items, dead
 // letters), Finalizer (census, results, report; the scheduled tick),

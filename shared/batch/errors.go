@@ -36,7 +36,7 @@ var (
 	// transiently (HTTP 429 or 5xx, a timeout, a connection error) after the
 	// SDK's own retries. Never the item's fault: the item worker sends the
 	// message again after a short jittered delay and counts no attempt.
-	// Adapters wrap the SDK error with it (shared/awsfault).
+	// Adapters wrap the SDK error with it (internal/awsfault).
 	ErrUnavailable = errors.New("AWS service unavailable")
 	// ErrExpired: the batch's retention has ended (HTTP 404 expired); it
 	// is gone for reads and commands, and a submit may reuse its id.

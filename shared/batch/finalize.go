@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/metric"
+	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 

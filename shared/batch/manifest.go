@@ -11,7 +11,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/bulkrun/bulkrun/shared/keyset"
+	"github.com/bulkrun/bulkrun/internal/keyset"
 )
 
 // ManifestLine is one line of a manifest: {"key": "...", "input": ...}.
@@ -27,7 +27,7 @@ const DefaultChunkItems = 5000
 
 // ManifestWriter streams a normalized manifest to w while hashing it,
 // cutting it into fan-out chunks and detecting duplicate keys in bounded
-// memory (shared/keyset spills to disk). Memory: one line plus the key
+// memory (internal/keyset spills to disk). Memory: one line plus the key
 // detector's budget (keyset.DefaultMemoryBytes unless set) plus one Chunk
 // per ChunkItems items. Not safe for concurrent use.
 type ManifestWriter struct {

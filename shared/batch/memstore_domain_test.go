@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/batch/memstore"
-	"github.com/bulkrun/bulkrun/shared/event"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 

@@ -15,7 +15,7 @@ import (
 // statement of the rules: the worker plans and concludes every item with
 // them whatever its unit, the in-memory store decides its item-row
 // conditions with Plan, and the conformance suite (shared/batch/storetest)
-// checks that DynamoDB's condition expressions (shared/dynamo) take and
+// checks that DynamoDB's condition expressions (internal/dynamo) take and
 // refuse exactly what Plan does.
 //
 // Within a run an item moves

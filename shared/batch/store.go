@@ -11,7 +11,7 @@ import (
 )
 
 // Store is the durable state of batches and items. The DynamoDB adapter
-// (shared/dynamo) and the in-memory store (shared/batch/memstore)
+// (internal/dynamo) and the in-memory store (shared/batch/memstore)
 // implement it; both pass the conformance suite shared/batch/storetest,
 // run against the emulator for the adapter. All methods are safe for concurrent use; conditional writes
 // report a lost condition as an error wrapping ErrConflict.
@@ -244,7 +244,7 @@ type Record struct {
 }
 
 // StagedEffects is what one attempt staged. Its concrete type belongs to
-// the Store that commits it (shared/dynamo takes effects.Writes), so this
+// the Store that commits it (internal/dynamo takes effects.Writes), so this
 // package links no storage SDK.
 type StagedEffects interface{ Len() int }
 
@@ -317,7 +317,7 @@ type Finish struct {
 }
 
 // Blobs stores the batch's objects in one S3 bucket and reads sources from
-// any bucket. The S3 adapter (shared/blob) implements it.
+// any bucket. The S3 adapter (internal/blob) implements it.
 type Blobs interface {
 	// Bucket is the name of the bucket the batches live in.
 	Bucket() string
@@ -358,7 +358,7 @@ type Blobs interface {
 }
 
 // Events publishes a finished run's report (EventBridge adapter:
-// shared/event). Nil means no events.
+// internal/event). Nil means no events.
 type Events interface {
 	Publish(ctx context.Context, r Report) error
 }
@@ -383,7 +383,7 @@ type ObjectInfo struct {
 	ContentEncoding string
 }
 
-// Queue sends messages to the items queue. The SQS adapter (shared/queue)
+// Queue sends messages to the items queue. The SQS adapter (internal/queue)
 // implements it.
 type Queue interface {
 	// Send delivers every body, in SendMessageBatch calls of at most 10

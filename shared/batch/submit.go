@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/keyset"
+	"github.com/bulkrun/bulkrun/internal/keyset"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/internal/retry"
-	"github.com/bulkrun/bulkrun/shared/metric"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/egress"
+	"github.com/bulkrun/bulkrun/internal/egress"
 )
 
 // Environment variable names. The stack sets them on every function that

@@ -32,19 +32,18 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 
+	"github.com/bulkrun/bulkrun/internal/pipeline/lambdafn"
+	"github.com/bulkrun/bulkrun/internal/secret"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/handler"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
-	"github.com/bulkrun/bulkrun/shared/pipeline/lambdafn"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
-	"github.com/bulkrun/bulkrun/shared/secret"
 )
 
 // Names of the functions Start serves, the values of config.EnvFunction.
 const (
-	Submit = "submit"
-	Item   = "item"
+	SubmitName = "submit"
+	ItemName   = "item"
 )
 
 // ListArg is the one argument that makes Start print the names of the
@@ -63,12 +62,12 @@ func Start(ctx context.Context, custom ...registered.Declaration) error {
 		return list(os.Stdout, custom)
 	}
 	switch fn := os.Getenv(config.EnvFunction); fn {
-	case Submit:
+	case SubmitName:
 		return StartSubmit(ctx, custom...)
-	case Item:
+	case ItemName:
 		return StartItem(ctx, custom...)
 	default:
-		return fmt.Errorf("function: %s=%q: want %q or %q (the stack sets it on the functions it deploys this binary as)", config.EnvFunction, fn, Submit, Item)
+		return fmt.Errorf("function: %s=%q: want %q or %q (the stack sets it on the functions it deploys this binary as)", config.EnvFunction, fn, SubmitName, ItemName)
 	}
 }
 
@@ -92,7 +91,7 @@ func list(w io.Writer, custom []registered.Declaration) error {
 // config.EnvPipelines names a pipeline that registry lacks
 // (registered.CheckListed).
 func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
-	d, err := handler.Build(ctx)
+	d, err := Build(ctx)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
@@ -103,8 +102,8 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
-	h := &handler.Submit{
-		API:             handler.NewAPI(s, d.Store, d.Blobs, d.Log),
+	h := &Submit{
+		API:             NewAPI(s, d.Store, d.Blobs, d.Log),
 		Submitter:       s,
 		Heads:           d.Blobs,
 		Blobs:           d.Blobs,
@@ -112,7 +111,7 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 		DefaultPipeline: d.Config.DefaultPipeline,
 		Log:             d.Log,
 	}
-	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
+	lambda.StartWithOptions(Invoke(h.Handle), lambda.WithContext(ctx))
 	return nil
 }
 
@@ -121,7 +120,7 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 // dead-lettered ones. It fails when config.EnvPipelines names a pipeline
 // that it does not register (registered.CheckListed).
 func StartItem(ctx context.Context, custom ...registered.Declaration) error {
-	d, err := handler.Build(ctx)
+	d, err := Build(ctx)
 	if err != nil {
 		return fmt.Errorf("item: %w", err)
 	}
@@ -138,7 +137,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 	if err != nil {
 		return fmt.Errorf("item: %w", err)
 	}
-	h := &handler.Item{
+	h := &Item{
 		Worker: &batch.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
@@ -149,7 +148,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}
-	lambda.StartWithOptions(handler.Invoke(h.Handle), lambda.WithContext(ctx))
+	lambda.StartWithOptions(Invoke(h.Handle), lambda.WithContext(ctx))
 	return nil
 }
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/event"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 

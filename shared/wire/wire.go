@@ -1,5 +1,5 @@
 // Package wire holds the JSON shapes of bulkrun's REST API that the server
-// (shared/handler), the Go client (shared/client) and the CLI share: the
+// (shared/function), the Go client (shared/client) and the CLI share: the
 // error body, the batch view, and the escaping of item paths. It imports the
 // standard library and the domain package shared/batch (whose request,
 // batch, census, report and item types are part of the wire format) and
@@ -8,7 +8,7 @@
 // TestContractCLILinksNoServer in cmd/bulkrun).
 //
 // The shapes, by route (docs/openapi.yaml is the contract, checked against
-// the handlers by TestContractOpenAPI in shared/handler; testdata holds a
+// the handlers by TestContractOpenAPI in shared/function; testdata holds a
 // golden example of each):
 //
 //	POST   /batches                          body batch.SubmitRequest; answer BatchView

@@ -27,8 +27,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -521,7 +521,7 @@ func submitError(err error, id string) error {
 // URI. The key derives from the content, so a retried submit of the same
 // file names the same object. The file is read twice from disk (its hash,
 // then the upload) and streamed through the transfer manager in parts
-// (shared/blob: memory bounded by its part size × concurrency, whatever
+// (internal/blob: memory bounded by its part size × concurrency, whatever
 // the file's size).
 func (a *app) upload(ctx context.Context, path string) (string, error) {
 	sum, err := hashFile(path)

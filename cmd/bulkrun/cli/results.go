@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/spf13/cobra"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 

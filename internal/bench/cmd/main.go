@@ -19,7 +19,7 @@ import (
 	"path/filepath"
 
 	"github.com/bulkrun/bulkrun/internal/bench"
-	"github.com/bulkrun/bulkrun/shared/handler"
+	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func main() {
@@ -34,7 +34,7 @@ func main() {
 
 func run(items int, out string) error {
 	ctx := context.Background()
-	cfg, err := handler.AWSConfig(ctx)
+	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // Package memstore is an in-memory batch.Store: one mutex over maps, with
 // the conditions, transitions and listing orders of the DynamoDB adapter
-// (shared/dynamo), proven by the same conformance suite
+// (internal/dynamo), proven by the same conformance suite
 // (shared/batch/storetest). It lets the domain's code paths (Submit,
 // Worker, Finalize, Control, Sweep) be tested in milliseconds; storage
 // semantics are still tested against DynamoDB on the emulator.
@@ -580,7 +580,7 @@ func (s *Store) DeleteMarker(_ context.Context, markerKey string) error {
 }
 
 // batchesEpoch is the first month the adapter's batches index lists
-// (shared/dynamo): batches created before it are not listed.
+// (internal/dynamo): batches created before it are not listed.
 var batchesEpoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 
 var positionRE = regexp.MustCompile(`^[0-9]{13}(#[A-Za-z0-9_-]{1,128})?$`)

@@ -14,7 +14,7 @@ import (
 // the next number, and each mode, Reserve, Settle and SettleUnstarted
 // take the row exactly when Plan says so, and leave what Start and
 // Settled say. On DynamoDB this checks the condition expressions of
-// shared/dynamo against the one statement of the rules.
+// internal/dynamo against the one statement of the rules.
 
 func init() { cases = append(cases, suiteCase{"ItemRowConditionsArePlan", itemRowConditionsArePlan}) }
 

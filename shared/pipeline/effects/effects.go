@@ -243,14 +243,14 @@ func ConditionCheck(ctx context.Context, table string, key map[string]types.Attr
 }
 
 // Writes is what one attempt staged, in staging order: the
-// batch.StagedEffects that shared/dynamo commits with the outcome.
+// batch.StagedEffects that internal/dynamo commits with the outcome.
 type Writes []types.TransactWriteItem
 
 // Len is the number of staged writes.
 func (w Writes) Len() int { return len(w) }
 
 // TransactWriteItems returns the staged writes as DynamoDB transaction
-// items, in staging order: what the DynamoDB adapter (shared/dynamo)
+// items, in staging order: what the DynamoDB adapter (internal/dynamo)
 // commits with the item's outcome.
 func (w Writes) TransactWriteItems() []types.TransactWriteItem { return w }
 

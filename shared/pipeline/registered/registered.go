@@ -14,12 +14,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/bulkrun/bulkrun/internal/egress"
+	"github.com/bulkrun/bulkrun/internal/pipeline/builtin"
+	"github.com/bulkrun/bulkrun/internal/pipeline/lambdafn"
+	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
-	"github.com/bulkrun/bulkrun/shared/pipeline/lambdafn"
-	"github.com/bulkrun/bulkrun/shared/pipeline/thumbnail"
 )
 
 // Deps is what a pipeline's constructor may use, built once per process by

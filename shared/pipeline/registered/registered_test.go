@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/internal/pipeline/builtin"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/pipeline/builtin"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 )
 

@@ -1,0 +1,181 @@
+// Package queue is the SQS adapter of batch.Queue. It is the only importer
+// of the SQS SDK.
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/internal/retry"
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// SQS limits (Amazon SQS developer guide, "Amazon SQS message quotas"): at
+// most 10 entries per SendMessageBatch, and a batch's payload at most
+// 256 KiB in the older limit that emulators keep (1 MiB on AWS since 2025).
+// MaxVisibility is SQS's 12-hour ceiling for ChangeMessageVisibility.
+const (
+	MaxBatchEntries = 10
+	MaxBatchBytes   = 256 << 10
+	MaxVisibility   = 12 * time.Hour
+	// MaxSendTries is how many times an entry that SQS failed is sent.
+	MaxSendTries = 8
+)
+
+// resendRetry spaces the sends of entries SQS failed: 100 ms × 2^(n−1)
+// before send n+1.
+var resendRetry = retry.Schedule{Interval: 100 * time.Millisecond}
+
+// Queue implements batch.Queue on one SQS queue. Safe for concurrent use.
+type Queue struct {
+	sqs *sqs.Client
+	url string
+}
+
+var _ batch.Queue = (*Queue)(nil)
+
+// MaxDelay is the longest delay of Requeue: SQS's DelaySeconds is 0–900 s
+// (Amazon SQS API reference, "SendMessage").
+const MaxDelay = 15 * time.Minute
+
+// New returns a Queue on the queue at url. It uses a copy of client with
+// bulkrun's retryer (no client-side retry quota) and AWS's transient faults
+// tagged batch.ErrUnavailable (internal/awsfault); client is not changed.
+func New(client *sqs.Client, url string) *Queue {
+	client = sqs.New(client.Options(), func(o *sqs.Options) {
+		o.Retryer = awsfault.Retryer()
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+	})
+	return &Queue{sqs: client, url: url}
+}
+
+// Send delivers every body in SendMessageBatch calls of ≤ 10 entries and
+// ≤ 256 KiB, checking every entry's result. Entries that failed on SQS's
+// side (SenderFault false) are sent again, alone — never the entries SQS
+// already accepted — with exponential backoff (resendRetry) up to
+// MaxSendTries. Entries SQS refused as the sender's fault (SenderFault
+// true: a character outside SQS's allowed set, a body too large) are never
+// retried: Send goes on with the other bodies and returns a
+// *batch.RefusedError listing them. Bodies still unsent after the tries
+// give an error wrapping batch.ErrUnavailable. A body larger than 256 KiB
+// is refused without a call. No body is ever dropped silently.
+func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
+	var refused []batch.Refusal
+	for i, b := range bodies {
+		if len(b) > MaxBatchBytes {
+			refused = append(refused, batch.Refusal{Index: i, Code: "MessageTooLong", Message: fmt.Sprintf("message is %d bytes, more than %d", len(b), MaxBatchBytes)})
+		}
+	}
+	idx := make([]int, 0, MaxBatchEntries)
+	size := 0
+	for i := 0; i <= len(bodies); i++ {
+		if i < len(bodies) && len(bodies[i]) > MaxBatchBytes {
+			continue // refused above
+		}
+		if len(idx) > 0 && (i == len(bodies) || len(idx) == MaxBatchEntries || size+len(bodies[i]) > MaxBatchBytes) {
+			r, err := q.sendBatch(ctx, bodies, idx)
+			refused = append(refused, r...)
+			if err != nil {
+				return err
+			}
+			idx, size = idx[:0], 0
+		}
+		if i < len(bodies) {
+			idx = append(idx, i)
+			size += len(bodies[i])
+		}
+	}
+	if len(refused) > 0 {
+		slices.SortFunc(refused, func(a, b batch.Refusal) int { return a.Index - b.Index })
+		return &batch.RefusedError{Refused: refused}
+	}
+	return nil
+}
+
+// sendBatch sends bodies[i] for every i of idx in one SendMessageBatch,
+// then only the entries that failed transiently, and returns the entries
+// refused as the sender's fault.
+func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]batch.Refusal, error) {
+	pending := make(map[string]int, len(idx)) // entry id → index in bodies
+	for _, i := range idx {
+		pending[strconv.Itoa(i)] = i
+	}
+	var refused []batch.Refusal
+	var lastErr error
+	for try := 0; try < MaxSendTries && len(pending) > 0; try++ {
+		if try > 0 {
+			t := time.NewTimer(resendRetry.Delay(try))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return refused, fmt.Errorf("send: %d messages unsent: %w", len(pending), ctx.Err())
+			case <-t.C:
+			}
+		}
+		entries := make([]types.SendMessageBatchRequestEntry, 0, len(pending))
+		for id, i := range pending {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(string(bodies[i]))})
+		}
+		slices.SortFunc(entries, func(a, b types.SendMessageBatchRequestEntry) int { return pending[*a.Id] - pending[*b.Id] })
+		out, err := q.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.url, Entries: entries})
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		for _, ok := range out.Successful {
+			delete(pending, aws.ToString(ok.Id))
+		}
+		for _, f := range out.Failed {
+			id := aws.ToString(f.Id)
+			i, known := pending[id]
+			if !known {
+				continue
+			}
+			if f.SenderFault {
+				refused = append(refused, batch.Refusal{Index: i, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)})
+				delete(pending, id)
+				continue
+			}
+			lastErr = fmt.Errorf("entry %s: %s: %s", id, aws.ToString(f.Code), aws.ToString(f.Message))
+		}
+	}
+	if len(pending) > 0 {
+		return refused, fmt.Errorf("send: %d messages unsent after %d tries: %w: %w", len(pending), MaxSendTries, batch.ErrUnavailable, lastErr)
+	}
+	return refused, nil
+}
+
+// Requeue sends body as a new message that becomes visible after delay
+// (whole seconds, clamped to 0–MaxDelay). A new message starts with a
+// receive count of 0, so requeueing does not bring it closer to the
+// dead-letter queue. A refused body is a *batch.RefusedError.
+func (q *Queue) Requeue(ctx context.Context, body []byte, delay time.Duration) error {
+	delay = min(max(delay, 0), MaxDelay)
+	_, err := q.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String(string(body)), DelaySeconds: int32((delay + time.Second - 1) / time.Second)})
+	if err != nil {
+		return fmt.Errorf("requeue: %w", err)
+	}
+	return nil
+}
+
+// Delay sets a received message's visibility timeout to d from now
+// (clamped to 0–12 h, rounded up to whole seconds), so that it comes back
+// no sooner than d.
+func (q *Queue) Delay(ctx context.Context, receiptHandle string, d time.Duration) error {
+	d = min(max(d, 0), MaxVisibility)
+	_, err := q.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: &q.url, ReceiptHandle: &receiptHandle, VisibilityTimeout: int32((d + time.Second - 1) / time.Second),
+	})
+	if err != nil {
+		return fmt.Errorf("change visibility: %w", err)
+	}
+	return nil
+}

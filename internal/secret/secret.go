@@ -1,0 +1,164 @@
+// Package secret resolves bulkrun's secret references (batch.SecretRef):
+// an SSM parameter's value (GetParameter with decryption, so a
+// SecureString comes back in clear) or a Secrets Manager secret's
+// SecretString (GetSecretValue, current version). It is the only importer
+// of the SSM and Secrets Manager SDKs.
+//
+// Values are cached in memory for TTL (default DefaultTTL) per ARN, so a
+// batch of many items costs one call per reference per function instance
+// and TTL; a rotated secret is picked up within TTL, and at once when the
+// receiver rejects the old value: the worker then reads it again with
+// ResolveFresh, which bypasses the cache, and calls once more.
+//
+// Errors are classified from each service's documentation (AWS Secrets
+// Manager API Reference, "GetSecretValue", Errors,
+// https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_GetSecretValue.html;
+// AWS Systems Manager API Reference, "GetParameter", Errors,
+// https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_GetParameter.html;
+// the common ThrottlingException of both, "Common Errors"):
+// ThrottlingException is a *pipeline.ThrottledError and, with 5xx
+// (InternalServiceError, InternalServerError), timeouts and lost
+// connections, wraps batch.ErrUnavailable (the item waits, costing no
+// attempt); everything else (ResourceNotFoundException, ParameterNotFound,
+// ParameterVersionNotFound, DecryptionFailure, InvalidKeyId,
+// InvalidRequestException, InvalidParameterException,
+// AccessDeniedException) fails the same way every time and does not.
+package secret
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	"github.com/aws/smithy-go"
+
+	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// DefaultTTL is how long a resolved value is reused: 5 minutes. A value
+// the receiver rejects is read again at once (ResolveFresh); otherwise a
+// rotation reaches this function instance within DefaultTTL. Secrets
+// Manager's own caching clients use 1 hour (AWS Secrets Manager user
+// guide, "Cache secrets"); bulkrun keeps it shorter so that a revoked
+// value stops being sent soon after.
+const DefaultTTL = 5 * time.Minute
+
+// Store resolves references through SSM and Secrets Manager. Safe for
+// concurrent use.
+type Store struct {
+	ssm *ssm.Client
+	sm  *secretsmanager.Client
+	ttl time.Duration
+	now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+type cached struct {
+	value string
+	until time.Time
+}
+
+var _ batch.Secrets = (*Store)(nil)
+
+// New returns a Store using clients built from c (with awsfault.Tag, so an
+// unavailable AWS wraps batch.ErrUnavailable), caching values for ttl (0:
+// DefaultTTL).
+func New(c aws.Config, ttl time.Duration) *Store {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	return &Store{
+		ssm: ssm.NewFromConfig(c, func(o *ssm.Options) {
+			o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+		}),
+		sm: secretsmanager.NewFromConfig(c, func(o *secretsmanager.Options) {
+			o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+		}),
+		ttl: ttl, now: time.Now, cache: map[string]cached{},
+	}
+}
+
+// Resolve returns the value behind arn: an SSM parameter ARN
+// (arn:…:ssm:…:parameter/…) or a Secrets Manager secret ARN
+// (arn:…:secretsmanager:…:secret:…), from the cache when read less than
+// TTL ago. Errors name the ARN and the AWS error code, never a value; one
+// wrapping batch.ErrUnavailable can be retried (see the package comment).
+func (s *Store) Resolve(ctx context.Context, arn string) (string, error) {
+	s.mu.Lock()
+	if c, ok := s.cache[arn]; ok && s.now().Before(c.until) {
+		s.mu.Unlock()
+		return c.value, nil
+	}
+	s.mu.Unlock()
+	return s.ResolveFresh(ctx, arn)
+}
+
+// ResolveFresh reads arn's value from its service whatever the cache
+// holds, and caches it: what the worker calls when a receiver rejected
+// the cached value (a secret rotated since it was read).
+func (s *Store) ResolveFresh(ctx context.Context, arn string) (string, error) {
+	var v string
+	switch {
+	case strings.Contains(arn, ":ssm:"):
+		out, err := s.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(ParameterName(arn)), WithDecryption: aws.Bool(true)})
+		if err != nil {
+			return "", classify("ssm", fmt.Errorf("ssm GetParameter %s: %w", arn, err))
+		}
+		if out.Parameter == nil || out.Parameter.Value == nil {
+			return "", fmt.Errorf("ssm GetParameter %s: no value", arn)
+		}
+		v = *out.Parameter.Value
+	case strings.Contains(arn, ":secretsmanager:"):
+		out, err := s.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+		if err != nil {
+			return "", classify("secretsmanager", fmt.Errorf("secretsmanager GetSecretValue %s: %w", arn, err))
+		}
+		if out.SecretString == nil {
+			return "", fmt.Errorf("secretsmanager GetSecretValue %s: not a string secret", arn)
+		}
+		v = *out.SecretString
+	default:
+		return "", errors.New("not an SSM parameter or Secrets Manager secret ARN: " + arn)
+	}
+	s.mu.Lock()
+	s.cache[arn] = cached{value: v, until: s.now().Add(s.ttl)}
+	s.mu.Unlock()
+	return v, nil
+}
+
+// ParameterName returns the SSM parameter name an ARN names: "/a/b" for
+// "arn:…:parameter/a/b" (a hierarchical name), "p" for "arn:…:parameter/p"
+// (AWS Systems Manager user guide, "Working with parameter hierarchies").
+// The name, not the ARN, is sent: it is what GetParameter takes in every
+// region and emulator, and the role's grant is on the ARN either way.
+func ParameterName(arn string) string {
+	_, rest, _ := strings.Cut(arn, ":parameter/")
+	if strings.Contains(rest, "/") {
+		return "/" + rest
+	}
+	return rest
+}
+
+// classify marks a throttled call of service as a *pipeline.ThrottledError
+// (the SDK's own tries were spent on it); it already wraps
+// batch.ErrUnavailable (awsfault.Tag), as 5xx and timeouts do.
+func classify(service string, err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" {
+		return pipeline.Throttled(service, ae.ErrorCode(), 0, err)
+	}
+	return err
+}
+
+var _ batch.FreshSecrets = (*Store)(nil)

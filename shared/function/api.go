@@ -1,0 +1,596 @@
+package function
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// MaxRequestBytes bounds a request body, in bytes: 6 MB (6,291,456 bytes),
+// the largest payload of a synchronous Lambda invocation ("Lambda quotas",
+// "Invocation payload (request and response)":
+// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+// A larger body is answered 413 naming this limit. API Gateway's own
+// 10 MB limit cannot be lowered; on AWS a body whose event exceeds 6 MB is
+// refused by Lambda before submit runs (API Gateway then answers 5xx), so
+// put large item lists in S3 and name the object.
+const MaxRequestBytes = 6 << 20
+
+// API serves the REST API (http.Handler), on API Gateway through Serve:
+//
+//	POST   /batches                          submit (202 accepted, read in the background; 201 created, 200 identical batch exists)
+//	GET    /batches?status=&since=&limit=&cursor=   batches newest first (batch.BatchPage)
+//	GET    /batches/{id}                     status and census
+//	GET    /batches/{id}/report              the last finished run's report
+//	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
+//	POST   /batches/{id}/resume              new run of a finished batch (202)
+//	POST   /batches/{id}/cancel              stop the current run (202)
+//	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
+//	DELETE /batches/{id}                     forget the batch and all it owns (204)
+//
+// POST /batches answers 202 with status submitting when the source (an S3
+// object or prefix) is read in the background, 201/200 when an inline
+// source was read in the call.
+//
+// Routes match the decoded path (r.URL.Path): an item key is everything
+// between "/items/" and the last "/release", so it may hold "/" (sent as
+// %2F, see [ItemPath]) and any other character. A path that matches no
+// route, or a route with another method, is 404 not_found.
+//
+// Errors are JSON {"code", "message", "field", "line", "element", "key"}:
+// invalid_request 400, empty_source 400 (the source holds no items;
+// nothing was created), not_found 404, expired 404 (the batch's retention
+// has ended: it is gone, whether or not the sweep has deleted it yet, and
+// a submit may reuse its id), batch_mismatch 409, conflict 409 (a run is
+// going, or not), internal 409 (a refused batch submitted again),
+// insufficient_storage 507 (the source is too large for the submit
+// function's temporary disk: not retryable), internal 500 (retryable).
+type API struct {
+	Submitter *batch.Submitter
+	Control   *batch.Control
+	Store     batch.Store
+	Blobs     batch.Blobs
+	Log       *slog.Logger
+}
+
+// NewAPI wires the routes.
+func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.Logger) *API {
+	return &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log, Clock: batch.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+}
+
+// ItemPath is wire.ItemPath: the API path of an item route, with id and
+// key each escaped as one path segment.
+func ItemPath(id, key, action string) string { return wire.ItemPath(id, key, action) }
+
+// ServeHTTP routes a request on its decoded path, r.URL.Path (see the
+// route table on [API]).
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := a.route(r)
+	if h == nil {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		return
+	}
+	h(w, r)
+}
+
+// route returns the handler of r, with its path values ("id", "key") set,
+// or nil when no route matches r's method and decoded path.
+func (a *API) route(r *http.Request) http.HandlerFunc {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/"+config.APIBatchesResource)
+	if !ok {
+		return nil
+	}
+	if rest == "" {
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.submit, http.MethodGet: a.list})
+	}
+	rest, ok = strings.CutPrefix(rest, "/")
+	if !ok || rest == "" {
+		return nil
+	}
+	id, tail, sub := strings.Cut(rest, "/")
+	r.SetPathValue("id", id)
+	if !sub {
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.status, http.MethodDelete: a.forget})
+	}
+	switch tail {
+	case "report":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.report})
+	case "items":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.items})
+	case "resume":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.resume})
+	case "cancel":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.cancel})
+	}
+	key, ok := strings.CutPrefix(tail, "items/")
+	if !ok {
+		return nil
+	}
+	if key, ok = strings.CutSuffix(key, "/release"); !ok || key == "" {
+		return nil
+	}
+	r.SetPathValue("key", key)
+	return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.release})
+}
+
+func pick(method string, by map[string]http.HandlerFunc) http.HandlerFunc { return by[method] }
+
+// ErrorBody is the JSON of every error answer (see wire.ErrorBody).
+type ErrorBody = wire.ErrorBody
+
+// BatchView is the JSON of a batch in API answers (see wire.BatchView).
+type BatchView = wire.BatchView
+
+// Progress is a large running batch's counters (see wire.Progress).
+type Progress = wire.Progress
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, e ErrorBody) { writeJSON(w, status, e) }
+
+// ErrorOf maps a domain error to its HTTP status and JSON body.
+func ErrorOf(err error) (int, ErrorBody) {
+	var ie *batch.InputError
+	var me *batch.MismatchError
+	var re *batch.BatchRefusedError
+	var rue *batch.RepeatedUploadError
+	switch {
+	case errors.As(err, &rue):
+		// An upload only: the items another upload started within the window.
+		return http.StatusConflict, ErrorBody{Code: batch.RefusalRepeatedUpload, Message: err.Error(), Field: "x-amz-meta-rerun"}
+	case errors.Is(err, batch.ErrEmptySource) && errors.As(err, &ie):
+		return http.StatusBadRequest, ErrorBody{Code: "empty_source", Message: err.Error(), Field: ie.Field}
+	case errors.As(err, &ie):
+		return http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}
+	case errors.As(err, &me):
+		return http.StatusConflict, ErrorBody{Code: "batch_mismatch", Message: err.Error(), Field: me.Field}
+	case errors.As(err, &re):
+		r := re.Refusal
+		status := http.StatusConflict // refused for good: the same request cannot succeed
+		switch r.Code {
+		case batch.RefusalInvalid, batch.RefusalEmptySource:
+			status = http.StatusBadRequest
+		case batch.RefusalInsufficientStorage:
+			status = http.StatusInsufficientStorage
+		}
+		return status, ErrorBody{Code: r.Code, Message: err.Error(), Field: r.Field, Line: r.Line, Element: r.Element, Key: r.Key}
+	case errors.Is(err, batch.ErrInsufficientStorage):
+		return http.StatusInsufficientStorage, ErrorBody{Code: batch.RefusalInsufficientStorage, Message: err.Error()}
+	case errors.Is(err, batch.ErrExpired):
+		return http.StatusNotFound, ErrorBody{Code: "expired", Message: err.Error()}
+	case errors.Is(err, batch.ErrNotFound):
+		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
+	case errors.Is(err, batch.ErrConflict):
+		return http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()}
+	}
+	return http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; the request can be retried"}
+}
+
+// errorAnswer writes the answer of a domain error (logging internal ones).
+func (a *API) errorAnswer(w http.ResponseWriter, err error) {
+	status, body := ErrorOf(err)
+	if status == http.StatusInternalServerError {
+		a.Log.Error("request failed", "error", err.Error())
+	}
+	writeError(w, status, body)
+}
+
+func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	if len(body) > MaxRequestBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Field: "body",
+			Message: fmt.Sprintf("body over %d bytes (6 MB, Lambda's synchronous invocation payload limit): put the items in S3 and name the object", MaxRequestBytes)})
+		return
+	}
+	var req batch.SubmitRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: " + err.Error(), Field: jsonField(err)})
+		return
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: content after the JSON object"})
+		return
+	}
+	req.SubmittedBy = CallerOf(r.Context())
+	res, err := a.Submitter.Accept(r.Context(), req)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	view := BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created}
+	status := http.StatusOK
+	switch {
+	case res.Batch.Status == batch.StatusSubmitting:
+		status = http.StatusAccepted
+	case res.Created:
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, view)
+}
+
+// jsonField names the field of a JSON decoding error, when it tells.
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	if m := err.Error(); strings.HasPrefix(m, "json: unknown field ") {
+		return strings.Trim(strings.TrimPrefix(m, "json: unknown field "), `"`)
+	}
+	return ""
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !batch.ValidBatchID(id) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
+		return
+	}
+	view, err := a.View(r.Context(), id)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+// View reads a batch and its census; an expired batch is ErrExpired.
+func (a *API) View(ctx context.Context, id string) (BatchView, error) {
+	b, err := a.Control.Get(ctx, id)
+	if err != nil {
+		return BatchView{}, err
+	}
+	return a.viewOf(ctx, b)
+}
+
+// viewOf is the view of the batch row b with its census: the report's once
+// finished, the run's counters while it runs.
+func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
+	v := BatchView{Batch: batch.Redacted(b)}
+	switch {
+	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
+		// No manifest yet, or never: nothing to count.
+	case b.Status.Finished() && b.FinalCensus != nil:
+		v.Census, v.CensusSource = b.FinalCensus, wire.CensusFromReport
+		v.Report = "s3://" + a.Blobs.Bucket() + "/" + b.ReportKey
+	default:
+		// A running batch: its chunk counters, O(counter shards) reads
+		// whatever its size; the exact census comes with the report.
+		p, err := a.Store.Progress(ctx, b.ID, b.Run, max(1, b.CounterShards))
+		if err != nil {
+			return BatchView{}, err
+		}
+		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
+		c := CounterCensus(b, p)
+		v.Census = &c
+		v.NeedsAttention = v.NeedsAttention || c.Failed+c.Quarantined > 0
+	}
+	return v, nil
+}
+
+// CounterCensus is a running batch's census as its counters tell it:
+// terminal items by outcome as counted so far, and every other item
+// pending (items in flight are among them: counters see only outcomes).
+// Counters may lag the rows; the report's census is exact.
+func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
+	c := batch.Census{Total: b.ItemCount, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	c.Succeeded = p.ByOutcome[batch.OutcomeSucceeded]
+	c.Failed = p.ByOutcome[batch.OutcomeFailed]
+	c.Quarantined = p.ByOutcome[batch.OutcomeQuarantined]
+	c.Cancelled = p.ByOutcome[batch.OutcomeCancelled]
+	c.Pending = max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
+	return c
+}
+
+func (a *API) report(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	b, err := a.Control.Get(r.Context(), id)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	key := b.ReportKey
+	if key == "" {
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("batch %s has no report yet (status %s)", id, b.Status)})
+		return
+	}
+	body, err := a.Blobs.Get(r.Context(), key)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// Serve answers one API Gateway (REST, proxy integration) request. Header
+// names are matched case-insensitively (API Gateway may lower-case them).
+// The route is matched on [EventPath], the request's path decoded once.
+func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	body := ev.Body
+	if ev.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			return events.APIGatewayProxyResponse{StatusCode: 400, Body: `{"code":"invalid_request","message":"body is not valid base64"}`}, nil
+		}
+		body = string(b)
+	}
+	path, err := EventPath(ev)
+	if err != nil {
+		status, body := http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: "path"}
+		b, _ := json.Marshal(body)
+		return events.APIGatewayProxyResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}, nil
+	}
+	u := &url.URL{Path: path}
+	q := url.Values{}
+	for k, vs := range ev.MultiValueQueryStringParameters {
+		q[k] = vs
+	}
+	for k, v := range ev.QueryStringParameters {
+		if _, ok := q[k]; !ok {
+			q.Set(k, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(WithCaller(ctx, EventCaller(ev)), ev.HTTPMethod, "/", strings.NewReader(body))
+	if err != nil {
+		return events.APIGatewayProxyResponse{StatusCode: 400, Body: `{"code":"invalid_request","message":"bad request line"}`}, nil
+	}
+	req.URL = u // set, not parsed: the decoded path may hold "?", "#" or "%"
+	for k, v := range ev.Headers {
+		req.Header.Set(k, v)
+	}
+	rec := &recorder{header: http.Header{}}
+	a.ServeHTTP(rec, req)
+	return events.APIGatewayProxyResponse{
+		StatusCode: rec.status(),
+		Headers:    map[string]string{"Content-Type": rec.header.Get("Content-Type")},
+		Body:       rec.body.String(),
+	}, nil
+}
+
+// recorder is the http.ResponseWriter Serve hands to ServeHTTP: it keeps
+// the status, headers and body for the proxy answer. The status is 200
+// when the handler writes a body without WriteHeader, as net/http does.
+type recorder struct {
+	header http.Header
+	code   int
+	body   strings.Builder
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
+}
+
+func (r *recorder) status() int {
+	if r.code == 0 {
+		return http.StatusOK
+	}
+	return r.code
+}
+
+func (a *API) resume(w http.ResponseWriter, r *http.Request) {
+	b, err := a.Submitter.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: batch.Redacted(b)})
+}
+
+// cancel answers the batch as GET /batches/{id} would, census and
+// needs_attention included, so the answer agrees with the next status; when
+// the census cannot be read the cancel still stands and the answer is the
+// batch row alone.
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	b, err := a.Control.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	v, err := a.viewOf(r.Context(), b)
+	if err != nil {
+		a.Log.Warn("cancel: census not read; answering the batch row", "batch_id", b.ID, "error", err)
+		v = BatchView{Batch: batch.Redacted(b)}
+	}
+	writeJSON(w, http.StatusAccepted, v)
+}
+
+func (a *API) forget(w http.ResponseWriter, r *http.Request) {
+	if err := a.Control.Forget(r.Context(), r.PathValue("id")); err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// release serves POST /batches/{id}/items/{key}/release; the key is the
+// decoded path between "/items/" and the last "/release".
+func (a *API) release(w http.ResponseWriter, r *http.Request) {
+	id, key := r.PathValue("id"), r.PathValue("key")
+	if !batch.ValidBatchID(id) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
+		return
+	}
+	if reason := batch.CheckKey(key); reason != "" {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: reason, Field: "key", Key: key})
+		return
+	}
+	if err := a.Control.Release(r.Context(), id, key); err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// list serves GET /batches: status (one or more statuses, comma-separated
+// or repeated), since (RFC 3339 time: batches created at or after it),
+// limit (1–1,000, default 100), cursor (a previous page's next_cursor).
+// Answers 200 with a batch.BatchPage; 400 invalid_request naming the
+// parameter at fault.
+func (a *API) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var req batch.ListBatchesRequest
+	for _, v := range q["status"] {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				req.Statuses = append(req.Statuses, batch.Status(s))
+			}
+		}
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: fmt.Sprintf("since: %q is not an RFC 3339 time (e.g. 2026-11-30T00:00:00Z)", v), Field: "since"})
+			return
+		}
+		req.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
+			return
+		}
+		req.Limit = n
+	}
+	req.Cursor = q.Get("cursor")
+	req.Source = q.Get("source")
+	page, err := a.Control.ListBatches(r.Context(), req)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (a *API) items(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
+			return
+		}
+		limit = n
+	}
+	outcome := batch.Outcome(q.Get("outcome"))
+	if outcome == "" {
+		outcome = batch.OutcomeFailed
+	}
+	page, err := a.Control.Items(r.Context(), r.PathValue("id"), outcome, q.Get("cursor"), limit)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// callerKey is the context key of the API caller's identity.
+type callerKey struct{}
+
+// WithCaller returns ctx carrying the API caller's identity (see
+// EventCaller), which a submit records as the batch's submitted_by.
+func WithCaller(ctx context.Context, caller string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
+
+// CallerOf returns the caller identity ctx carries ("" when none).
+func CallerOf(ctx context.Context) string {
+	s, _ := ctx.Value(callerKey{}).(string)
+	return s
+}
+
+// EventCaller is the IAM identity of an API Gateway REST API request made
+// with IAM authorization: requestContext.identity.userArn (the caller's
+// ARN: an IAM user, or an assumed role's session,
+// arn:aws:sts::123456789012:assumed-role/ops/alice), else
+// requestContext.identity.caller (its principal id), else "" (API Gateway
+// developer guide, "Input format of a Lambda function for proxy
+// integration", https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html).
+// API Gateway fills them from the verified SigV4 signature; the caller
+// cannot set them.
+func EventCaller(ev events.APIGatewayProxyRequest) string {
+	if id := ev.RequestContext.Identity; id.UserArn != "" {
+		return id.UserArn
+	} else if id.Caller != "" {
+		return id.Caller
+	}
+	return ""
+}
+
+// pathParamRE matches a path parameter of an API Gateway resource path:
+// "{name}" or the greedy "{name+}".
+var pathParamRE = regexp.MustCompile(`\{([^{}+]+)\+?\}`)
+
+// EventPath returns the request path of a REST API proxy event decoded
+// exactly once. API Gateway's REST API sends `path` still percent-encoded
+// and `pathParameters` decoded (API Gateway developer guide, "Lambda proxy
+// integrations in API Gateway", input format:
+// https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html);
+// the path is therefore rebuilt from `resource` (e.g. "/batches/{proxy+}")
+// with each parameter replaced by its decoded value, which also leaves out
+// a custom domain's base path. An event without a resource template, or
+// missing one of its parameters, falls back to decoding `path` once
+// (url.PathUnescape); a malformed escape is an error naming it.
+func EventPath(ev events.APIGatewayProxyRequest) (string, error) {
+	if ev.Resource != "" && strings.HasPrefix(ev.Resource, "/") {
+		missing := false
+		p := pathParamRE.ReplaceAllStringFunc(ev.Resource, func(m string) string {
+			name := pathParamRE.FindStringSubmatch(m)[1]
+			v, ok := ev.PathParameters[name]
+			if !ok {
+				missing = true
+			}
+			return v
+		})
+		if !missing {
+			return p, nil
+		}
+	}
+	p, err := url.PathUnescape(ev.Path)
+	if err != nil {
+		return "", fmt.Errorf("path %q: %w", ev.Path, err)
+	}
+	return p, nil
+}

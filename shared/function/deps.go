@@ -1,0 +1,160 @@
+// Package handler adapts Lambda events to bulkrun's domain: the REST API
+// and S3 uploads (submit function), item messages (item function), and
+// finalize triggers and ticks (finalize function). functions/*/main.go
+// only load the configuration, call Build and start the handler.
+package function
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/event"
+	"github.com/bulkrun/bulkrun/internal/metric"
+	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
+	"github.com/bulkrun/bulkrun/internal/queue"
+	"github.com/bulkrun/bulkrun/internal/trigger"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+)
+
+// Deps are the adapters a function uses, built once per process.
+type Deps struct {
+	Config  config.Config
+	Log     *slog.Logger
+	AWS     aws.Config
+	Store   *dynamo.Store
+	Blobs   *blob.Store
+	Queue   *queue.Queue    // nil without EnvItemsQueueURL
+	Trigger *trigger.Lambda // nil without EnvFinalizeFunction
+	S3      *s3.Client
+	// Metrics writes CloudWatch EMF lines to stdout; nil (none) without
+	// config.EnvMetricsStack.
+	Metrics *metric.Emitter
+}
+
+// AWSConfig loads the SDK configuration from the environment (credentials,
+// region, and AWS_ENDPOINT_URL for an emulator), with bulkrun's retryer
+// (awsfault.Retryer: no client-side retry quota), a new one per client.
+func AWSConfig(ctx context.Context) (aws.Config, error) {
+	c, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRetryer(awsfault.Retryer))
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load AWS config: %w", err)
+	}
+	return c, nil
+}
+
+// NewS3 is blob.NewS3: an S3 client, path-style against an emulator.
+func NewS3(c aws.Config) *s3.Client { return blob.NewS3(c) }
+
+// The blob store is the thumbnail pipeline's source (registered.Build).
+var _ thumbnail.Source = (*blob.Store)(nil)
+
+// Build sets the Go runtime's memory limit from the function's memory
+// (SetMemoryLimit), loads the configuration and builds the adapters.
+func Build(ctx context.Context) (*Deps, error) {
+	SetMemoryLimit()
+	cfg, err := config.Load(nil)
+	log := Logger(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := AWSConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deps{Config: cfg, Log: log, AWS: ac}
+	if stack := os.Getenv(config.EnvMetricsStack); stack != "" {
+		d.Metrics = metric.New(stack)
+	}
+	d.S3 = NewS3(ac)
+	d.Store = dynamo.New(dynamodb.NewFromConfig(ac), cfg.Table)
+	// Rows outlive a finished batch's retention by TTLGrace at least
+	// (finalize extends any that would not).
+	d.Store.RowTTL = cfg.Retention + batch.TTLGrace
+	d.Blobs = blob.New(d.S3, cfg.Bucket)
+	if cfg.ItemsQueueURL != "" {
+		d.Queue = queue.New(sqs.NewFromConfig(ac), cfg.ItemsQueueURL)
+	}
+	if cfg.FinalizeFunction != "" {
+		d.Trigger = trigger.New(lambda.NewFromConfig(ac), cfg.FinalizeFunction)
+	}
+	return d, nil
+}
+
+// Submitter builds the submit workflow from d, with the built-in
+// pipelines and custom (the binary's own, package shared/function).
+func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, error) {
+	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
+		return nil, err
+	}
+	// The same registry as the item function's, for names and options.
+	reg, err := registered.Build(registered.Deps{Source: d.Blobs, WebhookAllow: d.Config.WebhookAllow, LambdaFunctions: d.Config.LambdaFunctions}, custom...)
+	if err != nil {
+		return nil, err
+	}
+	// Submit accepts the names the stack set (a subset of the registry,
+	// checked at synth), else every registered one.
+	names := d.Config.Pipelines
+	if len(names) == 0 {
+		names = reg.Names()
+	}
+	s := &batch.Submitter{
+		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
+		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
+		SecretPrefixes: d.Config.SecretPrefixes,
+		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
+		Sources:        d.SourcePolicy(),
+		ItemsPerSecond: batch.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
+	}
+	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
+		// In Lambda: an S3 source is read by the function invoking itself
+		// asynchronously, so the API answers in bounded time.
+		s.Handoff = trigger.New(lambda.NewFromConfig(d.AWS), self)
+	}
+	return s, nil
+}
+
+// Bus returns the EventBridge adapter on the account's default bus.
+func (d *Deps) Bus() *event.Bus {
+	return event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)
+}
+
+// SourcePolicy is what sources and items may read: the stack bucket's
+// upload prefixes and config.EnvSources (batch.SourcePolicy).
+func (d *Deps) SourcePolicy() batch.SourcePolicy {
+	return batch.SourcePolicy{Bucket: d.Config.Bucket, Allowed: d.Config.Sources}
+}
+
+// Finalizer builds the finalize workflow from d.
+func (d *Deps) Finalizer() *batch.Finalizer {
+	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
+		Events: d.Bus()}
+	if d.Config.Lease > 0 {
+		// Counters that stood still for a whole lease cannot be waiting for
+		// an item in flight (its lease has ended): a crashed invocation's
+		// outcomes, written but never counted, are counted from the rows
+		// then rather than after the 5-minute default (a stack with a
+		// short item timeout finishes such a run sooner).
+		f.Stall = min(5*time.Minute, d.Config.Lease)
+	}
+	if d.Queue != nil {
+		// The tick re-sends a fan-out that a dead submit or resume left unsent.
+		f.FanOut = (&batch.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: batch.SystemClock{}, Log: d.Log}).FanOut
+	}
+	return f
+}

@@ -1,0 +1,58 @@
+package function
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// liveStore counts what GET /batches/{id} reads of a running batch.
+type liveStore struct {
+	batch.Store // other methods are not reached
+	b           batch.Batch
+	scans       int
+	shardsRead  int
+}
+
+func (s *liveStore) GetBatch(context.Context, string) (batch.Batch, error) { return s.b, nil }
+func (s *liveStore) ScanItems(context.Context, string, int, func(batch.Item) error) error {
+	s.scans++
+	return nil
+}
+func (s *liveStore) Progress(_ context.Context, _ string, _ int, shards int) (batch.Progress, error) {
+	s.shardsRead += shards
+	return batch.Progress{Done: 7, Failures: 2, ByOutcome: map[batch.Outcome]int64{
+		batch.OutcomeSucceeded: 4, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1, batch.OutcomeCancelled: 1}}, nil
+}
+
+// Live status costs O(shards), not O(items), for every batch size: the
+// view of a running batch reads its counter shards, never its item rows,
+// whether it holds 10 items or 10^7 (the product line "GET /batches/{id}
+// and watch on a running batch cost a few reads"). Counting a small batch
+// from its rows again fails here.
+func TestLiveStatusReadsShardsNotItems(t *testing.T) {
+	for _, items := range []int64{10, 10_000, 10_000_000} {
+		b := batch.Batch{ID: "b1", Status: batch.StatusRunning, Run: 1, ItemCount: items,
+			ListShards: batch.ListShards(items, 0), CounterShards: batch.CounterShards(0)}
+		s := &liveStore{b: b}
+		a := NewAPI(nil, s, &discardBlobs{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		v, err := a.View(context.Background(), "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.scans != 0 || s.shardsRead != b.CounterShards {
+			t.Errorf("%d items: %d item scans and %d counter shards read, want 0 and %d", items, s.scans, s.shardsRead, b.CounterShards)
+		}
+		c := v.Census
+		if v.CensusSource != wire.CensusFromCounters || c == nil || v.Progress == nil || v.Progress.Done != 7 {
+			t.Fatalf("%d items: view %+v", items, v)
+		}
+		if c.Total != items || c.Succeeded != 4 || c.Failed != 1 || c.Quarantined != 1 || c.Cancelled != 1 || c.Pending != items-7 || !v.NeedsAttention {
+			t.Errorf("%d items: census %+v, needs attention %v", items, *c, v.NeedsAttention)
+		}
+	}
+}

@@ -1,0 +1,526 @@
+package function
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	verrors "github.com/pb33f/libopenapi-validator/errors"
+	"github.com/pb33f/libopenapi-validator/schema_validation"
+	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+
+	"github.com/bulkrun/bulkrun/internal/keyset"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// openAPIBase is the host the requests checked against docs/openapi.yaml
+// are sent to.
+const openAPIBase = "https://example.execute-api.us-east-1.amazonaws.com"
+
+// contractStore is a batch.Store of fixed batches, enough for every route
+// to give each of its answers.
+type contractStore struct {
+	batch.Store // other methods are not reached
+	batches     map[string]batch.Batch
+}
+
+func (s *contractStore) GetBatch(_ context.Context, id string) (batch.Batch, error) {
+	if id == "boom-1" {
+		return batch.Batch{}, errors.New("dynamodb: connection reset")
+	}
+	b, ok := s.batches[id]
+	if !ok {
+		return batch.Batch{}, fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+	}
+	return b, nil
+}
+
+func (s *contractStore) CreateBatch(_ context.Context, b batch.Batch) (batch.Batch, error) {
+	if b.ID == "boom-1" {
+		return batch.Batch{}, errors.New("dynamodb: connection reset")
+	}
+	if old, ok := s.batches[b.ID]; ok {
+		return old, batch.ErrBatchExists
+	}
+	s.batches[b.ID] = b
+	return b, nil
+}
+func (s *contractStore) SetFannedOut(context.Context, string, int) error { return nil }
+func (s *contractStore) Progress(context.Context, string, int, int) (batch.Progress, error) {
+	return batch.Progress{Done: 12000, Failures: 3}, nil
+}
+func (s *contractStore) Stop(_ context.Context, m batch.StopMark) error {
+	b := s.batches[m.BatchID]
+	b.Stop, b.StopDetail = m.Status, m.Detail
+	s.batches[m.BatchID] = b
+	return nil
+}
+func (s *contractStore) ListItems(context.Context, string, int, batch.Outcome, string, int) ([]batch.Item, string, error) {
+	return []batch.Item{{Key: "a/1", RunID: "r1", Run: 1, Outcome: batch.OutcomeFailed, Attempt: 3, RunAttempts: 3,
+		Error: "HTTP 400", Reason: batch.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}, "a/1", nil
+}
+func (s *contractStore) ListBatches(_ context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+	if q.Before == "boom" {
+		return nil, "", errors.New("dynamodb: connection reset")
+	}
+	return []batch.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
+}
+func (s *contractStore) ReleaseItem(context.Context, string, int, string) error { return nil }
+func (s *contractStore) MarkForgetting(context.Context, string) error           { return nil }
+func (s *contractStore) DeleteBatch(_ context.Context, b batch.Batch) error {
+	delete(s.batches, b.ID)
+	return nil
+}
+
+// contractBlobs serves the golden report and takes manifest writes.
+type contractBlobs struct {
+	discardBlobs
+	report []byte
+}
+
+func (b *contractBlobs) Bucket() string { return "example-bucket" }
+func (b *contractBlobs) Get(_ context.Context, key string) ([]byte, error) {
+	if strings.HasPrefix(key, "batches/lost-1/") {
+		return nil, errors.New("s3: connection reset")
+	}
+	if strings.HasSuffix(key, "/report.json") {
+		return b.report, nil
+	}
+	return nil, batch.ErrNotFound
+}
+func (b *contractBlobs) OpenMatch(context.Context, string, string, string) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(`{"a":1}` + "\n")), nil
+}
+func (b *contractBlobs) Delete(context.Context, string) error              { return nil }
+func (b *contractBlobs) DeletePrefix(context.Context, string) (int, error) { return 3, nil }
+
+func loadOpenAPI(t *testing.T) (validator.Validator, *v3.Document) {
+	t.Helper()
+	spec, err := os.ReadFile(filepath.Join("..", "..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := libopenapi.NewDocument(spec)
+	if err != nil {
+		t.Fatalf("docs/openapi.yaml: %v", err)
+	}
+	if v := doc.GetVersion(); v != "3.1.0" {
+		t.Fatalf("docs/openapi.yaml is OpenAPI %s, want 3.1.0", v)
+	}
+	m, err := doc.BuildV3Model()
+	if err != nil {
+		t.Fatalf("docs/openapi.yaml: %v", err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatalf("validator: %v", errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		for _, e := range verrs {
+			t.Errorf("docs/openapi.yaml is not valid OpenAPI: %s", e.Error())
+		}
+		t.FailNow()
+	}
+	return v, &m.Model
+}
+
+// TestContractOpenAPI guards the API contract (docs/openapi.yaml, docs/api.md
+// "Using it"): the document is valid OpenAPI 3.1; it describes exactly the
+// routes the handlers serve; its error codes are wire.Codes() and every
+// status ErrorOf gives is documented; every answer the real handlers give
+// (each route, success and error, through fixed stores) validates, status
+// and body, against it, and every status it documents is one of those
+// answers (two, named, are shown by integration tests); requests the
+// handlers refuse by a rule the schema states are refused by the schema
+// too; and the golden examples of shared/wire validate against it.
+func TestContractOpenAPI(t *testing.T) {
+	v, doc := loadOpenAPI(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	// Routes: an operation of the document is a route of the handlers,
+	// and every route the handlers answer on a probe is in the document.
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.PathItems.FromOldest() {
+		for method := range item.GetOperations().FromOldest() {
+			documented[strings.ToUpper(method)+" "+path] = true
+		}
+	}
+	api := NewAPI(nil, nil, nil, log)
+	probes := []string{"/batches", "/batches/{id}", "/batches/{id}/report", "/batches/{id}/items",
+		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/items/{key}/release",
+		"/batches/{id}/items/{key}", "/batches/{id}/runs", "/batches/{id}/results", "/batches/{id}/events", "/"}
+	for p := range documented {
+		probes = append(probes, strings.SplitN(p, " ", 2)[1])
+	}
+	for _, p := range probes {
+		concrete := strings.NewReplacer("{id}", "b-1", "{key}", "k%2F1").Replace(p)
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			r := httptest.NewRequest(m, concrete, nil)
+			routed := api.route(r) != nil
+			if routed != documented[m+" "+p] {
+				t.Errorf("%s %s: handlers route it: %v; docs/openapi.yaml describes it: %v", m, p, routed, documented[m+" "+p])
+			}
+		}
+	}
+
+	// Error codes: the document's enum is wire.Codes().
+	errSchema := doc.Components.Schemas.GetOrZero("Error").Schema()
+	var enum []string
+	for _, n := range errSchema.Properties.GetOrZero("code").Schema().Enum {
+		enum = append(enum, n.Value)
+	}
+	if want := wire.Codes(); !slices.Equal(sorted(enum), sorted(want)) {
+		t.Errorf("Error.code enum %v, want wire.Codes() %v", enum, want)
+	}
+	// The enums of the document are the Go constants.
+	enumOf := func(schema, prop string) []string {
+		sc := doc.Components.Schemas.GetOrZero(schema).Schema()
+		if prop != "" {
+			sc = sc.Properties.GetOrZero(prop).Schema()
+		}
+		var out []string
+		for _, n := range sc.Enum {
+			out = append(out, n.Value)
+		}
+		return sorted(out)
+	}
+	var statuses, outcomes []string
+	for _, st := range batch.Statuses() {
+		statuses = append(statuses, string(st))
+	}
+	for _, o := range batch.Outcomes() {
+		outcomes = append(outcomes, string(o))
+	}
+	for _, e := range []struct {
+		schema, prop string
+		want         []string
+	}{
+		{"Status", "", statuses},
+		{"Outcome", "", outcomes},
+		{"BatchView", "census_source", []string{wire.CensusFromItems, wire.CensusFromReport, wire.CensusFromCounters}},
+		{"InterruptPolicy", "", []string{string(batch.InterruptRetry), string(batch.InterruptQuarantine)}},
+		{"Reason", "", []string{string(batch.ReasonPermanent), string(batch.ReasonMaxAttempts), string(batch.ReasonDeadLettered),
+			string(batch.ReasonQuarantine), string(batch.ReasonInterrupted), string(batch.ReasonThreshold), string(batch.ReasonCancel)}},
+	} {
+		if got := enumOf(e.schema, e.prop); !slices.Equal(got, sorted(e.want)) {
+			t.Errorf("%s %s enum %v, want %v", e.schema, e.prop, got, sorted(e.want))
+		}
+	}
+
+	// Every status ErrorOf gives is documented on submit, which can meet
+	// every error class.
+	submitCodes := map[string]bool{}
+	for code := range doc.Paths.PathItems.GetOrZero("/batches").Post.Responses.Codes.KeysFromOldest() {
+		submitCodes[code] = true
+	}
+	for _, err := range []error{
+		&batch.InputError{Field: "x", Reason: "bad"},
+		fmt.Errorf("%w", &batch.InputError{Field: "source", Reason: "no items", Err: batch.ErrEmptySource}),
+		&batch.MismatchError{Field: "pipeline"},
+		&batch.BatchRefusedError{Refusal: batch.SubmitRefusal{Code: batch.RefusalInternal}},
+		&batch.BatchRefusedError{Refusal: batch.SubmitRefusal{Code: batch.RefusalInvalid}},
+		&batch.BatchRefusedError{Refusal: batch.SubmitRefusal{Code: batch.RefusalInsufficientStorage}},
+		batch.ErrInsufficientStorage, batch.ErrConflict, errors.New("boom"),
+	} {
+		status, body := ErrorOf(err)
+		if !submitCodes[fmt.Sprint(status)] || !slices.Contains(enum, body.Code) {
+			t.Errorf("ErrorOf(%v) = %d %s: not documented on POST /batches", err, status, body.Code)
+		}
+	}
+
+	// Answers of the real handlers.
+	golden := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "wire", "testdata", name+".golden.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	census := &batch.Census{Total: 3, Succeeded: 2, Failed: 1, Cost: pipeline.CostSum{}}
+	store := &contractStore{batches: map[string]batch.Batch{
+		"done-1": {ID: "done-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ItemCount: 3, FinalCensus: census,
+			ReportKey: batch.ReportKey("done-1", 1), CreatedAt: now, RunStartedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour),
+			Headers: map[string]string{"tenant": "acme"}, OnInterrupt: batch.InterruptRetry, NeedsAttention: true},
+		"run-1": {ID: "run-1", Pipeline: "webhook", Status: batch.StatusRunning, Run: 2, ItemCount: 20000, CounterShards: 4,
+			FannedOut: true, CreatedAt: now, RunStartedAt: now},
+		"lost-1": {ID: "lost-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ReportKey: batch.ReportKey("lost-1", 1),
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		"refused-1": {ID: "refused-1", Pipeline: "webhook", Status: batch.StatusRefused, Run: 1, CreatedAt: now, FinishedAt: now,
+			ExpiresAt: now.Add(time.Hour), Refusal: &batch.SubmitRefusal{Code: batch.RefusalInternal, Message: "reading the source failed 3 times"},
+			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`)},
+		"gone-1": {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
+	}}
+	blobs := &contractBlobs{report: golden("report")}
+	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: sentQueue{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
+	api = NewAPI(sub, store, blobs, log)
+	full := &batch.Submitter{Blobs: &discardBlobs{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir(),
+		TempLimitBytes: 512 << 20, Keys: keyset.Options{MemoryBytes: 256, CreateRun: func(path string) (io.WriteCloser, error) {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			return noSpace{f}, err
+		}}}
+	var many []string
+	for i := range 100 {
+		many = append(many, fmt.Sprintf(`{"k":"key-%04d"}`, i))
+	}
+
+	tests := []struct {
+		name, method, path, body string
+		api                      *API
+		status                   int
+		code                     string
+		// docRefuses: the document's schema refuses the request too
+		// (the handlers' 400 is the schema's own rule).
+		docRefuses bool
+	}{
+		{"submit inline", "POST", "/batches", `{"batch_id":"new-1","pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"}}`, nil, 201, "", false},
+		{"submit again", "POST", "/batches", `{"batch_id":"new-1","pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"}}`, nil, 200, "", false},
+		{"submit golden request", "POST", "/batches", string(golden("submit-request")), nil, 400, wire.CodeInvalidRequest, false},
+		{"submit unknown field", "POST", "/batches", `{"pipelin":"webhook"}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"submit empty source", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[]}}`, nil, 400, wire.CodeEmptySource, false},
+		{"submit other request, same id", "POST", "/batches", `{"batch_id":"new-1","pipeline":"thumbnail","source":{"items":[{"a":1}]}}`, nil, 409, wire.CodeBatchMismatch, false},
+		{"submit too large", "POST", "/batches", `{"pipeline":"webhook","source":{"items":["` + strings.Repeat("x", MaxRequestBytes) + `"]}}`, nil, 413, wire.CodeInvalidRequest, false},
+		{"submit out of disk", "POST", "/batches", `{"batch_id":"space-1","pipeline":"webhook","key_field":"k","source":{"items":[` + strings.Join(many, ",") + `]}}`, NewAPI(full, nil, nil, log), 507, wire.CodeInsufficientStorage, false},
+		{"list", "GET", "/batches?status=running,completed&since=2026-11-01T00:00:00Z&limit=2", "", nil, 200, "", false},
+		{"list bad since", "GET", "/batches?since=yesterday", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"list bad status", "GET", "/batches?status=done", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"get finished", "GET", "/batches/done-1", "", nil, 200, "", false},
+		{"get large running", "GET", "/batches/run-1", "", nil, 200, "", false},
+		{"get unknown", "GET", "/batches/nope-1", "", nil, 404, wire.CodeNotFound, false},
+		{"get expired", "GET", "/batches/gone-1", "", nil, 404, wire.CodeExpired, false},
+		{"get bad id", "GET", "/batches/a%20b", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"get store down", "GET", "/batches/boom-1", "", nil, 500, wire.CodeInternal, false},
+		{"report", "GET", "/batches/done-1/report", "", nil, 200, "", false},
+		{"report not yet", "GET", "/batches/run-1/report", "", nil, 404, wire.CodeNotFound, false},
+		{"items", "GET", "/batches/done-1/items?outcome=failed&limit=10", "", nil, 200, "", false},
+		{"items bad limit", "GET", "/batches/done-1/items?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"items bad outcome", "GET", "/batches/done-1/items?outcome=succeeded", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"resume running", "POST", "/batches/run-1/resume", "", nil, 409, wire.CodeConflict, false},
+		{"cancel finished", "POST", "/batches/done-1/cancel", "", nil, 409, wire.CodeConflict, false},
+		{"cancel running", "POST", "/batches/run-1/cancel", "", nil, 202, "", false},
+		{"release", "POST", "/batches/done-1/items/a%2F1/release", "", nil, 204, "", false},
+		{"release while running", "POST", "/batches/run-1/items/k/release", "", nil, 409, wire.CodeConflict, false},
+		{"release unknown batch", "POST", "/batches/nope-1/items/k/release", "", nil, 404, wire.CodeNotFound, false},
+		{"forget running", "DELETE", "/batches/run-1", "", nil, 409, wire.CodeConflict, false},
+		{"forget", "DELETE", "/batches/done-1", "", nil, 204, "", false},
+		{"submit under a refused batch's id starts afresh", "POST", "/batches", `{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"}}`, nil, 201, "", false},
+		{"submit store down", "POST", "/batches", `{"batch_id":"boom-1","pipeline":"webhook","source":{"items":[{"a":1}]}}`, nil, 500, wire.CodeInternal, false},
+		{"list store down", "GET", "/batches?cursor=Ym9vbQ", "", nil, 500, wire.CodeInternal, false},
+		{"report store down", "GET", "/batches/boom-1/report", "", nil, 500, wire.CodeInternal, false},
+		{"report object unreadable", "GET", "/batches/lost-1/report", "", nil, 500, wire.CodeInternal, false},
+		{"items unknown", "GET", "/batches/nope-1/items", "", nil, 404, wire.CodeNotFound, false},
+		{"items store down", "GET", "/batches/boom-1/items", "", nil, 500, wire.CodeInternal, false},
+		{"resume unknown", "POST", "/batches/nope-1/resume", "", nil, 404, wire.CodeNotFound, false},
+		{"resume store down", "POST", "/batches/boom-1/resume", "", nil, 500, wire.CodeInternal, false},
+		{"cancel unknown", "POST", "/batches/nope-1/cancel", "", nil, 404, wire.CodeNotFound, false},
+		{"cancel store down", "POST", "/batches/boom-1/cancel", "", nil, 500, wire.CodeInternal, false},
+		{"release bad id", "POST", "/batches/a%20b/items/k/release", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"release store down", "POST", "/batches/boom-1/items/k/release", "", nil, 500, wire.CodeInternal, false},
+		{"forget unknown", "DELETE", "/batches/nope-1", "", nil, 404, wire.CodeNotFound, false},
+		{"forget store down", "DELETE", "/batches/boom-1", "", nil, 500, wire.CodeInternal, false},
+	}
+	// Through API Gateway (Serve), a path with a malformed escape is 400
+	// on every route.
+	for _, route := range []struct{ method, path string }{
+		{"GET", "/batches/%zz"}, {"DELETE", "/batches/%zz"}, {"GET", "/batches/%zz/report"},
+		{"POST", "/batches/%zz/resume"}, {"POST", "/batches/%zz/cancel"},
+	} {
+		tests = append(tests, struct {
+			name, method, path, body string
+			api                      *API
+			status                   int
+			code                     string
+			docRefuses               bool
+		}{"serve malformed " + route.method + " " + route.path, route.method, route.path, "", nil, 400, wire.CodeInvalidRequest, false})
+	}
+	answered := map[string]bool{} // "METHOD /template STATUS"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := tt.api
+			if h == nil {
+				h = api
+			}
+			var rec *httptest.ResponseRecorder
+			malformed := strings.Contains(tt.path, "%zz")
+			if malformed {
+				// As API Gateway sends a path outside the proxy resource's
+				// decoding: the raw path, which Serve decodes once.
+				out, err := h.Serve(context.Background(), events.APIGatewayProxyRequest{HTTPMethod: tt.method, Path: tt.path})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec = httptest.NewRecorder()
+				for k, v := range out.Headers {
+					rec.Header().Set(k, v)
+				}
+				rec.WriteHeader(out.StatusCode)
+				rec.WriteString(out.Body)
+			} else {
+				rec = httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
+			}
+			var eb wire.ErrorBody
+			if tt.code != "" {
+				_ = json.Unmarshal(rec.Body.Bytes(), &eb)
+			}
+			if rec.Code != tt.status || eb.Code != tt.code {
+				t.Fatalf("%d %s, want %d %s: %s", rec.Code, eb.Code, tt.status, tt.code, firstBytes(rec.Body.String()))
+			}
+			docPath := strings.ReplaceAll(tt.path, "%zz", "x")
+			answered[tt.method+" "+templateOf(documented, tt.method, docPath)+" "+fmt.Sprint(rec.Code)] = true
+			req := openAPIRequest(tt.method, docPath, tt.body)
+			switch {
+			case malformed: // a path no client can send on purpose
+			case tt.docRefuses:
+				if ok, _ := verrs(v.ValidateHttpRequestSync(req)); ok {
+					t.Errorf("docs/openapi.yaml accepts a request the handlers refuse by its schema")
+				}
+			case tt.status != 413: // that body is refused for its size, which a schema does not say
+				validate(t, "request", func() (bool, []string) { return verrs(v.ValidateHttpRequestSync(req)) })
+			}
+			resp := rec.Result()
+			validate(t, "answer", func() (bool, []string) {
+				return verrs(v.ValidateHttpResponse(openAPIRequest(tt.method, docPath, ""), resp))
+			})
+		})
+	}
+
+	// Every status the document gives an operation is one the handlers
+	// answered above, but for those that need more than fixed stores,
+	// each with where it is shown instead.
+	elsewhere := map[string]string{
+		"POST /batches 202":             "a background read of an S3 source: integration TestSubmitRetriedPastGatewayTimeout",
+		"POST /batches/{id}/resume 202": "a new run needs a stored manifest to fan out: integration TestResumeRunsOnlyWhatDidNotSucceed",
+	}
+	for path, item := range doc.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			for code := range op.Responses.Codes.KeysFromOldest() {
+				k := strings.ToUpper(method) + " " + path + " " + code
+				if _, ok := elsewhere[k]; !ok && !answered[k] {
+					t.Errorf("docs/openapi.yaml documents %s, which no answer above gave", k)
+				}
+			}
+		}
+	}
+
+	// Golden examples: answers and a request as the document says, and
+	// the results line and event detail against their schemas.
+	examples := []struct {
+		name, method, path string
+		status             int
+	}{
+		{"batch-view", "GET", "/batches/b-1", 200},
+		{"report", "GET", "/batches/b-1/report", 200},
+		{"item-page", "GET", "/batches/b-1/items", 200},
+		{"batch-page", "GET", "/batches", 200},
+		{"error", "GET", "/batches/b-1", 404},
+	}
+	for _, ex := range examples {
+		resp := &http.Response{StatusCode: ex.status, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(string(golden(ex.name))))}
+		validate(t, ex.name+".golden.json", func() (bool, []string) {
+			return verrs(v.ValidateHttpResponse(openAPIRequest(ex.method, ex.path, ""), resp))
+		})
+	}
+	validate(t, "submit-request.golden.json", func() (bool, []string) {
+		return verrs(v.ValidateHttpRequestSync(openAPIRequest("POST", "/batches", string(golden("submit-request")))))
+	})
+	sv := schema_validation.NewSchemaValidator()
+	for name, schema := range map[string]string{"result-line": "ResultLine", "event": "EventDetail"} {
+		payload := golden(name)
+		if name == "event" {
+			var ev struct{ Detail json.RawMessage }
+			if err := json.Unmarshal(payload, &ev); err != nil {
+				t.Fatal(err)
+			}
+			payload = ev.Detail
+		}
+		s := doc.Components.Schemas.GetOrZero(schema).Schema()
+		validate(t, name+".golden.json", func() (bool, []string) {
+			ok, errs := sv.ValidateSchemaBytes(s, payload)
+			return verrs(ok, errs)
+		})
+	}
+}
+
+// templateOf returns the documented path template of method and path
+// ("{name}" matches one raw segment), or path itself when none matches.
+func templateOf(documented map[string]bool, method, path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	segs := strings.Split(path, "/")
+	for op := range documented {
+		m, tmpl, _ := strings.Cut(op, " ")
+		ts := strings.Split(tmpl, "/")
+		if m != method || len(ts) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range ts {
+			if !strings.HasPrefix(ts[i], "{") && ts[i] != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return tmpl
+		}
+	}
+	return path
+}
+
+func openAPIRequest(method, path, body string) *http.Request {
+	r := httptest.NewRequest(method, openAPIBase+path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261130/us-east-1/execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
+	return r
+}
+
+func validate(t *testing.T, what string, f func() (bool, []string)) {
+	t.Helper()
+	if ok, errs := f(); !ok {
+		t.Errorf("%s does not match docs/openapi.yaml:\n%s", what, strings.Join(errs, "\n"))
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return s
+}
+
+func firstBytes(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+// verrs lists a validation's errors with their schema details.
+func verrs(ok bool, errs []*verrors.ValidationError) (bool, []string) {
+	var out []string
+	for _, e := range errs {
+		line := e.Message + ": " + e.Reason
+		for _, se := range e.SchemaValidationErrors {
+			line += "\n    " + se.FieldPath + " (" + se.KeywordLocation + "): " + se.Reason
+		}
+		out = append(out, line)
+	}
+	return ok && len(errs) == 0, out
+}

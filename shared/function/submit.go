@@ -1,0 +1,149 @@
+package function
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+)
+
+// Submit is the submit function: it answers the REST API and starts
+// batches for uploads under incoming/ (S3 notifications).
+type Submit struct {
+	API             *API
+	Submitter       *batch.Submitter
+	Heads           Header      // reads an upload's metadata
+	Blobs           batch.Blobs // where refused starts get their error report
+	Events          Putter      // where refused starts get their Batch Refused event; nil: none
+	DefaultPipeline string
+	Log             *slog.Logger
+}
+
+// Header reads an object's user metadata (names lower-case, without the
+// x-amz-meta- prefix), ETag and Content-Encoding, only if its ETag is etag
+// ("" for any): a replaced object is batch.ErrConflict, a missing one
+// batch.ErrNotFound.
+type Header interface {
+	HeadMatch(ctx context.Context, bucket, key, etag string) (batch.ObjectInfo, map[string]string, error)
+}
+
+// Putter puts one event on an EventBridge bus (internal/event.Bus).
+type Putter interface {
+	Put(ctx context.Context, detailType string, detail any) error
+}
+
+// Handle dispatches a raw event: an API Gateway proxy request (has
+// "httpMethod"), an S3 event (Records with "s3"), or S3's test event.
+func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		HTTPMethod string            `json:"httpMethod"`
+		Records    []json.RawMessage `json:"Records"`
+		Event      string            `json:"Event"`
+		Schedule   string            `json:"bulkrun_schedule"`
+		Submit     string            `json:"bulkrun_submit"`
+		SubmitTick bool              `json:"bulkrun_submit_tick"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("submit: event is not JSON: %w", err)
+	}
+	switch {
+	case probe.HTTPMethod != "":
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		return s.API.Serve(ctx, ev)
+	case probe.Submit != "":
+		return nil, s.Background(ctx, probe.Submit)
+	case probe.SubmitTick:
+		res, err := s.Submitter.TickSubmitting(ctx)
+		s.Log.Info("submit tick", "submitting", res.Submitting, "handed_off", res.HandedOff, "refused", res.Refused)
+		return res, err
+	case probe.Schedule != "":
+		var ev ScheduleEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("submit: schedule event: %w", err)
+		}
+		return s.Scheduled(ctx, ev)
+	case probe.Event == "s3:TestEvent":
+		s.Log.Info("S3 test event")
+		return nil, nil
+	case len(probe.Records) > 0:
+		var ev events.S3Event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		return s.Uploads(ctx, ev)
+	}
+	return nil, fmt.Errorf("submit: unknown event shape")
+}
+
+// SubmitTickEvent is what the schedule sends submit for its backstop of
+// background reads (batch.Submitter.TickSubmitting).
+const SubmitTickEvent = `{"bulkrun_submit_tick": true}`
+
+// Background reads the source of an accepted batch (the event
+// batch.SubmitEvent, sent by the submit function to itself). An error is
+// returned so that Lambda retries the invocation; a batch forgotten
+// meanwhile is not an error.
+func (s *Submit) Background(ctx context.Context, batchID string) error {
+	b, err := s.Submitter.Complete(ctx, batchID)
+	switch {
+	case errors.Is(err, batch.ErrNotFound):
+		s.Log.Warn("background read of an unknown batch", "batch_id", batchID)
+		return nil
+	case err != nil:
+		return err
+	}
+	s.Log.Info("background read done", "batch_id", batchID, "status", string(b.Status), "items", b.ItemCount)
+	return nil
+}
+
+// ScheduleEvent is what a bulkrun schedule (an EventBridge rule declared by
+// the stack) sends to submit: the schedule's name, the tick's scheduled
+// time (EventBridge's "time" field, UTC) and the batch to start.
+type ScheduleEvent struct {
+	Schedule string              `json:"bulkrun_schedule"`
+	Time     time.Time           `json:"time"`
+	Request  batch.SubmitRequest `json:"request"`
+}
+
+// ScheduleBatchID is the batch id of a schedule's tick:
+// "{schedule}-{time as 20060102T150405Z}". A duplicate delivery of one tick
+// is the same batch.
+func ScheduleBatchID(schedule string, t time.Time) string {
+	return schedule + "-" + t.UTC().Format("20060102T150405Z")
+}
+
+// Scheduled starts the batch of one schedule tick. Every tick leaves a
+// trace: a batch, or an error report in
+// schedule-errors/{schedule}/{batch id}.error.json (ScheduleErrorKey) and a
+// Batch Refused event. A refused tick (bad input, an empty source, another
+// batch under the tick's id) is not retried; a failed one is recorded as
+// retrying and its error returned, so that Lambda retries the asynchronous
+// invocation (twice by default) and then hands it to the failure queue.
+func (s *Submit) Scheduled(ctx context.Context, ev ScheduleEvent) (any, error) {
+	log := s.Log.With("schedule", ev.Schedule)
+	if ev.Time.IsZero() {
+		log.Error("schedule event without time; refused")
+		err := &batch.InputError{Field: "time", Reason: "the schedule event carries no tick time"}
+		return nil, s.refuse(ctx, log, Refusal{Source: SourceSchedule, Schedule: ev.Schedule}, err)
+	}
+	req := ev.Request
+	req.BatchID = ScheduleBatchID(ev.Schedule, ev.Time)
+	req.SubmittedBy = "schedule:" + ev.Schedule
+	res, err := s.Submitter.Submit(ctx, req)
+	if err == nil {
+		log.Info("scheduled batch submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+		s.clearRetrying(ctx, log, ScheduleErrorKey(ev.Schedule, req.BatchID), "")
+		return map[string]any{"batch_id": res.Batch.ID, "created": res.Created}, nil
+	}
+	tick := ev.Time.UTC()
+	return nil, s.refuse(ctx, log, Refusal{Source: SourceSchedule, Schedule: ev.Schedule, Tick: &tick, BatchID: req.BatchID}, err)
+}
