@@ -226,7 +226,7 @@ bench: tools $(EMULATOR_DEP)
 # BENCHTIME: go test's -benchtime (CI: 1x, every benchmark once).
 BENCHTIME ?= 1s
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/... ./internal/...
 
 clean:
 	rm -rf build cdk.out infra/cdk.out demo-output

@@ -30,7 +30,7 @@ func TestAdapterImportsNoPipeline(t *testing.T) {
 		read++
 		for _, imp := range file.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
-			if strings.HasPrefix(p, "github.com/bulkrun/bulkrun/shared/pipeline") {
+			if strings.HasPrefix(p, "github.com/bulkrun/bulkrun/shared/pipeline") || strings.HasPrefix(p, "github.com/bulkrun/bulkrun/internal/pipeline") {
 				t.Errorf("%s imports %s", f, p)
 			}
 		}

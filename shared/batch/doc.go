@@ -54,4 +54,10 @@
 //     dead-letter queue; only items never reserved in a run are settled for
 //     a dead-lettered fan-out chunk; every valid manifest line travels
 //     (SQSSafe); error texts are bounded (pipeline.CutText).
+//
+// API: the types the client and shared/wire return (SubmitRequest,
+// Batch, Census, Report, Item, ItemPage, BatchPage, ResultLine, Outcome,
+// Status, Threshold and their constants) are part of bulkrun's Go API
+// (docs/packages.md); the engine (Store, Worker, Finalizer, Submitter,
+// Control, Sweeper and the rules) is not.
 package batch

@@ -2,6 +2,9 @@
 // resources from its CloudFormation outputs and calls the REST API with
 // SigV4-signed requests (the API uses IAM authorization). The CLI, the demo
 // and the integration tests use it.
+//
+// This package is part of bulkrun's Go API: docs/packages.md says what
+// that promises.
 package client
 
 import (

@@ -6,6 +6,10 @@
 // The package imports only the standard library (and bulkrun's egress,
 // which does too) so that infra/ and the functions can both import it; a
 // name changed here changes on both sides.
+//
+// API: the names (environment variables, stack outputs, prefixes) are
+// part of bulkrun's Go API (docs/packages.md); Load, Config and its
+// validation are not.
 package config
 
 import (

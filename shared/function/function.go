@@ -20,6 +20,10 @@
 // Every function here returns only when the process cannot start (a
 // missing variable, a bad declaration, a stack naming a pipeline the
 // binary does not register); lambda.Start never returns otherwise.
+//
+// API: Start, StartSubmit, StartItem, ListArg, SubmitName and ItemName
+// are part of bulkrun's Go API (docs/packages.md); the handlers and
+// dependencies this package builds for the functions are not.
 package function
 
 import (

@@ -27,6 +27,9 @@
 // should be idempotent per Request.RunID: bulkrun runs it at most once per
 // reservation, but a crash after the side effect and before the outcome is
 // recorded makes a later attempt (same RunID, Attempt + 1) run it again.
+//
+// This package is part of bulkrun's Go API: docs/packages.md says what
+// that promises.
 package pipeline
 
 import (

@@ -21,6 +21,9 @@
 //	DELETE /batches/{id}                     no body (204)
 //
 // Every error answer is an ErrorBody.
+//
+// This package is part of bulkrun's Go API: docs/packages.md says what
+// that promises.
 package wire
 
 import (

@@ -43,6 +43,9 @@
 // item (DynamoDB developer guide, "Capacity and throughput for
 // transactions"); an item that stages nothing is recorded with a plain
 // UpdateItem, as before.
+//
+// This package is part of bulkrun's Go API: docs/packages.md says what
+// that promises.
 package effects
 
 import (

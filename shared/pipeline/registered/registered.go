@@ -6,6 +6,9 @@
 // pipeline"), and the stack names them in RunnerProps.CustomPipelines.
 // The item function runs what Build returns, and submit checks pipeline
 // names and options against the same registry.
+//
+// This package is part of bulkrun's Go API: docs/packages.md says what
+// that promises.
 package registered
 
 import (
