@@ -370,3 +370,53 @@ func TestCLIUpload(t *testing.T) {
 		_ = env.api.Forget(ctx, id)
 	}
 }
+
+// TestLiveCostFromCounters guards the live cost (docs/console.md, docs/cli.md
+// "Reading a batch"): while a run goes, GET /batches/{id} answers the cost
+// of the items that ended so far from the run's counters — here two of
+// three items ended, the third's webhook call still waits — and the
+// finished run's report has the same figures for them plus the last.
+func TestLiveCostFromCounters(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	release := make(chan struct{})
+	url := env.hook.route(id, func(key string, _ int) int {
+		if key == "c" {
+			<-release
+		}
+		return 200
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k",
+		Source: batch.SourceSpec{Items: json.RawMessage(`[{"k":"a"},{"k":"b"},{"k":"c"}]`)}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	var v handler.BatchView
+	for {
+		var err error
+		v, err = env.api.Status(ctx, id)
+		if err == nil && v.Census != nil && v.Census.Succeeded == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("two items never ended: %+v %v", v.Census, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("two of three ended after %s", time.Since(deadline.Add(-time.Minute)))
+	if v.Status != batch.StatusRunning || v.CensusSource != "counters" || v.Census.Cost.Text("calls") != "2" || v.Census.RunSpent.Text("calls") != "2" {
+		t.Fatalf("live view: %s from %s, cost %v spent %v; want running, counters, calls=2", v.Status, v.CensusSource, v.Census.Cost, v.Census.RunSpent)
+	}
+	close(release)
+	if done := wait(t, id); done.Census.Cost.Text("calls") != "3" {
+		t.Fatalf("the report's cost %v, want calls=3", done.Census.Cost)
+	}
+	_ = env.api.Forget(ctx, id)
+}

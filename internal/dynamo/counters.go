@@ -3,11 +3,15 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
@@ -40,6 +44,14 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 	for _, o := range batch.TerminalOutcomes() {
 		if n := c.Outcomes[o]; n != 0 {
 			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(n))
+		}
+	}
+	// Cost sums as DynamoDB numbers: ADD is exact in decimal (38
+	// significant digits; Amazon DynamoDB developer guide, "Supported
+	// data types and naming rules", Number), as the census's sums are.
+	for prefix, sum := range map[string]map[string]decimal.Decimal{attrCostPrefix: c.Cost, attrSpentPrefix: c.Spent} {
+		for _, name := range slices.Sorted(maps.Keys(sum)) {
+			u = u.Add(expression.Name(prefix+name), expression.Value(&types.AttributeValueMemberN{Value: sum[name].String()}))
 		}
 	}
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
@@ -91,12 +103,19 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 	return res, nil
 }
 
+// Counter attributes of the cost sums: "c#{name}" (ChunkCount.Cost) and
+// "s#{name}" (ChunkCount.Spent), one number each per cost name.
+const (
+	attrCostPrefix  = "c#"
+	attrSpentPrefix = "s#"
+)
+
 // Progress sums the run's chunk counters: one eventually consistent Query
 // per counter shard (COUNT#{id}#{run}#{p}, every page), so it reads
 // O(shards) partitions and about 100 bytes per chunk of 5,000 items,
 // whatever the batch's size.
 func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (batch.Progress, error) {
-	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}}
+	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}}
 	for part := range max(1, shards) {
 		err := s.queryAll(ctx, countPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
 			var row struct {
@@ -120,6 +139,25 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 					n, _ := strconv.ParseInt(v.Value, 10, 64)
 					p.ByOutcome[o] += n
 				}
+			}
+			for name, v := range av {
+				n, ok := v.(*types.AttributeValueMemberN)
+				if !ok {
+					continue
+				}
+				sum := p.Cost
+				cost, isCost := strings.CutPrefix(name, attrCostPrefix)
+				if !isCost {
+					sum = p.Spent
+					if cost, isCost = strings.CutPrefix(name, attrSpentPrefix); !isCost {
+						continue
+					}
+				}
+				d, err := decimal.NewFromString(n.Value)
+				if err != nil {
+					return fmt.Errorf("counter %s: %w", name, err)
+				}
+				sum[cost] = sum[cost].Add(d)
 			}
 			p.Usage.DynamoDBWriteUnits += row.WriteUnits
 			p.Usage.DynamoDBReadUnits += row.ReadUnits

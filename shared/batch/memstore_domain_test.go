@@ -738,3 +738,29 @@ func TestMemAggregatesStayWithinLimits(t *testing.T) {
 		})
 	}
 }
+
+// The running batch's cost comes from its counters (docs/console.md: the
+// console and `bulkrun status` show it while the run goes): every message
+// delivered three times, the counters' cost and spent equal the census's
+// that finalize counts from the rows — each item counted once.
+func TestMemCountersCarryCost(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	b, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "cc", Pipeline: "counted", Source: batch.SourceSpec{Items: items(20)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 3)
+	p, err := r.store.Progress(ctx, "cc", 1, max(1, b.Batch.CounterShards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.fin.Finalize(ctx, "cc", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if p.Cost.String() != c.Cost.String() || p.Spent.String() != c.RunSpent.String() || c.Cost.Text("calls") != "18" {
+		t.Fatalf("counters: cost %v spent %v; census: cost %v spent %v (want calls=18)", p.Cost, p.Spent, c.Cost, c.RunSpent)
+	}
+}

@@ -133,7 +133,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		case r.lost:
 			lost = true
 		case r.committed:
-			dns = append(dns, done{batch: b, outcome: r.state.Outcome})
+			dns = append(dns, doneOf(b, r.state))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
 		case !r.started:
 			// Inside the deadline margin: its take is given back, as if
@@ -179,7 +179,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		}
 		o := r.state.Outcome
 		if !r.committed {
-			dns = append(dns, done{batch: b, outcome: o})
+			dns = append(dns, doneOf(b, r.state))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
 		}
 		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())

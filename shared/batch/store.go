@@ -265,6 +265,12 @@ type ChunkCount struct {
 	// returns it (for the early stop on a threshold); without it the run
 	// row is written only when the chunk completes.
 	RunFailures bool
+	// Cost and Spent are what the counted items cost, summed per name as
+	// the census sums them (Census.Cost: the attempt that ended each item;
+	// Census.RunSpent: every attempt of this run of the items that ran in
+	// it). Added to the chunk's counter, so that a running batch shows its
+	// cost so far (Progress). Empty for none.
+	Cost, Spent pipeline.CostSum
 	Now         time.Time
 }
 
@@ -300,8 +306,13 @@ type Progress struct {
 	Done      int64
 	Failures  int64
 	ByOutcome map[Outcome]int64 // Done by terminal outcome
-	UpdatedAt time.Time         // latest update of any counter row; zero when none
-	Usage     Usage             // what the run's message batches consumed, as far as attributed
+	// Cost and Spent sum the chunk counters' ChunkCount.Cost and Spent:
+	// the run's cost so far, as exact as the census's, for the items the
+	// counters have counted (a lost counter write loses its share; the
+	// report's census is exact).
+	Cost, Spent pipeline.CostSum
+	UpdatedAt   time.Time // latest update of any counter row; zero when none
+	Usage       Usage     // what the run's message batches consumed, as far as attributed
 }
 
 // Finish is what FinishRun writes.

@@ -147,7 +147,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 		}
 		if err == nil {
 			h.items[0], h.steps[0] = s, StepSettle
-			h.dones = append(h.dones, done{batch: b, outcome: s.Outcome})
+			h.dones = append(h.dones, doneOf(b, s))
 			return h, nil
 		}
 	}
@@ -174,7 +174,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 	}
 	if counted {
 		h.steps[0] = StepCount
-		h.dones = append(h.dones, done{batch: b, outcome: it.Outcome})
+		h.dones = append(h.dones, done{batch: b, outcome: it.Outcome, cost: it.Cost})
 	}
 	return h, nil
 }
@@ -247,10 +247,10 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 				run = append(run, j)
 			case StepSettle:
 				h.items[j] = t.settle(s, now)
-				h.dones = append(h.dones, done{batch: b, outcome: h.items[j].Outcome})
+				h.dones = append(h.dones, doneOf(b, h.items[j]))
 			case StepCount:
 				h.items[j].CountedRun = b.Run
-				h.dones = append(h.dones, done{batch: b, outcome: s.Outcome})
+				h.dones = append(h.dones, done{batch: b, outcome: s.Outcome, cost: s.Cost})
 			default:
 				continue
 			}

@@ -122,6 +122,19 @@ type done struct {
 	batch        Batch
 	outcome      Outcome // terminal
 	first, items int64
+	// cost is what the attempt that ended the item cost (an item answered
+	// from an earlier run: that run's); spent what this run's attempts of
+	// it spent (none for an item it did not run).
+	cost, spent pipeline.Cost
+}
+
+// doneOf is the done of an item whose state s is terminal in b's run.
+func doneOf(b Batch, s ItemState) done {
+	d := done{batch: b, outcome: s.Outcome, cost: s.Cost}
+	if s.SpentRun == b.Run {
+		d.spent = s.Spent
+	}
+	return d
 }
 
 // Handle processes one batch of deliveries and returns the MessageIDs to
@@ -187,9 +200,10 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		first, items int64
 	}
 	type sum struct {
-		b        Batch
-		outcomes map[Outcome]int64
-		failures int64
+		b           Batch
+		outcomes    map[Outcome]int64
+		failures    int64
+		cost, spent pipeline.CostSum
 	}
 	agg := map[chunkKey]*sum{}
 	var order []chunkKey
@@ -200,7 +214,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		k := chunkKey{d.batch.ID, d.batch.Run, d.first, d.items}
 		a := agg[k]
 		if a == nil {
-			a = &sum{b: d.batch, outcomes: map[Outcome]int64{}}
+			a = &sum{b: d.batch, outcomes: map[Outcome]int64{}, cost: pipeline.CostSum{}, spent: pipeline.CostSum{}}
 			agg[k] = a
 			order = append(order, k)
 		}
@@ -208,6 +222,8 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		if d.outcome == OutcomeFailed || d.outcome == OutcomeQuarantined {
 			a.failures += weight
 		}
+		a.cost.Add(d.cost)
+		a.spent.Add(d.spent)
 	}
 	for _, k := range order {
 		a := agg[k]
@@ -215,7 +231,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		judge := a.failures > 0 && a.b.Stop == "" && a.b.EarlyStop() && a.b.Threshold.Limited()
 		c, err := w.Store.CountChunk(ctx, ChunkCount{BatchID: k.id, Run: k.run, First: k.first, Items: k.items,
 			Chunks: a.b.Chunks, Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
-			RunFailures: judge, Now: w.Clock.Now()})
+			RunFailures: judge, Cost: a.cost, Spent: a.spent, Now: w.Clock.Now()})
 		if err != nil {
 			log.Warn("count progress", "error", err.Error())
 			continue

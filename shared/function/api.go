@@ -298,11 +298,18 @@ func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 }
 
 // CounterCensus is a running batch's census as its counters tell it:
-// terminal items by outcome as counted so far, and every other item
-// pending (items in flight are among them: counters see only outcomes).
+// terminal items by outcome as counted so far, their cost and what this
+// run spent on them, and every other item pending (items in flight are
+// among them: counters see only outcomes).
 // Counters may lag the rows; the report's census is exact.
 func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
-	c := batch.Census{Total: b.ItemCount, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	c := batch.Census{Total: b.ItemCount, Cost: p.Cost, RunSpent: p.Spent}
+	if c.Cost == nil {
+		c.Cost = pipeline.CostSum{}
+	}
+	if c.RunSpent == nil {
+		c.RunSpent = pipeline.CostSum{}
+	}
 	c.Succeeded = p.ByOutcome[batch.OutcomeSucceeded]
 	c.Failed = p.ByOutcome[batch.OutcomeFailed]
 	c.Quarantined = p.ByOutcome[batch.OutcomeQuarantined]

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Store is an in-memory batch.Store. The zero value is not usable: call New.
@@ -82,8 +83,16 @@ type counter struct {
 	done, failures int64
 	items          int64
 	byOutcome      map[batch.Outcome]int64
+	cost, spent    pipeline.CostSum
 	updatedAt      time.Time
 	expiresAt      time.Time
+}
+
+// addSum adds every amount of from into to.
+func addSum(to, from pipeline.CostSum) {
+	for k, v := range from {
+		to[k] = to[k].Add(v)
+	}
 }
 
 type runKey struct {
@@ -134,7 +143,7 @@ func (s *Store) CountChunk(_ context.Context, c batch.ChunkCount) (batch.ChunkCo
 	k := chunkKey{batchID: c.BatchID, run: c.Run, first: c.First}
 	ctr := s.chunks[k]
 	if ctr == nil {
-		ctr = &counter{byOutcome: map[batch.Outcome]int64{}}
+		ctr = &counter{byOutcome: map[batch.Outcome]int64{}, cost: pipeline.CostSum{}, spent: pipeline.CostSum{}}
 		s.chunks[k] = ctr
 	}
 	ctr.part = int((c.First / max(c.Items, 1)) % int64(max(1, c.Shards)))
@@ -148,6 +157,8 @@ func (s *Store) CountChunk(_ context.Context, c batch.ChunkCount) (batch.ChunkCo
 			ctr.byOutcome[o] += n
 		}
 	}
+	addSum(ctr.cost, c.Cost)
+	addSum(ctr.spent, c.Spent)
 	res.ChunkDone = ctr.done >= c.Items && ctr.done-done < c.Items
 	if !res.ChunkDone && !c.RunFailures {
 		return res, nil
@@ -173,13 +184,15 @@ func (s *Store) CountChunk(_ context.Context, c batch.ChunkCount) (batch.ChunkCo
 func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (batch.Progress, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}}
+	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: pipeline.CostSum{}, Spent: pipeline.CostSum{}}
 	for k, c := range s.chunks {
 		if k.batchID != batchID || k.run != run || c.part >= max(1, shards) {
 			continue
 		}
 		p.Done += c.done
 		p.Failures += c.failures
+		addSum(p.Cost, c.cost)
+		addSum(p.Spent, c.spent)
 		for o, n := range c.byOutcome {
 			p.ByOutcome[o] += n
 		}

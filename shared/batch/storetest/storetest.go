@@ -562,6 +562,36 @@ var cases = []suiteCase{
 		_, err := s.StartRun(ctx, "b1", 1, T0)
 		isConflict(t, "start run while forgetting", err)
 	}},
+	{"CountChunkSumsCost", func(t *testing.T, s batch.Store) {
+		b := create(t, s, newBatch("cost"))
+		// Ten message batches of one item each, across both counter
+		// shards: the cost sums are exact decimals, as the census's.
+		for i := range 10 {
+			cost, spent := pipeline.CostSum{}, pipeline.CostSum{}
+			cost.Add(pipeline.Cost{"usd": 0.1, "calls": 1})
+			spent.Add(pipeline.Cost{"usd": 0.1, "calls": 3})
+			first := int64(i%2) * 5
+			if _, err := s.CountChunk(ctx, batch.ChunkCount{BatchID: b.ID, Run: 1, First: first, Items: 5, Chunks: 2, Shards: 2,
+				Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 1}, Cost: cost, Spent: spent, Now: T0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A count without cost adds none.
+		if _, err := s.CountChunk(ctx, batch.ChunkCount{BatchID: b.ID, Run: 1, First: 0, Items: 5, Chunks: 2, Shards: 2,
+			Outcomes: map[batch.Outcome]int64{batch.OutcomeFailed: 1}, Failures: 1, Now: T0}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, func() error {
+			p, err := s.Progress(ctx, b.ID, 1, 2)
+			if err != nil {
+				return err
+			}
+			if p.Done != 11 || p.Cost.Text("usd") != "1" || p.Cost.Text("calls") != "10" || p.Spent.Text("usd") != "1" || p.Spent.Text("calls") != "30" || len(p.Cost) != 2 {
+				return fmt.Errorf("progress: done %d, cost %v, spent %v; want 11, usd=1 calls=10, usd=1 calls=30", p.Done, p.Cost, p.Spent)
+			}
+			return nil
+		})
+	}},
 	{"CountChunkCompletion", func(t *testing.T, s batch.Store) {
 		b := create(t, s, newBatch("b1"))
 		cc := func(first, items int64, o map[batch.Outcome]int64, failures int64, runFailures bool, at time.Time) batch.ChunkCounted {

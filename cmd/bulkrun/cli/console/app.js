@@ -427,20 +427,21 @@ function renderLive(page) {
 function renderCost(page, c) {
   const names = [...new Set([...Object.keys(c.cost || {}), ...Object.keys(c.run_spent || {})])].sort();
   const b = page.data.batch;
+  const live = b.census_source === "counters";
   if (!names.length) {
-    section(page.sections.cost, "cost", "Cost", el("p", {class: "muted", id: "cost-none"},
-      b.census_source === "counters" ? "Summed from the item rows when the run finishes: while it runs, its counters count outcomes, not cost." :
-        "The pipeline recorded no cost for this run's items."));
+    section(page.sections.cost, "cost", live ? "Cost (so far)" : "Cost", el("p", {class: "muted", id: "cost-none"},
+      live ? "No item that ended so far recorded a cost." : "The pipeline recorded no cost for this run's items."));
     return;
   }
-  section(page.sections.cost, "cost", "Cost",
+  section(page.sections.cost, "cost", live ? "Cost (so far)" : "Cost",
     el("table", {class: "narrow", id: "cost"},
       el("thead", {}, el("tr", {}, el("th", {scope: "col"}, "Name"), el("th", {scope: "col", class: "num"}, "Ending attempts"), el("th", {scope: "col", class: "num"}, "Spent by this run"))),
       el("tbody", {}, names.map((n) => el("tr", {},
         el("th", {scope: "row"}, n),
         el("td", {class: "num"}, n in (c.cost || {}) ? String(c.cost[n]) : "—"),
         el("td", {class: "num"}, n in (c.run_spent || {}) ? String(c.run_spent[n]) : "—"))))),
-    el("p", {class: "muted small"}, "Ending attempts: the attempt that ended each item. Spent: every attempt of this run, retries included."));
+    el("p", {class: "muted small"}, "Ending attempts: the attempt that ended each item. Spent: every attempt of this run, retries included." +
+      (live ? " Live, from the run's counters as items end (exact sums); the report has the final figures." : "")));
 }
 
 function renderVerdict(page) {
