@@ -373,15 +373,17 @@ func TestCLIUpload(t *testing.T) {
 
 // TestLiveCostFromCounters guards the live cost (docs/console.md, docs/cli.md
 // "Reading a batch"): while a run goes, GET /batches/{id} answers the cost
-// of the items that ended so far from the run's counters — here two of
-// three items ended, the third's webhook call still waits — and the
-// finished run's report has the same figures for them plus the last.
+// of the items that ended so far from the run's counters. Twelve items,
+// one per message, one of which ("k00") waits in its webhook call: an
+// invocation takes at most ten messages, so another one ends its items
+// and counts them while k00 waits; their cost and spent are one call per
+// item counted. The finished run's report has all twelve.
 func TestLiveCostFromCounters(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
 	release := make(chan struct{})
 	url := env.hook.route(id, func(key string, _ int) int {
-		if key == "c" {
+		if key == "k00" {
 			<-release
 		}
 		return 200
@@ -393,8 +395,13 @@ func TestLiveCostFromCounters(t *testing.T) {
 			close(release)
 		}
 	})
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k",
-		Source: batch.SourceSpec{Items: json.RawMessage(`[{"k":"a"},{"k":"b"},{"k":"c"}]`)}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
+	var items []string
+	for i := range 12 {
+		items = append(items, fmt.Sprintf(`{"k":"k%02d"}`, i))
+	}
+	// One item per message: a pack's items end together, with its last.
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Source: batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -402,21 +409,21 @@ func TestLiveCostFromCounters(t *testing.T) {
 	for {
 		var err error
 		v, err = env.api.Status(ctx, id)
-		if err == nil && v.Census != nil && v.Census.Succeeded == 2 {
+		if err == nil && v.Census != nil && v.Census.Succeeded > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("two items never ended: %+v %v", v.Census, err)
+			t.Fatalf("no item ended while k00 waits: %+v %v", v.Census, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Logf("two of three ended after %s", time.Since(deadline.Add(-time.Minute)))
-	if v.Status != batch.StatusRunning || v.CensusSource != "counters" || v.Census.Cost.Text("calls") != "2" || v.Census.RunSpent.Text("calls") != "2" {
-		t.Fatalf("live view: %s from %s, cost %v spent %v; want running, counters, calls=2", v.Status, v.CensusSource, v.Census.Cost, v.Census.RunSpent)
+	n := fmt.Sprint(v.Census.Succeeded)
+	if v.Status != batch.StatusRunning || v.CensusSource != "counters" || v.Census.Cost.Text("calls") != n || v.Census.RunSpent.Text("calls") != n {
+		t.Fatalf("live view: %s from %s, %s succeeded, cost %v spent %v; want running, counters, calls=%s", v.Status, v.CensusSource, n, v.Census.Cost, v.Census.RunSpent, n)
 	}
 	close(release)
-	if done := wait(t, id); done.Census.Cost.Text("calls") != "3" {
-		t.Fatalf("the report's cost %v, want calls=3", done.Census.Cost)
+	if done := wait(t, id); done.Census.Cost.Text("calls") != "12" {
+		t.Fatalf("the report's cost %v, want calls=12", done.Census.Cost)
 	}
 	_ = env.api.Forget(ctx, id)
 }
