@@ -405,7 +405,7 @@ func TestLiveCostFromCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	var v handler.BatchView
+	var v function.BatchView
 	for {
 		var err error
 		v, err = env.api.Status(ctx, id)
