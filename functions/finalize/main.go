@@ -14,7 +14,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	d, err := function.Build(ctx)
+	d, err := function.Build(ctx, "finalize")
 	if err != nil {
 		log.Fatalf("finalize: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	d, err := function.Build(ctx)
+	d, err := function.Build(ctx, "sweep")
 	if err != nil {
 		log.Fatalf("sweep: %v", err)
 	}

@@ -25,7 +25,7 @@ func packPK(id string, shard int) string { return "PACK#" + shardKey(id, shard) 
 
 // attnPK is the partition key of the attention rows of the pack items of
 // one item shard (by the item key's shard, as an item row's).
-func attnPK(id string, shard int) string { return "ATTN#" + shardKey(id, shard) }
+func attnPK(id string, shard int) string { return config.PKAttention + shardKey(id, shard) }
 
 func packKey(ref batch.PackRef) map[string]types.AttributeValue {
 	return key(packPK(ref.BatchID, batch.PackShard(ref.First, ref.ListShards)), batch.PackSK(ref.First))

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 const (
@@ -56,7 +57,7 @@ func markPK(id string, run, shard int) string {
 	return "MARK#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
 }
 
-func slotPK(id string, slot int) string { return "SLOT#" + id + "#" + strconv.Itoa(slot) }
+func slotPK(id string, slot int) string { return config.PKSlot + id + "#" + strconv.Itoa(slot) }
 
 // RetentionSK is the sort key of a retention marker: the expiry in epoch
 // milliseconds, zero-padded to 20 digits so that byte order is time order.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -57,7 +58,7 @@ const (
 // works: batches/{id}/finalize/{run}/. It is deleted once the run is
 // finished (and with the batch).
 func FinalizePrefix(batchID string, run int) string {
-	return fmt.Sprintf("batches/%s/finalize/%d/", batchID, run)
+	return fmt.Sprintf("%s%s/%s%d/", config.BatchesPrefix, batchID, config.FinalizeCheckpoints, run)
 }
 
 func checkpointKey(id string, run, seq int) string {

@@ -160,6 +160,16 @@ const (
 	OutputParkingQueueARN = "ItemsParkingQueueArn"
 	// OutputParkingAlarm is the name of the alarm on the parking queue's depth.
 	OutputParkingAlarm = "ItemsParkingAlarmName"
+	// OutputInvokeFailuresQueueURL is the queue where Lambda puts finalize's
+	// and sweep's asynchronous invocations that failed after their
+	// retries; OutputInvokeFailuresAlarm the alarm on its depth.
+	OutputInvokeFailuresQueueURL = "InvokeFailuresQueueUrl"
+	OutputInvokeFailuresAlarm    = "InvokeFailuresAlarmName"
+	// OutputScheduleDLQURL is the queue where EventBridge puts the
+	// schedules' events it could not deliver; OutputScheduleDLQAlarm the
+	// alarm on its depth.
+	OutputScheduleDLQURL   = "ScheduleDeadLetterQueueUrl"
+	OutputScheduleDLQAlarm = "ScheduleDeadLetterAlarmName"
 )
 
 // S3 key prefixes shared by the stack (notification filters) and the code.
@@ -178,6 +188,35 @@ const (
 	// UploadsPrefix is where the CLI uploads local sources; a lifecycle rule
 	// expires them after the retention.
 	UploadsPrefix = "uploads/"
+)
+
+// AppIDPrefix starts the AWS SDK application id of every bulkrun function's
+// clients: AppID("item") is "bulkrun-item". The SDK writes it into each
+// request's User-Agent as "app/bulkrun-item" (and AWS into CloudTrail's
+// userAgent field), which tells whose code made a call: the IAM-checked
+// lane (internal/iamlane) attributes calls by it.
+const AppIDPrefix = "bulkrun-"
+
+// AppID returns the AWS SDK application id of function ("submit", "item",
+// "finalize", "sweep"): AppIDPrefix + function (aws.Config.AppID; at most
+// 50 characters, "Application ID", AWS SDKs and Tools reference guide).
+func AppID(function string) string { return AppIDPrefix + function }
+
+// Row and object names the stack's grants are narrowed to (infra/bulkrun,
+// grants.go): the item function may delete only rows whose partition key
+// starts with PKSlot or PKAttention, and finalize may delete only objects
+// under batches/{id}/FinalizeCheckpoints.
+const (
+	// PKSlot starts a max_concurrency slot row's partition key:
+	// SLOT#{batch id}#{slot}.
+	PKSlot = "SLOT#"
+	// PKAttention starts an attention entry's partition key (a packed
+	// item that is failed or quarantined): ATTN#{batch id}#{shard}.
+	PKAttention = "ATTN#"
+	// FinalizeCheckpoints is the folder, under batches/{id}/, of the
+	// checkpoints of a census finalize reads in chunks:
+	// batches/{id}/finalize/{run}/.
+	FinalizeCheckpoints = "finalize/"
 )
 
 // APIBatchesResource is the REST API's top resource: every route lives at

@@ -65,8 +65,10 @@ func NewS3(c aws.Config) *s3.Client { return blob.NewS3(c) }
 var _ thumbnail.Source = (*blob.Store)(nil)
 
 // Build sets the Go runtime's memory limit from the function's memory
-// (SetMemoryLimit), loads the configuration and builds the adapters.
-func Build(ctx context.Context) (*Deps, error) {
+// (SetMemoryLimit), loads the configuration and builds the adapters of
+// function ("submit", "item", "finalize", "sweep"), whose every AWS client
+// carries the SDK application id config.AppID(function).
+func Build(ctx context.Context, function string) (*Deps, error) {
 	SetMemoryLimit()
 	cfg, err := config.Load(nil)
 	log := Logger(cfg.LogLevel)
@@ -77,6 +79,7 @@ func Build(ctx context.Context) (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	ac.AppID = config.AppID(function)
 	d := &Deps{Config: cfg, Log: log, AWS: ac}
 	if stack := os.Getenv(config.EnvMetricsStack); stack != "" {
 		d.Metrics = metric.New(stack)
