@@ -409,6 +409,38 @@ func TestPrefixThumbnails(t *testing.T) {
 	}
 }
 
+// TestThumbnailOfAMissingObjectFailsAtOnce guards the product line "an
+// item naming an object that does not exist fails at once, permanently,
+// as no such object". S3 answers a missing key with 404 only to a caller
+// that may list the bucket (s3:ListBucket), and with 403 AccessDenied
+// otherwise — which reads as a transient failure, retried to the last
+// attempt. Under the IAM lane the emulator answers as S3 would, so this
+// test fails when the item function's role lacks s3:ListBucket.
+func TestThumbnailOfAMissingObjectFailsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	id := newID(t)
+	prefix := "it-sources/" + id + "/"
+	uploadImages(t, prefix, 4) // three broken files and one image
+	items, _ := json.Marshal([]map[string]string{
+		{"bucket": env.bucket, "key": prefix + "missing.png"},
+	})
+	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: batch.SourceSpec{Items: items}}); err != nil {
+		t.Fatal(err)
+	}
+	v := wait(t, id)
+	if v.Census.Failed != 1 || v.ItemCount != 1 {
+		t.Fatalf("census %+v", v.Census)
+	}
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := readResults(t, rep.Results.Files[batch.OutcomeFailed].URI)
+	if len(lines) != 1 || !strings.Contains(lines[0].Error, "no such object") || lines[0].Reason != batch.ReasonPermanent || lines[0].Attempts != 1 {
+		t.Fatalf("failed items %+v, want one, permanent, \"no such object\", after 1 attempt", lines)
+	}
+}
+
 // An upload under incoming/ starts a batch; a duplicate notification of the
 // same upload is the same batch.
 func TestUploadStartsOneBatch(t *testing.T) {

@@ -60,6 +60,7 @@ func stagingBatch(t *testing.T, tables []string, n int, run pipeline.Func) (*har
 	t.Helper()
 	h := newHarness(t, run)
 	h.worker.Staging = effects.Staging(tables)
+	laneBindEffects(t, h, tables[0]) // as a stack declaring it grants
 	id := newID(t)
 	if _, err := h.submitter.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
 		t.Fatal(err)
@@ -227,7 +228,7 @@ func TestStagedEffectsLostAnswer(t *testing.T) {
 		{Service: "dynamodb", Operations: []string{"TransactWriteItems"}, Contains: table, Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1},
 	}})
 	w := *h.worker
-	w.Store = dynamo.New(dynamodb.NewFromConfig(cfg), h.table)
+	w.Store = dynamo.New(dynamodb.NewFromConfig(h.as(cfg, "item")), h.table)
 	if failed := w.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
 		t.Fatalf("delivery failed: %v", failed)
 	}

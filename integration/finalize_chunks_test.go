@@ -103,7 +103,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 		t.Fatalf("census from rows before finalize: %+v %v", rows, err)
 	}
 
-	kb := &killBlobs{Blobs: h.blobs}
+	kb := &killBlobs{Blobs: h.fn["finalize"].blobs}
 	f := *h.finalizer
 	f.Blobs = kb
 	f.ChunkRows = 25

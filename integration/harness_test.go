@@ -48,7 +48,31 @@ type harness struct {
 	finalizer *batch.Finalizer
 	triggered atomic.Int64
 	calls     sync.Map // key → *atomic.Int64
+	// fn holds each function's adapters (attributed to it); binding is
+	// the IAM lane's binding of this harness ("" when the lane is off).
+	fn      map[string]harnessDeps
+	binding string
 }
+
+// harnessDeps are one function's adapters in the harness.
+type harnessDeps struct {
+	store *dynamo.Store
+	blobs *blob.Store
+	queue *queue.Queue
+}
+
+// setRowTTL sets the row TTL of every store of the harness (each
+// function's and the test's).
+func (h *harness) setRowTTL(d time.Duration) {
+	h.store.RowTTL = d
+	for _, f := range h.fn {
+		f.store.RowTTL = d
+	}
+}
+
+// as returns c for fn's code in this harness: fn's application id and the
+// harness's lane binding (see laneAs).
+func (h *harness) as(c aws.Config, fn string) aws.Config { return laneAs(c, fn, h.binding) }
 
 type countTrigger struct{ h *harness }
 
@@ -86,8 +110,18 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
-	h := &harness{table: name, requests: counter, store: dynamo.New(ddb, name), blobs: blob.New(function.NewS3(counted), name), queueURL: aws.ToString(q.QueueUrl)}
-	h.queue = queue.New(sqs.NewFromConfig(counted), h.queueURL)
+	h := &harness{table: name, requests: counter, queueURL: aws.ToString(q.QueueUrl), fn: map[string]harnessDeps{}}
+	// Each function's code runs with its own clients, attributed to it
+	// (and, under the IAM lane, checked against its deployed role with
+	// this harness's table, bucket and queue in the stack's place).
+	h.binding = laneBind(t, name, name)
+	for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
+		c := laneAs(counted, fn, h.binding)
+		h.fn[fn] = harnessDeps{store: dynamo.New(dynamodb.NewFromConfig(c), name), blobs: blob.New(function.NewS3(c), name), queue: queue.New(sqs.NewFromConfig(c), h.queueURL)}
+	}
+	// The test's own calls (set-up, assertions): no function's. The
+	// control calls (cancel, resume, listings) are the API's: h.control().
+	h.store, h.blobs, h.queue = dynamo.New(ddb, name), blob.New(function.NewS3(counted), name), queue.New(sqs.NewFromConfig(counted), h.queueURL)
 	counter.reset()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := &pipeline.Registry{}
@@ -99,12 +133,14 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 	if err := reg.Register("counted", countedRun); err != nil {
 		t.Fatal(err)
 	}
-	h.submitter = &batch.Submitter{Store: h.store, Blobs: h.blobs, Queue: h.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
+	sub := h.fn["submit"]
+	h.submitter = &batch.Submitter{Store: sub.store, Blobs: sub.blobs, Queue: sub.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
 		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
-	h.worker = &batch.Worker{Store: h.store, Blobs: h.blobs, Queue: h.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
+	item, fin := h.fn["item"], h.fn["finalize"]
+	h.worker = &batch.Worker{Store: item.store, Blobs: item.blobs, Queue: item.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
 		Log: log, Pipelines: reg, Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }}
-	h.finalizer = &batch.Finalizer{Store: h.store, Blobs: h.blobs, Clock: batch.SystemClock{}, Log: log, Retention: time.Hour}
-	h.store.RowTTL = h.finalizer.Retention + batch.TTLGrace // as the stack sets it
+	h.finalizer = &batch.Finalizer{Store: fin.store, Blobs: fin.blobs, Clock: batch.SystemClock{}, Log: log, Retention: time.Hour}
+	h.setRowTTL(h.finalizer.Retention + batch.TTLGrace) // as the stack sets it
 	return h
 }
 
@@ -531,7 +567,7 @@ func TestHarnessQuarantineAndRelease(t *testing.T) {
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	control := &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+	control := h.control()
 	id := newID(t)
 	runAll := func(run int) batch.Report {
 		t.Helper()
@@ -630,7 +666,7 @@ func TestHarnessInterruptPolicyQuarantine(t *testing.T) {
 	if r.Report.Census.Quarantined != 1 || r.Report.Census.Succeeded != 1 || h.callsOf(key) != 0 || h.callsOf(batch.PositionalKey(1)) != 2 {
 		t.Fatalf("census %+v, calls %d/%d", r.Report.Census, h.callsOf(key), h.callsOf(batch.PositionalKey(1)))
 	}
-	p, _ := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Items(ctx, id, batch.OutcomeQuarantined, "", 10)
+	p, _ := h.control().Items(ctx, id, batch.OutcomeQuarantined, "", 10)
 	if len(p.Items) != 1 || p.Items[0].Key != key || p.Items[0].Reason != batch.ReasonInterrupted {
 		t.Fatalf("quarantined: %+v", p.Items)
 	}
@@ -670,7 +706,8 @@ func TestHarnessSweep(t *testing.T) {
 	put(dynamo.RetentionSK(now.Add(-2*time.Hour), "it-gone-batch")) // stale: the batch is gone
 	put("00000000000000000001")                                     // malformed
 	put(dynamo.RetentionSK(now.Add(-3*time.Hour), kept))            // stale: a newer run expires later
-	sweeper := &batch.Sweeper{Store: h.store, Control: &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}, Clock: batch.SystemClock{}, Log: h.worker.Log}
+	sw := h.fn["sweep"]
+	sweeper := &batch.Sweeper{Store: sw.store, Control: &batch.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}, Clock: batch.SystemClock{}, Log: h.worker.Log}
 	res, err := sweeper.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -710,7 +747,7 @@ func TestHarnessCancelledKeepsItsAttempts(t *testing.T) {
 	if failed := h.worker.Handle(ctx, msgs); len(failed) != 1 {
 		t.Fatalf("the transient failure must be retried: %v", failed)
 	}
-	if _, err := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Cancel(ctx, id); err != nil {
+	if _, err := h.control().Cancel(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, msgs)

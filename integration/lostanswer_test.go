@@ -62,7 +62,7 @@ func TestLostAnswerKeepsTheManifest(t *testing.T) {
 				{Service: "dynamodb", Operations: []string{tc.op}, Contains: "manifest_key", Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1},
 			}})
 			faulty := *h.submitter
-			faulty.Store = dynamo.New(dynamodb.NewFromConfig(cfg), h.table)
+			faulty.Store = dynamo.New(dynamodb.NewFromConfig(h.as(cfg, "submit")), h.table)
 			if err := tc.submit(t, h, &faulty, id); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}

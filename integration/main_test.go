@@ -67,6 +67,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	env.hook.close()
+	if !laneSummary() && code == 0 {
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -102,7 +105,10 @@ func setup() error {
 	env.store = dynamo.New(env.ddb, env.table)
 	env.blobs = blob.New(env.s3, env.bucket)
 	env.hook, err = newHookServer()
-	return err
+	if err != nil {
+		return err
+	}
+	return laneReset()
 }
 
 // newID returns a batch id unique to this test run.
@@ -113,7 +119,9 @@ func newID(t *testing.T) string {
 	if len(name) > 60 {
 		name = name[:60]
 	}
-	return fmt.Sprintf("it-%s-%s", name, hex.EncodeToString(b[:]))
+	id := fmt.Sprintf("it-%s-%s", name, hex.EncodeToString(b[:]))
+	laneTrack(t, id)
+	return id
 }
 
 // hookServer is the HTTP receiver of the webhook pipeline in the tests: a

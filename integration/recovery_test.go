@@ -84,7 +84,7 @@ func TestHarnessReleasedItemIsPendingUntilItRuns(t *testing.T) {
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	control := &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+	control := h.control()
 	id := newID(t)
 	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestHarnessStopKeepsLiveLeasesMessages(t *testing.T) {
 	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: 400 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Cancel(ctx, id); err != nil {
+	if _, err := h.control().Cancel(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
@@ -257,7 +257,8 @@ func TestHarnessListingPagesWithinOneShard(t *testing.T) {
 }
 
 func (h *harness) control() *batch.Control {
-	return &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
+	sub := h.fn["submit"]
+	return &batch.Control{Store: sub.store, Blobs: sub.blobs, Log: h.worker.Log}
 }
 
 // Once a forget has begun, no resume can start a run on the batch; a

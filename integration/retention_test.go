@@ -151,7 +151,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	sweep := func(store *dynamo.Store) (batch.SweepResult, error) {
-		c := &batch.Control{Store: store, Blobs: h.blobs, Log: h.worker.Log}
+		c := &batch.Control{Store: store, Blobs: h.fn["sweep"].blobs, Log: h.worker.Log}
 		return (&batch.Sweeper{Store: store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
 	}
 	proxy, via := faultProxy(t, faultproxy.Config{})
@@ -166,14 +166,14 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 		store func(id string) *dynamo.Store
 		tries func() int64
 	}{
-		{"proxy", func(string) *dynamo.Store { return dynamo.New(dynamodb.NewFromConfig(via), h.store.Table()) },
+		{"proxy", func(string) *dynamo.Store { return dynamo.New(dynamodb.NewFromConfig(h.as(via, "sweep")), h.store.Table()) },
 			func() int64 { return proxy.Status().ByCall["dynamodb.BatchWriteItem"][faultproxy.KindPartial] }},
 		{"one row", func(id string) *dynamo.Store {
 			var stuck string
 			b, _ := h.store.GetBatch(ctx, id)
 			_ = h.store.ScanItems(ctx, id, b.ListShards, func(it batch.Item) error { stuck = it.Key; return nil })
 			pk := "ITEM#" + id + "#" + strconv.Itoa(batch.Shard(stuck, b.ListShards))
-			return dynamo.New(dynamodb.NewFromConfig(unprocessedDeletes(pk, stuck, &hits)), h.store.Table())
+			return dynamo.New(dynamodb.NewFromConfig(h.as(unprocessedDeletes(pk, stuck, &hits), "sweep")), h.store.Table())
 		}, hits.Load},
 	}
 	for _, inj := range injections {
@@ -195,7 +195,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			if err != nil || !b.PendingDeletion {
 				t.Fatalf("batch row after the partial pass: %+v %v, want pending_deletion", b, err)
 			}
-			api := function.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
+			api := function.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
 			if _, err := api.View(ctx, id); !errors.Is(err, batch.ErrExpired) {
 				t.Fatalf("GET of the partly swept batch: %v, want expired", err)
 			}
@@ -300,7 +300,7 @@ func TestExpiredBatchIsGone(t *testing.T) {
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	a := function.NewAPI(h.submitter, h.store, h.blobs, h.worker.Log)
+	a := function.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
 	id := newID(t)
 	old := finishedBatch(t, h, id, 3, -time.Second)
 	for _, r := range []struct{ method, path string }{
@@ -361,7 +361,7 @@ func TestTTLOnEveryRowOfFinishedBatch(t *testing.T) {
 			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 				return pipeline.Result{Output: req.Input}, nil
 			})
-			h.store.RowTTL = rowTTL
+			h.setRowTTL(rowTTL)
 			id := newID(t)
 			const retention = 48 * time.Hour
 			rep := finishedBatch(t, h, id, 12, retention)
@@ -545,8 +545,9 @@ func TestSweepDeletesObjectsWhenTTLTookTheRows(t *testing.T) {
 	}
 	put(dynamo.RetentionSK(now.Add(-batch.TTLGrace-time.Hour), orphan))
 	put(dynamo.RetentionSK(now.Add(-time.Hour), recent))
-	c := &batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}
-	res, err := (&batch.Sweeper{Store: h.store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
+	sw := h.fn["sweep"]
+	c := &batch.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}
+	res, err := (&batch.Sweeper{Store: sw.store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
 	if err != nil || res != (batch.SweepResult{Expired: 2, Stale: 2}) {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}

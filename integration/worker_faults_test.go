@@ -190,7 +190,7 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `item 3`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7}, // only its outcome write holds its output
 	}})
 	w := *h.worker
-	w.Store = dynamo.New(dynamodb.NewFromConfig(cfg), h.store.Table())
+	w.Store = dynamo.New(dynamodb.NewFromConfig(h.as(cfg, "item")), h.store.Table())
 	w.UnavailableDelay = func(int) time.Duration { return 0 }
 	maxReceives := map[string]int{}
 	deadline := time.Now().Add(90 * time.Second)
@@ -258,7 +258,7 @@ func TestHarnessFanOutPartialSendFailures(t *testing.T) {
 			SenderFault: true, Code: "InvalidMessageContents", Message: "Invalid binary character"},
 	}})
 	w := *h.worker
-	w.Queue = queue.New(sqs.NewFromConfig(cfg), h.queueURL)
+	w.Queue = queue.New(sqs.NewFromConfig(h.as(cfg, "item")), h.queueURL)
 	if failed := w.Handle(ctx, fan); len(failed) != 0 {
 		t.Fatalf("the fan-out must not be retried: %v", failed)
 	}
@@ -502,7 +502,7 @@ func TestHarnessHugeErrorIsRecorded(t *testing.T) {
 	if r.Report.Census.Failed != 2 || r.Report.Census.Succeeded != 1 {
 		t.Fatalf("census %+v", r.Report.Census)
 	}
-	p, err := (&batch.Control{Store: h.store, Blobs: h.blobs, Log: h.worker.Log}).Items(ctx, id, batch.OutcomeFailed, "", 10)
+	p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 10)
 	if err != nil || len(p.Items) != 2 {
 		t.Fatalf("failed listing: %d items, %v", len(p.Items), err)
 	}

@@ -28,6 +28,14 @@
 #   BULKRUN_EMULATOR_INNER_PORT
 #                           MiniStack's own port under BULKRUN_FAULT_PROXY=1;
 #                           default the port + 10000.
+#   BULKRUN_IAM_LANE        1 (with BULKRUN_FAULT_PROXY=1): the proxy checks
+#                           every call of a bulkrun function against its role
+#                           as the stack BULKRUN_IAM_STACK (default bulkrun)
+#                           deployed it, and answers AccessDenied where AWS
+#                           would (internal/iamlane; tools/iam must be
+#                           installed: make tools). Report: GET /_iam on the
+#                           port. BULKRUN_IAM_AUDIT=1 records denials only.
+#                           Default 0.
 #
 # State lives in .ministack/ at the repo root (git-ignored): ministack.log,
 # ministack.pid, ministack.port, and tmp/, the emulator's own TMPDIR (it unpacks
@@ -52,6 +60,7 @@ proxy_pid_file="$state_dir/faultproxy.pid"
 port="${BULKRUN_EMULATOR_PORT:-4566}"
 fault_proxy="${BULKRUN_FAULT_PROXY:-0}"
 inner_port="${BULKRUN_EMULATOR_INNER_PORT:-$((port + 10000))}"
+iam_lane="${BULKRUN_IAM_LANE:-0}"
 endpoint="http://localhost:$port"
 health_url="$endpoint/_ministack/health"
 start_timeout_seconds="${BULKRUN_EMULATOR_START_TIMEOUT_SECONDS:-60}"
@@ -127,14 +136,18 @@ cmd_install() {
     python3 -m venv "$venv"
   fi
   have=$(installed_version)
-  if [[ "$have" == "$want" && -x "$venv/bin/ministack" ]]; then
+  # The stamp is the requirements file's content: a change of any pin (not
+  # only ministack's) installs again.
+  local stamp="$venv/.bulkrun-requirements"
+  if [[ "$have" == "$want" && -x "$venv/bin/ministack" ]] && cmp -s "$requirements" "$stamp"; then
     log "ministack $have already installed in $venv"
     return 0
   fi
-  log "installing ministack $want into $venv (found: ${have:-none})"
+  log "installing ministack $want and its pinned companions into $venv (found: ${have:-none})"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
   have=$(installed_version)
   [[ "$have" == "$want" ]] || die "installed ministack is '${have:-none}', want $want"
+  cp "$requirements" "$stamp"
   log "ministack $have installed"
 }
 
@@ -146,7 +159,14 @@ start_proxy() {
     die "inner port $inner_port is taken; set BULKRUN_EMULATOR_INNER_PORT"
   (cd "$repo_root" && go build -o "$proxy_bin" ./cmd/faultproxy) || die "cannot build cmd/faultproxy"
   [[ -f "$proxy_log" ]] && mv -f "$proxy_log" "$proxy_log.prev"
-  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" >"$proxy_log" 2>&1 </dev/null &
+  local lane=()
+  if [[ "$iam_lane" == 1 ]]; then
+    [[ -d "$repo_root/tools/iam/node_modules/@cloud-copilot/iam-simulate" ]] ||
+      die "BULKRUN_IAM_LANE=1 needs the lane's evaluator: make tools (npm ci in tools/iam)"
+    lane=(-iam-lane "$repo_root/tools/iam" -iam-stack "${BULKRUN_IAM_STACK:-bulkrun}")
+    [[ "${BULKRUN_IAM_AUDIT:-0}" == 1 ]] && lane+=(-iam-audit)
+  fi
+  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" "${lane[@]}" >"$proxy_log" 2>&1 </dev/null &
   ppid=$!
   echo "$ppid" >"$proxy_pid_file"
   local deadline=$((SECONDS + 10))
@@ -155,7 +175,7 @@ start_proxy() {
     ((SECONDS < deadline)) || die "faultproxy does not listen on $port"
     sleep 0.2
   done
-  log "faultproxy pid $ppid on port $port -> $inner, log $proxy_log"
+  log "faultproxy pid $ppid on port $port -> $inner, log $proxy_log${lane:+, IAM lane on (${BULKRUN_IAM_STACK:-bulkrun})}"
 }
 
 # stop_proxy stops the proxy this script started, if any.

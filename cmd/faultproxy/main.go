@@ -2,6 +2,21 @@
 // (internal/faultproxy) in front of an AWS emulator:
 //
 //	faultproxy -listen 127.0.0.1:4566 -upstream http://127.0.0.1:14566 [-config faults.json] [-v]
+//	           [-iam-lane tools/iam [-iam-stack bulkrun] [-iam-audit]]
+//	faultproxy -iam-report http://localhost:4566 [-iam-reset]
+//
+// -iam-lane puts the IAM-checked lane (internal/iamlane) in front of the
+// rules: every call of a bulkrun function is evaluated against its role as
+// the stack -iam-stack deployed it, by the evaluator in that folder
+// (tools/iam, `npm ci` there first); a denied call is answered AccessDenied
+// (recorded only, with -iam-audit). GET /_iam reports the denials.
+//
+// -iam-report prints the lane's record of the proxy at that URL (the
+// calls checked, each denial with its function, action, resource and
+// tests, each call it could not check) and exits 1 when it holds any
+// denial (but those a test provoked on purpose) or unchecked call; with
+// -iam-reset it then forgets them. `make
+// demo` ends with it when the lane is on.
 //
 // Point AWS_ENDPOINT_URL at -listen. It starts with no rules (every call
 // passes unchanged) or with the Config in -config ({"seed": 1, "rules":
@@ -15,15 +30,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/internal/iamlane"
 )
 
 func main() {
@@ -31,14 +49,36 @@ func main() {
 	upstream := flag.String("upstream", "", "the emulator's URL, e.g. http://127.0.0.1:14566 (required)")
 	configFile := flag.String("config", "", "JSON file with the initial {\"seed\": …, \"rules\": […]}")
 	verbose := flag.Bool("v", false, "log every injected fault")
+	lane := flag.String("iam-lane", "", "folder of the IAM lane's evaluator (tools/iam): check every bulkrun function's calls against its deployed role")
+	stack := flag.String("iam-stack", "bulkrun", "the stack whose roles the IAM lane reads")
+	audit := flag.Bool("iam-audit", false, "IAM lane: record denials without refusing the calls")
+	report := flag.String("iam-report", "", "print the IAM lane's record of the proxy at this URL and exit 1 on any denial")
+	reset := flag.Bool("iam-reset", false, "with -iam-report: forget the record after printing it")
 	flag.Parse()
-	if err := run(*listen, *upstream, *configFile, *verbose); err != nil {
+	if *report != "" {
+		ok, err := printReport(os.Stdout, *report, *reset)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "faultproxy:", err)
+			os.Exit(1)
+		}
+		if !ok {
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*listen, *upstream, *configFile, *verbose, laneFlags{*lane, *stack, *audit}); err != nil {
 		fmt.Fprintln(os.Stderr, "faultproxy:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, upstream, configFile string, verbose bool) error {
+// laneFlags are the IAM lane's flags.
+type laneFlags struct {
+	dir, stack string
+	audit      bool
+}
+
+func run(listen, upstream, configFile string, verbose bool, lf laneFlags) error {
 	if upstream == "" {
 		return errors.New("-upstream is required")
 	}
@@ -64,6 +104,16 @@ func run(listen, upstream, configFile string, verbose bool) error {
 			return fmt.Errorf("%s: %w", configFile, err)
 		}
 	}
+	if lf.dir != "" {
+		ev, err := iamlane.StartEvaluator(lf.dir)
+		if err != nil {
+			return err
+		}
+		defer ev.Close()
+		p.SetGate(iamlane.New(iamlane.Options{Upstream: upstream, Stack: lf.stack, Region: "us-east-1", Account: "000000000000",
+			Audit: lf.audit, Evaluator: ev, Log: log}))
+		log.Info("IAM lane on", "stack", lf.stack, "audit", lf.audit)
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -82,4 +132,37 @@ func run(listen, upstream, configFile string, verbose bool) error {
 		return err
 	}
 	return nil
+}
+
+// printReport prints the IAM lane's record at base and says whether it is
+// clean (no denial, no unchecked call).
+func printReport(w io.Writer, base string, reset bool) (bool, error) {
+	u := strings.TrimRight(base, "/") + faultproxy.GatePath
+	resp, err := http.Get(u)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s (is the proxy running with -iam-lane?)", u, resp.Status)
+	}
+	var rep iamlane.Report
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		return false, err
+	}
+	fmt.Fprintf(w, "IAM lane (%s, stack %s): %d calls of bulkrun functions checked, %d allowed, %d denials, %d unchecked\n",
+		rep.Mode, rep.Stack, rep.Checked, rep.Allowed, len(rep.Denials), len(rep.Problems))
+	for _, d := range rep.Denials {
+		fmt.Fprintln(w, "  "+d.String())
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "  unchecked: %s (%d call(s)): %s\n", p.Call, p.Count, p.Message)
+	}
+	if reset {
+		req, _ := http.NewRequest(http.MethodDelete, u, nil)
+		if r, err := http.DefaultClient.Do(req); err == nil {
+			r.Body.Close()
+		}
+	}
+	return rep.Clean(), nil
 }

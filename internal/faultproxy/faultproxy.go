@@ -275,6 +275,7 @@ type Proxy struct {
 	log      *slog.Logger
 
 	mu       sync.Mutex
+	gate     Gate
 	cfg      Config
 	seq      map[string]uint64
 	requests int64
@@ -428,6 +429,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.control(w, r)
 		return
 	}
+	gate := p.currentGate()
+	if gate != nil && isGatePath(r.URL.Path) {
+		gate.ServeHTTP(w, r)
+		return
+	}
 	var body []byte
 	kept := r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
 	if !kept && p.wantsBody(r) {
@@ -444,6 +450,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.Service == "" {
 		p.rp.ServeHTTP(w, r)
 		return
+	}
+	if gate != nil {
+		if f := gate.Admit(r, c, body); f != nil {
+			if r = p.refuse(w, r, c, body, f, fmt.Sprintf("gate-%s", c.String())); r == nil {
+				return
+			}
+		}
+		r = r.WithContext(context.WithValue(r.Context(), gateKey{}, gateCall{gate, c}))
 	}
 	d := p.decide(c, body, kept)
 	if d.kind != "" || d.delay > 0 {
@@ -505,6 +519,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type partialKey struct{}
 
+// gateKey carries the gate and call of an admitted request to its answer.
+type gateKey struct{}
+
+type gateCall struct {
+	gate Gate
+	call Call
+}
+
+func contextWithPartial(r *http.Request, pt *partial) context.Context {
+	return context.WithValue(r.Context(), partialKey{}, pt)
+}
+
 type duplicateKey struct{}
 
 // sendCopy sends the copy of a request KindDuplicate keeps and drops the
@@ -545,6 +571,12 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if d, ok := ctx.Value(ctxKey{}).(*decision); ok && d.kind == KindResetAfter {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return errResetAfter
+	}
+	if g, ok := ctx.Value(gateKey{}).(gateCall); ok {
+		if f := g.gate.Answered(resp.Request, g.call, resp.StatusCode); f != nil {
+			replaceAnswer(resp, g.call, f)
+			return nil
+		}
 	}
 	pt, ok := ctx.Value(partialKey{}).(*partial)
 	if !ok || resp.StatusCode != http.StatusOK {

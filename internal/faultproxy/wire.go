@@ -111,6 +111,9 @@ func writeError(w http.ResponseWriter, r *http.Request, c Call, e errorShape, re
 		h.Set("X-Amzn-Requestid", requestID)
 		h.Set("X-Amzn-Errortype", e.code)
 		m := map[string]string{"Type": "Service", "message": e.message}
+		if e.status < 500 {
+			m["Type"] = "User"
+		}
 		if e.status == http.StatusTooManyRequests {
 			m["Type"], m["Reason"] = "User", "ReservedFunctionConcurrentInvocationLimitExceeded"
 		}

@@ -1,0 +1,114 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// TestDoctor runs `bulkrun doctor` against the emulator's APIs: on the
+// deployed stack every check answers (the concurrency quota the emulator
+// reports, no API Gateway logging role — a fix, the bucket, the alarms,
+// the queues, the batches), a parked dead letter is a fix naming the
+// runbook; and for a stack about to be deployed, event sources the
+// account cannot run and a bucket name that is taken are fixes naming
+// what to do. Exit status 1 whenever a check says fix.
+func TestDoctor(t *testing.T) {
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	doctor := func(args ...string) (map[string]cli.DoctorCheck, int) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"doctor", "-o", "json"}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		var checks []cli.DoctorCheck
+		if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
+			t.Fatalf("doctor %v: %v\n%s\n%s", args, err, stdout.String(), stderr.String())
+		}
+		byName := map[string]cli.DoctorCheck{}
+		for _, c := range checks {
+			byName[c.Check] = c
+			t.Logf("doctor %v: %-4s %-20s %s %s", args, c.Status, c.Check, c.Detail, c.Fix)
+		}
+		return byName, code
+	}
+
+	got, code := doctor()
+	for _, name := range []string{"concurrency", "api-gateway-logging", "bucket", "alarms", "queues", "batches"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("deployed stack: no %s check", name)
+		}
+	}
+	if c := got["concurrency"]; c.Status == cli.DoctorFix || !strings.Contains(c.Detail, "account quota") {
+		t.Errorf("concurrency: %+v", c)
+	}
+	if c := got["api-gateway-logging"]; c.Status != cli.DoctorFix || !strings.Contains(c.Fix, "apiGatewayAccount") {
+		t.Errorf("api-gateway-logging on an account without a role: %+v", c)
+	}
+	if c := got["bucket"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, env.bucket) {
+		t.Errorf("bucket: %+v", c)
+	}
+	if c := got["alarms"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, "0 in ALARM") {
+		t.Errorf("alarms: %+v", c)
+	}
+	if code != 1 {
+		t.Errorf("exit status %d, want 1 (a check says fix)", code)
+	}
+
+	// A parked dead letter: the queues check says what to do.
+	parking, err := env.stack.Get(config.OutputParkingQueueURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &parking, MessageBody: aws.String(`{"doctor":"parked"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.sqs.PurgeQueue(context.Background(), &sqs.PurgeQueueInput{QueueUrl: &parking}) })
+	got, _ = doctor()
+	if c := got["queues"]; c.Status != cli.DoctorFix || !strings.Contains(c.Detail, "parking 1 visible") || !strings.Contains(c.Fix, "Parked dead letters") {
+		t.Errorf("queues with a parked dead letter: %+v", c)
+	}
+
+	// About to deploy: event sources the account cannot run, a taken name.
+	got, code = doctor("--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000", "--bucket-name", env.bucket, "--api-gateway-account")
+	if c := got["concurrency"]; c.Status != cli.DoctorFix || !strings.Contains(c.Fix, "event-sources-fit-unreserved") {
+		t.Errorf("concurrency of 2 × 1000 event sources: %+v", c)
+	}
+	if c := got["bucket"]; c.Status != cli.DoctorFix || !strings.Contains(c.Detail, "already exists") {
+		t.Errorf("a fixed name that exists: %+v", c)
+	}
+	if c := got["api-gateway-logging"]; c.Status != cli.DoctorOK {
+		t.Errorf("api-gateway-logging with ApiGatewayAccount: %+v", c)
+	}
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	got, _ = doctor("--stack", "bulkrun-not-deployed", "--items-max-concurrency", "100", "--reserved-concurrency", "item=100")
+	if c := got["concurrency"]; c.Status != cli.DoctorFix || !strings.Contains(c.Fix, "reserved-covers-event-sources") {
+		t.Errorf("item reserved for one event source of two: %+v", c)
+	}
+}
