@@ -39,17 +39,18 @@ func forbidden(deps []string, pkgs ...string) []string {
 }
 
 // TestContractCLILinksNoServer guards the API contract's client side: the
-// bulkrun CLI binary talks to the stack through shared/client and the wire
-// types of shared/wire only, so it links neither the server code
+// bulkrun CLI binary talks to the stack's data through shared/client and
+// the wire types of shared/wire only, so it links neither the server code
 // (shared/function, the DynamoDB, SQS and trigger adapters, the pipelines)
-// nor the DynamoDB, SQS and Lambda SDK clients. It may link S3 (it uploads
-// local files) and CloudFormation (it reads the stack's outputs).
+// nor the DynamoDB and EventBridge SDK clients. It may link S3 (it uploads
+// local files), CloudFormation (it reads the stack's outputs), and the
+// read-only account checks of `bulkrun doctor`: Lambda (GetAccountSettings,
+// concurrency, event source mappings), SQS (queue attributes), CloudWatch
+// (alarms, metrics) and API Gateway (the account's logging role).
 func TestContractCLILinksNoServer(t *testing.T) {
 	deps := goListDeps(t, ".")
 	if hit := forbidden(deps,
 		"github.com/aws/aws-sdk-go-v2/service/dynamodb",
-		"github.com/aws/aws-sdk-go-v2/service/sqs",
-		"github.com/aws/aws-sdk-go-v2/service/lambda",
 		"github.com/aws/aws-sdk-go-v2/service/eventbridge",
 		"github.com/bulkrun/bulkrun/shared/function",
 		"github.com/bulkrun/bulkrun/internal/dynamo",
