@@ -80,9 +80,15 @@ endif
 # names it declares (`PIPELINE_MAIN pipelines`) beside it; the stack deploys
 # it as the submit and item functions (context pipelineCode and
 # customPipelines). Default: the example team module in examples/embed
-# (pipeline "enrich"); PIPELINE_MODULE= deploys bulkrun's own submit and
-# item (built-in pipelines only).
+# (pipeline "enrich") on the emulator; PIPELINE_MODULE= deploys bulkrun's
+# own submit and item (built-in pipelines only), the default on AWS.
+# On AWS (TARGET=aws) the default is none: the example is never shipped as
+# a production stack's submit and item unless PIPELINE_MODULE names it.
+ifeq ($(TARGET),aws)
+PIPELINE_MODULE ?=
+else
 PIPELINE_MODULE ?= examples/embed
+endif
 PIPELINE_MAIN   ?= ./runner
 PIPELINE_CODE   := build/pipeline-code
 ifneq ($(strip $(PIPELINE_MODULE)),)
@@ -98,7 +104,10 @@ MODULES := examples/embed
 
 all: functions
 
-tools: .venv/bin/ministack $(CDK)
+IAM_LANE := tools/iam/node_modules/@cloud-copilot/iam-simulate/package.json
+LINTERS  := tools/lint/.venv/bin/checkov
+
+tools: .venv/bin/ministack $(CDK) $(IAM_LANE) $(LINTERS)
 	$(GO) mod download
 
 .venv/bin/ministack: localstack/requirements.txt
@@ -107,6 +116,19 @@ tools: .venv/bin/ministack $(CDK)
 
 $(CDK): tools/cdk/package.json tools/cdk/package-lock.json
 	cd tools/cdk && npm ci --no-audit --no-fund
+	touch $@
+
+# The IAM-checked lane's evaluator (internal/iamlane), pinned in
+# tools/iam/package.json with its lock file.
+$(IAM_LANE): tools/iam/package.json tools/iam/package-lock.json
+	cd tools/iam && npm ci --no-audit --no-fund
+	touch $@
+
+# The template linters (cfn-lint with the serverless rules, checkov),
+# pinned in tools/lint/requirements.txt, in their own virtualenv.
+$(LINTERS): tools/lint/requirements.txt
+	python3 -m venv tools/lint/.venv
+	tools/lint/.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tools/lint/requirements.txt
 	touch $@
 
 emulator: .venv/bin/ministack
@@ -153,23 +175,34 @@ FUNCTION_HANDLER ?= handler.handler
 lambda-function: $(EMULATOR_DEP)
 	$(GO) run ./localstack/pyfunc -name $(FUNCTION) -dir $(FUNCTION_DIR) -handler $(FUNCTION_HANDLER)
 
+# Under the IAM-checked lane (BULKRUN_IAM_LANE=1, localstack/README.md) the
+# demo's calls are checked too: the lane's record is cleared first and
+# printed after, and any denial fails the target.
 demo: deploy
+	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL) -iam-reset > /dev/null || true; fi
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output
+	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
-lint:
+# lint also synthesizes the default, all-options and embed templates and
+# runs cfn-lint (serverless rules) and checkov on each: tools/lint/lint-templates.
+lint: tools functions
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./integration/...
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags integration ./integration/...
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done
+	bash tools/lint/lint-templates
 
 unit:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -count=1 ./...); done
 
+# Under the IAM-checked lane the suite fails on a denial itself; the
+# lane's record of the run is printed after it.
 integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m ./integration/... ./internal/formats/...
+	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
 test: lint unit integration soak-short
 

@@ -75,6 +75,8 @@ var contextProps = []contextProp{
 	{"tracing", []string{"Tracing"}, `"true"`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.Tracing })},
 	{"queueAgeAlarm", []string{"QueueAgeAlarm"}, `a Go duration ("45m")`, duration(func(p *bulkrun.RunnerProps) *time.Duration { return &p.QueueAgeAlarm })},
 	{"bucketVersioning", []string{"BucketVersioning"}, `"true"`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.BucketVersioning })},
+	{"apiGatewayAccount", []string{"ApiGatewayAccount"}, `"true": the stack sets the Region's account-wide API Gateway CloudWatch role`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.ApiGatewayAccount })},
+	{"logLevel", []string{"LogLevel"}, "debug, info (default), warn or error", str(func(p *bulkrun.RunnerProps) *string { return &p.LogLevel })},
 	{"apiRateLimit", []string{"APIRateLimit"}, "requests per second", func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.APIRateLimit, err = strconv.ParseFloat(v, 64)
 		return err
@@ -82,6 +84,7 @@ var contextProps = []contextProp{
 	{"apiBurstLimit", []string{"APIBurstLimit"}, "requests", integer(func(p *bulkrun.RunnerProps) *int { return &p.APIBurstLimit })},
 	{"itemMemoryMiB", []string{"ItemMemoryMiB"}, "MiB", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemMemoryMiB })},
 	{"itemsMaxConcurrency", []string{"ItemsMaxConcurrency"}, "2–1000", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsMaxConcurrency })},
+	{"accountConcurrency", []string{"AccountConcurrency"}, "the account's Lambda concurrency quota (default 1000)", integer(func(p *bulkrun.RunnerProps) *int { return &p.AccountConcurrency })},
 	{"reservedConcurrency", []string{"ReservedConcurrency"}, `"submit=5,finalize=2,item=200"`, func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.ReservedConcurrency, err = pairs(v, strconv.Atoi)
 		return err

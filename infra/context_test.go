@@ -163,7 +163,10 @@ func allContext() map[string]string {
 		"apiBurstLimit":        "40",
 		"itemMemoryMiB":        "1024",
 		"itemsMaxConcurrency":  "150",
-		"reservedConcurrency":  "submit=5,finalize=2,item=200",
+		"reservedConcurrency":  "submit=5,finalize=2,item=300",
+		"accountConcurrency":   "2000",
+		"apiGatewayAccount":    "true",
+		"logLevel":             "warn",
 		"memoryMiB":            "submit=1024,finalize=2048,sweep=256",
 		"timeouts":             "submit=5m,finalize=10m,sweep=7m",
 	}
@@ -465,13 +468,29 @@ func TestRunnerPropsContext(t *testing.T) {
 				t.Errorf("item memory %v", got)
 			}
 		},
+		"accountConcurrency": func(t *testing.T) {
+			// Accepted: submit=5,finalize=2,item=300 of 2000 (the reservations' check passed).
+			if props(a.function(t, "item"))["ReservedConcurrentExecutions"] != 300.0 {
+				t.Error("item reservation not deployed")
+			}
+		},
+		"apiGatewayAccount": func(t *testing.T) {
+			if len(a.ofType("AWS::ApiGateway::Account")) != 1 {
+				t.Error("no AWS::ApiGateway::Account")
+			}
+		},
+		"logLevel": func(t *testing.T) {
+			if !a.has("AWS::Lambda::Function", `"ApplicationLogLevel":"WARN"`) || !a.has("AWS::Lambda::Function", `"BULKRUN_LOG_LEVEL":"warn"`) {
+				t.Error("functions not at log level warn")
+			}
+		},
 		"itemsMaxConcurrency": func(t *testing.T) {
 			if n := len(a.ofType("AWS::Lambda::EventSourceMapping")); n != 2 || !a.has("AWS::Lambda::EventSourceMapping", `"MaximumConcurrency":150`) {
 				t.Errorf("%d event sources, want 2 with maximum concurrency 150", n)
 			}
 		},
 		"reservedConcurrency": func(t *testing.T) {
-			for fn, n := range map[string]float64{"submit": 5, "finalize": 2, "item": 200} {
+			for fn, n := range map[string]float64{"submit": 5, "finalize": 2, "item": 300} {
 				if got := props(a.function(t, fn))["ReservedConcurrentExecutions"]; got != n {
 					t.Errorf("%s reserved %v, want %v", fn, got, n)
 				}
@@ -527,5 +546,33 @@ func TestRunnerPropsContextEmulator(t *testing.T) {
 		if got := props(a.function(t, fn))["MemorySize"]; got != float64(n) {
 			t.Errorf("%s memory %v, want %d", fn, got, n)
 		}
+	}
+}
+
+// TestLintContextSetsEveryKey keeps tools/lint/all-options.json, the
+// context of the all-options stack `make lint` lints, setting every
+// context key (functionsDir and pipelineCode are the build's, set by
+// tools/lint/lint-templates), each to a value the app accepts.
+func TestLintContextSetsEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../tools/lint/all-options.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx map[string]string
+	if err := json.Unmarshal(b, &ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range contextProps {
+		if _, ok := ctx[c.key]; !ok && c.key != "functionsDir" && c.key != "pipelineCode" {
+			t.Errorf("tools/lint/all-options.json does not set %s", c.key)
+		}
+	}
+	ctx["functionsDir"], ctx["pipelineCode"] = functionsDir, teamCode
+	p, err := propsFromContext(func(k string) string { return ctx[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bulkrun.Validate(p); err != nil {
+		t.Errorf("the all-options context is refused: %v", err)
 	}
 }

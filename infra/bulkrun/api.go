@@ -62,6 +62,10 @@ func (r *runner) defineOutputs() {
 		{config.OutputParkingQueueURL, r.parking.QueueUrl(), "parking queue URL (dead letters that could not be recorded)"},
 		{config.OutputParkingQueueARN, r.parking.QueueArn(), "parking queue ARN"},
 		{config.OutputParkingAlarm, r.parkingAlarm.AlarmName(), "alarm on the parking queue's depth"},
+		{config.OutputInvokeFailuresQueueURL, r.invokeFailures.QueueUrl(), "queue of finalize's and sweep's asynchronous invocations that failed after Lambda's retries"},
+		{config.OutputInvokeFailuresAlarm, r.invokeFailuresAlarm.AlarmName(), "alarm on the invocation failures queue's depth"},
+		{config.OutputScheduleDLQURL, r.scheduleDLQ.QueueUrl(), "schedule events EventBridge could not deliver"},
+		{config.OutputScheduleDLQAlarm, r.scheduleDLQAlarm.AlarmName(), "alarm on the schedule dead-letter queue's depth"},
 	} {
 		awscdk.NewCfnOutput(r.Construct, jsii.String(o.key), &awscdk.CfnOutputProps{
 			Key:         jsii.String(o.key),

@@ -43,7 +43,7 @@ func (s settings) functionEnv() map[string]map[string]string {
 	common := map[string]string{
 		config.EnvTable:               refTable,
 		config.EnvBucket:              refBucket,
-		config.EnvLogLevel:            DefaultLogLevel,
+		config.EnvLogLevel:            s.logLevel,
 		config.EnvRetentionDays:       strconv.Itoa(s.retentionDays),
 		config.EnvMaxAttempts:         strconv.Itoa(s.maxAttempts),
 		config.EnvMaxReceiveCount:     strconv.Itoa(s.maxReceiveCount),

@@ -54,6 +54,11 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 		MemorySize:   jsii.Number(float64(s.memoryMiB[name])),
 		Environment:  env,
 		Description:  jsii.String("bulkrun " + name),
+		// JSON logs: the functions' own lines (slog JSON) and Lambda's
+		// (START, END, REPORT) alike, filtered at the stack's level.
+		LoggingFormat:         awslambda.LoggingFormat_JSON,
+		ApplicationLogLevelV2: applicationLogLevels[s.logLevel],
+		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
 	}
 	if s.target == TargetAWS {
 		fp.LogGroup = awslogs.NewLogGroup(r.Construct, jsii.String(name+"-logs"), &awslogs.LogGroupProps{
@@ -69,6 +74,16 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 	return awslambda.NewFunction(r.Construct, jsii.String(name), fp)
 }
 
+// applicationLogLevels maps RunnerProps.LogLevel to Lambda's application
+// log level ("Configuring advanced logging controls", AWS Lambda developer
+// guide: with the JSON format, Lambda drops a JSON line whose "level" is
+// below it; lines without a level, such as the embedded-metric-format
+// metrics, are kept).
+var applicationLogLevels = map[string]awslambda.ApplicationLogLevel{
+	"debug": awslambda.ApplicationLogLevel_DEBUG, "info": awslambda.ApplicationLogLevel_INFO,
+	"warn": awslambda.ApplicationLogLevel_WARN, "error": awslambda.ApplicationLogLevel_ERROR,
+}
+
 // defineFailedStarts defines where submit's failed asynchronous
 // invocations go. S3 and EventBridge invoke submit asynchronously; Lambda
 // retries a failed invocation SubmitRetryAttempts times and then puts the
@@ -76,7 +91,7 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 // alarmed ("Asynchronous invocation" and "Capturing records of Lambda
 // asynchronous invocations", AWS Lambda Developer Guide).
 func (r *runner) defineFailedStarts() {
-	r.submitFailures = r.queue("SubmitFailuresQueue", nil, nil)
+	r.submitFailures = r.queue("SubmitFailuresQueue", queueRetention, nil, nil)
 	r.functions[FunctionSubmit].ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
 		RetryAttempts: jsii.Number(SubmitRetryAttempts),
 		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(SubmitMaxEventAge.Hours())),
@@ -84,4 +99,27 @@ func (r *runner) defineFailedStarts() {
 	})
 	r.submitFailuresAlarm = depthAlarm(r, "SubmitFailuresAlarm", r.submitFailures, time.Minute,
 		"bulkrun: an asynchronous invocation of submit (an upload, a schedule tick, a background read) still failed after Lambda's retries; its event is on the submit failures queue")
+}
+
+// defineFailedInvocations gives finalize's and sweep's asynchronous
+// invocations (a run's last item triggers finalize; the schedules invoke
+// both) the same end as submit's: after Lambda's InvokeRetryAttempts
+// retries the event goes, with its error, to the invocation failures
+// queue, alarmed on depth. The schedules' own deliveries that EventBridge
+// could not make (the function throttled or missing) go to the schedule
+// dead-letter queue, alarmed too (triggers.go).
+func (r *runner) defineFailedInvocations() {
+	r.invokeFailures = r.queue("InvokeFailuresQueue", queueRetention, nil, nil)
+	for _, fn := range []string{FunctionFinalize, FunctionSweep} {
+		r.functions[fn].ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+			RetryAttempts: jsii.Number(SubmitRetryAttempts),
+			MaxEventAge:   awscdk.Duration_Hours(jsii.Number(SubmitMaxEventAge.Hours())),
+			OnFailure:     awslambdadestinations.NewSqsDestination(r.invokeFailures),
+		})
+	}
+	r.invokeFailuresAlarm = depthAlarm(r, "InvokeFailuresAlarm", r.invokeFailures, time.Minute,
+		"bulkrun: an asynchronous invocation of finalize or sweep still failed after Lambda's retries; its event is on the invocation failures queue (docs/operations.md, \"Failed invocations\")")
+	r.scheduleDLQ = r.queue("ScheduleDeadLetterQueue", queueRetention, nil, nil)
+	r.scheduleDLQAlarm = depthAlarm(r, "ScheduleDeadLetterAlarm", r.scheduleDLQ, time.Minute,
+		"bulkrun: EventBridge could not deliver a schedule's event (finalize or submit tick, sweep, a batch schedule) to its function; the event is on the schedule dead-letter queue")
 }

@@ -47,14 +47,34 @@ func (r *runner) grant() {
 	})
 
 	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, r.table.TableArn())
+	// The item function deletes two kinds of rows only: a max_concurrency
+	// slot it frees (SLOT#…) and a pack item's attention entry when the
+	// item leaves failed or quarantined (ATTN#…, inside the pack's
+	// TransactWriteItems, which needs each operation's own action).
+	item.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:DeleteItem"),
+		Resources: jsii.Strings(*r.table.TableArn()),
+		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
+			"dynamodb:LeadingKeys": []string{config.PKSlot + "*", config.PKAttention + "*"},
+		}},
+	}))
 	allow(item, []string{"s3:GetObject"}, sourceObjects...)
+	// S3 answers a missing source object with 404 only to a caller that
+	// may list the bucket, and with 403 AccessDenied otherwise ("GetObject",
+	// Amazon S3 API reference): the pipelines tell "no such object"
+	// (permanent) from a transient failure by it.
+	allow(item, []string{"s3:ListBucket"}, sourceBuckets...)
 	allow(item, []string{"s3:PutObject"}, batchesArn)
 	allow(item, []string{"sqs:SendMessage", "sqs:ChangeMessageVisibility"}, r.items.QueueArn())
 	allow(item, []string{"lambda:InvokeFunction"}, finalize.FunctionArn())
 	r.grantPipelineReach(item)
 
 	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
-	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}, batchesArn)
+	// Results files are multipart uploads that finalize completes from
+	// ListParts (s3:ListMultipartUploadParts); its checkpoints
+	// (batches/{id}/finalize/…) it deletes once the report is written.
+	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}, batchesArn)
+	allow(finalize, []string{"s3:DeleteObject"}, s3Arn(r.bucketName, config.BatchesPrefix+"*/"+config.FinalizeCheckpoints+"*"))
 	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
 	allow(finalize, []string{"sqs:SendMessage"}, r.items.QueueArn())
 

@@ -75,8 +75,8 @@ func checkOperations(props *RunnerProps) []error {
 	}
 	// SQS keeps a message at most 14 days; CloudWatch alarms take whole
 	// periods of 60 s multiples.
-	if o.queueAgeAlarm < time.Minute || o.queueAgeAlarm > queueRetention || o.queueAgeAlarm%time.Minute != 0 {
-		bad("QueueAgeAlarm", o.queueAgeAlarm.String(), "want whole minutes from 1m to 336h (SQS's 14-day retention)")
+	if o.queueAgeAlarm < time.Minute || o.queueAgeAlarm > itemsRetention || o.queueAgeAlarm%time.Minute != 0 {
+		bad("QueueAgeAlarm", o.queueAgeAlarm.String(), "want whole minutes from 1m to 168h (the items queue's 7-day retention)")
 	}
 	if !(o.apiRate > 0) {
 		bad("APIRateLimit", strconv.FormatFloat(o.apiRate, 'g', -1, 64), "want requests per second > 0")
@@ -117,6 +117,14 @@ func harden(stack constructs.Construct, s settings, props *RunnerProps, r operat
 			Resources:  jsii.Strings(*q.QueueArn()),
 			Conditions: &map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
 		}))
+		// A queue kept by `cdk destroy` keeps its SSL-only policy.
+		if onAWS {
+			q.Node().FindChild(jsii.String("Policy")).(awssqs.QueuePolicy).ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN)
+		}
+	}
+	// So does the bucket (EnforceSSL made its policy).
+	if onAWS {
+		r.bucket.Policy().ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN)
 	}
 
 	if o.bucketVersioning {

@@ -23,6 +23,10 @@ type NagSuppression struct {
 	Reason    string
 }
 
+// nagBucket matches the bucket of an S3 ARN in a cdk-nag finding: a name,
+// or GeneratedBucketName as cdk-nag writes it (its Fn::Split holds a "/").
+const nagBucket = `(?:bulkrun-\{"Fn::Select":\[2,\{"Fn::Split":\["\/",\{"Ref":"AWS::StackId"\}\]\}\]\}|[^/]+)`
+
 // NagSuppressions are the stack's cdk-nag exceptions.
 var NagSuppressions = []NagSuppression{
 	{Rule: "AwsSolutions-IAM4", AppliesTo: []string{`/^Policy::arn:<AWS::Partition>:iam::aws:policy\/service-role\/AWSLambdaBasicExecutionRole$/`},
@@ -31,9 +35,9 @@ var NagSuppressions = []NagSuppression{
 		Reason: "API Gateway's account-level CloudWatch role, needed for the stage's access and execution logs, uses the AWS managed policy made for it (log writes only)."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::<[A-Za-z0-9]*Table[0-9A-F]+\.Arn>\/index\/\*$/`},
 		Reason: "Query on the table's own global secondary indexes (list, attention, batches): the wildcard covers only this table's indexes."},
-	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/(batches|incoming-errors|schedule-errors)\/\*$/`},
-		Reason: "Objects under the prefixes the stack owns (batches/{batch id}/…, incoming-errors/…, schedule-errors/…): keys carry batch ids or upload names chosen at run time."},
-	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::[^/]+\/\*$/`},
+	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::` + nagBucket + `\/(batches|batches\/\*\/finalize|incoming-errors|schedule-errors)\/\*$/`},
+		Reason: "Objects under the prefixes the stack owns (batches/{batch id}/…, finalize's checkpoints batches/{batch id}/finalize/…, incoming-errors/…, schedule-errors/…): keys carry batch ids or upload names chosen at run time."},
+	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::` + nagBucket + `\/\*$/`},
 		Reason: "submit and item read sources named by callers (s3:GetObject only) in the stack's bucket and the declared SourceBuckets; the keys are chosen per batch, so no narrower resource can be named."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:aws[a-z-]*:(ssm:[a-z0-9-]+:[0-9]{12}:parameter\/|secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:).*\*$/`},
 		Reason: "The item function reads the SSM parameters and Secrets Manager secrets that batches reference, under the SecretPrefixes the operator declared (ssm:GetParameter and secretsmanager:GetSecretValue only, one statement per service); the names under a prefix are chosen per batch."},
@@ -45,6 +49,10 @@ var NagSuppressions = []NagSuppression{
 		Reason: "The API authorizes with AWS_IAM (SigV4) on every method: callers are IAM principals, not Cognito users."},
 	{Rule: "AwsSolutions-S1",
 		Reason: "Only the stack's functions and uploaders write the bucket; object-level access is audited with CloudTrail data events where the account wants them, not with server access logs (which would need a second, unlogged bucket)."},
+	{Rule: "AwsSolutions-SQS3", Construct: "InvokeFailuresQueue",
+		Reason: "The invocation failures queue is itself the last stop of finalize's and sweep's failed asynchronous invocations (alarmed on depth); an operator reads it and invokes again, nothing consumes it, so it needs no dead-letter queue of its own."},
+	{Rule: "AwsSolutions-SQS3", Construct: "ScheduleDeadLetterQueue",
+		Reason: "The schedule dead-letter queue is itself the dead-letter queue of the schedules' EventBridge targets (alarmed on depth); nothing consumes it, so it needs none of its own."},
 	{Rule: "AwsSolutions-SQS3", Construct: "SubmitFailuresQueue",
 		Reason: "The submit failures queue is itself the last stop of submit's failed asynchronous invocations (alarmed on depth); an operator reads and redrives it, nothing consumes it, so it needs no dead-letter queue of its own."},
 	{Rule: "AwsSolutions-DDB3", Target: TargetEmulator,

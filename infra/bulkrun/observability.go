@@ -45,14 +45,15 @@ const AccessLogFormat = `{"request_id":"$context.requestId","extended_request_id
 //   - X-Ray active tracing on the functions and the API stage when
 //     RunnerProps.Tracing;
 //   - API access logs, AccessLogFormat, into the log group ApiAccessLogs
-//     (1-month retention). API Gateway writes them with the region's
-//     account-level CloudWatch role: on the AWS target the stack sets it
-//     (ApiGatewayAccount, retained on deletion because it is shared by
-//     every API of the account and region);
+//     (1-month retention). API Gateway writes them with the Region's
+//     account-level CloudWatch role: the stack sets it only with
+//     RunnerProps.ApiGatewayAccount on the AWS target (retained on
+//     deletion because it is shared by every API of the account and
+//     Region); `bulkrun doctor` says whether the account has one;
 //   - the alarms of alarmSpecs, each notifying RunnerProps.AlarmTopicARN on
 //     alarm and on recovery (no actions without it); the stack's other
 //     alarms (SubmitFailuresAlarm, …) get the same actions;
-//   - the dashboard "{stack}-operations".
+//   - the dashboard "{stack}-{region}-operations".
 func observe(stack constructs.Construct, s settings, props *RunnerProps, r operated) {
 	o := opsOf(props)
 	onAWS := s.target == TargetAWS
@@ -85,7 +86,7 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 		Format:         jsii.String(AccessLogFormat),
 	})
 	stage.SetTracingEnabled(jsii.Bool(o.tracing))
-	if onAWS {
+	if onAWS && props != nil && props.ApiGatewayAccount {
 		role := awsiam.NewRole(stack, jsii.String("ApiGatewayCloudWatchRole"), &awsiam.RoleProps{
 			AssumedBy:       awsiam.NewServicePrincipal(jsii.String("apigateway.amazonaws.com"), nil),
 			Description:     jsii.String("API Gateway writes access and execution logs to CloudWatch Logs"),
@@ -219,7 +220,9 @@ func dashboard(stack constructs.Construct, r operated, alarms []interfacesawsclo
 	sum := &awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: minute}
 	maxi := &awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: minute}
 	db := awscloudwatch.NewDashboard(stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
-		DashboardName: jsii.String(*awscdk.Stack_Of(stack).StackName() + "-operations"),
+		// Dashboard names are global to the account: the Region in it lets
+		// the same stack run in two Regions.
+		DashboardName: awscdk.Fn_Join(jsii.String("-"), &[]*string{awscdk.Stack_Of(stack).StackName(), awscdk.Aws_REGION(), jsii.String("operations")}),
 	})
 	db.AddWidgets(
 		graph("Items by outcome (per minute)", outcomes),

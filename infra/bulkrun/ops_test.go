@@ -29,6 +29,7 @@ func opsProps() *RunnerProps {
 	p.BucketVersioning = true
 	p.APIRateLimit = 20
 	p.APIBurstLimit = 40
+	p.ApiGatewayAccount = true
 	return p
 }
 
@@ -158,7 +159,7 @@ func TestMetricsDashboard(t *testing.T) {
 			}
 			for _, b := range boards {
 				p := b["Properties"].(map[string]any)
-				if p["DashboardName"] != "bulkrun-operations" {
+				if resolve(t, p["DashboardName"]) != "bulkrun-eu-west-1-operations" {
 					t.Errorf("DashboardName = %v", p["DashboardName"])
 				}
 				body := resolve(t, p["DashboardBody"])
@@ -214,9 +215,9 @@ func TestObservabilityAccessLogs(t *testing.T) {
 				}
 				deps, _ := st["DependsOn"].([]any)
 				accounts := s.resourcesOfType("AWS::ApiGateway::Account")
-				if name == TargetEmulator {
+				if name != opsAWS { // only with ApiGatewayAccount: it changes the whole account's setting
 					if len(accounts) != 0 {
-						t.Errorf("%d API Gateway accounts on the emulator", len(accounts))
+						t.Errorf("%s: %d API Gateway accounts without ApiGatewayAccount", name, len(accounts))
 					}
 					continue
 				}

@@ -110,6 +110,9 @@ func flatten(v any) string {
 			}
 			return strings.Join(parts, fmt.Sprint(j[0]))
 		}
+		if _, ok := x["Fn::Select"]; ok {
+			return "{stack-uuid}" // GeneratedBucketName's
+		}
 	}
 	return fmt.Sprint(v)
 }
@@ -126,6 +129,7 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 		logicalID(s.stack, "ItemsDeadLetterQueue"): {"dead-letter queue", "dead-letter queue"},
 		logicalID(s.stack, "ItemsParkingQueue"):    {"parking queue", "parking queue"},
 		logicalID(s.stack, "SubmitFailuresQueue"):  {"submit failures queue", "submit failures queue"},
+		logicalID(s.stack, "InvokeFailuresQueue"):  {"invocation failures queue", "invocation failures queue"},
 		logicalID(s.stack, FunctionSubmit):         {"submit function", "the submit function"},
 		logicalID(s.stack, FunctionFinalize):       {"finalize function", "the finalize function"},
 		logicalID(s.stack, FunctionItem):           {"item function", "the item function"},
@@ -148,6 +152,9 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 			return resourceKind{"bucket", "the bucket"}
 		case "*":
 			return resourceKind{"any key of the bucket", "(`/*`)"}
+		}
+		if key == config.BatchesPrefix+"*/"+config.FinalizeCheckpoints+"*" {
+			return resourceKind{"finalize checkpoints", "`" + key + "`"}
 		}
 		for _, p := range []string{config.BatchesPrefix, config.UploadErrorsPrefix, config.ScheduleErrorsPrefix} {
 			if key == p+"*" {

@@ -23,25 +23,25 @@ import (
 // operator redrives it (docs/operations.md).
 func (r *runner) defineQueues() {
 	visibility := awscdk.Duration_Seconds(jsii.Number(r.s.visibility.Seconds()))
-	r.parking = r.queue("ItemsParkingQueue", nil, nil)
-	r.dlq = r.queue("ItemsDeadLetterQueue", visibility, &awssqs.DeadLetterQueue{
+	r.parking = r.queue("ItemsParkingQueue", queueRetention, nil, nil)
+	r.dlq = r.queue("ItemsDeadLetterQueue", deadLetterRetention, visibility, &awssqs.DeadLetterQueue{
 		Queue:           r.parking,
 		MaxReceiveCount: jsii.Number(config.ParkingMaxReceiveCount),
 	})
 	r.parkingAlarm = depthAlarm(r, "ParkingAlarm", r.parking, 5*time.Minute,
 		"bulkrun: dead letters the item function could not record are parked; see docs/operations.md, \"Parked dead letters\"")
-	r.items = r.queue("ItemsQueue", visibility, &awssqs.DeadLetterQueue{
+	r.items = r.queue("ItemsQueue", itemsRetention, visibility, &awssqs.DeadLetterQueue{
 		Queue:           r.dlq,
 		MaxReceiveCount: jsii.Number(float64(r.s.maxReceiveCount)),
 	})
 }
 
-// queue defines one of the stack's queues: SSE-SQS, queueRetention, the
+// queue defines one of the stack's queues: SSE-SQS, the retention, the
 // stack's removal policy; visibility and dead-letter queue when given.
-func (r *runner) queue(id string, visibility awscdk.Duration, dlq *awssqs.DeadLetterQueue) awssqs.Queue {
+func (r *runner) queue(id string, retention time.Duration, visibility awscdk.Duration, dlq *awssqs.DeadLetterQueue) awssqs.Queue {
 	return awssqs.NewQueue(r.Construct, jsii.String(id), &awssqs.QueueProps{
 		VisibilityTimeout: visibility,
-		RetentionPeriod:   awscdk.Duration_Seconds(jsii.Number(queueRetention.Seconds())),
+		RetentionPeriod:   awscdk.Duration_Seconds(jsii.Number(retention.Seconds())),
 		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
 		RemovalPolicy:     r.removal,
 		DeadLetterQueue:   dlq,

@@ -90,7 +90,7 @@ func testProps(target string) *RunnerProps {
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 		MaxManifestBytes:    1 << 30,
 		ItemMemoryMiB:       1024,
-		ReservedConcurrency: map[string]int{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200},
+		ReservedConcurrency: map[string]int{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 300},
 		ItemsMaxConcurrency: 150,
 	}
 }
@@ -112,7 +112,7 @@ func wanted(target string) want {
 		return want{300, 3, 10, 30, []string{"lambda", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
 	}
 	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain", 1024, 150,
-		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 200}}
+		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 300}}
 }
 
 var targets = []string{TargetEmulator, TargetAWS}
@@ -178,6 +178,10 @@ func synth(t *testing.T, target string) *synthesized {
 		"tick":                       {"FinalizeTick"},
 		"submitFailures":             {"SubmitFailuresQueue"},
 		"submitFailuresAlarm":        {"SubmitFailuresAlarm"},
+		"invokeFailures":             {"InvokeFailuresQueue"},
+		"invokeFailuresAlarm":        {"InvokeFailuresAlarm"},
+		"scheduleDLQ":                {"ScheduleDeadLetterQueue"},
+		"scheduleDLQAlarm":           {"ScheduleDeadLetterAlarm"},
 		FunctionSubmit:               {FunctionSubmit},
 		FunctionItem:                 {FunctionItem},
 		FunctionFinalize:             {FunctionFinalize},
@@ -237,7 +241,12 @@ func (s *synthesized) resourcesOfType(typ string) map[string]map[string]any {
 }
 
 // pseudo are the values resolve gives CloudFormation's pseudo parameters.
-var pseudo = map[string]string{"AWS::Partition": "aws", "AWS::AccountId": "123456789012", "AWS::Region": "eu-west-1"}
+var pseudo = map[string]string{"AWS::Partition": "aws", "AWS::AccountId": "123456789012", "AWS::Region": "eu-west-1",
+	"AWS::StackId": "arn:aws:cloudformation:eu-west-1:123456789012:stack/bulkrun/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}
+
+// stackUUID is the UUID of pseudo's stack id: the generated bucket name
+// is "bulkrun-" + it.
+const stackUUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 
 // resolve evaluates v as CloudFormation would, for the intrinsics the
 // stack uses in names and ARNs: strings, Fn::Join, and Refs of pseudo
@@ -263,6 +272,14 @@ func resolve(t *testing.T, v any) string {
 				parts = append(parts, resolve(t, p))
 			}
 			return strings.Join(parts, str(j[0]))
+		}
+		if sel, ok := x["Fn::Select"].([]any); ok && len(sel) == 2 {
+			if sp, ok := sel[1].(map[string]any)["Fn::Split"].([]any); ok && len(sp) == 2 {
+				parts := strings.Split(resolve(t, sp[1]), str(sp[0]))
+				if i := int(toFloat(t, sel[0])); i < len(parts) {
+					return parts[i]
+				}
+			}
 		}
 	}
 	t.Fatalf("cannot resolve %#v", v)
@@ -331,9 +348,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
-			if target == TargetAWS {
-				itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one
-			}
+			itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one; the emulator's default
 			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvUploadRepeatDays, config.EnvSecretPrefixes, config.EnvFunction)
 			itemNames = append(itemNames, config.EnvFunction)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
@@ -450,9 +465,13 @@ func TestFunctions(t *testing.T) {
 				if num(t, p["Timeout"]) != shape.timeout || num(t, p["MemorySize"]) != shape.memory {
 					t.Errorf("%s: timeout %v memory %v, want %v %v", fn, p["Timeout"], p["MemorySize"], shape.timeout, shape.memory)
 				}
-				_, hasLogGroup := p["LoggingConfig"]
+				lc, _ := p["LoggingConfig"].(map[string]any)
+				_, hasLogGroup := lc["LogGroup"]
 				if hasLogGroup != (target == TargetAWS) {
 					t.Errorf("%s: explicit log group %v, want %v", fn, hasLogGroup, target == TargetAWS)
+				}
+				if lc["LogFormat"] != "JSON" || lc["ApplicationLogLevel"] != "INFO" || lc["SystemLogLevel"] != "INFO" {
+					t.Errorf("%s: LoggingConfig %v, want JSON at the stack's level (INFO)", fn, lc)
 				}
 			}
 			if target == TargetAWS {
@@ -487,8 +506,14 @@ func TestQueues(t *testing.T) {
 				if q["SqsManagedSseEnabled"] != true {
 					t.Errorf("%s: SqsManagedSseEnabled = %v", name, q["SqsManagedSseEnabled"])
 				}
-				if num(t, q["MessageRetentionPeriod"]) != 14*24*3600 {
-					t.Errorf("%s: MessageRetentionPeriod = %v, want 14 days", name, q["MessageRetentionPeriod"])
+			}
+			// Each dead-letter queue keeps messages longer than its source
+			// (SQS counts a dead letter's age from its first send).
+			parking := s.properties(t, s.ids["parking"])
+			for name, want := range map[string]float64{"items": 7, "dlq": 10, "parking": 14} {
+				q := map[string]map[string]any{"items": items, "dlq": dlq, "parking": parking}[name]
+				if got := num(t, q["MessageRetentionPeriod"]); got != want*24*3600 {
+					t.Errorf("%s: MessageRetentionPeriod = %v s, want %v days", name, got, want)
 				}
 			}
 			env := s.properties(t, s.ids[FunctionItem])["Environment"].(map[string]any)["Variables"].(map[string]any)
@@ -678,11 +703,13 @@ func TestIAMScope(t *testing.T) {
 			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
 			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
 		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-			"lambda:InvokeFunction", "s3:GetObject", "s3:PutObject", "secretsmanager:GetSecretValue",
+			"lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage", "ssm:GetParameter"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"events:PutEvents", "s3:AbortMultipartUpload", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "sqs:SendMessage"},
-		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "s3:DeleteObject", "s3:ListBucket"},
+			"events:PutEvents", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:ListMultipartUploadParts", "s3:PutObject",
+			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
+		FunctionSweep: {"dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "s3:DeleteObject", "s3:ListBucket",
+			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // the failure destination's grant
 	}
 	s := synth(t, TargetAWS)
 	for fn, wantActions := range want {
@@ -697,13 +724,15 @@ func TestIAMScope(t *testing.T) {
 			resources := resolveAll(t, st["Resource"])
 			// Writes to the bucket are confined to batches/ (and, for
 			// submit's error reports of refused starts, incoming-errors/
-			// and schedule-errors/).
+			// and schedule-errors/; finalize deletes its checkpoints only).
 			for _, a := range actions(st) {
 				batches := slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.BatchesPrefix + "*"})
 				errorReports := fn == FunctionSubmit && (a == "s3:PutObject" || a == "s3:DeleteObject") &&
 					slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.UploadErrorsPrefix + "*",
 						"arn:aws:s3:::bulkrun-test-bucket/" + config.ScheduleErrorsPrefix + "*"})
-				if (a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload") && !batches && !errorReports {
+				checkpoints := fn == FunctionFinalize && a == "s3:DeleteObject" &&
+					slices.Equal(resources, []string{"arn:aws:s3:::bulkrun-test-bucket/" + config.BatchesPrefix + "*/" + config.FinalizeCheckpoints + "*"})
+				if (a == "s3:PutObject" || a == "s3:DeleteObject" || a == "s3:AbortMultipartUpload") && !batches && !errorReports && !checkpoints {
 					t.Errorf("%s: %s on %v, want only %s*", fn, a, resources, config.BatchesPrefix)
 				}
 			}
@@ -806,8 +835,9 @@ func TestBucketNotification(t *testing.T) {
 			if target == TargetAWS && name != "bulkrun-test-bucket" {
 				t.Errorf("BucketName = %v, want the props value", name)
 			}
-			if got := resolve(t, name); target == TargetEmulator && got != "bulkrun-"+pseudo["AWS::AccountId"]+"-"+pseudo["AWS::Region"] {
-				t.Errorf("BucketName = %s, want bulkrun-{account}-{region}", got)
+			// Generated from the stack's id: a new name for every stack.
+			if got := resolve(t, name); target == TargetEmulator && got != "bulkrun-"+stackUUID {
+				t.Errorf("BucketName = %s, want bulkrun-{uuid of the stack id}", got)
 			}
 			// S3 upload formats: one prefix filter and no suffix filter,
 			// since S3 matches suffixes case-sensitively (orders.CSV,
@@ -971,10 +1001,10 @@ func TestAPI(t *testing.T) {
 				s.template.HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"),
 					map[string]any{"StageName": config.DefaultAPIStage})
 			})
-			// The account's CloudWatch role for access logs, AWS only
-			// (observability_test.go checks it).
-			if n, want := len(s.resourcesOfType("AWS::ApiGateway::Account")), map[string]int{TargetAWS: 1, TargetEmulator: 0}[target]; n != want {
-				t.Errorf("%d API Gateway accounts, want %d", n, want)
+			// The account's CloudWatch role for access logs: only with
+			// ApiGatewayAccount (ops_test.go checks it).
+			if n := len(s.resourcesOfType("AWS::ApiGateway::Account")); n != 0 {
+				t.Errorf("%d API Gateway accounts without ApiGatewayAccount, want 0", n)
 			}
 		})
 	}
@@ -1007,6 +1037,7 @@ func TestOutputs(t *testing.T) {
 		config.OutputSubmitFunction, config.OutputItemFunction, config.OutputFinalizeFunction, config.OutputSweepFunction, config.OutputMaxReceiveCount,
 		config.OutputSubmitFailuresQueueURL, config.OutputSubmitFailuresAlarm,
 		config.OutputParkingQueueURL, config.OutputParkingQueueARN, config.OutputParkingAlarm,
+		config.OutputInvokeFailuresQueueURL, config.OutputInvokeFailuresAlarm, config.OutputScheduleDLQURL, config.OutputScheduleDLQAlarm,
 	}
 	sort.Strings(want)
 	for _, target := range targets {
@@ -1099,6 +1130,14 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"item reserved below max concurrency", func(p *RunnerProps) {
 			p.ReservedConcurrency, p.ItemsMaxConcurrency = map[string]int{FunctionItem: 10}, 20
 		}, "ReservedConcurrency[item]"},
+		{"item reserved for one event source of two", func(p *RunnerProps) {
+			p.ReservedConcurrency, p.ItemsMaxConcurrency = map[string]int{FunctionItem: 150}, 150
+		}, "ReservedConcurrency[item]"},
+		{"reservations leave under 100 unreserved", func(p *RunnerProps) {
+			p.ReservedConcurrency = map[string]int{FunctionSubmit: 500, FunctionFinalize: 250, FunctionItem: 200}
+		}, "ReservedConcurrency"},
+		{"event sources beyond what the account leaves", func(p *RunnerProps) { p.AccountConcurrency, p.ItemsMaxConcurrency = 150, 100 }, "ItemsMaxConcurrency"},
+		{"account concurrency negative", func(p *RunnerProps) { p.AccountConcurrency = -1 }, "AccountConcurrency"},
 		{"pipeline with comma", func(p *RunnerProps) { p.Pipelines = []string{"thumbnail,webhook"} }, "Pipelines"},
 		{"empty pipeline name", func(p *RunnerProps) { p.Pipelines = []string{"thumbnail", ""} }, "Pipelines"},
 		{"functions not built", func(p *RunnerProps) { p.FunctionsDir = filepath.Join(functionsDir, "missing") }, "FunctionsDir"},
@@ -1338,48 +1377,95 @@ func TestSubmitHandsOffToItself(t *testing.T) {
 	}
 }
 
-// Failed starts leave no trace (submit's failure destination): an upload or
-// schedule tick whose submit invocation still fails after Lambda's retries
-// goes to the submit failures queue, and an alarm fires on its depth.
-func TestSubmitFailureDestinationAndAlarm(t *testing.T) {
+// Failed starts and invocations leave a trace: an upload or schedule tick
+// whose submit invocation still fails after Lambda's retries goes to the
+// submit failures queue, a failed asynchronous invocation of finalize or
+// sweep to the invocation failures queue, a schedule event EventBridge
+// could not deliver to the schedule dead-letter queue; an alarm fires on
+// each queue's depth.
+func TestFailureDestinationsAndAlarms(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			s := synth(t, target)
 			configs := s.resourcesOfType("AWS::Lambda::EventInvokeConfig")
-			if len(configs) != 1 {
-				t.Fatalf("%d EventInvokeConfig resources, want 1 (submit)", len(configs))
+			want := map[string]string{s.ids[FunctionSubmit]: "submitFailures", s.ids[FunctionFinalize]: "invokeFailures", s.ids[FunctionSweep]: "invokeFailures"}
+			if len(configs) != len(want) {
+				t.Fatalf("%d EventInvokeConfig resources, want %d (submit, finalize, sweep)", len(configs), len(want))
 			}
 			for _, c := range configs {
 				p := c["Properties"].(map[string]any)
-				if !jsonEqual(p["FunctionName"], ref(s.ids[FunctionSubmit])) {
-					t.Errorf("EventInvokeConfig of %v, want submit", p["FunctionName"])
+				fn, _ := p["FunctionName"].(map[string]any)["Ref"].(string)
+				queue, ok := want[fn]
+				if !ok {
+					t.Errorf("EventInvokeConfig of %v, want one of submit, finalize, sweep", p["FunctionName"])
+					continue
 				}
+				delete(want, fn)
 				if num(t, p["MaximumRetryAttempts"]) != 2 || num(t, p["MaximumEventAgeInSeconds"]) != 6*3600 {
-					t.Errorf("retries %v, event age %v; want 2 and 6 h", p["MaximumRetryAttempts"], p["MaximumEventAgeInSeconds"])
+					t.Errorf("%s: retries %v, event age %v; want 2 and 6 h", fn, p["MaximumRetryAttempts"], p["MaximumEventAgeInSeconds"])
 				}
 				dest, _ := p["DestinationConfig"].(map[string]any)
 				onFailure, _ := dest["OnFailure"].(map[string]any)
-				if !jsonEqual(onFailure["Destination"], arnOf(s.ids["submitFailures"])) {
-					t.Errorf("OnFailure = %v, want the submit failures queue", onFailure)
+				if !jsonEqual(onFailure["Destination"], arnOf(s.ids[queue])) {
+					t.Errorf("%s: OnFailure = %v, want the %s queue", fn, onFailure, queue)
+				}
+				// Lambda sends with the function's role.
+				raw, _ := json.Marshal(s.statements(t, s.ids["policy:"+map[string]string{s.ids[FunctionSubmit]: FunctionSubmit,
+					s.ids[FunctionFinalize]: FunctionFinalize, s.ids[FunctionSweep]: FunctionSweep}[fn]]))
+				if !strings.Contains(string(raw), s.ids[queue]) {
+					t.Errorf("%s's policy does not name its failure queue", fn)
 				}
 			}
-			// submit may send to the failure queue (Lambda sends with the
-			// function's role).
-			raw, _ := json.Marshal(s.statements(t, s.ids["policy:"+FunctionSubmit]))
-			if !strings.Contains(string(raw), s.ids["submitFailures"]) {
-				t.Error("submit's policy does not name the failure queue")
+			// Every schedule rule's target dead-letters to the schedule queue.
+			rules := s.resourcesOfType("AWS::Events::Rule")
+			if len(rules) < 3 {
+				t.Fatalf("%d rules, want the sweep, submit tick and finalize tick at least", len(rules))
 			}
-			q := s.properties(t, s.ids["submitFailures"])
-			if num(t, q["MessageRetentionPeriod"]) != 14*24*3600 || q["SqsManagedSseEnabled"] != true {
-				t.Errorf("failure queue %v: want 14 days retention and SSE", q)
+			for id, r := range rules {
+				for _, tg := range r["Properties"].(map[string]any)["Targets"].([]any) {
+					dlc, _ := tg.(map[string]any)["DeadLetterConfig"].(map[string]any)
+					if !jsonEqual(dlc["Arn"], arnOf(s.ids["scheduleDLQ"])) {
+						t.Errorf("rule %s: DeadLetterConfig %v, want the schedule dead-letter queue", id, dlc)
+					}
+				}
 			}
-			a := s.properties(t, s.ids["submitFailuresAlarm"])
-			dims, _ := a["Dimensions"].([]any)
-			queueDim := len(dims) == 1 && dims[0].(map[string]any)["Name"] == "QueueName" &&
-				jsonEqual(dims[0].(map[string]any)["Value"], getAttMap(s.ids["submitFailures"], "QueueName"))
-			if a["Namespace"] != "AWS/SQS" || a["MetricName"] != "ApproximateNumberOfMessagesVisible" || !queueDim ||
-				num(t, a["Threshold"]) != 1 || a["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || num(t, a["EvaluationPeriods"]) != 1 {
-				t.Errorf("alarm %v: want ApproximateNumberOfMessagesVisible of the failure queue ≥ 1", a)
+			for queue, alarm := range map[string]string{"submitFailures": "submitFailuresAlarm", "invokeFailures": "invokeFailuresAlarm", "scheduleDLQ": "scheduleDLQAlarm"} {
+				q := s.properties(t, s.ids[queue])
+				if num(t, q["MessageRetentionPeriod"]) != 14*24*3600 || q["SqsManagedSseEnabled"] != true {
+					t.Errorf("%s %v: want 14 days retention and SSE", queue, q)
+				}
+				a := s.properties(t, s.ids[alarm])
+				dims, _ := a["Dimensions"].([]any)
+				queueDim := len(dims) == 1 && dims[0].(map[string]any)["Name"] == "QueueName" &&
+					jsonEqual(dims[0].(map[string]any)["Value"], getAttMap(s.ids[queue], "QueueName"))
+				if a["Namespace"] != "AWS/SQS" || a["MetricName"] != "ApproximateNumberOfMessagesVisible" || !queueDim ||
+					num(t, a["Threshold"]) != 1 || a["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || num(t, a["EvaluationPeriods"]) != 1 {
+					t.Errorf("%s %v: want ApproximateNumberOfMessagesVisible of %s ≥ 1", alarm, a, queue)
+				}
+			}
+		})
+	}
+}
+
+// TestDestroyKeepsDataSSLOnly guards "what cdk destroy keeps keeps its
+// TLS-only policy": on AWS the bucket, the table and every queue are
+// retained, and so are the bucket policy and the queue policies that deny
+// plain HTTP; on the emulator everything goes.
+func TestDestroyKeepsDataSSLOnly(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			s := synth(t, target)
+			want := map[string]string{TargetAWS: "Retain", TargetEmulator: "Delete"}[target]
+			for _, typ := range []string{"AWS::S3::Bucket", "AWS::S3::BucketPolicy", "AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::SQS::QueuePolicy"} {
+				res := s.resourcesOfType(typ)
+				if len(res) == 0 {
+					t.Errorf("no %s", typ)
+				}
+				for id, r := range res {
+					if got, _ := r["DeletionPolicy"].(string); got != want && !(want == "Delete" && got == "") {
+						t.Errorf("%s %s: DeletionPolicy %q, want %s", typ, id, got, want)
+					}
+				}
 			}
 		})
 	}
@@ -1434,6 +1520,35 @@ func TestLambdaPipelineInvokeGrants(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConcurrencyRulesNamed guards the product line "synth refuses a
+// concurrency the account cannot run, naming the rule": a reservation of
+// the item function below what both of its event sources may run, and
+// reservations leaving less than Lambda's 100 unreserved, each refused
+// with the rule's name in the error.
+func TestConcurrencyRulesNamed(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		props RunnerProps
+		rule  string
+	}{
+		{"item reservation = 1 × ItemsMaxConcurrency", RunnerProps{ItemsMaxConcurrency: 100, ReservedConcurrency: map[string]int{FunctionItem: 100}}, RuleReservedCoversEventSources},
+		{"reservations leave 50 of 1000", RunnerProps{ReservedConcurrency: map[string]int{FunctionItem: 800, FunctionSubmit: 100, FunctionFinalize: 50}}, RuleUnreservedAtLeast100},
+		{"a new account's 50", RunnerProps{AccountConcurrency: 50}, RuleEventSourcesFitUnreserved},
+	} {
+		tt.props.Target, tt.props.FunctionsDir = TargetEmulator, functionsDir
+		err := Validate(&tt.props)
+		if err == nil || !strings.Contains(err.Error(), "(rule "+tt.rule+")") {
+			t.Errorf("%s: Validate = %v, want an error naming rule %s", tt.name, err, tt.rule)
+			continue
+		}
+		t.Logf("%s: %v", tt.name, err)
+	}
+	if err := Validate(&RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, ItemsMaxConcurrency: 100,
+		ReservedConcurrency: map[string]int{FunctionItem: 200, FunctionSubmit: 10}}); err != nil {
+		t.Errorf("item reserved for both event sources: %v", err)
 	}
 }
 

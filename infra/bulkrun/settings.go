@@ -26,35 +26,37 @@ var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
 // settings are the values NewRunner derives from RunnerProps, defaults filled.
 type settings struct {
-	target          string
-	functionsDir    string
-	code            map[string]string // each function's code folder
-	arch            awslambda.Architecture
-	itemTimeout     time.Duration
-	lease           time.Duration
-	visibility      time.Duration
-	maxAttempts     int
-	itemsPerMessage int
-	maxReceiveCount int
-	retentionDays   int
-	uploadRepeat    int // days; -1: off
-	tick            string
-	bucketName      string
-	sourceBuckets   []string
-	sourcePrefixes  []string
-	pipelines       []string
-	defaultPipeline string
-	schedules       []Schedule
-	itemMemoryMiB   int
-	reserved        map[string]int
-	maxConcurrency  int
-	webhookAllow    string // comma-separated, config.EnvWebhookAllow
-	ephemeralMiB    int
-	secretPrefixes  []string                 // config.EnvSecretPrefixes
-	memoryMiB       map[string]int           // every function
-	timeouts        map[string]time.Duration // every function
-	lambdaFunctions []string                 // config.EnvLambdaFunctions, tokens included
-	effectTables    []string                 // config.EnvEffectTables, tokens included
+	target             string
+	functionsDir       string
+	code               map[string]string // each function's code folder
+	arch               awslambda.Architecture
+	itemTimeout        time.Duration
+	lease              time.Duration
+	visibility         time.Duration
+	maxAttempts        int
+	itemsPerMessage    int
+	maxReceiveCount    int
+	retentionDays      int
+	uploadRepeat       int // days; -1: off
+	tick               string
+	bucketName         string
+	sourceBuckets      []string
+	sourcePrefixes     []string
+	pipelines          []string
+	defaultPipeline    string
+	schedules          []Schedule
+	itemMemoryMiB      int
+	reserved           map[string]int
+	maxConcurrency     int
+	accountConcurrency int
+	logLevel           string // config.EnvLogLevel and the LoggingConfig's application level
+	webhookAllow       string // comma-separated, config.EnvWebhookAllow
+	ephemeralMiB       int
+	secretPrefixes     []string                 // config.EnvSecretPrefixes
+	memoryMiB          map[string]int           // every function
+	timeouts           map[string]time.Duration // every function
+	lambdaFunctions    []string                 // config.EnvLambdaFunctions, tokens included
+	effectTables       []string                 // config.EnvEffectTables, tokens included
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
 	env map[string]map[string]string
@@ -91,27 +93,29 @@ func derive(props *RunnerProps) (settings, error) {
 // withDefaults returns props' settings with every default filled.
 func withDefaults(props *RunnerProps) settings {
 	s := settings{
-		target:          props.Target,
-		functionsDir:    props.FunctionsDir,
-		itemTimeout:     props.ItemTimeout,
-		maxAttempts:     props.MaxAttempts,
-		itemsPerMessage: props.ItemsPerMessage,
-		maxReceiveCount: props.MaxReceiveCount,
-		retentionDays:   props.RetentionDays,
-		uploadRepeat:    props.UploadRepeatDays,
-		tick:            props.FinalizeTickSchedule,
-		bucketName:      props.BucketName,
-		sourceBuckets:   props.SourceBuckets,
-		sourcePrefixes:  props.SourcePrefixes,
-		pipelines:       props.Pipelines,
-		defaultPipeline: props.DefaultPipeline,
-		schedules:       props.Schedules,
-		itemMemoryMiB:   props.ItemMemoryMiB,
-		reserved:        props.ReservedConcurrency,
-		maxConcurrency:  props.ItemsMaxConcurrency,
-		secretPrefixes:  props.SecretPrefixes,
-		effectTables:    props.EffectTables,
-		lambdaFunctions: props.LambdaFunctions,
+		target:             props.Target,
+		functionsDir:       props.FunctionsDir,
+		itemTimeout:        props.ItemTimeout,
+		maxAttempts:        props.MaxAttempts,
+		itemsPerMessage:    props.ItemsPerMessage,
+		maxReceiveCount:    props.MaxReceiveCount,
+		retentionDays:      props.RetentionDays,
+		uploadRepeat:       props.UploadRepeatDays,
+		tick:               props.FinalizeTickSchedule,
+		bucketName:         props.BucketName,
+		sourceBuckets:      props.SourceBuckets,
+		sourcePrefixes:     props.SourcePrefixes,
+		pipelines:          props.Pipelines,
+		defaultPipeline:    props.DefaultPipeline,
+		schedules:          props.Schedules,
+		itemMemoryMiB:      props.ItemMemoryMiB,
+		reserved:           props.ReservedConcurrency,
+		maxConcurrency:     props.ItemsMaxConcurrency,
+		accountConcurrency: props.AccountConcurrency,
+		logLevel:           props.LogLevel,
+		secretPrefixes:     props.SecretPrefixes,
+		effectTables:       props.EffectTables,
+		lambdaFunctions:    props.LambdaFunctions,
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -120,6 +124,7 @@ func withDefaults(props *RunnerProps) settings {
 	}
 	orDefault(&s.itemMemoryMiB, DefaultItemMemoryMiB)
 	orDefault(&s.maxConcurrency, DefaultItemsMaxConcurrency)
+	orDefault(&s.accountConcurrency, DefaultAccountConcurrency)
 	orDefault(&s.maxAttempts, config.DefaultMaxAttempts)
 	orDefault(&s.itemsPerMessage, config.DefaultItemsPerMessage)
 	orDefault(&s.maxReceiveCount, config.DefaultMaxReceiveCount)
@@ -140,6 +145,9 @@ func withDefaults(props *RunnerProps) settings {
 	if s.tick == "" {
 		s.tick = DefaultFinalizeTickSchedule
 	}
+	if s.logLevel == "" {
+		s.logLevel = DefaultLogLevel
+	}
 	if len(s.pipelines) == 0 {
 		s.pipelines = DefaultPipelines(props.CustomPipelines)
 	}
@@ -154,6 +162,9 @@ func withDefaults(props *RunnerProps) settings {
 	}
 	if len(s.lambdaFunctions) == 0 && s.target == TargetEmulator {
 		s.lambdaFunctions = DefaultEmulatorLambdaFunctions
+	}
+	if len(s.effectTables) == 0 && s.target == TargetEmulator {
+		s.effectTables = DefaultEmulatorEffectTables
 	}
 	s.lease = s.itemTimeout + config.LeaseMargin
 	s.visibility = VisibilityFactor * s.itemTimeout
@@ -218,6 +229,9 @@ func (s *settings) checkLimits(props *RunnerProps, bad badProp) {
 	if err := CheckScheduleExpression(s.tick); err != nil {
 		bad("FinalizeTickSchedule", s.tick, "not an EventBridge schedule expression: "+err.Error())
 	}
+	if _, ok := applicationLogLevels[s.logLevel]; !ok {
+		bad("LogLevel", s.logLevel, "want debug, info, warn or error")
+	}
 }
 
 // checkStorage checks the bucket name, the source buckets and prefixes.
@@ -260,10 +274,13 @@ func (s *settings) checkFunctions(props *RunnerProps, bad badProp) {
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "not a function of the stack (submit, item, finalize, sweep)")
 		case n < 1:
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "want at least 1 (0 would stop the function)")
-		case fn == FunctionItem && n < s.maxConcurrency:
-			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf("below ItemsMaxConcurrency (%d): the event source would be throttled", s.maxConcurrency))
+		case fn == FunctionItem && n < EventSources*s.maxConcurrency:
+			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf(
+				"below what the item function's %d SQS event sources can run, %d × ItemsMaxConcurrency (%d) = %d: the pollers would be throttled and messages dead-lettered early (rule %s)",
+				EventSources, EventSources, s.maxConcurrency, EventSources*s.maxConcurrency, RuleReservedCoversEventSources))
 		}
 	}
+	s.checkAccountConcurrency(bad)
 	for fn, n := range props.MemoryMiB {
 		switch {
 		case fn == FunctionItem:
@@ -288,6 +305,75 @@ func (s *settings) checkFunctions(props *RunnerProps, bad badProp) {
 			s.timeouts[fn] = d
 		}
 	}
+}
+
+// Concurrency rules (checkAccountConcurrency), named in their errors.
+const (
+	// RuleReservedCoversEventSources: a reservation for the item function
+	// is at least EventSources × ItemsMaxConcurrency, what its event
+	// sources may run at once.
+	RuleReservedCoversEventSources = "reserved-covers-event-sources"
+	// RuleUnreservedAtLeast100: the reservations leave at least
+	// MinUnreservedConcurrency of AccountConcurrency unreserved.
+	RuleUnreservedAtLeast100 = "unreserved-at-least-100"
+	// RuleEventSourcesFitUnreserved: without a reservation, the item
+	// function's event sources (EventSources × ItemsMaxConcurrency) fit in
+	// what the reservations leave of AccountConcurrency.
+	RuleEventSourcesFitUnreserved = "event-sources-fit-unreserved"
+)
+
+// EventSources is the number of SQS event sources of the item function
+// (the items queue and the dead-letter queue), each with
+// MaximumConcurrency = ItemsMaxConcurrency.
+const EventSources = 2
+
+// MinUnreservedConcurrency is the concurrency Lambda keeps unreserved in an
+// account: "Lambda keeps 100 units of concurrency unreserved for functions
+// that don't explicitly reserve concurrency" ("Configuring reserved
+// concurrency", AWS Lambda developer guide); PutFunctionConcurrency
+// refuses a reservation that would leave less.
+const MinUnreservedConcurrency = 100
+
+// DefaultAccountConcurrency is RunnerProps.AccountConcurrency when zero:
+// Lambda's default concurrent executions quota per account and Region
+// ("Lambda quotas", AWS Lambda developer guide). New accounts may start
+// with less: `bulkrun doctor` reads the real one (GetAccountSettings).
+const DefaultAccountConcurrency = 1000
+
+// checkAccountConcurrency checks the reservations against the account's
+// concurrency (RuleUnreservedAtLeast100, RuleEventSourcesFitUnreserved).
+func (s *settings) checkAccountConcurrency(bad badProp) {
+	reserved := 0
+	for _, fn := range functionNames {
+		reserved += s.reserved[fn]
+	}
+	if s.accountConcurrency < 1 {
+		bad("AccountConcurrency", strconv.Itoa(s.accountConcurrency), "want the account's Lambda concurrency quota, at least 1")
+		return
+	}
+	if left := s.accountConcurrency - reserved; reserved > 0 && left < MinUnreservedConcurrency {
+		bad("ReservedConcurrency", reservedString(s.reserved), fmt.Sprintf(
+			"reserves %d of the account's %d (AccountConcurrency), leaving %d unreserved: Lambda keeps at least %d unreserved and refuses the reservation (rule %s)",
+			reserved, s.accountConcurrency, left, MinUnreservedConcurrency, RuleUnreservedAtLeast100))
+	}
+	if _, ok := s.reserved[FunctionItem]; !ok {
+		if need, left := EventSources*s.maxConcurrency, s.accountConcurrency-reserved; need > left {
+			bad("ItemsMaxConcurrency", strconv.Itoa(s.maxConcurrency), fmt.Sprintf(
+				"the item function's %d event sources may run %d at once, more than the %d the account (AccountConcurrency %d) leaves unreserved: lower it or raise the quota (rule %s)",
+				EventSources, need, left, s.accountConcurrency, RuleEventSourcesFitUnreserved))
+		}
+	}
+}
+
+// reservedString writes reservations as the context key takes them.
+func reservedString(m map[string]int) string {
+	var parts []string
+	for _, fn := range functionNames {
+		if n, ok := m[fn]; ok {
+			parts = append(parts, fn+"="+strconv.Itoa(n))
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // checkPipelines checks the custom pipelines, Pipelines and DefaultPipeline.

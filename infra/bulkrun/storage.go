@@ -19,9 +19,7 @@ func (r *runner) defineStorage() {
 	s := r.s
 	r.bucketName = jsii.String(s.bucketName)
 	if s.bucketName == "" {
-		r.bucketName = awscdk.Fn_Join(jsii.String(""), &[]*string{
-			jsii.String("bulkrun-"), awscdk.Aws_ACCOUNT_ID(), jsii.String("-"), awscdk.Aws_REGION(),
-		})
+		r.bucketName = GeneratedBucketName()
 	}
 	expire := func(id, prefix string) *awss3.LifecycleRule {
 		return &awss3.LifecycleRule{
@@ -94,6 +92,21 @@ func (r *runner) defineStorage() {
 		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
 		NonKeyAttributes: jsii.Strings(config.BatchesProjection()...),
 	})
+}
+
+// GeneratedBucketName is the bucket's name when RunnerProps.BucketName is
+// empty: "bulkrun-" and the UUID that ends the stack's id
+// (arn:aws:cloudformation:{region}:{account}:stack/{name}/{uuid}), 44
+// characters of [a-z0-9-]. CloudFormation generates it when it creates
+// the stack: every stack gets its own (a bucket a destroyed stack kept is
+// never in the way), and no one can know it before the stack exists to
+// take it first. It is built from the stack's id rather than left to
+// CloudFormation's own naming because the functions' environment and
+// policies name the bucket, and a Ref to the bucket from them would be a
+// dependency cycle (the bucket's notification names submit).
+func GeneratedBucketName() *string {
+	return awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("bulkrun-"),
+		awscdk.Fn_Select(jsii.Number(2), awscdk.Fn_Split(jsii.String("/"), awscdk.Aws_STACK_ID(), nil))})
 }
 
 // s3Arn returns the ARN of bucket (when key is empty) or of key in bucket,

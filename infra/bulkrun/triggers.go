@@ -62,7 +62,8 @@ func (r *runner) defineUploads() {
 	cfnBucket.AddResourceDependency(perm, jsii.String("S3 checks that it may invoke submit when the notification is set"))
 }
 
-// defineSchedules defines the EventBridge rules: each of
+// defineSchedules defines the EventBridge rules, each target with the
+// schedule dead-letter queue: each of
 // RunnerProps.Schedules → submit; Sweep (SweepSchedule) → sweep; and on
 // the tick (FinalizeTickSchedule) SubmitTick → submit, which hands a dead
 // background source read off again, and FinalizeTick → finalize, the
@@ -70,9 +71,13 @@ func (r *runner) defineUploads() {
 func (r *runner) defineSchedules() {
 	submit := r.functions[FunctionSubmit]
 	rule := func(id, desc, expression string, fn awslambda.Function, input map[string]any) {
-		var props *awseventstargets.LambdaFunctionProps
+		// An event EventBridge could not deliver (after its retries, up to
+		// 24 hours) goes to the schedule dead-letter queue, alarmed
+		// ("Using dead-letter queues to process undelivered events in
+		// EventBridge", Amazon EventBridge user guide).
+		props := &awseventstargets.LambdaFunctionProps{DeadLetterQueue: r.scheduleDLQ}
 		if input != nil {
-			props = &awseventstargets.LambdaFunctionProps{Event: awsevents.RuleTargetInput_FromObject(input)}
+			props.Event = awsevents.RuleTargetInput_FromObject(input)
 		}
 		awsevents.NewRule(r.Construct, jsii.String(id), &awsevents.RuleProps{
 			Description: jsii.String(desc),
