@@ -368,13 +368,13 @@ func (t *stackTemplate) ref(id string) (string, error) {
 		return t.stackName, nil
 	case "AWS::StackId":
 		if t.stackID == "" {
-			return "", fmt.Errorf("Ref AWS::StackId: the stack's id is unknown")
+			return "", fmt.Errorf("the stack's id is unknown (Ref AWS::StackId)")
 		}
 		return t.stackID, nil
 	}
 	r := t.Resources[id]
 	if r == nil || r.physical == "" {
-		return "", fmt.Errorf("Ref %s: no such deployed resource", id)
+		return "", fmt.Errorf("no deployed resource %s (Ref)", id)
 	}
 	return r.physical, nil
 }
