@@ -136,6 +136,11 @@ func laneCheck(t *testing.T) {
 	for _, p := range rep.Problems {
 		t.Errorf("IAM lane could not check %s (%d call(s)): %s", p.Call, p.Count, p.Message)
 	}
+	for _, l := range rep.Loops {
+		if !l.Expected {
+			t.Errorf("Lambda's recursive loop detection would stop the item: function %s sent %s to its own queue the %dth time (to %q)", l.Function, l.Message, l.Hops, l.To)
+		}
+	}
 }
 
 // laneAs returns c for function fn's code run in this process: its
@@ -227,6 +232,12 @@ func laneSummary() bool {
 	for _, p := range rep.Problems {
 		ok = false
 		lines = append(lines, fmt.Sprintf("  unchecked: %s (%d call(s), tests %v): %s", p.Call, p.Count, p.Tests, p.Message))
+	}
+	for _, l := range rep.Loops {
+		if !l.Expected {
+			ok = false
+		}
+		lines = append(lines, fmt.Sprintf("  recursive loop stopped: %s sent %s the %dth time (tests %v, expected %v)", l.Function, l.Message, l.Hops, l.Tests, l.Expected))
 	}
 	fmt.Fprintf(os.Stderr, "IAM lane (%s, stack %s): %d calls of bulkrun functions checked, %d allowed, %d denials, %d unchecked\n",
 		rep.Mode, rep.Stack, rep.Checked, rep.Allowed, len(rep.Denials), len(rep.Problems))

@@ -158,6 +158,9 @@ func printReport(w io.Writer, base string, reset bool) (bool, error) {
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "  unchecked: %s (%d call(s)): %s\n", p.Call, p.Count, p.Message)
 	}
+	for _, l := range rep.Loops {
+		fmt.Fprintf(w, "  recursive loop stopped: function %s sent %s to %s for the %dth time (expected %v)\n", l.Function, l.Message, l.Queue, l.Hops, l.Expected)
+	}
 	if reset {
 		req, _ := http.NewRequest(http.MethodDelete, u, nil)
 		if r, err := http.DefaultClient.Do(req); err == nil {

@@ -1605,3 +1605,19 @@ func TestEffectTablesGranted(t *testing.T) {
 		t.Errorf("a 1-character table name: %v, want refused naming %s", err, config.EnvEffectTables)
 	}
 }
+
+// TestItemRecursiveLoopAllowed: the item function, which sends messages to
+// the queue that invokes it (slot waits, AWS unavailable), has
+// RecursiveLoop Allow, its chains bounded by batch.MaxResends; the other
+// functions keep Lambda's default (Terminate).
+func TestItemRecursiveLoopAllowed(t *testing.T) {
+	for _, target := range targets {
+		s := synth(t, target)
+		for _, fn := range functionNames {
+			got, _ := s.properties(t, s.ids[fn])["RecursiveLoop"].(string)
+			if want := map[bool]string{true: "Allow", false: ""}[fn == FunctionItem]; got != want {
+				t.Errorf("%s: %s RecursiveLoop = %q, want %q", target, fn, got, want)
+			}
+		}
+	}
+}

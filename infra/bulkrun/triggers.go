@@ -19,7 +19,19 @@ import (
 // the dead-letter queue, whose messages it records as failed
 // (dead-lettered): batches of config.DefaultItemBatchSize, partial batch
 // responses, at most ItemsMaxConcurrency invocations per queue.
+//
+// The item function sends messages to the queue that invokes it: an item
+// waiting for a max_concurrency slot, or whose AWS call was throttled, is
+// sent again as a new message (so that waiting uses no receive, which
+// would bring it toward the dead-letter queue). Lambda's recursive loop
+// detection would stop such a chain after about 16 invocations and
+// dead-letter the item ("Use Lambda recursive loop detection to prevent
+// infinite loops", AWS Lambda developer guide), so the function's
+// RecursiveLoop is Allow, and bulkrun bounds the chain itself: a message
+// is sent again at most batch.MaxResends times (docs/design.md,
+// "Recursive loops").
 func (r *runner) defineEventSources() {
+	r.functions[FunctionItem].Node().DefaultChild().(awslambda.CfnFunction).SetRecursiveLoop(jsii.String("Allow"))
 	for _, q := range []awssqs.Queue{r.items, r.dlq} {
 		r.functions[FunctionItem].AddEventSource(awslambdaeventsources.NewSqsEventSource(q, &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(config.DefaultItemBatchSize),

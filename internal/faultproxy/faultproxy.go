@@ -573,6 +573,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return errResetAfter
 	}
 	if g, ok := ctx.Value(gateKey{}).(gateCall); ok {
+		if rw, ok := g.gate.(ResponseRewriter); ok {
+			rw.Rewrite(resp, g.call)
+		}
 		if f := g.gate.Answered(resp.Request, g.call, resp.StatusCode); f != nil {
 			replaceAnswer(resp, g.call, f)
 			return nil

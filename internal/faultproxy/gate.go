@@ -37,6 +37,17 @@ type Refusal struct {
 	// see partialOps), marks the entries refused: those fail in the
 	// answer with Code and Message, the rest reach the emulator.
 	Entries []bool
+	// Answer, when set, is the body of a JSON answer (Status) given
+	// instead of the emulator's: a call AWS would take without doing it
+	// (a message Lambda's loop detection stops).
+	Answer []byte
+}
+
+// ResponseRewriter is an optional Gate method: it may change the
+// emulator's answer to an admitted call (a Lambda answer larger than AWS
+// allows becomes AWS's error).
+type ResponseRewriter interface {
+	Rewrite(resp *http.Response, c Call)
 }
 
 // SetGate puts g in front of every signed call; nil removes it.
@@ -55,6 +66,13 @@ func (p *Proxy) currentGate() Gate {
 // refuse answers r with the gate's refusal. It returns the request to
 // forward when only some entries were refused (nil when answered).
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, c Call, body []byte, f *Refusal, requestID string) *http.Request {
+	if f.Answer != nil {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("Content-Length", strconv.Itoa(len(f.Answer)))
+		w.WriteHeader(f.Status)
+		_, _ = w.Write(f.Answer)
+		return nil
+	}
 	if f.Entries != nil && partialOps[c.String()] {
 		pt := &partial{call: c, rule: Rule{Code: f.Code, Message: f.Message}}
 		out, err := pt.rewriteRequest(body, func(j int) float64 {

@@ -362,7 +362,9 @@ func lambdaFunction(action string) func(*request) ([]Need, error) {
 }
 
 func eventsPut(r *request) ([]Need, error) {
-	var in struct{ Entries []struct{ EventBusName string } }
+	var in struct {
+		Entries []struct{ EventBusName string }
+	}
 	if err := json.Unmarshal(r.body, &in); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,7 @@ package iamlane
 
 import (
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -134,11 +135,16 @@ type Problem struct {
 	Count   int       `json:"count"`
 }
 
-// Clean says whether the report holds no denial but expected ones and no
-// unchecked call.
+// Clean says whether the report holds no denial and no loop stop but
+// expected ones, and no unchecked call.
 func (r Report) Clean() bool {
 	for _, d := range r.Denials {
 		if !d.Expected {
+			return false
+		}
+	}
+	for _, l := range r.Loops {
+		if !l.Expected {
 			return false
 		}
 	}
@@ -153,6 +159,9 @@ type Report struct {
 	Allowed  int64     `json:"allowed"`
 	Denials  []Denial  `json:"denials"`
 	Problems []Problem `json:"problems"`
+	// Loops are the messages stopped as Lambda's recursive loop detection
+	// would stop them (rules.go).
+	Loops []LoopStop `json:"loops"`
 }
 
 // Binding stands a test's own resources in for the stack's.
@@ -190,6 +199,8 @@ type Lane struct {
 	allowed  int64
 	denials  map[string]*Denial
 	problems map[string]*Problem
+	hops     map[string]int // binding + message identity → sends in its chain (rules.go)
+	loops    []LoopStop
 }
 
 var _ faultproxy.Gate = (*Lane)(nil)
@@ -208,7 +219,7 @@ func New(opts Options) *Lane {
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
 	return &Lane{opts: opts, cf: cf, sets: map[string]*policySet{}, bindings: map[string]Binding{},
-		tests: map[string]string{}, denials: map[string]*Denial{}, problems: map[string]*Problem{}}
+		tests: map[string]string{}, denials: map[string]*Denial{}, problems: map[string]*Problem{}, hops: map[string]int{}}
 }
 
 var appIDPattern = regexp.MustCompile(`(?:^| )app/` + regexp.QuoteMeta(config.AppIDPrefix) + `([a-z]+)(?: |$)`)
@@ -224,6 +235,9 @@ func function(r *http.Request) string {
 
 // Admit implements faultproxy.Gate.
 func (l *Lane) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultproxy.Refusal {
+	if f := limit(r, c, body); f != nil {
+		return f
+	}
 	fn := function(r)
 	if fn == "" {
 		if c.AccessKey == FunctionAccessKey && strings.Contains(r.Header.Get("User-Agent"), "aws-sdk-go-v2") {
@@ -271,6 +285,15 @@ func (l *Lane) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultprox
 		l.allowed++
 	}
 	l.mu.Unlock()
+	if first == nil && l.loop(r, c, body, fn, binding) {
+		// Dropped as Lambda's loop detection drops it: the sender sees
+		// SQS's answer; nothing is delivered.
+		var in struct{ MessageBody string }
+		_ = json.Unmarshal(body, &in)
+		sum := md5.Sum([]byte(in.MessageBody))
+		answer, _ := json.Marshal(map[string]string{"MessageId": fmt.Sprintf("loop-stopped-%x", sum[:4]), "MD5OfMessageBody": hex.EncodeToString(sum[:])})
+		return &faultproxy.Refusal{Status: http.StatusOK, Answer: answer}
+	}
 	if first == nil || !l.enforcing(binding) {
 		return nil
 	}
@@ -636,7 +659,7 @@ func (l *Lane) load() (*Deployed, error) {
 func (l *Lane) Report() Report {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rep := Report{Stack: l.opts.Stack, Mode: "enforce", Checked: l.checked, Allowed: l.allowed, Denials: []Denial{}, Problems: []Problem{}}
+	rep := Report{Stack: l.opts.Stack, Mode: "enforce", Checked: l.checked, Allowed: l.allowed, Denials: []Denial{}, Problems: []Problem{}, Loops: append([]LoopStop{}, l.loops...)}
 	if l.opts.Audit {
 		rep.Mode = "audit"
 	}
@@ -666,11 +689,13 @@ func (l *Lane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get("test"); t != "" {
 			rep.Denials = slices.DeleteFunc(rep.Denials, func(d Denial) bool { return !slices.Contains(d.Tests, t) })
 			rep.Problems = slices.DeleteFunc(rep.Problems, func(p Problem) bool { return !slices.Contains(p.Tests, t) })
+			rep.Loops = slices.DeleteFunc(rep.Loops, func(p LoopStop) bool { return !slices.Contains(p.Tests, t) })
 		}
 		writeJSON(w, rep)
 	case path == "" && r.Method == http.MethodDelete:
 		l.mu.Lock()
 		l.denials, l.problems, l.checked, l.allowed = map[string]*Denial{}, map[string]*Problem{}, 0, 0
+		l.hops, l.loops = map[string]int{}, nil
 		l.mu.Unlock()
 		writeJSON(w, l.Report())
 	case path == "/tests" && r.Method == http.MethodPost:

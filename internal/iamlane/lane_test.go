@@ -255,3 +255,45 @@ func TestEvaluatorDecides(t *testing.T) {
 		}
 	}
 }
+
+// TestLimits: the size limits the lane applies where the emulator applies
+// none — PutEvents entries over 256 KiB, Invoke payloads over 6 MiB
+// (synchronous) and 1 MiB (asynchronous) — each answered as AWS answers.
+func TestLimits(t *testing.T) {
+	detail := func(n int) string { return `{"Entries":[{"Source":"bulkrun","DetailType":"x","Detail":"` + strings.Repeat("a", n) + `"}]}` }
+	for _, tt := range []struct {
+		name   string
+		call   faultproxy.Call
+		header map[string]string
+		body   string
+		code   string
+	}{
+		{"put events within", faultproxy.Call{Service: "events", Operation: "PutEvents"}, nil, detail(PutEventsMaxBytes - 100), ""},
+		{"put events over", faultproxy.Call{Service: "events", Operation: "PutEvents"}, nil, detail(PutEventsMaxBytes), "ValidationException"},
+		{"invoke 6 MiB", faultproxy.Call{Service: "lambda", Operation: "Invoke"}, nil, strings.Repeat("a", LambdaSyncPayloadBytes), ""},
+		{"invoke over 6 MiB", faultproxy.Call{Service: "lambda", Operation: "Invoke"}, nil, strings.Repeat("a", LambdaSyncPayloadBytes+1), "RequestEntityTooLargeException"},
+		{"event over 1 MiB", faultproxy.Call{Service: "lambda", Operation: "Invoke"}, map[string]string{"X-Amz-Invocation-Type": "Event"}, strings.Repeat("a", LambdaAsyncPayloadBytes+1), "RequestEntityTooLargeException"},
+	} {
+		r := httptest.NewRequest("POST", "http://localhost/", nil)
+		for k, v := range tt.header {
+			r.Header.Set(k, v)
+		}
+		f := limit(r, tt.call, []byte(tt.body))
+		got := ""
+		if f != nil {
+			got = f.Code
+		}
+		if got != tt.code {
+			t.Errorf("%s: refusal %q, want %q", tt.name, got, tt.code)
+		}
+	}
+}
+
+func TestMessageIdentity(t *testing.T) {
+	a := identity(`{"kind":"item","batch_id":"b","run":1,"key":"k","requeued":3}`)
+	b := identity(`{"kind":"item","batch_id":"b","run":1,"key":"k","slot_waits":9}`)
+	c := identity(`{"kind":"item","batch_id":"b","run":2,"key":"k"}`)
+	if a == "" || a != b || a == c {
+		t.Errorf("identities %q %q %q: want one chain per item and run, whatever its wait counters", a, b, c)
+	}
+}

@@ -37,6 +37,13 @@ type Deployed struct {
 	Roles          map[string]Role     // by function
 	BucketPolicies map[string]Document // by bucket name
 	QueuePolicies  map[string]Document // by queue ARN
+	// Triggers are the queues (by ARN) that invoke a function (by name:
+	// "item"), from the event source mappings; DeadLetterURLs their
+	// dead-letter queues' URLs (RedrivePolicy); RecursiveLoop each
+	// function's setting ("Terminate" when unset, Lambda's default).
+	Triggers       map[string]string
+	DeadLetterURLs map[string]string
+	RecursiveLoop  map[string]string
 	// Names are the physical names of the stack's own resources, for a
 	// binding to stand its own in for: "table", "bucket", "items-queue"
 	// (the items queue's ARN), "effect-table" (the item function's first
@@ -71,7 +78,7 @@ type stackTemplate struct {
 	Outputs   map[string]struct {
 		Value any `json:"Value"`
 	} `json:"Outputs"`
-	region, account string
+	region, account    string
 	stackName, stackID string
 }
 
@@ -85,7 +92,9 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 	for id, r := range t.Resources {
 		r.physical = physical[id]
 	}
-	d := &Deployed{Stack: stack, Roles: map[string]Role{}, BucketPolicies: map[string]Document{}, QueuePolicies: map[string]Document{}, Names: map[string]string{}}
+	d := &Deployed{Stack: stack, Roles: map[string]Role{}, BucketPolicies: map[string]Document{}, QueuePolicies: map[string]Document{}, Names: map[string]string{},
+		Triggers: map[string]string{}, DeadLetterURLs: map[string]string{}, RecursiveLoop: map[string]string{}}
+	fnOf := map[string]string{} // function logical id → name
 	outputs := map[string]string{
 		config.OutputSubmitFunction: "submit", config.OutputItemFunction: "item",
 		config.OutputFinalizeFunction: "finalize", config.OutputSweepFunction: "sweep",
@@ -109,6 +118,11 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 		}
 		role.Function = fn
 		d.Roles[fn] = role
+		fnOf[ref] = fn
+		d.RecursiveLoop[fn] = "Terminate"
+		if v, ok := t.Resources[ref].Properties["RecursiveLoop"].(string); ok {
+			d.RecursiveLoop[fn] = v
+		}
 	}
 	for id, r := range t.Resources {
 		switch r.Type {
@@ -122,6 +136,22 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 				return nil, fmt.Errorf("stack %s: %s: %w", stack, id, err)
 			}
 			d.BucketPolicies[b] = doc
+		case "AWS::Lambda::EventSourceMapping":
+			fnRef, _ := refOf(r.Properties["FunctionName"])
+			if qid, ok := getAttOf(r.Properties["EventSourceArn"]); ok && fnOf[fnRef] != "" && t.Resources[qid] != nil {
+				if arn, err := t.getAtt(qid, "Arn"); err == nil {
+					d.Triggers[arn] = fnOf[fnRef]
+				}
+			}
+		case "AWS::SQS::Queue":
+			redrive, _ := r.Properties["RedrivePolicy"].(map[string]any)
+			if dlqID, ok := getAttOf(redrive["deadLetterTargetArn"]); ok && t.Resources[dlqID] != nil {
+				arn, err1 := t.getAtt(id, "Arn")
+				url, err2 := t.ref(dlqID)
+				if err1 == nil && err2 == nil {
+					d.DeadLetterURLs[arn] = url
+				}
+			}
 		case "AWS::SQS::QueuePolicy":
 			doc, err := t.document(r.Properties["PolicyDocument"])
 			if err != nil {

@@ -86,7 +86,23 @@ type Message struct {
 	// because an AWS service was unavailable (throttling, 5xx): it grows
 	// the next delay. Not an attempt.
 	Requeued int `json:"requeued,omitempty"`
+	// SlotWaits counts how often the item worker sent this message again
+	// because every max_concurrency slot it tried was taken. Not an
+	// attempt. Requeued and SlotWaits are each bounded by MaxResends.
+	SlotWaits int `json:"slot_waits,omitempty"`
 }
+
+// MaxResends bounds the chain of one message the item worker sends again
+// to its own queue (Requeued, SlotWaits): the item function may run in a
+// recursive loop with its queue (the stack sets its RecursiveLoop to
+// Allow, since Lambda's own detection would stop an item after about 16
+// waits), and this is the loop's own bound. 10,000 sends are ≈ 7 hours of
+// slot waits (1–4 s each) or ≈ 2 weeks of AWS unavailability (back-off up
+// to 2 minutes); past it the message is no longer sent again but delayed
+// on the queue (ChangeMessageVisibility), so each further wait is a
+// receive and the queue's redrive ends the chain in the dead-letter queue,
+// where the item is recorded failed (dead-lettered).
+const MaxResends = 10000
 
 // Validate reports a malformed message (a poison message is acknowledged
 // and logged, never retried forever).

@@ -32,6 +32,8 @@ type PackMessage struct {
 	Items       []PackedItem `json:"items"`
 	// Requeued: see Message.Requeued.
 	Requeued int `json:"requeued,omitempty"`
+	// SlotWaits: see Message.SlotWaits.
+	SlotWaits int `json:"slot_waits,omitempty"`
 }
 
 // PackedItem is one item of a pack message: its key and either its input

@@ -81,6 +81,15 @@ func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string,
 // If the new message cannot be sent, this one comes back after the wait.
 func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage) bool {
 	wait := slotWait()
+	if *m.slotWaits >= MaxResends {
+		// The loop's own bound: wait on this message instead, a receive.
+		log.Warn("every concurrency slot tried is taken; message delayed, not sent again", "slot_waits", *m.slotWaits, "retry_in_ms", wait.Milliseconds())
+		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+			log.Warn("delay message", "error", derr.Error())
+		}
+		return false
+	}
+	*m.slotWaits++
 	body, err := m.body()
 	if err == nil {
 		if err = w.Queue.Requeue(ctx, body, wait); err == nil {

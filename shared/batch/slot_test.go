@@ -113,3 +113,39 @@ func TestMaxConcurrencyWaitCountsNoAttempt(t *testing.T) {
 		t.Fatalf("sent again after %s, want at least %s", q.delays[0], SlotWait)
 	}
 }
+
+// delayQueue records the delays of received messages.
+type delayQueue struct {
+	requeueQueue
+	delayed []string
+}
+
+func (q *delayQueue) Delay(_ context.Context, receiptHandle string, d time.Duration) error {
+	q.delayed = append(q.delayed, receiptHandle)
+	return nil
+}
+
+// TestSlotWaitsBounded guards the loop's own bound (MaxResends): each
+// slot wait sends the message again with SlotWaits + 1; at MaxResends the
+// message is no longer sent again but delayed on the queue, and the
+// delivery is not acknowledged (its receive counts toward the redrive).
+func TestSlotWaitsBounded(t *testing.T) {
+	st, q := &slotStore{}, &delayQueue{}
+	w := &Worker{Store: st, Queue: q, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Lease: time.Minute}
+	b := Batch{ID: "b", Pipeline: "webhook", Run: 1, Status: StatusRunning, MaxAttempts: 3, MaxConcurrency: 5}
+	m := Message{Kind: KindItem, BatchID: "b", Run: 1, Key: "k", Input: json.RawMessage(`{}`), SlotWaits: 41}
+	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiptHandle: "r1"}, time.Second); !ack {
+		t.Fatal("a wait below the bound: not acknowledged")
+	}
+	var again Message
+	if err := json.Unmarshal(q.requeued[0], &again); err != nil || again.SlotWaits != 42 {
+		t.Fatalf("sent again with slot_waits %d (%v), want 42", again.SlotWaits, err)
+	}
+	m.SlotWaits = MaxResends
+	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m2", ReceiptHandle: "r2"}, time.Second); ack {
+		t.Fatal("a wait at the bound was acknowledged: the message would be lost")
+	}
+	if len(q.requeued) != 1 || len(q.delayed) != 1 || q.delayed[0] != "r2" {
+		t.Fatalf("at the bound: %d sent again, delayed %v; want none sent, r2 delayed", len(q.requeued)-1, q.delayed)
+	}
+}

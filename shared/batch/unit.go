@@ -47,21 +47,26 @@ type unitMessage struct {
 	Packed      bool  // a pack message: its unit is the pack row at PackFirst
 	PackFirst   int64 // Packed: the manifest index of its first item
 	Items       []PackedItem
-	// requeued is the message's Requeued count; body encodes it again.
-	requeued *int
-	body     func() ([]byte, error)
+	// requeued and slotWaits are the message's Requeued and SlotWaits
+	// counts; body encodes them again.
+	requeued, slotWaits *int
+	body                func() ([]byte, error)
 }
 
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, body: m.Body}
+		Items: []PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits,
+		// A closure, not the method value m.Body: that would copy *m now,
+		// and encode the counts as they were before they grew.
+		body: func() ([]byte, error) { return m.Body() }}
 }
 
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, body: m.Body}
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits,
+		body: func() ([]byte, error) { return m.Body() }}
 }
 
 // taking is what a take asks for.

@@ -583,6 +583,15 @@ func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, re
 	if delayOf == nil {
 		delayOf = DefaultUnavailableDelay
 	}
+	if *requeued >= MaxResends {
+		// The loop's own bound (MaxResends): wait on this message, a receive.
+		wait := delayOf(*requeued)
+		log.Warn(what+": AWS unavailable; message delayed, not sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
+		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+			log.Warn("delay message", "error", derr.Error())
+		}
+		return false
+	}
 	*requeued++
 	wait := delayOf(*requeued)
 	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)

@@ -88,9 +88,9 @@ Each line says ok, warn or fix, and what to do. Exit status 1 when any says fix.
 				}
 			} else {
 				for _, c := range checks {
-					fmt.Fprintf(a.out, "%-4s  %-20s %s\n", c.Status, c.Check, c.Detail)
+					textf(a.out, "%-4s  %-20s %s\n", c.Status, c.Check, c.Detail)
 					if c.Fix != "" {
-						fmt.Fprintf(a.out, "      %-20s → %s\n", "", c.Fix)
+						textf(a.out, "      %-20s → %s\n", "", c.Fix)
 					}
 				}
 			}
