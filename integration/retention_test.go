@@ -166,7 +166,9 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 		store func(id string) *dynamo.Store
 		tries func() int64
 	}{
-		{"proxy", func(string) *dynamo.Store { return dynamo.New(dynamodb.NewFromConfig(h.as(via, "sweep")), h.store.Table()) },
+		{"proxy", func(string) *dynamo.Store {
+			return dynamo.New(dynamodb.NewFromConfig(h.as(via, "sweep")), h.store.Table())
+		},
 			func() int64 { return proxy.Status().ByCall["dynamodb.BatchWriteItem"][faultproxy.KindPartial] }},
 		{"one row", func(id string) *dynamo.Store {
 			var stuck string

@@ -260,7 +260,9 @@ func TestEvaluatorDecides(t *testing.T) {
 // none — PutEvents entries over 256 KiB, Invoke payloads over 6 MiB
 // (synchronous) and 1 MiB (asynchronous) — each answered as AWS answers.
 func TestLimits(t *testing.T) {
-	detail := func(n int) string { return `{"Entries":[{"Source":"bulkrun","DetailType":"x","Detail":"` + strings.Repeat("a", n) + `"}]}` }
+	detail := func(n int) string {
+		return `{"Entries":[{"Source":"bulkrun","DetailType":"x","Detail":"` + strings.Repeat("a", n) + `"}]}`
+	}
 	for _, tt := range []struct {
 		name   string
 		call   faultproxy.Call
