@@ -46,7 +46,9 @@ func (r *runner) grant() {
 		})},
 	})
 
-	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}, r.table.TableArn())
+	// Query: the item worker reads a batch's pack rows (the IAM lane found
+	// it when the unified worker landed); the table only, no index.
+	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem", "dynamodb:Query"}, r.table.TableArn())
 	// The item function deletes two kinds of rows only: a max_concurrency
 	// slot it frees (SLOT#…) and a pack item's attention entry when the
 	// item leaves failed or quarantined (ATTN#…, inside the pack's

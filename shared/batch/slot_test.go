@@ -134,7 +134,7 @@ func TestSlotWaitsBounded(t *testing.T) {
 	w := &Worker{Store: st, Queue: q, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Lease: time.Minute}
 	b := Batch{ID: "b", Pipeline: "webhook", Run: 1, Status: StatusRunning, MaxAttempts: 3, MaxConcurrency: 5}
 	m := Message{Kind: KindItem, BatchID: "b", Run: 1, Key: "k", Input: json.RawMessage(`{}`), SlotWaits: 41}
-	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiptHandle: "r1"}, time.Second); !ack {
+	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiptHandle: "r1"}, &invocation{items: make(chan struct{}, 1), margin: time.Second}); !ack {
 		t.Fatal("a wait below the bound: not acknowledged")
 	}
 	var again Message
@@ -142,7 +142,7 @@ func TestSlotWaitsBounded(t *testing.T) {
 		t.Fatalf("sent again with slot_waits %d (%v), want 42", again.SlotWaits, err)
 	}
 	m.SlotWaits = MaxResends
-	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m2", ReceiptHandle: "r2"}, time.Second); ack {
+	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m2", ReceiptHandle: "r2"}, &invocation{items: make(chan struct{}, 1), margin: time.Second}); ack {
 		t.Fatal("a wait at the bound was acknowledged: the message would be lost")
 	}
 	if len(q.requeued) != 1 || len(q.delayed) != 1 || q.delayed[0] != "r2" {

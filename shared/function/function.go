@@ -95,7 +95,7 @@ func list(w io.Writer, custom []registered.Declaration) error {
 // config.EnvPipelines names a pipeline that registry lacks
 // (registered.CheckListed).
 func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
-	d, err := Build(ctx, Submit)
+	d, err := Build(ctx, SubmitName)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
@@ -124,7 +124,7 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 // dead-lettered ones. It fails when config.EnvPipelines names a pipeline
 // that it does not register (registered.CheckListed).
 func StartItem(ctx context.Context, custom ...registered.Declaration) error {
-	d, err := Build(ctx, Item)
+	d, err := Build(ctx, ItemName)
 	if err != nil {
 		return fmt.Errorf("item: %w", err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/blob"
+	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
