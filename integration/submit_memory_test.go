@@ -32,8 +32,12 @@ const submitMemoryMiB = 1024
 // objects, and everything the runtime holds from the OS (total minus
 // released), the figure GOMEMLIMIT bounds and the one a Lambda function's
 // memory must hold, the executable aside.
+// The suite's own memory at the start (what earlier tests and the test
+// process hold, after a collection) is taken off: the figure is what the
+// measured work added, as a function's process holds nothing else.
 type memoryPeak struct {
 	heap, runtime atomic.Uint64
+	base0, base1  uint64 // heap objects and runtime at the start
 	stop          chan struct{}
 	wg            sync.WaitGroup
 }
@@ -41,6 +45,9 @@ type memoryPeak struct {
 func startMemoryPeak() *memoryPeak {
 	debug.FreeOSMemory() // what earlier work left is not counted
 	p := &memoryPeak{stop: make(chan struct{})}
+	base := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(base)
+	p.base0, p.base1 = base[0].Value.Uint64(), base[1].Value.Uint64()-base[2].Value.Uint64()
 	p.wg.Go(func() {
 		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
 		tick := time.NewTicker(2 * time.Millisecond)
@@ -66,7 +73,13 @@ func startMemoryPeak() *memoryPeak {
 func (p *memoryPeak) end() (heapMiB, runtimeMiB float64) {
 	close(p.stop)
 	p.wg.Wait()
-	return float64(p.heap.Load()) / (1 << 20), float64(p.runtime.Load()) / (1 << 20)
+	sub := func(v, base uint64) float64 {
+		if v < base {
+			return 0
+		}
+		return float64(v-base) / (1 << 20)
+	}
+	return sub(p.heap.Load(), p.base0), sub(p.runtime.Load(), p.base1)
 }
 
 func cpuTime() time.Duration {
