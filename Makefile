@@ -198,6 +198,11 @@ unit:
 	$(GO) test -count=1 ./...
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -count=1 ./...); done
 
+# The suite's stack retries transient errors within seconds (TEST_RETRY),
+# not the product's 5-minute default meant for AWS downstream outages
+# (docs/design.md, "Retry policy"); a batch's own policy still wins.
+TEST_RETRY = -c retryPolicy=interval_seconds=1,backoff_rate=2,max_delay_seconds=20,jitter=0.5
+integration: CDK_CONTEXT += $(TEST_RETRY)
 # Under the IAM-checked lane the suite fails on a denial itself; the
 # lane's record of the run is printed after it.
 integration: deploy
@@ -224,7 +229,7 @@ console-test: deploy
 SOAK_TIMEOUT ?= 30m
 soak: export BULKRUN_FAULT_PROXY := 1
 soak:
-	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=30s'
+	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=30s $(TEST_RETRY)'
 	$(GO) test -tags 'integration soak' -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./integration/
 
 # soak-short: part of `make test`. The soak's fault mix and both crash
@@ -245,7 +250,7 @@ soak:
 # deploy` puts the default timeouts back.
 SOAK_SHORT_ITEMS ?= 400
 soak-short:
-	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=12s -c finalizeTickSchedule="rate(1 minute)"'
+	$(MAKE) deploy CDK_CONTEXT='-c itemTimeout=12s -c finalizeTickSchedule="rate(1 minute)" $(TEST_RETRY)'
 	BULKRUN_SOAK_ITEMS=$(SOAK_SHORT_ITEMS) BULKRUN_SOAK_LIMIT=4m BULKRUN_SOAK_KILL_AT=10 BULKRUN_SOAK_LOSE_FROM=20 BULKRUN_SOAK_LOSE_TO=80 \
 	  $(GO) test -tags 'integration soak' -count=1 -timeout 6m -run '^TestSoak$$' -v ./integration/
 

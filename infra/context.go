@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/infra/bulkrun"
+	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
 // contextProp is one CDK context key and the RunnerProps fields it sets.
@@ -30,6 +31,12 @@ var contextProps = []contextProp{
 	{"itemTimeout", []string{"ItemTimeout"}, `the item function's timeout, a Go duration in whole seconds ("30s")`,
 		duration(func(p *bulkrun.RunnerProps) *time.Duration { return &p.ItemTimeout })},
 	{"maxAttempts", []string{"MaxAttempts"}, "default attempts per item", integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxAttempts })},
+	{"retryPolicy", []string{"RetryPolicy"}, `a retry policy, JSON or name=value pairs ("interval_seconds=300,backoff_rate=2,max_delay_seconds=900,jitter=0.5")`,
+		func(p *bulkrun.RunnerProps, v string) error {
+			rp, err := batch.ParseRetryPolicy(v)
+			p.RetryPolicy = &rp
+			return err
+		}},
 	{"itemsPerMessage", []string{"ItemsPerMessage"}, "default items per message and per ledger row, 1–100", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsPerMessage })},
 	{"maxReceiveCount", []string{"MaxReceiveCount"}, "the items queue's redrive maxReceiveCount",
 		integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxReceiveCount })},

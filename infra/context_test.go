@@ -137,6 +137,7 @@ func allContext() map[string]string {
 		"functionsDir":         functionsDir,
 		"itemTimeout":          "2m",
 		"maxAttempts":          "4",
+		"retryPolicy":          "interval_seconds=60, backoff_rate=3,max_delay_seconds=600,jitter=0.25",
 		"itemsPerMessage":      "10",
 		"maxReceiveCount":      "7",
 		"retentionDays":        "9",
@@ -340,6 +341,14 @@ func TestRunnerPropsContext(t *testing.T) {
 		"maxAttempts": func(t *testing.T) {
 			if got := a.env(t, "item", config.EnvMaxAttempts); got != "4" {
 				t.Errorf("%s=%q", config.EnvMaxAttempts, got)
+			}
+		},
+		"retryPolicy": func(t *testing.T) {
+			want := `{"interval_seconds":60,"backoff_rate":3,"max_delay_seconds":600,"jitter":0.25}`
+			for _, fn := range []string{"submit", "item"} {
+				if got := a.env(t, fn, config.EnvRetryPolicy); got != want {
+					t.Errorf("%s's %s=%q, want %s", fn, config.EnvRetryPolicy, got, want)
+				}
 			}
 		},
 		"itemsPerMessage": func(t *testing.T) {

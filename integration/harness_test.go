@@ -138,7 +138,7 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
 	item, fin := h.fn["item"], h.fn["finalize"]
 	h.worker = &batch.Worker{Store: item.store, Blobs: item.blobs, Queue: item.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
-		Log: log, Pipelines: reg, Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }}
+		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &batch.RetryPolicy{}}
 	h.finalizer = &batch.Finalizer{Store: fin.store, Blobs: fin.blobs, Clock: batch.SystemClock{}, Log: log, Retention: time.Hour}
 	h.setRowTTL(h.finalizer.Retention + batch.TTLGrace) // as the stack sets it
 	return h

@@ -33,7 +33,7 @@ const (
 //	                 count, item timeout, lease, visibility, items max
 //	                 concurrency, metrics stack
 //	finalize         + items queue (the tick re-sends a lost fan-out)
-//	submit, item     + items queue, finalize function, pipelines, sources,
+//	submit, item     + items queue, finalize function, pipelines, retry policy, sources,
 //	                 lambda allow-list, webhook allow-list, which function
 //	submit           + default pipeline, secret prefixes, ephemeral
 //	                 storage, items per message (only submit applies it),
@@ -59,6 +59,7 @@ func (s settings) functionEnv() map[string]map[string]string {
 		config.EnvItemsQueueURL:    refItemsQueueURL,
 		config.EnvFinalizeFunction: refFinalizeFunction,
 		config.EnvPipelines:        strings.Join(s.pipelines, ","),
+		config.EnvRetryPolicy:      s.retryPolicy, // submit stores it on a batch; item applies it to rows without one
 	})
 	var sources []string
 	for _, b := range s.sourceBuckets {

@@ -155,6 +155,7 @@ type alarmSpec struct {
 //	finalize-tick-failures            bulkrun TickFailures (Sum, Stack) ≥ 1: the tick ran and failed
 //	finalize-tick-invocations-failed  AWS/Events FailedInvocations (Sum) of FinalizeTick ≥ 1: the tick did not run
 //	dead-letters                      bulkrun DeadLettered (Sum, Stack) ≥ 1: items recorded failed from the dead-letter queue
+//	runs-finalize-failed              bulkrun RunsFinalizeFailed (Sum, Stack) ≥ 1: a run could not be finished (status finalize_failed)
 func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSpec {
 	period := awscdk.Duration_Seconds(jsii.Number(alarmPeriod.Seconds()))
 	age := o.queueAgeAlarm.Seconds()
@@ -187,6 +188,10 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 		alarmSpec{"DeadLettersAlarm", "dead-letters",
 			"bulkrun: items were dead-lettered (recorded failed after the items queue's receive limit)",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.DeadLettered),
+				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"RunsFinalizeFailedAlarm", "runs-finalize-failed",
+			"bulkrun: a run could not be finished and was ended finalize_failed (its items ended; the batch's failure says why); resume it once fixed",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.RunsFinalizeFailed),
 				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
 	)
 	return specs

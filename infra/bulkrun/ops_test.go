@@ -100,7 +100,8 @@ func TestMetricsAlarms(t *testing.T) {
 				"bulkrun-finalize-tick-failures": {"bulkrun", "TickFailures", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
 				"bulkrun-finalize-tick-invocations-failed": {"AWS/Events", "FailedInvocations", "Sum",
 					map[string]string{"RuleName": "{" + s.id("FinalizeTick") + "}"}, 1},
-				"bulkrun-dead-letters": {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-dead-letters":         {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-runs-finalize-failed": {"bulkrun", "RunsFinalizeFailed", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
 			}
 			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
 				want["bulkrun-"+fn+"-errors"] = alarm{"AWS/Lambda", "Errors", "Sum", fnDim(fn), 1}

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 
+	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 )
@@ -140,6 +141,11 @@ type RunnerProps struct {
 	// MaxAttempts is the default number of attempts per item, ≥ 1.
 	// Default config.DefaultMaxAttempts (3).
 	MaxAttempts int
+	// RetryPolicy is the retry policy of a batch that sets none (see
+	// batch.RetryPolicy; its max attempts is MaxAttempts). Default
+	// batch.DefaultRetryPolicy: 5 minutes, doubling, at most 15, jitter
+	// 0.5, so that the default 3 attempts span 15–22.5 minutes.
+	RetryPolicy *batch.RetryPolicy
 	// ItemsPerMessage is the items per message, and per ledger row, of a
 	// batch that sets none: 1–100, default config.DefaultItemsPerMessage
 	// (10; docs/design.md, "Item packing": it costs about an eighth of 1

@@ -346,7 +346,7 @@ func TestFunctionEnvironment(t *testing.T) {
 				config.EnvLeaseSeconds, config.EnvVisibilitySeconds, config.EnvMetricsStack,
 				config.EnvItemsMaxConcurrency,
 			}
-			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions)
+			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions, config.EnvRetryPolicy)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
 			itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one; the emulator's default
 			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvUploadRepeatDays, config.EnvSecretPrefixes, config.EnvFunction)

@@ -34,6 +34,7 @@ type settings struct {
 	lease              time.Duration
 	visibility         time.Duration
 	maxAttempts        int
+	retryPolicy        string // JSON of the stack's batch.RetryPolicy
 	itemsPerMessage    int
 	maxReceiveCount    int
 	retentionDays      int
@@ -126,6 +127,13 @@ func withDefaults(props *RunnerProps) settings {
 	orDefault(&s.maxConcurrency, DefaultItemsMaxConcurrency)
 	orDefault(&s.accountConcurrency, DefaultAccountConcurrency)
 	orDefault(&s.maxAttempts, config.DefaultMaxAttempts)
+	rp := batch.DefaultRetryPolicy
+	if props.RetryPolicy != nil {
+		rp = *props.RetryPolicy
+	}
+	if b, err := json.Marshal(rp); err == nil {
+		s.retryPolicy = string(b)
+	}
 	orDefault(&s.itemsPerMessage, config.DefaultItemsPerMessage)
 	orDefault(&s.maxReceiveCount, config.DefaultMaxReceiveCount)
 	orDefault(&s.retentionDays, DefaultRetentionDays)

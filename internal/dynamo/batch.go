@@ -243,6 +243,59 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 	return nil
 }
 
+// FinalizeFailed counts a failed finalize of f.Run on the batch row
+// (ADD finalize_failures, under run = :run AND status = running) and, once
+// the count reaches f.Limit, moves the batch to finalize_failed in one
+// transaction with the running marker's delete and the retention marker's
+// put (the same markers as FinishRun, without the publish marker: there is
+// no report to announce).
+func (s *Store) FinalizeFailed(ctx context.Context, f batch.FinalizeFailure) (bool, error) {
+	running := expression.And(
+		expression.Name(attrRun).Equal(expression.Value(f.Run)),
+		expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))))
+	reason := batch.CutError(f.Reason)
+	expr, err := expression.NewBuilder().WithCondition(running).
+		WithUpdate(expression.Add(expression.Name(attrFinalizeFailures), expression.Value(1)).
+			Set(expression.Name(attrFailure), expression.Value(reason))).Build()
+	if err != nil {
+		return false, err
+	}
+	attrs, _, err := s.updateRow(ctx, key(batchPK(f.BatchID), skBatch), expr, types.ReturnValueUpdatedNew)
+	if err != nil {
+		return false, fmt.Errorf("count a failed finalize of %s run %d: %w", f.BatchID, f.Run, err)
+	}
+	var n struct {
+		Failures int `dynamodbav:"finalize_failures"`
+	}
+	if err := attributevalue.UnmarshalMap(attrs, &n); err != nil {
+		return false, err
+	}
+	if n.Failures < f.Limit {
+		return false, nil
+	}
+	expr, err = expression.NewBuilder().
+		WithCondition(expression.And(running, expression.Name(attrFinalizeFailures).GreaterThanEqual(expression.Value(f.Limit)))).
+		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(batch.StatusFinalizeFailed))).
+			Set(expression.Name(attrNeedsAttention), expression.Value(true)).
+			Set(expression.Name(attrFinishedAtMs), expression.Value(f.Now.UnixMilli())).
+			Set(expression.Name(attrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli())).
+			Set(expression.Name(config.AttrExpiresAt), expression.Value(f.ExpiresAt.Add(batch.TTLGrace).Unix()))).Build()
+	if err != nil {
+		return false, err
+	}
+	_, err = s.transact(ctx, s.batchUpdate(f.BatchID, expr),
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, f.BatchID)}},
+		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
+			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, f.BatchID)},
+			attrBatchID:   &types.AttributeValueMemberS{Value: f.BatchID},
+		}}})
+	if err != nil {
+		return false, fmt.Errorf("end %s run %d as %s: %w", f.BatchID, f.Run, batch.StatusFinalizeFailed, err)
+	}
+	return true, nil
+}
+
 // Stop marks the run as stopping (status cancelled or threshold_exceeded)
 // under the condition run = :run AND status = running AND
 // attribute_not_exists(stop); else batch.ErrConflict. Idempotent in effect:
@@ -278,7 +331,8 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(from)),
 			expression.Name(attrStatus).In(expression.Value(string(batch.StatusCompleted)),
-				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled))),
+				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled)),
+				expression.Value(string(batch.StatusFinalizeFailed))),
 			expression.AttributeNotExists(expression.Name(attrForgetting)))).
 		WithUpdate(expression.Set(expression.Name(attrRun), expression.Value(from+1)).
 			Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
@@ -286,6 +340,7 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 			Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
 			Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
 			Remove(expression.Name(attrStopRan)).Remove(expression.Name(attrStopFailures)).
+			Remove(expression.Name(attrFailure)).Remove(expression.Name(attrFinalizeFailures)).
 			Remove(expression.Name(config.AttrExpiresAt))).Build()
 	if err != nil {
 		return batch.Batch{}, err

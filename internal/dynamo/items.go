@@ -84,7 +84,8 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
 		Remove(expression.Name(attrOutput)).Remove(expression.Name(attrOutputRef)).Remove(expression.Name(attrReason)).
 		Remove(expression.Name(attrError)).Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled)).
-		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
+		Remove(expression.Name(attrThrottledMs))
 	it, err := s.reserve(ctx, r, fresh(r.Run), s.stamp(u, r.Now))
 	if !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
 		return it, err
@@ -125,6 +126,7 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	if prev.Run == r.Run && prev.Outcome == string(batch.OutcomeInFlight) {
 		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
+		it.ThrottledSince = fromMs(prev.ThrottledMs)
 		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
 			// What this run's earlier attempts spent; the fence makes it
 			// current (an earlier attempt can no longer write).
@@ -210,12 +212,23 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 }
 
 // Release ends the attempt's lease without an outcome, keeping the error
-// text, under the attempt fence.
+// text, under the attempt fence. r.FirstAttempt (when > 0) and
+// r.ThrottledSince are written as given (absolute values, so a Release
+// the SDK sends again writes the same row): a throttled attempt moves
+// first_attempt past itself and is not counted toward max attempts.
 func (s *Store) Release(ctx context.Context, r batch.Record) error {
 	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
 		Set(expression.Name(attrRetryScheduled), expression.Value(true)).
 		Set(expression.Name(attrError), expression.Value(batch.CutError(r.Error))).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))
+	if r.FirstAttempt > 0 {
+		u = u.Set(expression.Name(attrFirstAttempt), expression.Value(r.FirstAttempt))
+	}
+	if r.ThrottledSince.IsZero() {
+		u = u.Remove(expression.Name(attrThrottledMs))
+	} else {
+		u = u.Set(expression.Name(attrThrottledMs), expression.Value(r.ThrottledSince.UnixMilli()))
+	}
 	u = setSpent(s.stamp(u, r.Now), r)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {

@@ -59,6 +59,7 @@ type packItemRow struct {
 	Attempt      int                `dynamodbav:"a,omitempty"`
 	FirstAttempt int                `dynamodbav:"f,omitempty"`
 	Retry        bool               `dynamodbav:"rs,omitempty"`
+	ThrottledMs  int64              `dynamodbav:"ts,omitempty"` // batch.ItemState.ThrottledSince
 	Released     bool               `dynamodbav:"rel,omitempty"`
 	Output       string             `dynamodbav:"out,omitempty"`
 	OutputRef    string             `dynamodbav:"ref,omitempty"`
@@ -75,13 +76,13 @@ func packItemToRow(it batch.ItemState) packItemRow {
 	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
 		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
 		Error: batch.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
-		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt)}
+		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince)}
 }
 
 func packItemFromRow(r packItemRow) batch.ItemState {
 	it := batch.ItemState{Key: r.Key, Run: r.Run, Outcome: batch.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
 		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: batch.Reason(r.Reason),
-		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs)}
+		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs)}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
 	}

@@ -83,6 +83,7 @@ const (
 	attrReason         = "reason"
 	attrReleased       = "released"
 	attrRetryScheduled = "retry_scheduled"
+	attrThrottledMs    = "throttled_ms" // batch.Item.ThrottledSince, epoch ms
 	attrRun            = "run"
 	attrSpent          = "spent"
 	attrSpentRun       = "spent_run"
@@ -116,6 +117,8 @@ const (
 	attrStopDetail       = "stop_detail"
 	attrStopRan          = "stop_ran"
 	attrStopFailures     = "stop_failures"
+	attrFailure          = "failure"
+	attrFinalizeFailures = "finalize_failures"
 	attrSubmitAttempts   = "submit_attempts"
 	attrSubmitDeadlineMs = "submit_deadline_ms"
 )
@@ -142,6 +145,7 @@ type batchRow struct {
 	Status         string            `dynamodbav:"status"`
 	Threshold      string            `dynamodbav:"threshold"` // JSON
 	MaxAttempts    int               `dynamodbav:"max_attempts"`
+	Retry          string            `dynamodbav:"retry,omitempty"` // JSON batch.RetryPolicy; absent: the worker's default
 	MaxConcurrency int               `dynamodbav:"max_concurrency,omitempty"`
 	ItemsPerMsg    int               `dynamodbav:"items_per_message,omitempty"`
 	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
@@ -166,6 +170,8 @@ type batchRow struct {
 	SubmitAttempts int               `dynamodbav:"submit_attempts,omitempty"`
 	SubmitDeadMs   int64             `dynamodbav:"submit_deadline_ms,omitempty"`
 	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
+	Failure        string            `dynamodbav:"failure,omitempty"`
+	FinalizeFails  int               `dynamodbav:"finalize_failures,omitempty"`
 	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
 	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
 	Format         int               `dynamodbav:"fv,omitempty"` // batch.FormatVersion; absent: 0
@@ -194,11 +200,18 @@ func toRow(b batch.Batch) (batchRow, error) {
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
-		StopOnThreshold: b.StopOnThreshold, Format: batch.FormatVersion,
+		StopOnThreshold: b.StopOnThreshold, Format: batch.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
 		r.SourcesPK = SourcesPK(b.Source)
+	}
+	if b.Retry != nil {
+		rp, err := json.Marshal(b.Retry)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Retry = string(rp)
 	}
 	if b.Refusal != nil {
 		rf, err := json.Marshal(b.Refusal)
@@ -229,11 +242,17 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, StopRan: r.StopRan, StopFailures: r.StopFailures, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
-		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun,
+		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun, Failure: r.Failure, FinalizeFailures: r.FinalizeFails,
 		StopOnThreshold: r.StopOnThreshold,
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
+	}
+	if r.Retry != "" {
+		b.Retry = &batch.RetryPolicy{}
+		if err := json.Unmarshal([]byte(r.Retry), b.Retry); err != nil {
+			return b, fmt.Errorf("batch %s: retry: %w", r.ID, err)
+		}
 	}
 	if r.Refusal != "" {
 		b.Refusal = &batch.SubmitRefusal{}
@@ -270,6 +289,7 @@ type itemRow struct {
 	FirstAttempt int                `dynamodbav:"first_attempt"`
 	Released     bool               `dynamodbav:"released"`
 	Retry        bool               `dynamodbav:"retry_scheduled"`
+	ThrottledMs  int64              `dynamodbav:"throttled_ms"`
 	LeaseUntilMs int64              `dynamodbav:"lease_until_ms"`
 	Output       string             `dynamodbav:"output"`
 	OutputRef    string             `dynamodbav:"output_ref"`
@@ -299,7 +319,7 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, e
 		BatchID: batchID, Key: r.SK, RunID: batch.RunID(batchID, r.SK), Run: r.Run, Outcome: batch.Outcome(r.Outcome),
 		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
 		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs), Released: r.Released,
-		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1),
+		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1), ThrottledSince: fromMs(r.ThrottledMs),
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)

@@ -25,6 +25,7 @@
 //	FannedOut      Count         item messages sent by a fan-out chunk (Sum per minute = fan-out rate); dims [Stack]
 //	FinalizeLagMs  Milliseconds  from a run's last recorded outcome to its report; dims [Stack]
 //	TickFailures   Count         finalize ticks that returned an error; dims [Stack]
+//	RunsFinalizeFailed Count     runs ended finalize_failed (they could not be finished); dims [Stack]
 package metric
 
 import (
@@ -47,6 +48,8 @@ const (
 	FannedOut      = "FannedOut"
 	FinalizeLagMs  = "FinalizeLagMs"
 	TickFailures   = "TickFailures"
+	// RunsFinalizeFailed counts runs ended finalize_failed.
+	RunsFinalizeFailed = "RunsFinalizeFailed"
 )
 
 // Dimension names.
@@ -120,6 +123,12 @@ func (e *Emitter) FinalizeLag(d time.Duration, batchID string, run int) {
 // TickFailed counts one finalize tick that returned an error.
 func (e *Emitter) TickFailed() {
 	e.count(TickFailures, 1, [][]string{{DimStack}}, nil)
+}
+
+// RunFinalizeFailed counts one run ended finalize_failed: its items ended
+// but it could not be finished.
+func (e *Emitter) RunFinalizeFailed(batchID string, run int) {
+	e.count(RunsFinalizeFailed, 1, [][]string{{DimStack}}, map[string]any{"batch_id": batchID, "run": run})
 }
 
 func (e *Emitter) count(name string, v float64, dims [][]string, props map[string]any) {

@@ -31,6 +31,10 @@ type Batch struct {
 	Status      Status    `json:"status"`
 	Threshold   Threshold `json:"threshold"`
 	MaxAttempts int       `json:"max_attempts"`
+	// Retry is the batch's retry policy (with MaxAttempts); nil on rows
+	// written before policies existed, which take the worker's default.
+	// Read it with RetryPolicyOf.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 	// MaxConcurrency is the most items of the batch whose pipeline runs at
 	// once, across every invocation (see Worker); 0 is unlimited.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
@@ -74,6 +78,11 @@ type Batch struct {
 	// invocation's deadline). Zero for a batch submitted in one call.
 	SubmitAttempts int       `json:"submit_attempts,omitempty"`
 	SubmitDeadline time.Time `json:"-"`
+	// Failure says why the run could not be finished
+	// (StatusFinalizeFailed); FinalizeFailures counts the finalize calls
+	// of the run that failed so far.
+	Failure          string `json:"failure,omitempty"`
+	FinalizeFailures int    `json:"-"`
 	// Refusal says why a refused batch (StatusRefused) was refused.
 	Refusal *SubmitRefusal `json:"refusal,omitempty"`
 	// PendingDeletion is set once a forget (a caller's, or the sweep's at
@@ -165,6 +174,11 @@ type Item struct {
 	Spent     pipeline.Cost `json:"spent,omitempty"`
 	SpentRun  int           `json:"-"`
 	UpdatedAt time.Time     `json:"updated_at,omitzero"`
+	// ThrottledSince is when the item's current streak of throttled
+	// attempts began (a service called on its behalf refused it for its
+	// rate or capacity; those attempts count no attempt, see Conclude);
+	// zero when its last attempt was not throttled.
+	ThrottledSince time.Time `json:"throttled_since,omitzero"`
 	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
 	// it has none.
 	ExpiresAt time.Time `json:"-"`

@@ -298,3 +298,7 @@ func (m *partBlobs) CompleteParts(_ context.Context, key, id string, n int, size
 }
 
 var errInjected = errors.New("injected fault")
+
+// FinalizeFailed counts nothing: the faults these tests inject are single,
+// below FinalizeFailureLimit.
+func (s *rowStore) FinalizeFailed(context.Context, FinalizeFailure) (bool, error) { return false, nil }

@@ -122,8 +122,51 @@ type FinalizeResult struct {
 // bounded whatever the run's size: Merge's budget, two results parts of
 // ResultPartBytes per outcome met, and 1,000 keys of rows whose TTL is
 // extended.
+//
+// A call that fails for a reason other than AWS being unavailable (or the
+// run not being done) is counted on the batch row; the
+// FinalizeFailureLimit-th such failure ends the run StatusFinalizeFailed
+// with the error as its Failure (Store.FinalizeFailed), so a run that
+// cannot be finished is never left running in silence: the status and
+// reason show in status, list and the console, the RunsFinalizeFailed
+// metric alarms, and resume starts a new run once the cause is fixed.
 func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeResult, error) {
-	return f.finalize(ctx, id, run, false)
+	res, err := f.finalize(ctx, id, run, false)
+	return res, f.cannotFinish(ctx, id, run, err)
+}
+
+// FinalizeFailureLimit is how many failed finalize calls of one run end it
+// StatusFinalizeFailed: 5, more than the 3 invocations Lambda makes of one
+// asynchronous trigger (the first and two retries; AWS Lambda developer
+// guide, "Asynchronous invocation"), so at least one tick (2 minutes
+// apart by default) tries again after a trigger's retries failed.
+const FinalizeFailureLimit = 5
+
+// cannotFinish counts err, a failed finalize of run, toward ending the run
+// StatusFinalizeFailed, unless it is no failure of the run's finish: the
+// run is not done (ErrNotFinished), the batch is gone (ErrNotFound), AWS
+// was unavailable (ErrUnavailable: throttling, 5xx, after the SDK's
+// tries), or the call's own context ended. It returns err, noting the
+// new status when it ended the run.
+func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrNotFinished) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	now := f.Clock.Now()
+	ended, ferr := f.Store.FinalizeFailed(ctx, FinalizeFailure{BatchID: id, Run: run, Reason: err.Error(), Limit: FinalizeFailureLimit,
+		Now: now, ExpiresAt: now.Add(f.Retention)})
+	log := f.Log.With("batch_id", id, "run", run)
+	switch {
+	case ferr != nil && !errors.Is(ferr, ErrConflict):
+		log.Warn("count a failed finalize", "error", ferr.Error())
+	case ended:
+		log.Error("run could not be finished: ended "+string(StatusFinalizeFailed)+"; resume it once the cause is fixed",
+			"failures", FinalizeFailureLimit, "error", pipeline.ErrorText(err))
+		f.Metrics.RunFinalizeFailed(id, run)
+		return fmt.Errorf("%w (the run is now %s; bulkrun resume %s once fixed)", err, StatusFinalizeFailed, id)
+	}
+	return err
 }
 
 func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick bool) (FinalizeResult, error) {
@@ -373,6 +416,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		}
 		res.Checked++
 		r, err := f.finalize(ctx, id, b.Run, true)
+		err = f.cannotFinish(ctx, id, b.Run, err)
 		switch {
 		case err == nil && r.Wrote:
 			res.Finalized++

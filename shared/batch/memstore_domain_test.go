@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,7 +92,7 @@ func newRig(t *testing.T, run pipeline.Func) *rig {
 	t.Helper()
 	r := &rig{store: memstore.New(), blobs: batch.NewMemBlobs(), queue: &memQueue{}, trigger: &memTrigger{},
 		clock: &batch.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.NewTextHandler(testLogOut(), nil))
 	reg := &pipeline.Registry{}
 	counted := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		c, _ := r.calls.LoadOrStore(req.Key, new(atomic.Int64))
@@ -104,7 +105,7 @@ func newRig(t *testing.T, run pipeline.Func) *rig {
 	r.sub = &batch.Submitter{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
 		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
 	r.worker = &batch.Worker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
-		Log: log, Pipelines: reg, Lease: time.Minute, Backoff: func(int) time.Duration { return 0 }}
+		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &batch.RetryPolicy{}}
 	r.fin = &batch.Finalizer{Store: r.store, Blobs: r.blobs, Clock: r.clock, Log: log, Retention: time.Hour}
 	r.ctl = &batch.Control{Store: r.store, Blobs: r.blobs, Log: log, Clock: r.clock}
 	r.sweep = &batch.Sweeper{Store: r.store, Control: r.ctl, Clock: r.clock, Log: log}
@@ -763,4 +764,11 @@ func TestMemCountersCarryCost(t *testing.T) {
 	if p.Cost.String() != c.Cost.String() || p.Spent.String() != c.RunSpent.String() || c.Cost.Text("calls") != "18" {
 		t.Fatalf("counters: cost %v spent %v; census: cost %v spent %v (want calls=18)", p.Cost, p.Spent, c.Cost, c.RunSpent)
 	}
+}
+
+func testLogOut() io.Writer {
+	if os.Getenv("DBGLOG") != "" {
+		return os.Stderr
+	}
+	return io.Discard
 }

@@ -84,11 +84,18 @@ const (
 	// StatusCancelled: a caller cancelled the batch; items not yet started
 	// were cancelled.
 	StatusCancelled Status = "cancelled"
+	// StatusFinalizeFailed: the run's items ended, but finishing the run
+	// (the census, results, report or the batch row's last write) failed
+	// FinalizeFailureLimit times for a reason other than AWS being
+	// unavailable; Batch.Failure says why. Nothing is lost: every item's
+	// outcome is on its row. A resume starts a new run (items that
+	// succeeded are answered from their rows) once the cause is fixed.
+	StatusFinalizeFailed Status = "finalize_failed"
 )
 
 // Statuses lists every batch status.
 func Statuses() []Status {
-	return []Status{StatusSubmitting, StatusRefused, StatusRunning, StatusCompleted, StatusThresholdExceeded, StatusCancelled}
+	return []Status{StatusSubmitting, StatusRefused, StatusRunning, StatusCompleted, StatusThresholdExceeded, StatusCancelled, StatusFinalizeFailed}
 }
 
 // Finished reports whether s is final: neither submitting nor running.

@@ -290,15 +290,20 @@ type ItemState struct {
 	// Retry is set on an item in flight whose attempt failed transiently:
 	// its retry is scheduled (the pack's message comes back), it was not
 	// interrupted.
-	Retry     bool
-	Released  bool // quarantined and released for the next run
-	Output    json.RawMessage
-	OutputRef string
-	Error     string
-	Reason    Reason
-	Cost      pipeline.Cost // the attempt that ended the item
-	Spent     pipeline.Cost // every attempt of SpentRun
-	SpentRun  int
+	Retry bool
+	// ThrottledSince is when the item's current streak of throttled
+	// attempts began (see Conclude); zero when its last attempt was not
+	// throttled. Attempts of the streak do not count toward max attempts:
+	// FirstAttempt was moved past each.
+	ThrottledSince time.Time
+	Released       bool // quarantined and released for the next run
+	Output         json.RawMessage
+	OutputRef      string
+	Error          string
+	Reason         Reason
+	Cost           pipeline.Cost // the attempt that ended the item
+	Spent          pipeline.Cost // every attempt of SpentRun
+	SpentRun       int
 	// CountedRun is the last run in which the item, answered from an
 	// earlier run's outcome, was counted toward the run's progress (the
 	// count mark of one item per message, kept in the row).
@@ -319,7 +324,7 @@ func (s ItemState) Item(batchID string) Item {
 		BatchID: batchID, Key: s.Key, RunID: RunID(batchID, s.Key), Run: s.Run, Outcome: s.Outcome,
 		Attempt: s.Attempt, RunAttempts: max(0, s.RunAttempts()), Released: s.Released,
 		Output: s.Output, OutputRef: s.OutputRef, Error: s.Error, Reason: s.Reason, Cost: s.Cost,
-		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt,
+		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt, ThrottledSince: s.ThrottledSince,
 	}
 	if s.Outcome == "" || s.Attempt == 0 {
 		it.RunAttempts = 0

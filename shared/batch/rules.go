@@ -3,6 +3,7 @@ package batch
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -110,6 +111,7 @@ func Start(s ItemState, run int, now time.Time) ItemState {
 	if s.Run != run || s.Outcome != OutcomeInFlight {
 		n.FirstAttempt = n.Attempt
 		n.Output, n.OutputRef, n.Error, n.Reason, n.Cost, n.Released = nil, "", "", "", nil, false
+		n.ThrottledSince = time.Time{}
 	}
 	n.Run, n.Outcome, n.Retry, n.UpdatedAt = run, OutcomeInFlight, false, now
 	return n
@@ -125,6 +127,7 @@ func Settled(s ItemState, run int, o Outcome, reason Reason, text string, now ti
 	}
 	n.Run, n.Outcome, n.Reason, n.Error = run, o, reason, pipeline.CutText(text, pipeline.MaxErrorTextBytes)
 	n.Output, n.OutputRef, n.Cost, n.Released, n.Retry, n.UpdatedAt = nil, "", nil, false, false, now
+	n.ThrottledSince = time.Time{}
 	return n
 }
 
@@ -154,9 +157,15 @@ type Attempt struct {
 	// invocation's deadline margin or the lease's end, so the call's
 	// outcome is unknown (an interruption).
 	CutOff bool
-	// Backoff is the retry policy's delay before the next attempt
-	// (Worker.Backoff of RunAttempts).
-	Backoff time.Duration
+	// Retry is the batch's retry policy: the wait before the next attempt
+	// is Retry.Delay(RunAttempts).
+	Retry RetryPolicy
+	// ThrottledSince is when the item's current streak of throttled
+	// attempts began (its first throttled attempt since its last counted
+	// one); zero when its last attempt was not throttled.
+	ThrottledSince time.Time
+	// Now is when the attempt ended.
+	Now time.Time
 }
 
 // Ending is how an attempt ends: a terminal Outcome, or OutcomeInFlight
@@ -167,6 +176,12 @@ type Ending struct {
 	Reason  Reason
 	Error   string // cut to pipeline.MaxErrorTextBytes
 	Wait    time.Duration
+	// Throttled: a retry of an attempt that a service called on the
+	// item's behalf refused for its rate or capacity; the attempt does not
+	// count toward max attempts (Ended moves FirstAttempt past it), and
+	// ThrottledSince is when the streak began.
+	Throttled      bool
+	ThrottledSince time.Time
 }
 
 // Retry reports an ending that schedules another attempt.
@@ -179,13 +194,17 @@ func (e Ending) Retry() bool { return e.Outcome == OutcomeInFlight }
 // it returns the zero Ending. After it ran: succeeded without an error;
 // failed for a permanent error, quarantined for a quarantine; a transient
 // error cut off at the deadline is an interruption (quarantined where the
-// batch says so); a transient error at max attempts fails
-// (max_attempts); any other transient error schedules a retry after
-// a.Backoff, or the pipeline's longer Retry-After.
+// batch says so); a throttled call (pipeline.ThrottleOf: Lambda's 429, an
+// HTTP 429 or 503, Secrets Manager's or SSM's ThrottlingException)
+// schedules a retry that does not count as an attempt, after
+// ThrottleDelay, while the streak of such attempts is shorter than
+// pipeline.MaxThrottleWait (past it, the attempt counts as any transient
+// error); a transient error at max attempts fails (max_attempts); any
+// other transient error schedules a retry after a.Retry's delay, or the
+// pipeline's longer Retry-After.
 //
-// The retry policy enters only here (MaxAttempts, Backoff): a per-batch
-// policy, a throttled attempt that keeps its attempt, or a paused batch
-// are further endings of this one function.
+// The retry policy enters only here (MaxAttempts, Retry); a paused batch
+// is a further ending of this one function.
 func Conclude(a Attempt) Ending {
 	end := func(o Outcome, r Reason, text string) Ending {
 		return Ending{Outcome: o, Reason: r, Error: pipeline.CutText(text, pipeline.MaxErrorTextBytes)}
@@ -219,24 +238,69 @@ func Conclude(a Attempt) Ending {
 		// acted. The batch's policy sets the item aside.
 		return end(OutcomeQuarantined, ReasonInterrupted, text)
 	}
+	if t, ok := pipeline.ThrottleOf(err); ok && !a.CutOff {
+		since := a.ThrottledSince
+		if since.IsZero() || since.After(a.Now) {
+			since = a.Now
+		}
+		if waited := a.Now.Sub(since); waited < pipeline.MaxThrottleWait {
+			e := end(OutcomeInFlight, "", text)
+			e.Throttled, e.ThrottledSince = true, since
+			e.Wait = ThrottleDelay(waited, t.Delay)
+			return e
+		}
+		text = fmt.Sprintf("throttled for %s, past pipeline.MaxThrottleWait (%s), so this attempt counts: %s",
+			a.Now.Sub(since).Round(time.Second), pipeline.MaxThrottleWait, text)
+	}
 	if a.RunAttempts >= a.MaxAttempts {
 		return end(OutcomeFailed, ReasonMaxAttempts, fmt.Sprintf("attempt %d of %d: %s", a.RunAttempts, a.MaxAttempts, text))
 	}
 	e := end(OutcomeInFlight, "", text)
-	e.Wait = a.Backoff
+	e.Wait = a.Retry.Delay(a.RunAttempts)
 	if ra, ok := pipeline.RetryDelay(err); ok && ra > e.Wait {
 		e.Wait = ra
 	}
 	return e
 }
 
+// The waits of throttled attempts (Conclude), which count no attempt.
+const (
+	// MinThrottleDelay is the first wait of a streak: 1 second.
+	MinThrottleDelay = time.Second
+	// MaxThrottleDelay caps one wait: 2 minutes.
+	MaxThrottleDelay = 2 * time.Minute
+)
+
+// ThrottleDelay is the wait before the next attempt of an item throttled
+// for waited so far in its streak: as long as it has waited (so the waits
+// double: 1, 2, 4 … s), within MinThrottleDelay–MaxThrottleDelay, the
+// service's own ask (Retry-After) when longer, and never past the end of
+// pipeline.MaxThrottleWait (at least MinThrottleDelay). A jitter of up to
+// +50 % spreads the items a service throttled together.
+func ThrottleDelay(waited, asked time.Duration) time.Duration {
+	d := min(max(waited, MinThrottleDelay), MaxThrottleDelay)
+	d += time.Duration(rand.Float64() * 0.5 * float64(d))
+	d = max(d, asked)
+	return max(min(d, pipeline.MaxThrottleWait-waited), MinThrottleDelay)
+}
+
 // Ended is s (in flight under attempt a) once its attempt ended with e at
 // now: its outcome, reason and error, with Output and OutputRef for a
 // success, a scheduled retry for a transient failure.
+//
+// A throttled ending moves FirstAttempt one past the attempt, so that
+// RunAttempts no longer counts it: the attempt stays the fence (it never
+// goes back), and max attempts counts only the attempts that were not
+// throttled.
 func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	n := s
 	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
 	n.Retry = e.Retry()
+	n.ThrottledSince = time.Time{}
+	if e.Throttled {
+		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
+		n.ThrottledSince = e.ThrottledSince
+	}
 	if e.Outcome != OutcomeSucceeded {
 		n.Output, n.OutputRef = nil, ""
 	}

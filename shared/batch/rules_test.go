@@ -78,7 +78,10 @@ func TestStartAndSettled(t *testing.T) {
 // attempts, and the retry's wait.
 func TestConclude(t *testing.T) {
 	boom := errors.New("boom")
-	base := Attempt{Number: 2, RunAttempts: 1, MaxAttempts: 3, OnInterrupt: InterruptRetry, Backoff: 2 * time.Second}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	policy := RetryPolicy{IntervalSeconds: 2, BackoffRate: 2, MaxDelaySeconds: 60}
+	base := Attempt{Number: 2, RunAttempts: 1, MaxAttempts: 3, OnInterrupt: InterruptRetry, Retry: policy, Now: now}
+	throttled := pipeline.Throttled("lambda", "TooManyRequestsException", 0, boom)
 	with := func(f func(a *Attempt)) Attempt { a := base; f(&a); return a }
 	tests := []struct {
 		name    string
@@ -99,6 +102,16 @@ func TestConclude(t *testing.T) {
 		{"transient", with(func(a *Attempt) { a.Ran, a.Err = true, boom }), OutcomeInFlight, "", "boom", 2 * time.Second},
 		{"transient, longer retry-after", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.RetryAfter(boom, time.Minute) }), OutcomeInFlight, "", "boom", time.Minute},
 		{"transient at max attempts", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, boom, 3 }), OutcomeFailed, ReasonMaxAttempts, "attempt 3 of 3: boom", 0},
+		{"transient, second retry doubles", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, boom, 2 }), OutcomeInFlight, "", "boom", 4 * time.Second},
+		{"throttled at max attempts: retried, uncounted", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, throttled, 3 }), OutcomeInFlight, "", "boom", -1},
+		{"throttled past the ceiling, at max attempts", with(func(a *Attempt) {
+			a.Ran, a.Err, a.RunAttempts, a.ThrottledSince = true, throttled, 3, now.Add(-pipeline.MaxThrottleWait)
+		}), OutcomeFailed, ReasonMaxAttempts, "attempt 3 of 3: throttled for 15m0s, past pipeline.MaxThrottleWait", 0},
+		{"throttled past the ceiling: counted retry", with(func(a *Attempt) {
+			a.Ran, a.Err, a.ThrottledSince = true, throttled, now.Add(-pipeline.MaxThrottleWait-time.Second)
+		}), OutcomeInFlight, "", "throttled for 15m1s", 2 * time.Second},
+		{"throttled but permanent", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.Permanent(throttled) }), OutcomeFailed, ReasonPermanent, "boom", 0},
+		{"throttled, cut off: an interruption", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, throttled, true }), OutcomeInFlight, "", "interrupted at the invocation's deadline", 2 * time.Second},
 		{"cut off, retrying batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, boom, true }), OutcomeInFlight, "", "interrupted at the invocation's deadline", 2 * time.Second},
 		{"cut off, quarantining batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff, a.OnInterrupt = true, boom, true, InterruptQuarantine }), OutcomeQuarantined, ReasonInterrupted, "interrupted at the invocation's deadline", 0},
 		{"cut off, permanent", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, pipeline.Permanent(boom), true }), OutcomeFailed, ReasonPermanent, "boom", 0},
@@ -106,6 +119,14 @@ func TestConclude(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := Conclude(tt.a)
+			if tt.wait < 0 { // throttled: a jittered wait within the throttle bounds
+				if !e.Throttled || e.Wait < MinThrottleDelay || e.Wait > MaxThrottleDelay*3/2 || !e.ThrottledSince.Equal(now) {
+					t.Errorf("Conclude = %+v, want a throttled retry since %s", e, now)
+				}
+				tt.wait = e.Wait
+			} else if e.Throttled {
+				t.Errorf("Conclude = %+v, want an attempt that counts", e)
+			}
 			if e.Outcome != tt.outcome || e.Reason != tt.reason || !strings.HasPrefix(e.Error, tt.text) || e.Wait != tt.wait {
 				t.Errorf("Conclude = %+v, want %s %s %q… wait %s", e, tt.outcome, tt.reason, tt.text, tt.wait)
 			}

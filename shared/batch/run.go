@@ -127,7 +127,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 	dns := h.dones
 	var writes []PackItemWrite
 	var wait time.Duration
-	retries, lost := 0, false
+	retries, lost, throttled := 0, false, false
 	for _, r := range runs {
 		switch {
 		case r.lost:
@@ -147,6 +147,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 			if r.ending.Retry() {
 				retries++
 				wait = max(wait, r.ending.Wait)
+				throttled = throttled || r.ending.Throttled
 			}
 		}
 	}
@@ -195,11 +196,40 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 	if wait <= 0 {
 		wait = time.Second // items not started: back soon
 	}
+	if throttled && wait <= MaxResendDelay {
+		// A throttled attempt counts no attempt, so its wait must not
+		// count a receive either (maxReceiveCount would dead-letter an item
+		// throttled often enough): the message is sent again as a new one,
+		// as for AWS unavailability, and this delivery acknowledged.
+		err := w.resend(ctx, m, wait)
+		if err == nil {
+			log.Warn("items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+			return true, dns
+		}
+		log.Warn("send the message again", "error", err.Error())
+	}
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 		log.Warn("delay message", "error", err.Error())
 	}
 	log.Warn("items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
 	return false, dns
+}
+
+// MaxResendDelay is the longest wait a message sent again can carry: 15
+// minutes, SQS's DelaySeconds maximum (Amazon SQS API reference,
+// "SendMessage", DelaySeconds,
+// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html).
+const MaxResendDelay = 15 * time.Minute
+
+// resend sends m again as a new message delivered after wait (at most
+// MaxResendDelay), its Requeued count raised.
+func (w *Worker) resend(ctx context.Context, m *unitMessage, wait time.Duration) error {
+	*m.requeued++
+	body, err := m.body()
+	if err != nil {
+		return err
+	}
+	return w.Queue.Requeue(ctx, body, min(wait, MaxResendDelay))
 }
 
 // attempt runs one reserved item: Conclude before its pipeline runs (an
@@ -211,7 +241,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
 	s, was := h.items[r.j], h.was[r.j]
 	a := Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
-		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal}
+		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal,
+		Retry: RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}
 	s.Cost = nil // the cost of this attempt
 	if e := Conclude(a); e.Outcome != "" {
 		r.state, r.ending = Ended(s, e, w.Clock.Now()), e
@@ -254,7 +285,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 		})
 		a.Err = err // transient: the S3 write failed
 	}
-	a.Backoff = w.backoff(a.RunAttempts)
+	a.Now = w.Clock.Now()
 	e := Conclude(a)
 	if e.Outcome == OutcomeSucceeded && staged != nil && staged.Len() > 0 {
 		e = w.commit(ctx, log, u, h, r, Ended(s, e, w.Clock.Now()), staged, a)
@@ -263,7 +294,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 		}
 	}
 	r.state, r.ending = Ended(s, e, w.Clock.Now()), e
-	if e.Retry() {
+	switch {
+	case e.Throttled:
+		log.Warn("throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
+			"throttled_ms", a.Now.Sub(e.ThrottledSince).Milliseconds())
+		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
+	case e.Retry():
 		log.Warn("transient error; retried", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
 		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
 	}
@@ -303,12 +339,12 @@ func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, 
 	return Conclude(a)
 }
 
-// backoff is the retry policy's delay before retry n.
-func (w *Worker) backoff(n int) time.Duration {
-	if w.Backoff != nil {
-		return w.Backoff(n)
+// retryDefault is the retry policy of a batch whose row carries none.
+func (w *Worker) retryDefault() RetryPolicy {
+	if w.Retry != nil {
+		return *w.Retry
 	}
-	return DefaultBackoff(n)
+	return DefaultRetryPolicy
 }
 
 // settleUnit settles the unit's items not yet terminal in the run with

@@ -91,6 +91,14 @@ type Store interface {
 	// removes the running marker, writes the retention marker, and lists
 	// the batch in Unpublished until SetPublished.
 	FinishRun(ctx context.Context, id string, run int, f Finish) error
+	// FinalizeFailed counts one failed finalize of f.Run (only if the batch
+	// is running that run; else ErrConflict) with its reason, and once
+	// f.Limit failures were counted moves the batch to
+	// StatusFinalizeFailed with Failure set to the reason, FinishedAt, its
+	// retention (f.ExpiresAt) and needs_attention, removing the running
+	// marker and writing the retention marker (no report, no event). It
+	// reports whether it did.
+	FinalizeFailed(ctx context.Context, f FinalizeFailure) (bool, error)
 	// RunningBatches lists the ids of running batches.
 	RunningBatches(ctx context.Context) ([]string, error)
 	// ListBatches returns at most q.Limit batches newest first (CreatedAt,
@@ -235,6 +243,14 @@ type Record struct {
 	// Spent is what every attempt of Run has spent, this one included
 	// (Record, Release); stored with the run number when not empty.
 	Spent pipeline.Cost
+	// FirstAttempt and ThrottledSince (Release) are the item's first
+	// counted attempt of the run and the start of its streak of throttled
+	// attempts, written as given: a throttled attempt moves FirstAttempt
+	// past itself (batch.Ended), so it does not count toward max attempts;
+	// a zero ThrottledSince ends a streak. FirstAttempt 0 leaves the
+	// stored one.
+	FirstAttempt   int
+	ThrottledSince time.Time
 	// Effects are the writes the pipeline staged during this attempt
 	// (shared/pipeline/effects), committed by Record in one transaction
 	// with a succeeded outcome, under the same fence; nil or Len 0 for
@@ -313,6 +329,16 @@ type Progress struct {
 	Cost, Spent pipeline.CostSum
 	UpdatedAt   time.Time // latest update of any counter row; zero when none
 	Usage       Usage     // what the run's message batches consumed, as far as attributed
+}
+
+// FinalizeFailure is what FinalizeFailed writes.
+type FinalizeFailure struct {
+	BatchID   string
+	Run       int
+	Reason    string // cut to pipeline.MaxErrorTextBytes
+	Limit     int    // failures after which the run is ended
+	Now       time.Time
+	ExpiresAt time.Time // the retention's end once ended
 }
 
 // Finish is what FinishRun writes.

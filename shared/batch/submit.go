@@ -38,6 +38,9 @@ type SubmitRequest struct {
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 	// MaxAttempts per item, 1–100; 0 means the stack's default.
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Retry spaces an item's attempts after transient errors (see
+	// RetryPolicy); nil means the stack's default (Submitter.Retry).
+	Retry *RetryPolicy `json:"retry,omitempty"`
 	// MaxConcurrency is the most items of the batch running their pipeline
 	// at once, across every invocation of the item function, 1–
 	// MaxBatchConcurrency; 0 (the default) is unlimited. For receivers that
@@ -94,6 +97,10 @@ type Submitter struct {
 	// runs. Pipelines it does not hold are accepted by name only.
 	Registry    *pipeline.Registry
 	MaxAttempts int // default per item
+	// Retry is the retry policy of a request that sets none (the stack's,
+	// config.EnvRetryPolicy); nil stores none, and the worker's default
+	// applies.
+	Retry *RetryPolicy
 	// ItemsPerMessage is the items per message of a request that sets
 	// none (0 or 1: one). The stack sets it from
 	// config.EnvItemsPerMessage.
@@ -197,6 +204,11 @@ func (s *Submitter) Validate(req *SubmitRequest) error {
 	if req.ItemsPerMessage < 0 || req.ItemsPerMessage > MaxItemsPerMessage {
 		return &InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.ItemsPerMessage, MaxItemsPerMessage)}
 	}
+	if req.Retry != nil {
+		if err := req.Retry.Validate(); err != nil {
+			return err
+		}
+	}
 	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
 		return &InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
 	}
@@ -273,6 +285,8 @@ func sameSettings(stored, given Batch) (field, was, now string) {
 		return "stop_on_threshold", fmt.Sprint(stored.EarlyStop()), fmt.Sprint(given.EarlyStop())
 	case stored.MaxAttempts != given.MaxAttempts:
 		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
+	case asJSON(stored.Retry) != asJSON(given.Retry) && stored.Retry != nil:
+		return "retry", asJSON(stored.Retry), asJSON(given.Retry)
 	case stored.MaxConcurrency != given.MaxConcurrency:
 		return "max_concurrency", fmt.Sprint(stored.MaxConcurrency), fmt.Sprint(given.MaxConcurrency)
 	case stored.Pack() != given.Pack():
@@ -421,7 +435,8 @@ func (s *Submitter) submit(ctx context.Context, req SubmitRequest) (SubmitResult
 }
 
 // prepare validates req and fills its defaults: a new ULID batch id, the
-// stack's max attempts, the retry interrupt policy, empty options.
+// stack's max attempts and retry policy, the retry interrupt policy,
+// empty options.
 func (s *Submitter) prepare(req *SubmitRequest) error {
 	if err := s.Validate(req); err != nil {
 		return err
@@ -431,6 +446,9 @@ func (s *Submitter) prepare(req *SubmitRequest) error {
 	}
 	if req.MaxAttempts == 0 {
 		req.MaxAttempts = s.MaxAttempts
+	}
+	if req.Retry == nil && s.Retry != nil {
+		req.Retry = new(*s.Retry)
 	}
 	if req.OnInterrupt == "" {
 		req.OnInterrupt = InterruptRetry
@@ -503,6 +521,7 @@ func planOf(req SubmitRequest, now time.Time) Batch {
 		Status:          StatusRunning,
 		Threshold:       req.Threshold,
 		MaxAttempts:     req.MaxAttempts,
+		Retry:           req.Retry,
 		MaxConcurrency:  req.MaxConcurrency,
 		ItemsPerMessage: req.ItemsPerMessage,
 		OnInterrupt:     req.OnInterrupt,

@@ -134,7 +134,8 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 		}
 		it, err = w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: u.key, RunID: RunID(b.ID, u.key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
 		if err == nil {
-			s := ItemState{Key: u.key, Run: b.Run, Outcome: OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1, UpdatedAt: now}
+			s := ItemState{Key: u.key, Run: b.Run, Outcome: OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1,
+				ThrottledSince: it.ThrottledSince, UpdatedAt: now}
 			if len(it.Spent) > 0 {
 				s.Spent, s.SpentRun = it.Spent, b.Run // this run's earlier attempts
 			}
@@ -198,6 +199,7 @@ func (u *itemUnit) write(ctx context.Context, h *hold, items []PackItemWrite, ef
 		r.Spent = s.Spent
 	}
 	if !s.Outcome.Terminal() {
+		r.FirstAttempt, r.ThrottledSince = s.FirstAttempt, s.ThrottledSince
 		return u.w.Store.Release(ctx, r)
 	}
 	r.Outcome, r.Output, r.OutputRef = s.Outcome, s.Output, s.OutputRef

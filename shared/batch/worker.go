@@ -72,10 +72,10 @@ type Worker struct {
 	// message runs with Concurrency 10, so a pack does not multiply the
 	// calls an invocation makes at once (nor its memory).
 	ItemConcurrency int
-	// Backoff gives the delay before retry n (n ≥ 1) after a transient
-	// error. Default: exponential from 2 s, ×2, ±50 % jitter, at most 5 min.
-	// A *pipeline.RetryAfterError's delay wins when it is longer.
-	Backoff func(n int) time.Duration
+	// Retry is the retry policy of a batch whose row carries none (rows
+	// written before policies existed); a batch's own policy
+	// (Batch.Retry, filled in at submit) wins. nil: DefaultRetryPolicy.
+	Retry *RetryPolicy
 	// UnavailableDelay gives the delay before a message is handled again
 	// after an AWS service was unavailable (ErrUnavailable: throttling,
 	// 5xx) for the n-th time in a row (n ≥ 1). Default
@@ -95,9 +95,6 @@ type Worker struct {
 
 // The worker's retry schedules (internal/retry).
 var (
-	// ItemRetry is an item's retry after a transient error: 2 s × 2^(n−1),
-	// at most 5 minutes, ±50 % jitter (Worker.Backoff's default).
-	ItemRetry = retry.Schedule{Interval: 2 * time.Second, MaxDelay: 5 * time.Minute, Jitter: 0.5}
 	// UnavailableRetry is a message sent again while AWS is unavailable:
 	// 0.75 s × 2^(n−1), at most 90 s, ±⅓ jitter, which is 1 s × 2^(n−1)
 	// (at most 2 minutes) jittered within [d/2, d]: short, and spread so
@@ -112,9 +109,6 @@ var (
 
 // DefaultUnavailableDelay is UnavailableRetry's delay n.
 func DefaultUnavailableDelay(n int) time.Duration { return UnavailableRetry.Delay(n) }
-
-// DefaultBackoff is ItemRetry's delay n.
-func DefaultBackoff(n int) time.Duration { return ItemRetry.Delay(n) }
 
 // done is what one delivery contributes to its run's counters: one
 // terminal item of the fan-out chunk (first, items).

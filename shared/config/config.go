@@ -65,6 +65,14 @@ const (
 	EnvVisibilitySeconds = "BULKRUN_VISIBILITY_SECONDS"
 	// EnvMaxAttempts is the default number of attempts per item (default 3).
 	EnvMaxAttempts = "BULKRUN_MAX_ATTEMPTS"
+	// EnvRetryPolicy is the retry policy of a batch that sets none, as the
+	// JSON of batch.RetryPolicy ({"interval_seconds":300,"backoff_rate":2,
+	// "max_delay_seconds":900,"jitter":0.5}); default
+	// batch.DefaultRetryPolicy. Submit stores it on the batch; the item
+	// function applies it to rows that carry none. Read by
+	// batch.ParseRetryPolicy when the functions start (config does not
+	// import batch); the stack writes it from a validated policy.
+	EnvRetryPolicy = "BULKRUN_RETRY_POLICY"
 	// EnvItemsPerMessage is the items per message (and per ledger row) of
 	// a batch that sets none, 1–100; default DefaultItemsPerMessage (10).
 	EnvItemsPerMessage = "BULKRUN_ITEMS_PER_MESSAGE"
@@ -300,6 +308,7 @@ type Config struct {
 	ItemTimeout      time.Duration  // EnvItemTimeoutSeconds; default DefaultItemTimeout
 	Visibility       time.Duration  // EnvVisibilitySeconds; default DefaultVisibility
 	MaxAttempts      int            // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
+	RetryPolicy      string         // EnvRetryPolicy, as set; "" for the default (batch.ParseRetryPolicy reads it)
 	ItemsPerMessage  int            // EnvItemsPerMessage; default DefaultItemsPerMessage, 1–100
 	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
 	Retention        time.Duration  // EnvRetentionDays; default DefaultRetention
@@ -376,6 +385,7 @@ func Load(getenv func(string) string) (Config, error) {
 		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
 
 		ItemsMaxConcurrency: count(EnvItemsMaxConcurrency, DefaultItemsMaxConcurrency),
+		RetryPolicy:         getenv(EnvRetryPolicy),
 	}
 	if n := c.ItemsMaxConcurrency; n < 2 || n > 1000 {
 		errs = append(errs, &VarError{Var: EnvItemsMaxConcurrency, Value: getenv(EnvItemsMaxConcurrency), Reason: "want 2–1000 (SQS event source maximum concurrency)"})

@@ -116,10 +116,14 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, er
 	if len(names) == 0 {
 		names = reg.Names()
 	}
+	retry, err := d.RetryPolicy()
+	if err != nil {
+		return nil, err
+	}
 	s := &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
-		SecretPrefixes: d.Config.SecretPrefixes,
+		SecretPrefixes: d.Config.SecretPrefixes, Retry: retry,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
 		ItemsPerSecond: batch.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
@@ -160,4 +164,17 @@ func (d *Deps) Finalizer() *batch.Finalizer {
 		f.FanOut = (&batch.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: batch.SystemClock{}, Log: d.Log}).FanOut
 	}
 	return f
+}
+
+// RetryPolicy is the stack's retry policy (config.EnvRetryPolicy), or
+// batch.DefaultRetryPolicy when it sets none; an error names the variable.
+func (d *Deps) RetryPolicy() (*batch.RetryPolicy, error) {
+	if d.Config.RetryPolicy == "" {
+		return new(batch.DefaultRetryPolicy), nil
+	}
+	p, err := batch.ParseRetryPolicy(d.Config.RetryPolicy)
+	if err != nil {
+		return nil, &config.VarError{Var: config.EnvRetryPolicy, Value: d.Config.RetryPolicy, Reason: err.Error()}
+	}
+	return &p, nil
 }

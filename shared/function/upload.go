@@ -23,7 +23,7 @@ import (
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
-		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun}
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun}
 }
 
 // MetaReservedPrefix marks a metadata name as meant for bulkrun: an upload
@@ -308,6 +308,17 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
 		}
 		req.MaxAttempts = n
+	}
+	if v := get(wire.MetaRetry); v != "" {
+		p, err := batch.ParseRetryPolicy(v)
+		if err != nil {
+			var ie *batch.InputError
+			if errors.As(err, &ie) {
+				ie.Field = "x-amz-meta-" + wire.MetaRetry + strings.TrimPrefix(ie.Field, "retry")
+			}
+			return req, err
+		}
+		req.Retry = &p
 	}
 	if v := get(wire.MetaStopOnThreshold); v != "" {
 		stop, err := strconv.ParseBool(v)

@@ -127,6 +127,7 @@ const (
 	MetaFailurePercent  = "tolerated-failure-percent"
 	MetaFailureCount    = "tolerated-failure-count"
 	MetaMaxAttempts     = "max-attempts"
+	MetaRetry           = "retry" // a retry policy: batch.ParseRetryPolicy's name=value pairs or JSON
 	MetaPipelineOptions = "pipeline-options"
 	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end

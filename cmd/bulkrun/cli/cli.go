@@ -235,6 +235,8 @@ func (a *app) submitCmd() *cobra.Command {
 		watch       bool
 		delim       string
 		stop        bool
+		retry       string
+		onInterrupt string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit FILE|DIR|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
@@ -299,6 +301,14 @@ func (a *app) submitCmd() *cobra.Command {
 			if cmd.Flags().Changed("stop-on-threshold") {
 				req.StopOnThreshold = &stop
 			}
+			if retry != "" {
+				p, err := batch.ParseRetryPolicy(retry)
+				if err != nil {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
+				}
+				req.Retry = &p
+			}
+			req.OnInterrupt = batch.InterruptPolicy(onInterrupt)
 			if cmd.Flags().Changed("tolerated-failure-percent") {
 				req.Threshold.FailurePercent = &percent
 			}
@@ -347,6 +357,8 @@ func (a *app) submitCmd() *cobra.Command {
 	f.StringVar(&delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
 	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
+	f.StringVar(&retry, "retry", "", retryFlagHelp)
+	f.StringVar(&onInterrupt, "on-interrupt", "", "an item whose attempt was interrupted (outcome unknown): retry (the default) or quarantine, for pipelines that are not idempotent")
 	f.IntVar(&req.MaxConcurrency, "max-concurrency", 0, "most items of the batch running at once, 1–1000 (default 0: unlimited)")
 	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
 	f.StringVar(&headersFile, "headers-file", "", "file of headers passed to the pipeline: a JSON object {\"Name\": \"value\"} or lines \"Name: value\" (a value may be a secret reference, secret:arn:…)")
@@ -357,6 +369,9 @@ func (a *app) submitCmd() *cobra.Command {
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
 }
+
+// retryFlagHelp is --retry's help, for submit and upload.
+const retryFlagHelp = "retry policy after transient errors, name=value pairs (names not given keep the default): interval_seconds (wait before the first retry), backoff_rate (×, 1–10), max_delay_seconds (cap of one wait), jitter (0–1: each wait × [1, 1+jitter]); e.g. interval_seconds=60,backoff_rate=2,max_delay_seconds=600. Default: the stack's (" + "interval_seconds=300,backoff_rate=2,max_delay_seconds=900,jitter=0.5 unless the stack sets another)"
 
 // errFirstItem stops CheckLocalSource's read at the first item.
 var errFirstItem = errors.New("first item read")
@@ -771,6 +786,9 @@ func (a *app) show(v wire.BatchView) error {
 		textf(a.out, "stopping: %s (%s); items already in flight finish after the stop\n", v.Stop, v.StopDetail)
 	case v.Stop != "" && v.Census != nil:
 		textf(a.out, "stopped: %s\n", batch.StopSummaryOf(v.Batch, *v.Census).Text())
+	}
+	if v.Failure != "" && v.Status == batch.StatusFinalizeFailed {
+		textf(a.out, "finalize failed: %s\n(the items ended; nothing is lost. Fix the cause, then: bulkrun resume %s)\n", v.Failure, v.ID)
 	}
 	if v.Refusal != nil {
 		textf(a.out, "refused: %s\n", refusalText(v.Refusal))

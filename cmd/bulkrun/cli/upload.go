@@ -49,6 +49,7 @@ type uploadOptions struct {
 	percent                                              float64
 	count                                                int64
 	maxAttempts                                          int
+	retry                                                string
 	stop, rerun, watch                                   bool
 }
 
@@ -68,6 +69,13 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 	set("tolerated-failure-percent", wire.MetaFailurePercent, strconv.FormatFloat(o.percent, 'f', -1, 64))
 	set("tolerated-failure-count", wire.MetaFailureCount, strconv.FormatInt(o.count, 10))
 	set("max-attempts", wire.MetaMaxAttempts, strconv.Itoa(o.maxAttempts))
+	if o.retry != "" {
+		p, err := batch.ParseRetryPolicy(o.retry)
+		if err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
+		}
+		m[wire.MetaRetry] = p.String()
+	}
 	set("stop-on-threshold", wire.MetaStopOnThreshold, strconv.FormatBool(o.stop))
 	if o.rerun {
 		m[wire.MetaRerun] = "true"
@@ -111,6 +119,7 @@ same name again), or was refused (a renamed copy of a file that already ran: --r
 	f.Float64Var(&o.percent, "tolerated-failure-percent", 0, "threshold: tolerated failures in percent of all items")
 	f.Int64Var(&o.count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
 	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
+	f.StringVar(&o.retry, "retry", "", retryFlagHelp+"; set as x-amz-meta-retry")
 	f.BoolVar(&o.stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.BoolVar(&o.rerun, "rerun", false, "run the items even though the same items started a batch from another name (x-amz-meta-rerun: true), or start a new run of this name's finished batch")
 	f.BoolVar(&o.watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")

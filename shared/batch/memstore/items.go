@@ -79,7 +79,8 @@ func (s *Store) Reserve(_ context.Context, r batch.Reservation) (batch.Item, err
 	cur.leaseUntil = ms(r.Now.Add(r.Lease))
 	s.put(cur)
 	it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
-		Attempt: cur.s.Attempt, LeaseUntil: cur.leaseUntil, UpdatedAt: ms(r.Now), RunAttempts: cur.s.RunAttempts(), Interrupted: interrupted}
+		Attempt: cur.s.Attempt, LeaseUntil: cur.leaseUntil, UpdatedAt: ms(r.Now), RunAttempts: cur.s.RunAttempts(), Interrupted: interrupted,
+		ThrottledSince: cur.s.ThrottledSince}
 	if was.Run == r.Run && was.SpentRun == r.Run && len(was.Spent) > 0 {
 		it.Spent, it.SpentRun = maps.Clone(was.Spent), r.Run
 	}
@@ -144,6 +145,10 @@ func (s *Store) Release(_ context.Context, r batch.Record) error {
 	cur.leaseUntil, cur.s.UpdatedAt = ms(r.Now), ms(r.Now)
 	cur.s.Retry = true
 	cur.s.Error = pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes)
+	if r.FirstAttempt > 0 {
+		cur.s.FirstAttempt = r.FirstAttempt
+	}
+	cur.s.ThrottledSince = ms(r.ThrottledSince)
 	setSpent(cur, r)
 	return nil
 }

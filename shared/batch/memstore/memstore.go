@@ -411,6 +411,25 @@ func (s *Store) FinishRun(_ context.Context, id string, run int, f batch.Finish)
 	return nil
 }
 
+// FinalizeFailed implements batch.Store.
+func (s *Store) FinalizeFailed(_ context.Context, f batch.FinalizeFailure) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(f.BatchID)
+	if !ok || b.Run != f.Run || b.Status != batch.StatusRunning {
+		return false, conflictf("count a failed finalize of %s run %d", f.BatchID, f.Run)
+	}
+	b.FinalizeFailures++
+	b.Failure = batch.CutError(f.Reason)
+	if b.FinalizeFailures < f.Limit {
+		return false, nil
+	}
+	b.Status, b.NeedsAttention, b.FinishedAt, b.ExpiresAt = batch.StatusFinalizeFailed, true, ms(f.Now), ms(f.ExpiresAt)
+	delete(s.running, f.BatchID)
+	s.retention[retentionKey(f.ExpiresAt, f.BatchID)] = f.BatchID
+	return true, nil
+}
+
 // RunningBatches implements batch.Store, in id order.
 func (s *Store) RunningBatches(context.Context) ([]string, error) {
 	s.mu.Lock()
@@ -437,11 +456,12 @@ func (s *Store) StartRun(_ context.Context, id string, from int, now time.Time) 
 	defer s.mu.Unlock()
 	b, ok := s.batch(id)
 	if !ok || b.Run != from || b.PendingDeletion ||
-		!slices.Contains([]batch.Status{batch.StatusCompleted, batch.StatusThresholdExceeded, batch.StatusCancelled}, b.Status) {
+		!slices.Contains([]batch.Status{batch.StatusCompleted, batch.StatusThresholdExceeded, batch.StatusCancelled, batch.StatusFinalizeFailed}, b.Status) {
 		return batch.Batch{}, conflictf("start run %d of %s", from+1, id)
 	}
 	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, batch.StatusRunning, false, ms(now)
 	b.Stop, b.StopDetail, b.StopRan, b.StopFailures = "", "", 0, 0
+	b.Failure, b.FinalizeFailures = "", 0
 	s.running[id] = from + 1
 	return clone(*b), nil
 }

@@ -222,6 +222,43 @@ var cases = []suiteCase{
 		check(t, "spent run", it.SpentRun, 1)
 		isConflict(t, "release by the old attempt", s.Release(ctx, rec(b, "k1", 1, 1, batch.OutcomeFailed, T0.Add(3*time.Second))))
 	}},
+	{"ThrottledReleaseCountsNoAttempt", func(t *testing.T, s batch.Store) {
+		// A throttled attempt is released with FirstAttempt moved past it
+		// (batch.Ended) and the streak's start: the next reservation's
+		// attempt is the fence (2), but the run counts 1 attempt; a Release
+		// sent again writes the same row; a counted retry ends the streak.
+		b := create(t, s, newBatch("b1"))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		r := rec(b, "k1", 1, it.Attempt, batch.OutcomeFailed, T0.Add(time.Second))
+		r.Error, r.FirstAttempt, r.ThrottledSince = "429 TooManyRequestsException", 2, T0.Add(time.Second)
+		for range 2 { // the second: the SDK sending it again after a lost answer
+			if err := s.Release(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stored := mustGet(t, s, b, "k1")
+		check(t, "released attempts", stored.RunAttempts, 0)
+		check(t, "released throttled since", stored.ThrottledSince, ms(T0.Add(time.Second)))
+		it = reserve(t, s, res(b, "k1", 1, T0.Add(2*time.Second)))
+		check(t, "attempt", it.Attempt, 2)
+		check(t, "run attempts", it.RunAttempts, 1)
+		check(t, "interrupted", it.Interrupted, false)
+		check(t, "throttled since", it.ThrottledSince, ms(T0.Add(time.Second)))
+		r = rec(b, "k1", 1, it.Attempt, batch.OutcomeFailed, T0.Add(3*time.Second))
+		r.Error, r.FirstAttempt = "500", 2
+		if err := s.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		it = reserve(t, s, res(b, "k1", 1, T0.Add(4*time.Second)))
+		check(t, "attempt after a counted retry", it.Attempt, 3)
+		check(t, "run attempts after a counted retry", it.RunAttempts, 2)
+		check(t, "streak ended", it.ThrottledSince.IsZero(), true)
+		// A new run starts afresh.
+		record(t, s, rec(b, "k1", 1, 3, batch.OutcomeFailed, T0.Add(5*time.Second)))
+		it = reserve(t, s, res(b, "k1", 2, T0.Add(6*time.Second)))
+		check(t, "attempts of run 2", it.RunAttempts, 1)
+		check(t, "no streak in run 2", it.ThrottledSince.IsZero(), true)
+	}},
 	{"RecordIsFenced", func(t *testing.T, s batch.Store) {
 		b := create(t, s, newBatch("b1"))
 		isConflict(t, "record without a row", s.Record(ctx, rec(b, "k1", 1, 1, batch.OutcomeSucceeded, T0)))
@@ -508,6 +545,48 @@ var cases = []suiteCase{
 		refs, _ := s.Unpublished(ctx)
 		if !slices.Equal(refs, []batch.RunRef{{BatchID: "b1", Run: 1}}) {
 			t.Errorf("unpublished = %v", refs)
+		}
+	}},
+	{"FinalizeFailedEndsTheRunAtTheLimit", func(t *testing.T, s batch.Store) {
+		create(t, s, newBatch("b1"))
+		expires := T0.Add(24 * time.Hour)
+		ff := func(run int, reason string) batch.FinalizeFailure {
+			return batch.FinalizeFailure{BatchID: "b1", Run: run, Reason: reason, Limit: 2, Now: T0.Add(time.Minute), ExpiresAt: expires}
+		}
+		_, err := s.FinalizeFailed(ctx, ff(2, "x"))
+		isConflict(t, "a failure of another run", err)
+		ended, err := s.FinalizeFailed(ctx, ff(1, "write report: AccessDenied"))
+		if err != nil || ended {
+			t.Fatalf("first failure: ended %v, %v", ended, err)
+		}
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "status after one", got.Status, batch.StatusRunning)
+		check(t, "failure after one", got.Failure, "write report: AccessDenied")
+		ended, err = s.FinalizeFailed(ctx, ff(1, "write report: AccessDenied again"))
+		if err != nil || !ended {
+			t.Fatalf("second failure: ended %v, %v", ended, err)
+		}
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "status", got.Status, batch.StatusFinalizeFailed)
+		check(t, "failure", got.Failure, "write report: AccessDenied again")
+		check(t, "needs attention", got.NeedsAttention, true)
+		check(t, "finished", got.FinishedAt, T0.Add(time.Minute))
+		check(t, "expires", got.ExpiresAt, expires)
+		ids, _ := s.RunningBatches(ctx)
+		check(t, "running", len(ids), 0)
+		m, _ := s.ExpiredMarkers(ctx, expires.Add(time.Millisecond), 10)
+		check(t, "retention marker", len(m), 1)
+		_, err = s.FinalizeFailed(ctx, ff(1, "x"))
+		isConflict(t, "a failure once ended", err)
+		got, err = s.StartRun(ctx, "b1", 1, T0.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "resumed", got.Status, batch.StatusRunning)
+		check(t, "failure cleared", got.Failure, "")
+		ended, err = s.FinalizeFailed(ctx, ff(2, "y"))
+		if err != nil || ended {
+			t.Fatalf("first failure of run 2: ended %v, %v (the count starts again)", ended, err)
 		}
 	}},
 	{"StartRunTransitions", func(t *testing.T, s batch.Store) {

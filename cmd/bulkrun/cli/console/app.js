@@ -5,11 +5,11 @@
 
 const TOKEN = document.querySelector('meta[name="bulkrun-token"]').content;
 const OUTCOMES = ["succeeded", "failed", "quarantined", "cancelled", "in_flight", "pending"];
-const STATUSES = ["submitting", "running", "completed", "threshold_exceeded", "cancelled", "refused"];
+const STATUSES = ["submitting", "running", "completed", "threshold_exceeded", "cancelled", "refused", "finalize_failed"];
 const LIVE_MS = 2000;
 const LABEL = {
   succeeded: "succeeded", failed: "failed", quarantined: "quarantined", cancelled: "cancelled",
-  in_flight: "in flight", pending: "pending", threshold_exceeded: "threshold exceeded",
+  in_flight: "in flight", pending: "pending", threshold_exceeded: "threshold exceeded", finalize_failed: "finalize failed",
   submitting: "submitting", running: "running", completed: "completed", refused: "refused",
 };
 
