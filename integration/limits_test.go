@@ -3,7 +3,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -84,6 +87,87 @@ func TestHarnessAggregatesWithinLimits(t *testing.T) {
 			if rowBytes >= 400*1024 || entry > event.MaxEntryBytes {
 				t.Fatalf("batch row %d bytes, event entry %d bytes: over their limits", rowBytes, entry)
 			}
+		})
+	}
+}
+
+// A pack row of 100 items stays under DynamoDB's 400 KB item limit
+// whatever its items report: 100 outputs of 60 KiB (each under the
+// 64 KiB an item row keeps inline) or 100 error texts of 4 KiB, in one
+// pack of items_per_message 100, finish with every outcome recorded, the
+// pack row as DynamoDB stores it (sized by DynamoDB's rules,
+// meter.ItemBytes; MiniStack enforces no limit) within 400 KB, the
+// outputs that did not fit read back from S3 through their output_ref.
+// Guards docs/design.md, "Every aggregate within its service's limit"
+// (batch.PackRowBudget).
+func TestHarnessPackRowWithinLimit(t *testing.T) {
+	ctx := context.Background()
+	big := strings.Repeat("x", 60<<10)
+	for _, tc := range []struct {
+		name   string
+		run    func(context.Context, pipeline.Request) (pipeline.Result, error)
+		failed int64
+	}{
+		{"100 outputs of 60 KiB", func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+			return pipeline.Result{Output: json.RawMessage(`{"key":"` + req.Key + `","blob":"` + big + `"}`)}, nil
+		}, 0},
+		{"100 errors of 4 KiB", func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+			return pipeline.Result{}, pipeline.Permanent(errors.New(req.Key + ": " + strings.Repeat("e", 5000)))
+		}, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.run)
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", ItemsPerMessage: 100, Source: batch.SourceSpec{Items: inlineItems(100)}}); err != nil {
+				t.Fatal(err)
+			}
+			h.drainRetrying(t, ctx, 2*time.Minute)
+			res, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatalf("finalize: %v", err)
+			}
+			if c := res.Report.Census; c.Total != 100 || c.Failed != tc.failed || c.Succeeded != 100-tc.failed {
+				t.Fatalf("census %+v, want 100 items, %d failed", c, tc.failed)
+			}
+			b, err := h.store.GetBatch(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &h.table, ConsistentRead: aws.Bool(true), Key: map[string]ddbtypes.AttributeValue{
+				config.AttrPK: &ddbtypes.AttributeValueMemberS{Value: fmt.Sprintf("PACK#%s#%d", id, batch.PackShard(0, b.ListShards))},
+				config.AttrSK: &ddbtypes.AttributeValueMemberS{Value: batch.PackSK(0)}}})
+			if err != nil || len(out.Item) == 0 {
+				t.Fatalf("raw pack row: %v", err)
+			}
+			rowBytes := meter.ItemBytes(out.Item)
+			t.Logf("%s: pack row %d bytes (limit 409600)", tc.name, rowBytes)
+			if rowBytes >= 400*1024 {
+				t.Fatalf("pack row %d bytes: over DynamoDB's 400 KB item limit", rowBytes)
+			}
+			if tc.failed > 0 {
+				return
+			}
+			body, err := h.blobs.Get(ctx, batch.ResultsKey(id, 1, batch.OutcomeSucceeded))
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs, inline := 0, 0
+			err = batch.ReadResults(bytes.NewReader(body), func(l batch.ResultLine) error {
+				if l.OutputRef == "" {
+					inline++
+					return nil
+				}
+				refs++
+				obj, err := h.blobs.Get(ctx, strings.TrimPrefix(l.OutputRef, "s3://"+h.blobs.Bucket()+"/"))
+				if err != nil || !strings.Contains(string(obj), `"key":"`+l.Key+`"`) || len(obj) < 60<<10 {
+					return fmt.Errorf("%s: output at %s: %d bytes, %v", l.Key, l.OutputRef, len(obj), err)
+				}
+				return nil
+			})
+			if err != nil || refs+inline != 100 || refs == 0 {
+				t.Fatalf("results: %d outputs by reference, %d inline (%v); want 100, some in S3", refs, inline, err)
+			}
+			t.Logf("%d outputs moved to S3, %d kept inline", refs, inline)
 		})
 	}
 }

@@ -155,6 +155,19 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		log.Warn("fenced by a later take; its holder records the outcomes")
 		return false, dns
 	}
+	if len(writes) > 0 && m.Packed {
+		err := w.persist(ctx, log, "bound the pack row", func() error {
+			moved, cut, err := w.boundPack(ctx, b, h.items, writes)
+			if moved+cut > 0 {
+				log.Warn("pack row kept within its budget", "outputs_to_s3", moved, "errors_cut", cut, "budget_bytes", PackRowBudget)
+			}
+			return err
+		})
+		if err != nil {
+			log.Error("record outcome", "error", pipeline.ErrorText(err))
+			return false, dns
+		}
+	}
 	if len(writes) > 0 {
 		err := w.persist(ctx, log, "record outcome", func() error { return u.write(ctx, h, writes, nil) })
 		if errors.Is(err, ErrConflict) {
