@@ -48,8 +48,13 @@
 // the item permanently. The default transport ignores proxy settings from
 // the environment (a proxy would dial on bulkrun's behalf, unchecked).
 //
-// The receiver should deduplicate on Idempotency-Key: an attempt that timed
-// out after the receiver acted is retried with the same key.
+// One attempt is one HTTP request: the transport sends nothing again on
+// its own (a connection reset before the answer fails the attempt as a
+// transient error). The receiver should deduplicate on Idempotency-Key
+// (the run id: the same on every attempt of the item, in every run): an
+// attempt that timed out or was reset after the receiver acted is
+// retried, as a new attempt with the next Bulkrun-Attempt, with the same
+// key.
 //
 // # Errors
 //
@@ -251,6 +256,13 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	hreq.Header.Set("Bulkrun-Batch-Id", req.BatchID)
 	hreq.Header.Set("Bulkrun-Item-Key", url.PathEscape(req.Key))
 	hreq.Header.Set("Bulkrun-Attempt", strconv.Itoa(req.Attempt))
+	// One attempt is one request: without GetBody, net/http's transport
+	// never sends the POST again on its own (it replays a request whose
+	// body it can rewind when it carries an Idempotency-Key header and a
+	// reused connection dies before the answer; net/http,
+	// Request.isReplayable). A retry is bulkrun's: a new attempt, with its
+	// own Bulkrun-Attempt.
+	hreq.GetBody = nil
 
 	resp, err := p.client.Do(hreq)
 	if err != nil {

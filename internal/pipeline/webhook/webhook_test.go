@@ -619,3 +619,56 @@ func TestStatusClassification(t *testing.T) {
 		})
 	}
 }
+
+// One attempt is one HTTP request. Go's transport sends a request again on
+// its own when a reused connection dies before the answer and the request
+// is replayable — which a POST carrying an Idempotency-Key header is
+// (net/http, Request.isReplayable) — so a receiver could get one attempt
+// twice or more, with the same Bulkrun-Attempt. Here the receiver reads
+// the second item's request on the kept-alive connection of the first and
+// resets the connection: the attempt must fail as a transient error after
+// exactly one request, its retry being a new attempt with its own header
+// values.
+func TestOneRequestPerAttemptOnAResetConnection(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("Idempotency-Key") + " attempt " + r.Header.Get("Bulkrun-Attempt")
+		mu.Lock()
+		got[id]++
+		mu.Unlock()
+		if r.Header.Get("Bulkrun-Item-Key") != "reset" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // a reset, not an orderly close
+		}
+		_ = conn.Close()
+	}))
+	defer srv.Close()
+	p := webhook.New(nil, testAllow)
+	opts := json.RawMessage(`{"url":"` + srv.URL + `"}`)
+	run := func(key string) error {
+		_, err := p.Run(context.Background(), pipeline.Request{BatchID: "b", Key: key, RunID: "run-" + key, Attempt: 1, Input: json.RawMessage(`{}`), Options: opts})
+		return err
+	}
+	if err := run("first"); err != nil { // opens the connection the next request reuses
+		t.Fatal(err)
+	}
+	err := run("reset")
+	if err == nil || pipeline.Classify(err) != pipeline.ClassTransient {
+		t.Fatalf("reset connection: %v, want a transient error", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := got["run-reset attempt 1"]; n != 1 {
+		t.Fatalf("the receiver got attempt 1 of the item %d times, want 1 (one request per attempt): %v", n, got)
+	}
+}
