@@ -117,6 +117,7 @@ func TestHarnessPackRowWithinLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.run)
+			h.submitter.ChunkItems = 1000 // one chunk: the harness's 7-item chunks would cut the packs
 			id := newID(t)
 			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", ItemsPerMessage: 100, Source: batch.SourceSpec{Items: inlineItems(100)}}); err != nil {
 				t.Fatal(err)
