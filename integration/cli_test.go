@@ -102,7 +102,7 @@ func TestCLI(t *testing.T) {
 	if _, code = run("status", newID(t)); code != 1 {
 		t.Fatalf("status of an unknown batch: exit %d, want 1", code)
 	}
-	if _, code = run("forget", id); code != 0 {
+	if _, code = run("forget", id, "--yes"); code != 0 {
 		t.Fatalf("forget: exit %d", code)
 	}
 }

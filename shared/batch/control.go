@@ -120,15 +120,20 @@ func (c *Control) Get(ctx context.Context, id string) (Batch, error) {
 
 // Cancel stops the batch's current run: items not yet started end
 // cancelled, started ones finish, and finalize gives the run the status
-// cancelled. Cancelling a run that is already stopping returns the batch
-// unchanged. Errors: ErrNotFound; ErrConflict when no run is going.
+// cancelled. Idempotent: cancelling a run that is already stopping, or a
+// batch whose run has finished (whatever its status), returns the batch
+// unchanged. Errors: ErrNotFound (ErrExpired past the retention);
+// ErrConflict while the source is still being read (submitting).
 func (c *Control) Cancel(ctx context.Context, id string) (Batch, error) {
-	b, err := c.Store.GetBatch(ctx, id)
+	b, err := c.Get(ctx, id)
 	if err != nil {
 		return Batch{}, err
 	}
+	if b.Status.Finished() {
+		return b, nil // nothing runs: the answer is the batch as it ended
+	}
 	if b.Status != StatusRunning {
-		return b, fmt.Errorf("cancel %s: no run is going (status %s): %w", id, b.Status, ErrConflict)
+		return b, fmt.Errorf("cancel %s: no run is going yet (status %s): %w", id, b.Status, ErrConflict)
 	}
 	if b.Stop == "" {
 		err := stopRun(ctx, c.Store, b, b.Run, StatusCancelled, "cancelled by a caller")

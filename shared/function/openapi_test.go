@@ -266,6 +266,7 @@ func TestContractOpenAPI(t *testing.T) {
 		"refused-1": {ID: "refused-1", Pipeline: "webhook", Status: batch.StatusRefused, Run: 1, CreatedAt: now, FinishedAt: now,
 			ExpiresAt: now.Add(time.Hour), Refusal: &batch.SubmitRefusal{Code: batch.RefusalInternal, Message: "reading the source failed 3 times"},
 			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`)},
+		"reading-1": {ID: "reading-1", Pipeline: "webhook", Status: batch.StatusSubmitting, Run: 1, CreatedAt: now},
 		"gone-1": {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
 	}}
 	blobs := &contractBlobs{report: golden("report")}
@@ -313,7 +314,8 @@ func TestContractOpenAPI(t *testing.T) {
 		{"items bad limit", "GET", "/batches/done-1/items?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"items bad outcome", "GET", "/batches/done-1/items?outcome=succeeded", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"resume running", "POST", "/batches/run-1/resume", "", nil, 409, wire.CodeConflict, false},
-		{"cancel finished", "POST", "/batches/done-1/cancel", "", nil, 409, wire.CodeConflict, false},
+		{"cancel finished: the batch as it ended", "POST", "/batches/done-1/cancel", "", nil, 202, "", false},
+		{"cancel while the source is read", "POST", "/batches/reading-1/cancel", "", nil, 409, wire.CodeConflict, false},
 		{"cancel running", "POST", "/batches/run-1/cancel", "", nil, 202, "", false},
 		{"release", "POST", "/batches/done-1/items/a%2F1/release", "", nil, 204, "", false},
 		{"release while running", "POST", "/batches/run-1/items/k/release", "", nil, 409, wire.CodeConflict, false},

@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -60,6 +61,7 @@ const (
 
 type app struct {
 	out, errw io.Writer
+	in        io.Reader // forget's confirmation; New sets os.Stdin
 	stack     string
 	profile   string
 	region    string
@@ -87,7 +89,7 @@ func (a *app) interruptible(ctx context.Context) (context.Context, context.Cance
 // New returns the root command writing to out (results) and errw
 // (progress, messages).
 func New(out, errw io.Writer) *cobra.Command {
-	a := &app{out: out, errw: errw}
+	a := &app{out: out, errw: errw, in: os.Stdin}
 	root := &cobra.Command{
 		Use:           "bulkrun",
 		Short:         "Durable bulk runs on AWS serverless",
@@ -921,23 +923,89 @@ func (a *app) cancelCmd() *cobra.Command {
 }
 
 func (a *app) forgetCmd() *cobra.Command {
-	return a.simple("forget ID", "Delete everything the batch owns (rows, manifest, outputs, results, report)", 1, "a batch ID",
+	var yes bool
+	cmd := a.simple("forget ID", "Delete everything the batch owns (rows, manifest, outputs, results, report) for good; asks to type the ID unless --yes", 1, "a batch ID",
 		func(ctx context.Context, args []string) (any, error) {
+			if !yes {
+				if err := a.confirm(args[0]); err != nil {
+					return nil, err
+				}
+			}
 			if err := a.api.Forget(ctx, args[0]); err != nil {
 				return nil, err
 			}
 			return map[string]string{"batch_id": args[0], "message": "forgotten " + args[0]}, nil
 		})
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask: delete at once (scripts)")
+	return cmd
+}
+
+// confirm asks on stderr to type id on standard input and reads one line:
+// the id goes on; anything else, or no input (a script without --yes),
+// stops with nothing deleted.
+func (a *app) confirm(id string) error {
+	textf(a.errw, "forget %s: its rows, manifest, outputs, results and report are deleted for good (a CLI upload under uploads/ stays until the bucket's lifecycle rule removes it). Type the batch id to go on: ", id)
+	line, err := bufio.NewReader(a.in).ReadString('\n')
+	if strings.TrimSpace(line) == id {
+		return nil
+	}
+	if err != nil && strings.TrimSpace(line) == "" {
+		textln(a.errw)
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("forget %s: not confirmed (no input); add --yes to forget without asking", id)}
+	}
+	return &ExitError{Code: ExitFailure, Err: fmt.Errorf("forget %s: not confirmed (typed %q); nothing was deleted", id, strings.TrimSpace(line))}
 }
 
 func (a *app) releaseCmd() *cobra.Command {
-	return a.simple("release ID KEY", "Release a quarantined item so that the next run runs it", 2, "a batch ID and an item KEY",
-		func(ctx context.Context, args []string) (any, error) {
-			if err := a.api.Release(ctx, args[0], args[1]); err != nil {
-				return nil, err
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "release ID KEY | release ID --all",
+		Short: "Release a quarantined item (or, with --all, every quarantined item of the batch) so that the next run runs it",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all {
+				return exactArgs(1, "a batch ID (with --all)")(cmd, args)
 			}
-			return map[string]string{"batch_id": args[0], "key": args[1], "message": "released " + args[1]}, nil
-		})
+			return exactArgs(2, "a batch ID and an item KEY (or --all)")(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+			keys := args[1:]
+			if all {
+				for cursor := ""; ; {
+					p, err := a.api.Items(ctx, args[0], batch.OutcomeQuarantined, cursor, 1000)
+					if err != nil {
+						return err
+					}
+					for _, it := range p.Items {
+						keys = append(keys, it.Key)
+					}
+					if cursor = p.NextCursor; cursor == "" {
+						break
+					}
+				}
+			}
+			for i, k := range keys {
+				if err := a.api.Release(ctx, args[0], k); err != nil {
+					return fmt.Errorf("release %s (%d of %d released before it): %w", Escape(k), i, len(keys), err)
+				}
+			}
+			msg := map[string]any{"batch_id": args[0], "released": len(keys), "keys": keys}
+			if a.output == "json" {
+				return a.printJSON(msg)
+			}
+			if len(keys) == 1 && !all {
+				textf(a.out, "released %s\n", keys[0])
+			} else {
+				textf(a.out, "released %d quarantined items of %s; bulkrun resume %s runs them\n", len(keys), args[0], args[0])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "release every quarantined item of the batch")
+	return cmd
 }
 
 // printItems writes a header and one line per item — key, outcome,

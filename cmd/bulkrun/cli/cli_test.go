@@ -179,3 +179,29 @@ func TestSubmitItemsPerMessageFlag(t *testing.T) {
 		t.Fatalf("--items-per-message = %s (default %s), want 10 (default 0)", f.Value, f.DefValue)
 	}
 }
+
+// forget asks to type the batch id: the id goes on, another answer stops
+// with exit 1, no input (a script without --yes) with exit 2 naming --yes;
+// nothing is deleted unless confirmed.
+func TestForgetAsksForConfirmation(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		code int
+	}{{"b-1\n", 0}, {"  b-1  \n", 0}, {"y\n", ExitFailure}, {"", ExitUsage}} {
+		var errw bytes.Buffer
+		a := &app{errw: &errw, in: strings.NewReader(tc.in)}
+		err := a.confirm("b-1")
+		var ee *ExitError
+		switch {
+		case tc.code == 0 && err != nil:
+			t.Errorf("%q: %v, want confirmed", tc.in, err)
+		case tc.code != 0 && (!errors.As(err, &ee) || ee.Code != tc.code):
+			t.Errorf("%q: %v, want exit %d", tc.in, err, tc.code)
+		case tc.code == ExitUsage && !strings.Contains(err.Error(), "--yes"):
+			t.Errorf("%q: %v, want the --yes hint", tc.in, err)
+		}
+		if !strings.Contains(errw.String(), "for good") {
+			t.Errorf("prompt %q does not say what is deleted", errw.String())
+		}
+	}
+}
