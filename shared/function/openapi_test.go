@@ -267,7 +267,7 @@ func TestContractOpenAPI(t *testing.T) {
 			ExpiresAt: now.Add(time.Hour), Refusal: &batch.SubmitRefusal{Code: batch.RefusalInternal, Message: "reading the source failed 3 times"},
 			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`)},
 		"reading-1": {ID: "reading-1", Pipeline: "webhook", Status: batch.StatusSubmitting, Run: 1, CreatedAt: now},
-		"gone-1": {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
+		"gone-1":    {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
 	}}
 	blobs := &contractBlobs{report: golden("report")}
 	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: sentQueue{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
