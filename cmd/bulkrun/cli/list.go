@@ -18,12 +18,13 @@ import (
 
 func (a *app) listCmd() *cobra.Command {
 	var (
-		statuses []string
-		since    string
-		limit    int
-		cursor   string
-		all      bool
-		source   string
+		statuses  []string
+		since     string
+		limit     int
+		cursor    string
+		all       bool
+		attention bool
+		source    string
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--status S,…] [--since 24h|7d|2026-11-30|RFC3339] [--source FILE|KEY|s3://…] [--limit N] [--all]",
@@ -80,7 +81,11 @@ func (a *app) listCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				got.Batches = append(got.Batches, p.Batches...)
+				for _, b := range p.Batches {
+					if !attention || b.NeedsAttention || b.Status != batch.StatusCompleted {
+						got.Batches = append(got.Batches, b)
+					}
+				}
 				got.NextCursor = p.NextCursor
 				req.Cursor = p.NextCursor
 				if p.NextCursor == "" || (!all && len(got.Batches) >= limit) {
@@ -102,6 +107,7 @@ func (a *app) listCmd() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", 20, "batches to show (1–1000; with --all, per request)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous listing")
 	cmd.Flags().BoolVar(&all, "all", false, "show every batch")
+	cmd.Flags().BoolVar(&attention, "needs-attention", false, "only the batches that need a look: every status but completed, and completed ones whose items failed, were quarantined or were left in flight (needs_attention)")
 	cmd.Flags().StringVar(&source, "source", "", "only the batches of this source: s3://bucket/key, s3://bucket/prefix/*, a key of the stack's bucket (incoming/orders.csv), or a local file or folder submitted from this machine")
 	return cmd
 }

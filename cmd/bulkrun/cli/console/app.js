@@ -179,11 +179,22 @@ function refusalWhere(r) {
   return "";
 }
 
+// retryText is a batch's retry policy in words: the first wait, its
+// growth and cap, the jitter ("" for a batch stored without one: the
+// stack's default applies).
+function retryText(r) {
+  if (!r) return "";
+  const secs = s => s >= 60 && s % 60 === 0 ? (s / 60) + " min" : s + " s";
+  return "wait " + secs(r.interval_seconds) + ", ×" + r.backoff_rate + " after each retry, at most " + secs(r.max_delay_seconds) +
+    (r.jitter ? ", + up to " + Math.round(r.jitter * 100) + " % jitter" : "");
+}
+
 function attention(b) {
   const notes = [];
   if (b.needs_attention) notes.push("Needs attention");
   if (b.refusal) notes.push("Refused: " + b.refusal.code + refusalWhere(b.refusal) + (b.refusal.message ? ": " + refusalReason(b.refusal) : ""));
   if (b.pending_deletion) notes.push("Deletion pending");
+  if (b.status === "finalize_failed") notes.push("Finalize failed: resume once fixed");
   if (b.status_error) notes.push("Status unavailable");
   if (!notes.length) return "";
   return el("div", {class: "attn small"}, el("span", {"aria-hidden": "true"}, "⚠ "), notes.join("; "));
@@ -381,10 +392,12 @@ function renderLive(page) {
   fact("Finished", running(b) ? "—" : fmtTime(b.finished_at));
   fact("Submitted by", b.submitted_by);
   fact("Max attempts", b.max_attempts ? String(b.max_attempts) : "");
+  fact("Retry policy", retryText(b.retry));
   fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
   fact("On interrupt", b.on_interrupt);
   if (b.stop) fact(running(b) ? "Stopping" : "Stopped", stopText(b));
   if (b.refusal) fact("Refused", b.refusal.code + ": " + b.refusal.message);
+  if (b.failure) fact("Finalize failed", b.failure + " (the items ended; resume once the cause is fixed)");
   if (b.pending_deletion) fact("Deletion", "pending: forget it again to finish");
   fact("Expires", fmtTime(b.expires_at));
   section(s.summary, "summary", "Summary", dl);
