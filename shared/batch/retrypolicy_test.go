@@ -2,6 +2,7 @@ package batch
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,5 +85,20 @@ func TestSameSettingsRetry(t *testing.T) {
 	}
 	if field, _, _ := sameSettings(a, Batch{Retry: new(DefaultRetryPolicy)}); field != "" {
 		t.Fatalf("the same policy differs in %q", field)
+	}
+}
+
+// A webhook timeout_ms at or above what an item invocation leaves a call
+// is accepted with a warning naming the option and the bound.
+func TestSubmitWarnsOfATimeoutAboveTheItemTimeout(t *testing.T) {
+	s := &Submitter{ItemTimeout: 5 * time.Minute}
+	for opts, warned := range map[string]bool{`{"timeout_ms":290000}`: true, `{"timeout_ms":289999}`: false, `{"url":"x"}`: false, `{"timeout_ms":900000}`: true} {
+		w := s.Warnings(SubmitRequest{Options: []byte(opts)})
+		if (len(w) == 1) != warned || warned && !strings.Contains(w[0], "pipeline_options.timeout_ms") {
+			t.Errorf("%s: warnings %q, want warned %v", opts, w, warned)
+		}
+	}
+	if w := (&Submitter{}).Warnings(SubmitRequest{Options: []byte(`{"timeout_ms":900000}`)}); len(w) != 0 {
+		t.Errorf("unknown item timeout: %q", w)
 	}
 }

@@ -97,6 +97,9 @@ type Submitter struct {
 	// runs. Pipelines it does not hold are accepted by name only.
 	Registry    *pipeline.Registry
 	MaxAttempts int // default per item
+	// ItemTimeout is the item function's timeout (config.EnvItemTimeoutSeconds),
+	// for Warnings; 0: unknown.
+	ItemTimeout time.Duration
 	// Retry is the retry policy of a request that sets none (the stack's,
 	// config.EnvRetryPolicy); nil stores none, and the worker's default
 	// applies.
@@ -585,4 +588,25 @@ func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {
 		return fmt.Errorf("submit %s: mark fanned out: %w", b.ID, err)
 	}
 	return nil
+}
+
+// Warnings says what in a request that Validate accepts will likely go
+// wrong: a pipeline option timeout_ms (the webhook's per-call timeout) at
+// or above what an item invocation leaves a call — the item timeout
+// (ItemTimeout) less the worker's 10-second margin — so that a hanging
+// receiver is cut off by the invocation's deadline (an interruption,
+// outcome unknown) instead of ending the attempt as a timeout.
+func (s *Submitter) Warnings(req SubmitRequest) []string {
+	var warnings []string
+	var opts struct {
+		TimeoutMS *float64 `json:"timeout_ms"`
+	}
+	if s.ItemTimeout > 0 && len(req.Options) > 0 && json.Unmarshal(req.Options, &opts) == nil && opts.TimeoutMS != nil {
+		leaves := s.ItemTimeout - 10*time.Second
+		if t := time.Duration(*opts.TimeoutMS * float64(time.Millisecond)); t >= leaves {
+			warnings = append(warnings, fmt.Sprintf("pipeline_options.timeout_ms %v is at or above what an item invocation leaves a call (%s: the item timeout %s less a 10 s margin): a receiver that hangs is cut off by the invocation, its outcome unknown (an interruption), instead of timing out; keep timeout_ms below %d",
+				*opts.TimeoutMS, leaves, s.ItemTimeout, leaves.Milliseconds()))
+		}
+	}
+	return warnings
 }

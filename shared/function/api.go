@@ -226,7 +226,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, err)
 		return
 	}
-	view := BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created}
+	view := BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
 	status := http.StatusOK
 	switch {
 	case res.Batch.Status == batch.StatusSubmitting:

@@ -123,7 +123,7 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, er
 	s := &batch.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
-		SecretPrefixes: d.Config.SecretPrefixes, Retry: retry,
+		SecretPrefixes: d.Config.SecretPrefixes, Retry: retry, ItemTimeout: d.Config.ItemTimeout,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
 		ItemsPerSecond: batch.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),

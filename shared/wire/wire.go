@@ -89,6 +89,9 @@ type BatchView struct {
 	Progress     *Progress     `json:"progress,omitempty"`
 	Report       string        `json:"report,omitempty"`
 	Created      *bool         `json:"created,omitempty"`
+	// Warnings, in a submit's answer, say what in the request will likely
+	// go wrong though it was accepted (batch.Submitter.Warnings).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Progress is a large running batch's counters: items done (in any final

@@ -342,6 +342,9 @@ func (a *app) submitCmd() *cobra.Command {
 			if err != nil {
 				return submitError(err, req.BatchID)
 			}
+			for _, w := range v.Warnings {
+				textf(a.errw, "warning: %s\n", w)
+			}
 			if !watch {
 				return a.submitted(ctx, v)
 			}
