@@ -36,6 +36,14 @@
 #                           installed: make tools). Report: GET /_iam on the
 #                           port. BULKRUN_IAM_AUDIT=1 records denials only.
 #                           Default 0.
+#   BULKRUN_SQS_DELIVERY    how standard queues choose the messages of a
+#                           receive: "shuffled" (default; at random among
+#                           the visible ones, as SQS standard queues may) or
+#                           "ordered" (MiniStack's own: oldest first). A
+#                           queue tagged bulkrun:delivery=shuffled|ordered
+#                           chooses for itself. See localstack/delivery.py.
+#   BULKRUN_SQS_DELIVERY_SEED
+#                           seeds the shuffled draws; default random.
 #
 # State lives in .ministack/ at the repo root (git-ignored): ministack.log,
 # ministack.pid, ministack.port, and tmp/, the emulator's own TMPDIR (it unpacks
@@ -228,7 +236,9 @@ cmd_start() {
       AWS_DEFAULT_REGION=us-east-1 \
       AWS_ACCESS_KEY_ID=test \
       AWS_SECRET_ACCESS_KEY=test \
-      setsid nohup "$venv/bin/ministack" >"$log_file" 2>&1 </dev/null &
+      BULKRUN_SQS_DELIVERY="${BULKRUN_SQS_DELIVERY:-shuffled}" \
+      BULKRUN_SQS_DELIVERY_SEED="${BULKRUN_SQS_DELIVERY_SEED:-}" \
+      setsid nohup "$venv/bin/python" "$repo_root/localstack/delivery.py" >"$log_file" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$pid_file"
     echo "$port" >"$port_file"
