@@ -137,3 +137,77 @@ func TestLostAnswerOfTheOutcomeWrite(t *testing.T) {
 		t.Fatalf("report %+v %v (pipeline calls %d)", r.Report.Census, err, h.callsOf(batch.PositionalKey(0)))
 	}
 }
+
+// TestLostAnswerOfTheCounterWrite guards the product line "a counter
+// write whose answer was lost is recognised, never counted twice"
+// (Store.CountLane, Store.CountRun). Through the fault proxy, the
+// emulator applies the run's counter-lane write (or the run row's) and the
+// connection is reset before its answer arrives, or DynamoDB answers 500
+// without applying it. Either way the run is counted once: finalize is
+// triggered exactly once, when the last item is recorded, and the
+// counters add up to the run's items. (Before, the SDK sent an ADD again
+// after a lost answer and counted a message batch twice: finalize was
+// triggered while an item was still in flight.)
+func TestLostAnswerOfTheCounterWrite(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, row string
+		kind      faultproxy.Kind
+	}{
+		{"lane applied", `"LANE"`, faultproxy.KindResetAfter},
+		{"lane not applied", `"LANE"`, faultproxy.KindServerError},
+		{"run row applied", `"RUN"`, faultproxy.KindResetAfter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, p := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
+				t.Fatal(err)
+			}
+			h.worker.Handle(ctx, h.receive(t, 1))
+			items := h.receive(t, 4)
+			if len(items) != 4 {
+				t.Fatalf("%d item messages, want 4", len(items))
+			}
+			// The first three items, then the last one: the lane fills with
+			// the second message batch, whose write completes the run. A
+			// write that DynamoDB did not apply is the lane's first, so
+			// that the read after it tells for sure.
+			first := 3
+			if tc.kind == faultproxy.KindServerError {
+				first = 0
+			}
+			if failed := h.worker.Handle(ctx, items[:first]); len(failed) != 0 {
+				t.Fatalf("deliveries failed: %v", failed)
+			}
+			if n := h.triggered.Load(); n != 0 {
+				t.Fatalf("finalize triggered %d times with an item not yet run", n)
+			}
+			setFaults(t, p, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: tc.row,
+				Kind: tc.kind, Rate: 1, Max: 1})
+			if failed := h.worker.Handle(ctx, items[first:]); len(failed) != 0 {
+				t.Fatalf("deliveries failed: %v", failed)
+			}
+			if n := p.Status().ByCall["dynamodb.UpdateItem"][tc.kind]; n != 1 {
+				t.Fatalf("%d counter writes faulted, want 1: the test did not exercise a lost answer", n)
+			}
+			if n := h.triggered.Load(); n != 1 {
+				t.Errorf("finalize triggered %d times, want 1", n)
+			}
+			b, err := h.store.GetBatch(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, err := h.store.Progress(ctx, id, 1, b.CounterShards)
+			if err != nil || pr.Done != 4 {
+				t.Errorf("counted %d items (%v), want 4", pr.Done, err)
+			}
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil || r.Report.Census.Succeeded != 4 {
+				t.Fatalf("report %+v %v", r.Report.Census, err)
+			}
+		})
+	}
+}

@@ -49,15 +49,22 @@ func (r *runner) grant() {
 	// Query: the item worker reads a batch's pack rows (the IAM lane found
 	// it when the unified worker landed); the table only, no index.
 	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem", "dynamodb:Query"}, r.table.TableArn())
-	// The item function deletes two kinds of rows only: a max_concurrency
-	// slot it frees (SLOT#…) and a pack item's attention entry when the
-	// item leaves failed or quarantined (ATTN#…, inside the pack's
-	// TransactWriteItems, which needs each operation's own action).
+	// The item function deletes one kind of row with DeleteItem: a
+	// max_concurrency slot it frees (SLOT#…).
 	item.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Actions:   jsii.Strings("dynamodb:DeleteItem"),
 		Resources: jsii.Strings(*r.table.TableArn()),
 		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
-			"dynamodb:LeadingKeys": []string{config.PKSlot + "*", config.PKAttention + "*"},
+			"dynamodb:LeadingKeys": []string{config.PKSlot + "*"},
+		}},
+	}))
+	// BatchWriteItem: a pack item's attention entries (ATTN#…), put before
+	// the pack's write and deleted after it (internal/dynamo WritePack).
+	item.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:BatchWriteItem"),
+		Resources: jsii.Strings(*r.table.TableArn()),
+		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
+			"dynamodb:LeadingKeys": []string{config.PKAttention + "*"},
 		}},
 	}))
 	allow(item, []string{"s3:GetObject"}, sourceObjects...)

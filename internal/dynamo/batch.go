@@ -144,6 +144,7 @@ func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
 			Set(expression.Name(attrItemCount), expression.Value(b.ItemCount)).
 			Set(expression.Name(attrListShards), expression.Value(b.ListShards)).
 			Set(expression.Name(attrCounterShards), expression.Value(b.CounterShards)).
+			Set(expression.Name(attrCounterLanes), expression.Value(b.CounterLanes)).
 			Set(expression.Name(attrChunks), expression.Value(b.Chunks)).
 			Set(expression.Name(attrFannedOut), expression.Value(false)).
 			Set(expression.Name(attrRunStartedAtMs), expression.Value(ms(b.RunStartedAt)))).Build()

@@ -2,17 +2,25 @@ package dynamo
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
 
+	"github.com/bulkrun/bulkrun/internal/retry"
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
@@ -46,14 +54,7 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(n))
 		}
 	}
-	// Cost sums as DynamoDB numbers: ADD is exact in decimal (38
-	// significant digits; Amazon DynamoDB developer guide, "Supported
-	// data types and naming rules", Number), as the census's sums are.
-	for prefix, sum := range map[string]map[string]decimal.Decimal{attrCostPrefix: c.Cost, attrSpentPrefix: c.Spent} {
-		for _, name := range slices.Sorted(maps.Keys(sum)) {
-			u = u.Add(expression.Name(prefix+name), expression.Value(&types.AttributeValueMemberN{Value: sum[name].String()}))
-		}
-	}
+	u = addCosts(u, c.Cost, c.Spent)
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
 		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
 			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
@@ -101,6 +102,22 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 	res.Failures = run.Failures
 	res.RunDone = res.ChunkDone && c.Chunks > 0 && run.ChunksDone == int64(c.Chunks)
 	return res, nil
+}
+
+// addCosts adds cost and spent to a counter's c#{name} and s#{name}:
+// cost sums as DynamoDB numbers, ADD being exact in decimal (38
+// significant digits; Amazon DynamoDB developer guide, "Supported data
+// types and naming rules", Number), as the census's sums are.
+func addCosts(u expression.UpdateBuilder, cost, spent map[string]decimal.Decimal) expression.UpdateBuilder {
+	for _, ps := range []struct {
+		prefix string
+		sum    map[string]decimal.Decimal
+	}{{attrCostPrefix, cost}, {attrSpentPrefix, spent}} {
+		for _, name := range slices.Sorted(maps.Keys(ps.sum)) {
+			u = u.Add(expression.Name(ps.prefix+name), expression.Value(&types.AttributeValueMemberN{Value: ps.sum[name].String()}))
+		}
+	}
+	return u
 }
 
 // Counter attributes of the cost sums: "c#{name}" (ChunkCount.Cost) and
@@ -171,4 +188,214 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 		}
 	}
 	return p, nil
+}
+
+// CountLane adds c's items to counter lane c.Lane with one UpdateItem
+// that returns the new values (UPDATED_NEW; no read is billed):
+//
+//	ADD done :n, failures :f, n_{outcome} …, wcu :w, rcu :r
+//	SET items = :target, t{h} = :token@:now, updated_at_ms = :now, fv, expires_at
+//	IF attribute_not_exists(done) OR done <= :target − :n
+//
+// on COUNT#{id}#{run}#{lane}, LANE (:w and :r as in CountChunk). A lost
+// condition returns the room left and batch.ErrConflict. The write is sent
+// one try at a time (see addOnce): a write whose answer was lost is
+// recognised by its token, never counted twice.
+func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCounted, error) {
+	var res batch.LaneCounted
+	used := s.takePending()
+	n := c.Done()
+	u := expression.Add(expression.Name(attrDone), expression.Value(n)).
+		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
+		Set(expression.Name(attrItems), expression.Value(c.Target)).
+		Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now))).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
+	for _, o := range batch.TerminalOutcomes() {
+		if v := c.Outcomes[o]; v != 0 {
+			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(v))
+		}
+	}
+	u = addCosts(u, c.Cost, c.Spent)
+	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
+		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
+			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
+	}
+	fits := expression.Or(expression.AttributeNotExists(expression.Name(attrDone)),
+		expression.Name(attrDone).LessThanEqual(expression.Value(c.Target-n)))
+	expr, err := expression.NewBuilder().WithCondition(fits).WithUpdate(s.stamp(u, c.Now)).Build()
+	if err != nil {
+		s.returnPending(used)
+		return res, err
+	}
+	row, err := s.addOnce(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skLane), expr, c.Token, c.Now)
+	var v struct {
+		Done     int64 `dynamodbav:"done"`
+		Failures int64 `dynamodbav:"failures"`
+	}
+	if uerr := attributevalue.UnmarshalMap(row, &v); uerr != nil && err == nil {
+		err = uerr
+	}
+	if err != nil {
+		s.returnPending(used)
+		if errors.Is(err, batch.ErrConflict) {
+			res.Room = c.Target - v.Done
+		}
+		return res, fmt.Errorf("count lane %d of %s run %d: %w", c.Lane, c.BatchID, c.Run, err)
+	}
+	return batch.LaneCounted{Done: v.Done, Failures: v.Failures}, nil
+}
+
+// CountRun adds c to the run row COUNT#{id}#{run}, RUN with one UpdateItem
+// returning the new totals (ADD lanes_done, failures; SET t{h},
+// updated_at_ms), sent once at a time as CountLane's (addOnce).
+func (s *Store) CountRun(ctx context.Context, c batch.RunCount) (batch.RunCounted, error) {
+	u := expression.Add(expression.Name(attrLanesDone), expression.Value(c.LanesDone)).
+		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
+		Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now))).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
+	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
+	if err != nil {
+		return batch.RunCounted{}, err
+	}
+	row, err := s.addOnce(ctx, key(runPK(c.BatchID, c.Run), skRun), expr, c.Token, c.Now)
+	if err != nil {
+		return batch.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
+	}
+	var v struct {
+		LanesDone int64 `dynamodbav:"lanes_done"`
+		Failures  int64 `dynamodbav:"failures"`
+	}
+	if err := attributevalue.UnmarshalMap(row, &v); err != nil {
+		return batch.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
+	}
+	return batch.RunCounted{LanesDone: v.LanesDone, Failures: v.Failures}, nil
+}
+
+// countClockSkew is how far apart two writers' clocks may be.
+const countClockSkew = 2 * time.Second
+
+// countTokenSlots is how many recent writes' tokens a counter row keeps:
+// slot t{h}, h = FNV-1a(token) mod countTokenSlots, holds the token and
+// send time of the last write whose token fell into it. 16 slots of ≈ 25
+// bytes keep a lane row well under 1 KB (one write unit per write).
+const countTokenSlots = 16
+
+// tokenSlot is the attribute of token's slot: "t0" … "t15".
+func tokenSlot(token string) string {
+	h := fnv.New32a()
+	h.Write([]byte(token))
+	return "t" + strconv.Itoa(int(h.Sum32()%countTokenSlots))
+}
+
+// tokenMark is what a write leaves in its slot: "{token}@{now ms}".
+func tokenMark(token string, now time.Time) string {
+	return token + "@" + strconv.FormatInt(now.UnixMilli(), 10)
+}
+
+// countThrottleRetry spaces the tries of a counter write DynamoDB
+// throttled (which it did not apply): 50 ms doubling, at most 2 s.
+var countThrottleRetry = retry.Schedule{Interval: 50 * time.Millisecond, MaxDelay: 2 * time.Second, Jitter: 0.5}
+
+// addOnce runs a counter UpdateItem (an ADD: not idempotent) whose update
+// sets its token's slot (tokenSlot) to tokenMark(token, now), so that it
+// is never applied twice. The SDK does not send it again by itself; this
+// does:
+//
+//   - throttled (DynamoDB did not apply it): sent again, up to
+//     awsfault.MaxAttempts tries in all;
+//   - answered with its condition lost: the stored row and
+//     batch.ErrConflict — unless the row's slot holds its mark, when an
+//     earlier try took effect and the row is its answer;
+//   - no answer (a connection reset or timeout, a 500: it may have taken
+//     effect): the row is read, strongly consistent. Its slot holding the
+//     mark, an earlier try took effect and the row is its answer (no write
+//     can have come after it with that slot empty of it). Row or slot
+//     absent, or the slot last written more than countClockSkew before
+//     now, no try took effect (it would have written the slot) and it is
+//     sent again. Otherwise a later write took the slot and whether this
+//     one took effect cannot be told: batch.ErrCountUnknown. With 16 slots
+//     a write is told apart unless one of the writes since took its slot:
+//     always while the row is quiet, in most cases at a lane's 250 writes/s.
+//
+// It returns the row's attributes after the write (UPDATED_NEW, or the
+// whole row when recognised).
+func (s *Store) addOnce(ctx context.Context, k map[string]types.AttributeValue, expr expression.Expression, token string, now time.Time) (map[string]types.AttributeValue, error) {
+	once := func(o *dynamodb.Options) { o.Retryer = awsretry.AddWithMaxAttempts(o.Retryer, 1) }
+	slot, mark := tokenSlot(token), tokenMark(token, now)
+	var err error
+	for try := 1; try <= awsfault.MaxAttempts; try++ {
+		if try > 1 {
+			if werr := sleepCtx(ctx, countThrottleRetry.Delay(try-1)); werr != nil {
+				return nil, werr
+			}
+		}
+		c, cancel := s.ctx(ctx)
+		var out *dynamodb.UpdateItemOutput
+		out, err = s.db.UpdateItem(c, &dynamodb.UpdateItemInput{
+			TableName: &s.table, Key: k,
+			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			ReturnValues:                        types.ReturnValueUpdatedNew,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, once)
+		cancel()
+		if old, ok := conflict(err); ok {
+			if stringAttr(old, slot) == mark {
+				return old, nil
+			}
+			return old, batch.ErrConflict
+		}
+		switch {
+		case err == nil:
+			return out.Attributes, nil
+		case !errors.Is(err, batch.ErrUnavailable):
+			return nil, err
+		case awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary:
+			continue // not applied
+		}
+		row, gerr := s.getRow(ctx, k)
+		if gerr != nil {
+			return nil, fmt.Errorf("%w: %w (and reading the row: %w)", batch.ErrCountUnknown, err, gerr)
+		}
+		got := stringAttr(row, slot)
+		if got == mark {
+			return row, nil
+		}
+		if _, at, ok := strings.Cut(got, "@"); ok {
+			ms, _ := strconv.ParseInt(at, 10, 64)
+			if ms >= now.Add(-countClockSkew).UnixMilli() {
+				return nil, fmt.Errorf("%w: %w", batch.ErrCountUnknown, err)
+			}
+		}
+	}
+	return nil, err
+}
+
+// getRow reads the row at k strongly consistent; nil when there is none.
+func (s *Store) getRow(ctx context.Context, k map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+func stringAttr(row map[string]types.AttributeValue, name string) string {
+	if v, ok := row[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,30 +56,37 @@ func tags(v any, extra ...string) map[string]bool {
 
 // TestGoldenRows guards the ledger row formats of every version: each
 // golden row (internal/formats/testdata: an item row in each state, a
-// pack row, an attention row, the batch row, a chunk counter) of the
-// release before versions and of today's is read by today's readers,
+// pack row, an attention row, the batch row, a chunk counter of versions
+// 0 and 1, a counter lane of version 2) of every version is read by
+// today's readers,
 // holds no attribute they do not know, and carries its version (none on
 // version 0); a row of a newer version is refused with a
 // *batch.NewerFormatError.
 func TestGoldenRows(t *testing.T) {
 	itemAttrs := tags(itemRow{}, "pk", "apk", "ask")
 	rows := map[string]struct {
-		known map[string]bool
-		read  func(map[string]types.AttributeValue) (int, error)
+		known    map[string]bool
+		read     func(map[string]types.AttributeValue) (int, error)
+		versions []int // nil: every version
 	}{
-		"row-item-succeeded":   {itemAttrs, readItem},
-		"row-item-failed":      {itemAttrs, readItem},
-		"row-item-retry":       {itemAttrs, readItem},
-		"row-item-in-flight":   {itemAttrs, readItem},
-		"row-item-quarantined": {itemAttrs, readItem},
-		"row-attention":        {tags(itemRow{}, "pk", "apk", "ask", attrPackFirst, attrPackIndex), readItem},
-		"row-batch":            {tags(batchRow{}), readBatch},
-		"row-pack":             {nil, readPack},
+		"row-item-succeeded":   {itemAttrs, readItem, nil},
+		"row-item-failed":      {itemAttrs, readItem, nil},
+		"row-item-retry":       {itemAttrs, readItem, nil},
+		"row-item-in-flight":   {itemAttrs, readItem, nil},
+		"row-item-quarantined": {itemAttrs, readItem, nil},
+		"row-attention":        {tags(itemRow{}, "pk", "apk", "ask", attrPackFirst, attrPackIndex), readItem, nil},
+		"row-batch":            {tags(batchRow{}), readBatch, nil},
+		"row-pack":             {nil, readPack, nil},
 		"row-counter-chunk": {tags(struct{}{}, "pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
-			outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled)), readCounter},
+			outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled)), readCounter, []int{0, 1}},
+		"row-counter-lane": {tags(struct{}{}, append(tokenSlots(), "pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
+			outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled))...), readCounter, []int{2}},
 	}
-	for _, v := range []int{0, batch.FormatVersion} {
+	for v := range batch.FormatVersion + 1 {
 		for name, r := range rows {
+			if r.versions != nil && !slices.Contains(r.versions, v) {
+				continue
+			}
 			t.Run(fmt.Sprintf("v%d/%s", v, name), func(t *testing.T) {
 				av := readGoldenRow(t, v, name)
 				for a := range av {
@@ -101,6 +109,15 @@ func TestGoldenRows(t *testing.T) {
 			})
 		}
 	}
+}
+
+// tokenSlots are the names of a counter row's token slots.
+func tokenSlots() []string {
+	var names []string
+	for h := range countTokenSlots {
+		names = append(names, fmt.Sprintf("t%d", h))
+	}
+	return names
 }
 
 func formatOf(av map[string]types.AttributeValue) int {

@@ -159,75 +159,171 @@ func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, f
 // ListItems returns up to limit items of outcome in key byte order after
 // the key after (exclusive; "" from the start), and the key to continue
 // after ("" when there are no more). failed and quarantined items come
-// from the sparse attention index, so successes are never read; in_flight
-// items come from the table's item shards with a filter (DynamoDB reads and
-// discards the other rows of the page). Each shard is queried for at most
-// limit rows per call.
+// from the sparse attention index (item rows) and the attention entries
+// of pack items (the ATTN partitions, one per item shard), so successes
+// are never read; every pack item's entry is confirmed against its pack
+// row (one BatchGetItem for the page's packs) and left out when the pack
+// no longer holds the item in that outcome (see WritePack), so a page may
+// hold fewer than limit items with a key to continue after. in_flight
+// items come from the table's item shards with a filter (DynamoDB reads
+// and discards the other rows of the page). Each shard is queried for at
+// most limit rows per call.
 func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, outcome batch.Outcome, after string, limit int) ([]batch.Item, string, error) {
-	var index *string
-	pkAttr, skAttr := config.AttrAttentionPK, config.AttrAttentionSK
-	pkOf := func(shard int) string { return shardKey(batchID, shard) }
+	type source struct {
+		index        *string
+		pkAttr, skAt string
+		pkOf         func(shard int) string
+	}
+	var sources []source
 	switch outcome {
 	case batch.OutcomeFailed, batch.OutcomeQuarantined:
-		index = aws.String(config.IndexAttention)
+		sources = []source{
+			{aws.String(config.IndexAttention), config.AttrAttentionPK, config.AttrAttentionSK, func(shard int) string { return shardKey(batchID, shard) }},
+			{nil, config.AttrPK, config.AttrSK, func(shard int) string { return attnPK(batchID, shard) }},
+		}
 	case batch.OutcomeInFlight:
-		pkAttr, skAttr = config.AttrPK, config.AttrSK
-		pkOf = func(shard int) string { return itemPK(batchID, shard) }
+		sources = []source{{nil, config.AttrPK, config.AttrSK, func(shard int) string { return itemPK(batchID, shard) }}}
 	default:
 		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, batch.ErrInvalid)
 	}
-	var all []batch.Item
-	more := false // a shard stopped reading with rows left
+	var all []listed
+	seen := map[string]bool{} // an entry of format 0–1 is in the index and its partition
+	more := false             // a shard stopped reading with rows left
 	for shard := range max(1, listShards) {
-		kc := expression.Key(pkAttr).Equal(expression.Value(pkOf(shard)))
-		if after != "" {
-			kc = kc.And(expression.Key(skAttr).GreaterThan(expression.Value(after)))
+		for _, src := range sources {
+			kc := expression.Key(src.pkAttr).Equal(expression.Value(src.pkOf(shard)))
+			if after != "" {
+				kc = kc.And(expression.Key(src.skAt).GreaterThan(expression.Value(after)))
+			}
+			expr, err := expression.NewBuilder().WithKeyCondition(kc).
+				WithFilter(expression.Name(attrOutcome).Equal(expression.Value(string(outcome)))).Build()
+			if err != nil {
+				return nil, "", err
+			}
+			var start map[string]types.AttributeValue
+			got := 0
+			for got < limit {
+				c, cancel := s.ctx(ctx)
+				out, err := s.db.Query(c, &dynamodb.QueryInput{
+					TableName: &s.table, IndexName: src.index,
+					KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
+					ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+					ExclusiveStartKey: start, Limit: aws.Int32(int32(min(limit*4, 1000))),
+				})
+				cancel()
+				if err != nil {
+					return nil, "", fmt.Errorf("list items %s: %w", batchID, err)
+				}
+				for _, av := range out.Items {
+					it, err := itemFrom(batchID, av)
+					if err != nil {
+						return nil, "", err
+					}
+					got++
+					if seen[it.Key] {
+						continue
+					}
+					seen[it.Key] = true
+					l := listed{item: it}
+					if pk, _ := av[config.AttrPK].(*types.AttributeValueMemberS); pk != nil && strings.HasPrefix(pk.Value, "ATTN#") {
+						var loc struct {
+							First int64 `dynamodbav:"pack_first"`
+							Index int   `dynamodbav:"pack_index"`
+						}
+						if err := attributevalue.UnmarshalMap(av, &loc); err != nil {
+							return nil, "", fmt.Errorf("list items %s: %w", batchID, err)
+						}
+						l.packed, l.first, l.index = true, loc.First, loc.Index
+					}
+					all = append(all, l)
+				}
+				if len(out.LastEvaluatedKey) == 0 {
+					break
+				}
+				start = out.LastEvaluatedKey
+				if got >= limit {
+					more = true
+				}
+			}
 		}
-		expr, err := expression.NewBuilder().WithKeyCondition(kc).
-			WithFilter(expression.Name(attrOutcome).Equal(expression.Value(string(outcome)))).Build()
-		if err != nil {
-			return nil, "", err
+	}
+	slices.SortFunc(all, func(a, b listed) int { return cmp.Compare(a.item.Key, b.item.Key) })
+	next := ""
+	switch {
+	case len(all) > limit:
+		all = all[:limit]
+		next = all[limit-1].item.Key
+	case more && len(all) > 0:
+		next = all[len(all)-1].item.Key
+	}
+	items, err := s.confirmPacked(ctx, batchID, listShards, outcome, all)
+	return items, next, err
+}
+
+// listed is one row ListItems found: an item row, or a pack item's
+// attention entry and where its pack is.
+type listed struct {
+	item   batch.Item
+	packed bool
+	first  int64
+	index  int
+}
+
+// confirmPacked returns the items of ls in order, each pack item's as its
+// pack row holds it (read with one consistent BatchGetItem per 100
+// packs), left out when the pack does not hold it in outcome.
+func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards int, outcome batch.Outcome, ls []listed) ([]batch.Item, error) {
+	packs := map[int64]*batch.Pack{}
+	var keys []map[string]types.AttributeValue
+	for _, l := range ls {
+		if l.packed && packs[l.first] == nil {
+			packs[l.first] = &batch.Pack{}
+			keys = append(keys, packKey(batch.PackRef{BatchID: batchID, ListShards: listShards, First: l.first}))
 		}
-		var start map[string]types.AttributeValue
-		got := 0
-		for got < limit {
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		pending := map[string]types.KeysAndAttributes{s.table: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		keys = keys[n:]
+		for try := 0; len(pending) > 0; try++ {
+			if try == MaxDeleteTries {
+				return nil, fmt.Errorf("list items %s: packs left unread", batchID)
+			}
 			c, cancel := s.ctx(ctx)
-			out, err := s.db.Query(c, &dynamodb.QueryInput{
-				TableName: &s.table, IndexName: index,
-				KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(),
-				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-				ExclusiveStartKey: start, Limit: aws.Int32(int32(min(limit*4, 1000))),
-			})
+			out, err := s.db.BatchGetItem(c, &dynamodb.BatchGetItemInput{RequestItems: pending})
 			cancel()
 			if err != nil {
-				return nil, "", fmt.Errorf("list items %s: %w", batchID, err)
+				return nil, fmt.Errorf("list items %s: %w", batchID, err)
 			}
-			for _, av := range out.Items {
-				it, err := itemFrom(batchID, av)
+			for _, av := range out.Responses[s.table] {
+				p, err := packFrom(batchID, av)
 				if err != nil {
-					return nil, "", err
+					return nil, err
 				}
-				all = append(all, it)
-				got++
+				if q := packs[p.First]; q != nil {
+					*q = p
+				}
 			}
-			if len(out.LastEvaluatedKey) == 0 {
-				break
-			}
-			start = out.LastEvaluatedKey
-			if got >= limit {
-				more = true
-			}
+			pending = out.UnprocessedKeys
 		}
 	}
-	slices.SortFunc(all, func(a, b batch.Item) int { return cmp.Compare(a.Key, b.Key) })
-	if len(all) > limit {
-		all = all[:limit]
-		return all, all[limit-1].Key, nil
+	items := make([]batch.Item, 0, len(ls))
+	for _, l := range ls {
+		if !l.packed {
+			items = append(items, l.item)
+			continue
+		}
+		p := packs[l.first]
+		if l.index < len(p.Items) && p.Items[l.index].Key == l.item.Key && p.Items[l.index].Outcome == outcome {
+			it := p.Item(l.index)
+			it.LeaseUntil = time.Time{} // not in flight: as an item row of that outcome reads
+			items = append(items, it)
+		}
 	}
-	if more && len(all) > 0 {
-		return all, all[len(all)-1].Key, nil
+	if len(items) == 0 {
+		items = nil
 	}
-	return all, "", nil
+	return items, nil
 }
 
 // shardQuery is the table query of one shard of a batch's items after

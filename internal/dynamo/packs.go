@@ -160,13 +160,6 @@ func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]type
 	return packFrom(batchID, out.Item)
 }
 
-// maxAttentionPerWrite bounds the attention rows one transaction of a
-// pack write puts or deletes: TransactWriteItems takes at most 100
-// actions, one of them the pack row's update ("TransactWriteItems",
-// DynamoDB API reference,
-// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html).
-const maxAttentionPerWrite = 99
-
 // WritePack takes or writes a pack row (see batch.PackWrite) with one
 // UpdateItem:
 //
@@ -177,37 +170,53 @@ const maxAttentionPerWrite = 99
 //	every write:        SET lease_until_ms = :lease, updated_at_ms, expires_at,
 //	                    i{j} = :item (REMOVE i{j} for an item written empty)
 //
-// An item that enters failed or quarantined gets its attention row (pk
+// An item that enters failed or quarantined gets its attention entry (pk
 // ATTN#{id}#{shard of its key}, sk its key, with the item row's attributes
-// and apk/ask: the sparse attention index lists it with the item rows);
-// one that leaves them loses it; both in one TransactWriteItems with the
-// pack's update, so the index never disagrees with the pack. A write
-// whose attention changes pass 99 is split into transactions of at most
-// 99, each with the pack's update of its own items; after the first, they
-// are fenced by the attempt the first one left.
+// and where its pack is; no index entry), put before the pack's write
+// with BatchWriteItem, so that every failed or quarantined pack item has
+// one; an item that leaves them loses it after the pack's write. No
+// transaction: a transactional write costs twice the units of each row it
+// writes (DynamoDB developer guide, "Capacity and throughput for
+// transactions"), which made a failed pack item cost ≈ 4 write units; an
+// entry now costs one (with an error text under ≈ 800 bytes). An entry
+// can thus say more than its pack (the pack's write after it was fenced
+// or never made, a delete lost): ListItems confirms every entry against
+// its pack row and leaves out those the pack does not hold, and release
+// is conditioned on the pack.
 func (s *Store) WritePack(ctx context.Context, w batch.PackWrite) error {
-	var groups [][]batch.PackItemWrite
-	var cur []batch.PackItemWrite
-	changes := 0
+	var puts []types.WriteRequest
+	var gone []map[string]types.AttributeValue
 	for _, iw := range w.Items {
-		if attentionChange(iw) != 0 && changes == maxAttentionPerWrite {
-			groups, cur, changes = append(groups, cur), nil, 0
+		switch attentionChange(iw) {
+		case 1:
+			put, err := s.attentionPut(w, iw)
+			if err != nil {
+				return err
+			}
+			puts = append(puts, put)
+		case -1:
+			gone = append(gone, key(attnPK(w.Ref.BatchID, batch.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key))
 		}
-		if attentionChange(iw) != 0 {
-			changes++
-		}
-		cur = append(cur, iw)
 	}
-	groups = append(groups, cur)
-	for g, items := range groups {
-		part := w
-		part.Items = items
-		if g > 0 && w.Take {
-			part.Take, part.Attempt = false, w.Attempt+1
+	if len(puts) > 0 && w.Effects != nil && w.Effects.Len() > 0 {
+		return fmt.Errorf("write pack %s/%d: staged writes are committed only with one succeeded item", w.Ref.BatchID, w.Ref.First)
+	}
+	for len(puts) > 0 {
+		n := min(len(puts), 25)
+		if err := s.batchWrite(ctx, puts[:n]); err != nil {
+			return fmt.Errorf("write pack %s/%d: attention entries: %w", w.Ref.BatchID, w.Ref.First, err)
 		}
-		if err := s.writePack(ctx, part, g == 0); err != nil {
-			return err
-		}
+		puts = puts[n:]
+	}
+	if err := s.writePack(ctx, w, true); err != nil {
+		return err
+	}
+	// The pack is written; an entry left behind by a failed delete is
+	// stale, which listings leave out (the pack no longer confirms it).
+	for len(gone) > 0 {
+		n := min(len(gone), 25)
+		_ = s.deleteKeys(ctx, gone[:n])
+		gone = gone[n:]
 	}
 	return nil
 }
@@ -252,7 +261,6 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 		}
 		u = u.Set(expression.Name(attrPackItems), expression.Value(n))
 	}
-	var attention []types.TransactWriteItem
 	for _, iw := range w.Items {
 		if iw.Index < 0 || iw.Index >= batch.MaxItemsPerMessage {
 			return fmt.Errorf("write pack %s/%d: item index %d", w.Ref.BatchID, w.Ref.First, iw.Index)
@@ -267,17 +275,6 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 			}
 			u = u.Set(name, expression.Value(av))
 		}
-		switch attentionChange(iw) {
-		case 1:
-			put, err := s.attentionPut(w, iw)
-			if err != nil {
-				return err
-			}
-			attention = append(attention, put)
-		case -1:
-			k := key(attnPK(w.Ref.BatchID, batch.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key)
-			attention = append(attention, types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: k}})
-		}
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, w.Now)).Build()
 	if err != nil {
@@ -287,18 +284,11 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 	switch {
 	case w.Effects != nil && w.Effects.Len() > 0:
 		wr, ok := w.Effects.(stagedWrites)
-		if !ok || len(w.Items) != 1 || w.Items[0].Item.Outcome != batch.OutcomeSucceeded || len(attention) > 0 {
+		if !ok || len(w.Items) != 1 || w.Items[0].Item.Outcome != batch.OutcomeSucceeded {
 			return fmt.Errorf("write pack %s/%d: staged writes of type %T are committed only with one succeeded item", w.Ref.BatchID, w.Ref.First, w.Effects)
 		}
 		it := w.Items[0].Item
 		_, err = s.recordWithEffects(ctx, batch.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr.TransactWriteItems())
-	case len(attention) > 0:
-		update := types.TransactWriteItem{Update: &types.Update{
-			TableName: &s.table, Key: k,
-			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		}}
-		_, err = s.transact(ctx, append([]types.TransactWriteItem{update}, attention...)...)
 	default:
 		_, _, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
 	}
@@ -312,15 +302,15 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 	return err
 }
 
-// attentionPut is the Put of the attention row of pack item iw: the item
+// attentionPut is the put of the attention row of pack item iw: the item
 // row's attributes (itemRow's names, so that ListItems reads it as it
-// reads an item row), apk/ask, and where its pack is.
-func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.TransactWriteItem, error) {
+// reads an item row) and where its pack is. (Rows of format versions 0
+// and 1 also carry apk/ask, an attention index entry.)
+func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.WriteRequest, error) {
 	it := iw.Item
 	shard := batch.Shard(it.Key, w.Ref.ListShards)
 	row := map[string]any{
 		config.AttrPK: attnPK(w.Ref.BatchID, shard), config.AttrSK: it.Key,
-		config.AttrAttentionPK: shardKey(w.Ref.BatchID, shard), config.AttrAttentionSK: it.Key,
 		attrRun: it.Run, attrOutcome: string(it.Outcome), attrAttempt: it.Attempt, attrFirstAttempt: it.FirstAttempt,
 		attrUpdatedAtMs: ms(it.UpdatedAt), attrPackFirst: w.Ref.First, attrPackIndex: iw.Index,
 		attrFormat: batch.FormatVersion,
@@ -345,9 +335,9 @@ func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.T
 	}
 	av, err := attributevalue.MarshalMap(row)
 	if err != nil {
-		return types.TransactWriteItem{}, fmt.Errorf("attention row %s/%s: %w", w.Ref.BatchID, it.Key, err)
+		return types.WriteRequest{}, fmt.Errorf("attention row %s/%s: %w", w.Ref.BatchID, it.Key, err)
 	}
-	return types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: av}}, nil
+	return types.WriteRequest{PutRequest: &types.PutRequest{Item: av}}, nil
 }
 
 // releasePackItem releases a quarantined pack item found by its attention

@@ -147,6 +147,14 @@ func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.Attribut
 	for _, k := range keys {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}})
 	}
+	return s.batchWrite(ctx, reqs)
+}
+
+// batchWrite makes up to 25 puts or deletes with BatchWriteItem, retrying
+// the unprocessed ones with exponential backoff (50 ms doubling,
+// jittered, at most MaxDeleteTries calls).
+func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+	n := len(reqs)
 	pending := map[string][]types.WriteRequest{s.table: reqs}
 	bo := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
@@ -157,8 +165,8 @@ func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.Attribut
 			return struct{}{}, backoff.Permanent(err)
 		}
 		pending = out.UnprocessedItems
-		if n := len(pending[s.table]); n > 0 {
-			return struct{}{}, fmt.Errorf("delete: %d of %d keys left unprocessed", n, len(keys))
+		if left := len(pending[s.table]); left > 0 {
+			return struct{}{}, fmt.Errorf("batch write: %d of %d rows left unprocessed", left, n)
 		}
 		return struct{}{}, nil
 	}, backoff.WithBackOff(bo), backoff.WithMaxTries(MaxDeleteTries), backoff.WithMaxElapsedTime(0))

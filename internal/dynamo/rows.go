@@ -49,6 +49,9 @@ func countPK(id string, run, shard int) string {
 // runPK is the partition key of the run's chunks-done row.
 func runPK(id string, run int) string { return "COUNT#" + id + "#" + strconv.Itoa(run) }
 
+// skLane is the sort key of a counter lane (in counter partition = lane).
+const skLane = "LANE"
+
 // chunkSK is the sort key of the counter of the chunk starting at first.
 func chunkSK(first int64) string { return fmt.Sprintf("CHUNK#%012d", first) }
 
@@ -98,6 +101,7 @@ const (
 	attrCensus           = "census"
 	attrChunks           = "chunks"
 	attrCounterShards    = "counter_shards"
+	attrCounterLanes     = "counter_lanes"
 	attrExpiresAtMs      = "expires_at_ms"
 	attrFannedOut        = "fanned_out"
 	attrFinishedAtMs     = "finished_at_ms"
@@ -140,6 +144,7 @@ type batchRow struct {
 	ItemCount      int64             `dynamodbav:"item_count"`
 	ListShards     int               `dynamodbav:"list_shards"`
 	CounterShards  int               `dynamodbav:"counter_shards"`
+	CounterLanes   int               `dynamodbav:"counter_lanes,omitempty"` // 0: counted per chunk
 	Chunks         int               `dynamodbav:"chunks,omitempty"`
 	Run            int               `dynamodbav:"run"`
 	Status         string            `dynamodbav:"status"`
@@ -194,7 +199,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 	r := batchRow{
 		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
-		ListShards: b.ListShards, CounterShards: b.CounterShards, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
+		ListShards: b.ListShards, CounterShards: b.CounterShards, CounterLanes: b.CounterLanes, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
 		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, ItemsPerMsg: b.ItemsPerMessage, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
@@ -236,7 +241,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 	}
 	b := batch.Batch{
 		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
-		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, Chunks: r.Chunks, Run: r.Run,
+		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, CounterLanes: r.CounterLanes, Chunks: r.Chunks, Run: r.Run,
 		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
 		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
 		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
@@ -342,6 +347,7 @@ const (
 	attrFailures   = "failures"
 	attrItems      = "items"
 	attrChunksDone = "chunks_done"
+	attrLanesDone  = "lanes_done"
 	attrWriteUnits = "wcu" // DynamoDB units attributed to the run (see Capacity)
 	attrReadUnits  = "rcu"
 )

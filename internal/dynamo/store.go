@@ -16,12 +16,12 @@
 //	                                       table lists a batch's items per shard in key order (shard =
 //	                                       FNV-1a(key) mod list_shards)
 //	                                       apk={id}#{shard}, ask={key}: attention index, only while failed or quarantined
-//	COUNT#{id}#{run}#{p}, CHUNK#{first:012} the counter of the fan-out chunk starting at item first (done,
-//	                                       failures, items), one write per message batch; p = chunk
-//	                                       number mod counter_shards
-//	COUNT#{id}#{run}, RUN                  the run's chunks-done counter (chunks_done, failures), one write
-//	                                       per chunk (and per message batch with failures when the
-//	                                       threshold may stop the run early)
+//	COUNT#{id}#{run}#{p}, LANE             counter lane p of the run (done, failures, items = its target,
+//	                                       token slots t0…t15), one write per message batch in any order
+//	COUNT#{id}#{run}#{p}, CHUNK#{first:012} (batches before lanes) the counter of the fan-out chunk
+//	                                       starting at item first; p = chunk number mod counter_shards
+//	COUNT#{id}#{run}, RUN                  the run's lanes done (older runs: chunks done) and, under the
+//	                                       early stop, failures pushed by the lanes; a few writes per run
 //	MARK#{id}#{run}#{shard}, {key}         an item answered from an earlier run's row, counted in run
 //	SLOT#{id}#{i}, SLOT                    concurrency slot i of a batch with max_concurrency (holder, lease_until_ms)
 //	RUNNING, {id}                          running marker (one per batch run)
@@ -37,8 +37,8 @@
 //
 // No partition key receives more than DynamoDB's 1,000 write units/s at the
 // stack's flow: item rows are spread over list_shards partition keys and
-// chunk counters over counter_shards, both sized from the flow
-// (batch.ListShards, batch.CounterShards; DynamoDB developer guide,
+// a run's counts over counter_lanes lanes, both sized from the flow
+// (batch.ListShards, batch.CounterLanes; DynamoDB developer guide,
 // "Partitions and data distribution"). An item row is written twice in a
 // clean run (reservation, outcome) and never after its outcome by the
 // ledger itself: no index copies its output, rerun counting writes MARK

@@ -5,8 +5,10 @@
 // a test can finish with today's code a batch that an earlier release
 // half ran (integration's TestUpgradeFinishesOldFormats). Not API.
 //
-// testdata/v0 holds the formats of the release before format versions;
-// testdata/v{batch.FormatVersion} holds today's.
+// testdata/v0 holds the formats of the release before format versions,
+// testdata/v1 those of version 1 (per-chunk counters), and
+// testdata/v{batch.FormatVersion} today's. Every version's directory is
+// frozen once a newer one exists.
 package formats
 
 import (
@@ -74,7 +76,7 @@ func Batch(id string, k int) batch.Batch {
 	m, _ := Manifest()
 	return batch.Batch{
 		ID: id, Pipeline: "echo", Digest: digest(m), ManifestKey: ManifestKey(id), ManifestBytes: int64(len(m)),
-		ItemCount: Items, ListShards: 2, CounterShards: 1, Chunks: 1, Run: 1, Status: batch.StatusRunning,
+		ItemCount: Items, ListShards: 2, CounterShards: 1, CounterLanes: 1, Chunks: 1, Run: 1, Status: batch.StatusRunning,
 		Threshold: batch.Threshold{}, MaxAttempts: 3, ItemsPerMessage: k, OnInterrupt: batch.InterruptRetry,
 		Options: json.RawMessage(`{}`), Source: "inline", CreatedAt: T0, RunStartedAt: T0,
 	}
@@ -159,7 +161,7 @@ var rowShapes = map[string]func(dynjson.Row) bool{
 	"row-item-quarantined": func(r dynjson.Row) bool { return str(r, "sk") == Key(4) && prefix(r, "ITEM#"+BatchOne) },
 	"row-pack":             func(r dynjson.Row) bool { return prefix(r, "PACK#"+BatchPack) },
 	"row-attention":        func(r dynjson.Row) bool { return prefix(r, "ATTN#"+BatchPack) },
-	"row-counter-chunk":    func(r dynjson.Row) bool { return prefix(r, "COUNT#"+BatchOne+"#1#") },
+	"row-counter-lane":     func(r dynjson.Row) bool { return prefix(r, "COUNT#"+BatchOne+"#1#") && str(r, "sk") == "LANE" },
 	"row-counter-run":      func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchOne+"#1" },
 	"row-running":          func(r dynjson.Row) bool { return str(r, "pk") == "RUNNING" && str(r, "sk") == BatchOne },
 }
@@ -178,7 +180,8 @@ func prefix(r dynjson.Row, p string) bool {
 // half writes the scenario's first half: in each batch, of its 8 items,
 // 0 succeeded, 1 failed, 2 waiting for a scheduled retry, 3 in flight
 // under a lease that ends at T0 + Lease (its holder died), 4 quarantined,
-// 5–7 not yet reserved; the chunk counter holds the three terminal ones.
+// 5–7 not yet reserved; the run's one counter lane holds the three
+// terminal ones (versions 0 and 1: the chunk counter).
 func half(ctx context.Context, s batch.Store) error {
 	one, pack := Batch(BatchOne, 1), Batch(BatchPack, PackK)
 	for _, b := range []batch.Batch{one, pack} {
@@ -239,9 +242,9 @@ func half(ctx context.Context, s batch.Store) error {
 		return fmt.Errorf("write pack: %w", err)
 	}
 	for _, b := range []batch.Batch{one, pack} {
-		_, err := s.CountChunk(ctx, batch.ChunkCount{BatchID: b.ID, Run: 1, First: 0, Items: Items, Chunks: 1, Shards: 1,
+		_, err := s.CountLane(ctx, batch.LaneCount{BatchID: b.ID, Run: 1, Lane: 0, Target: Items,
 			Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 1, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1},
-			Failures: 2, Now: now})
+			Failures: 2, Token: "golden-" + b.ID, Now: now})
 		if err != nil {
 			return fmt.Errorf("count %s: %w", b.ID, err)
 		}

@@ -25,8 +25,10 @@ import (
 )
 
 // TestUpgradeFinishesOldFormats finishes, with today's code, the two
-// batches (one item per message, and four) that the release before format
-// versions left half run: its rows (testdata/v0/scenario.json: items
+// batches (one item per message, and four) that each older release left
+// half run — the release before format versions (testdata/v0) and
+// version 1 (testdata/v1, whose runs count per fan-out chunk): its rows
+// (testdata/vN/scenario.json: items
 // succeeded, failed, quarantined, waiting for a retry, in flight under an
 // ended lease, never reserved; a pack row of each; the chunk counters) are
 // put into a new table as that release wrote them, its messages (item
@@ -40,12 +42,20 @@ func TestUpgradeFinishesOldFormats(t *testing.T) {
 		}
 		t.Skip("AWS_ENDPOINT_URL is not set")
 	}
+	for v := range batch.FormatVersion {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { finishOldFormats(t, v) })
+	}
+}
+
+// finishOldFormats is TestUpgradeFinishesOldFormats for the golden
+// scenario of version v.
+func finishOldFormats(t *testing.T, v int) {
 	ctx := context.Background()
 	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join("testdata", "v0")
+	dir := filepath.Join("testdata", fmt.Sprintf("v%d", v))
 	sc, err := formats.ReadScenario(dir)
 	if err != nil {
 		t.Fatal(err)

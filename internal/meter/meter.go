@@ -261,13 +261,19 @@ func (s *schema) indexWriteUnits(ix index, before, after map[string]types.Attrib
 }
 
 // Kind is the row kind of a key or item: its partition key's string value
-// up to the first '#' (the whole value when it has none).
+// up to the first '#' (the whole value when it has none); for a counter
+// row (COUNT) also its sort key's, so that a run's lanes, its run row and
+// chunk counters are told apart: "COUNT LANE", "COUNT RUN", "COUNT CHUNK".
 func (s *schema) kind(item map[string]types.AttributeValue) string {
 	v, _ := item[s.pk].(*types.AttributeValueMemberS)
 	if v == nil {
 		return ""
 	}
 	k, _, _ := strings.Cut(v.Value, "#")
+	if sk, ok := item[s.sk].(*types.AttributeValueMemberS); ok && k == "COUNT" {
+		p, _, _ := strings.Cut(sk.Value, "#")
+		k += " " + p
+	}
 	return k
 }
 

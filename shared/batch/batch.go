@@ -21,7 +21,11 @@ type Batch struct {
 	ManifestBytes int64  `json:"manifest_bytes"`
 	ItemCount     int64  `json:"item_count"`
 	ListShards    int    `json:"list_shards"`    // item-row partition keys (see ListShards)
-	CounterShards int    `json:"counter_shards"` // chunk-counter partition keys (see CounterShards)
+	CounterShards int    `json:"counter_shards"` // counter partition keys (see CounterShards; CounterLanes when set)
+	// CounterLanes is the run's counter lanes (see CounterLanes), the same
+	// in every run; 0 on rows written before lanes, whose runs count per
+	// fan-out chunk (Store.CountChunk).
+	CounterLanes int `json:"-"`
 	// Chunks is the number of fan-out chunks of the manifest (the same in
 	// every run): a run is done when this many chunk counters reached
 	// their item counts (Store.CountChunk). 0 on rows written before

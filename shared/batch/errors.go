@@ -38,6 +38,12 @@ var (
 	// message again after a short jittered delay and counts no attempt.
 	// Adapters wrap the SDK error with it (internal/awsfault).
 	ErrUnavailable = errors.New("AWS service unavailable")
+	// ErrCountUnknown: a counter write's answer was lost and whether it
+	// took effect cannot be told (another write to the row came in
+	// between), so it is not sent again: its items may be counted or not.
+	// The run's progress is then finished by the finalize tick, which
+	// counts the item rows once the counters stand still (Store.CountLane).
+	ErrCountUnknown = errors.New("counter write's effect unknown")
 	// ErrExpired: the batch's retention has ended (HTTP 404 expired); it
 	// is gone for reads and commands, and a submit may reuse its id.
 	ErrExpired = errors.New("expired")

@@ -132,6 +132,53 @@ func CounterShards(itemsPerSecond int) int {
 	return max(1, min(MaxCounterShards, (perSecond+ShardWriteBudget-1)/ShardWriteBudget))
 }
 
+// Counter lanes. A run's terminal items are counted in CounterLanes lane
+// rows (COUNT#{batch}#{run}#{lane}, LANE), lane p filled up to its
+// LaneTarget: each message batch adds its items of the run to one lane
+// chosen at random among those not yet full (Worker.count), whatever
+// fan-out chunks its messages came from, so the counter writes are one per
+// message batch in any delivery order; the write that fills a lane to its
+// target counts the lane done on the run row, and the write that counts
+// the last lane done completes the run. Lane targets add up to the run's
+// items.
+const (
+	// LaneWriteBudget is the counter writes per second planned per lane:
+	// a quarter of DynamoDB's 1,000 write units/s per partition key, so
+	// that when lanes fill one after another the last ones take the
+	// others' writes and stay under the limit (TestLanesStayUnderTheLimit).
+	LaneWriteBudget = 250
+	// MaxCounterLanes bounds the lanes (and the counter partitions live
+	// status and the finalize tick read): 40 serve the largest flow the
+	// event source allows (StackFlow(1000, 10) = 100,000 items/s).
+	MaxCounterLanes = 64
+)
+
+// CounterLanes is the number of counter lanes of a batch of n items at a
+// flow of itemsPerSecond (≤ 0: DefaultItemsPerSecond): the counter writes
+// per second, one per message batch of ItemsPerMessageBatch items at the
+// flow (or n items in all, whichever is less), over LaneWriteBudget,
+// clamped to [1, MaxCounterLanes]. 4 at the defaults, 40 at the largest
+// flow; 1 for a batch of up to 2,500 items.
+func CounterLanes(n int64, itemsPerSecond int) int {
+	if itemsPerSecond <= 0 {
+		itemsPerSecond = DefaultItemsPerSecond
+	}
+	items := min(int64(itemsPerSecond), max(n, 1))
+	perSecond := (items + ItemsPerMessageBatch - 1) / ItemsPerMessageBatch
+	return int(max(1, min(MaxCounterLanes, (perSecond+LaneWriteBudget-1)/LaneWriteBudget)))
+}
+
+// LaneTarget is how many of a run's n items lane p of lanes counts: n
+// split evenly, the first n mod lanes lanes one more.
+func LaneTarget(n int64, lanes, p int) int64 {
+	lanes = max(1, lanes)
+	t := n / int64(lanes)
+	if int64(p) < n%int64(lanes) {
+		t++
+	}
+	return t
+}
+
 // ItemsPerMessageBatch is the items queue's batch size: the most item
 // messages one invocation of the item function receives (the stack's SQS
 // event source BatchSize, config.DefaultItemBatchSize).

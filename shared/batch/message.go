@@ -12,11 +12,16 @@ import (
 // attribute: item, pack, attention, batch, counter and count-mark rows).
 // A message or row without one is of version 0, the formats of the
 // release before versions, which this code reads as they are (the shapes
-// of version 1 are version 0's plus the version). Code meeting a version
+// of version 1 are version 0's plus the version). Version 2 counts a run's
+// items in counter lanes (the batch row's counter_lanes, lane rows
+// COUNT#{id}#{run}#{lane}, LANE) instead of per fan-out chunk (batches of
+// versions 0 and 1, without counter_lanes, keep counting per chunk until
+// their runs finish), and a pack item's attention row carries no index
+// keys (apk, ask): listings read the ATTN partitions. Code meeting a version
 // above its own leaves the message on the queue and refuses the row
 // (docs/operations.md, "Upgrading with batches in flight"); golden files
 // pin every version's shapes (internal/formats/testdata).
-const FormatVersion = 1
+const FormatVersion = 2
 
 // NewerFormatError is a message or row of a format version above
 // FormatVersion: written by a newer release. The message is left on the

@@ -58,7 +58,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 	defer w.freeSlot(ctx, log, b.ID, slot, holder)
 	inputs := make([]json.RawMessage, len(m.Items))
 	u := w.unitOf(b, m)
-	h, err := u.take(ctx, taking{b: b, msg: m, mode: ModeRun, prepare: w.prepareInputs(ctx, m, inputs)})
+	h, err := u.take(ctx, taking{b: b, msg: m, mode: ModeRun, prepare: w.prepareInputs(ctx, m, inputs), redelivered: d.ReceiveCount > 1})
 	switch {
 	case err != nil:
 		return w.unavailable(ctx, log, d, m, "take", err)

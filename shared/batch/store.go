@@ -72,6 +72,20 @@ type Store interface {
 	// to its last chunk, without reading any counter. Counters may lag or
 	// be lost (the finalize tick is the backstop); item rows decide.
 	CountChunk(ctx context.Context, c ChunkCount) (ChunkCounted, error)
+	// CountLane adds terminal items of a run to counter lane c.Lane
+	// (COUNT#{id}#{run}#{lane}, LANE) only if they fit its target (done +
+	// c.Done() ≤ c.Target), and returns the lane's done and failures after
+	// the write, without reading. When they do not fit it returns the room
+	// left (c.Target − done) and ErrConflict. A write sent again after its
+	// answer was lost is recognised as its own (c.Token) and answered from
+	// the row; when that cannot be told — another write came in between —
+	// it returns ErrCountUnknown: the items may or may not be counted.
+	CountLane(ctx context.Context, c LaneCount) (LaneCounted, error)
+	// CountRun adds c's completed lanes and failures to the run row
+	// (COUNT#{id}#{run}, RUN) and returns its totals, without reading; a
+	// write sent again after its answer was lost is recognised as
+	// CountLane's is (ErrCountUnknown when it cannot be told).
+	CountRun(ctx context.Context, c RunCount) (RunCounted, error)
 	// Progress sums the run's chunk counters, reading its counter
 	// partitions 0..shards-1 (Batch.CounterShards): O(shards) reads
 	// whatever the batch's size.
@@ -223,6 +237,12 @@ type Reservation struct {
 	ListShards int // Batch.ListShards: which partition holds the row
 	Now        time.Time
 	Lease      time.Duration
+	// Redelivered says the message was received before, so the row is most
+	// likely in flight in this run (a scheduled retry, a takeover): a store
+	// that decides by conditional writes tries the takeover's condition
+	// first, which then holds, instead of the new run's, which then fails
+	// (and is billed). Either order takes the same rows.
+	Redelivered bool
 }
 
 // Record is an outcome to write (Record, Settle) or a lease to release
@@ -294,6 +314,58 @@ type ChunkCount struct {
 func (c ChunkCount) Done() int64 {
 	var n int64
 	for _, v := range c.Outcomes {
+		n += v
+	}
+	return n
+}
+
+// LaneCount is one write of Store.CountLane.
+type LaneCount struct {
+	BatchID string
+	Run     int
+	Lane    int   // 0 … Batch.CounterLanes−1
+	Target  int64 // LaneTarget of the lane
+	// Outcomes counts the terminal items by outcome; their sum is what
+	// the lane grows by.
+	Outcomes map[Outcome]int64
+	Failures int64 // failed and quarantined among them
+	// Cost and Spent are what the counted items cost and this run spent
+	// on them, summed per name (as ChunkCount's).
+	Cost, Spent pipeline.CostSum
+	// Token tells this write from every other (a random string): a write
+	// sent again after its answer was lost finds it on the row (the
+	// adapter keeps recent writes' tokens in slots).
+	Token string
+	Now   time.Time
+}
+
+// Done is the number of items c counts.
+func (c LaneCount) Done() int64 { return sumOutcomes(c.Outcomes) }
+
+// LaneCounted is the lane after one CountLane write.
+type LaneCounted struct {
+	Done, Failures int64 // the lane's totals after the write
+	Room           int64 // when the items did not fit (ErrConflict): Target − done
+}
+
+// RunCount is one write of Store.CountRun.
+type RunCount struct {
+	BatchID   string
+	Run       int
+	LanesDone int64 // lanes this write completes (0 or 1)
+	Failures  int64 // failures pushed to the run's total (Worker.count)
+	Token     string
+	Now       time.Time
+}
+
+// RunCounted is the run row after one CountRun write.
+type RunCounted struct {
+	LanesDone, Failures int64
+}
+
+func sumOutcomes(m map[Outcome]int64) int64 {
+	var n int64
+	for _, v := range m {
 		n += v
 	}
 	return n

@@ -547,7 +547,8 @@ func (b *Batch) freeze(manifestKey string, sum ManifestSummary, itemsPerSecond i
 	b.ManifestBytes = sum.Bytes
 	b.ItemCount = sum.Count
 	b.ListShards = ListShards(sum.Count, itemsPerSecond)
-	b.CounterShards = CounterShards(itemsPerSecond)
+	b.CounterLanes = CounterLanes(sum.Count, itemsPerSecond)
+	b.CounterShards = b.CounterLanes // lane p lives in counter partition p
 	b.Chunks = len(sum.Chunks)
 }
 

@@ -79,6 +79,10 @@ type taking struct {
 	// prepare reads the inputs of the items planned to run before the
 	// take's write, so that S3 being unavailable costs no attempt.
 	prepare func(run []int) error
+	// redelivered: the message was received before (a scheduled retry, a
+	// holder that died), so its item row most likely is in flight in this
+	// run: Reserve tries the takeover first.
+	redelivered bool
 }
 
 // hold is one delivery's hold on a unit: the fence of its writes, its
@@ -132,7 +136,8 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 		if err := t.prepare([]int{0}); err != nil {
 			return nil, err
 		}
-		it, err = w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: u.key, RunID: RunID(b.ID, u.key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease})
+		it, err = w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: u.key, RunID: RunID(b.ID, u.key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease,
+			Redelivered: t.redelivered})
 		if err == nil {
 			s := ItemState{Key: u.key, Run: b.Run, Outcome: OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1,
 				ThrottledSince: it.ThrottledSince, UpdatedAt: now}

@@ -85,6 +85,9 @@ type Worker struct {
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
 	Secrets Secrets
+	// lanes remembers, per run, how much room each counter lane had when
+	// last written (count.go); made on first use.
+	lanes *laneBook
 	// Staging, when not nil, lets pipelines stage writes that are
 	// committed with the item's succeeded outcome (shared/pipeline/effects):
 	// it returns the context the pipeline runs with and a function that
@@ -178,75 +181,6 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	wg.Wait()
 	w.count(ctx, dones, 1)
 	return failed
-}
-
-// count adds the deliveries' terminal outcomes to their chunks' counters
-// (one write per chunk per message batch) and triggers finalize when a
-// write completes the run's last chunk: completion is detected without
-// reading any counter. A batch whose threshold may stop the run early also
-// adds its failures to the run's total and stops the run once the total
-// exceeds the threshold. A lost write here only delays finalize until the
-// scheduled tick: the census comes from the item rows.
-func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
-	type chunkKey struct {
-		id           string
-		run          int
-		first, items int64
-	}
-	type sum struct {
-		b           Batch
-		outcomes    map[Outcome]int64
-		failures    int64
-		cost, spent pipeline.CostSum
-	}
-	agg := map[chunkKey]*sum{}
-	var order []chunkKey
-	for _, d := range dones {
-		if d.items <= 0 {
-			continue // a message sent without its chunk: the tick counts it
-		}
-		k := chunkKey{d.batch.ID, d.batch.Run, d.first, d.items}
-		a := agg[k]
-		if a == nil {
-			a = &sum{b: d.batch, outcomes: map[Outcome]int64{}, cost: pipeline.CostSum{}, spent: pipeline.CostSum{}}
-			agg[k] = a
-			order = append(order, k)
-		}
-		a.outcomes[d.outcome] += weight
-		if d.outcome == OutcomeFailed || d.outcome == OutcomeQuarantined {
-			a.failures += weight
-		}
-		a.cost.Add(d.cost)
-		a.spent.Add(d.spent)
-	}
-	for _, k := range order {
-		a := agg[k]
-		log := w.Log.With("batch_id", k.id, "run", k.run)
-		judge := a.failures > 0 && a.b.Stop == "" && a.b.EarlyStop() && a.b.Threshold.Limited()
-		c, err := w.Store.CountChunk(ctx, ChunkCount{BatchID: k.id, Run: k.run, First: k.first, Items: k.items,
-			Chunks: a.b.Chunks, Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
-			RunFailures: judge, Cost: a.cost, Spent: a.spent, Now: w.Clock.Now()})
-		if err != nil {
-			log.Warn("count progress", "error", err.Error())
-			continue
-		}
-		if v := a.b.Threshold.Judge(c.Failures, a.b.ItemCount); judge && v.Exceeded {
-			// Failures counted so far already exceed the threshold: stop the
-			// run; items not yet started end cancelled. Without early stop
-			// every item runs and finalize judges the threshold.
-			err := stopRun(ctx, w.Store, a.b, k.run, StatusThresholdExceeded, v.Detail)
-			if err != nil && !errors.Is(err, ErrConflict) {
-				log.Warn("stop run", "error", err.Error())
-			} else if err == nil {
-				log.Warn("threshold exceeded: run stopping", "detail", v.Detail)
-			}
-		}
-		if c.RunDone {
-			if err := w.Trigger.Finalize(ctx, k.id, k.run); err != nil {
-				log.Warn("trigger finalize", "error", err.Error())
-			}
-		}
-	}
 }
 
 // invocation is what the deliveries of one Handle share: the batch rows

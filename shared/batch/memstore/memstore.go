@@ -75,7 +75,8 @@ type markKey struct {
 type chunkKey struct {
 	batchID string
 	run     int
-	first   int64
+	first   int64 // the chunk's first item; the lane number for a lane
+	lane    bool  // a counter lane (CountLane), not a chunk counter
 }
 
 type counter struct {
@@ -100,7 +101,7 @@ type runKey struct {
 	run     int
 }
 
-type runCounter struct{ chunksDone, failures int64 }
+type runCounter struct{ chunksDone, lanesDone, failures int64 }
 
 type slotKey struct {
 	batchID string
@@ -178,6 +179,50 @@ func (s *Store) CountChunk(_ context.Context, c batch.ChunkCount) (batch.ChunkCo
 	}
 	res.RunDone = res.ChunkDone && c.Chunks > 0 && rc.chunksDone == int64(c.Chunks)
 	return res, nil
+}
+
+// CountLane implements batch.Store.
+func (s *Store) CountLane(_ context.Context, c batch.LaneCount) (batch.LaneCounted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := chunkKey{batchID: c.BatchID, run: c.Run, first: int64(c.Lane), lane: true}
+	ctr := s.chunks[k]
+	if ctr == nil {
+		ctr = &counter{part: c.Lane, byOutcome: map[batch.Outcome]int64{}, cost: pipeline.CostSum{}, spent: pipeline.CostSum{}}
+	}
+	done := c.Done()
+	if ctr.done+done > c.Target {
+		return batch.LaneCounted{Done: ctr.done, Failures: ctr.failures, Room: c.Target - ctr.done},
+			conflictf("count lane %d of %s run %d: %d items do not fit", c.Lane, c.BatchID, c.Run, done)
+	}
+	s.chunks[k] = ctr
+	ctr.done += done
+	ctr.failures += c.Failures
+	ctr.items = c.Target
+	ctr.updatedAt = ms(c.Now)
+	for o, n := range c.Outcomes {
+		if o.Terminal() {
+			ctr.byOutcome[o] += n
+		}
+	}
+	addSum(ctr.cost, c.Cost)
+	addSum(ctr.spent, c.Spent)
+	return batch.LaneCounted{Done: ctr.done, Failures: ctr.failures}, nil
+}
+
+// CountRun implements batch.Store.
+func (s *Store) CountRun(_ context.Context, c batch.RunCount) (batch.RunCounted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rk := runKey{batchID: c.BatchID, run: c.Run}
+	rc := s.runs[rk]
+	if rc == nil {
+		rc = &runCounter{}
+		s.runs[rk] = rc
+	}
+	rc.lanesDone += c.LanesDone
+	rc.failures += c.Failures
+	return batch.RunCounted{LanesDone: rc.lanesDone, Failures: rc.failures}, nil
 }
 
 // Progress implements batch.Store.
@@ -357,7 +402,7 @@ func (s *Store) Freeze(_ context.Context, f batch.Batch) error {
 	}
 	b.Status = batch.StatusRunning
 	b.Digest, b.ManifestKey, b.ManifestBytes, b.ItemCount = f.Digest, f.ManifestKey, f.ManifestBytes, f.ItemCount
-	b.ListShards, b.CounterShards, b.Chunks = f.ListShards, f.CounterShards, f.Chunks
+	b.ListShards, b.CounterShards, b.CounterLanes, b.Chunks = f.ListShards, f.CounterShards, f.CounterLanes, f.Chunks
 	b.FannedOut, b.RunStartedAt = false, ms(f.RunStartedAt)
 	return nil
 }

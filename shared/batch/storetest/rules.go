@@ -74,7 +74,11 @@ func itemRowConditionsArePlan(t *testing.T, s batch.Store) {
 		name string
 		mode batch.Mode
 		want batch.Step
-	}{{"reserve", batch.ModeRun, batch.StepRun}, {"settle", batch.ModeSettle, batch.StepSettle}, {"settle unstarted", batch.ModeUnstarted, batch.StepSettle}}
+		// redelivered: Reserve of a message received before, which tries
+		// the takeover's condition first; it must take the same rows.
+		redelivered bool
+	}{{"reserve", batch.ModeRun, batch.StepRun, false}, {"reserve redelivered", batch.ModeRun, batch.StepRun, true},
+		{"settle", batch.ModeSettle, batch.StepSettle, false}, {"settle unstarted", batch.ModeUnstarted, batch.StepSettle, false}}
 	n := 0
 	for _, st := range rowStates() {
 		for _, run := range []int{1, 2} {
@@ -93,7 +97,9 @@ func itemRowConditionsArePlan(t *testing.T, s batch.Store) {
 				switch m.mode {
 				case batch.ModeRun:
 					var got batch.Item
-					got, err = s.Reserve(ctx, res(b, key, run, st.tryAt))
+					rv := res(b, key, run, st.tryAt)
+					rv.Redelivered = m.redelivered
+					got, err = s.Reserve(ctx, rv)
 					if err == nil {
 						want := batch.Start(before, run, st.tryAt)
 						check(t, what+": attempt", got.Attempt, want.Attempt)

@@ -716,6 +716,52 @@ var cases = []suiteCase{
 		check(t, "run 2 done", p.Done, int64(0))
 		check(t, "run 2 updated", p.UpdatedAt.IsZero(), true)
 	}},
+	{"CountLanesFillToTheirTargets", func(t *testing.T, s batch.Store) {
+		b := newBatch("b1")
+		b.CounterLanes, b.CounterShards = 2, 2
+		b = create(t, s, b)
+		type ok = map[batch.Outcome]int64
+		cl := func(lane int, target int64, o ok, failures int64, at time.Time) (batch.LaneCounted, error) {
+			t.Helper()
+			return s.CountLane(ctx, batch.LaneCount{BatchID: b.ID, Run: 1, Lane: lane, Target: target, Outcomes: o,
+				Failures: failures, Token: fmt.Sprintf("t%d", at.UnixMilli()), Now: at})
+		}
+		got, err := cl(0, 3, ok{batch.OutcomeSucceeded: 2}, 0, T0)
+		check(t, "first write", err, nil)
+		check(t, "lane 0 done", got.Done, int64(2))
+		got, err = cl(0, 3, ok{batch.OutcomeFailed: 2}, 2, T0.Add(time.Second))
+		isConflict(t, "2 items into 1 room", err)
+		check(t, "room", got.Room, int64(1))
+		got, err = cl(0, 3, ok{batch.OutcomeFailed: 1}, 1, T0.Add(2*time.Second))
+		check(t, "fill lane 0", err, nil)
+		check(t, "lane 0 full", got.Done, int64(3))
+		check(t, "lane 0 failures", got.Failures, int64(1))
+		got, err = cl(0, 3, ok{batch.OutcomeSucceeded: 1}, 0, T0.Add(3*time.Second))
+		isConflict(t, "a full lane", err)
+		check(t, "no room", got.Room, int64(0))
+		got, err = cl(1, 2, ok{batch.OutcomeQuarantined: 1, batch.OutcomeCancelled: 1}, 1, T0.Add(4*time.Second))
+		check(t, "lane 1", err, nil)
+		check(t, "lane 1 full", got.Done, int64(2))
+
+		r, err := s.CountRun(ctx, batch.RunCount{BatchID: b.ID, Run: 1, LanesDone: 1, Token: "r1", Now: T0})
+		check(t, "run row", err, nil)
+		check(t, "lanes done", r.LanesDone, int64(1))
+		r, err = s.CountRun(ctx, batch.RunCount{BatchID: b.ID, Run: 1, LanesDone: 1, Failures: 2, Token: "r2", Now: T0})
+		check(t, "run row again", err, nil)
+		check(t, "lanes done", r.LanesDone, int64(2))
+		check(t, "run failures", r.Failures, int64(2))
+
+		p, err := s.Progress(ctx, b.ID, 1, b.CounterShards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "done", p.Done, int64(5))
+		check(t, "failures", p.Failures, int64(2))
+		for o, n := range (ok{batch.OutcomeSucceeded: 2, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1, batch.OutcomeCancelled: 1}) {
+			check(t, "by outcome "+string(o), p.ByOutcome[o], n)
+		}
+		check(t, "updated", p.UpdatedAt, T0.Add(4*time.Second))
+	}},
 	{"ScanItemsInKeyByteOrder", func(t *testing.T, s batch.Store) {
 		b := create(t, s, newBatch("b1"))
 		keys := []string{"b", "a", "B", "a0", "Z", "0", "é", "a-", "zz", "_"}
