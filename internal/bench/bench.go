@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,7 +46,7 @@ const (
 // an output of the scenario's size and does nothing else.
 const EchoPipeline = "bench-echo"
 
-// Scenario is one clean run to measure.
+// Scenario is one run to measure.
 type Scenario struct {
 	Name        string
 	Items       int // default 2,000
@@ -52,6 +54,47 @@ type Scenario struct {
 	OutputBytes int // bytes of each item's output JSON; ≤ 16 means a small output ({"ok":true})
 	// ItemsPerMessage is the batch's items_per_message (K); 0 means 1.
 	ItemsPerMessage int
+	// Delivery is the order in which the queue hands out messages:
+	// DeliveryChunkOrdered (the oldest first, so a receive holds the items
+	// of one fan-out chunk) or DeliveryShuffled (at random among the
+	// visible ones, as SQS standard queues may); "" is chunk-ordered. Set
+	// on the scenario's queue as its bulkrun:delivery tag, which the
+	// emulator's launcher (localstack/delivery.py) obeys.
+	Delivery string
+	// TransientPercent of the items (chosen by key) fail their first
+	// attempt with a transient error and succeed on the retry;
+	// PermanentPercent of the others fail permanently.
+	TransientPercent, PermanentPercent int
+	// ThresholdPercent, when > 0, is the batch's tolerated failure percent
+	// (the early stop is armed).
+	ThresholdPercent float64
+}
+
+// Delivery orders of a Scenario.
+const (
+	DeliveryChunkOrdered = "chunk-ordered"
+	DeliveryShuffled     = "shuffled"
+)
+
+// ChunkItems is the fan-out chunk of the bench's batches: 200 items, so
+// that a run of 2,000 items has ten chunks in the queue at once, as a
+// large batch has many (its chunks are expanded in parallel), and a
+// shuffled receive of ten messages holds items of ≈ 6.5 chunks.
+const ChunkItems = 200
+
+// failureOf says how item key fails in sc: "" (never), "transient" (its
+// first attempt) or "permanent"; by FNV-1a of the key, so each run fails
+// the same items.
+func (sc Scenario) failureOf(key string) string {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	switch p := int(h.Sum32() % 100); {
+	case p < sc.TransientPercent:
+		return "transient"
+	case p < sc.TransientPercent+sc.PermanentPercent:
+		return "permanent"
+	}
+	return ""
 }
 
 // Result is what one scenario measured.
@@ -80,6 +123,15 @@ type Result struct {
 	LambdaGBSeconds float64
 	// APIRequests is the API Gateway requests: one submit.
 	APIRequests float64
+	// Redeliveries are the deliveries of messages received before (a
+	// transient failure's retry, a message under another's lease).
+	Redeliveries int
+	// Census is the run's census from its report.
+	Census batch.Census
+	// ChunksPerMessageBatch is the mean number of fan-out chunks whose
+	// item or pack messages one message batch held (fan-out messages
+	// left out): 1 when a receive holds one chunk's messages.
+	ChunksPerMessageBatch float64
 }
 
 type trigger struct{ n atomic.Int64 }
@@ -123,7 +175,16 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	// A short visibility timeout: a ReceiveMessage whose answer the
 	// emulator lost under load (the SDK sends it again) hides its messages
 	// for this long, and the run waits for them (localstack/README.md).
-	q, err := rawSQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: map[string]string{"VisibilityTimeout": "60"}})
+	if sc.Delivery == "" {
+		sc.Delivery = DeliveryChunkOrdered
+		res.Delivery = sc.Delivery
+	}
+	order := map[string]string{DeliveryChunkOrdered: "ordered", DeliveryShuffled: "shuffled"}[sc.Delivery]
+	if order == "" {
+		return res, fmt.Errorf("bench: delivery %q: want %q or %q", sc.Delivery, DeliveryChunkOrdered, DeliveryShuffled)
+	}
+	q, err := rawSQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: map[string]string{"VisibilityTimeout": "60"},
+		Tags: map[string]string{"bulkrun:delivery": order}})
 	if err != nil {
 		return res, fmt.Errorf("bench: create queue: %w", err)
 	}
@@ -156,7 +217,15 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	}
 	res.OutputBytes = len(output)
 	reg := &pipeline.Registry{}
-	if err := reg.Register(EchoPipeline, pipeline.Func(func(context.Context, pipeline.Request) (pipeline.Result, error) {
+	if err := reg.Register(EchoPipeline, pipeline.Func(func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		switch sc.failureOf(req.Key) {
+		case "transient":
+			if req.Attempt == 1 {
+				return pipeline.Result{}, errors.New("bench: transient failure")
+			}
+		case "permanent":
+			return pipeline.Result{}, pipeline.Permanent(errors.New("bench: permanent failure"))
+		}
 		return pipeline.Result{Output: output}, nil
 	})); err != nil {
 		return res, err
@@ -164,13 +233,19 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	trig := &trigger{}
 	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
 		Pipelines: []string{EchoPipeline}, MaxAttempts: config.DefaultMaxAttempts, MaxReceiveCount: config.DefaultMaxReceiveCount,
-		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: batch.SourcePolicy{Bucket: name}}
+		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: batch.SourcePolicy{Bucket: name}, ChunkItems: ChunkItems}
+	// A transient failure's retry comes back after a second (the
+	// shortest visibility change), not after the default backoff.
 	worker := &batch.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
-		Pipelines: reg, Lease: config.DefaultLease}
+		Pipelines: reg, Lease: config.DefaultLease, Backoff: func(int) time.Duration { return time.Second }}
 	fin := &batch.Finalizer{Store: store, Blobs: blobs, Clock: batch.SystemClock{}, Log: log, Retention: config.DefaultRetention,
 		Events: event.New(eventbridge.NewFromConfig(metered), "", name)}
 	gbs := func(start time.Time, mb int) { res.LambdaGBSeconds += time.Since(start).Seconds() * float64(mb) / 1024 }
 
+	var threshold batch.Threshold
+	if sc.ThresholdPercent > 0 {
+		threshold.FailurePercent = &sc.ThresholdPercent
+	}
 	m.Reset()
 	start := time.Now()
 	id := strings.ToUpper(name[len(name)-min(len(name), 20):])
@@ -181,7 +256,8 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return '-'
 	}, id), "-")
 	if _, err := sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: EchoPipeline, KeyField: "id",
-		Source: batch.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}, ItemsPerMessage: sc.ItemsPerMessage}); err != nil {
+		Source: batch.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}, ItemsPerMessage: sc.ItemsPerMessage,
+		Threshold: threshold}); err != nil {
 		return res, fmt.Errorf("bench: submit: %w", err)
 	}
 	gbs(start, SubmitMemoryMB)
@@ -190,8 +266,10 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 
 	metered2 := sqs.NewFromConfig(metered)
 	idle, dry := 0, 0
+	unitBatches, chunkSum := 0, 0
 	for trig.n.Load() == 0 || idle == 0 {
-		out, err := metered2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &qurl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		out, err := metered2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &qurl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount}})
 		if err != nil {
 			return res, fmt.Errorf("bench: receive: %w", err)
 		}
@@ -221,25 +299,51 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		}
 		dry = 0
 		ds := make([]batch.Delivery, 0, len(out.Messages))
+		chunks, unitBatch := map[int64]bool{}, false
 		for _, msg := range out.Messages {
+			var head struct {
+				Kind  string `json:"kind"`
+				First int64  `json:"chunk_first"`
+			}
+			if json.Unmarshal([]byte(aws.ToString(msg.Body)), &head) == nil && head.Kind != string(batch.KindFanout) {
+				chunks[head.First], unitBatch = true, true
+			}
+			n, _ := strconv.Atoi(msg.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
+			if n > 1 {
+				res.Redeliveries++
+			}
 			ds = append(ds, batch.Delivery{MessageID: aws.ToString(msg.MessageId), Body: []byte(aws.ToString(msg.Body)),
-				ReceiptHandle: aws.ToString(msg.ReceiptHandle), ReceiveCount: 1})
+				ReceiptHandle: aws.ToString(msg.ReceiptHandle), ReceiveCount: max(n, 1)})
+		}
+		if unitBatch {
+			unitBatches++
+			chunkSum += len(chunks)
 		}
 		start := time.Now()
 		failed := worker.Handle(ctx, ds)
 		gbs(start, ItemMemoryMB)
 		res.LambdaRequests++
 		res.MessageBatches++
-		if len(failed) > 0 {
-			return res, fmt.Errorf("bench: %d deliveries failed in a clean run", len(failed))
+		if len(failed) > 0 && sc.TransientPercent == 0 {
+			return res, fmt.Errorf("bench: %d deliveries failed in a run without transient failures", len(failed))
 		}
-		// The event source deletes a successful batch with one call.
+		// The event source deletes the messages of a batch that did not
+		// fail with one call (ReportBatchItemFailures); a failed one comes
+		// back after its visibility timeout, which the worker set.
+		skip := map[string]bool{}
+		for _, id := range failed {
+			skip[id] = true
+		}
 		del := &sqs.DeleteMessageBatchInput{QueueUrl: &qurl}
 		for i, msg := range out.Messages {
-			del.Entries = append(del.Entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: msg.ReceiptHandle})
+			if !skip[aws.ToString(msg.MessageId)] {
+				del.Entries = append(del.Entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: msg.ReceiptHandle})
+			}
 		}
-		if _, err := metered2.DeleteMessageBatch(ctx, del); err != nil {
-			return res, fmt.Errorf("bench: delete: %w", err)
+		if len(del.Entries) > 0 {
+			if _, err := metered2.DeleteMessageBatch(ctx, del); err != nil {
+				return res, fmt.Errorf("bench: delete: %w", err)
+			}
 		}
 	}
 	res.LambdaRequests += float64(trig.n.Load()) // each trigger is one Invoke of finalize
@@ -249,8 +353,18 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return res, fmt.Errorf("bench: finalize: %w", err)
 	}
 	gbs(start, FinalizeMemoryMB)
-	if fr.Report.Census.Succeeded != int64(sc.Items) {
-		return res, fmt.Errorf("bench: census %+v, want %d succeeded", fr.Report.Census, sc.Items)
+	var permanent int64
+	for i := range sc.Items {
+		if sc.failureOf(batch.PositionalKey(int64(i))) == "permanent" {
+			permanent++
+		}
+	}
+	res.Census = fr.Report.Census
+	if unitBatches > 0 {
+		res.ChunksPerMessageBatch = float64(chunkSum) / float64(unitBatches)
+	}
+	if c := fr.Report.Census; sc.ThresholdPercent == 0 && (c.Succeeded != int64(sc.Items)-permanent || c.Failed != permanent) {
+		return res, fmt.Errorf("bench: census %+v, want %d succeeded and %d failed", c, int64(sc.Items)-permanent, permanent)
 	}
 	res.Usage = m.Usage()
 	res.Usage.SQSRequests -= float64(res.EmptyReceives)

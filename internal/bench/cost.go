@@ -21,6 +21,15 @@ type Figures struct {
 	Name                     string             `json:"name"`
 	Items                    int                `json:"items"`
 	ItemsPerMessage          int                `json:"items_per_message"`
+	Delivery                 string             `json:"delivery"` // DeliveryChunkOrdered or DeliveryShuffled
+	TransientPercent         int                `json:"transient_failure_percent"`
+	PermanentPercent         int                `json:"permanent_failure_percent"`
+	ThresholdPercent         float64            `json:"tolerated_failure_percent,omitempty"`
+	Succeeded                int64              `json:"succeeded"`
+	Failed                   int64              `json:"failed"`
+	Cancelled                int64              `json:"cancelled"`
+	RedeliveriesPerItem      float64            `json:"redeliveries_per_item"`
+	ChunksPerMessageBatch    float64            `json:"chunks_per_message_batch"`
 	InputBytes               int                `json:"input_bytes"`
 	OutputBytes              int                `json:"output_bytes"`
 	WriteUnitsPerItem        float64            `json:"write_units_per_item"`
@@ -75,6 +84,9 @@ func (r Result) Figures() Figures {
 	n := float64(r.Items)
 	f := Figures{
 		Name: r.Name, Items: r.Items, ItemsPerMessage: max(1, r.ItemsPerMessage), InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
+		Delivery: r.Delivery, TransientPercent: r.TransientPercent, PermanentPercent: r.PermanentPercent, ThresholdPercent: r.ThresholdPercent,
+		Succeeded: r.Census.Succeeded, Failed: r.Census.Failed, Cancelled: r.Census.Cancelled,
+		RedeliveriesPerItem: float64(r.Redeliveries) / n, ChunksPerMessageBatch: r.ChunksPerMessageBatch,
 		WriteUnitsPerItem:        r.Usage.WriteUnits(nil) / n,
 		ReadUnitsPerItem:         r.Usage.ReadUnits(nil) / n,
 		SQSRequestsPerItem:       r.Usage.SQSRequests / n,
@@ -161,7 +173,7 @@ const FixedProbeItems = 40
 const ItemsPerSecond = 10_000
 
 // PartitionSizes are the batch sizes of the partition table.
-var PartitionSizes = []int64{1_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000}
+var PartitionSizes = []int64{1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000}
 
 // PartitionLimitWCU is DynamoDB's write throughput of one partition:
 // 1,000 write units/s ("Best practices for designing and using partition
@@ -169,56 +181,71 @@ var PartitionSizes = []int64{1_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_0
 // https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html).
 const PartitionLimitWCU = 1000
 
+// PartitionLimitRCU is DynamoDB's read throughput of one partition: 3,000
+// read units/s (same page).
+const PartitionLimitRCU = 3000
+
+// LaneEndGame is how far above its share a counter lane's writes rise in
+// the second the lanes fill, one after another, and the last ones take
+// the writes of the full ones: TestLanesStayUnderTheLimit (shared/batch)
+// plays runs at 10,000 items/s and finds at most ≈ 2.2 × the mean.
+const LaneEndGame = 2.5
+
 // PartitionRow is the busiest partition key's write units per second of
-// the table and of each index for a batch of BatchItems at ItemsPerSecond.
+// the table and of each index for a batch of BatchItems at ItemsPerSecond,
+// and the batch row's read units per second.
 type PartitionRow struct {
-	BatchItems    int64              `json:"batch_items"`
-	ListShards    int                `json:"list_shards"`
-	CounterShards int                `json:"counter_shards"`
-	WCUPerS       map[string]float64 `json:"wcu_per_s"` // "table", "index <name>"
-	Busiest       map[string]string  `json:"busiest"`   // which key: "item row", "counter row", "list shard", ...
-	Max           float64            `json:"max"`
+	BatchItems   int64              `json:"batch_items"`
+	ListShards   int                `json:"list_shards"`
+	CounterLanes int                `json:"counter_lanes"`
+	WCUPerS      map[string]float64 `json:"wcu_per_s"` // "table", "index <name>"
+	Busiest      map[string]string  `json:"busiest"`   // which key: "an item shard (1 of 80)", "a counter lane (1 of 4)", ...
+	Max          float64            `json:"max"`
+	// BatchRowRCUPerS is the batch row's read units per second: every
+	// message batch reads it once, eventually consistent.
+	BatchRowRCUPerS float64 `json:"batch_row_rcu_per_s"`
 }
 
 // Partitions computes the partition table from the write units per item
-// that r measured, split by target, and the real shard derivation at the
+// that r measured, split by row kind, and the real shard derivation at the
 // stack's default flow (batch.StackFlow(100, 10) = ItemsPerSecond):
-// batch.ListShards and batch.Shard over the positional keys of each batch
-// size (item rows ITEM#{batch}#{shard}; the attention index's keys are the
-// same shards), batch.CounterShards and the chunks of
-// batch.DefaultChunkItems items (chunk c's counter under partition c mod
-// counter shards). Units per second on a key are its units over the
-// batch's duration, n / ItemsPerSecond but at least one second (a batch
-// shorter than a second puts all its units into that second). Per target:
-//   - item rows and their index entries: units per item × the items of
-//     the busiest shard / duration;
-//   - counter rows (chunk counters and the run's chunks-done row): units
-//     per item × the items of the busiest counter partition's chunks /
-//     duration (chunks are expanded in parallel, so their items
-//     interleave in the queue);
-//   - the batch row and other per-batch rows: their units per batch over
-//     the duration.
+// batch.ListShards, batch.Shard and batch.PackShard over the positional
+// keys (and pack firsts) of each batch size, batch.CounterLanes. Units per
+// second on a key are its units over the batch's duration, n /
+// ItemsPerSecond but at least one second (a batch shorter than a second
+// puts all its units into that second). Per row kind:
+//   - item rows, count marks, pack rows, attention rows and their index
+//     entries (the attention index is keyed by the same shards): units
+//     per item × the items of the busiest shard / duration;
+//   - counter lanes: units per item × the items / lanes / duration ×
+//     LaneEndGame (each message batch writes one lane chosen at random);
+//   - the run row (COUNT RUN): lanes writes (lanes done), and with the
+//     early stop armed and failures lanes × (8 × lanes + 2) more at most
+//     (Worker.count), all in one second, or what the run measured if more;
+//   - the batch row and markers: their units per batch, all in one
+//     second — a bounded number of writes per run, whatever its size;
+//
+// The batch row's reads: read units per item × the items / duration.
 func (r Result) Partitions() []PartitionRow {
 	per := map[meter.Target]float64{}
 	for t, v := range r.Usage.Write {
 		per[t] = v / float64(r.Items)
 	}
+	readsPerItem := 0.0
+	for t, v := range r.Usage.Read {
+		if t.Index == "" && t.Kind == "BATCH" {
+			readsPerItem += v / float64(r.Items)
+		}
+	}
+	k := max(1, r.ItemsPerMessage)
 	flow := batch.StackFlow(100, 10)
 	var rows []PartitionRow
 	for _, n := range PartitionSizes {
-		ls, cs := batch.ListShards(n, flow), batch.CounterShards(flow)
-		shard := make([]int64, ls)
-		for i := range n {
-			shard[batch.Shard(batch.PositionalKey(i), ls)]++
-		}
-		busiestShard := float64(slicesMax(shard))
-		counters := make([]int64, cs)
-		for c := int64(0); c*batch.DefaultChunkItems < n; c++ {
-			counters[c%int64(cs)] += min(batch.DefaultChunkItems, n-c*batch.DefaultChunkItems)
-		}
-		busiestCounter := float64(slicesMax(counters))
+		ls, lanes := batch.ListShards(n, flow), batch.CounterLanes(n, flow)
+		busiestShard, busiestPackShard := busiestShards(n, ls, k)
 		seconds := max(1, float64(n)/ItemsPerSecond)
-		row := PartitionRow{BatchItems: n, ListShards: ls, CounterShards: cs, WCUPerS: map[string]float64{}, Busiest: map[string]string{}}
+		row := PartitionRow{BatchItems: n, ListShards: ls, CounterLanes: lanes, WCUPerS: map[string]float64{}, Busiest: map[string]string{},
+			BatchRowRCUPerS: readsPerItem * float64(n) / seconds}
 		consider := func(target string, v float64, what string) {
 			if _, ok := row.WCUPerS[target]; !ok || v > row.WCUPerS[target] {
 				row.WCUPerS[target], row.Busiest[target] = v, what
@@ -229,23 +256,54 @@ func (r Result) Partitions() []PartitionRow {
 		for _, ix := range dynamo.TableInput("").GlobalSecondaryIndexes {
 			consider("index "+aws.ToString(ix.IndexName), 0, "")
 		}
+		// Units of one row kind on one key add up over the targets
+		// (table and index) only within a target.
 		for t, u := range per {
 			target := "table"
 			if t.Index != "" {
 				target = "index " + t.Index
 			}
 			switch t.Kind {
-			case "ITEM", "MARK":
+			case "ITEM", "MARK", "ATTN":
 				consider(target, u*busiestShard/seconds, fmt.Sprintf("an item shard (1 of %d)", ls))
-			case "COUNT":
-				consider(target, u*busiestCounter/seconds, fmt.Sprintf("a counter partition (1 of %d)", cs))
+			case "PACK":
+				consider(target, u*busiestPackShard/seconds, fmt.Sprintf("a pack shard (1 of %d)", ls))
+			case "COUNT LANE":
+				consider(target, u*float64(n)/float64(lanes)/seconds*LaneEndGame, fmt.Sprintf("a counter lane (1 of %d), at the lanes' end", lanes))
+			case "COUNT RUN":
+				// Lanes done, and failures for the early stop: at most
+				// lanes × (8 × lanes + 2) writes of one unit (Worker.count).
+				bound := float64(lanes)
+				if r.ThresholdPercent > 0 && r.PermanentPercent > 0 {
+					bound += float64(lanes * (8*lanes + 2))
+				}
+				consider(target, max(u*float64(r.Items), bound), "the run row")
 			default:
-				consider(target, u*float64(r.Items)/seconds, "the "+strings.ToLower(t.Kind)+" row")
+				consider(target, u*float64(r.Items), "the "+strings.ToLower(t.Kind)+" row")
 			}
 		}
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// busiestShards is the items of the busiest of ls item shards of a batch
+// of n positional keys, and of its busiest pack shard at k items per
+// message (k × the packs there). Above 10^6 items the counts of the first
+// 10^6 are scaled up (FNV-1a spreads positional keys evenly).
+func busiestShards(n int64, ls, k int) (items, packItems float64) {
+	const sample = 1_000_000
+	m := min(n, sample)
+	shard := make([]int64, ls)
+	for i := range m {
+		shard[batch.Shard(batch.PositionalKey(i), ls)]++
+	}
+	packs := make([]int64, ls)
+	for first := int64(0); first < m; first += int64(k) {
+		packs[batch.PackShard(first, ls)] += min(int64(k), m-first)
+	}
+	scale := float64(n) / float64(m)
+	return float64(slicesMax(shard)) * scale, float64(slicesMax(packs)) * scale
 }
 
 func slicesMax(s []int64) int64 {
@@ -262,6 +320,11 @@ func Print(w io.Writer, fs []Figures) {
 	fmt.Fprintf(w, "\nbulkrun cost per 10^6 items (us-east-1 on-demand prices; metered by DynamoDB's sizing rules)\n")
 	for _, f := range fs {
 		fmt.Fprintf(w, "\n== %s: %d items, %d-byte inputs, %d-byte outputs, %d item(s) per message\n", f.Name, f.Items, f.InputBytes, f.OutputBytes, f.ItemsPerMessage)
+		fmt.Fprintf(w, "  delivery %s (%.2f chunks per message batch), failures %d %% transient + %d %% permanent", f.Delivery, f.ChunksPerMessageBatch, f.TransientPercent, f.PermanentPercent)
+		if f.ThresholdPercent > 0 {
+			fmt.Fprintf(w, ", early stop at %g %%", f.ThresholdPercent)
+		}
+		fmt.Fprintf(w, "; census succeeded %d failed %d cancelled %d; %.3f redeliveries per item\n", f.Succeeded, f.Failed, f.Cancelled, f.RedeliveriesPerItem)
 		fmt.Fprintf(w, "  %-34s %12s %14s\n", "units and requests", "per item", "per 10^6 items")
 		line := func(name string, v float64) { fmt.Fprintf(w, "  %-34s %12.4f %14.0f\n", name, v, v*1e6) }
 		line("DynamoDB write units", f.WriteUnitsPerItem)
@@ -302,29 +365,114 @@ func Print(w io.Writer, fs []Figures) {
 	for _, f := range fs {
 		fmt.Fprintf(w, "  %-50s %8.2f  (measured above: one batch of 10^6 items; %.2f in %d-item batches)\n", "bulkrun, "+f.Name, f.USDPerMillionItems, f.USDPerMillionItemsAtRunSize, f.Items)
 	}
+	PrintPartitions(w, fs)
+}
+
+// Comparison sets a run with failures beside the clean run of the same
+// items per message, outputs and delivery order: write units per item
+// in each, and what the failures add by DynamoDB's sizing rules.
+type Comparison struct {
+	Failing, Clean string
+	// CleanUnits and FailingUnits are write units per item of all kinds.
+	CleanUnits, FailingUnits float64
+	// RetriedWork is the retried units' own writes per item: each
+	// redelivered unit is taken and written once more, 2 writes of its
+	// row as the clean run measured them (item row or pack row).
+	RetriedWork float64
+	// Attention is the attention entries' write units per item (item rows'
+	// attention index entries, pack items' ATTN rows and their index
+	// entries); AttentionPerFailed the same per failed or quarantined item.
+	Attention, AttentionPerFailed float64
+	// Excess is FailingUnits − CleanUnits − RetriedWork − Attention, and
+	// ExcessPercent it as a percentage of CleanUnits: what failures cost
+	// beyond their own writes (failed conditions, counters, stop checks).
+	Excess, ExcessPercent float64
+}
+
+// Compare finds, for each run with failures in fs, the clean run of the
+// same items per message, output size and delivery order, and compares
+// their write units per item.
+func Compare(fs []Figures) []Comparison {
+	var cs []Comparison
 	for _, f := range fs {
-		fmt.Fprintf(w, "\npartition table, %s: busiest partition key's write units/s at %d items/s (limit %d per partition)\n", f.Name, ItemsPerSecond, PartitionLimitWCU)
-		targets := sortedKeys(f.PartitionTable[0].WCUPerS)
-		fmt.Fprintf(w, "  %10s %7s %9s", "items", "shards", "counters")
-		for _, t := range targets {
-			fmt.Fprintf(w, " %16s", t)
+		if f.TransientPercent+f.PermanentPercent == 0 {
+			continue
 		}
-		fmt.Fprintf(w, " %9s\n", "max")
+		for _, c := range fs {
+			if c.TransientPercent+c.PermanentPercent != 0 || c.ItemsPerMessage != f.ItemsPerMessage || c.OutputBytes != f.OutputBytes || c.Delivery != f.Delivery {
+				continue
+			}
+			unit := c.WriteUnitsByTarget["table ITEM"]
+			if f.ItemsPerMessage > 1 {
+				unit = c.WriteUnitsByTarget["table PACK"]
+			}
+			// unit is 2 writes of a unit per item: a redelivered unit's
+			// two writes are unit × K per redelivery.
+			cmp := Comparison{Failing: f.Name, Clean: c.Name, CleanUnits: c.WriteUnitsPerItem, FailingUnits: f.WriteUnitsPerItem,
+				RetriedWork: f.RedeliveriesPerItem * unit * float64(f.ItemsPerMessage)}
+			for t, v := range f.WriteUnitsByTarget {
+				if strings.HasPrefix(t, "index attention ") || t == "table ATTN" {
+					cmp.Attention += v
+				}
+			}
+			if failed := float64(f.Failed) / float64(f.Items); failed > 0 {
+				cmp.AttentionPerFailed = cmp.Attention / failed
+			}
+			cmp.Excess = cmp.FailingUnits - cmp.CleanUnits - cmp.RetriedWork - cmp.Attention
+			cmp.ExcessPercent = 100 * cmp.Excess / cmp.CleanUnits
+			cs = append(cs, cmp)
+			break
+		}
+	}
+	return cs
+}
+
+// PrintComparisons writes Compare's result as text.
+func PrintComparisons(w io.Writer, cs []Comparison) {
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nruns with failures beside their clean runs (write units per item)\n")
+	fmt.Fprintf(w, "  %-62s %7s %7s %8s %9s %10s %8s\n", "run", "clean", "failing", "retried", "attention", "per failed", "excess")
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-62s %7.3f %7.3f %8.3f %9.3f %10.2f %7.1f%%\n", c.Failing, c.CleanUnits, c.FailingUnits, c.RetriedWork, c.Attention, c.AttentionPerFailed, c.ExcessPercent)
+	}
+	fmt.Fprintf(w, "  excess = failing − clean − retried work's own writes − attention entries, as %% of clean\n")
+}
+
+// PrintPartitions writes the partition table of the shuffled scenarios
+// (SQS standard queues' order): for each, per batch size, the busiest
+// partition key's write units/s of the table and of each index, and the
+// batch row's read units/s, at ItemsPerSecond.
+func PrintPartitions(w io.Writer, fs []Figures) {
+	fmt.Fprintf(w, "\npartition table, shuffled delivery: busiest partition key's write units/s at %d items/s (limit %d per key), batch row read units/s (limit %d)\n",
+		ItemsPerSecond, PartitionLimitWCU, PartitionLimitRCU)
+	for _, f := range fs {
+		if f.Delivery != DeliveryShuffled || len(f.PartitionTable) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n  %s\n", f.Name)
+		targets := sortedKeys(f.PartitionTable[0].WCUPerS)
+		fmt.Fprintf(w, "  %11s %7s %6s", "items", "shards", "lanes")
+		for _, t := range targets {
+			fmt.Fprintf(w, " %18s", t)
+		}
+		fmt.Fprintf(w, " %9s %15s\n", "max", "batch row reads")
 		for _, row := range f.PartitionTable {
-			fmt.Fprintf(w, "  %10d %7d %9d", row.BatchItems, row.ListShards, row.CounterShards)
+			fmt.Fprintf(w, "  %11d %7d %6d", row.BatchItems, row.ListShards, row.CounterLanes)
 			for _, t := range targets {
-				fmt.Fprintf(w, " %16.0f", row.WCUPerS[t])
+				fmt.Fprintf(w, " %18.0f", row.WCUPerS[t])
 			}
 			flag := ""
-			if row.Max > PartitionLimitWCU {
+			if row.Max > PartitionLimitWCU || row.BatchRowRCUPerS > PartitionLimitRCU {
 				flag = "  over the limit"
 			}
-			fmt.Fprintf(w, " %9.0f%s\n", row.Max, flag)
+			fmt.Fprintf(w, " %9.0f %15.0f%s\n", row.Max, row.BatchRowRCUPerS, flag)
 		}
 		last := f.PartitionTable[len(f.PartitionTable)-1]
 		for _, t := range targets {
 			if b := last.Busiest[t]; b != "" {
-				fmt.Fprintf(w, "  busiest key of %s: %s\n", t, b)
+				fmt.Fprintf(w, "  busiest key of %s at %d items: %s\n", t, last.BatchItems, b)
 			}
 		}
 	}

@@ -11,29 +11,37 @@ import (
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
 
 // No hot partition at any size (the partition table of `make bench`):
-// with items flowing at 10,000/s, for batches of 10^3 to 10^7 items, no
+// with items flowing at 10,000/s, for batches of 10^3 to 10^8 items, no
 // partition key of the table or of an index receives more than DynamoDB's
-// 1,000 write units/s, computed from the real shard derivation
-// (batch.ListShards, batch.CounterShards, batch.Shard) and units per item
-// as a clean run measures them (item row 2 with small outputs, 3 with
-// ~1 KB outputs; counters 0.1). Sizing the shards by the item count alone
-// (8 for 5·10^4 items) puts 10,000 × 2 / 8 = 2,500 units/s on a key and
-// fails here.
+// 1,000 write units/s, nor the batch row more than 3,000 read units/s,
+// computed from the real shard derivation (batch.ListShards,
+// batch.CounterLanes, batch.Shard) and units per item as runs measure
+// them: item row 2 with small outputs, 3 with ~1 KB outputs; counter lanes
+// 0.1 (one per message batch in any delivery order); with failures, an
+// attention index entry per failed item and the early stop's run-row
+// writes. Sizing the shards by the item count alone (8 for 5·10^4 items)
+// puts 10,000 × 2 / 8 = 2,500 units/s on a key and fails here; so do
+// chunk counters under shuffled delivery.
 func TestNoHotPartitionAtAnySize(t *testing.T) {
-	for _, itemUnits := range []float64{2, 3} {
-		r := Result{Scenario: Scenario{Items: 1000}, Usage: meter.Usage{Write: map[meter.Target]float64{
-			{Kind: "ITEM"}:  1000 * itemUnits,
-			{Kind: "COUNT"}: 100.5, // one per message batch of 10, one per chunk
-			{Kind: "BATCH"}: 5,
-		}}}
+	for _, tc := range []struct {
+		itemUnits, attention float64 // per item
+		permanent            int
+	}{{2, 0, 0}, {3, 0, 0}, {2, 0.05, 5}, {2, 1, 100}} {
+		r := Result{Scenario: Scenario{Items: 1000, PermanentPercent: tc.permanent, ThresholdPercent: 10}, Usage: meter.Usage{Write: map[meter.Target]float64{
+			{Kind: "ITEM"}:                     1000 * tc.itemUnits,
+			{Kind: "ITEM", Index: "attention"}: 1000 * tc.attention,
+			{Kind: "COUNT LANE"}:               100,
+			{Kind: "COUNT RUN"}:                2,
+			{Kind: "BATCH"}:                    5,
+		}, Read: map[meter.Target]float64{{Kind: "BATCH"}: 50}}}
 		rows := r.Partitions()
-		if len(rows) != len(PartitionSizes) {
-			t.Fatalf("%d rows, want %d", len(rows), len(PartitionSizes))
+		if len(rows) != len(PartitionSizes) || rows[len(rows)-1].BatchItems != 100_000_000 {
+			t.Fatalf("%d rows, want %d up to 10^8 items", len(rows), len(PartitionSizes))
 		}
 		for _, row := range rows {
-			if row.Max > PartitionLimitWCU {
-				t.Errorf("%.0f units per item row, %d items: busiest key %.0f write units/s > %d: %v (%v)",
-					itemUnits, row.BatchItems, row.Max, PartitionLimitWCU, row.WCUPerS, row.Busiest)
+			if row.Max > PartitionLimitWCU || row.BatchRowRCUPerS > PartitionLimitRCU {
+				t.Errorf("%+v: %d items: busiest key %.0f write units/s > %d, batch row %.0f read units/s: %v (%v)",
+					tc, row.BatchItems, row.Max, PartitionLimitWCU, row.BatchRowRCUPerS, row.WCUPerS, row.Busiest)
 			}
 			if _, ok := row.WCUPerS["index attention"]; !ok {
 				t.Errorf("%d items: no attention index column", row.BatchItems)
@@ -45,7 +53,7 @@ func TestNoHotPartitionAtAnySize(t *testing.T) {
 		// From 10^4 items on, the flow's 80 shards take 10,000 × units /
 		// 80 each (the table's busiest key takes at least that).
 		for _, row := range rows[1:] {
-			want := ItemsPerSecond * itemUnits / float64(row.ListShards)
+			want := ItemsPerSecond * tc.itemUnits / float64(row.ListShards)
 			if row.ListShards != 80 || row.WCUPerS["table"] < want*0.9 {
 				t.Errorf("%d items: %d shards, table %.0f WCU/s, want 80 and ≥ %.0f", row.BatchItems, row.ListShards, row.WCUPerS["table"], want)
 			}
@@ -131,7 +139,7 @@ func TestWithFixedSplitsPerBatchCost(t *testing.T) {
 func TestPrintFixedPerBatchDigits(t *testing.T) {
 	f := Figures{Name: "small outputs", Items: 2000, USDFixedPerBatch: 0.0000767, FixedFromItems: 40,
 		USDByComponent: map[string]float64{"DynamoDB writes": 1.3}, USDPerMillionItems: 1.3,
-		PartitionTable: []PartitionRow{{BatchItems: 1000, ListShards: 8, CounterShards: 2, WCUPerS: map[string]float64{"table": 252}, Max: 252}}}
+		PartitionTable: []PartitionRow{{BatchItems: 1000, ListShards: 8, CounterLanes: 1, WCUPerS: map[string]float64{"table": 252}, Max: 252}}}
 	var out strings.Builder
 	Print(&out, []Figures{f})
 	if want := "one batch: $0.0000767 per batch whatever its size (from a 40-item run)"; !strings.Contains(out.String(), want) {

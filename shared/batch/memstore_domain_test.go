@@ -88,7 +88,7 @@ type rig struct {
 	calls   sync.Map // key → *atomic.Int64
 }
 
-func newRig(t *testing.T, run pipeline.Func) *rig {
+func newRig(t testing.TB, run pipeline.Func) *rig {
 	t.Helper()
 	r := &rig{store: memstore.New(), blobs: batch.NewMemBlobs(), queue: &memQueue{}, trigger: &memTrigger{},
 		clock: &batch.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}

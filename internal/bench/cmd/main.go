@@ -1,7 +1,9 @@
-// Command bench measures the cost of a clean bulkrun run on the emulator
-// (or the AWS account of the environment): scenarios of -items items of
-// 1 KB inputs, with small and with ~1 KB outputs at one item per message,
-// and with small outputs at 10 and 100 items per message (packs). It prints units,
+// Command bench measures the cost of bulkrun runs on the emulator (or the
+// AWS account of the environment): scenarios of -items items of 1 KB
+// inputs, with small and with ~1 KB outputs at one item per message, and
+// with small outputs at 10 and 100 items per message (packs), each with
+// the queue delivering chunk-ordered and shuffled (see Scenarios), and
+// runs with transient and permanent failures. It prints units,
 // requests and dollars per 10^6 items next to the Distributed Map anchors,
 // the partition table, and writes the figures to -out. Each scenario also
 // runs at bench.FixedProbeItems items to split what a batch costs whatever
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"github.com/bulkrun/bulkrun/internal/bench"
 	"github.com/bulkrun/bulkrun/shared/function"
@@ -25,46 +28,85 @@ import (
 func main() {
 	items := flag.Int("items", 2000, "items per scenario")
 	out := flag.String("out", "build/bench/cost.json", "where to write the figures as JSON")
+	only := flag.String("only", "", "run only the scenarios whose name matches this regular expression")
 	flag.Parse()
-	if err := run(*items, *out); err != nil {
+	if err := run(*items, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(items int, out string) error {
+// Scenarios are the runs of `make bench` for items items: each clean run
+// in both delivery orders (bench.DeliveryChunkOrdered,
+// bench.DeliveryShuffled), and, shuffled, 5 % transient and 5 % permanent
+// failures (early stop armed at 10 %) and 100 % permanent failures, at 1
+// and 10 items per message. A clean run also runs at
+// bench.FixedProbeItems items (Figures.WithFixed).
+func Scenarios(items int) (clean, failing []bench.Scenario) {
+	bases := []bench.Scenario{
+		{Name: "small outputs", Items: items},
+		{Name: "1 KB outputs", Items: items, OutputBytes: 1024},
+		{Name: "small outputs, 10 items per message", Items: items, ItemsPerMessage: 10},
+		{Name: "small outputs, 100 items per message", Items: items, ItemsPerMessage: 100},
+	}
+	for _, b := range bases {
+		for _, d := range []string{bench.DeliveryChunkOrdered, bench.DeliveryShuffled} {
+			sc := b
+			sc.Name, sc.Delivery = b.Name+", "+d, d
+			clean = append(clean, sc)
+		}
+	}
+	for _, b := range []bench.Scenario{bases[0], bases[2]} {
+		sc := b
+		sc.Name, sc.Delivery = b.Name+", shuffled, 5 % transient + 5 % permanent", bench.DeliveryShuffled
+		sc.TransientPercent, sc.PermanentPercent, sc.ThresholdPercent = 5, 5, 10
+		failing = append(failing, sc)
+		sc = b
+		sc.Name, sc.Delivery, sc.PermanentPercent = b.Name+", shuffled, 100 % permanent", bench.DeliveryShuffled, 100
+		failing = append(failing, sc)
+	}
+	return clean, failing
+}
+
+func run(items int, out, only string) error {
 	ctx := context.Background()
 	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
 		return err
 	}
+	match, err := regexp.Compile(only)
+	if err != nil {
+		return fmt.Errorf("-only: %w", err)
+	}
 	var fs []bench.Figures
-	for _, sc := range []bench.Scenario{
-		{Name: "small outputs", Items: items},
-		{Name: "1 KB outputs", Items: items, OutputBytes: 1024},
-		{Name: "small outputs, 10 items per message", Items: items, ItemsPerMessage: 10},
-		{Name: "small outputs, 100 items per message", Items: items, ItemsPerMessage: 100},
-	} {
-		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, items)
+	clean, failing := Scenarios(items)
+	for _, sc := range append(clean, failing...) {
+		if !match.MatchString(sc.Name) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, sc.Items)
 		r, err := bench.Run(ctx, cfg, sc)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.Name, err)
 		}
 		f := r.Figures()
 		f.WithPartitions(r)
-		// What a batch costs whatever its size: the same scenario at
-		// FixedProbeItems items (Figures.WithFixed).
-		probe := sc
-		probe.Name, probe.Items = sc.Name+" (fixed-cost probe)", bench.FixedProbeItems
-		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", probe.Name, probe.Items)
-		pr, err := bench.Run(ctx, cfg, probe)
-		if err != nil {
-			return fmt.Errorf("%s: %w", probe.Name, err)
+		if sc.TransientPercent+sc.PermanentPercent == 0 {
+			// What a batch costs whatever its size: the same scenario at
+			// FixedProbeItems items (Figures.WithFixed).
+			probe := sc
+			probe.Name, probe.Items = sc.Name+" (fixed-cost probe)", bench.FixedProbeItems
+			fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", probe.Name, probe.Items)
+			pr, err := bench.Run(ctx, cfg, probe)
+			if err != nil {
+				return fmt.Errorf("%s: %w", probe.Name, err)
+			}
+			f.WithFixed(pr.Figures())
 		}
-		f.WithFixed(pr.Figures())
 		fs = append(fs, f)
 	}
 	bench.Print(os.Stdout, fs)
+	bench.PrintComparisons(os.Stdout, bench.Compare(fs))
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
