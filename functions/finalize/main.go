@@ -18,6 +18,6 @@ func main() {
 	if err != nil {
 		log.Fatalf("finalize: %v", err)
 	}
-	h := &function.Finalize{Finalizer: d.Finalizer(), Log: d.Log}
+	h := &function.Finalize{Finalizer: d.Finalizer(), Log: d.Log, Chain: d.Self()}
 	lambda.StartWithOptions(function.Invoke(h.Handle), lambda.WithContext(ctx))
 }

@@ -86,6 +86,16 @@ func (r *runner) grant() {
 	allow(finalize, []string{"s3:DeleteObject"}, s3Arn(r.bucketName, config.BatchesPrefix+"*/"+config.FinalizeCheckpoints+"*"))
 	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
 	allow(finalize, []string{"sqs:SendMessage"}, r.items.QueueArn())
+	// Finalize goes on with a run's next chunk by invoking itself (a chain
+	// of at most function.MaxFinalizeChain calls); a policy of its own, as
+	// submit's.
+	awsiam.NewPolicy(r.Construct, jsii.String("FinalizeInvokesItself"), &awsiam.PolicyProps{
+		Roles: &[]awsiam.IRole{finalize.Role()},
+		Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings("lambda:InvokeFunction"),
+			Resources: jsii.Strings(*finalize.FunctionArn()),
+		})},
+	})
 
 	allow(sweep, []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}, tableArns...)
 	allow(sweep, []string{"s3:DeleteObject"}, batchesArn)

@@ -1340,6 +1340,27 @@ func TestSubmitEphemeralStorage(t *testing.T) {
 	}
 }
 
+// Finalize goes on with a run's next chunk by invoking itself, through a
+// policy of its own (no dependency cycle) on exactly its own ARN.
+func TestFinalizeInvokesItself(t *testing.T) {
+	s := synth(t, TargetAWS)
+	self := arnOf(s.ids[FunctionFinalize])
+	found := false
+	for id := range s.resourcesOfType("AWS::IAM::Policy") {
+		for _, st := range s.statements(t, id) {
+			if slices.Contains(actions(st), "lambda:InvokeFunction") && jsonEqual(st["Resource"], self) {
+				found = true
+				if id == s.ids["policy:"+FunctionFinalize] {
+					t.Errorf("the self-invoke grant is in finalize's default policy (a dependency cycle)")
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no policy lets finalize invoke itself")
+	}
+}
+
 // Submit past the gateway timeout, point 1: submit may invoke itself (the
 // background read of an S3 source), through a policy of its own (no
 // dependency cycle), and a rule sends it the tick that hands dead reads

@@ -15,11 +15,14 @@ import (
 )
 
 // Event is the finalize function's payload: a run to finalize, or a
-// scheduled tick ({"tick": true}).
+// scheduled tick ({"tick": true}). Chain is how many finalize invocations
+// came before this one in a chain of chunks, each invoking the next
+// (Continue): 0 for a trigger from the item function or submit.
 type Event struct {
 	BatchID string `json:"batch_id,omitempty"`
 	Run     int    `json:"run,omitempty"`
 	Tick    bool   `json:"tick,omitempty"`
+	Chain   int    `json:"chain,omitempty"`
 }
 
 // Lambda triggers finalize by an asynchronous invocation. Safe for
@@ -52,6 +55,20 @@ func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
 }
 
 var _ batch.Handoff = (*Lambda)(nil)
+
+// Continue invokes finalize for (batchID, run) asynchronously as link
+// chain of a chain of chunks (Event.Chain): finalize invoking itself.
+func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) error {
+	payload, err := json.Marshal(Event{BatchID: batchID, Run: run, Chain: chain})
+	if err != nil {
+		return err
+	}
+	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("invoke %s to go on with %s run %d: %w", l.function, batchID, run, err)
+	}
+	return nil
+}
 
 // StartSubmit invokes the function asynchronously with the internal event
 // batch.SubmitEvent ({"bulkrun_submit": batchID}): the submit function

@@ -99,6 +99,17 @@ func Build(ctx context.Context, function string) (*Deps, error) {
 	return d, nil
 }
 
+// Self is a trigger of the running function itself (its name from
+// AWS_LAMBDA_FUNCTION_NAME, which Lambda sets, "Defined runtime
+// environment variables"); nil outside Lambda.
+func (d *Deps) Self() *trigger.Lambda {
+	name := os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
+	if name == "" {
+		return nil
+	}
+	return trigger.New(lambda.NewFromConfig(d.AWS), name)
+}
+
 // Submitter builds the submit workflow from d, with the built-in
 // pipelines and custom (the binary's own, package shared/function).
 func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, error) {

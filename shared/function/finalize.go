@@ -21,7 +21,27 @@ type Finalize struct {
 	// not finished yet: the item shards are read eventually consistent, so the
 	// last outcome may not show at once. Default 1, 2, 4, 8 s.
 	Waits []time.Duration
+	// Chain, when set, is the finalize function itself: a call that ends a
+	// chunk of a run's rows (Continued) invokes the next call at once,
+	// up to MaxFinalizeChain calls in a chain, instead of leaving it to
+	// the next tick. nil: the tick goes on.
+	Chain Chainer
 }
+
+// Chainer invokes finalize again for a run, as call chain of a chain.
+type Chainer interface {
+	Continue(ctx context.Context, batchID string, run, chain int) error
+}
+
+// MaxFinalizeChain is the most finalize calls one chain of chunks makes
+// (the triggered call and the ones it invokes, one after another); the
+// tick goes on from a longer run's checkpoint and starts a new chain.
+// Lambda's recursive loop detection stops a function invoked more than 16
+// times in one chain of requests (Lambda developer guide, "Use Lambda
+// recursive loop detection to prevent infinite loops"): 15 stays below
+// it whether or not a direct invocation counts. A chain of 15 ten-minute
+// chunks reads ≈ 10^8 rows at the measured ≈ 24,000 rows/s of one call.
+const MaxFinalizeChain = 15
 
 // Handle finalizes one run or ticks. A run still not finished after the
 // waits is left to the tick (no error: an asynchronous retry would only
@@ -42,9 +62,14 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 	for i := 0; ; i++ {
 		res, err := h.Finalizer.Finalize(ctx, ev.BatchID, ev.Run)
 		if err == nil && res.Continued {
-			// A chunk of the rows is counted and checkpointed; the tick
-			// (or the next trigger) goes on from it.
-			return map[string]any{"status": batch.StatusRunning, "continued": true}, nil
+			// A chunk of the rows is counted and checkpointed: the next
+			// call goes on from it at once, or the tick does.
+			if h.Chain != nil && ev.Chain+1 < MaxFinalizeChain {
+				if cerr := h.Chain.Continue(ctx, ev.BatchID, ev.Run, ev.Chain+1); cerr != nil {
+					h.Log.Warn("go on with the next chunk: left to the tick", "batch_id", ev.BatchID, "run", ev.Run, "error", cerr.Error())
+				}
+			}
+			return map[string]any{"status": batch.StatusRunning, "continued": true, "chain": ev.Chain}, nil
 		}
 		if err == nil {
 			return map[string]any{"status": res.Report.Status, "wrote": res.Wrote}, nil
