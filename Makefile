@@ -4,8 +4,9 @@
 #   make test   lint (go vet, staticcheck), unit tests, then the integration suite on the emulator
 #               (the web console in headless Chromium among it; make console-test: that alone),
 #               then the short soak (make soak-short; the emulator behind the fault proxy)
-#   make bench  cost of a clean run per 10^6 items, metered on the emulator
-#               (BENCH_ITEMS=100000 for 10^5 items); make bench-go: Go benchmarks
+#   make bench  cost per 10^6 items, metered on the emulator, both delivery orders
+#               and with failures (BENCH_ITEMS=100000 for 10^5 items;
+#               BENCH_ONLY=regexp for some scenarios); make bench-go: Go benchmarks
 #
 # The emulator is MiniStack (pinned in localstack/requirements.txt, installed
 # into .venv); the aws-cdk CLI is pinned in tools/cdk/package.json.
@@ -256,10 +257,15 @@ soak-short:
 
 BENCH_ITEMS ?= 2000
 
-# A clean run of BENCH_ITEMS items of 1 KB, with small and ~1 KB outputs,
-# in-process against the emulator's storage; writes build/bench/cost.json.
+# Runs of BENCH_ITEMS items of 1 KB in-process against the emulator's
+# storage: small and ~1 KB outputs, 1, 10 and 100 items per message, each
+# with the queue chunk-ordered and shuffled (as SQS standard queues
+# deliver), and shuffled runs with 5 % transient + 5 % permanent and with
+# 100 % permanent failures; prints them, the partition table and the
+# failures beside their clean runs, and writes build/bench/cost.json.
+BENCH_ONLY ?=
 bench: tools $(EMULATOR_DEP)
-	$(GO) run ./internal/bench/cmd -items $(BENCH_ITEMS) -out build/bench/cost.json
+	$(GO) run ./internal/bench/cmd -items $(BENCH_ITEMS) -only '$(BENCH_ONLY)' -out build/bench/cost.json
 
 # BENCHTIME: go test's -benchtime (CI: 1x, every benchmark once).
 BENCHTIME ?= 1s

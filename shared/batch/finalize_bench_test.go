@@ -23,15 +23,23 @@ import (
 // memory. BULKRUN_FINALIZE_ROWS sets the rows (default 10^6; 10^7 for the
 // figure in docs/design.md), spread over 1,024 list shards (the most
 // batch.ListShards gives), each succeeded with a ~1 KB output. It reports
-// rows/s, the peak of the Go heap's objects (sampled every 2 ms) and the
-// process's peak RSS (getrusage).
+// rows/s, CPU seconds (user + system) per 10^6 rows, the peak of the Go
+// heap's objects (sampled every 2 ms) and the process's peak RSS
+// (getrusage). BULKRUN_FINALIZE_CHUNK_ROWS measures
+// one call of a run's chain of chunks: the first that many rows of
+// BULKRUN_FINALIZE_ROWS (a part of a run too large for one call).
 //
 //	BULKRUN_FINALIZE_ROWS=10000000 go test -run '^$' -bench FinalizeMemory -benchtime 1x -timeout 60m ./shared/batch/
+//	BULKRUN_FINALIZE_ROWS=100000000 BULKRUN_FINALIZE_CHUNK_ROWS=10000000 go test -run '^$' -bench FinalizeMemory -benchtime 1x -timeout 60m ./shared/batch/
 func BenchmarkFinalizeMemory(b *testing.B) {
 	n := int64(1_000_000)
 	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_FINALIZE_ROWS"), 10, 64); err == nil && v > 0 {
 		n = v
 	}
+	// BULKRUN_FINALIZE_CHUNK_ROWS: measure only the first call of the
+	// chain, a chunk of that many rows (a part of a larger run).
+	chunkRows, _ := strconv.ParseInt(os.Getenv("BULKRUN_FINALIZE_CHUNK_ROWS"), 10, 64)
+	counted := n
 	const shards = 1024
 	output := []byte(`{"text":"` + strings.Repeat("o", 1000) + `"}`)
 	gen := func(shard int, after string, limit int) ([]Item, bool) {
@@ -69,16 +77,24 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 		}
 	})
 	b.ReportAllocs()
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
 	for b.Loop() {
 		s := &rowStore{b: Batch{ID: "bench", Run: 1, Status: StatusRunning, ItemCount: n, ListShards: shards, CounterShards: 16}, gen: gen}
 		blobs := newPartBlobs()
 		blobs.discard = true
-		f := &Finalizer{Store: s, Blobs: blobs, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour}
+		f := &Finalizer{Store: s, Blobs: blobs, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour,
+			ChunkRows: chunkRows}
 		for {
 			r, err := f.Finalize(context.Background(), "bench", 1)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if r.Continued && chunkRows > 0 {
+				// One chunk measured: the rows it read are chunkRows.
+				counted = chunkRows
+				break
 			}
 			if !r.Continued {
 				if r.Report.Census.Succeeded != n {
@@ -93,7 +109,9 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 	wg.Wait()
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "rows/s")
+	b.ReportMetric(float64(counted)*float64(b.N)/elapsed.Seconds(), "rows/s")
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	b.ReportMetric(cpu.Seconds()/float64(b.N)/float64(counted)*1e6, "cpu-s/1e6-rows")
 	b.ReportMetric(float64(peakHeap.Load())/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB") // Linux: KiB
 }
