@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	// A transient failure's retry comes back after a second (the
 	// shortest visibility change), not after the default backoff.
 	worker := &batch.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
-		Pipelines: reg, Lease: config.DefaultLease, Backoff: func(int) time.Duration { return time.Second }}
+		Pipelines: reg, Lease: config.DefaultLease, Retry: &batch.RetryPolicy{IntervalSeconds: 1, BackoffRate: 1, MaxDelaySeconds: 1}}
 	fin := &batch.Finalizer{Store: store, Blobs: blobs, Clock: batch.SystemClock{}, Log: log, Retention: config.DefaultRetention,
 		Events: event.New(eventbridge.NewFromConfig(metered), "", name)}
 	gbs := func(start time.Time, mb int) { res.LambdaGBSeconds += time.Since(start).Seconds() * float64(mb) / 1024 }
