@@ -102,7 +102,8 @@ func (r *runner) grant() {
 	allow(sweep, []string{"s3:ListBucket"}, bucketArn)
 	defaultBus := regionalArn("events", "event-bus/default")
 	allow(finalize, []string{"events:PutEvents"}, defaultBus)
-	allow(submit, []string{"events:PutEvents"}, defaultBus) // Batch Refused
+	allow(submit, []string{"events:PutEvents"}, defaultBus) // Batch Refused, Batch Paused / Unpaused by a caller
+	allow(item, []string{"events:PutEvents"}, defaultBus)   // Batch Paused / Unpaused on an outage
 }
 
 // grantPipelineReach gives the item function what the pipelines reach

@@ -156,6 +156,7 @@ type alarmSpec struct {
 //	finalize-tick-invocations-failed  AWS/Events FailedInvocations (Sum) of FinalizeTick ≥ 1: the tick did not run
 //	dead-letters                      bulkrun DeadLettered (Sum, Stack) ≥ 1: items recorded failed from the dead-letter queue
 //	runs-finalize-failed              bulkrun RunsFinalizeFailed (Sum, Stack) ≥ 1: a run could not be finished (status finalize_failed)
+//	batches-paused                    bulkrun BatchesPaused (Sum, Stack) ≥ 1: a batch paused itself, its downstream failing (docs/operations.md "The downstream is down")
 func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSpec {
 	period := awscdk.Duration_Seconds(jsii.Number(alarmPeriod.Seconds()))
 	age := o.queueAgeAlarm.Seconds()
@@ -192,6 +193,10 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 		alarmSpec{"RunsFinalizeFailedAlarm", "runs-finalize-failed",
 			"bulkrun: a run could not be finished and was ended finalize_failed (its items ended; the batch's failure says why); resume it once fixed",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.RunsFinalizeFailed),
+				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"BatchesPausedAlarm", "batches-paused",
+			"bulkrun: a batch paused itself: its downstream fails every call the same way (bulkrun status ID shows the class and the next probe); it resumes when a probe is answered",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.BatchesPaused),
 				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
 	)
 	return specs

@@ -102,6 +102,7 @@ func TestMetricsAlarms(t *testing.T) {
 					map[string]string{"RuleName": "{" + s.id("FinalizeTick") + "}"}, 1},
 				"bulkrun-dead-letters":         {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
 				"bulkrun-runs-finalize-failed": {"bulkrun", "RunsFinalizeFailed", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-batches-paused":       {"bulkrun", "BatchesPaused", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
 			}
 			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
 				want["bulkrun-"+fn+"-errors"] = alarm{"AWS/Lambda", "Errors", "Sum", fnDim(fn), 1}

@@ -703,7 +703,7 @@ func TestIAMScope(t *testing.T) {
 			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
 			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
 		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
+			"events:PutEvents", "lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage", "ssm:GetParameter"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:ListMultipartUploadParts", "s3:PutObject",

@@ -217,6 +217,7 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 	if !f.RowsExpireAt.IsZero() {
 		u = u.Set(expression.Name(config.AttrExpiresAt), expression.Value(f.RowsExpireAt.Unix()))
 	}
+	u = u.Remove(expression.Name(attrPauseBy)) // a finished run is not paused
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(run)),
@@ -280,7 +281,8 @@ func (s *Store) FinalizeFailed(ctx context.Context, f batch.FinalizeFailure) (bo
 			Set(expression.Name(attrNeedsAttention), expression.Value(true)).
 			Set(expression.Name(attrFinishedAtMs), expression.Value(f.Now.UnixMilli())).
 			Set(expression.Name(attrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli())).
-			Set(expression.Name(config.AttrExpiresAt), expression.Value(f.ExpiresAt.Add(batch.TTLGrace).Unix()))).Build()
+			Set(expression.Name(config.AttrExpiresAt), expression.Value(f.ExpiresAt.Add(batch.TTLGrace).Unix())).
+			Remove(expression.Name(attrPauseBy))).Build()
 	if err != nil {
 		return false, err
 	}
@@ -321,6 +323,82 @@ func (s *Store) Stop(ctx context.Context, m batch.StopMark) error {
 	return nil
 }
 
+// Pause sets the pause's attributes (pause_by, paused_at_ms, pause_class,
+// pause_error, probes 0; ADD pauses 1) under the condition run = :run AND
+// status = running AND attribute_not_exists(stop) AND
+// (attribute_not_exists(pause_by), or for a caller's pause pause_by =
+// outage); else batch.ErrConflict (see batch.Store).
+func (s *Store) Pause(ctx context.Context, m batch.PauseMark) error {
+	free := expression.AttributeNotExists(expression.Name(attrPauseBy))
+	if m.By == batch.PauseByCaller {
+		free = expression.Or(free, expression.Name(attrPauseBy).Equal(expression.Value(string(batch.PauseByOutage))))
+	}
+	u := expression.Set(expression.Name(attrPauseBy), expression.Value(string(m.By))).
+		Set(expression.Name(attrPausedAtMs), expression.Value(m.Now.UnixMilli())).
+		Set(expression.Name(attrProbes), expression.Value(0)).
+		Add(expression.Name(attrPauses), expression.Value(1))
+	if m.Class != "" {
+		u = u.Set(expression.Name(attrPauseClass), expression.Value(m.Class)).
+			Set(expression.Name(attrPauseError), expression.Value(batch.CutError(m.Error)))
+	} else {
+		u = u.Remove(expression.Name(attrPauseClass)).Remove(expression.Name(attrPauseError))
+	}
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name(attrRun).Equal(expression.Value(m.Run)),
+			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))),
+			expression.AttributeNotExists(expression.Name(attrStop)), free)).
+		WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("pause %s run %d: %w", m.BatchID, m.Run, err)
+	}
+	return nil
+}
+
+// Unpause removes pause_by (the pause) under the condition run = :run AND
+// attribute_exists(pause_by), and for an outage's unpause pause_by =
+// outage AND paused_at_ms = :since; else batch.ErrConflict. The other
+// pause attributes stay, the last pause's record.
+func (s *Store) Unpause(ctx context.Context, m batch.UnpauseMark) error {
+	cond := expression.And(expression.Name(attrRun).Equal(expression.Value(m.Run)),
+		expression.AttributeExists(expression.Name(attrPauseBy)))
+	if m.By == batch.PauseByOutage {
+		cond = expression.And(cond, expression.Name(attrPauseBy).Equal(expression.Value(string(batch.PauseByOutage))),
+			expression.Name(attrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(attrPauseBy))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("unpause %s run %d: %w", m.BatchID, m.Run, err)
+	}
+	return nil
+}
+
+// ClaimProbe sets probes = :n under the condition run = :run AND
+// pause_by = outage AND paused_at_ms = :since AND probes < :n; else
+// batch.ErrConflict.
+func (s *Store) ClaimProbe(ctx context.Context, c batch.ProbeClaim) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name(attrRun).Equal(expression.Value(c.Run)),
+			expression.Name(attrPauseBy).Equal(expression.Value(string(batch.PauseByOutage))),
+			expression.Name(attrPausedAtMs).Equal(expression.Value(c.Since.UnixMilli())),
+			expression.Name(attrProbes).LessThan(expression.Value(c.Probe)))).
+		WithUpdate(expression.Set(expression.Name(attrProbes), expression.Value(c.Probe))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(c.BatchID), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("claim probe %d of %s run %d: %w", c.Probe, c.BatchID, c.Run, err)
+	}
+	return nil
+}
+
 // StartRun starts run from+1 of a finished batch, in one transaction: the
 // batch row (condition run = :from AND status <> running AND not being
 // forgotten) becomes running
@@ -342,7 +420,8 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 			Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
 			Remove(expression.Name(attrStopRan)).Remove(expression.Name(attrStopFailures)).
 			Remove(expression.Name(attrFailure)).Remove(expression.Name(attrFinalizeFailures)).
-			Remove(expression.Name(config.AttrExpiresAt))).Build()
+			Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(attrPauses)).
+			Remove(expression.Name(attrPauseBy))).Build()
 	if err != nil {
 		return batch.Batch{}, err
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
 
-	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
@@ -216,6 +216,15 @@ func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCou
 		}
 	}
 	u = addCosts(u, c.Cost, c.Spent)
+	if c.Answered {
+		for i := range batch.StreakSlots() {
+			u = u.Remove(expression.Name(streakAttr(i)))
+		}
+	} else {
+		for slot, n := range c.Streaks {
+			u = u.Add(expression.Name(streakAttr(slot)), expression.Value(n))
+		}
+	}
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
 		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
 			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
@@ -242,8 +251,26 @@ func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCou
 		}
 		return res, fmt.Errorf("count lane %d of %s run %d: %w", c.Lane, c.BatchID, c.Run, err)
 	}
-	return batch.LaneCounted{Done: v.Done, Failures: v.Failures}, nil
+	got := batch.LaneCounted{Done: v.Done, Failures: v.Failures}
+	if !c.Answered && len(c.Streaks) > 0 {
+		got.Streaks = map[int]int64{}
+		for slot := range c.Streaks {
+			var n int64
+			if av, ok := row[streakAttr(slot)]; ok {
+				if err := attributevalue.Unmarshal(av, &n); err != nil {
+					return got, fmt.Errorf("count lane %d of %s run %d: %s: %w", c.Lane, c.BatchID, c.Run, streakAttr(slot), err)
+				}
+			}
+			got.Streaks[slot] = n
+		}
+	}
+	return got, nil
 }
+
+// streakAttr is the lane attribute of failure-class slot i
+// (batch.StreakSlot): x0 … x7, the attempts that failed transiently with
+// a class of that slot since an item of the lane was last answered.
+func streakAttr(i int) string { return "x" + strconv.Itoa(i) }
 
 // CountRun adds c to the run row COUNT#{id}#{run}, RUN with one UpdateItem
 // returning the new totals (ADD lanes_done, failures; SET t{h},

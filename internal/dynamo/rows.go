@@ -125,6 +125,12 @@ const (
 	attrFinalizeFailures = "finalize_failures"
 	attrSubmitAttempts   = "submit_attempts"
 	attrSubmitDeadlineMs = "submit_deadline_ms"
+	attrPauseBy          = "pause_by"
+	attrPausedAtMs       = "paused_at_ms"
+	attrPauseClass       = "pause_class"
+	attrPauseError       = "pause_error"
+	attrProbes           = "probes"
+	attrPauses           = "pauses"
 )
 
 // Attributes of slot rows.
@@ -179,6 +185,12 @@ type batchRow struct {
 	FinalizeFails  int               `dynamodbav:"finalize_failures,omitempty"`
 	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
 	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
+	PauseBy        string            `dynamodbav:"pause_by,omitempty"` // absent: not paused
+	PausedAtMs     int64             `dynamodbav:"paused_at_ms,omitempty"`
+	PauseClass     string            `dynamodbav:"pause_class,omitempty"`
+	PauseError     string            `dynamodbav:"pause_error,omitempty"`
+	Probes         int               `dynamodbav:"probes,omitempty"`
+	Pauses         int               `dynamodbav:"pauses,omitempty"`
 	Format         int               `dynamodbav:"fv,omitempty"` // batch.FormatVersion; absent: 0
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
@@ -206,6 +218,10 @@ func toRow(b batch.Batch) (batchRow, error) {
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold, Format: batch.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
+		Pauses: b.Pauses,
+	}
+	if p := b.Pause; p != nil {
+		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), ms(p.Since), p.Class, p.Error, p.Probes
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
@@ -248,7 +264,10 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, StopRan: r.StopRan, StopFailures: r.StopFailures, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
 		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun, Failure: r.Failure, FinalizeFailures: r.FinalizeFails,
-		StopOnThreshold: r.StopOnThreshold,
+		StopOnThreshold: r.StopOnThreshold, Pauses: r.Pauses,
+	}
+	if r.PauseBy != "" {
+		b.Pause = &batch.Pause{By: batch.PauseBy(r.PauseBy), Since: fromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)

@@ -26,6 +26,8 @@
 //	FinalizeLagMs  Milliseconds  from a run's last recorded outcome to its report; dims [Stack]
 //	TickFailures   Count         finalize ticks that returned an error; dims [Stack]
 //	RunsFinalizeFailed Count     runs ended finalize_failed (they could not be finished); dims [Stack]
+//	BatchesPaused  Count         batches that paused themselves on an outage of their downstream; dims [Stack], [Stack Pipeline]
+//	BatchesUnpaused Count        outage pauses ended by a probe that was answered; dims [Stack], [Stack Pipeline]
 package metric
 
 import (
@@ -50,6 +52,10 @@ const (
 	TickFailures   = "TickFailures"
 	// RunsFinalizeFailed counts runs ended finalize_failed.
 	RunsFinalizeFailed = "RunsFinalizeFailed"
+	// BatchesPaused counts batches paused on an outage; BatchesUnpaused
+	// the outage pauses a probe ended.
+	BatchesPaused   = "BatchesPaused"
+	BatchesUnpaused = "BatchesUnpaused"
 )
 
 // Dimension names.
@@ -129,6 +135,16 @@ func (e *Emitter) TickFailed() {
 // but it could not be finished.
 func (e *Emitter) RunFinalizeFailed(batchID string, run int) {
 	e.count(RunsFinalizeFailed, 1, [][]string{{DimStack}}, map[string]any{"batch_id": batchID, "run": run})
+}
+
+// Paused counts one batch of pipeline paused on an outage (paused) or
+// unpaused by its probe (not paused).
+func (e *Emitter) Paused(pipeline string, paused bool, batchID string, run int) {
+	name := BatchesUnpaused
+	if paused {
+		name = BatchesPaused
+	}
+	e.count(name, 1, [][]string{{DimStack}, {DimStack, DimPipeline}}, map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
 }
 
 func (e *Emitter) count(name string, v float64, dims [][]string, props map[string]any) {

@@ -24,6 +24,8 @@ func emitAll(e *Emitter) {
 	e.FanOut(500, "b-1", 1)
 	e.FinalizeLag(2500*time.Millisecond, "b-1", 1)
 	e.TickFailed()
+	e.Paused("webhook", true, "b-1", 1)
+	e.Paused("webhook", false, "b-1", 1)
 }
 
 // TestEMFGolden guards the metrics product line (items by outcome,
@@ -103,8 +105,8 @@ func TestEMFShape(t *testing.T) {
 			}
 		}
 	}
-	if lines != 7 {
-		t.Errorf("%d lines, want 7", lines)
+	if lines != 9 {
+		t.Errorf("%d lines, want 9", lines)
 	}
 }
 

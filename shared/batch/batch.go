@@ -69,9 +69,15 @@ type Batch struct {
 	// (succeeded, failed or quarantined) and, among them, failed or were
 	// quarantined, by the counters when the stop was marked: items
 	// already in flight then finish after it (StopSummary).
-	StopRan      int64     `json:"stop_ran,omitempty"`
-	StopFailures int64     `json:"stop_failures,omitempty"`
-	ExpiresAt    time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
+	StopRan      int64 `json:"stop_ran,omitempty"`
+	StopFailures int64 `json:"stop_failures,omitempty"`
+	// Pause is set while the run is paused (see Pause): by an outage or a
+	// caller. No item starts; items running finish. Removed when the
+	// pause ends and when a run finishes or starts.
+	Pause *Pause `json:"pause,omitempty"`
+	// Pauses counts the pauses of the current run so far.
+	Pauses    int       `json:"pauses,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 
 	// Request is the accepted submit request (JSON, defaults filled) of a
 	// batch whose source is read in the background; the read and a

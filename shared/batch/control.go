@@ -98,6 +98,9 @@ type Control struct {
 	Blobs Blobs
 	Log   *slog.Logger
 	Clock Clock // decides expiry; nil means SystemClock
+	// Bus gets the Batch Paused and Batch Unpaused events of a caller's
+	// pause and unpause; nil for none.
+	Bus EventBus
 }
 
 func (c *Control) now() time.Time {

@@ -31,6 +31,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		b           Batch
 		outcomes    map[Outcome]int64
 		cost, spent pipeline.CostSum
+		health      health
 	}
 	runs := map[runKey]*sum{}
 	var order []runKey
@@ -40,7 +41,9 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		case d.items <= 0:
 			continue // a message sent without its chunk: the tick counts it
 		case d.batch.CounterLanes <= 0:
-			chunked = append(chunked, d)
+			if d.outcome.Terminal() {
+				chunked = append(chunked, d)
+			}
 			continue
 		}
 		k := runKey{d.batch.ID, d.batch.Run}
@@ -50,13 +53,17 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 			runs[k] = a
 			order = append(order, k)
 		}
+		a.health.add(d)
+		if !d.outcome.Terminal() {
+			continue // a retry: the pause's, not a counter's
+		}
 		a.outcomes[d.outcome] += weight
 		a.cost.Add(d.cost)
 		a.spent.Add(d.spent)
 	}
 	for _, k := range order {
 		a := runs[k]
-		w.countLanes(ctx, w.Log.With("batch_id", k.id, "run", k.run), a.b, a.outcomes, a.cost, a.spent)
+		w.countLanes(ctx, w.Log.With("batch_id", k.id, "run", k.run), a.b, a.outcomes, a.cost, a.spent, a.health)
 	}
 	w.countChunks(ctx, chunked, weight)
 }
@@ -81,8 +88,14 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 // writes try to stop the run (items in flight at a stop finish anyway).
 //
 // The items' cost and spent sums go with the first of the writes that
-// counts any of them, so that each is counted once.
-func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outcomes map[Outcome]int64, cost, spent pipeline.CostSum) {
+// counts any of them, so that each is counted once; so does h, the
+// attempts' health: an attempt answered ends the lane's failure-class
+// streaks, else the transient failures add to them and the write that
+// takes a streak past a multiple of PauseAfter pauses the batch
+// (judgeStreaks). A message batch with transient failures only (no
+// terminal item) writes its streaks to a lane at random: one write, as
+// a counted message batch's.
+func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outcomes map[Outcome]int64, cost, spent pipeline.CostSum, h health) {
 	lanes := b.CounterLanes
 	judge := b.Stop == "" && b.EarlyStop() && b.Threshold.Limited()
 	var tolerated, quantum int64
@@ -94,6 +107,21 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outc
 	left := make(map[Outcome]int64, len(outcomes))
 	for o, n := range outcomes {
 		left[o] = n
+	}
+	answered, streaks := h.answered, h.streaks()
+	if sumOutcomes(left) == 0 {
+		if len(streaks) == 0 {
+			return
+		}
+		p := rand.IntN(max(1, lanes))
+		got, err := w.Store.CountLane(ctx, LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: LaneTarget(b.ItemCount, lanes, p),
+			Outcomes: map[Outcome]int64{}, Streaks: streaks, Token: newToken(), Now: w.Clock.Now()})
+		if err != nil {
+			log.Warn("count failure streaks", "error", err.Error(), "lane", p)
+			return
+		}
+		w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
+		return
 	}
 	for try := 0; sumOutcomes(left) > 0; try++ {
 		if try > 4*lanes+8 {
@@ -112,7 +140,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outc
 		part := takeOutcomes(left, room)
 		c := LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: LaneTarget(b.ItemCount, lanes, p),
 			Outcomes: part, Failures: part[OutcomeFailed] + part[OutcomeQuarantined], Cost: cost, Spent: spent,
-			Token: newToken(), Now: w.Clock.Now()}
+			Answered: answered, Streaks: streaks, Token: newToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
 		switch {
 		case errors.Is(err, ErrConflict):
@@ -127,6 +155,10 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outc
 		}
 		book.set(p, c.Target-got.Done)
 		cost, spent = nil, nil // counted with this write
+		if len(streaks) > 0 {
+			w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
+		}
+		answered, streaks = false, nil
 		var rc RunCount
 		if got.Done == c.Target {
 			rc.LanesDone = 1

@@ -164,6 +164,11 @@ type Attempt struct {
 	// attempts began (its first throttled attempt since its last counted
 	// one); zero when its last attempt was not throttled.
 	ThrottledSince time.Time
+	// Paused: the attempt is the probe of a paused batch (see Pause): a
+	// transient failure schedules a retry after PauseWait that does not
+	// count as an attempt.
+	Paused    bool
+	PauseWait time.Duration
 	// Now is when the attempt ended.
 	Now time.Time
 }
@@ -182,6 +187,13 @@ type Ending struct {
 	// ThrottledSince is when the streak began.
 	Throttled      bool
 	ThrottledSince time.Time
+	// Paused: a retry of a paused batch's probe, which does not count as
+	// an attempt either (Ended moves FirstAttempt past it).
+	Paused bool
+	// Class is the failure class (FailureClass) of an ending by a
+	// transient error: a retry (not a throttled one), or a failure at max
+	// attempts; "" for any other ending. The pause counts them.
+	Class string
 }
 
 // Retry reports an ending that schedules another attempt.
@@ -203,8 +215,12 @@ func (e Ending) Retry() bool { return e.Outcome == OutcomeInFlight }
 // other transient error schedules a retry after a.Retry's delay, or the
 // pipeline's longer Retry-After.
 //
-// The retry policy enters only here (MaxAttempts, Retry); a paused batch
-// is a further ending of this one function.
+// A paused batch's probe (a.Paused) that fails transiently schedules a
+// retry after a.PauseWait that does not count as an attempt either. A
+// transient ending carries its failure class (FailureClass).
+//
+// The retry policy and the pause enter only here (MaxAttempts, Retry,
+// Paused).
 func Conclude(a Attempt) Ending {
 	end := func(o Outcome, r Reason, text string) Ending {
 		return Ending{Outcome: o, Reason: r, Error: pipeline.CutText(text, pipeline.MaxErrorTextBytes)}
@@ -237,6 +253,26 @@ func Conclude(a Attempt) Ending {
 		// An interruption, not a transient error: the receiver may have
 		// acted. The batch's policy sets the item aside.
 		return end(OutcomeQuarantined, ReasonInterrupted, text)
+	}
+	e := conclude(a, err, text)
+	if !e.Throttled {
+		// A throttling within its bound is the service's rate, not an
+		// outage: it neither pauses a batch nor ends a streak.
+		e.Class = FailureClass(err)
+	}
+	return e
+}
+
+// conclude is Conclude for an attempt that failed transiently (err, its
+// text): a paused batch's probe, a throttling, max attempts, a retry.
+func conclude(a Attempt, err error, text string) Ending {
+	end := func(o Outcome, r Reason, text string) Ending {
+		return Ending{Outcome: o, Reason: r, Error: pipeline.CutText(text, pipeline.MaxErrorTextBytes)}
+	}
+	if a.Paused {
+		e := end(OutcomeInFlight, "", text)
+		e.Paused, e.Wait = true, a.PauseWait
+		return e
 	}
 	if t, ok := pipeline.ThrottleOf(err); ok && !a.CutOff {
 		since := a.ThrottledSince
@@ -297,7 +333,7 @@ func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
 	n.Retry = e.Retry()
 	n.ThrottledSince = time.Time{}
-	if e.Throttled {
+	if e.Throttled || e.Paused {
 		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
 		n.ThrottledSince = e.ThrottledSince
 	}

@@ -93,8 +93,12 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 	if slot >= 0 {
 		sem = make(chan struct{}, 1)
 	}
+	h.probe = m.probe
 	var wg sync.WaitGroup
-	for _, r := range runs {
+	for i, r := range runs {
+		if m.probe && i > 0 {
+			continue // a probe runs one item; the others are given back
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -133,7 +137,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		case r.lost:
 			lost = true
 		case r.committed:
-			dns = append(dns, doneOf(b, r.state))
+			dns = append(dns, ranDone(b, r))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
 		case !r.started:
 			// Inside the deadline margin: its take is given back, as if
@@ -147,7 +151,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 			if r.ending.Retry() {
 				retries++
 				wait = max(wait, r.ending.Wait)
-				throttled = throttled || r.ending.Throttled
+				throttled = throttled || r.ending.Throttled || r.ending.Paused
 			}
 		}
 	}
@@ -193,7 +197,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		}
 		o := r.state.Outcome
 		if !r.committed {
-			dns = append(dns, doneOf(b, r.state))
+			dns = append(dns, ranDone(b, r))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
 		}
 		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
@@ -203,6 +207,11 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 			ilog.Warn("item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
 		}
 	}
+	for _, r := range runs {
+		if r.started && !r.lost && r.ending.Retry() {
+			dns = append(dns, ranDone(b, r)) // for the pause: not counted
+		}
+	}
 	if retries == 0 {
 		return true, dns
 	}
@@ -210,10 +219,11 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		wait = time.Second // items not started: back soon
 	}
 	if throttled && wait <= MaxResendDelay {
-		// A throttled attempt counts no attempt, so its wait must not
-		// count a receive either (maxReceiveCount would dead-letter an item
-		// throttled often enough): the message is sent again as a new one,
-		// as for AWS unavailability, and this delivery acknowledged.
+		// A throttled attempt (or a paused batch's probe) counts no
+		// attempt, so its wait must not count a receive either
+		// (maxReceiveCount would dead-letter an item throttled often
+		// enough): the message is sent again as a new one, as for AWS
+		// unavailability, and this delivery acknowledged.
 		err := w.resend(ctx, m, wait)
 		if err == nil {
 			log.Warn("items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
@@ -256,6 +266,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	a := Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
 		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal,
 		Retry: RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}
+	if h.probe && b.Pause != nil {
+		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)
+	}
 	s.Cost = nil // the cost of this attempt
 	if e := Conclude(a); e.Outcome != "" {
 		r.state, r.ending = Ended(s, e, w.Clock.Now()), e
@@ -308,6 +321,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	}
 	r.state, r.ending = Ended(s, e, w.Clock.Now()), e
 	switch {
+	case e.Paused:
+		log.Warn("probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
 	case e.Throttled:
 		log.Warn("throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
 			"throttled_ms", a.Now.Sub(e.ThrottledSince).Milliseconds())

@@ -126,6 +126,21 @@ type Store interface {
 	// StatusThresholdExceeded), its detail and counts, only if it is
 	// running and not stopping yet; else ErrConflict.
 	Stop(ctx context.Context, m StopMark) error
+	// Pause writes m's pause on the batch row (Batch.Pause, Since m.Now,
+	// no probe yet; Pauses + 1) only if the batch is running run m.Run, is
+	// not stopping and is not paused — or, for m.By PauseByCaller, is
+	// paused by an outage (a caller's pause replaces it); else
+	// ErrConflict.
+	Pause(ctx context.Context, m PauseMark) error
+	// Unpause removes the batch's pause only if it is at run m.Run and
+	// paused — by an outage that began at m.Since, for m.By
+	// PauseByOutage; else ErrConflict.
+	Unpause(ctx context.Context, m UnpauseMark) error
+	// ClaimProbe records probe c.Probe of the outage pause that began at
+	// c.Since only if the batch is still so paused and no probe of that
+	// number or later was claimed; else ErrConflict. One delivery per
+	// check wins.
+	ClaimProbe(ctx context.Context, c ProbeClaim) error
 	// StartRun starts run from+1 of a finished batch (status running,
 	// not fanned out, no stop) and returns the batch; ErrConflict when the
 	// batch is not at run from or is still running.
@@ -332,6 +347,13 @@ type LaneCount struct {
 	// Cost and Spent are what the counted items cost and this run spent
 	// on them, summed per name (as ChunkCount's).
 	Cost, Spent pipeline.CostSum
+	// Answered says an item of the message batch ended other than by a
+	// transient failure (the downstream answered): every failure-class
+	// streak of the lane ends (is removed). Streaks adds, per slot
+	// (StreakSlot), the attempts that failed transiently when none was
+	// answered. See Pause.
+	Answered bool
+	Streaks  map[int]int64
 	// Token tells this write from every other (a random string): a write
 	// sent again after its answer was lost finds it on the row (the
 	// adapter keeps recent writes' tokens in slots).
@@ -346,6 +368,8 @@ func (c LaneCount) Done() int64 { return sumOutcomes(c.Outcomes) }
 type LaneCounted struct {
 	Done, Failures int64 // the lane's totals after the write
 	Room           int64 // when the items did not fit (ErrConflict): Target − done
+	// Streaks holds the slots LaneCount.Streaks added to, after the write.
+	Streaks map[int]int64
 }
 
 // RunCount is one write of Store.CountRun.

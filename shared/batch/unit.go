@@ -51,6 +51,9 @@ type unitMessage struct {
 	// counts; body encodes them again.
 	requeued, slotWaits *int
 	body                func() ([]byte, error)
+	// probe: this delivery claimed its paused batch's probe; one item
+	// runs (Pause).
+	probe bool
 }
 
 // itemUnitMessage is m (an item message) as a unit message.
@@ -96,6 +99,7 @@ type hold struct {
 	steps       []Step
 	interrupted []bool
 	dones       []done // the items the take settled or counted
+	probe       bool   // the unit message's probe
 }
 
 func newHold(n int) *hold {

@@ -53,8 +53,11 @@ type Worker struct {
 	Log       *slog.Logger
 	Pipelines *pipeline.Registry
 	// Metrics receives the item metrics (outcomes, durations, retries,
-	// dead letters, fan-out); nil for none.
+	// dead letters, fan-out, pauses); nil for none.
 	Metrics *metric.Emitter
+	// Bus gets the Batch Paused and Batch Unpaused events of outage
+	// pauses; nil for none.
+	Bus EventBus
 	// Lease is how long a reservation is owned; it must outlive the
 	// invocation (config.Config.Validate checks Lease ≥ timeout + margin).
 	Lease time.Duration
@@ -123,6 +126,12 @@ type done struct {
 	// from an earlier run: that run's); spent what this run's attempts of
 	// it spent (none for an item it did not run).
 	cost, spent pipeline.Cost
+	// ran: an attempt of this delivery ended the item (outcome terminal)
+	// or scheduled its retry (outcome in flight, counted by no counter);
+	// class is the attempt's failure class when it failed transiently
+	// (Ending.Class) and text its error. The pause counts them.
+	ran         bool
+	class, text string
 }
 
 // doneOf is the done of an item whose state s is terminal in b's run.
@@ -328,6 +337,8 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 			reason = ReasonCancel
 		}
 		ack, dns = w.settleUnit(ctx, log, b, m, d, OutcomeCancelled, reason, b.StopDetail)
+	case b.Pause != nil:
+		ack, dns = w.runPaused(ctx, log, b, m, d, inv)
 	default:
 		ack, dns = w.runUnit(ctx, log, b, m, d, inv)
 	}

@@ -343,6 +343,22 @@ func (c *Client) Resume(ctx context.Context, id string) (wire.BatchView, error) 
 	return v, err
 }
 
+// Pause pauses the batch's current run: no item starts until Unpause;
+// items running finish (POST /batches/{id}/pause).
+func (c *Client) Pause(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/pause", nil, &v)
+	return v, err
+}
+
+// Unpause ends the batch's pause, whoever paused it (POST
+// /batches/{id}/unpause).
+func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/unpause", nil, &v)
+	return v, err
+}
+
 // Cancel stops the batch's current run.
 func (c *Client) Cancel(ctx context.Context, id string) (wire.BatchView, error) {
 	var v wire.BatchView

@@ -42,6 +42,8 @@ const MaxRequestBytes = 6 << 20
 //	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
 //	POST   /batches/{id}/resume              new run of a finished batch (202)
 //	POST   /batches/{id}/cancel              stop the current run (202)
+//	POST   /batches/{id}/pause               pause the current run: no item starts (202)
+//	POST   /batches/{id}/unpause             end the run's pause (202)
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
 //	DELETE /batches/{id}                     forget the batch and all it owns (204)
 //
@@ -118,6 +120,10 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.resume})
 	case "cancel":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.cancel})
+	case "pause":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Pause)})
+	case "unpause":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Unpause)})
 	}
 	key, ok := strings.CutPrefix(tail, "items/")
 	if !ok {
@@ -276,6 +282,9 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 // finished, the run's counters while it runs.
 func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 	v := BatchView{Batch: batch.Redacted(b)}
+	if b.Pause != nil {
+		v.Pause = b.Pause.View(time.Now().UTC())
+	}
 	switch {
 	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
 		// No manifest yet, or never: nothing to count.
@@ -429,17 +438,26 @@ func (a *API) resume(w http.ResponseWriter, r *http.Request) {
 // the census cannot be read the cancel still stands and the answer is the
 // batch row alone.
 func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
-	b, err := a.Control.Cancel(r.Context(), r.PathValue("id"))
-	if err != nil {
-		a.errorAnswer(w, err)
-		return
+	a.control(a.Control.Cancel)(w, r)
+}
+
+// control serves a command on a running batch (cancel, pause, unpause):
+// 202 with the batch as GET /batches/{id} would answer it (the batch row
+// alone when its census cannot be read: the command still stands).
+func (a *API) control(do func(context.Context, string) (batch.Batch, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := do(r.Context(), r.PathValue("id"))
+		if err != nil {
+			a.errorAnswer(w, err)
+			return
+		}
+		v, err := a.viewOf(r.Context(), b)
+		if err != nil {
+			a.Log.Warn("census not read; answering the batch row", "batch_id", b.ID, "error", err)
+			v = BatchView{Batch: batch.Redacted(b)}
+		}
+		writeJSON(w, http.StatusAccepted, v)
 	}
-	v, err := a.viewOf(r.Context(), b)
-	if err != nil {
-		a.Log.Warn("cancel: census not read; answering the batch row", "batch_id", b.ID, "error", err)
-		v = BatchView{Batch: batch.Redacted(b)}
-	}
-	writeJSON(w, http.StatusAccepted, v)
 }
 
 func (a *API) forget(w http.ResponseWriter, r *http.Request) {

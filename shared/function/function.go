@@ -106,8 +106,10 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
+	api := NewAPI(s, d.Store, d.Blobs, d.Log)
+	api.Control.Bus = d.Bus() // Batch Paused / Unpaused of a caller's pause
 	h := &Submit{
-		API:             NewAPI(s, d.Store, d.Blobs, d.Log),
+		API:             api,
 		Submitter:       s,
 		Heads:           d.Blobs,
 		Blobs:           d.Blobs,
@@ -149,7 +151,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 		Worker: &batch.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
-			Staging: effects.Staging(d.Config.EffectTables), Retry: retry,
+			Staging: effects.Staging(d.Config.EffectTables), Retry: retry, Bus: d.Bus(),
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).
 			Margin: workerMargin(d.Config.ItemTimeout),

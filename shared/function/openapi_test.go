@@ -72,6 +72,18 @@ func (s *contractStore) Stop(_ context.Context, m batch.StopMark) error {
 	s.batches[m.BatchID] = b
 	return nil
 }
+func (s *contractStore) Pause(_ context.Context, m batch.PauseMark) error {
+	b := s.batches[m.BatchID]
+	b.Pause, b.Pauses = &batch.Pause{By: m.By, Since: m.Now, Class: m.Class, Error: m.Error}, b.Pauses+1
+	s.batches[m.BatchID] = b
+	return nil
+}
+func (s *contractStore) Unpause(_ context.Context, m batch.UnpauseMark) error {
+	b := s.batches[m.BatchID]
+	b.Pause = nil
+	s.batches[m.BatchID] = b
+	return nil
+}
 func (s *contractStore) ListItems(context.Context, string, int, batch.Outcome, string, int) ([]batch.Item, string, error) {
 	return []batch.Item{{Key: "a/1", RunID: "r1", Run: 1, Outcome: batch.OutcomeFailed, Attempt: 3, RunAttempts: 3,
 		Error: "HTTP 400", Reason: batch.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}, "a/1", nil
@@ -164,7 +176,7 @@ func TestContractOpenAPI(t *testing.T) {
 	}
 	api := NewAPI(nil, nil, nil, log)
 	probes := []string{"/batches", "/batches/{id}", "/batches/{id}/report", "/batches/{id}/items",
-		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/items/{key}/release",
+		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/pause", "/batches/{id}/unpause", "/batches/{id}/items/{key}/release",
 		"/batches/{id}/items/{key}", "/batches/{id}/runs", "/batches/{id}/results", "/batches/{id}/events", "/"}
 	for p := range documented {
 		probes = append(probes, strings.SplitN(p, " ", 2)[1])
@@ -314,6 +326,16 @@ func TestContractOpenAPI(t *testing.T) {
 		{"items bad limit", "GET", "/batches/done-1/items?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"items bad outcome", "GET", "/batches/done-1/items?outcome=succeeded", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"resume running", "POST", "/batches/run-1/resume", "", nil, 409, wire.CodeConflict, false},
+		{"pause running", "POST", "/batches/run-1/pause", "", nil, 202, "", false},
+		{"pause paused: as it is", "POST", "/batches/run-1/pause", "", nil, 202, "", false},
+		{"unpause", "POST", "/batches/run-1/unpause", "", nil, 202, "", false},
+		{"unpause not paused: as it is", "POST", "/batches/run-1/unpause", "", nil, 202, "", false},
+		{"pause finished: the batch as it ended", "POST", "/batches/done-1/pause", "", nil, 202, "", false},
+		{"pause while the source is read", "POST", "/batches/reading-1/pause", "", nil, 409, wire.CodeConflict, false},
+		{"pause unknown", "POST", "/batches/nope-1/pause", "", nil, 404, wire.CodeNotFound, false},
+		{"unpause unknown", "POST", "/batches/nope-1/unpause", "", nil, 404, wire.CodeNotFound, false},
+		{"pause store down", "POST", "/batches/boom-1/pause", "", nil, 500, wire.CodeInternal, false},
+		{"unpause store down", "POST", "/batches/boom-1/unpause", "", nil, 500, wire.CodeInternal, false},
 		{"cancel finished: the batch as it ended", "POST", "/batches/done-1/cancel", "", nil, 202, "", false},
 		{"cancel while the source is read", "POST", "/batches/reading-1/cancel", "", nil, 409, wire.CodeConflict, false},
 		{"cancel running", "POST", "/batches/run-1/cancel", "", nil, 202, "", false},
@@ -343,6 +365,7 @@ func TestContractOpenAPI(t *testing.T) {
 	for _, route := range []struct{ method, path string }{
 		{"GET", "/batches/%zz"}, {"DELETE", "/batches/%zz"}, {"GET", "/batches/%zz/report"},
 		{"POST", "/batches/%zz/resume"}, {"POST", "/batches/%zz/cancel"},
+		{"POST", "/batches/%zz/pause"}, {"POST", "/batches/%zz/unpause"},
 	} {
 		tests = append(tests, struct {
 			name, method, path, body string

@@ -112,7 +112,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.cancelCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd())
+		a.resumeCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd())
 	return root
 }
 
@@ -792,6 +792,9 @@ func (a *app) show(v wire.BatchView) error {
 	case v.Stop != "" && v.Census != nil:
 		textf(a.out, "stopped: %s\n", batch.StopSummaryOf(v.Batch, *v.Census).Text())
 	}
+	if p := v.Pause; p != nil && v.Status == batch.StatusRunning {
+		textf(a.out, "%s\n", PauseText(*p))
+	}
 	if v.Failure != "" && v.Status == batch.StatusFinalizeFailed {
 		textf(a.out, "finalize failed: %s\n(the items ended; nothing is lost. Fix the cause, then: bulkrun resume %s)\n", v.Failure, v.ID)
 	}
@@ -923,6 +926,16 @@ func (a *app) resumeCmd() *cobra.Command {
 func (a *app) cancelCmd() *cobra.Command {
 	return a.simple("cancel ID", "Stop the batch's run: items not yet started end cancelled", 1, "a batch ID",
 		func(ctx context.Context, args []string) (any, error) { return a.api.Cancel(ctx, args[0]) })
+}
+
+func (a *app) pauseCmd() *cobra.Command {
+	return a.simple("pause ID", "Pause the batch's run: no item starts until unpause; items running finish, waiting items use no attempt", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Pause(ctx, args[0]) })
+}
+
+func (a *app) unpauseCmd() *cobra.Command {
+	return a.simple("unpause ID", "End the batch's pause (by hand or on an outage): waiting items start at the pause's next check", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Unpause(ctx, args[0]) })
 }
 
 func (a *app) forgetCmd() *cobra.Command {
@@ -1115,4 +1128,20 @@ func (a *app) printCost(label string, c pipeline.CostSum) {
 		textf(a.out, "  %s %s", k, c.Text(k))
 	}
 	textln(a.out)
+}
+
+// PauseText is a paused run's line: "paused by an outage since
+// 2026-12-01T19:00:00Z (http 502: webhook: k1: HTTP 502); 2 probes, next
+// check 19:03:30Z; no item starts until a probe is answered or `bulkrun
+// unpause ID`".
+func PauseText(p batch.Pause) string {
+	next := ""
+	if !p.NextCheckAt.IsZero() {
+		next = ", next check " + p.NextCheckAt.UTC().Format("15:04:05Z")
+	}
+	if p.By == batch.PauseByCaller {
+		return fmt.Sprintf("paused by a caller since %s%s; no item starts until unpause", p.Since.UTC().Format(time.RFC3339), next)
+	}
+	return fmt.Sprintf("paused by an outage since %s (%s: %s); %d probes%s; no item starts until a probe is answered or unpause",
+		p.Since.UTC().Format(time.RFC3339), p.Class, p.Error, p.Probes, next)
 }

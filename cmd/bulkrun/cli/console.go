@@ -72,6 +72,8 @@ type ConsoleAPI interface {
 	Items(ctx context.Context, id string, outcome batch.Outcome, cursor string, limit int) (batch.ItemPage, error)
 	Resume(ctx context.Context, id string) (wire.BatchView, error)
 	Cancel(ctx context.Context, id string) (wire.BatchView, error)
+	Pause(ctx context.Context, id string) (wire.BatchView, error)
+	Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	Release(ctx context.Context, id, key string) error
 	Forget(ctx context.Context, id string) error
 }
@@ -120,7 +122,7 @@ func (a *app) consoleCmd() *cobra.Command {
 		Short: "Serve a web console of the batches on http://127.0.0.1:PORT/ (Ctrl-C stops it)",
 		Long: `Serve a web console on this machine only (127.0.0.1): the batch list, each batch's
 census, cost, verdict, runs, failed, quarantined and in-flight items, report and
-results locations, thumbnails of image pipelines, and resume, cancel, release and
+results locations, thumbnails of image pipelines, and resume, cancel, pause, unpause, release and
 forget with a confirmation. The console calls the API with your AWS credentials,
 resolved as every other command does (--profile, --region, AWS_ENDPOINT_URL); the
 page never sees them: it talks only to this process, which answers a fixed set of
@@ -284,6 +286,8 @@ func NewConsole(api ConsoleAPI, objs ObjectReader, bucket string, port int) (*Co
 	m.HandleFunc("GET /api/batches/{id}/thumbnail", c.thumbnail)
 	m.HandleFunc("POST /api/batches/{id}/resume", c.runAction(c.api.Resume))
 	m.HandleFunc("POST /api/batches/{id}/cancel", c.runAction(c.api.Cancel))
+	m.HandleFunc("POST /api/batches/{id}/pause", c.runAction(c.api.Pause))
+	m.HandleFunc("POST /api/batches/{id}/unpause", c.runAction(c.api.Unpause))
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
 	c.mux = m

@@ -67,6 +67,14 @@ func (f *fakeAPI) Cancel(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("cancel " + id)
 	return wire.BatchView{}, nil
 }
+func (f *fakeAPI) Pause(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("pause " + id)
+	return wire.BatchView{}, nil
+}
+func (f *fakeAPI) Unpause(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("unpause " + id)
+	return wire.BatchView{}, nil
+}
 func (f *fakeAPI) Release(_ context.Context, id, key string) error {
 	f.record("release " + id + " " + key)
 	return nil

@@ -187,6 +187,10 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("webhook: %s: HTTP %d: %s", e.Key, e.StatusCode, e.Body)
 }
 
+// FailureClass is "http" and the status code ("http 502"): the class
+// under which a paused batch counts the failure (batch.FailureClass).
+func (e *StatusError) FailureClass() string { return "http " + strconv.Itoa(e.StatusCode) }
+
 // Transient reports whether a retry may succeed: true for 429 and 5xx.
 func (e *StatusError) Transient() bool {
 	return e.StatusCode == http.StatusTooManyRequests || (e.StatusCode >= 500 && e.StatusCode <= 599)

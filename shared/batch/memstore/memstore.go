@@ -87,6 +87,7 @@ type counter struct {
 	cost, spent    pipeline.CostSum
 	updatedAt      time.Time
 	expiresAt      time.Time
+	streaks        map[int]int64 // a lane's failure-class streaks by slot
 }
 
 // addSum adds every amount of from into to.
@@ -207,7 +208,21 @@ func (s *Store) CountLane(_ context.Context, c batch.LaneCount) (batch.LaneCount
 	}
 	addSum(ctr.cost, c.Cost)
 	addSum(ctr.spent, c.Spent)
-	return batch.LaneCounted{Done: ctr.done, Failures: ctr.failures}, nil
+	got := batch.LaneCounted{Done: ctr.done, Failures: ctr.failures}
+	switch {
+	case c.Answered:
+		ctr.streaks = nil
+	case len(c.Streaks) > 0:
+		if ctr.streaks == nil {
+			ctr.streaks = map[int]int64{}
+		}
+		got.Streaks = map[int]int64{}
+		for slot, n := range c.Streaks {
+			ctr.streaks[slot] += n
+			got.Streaks[slot] = ctr.streaks[slot]
+		}
+	}
+	return got, nil
 }
 
 // CountRun implements batch.Store.
@@ -343,6 +358,10 @@ func clone(b batch.Batch) batch.Batch {
 		v := *b.StopOnThreshold
 		b.StopOnThreshold = &v
 	}
+	if b.Pause != nil {
+		p := *b.Pause
+		b.Pause = &p
+	}
 	b.Options, b.Request = slices.Clone(b.Options), slices.Clone(b.Request)
 	return b
 }
@@ -450,6 +469,7 @@ func (s *Store) FinishRun(_ context.Context, id string, run int, f batch.Finish)
 	c := f.Census
 	b.Status, b.ReportKey, b.FinalCensus, b.NeedsAttention = f.Status, f.ReportKey, &c, c.NeedsAttention()
 	b.FinishedAt, b.ExpiresAt = ms(f.FinishedAt), ms(f.ExpiresAt)
+	b.Pause = nil
 	delete(s.running, id)
 	s.retention[retentionKey(f.ExpiresAt, id)] = id
 	s.publish[batch.RunRef{BatchID: id, Run: run}] = true
@@ -470,6 +490,7 @@ func (s *Store) FinalizeFailed(_ context.Context, f batch.FinalizeFailure) (bool
 		return false, nil
 	}
 	b.Status, b.NeedsAttention, b.FinishedAt, b.ExpiresAt = batch.StatusFinalizeFailed, true, ms(f.Now), ms(f.ExpiresAt)
+	b.Pause = nil
 	delete(s.running, f.BatchID)
 	s.retention[retentionKey(f.ExpiresAt, f.BatchID)] = f.BatchID
 	return true, nil
@@ -495,6 +516,46 @@ func (s *Store) Stop(_ context.Context, m batch.StopMark) error {
 	return nil
 }
 
+// Pause implements batch.Store.
+func (s *Store) Pause(_ context.Context, m batch.PauseMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(m.BatchID)
+	if !ok || b.Run != m.Run || b.Status != batch.StatusRunning || b.Stop != "" ||
+		b.Pause != nil && (m.By != batch.PauseByCaller || b.Pause.By != batch.PauseByOutage) {
+		return conflictf("pause %s run %d", m.BatchID, m.Run)
+	}
+	b.Pause = &batch.Pause{By: m.By, Since: ms(m.Now), Class: m.Class, Error: batch.CutError(m.Error)}
+	b.Pauses++
+	return nil
+}
+
+// Unpause implements batch.Store.
+func (s *Store) Unpause(_ context.Context, m batch.UnpauseMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(m.BatchID)
+	if !ok || b.Run != m.Run || b.Pause == nil ||
+		m.By == batch.PauseByOutage && (b.Pause.By != batch.PauseByOutage || !b.Pause.Since.Equal(ms(m.Since))) {
+		return conflictf("unpause %s run %d", m.BatchID, m.Run)
+	}
+	b.Pause = nil
+	return nil
+}
+
+// ClaimProbe implements batch.Store.
+func (s *Store) ClaimProbe(_ context.Context, c batch.ProbeClaim) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(c.BatchID)
+	if !ok || b.Run != c.Run || b.Pause == nil || b.Pause.By != batch.PauseByOutage ||
+		!b.Pause.Since.Equal(ms(c.Since)) || b.Pause.Probes >= c.Probe {
+		return conflictf("claim probe %d of %s run %d", c.Probe, c.BatchID, c.Run)
+	}
+	b.Pause.Probes = c.Probe
+	return nil
+}
+
 // StartRun implements batch.Store.
 func (s *Store) StartRun(_ context.Context, id string, from int, now time.Time) (batch.Batch, error) {
 	s.mu.Lock()
@@ -507,6 +568,7 @@ func (s *Store) StartRun(_ context.Context, id string, from int, now time.Time) 
 	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, batch.StatusRunning, false, ms(now)
 	b.Stop, b.StopDetail, b.StopRan, b.StopFailures = "", "", 0, 0
 	b.Failure, b.FinalizeFailures = "", 0
+	b.Pause, b.Pauses = nil, 0
 	s.running[id] = from + 1
 	return clone(*b), nil
 }

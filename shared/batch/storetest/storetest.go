@@ -521,6 +521,87 @@ var cases = []suiteCase{
 		check(t, "failures at the stop", got.StopFailures, int64(3))
 		isConflict(t, "stop without a row", s.Stop(ctx, batch.StopMark{BatchID: "none", Run: 1, Status: batch.StatusCancelled}))
 	}},
+	{"PauseProbeUnpause", func(t *testing.T, s batch.Store) {
+		create(t, s, newBatch("b1"))
+		outage := batch.PauseMark{BatchID: "b1", Run: 1, By: batch.PauseByOutage, Class: "http 502", Error: "webhook: k: HTTP 502", Now: T0}
+		isConflict(t, "pause of another run", s.Pause(ctx, batch.PauseMark{BatchID: "b1", Run: 2, By: batch.PauseByOutage, Now: T0}))
+		isConflict(t, "probe of a batch not paused", s.ClaimProbe(ctx, batch.ProbeClaim{BatchID: "b1", Run: 1, Since: T0, Probe: 1, Now: T0}))
+		check(t, "pause on an outage", s.Pause(ctx, outage), nil)
+		isConflict(t, "a second outage pause", s.Pause(ctx, outage))
+		got, _ := s.GetBatch(ctx, "b1")
+		if got.Pause == nil {
+			t.Fatal("no pause on the row")
+		}
+		check(t, "pause", *got.Pause, batch.Pause{By: batch.PauseByOutage, Since: T0, Class: "http 502", Error: "webhook: k: HTTP 502"})
+		check(t, "pauses", got.Pauses, 1)
+		probe := batch.ProbeClaim{BatchID: "b1", Run: 1, Since: T0, Probe: 2, Now: T0.Add(time.Minute)}
+		check(t, "claim probe 2", s.ClaimProbe(ctx, probe), nil)
+		isConflict(t, "claim probe 2 again", s.ClaimProbe(ctx, probe))
+		isConflict(t, "claim an earlier probe", s.ClaimProbe(ctx, batch.ProbeClaim{BatchID: "b1", Run: 1, Since: T0, Probe: 1, Now: T0}))
+		isConflict(t, "claim a probe of another pause", s.ClaimProbe(ctx, batch.ProbeClaim{BatchID: "b1", Run: 1, Since: T0.Add(time.Second), Probe: 3, Now: T0}))
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "probes", got.Pause.Probes, 2)
+		isConflict(t, "unpause of another outage pause", s.Unpause(ctx, batch.UnpauseMark{BatchID: "b1", Run: 1, By: batch.PauseByOutage, Since: T0.Add(time.Second)}))
+		// A caller's pause replaces the outage's; no probe, no outage unpause ends it.
+		check(t, "a caller pauses", s.Pause(ctx, batch.PauseMark{BatchID: "b1", Run: 1, By: batch.PauseByCaller, Now: T0.Add(2 * time.Minute)}), nil)
+		isConflict(t, "a caller pauses again", s.Pause(ctx, batch.PauseMark{BatchID: "b1", Run: 1, By: batch.PauseByCaller, Now: T0.Add(3 * time.Minute)}))
+		isConflict(t, "probe of a caller's pause", s.ClaimProbe(ctx, batch.ProbeClaim{BatchID: "b1", Run: 1, Since: T0.Add(2 * time.Minute), Probe: 1, Now: T0}))
+		isConflict(t, "an outage unpause of a caller's pause", s.Unpause(ctx, batch.UnpauseMark{BatchID: "b1", Run: 1, By: batch.PauseByOutage, Since: T0.Add(2 * time.Minute)}))
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "pause by", got.Pause.By, batch.PauseByCaller)
+		check(t, "pause class", got.Pause.Class, "")
+		check(t, "pauses", got.Pauses, 2)
+		check(t, "a caller unpauses", s.Unpause(ctx, batch.UnpauseMark{BatchID: "b1", Run: 1, By: batch.PauseByCaller}), nil)
+		isConflict(t, "unpause of a batch not paused", s.Unpause(ctx, batch.UnpauseMark{BatchID: "b1", Run: 1, By: batch.PauseByCaller}))
+		got, _ = s.GetBatch(ctx, "b1")
+		if got.Pause != nil {
+			t.Fatalf("still paused: %+v", *got.Pause)
+		}
+		// An outage pause its probe ends; a stopping or finished run is not paused.
+		check(t, "pause again", s.Pause(ctx, batch.PauseMark{BatchID: "b1", Run: 1, By: batch.PauseByOutage, Class: "timeout", Error: "t", Now: T0.Add(time.Hour)}), nil)
+		check(t, "the probe ends it", s.Unpause(ctx, batch.UnpauseMark{BatchID: "b1", Run: 1, By: batch.PauseByOutage, Since: T0.Add(time.Hour)}), nil)
+		check(t, "pause before the finish", s.Pause(ctx, outage), nil)
+		if err := s.Stop(ctx, batch.StopMark{BatchID: "b1", Run: 1, Status: batch.StatusCancelled, Detail: "c"}); err != nil {
+			t.Fatal(err)
+		}
+		isConflict(t, "a caller's pause of a stopping run", s.Pause(ctx, batch.PauseMark{BatchID: "b1", Run: 1, By: batch.PauseByCaller, Now: T0}))
+		finish(t, s, "b1", 1, batch.StatusCancelled, T0.Add(24*time.Hour))
+		got, _ = s.GetBatch(ctx, "b1")
+		if got.Pause != nil {
+			t.Errorf("a finished run is paused: %+v", *got.Pause)
+		}
+		isConflict(t, "pause of a finished run", s.Pause(ctx, batch.PauseMark{BatchID: "b1", Run: 1, By: batch.PauseByCaller, Now: T0}))
+		got, err := s.StartRun(ctx, "b1", 1, T0.Add(2*time.Hour))
+		check(t, "start run 2", err, nil)
+		check(t, "run 2 pauses", got.Pauses, 0)
+		if got.Pause != nil {
+			t.Errorf("run 2 starts paused: %+v", *got.Pause)
+		}
+	}},
+	{"LaneStreaksAddUntilAnswered", func(t *testing.T, s batch.Store) {
+		b := newBatch("b1")
+		b.CounterLanes, b.CounterShards = 1, 1
+		b = create(t, s, b)
+		w := func(at int, answered bool, streaks map[int]int64, o map[batch.Outcome]int64) batch.LaneCounted {
+			t.Helper()
+			got, err := s.CountLane(ctx, batch.LaneCount{BatchID: b.ID, Run: 1, Lane: 0, Target: 100, Outcomes: o,
+				Answered: answered, Streaks: streaks, Token: fmt.Sprintf("s%d", at), Now: T0.Add(time.Duration(at) * time.Second)})
+			check(t, fmt.Sprintf("write %d", at), err, nil)
+			return got
+		}
+		got := w(1, false, map[int]int64{3: 4}, nil)
+		check(t, "slot 3 after 4", got.Streaks[3], int64(4))
+		got = w(2, false, map[int]int64{3: 7, 5: 1}, nil)
+		check(t, "slot 3 after 11", got.Streaks[3], int64(11))
+		check(t, "slot 5", got.Streaks[5], int64(1))
+		got = w(3, true, nil, map[batch.Outcome]int64{batch.OutcomeSucceeded: 1})
+		check(t, "done", got.Done, int64(1))
+		got = w(4, false, map[int]int64{3: 2}, nil)
+		check(t, "slot 3 after an answer", got.Streaks[3], int64(2))
+		got = w(5, false, map[int]int64{5: 1}, map[batch.Outcome]int64{batch.OutcomeFailed: 1})
+		check(t, "slot 5 after an answer", got.Streaks[5], int64(1))
+		check(t, "done with the streak write", got.Done, int64(2))
+	}},
 	{"FinishRunOnce", func(t *testing.T, s batch.Store) {
 		create(t, s, newBatch("b1"))
 		if err := s.SetFannedOut(ctx, "b1", 1); err != nil {

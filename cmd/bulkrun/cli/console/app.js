@@ -95,9 +95,20 @@ function stopText(b) {
   return t + "; " + fmtInt(after) + " items already in flight finished after the stop, " + fmtInt(failedAfter) + " of them failed";
 }
 
-function statusBadge(s, stop) {
+function statusBadge(s, stop, pause) {
   const text = LABEL[s] || s;
-  return el("span", {class: "badge s-" + s, dataset: {status: s}}, text + (stop && s === "running" ? " (stopping: " + (LABEL[stop] || stop) + ")" : ""));
+  const sub = stop && s === "running" ? " (stopping: " + (LABEL[stop] || stop) + ")" : pause && s === "running" ? " (paused)" : "";
+  return el("span", {class: "badge s-" + s, dataset: {status: s}}, text + sub);
+}
+
+// pauseText is a paused run as the CLI prints it: who paused it, since
+// when, why (an outage: the failure class and one error), the probes and
+// the next check.
+function pauseText(p) {
+  const next = p.next_check_at ? "; next check " + fmtTime(p.next_check_at) : "";
+  if (p.by === "caller") return "by a caller since " + fmtTime(p.since) + next + "; no item starts until unpause";
+  return "by an outage since " + fmtTime(p.since) + " (" + p.class + ": " + p.error + "); " + fmtInt(p.probes) + " probes" + next +
+    "; no item starts until a probe is answered or unpause";
 }
 
 // stopped reports whether the batch's run was stopped before every item
@@ -377,7 +388,7 @@ function section(sec, id, title, ...body) {
 
 function renderLive(page) {
   const b = page.data.batch;
-  document.getElementById("batch-status").replaceChildren(statusBadge(b.status, b.stop),
+  document.getElementById("batch-status").replaceChildren(statusBadge(b.status, b.stop, b.pause),
     b.needs_attention && !running(b) ? el("span", {class: "attn"}, " ⚠ Needs attention") : "");
   const s = page.sections;
   const dl = el("dl", {class: "facts"});
@@ -396,6 +407,7 @@ function renderLive(page) {
   fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
   fact("On interrupt", b.on_interrupt);
   if (b.stop) fact(running(b) ? "Stopping" : "Stopped", stopText(b));
+  if (b.pause && running(b)) fact("Paused", pauseText(b.pause));
   if (b.refusal) fact("Refused", b.refusal.code + ": " + b.refusal.message);
   if (b.failure) fact("Finalize failed", b.failure + " (the items ended; resume once the cause is fixed)");
   if (b.pending_deletion) fact("Deletion", "pending: forget it again to finish");
@@ -519,6 +531,14 @@ function renderActions(page) {
       () => confirmAct("Cancel the run of " + b.batch_id + "?",
         "Items not yet started end cancelled; started items finish. The run ends cancelled; resume runs the rest later.",
         "Cancel run", "/cancel", {}, page, false, "danger")),
+    btn("act-pause", "Pause…", b.status === "running" && !b.stop && !(b.pause && b.pause.by === "caller"), "Only a running batch not paused by hand can be paused",
+      () => confirmAct("Pause the run of " + b.batch_id + "?",
+        "No item starts until you unpause; items running finish, waiting items use no attempt.",
+        "Pause", "/pause", {}, page, false, "primary")),
+    btn("act-unpause", "Unpause…", b.status === "running" && !!b.pause, "Only a paused batch can be unpaused",
+      () => confirmAct("Unpause the run of " + b.batch_id + "?",
+        "Waiting items start again at the pause's next check (within about 5 minutes).",
+        "Unpause", "/unpause", {}, page, false, "primary")),
     btn("act-forget", "Forget…", !running(b), "A running batch cannot be forgotten: cancel it first",
       () => confirmAct("Forget batch " + b.batch_id + "?",
         "Deletes its rows, manifest, outputs, results and report. This cannot be undone.",
