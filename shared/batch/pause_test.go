@@ -254,9 +254,10 @@ func (r *rig) totalCalls() int64 {
 	return n
 }
 
-// A caller's pause: no item runs until unpause; a paused batch can be
-// cancelled (its waiting items end cancelled) and a finished run is not
-// paused; a new run starts unpaused. Pause and unpause are idempotent,
+// A caller's pause: no item runs until unpause; a paused batch is not
+// forgotten (it is running) nor swept; a paused batch can be cancelled or
+// stopped on its threshold (its waiting items end cancelled) and a
+// finished run is not paused; a new run starts unpaused. Pause and unpause are idempotent,
 // answer a finished batch as it is and refuse a submitting one.
 func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	ctx := context.Background()
@@ -272,8 +273,18 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	if again, err := r.ctl.Pause(ctx, "held"); err != nil || !again.Pause.Since.Equal(b.Pause.Since) {
 		t.Fatalf("pause again: %+v, %v: want the same pause", again.Pause, err)
 	}
+	if err := r.ctl.Forget(ctx, "held"); !errors.Is(err, batch.ErrConflict) {
+		t.Fatalf("forget of a paused batch: %v, want a conflict (it is running: cancel first)", err)
+	}
 	for range 3 {
 		r.step(t, ctx, "held", 10*time.Minute)
+	}
+	r.clock.T = r.clock.T.Add(48 * time.Hour) // past the rig's 1-hour retention
+	if res, err := r.sweep.RunOnce(ctx); err != nil || res.Deleted != 0 {
+		t.Fatalf("sweep while paused: %+v, %v: a running batch has no retention to end", res, err)
+	}
+	if _, err := r.ctl.Get(ctx, "held"); err != nil {
+		t.Fatalf("a paused batch after the sweep: %v", err)
 	}
 	if n := r.totalCalls(); n != 0 {
 		t.Fatalf("%d calls while paused by a caller, want 0", n)
@@ -295,6 +306,26 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	}
 	if len(bus.types) != 2 || bus.events[0].By != batch.PauseByCaller || bus.events[1].Paused {
 		t.Errorf("events %v: want Batch Paused, Batch Unpaused by a caller", bus.types)
+	}
+
+	// A threshold stop while paused (items in flight at the pause failed
+	// past it): the stop wins, the waiting items end cancelled.
+	zero := int64(0)
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "held-threshold", Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 1,
+		Threshold: batch.Threshold{FailureCount: &zero}, Source: batch.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ctl.Pause(ctx, "held-threshold"); err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := r.store.GetBatch(ctx, "held-threshold")
+	if err := r.store.Stop(ctx, batch.StopMark{BatchID: "held-threshold", Run: tb.Run, Status: batch.StatusThresholdExceeded, Detail: "1 failures > 0 tolerated"}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	res, err = r.fin.Finalize(ctx, "held-threshold", 1)
+	if err != nil || res.Report.Status != batch.StatusThresholdExceeded || res.Report.Census.Cancelled != 20 {
+		t.Fatalf("threshold stop while paused: %s %+v, %v: want threshold_exceeded, 20 cancelled", res.Report.Status, res.Report.Census, err)
 	}
 
 	// Cancel while paused: the waiting items end cancelled.
