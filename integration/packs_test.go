@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -213,6 +214,17 @@ func TestPackedRerunAndRelease(t *testing.T) {
 			if err := h.control().Release(ctx, id, batch.PositionalKey(15)); err != nil {
 				t.Fatal(err)
 			}
+			// The same answers at every K (docs/api.md): a succeeded or
+			// failed item is not quarantined, 409; a key the batch does
+			// not have, 404.
+			for key, want := range map[string]error{
+				batch.PositionalKey(14): batch.ErrConflict, batch.PositionalKey(0): batch.ErrConflict,
+				batch.PositionalKey(13): batch.ErrConflict, batch.PositionalKey(20): batch.ErrNotFound,
+			} {
+				if err := h.control().Release(ctx, id, key); !errors.Is(err, want) {
+					t.Errorf("release of %s: %v, want %v", key, err, want)
+				}
+			}
 			fixed.Store(true)
 			b, err := h.submitter.Resume(ctx, id)
 			if err != nil {
@@ -375,5 +387,81 @@ func TestPackedThroughTheStack(t *testing.T) {
 				t.Fatalf("%d succeeded results, want %d", len(got), n-3)
 			}
 		})
+	}
+}
+
+// TestPackedResultsInKeyOrder guards "a run's results come in key byte
+// order at every items per message", K = 1 and K = 10, on the emulator:
+// 40 items keyed by a field in an order far from key order, some failing,
+// finalized in calls of 6 rows with sort runs of 400 bytes (so that a pack
+// batch's lines go through sorted runs in S3, read back in ranges); each
+// outcome's results are in batch.KeyOrder and the same bytes at both K.
+func TestPackedResultsInKeyOrder(t *testing.T) {
+	var src strings.Builder
+	src.WriteByte('[')
+	for i := range 40 {
+		if i > 0 {
+			src.WriteByte(',')
+		}
+		fmt.Fprintf(&src, `{"id":"key-%02d","n":%d}`, (40-7*i%40)%40, i)
+	}
+	src.WriteByte(']')
+	files := map[int]map[batch.Outcome][]byte{}
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if strings.HasSuffix(req.Key, "3") {
+					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+				}
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			h.submitter.ChunkItems = 20
+			h.finalizer.ChunkRows, h.finalizer.SortRunBytes = 6, 400
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted",
+				Source: batch.SourceSpec{Items: json.RawMessage(src.String())}, KeyField: "id", ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			h.drain(t, ctx)
+			for calls := 1; ; calls++ {
+				r, err := h.finalizer.Finalize(ctx, id, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !r.Continued {
+					if c := r.Report.Census; c.Succeeded != 36 || c.Failed != 4 {
+						t.Fatalf("census %+v", c)
+					}
+					break
+				}
+				if calls > 50 {
+					t.Fatal("finalize does not end")
+				}
+			}
+			files[k] = map[batch.Outcome][]byte{}
+			for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {
+				body, err := h.blobs.Get(ctx, batch.ResultsKey(id, 1, o))
+				if err != nil {
+					t.Fatal(err)
+				}
+				files[k][o] = body
+				var keys []string
+				if err := batch.ReadResults(strings.NewReader(string(body)), func(l batch.ResultLine) error {
+					keys = append(keys, l.Key)
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.IsSortedFunc(keys, batch.KeyOrder) {
+					t.Errorf("%s results not in key order: %q", o, keys)
+				}
+			}
+		})
+	}
+	for o, body := range files[1] {
+		if string(files[10][o]) != string(body) {
+			t.Errorf("%s results differ between K=1 and K=10:\n%s\n%s", o, body, files[10][o])
+		}
 	}
 }

@@ -29,7 +29,10 @@ import (
 // change within a run, so the results stream is the same). A call killed
 // anywhere leaves the newest checkpoint as it was. The last chunk writes
 // each tail as its upload's last part and a checkpoint marked done;
-// completing the uploads and the report is idempotent from there.
+// completing the uploads and the report is idempotent from there. A pack
+// batch's rows come in manifest order: its chunks write sorted runs
+// instead of results, and then merge them into the results in key order
+// (keysort.go).
 
 // Defaults of the chunked finalize.
 const (
@@ -85,6 +88,15 @@ type checkpoint struct {
 	Files          map[Outcome]*partFile `json:"files"`
 	Token          string                `json:"token,omitempty"` // names this checkpoint's tail objects
 	Done           bool                  `json:"done,omitempty"`  // every row counted, every part written
+	// KeyOrder says the results are written in key order (KeyOrder). A
+	// pack batch's checkpoint without it was written by a release whose
+	// results came in manifest order: its chain starts over.
+	KeyOrder bool `json:"key_order,omitempty"`
+	// Runs are the sorted runs of a pack batch's result lines so far (see
+	// keysort.go); Counted says every row is counted and the runs are
+	// being merged into the results.
+	Runs    []sortRun `json:"runs,omitempty"`
+	Counted bool      `json:"counted,omitempty"`
 }
 
 // partFile is one outcome's results upload.
@@ -98,7 +110,7 @@ func (p *partFile) tailBytes() int64 { return p.Bytes - int64(p.Parts)*ResultPar
 
 func newCheckpoint(seq int, now time.Time) *checkpoint {
 	return &checkpoint{Seq: seq, ChainStartedAt: now, Census: Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}},
-		Files: map[Outcome]*partFile{}}
+		Files: map[Outcome]*partFile{}, KeyOrder: true}
 }
 
 // loadCheckpoint returns the run's newest checkpoint, or nil.
@@ -266,7 +278,15 @@ func (c *chunkWriters) resume() error {
 	return nil
 }
 
-func (c *chunkWriters) add(it Item, o Outcome) error {
+// resultLine is item it's line in the results of outcome o.
+func resultLine(it Item, o Outcome) ([]byte, error) {
+	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Run: it.Run, Output: it.Output, OutputRef: it.OutputRef,
+		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
+	return append(line, '\n'), err
+}
+
+// write appends line to the results of outcome o.
+func (c *chunkWriters) write(o Outcome, line []byte) error {
 	w := c.w[o]
 	if w == nil {
 		key := ResultsKey(c.id, c.run, o)
@@ -279,12 +299,7 @@ func (c *chunkWriters) add(it Item, o Outcome) error {
 		w = &partWriter{ctx: c.ctx, blobs: c.blobs, key: key, file: file, buf: newPartBuf()}
 		c.w[o] = w
 	}
-	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Run: it.Run, Output: it.Output, OutputRef: it.OutputRef,
-		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
-	if err != nil {
-		return err
-	}
-	return w.write(append(line, '\n'))
+	return w.write(line)
 }
 
 // drop waits for every part in flight (their errors are dropped: the
@@ -319,7 +334,10 @@ func outcomeInRun(it Item, b Batch) (Outcome, bool) {
 // rows end (true) or the chunk does (false, its checkpoint written). A
 // non-terminal row is ErrNotFinished, so are rows missing at the end
 // (pending items, whose rows may come before keys already counted: the
-// chain starts over). The caller's cp is advanced in place.
+// chain starts over). The caller's cp is advanced in place. A pack batch's
+// rows come in manifest order: their result lines go into sorted runs,
+// merged into the results in key order once every row is counted
+// (keysort.go).
 func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (bool, error) {
 	stopAt := time.Now().Add(f.chunkTime())
 	if dl, ok := ctx.Deadline(); ok {
@@ -333,6 +351,13 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 	cw := &chunkWriters{ctx: ctx, blobs: f.Blobs, id: b.ID, run: b.Run, cp: cp}
 	if err := cw.resume(); err != nil {
 		return false, err
+	}
+	var rows int64
+	chunkEnds := func() bool {
+		return rows > 0 && (f.ChunkRows > 0 && rows >= f.ChunkRows || time.Now().After(stopAt))
+	}
+	if cp.Counted {
+		return f.mergeChunk(ctx, b, cp, cw, chunkEnds, &rows)
 	}
 	now := f.Clock.Now()
 	// Rows whose TTL ends less than half the grace after the retention
@@ -354,11 +379,29 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 		keep, keepPacks, keepAttention = keep[:0], keepPacks[:0], keepAttention[:0]
 		return err
 	}
-	var rows int64
 	opts := f.Merge
 	opts.Packed = b.Pack() > 1
+	if opts.Packed {
+		opts.BudgetBytes = f.sortBudget() // the sort holds the rest
+	}
+	var sorter *keySorter // a pack batch's lines, sorted by key
+	token := newToken()
+	flushRun := func() error {
+		if sorter.size() == 0 {
+			return nil
+		}
+		key := sortRunKey(b.ID, b.Run, cp.Seq+1, token, len(cp.Runs))
+		n, err := sorter.writeRun(ctx, f.Blobs, key)
+		if err == nil {
+			cp.Runs = append(cp.Runs, sortRun{Key: key, Bytes: n})
+		}
+		return err
+	}
+	if opts.Packed {
+		sorter = &keySorter{limit: f.sortRunBytes()}
+	}
 	err := MergeShards(ctx, f.Store, b.ID, b.ListShards, cp.After, opts, func(it Item) error {
-		if rows > 0 && (f.ChunkRows > 0 && rows >= f.ChunkRows || time.Now().After(stopAt)) {
+		if chunkEnds() {
 			return errChunkEnds
 		}
 		rows++
@@ -374,7 +417,20 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 			if it.UpdatedAt.After(cp.LastOutcomeAt) {
 				cp.LastOutcomeAt = it.UpdatedAt
 			}
-			if err := cw.add(it, o); err != nil {
+			line, err := resultLine(it, o)
+			if err != nil {
+				return err
+			}
+			switch {
+			case sorter == nil:
+				err = cw.write(o, line)
+			case sorter.full(len(it.Key) + len(line)):
+				err = flushRun()
+			}
+			if err == nil && sorter != nil {
+				err = sorter.add(it.Key, o, line)
+			}
+			if err != nil {
 				return err
 			}
 			if it.ExpiresAt.Before(keepBefore) {
@@ -416,8 +472,51 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 		}
 		return false, fmt.Errorf("%d items pending: %w", pending, ErrNotFinished)
 	}
+	done := err == nil
+	if sorter != nil {
+		var serr error
+		switch {
+		case done && len(cp.Runs) == 0:
+			// Every line fits in memory: sorted straight into the results.
+			serr = sorter.sorted(func(_ []byte, o Outcome, line []byte) error { return cw.write(o, line) })
+		case done:
+			if serr = flushRun(); serr == nil {
+				cp.Counted = true
+				return f.mergeChunk(ctx, b, cp, cw, chunkEnds, &rows)
+			}
+		default:
+			serr = flushRun()
+		}
+		if serr != nil {
+			cw.drop()
+			return false, serr
+		}
+	}
+	return f.endChunk(ctx, b, cp, cw, done)
+}
+
+// mergeChunk merges a pack batch's sorted runs into its results from
+// where cp left them, until the runs end or the chunk does.
+func (f *Finalizer) mergeChunk(ctx context.Context, b Batch, cp *checkpoint, cw *chunkWriters, chunkEnds func() bool, rows *int64) (bool, error) {
+	done, err := mergeRuns(ctx, f.Blobs, cp, sortReadBytes(f.sortBudget(), len(cp.Runs)), cw.write, func() bool {
+		if chunkEnds() {
+			return true
+		}
+		*rows++
+		return false
+	})
+	if err != nil {
+		cw.drop()
+		return false, err
+	}
+	return f.endChunk(ctx, b, cp, cw, done)
+}
+
+// endChunk writes the chunk's checkpoint: with the results' last parts
+// when done, else with their tails.
+func (f *Finalizer) endChunk(ctx context.Context, b Batch, cp *checkpoint, cw *chunkWriters, done bool) (bool, error) {
 	cp.Seq++
-	if err == nil {
+	if done {
 		for _, w := range cw.w {
 			if err := w.last(); err != nil {
 				cw.drop()
@@ -445,6 +544,27 @@ func (f *Finalizer) chunkTime() time.Duration {
 		return f.ChunkTime
 	}
 	return DefaultChunkTime
+}
+
+// sortBudget is what a pack batch's finalize gives MergeShards while it
+// counts and the runs' reads while it merges them: the merge budget less
+// SortRunBytes, which the held lines take while it counts and the
+// results parts (two of ResultPartBytes) while it merges, so that its
+// memory stays that of a batch of item rows (MergeShards' budget and the
+// results parts).
+func (f *Finalizer) sortBudget() int64 {
+	budget := f.Merge.BudgetBytes
+	if budget <= 0 {
+		budget = DefaultMergeBudgetBytes
+	}
+	return max(budget-int64(f.sortRunBytes()), budget/4)
+}
+
+func (f *Finalizer) sortRunBytes() int {
+	if f.SortRunBytes > 0 {
+		return f.SortRunBytes
+	}
+	return SortRunBytes
 }
 
 func (f *Finalizer) chunkMargin() time.Duration {

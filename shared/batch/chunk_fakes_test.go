@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -47,6 +49,14 @@ func (s *rowStore) GetBatch(_ context.Context, id string) (Batch, error) {
 	defer s.mu.Unlock()
 	return s.b, nil
 }
+
+// ScanPacks serves a pack batch's shards from gen, which gives rows with
+// their pack positions (Item.Pos).
+func (s *rowStore) ScanPacks(ctx context.Context, id string, shard int, after string, limit int) ([]Item, bool, error) {
+	return s.ScanShard(ctx, id, shard, after, limit)
+}
+
+func (s *rowStore) KeepPacks(context.Context, Batch, []int64, []string, time.Time) error { return nil }
 
 func (s *rowStore) ScanShard(_ context.Context, _ string, shard int, after string, limit int) ([]Item, bool, error) {
 	s.mu.Lock()
@@ -126,12 +136,20 @@ type partBlobs struct {
 	calls   int
 	fail    func(call int, op string) error
 	discard bool
+	spill   string // with discard: a directory that holds sort runs (keys with /sort/)
 	sizes   map[string]int64
 	puts    map[string]int // PutIfAbsent successes per key
 }
 
 func newPartBlobs() *partBlobs {
 	return &partBlobs{objects: map[string][]byte{}, uploads: map[string]map[int][]byte{}, sizes: map[string]int64{}, puts: map[string]int{}}
+}
+
+// spilled says key is a sort run kept on disk (spill set).
+func (m *partBlobs) spilled(key string) bool { return m.spill != "" && strings.Contains(key, "/sort/") }
+
+func (m *partBlobs) spillPath(key string) string {
+	return filepath.Join(m.spill, strings.ReplaceAll(key, "/", "_"))
 }
 
 func (m *partBlobs) call(op string) error {
@@ -149,6 +167,9 @@ func (m *partBlobs) Put(_ context.Context, key, _ string, body []byte) error {
 	defer m.mu.Unlock()
 	if err := m.call("put"); err != nil {
 		return err
+	}
+	if m.spilled(key) {
+		return os.WriteFile(m.spillPath(key), body, 0o600)
 	}
 	m.objects[key] = slices.Clone(body)
 	return nil
@@ -249,6 +270,10 @@ func (m *partBlobs) PutPart(_ context.Context, key, id string, n int, body []byt
 	if !ok {
 		return fmt.Errorf("upload part %d of %s: NoSuchUpload", n, key)
 	}
+	if m.spilled(key) {
+		parts[n] = nil
+		return os.WriteFile(m.spillPath(key)+".part"+strconv.Itoa(n), body, 0o600)
+	}
 	if m.discard {
 		parts[n] = make([]byte, 0) // size only
 		m.sizes[id+"#"+strconv.Itoa(n)] = int64(len(body))
@@ -270,6 +295,26 @@ func (m *partBlobs) CompleteParts(_ context.Context, key, id string, n int, size
 			return nil
 		}
 		return fmt.Errorf("complete %s: NoSuchUpload", key)
+	}
+	if m.spilled(key) {
+		out, err := os.Create(m.spillPath(key))
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		for i := 1; i <= n; i++ {
+			part := m.spillPath(key) + ".part" + strconv.Itoa(i)
+			b, err := os.ReadFile(part)
+			if err != nil {
+				return err
+			}
+			if _, err := out.Write(b); err != nil {
+				return err
+			}
+			_ = os.Remove(part)
+		}
+		delete(m.uploads, id)
+		return nil
 	}
 	var body []byte
 	var total int64

@@ -1,10 +1,13 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 )
@@ -150,8 +153,18 @@ func (c *Control) Cancel(ctx context.Context, id string) (Batch, error) {
 
 // Release makes a quarantined item eligible for the next run (resume).
 // Items are released between runs: a run in progress may already have
-// answered the item's message. Errors: ErrNotFound; ErrConflict when the
-// item is not quarantined or a run is going.
+// answered the item's message. Errors, the same at every items per
+// message: ErrNotFound when the batch has no item with the key;
+// ErrConflict when the item is not quarantined or a run is going.
+//
+// A pack item that is neither failed nor quarantined has no row of its
+// own to say that it exists (Store.ReleaseItem answers ErrNotFound): the
+// key is then looked up in the results of the batch's last finalized
+// run, which list every item of the batch once, in key order (see
+// keysort.go), by a binary search in ranged reads (about log2 of the
+// lines, one read each, per results file). A key found there is a
+// conflict. Results a release before key-ordered packs wrote (manifest
+// order) may not find it: ErrNotFound, as that release answered.
 func (c *Control) Release(ctx context.Context, id, key string) error {
 	b, err := c.Get(ctx, id)
 	if err != nil {
@@ -160,7 +173,128 @@ func (c *Control) Release(ctx context.Context, id, key string) error {
 	if b.Status == StatusRunning {
 		return fmt.Errorf("release %s/%s: run %d is going; release between runs: %w", id, key, b.Run, ErrConflict)
 	}
-	return c.Store.ReleaseItem(ctx, id, b.ListShards, key)
+	err = c.Store.ReleaseItem(ctx, id, b.ListShards, key)
+	if b.Pack() > 1 && errors.Is(err, ErrNotFound) {
+		o, found, ferr := c.resultOf(ctx, b, key)
+		switch {
+		case ferr != nil:
+			return fmt.Errorf("release %s/%s: %w", id, key, ferr)
+		case found:
+			return fmt.Errorf("release %s/%s: not quarantined (%s): %w", id, key, o, ErrConflict)
+		}
+	}
+	return err
+}
+
+// resultOf finds key in the results of b's last finalized run (a run that
+// ended finalize_failed has none: the run before it).
+func (c *Control) resultOf(ctx context.Context, b Batch, key string) (Outcome, bool, error) {
+	for run := b.Run; run >= 1; run-- {
+		body, err := c.Blobs.Get(ctx, ReportKey(b.ID, run))
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", false, err
+		}
+		var rep Report
+		if err := json.Unmarshal(body, &rep); err != nil {
+			return "", false, fmt.Errorf("report of run %d: %w", run, err)
+		}
+		for _, o := range TerminalOutcomes() {
+			file, ok := rep.Results.Files[o]
+			if !ok || file.Bytes == 0 {
+				continue
+			}
+			found, err := searchResults(ctx, c.Blobs, ResultsKey(b.ID, run, o), file.Bytes, key)
+			if err != nil || found {
+				return o, found, err
+			}
+		}
+		return "", false, nil
+	}
+	return "", false, nil
+}
+
+// searchResults reports whether the results file at objectKey (size
+// bytes of JSONL in KeyOrder) has a line of key: a binary search over
+// byte offsets, each probe reading the first whole line at or after its
+// offset.
+func searchResults(ctx context.Context, blobs Blobs, objectKey string, size int64, key string) (bool, error) {
+	lo, hi := int64(0), size // lo starts a line; key's line, if any, starts in [lo, hi)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		start, line, err := lineFrom(ctx, blobs, objectKey, size, mid, mid == lo)
+		if err != nil {
+			return false, err
+		}
+		if start >= hi {
+			hi = mid // no line starts in [mid, hi)
+			continue
+		}
+		var l struct {
+			Key string `json:"key"`
+		}
+		if err := json.Unmarshal(line, &l); err != nil {
+			return false, fmt.Errorf("results %s at %d: %w", objectKey, start, err)
+		}
+		switch c := KeyOrder(l.Key, key); {
+		case c == 0:
+			return true, nil
+		case c < 0:
+			lo = start + int64(len(line))
+		default:
+			hi = mid
+		}
+	}
+	return false, nil
+}
+
+// lineFrom returns the first whole line of objectKey that starts at off
+// (atStart) or after it, and where it starts; start is size past the
+// last line.
+func lineFrom(ctx context.Context, blobs Blobs, objectKey string, size, off int64, atStart bool) (int64, []byte, error) {
+	const read = 64 << 10
+	from := off
+	if !atStart {
+		from = off - 1 // a line starts at off if the byte before it ends one
+	}
+	var buf []byte
+	start := int64(-1)
+	if atStart {
+		start = off
+	}
+	for pos := from; ; {
+		if start >= 0 {
+			if i := bytes.IndexByte(buf[start-from:], '\n'); i >= 0 {
+				return start, buf[start-from : start-from+int64(i)+1], nil
+			}
+		} else if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+			start = from + int64(i) + 1
+			continue
+		}
+		if pos >= size {
+			if start >= 0 && start < size {
+				return start, buf[start-from:], nil // a last line without its newline
+			}
+			return size, nil, nil
+		}
+		n := min(int64(read), size-pos)
+		body, err := blobs.OpenRange(ctx, objectKey, pos, n)
+		if err != nil {
+			return 0, nil, err
+		}
+		chunk, err := io.ReadAll(body)
+		body.Close()
+		if err != nil {
+			return 0, nil, fmt.Errorf("results %s at %d: %w", objectKey, pos, err)
+		}
+		if len(chunk) == 0 {
+			return 0, nil, fmt.Errorf("results %s: nothing at %d of %d bytes", objectKey, pos, size)
+		}
+		buf = append(buf, chunk...)
+		pos += int64(len(chunk))
+	}
 }
 
 // Forget removes everything the batch owns: it flags the batch as being

@@ -95,8 +95,12 @@ type Finalizer struct {
 	// ChunkRows, when > 0, also ends a call's chunk after that many rows
 	// (tests; 0: no limit).
 	ChunkRows int64
-	// Merge bounds the memory of reading the rows (MergeShards).
+	// Merge bounds the memory of reading the rows (MergeShards), and of
+	// merging a pack batch's sorted runs (see keysort.go).
 	Merge MergeOptions
+	// SortRunBytes is how many bytes of a pack batch's result lines are
+	// sorted in memory into one run. Default SortRunBytes.
+	SortRunBytes int
 }
 
 // FinalizeResult says what Finalize did.
@@ -115,13 +119,14 @@ type FinalizeResult struct {
 // when an item is still pending or in flight, ErrNotFound for an unknown
 // batch, and the stored report (Wrote false) when the run was finalized
 // already. Steps: census and results in one pass over the rows in key
-// order, in chunks across calls when the rows take longer than ChunkTime
-// (a call that ends a chunk returns Continued; see chunk.go), the report
+// order (a pack batch's rows, read in manifest order, through an external
+// sort: keysort.go), in chunks across calls when the rows take longer than
+// ChunkTime (a call that ends a chunk returns Continued; see chunk.go), the report
 // written only if absent (S3 If-None-Match), then the batch row moved from
 // running to its final status only if still running this run. Memory is
 // bounded whatever the run's size: Merge's budget, two results parts of
 // ResultPartBytes per outcome met, and 1,000 keys of rows whose TTL is
-// extended.
+// extended (a pack batch's sort takes SortRunBytes of the budget).
 //
 // A call that fails for a reason other than AWS being unavailable (or the
 // run not being done) is counted on the batch row; the
@@ -201,8 +206,10 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 	}
 	if cp == nil {
 		cp = newCheckpoint(0, f.Clock.Now())
-	} else if !cp.Done && f.Clock.Now().Sub(cp.ChainStartedAt) > TTLGrace/2 {
-		cp = newCheckpoint(cp.Seq, f.Clock.Now()) // too old to go on from: start over
+	} else if !cp.Done && (f.Clock.Now().Sub(cp.ChainStartedAt) > TTLGrace/2 || b.Pack() > 1 && !cp.KeyOrder) {
+		// Too old to go on from, or a pack batch's chain begun by the
+		// release that wrote its results in manifest order: start over.
+		cp = newCheckpoint(cp.Seq, f.Clock.Now())
 	}
 	if !cp.Done {
 		if fromTick && f.busy(ctx, id, run) {

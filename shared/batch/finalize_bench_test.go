@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -40,20 +41,55 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 	// chain, a chunk of that many rows (a part of a larger run).
 	chunkRows, _ := strconv.ParseInt(os.Getenv("BULKRUN_FINALIZE_CHUNK_ROWS"), 10, 64)
 	counted := n
+	// BULKRUN_FINALIZE_K: items per message (default 1); above 1 the rows
+	// are pack items in manifest order whose keys are far from it, so that
+	// finalize sorts them into key order.
+	k := int64(1)
+	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_FINALIZE_K"), 10, 64); err == nil && v > 1 {
+		k = v
+	}
 	const shards = 1024
 	output := []byte(`{"text":"` + strings.Repeat("o", 1000) + `"}`)
+	// Item i is in the pack starting at i/k·k, in shard (i/k) mod shards:
+	// each shard holds its packs in manifest order (K = 1: item i in shard
+	// i mod shards).
 	gen := func(shard int, after string, limit int) ([]Item, bool) {
-		i := int64(shard)
+		i := int64(shard) * k
 		if after != "" {
-			last, _ := strconv.ParseInt(strings.TrimPrefix(after, "item-"), 10, 64)
-			i = last + shards
+			var last int64
+			if k == 1 {
+				last, _ = strconv.ParseInt(strings.TrimPrefix(after, "item-"), 10, 64)
+			} else {
+				first, j, _ := strings.Cut(after, ".")
+				f, _ := strconv.ParseInt(first, 10, 64)
+				jj, _ := strconv.ParseInt(j, 10, 64)
+				last = f + jj
+			}
+			// The first item past last in this shard (a call that goes on
+			// from a checkpoint reads every shard from the same position).
+			i = last + 1
+			if p := i / k; p%shards != int64(shard) {
+				i = (p + (int64(shard)-p%shards+shards)%shards) * k
+			}
 		}
 		rows := make([]Item, 0, limit)
-		for ; i < n && len(rows) < limit; i += shards {
+		for i < n && len(rows) < limit {
 			key := PositionalKey(i)
-			rows = append(rows, Item{Key: key, RunID: RunID("bench", key), Run: 1, RunAttempts: 1, Attempt: 1,
+			it := Item{Run: 1, RunAttempts: 1, Attempt: 1,
 				Outcome: OutcomeSucceeded, Output: slices.Clone(output), UpdatedAt: time.Unix(1_800_000_000, 0).UTC(),
-				Cost: map[string]float64{"usd": 0.0001}})
+				Cost: map[string]float64{"usd": 0.0001}}
+			if k > 1 {
+				x := uint64(i) * 0x9E3779B97F4A7C15 // a bijection: keys unique, far from manifest order
+				key = fmt.Sprintf("key-%016x", x^x>>29)
+				first := i / k * k
+				it.Pos, it.Packed, it.PackFirst = PackPos(first, int(i-first)), true, first
+			}
+			it.Key, it.RunID = key, RunID("bench", key)
+			rows = append(rows, it)
+			i++
+			if i%k == 0 {
+				i += (shards - 1) * k
+			}
 		}
 		return rows, i < n
 	}
@@ -81,9 +117,10 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
 	for b.Loop() {
-		s := &rowStore{b: Batch{ID: "bench", Run: 1, Status: StatusRunning, ItemCount: n, ListShards: shards, CounterShards: 16}, gen: gen}
+		s := &rowStore{b: Batch{ID: "bench", Run: 1, Status: StatusRunning, ItemCount: n, ListShards: shards, CounterShards: 16,
+			ItemsPerMessage: int(k)}, gen: gen}
 		blobs := newPartBlobs()
-		blobs.discard = true
+		blobs.discard, blobs.spill = true, b.TempDir() // sort runs on disk, not in the measured heap
 		f := &Finalizer{Store: s, Blobs: blobs, Clock: SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour,
 			ChunkRows: chunkRows}
 		for {

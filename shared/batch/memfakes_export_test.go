@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"time"
 )
 
@@ -20,6 +21,16 @@ func (m *partBlobs) OpenMatch(ctx context.Context, bucket, key, _ string) (io.Re
 }
 
 func (m *partBlobs) OpenRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if m.spilled(key) {
+		f, err := os.Open(m.spillPath(key))
+		if err != nil {
+			return nil, err
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.NewSectionReader(f, offset, length), f}, nil
+	}
 	b, err := m.Get(ctx, key)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -418,17 +419,17 @@ func TestPackViewsReleaseResume(t *testing.T) {
 			if err := r.ctl.Release(ctx, "vw", batch.PositionalKey(15)); err != nil {
 				t.Fatal(err)
 			}
-			// A succeeded item: not quarantined (K = 1: its row says so; a
-			// pack item has no attention entry to find it by).
-			want := batch.ErrConflict
-			if k > 1 {
-				want = batch.ErrNotFound
-			}
-			if err := r.ctl.Release(ctx, "vw", batch.PositionalKey(14)); !errors.Is(err, want) {
-				t.Fatalf("release of a succeeded item: %v, want %v", err, want)
-			}
-			if err := r.ctl.Release(ctx, "vw", batch.PositionalKey(13)); !errors.Is(err, batch.ErrConflict) {
-				t.Fatalf("release of a failed item: %v, want ErrConflict", err)
+			// The same answers at every K: a succeeded or failed item is
+			// not quarantined (409; a pack item found in the run's
+			// results), a key the batch does not have is not found (404).
+			for key, want := range map[string]error{
+				batch.PositionalKey(14): batch.ErrConflict, batch.PositionalKey(0): batch.ErrConflict,
+				batch.PositionalKey(39): batch.ErrConflict, batch.PositionalKey(13): batch.ErrConflict,
+				batch.PositionalKey(40): batch.ErrNotFound, "a": batch.ErrNotFound, "zzz": batch.ErrNotFound,
+			} {
+				if err := r.ctl.Release(ctx, "vw", key); !errors.Is(err, want) {
+					t.Errorf("release of %s: %v, want %v", key, err, want)
+				}
 			}
 			fixed.Store(true)
 			r.clock.T = r.clock.T.Add(time.Minute)
@@ -620,6 +621,81 @@ func TestMessageOfTheOtherUnitIsNotRun(t *testing.T) {
 			r.drain(t, ctx, 1)
 			if c := r.callsOf(key); c != 1 {
 				t.Fatalf("%d calls, want 1 through the batch's own unit", c)
+			}
+		})
+	}
+}
+
+// TestResultsInKeyOrderAtEveryK guards "a run's results come in key byte
+// order at every items per message": 60 items keyed by a field, in an
+// order far from key order, some failing; at K = 1 and K = 10 each
+// outcome's results file is in batch.KeyOrder and byte for byte the same
+// — whether a pack batch's lines are sorted in memory (the default), or
+// in runs of 300 bytes merged across finalize calls of 4 rows each.
+func TestResultsInKeyOrderAtEveryK(t *testing.T) {
+	var src strings.Builder
+	src.WriteByte('[')
+	for i := range 60 {
+		if i > 0 {
+			src.WriteByte(',')
+		}
+		// keys run backwards in steps of 7 (mod 60): far from manifest order
+		fmt.Fprintf(&src, `{"id":"key-%02d","n":%d}`, (60-7*i%60)%60, i)
+	}
+	src.WriteByte(']')
+	for _, sorted := range []struct {
+		name      string
+		runBytes  int
+		chunkRows int64
+	}{{"in memory", 0, 0}, {"runs across calls", 300, 4}} {
+		t.Run(sorted.name, func(t *testing.T) {
+			files := map[int]map[batch.Outcome]string{}
+			for _, k := range packKs {
+				ctx := context.Background()
+				r := newRig(t, failOn3)
+				r.fin.SortRunBytes, r.fin.ChunkRows = sorted.runBytes, sorted.chunkRows
+				submitK(t, r, "ordered", k, 0, func(req *batch.SubmitRequest) {
+					req.Source.Items, req.KeyField = json.RawMessage(src.String()), "id"
+				})
+				r.drain(t, ctx, 1)
+				for calls := 1; ; calls++ {
+					res, err := r.fin.Finalize(ctx, "ordered", 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !res.Continued {
+						if c := res.Report.Census; c.Succeeded != 54 || c.Failed != 6 {
+							t.Fatalf("K=%d: census %+v", k, c)
+						}
+						break
+					}
+					if calls > 100 {
+						t.Fatalf("K=%d: finalize does not end", k)
+					}
+				}
+				files[k] = map[batch.Outcome]string{}
+				for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {
+					body, err := r.blobs.Get(ctx, batch.ResultsKey("ordered", 1, o))
+					if err != nil {
+						t.Fatal(err)
+					}
+					files[k][o] = string(body)
+					var keys []string
+					for _, it := range resultLines(t, r, "ordered", 1, o) {
+						keys = append(keys, it.Key)
+					}
+					if !slices.IsSortedFunc(keys, batch.KeyOrder) {
+						t.Errorf("K=%d: %s results not in key order: %q", k, o, keys)
+					}
+				}
+				if n, _ := r.blobs.DeletePrefix(ctx, batch.FinalizePrefix("ordered", 1)); n != 0 {
+					t.Errorf("K=%d: %d finalize objects (sort runs, checkpoints) left", k, n)
+				}
+			}
+			for o, body := range files[1] {
+				if files[10][o] != body {
+					t.Errorf("%s results differ between K=1 and K=10:\n%s\n%s", o, body, files[10][o])
+				}
 			}
 		})
 	}

@@ -1,0 +1,329 @@
+package batch
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// The order of a run's results.
+//
+// A run's results (results/{outcome}.jsonl) list their items in key byte
+// order (KeyOrder) at every items per message. With one item per message
+// the rows come in that order already: each item shard is a DynamoDB
+// partition whose sort key is the item key, and MergeShards merges the
+// shards. A pack row holds the items of one pack message, which are
+// consecutive manifest lines, so the pack partitions come in manifest
+// order; finalize then sorts their result lines by key in bounded memory
+// (an external merge sort across its chunks):
+//
+//  1. while it counts the rows, it keeps their result lines in memory up
+//     to SortRunBytes, sorts them by key and writes them as one sorted
+//     run (an object under the run's finalize prefix, named in the
+//     checkpoint); a chunk's end writes what it holds as a run too;
+//  2. once every row is counted, it merges the runs (a heap of one reader
+//     per run, each reading ranges of its run as it goes) into the
+//     results parts, in chunks like the count, each run's merged offset
+//     in the checkpoint.
+//
+// A run whose result lines fit in one sort run is sorted in memory and
+// written straight to its results: no run object. The merge is
+// deterministic (the runs named by a checkpoint and their offsets give
+// the same bytes), so two calls going on from one checkpoint still write
+// the same parts.
+
+// KeyOrder compares two item keys in the order of a run's results and of
+// every listing of items: byte order of their UTF-8 bytes, the order
+// DynamoDB gives a string sort key ("Query", DynamoDB API reference:
+// string values are ordered by their UTF-8 bytes). Keys of one batch are
+// unique, so no two items compare equal.
+func KeyOrder(a, b string) int { return strings.Compare(a, b) }
+
+// Bounds of finalize's key sort (a batch with items per message > 1).
+const (
+	// SortRunBytes is how many bytes of result lines (with their keys)
+	// finalize holds before it sorts them and writes them as one run:
+	// 16 MiB. With the run's part being written (5 MiB) it takes the place
+	// of the results parts a batch of item rows holds while it counts
+	// (two of ResultPartBytes per outcome), so that finalize keeps its
+	// memory bound at every items per message.
+	SortRunBytes = 16 << 20
+	// MinSortReadBytes and MaxSortReadBytes bound one ranged read of a
+	// run while the runs are merged: the merge budget
+	// (MergeOptions.BudgetBytes) shared by the runs, within 64 KiB–8 MiB.
+	MinSortReadBytes = 64 << 10
+	MaxSortReadBytes = 8 << 20
+	// sortPartBytes is the part size of a run's upload: S3's least part
+	// size but for the last (S3 user guide, "Amazon S3 multipart upload
+	// limits").
+	sortPartBytes = 5 << 20
+	// sortRecordOverhead is what one held line costs besides its bytes.
+	sortRecordOverhead = 16
+)
+
+// sortRun is one sorted run of result lines, as a checkpoint names it.
+type sortRun struct {
+	Key    string `json:"key"`
+	Bytes  int64  `json:"bytes"`
+	Merged int64  `json:"merged,omitempty"` // bytes merged into the results so far
+}
+
+func sortRunKey(id string, run, seq int, token string, n int) string {
+	return FinalizePrefix(id, run) + fmt.Sprintf("sort/%06d-%s-%04d.run", seq, token, n)
+}
+
+// keySorter holds result lines and sorts them by key. A run's record is
+// uvarint(len key) key, outcome (its index in TerminalOutcomes),
+// uvarint(len line) line.
+type keySorter struct {
+	limit int    // bytes held (size) before the lines make a run
+	arena []byte // key and line of every record, back to back; at most limit
+	recs  []sortRec
+	out   []byte // a run's encoding, reused
+}
+
+type sortRec struct {
+	off, klen, llen uint32
+	o               uint8
+}
+
+func (s *keySorter) size() int { return len(s.arena) + len(s.recs)*sortRecordOverhead }
+
+// full reports whether a line of n bytes (with its key) would take the
+// held lines past the limit: they make a run first.
+func (s *keySorter) full(n int) bool {
+	return len(s.recs) > 0 && s.size()+n+sortRecordOverhead > s.limit
+}
+
+func (s *keySorter) add(key string, o Outcome, line []byte) error {
+	i := slices.Index(TerminalOutcomes(), o)
+	if i < 0 {
+		return fmt.Errorf("sort results: item %q is %s", key, o)
+	}
+	if need := len(s.arena) + len(key) + len(line); need > cap(s.arena) {
+		// Grow within the limit (append would overshoot it by a quarter).
+		arena := make([]byte, len(s.arena), max(need, min(2*cap(s.arena), s.limit), 64<<10))
+		copy(arena, s.arena)
+		s.arena = arena
+	}
+	s.recs = append(s.recs, sortRec{off: uint32(len(s.arena)), klen: uint32(len(key)), llen: uint32(len(line)), o: uint8(i)})
+	s.arena = append(s.arena, key...)
+	s.arena = append(s.arena, line...)
+	return nil
+}
+
+func (s *keySorter) key(r sortRec) []byte { return s.arena[r.off : r.off+r.klen] }
+
+// sorted sorts the held records by key and calls fn with each, in order.
+func (s *keySorter) sorted(fn func(key []byte, o Outcome, line []byte) error) error {
+	slices.SortFunc(s.recs, func(a, b sortRec) int { return bytes.Compare(s.key(a), s.key(b)) })
+	for _, r := range s.recs {
+		line := s.arena[r.off+r.klen : r.off+r.klen+r.llen]
+		if err := fn(s.key(r), TerminalOutcomes()[r.o], line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRun sorts the held records into one run, written to key as a
+// multipart upload of sortPartBytes parts (so that only one part is held
+// besides the records), forgets them, and returns the run's size.
+func (s *keySorter) writeRun(ctx context.Context, blobs Blobs, key string) (int64, error) {
+	upload, err := blobs.StartParts(ctx, key, "application/octet-stream")
+	if err != nil {
+		return 0, fmt.Errorf("write sort run %s: %w", key, err)
+	}
+	if cap(s.out) == 0 {
+		s.out = make([]byte, 0, sortPartBytes+64<<10)
+	}
+	out, parts, size := s.out[:0], 0, int64(0)
+	put := func() error {
+		parts++
+		size += int64(len(out))
+		err := blobs.PutPart(ctx, key, upload, parts, out)
+		out = out[:0]
+		return err
+	}
+	err = s.sorted(func(key []byte, o Outcome, line []byte) error {
+		out = binary.AppendUvarint(out, uint64(len(key)))
+		out = append(out, key...)
+		out = append(out, byte(slices.Index(TerminalOutcomes(), o)))
+		out = binary.AppendUvarint(out, uint64(len(line)))
+		out = append(out, line...)
+		if len(out) >= sortPartBytes {
+			return put()
+		}
+		return nil
+	})
+	if err == nil && (len(out) > 0 || parts == 0) {
+		err = put()
+	}
+	s.out = out[:0]
+	s.arena, s.recs = s.arena[:0], s.recs[:0]
+	if err == nil {
+		err = blobs.CompleteParts(ctx, key, upload, parts, size)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write sort run %s: %w", key, err)
+	}
+	return size, nil
+}
+
+// runReader reads one sorted run from an offset, in ranged reads of
+// block bytes; its current record is key, o, line (valid until next).
+type runReader struct {
+	ctx   context.Context
+	blobs Blobs
+	run   *sortRun
+	block int64
+	off   int64 // offset of buf[0] in the run
+	buf   []byte
+	pos   int // start of the current record in buf
+	end   int // end of the current record in buf
+	key   []byte
+	o     Outcome
+	line  []byte
+}
+
+// errRunMalformed is a run whose bytes do not parse: never written by
+// this code; the chain starts over.
+var errRunMalformed = errors.New("malformed sort run")
+
+// next moves to the run's next record; false at the run's end.
+func (r *runReader) next() (bool, error) {
+	r.pos = r.end
+	r.run.Merged = r.off + int64(r.pos)
+	for {
+		if ok := r.parse(); ok {
+			return true, nil
+		}
+		if r.off+int64(len(r.buf)) >= r.run.Bytes {
+			if r.pos < len(r.buf) {
+				return false, fmt.Errorf("%s at %d: %w", r.run.Key, r.off+int64(r.pos), errRunMalformed)
+			}
+			return false, nil
+		}
+		if err := r.fill(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// parse reads the record at pos if buf holds all of it.
+func (r *runReader) parse() bool {
+	b := r.buf[r.pos:]
+	klen, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < klen+1 {
+		return false
+	}
+	key := b[n : n+int(klen)]
+	oi := int(b[n+int(klen)])
+	rest := b[n+int(klen)+1:]
+	llen, m := binary.Uvarint(rest)
+	if m <= 0 || uint64(len(rest)-m) < llen {
+		return false
+	}
+	if oi >= len(TerminalOutcomes()) {
+		return false
+	}
+	r.key, r.o, r.line = key, TerminalOutcomes()[oi], rest[m:m+int(llen)]
+	r.end = r.pos + n + int(klen) + 1 + m + int(llen)
+	return true
+}
+
+// fill keeps the current record's bytes at the front of buf and reads
+// up to block bytes after them into buf's room (buf is allocated once,
+// block bytes and a long record's more).
+func (r *runReader) fill() error {
+	kept := copy(r.buf[:cap(r.buf)], r.buf[r.pos:])
+	r.off += int64(r.pos)
+	r.pos, r.end = 0, 0
+	if room := cap(r.buf) - kept; room < max(int(r.block)/2, 1) {
+		// A record longer than half a block: room for it and a block.
+		buf := make([]byte, kept, kept+int(r.block))
+		copy(buf, r.buf[:kept])
+		r.buf = buf
+	}
+	from := r.off + int64(kept)
+	n := min(int64(cap(r.buf)-kept), r.run.Bytes-from)
+	body, err := r.blobs.OpenRange(r.ctx, r.run.Key, from, n)
+	if err != nil {
+		return fmt.Errorf("read sort run %s: %w", r.run.Key, err)
+	}
+	defer body.Close()
+	r.buf = r.buf[:kept+int(n)]
+	if _, err := io.ReadFull(body, r.buf[kept:]); err != nil {
+		return fmt.Errorf("read sort run %s at %d: %w", r.run.Key, from, err)
+	}
+	return nil
+}
+
+type runHeap []*runReader
+
+func (h runHeap) Len() int           { return len(h) }
+func (h runHeap) Less(i, j int) bool { return bytes.Compare(h[i].key, h[j].key) < 0 }
+func (h runHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *runHeap) Push(x any)        { *h = append(*h, x.(*runReader)) }
+func (h *runHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// sortReadBytes is the ranged read of each of n runs while they are
+// merged within budget bytes.
+func sortReadBytes(budget int64, n int) int64 {
+	return min(max(budget/int64(max(n, 1)), MinSortReadBytes), MaxSortReadBytes)
+}
+
+// mergeRuns merges cp's sorted runs from their merged offsets, reading
+// block bytes of a run at a time, and gives emit their lines in key
+// order until the runs end (true) or stop says the chunk ends (false);
+// each run's Merged is then where the next call goes on from.
+func mergeRuns(ctx context.Context, blobs Blobs, cp *checkpoint, block int64, emit func(Outcome, []byte) error, stop func() bool) (bool, error) {
+	h := runHeap{}
+	for i := range cp.Runs {
+		run := &cp.Runs[i]
+		r := &runReader{ctx: ctx, blobs: blobs, run: run, block: block, off: run.Merged}
+		ok, err := r.next()
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			h = append(h, r)
+		}
+	}
+	heap.Init(&h)
+	var last []byte
+	for h.Len() > 0 {
+		if stop() {
+			return false, nil
+		}
+		r := h[0]
+		if last != nil && bytes.Compare(r.key, last) <= 0 {
+			return false, fmt.Errorf("sort runs: key %q after %q: %w", r.key, last, errRunMalformed)
+		}
+		last = append(last[:0], r.key...)
+		if err := emit(r.o, r.line); err != nil {
+			return false, err
+		}
+		ok, err := r.next()
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return true, nil
+}
