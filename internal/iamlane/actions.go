@@ -77,6 +77,7 @@ var Rules = []Rule{
 	s3obj("GetObjectTagging", "s3:GetObjectTagging"),
 	s3obj("PutObjectTagging", "s3:PutObjectTagging"),
 	{Service: "s3", Operation: "CopyObject", Actions: "s3:PutObject, s3:GetObject", Resource: "the new object; the source object (x-amz-copy-source)", needs: s3Copy},
+	{Service: "s3", Operation: "UploadPartCopy", Actions: "s3:PutObject, s3:GetObject", Resource: "the object being uploaded; the source object (x-amz-copy-source)", needs: s3Copy},
 	{Service: "s3", Operation: "DeleteObjects", Actions: "s3:DeleteObject", Resource: "each key of the request body", needs: s3DeleteObjects},
 	s3bucket("ListObjectsV2", "s3:ListBucket"),
 	s3bucket("ListObjects", "s3:ListBucket"),

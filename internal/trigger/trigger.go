@@ -87,3 +87,20 @@ func (l *Lambda) StartSubmit(ctx context.Context, batchID string) error {
 	}
 	return nil
 }
+
+// StartPart invokes the function asynchronously with the internal event
+// batch.PartEvent: the submit function hands one step of a source read in
+// parts to itself (a part's read, a key partition's check). Lambda queues
+// the event and retries a failed invocation twice; a step lost for good
+// is handed off again when the submit tick resumes the read.
+func (l *Lambda) StartPart(ctx context.Context, ev batch.PartEvent) error {
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("invoke %s for the %s step %d of %s: %w", l.function, ev.Step, ev.Index, ev.BatchID, err)
+	}
+	return nil
+}

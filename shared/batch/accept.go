@@ -216,6 +216,16 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 	if err := json.Unmarshal(b.Request, &req); err != nil {
 		return s.refuse(ctx, b, SubmitRefusal{Code: RefusalInternal, Message: "the stored request does not decode: " + err.Error()})
 	}
+	if s.Parts != nil && s.Parts.Handoff != nil {
+		plan, err := s.planParts(ctx, req)
+		if err != nil {
+			log.Error("background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
+			return b, err
+		}
+		if plan != nil {
+			return s.startParts(ctx, b, plan)
+		}
+	}
 	start := s.Clock.Now()
 	manifestKey, sum, err := s.writeManifest(ctx, req)
 	if err != nil {
@@ -225,6 +235,26 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 		log.Error("background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
 		return b, err
 	}
+	b, err = s.freezeAndFanOut(ctx, b, manifestKey, sum, true)
+	if err == nil {
+		log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "attempt", b.SubmitAttempts,
+			"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
+	}
+	return b, err
+}
+
+// freezeAndFanOut freezes the manifest a background read wrote on the
+// submitting batch b (submitting → running, only if still submitting) and
+// sends the fan-out. Another read that froze first wins: this manifest is
+// deleted and the stored batch returned. A lost condition with this
+// manifest on the row (the SDK's retry of a write that landed, or another
+// invocation that froze the same manifest: two assemblies of one read in
+// parts) fans out again only when refan is set; else the fan-out is left
+// to the one that froze, or to the finalize tick, which re-sends a lost
+// fan-out.
+func (s *Submitter) freezeAndFanOut(ctx context.Context, b Batch, manifestKey string, sum ManifestSummary, refan bool) (Batch, error) {
+	log := s.Log.With("batch_id", b.ID)
+	id := b.ID
 	b.freeze(manifestKey, sum, s.ItemsPerSecond)
 	b.Status = StatusRunning
 	b.RunStartedAt = s.Clock.Now()
@@ -246,6 +276,9 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 			}
 			return stored, nil
 		}
+		if !refan {
+			return stored, nil
+		}
 		b = stored
 	}
 	if err := s.fanout(ctx, b, sum.Chunks); err != nil {
@@ -253,8 +286,6 @@ func (s *Submitter) Complete(ctx context.Context, id string) (Batch, error) {
 		return b, err
 	}
 	b.FannedOut = true
-	log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "attempt", b.SubmitAttempts,
-		"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
 	return b, nil
 }
 

@@ -139,6 +139,7 @@ type partBlobs struct {
 	spill   string // with discard: a directory that holds sort runs (keys with /sort/)
 	sizes   map[string]int64
 	puts    map[string]int // PutIfAbsent successes per key
+	failKey func(op, key string) error
 }
 
 func newPartBlobs() *partBlobs {
@@ -167,6 +168,11 @@ func (m *partBlobs) Put(_ context.Context, key, _ string, body []byte) error {
 	defer m.mu.Unlock()
 	if err := m.call("put"); err != nil {
 		return err
+	}
+	if m.failKey != nil {
+		if err := m.failKey("put", key); err != nil {
+			return err
+		}
 	}
 	if m.spilled(key) {
 		return os.WriteFile(m.spillPath(key), body, 0o600)

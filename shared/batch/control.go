@@ -61,8 +61,18 @@ func (s *Submitter) FanOut(ctx context.Context, b Batch) error {
 }
 
 // chunks cuts the stored manifest into fan-out chunks by reading it once
-// (streaming).
+// (streaming), or reads them from beside a manifest assembled from parts.
 func (s *Submitter) chunks(ctx context.Context, b Batch) ([]Chunk, error) {
+	if partsManifest(b.ManifestKey) {
+		var chunks []Chunk
+		found, err := getJSON(ctx, s.Blobs, chunksKey(b.ManifestKey), &chunks)
+		if err != nil {
+			return nil, fmt.Errorf("read the chunks of %s: %w", b.ManifestKey, err)
+		}
+		if found {
+			return chunks, nil
+		}
+	}
 	rc, err := s.Blobs.Open(ctx, s.Blobs.Bucket(), b.ManifestKey)
 	if err != nil {
 		return nil, fmt.Errorf("open manifest: %w", err)

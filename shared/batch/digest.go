@@ -7,19 +7,23 @@ import (
 )
 
 // Digest returns the manifest digest that Submit would give req's source
-// (hex SHA-256 of the normalized manifest) without writing anything: it
+// (hex SHA-256 of the normalized manifest, or its PartsDigest when the
+// source is read in parts) without writing anything: it
 // reads the source once, normalizes and checks it as Submit does (a bad
 // line or a duplicate key is the same *InputError Submit would return) and
 // discards the manifest. The same items in the same order give the same
 // digest however the source was written or uploaded (single or multipart
-// PUT, gzip or not). Reads the source in full: the cost of one more pass.
+// PUT, gzip or not), except that a plain JSON Lines object larger than the
+// part size is read in parts and so has a PartsDigest that its gzip copy
+// (read whole) does not share. Reads the source in full: the cost of one
+// more pass.
 func (s *Submitter) Digest(ctx context.Context, req SubmitRequest) (string, error) {
 	if err := req.Source.Validate(req.KeyField); err != nil {
 		return "", err
 	}
 	mw := NewManifestWriter(io.Discard, s.ChunkItems, s.TempDir)
 	defer mw.Close()
-	if err := ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add); err != nil {
+	if err := s.readSource(ctx, req, mw); err != nil {
 		return "", fmt.Errorf("digest of %s: %w", req.Source.Describe(), err)
 	}
 	sum, err := mw.Finish()

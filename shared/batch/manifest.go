@@ -33,6 +33,7 @@ const DefaultChunkItems = 5000
 type ManifestWriter struct {
 	w          io.Writer
 	h          hash.Hash
+	seg        *segmentHash // set when the manifest is hashed by parts (Segment)
 	keys       *keyset.Detector
 	chunkItems int64
 	offset     int64
@@ -103,13 +104,14 @@ func (m *ManifestWriter) Add(it SourceItem) error {
 	if err := m.keys.Add([]byte(it.Key), where); err != nil {
 		return m.keysError(err)
 	}
-	m.lineBuf.Reset()
-	enc := json.NewEncoder(&m.lineBuf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ManifestLine{Key: it.Key, Input: it.Input}); err != nil { // Encode appends '\n'
-		return &InputError{Line: it.Line, Element: it.Element, Key: truncate(it.Key, 80), Reason: "cannot encode input", Err: err}
+	if err := encodeManifestLine(&m.lineBuf, it); err != nil {
+		return err
 	}
 	n, err := m.w.Write(m.lineBuf.Bytes())
+	if err == nil && m.seg != nil {
+		m.seg.h.Write(m.lineBuf.Bytes())
+		m.seg.bytes += int64(n)
+	}
 	if err != nil {
 		return fmt.Errorf("manifest: write: %w", err)
 	}
@@ -124,9 +126,45 @@ func (m *ManifestWriter) Add(it SourceItem) error {
 	return nil
 }
 
+// encodeManifestLine puts it's manifest line, newline included, in buf.
+func encodeManifestLine(buf *bytes.Buffer, it SourceItem) error {
+	buf.Reset()
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(ManifestLine{Key: it.Key, Input: it.Input}); err != nil { // Encode appends '\n'
+		return &InputError{Line: it.Line, Element: it.Element, Key: truncate(it.Key, 80), Reason: "cannot encode input", Err: err}
+	}
+	return nil
+}
+
+// Segment ends the manifest's current part (see PartsDigest): Finish's
+// digest is then the parts digest of the segments instead of the SHA-256
+// of the whole manifest. Call bySegments before the first item and
+// Segment after each part of the source, the last one included.
+func (m *ManifestWriter) Segment() {
+	m.bySegments()
+	m.seg.parts = append(m.seg.parts, PartSum{SHA256: hex.EncodeToString(m.seg.h.Sum(nil)), Bytes: m.seg.bytes})
+	m.seg.h.Reset()
+	m.seg.bytes = 0
+}
+
+// bySegments starts hashing by parts (see Segment), before the first
+// item.
+func (m *ManifestWriter) bySegments() {
+	if m.seg == nil {
+		m.seg = &segmentHash{h: sha256.New()}
+	}
+}
+
+type segmentHash struct {
+	h     hash.Hash
+	bytes int64
+	parts []PartSum
+}
+
 // ManifestSummary is what Finish returns.
 type ManifestSummary struct {
-	Digest string // hex SHA-256 of the manifest bytes
+	Digest string // hex SHA-256 of the manifest bytes, or PartsDigest of a source read by parts
 	Count  int64
 	Bytes  int64
 	Chunks []Chunk
@@ -147,7 +185,11 @@ func (m *ManifestWriter) Finish() (ManifestSummary, error) {
 		}
 		return ManifestSummary{}, m.keysError(err)
 	}
-	return ManifestSummary{Digest: hex.EncodeToString(m.h.Sum(nil)), Count: m.count, Bytes: m.offset, Chunks: m.chunks}, nil
+	digest := hex.EncodeToString(m.h.Sum(nil))
+	if m.seg != nil {
+		digest = PartsDigest(m.seg.parts)
+	}
+	return ManifestSummary{Digest: digest, Count: m.count, Bytes: m.offset, Chunks: m.chunks}, nil
 }
 
 // Close releases the duplicate detector's temporary files. Safe after Finish.

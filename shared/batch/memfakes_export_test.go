@@ -3,6 +3,8 @@ package batch
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"os"
 	"time"
@@ -85,3 +87,58 @@ type FixedClock struct{ T time.Time }
 
 // Now returns c.T.
 func (c *FixedClock) Now() time.Time { return c.T }
+
+// HeadSource returns the object's size and an ETag of its bytes.
+func (m *partBlobs) HeadSource(ctx context.Context, _, key string) (ObjectInfo, error) {
+	b, err := m.Get(ctx, key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	return ObjectInfo{Key: key, Size: int64(len(b)), ETag: memETag(b)}, nil
+}
+
+func memETag(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// OpenSourceRange reads a range of the object if its ETag is etag.
+func (m *partBlobs) OpenSourceRange(ctx context.Context, _, key, etag string, offset, length int64) (io.ReadCloser, error) {
+	b, err := m.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if etag != "" && memETag(b) != etag {
+		return nil, ErrConflict
+	}
+	end := int64(len(b))
+	if length >= 0 {
+		end = min(end, offset+length)
+	}
+	return io.NopCloser(bytes.NewReader(b[min(offset, end):end])), nil
+}
+
+// Compose concatenates sources into key.
+func (m *partBlobs) Compose(ctx context.Context, key, contentType string, sources []string) error {
+	var all []byte
+	for _, src := range sources {
+		b, err := m.Get(ctx, src)
+		if err != nil {
+			return err
+		}
+		all = append(all, b...)
+	}
+	return m.Put(ctx, key, contentType, all)
+}
+
+// SetPartCompose sets the smallest manifest part a PartsConfig composes
+// (MinComposePartBytes), for tests of small parts.
+func SetPartCompose(c *PartsConfig, n int64) { c.minCompose = n }
+
+// FailBlobs makes f decide the fate of every Put (op "put") by its key:
+// an error fails the call, which does nothing. nil stops it.
+func FailBlobs(m *partBlobs, f func(op, key string) error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failKey = f
+}

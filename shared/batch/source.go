@@ -160,6 +160,12 @@ var bom = []byte("\xEF\xBB\xBF")
 // both end a line, blank lines are not items, the last line needs no
 // newline. A malformed line is an *InputError with its line number.
 func ReadJSONL(r io.Reader, keyField string, emit func(SourceItem) error) error {
+	return readJSONL(r, keyField, true, emit)
+}
+
+// readJSONL is ReadJSONL; first says that r starts at the start of its
+// source (where a byte-order mark may open line 1), not at a part's.
+func readJSONL(r io.Reader, keyField string, first bool, emit func(SourceItem) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	k := keyer{field: keyField}
 	var line int64
@@ -193,7 +199,7 @@ func ReadJSONL(r io.Reader, keyField string, emit func(SourceItem) error) error 
 		}
 		line++
 		b := buf.Bytes()
-		if line == 1 {
+		if line == 1 && first {
 			b = bytes.TrimPrefix(b, bom)
 		}
 		b = bytes.TrimSpace(b)

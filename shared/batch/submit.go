@@ -131,6 +131,10 @@ type Submitter struct {
 	// TempLimitBytes is the size of the disk under TempDir (the submit
 	// function's ephemeral storage), named when it fills up; 0: unknown.
 	TempLimitBytes int64
+	// Parts, when set, reads a large JSON Lines object in parts, each its
+	// own invocation, at once (see PartsConfig); nil reads every source in
+	// one invocation.
+	Parts *PartsConfig
 	// Handoff starts the background read of a batch accepted by Accept;
 	// nil makes Accept read the source in the call, as Submit does.
 	Handoff Handoff
@@ -488,7 +492,7 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 	}
 	mw := NewManifestWriterOptions(w, ManifestOptions{ChunkItems: s.ChunkItems, Keys: keys, TempLimitBytes: s.TempLimitBytes})
 	defer mw.Close()
-	err = ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
+	err = s.readSource(ctx, req, mw)
 	var sum ManifestSummary
 	if err == nil {
 		sum, err = mw.Finish()
@@ -512,6 +516,20 @@ func (s *Submitter) writeManifest(ctx context.Context, req SubmitRequest) (strin
 		return "", ManifestSummary{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
 	}
 	return manifestKey, sum, nil
+}
+
+// readSource reads req's source into mw: by parts, one after the other,
+// when it is a source read in parts (planParts), so that its manifest and
+// digest are the ones its parts give; else whole.
+func (s *Submitter) readSource(ctx context.Context, req SubmitRequest, mw *ManifestWriter) error {
+	plan, err := s.planParts(ctx, req)
+	if err != nil {
+		return err
+	}
+	if plan != nil {
+		return readWholeByParts(ctx, s.Blobs.(PartBlobs), plan, mw)
+	}
+	return ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
 }
 
 // planOf is the batch row a prepared request asks for, before its

@@ -138,11 +138,16 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, er
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
 		ItemsPerSecond: batch.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
+		// A JSON Lines object over batch.DefaultPartBytes is read by parts,
+		// wherever it is read, so its digest is always the parts digest.
+		Parts: &batch.PartsConfig{},
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself
-		// asynchronously, so the API answers in bounded time.
-		s.Handoff = trigger.New(lambda.NewFromConfig(d.AWS), self)
+		// asynchronously, so the API answers in bounded time, and a large
+		// one by one invocation per part, at once.
+		self := trigger.New(lambda.NewFromConfig(d.AWS), self)
+		s.Handoff, s.Parts.Handoff = self, self
 	}
 	return s, nil
 }

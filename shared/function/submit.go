@@ -47,6 +47,7 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		Event      string            `json:"Event"`
 		Schedule   string            `json:"bulkrun_schedule"`
 		Submit     string            `json:"bulkrun_submit"`
+		SubmitPart string            `json:"bulkrun_submit_part"`
 		SubmitTick bool              `json:"bulkrun_submit_tick"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
@@ -61,6 +62,12 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		return s.API.Serve(ctx, ev)
 	case probe.Submit != "":
 		return nil, s.Background(ctx, probe.Submit)
+	case probe.SubmitPart != "":
+		var ev batch.PartEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("submit: part event: %w", err)
+		}
+		return nil, s.Part(ctx, ev)
 	case probe.SubmitTick:
 		res, err := s.Submitter.TickSubmitting(ctx)
 		s.Log.Info("submit tick", "submitting", res.Submitting, "handed_off", res.HandedOff, "refused", res.Refused)
@@ -102,6 +109,19 @@ func (s *Submit) Background(ctx context.Context, batchID string) error {
 		return err
 	}
 	s.Log.Info("background read done", "batch_id", batchID, "status", string(b.Status), "items", b.ItemCount)
+	return nil
+}
+
+// Part runs one step of a source read in parts (the event
+// batch.PartEvent, sent by the submit function to itself). An error is
+// returned so that Lambda retries the invocation (every step is
+// idempotent); a batch forgotten meanwhile is not an error.
+func (s *Submit) Part(ctx context.Context, ev batch.PartEvent) error {
+	b, err := s.Submitter.Part(ctx, ev)
+	if err != nil {
+		return err
+	}
+	s.Log.Info("source part step done", "batch_id", ev.BatchID, "step", ev.Step, "index", ev.Index, "status", string(b.Status))
 	return nil
 }
 

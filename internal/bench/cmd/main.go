@@ -39,8 +39,8 @@ func main() {
 // Scenarios are the runs of `make bench` for items items: each clean run
 // in both delivery orders (bench.DeliveryChunkOrdered,
 // bench.DeliveryShuffled), and, shuffled, 5 % transient and 5 % permanent
-// failures (early stop armed at 10 %) and 100 % permanent failures, at 1
-// and 10 items per message. A clean run also runs at
+// failures (early stop armed at 10 %) and 100 % permanent failures, at 1,
+// 10 and 100 items per message. A clean run also runs at
 // bench.FixedProbeItems items (Figures.WithFixed).
 func Scenarios(items int) (clean, failing []bench.Scenario) {
 	bases := []bench.Scenario{
@@ -56,7 +56,7 @@ func Scenarios(items int) (clean, failing []bench.Scenario) {
 			clean = append(clean, sc)
 		}
 	}
-	for _, b := range []bench.Scenario{bases[0], bases[2]} {
+	for _, b := range []bench.Scenario{bases[0], bases[2], bases[3]} {
 		sc := b
 		sc.Name, sc.Delivery = b.Name+", shuffled, 5 % transient + 5 % permanent", bench.DeliveryShuffled
 		sc.TransientPercent, sc.PermanentPercent, sc.ThresholdPercent = 5, 5, 10

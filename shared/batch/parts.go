@@ -1,0 +1,985 @@
+package batch
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/bulkrun/bulkrun/internal/keyset"
+)
+
+// Reading a large source in parts.
+//
+// A JSON Lines object with a key field and more than PartsConfig.PartBytes
+// bytes, not gzip, is read by several invocations of the submit function
+// at once instead of one (Complete hands them off; docs/design.md,
+// "Reading a source in parts"):
+//
+//  1. Complete writes the plan (PartPlan: the object's ETag and size, the
+//     part size) and invokes one read per part (PartEvent, step "read").
+//  2. ReadPart reads bytes [i × PartBytes, (i+1) × PartBytes) of the
+//     object (a line belongs to the part its first byte is in), checks and
+//     normalizes its lines exactly as a whole read does, and writes its
+//     manifest part, its keys partitioned by hash (one object, a section
+//     per partition), the lengths of its manifest lines and, last, its
+//     result. The part that finds every result written invokes one key
+//     check per partition (step "keys").
+//  3. CheckKeys merges one partition's keys of every part
+//     (internal/keyset, with the source's line numbers) and writes what it
+//     found; the check that finds every check written assembles: the
+//     manifest parts become one object (server-side copies), the fan-out
+//     chunks are cut from the lengths, and the batch is frozen or refused
+//     as Complete does.
+//
+// Every object a step writes depends only on the source and the plan, so a
+// step run again (a killed invocation, Lambda's retries, the submit tick's
+// hand-off, which resumes the parts whose result is missing) writes the
+// same bytes. The manifest is byte for byte the one a whole read writes;
+// its digest is PartsDigest, which a whole read of the same object gives
+// too (it hashes by the same parts), so a repeated submit compares equal.
+
+// DefaultPartBytes is PartsConfig.PartBytes when zero: 512 MiB of source
+// per invocation, ≈ 500,000 items of 1 KB, ≈ 8 CPU-seconds of reading
+// (docs/design.md, "Measured"): ≈ 14 s at submit's 1,024 MB, far inside
+// Lambda's 15 minutes.
+const DefaultPartBytes = 512 << 20
+
+// MinComposePartBytes is the smallest manifest part S3 can copy into a
+// multipart upload other than the last: 5 MiB (S3 user guide, "Amazon S3
+// multipart upload limits"). A source whose manifest parts are smaller
+// (its lines mostly blank) is assembled by one invocation reading it whole.
+const MinComposePartBytes = 5 << 20
+
+// MaxSourceParts bounds the parts of one source: S3's 10,000 parts per
+// multipart upload (the manifest is assembled from one copy per part).
+const MaxSourceParts = 10000
+
+// PartsConfig turns on reading large sources in parts.
+type PartsConfig struct {
+	// PartBytes is the source bytes per part; 0 means DefaultPartBytes. An
+	// object of more than PartBytes bytes is read in parts.
+	PartBytes int64
+	// Handoff invokes the part steps (the submit function invoking itself
+	// asynchronously, internal/trigger); nil reads every part in the
+	// invocation that reads the source, one after the other (the same
+	// manifest and digest, one invocation's time).
+	Handoff PartHandoff
+	// minCompose overrides MinComposePartBytes (tests).
+	minCompose int64
+}
+
+// PartHandoff starts one step of a source read in parts, asynchronously.
+// Starting a step twice is harmless.
+type PartHandoff interface {
+	StartPart(ctx context.Context, ev PartEvent) error
+}
+
+// PartBlobs is what reading a source in parts needs of Blobs besides the
+// interface (internal/blob.Store has it).
+type PartBlobs interface {
+	// HeadSource returns the size and ETag of bucket/key; a missing object
+	// is ErrNotFound.
+	HeadSource(ctx context.Context, bucket, key string) (ObjectInfo, error)
+	// OpenSourceRange reads bytes [offset, offset+length) of bucket/key
+	// (length < 0: to the end) only if its ETag is etag: another object
+	// under the key is ErrConflict, a missing one ErrNotFound.
+	OpenSourceRange(ctx context.Context, bucket, key, etag string, offset, length int64) (io.ReadCloser, error)
+	// Compose writes key (batches bucket) as the concatenation of the
+	// objects sources (batches bucket), copied by S3 (UploadPartCopy), not
+	// read: every source but the last holds MinComposePartBytes to 5 GiB.
+	// Writing it again writes the same object.
+	Compose(ctx context.Context, key, contentType string, sources []string) error
+}
+
+// Part steps (PartEvent.Step).
+const (
+	PartStepRead = "read"
+	PartStepKeys = "keys"
+)
+
+// PartEvent is the submit function's internal event of one step of a
+// source read in parts: {"bulkrun_submit_part": "read", "batch_id": …,
+// "plan": …, "index": …}. Index is the part (read) or the key partition
+// (keys).
+type PartEvent struct {
+	Step    string `json:"bulkrun_submit_part"`
+	BatchID string `json:"batch_id"`
+	Plan    string `json:"plan"`
+	Index   int    `json:"index"`
+}
+
+// PartPlan is how a source is cut into parts; written once per batch and
+// plan as batches/{id}/parts/{plan}/plan.json.
+type PartPlan struct {
+	ID        string `json:"id"` // hex of SHA-256(ETag, size, part bytes), 16 digits
+	BatchID   string `json:"batch_id"`
+	Bucket    string `json:"bucket"`
+	Key       string `json:"key"`
+	ETag      string `json:"etag"`
+	Size      int64  `json:"size"`
+	PartBytes int64  `json:"part_bytes"`
+	Parts     int    `json:"parts"`
+	// Partitions is how many key partitions the parts write and how many
+	// checks merge them (one per part).
+	Partitions int    `json:"partitions"`
+	KeyField   string `json:"key_field"`
+}
+
+// PartSum is one manifest part's SHA-256 (hex) and length.
+type PartSum struct {
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// PartsDigest is the digest of a manifest read in parts: the hex SHA-256
+// of "bulkrun-parts-v1\n" followed by one line "{part's SHA-256 hex}
+// {part's bytes}\n" per part, in order. SHA-256 cannot be computed from
+// parts hashed at once, so a source read in parts has this digest instead
+// of its manifest's SHA-256; any read of the same object by the same part
+// size gives it.
+func PartsDigest(parts []PartSum) string {
+	h := sha256.New()
+	io.WriteString(h, "bulkrun-parts-v1\n")
+	for _, p := range parts {
+		fmt.Fprintf(h, "%s %d\n", p.SHA256, p.Bytes)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// partResult is what one part read found: batches/{id}/parts/{plan}/part-NNNNN.json.
+type partResult struct {
+	Part  int   `json:"part"`
+	Lines int64 `json:"lines"` // newlines in the part: the line number before the next part's first line
+	Items int64 `json:"items"`
+	PartSum
+	// Sections are the offsets of the key partitions in the keys object
+	// (Partitions + 1 of them).
+	Sections []int64    `json:"sections,omitempty"`
+	Refusal  *partError `json:"refusal,omitempty"`
+}
+
+// partError is an *InputError of a part, its line counted in the part.
+type partError struct {
+	Field  string `json:"field,omitempty"`
+	Line   int64  `json:"line,omitempty"`
+	Key    string `json:"key,omitempty"`
+	Reason string `json:"reason"`
+	Err    string `json:"err,omitempty"`
+	Empty  bool   `json:"empty,omitempty"`
+}
+
+func (e *partError) inputError(lineBase int64) *InputError {
+	ie := &InputError{Field: e.Field, Key: e.Key, Reason: e.Reason}
+	if ie.Field == "" {
+		ie.Field = "source.object"
+	}
+	if e.Line > 0 {
+		ie.Line = e.Line + lineBase
+	}
+	if e.Err != "" {
+		ie.Err = errors.New(e.Err)
+	}
+	if e.Empty {
+		ie.Err = ErrEmptySource
+	}
+	return ie
+}
+
+// checkResult is what one key check found: batches/{id}/parts/{plan}/check-NNNNN.json.
+type checkResult struct {
+	Partition int                       `json:"partition"`
+	Duplicate *keyset.DuplicateKeyError `json:"duplicate,omitempty"`
+}
+
+func partsPrefix(batchID, plan string) string {
+	return fmt.Sprintf("batches/%s/parts/%s/", batchID, plan)
+}
+
+func (p *PartPlan) prefix() string         { return partsPrefix(p.BatchID, p.ID) }
+func (p *PartPlan) planKey() string        { return p.prefix() + "plan.json" }
+func (p *PartPlan) resultKey(i int) string { return fmt.Sprintf("%spart-%05d.json", p.prefix(), i) }
+func (p *PartPlan) manifestKey(i int) string {
+	return fmt.Sprintf("%smanifest-%05d.jsonl", p.prefix(), i)
+}
+func (p *PartPlan) keysKey(i int) string    { return fmt.Sprintf("%skeys-%05d", p.prefix(), i) }
+func (p *PartPlan) lengthsKey(i int) string { return fmt.Sprintf("%slengths-%05d", p.prefix(), i) }
+func (p *PartPlan) checkKey(h int) string   { return fmt.Sprintf("%scheck-%05d.json", p.prefix(), h) }
+func (p *PartPlan) bounds(i int) (lo, hi int64) {
+	return int64(i) * p.PartBytes, min(int64(i+1)*p.PartBytes, p.Size)
+}
+
+// partBytes is the part size of s (0: sources are read whole).
+func (s *Submitter) partBytes() int64 {
+	if s.Parts == nil {
+		return 0
+	}
+	if s.Parts.PartBytes > 0 {
+		return s.Parts.PartBytes
+	}
+	return DefaultPartBytes
+}
+
+// planParts returns the plan of req's source when it is read in parts: a
+// JSON Lines object with a key field, of more than the part size, not
+// gzip (a gzip stream cannot be entered in the middle: it stays one part),
+// with Blobs able to read ranges. Otherwise nil: the source is read whole.
+// CSV (a quoted field may hold a newline, so a part cannot tell where its
+// first record starts), JSON arrays and positional keys (an item's key is
+// its index in the whole source) are read whole too.
+func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan, error) {
+	pb := s.partBytes()
+	pbl, ok := s.Blobs.(PartBlobs)
+	src := req.Source
+	if pb <= 0 || !ok || src.Object == "" || req.KeyField == "" {
+		return nil, nil
+	}
+	bucket, key, err := ParseS3URI(src.Object)
+	if err != nil {
+		return nil, nil
+	}
+	format := src.Format
+	if format == "" {
+		format = FormatOf(key)
+	}
+	if format != FormatJSONL {
+		return nil, nil
+	}
+	info, err := pbl.HeadSource(ctx, bucket, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil // the whole read names it
+		}
+		return nil, fmt.Errorf("head %s: %w", src.Object, err)
+	}
+	if info.Size <= pb || src.ETag != "" && strings.Trim(src.ETag, `"`) != strings.Trim(info.ETag, `"`) {
+		return nil, nil
+	}
+	rc, err := pbl.OpenSourceRange(ctx, bucket, key, info.ETag, 0, 2)
+	if err != nil {
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read %s: %w", src.Object, err)
+	}
+	head, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", src.Object, err)
+	}
+	if IsGzip(head) {
+		return nil, nil
+	}
+	parts := int((info.Size + pb - 1) / pb)
+	if parts > MaxSourceParts {
+		return nil, nil
+	}
+	etag := strings.Trim(info.ETag, `"`)
+	id := sha256.Sum256(fmt.Appendf(nil, "%s\n%d\n%d", etag, info.Size, pb))
+	return &PartPlan{ID: hex.EncodeToString(id[:8]), BatchID: req.BatchID, Bucket: bucket, Key: key, ETag: etag, Size: info.Size,
+		PartBytes: pb, Parts: parts, Partitions: parts, KeyField: req.KeyField}, nil
+}
+
+// partReader yields the bytes of one part: from the first line that
+// starts at or after lo (the start of the object for part 0) through the
+// line that holds byte hi-1, and counts its newlines.
+type partReader struct {
+	br     *bufio.Reader
+	pos    int64 // offset in the object of the next byte
+	hi     int64
+	lastNL bool
+	done   bool
+	lines  int64
+}
+
+// openPart opens part i of plan. It returns a reader of the part's bytes;
+// the caller closes rc.
+func openPart(ctx context.Context, b PartBlobs, p *PartPlan, i int) (*partReader, io.Closer, error) {
+	lo, hi := p.bounds(i)
+	from := lo
+	if i > 0 {
+		from = lo - 1 // to tell whether a line starts at lo
+	}
+	rc, err := b.OpenSourceRange(ctx, p.Bucket, p.Key, p.ETag, from, -1)
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrConflict):
+			return nil, nil, &InputError{Field: "source.object", Reason: fmt.Sprintf("s3://%s/%s changed while it was read: its ETag is no longer %s", p.Bucket, p.Key, p.ETag)}
+		case errors.Is(err, ErrNotFound):
+			return nil, nil, &InputError{Field: "source.object", Reason: fmt.Sprintf("s3://%s/%s was deleted while it was read", p.Bucket, p.Key)}
+		}
+		return nil, nil, fmt.Errorf("read part %d of s3://%s/%s: %w", i, p.Bucket, p.Key, err)
+	}
+	pr := &partReader{br: bufio.NewReaderSize(rc, 256<<10), pos: from, hi: hi, lastNL: true}
+	if i > 0 {
+		// Skip the rest of the line that starts before lo.
+		for {
+			c, err := pr.br.ReadByte()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					pr.done = true
+					break
+				}
+				rc.Close()
+				return nil, nil, fmt.Errorf("read part %d of s3://%s/%s: %w", i, p.Bucket, p.Key, err)
+			}
+			pr.pos++
+			if c == '\n' {
+				break
+			}
+		}
+		if pr.pos > hi { // the line that held lo-1 passes the part: the part holds none
+			pr.done = true
+		}
+	}
+	return pr, rc, nil
+}
+
+func (r *partReader) Read(p []byte) (int, error) {
+	if r.done || len(p) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		return 0, nil
+	}
+	if r.pos < r.hi {
+		n, err := r.br.Read(p[:min(int64(len(p)), r.hi-r.pos)])
+		r.account(p[:n])
+		if errors.Is(err, io.EOF) {
+			r.done = true
+			if n > 0 {
+				err = nil
+			}
+		}
+		return n, err
+	}
+	if r.lastNL {
+		r.done = true
+		return 0, io.EOF
+	}
+	// Past hi: finish the line that crosses it.
+	n := 0
+	for n < len(p) {
+		c, err := r.br.ReadByte()
+		if err != nil {
+			r.done = true
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return n, err
+		}
+		p[n] = c
+		n++
+		if c == '\n' {
+			r.done = true
+			break
+		}
+	}
+	r.account(p[:n])
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (r *partReader) account(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	r.pos += int64(len(b))
+	r.lines += int64(bytes.Count(b, []byte{'\n'}))
+	r.lastNL = b[len(b)-1] == '\n'
+}
+
+// readPart reads part i of p, calling emit with each item, its line
+// counted from the part's first line.
+func readPart(ctx context.Context, b PartBlobs, p *PartPlan, i int, emit func(SourceItem) error) (lines int64, err error) {
+	pr, rc, err := openPart(ctx, b, p, i)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	var text io.Reader = pr
+	if i == 0 {
+		br, _, err := sourceText(pr)
+		if err != nil {
+			return 0, err
+		}
+		text = br
+	}
+	err = readJSONL(text, p.KeyField, i == 0, emit)
+	if err == nil {
+		// Drain what the parser left (blank trailing bytes) so lines counts them.
+		_, err = io.Copy(io.Discard, pr)
+	}
+	return pr.lines, err
+}
+
+// readWholeByParts reads every part of p in turn into mw, ending a
+// manifest segment after each: one invocation's read of a source that is
+// read in parts (a synchronous submit, an upload, or no PartHandoff),
+// giving the same manifest and digest as the parts would.
+func readWholeByParts(ctx context.Context, b PartBlobs, p *PartPlan, mw *ManifestWriter) error {
+	var base int64
+	mw.bySegments()
+	for i := 0; i < p.Parts; i++ {
+		lines, err := readPart(ctx, b, p, i, func(it SourceItem) error {
+			it.Line += base
+			return mw.Add(it)
+		})
+		if err != nil {
+			var ie *InputError
+			if errors.As(err, &ie) && ie.Line > 0 {
+				ie.Line += base
+			}
+			return err
+		}
+		base += lines
+		mw.Segment()
+	}
+	return nil
+}
+
+// keyEntries writes (key, line) entries of a part to one temporary file
+// per partition.
+type keyEntries struct {
+	dir   string
+	files []*os.File
+	bufs  []*bufio.Writer
+	tmp   []byte
+}
+
+func newKeyEntries(dir string, partitions int) (*keyEntries, error) {
+	d, err := os.MkdirTemp(dir, "bulkrun-part-keys-")
+	if err != nil {
+		return nil, err
+	}
+	return &keyEntries{dir: d, files: make([]*os.File, partitions), bufs: make([]*bufio.Writer, partitions)}, nil
+}
+
+// partitionOf is the key partition of key: FNV-1a 64 mod partitions.
+func partitionOf(key string, partitions int) int {
+	h := fnv.New64a()
+	io.WriteString(h, key)
+	return int(h.Sum64() % uint64(partitions))
+}
+
+func (k *keyEntries) add(key string, line int64) error {
+	h := partitionOf(key, len(k.files))
+	if k.files[h] == nil {
+		f, err := os.Create(filepath.Join(k.dir, fmt.Sprint(h)))
+		if err != nil {
+			return err
+		}
+		k.files[h], k.bufs[h] = f, bufio.NewWriterSize(f, 16<<10)
+	}
+	k.tmp = binary.AppendUvarint(k.tmp[:0], uint64(len(key)))
+	k.tmp = append(k.tmp, key...)
+	k.tmp = binary.AppendUvarint(k.tmp, uint64(line))
+	_, err := k.bufs[h].Write(k.tmp)
+	return err
+}
+
+// writeTo writes the partitions one after the other to w and returns
+// their offsets (partitions + 1).
+func (k *keyEntries) writeTo(w io.Writer) ([]int64, error) {
+	offs := make([]int64, 0, len(k.files)+1)
+	var off int64
+	for h, f := range k.files {
+		offs = append(offs, off)
+		if f == nil {
+			continue
+		}
+		if err := k.bufs[h].Flush(); err != nil {
+			return nil, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		n, err := io.Copy(w, f)
+		if err != nil {
+			return nil, err
+		}
+		off += n
+	}
+	return append(offs, off), nil
+}
+
+func (k *keyEntries) close() {
+	for _, f := range k.files {
+		if f != nil {
+			f.Close()
+		}
+	}
+	os.RemoveAll(k.dir)
+}
+
+// getJSON reads key into v; found is false when it is missing.
+func getJSON(ctx context.Context, b Blobs, key string, v any) (found bool, err error) {
+	body, err := b.Get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return false, fmt.Errorf("%s: %w", key, err)
+	}
+	return true, nil
+}
+
+func putJSON(ctx context.Context, b Blobs, key string, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(ctx, key, "application/json", body)
+}
+
+// countObjects counts the objects under prefix whose key starts with it.
+func countObjects(ctx context.Context, b Blobs, prefix string) (int, error) {
+	n := 0
+	err := b.List(ctx, b.Bucket(), prefix, func(ObjectInfo) error { n++; return nil })
+	return n, err
+}
+
+// startParts begins (or resumes) reading b's source in parts: it writes
+// the plan and hands off a read of every part whose result is missing.
+// When every part has its result, it goes on at once.
+func (s *Submitter) startParts(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
+	if err := putJSON(ctx, s.Blobs, p.planKey(), p); err != nil {
+		return b, err
+	}
+	missing := 0
+	for i := 0; i < p.Parts; i++ {
+		var r partResult
+		found, err := getJSON(ctx, s.Blobs, p.resultKey(i), &r)
+		if err != nil {
+			return b, err
+		}
+		if found {
+			continue
+		}
+		missing++
+		if err := s.Parts.Handoff.StartPart(ctx, PartEvent{Step: PartStepRead, BatchID: b.ID, Plan: p.ID, Index: i}); err != nil {
+			return b, fmt.Errorf("submit %s: hand off part %d: %w", b.ID, i, err)
+		}
+	}
+	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
+	if missing == 0 {
+		return s.partsRead(ctx, b, p)
+	}
+	return b, nil
+}
+
+// loadPlan reads the plan of ev and its batch; ok is false when there is
+// nothing more to do (the batch is no longer submitting, or forgotten).
+func (s *Submitter) loadPlan(ctx context.Context, ev PartEvent) (Batch, *PartPlan, bool, error) {
+	b, err := s.Store.GetBatch(ctx, ev.BatchID)
+	if errors.Is(err, ErrNotFound) || err == nil && b.Status != StatusSubmitting {
+		return b, nil, false, nil
+	}
+	if err != nil {
+		return b, nil, false, err
+	}
+	var p PartPlan
+	found, err := getJSON(ctx, s.Blobs, partsPrefix(ev.BatchID, ev.Plan)+"plan.json", &p)
+	if err != nil || !found {
+		if err == nil {
+			err = fmt.Errorf("submit %s: plan %s is missing", ev.BatchID, ev.Plan)
+		}
+		return b, nil, false, err
+	}
+	return b, &p, true, nil
+}
+
+// Part runs one step of a source read in parts (the event PartEvent). An
+// error is to be retried (the step is idempotent); a bad source refuses
+// the batch when every part has been read.
+func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
+	b, p, ok, err := s.loadPlan(ctx, ev)
+	if !ok || err != nil {
+		return b, err
+	}
+	if ev.Index < 0 || ev.Step == PartStepRead && ev.Index >= p.Parts || ev.Step == PartStepKeys && ev.Index >= p.Partitions {
+		return b, fmt.Errorf("submit %s: %s step %d outside plan %s", ev.BatchID, ev.Step, ev.Index, p.ID)
+	}
+	switch ev.Step {
+	case PartStepRead:
+		if err := s.readPartStep(ctx, p, ev.Index); err != nil {
+			return b, err
+		}
+		n, err := countObjects(ctx, s.Blobs, p.prefix()+"part-")
+		if err != nil || n < p.Parts {
+			return b, err
+		}
+		return s.partsRead(ctx, b, p)
+	case PartStepKeys:
+		if err := s.checkKeysStep(ctx, p, ev.Index); err != nil {
+			return b, err
+		}
+		n, err := countObjects(ctx, s.Blobs, p.prefix()+"check-")
+		if err != nil || n < p.Partitions {
+			return b, err
+		}
+		return s.assemble(ctx, b, p)
+	}
+	return b, fmt.Errorf("submit %s: unknown part step %q", ev.BatchID, ev.Step)
+}
+
+// readPartStep reads part i and writes its objects, the result last. A
+// part whose result exists is not read again.
+func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i int) error {
+	var done partResult
+	if found, err := getJSON(ctx, s.Blobs, p.resultKey(i), &done); err != nil || found {
+		return err
+	}
+	pb := s.Blobs.(PartBlobs)
+	dir := s.Keys.Dir
+	if dir == "" {
+		dir = s.TempDir
+	}
+	keys, err := newKeyEntries(dir, p.Partitions)
+	if err != nil {
+		return fmt.Errorf("part %d: %w", i, err)
+	}
+	defer keys.close()
+	mw, err := s.Blobs.Create(ctx, p.manifestKey(i), "application/x-ndjson")
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	res := partResult{Part: i}
+	var lengths []byte
+	var line bytes.Buffer
+	w := io.MultiWriter(mw, h)
+	lines, err := readPart(ctx, pb, p, i, func(it SourceItem) error {
+		if err := encodeManifestLine(&line, it); err != nil {
+			return err
+		}
+		if err := keys.add(it.Key, it.Line); err != nil {
+			return fmt.Errorf("part %d: keys: %w", i, err)
+		}
+		n, err := w.Write(line.Bytes())
+		if err != nil {
+			return fmt.Errorf("part %d: manifest: %w", i, err)
+		}
+		lengths = binary.AppendUvarint(lengths, uint64(n))
+		res.Items++
+		res.Bytes += int64(n)
+		return nil
+	})
+	res.Lines = lines
+	var ie *InputError
+	switch {
+	case errors.As(err, &ie):
+		_ = mw.Abort()
+		res.Refusal = &partError{Field: ie.Field, Line: ie.Line, Key: ie.Key, Reason: ie.Reason}
+		if ie.Err != nil {
+			res.Refusal.Err = ie.Err.Error()
+		}
+		return putJSON(ctx, s.Blobs, p.resultKey(i), res)
+	case err != nil:
+		_ = mw.Abort()
+		return err
+	}
+	if err := mw.Close(); err != nil {
+		return fmt.Errorf("part %d: manifest: %w", i, err)
+	}
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	kw, err := s.Blobs.Create(ctx, p.keysKey(i), "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	if res.Sections, err = keys.writeTo(kw); err != nil {
+		_ = kw.Abort()
+		return fmt.Errorf("part %d: keys: %w", i, err)
+	}
+	if err := kw.Close(); err != nil {
+		return fmt.Errorf("part %d: keys: %w", i, err)
+	}
+	if err := s.Blobs.Put(ctx, p.lengthsKey(i), "application/octet-stream", lengths); err != nil {
+		return err
+	}
+	return putJSON(ctx, s.Blobs, p.resultKey(i), res)
+}
+
+// results reads every part's result.
+func (s *Submitter) results(ctx context.Context, p *PartPlan) ([]partResult, error) {
+	rs := make([]partResult, p.Parts)
+	errs := make([]error, p.Parts)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range rs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			found, err := getJSON(ctx, s.Blobs, p.resultKey(i), &rs[i])
+			if err == nil && !found {
+				err = fmt.Errorf("part %d of plan %s has no result", i, p.ID)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return rs, errors.Join(errs...)
+}
+
+// partsRead goes on once every part is read: a part that refused its
+// lines refuses the batch (the first such part, its line numbered in the
+// whole source, as a whole read would name it); else the key checks are
+// handed off.
+func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
+	rs, err := s.results(ctx, p)
+	if err != nil {
+		return b, err
+	}
+	var base, items int64
+	for _, r := range rs {
+		if r.Refusal != nil {
+			ie := r.Refusal.inputError(base)
+			return s.refuse(ctx, b, refusalOf(fmt.Errorf("submit %s: %w", b.ID, ie)))
+		}
+		base += r.Lines
+		items += r.Items
+	}
+	if items == 0 {
+		return s.refuse(ctx, b, refusalOf(&InputError{Field: "source.object", Reason: "holds no items (blank and whitespace-only lines are not items)", Err: ErrEmptySource}))
+	}
+	for h := 0; h < p.Partitions; h++ {
+		var c checkResult
+		found, err := getJSON(ctx, s.Blobs, p.checkKey(h), &c)
+		if err != nil {
+			return b, err
+		}
+		if found {
+			continue
+		}
+		if s.Parts.Handoff == nil {
+			if err := s.checkKeysStep(ctx, p, h); err != nil {
+				return b, err
+			}
+			continue
+		}
+		if err := s.Parts.Handoff.StartPart(ctx, PartEvent{Step: PartStepKeys, BatchID: b.ID, Plan: p.ID, Index: h}); err != nil {
+			return b, fmt.Errorf("submit %s: hand off key check %d: %w", b.ID, h, err)
+		}
+	}
+	if n, err := countObjects(ctx, s.Blobs, p.prefix()+"check-"); err != nil || n < p.Partitions {
+		return b, err
+	}
+	return s.assemble(ctx, b, p)
+}
+
+func refusalOf(err error) SubmitRefusal {
+	r, _ := RefusalOf(err)
+	return r
+}
+
+// checkKeysStep merges partition h of every part's keys, their lines
+// numbered in the whole source, and writes what it found.
+func (s *Submitter) checkKeysStep(ctx context.Context, p *PartPlan, h int) error {
+	var c checkResult
+	if found, err := getJSON(ctx, s.Blobs, p.checkKey(h), &c); err != nil || found {
+		return err
+	}
+	rs, err := s.results(ctx, p)
+	if err != nil {
+		return err
+	}
+	opts := s.Keys
+	if opts.Dir == "" {
+		opts.Dir = s.TempDir
+	}
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = SubmitKeysMemoryBytes
+	}
+	d := keyset.New(opts)
+	defer d.Close()
+	var base int64
+	for i, r := range rs {
+		if len(r.Sections) <= h+1 || r.Sections[h+1] == r.Sections[h] {
+			base += r.Lines
+			continue
+		}
+		rc, err := s.Blobs.OpenRange(ctx, p.keysKey(i), r.Sections[h], r.Sections[h+1]-r.Sections[h])
+		if err != nil {
+			return err
+		}
+		br := bufio.NewReaderSize(rc, 64<<10)
+		for {
+			n, err := binary.ReadUvarint(br)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				rc.Close()
+				return fmt.Errorf("keys of part %d: %w", i, err)
+			}
+			key := make([]byte, n)
+			if _, err := io.ReadFull(br, key); err != nil {
+				rc.Close()
+				return fmt.Errorf("keys of part %d: %w", i, err)
+			}
+			line, err := binary.ReadUvarint(br)
+			if err != nil {
+				rc.Close()
+				return fmt.Errorf("keys of part %d: %w", i, err)
+			}
+			if err := d.Add(key, base+int64(line)); err != nil {
+				rc.Close()
+				return fmt.Errorf("key check %d: %w", h, err)
+			}
+		}
+		rc.Close()
+		base += r.Lines
+	}
+	c = checkResult{Partition: h}
+	if err := d.Finish(); err != nil {
+		if !errors.As(err, &c.Duplicate) {
+			return fmt.Errorf("key check %d: %w", h, err)
+		}
+	}
+	return putJSON(ctx, s.Blobs, p.checkKey(h), c)
+}
+
+// assemble ends a read in parts: a duplicate key refuses the batch (the
+// smallest duplicated key, at its first two lines, as a whole read names
+// it); else the manifest parts become the batch's manifest, the chunks
+// are cut, and the batch is frozen and fanned out as Complete does.
+func (s *Submitter) assemble(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
+	if cur, err := s.Store.GetBatch(ctx, b.ID); err != nil || cur.Status != StatusSubmitting {
+		return cur, err
+	}
+	var dup *keyset.DuplicateKeyError
+	for h := 0; h < p.Partitions; h++ {
+		var c checkResult
+		if _, err := getJSON(ctx, s.Blobs, p.checkKey(h), &c); err != nil {
+			return b, err
+		}
+		if c.Duplicate != nil && (dup == nil || c.Duplicate.Key < dup.Key) {
+			dup = c.Duplicate
+		}
+	}
+	if dup != nil {
+		return s.refuse(ctx, b, refusalOf(&InputError{Field: "source.object", Line: dup.SecondLine, Key: truncate(dup.Key, 80),
+			Reason: fmt.Sprintf("duplicate item key: first seen at line %d, again at line %d", dup.FirstLine, dup.SecondLine)}))
+	}
+	rs, err := s.results(ctx, p)
+	if err != nil {
+		return b, err
+	}
+	minCompose := s.Parts.minCompose
+	if minCompose == 0 {
+		minCompose = MinComposePartBytes
+	}
+	var sources []string
+	sums := make([]PartSum, 0, len(rs))
+	for i, r := range rs {
+		sums = append(sums, r.PartSum)
+		if r.Bytes == 0 {
+			continue
+		}
+		if r.Bytes < minCompose && i < len(rs)-1 {
+			s.Log.Warn("a manifest part is too small to be copied; the source is read whole", "batch_id", b.ID, "part", i, "bytes", r.Bytes)
+			return s.completeWhole(ctx, b)
+		}
+		sources = append(sources, p.manifestKey(i))
+	}
+	manifestKey := ManifestKey(b.ID, "parts-"+p.ID)
+	if err := s.Blobs.(PartBlobs).Compose(ctx, manifestKey, "application/x-ndjson", sources); err != nil {
+		return b, fmt.Errorf("submit %s: assemble manifest: %w", b.ID, err)
+	}
+	sum, err := s.partChunks(ctx, p, rs)
+	if err != nil {
+		return b, err
+	}
+	sum.Digest = PartsDigest(sums)
+	// The chunks, for a fan-out sent again (resume, the finalize tick):
+	// cutting them from a manifest of 10^8 items would take one invocation
+	// longer than Lambda allows.
+	if err := putJSON(ctx, s.Blobs, chunksKey(manifestKey), sum.Chunks); err != nil {
+		return b, err
+	}
+	b, err = s.freezeAndFanOut(ctx, b, manifestKey, sum, false)
+	if err == nil && b.Status == StatusRunning {
+		if _, derr := s.Blobs.DeletePrefix(ctx, p.prefix()); derr != nil {
+			s.Log.Warn("delete the parts", "batch_id", b.ID, "error", derr.Error())
+		}
+	}
+	return b, err
+}
+
+// chunksKey is where the fan-out chunks of a manifest assembled from
+// parts are kept (a JSON array of Chunk), beside it.
+func chunksKey(manifestKey string) string { return manifestKey + ".chunks.json" }
+
+// partsManifest reports whether a manifest was assembled from parts.
+func partsManifest(manifestKey string) bool {
+	return strings.Contains(manifestKey, "/manifests/parts-")
+}
+
+// partChunks cuts the fan-out chunks of the assembled manifest from the
+// parts' line lengths, exactly as a whole read cuts them.
+func (s *Submitter) partChunks(ctx context.Context, p *PartPlan, rs []partResult) (ManifestSummary, error) {
+	per := int64(s.ChunkItems)
+	if per <= 0 {
+		per = DefaultChunkItems
+	}
+	var sum ManifestSummary
+	for i, r := range rs {
+		if r.Items == 0 {
+			continue
+		}
+		lengths, err := s.Blobs.Get(ctx, p.lengthsKey(i))
+		if err != nil {
+			return sum, fmt.Errorf("lengths of part %d: %w", i, err)
+		}
+		for len(lengths) > 0 {
+			n, k := binary.Uvarint(lengths)
+			if k <= 0 {
+				return sum, fmt.Errorf("lengths of part %d: malformed", i)
+			}
+			lengths = lengths[k:]
+			if sum.Count%per == 0 {
+				sum.Chunks = append(sum.Chunks, Chunk{Offset: sum.Bytes, FirstIndex: sum.Count})
+			}
+			c := &sum.Chunks[len(sum.Chunks)-1]
+			c.Length += int64(n)
+			c.Count++
+			sum.Bytes += int64(n)
+			sum.Count++
+		}
+	}
+	return sum, nil
+}
+
+// completeWhole reads a submitting batch's source in this invocation
+// (the fallback of assemble).
+func (s *Submitter) completeWhole(ctx context.Context, b Batch) (Batch, error) {
+	var req SubmitRequest
+	if err := json.Unmarshal(b.Request, &req); err != nil {
+		return s.refuse(ctx, b, SubmitRefusal{Code: RefusalInternal, Message: "the stored request does not decode: " + err.Error()})
+	}
+	manifestKey, sum, err := s.writeManifest(ctx, req)
+	if err != nil {
+		if r, ok := RefusalOf(err); ok {
+			return s.refuse(ctx, b, r)
+		}
+		return b, err
+	}
+	return s.freezeAndFanOut(ctx, b, manifestKey, sum, true)
+}
