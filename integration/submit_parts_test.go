@@ -97,8 +97,9 @@ func hashObject(t *testing.T, h *harness, key string) (string, int64) {
 // each part and key check a goroutine of its own, the first run of part 1
 // killed before it writes its result and run again. The batch is frozen with the
 // manifest a whole read of the object writes, byte for byte, the same
-// item count and chunks; the parts' objects are deleted. Under the IAM
-// lane every call is checked against the submit function's role.
+// item count and chunks; the parts' objects are deleted; all the steps
+// together, in this process, hold less than 256 MiB. Under the IAM lane
+// every call is checked against the submit function's role.
 func TestSubmitInParts(t *testing.T) {
 	ctx := context.Background()
 	n := int64(24_000)
@@ -156,12 +157,14 @@ func TestSubmitInParts(t *testing.T) {
 	if _, err := s.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id", Source: src}); err != nil {
 		t.Fatal(err)
 	}
+	peak := startMemoryPeak()
 	start := time.Now()
 	if b, err := s.Complete(ctx, id); err != nil || b.Status != batch.StatusSubmitting {
 		t.Fatalf("Complete: %s %v, want submitting with its parts handed off", b.Status, err)
 	}
 	runner.wg.Wait()
 	took := time.Since(start)
+	heapMiB, heldMiB := peak.end()
 	if err := errors.Join(runner.errs...); err != nil {
 		t.Fatal(err)
 	}
@@ -190,5 +193,11 @@ func TestSubmitInParts(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d objects of the parts left", left)
 	}
-	t.Logf("%d items, %d MB in %d parts: running after %s; manifest %s, %d chunks", n, gotLen>>20, parts, took.Round(time.Millisecond), gotSum[:12], b.Chunks)
+	t.Logf("%d items, %d MB in %d parts: running after %s; manifest %s, %d chunks; every step at once in this process: peak heap %.1f MiB, held %.1f MiB",
+		n, gotLen>>20, parts, took.Round(time.Millisecond), gotSum[:12], b.Chunks, heapMiB, heldMiB)
+	// Every step ran at once in this one process, so one invocation held
+	// less than this.
+	if heldMiB >= 256 {
+		t.Fatalf("the steps held %.1f MiB together, want < 256 MiB", heldMiB)
+	}
 }

@@ -188,7 +188,16 @@ func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, er
 // what is read is exactly that object: a replaced one is batch.ErrConflict
 // (S3 answers 412 Precondition Failed), a deleted one batch.ErrNotFound.
 func (s *Store) OpenMatch(ctx context.Context, bucket, key, etag string) (io.ReadCloser, error) {
-	in := &s3.GetObjectInput{Bucket: &bucket, Key: &key}
+	return s.get(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key}, etag)
+}
+
+// get sends in with If-Match: etag (when not ""), mapping a missing object
+// to batch.ErrNotFound and a replaced one (412) to batch.ErrConflict.
+func (s *Store) get(ctx context.Context, in *s3.GetObjectInput, etag string) (io.ReadCloser, error) {
+	bucket, key, rng := aws.ToString(in.Bucket), aws.ToString(in.Key), ""
+	if in.Range != nil {
+		rng = " " + *in.Range
+	}
 	if etag != "" {
 		in.IfMatch = aws.String(quoteETag(etag))
 	}
@@ -200,7 +209,7 @@ func (s *Store) OpenMatch(ctx context.Context, bucket, key, etag string) (io.Rea
 		if etag != "" && isPreconditionFailed(err) {
 			return nil, fmt.Errorf("get s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, batch.ErrConflict)
 		}
-		return nil, fmt.Errorf("get s3://%s/%s: %w", bucket, key, err)
+		return nil, fmt.Errorf("get s3://%s/%s%s: %w", bucket, key, rng, err)
 	}
 	return out.Body, nil
 }
@@ -576,25 +585,11 @@ func (s *Store) OpenSourceRange(ctx context.Context, bucket, key, etag string, o
 	if length > 0 {
 		rng = fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)
 	}
-	in := &s3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng}
-	if etag != "" {
-		in.IfMatch = aws.String(quoteETag(etag))
-	}
-	out, err := s.s3.GetObject(ctx, in)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, &notFound{what: "s3://" + bucket + "/" + key}
-		}
-		if etag != "" && isPreconditionFailed(err) {
-			return nil, fmt.Errorf("get s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, batch.ErrConflict)
-		}
-		return nil, fmt.Errorf("get s3://%s/%s %s: %w", bucket, key, rng, err)
-	}
-	return out.Body, nil
+	return s.get(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key, Range: &rng}, etag)
 }
 
 // ComposeConcurrency is how many UploadPartCopy calls Compose makes at once.
-const ComposeConcurrency = 8
+const ComposeConcurrency = 32
 
 // Compose writes key as the concatenation of sources (all in the batches
 // bucket), copied inside S3: one multipart upload, one UploadPartCopy per

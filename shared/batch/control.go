@@ -82,25 +82,18 @@ func (s *Submitter) chunks(ctx context.Context, b Batch) ([]Chunk, error) {
 	if per <= 0 {
 		per = DefaultChunkItems
 	}
-	var chunks []Chunk
-	var n int64
-	err = ReadManifestLines(rc, 0, func(_ ManifestLine, off, length int64) error {
-		if n%per == 0 {
-			chunks = append(chunks, Chunk{Offset: off, FirstIndex: n})
-		}
-		c := &chunks[len(chunks)-1]
-		c.Length += length
-		c.Count++
-		n++
+	cut := chunkCutter{per: per}
+	err = ReadManifestLines(rc, 0, func(_ ManifestLine, _, length int64) error {
+		cut.line(length)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if n != b.ItemCount {
-		return nil, fmt.Errorf("manifest %s holds %d items, the batch %d", b.ManifestKey, n, b.ItemCount)
+	if cut.count != b.ItemCount {
+		return nil, fmt.Errorf("manifest %s holds %d items, the batch %d", b.ManifestKey, cut.count, b.ItemCount)
 	}
-	return chunks, nil
+	return cut.chunks, nil
 }
 
 // Control carries out a caller's commands on existing batches: cancel,

@@ -31,18 +31,15 @@ const DefaultChunkItems = 5000
 // detector's budget (keyset.DefaultMemoryBytes unless set) plus one Chunk
 // per ChunkItems items. Not safe for concurrent use.
 type ManifestWriter struct {
-	w          io.Writer
-	h          hash.Hash
-	seg        *segmentHash // set when the manifest is hashed by parts (Segment)
-	keys       *keyset.Detector
-	chunkItems int64
-	offset     int64
-	count      int64
-	chunks     []Chunk
-	lineBuf    bytes.Buffer
-	elements   bool // the source numbers its items by element (a JSON array)
-	keysDir    string
-	tempLimit  int64
+	w         io.Writer
+	h         hash.Hash
+	seg       *segmentHash // set when the manifest is hashed by parts (Segment)
+	keys      *keyset.Detector
+	cut       chunkCutter
+	lineBuf   bytes.Buffer
+	elements  bool // the source numbers its items by element (a JSON array)
+	keysDir   string
+	tempLimit int64
 }
 
 // NewManifestWriter writes to w. chunkItems ≤ 0 means DefaultChunkItems;
@@ -71,12 +68,12 @@ func NewManifestWriterOptions(w io.Writer, o ManifestOptions) *ManifestWriter {
 	}
 	h := sha256.New()
 	return &ManifestWriter{
-		w:          io.MultiWriter(w, h),
-		h:          h,
-		keys:       keyset.New(o.Keys),
-		chunkItems: int64(o.ChunkItems),
-		keysDir:    dir,
-		tempLimit:  o.TempLimitBytes,
+		w:         io.MultiWriter(w, h),
+		h:         h,
+		keys:      keyset.New(o.Keys),
+		cut:       chunkCutter{per: int64(o.ChunkItems)},
+		keysDir:   dir,
+		tempLimit: o.TempLimitBytes,
 	}
 }
 
@@ -85,7 +82,7 @@ func NewManifestWriterOptions(w io.Writer, o ManifestOptions) *ManifestWriter {
 func (m *ManifestWriter) keysError(err error) error {
 	var ns *keyset.NoSpaceError
 	if errors.As(err, &ns) {
-		return &StorageFullError{Dir: m.keysDir, LimitBytes: m.tempLimit, Items: m.count, SpilledBytes: ns.DiskBytes, Err: err}
+		return &StorageFullError{Dir: m.keysDir, LimitBytes: m.tempLimit, Items: m.cut.count, SpilledBytes: ns.DiskBytes, Err: err}
 	}
 	return fmt.Errorf("manifest: duplicate detection: %w", err)
 }
@@ -115,14 +112,7 @@ func (m *ManifestWriter) Add(it SourceItem) error {
 	if err != nil {
 		return fmt.Errorf("manifest: write: %w", err)
 	}
-	if m.count%m.chunkItems == 0 {
-		m.chunks = append(m.chunks, Chunk{Offset: m.offset, FirstIndex: m.count})
-	}
-	c := &m.chunks[len(m.chunks)-1]
-	c.Length += int64(n)
-	c.Count++
-	m.offset += int64(n)
-	m.count++
+	m.cut.line(int64(n))
 	return nil
 }
 
@@ -162,6 +152,27 @@ type segmentHash struct {
 	parts []PartSum
 }
 
+// chunkCutter cuts a manifest into fan-out chunks of per items, a line at
+// a time: a chunk starts at every per-th line.
+type chunkCutter struct {
+	per    int64 // items per chunk, > 0
+	count  int64 // lines so far
+	offset int64 // bytes so far
+	chunks []Chunk
+}
+
+// line adds the manifest's next line, length bytes long.
+func (c *chunkCutter) line(length int64) {
+	if c.count%c.per == 0 {
+		c.chunks = append(c.chunks, Chunk{Offset: c.offset, FirstIndex: c.count})
+	}
+	ch := &c.chunks[len(c.chunks)-1]
+	ch.Length += length
+	ch.Count++
+	c.offset += length
+	c.count++
+}
+
 // ManifestSummary is what Finish returns.
 type ManifestSummary struct {
 	Digest string // hex SHA-256 of the manifest bytes, or PartsDigest of a source read by parts
@@ -189,7 +200,7 @@ func (m *ManifestWriter) Finish() (ManifestSummary, error) {
 	if m.seg != nil {
 		digest = PartsDigest(m.seg.parts)
 	}
-	return ManifestSummary{Digest: digest, Count: m.count, Bytes: m.offset, Chunks: m.chunks}, nil
+	return ManifestSummary{Digest: digest, Count: m.cut.count, Bytes: m.cut.offset, Chunks: m.cut.chunks}, nil
 }
 
 // Close releases the duplicate detector's temporary files. Safe after Finish.

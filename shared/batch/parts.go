@@ -66,6 +66,14 @@ const MinComposePartBytes = 5 << 20
 // multipart upload (the manifest is assembled from one copy per part).
 const MaxSourceParts = 10000
 
+// MaxKeyPartitions bounds the key partitions of a source read in parts
+// (one per part up to it): a part holds one temporary file per partition
+// open at once, within Lambda's 1,024 file descriptors (Lambda quotas).
+// At 256, each check merges the keys of 1/256 of the source: ≈ 400,000
+// keys at 10^8 items, ≈ 4 million (≈ 450 MB spilled to /tmp, more than
+// the default 512 MB of ephemeral storage leaves) at 10^9.
+const MaxKeyPartitions = 256
+
 // PartsConfig turns on reading large sources in parts.
 type PartsConfig struct {
 	// PartBytes is the source bytes per part; 0 means DefaultPartBytes. An
@@ -132,7 +140,7 @@ type PartPlan struct {
 	PartBytes int64  `json:"part_bytes"`
 	Parts     int    `json:"parts"`
 	// Partitions is how many key partitions the parts write and how many
-	// checks merge them (one per part).
+	// checks merge them (one per part, at most MaxKeyPartitions).
 	Partitions int    `json:"partitions"`
 	KeyField   string `json:"key_field"`
 }
@@ -288,7 +296,7 @@ func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan
 	etag := strings.Trim(info.ETag, `"`)
 	id := sha256.Sum256(fmt.Appendf(nil, "%s\n%d\n%d", etag, info.Size, pb))
 	return &PartPlan{ID: hex.EncodeToString(id[:8]), BatchID: req.BatchID, Bucket: bucket, Key: key, ETag: etag, Size: info.Size,
-		PartBytes: pb, Parts: parts, Partitions: parts, KeyField: req.KeyField}, nil
+		PartBytes: pb, Parts: parts, Partitions: min(parts, MaxKeyPartitions), KeyField: req.KeyField}, nil
 }
 
 // partReader yields the bytes of one part: from the first line that
@@ -939,32 +947,25 @@ func (s *Submitter) partChunks(ctx context.Context, p *PartPlan, rs []partResult
 	if per <= 0 {
 		per = DefaultChunkItems
 	}
-	var sum ManifestSummary
+	cut := chunkCutter{per: per}
 	for i, r := range rs {
 		if r.Items == 0 {
 			continue
 		}
 		lengths, err := s.Blobs.Get(ctx, p.lengthsKey(i))
 		if err != nil {
-			return sum, fmt.Errorf("lengths of part %d: %w", i, err)
+			return ManifestSummary{}, fmt.Errorf("lengths of part %d: %w", i, err)
 		}
 		for len(lengths) > 0 {
 			n, k := binary.Uvarint(lengths)
 			if k <= 0 {
-				return sum, fmt.Errorf("lengths of part %d: malformed", i)
+				return ManifestSummary{}, fmt.Errorf("lengths of part %d: malformed", i)
 			}
 			lengths = lengths[k:]
-			if sum.Count%per == 0 {
-				sum.Chunks = append(sum.Chunks, Chunk{Offset: sum.Bytes, FirstIndex: sum.Count})
-			}
-			c := &sum.Chunks[len(sum.Chunks)-1]
-			c.Length += int64(n)
-			c.Count++
-			sum.Bytes += int64(n)
-			sum.Count++
+			cut.line(int64(n))
 		}
 	}
-	return sum, nil
+	return ManifestSummary{Count: cut.count, Bytes: cut.offset, Chunks: cut.chunks}, nil
 }
 
 // completeWhole reads a submitting batch's source in this invocation

@@ -216,17 +216,17 @@ func TestPartsRefuseAsTheWholeRead(t *testing.T) {
 	lines := strings.SplitAfter(string(base), "\n")
 	cases := map[string]func() string{
 		"bad line late": func() string {
-			l := slices_clone(lines)
+			l := cloneLines(lines)
 			l[len(l)-40] = "{\"id\": \"zz\", oops}\n"
 			return strings.Join(l, "")
 		},
 		"duplicate across parts": func() string {
-			l := slices_clone(lines)
+			l := cloneLines(lines)
 			l[len(l)-30] = "{\"id\":\"k-000007\"}\n"
 			return strings.Join(l, "")
 		},
 		"two duplicates": func() string {
-			l := slices_clone(lines)
+			l := cloneLines(lines)
 			l[len(l)-30] = "{\"id\":\"k-000009\"}\n"
 			l[len(l)-900] = "{\"id\":\"k-000003\"}\n"
 			return strings.Join(l, "")
@@ -263,7 +263,7 @@ func TestPartsRefuseAsTheWholeRead(t *testing.T) {
 	}
 }
 
-func slices_clone(s []string) []string { return append([]string(nil), s...) }
+func cloneLines(s []string) []string { return append([]string(nil), s...) }
 
 // A part killed before its result is written (its manifest written, or
 // half of it) is run again by the tick's hand-off, which hands off only
