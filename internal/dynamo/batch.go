@@ -178,6 +178,7 @@ func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, no
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(expiresAt, id)},
 			attrBatchID:   &types.AttributeValueMemberS{Value: id},
+			attrFormat:    formatValue(),
 		}}})
 	if err != nil {
 		return fmt.Errorf("refuse %s: %w", id, err)
@@ -232,11 +233,13 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
 			attrBatchID:   &types.AttributeValueMemberS{Value: id},
+			attrFormat:    formatValue(),
 		}}},
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkPublish},
 			config.AttrSK: &types.AttributeValueMemberS{Value: publishSK(id, run)},
 			attrBatchID:   &types.AttributeValueMemberS{Value: id},
+			attrFormat:    formatValue(),
 			attrRun:       &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
 		}}})
 	if err != nil {
@@ -292,6 +295,7 @@ func (s *Store) FinalizeFailed(ctx context.Context, f batch.FinalizeFailure) (bo
 			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
 			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, f.BatchID)},
 			attrBatchID:   &types.AttributeValueMemberS{Value: f.BatchID},
+			attrFormat:    formatValue(),
 		}}})
 	if err != nil {
 		return false, fmt.Errorf("end %s run %d as %s: %w", f.BatchID, f.Run, batch.StatusFinalizeFailed, err)

@@ -57,30 +57,48 @@ func tags(v any, extra ...string) map[string]bool {
 // TestGoldenRows guards the ledger row formats of every version: each
 // golden row (internal/formats/testdata: an item row in each state, a
 // pack row, an attention row, the batch row, a chunk counter of versions
-// 0 and 1, a counter lane of version 2) of every version is read by
-// today's readers,
-// holds no attribute they do not know, and carries its version (none on
-// version 0); a row of a newer version is refused with a
-// *batch.NewerFormatError.
+// 0 and 1, a counter lane of version 2; from version 2 also the run row,
+// a rerun count mark, a max_concurrency slot, a pack row whose items
+// carry every attribute, a finished batch row, the retention and publish
+// markers and an upload claim) of every version is read by today's
+// readers, holds no attribute they do not know, and carries its version
+// (none on version 0); a row of a newer version is refused with a
+// *batch.NewerFormatError by the readers that interpret its attributes
+// (refuses; a mark, a slot, a marker and an upload claim are read by
+// their key or a condition only).
 func TestGoldenRows(t *testing.T) {
 	itemAttrs := tags(itemRow{}, "pk", "apk", "ask")
+	counterAttrs := []string{"pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
+		outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled)}
+	packAttrs := tags(struct{}{}, "pk", "sk", attrRun, attrAttempt, attrLeaseUntilMs, attrPackItems, attrPackInFlight, attrUpdatedAtMs, attrFormat, "expires_at")
+	for j := range batch.MaxItemsPerMessage {
+		packAttrs[packItemAttr(j)] = true
+	}
+	v2 := []int{2}
 	rows := map[string]struct {
 		known    map[string]bool
 		read     func(map[string]types.AttributeValue) (int, error)
 		versions []int // nil: every version
+		keyOnly  bool  // read by its key or a condition: no newer-version refusal
 	}{
-		"row-item-succeeded":   {itemAttrs, readItem, nil},
-		"row-item-failed":      {itemAttrs, readItem, nil},
-		"row-item-retry":       {itemAttrs, readItem, nil},
-		"row-item-in-flight":   {itemAttrs, readItem, nil},
-		"row-item-quarantined": {itemAttrs, readItem, nil},
-		"row-attention":        {tags(itemRow{}, "pk", "apk", "ask", attrPackFirst, attrPackIndex), readItem, nil},
-		"row-batch":            {tags(batchRow{}), readBatch, nil},
-		"row-pack":             {nil, readPack, nil},
-		"row-counter-chunk": {tags(struct{}{}, "pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
-			outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled)), readCounter, []int{0, 1}},
-		"row-counter-lane": {tags(struct{}{}, append(tokenSlots(), "pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
-			outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled))...), readCounter, []int{2}},
+		"row-item-succeeded":       {itemAttrs, readItem, nil, false},
+		"row-item-failed":          {itemAttrs, readItem, nil, false},
+		"row-item-retry":           {itemAttrs, readItem, nil, false},
+		"row-item-in-flight":       {itemAttrs, readItem, nil, false},
+		"row-item-quarantined":     {itemAttrs, readItem, nil, false},
+		"row-attention":            {tags(itemRow{}, "pk", "apk", "ask", attrPackFirst, attrPackIndex), readItem, nil, false},
+		"row-batch":                {tags(batchRow{}), readBatch, nil, false},
+		"row-pack":                 {packAttrs, readPack, nil, false},
+		"row-counter-chunk":        {tags(struct{}{}, counterAttrs...), readCounter, []int{0, 1}, false},
+		"row-counter-lane":         {tags(struct{}{}, append(tokenSlots(), counterAttrs...)...), readCounter, v2, false},
+		"row-counter-run":          {tags(struct{}{}, append(tokenSlots(), "pk", "sk", attrLanesDone, attrFailures, attrUpdatedAtMs, attrFormat, "expires_at")...), readCounter, v2, false},
+		"row-batch-finished":       {tags(batchRow{}, "expires_at"), readFinishedBatch, v2, false},
+		"row-pack-every-attribute": {packAttrs, readFullPack, v2, false},
+		"row-mark":                 {tags(struct{}{}, "pk", "sk", attrFormat, "expires_at"), readMark, v2, true},
+		"row-slot":                 {tags(struct{}{}, "pk", "sk", attrHolder, attrLeaseUntilMs, attrFormat, "expires_at"), readSlot, v2, true},
+		"row-retention":            {tags(struct{}{}, "pk", "sk", attrBatchID, attrFormat), readRetention, v2, true},
+		"row-publish":              {tags(struct{}{}, "pk", "sk", attrBatchID, attrRun, attrFormat), readPublish, v2, true},
+		"row-upload":               {tags(uploadRow{}), readUpload, v2, true},
 	}
 	for v := range batch.FormatVersion + 1 {
 		for name, r := range rows {
@@ -100,6 +118,9 @@ func TestGoldenRows(t *testing.T) {
 				}
 				if got != v {
 					t.Errorf("format %d, want %d", got, v)
+				}
+				if r.keyOnly {
+					return
 				}
 				av[attrFormat] = &types.AttributeValueMemberN{Value: fmt.Sprint(batch.FormatVersion + 1)}
 				var nf *batch.NewerFormatError
@@ -154,6 +175,88 @@ func readPack(av map[string]types.AttributeValue) (int, error) {
 		err = fmt.Errorf("read %+v", p)
 	}
 	return formatOf(av), err
+}
+
+func readFinishedBatch(av map[string]types.AttributeValue) (int, error) {
+	var r batchRow
+	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
+		return 0, err
+	}
+	b, err := fromRow(r)
+	if err == nil && (b.Status != batch.StatusCompleted || b.ReportKey == "" || b.FinishedAt.IsZero() || b.MaxConcurrency != 2) {
+		err = fmt.Errorf("read %+v", b)
+	}
+	return r.Format, err
+}
+
+// readFullPack reads the pack whose items carry every attribute an item
+// of a pack can, and checks that no item holds one today's reader does
+// not know.
+func readFullPack(av map[string]types.AttributeValue) (int, error) {
+	known := tags(packItemRow{})
+	for j := range 3 {
+		m, _ := av[packItemAttr(j)].(*types.AttributeValueMemberM)
+		if m == nil {
+			return 0, fmt.Errorf("item %d is not a map", j)
+		}
+		for a := range m.Value {
+			if !known[a] {
+				return 0, fmt.Errorf("item %d: attribute %q is unknown to today's reader", j, a)
+			}
+		}
+	}
+	p, err := packFrom("golden-extra", av)
+	if err == nil {
+		it := p.Items
+		if len(it) != 3 || !it[0].Released || it[0].CountedRun != 2 || it[1].ThrottledSince.IsZero() || !it[1].Retry || it[2].OutputRef == "" {
+			err = fmt.Errorf("read %+v", p)
+		}
+	}
+	return formatOf(av), err
+}
+
+func readMark(av map[string]types.AttributeValue) (int, error) {
+	return formatOf(av), batch.CheckFormat("count mark", formatOf(av))
+}
+
+func readSlot(av map[string]types.AttributeValue) (int, error) {
+	var r struct {
+		Holder       string `dynamodbav:"holder"`
+		LeaseUntilMs int64  `dynamodbav:"lease_until_ms"`
+	}
+	err := attributevalue.UnmarshalMap(av, &r)
+	if err == nil && (r.Holder == "" || r.LeaseUntilMs == 0) {
+		err = fmt.Errorf("read %+v", r)
+	}
+	return formatOf(av), err
+}
+
+func readRetention(av map[string]types.AttributeValue) (int, error) {
+	m := retentionMarkerFrom(av)
+	if m.Malformed || m.BatchID == "" || m.ExpiresAt.IsZero() {
+		return 0, fmt.Errorf("read %+v", m)
+	}
+	return formatOf(av), nil
+}
+
+func readPublish(av map[string]types.AttributeValue) (int, error) {
+	sk, _ := av["sk"].(*types.AttributeValueMemberS)
+	if sk == nil {
+		return 0, errors.New("no sort key")
+	}
+	if ref, ok := publishMarkerFrom(sk.Value); !ok || ref.BatchID == "" {
+		return 0, fmt.Errorf("read %q", sk.Value)
+	}
+	return formatOf(av), nil
+}
+
+func readUpload(av map[string]types.AttributeValue) (int, error) {
+	var r uploadRow
+	err := attributevalue.UnmarshalMap(av, &r)
+	if err == nil && (r.BatchID == "" || r.Source == "" || r.UntilMs == 0) {
+		err = fmt.Errorf("read %+v", r)
+	}
+	return r.Format, err
 }
 
 func readCounter(av map[string]types.AttributeValue) (int, error) {

@@ -408,15 +408,15 @@ func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int,
 // the item row (its reservation was refused with the row): succeeded, or
 // quarantined and not released, in an earlier run. The mark is its own
 // small row, so that counting never writes the item row again (which
-// would bill its output once more); it carries the row TTL.
-func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int) (bool, error) {
+// would bill its output once more); it carries the row TTL from now.
+func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error) {
 	item := map[string]types.AttributeValue{
 		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, batch.Shard(key, listShards))},
 		config.AttrSK: &types.AttributeValueMemberS{Value: key},
 		attrFormat:    &types.AttributeValueMemberN{Value: strconv.Itoa(batch.FormatVersion)},
 	}
 	if s.RowTTL > 0 {
-		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(s.RowTTL).Unix(), 10)}
+		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(s.RowTTL).Unix(), 10)}
 	}
 	cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(config.AttrPK))).Build()
 	if err != nil {

@@ -234,13 +234,22 @@ func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
 	}
 	var refs []batch.RunRef
 	for _, sk := range sks {
-		id, digits, ok := strings.Cut(sk, "#")
-		run, err := strconv.Atoi(digits)
-		if ok && err == nil && run > 0 {
-			refs = append(refs, batch.RunRef{BatchID: id, Run: run})
+		if ref, ok := publishMarkerFrom(sk); ok {
+			refs = append(refs, ref)
 		}
 	}
 	return refs, nil
+}
+
+// publishMarkerFrom reads a PUBLISH marker's sort key "{batch id}#{run:010}";
+// false when it is not one.
+func publishMarkerFrom(sk string) (batch.RunRef, bool) {
+	id, digits, ok := strings.Cut(sk, "#")
+	run, err := strconv.Atoi(digits)
+	if !ok || err != nil || run < 1 {
+		return batch.RunRef{}, false
+	}
+	return batch.RunRef{BatchID: id, Run: run}, true
 }
 
 // SetPublished sets published_run = :run on the batch row under the
@@ -289,19 +298,25 @@ func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([
 	}
 	markers := make([]batch.RetentionMarker, 0, len(out.Items))
 	for _, av := range out.Items {
-		sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
-		m := batch.RetentionMarker{Malformed: true}
-		if sk != nil {
-			m.Key = sk.Value
-			digits, id, ok := strings.Cut(sk.Value, "#")
-			msec, perr := strconv.ParseInt(digits, 10, 64)
-			if ok && len(digits) == 20 && perr == nil && batch.ValidBatchID(id) {
-				m = batch.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
-			}
-		}
-		markers = append(markers, m)
+		markers = append(markers, retentionMarkerFrom(av))
 	}
 	return markers, nil
+}
+
+// retentionMarkerFrom reads a retention marker row (RETENTION,
+// "{expiry ms:020}#{batch id}"): Malformed when its sort key is not that.
+func retentionMarkerFrom(av map[string]types.AttributeValue) batch.RetentionMarker {
+	sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
+	m := batch.RetentionMarker{Malformed: true}
+	if sk != nil {
+		m.Key = sk.Value
+		digits, id, ok := strings.Cut(sk.Value, "#")
+		msec, perr := strconv.ParseInt(digits, 10, 64)
+		if ok && len(digits) == 20 && perr == nil && batch.ValidBatchID(id) {
+			m = batch.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
+		}
+	}
+	return m
 }
 
 // DeleteMarker deletes the retention marker whose sort key is markerKey.

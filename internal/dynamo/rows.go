@@ -72,6 +72,11 @@ func RetentionSK(expiresAt time.Time, id string) string {
 // absent: 0, the release before versions).
 const attrFormat = "fv"
 
+// formatValue is attrFormat's value on every row written today.
+func formatValue() types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.Itoa(batch.FormatVersion)}
+}
+
 // Attributes of item rows (itemRow), named in condition and update
 // expressions; itemRow's dynamodbav tags spell the same names.
 const (

@@ -27,6 +27,7 @@ type uploadRow struct {
 	ClaimedAtMs int64  `dynamodbav:"claimed_at_ms"`
 	UntilMs     int64  `dynamodbav:"until_ms"`
 	ExpiresAt   int64  `dynamodbav:"expires_at"` // TTL, epoch seconds
+	Format      int    `dynamodbav:"fv"`
 }
 
 // ClaimUpload puts the claim row UPLOAD#{content}, UPLOAD with one
@@ -39,7 +40,7 @@ type uploadRow struct {
 // DynamoDB sends back (ALL_OLD), and batch.ErrConflict.
 func (s *Store) ClaimUpload(ctx context.Context, c batch.UploadClaim, force bool) (batch.UploadClaim, error) {
 	av, err := attributevalue.MarshalMap(uploadRow{PK: uploadPK(c.Content), SK: skUpload, BatchID: c.BatchID, Source: c.Source,
-		ClaimedAtMs: ms(c.ClaimedAt), UntilMs: ms(c.Until), ExpiresAt: c.Until.Add(batch.TTLGrace).Unix()})
+		ClaimedAtMs: ms(c.ClaimedAt), UntilMs: ms(c.Until), ExpiresAt: c.Until.Add(batch.TTLGrace).Unix(), Format: batch.FormatVersion})
 	if err != nil {
 		return batch.UploadClaim{}, err
 	}

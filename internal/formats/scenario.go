@@ -36,11 +36,14 @@ import (
 var T0 = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 
 // The scenario's batches: Items items each, one item per message and four.
+// BatchExtra holds the row shapes a half-run batch does not (written
+// after the scenario's rows are taken, so that they are golden files only).
 const (
-	BatchOne  = "upgrade-k1"
-	BatchPack = "upgrade-k4"
-	Items     = 8
-	PackK     = 4
+	BatchOne   = "upgrade-k1"
+	BatchPack  = "upgrade-k4"
+	BatchExtra = "golden-extra"
+	Items      = 8
+	PackK      = 4
 	// Lease is the leases the scenario takes; the interrupted item's has
 	// ended by T0 + Lease.
 	Lease = time.Minute
@@ -119,6 +122,13 @@ func Capture(ctx context.Context, db *dynamodb.Client, table, dir string) error 
 	if err != nil {
 		return err
 	}
+	if err := extras(ctx, s); err != nil {
+		return err
+	}
+	all, err := scan(ctx, db, table)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -139,7 +149,7 @@ func Capture(ctx context.Context, db *dynamodb.Client, table, dir string) error 
 		}
 	}
 	for name, want := range rowShapes {
-		for _, r := range rows {
+		for _, r := range all {
 			if want(r) {
 				if err := writeJSON(filepath.Join(dir, name+".json"), r); err != nil {
 					return err
@@ -162,8 +172,16 @@ var rowShapes = map[string]func(dynjson.Row) bool{
 	"row-pack":             func(r dynjson.Row) bool { return prefix(r, "PACK#"+BatchPack) },
 	"row-attention":        func(r dynjson.Row) bool { return prefix(r, "ATTN#"+BatchPack) },
 	"row-counter-lane":     func(r dynjson.Row) bool { return prefix(r, "COUNT#"+BatchOne+"#1#") && str(r, "sk") == "LANE" },
-	"row-counter-run":      func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchOne+"#1" },
 	"row-running":          func(r dynjson.Row) bool { return str(r, "pk") == "RUNNING" && str(r, "sk") == BatchOne },
+	// extras
+	"row-counter-run":          func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchExtra+"#1" && str(r, "sk") == "RUN" },
+	"row-mark":                 func(r dynjson.Row) bool { return prefix(r, "MARK#"+BatchExtra+"#2#") },
+	"row-slot":                 func(r dynjson.Row) bool { return prefix(r, "SLOT#"+BatchExtra+"#") },
+	"row-retention":            func(r dynjson.Row) bool { return str(r, "pk") == "RETENTION" },
+	"row-publish":              func(r dynjson.Row) bool { return str(r, "pk") == "PUBLISH" },
+	"row-upload":               func(r dynjson.Row) bool { return prefix(r, "UPLOAD#") },
+	"row-batch-finished":       func(r dynjson.Row) bool { return str(r, "pk") == "BATCH#"+BatchExtra },
+	"row-pack-every-attribute": func(r dynjson.Row) bool { return prefix(r, "PACK#"+BatchExtra) },
 }
 
 func str(r dynjson.Row, attr string) string {
@@ -248,6 +266,58 @@ func half(ctx context.Context, s batch.Store) error {
 		if err != nil {
 			return fmt.Errorf("count %s: %w", b.ID, err)
 		}
+	}
+	return nil
+}
+
+// extras writes, for BatchExtra, the rows the half-run scenario does not
+// hold: a rerun count mark (run 2), a max_concurrency slot held, the run
+// row (a lane done), a pack row whose items carry every attribute an
+// item of a pack can (a released quarantined item counted in run 2, a
+// throttled one in flight, an output in S3), the finished run's batch
+// row with its retention and publish markers, and an upload claim.
+func extras(ctx context.Context, s *dynamo.Store) error {
+	b := Batch(BatchExtra, PackK)
+	b.MaxConcurrency = 2
+	if _, err := s.CreateBatch(ctx, b); err != nil {
+		return fmt.Errorf("create %s: %w", b.ID, err)
+	}
+	now := T0.Add(time.Second)
+	if _, err := s.MarkCounted(ctx, b.ID, b.ListShards, Key(0), 2, now); err != nil {
+		return fmt.Errorf("mark: %w", err)
+	}
+	if err := s.AcquireSlot(ctx, b.ID, 1, "golden-holder", T0, Lease); err != nil {
+		return fmt.Errorf("slot: %w", err)
+	}
+	if _, err := s.CountRun(ctx, batch.RunCount{BatchID: b.ID, Run: 1, LanesDone: 1, Failures: 1, Token: "golden-run", Now: now}); err != nil {
+		return fmt.Errorf("run row: %w", err)
+	}
+	cost := pipeline.Cost{"calls": 1}
+	ref := batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}
+	items := []batch.ItemState{
+		{Key: Key(0), Run: 1, Outcome: batch.OutcomeQuarantined, Attempt: 1, FirstAttempt: 1, Released: true, CountedRun: 2,
+			Reason: batch.ReasonQuarantine, Error: "set aside", Cost: cost, Spent: cost, SpentRun: 1, UpdatedAt: now},
+		{Key: Key(1), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 2, FirstAttempt: 2, Retry: true, ThrottledSince: T0,
+			Error: "throttled", UpdatedAt: now},
+		{Key: Key(2), Run: 1, Outcome: batch.OutcomeSucceeded, Attempt: 1, FirstAttempt: 1, OutputRef: "s3://bucket/batches/" + b.ID + "/outputs/x.json",
+			Cost: cost, Spent: cost, SpentRun: 1, UpdatedAt: now},
+	}
+	var w []batch.PackItemWrite
+	for j, it := range items {
+		w = append(w, batch.PackItemWrite{Index: j, Item: it})
+	}
+	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: w, InFlight: 1, Now: now}); err != nil {
+		return fmt.Errorf("pack: %w", err)
+	}
+	done := T0.Add(time.Minute)
+	if err := s.FinishRun(ctx, b.ID, 1, batch.Finish{Status: batch.StatusCompleted, ReportKey: batch.ReportKey(b.ID, 1),
+		Census: batch.Census{Total: Items, Succeeded: Items, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}, FinishedAt: done,
+		ExpiresAt: done.Add(RowTTL), RowsExpireAt: done.Add(RowTTL + batch.TTLGrace)}); err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	if _, err := s.ClaimUpload(ctx, batch.UploadClaim{Content: digest([]byte("golden upload")), BatchID: b.ID,
+		Source: "s3://bucket/incoming/golden.jsonl", ClaimedAt: T0, Until: T0.Add(Lease)}, false); err != nil {
+		return fmt.Errorf("upload claim: %w", err)
 	}
 	return nil
 }

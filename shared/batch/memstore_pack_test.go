@@ -700,3 +700,80 @@ func TestResultsInKeyOrderAtEveryK(t *testing.T) {
 		})
 	}
 }
+
+// TestFinalizeStartsOverAnOldPackChain guards an upgrade in the middle of
+// a pack batch's finalize chain: a checkpoint the release before wrote
+// (its results in manifest order: no key_order, no sorted runs) is not
+// gone on from, since the rows it counted are in no run; the chain starts
+// over, and the results hold every item once, in key order.
+func TestFinalizeStartsOverAnOldPackChain(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	r.fin.ChunkRows, r.fin.SortRunBytes = 7, 300
+	var src strings.Builder
+	src.WriteByte('[')
+	for i := range 40 {
+		if i > 0 {
+			src.WriteByte(',')
+		}
+		fmt.Fprintf(&src, `{"id":"key-%02d"}`, (40-7*i%40)%40)
+	}
+	src.WriteByte(']')
+	submitK(t, r, "old", 10, 0, func(req *batch.SubmitRequest) {
+		req.Source.Items, req.KeyField = json.RawMessage(src.String()), "id"
+	})
+	r.drain(t, ctx, 1)
+	if res, err := r.fin.Finalize(ctx, "old", 1); err != nil || !res.Continued {
+		t.Fatalf("first chunk: %+v %v", res, err)
+	}
+	// The checkpoint as the release before would have left it.
+	key := batch.FinalizePrefix("old", 1) + "000001.json"
+	body, err := r.blobs.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp map[string]any
+	if err := json.Unmarshal(body, &cp); err != nil {
+		t.Fatal(err)
+	}
+	if cp["key_order"] != true || cp["runs"] == nil {
+		t.Fatalf("checkpoint %s: want key_order and runs", body)
+	}
+	delete(cp, "key_order")
+	delete(cp, "runs")
+	delete(cp, "counted")
+	old, _ := json.Marshal(cp)
+	if err := r.blobs.Put(ctx, key, "application/json", old); err != nil {
+		t.Fatal(err)
+	}
+	for calls := 1; ; calls++ {
+		res, err := r.fin.Finalize(ctx, "old", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Continued {
+			if c := res.Report.Census; c.Succeeded != 36 || c.Failed != 4 {
+				t.Fatalf("census %+v", c)
+			}
+			break
+		}
+		if calls > 100 {
+			t.Fatal("finalize does not end")
+		}
+	}
+	var keys []string
+	for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {
+		lines := resultLines(t, r, "old", 1, o)
+		var ok []string
+		for _, it := range lines {
+			ok = append(ok, it.Key)
+		}
+		if !slices.IsSortedFunc(ok, batch.KeyOrder) {
+			t.Errorf("%s results not in key order: %q", o, ok)
+		}
+		keys = append(keys, ok...)
+	}
+	if len(keys) != 40 {
+		t.Fatalf("%d result lines, want 40 (the rows the old checkpoint counted were lost)", len(keys))
+	}
+}

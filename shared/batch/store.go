@@ -156,8 +156,9 @@ type Store interface {
 	// MarkCounted records that an item answered from an earlier run's row
 	// (succeeded, or quarantined and not released) was counted in run; it
 	// returns false when it already was (a duplicate delivery). It never
-	// writes the item row (whose output would be billed again).
-	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int) (bool, error)
+	// writes the item row (whose output would be billed again). now
+	// stamps the mark (its row TTL).
+	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error)
 	// MarkForgetting flags a finished batch as being forgotten, so that no
 	// run can start while its state is deleted; ErrConflict while a run is
 	// going. Idempotent.

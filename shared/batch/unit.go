@@ -183,7 +183,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 	}
 	// Answered from an earlier run: counted once toward this run (the
 	// count mark is a conditional write, so a duplicate does not count).
-	counted, err := w.Store.MarkCounted(ctx, b.ID, b.ListShards, u.key, b.Run)
+	counted, err := w.Store.MarkCounted(ctx, b.ID, b.ListShards, u.key, b.Run, now)
 	if err != nil {
 		return nil, fmt.Errorf("count an answered item: %w", err)
 	}

@@ -126,7 +126,7 @@ func conflictf(format string, args ...any) error {
 }
 
 // MarkCounted implements batch.Store.
-func (s *Store) MarkCounted(_ context.Context, batchID string, _ int, key string, run int) (bool, error) {
+func (s *Store) MarkCounted(_ context.Context, batchID string, _ int, key string, run int, _ time.Time) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := markKey{batchID: batchID, key: key, run: run}

@@ -404,13 +404,13 @@ var cases = []suiteCase{
 	{"MarkCountedOncePerRun", func(t *testing.T, s batch.Store) {
 		b := create(t, s, newBatch("b1"))
 		for i, want := range []bool{true, false} {
-			got, err := s.MarkCounted(ctx, b.ID, b.ListShards, "k1", 2)
+			got, err := s.MarkCounted(ctx, b.ID, b.ListShards, "k1", 2, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
 			check(t, fmt.Sprintf("mark %d", i+1), got, want)
 		}
-		got, err := s.MarkCounted(ctx, b.ID, b.ListShards, "k1", 3)
+		got, err := s.MarkCounted(ctx, b.ID, b.ListShards, "k1", 3, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1213,7 +1213,7 @@ var cases = []suiteCase{
 			t.Fatal(err)
 		}
 		reserve(t, s, res(b, "a", 2, T0))
-		if _, err := s.MarkCounted(ctx, b.ID, b.ListShards, "x", 2); err != nil {
+		if _, err := s.MarkCounted(ctx, b.ID, b.ListShards, "x", 2, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		finish(t, s, b.ID, 2, batch.StatusCompleted, expires)
@@ -1231,7 +1231,7 @@ var cases = []suiteCase{
 		check(t, "item rows left", n, 0)
 		p, _ := s.Progress(ctx, b.ID, 1, 2)
 		check(t, "counted left", p.Done, int64(0))
-		if again, _ := s.MarkCounted(ctx, b.ID, b.ListShards, "x", 2); !again {
+		if again, _ := s.MarkCounted(ctx, b.ID, b.ListShards, "x", 2, time.Now()); !again {
 			t.Error("count mark left after delete")
 		}
 		if err := s.AcquireSlot(ctx, b.ID, 1, "w2", T0, time.Hour); err != nil {
