@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -58,11 +59,18 @@ func stageCount(ctx context.Context, table string, req pipeline.Request) error {
 // harness and the batch id.
 func stagingBatch(t *testing.T, tables []string, n int, run pipeline.Func) (*harness, string) {
 	t.Helper()
+	return stagingBatchK(t, tables, n, 1, run)
+}
+
+// stagingBatchK is stagingBatch with k items per message.
+func stagingBatchK(t *testing.T, tables []string, n, k int, run pipeline.Func) (*harness, string) {
+	t.Helper()
 	h := newHarness(t, run)
 	h.worker.Staging = effects.Staging(tables)
 	laneBindEffects(t, h, tables[0]) // as a stack declaring it grants
 	id := newID(t)
-	if _, err := h.submitter.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+	if _, err := h.submitter.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)},
+		ItemsPerMessage: k}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(context.Background(), h.receive(t, (n+6)/7))
@@ -99,17 +107,45 @@ func applied(t *testing.T, table, key string) int {
 	return v
 }
 
+// itemState reads item key of batch id from its unit (item row or pack
+// row).
+func itemState(t *testing.T, h *harness, id, key string) batch.Item {
+	t.Helper()
+	ctx := context.Background()
+	b, err := h.store.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found batch.Item
+	if err := batch.MergeShards(ctx, h.store, id, b.ListShards, "", batch.MergeOptions{Packed: b.Pack() > 1}, func(it batch.Item) error {
+		if it.Key == key {
+			found = it
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
 // TestStagedEffectsOncePerItem guards the product line "a pipeline's
-// staged writes are committed with its succeeded outcome, once": every
-// item message delivered three times applies its item's write once; an
-// item that stages and then fails permanently applies nothing; an item
-// that stages and then fails transiently applies its write once, from the
-// attempt that succeeded (two calls, one write).
+// staged writes are committed with its succeeded outcome, once", K = 1
+// and K = 10: every item or pack message delivered three times applies
+// each item's write once; an item that stages and then fails permanently
+// applies nothing; an item that stages and then fails transiently
+// applies its write once, from the attempt that succeeded (two calls,
+// one write) — inside a pack, per item, beside its pack's other items.
 func TestStagedEffectsOncePerItem(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { stagedEffectsOncePerItem(t, k) })
+	}
+}
+
+func stagedEffectsOncePerItem(t *testing.T, k int) {
 	ctx := context.Background()
 	table := effectsTable(t)
 	var flaky atomic.Int64
-	h, id := stagingBatch(t, []string{table}, 8, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+	h, id := stagingBatchK(t, []string{table}, 8, k, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if err := stageCount(ctx, table, req); err != nil {
 			return pipeline.Result{}, err
 		}
@@ -123,12 +159,13 @@ func TestStagedEffectsOncePerItem(t *testing.T) {
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	items := h.receive(t, 8)
-	if len(items) != 8 {
-		t.Fatalf("%d item messages, want 8", len(items))
+	want := map[int]int{1: 8, 10: 2}[k] // chunks of 7 and 1: two packs
+	items := h.receive(t, want)
+	if len(items) != want {
+		t.Fatalf("%d messages, want %d", len(items), want)
 	}
 	tripled := append(append(append([]batch.Delivery{}, items...), items...), items...)
-	pending := tripled
+	pending, start := tripled, time.Now()
 	for deadline := time.Now().Add(2 * h.worker.Lease); len(pending) > 0 && time.Now().Before(deadline); {
 		failed := h.worker.Handle(ctx, pending)
 		var again []batch.Delivery
@@ -144,6 +181,12 @@ func TestStagedEffectsOncePerItem(t *testing.T) {
 		if len(pending) > 0 {
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+	// A unit whose items all ended does not hold its duplicates off until
+	// its lease ends (a pack whose items all committed staged writes kept
+	// its lease: its duplicates waited the whole lease).
+	if took := time.Since(start); len(pending) > 0 || took > h.worker.Lease/2 {
+		t.Fatalf("%d deliveries not acknowledged, after %s (lease %s)", len(pending), took.Round(time.Millisecond), h.worker.Lease)
 	}
 	for i := range 8 {
 		k := batch.PositionalKey(int64(i))
@@ -178,20 +221,42 @@ var errCrashed = errors.New("the process died before the outcome write")
 
 func (crashingStore) Record(context.Context, batch.Record) error { return errCrashed }
 
+// crashingPacks is crashingStore for pack rows: every pack write but a
+// take never reaches DynamoDB.
+type crashingPacks struct{ batch.Store }
+
+func (crashingPacks) Record(context.Context, batch.Record) error { return errCrashed }
+
+func (c crashingPacks) WritePack(ctx context.Context, w batch.PackWrite) error {
+	if w.Take {
+		return c.Store.WritePack(ctx, w)
+	}
+	return errCrashed
+}
+
 // TestStagedEffectsCrashBeforeRecord guards the product line "writes
 // staged by an attempt that never recorded its outcome are never
-// applied". Attempt 1 stages its write and dies before the outcome
-// write: nothing is applied and the item stays in flight under its lease.
-// After the lease, the redelivery takes the item over (attempt 2), the
-// pipeline runs again and its write is applied once.
+// applied", K = 1 and K = 10. Attempt 1 stages its write and dies before
+// the outcome write: nothing is applied and the item stays in flight
+// under its lease. After the lease, the redelivery takes the item over
+// (attempt 2), the pipeline runs again and its write is applied once.
 func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { stagedEffectsCrashBeforeRecord(t, k) })
+	}
+}
+
+func stagedEffectsCrashBeforeRecord(t *testing.T, k int) {
 	ctx := context.Background()
 	table := effectsTable(t)
-	h, id := stagingBatch(t, []string{table}, 1, stagingCounter(table))
+	h, id := stagingBatchK(t, []string{table}, 1, k, stagingCounter(table))
 	h.worker.Lease, h.worker.Margin = 5*time.Second, 100*time.Millisecond
 	msgs := h.receive(t, 1)
 	crashing := *h.worker
 	crashing.Store = crashingStore{h.store}
+	if k > 1 {
+		crashing.Store = crashingPacks{h.store}
+	}
 	if failed := crashing.Handle(ctx, msgs); len(failed) != 1 {
 		t.Fatalf("the crashed delivery was acknowledged: %v", failed)
 	}
@@ -199,18 +264,17 @@ func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
 	if n := applied(t, table, key); n != 0 {
 		t.Fatalf("after the crash the staged write was applied %d times, want 0", n)
 	}
-	it, err := h.store.GetItem(ctx, id, key)
-	if err != nil || it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 {
-		t.Fatalf("row after the crash: %+v %v, want in flight, attempt 1", it, err)
+	if it := itemState(t, h, id, key); it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 {
+		t.Fatalf("row after the crash: %+v, want in flight, attempt 1", it)
 	}
-	time.Sleep(time.Until(it.LeaseUntil) + 100*time.Millisecond)
+	time.Sleep(h.worker.Lease + 200*time.Millisecond)
 	if failed := h.worker.Handle(ctx, msgs); len(failed) != 0 {
 		t.Fatalf("takeover failed: %v", failed)
 	}
 	if n, c := applied(t, table, key), h.callsOf(key); n != 1 || c != 2 {
 		t.Fatalf("after the takeover: applied %d, calls %d; want applied 1, calls 2", n, c)
 	}
-	if it, _ := h.store.GetItem(ctx, id, key); it.Outcome != batch.OutcomeSucceeded || it.Attempt != 2 {
+	if it := itemState(t, h, id, key); it.Outcome != batch.OutcomeSucceeded || it.Attempt != 2 {
 		t.Fatalf("row after the takeover: %+v", it)
 	}
 }

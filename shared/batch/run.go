@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -172,7 +173,12 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 			return false, dns
 		}
 	}
-	if len(writes) > 0 {
+	committed := slices.ContainsFunc(runs, func(r *itemRun) bool { return r.committed })
+	if len(writes) > 0 || m.Packed && committed {
+		// A pack whose items all ended on their own with their staged
+		// writes still gets its final write (no item in it): the one that
+		// frees its lease, so that a duplicate or the next run is not held
+		// off until the lease ends.
 		err := w.persist(ctx, log, "record outcome", func() error { return u.write(ctx, h, writes, nil) })
 		if errors.Is(err, ErrConflict) {
 			// A later take holds the unit: its holder records the outcomes.

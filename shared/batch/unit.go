@@ -299,9 +299,15 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 
 // write writes the items' endings in one WritePack fenced by the take's
 // attempt, leaving the pack free (or, with effects, one item's ending and
-// its staged writes in one transaction, the pack still held).
+// its staged writes in one transaction, the pack still held). Items may
+// be none: the final write of a take whose items all ended with their
+// staged writes only frees the pack.
 func (u *packUnit) write(ctx context.Context, h *hold, items []PackItemWrite, effects StagedEffects) error {
-	pw := PackWrite{Ref: u.ref, Attempt: h.attempt, Run: u.run, Items: items, Effects: effects, InFlight: -1, Now: items[0].Item.UpdatedAt}
+	now := u.w.Clock.Now()
+	if len(items) > 0 {
+		now = items[0].Item.UpdatedAt
+	}
+	pw := PackWrite{Ref: u.ref, Attempt: h.attempt, Run: u.run, Items: items, Effects: effects, InFlight: -1, Now: now}
 	if effects != nil {
 		pw.LeaseUntil = h.lease
 		return u.w.Store.WritePack(ctx, pw)
