@@ -184,9 +184,11 @@ demo: deploy
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output
 	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
-# lint also synthesizes the default, all-options and embed templates and
+# lint checks gofmt on every tracked Go file, vets, runs staticcheck, and
+# synthesizes the default, all-options and embed templates and
 # runs cfn-lint (serverless rules) and checkov on each: tools/lint/lint-templates.
 lint: tools functions
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt: not formatted: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./integration/...
 	$(STATICCHECK) ./...

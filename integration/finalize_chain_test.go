@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/internal/trigger"
 )
 
 // chain is finalize invoking itself, run at once in this process.

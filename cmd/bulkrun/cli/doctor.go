@@ -22,8 +22,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/spf13/cobra"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/internal/blob"
+	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
