@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // Cost sums drift: the CLI prints summed costs in plain decimal, without
@@ -202,6 +204,42 @@ func TestForgetAsksForConfirmation(t *testing.T) {
 		}
 		if !strings.Contains(errw.String(), "for good") {
 			t.Errorf("prompt %q does not say what is deleted", errw.String())
+		}
+	}
+}
+
+// TestStatusShowsThePause: a paused running batch's status says who
+// paused it, since when, why (an outage's class and one error), its
+// probes and the next check; a finished batch shows no pause line.
+func TestStatusShowsThePause(t *testing.T) {
+	since := time.Date(2026, 12, 1, 19, 49, 53, 0, time.UTC)
+	outage := batch.Pause{By: batch.PauseByOutage, Since: since, Class: "http 502", Error: "webhook: k01167: HTTP 502", Probes: 2,
+		NextCheckAt: since.Add(210 * time.Second)}
+	for _, tc := range []struct {
+		name   string
+		status batch.Status
+		pause  *batch.Pause
+		want   string
+	}{
+		{"outage", batch.StatusRunning, &outage,
+			"paused by an outage since 2026-12-01T19:49:53Z (http 502: webhook: k01167: HTTP 502); 2 probes, next check 19:53:23Z; no item starts until a probe is answered or unpause\n"},
+		{"caller", batch.StatusRunning, &batch.Pause{By: batch.PauseByCaller, Since: since, NextCheckAt: since.Add(30 * time.Second)},
+			"paused by a caller since 2026-12-01T19:49:53Z, next check 19:50:23Z; no item starts until unpause\n"},
+		{"finished", batch.StatusCompleted, &outage, ""},
+	} {
+		var out bytes.Buffer
+		a := &app{out: &out, output: "text"}
+		if err := a.show(wire.BatchView{Batch: batch.Batch{ID: "b-1", Run: 1, Status: tc.status, Pause: tc.pause}}); err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, l := range strings.SplitAfter(out.String(), "\n") {
+			if strings.HasPrefix(l, "paused") {
+				got += l
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
