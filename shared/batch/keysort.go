@@ -265,19 +265,6 @@ func (r *runReader) fill() error {
 	return nil
 }
 
-type runHeap []*runReader
-
-func (h runHeap) Len() int           { return len(h) }
-func (h runHeap) Less(i, j int) bool { return bytes.Compare(h[i].key, h[j].key) < 0 }
-func (h runHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *runHeap) Push(x any)        { *h = append(*h, x.(*runReader)) }
-func (h *runHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
 // sortReadBytes is the ranged read of each of n runs while they are
 // merged within budget bytes.
 func sortReadBytes(budget int64, n int) int64 {
@@ -289,7 +276,7 @@ func sortReadBytes(budget int64, n int) int64 {
 // order until the runs end (true) or stop says the chunk ends (false);
 // each run's Merged is then where the next call goes on from.
 func mergeRuns(ctx context.Context, blobs Blobs, cp *checkpoint, block int64, emit func(Outcome, []byte) error, stop func() bool) (bool, error) {
-	h := runHeap{}
+	h := &sliceHeap[*runReader]{less: func(a, b *runReader) bool { return bytes.Compare(a.key, b.key) < 0 }}
 	for i := range cp.Runs {
 		run := &cp.Runs[i]
 		r := &runReader{ctx: ctx, blobs: blobs, run: run, block: block, off: run.Merged}
@@ -298,16 +285,16 @@ func mergeRuns(ctx context.Context, blobs Blobs, cp *checkpoint, block int64, em
 			return false, err
 		}
 		if ok {
-			h = append(h, r)
+			h.s = append(h.s, r)
 		}
 	}
-	heap.Init(&h)
+	heap.Init(h)
 	var last []byte
 	for h.Len() > 0 {
 		if stop() {
 			return false, nil
 		}
-		r := h[0]
+		r := h.s[0]
 		if last != nil && bytes.Compare(r.key, last) <= 0 {
 			return false, fmt.Errorf("sort runs: key %q after %q: %w", r.key, last, errRunMalformed)
 		}
@@ -320,9 +307,9 @@ func mergeRuns(ctx context.Context, blobs Blobs, cp *checkpoint, block int64, em
 			return false, err
 		}
 		if ok {
-			heap.Fix(&h, 0)
+			heap.Fix(h, 0)
 		} else {
-			heap.Pop(&h)
+			heap.Pop(h)
 		}
 	}
 	return true, nil

@@ -626,6 +626,23 @@ func TestMessageOfTheOtherUnitIsNotRun(t *testing.T) {
 	}
 }
 
+// finalizeChain calls Finalize for run 1 of id until a call finishes the
+// run (as the chain of finalize calls does) and returns its census.
+func (r *rig) finalizeChain(t *testing.T, id string) batch.Census {
+	t.Helper()
+	for range 100 {
+		res, err := r.fin.Finalize(context.Background(), id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Continued {
+			return res.Report.Census
+		}
+	}
+	t.Fatalf("finalize of %s does not end in 100 calls", id)
+	return batch.Census{}
+}
+
 // TestResultsInKeyOrderAtEveryK guards "a run's results come in key byte
 // order at every items per message": 60 items keyed by a field, in an
 // order far from key order, some failing; at K = 1 and K = 10 each
@@ -658,20 +675,8 @@ func TestResultsInKeyOrderAtEveryK(t *testing.T) {
 					req.Source.Items, req.KeyField = json.RawMessage(src.String()), "id"
 				})
 				r.drain(t, ctx, 1)
-				for calls := 1; ; calls++ {
-					res, err := r.fin.Finalize(ctx, "ordered", 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !res.Continued {
-						if c := res.Report.Census; c.Succeeded != 54 || c.Failed != 6 {
-							t.Fatalf("K=%d: census %+v", k, c)
-						}
-						break
-					}
-					if calls > 100 {
-						t.Fatalf("K=%d: finalize does not end", k)
-					}
+				if c := r.finalizeChain(t, "ordered"); c.Succeeded != 54 || c.Failed != 6 {
+					t.Fatalf("K=%d: census %+v", k, c)
 				}
 				files[k] = map[batch.Outcome]string{}
 				for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {
@@ -746,20 +751,8 @@ func TestFinalizeStartsOverAnOldPackChain(t *testing.T) {
 	if err := r.blobs.Put(ctx, key, "application/json", old); err != nil {
 		t.Fatal(err)
 	}
-	for calls := 1; ; calls++ {
-		res, err := r.fin.Finalize(ctx, "old", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Continued {
-			if c := res.Report.Census; c.Succeeded != 36 || c.Failed != 4 {
-				t.Fatalf("census %+v", c)
-			}
-			break
-		}
-		if calls > 100 {
-			t.Fatal("finalize does not end")
-		}
+	if c := r.finalizeChain(t, "old"); c.Succeeded != 36 || c.Failed != 4 {
+		t.Fatalf("census %+v", c)
 	}
 	var keys []string
 	for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {

@@ -84,18 +84,18 @@ func MergeShards(ctx context.Context, store Store, batchID string, listShards in
 		m.shards[i] = sh
 		m.read(sh)
 	}
-	h := &shardHeap{}
+	h := &sliceHeap[*mergeShard]{less: func(a, b *mergeShard) bool { return cmp.Less(a.rows[0].ScanPos(), b.rows[0].ScanPos()) }}
 	for _, sh := range m.shards {
 		if err := m.fill(sh); err != nil {
 			return err
 		}
 		if len(sh.rows) > 0 {
-			*h = append(*h, sh)
+			h.s = append(h.s, sh)
 		}
 	}
 	heap.Init(h)
 	for h.Len() > 0 {
-		sh := (*h)[0]
+		sh := h.s[0]
 		it := sh.rows[0]
 		sh.rows[0] = Item{} // the slot no longer holds the row
 		sh.rows = sh.rows[1:]
@@ -219,17 +219,19 @@ func (m *merger) take(sh *mergeShard) error {
 	return nil
 }
 
-type shardHeap []*mergeShard
-
-func (h shardHeap) Len() int { return len(h) }
-func (h shardHeap) Less(i, j int) bool {
-	return cmp.Less(h[i].rows[0].ScanPos(), h[j].rows[0].ScanPos())
+// sliceHeap is a container/heap of T, least first by less.
+type sliceHeap[T any] struct {
+	s    []T
+	less func(a, b T) bool
 }
-func (h shardHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *shardHeap) Push(x any)   { *h = append(*h, x.(*mergeShard)) }
-func (h *shardHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (h *sliceHeap[T]) Len() int           { return len(h.s) }
+func (h *sliceHeap[T]) Less(i, j int) bool { return h.less(h.s[i], h.s[j]) }
+func (h *sliceHeap[T]) Swap(i, j int)      { h.s[i], h.s[j] = h.s[j], h.s[i] }
+func (h *sliceHeap[T]) Push(x any)         { h.s = append(h.s, x.(T)) }
+func (h *sliceHeap[T]) Pop() any {
+	n := len(h.s) - 1
+	x := h.s[n]
+	h.s = h.s[:n]
 	return x
 }
