@@ -362,8 +362,15 @@ type TickResult struct {
 	Published int // finished runs whose completion event this tick published
 }
 
+// PausedStall is how often the tick counts the rows of a paused run whose
+// counters stand still short of its items: once an hour, not at every
+// tick (its items wait for the pause; the count is for a run whose last
+// counter write was lost while every item had ended).
+const PausedStall = time.Hour
+
 // Tick is the scheduled backstop: for each running batch whose counters say
-// it is done, or have not moved for Stall, it tries Finalize; then it
+// it is done, or have not moved for Stall (a paused one: in one Stall-long
+// window per PausedStall), it tries Finalize; then it
 // publishes the completion event of every finished run not yet marked
 // published (a finalize died between moving the run and publishing). It
 // returns the errors after trying every batch.
@@ -418,7 +425,10 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		if last.Before(b.RunStartedAt) {
 			last = b.RunStartedAt
 		}
-		if p.Done < b.ItemCount && now.Sub(last) < stall {
+		if p.Done < b.ItemCount && (now.Sub(last) < stall || b.Pause != nil && now.Sub(last)%PausedStall >= stall) {
+			// Counters still short: moving, or standing still while
+			// paused (its items wait for the pause, nothing is lost), when
+			// the rows are counted only once per PausedStall.
 			continue
 		}
 		res.Checked++

@@ -358,3 +358,37 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 		t.Fatalf("run 2: %+v, %v", res.Report.Census, err)
 	}
 }
+
+// The finalize tick counts the rows of a run whose counters stand still
+// (a lost counter write) at every tick, but a paused run's only once per
+// PausedStall: its items wait for the pause, and counting them every
+// five minutes would read every row of a large batch for nothing.
+func TestTickCountsAPausedRunHourly(t *testing.T) {
+	ctx := context.Background()
+	r, _ := pauseRig(t, func(time.Time) bool { return false })
+	if _, err := r.sub.Submit(ctx, batch.SubmitRequest{BatchID: "tick-paused", Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 1,
+		Source: batch.SourceSpec{Items: items(5)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ctl.Pause(ctx, "tick-paused"); err != nil {
+		t.Fatal(err)
+	}
+	start := r.clock.Now()
+	for _, tc := range []struct {
+		at      time.Duration
+		checked int
+	}{{6 * time.Minute, 0}, {30 * time.Minute, 0}, {61 * time.Minute, 1}, {66 * time.Minute, 0}, {121 * time.Minute, 1}} {
+		r.clock.T = start.Add(tc.at)
+		res, err := r.fin.Tick(ctx)
+		if err != nil || res.Checked != tc.checked || res.Finalized != 0 {
+			t.Errorf("paused, counters still for %s: %+v, %v; want %d checked, none finalized", tc.at, res, err, tc.checked)
+		}
+	}
+	if _, err := r.ctl.Unpause(ctx, "tick-paused"); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.T = start.Add(126 * time.Minute)
+	if res, err := r.fin.Tick(ctx); err != nil || res.Checked != 1 {
+		t.Errorf("unpaused, counters still: %+v, %v; want the run checked", res, err)
+	}
+}
