@@ -410,6 +410,44 @@ func (s *Store) ClaimProbe(ctx context.Context, c batch.ProbeClaim) error {
 // returns the updated batch, or batch.ErrConflict when the batch is not at
 // run from or still running.
 func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (batch.Batch, error) {
+	return s.startRun(ctx, id, from, now, func(u expression.UpdateBuilder) (expression.UpdateBuilder, error) {
+		return u.Remove(expression.Name(attrRunRevision)), nil
+	})
+}
+
+// StartCorrection is StartRun that also appends rev to the revisions (the
+// JSON list is written whole: the condition on run keeps any other
+// writer of it out) and sets run_revision (see batch.Store).
+func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev batch.Revision, now time.Time) (batch.Batch, error) {
+	b, err := s.GetBatch(ctx, id)
+	if err != nil {
+		return batch.Batch{}, fmt.Errorf("start correction of %s: %w", id, err)
+	}
+	revs, err := json.Marshal(append(b.Revisions, rev))
+	if err != nil {
+		return batch.Batch{}, err
+	}
+	return s.startRun(ctx, id, from, now, func(u expression.UpdateBuilder) (expression.UpdateBuilder, error) {
+		return u.Set(expression.Name(attrRunRevision), expression.Value(rev.N)).
+			Set(expression.Name(attrRevisions), expression.Value(string(revs))), nil
+	})
+}
+
+// startRun moves a finished batch at run from to run from+1, running,
+// with more (the run's revision) in the same conditional write.
+func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time, more func(expression.UpdateBuilder) (expression.UpdateBuilder, error)) (batch.Batch, error) {
+	u, err := more(expression.Set(expression.Name(attrRun), expression.Value(from+1)).
+		Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
+		Set(expression.Name(attrFannedOut), expression.Value(false)).
+		Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
+		Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
+		Remove(expression.Name(attrStopRan)).Remove(expression.Name(attrStopFailures)).
+		Remove(expression.Name(attrFailure)).Remove(expression.Name(attrFinalizeFailures)).
+		Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(attrPauses)).
+		Remove(expression.Name(attrPauseBy)))
+	if err != nil {
+		return batch.Batch{}, err
+	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(from)),
@@ -417,15 +455,7 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled)),
 				expression.Value(string(batch.StatusFinalizeFailed))),
 			expression.AttributeNotExists(expression.Name(attrForgetting)))).
-		WithUpdate(expression.Set(expression.Name(attrRun), expression.Value(from+1)).
-			Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
-			Set(expression.Name(attrFannedOut), expression.Value(false)).
-			Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
-			Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
-			Remove(expression.Name(attrStopRan)).Remove(expression.Name(attrStopFailures)).
-			Remove(expression.Name(attrFailure)).Remove(expression.Name(attrFinalizeFailures)).
-			Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(attrPauses)).
-			Remove(expression.Name(attrPauseBy))).Build()
+		WithUpdate(u).Build()
 	if err != nil {
 		return batch.Batch{}, err
 	}

@@ -58,7 +58,8 @@ func tags(v any, extra ...string) map[string]bool {
 // golden row (internal/formats/testdata: an item row in each state, a
 // pack row, an attention row, the batch row, a chunk counter of versions
 // 0 and 1, a counter lane of version 2; from version 2 also the run row,
-// a rerun count mark, a max_concurrency slot, a pack row whose items
+// a rerun count mark, a corrected item row and pack row and a batch row
+// with a revision, a max_concurrency slot, a pack row whose items
 // carry every attribute, a finished batch row, the retention and publish
 // markers and an upload claim) of every version is read by today's
 // readers, holds no attribute they do not know, and carries its version
@@ -99,6 +100,9 @@ func TestGoldenRows(t *testing.T) {
 		"row-retention":            {tags(struct{}{}, "pk", "sk", attrBatchID, attrFormat), readRetention, v2, true},
 		"row-publish":              {tags(struct{}{}, "pk", "sk", attrBatchID, attrRun, attrFormat), readPublish, v2, true},
 		"row-upload":               {tags(uploadRow{}), readUpload, v2, true},
+		"row-batch-correction":     {tags(batchRow{}), readCorrectionBatch, v2, false},
+		"row-item-corrected":       {itemAttrs, readCorrectedItem, v2, false},
+		"row-pack-corrected":       {packAttrs, readCorrectedPack, v2, false},
 	}
 	for v := range batch.FormatVersion + 1 {
 		for name, r := range rows {
@@ -167,6 +171,34 @@ func readBatch(av map[string]types.AttributeValue) (int, error) {
 		err = fmt.Errorf("read %+v", b)
 	}
 	return r.Format, err
+}
+
+func readCorrectionBatch(av map[string]types.AttributeValue) (int, error) {
+	var r batchRow
+	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
+		return 0, err
+	}
+	b, err := fromRow(r)
+	if err == nil && (b.Run != 2 || b.RunRevision != 2 || len(b.Revisions) != 1 || b.Revisions[0].N != 2 || b.RunItems() != 1) {
+		err = fmt.Errorf("read %+v", b)
+	}
+	return r.Format, err
+}
+
+func readCorrectedItem(av map[string]types.AttributeValue) (int, error) {
+	it, err := itemFrom("upgrade-fix-k1", av)
+	if err == nil && (it.Outcome != batch.OutcomeFailed || it.Run != 1 || it.Revision != 2) {
+		err = fmt.Errorf("read %+v", it)
+	}
+	return formatOf(av), err
+}
+
+func readCorrectedPack(av map[string]types.AttributeValue) (int, error) {
+	p, err := packFrom("upgrade-fix-k4", av)
+	if err == nil && (len(p.Items) != 4 || p.Items[1].Outcome != batch.OutcomeFailed || p.Items[1].Revision != 2 || p.Items[0].Revision != 0) {
+		err = fmt.Errorf("read %+v", p)
+	}
+	return formatOf(av), err
 }
 
 func readPack(av map[string]types.AttributeValue) (int, error) {

@@ -17,15 +17,26 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// fresh is the condition under which an item starts a new run: no row; a
-// failed, cancelled (or interrupted) row of an earlier run; a quarantined
-// row of an earlier run that was released.
+// fresh is the condition under which an item starts a new run (batch.Plan):
+// no row; a failed, cancelled (or interrupted) row of an earlier run; a
+// quarantined row of an earlier run that was released.
 //
 //	attribute_not_exists(pk)
 //	OR (run < :run AND (outcome IN (failed, cancelled, in_flight)
 //	                    OR (outcome = quarantined AND released = true)))
-func fresh(run int) expression.ConditionBuilder {
+//
+// In a correction run (rev ≥ 2), exactly a row of an earlier run marked
+// with its revision (Store.MarkRevision):
+//
+//	attribute_not_exists(pk) OR (run < :run AND rev = :rev)
+func fresh(run, rev int) expression.ConditionBuilder {
 	out := expression.Name(attrOutcome)
+	if rev >= 2 {
+		return expression.Or(
+			expression.AttributeNotExists(expression.Name(config.AttrPK)),
+			expression.And(expression.Name(attrRun).LessThan(expression.Value(run)), expression.Name(attrRevision).Equal(expression.Value(rev))),
+		)
+	}
 	return expression.Or(
 		expression.AttributeNotExists(expression.Name(config.AttrPK)),
 		expression.And(
@@ -97,7 +108,7 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 		Remove(expression.Name(attrError)).Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled)).
 		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
 		Remove(expression.Name(attrThrottledMs))
-	it, err := s.reserve(ctx, r, fresh(r.Run), s.stamp(u, r.Now))
+	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(u, r.Now))
 	if r.Redelivered || !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
 		return it, err
 	}
@@ -139,7 +150,8 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 		}
 	}
 	it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
-		Attempt: prev.Attempt + 1, LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()), UpdatedAt: fromMs(r.Now.UnixMilli())}
+		Attempt: prev.Attempt + 1, LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()), UpdatedAt: fromMs(r.Now.UnixMilli()),
+		Revision: prev.Revision}
 	if prev.Run == r.Run && prev.Outcome == string(batch.OutcomeInFlight) {
 		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
@@ -293,7 +305,7 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 	if err != nil {
 		return batch.Item{}, err
 	}
-	it, err := s.settle(ctx, r, fresh(r.Run), u)
+	it, err := s.settle(ctx, r, fresh(r.Run, r.Revision), u)
 	if errors.Is(err, batch.ErrConflict) && it.Outcome == batch.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now) {
 		if u, err = update(false); err != nil {
 			return batch.Item{}, err
@@ -315,7 +327,7 @@ func (s *Store) SettleUnstarted(ctx context.Context, r batch.Record) (batch.Item
 		Set(expression.Name(attrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))).
 		Set(expression.Name(attrLeaseUntilMs), expression.Value(0)).
 		Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled))
-	return s.settle(ctx, r, fresh(r.Run), u)
+	return s.settle(ctx, r, fresh(r.Run, r.Revision), u)
 }
 
 func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {

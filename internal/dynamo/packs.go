@@ -69,6 +69,7 @@ type packItemRow struct {
 	Spent        map[string]float64 `dynamodbav:"s,omitempty"`
 	SpentRun     int                `dynamodbav:"sr,omitempty"`
 	CountedRun   int                `dynamodbav:"cr,omitempty"`
+	Revision     int                `dynamodbav:"rv,omitempty"` // batch.ItemState.Revision
 	UpdatedAtMs  int64              `dynamodbav:"u,omitempty"`
 }
 
@@ -76,13 +77,13 @@ func packItemToRow(it batch.ItemState) packItemRow {
 	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
 		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
 		Error: batch.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
-		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince)}
+		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince), Revision: it.Revision}
 }
 
 func packItemFromRow(r packItemRow) batch.ItemState {
 	it := batch.ItemState{Key: r.Key, Run: r.Run, Outcome: batch.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
 		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: batch.Reason(r.Reason),
-		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs)}
+		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
 	}

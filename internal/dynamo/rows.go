@@ -90,6 +90,7 @@ const (
 	attrOutputRef      = "output_ref"
 	attrReason         = "reason"
 	attrReleased       = "released"
+	attrRevision       = "rev" // batch.Item.Revision
 	attrRetryScheduled = "retry_scheduled"
 	attrThrottledMs    = "throttled_ms" // batch.Item.ThrottledSince, epoch ms
 	attrRun            = "run"
@@ -111,6 +112,8 @@ const (
 	attrFannedOut        = "fanned_out"
 	attrFinishedAtMs     = "finished_at_ms"
 	attrForgetting       = "forgetting"
+	attrRevisions        = "revisions"
+	attrRunRevision      = "run_revision"
 	attrItemCount        = "item_count"
 	attrListShards       = "list_shards"
 	attrManifestBytes    = "manifest_bytes"
@@ -196,6 +199,8 @@ type batchRow struct {
 	PauseError     string            `dynamodbav:"pause_error,omitempty"`
 	Probes         int               `dynamodbav:"probes,omitempty"`
 	Pauses         int               `dynamodbav:"pauses,omitempty"`
+	Revisions      string            `dynamodbav:"revisions,omitempty"` // JSON: []batch.Revision
+	RunRevision    int               `dynamodbav:"run_revision,omitempty"`
 	Format         int               `dynamodbav:"fv,omitempty"` // batch.FormatVersion; absent: 0
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
@@ -223,7 +228,14 @@ func toRow(b batch.Batch) (batchRow, error) {
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold, Format: batch.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
-		Pauses: b.Pauses,
+		Pauses: b.Pauses, RunRevision: b.RunRevision,
+	}
+	if len(b.Revisions) > 0 {
+		rv, err := json.Marshal(b.Revisions)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Revisions = string(rv)
 	}
 	if p := b.Pause; p != nil {
 		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), ms(p.Since), p.Class, p.Error, p.Probes
@@ -269,7 +281,12 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, StopRan: r.StopRan, StopFailures: r.StopFailures, ExpiresAt: fromMs(r.ExpiresAtMs),
 		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
 		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun, Failure: r.Failure, FinalizeFailures: r.FinalizeFails,
-		StopOnThreshold: r.StopOnThreshold, Pauses: r.Pauses,
+		StopOnThreshold: r.StopOnThreshold, Pauses: r.Pauses, RunRevision: r.RunRevision,
+	}
+	if r.Revisions != "" {
+		if err := json.Unmarshal([]byte(r.Revisions), &b.Revisions); err != nil {
+			return b, fmt.Errorf("batch %s: revisions: %w", r.ID, err)
+		}
 	}
 	if r.PauseBy != "" {
 		b.Pause = &batch.Pause{By: batch.PauseBy(r.PauseBy), Since: fromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
@@ -328,8 +345,9 @@ type itemRow struct {
 	Spent        map[string]float64 `dynamodbav:"spent"`     // batch.Item.Spent
 	SpentRun     int                `dynamodbav:"spent_run"` // the run Spent counts
 	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
-	ExpiresAt    int64              `dynamodbav:"expires_at"` // TTL, epoch seconds
-	Format       int                `dynamodbav:"fv"`         // batch.FormatVersion; absent: 0
+	ExpiresAt    int64              `dynamodbav:"expires_at"`    // TTL, epoch seconds
+	Format       int                `dynamodbav:"fv"`            // batch.FormatVersion; absent: 0
+	Revision     int                `dynamodbav:"rev,omitempty"` // batch.Item.Revision; absent: 0
 }
 
 // itemFrom reads an item row of batch batchID.
@@ -348,7 +366,7 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, e
 		BatchID: batchID, Key: r.SK, RunID: batch.RunID(batchID, r.SK), Run: r.Run, Outcome: batch.Outcome(r.Outcome),
 		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
 		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs), Released: r.Released,
-		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1), ThrottledSince: fromMs(r.ThrottledMs),
+		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision,
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)

@@ -15,8 +15,8 @@ import (
 
 // TestGoldenMessages guards the items-queue message formats of every
 // version: each golden message (fan-out, item inline and by pointer,
-// pack) of testdata/v0 (the release before versions) and of today's
-// version decodes into its Go type with no unknown field and encodes
+// pack) of testdata/v0 (the release before versions), of every version
+// since and of today's decodes into its Go type with no unknown field and encodes
 // back to the same JSON (an old message keeps its version 0 on the way);
 // today's carry "v": batch.FormatVersion, and every message the scenario
 // leaves on the queue decodes and validates.

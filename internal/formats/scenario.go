@@ -44,6 +44,10 @@ const (
 	BatchExtra = "golden-extra"
 	Items      = 8
 	PackK      = 4
+	// The scenario's corrected batches (version 2 on): item 1 failed in
+	// run 1, corrected by revision 2, whose run 2 has started.
+	BatchFixOne  = "upgrade-fix-k1"
+	BatchFixPack = "upgrade-fix-k4"
 	// Lease is the leases the scenario takes; the interrupted item's has
 	// ended by T0 + Lease.
 	Lease = time.Minute
@@ -114,6 +118,9 @@ func Capture(ctx context.Context, db *dynamodb.Client, table, dir string) error 
 	if err := half(ctx, s); err != nil {
 		return err
 	}
+	if err := corrected(ctx, s); err != nil {
+		return err
+	}
 	msgs, shapes, err := messages()
 	if err != nil {
 		return err
@@ -177,11 +184,15 @@ var rowShapes = map[string]func(dynjson.Row) bool{
 	"row-counter-run":          func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchExtra+"#1" && str(r, "sk") == "RUN" },
 	"row-mark":                 func(r dynjson.Row) bool { return prefix(r, "MARK#"+BatchExtra+"#2#") },
 	"row-slot":                 func(r dynjson.Row) bool { return prefix(r, "SLOT#"+BatchExtra+"#") },
-	"row-retention":            func(r dynjson.Row) bool { return str(r, "pk") == "RETENTION" },
+	"row-retention":            func(r dynjson.Row) bool { return str(r, "pk") == "RETENTION" && str(r, "batch_id") == BatchExtra },
 	"row-publish":              func(r dynjson.Row) bool { return str(r, "pk") == "PUBLISH" },
 	"row-upload":               func(r dynjson.Row) bool { return prefix(r, "UPLOAD#") },
 	"row-batch-finished":       func(r dynjson.Row) bool { return str(r, "pk") == "BATCH#"+BatchExtra },
 	"row-pack-every-attribute": func(r dynjson.Row) bool { return prefix(r, "PACK#"+BatchExtra) },
+	// corrections
+	"row-batch-correction": func(r dynjson.Row) bool { return str(r, "pk") == "BATCH#"+BatchFixOne && str(r, "sk") == "BATCH" },
+	"row-item-corrected":   func(r dynjson.Row) bool { return str(r, "sk") == Key(1) && prefix(r, "ITEM#"+BatchFixOne) },
+	"row-pack-corrected":   func(r dynjson.Row) bool { return prefix(r, "PACK#"+BatchFixPack) },
 }
 
 func str(r dynjson.Row, attr string) string {
@@ -376,6 +387,82 @@ func messages() ([]Message, map[string][]byte, error) {
 	}
 	shapes["message-fanout"] = fan
 	return msgs, shapes, nil
+}
+
+// corrected writes the scenario's corrections: two batches (one item per
+// message, and four) whose run 1 ended with item 0 succeeded and item 1
+// failed, corrected by revision 2: run 2 started (the batch row holds the
+// revision) and item 1 marked with it (its item row's rev, its pack
+// entry's rv).
+func corrected(ctx context.Context, s batch.Store) error {
+	now := T0.Add(time.Second)
+	cost := pipeline.Cost{"calls": 1}
+	for _, k := range []int{1, PackK} {
+		id := BatchFixOne
+		if k > 1 {
+			id = BatchFixPack
+		}
+		b := Batch(id, k)
+		if _, err := s.CreateBatch(ctx, b); err != nil {
+			return fmt.Errorf("create %s: %w", id, err)
+		}
+		mark := batch.RevisionMark{Key: Key(1)}
+		if k == 1 {
+			for i := range 2 {
+				it, err := s.Reserve(ctx, batch.Reservation{BatchID: id, Key: Key(i), RunID: batch.RunID(id, Key(i)), Run: 1,
+					ListShards: b.ListShards, Now: T0, Lease: Lease})
+				if err != nil {
+					return fmt.Errorf("reserve %d: %w", i, err)
+				}
+				r := batch.Record{BatchID: id, Key: Key(i), RunID: batch.RunID(id, Key(i)), Run: 1, ListShards: b.ListShards,
+					Attempt: it.Attempt, Outcome: batch.OutcomeSucceeded, Output: json.RawMessage(`{"n":0}`), Cost: cost, Spent: cost, Now: now}
+				if i == 1 {
+					r.Outcome, r.Reason, r.Error, r.Output = batch.OutcomeFailed, batch.ReasonPermanent, "bad input", nil
+				}
+				if err := s.Record(ctx, r); err != nil {
+					return fmt.Errorf("item %d: %w", i, err)
+				}
+			}
+		} else {
+			ref := batch.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
+			var take, end []batch.PackItemWrite
+			for j := range PackK {
+				in := batch.ItemState{Key: Key(j), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
+				take = append(take, batch.PackItemWrite{Index: j, Item: in})
+				out := in
+				out.UpdatedAt, out.Spent, out.SpentRun, out.Cost = now, cost, 1, cost
+				out.Outcome, out.Output = batch.OutcomeSucceeded, json.RawMessage(fmt.Sprintf(`{"n":%d}`, j))
+				if j == 1 {
+					out.Outcome, out.Reason, out.Error, out.Output = batch.OutcomeFailed, batch.ReasonPermanent, "bad input", nil
+				}
+				end = append(end, batch.PackItemWrite{Index: j, Item: out, Was: batch.OutcomeInFlight})
+			}
+			if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, InFlight: PackK, Now: T0}); err != nil {
+				return fmt.Errorf("take pack: %w", err)
+			}
+			if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, Now: now}); err != nil {
+				return fmt.Errorf("write pack: %w", err)
+			}
+			mark.Pack, mark.PackFirst, mark.Index = true, 0, 1
+		}
+		if err := s.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, ReportKey: batch.ReportKey(id, 1),
+			Census: batch.Census{Total: Items, Succeeded: Items - 1, Failed: 1}, FinishedAt: now, ExpiresAt: now.Add(RowTTL)}); err != nil {
+			return fmt.Errorf("finish %s: %w", id, err)
+		}
+		at := T0.Add(2 * time.Second)
+		rev := batch.Revision{N: 2, Digest: digest([]byte(`{"key":"item-0000000001","input":{"n":1,"fixed":true}}` + "\n")), Items: 1, Run: 2,
+			Source: "inline", CreatedAt: at, CorrectionsKey: "batches/" + id + "/revisions/golden.corrections.jsonl",
+			ManifestKey: batch.RevisionsKey(id, 2, "golden.manifest.jsonl"), RunKey: batch.RevisionsKey(id, 2, "golden.run.jsonl"),
+			RunItems: int64(k), RunChunks: 1}
+		nb, err := s.StartCorrection(ctx, id, 1, rev, at)
+		if err != nil {
+			return fmt.Errorf("correct %s: %w", id, err)
+		}
+		if err := s.MarkRevision(ctx, nb, 2, []batch.RevisionMark{mark}); err != nil {
+			return fmt.Errorf("mark %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // scan reads every row of table, sorted by pk, then sk.

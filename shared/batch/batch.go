@@ -107,6 +107,13 @@ type Batch struct {
 	// StopOnThreshold: see SubmitRequest.StopOnThreshold; nil (rows
 	// written before the option existed) means true. Read it with EarlyStop.
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
+	// Revisions are the batch's corrections, oldest first (see Revision,
+	// Submitter.Correct); RunRevision is the revision the current run runs
+	// (a correction run: exactly its corrected keys), 0 for a run of the
+	// whole manifest.
+	Revisions   []Revision `json:"revisions,omitempty"`
+	RunRevision int        `json:"run_revision,omitempty"`
+
 	// SubmittedBy is who submitted the batch: the API caller's IAM
 	// identity (its ARN, from the request context), "s3-upload:{principal
 	// id}" for an upload under incoming/, or "schedule:{name}" for a
@@ -167,6 +174,10 @@ type Item struct {
 	Attempt     int     `json:"attempt"`            // the fence: counts every attempt, across runs
 	RunAttempts int     `json:"attempts"`           // attempts in the item's last run (0: settled without running)
 	Released    bool    `json:"released,omitempty"` // a quarantined item released for the next run
+	// Revision is the manifest revision of the item's input: 0 (absent)
+	// for the batch's own manifest, n ≥ 2 once a correction (Batch.Revisions)
+	// gave it a new input.
+	Revision int `json:"revision,omitempty"`
 	// Interrupted is set by Store.Reserve when it took the item over from
 	// an attempt whose lease expired without an outcome or a scheduled
 	// retry (a crash or a timeout): that attempt's effect is unknown.
@@ -426,12 +437,15 @@ type Report struct {
 	Threshold      Threshold    `json:"threshold"`
 	Verdict        Verdict      `json:"verdict"`
 	Manifest       Location     `json:"manifest"`
-	Results        Results      `json:"results"`
-	Outputs        string       `json:"outputs"` // s3:// prefix of the pipeline's output objects
-	CreatedAt      time.Time    `json:"created_at"`
-	RunStartedAt   time.Time    `json:"run_started_at"`
-	FinishedAt     time.Time    `json:"finished_at"`
-	Usage          Usage        `json:"usage"`
+	// Revision is the correction a correction run ran (Batch.Revisions);
+	// nil for a run of the whole manifest.
+	Revision     *Revision `json:"revision,omitempty"`
+	Results      Results   `json:"results"`
+	Outputs      string    `json:"outputs"` // s3:// prefix of the pipeline's output objects
+	CreatedAt    time.Time `json:"created_at"`
+	RunStartedAt time.Time `json:"run_started_at"`
+	FinishedAt   time.Time `json:"finished_at"`
+	Usage        Usage     `json:"usage"`
 }
 
 // Usage is what a run consumed of billed services, as far as bulkrun can
@@ -470,9 +484,13 @@ type Results struct {
 // how many attempts that run made (0: settled without running, such as an
 // item cancelled before it started).
 type ResultLine struct {
-	Key       string          `json:"key"`
-	Outcome   Outcome         `json:"outcome"`
-	Run       int             `json:"run"`
+	Key     string  `json:"key"`
+	Outcome Outcome `json:"outcome"`
+	Run     int     `json:"run"`
+	// Revision is the manifest revision whose input produced the outcome:
+	// 1 for the batch's own manifest, n ≥ 2 for a correction's
+	// (Batch.Revisions).
+	Revision  int             `json:"revision"`
 	Output    json.RawMessage `json:"output,omitempty"`
 	OutputRef string          `json:"output_ref,omitempty"`
 	Error     string          `json:"error,omitempty"`

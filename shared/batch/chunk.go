@@ -280,7 +280,7 @@ func (c *chunkWriters) resume() error {
 
 // resultLine is item it's line in the results of outcome o.
 func resultLine(it Item, o Outcome) ([]byte, error) {
-	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Run: it.Run, Output: it.Output, OutputRef: it.OutputRef,
+	line, err := json.Marshal(ResultLine{Key: it.Key, Outcome: o, Run: it.Run, Revision: max(it.Revision, 1), Output: it.Output, OutputRef: it.OutputRef,
 		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
 	return append(line, '\n'), err
 }
@@ -324,6 +324,15 @@ var errChunkEnds = errors.New("chunk ends")
 // pending (false); every other row counts with its outcome.
 func outcomeInRun(it Item, b Batch) (Outcome, bool) {
 	o := it.Outcome
+	if b.RunRevision >= 2 {
+		// A correction run: an item marked with its revision is pending
+		// until this run has taken it; every other item keeps the outcome
+		// an earlier run gave it (each key counted once, with its latest).
+		if it.Run < b.Run && it.Revision == b.RunRevision {
+			return "", false
+		}
+		return o, true
+	}
 	if it.Run < b.Run && (o == OutcomeFailed || o == OutcomeCancelled || o == OutcomeInFlight || o == OutcomeQuarantined && it.Released) {
 		return "", false
 	}

@@ -49,51 +49,100 @@ func (s *Submitter) Resume(ctx context.Context, id string) (Batch, error) {
 }
 
 // FanOut (re)sends the fan-out messages of the batch's current run, cut
-// from its stored manifest, and marks the run fanned out. Re-sent items are
-// deduplicated by their reservation, so it is safe to call again after an
-// interruption; the finalize tick does so for a run whose fan-out was lost.
+// from its stored manifest, and marks the run fanned out. A correction
+// run's corrected items are marked with its revision first
+// (Store.MarkRevision, idempotent). Re-sent items are deduplicated by
+// their reservation, so it is safe to call again after an interruption;
+// the finalize tick does so for a run whose fan-out was lost.
 func (s *Submitter) FanOut(ctx context.Context, b Batch) error {
-	chunks, err := s.chunks(ctx, b)
+	chunks, marks, err := s.chunks(ctx, b)
 	if err != nil {
 		return err
+	}
+	if len(marks) > 0 {
+		if err := s.Store.MarkRevision(ctx, b, b.RunRevision, marks); err != nil {
+			return fmt.Errorf("fan out %s run %d: %w", b.ID, b.Run, err)
+		}
 	}
 	return s.fanout(ctx, b, chunks)
 }
 
-// chunks cuts the stored manifest into fan-out chunks by reading it once
-// (streaming), or reads them from beside a manifest assembled from parts.
-func (s *Submitter) chunks(ctx context.Context, b Batch) ([]Chunk, error) {
-	if partsManifest(b.ManifestKey) {
+// chunks cuts the current run's manifest (Batch.RunManifestKey) into
+// fan-out chunks by reading it once (streaming), or reads them from
+// beside a manifest assembled from parts, and returns where its corrected
+// items live (a correction run's; none otherwise).
+func (s *Submitter) chunks(ctx context.Context, b Batch) ([]Chunk, []RevisionMark, error) {
+	key := b.RunManifestKey()
+	if partsManifest(key) {
 		var chunks []Chunk
-		found, err := getJSON(ctx, s.Blobs, chunksKey(b.ManifestKey), &chunks)
+		found, err := getJSON(ctx, s.Blobs, chunksKey(key), &chunks)
 		if err != nil {
-			return nil, fmt.Errorf("read the chunks of %s: %w", b.ManifestKey, err)
+			return nil, nil, fmt.Errorf("read the chunks of %s: %w", key, err)
 		}
 		if found {
-			return chunks, nil
+			return chunks, nil, nil
 		}
 	}
-	rc, err := s.Blobs.Open(ctx, s.Blobs.Bucket(), b.ManifestKey)
+	rc, err := s.Blobs.Open(ctx, s.Blobs.Bucket(), key)
 	if err != nil {
-		return nil, fmt.Errorf("open manifest: %w", err)
+		return nil, nil, fmt.Errorf("open manifest: %w", err)
 	}
 	defer rc.Close()
-	per := int64(s.ChunkItems)
-	if per <= 0 {
-		per = DefaultChunkItems
-	}
-	cut := chunkCutter{per: per}
-	err = ReadManifestLines(rc, 0, func(_ ManifestLine, _, length int64) error {
-		cut.line(length)
-		return nil
+	cut := chunker{per: int64(s.ChunkItems)}
+	var keys []string
+	index := map[string]int64{}
+	err = ReadManifestLines(rc, 0, func(l ManifestLine, off, length int64) error {
+		if l.Corrected && l.Index != nil {
+			keys = append(keys, l.Key)
+			index[l.Key] = *l.Index
+		}
+		return cut.add(l, off, length)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if cut.count != b.ItemCount {
-		return nil, fmt.Errorf("manifest %s holds %d items, the batch %d", b.ManifestKey, cut.count, b.ItemCount)
+	if cut.n != b.RunItems() {
+		return nil, nil, fmt.Errorf("manifest %s holds %d items, the run %d", key, cut.n, b.RunItems())
 	}
-	return cut.chunks, nil
+	return cut.chunks, correctionMarks(b, keys, index, cut.perItems()), nil
+}
+
+// chunker cuts manifest lines into fan-out chunks: a chunk ends every per
+// items of the batch's manifest (DefaultChunkItems when per ≤ 0), so that
+// packs (K consecutive items from a chunk's first) have fixed boundaries;
+// in a correction run's manifest, whose lines carry their manifest index,
+// a chunk also ends where an index skips, and starts at its first line's
+// index, so that its packs are the batch's own.
+type chunker struct {
+	per    int64
+	n      int64 // lines read
+	prev   int64
+	chunks []Chunk
+}
+
+// perItems is the items a chunk holds at most.
+func (c *chunker) perItems() int64 {
+	if c.per <= 0 {
+		return DefaultChunkItems
+	}
+	return c.per
+}
+
+func (c *chunker) add(l ManifestLine, off, length int64) error {
+	per := c.perItems()
+	i := c.n
+	if l.Index != nil {
+		i = *l.Index
+	}
+	if c.n == 0 || i != c.prev+1 || i%per == 0 {
+		c.chunks = append(c.chunks, Chunk{Offset: off, FirstIndex: i})
+	}
+	ch := &c.chunks[len(c.chunks)-1]
+	ch.Length += length
+	ch.Count++
+	c.n++
+	c.prev = i
+	return nil
 }
 
 // Control carries out a caller's commands on existing batches: cancel,

@@ -96,7 +96,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 // terminal item) writes its streaks to a lane at random: one write, as
 // a counted message batch's.
 func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outcomes map[Outcome]int64, cost, spent pipeline.CostSum, h health) {
-	lanes := b.CounterLanes
+	lanes := b.RunLanes()
 	judge := b.Stop == "" && b.EarlyStop() && b.Threshold.Limited()
 	var tolerated, quantum int64
 	if judge {
@@ -114,7 +114,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outc
 			return
 		}
 		p := rand.IntN(max(1, lanes))
-		got, err := w.Store.CountLane(ctx, LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: LaneTarget(b.ItemCount, lanes, p),
+		got, err := w.Store.CountLane(ctx, LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: LaneTarget(b.RunItems(), lanes, p),
 			Outcomes: map[Outcome]int64{}, Streaks: streaks, Token: newToken(), Now: w.Clock.Now()})
 		if err != nil {
 			log.Warn("count failure streaks", "error", err.Error(), "lane", p)
@@ -138,7 +138,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b Batch, outc
 			return
 		}
 		part := takeOutcomes(left, room)
-		c := LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: LaneTarget(b.ItemCount, lanes, p),
+		c := LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: LaneTarget(b.RunItems(), lanes, p),
 			Outcomes: part, Failures: part[OutcomeFailed] + part[OutcomeQuarantined], Cost: cost, Spent: spent,
 			Answered: answered, Streaks: streaks, Token: newToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
@@ -386,7 +386,7 @@ func (w *Worker) countChunks(ctx context.Context, dones []done, weight int64) {
 		log := w.Log.With("batch_id", k.id, "run", k.run)
 		judge := a.failures > 0 && a.b.Stop == "" && a.b.EarlyStop() && a.b.Threshold.Limited()
 		c, err := w.Store.CountChunk(ctx, ChunkCount{BatchID: k.id, Run: k.run, First: k.first, Items: k.items,
-			Chunks: a.b.Chunks, Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
+			Chunks: a.b.RunChunks(), Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
 			RunFailures: judge, Cost: a.cost, Spent: a.spent, Now: w.Clock.Now()})
 		if err != nil {
 			log.Warn("count progress", "error", err.Error())

@@ -65,6 +65,15 @@ func CensusOf(ctx context.Context, store Store, b Batch, each func(Item, Outcome
 	return c, nil
 }
 
+// runRevision is the revision of b's current run (a correction run), nil
+// for a run of the whole manifest.
+func runRevision(b Batch) *Revision {
+	if r, ok := b.Revision(b.RunRevision); ok {
+		return &r
+	}
+	return nil
+}
+
 // Finalizer writes a run's results and report once every item is terminal,
 // and moves the batch to its final status. Safe for concurrent use; any
 // number of concurrent or repeated calls for one run write one report.
@@ -259,6 +268,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		NeedsAttention: census.NeedsAttention(), Census: census,
 		Threshold: b.Threshold, Verdict: verdict,
 		Manifest:     Location{URI: "s3://" + bucket + "/" + b.ManifestKey, Digest: b.Digest, Bytes: b.ManifestBytes},
+		Revision:     runRevision(b),
 		Results:      results,
 		Outputs:      "s3://" + bucket + "/" + OutputsPrefix(id),
 		CreatedAt:    b.CreatedAt,
@@ -425,7 +435,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		if last.Before(b.RunStartedAt) {
 			last = b.RunStartedAt
 		}
-		if p.Done < b.ItemCount && (now.Sub(last) < stall || b.Pause != nil && now.Sub(last)%PausedStall >= stall) {
+		if p.Done < b.RunItems() && (now.Sub(last) < stall || b.Pause != nil && now.Sub(last)%PausedStall >= stall) {
 			// Counters still short: moving, or standing still while
 			// paused (its items wait for the pause, nothing is lost), when
 			// the rows are counted only once per PausedStall.

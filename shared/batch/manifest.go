@@ -20,6 +20,12 @@ import (
 type ManifestLine struct {
 	Key   string          `json:"key"`
 	Input json.RawMessage `json:"input"`
+	// Index and Corrected are set in a correction run's manifest only
+	// (Revision.RunKey): the line's index in the batch's manifest, and
+	// whether the line is a corrected item (else another item of its
+	// pack, counted without running). Other manifests omit them.
+	Index     *int64 `json:"i,omitempty"`
+	Corrected bool   `json:"c,omitempty"`
 }
 
 // DefaultChunkItems is how many items one fan-out message covers.

@@ -142,3 +142,10 @@ func FailBlobs(m *partBlobs, f func(op, key string) error) {
 	defer m.mu.Unlock()
 	m.failKey = f
 }
+
+// Keys lists the keys under prefix, in order.
+func (m *partBlobs) Keys(prefix string) []string {
+	var keys []string
+	_ = m.List(context.Background(), "", prefix, func(o ObjectInfo) error { keys = append(keys, o.Key); return nil })
+	return keys
+}

@@ -17,7 +17,11 @@ import (
 // COUNT#{id}#{run}#{lane}, LANE) instead of per fan-out chunk (batches of
 // versions 0 and 1, without counter_lanes, keep counting per chunk until
 // their runs finish), and a pack item's attention row carries no index
-// keys (apk, ask): listings read the ATTN partitions. Code meeting a version
+// keys (apk, ask): listings read the ATTN partitions. Version 2 also adds
+// corrections: the batch row's revisions and run_revision, an item row's
+// rev, a pack entry's rv, and a correction run manifest's i and c (a
+// release of version 1 must not run a correction run, whose items it
+// would take for a resume's). Code meeting a version
 // above its own leaves the message on the queue and refuses the row
 // (docs/operations.md, "Upgrading with batches in flight"); golden files
 // pin every version's shapes (internal/formats/testdata).

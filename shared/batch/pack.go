@@ -308,7 +308,12 @@ type ItemState struct {
 	// earlier run's outcome, was counted toward the run's progress (the
 	// count mark of one item per message, kept in the row).
 	CountedRun int
-	UpdatedAt  time.Time
+	// Revision is the manifest revision whose input the item runs with
+	// (Batch.Revisions): 0 for the batch's own manifest, n ≥ 2 once a
+	// correction gave it a new input. Set by Store.MarkRevision, kept by
+	// every other write.
+	Revision  int
+	UpdatedAt time.Time
 }
 
 // Attention reports whether the item is listed as needing attention
@@ -324,7 +329,7 @@ func (s ItemState) Item(batchID string) Item {
 		BatchID: batchID, Key: s.Key, RunID: RunID(batchID, s.Key), Run: s.Run, Outcome: s.Outcome,
 		Attempt: s.Attempt, RunAttempts: max(0, s.RunAttempts()), Released: s.Released,
 		Output: s.Output, OutputRef: s.OutputRef, Error: s.Error, Reason: s.Reason, Cost: s.Cost,
-		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt, ThrottledSince: s.ThrottledSince,
+		Spent: s.Spent, SpentRun: s.SpentRun, UpdatedAt: s.UpdatedAt, ThrottledSince: s.ThrottledSince, Revision: s.Revision,
 	}
 	if s.Outcome == "" || s.Attempt == 0 {
 		it.RunAttempts = 0

@@ -29,7 +29,12 @@ import (
 // and a terminal outcome does not move. A new run (resume) makes failed,
 // cancelled and interrupted items, and released quarantined ones, pending
 // again; succeeded and unreleased quarantined items keep their outcome and
-// are counted once in the new run.
+// are counted once in the new run. A correction run (revision rev ≥ 2,
+// Submitter.Correct) makes pending exactly the items marked with its
+// revision (Store.MarkRevision: failed, quarantined or cancelled ones,
+// whose corrected input it runs); every other item of its messages (the
+// others of a marked item's pack) keeps its outcome, whatever it is, and
+// is counted once.
 
 // Mode is what a delivery does with the items of its unit.
 type Mode int
@@ -65,22 +70,30 @@ const (
 )
 
 // Plan decides what a delivery of run `run` in mode does with an item
-// whose state is s; live reports that s's lease (the item row's, or its
-// pack row's) has not ended. interrupted reports a StepRun item in flight
-// in this run without a scheduled retry: its last attempt's outcome is
-// unknown (a crash or a timeout).
+// whose state is s; rev is the run's revision (Batch.RunRevision: 0 for a
+// run of the whole manifest, n ≥ 2 for a correction run); live reports
+// that s's lease (the item row's, or its pack row's) has not ended.
+// interrupted reports a StepRun item in flight in this run without a
+// scheduled retry: its last attempt's outcome is unknown (a crash or a
+// timeout).
 //
 // An item is fresh to the run when it has no state, or an earlier run
 // left it failed, cancelled, in flight (interrupted) or quarantined and
-// released. DynamoDB's conditions spell the same rules: Store.Reserve
-// takes exactly the items Plan gives StepRun in ModeRun, Store.Settle the
-// items it gives StepSettle in ModeSettle, Store.SettleUnstarted those it
-// gives StepSettle in ModeUnstarted.
-func Plan(s ItemState, run int, mode Mode, live bool) (step Step, interrupted bool) {
+// released — in a correction run, when an earlier run left it marked with
+// the run's revision, and only then. DynamoDB's conditions spell the same
+// rules: Store.Reserve takes exactly the items Plan gives StepRun in
+// ModeRun, Store.Settle the items it gives StepSettle in ModeSettle,
+// Store.SettleUnstarted those it gives StepSettle in ModeUnstarted.
+func Plan(s ItemState, run, rev int, mode Mode, live bool) (step Step, interrupted bool) {
 	o := s.Outcome
 	fresh := o == "" || s.Run < run && (o == OutcomeFailed || o == OutcomeCancelled || o == OutcomeInFlight || o == OutcomeQuarantined && s.Released)
-	inFlight := s.Run == run && o == OutcomeInFlight
 	kept := s.Run < run && (o == OutcomeSucceeded || o == OutcomeQuarantined && !s.Released)
+	if rev >= 2 {
+		marked := s.Run < run && s.Revision == rev
+		fresh = o == "" || marked
+		kept = s.Run < run && !marked && o.Terminal()
+	}
+	inFlight := s.Run == run && o == OutcomeInFlight
 	switch {
 	case mode == ModeUnstarted && fresh:
 		return StepSettle, false

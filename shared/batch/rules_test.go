@@ -43,12 +43,56 @@ func TestPlan(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for mode, want := range map[Mode]Step{ModeRun: tt.run, ModeSettle: tt.settle, ModeUnstarted: tt.unstrt} {
-				got, interrupted := Plan(tt.s, run, mode, tt.live)
+				got, interrupted := Plan(tt.s, run, 0, mode, tt.live)
 				if got != want || mode == ModeRun && interrupted != tt.interrupted {
 					t.Errorf("mode %d: step %d interrupted %v, want %d %v", mode, got, interrupted, want, tt.interrupted && mode == ModeRun)
 				}
 			}
 		})
+	}
+}
+
+// TestPlanCorrectionRun guards the item rules of a correction run (its
+// revision 3, run 2): exactly the items an earlier run left marked with
+// its revision run (or are settled when the run stops); every other item
+// of its messages — succeeded, failed, quarantined or cancelled, marked
+// with an earlier revision or none — keeps its outcome and is counted
+// once; an item of this run follows the rules of any run.
+func TestPlanCorrectionRun(t *testing.T) {
+	const run, rev = 2, 3
+	tests := []struct {
+		name                string
+		s                   ItemState
+		run, settle, unstrt Step
+	}{
+		{"failed in run 1, marked", ItemState{Run: 1, Outcome: OutcomeFailed, Revision: rev}, StepRun, StepSettle, StepSettle},
+		{"quarantined in run 1, marked", ItemState{Run: 1, Outcome: OutcomeQuarantined, Revision: rev}, StepRun, StepSettle, StepSettle},
+		{"cancelled in run 1, marked", ItemState{Run: 1, Outcome: OutcomeCancelled, Revision: rev}, StepRun, StepSettle, StepSettle},
+		{"failed in run 1, not marked", ItemState{Run: 1, Outcome: OutcomeFailed}, StepCount, StepCount, StepNone},
+		{"failed in run 1, an earlier revision", ItemState{Run: 1, Outcome: OutcomeFailed, Revision: 2}, StepCount, StepCount, StepNone},
+		{"cancelled in run 1, not marked", ItemState{Run: 1, Outcome: OutcomeCancelled}, StepCount, StepCount, StepNone},
+		{"released quarantined in run 1, not marked", ItemState{Run: 1, Outcome: OutcomeQuarantined, Released: true}, StepCount, StepCount, StepNone},
+		{"succeeded in run 1", ItemState{Run: 1, Outcome: OutcomeSucceeded}, StepCount, StepCount, StepNone},
+		{"failed in run 1, not marked, counted", ItemState{Run: 1, Outcome: OutcomeFailed, CountedRun: 2}, StepNone, StepNone, StepNone},
+		{"succeeded in run 2 (the marked item ran)", ItemState{Run: 2, Outcome: OutcomeSucceeded, Revision: rev}, StepNone, StepNone, StepNone},
+		{"in flight in run 2, retry scheduled", ItemState{Run: 2, Outcome: OutcomeInFlight, Retry: true, Revision: rev}, StepRun, StepSettle, StepNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for mode, want := range map[Mode]Step{ModeRun: tt.run, ModeSettle: tt.settle, ModeUnstarted: tt.unstrt} {
+				if got, _ := Plan(tt.s, run, rev, mode, false); got != want {
+					t.Errorf("mode %d: step %d, want %d", mode, got, want)
+				}
+			}
+		})
+	}
+	// Start and Settled keep the revision: the item runs with its input.
+	marked := ItemState{Key: "k", Run: 1, Outcome: OutcomeFailed, Attempt: 1, FirstAttempt: 1, Revision: rev}
+	if s := Start(marked, run, time.Time{}); s.Revision != rev {
+		t.Errorf("Start dropped the revision: %+v", s)
+	}
+	if s := Settled(marked, run, OutcomeCancelled, ReasonCancel, "stop", time.Time{}); s.Revision != rev {
+		t.Errorf("Settled dropped the revision: %+v", s)
 	}
 }
 

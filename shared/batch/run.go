@@ -123,7 +123,7 @@ func itemLog(log *slog.Logger, b Batch, m *unitMessage, s ItemState) *slog.Logge
 	if m.Packed {
 		log = log.With("key", s.Key)
 	}
-	return log.With("run_id", RunID(b.ID, s.Key), "attempt", s.Attempt)
+	return log.With("run_id", RunIDOf(b.ID, s.Key, s.Revision), "attempt", s.Attempt)
 }
 
 // endUnit writes the endings of the unit's attempts under its fence and
@@ -287,7 +287,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	}
 	start := w.Clock.Now()
 	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
-		BatchID: b.ID, Key: s.Key, RunID: RunID(b.ID, s.Key), Attempt: s.Attempt, Input: r.input,
+		BatchID: b.ID, Key: s.Key, RunID: RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
 	// Staging ends with Run, whatever its result: a write staged later (by
@@ -312,7 +312,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil
 	if perr == nil {
 		err := w.persist(ctx, log, "store output", func() (err error) {
-			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, RunID(b.ID, s.Key), res.Output)
+			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, RunIDOf(b.ID, s.Key, s.Revision), res.Output)
 			return err
 		})
 		a.Err = err // transient: the S3 write failed

@@ -142,9 +142,23 @@ type Store interface {
 	// check wins.
 	ClaimProbe(ctx context.Context, c ProbeClaim) error
 	// StartRun starts run from+1 of a finished batch (status running,
-	// not fanned out, no stop) and returns the batch; ErrConflict when the
-	// batch is not at run from or is still running.
+	// not fanned out, no stop, no run revision) and returns the batch;
+	// ErrConflict when the batch is not at run from or is still running.
 	StartRun(ctx context.Context, id string, from int, now time.Time) (Batch, error)
+	// StartCorrection is StartRun for a correction: it also appends rev to
+	// the batch's revisions and makes it the run's (RunRevision), rev.Run
+	// being from+1. ErrConflict as StartRun.
+	StartCorrection(ctx context.Context, id string, from int, rev Revision, now time.Time) (Batch, error)
+	// MarkRevision gives the items of marks revision rev's input for run
+	// b.Run (a correction run, started): each item row or pack entry gets
+	// Revision rev, only if an earlier run left it failed, quarantined or
+	// cancelled, or it has rev already (idempotent). Else the error wraps
+	// ErrConflict, naming the key; the marks made stay (a repeat makes
+	// them again).
+	MarkRevision(ctx context.Context, b Batch, rev int, marks []RevisionMark) error
+	// ReadItems reads the item rows of keys (one item per message; a key
+	// without a row is left out), strongly consistent, in any order.
+	ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]Item, error)
 	// ReleaseItem marks a quarantined item released for the next run;
 	// ErrNotFound without a row, ErrConflict when it is not quarantined.
 	// listShards is the batch's Batch.ListShards (where its row lives).
@@ -246,10 +260,13 @@ type RetentionMarker struct {
 
 // Reservation asks Store.Reserve for an item.
 type Reservation struct {
-	BatchID    string
-	Key        string
-	RunID      string
-	Run        int
+	BatchID string
+	Key     string
+	RunID   string
+	Run     int
+	// Revision is the run's revision (Batch.RunRevision): ≥ 2 for a
+	// correction run, whose fresh items are those marked with it (Plan).
+	Revision   int
 	ListShards int // Batch.ListShards: which partition holds the row
 	Now        time.Time
 	Lease      time.Duration
@@ -268,6 +285,7 @@ type Record struct {
 	Key        string
 	RunID      string
 	Run        int
+	Revision   int // the run's revision (Batch.RunRevision; Settle, SettleUnstarted: see Reservation)
 	ListShards int
 	Attempt    int // the fence (Record, Release); ignored by Settle
 	Outcome    Outcome

@@ -593,7 +593,7 @@ func (s *Submitter) fanout(ctx context.Context, b Batch, chunks []Chunk) error {
 	} else {
 		bodies := make([][]byte, 0, len(chunks))
 		for i := range chunks {
-			body, err := Message{Kind: KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.ManifestKey, Chunk: &chunks[i]}.Body()
+			body, err := Message{Kind: KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.RunManifestKey(), Chunk: &chunks[i]}.Body()
 			if err != nil {
 				return err
 			}

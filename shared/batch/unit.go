@@ -122,7 +122,7 @@ type itemUnit struct {
 }
 
 func (u *itemUnit) record(now time.Time) Record {
-	return Record{BatchID: u.b.ID, Key: u.key, RunID: RunID(u.b.ID, u.key), Run: u.b.Run, ListShards: u.b.ListShards, Now: now}
+	return Record{BatchID: u.b.ID, Key: u.key, RunID: RunID(u.b.ID, u.key), Run: u.b.Run, Revision: u.b.RunRevision, ListShards: u.b.ListShards, Now: now}
 }
 
 // take reserves the item (Store.Reserve: one conditional write, no read)
@@ -140,11 +140,11 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 		if err := t.prepare([]int{0}); err != nil {
 			return nil, err
 		}
-		it, err = w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: u.key, RunID: RunID(b.ID, u.key), Run: b.Run, ListShards: b.ListShards, Now: now, Lease: w.Lease,
+		it, err = w.Store.Reserve(ctx, Reservation{BatchID: b.ID, Key: u.key, RunID: RunID(b.ID, u.key), Run: b.Run, Revision: b.RunRevision, ListShards: b.ListShards, Now: now, Lease: w.Lease,
 			Redelivered: t.redelivered})
 		if err == nil {
 			s := ItemState{Key: u.key, Run: b.Run, Outcome: OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1,
-				ThrottledSince: it.ThrottledSince, UpdatedAt: now}
+				ThrottledSince: it.ThrottledSince, Revision: it.Revision, UpdatedAt: now}
 			if len(it.Spent) > 0 {
 				s.Spent, s.SpentRun = it.Spent, b.Run // this run's earlier attempts
 			}
@@ -256,7 +256,7 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 				s.Key = mi.Key
 			}
 			h.was[j], h.items[j] = s, s
-			h.steps[j], h.interrupted[j] = Plan(s, b.Run, t.mode, false)
+			h.steps[j], h.interrupted[j] = Plan(s, b.Run, b.RunRevision, t.mode, false)
 			switch h.steps[j] {
 			case StepRun:
 				h.items[j] = Start(s, b.Run, now)

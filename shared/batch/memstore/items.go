@@ -38,12 +38,12 @@ func (s *Store) row(batchID, key string) *row {
 // plan is batch.Plan for the row of r's item (nil: no row): the in-memory
 // store takes and refuses exactly what the item rules say, as DynamoDB's
 // conditions do (the conformance suite checks both).
-func (s *Store) plan(batchID, key string, listShards, run int, mode batch.Mode, now time.Time) (*row, batch.Step, bool) {
+func (s *Store) plan(batchID, key string, listShards, run, rev int, mode batch.Mode, now time.Time) (*row, batch.Step, bool) {
 	cur := s.row(batchID, key)
 	if cur == nil {
 		cur = &row{batchID: batchID, s: batch.ItemState{Key: key}, shard: batch.Shard(key, listShards)}
 	}
-	step, interrupted := batch.Plan(cur.s, run, mode, !cur.leaseUntil.IsZero() && cur.leaseUntil.UnixMilli() >= now.UnixMilli())
+	step, interrupted := batch.Plan(cur.s, run, rev, mode, !cur.leaseUntil.IsZero() && cur.leaseUntil.UnixMilli() >= now.UnixMilli())
 	return cur, step, interrupted
 }
 
@@ -70,7 +70,7 @@ func (s *Store) stored(batchID, key string) batch.Item {
 func (s *Store) Reserve(_ context.Context, r batch.Reservation) (batch.Item, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, step, interrupted := s.plan(r.BatchID, r.Key, r.ListShards, r.Run, batch.ModeRun, r.Now)
+	cur, step, interrupted := s.plan(r.BatchID, r.Key, r.ListShards, r.Run, r.Revision, batch.ModeRun, r.Now)
 	if step != batch.StepRun {
 		return s.stored(r.BatchID, r.Key), conflictf("reserve %s/%s", r.BatchID, r.Key)
 	}
@@ -80,7 +80,7 @@ func (s *Store) Reserve(_ context.Context, r batch.Reservation) (batch.Item, err
 	s.put(cur)
 	it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
 		Attempt: cur.s.Attempt, LeaseUntil: cur.leaseUntil, UpdatedAt: ms(r.Now), RunAttempts: cur.s.RunAttempts(), Interrupted: interrupted,
-		ThrottledSince: cur.s.ThrottledSince}
+		ThrottledSince: cur.s.ThrottledSince, Revision: cur.s.Revision}
 	if was.Run == r.Run && was.SpentRun == r.Run && len(was.Spent) > 0 {
 		it.Spent, it.SpentRun = maps.Clone(was.Spent), r.Run
 	}
@@ -171,7 +171,7 @@ func (s *Store) settle(r batch.Record, mode batch.Mode) (batch.Item, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, step, _ := s.plan(r.BatchID, r.Key, r.ListShards, r.Run, mode, r.Now)
+	cur, step, _ := s.plan(r.BatchID, r.Key, r.ListShards, r.Run, r.Revision, mode, r.Now)
 	if step != batch.StepSettle {
 		return s.stored(r.BatchID, r.Key), conflictf("settle %s/%s", r.BatchID, r.Key)
 	}
@@ -199,4 +199,45 @@ func (s *Store) ReleaseItem(_ context.Context, batchID string, _ int, key string
 	}
 	cur.s.Released = true
 	return nil
+}
+
+// markable: an earlier run than run left the item failed, quarantined or
+// cancelled, or it has revision rev already.
+func markable(st batch.ItemState, run, rev int) bool {
+	return st.Revision == rev || st.Run < run && (st.Outcome == batch.OutcomeFailed || st.Outcome == batch.OutcomeQuarantined || st.Outcome == batch.OutcomeCancelled)
+}
+
+// MarkRevision implements batch.Store.
+func (s *Store) MarkRevision(_ context.Context, b batch.Batch, rev int, marks []batch.RevisionMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range marks {
+		var st *batch.ItemState
+		if m.Pack {
+			p := s.packs[b.ID][m.PackFirst]
+			if p != nil && m.Index < len(p.p.Items) && p.p.Items[m.Index].Key == m.Key {
+				st = &p.p.Items[m.Index]
+			}
+		} else if r := s.row(b.ID, m.Key); r != nil {
+			st = &r.s
+		}
+		if st == nil || !markable(*st, b.Run, rev) {
+			return conflictf("mark %s/%s with revision %d", b.ID, m.Key, rev)
+		}
+		st.Revision = rev
+	}
+	return nil
+}
+
+// ReadItems implements batch.Store.
+func (s *Store) ReadItems(_ context.Context, batchID string, _ int, keys []string) ([]batch.Item, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []batch.Item
+	for _, k := range keys {
+		if r := s.row(batchID, k); r != nil {
+			out = append(out, r.view())
+		}
+	}
+	return out, nil
 }

@@ -363,6 +363,7 @@ func clone(b batch.Batch) batch.Batch {
 		b.Pause = &p
 	}
 	b.Options, b.Request = slices.Clone(b.Options), slices.Clone(b.Request)
+	b.Revisions = slices.Clone(b.Revisions)
 	return b
 }
 
@@ -569,7 +570,21 @@ func (s *Store) StartRun(_ context.Context, id string, from int, now time.Time) 
 	b.Stop, b.StopDetail, b.StopRan, b.StopFailures = "", "", 0, 0
 	b.Failure, b.FinalizeFailures = "", 0
 	b.Pause, b.Pauses = nil, 0
+	b.RunRevision = 0
 	s.running[id] = from + 1
+	return clone(*b), nil
+}
+
+// StartCorrection implements batch.Store.
+func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev batch.Revision, now time.Time) (batch.Batch, error) {
+	if _, err := s.StartRun(ctx, id, from, now); err != nil {
+		return batch.Batch{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _ := s.batch(id)
+	b.Revisions = append(slices.Clone(b.Revisions), rev)
+	b.RunRevision = rev.N
 	return clone(*b), nil
 }
 

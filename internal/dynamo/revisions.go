@@ -1,0 +1,111 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// markable is the condition of MarkRevision on an item's state, its
+// attributes named by outcome, run and rev (an item row's, or a pack
+// entry's o, r and rv):
+//
+//	rev = :rev OR (run < :run AND outcome IN (failed, quarantined, cancelled))
+func markable(outcome, run, rev expression.NameBuilder, atRun, atRev int) expression.ConditionBuilder {
+	return expression.Or(
+		rev.Equal(expression.Value(atRev)),
+		expression.And(run.LessThan(expression.Value(atRun)),
+			expression.In(outcome, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeQuarantined)),
+				expression.Value(string(batch.OutcomeCancelled)))),
+	)
+}
+
+// markWorkers is how many MarkRevision updates go at once.
+const markWorkers = 16
+
+// MarkRevision sets rev on each item of marks with one conditional
+// UpdateItem each, markWorkers at a time: an item row's rev attribute, or
+// entry i{Index}.rv of its pack row (conditioned also on the entry's key),
+// under markable (see batch.Store). A lost condition names the key and
+// wraps batch.ErrConflict; the marks made stay (they are idempotent).
+func (s *Store) MarkRevision(ctx context.Context, b batch.Batch, rev int, marks []batch.RevisionMark) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(markWorkers)
+	for _, m := range marks {
+		g.Go(func() error { return s.mark(ctx, b, rev, m) })
+	}
+	return g.Wait()
+}
+
+// mark is MarkRevision's update of one item.
+func (s *Store) mark(ctx context.Context, b batch.Batch, rev int, m batch.RevisionMark) error {
+	var cond expression.ConditionBuilder
+	var set expression.UpdateBuilder
+	var k map[string]types.AttributeValue
+	if m.Pack {
+		item := expression.Name(packItemAttr(m.Index))
+		at := func(n string) expression.NameBuilder { return item.AppendName(expression.Name(n)) }
+		cond = expression.And(at("k").Equal(expression.Value(m.Key)), markable(at("o"), at("r"), at("rv"), b.Run, rev))
+		set = expression.Set(at("rv"), expression.Value(rev))
+		k = packKey(batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: m.PackFirst})
+	} else {
+		cond = expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
+			markable(expression.Name(attrOutcome), expression.Name(attrRun), expression.Name(attrRevision), b.Run, rev))
+		set = expression.Set(expression.Name(attrRevision), expression.Value(rev))
+		k = itemKey(b.ID, b.ListShards, m.Key)
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(set).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, k, expr, types.ReturnValueNone); err != nil {
+		if errors.Is(err, batch.ErrConflict) {
+			return fmt.Errorf("mark %s/%s with revision %d: not failed, quarantined or cancelled in an earlier run: %w", b.ID, m.Key, rev, err)
+		}
+		return fmt.Errorf("mark %s/%s with revision %d: %w", b.ID, m.Key, rev, err)
+	}
+	return nil
+}
+
+// ReadItems reads the item rows of keys with strongly consistent
+// BatchGetItem calls of at most 100 keys, re-asking for the keys DynamoDB
+// leaves unprocessed (see batch.Store).
+func (s *Store) ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]batch.Item, error) {
+	var out []batch.Item
+	for start := 0; start < len(keys); start += 100 {
+		var ks []map[string]types.AttributeValue
+		for _, k := range keys[start:min(start+100, len(keys))] {
+			ks = append(ks, itemKey(batchID, listShards, k))
+		}
+		for tries := 0; len(ks) > 0; tries++ {
+			if tries == 10 {
+				return nil, fmt.Errorf("read items of %s: %d keys left unprocessed: %w", batchID, len(ks), batch.ErrUnavailable)
+			}
+			c, cancel := s.ctx(ctx)
+			res, err := s.db.BatchGetItem(c, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				s.table: {Keys: ks, ConsistentRead: aws.Bool(true)}}})
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("read items of %s: %w", batchID, err)
+			}
+			for _, av := range res.Responses[s.table] {
+				it, err := itemFrom(batchID, av)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, it)
+			}
+			ks = res.UnprocessedKeys[s.table].Keys
+		}
+	}
+	return out, nil
+}
