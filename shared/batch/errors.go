@@ -106,8 +106,16 @@ type MismatchError struct {
 	Given   string
 }
 
+// Error says what differs; for another manifest it also says what to do:
+// to run some items again with fixed inputs, send only those items as
+// corrections (POST /batches/{id}/corrections, bulkrun correct); for
+// other items, a new batch id.
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("batch %s exists with another %s (stored %s, given %s)", e.BatchID, e.Field, e.Stored, e.Given)
+	msg := fmt.Sprintf("batch %s exists with another %s (stored %s, given %s)", e.BatchID, e.Field, e.Stored, e.Given)
+	if e.Field == "manifest_digest" {
+		msg += fmt.Sprintf("; to run failed items again with fixed inputs, send just those items as corrections (bulkrun correct %s FILE, POST /batches/%s/corrections); other items are a new batch with another id", e.BatchID, e.BatchID)
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrBatchMismatch) true.

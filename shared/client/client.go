@@ -359,6 +359,17 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	return v, err
 }
 
+// Correct sends corrected inputs for items of a finished batch (POST
+// /batches/{id}/corrections, batch.Submitter.Correct): the answer is the
+// batch at its correction run and the revision; Created false when the
+// same corrections were given before (no new run). Retried like any call:
+// the same corrections are one revision.
+func (c *Client) Correct(ctx context.Context, id string, req batch.CorrectRequest) (wire.CorrectionView, error) {
+	var v wire.CorrectionView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/corrections", req, &v)
+	return v, err
+}
+
 // Cancel stops the batch's current run.
 func (c *Client) Cancel(ctx context.Context, id string) (wire.BatchView, error) {
 	var v wire.BatchView

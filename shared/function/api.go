@@ -44,6 +44,7 @@ const MaxRequestBytes = 6 << 20
 //	POST   /batches/{id}/cancel              stop the current run (202)
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
 //	POST   /batches/{id}/unpause             end the run's pause (202)
+//	POST   /batches/{id}/corrections         corrected inputs: a revision and its run (202; 200 the same corrections again)
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
 //	DELETE /batches/{id}                     forget the batch and all it owns (204)
 //
@@ -124,6 +125,8 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Pause)})
 	case "unpause":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Unpause)})
+	case "corrections":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.correct})
 	}
 	key, ok := strings.CutPrefix(tail, "items/")
 	if !ok {
@@ -204,26 +207,57 @@ func (a *API) errorAnswer(w http.ResponseWriter, err error) {
 	writeError(w, status, body)
 }
 
-func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+// readBody decodes the request's JSON body into v (no unknown field, no
+// content after it, at most MaxRequestBytes), answering the error itself
+// when it cannot and returning false.
+func (a *API) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
 	if err != nil {
 		a.errorAnswer(w, err)
-		return
+		return false
 	}
 	if len(body) > MaxRequestBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Field: "body",
 			Message: fmt.Sprintf("body over %d bytes (6 MB, Lambda's synchronous invocation payload limit): put the items in S3 and name the object", MaxRequestBytes)})
-		return
+		return false
 	}
-	var req batch.SubmitRequest
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: " + err.Error(), Field: jsonField(err)})
-		return
+		return false
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "request body: content after the JSON object"})
+		return false
+	}
+	return true
+}
+
+// correct is POST /batches/{id}/corrections (batch.Submitter.Correct): 202
+// with the batch at its correction run and the revision; 200 when the same
+// corrections were given before (no new run).
+func (a *API) correct(w http.ResponseWriter, r *http.Request) {
+	var req batch.CorrectRequest
+	if !a.readBody(w, r, &req) {
+		return
+	}
+	req.SubmittedBy = CallerOf(r.Context())
+	res, err := a.Submitter.Correct(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		a.errorAnswer(w, err)
+		return
+	}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, wire.CorrectionView{Batch: BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created}, Revision: res.Revision})
+}
+
+func (a *API) submit(w http.ResponseWriter, r *http.Request) {
+	var req batch.SubmitRequest
+	if !a.readBody(w, r, &req) {
 		return
 	}
 	req.SubmittedBy = CallerOf(r.Context())
@@ -310,7 +344,9 @@ func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 // terminal items by outcome as counted so far, their cost and what this
 // run spent on them, and every other item pending (items in flight are
 // among them: counters see only outcomes).
-// Counters may lag the rows; the report's census is exact.
+// A correction run's counters count its own items; the batch's other
+// items are added with what they kept (batch.Revision.Kept), each counted
+// once. Counters may lag the rows; the report's census is exact.
 func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
 	c := batch.Census{Total: b.ItemCount, Cost: p.Cost, RunSpent: p.Spent}
 	if c.Cost == nil {
@@ -323,6 +359,13 @@ func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
 	c.Failed = p.ByOutcome[batch.OutcomeFailed]
 	c.Quarantined = p.ByOutcome[batch.OutcomeQuarantined]
 	c.Cancelled = p.ByOutcome[batch.OutcomeCancelled]
+	if r, ok := b.Revision(b.RunRevision); ok && r.Kept != nil {
+		// A correction run counts its own items; the others keep theirs.
+		c.Succeeded += r.Kept.Succeeded
+		c.Failed += r.Kept.Failed
+		c.Quarantined += r.Kept.Quarantined
+		c.Cancelled += r.Kept.Cancelled
+	}
 	c.Pending = max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
 	return c
 }

@@ -1,6 +1,7 @@
 package function
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,6 +95,23 @@ func (s *contractStore) ListBatches(_ context.Context, q batch.BatchQuery) ([]ba
 	}
 	return []batch.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
 }
+func (s *contractStore) StartCorrection(_ context.Context, id string, from int, rev batch.Revision, now time.Time) (batch.Batch, error) {
+	b := s.batches[id]
+	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, batch.StatusRunning, false, now
+	b.Revisions, b.RunRevision = append(b.Revisions, rev), rev.N
+	s.batches[id] = b
+	return b, nil
+}
+func (s *contractStore) ReadItems(_ context.Context, _ string, _ int, keys []string) ([]batch.Item, error) {
+	var items []batch.Item
+	for _, k := range keys {
+		items = append(items, batch.Item{Key: k, Run: 1, Outcome: batch.OutcomeFailed})
+	}
+	return items, nil
+}
+func (s *contractStore) MarkRevision(context.Context, batch.Batch, int, []batch.RevisionMark) error {
+	return nil
+}
 func (s *contractStore) ReleaseItem(context.Context, string, int, string) error { return nil }
 func (s *contractStore) MarkForgetting(context.Context, string) error           { return nil }
 func (s *contractStore) DeleteBatch(_ context.Context, b batch.Batch) error {
@@ -101,10 +119,33 @@ func (s *contractStore) DeleteBatch(_ context.Context, b batch.Batch) error {
 	return nil
 }
 
-// contractBlobs serves the golden report and takes manifest writes.
+// contractBlobs serves the golden report and the objects written, and
+// a fixed manifest for batch fix-1.
 type contractBlobs struct {
 	discardBlobs
-	report []byte
+	report  []byte
+	objects map[string][]byte
+}
+
+// keptWriter is an object being written to contractBlobs.
+type keptWriter struct {
+	bytes.Buffer
+	b   *contractBlobs
+	key string
+}
+
+func (w *keptWriter) Close() error { w.b.objects[w.key] = w.Bytes(); return nil }
+func (w *keptWriter) Abort() error { return nil }
+
+func (b *contractBlobs) Create(_ context.Context, key, _ string) (batch.BlobWriter, error) {
+	return &keptWriter{b: b, key: key}, nil
+}
+func (b *contractBlobs) Open(_ context.Context, _, key string) (io.ReadCloser, error) {
+	o, ok := b.objects[key]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", key, batch.ErrNotFound)
+	}
+	return io.NopCloser(bytes.NewReader(o)), nil
 }
 
 func (b *contractBlobs) Bucket() string { return "example-bucket" }
@@ -280,8 +321,12 @@ func TestContractOpenAPI(t *testing.T) {
 			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`)},
 		"reading-1": {ID: "reading-1", Pipeline: "webhook", Status: batch.StatusSubmitting, Run: 1, CreatedAt: now},
 		"gone-1":    {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
+		"fix-1": {ID: "fix-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ItemCount: 2, ItemsPerMessage: 1, KeyField: "k",
+			ManifestKey: "batches/fix-1/manifest.jsonl", CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)},
 	}}
-	blobs := &contractBlobs{report: golden("report")}
+	blobs := &contractBlobs{report: golden("report"), objects: map[string][]byte{
+		"batches/fix-1/manifest.jsonl": []byte(`{"key":"a","input":{"k":"a","v":1}}` + "\n" + `{"key":"b","input":{"k":"b","v":1}}` + "\n"),
+	}}
 	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: sentQueue{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
 	api = NewAPI(sub, store, blobs, log)
 	full := &batch.Submitter{Blobs: &discardBlobs{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir(),
@@ -357,6 +402,14 @@ func TestContractOpenAPI(t *testing.T) {
 		{"cancel store down", "POST", "/batches/boom-1/cancel", "", nil, 500, wire.CodeInternal, false},
 		{"release bad id", "POST", "/batches/a%20b/items/k/release", "", nil, 400, wire.CodeInvalidRequest, false},
 		{"release store down", "POST", "/batches/boom-1/items/k/release", "", nil, 500, wire.CodeInternal, false},
+		{"correct", "POST", "/batches/fix-1/corrections", `{"source":{"items":[{"k":"a","v":2}]}}`, nil, 202, "", false},
+		{"correct again", "POST", "/batches/fix-1/corrections", `{"source":{"items":[{"k":"a","v":2}]}}`, nil, 200, "", false},
+		{"correct a prefix", "POST", "/batches/fix-1/corrections", `{"source":{"prefix":"s3://example-bucket/in/"}}`, nil, 400, wire.CodeInvalidRequest, false},
+		{"correct no source", "POST", "/batches/fix-1/corrections", `{"key_field":"k"}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"correct while running", "POST", "/batches/run-1/corrections", `{"key_field":"k","source":{"items":[{"k":"a"}]}}`, nil, 409, wire.CodeConflict, false},
+		{"correct unknown", "POST", "/batches/nope-1/corrections", `{"source":{"items":[{"k":"a"}]}}`, nil, 404, wire.CodeNotFound, false},
+		{"correct too large", "POST", "/batches/fix-1/corrections", `{"source":{"items":["` + strings.Repeat("x", MaxRequestBytes) + `"]}}`, nil, 413, wire.CodeInvalidRequest, false},
+		{"correct store down", "POST", "/batches/boom-1/corrections", `{"source":{"items":[{"k":"a"}]}}`, nil, 500, wire.CodeInternal, false},
 		{"forget unknown", "DELETE", "/batches/nope-1", "", nil, 404, wire.CodeNotFound, false},
 		{"forget store down", "DELETE", "/batches/boom-1", "", nil, 500, wire.CodeInternal, false},
 	}
@@ -456,6 +509,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"item-page", "GET", "/batches/b-1/items", 200},
 		{"batch-page", "GET", "/batches", 200},
 		{"error", "GET", "/batches/b-1", 404},
+		{"correction-view", "POST", "/batches/b-1/corrections", 202},
 	}
 	for _, ex := range examples {
 		resp := &http.Response{StatusCode: ex.status, Header: http.Header{"Content-Type": {"application/json"}},
@@ -466,6 +520,9 @@ func TestContractOpenAPI(t *testing.T) {
 	}
 	validate(t, "submit-request.golden.json", func() (bool, []string) {
 		return verrs(v.ValidateHttpRequestSync(openAPIRequest("POST", "/batches", string(golden("submit-request")))))
+	})
+	validate(t, "correct-request.golden.json", func() (bool, []string) {
+		return verrs(v.ValidateHttpRequestSync(openAPIRequest("POST", "/batches/b-1/corrections", string(golden("correct-request")))))
 	})
 	sv := schema_validation.NewSchemaValidator()
 	for name, schema := range map[string]string{"result-line": "ResultLine", "event": "EventDetail"} {

@@ -21,7 +21,8 @@ import (
 
 // TestContractGoldenJSON guards the API contract's JSON shapes: the submit
 // request, the batch view (every answer about a batch), the error body, an
-// items page, a batches page, the report, a results line and the completion event as
+// items page, a batches page, the report, a results line, a corrections
+// request and answer, and the completion event as
 // EventBridge delivers it each round-trip through their Go types
 // unchanged (testdata/*.golden.json, as aws-lambda-go's events tests do),
 // and each golden file names every JSON field its type can write, so a
@@ -40,6 +41,8 @@ func TestContractGoldenJSON(t *testing.T) {
 		{"report", func() any { return new(batch.Report) }},
 		{"result-line", func() any { return new(batch.ResultLine) }},
 		{"event", func() any { return new(events.EventBridgeEvent) }},
+		{"correct-request", func() any { return new(batch.CorrectRequest) }},
+		{"correction-view", func() any { return new(wire.CorrectionView) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

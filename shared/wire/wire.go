@@ -94,6 +94,15 @@ type BatchView struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// CorrectionView is the answer of POST /batches/{id}/corrections: the
+// batch (as GET /batches/{id} answers it, with created: false when the
+// same corrections were given before, their revision answering and no run
+// started) and the corrections' revision.
+type CorrectionView struct {
+	Batch    BatchView      `json:"batch"`
+	Revision batch.Revision `json:"revision"`
+}
+
 // Progress is a large running batch's counters: items done (in any final
 // outcome) and, among them, failures (failed or quarantined), this run.
 type Progress struct {
@@ -138,4 +147,9 @@ const (
 	// started a batch from another object within the stack's window, and
 	// starts a new run of a finished batch of the same object and items.
 	MetaRerun = "rerun"
+	// MetaCorrects names a finished batch: the upload is corrected inputs
+	// for its failed, quarantined or cancelled items (POST
+	// /batches/{id}/corrections), read with key-field, format and
+	// csv-delimiter; no other option applies.
+	MetaCorrects = "corrects"
 )
