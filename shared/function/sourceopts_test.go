@@ -39,13 +39,13 @@ func (f fakeHead) HeadMatch(context.Context, string, string, string) (batch.Obje
 func TestUploadMetadataSourceOptions(t *testing.T) {
 	s := &Submit{DefaultPipeline: "webhook", Submitter: &batch.Submitter{}}
 	s.Heads = fakeHead{"Csv-Delimiter": "semicolon", "stop-on-threshold": "false"}
-	req, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1")
+	req, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1")
 	if err != nil || req.Source.CSVDelimiter != "semicolon" || req.StopOnThreshold == nil || *req.StopOnThreshold {
 		t.Fatalf("request %+v (stop %v), err %v", req.Source, req.StopOnThreshold, err)
 	}
 	s.Heads = fakeHead{"stop-on-threshold": "perhaps"}
 	var ie *batch.InputError
-	if _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-stop-on-threshold" {
+	if _, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-stop-on-threshold" {
 		t.Fatalf("err = %v, want the metadata named", err)
 	}
 }

@@ -23,8 +23,12 @@ import (
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
-		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun}
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
 }
+
+// correctionOptions are the upload options a correction (MetaCorrects)
+// reads; the others belong to the batch it corrects.
+var correctionOptions = []string{wire.MetaCorrects, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter}
 
 // MetaReservedPrefix marks a metadata name as meant for bulkrun: an upload
 // carrying x-amz-meta-bulkrun-<anything> is refused, as no option has that
@@ -113,15 +117,17 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) (UploadsResult,
 			// Not what S3 sends; the raw key is the best name there is.
 			err = &batch.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
 		} else {
-			var created bool
+			var created, corrects bool
 			var req batch.SubmitRequest
-			req, created, err = s.upload(ctx, log, bucket, key, etag, UploadSubmitter(rec))
+			req, created, corrects, err = s.upload(ctx, log, bucket, key, etag, UploadSubmitter(rec))
 			r.BatchID = req.BatchID
 			if err == nil {
-				res.Started = append(res.Started, UploadStart{Key: key, BatchID: r.BatchID, Created: created})
+				res.Started = append(res.Started, UploadStart{Key: key, BatchID: r.BatchID, Created: created, Corrects: corrects})
 				continue
 			}
-			r.BatchID = s.recordRefused(ctx, log, req, bucket, key, etag, err)
+			if !corrects { // a refused correction leaves the batch it names as it was
+				r.BatchID = s.recordRefused(ctx, log, req, bucket, key, etag, err)
+			}
 		}
 		res.Refused = append(res.Refused, key)
 		if err := s.refuse(ctx, log, r, err); err != nil {
@@ -140,11 +146,13 @@ type UploadsResult struct {
 	Ignored map[string]string `json:"ignored"`
 }
 
-// UploadStart is one upload's batch.
+// UploadStart is one upload's batch (Corrects: the upload corrected it;
+// Created: it started the correction's run).
 type UploadStart struct {
-	Key     string `json:"key"`
-	BatchID string `json:"batch_id"`
-	Created bool   `json:"created"`
+	Key      string `json:"key"`
+	BatchID  string `json:"batch_id"`
+	Created  bool   `json:"created"`
+	Corrects bool   `json:"corrects,omitempty"`
 }
 
 // ignoreUpload returns why an S3 event record starts nothing and leaves no
@@ -165,18 +173,56 @@ func ignoreUpload(eventName, key string, size int64) string {
 }
 
 // upload starts the batch of one uploaded object and returns its request
-// (as far as it was read, its BatchID when known, also on error) and
-// whether this call created the batch.
-func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (batch.SubmitRequest, bool, error) {
-	req, err := s.uploadRequest(ctx, bucket, key, etag)
+// (as far as it was read, its BatchID when known, also on error), whether
+// this call created the batch, and whether the upload is a correction
+// (x-amz-meta-corrects: req.BatchID is the batch it corrects).
+func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (batch.SubmitRequest, bool, bool, error) {
+	req, corr, err := s.uploadRequest(ctx, bucket, key, etag)
 	req.SubmittedBy = by
-	if err != nil {
-		return req, false, err
+	if corr != nil {
+		if err != nil {
+			return req, false, true, err
+		}
+		corr.SubmittedBy = by
+		created, err := s.uploadCorrection(ctx, log, key, req.BatchID, *corr)
+		return req, created, true, err
+	}
+	created, err := s.uploadSubmit(ctx, log, bucket, key, &req, err)
+	return req, created, false, err
+}
+
+// uploadCorrection runs the corrections of an upload carrying
+// x-amz-meta-corrects: id (batch.Submitter.Correct) and returns whether
+// it started their run (false: the same corrections were given before).
+// A batch that is unknown, expired or running is a refusal naming
+// x-amz-meta-corrects (a report, no retry): the upload is not read again.
+func (s *Submit) uploadCorrection(ctx context.Context, log *slog.Logger, key, id string, req batch.CorrectRequest) (bool, error) {
+	res, err := s.Submitter.Correct(ctx, id, req)
+	field := "x-amz-meta-" + wire.MetaCorrects
+	switch {
+	case err == nil:
+		log.Info("upload corrected", "batch_id", id, "revision", res.Revision.N, "created", res.Created, "run", res.Revision.Run, "items", res.Revision.Items)
+		s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
+		return res.Created, nil
+	case errors.Is(err, batch.ErrNotFound), errors.Is(err, batch.ErrExpired):
+		return false, &batch.InputError{Field: field, Reason: fmt.Sprintf("no batch %s to correct (%v)", id, err)}
+	case errors.Is(err, batch.ErrConflict):
+		return false, &batch.InputError{Field: field, Reason: fmt.Sprintf("%v; upload the corrections again once it has finished", err)}
+	}
+	return false, err
+}
+
+// uploadSubmit submits the request of an upload (reqErr: the error of
+// reading its options), setting its BatchID when the upload names none,
+// and returns whether this call created the batch.
+func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key string, req *batch.SubmitRequest, reqErr error) (bool, error) {
+	if reqErr != nil {
+		return false, reqErr
 	}
 	if req.BatchID == "" || s.Submitter.UploadRepeatWindow > 0 {
-		digest, err := s.Submitter.Digest(ctx, req)
+		digest, err := s.Submitter.Digest(ctx, *req)
 		if err != nil {
-			return req, false, err
+			return false, err
 		}
 		if req.BatchID == "" {
 			req.BatchID = batch.UploadBatchID(bucket, key, digest)
@@ -185,17 +231,17 @@ func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag
 		// name within the window are not run again, unless asked.
 		content := batch.UploadContent(digest, req.Pipeline, req.Options)
 		if err := s.Submitter.ClaimUpload(ctx, content, req.BatchID, req.Source.Object, req.Rerun); err != nil {
-			return req, false, err
+			return false, err
 		}
 	}
-	res, err := s.Submitter.Submit(ctx, req)
+	res, err := s.Submitter.Submit(ctx, *req)
 	if err != nil {
-		return req, false, err
+		return false, err
 	}
 	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 	s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
 	req.BatchID = res.Batch.ID
-	return req, res.Created, nil
+	return res.Created, nil
 }
 
 // recordRefused makes an upload refused for its input (batch.RefusalOf: a
@@ -240,23 +286,23 @@ func UploadSubmitter(rec events.S3EventRecord) string {
 // uploadRequest builds the submit request of an upload from its metadata,
 // read with If-Match on etag (when given): an object gone or replaced since
 // the notification is an *batch.InputError naming the key.
-func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (batch.SubmitRequest, error) {
+func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (batch.SubmitRequest, *batch.CorrectRequest, error) {
 	uri := "s3://" + bucket + "/" + key
 	info, meta, err := s.Heads.HeadMatch(ctx, bucket, key, etag)
 	switch {
 	case errors.Is(err, batch.ErrNotFound):
-		return batch.SubmitRequest{}, &batch.InputError{Field: "source.object", Reason: fmt.Sprintf("%s was deleted before it was read", uri)}
+		return batch.SubmitRequest{}, nil, &batch.InputError{Field: "source.object", Reason: fmt.Sprintf("%s was deleted before it was read", uri)}
 	case errors.Is(err, batch.ErrConflict):
-		return batch.SubmitRequest{}, &batch.InputError{Field: "source.object",
+		return batch.SubmitRequest{}, nil, &batch.InputError{Field: "source.object",
 			Reason: fmt.Sprintf("%s was replaced before it was read (its ETag is no longer %s); the new object has its own notification", uri, etag)}
 	case err != nil:
-		return batch.SubmitRequest{}, err
+		return batch.SubmitRequest{}, nil, err
 	}
 	if etag == "" {
 		etag = strings.Trim(info.ETag, `"`) // pin what the HEAD saw for every later read
 	}
 	if err := checkUploadOptions(meta); err != nil {
-		return batch.SubmitRequest{Source: batch.SourceSpec{Object: uri, ETag: etag}}, err
+		return batch.SubmitRequest{Source: batch.SourceSpec{Object: uri, ETag: etag}}, nil, err
 	}
 	// A name is matched in any case and with '_' for '-' (x-amz-meta-key_field,
 	// spelled as the API's key_field, is x-amz-meta-key-field).
@@ -267,6 +313,9 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 			}
 		}
 		return ""
+	}
+	if id := get(wire.MetaCorrects); id != "" {
+		return s.correctionRequest(meta, uri, key, etag, id, get)
 	}
 	req := batch.SubmitRequest{
 		BatchID:  get(wire.MetaBatchID),
@@ -279,10 +328,10 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	switch ce := strings.ToLower(strings.TrimSpace(info.ContentEncoding)); ce {
 	case "", "identity", "gzip", "x-gzip":
 	default:
-		return req, &batch.InputError{Field: "Content-Encoding", Reason: fmt.Sprintf("%q: an upload is read as is or as gzip", ce)}
+		return req, nil, &batch.InputError{Field: "Content-Encoding", Reason: fmt.Sprintf("%q: an upload is read as is or as gzip", ce)}
 	}
 	if req.Source.Format == "" && batch.FormatOf(key) == "" {
-		return req, &batch.InputError{Field: "source.object",
+		return req, nil, &batch.InputError{Field: "source.object",
 			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, wire.MetaFormat)}
 	}
 	if req.Pipeline == "" {
@@ -291,21 +340,21 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if v := get(wire.MetaFailurePercent); v != "" {
 		p, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailurePercent, Reason: "not a number: " + v}
+			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailurePercent, Reason: "not a number: " + v}
 		}
 		req.Threshold.FailurePercent = &p
 	}
 	if v := get(wire.MetaFailureCount); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailureCount, Reason: "not a whole number: " + v}
+			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailureCount, Reason: "not a whole number: " + v}
 		}
 		req.Threshold.FailureCount = &c
 	}
 	if v := get(wire.MetaMaxAttempts); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
+			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
 		}
 		req.MaxAttempts = n
 	}
@@ -316,14 +365,14 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 			if errors.As(err, &ie) {
 				ie.Field = "x-amz-meta-" + wire.MetaRetry + strings.TrimPrefix(ie.Field, "retry")
 			}
-			return req, err
+			return req, nil, err
 		}
 		req.Retry = &p
 	}
 	if v := get(wire.MetaStopOnThreshold); v != "" {
 		stop, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaStopOnThreshold, Reason: "want true or false: " + v}
+			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaStopOnThreshold, Reason: "want true or false: " + v}
 		}
 		req.StopOnThreshold = &stop
 	}
@@ -333,15 +382,45 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if v := get(wire.MetaRerun); v != "" {
 		rerun, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaRerun, Reason: "want true or false: " + v}
+			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaRerun, Reason: "want true or false: " + v}
 		}
 		req.Rerun = rerun
 	}
 	if req.Pipeline == "" {
-		return req, &batch.InputError{Field: "x-amz-meta-" + wire.MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
+		return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
 	}
 	if err := s.Submitter.Validate(&req); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	return req, nil
+	return req, nil, nil
+}
+
+// correctionRequest is the request of an upload carrying
+// x-amz-meta-corrects: id (the batch it corrects, as req.BatchID, with
+// the corrections), reading only correctionOptions; another option is an
+// *batch.InputError naming it.
+func (s *Submit) correctionRequest(meta map[string]string, uri, key, etag, id string, get func(string) string) (batch.SubmitRequest, *batch.CorrectRequest, error) {
+	req := batch.SubmitRequest{BatchID: id, Source: batch.SourceSpec{Object: uri, ETag: etag}}
+	corr := &batch.CorrectRequest{KeyField: get(wire.MetaKeyField),
+		Source: batch.SourceSpec{Object: uri, Format: strings.ToLower(get(wire.MetaFormat)), CSVDelimiter: get(wire.MetaCSVDelimiter), ETag: etag}}
+	if !batch.ValidBatchID(id) {
+		return req, corr, &batch.InputError{Field: "x-amz-meta-" + wire.MetaCorrects, Reason: fmt.Sprintf("%q is not a batch id (1–128 of A-Z a-z 0-9 _ -)", id)}
+	}
+	names := make([]string, 0, len(meta))
+	for k := range meta {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		n := strings.ReplaceAll(strings.ToLower(k), "_", "-")
+		if slices.Contains(UploadOptions(), n) && !slices.Contains(correctionOptions, n) {
+			return req, corr, &batch.InputError{Field: "x-amz-meta-" + n,
+				Reason: fmt.Sprintf("a correction (x-amz-meta-%s) runs with the settings of the batch it corrects; it reads only %s", wire.MetaCorrects, strings.Join(correctionOptions[1:], ", "))}
+		}
+	}
+	if corr.Source.Format == "" && batch.FormatOf(key) == "" {
+		return req, corr, &batch.InputError{Field: "source.object",
+			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, wire.MetaFormat)}
+	}
+	return req, corr, nil
 }

@@ -153,6 +153,9 @@ func TestUploadsLeaveATrace(t *testing.T) {
 		retrying     bool
 		wantErr      bool
 		ignored      string
+		// corrects: the upload corrects a batch; a refused one leaves no
+		// batch row of its own.
+		corrects bool
 	}{
 		{name: "unknown format, key with spaces",
 			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/my orders.txt", 11, "e1"),
@@ -188,6 +191,14 @@ func TestUploadsLeaveATrace(t *testing.T) {
 		{name: "a refusal whose report cannot be written is retried",
 			record: s3Record("ObjectCreated:Put", "bkt", "incoming/gone.csv", 11, "e1"),
 			putErr: errors.New("put: 500"), wantErr: true, says: "deleted before it was read"},
+		{name: "corrections for a batch that does not exist are refused, naming it",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/fixed.jsonl", 11, "e1"),
+			objects: map[string]object{"incoming/fixed.jsonl": {body: good, etag: "e1", meta: map[string]string{"corrects": "nightly-7", "key-field": "id"}}},
+			report:  "incoming-errors/fixed.jsonl.error.json", says: "x-amz-meta-corrects: no batch nightly-7 to correct", corrects: true},
+		{name: "corrections carry no submit option",
+			record:  s3Record("ObjectCreated:Put", "bkt", "incoming/fixed.jsonl", 11, "e1"),
+			objects: map[string]object{"incoming/fixed.jsonl": {body: good, etag: "e1", meta: map[string]string{"corrects": "nightly-7", "pipeline": "webhook"}}},
+			report:  "incoming-errors/fixed.jsonl.error.json", says: "x-amz-meta-pipeline: a correction (x-amz-meta-corrects) runs with the settings of the batch it corrects", corrects: true},
 		{name: "folder placeholder", record: s3Record("ObjectCreated:Put", "bkt", "incoming/2026/", 0, "d41d8cd98f00b204e9800998ecf8427e"),
 			ignored: "object ignored: a folder placeholder"},
 		{name: "the stack's own write", record: s3Record("ObjectCreated:Put", "bkt", "incoming-errors/x.csv.error.json", 200, "e1"),
@@ -229,6 +240,10 @@ func TestUploadsLeaveATrace(t *testing.T) {
 			// row names the line or field); a start being retried is not.
 			got, gerr := s.Submitter.Store.GetBatch(context.Background(), ev.BatchID)
 			switch {
+			case tt.corrects:
+				if ev.BatchID != "nightly-7" || !errors.Is(gerr, batch.ErrNotFound) {
+					t.Fatalf("a refused correction: event names %q, batch row %+v %v; want the batch it names and no row", ev.BatchID, got, gerr)
+				}
 			case tt.retrying || tt.putErr != nil:
 			case gerr != nil || got.Status != batch.StatusRefused || got.Refusal == nil || !strings.Contains(got.Refusal.Message, tt.says) || got.Refusal.Line != tt.line || got.Source == "":
 				t.Fatalf("batch %q: %+v %v, want a refused batch row saying %q", ev.BatchID, got, gerr, tt.says)
@@ -375,7 +390,7 @@ func TestUploadMetadataNamesAsTheAPISpellsThem(t *testing.T) {
 			b := &bucket{name: "src", written: map[string][]byte{}, objects: map[string]object{
 				"incoming/orders.csv": {body: []byte("order_id;qty\nA1;2\n"), etag: "e1", meta: tt.meta}}}
 			var logs bytes.Buffer
-			req, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.csv", "e1")
+			req, _, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.csv", "e1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -413,7 +428,7 @@ func TestUploadRefusesUnknownOptions(t *testing.T) {
 			b := &bucket{name: "src", written: map[string][]byte{}, objects: map[string]object{
 				"incoming/orders.jsonl": {body: []byte("{\"id\":\"a\"}\n"), etag: "e1", meta: tt.meta}}}
 			var logs bytes.Buffer
-			_, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.jsonl", "e1")
+			_, _, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.jsonl", "e1")
 			var ie *batch.InputError
 			switch {
 			case tt.wantField == "" && err != nil:

@@ -112,7 +112,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd())
 	return root
 }
 
@@ -249,13 +249,8 @@ func (a *app) submitCmd() *cobra.Command {
 			if options != "" && !json.Valid([]byte(options)) {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--options: not valid JSON: %s", options)}
 			}
-			switch format {
-			case "", batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
-			default:
-				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--format %q: want jsonl, json or csv", format)}
-			}
-			if _, err := batch.ParseCSVDelimiter(delim); err != nil {
-				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter %w", err)}
+			if err := checkReadFlags(format, delim); err != nil {
+				return err
 			}
 			if delim != "" && prefix {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter applies to a CSV file or object, not a prefix")}
@@ -420,7 +415,27 @@ func readLocalSource(path, format, keyField, delim string, emit func(batch.Sourc
 		return err
 	}
 	defer f.Close()
-	text, err := batch.SourceText(f)
+	return readSourceText(f, format, keyField, delim, emit)
+}
+
+// checkReadFlags checks the --format and --csv-delimiter flags of a
+// command that reads a source: a usage error naming the flag.
+func checkReadFlags(format, delim string) error {
+	switch format {
+	case "", batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
+	default:
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--format %q: want jsonl, json or csv", format)}
+	}
+	if _, err := batch.ParseCSVDelimiter(delim); err != nil {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter %w", err)}
+	}
+	return nil
+}
+
+// readSourceText reads the items of r (a file's bytes, gzip or not) in
+// format (jsonl, json or csv) with the readers submit uses for an object.
+func readSourceText(r io.Reader, format, keyField, delim string, emit func(batch.SourceItem) error) error {
+	text, err := batch.SourceText(r)
 	if err != nil {
 		return err
 	}
@@ -801,6 +816,9 @@ func (a *app) show(v wire.BatchView) error {
 	if v.Refusal != nil {
 		textf(a.out, "refused: %s\n", refusalText(v.Refusal))
 	}
+	for _, r := range v.Revisions {
+		textln(a.out, RevisionText(v.Batch, r))
+	}
 	if c := v.Census; c != nil {
 		textf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
@@ -1025,18 +1043,19 @@ func (a *app) releaseCmd() *cobra.Command {
 }
 
 // printItems writes a header and one line per item — key, outcome,
-// reason, run, attempts of that run and error — in aligned columns, each
+// reason, run, revision (of the input it ran: 1 the batch's own, 2… a
+// correction), attempts of that run and error — in aligned columns, each
 // text escaped (Escape), so that a key or an error holding a newline, a
 // tab or a terminal escape stays on its line and in its column.
 func (a *app) printItems(items []batch.Item) {
 	w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
-	textf(w, "KEY\tOUTCOME\tREASON\tRUN\tATTEMPTS\tERROR\n")
+	textf(w, "KEY\tOUTCOME\tREASON\tRUN\tREVISION\tATTEMPTS\tERROR\n")
 	for _, it := range items {
 		reason := string(it.Reason)
 		if reason == "" {
 			reason = "-"
 		}
-		textf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", it.Key, it.Outcome, reason, it.Run, it.RunAttempts, it.Error)
+		textf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", it.Key, it.Outcome, reason, it.Run, max(it.Revision, 1), it.RunAttempts, it.Error)
 	}
 	_ = w.Flush()
 }
@@ -1045,6 +1064,9 @@ func (a *app) printItems(items []batch.Item) {
 func (a *app) printReport(r batch.Report) {
 	c := r.Census
 	textf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
+	if rv := r.Revision; rv != nil {
+		textf(a.out, "revision %d: this run ran %d corrected items; its census and results hold every item of the batch, each line naming its run and revision\n", rv.N, rv.Items)
+	}
 	textf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
 	a.printCost("cost (ending attempts)", c.Cost)
 	a.printCost("spent by this run", c.RunSpent)

@@ -180,16 +180,16 @@ func TestItemsTextHeaderAndReason(t *testing.T) {
 	a := &app{out: &out, errw: &out, output: "text"}
 	a.printItems([]batch.Item{
 		{Key: "order-17", Outcome: batch.OutcomeFailed, Reason: batch.ReasonPermanent, Run: 1, RunAttempts: 1, Error: "400: no such account"},
-		{Key: "order-2041", Outcome: batch.OutcomeQuarantined, Reason: batch.ReasonQuarantine, Run: 2, RunAttempts: 3, Error: "set aside"},
+		{Key: "order-2041", Outcome: batch.OutcomeQuarantined, Reason: batch.ReasonQuarantine, Run: 2, Revision: 2, RunAttempts: 3, Error: "set aside"},
 	})
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("items:\n%s", out.String())
 	}
 	for i, want := range [][]string{
-		{"KEY", "OUTCOME", "REASON", "RUN", "ATTEMPTS", "ERROR"},
-		{"order-17", "failed", "permanent", "1", "1", "400:", "no", "such", "account"},
-		{"order-2041", "quarantined", "quarantine", "2", "3", "set", "aside"},
+		{"KEY", "OUTCOME", "REASON", "RUN", "REVISION", "ATTEMPTS", "ERROR"},
+		{"order-17", "failed", "permanent", "1", "1", "1", "400:", "no", "such", "account"},
+		{"order-2041", "quarantined", "quarantine", "2", "2", "3", "set", "aside"},
 	} {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("line %d: %q, want fields %q", i, lines[i], want)
@@ -291,6 +291,23 @@ func TestUploadKeyAndMetadata(t *testing.T) {
 	var ee *ExitError
 	if _, err := o.metadata(cmd.Flags().Changed); !errors.As(err, &ee) || ee.Code != ExitUsage {
 		t.Errorf("bad --options: %v, want a usage error", err)
+	}
+	// --corrects: the corrections' own reading options only; a submit
+	// option is a usage error naming it (the batch's settings apply).
+	cmd = (&app{}).uploadCmd()
+	if err := cmd.ParseFlags([]string{"--corrects", "orders-7", "--key-field", "order_id"}); err != nil {
+		t.Fatal(err)
+	}
+	meta, err = uploadOptions{corrects: "orders-7", keyField: "order_id"}.metadata(cmd.Flags().Changed)
+	if err != nil || len(meta) != 2 || meta["corrects"] != "orders-7" || meta["key-field"] != "order_id" {
+		t.Errorf("--corrects metadata %v (%v), want corrects and key-field only", meta, err)
+	}
+	cmd = (&app{}).uploadCmd()
+	if err := cmd.ParseFlags([]string{"--corrects", "orders-7", "--max-attempts", "5"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (uploadOptions{corrects: "orders-7", maxAttempts: 5}).metadata(cmd.Flags().Changed); !errors.As(err, &ee) || ee.Code != ExitUsage || !strings.Contains(err.Error(), "--max-attempts") {
+		t.Errorf("--corrects with --max-attempts: %v, want a usage error naming it", err)
 	}
 }
 

@@ -86,7 +86,7 @@ func TestTextOutputEscapesItemTexts(t *testing.T) {
 	a.printItems(items)
 	inertLines(t, "items", out.String(), len(items)+1)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if f := strings.Fields(lines[0]); !slices.Equal(f, []string{"KEY", "OUTCOME", "REASON", "RUN", "ATTEMPTS", "ERROR"}) {
+	if f := strings.Fields(lines[0]); !slices.Equal(f, []string{"KEY", "OUTCOME", "REASON", "RUN", "REVISION", "ATTEMPTS", "ERROR"}) {
 		t.Errorf("items: header %q", lines[0])
 	}
 	for i, line := range lines[1:] {

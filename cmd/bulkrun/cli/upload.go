@@ -46,6 +46,7 @@ func UploadKey(file, name string) string {
 // uploadOptions are the flags of `bulkrun upload`.
 type uploadOptions struct {
 	name, pipeline, keyField, format, delim, options, id string
+	corrects                                             string
 	percent                                              float64
 	count                                                int64
 	maxAttempts                                          int
@@ -61,6 +62,23 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 		if changed(flag) && value != "" {
 			m[name] = value
 		}
+	}
+	if o.corrects != "" {
+		// A correction runs with its batch's settings: it reads only the
+		// key field, format and delimiter of the corrections.
+		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "stop-on-threshold", "rerun"} {
+			if changed(flag) {
+				return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--%s: corrections (--corrects) run with the settings of the batch they correct", flag)}
+			}
+		}
+		m = map[string]string{wire.MetaCorrects: o.corrects}
+		set("key-field", wire.MetaKeyField, o.keyField)
+		set("format", wire.MetaFormat, o.format)
+		set("csv-delimiter", wire.MetaCSVDelimiter, o.delim)
+		return m, nil
+	}
+	if o.pipeline == "" {
+		return nil, &ExitError{Code: ExitUsage, Err: errors.New("--pipeline is required (or --corrects ID for corrections)")}
 	}
 	set("key-field", wire.MetaKeyField, o.keyField)
 	set("format", wire.MetaFormat, o.format)
@@ -93,7 +111,7 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 func (a *app) uploadCmd() *cobra.Command {
 	var o uploadOptions
 	cmd := &cobra.Command{
-		Use:   "upload FILE --pipeline NAME [--name KEY] [--key-field F] [--options JSON] [--watch]",
+		Use:   "upload FILE --pipeline NAME [--name KEY] [--key-field F] [--options JSON] [--watch] | upload FILE --corrects ID",
 		Short: "Upload a file under incoming/ with its options as object metadata, as any uploader would, and follow the batch it starts",
 		Long: `Upload a local file under incoming/ in the stack's bucket, its submit options set as the object's
 metadata (x-amz-meta-pipeline, -key-field, -pipeline-options, …: docs/sources.md "Upload instead"), the
@@ -102,7 +120,11 @@ keys included — and a file submit would refuse is refused before any byte is u
 batch id the upload starts (the name and the items decide it, as for every upload, unless --id names it),
 waits until submit has read the file, and says whether the batch runs, was found (the same file under the
 same name again), or was refused (a renamed copy of a file that already ran: --rerun runs it again).
---watch follows the run as bulkrun watch does.`,
+--watch follows the run as bulkrun watch does.
+
+With --corrects ID the file is corrected inputs for failed, quarantined or cancelled items of batch ID
+(x-amz-meta-corrects: as bulkrun correct, through an upload): it waits for the correction's revision
+and run, or prints why the upload was refused.`,
 		Args: exactArgs(1, "one FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.uploadFile(cmd, args[0], o)
@@ -123,7 +145,7 @@ same name again), or was refused (a renamed copy of a file that already ran: --r
 	f.BoolVar(&o.stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.BoolVar(&o.rerun, "rerun", false, "run the items even though the same items started a batch from another name (x-amz-meta-rerun: true), or start a new run of this name's finished batch")
 	f.BoolVar(&o.watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
-	_ = cmd.MarkFlagRequired("pipeline")
+	f.StringVar(&o.corrects, "corrects", "", "the file corrects failed, quarantined or cancelled items of this finished batch (x-amz-meta-corrects); only --name, --key-field, --format, --csv-delimiter and --watch apply")
 	return cmd
 }
 
@@ -136,6 +158,9 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	}
 	if o.id != "" && !batch.ValidBatchID(o.id) {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--id %q: want 1–128 of A-Z a-z 0-9 _ -", o.id)}
+	}
+	if o.corrects != "" {
+		return a.uploadCorrections(ctx, file, o, meta)
 	}
 	key := UploadKey(file, o.name)
 	format := o.format
@@ -282,6 +307,119 @@ func (a *app) uploadedBatch(ctx context.Context, id string) (wire.BatchView, err
 				return wire.BatchView{}, ctx.Err()
 			}
 			return wire.BatchView{}, fmt.Errorf("no batch after %s: %v; the upload may still start it: bulkrun status %s", UploadWait, last, id)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// uploadCorrections is `bulkrun upload FILE --corrects ID`: check the
+// corrections as the batch will read them, upload them with
+// x-amz-meta-corrects, and wait for their revision (found by the
+// corrections' digest) or the upload's error report.
+func (a *app) uploadCorrections(ctx context.Context, file string, o uploadOptions, meta map[string]string) error {
+	if !batch.ValidBatchID(o.corrects) {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--corrects %q: want a batch id, 1–128 of A-Z a-z 0-9 _ -", o.corrects)}
+	}
+	if err := a.load(ctx); err != nil {
+		return err
+	}
+	v, err := a.api.Status(ctx, o.corrects)
+	if err != nil {
+		return err
+	}
+	keyField := o.keyField
+	if keyField == "" {
+		keyField = v.KeyField
+	}
+	if keyField == "" {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("batch %s has positional keys (item-0000000000, …): name the field or column holding each corrected item's key with --key-field", v.ID)}
+	}
+	key := UploadKey(file, o.name)
+	format := o.format
+	if format == "" {
+		format = batch.FormatOf(key)
+	}
+	sum, err := LocalManifest(file, format, keyField, o.delim)
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", file, err)}
+	}
+	bucket, err := a.outs.Get(config.OutputBucket)
+	if err != nil {
+		return err
+	}
+	var cv wire.CorrectionView
+	for _, r := range v.Revisions {
+		if r.Digest == sum.Digest { // the same corrections: their revision answers
+			created := false
+			v.Created = &created
+			cv = wire.CorrectionView{Batch: v, Revision: r}
+		}
+	}
+	if cv.Revision.N == 0 {
+		if cv, err = a.putCorrections(ctx, file, bucket, key, meta, sum, v.ID); err != nil {
+			return err
+		}
+	}
+	return a.corrected(ctx, cv, o.watch)
+}
+
+// putCorrections uploads the corrections file under key with meta and
+// waits for their revision of batch id.
+func (a *app) putCorrections(ctx context.Context, file, bucket, key string, meta map[string]string, sum batch.ManifestSummary, id string) (wire.CorrectionView, error) {
+	uri, err := a.putFile(ctx, file, key, meta)
+	if err != nil {
+		return wire.CorrectionView{}, err
+	}
+	head, err := blob.NewS3(a.aws).HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		return wire.CorrectionView{}, fmt.Errorf("read back %s: %w", uri, err)
+	}
+	etag := strings.Trim(aws.ToString(head.ETag), `"`)
+	textf(a.errw, "uploaded %s (%d corrected items) to %s; corrections for batch %s\n", file, sum.Count, uri, id)
+	return a.uploadedCorrection(ctx, bucket, key, etag, id, sum.Digest)
+}
+
+// uploadReport is what `bulkrun upload` reads of an upload's error report
+// (shared/function.UploadError).
+type uploadReport struct {
+	ETag     string         `json:"etag"`
+	Error    wire.ErrorBody `json:"error"`
+	Retrying bool           `json:"retrying"`
+}
+
+// uploadedCorrection polls until the upload of key (its ETag etag) has
+// become a revision of batch id whose digest is digest (a new one: the
+// answer is as the corrections route gives it, created) or has left an
+// error report for etag (an error naming it).
+func (a *app) uploadedCorrection(ctx context.Context, bucket, key, etag, id, digest string) (wire.CorrectionView, error) {
+	wctx, cancel := context.WithTimeout(ctx, UploadWait)
+	defer cancel()
+	store := blob.New(blob.NewS3(a.aws), bucket)
+	for pause := 500 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		v, err := a.api.Status(wctx, id)
+		if err != nil {
+			return wire.CorrectionView{}, err
+		}
+		for _, r := range v.Revisions {
+			if r.Digest == digest {
+				created := true
+				v.Created = &created
+				return wire.CorrectionView{Batch: v, Revision: r}, nil
+			}
+		}
+		if body, err := store.Get(wctx, config.UploadErrorKey(key)); err == nil {
+			var rep uploadReport
+			if json.Unmarshal(body, &rep) == nil && strings.Trim(rep.ETag, `"`) == etag && !rep.Retrying {
+				return wire.CorrectionView{}, &ExitError{Code: ExitFailure, Err: fmt.Errorf("the corrections were refused: %s: %s (report: s3://%s/%s)",
+					rep.Error.Code, rep.Error.Message, bucket, config.UploadErrorKey(key))}
+			}
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return wire.CorrectionView{}, ctx.Err()
+			}
+			return wire.CorrectionView{}, fmt.Errorf("no revision of batch %s after %s; the upload may still make it: bulkrun status %s", id, UploadWait, id)
 		case <-time.After(pause):
 		}
 	}
