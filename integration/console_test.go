@@ -110,7 +110,9 @@ func shotsDir(t *testing.T) string {
 // shows are the API's; the thumbnail grid shows the succeeded items'
 // thumbnails, served through the console; an enrich batch's quarantined
 // item is released and the batch resumed from the page, with a
-// confirmation, by keyboard; the list shows both batches, newest first,
+// confirmation, by keyboard, then its failed items corrected from the
+// page (a file naming a key that succeeded refused, naming it; the right
+// one a revision whose run the page follows); the list shows both batches, newest first,
 // with written counts and the needs-attention flag; a POST without the
 // page's token is refused; the printed address's token leaves the address
 // bar; a malformed batch address is answered, not left loading. Screenshots of the list and of the batch page
@@ -281,10 +283,10 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	var want []string
 	for _, it := range p.Items {
-		want = append(want, it.Key+" | "+string(it.Reason)+" | "+fmt.Sprint(it.RunAttempts)+" | "+it.Error)
+		want = append(want, it.Key+" | "+string(it.Reason)+" | "+fmt.Sprint(it.Run)+" | "+fmt.Sprint(it.RunAttempts)+" | "+it.Error)
 	}
 	waitJS("failed items", `document.querySelectorAll("#items tr[data-key]").length === 3`, 30*time.Second)
-	got := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#items tr[data-key]")].map(tr => [...tr.cells].slice(0, 4).map(td => td.textContent).join(" | "))`)
+	got := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#items tr[data-key]")].map(tr => [...tr.cells].slice(0, 5).map(td => td.textContent).join(" | "))`)
 	sort.Strings(got)
 	sort.Strings(want)
 	if !slices.Equal(got, want) {
@@ -331,10 +333,13 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("quarantined tab", `!!document.getElementById("tab-quarantined")`, 30*time.Second)
 	// Actions are styled by their weight: resume (starts work) is the one
 	// primary, filled button; cancel and forget (stop, delete) never are.
-	weights := evalJS[map[string]string](t, bctx, `Object.fromEntries(["act-resume", "act-cancel", "act-forget"].map(id => {
+	weights := evalJS[map[string]string](t, bctx, `Object.fromEntries(["act-resume", "act-correct", "act-cancel", "act-forget"].map(id => {
 		const b = document.getElementById(id); return [id, b.className + " " + getComputedStyle(b).backgroundColor]; }))`)
 	if !strings.HasPrefix(weights["act-resume"], "primary ") {
 		t.Errorf("resume button %q, want primary", weights["act-resume"])
+	}
+	if !strings.HasPrefix(weights["act-correct"], "secondary ") {
+		t.Errorf("correct button %q, want secondary", weights["act-correct"])
 	}
 	for _, id := range []string{"act-cancel", "act-forget"} {
 		if !strings.HasPrefix(weights[id], "danger ") || strings.Contains(weights[id], strings.TrimPrefix(weights["act-resume"], "primary ")) {
@@ -388,6 +393,49 @@ func TestConsoleBrowser(t *testing.T) {
 	if ev.Census.Failed != 2 || ev.Census.Quarantined != 2 || ev.Census.Succeeded != 4 {
 		t.Errorf("run 2 census %+v", ev.Census)
 	}
+
+	// Correct from the page: a file of corrected inputs for the two items
+	// without text and the quarantined long-1, the key field filled in
+	// with the batch's. A file naming a key that succeeded is refused,
+	// naming it, and starts nothing; the right one is revision 2, whose
+	// run 3 runs exactly those three; the page follows it and its runs
+	// table names the revision; the census counts each key once.
+	dir := t.TempDir()
+	wrongFile, fixedFile := filepath.Join(dir, "wrong.jsonl"), filepath.Join(dir, "fixed.jsonl")
+	if err := os.WriteFile(wrongFile, []byte(`{"k":"no-text-1","text":"x"}`+"\n"+`{"k":"ok-1","text":"y"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fixedFile, []byte(`{"k":"no-text-1","text":"now some text"}`+"\n"+`{"k":"no-text-2","text":"more"}`+"\n"+`{"k":"long-1","text":"short now"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := ev.Census
+	correct := func(file string) {
+		t.Helper()
+		waitJS("correct button", `!!document.getElementById("act-correct") && !document.getElementById("act-correct").disabled`, 30*time.Second)
+		run("correct", chromedp.Click(chromedp.CSS(`#act-correct`)))
+		waitJS("corrections dialog", `document.getElementById("correct").open && document.getElementById("correct-key").value === "k"`, 10*time.Second)
+		run("choose the file", chromedp.SetUploadFiles(chromedp.CSS(`#correct-file`), []string{file}))
+	}
+	correct(wrongFile)
+	run("send", chromedp.Click(chromedp.CSS(`#correct-yes`)))
+	waitJS("refused", `document.getElementById("notice").textContent.includes("ok-1") && document.getElementById("notice").textContent.includes("succeeded")`, 30*time.Second)
+	if v, _ := env.api.Status(ctx, enrichID); v.Run != 2 || len(v.Revisions) != 0 {
+		t.Fatalf("a refused correction changed the batch: run %d, revisions %+v", v.Run, v.Revisions)
+	}
+	correct(fixedFile)
+	shot("correct", false)
+	run("send", chromedp.Click(chromedp.CSS(`#correct-yes`)))
+	waitJS("corrected", `document.getElementById("notice").textContent.includes("Revision 2: 3 corrected items run in run 3")`, 30*time.Second)
+	cv, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v function.BatchView) bool { return v.Run == 3 && v.Status.Finished() }, nil)
+	if err != nil {
+		t.Fatalf("correction from the page: %v (run %d)", err, cv.Run)
+	}
+	if c := cv.Census; c.Total != 8 || c.Succeeded != before.Succeeded+3 || c.Quarantined != 1 || c.Failed != 0 || cv.RunRevision != 2 {
+		t.Errorf("after the correction (revision %d): %+v, before %+v", cv.RunRevision, c, before)
+	}
+	waitJS("run 3 on the page", `(() => { const r = document.querySelector('#runs tr[data-run="3"]');
+		return !!r && r.cells[0].textContent === "3 · revision 2" && document.querySelector("#batch-status .badge").dataset.status === "completed"; })()`, time.Minute)
+	shot("corrected", true)
 
 	// An address with a stray "%" (not URI-encoded) shows the console's
 	// answer instead of "Loading…" for ever.

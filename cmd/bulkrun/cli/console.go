@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -76,6 +77,7 @@ type ConsoleAPI interface {
 	Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	Release(ctx context.Context, id, key string) error
 	Forget(ctx context.Context, id string) error
+	Correct(ctx context.Context, id string, req batch.CorrectRequest) (wire.CorrectionView, error)
 }
 
 var _ ConsoleAPI = (*client.Client)(nil)
@@ -290,6 +292,7 @@ func NewConsole(api ConsoleAPI, objs ObjectReader, bucket string, port int) (*Co
 	m.HandleFunc("POST /api/batches/{id}/unpause", c.runAction(c.api.Unpause))
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
+	m.HandleFunc("POST /api/batches/{id}/corrections", c.correct)
 	c.mux = m
 	return c, nil
 }
@@ -579,6 +582,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 // report when finished; Status "running" (or the batch's) without one.
 type ConsoleRun struct {
 	Run            int            `json:"run"`
+	Revision       int            `json:"revision,omitempty"` // a correction run's revision
 	Status         batch.Status   `json:"status"`
 	Census         *batch.Census  `json:"census,omitempty"`
 	Verdict        *batch.Verdict `json:"verdict,omitempty"`
@@ -611,7 +615,7 @@ func (c *Console) runs(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, ErrNoObject):
 			run.Status = "no report"
 			if n == v.Run {
-				run.Status, run.RunStartedAt = v.Status, v.RunStartedAt
+				run.Status, run.RunStartedAt, run.Revision = v.Status, v.RunStartedAt, v.RunRevision
 				if v.Status.Finished() {
 					run.Status = "finalizing"
 				}
@@ -630,6 +634,9 @@ func (c *Console) runs(w http.ResponseWriter, r *http.Request) {
 			run.Status, run.Census, run.Verdict, run.StopDetail = rep.Status, &rep.Census, &rep.Verdict, rep.StopDetail
 			run.NeedsAttention, run.RunStartedAt, run.FinishedAt = rep.NeedsAttention, rep.RunStartedAt, rep.FinishedAt
 			run.Report = "s3://" + c.bucket + "/" + key
+			if rep.Revision != nil {
+				run.Revision = rep.Revision.N
+			}
 		}
 		out = append(out, run)
 	}
@@ -886,6 +893,99 @@ func (c *Console) forget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeConsoleJSON(w, http.StatusOK, map[string]string{"batch_id": id, "message": "forgotten " + id})
+}
+
+// ConsoleCorrection is the body of POST /api/batches/{id}/corrections: a
+// corrections file as the page read it — its name (whose extension tells
+// its format unless Format says) and its text — and the field or column
+// holding each corrected item's key (default: the batch's key field).
+type ConsoleCorrection struct {
+	FileName string `json:"file_name"`
+	Content  string `json:"content"`
+	KeyField string `json:"key_field"`
+	Format   string `json:"format"`
+}
+
+// ConsoleCorrectionMax bounds a corrections file sent from the page: its
+// items go to the API inline (a request of at most 6 MiB); a larger one is
+// for bulkrun correct, which uploads it.
+const ConsoleCorrectionMax = 4 << 20
+
+// correct reads the corrections file the page sends with the source
+// readers submit uses (a malformed line or a missing key is 400 naming
+// it), and sends its items inline to POST /batches/{id}/corrections: 202
+// with the revision and its run, or 200 when the same corrections were
+// given before.
+func (c *Console) correct(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	var body ConsoleCorrection
+	dec := json.NewDecoder(io.LimitReader(r.Body, 2*ConsoleCorrectionMax))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "body: "+err.Error())
+		return
+	}
+	if len(body.Content) > ConsoleCorrectionMax {
+		writeConsoleError(w, http.StatusRequestEntityTooLarge, wire.CodeInvalidRequest,
+			fmt.Sprintf("%s is over %d MiB: give it with bulkrun correct %s FILE, which uploads it", body.FileName, ConsoleCorrectionMax>>20, id))
+		return
+	}
+	format := strings.ToLower(body.Format)
+	if format == "" {
+		format = batch.FormatOf(body.FileName)
+	}
+	switch format {
+	case batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
+	default:
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest,
+			fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv", body.FileName))
+		return
+	}
+	keyField := body.KeyField
+	if keyField == "" {
+		v, err := c.api.Status(r.Context(), id)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		if keyField = v.KeyField; keyField == "" {
+			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest,
+				fmt.Sprintf("batch %s has positional keys: name the field or column that holds each corrected item's key", id))
+			return
+		}
+	}
+	var items bytes.Buffer
+	items.WriteByte('[')
+	n := 0
+	err := readSourceText(strings.NewReader(body.Content), format, keyField, "", func(it batch.SourceItem) error {
+		if n > 0 {
+			items.WriteByte(',')
+		}
+		n++
+		items.Write(it.Input)
+		return nil
+	})
+	items.WriteByte(']')
+	if err == nil && n == 0 {
+		err = errors.New("holds no items")
+	}
+	if err != nil {
+		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, body.FileName+": "+err.Error())
+		return
+	}
+	v, err := c.api.Correct(r.Context(), id, batch.CorrectRequest{KeyField: keyField, Source: batch.SourceSpec{Items: json.RawMessage(items.Bytes())}})
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if v.Batch.Created != nil && *v.Batch.Created {
+		status = http.StatusAccepted
+	}
+	writeConsoleJSON(w, status, v)
 }
 
 func writeConsoleJSON(w http.ResponseWriter, status int, v any) {

@@ -83,6 +83,12 @@ func (f *fakeAPI) Forget(_ context.Context, id string) error {
 	f.record("forget " + id)
 	return nil
 }
+func (f *fakeAPI) Correct(_ context.Context, id string, req batch.CorrectRequest) (wire.CorrectionView, error) {
+	f.record(fmt.Sprintf("correct %s %s %s", id, req.KeyField, req.Source.Items))
+	created := true
+	return wire.CorrectionView{Batch: wire.BatchView{Batch: batch.Batch{ID: id, Run: 2, RunRevision: 2}, Created: &created},
+		Revision: batch.Revision{N: 2, Items: 2, Run: 2}}, nil
+}
 
 // fakeObjects serves objects of the stack's bucket from a map, recording
 // the keys read.
@@ -594,5 +600,61 @@ func TestConsoleListSources(t *testing.T) {
 	}
 	if b := page.Batches[1]; b.SourceKind != SourceKindInline || b.SourceLabel != "inline items" {
 		t.Errorf("inline batch: %+v", b)
+	}
+}
+
+// Corrections from the console (docs/console.md, "Correcting items"): the
+// page sends the file it read; the console reads it with submit's readers
+// — JSON lines or CSV, the key field the batch's unless named — and sends
+// its items inline to the corrections route, answering 202 with the
+// revision. A malformed line, a file without the key, a format it cannot
+// tell or a file over ConsoleCorrectionMax is refused without any call;
+// the route needs the page's token as every action does.
+func TestConsoleCorrections(t *testing.T) {
+	api := &fakeAPI{}
+	c := newTestConsole(t, api, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	body := func(name, content, keyField string) string {
+		b, _ := json.Marshal(ConsoleCorrection{FileName: name, Content: content, KeyField: keyField})
+		return string(b)
+	}
+	for _, tt := range []struct {
+		name, body string
+		want       int
+		says       string
+	}{
+		{"a line that is not JSON", body("fixed.jsonl", "{\"k\":\"a\"}\n{oops\n", "k"), 400, "line 2"},
+		{"an item without the key", body("fixed.jsonl", "{\"id\":\"a\"}\n", "k"), 400, "fixed.jsonl"},
+		{"a format it cannot tell", body("fixed.txt", "{\"k\":\"a\"}\n", "k"), 400, "cannot tell the format"},
+		{"no items", body("fixed.jsonl", "\n", "k"), 400, "no items"},
+		{"too large", body("fixed.jsonl", strings.Repeat("x", ConsoleCorrectionMax+1), "k"), 413, "bulkrun correct b1 FILE"},
+		{"an unknown field", `{"file":"x"}`, 400, "unknown field"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(c, "POST", "/api/batches/b1/corrections", host, good, tt.body)
+			if w.Code != tt.want || !strings.Contains(w.Body.String(), tt.says) {
+				t.Errorf("HTTP %d %s, want %d saying %q", w.Code, w.Body.String(), tt.want, tt.says)
+			}
+		})
+	}
+	if w := do(c, "POST", "/api/batches/b1/corrections", host, copyHeaders(map[string]string{"Origin": "http://" + host, "Content-Type": "application/json"}), body("fixed.jsonl", "{\"k\":\"a\"}\n", "k")); w.Code != 403 {
+		t.Errorf("without the page's token: HTTP %d, want 403", w.Code)
+	}
+	if calls := api.Calls(); len(calls) > 0 {
+		t.Fatalf("refused corrections reached the API: %v", calls)
+	}
+	// JSON lines with the key field named; CSV with the batch's (the fake
+	// batch has none: named here too).
+	w := do(c, "POST", "/api/batches/b1/corrections", host, good, body("fixed.jsonl", "{\"k\":\"a\",\"text\":\"x y\"}\n{\"k\":\"b\",\"text\":\"z\"}\n", "k"))
+	var v wire.CorrectionView
+	if err := json.Unmarshal(w.Body.Bytes(), &v); w.Code != 202 || err != nil || v.Revision.N != 2 {
+		t.Fatalf("corrections: HTTP %d %s", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/corrections", host, good, body("fixed.csv", "k,text\na,x y\n", "k")); w.Code != 202 {
+		t.Fatalf("CSV corrections: HTTP %d %s", w.Code, w.Body.String())
+	}
+	want := []string{`correct b1 k [{"k":"a","text":"x y"},{"k":"b","text":"z"}]`, `correct b1 k [{"k":"a","text":"x y"}]`}
+	if calls := api.Calls(); !slices.Equal(calls, want) {
+		t.Errorf("API calls %q, want %q", calls, want)
 	}
 }

@@ -395,7 +395,8 @@ function renderLive(page) {
   const fact = (k, v) => { if (v !== undefined && v !== null && v !== "") dl.append(el("dt", {}, k), el("dd", {}, v)); };
   fact("Pipeline", b.pipeline);
   fact("Items", b.status === "submitting" ? "not known yet (reading the source, attempt " + (b.submit_attempts || 1) + ")" : fmtInt(b.item_count));
-  fact("Run", String(b.run || "—"));
+  fact("Run", String(b.run || "—") + (b.run_revision ? " (a correction: revision " + b.run_revision + ")" : ""));
+  fact("Corrections", revisionsText(b));
   fact("Source", el("span", {}, sourceCell({source: b.source, source_kind: page.data.source_kind, source_label: page.data.source_label}),
     el("br"), el("code", {class: "uri small"}, b.source)));
   fact("Created", fmtTime(b.created_at));
@@ -519,7 +520,9 @@ function renderActions(page) {
   const finished = !running(b) && b.status !== "refused";
   // Styled by weight: resume (starts work) is the one primary action;
   // cancel and forget (stop or delete) are never primary.
-  const weight = {"act-resume": "primary", "act-cancel": "danger", "act-forget": "danger"};
+  const weight = {"act-resume": "primary", "act-correct": "secondary", "act-cancel": "danger", "act-forget": "danger"};
+  const c = b.census || {};
+  const fixable = (c.failed || 0) + (c.quarantined || 0) + (c.cancelled || 0);
   const btn = (id, text, enabled, why, run) => el("button", {id, disabled: !enabled, title: enabled ? null : why,
     class: weight[id], onclick: run}, text);
   page.sections.actions.replaceChildren(
@@ -527,6 +530,8 @@ function renderActions(page) {
       () => confirmAct("Resume batch " + b.batch_id + "?",
         "A new run starts: failed and cancelled items run again, released quarantined items too; succeeded items do not.",
         "Resume", "/resume", {}, page, false, "primary")),
+    btn("act-correct", "Correct…", finished && fixable > 0, finished ? "No failed, quarantined or cancelled item to correct" : "Correct a finished batch",
+      () => correctAct(page)),
     btn("act-cancel", "Cancel run…", b.status === "running" && !b.stop, "Only a running batch can be cancelled",
       () => confirmAct("Cancel the run of " + b.batch_id + "?",
         "Items not yet started end cancelled; started items finish. The run ends cancelled; resume runs the rest later.",
@@ -577,6 +582,44 @@ async function confirmAct(title, text, yes, path, body, page, leave, weight) {
   }
 }
 
+// correctAct asks for a corrections file and its key field in a modal
+// dialog (Esc or "Keep as is" declines), sends it, and reads the page
+// again: the correction's run is the batch's run.
+async function correctAct(page) {
+  const b = page.data.batch;
+  const d = document.getElementById("correct");
+  const file = document.getElementById("correct-file");
+  const key = document.getElementById("correct-key");
+  document.getElementById("correct-title").textContent = "Correct items of " + b.batch_id;
+  file.value = "";
+  key.value = b.key_field || "";
+  const opener = document.activeElement;
+  d.returnValue = "";
+  d.showModal();
+  file.focus();
+  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
+  if (opener && document.body.contains(opener)) opener.focus();
+  const f = file.files[0];
+  if (!ok || !f) { notice("Nothing done."); return; }
+  try {
+    const out = await act("/api/batches/" + encodeURIComponent(page.id) + "/corrections",
+      {file_name: f.name, content: await f.text(), key_field: key.value.trim()});
+    const r = out.revision;
+    await showBatch(page.id);
+    notice(out.batch.created ?
+      "Revision " + r.revision + ": " + fmtInt(r.items) + " corrected items run in run " + r.run + "." :
+      "These corrections are revision " + r.revision + " already (run " + r.run + "); nothing new started.", "ok");
+  } catch (e) {
+    notice("Correct failed: " + e.message, "error");
+  }
+}
+
+// revisionsText lists a batch's corrections: revision, items, run.
+function revisionsText(b) {
+  return (b.revisions || []).map((r) => "revision " + r.revision + ": " + fmtInt(r.items) + " corrected items, run " + r.run +
+    (b.run_revision === r.revision && b.run === r.run ? " (this run)" : "")).join("; ");
+}
+
 async function loadRuns(page) {
   const sec = page.sections.runs;
   section(sec, "runs", "Runs", el("p", {class: "muted"}, "Loading…"));
@@ -592,7 +635,7 @@ async function loadRuns(page) {
   section(sec, "runs", "Runs", el("div", {class: "scroll"}, el("table", {id: "runs", class: "cards"},
     el("thead", {}, el("tr", {}, ["Run", "Status", "Succeeded", "Failed", "Quarantined", "Cancelled", "Started", "Finished", "Verdict"].map((t) => el("th", {scope: "col"}, t)))),
     el("tbody", {}, out.runs.map((r) => el("tr", {dataset: {run: r.run}},
-      el("td", {"data-label": "Run"}, String(r.run)),
+      el("td", {"data-label": "Run"}, String(r.run) + (r.revision ? " · revision " + r.revision : "")),
       el("td", {"data-label": "Status"}, statusBadge(r.status)),
       cell(r, "succeeded"), cell(r, "failed"), cell(r, "quarantined"), cell(r, "cancelled"),
       el("td", {"data-label": "Started"}, fmtTime(r.run_started_at)),
@@ -624,7 +667,7 @@ async function loadItems(page, outcome, cursor) {
     section(sec, "items", "Items needing a look", tabs,
       el("div", {class: "scroll", role: "tabpanel", "aria-labelledby": "tab-" + outcome},
         el("table", {id: "items", class: "cards", dataset: {outcome}},
-          el("thead", {}, el("tr", {}, ["Key", "Reason", "Attempts", "Error", "Updated", ""].map((t) => el("th", {scope: "col"}, t)))),
+          el("thead", {}, el("tr", {}, ["Key", "Reason", "Run", "Attempts", "Error", "Updated", ""].map((t) => el("th", {scope: "col"}, t)))),
           tbody)),
       el("div", {id: "items-more", class: "pager"}));
   }
@@ -633,7 +676,7 @@ async function loadItems(page, outcome, cursor) {
     p = await get("/api/batches/" + encodeURIComponent(page.id) + "/items?limit=25&outcome=" + outcome +
       (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
   } catch (e) {
-    tbody.append(el("tr", {}, el("td", {colspan: 6, class: "error"}, "Could not read the items: " + e.message)));
+    tbody.append(el("tr", {}, el("td", {colspan: 7, class: "error"}, "Could not read the items: " + e.message)));
     return;
   }
   if (page.tab !== outcome) return; // another tab was chosen meanwhile
@@ -645,13 +688,14 @@ async function loadItems(page, outcome, cursor) {
     tbody.append(el("tr", {dataset: {key: it.key}},
       el("td", {"data-label": "Key"}, el("code", {class: "key"}, it.key)),
       el("td", {"data-label": "Reason"}, it.reason || "—"),
+      el("td", {"data-label": "Run", class: "num"}, String(it.run) + (it.revision > 1 ? " · rev " + it.revision : "")),
       el("td", {"data-label": "Attempts", class: "num"}, String(it.attempts)),
       el("td", {"data-label": "Error", class: "err"}, it.error || (outcome === "in_flight" ? "lease until " + fmtTime(it.lease_until) : "—")),
       el("td", {"data-label": "Updated"}, fmtTime(it.updated_at)),
       el("td", {"data-label": ""}, rel)));
   }
   if (!tbody.children.length) {
-    tbody.append(el("tr", {}, el("td", {colspan: 6, class: "muted"}, "No " + LABEL[outcome] + " items.")));
+    tbody.append(el("tr", {}, el("td", {colspan: 7, class: "muted"}, "No " + LABEL[outcome] + " items.")));
   }
   const more = document.getElementById("items-more");
   more.replaceChildren(p.next_cursor ? el("button", {class: "secondary", id: "items-next", onclick: () => loadItems(page, outcome, p.next_cursor)}, "Show more " + LABEL[outcome] + " items") : "");
