@@ -26,25 +26,11 @@ import (
 // items, read its results lines (bulkrun results, guarding docs/cli.md
 // "Results lines"), forget the batch.
 func TestCLI(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bulkrun")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	runCLI := cliRunner(t)
 	run := func(args ...string) ([]byte, int) {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("bulkrun %v → %d\n%s", args, code, stderr.String())
-		return stdout.Bytes(), code
+		out, _, code := runCLI(args...)
+		return []byte(out), code
 	}
 	id := newID(t)
 	url := env.hook.route(id, func(key string, _ int) int {
@@ -295,26 +281,7 @@ func TestCLIWatchCtrlC(t *testing.T) {
 // refused before anything is uploaded.
 func TestCLIUpload(t *testing.T) {
 	ctx := context.Background()
-	bin := filepath.Join(t.TempDir(), "bulkrun")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("bulkrun %v → %d\n%s", args, code, stderr.String())
-		return stdout.String(), stderr.String(), code
-	}
+	run := cliRunner(t)
 	name := newID(t)
 	hook := env.hook.route(name, nil)
 	file := filepath.Join(t.TempDir(), "export.csv")
@@ -426,4 +393,32 @@ func TestLiveCostFromCounters(t *testing.T) {
 		t.Fatalf("the report's cost %v, want calls=12", done.Census.Cost)
 	}
 	_ = env.api.Forget(ctx, id)
+}
+
+// cliRunner builds the bulkrun CLI and returns a function that runs it
+// with args against the deployed stack (the test's environment) and
+// returns its stdout, stderr and exit code, logging the command and its
+// stderr.
+func cliRunner(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bulkrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("bulkrun %v → %d\n%s", args, code, stderr.String())
+		return stdout.String(), stderr.String(), code
+	}
 }

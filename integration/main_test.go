@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -133,6 +134,10 @@ type hookServer struct {
 	routes map[string]func(key string, attempt int) int
 	calls  map[string]map[string]int
 	header map[string]http.Header // the last request's headers per route
+	// inputs holds, per route of routeInput, each item's request bodies
+	// (its input) in arrival order; byInput decides those routes' calls.
+	inputs  map[string]map[string][]string
+	byInput map[string]func(key string, input []byte) int
 }
 
 func newHookServer() (*hookServer, error) {
@@ -140,7 +145,8 @@ func newHookServer() (*hookServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}, header: map[string]http.Header{}}
+	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}, header: map[string]http.Header{},
+		inputs: map[string]map[string][]string{}, byInput: map[string]func(string, []byte) int{}}
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go h.srv.Serve(ln)
 	return h, nil
@@ -156,6 +162,23 @@ func (h *hookServer) route(name string, decide func(key string, attempt int) int
 	h.routes[name] = decide
 	h.calls[name] = map[string]int{}
 	return "http://" + h.ln.Addr().String() + "/" + url.PathEscape(name)
+}
+
+// routeInput is route whose calls are decided by the item's input (the
+// request body) and whose inputs are kept (inputsOf).
+func (h *hookServer) routeInput(name string, decide func(key string, input []byte) int) string {
+	u := h.route(name, nil)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byInput[name], h.inputs[name] = decide, map[string][]string{}
+	return u
+}
+
+// inputsOf returns the inputs a routeInput route received for key.
+func (h *hookServer) inputsOf(name, key string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.inputs[name][key]...)
 }
 
 // counts returns a copy of the calls per item key of a route.
@@ -180,17 +203,25 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name, _ := url.PathUnescape(strings.Trim(r.URL.EscapedPath(), "/"))
 	key, _ := url.PathUnescape(r.Header.Get("Bulkrun-Item-Key"))
 	attempt, _ := strconv.Atoi(r.Header.Get("Bulkrun-Attempt"))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	h.mu.Lock()
 	decide, ok := h.routes[name]
+	byInput := h.byInput[name]
 	if ok {
 		h.calls[name][key]++
 		h.header[name] = r.Header.Clone()
+		if byInput != nil {
+			h.inputs[name][key] = append(h.inputs[name][key], string(body))
+		}
 	}
 	h.mu.Unlock()
 	status := http.StatusOK
-	if !ok {
+	switch {
+	case !ok:
 		status = http.StatusNotFound
-	} else if decide != nil {
+	case byInput != nil:
+		status = byInput(key, body)
+	case decide != nil:
 		status = decide(key, attempt)
 	}
 	w.Header().Set("Content-Type", "application/json")
