@@ -770,3 +770,71 @@ func TestFinalizeStartsOverAnOldPackChain(t *testing.T) {
 		t.Fatalf("%d result lines, want 40 (the rows the old checkpoint counted were lost)", len(keys))
 	}
 }
+
+// TestInFlightListingAtEveryK guards "items?outcome=in_flight lists the
+// items being run, one by one, in key order, paged, whatever K": 12 items
+// keyed out of manifest order whose pipelines wait until released; while
+// they run, the listing pages through exactly their keys in key order,
+// and once they end it is empty.
+func TestInFlightListingAtEveryK(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var started sync.WaitGroup
+			started.Add(12)
+			release := make(chan struct{})
+			r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+				started.Done()
+				<-release
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			r.worker.ItemConcurrency, r.worker.Concurrency = 12, 12 // every item runs at once
+			r.sub.ChunkItems = 12
+			var src strings.Builder
+			src.WriteByte('[')
+			var want []string
+			for i := range 12 {
+				if i > 0 {
+					src.WriteByte(',')
+				}
+				key := fmt.Sprintf("key-%02d", (12-5*i%12)%12)
+				want = append(want, key)
+				fmt.Fprintf(&src, `{"id":%q}`, key)
+			}
+			src.WriteByte(']')
+			slices.SortFunc(want, batch.KeyOrder)
+			submitK(t, r, "running", k, 0, func(req *batch.SubmitRequest) {
+				req.Source.Items, req.KeyField = json.RawMessage(src.String()), "id"
+			})
+			r.worker.Handle(ctx, r.queue.take()) // the fan-out
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r.worker.Handle(ctx, r.queue.take())
+			}()
+			started.Wait()
+			var got []string
+			for cursor := ""; ; {
+				page, err := r.ctl.Items(ctx, "running", batch.OutcomeInFlight, cursor, 5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, it := range page.Items {
+					got = append(got, it.Key)
+				}
+				if cursor = page.NextCursor; cursor == "" {
+					break
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("in flight %q, want %q", got, want)
+			}
+			close(release)
+			<-done
+			page, err := r.ctl.Items(ctx, "running", batch.OutcomeInFlight, "", 100)
+			if err != nil || len(page.Items) != 0 {
+				t.Fatalf("in flight after the run: %+v %v", page, err)
+			}
+		})
+	}
+}
