@@ -22,6 +22,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // CountChunk adds c to the counter of its chunk with one UpdateItem that
@@ -127,14 +128,110 @@ const (
 	attrSpentPrefix = "s#"
 )
 
+// The live view's rows in a counter partition (batch.Store.CountWaits,
+// CountFanned) and their attributes.
+const (
+	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; interrupted; token slots
+	skFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
+
+	attrWaitPrefix   = "w"
+	attrInterrupted  = "interrupted"
+	attrFanned       = "fanned"
+	attrFannedChunks = "fanned_chunks"
+	// waitPrune is how many minutes before now a wait write removes: the
+	// buckets of retries already due, which no longer count, so that a
+	// wait row holds little more than the retries still to come.
+	waitPrune = 10
+)
+
+// CountWaits adds c to the wait row of counter partition c.Lane with one
+// UpdateItem (ADD w{minute} …, interrupted; REMOVE the buckets of the
+// waitPrune minutes before now; SET its token slot), sent once at a time
+// as CountLane's (addOnce): never counted twice.
+func (s *Store) CountWaits(ctx context.Context, c batch.WaitCount) error {
+	u := expression.Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now)))
+	for m, n := range c.Due {
+		if n != 0 {
+			u = u.Add(expression.Name(attrWaitPrefix+strconv.FormatInt(m, 10)), expression.Value(n))
+		}
+	}
+	if c.Interrupted != 0 {
+		u = u.Add(expression.Name(attrInterrupted), expression.Value(c.Interrupted))
+	}
+	now := c.Now.Unix() / 60
+	for m := now - waitPrune; m < now; m++ {
+		if _, due := c.Due[m]; !due {
+			u = u.Remove(expression.Name(attrWaitPrefix + strconv.FormatInt(m, 10)))
+		}
+	}
+	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
+	if err != nil {
+		return err
+	}
+	if _, err := s.addOnce(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skWait), expr, c.Token, c.Now); err != nil {
+		return fmt.Errorf("count waits of %s run %d: %w", c.BatchID, c.Run, err)
+	}
+	return nil
+}
+
+// CountFanned adds c's items to the fan row of counter partition c.Lane
+// under the condition that its chunk is not among the row's
+// fanned_chunks (ADD fanned :n, fanned_chunks {first}): a chunk fanned
+// out again, or a write the SDK sends again, counts once.
+func (s *Store) CountFanned(ctx context.Context, c batch.FanCount) error {
+	first := strconv.FormatInt(c.First, 10)
+	u := expression.Add(expression.Name(attrFanned), expression.Value(c.Items)).
+		Add(expression.Name(attrFannedChunks), expression.Value(&types.AttributeValueMemberSS{Value: []string{first}}))
+	cond := expression.Or(expression.AttributeNotExists(expression.Name(attrFannedChunks)),
+		expression.Not(expression.Contains(expression.Name(attrFannedChunks), first)))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, c.Now)).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skFan), expr, types.ReturnValueNone); err != nil && !errors.Is(err, batch.ErrConflict) {
+		return fmt.Errorf("count fanned-out chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
+	}
+	return nil
+}
+
 // Progress sums the run's chunk counters: one eventually consistent Query
 // per counter shard (COUNT#{id}#{run}#{p}, every page), so it reads
 // O(shards) partitions and about 100 bytes per chunk of 5,000 items,
 // whatever the batch's size.
 func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (batch.Progress, error) {
-	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}}
+	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}, RetryDue: map[int64]int64{}}
 	for part := range max(1, shards) {
 		err := s.queryAll(ctx, countPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
+			switch stringAttr(av, config.AttrSK) {
+			case skWait:
+				for name, v := range av {
+					n, isN := v.(*types.AttributeValueMemberN)
+					rest, isW := strings.CutPrefix(name, attrWaitPrefix)
+					if !isN || !isW {
+						continue
+					}
+					m, err := strconv.ParseInt(rest, 10, 64)
+					if err != nil {
+						continue
+					}
+					c, _ := strconv.ParseInt(n.Value, 10, 64)
+					p.RetryDue[m] += c
+				}
+				if n, ok := av[attrInterrupted].(*types.AttributeValueMemberN); ok {
+					c, _ := strconv.ParseInt(n.Value, 10, 64)
+					p.Interrupted += c
+				}
+				return nil
+			case skFan:
+				if n, ok := av[attrFanned].(*types.AttributeValueMemberN); ok {
+					c, _ := strconv.ParseInt(n.Value, 10, 64)
+					p.FannedOut += c
+				}
+				if ss, ok := av[attrFannedChunks].(*types.AttributeValueMemberSS); ok {
+					p.FanChunks += int64(len(ss.Value))
+				}
+				return nil
+			}
 			var row struct {
 				Done        int64   `dynamodbav:"done"`
 				Failures    int64   `dynamodbav:"failures"`

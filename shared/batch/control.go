@@ -395,6 +395,11 @@ func BatchesPrefix(id string) string { return "batches/" + id + "/" }
 type ItemPage struct {
 	Items      []Item `json:"items"`
 	NextCursor string `json:"next_cursor,omitempty"` // pass as cursor for the next page; empty at the end
+	// Live, on the first page of in_flight of a running batch, is its
+	// live view (LiveOf): the items the page cannot list because they have
+	// no row yet (not fanned out, or sent and not yet received) are
+	// counted there, with those waiting for a retry.
+	Live *LiveView `json:"live,omitempty"`
 }
 
 // Listing limits.
@@ -446,6 +451,15 @@ func (c *Control) Items(ctx context.Context, id string, outcome Outcome, cursor 
 	p := ItemPage{Items: items}
 	if next != "" {
 		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	if outcome == OutcomeInFlight && cursor == "" && b.Status == StatusRunning {
+		// One Progress read (its counter partitions) per first page.
+		pr, err := c.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
+		if err != nil {
+			return ItemPage{}, err
+		}
+		l := LiveOf(b, pr, c.Clock.Now())
+		p.Live = &l
 	}
 	return p, nil
 }

@@ -36,8 +36,11 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 	runs := map[runKey]*sum{}
 	var order []runKey
 	var chunked []done
+	w.countWaits(ctx, dones)
 	for _, d := range dones {
 		switch {
+		case d.outcome == "":
+			continue // the live view's (countWaits)
 		case d.items <= 0:
 			continue // a message sent without its chunk: the tick counts it
 		case d.batch.CounterLanes <= 0:
@@ -66,6 +69,44 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		w.countLanes(ctx, w.Log.With("batch_id", k.id, "run", k.run), a.b, a.outcomes, a.cost, a.spent, a.health)
 	}
 	w.countChunks(ctx, chunked, weight)
+}
+
+// countWaits adds the deliveries' items waiting for a retry (by the
+// minute it is due) and interrupted attempts to their runs' wait
+// counters: one CountWaits write per run, in a counter partition chosen
+// at random. Only the live view reads them; a lost write loses its share.
+func (w *Worker) countWaits(ctx context.Context, dones []done) {
+	type runKey struct {
+		id  string
+		run int
+	}
+	waits := map[runKey]*WaitCount{}
+	var order []runKey
+	for _, d := range dones {
+		if d.retryAt.IsZero() && !d.interrupted {
+			continue
+		}
+		k := runKey{d.batch.ID, d.batch.Run}
+		c := waits[k]
+		if c == nil {
+			c = &WaitCount{BatchID: d.batch.ID, Run: d.batch.Run, Lane: rand.IntN(max(1, d.batch.CounterShards)), Due: map[int64]int64{}}
+			waits[k] = c
+			order = append(order, k)
+		}
+		if !d.retryAt.IsZero() {
+			c.Due[DueMinute(d.retryAt)]++
+		}
+		if d.interrupted {
+			c.Interrupted++
+		}
+	}
+	for _, k := range order {
+		c := waits[k]
+		c.Token, c.Now = newToken(), w.Clock.Now()
+		if err := w.Store.CountWaits(ctx, *c); err != nil {
+			w.Log.Warn("count items waiting for a retry", "batch_id", k.id, "run", k.run, "error", err.Error())
+		}
+	}
 }
 
 // countLanes counts one message batch's terminal items of b's run: into

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,13 +44,53 @@ type BatchSummary struct {
 	Run        int       `json:"run"`
 	CreatedAt  time.Time `json:"created_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"` // the last finished run's end
-	// NeedsAttention is the last finished run's: a running batch's live
-	// census is on GET /batches/{id}.
+	// NeedsAttention is the last finished run's, or for a running batch
+	// with a Live view, also its Attention.
 	NeedsAttention  bool           `json:"needs_attention"`
 	Stop            Status         `json:"stop,omitempty"`
 	Refusal         *SubmitRefusal `json:"refusal,omitempty"`
 	SubmittedBy     string         `json:"submitted_by,omitempty"`
 	PendingDeletion bool           `json:"pending_deletion,omitempty"`
+	// Live is a running batch's live view (LiveOf), for the first
+	// MaxLiveSummaries running batches of a page; NeedsAttention then
+	// includes its Attention.
+	Live *LiveView `json:"live,omitempty"`
+}
+
+// MaxLiveSummaries is how many running batches of one listing page get
+// their live view: each costs a read of its batch row and one Query per
+// counter partition (Batch.CounterShards, 1–16).
+const MaxLiveSummaries = 25
+
+// liveSummaries sets the live view of the page's first MaxLiveSummaries
+// running batches, 4 at a time; a batch whose read fails keeps none.
+func (c *Control) liveSummaries(ctx context.Context, bs []BatchSummary) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	n := 0
+	for i := range bs {
+		if bs[i].Status != StatusRunning || bs[i].Stop != "" || n >= MaxLiveSummaries {
+			continue
+		}
+		n++
+		wg.Add(1)
+		go func(s *BatchSummary) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			b, err := c.Store.GetBatch(ctx, s.ID)
+			if err != nil || b.Status != StatusRunning {
+				return
+			}
+			p, err := c.Store.Progress(ctx, b.ID, b.Run, max(1, b.CounterShards))
+			if err != nil {
+				return
+			}
+			l := LiveOf(b, p, c.now())
+			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
+		}(&bs[i])
+	}
+	wg.Wait()
 }
 
 // Summary returns b as a listing shows it.
@@ -130,6 +171,7 @@ func (c *Control) ListBatches(ctx context.Context, r ListBatchesRequest) (BatchP
 	for _, b := range rows {
 		p.Batches = append(p.Batches, Summary(b))
 	}
+	c.liveSummaries(ctx, p.Batches)
 	if next != "" {
 		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
 	}

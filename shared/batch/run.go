@@ -27,6 +27,9 @@ type itemRun struct {
 	took      time.Duration // how long its pipeline ran; 0 when it did not
 	committed bool          // written on its own, with its staged writes
 	lost      bool          // its own write lost the unit's fence
+	// interrupted: its attempt took over an ended lease or was cut off
+	// at the deadline (outcome unknown).
+	interrupted bool
 }
 
 // runUnit is the one delivery loop of an item or pack message: take the
@@ -217,12 +220,26 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b Batch, m *unit
 		if r.started && !r.lost && r.ending.Retry() {
 			dns = append(dns, ranDone(b, r)) // for the pause: not counted
 		}
+		if r.started && !r.lost && r.interrupted {
+			dns = append(dns, done{batch: b, interrupted: true})
+		}
 	}
 	if retries == 0 {
 		return true, dns
 	}
 	if wait <= 0 {
 		wait = time.Second // items not started: back soon
+	}
+	// The live view's items waiting for a retry, due when the message
+	// comes back (a message sent again waits at most MaxResendDelay).
+	due := w.Clock.Now().Add(wait)
+	if throttled && wait <= MaxResendDelay {
+		due = w.Clock.Now().Add(min(wait, MaxResendDelay))
+	}
+	for _, r := range runs {
+		if r.started && !r.lost && !r.committed && r.ending.Retry() {
+			dns = append(dns, done{batch: b, retryAt: due})
+		}
 	}
 	if throttled && wait <= MaxResendDelay {
 		// A throttled attempt (or a paused batch's probe) counts no
@@ -276,6 +293,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)
 	}
 	s.Cost = nil // the cost of this attempt
+	r.interrupted = a.Interrupted
 	if e := Conclude(a); e.Outcome != "" {
 		r.state, r.ending = Ended(s, e, w.Clock.Now()), e
 		return
@@ -310,6 +328,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b Batch, u unit,
 	}
 	s.Cost = res.Cost
 	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil
+	r.interrupted = r.interrupted || a.CutOff
 	if perr == nil {
 		err := w.persist(ctx, log, "store output", func() (err error) {
 			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, RunIDOf(b.ID, s.Key, s.Revision), res.Output)

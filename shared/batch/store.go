@@ -86,6 +86,19 @@ type Store interface {
 	// write sent again after its answer was lost is recognised as
 	// CountLane's is (ErrCountUnknown when it cannot be told).
 	CountRun(ctx context.Context, c RunCount) (RunCounted, error)
+	// CountWaits adds c's items waiting for a retry, by the minute their
+	// retry is due, and its interrupted attempts to the run's wait
+	// counter in counter partition c.Lane (COUNT#{id}#{run}#{lane}, WAIT),
+	// without reading; a write sent again after its answer was lost is
+	// recognised as CountLane's (ErrCountUnknown when it cannot be told).
+	// The live view's counts (Progress.Waiting, NextRetry, Interrupted);
+	// nothing decides on them.
+	CountWaits(ctx context.Context, c WaitCount) error
+	// CountFanned records that the fan-out chunk c.First of c.Run sent its
+	// c.Items item messages, once per chunk whatever the repeats
+	// (COUNT#{id}#{run}#{lane}, FAN: the chunks' items added under the
+	// condition that the chunk is not among those counted).
+	CountFanned(ctx context.Context, c FanCount) error
 	// Progress sums the run's chunk counters, reading its counter
 	// partitions 0..shards-1 (Batch.CounterShards): O(shards) reads
 	// whatever the batch's size.
@@ -401,6 +414,29 @@ type RunCount struct {
 	Now       time.Time
 }
 
+// WaitCount is one write of Store.CountWaits.
+type WaitCount struct {
+	BatchID string
+	Run     int
+	Lane    int // 0 … Batch.CounterShards−1
+	// Due counts the items whose retry was scheduled by the Unix minute
+	// (UTC) it is due, rounded up: an item waits until its minute begins.
+	Due         map[int64]int64
+	Interrupted int64 // attempts cut off or taken over (outcome unknown)
+	Token       string
+	Now         time.Time
+}
+
+// FanCount is one write of Store.CountFanned.
+type FanCount struct {
+	BatchID string
+	Run     int
+	Lane    int   // 0 … Batch.CounterShards−1
+	First   int64 // the chunk's first manifest index
+	Items   int64 // the chunk's items
+	Now     time.Time
+}
+
 // RunCounted is the run row after one CountRun write.
 type RunCounted struct {
 	LanesDone, Failures int64
@@ -444,7 +480,49 @@ type Progress struct {
 	Cost, Spent pipeline.CostSum
 	UpdatedAt   time.Time // latest update of any counter row; zero when none
 	Usage       Usage     // what the run's message batches consumed, as far as attributed
+	// RetryDue counts the items whose retry was scheduled, by the Unix
+	// minute it is due (WaitCount.Due summed): those of minutes still to
+	// come are waiting (Waiting, NextRetry).
+	RetryDue map[int64]int64
+	// Interrupted counts the run's attempts whose outcome is unknown (cut
+	// off at the invocation's deadline or a lease's end, or taken over
+	// after their holder died).
+	Interrupted int64
+	// FannedOut counts the items of the chunks whose fan-out sent every
+	// item message (CountFanned); FanChunks how many chunks those are.
+	FannedOut int64
+	FanChunks int64
 }
+
+// Waiting is how many items wait for a retry due after now (counted by
+// the minute: an item due within the current minute no longer counts).
+func (p Progress) Waiting(now time.Time) int64 {
+	var n int64
+	for m, c := range p.RetryDue {
+		if m*60 > now.Unix() {
+			n += c
+		}
+	}
+	return max(0, n)
+}
+
+// NextRetry is the start of the first minute after now in which a
+// waiting item's retry is due; zero when none waits.
+func (p Progress) NextRetry(now time.Time) time.Time {
+	var next int64
+	for m, c := range p.RetryDue {
+		if c > 0 && m*60 > now.Unix() && (next == 0 || m < next) {
+			next = m
+		}
+	}
+	if next == 0 {
+		return time.Time{}
+	}
+	return time.Unix(next*60, 0).UTC()
+}
+
+// DueMinute is the Unix minute a retry due at t counts in (rounded up).
+func DueMinute(t time.Time) int64 { return (t.Unix() + 59) / 60 }
 
 // FinalizeFailure is what FinalizeFailed writes.
 type FinalizeFailure struct {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"path"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -132,6 +133,11 @@ type done struct {
 	// (Ending.Class) and text its error. The pause counts them.
 	ran         bool
 	class, text string
+	// Not an ending, for the live view only (outcome empty): retryAt, an
+	// item waiting for a retry due then; interrupted (with or without an
+	// outcome), an attempt whose outcome was unknown.
+	retryAt     time.Time
+	interrupted bool
 }
 
 // doneOf is the done of an item whose state s is terminal in b's run.
@@ -408,6 +414,16 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b Batch, m Messag
 	}
 	if err == nil {
 		err = flush()
+	}
+	if err == nil {
+		// The live view's items fanned out (refused ones were recorded
+		// failed, and counted so): once per chunk, whatever the repeats.
+		shards := max(1, b.CounterShards)
+		c := FanCount{BatchID: b.ID, Run: b.Run, Lane: Shard(strconv.FormatInt(m.Chunk.FirstIndex, 10), shards),
+			First: m.Chunk.FirstIndex, Items: m.Chunk.Count, Now: w.Clock.Now()}
+		if ferr := w.Store.CountFanned(ctx, c); ferr != nil {
+			log.Warn("count the fanned-out chunk", "error", ferr.Error(), "first", m.Chunk.FirstIndex)
+		}
 	}
 	if refused > 0 {
 		w.count(ctx, []done{{batch: b, outcome: OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, refused)

@@ -333,21 +333,23 @@ func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 			return BatchView{}, err
 		}
 		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
-		c := CounterCensus(b, p)
-		v.Census = &c
-		v.NeedsAttention = v.NeedsAttention || c.Failed+c.Quarantined > 0
+		live := batch.LiveOf(b, p, a.Control.Clock.Now())
+		c := CounterCensus(b, p, live)
+		v.Census, v.Live = &c, &live
+		v.NeedsAttention = v.NeedsAttention || live.NeedsAttention()
 	}
 	return v, nil
 }
 
 // CounterCensus is a running batch's census as its counters tell it:
 // terminal items by outcome as counted so far, their cost and what this
-// run spent on them, and every other item pending (items in flight are
-// among them: counters see only outcomes).
+// run spent on them, in flight the items fanned out and not ended
+// (queued, running or waiting for a retry: live.InFlight +
+// live.RetryWaiting), pending the items not fanned out yet.
 // A correction run's counters count its own items; the batch's other
 // items are added with what they kept (batch.Revision.Kept), each counted
 // once. Counters may lag the rows; the report's census is exact.
-func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
+func CounterCensus(b batch.Batch, p batch.Progress, live batch.LiveView) batch.Census {
 	c := batch.Census{Total: b.ItemCount, Cost: p.Cost, RunSpent: p.Spent}
 	if c.Cost == nil {
 		c.Cost = pipeline.CostSum{}
@@ -366,7 +368,9 @@ func CounterCensus(b batch.Batch, p batch.Progress) batch.Census {
 		c.Quarantined += r.Kept.Quarantined
 		c.Cancelled += r.Kept.Cancelled
 	}
-	c.Pending = max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
+	left := max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
+	c.InFlight = min(left, live.InFlight+live.RetryWaiting)
+	c.Pending = left - c.InFlight
 	return c
 }
 

@@ -72,7 +72,7 @@ type ErrorBody struct {
 const (
 	CensusFromItems    = "items"    // counted from the item rows (no longer answered by GET: a running batch shows its counters)
 	CensusFromReport   = "report"   // the finished run's census
-	CensusFromCounters = "counters" // a running batch: Progress and a census by outcome from its chunk counters (in flight counted as pending), O(counter shards) reads
+	CensusFromCounters = "counters" // a running batch: Progress, Live and a census by outcome from its counters (in_flight: sent and not ended; pending: not fanned out), O(counter shards) reads
 )
 
 // BatchView is the JSON of a batch in API answers: the batch row's fields
@@ -87,8 +87,12 @@ type BatchView struct {
 	Census       *batch.Census `json:"census,omitempty"`
 	CensusSource string        `json:"census_source,omitempty"` // items | report | counters
 	Progress     *Progress     `json:"progress,omitempty"`
-	Report       string        `json:"report,omitempty"`
-	Created      *bool         `json:"created,omitempty"`
+	// Live is a running batch's live view (batch.LiveView): items in flight,
+	// waiting for a retry (and when the next is due), interrupted, not yet
+	// fanned out, and why it needs attention now.
+	Live    *batch.LiveView `json:"live,omitempty"`
+	Report  string          `json:"report,omitempty"`
+	Created *bool           `json:"created,omitempty"`
 	// Warnings, in a submit's answer, say what in the request will likely
 	// go wrong though it was accepted (batch.Submitter.Warnings).
 	Warnings []string `json:"warnings,omitempty"`

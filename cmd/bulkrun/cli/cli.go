@@ -795,6 +795,18 @@ func (a *app) watch(ctx context.Context, id string) error {
 	return nil
 }
 
+// LiveText is a running batch's live view on one line: "live: in flight
+// 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
+// fanned out 0  last progress 19:05:12Z".
+func LiveText(l batch.LiveView) string {
+	next := ""
+	if l.NextRetryAt != nil {
+		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z)"
+	}
+	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d  not fanned out %d  last progress %sZ",
+		l.InFlight, l.RetryWaiting, next, l.Interrupted, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
+}
+
 // show prints a batch view.
 func (a *app) show(v wire.BatchView) error {
 	if a.output == "json" {
@@ -834,6 +846,12 @@ func (a *app) show(v wire.BatchView) error {
 	if v.Progress != nil {
 		textf(a.out, "progress: done %d  failures %d (counters)\n", v.Progress.Done, v.Progress.Failures)
 	}
+	if l := v.Live; l != nil {
+		textf(a.out, "%s\n", LiveText(*l))
+		for _, why := range l.Attention {
+			textf(a.out, "needs attention: %s\n", why)
+		}
+	}
 	if v.Report != "" {
 		textf(a.out, "report: %s\n", v.Report)
 	}
@@ -862,11 +880,15 @@ func (a *app) itemsCmd() *cobra.Command {
 				return err
 			}
 			var items []batch.Item
+			var live *batch.LiveView
 			next := cursor
 			for {
 				p, err := a.api.Items(ctx, args[0], batch.Outcome(outcome), next, limit)
 				if err != nil {
 					return err
+				}
+				if p.Live != nil {
+					live = p.Live
 				}
 				items = append(items, p.Items...)
 				next = p.NextCursor
@@ -875,9 +897,16 @@ func (a *app) itemsCmd() *cobra.Command {
 				}
 			}
 			if a.output == "json" {
-				return a.printJSON(batch.ItemPage{Items: items, NextCursor: next})
+				return a.printJSON(batch.ItemPage{Items: items, NextCursor: next, Live: live})
 			}
 			a.printItems(items)
+			if live != nil {
+				// Items without a row in the run are not listed above.
+				textf(a.out, "%s\n", LiveText(*live))
+				if live.NotFannedOut > 0 {
+					textf(a.out, "%d items not fanned out yet: their chunk's item messages are not all sent (its fan-out message is queued, or comes back after a failed or timed-out invocation); they have no row to list\n", live.NotFannedOut)
+				}
+			}
 			if next != "" {
 				textf(a.errw, "more: --cursor %s\n", next)
 			}

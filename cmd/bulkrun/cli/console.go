@@ -406,9 +406,10 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 // (StatusError when that read failed).
 type ConsoleBatch struct {
 	batch.BatchSummary
-	Census       *batch.Census  `json:"census,omitempty"`
-	CensusSource string         `json:"census_source,omitempty"`
-	Progress     *wire.Progress `json:"progress,omitempty"`
+	Census       *batch.Census   `json:"census,omitempty"`
+	CensusSource string          `json:"census_source,omitempty"`
+	Progress     *wire.Progress  `json:"progress,omitempty"`
+	Live         *batch.LiveView `json:"live,omitempty"`
 	// Source is the batch's source as it names it; SourceKind and
 	// SourceLabel say where it came from in a few words (SourceOf).
 	Source      string `json:"source,omitempty"`
@@ -522,7 +523,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 				cb.StatusError = err.Error()
 				return
 			}
-			cb.Census, cb.CensusSource, cb.Progress = v.Census, v.CensusSource, v.Progress
+			cb.Census, cb.CensusSource, cb.Progress, cb.Live = v.Census, v.CensusSource, v.Progress, v.Live
 			cb.Source = v.Source
 			cb.SourceKind, cb.SourceLabel = SourceOf(c.bucket, v.Source, v.SubmittedBy)
 			// The row is current; the index the listing reads may lag.

@@ -188,6 +188,22 @@ func note(b batch.BatchSummary) string {
 	if b.NeedsAttention && b.Status.Finished() {
 		n = append(n, "needs attention")
 	}
+	if l := b.Live; l != nil {
+		live := fmt.Sprintf("in flight %d, waiting %d", l.InFlight, l.RetryWaiting)
+		if l.NextRetryAt != nil {
+			live += " (next " + l.NextRetryAt.UTC().Format("15:04Z") + ")"
+		}
+		if l.Interrupted > 0 {
+			live += fmt.Sprintf(", interrupted %d", l.Interrupted)
+		}
+		if l.NotFannedOut > 0 {
+			live += fmt.Sprintf(", not fanned out %d", l.NotFannedOut)
+		}
+		n = append(n, live)
+		if l.NeedsAttention() {
+			n = append(n, "needs attention: "+strings.Join(l.Attention, ", "))
+		}
+	}
 	if b.PendingDeletion {
 		n = append(n, "pending deletion")
 	}

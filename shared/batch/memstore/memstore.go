@@ -102,7 +102,26 @@ type runKey struct {
 	run     int
 }
 
-type runCounter struct{ chunksDone, lanesDone, failures int64 }
+type runCounter struct {
+	chunksDone, lanesDone, failures int64
+	// The live view's counts (CountWaits, CountFanned).
+	due                 map[int64]int64
+	interrupted, fanned int64
+	fanChunks           map[int64]bool
+}
+
+func (s *Store) runCounter(batchID string, run int) *runCounter {
+	rk := runKey{batchID: batchID, run: run}
+	rc := s.runs[rk]
+	if rc == nil {
+		rc = &runCounter{}
+		s.runs[rk] = rc
+	}
+	if rc.due == nil {
+		rc.due, rc.fanChunks = map[int64]int64{}, map[int64]bool{}
+	}
+	return rc
+}
 
 type slotKey struct {
 	batchID string
@@ -229,22 +248,47 @@ func (s *Store) CountLane(_ context.Context, c batch.LaneCount) (batch.LaneCount
 func (s *Store) CountRun(_ context.Context, c batch.RunCount) (batch.RunCounted, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rk := runKey{batchID: c.BatchID, run: c.Run}
-	rc := s.runs[rk]
-	if rc == nil {
-		rc = &runCounter{}
-		s.runs[rk] = rc
-	}
+	rc := s.runCounter(c.BatchID, c.Run)
 	rc.lanesDone += c.LanesDone
 	rc.failures += c.Failures
 	return batch.RunCounted{LanesDone: rc.lanesDone, Failures: rc.failures}, nil
+}
+
+// CountWaits implements batch.Store.
+func (s *Store) CountWaits(_ context.Context, c batch.WaitCount) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rc := s.runCounter(c.BatchID, c.Run)
+	for m, n := range c.Due {
+		rc.due[m] += n
+	}
+	rc.interrupted += c.Interrupted
+	return nil
+}
+
+// CountFanned implements batch.Store.
+func (s *Store) CountFanned(_ context.Context, c batch.FanCount) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rc := s.runCounter(c.BatchID, c.Run)
+	if !rc.fanChunks[c.First] {
+		rc.fanChunks[c.First] = true
+		rc.fanned += c.Items
+	}
+	return nil
 }
 
 // Progress implements batch.Store.
 func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (batch.Progress, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: pipeline.CostSum{}, Spent: pipeline.CostSum{}}
+	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: pipeline.CostSum{}, Spent: pipeline.CostSum{}, RetryDue: map[int64]int64{}}
+	if rc := s.runs[runKey{batchID: batchID, run: run}]; rc != nil {
+		for m, n := range rc.due {
+			p.RetryDue[m] += n
+		}
+		p.Interrupted, p.FannedOut, p.FanChunks = rc.interrupted, rc.fanned, int64(len(rc.fanChunks))
+	}
 	for k, c := range s.chunks {
 		if k.batchID != batchID || k.run != run || c.part >= max(1, shards) {
 			continue

@@ -843,6 +843,50 @@ var cases = []suiteCase{
 		}
 		check(t, "updated", p.UpdatedAt, T0.Add(4*time.Second))
 	}},
+	{"LiveCountersBesideTheLanes", func(t *testing.T, s batch.Store) {
+		// The live view's wait and fan rows live in the counter
+		// partitions: Progress reads them with the lanes, they change
+		// neither done nor the time of the last progress, and a chunk
+		// fanned out twice counts once.
+		b := newBatch("b1")
+		b.CounterLanes, b.CounterShards = 2, 2
+		b = create(t, s, b)
+		if _, err := s.CountLane(ctx, batch.LaneCount{BatchID: b.ID, Run: 1, Lane: 0, Target: 10,
+			Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 2}, Token: "l1", Now: T0}); err != nil {
+			t.Fatal(err)
+		}
+		m := batch.DueMinute(T0.Add(5 * time.Minute))
+		for i, c := range []batch.WaitCount{
+			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1},
+			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}},
+			{Lane: 1, Due: map[int64]int64{m + 10: 1}, Interrupted: 2},
+		} {
+			c.BatchID, c.Run, c.Token, c.Now = b.ID, 1, fmt.Sprintf("w%d", i), T0.Add(time.Duration(i+1)*time.Minute)
+			check(t, fmt.Sprintf("wait write %d", i), s.CountWaits(ctx, c), nil)
+		}
+		for i, c := range []batch.FanCount{
+			{Lane: 0, First: 0, Items: 5},
+			{Lane: 1, First: 5, Items: 5},
+			{Lane: 0, First: 0, Items: 5}, // the same chunk again
+		} {
+			c.BatchID, c.Run, c.Now = b.ID, 1, T0.Add(time.Duration(i+5)*time.Minute)
+			check(t, fmt.Sprintf("fan write %d", i), s.CountFanned(ctx, c), nil)
+		}
+		p, err := s.Progress(ctx, b.ID, 1, b.CounterShards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "done", p.Done, int64(2))
+		check(t, "updated", p.UpdatedAt, T0)
+		check(t, "due at m", p.RetryDue[m], int64(5))
+		check(t, "due at m+10", p.RetryDue[m+10], int64(5))
+		check(t, "interrupted", p.Interrupted, int64(3))
+		check(t, "fanned out", p.FannedOut, int64(10))
+		check(t, "fanned-out chunks", p.FanChunks, int64(2))
+		check(t, "waiting before m", p.Waiting(T0), int64(10))
+		check(t, "waiting after m", p.Waiting(time.Unix(m*60, 0)), int64(5))
+		check(t, "next retry", p.NextRetry(T0), time.Unix(m*60, 0).UTC())
+	}},
 	{"ScanItemsInKeyByteOrder", func(t *testing.T, s batch.Store) {
 		b := create(t, s, newBatch("b1"))
 		keys := []string{"b", "a", "B", "a0", "Z", "0", "é", "a-", "zz", "_"}

@@ -200,9 +200,23 @@ function retryText(r) {
     (r.jitter ? ", + up to " + Math.round(r.jitter * 100) + " % jitter" : "");
 }
 
+// liveFacts is a running batch's live view: the items not ended by where
+// they are, and why the run needs attention now.
+function liveFacts(l) {
+  const dl = el("dl", {class: "facts", id: "live"});
+  const fact = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
+  fact("In flight", fmtInt(l.in_flight) + " (queued, running or due)");
+  fact("Waiting for a retry", fmtInt(l.retry_waiting) + (l.next_retry_at ? ", next at " + fmtTime(l.next_retry_at) : ""));
+  fact("Interrupted attempts", fmtInt(l.interrupted));
+  fact("Not fanned out", fmtInt(l.not_fanned_out));
+  fact("Last progress", fmtTime(l.last_progress_at));
+  const why = (l.attention || []).map((a) => el("li", {}, a));
+  return el("div", {}, dl, why.length ? el("div", {class: "attn small"}, "⚠ Needs attention:", el("ul", {}, why)) : "");
+}
+
 function attention(b) {
   const notes = [];
-  if (b.needs_attention) notes.push("Needs attention");
+  if (b.needs_attention) notes.push("Needs attention" + (b.live && b.live.attention ? ": " + b.live.attention.join("; ") : ""));
   if (b.refusal) notes.push("Refused: " + b.refusal.code + refusalWhere(b.refusal) + (b.refusal.message ? ": " + refusalReason(b.refusal) : ""));
   if (b.pending_deletion) notes.push("Deletion pending");
   if (b.status === "finalize_failed") notes.push("Finalize failed: resume once fixed");
@@ -420,7 +434,8 @@ function renderLive(page) {
     outcomeBar(b, "progress"),
     running(b) ? el("p", {class: "muted small"}, "Updates every " + LIVE_MS / 1000 + " s while the run goes" +
       (b.census_source === "counters" ? "; a large batch's live counts come from its counters" : "") + ".") : "",
-    d && !running(b) && d.done === d.total ? el("p", {class: "muted small"}, "Every item of run " + b.run + " has an outcome.") : "");
+    d && !running(b) && d.done === d.total ? el("p", {class: "muted small"}, "Every item of run " + b.run + " has an outcome.") : "",
+    running(b) && b.live ? liveFacts(b.live) : "");
 
   if (b.census) {
     const c = b.census;
