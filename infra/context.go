@@ -81,6 +81,8 @@ var contextProps = []contextProp{
 	{"alarmTopicArn", []string{"AlarmTopicARN"}, "an SNS topic ARN", str(func(p *bulkrun.RunnerProps) *string { return &p.AlarmTopicARN })},
 	{"tracing", []string{"Tracing"}, `"true"`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.Tracing })},
 	{"queueAgeAlarm", []string{"QueueAgeAlarm"}, `a Go duration ("45m")`, duration(func(p *bulkrun.RunnerProps) *time.Duration { return &p.QueueAgeAlarm })},
+	{"stallAlarm", []string{"StallAlarm"}, `a Go duration ("45m")`, duration(func(p *bulkrun.RunnerProps) *time.Duration { return &p.StallAlarm })},
+	{"noBatchEventAlarms", []string{"NoBatchEventAlarms"}, `"true": no rule routes threshold-exceeded, refused or paused batches to the alarm topic`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.NoBatchEventAlarms })},
 	{"bucketVersioning", []string{"BucketVersioning"}, `"true"`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.BucketVersioning })},
 	{"apiGatewayAccount", []string{"ApiGatewayAccount"}, `"true": the stack sets the Region's account-wide API Gateway CloudWatch role`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.ApiGatewayAccount })},
 	{"logLevel", []string{"LogLevel"}, "debug, info (default), warn or error", str(func(p *bulkrun.RunnerProps) *string { return &p.LogLevel })},

@@ -159,6 +159,8 @@ func allContext() map[string]string {
 		"alarmTopicArn":        "arn:aws:sns:eu-west-1:123456789012:ctx-alarms",
 		"tracing":              "true",
 		"queueAgeAlarm":        "45m",
+		"stallAlarm":           "40m",
+		"noBatchEventAlarms":   "true",
 		"bucketVersioning":     "true",
 		"apiRateLimit":         "20",
 		"apiBurstLimit":        "40",
@@ -455,6 +457,16 @@ func TestRunnerPropsContext(t *testing.T) {
 		"queueAgeAlarm": func(t *testing.T) {
 			if !a.has("AWS::CloudWatch::Alarm", `"MetricName":"ApproximateAgeOfOldestMessage"`, `"Threshold":2700`) {
 				t.Error("no queue age alarm at 2700 s")
+			}
+		},
+		"stallAlarm": func(t *testing.T) {
+			if !a.has("AWS::CloudWatch::Alarm", `"MetricName":"RunStalledSeconds"`, `"Threshold":2400`) {
+				t.Error("no run-stalled alarm at 2400 s")
+			}
+		},
+		"noBatchEventAlarms": func(t *testing.T) {
+			if a.has("AWS::Events::Rule", `"Batch Refused"`) {
+				t.Error("a rule routes batch events to the alarm topic")
 			}
 		},
 		"bucketVersioning": func(t *testing.T) {

@@ -15,23 +15,29 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
 )
 
 // Operations defaults (RunnerProps.QueueAgeAlarm, APIRateLimit, APIBurstLimit).
 const (
 	DefaultQueueAgeAlarm = 30 * time.Minute
+	DefaultStallAlarm    = batch.StallAttention
 	DefaultAPIRateLimit  = 50.0
 	DefaultAPIBurstLimit = 100
 )
 
 // operated are the resources of NewRunner that harden and observe extend.
 type operated struct {
-	bucket    awss3.Bucket
-	table     awsdynamodb.Table
-	items     awssqs.Queue
-	dlq       awssqs.Queue
-	api       awsapigateway.LambdaRestApi
-	functions map[string]awslambda.Function // by Function* name
+	bucket awss3.Bucket
+	table  awsdynamodb.Table
+	items  awssqs.Queue
+	dlq    awssqs.Queue
+	// scheduleDLQ takes what the stack's EventBridge rules could not
+	// deliver (alarmed).
+	scheduleDLQ awssqs.Queue
+	api         awsapigateway.LambdaRestApi
+	functions   map[string]awslambda.Function // by Function* name
 }
 
 // opsSettings are the operations props with defaults filled.
@@ -39,13 +45,15 @@ type opsSettings struct {
 	alarmTopicARN    string
 	tracing          bool
 	queueAgeAlarm    time.Duration
+	stallAlarm       time.Duration
+	noEventAlarms    bool
 	bucketVersioning bool
 	apiRate          float64
 	apiBurst         int
 }
 
 func opsOf(props *RunnerProps) opsSettings {
-	o := opsSettings{queueAgeAlarm: DefaultQueueAgeAlarm, apiRate: DefaultAPIRateLimit, apiBurst: DefaultAPIBurstLimit}
+	o := opsSettings{queueAgeAlarm: DefaultQueueAgeAlarm, stallAlarm: DefaultStallAlarm, apiRate: DefaultAPIRateLimit, apiBurst: DefaultAPIBurstLimit}
 	if props == nil {
 		return o
 	}
@@ -53,6 +61,10 @@ func opsOf(props *RunnerProps) opsSettings {
 	if props.QueueAgeAlarm != 0 {
 		o.queueAgeAlarm = props.QueueAgeAlarm
 	}
+	if props.StallAlarm != 0 {
+		o.stallAlarm = props.StallAlarm
+	}
+	o.noEventAlarms = props.NoBatchEventAlarms
 	if props.APIRateLimit != 0 {
 		o.apiRate = props.APIRateLimit
 	}
@@ -77,6 +89,10 @@ func checkOperations(props *RunnerProps) []error {
 	// periods of 60 s multiples.
 	if o.queueAgeAlarm < time.Minute || o.queueAgeAlarm > itemsRetention || o.queueAgeAlarm%time.Minute != 0 {
 		bad("QueueAgeAlarm", o.queueAgeAlarm.String(), "want whole minutes from 1m to 168h (the items queue's 7-day retention)")
+	}
+	// Finalize's tick measures a run's stall every 5 minutes.
+	if o.stallAlarm < 10*time.Minute || o.stallAlarm > 12*time.Hour || o.stallAlarm%time.Minute != 0 {
+		bad("StallAlarm", o.stallAlarm.String(), "want whole minutes from 10m to 12h (finalize's tick measures every 5 minutes)")
 	}
 	if !(o.apiRate > 0) {
 		bad("APIRateLimit", strconv.FormatFloat(o.apiRate, 'g', -1, 64), "want requests per second > 0")

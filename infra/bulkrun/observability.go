@@ -17,6 +17,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/shared/batch"
 )
@@ -123,6 +124,36 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 		alarms = append(alarms, alarm)
 	}
 
+	// The batch events an on-call engineer must hear of go to the topic
+	// as they are (the event's JSON). EventBridge needs the topic's access
+	// policy to allow events.amazonaws.com sns:Publish (a topic given by
+	// ARN is not the stack's to change): see infra/README.md, "Operations".
+	if o.alarmTopicARN != "" && !o.noEventAlarms {
+		// L1: the L2 SNS target refuses a topic imported from an ARN when
+		// the stack has no explicit environment (it cannot tell the
+		// topic's Region is the stack's); the topic must be in the stack's
+		// Region, as for the alarms' actions.
+		// What EventBridge cannot deliver (the topic's policy refuses it,
+		// the topic is gone) goes to the schedule dead-letter queue, alarmed.
+		rule := awsevents.NewCfnRule(stack, jsii.String("BatchEventsAlarmRule"), &awsevents.CfnRuleProps{
+			Description: jsii.String("bulkrun: batches stopped by their failure threshold, refused starts and paused batches, to the alarm topic"),
+			EventPattern: map[string]any{
+				"source":      []string{event.Source},
+				"detail-type": event.AlarmDetailTypes,
+			},
+			State: jsii.String("ENABLED"),
+			Targets: []any{&awsevents.CfnRule_TargetProperty{Id: jsii.String("AlarmTopic"), Arn: jsii.String(o.alarmTopicARN),
+				DeadLetterConfig: &awsevents.CfnRule_DeadLetterConfigProperty{Arn: r.scheduleDLQ.QueueArn()}}},
+		})
+		r.scheduleDLQ.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("BatchEventsAlarmRuleDeadLetters"),
+			Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil)},
+			Actions:    jsii.Strings("sqs:SendMessage"),
+			Resources:  jsii.Strings(*r.scheduleDLQ.QueueArn()),
+			Conditions: &map[string]any{"ArnEquals": map[string]any{"aws:SourceArn": rule.AttrArn()}},
+		}))
+	}
+
 	// Alarms defined elsewhere in the stack notify the topic too.
 	if action != nil {
 		for _, c := range *stack.Node().FindAll(constructs.ConstructOrder_PREORDER) {
@@ -134,6 +165,15 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 	}
 	dashboard(stack, r, alarms)
 }
+
+// Thresholds of the per-run health alarms (metric.RunHealth): a run whose
+// ended items fail at 10 % or more, a running run with 10 % or more of its
+// items waiting for a retry. Both metrics are written only past a small
+// sample (metric.MinEndedForRate, MinWaitingForRate items).
+const (
+	FailingItemsAlarmPercent = 10.0
+	RetryWaitingAlarmPercent = 10.0
+)
 
 // functionNames are the functions in a fixed order.
 var functionNames = []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep}
@@ -157,6 +197,9 @@ type alarmSpec struct {
 //	dead-letters                      bulkrun DeadLettered (Sum, Stack) ≥ 1: items recorded failed from the dead-letter queue
 //	runs-finalize-failed              bulkrun RunsFinalizeFailed (Sum, Stack) ≥ 1: a run could not be finished (status finalize_failed)
 //	batches-paused                    bulkrun BatchesPaused (Sum, Stack) ≥ 1: a batch paused itself, its downstream failing (docs/operations.md "The downstream is down")
+//	items-failing                     bulkrun FailedItemsPercent (Maximum, Stack) ≥ FailingItemsAlarmPercent: one run's ended items fail
+//	items-waiting-for-retry           bulkrun RetryWaitingPercent (Maximum, Stack) ≥ RetryWaitingAlarmPercent: one running run's items wait for a retry
+//	run-stalled                       bulkrun RunStalledSeconds (Maximum, Stack) ≥ StallAlarm: one running run has ended no item for that long
 func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSpec {
 	period := awscdk.Duration_Seconds(jsii.Number(alarmPeriod.Seconds()))
 	age := o.queueAgeAlarm.Seconds()
@@ -176,6 +219,10 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 			alarmSpec{"Throttles" + name, name + "-throttles", "bulkrun: the " + name + " function was throttled", fn.MetricThrottles(sum), 1})
 	}
 	stackDim := &map[string]*string{metric.DimStack: awscdk.Stack_Of(stack).StackName()}
+	maxOf := func(name string) awscloudwatch.IMetric {
+		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(name),
+			DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Maximum")})
+	}
 	tick := stack.Node().FindChild(jsii.String("FinalizeTick")).(awsevents.Rule)
 	specs = append(specs,
 		alarmSpec{"FinalizeTickFailuresAlarm", "finalize-tick-failures",
@@ -190,6 +237,15 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 			"bulkrun: items were dead-lettered (recorded failed after the items queue's receive limit)",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.DeadLettered),
 				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"ItemsFailingAlarm", "items-failing",
+			"bulkrun: a batch's ended items fail at or above the alarm's percentage (FailedItemsPercent names the batch in finalize's logs); see docs/operations.md, \"Items fail\"",
+			maxOf(metric.FailedItemsPercent), FailingItemsAlarmPercent},
+		alarmSpec{"ItemsWaitingForRetryAlarm", "items-waiting-for-retry",
+			"bulkrun: a running batch has many items waiting for a retry: its downstream is failing (RetryWaitingPercent names the batch in finalize's logs); see docs/operations.md, \"The downstream is down\"",
+			maxOf(metric.RetryWaitingPercent), RetryWaitingAlarmPercent},
+		alarmSpec{"RunStalledAlarm", "run-stalled",
+			"bulkrun: a running batch has ended no item for StallAlarm (RunStalledSeconds names the batch in finalize's logs); see docs/operations.md, \"Alarms: what each means and the first step\"",
+			maxOf(metric.RunStalledSeconds), o.stallAlarm.Seconds()},
 		alarmSpec{"RunsFinalizeFailedAlarm", "runs-finalize-failed",
 			"bulkrun: a run could not be finished and was ended finalize_failed (its items ended; the batch's failure says why); resume it once fixed",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.RunsFinalizeFailed),
@@ -239,6 +295,12 @@ func dashboard(stack constructs.Construct, r operated, alarms []interfacesawsclo
 		graph("Fan-out rate (item messages sent per minute)", []awscloudwatch.IMetric{m(metric.FannedOut, "Sum", map[string]*string{}, "fanned out")}),
 		graph("Retries and dead letters (per minute)", []awscloudwatch.IMetric{
 			m(metric.Retries, "Sum", map[string]*string{}, "retries"), m(metric.DeadLettered, "Sum", map[string]*string{}, "dead-lettered")}),
+	)
+	db.AddWidgets(
+		graph("Worst batch: failed % of ended items, % of items waiting for a retry (finalize's tick)", []awscloudwatch.IMetric{
+			m(metric.FailedItemsPercent, "Maximum", map[string]*string{}, "failed %"), m(metric.RetryWaitingPercent, "Maximum", map[string]*string{}, "waiting %")}),
+		graph("Longest a running batch has ended no item (s)", []awscloudwatch.IMetric{
+			m(metric.RunStalledSeconds, "Maximum", map[string]*string{}, "stalled")}),
 	)
 	db.AddWidgets(
 		graph("Item duration (ms)", []awscloudwatch.IMetric{

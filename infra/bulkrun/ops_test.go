@@ -26,6 +26,7 @@ func opsProps() *RunnerProps {
 	p.AlarmTopicARN = testAlarmTopic
 	p.Tracing = true
 	p.QueueAgeAlarm = 45 * time.Minute
+	p.StallAlarm = 40 * time.Minute
 	p.BucketVersioning = true
 	p.APIRateLimit = 20
 	p.APIBurstLimit = 40
@@ -82,9 +83,9 @@ func TestMetricsAlarms(t *testing.T) {
 	for _, name := range opsStacks {
 		t.Run(name, func(t *testing.T) {
 			s := synthOps(t, name)
-			age := 1800.0
+			age, stall := 1800.0, 1800.0
 			if name == opsAWS {
-				age = 2700
+				age, stall = 2700, 2400
 			}
 			type alarm struct {
 				ns, metric, stat string
@@ -100,9 +101,12 @@ func TestMetricsAlarms(t *testing.T) {
 				"bulkrun-finalize-tick-failures": {"bulkrun", "TickFailures", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
 				"bulkrun-finalize-tick-invocations-failed": {"AWS/Events", "FailedInvocations", "Sum",
 					map[string]string{"RuleName": "{" + s.id("FinalizeTick") + "}"}, 1},
-				"bulkrun-dead-letters":         {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
-				"bulkrun-runs-finalize-failed": {"bulkrun", "RunsFinalizeFailed", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
-				"bulkrun-batches-paused":       {"bulkrun", "BatchesPaused", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-dead-letters":            {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-runs-finalize-failed":    {"bulkrun", "RunsFinalizeFailed", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-batches-paused":          {"bulkrun", "BatchesPaused", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-items-failing":           {"bulkrun", "FailedItemsPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
+				"bulkrun-items-waiting-for-retry": {"bulkrun", "RetryWaitingPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
+				"bulkrun-run-stalled":             {"bulkrun", "RunStalledSeconds", "Maximum", map[string]string{"Stack": "bulkrun"}, stall},
 			}
 			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
 				want["bulkrun-"+fn+"-errors"] = alarm{"AWS/Lambda", "Errors", "Sum", fnDim(fn), 1}
@@ -149,6 +153,52 @@ func TestMetricsAlarms(t *testing.T) {
 	}
 }
 
+// TestBatchEventsAlarmRule: with an alarm topic the stack routes the
+// batch events an on-call engineer must hear of (threshold exceeded,
+// refused) to it, by one EventBridge rule on the default bus; without a
+// topic, or with NoBatchEventAlarms, there is no such rule.
+func TestBatchEventsAlarmRule(t *testing.T) {
+	pattern := map[string]any{"source": []any{"bulkrun"}, "detail-type": []any{"Batch Threshold Exceeded", "Batch Refused", "Batch Paused"}}
+	find := func(s *synthesized) []map[string]any {
+		var rules []map[string]any
+		for _, r := range s.resourcesOfType("AWS::Events::Rule") {
+			p := r["Properties"].(map[string]any)
+			if jsonEqual(p["EventPattern"], pattern) {
+				rules = append(rules, p)
+			}
+		}
+		return rules
+	}
+	rules := find(synthOps(t, opsAWS))
+	if len(rules) != 1 {
+		t.Fatalf("%d rules route batch events to the alarm topic, want 1", len(rules))
+	}
+	targets, _ := rules[0]["Targets"].([]any)
+	if len(targets) != 1 || targets[0].(map[string]any)["Arn"] != testAlarmTopic {
+		t.Errorf("targets %v, want the alarm topic %s", targets, testAlarmTopic)
+	}
+	if dl, _ := targets[0].(map[string]any)["DeadLetterConfig"].(map[string]any); dl == nil || resolve(t, dl["Arn"]) == "" {
+		t.Errorf("target %v has no dead-letter queue", targets[0])
+	}
+	if rules[0]["EventBusName"] != nil && rules[0]["EventBusName"] != "default" {
+		t.Errorf("bus %v, want the default bus (where finalize and submit put their events)", rules[0]["EventBusName"])
+	}
+	for _, name := range []string{TargetEmulator, TargetAWS} {
+		if n := len(find(synthOps(t, name))); n != 0 {
+			t.Errorf("%s (no alarm topic): %d rules, want none", name, n)
+		}
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
+	props := opsProps()
+	props.NoBatchEventAlarms = true
+	stack, err := NewStack(app, "quiet", props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertions.Template_FromStack(stack, nil).ResourcePropertiesCountIs(jsii.String("AWS::Events::Rule"),
+		map[string]any{"EventPattern": pattern}, jsii.Number(0))
+}
+
 // TestMetricsDashboard guards the dashboard product line: one dashboard
 // that graphs every bulkrun metric, the queues, the functions and the API.
 func TestMetricsDashboard(t *testing.T) {
@@ -167,6 +217,7 @@ func TestMetricsDashboard(t *testing.T) {
 				body := resolve(t, p["DashboardBody"])
 				for _, m := range []string{`"bulkrun","Items","Outcome","succeeded"`, `"bulkrun","Items","Outcome","failed"`,
 					`"FannedOut"`, `"Retries"`, `"DeadLettered"`, `"ItemDurationMs"`, `"FinalizeLagMs"`,
+					`"FailedItemsPercent"`, `"RetryWaitingPercent"`, `"RunStalledSeconds"`,
 					`"ApproximateAgeOfOldestMessage"`, `"Throttles"`, `"Errors"`, `"5XXError"`, `"alarm"`} {
 					if !strings.Contains(body, m) {
 						t.Errorf("dashboard does not show %s", m)
@@ -422,6 +473,8 @@ func TestNewStackRefusesBadOperationsProps(t *testing.T) {
 		{"queue age under a minute", func(p *RunnerProps) { p.QueueAgeAlarm = 30 * time.Second }, "QueueAgeAlarm"},
 		{"queue age beyond SQS retention", func(p *RunnerProps) { p.QueueAgeAlarm = 15 * 24 * time.Hour }, "QueueAgeAlarm"},
 		{"queue age not whole minutes", func(p *RunnerProps) { p.QueueAgeAlarm = 90 * time.Second }, "QueueAgeAlarm"},
+		{"stall under 10 minutes", func(p *RunnerProps) { p.StallAlarm = 5 * time.Minute }, "StallAlarm"},
+		{"stall not whole minutes", func(p *RunnerProps) { p.StallAlarm = 30*time.Minute + time.Second }, "StallAlarm"},
 		{"negative rate", func(p *RunnerProps) { p.APIRateLimit = -1 }, "APIRateLimit"},
 		{"negative burst", func(p *RunnerProps) { p.APIBurstLimit = -5 }, "APIBurstLimit"},
 	} {

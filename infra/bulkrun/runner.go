@@ -242,6 +242,18 @@ type RunnerProps struct {
 	// its dead-letter queue that raises an alarm: whole minutes from 1 min
 	// to 14 days. Default DefaultQueueAgeAlarm (30 min).
 	QueueAgeAlarm time.Duration
+	// StallAlarm is how long a running batch may end no item before the
+	// run-stalled alarm fires (finalize's tick measures each running run,
+	// metric RunStalledSeconds): whole minutes from 10 min to 12 h.
+	// Default DefaultStallAlarm (30 min, longer than the default retry
+	// policy's longest wait, 22.5 min).
+	StallAlarm time.Duration
+	// NoBatchEventAlarms keeps the stack from routing the batch events
+	// an on-call engineer must hear of (event.AlarmDetailTypes: "Batch
+	// Threshold Exceeded", "Batch Refused", "Batch Paused") to AlarmTopicARN. Default off:
+	// with AlarmTopicARN set, the EventBridge rule BatchEventsAlarmRule
+	// sends each such event to the topic.
+	NoBatchEventAlarms bool
 	// BucketVersioning turns on the bucket's versioning; noncurrent
 	// versions then expire after RetentionDays. Default off.
 	BucketVersioning bool
@@ -525,7 +537,7 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 	r.defineUploads()
 	r.defineSchedules()
 	r.defineAPI()
-	ops := operated{bucket: r.bucket, table: r.table, items: r.items, dlq: r.dlq, api: r.api, functions: r.functions}
+	ops := operated{bucket: r.bucket, table: r.table, items: r.items, dlq: r.dlq, scheduleDLQ: r.scheduleDLQ, api: r.api, functions: r.functions}
 	harden(r.Construct, s, props, ops)
 	observe(r.Construct, s, props, ops)
 	// Last: the suppressions reach the children that exist when they are added.

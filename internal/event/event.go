@@ -74,6 +74,13 @@ func New(client *eventbridge.Client, bus, bucket string) *Bus {
 // detail is the refusal's error report, see handler.Refusal).
 const DetailRefused = "Batch Refused"
 
+// AlarmDetailTypes are the detail types an on-call engineer must hear of:
+// a run stopped by its failure threshold, a start refused, a batch paused
+// (by an outage of its downstream, or by hand: the detail's "by"). The
+// stack routes them to its alarm topic (infra, rule BatchEventsAlarmRule,
+// unless RunnerProps.NoBatchEventAlarms).
+var AlarmDetailTypes = []string{DetailThresholdExceeded, DetailRefused, batch.DetailPaused}
+
 // Put puts one event of detailType with detail (marshalled to JSON) on the
 // bus, source Source. An entry EventBridge refuses is an error. Delivery to
 // rules is at least once; subscribers dedupe on the detail.

@@ -28,11 +28,21 @@
 //	RunsFinalizeFailed Count     runs ended finalize_failed (they could not be finished); dims [Stack]
 //	BatchesPaused  Count         batches that paused themselves on an outage of their downstream; dims [Stack], [Stack Pipeline]
 //	BatchesUnpaused Count        outage pauses ended by a probe that was answered; dims [Stack], [Stack Pipeline]
+//	FailedItemsPercent Percent   one run's failed and quarantined items among those ended so far (finalize's tick, every
+//	                             running run with at least MinEndedForRate ended items; finalize, a finished run); dims [Stack]
+//	RetryWaitingPercent Percent  one running run's items waiting for a retry, of its items (finalize's tick, when at least
+//	                             MinWaitingForRate wait); dims [Stack]
+//	RunStalledSeconds Seconds    how long one running run has counted no item ended (finalize's tick); dims [Stack]
+//
+// The last three are per run, with the batch id and run as properties: an
+// alarm on their Maximum fires when any one batch passes its threshold,
+// and Logs Insights on the finalize function's log group names the batch.
 package metric
 
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -56,6 +66,23 @@ const (
 	// the outage pauses a probe ended.
 	BatchesPaused   = "BatchesPaused"
 	BatchesUnpaused = "BatchesUnpaused"
+	// FailedItemsPercent is one run's failures among its ended items.
+	FailedItemsPercent = "FailedItemsPercent"
+	// RetryWaitingPercent is one running run's share of items waiting for
+	// a retry.
+	RetryWaitingPercent = "RetryWaitingPercent"
+	// RunStalledSeconds is how long one running run has ended no item.
+	RunStalledSeconds = "RunStalledSeconds"
+)
+
+// MinEndedForRate and MinWaitingForRate keep the per-run percentages of
+// small samples out of the metrics: a run's FailedItemsPercent is written
+// once it has ended at least MinEndedForRate items, its
+// RetryWaitingPercent while at least MinWaitingForRate items wait (one
+// failed item of three is not a rate worth paging for).
+const (
+	MinEndedForRate   = 10
+	MinWaitingForRate = 10
 )
 
 // Dimension names.
@@ -69,6 +96,8 @@ const (
 const (
 	UnitCount        = "Count"
 	UnitMilliseconds = "Milliseconds"
+	UnitSeconds      = "Seconds"
+	UnitPercent      = "Percent"
 )
 
 // Emitter writes EMF lines. A nil *Emitter discards everything, so code
@@ -145,6 +174,29 @@ func (e *Emitter) Paused(pipeline string, paused bool, batchID string, run int) 
 		name = BatchesPaused
 	}
 	e.count(name, 1, [][]string{{DimStack}, {DimStack, DimPipeline}}, map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
+}
+
+// RunHealth records one run's health as finalize sees it: the percent of
+// its ended items that failed (written only when ended ≥
+// MinEndedForRate), the percent of its items waiting for a retry (only
+// when waiting ≥ MinWaitingForRate), and, for a running run (stalled ≥ 0),
+// how long it has ended no item. items is the run's item count.
+func (e *Emitter) RunHealth(batchID string, run int, items, ended, failures, waiting int64, stalled time.Duration) {
+	props := map[string]any{"batch_id": batchID, "run": run}
+	if ended >= MinEndedForRate {
+		e.emit(FailedItemsPercent, UnitPercent, percent(failures, ended), [][]string{{DimStack}}, props)
+	}
+	if waiting >= MinWaitingForRate && items > 0 {
+		e.emit(RetryWaitingPercent, UnitPercent, percent(waiting, items), [][]string{{DimStack}}, props)
+	}
+	if stalled >= 0 {
+		e.emit(RunStalledSeconds, UnitSeconds, float64(stalled.Milliseconds()/1000), [][]string{{DimStack}}, props)
+	}
+}
+
+// percent is 100 × n / of, to two decimals.
+func percent(n, of int64) float64 {
+	return math.Round(10000*float64(n)/float64(of)) / 100
 }
 
 func (e *Emitter) count(name string, v float64, dims [][]string, props map[string]any) {

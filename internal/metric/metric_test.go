@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,6 +27,8 @@ func emitAll(e *Emitter) {
 	e.TickFailed()
 	e.Paused("webhook", true, "b-1", 1)
 	e.Paused("webhook", false, "b-1", 1)
+	e.RunHealth("b-1", 1, 3000, 200, 50, 980, 7*time.Minute)
+	e.RunHealth("b-3", 2, 40, 40, 5, 0, -1) // finished: its failure rate only
 }
 
 // TestEMFGolden guards the metrics product line (items by outcome,
@@ -100,13 +103,31 @@ func TestEMFShape(t *testing.T) {
 			if _, ok := doc[m["Name"].(string)].(float64); !ok {
 				t.Errorf("line %d: metric %v has no number at the root", lines, m["Name"])
 			}
-			if u := m["Unit"]; u != UnitCount && u != UnitMilliseconds {
+			if u := m["Unit"]; u != UnitCount && u != UnitMilliseconds && u != UnitSeconds && u != UnitPercent {
 				t.Errorf("line %d: unit %v", lines, u)
 			}
 		}
 	}
-	if lines != 9 {
-		t.Errorf("%d lines, want 9", lines)
+	if lines != 13 {
+		t.Errorf("%d lines, want 13", lines)
+	}
+}
+
+// TestRunHealthSmallSamples: a run with fewer than MinEndedForRate ended
+// items writes no failure rate, fewer than MinWaitingForRate waiting items
+// no waiting share, a finished run (stalled < 0) no stall.
+func TestRunHealthSmallSamples(t *testing.T) {
+	var buf bytes.Buffer
+	e := &Emitter{Stack: "s", W: &buf}
+	e.RunHealth("b", 1, 100, MinEndedForRate-1, MinEndedForRate-1, MinWaitingForRate-1, -1)
+	if buf.Len() != 0 {
+		t.Errorf("wrote %s", buf.String())
+	}
+	e.RunHealth("b", 1, 300, MinEndedForRate, 3, MinWaitingForRate, 0)
+	for _, want := range []string{`"FailedItemsPercent":30`, `"RetryWaitingPercent":3.33`, `"RunStalledSeconds":0`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("no %s in %s", want, buf.String())
+		}
 	}
 }
 

@@ -294,6 +294,12 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 	if wrote && !lastOutcomeAt.IsZero() {
 		f.Metrics.FinalizeLag(rep.FinishedAt.Sub(lastOutcomeAt), id, run)
 	}
+	if wrote {
+		// The finished run's failure rate, for the failing-items alarm: a
+		// run that fails between two ticks is seen here.
+		c := rep.Census
+		f.Metrics.RunHealth(id, run, c.Total, c.Succeeded+c.Failed+c.Quarantined, c.Failed+c.Quarantined, 0, -1)
+	}
 	// Every row of the finished batch carries a TTL past its retention
 	// (the second line of defence behind the sweep), set before the run
 	// is moved so that no finished batch lacks it.
@@ -414,6 +420,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			continue
 		}
 		if !b.FannedOut && b.ItemCount > 0 {
+			f.Metrics.RunHealth(id, b.Run, b.RunItems(), 0, 0, 0, max(0, now.Sub(b.RunStartedAt)))
 			// The submit (or resume) that started the run died before its
 			// fan-out was sent: send it again.
 			if f.FanOut != nil && now.Sub(b.RunStartedAt) >= stall {
@@ -435,6 +442,16 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		if last.Before(b.RunStartedAt) {
 			last = b.RunStartedAt
 		}
+		// The run's health, for the alarms on failing items, items
+		// waiting for a retry and runs without progress (metric.RunHealth).
+		// A paused run waits and stands still on purpose: the
+		// batches-paused alarm and its event tell of an outage's pause.
+		ended := p.ByOutcome[OutcomeSucceeded] + p.ByOutcome[OutcomeFailed] + p.ByOutcome[OutcomeQuarantined]
+		waiting, stalled := p.Waiting(now), max(0, now.Sub(last))
+		if b.Pause != nil {
+			waiting, stalled = 0, -1
+		}
+		f.Metrics.RunHealth(id, b.Run, b.RunItems(), ended, p.Failures, waiting, stalled)
 		if p.Done < b.RunItems() && (now.Sub(last) < stall || b.Pause != nil && now.Sub(last)%PausedStall >= stall) {
 			// Counters still short: moving, or standing still while
 			// paused (its items wait for the pause, nothing is lost), when
