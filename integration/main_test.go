@@ -132,6 +132,7 @@ type hookServer struct {
 	ln     net.Listener
 	mu     sync.Mutex
 	routes map[string]func(key string, attempt int) int
+	byReq  map[string]func(r *http.Request) int // routes deciding on the whole request (routeRequest)
 	calls  map[string]map[string]int
 	header map[string]http.Header // the last request's headers per route
 	// inputs holds, per route of routeInput, each item's request bodies
@@ -146,6 +147,7 @@ func newHookServer() (*hookServer, error) {
 		return nil, err
 	}
 	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}, header: map[string]http.Header{},
+		byReq:  map[string]func(*http.Request) int{},
 		inputs: map[string]map[string][]string{}, byInput: map[string]func(string, []byte) int{}}
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go h.srv.Serve(ln)
@@ -181,6 +183,16 @@ func (h *hookServer) inputsOf(name, key string) []string {
 	return append([]string(nil), h.inputs[name][key]...)
 }
 
+// routeRequest is route with a decision on the whole request (its
+// headers, say).
+func (h *hookServer) routeRequest(name string, decide func(r *http.Request) int) string {
+	u := h.route(name, nil)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byReq[name] = decide
+	return u
+}
+
 // counts returns a copy of the calls per item key of a route.
 func (h *hookServer) counts(name string) map[string]int {
 	h.mu.Lock()
@@ -207,6 +219,7 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	decide, ok := h.routes[name]
 	byInput := h.byInput[name]
+	byReq := h.byReq[name]
 	if ok {
 		h.calls[name][key]++
 		h.header[name] = r.Header.Clone()
@@ -221,6 +234,8 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusNotFound
 	case byInput != nil:
 		status = byInput(key, body)
+	case byReq != nil:
+		status = byReq(r)
 	case decide != nil:
 		status = decide(key, attempt)
 	}
