@@ -41,6 +41,7 @@ var contextProps = []contextProp{
 	{"maxReceiveCount", []string{"MaxReceiveCount"}, "the items queue's redrive maxReceiveCount",
 		integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxReceiveCount })},
 	{"retentionDays", []string{"RetentionDays"}, "days a finished batch is kept", integer(func(p *bulkrun.RunnerProps) *int { return &p.RetentionDays })},
+	{"retentionMinutes", []string{"RetentionMinutes"}, "emulator only: minutes a finished batch is kept, instead of retentionDays", integer(func(p *bulkrun.RunnerProps) *int { return &p.RetentionMinutes })},
 	{"uploadRepeatDays", []string{"UploadRepeatDays"}, "days an upload's content is remembered (-1: none)", integer(func(p *bulkrun.RunnerProps) *int { return &p.UploadRepeatDays })},
 	{"finalizeTickSchedule", []string{"FinalizeTickSchedule"}, `an EventBridge schedule expression ("rate(2 minutes)")`,
 		str(func(p *bulkrun.RunnerProps) *string { return &p.FinalizeTickSchedule })},

@@ -53,6 +53,9 @@ func (s settings) functionEnv() map[string]map[string]string {
 		config.EnvItemsMaxConcurrency: strconv.Itoa(s.maxConcurrency),
 		config.EnvMetricsStack:        refStackName,
 	}
+	if s.retentionMinutes > 0 {
+		common[config.EnvRetentionMinutes] = strconv.Itoa(s.retentionMinutes)
+	}
 	finalize := with(common, map[string]string{config.EnvItemsQueueURL: refItemsQueueURL})
 
 	fanOut := with(common, map[string]string{

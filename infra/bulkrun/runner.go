@@ -158,6 +158,12 @@ type RunnerProps struct {
 	// RetentionDays is how long a finished batch is kept, in days, ≥ 1.
 	// Default DefaultRetentionDays (30).
 	RetentionDays int
+	// RetentionMinutes, on the emulator target only, keeps a finished
+	// batch this many minutes (1–1440) instead of RetentionDays, so that
+	// `404 expired` and the sweep can be tried in minutes (the bucket's
+	// lifecycle rules still count RetentionDays). Refused for Target
+	// "aws": S3 lifecycle rules count whole days. Default 0 (unused).
+	RetentionMinutes int
 	// UploadRepeatDays is how long, in days, an upload's content is
 	// remembered: the same items for the same pipeline and options uploaded
 	// under another name within it start no batch (an error report says

@@ -1103,6 +1103,8 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"lambda function neither name nor ARN", func(p *RunnerProps) { p.LambdaFunctions = []string{"score", "s3://bucket/fn"} }, config.EnvLambdaFunctions},
 		{"alarm topic neither ARN nor token", func(p *RunnerProps) { p.AlarmTopicARN = "alarms" }, "AlarmTopicARN"},
 		{"negative retention", func(p *RunnerProps) { p.RetentionDays = -1 }, "RetentionDays"},
+		{"retention in minutes on AWS", func(p *RunnerProps) { p.Target, p.RetentionMinutes = TargetAWS, 10 }, "RetentionMinutes"},
+		{"retention in minutes above a day", func(p *RunnerProps) { p.Target, p.RetentionMinutes = TargetEmulator, 1441 }, "RetentionMinutes"},
 		{"upload repeat below -1", func(p *RunnerProps) { p.UploadRepeatDays = -2 }, "UploadRepeatDays"},
 		{"upload repeat above ten years", func(p *RunnerProps) { p.UploadRepeatDays = 3651 }, "UploadRepeatDays"},
 		{"bad schedule", func(p *RunnerProps) { p.FinalizeTickSchedule = "every 5 minutes" }, "FinalizeTickSchedule"},

@@ -38,6 +38,7 @@ type settings struct {
 	itemsPerMessage    int
 	maxReceiveCount    int
 	retentionDays      int
+	retentionMinutes   int // emulator only; 0: retentionDays
 	uploadRepeat       int // days; -1: off
 	tick               string
 	bucketName         string
@@ -101,6 +102,7 @@ func withDefaults(props *RunnerProps) settings {
 		itemsPerMessage:    props.ItemsPerMessage,
 		maxReceiveCount:    props.MaxReceiveCount,
 		retentionDays:      props.RetentionDays,
+		retentionMinutes:   props.RetentionMinutes,
 		uploadRepeat:       props.UploadRepeatDays,
 		tick:               props.FinalizeTickSchedule,
 		bucketName:         props.BucketName,
@@ -233,6 +235,11 @@ func (s *settings) checkLimits(props *RunnerProps, bad badProp) {
 	}
 	if s.retentionDays < 1 {
 		bad("RetentionDays", strconv.Itoa(s.retentionDays), "want at least 1 day")
+	}
+	if s.retentionMinutes < 0 || s.retentionMinutes > 24*60 {
+		bad("RetentionMinutes", strconv.Itoa(s.retentionMinutes), "want 1–1440 minutes, or 0 for RetentionDays")
+	} else if s.retentionMinutes > 0 && s.target != TargetEmulator {
+		bad("RetentionMinutes", strconv.Itoa(s.retentionMinutes), `only for Target "emulator" (on AWS the bucket's lifecycle rules count whole days; use RetentionDays)`)
 	}
 	if err := CheckScheduleExpression(s.tick); err != nil {
 		bad("FinalizeTickSchedule", s.tick, "not an EventBridge schedule expression: "+err.Error())

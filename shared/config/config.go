@@ -85,6 +85,13 @@ const (
 	EnvItemsMaxConcurrency = "BULKRUN_ITEMS_MAX_CONCURRENCY"
 	// EnvRetentionDays is how long a finished batch is kept, in days (default 30).
 	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
+	// EnvRetentionMinutes, when set, replaces EnvRetentionDays with a
+	// retention in whole minutes (1–1440). The stack sets it only on the
+	// emulator (RunnerProps.RetentionMinutes), so that expiry and the sweep
+	// can be tried in minutes; on AWS the bucket's lifecycle rules count
+	// whole days (Amazon S3 user guide, "Lifecycle configuration elements":
+	// Days is a positive integer).
+	EnvRetentionMinutes = "BULKRUN_RETENTION_MINUTES"
 	// EnvUploadRepeatDays is how long, in whole days, submit remembers an
 	// upload's content: the same items for the same pipeline and options
 	// uploaded under another name within it are not run again unless the
@@ -311,7 +318,7 @@ type Config struct {
 	RetryPolicy      string         // EnvRetryPolicy, as set; "" for the default (batch.ParseRetryPolicy reads it)
 	ItemsPerMessage  int            // EnvItemsPerMessage; default DefaultItemsPerMessage, 1–100
 	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
-	Retention        time.Duration  // EnvRetentionDays; default DefaultRetention
+	Retention        time.Duration  // EnvRetentionMinutes, else EnvRetentionDays; default DefaultRetention
 	UploadRepeat     time.Duration  // EnvUploadRepeatDays; default DefaultUploadRepeat, 0: off
 	LogLevel         string         // EnvLogLevel; default "info"
 	EphemeralMiB     int            // EnvEphemeralStorageMiB; 0 when unset
@@ -399,6 +406,14 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	} else {
 		c.Retention = DefaultRetention
+	}
+	if v := getenv(EnvRetentionMinutes); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 24*60 {
+			errs = append(errs, &VarError{Var: EnvRetentionMinutes, Value: v, Reason: "want a whole number of minutes, 1–1440"})
+		} else {
+			c.Retention = time.Duration(n) * time.Minute
+		}
 	}
 	c.UploadRepeat = DefaultUploadRepeat
 	if v := getenv(EnvUploadRepeatDays); v != "" {

@@ -43,3 +43,34 @@ func TestUploadRepeatDays(t *testing.T) {
 		}
 	}
 }
+
+// Guards EnvRetentionMinutes (docs/operations.md, retention): set, it
+// replaces the days with whole minutes 1–1440; anything else is an error
+// naming the variable.
+func TestRetentionMinutes(t *testing.T) {
+	env := func(days, minutes string) func(string) string {
+		return func(name string) string {
+			return map[string]string{EnvTable: "t", EnvBucket: "b", EnvRetentionDays: days, EnvRetentionMinutes: minutes}[name]
+		}
+	}
+	for _, tt := range []struct {
+		days, minutes string
+		want          time.Duration
+		bad           bool
+	}{
+		{"", "", DefaultRetention, false},
+		{"2", "", 48 * time.Hour, false},
+		{"2", "10", 10 * time.Minute, false},
+		{"", "1440", 24 * time.Hour, false},
+		{"", "0", 0, true},
+		{"", "1441", 0, true},
+		{"", "10m", 0, true},
+	} {
+		c, err := Load(env(tt.days, tt.minutes))
+		var ve *VarError
+		isBad := errors.As(err, &ve) && ve.Var == EnvRetentionMinutes
+		if isBad != tt.bad || (!tt.bad && (err != nil || c.Retention != tt.want)) {
+			t.Errorf("days %q minutes %q: retention %v, err %v; want %v (error %v)", tt.days, tt.minutes, c.Retention, err, tt.want, tt.bad)
+		}
+	}
+}
