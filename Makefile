@@ -209,7 +209,7 @@ integration: CDK_CONTEXT += $(TEST_RETRY)
 # Under the IAM-checked lane the suite fails on a denial itself; the
 # lane's record of the run is printed after it.
 integration: deploy
-	$(GO) test -tags integration -count=1 -timeout 15m ./integration/... ./internal/formats/...
+	$(GO) test -tags integration -count=1 -timeout 30m ./integration/... ./internal/formats/...
 	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
 test: lint unit integration soak-short

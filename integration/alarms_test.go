@@ -90,6 +90,16 @@ func TestAlarmsFireOnPublishedDataPoints(t *testing.T) {
 			return out.MetricAlarms[0].StateValue
 		}
 		before := a.StateValue
+		// Leave the alarm as it was found: later tests (TestDoctor) read
+		// the stack's alarm states, and MiniStack evaluates an alarm only
+		// when data is put, so nothing else would move it back.
+		alarmName := aws.ToString(a.AlarmName)
+		t.Cleanup(func() {
+			if _, err := cw.SetAlarmState(context.Background(), &cloudwatch.SetAlarmStateInput{AlarmName: &alarmName,
+				StateValue: before, StateReason: aws.String("reset by TestAlarmsFireOnPublishedDataPoints")}); err != nil {
+				t.Errorf("%s: set back to %s: %v", alarmName, before, err)
+			}
+		})
 		got := put(below)
 		if before != cwtypes.StateValueAlarm && got == cwtypes.StateValueAlarm {
 			t.Errorf("%s: %s %v below the threshold %v: ALARM", name, a.Statistic, below, threshold)

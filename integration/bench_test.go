@@ -151,6 +151,11 @@ func TestCostOfFailures(t *testing.T) {
 			t.Fatalf("%d comparisons, want 1", len(cs))
 		}
 		c := cs[0]
+		for target, v := range fs[1].WriteUnitsByTarget {
+			if d := v - fs[0].WriteUnitsByTarget[target]; d > 0.001 {
+				t.Logf("%d items per message: %s %.4f write units per item more than clean", k, target, d)
+			}
+		}
 		t.Logf("%d items per message: clean %.3f, failing %.3f write units per item; retried work %.3f, attention %.3f (%.2f per failed item), excess %.1f %%",
 			k, c.CleanUnits, c.FailingUnits, c.RetriedWork, c.Attention, c.AttentionPerFailed, c.ExcessPercent)
 		if c.ExcessPercent > 10 {

@@ -407,9 +407,13 @@ func Compare(fs []Figures) []Comparison {
 				unit = c.WriteUnitsByTarget["table PACK"]
 			}
 			// unit is 2 writes of a unit per item: a redelivered unit's
-			// two writes are unit × K per redelivery.
+			// two writes are unit × K per redelivery. A retry also marks
+			// its wait in the run's WAIT counter row (the live view's
+			// retry-waiting count, docs/design.md "Live status"), a write
+			// that only retries make: it is the retried work's too.
 			cmp := Comparison{Failing: f.Name, Clean: c.Name, CleanUnits: c.WriteUnitsPerItem, FailingUnits: f.WriteUnitsPerItem,
-				RetriedWork: f.RedeliveriesPerItem * unit * float64(f.ItemsPerMessage)}
+				RetriedWork: f.RedeliveriesPerItem*unit*float64(f.ItemsPerMessage) +
+					max(0, f.WriteUnitsByTarget["table COUNT WAIT"]-c.WriteUnitsByTarget["table COUNT WAIT"])}
 			for t, v := range f.WriteUnitsByTarget {
 				if strings.HasPrefix(t, "index attention ") || t == "table ATTN" {
 					cmp.Attention += v
