@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"reflect"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -98,29 +99,7 @@ func deref(p *float64) float64 {
 func (s *Store) consumed(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunCapacity",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			idx := types.ReturnConsumedCapacityIndexes
-			switch p := in.Parameters.(type) {
-			case *dynamodb.GetItemInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.BatchGetItemInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.QueryInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.ScanInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.PutItemInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.UpdateItemInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.DeleteItemInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.BatchWriteItemInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.TransactWriteItemsInput:
-				p.ReturnConsumedCapacity = idx
-			case *dynamodb.TransactGetItemsInput:
-				p.ReturnConsumedCapacity = idx
-			}
+			askCapacity(in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			if err != nil {
 				return out, md, err
@@ -150,6 +129,24 @@ func (s *Store) consumed(stack *middleware.Stack) error {
 			return out, md, err
 		}), middleware.After)
 }
+
+// askCapacity sets ReturnConsumedCapacity INDEXES on a call's input: every
+// DynamoDB input with the field (GetItem, BatchGetItem, Query, Scan,
+// PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems,
+// TransactGetItems, and PartiQL's, which the Store does not call) has it
+// as types.ReturnConsumedCapacity. Other inputs are left as they are.
+func askCapacity(params any) {
+	v := reflect.ValueOf(params)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	f := v.Elem().FieldByName("ReturnConsumedCapacity")
+	if f.IsValid() && f.CanSet() && f.Type() == returnCapacityType {
+		f.Set(reflect.ValueOf(types.ReturnConsumedCapacityIndexes))
+	}
+}
+
+var returnCapacityType = reflect.TypeFor[types.ReturnConsumedCapacity]()
 
 func one(c *types.ConsumedCapacity) []types.ConsumedCapacity {
 	if c == nil {
