@@ -82,6 +82,44 @@ func (p *memoryPeak) end() (heapMiB, runtimeMiB float64) {
 	return sub(p.heap.Load(), p.base0), sub(p.runtime.Load(), p.base1)
 }
 
+// envCount is the positive integer in the environment variable name, or
+// def when it is unset or not one.
+func envCount(name string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// putSource writes the JSON Lines object incoming/{id}.jsonl of n lines
+// (line writes line i, from 0) on the harness's bucket through the S3
+// adapter's streaming writer, removes incoming/ and batches/ when the test
+// ends, and returns the object as a batch source.
+func putSource(t *testing.T, h *harness, id string, n int64, line func(bw *bufio.Writer, i int64)) batch.SourceSpec {
+	t.Helper()
+	ctx := context.Background()
+	key := "incoming/" + id + ".jsonl"
+	w, err := h.blobs.Create(ctx, key, "application/x-ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.blobs.DeletePrefix(context.Background(), "incoming/")
+		h.blobs.DeletePrefix(context.Background(), "batches/")
+	})
+	bw := bufio.NewWriterSize(w, 1<<20)
+	for i := range n {
+		line(bw, i)
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + key}
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -104,35 +142,16 @@ func cpuTime() time.Duration {
 //	BULKRUN_SUBMIT_ITEMS=1000000 go test -tags integration -run TestSubmitPeakMemory -v -timeout 30m ./integration/
 func TestSubmitPeakMemory(t *testing.T) {
 	ctx := context.Background()
-	n := int64(300_000)
-	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_SUBMIT_ITEMS"), 10, 64); err == nil && v > 0 {
-		n = v
-	}
+	n := envCount("BULKRUN_SUBMIT_ITEMS", 300_000)
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	srcKey := "incoming/" + id + ".jsonl"
-	w, err := h.blobs.Create(ctx, srcKey, "application/x-ndjson")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.blobs.DeletePrefix(context.Background(), "incoming/")
-		h.blobs.DeletePrefix(context.Background(), "batches/")
-	})
 	// Keys of ~110 bytes fill keyset's default 32 MiB buffer from
 	// ≈ 270,000 items on (submit's 8 MiB from ≈ 66,000), so that the
 	// default size already measures a full buffer.
-	bw := bufio.NewWriterSize(w, 1<<20)
 	keyPad, pad := strings.Repeat("k", 94), strings.Repeat("p", 860)
-	for i := range n {
+	src := putSource(t, h, id, n, func(bw *bufio.Writer, i int64) {
 		fmt.Fprintf(bw, `{"id":"order-%s-%010d","customer":"c-%06d","note":"%s"}`+"\n", keyPad, i, i%7919, pad)
-	}
-	if err := bw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	})
 
 	t.Setenv(function.EnvFunctionMemory, strconv.Itoa(submitMemoryMiB))
 	t.Setenv("GOMEMLIMIT", "")
@@ -145,7 +164,7 @@ func TestSubmitPeakMemory(t *testing.T) {
 	peak := startMemoryPeak()
 	cpu0, start := cpuTime(), time.Now()
 	res, err := s.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
-		Source: batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}})
+		Source: src})
 	wall, cpu := time.Since(start), cpuTime()-cpu0
 	heapMiB, runtimeMiB := peak.end()
 	if err != nil {

@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,36 +100,16 @@ func hashObject(t *testing.T, h *harness, key string) (string, int64) {
 // every call is checked against the submit function's role.
 func TestSubmitInParts(t *testing.T) {
 	ctx := context.Background()
-	n := int64(24_000)
-	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_SUBMIT_PART_ITEMS"), 10, 64); err == nil && v > 0 {
-		n = v
-	}
+	n := envCount("BULKRUN_SUBMIT_PART_ITEMS", 24_000)
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	srcKey := "incoming/" + id + ".jsonl"
-	w, err := h.blobs.Create(ctx, srcKey, "application/x-ndjson")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.blobs.DeletePrefix(context.Background(), "incoming/")
-		h.blobs.DeletePrefix(context.Background(), "batches/")
-	})
-	bw := bufio.NewWriterSize(w, 1<<20)
 	pad := strings.Repeat("p", 900)
-	for i := range n {
+	src := putSource(t, h, id, n, func(bw *bufio.Writer, i int64) {
 		if i%1000 == 999 {
 			bw.WriteString("\n") // blank lines keep their numbers
 		}
 		fmt.Fprintf(bw, `{"id":"order-%010d","customer":"c-%06d","note":"%s"}`+"\n", (i*7919)%n, i%7919, pad)
-	}
-	if err := bw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	src := batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}
+	})
 
 	// The whole read, for comparison.
 	whole := *h.submitter
