@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/peak"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -243,34 +243,15 @@ func TestFinalizePeakMemoryOnEmulator(t *testing.T) {
 	t.Logf("%d rows written in %s", n, time.Since(start).Round(time.Second))
 
 	runtime.GC()
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				metrics.Read(s)
-				if v := s[0].Value.Uint64(); v > peak.Load() {
-					peak.Store(v)
-				}
-			}
-		}
-	})
+	stopPeak := peak.Heap()
 	start = time.Now()
 	r, err := h.finalizer.Finalize(ctx, id, 1)
 	elapsed := time.Since(start)
-	close(stop)
-	sampler.Wait()
+	peakHeap := stopPeak()
 	if err != nil || r.Continued || r.Report.Census.Succeeded != n {
 		t.Fatalf("finalize: %+v %v", r.Report.Census, err)
 	}
-	peakMiB := float64(peak.Load()) / (1 << 20)
+	peakMiB := float64(peakHeap) / (1 << 20)
 	t.Logf("finalize of %d rows over %d item shards: %s (%.0f rows/s), peak heap %.1f MiB", n, b.ListShards, elapsed.Round(time.Millisecond),
 		float64(n)/elapsed.Seconds(), peakMiB)
 	if peakMiB >= 256 {

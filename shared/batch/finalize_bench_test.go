@@ -6,15 +6,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/internal/peak"
 )
 
 // BenchmarkFinalizeMemory feeds generated item rows through the real
@@ -97,25 +97,7 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 		generated.Add(int64(len(rows)))
 		return rows, i < n
 	}
-	var peakHeap atomic.Uint64
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Go(func() {
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				metrics.Read(sample)
-				if v := sample[0].Value.Uint64(); v > peakHeap.Load() {
-					peakHeap.Store(v)
-				}
-			}
-		}
-	})
+	stopPeak := peak.Heap()
 	b.ReportAllocs()
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
@@ -148,14 +130,13 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 		}
 	}
 	elapsed := time.Since(start)
-	close(stop)
-	wg.Wait()
+	peakHeap := stopPeak()
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	b.ReportMetric(float64(counted)*float64(b.N)/elapsed.Seconds(), "rows/s")
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	b.ReportMetric(cpu.Seconds()/float64(b.N)/float64(counted)*1e6, "cpu-s/1e6-rows")
 	b.ReportMetric(float64(counted), "rows")
-	b.ReportMetric(float64(peakHeap.Load())/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB") // Linux: KiB
 }

@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/bulkrun/bulkrun/internal/peak"
 	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/batch/memstore"
 )
@@ -83,25 +81,7 @@ func BenchmarkSubmitSource(b *testing.B) {
 	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_SUBMIT_ROWS"), 10, 64); err == nil && v > 0 {
 		n = v
 	}
-	var peakHeap atomic.Uint64
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Go(func() {
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				metrics.Read(sample)
-				if v := sample[0].Value.Uint64(); v > peakHeap.Load() {
-					peakHeap.Store(v)
-				}
-			}
-		}
-	})
+	stopPeak := peak.Heap()
 	cpu0 := cpuTime()
 	var written int64
 	for i := 0; b.Loop(); i++ {
@@ -120,12 +100,11 @@ func BenchmarkSubmitSource(b *testing.B) {
 		written = blobs.written.Load()
 	}
 	cpu := cpuTime() - cpu0
-	close(stop)
-	wg.Wait()
+	peakHeap := stopPeak()
 	runs := float64(b.N)
 	b.ReportMetric(cpu.Seconds()/runs/float64(n)*1e6, "cpu-s/1e6-items")
 	b.ReportMetric(float64(n)*1030/1e6*runs/b.Elapsed().Seconds(), "source-MB/s")
-	b.ReportMetric(float64(peakHeap.Load())/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB") // Linux: KiB
