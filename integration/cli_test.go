@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -395,16 +396,13 @@ func TestLiveCostFromCounters(t *testing.T) {
 	_ = env.api.Forget(ctx, id)
 }
 
-// cliRunner builds the bulkrun CLI and returns a function that runs it
-// with args against the deployed stack (the test's environment) and
-// returns its stdout, stderr and exit code, logging the command and its
-// stderr.
+// cliRunner returns a runner of the bulkrun CLI built from this tree
+// (cliBinary) against the deployed stack (the test's environment): its
+// stdout, stderr and exit code, with the command, its exit code and its
+// stderr logged when it wrote any or failed.
 func cliRunner(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "bulkrun")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := cliBinary(t)
 	return func(args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
@@ -418,7 +416,36 @@ func cliRunner(t *testing.T) func(args ...string) (stdout, stderr string, code i
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("bulkrun %v → %d\n%s", args, code, stderr.String())
+		if stderr.Len() > 0 || code != 0 {
+			t.Logf("bulkrun %s → %d, stderr: %s", strings.Join(args, " "), code, stderr.String())
+		}
 		return stdout.String(), stderr.String(), code
 	}
+}
+
+var (
+	cliOnce sync.Once
+	cliBin  string
+	cliErr  error
+)
+
+// cliBinary builds the bulkrun CLI from this tree once per test process
+// and returns its path.
+func cliBinary(t *testing.T) string {
+	t.Helper()
+	cliOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "bulkrun-cli")
+		if err != nil {
+			cliErr = err
+			return
+		}
+		cliBin = filepath.Join(dir, "bulkrun")
+		if out, err := exec.Command("go", "build", "-o", cliBin, "../cmd/bulkrun").CombinedOutput(); err != nil {
+			cliErr = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if cliErr != nil {
+		t.Fatal(cliErr)
+	}
+	return cliBin
 }

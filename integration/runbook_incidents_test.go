@@ -39,47 +39,15 @@ import (
 // webhook's timeout_ms; TestIncidentReceiverDown5Minutes (build tag
 // incident) runs the first at the product's defaults.
 
-var (
-	cliOnce sync.Once
-	cliBin  string
-	cliErr  error
-)
-
-// runbookCLI returns a runner of the bulkrun CLI built from this tree:
-// its stdout and exit code, with stderr logged.
+// runbookCLI returns a runner of the bulkrun CLI built from this tree
+// (cliRunner): its stdout and exit code, with stderr logged.
 func runbookCLI(t *testing.T) func(args ...string) (string, int) {
 	t.Helper()
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "bulkrun-cli")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliBin = filepath.Join(dir, "bulkrun")
-		if out, err := exec.Command("go", "build", "-o", cliBin, "../cmd/bulkrun").CombinedOutput(); err != nil {
-			cliErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if cliErr != nil {
-		t.Fatal(cliErr)
-	}
+	run := cliRunner(t)
 	return func(args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(cliBin, args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if stderr.Len() > 0 {
-			t.Logf("bulkrun %s → %d, stderr: %s", strings.Join(args, " "), code, stderr.String())
-		}
-		return stdout.String(), code
+		out, _, code := run(args...)
+		return out, code
 	}
 }
 
