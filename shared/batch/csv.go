@@ -77,72 +77,129 @@ func ReadCSV(r io.Reader, keyField string, emit func(SourceItem) error) error {
 // the line: a malformed record names the line where the record began (and
 // where parsing stopped), a row with the wrong number of fields its line.
 func ReadCSVDelimited(r io.Reader, keyField string, delimiter rune, emit func(SourceItem) error) error {
+	t, err := openCSV(r, keyField, delimiter)
+	if err != nil || t == nil {
+		return err
+	}
+	if err := t.rows(0, emit); err != nil {
+		return csvError(err, t.lr.line)
+	}
+	return nil
+}
+
+// csvTable is a CSV source past its header: the reader of its records,
+// the header's columns (JSON-encoded) and the key column (-1: positional
+// keys).
+type csvTable struct {
+	lr     *csvLines
+	cr     *csv.Reader
+	header []string
+	delim  rune
+	cols   [][]byte
+	keyCol int
+}
+
+// openCSV reads a CSV source up to its header (see ReadCSVDelimited) and
+// returns the table of its records; nil (and no error) when the source
+// holds no header.
+func openCSV(r io.Reader, keyField string, delimiter rune) (*csvTable, error) {
 	lr := &csvLines{br: bufio.NewReaderSize(r, 64<<10)}
 	if head, err := lr.br.Peek(3); err == nil && bytes.Equal(head, bom) {
 		_, _ = lr.br.Discard(3)
 	}
 	headLine, sep, err := lr.start()
 	if errors.Is(err, io.EOF) {
-		return nil // no header, no items
+		return nil, nil // no header, no items
 	}
 	if err != nil {
 		if ie := passInputError(err, lr.line+1, 0); ie != nil {
-			return ie
+			return nil, ie
 		}
-		return fmt.Errorf("read csv: %w", err)
+		return nil, fmt.Errorf("read csv: %w", err)
 	}
 	headerAt := lr.line
 	if countOutsideQuotes(bytes.TrimSuffix(bytes.TrimSuffix(headLine, newline), []byte{'\r'}), '\r') > 0 {
 		// encoding/csv ends lines at '\n' only: the whole file would be
 		// one header and no item.
-		return &InputError{Line: headerAt, Reason: "lines end in a carriage return alone (CR, as classic Mac OS and Excel's \"CSV (Macintosh)\" write them); save the file with LF or CRLF line endings"}
+		return nil, &InputError{Line: headerAt, Reason: "lines end in a carriage return alone (CR, as classic Mac OS and Excel's \"CSV (Macintosh)\" write them); save the file with LF or CRLF line endings"}
 	}
 	delim, err := chooseDelimiter(headLine, delimiter, sep, headerAt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cr := csv.NewReader(lr)
 	cr.Comma = delim
 	header, err := cr.Read()
 	if err != nil {
-		return csvError(err, lr.line)
+		return nil, csvError(err, lr.line)
 	}
-	cols := make([][]byte, len(header))
+	t, err := newCSVTable(lr, cr, header, delim, keyField)
+	if err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) && ie.Field == "" {
+			ie.Line = headerAt
+		}
+	}
+	return t, err
+}
+
+// csvPart is the table of a CSV part that begins at a record other than
+// the header (a source read in parts): r starts at a record, and the
+// delimiter and header are part 0's.
+func csvPart(r io.Reader, keyField string, delim rune, header []string) (*csvTable, error) {
+	lr := &csvLines{br: bufio.NewReaderSize(r, 64<<10)}
+	cr := csv.NewReader(lr)
+	cr.Comma = delim
+	cr.FieldsPerRecord = len(header)
+	return newCSVTable(lr, cr, header, delim, keyField)
+}
+
+// newCSVTable checks a header (UTF-8, no column empty or twice, keyField
+// one of them)
+// and returns the table reading its records from cr.
+func newCSVTable(lr *csvLines, cr *csv.Reader, header []string, delim rune, keyField string) (*csvTable, error) {
+	t := &csvTable{lr: lr, cr: cr, header: header, delim: delim, cols: make([][]byte, len(header)), keyCol: -1}
 	seen := map[string]bool{}
-	keyCol := -1
 	for i, h := range header {
 		if !utf8.ValidString(h) {
-			return &InputError{Line: headerAt, Reason: notUTF8(fmt.Sprintf("header column %d", i+1), []byte(h))}
+			return nil, &InputError{Reason: notUTF8(fmt.Sprintf("header column %d", i+1), []byte(h))}
 		}
 		if h == "" {
-			return &InputError{Line: headerAt, Reason: fmt.Sprintf("header column %d is empty", i+1)}
+			return nil, &InputError{Reason: fmt.Sprintf("header column %d is empty", i+1)}
 		}
 		if seen[h] {
-			return &InputError{Line: headerAt, Reason: fmt.Sprintf("header column %q appears twice", h)}
+			return nil, &InputError{Reason: fmt.Sprintf("header column %q appears twice", h)}
 		}
 		seen[h] = true
-		cols[i], _ = json.Marshal(h)
+		t.cols[i], _ = json.Marshal(h)
 		if h == keyField {
-			keyCol = i
+			t.keyCol = i
 		}
 	}
-	if keyField != "" && keyCol < 0 {
-		return &InputError{Field: "key_field", Reason: fmt.Sprintf("%q is not a column of the CSV header (%s, separated by %s)", keyField, strings.Join(header, string(delim)), delimName(delim))}
+	if keyField != "" && t.keyCol < 0 {
+		return nil, &InputError{Field: "key_field", Reason: fmt.Sprintf("%q is not a column of the CSV header (%s, separated by %s)", keyField, strings.Join(header, string(delim)), delimName(delim))}
 	}
-	var index int64
+	return t, nil
+}
+
+// rows reads the records after the header, calling emit with each item;
+// index is the positional index of the first (when keyed by position). A
+// record encoding/csv refuses is returned as its *csv.ParseError (see
+// csvError), its lines counted from the start of the table's reader.
+func (t *csvTable) rows(index int64, emit func(SourceItem) error) error {
 	var buf bytes.Buffer
 	for {
-		rec, err := cr.Read()
+		rec, err := t.cr.Read()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return csvError(err, lr.line)
+			return err
 		}
-		line, _ := cr.FieldPos(0)
+		line, _ := t.cr.FieldPos(0)
 		for i, v := range rec {
 			if !utf8.ValidString(v) {
-				return &InputError{Line: int64(line), Reason: notUTF8(fmt.Sprintf("column %q", header[i]), []byte(v))}
+				return &InputError{Line: int64(line), Reason: notUTF8(fmt.Sprintf("column %q", t.header[i]), []byte(v))}
 			}
 		}
 		buf.Reset()
@@ -151,15 +208,15 @@ func ReadCSVDelimited(r io.Reader, keyField string, delimiter rune, emit func(So
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			buf.Write(cols[i])
+			buf.Write(t.cols[i])
 			buf.WriteByte(':')
 			val, _ := json.Marshal(v)
 			buf.Write(val)
 		}
 		buf.WriteByte('}')
 		var key string
-		if keyCol >= 0 {
-			key = rec[keyCol]
+		if t.keyCol >= 0 {
+			key = rec[t.keyCol]
 			if r := CheckKey(key); r != "" {
 				return &InputError{Line: int64(line), Key: truncate(key, 80), Reason: r}
 			}
@@ -257,6 +314,8 @@ type csvLines struct {
 	pending []byte
 	inQuote bool  // a quoted field continues past the last line read
 	line    int64 // physical lines read
+	bytes   int64 // bytes of the lines read
+	headAt  int64 // bytes before the header's first line (start)
 	err     error // sticky: io.EOF at the end
 }
 
@@ -283,6 +342,7 @@ func (c *csvLines) next() ([]byte, error) {
 		return nil, err
 	}
 	c.line++
+	c.bytes += int64(c.buf.Len())
 	return c.buf.Bytes(), nil
 }
 
@@ -322,6 +382,7 @@ func (c *csvLines) start() (head []byte, sep rune, err error) {
 			continue
 		}
 		c.pending = prefix
+		c.headAt = c.bytes - int64(len(l))
 		return prefix[len(prefix)-len(l):], sep, nil
 	}
 }

@@ -13,7 +13,7 @@ import (
 // line or a duplicate key is the same *InputError Submit would return) and
 // discards the manifest. The same items in the same order give the same
 // digest however the source was written or uploaded (single or multipart
-// PUT, gzip or not), except that a plain JSON Lines object larger than the
+// PUT, gzip or not), except that a plain JSON Lines or CSV object larger than the
 // part size is read in parts and so has a PartsDigest that its gzip copy
 // (read whole) does not share. Reads the source in full: the cost of one
 // more pass.

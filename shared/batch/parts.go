@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,26 +17,30 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
 )
 
 // Reading a large source in parts.
 //
-// A JSON Lines object with a key field and more than PartsConfig.PartBytes
-// bytes, not gzip, is read by several invocations of the submit function
-// at once instead of one (Complete hands them off; docs/design.md,
-// "Reading a source in parts"):
+// A JSON Lines or CSV object with a key field and more than
+// PartsConfig.PartBytes bytes, not gzip, is read by several invocations of
+// the submit function at once instead of one (Complete hands them off;
+// docs/design.md, "Reading a source in parts"):
 //
 //  1. Complete writes the plan (PartPlan: the object's ETag and size, the
-//     part size) and invokes one read per part (PartEvent, step "read").
+//     part size, a CSV object's delimiter and header) and invokes one read
+//     per part (PartEvent, step "read").
 //  2. ReadPart reads bytes [i × PartBytes, (i+1) × PartBytes) of the
-//     object (a line belongs to the part its first byte is in), checks and
-//     normalizes its lines exactly as a whole read does, and writes its
-//     manifest part, its keys partitioned by hash (one object, a section
-//     per partition), the lengths of its manifest lines and, last, its
-//     result. The part that finds every result written invokes one key
-//     check per partition (step "keys").
+//     object (a record belongs to the part its first byte is in; a CSV
+//     part guesses where its first row starts, see PartStartUnknown),
+//     checks and normalizes its records exactly as a whole read does, and
+//     writes its manifest part, its keys partitioned by hash (one object,
+//     a section per partition), the lengths of its manifest lines and,
+//     last, its result. The part that finds every result written invokes
+//     the re-reads of the CSV parts that guessed wrong, then one key check
+//     per partition (step "keys").
 //  3. CheckKeys merges one partition's keys of every part
 //     (internal/keyset, with the source's line numbers) and writes what it
 //     found; the check that finds every check written assembles: the
@@ -119,13 +124,41 @@ const (
 
 // PartEvent is the submit function's internal event of one step of a
 // source read in parts: {"bulkrun_submit_part": "read", "batch_id": …,
-// "plan": …, "index": …}. Index is the part (read) or the key partition
-// (keys).
+// "plan": …, "index": …, "start": …}. Index is the part (read) or the key
+// partition (keys); Start, of a CSV part's read, says whether the part's
+// first byte lies inside a quoted field (PartStartUnknown, PartStartOutside,
+// PartStartInside).
 type PartEvent struct {
 	Step    string `json:"bulkrun_submit_part"`
 	BatchID string `json:"batch_id"`
 	Plan    string `json:"plan"`
 	Index   int    `json:"index"`
+	Start   int    `json:"start,omitempty"`
+}
+
+// Where a CSV part's first byte lies (PartEvent.Start). A quoted field may
+// hold a newline (RFC 4180 §2.6), so where a part's first record begins
+// depends on the quotes before it, which the part does not read: the
+// parity of the '"' bytes before it (every quote opens, closes or doubles
+// inside a quoted field, so an odd count is inside one).
+const (
+	// PartStartUnknown: the part guesses that the first newline after its
+	// first byte ends a record (as in JSON Lines), reads from there and
+	// records the guess; the assembly re-reads a part that guessed wrong
+	// (its first newline was inside a quoted field), as PartStartOutside
+	// or PartStartInside, from the quote parities of the parts before it.
+	PartStartUnknown = 0
+	// PartStartOutside: an even number of quotes precede the part's first byte.
+	PartStartOutside = 1
+	// PartStartInside: an odd number.
+	PartStartInside = 2
+)
+
+func startOf(inQuote bool) int {
+	if inQuote {
+		return PartStartInside
+	}
+	return PartStartOutside
 }
 
 // PartPlan is how a source is cut into parts; written once per batch and
@@ -143,7 +176,17 @@ type PartPlan struct {
 	// checks merge them (one per part, at most MaxKeyPartitions).
 	Partitions int    `json:"partitions"`
 	KeyField   string `json:"key_field"`
+	// Format is the source's format: "" or jsonl, or csv.
+	Format string `json:"format,omitempty"`
+	// CSVDelimiter is the request's csv_delimiter (part 0 reads its header
+	// as a whole read does); Delimiter and Header are what part 0 finds,
+	// read once by the plan and given to the other parts.
+	CSVDelimiter string   `json:"csv_delimiter,omitempty"`
+	Delimiter    string   `json:"delimiter,omitempty"`
+	Header       []string `json:"header,omitempty"`
 }
+
+func (p *PartPlan) csv() bool { return p.Format == FormatCSV }
 
 // PartSum is one manifest part's SHA-256 (hex) and length.
 type PartSum struct {
@@ -176,6 +219,12 @@ type partResult struct {
 	// (Partitions + 1 of them).
 	Sections []int64    `json:"sections,omitempty"`
 	Refusal  *partError `json:"refusal,omitempty"`
+	// InQuote is the start the read assumed (a CSV part: its first byte
+	// inside a quoted field); QuoteOdd says whether the part's bytes
+	// [i × PartBytes, (i+1) × PartBytes) hold an odd number of '"', which
+	// does not depend on the start.
+	InQuote  bool `json:"in_quote,omitempty"`
+	QuoteOdd bool `json:"quote_odd,omitempty"`
 }
 
 // partError is an *InputError of a part, its line counted in the part.
@@ -186,9 +235,58 @@ type partError struct {
 	Reason string `json:"reason"`
 	Err    string `json:"err,omitempty"`
 	Empty  bool   `json:"empty,omitempty"`
+	// A record encoding/csv refused (Err its error): the lines where the
+	// record began and where parsing stopped, and the column, counted in
+	// the part.
+	CSVStart  int64 `json:"csv_start,omitempty"`
+	CSVStop   int64 `json:"csv_stop,omitempty"`
+	CSVColumn int   `json:"csv_column,omitempty"`
+}
+
+// partFault returns the refusal of a part's read error: an *InputError or
+// a record encoding/csv refused; ok is false for any other error.
+func partFault(err error) (*partError, bool) {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return &partError{CSVStart: int64(pe.StartLine), CSVStop: int64(pe.Line), CSVColumn: pe.Column, Err: pe.Err.Error()}, true
+	}
+	var ie *InputError
+	if !errors.As(err, &ie) {
+		return nil, false
+	}
+	e := &partError{Field: ie.Field, Line: ie.Line, Key: ie.Key, Reason: ie.Reason}
+	if ie.Err != nil {
+		e.Err = ie.Err.Error()
+		e.Empty = errors.Is(ie.Err, ErrEmptySource)
+	}
+	return e, true
+}
+
+// csvErrors are encoding/csv's errors by their text, so a part's refusal
+// names the same error a whole read does.
+var csvErrors = map[string]error{}
+
+func init() {
+	for _, e := range []error{csv.ErrBareQuote, csv.ErrQuote, csv.ErrFieldCount} {
+		csvErrors[e.Error()] = e
+	}
 }
 
 func (e *partError) inputError(lineBase int64) *InputError {
+	if e.CSVStop > 0 {
+		cause, ok := csvErrors[e.Err]
+		if !ok {
+			cause = errors.New(e.Err)
+		}
+		start := e.CSVStart
+		if start > 0 {
+			start += lineBase
+		}
+		var ie *InputError
+		errors.As(csvError(&csv.ParseError{StartLine: int(start), Line: int(e.CSVStop + lineBase), Column: e.CSVColumn, Err: cause}, 0), &ie)
+		ie.Field = "source.object"
+		return ie
+	}
 	ie := &InputError{Field: e.Field, Key: e.Key, Reason: e.Reason}
 	if ie.Field == "" {
 		ie.Field = "source.object"
@@ -215,15 +313,32 @@ func partsPrefix(batchID, plan string) string {
 	return fmt.Sprintf("batches/%s/parts/%s/", batchID, plan)
 }
 
-func (p *PartPlan) prefix() string         { return partsPrefix(p.BatchID, p.ID) }
-func (p *PartPlan) planKey() string        { return p.prefix() + "plan.json" }
-func (p *PartPlan) resultKey(i int) string { return fmt.Sprintf("%spart-%05d.json", p.prefix(), i) }
-func (p *PartPlan) manifestKey(i int) string {
-	return fmt.Sprintf("%smanifest-%05d.jsonl", p.prefix(), i)
+func (p *PartPlan) prefix() string  { return partsPrefix(p.BatchID, p.ID) }
+func (p *PartPlan) planKey() string { return p.prefix() + "plan.json" }
+
+// The objects of part i read from a start inside a quoted field (a CSV
+// part) end in "-q": both reads of a part can exist, and a late
+// invocation of one never overwrites the other's.
+func quoteSuffix(inQuote bool) string {
+	if inQuote {
+		return "-q"
+	}
+	return ""
 }
-func (p *PartPlan) keysKey(i int) string    { return fmt.Sprintf("%skeys-%05d", p.prefix(), i) }
-func (p *PartPlan) lengthsKey(i int) string { return fmt.Sprintf("%slengths-%05d", p.prefix(), i) }
-func (p *PartPlan) checkKey(h int) string   { return fmt.Sprintf("%scheck-%05d.json", p.prefix(), h) }
+
+func (p *PartPlan) resultKey(i int, in bool) string {
+	return fmt.Sprintf("%spart-%05d%s.json", p.prefix(), i, quoteSuffix(in))
+}
+func (p *PartPlan) manifestKey(i int, in bool) string {
+	return fmt.Sprintf("%smanifest-%05d%s.jsonl", p.prefix(), i, quoteSuffix(in))
+}
+func (p *PartPlan) keysKey(i int, in bool) string {
+	return fmt.Sprintf("%skeys-%05d%s", p.prefix(), i, quoteSuffix(in))
+}
+func (p *PartPlan) lengthsKey(i int, in bool) string {
+	return fmt.Sprintf("%slengths-%05d%s", p.prefix(), i, quoteSuffix(in))
+}
+func (p *PartPlan) checkKey(h int) string { return fmt.Sprintf("%scheck-%05d.json", p.prefix(), h) }
 func (p *PartPlan) bounds(i int) (lo, hi int64) {
 	return int64(i) * p.PartBytes, min(int64(i+1)*p.PartBytes, p.Size)
 }
@@ -240,12 +355,12 @@ func (s *Submitter) partBytes() int64 {
 }
 
 // planParts returns the plan of req's source when it is read in parts: a
-// JSON Lines object with a key field, of more than the part size, not
-// gzip (a gzip stream cannot be entered in the middle: it stays one part),
-// with Blobs able to read ranges. Otherwise nil: the source is read whole.
-// CSV (a quoted field may hold a newline, so a part cannot tell where its
-// first record starts), JSON arrays and positional keys (an item's key is
-// its index in the whole source) are read whole too.
+// JSON Lines or CSV object with a key field, of more than the part size,
+// not gzip (a gzip stream cannot be entered in the middle: it stays one
+// part), with Blobs able to read ranges; a CSV object whose header (and
+// delimiter) part 0's bytes hold and a whole read accepts. Otherwise nil:
+// the source is read whole. JSON arrays and positional keys (an item's
+// key is its index in the whole source) are read whole too.
 func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan, error) {
 	pb := s.partBytes()
 	pbl, ok := s.Blobs.(PartBlobs)
@@ -261,7 +376,7 @@ func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan
 	if format == "" {
 		format = FormatOf(key)
 	}
-	if format != FormatJSONL {
+	if format != FormatJSONL && format != FormatCSV {
 		return nil, nil
 	}
 	info, err := pbl.HeadSource(ctx, bucket, key)
@@ -295,29 +410,86 @@ func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan
 	}
 	etag := strings.Trim(info.ETag, `"`)
 	id := sha256.Sum256(fmt.Appendf(nil, "%s\n%d\n%d", etag, info.Size, pb))
-	return &PartPlan{ID: hex.EncodeToString(id[:8]), BatchID: req.BatchID, Bucket: bucket, Key: key, ETag: etag, Size: info.Size,
-		PartBytes: pb, Parts: parts, Partitions: min(parts, MaxKeyPartitions), KeyField: req.KeyField}, nil
+	plan := &PartPlan{ID: hex.EncodeToString(id[:8]), BatchID: req.BatchID, Bucket: bucket, Key: key, ETag: etag, Size: info.Size,
+		PartBytes: pb, Parts: parts, Partitions: min(parts, MaxKeyPartitions), KeyField: req.KeyField}
+	if format == FormatCSV {
+		plan.Format, plan.CSVDelimiter = FormatCSV, src.CSVDelimiter
+		delim, header, err := csvHead(ctx, pbl, plan)
+		if err != nil || header == nil {
+			return nil, err // a header the whole read refuses, or none in part 0: the whole read names it
+		}
+		plan.Delimiter, plan.Header = string(delim), header
+	}
+	return plan, nil
 }
 
-// partReader yields the bytes of one part: from the first line that
+// csvHead reads the delimiter and header of p's CSV object as a whole read
+// does (reading no further than the header); a nil header (and no error)
+// when part 0 does not hold the first byte of a header a whole read
+// accepts.
+func csvHead(ctx context.Context, b PartBlobs, p *PartPlan) (rune, []string, error) {
+	given, err := ParseCSVDelimiter(p.CSVDelimiter)
+	if err != nil {
+		return 0, nil, nil
+	}
+	rc, err := b.OpenSourceRange(ctx, p.Bucket, p.Key, p.ETag, 0, -1)
+	if err != nil {
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			return 0, nil, nil
+		}
+		return 0, nil, fmt.Errorf("read s3://%s/%s: %w", p.Bucket, p.Key, err)
+	}
+	defer rc.Close()
+	text, _, err := sourceText(rc)
+	if err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			return 0, nil, nil
+		}
+		return 0, nil, fmt.Errorf("read s3://%s/%s: %w", p.Bucket, p.Key, err)
+	}
+	t, err := openCSV(text, p.KeyField, given)
+	if err != nil {
+		var ie *InputError
+		var pe *csv.ParseError
+		if errors.As(err, &ie) || errors.As(err, &pe) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, nil, nil
+		}
+		return 0, nil, fmt.Errorf("read s3://%s/%s: %w", p.Bucket, p.Key, err)
+	}
+	if t == nil || t.lr.headAt+2*int64(len(bom)) >= p.PartBytes {
+		return 0, nil, nil // the header begins past part 0 (byte-order marks aside)
+	}
+	return t.delim, t.header, nil
+}
+
+// partReader yields the bytes of one part: from the first record that
 // starts at or after lo (the start of the object for part 0) through the
-// line that holds byte hi-1, and counts its newlines.
+// record that holds byte hi-1, and counts its newlines. A JSON Lines
+// record is a line; a CSV record ends at a newline outside a quoted
+// field, which the reader tells by the parity of the quotes since the
+// part's start (see PartStartUnknown).
 type partReader struct {
 	br     *bufio.Reader
+	csv    bool
 	pos    int64 // offset in the object of the next byte
 	hi     int64
 	lastNL bool
 	done   bool
 	lines  int64
+	q      bool // CSV: an odd number of quotes since the part's first record
+	in     bool // CSV: the start assumed: byte lo inside a quoted field
+	odd    bool // CSV: an odd number of quotes in [lo, hi)
 }
 
-// openPart opens part i of plan. It returns a reader of the part's bytes;
-// the caller closes rc.
-func openPart(ctx context.Context, b PartBlobs, p *PartPlan, i int) (*partReader, io.Closer, error) {
+// openPart opens part i of plan, its first byte's quote state start (a
+// CSV part; PartStartUnknown guesses it). It returns a reader of the
+// part's bytes; the caller closes rc.
+func openPart(ctx context.Context, b PartBlobs, p *PartPlan, i, start int) (*partReader, io.Closer, error) {
 	lo, hi := p.bounds(i)
 	from := lo
 	if i > 0 {
-		from = lo - 1 // to tell whether a line starts at lo
+		from = lo - 1 // to tell whether a record starts at lo
 	}
 	rc, err := b.OpenSourceRange(ctx, p.Bucket, p.Key, p.ETag, from, -1)
 	if err != nil {
@@ -329,29 +501,63 @@ func openPart(ctx context.Context, b PartBlobs, p *PartPlan, i int) (*partReader
 		}
 		return nil, nil, fmt.Errorf("read part %d of s3://%s/%s: %w", i, p.Bucket, p.Key, err)
 	}
-	pr := &partReader{br: bufio.NewReaderSize(rc, 256<<10), pos: from, hi: hi, lastNL: true}
+	pr := &partReader{br: bufio.NewReaderSize(rc, 256<<10), csv: p.csv(), pos: from, hi: hi, lastNL: true, in: start == PartStartInside}
 	if i > 0 {
-		// Skip the rest of the line that starts before lo.
-		for {
-			c, err := pr.br.ReadByte()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					pr.done = true
-					break
-				}
-				rc.Close()
-				return nil, nil, fmt.Errorf("read part %d of s3://%s/%s: %w", i, p.Bucket, p.Key, err)
-			}
-			pr.pos++
-			if c == '\n' {
-				break
-			}
-		}
-		if pr.pos > hi { // the line that held lo-1 passes the part: the part holds none
-			pr.done = true
+		if err := pr.skip(start); err != nil {
+			rc.Close()
+			return nil, nil, fmt.Errorf("read part %d of s3://%s/%s: %w", i, p.Bucket, p.Key, err)
 		}
 	}
 	return pr, rc, nil
+}
+
+// skip passes the bytes from lo-1 to the part's first record: after the
+// first newline that ends a record (any newline in JSON Lines; in CSV one
+// outside a quoted field by the start state, or, the state unknown, the
+// first newline, the state taken to be the one it ends a record in). A
+// part with no such newline before hi holds no record.
+func (r *partReader) skip(start int) error {
+	c, err := r.br.ReadByte() // byte lo-1
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			r.done = true
+			return nil
+		}
+		return err
+	}
+	r.pos++
+	if c == '\n' && !r.in {
+		return nil // a record starts at lo
+	}
+	rel := false // an odd number of quotes in [lo, pos)
+	for {
+		if r.pos >= r.hi {
+			r.done = true // no record starts in the part
+			return nil
+		}
+		c, err := r.br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				r.done = true
+				return nil
+			}
+			return err
+		}
+		r.pos++
+		switch {
+		case c == '"' && r.csv:
+			rel = !rel
+			r.odd = !r.odd
+		case c != '\n':
+		case !r.csv:
+			return nil
+		case start == PartStartUnknown:
+			r.in = rel // this newline ends a record
+			return nil
+		case r.in == rel: // outside a quoted field
+			return nil
+		}
+	}
 }
 
 func (r *partReader) Read(p []byte) (int, error) {
@@ -364,6 +570,11 @@ func (r *partReader) Read(p []byte) (int, error) {
 	if r.pos < r.hi {
 		n, err := r.br.Read(p[:min(int64(len(p)), r.hi-r.pos)])
 		r.account(p[:n])
+		if r.csv {
+			quotes := bytes.Count(p[:n], []byte{'"'})
+			r.q = r.q != (quotes%2 == 1)
+			r.odd = r.odd != (quotes%2 == 1)
+		}
 		if errors.Is(err, io.EOF) {
 			r.done = true
 			if n > 0 {
@@ -372,11 +583,11 @@ func (r *partReader) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
-	if r.lastNL {
+	if r.lastNL && !r.q {
 		r.done = true
 		return 0, io.EOF
 	}
-	// Past hi: finish the line that crosses it.
+	// Past hi: finish the record that crosses it.
 	n := 0
 	for n < len(p) {
 		c, err := r.br.ReadByte()
@@ -389,7 +600,10 @@ func (r *partReader) Read(p []byte) (int, error) {
 		}
 		p[n] = c
 		n++
-		if c == '\n' {
+		if c == '"' && r.csv {
+			r.q = !r.q
+		}
+		if c == '\n' && !r.q {
 			r.done = true
 			break
 		}
@@ -401,6 +615,27 @@ func (r *partReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// quoteParity reads what is left of the part's bytes [lo, hi) and
+// returns whether they hold an odd number of quotes (false in JSON Lines).
+func (r *partReader) quoteParity() (bool, error) {
+	if !r.csv {
+		return false, nil
+	}
+	buf := make([]byte, 64<<10)
+	for r.pos < r.hi {
+		n, err := r.br.Read(buf[:min(int64(len(buf)), r.hi-r.pos)])
+		r.pos += int64(n)
+		r.odd = r.odd != (bytes.Count(buf[:n], []byte{'"'})%2 == 1)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return r.odd, nil
+}
+
 func (r *partReader) account(b []byte) {
 	if len(b) == 0 {
 		return
@@ -410,50 +645,106 @@ func (r *partReader) account(b []byte) {
 	r.lastNL = b[len(b)-1] == '\n'
 }
 
-// readPart reads part i of p, calling emit with each item, its line
-// counted from the part's first line.
-func readPart(ctx context.Context, b PartBlobs, p *PartPlan, i int, emit func(SourceItem) error) (lines int64, err error) {
-	pr, rc, err := openPart(ctx, b, p, i)
+// partRead is what reading a part found besides its items.
+type partRead struct {
+	lines    int64 // newlines in the part
+	inQuote  bool  // the start state assumed (CSV)
+	quoteOdd bool  // an odd number of quotes in [lo, hi) (CSV)
+}
+
+// readPart reads part i of p from start (a CSV part's quote state at its
+// first byte, see PartStartUnknown), calling emit with each item, its
+// line counted from the part's first line. A record encoding/csv refuses
+// is its *csv.ParseError (see partFault).
+func readPart(ctx context.Context, b PartBlobs, p *PartPlan, i, start int, emit func(SourceItem) error) (partRead, error) {
+	pr, rc, err := openPart(ctx, b, p, i, start)
 	if err != nil {
-		return 0, err
+		return partRead{}, err
 	}
 	defer rc.Close()
+	return readOpenPart(pr, p, i, emit)
+}
+
+// readOpenPart reads an opened part (see readPart).
+func readOpenPart(pr *partReader, p *PartPlan, i int, emit func(SourceItem) error) (partRead, error) {
 	var text io.Reader = pr
 	if i == 0 {
 		br, _, err := sourceText(pr)
 		if err != nil {
-			return 0, err
+			return partRead{}, err
 		}
 		text = br
 	}
-	err = readJSONL(text, p.KeyField, i == 0, emit)
+	var err error
+	switch {
+	case p.csv():
+		err = readCSVPart(text, p, i, emit)
+	default:
+		err = readJSONL(text, p.KeyField, i == 0, emit)
+	}
 	if err == nil {
 		// Drain what the parser left (blank trailing bytes) so lines counts them.
 		_, err = io.Copy(io.Discard, pr)
 	}
-	return pr.lines, err
+	return partRead{lines: pr.lines, inQuote: pr.in, quoteOdd: pr.odd}, err
+}
+
+// readCSVPart reads the records of a CSV part: part 0 from its header, as
+// a whole read does; another with part 0's delimiter and header.
+func readCSVPart(text io.Reader, p *PartPlan, i int, emit func(SourceItem) error) error {
+	var t *csvTable
+	var err error
+	if i == 0 {
+		given, perr := ParseCSVDelimiter(p.CSVDelimiter)
+		if perr != nil {
+			return &InputError{Field: "source.csv_delimiter", Reason: perr.Error()}
+		}
+		t, err = openCSV(text, p.KeyField, given)
+	} else {
+		delim, _ := utf8.DecodeRuneInString(p.Delimiter)
+		t, err = csvPart(text, p.KeyField, delim, p.Header)
+	}
+	if err != nil || t == nil {
+		return err
+	}
+	err = t.rows(0, emit)
+	var pe *csv.ParseError
+	if err != nil && !errors.As(err, &pe) {
+		return csvError(err, t.lr.line)
+	}
+	return err
 }
 
 // readWholeByParts reads every part of p in turn into mw, ending a
 // manifest segment after each: one invocation's read of a source that is
 // read in parts (a synchronous submit, an upload, or no PartHandoff),
-// giving the same manifest and digest as the parts would.
+// giving the same manifest and digest as the parts would. Each part's
+// start state is known here: the quote parity of the parts before it.
 func readWholeByParts(ctx context.Context, b PartBlobs, p *PartPlan, mw *ManifestWriter) error {
 	var base int64
+	in := false
 	mw.bySegments()
 	for i := 0; i < p.Parts; i++ {
-		lines, err := readPart(ctx, b, p, i, func(it SourceItem) error {
+		read, err := readPart(ctx, b, p, i, startOf(in), func(it SourceItem) error {
 			it.Line += base
 			return mw.Add(it)
 		})
 		if err != nil {
 			var ie *InputError
-			if errors.As(err, &ie) && ie.Line > 0 {
-				ie.Line += base
+			var pe *csv.ParseError
+			switch {
+			case errors.As(err, &ie):
+				if ie.Line > 0 {
+					ie.Line += base
+				}
+			case errors.As(err, &pe):
+				f, _ := partFault(err)
+				return f.inputError(base)
 			}
 			return err
 		}
-		base += lines
+		base += read.lines
+		in = in != read.quoteOdd
 		mw.Segment()
 	}
 	return nil
@@ -564,20 +855,19 @@ func countObjects(ctx context.Context, b Blobs, prefix string) (int, error) {
 }
 
 // startParts begins (or resumes) reading b's source in parts: it writes
-// the plan and hands off a read of every part whose result is missing.
-// When every part has its result, it goes on at once.
+// the plan and hands off a read of every part that has no result. When
+// every part has one, it goes on at once.
 func (s *Submitter) startParts(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
 	if err := putJSON(ctx, s.Blobs, p.planKey(), p); err != nil {
 		return b, err
 	}
+	have, err := s.listParts(ctx, p)
+	if err != nil {
+		return b, err
+	}
 	missing := 0
 	for i := 0; i < p.Parts; i++ {
-		var r partResult
-		found, err := getJSON(ctx, s.Blobs, p.resultKey(i), &r)
-		if err != nil {
-			return b, err
-		}
-		if found {
+		if have[i][0] || have[i][1] {
 			continue
 		}
 		missing++
@@ -587,9 +877,45 @@ func (s *Submitter) startParts(ctx context.Context, b Batch, p *PartPlan) (Batch
 	}
 	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
 	if missing == 0 {
-		return s.partsRead(ctx, b, p)
+		return s.partsRead(ctx, b, p, true)
 	}
 	return b, nil
+}
+
+// listParts returns which results exist of each part: [i][0] read from a
+// start outside a quoted field, [i][1] inside.
+func (s *Submitter) listParts(ctx context.Context, p *PartPlan) ([][2]bool, error) {
+	have := make([][2]bool, p.Parts)
+	prefix := p.prefix() + "part-"
+	err := s.Blobs.List(ctx, s.Blobs.Bucket(), prefix, func(o ObjectInfo) error {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, prefix), ".json")
+		if !ok {
+			return nil
+		}
+		num, in := strings.CutSuffix(name, "-q")
+		var i int
+		if _, err := fmt.Sscanf(num, "%d", &i); err == nil && i >= 0 && i < p.Parts {
+			have[i][btoi(in)] = true
+		}
+		return nil
+	})
+	return have, err
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func allParts(have [][2]bool) bool {
+	for _, h := range have {
+		if !h[0] && !h[1] {
+			return false
+		}
+	}
+	return true
 }
 
 // loadPlan reads the plan of ev and its batch; ok is false when there is
@@ -621,19 +947,22 @@ func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
 	if !ok || err != nil {
 		return b, err
 	}
-	if ev.Index < 0 || ev.Step == PartStepRead && ev.Index >= p.Parts || ev.Step == PartStepKeys && ev.Index >= p.Partitions {
+	if ev.Index < 0 || ev.Step == PartStepRead && ev.Index >= p.Parts || ev.Step == PartStepKeys && ev.Index >= p.Partitions ||
+		ev.Start < PartStartUnknown || ev.Start > PartStartInside {
 		return b, fmt.Errorf("submit %s: %s step %d outside plan %s", ev.BatchID, ev.Step, ev.Index, p.ID)
 	}
 	switch ev.Step {
 	case PartStepRead:
-		if err := s.readPartStep(ctx, p, ev.Index); err != nil {
+		if err := s.readPartStep(ctx, p, ev.Index, ev.Start); err != nil {
 			return b, err
 		}
-		n, err := countObjects(ctx, s.Blobs, p.prefix()+"part-")
-		if err != nil || n < p.Parts {
+		have, err := s.listParts(ctx, p)
+		if err != nil || !allParts(have) {
 			return b, err
 		}
-		return s.partsRead(ctx, b, p)
+		// The first reads hand off the re-reads; a re-read goes on only
+		// when it finds every re-read done.
+		return s.partsRead(ctx, b, p, ev.Start == PartStartUnknown)
 	case PartStepKeys:
 		if err := s.checkKeysStep(ctx, p, ev.Index); err != nil {
 			return b, err
@@ -647,14 +976,39 @@ func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
 	return b, fmt.Errorf("submit %s: unknown part step %q", ev.BatchID, ev.Step)
 }
 
-// readPartStep reads part i and writes its objects, the result last. A
-// part whose result exists is not read again.
-func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i int) error {
-	var done partResult
-	if found, err := getJSON(ctx, s.Blobs, p.resultKey(i), &done); err != nil || found {
-		return err
+// readPartStep reads part i from start and writes its objects, the
+// result last. A part whose result exists (for that start; any start
+// when it is unknown) is not read again.
+func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i, start int) error {
+	exists := func(in bool) (bool, error) {
+		var done partResult
+		return getJSON(ctx, s.Blobs, p.resultKey(i, in), &done)
+	}
+	for _, in := range []bool{false, true} {
+		if start != PartStartUnknown && in != (start == PartStartInside) {
+			continue
+		}
+		if found, err := exists(in); err != nil || found {
+			return err
+		}
 	}
 	pb := s.Blobs.(PartBlobs)
+	pr, rc, err := openPart(ctx, pb, p, i, start)
+	if err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			f, _ := partFault(err)
+			return putJSON(ctx, s.Blobs, p.resultKey(i, start == PartStartInside), partResult{Part: i, InQuote: start == PartStartInside, Refusal: f})
+		}
+		return err
+	}
+	defer rc.Close()
+	in := pr.in
+	if start == PartStartUnknown {
+		if found, err := exists(in); err != nil || found {
+			return err
+		}
+	}
 	dir := s.Keys.Dir
 	if dir == "" {
 		dir = s.TempDir
@@ -664,16 +1018,16 @@ func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i int) error 
 		return fmt.Errorf("part %d: %w", i, err)
 	}
 	defer keys.close()
-	mw, err := s.Blobs.Create(ctx, p.manifestKey(i), "application/x-ndjson")
+	mw, err := s.Blobs.Create(ctx, p.manifestKey(i, in), "application/x-ndjson")
 	if err != nil {
 		return err
 	}
 	h := sha256.New()
-	res := partResult{Part: i}
+	res := partResult{Part: i, InQuote: in}
 	var lengths []byte
 	var line bytes.Buffer
 	w := io.MultiWriter(mw, h)
-	lines, err := readPart(ctx, pb, p, i, func(it SourceItem) error {
+	read, err := readOpenPart(pr, p, i, func(it SourceItem) error {
 		if err := encodeManifestLine(&line, it); err != nil {
 			return err
 		}
@@ -689,25 +1043,27 @@ func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i int) error 
 		res.Bytes += int64(n)
 		return nil
 	})
-	res.Lines = lines
-	var ie *InputError
-	switch {
-	case errors.As(err, &ie):
+	res.Lines = read.lines
+	if f, ok := partFault(err); ok {
 		_ = mw.Abort()
-		res.Refusal = &partError{Field: ie.Field, Line: ie.Line, Key: ie.Key, Reason: ie.Reason}
-		if ie.Err != nil {
-			res.Refusal.Err = ie.Err.Error()
+		// The parity of the quotes in the part's bytes, which the parts
+		// after it need to know where they start, even so.
+		res.Refusal = f
+		if res.QuoteOdd, err = pr.quoteParity(); err != nil {
+			return fmt.Errorf("part %d: %w", i, err)
 		}
-		return putJSON(ctx, s.Blobs, p.resultKey(i), res)
-	case err != nil:
+		return putJSON(ctx, s.Blobs, p.resultKey(i, in), res)
+	}
+	if err != nil {
 		_ = mw.Abort()
 		return err
 	}
+	res.QuoteOdd = read.quoteOdd
 	if err := mw.Close(); err != nil {
 		return fmt.Errorf("part %d: manifest: %w", i, err)
 	}
 	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	kw, err := s.Blobs.Create(ctx, p.keysKey(i), "application/octet-stream")
+	kw, err := s.Blobs.Create(ctx, p.keysKey(i, in), "application/octet-stream")
 	if err != nil {
 		return err
 	}
@@ -718,46 +1074,126 @@ func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i int) error 
 	if err := kw.Close(); err != nil {
 		return fmt.Errorf("part %d: keys: %w", i, err)
 	}
-	if err := s.Blobs.Put(ctx, p.lengthsKey(i), "application/octet-stream", lengths); err != nil {
+	if err := s.Blobs.Put(ctx, p.lengthsKey(i, in), "application/octet-stream", lengths); err != nil {
 		return err
 	}
-	return putJSON(ctx, s.Blobs, p.resultKey(i), res)
+	return putJSON(ctx, s.Blobs, p.resultKey(i, in), res)
 }
 
-// results reads every part's result.
-func (s *Submitter) results(ctx context.Context, p *PartPlan) ([]partResult, error) {
-	rs := make([]partResult, p.Parts)
+// settled returns the result of every part read from its true start:
+// part 0 from outside a quoted field, part i+1 from inside one when the
+// parts before it hold an odd number of quotes (JSON Lines parts: all
+// outside). A part whose only result assumed another start is to be read
+// again: reread lists those steps (their rs entries are zero). The parts
+// after the first refused one are not needed: refused is its index (-1:
+// none) and rs ends with it. Every part needs a result of some start
+// (the quote parity of its bytes, which every result records).
+func (s *Submitter) settled(ctx context.Context, p *PartPlan) (rs []partResult, reread []PartEvent, refused int, err error) {
+	have, err := s.listParts(ctx, p)
+	if err != nil {
+		return nil, nil, -1, err
+	}
+	both := make([][2]partResult, p.Parts)
 	errs := make([]error, p.Parts)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
-	for i := range rs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			found, err := getJSON(ctx, s.Blobs, p.resultKey(i), &rs[i])
-			if err == nil && !found {
-				err = fmt.Errorf("part %d of plan %s has no result", i, p.ID)
+	for i := range both {
+		for q, in := range []bool{false, true} {
+			if !have[i][q] {
+				continue
 			}
-			errs[i] = err
-		}()
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				found, err := getJSON(ctx, s.Blobs, p.resultKey(i, in), &both[i][q])
+				if err == nil && !found {
+					err = fmt.Errorf("the result of part %d of plan %s is gone", i, p.ID)
+				}
+				errs[i] = errors.Join(errs[i], err)
+			}()
+		}
 	}
 	wg.Wait()
-	return rs, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, -1, err
+	}
+	rs = make([]partResult, 0, p.Parts)
+	in := false
+	for i := range both {
+		q := btoi(in)
+		switch {
+		case have[i][q]:
+			if both[i][q].Refusal != nil {
+				return append(rs, both[i][q]), reread, i, nil
+			}
+			rs = append(rs, both[i][q])
+		case have[i][1-q]:
+			reread = append(reread, PartEvent{Step: PartStepRead, BatchID: p.BatchID, Plan: p.ID, Index: i, Start: startOf(in)})
+			rs = append(rs, partResult{})
+		default:
+			return nil, nil, -1, fmt.Errorf("part %d of plan %s has no result", i, p.ID)
+		}
+		// The parity of the part's bytes, the same whatever its start.
+		odd := both[i][q].QuoteOdd
+		if !have[i][q] {
+			odd = both[i][1-q].QuoteOdd
+		}
+		in = in != odd
+	}
+	return rs, reread, -1, nil
 }
 
-// partsRead goes on once every part is read: a part that refused its
+// results reads the settled result of every part; any part not settled
+// is an error.
+func (s *Submitter) results(ctx context.Context, p *PartPlan) ([]partResult, error) {
+	rs, reread, refused, err := s.settled(ctx, p)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(reread) > 0:
+		return nil, fmt.Errorf("part %d of plan %s has no result read from its start", reread[0].Index, p.ID)
+	case refused >= 0:
+		return nil, fmt.Errorf("part %d of plan %s is refused", refused, p.ID)
+	}
+	return rs, nil
+}
+
+// partsRead goes on once every part is read: a part that is to be read
+// again from another start (a CSV part that guessed wrong) is handed off
+// when handOff is set, and the batch waits for it; a part that refused its
 // lines refuses the batch (the first such part, its line numbered in the
 // whole source, as a whole read would name it); else the key checks are
 // handed off.
-func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
-	rs, err := s.results(ctx, p)
+func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff bool) (Batch, error) {
+	rs, reread, refused, err := s.settled(ctx, p)
 	if err != nil {
 		return b, err
 	}
+	if len(reread) > 0 {
+		if !handOff {
+			return b, nil // the re-read that finds every re-read done goes on
+		}
+		for _, ev := range reread {
+			if s.Parts.Handoff == nil {
+				if err := s.readPartStep(ctx, p, ev.Index, ev.Start); err != nil {
+					return b, err
+				}
+				continue
+			}
+			if err := s.Parts.Handoff.StartPart(ctx, ev); err != nil {
+				return b, fmt.Errorf("submit %s: hand off part %d again: %w", b.ID, ev.Index, err)
+			}
+		}
+		s.Log.Info("parts read again from their quote state", "batch_id", b.ID, "plan", p.ID, "parts", len(reread))
+		if s.Parts.Handoff != nil {
+			return b, nil
+		}
+		return s.partsRead(ctx, b, p, false)
+	}
 	var base, items int64
-	for _, r := range rs {
-		if r.Refusal != nil {
+	for i, r := range rs {
+		if i == refused {
 			ie := r.Refusal.inputError(base)
 			return s.refuse(ctx, b, refusalOf(fmt.Errorf("submit %s: %w", b.ID, ie)))
 		}
@@ -823,7 +1259,7 @@ func (s *Submitter) checkKeysStep(ctx context.Context, p *PartPlan, h int) error
 			base += r.Lines
 			continue
 		}
-		rc, err := s.Blobs.OpenRange(ctx, p.keysKey(i), r.Sections[h], r.Sections[h+1]-r.Sections[h])
+		rc, err := s.Blobs.OpenRange(ctx, p.keysKey(i, r.InQuote), r.Sections[h], r.Sections[h+1]-r.Sections[h])
 		if err != nil {
 			return err
 		}
@@ -905,7 +1341,7 @@ func (s *Submitter) assemble(ctx context.Context, b Batch, p *PartPlan) (Batch, 
 			s.Log.Warn("a manifest part is too small to be copied; the source is read whole", "batch_id", b.ID, "part", i, "bytes", r.Bytes)
 			return s.completeWhole(ctx, b)
 		}
-		sources = append(sources, p.manifestKey(i))
+		sources = append(sources, p.manifestKey(i, r.InQuote))
 	}
 	manifestKey := ManifestKey(b.ID, "parts-"+p.ID)
 	if err := s.Blobs.(PartBlobs).Compose(ctx, manifestKey, "application/x-ndjson", sources); err != nil {
@@ -952,7 +1388,7 @@ func (s *Submitter) partChunks(ctx context.Context, p *PartPlan, rs []partResult
 		if r.Items == 0 {
 			continue
 		}
-		lengths, err := s.Blobs.Get(ctx, p.lengthsKey(i))
+		lengths, err := s.Blobs.Get(ctx, p.lengthsKey(i, r.InQuote))
 		if err != nil {
 			return ManifestSummary{}, fmt.Errorf("lengths of part %d: %w", i, err)
 		}

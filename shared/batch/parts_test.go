@@ -104,8 +104,15 @@ func btoi(b bool) int {
 
 func wholeRead(t *testing.T, ctx context.Context, src []byte, req batch.SubmitRequest) (batch.Batch, []byte, error) {
 	t.Helper()
+	return wholeReadAt(t, ctx, "in/big.jsonl", src, req)
+}
+
+// wholeReadAt submits src, stored under key, read whole, and returns the
+// batch and its manifest.
+func wholeReadAt(t *testing.T, ctx context.Context, key string, src []byte, req batch.SubmitRequest) (batch.Batch, []byte, error) {
+	t.Helper()
 	w := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
-	if err := w.blobs.Put(ctx, "in/big.jsonl", "", src); err != nil {
+	if err := w.blobs.Put(ctx, key, "", src); err != nil {
 		t.Fatal(err)
 	}
 	res, err := w.sub.Submit(ctx, req)

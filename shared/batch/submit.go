@@ -131,7 +131,7 @@ type Submitter struct {
 	// TempLimitBytes is the size of the disk under TempDir (the submit
 	// function's ephemeral storage), named when it fills up; 0: unknown.
 	TempLimitBytes int64
-	// Parts, when set, reads a large JSON Lines object in parts, each its
+	// Parts, when set, reads a large JSON Lines or CSV object in parts, each its
 	// own invocation, at once (see PartsConfig); nil reads every source in
 	// one invocation.
 	Parts *PartsConfig

@@ -1,0 +1,226 @@
+package batch_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// csvPartsSource is a CSV source of n rows keyed by its id column that
+// exercises what a part boundary could break: a byte-order mark, a
+// semicolon delimiter found in the header, CRLF, blank and whitespace-only
+// lines, quoted fields holding newlines (LF and CRLF), doubled quotes,
+// delimiters, and, inside quotes, whole lines that read as rows of their
+// own.
+func csvPartsSource(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("\xEF\xBB\xBFid;name;note\r\n")
+	for i := range n {
+		switch {
+		case i%17 == 3:
+			b.WriteString("\r\n   \r\n")
+		case i%23 == 7:
+			b.WriteString("\n")
+		}
+		id := fmt.Sprintf("k-%06d", (i*7919)%n)
+		var note string
+		switch i % 7 {
+		case 0:
+			note = fmt.Sprintf("plain note %d", i)
+		case 1:
+			note = fmt.Sprintf("\"line one\nline two \"\"quoted\"\" end %d\"", i)
+		case 2:
+			note = fmt.Sprintf("\"%s\"", strings.Repeat("a;b \"\"c\"\"\r\n", 1+i%9))
+		case 3:
+			note = fmt.Sprintf("\"row\nk-9%05d;fake;\"\"row\"\"\n%d\"", i, i)
+		case 4:
+			note = "\"\"\"\""
+		case 5:
+			note = fmt.Sprintf("\"   \n\n  \r\n%s\"", strings.Repeat("x", i%200))
+		default:
+			note = strings.Repeat("y", (i*37)%150)
+		}
+		fmt.Fprintf(&b, "%s;name %d;%s\r\n", id, i, note)
+	}
+	return b.Bytes()
+}
+
+// readCSVByParts reads src as a CSV object by parts of partBytes, each
+// step run in any order and twice, and returns the batch, its manifest,
+// and how many parts were read again from another quote state.
+func readCSVByParts(t *testing.T, ctx context.Context, src []byte, partBytes int64, req batch.SubmitRequest) (batch.Batch, []byte, int) {
+	t.Helper()
+	r, steps := partsRig(t, partBytes)
+	if err := r.blobs.Put(ctx, "in/big.csv", "", src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.Accept(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.sub.Complete(ctx, req.BatchID)
+	if err != nil || b.Status != batch.StatusSubmitting {
+		t.Fatalf("Complete: %s %v (refusal %+v), want submitting with parts handed off", b.Status, err, b.Refusal)
+	}
+	if len(steps.evs) < 2 {
+		t.Fatalf("%d steps handed off, want one read per part", len(steps.evs))
+	}
+	counted := &countedSteps{partSteps: steps}
+	r.sub.Parts.Handoff = counted
+	runParts(t, ctx, r, steps, true)
+	b, err = r.store.GetBatch(ctx, req.BatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Status != batch.StatusRunning {
+		return b, nil, counted.rereads
+	}
+	m, err := r.blobs.Get(ctx, b.ManifestKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, m, counted.rereads
+}
+
+// countedSteps counts the reads handed off with a known quote state.
+type countedSteps struct {
+	*partSteps
+	rereads int
+}
+
+func (c *countedSteps) StartPart(ctx context.Context, ev batch.PartEvent) error {
+	if ev.Step == batch.PartStepRead && ev.Start != batch.PartStartUnknown {
+		c.rereads++
+	}
+	return c.partSteps.StartPart(ctx, ev)
+}
+
+// boundaryAt is the offset just after the first occurrence of mark at or
+// after from, plus delta.
+func boundaryAt(t *testing.T, src []byte, from int, mark string, delta int) int64 {
+	t.Helper()
+	i := bytes.Index(src[from:], []byte(mark))
+	if i < 0 {
+		t.Fatalf("no %q after %d", mark, from)
+	}
+	return int64(from + i + delta)
+}
+
+// A CSV object read in parts, wherever the part boundaries fall — inside
+// a quoted field after one of its newlines (the part's guess is wrong and
+// it is read again), between the two quotes of a doubled quote, between
+// CR and LF, in blank lines, at many sizes — freezes the manifest a whole
+// read writes, byte for byte, with the same items and chunks; a
+// synchronous submit and Digest read it by the same parts and give its
+// parts digest. Only part 0 holds the header and the byte-order mark.
+func TestPartsCSVManifestIsTheWholeRead(t *testing.T) {
+	ctx := context.Background()
+	src := csvPartsSource(400)
+	req := batch.SubmitRequest{BatchID: "csv", Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Object: "s3://batches/in/big.csv"}}
+	whole, wm, err := wholeReadAt(t, ctx, "in/big.csv", src, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.ItemCount != 400 {
+		t.Fatalf("whole read: %d items, want 400", whole.ItemCount)
+	}
+	sizes := map[string]int64{
+		"after a quoted newline": boundaryAt(t, src, 3000, "\"line one\n", len("\"line one\n")),
+		"inside a doubled quote": boundaryAt(t, src, 3000, "\"\"quoted", 1),
+		"between CR and LF":      boundaryAt(t, src, 3000, "\r\n", 1),
+		"in a quoted CRLF":       boundaryAt(t, src, 3000, "\"\"c\"\"\r\n", 6),
+		"after a quoted row":     boundaryAt(t, src, 3000, ";fake;\"\"row\"\"\n", len(";fake;\"\"row\"\"\n")),
+		"in blank lines":         boundaryAt(t, src, 3000, "\r\n   \r\n", 3),
+	}
+	for _, n := range []int64{256, 1009, 4096, 7919} {
+		sizes[fmt.Sprint(n)] = n
+	}
+	rereads := 0
+	for name, pb := range sizes {
+		t.Run(name, func(t *testing.T) {
+			b, m, n := readCSVByParts(t, ctx, src, pb, req)
+			rereads += n
+			if b.Status != batch.StatusRunning || !bytes.Equal(m, wm) || b.ItemCount != whole.ItemCount || b.Chunks != whole.Chunks || b.ManifestBytes != whole.ManifestBytes {
+				t.Fatalf("parts of %d bytes: %s (refusal %+v), %d items, %d chunks, %d bytes; whole read: %d items, %d chunks, %d bytes; same manifest %v",
+					pb, b.Status, b.Refusal, b.ItemCount, b.Chunks, b.ManifestBytes, whole.ItemCount, whole.Chunks, whole.ManifestBytes, bytes.Equal(m, wm))
+			}
+			one := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+			one.sub.Parts = &batch.PartsConfig{PartBytes: pb}
+			if err := one.blobs.Put(ctx, "in/big.csv", "", src); err != nil {
+				t.Fatal(err)
+			}
+			res, err := one.sub.Submit(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sm, _ := one.blobs.Get(ctx, res.Batch.ManifestKey)
+			if res.Batch.Digest != b.Digest || !bytes.Equal(sm, m) {
+				t.Fatalf("synchronous read by parts: digest %s, want %s; same manifest %v", res.Batch.Digest, b.Digest, bytes.Equal(sm, m))
+			}
+			if d, err := one.sub.Digest(ctx, req); err != nil || d != b.Digest {
+				t.Fatalf("Digest: %s %v, want %s", d, err, b.Digest)
+			}
+		})
+	}
+	if rereads == 0 {
+		t.Fatal("no part was read again: no boundary fell inside a quoted field")
+	}
+}
+
+// A malformed record, a row with too few fields, a bad key and a
+// duplicate key across parts are refused naming the lines (in the whole
+// source) and key a whole read names, wherever the boundaries fall.
+func TestPartsCSVRefuseAsTheWholeRead(t *testing.T) {
+	ctx := context.Background()
+	base := string(csvPartsSource(300))
+	at := func(frac int) int { // the start of a row about frac/10 into the source
+		i := len(base) * frac / 10
+		return i + strings.Index(base[i:], "\r\nk-") + 2
+	}
+	cases := map[string]func() string{
+		"unclosed quote late": func() string {
+			i := at(8)
+			return base[:i] + "k-bad;\"never closed;x\r\n" + base[i:]
+		},
+		"bare quote": func() string {
+			i := at(6)
+			return base[:i] + "k-bare;na\"me;x\r\n" + base[i:]
+		},
+		"too few fields": func() string {
+			i := at(5)
+			return base[:i] + "k-short;x\r\n" + base[i:]
+		},
+		"duplicate across parts": func() string {
+			i := at(9)
+			return base[:i] + "k-000007;dup;\"a\nb\"\r\n" + base[i:]
+		},
+		"empty key": func() string {
+			i := at(7)
+			return base[:i] + ";nokey;x\r\n" + base[i:]
+		},
+	}
+	req := batch.SubmitRequest{BatchID: "bad", Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Object: "s3://batches/in/big.csv"}}
+	for name, mk := range cases {
+		for _, pb := range []int64{601, 2048} {
+			t.Run(fmt.Sprintf("%s/%d", name, pb), func(t *testing.T) {
+				src := []byte(mk())
+				b, _, _ := readCSVByParts(t, ctx, src, pb, req)
+				if b.Status != batch.StatusRefused {
+					t.Fatalf("%s, want refused", b.Status)
+				}
+				_, _, werr := wholeReadAt(t, ctx, "in/big.csv", src, req)
+				want, ok := batch.RefusalOf(werr)
+				if !ok {
+					t.Fatalf("whole read: %v, want a refusal", werr)
+				}
+				if b.Refusal.Line != want.Line || b.Refusal.Key != want.Key || b.Refusal.Code != want.Code || !strings.Contains(b.Refusal.Message, strings.TrimPrefix(want.Message, "submit bad: ")) {
+					t.Fatalf("by parts: %+v\nwhole: %+v", *b.Refusal, want)
+				}
+			})
+		}
+	}
+}
