@@ -183,13 +183,16 @@ func TestSubmitInParts(t *testing.T) {
 // TestSubmitCSVInParts reads a CSV object of 20,000 rows of ~1 KB (≈ 21
 // MB; a byte-order mark, CRLF, a note in quotes over 16 lines with
 // doubled quotes) in parts of 6 MiB on the emulator's S3 through the real
-// S3 adapter. Almost every boundary falls inside a quoted note, after one
-// of its newlines: the part guesses a record starts there, the assembly
-// finds from the quote parities of the parts before it that it does not,
-// and the part is read again from inside the quotes (the first run of
-// each such read killed before its result and run again). The batch is
-// frozen with the manifest a whole read writes, byte for byte, the same
-// items and chunks, and the parts' objects are deleted.
+// S3 adapter, keyed by its id column and then by position. Keyed, almost
+// every boundary falls inside a quoted note, after one of its newlines:
+// the part guesses a record starts there, the assembly finds from the
+// quote parities of the parts before it that it does not, and the part is
+// read again from inside the quotes (the first run of each such read
+// killed before its result and run again). By position, every part is
+// counted first and read once, knowing its start and first index (the
+// first run of part 1's read killed). Each batch is frozen with the
+// manifest a whole read writes, byte for byte, the same items and chunks,
+// and the parts' objects are deleted.
 func TestSubmitCSVInParts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -218,14 +221,30 @@ func TestSubmitCSVInParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}
+	t.Run("key_field", func(t *testing.T) {
+		rereads := partsOnEmulator(t, h, id+"-k", src, "id", n, func(ev batch.PartEvent) bool { return ev.Start != batch.PartStartUnknown })
+		if rereads == 0 {
+			t.Fatal("no part was read again from inside a quoted field")
+		}
+	})
+	t.Run("positional", func(t *testing.T) {
+		partsOnEmulator(t, h, id+"-p", src, "", n, func(ev batch.PartEvent) bool { return ev.Index == 1 })
+	})
+}
+
+// partsOnEmulator submits src in parts of 6 MiB as batch id, each step a
+// goroutine, the first run of each read that kill names killed before its
+// result and run again, and compares the batch with a whole read's. It
+// returns how many reads knew their start (re-reads, or a positional
+// source's reads).
+func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, keyField string, n int64, kill func(batch.PartEvent) bool) int {
+	ctx := context.Background()
 	whole := *h.submitter
 	whole.ChunkItems = 0
-	ref, err := whole.Submit(ctx, batch.SubmitRequest{BatchID: id + "-whole", Pipeline: "counted", KeyField: "id", Source: src})
+	ref, err := whole.Submit(ctx, batch.SubmitRequest{BatchID: id + "-whole", Pipeline: "counted", KeyField: keyField, Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.blobs.DeletePrefix(context.Background(), "batches/"+id+"-whole/") })
-
 	runner := &asyncParts{runs: map[batch.PartEvent]int{}}
 	s := *h.submitter
 	s.ChunkItems = 0
@@ -234,12 +253,12 @@ func TestSubmitCSVInParts(t *testing.T) {
 	killed := s
 	killed.Blobs = killedBlobs{h.fn["submit"].blobs}
 	runner.sub = func(ev batch.PartEvent, attempt int) *batch.Submitter {
-		if ev.Step == batch.PartStepRead && ev.Start != batch.PartStartUnknown && attempt == 0 {
+		if ev.Step == batch.PartStepRead && kill(ev) && attempt == 0 {
 			return &killed
 		}
 		return &s
 	}
-	if _, err := s.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id", Source: src}); err != nil {
+	if _, err := s.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: keyField, Source: src}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -263,27 +282,31 @@ func TestSubmitCSVInParts(t *testing.T) {
 	if gotSum != wantSum || gotLen != wantLen || b.Chunks != ref.Batch.Chunks || b.ManifestBytes != ref.Batch.ManifestBytes {
 		t.Fatalf("manifest by parts: %d bytes, %d chunks, sha256 %s; whole read: %d bytes, %d chunks, sha256 %s", gotLen, b.Chunks, gotSum, wantLen, ref.Batch.Chunks, wantSum)
 	}
-	var parts, rereads int
+	var parts, known, killedRuns int
 	for ev, runs := range runner.runs {
 		switch {
 		case ev.Step != batch.PartStepRead:
 		case ev.Start == batch.PartStartUnknown:
 			parts++
 		default:
-			rereads++
+			known++
+		}
+		if ev.Step == batch.PartStepRead && kill(ev) {
+			killedRuns++
 			if runs != 2 {
-				t.Fatalf("the re-read of part %d ran %d times, want 2 (killed, then run again)", ev.Index, runs)
+				t.Fatalf("read %+v ran %d times, want 2 (killed, then run again)", ev, runs)
 			}
 		}
 	}
-	if rereads == 0 {
-		t.Fatal("no part was read again from inside a quoted field")
+	if killedRuns == 0 {
+		t.Fatal("no read was killed")
 	}
 	left := 0
 	_ = h.blobs.List(ctx, h.blobs.Bucket(), "batches/"+id+"/parts/", func(batch.ObjectInfo) error { left++; return nil })
 	if left != 0 {
 		t.Fatalf("%d objects of the parts left", left)
 	}
-	t.Logf("%d rows, %d MB in %d parts, %d read again from inside quotes: running after %s; manifest %s, %d chunks",
-		n, gotLen>>20, parts, rereads, took.Round(time.Millisecond), gotSum[:12], b.Chunks)
+	t.Logf("%d rows, %d MB: %d parts read guessing their start, %d reads knowing it (%d killed once): running after %s; manifest %s, %d chunks",
+		n, gotLen>>20, parts, known, killedRuns, took.Round(time.Millisecond), gotSum[:12], b.Chunks)
+	return known
 }

@@ -90,7 +90,7 @@ func (l *Lambda) StartSubmit(ctx context.Context, batchID string) error {
 
 // StartPart invokes the function asynchronously with the internal event
 // batch.PartEvent: the submit function hands one step of a source read in
-// parts to itself (a part's read, a key partition's check). Lambda queues
+// parts to itself (a part's count or read, a key partition's check). Lambda queues
 // the event and retries a failed invocation twice; a step lost for good
 // is handed off again when the submit tick resumes the read.
 func (l *Lambda) StartPart(ctx context.Context, ev batch.PartEvent) error {

@@ -24,8 +24,8 @@ import (
 
 // Reading a large source in parts.
 //
-// A JSON Lines or CSV object with a key field and more than
-// PartsConfig.PartBytes bytes, not gzip, is read by several invocations of
+// A JSON Lines or CSV object of more than PartsConfig.PartBytes bytes,
+// not gzip, is read by several invocations of
 // the submit function at once instead of one (Complete hands them off;
 // docs/design.md, "Reading a source in parts"):
 //
@@ -47,6 +47,11 @@ import (
 //     manifest parts become one object (server-side copies), the fan-out
 //     chunks are cut from the lengths, and the batch is frozen or refused
 //     as Complete does.
+//
+// A source without key field (positional keys, item-{index in the
+// source}) has every part counted first (step "count", a scan), then read
+// knowing its first item's index and its quote state; its keys cannot
+// repeat, so there is no key check.
 //
 // Every object a step writes depends only on the source and the plan, so a
 // step run again (a killed invocation, Lambda's retries, the submit tick's
@@ -118,8 +123,9 @@ type PartBlobs interface {
 
 // Part steps (PartEvent.Step).
 const (
-	PartStepRead = "read"
-	PartStepKeys = "keys"
+	PartStepRead  = "read"
+	PartStepKeys  = "keys"
+	PartStepCount = "count" // a source without key field: count a part's items first
 )
 
 // PartEvent is the submit function's internal event of one step of a
@@ -134,6 +140,10 @@ type PartEvent struct {
 	Plan    string `json:"plan"`
 	Index   int    `json:"index"`
 	Start   int    `json:"start,omitempty"`
+	// Base is the positional index of the part's first item (a source
+	// without key field, whose keys are item-{index in the source}): the
+	// items of the parts before it, which their counts tell.
+	Base int64 `json:"base,omitempty"`
 }
 
 // Where a CSV part's first byte lies (PartEvent.Start). A quoted field may
@@ -339,6 +349,8 @@ func (p *PartPlan) lengthsKey(i int, in bool) string {
 	return fmt.Sprintf("%slengths-%05d%s", p.prefix(), i, quoteSuffix(in))
 }
 func (p *PartPlan) checkKey(h int) string { return fmt.Sprintf("%scheck-%05d.json", p.prefix(), h) }
+func (p *PartPlan) countKey(i int) string { return fmt.Sprintf("%scount-%05d.json", p.prefix(), i) }
+func (p *PartPlan) positional() bool      { return p.KeyField == "" }
 func (p *PartPlan) bounds(i int) (lo, hi int64) {
 	return int64(i) * p.PartBytes, min(int64(i+1)*p.PartBytes, p.Size)
 }
@@ -355,17 +367,17 @@ func (s *Submitter) partBytes() int64 {
 }
 
 // planParts returns the plan of req's source when it is read in parts: a
-// JSON Lines or CSV object with a key field, of more than the part size,
+// JSON Lines or CSV object (with a key field, or positional keys: each
+// part counted first), of more than the part size,
 // not gzip (a gzip stream cannot be entered in the middle: it stays one
 // part), with Blobs able to read ranges; a CSV object whose header (and
 // delimiter) part 0's bytes hold and a whole read accepts. Otherwise nil:
-// the source is read whole. JSON arrays and positional keys (an item's
-// key is its index in the whole source) are read whole too.
+// the source is read whole. JSON arrays are read whole too.
 func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan, error) {
 	pb := s.partBytes()
 	pbl, ok := s.Blobs.(PartBlobs)
 	src := req.Source
-	if pb <= 0 || !ok || src.Object == "" || req.KeyField == "" {
+	if pb <= 0 || !ok || src.Object == "" {
 		return nil, nil
 	}
 	bucket, key, err := ParseS3URI(src.Object)
@@ -412,6 +424,9 @@ func (s *Submitter) planParts(ctx context.Context, req SubmitRequest) (*PartPlan
 	id := sha256.Sum256(fmt.Appendf(nil, "%s\n%d\n%d", etag, info.Size, pb))
 	plan := &PartPlan{ID: hex.EncodeToString(id[:8]), BatchID: req.BatchID, Bucket: bucket, Key: key, ETag: etag, Size: info.Size,
 		PartBytes: pb, Parts: parts, Partitions: min(parts, MaxKeyPartitions), KeyField: req.KeyField}
+	if req.KeyField == "" {
+		plan.Partitions = 0 // positional keys are unique: no key check
+	}
 	if format == FormatCSV {
 		plan.Format, plan.CSVDelimiter = FormatCSV, src.CSVDelimiter
 		delim, header, err := csvHead(ctx, pbl, plan)
@@ -654,19 +669,20 @@ type partRead struct {
 
 // readPart reads part i of p from start (a CSV part's quote state at its
 // first byte, see PartStartUnknown), calling emit with each item, its
-// line counted from the part's first line. A record encoding/csv refuses
-// is its *csv.ParseError (see partFault).
-func readPart(ctx context.Context, b PartBlobs, p *PartPlan, i, start int, emit func(SourceItem) error) (partRead, error) {
+// line counted from the part's first line; base is the positional index
+// of its first item (a source without key field). A record encoding/csv
+// refuses is its *csv.ParseError (see partFault).
+func readPart(ctx context.Context, b PartBlobs, p *PartPlan, i, start int, base int64, emit func(SourceItem) error) (partRead, error) {
 	pr, rc, err := openPart(ctx, b, p, i, start)
 	if err != nil {
 		return partRead{}, err
 	}
 	defer rc.Close()
-	return readOpenPart(pr, p, i, emit)
+	return readOpenPart(pr, p, i, base, emit)
 }
 
 // readOpenPart reads an opened part (see readPart).
-func readOpenPart(pr *partReader, p *PartPlan, i int, emit func(SourceItem) error) (partRead, error) {
+func readOpenPart(pr *partReader, p *PartPlan, i int, base int64, emit func(SourceItem) error) (partRead, error) {
 	var text io.Reader = pr
 	if i == 0 {
 		br, _, err := sourceText(pr)
@@ -678,9 +694,9 @@ func readOpenPart(pr *partReader, p *PartPlan, i int, emit func(SourceItem) erro
 	var err error
 	switch {
 	case p.csv():
-		err = readCSVPart(text, p, i, emit)
+		err = readCSVPart(text, p, i, base, emit)
 	default:
-		err = readJSONL(text, p.KeyField, i == 0, emit)
+		err = readJSONL(text, p.KeyField, i == 0, base, emit)
 	}
 	if err == nil {
 		// Drain what the parser left (blank trailing bytes) so lines counts them.
@@ -691,7 +707,7 @@ func readOpenPart(pr *partReader, p *PartPlan, i int, emit func(SourceItem) erro
 
 // readCSVPart reads the records of a CSV part: part 0 from its header, as
 // a whole read does; another with part 0's delimiter and header.
-func readCSVPart(text io.Reader, p *PartPlan, i int, emit func(SourceItem) error) error {
+func readCSVPart(text io.Reader, p *PartPlan, i int, base int64, emit func(SourceItem) error) error {
 	var t *csvTable
 	var err error
 	if i == 0 {
@@ -707,7 +723,7 @@ func readCSVPart(text io.Reader, p *PartPlan, i int, emit func(SourceItem) error
 	if err != nil || t == nil {
 		return err
 	}
-	err = t.rows(0, emit)
+	err = t.rows(base, emit)
 	var pe *csv.ParseError
 	if err != nil && !errors.As(err, &pe) {
 		return csvError(err, t.lr.line)
@@ -721,12 +737,13 @@ func readCSVPart(text io.Reader, p *PartPlan, i int, emit func(SourceItem) error
 // giving the same manifest and digest as the parts would. Each part's
 // start state is known here: the quote parity of the parts before it.
 func readWholeByParts(ctx context.Context, b PartBlobs, p *PartPlan, mw *ManifestWriter) error {
-	var base int64
+	var base, items int64
 	in := false
 	mw.bySegments()
 	for i := 0; i < p.Parts; i++ {
-		read, err := readPart(ctx, b, p, i, startOf(in), func(it SourceItem) error {
+		read, err := readPart(ctx, b, p, i, startOf(in), items, func(it SourceItem) error {
 			it.Line += base
+			items++
 			return mw.Add(it)
 		})
 		if err != nil {
@@ -861,6 +878,9 @@ func (s *Submitter) startParts(ctx context.Context, b Batch, p *PartPlan) (Batch
 	if err := putJSON(ctx, s.Blobs, p.planKey(), p); err != nil {
 		return b, err
 	}
+	if p.positional() {
+		return s.startCounted(ctx, b, p)
+	}
 	have, err := s.listParts(ctx, p)
 	if err != nil {
 		return b, err
@@ -951,9 +971,24 @@ func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
 		ev.Start < PartStartUnknown || ev.Start > PartStartInside {
 		return b, fmt.Errorf("submit %s: %s step %d outside plan %s", ev.BatchID, ev.Step, ev.Index, p.ID)
 	}
+	if p.positional() && ev.Step == PartStepRead && ev.Start == PartStartUnknown {
+		return b, fmt.Errorf("submit %s: read of part %d without its start and base (positional keys)", ev.BatchID, ev.Index)
+	}
 	switch ev.Step {
+	case PartStepCount:
+		if ev.Index >= p.Parts || !p.positional() {
+			return b, fmt.Errorf("submit %s: count step %d outside plan %s", ev.BatchID, ev.Index, p.ID)
+		}
+		if err := s.countStep(ctx, p, ev.Index); err != nil {
+			return b, err
+		}
+		n, err := countObjects(ctx, s.Blobs, p.prefix()+"count-")
+		if err != nil || n < p.Parts {
+			return b, err
+		}
+		return s.startCounted(ctx, b, p)
 	case PartStepRead:
-		if err := s.readPartStep(ctx, p, ev.Index, ev.Start); err != nil {
+		if err := s.readPartStep(ctx, p, ev.Index, ev.Start, ev.Base); err != nil {
 			return b, err
 		}
 		have, err := s.listParts(ctx, p)
@@ -979,7 +1014,7 @@ func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
 // readPartStep reads part i from start and writes its objects, the
 // result last. A part whose result exists (for that start; any start
 // when it is unknown) is not read again.
-func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i, start int) error {
+func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i, start int, base int64) error {
 	exists := func(in bool) (bool, error) {
 		var done partResult
 		return getJSON(ctx, s.Blobs, p.resultKey(i, in), &done)
@@ -1027,12 +1062,14 @@ func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i, start int)
 	var lengths []byte
 	var line bytes.Buffer
 	w := io.MultiWriter(mw, h)
-	read, err := readOpenPart(pr, p, i, func(it SourceItem) error {
+	read, err := readOpenPart(pr, p, i, base, func(it SourceItem) error {
 		if err := encodeManifestLine(&line, it); err != nil {
 			return err
 		}
-		if err := keys.add(it.Key, it.Line); err != nil {
-			return fmt.Errorf("part %d: keys: %w", i, err)
+		if p.Partitions > 0 { // positional keys are unique: nothing to check
+			if err := keys.add(it.Key, it.Line); err != nil {
+				return fmt.Errorf("part %d: keys: %w", i, err)
+			}
 		}
 		n, err := w.Write(line.Bytes())
 		if err != nil {
@@ -1063,16 +1100,18 @@ func (s *Submitter) readPartStep(ctx context.Context, p *PartPlan, i, start int)
 		return fmt.Errorf("part %d: manifest: %w", i, err)
 	}
 	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	kw, err := s.Blobs.Create(ctx, p.keysKey(i, in), "application/octet-stream")
-	if err != nil {
-		return err
-	}
-	if res.Sections, err = keys.writeTo(kw); err != nil {
-		_ = kw.Abort()
-		return fmt.Errorf("part %d: keys: %w", i, err)
-	}
-	if err := kw.Close(); err != nil {
-		return fmt.Errorf("part %d: keys: %w", i, err)
+	if p.Partitions > 0 {
+		kw, err := s.Blobs.Create(ctx, p.keysKey(i, in), "application/octet-stream")
+		if err != nil {
+			return err
+		}
+		if res.Sections, err = keys.writeTo(kw); err != nil {
+			_ = kw.Abort()
+			return fmt.Errorf("part %d: keys: %w", i, err)
+		}
+		if err := kw.Close(); err != nil {
+			return fmt.Errorf("part %d: keys: %w", i, err)
+		}
 	}
 	if err := s.Blobs.Put(ctx, p.lengthsKey(i, in), "application/octet-stream", lengths); err != nil {
 		return err
@@ -1176,7 +1215,7 @@ func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff
 		}
 		for _, ev := range reread {
 			if s.Parts.Handoff == nil {
-				if err := s.readPartStep(ctx, p, ev.Index, ev.Start); err != nil {
+				if err := s.readPartStep(ctx, p, ev.Index, ev.Start, ev.Base); err != nil {
 					return b, err
 				}
 				continue
@@ -1419,4 +1458,180 @@ func (s *Submitter) completeWhole(ctx context.Context, b Batch) (Batch, error) {
 		return b, err
 	}
 	return s.freezeAndFanOut(ctx, b, manifestKey, sum, true)
+}
+
+// partCount is what counting a part found (a source without key field):
+// batches/{id}/parts/{plan}/count-NNNNN.json.
+type partCount struct {
+	Part int `json:"part"`
+	// Items are the items the part holds if its first byte is outside
+	// ([0]) or inside ([1]) a quoted field (JSON Lines: both the same).
+	Items [2]int64 `json:"items"`
+	// QuoteOdd: an odd number of '"' in the part's bytes (CSV).
+	QuoteOdd bool `json:"quote_odd,omitempty"`
+}
+
+// startCounted goes on with a source without key field: a part's keys
+// are the indexes of its items in the whole source, so every part is
+// counted first (a scan, no parsing) and then read knowing its first
+// item's index and, in CSV, whether it begins inside a quoted field. It
+// hands off the counts missing or, every part counted, the reads
+// missing; every part read, it goes on at once.
+func (s *Submitter) startCounted(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
+	counts := make([]partCount, p.Parts)
+	found := make([]bool, p.Parts)
+	errs := make([]error, p.Parts)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range counts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			found[i], errs[i] = getJSON(ctx, s.Blobs, p.countKey(i), &counts[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return b, err
+	}
+	missing := 0
+	for i := range counts {
+		if found[i] {
+			continue
+		}
+		missing++
+		if err := s.Parts.Handoff.StartPart(ctx, PartEvent{Step: PartStepCount, BatchID: b.ID, Plan: p.ID, Index: i}); err != nil {
+			return b, fmt.Errorf("submit %s: hand off the count of part %d: %w", b.ID, i, err)
+		}
+	}
+	if missing > 0 {
+		s.Log.Info("source counted in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
+		return b, nil
+	}
+	have, err := s.listParts(ctx, p)
+	if err != nil {
+		return b, err
+	}
+	in, base := false, int64(0)
+	for i, c := range counts {
+		if !have[i][btoi(in)] {
+			missing++
+			if err := s.Parts.Handoff.StartPart(ctx, PartEvent{Step: PartStepRead, BatchID: b.ID, Plan: p.ID, Index: i, Start: startOf(in), Base: base}); err != nil {
+				return b, fmt.Errorf("submit %s: hand off part %d: %w", b.ID, i, err)
+			}
+		}
+		base += c.Items[btoi(in)]
+		in = in != c.QuoteOdd
+	}
+	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "items", base)
+	if missing == 0 {
+		return s.partsRead(ctx, b, p, true)
+	}
+	return b, nil
+}
+
+// countStep counts part i's items and writes what it found; a part
+// counted already is not counted again.
+func (s *Submitter) countStep(ctx context.Context, p *PartPlan, i int) error {
+	var c partCount
+	if found, err := getJSON(ctx, s.Blobs, p.countKey(i), &c); err != nil || found {
+		return err
+	}
+	c, err := countPart(ctx, s.Blobs.(PartBlobs), p, i)
+	if err != nil {
+		return err
+	}
+	return putJSON(ctx, s.Blobs, p.countKey(i), c)
+}
+
+// countPart counts the items of part i of p without parsing them: the
+// records that begin in [lo, hi) on a line holding more than white space
+// (what a read makes an item, or refuses), each way its first byte may
+// lie in CSV; part 0 without its byte-order marks, a CSV part 0 without
+// its sep= line and header. A source whose part is malformed may count
+// wrong; its read refuses it, before any item of a later part matters.
+func countPart(ctx context.Context, b PartBlobs, p *PartPlan, i int) (partCount, error) {
+	c := partCount{Part: i}
+	lo, hi := p.bounds(i)
+	from := lo
+	if i > 0 {
+		from = lo - 1
+	}
+	rc, err := b.OpenSourceRange(ctx, p.Bucket, p.Key, p.ETag, from, -1)
+	if err != nil {
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			return c, nil // the part's read refuses it, naming the object
+		}
+		return c, fmt.Errorf("count part %d of s3://%s/%s: %w", i, p.Bucket, p.Key, err)
+	}
+	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 256<<10)
+	pos := from
+	atStart := true // the next byte begins a line
+	if i > 0 {
+		c0, err := br.ReadByte()
+		if err != nil {
+			return c, fmt.Errorf("count part %d: %w", i, err)
+		}
+		pos++
+		atStart = c0 == '\n'
+	} else {
+		for range 2 { // the byte-order marks a whole read skips
+			if head, err := br.Peek(len(bom)); err == nil && bytes.Equal(head, bom) {
+				_, _ = br.Discard(len(bom))
+				pos += int64(len(bom))
+			}
+		}
+	}
+	rel := false // an odd number of quotes in [lo, pos)
+	header := !p.csv() || i > 0
+	var line bytes.Buffer
+	for n := int64(1); pos < hi; n++ {
+		line.Reset()
+		startsLine, relAt, eof := atStart, rel, false
+		for {
+			frag, err := br.ReadSlice('\n')
+			if p.csv() {
+				before := frag[:max(0, min(int64(len(frag)), hi-pos))]
+				rel = rel != (bytes.Count(frag, []byte{'"'})%2 == 1)
+				c.QuoteOdd = c.QuoteOdd != (bytes.Count(before, []byte{'"'})%2 == 1)
+			}
+			pos += int64(len(frag))
+			if line.Len() <= MaxLineBytes {
+				line.Write(frag)
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				eof = true
+			} else if err != nil {
+				return c, fmt.Errorf("count part %d: %w", i, err)
+			}
+			break
+		}
+		atStart = !eof
+		blank := line.Len() <= MaxLineBytes && len(bytes.TrimSpace(line.Bytes())) == 0
+		if startsLine && !blank {
+			for q := range 2 {
+				if (q == 1) == relAt { // the line begins outside a quoted field
+					c.Items[q]++
+				}
+			}
+			if !header && !relAt { // CSV part 0: the sep= line and the header are no items
+				if _, sep := sepLine(line.Bytes()); !sep || n > 1 {
+					header = true
+				}
+				c.Items[0]--
+			}
+		}
+		if eof {
+			break
+		}
+	}
+	if !p.csv() {
+		c.Items[1] = c.Items[0]
+	}
+	return c, nil
 }

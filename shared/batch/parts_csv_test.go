@@ -3,6 +3,7 @@ package batch_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -50,13 +51,14 @@ func csvPartsSource(n int) []byte {
 	return b.Bytes()
 }
 
-// readCSVByParts reads src as a CSV object by parts of partBytes, each
-// step run in any order and twice, and returns the batch, its manifest,
-// and how many parts were read again from another quote state.
-func readCSVByParts(t *testing.T, ctx context.Context, src []byte, partBytes int64, req batch.SubmitRequest) (batch.Batch, []byte, int) {
+// readByParts reads src, stored as key, by parts of partBytes, each step
+// run in any order and twice, and returns the batch, its manifest, and
+// how many parts were read again from another quote state (a keyed
+// source; a positional one reads each part once, its state known).
+func readByParts(t *testing.T, ctx context.Context, key string, src []byte, partBytes int64, req batch.SubmitRequest) (batch.Batch, []byte, int) {
 	t.Helper()
 	r, steps := partsRig(t, partBytes)
-	if err := r.blobs.Put(ctx, "in/big.csv", "", src); err != nil {
+	if err := r.blobs.Put(ctx, key, "", src); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.sub.Accept(ctx, req); err != nil {
@@ -75,6 +77,9 @@ func readCSVByParts(t *testing.T, ctx context.Context, src []byte, partBytes int
 	b, err = r.store.GetBatch(ctx, req.BatchID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if req.KeyField == "" {
+		counted.rereads = 0 // every read knows its start
 	}
 	if b.Status != batch.StatusRunning {
 		return b, nil, counted.rereads
@@ -118,31 +123,54 @@ func boundaryAt(t *testing.T, src []byte, from int, mark string, delta int) int6
 // synchronous submit and Digest read it by the same parts and give its
 // parts digest. Only part 0 holds the header and the byte-order mark.
 func TestPartsCSVManifestIsTheWholeRead(t *testing.T) {
-	ctx := context.Background()
 	src := csvPartsSource(400)
-	req := batch.SubmitRequest{BatchID: "csv", Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Object: "s3://batches/in/big.csv"}}
-	whole, wm, err := wholeReadAt(t, ctx, "in/big.csv", src, req)
+	rereads := 0
+	for _, keyField := range []string{"id", ""} {
+		t.Run("key_field="+keyField, func(t *testing.T) {
+			rereads += manifestsByParts(t, src, "in/big.csv", keyField)
+		})
+	}
+	if rereads == 0 {
+		t.Fatal("no part was read again: no boundary fell inside a quoted field")
+	}
+}
+
+// A source without key field is read in parts too: each part is counted
+// first, then read knowing the index of its first item (its key) and, in
+// CSV, its quote state. JSON Lines and CSV give the whole read's
+// manifest.
+func TestPartsPositionalManifestIsTheWholeRead(t *testing.T) {
+	manifestsByParts(t, partsSource(700), "in/big.jsonl", "")
+}
+
+// manifestsByParts reads src (stored as key) by parts of many sizes and
+// compares each manifest with the whole read's; it returns how many
+// parts were read again from another quote state.
+func manifestsByParts(t *testing.T, src []byte, key, keyField string) int {
+	ctx := context.Background()
+	req := batch.SubmitRequest{BatchID: "parts", Pipeline: "counted", KeyField: keyField, Source: batch.SourceSpec{Object: "s3://batches/" + key}}
+	whole, wm, err := wholeReadAt(t, ctx, key, src, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if whole.ItemCount != 400 {
-		t.Fatalf("whole read: %d items, want 400", whole.ItemCount)
+	blank := "\n   \n"
+	if strings.HasSuffix(key, ".csv") {
+		blank = "\n   \r\n"
 	}
-	sizes := map[string]int64{
-		"after a quoted newline": boundaryAt(t, src, 3000, "\"line one\n", len("\"line one\n")),
-		"inside a doubled quote": boundaryAt(t, src, 3000, "\"\"quoted", 1),
-		"between CR and LF":      boundaryAt(t, src, 3000, "\r\n", 1),
-		"in a quoted CRLF":       boundaryAt(t, src, 3000, "\"\"c\"\"\r\n", 6),
-		"after a quoted row":     boundaryAt(t, src, 3000, ";fake;\"\"row\"\"\n", len(";fake;\"\"row\"\"\n")),
-		"in blank lines":         boundaryAt(t, src, 3000, "\r\n   \r\n", 3),
+	sizes := map[string]int64{"between CR and LF": boundaryAt(t, src, 3000, "\r\n", 1), "in blank lines": boundaryAt(t, src, 3000, blank, 2)}
+	if strings.HasSuffix(key, ".csv") {
+		sizes["after a quoted newline"] = boundaryAt(t, src, 3000, "\"line one\n", len("\"line one\n"))
+		sizes["inside a doubled quote"] = boundaryAt(t, src, 3000, "\"\"quoted", 1)
+		sizes["in a quoted CRLF"] = boundaryAt(t, src, 3000, "\"\"c\"\"\r\n", 6)
+		sizes["after a quoted row"] = boundaryAt(t, src, 3000, ";fake;\"\"row\"\"\n", len(";fake;\"\"row\"\"\n"))
 	}
-	for _, n := range []int64{256, 1009, 4096, 7919} {
+	for _, n := range []int64{601, 1009, 4096, 7919} {
 		sizes[fmt.Sprint(n)] = n
 	}
 	rereads := 0
 	for name, pb := range sizes {
 		t.Run(name, func(t *testing.T) {
-			b, m, n := readCSVByParts(t, ctx, src, pb, req)
+			b, m, n := readByParts(t, ctx, key, src, pb, req)
 			rereads += n
 			if b.Status != batch.StatusRunning || !bytes.Equal(m, wm) || b.ItemCount != whole.ItemCount || b.Chunks != whole.Chunks || b.ManifestBytes != whole.ManifestBytes {
 				t.Fatalf("parts of %d bytes: %s (refusal %+v), %d items, %d chunks, %d bytes; whole read: %d items, %d chunks, %d bytes; same manifest %v",
@@ -150,7 +178,7 @@ func TestPartsCSVManifestIsTheWholeRead(t *testing.T) {
 			}
 			one := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 			one.sub.Parts = &batch.PartsConfig{PartBytes: pb}
-			if err := one.blobs.Put(ctx, "in/big.csv", "", src); err != nil {
+			if err := one.blobs.Put(ctx, key, "", src); err != nil {
 				t.Fatal(err)
 			}
 			res, err := one.sub.Submit(ctx, req)
@@ -166,14 +194,13 @@ func TestPartsCSVManifestIsTheWholeRead(t *testing.T) {
 			}
 		})
 	}
-	if rereads == 0 {
-		t.Fatal("no part was read again: no boundary fell inside a quoted field")
-	}
+	return rereads
 }
 
 // A malformed record, a row with too few fields, a bad key and a
 // duplicate key across parts are refused naming the lines (in the whole
-// source) and key a whole read names, wherever the boundaries fall.
+// source) and key a whole read names, wherever the boundaries fall, with
+// a key field or positional keys.
 func TestPartsCSVRefuseAsTheWholeRead(t *testing.T) {
 	ctx := context.Background()
 	base := string(csvPartsSource(300))
@@ -203,12 +230,15 @@ func TestPartsCSVRefuseAsTheWholeRead(t *testing.T) {
 			return base[:i] + ";nokey;x\r\n" + base[i:]
 		},
 	}
-	req := batch.SubmitRequest{BatchID: "bad", Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Object: "s3://batches/in/big.csv"}}
 	for name, mk := range cases {
 		for _, pb := range []int64{601, 2048} {
-			t.Run(fmt.Sprintf("%s/%d", name, pb), func(t *testing.T) {
+			req := batch.SubmitRequest{BatchID: "bad", Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Object: "s3://batches/in/big.csv"}}
+			if pb == 601 && (name == "unclosed quote late" || name == "too few fields" || name == "bare quote") {
+				req.KeyField = "" // positional keys: counted, then read
+			}
+			t.Run(fmt.Sprintf("%s/%d/key_field=%s", name, pb, req.KeyField), func(t *testing.T) {
 				src := []byte(mk())
-				b, _, _ := readCSVByParts(t, ctx, src, pb, req)
+				b, _, _ := readByParts(t, ctx, "in/big.csv", src, pb, req)
 				if b.Status != batch.StatusRefused {
 					t.Fatalf("%s, want refused", b.Status)
 				}
@@ -222,5 +252,71 @@ func TestPartsCSVRefuseAsTheWholeRead(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A positional source whose counts are done and one of whose reads is
+// killed before its result is resumed by the tick's hand-off: only the
+// killed read is handed off again, with its start and base, and the
+// manifest is the whole read's.
+func TestPartsPositionalResumeAfterAKilledPart(t *testing.T) {
+	ctx := context.Background()
+	src := csvPartsSource(300)
+	r, steps := partsRig(t, 2048)
+	if err := r.blobs.Put(ctx, "in/big.csv", "", src); err != nil {
+		t.Fatal(err)
+	}
+	req := batch.SubmitRequest{BatchID: "kill", Pipeline: "counted", Source: batch.SourceSpec{Object: "s3://batches/in/big.csv"}}
+	if _, err := r.sub.Accept(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.Complete(ctx, "kill"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range steps.take() {
+		if ev.Step != batch.PartStepCount {
+			t.Fatalf("%+v handed off first, want the counts", ev)
+		}
+		if _, err := r.sub.Part(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := steps.take()
+	victim := reads[len(reads)/2]
+	if victim.Step != batch.PartStepRead || victim.Start == batch.PartStartUnknown || victim.Base == 0 {
+		t.Fatalf("after the counts: %+v, want a read knowing its start and base", victim)
+	}
+	batch.FailBlobs(r.blobs, func(op, key string) error {
+		if op == "put" && strings.Contains(key, fmt.Sprintf("/part-%05d", victim.Index)) {
+			return errors.New("killed")
+		}
+		return nil
+	})
+	for _, ev := range reads {
+		if _, err := r.sub.Part(ctx, ev); (err != nil) != (ev == victim) {
+			t.Fatalf("%+v: %v", ev, err)
+		}
+	}
+	batch.FailBlobs(r.blobs, nil)
+	r.clock.T = r.clock.T.Add(20 * 60e9)
+	if _, err := r.sub.TickSubmitting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.Complete(ctx, "kill"); err != nil {
+		t.Fatal(err)
+	}
+	again := steps.take()
+	if len(again) != 1 || again[0] != victim {
+		t.Fatalf("resumed: %+v, want the killed read only (%+v)", again, victim)
+	}
+	steps.evs = again
+	b := runParts(t, ctx, r, steps, false)
+	_, wm, err := wholeReadAt(t, ctx, "in/big.csv", src, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := r.blobs.Get(ctx, b.ManifestKey)
+	if b.Status != batch.StatusRunning || !bytes.Equal(m, wm) {
+		t.Fatalf("%s, same manifest %v", b.Status, bytes.Equal(m, wm))
 	}
 }

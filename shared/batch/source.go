@@ -160,14 +160,15 @@ var bom = []byte("\xEF\xBB\xBF")
 // both end a line, blank lines are not items, the last line needs no
 // newline. A malformed line is an *InputError with its line number.
 func ReadJSONL(r io.Reader, keyField string, emit func(SourceItem) error) error {
-	return readJSONL(r, keyField, true, emit)
+	return readJSONL(r, keyField, true, 0, emit)
 }
 
 // readJSONL is ReadJSONL; first says that r starts at the start of its
-// source (where a byte-order mark may open line 1), not at a part's.
-func readJSONL(r io.Reader, keyField string, first bool, emit func(SourceItem) error) error {
+// source (where a byte-order mark may open line 1), not at a part's; next
+// is the positional index of r's first item (no key field).
+func readJSONL(r io.Reader, keyField string, first bool, next int64, emit func(SourceItem) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
-	k := keyer{field: keyField}
+	k := keyer{field: keyField, next: next}
 	var line int64
 	var buf bytes.Buffer
 	for {
