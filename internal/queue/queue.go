@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/internal/retry"
@@ -28,6 +30,14 @@ const (
 	MaxVisibility   = 12 * time.Hour
 	// MaxSendTries is how many times an entry that SQS failed is sent.
 	MaxSendTries = 8
+	// DefaultSendConcurrency is how many SendMessageBatch calls Send has
+	// in flight at once: as many as the SDK's HTTP client keeps idle
+	// connections per host (aws-sdk-go-v2 aws/transport/http,
+	// DefaultHTTPTransportMaxIdleConnsPerHost = 10), so that every call
+	// reuses a connection. A standard queue takes "a nearly unlimited
+	// number of API calls per second" (Amazon SQS developer guide,
+	// "Amazon SQS standard queues").
+	DefaultSendConcurrency = 10
 )
 
 // resendRetry spaces the sends of entries SQS failed: 100 ms × 2^(n−1)
@@ -38,6 +48,10 @@ var resendRetry = retry.Schedule{Interval: 100 * time.Millisecond}
 type Queue struct {
 	sqs *sqs.Client
 	url string
+	// SendConcurrency is how many SendMessageBatch calls Send has in
+	// flight at once; 0 means DefaultSendConcurrency, 1 one call after
+	// another (below 0: as 0). Set it before the first Send.
+	SendConcurrency int
 }
 
 var _ batch.Queue = (*Queue)(nil)
@@ -58,40 +72,64 @@ func New(client *sqs.Client, url string) *Queue {
 }
 
 // Send delivers every body in SendMessageBatch calls of ≤ 10 entries and
-// ≤ 256 KiB, checking every entry's result. Entries that failed on SQS's
-// side (SenderFault false) are sent again, alone — never the entries SQS
-// already accepted — with exponential backoff (resendRetry) up to
-// MaxSendTries. Entries SQS refused as the sender's fault (SenderFault
-// true: a character outside SQS's allowed set, a body too large) are never
-// retried: Send goes on with the other bodies and returns a
-// *batch.RefusedError listing them. Bodies still unsent after the tries
-// give an error wrapping batch.ErrUnavailable. A body larger than 256 KiB
-// is refused without a call. No body is ever dropped silently.
+// ≤ 256 KiB, SendConcurrency calls at a time, checking every entry's
+// result. Entries that failed on SQS's side (SenderFault false) are sent
+// again, alone — never the entries SQS already accepted — with
+// exponential backoff (resendRetry) up to MaxSendTries. Entries SQS
+// refused as the sender's fault (SenderFault true: a character outside
+// SQS's allowed set, a body too large) are never retried: Send goes on
+// with the other bodies and returns a *batch.RefusedError listing them.
+// Bodies still unsent after the tries give an error wrapping
+// batch.ErrUnavailable; the calls in flight then are cancelled and no new
+// one starts, so that some of the other bodies may have been sent and
+// some not (a caller sends them all again: the fan-out's are deduplicated
+// by their items' reservations). A body larger than 256 KiB is refused
+// without a call. No body is ever dropped silently. The calls run
+// concurrently, so bodies reach the queue in no particular order (a
+// standard queue keeps none either).
 func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 	var refused []batch.Refusal
+	var calls [][]int // indexes in bodies of each call's entries
+	idx := make([]int, 0, MaxBatchEntries)
+	size := 0
 	for i, b := range bodies {
 		if len(b) > MaxBatchBytes {
 			refused = append(refused, batch.Refusal{Index: i, Code: "MessageTooLong", Message: fmt.Sprintf("message is %d bytes, more than %d", len(b), MaxBatchBytes)})
+			continue
 		}
+		if len(idx) == MaxBatchEntries || len(idx) > 0 && size+len(b) > MaxBatchBytes {
+			calls, idx, size = append(calls, idx), make([]int, 0, MaxBatchEntries), 0
+		}
+		idx = append(idx, i)
+		size += len(b)
 	}
-	idx := make([]int, 0, MaxBatchEntries)
-	size := 0
-	for i := 0; i <= len(bodies); i++ {
-		if i < len(bodies) && len(bodies[i]) > MaxBatchBytes {
-			continue // refused above
+	if len(idx) > 0 {
+		calls = append(calls, idx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if q.SendConcurrency > 0 {
+		g.SetLimit(q.SendConcurrency)
+	} else {
+		g.SetLimit(DefaultSendConcurrency)
+	}
+	var mu sync.Mutex
+	for _, idx := range calls {
+		if gctx.Err() != nil {
+			break // a call failed: Wait returns its error
 		}
-		if len(idx) > 0 && (i == len(bodies) || len(idx) == MaxBatchEntries || size+len(bodies[i]) > MaxBatchBytes) {
-			r, err := q.sendBatch(ctx, bodies, idx)
+		g.Go(func() error {
+			r, err := q.sendBatch(gctx, bodies, idx)
+			mu.Lock()
 			refused = append(refused, r...)
-			if err != nil {
-				return err
-			}
-			idx, size = idx[:0], 0
-		}
-		if i < len(bodies) {
-			idx = append(idx, i)
-			size += len(bodies[i])
-		}
+			mu.Unlock()
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("send: %w", err)
 	}
 	if len(refused) > 0 {
 		slices.SortFunc(refused, func(a, b batch.Refusal) int { return a.Index - b.Index })

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -25,6 +28,10 @@ type fakeSQS struct {
 	mu     sync.Mutex
 	calls  [][]string
 	answer func(call int, body string) (ok bool, senderFault bool)
+	// latency is each call's time before its answer (0: none); inFlight
+	// and maxInFlight count the calls being answered.
+	latency               time.Duration
+	inFlight, maxInFlight int
 }
 
 func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +53,15 @@ func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		bodies = append(bodies, e.MessageBody)
 	}
 	f.calls = append(f.calls, bodies)
+	f.inFlight++
+	f.maxInFlight = max(f.maxInFlight, f.inFlight)
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inFlight--
+		f.mu.Unlock()
+	}()
+	time.Sleep(f.latency)
 	type ok struct{ Id, MessageId string }
 	type failed struct {
 		Id, Code, Message string
@@ -71,7 +86,7 @@ func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-func newQueue(t *testing.T, f *fakeSQS) *queue.Queue {
+func newQueue(t testing.TB, f *fakeSQS) *queue.Queue {
 	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
@@ -140,7 +155,113 @@ func TestSendAllAccepted(t *testing.T) {
 	if err := q.Send(context.Background(), bodies); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.calls) != 3 || len(f.calls[0]) != 10 || len(f.calls[2]) != 3 {
-		t.Fatalf("calls of %d, %d, … entries; want 10, 10, 3", len(f.calls[0]), len(f.calls[1]))
+	var sizes []int
+	for _, c := range f.calls {
+		sizes = append(sizes, len(c))
+	}
+	if slices.Sort(sizes); !slices.Equal(sizes, []int{3, 10, 10}) {
+		t.Fatalf("calls of %v entries; want 10, 10 and 3", sizes)
+	}
+}
+
+// Send has at most SendConcurrency calls in flight, more than one when
+// there is more than one call to make, and sends every body exactly once.
+func TestSendConcurrentCallsEachBodyOnce(t *testing.T) {
+	f := &fakeSQS{latency: 50 * time.Millisecond, answer: func(int, string) (bool, bool) { return true, false }}
+	q := newQueue(t, f)
+	q.SendConcurrency = 4
+	var bodies [][]byte
+	for i := range 95 {
+		bodies = append(bodies, []byte(strconv.Itoa(i)))
+	}
+	if err := q.Send(context.Background(), bodies); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) != 10 || f.maxInFlight > 4 || f.maxInFlight < 2 {
+		t.Fatalf("%d calls, at most %d in flight; want 10 calls, 2 to 4 in flight", len(f.calls), f.maxInFlight)
+	}
+	seen := map[string]int{}
+	for _, c := range f.calls {
+		for _, b := range c {
+			seen[b]++
+		}
+	}
+	for i := range 95 {
+		if n := seen[strconv.Itoa(i)]; n != 1 {
+			t.Errorf("body %d sent %d times, want 1", i, n)
+		}
+	}
+}
+
+// A call whose entries stay failed makes Send an error wrapping
+// ErrUnavailable, whatever the other calls did: a caller that sends
+// again loses nothing. A refusal among the other calls' entries does not
+// hide it.
+func TestSendConcurrentUnavailableIsAnError(t *testing.T) {
+	defer queue.SetResendInterval(time.Millisecond)()
+	f := &fakeSQS{answer: func(_ int, body string) (bool, bool) {
+		return !strings.HasPrefix(body, "down") && !strings.HasPrefix(body, "refused"), strings.HasPrefix(body, "refused")
+	}}
+	q := newQueue(t, f)
+	var bodies [][]byte
+	for i := range 60 {
+		switch i {
+		case 3:
+			bodies = append(bodies, []byte("refused-3"))
+		case 47:
+			bodies = append(bodies, []byte("down-47"))
+		default:
+			bodies = append(bodies, []byte(strconv.Itoa(i)))
+		}
+	}
+	err := q.Send(context.Background(), bodies)
+	if !errors.Is(err, batch.ErrUnavailable) {
+		t.Fatalf("Send = %v, want an error wrapping ErrUnavailable", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var downs int
+	for _, c := range f.calls {
+		for _, b := range c {
+			if b == "down-47" {
+				downs++
+			}
+		}
+	}
+	if downs != queue.MaxSendTries {
+		t.Fatalf("the failing entry was sent %d times, want %d", downs, queue.MaxSendTries)
+	}
+}
+
+// BenchmarkSendFanout sends the fan-out of 10^6 items (200 messages of
+// 5,000 items each, 20 calls) to an endpoint that answers every
+// SendMessageBatch after 20 ms, one call after another and
+// DefaultSendConcurrency calls at a time, and
+// reports the wall time the fan-out of 10^8 items (20,000 messages, 2,000
+// calls) takes at that rate.
+//
+//	go test -run '^$' -bench SendFanout -benchtime 5x ./internal/queue/
+func BenchmarkSendFanout(b *testing.B) {
+	const messages, itemsPerMessage = 200, 5000
+	body := []byte(strings.Repeat("m", 300)) // a fan-out message's size
+	bodies := make([][]byte, messages)
+	for i := range bodies {
+		bodies[i] = body
+	}
+	for _, n := range []int{1, queue.DefaultSendConcurrency} {
+		b.Run(fmt.Sprintf("in-flight=%d", n), func(b *testing.B) {
+			f := &fakeSQS{latency: 20 * time.Millisecond, answer: func(int, string) (bool, bool) { return true, false }}
+			q := newQueue(b, f)
+			q.SendConcurrency = n
+			for b.Loop() {
+				if err := q.Send(context.Background(), bodies); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perMessage := b.Elapsed().Seconds() / float64(b.N) / messages
+			b.ReportMetric(perMessage*1e8/itemsPerMessage, "s/1e8-items")
+		})
 	}
 }
