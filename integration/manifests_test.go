@@ -276,3 +276,22 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		}
 	})
 }
+
+// TestMissingSourceObjectIsRefusedAtOnce submits, through the deployed
+// API and under the IAM lane, an object source whose key is not there: the
+// answer is 400 invalid_request naming source.object and saying the
+// object does not exist (the API's role may list the source prefix, so S3
+// answers 404, not 403), and nothing is written under the batch.
+func TestMissingSourceObjectIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	id := newID(t)
+	missing := "s3://" + env.bucket + "/it-sources/" + id + "/missing.jsonl"
+	_, err := env.api.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "webhook",
+		Options: json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`), Source: batch.SourceSpec{Object: missing}})
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Code != "invalid_request" || ae.Body.Field != "source.object" ||
+		!strings.Contains(ae.Body.Message, missing+" does not exist") {
+		t.Fatalf("err = %v (%+v), want 400 invalid_request on source.object: %s does not exist", err, ae, missing)
+	}
+	nothingUnder(t, id)
+}

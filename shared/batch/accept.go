@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 )
@@ -99,7 +98,9 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 // accepting a batch that its background read can only refuse; and an
 // object of 0 bytes or a prefix without objects (ErrEmptySource), so that
 // nothing is created for them. Other errors, and a source whose lines turn
-// out blank, are left to the background read.
+// out blank, are left to the background read. One HEAD, no body read: a
+// refused HEAD (403, as S3 answers a missing key to a caller without
+// s3:ListBucket) is such an other error, as a refused GET was.
 func (s *Submitter) objectExists(ctx context.Context, spec SourceSpec) error {
 	if spec.Prefix != "" {
 		return prefixHasObjects(ctx, s.Blobs, spec.Prefix)
@@ -111,15 +112,12 @@ func (s *Submitter) objectExists(ctx context.Context, spec SourceSpec) error {
 	if err != nil {
 		return nil // Validate has named it
 	}
-	rc, err := s.Blobs.Open(ctx, bucket, key)
+	info, err := s.Blobs.HeadSource(ctx, bucket, key)
 	if errors.Is(err, ErrNotFound) {
 		return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s does not exist", spec.Object)}
 	}
-	if err == nil {
-		defer rc.Close()
-		if _, rerr := io.ReadFull(rc, make([]byte, 1)); errors.Is(rerr, io.EOF) {
-			return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s is empty (0 bytes)", spec.Object), Err: ErrEmptySource}
-		}
+	if err == nil && info.Size == 0 {
+		return &InputError{Field: "source.object", Reason: fmt.Sprintf("%s is empty (0 bytes)", spec.Object), Err: ErrEmptySource}
 	}
 	return nil
 }

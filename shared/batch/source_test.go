@@ -540,6 +540,14 @@ func (m *memBlobs) Open(_ context.Context, bucket, key string) (io.ReadCloser, e
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
+func (m *memBlobs) HeadSource(_ context.Context, bucket, key string) (ObjectInfo, error) {
+	b, ok := m.objects[key]
+	if bucket != "src" || !ok {
+		return ObjectInfo{}, ErrNotFound
+	}
+	return ObjectInfo{Bucket: bucket, Key: key, Size: int64(len(b))}, nil
+}
+
 // OpenMatch reads as Open: these sources name no ETag.
 func (m *memBlobs) OpenMatch(ctx context.Context, bucket, key, _ string) (io.ReadCloser, error) {
 	return m.Open(ctx, bucket, key)
@@ -650,6 +658,17 @@ func TestEmptySourceRefusedAtAccept(t *testing.T) {
 				t.Fatalf("err = %v (manifests created %d), want empty_source on %s before anything", err, blobs.created, tt.field)
 			}
 		})
+	}
+
+	// A missing object is refused at accept too, naming it; nothing is
+	// created.
+	blobs := &memBlobs{objects: map[string][]byte{}}
+	s := &Submitter{Store: noStore{}, Blobs: blobs, Clock: SystemClock{}, Log: slog.New(slog.DiscardHandler), Handoff: noHandoff{t}}
+	_, err := s.Accept(context.Background(), SubmitRequest{BatchID: "b1", Pipeline: "p", Source: SourceSpec{Object: "s3://src/gone.jsonl"}})
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Field != "source.object" || !strings.Contains(err.Error(), "s3://src/gone.jsonl does not exist") ||
+		errors.Is(err, ErrEmptySource) || blobs.created != 0 {
+		t.Fatalf("missing object: err = %v (manifests created %d), want invalid source.object: does not exist", err, blobs.created)
 	}
 
 	r, ok := RefusalOf(fmt.Errorf("submit b1: %w", &InputError{Field: "source.object", Reason: "holds no items", Err: ErrEmptySource}))

@@ -556,6 +556,10 @@ type Blobs interface {
 	Create(ctx context.Context, key, contentType string) (BlobWriter, error)
 	// Open reads bucket/key; a missing object is ErrNotFound.
 	Open(ctx context.Context, bucket, key string) (io.ReadCloser, error)
+	// HeadSource returns the size and ETag of bucket/key without reading
+	// it (S3 HeadObject, which s3:GetObject grants: S3 API reference,
+	// "HeadObject"); a missing object is ErrNotFound.
+	HeadSource(ctx context.Context, bucket, key string) (ObjectInfo, error)
 	// OpenMatch reads bucket/key only if its ETag is etag (S3 If-Match;
 	// "" reads whatever is there): another object under the key is
 	// ErrConflict, a missing one ErrNotFound.
