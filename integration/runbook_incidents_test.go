@@ -22,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -33,11 +32,11 @@ import (
 )
 
 // The on-call incidents of docs/operations.md, each run by the runbook's
-// own commands (the bulkrun CLI as built, the documented invoke) against
-// the deployed stack, checking what the runbook says will be seen. The
-// durations are shortened through each batch's retry policy and the
-// webhook's timeout_ms; TestIncidentReceiverDown5Minutes (build tag
-// incident) runs the first at the product's defaults.
+// own commands (the bulkrun CLI as built, the AWS CLI where the page uses
+// it) against the deployed stack, checking what the runbook says will be
+// seen. The durations are shortened through each batch's retry policy
+// and the webhook's timeout_ms; TestIncidentReceiverDown5Minutes (build
+// tag incident) runs the first at the product's defaults.
 
 // runbookCLI returns a runner of the bulkrun CLI built from this tree
 // (cliRunner): its stdout and exit code, with stderr logged.
@@ -303,8 +302,8 @@ func TestIncidentWrongOptionFailsEveryItem(t *testing.T) {
 
 // TestIncidentRetentionSweep follows the retention steps on the deployed
 // stack: a finished batch past its retention answers 404 expired at
-// once; the documented invoke of the sweep function (payload {}) deletes
-// its objects and rows and is safe to run again; a batch within its
+// once; `bulkrun sweep` (the sweep function invoked with {}, as the
+// schedule does) deletes its objects and rows and is safe to run again; a batch within its
 // retention is untouched. RetentionDays is at least 1, so the test
 // shortens one batch's retention by writing its expiry (the batch row's
 // expires_at_ms and its RETENTION marker) a minute in the past, as the
@@ -323,16 +322,13 @@ func TestIncidentRetentionSweep(t *testing.T) {
 	if out, code := run("status", expired); code != 1 {
 		t.Errorf("status of an expired batch: exit %d, %s; want 1 (404 expired)", code, out)
 	}
-	sweepFn, err := env.stack.Get(config.OutputSweepFunction)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 2 {
-		res, err := env.lambda.Invoke(ctx, &lambda.InvokeInput{FunctionName: &sweepFn, Payload: []byte(`{}`)})
-		if err != nil || res.FunctionError != nil {
-			t.Fatalf("invoke %s (pass %d): %v %+v", sweepFn, i+1, err, res)
+		out, code := run("sweep", "-o", "json")
+		var res batch.SweepResult
+		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
+			t.Fatalf("bulkrun sweep (pass %d): exit %d, %s (%v)", i+1, code, out, err)
 		}
-		t.Logf("aws lambda invoke --function-name %s --payload '{}' (pass %d): %s", sweepFn, i+1, res.Payload)
+		t.Logf("bulkrun sweep -o json (pass %d): %+v", i+1, res)
 	}
 	objs, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(batch.BatchesPrefix(expired))})
 	if err != nil {

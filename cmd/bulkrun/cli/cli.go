@@ -112,7 +112,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
 	return root
 }
 
@@ -942,6 +942,10 @@ func (a *app) reportCmd() *cobra.Command {
 	}
 }
 
+// simple is a command of nargs arguments whose run returns what it shows:
+// a wire.BatchView (shown as status shows it), a fmt.Stringer (its text,
+// or its JSON with -o json; then its exit() error, when it has one, is
+// the command's), or a map whose "message" is its text.
 func (a *app) simple(use, short string, nargs int, names string, run func(ctx context.Context, args []string) (any, error)) *cobra.Command {
 	return &cobra.Command{
 		Use: use, Short: short, Args: exactArgs(nargs, names),
@@ -955,6 +959,17 @@ func (a *app) simple(use, short string, nargs int, names string, run func(ctx co
 			}
 			if bv, ok := v.(wire.BatchView); ok {
 				return a.show(bv)
+			}
+			if t, ok := v.(fmt.Stringer); ok {
+				if a.output == "text" {
+					textln(a.out, t.String())
+				} else if err := a.printJSON(v); err != nil {
+					return err
+				}
+				if c, ok := v.(interface{ exit() error }); ok {
+					return c.exit()
+				}
+				return nil
 			}
 			if a.output == "json" {
 				return a.printJSON(v)

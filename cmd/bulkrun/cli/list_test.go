@@ -194,3 +194,60 @@ func TestListSource(t *testing.T) {
 		t.Errorf("upload key %q", uploadFileKey(file, [32]byte{}))
 	}
 }
+
+// Guards `bulkrun sweep` (docs/operations.md, retention): one synchronous
+// invocation of the stack's sweep function with the payload {}, as the
+// schedule sends; its counts printed as text or as the function's JSON;
+// exit 3 when batches are left for the next pass, and the function's own
+// error reported when it fails.
+func TestSweepCommand(t *testing.T) {
+	var answer string
+	var functionError string
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body bytes.Buffer
+		_, _ = body.ReadFrom(r.Body)
+		calls = append(calls, r.Method+" "+r.URL.Path+" "+r.Header.Get("X-Amz-Invocation-Type")+" "+body.String())
+		if functionError != "" {
+			w.Header().Set("X-Amz-Function-Error", functionError)
+		}
+		_, _ = w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	run := func(output string) (string, error) {
+		cfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+			Credentials: credentials.NewStaticCredentialsProvider("k", "s", "")}
+		var out, errw bytes.Buffer
+		a := &app{out: &out, errw: &errw, output: output, aws: cfg, loaded: true,
+			outs: client.Stack{config.OutputSweepFunction: "bulkrun-sweep"}}
+		cmd := a.sweepCmd()
+		cmd.SetArgs(nil)
+		err := cmd.Execute()
+		return out.String(), err
+	}
+
+	answer = `{"expired":3,"deleted":2,"stale":1,"malformed":0,"failed":0,"pending_deletion":0}`
+	out, err := run("text")
+	if err != nil || out != "swept: 3 expired, 2 deleted, 1 stale markers and 0 malformed ones removed, 0 failed, 0 pending deletion\n" {
+		t.Fatalf("text: %q %v", out, err)
+	}
+	if len(calls) != 1 || calls[0] != "POST /2015-03-31/functions/bulkrun-sweep/invocations RequestResponse {}" {
+		t.Fatalf("calls %q, want one synchronous invocation of the sweep function with {}", calls)
+	}
+	out, err = run("json")
+	var res batch.SweepResult
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Deleted != 2 || res.Stale != 1 {
+		t.Fatalf("json: %q %v", out, err)
+	}
+
+	answer = `{"expired":2,"deleted":0,"stale":0,"malformed":0,"failed":1,"pending_deletion":1}`
+	var ee *ExitError
+	if _, err := run("text"); !errors.As(err, &ee) || ee.Code != ExitNeedsCheck || !strings.Contains(err.Error(), "2 expired batches are not deleted yet") {
+		t.Fatalf("batches left: %v, want exit %d naming them", err, ExitNeedsCheck)
+	}
+
+	answer, functionError = `{"errorType":"ThrottlingException","errorMessage":"rate exceeded"}`, "Unhandled"
+	if _, err := run("text"); err == nil || errors.As(err, &ee) && ee.Code == ExitNeedsCheck || !strings.Contains(err.Error(), "rate exceeded") {
+		t.Fatalf("function error: %v, want it reported", err)
+	}
+}
