@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
@@ -24,33 +26,7 @@ import (
 func TestItemKeysInPathsRelease(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"a/b", "a%2Fb", "100%", "%", "a+b", "a b", "naïve/日本語", "émoji 🎉", "?x#y", ".", "..", "release", "x/release", "items/y", "report"}
-	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		return pipeline.Result{}, pipeline.Quarantine(errors.New("set aside"))
-	})
-	h.submitter.Store, h.submitter.Blobs = env.store, env.blobs
-	h.worker.Store, h.worker.Blobs = env.store, env.blobs
-	h.finalizer.Store, h.finalizer.Blobs = env.store, env.blobs
-	id := newID(t)
-	items := make([]map[string]string, len(keys))
-	for i, k := range keys {
-		items[i] = map[string]string{"k": k}
-	}
-	src, _ := json.Marshal(items)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", Source: batch.SourceSpec{Items: src}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.api.Forget(context.Background(), id) })
-	for {
-		ds := h.receive(t, 10)
-		if len(ds) == 0 {
-			break
-		}
-		h.worker.Handle(ctx, ds)
-	}
-	rep, err := h.finalizer.Finalize(ctx, id, 1)
-	if err != nil || rep.Report.Census.Quarantined != int64(len(keys)) {
-		t.Fatalf("finalize: %+v %v", rep.Report.Census, err)
-	}
+	id := quarantinedBatch(t, keys, func(string) bool { return true })
 	released := func() []string {
 		t.Helper()
 		var out []string
@@ -85,6 +61,100 @@ func TestItemKeysInPathsRelease(t *testing.T) {
 	}
 	if err := env.api.Release(ctx, id, "a/b/c"); !errors.Is(err, batch.ErrNotFound) {
 		t.Errorf("release of a key the batch does not hold: %v, want not_found", err)
+	}
+}
+
+// quarantinedBatch submits a batch of keys (field k) in this process on
+// the stack's own table and bucket, so that the deployed API reads it,
+// runs it with a pipeline that quarantines the items quarantine says and
+// succeeds the others, finalizes it, and returns its id; the batch is
+// forgotten when the test ends.
+func quarantinedBatch(t *testing.T, keys []string, quarantine func(key string) bool) string {
+	t.Helper()
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if quarantine(req.Key) {
+			return pipeline.Result{}, pipeline.Quarantine(errors.New("set aside"))
+		}
+		return pipeline.Result{}, nil
+	})
+	h.submitter.Store, h.submitter.Blobs = env.store, env.blobs
+	h.worker.Store, h.worker.Blobs = env.store, env.blobs
+	h.finalizer.Store, h.finalizer.Blobs = env.store, env.blobs
+	id := newID(t)
+	items := make([]map[string]string, len(keys))
+	var want int64
+	for i, k := range keys {
+		items[i] = map[string]string{"k": k}
+		if quarantine(k) {
+			want++
+		}
+	}
+	src, _ := json.Marshal(items)
+	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", Source: batch.SourceSpec{Items: src}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.api.Forget(context.Background(), id) })
+	for {
+		ds := h.receive(t, 10)
+		if len(ds) == 0 {
+			break
+		}
+		h.worker.Handle(ctx, ds)
+	}
+	rep, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil || rep.Report.Census.Quarantined != want || rep.Report.Census.Succeeded != int64(len(keys))-want {
+		t.Fatalf("finalize: %+v %v, want %d quarantined", rep.Report.Census, err, want)
+	}
+	return id
+}
+
+// TestCLIReleaseAll runs `bulkrun release ID --all` (docs/operations.md)
+// against the deployed stack: of a finished batch of 12 items, the 7 the
+// pipeline quarantined (keys holding a slash and a space) are released
+// and listed so, and the command names their count and every key, none
+// of the 5 that succeeded.
+func TestCLIReleaseAll(t *testing.T) {
+	t.Parallel()
+	run := cliRunner(t)
+	var keys, quarantined []string
+	for i := range 12 {
+		k := fmt.Sprintf("ok-%d", i)
+		if i%2 == 0 || i == 11 {
+			k = fmt.Sprintf("q/%d x", i)
+			quarantined = append(quarantined, k)
+		}
+		keys = append(keys, k)
+	}
+	id := quarantinedBatch(t, keys, func(k string) bool { return strings.HasPrefix(k, "q/") })
+
+	out, _, code := run("release", id, "--all", "-o", "json")
+	var got struct {
+		BatchID  string   `json:"batch_id"`
+		Released int      `json:"released"`
+		Keys     []string `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+		t.Fatalf("release --all: exit %d, %s (%v)", code, out, err)
+	}
+	sort.Strings(got.Keys)
+	sort.Strings(quarantined)
+	if got.BatchID != id || got.Released != len(quarantined) || !equalStrings(got.Keys, quarantined) {
+		t.Fatalf("release --all answered %+v, want the %d quarantined keys %q", got, len(quarantined), quarantined)
+	}
+	p, err := env.api.Items(context.Background(), id, batch.OutcomeQuarantined, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, it := range p.Items {
+		if !it.Released {
+			t.Errorf("quarantined item %q not released", it.Key)
+		}
+		listed = append(listed, it.Key)
+	}
+	if sort.Strings(listed); !equalStrings(listed, quarantined) {
+		t.Errorf("quarantined items %q, want %q", listed, quarantined)
 	}
 }
 
