@@ -81,11 +81,9 @@ type checkpoint struct {
 	// a chain older than TTLGrace/2 starts over (its uploads would be
 	// aborted by the bucket's lifecycle rule after a day).
 	ChainStartedAt time.Time             `json:"chain_started_at"`
-	After          string                `json:"after"` // every row up to this key is counted; "" none
-	Rows           int64                 `json:"rows"`  // rows counted in the run
-	Census         Census                `json:"census"`
-	LastOutcomeAt  time.Time             `json:"last_outcome_at,omitzero"`
-	Files          map[Outcome]*partFile `json:"files"`
+	After          string `json:"after"` // every row up to this key is counted; "" none
+	tally
+	Files map[Outcome]*partFile `json:"files"`
 	Token          string                `json:"token,omitempty"` // names this checkpoint's tail objects
 	Done           bool                  `json:"done,omitempty"`  // every row counted, every part written
 	// KeyOrder says the results are written in key order (KeyOrder). A
@@ -99,6 +97,38 @@ type checkpoint struct {
 	Counted bool      `json:"counted,omitempty"`
 }
 
+// tally is what the rows counted so far add up to.
+type tally struct {
+	Rows          int64     `json:"rows"` // rows counted in the run
+	Census        Census    `json:"census"`
+	LastOutcomeAt time.Time `json:"last_outcome_at,omitzero"`
+}
+
+func newTally() tally { return tally{Census: Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}} }
+
+// add adds another tally's rows (a part of a parallel finalize): counts,
+// and cost sums in decimal, so that the sum is the one a single pass
+// makes whatever the order.
+func (t *tally) add(o tally) {
+	t.Rows += o.Rows
+	c, oc := &t.Census, o.Census
+	c.Succeeded += oc.Succeeded
+	c.Failed += oc.Failed
+	c.Quarantined += oc.Quarantined
+	c.Cancelled += oc.Cancelled
+	c.InFlight += oc.InFlight
+	c.Pending += oc.Pending
+	for name, v := range oc.Cost {
+		c.Cost[name] = c.Cost[name].Add(v)
+	}
+	for name, v := range oc.RunSpent {
+		c.RunSpent[name] = c.RunSpent[name].Add(v)
+	}
+	if o.LastOutcomeAt.After(t.LastOutcomeAt) {
+		t.LastOutcomeAt = o.LastOutcomeAt
+	}
+}
+
 // partFile is one outcome's results upload.
 type partFile struct {
 	UploadID string `json:"upload_id"`
@@ -109,8 +139,7 @@ type partFile struct {
 func (p *partFile) tailBytes() int64 { return p.Bytes - int64(p.Parts)*ResultPartBytes }
 
 func newCheckpoint(seq int, now time.Time) *checkpoint {
-	return &checkpoint{Seq: seq, ChainStartedAt: now, Census: Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}},
-		Files: map[Outcome]*partFile{}, KeyOrder: true}
+	return &checkpoint{Seq: seq, ChainStartedAt: now, tally: newTally(), Files: map[Outcome]*partFile{}, KeyOrder: true}
 }
 
 // loadCheckpoint returns the run's newest checkpoint, or nil.
@@ -369,25 +398,7 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 		return f.mergeChunk(ctx, b, cp, cw, chunkEnds, &rows)
 	}
 	now := f.Clock.Now()
-	// Rows whose TTL ends less than half the grace after the retention
-	// (written long before the finish, or without a TTL) get it extended
-	// to the full grace; rows written with the stack's row TTL (retention
-	// + grace) during the last half grace need no write.
-	keepBefore, keepUntil := now.Add(f.Retention+TTLGrace/2), now.Add(f.Retention+TTLGrace)
-	var keep []string
-	var keepPacks []int64
-	var keepAttention []string // pack items with an attention entry
-	flushKeep := func() error {
-		if len(keep) == 0 && len(keepPacks) == 0 {
-			return nil
-		}
-		err := f.Store.KeepRows(ctx, b, keep, keepUntil)
-		if err == nil && len(keepPacks) > 0 {
-			err = f.Store.KeepPacks(ctx, b, keepPacks, keepAttention, keepUntil)
-		}
-		keep, keepPacks, keepAttention = keep[:0], keepPacks[:0], keepAttention[:0]
-		return err
-	}
+	rc := f.newRowCounter(ctx, b, &cp.tally)
 	opts := f.Merge
 	opts.Packed = b.Pack() > 1
 	if opts.Packed {
@@ -414,50 +425,21 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 			return errChunkEnds
 		}
 		rows++
-		if o, ok := outcomeInRun(it, b); ok {
-			if !o.Terminal() {
-				return fmt.Errorf("item %q is %s: %w", it.Key, o, ErrNotFinished)
-			}
-			cp.Rows++
-			cp.Census.Add(o, it.Cost)
-			if it.SpentRun == b.Run {
-				cp.Census.RunSpent.Add(it.Spent)
-			}
-			if it.UpdatedAt.After(cp.LastOutcomeAt) {
-				cp.LastOutcomeAt = it.UpdatedAt
-			}
-			line, err := resultLine(it, o)
-			if err != nil {
-				return err
-			}
-			switch {
-			case sorter == nil:
-				err = cw.write(o, line)
-			case sorter.full(len(it.Key) + len(line)):
-				err = flushRun()
-			}
-			if err == nil && sorter != nil {
-				err = sorter.add(it.Key, o, line)
-			}
-			if err != nil {
-				return err
-			}
-			if it.ExpiresAt.Before(keepBefore) {
-				switch {
-				case !it.Packed:
-					keep = append(keep, it.Key)
-				case len(keepPacks) == 0 || keepPacks[len(keepPacks)-1] != it.PackFirst:
-					keepPacks = append(keepPacks, it.PackFirst)
-				}
-				if it.Packed && (o == OutcomeFailed || o == OutcomeQuarantined) {
-					keepAttention = append(keepAttention, it.Key)
-				}
-				if len(keep)+len(keepPacks) >= keepBatch {
-					if err := flushKeep(); err != nil {
-						return err
-					}
-				}
-			}
+		o, line, ok, err := rc.count(it)
+		switch {
+		case err != nil:
+			return err
+		case !ok: // pending in this run
+		case sorter == nil:
+			err = cw.write(o, line)
+		case sorter.full(len(it.Key) + len(line)):
+			err = flushRun()
+		}
+		if err == nil && ok && sorter != nil {
+			err = sorter.add(it.Key, o, line)
+		}
+		if err != nil {
+			return err
 		}
 		cp.After = it.ScanPos()
 		return nil
@@ -466,7 +448,7 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 		cw.drop()
 		return false, err
 	}
-	if err := flushKeep(); err != nil {
+	if err := rc.flush(); err != nil {
 		cw.drop()
 		return false, err
 	}
@@ -504,10 +486,88 @@ func (f *Finalizer) scanChunk(ctx context.Context, b Batch, cp *checkpoint) (boo
 	return f.endChunk(ctx, b, cp, cw, done)
 }
 
+// rowCounter counts a run's rows as finalize reads them into a tally
+// (rows, census, the last outcome's time) and makes their result lines;
+// it extends the TTL of the rows that need it, keepBatch keys at a time.
+type rowCounter struct {
+	ctx                   context.Context
+	store                 Store
+	b                     Batch
+	t                     *tally
+	keepBefore, keepUntil time.Time
+	keep                  []string
+	keepPacks             []int64
+	keepAttention         []string // pack items with an attention entry
+}
+
+func (f *Finalizer) newRowCounter(ctx context.Context, b Batch, t *tally) *rowCounter {
+	now := f.Clock.Now()
+	// Rows whose TTL ends less than half the grace after the retention
+	// (written long before the finish, or without a TTL) get it extended
+	// to the full grace; rows written with the stack's row TTL (retention
+	// + grace) during the last half grace need no write.
+	return &rowCounter{ctx: ctx, store: f.Store, b: b, t: t, keepBefore: now.Add(f.Retention + TTLGrace/2), keepUntil: now.Add(f.Retention + TTLGrace)}
+}
+
+// count counts row it: its outcome in the run and result line, or ok
+// false for a row pending in this run. A row in flight is ErrNotFinished.
+func (c *rowCounter) count(it Item) (Outcome, []byte, bool, error) {
+	o, ok := outcomeInRun(it, c.b)
+	if !ok {
+		return "", nil, false, nil
+	}
+	if !o.Terminal() {
+		return "", nil, false, fmt.Errorf("item %q is %s: %w", it.Key, o, ErrNotFinished)
+	}
+	c.t.Rows++
+	c.t.Census.Add(o, it.Cost)
+	if it.SpentRun == c.b.Run {
+		c.t.Census.RunSpent.Add(it.Spent)
+	}
+	if it.UpdatedAt.After(c.t.LastOutcomeAt) {
+		c.t.LastOutcomeAt = it.UpdatedAt
+	}
+	line, err := resultLine(it, o)
+	if err != nil {
+		return "", nil, false, err
+	}
+	if it.ExpiresAt.Before(c.keepBefore) {
+		switch {
+		case !it.Packed:
+			c.keep = append(c.keep, it.Key)
+		case len(c.keepPacks) == 0 || c.keepPacks[len(c.keepPacks)-1] != it.PackFirst:
+			c.keepPacks = append(c.keepPacks, it.PackFirst)
+		}
+		if it.Packed && (o == OutcomeFailed || o == OutcomeQuarantined) {
+			c.keepAttention = append(c.keepAttention, it.Key)
+		}
+		if len(c.keep)+len(c.keepPacks) >= keepBatch {
+			if err := c.flush(); err != nil {
+				return "", nil, false, err
+			}
+		}
+	}
+	return o, line, true, nil
+}
+
+// flush extends the TTL of the rows held.
+func (c *rowCounter) flush() error {
+	if len(c.keep) == 0 && len(c.keepPacks) == 0 {
+		return nil
+	}
+	err := c.store.KeepRows(c.ctx, c.b, c.keep, c.keepUntil)
+	if err == nil && len(c.keepPacks) > 0 {
+		err = c.store.KeepPacks(c.ctx, c.b, c.keepPacks, c.keepAttention, c.keepUntil)
+	}
+	c.keep, c.keepPacks, c.keepAttention = c.keep[:0], c.keepPacks[:0], c.keepAttention[:0]
+	return err
+}
+
 // mergeChunk merges a pack batch's sorted runs into its results from
 // where cp left them, until the runs end or the chunk does.
 func (f *Finalizer) mergeChunk(ctx context.Context, b Batch, cp *checkpoint, cw *chunkWriters, chunkEnds func() bool, rows *int64) (bool, error) {
-	done, err := mergeRuns(ctx, f.Blobs, cp, sortReadBytes(f.sortBudget(), len(cp.Runs)), cw.write, func() bool {
+	write := func(_ []byte, o Outcome, line []byte) error { return cw.write(o, line) }
+	done, err := mergeRuns(ctx, f.Blobs, cp.Runs, sortReadBytes(f.sortBudget(), len(cp.Runs)), write, func() bool {
 		if chunkEnds() {
 			return true
 		}

@@ -136,44 +136,83 @@ func (s *keySorter) sorted(fn func(key []byte, o Outcome, line []byte) error) er
 // multipart upload of sortPartBytes parts (so that only one part is held
 // besides the records), forgets them, and returns the run's size.
 func (s *keySorter) writeRun(ctx context.Context, blobs Blobs, key string) (int64, error) {
+	w, err := newRunWriter(ctx, blobs, key, s.out)
+	if err != nil {
+		return 0, err
+	}
+	err = s.sorted(w.add)
+	s.out = w.out[:0]
+	s.arena, s.recs = s.arena[:0], s.recs[:0]
+	if err != nil {
+		return 0, fmt.Errorf("write sort run %s: %w", key, err)
+	}
+	return w.close()
+}
+
+// runWriter writes records, given in key order, as one sorted run: a
+// multipart upload of sortPartBytes parts, one part held at a time.
+type runWriter struct {
+	ctx    context.Context
+	blobs  Blobs
+	key    string
+	upload string
+	out    []byte
+	parts  int
+	size   int64
+}
+
+// newRunWriter starts the run's upload; buf, when it has room, is reused
+// for its part.
+func newRunWriter(ctx context.Context, blobs Blobs, key string, buf []byte) (*runWriter, error) {
 	upload, err := blobs.StartParts(ctx, key, "application/octet-stream")
 	if err != nil {
-		return 0, fmt.Errorf("write sort run %s: %w", key, err)
+		return nil, fmt.Errorf("write sort run %s: %w", key, err)
 	}
-	if cap(s.out) == 0 {
-		s.out = make([]byte, 0, sortPartBytes+64<<10)
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, sortPartBytes+64<<10)
 	}
-	out, parts, size := s.out[:0], 0, int64(0)
-	put := func() error {
-		parts++
-		size += int64(len(out))
-		err := blobs.PutPart(ctx, key, upload, parts, out)
-		out = out[:0]
-		return err
+	return &runWriter{ctx: ctx, blobs: blobs, key: key, upload: upload, out: buf[:0]}, nil
+}
+
+// add appends one record: uvarint(len key) key, the outcome's index in
+// TerminalOutcomes, uvarint(len line) line.
+func (w *runWriter) add(key []byte, o Outcome, line []byte) error {
+	i := slices.Index(TerminalOutcomes(), o)
+	if i < 0 {
+		return fmt.Errorf("sort results: item %q is %s", key, o)
 	}
-	err = s.sorted(func(key []byte, o Outcome, line []byte) error {
-		out = binary.AppendUvarint(out, uint64(len(key)))
-		out = append(out, key...)
-		out = append(out, byte(slices.Index(TerminalOutcomes(), o)))
-		out = binary.AppendUvarint(out, uint64(len(line)))
-		out = append(out, line...)
-		if len(out) >= sortPartBytes {
-			return put()
-		}
-		return nil
-	})
-	if err == nil && (len(out) > 0 || parts == 0) {
-		err = put()
+	w.out = binary.AppendUvarint(w.out, uint64(len(key)))
+	w.out = append(w.out, key...)
+	w.out = append(w.out, byte(i))
+	w.out = binary.AppendUvarint(w.out, uint64(len(line)))
+	w.out = append(w.out, line...)
+	if len(w.out) >= sortPartBytes {
+		return w.put()
 	}
-	s.out = out[:0]
-	s.arena, s.recs = s.arena[:0], s.recs[:0]
+	return nil
+}
+
+func (w *runWriter) put() error {
+	w.parts++
+	w.size += int64(len(w.out))
+	err := w.blobs.PutPart(w.ctx, w.key, w.upload, w.parts, w.out)
+	w.out = w.out[:0]
+	return err
+}
+
+// close writes the last part, completes the run and returns its size.
+func (w *runWriter) close() (int64, error) {
+	var err error
+	if len(w.out) > 0 || w.parts == 0 {
+		err = w.put()
+	}
 	if err == nil {
-		err = blobs.CompleteParts(ctx, key, upload, parts, size)
+		err = w.blobs.CompleteParts(w.ctx, w.key, w.upload, w.parts, w.size)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("write sort run %s: %w", key, err)
+		return 0, fmt.Errorf("write sort run %s: %w", w.key, err)
 	}
-	return size, nil
+	return w.size, nil
 }
 
 // runReader reads one sorted run from an offset, in ranged reads of
@@ -271,14 +310,15 @@ func sortReadBytes(budget int64, n int) int64 {
 	return min(max(budget/int64(max(n, 1)), MinSortReadBytes), MaxSortReadBytes)
 }
 
-// mergeRuns merges cp's sorted runs from their merged offsets, reading
-// block bytes of a run at a time, and gives emit their lines in key
-// order until the runs end (true) or stop says the chunk ends (false);
-// each run's Merged is then where the next call goes on from.
-func mergeRuns(ctx context.Context, blobs Blobs, cp *checkpoint, block int64, emit func(Outcome, []byte) error, stop func() bool) (bool, error) {
+// mergeRuns merges the sorted runs from their merged offsets, reading
+// block bytes of a run at a time, and gives emit their records (key,
+// outcome, line) in key order until the runs end (true) or stop says the
+// chunk ends (false); each run's Merged (in runs) is then where the next
+// call goes on from.
+func mergeRuns(ctx context.Context, blobs Blobs, runs []sortRun, block int64, emit func(key []byte, o Outcome, line []byte) error, stop func() bool) (bool, error) {
 	h := &sliceHeap[*runReader]{less: func(a, b *runReader) bool { return bytes.Compare(a.key, b.key) < 0 }}
-	for i := range cp.Runs {
-		run := &cp.Runs[i]
+	for i := range runs {
+		run := &runs[i]
 		r := &runReader{ctx: ctx, blobs: blobs, run: run, block: block, off: run.Merged}
 		ok, err := r.next()
 		if err != nil {
@@ -299,7 +339,7 @@ func mergeRuns(ctx context.Context, blobs Blobs, cp *checkpoint, block int64, em
 			return false, fmt.Errorf("sort runs: key %q after %q: %w", r.key, last, errRunMalformed)
 		}
 		last = append(last[:0], r.key...)
-		if err := emit(r.o, r.line); err != nil {
+		if err := emit(r.key, r.o, r.line); err != nil {
 			return false, err
 		}
 		ok, err := r.next()

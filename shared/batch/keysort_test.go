@@ -57,7 +57,7 @@ func TestKeySortRunsMergeAcrossCalls(t *testing.T) {
 			t.Fatal("the merge does not end")
 		}
 		n := 0
-		done, err := mergeRuns(ctx, blobs, cp, 7, func(o Outcome, line []byte) error {
+		done, err := mergeRuns(ctx, blobs, cp.Runs, 7, func(_ []byte, o Outcome, line []byte) error {
 			key := strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(string(line), `","pad"`, 2)[0], `{"key":"`), `"`)
 			got = append(got, rec{key, o, string(line)})
 			return nil
@@ -99,7 +99,7 @@ func TestKeySortRefusesAMalformedRun(t *testing.T) {
 	}
 	_ = blobs.Put(ctx, "run", "", body[:len(body)-3])
 	cp := &checkpoint{Runs: []sortRun{{Key: "run", Bytes: int64(len(body) - 3)}}}
-	_, err := mergeRuns(ctx, blobs, cp, 64, func(Outcome, []byte) error { return nil }, func() bool { return false })
+	_, err := mergeRuns(ctx, blobs, cp.Runs, 64, func([]byte, Outcome, []byte) error { return nil }, func() bool { return false })
 	if err == nil || !strings.Contains(err.Error(), "malformed") {
 		t.Fatalf("merge of a cut run: %v, want malformed", err)
 	}

@@ -38,6 +38,10 @@ type MergeOptions struct {
 	// The items then come in manifest order (Item.Pos), and `after` is a
 	// position.
 	Packed bool
+	// ShardFrom and ShardTo, when ShardTo > 0, read only the shards
+	// ShardFrom … ShardTo−1 (a part of a parallel finalize, see
+	// finalize_parts.go); else every shard.
+	ShardFrom, ShardTo int
 }
 
 // RowBytes estimates what an item row takes in memory once read: its
@@ -78,9 +82,13 @@ func MergeShards(ctx context.Context, store Store, batchID string, listShards in
 	defer cancel() // ends reads still in flight
 	m.ctx = ctx
 	m.sem = make(chan struct{}, reads)
-	m.shards = make([]*mergeShard, max(1, listShards))
+	from, to := 0, max(1, listShards)
+	if opts.ShardTo > 0 {
+		from, to = max(0, opts.ShardFrom), min(to, opts.ShardTo)
+	}
+	m.shards = make([]*mergeShard, max(0, to-from))
 	for i := range m.shards {
-		sh := &mergeShard{n: i, cursor: after, more: true}
+		sh := &mergeShard{n: from + i, cursor: after, more: true}
 		m.shards[i] = sh
 		m.read(sh)
 	}
@@ -150,7 +158,7 @@ type shardRead struct {
 // shards (a shard's rows and its read ahead), at the largest mean row
 // size seen, within 1–1,000.
 func (m *merger) limit() int {
-	n := m.budget / (2 * int64(len(m.shards)) * m.estimate)
+	n := m.budget / (2 * int64(max(1, len(m.shards))) * m.estimate)
 	return int(min(max(n, 1), 1000))
 }
 
