@@ -146,8 +146,9 @@ func newPartBlobs() *partBlobs {
 	return &partBlobs{objects: map[string][]byte{}, uploads: map[string]map[int][]byte{}, sizes: map[string]int64{}, puts: map[string]int{}}
 }
 
-// spilled says key is a sort run kept on disk (spill set).
-func (m *partBlobs) spilled(key string) bool { return m.spill != "" && strings.Contains(key, "/sort/") }
+// spilled says key is a sorted run (a chunked pack batch's, or a
+// finalize part's) kept on disk (spill set).
+func (m *partBlobs) spilled(key string) bool { return m.spill != "" && strings.HasSuffix(key, ".run") }
 
 func (m *partBlobs) spillPath(key string) string {
 	return filepath.Join(m.spill, strings.ReplaceAll(key, "/", "_"))
@@ -271,6 +272,11 @@ func (m *partBlobs) PutPart(_ context.Context, key, id string, n int, body []byt
 	defer m.mu.Unlock()
 	if err := m.call("put_part"); err != nil {
 		return err
+	}
+	if m.failKey != nil {
+		if err := m.failKey("put_part", key); err != nil {
+			return err
+		}
 	}
 	parts, ok := m.uploads[id]
 	if !ok {

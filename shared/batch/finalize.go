@@ -110,6 +110,13 @@ type Finalizer struct {
 	// SortRunBytes is how many bytes of a pack batch's result lines are
 	// sorted in memory into one run. Default SortRunBytes.
 	SortRunBytes int
+	// Parts starts the calls of a run read in parts (finalize_parts.go);
+	// nil: the call that plans the parts reads them itself.
+	Parts FinalizeParts
+	// PartRows is how many rows one part of a parallel finalize is
+	// planned to read; a run of fewer than twice as many is read by one
+	// chain of calls. Default DefaultFinalizePartRows.
+	PartRows int64
 }
 
 // FinalizeResult says what Finalize did.
@@ -122,6 +129,10 @@ type FinalizeResult struct {
 	// a checkpoint (or found one written by another call) without
 	// finishing the run: the next call goes on from it. Report is empty.
 	Continued bool
+	// Parted is true (with Continued) when the run is read in parts by
+	// calls of their own (Finalizer.Parts) and this call did its share:
+	// the last part merges, so nothing is to be chained.
+	Parted bool
 }
 
 // Finalize finishes run of batch id. It returns ErrNotFinished (wrapped)
@@ -214,6 +225,9 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: checkpoint: %w", id, run, err)
 	}
 	if cp == nil {
+		if parts := f.partsOf(b); parts > 0 {
+			return f.finalizeInParts(ctx, b, parts)
+		}
 		cp = newCheckpoint(0, f.Clock.Now())
 	} else if !cp.Done && (f.Clock.Now().Sub(cp.ChainStartedAt) > TTLGrace/2 || b.Pack() > 1 && !cp.KeyOrder) {
 		// Too old to go on from, or a pack batch's chain begun by the

@@ -135,7 +135,8 @@ func (m *partBlobs) Compose(ctx context.Context, key, contentType string, source
 // (MinComposePartBytes), for tests of small parts.
 func SetPartCompose(c *PartsConfig, n int64) { c.minCompose = n }
 
-// FailBlobs makes f decide the fate of every Put (op "put") by its key:
+// FailBlobs makes f decide the fate of every Put (op "put") and PutPart
+// (op "put_part") by its key:
 // an error fails the call, which does nothing. nil stops it.
 func FailBlobs(m *partBlobs, f func(op, key string) error) {
 	m.mu.Lock()
@@ -148,4 +149,13 @@ func (m *partBlobs) Keys(prefix string) []string {
 	var keys []string
 	_ = m.List(context.Background(), "", prefix, func(o ObjectInfo) error { keys = append(keys, o.Key); return nil })
 	return keys
+}
+
+// SetMergeFanIn sets how many sorted runs one merge of a finalize part
+// reads at once (MaxMergeFanIn), for tests of the merge's levels; the
+// returned func puts it back.
+func SetMergeFanIn(n int) func() {
+	old := mergeFanIn
+	mergeFanIn = n
+	return func() { mergeFanIn = old }
 }
