@@ -17,12 +17,16 @@ import (
 // Event is the finalize function's payload: a run to finalize, or a
 // scheduled tick ({"tick": true}). Chain is how many finalize invocations
 // came before this one in a chain of chunks, each invoking the next
-// (Continue): 0 for a trigger from the item function or submit.
+// (Continue): 0 for a trigger from the item function or submit. Part
+// (1-based) and Plan name one part of a run read in parts
+// (StartFinalizePart; batch.Finalizer.FinalizePart).
 type Event struct {
 	BatchID string `json:"batch_id,omitempty"`
 	Run     int    `json:"run,omitempty"`
 	Tick    bool   `json:"tick,omitempty"`
 	Chain   int    `json:"chain,omitempty"`
+	Part    int    `json:"part,omitempty"`
+	Plan    int    `json:"plan,omitempty"`
 }
 
 // Lambda triggers finalize by an asynchronous invocation. Safe for
@@ -66,6 +70,27 @@ func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) e
 	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
 	if err != nil {
 		return fmt.Errorf("invoke %s to go on with %s run %d: %w", l.function, batchID, run, err)
+	}
+	return nil
+}
+
+var _ batch.FinalizeParts = (*Lambda)(nil)
+
+// StartFinalizePart invokes finalize asynchronously for part `part`
+// (0-based) of plan `plan` of (batchID, run): finalize invoking itself,
+// one invocation per part, all at once. It is the second call of a chain
+// (Chain 1): the call that planned the parts was the first, and the part
+// that merges goes on from there. Lambda retries a failed invocation
+// twice; a part lost for good is started again by the run's next
+// finalize call once its mark has passed.
+func (l *Lambda) StartFinalizePart(ctx context.Context, batchID string, run, plan, part int) error {
+	payload, err := json.Marshal(Event{BatchID: batchID, Run: run, Chain: 1, Part: part + 1, Plan: plan})
+	if err != nil {
+		return err
+	}
+	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("invoke %s for part %d of %s run %d: %w", l.function, part, batchID, run, err)
 	}
 	return nil
 }

@@ -80,12 +80,12 @@ type checkpoint struct {
 	// ChainStartedAt is when the first chunk after the last restart began;
 	// a chain older than TTLGrace/2 starts over (its uploads would be
 	// aborted by the bucket's lifecycle rule after a day).
-	ChainStartedAt time.Time             `json:"chain_started_at"`
-	After          string `json:"after"` // every row up to this key is counted; "" none
+	ChainStartedAt time.Time `json:"chain_started_at"`
+	After          string    `json:"after"` // every row up to this key is counted; "" none
 	tally
 	Files map[Outcome]*partFile `json:"files"`
-	Token          string                `json:"token,omitempty"` // names this checkpoint's tail objects
-	Done           bool                  `json:"done,omitempty"`  // every row counted, every part written
+	Token string                `json:"token,omitempty"` // names this checkpoint's tail objects
+	Done  bool                  `json:"done,omitempty"`  // every row counted, every part written
 	// KeyOrder says the results are written in key order (KeyOrder). A
 	// pack batch's checkpoint without it was written by a release whose
 	// results came in manifest order: its chain starts over.
@@ -104,7 +104,9 @@ type tally struct {
 	LastOutcomeAt time.Time `json:"last_outcome_at,omitzero"`
 }
 
-func newTally() tally { return tally{Census: Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}} }
+func newTally() tally {
+	return tally{Census: Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}}
+}
 
 // add adds another tally's rows (a part of a parallel finalize): counts,
 // and cost sums in decimal, so that the sum is the one a single pass

@@ -263,7 +263,7 @@ func (f *Finalizer) startParts(ctx context.Context, b Batch, p *partPlan, done [
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, 16)
 	)
-	now := time.Now()
+	now := f.Clock.Now()
 	for i := range p.Parts {
 		if done[i] {
 			continue
@@ -351,9 +351,9 @@ func (f *Finalizer) runPart(ctx context.Context, b Batch, p *partPlan, i int) (e
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	until := time.Now().Add(f.partLease())
+	until := f.Clock.Now().Add(f.partLease())
 	if dl, ok := ctx.Deadline(); ok {
-		until = dl
+		until = dl // the call ends there whatever it did
 	}
 	if err := f.markPart(ctx, b, p, i, until); err != nil {
 		return err

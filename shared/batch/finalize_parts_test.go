@@ -231,7 +231,6 @@ func TestFinalizePartsConcurrentKilledAndLost(t *testing.T) {
 			r := ranRun(t, n, k)
 			r.fin.PartRows = 100
 			r.fin.SortRunBytes = 2 << 10
-			r.fin.ChunkTime, r.fin.ChunkMargin = 150*time.Millisecond, 50*time.Millisecond // a part's mark: 200 ms
 			killed := false
 			batch.FailBlobs(r.blobs, func(op, key string) error {
 				if op == "put_part" && strings.Contains(key, "/parts/000001/0001-") && !killed {
@@ -276,7 +275,7 @@ func TestFinalizePartsConcurrentKilledAndLost(t *testing.T) {
 			if again := calls.take(); len(again) != 0 {
 				t.Fatalf("the tick started %v while the lost part's mark held", again)
 			}
-			time.Sleep(250 * time.Millisecond)
+			r.clock.T = r.clock.T.Add(batch.DefaultChunkTime + batch.DefaultChunkMargin + time.Second) // the mark has passed
 			if _, err := r.fin.Tick(context.Background()); err != nil {
 				t.Fatal(err)
 			}

@@ -52,8 +52,11 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 		h.Log.Info("tick", "running", res.Running, "checked", res.Checked, "finalized", res.Finalized, "fanned_out", res.FannedOut, "published", res.Published)
 		return res, err
 	}
-	if !batch.ValidBatchID(ev.BatchID) || ev.Run < 1 {
-		return nil, fmt.Errorf("finalize: bad event: batch_id %q run %d", ev.BatchID, ev.Run)
+	if !batch.ValidBatchID(ev.BatchID) || ev.Run < 1 || ev.Part < 0 || ev.Part > batch.MaxFinalizeParts || ev.Part > 0 && ev.Plan < 1 {
+		return nil, fmt.Errorf("finalize: bad event: batch_id %q run %d part %d plan %d", ev.BatchID, ev.Run, ev.Part, ev.Plan)
+	}
+	if ev.Part > 0 {
+		return h.part(ctx, ev)
 	}
 	waits := h.Waits
 	if waits == nil {
@@ -61,6 +64,10 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 	}
 	for i := 0; ; i++ {
 		res, err := h.Finalizer.Finalize(ctx, ev.BatchID, ev.Run)
+		if err == nil && res.Parted {
+			// The run is read in parts, each its own call: the last merges.
+			return map[string]any{"status": batch.StatusRunning, "parts": true}, nil
+		}
 		if err == nil && res.Continued {
 			// A chunk of the rows is counted and checkpointed: the next
 			// call goes on from it at once, or the tick does.
@@ -87,4 +94,28 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 		case <-time.After(waits[i]):
 		}
 	}
+}
+
+// part reads one part of a run read in parts; the part that finishes last
+// merges, and chains the merge's next call when it takes more than one.
+// A run not finished yet (an item in flight) is left to the run's next
+// call, which starts the part again (no error: Lambda's retry would only
+// find the same).
+func (h *Finalize) part(ctx context.Context, ev trigger.Event) (any, error) {
+	res, err := h.Finalizer.FinalizePart(ctx, ev.BatchID, ev.Run, ev.Plan, ev.Part-1)
+	switch {
+	case errors.Is(err, batch.ErrNotFinished):
+		h.Log.Info("part of a run not finished; left to the next call", "batch_id", ev.BatchID, "run", ev.Run, "part", ev.Part-1, "error", err.Error())
+		return map[string]any{"status": batch.StatusRunning}, nil
+	case err != nil:
+		return nil, err
+	case res.Continued && !res.Parted && h.Chain != nil && ev.Chain+1 < MaxFinalizeChain:
+		if cerr := h.Chain.Continue(ctx, ev.BatchID, ev.Run, ev.Chain+1); cerr != nil {
+			h.Log.Warn("go on with the merge: left to the tick", "batch_id", ev.BatchID, "run", ev.Run, "error", cerr.Error())
+		}
+		return map[string]any{"status": batch.StatusRunning, "continued": true, "chain": ev.Chain}, nil
+	case res.Parted:
+		return map[string]any{"status": batch.StatusRunning, "part": ev.Part - 1}, nil
+	}
+	return map[string]any{"status": res.Report.Status, "wrote": res.Wrote}, nil
 }

@@ -1,0 +1,143 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+
+	"github.com/bulkrun/bulkrun/internal/trigger"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// laneParts starts each part as the finalize function does — an
+// asynchronous Invoke of the deployed finalize function, made with
+// finalize's identity so that the IAM lane checks it against finalize's
+// role (the deployed function finds no such batch in the stack's table
+// and does nothing) — and runs the part here, in a goroutine of its own,
+// on the harness's storage.
+type laneParts struct {
+	invoke *trigger.Lambda
+	f      *batch.Finalizer
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	errs   []error
+	wrote  int
+	runs   int
+}
+
+func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan, part int) error {
+	if err := p.invoke.StartFinalizePart(ctx, id, run, plan, part); err != nil {
+		return err
+	}
+	p.wg.Go(func() {
+		res, err := p.f.FinalizePart(context.Background(), id, run, plan, part)
+		for err == nil && res.Continued && !res.Parted { // the merge, chained
+			res, err = p.f.Finalize(context.Background(), id, run)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.runs++
+		if err != nil {
+			p.errs = append(p.errs, fmt.Errorf("part %d: %w", part, err))
+		}
+		if res.Wrote {
+			p.wrote++
+		}
+	})
+	return nil
+}
+
+// TestFinalizeInPartsOnEmulator guards the parallel finalize on the
+// emulator's DynamoDB and S3, at one and ten items per message: a run of
+// 400 items of 4 item shards read in 4 parts at once (parts of 100 rows),
+// each part's start an Invoke of the finalize function checked by the
+// IAM lane against finalize's role, the last part merging: one report,
+// whose census and results files are byte for byte those of the same
+// items finalized in one pass, and no finalize object left.
+func TestFinalizeInPartsOnEmulator(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if strings.HasSuffix(req.Key, "3") {
+					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item " + req.Key))
+				}
+				return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"usd": 0.1}}, nil
+			})
+			var src strings.Builder
+			src.WriteByte('[')
+			for i := range 400 {
+				if i > 0 {
+					src.WriteByte(',')
+				}
+				hs := fnv.New64a()
+				fmt.Fprint(hs, i)
+				fmt.Fprintf(&src, `{"id":"k-%016x","n":%d}`, hs.Sum64(), i)
+			}
+			src.WriteByte(']')
+			one, parted := newID(t)+"-one", newID(t)+"-parts"
+			for _, id := range []string{one, parted} {
+				if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
+					Source: batch.SourceSpec{Items: json.RawMessage(src.String())}, ItemsPerMessage: k}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.drain(t, ctx)
+
+			ref, err := h.finalizer.Finalize(ctx, one, 1)
+			if err != nil || !ref.Wrote {
+				t.Fatalf("one pass: %+v %v", ref, err)
+			}
+			f := *h.finalizer
+			f.PartRows = 100
+			parts := &laneParts{f: &f, invoke: trigger.New(lambda.NewFromConfig(h.as(env.aws, "finalize")), env.finalizeFn)}
+			f.Parts = parts
+			res, err := f.Finalize(ctx, parted, 1)
+			if err != nil || !res.Parted {
+				t.Fatalf("the first call: %+v %v, want its parts started", res, err)
+			}
+			parts.wg.Wait()
+			if err := errors.Join(parts.errs...); err != nil {
+				t.Fatal(err)
+			}
+			b := mustBatch(t, h, parted)
+			if parts.runs != 4 || parts.wrote != 1 || b.Status != ref.Report.Status {
+				t.Fatalf("%d parts ran, %d wrote the report, status %s; want 4, 1, %s", parts.runs, parts.wrote, b.Status, ref.Report.Status)
+			}
+			got, err := f.Finalize(ctx, parted, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gc, _ := json.Marshal(got.Report.Census)
+			wc, _ := json.Marshal(ref.Report.Census)
+			if !bytes.Equal(gc, wc) || ref.Report.Census.Failed == 0 {
+				t.Fatalf("census in parts %s, in one pass %s", gc, wc)
+			}
+			for _, o := range batch.TerminalOutcomes() {
+				a, aerr := h.blobs.Get(ctx, batch.ResultsKey(parted, 1, o))
+				w, werr := h.blobs.Get(ctx, batch.ResultsKey(one, 1, o))
+				if !bytes.Equal(a, w) || (aerr == nil) != (werr == nil) {
+					t.Fatalf("results of %s: %d bytes (%v) in parts, %d (%v) in one pass", o, len(a), aerr, len(w), werr)
+				}
+			}
+			left := 0
+			_ = h.blobs.List(ctx, h.blobs.Bucket(), batch.FinalizePrefix(parted, 1), func(batch.ObjectInfo) error { left++; return nil })
+			if left != 0 {
+				t.Fatalf("%d finalize objects left", left)
+			}
+			t.Logf("K=%d: %d shards read in 4 parts, census %s", k, b.ListShards, gc)
+		})
+	}
+}

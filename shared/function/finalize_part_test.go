@@ -1,0 +1,33 @@
+package function
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/internal/trigger"
+	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/batch/memstore"
+)
+
+// The finalize function routes a part of a run read in parts ({"part",
+// "plan"}, what trigger.Lambda.StartFinalizePart sends) to
+// Finalizer.FinalizePart: a part of a batch that no longer exists is done
+// (no error, so Lambda does not retry it, and nothing is chained), and a
+// part event without its plan is refused.
+func TestFinalizeRoutesParts(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := &Finalize{Finalizer: &batch.Finalizer{Store: memstore.New(), Blobs: &bucket{written: map[string][]byte{}}, Clock: batch.SystemClock{}, Log: log}, Log: log}
+	res, err := h.Handle(context.Background(), trigger.Event{BatchID: "gone", Run: 1, Part: 3, Plan: 1, Chain: 1})
+	if err != nil {
+		t.Fatalf("a part of a forgotten batch: %v, want done", err)
+	}
+	if m, _ := res.(map[string]any); m["part"] != 2 || m["continued"] != nil {
+		t.Fatalf("answer %v, want part 2 done, nothing chained", res)
+	}
+	if _, err := h.Handle(context.Background(), trigger.Event{BatchID: "gone", Run: 1, Part: 3}); err == nil || !strings.Contains(err.Error(), "plan 0") {
+		t.Fatalf("a part without its plan: %v, want refused", err)
+	}
+}
