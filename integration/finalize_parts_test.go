@@ -64,12 +64,14 @@ func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan,
 // each part's start an Invoke of the finalize function checked by the
 // IAM lane against finalize's role, the last part merging: one report,
 // whose census and results files are byte for byte those of the same
-// items finalized in one pass, and no finalize object left.
+// items finalized in one pass, and no finalize object left. Without
+// finalize's lambda:InvokeFunction on itself the parts are refused as AWS
+// refuses them, and the lane names the grant.
 func TestFinalizeInPartsOnEmulator(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, k := range []int{1, 10} {
-		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 				if strings.HasSuffix(req.Key, "3") {
 					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item " + req.Key))
@@ -140,4 +142,32 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			t.Logf("K=%d: %d shards read in 4 parts, census %s", k, b.ListShards, gc)
 		})
 	}
+	t.Run("invoke refused without the grant", func(t *testing.T) {
+		if !laneOn() {
+			t.Skip("the IAM lane is off")
+		}
+		h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+		const action = "lambda:InvokeFunction"
+		laneRevoke(t, h, map[string][]string{"finalize": {action}})
+		id := newID(t)
+		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(130)}}); err != nil {
+			t.Fatal(err)
+		}
+		h.drain(t, ctx)
+		f := *h.finalizer
+		f.PartRows = 50 // 130 items in 2 item shards: 2 parts
+		parts := &laneParts{f: &f, invoke: trigger.New(lambda.NewFromConfig(h.as(env.aws, "finalize")), env.finalizeFn)}
+		f.Parts = parts
+		if _, err := f.Finalize(ctx, id, 1); err == nil || !strings.Contains(err.Error(), "AccessDenied") {
+			t.Fatalf("parts started without %s: %v, want AccessDenied", action, err)
+		}
+		rep, err := laneReport(t.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Denials) == 0 || rep.Denials[0].Function != "finalize" || rep.Denials[0].Action != action {
+			t.Fatalf("the lane's denials %v, want finalize's %s", rep.Denials, action)
+		}
+		t.Logf("the lane names it: %s", rep.Denials[0])
+	})
 }

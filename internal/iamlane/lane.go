@@ -475,7 +475,11 @@ func (l *Lane) policies(fn, binding string) (*policySet, Role, error) {
 	s := &policySet{resource: map[string]Document{}}
 	swap := substitution(d.Names, b.Names)
 	for _, p := range role.Policies {
-		s.identity = append(s.identity, NamedPolicy{Name: p.Name, Policy: revoke(swapDoc(p.Policy, swap), b.Revoke[fn])})
+		doc := revoke(swapDoc(p.Policy, swap), b.Revoke[fn])
+		if sts, _ := doc["Statement"].([]any); len(sts) == 0 && len(b.Revoke[fn]) > 0 {
+			continue // every statement revoked: as if the policy were not attached
+		}
+		s.identity = append(s.identity, NamedPolicy{Name: p.Name, Policy: doc})
 	}
 	for bucket, doc := range d.BucketPolicies {
 		s.resource["bucket:"+swapString(bucket, swap)] = swapDoc(doc, swap)

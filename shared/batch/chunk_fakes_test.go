@@ -252,6 +252,12 @@ func (m *partBlobs) DeletePrefix(_ context.Context, prefix string) (int, error) 
 			n++
 		}
 	}
+	if m.spill != "" {
+		files, _ := filepath.Glob(m.spillPath(prefix) + "*")
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+	}
 	return n, nil
 }
 

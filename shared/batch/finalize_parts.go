@@ -474,8 +474,22 @@ func (f *Finalizer) sortPart(ctx context.Context, b Batch, p *partPlan, i int, t
 	if err != nil {
 		return err
 	}
-	_, err = mergeRuns(ctx, f.Blobs, runs, sortReadBytes(f.sortBudget(), len(runs)), w.add, func() bool { return false })
-	return err
+	if _, err = mergeRuns(ctx, f.Blobs, runs, sortReadBytes(f.sortBudget(), len(runs)), w.add, func() bool { return false }); err != nil {
+		return err
+	}
+	f.dropRuns(ctx, runs)
+	return nil
+}
+
+// dropRuns deletes sorted runs merged into a longer one (what is left
+// goes with the finalize prefix once the run is finished).
+func (f *Finalizer) dropRuns(ctx context.Context, runs []sortRun) {
+	for _, r := range runs {
+		if err := f.Blobs.Delete(ctx, r.Key); err != nil {
+			f.Log.Warn("delete a merged sort run", "key", r.Key, "error", err.Error())
+			return
+		}
+	}
 }
 
 // mergeLevels merges runs MaxMergeFanIn at a time into longer runs
@@ -499,6 +513,7 @@ func (f *Finalizer) mergeLevels(ctx context.Context, runs []sortRun, nextKey fun
 			if err != nil {
 				return nil, err
 			}
+			f.dropRuns(ctx, group)
 			next = append(next, sortRun{Key: key, Bytes: size})
 		}
 		runs = next

@@ -56,7 +56,8 @@ const (
 	SortRunBytes = 16 << 20
 	// MinSortReadBytes and MaxSortReadBytes bound one ranged read of a
 	// run while the runs are merged: the merge budget
-	// (MergeOptions.BudgetBytes) shared by the runs, within 64 KiB–8 MiB.
+	// (MergeOptions.BudgetBytes) shared by the runs, two reads each (one
+	// merged, one read ahead), within 64 KiB–8 MiB.
 	MinSortReadBytes = 64 << 10
 	MaxSortReadBytes = 8 << 20
 	// sortPartBytes is the part size of a run's upload: S3's least part
@@ -216,7 +217,10 @@ func (w *runWriter) close() (int64, error) {
 }
 
 // runReader reads one sorted run from an offset, in ranged reads of
-// block bytes; its current record is key, o, line (valid until next).
+// block bytes, the next block read ahead while the current one is merged
+// (so that a merge of many runs waits for S3's first byte once per run,
+// not once per block): two blocks in memory. Its current record is key,
+// o, line (valid until next).
 type runReader struct {
 	ctx   context.Context
 	blobs Blobs
@@ -229,6 +233,18 @@ type runReader struct {
 	key   []byte
 	o     Outcome
 	line  []byte
+	// ahead is the read of the next block in flight; pre the bytes read
+	// ahead not yet in buf (at run offset preOff, in spare).
+	ahead  chan readAhead
+	pre    []byte
+	preOff int64
+	spare  []byte
+}
+
+type readAhead struct {
+	off  int64
+	data []byte
+	err  error
 }
 
 // errRunMalformed is a run whose bytes do not parse: never written by
@@ -279,7 +295,9 @@ func (r *runReader) parse() bool {
 
 // fill keeps the current record's bytes at the front of buf and reads
 // up to block bytes after them into buf's room (buf is allocated once,
-// block bytes and a long record's more).
+// block bytes and a long record's more): from what was read ahead when
+// it is there, else with a ranged read; then it reads the next block
+// ahead.
 func (r *runReader) fill() error {
 	kept := copy(r.buf[:cap(r.buf)], r.buf[r.pos:])
 	r.off += int64(r.pos)
@@ -290,24 +308,66 @@ func (r *runReader) fill() error {
 		copy(buf, r.buf[:kept])
 		r.buf = buf
 	}
+	r.buf = r.buf[:kept]
 	from := r.off + int64(kept)
-	n := min(int64(cap(r.buf)-kept), r.run.Bytes-from)
-	body, err := r.blobs.OpenRange(r.ctx, r.run.Key, from, n)
-	if err != nil {
-		return fmt.Errorf("read sort run %s: %w", r.run.Key, err)
+	if r.ahead != nil {
+		a := <-r.ahead
+		r.ahead = nil
+		if a.err != nil {
+			return a.err
+		}
+		r.pre, r.preOff = a.data, a.off
 	}
-	defer body.Close()
-	r.buf = r.buf[:kept+int(n)]
-	if _, err := io.ReadFull(body, r.buf[kept:]); err != nil {
-		return fmt.Errorf("read sort run %s at %d: %w", r.run.Key, from, err)
+	if len(r.pre) > 0 && r.preOff == from {
+		c := copy(r.buf[kept:cap(r.buf)], r.pre)
+		r.buf = r.buf[:kept+c]
+		r.pre, r.preOff = r.pre[c:], r.preOff+int64(c)
+	} else {
+		r.pre = nil
+		n := min(int64(cap(r.buf)-kept), r.run.Bytes-from)
+		body, err := r.blobs.OpenRange(r.ctx, r.run.Key, from, n)
+		if err != nil {
+			return fmt.Errorf("read sort run %s: %w", r.run.Key, err)
+		}
+		defer body.Close()
+		r.buf = r.buf[:kept+int(n)]
+		if _, err := io.ReadFull(body, r.buf[kept:]); err != nil {
+			return fmt.Errorf("read sort run %s at %d: %w", r.run.Key, from, err)
+		}
+	}
+	if next := r.off + int64(len(r.buf)); len(r.pre) == 0 && next < r.run.Bytes {
+		r.readAhead(next, min(r.block, r.run.Bytes-next))
 	}
 	return nil
 }
 
+// readAhead reads n bytes of the run at from into spare, in the
+// background.
+func (r *runReader) readAhead(from, n int64) {
+	if int64(cap(r.spare)) < n {
+		r.spare = make([]byte, n)
+	}
+	buf := r.spare[:n]
+	ch := make(chan readAhead, 1)
+	r.ahead = ch
+	go func() {
+		body, err := r.blobs.OpenRange(r.ctx, r.run.Key, from, n)
+		if err == nil {
+			_, err = io.ReadFull(body, buf)
+			body.Close()
+		}
+		if err != nil {
+			err = fmt.Errorf("read sort run %s at %d: %w", r.run.Key, from, err)
+		}
+		ch <- readAhead{off: from, data: buf, err: err}
+	}()
+}
+
 // sortReadBytes is the ranged read of each of n runs while they are
-// merged within budget bytes.
+// merged within budget bytes: each run holds two (the block merged and
+// the next, read ahead).
 func sortReadBytes(budget int64, n int) int64 {
-	return min(max(budget/int64(max(n, 1)), MinSortReadBytes), MaxSortReadBytes)
+	return min(max(budget/int64(2*max(n, 1)), MinSortReadBytes), MaxSortReadBytes)
 }
 
 // mergeRuns merges the sorted runs from their merged offsets, reading

@@ -45,6 +45,9 @@ func (m *partBlobs) Delete(_ context.Context, key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.objects, key)
+	if m.spilled(key) {
+		_ = os.Remove(m.spillPath(key))
+	}
 	return nil
 }
 

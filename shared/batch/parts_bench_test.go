@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,54 +174,6 @@ func (w *fileWriter) Write(p []byte) (int, error) { return w.f.Write(p) }
 func (w *fileWriter) Close() error                { return w.f.Close() }
 func (w *fileWriter) Abort() error                { w.f.Close(); return os.Remove(w.f.Name()) }
 
-// stepMeter measures one step: wall, CPU, peak Go heap and the memory
-// the runtime holds (total less released, what a function's memory must
-// hold besides its executable), sampled every 2 ms.
-type stepMeter struct {
-	heap, held atomic.Uint64
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	cpu0       time.Duration
-	start      time.Time
-}
-
-func startStep() *stepMeter {
-	debug.FreeOSMemory()
-	m := &stepMeter{stop: make(chan struct{}), cpu0: cpuTime(), start: time.Now()}
-	m.wg.Go(func() {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > m.heap.Load() {
-				m.heap.Store(v)
-			}
-			if v := s[1].Value.Uint64() - s[2].Value.Uint64(); v > m.held.Load() {
-				m.held.Store(v)
-			}
-			select {
-			case <-m.stop:
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return m
-}
-
-type stepFigures struct {
-	wall, cpu        time.Duration
-	heapMiB, heldMiB float64
-}
-
-func (m *stepMeter) end() stepFigures {
-	close(m.stop)
-	m.wg.Wait()
-	return stepFigures{wall: time.Since(m.start), cpu: cpuTime() - m.cpu0,
-		heapMiB: float64(m.heap.Load()) / (1 << 20), heldMiB: float64(m.held.Load()) / (1 << 20)}
-}
-
 // BenchmarkSubmitParts runs the real read in parts (Complete, each part's
 // read, each key partition's check, the assembly, the freeze and fan-out)
 // over the in-memory store and a local object store (diskBlobs: a
@@ -269,46 +220,46 @@ func BenchmarkSubmitParts(b *testing.B) {
 		if _, err := s.Accept(ctx, req); err != nil {
 			b.Fatal(err)
 		}
-		m := startStep()
+		m := batch.StartStep()
 		if _, err := s.Complete(ctx, "gen"); err != nil {
 			b.Fatal(err)
 		}
-		f := m.end()
+		f := m.End()
 		reads := steps.take()
-		b.Logf("source %d items, %.1f GB, %d parts of %d MiB; plan and hand-off: %s", n, float64(blobs.size())/1e9, len(reads), shownPart>>20, f.wall.Round(time.Millisecond))
-		var sumRead, maxRead stepFigures
+		b.Logf("source %d items, %.1f GB, %d parts of %d MiB; plan and hand-off: %s", n, float64(blobs.size())/1e9, len(reads), shownPart>>20, f.Wall.Round(time.Millisecond))
+		var sumRead, maxRead batch.StepFigures
 		ran := 0
 		for i, ev := range reads {
 			if only > 0 && i >= only {
 				break
 			}
-			m := startStep()
+			m := batch.StartStep()
 			if _, err := s.Part(ctx, ev); err != nil {
 				b.Fatal(err)
 			}
-			f := m.end()
+			f := m.End()
 			ran++
-			b.Logf("part %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB", ev.Index, f.wall.Round(time.Millisecond), f.cpu.Round(time.Millisecond), f.heapMiB, f.heldMiB)
-			sumRead.add(f)
-			maxRead.max(f)
+			b.Logf("part %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB", ev.Index, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond), f.HeapMiB, f.HeldMiB)
+			sumRead.Add(f)
+			maxRead.Max(f)
 		}
 		b.Logf("reads: %d parts, mean %s wall, %s CPU; peak heap %.1f MiB, held %.1f MiB at most",
-			ran, (sumRead.wall / time.Duration(ran)).Round(time.Millisecond), (sumRead.cpu / time.Duration(ran)).Round(time.Millisecond), maxRead.heapMiB, maxRead.heldMiB)
-		b.ReportMetric(sumRead.cpu.Seconds()/float64(ran), "cpu-s/part")
-		b.ReportMetric(sumRead.wall.Seconds()/float64(ran), "wall-s/part")
-		b.ReportMetric(maxRead.heldMiB, "part-held-MiB")
+			ran, (sumRead.Wall / time.Duration(ran)).Round(time.Millisecond), (sumRead.CPU / time.Duration(ran)).Round(time.Millisecond), maxRead.HeapMiB, maxRead.HeldMiB)
+		b.ReportMetric(sumRead.CPU.Seconds()/float64(ran), "cpu-s/part")
+		b.ReportMetric(sumRead.Wall.Seconds()/float64(ran), "wall-s/part")
+		b.ReportMetric(maxRead.HeldMiB, "part-held-MiB")
 		if only > 0 && only < len(reads) {
 			continue
 		}
 		checks := steps.take()
-		var sumCheck, maxCheck stepFigures
+		var sumCheck, maxCheck batch.StepFigures
 		for i, ev := range checks {
-			m := startStep()
+			m := batch.StartStep()
 			bt, err := s.Part(ctx, ev)
 			if err != nil {
 				b.Fatal(err)
 			}
-			f := m.end()
+			f := m.End()
 			what := "check"
 			if i == len(checks)-1 {
 				what = "check + assembly, freeze, fan-out"
@@ -316,26 +267,21 @@ func BenchmarkSubmitParts(b *testing.B) {
 					b.Fatalf("batch %s with %d items, want running with %d", bt.Status, bt.ItemCount, n)
 				}
 				b.Logf("%s %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB; %d chunks, %d fan-out messages, manifest %.1f GB",
-					what, ev.Index, f.wall.Round(time.Millisecond), f.cpu.Round(time.Millisecond), f.heapMiB, f.heldMiB, bt.Chunks, queue.n.Load(), float64(bt.ManifestBytes)/1e9)
-				b.ReportMetric(f.wall.Seconds(), "last-check-wall-s")
-				b.ReportMetric(f.heldMiB, "last-check-held-MiB")
+					what, ev.Index, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond), f.HeapMiB, f.HeldMiB, bt.Chunks, queue.n.Load(), float64(bt.ManifestBytes)/1e9)
+				b.ReportMetric(f.Wall.Seconds(), "last-check-wall-s")
+				b.ReportMetric(f.HeldMiB, "last-check-held-MiB")
 				break
 			}
-			sumCheck.add(f)
-			maxCheck.max(f)
+			sumCheck.Add(f)
+			maxCheck.Max(f)
 		}
 		if k := len(checks) - 1; k > 0 {
 			b.Logf("checks: %d, mean %s wall, %s CPU; peak heap %.1f MiB, held %.1f MiB at most",
-				k, (sumCheck.wall / time.Duration(k)).Round(time.Millisecond), (sumCheck.cpu / time.Duration(k)).Round(time.Millisecond), maxCheck.heapMiB, maxCheck.heldMiB)
-			b.ReportMetric(sumCheck.cpu.Seconds()/float64(k), "cpu-s/check")
-			b.ReportMetric(maxCheck.heldMiB, "check-held-MiB")
+				k, (sumCheck.Wall / time.Duration(k)).Round(time.Millisecond), (sumCheck.CPU / time.Duration(k)).Round(time.Millisecond), maxCheck.HeapMiB, maxCheck.HeldMiB)
+			b.ReportMetric(sumCheck.CPU.Seconds()/float64(k), "cpu-s/check")
+			b.ReportMetric(maxCheck.HeldMiB, "check-held-MiB")
 		}
 	}
-}
-
-func (s *stepFigures) add(f stepFigures) { s.wall += f.wall; s.cpu += f.cpu }
-func (s *stepFigures) max(f stepFigures) {
-	s.heapMiB, s.heldMiB = max(s.heapMiB, f.heapMiB), max(s.heldMiB, f.heldMiB)
 }
 
 // countQueue counts the fan-out messages and keeps none.
