@@ -72,6 +72,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range []int{1, 10} {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 				if strings.HasSuffix(req.Key, "3") {
 					return pipeline.Result{}, pipeline.Permanent(errors.New("bad item " + req.Key))
@@ -143,6 +144,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 		})
 	}
 	t.Run("invoke refused without the grant", func(t *testing.T) {
+		t.Parallel()
 		if !laneOn() {
 			t.Skip("the IAM lane is off")
 		}

@@ -46,28 +46,29 @@ import (
 // Bounds of the parallel finalize.
 const (
 	// DefaultFinalizePartRows is how many rows one part of a parallel
-	// finalize is planned to read: 500,000, ≈ 7–10 CPU-seconds (14.6 per
-	// 10^6 rows with one item per message, ≈ 20 at ten; Measured in
-	// docs/design.md), ≈ 15 s at finalize's 1,024 MB (0.58 vCPU). A run
-	// of fewer than twice as many rows is read by one call, as before:
-	// under 10^6 rows that call takes less than ≈ 25 s, and splitting it
-	// would add a merge that reads every line again, a plan, an
-	// invocation per part and their objects (see docs/design.md, "Time
-	// to result").
-	DefaultFinalizePartRows = 500_000
+	// finalize is planned to read: 10^6, ≈ 15 CPU-seconds with one item
+	// per message (14.6 per 10^6 rows, Measured in docs/design.md), ≈ 25 s
+	// at finalize's 1,024 MB (0.58 vCPU). A run of fewer than twice as
+	// many rows is read by one call, as before: parts add a merge that
+	// reads and writes every result line again (≈ 11 s per 10^6 rows of
+	// 1 KB at an assumed 100 MB/s of S3 to one function), a plan, an
+	// invocation and three objects per part, so below 2·10^6 rows they
+	// save little or nothing (see docs/design.md, "Finalizing a run in
+	// parts").
+	DefaultFinalizePartRows = 1_000_000
 	// MaxFinalizeParts bounds a run's parts, and so the runs the final
-	// merge reads at once: 256, each read in ranges of ≥ 128 KiB within
-	// the merge's budget (sortReadBytes).
+	// merge reads at once: 256, each read in ranges of ≥ 64 KiB, two at a
+	// time, within the merge's budget (sortReadBytes).
 	MaxFinalizeParts = 256
 	// MaxPartRowsFactor bounds the rows of one part: a run whose parts
-	// would each read more than 8 × the planned rows (a stack whose flow
+	// would each read more than 4 × the planned rows (a stack whose flow
 	// gave the run few item shards, ListShards) is read by one chain of
-	// calls, which a part is not: a part is one call, and 8 × 500,000
-	// rows take ≈ 4 minutes of a call's 15 at 1,024 MB.
-	MaxPartRowsFactor = 8
+	// calls, which a part is not: a part is one call, and 4·10^6 rows
+	// take ≈ 100 CPU-seconds, ≈ 3 minutes at 1,024 MB, of a call's 15.
+	MaxPartRowsFactor = 4
 	// MaxMergeFanIn is how many sorted runs one merge reads at once
 	// before it merges them into fewer, longer runs first: 256, each read
-	// in ranges of ≥ 128 KiB within the budget.
+	// in two ranges of ≥ 64 KiB within the budget.
 	MaxMergeFanIn = 256
 )
 
