@@ -235,6 +235,24 @@ func TestSendConcurrentUnavailableIsAnError(t *testing.T) {
 	}
 }
 
+// A send cut short (its context ended, as a submit whose invocation ends)
+// is an error, never success, whatever calls were already answered: the
+// caller does not mark the fan-out sent and sends it again.
+func TestSendCutShortIsAnError(t *testing.T) {
+	f := &fakeSQS{latency: 50 * time.Millisecond, answer: func(int, string) (bool, bool) { return true, false }}
+	q := newQueue(t, f)
+	q.SendConcurrency = 2
+	var bodies [][]byte
+	for i := range 100 {
+		bodies = append(bodies, []byte(strconv.Itoa(i)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+	defer cancel()
+	if err := q.Send(ctx, bodies); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send = %v, want an error wrapping the context's end", err)
+	}
+}
+
 // BenchmarkSendFanout sends the fan-out of 10^6 items (200 messages of
 // 5,000 items each, 20 calls) to an endpoint that answers every
 // SendMessageBatch after 20 ms, one call after another and
