@@ -195,7 +195,7 @@ func (f *Finalizer) newPlan(ctx context.Context, b Batch, seq, parts int) (*part
 	}
 }
 
-// partState lists which parts of plan p have their result.
+// partsDone lists which parts of plan p have their result, and how many.
 func (f *Finalizer) partsDone(ctx context.Context, id string, run int, p *partPlan) ([]bool, int, error) {
 	done, n := make([]bool, p.Parts), 0
 	prefix := finalPartsPrefix(id, run, p.Seq)
