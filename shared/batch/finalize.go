@@ -241,7 +241,16 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		done, err := f.scanChunk(ctx, b, cp)
 		if errors.Is(err, ErrConflict) {
 			// Another call wrote this checkpoint first: go on from it.
-			if cp, err = f.loadCheckpoint(ctx, id, run); err == nil && (cp == nil || !cp.Done) {
+			cp, err = f.loadCheckpoint(ctx, id, run)
+			if err == nil && cp == nil {
+				// No checkpoint left: that call may have finished the run
+				// and deleted them meanwhile; then its report is the answer.
+				if nb, gerr := f.Store.GetBatch(ctx, id); gerr == nil && nb.Run == run && nb.Status.Finished() {
+					rep, err := f.readReport(ctx, id, run)
+					return FinalizeResult{Report: rep}, err
+				}
+			}
+			if err == nil && (cp == nil || !cp.Done) {
 				return FinalizeResult{Continued: true}, nil
 			}
 			done = true
