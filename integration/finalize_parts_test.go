@@ -60,7 +60,7 @@ func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan,
 
 // TestFinalizeInPartsOnEmulator guards the parallel finalize on the
 // emulator's DynamoDB and S3, at one and ten items per message: a run of
-// 400 items of 4 item shards read in 4 parts at once (parts of 100 rows),
+// 260 items of 3 item shards read in 3 parts at once (parts of 65 rows),
 // each part's start an Invoke of the finalize function checked by the
 // IAM lane against finalize's role, the last part merging: one report,
 // whose census and results files are byte for byte those of the same
@@ -81,7 +81,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			})
 			var src strings.Builder
 			src.WriteByte('[')
-			for i := range 400 {
+			for i := range 260 {
 				if i > 0 {
 					src.WriteByte(',')
 				}
@@ -104,7 +104,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 				t.Fatalf("one pass: %+v %v", ref, err)
 			}
 			f := *h.finalizer
-			f.PartRows = 100
+			f.PartRows = 65 // 260 items in 3 item shards: 3 parts
 			parts := &laneParts{f: &f, invoke: trigger.New(lambda.NewFromConfig(h.as(env.aws, "finalize")), env.finalizeFn)}
 			f.Parts = parts
 			res, err := f.Finalize(ctx, parted, 1)
@@ -116,8 +116,8 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := mustBatch(t, h, parted)
-			if parts.runs != 4 || parts.wrote != 1 || b.Status != ref.Report.Status {
-				t.Fatalf("%d parts ran, %d wrote the report, status %s; want 4, 1, %s", parts.runs, parts.wrote, b.Status, ref.Report.Status)
+			if parts.runs != 3 || parts.wrote != 1 || b.Status != ref.Report.Status {
+				t.Fatalf("%d parts ran, %d wrote the report, status %s; want 3, 1, %s", parts.runs, parts.wrote, b.Status, ref.Report.Status)
 			}
 			got, err := f.Finalize(ctx, parted, 1)
 			if err != nil {
@@ -140,7 +140,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			if left != 0 {
 				t.Fatalf("%d finalize objects left", left)
 			}
-			t.Logf("K=%d: %d shards read in 4 parts, census %s", k, b.ListShards, gc)
+			t.Logf("K=%d: %d shards read in 3 parts, census %s", k, b.ListShards, gc)
 		})
 	}
 	t.Run("invoke refused without the grant", func(t *testing.T) {
@@ -152,7 +152,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 		const action = "lambda:InvokeFunction"
 		laneRevoke(t, h, map[string][]string{"finalize": {action}})
 		id := newID(t)
-		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(130)}}); err != nil {
+		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(130)}, ItemsPerMessage: 10}); err != nil {
 			t.Fatal(err)
 		}
 		h.drain(t, ctx)
