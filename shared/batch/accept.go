@@ -61,6 +61,13 @@ func (s *Submitter) Accept(ctx context.Context, req SubmitRequest) (SubmitResult
 	if err := s.objectExists(ctx, req.Source); err != nil {
 		return SubmitResult{}, err
 	}
+	// A gzip object or a JSON array too large for one invocation is
+	// refused now, rather than after three reads time out.
+	if plan, err := s.planParts(ctx, req); err == nil && plan == nil {
+		if err := s.wholeReadFits(ctx, req); err != nil {
+			return SubmitResult{}, err
+		}
+	}
 	stored := req
 	stored.Rerun = false // a property of one call, not of the batch
 	raw, err := json.Marshal(stored)

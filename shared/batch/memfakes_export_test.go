@@ -138,6 +138,10 @@ func (m *partBlobs) Compose(ctx context.Context, key, contentType string, source
 // (MinComposePartBytes), for tests of small parts.
 func SetPartCompose(c *PartsConfig, n int64) { c.minCompose = n }
 
+// SetMaxWholeRead sets the most text a PartsConfig's submitter reads
+// whole (MaxWholeReadBytes).
+func SetMaxWholeRead(c *PartsConfig, n int64) { c.maxWhole = n }
+
 // FailBlobs makes f decide the fate of every Put (op "put") and PutPart
 // (op "put_part") by its key:
 // an error fails the call, which does nothing. nil stops it.

@@ -96,6 +96,8 @@ type PartsConfig struct {
 	Handoff PartHandoff
 	// minCompose overrides MinComposePartBytes (tests).
 	minCompose int64
+	// maxWhole overrides MaxWholeReadBytes (tests).
+	maxWhole int64
 }
 
 // PartHandoff starts one step of a source read in parts, asynchronously.

@@ -21,27 +21,43 @@ import (
 
 // diskBlobs is a local object store for the parts benchmark: the source is
 // genSource's lines made for any byte range (every line has the same
-// length), the manifest parts are hashed and counted, not kept, and every
-// other object (plans, keys, line lengths, results) is a file on disk.
+// length), or, in CSV, a header and rows of one length each holding a
+// quoted newline and doubled quotes; the manifest parts are hashed and
+// counted, not kept, and every other object (plans, keys, line lengths,
+// results) is a file on disk.
 type diskBlobs struct {
 	batch.Blobs
 	dir     string
-	n       int64 // source lines
+	n       int64 // source items
 	pad     string
+	head    string // CSV: the header line
+	csv     bool
 	lineLen int64
 	mu      sync.Mutex
 	sizes   map[string]int64 // manifest parts and composed objects: size only
 }
 
-func newDiskBlobs(dir string, n int64) *diskBlobs {
+func newDiskBlobs(dir string, n int64, csv bool) *diskBlobs {
 	pad := fmt.Sprintf("%0880d", 0)
-	line, _ := io.ReadAll(&genSource{n: 1, pad: pad})
-	return &diskBlobs{dir: dir, n: n, pad: pad, lineLen: int64(len(line)), sizes: map[string]int64{}}
+	d := &diskBlobs{dir: dir, n: n, pad: pad, csv: csv, sizes: map[string]int64{}}
+	if csv {
+		d.head = "key,text\r\n"
+	}
+	d.lineLen = int64(len(d.line(nil, 0)))
+	return d
+}
+
+// line appends item i of the source to buf.
+func (d *diskBlobs) line(buf []byte, i int64) []byte {
+	if d.csv {
+		return fmt.Appendf(buf, "%0100d-%09d,\"%s\n\"\"q\"\" %s\"\r\n", 0, i, d.pad[:440], d.pad[:430])
+	}
+	return fmt.Appendf(buf, `{"key":"%0100d-%09d","text":"%s"}`+"\n", 0, i, d.pad)
 }
 
 func (d *diskBlobs) Bucket() string { return "batches" }
 
-func (d *diskBlobs) size() int64 { return d.n * d.lineLen }
+func (d *diskBlobs) size() int64 { return int64(len(d.head)) + d.n*d.lineLen }
 
 func (d *diskBlobs) HeadSource(context.Context, string, string) (batch.ObjectInfo, error) {
 	return batch.ObjectInfo{Size: d.size(), ETag: "gen"}, nil
@@ -58,10 +74,12 @@ func (r *rangeSource) Read(p []byte) (int, error) {
 	if r.off >= r.end {
 		return 0, io.EOF
 	}
-	if len(r.buf) == 0 {
-		i := r.off / r.d.lineLen
-		r.buf = fmt.Appendf(r.buf[:0], `{"key":"%0100d-%09d","text":"%s"}`+"\n", 0, i, r.d.pad)
-		r.buf = r.buf[r.off%r.d.lineLen:]
+	if h := int64(len(r.d.head)); len(r.buf) == 0 && r.off < h {
+		r.buf = append(r.buf[:0], r.d.head[r.off:]...)
+	} else if len(r.buf) == 0 {
+		i := (r.off - h) / r.d.lineLen
+		r.buf = r.d.line(r.buf[:0], i)
+		r.buf = r.buf[(r.off-h)%r.d.lineLen:]
 	}
 	n := copy(p, r.buf[:min(int64(len(r.buf)), r.end-r.off)])
 	r.buf = r.buf[n:]
@@ -114,7 +132,8 @@ func (d *diskBlobs) List(_ context.Context, _, prefix string, fn func(batch.Obje
 	p := strings.ReplaceAll(prefix, "/", "_")
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), p) {
-			if err := fn(batch.ObjectInfo{Key: e.Name()}); err != nil {
+			// The stack's keys hold no '_': the file name's are its '/'.
+			if err := fn(batch.ObjectInfo{Key: strings.ReplaceAll(e.Name(), "_", "/")}); err != nil {
 				return err
 			}
 		}
@@ -124,7 +143,7 @@ func (d *diskBlobs) List(_ context.Context, _, prefix string, fn func(batch.Obje
 
 func (d *diskBlobs) DeletePrefix(_ context.Context, prefix string) (int, error) {
 	n := 0
-	err := d.List(context.Background(), "", prefix, func(o batch.ObjectInfo) error { n++; return os.Remove(filepath.Join(d.dir, o.Key)) })
+	err := d.List(context.Background(), "", prefix, func(o batch.ObjectInfo) error { n++; return os.Remove(d.path(o.Key)) })
 	return n, err
 }
 
@@ -175,19 +194,24 @@ func (w *fileWriter) Close() error                { return w.f.Close() }
 func (w *fileWriter) Abort() error                { w.f.Close(); return os.Remove(w.f.Name()) }
 
 // BenchmarkSubmitParts runs the real read in parts (Complete, each part's
-// read, each key partition's check, the assembly, the freeze and fan-out)
-// over the in-memory store and a local object store (diskBlobs: a
-// generated source of BULKRUN_SUBMIT_ROWS lines of ≈ 1 KB, default 10^6,
-// read by byte ranges; keys, lengths and results on disk; manifest parts
-// counted), one step after the other, each measured as the invocation it
-// is on Lambda (wall, CPU, peak heap, memory held), under the Go memory
-// limit of the submit function (1,024 MB). BULKRUN_SUBMIT_PART_BYTES sets
-// the part size (default batch.DefaultPartBytes); BULKRUN_SUBMIT_PARTS_ONLY=k
-// reads only the first k parts and stops (a source too large to read here
-// whole: each part is the same work, so k parts measure it).
+// count (positional keys), read and re-read (CSV), each key partition's
+// check, the assembly, the freeze and fan-out) over the in-memory store
+// and a local object store (diskBlobs: a generated source of
+// BULKRUN_SUBMIT_ROWS items of ≈ 1 KB, default 10^6, read by byte ranges;
+// keys, lengths and results on disk; manifest parts counted), one step
+// after the other, each measured as the invocation it is on Lambda (wall,
+// CPU, peak heap, memory held), under the Go memory limit of the submit
+// function (1,024 MB). BULKRUN_SUBMIT_FORMAT=csv reads CSV rows (a quoted
+// newline and doubled quotes in each) instead of JSON Lines;
+// BULKRUN_SUBMIT_POSITIONAL=1 reads without key field.
+// BULKRUN_SUBMIT_PART_BYTES sets the part size (default
+// batch.DefaultPartBytes); BULKRUN_SUBMIT_PARTS_ONLY=k runs only the
+// first k steps handed off first and stops (a source too large to read
+// here whole: each part is the same work, so k parts measure it).
 //
 //	BULKRUN_SUBMIT_ROWS=10000000 go test -run '^$' -bench SubmitParts -benchtime 1x -timeout 60m -v ./shared/batch/
 //	BULKRUN_SUBMIT_ROWS=100000000 BULKRUN_SUBMIT_PARTS_ONLY=3 go test -run '^$' -bench SubmitParts -benchtime 1x -timeout 60m -v ./shared/batch/
+//	BULKRUN_SUBMIT_FORMAT=csv BULKRUN_SUBMIT_ROWS=1500000 go test -run '^$' -bench SubmitParts -benchtime 1x -timeout 60m -v ./shared/batch/
 func BenchmarkSubmitParts(b *testing.B) {
 	n := int64(1_000_000)
 	if v, err := strconv.ParseInt(os.Getenv("BULKRUN_SUBMIT_ROWS"), 10, 64); err == nil && v > 0 {
@@ -198,6 +222,11 @@ func BenchmarkSubmitParts(b *testing.B) {
 		partBytes = v
 	}
 	only, _ := strconv.Atoi(os.Getenv("BULKRUN_SUBMIT_PARTS_ONLY"))
+	csv := os.Getenv("BULKRUN_SUBMIT_FORMAT") == "csv"
+	keyField := "key"
+	if os.Getenv("BULKRUN_SUBMIT_POSITIONAL") == "1" {
+		keyField = ""
+	}
 	shownPart := partBytes
 	if shownPart == 0 {
 		shownPart = batch.DefaultPartBytes
@@ -206,7 +235,7 @@ func BenchmarkSubmitParts(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		dir := b.TempDir()
-		blobs := newDiskBlobs(dir, n)
+		blobs := newDiskBlobs(dir, n, csv)
 		steps := &partSteps{}
 		store := memstore.New()
 		queue := &countQueue{}
@@ -216,7 +245,11 @@ func BenchmarkSubmitParts(b *testing.B) {
 		if err := os.Mkdir(s.TempDir, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		req := batch.SubmitRequest{BatchID: "gen", Pipeline: "p", KeyField: "key", Source: batch.SourceSpec{Object: "s3://source/items.jsonl"}}
+		object := "s3://source/items.jsonl"
+		if csv {
+			object = "s3://source/items.csv"
+		}
+		req := batch.SubmitRequest{BatchID: "gen", Pipeline: "p", KeyField: keyField, Source: batch.SourceSpec{Object: object}}
 		if _, err := s.Accept(ctx, req); err != nil {
 			b.Fatal(err)
 		}
@@ -225,61 +258,59 @@ func BenchmarkSubmitParts(b *testing.B) {
 			b.Fatal(err)
 		}
 		f := m.End()
-		reads := steps.take()
-		b.Logf("source %d items, %.1f GB, %d parts of %d MiB; plan and hand-off: %s", n, float64(blobs.size())/1e9, len(reads), shownPart>>20, f.Wall.Round(time.Millisecond))
-		var sumRead, maxRead batch.StepFigures
-		ran := 0
-		for i, ev := range reads {
-			if only > 0 && i >= only {
+		b.Logf("source %d items, %.1f GB, csv %v, key field %q, parts of %d MiB; plan and hand-off: %s, %s CPU",
+			n, float64(blobs.size())/1e9, csv, keyField, shownPart>>20, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond))
+		var last batch.Batch
+		for round := 0; ; round++ {
+			evs := steps.take()
+			if len(evs) == 0 {
 				break
 			}
-			m := batch.StartStep()
-			if _, err := s.Part(ctx, ev); err != nil {
-				b.Fatal(err)
+			var sum, most batch.StepFigures
+			ran := 0
+			kind := evs[0].Step
+			if kind == batch.PartStepRead && evs[0].Start != batch.PartStartUnknown {
+				kind = "read knowing its start"
 			}
-			f := m.End()
-			ran++
-			b.Logf("part %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB", ev.Index, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond), f.HeapMiB, f.HeldMiB)
-			sumRead.Add(f)
-			maxRead.Max(f)
-		}
-		b.Logf("reads: %d parts, mean %s wall, %s CPU; peak heap %.1f MiB, held %.1f MiB at most",
-			ran, (sumRead.Wall / time.Duration(ran)).Round(time.Millisecond), (sumRead.CPU / time.Duration(ran)).Round(time.Millisecond), maxRead.HeapMiB, maxRead.HeldMiB)
-		b.ReportMetric(sumRead.CPU.Seconds()/float64(ran), "cpu-s/part")
-		b.ReportMetric(sumRead.Wall.Seconds()/float64(ran), "wall-s/part")
-		b.ReportMetric(maxRead.HeldMiB, "part-held-MiB")
-		if only > 0 && only < len(reads) {
-			continue
-		}
-		checks := steps.take()
-		var sumCheck, maxCheck batch.StepFigures
-		for i, ev := range checks {
-			m := batch.StartStep()
-			bt, err := s.Part(ctx, ev)
-			if err != nil {
-				b.Fatal(err)
-			}
-			f := m.End()
-			what := "check"
-			if i == len(checks)-1 {
-				what = "check + assembly, freeze, fan-out"
-				if bt.Status != batch.StatusRunning || bt.ItemCount != n {
-					b.Fatalf("batch %s with %d items, want running with %d", bt.Status, bt.ItemCount, n)
+			for i, ev := range evs {
+				if only > 0 && i >= only {
+					break
 				}
-				b.Logf("%s %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB; %d chunks, %d fan-out messages, manifest %.1f GB",
-					what, ev.Index, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond), f.HeapMiB, f.HeldMiB, bt.Chunks, queue.n.Load(), float64(bt.ManifestBytes)/1e9)
-				b.ReportMetric(f.Wall.Seconds(), "last-check-wall-s")
-				b.ReportMetric(f.HeldMiB, "last-check-held-MiB")
+				m := batch.StartStep()
+				bt, err := s.Part(ctx, ev)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f := m.End()
+				if bt.Status == batch.StatusRunning {
+					last = bt
+					b.Logf("%s %d, then the assembly, freeze and fan-out: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB; %d chunks, %d fan-out messages, manifest %.1f GB",
+						kind, ev.Index, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond), f.HeapMiB, f.HeldMiB, bt.Chunks, queue.n.Load(), float64(bt.ManifestBytes)/1e9)
+					b.ReportMetric(f.Wall.Seconds(), "last-step-wall-s")
+					b.ReportMetric(f.HeldMiB, "last-step-held-MiB")
+					continue
+				}
+				ran++
+				if kind != batch.PartStepKeys {
+					b.Logf("%s %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB", kind, ev.Index, f.Wall.Round(time.Millisecond), f.CPU.Round(time.Millisecond), f.HeapMiB, f.HeldMiB)
+				}
+				sum.Add(f)
+				most.Max(f)
+			}
+			if ran > 0 {
+				b.Logf("%s: %d steps, mean %s wall, %s CPU; peak heap %.1f MiB, held %.1f MiB at most",
+					kind, ran, (sum.Wall / time.Duration(ran)).Round(time.Millisecond), (sum.CPU / time.Duration(ran)).Round(time.Millisecond), most.HeapMiB, most.HeldMiB)
+				unit := strings.ReplaceAll(kind, " ", "-")
+				b.ReportMetric(sum.CPU.Seconds()/float64(ran), "cpu-s/"+unit)
+				b.ReportMetric(most.HeldMiB, unit+"-held-MiB")
+			}
+			if only > 0 && only < len(evs) {
 				break
 			}
-			sumCheck.Add(f)
-			maxCheck.Max(f)
 		}
-		if k := len(checks) - 1; k > 0 {
-			b.Logf("checks: %d, mean %s wall, %s CPU; peak heap %.1f MiB, held %.1f MiB at most",
-				k, (sumCheck.Wall / time.Duration(k)).Round(time.Millisecond), (sumCheck.CPU / time.Duration(k)).Round(time.Millisecond), maxCheck.HeapMiB, maxCheck.HeldMiB)
-			b.ReportMetric(sumCheck.CPU.Seconds()/float64(k), "cpu-s/check")
-			b.ReportMetric(maxCheck.HeldMiB, "check-held-MiB")
+		if only == 0 && (last.Status != batch.StatusRunning || last.ItemCount != n) {
+			bt, err := store.GetBatch(ctx, "gen")
+			b.Fatalf("batch %s with %d items (refusal %+v, %v), want running with %d", bt.Status, bt.ItemCount, bt.Refusal, err, n)
 		}
 	}
 }

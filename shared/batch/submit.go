@@ -529,6 +529,9 @@ func (s *Submitter) readSource(ctx context.Context, req SubmitRequest, mw *Manif
 	if plan != nil {
 		return readWholeByParts(ctx, s.Blobs.(PartBlobs), plan, mw)
 	}
+	if err := s.wholeReadFits(ctx, req); err != nil {
+		return err
+	}
 	return ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
 }
 
