@@ -881,7 +881,7 @@ func (s *Submitter) startParts(ctx context.Context, b Batch, p *PartPlan) (Batch
 		return b, err
 	}
 	if p.positional() {
-		return s.startCounted(ctx, b, p)
+		return s.countedParts(ctx, b, p, false)
 	}
 	have, err := s.listParts(ctx, p)
 	if err != nil {
@@ -899,9 +899,34 @@ func (s *Submitter) startParts(ctx context.Context, b Batch, p *PartPlan) (Batch
 	}
 	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
 	if missing == 0 {
-		return s.partsRead(ctx, b, p, true)
+		return s.partsRead(ctx, b, p, true, false)
 	}
 	return b, nil
+}
+
+// handOffOnce reports whether this call is the first to hand off the
+// steps named what of plan p (an object written If-None-Match): of the
+// steps that end together and each find every step before them done,
+// one hands off the next steps. Without once (the background read and the
+// tick resuming a read, which hand off only what is missing) it is true.
+func (s *Submitter) handOffOnce(ctx context.Context, p *PartPlan, what string, once bool) (bool, error) {
+	if !once {
+		return true, nil
+	}
+	err := s.Blobs.PutIfAbsent(ctx, p.prefix()+"handed-off-"+what, "application/json", []byte("{}\n"))
+	if errors.Is(err, ErrConflict) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// handOffFailed lets the retry of a step whose hand-off of the steps
+// named what failed hand them off again (see handOffOnce), and returns err.
+func (s *Submitter) handOffFailed(ctx context.Context, p *PartPlan, what string, err error) error {
+	if derr := s.Blobs.Delete(ctx, p.prefix()+"handed-off-"+what); derr != nil {
+		return errors.Join(err, derr)
+	}
+	return err
 }
 
 // listParts returns which results exist of each part: [i][0] read from a
@@ -988,7 +1013,7 @@ func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
 		if err != nil || n < p.Parts {
 			return b, err
 		}
-		return s.startCounted(ctx, b, p)
+		return s.countedParts(ctx, b, p, true)
 	case PartStepRead:
 		if err := s.readPartStep(ctx, p, ev.Index, ev.Start, ev.Base); err != nil {
 			return b, err
@@ -999,7 +1024,7 @@ func (s *Submitter) Part(ctx context.Context, ev PartEvent) (Batch, error) {
 		}
 		// The first reads hand off the re-reads; a re-read goes on only
 		// when it finds every re-read done.
-		return s.partsRead(ctx, b, p, ev.Start == PartStartUnknown)
+		return s.partsRead(ctx, b, p, ev.Start == PartStartUnknown, true)
 	case PartStepKeys:
 		if err := s.checkKeysStep(ctx, p, ev.Index); err != nil {
 			return b, err
@@ -1206,7 +1231,7 @@ func (s *Submitter) results(ctx context.Context, p *PartPlan) ([]partResult, err
 // lines refuses the batch (the first such part, its line numbered in the
 // whole source, as a whole read would name it); else the key checks are
 // handed off.
-func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff bool) (Batch, error) {
+func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff, once bool) (Batch, error) {
 	rs, reread, refused, err := s.settled(ctx, p)
 	if err != nil {
 		return b, err
@@ -1214,6 +1239,9 @@ func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff
 	if len(reread) > 0 {
 		if !handOff {
 			return b, nil // the re-read that finds every re-read done goes on
+		}
+		if first, err := s.handOffOnce(ctx, p, "rereads", once); err != nil || !first {
+			return b, err
 		}
 		for _, ev := range reread {
 			if s.Parts.Handoff == nil {
@@ -1223,14 +1251,14 @@ func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff
 				continue
 			}
 			if err := s.Parts.Handoff.StartPart(ctx, ev); err != nil {
-				return b, fmt.Errorf("submit %s: hand off part %d again: %w", b.ID, ev.Index, err)
+				return b, s.handOffFailed(ctx, p, "rereads", fmt.Errorf("submit %s: hand off part %d again: %w", b.ID, ev.Index, err))
 			}
 		}
 		s.Log.Info("parts read again from their quote state", "batch_id", b.ID, "plan", p.ID, "parts", len(reread))
 		if s.Parts.Handoff != nil {
 			return b, nil
 		}
-		return s.partsRead(ctx, b, p, false)
+		return s.partsRead(ctx, b, p, false, false)
 	}
 	var base, items int64
 	for i, r := range rs {
@@ -1243,6 +1271,11 @@ func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff
 	}
 	if items == 0 {
 		return s.refuse(ctx, b, refusalOf(&InputError{Field: "source.object", Reason: "holds no items (blank and whitespace-only lines are not items)", Err: ErrEmptySource}))
+	}
+	if p.Partitions > 0 && s.Parts.Handoff != nil {
+		if first, err := s.handOffOnce(ctx, p, "checks", once); err != nil || !first {
+			return b, err
+		}
 	}
 	for h := 0; h < p.Partitions; h++ {
 		var c checkResult
@@ -1260,7 +1293,7 @@ func (s *Submitter) partsRead(ctx context.Context, b Batch, p *PartPlan, handOff
 			continue
 		}
 		if err := s.Parts.Handoff.StartPart(ctx, PartEvent{Step: PartStepKeys, BatchID: b.ID, Plan: p.ID, Index: h}); err != nil {
-			return b, fmt.Errorf("submit %s: hand off key check %d: %w", b.ID, h, err)
+			return b, s.handOffFailed(ctx, p, "checks", fmt.Errorf("submit %s: hand off key check %d: %w", b.ID, h, err))
 		}
 	}
 	if n, err := countObjects(ctx, s.Blobs, p.prefix()+"check-"); err != nil || n < p.Partitions {
@@ -1473,13 +1506,15 @@ type partCount struct {
 	QuoteOdd bool `json:"quote_odd,omitempty"`
 }
 
-// startCounted goes on with a source without key field: a part's keys
+// countedParts goes on with a source without key field: a part's keys
 // are the indexes of its items in the whole source, so every part is
 // counted first (a scan, no parsing) and then read knowing its first
 // item's index and, in CSV, whether it begins inside a quoted field. It
 // hands off the counts missing or, every part counted, the reads
-// missing; every part read, it goes on at once.
-func (s *Submitter) startCounted(ctx context.Context, b Batch, p *PartPlan) (Batch, error) {
+// missing; every part read, it goes on at once. A count step that finds
+// every count (once, after the steps that end together: once) hands off
+// the reads only if it is the first to (handOffOnce).
+func (s *Submitter) countedParts(ctx context.Context, b Batch, p *PartPlan, once bool) (Batch, error) {
 	counts := make([]partCount, p.Parts)
 	found := make([]bool, p.Parts)
 	errs := make([]error, p.Parts)
@@ -1511,6 +1546,9 @@ func (s *Submitter) startCounted(ctx context.Context, b Batch, p *PartPlan) (Bat
 		s.Log.Info("source counted in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
 		return b, nil
 	}
+	if first, err := s.handOffOnce(ctx, p, "reads", once); err != nil || !first {
+		return b, err
+	}
 	have, err := s.listParts(ctx, p)
 	if err != nil {
 		return b, err
@@ -1520,7 +1558,7 @@ func (s *Submitter) startCounted(ctx context.Context, b Batch, p *PartPlan) (Bat
 		if !have[i][btoi(in)] {
 			missing++
 			if err := s.Parts.Handoff.StartPart(ctx, PartEvent{Step: PartStepRead, BatchID: b.ID, Plan: p.ID, Index: i, Start: startOf(in), Base: base}); err != nil {
-				return b, fmt.Errorf("submit %s: hand off part %d: %w", b.ID, i, err)
+				return b, s.handOffFailed(ctx, p, "reads", fmt.Errorf("submit %s: hand off part %d: %w", b.ID, i, err))
 			}
 		}
 		base += c.Items[btoi(in)]
@@ -1528,7 +1566,7 @@ func (s *Submitter) startCounted(ctx context.Context, b Batch, p *PartPlan) (Bat
 	}
 	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "items", base)
 	if missing == 0 {
-		return s.partsRead(ctx, b, p, true)
+		return s.partsRead(ctx, b, p, true, false)
 	}
 	return b, nil
 }

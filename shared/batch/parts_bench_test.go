@@ -2,6 +2,7 @@ package batch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -103,6 +104,18 @@ func (d *diskBlobs) path(key string) string {
 
 func (d *diskBlobs) Put(_ context.Context, key, _ string, body []byte) error {
 	return os.WriteFile(d.path(key), body, 0o600)
+}
+
+func (d *diskBlobs) PutIfAbsent(_ context.Context, key, _ string, body []byte) error {
+	f, err := os.OpenFile(d.path(key), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if os.IsExist(err) {
+		return batch.ErrConflict
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(body)
+	return errors.Join(err, f.Close())
 }
 
 func (d *diskBlobs) Get(_ context.Context, key string) ([]byte, error) {

@@ -273,7 +273,8 @@ func TestPartsPositionalResumeAfterAKilledPart(t *testing.T) {
 	if _, err := r.sub.Complete(ctx, "kill"); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range steps.take() {
+	counts := steps.take()
+	for _, ev := range counts {
 		if ev.Step != batch.PartStepCount {
 			t.Fatalf("%+v handed off first, want the counts", ev)
 		}
@@ -282,6 +283,14 @@ func TestPartsPositionalResumeAfterAKilledPart(t *testing.T) {
 		}
 	}
 	reads := steps.take()
+	// A count that ends with (or after) the one that handed off the reads
+	// finds every count too, and hands off nothing.
+	if _, err := r.sub.Part(ctx, counts[len(counts)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if len(reads) != len(counts) || len(steps.evs) != 0 {
+		t.Fatalf("%d counts handed off %d reads, then %d more; want one read per part, once", len(counts), len(reads), len(steps.evs))
+	}
 	victim := reads[len(reads)/2]
 	if victim.Step != batch.PartStepRead || victim.Start == batch.PartStartUnknown || victim.Base == 0 {
 		t.Fatalf("after the counts: %+v, want a read knowing its start and base", victim)
