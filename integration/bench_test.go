@@ -33,6 +33,7 @@ const (
 // checks that the run report's usage block carries the units the adapter
 // was told by DynamoDB (ReturnConsumedCapacity).
 func TestCostUnitsPerItem(t *testing.T) {
+	t.Parallel() // its own tables, bucket and queue (bench.Run): beside the other parallel tests
 	for _, sc := range []struct {
 		outputBytes int
 		writeBudget float64
@@ -97,6 +98,8 @@ func TestCostUnitsPerItem(t *testing.T) {
 // most $0.50 of infrastructure per 10^6 items (here in 500-item batches,
 // each paying its fixed cost), with no index entry written.
 func TestCostUnitsPerItemPacked(t *testing.T) {
+	// Not in parallel: its dollars include Lambda duration, the wall time
+	// of each in-process invocation, which other tests' load would inflate.
 	r, err := bench.Run(context.Background(), env.aws, bench.Scenario{Name: "packed " + newID(t), Items: 500, ItemsPerMessage: 10,
 		Delivery: bench.DeliveryShuffled})
 	if err != nil {
@@ -134,6 +137,7 @@ func TestCostUnitsPerItemPacked(t *testing.T) {
 // attention entries went into a transaction with the pack: ≈ 4 units per
 // failed pack item.
 func TestCostOfFailures(t *testing.T) {
+	t.Parallel() // its own tables, bucket and queue (bench.Run): beside the other parallel tests
 	for _, k := range []int{1, 10} {
 		clean := bench.Scenario{Name: "clean " + newID(t), Items: 500, ItemsPerMessage: k, Delivery: bench.DeliveryShuffled}
 		failing := clean

@@ -132,6 +132,7 @@ func checkMerged(t *testing.T, id, route string, n int, bad map[string]bool) {
 // each naming the run and revision that produced it; forget removes
 // every revision's objects.
 func TestCorrectionsByAPI(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	ctx := context.Background()
 	id := newID(t)
 	n := correctionItems(t, 200)
@@ -243,6 +244,7 @@ func jsonArray(lines []byte) json.RawMessage {
 // with other corrections of the same batch (all its items succeeded now)
 // is refused naming the key; `bulkrun status` lists the revision.
 func TestCorrectionsByCLI(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	n := correctionItems(t, 300)
 	run := cliRunner(t)
 	id := newID(t)
@@ -321,6 +323,7 @@ func TestCorrectionsByCLI(t *testing.T) {
 // and its run over exactly the corrected items — and the same file
 // uploaded again under another name is the same revision (no new run).
 func TestCorrectionsByUpload(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	ctx := context.Background()
 	run := cliRunner(t)
 	id := newID(t)
@@ -368,6 +371,7 @@ func TestCorrectionsByUpload(t *testing.T) {
 // for the other items of their packs, which are counted, not run: every
 // row ends applied exactly once, the census 20 succeeded.
 func TestCorrectionsKeepStagedEffectsOnce(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	table := effectsTable(t)
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {

@@ -17,6 +17,7 @@ import (
 // one call, not three), and a resumed run's report showed the whole
 // batch's cost as if that run had spent it.
 func TestCostCountsEveryAttempt(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	ctx := context.Background()
 	id := newID(t)
 	throttled, broken := batch.PositionalKey(1), batch.PositionalKey(2)

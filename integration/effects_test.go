@@ -136,6 +136,7 @@ func itemState(t *testing.T, h *harness, id, key string) batch.Item {
 // applies its write once, from the attempt that succeeded (two calls,
 // one write) — inside a pack, per item, beside its pack's other items.
 func TestStagedEffectsOncePerItem(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { stagedEffectsOncePerItem(t, k) })
 	}
@@ -241,6 +242,7 @@ func (c crashingPacks) WritePack(ctx context.Context, w batch.PackWrite) error {
 // under its lease. After the lease, the redelivery takes the item over
 // (attempt 2), the pipeline runs again and its write is applied once.
 func TestStagedEffectsCrashBeforeRecord(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { stagedEffectsCrashBeforeRecord(t, k) })
 	}

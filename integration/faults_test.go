@@ -261,6 +261,7 @@ func TestFaultProxyPartialFailuresOnEmulator(t *testing.T) {
 // DynamoDB, SQS and S3 calls still runs each item once and ends with every
 // item succeeded in the rows.
 func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h, p := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil

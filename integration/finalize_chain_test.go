@@ -34,6 +34,7 @@ func (c *chain) Continue(ctx context.Context, batchID string, run, n int) error 
 // there (under Lambda's recursive loop detection, 16 per chain) and the
 // tick goes on from its checkpoint.
 func TestFinalizeChainsItsChunks(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string

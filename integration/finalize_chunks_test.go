@@ -84,6 +84,7 @@ func (k *killBlobs) CompleteParts(ctx context.Context, key, id string, n int, si
 // completed); the next calls finish it. One report, the census of the rows,
 // every key once in key order in the results, no checkpoint left.
 func TestFinalizeChunkedKilledMidway(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if strings.HasSuffix(req.Key, "3") {

@@ -212,6 +212,7 @@ func (h *harness) callsOf(key string) int64 {
 // deliveries and again later: one pipeline call per item, exact census,
 // one finalize that writes, and a report exactly once.
 func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if strings.HasSuffix(req.Key, "3") {
@@ -452,6 +453,7 @@ func (c *requestCounter) snapshot() map[string]int {
 // 10, finalize) and fails when a change raises them past the budget of
 // docs/design.md ("Cost"). The counts are logged with -v.
 func TestHarnessRequestsPerItem(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1}}, nil
@@ -556,6 +558,7 @@ func TestHarnessDeadLetteredItemFails(t *testing.T) {
 // A quarantined item is set aside: a rerun does not touch it until it is
 // released; then the next run runs it again.
 func TestHarnessQuarantineAndRelease(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	var fixed atomic.Bool
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {

@@ -265,6 +265,7 @@ func laneRevoke(t *testing.T, h *harness, revoke map[string][]string) {
 // refused as AWS refuses it (AccessDenied, no report), and the lane's
 // record names the function, the action, the resource and this test.
 func TestLaneNamesAMissingGrant(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	if !laneOn() {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("the IAM lane is off: .ci/run starts the emulator with BULKRUN_FAULT_PROXY=1 BULKRUN_IAM_LANE=1")

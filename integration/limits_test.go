@@ -32,6 +32,7 @@ import (
 // limit, so the sizes are checked here. Guards docs/design.md, "Every
 // aggregate within its service's limit".
 func TestHarnessAggregatesWithinLimits(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
@@ -101,6 +102,7 @@ func TestHarnessAggregatesWithinLimits(t *testing.T) {
 // Guards docs/design.md, "Every aggregate within its service's limit"
 // (batch.PackRowBudget).
 func TestHarnessPackRowWithinLimit(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	big := strings.Repeat("x", 60<<10)
 	for _, tc := range []struct {

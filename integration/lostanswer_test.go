@@ -27,6 +27,7 @@ import (
 // too. Complete's Freeze is an UpdateItem, whose retry loses its own
 // condition: without the check, the read deleted the frozen manifest.)
 func TestLostAnswerKeepsTheManifest(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, op string

@@ -4,6 +4,18 @@
 // the stack deployed onto the endpoint in AWS_ENDPOINT_URL (MiniStack or
 // LocalStack; `make integration` deploys it first) and fail, not skip,
 // under CI=true when it is missing. Each test uses its own batch ids.
+//
+// Most of the suite's time is waiting on the emulator (visibility
+// timeouts, retry waits, a receiver down for a minute), so the tests that
+// share no mutable state with others call t.Parallel(): those on a
+// harness of their own (its table, bucket and queue) and those on the
+// stack whose batches, receiver routes, prefixes or queues are their own.
+// Go runs them together once every other test has ended (`make
+// integration` lets all of them run at once: -parallel 64). A test stays
+// serial when it redeploys or changes a stack-wide setting, drives the
+// stack's fault proxy (stackFaults), reads stack-wide state (metrics,
+// alarms, logs, listings of every batch, the shared queues), or measures
+// this process's memory or wall time.
 package integration
 
 import (

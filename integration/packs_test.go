@@ -74,6 +74,7 @@ func itemsIn(ds []batch.Delivery) map[string]int {
 // K = 1 and K = 10: every item or pack message delivered three times at
 // once, one pipeline call per item, four concurrent finalizes, one wrote.
 func TestPackedDuplicateDeliveriesAndFinalizeOnce(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
@@ -120,6 +121,7 @@ func TestPackedDuplicateDeliveriesAndFinalizeOnce(t *testing.T) {
 // the lease expires, a redelivery takes over under the next attempt, the
 // crashed holder's late write is fenced off", K = 1 and K = 10.
 func TestPackedCrashTakeoverIsFenced(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
@@ -188,6 +190,7 @@ func TestPackedCrashTakeoverIsFenced(t *testing.T) {
 // succeed, answered items counted once, one released quarantined item
 // runs again", K = 1 and K = 10: every message of run 2 delivered twice.
 func TestPackedRerunAndRelease(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
@@ -310,6 +313,7 @@ func TestPackedDeadLetters(t *testing.T) {
 // retried one), the census from the rows, the failed listing and the
 // report's results per item.
 func TestPackedThroughTheStack(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
@@ -397,6 +401,7 @@ func TestPackedThroughTheStack(t *testing.T) {
 // batch's lines go through sorted runs in S3, read back in ranges); each
 // outcome's results are in batch.KeyOrder and the same bytes at both K.
 func TestPackedResultsInKeyOrder(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	var src strings.Builder
 	src.WriteByte('[')
 	for i := range 40 {

@@ -24,6 +24,7 @@ import (
 // out: MiniStack drops empty segments from the path parameters (see
 // localstack/README.md); the unit test TestItemKeysInPaths covers them.
 func TestItemKeysInPathsRelease(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	ctx := context.Background()
 	keys := []string{"a/b", "a%2Fb", "100%", "%", "a+b", "a b", "naïve/日本語", "émoji 🎉", "?x#y", ".", "..", "release", "x/release", "items/y", "report"}
 	id := quarantinedBatch(t, keys, func(string) bool { return true })

@@ -218,6 +218,7 @@ func (tl outageTimeline) probeOffsets() []string {
 // the first probe after the outage, and completes with no item failed and
 // every key answered 200 exactly once.
 func TestOutagePausesTheBatchAndResumes(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	tl := outageStory(t, 300, 0, 60*time.Second, 2*time.Second, 6*time.Minute)
 	tl.check(t, 300)
 }
@@ -243,6 +244,7 @@ func TestOutageStoryAtTheDefaults(t *testing.T) {
 // /unpause lets the batch finish with every item once; both are
 // idempotent, and a finished batch is answered as it ended.
 func TestPauseAndUnpauseByHand(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	ctx := context.Background()
 	id := newID(t)
 	url := env.hook.route(id, func(string, int) int { time.Sleep(200 * time.Millisecond); return http.StatusOK })

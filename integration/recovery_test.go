@@ -36,6 +36,7 @@ func (h *harness) drain(t *testing.T, ctx context.Context) {
 // run's row is counted once: a quarantined item delivered twice must not
 // look like two failures and stop the run.
 func TestHarnessRerunCountsAnsweredItemsOnce(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if req.Key == batch.PositionalKey(0) {
@@ -76,6 +77,7 @@ func TestHarnessRerunCountsAnsweredItemsOnce(t *testing.T) {
 // A released item is pending in the next run until it runs: finalize does
 // not count it as quarantined, and release is refused while a run is going.
 func TestHarnessReleasedItemIsPendingUntilItRuns(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	var fixed bool
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
@@ -162,6 +164,7 @@ func TestHarnessStopKeepsLiveLeasesMessages(t *testing.T) {
 // The tick re-sends the fan-out of a run whose submit died before sending
 // it, and the run then finishes.
 func TestHarnessTickResendsLostFanout(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
@@ -196,6 +199,7 @@ func TestHarnessTickResendsLostFanout(t *testing.T) {
 // A dead-lettered fan-out message records its chunk's items failed, so
 // the run still finishes.
 func TestHarnessDeadLetteredFanoutFailsItsItems(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil

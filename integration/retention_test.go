@@ -146,6 +146,7 @@ func unprocessedDeletes(pk, sk string, hits *atomic.Int64) aws.Config {
 // BatchWriteItem answer leaves entries unprocessed, in DynamoDB's wire
 // shape), and one item row's delete left unprocessed on every try.
 func TestRetentionMarkerDeletedLast(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
@@ -222,6 +223,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 // every answer failing some key, the call makes MaxDeleteTries calls, goes
 // on, and names a key left.
 func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{}, nil

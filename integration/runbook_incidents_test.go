@@ -81,24 +81,26 @@ func liveLine(v wire.BatchView) string {
 }
 
 // TestIncidentReceiverDown follows "The downstream is down": a receiver
-// answers 502 for 20 s in a 40-item batch whose retry policy spreads 3
+// answers 502 for 20 s from its first call in a 40-item batch whose retry
+// policy spreads 3
 // attempts over at least 30 s (10 s, ×2). During the outage `bulkrun
 // status` shows the items waiting for a retry with the next retry's time
 // and needs_attention true, `bulkrun items --outcome in_flight` lists
 // them with the 502; after it the batch completes with no item failed,
 // each key answered 200 once.
 func TestIncidentReceiverDown(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	run := runbookCLI(t)
 	id := newID(t)
 	const n = 40
 	start := time.Now()
-	downUntil := start.Add(20 * time.Second)
+	down := fromFirstCall(20 * time.Second)
 	var mu sync.Mutex
 	ok := map[string]int{}
 	url := env.hook.route(id, func(key string, _ int) int {
 		mu.Lock()
 		defer mu.Unlock()
-		if time.Now().Before(downUntil) {
+		if down.in() {
 			return http.StatusBadGateway
 		}
 		ok[key]++
@@ -118,7 +120,7 @@ func TestIncidentReceiverDown(t *testing.T) {
 		t.Fatalf("submit: exit %d: %s", code, out)
 	}
 	sawWaiting, sawListed := false, false
-	for time.Now().Before(downUntil.Add(-2 * time.Second)) {
+	for down.before(t, -2*time.Second) {
 		time.Sleep(2 * time.Second)
 		v := statusJSON(t, run, id)
 		t.Logf("t+%2.0fs (receiver down) %s", time.Since(start).Seconds(), liveLine(v))
@@ -167,21 +169,64 @@ func waitCLI(t *testing.T, run func(...string) (string, int), id string, within 
 	}
 }
 
-// TestIncidentReceiverHangs follows "A receiver hangs": for its first 12
-// s the receiver holds every call 8 s, longer than the batch's
+// callWindow is a receiver's misbehaviour window that opens at its first
+// call, so that the time the submit and the fan-out took on a busy
+// machine does not eat into what the test watches.
+type callWindow struct {
+	mu             sync.Mutex
+	long           time.Duration
+	created, first time.Time
+}
+
+func fromFirstCall(long time.Duration) *callWindow {
+	return &callWindow{long: long, created: time.Now()}
+}
+
+// in reports whether a call now falls in the window, opening it on the
+// first call.
+func (w *callWindow) in() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	if w.first.IsZero() {
+		w.first = now
+	}
+	return now.Before(w.first.Add(w.long))
+}
+
+// before reports whether now is before the window's end moved by d
+// (negative: earlier), true while no call has come; it fails the test
+// when no call came within a minute.
+func (w *callWindow) before(t *testing.T, d time.Duration) bool {
+	t.Helper()
+	w.mu.Lock()
+	first := w.first
+	w.mu.Unlock()
+	if first.IsZero() {
+		if time.Since(w.created) > time.Minute {
+			t.Fatal("the receiver got no call within a minute of the submit")
+		}
+		return true
+	}
+	return time.Now().Before(first.Add(w.long + d))
+}
+
+// TestIncidentReceiverHangs follows "A receiver hangs": for 12 s from its
+// first call the receiver holds every call 8 s, longer than the batch's
 // timeout_ms (2 s), then answers at once. The live view at each step:
 // while the calls hang, items in flight and needs_attention false; as
 // each call ends at timeout_ms, items waiting for a retry (with the next
 // retry's time) and needs_attention true; `items --outcome in_flight`
 // lists them with the timeout; at the end every item succeeded.
 func TestIncidentReceiverHangs(t *testing.T) {
+	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	run := runbookCLI(t)
 	id := newID(t)
 	const n = 20
 	start := time.Now()
-	hangUntil := start.Add(12 * time.Second)
+	hang := fromFirstCall(12 * time.Second)
 	url := env.hook.route(id, func(string, int) int {
-		if time.Now().Before(hangUntil) {
+		if hang.in() {
 			time.Sleep(8 * time.Second)
 		}
 		return http.StatusOK
@@ -200,7 +245,7 @@ func TestIncidentReceiverHangs(t *testing.T) {
 		t.Fatalf("submit: exit %d: %s", code, out)
 	}
 	sawHanging, sawWaiting := false, false
-	for time.Since(start) < 14*time.Second {
+	for hang.before(t, 2*time.Second) {
 		v := statusJSON(t, run, id)
 		t.Logf("t+%2.0fs %s", time.Since(start).Seconds(), liveLine(v))
 		if l := v.Live; l != nil {
@@ -379,6 +424,7 @@ func expireNow(t *testing.T, id string) {
 // queue is left empty. It first checks that the emulator does lack
 // StartMessageMoveTask (else the loop would not be needed there).
 func TestRunbookRedriveWithoutMoveTask(t *testing.T) {
+	t.Parallel() // its own queues: beside the other parallel tests
 	real, err := exec.LookPath("aws")
 	if err != nil {
 		t.Skip("the AWS CLI is not on PATH")

@@ -66,6 +66,7 @@ func TestSourcesAndHeaders(t *testing.T) {
 // A prefix listing covers every page (ListObjectsV2 returns 1,000 keys a
 // page); the batch is then cancelled before its items run.
 func TestPrefixListingEveryPage(t *testing.T) {
+	t.Parallel() // its own batch and source prefix: beside the other parallel tests
 	ctx := context.Background()
 	id := newID(t)
 	prefix := "it-sources/" + id + "/"

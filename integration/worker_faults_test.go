@@ -183,6 +183,7 @@ func faultProxy(t *testing.T, cfg faultproxy.Config) (*faultproxy.Proxy, aws.Con
 // one pipeline call and one attempt, and no message is ever received twice
 // (a second receive is a step toward the dead-letter queue).
 func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
@@ -251,6 +252,7 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 // accepted entry sent twice); refused items are recorded failed with the
 // queue's reason at once, and the fan-out is not retried.
 func TestHarnessFanOutPartialSendFailures(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
