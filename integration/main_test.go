@@ -11,7 +11,7 @@
 // harness of their own (its table, bucket and queue) and those on the
 // stack whose batches, receiver routes, prefixes or queues are their own.
 // Go runs them together once every other test has ended (`make
-// integration` lets all of them run at once: -parallel 64). A test stays
+// integration` runs 16 at a time: -parallel 16). A test stays
 // serial when it redeploys or changes a stack-wide setting, drives the
 // stack's fault proxy (stackFaults), reads stack-wide state (metrics,
 // alarms, logs, listings of every batch, the shared queues), or measures
