@@ -99,7 +99,6 @@ func hashObject(t *testing.T, h *harness, key string) (string, int64) {
 // together, in this process, hold less than 256 MiB. Under the IAM lane
 // every call is checked against the submit function's role.
 func TestSubmitInParts(t *testing.T) {
-	ctx := context.Background()
 	n := envCount("BULKRUN_SUBMIT_PART_ITEMS", 24_000)
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
@@ -111,72 +110,11 @@ func TestSubmitInParts(t *testing.T) {
 		fmt.Fprintf(bw, `{"id":"order-%010d","customer":"c-%06d","note":"%s"}`+"\n", (i*7919)%n, i%7919, pad)
 	})
 
-	// The whole read, for comparison.
-	whole := *h.submitter
-	whole.ChunkItems = 0
-	ref, err := whole.Submit(ctx, batch.SubmitRequest{BatchID: id + "-whole", Pipeline: "counted", KeyField: "id", Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	runner := &asyncParts{runs: map[batch.PartEvent]int{}}
-	s := *h.submitter
-	s.ChunkItems = 0
-	s.Handoff = nopSubmitHandoff{}
-	s.Parts = &batch.PartsConfig{PartBytes: 6 << 20, Handoff: runner}
-	killed := s
-	killed.Blobs = killedBlobs{h.fn["submit"].blobs}
-	runner.sub = func(ev batch.PartEvent, attempt int) *batch.Submitter {
-		if ev.Step == batch.PartStepRead && ev.Index == 1 && attempt == 0 {
-			return &killed
-		}
-		return &s
-	}
-	if _, err := s.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id", Source: src}); err != nil {
-		t.Fatal(err)
-	}
-	peak := startMemoryPeak()
-	start := time.Now()
-	if b, err := s.Complete(ctx, id); err != nil || b.Status != batch.StatusSubmitting {
-		t.Fatalf("Complete: %s %v, want submitting with its parts handed off", b.Status, err)
-	}
-	runner.wg.Wait()
-	took := time.Since(start)
-	heapMiB, heldMiB := peak.end()
-	if err := errors.Join(runner.errs...); err != nil {
-		t.Fatal(err)
-	}
-	b, err := h.store.GetBatch(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Status != batch.StatusRunning || b.ItemCount != n || !b.FannedOut {
-		t.Fatalf("after the parts: %s, %d items, fanned out %v (refusal %+v); want running, %d", b.Status, b.ItemCount, b.FannedOut, b.Refusal, n)
-	}
-	gotSum, gotLen := hashObject(t, h, b.ManifestKey)
-	wantSum, wantLen := hashObject(t, h, ref.Batch.ManifestKey)
-	if gotSum != wantSum || gotLen != wantLen || b.Chunks != ref.Batch.Chunks || b.ManifestBytes != ref.Batch.ManifestBytes {
-		t.Fatalf("manifest by parts: %d bytes, %d chunks, sha256 %s; whole read: %d bytes, %d chunks, sha256 %s", gotLen, b.Chunks, gotSum, wantLen, ref.Batch.Chunks, wantSum)
-	}
-	var parts, left int
-	for ev, runs := range runner.runs {
-		if ev.Step == batch.PartStepRead {
-			parts++
-		}
-		if ev.Step == batch.PartStepRead && ev.Index == 1 && runs != 2 {
-			t.Fatalf("part 1 ran %d times, want 2 (killed, then run again)", runs)
-		}
-	}
-	_ = h.blobs.List(ctx, h.blobs.Bucket(), "batches/"+id+"/parts/", func(batch.ObjectInfo) error { left++; return nil })
-	if left != 0 {
-		t.Fatalf("%d objects of the parts left", left)
-	}
-	t.Logf("%d items, %d MB in %d parts: running after %s; manifest %s, %d chunks; every step at once in this process: peak heap %.1f MiB, held %.1f MiB",
-		n, gotLen>>20, parts, took.Round(time.Millisecond), gotSum[:12], b.Chunks, heapMiB, heldMiB)
+	got := partsOnEmulator(t, h, id, src, "id", n, func(ev batch.PartEvent) bool { return ev.Index == 1 })
 	// Every step ran at once in this one process, so one invocation held
 	// less than this.
-	if heldMiB >= 256 {
-		t.Fatalf("the steps held %.1f MiB together, want < 256 MiB", heldMiB)
+	if got.heldMiB >= 256 {
+		t.Fatalf("the steps held %.1f MiB together, want < 256 MiB", got.heldMiB)
 	}
 }
 
@@ -222,8 +160,8 @@ func TestSubmitCSVInParts(t *testing.T) {
 	}
 	src := batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}
 	t.Run("key_field", func(t *testing.T) {
-		rereads := partsOnEmulator(t, h, id+"-k", src, "id", n, func(ev batch.PartEvent) bool { return ev.Start != batch.PartStartUnknown })
-		if rereads == 0 {
+		got := partsOnEmulator(t, h, id+"-k", src, "id", n, func(ev batch.PartEvent) bool { return ev.Start != batch.PartStartUnknown })
+		if got.known == 0 {
 			t.Fatal("no part was read again from inside a quoted field")
 		}
 	})
@@ -232,12 +170,18 @@ func TestSubmitCSVInParts(t *testing.T) {
 	})
 }
 
+// partsRun is what partsOnEmulator saw: the reads that knew their start
+// (re-reads, or a positional source's reads), and the peak Go heap and
+// memory held by the process while every step ran.
+type partsRun struct {
+	known            int
+	heapMiB, heldMiB float64
+}
+
 // partsOnEmulator submits src in parts of 6 MiB as batch id, each step a
 // goroutine, the first run of each read that kill names killed before its
-// result and run again, and compares the batch with a whole read's. It
-// returns how many reads knew their start (re-reads, or a positional
-// source's reads).
-func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, keyField string, n int64, kill func(batch.PartEvent) bool) int {
+// result and run again, and compares the batch with a whole read's.
+func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, keyField string, n int64, kill func(batch.PartEvent) bool) partsRun {
 	ctx := context.Background()
 	whole := *h.submitter
 	whole.ChunkItems = 0
@@ -261,12 +205,15 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, 
 	if _, err := s.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: keyField, Source: src}); err != nil {
 		t.Fatal(err)
 	}
+	peak := startMemoryPeak()
 	start := time.Now()
 	if b, err := s.Complete(ctx, id); err != nil || b.Status != batch.StatusSubmitting {
 		t.Fatalf("Complete: %s %v, want submitting with its parts handed off", b.Status, err)
 	}
 	runner.wg.Wait()
 	took := time.Since(start)
+	var got partsRun
+	got.heapMiB, got.heldMiB = peak.end()
 	if err := errors.Join(runner.errs...); err != nil {
 		t.Fatal(err)
 	}
@@ -282,14 +229,14 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, 
 	if gotSum != wantSum || gotLen != wantLen || b.Chunks != ref.Batch.Chunks || b.ManifestBytes != ref.Batch.ManifestBytes {
 		t.Fatalf("manifest by parts: %d bytes, %d chunks, sha256 %s; whole read: %d bytes, %d chunks, sha256 %s", gotLen, b.Chunks, gotSum, wantLen, ref.Batch.Chunks, wantSum)
 	}
-	var parts, known, killedRuns int
+	var parts, killedRuns int
 	for ev, runs := range runner.runs {
 		switch {
 		case ev.Step != batch.PartStepRead:
 		case ev.Start == batch.PartStartUnknown:
 			parts++
 		default:
-			known++
+			got.known++
 		}
 		if ev.Step == batch.PartStepRead && kill(ev) {
 			killedRuns++
@@ -306,7 +253,7 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, 
 	if left != 0 {
 		t.Fatalf("%d objects of the parts left", left)
 	}
-	t.Logf("%d rows, %d MB: %d parts read guessing their start, %d reads knowing it (%d killed once): running after %s; manifest %s, %d chunks",
-		n, gotLen>>20, parts, known, killedRuns, took.Round(time.Millisecond), gotSum[:12], b.Chunks)
-	return known
+	t.Logf("%d items, %d MB: %d parts read guessing their start, %d reads knowing it (%d killed once): running after %s; manifest %s, %d chunks; every step at once in this process: peak heap %.1f MiB, held %.1f MiB",
+		n, gotLen>>20, parts, got.known, killedRuns, took.Round(time.Millisecond), gotSum[:12], b.Chunks, got.heapMiB, got.heldMiB)
+	return got
 }

@@ -3,13 +3,11 @@ package batch_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // csvPartsSource is a CSV source of n rows keyed by its id column that
@@ -176,22 +174,7 @@ func manifestsByParts(t *testing.T, src []byte, key, keyField string) int {
 				t.Fatalf("parts of %d bytes: %s (refusal %+v), %d items, %d chunks, %d bytes; whole read: %d items, %d chunks, %d bytes; same manifest %v",
 					pb, b.Status, b.Refusal, b.ItemCount, b.Chunks, b.ManifestBytes, whole.ItemCount, whole.Chunks, whole.ManifestBytes, bytes.Equal(m, wm))
 			}
-			one := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
-			one.sub.Parts = &batch.PartsConfig{PartBytes: pb}
-			if err := one.blobs.Put(ctx, key, "", src); err != nil {
-				t.Fatal(err)
-			}
-			res, err := one.sub.Submit(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sm, _ := one.blobs.Get(ctx, res.Batch.ManifestKey)
-			if res.Batch.Digest != b.Digest || !bytes.Equal(sm, m) {
-				t.Fatalf("synchronous read by parts: digest %s, want %s; same manifest %v", res.Batch.Digest, b.Digest, bytes.Equal(sm, m))
-			}
-			if d, err := one.sub.Digest(ctx, req); err != nil || d != b.Digest {
-				t.Fatalf("Digest: %s %v, want %s", d, err, b.Digest)
-			}
+			sameByOneRead(t, ctx, key, src, pb, req, b, m)
 		})
 	}
 	return rereads
@@ -295,30 +278,7 @@ func TestPartsPositionalResumeAfterAKilledPart(t *testing.T) {
 	if victim.Step != batch.PartStepRead || victim.Start == batch.PartStartUnknown || victim.Base == 0 {
 		t.Fatalf("after the counts: %+v, want a read knowing its start and base", victim)
 	}
-	batch.FailBlobs(r.blobs, func(op, key string) error {
-		if op == "put" && strings.Contains(key, fmt.Sprintf("/part-%05d", victim.Index)) {
-			return errors.New("killed")
-		}
-		return nil
-	})
-	for _, ev := range reads {
-		if _, err := r.sub.Part(ctx, ev); (err != nil) != (ev == victim) {
-			t.Fatalf("%+v: %v", ev, err)
-		}
-	}
-	batch.FailBlobs(r.blobs, nil)
-	r.clock.T = r.clock.T.Add(20 * 60e9)
-	if _, err := r.sub.TickSubmitting(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.sub.Complete(ctx, "kill"); err != nil {
-		t.Fatal(err)
-	}
-	again := steps.take()
-	if len(again) != 1 || again[0] != victim {
-		t.Fatalf("resumed: %+v, want the killed read only (%+v)", again, victim)
-	}
-	steps.evs = again
+	killAndResume(t, ctx, r, steps, reads, victim, "kill")
 	b := runParts(t, ctx, r, steps, false)
 	_, wm, err := wholeReadAt(t, ctx, "in/big.csv", src, req)
 	if err != nil {

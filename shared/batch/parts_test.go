@@ -171,22 +171,7 @@ func TestPartsManifestIsTheWholeRead(t *testing.T) {
 	}
 	// The same object submitted synchronously (read by parts in one call)
 	// and its Digest: the same parts digest.
-	one := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
-	one.sub.Parts = &batch.PartsConfig{PartBytes: 16 << 10}
-	if err := one.blobs.Put(ctx, "in/big.jsonl", "", src); err != nil {
-		t.Fatal(err)
-	}
-	res, err := one.sub.Submit(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm, _ := one.blobs.Get(ctx, res.Batch.ManifestKey)
-	if res.Batch.Digest != b.Digest || !bytes.Equal(sm, m) {
-		t.Fatalf("synchronous read by parts: digest %s, want %s; same manifest %v", res.Batch.Digest, b.Digest, bytes.Equal(sm, m))
-	}
-	if d, err := one.sub.Digest(ctx, req); err != nil || d != b.Digest {
-		t.Fatalf("Digest: %s %v, want %s", d, err, b.Digest)
-	}
+	one, res := sameByOneRead(t, ctx, "in/big.jsonl", src, 16<<10, req, b, m)
 	// The fan-out chunks are the whole read's: the same offsets.
 	var got, want []string
 	for _, d := range r.queue.take() {
@@ -272,6 +257,67 @@ func TestPartsRefuseAsTheWholeRead(t *testing.T) {
 
 func cloneLines(s []string) []string { return append([]string(nil), s...) }
 
+// sameByOneRead submits src (stored as key) synchronously with parts of
+// partBytes, read one after the other in one call, and checks that it
+// and Digest give b's parts digest and manifest m; it returns its rig and
+// result.
+func sameByOneRead(t *testing.T, ctx context.Context, key string, src []byte, partBytes int64, req batch.SubmitRequest, b batch.Batch, m []byte) (*rig, batch.SubmitResult) {
+	t.Helper()
+	one := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	one.sub.Parts = &batch.PartsConfig{PartBytes: partBytes}
+	if err := one.blobs.Put(ctx, key, "", src); err != nil {
+		t.Fatal(err)
+	}
+	res, err := one.sub.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, _ := one.blobs.Get(ctx, res.Batch.ManifestKey)
+	if res.Batch.Digest != b.Digest || !bytes.Equal(sm, m) {
+		t.Fatalf("synchronous read by parts: digest %s, want %s; same manifest %v", res.Batch.Digest, b.Digest, bytes.Equal(sm, m))
+	}
+	if d, err := one.sub.Digest(ctx, req); err != nil || d != b.Digest {
+		t.Fatalf("Digest: %s %v, want %s", d, err, b.Digest)
+	}
+	return one, res
+}
+
+// killAndResume runs the read steps evs, victim's killed before its result
+// is written, then, Lambda's retries spent, lets the tick hand batch id's
+// read off again: only the victim is handed off again, and it is left in
+// steps to run.
+func killAndResume(t *testing.T, ctx context.Context, r *rig, steps *partSteps, evs []batch.PartEvent, victim batch.PartEvent, id string) {
+	t.Helper()
+	batch.FailBlobs(r.blobs, func(op, key string) error {
+		if op == "put" && strings.Contains(key, fmt.Sprintf("/part-%05d", victim.Index)) {
+			return errors.New("killed")
+		}
+		return nil
+	})
+	for _, ev := range evs {
+		_, err := r.sub.Part(ctx, ev)
+		if (err != nil) != (ev == victim) {
+			t.Fatalf("%+v: %v", ev, err)
+		}
+	}
+	if left := steps.take(); len(left) != 0 {
+		t.Fatalf("with a part missing, %d steps were handed off", len(left))
+	}
+	batch.FailBlobs(r.blobs, nil)
+	r.clock.T = r.clock.T.Add(20 * 60e9)
+	if _, err := r.sub.TickSubmitting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.Complete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	again := steps.take()
+	if len(again) != 1 || again[0] != victim {
+		t.Fatalf("resumed: %+v, want the killed part only (%+v)", again, victim)
+	}
+	steps.evs = again
+}
+
 // A part killed before its result is written (its manifest written, or
 // half of it) is run again by the tick's hand-off, which hands off only
 // the parts without a result: the batch is frozen with the manifest of an
@@ -292,35 +338,7 @@ func TestPartsResumeAfterAKilledPart(t *testing.T) {
 	}
 	evs := steps.take()
 	victim := evs[len(evs)/2]
-	batch.FailBlobs(r.blobs, func(op, key string) error {
-		if op == "put" && strings.HasSuffix(key, fmt.Sprintf("part-%05d.json", victim.Index)) {
-			return errors.New("killed")
-		}
-		return nil
-	})
-	for _, ev := range evs {
-		_, err := r.sub.Part(ctx, ev)
-		if (err != nil) != (ev == victim) {
-			t.Fatalf("%+v: %v", ev, err)
-		}
-	}
-	if left := steps.take(); len(left) != 0 {
-		t.Fatalf("with a part missing, %d steps were handed off", len(left))
-	}
-	batch.FailBlobs(r.blobs, nil)
-	// Lambda's retries are spent; the tick hands the read off again.
-	r.clock.T = r.clock.T.Add(20 * 60e9)
-	if _, err := r.sub.TickSubmitting(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.sub.Complete(ctx, "kill"); err != nil {
-		t.Fatal(err)
-	}
-	again := steps.take()
-	if len(again) != 1 || again[0] != victim {
-		t.Fatalf("resumed: %+v, want the killed part only (%+v)", again, victim)
-	}
-	steps.evs = again
+	killAndResume(t, ctx, r, steps, evs, victim, "kill")
 	b := runParts(t, ctx, r, steps, false)
 	_, wm, err := wholeRead(t, ctx, src, req)
 	if err != nil {
