@@ -33,7 +33,9 @@ const (
 // checks that the run report's usage block carries the units the adapter
 // was told by DynamoDB (ReturnConsumedCapacity).
 func TestCostUnitsPerItem(t *testing.T) {
-	t.Parallel() // its own tables, bucket and queue (bench.Run): beside the other parallel tests
+	// Not in parallel: how the queue's messages batch, and so the counter
+	// lanes' writes, follows the machine's load; its budgets are set for
+	// a run on its own.
 	for _, sc := range []struct {
 		outputBytes int
 		writeBudget float64
@@ -137,7 +139,9 @@ func TestCostUnitsPerItemPacked(t *testing.T) {
 // attention entries went into a transaction with the pack: ≈ 4 units per
 // failed pack item.
 func TestCostOfFailures(t *testing.T) {
-	t.Parallel() // its own tables, bucket and queue (bench.Run): beside the other parallel tests
+	// Not in parallel: how the queue's messages batch, and so the counter
+	// lanes' writes, follows the machine's load; its budgets are set for
+	// a run on its own.
 	for _, k := range []int{1, 10} {
 		clean := bench.Scenario{Name: "clean " + newID(t), Items: 500, ItemsPerMessage: k, Delivery: bench.DeliveryShuffled}
 		failing := clean
