@@ -116,6 +116,11 @@ func TestThresholdStopsTheRun(t *testing.T) {
 	// before the first failures are counted (docs/design.md, "Item
 	// packing").
 	req.ItemsPerMessage = 1
+	// At most 5 items at once: the fan-out sends every message within
+	// milliseconds and the emulator's pollers would otherwise take and
+	// start all 300 before the third failure is counted, leaving no item
+	// not yet started to cancel (as Lambda's scaling can on AWS).
+	req.MaxConcurrency = 5
 	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}
