@@ -165,7 +165,8 @@ func (nopParts) StartFinalizePart(context.Context, string, int, int, int) error 
 // memory held) under finalize's Go memory limit (90 % of 1,024 MB).
 // BULKRUN_FINALIZE_ROWS sets the rows (default 10^6), BULKRUN_FINALIZE_K
 // the items per message, BULKRUN_FINALIZE_PART_ROWS the rows planned per
-// part (default DefaultFinalizePartRows); BULKRUN_FINALIZE_PARTS_ONLY=m
+// part (default DefaultFinalizePartRows, or half the rows when they are
+// fewer than twice that); BULKRUN_FINALIZE_PARTS_ONLY=m
 // reads only the first m parts and no merge (a run too large for this
 // machine, measured by parts).
 //
@@ -181,6 +182,11 @@ func BenchmarkFinalizeParts(b *testing.B) {
 		k = v
 	}
 	partRows, _ := strconv.ParseInt(os.Getenv("BULKRUN_FINALIZE_PART_ROWS"), 10, 64)
+	if partRows <= 0 && n < 2*DefaultFinalizePartRows {
+		// A run below the parts threshold (2 × the part rows) is read in
+		// one call: the default 10^6 rows are read in two parts of half.
+		partRows = max(1, n/2)
+	}
 	only, _ := strconv.Atoi(os.Getenv("BULKRUN_FINALIZE_PARTS_ONLY"))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1024 << 20 * 9 / 10))
 	const shards = 1024
