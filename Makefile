@@ -276,7 +276,7 @@ bench: tools $(EMULATOR_DEP)
 # BENCHTIME: go test's -benchtime (CI: 1x, every benchmark once).
 BENCHTIME ?= 1s
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/... ./internal/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/... ./internal/... ./integration/testbed/...
 
 clean:
 	rm -rf build cdk.out infra/cdk.out demo-output

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/infra/bulkrun"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // contextProp is one CDK context key and the RunnerProps fields it sets.
@@ -33,7 +33,7 @@ var contextProps = []contextProp{
 	{"maxAttempts", []string{"MaxAttempts"}, "default attempts per item", integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxAttempts })},
 	{"retryPolicy", []string{"RetryPolicy"}, `a retry policy, JSON or name=value pairs ("interval_seconds=300,backoff_rate=2,max_delay_seconds=900,jitter=0.5")`,
 		func(p *bulkrun.RunnerProps, v string) error {
-			rp, err := batch.ParseRetryPolicy(v)
+			rp, err := api.ParseRetryPolicy(v)
 			p.RetryPolicy = &rp
 			return err
 		}},

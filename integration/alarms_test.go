@@ -23,7 +23,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/metric"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
@@ -160,14 +160,14 @@ func TestBatchEventsReachTheAlarmTopic(t *testing.T) {
 	url := env.hook.route(stopped, func(string, int) int { return 422 })
 	req := webhookRequest(stopped, url, inlineItems(4))
 	zero := int64(0)
-	req.Threshold = batch.Threshold{FailureCount: &zero}
+	req.Threshold = api.Threshold{FailureCount: &zero}
 	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.api.Submit(ctx, webhookRequest(fine, env.hook.route(fine, nil), inlineItems(2))); err != nil {
 		t.Fatal(err)
 	}
-	if v := wait(t, stopped); v.Status != batch.StatusThresholdExceeded {
+	if v := wait(t, stopped); v.Status != api.StatusThresholdExceeded {
 		t.Fatalf("%s ended %s, want threshold_exceeded", stopped, v.Status)
 	}
 	wait(t, fine)
@@ -217,7 +217,7 @@ func TestRunHealthMetricsInFinalizeLogs(t *testing.T) {
 	})
 	req := webhookRequest(id, url, inlineItems(n))
 	req.ItemsPerMessage = 1
-	req.Retry = &batch.RetryPolicy{IntervalSeconds: 300, BackoffRate: 1, MaxDelaySeconds: 300}
+	req.Retry = &api.RetryPolicy{IntervalSeconds: 300, BackoffRate: 1, MaxDelaySeconds: 300}
 	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}

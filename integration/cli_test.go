@@ -18,7 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/function"
 )
 
@@ -50,24 +50,24 @@ func TestCLI(t *testing.T) {
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("submit --watch -o json printed %q: %v", out, err)
 	}
-	if code != 3 || v.Status != batch.StatusCompleted || v.Census.Succeeded != 2 || v.Census.Failed != 1 {
+	if code != 3 || v.Status != api.StatusCompleted || v.Census.Succeeded != 2 || v.Census.Failed != 1 {
 		t.Fatalf("exit %d, view %+v", code, v.Census)
 	}
 	out, code = run("items", id, "--outcome", "failed", "-o", "json")
-	var p batch.ItemPage
+	var p api.ItemPage
 	if err := json.Unmarshal(out, &p); err != nil || code != 0 || len(p.Items) != 1 || p.Items[0].Key != "k2" {
 		t.Fatalf("items: exit %d, %s (%v)", code, out, err)
 	}
 	// bulkrun results: the run's lines, by outcome, to stdout or a file;
 	// a run without a report and an outcome without results are refused.
 	out, code = run("results", id, "--outcome", "failed")
-	var line batch.ResultLine
-	if err := json.Unmarshal(out, &line); code != 0 || err != nil || line.Key != "k2" || line.Outcome != batch.OutcomeFailed || line.Reason != batch.ReasonPermanent || line.Attempts != 1 || line.Run != 1 || !bytes.Contains(out, []byte(`"run":1`)) {
+	var line api.ResultLine
+	if err := json.Unmarshal(out, &line); code != 0 || err != nil || line.Key != "k2" || line.Outcome != api.OutcomeFailed || line.Reason != api.ReasonPermanent || line.Attempts != 1 || line.Run != 1 || !bytes.Contains(out, []byte(`"run":1`)) {
 		t.Fatalf("results --outcome failed: exit %d, %s (%v)", code, out, err)
 	}
 	all, code := run("results", id)
 	var keys []string
-	if err := batch.ReadResults(bytes.NewReader(all), func(l batch.ResultLine) error { keys = append(keys, l.Key); return nil }); err != nil || code != 0 || len(keys) != 3 {
+	if err := api.ReadResults(bytes.NewReader(all), func(l api.ResultLine) error { keys = append(keys, l.Key); return nil }); err != nil || code != 0 || len(keys) != 3 {
 		t.Fatalf("results: exit %d, keys %v (%v)", code, keys, err)
 	}
 	file := filepath.Join(t.TempDir(), "results.jsonl")
@@ -195,7 +195,7 @@ func TestCLISubmitReportsRefusal(t *testing.T) {
 			t.Fatalf("%s: exit %d, stderr %q: want exit 1 naming %q (%s)", tc.name, code, stderr, tc.says, tc.refused)
 		}
 		v, err := env.api.Status(context.Background(), id)
-		if err != nil || v.Status != batch.StatusRefused {
+		if err != nil || v.Status != api.StatusRefused {
 			t.Fatalf("%s: status %s %v, want refused", tc.name, v.Status, err)
 		}
 	}
@@ -229,8 +229,8 @@ func TestCLIWatchCtrlC(t *testing.T) {
 			close(release)
 		}
 	})
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k",
-		Source: batch.SourceSpec{Items: json.RawMessage(`[{"k":"a"},{"k":"b"},{"k":"c"}]`)}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k",
+		Source: api.SourceSpec{Items: json.RawMessage(`[{"k":"a"},{"k":"b"},{"k":"c"}]`)}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "watch", id)
@@ -258,12 +258,12 @@ func TestCLIWatchCtrlC(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
 		}
 	}
-	if v, err := env.api.Status(ctx, id); err != nil || v.Status != batch.StatusRunning || v.Stop != "" {
+	if v, err := env.api.Status(ctx, id); err != nil || v.Status != api.StatusRunning || v.Stop != "" {
 		t.Fatalf("after Ctrl-C the batch is %+v (%v), want it still running", v.Batch, err)
 	}
 	close(release)
 	v := wait(t, id)
-	if v.Status != batch.StatusCompleted || v.Census.Succeeded != 3 {
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != 3 {
 		t.Fatalf("the batch after the watch was interrupted: %s %+v", v.Status, v.Census)
 	}
 	if calls := env.hook.counts(id); calls["a"] != 1 || calls["b"] != 1 || calls["c"] != 1 {
@@ -296,7 +296,7 @@ func TestCLIUpload(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &v); err != nil && json.Unmarshal([]byte(stdout), &v) != nil {
 		t.Fatalf("upload --watch -o json printed %q", stdout)
 	}
-	if code != 0 || v.ID != uploadID(t, key) || v.Status != batch.StatusCompleted || v.Census.Succeeded != 5 || v.Source != "s3://"+env.bucket+"/"+key {
+	if code != 0 || v.ID != uploadID(t, key) || v.Status != api.StatusCompleted || v.Census.Succeeded != 5 || v.Source != "s3://"+env.bucket+"/"+key {
 		t.Fatalf("upload: exit %d, batch %s %s %+v (want %s)", code, v.ID, v.Status, v.Census, uploadID(t, key))
 	}
 	head, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: &key})
@@ -368,8 +368,8 @@ func TestLiveCostFromCounters(t *testing.T) {
 		items = append(items, fmt.Sprintf(`{"k":"k%02d"}`, i))
 	}
 	// One item per message: a pack's items end together, with its last.
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
-		Source: batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Source: api.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":60000}`, url))}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -386,7 +386,7 @@ func TestLiveCostFromCounters(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	n := fmt.Sprint(v.Census.Succeeded)
-	if v.Status != batch.StatusRunning || v.CensusSource != "counters" || v.Census.Cost.Text("calls") != n || v.Census.RunSpent.Text("calls") != n {
+	if v.Status != api.StatusRunning || v.CensusSource != "counters" || v.Census.Cost.Text("calls") != n || v.Census.RunSpent.Text("calls") != n {
 		t.Fatalf("live view: %s from %s, %s succeeded, cost %v spent %v; want running, counters, calls=%s", v.Status, v.CensusSource, n, v.Census.Cost, v.Census.RunSpent, n)
 	}
 	close(release)

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
@@ -67,7 +67,7 @@ func TestMaxConcurrency(t *testing.T) {
 	}
 	for _, id := range []string{limited, control} {
 		v := wait(t, id)
-		if v.Status != batch.StatusCompleted || v.Census == nil || v.Census.Succeeded != items {
+		if v.Status != api.StatusCompleted || v.Census == nil || v.Census.Succeeded != items {
 			t.Fatalf("%s: status %s, census %+v; want all %d succeeded", id, v.Status, v.Census, items)
 		}
 		calls := env.hook.counts(id)

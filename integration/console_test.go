@@ -22,7 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/function"
 )
 
@@ -215,8 +215,8 @@ func TestConsoleBrowser(t *testing.T) {
 	if loc := evalJS[string](t, bctx, `location.href`); loc != url {
 		t.Errorf("after opening the printed address the page is at %q, want %q (the token out of the address bar)", loc, url)
 	}
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: thumbID, Pipeline: "thumbnail",
-		Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: thumbID, Pipeline: "thumbnail",
+		Source: api.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
 		t.Fatal(err)
 	}
 	run("open the batch", chromedp.Navigate(url+"#/batch/"+thumbID))
@@ -277,7 +277,7 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	}
 	// The failed items the page lists are the API's, with their reasons.
-	p, err := env.api.Items(ctx, thumbID, batch.OutcomeFailed, "", 100)
+	p, err := env.api.Items(ctx, thumbID, api.OutcomeFailed, "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,13 +319,13 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 
 	// The enrich batch: release a quarantined item, then resume.
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: enrichID, Pipeline: "enrich", KeyField: "k",
-		Source: batch.SourceSpec{Items: json.RawMessage(items)}, Options: json.RawMessage(`{"max_words":3}`)}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: enrichID, Pipeline: "enrich", KeyField: "k",
+		Source: api.SourceSpec{Items: json.RawMessage(items)}, Options: json.RawMessage(`{"max_words":3}`)}); err != nil {
 		t.Fatal(err)
 	}
 	wait(t, enrichID)
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: stopID, Pipeline: "enrich", KeyField: "k", MaxConcurrency: 1,
-		Threshold: batch.Threshold{FailureCount: new(int64(2))}, Source: batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(stopItems, ",") + "]")}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: stopID, Pipeline: "enrich", KeyField: "k", MaxConcurrency: 1,
+		Threshold: api.Threshold{FailureCount: new(int64(2))}, Source: api.SourceSpec{Items: json.RawMessage("[" + strings.Join(stopItems, ",") + "]")}}); err != nil {
 		t.Fatal(err)
 	}
 	run("open the enrich batch", chromedp.Navigate(url+"#/batch/"+enrichID))
@@ -357,7 +357,7 @@ func TestConsoleBrowser(t *testing.T) {
 	// Declining (Escape) does nothing.
 	run("decline", chromedp.KeyEvent(kb.Escape))
 	waitJS("declined", `!document.getElementById("confirm").open`, 10*time.Second)
-	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-1"); it.Released {
+	if it := findItem(t, enrichID, api.OutcomeQuarantined, "long-1"); it.Released {
 		t.Fatal("long-1 released though the confirmation was declined")
 	}
 	run("release long-1 again", chromedp.Click(chromedp.CSS(`button[data-release="long-1"]`)))
@@ -367,10 +367,10 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	run("confirm", chromedp.Click(chromedp.CSS(`#confirm-yes`)))
 	waitJS("released", `document.getElementById("notice").textContent.includes("released long-1")`, 30*time.Second)
-	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-1"); !it.Released {
+	if it := findItem(t, enrichID, api.OutcomeQuarantined, "long-1"); !it.Released {
 		t.Fatal("the API does not show long-1 released")
 	}
-	if it := findItem(t, enrichID, batch.OutcomeQuarantined, "long-2"); it.Released {
+	if it := findItem(t, enrichID, api.OutcomeQuarantined, "long-2"); it.Released {
 		t.Fatal("long-2 released too")
 	}
 	// Resume by keyboard: focus the button, Enter opens the confirmation
@@ -478,7 +478,7 @@ func TestConsoleBrowser(t *testing.T) {
 	// The stopped batch: "ended", not "done", and a bar coloured by
 	// outcome whose segments are the API's census (cancelled included).
 	sv, err := env.api.Status(ctx, stopID)
-	if err != nil || sv.Status != batch.StatusThresholdExceeded || sv.Census == nil {
+	if err != nil || sv.Status != api.StatusThresholdExceeded || sv.Census == nil {
 		t.Fatalf("stopped batch: %+v %v", sv, err)
 	}
 	if row := rowText(stopID); !strings.Contains(row, fmt.Sprintf("%d of %d ended (100 %%)", sv.Census.Total, sv.Census.Total)) || strings.Contains(row, " done ") || !strings.Contains(row, "threshold exceeded") {
@@ -528,7 +528,7 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("confirmation", `document.getElementById("confirm").open`, 10*time.Second)
 	run("confirm", chromedp.Click(chromedp.CSS(`#confirm-yes`)))
 	waitJS("back on the list", `location.hash === "#/" && document.getElementById("notice").textContent.includes("forgotten `+enrichID+`")`, time.Minute)
-	if _, err := env.api.Status(ctx, enrichID); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := env.api.Status(ctx, enrichID); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("after forget from the page, status: %v, want not found", err)
 	}
 }
@@ -576,7 +576,7 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string, opts ...chrom
 }
 
 // findItem returns the item key of the batch's outcome page (fails if absent).
-func findItem(t *testing.T, id string, o batch.Outcome, key string) batch.Item {
+func findItem(t *testing.T, id string, o api.Outcome, key string) api.Item {
 	t.Helper()
 	p, err := env.api.Items(context.Background(), id, o, "", 100)
 	if err != nil {
@@ -588,5 +588,5 @@ func findItem(t *testing.T, id string, o batch.Outcome, key string) batch.Item {
 		}
 	}
 	t.Fatalf("batch %s has no %s item %s", id, o, key)
-	return batch.Item{}
+	return api.Item{}
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // correctionSource is n items {"k":"r0000","n":0} … in JSON lines; the
@@ -64,13 +65,13 @@ func refusesBad(_ string, input []byte) int {
 
 // mergedResults reads the results files of the batch's last run: every
 // line, by key, failing on a key that is there twice.
-func mergedResults(t *testing.T, id string) (batch.Report, map[string]batch.ResultLine) {
+func mergedResults(t *testing.T, id string) (api.Report, map[string]api.ResultLine) {
 	t.Helper()
 	rep, err := env.api.Report(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := map[string]batch.ResultLine{}
+	lines := map[string]api.ResultLine{}
 	for _, f := range rep.Results.Files {
 		for _, l := range readResults(t, f.URI) {
 			if _, dup := lines[l.Key]; dup {
@@ -106,7 +107,7 @@ func checkMerged(t *testing.T, id, route string, n int, bad map[string]bool) {
 		if bad[k] {
 			wantRun, wantCalls = 2, 2
 		}
-		if !ok || l.Outcome != batch.OutcomeSucceeded || l.Run != wantRun || l.Revision != wantRun {
+		if !ok || l.Outcome != api.OutcomeSucceeded || l.Run != wantRun || l.Revision != wantRun {
 			t.Errorf("%s: %+v, want succeeded by run %d, revision %d", k, l, wantRun, wantRun)
 		}
 		if calls[k] != wantCalls {
@@ -168,7 +169,7 @@ func TestCorrectionsByAPI(t *testing.T) {
 		"a key that succeeded":  {fmt.Sprintf(`[{"k":%q},{"k":%q}]`, some, ok1), ok1, "succeeded in run 1"},
 		"a key not the batch's": {fmt.Sprintf(`[{"k":%q},{"k":"nope-17"}]`, some), "nope-17", "has no item with this key"},
 	} {
-		_, err := env.api.Correct(ctx, id, batch.CorrectRequest{Source: batch.SourceSpec{Items: json.RawMessage(tt.items)}})
+		_, err := env.api.Correct(ctx, id, api.CorrectRequest{Source: api.SourceSpec{Items: json.RawMessage(tt.items)}})
 		var ae *client.APIError
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Key != tt.key || !strings.Contains(ae.Body.Message, tt.says) {
 			t.Errorf("%s: %v (%+v), want 400 naming %s", name, err, ae, tt.key)
@@ -178,23 +179,23 @@ func TestCorrectionsByAPI(t *testing.T) {
 		t.Fatalf("after the refusals: run %d, revisions %+v (%v)", v.Run, v.Revisions, err)
 	}
 
-	fixed := batch.SourceSpec{Items: jsonArray(fixedLines(bad))}
-	cv, err := env.api.Correct(ctx, id, batch.CorrectRequest{Source: fixed})
+	fixed := api.SourceSpec{Items: jsonArray(fixedLines(bad))}
+	cv, err := env.api.Correct(ctx, id, api.CorrectRequest{Source: fixed})
 	if err != nil || cv.Batch.Created == nil || !*cv.Batch.Created || cv.Revision.N != 2 || cv.Revision.Run != 2 || cv.Revision.Items != int64(len(bad)) || len(cv.Revision.Digest) != 64 {
 		t.Fatalf("correct: %+v %v", cv, err)
 	}
 	if cv.Revision.RunItems < int64(len(bad)) || cv.Revision.RunItems > int64(10*len(bad)) {
 		t.Errorf("the run counts %d items, want the %d corrected and the others of their packs of 10", cv.Revision.RunItems, len(bad))
 	}
-	again, err := env.api.Correct(ctx, id, batch.CorrectRequest{Source: fixed})
+	again, err := env.api.Correct(ctx, id, api.CorrectRequest{Source: fixed})
 	if err != nil || again.Batch.Created == nil || *again.Batch.Created || again.Revision.N != 2 || again.Revision.Digest != cv.Revision.Digest {
 		t.Fatalf("the same corrections again: %+v %v, want revision 2 answered", again, err)
 	}
 	v := wait(t, id)
-	if v.Run != 2 || v.Status != batch.StatusCompleted || v.Census.Total != int64(n) || v.Census.Succeeded != int64(n) {
+	if v.Run != 2 || v.Status != api.StatusCompleted || v.Census.Total != int64(n) || v.Census.Succeeded != int64(n) {
 		t.Fatalf("run 2: run %d %s %+v", v.Run, v.Status, v.Census)
 	}
-	if again, err := env.api.Correct(ctx, id, batch.CorrectRequest{Source: fixed}); err != nil || *again.Batch.Created || again.Batch.Run != 2 {
+	if again, err := env.api.Correct(ctx, id, api.CorrectRequest{Source: fixed}); err != nil || *again.Batch.Created || again.Batch.Run != 2 {
 		t.Fatalf("the same corrections after their run: %+v %v", again, err)
 	}
 	checkMerged(t, id, id, n, bad)
@@ -286,15 +287,15 @@ func TestCorrectionsByCLI(t *testing.T) {
 		t.Fatalf("the same correct again: exit %d, %q", code, stderr)
 	}
 	all, _, code := run("results", id)
-	seen := map[string]batch.ResultLine{}
+	seen := map[string]api.ResultLine{}
 	byRun := map[int]int{}
-	if err := batch.ReadResults(strings.NewReader(all), func(l batch.ResultLine) error {
+	if err := api.ReadResults(strings.NewReader(all), func(l api.ResultLine) error {
 		if _, dup := seen[l.Key]; dup {
 			return fmt.Errorf("%s twice", l.Key)
 		}
 		seen[l.Key] = l
 		byRun[l.Run]++
-		if l.Outcome != batch.OutcomeSucceeded || l.Run != l.Revision || (l.Run == 2) != bad[l.Key] {
+		if l.Outcome != api.OutcomeSucceeded || l.Run != l.Revision || (l.Run == 2) != bad[l.Key] {
 			return fmt.Errorf("line %+v", l)
 		}
 		return nil
@@ -388,8 +389,8 @@ func TestCorrectionsKeepStagedEffectsOnce(t *testing.T) {
 	id := newID(t)
 	const n = 20
 	bad := map[string]bool{"r0003": true, "r0009": true, "r0016": true}
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", ItemsPerMessage: 10,
-		Source: batch.SourceSpec{Items: jsonArray(correctionSource(n, bad))}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", ItemsPerMessage: 10,
+		Source: api.SourceSpec{Items: jsonArray(correctionSource(n, bad))}}); err != nil {
 		t.Fatal(err)
 	}
 	// deliver handles every message on the queue twice over (fan-out
@@ -400,7 +401,7 @@ func TestCorrectionsKeepStagedEffectsOnce(t *testing.T) {
 			if len(ds) == 0 {
 				return
 			}
-			h.worker.Handle(ctx, append(append([]batch.Delivery{}, ds...), ds...))
+			h.worker.Handle(ctx, append(append([]worker.Delivery{}, ds...), ds...))
 		}
 	}
 	deliver()
@@ -408,7 +409,7 @@ func TestCorrectionsKeepStagedEffectsOnce(t *testing.T) {
 	if err != nil || r.Report.Census.Succeeded != n-3 || r.Report.Census.Failed != 3 {
 		t.Fatalf("run 1: %+v %v", r.Report.Census, err)
 	}
-	cr, err := h.submitter.Correct(ctx, id, batch.CorrectRequest{Source: batch.SourceSpec{Items: jsonArray(fixedLines(bad))}})
+	cr, err := h.submitter.Correct(ctx, id, api.CorrectRequest{Source: api.SourceSpec{Items: jsonArray(fixedLines(bad))}})
 	if err != nil || !cr.Created || cr.Batch.Run != 2 || cr.Revision.RunItems <= 3 {
 		t.Fatalf("correct: %+v %v", cr, err)
 	}

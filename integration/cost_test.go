@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // TestCostCountsEveryAttempt guards docs/pipelines.md "Pipelines" (cost records): the census
@@ -20,7 +20,7 @@ func TestCostCountsEveryAttempt(t *testing.T) {
 	t.Parallel() // its own batches and receiver route: beside the other parallel tests
 	ctx := context.Background()
 	id := newID(t)
-	throttled, broken := batch.PositionalKey(1), batch.PositionalKey(2)
+	throttled, broken := api.PositionalKey(1), api.PositionalKey(2)
 	var healed atomic.Bool
 	url := env.hook.route(id, func(key string, attempt int) int {
 		switch {
@@ -45,7 +45,7 @@ func TestCostCountsEveryAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []batch.Census{*v.Census, rep.Census} {
+	for _, c := range []api.Census{*v.Census, rep.Census} {
 		if c.Cost.Text("calls") != "3" || c.RunSpent.Text("calls") != "5" {
 			t.Fatalf("run 1: cost %v, run_spent %v; want calls 3 ending, 5 spent", c.Cost, c.RunSpent)
 		}
@@ -64,7 +64,7 @@ func TestCostCountsEveryAttempt(t *testing.T) {
 	}
 	// The resumed run called the pipeline once: that is what it spent; the
 	// ending attempts of all three items still cost three calls.
-	for _, c := range []batch.Census{*v.Census, rep.Census} {
+	for _, c := range []api.Census{*v.Census, rep.Census} {
 		if c.Cost.Text("calls") != "3" || c.RunSpent.Text("calls") != "1" {
 			t.Fatalf("run 2: cost %v, run_spent %v; want calls 3 ending, 1 spent by this run", c.Cost, c.RunSpent)
 		}

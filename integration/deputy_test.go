@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
@@ -43,7 +43,7 @@ func TestConfusedDeputySources(t *testing.T) {
 	// The other batch: its manifest is what the caller must not read.
 	other := id + "-other"
 	items, _ := json.Marshal([]map[string]string{{"bucket": env.bucket, "key": upload}})
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: other, Pipeline: "thumbnail", Source: batch.SourceSpec{Items: items}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: other, Pipeline: "thumbnail", Source: api.SourceSpec{Items: items}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.api.Forget(context.Background(), other) })
@@ -57,23 +57,23 @@ func TestConfusedDeputySources(t *testing.T) {
 
 	for _, tt := range []struct {
 		name  string
-		src   batch.SourceSpec
+		src   api.SourceSpec
 		field string
 	}{
-		{"another batch's manifest", batch.SourceSpec{Object: "s3://" + env.bucket + "/" + ov.ManifestKey}, "source.object"},
-		{"another batch's objects", batch.SourceSpec{Prefix: "s3://" + env.bucket + "/batches/" + other + "/"}, "source.prefix"},
-		{"the whole stack bucket", batch.SourceSpec{Prefix: "s3://" + env.bucket + "/"}, "source.prefix"},
-		{"an undeclared key of the stack bucket", batch.SourceSpec{Object: "s3://" + env.bucket + "/private/" + id + ".jsonl"}, "source.object"},
-		{"another bucket", batch.SourceSpec{Object: "s3://not-a-declared-source-" + strings.ToLower(id[len(id)-8:]) + "/a.jsonl"}, "source.object"},
+		{"another batch's manifest", api.SourceSpec{Object: "s3://" + env.bucket + "/" + ov.ManifestKey}, "source.object"},
+		{"another batch's objects", api.SourceSpec{Prefix: "s3://" + env.bucket + "/batches/" + other + "/"}, "source.prefix"},
+		{"the whole stack bucket", api.SourceSpec{Prefix: "s3://" + env.bucket + "/"}, "source.prefix"},
+		{"an undeclared key of the stack bucket", api.SourceSpec{Object: "s3://" + env.bucket + "/private/" + id + ".jsonl"}, "source.object"},
+		{"another bucket", api.SourceSpec{Object: "s3://not-a-declared-source-" + strings.ToLower(id[len(id)-8:]) + "/a.jsonl"}, "source.object"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bid := fmt.Sprintf("%s-%d", id, len(tt.name))
-			_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: bid, Pipeline: "thumbnail", Source: tt.src})
+			_, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: bid, Pipeline: "thumbnail", Source: tt.src})
 			var ae *client.APIError
 			if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Code != "invalid_request" || ae.Body.Field != tt.field {
 				t.Fatalf("submit: %v, want 400 invalid_request naming %s", err, tt.field)
 			}
-			if _, err := env.api.Status(ctx, bid); !errors.Is(err, batch.ErrNotFound) {
+			if _, err := env.api.Status(ctx, bid); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("a refused submit left a batch: %v", err)
 			}
 		})
@@ -85,7 +85,7 @@ func TestConfusedDeputySources(t *testing.T) {
 		{"k": "stolen", "bucket": env.bucket, "key": ov.ManifestKey},
 		{"k": "own", "bucket": env.bucket, "key": upload},
 	})
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "thumbnail", KeyField: "k", MaxAttempts: 3, Source: batch.SourceSpec{Items: items}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "thumbnail", KeyField: "k", MaxAttempts: 3, Source: api.SourceSpec{Items: items}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.api.Forget(context.Background(), id) })
@@ -93,7 +93,7 @@ func TestConfusedDeputySources(t *testing.T) {
 	if v.Census.Succeeded != 1 || v.Census.Failed != 1 {
 		t.Fatalf("census %+v, want own succeeded and stolen failed", v.Census)
 	}
-	page, err := env.api.Items(ctx, id, batch.OutcomeFailed, "", 10)
+	page, err := env.api.Items(ctx, id, api.OutcomeFailed, "", 10)
 	if err != nil || len(page.Items) != 1 {
 		t.Fatalf("failed items: %+v %v", page, err)
 	}

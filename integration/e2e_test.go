@@ -27,10 +27,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/bulkrun/bulkrun/internal/trigger"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // uploadImages puts n files of examples/images under prefix of the
@@ -73,21 +76,21 @@ func inlineItems(n int) json.RawMessage {
 	return b.Bytes()
 }
 
-func webhookRequest(id, url string, items json.RawMessage) batch.SubmitRequest {
-	return batch.SubmitRequest{
-		BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: items},
+func webhookRequest(id, url string, items json.RawMessage) api.SubmitRequest {
+	return api.SubmitRequest{
+		BatchID: id, Pipeline: "webhook", Source: api.SourceSpec{Items: items},
 		Options: json.RawMessage(fmt.Sprintf(`{"url": %q, "timeout_ms": 5000}`, url)),
 	}
 }
 
 // rowsCensus counts the batch's item rows straight from the table.
-func rowsCensus(t *testing.T, id string) batch.Census {
+func rowsCensus(t *testing.T, id string) api.Census {
 	t.Helper()
 	b, err := env.store.GetBatch(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := batch.CensusOf(context.Background(), env.store, b, nil)
+	c, err := finalize.CensusOf(context.Background(), env.store, b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +101,11 @@ func rowsCensus(t *testing.T, id string) batch.Census {
 // lines of batch b (one chunk, positional keys): item messages at one
 // item per message, pack messages at the batch's K, so that a test can
 // deliver them again as duplicates of the batch's own messages.
-func fanOutBodies(t *testing.T, b batch.Batch, lines []json.RawMessage) []string {
+func fanOutBodies(t *testing.T, b ledger.Batch, lines []json.RawMessage) []string {
 	t.Helper()
-	chunk := batch.Chunk{Count: int64(len(lines))}
+	chunk := source.Chunk{Count: int64(len(lines))}
 	var bodies []string
-	p, err := batch.NewPacker(b.ID, b.Run, b.ManifestKey, chunk, b.Pack(), func(body []byte, _ []string) error {
+	p, err := ledger.NewPacker(b.ID, b.Run, b.ManifestKey, chunk, b.Pack(), func(body []byte, _ []string) error {
 		bodies = append(bodies, string(body))
 		return nil
 	})
@@ -110,7 +113,7 @@ func fanOutBodies(t *testing.T, b batch.Batch, lines []json.RawMessage) []string
 		t.Fatal(err)
 	}
 	for i, in := range lines {
-		if err := p.Add(batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0); err != nil {
+		if err := p.Add(source.ManifestLine{Key: api.PositionalKey(int64(i)), Input: in}, 0, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +123,7 @@ func fanOutBodies(t *testing.T, b batch.Batch, lines []json.RawMessage) []string
 	return bodies
 }
 
-func sameCounts(a, b batch.Census) bool {
+func sameCounts(a, b api.Census) bool {
 	return a.Total == b.Total && a.Succeeded == b.Succeeded && a.Failed == b.Failed && a.Quarantined == b.Quarantined &&
 		a.Cancelled == b.Cancelled && a.InFlight == b.InFlight && a.Pending == b.Pending
 }
@@ -179,7 +182,7 @@ func TestSubmitOtherManifestSameIDIs409(t *testing.T) {
 	}
 	_, err := env.api.Submit(ctx, webhookRequest(id, url, inlineItems(4)))
 	var ae *client.APIError
-	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Code != "batch_mismatch" || ae.Body.Field != "manifest_digest" || !errors.Is(err, batch.ErrBatchMismatch) {
+	if !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Code != "batch_mismatch" || ae.Body.Field != "manifest_digest" || !errors.Is(err, api.ErrBatchMismatch) {
 		t.Fatalf("err = %v, want 409 batch_mismatch on manifest_digest", err)
 	}
 	req := webhookRequest(id, url, inlineItems(3))
@@ -212,10 +215,10 @@ func TestDuplicateDeliveriesRunOncePerItem(t *testing.T) {
 	if err := json.Unmarshal(items, &lines); err != nil {
 		t.Fatal(err)
 	}
-	bodies := fanOutBodies(t, b.Batch, lines)
+	bodies := fanOutBodies(t, ledger.Batch{Batch: b.Batch}, lines)
 	sendRaw(t, append(bodies, bodies...))
 	v := wait(t, id)
-	if v.Status != batch.StatusCompleted || v.Census.Succeeded != n || v.Census.Failed != 0 {
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != n || v.Census.Failed != 0 {
 		t.Fatalf("batch: %s %+v", v.Status, v.Census)
 	}
 	calls := env.hook.counts(id)
@@ -250,8 +253,8 @@ func sendRaw(t *testing.T, bodies []string) {
 func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
-	bad := map[string]bool{batch.PositionalKey(3): true, batch.PositionalKey(7): true, batch.PositionalKey(10): true}
-	flaky := batch.PositionalKey(5)
+	bad := map[string]bool{api.PositionalKey(3): true, api.PositionalKey(7): true, api.PositionalKey(10): true}
+	flaky := api.PositionalKey(5)
 	url := env.hook.route(id, func(key string, attempt int) int {
 		switch {
 		case bad[key]:
@@ -265,7 +268,7 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := wait(t, id)
-	if v.Census.Failed != 3 || v.Census.Succeeded != 9 || !v.NeedsAttention || v.Status != batch.StatusCompleted {
+	if v.Census.Failed != 3 || v.Census.Succeeded != 9 || !v.NeedsAttention || v.Status != api.StatusCompleted {
 		t.Fatalf("batch: %s %+v", v.Status, v.Census)
 	}
 	// Each item's cost is its last attempt's: failed calls were calls too.
@@ -276,11 +279,11 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := readResults(t, rep.Results.Files[batch.OutcomeFailed].URI)
+	failed := readResults(t, rep.Results.Files[api.OutcomeFailed].URI)
 	var keys []string
 	for _, l := range failed {
 		keys = append(keys, l.Key)
-		if !strings.Contains(l.Error, "HTTP 422") || !strings.Contains(l.Error, l.Key) || l.Reason != batch.ReasonPermanent || l.Attempts != 1 {
+		if !strings.Contains(l.Error, "HTTP 422") || !strings.Contains(l.Error, l.Key) || l.Reason != api.ReasonPermanent || l.Attempts != 1 {
 			t.Errorf("failed line %+v: want HTTP 422 naming the key, permanent, 1 attempt", l)
 		}
 	}
@@ -289,7 +292,7 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 		t.Fatalf("failed keys = %v", keys)
 	}
 	// manifest.json names the result files in Distributed Map's ResultWriter shape.
-	mb, mk, _ := batch.ParseS3URI(rep.Results.Manifest)
+	mb, mk, _ := api.ParseS3URI(rep.Results.Manifest)
 	mo, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &mb, Key: &mk})
 	if err != nil {
 		t.Fatal(err)
@@ -304,10 +307,10 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	err = json.NewDecoder(mo.Body).Decode(&manifest)
 	mo.Body.Close()
 	if err != nil || manifest.DestinationBucket != env.bucket || len(manifest.ResultFiles["FAILED"]) != 1 || len(manifest.ResultFiles["SUCCEEDED"]) != 1 ||
-		manifest.ResultFiles["FAILED"][0].Key != batch.ResultsKey(id, 1, batch.OutcomeFailed) || manifest.ResultFiles["FAILED"][0].Size == 0 {
+		manifest.ResultFiles["FAILED"][0].Key != api.ResultsKey(id, 1, api.OutcomeFailed) || manifest.ResultFiles["FAILED"][0].Size == 0 {
 		t.Fatalf("results manifest %+v (%v)", manifest, err)
 	}
-	ok := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI)
+	ok := readResults(t, rep.Results.Files[api.OutcomeSucceeded].URI)
 	for _, l := range ok {
 		if l.Key == flaky && l.Attempts != 2 {
 			t.Errorf("flaky item: %d attempts, want 2 (one transient 500, then success)", l.Attempts)
@@ -319,7 +322,7 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 
 	// Finalize triggered twice more, concurrently: one report, untouched.
 	head := func() string {
-		o, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: aws.String(batch.ReportKey(id, 1))})
+		o, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: aws.String(api.ReportKey(id, 1))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +346,7 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	}
 	wg.Wait()
 	for _, r := range results {
-		if r["wrote"] != false || r["status"] != string(batch.StatusCompleted) {
+		if r["wrote"] != false || r["status"] != string(api.StatusCompleted) {
 			t.Errorf("repeated finalize answered %v, want wrote=false", r)
 		}
 	}
@@ -356,9 +359,9 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 	}
 }
 
-func readResults(t *testing.T, uri string) []batch.ResultLine {
+func readResults(t *testing.T, uri string) []api.ResultLine {
 	t.Helper()
-	bucket, key, err := batch.ParseS3URI(uri)
+	bucket, key, err := api.ParseS3URI(uri)
 	if err != nil {
 		t.Fatalf("results uri %q: %v", uri, err)
 	}
@@ -367,8 +370,8 @@ func readResults(t *testing.T, uri string) []batch.ResultLine {
 		t.Fatal(err)
 	}
 	defer o.Body.Close()
-	var lines []batch.ResultLine
-	if err := batch.ReadResults(o.Body, func(l batch.ResultLine) error { lines = append(lines, l); return nil }); err != nil {
+	var lines []api.ResultLine
+	if err := api.ReadResults(o.Body, func(l api.ResultLine) error { lines = append(lines, l); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return lines
@@ -381,7 +384,7 @@ func TestPrefixThumbnails(t *testing.T) {
 	id := newID(t)
 	prefix := "it-sources/" + id + "/"
 	uploadImages(t, prefix, 7)
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: api.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix}}); err != nil {
 		t.Fatal(err)
 	}
 	v := wait(t, id)
@@ -392,17 +395,17 @@ func TestPrefixThumbnails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range readResults(t, rep.Results.Files[batch.OutcomeFailed].URI) {
+	for _, l := range readResults(t, rep.Results.Files[api.OutcomeFailed].URI) {
 		if !strings.HasPrefix(l.Key, prefix+"broken-") || !strings.Contains(l.Error, l.Key) {
 			t.Errorf("failed %s: %s", l.Key, l.Error)
 		}
 	}
-	for _, l := range readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI) {
+	for _, l := range readResults(t, rep.Results.Files[api.OutcomeSucceeded].URI) {
 		var out struct{ Thumbnail string }
 		if err := json.Unmarshal(l.Output, &out); err != nil || out.Thumbnail == "" {
 			t.Fatalf("output of %s: %s", l.Key, l.Output)
 		}
-		bucket, key, _ := batch.ParseS3URI(out.Thumbnail)
+		bucket, key, _ := api.ParseS3URI(out.Thumbnail)
 		if _, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key}); err != nil {
 			t.Errorf("thumbnail %s: %v", out.Thumbnail, err)
 		}
@@ -424,7 +427,7 @@ func TestThumbnailOfAMissingObjectFailsAtOnce(t *testing.T) {
 	items, _ := json.Marshal([]map[string]string{
 		{"bucket": env.bucket, "key": prefix + "missing.png"},
 	})
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: batch.SourceSpec{Items: items}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "thumbnail", Source: api.SourceSpec{Items: items}}); err != nil {
 		t.Fatal(err)
 	}
 	v := wait(t, id)
@@ -435,8 +438,8 @@ func TestThumbnailOfAMissingObjectFailsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := readResults(t, rep.Results.Files[batch.OutcomeFailed].URI)
-	if len(lines) != 1 || !strings.Contains(lines[0].Error, "no such object") || lines[0].Reason != batch.ReasonPermanent || lines[0].Attempts != 1 {
+	lines := readResults(t, rep.Results.Files[api.OutcomeFailed].URI)
+	if len(lines) != 1 || !strings.Contains(lines[0].Error, "no such object") || lines[0].Reason != api.ReasonPermanent || lines[0].Attempts != 1 {
 		t.Fatalf("failed items %+v, want one, permanent, \"no such object\", after 1 attempt", lines)
 	}
 }
@@ -459,7 +462,7 @@ func TestUploadStartsOneBatch(t *testing.T) {
 	for {
 		if _, err := env.api.Status(ctx, id); err == nil {
 			break
-		} else if !errors.Is(err, batch.ErrNotFound) || time.Now().After(deadline) {
+		} else if !errors.Is(err, api.ErrNotFound) || time.Now().After(deadline) {
 			t.Fatalf("batch %s from the upload: %v", id, err)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -498,13 +501,13 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`)
-	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src}}
+	req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: api.SourceSpec{Object: "s3://" + env.bucket + "/" + src}}
 	for _, try := range []string{"submit", "repeat"} {
-		if v, err := env.api.Submit(ctx, req); err != nil || v.Status != batch.StatusSubmitting {
+		if v, err := env.api.Submit(ctx, req); err != nil || v.Status != api.StatusSubmitting {
 			t.Fatalf("%s: %s %v, want accepted (submitting)", try, v.Status, err)
 		}
 		v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
-		if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Line != 4 || v.Refusal.Field != "source.object" || v.Refusal.Code != "invalid_request" {
+		if err != nil || v.Status != api.StatusRefused || v.Refusal == nil || v.Refusal.Line != 4 || v.Refusal.Field != "source.object" || v.Refusal.Code != "invalid_request" {
 			t.Fatalf("%s: batch %s: %s %+v %v, want refused naming line 4 of source.object", try, id, v.Status, v.Refusal, err)
 		}
 	}
@@ -513,8 +516,8 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ae *client.APIError
-	dupReq := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, KeyField: "k", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}}
-	if v, err := env.api.Submit(ctx, dupReq); err != nil || v.Status != batch.StatusSubmitting {
+	dupReq := api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, KeyField: "k", Source: api.SourceSpec{Object: "s3://" + env.bucket + "/" + dup}}
+	if v, err := env.api.Submit(ctx, dupReq); err != nil || v.Status != api.StatusSubmitting {
 		t.Fatalf("other source under the refused id: %s %v, want accepted (submitting)", v.Status, err)
 	}
 	if v, err := env.api.Submitted(ctx, id, 300*time.Millisecond); err != nil || v.Refusal == nil || v.Refusal.Key != "x" {
@@ -541,18 +544,18 @@ func TestBadInputNamesLineAndWritesNothing(t *testing.T) {
 			t.Fatalf("forget refused %s: %v", bid, err)
 		}
 	}
-	if _, err := env.api.Status(ctx, id); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := env.api.Status(ctx, id); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("status after forget: %v, want not found", err)
 	}
 	for _, bad := range []struct {
-		req   batch.SubmitRequest
+		req   api.SubmitRequest
 		field string
 	}{
-		{batch.SubmitRequest{BatchID: "no/slash", Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}}, "batch_id"},
-		{batch.SubmitRequest{BatchID: id, Pipeline: "nope", Source: batch.SourceSpec{Items: inlineItems(1)}}, "pipeline"},
-		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook}, "source"},
-		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: batch.SourceSpec{Items: inlineItems(1)}, Headers: map[string]string{"bulkrun.x": "1"}}, "headers.bulkrun.x"},
-		{batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}}, "pipeline_options"},
+		{api.SubmitRequest{BatchID: "no/slash", Pipeline: "webhook", Source: api.SourceSpec{Items: inlineItems(1)}}, "batch_id"},
+		{api.SubmitRequest{BatchID: id, Pipeline: "nope", Source: api.SourceSpec{Items: inlineItems(1)}}, "pipeline"},
+		{api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook}, "source"},
+		{api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: api.SourceSpec{Items: inlineItems(1)}, Headers: map[string]string{"bulkrun.x": "1"}}, "headers.bulkrun.x"},
+		{api.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: api.SourceSpec{Items: inlineItems(1)}}, "pipeline_options"},
 	} {
 		_, err := env.api.Submit(ctx, bad.req)
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != bad.field {
@@ -571,7 +574,7 @@ func TestUnknownBatchIs404(t *testing.T) {
 
 // DESIGN §4: no partition key (of the table or an index) takes more write
 // units than the shard budget allows: a batch's item rows live under
-// ListShards keys ITEM#{id}#{shard} as batch.Shard places them (the table
+// ListShards keys ITEM#{id}#{shard} as ledger.Shard places them (the table
 // lists them in key order; no list index copies them), each key holding
 // no more items than ShardWriteBudget / ShardWriteUnitsPerItem at the
 // flow's shard count, and its counter rows under its counter shards.
@@ -593,7 +596,7 @@ func storageLayoutHasNoHotKey(t *testing.T, k int) {
 	}
 	wait(t, id)
 	b, _ := env.store.GetBatch(ctx, id)
-	if want := batch.ListShards(n, 0); b.ListShards != want || b.CounterShards < 1 || b.Chunks != 1 {
+	if want := ledger.ListShards(n, 0); b.ListShards != want || b.CounterShards < 1 || b.Chunks != 1 {
 		t.Fatalf("batch shards %d, counter shards %d, chunks %d; want %d item shards", b.ListShards, b.CounterShards, b.Chunks, want)
 	}
 	pks := map[string]int{}
@@ -617,7 +620,7 @@ func storageLayoutHasNoHotKey(t *testing.T, k int) {
 			switch {
 			case strings.HasPrefix(pk, "ITEM#"):
 				items++
-				if want := "ITEM#" + id + "#" + strconv.Itoa(batch.Shard(sk.Value, b.ListShards)); pk != want {
+				if want := "ITEM#" + id + "#" + strconv.Itoa(ledger.Shard(sk.Value, b.ListShards)); pk != want {
 					t.Errorf("item %s under %s, want %s", sk.Value, pk, want)
 				}
 				if _, ok := it["output"]; !ok {
@@ -625,10 +628,10 @@ func storageLayoutHasNoHotKey(t *testing.T, k int) {
 				}
 			case strings.HasPrefix(pk, "PACK#"):
 				first, _ := strconv.ParseInt(sk.Value, 10, 64)
-				if want := "PACK#" + id + "#" + strconv.Itoa(batch.PackShard(first, b.ListShards)); pk != want {
+				if want := "PACK#" + id + "#" + strconv.Itoa(ledger.PackShard(first, b.ListShards)); pk != want {
 					t.Errorf("pack %s under %s, want %s", sk.Value, pk, want)
 				}
-				for j := range batch.MaxItemsPerMessage {
+				for j := range ledger.MaxItemsPerMessage {
 					if _, ok := it[fmt.Sprintf("i%d", j)]; ok {
 						items++
 					}
@@ -643,8 +646,8 @@ func storageLayoutHasNoHotKey(t *testing.T, k int) {
 	for pk, c := range pks {
 		switch {
 		case strings.HasPrefix(pk, "ITEM#"):
-			if c*batch.ShardWriteUnitsPerItem > batch.ShardWriteBudget {
-				t.Errorf("item partition %s holds %d items: %d planned write units, budget %d", pk, c, c*batch.ShardWriteUnitsPerItem, batch.ShardWriteBudget)
+			if c*ledger.ShardWriteUnitsPerItem > ledger.ShardWriteBudget {
+				t.Errorf("item partition %s holds %d items: %d planned write units, budget %d", pk, c, c*ledger.ShardWriteUnitsPerItem, ledger.ShardWriteBudget)
 			}
 		case strings.HasPrefix(pk, "PACK#"):
 			// A shard's packs: each written about twice per K items.
@@ -725,11 +728,11 @@ func TestRefusedUploadIsReported(t *testing.T) {
 	}
 	// The refusal is a refused batch, listed as any other, naming the line.
 	v, err := env.api.Status(ctx, name)
-	if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Line != 2 || v.Source != "s3://"+env.bucket+"/"+key {
+	if err != nil || v.Status != api.StatusRefused || v.Refusal == nil || v.Refusal.Line != 2 || v.Source != "s3://"+env.bucket+"/"+key {
 		t.Fatalf("status: %+v %v, want refused naming line 2 and the upload", v.Refusal, err)
 	}
-	page, err := env.api.ListBatches(ctx, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusRefused}, Limit: 1000})
-	if err != nil || !slices.ContainsFunc(page.Batches, func(b batch.BatchSummary) bool { return b.ID == name && b.Refusal != nil }) {
+	page, err := env.api.ListBatches(ctx, api.ListBatchesRequest{Statuses: []api.Status{api.StatusRefused}, Limit: 1000})
+	if err != nil || !slices.ContainsFunc(page.Batches, func(b api.BatchSummary) bool { return b.ID == name && b.Refusal != nil }) {
 		t.Fatalf("list --status refused: %v, want %s among %d", err, name, len(page.Batches))
 	}
 	// The refused batch does not hold its id: the corrected upload runs under it.
@@ -738,11 +741,11 @@ func TestRefusedUploadIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(time.Minute)
-	for v.Status == batch.StatusRefused && time.Now().Before(deadline) {
+	for v.Status == api.StatusRefused && time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
 		v, err = env.api.Status(ctx, name)
 	}
-	if err != nil || v.Status == batch.StatusRefused || v.ItemCount != 2 {
+	if err != nil || v.Status == api.StatusRefused || v.ItemCount != 2 {
 		t.Fatalf("corrected upload under the refused id: %s %d items %v, want a batch of 2 items", v.Status, v.ItemCount, err)
 	}
 	wait(t, name)
@@ -754,11 +757,11 @@ func TestSubmitRefusesBadBodiesAndOptions(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
 	var ae *client.APIError
-	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}})
+	_, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: api.SourceSpec{Items: inlineItems(1)}})
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options" || !strings.Contains(ae.Body.Message, "url") {
 		t.Fatalf("webhook without url: %v, want 400 on pipeline_options", err)
 	}
-	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Items: inlineItems(1)}, Options: json.RawMessage(`{"url":"ftp://x"}`)})
+	_, err = env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: api.SourceSpec{Items: inlineItems(1)}, Options: json.RawMessage(`{"url":"ftp://x"}`)})
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options" {
 		t.Fatalf("ftp url: %v, want 400 on pipeline_options", err)
 	}

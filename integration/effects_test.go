@@ -18,9 +18,11 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // effectsTable creates a user table (pk string) for staged writes.
@@ -69,7 +71,7 @@ func stagingBatchK(t *testing.T, tables []string, n, k int, run pipeline.Func) (
 	h.worker.Staging = effects.Staging(tables)
 	laneBindEffects(t, h, tables[0]) // as a stack declaring it grants
 	id := newID(t)
-	if _, err := h.submitter.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)},
+	if _, err := h.submitter.Submit(context.Background(), api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(n)},
 		ItemsPerMessage: k}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,15 +111,15 @@ func applied(t *testing.T, table, key string) int {
 
 // itemState reads item key of batch id from its unit (item row or pack
 // row).
-func itemState(t *testing.T, h *harness, id, key string) batch.Item {
+func itemState(t *testing.T, h *harness, id, key string) ledger.Item {
 	t.Helper()
 	ctx := context.Background()
 	b, err := h.store.GetBatch(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found batch.Item
-	if err := batch.MergeShards(ctx, h.store, id, b.ListShards, "", batch.MergeOptions{Packed: b.Pack() > 1}, func(it batch.Item) error {
+	var found ledger.Item
+	if err := ledger.MergeShards(ctx, h.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
 		if it.Key == key {
 			found = it
 		}
@@ -151,9 +153,9 @@ func stagedEffectsOncePerItem(t *testing.T, k int) {
 			return pipeline.Result{}, err
 		}
 		switch req.Key {
-		case batch.PositionalKey(3):
+		case api.PositionalKey(3):
 			return pipeline.Result{}, pipeline.Permanent(errors.New("bad item after staging"))
-		case batch.PositionalKey(4):
+		case api.PositionalKey(4):
 			if flaky.Add(1) == 1 {
 				return pipeline.Result{}, errors.New("transient after staging")
 			}
@@ -165,11 +167,11 @@ func stagedEffectsOncePerItem(t *testing.T, k int) {
 	if len(items) != want {
 		t.Fatalf("%d messages, want %d", len(items), want)
 	}
-	tripled := append(append(append([]batch.Delivery{}, items...), items...), items...)
+	tripled := append(append(append([]worker.Delivery{}, items...), items...), items...)
 	pending, start := tripled, time.Now()
 	for deadline := time.Now().Add(2 * h.worker.Lease); len(pending) > 0 && time.Now().Before(deadline); {
 		failed := h.worker.Handle(ctx, pending)
-		var again []batch.Delivery
+		var again []worker.Delivery
 		for _, d := range pending {
 			for _, f := range failed {
 				if d.MessageID == f {
@@ -190,7 +192,7 @@ func stagedEffectsOncePerItem(t *testing.T, k int) {
 		t.Fatalf("%d deliveries not acknowledged, after %s (lease %s)", len(pending), took.Round(time.Millisecond), h.worker.Lease)
 	}
 	for i := range 8 {
-		k := batch.PositionalKey(int64(i))
+		k := api.PositionalKey(int64(i))
 		want, calls := 1, int64(1)
 		switch i {
 		case 3:
@@ -216,19 +218,19 @@ func stagedEffectsOncePerItem(t *testing.T, k int) {
 
 // crashingStore is a Store whose outcome writes never reach DynamoDB: the
 // item function died after the pipeline returned and before it recorded.
-type crashingStore struct{ batch.Store }
+type crashingStore struct{ ledger.Store }
 
 var errCrashed = errors.New("the process died before the outcome write")
 
-func (crashingStore) Record(context.Context, batch.Record) error { return errCrashed }
+func (crashingStore) Record(context.Context, ledger.Record) error { return errCrashed }
 
 // crashingPacks is crashingStore for pack rows: every pack write but a
 // take never reaches DynamoDB.
-type crashingPacks struct{ batch.Store }
+type crashingPacks struct{ ledger.Store }
 
-func (crashingPacks) Record(context.Context, batch.Record) error { return errCrashed }
+func (crashingPacks) Record(context.Context, ledger.Record) error { return errCrashed }
 
-func (c crashingPacks) WritePack(ctx context.Context, w batch.PackWrite) error {
+func (c crashingPacks) WritePack(ctx context.Context, w ledger.PackWrite) error {
 	if w.Take {
 		return c.Store.WritePack(ctx, w)
 	}
@@ -262,11 +264,11 @@ func stagedEffectsCrashBeforeRecord(t *testing.T, k int) {
 	if failed := crashing.Handle(ctx, msgs); len(failed) != 1 {
 		t.Fatalf("the crashed delivery was acknowledged: %v", failed)
 	}
-	key := batch.PositionalKey(0)
+	key := api.PositionalKey(0)
 	if n := applied(t, table, key); n != 0 {
 		t.Fatalf("after the crash the staged write was applied %d times, want 0", n)
 	}
-	if it := itemState(t, h, id, key); it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 {
+	if it := itemState(t, h, id, key); it.Outcome != api.OutcomeInFlight || it.Attempt != 1 {
 		t.Fatalf("row after the crash: %+v, want in flight, attempt 1", it)
 	}
 	time.Sleep(h.worker.Lease + 200*time.Millisecond)
@@ -276,7 +278,7 @@ func stagedEffectsCrashBeforeRecord(t *testing.T, k int) {
 	if n, c := applied(t, table, key), h.callsOf(key); n != 1 || c != 2 {
 		t.Fatalf("after the takeover: applied %d, calls %d; want applied 1, calls 2", n, c)
 	}
-	if it := itemState(t, h, id, key); it.Outcome != batch.OutcomeSucceeded || it.Attempt != 2 {
+	if it := itemState(t, h, id, key); it.Outcome != api.OutcomeSucceeded || it.Attempt != 2 {
 		t.Fatalf("row after the takeover: %+v", it)
 	}
 }
@@ -301,11 +303,11 @@ func TestStagedEffectsLostAnswer(t *testing.T) {
 	if n := proxy.Status().Injected[faultproxy.KindResetAfter]; n != 1 {
 		t.Fatalf("answers lost: %d, want 1 (the rule did not fire: the test proves nothing)", n)
 	}
-	key := batch.PositionalKey(0)
+	key := api.PositionalKey(0)
 	if n := applied(t, table, key); n != 1 {
 		t.Fatalf("staged write applied %d times, want 1", n)
 	}
-	if it, _ := h.store.GetItem(ctx, id, key); it.Outcome != batch.OutcomeSucceeded {
+	if it, _ := h.store.GetItem(ctx, id, key); it.Outcome != api.OutcomeSucceeded {
 		t.Fatalf("row: %+v", it)
 	}
 }
@@ -321,7 +323,7 @@ func TestStagedEffectsRefused(t *testing.T) {
 	table := effectsTable(t)
 	gate := map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "gate"}}
 	h, id := stagingBatch(t, []string{table}, 2, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key == batch.PositionalKey(0) {
+		if req.Key == api.PositionalKey(0) {
 			if err := effects.Put(ctx, "not-declared", map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "x"}}); err != nil {
 				return pipeline.Result{}, err
 			}
@@ -340,18 +342,18 @@ func TestStagedEffectsRefused(t *testing.T) {
 	if len(failed) != 1 {
 		t.Fatalf("failed deliveries %v, want the gated item's only", failed)
 	}
-	k0, k1 := batch.PositionalKey(0), batch.PositionalKey(1)
-	if it, _ := h.store.GetItem(ctx, id, k0); it.Outcome != batch.OutcomeFailed || !strings.Contains(it.Error, `"not-declared"`) {
+	k0, k1 := api.PositionalKey(0), api.PositionalKey(1)
+	if it, _ := h.store.GetItem(ctx, id, k0); it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, `"not-declared"`) {
 		t.Fatalf("undeclared table: row %+v, want failed naming the table", it)
 	}
 	it, _ := h.store.GetItem(ctx, id, k1)
-	if it.Outcome != batch.OutcomeInFlight || !strings.Contains(it.Error, "staged write 0") || applied(t, table, k1) != 0 {
+	if it.Outcome != api.OutcomeInFlight || !strings.Contains(it.Error, "staged write 0") || applied(t, table, k1) != 0 {
 		t.Fatalf("gated item after a failed condition: row %+v, applied %d; want in flight, error naming write 0, nothing applied", it, applied(t, table, k1))
 	}
 	if _, err := dynamodb.NewFromConfig(env.aws).PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: gate}); err != nil {
 		t.Fatal(err)
 	}
-	var again []batch.Delivery
+	var again []worker.Delivery
 	for _, d := range msgs {
 		if d.MessageID == failed[0] {
 			again = append(again, d)
@@ -381,8 +383,8 @@ func TestStagedEffectsMissingTable(t *testing.T) {
 	if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
 		t.Fatalf("the delivery was not acknowledged (%v): the item waits for its lease", failed)
 	}
-	it, err := h.store.GetItem(ctx, id, batch.PositionalKey(0))
-	if err != nil || it.Outcome != batch.OutcomeFailed || it.Reason != batch.ReasonPermanent || !strings.Contains(it.Error, "ResourceNotFound") {
+	it, err := h.store.GetItem(ctx, id, api.PositionalKey(0))
+	if err != nil || it.Outcome != api.OutcomeFailed || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, "ResourceNotFound") {
 		t.Fatalf("row %+v %v, want failed (permanent) with DynamoDB's ResourceNotFound message", it, err)
 	}
 }

@@ -26,9 +26,11 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // Faults in the integration suite. The emulator never throttles, fails or
@@ -277,7 +279,7 @@ func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
 	id := newID(t)
 	var err error
 	for range 5 { // submit is retried by its caller (API Gateway's client, the S3 event)
-		if _, err = h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(60)}}); err == nil {
+		if _, err = h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(60)}}); err == nil {
 			break
 		}
 	}
@@ -295,7 +297,7 @@ func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := batch.CensusOf(ctx, h.store, hb, nil)
+	c, err := finalize.CensusOf(ctx, h.store, hb, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,8 +305,8 @@ func TestFaultProxyHarnessRunsUnderFaults(t *testing.T) {
 		t.Fatalf("census %+v after faults %v", c, s.Injected)
 	}
 	for i := range 60 {
-		if n := h.callsOf(batch.PositionalKey(int64(i))); n != 1 {
-			t.Errorf("%s: %d pipeline calls, want 1", batch.PositionalKey(int64(i)), n)
+		if n := h.callsOf(api.PositionalKey(int64(i))); n != 1 {
+			t.Errorf("%s: %d pipeline calls, want 1", api.PositionalKey(int64(i)), n)
 		}
 	}
 	t.Logf("%d requests, injected %v", s.Requests, s.Injected)
@@ -350,7 +352,7 @@ func TestFaultProxyStackFunctionsGoThroughIt(t *testing.T) {
 func (h *harness) drainRetrying(t *testing.T, ctx context.Context, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
-	var pending []batch.Delivery
+	var pending []worker.Delivery
 	for time.Now().Before(deadline) {
 		ds := append(pending, h.receive(t, 10)...)
 		if len(ds) == 0 {

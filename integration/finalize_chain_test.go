@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/internal/trigger"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -47,7 +47,7 @@ func TestFinalizeChainsItsChunks(t *testing.T) {
 				return pipeline.Result{Output: req.Input}, nil
 			})
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(120)}}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(120)}}); err != nil {
 				t.Fatal(err)
 			}
 			h.drain(t, ctx)
@@ -62,7 +62,7 @@ func TestFinalizeChainsItsChunks(t *testing.T) {
 				t.Errorf("chained calls %v, want 1 … %d", c.calls, tc.chained)
 			}
 			b := mustBatch(t, h, id)
-			if finished := b.Status == batch.StatusCompleted; finished != tc.done {
+			if finished := b.Status == api.StatusCompleted; finished != tc.done {
 				t.Fatalf("status %s after the chain, finished %v, want %v", b.Status, finished, tc.done)
 			}
 			if !tc.done {
@@ -71,13 +71,13 @@ func TestFinalizeChainsItsChunks(t *testing.T) {
 					if _, err := f.Finalize(ctx, id, 1); err != nil {
 						t.Fatal(err)
 					}
-					if b = mustBatch(t, h, id); b.Status == batch.StatusCompleted {
+					if b = mustBatch(t, h, id); b.Status == api.StatusCompleted {
 						break
 					}
 				}
 			}
 			r, err := f.Finalize(ctx, id, 1)
-			if err != nil || r.Wrote || r.Report.Census.Succeeded != 120 || b.Status != batch.StatusCompleted {
+			if err != nil || r.Wrote || r.Report.Census.Succeeded != 120 || b.Status != api.StatusCompleted {
 				t.Fatalf("report %+v (wrote again %v) %v, status %s", r.Report.Census, r.Wrote, err, b.Status)
 			}
 		})

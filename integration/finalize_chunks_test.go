@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"os"
 	"runtime"
 	"slices"
@@ -16,7 +17,9 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/peak"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -25,7 +28,7 @@ import (
 // S3 and the context of the call is cancelled, so whatever the call had in
 // flight dies with it, as in an invocation that timed out or crashed.
 type killBlobs struct {
-	batch.Blobs
+	ledger.Blobs
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	kill   func(op, key string) bool
@@ -94,12 +97,12 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 	})
 	const n = 120
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(t, ctx)
 	b := mustBatch(t, h, id)
-	rows, err := batch.CensusOf(ctx, h.store, b, nil)
+	rows, err := finalize.CensusOf(ctx, h.store, b, nil)
 	if err != nil || !rows.Done() {
 		t.Fatalf("census from rows before finalize: %+v %v", rows, err)
 	}
@@ -108,7 +111,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 	f := *h.finalizer
 	f.Blobs = kb
 	f.ChunkRows = 25
-	f.Merge = batch.MergeOptions{BudgetBytes: 1, Reads: 3}
+	f.Merge = ledger.MergeOptions{BudgetBytes: 1, Reads: 3}
 	kills := []func(op, key string) bool{
 		func(op, key string) bool {
 			return op == "put_if_absent" && strings.HasSuffix(key, "/finalize/1/000002.json")
@@ -118,7 +121,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 		},
 	}
 	var wrote, continued, killedCalls int
-	var rep batch.Report
+	var rep api.Report
 	for call := 0; ; call++ {
 		if call > 30 {
 			t.Fatalf("not finished after 30 calls (%d continued, %d killed)", continued, killedCalls)
@@ -167,8 +170,8 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 	if c.Failed != 12 || c.Succeeded != 108 {
 		t.Fatalf("census %+v, want 108 succeeded and 12 failed", c)
 	}
-	for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {
-		body, err := h.blobs.Get(ctx, batch.ResultsKey(id, 1, o))
+	for _, o := range []api.Outcome{api.OutcomeSucceeded, api.OutcomeFailed} {
+		body, err := h.blobs.Get(ctx, api.ResultsKey(id, 1, o))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +179,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 			t.Fatalf("%s: report says %d bytes, object has %d", o, loc.Bytes, len(body))
 		}
 		var keys []string
-		if err := batch.ReadResults(strings.NewReader(string(body)), func(l batch.ResultLine) error {
+		if err := api.ReadResults(strings.NewReader(string(body)), func(l api.ResultLine) error {
 			keys = append(keys, l.Key)
 			return nil
 		}); err != nil {
@@ -187,7 +190,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 		}
 	}
 	left := 0
-	if err := h.blobs.List(ctx, h.blobs.Bucket(), batch.FinalizePrefix(id, 1), func(batch.ObjectInfo) error { left++; return nil }); err != nil {
+	if err := h.blobs.List(ctx, h.blobs.Bucket(), finalize.FinalizePrefix(id, 1), func(source.ObjectInfo) error { left++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if left != 0 {
@@ -199,7 +202,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 // on the emulator's DynamoDB: BULKRUN_FINALIZE_EMULATOR_ROWS item rows
 // (default 2,000) of ~1 KB outputs, written with Store.Settle (one
 // conditional write each; MiniStack takes ≈ 150 a second) into a batch laid
-// out as one of 10^7 items (batch.ListShards(10^7, 0) item shards), then one
+// out as one of 10^7 items (api.ListShards(10^7, 0) item shards), then one
 // finalize. It checks the census and that the heap stayed below 256 MiB,
 // and logs the peak.
 //
@@ -213,8 +216,22 @@ func TestFinalizePeakMemoryOnEmulator(t *testing.T) {
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
 	now := time.Now().UTC()
-	b := batch.Batch{ID: id, Run: 1, Status: batch.StatusRunning, Pipeline: "counted", ItemCount: n, ListShards: batch.ListShards(10_000_000, 0),
-		CounterShards: 1, CreatedAt: now, RunStartedAt: now, FannedOut: true, Digest: "sha256:0", ManifestKey: "batches/" + id + "/manifests/x.jsonl"}
+	b := ledger.Batch{
+		Batch: api.Batch{
+			ID:            id,
+			Run:           1,
+			Status:        api.StatusRunning,
+			Pipeline:      "counted",
+			ItemCount:     n,
+			ListShards:    ledger.ListShards(10_000_000, 0),
+			CounterShards: 1,
+			CreatedAt:     now,
+			RunStartedAt:  now,
+			FannedOut:     true,
+			Digest:        "sha256:0",
+			ManifestKey:   "batches/" + id + "/manifests/x.jsonl",
+		},
+	}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -226,9 +243,9 @@ func TestFinalizePeakMemoryOnEmulator(t *testing.T) {
 	for range 16 {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < n; i = next.Add(1) - 1 {
-				key := batch.PositionalKey(i)
-				_, err := h.store.Settle(ctx, batch.Record{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards,
-					Outcome: batch.OutcomeSucceeded, Output: output, Now: time.Now().UTC()})
+				key := api.PositionalKey(i)
+				_, err := h.store.Settle(ctx, ledger.Record{BatchID: id, Key: key, RunID: ledger.RunID(id, key), Run: 1, ListShards: b.ListShards,
+					Outcome: api.OutcomeSucceeded, Output: output, Now: time.Now().UTC()})
 				if err != nil {
 					errs <- err
 					return

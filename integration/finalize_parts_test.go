@@ -13,10 +13,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/shared/source"
+
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/bulkrun/bulkrun/internal/trigger"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -28,7 +31,7 @@ import (
 // on the harness's storage.
 type laneParts struct {
 	invoke *trigger.Lambda
-	f      *batch.Finalizer
+	f      *finalize.Finalizer
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	errs   []error
@@ -92,8 +95,8 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			src.WriteByte(']')
 			one, parted := newID(t)+"-one", newID(t)+"-parts"
 			for _, id := range []string{one, parted} {
-				if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
-					Source: batch.SourceSpec{Items: json.RawMessage(src.String())}, ItemsPerMessage: k}); err != nil {
+				if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
+					Source: api.SourceSpec{Items: json.RawMessage(src.String())}, ItemsPerMessage: k}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -128,15 +131,15 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			if !bytes.Equal(gc, wc) || ref.Report.Census.Failed == 0 {
 				t.Fatalf("census in parts %s, in one pass %s", gc, wc)
 			}
-			for _, o := range batch.TerminalOutcomes() {
-				a, aerr := h.blobs.Get(ctx, batch.ResultsKey(parted, 1, o))
-				w, werr := h.blobs.Get(ctx, batch.ResultsKey(one, 1, o))
+			for _, o := range api.TerminalOutcomes() {
+				a, aerr := h.blobs.Get(ctx, api.ResultsKey(parted, 1, o))
+				w, werr := h.blobs.Get(ctx, api.ResultsKey(one, 1, o))
 				if !bytes.Equal(a, w) || (aerr == nil) != (werr == nil) {
 					t.Fatalf("results of %s: %d bytes (%v) in parts, %d (%v) in one pass", o, len(a), aerr, len(w), werr)
 				}
 			}
 			left := 0
-			_ = h.blobs.List(ctx, h.blobs.Bucket(), batch.FinalizePrefix(parted, 1), func(batch.ObjectInfo) error { left++; return nil })
+			_ = h.blobs.List(ctx, h.blobs.Bucket(), finalize.FinalizePrefix(parted, 1), func(source.ObjectInfo) error { left++; return nil })
 			if left != 0 {
 				t.Fatalf("%d finalize objects left", left)
 			}
@@ -152,7 +155,7 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 		const action = "lambda:InvokeFunction"
 		laneRevoke(t, h, map[string][]string{"finalize": {action}})
 		id := newID(t)
-		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(130)}, ItemsPerMessage: 10}); err != nil {
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(130)}, ItemsPerMessage: 10}); err != nil {
 			t.Fatal(err)
 		}
 		h.drain(t, ctx)

@@ -28,9 +28,14 @@ import (
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/queue"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // harness runs submit, item and finalize in this process against real
@@ -43,9 +48,9 @@ type harness struct {
 	blobs     *blob.Store
 	queue     *queue.Queue
 	queueURL  string
-	submitter *batch.Submitter
-	worker    *batch.Worker
-	finalizer *batch.Finalizer
+	submitter *submit.Submitter
+	worker    *worker.Worker
+	finalizer *finalize.Finalizer
 	triggered atomic.Int64
 	calls     sync.Map // key → *atomic.Int64
 	// fn holds each function's adapters (attributed to it); binding is
@@ -134,13 +139,13 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 		t.Fatal(err)
 	}
 	sub := h.fn["submit"]
-	h.submitter = &batch.Submitter{Store: sub.store, Blobs: sub.blobs, Queue: sub.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
+	h.submitter = &submit.Submitter{Store: sub.store, Blobs: sub.blobs, Queue: sub.queue, Trigger: countTrigger{h}, Clock: ledger.SystemClock{},
 		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
 	item, fin := h.fn["item"], h.fn["finalize"]
-	h.worker = &batch.Worker{Store: item.store, Blobs: item.blobs, Queue: item.queue, Trigger: countTrigger{h}, Clock: batch.SystemClock{},
-		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &batch.RetryPolicy{}}
-	h.finalizer = &batch.Finalizer{Store: fin.store, Blobs: fin.blobs, Clock: batch.SystemClock{}, Log: log, Retention: time.Hour}
-	h.setRowTTL(h.finalizer.Retention + batch.TTLGrace) // as the stack sets it
+	h.worker = &worker.Worker{Store: item.store, Blobs: item.blobs, Queue: item.queue, Trigger: countTrigger{h}, Clock: ledger.SystemClock{},
+		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &api.RetryPolicy{}}
+	h.finalizer = &finalize.Finalizer{Store: fin.store, Blobs: fin.blobs, Clock: ledger.SystemClock{}, Log: log, Retention: time.Hour}
+	h.setRowTTL(h.finalizer.Retention + ledger.TTLGrace) // as the stack sets it
 	return h
 }
 
@@ -152,9 +157,9 @@ const harnessVisibility = 2 * time.Second
 // ReceiveMessage the SDK had to send again may have lost an answer that
 // held messages: they are hidden for the visibility timeout, so the wait
 // starts again when they are visible again.
-func (h *harness) receive(t *testing.T, n int) []batch.Delivery {
+func (h *harness) receive(t *testing.T, n int) []worker.Delivery {
 	t.Helper()
-	var ds []batch.Delivery
+	var ds []worker.Delivery
 	last := time.Now()
 	for len(ds) < n && time.Since(last) < 2*time.Second {
 		out, err := env.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &h.queueURL, MaxNumberOfMessages: int32(min(10, n-len(ds))), WaitTimeSeconds: 1})
@@ -166,7 +171,7 @@ func (h *harness) receive(t *testing.T, n int) []batch.Delivery {
 		}
 		for _, m := range out.Messages {
 			last = time.Now()
-			ds = append(ds, batch.Delivery{MessageID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)), ReceiptHandle: aws.ToString(m.ReceiptHandle), ReceiveCount: 1})
+			ds = append(ds, worker.Delivery{MessageID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)), ReceiptHandle: aws.ToString(m.ReceiptHandle), ReceiveCount: 1})
 			env.sqs.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &h.queueURL, ReceiptHandle: m.ReceiptHandle})
 		}
 	}
@@ -175,7 +180,7 @@ func (h *harness) receive(t *testing.T, n int) []batch.Delivery {
 
 // finalizeFour runs four Finalize calls of run 1 of id at once, checks
 // each report's census with check, and fails unless exactly one wrote it.
-func (h *harness) finalizeFour(t *testing.T, ctx context.Context, id string, check func(batch.Census)) {
+func (h *harness) finalizeFour(t *testing.T, ctx context.Context, id string, check func(api.Census)) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var wrote atomic.Int64
@@ -222,7 +227,7 @@ func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
 		return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1, "usd": 0.25}}, nil
 	})
 	id := newID(t)
-	res, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(20)}})
+	res, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(20)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +241,7 @@ func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
 	items := h.receive(t, 27) // each chunk's items, the first chunk twice
 	seen := map[string]int{}
 	for _, d := range items {
-		var m batch.Message
+		var m ledger.Message
 		_ = json.Unmarshal(d.Body, &m)
 		seen[m.Key]++
 	}
@@ -246,11 +251,11 @@ func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
 	if len(seen) != 20 || len(items) < 26 {
 		t.Fatalf("%d item messages for %d keys, want 27 for 20: %v", len(items), len(seen), seen)
 	}
-	tripled := append(append(append([]batch.Delivery{}, items...), items...), items...)
+	tripled := append(append(append([]worker.Delivery{}, items...), items...), items...)
 	failed := h.worker.Handle(ctx, tripled)
 	// Duplicates of an item whose twin held the lease come back later.
 	for len(failed) > 0 {
-		var again []batch.Delivery
+		var again []worker.Delivery
 		for _, d := range tripled {
 			for _, f := range failed {
 				if d.MessageID == f {
@@ -262,20 +267,20 @@ func TestHarnessDuplicatesAndConcurrentFinalize(t *testing.T) {
 		failed = h.worker.Handle(ctx, again)
 	}
 	for i := range 20 {
-		if c := h.callsOf(batch.PositionalKey(int64(i))); c != 1 {
-			t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+		if c := h.callsOf(api.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
 		}
 	}
 	if h.triggered.Load() < 1 {
 		t.Fatal("the last item did not trigger finalize")
 	}
-	h.finalizeFour(t, ctx, id, func(c batch.Census) {
+	h.finalizeFour(t, ctx, id, func(c api.Census) {
 		if c.Succeeded != 18 || c.Failed != 2 || c.Cost.Text("calls") != "18" || c.Cost.Text("usd") != "4.5" {
 			t.Errorf("census %+v", c)
 		}
 	})
 	b, err := h.store.GetBatch(ctx, id)
-	if err != nil || b.Status != batch.StatusCompleted || b.FinalCensus == nil || b.FinalCensus.Failed != 2 || !b.NeedsAttention {
+	if err != nil || b.Status != api.StatusCompleted || b.FinalCensus == nil || b.FinalCensus.Failed != 2 || !b.NeedsAttention {
 		t.Fatalf("batch row: %+v %v", b, err)
 	}
 	ids, _ := h.store.RunningBatches(ctx)
@@ -296,18 +301,18 @@ func TestHarnessCrashTakeoverIsFenced(t *testing.T) {
 		return pipeline.Result{Output: json.RawMessage(`{"attempt":` + string(rune('0'+req.Attempt)) + `}`)}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := h.store.GetBatch(ctx, id)
-	key := batch.PositionalKey(0)
+	key := api.PositionalKey(0)
 	now := time.Now()
-	first, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: now, Lease: 300 * time.Millisecond})
+	first, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: key, RunID: ledger.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: now, Lease: 300 * time.Millisecond})
 	if err != nil || first.Attempt != 1 {
 		t.Fatalf("reserve: %+v %v", first, err)
 	}
 	// While the lease is live nobody else may take the item.
-	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: time.Minute}); !errors.Is(err, batch.ErrConflict) {
+	if _, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: time.Minute}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("second reserve under a live lease: %v, want ErrConflict", err)
 	}
 	time.Sleep(400 * time.Millisecond)
@@ -318,9 +323,9 @@ func TestHarnessCrashTakeoverIsFenced(t *testing.T) {
 		t.Fatalf("takeover failed: %v", failed)
 	}
 	// The crashed attempt 1 comes back to life and tries to record.
-	err = h.store.Record(ctx, batch.Record{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Attempt: 1,
-		Outcome: batch.OutcomeFailed, Error: "late", Now: time.Now()})
-	if !errors.Is(err, batch.ErrConflict) {
+	err = h.store.Record(ctx, ledger.Record{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Attempt: 1,
+		Outcome: api.OutcomeFailed, Error: "late", Now: time.Now()})
+	if !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("late write of attempt 1: %v, want ErrConflict", err)
 	}
 	r, err := h.finalizer.Finalize(ctx, id, 1)
@@ -330,8 +335,8 @@ func TestHarnessCrashTakeoverIsFenced(t *testing.T) {
 	if r.Report.Census.Succeeded != 1 || h.callsOf(key) != 1 {
 		t.Fatalf("census %+v, calls %d", r.Report.Census, h.callsOf(key))
 	}
-	var row batch.Item
-	_ = h.store.ScanItems(ctx, id, b.ListShards, func(it batch.Item) error { row = it; return nil })
+	var row ledger.Item
+	_ = h.store.ScanItems(ctx, id, b.ListShards, func(it ledger.Item) error { row = it; return nil })
 	if row.Attempt != 2 || row.RunID != first.RunID || string(row.Output) != `{"attempt":2}` {
 		t.Fatalf("row after takeover: %+v", row)
 	}
@@ -342,76 +347,76 @@ func TestHarnessStoreConditions(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	b := batch.Batch{ID: id, Pipeline: "counted", Digest: "d1", Run: 1, Status: batch.StatusRunning, ItemCount: 3, ListShards: 8, CounterShards: 2, MaxAttempts: 3}
+	b := ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "counted", Digest: "d1", Run: 1, Status: api.StatusRunning, ItemCount: 3, ListShards: 8, CounterShards: 2, MaxAttempts: 3}}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	b2 := b
 	b2.Digest = "d2"
 	stored, err := h.store.CreateBatch(ctx, b2)
-	if !errors.Is(err, batch.ErrBatchExists) || stored.Digest != "d1" {
+	if !errors.Is(err, api.ErrBatchExists) || stored.Digest != "d1" {
 		t.Fatalf("second create: %+v %v", stored, err)
 	}
 	now := time.Now()
-	rec := func(key string, attempt int, o batch.Outcome) batch.Record {
-		return batch.Record{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: 8, Attempt: attempt, Outcome: o, Now: now}
+	rec := func(key string, attempt int, o api.Outcome) ledger.Record {
+		return ledger.Record{BatchID: id, Key: key, RunID: ledger.RunID(id, key), Run: 1, ListShards: 8, Attempt: attempt, Outcome: o, Now: now}
 	}
-	it, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "a", RunID: batch.RunID(id, "a"), Run: 1, ListShards: 8, Now: now, Lease: time.Minute})
-	if err != nil || it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 {
+	it, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: "a", RunID: ledger.RunID(id, "a"), Run: 1, ListShards: 8, Now: now, Lease: time.Minute})
+	if err != nil || it.Outcome != api.OutcomeInFlight || it.Attempt != 1 {
 		t.Fatalf("reserve a: %+v %v", it, err)
 	}
-	if err := h.store.Record(ctx, rec("a", 2, batch.OutcomeSucceeded)); !errors.Is(err, batch.ErrConflict) {
+	if err := h.store.Record(ctx, rec("a", 2, api.OutcomeSucceeded)); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("record under the wrong attempt: %v", err)
 	}
-	if err := h.store.Record(ctx, rec("a", 1, batch.OutcomeSucceeded)); err != nil {
+	if err := h.store.Record(ctx, rec("a", 1, api.OutcomeSucceeded)); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.Record(ctx, rec("a", 1, batch.OutcomeFailed)); !errors.Is(err, batch.ErrConflict) {
+	if err := h.store.Record(ctx, rec("a", 1, api.OutcomeFailed)); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("second record: %v", err)
 	}
-	old, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "a", RunID: batch.RunID(id, "a"), Run: 1, ListShards: 8, Now: now.Add(time.Hour), Lease: time.Minute})
-	if !errors.Is(err, batch.ErrConflict) || old.Outcome != batch.OutcomeSucceeded {
+	old, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: "a", RunID: ledger.RunID(id, "a"), Run: 1, ListShards: 8, Now: now.Add(time.Hour), Lease: time.Minute})
+	if !errors.Is(err, api.ErrConflict) || old.Outcome != api.OutcomeSucceeded {
 		t.Fatalf("reserve a succeeded item: %+v %v", old, err)
 	}
 	// A dead-lettered item without a row is settled failed; settling again conflicts.
-	dl := rec("b", 0, batch.OutcomeFailed)
-	dl.Reason = batch.ReasonDeadLettered
+	dl := rec("b", 0, api.OutcomeFailed)
+	dl.Reason = api.ReasonDeadLettered
 	if _, err := h.store.Settle(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
-	if old, err := h.store.Settle(ctx, dl); !errors.Is(err, batch.ErrConflict) || old.Reason != batch.ReasonDeadLettered {
+	if old, err := h.store.Settle(ctx, dl); !errors.Is(err, api.ErrConflict) || old.Reason != api.ReasonDeadLettered {
 		t.Fatalf("second settle: %+v %v", old, err)
 	}
 	// Release keeps the item in flight with an expired lease: a retry takes it.
-	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "c", RunID: batch.RunID(id, "c"), Run: 1, ListShards: 8, Now: now, Lease: time.Hour}); err != nil {
+	if _, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: "c", RunID: ledger.RunID(id, "c"), Run: 1, ListShards: 8, Now: now, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	rel := rec("c", 1, batch.OutcomeInFlight)
+	rel := rec("c", 1, api.OutcomeInFlight)
 	rel.Error = "503"
 	if err := h.store.Release(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
-	again, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: "c", RunID: batch.RunID(id, "c"), Run: 1, ListShards: 8, Now: now.Add(time.Millisecond), Lease: time.Hour})
+	again, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: "c", RunID: ledger.RunID(id, "c"), Run: 1, ListShards: 8, Now: now.Add(time.Millisecond), Lease: time.Hour})
 	if err != nil || again.Attempt != 2 {
 		t.Fatalf("retry after release: %+v %v", again, err)
 	}
 	// Scan merges the shards in key byte order.
 	var keys []string
-	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { keys = append(keys, it.Key); return nil })
+	_ = h.store.ScanItems(ctx, id, 8, func(it ledger.Item) error { keys = append(keys, it.Key); return nil })
 	if strings.Join(keys, ",") != "a,b,c" {
 		t.Fatalf("scan order %v", keys)
 	}
-	c, _ := batch.CensusOf(ctx, h.store, b, nil)
+	c, _ := finalize.CensusOf(ctx, h.store, b, nil)
 	if c.Succeeded != 1 || c.Failed != 1 || c.InFlight != 1 || c.Pending != 0 || c.Done() {
 		t.Fatalf("census %+v", c)
 	}
-	if _, err := h.finalizer.Finalize(ctx, id, 1); !errors.Is(err, batch.ErrNotFinished) {
+	if _, err := h.finalizer.Finalize(ctx, id, 1); !errors.Is(err, api.ErrNotFinished) {
 		t.Fatalf("finalize with an item in flight: %v, want ErrNotFinished", err)
 	}
-	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: now, ExpiresAt: now}); err != nil {
+	if err := h.store.FinishRun(ctx, id, 1, ledger.Finish{Status: api.StatusCompleted, FinishedAt: now, ExpiresAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: now, ExpiresAt: now}); !errors.Is(err, batch.ErrConflict) {
+	if err := h.store.FinishRun(ctx, id, 1, ledger.Finish{Status: api.StatusCompleted, FinishedAt: now, ExpiresAt: now}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("second finish: %v", err)
 	}
 }
@@ -461,11 +466,11 @@ func TestHarnessRequestsPerItem(t *testing.T) {
 	h.submitter.ChunkItems = 0 // the default chunk size
 	const n = 200
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range h.receive(t, 1) {
-		h.worker.Handle(ctx, []batch.Delivery{d})
+		h.worker.Handle(ctx, []worker.Delivery{d})
 	}
 	items := h.receive(t, n)
 	if len(items) != n {
@@ -516,7 +521,7 @@ func TestHarnessDeadLetteredItemFails(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
@@ -541,16 +546,16 @@ func TestHarnessDeadLetteredItemFails(t *testing.T) {
 	if r.Report.Census.Succeeded != 1 || r.Report.Census.Failed != 1 {
 		t.Fatalf("census %+v", r.Report.Census)
 	}
-	var dead []batch.Item
-	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error {
-		if it.Outcome == batch.OutcomeFailed {
+	var dead []ledger.Item
+	_ = h.store.ScanItems(ctx, id, 8, func(it ledger.Item) error {
+		if it.Outcome == api.OutcomeFailed {
 			dead = append(dead, it)
 		}
 		return nil
 	})
-	var m batch.Message
+	var m ledger.Message
 	_ = json.Unmarshal(msgs[1].Body, &m)
-	if len(dead) != 1 || dead[0].Key != m.Key || dead[0].Reason != batch.ReasonDeadLettered || !strings.Contains(dead[0].Error, "10 receives") || h.callsOf(m.Key) != 0 {
+	if len(dead) != 1 || dead[0].Key != m.Key || dead[0].Reason != api.ReasonDeadLettered || !strings.Contains(dead[0].Error, "10 receives") || h.callsOf(m.Key) != 0 {
 		t.Fatalf("dead-lettered rows: %+v (calls %d)", dead, h.callsOf(m.Key))
 	}
 }
@@ -562,17 +567,17 @@ func TestHarnessQuarantineAndRelease(t *testing.T) {
 	ctx := context.Background()
 	var fixed atomic.Bool
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key == batch.PositionalKey(1) && !fixed.Load() {
+		if req.Key == api.PositionalKey(1) && !fixed.Load() {
 			return pipeline.Result{}, pipeline.Quarantine(errors.New("needs a human"))
 		}
-		if req.Key == batch.PositionalKey(2) && !fixed.Load() {
+		if req.Key == api.PositionalKey(2) && !fixed.Load() {
 			return pipeline.Result{}, pipeline.Permanent(errors.New("bad"))
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	control := h.control()
 	id := newID(t)
-	runAll := func(run int) batch.Report {
+	runAll := func(run int) api.Report {
 		t.Helper()
 		for {
 			ds := h.receive(t, 10)
@@ -587,15 +592,15 @@ func TestHarnessQuarantineAndRelease(t *testing.T) {
 		}
 		return r.Report
 	}
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(4)}}); err != nil {
 		t.Fatal(err)
 	}
 	rep := runAll(1)
 	if rep.Census.Quarantined != 1 || rep.Census.Failed != 1 || rep.Census.Succeeded != 2 || !rep.NeedsAttention {
 		t.Fatalf("run 1: %+v", rep.Census)
 	}
-	p, err := control.Items(ctx, id, batch.OutcomeQuarantined, "", 10)
-	if err != nil || len(p.Items) != 1 || p.Items[0].Key != batch.PositionalKey(1) {
+	p, err := control.Items(ctx, id, api.OutcomeQuarantined, "", 10)
+	if err != nil || len(p.Items) != 1 || p.Items[0].Key != api.PositionalKey(1) {
 		t.Fatalf("quarantined listing: %+v %v", p, err)
 	}
 	fixed.Store(true)
@@ -603,32 +608,32 @@ func TestHarnessQuarantineAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = runAll(2)
-	if rep.Census.Quarantined != 1 || rep.Census.Succeeded != 3 || h.callsOf(batch.PositionalKey(1)) != 1 {
-		t.Fatalf("run 2 must leave the quarantined item alone: %+v, calls %d", rep.Census, h.callsOf(batch.PositionalKey(1)))
+	if rep.Census.Quarantined != 1 || rep.Census.Succeeded != 3 || h.callsOf(api.PositionalKey(1)) != 1 {
+		t.Fatalf("run 2 must leave the quarantined item alone: %+v, calls %d", rep.Census, h.callsOf(api.PositionalKey(1)))
 	}
-	if err := control.Release(ctx, id, batch.PositionalKey(0)); !errors.Is(err, batch.ErrConflict) {
+	if err := control.Release(ctx, id, api.PositionalKey(0)); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("release of a succeeded item: %v, want ErrConflict", err)
 	}
-	if err := control.Release(ctx, id, "no-such-key"); !errors.Is(err, batch.ErrNotFound) {
+	if err := control.Release(ctx, id, "no-such-key"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("release of a missing item: %v, want ErrNotFound", err)
 	}
-	if err := control.Release(ctx, id, batch.PositionalKey(1)); err != nil {
+	if err := control.Release(ctx, id, api.PositionalKey(1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.submitter.Resume(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	rep = runAll(3)
-	if rep.Census.Succeeded != 4 || rep.NeedsAttention || h.callsOf(batch.PositionalKey(1)) != 2 {
-		t.Fatalf("run 3: %+v, calls %d", rep.Census, h.callsOf(batch.PositionalKey(1)))
+	if rep.Census.Succeeded != 4 || rep.NeedsAttention || h.callsOf(api.PositionalKey(1)) != 2 {
+		t.Fatalf("run 3: %+v, calls %d", rep.Census, h.callsOf(api.PositionalKey(1)))
 	}
 	for i := range 4 {
 		want := int64(1)
 		if i == 1 || i == 2 {
 			want = 2
 		}
-		if got := h.callsOf(batch.PositionalKey(int64(i))); got != want {
-			t.Errorf("%s: %d calls over 3 runs, want %d", batch.PositionalKey(int64(i)), got, want)
+		if got := h.callsOf(api.PositionalKey(int64(i))); got != want {
+			t.Errorf("%s: %d calls over 3 runs, want %d", api.PositionalKey(int64(i)), got, want)
 		}
 	}
 }
@@ -641,20 +646,20 @@ func TestHarnessInterruptPolicyQuarantine(t *testing.T) {
 	var transient atomic.Bool
 	transient.Store(true)
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key == batch.PositionalKey(1) && transient.Swap(false) {
+		if req.Key == api.PositionalKey(1) && transient.Swap(false) {
 			return pipeline.Result{}, errors.New("503 once")
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", OnInterrupt: batch.InterruptQuarantine,
-		Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", OnInterrupt: api.InterruptQuarantine,
+		Source: api.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := h.store.GetBatch(ctx, id)
-	key := batch.PositionalKey(0)
+	key := api.PositionalKey(0)
 	// An attempt that crashes after its reservation.
-	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: 200 * time.Millisecond}); err != nil {
+	if _, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: key, RunID: ledger.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -666,11 +671,11 @@ func TestHarnessInterruptPolicyQuarantine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Report.Census.Quarantined != 1 || r.Report.Census.Succeeded != 1 || h.callsOf(key) != 0 || h.callsOf(batch.PositionalKey(1)) != 2 {
-		t.Fatalf("census %+v, calls %d/%d", r.Report.Census, h.callsOf(key), h.callsOf(batch.PositionalKey(1)))
+	if r.Report.Census.Quarantined != 1 || r.Report.Census.Succeeded != 1 || h.callsOf(key) != 0 || h.callsOf(api.PositionalKey(1)) != 2 {
+		t.Fatalf("census %+v, calls %d/%d", r.Report.Census, h.callsOf(key), h.callsOf(api.PositionalKey(1)))
 	}
-	p, _ := h.control().Items(ctx, id, batch.OutcomeQuarantined, "", 10)
-	if len(p.Items) != 1 || p.Items[0].Key != key || p.Items[0].Reason != batch.ReasonInterrupted {
+	p, _ := h.control().Items(ctx, id, api.OutcomeQuarantined, "", 10)
+	if len(p.Items) != 1 || p.Items[0].Key != key || p.Items[0].Reason != api.ReasonInterrupted {
 		t.Fatalf("quarantined: %+v", p.Items)
 	}
 }
@@ -686,7 +691,7 @@ func TestHarnessSweep(t *testing.T) {
 	now := time.Now()
 	finished := func(id string, expires time.Time) {
 		t.Helper()
-		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}}); err != nil {
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}}); err != nil {
 			t.Fatal(err)
 		}
 		h.worker.Handle(ctx, h.receive(t, 1))
@@ -710,26 +715,26 @@ func TestHarnessSweep(t *testing.T) {
 	put("00000000000000000001")                                     // malformed
 	put(dynamo.RetentionSK(now.Add(-3*time.Hour), kept))            // stale: a newer run expires later
 	sw := h.fn["sweep"]
-	sweeper := &batch.Sweeper{Store: sw.store, Control: &batch.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}, Clock: batch.SystemClock{}, Log: h.worker.Log}
+	sweeper := &control.Sweeper{Store: sw.store, Control: &control.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}, Clock: ledger.SystemClock{}, Log: h.worker.Log}
 	res, err := sweeper.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (batch.SweepResult{Expired: 4, Deleted: 1, Stale: 2, Malformed: 1}) {
+	if res != (control.SweepResult{Expired: 4, Deleted: 1, Stale: 2, Malformed: 1}) {
 		t.Fatalf("sweep: %+v", res)
 	}
-	if _, err := h.store.GetBatch(ctx, expired); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := h.store.GetBatch(ctx, expired); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("expired batch: %v", err)
 	}
-	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(h.blobs.Bucket()), Prefix: aws.String(batch.BatchesPrefix(expired))})
+	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(h.blobs.Bucket()), Prefix: aws.String(api.BatchesPrefix(expired))})
 	if err != nil || len(out.Contents) != 0 {
 		t.Fatalf("objects left: %d %v", len(out.Contents), err)
 	}
-	if b, err := h.store.GetBatch(ctx, kept); err != nil || b.Status != batch.StatusCompleted {
+	if b, err := h.store.GetBatch(ctx, kept); err != nil || b.Status != api.StatusCompleted {
 		t.Fatalf("unexpired batch: %+v %v", b, err)
 	}
 	again, err := sweeper.RunOnce(ctx)
-	if err != nil || again != (batch.SweepResult{}) {
+	if err != nil || again != (control.SweepResult{}) {
 		t.Fatalf("second pass: %+v %v", again, err)
 	}
 }
@@ -742,7 +747,7 @@ func TestHarnessCancelledKeepsItsAttempts(t *testing.T) {
 		return pipeline.Result{}, errors.New("503")
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
@@ -758,12 +763,12 @@ func TestHarnessCancelledKeepsItsAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Report.Status != batch.StatusCancelled || r.Report.Census.Cancelled != 1 {
+	if r.Report.Status != api.StatusCancelled || r.Report.Census.Cancelled != 1 {
 		t.Fatalf("report %s %+v", r.Report.Status, r.Report.Census)
 	}
-	var row batch.Item
-	_ = h.store.ScanItems(ctx, id, 8, func(it batch.Item) error { row = it; return nil })
-	if row.Outcome != batch.OutcomeCancelled || row.RunAttempts != 1 || row.Reason != batch.ReasonCancel {
+	var row ledger.Item
+	_ = h.store.ScanItems(ctx, id, 8, func(it ledger.Item) error { row = it; return nil })
+	if row.Outcome != api.OutcomeCancelled || row.RunAttempts != 1 || row.Reason != api.ReasonCancel {
 		t.Fatalf("row %+v, want cancelled with 1 attempt", row)
 	}
 }
@@ -779,38 +784,38 @@ func TestCompletionWithoutReadingCounters(t *testing.T) {
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
 	now := time.Now().UTC()
-	count := func(first, items int64, at time.Time, runFailures bool, outcomes map[batch.Outcome]int64) batch.ChunkCounted {
+	count := func(first, items int64, at time.Time, runFailures bool, outcomes map[api.Outcome]int64) ledger.ChunkCounted {
 		t.Helper()
 		var failures int64
 		for o, n := range outcomes {
-			if o == batch.OutcomeFailed || o == batch.OutcomeQuarantined {
+			if o == api.OutcomeFailed || o == api.OutcomeQuarantined {
 				failures += n
 			}
 		}
-		c, err := h.store.CountChunk(ctx, batch.ChunkCount{BatchID: id, Run: 1, First: first, Items: items, Chunks: 2, Shards: 2,
+		c, err := h.store.CountChunk(ctx, ledger.ChunkCount{BatchID: id, Run: 1, First: first, Items: items, Chunks: 2, Shards: 2,
 			Outcomes: outcomes, Failures: failures, RunFailures: runFailures, Now: at})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	ok := batch.OutcomeSucceeded
+	ok := api.OutcomeSucceeded
 	// Chunk 0 holds items 0–1, chunk 1 items 2–4.
-	if c := count(0, 2, now, true, map[batch.Outcome]int64{ok: 1, batch.OutcomeFailed: 1}); !c.ChunkDone || c.RunDone || c.Failures != 1 {
+	if c := count(0, 2, now, true, map[api.Outcome]int64{ok: 1, api.OutcomeFailed: 1}); !c.ChunkDone || c.RunDone || c.Failures != 1 {
 		t.Fatalf("chunk 0 complete: %+v, want chunk done, run not done, 1 failure", c)
 	}
-	if c := count(2, 3, now, false, map[batch.Outcome]int64{ok: 2}); c.ChunkDone || c.RunDone {
+	if c := count(2, 3, now, false, map[api.Outcome]int64{ok: 2}); c.ChunkDone || c.RunDone {
 		t.Fatalf("chunk 1 at 2 of 3: %+v", c)
 	}
-	if c := count(2, 3, now.Add(time.Second), false, map[batch.Outcome]int64{batch.OutcomeCancelled: 1}); !c.ChunkDone || !c.RunDone {
+	if c := count(2, 3, now.Add(time.Second), false, map[api.Outcome]int64{api.OutcomeCancelled: 1}); !c.ChunkDone || !c.RunDone {
 		t.Fatalf("chunk 1 complete: %+v, want the run done", c)
 	}
 	// A count past the chunk's items (never expected) does not complete it twice.
-	if c := count(2, 3, now.Add(2*time.Second), false, map[batch.Outcome]int64{ok: 1}); c.ChunkDone || c.RunDone {
+	if c := count(2, 3, now.Add(2*time.Second), false, map[api.Outcome]int64{ok: 1}); c.ChunkDone || c.RunDone {
 		t.Fatalf("count past the end: %+v", c)
 	}
 	p, err := h.store.Progress(ctx, id, 1, 2)
-	if err != nil || p.Done != 6 || p.Failures != 1 || p.ByOutcome[ok] != 4 || p.ByOutcome[batch.OutcomeCancelled] != 1 ||
+	if err != nil || p.Done != 6 || p.Failures != 1 || p.ByOutcome[ok] != 4 || p.ByOutcome[api.OutcomeCancelled] != 1 ||
 		!p.UpdatedAt.Equal(now.Add(2*time.Second).Truncate(time.Millisecond)) {
 		t.Fatalf("progress %+v %v", p, err)
 	}

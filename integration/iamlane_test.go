@@ -20,7 +20,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/iamlane"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -279,7 +279,7 @@ func TestLaneNamesAMissingGrant(t *testing.T) {
 	const action = "s3:ListMultipartUploadParts"
 	laneRevoke(t, h, map[string][]string{"finalize": {action}})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(t, ctx)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // The on-call incidents, run against the deployed stack at the product's
@@ -55,13 +55,13 @@ func TestIncidentReceiverDown5Minutes(t *testing.T) {
 		items[i] = fmt.Sprintf(`{"k":"k%05d"}`, i)
 	}
 	pct := 10.0
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
-		Threshold: batch.Threshold{FailurePercent: &pct},
-		Source:    batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Threshold: api.Threshold{FailurePercent: &pct},
+		Source:    api.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("t+0s submitted %s: %d items, receiver down (502) from t+10s to t+5m10s", id, n)
-	var final batch.Census
+	var final api.Census
 	for {
 		time.Sleep(30 * time.Second)
 		v, err := env.api.Status(ctx, id)
@@ -78,13 +78,13 @@ func TestIncidentReceiverDown5Minutes(t *testing.T) {
 		}
 		c := v.Census
 		if c == nil {
-			c = &batch.Census{}
+			c = &api.Census{}
 		}
 		t.Logf("t+%s status %s: succeeded %d, failed %d, pending %d (census %s); receiver %s: %d keys answered 200, %d calls answered 502",
 			time.Since(start).Round(time.Second), v.Status, c.Succeeded, c.Failed, c.Pending, v.CensusSource, state, succeeded, calls502)
 		if v.Status.Finished() {
 			final = *c
-			if v.Status != batch.StatusCompleted || final.Failed != 0 {
+			if v.Status != api.StatusCompleted || final.Failed != 0 {
 				t.Errorf("finished %s with %d failed: want completed, none failed", v.Status, final.Failed)
 			}
 			break

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/internal/pyfunc"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
@@ -100,8 +101,8 @@ func TestLambdaPipelinePython(t *testing.T) {
 	deployExampleFunction(t)
 	ctx := context.Background()
 
-	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: newID(t), Pipeline: "lambda",
-		Source: batch.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)}, Options: json.RawMessage(`{"function":"not-allowed"}`)})
+	_, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: newID(t), Pipeline: "lambda",
+		Source: api.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)}, Options: json.RawMessage(`{"function":"not-allowed"}`)})
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options.function" || !strings.Contains(ae.Body.Message, exampleFunction) {
 		t.Fatalf("function outside the allow-list: %v, want a 400 naming pipeline_options.function and the list", err)
@@ -113,7 +114,7 @@ func TestLambdaPipelinePython(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"text":"word %d of item"}`, i))
 	}
 	lines = append(lines, `{"fail":"permanent"}`, `{"fail":"quarantine"}`, `{"fail":"transient","until_attempt":2}`)
-	perm, quar, flaky := batch.PositionalKey(ok), batch.PositionalKey(ok+1), batch.PositionalKey(ok+2)
+	perm, quar, flaky := api.PositionalKey(ok), api.PositionalKey(ok+1), api.PositionalKey(ok+2)
 	items := json.RawMessage("[" + strings.Join(lines, ",") + "]")
 	id := newID(t)
 	t.Cleanup(func() {
@@ -122,7 +123,7 @@ func TestLambdaPipelinePython(t *testing.T) {
 			_, _ = env.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &env.bucket, Key: aws.String(key)})
 		}
 	})
-	b, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "lambda", Source: batch.SourceSpec{Items: items},
+	b, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "lambda", Source: api.SourceSpec{Items: items},
 		Options: json.RawMessage(`{"function":"` + exampleFunction + `","params":{"model":"v1"}}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestLambdaPipelinePython(t *testing.T) {
 	for _, in := range lines {
 		raw = append(raw, json.RawMessage(in))
 	}
-	bodies := fanOutBodies(t, b.Batch, raw)
+	bodies := fanOutBodies(t, ledger.Batch{Batch: b.Batch}, raw)
 	sendRaw(t, append(bodies, bodies...))
 
 	v := wait(t, id)
@@ -147,7 +148,7 @@ func TestLambdaPipelinePython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI) {
+	for _, l := range readResults(t, rep.Results.Files[api.OutcomeSucceeded].URI) {
 		var out struct {
 			Words int    `json:"words"`
 			Upper string `json:"upper"`
@@ -159,12 +160,12 @@ func TestLambdaPipelinePython(t *testing.T) {
 			t.Errorf("flaky item: %d attempts, want 2", l.Attempts)
 		}
 	}
-	failed := readResults(t, rep.Results.Files[batch.OutcomeFailed].URI)
-	if len(failed) != 1 || failed[0].Key != perm || failed[0].Reason != batch.ReasonPermanent || !strings.Contains(failed[0].Error, "asked to fail: permanent") {
+	failed := readResults(t, rep.Results.Files[api.OutcomeFailed].URI)
+	if len(failed) != 1 || failed[0].Key != perm || failed[0].Reason != api.ReasonPermanent || !strings.Contains(failed[0].Error, "asked to fail: permanent") {
 		t.Errorf("failed lines %+v, want %s permanent with the function's message", failed, perm)
 	}
-	quarantined := readResults(t, rep.Results.Files[batch.OutcomeQuarantined].URI)
-	if len(quarantined) != 1 || quarantined[0].Key != quar || quarantined[0].Reason != batch.ReasonQuarantine {
+	quarantined := readResults(t, rep.Results.Files[api.OutcomeQuarantined].URI)
+	if len(quarantined) != 1 || quarantined[0].Key != quar || quarantined[0].Reason != api.ReasonQuarantine {
 		t.Errorf("quarantined lines %+v, want %s", quarantined, quar)
 	}
 

@@ -18,8 +18,9 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/meter"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -56,7 +57,7 @@ func TestHarnessAggregatesWithinLimits(t *testing.T) {
 				return pipeline.Result{Cost: c}, nil
 			})
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(150)}}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(150)}}); err != nil {
 				t.Fatal(err)
 			}
 			h.drainRetrying(t, ctx, 2*time.Minute)
@@ -100,7 +101,7 @@ func TestHarnessAggregatesWithinLimits(t *testing.T) {
 // meter.ItemBytes; MiniStack enforces no limit) within 400 KB, the
 // outputs that did not fit read back from S3 through their output_ref.
 // Guards docs/design.md, "Every aggregate within its service's limit"
-// (batch.PackRowBudget).
+// (ledger.PackRowBudget).
 func TestHarnessPackRowWithinLimit(t *testing.T) {
 	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
@@ -121,7 +122,7 @@ func TestHarnessPackRowWithinLimit(t *testing.T) {
 			h := newHarness(t, tc.run)
 			h.submitter.ChunkItems = 1000 // one chunk: the harness's 7-item chunks would cut the packs
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", ItemsPerMessage: 100, Source: batch.SourceSpec{Items: inlineItems(100)}}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", ItemsPerMessage: 100, Source: api.SourceSpec{Items: inlineItems(100)}}); err != nil {
 				t.Fatal(err)
 			}
 			h.drainRetrying(t, ctx, 2*time.Minute)
@@ -137,8 +138,8 @@ func TestHarnessPackRowWithinLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &h.table, ConsistentRead: aws.Bool(true), Key: map[string]ddbtypes.AttributeValue{
-				config.AttrPK: &ddbtypes.AttributeValueMemberS{Value: fmt.Sprintf("PACK#%s#%d", id, batch.PackShard(0, b.ListShards))},
-				config.AttrSK: &ddbtypes.AttributeValueMemberS{Value: batch.PackSK(0)}}})
+				config.AttrPK: &ddbtypes.AttributeValueMemberS{Value: fmt.Sprintf("PACK#%s#%d", id, ledger.PackShard(0, b.ListShards))},
+				config.AttrSK: &ddbtypes.AttributeValueMemberS{Value: ledger.PackSK(0)}}})
 			if err != nil || len(out.Item) == 0 {
 				t.Fatalf("raw pack row: %v", err)
 			}
@@ -150,12 +151,12 @@ func TestHarnessPackRowWithinLimit(t *testing.T) {
 			if tc.failed > 0 {
 				return
 			}
-			body, err := h.blobs.Get(ctx, batch.ResultsKey(id, 1, batch.OutcomeSucceeded))
+			body, err := h.blobs.Get(ctx, api.ResultsKey(id, 1, api.OutcomeSucceeded))
 			if err != nil {
 				t.Fatal(err)
 			}
 			refs, inline := 0, 0
-			err = batch.ReadResults(bytes.NewReader(body), func(l batch.ResultLine) error {
+			err = api.ReadResults(bytes.NewReader(body), func(l api.ResultLine) error {
 				if l.OutputRef == "" {
 					inline++
 					return nil

@@ -14,8 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // listTable creates a table of its own (the stack's layout, dynamo.TableInput)
@@ -36,7 +38,7 @@ func listTable(t *testing.T) *dynamo.Store {
 
 // listAll follows every cursor of a listing, checking that no page is
 // larger than its limit.
-func listAll(t *testing.T, c *batch.Control, r batch.ListBatchesRequest) (ids []string, pages int) {
+func listAll(t *testing.T, c *control.Control, r api.ListBatchesRequest) (ids []string, pages int) {
 	t.Helper()
 	for {
 		p, err := c.ListBatches(context.Background(), r)
@@ -74,12 +76,12 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 	ctx := context.Background()
 	store := listTable(t)
 	now := time.Date(2027, 3, 15, 12, 0, 0, 0, time.UTC)
-	ctl := &batch.Control{Store: store, Clock: fixedClock(now)}
+	ctl := &control.Control{Store: store, Clock: fixedClock(now)}
 
 	type row struct {
 		id      string
 		at      time.Time
-		status  batch.Status
+		status  api.Status
 		expires time.Time
 	}
 	var rows []row
@@ -91,20 +93,20 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 		time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
 	} {
 		for j := range 9 {
-			st := []batch.Status{batch.StatusRunning, batch.StatusCompleted, batch.StatusSubmitting}[j%3]
+			st := []api.Status{api.StatusRunning, api.StatusCompleted, api.StatusSubmitting}[j%3]
 			rows = append(rows, row{id: fmt.Sprintf("lb-%d-%d", i, j), at: m.Add(time.Duration(j) * 37 * time.Hour), status: st})
 		}
 	}
 	same := time.Date(2027, 2, 20, 8, 0, 0, 0, time.UTC)
-	rows = append(rows, row{id: "lb-same-a", at: same, status: batch.StatusRunning}, row{id: "lb-same-b", at: same, status: batch.StatusRunning})
+	rows = append(rows, row{id: "lb-same-a", at: same, status: api.StatusRunning}, row{id: "lb-same-b", at: same, status: api.StatusRunning})
 	// Expired: finished, retention ended before now. Not listed. A running
 	// batch keeps an earlier run's past expiry and is listed.
 	rows = append(rows,
-		row{id: "lb-expired", at: time.Date(2027, 3, 2, 0, 0, 0, 0, time.UTC), status: batch.StatusCompleted, expires: now.Add(-time.Minute)},
-		row{id: "lb-rerun", at: time.Date(2027, 3, 3, 0, 0, 0, 0, time.UTC), status: batch.StatusRunning, expires: now.Add(-time.Hour)},
-		row{id: "lb-kept", at: time.Date(2027, 3, 4, 0, 0, 0, 0, time.UTC), status: batch.StatusCompleted, expires: now.Add(time.Hour)})
+		row{id: "lb-expired", at: time.Date(2027, 3, 2, 0, 0, 0, 0, time.UTC), status: api.StatusCompleted, expires: now.Add(-time.Minute)},
+		row{id: "lb-rerun", at: time.Date(2027, 3, 3, 0, 0, 0, 0, time.UTC), status: api.StatusRunning, expires: now.Add(-time.Hour)},
+		row{id: "lb-kept", at: time.Date(2027, 3, 4, 0, 0, 0, 0, time.UTC), status: api.StatusCompleted, expires: now.Add(time.Hour)})
 	for _, r := range rows {
-		b := batch.Batch{ID: r.id, Pipeline: "webhook", Status: r.status, Run: 1, ItemCount: 3, CreatedAt: r.at, ExpiresAt: r.expires}
+		b := ledger.Batch{Batch: api.Batch{ID: r.id, Pipeline: "webhook", Status: r.status, Run: 1, ItemCount: 3, CreatedAt: r.at, ExpiresAt: r.expires}}
 		if _, err := store.CreateBatch(ctx, b); err != nil {
 			t.Fatal(r.id, err)
 		}
@@ -132,7 +134,7 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 
 	t.Run("order and paging", func(t *testing.T) {
 		for _, limit := range []int{1, 7, 1000} {
-			got, pages := listAll(t, ctl, batch.ListBatchesRequest{Limit: limit})
+			got, pages := listAll(t, ctl, api.ListBatchesRequest{Limit: limit})
 			if !slices.Equal(got, all) {
 				t.Fatalf("limit %d: %v\nwant %v", limit, got, all)
 			}
@@ -144,11 +146,11 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 			t.Errorf("same millisecond: lb-same-b at %d, lb-same-a at %d, want b just before a", i, j)
 		}
 		// A cursor goes on whatever the next page's limit.
-		p, err := ctl.ListBatches(ctx, batch.ListBatchesRequest{Limit: 5})
+		p, err := ctl.ListBatches(ctx, api.ListBatchesRequest{Limit: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rest, _ := listAll(t, ctl, batch.ListBatchesRequest{Limit: 11, Cursor: p.NextCursor})
+		rest, _ := listAll(t, ctl, api.ListBatchesRequest{Limit: 11, Cursor: p.NextCursor})
 		var first []string
 		for _, b := range p.Batches {
 			first = append(first, b.ID)
@@ -162,16 +164,16 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 	})
 
 	t.Run("status and since", func(t *testing.T) {
-		got, _ := listAll(t, ctl, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusCompleted}, Limit: 2})
-		if w := want(func(r row) bool { return r.status == batch.StatusCompleted }); !slices.Equal(got, w) {
+		got, _ := listAll(t, ctl, api.ListBatchesRequest{Statuses: []api.Status{api.StatusCompleted}, Limit: 2})
+		if w := want(func(r row) bool { return r.status == api.StatusCompleted }); !slices.Equal(got, w) {
 			t.Fatalf("completed: %v\nwant %v", got, w)
 		}
-		got, _ = listAll(t, ctl, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusRunning, batch.StatusSubmitting}, Limit: 4})
-		if w := want(func(r row) bool { return r.status != batch.StatusCompleted }); !slices.Equal(got, w) {
+		got, _ = listAll(t, ctl, api.ListBatchesRequest{Statuses: []api.Status{api.StatusRunning, api.StatusSubmitting}, Limit: 4})
+		if w := want(func(r row) bool { return r.status != api.StatusCompleted }); !slices.Equal(got, w) {
 			t.Fatalf("running,submitting: %v\nwant %v", got, w)
 		}
 		since := time.Date(2027, 2, 20, 8, 0, 0, 0, time.UTC) // inclusive: the two of that millisecond are in
-		got, _ = listAll(t, ctl, batch.ListBatchesRequest{Since: since, Limit: 3})
+		got, _ = listAll(t, ctl, api.ListBatchesRequest{Since: since, Limit: 3})
 		if w := want(func(r row) bool { return !r.at.Before(since) }); !slices.Equal(got, w) || !slices.Contains(got, "lb-same-a") {
 			t.Fatalf("since %s: %v\nwant %v", since, got, w)
 		}
@@ -179,13 +181,13 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 
 	t.Run("a status change alone moves the batch", func(t *testing.T) {
 		id := "lb-3-2" // submitting, 2026-11
-		if err := store.Refuse(ctx, id, batch.SubmitRefusal{Code: batch.RefusalInvalid, Message: "line 4"}, now, now.Add(time.Hour)); err != nil {
+		if err := store.Refuse(ctx, id, api.SubmitRefusal{Code: api.RefusalInvalid, Message: "line 4"}, now, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(10 * time.Second) // the index is eventually consistent
 		for {
-			refused, _ := listAll(t, ctl, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusRefused}})
-			submitting, _ := listAll(t, ctl, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusSubmitting}})
+			refused, _ := listAll(t, ctl, api.ListBatchesRequest{Statuses: []api.Status{api.StatusRefused}})
+			submitting, _ := listAll(t, ctl, api.ListBatchesRequest{Statuses: []api.Status{api.StatusSubmitting}})
 			if slices.Equal(refused, []string{id}) && !slices.Contains(submitting, id) {
 				break
 			}
@@ -194,19 +196,19 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		p, err := ctl.ListBatches(ctx, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusRefused}})
+		p, err := ctl.ListBatches(ctx, api.ListBatchesRequest{Statuses: []api.Status{api.StatusRefused}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := p.Batches[0].Refusal; r == nil || r.Code != batch.RefusalInvalid {
-			t.Errorf("refused batch's refusal %+v, want code %s", r, batch.RefusalInvalid)
+		if r := p.Batches[0].Refusal; r == nil || r.Code != api.RefusalInvalid {
+			t.Errorf("refused batch's refusal %+v, want code %s", r, api.RefusalInvalid)
 		}
 	})
 
 	t.Run("bad cursor", func(t *testing.T) {
 		for _, c := range []string{"bm9wZQ", "MTIzIyMj"} { // "nope", "123###"
-			_, err := ctl.ListBatches(ctx, batch.ListBatchesRequest{Cursor: c})
-			var ie *batch.InputError
+			_, err := ctl.ListBatches(ctx, api.ListBatchesRequest{Cursor: c})
+			var ie *api.InputError
 			if !errors.As(err, &ie) || ie.Field != "cursor" {
 				t.Errorf("cursor %q: %v, want an input error naming cursor", c, err)
 			}
@@ -220,20 +222,20 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 func TestListBatchesAcrossEmptyMonths(t *testing.T) {
 	ctx := context.Background()
 	store := listTable(t)
-	ctl := &batch.Control{Store: store, Clock: fixedClock(time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC))}
+	ctl := &control.Control{Store: store, Clock: fixedClock(time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC))}
 	for i, at := range []time.Time{time.Date(2026, 11, 5, 0, 0, 0, 0, time.UTC), time.Date(2027, 1, 5, 0, 0, 0, 0, time.UTC)} {
-		if _, err := store.CreateBatch(ctx, batch.Batch{ID: fmt.Sprintf("le-%d", i), Status: batch.StatusRunning, Run: 1, CreatedAt: at}); err != nil {
+		if _, err := store.CreateBatch(ctx, ledger.Batch{Batch: api.Batch{ID: fmt.Sprintf("le-%d", i), Status: api.StatusRunning, Run: 1, CreatedAt: at}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p, err := ctl.ListBatches(ctx, batch.ListBatchesRequest{Limit: 10})
+	p, err := ctl.ListBatches(ctx, api.ListBatchesRequest{Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Batches) != 0 || p.NextCursor == "" {
 		t.Fatalf("first call over 24 empty months: %d batches, cursor %q; want none and a cursor", len(p.Batches), p.NextCursor)
 	}
-	got, pages := listAll(t, ctl, batch.ListBatchesRequest{Limit: 10})
+	got, pages := listAll(t, ctl, api.ListBatchesRequest{Limit: 10})
 	if !slices.Equal(got, []string{"le-1", "le-0"}) || pages < 2 {
 		t.Fatalf("%v in %d pages, want [le-1 le-0] in 2 or more", got, pages)
 	}
@@ -252,11 +254,11 @@ func TestListBatchesAPI(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		p, err := env.api.ListBatches(ctx, batch.ListBatchesRequest{Since: start, Limit: 1000})
+		p, err := env.api.ListBatches(ctx, api.ListBatchesRequest{Since: start, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(p.Batches, func(b batch.BatchSummary) bool { return b.ID == id })
+		i := slices.IndexFunc(p.Batches, func(b api.BatchSummary) bool { return b.ID == id })
 		if i >= 0 {
 			b := p.Batches[i]
 			if b.Pipeline != "webhook" || b.ItemCount != 2 || b.CreatedAt.Before(start) || b.Status == "" {
@@ -269,7 +271,7 @@ func TestListBatchesAPI(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	_, err = env.api.ListBatches(ctx, batch.ListBatchesRequest{Statuses: []batch.Status{"finished"}})
+	_, err = env.api.ListBatches(ctx, api.ListBatchesRequest{Statuses: []api.Status{"finished"}})
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "status" {
 		t.Fatalf("status=finished: %v, want 400 naming status", err)

@@ -12,8 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -68,17 +69,17 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 	h.worker.Secrets = mapSecrets{ref: "resolved-s3cr3t"}
 
 	id := newID(t)
-	_, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted",
-		Headers: map[string]string{"Authorization": "Bearer hdr-s3cr3t", "X-Ref": batch.SecretRefPrefix + ref},
-		Source:  batch.SourceSpec{Items: json.RawMessage(`[{"p":"payload-marker-in-1"},{"p":"payload-marker-in-2"}]`)}})
+	_, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted",
+		Headers: map[string]string{"Authorization": "Bearer hdr-s3cr3t", "X-Ref": ledger.SecretRefPrefix + ref},
+		Source:  api.SourceSpec{Items: json.RawMessage(`[{"p":"payload-marker-in-1"},{"p":"payload-marker-in-2"}]`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
 	h.worker.Handle(ctx, h.receive(t, 2)) // the items
-	for _, k := range []string{batch.PositionalKey(0), batch.PositionalKey(1)} {
+	for _, k := range []string{api.PositionalKey(0), api.PositionalKey(1)} {
 		it, err := h.store.GetItem(ctx, id, k)
-		if err != nil || it.Outcome != batch.OutcomeSucceeded {
+		if err != nil || it.Outcome != api.OutcomeSucceeded {
 			t.Fatalf("item %s: %+v, %v; want succeeded with the resolved headers", k, it, err)
 		}
 	}

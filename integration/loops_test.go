@@ -17,8 +17,10 @@ import (
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/queue"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // Lambda's recursive loop detection (docs/design.md, "Recursive loops"):
@@ -45,7 +47,7 @@ func requireLane(t *testing.T) {
 
 // handleUntil handles the harness queue's deliveries with w until done
 // reports true or limit passes, and returns whether done did.
-func (h *harness) handleUntil(t *testing.T, ctx context.Context, w *batch.Worker, limit time.Duration, done func() bool) bool {
+func (h *harness) handleUntil(t *testing.T, ctx context.Context, w *worker.Worker, limit time.Duration, done func() bool) bool {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
@@ -59,11 +61,11 @@ func (h *harness) handleUntil(t *testing.T, ctx context.Context, w *batch.Worker
 	return done()
 }
 
-func (h *harness) outcome(t *testing.T, id, key string) batch.Outcome {
+func (h *harness) outcome(t *testing.T, id, key string) api.Outcome {
 	t.Helper()
 	it, err := h.store.GetItem(context.Background(), id, key)
-	if errors.Is(err, batch.ErrNotFound) {
-		return batch.OutcomePending // no row yet: never reserved
+	if errors.Is(err, api.ErrNotFound) {
+		return api.OutcomePending // no row yet: never reserved
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +82,7 @@ func TestLoopItemWaitsTwoMinutesForASlot(t *testing.T) {
 	requireLane(t)
 	t.Parallel() // 2 minutes of waiting, on its own harness: beside the others
 	ctx := context.Background()
-	first := batch.PositionalKey(0)
+	first := api.PositionalKey(0)
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if req.Key == first {
 			time.Sleep(2 * time.Minute)
@@ -89,7 +91,7 @@ func TestLoopItemWaitsTwoMinutesForASlot(t *testing.T) {
 	})
 	h.worker.Lease = 5 * time.Minute // the slot is held while the first item runs
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", MaxConcurrency: 1, Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxConcurrency: 1, Source: api.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
@@ -97,9 +99,9 @@ func TestLoopItemWaitsTwoMinutesForASlot(t *testing.T) {
 	if len(ds) != 2 {
 		t.Fatalf("%d item messages, want 2", len(ds))
 	}
-	var firstDelivery, second []batch.Delivery
+	var firstDelivery, second []worker.Delivery
 	for _, d := range ds {
-		var m batch.Message
+		var m ledger.Message
 		if err := json.Unmarshal(d.Body, &m); err == nil && m.Key == first {
 			firstDelivery = append(firstDelivery, d)
 		} else {
@@ -115,12 +117,12 @@ func TestLoopItemWaitsTwoMinutesForASlot(t *testing.T) {
 	h.worker.Handle(ctx, second) // no slot: sent again
 	start := time.Now()
 	ok := h.handleUntil(t, ctx, h.worker, 4*time.Minute, func() bool {
-		return h.outcome(t, id, batch.PositionalKey(1)) == batch.OutcomeSucceeded
+		return h.outcome(t, id, api.PositionalKey(1)) == api.OutcomeSucceeded
 	})
 	<-running
-	t.Logf("second item after %s: %s (calls %d)", time.Since(start).Round(time.Second), h.outcome(t, id, batch.PositionalKey(1)), h.callsOf(batch.PositionalKey(1)))
-	if !ok || h.outcome(t, id, first) != batch.OutcomeSucceeded {
-		t.Errorf("items %s and %s, want both succeeded: the waiting item's message was lost", h.outcome(t, id, first), h.outcome(t, id, batch.PositionalKey(1)))
+	t.Logf("second item after %s: %s (calls %d)", time.Since(start).Round(time.Second), h.outcome(t, id, api.PositionalKey(1)), h.callsOf(api.PositionalKey(1)))
+	if !ok || h.outcome(t, id, first) != api.OutcomeSucceeded {
+		t.Errorf("items %s and %s, want both succeeded: the waiting item's message was lost", h.outcome(t, id, first), h.outcome(t, id, api.PositionalKey(1)))
 	}
 }
 
@@ -136,7 +138,7 @@ func TestLoopItemThrottled20Times(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
@@ -144,7 +146,7 @@ func TestLoopItemThrottled20Times(t *testing.T) {
 	// each of these is 6 throttled tries), so each throttle is one.
 	const times, tries = 20, 1
 	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 1, Rules: []faultproxy.Rule{
-		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + batch.PositionalKey(0) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: times * tries},
+		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + api.PositionalKey(0) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: times * tries},
 	}})
 	cfg.Retryer = func() aws.Retryer { return aws.NopRetryer{} }
 	w := *h.worker
@@ -152,10 +154,10 @@ func TestLoopItemThrottled20Times(t *testing.T) {
 	w.Queue = queue.New(sqs.NewFromConfig(h.as(cfg, "item")), h.queueURL)
 	w.UnavailableDelay = func(int) time.Duration { return 0 }
 	ok := h.handleUntil(t, ctx, &w, 4*time.Minute, func() bool {
-		return h.outcome(t, id, batch.PositionalKey(0)) == batch.OutcomeSucceeded
+		return h.outcome(t, id, api.PositionalKey(0)) == api.OutcomeSucceeded
 	})
-	t.Logf("throttles injected %d; item %s", proxy.Status().Fired[0], h.outcome(t, id, batch.PositionalKey(0)))
+	t.Logf("throttles injected %d; item %s", proxy.Status().Fired[0], h.outcome(t, id, api.PositionalKey(0)))
 	if !ok {
-		t.Errorf("item %s after %d throttled reservations, want succeeded: its message was lost", h.outcome(t, id, batch.PositionalKey(0)), proxy.Status().Fired[0]/tries)
+		t.Errorf("item %s after %d throttled reservations, want succeeded: its message was lost", h.outcome(t, id, api.PositionalKey(0)), proxy.Status().Fired[0]/tries)
 	}
 }

@@ -10,8 +10,9 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // TestLostAnswerKeepsTheManifest guards the product lines "a submit
@@ -31,13 +32,13 @@ func TestLostAnswerKeepsTheManifest(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, op string
-		submit   func(t *testing.T, h *harness, s *batch.Submitter, id string) error
+		submit   func(t *testing.T, h *harness, s *submit.Submitter, id string) error
 	}{
-		{"submit", "TransactWriteItems", func(t *testing.T, h *harness, s *batch.Submitter, id string) error {
-			_, err := s.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}})
+		{"submit", "TransactWriteItems", func(t *testing.T, h *harness, s *submit.Submitter, id string) error {
+			_, err := s.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}})
 			return err
 		}},
-		{"background read", "UpdateItem", func(t *testing.T, h *harness, s *batch.Submitter, id string) error {
+		{"background read", "UpdateItem", func(t *testing.T, h *harness, s *submit.Submitter, id string) error {
 			key := "uploads/" + id + ".jsonl"
 			if err := h.blobs.Put(ctx, key, "application/x-ndjson", []byte("{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n")); err != nil {
 				t.Fatal(err)
@@ -45,7 +46,7 @@ func TestLostAnswerKeepsTheManifest(t *testing.T) {
 			accepting := *s
 			accepting.Store = h.store // accept without faults
 			accepting.Handoff = &handoffs{}
-			if _, err := accepting.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + key}}); err != nil {
+			if _, err := accepting.Accept(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + key}}); err != nil {
 				t.Fatal(err)
 			}
 			_, err := s.Complete(ctx, id)
@@ -74,7 +75,7 @@ func TestLostAnswerKeepsTheManifest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b.Status != batch.StatusRunning || b.ManifestKey == "" {
+			if b.Status != api.StatusRunning || b.ManifestKey == "" {
 				t.Fatalf("batch %s manifest %q, want running with a manifest", b.Status, b.ManifestKey)
 			}
 			if _, err := h.blobs.Get(ctx, b.ManifestKey); err != nil {
@@ -89,8 +90,8 @@ func TestLostAnswerKeepsTheManifest(t *testing.T) {
 				t.Errorf("census %+v, want 3 succeeded", r.Report.Census)
 			}
 			for i := range 3 {
-				if c := h.callsOf(batch.PositionalKey(int64(i))); c != 1 {
-					t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+				if c := h.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
 				}
 			}
 		})
@@ -114,7 +115,7 @@ func TestLostAnswerOfTheOutcomeWrite(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
@@ -122,7 +123,7 @@ func TestLostAnswerOfTheOutcomeWrite(t *testing.T) {
 	if len(items) != 1 {
 		t.Fatalf("%d item messages, want 1", len(items))
 	}
-	setFaults(t, p, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: string(batch.OutcomeSucceeded),
+	setFaults(t, p, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: string(api.OutcomeSucceeded),
 		Kind: faultproxy.KindResetAfter, Rate: 1, Max: 1})
 	if failed := h.worker.Handle(ctx, items); len(failed) != 0 {
 		t.Errorf("the delivery failed after its outcome write lost its answer: %v", failed)
@@ -134,8 +135,8 @@ func TestLostAnswerOfTheOutcomeWrite(t *testing.T) {
 		t.Errorf("finalize triggered %d times, want 1", n)
 	}
 	r, err := h.finalizer.Finalize(ctx, id, 1)
-	if err != nil || r.Report.Census.Succeeded != 1 || h.callsOf(batch.PositionalKey(0)) != 1 {
-		t.Fatalf("report %+v %v (pipeline calls %d)", r.Report.Census, err, h.callsOf(batch.PositionalKey(0)))
+	if err != nil || r.Report.Census.Succeeded != 1 || h.callsOf(api.PositionalKey(0)) != 1 {
+		t.Fatalf("report %+v %v (pipeline calls %d)", r.Report.Census, err, h.callsOf(api.PositionalKey(0)))
 	}
 }
 
@@ -164,7 +165,7 @@ func TestLostAnswerOfTheCounterWrite(t *testing.T) {
 				return pipeline.Result{Output: req.Input}, nil
 			})
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(4)}}); err != nil {
 				t.Fatal(err)
 			}
 			h.worker.Handle(ctx, h.receive(t, 1))

@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/function"
 )
@@ -41,7 +41,7 @@ func gzipped(t *testing.T, s string) []byte {
 // multipart upload under batches/{id}/.
 func nothingUnder(t *testing.T, id string) {
 	t.Helper()
-	if _, err := env.api.Status(context.Background(), id); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := env.api.Status(context.Background(), id); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("status after a refused submit: %v, want not found", err)
 	}
 	noManifest(t, id)
@@ -57,27 +57,27 @@ func TestEmptySourceIsRefusedAndWritesNothing(t *testing.T) {
 	hook := json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`)
 	for _, tc := range []struct {
 		name       string
-		src        func(id string) batch.SourceSpec
+		src        func(id string) api.SourceSpec
 		field      string
 		background bool
 	}{
-		{"inline empty array", func(string) batch.SourceSpec { return batch.SourceSpec{Items: json.RawMessage(`[]`)} }, "source.items", false},
-		{"object of 0 bytes", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.jsonl", "")}
+		{"inline empty array", func(string) api.SourceSpec { return api.SourceSpec{Items: json.RawMessage(`[]`)} }, "source.items", false},
+		{"object of 0 bytes", func(id string) api.SourceSpec {
+			return api.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.jsonl", "")}
 		}, "source.object", false},
-		{"prefix without objects", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Prefix: "s3://" + env.bucket + "/it-sources/" + id + "/none/"}
+		{"prefix without objects", func(id string) api.SourceSpec {
+			return api.SourceSpec{Prefix: "s3://" + env.bucket + "/it-sources/" + id + "/none/"}
 		}, "source.prefix", false},
-		{"blank jsonl", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/blank.jsonl", "\n  \r\n\t\n")}
+		{"blank jsonl", func(id string) api.SourceSpec {
+			return api.SourceSpec{Object: putObject(t, "it-sources/"+id+"/blank.jsonl", "\n  \r\n\t\n")}
 		}, "source.object", true},
-		{"csv with a sep line and a header only", func(id string) batch.SourceSpec {
-			return batch.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.csv", "sep=;\r\nid;name\r\n")}
+		{"csv with a sep line and a header only", func(id string) api.SourceSpec {
+			return api.SourceSpec{Object: putObject(t, "it-sources/"+id+"/empty.csv", "sep=;\r\nid;name\r\n")}
 		}, "source.object", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := newID(t)
-			req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: tc.src(id)}
+			req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: hook, Source: tc.src(id)}
 			_, err := env.api.Submit(ctx, req)
 			var ae *client.APIError
 			if !tc.background {
@@ -91,15 +91,15 @@ func TestEmptySourceIsRefusedAndWritesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
-			if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Code != "empty_source" || v.Refusal.Field != tc.field || v.ItemCount != 0 {
+			if err != nil || v.Status != api.StatusRefused || v.Refusal == nil || v.Refusal.Code != "empty_source" || v.Refusal.Field != tc.field || v.ItemCount != 0 {
 				t.Fatalf("batch %s: %s %+v %v, want refused empty_source on %s", id, v.Status, v.Refusal, err, tc.field)
 			}
 			// A refused batch does not hold its id: the repeat is read
 			// afresh and refused again.
-			if v, err := env.api.Submit(ctx, req); err != nil || v.Status != batch.StatusSubmitting {
+			if v, err := env.api.Submit(ctx, req); err != nil || v.Status != api.StatusSubmitting {
 				t.Fatalf("repeat: %s %v, want accepted (submitting)", v.Status, err)
 			}
-			if v, err = env.api.Submitted(ctx, id, 300*time.Millisecond); err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Code != "empty_source" {
+			if v, err = env.api.Submitted(ctx, id, 300*time.Millisecond); err != nil || v.Status != api.StatusRefused || v.Refusal == nil || v.Refusal.Code != "empty_source" {
 				t.Fatalf("repeat: batch %s: %s %+v %v, want refused empty_source", id, v.Status, v.Refusal, err)
 			}
 			noManifest(t, id)
@@ -153,12 +153,12 @@ func TestStopOnThresholdFalseRunsEveryItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := rep.Census
-	if rep.Status != batch.StatusThresholdExceeded || c.Failed != n-1 || c.Succeeded != 1 || c.Cancelled != 0 || !rep.Verdict.Exceeded {
+	if rep.Status != api.StatusThresholdExceeded || c.Failed != n-1 || c.Succeeded != 1 || c.Cancelled != 0 || !rep.Verdict.Exceeded {
 		t.Fatalf("status %s census %+v verdict %+v", rep.Status, c, rep.Verdict)
 	}
 	calls := env.hook.counts(id)
 	for i := range n {
-		if k := batch.PositionalKey(int64(i)); calls[k] != 1 {
+		if k := api.PositionalKey(int64(i)); calls[k] != 1 {
 			t.Errorf("%s: %d calls, want 1", k, calls[k])
 		}
 	}
@@ -199,7 +199,7 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 			id := newID(t)
 			url := env.hook.route(id, nil)
 			uri := put(t, "it-sources/"+id+"/"+tc.object, tc.body, tc.encoding)
-			req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: tc.keyField, Source: batch.SourceSpec{Object: uri},
+			req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: tc.keyField, Source: api.SourceSpec{Object: uri},
 				Options: []byte(fmt.Sprintf(`{"url":%q}`, url))}
 			if _, err := env.api.Submit(ctx, req); err != nil {
 				t.Fatal(err)
@@ -228,15 +228,15 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := newID(t)
 			uri := put(t, "it-sources/"+id+"/"+tc.object, tc.body, "")
-			spec := batch.SourceSpec{Object: uri}
+			spec := api.SourceSpec{Object: uri}
 			if strings.HasSuffix(tc.object, ".csv") {
 				spec.CSVDelimiter = ","
 			}
-			if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: spec, Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)}); err != nil {
+			if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: spec, Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)}); err != nil {
 				t.Fatal(err)
 			}
 			v, err := env.api.Submitted(ctx, id, 300*time.Millisecond)
-			if err != nil || v.Status != batch.StatusRefused || v.Refusal == nil || v.Refusal.Code != "invalid_request" || v.Refusal.Field != "source.object" || !strings.Contains(v.Refusal.Message, tc.want) {
+			if err != nil || v.Status != api.StatusRefused || v.Refusal == nil || v.Refusal.Code != "invalid_request" || v.Refusal.Field != "source.object" || !strings.Contains(v.Refusal.Message, tc.want) {
 				t.Fatalf("batch %s: %s %+v %v, want refused on source.object saying %q", id, v.Status, v.Refusal, err, tc.want)
 			}
 			noManifest(t, id)
@@ -268,7 +268,7 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 			t.Fatalf("submit printed %q (%s): %v", stdout.String(), stderr.String(), err)
 		}
-		if v.Status != batch.StatusThresholdExceeded || v.Census == nil || v.Census.Failed != 2 || v.Census.Succeeded != 1 || v.Census.Cancelled != 0 {
+		if v.Status != api.StatusThresholdExceeded || v.Census == nil || v.Census.Failed != 2 || v.Census.Succeeded != 1 || v.Census.Cancelled != 0 {
 			t.Fatalf("view %s %+v", v.Status, v.Census)
 		}
 		if calls := env.hook.counts(id); calls["k1"]+calls["k2"]+calls["k3"] != 3 {
@@ -286,8 +286,8 @@ func TestMissingSourceObjectIsRefusedAtOnce(t *testing.T) {
 	t.Parallel()
 	id := newID(t)
 	missing := "s3://" + env.bucket + "/it-sources/" + id + "/missing.jsonl"
-	_, err := env.api.Submit(context.Background(), batch.SubmitRequest{BatchID: id, Pipeline: "webhook",
-		Options: json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`), Source: batch.SourceSpec{Object: missing}})
+	_, err := env.api.Submit(context.Background(), api.SubmitRequest{BatchID: id, Pipeline: "webhook",
+		Options: json.RawMessage(`{"url":"http://127.0.0.1:9/unused"}`), Source: api.SourceSpec{Object: missing}})
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Code != "invalid_request" || ae.Body.Field != "source.object" ||
 		!strings.Contains(ae.Body.Message, missing+" does not exist") {

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
@@ -71,7 +71,7 @@ func sums(lines []map[string]any, name, dim string) map[string]float64 {
 func TestMetricsLinesInFunctionLogs(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
-	bad, flaky := batch.PositionalKey(2), batch.PositionalKey(3)
+	bad, flaky := api.PositionalKey(2), api.PositionalKey(3)
 	url := env.hook.route(id, func(key string, attempt int) int {
 		switch {
 		case key == bad:

@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // The guarantees of docs/design.md with items packed into messages and
@@ -26,12 +29,12 @@ var packedKs = []int{1, 10}
 // handleUntilDone hands ds to the worker and the failed ones again (as
 // the queue would redeliver them) until none fails; a failure under a
 // live lease comes back after it, so it gives up after twice the lease.
-func (h *harness) handleUntilDone(t *testing.T, ctx context.Context, ds []batch.Delivery) {
+func (h *harness) handleUntilDone(t *testing.T, ctx context.Context, ds []worker.Delivery) {
 	t.Helper()
 	deadline := time.Now().Add(2 * h.worker.Lease)
 	for len(ds) > 0 {
 		failed := h.worker.Handle(ctx, ds)
-		var again []batch.Delivery
+		var again []worker.Delivery
 		for _, d := range ds {
 			for _, f := range failed {
 				if d.MessageID == f {
@@ -52,17 +55,17 @@ func (h *harness) handleUntilDone(t *testing.T, ctx context.Context, ds []batch.
 }
 
 // itemsIn counts the items of item and pack messages.
-func itemsIn(ds []batch.Delivery) map[string]int {
+func itemsIn(ds []worker.Delivery) map[string]int {
 	seen := map[string]int{}
 	for _, d := range ds {
-		var m batch.PackMessage
-		if json.Unmarshal(d.Body, &m) == nil && m.Kind == batch.KindPack {
+		var m ledger.PackMessage
+		if json.Unmarshal(d.Body, &m) == nil && m.Kind == ledger.KindPack {
 			for _, it := range m.Items {
 				seen[it.Key]++
 			}
 			continue
 		}
-		var im batch.Message
+		var im ledger.Message
 		_ = json.Unmarshal(d.Body, &im)
 		seen[im.Key]++
 	}
@@ -87,7 +90,7 @@ func TestPackedDuplicateDeliveriesAndFinalizeOnce(t *testing.T) {
 			})
 			h.submitter.ChunkItems = 20
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(40)}, ItemsPerMessage: k}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(40)}, ItemsPerMessage: k}); err != nil {
 				t.Fatal(err)
 			}
 			h.handleUntilDone(t, ctx, h.receive(t, 2))
@@ -95,22 +98,22 @@ func TestPackedDuplicateDeliveriesAndFinalizeOnce(t *testing.T) {
 			if seen := itemsIn(msgs); len(msgs) != 40/k || len(seen) != 40 {
 				t.Fatalf("%d messages for %d keys, want %d for 40", len(msgs), len(seen), 40/k)
 			}
-			h.handleUntilDone(t, ctx, append(append(append([]batch.Delivery{}, msgs...), msgs...), msgs...))
+			h.handleUntilDone(t, ctx, append(append(append([]worker.Delivery{}, msgs...), msgs...), msgs...))
 			for i := range 40 {
-				if c := h.callsOf(batch.PositionalKey(int64(i))); c != 1 {
-					t.Errorf("%s: %d calls, want 1", batch.PositionalKey(int64(i)), c)
+				if c := h.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
 				}
 			}
 			if h.triggered.Load() != 1 {
 				t.Fatalf("finalize triggered %d times, want 1", h.triggered.Load())
 			}
-			h.finalizeFour(t, ctx, id, func(c batch.Census) {
+			h.finalizeFour(t, ctx, id, func(c api.Census) {
 				if c.Succeeded != 36 || c.Failed != 4 || c.Cost.Text("calls") != "36" {
 					t.Errorf("census %+v", c)
 				}
 			})
-			p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
-			if err != nil || len(p.Items) != 4 || p.Items[0].Key != batch.PositionalKey(3) || p.Items[0].Error != "bad item" {
+			p, err := h.control().Items(ctx, id, api.OutcomeFailed, "", 100)
+			if err != nil || len(p.Items) != 4 || p.Items[0].Key != api.PositionalKey(3) || p.Items[0].Error != "bad item" {
 				t.Fatalf("failed listing %+v %v", p, err)
 			}
 		})
@@ -129,40 +132,40 @@ func TestPackedCrashTakeoverIsFenced(t *testing.T) {
 				return pipeline.Result{Output: json.RawMessage(fmt.Sprintf(`{"attempt":%d}`, req.Attempt))}, nil
 			})
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}, ItemsPerMessage: k}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}, ItemsPerMessage: k}); err != nil {
 				t.Fatal(err)
 			}
 			b, _ := h.store.GetBatch(ctx, id)
-			key := batch.PositionalKey(1)
+			key := api.PositionalKey(1)
 			now := time.Now()
 			var late func() error
 			if k == 1 {
-				first, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: now, Lease: 300 * time.Millisecond})
+				first, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: key, RunID: ledger.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: now, Lease: 300 * time.Millisecond})
 				if err != nil {
 					t.Fatal(err)
 				}
 				late = func() error {
-					return h.store.Record(ctx, batch.Record{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Attempt: 1,
-						Outcome: batch.OutcomeFailed, Error: "late", Now: time.Now()})
+					return h.store.Record(ctx, ledger.Record{BatchID: id, Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards, Attempt: 1,
+						Outcome: api.OutcomeFailed, Error: "late", Now: time.Now()})
 				}
 			} else {
-				ref := batch.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
-				running := batch.ItemState{Key: key, Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: now}
-				if err := h.store.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: now.Add(300 * time.Millisecond),
-					Items: []batch.PackItemWrite{{Index: 1, Item: running}}, InFlight: 1, Now: now}); err != nil {
+				ref := ledger.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
+				running := ledger.ItemState{Key: key, Run: 1, Outcome: api.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: now}
+				if err := h.store.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: now.Add(300 * time.Millisecond),
+					Items: []ledger.PackItemWrite{{Index: 1, Item: running}}, InFlight: 1, Now: now}); err != nil {
 					t.Fatal(err)
 				}
 				late = func() error {
 					failed := running
-					failed.Outcome, failed.Error = batch.OutcomeFailed, "late"
-					return h.store.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1,
-						Items: []batch.PackItemWrite{{Index: 1, Item: failed, Was: batch.OutcomeInFlight}}, Now: time.Now()})
+					failed.Outcome, failed.Error = api.OutcomeFailed, "late"
+					return h.store.WritePack(ctx, ledger.PackWrite{Ref: ref, Attempt: 1, Run: 1,
+						Items: []ledger.PackItemWrite{{Index: 1, Item: failed, Was: api.OutcomeInFlight}}, Now: time.Now()})
 				}
 			}
 			time.Sleep(400 * time.Millisecond)
 			h.handleUntilDone(t, ctx, h.receive(t, 1))
 			h.handleUntilDone(t, ctx, h.receive(t, 3/k+3%k))
-			if err := late(); !errors.Is(err, batch.ErrConflict) {
+			if err := late(); !errors.Is(err, api.ErrConflict) {
 				t.Fatalf("late write of the crashed holder: %v, want ErrConflict", err)
 			}
 			r, err := h.finalizer.Finalize(ctx, id, 1)
@@ -172,8 +175,8 @@ func TestPackedCrashTakeoverIsFenced(t *testing.T) {
 			if r.Report.Census.Succeeded != 3 || h.callsOf(key) != 1 {
 				t.Fatalf("census %+v, calls %d", r.Report.Census, h.callsOf(key))
 			}
-			var row batch.Item
-			err = batch.MergeShards(ctx, h.store, id, b.ListShards, "", batch.MergeOptions{Packed: k > 1}, func(it batch.Item) error {
+			var row ledger.Item
+			err = ledger.MergeShards(ctx, h.store, id, b.ListShards, "", ledger.MergeOptions{Packed: k > 1}, func(it ledger.Item) error {
 				if it.Key == key {
 					row = it
 				}
@@ -207,22 +210,22 @@ func TestPackedRerunAndRelease(t *testing.T) {
 			})
 			h.submitter.ChunkItems = 20
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(20)}, ItemsPerMessage: k}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(20)}, ItemsPerMessage: k}); err != nil {
 				t.Fatal(err)
 			}
 			h.drain(t, ctx)
 			if r, err := h.finalizer.Finalize(ctx, id, 1); err != nil || r.Report.Census.Failed != 2 || r.Report.Census.Quarantined != 2 {
 				t.Fatalf("run 1: %+v %v", r.Report.Census, err)
 			}
-			if err := h.control().Release(ctx, id, batch.PositionalKey(15)); err != nil {
+			if err := h.control().Release(ctx, id, api.PositionalKey(15)); err != nil {
 				t.Fatal(err)
 			}
 			// The same answers at every K (docs/api.md): a succeeded or
 			// failed item is not quarantined, 409; a key the batch does
 			// not have, 404.
 			for key, want := range map[string]error{
-				batch.PositionalKey(14): batch.ErrConflict, batch.PositionalKey(0): batch.ErrConflict,
-				batch.PositionalKey(13): batch.ErrConflict, batch.PositionalKey(20): batch.ErrNotFound,
+				api.PositionalKey(14): api.ErrConflict, api.PositionalKey(0): api.ErrConflict,
+				api.PositionalKey(13): api.ErrConflict, api.PositionalKey(20): api.ErrNotFound,
 			} {
 				if err := h.control().Release(ctx, id, key); !errors.Is(err, want) {
 					t.Errorf("release of %s: %v, want %v", key, err, want)
@@ -235,7 +238,7 @@ func TestPackedRerunAndRelease(t *testing.T) {
 			}
 			h.handleUntilDone(t, ctx, h.receive(t, 1))
 			msgs := h.receive(t, 20/k)
-			h.handleUntilDone(t, ctx, append(append([]batch.Delivery{}, msgs...), msgs...))
+			h.handleUntilDone(t, ctx, append(append([]worker.Delivery{}, msgs...), msgs...))
 			p, _ := h.store.Progress(ctx, id, 2, b.CounterShards)
 			if p.Done != 20 || p.Failures != 1 {
 				t.Fatalf("run 2 progress %+v, want done 20 (answered items counted once), failures 1", p)
@@ -245,7 +248,7 @@ func TestPackedRerunAndRelease(t *testing.T) {
 				t.Fatalf("run 2: %+v %v", r.Report.Census, err)
 			}
 			for i := range 20 {
-				key := batch.PositionalKey(int64(i))
+				key := api.PositionalKey(int64(i))
 				want := int64(1)
 				if strings.HasSuffix(key, "3") || i == 15 {
 					want = 2
@@ -271,7 +274,7 @@ func TestPackedDeadLetters(t *testing.T) {
 			})
 			h.submitter.ChunkItems = 20
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(40)}, ItemsPerMessage: k}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(40)}, ItemsPerMessage: k}); err != nil {
 				t.Fatal(err)
 			}
 			fan := h.receive(t, 2)
@@ -292,12 +295,12 @@ func TestPackedDeadLetters(t *testing.T) {
 			if c := r.Report.Census; c.Failed != int64(20+k) || c.Succeeded != int64(20-k) {
 				t.Fatalf("census %+v, want %d failed", c, 20+k)
 			}
-			p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
+			p, err := h.control().Items(ctx, id, api.OutcomeFailed, "", 100)
 			if err != nil || len(p.Items) != 20+k {
 				t.Fatalf("failed listing: %d items %v", len(p.Items), err)
 			}
 			for _, it := range p.Items {
-				if it.Reason != batch.ReasonDeadLettered || !strings.Contains(it.Error, "10 receives") || h.callsOf(it.Key) != 0 {
+				if it.Reason != api.ReasonDeadLettered || !strings.Contains(it.Error, "10 receives") || h.callsOf(it.Key) != 0 {
 					t.Errorf("%s: reason %s error %q, %d calls", it.Key, it.Reason, it.Error, h.callsOf(it.Key))
 				}
 			}
@@ -318,8 +321,8 @@ func TestPackedThroughTheStack(t *testing.T) {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
 			id := newID(t)
-			bad := map[string]bool{batch.PositionalKey(3): true, batch.PositionalKey(17): true, batch.PositionalKey(28): true}
-			flaky := batch.PositionalKey(12)
+			bad := map[string]bool{api.PositionalKey(3): true, api.PositionalKey(17): true, api.PositionalKey(28): true}
+			flaky := api.PositionalKey(12)
 			url := env.hook.route(id, func(key string, attempt int) int {
 				switch {
 				case bad[key]:
@@ -345,7 +348,7 @@ func TestPackedThroughTheStack(t *testing.T) {
 				t.Fatal(err)
 			}
 			var bodies []string
-			p, err := batch.NewPacker(id, 1, b.ManifestKey, batch.Chunk{Count: n}, k, func(body []byte, _ []string) error {
+			p, err := ledger.NewPacker(id, 1, b.ManifestKey, source.Chunk{Count: n}, k, func(body []byte, _ []string) error {
 				bodies = append(bodies, string(body), string(body))
 				return nil
 			})
@@ -353,7 +356,7 @@ func TestPackedThroughTheStack(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, in := range lines {
-				if err := p.Add(batch.ManifestLine{Key: batch.PositionalKey(int64(i)), Input: in}, 0, 0); err != nil {
+				if err := p.Add(source.ManifestLine{Key: api.PositionalKey(int64(i)), Input: in}, 0, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -362,12 +365,12 @@ func TestPackedThroughTheStack(t *testing.T) {
 			}
 			sendRaw(t, bodies)
 			v := wait(t, id)
-			if v.Status != batch.StatusCompleted || v.Census.Succeeded != n-3 || v.Census.Failed != 3 {
+			if v.Status != api.StatusCompleted || v.Census.Succeeded != n-3 || v.Census.Failed != 3 {
 				t.Fatalf("batch: %s %+v", v.Status, v.Census)
 			}
 			calls := env.hook.counts(id)
 			for i := range n {
-				key := batch.PositionalKey(int64(i))
+				key := api.PositionalKey(int64(i))
 				want := 1
 				if key == flaky {
 					want = 2
@@ -379,15 +382,15 @@ func TestPackedThroughTheStack(t *testing.T) {
 			if rc := rowsCensus(t, id); !sameCounts(rc, *v.Census) {
 				t.Fatalf("census %+v != rows %+v", *v.Census, rc)
 			}
-			page, err := env.api.Items(ctx, id, batch.OutcomeFailed, "", 10)
-			if err != nil || len(page.Items) != 3 || page.Items[0].Key != batch.PositionalKey(3) || page.Items[0].Reason != batch.ReasonPermanent {
+			page, err := env.api.Items(ctx, id, api.OutcomeFailed, "", 10)
+			if err != nil || len(page.Items) != 3 || page.Items[0].Key != api.PositionalKey(3) || page.Items[0].Reason != api.ReasonPermanent {
 				t.Fatalf("failed listing %+v %v", page, err)
 			}
 			rep, err := env.api.Report(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI); len(got) != n-3 {
+			if got := readResults(t, rep.Results.Files[api.OutcomeSucceeded].URI); len(got) != n-3 {
 				t.Fatalf("%d succeeded results, want %d", len(got), n-3)
 			}
 		})
@@ -399,7 +402,7 @@ func TestPackedThroughTheStack(t *testing.T) {
 // 40 items keyed by a field in an order far from key order, some failing,
 // finalized in calls of 6 rows with sort runs of 400 bytes (so that a pack
 // batch's lines go through sorted runs in S3, read back in ranges); each
-// outcome's results are in batch.KeyOrder and the same bytes at both K.
+// outcome's results are in ledger.KeyOrder and the same bytes at both K.
 func TestPackedResultsInKeyOrder(t *testing.T) {
 	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	var src strings.Builder
@@ -411,7 +414,7 @@ func TestPackedResultsInKeyOrder(t *testing.T) {
 		fmt.Fprintf(&src, `{"id":"key-%02d","n":%d}`, (40-7*i%40)%40, i)
 	}
 	src.WriteByte(']')
-	files := map[int]map[batch.Outcome][]byte{}
+	files := map[int]map[api.Outcome][]byte{}
 	for _, k := range packedKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
@@ -424,8 +427,8 @@ func TestPackedResultsInKeyOrder(t *testing.T) {
 			h.submitter.ChunkItems = 20
 			h.finalizer.ChunkRows, h.finalizer.SortRunBytes = 6, 400
 			id := newID(t)
-			if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted",
-				Source: batch.SourceSpec{Items: json.RawMessage(src.String())}, KeyField: "id", ItemsPerMessage: k}); err != nil {
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted",
+				Source: api.SourceSpec{Items: json.RawMessage(src.String())}, KeyField: "id", ItemsPerMessage: k}); err != nil {
 				t.Fatal(err)
 			}
 			h.drain(t, ctx)
@@ -444,21 +447,21 @@ func TestPackedResultsInKeyOrder(t *testing.T) {
 					t.Fatal("finalize does not end")
 				}
 			}
-			files[k] = map[batch.Outcome][]byte{}
-			for _, o := range []batch.Outcome{batch.OutcomeSucceeded, batch.OutcomeFailed} {
-				body, err := h.blobs.Get(ctx, batch.ResultsKey(id, 1, o))
+			files[k] = map[api.Outcome][]byte{}
+			for _, o := range []api.Outcome{api.OutcomeSucceeded, api.OutcomeFailed} {
+				body, err := h.blobs.Get(ctx, api.ResultsKey(id, 1, o))
 				if err != nil {
 					t.Fatal(err)
 				}
 				files[k][o] = body
 				var keys []string
-				if err := batch.ReadResults(strings.NewReader(string(body)), func(l batch.ResultLine) error {
+				if err := api.ReadResults(strings.NewReader(string(body)), func(l api.ResultLine) error {
 					keys = append(keys, l.Key)
 					return nil
 				}); err != nil {
 					t.Fatal(err)
 				}
-				if !slices.IsSortedFunc(keys, batch.KeyOrder) {
+				if !slices.IsSortedFunc(keys, ledger.KeyOrder) {
 					t.Errorf("%s results not in key order: %q", o, keys)
 				}
 			}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -33,7 +33,7 @@ func TestItemKeysInPathsRelease(t *testing.T) {
 		var out []string
 		cursor := ""
 		for {
-			p, err := env.api.Items(ctx, id, batch.OutcomeQuarantined, cursor, 100)
+			p, err := env.api.Items(ctx, id, api.OutcomeQuarantined, cursor, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +60,7 @@ func TestItemKeysInPathsRelease(t *testing.T) {
 			t.Fatalf("after releasing %q the released items are %q, want %q", k, got, want)
 		}
 	}
-	if err := env.api.Release(ctx, id, "a/b/c"); !errors.Is(err, batch.ErrNotFound) {
+	if err := env.api.Release(ctx, id, "a/b/c"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("release of a key the batch does not hold: %v, want not_found", err)
 	}
 }
@@ -92,7 +92,7 @@ func quarantinedBatch(t *testing.T, keys []string, quarantine func(key string) b
 		}
 	}
 	src, _ := json.Marshal(items)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", Source: batch.SourceSpec{Items: src}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", Source: api.SourceSpec{Items: src}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.api.Forget(context.Background(), id) })
@@ -143,7 +143,7 @@ func TestCLIReleaseAll(t *testing.T) {
 	if got.BatchID != id || got.Released != len(quarantined) || !equalStrings(got.Keys, quarantined) {
 		t.Fatalf("release --all answered %+v, want the %d quarantined keys %q", got, len(quarantined), quarantined)
 	}
-	p, err := env.api.Items(context.Background(), id, batch.OutcomeQuarantined, "", 100)
+	p, err := env.api.Items(context.Background(), id, api.OutcomeQuarantined, "", 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // outageStory runs the outage story on the deployed stack: n items of the
@@ -27,10 +27,10 @@ type outageTimeline struct {
 	id                        string
 	start, downAt, upAt       time.Time
 	pausedAt, unpausedAt, end time.Time
-	pause                     batch.Pause // as last seen
+	pause                     api.Pause   // as last seen
 	probeAt                   []time.Time // when the status first showed each probe
-	final                     batch.Census
-	status                    batch.Status
+	final                     api.Census
+	status                    api.Status
 	ok                        map[string]int
 	failedCalls               int
 	failedAt                  []time.Time // when each call answered 502 was made
@@ -82,9 +82,9 @@ func outageStory(t *testing.T, n int, after, down, every, limit time.Duration) o
 		items[i] = fmt.Sprintf(`{"k":"k%05d"}`, i)
 	}
 	pct := 10.0
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: tl.id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
-		Threshold: batch.Threshold{FailurePercent: &pct},
-		Source:    batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: tl.id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Threshold: api.Threshold{FailurePercent: &pct},
+		Source:    api.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
 		t.Fatal(err)
 	}
 	logf := func(format string, args ...any) {
@@ -131,7 +131,7 @@ func outageStory(t *testing.T, n int, after, down, every, limit time.Duration) o
 		}
 		c := v.Census
 		if c == nil {
-			c = &batch.Census{}
+			c = &api.Census{}
 		}
 		logf("%s: succeeded %d failed %d pending %d (%s); receiver: %d keys 200, %d calls 502 (%d after the pause)",
 			v.Status, c.Succeeded, c.Failed, c.Pending, v.CensusSource, succeeded, calls502, inPause)
@@ -157,7 +157,7 @@ func (tl outageTimeline) check(t *testing.T, n int) {
 			twice++
 		}
 	}
-	if tl.status != batch.StatusCompleted || tl.final.Failed != 0 || tl.final.Succeeded != int64(n) {
+	if tl.status != api.StatusCompleted || tl.final.Failed != 0 || tl.final.Succeeded != int64(n) {
 		t.Errorf("finished %s with %d succeeded, %d failed: want completed, %d succeeded, none failed", tl.status, tl.final.Succeeded, tl.final.Failed, n)
 	}
 	if len(tl.ok) != n || twice != 0 {
@@ -168,7 +168,7 @@ func (tl outageTimeline) check(t *testing.T, n int) {
 		t.Error("the batch never paused during the outage")
 	case tl.pausedAt.Before(tl.downAt) || tl.pausedAt.After(tl.upAt):
 		t.Errorf("paused at %s, outside the outage %s–%s", tl.pausedAt, tl.downAt, tl.upAt)
-	case tl.pause.By != batch.PauseByOutage || tl.pause.Class != "http 502":
+	case tl.pause.By != api.PauseByOutage || tl.pause.Class != "http 502":
 		t.Errorf("pause %+v: want by outage, class http 502", tl.pause)
 	case tl.unpausedAt.IsZero():
 		t.Error("the batch never unpaused")
@@ -188,7 +188,7 @@ func (tl outageTimeline) check(t *testing.T, n int) {
 		tl.failedCalls, tl.failedAfterPause(0), tl.failedAfterPause(inFlightGrace), tl.final.Succeeded, tl.final.Failed)
 }
 
-func pauseSince(p *batch.Pause) time.Time {
+func pauseSince(p *api.Pause) time.Time {
 	if p == nil {
 		return time.Time{}
 	}
@@ -254,12 +254,12 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 	for i := range items {
 		items[i] = fmt.Sprintf(`{"k":"k%04d"}`, i)
 	}
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
-		Source: batch.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Source: api.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := env.api.Pause(ctx, id)
-	if err != nil || v.Pause == nil || v.Pause.By != batch.PauseByCaller || v.Pause.NextCheckAt.IsZero() {
+	if err != nil || v.Pause == nil || v.Pause.By != api.PauseByCaller || v.Pause.NextCheckAt.IsZero() {
 		t.Fatalf("pause: %+v, %v", v.Pause, err)
 	}
 	if again, err := env.api.Pause(ctx, id); err != nil || again.Pause == nil || !again.Pause.Since.Equal(v.Pause.Since) {
@@ -291,7 +291,7 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if final.Status != batch.StatusCompleted || final.Census == nil || final.Census.Succeeded != 200 || final.Pause != nil {
+	if final.Status != api.StatusCompleted || final.Census == nil || final.Census.Succeeded != 200 || final.Pause != nil {
 		t.Fatalf("finished %s %+v pause %+v: want completed, 200 succeeded, not paused", final.Status, final.Census, final.Pause)
 	}
 	for k, c := range env.hook.counts(id) {
@@ -299,7 +299,7 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 			t.Errorf("%s called %d times", k, c)
 		}
 	}
-	if v, err = env.api.Pause(ctx, id); err != nil || v.Pause != nil || v.Status != batch.StatusCompleted {
+	if v, err = env.api.Pause(ctx, id); err != nil || v.Pause != nil || v.Status != api.StatusCompleted {
 		t.Fatalf("pause of a finished batch: %s %+v, %v: want it as it ended", v.Status, v.Pause, err)
 	}
 }

@@ -14,8 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // drain hands every message on the harness queue to the worker until none
@@ -39,19 +42,19 @@ func TestHarnessRerunCountsAnsweredItemsOnce(t *testing.T) {
 	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key == batch.PositionalKey(0) {
+		if req.Key == api.PositionalKey(0) {
 			return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
 	one := int64(1)
-	req := batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(3)}, Threshold: batch.Threshold{FailureCount: &one}}
+	req := api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}, Threshold: api.Threshold{FailureCount: &one}}
 	if _, err := h.submitter.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	h.drain(t, ctx)
-	if r, err := h.finalizer.Finalize(ctx, id, 1); err != nil || r.Report.Status != batch.StatusCompleted {
+	if r, err := h.finalizer.Finalize(ctx, id, 1); err != nil || r.Report.Status != api.StatusCompleted {
 		t.Fatalf("run 1: %+v %v", r.Report, err)
 	}
 	if _, err := h.submitter.Resume(ctx, id); err != nil {
@@ -69,7 +72,7 @@ func TestHarnessRerunCountsAnsweredItemsOnce(t *testing.T) {
 		t.Fatalf("run 2 progress %+v, want done 3 failures 1", p)
 	}
 	r, err := h.finalizer.Finalize(ctx, id, 2)
-	if err != nil || r.Report.Status != batch.StatusCompleted || r.Report.Census.Quarantined != 1 {
+	if err != nil || r.Report.Status != api.StatusCompleted || r.Report.Census.Quarantined != 1 {
 		t.Fatalf("run 2: %+v %v", r.Report, err)
 	}
 }
@@ -81,24 +84,24 @@ func TestHarnessReleasedItemIsPendingUntilItRuns(t *testing.T) {
 	ctx := context.Background()
 	var fixed bool
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key == batch.PositionalKey(0) && !fixed {
+		if req.Key == api.PositionalKey(0) && !fixed {
 			return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	control := h.control()
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := control.Release(ctx, id, batch.PositionalKey(0)); !errors.Is(err, batch.ErrConflict) {
+	if err := control.Release(ctx, id, api.PositionalKey(0)); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("release while running: %v, want ErrConflict", err)
 	}
 	h.drain(t, ctx)
 	if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := control.Release(ctx, id, batch.PositionalKey(0)); err != nil {
+	if err := control.Release(ctx, id, api.PositionalKey(0)); err != nil {
 		t.Fatal(err)
 	}
 	fixed = true
@@ -107,20 +110,20 @@ func TestHarnessReleasedItemIsPendingUntilItRuns(t *testing.T) {
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
 	msgs := h.receive(t, 2)
-	var released batch.Delivery
-	var others []batch.Delivery
+	var released worker.Delivery
+	var others []worker.Delivery
 	for _, d := range msgs {
-		if strings.Contains(string(d.Body), batch.PositionalKey(0)) {
+		if strings.Contains(string(d.Body), api.PositionalKey(0)) {
 			released = d
 		} else {
 			others = append(others, d)
 		}
 	}
 	h.worker.Handle(ctx, others)
-	if _, err := h.finalizer.Finalize(ctx, id, 2); !errors.Is(err, batch.ErrNotFinished) {
+	if _, err := h.finalizer.Finalize(ctx, id, 2); !errors.Is(err, api.ErrNotFinished) {
 		t.Fatalf("finalize before the released item ran: %v, want ErrNotFinished", err)
 	}
-	h.worker.Handle(ctx, []batch.Delivery{released})
+	h.worker.Handle(ctx, []worker.Delivery{released})
 	r, err := h.finalizer.Finalize(ctx, id, 2)
 	if err != nil || r.Report.Census.Succeeded != 2 || r.Report.Census.Quarantined != 0 {
 		t.Fatalf("run 2: %+v %v", r.Report.Census, err)
@@ -135,12 +138,12 @@ func TestHarnessStopKeepsLiveLeasesMessages(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := h.store.GetBatch(ctx, id)
-	key := batch.PositionalKey(0)
-	if _, err := h.store.Reserve(ctx, batch.Reservation{BatchID: id, Key: key, RunID: batch.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: 400 * time.Millisecond}); err != nil {
+	key := api.PositionalKey(0)
+	if _, err := h.store.Reserve(ctx, ledger.Reservation{BatchID: id, Key: key, RunID: ledger.RunID(id, key), Run: 1, ListShards: b.ListShards, Now: time.Now(), Lease: 400 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.control().Cancel(ctx, id); err != nil {
@@ -156,7 +159,7 @@ func TestHarnessStopKeepsLiveLeasesMessages(t *testing.T) {
 		t.Fatalf("after the lease: %v", failed)
 	}
 	r, err := h.finalizer.Finalize(ctx, id, 1)
-	if err != nil || r.Report.Status != batch.StatusCancelled || r.Report.Census.Cancelled != 1 {
+	if err != nil || r.Report.Status != api.StatusCancelled || r.Report.Census.Cancelled != 1 {
 		t.Fatalf("report %+v %v", r.Report, err)
 	}
 }
@@ -170,7 +173,7 @@ func TestHarnessTickResendsLostFanout(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(9)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(9)}}); err != nil {
 		t.Fatal(err)
 	}
 	// Lose the fan-out: drop its messages and mark the run not fanned out.
@@ -205,7 +208,7 @@ func TestHarnessDeadLetteredFanoutFailsItsItems(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(10)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(10)}}); err != nil {
 		t.Fatal(err)
 	}
 	fan := h.receive(t, 2) // chunks of 7 and 3
@@ -218,9 +221,9 @@ func TestHarnessDeadLetteredFanoutFailsItsItems(t *testing.T) {
 	if err != nil || r.Report.Census.Failed+r.Report.Census.Succeeded != 10 || r.Report.Census.Failed == 0 {
 		t.Fatalf("report %+v %v", r.Report.Census, err)
 	}
-	p, _ := h.control().Items(ctx, id, batch.OutcomeFailed, "", 100)
+	p, _ := h.control().Items(ctx, id, api.OutcomeFailed, "", 100)
 	for _, it := range p.Items {
-		if it.Reason != batch.ReasonDeadLettered {
+		if it.Reason != api.ReasonDeadLettered {
 			t.Errorf("%s: reason %s", it.Key, it.Reason)
 		}
 	}
@@ -231,20 +234,20 @@ func TestHarnessListingPagesWithinOneShard(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	b := batch.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: batch.StatusRunning, ItemCount: 7, ListShards: 1, CounterShards: 1, MaxAttempts: 1}
+	b := ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: api.StatusRunning, ItemCount: 7, ListShards: 1, CounterShards: 1, MaxAttempts: 1}}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 7 {
-		k := batch.PositionalKey(int64(i))
-		if _, err := h.store.Settle(ctx, batch.Record{BatchID: id, Key: k, RunID: batch.RunID(id, k), Run: 1, ListShards: 1, Outcome: batch.OutcomeFailed, Reason: batch.ReasonPermanent, Now: time.Now()}); err != nil {
+		k := api.PositionalKey(int64(i))
+		if _, err := h.store.Settle(ctx, ledger.Record{BatchID: id, Key: k, RunID: ledger.RunID(id, k), Run: 1, ListShards: 1, Outcome: api.OutcomeFailed, Reason: api.ReasonPermanent, Now: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var keys []string
 	cursor := ""
 	for range 10 {
-		p, err := h.control().Items(ctx, id, batch.OutcomeFailed, cursor, 3)
+		p, err := h.control().Items(ctx, id, api.OutcomeFailed, cursor, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,9 +263,9 @@ func TestHarnessListingPagesWithinOneShard(t *testing.T) {
 	}
 }
 
-func (h *harness) control() *batch.Control {
+func (h *harness) control() *control.Control {
 	sub := h.fn["submit"]
-	return &batch.Control{Store: sub.store, Blobs: sub.blobs, Log: h.worker.Log}
+	return &control.Control{Store: sub.store, Blobs: sub.blobs, Log: h.worker.Log}
 }
 
 // Once a forget has begun, no resume can start a run on the batch; a
@@ -271,23 +274,23 @@ func TestHarnessForgetBlocksResume(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	b := batch.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: batch.StatusRunning, ItemCount: 0, ListShards: 1, CounterShards: 1, MaxAttempts: 1}
+	b := ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: api.StatusRunning, ItemCount: 0, ListShards: 1, CounterShards: 1, MaxAttempts: 1}}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.MarkForgetting(ctx, id); !errors.Is(err, batch.ErrConflict) {
+	if err := h.store.MarkForgetting(ctx, id); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("forgetting a running batch: %v, want ErrConflict", err)
 	}
-	if err := h.store.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, FinishedAt: time.Now(), ExpiresAt: time.Now()}); err != nil {
+	if err := h.store.FinishRun(ctx, id, 1, ledger.Finish{Status: api.StatusCompleted, FinishedAt: time.Now(), ExpiresAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.store.MarkForgetting(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.store.StartRun(ctx, id, 1, time.Now()); !errors.Is(err, batch.ErrConflict) {
+	if _, err := h.store.StartRun(ctx, id, 1, time.Now()); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("resume while forgetting: %v, want ErrConflict", err)
 	}
-	if err := h.store.MarkForgetting(ctx, "it-no-such-batch"); !errors.Is(err, batch.ErrNotFound) {
+	if err := h.store.MarkForgetting(ctx, "it-no-such-batch"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("forgetting a missing batch: %v, want ErrNotFound", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
@@ -24,13 +24,13 @@ import (
 // outcomes); an unknown pipeline is a 400 that says where to declare it.
 func TestRegisteredPipelineRunsDeployed(t *testing.T) {
 	ctx := context.Background()
-	_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: newID(t), Pipeline: "enrich-nope", Source: batch.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)}})
+	_, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: newID(t), Pipeline: "enrich-nope", Source: api.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)}})
 	var ae *client.APIError
-	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline" || !strings.Contains(ae.Body.Message, batch.RegisterPipelineHint) {
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline" || !strings.Contains(ae.Body.Message, api.RegisterPipelineHint) {
 		t.Fatalf("unknown pipeline: %v, want a 400 naming pipeline with the hint", err)
 	}
 
-	_, err = env.api.Submit(ctx, batch.SubmitRequest{BatchID: newID(t), Pipeline: "enrich", Source: batch.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)},
+	_, err = env.api.Submit(ctx, api.SubmitRequest{BatchID: newID(t), Pipeline: "enrich", Source: api.SourceSpec{Items: json.RawMessage(`[{"text":"x"}]`)},
 		Options: json.RawMessage(`{"max_words":-1}`)})
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options.max_words" {
 		t.Fatalf("enrich with max_words -1: %v, want a 400 naming pipeline_options.max_words", err)
@@ -38,8 +38,8 @@ func TestRegisteredPipelineRunsDeployed(t *testing.T) {
 
 	id := newID(t)
 	items := json.RawMessage(`[{"key":"a","text":"hello big world"},{"key":"b"},{"key":"c","text":"one two three four"}]`)
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "enrich", KeyField: "key",
-		Source: batch.SourceSpec{Items: items}, Options: json.RawMessage(`{"max_words":3}`)}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "enrich", KeyField: "key",
+		Source: api.SourceSpec{Items: items}, Options: json.RawMessage(`{"max_words":3}`)}); err != nil {
 		t.Fatal(err)
 	}
 	v := wait(t, id)
@@ -50,7 +50,7 @@ func TestRegisteredPipelineRunsDeployed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := readResults(t, rep.Results.Files[batch.OutcomeSucceeded].URI)
+	ok := readResults(t, rep.Results.Files[api.OutcomeSucceeded].URI)
 	if len(ok) != 1 || ok[0].Key != "a" || string(ok[0].Output) != `{"words":3,"runes":15,"first_word":"hello"}` {
 		t.Fatalf("succeeded lines %+v", ok)
 	}

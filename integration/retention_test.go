@@ -27,18 +27,20 @@ import (
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/control"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // finishedBatch submits n inline items to the harness, runs them and
 // finalizes run 1 with the given retention (negative: already expired).
-func finishedBatch(t *testing.T, h *harness, id string, n int, retention time.Duration) batch.Report {
+func finishedBatch(t *testing.T, h *harness, id string, n int, retention time.Duration) api.Report {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, (n+6)/7)) // the fan-out chunks (7 items each in the harness)
@@ -151,9 +153,9 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	sweep := func(store *dynamo.Store) (batch.SweepResult, error) {
-		c := &batch.Control{Store: store, Blobs: h.fn["sweep"].blobs, Log: h.worker.Log}
-		return (&batch.Sweeper{Store: store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
+	sweep := func(store *dynamo.Store) (control.SweepResult, error) {
+		c := &control.Control{Store: store, Blobs: h.fn["sweep"].blobs, Log: h.worker.Log}
+		return (&control.Sweeper{Store: store, Control: c, Clock: ledger.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
 	}
 	proxy, via := faultProxy(t, faultproxy.Config{})
 	err := proxy.Set(faultproxy.Config{Seed: 3, Rules: []faultproxy.Rule{{Service: "dynamodb", Operations: []string{"BatchWriteItem"},
@@ -174,8 +176,8 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 		{"one row", func(id string) *dynamo.Store {
 			var stuck string
 			b, _ := h.store.GetBatch(ctx, id)
-			_ = h.store.ScanItems(ctx, id, b.ListShards, func(it batch.Item) error { stuck = it.Key; return nil })
-			pk := "ITEM#" + id + "#" + strconv.Itoa(batch.Shard(stuck, b.ListShards))
+			_ = h.store.ScanItems(ctx, id, b.ListShards, func(it ledger.Item) error { stuck = it.Key; return nil })
+			pk := "ITEM#" + id + "#" + strconv.Itoa(ledger.Shard(stuck, b.ListShards))
 			return dynamo.New(dynamodb.NewFromConfig(h.as(unprocessedDeletes(pk, stuck, &hits), "sweep")), h.store.Table())
 		}, hits.Load},
 	}
@@ -184,7 +186,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			id := newID(t)
 			finishedBatch(t, h, id, 3, -time.Minute)
 			res, err := sweep(inj.store(id))
-			if !errors.Is(err, batch.ErrPendingDeletion) || res != (batch.SweepResult{Expired: 1, PendingDeletion: 1}) {
+			if !errors.Is(err, api.ErrPendingDeletion) || res != (control.SweepResult{Expired: 1, PendingDeletion: 1}) {
 				t.Fatalf("faulty pass: %+v %v, want the batch pending deletion", res, err)
 			}
 			if n := inj.tries(); n != dynamo.MaxDeleteTries {
@@ -198,13 +200,13 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			if err != nil || !b.PendingDeletion {
 				t.Fatalf("batch row after the partial pass: %+v %v, want pending_deletion", b, err)
 			}
-			api := function.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
-			if _, err := api.View(ctx, id); !errors.Is(err, batch.ErrExpired) {
+			a := function.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
+			if _, err := a.View(ctx, id); !errors.Is(err, api.ErrExpired) {
 				t.Fatalf("GET of the partly swept batch: %v, want expired", err)
 			}
 
 			res, err = sweep(h.store)
-			if err != nil || res != (batch.SweepResult{Expired: 1, Deleted: 1}) {
+			if err != nil || res != (control.SweepResult{Expired: 1, Deleted: 1}) {
 				t.Fatalf("second pass: %+v %v", res, err)
 			}
 			if rows := rowsOf(t, h, id); len(rows) != 0 {
@@ -329,11 +331,11 @@ func TestExpiredBatchIsGone(t *testing.T) {
 	if err := json.Unmarshal(body, &v); err != nil || v.Run != 1 || v.ItemCount != 5 || v.Digest == old.Manifest.Digest {
 		t.Fatalf("fresh batch %+v %v", v.Batch, err)
 	}
-	if _, err := h.blobs.Get(ctx, batch.ReportKey(id, 1)); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := h.blobs.Get(ctx, api.ReportKey(id, 1)); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("the old report is still there: %v", err)
 	}
 	view, err := a.View(ctx, id)
-	if err != nil || view.Status != batch.StatusRunning || view.Census == nil || view.Census.Succeeded != 0 || view.Census.Pending != 5 {
+	if err != nil || view.Status != api.StatusRunning || view.Census == nil || view.Census.Succeeded != 0 || view.Census.Pending != 5 {
 		t.Fatalf("GET of the fresh batch: %+v %v, want running with 5 pending and no old rows", view, err)
 	}
 	markers, _ := h.store.ExpiredMarkers(ctx, time.Now(), 10)
@@ -372,10 +374,10 @@ func TestTTLOnEveryRowOfFinishedBatch(t *testing.T) {
 			// Finalize stamps item rows while it counts them, before the
 			// report's FinishedAt, with its own clock + retention + grace;
 			// it promises (dynamo.Store) only that no row ends less than
-			// half of batch.TTLGrace after the retention, so that is the
+			// half of ledger.TTLGrace after the retention, so that is the
 			// floor: a row left with its 1-hour write TTL is far below it.
-			floor := rep.FinishedAt.Add(retention + batch.TTLGrace/2).Unix()
-			want := rep.FinishedAt.Add(retention + batch.TTLGrace).Unix()
+			floor := rep.FinishedAt.Add(retention + ledger.TTLGrace/2).Unix()
+			want := rep.FinishedAt.Add(retention + ledger.TTLGrace).Unix()
 			kinds := map[string]int{}
 			for _, row := range rowsOf(t, h, id) {
 				pk := str(row, "pk")
@@ -421,13 +423,13 @@ type recordedEvents struct {
 	fail bool
 }
 
-func (e *recordedEvents) Publish(_ context.Context, r batch.Report) error {
+func (e *recordedEvents) Publish(_ context.Context, r api.Report) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fail {
 		return errors.New("finalize killed before PutEvents")
 	}
-	e.ids = append(e.ids, batch.EventID(r))
+	e.ids = append(e.ids, ledger.EventID(r))
 	return nil
 }
 
@@ -469,7 +471,7 @@ func TestCompletionEventAtLeastOnce(t *testing.T) {
 	// Killed between the move and the publish.
 	lost := newID(t)
 	rep := finishedBatch(t, h, lost, 2, time.Hour)
-	if b, err := h.store.GetBatch(ctx, lost); err != nil || b.Status != batch.StatusCompleted || b.PublishedRun != 0 || len(ev.got()) != 0 {
+	if b, err := h.store.GetBatch(ctx, lost); err != nil || b.Status != api.StatusCompleted || b.PublishedRun != 0 || len(ev.got()) != 0 {
 		t.Fatalf("after the killed finalize: %+v %v, events %v", b, err, ev.got())
 	}
 	ev.fail = false
@@ -477,8 +479,8 @@ func TestCompletionEventAtLeastOnce(t *testing.T) {
 	if err != nil || res.Published != 1 {
 		t.Fatalf("tick: %+v %v, want the lost event published", res, err)
 	}
-	if got := ev.got(); len(got) != 1 || got[0] != batch.EventID(rep) {
-		t.Fatalf("events %v, want one with id %s", got, batch.EventID(rep))
+	if got := ev.got(); len(got) != 1 || got[0] != ledger.EventID(rep) {
+		t.Fatalf("events %v, want one with id %s", got, ledger.EventID(rep))
 	}
 	if b, _ := h.store.GetBatch(ctx, lost); b.PublishedRun != 1 {
 		t.Fatalf("published_run %d after the tick, want 1", b.PublishedRun)
@@ -510,12 +512,12 @@ func TestCompletionEventAtLeastOnce(t *testing.T) {
 	}
 	var dup []string
 	for _, id := range ev.got() {
-		if id == batch.EventID(rep) {
+		if id == ledger.EventID(rep) {
 			dup = append(dup, id)
 		}
 	}
 	if len(dup) != 2 {
-		t.Fatalf("events %v, want the run's event twice with the same id %s", ev.got(), batch.EventID(rep))
+		t.Fatalf("events %v, want the run's event twice with the same id %s", ev.got(), ledger.EventID(rep))
 	}
 	if refs, err := h.store.Unpublished(ctx); err != nil || len(refs) != 0 {
 		t.Fatalf("unpublished after the ticks: %v %v", refs, err)
@@ -536,7 +538,7 @@ func TestSweepDeletesObjectsWhenTTLTookTheRows(t *testing.T) {
 	now := time.Now()
 	orphan, recent := newID(t), newID(t)
 	for _, id := range []string{orphan, recent} {
-		if err := h.blobs.Put(ctx, batch.ReportKey(id, 1), "application/json", []byte("{}")); err != nil {
+		if err := h.blobs.Put(ctx, api.ReportKey(id, 1), "application/json", []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -547,15 +549,15 @@ func TestSweepDeletesObjectsWhenTTLTookTheRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(dynamo.RetentionSK(now.Add(-batch.TTLGrace-time.Hour), orphan))
+	put(dynamo.RetentionSK(now.Add(-ledger.TTLGrace-time.Hour), orphan))
 	put(dynamo.RetentionSK(now.Add(-time.Hour), recent))
 	sw := h.fn["sweep"]
-	c := &batch.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}
-	res, err := (&batch.Sweeper{Store: sw.store, Control: c, Clock: batch.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
-	if err != nil || res != (batch.SweepResult{Expired: 2, Stale: 2}) {
+	c := &control.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}
+	res, err := (&control.Sweeper{Store: sw.store, Control: c, Clock: ledger.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
+	if err != nil || res != (control.SweepResult{Expired: 2, Stale: 2}) {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
-	if _, err := h.blobs.Get(ctx, batch.ReportKey(orphan, 1)); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := h.blobs.Get(ctx, api.ReportKey(orphan, 1)); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("the objects of a batch whose rows TTL removed are left: %v", err)
 	}
 	if markers, _ := h.store.ExpiredMarkers(ctx, now, 10); len(markers) != 0 {

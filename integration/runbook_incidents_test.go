@@ -26,8 +26,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/control"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -65,7 +66,7 @@ func statusJSON(t *testing.T, run func(...string) (string, int), id string) wire
 func liveLine(v wire.BatchView) string {
 	c := v.Census
 	if c == nil {
-		c = &batch.Census{}
+		c = &api.Census{}
 	}
 	s := fmt.Sprintf("%s, needs_attention %v, census succeeded %d failed %d in_flight %d pending %d",
 		v.Status, v.NeedsAttention, c.Succeeded, c.Failed, c.InFlight, c.Pending)
@@ -149,7 +150,7 @@ func TestIncidentReceiverDown(t *testing.T) {
 			twice++
 		}
 	}
-	if v.Status != batch.StatusCompleted || v.Census.Failed != 0 || v.Census.Succeeded != n || len(ok) != n || twice != 0 {
+	if v.Status != api.StatusCompleted || v.Census.Failed != 0 || v.Census.Succeeded != n || len(ok) != n || twice != 0 {
 		t.Errorf("finished %s: %+v; %d keys answered 200, %d more than once; want completed, %d succeeded, none failed",
 			v.Status, v.Census, len(ok), twice, n)
 	}
@@ -275,7 +276,7 @@ func TestIncidentReceiverHangs(t *testing.T) {
 	if !sawHanging || !sawWaiting {
 		t.Errorf("the live view showed hanging calls in flight %v, then items waiting %v", sawHanging, sawWaiting)
 	}
-	if v.Status != batch.StatusCompleted || v.Census.Succeeded != n {
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != n {
 		t.Errorf("finished %s %+v, want completed with %d succeeded", v.Status, v.Census, n)
 	}
 	out, _ := run("report", id)
@@ -323,7 +324,7 @@ func TestIncidentWrongOptionFailsEveryItem(t *testing.T) {
 	submit(id, "wrong")
 	v := waitCLI(t, run, id, 2*time.Minute)
 	t.Logf("%s", liveLine(v))
-	if v.Status != batch.StatusThresholdExceeded || !v.NeedsAttention {
+	if v.Status != api.StatusThresholdExceeded || !v.NeedsAttention {
 		t.Fatalf("ended %s (needs_attention %v), want threshold_exceeded", v.Status, v.NeedsAttention)
 	}
 	out, _ := run("list", "--since", "1h", "--needs-attention")
@@ -331,18 +332,18 @@ func TestIncidentWrongOptionFailsEveryItem(t *testing.T) {
 		t.Errorf("list --needs-attention does not show %s:\n%s", id, out)
 	}
 	out, code := run("items", id, "--outcome", "failed", "-o", "json")
-	var p batch.ItemPage
+	var p api.ItemPage
 	if err := json.Unmarshal([]byte(out), &p); err != nil || code != 0 || len(p.Items) == 0 {
 		t.Fatalf("items --outcome failed: exit %d, %s (%v)", code, out, err)
 	}
-	if it := p.Items[0]; it.Reason != batch.ReasonPermanent || !strings.Contains(it.Error, "401") {
+	if it := p.Items[0]; it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, "401") {
 		t.Errorf("failed item %+v: want reason permanent with the receiver's 401", it)
 	}
 	stopCalls := calls.Load()
 	t.Logf("stopped after %d calls of %d items (%d failed, %d cancelled)", stopCalls, n, v.Census.Failed, v.Census.Cancelled)
 	fixed := id + "-fixed"
 	submit(fixed, "right")
-	if v := waitCLI(t, run, fixed, 2*time.Minute); v.Status != batch.StatusCompleted || v.Census.Succeeded != n {
+	if v := waitCLI(t, run, fixed, 2*time.Minute); v.Status != api.StatusCompleted || v.Census.Succeeded != n {
 		t.Errorf("the fixed batch ended %s %+v, want completed with %d succeeded", v.Status, v.Census, n)
 	}
 }
@@ -371,20 +372,20 @@ func TestIncidentRetentionSweep(t *testing.T) {
 	}
 	for i := range 2 {
 		out, code := run("sweep", "-o", "json")
-		var res batch.SweepResult
+		var res control.SweepResult
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("bulkrun sweep (pass %d): exit %d, %s (%v)", i+1, code, out, err)
 		}
 		t.Logf("bulkrun sweep -o json (pass %d): %+v", i+1, res)
 	}
-	objs, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(batch.BatchesPrefix(expired))})
+	objs, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(api.BatchesPrefix(expired))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.store.GetBatch(ctx, expired); !errors.Is(err, batch.ErrNotFound) || len(objs.Contents) != 0 {
-		t.Errorf("after the sweep: the batch row read %v, %d objects under %s", err, len(objs.Contents), batch.BatchesPrefix(expired))
+	if _, err := env.store.GetBatch(ctx, expired); !errors.Is(err, api.ErrNotFound) || len(objs.Contents) != 0 {
+		t.Errorf("after the sweep: the batch row read %v, %d objects under %s", err, len(objs.Contents), api.BatchesPrefix(expired))
 	}
-	if v := statusJSON(t, run, kept); v.Status != batch.StatusCompleted {
+	if v := statusJSON(t, run, kept); v.Status != api.StatusCompleted {
 		t.Errorf("the batch within its retention: %s", v.Status)
 	}
 }

@@ -22,7 +22,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
@@ -32,7 +32,7 @@ func TestResumeRunsOnlyWhatDidNotSucceed(t *testing.T) {
 	id := newID(t)
 	var healed atomic.Bool
 	url := env.hook.route(id, func(key string, _ int) int {
-		if key == batch.PositionalKey(2) && !healed.Load() {
+		if key == api.PositionalKey(2) && !healed.Load() {
 			return 422
 		}
 		return 200
@@ -52,21 +52,21 @@ func TestResumeRunsOnlyWhatDidNotSucceed(t *testing.T) {
 	healed.Store(true)
 	before := env.hook.counts(id)
 	r, err := env.api.Resume(ctx, id)
-	if err != nil || r.Run != 2 || r.Status != batch.StatusRunning {
+	if err != nil || r.Run != 2 || r.Status != api.StatusRunning {
 		t.Fatalf("resume: %+v %v", r, err)
 	}
 	if _, err := env.api.Resume(ctx, id); err != nil && (!errors.As(err, &ae) || ae.Status != 409) {
 		t.Fatalf("resume while running: %v, want 409", err)
 	}
 	v = wait(t, id)
-	if v.Run != 2 || v.Census.Succeeded != 4 || v.Census.Failed != 0 || v.Status != batch.StatusCompleted {
+	if v.Run != 2 || v.Census.Succeeded != 4 || v.Census.Failed != 0 || v.Status != api.StatusCompleted {
 		t.Fatalf("run 2: run %d %s %+v", v.Run, v.Status, v.Census)
 	}
 	after := env.hook.counts(id)
 	extra := 0
 	for k, n := range after {
 		extra += n - before[k]
-		if k != batch.PositionalKey(2) && n != 1 {
+		if k != api.PositionalKey(2) && n != 1 {
 			t.Errorf("%s ran %d times", k, n)
 		}
 	}
@@ -75,7 +75,7 @@ func TestResumeRunsOnlyWhatDidNotSucceed(t *testing.T) {
 	}
 	// Each run has its own report.
 	for run := 1; run <= 2; run++ {
-		if _, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: aws.String(batch.ReportKey(id, run))}); err != nil {
+		if _, err := env.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &env.bucket, Key: aws.String(api.ReportKey(id, run))}); err != nil {
 			t.Errorf("report of run %d: %v", run, err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestThresholdStopsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := rep.Census
-	if rep.Status != batch.StatusThresholdExceeded || v.Status != batch.StatusThresholdExceeded || c.Failed+c.Cancelled != 300 || c.Failed <= 2 || c.Cancelled == 0 {
+	if rep.Status != api.StatusThresholdExceeded || v.Status != api.StatusThresholdExceeded || c.Failed+c.Cancelled != 300 || c.Failed <= 2 || c.Cancelled == 0 {
 		t.Fatalf("status %s census %+v", rep.Status, c)
 	}
 	if !rep.Verdict.Exceeded || rep.Verdict.Limit != "tolerated_failure_count" || !strings.Contains(rep.Verdict.Detail, "> 2 tolerated") {
@@ -155,12 +155,12 @@ func TestCancelStopsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := env.api.Cancel(ctx, id)
-	if err != nil || b.Stop != batch.StatusCancelled {
+	if err != nil || b.Stop != api.StatusCancelled {
 		t.Fatalf("cancel: %+v %v", b, err)
 	}
 	v := wait(t, id)
 	c := *v.Census
-	if v.Status != batch.StatusCancelled || c.Succeeded+c.Cancelled != 300 || c.Cancelled == 0 {
+	if v.Status != api.StatusCancelled || c.Succeeded+c.Cancelled != 300 || c.Cancelled == 0 {
 		t.Fatalf("status %s census %+v", v.Status, c)
 	}
 	calls := 0
@@ -171,7 +171,7 @@ func TestCancelStopsTheRun(t *testing.T) {
 		t.Fatalf("%d calls for %d succeeded items", calls, c.Succeeded)
 	}
 	// Cancel is idempotent: a finished batch is answered as it ended.
-	if v, err := env.api.Cancel(ctx, id); err != nil || v.Status != batch.StatusCancelled || v.Run != 1 {
+	if v, err := env.api.Cancel(ctx, id); err != nil || v.Status != api.StatusCancelled || v.Run != 1 {
 		t.Fatalf("cancel of a finished batch: %+v %v, want it as it ended", v.Batch, err)
 	}
 }
@@ -196,13 +196,13 @@ func TestListFailedItemsPages(t *testing.T) {
 	cursor := ""
 	pages := 0
 	for {
-		p, err := env.api.Items(ctx, id, batch.OutcomeFailed, cursor, 5)
+		p, err := env.api.Items(ctx, id, api.OutcomeFailed, cursor, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
 		pages++
 		for _, it := range p.Items {
-			if it.Outcome != batch.OutcomeFailed || !strings.Contains(it.Error, "HTTP 400") {
+			if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "HTTP 400") {
 				t.Fatalf("listed %+v", it)
 			}
 			keys = append(keys, it.Key)
@@ -214,13 +214,13 @@ func TestListFailedItemsPages(t *testing.T) {
 	}
 	var want []string
 	for i := 0; i < 36; i += 3 {
-		want = append(want, batch.PositionalKey(int64(i)))
+		want = append(want, api.PositionalKey(int64(i)))
 	}
 	if strings.Join(keys, ",") != strings.Join(want, ",") || pages != 3 {
 		t.Fatalf("listed %v in %d pages, want %v in 3", keys, pages, want)
 	}
 	var ae *client.APIError
-	if _, err := env.api.Items(ctx, id, batch.OutcomeSucceeded, "", 0); !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "outcome" {
+	if _, err := env.api.Items(ctx, id, api.OutcomeSucceeded, "", 0); !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "outcome" {
 		t.Fatalf("listing succeeded items: %v, want 400 on outcome", err)
 	}
 }
@@ -238,10 +238,10 @@ func TestForgetRemovesEverything(t *testing.T) {
 	if err := env.api.Forget(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.api.Status(ctx, id); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := env.api.Status(ctx, id); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("status after forget: %v", err)
 	}
-	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(batch.BatchesPrefix(id))})
+	out, err := env.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &env.bucket, Prefix: aws.String(api.BatchesPrefix(id))})
 	if err != nil || len(out.Contents) != 0 {
 		t.Fatalf("%d objects left (%v)", len(out.Contents), err)
 	}
@@ -299,7 +299,7 @@ func TestCompletionEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := env.hook.route(id, func(key string, _ int) int {
-		if key == batch.PositionalKey(1) {
+		if key == api.PositionalKey(1) {
 			return 404
 		}
 		return 200
@@ -341,7 +341,7 @@ func TestConcurrentBatchesWithSameKeys(t *testing.T) {
 	a, b := newID(t), newID(t)
 	urlA := env.hook.route(a, nil)
 	urlB := env.hook.route(b, func(key string, _ int) int {
-		if key == batch.PositionalKey(0) {
+		if key == api.PositionalKey(0) {
 			return 400
 		}
 		return 200

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
@@ -53,7 +53,7 @@ func TestSecretsNeverEchoedAndReferencesResolved(t *testing.T) {
 		"X-Ssm":         "secret:arn:aws:ssm:us-east-1:000000000000:parameter" + paramName,
 		"X-Sm":          "secret:" + *sec.ARN,
 	}
-	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Headers: headers, Source: batch.SourceSpec{Items: inlineItems(1)}}
+	req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Headers: headers, Source: api.SourceSpec{Items: inlineItems(1)}}
 	created, err := env.api.Submit(ctx, req)
 	if err != nil {
 		t.Fatalf("submit: %v", err)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
 
@@ -29,14 +29,14 @@ func TestSSRFRefusedAtSubmit(t *testing.T) {
 	} {
 		id := newID(t)
 		opts, _ := json.Marshal(map[string]string{"url": u})
-		_, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Source: batch.SourceSpec{Items: inlineItems(1)}})
+		_, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Source: api.SourceSpec{Items: inlineItems(1)}})
 		var ae *client.APIError
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "pipeline_options.url" || !strings.Contains(ae.Body.Message, "allow-list does not name") {
 			t.Errorf("submit url %s: err = %v (%+v), want 400 on pipeline_options.url", u, err, ae)
 			continue
 		}
 		t.Logf("%s → %d %s", u, ae.Status, ae.Body.Message)
-		if _, err := env.api.Status(ctx, id); !errors.Is(err, batch.ErrNotFound) {
+		if _, err := env.api.Status(ctx, id); !errors.Is(err, api.ErrNotFound) {
 			t.Errorf("status after a refused submit: %v, want not found", err)
 		}
 	}
@@ -44,7 +44,7 @@ func TestSSRFRefusedAtSubmit(t *testing.T) {
 	id := newID(t)
 	route := env.hook.route(id, nil)
 	opts, _ := json.Marshal(map[string]string{"url": route})
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Source: api.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatalf("submit to the allow-listed receiver: %v", err)
 	}
 	v := wait(t, id)

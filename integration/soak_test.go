@@ -23,9 +23,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // Soak settings; BULKRUN_SOAK_ITEMS, BULKRUN_SOAK_SEED and
@@ -155,8 +156,8 @@ func TestSoak(t *testing.T) {
 
 	// Submit is idempotent: the same id and manifest answer the same batch,
 	// so a submit cut by an injected fault is simply repeated.
-	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "id",
-		Source:  batch.SourceSpec{Object: "s3://" + env.bucket + "/" + src},
+	req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "id",
+		Source:  api.SourceSpec{Object: "s3://" + env.bucket + "/" + src},
 		Options: json.RawMessage(fmt.Sprintf(`{"url": %q, "timeout_ms": 10000}`, hook.url))}
 	var submitErrs []string
 	for try := 0; ; try++ {
@@ -240,12 +241,12 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	attempts := map[string]int{}
-	outcomes := map[string]batch.Outcome{}
+	outcomes := map[string]api.Outcome{}
 	reasons := map[string]int{}
 	// Item rows or pack rows, as the stack's items per message made them.
-	if err := batch.MergeShards(ctx, env.store, id, b.ListShards, "", batch.MergeOptions{Packed: b.Pack() > 1}, func(it batch.Item) error {
+	if err := ledger.MergeShards(ctx, env.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
 		attempts[it.Key], outcomes[it.Key] = it.Attempt, it.Outcome
-		if it.Outcome == batch.OutcomeFailed {
+		if it.Outcome == api.OutcomeFailed {
 			reasons[string(it.Reason)+": "+firstLine(it.Error)]++
 		}
 		return nil
@@ -269,13 +270,13 @@ func TestSoak(t *testing.T) {
 			}
 			seen[a] = true
 		}
-		if outcomes[key] == batch.OutcomeSucceeded && !seen[attempts[key]] {
+		if outcomes[key] == api.OutcomeSucceeded && !seen[attempts[key]] {
 			noRecordedCall++
 			t.Errorf("%s: succeeded with attempt %d, but no call of that attempt (calls by attempt %v)", key, attempts[key], as)
 		}
 	}
 	for key, o := range outcomes {
-		if o == batch.OutcomeSucceeded && len(calls[key]) == 0 {
+		if o == api.OutcomeSucceeded && len(calls[key]) == 0 {
 			noRecordedCall++
 			t.Errorf("%s: succeeded without a pipeline call", key)
 		}
@@ -425,7 +426,7 @@ func (h *soakHook) snapshot() map[string][]int {
 	return out
 }
 
-func censusLine(c batch.Census) string {
+func censusLine(c api.Census) string {
 	return fmt.Sprintf("total %d  succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d",
 		c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending)
 }

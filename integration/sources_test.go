@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/source"
+
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 func putObject(t *testing.T, key, body string) string {
@@ -40,7 +42,7 @@ func TestSourcesAndHeaders(t *testing.T) {
 			id := newID(t)
 			url := env.hook.route(id, nil)
 			uri := putObject(t, "it-sources/"+id+"/"+tc.object, tc.body)
-			req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: tc.keyField, Source: batch.SourceSpec{Object: uri},
+			req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: tc.keyField, Source: api.SourceSpec{Object: uri},
 				Headers: map[string]string{"X-Tenant": "acme"},
 				Options: []byte(fmt.Sprintf(`{"url":%q}`, url))}
 			if _, err := env.api.Submit(ctx, req); err != nil {
@@ -85,7 +87,7 @@ func TestPrefixListingEveryPage(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: api.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
 		Options: []byte(`{"url":"http://127.0.0.1:9/unused"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestPrefixListingEveryPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = wait(t, id)
-	if v.Status != batch.StatusCancelled || v.Census.Total != n || v.Census.Cancelled+v.Census.Failed != n {
+	if v.Status != api.StatusCancelled || v.Census.Total != n || v.Census.Cancelled+v.Census.Failed != n {
 		t.Fatalf("%s %+v", v.Status, v.Census)
 	}
 	if err := env.api.Forget(ctx, id); err != nil {
@@ -130,7 +132,7 @@ func TestPrefixListingUnusualKeys(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = env.blobs.DeletePrefix(context.Background(), prefix) })
 	hook := env.hook.route(id, nil)
-	if _, err := env.api.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: batch.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Source: api.SourceSpec{Prefix: "s3://" + env.bucket + "/" + prefix},
 		Options: []byte(`{"url":"` + hook + `"}`)}); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
@@ -139,23 +141,23 @@ func TestPrefixListingUnusualKeys(t *testing.T) {
 		t.Fatalf("submit: item_count %d, %v", v.ItemCount, err)
 	}
 	v = wait(t, id)
-	if v.Status != batch.StatusCompleted || v.Census.Succeeded != int64(len(names)) {
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != int64(len(names)) {
 		t.Fatalf("%s %+v", v.Status, v.Census)
 	}
 	if got := env.hook.counts(id); !reflect.DeepEqual(got, want) {
 		t.Fatalf("calls by key %v, want %v", got, want)
 	}
 	// Forget lists batches/{id}/ too: an object there with such a key must go.
-	odd := batch.BatchesPrefix(id) + "outputs/ctl\x01" + names[4]
+	odd := api.BatchesPrefix(id) + "outputs/ctl\x01" + names[4]
 	put(odd)
 	if err := env.api.Forget(ctx, id); err != nil {
 		t.Fatalf("forget: %v", err)
 	}
 	var left []string
-	if err := env.blobs.List(ctx, env.bucket, batch.BatchesPrefix(id), func(o batch.ObjectInfo) error {
+	if err := env.blobs.List(ctx, env.bucket, api.BatchesPrefix(id), func(o source.ObjectInfo) error {
 		left = append(left, o.Key)
 		return nil
 	}); err != nil || len(left) != 0 {
-		t.Fatalf("after forget, under %s: %q %v", batch.BatchesPrefix(id), left, err)
+		t.Fatalf("after forget, under %s: %q %v", api.BatchesPrefix(id), left, err)
 	}
 }

@@ -9,19 +9,19 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
-	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/batch/storetest"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// TestStoreConformance runs the batch.Store conformance suite
-// (shared/batch/storetest: every condition, transition and listing order of
+// TestStoreConformance runs the ledger.Store conformance suite
+// (integration/testbed/ledgertest: every condition, transition and listing order of
 // the contract) on the DynamoDB adapter, a table of its own per case made
 // by dynamo.CreateTable as the harness makes it. The in-memory store the
 // domain's unit tests use passes the same suite, so what those tests see
 // is what DynamoDB does.
 func TestStoreConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) batch.Store {
+	ledgertest.Run(t, func(t *testing.T) ledger.Store {
 		ctx := context.Background()
 		name := strings.Trim(strings.ToLower(newID(t)), "-")
 		if len(name) > 60 {

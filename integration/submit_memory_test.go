@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -95,7 +95,7 @@ func envCount(name string, def int64) int64 {
 // (line writes line i, from 0) on the harness's bucket through the S3
 // adapter's streaming writer, removes incoming/ and batches/ when the test
 // ends, and returns the object as a batch source.
-func putSource(t *testing.T, h *harness, id string, n int64, line func(bw *bufio.Writer, i int64)) batch.SourceSpec {
+func putSource(t *testing.T, h *harness, id string, n int64, line func(bw *bufio.Writer, i int64)) api.SourceSpec {
 	t.Helper()
 	ctx := context.Background()
 	key := "incoming/" + id + ".jsonl"
@@ -117,7 +117,7 @@ func putSource(t *testing.T, h *harness, id string, n int64, line func(bw *bufio
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + key}
+	return api.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + key}
 }
 
 func cpuTime() time.Duration {
@@ -163,7 +163,7 @@ func TestSubmitPeakMemory(t *testing.T) {
 	s.TempDir = t.TempDir()
 	peak := startMemoryPeak()
 	cpu0, start := cpuTime(), time.Now()
-	res, err := s.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
+	res, err := s.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id",
 		Source: src})
 	wall, cpu := time.Since(start), cpuTime()-cpu0
 	heapMiB, runtimeMiB := peak.end()

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"strings"
 	"sync"
@@ -16,8 +17,10 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // asyncParts runs each handed-off part step in its own goroutine, as
@@ -25,14 +28,14 @@ import (
 // runs a failed step once more (Lambda retries an asynchronous invocation
 // twice). sub gives the submitter of a step's run (attempt 0 or 1).
 type asyncParts struct {
-	sub  func(ev batch.PartEvent, attempt int) *batch.Submitter
+	sub  func(ev ledger.PartEvent, attempt int) *submit.Submitter
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	errs []error
-	runs map[batch.PartEvent]int
+	runs map[ledger.PartEvent]int
 }
 
-func (a *asyncParts) StartPart(_ context.Context, ev batch.PartEvent) error {
+func (a *asyncParts) StartPart(_ context.Context, ev ledger.PartEvent) error {
 	a.wg.Go(func() {
 		for attempt := range 2 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -110,7 +113,7 @@ func TestSubmitInParts(t *testing.T) {
 		fmt.Fprintf(bw, `{"id":"order-%010d","customer":"c-%06d","note":"%s"}`+"\n", (i*7919)%n, i%7919, pad)
 	})
 
-	got := partsOnEmulator(t, h, id, src, "id", n, func(ev batch.PartEvent) bool { return ev.Index == 1 })
+	got := partsOnEmulator(t, h, id, src, "id", n, func(ev ledger.PartEvent) bool { return ev.Index == 1 })
 	// Every step ran at once in this one process, so one invocation held
 	// less than this.
 	if got.heldMiB >= 256 {
@@ -158,15 +161,15 @@ func TestSubmitCSVInParts(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	src := batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}
+	src := api.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/" + srcKey}
 	t.Run("key_field", func(t *testing.T) {
-		got := partsOnEmulator(t, h, id+"-k", src, "id", n, func(ev batch.PartEvent) bool { return ev.Start != batch.PartStartUnknown })
+		got := partsOnEmulator(t, h, id+"-k", src, "id", n, func(ev ledger.PartEvent) bool { return ev.Start != source.PartStartUnknown })
 		if got.known == 0 {
 			t.Fatal("no part was read again from inside a quoted field")
 		}
 	})
 	t.Run("positional", func(t *testing.T) {
-		partsOnEmulator(t, h, id+"-p", src, "", n, func(ev batch.PartEvent) bool { return ev.Index == 1 })
+		partsOnEmulator(t, h, id+"-p", src, "", n, func(ev ledger.PartEvent) bool { return ev.Index == 1 })
 	})
 }
 
@@ -181,33 +184,33 @@ type partsRun struct {
 // partsOnEmulator submits src in parts of 6 MiB as batch id, each step a
 // goroutine, the first run of each read that kill names killed before its
 // result and run again, and compares the batch with a whole read's.
-func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, keyField string, n int64, kill func(batch.PartEvent) bool) partsRun {
+func partsOnEmulator(t *testing.T, h *harness, id string, src api.SourceSpec, keyField string, n int64, kill func(ledger.PartEvent) bool) partsRun {
 	ctx := context.Background()
 	whole := *h.submitter
 	whole.ChunkItems = 0
-	ref, err := whole.Submit(ctx, batch.SubmitRequest{BatchID: id + "-whole", Pipeline: "counted", KeyField: keyField, Source: src})
+	ref, err := whole.Submit(ctx, api.SubmitRequest{BatchID: id + "-whole", Pipeline: "counted", KeyField: keyField, Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner := &asyncParts{runs: map[batch.PartEvent]int{}}
+	runner := &asyncParts{runs: map[ledger.PartEvent]int{}}
 	s := *h.submitter
 	s.ChunkItems = 0
 	s.Handoff = nopSubmitHandoff{}
-	s.Parts = &batch.PartsConfig{PartBytes: 6 << 20, Handoff: runner}
+	s.Parts = &submit.PartsConfig{PartBytes: 6 << 20, Handoff: runner}
 	killed := s
 	killed.Blobs = killedBlobs{h.fn["submit"].blobs}
-	runner.sub = func(ev batch.PartEvent, attempt int) *batch.Submitter {
-		if ev.Step == batch.PartStepRead && kill(ev) && attempt == 0 {
+	runner.sub = func(ev ledger.PartEvent, attempt int) *submit.Submitter {
+		if ev.Step == ledger.PartStepRead && kill(ev) && attempt == 0 {
 			return &killed
 		}
 		return &s
 	}
-	if _, err := s.Accept(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: keyField, Source: src}); err != nil {
+	if _, err := s.Accept(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: keyField, Source: src}); err != nil {
 		t.Fatal(err)
 	}
 	peak := startMemoryPeak()
 	start := time.Now()
-	if b, err := s.Complete(ctx, id); err != nil || b.Status != batch.StatusSubmitting {
+	if b, err := s.Complete(ctx, id); err != nil || b.Status != api.StatusSubmitting {
 		t.Fatalf("Complete: %s %v, want submitting with its parts handed off", b.Status, err)
 	}
 	runner.wg.Wait()
@@ -221,7 +224,7 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Status != batch.StatusRunning || b.ItemCount != n || !b.FannedOut {
+	if b.Status != api.StatusRunning || b.ItemCount != n || !b.FannedOut {
 		t.Fatalf("after the parts: %s, %d items, fanned out %v (refusal %+v); want running, %d", b.Status, b.ItemCount, b.FannedOut, b.Refusal, n)
 	}
 	gotSum, gotLen := hashObject(t, h, b.ManifestKey)
@@ -232,13 +235,13 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, 
 	var parts, killedRuns int
 	for ev, runs := range runner.runs {
 		switch {
-		case ev.Step != batch.PartStepRead:
-		case ev.Start == batch.PartStartUnknown:
+		case ev.Step != ledger.PartStepRead:
+		case ev.Start == source.PartStartUnknown:
 			parts++
 		default:
 			got.known++
 		}
-		if ev.Step == batch.PartStepRead && kill(ev) {
+		if ev.Step == ledger.PartStepRead && kill(ev) {
 			killedRuns++
 			if runs != 2 {
 				t.Fatalf("read %+v ran %d times, want 2 (killed, then run again)", ev, runs)
@@ -249,7 +252,7 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src batch.SourceSpec, 
 		t.Fatal("no read was killed")
 	}
 	left := 0
-	_ = h.blobs.List(ctx, h.blobs.Bucket(), "batches/"+id+"/parts/", func(batch.ObjectInfo) error { left++; return nil })
+	_ = h.blobs.List(ctx, h.blobs.Bucket(), "batches/"+id+"/parts/", func(source.ObjectInfo) error { left++; return nil })
 	if left != 0 {
 		t.Fatalf("%d objects of the parts left", left)
 	}

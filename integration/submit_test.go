@@ -22,10 +22,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -171,7 +172,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 		t.Fatalf("%d submits reached the API, want the two that timed out and a retry", len(posts))
 	}
 	for i, p := range posts {
-		var req batch.SubmitRequest
+		var req api.SubmitRequest
 		if err := json.Unmarshal(p.body, &req); err != nil || req.BatchID != v.ID {
 			t.Errorf("try %d named batch %q (%v), want %s", i+1, req.BatchID, err, v.ID)
 		}
@@ -184,7 +185,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 		t.Errorf("first tries: API %d, caller %d and %d; want 202 answered 504 twice", posts[0].status, posts[0].answered, posts[1].answered)
 	}
 
-	if v.Status != batch.StatusCompleted || v.ItemCount != n || v.Census == nil || v.Census.Succeeded != n {
+	if v.Status != api.StatusCompleted || v.ItemCount != n || v.Census == nil || v.Census.Succeeded != n {
 		t.Fatalf("batch %s: %s, %d items, census %+v", v.ID, v.Status, v.ItemCount, v.Census)
 	}
 	calls := env.hook.counts(route)
@@ -216,27 +217,41 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	hook := env.hook.route(id, nil)
 	uri := putObject(t, "it-sources/"+id+".jsonl", "{\"k\":\"a\"}\n{\"k\":\"b\"}\n{\"k\":\"c\"}\n")
 	otherURI := putObject(t, "it-sources/"+id+"-other.jsonl", "{\"k\":\"a\"}\n")
-	req := batch.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", Source: batch.SourceSpec{Object: uri},
+	req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", Source: api.SourceSpec{Object: uri},
 		Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, hook))}
 	stored := req
 	// the stack's defaults, as submit fills them
-	stored.MaxAttempts, stored.OnInterrupt, stored.ItemsPerMessage = 3, batch.InterruptRetry, config.DefaultItemsPerMessage
+	stored.MaxAttempts, stored.OnInterrupt, stored.ItemsPerMessage = 3, api.InterruptRetry, config.DefaultItemsPerMessage
 	raw, _ := json.Marshal(stored)
 	now := time.Now().UTC()
-	if _, err := env.store.CreateBatch(ctx, batch.Batch{ID: id, Pipeline: "webhook", Run: 1, Status: batch.StatusSubmitting,
-		MaxAttempts: 3, ItemsPerMessage: config.DefaultItemsPerMessage, OnInterrupt: batch.InterruptRetry, Options: stored.Options, KeyField: "k", Source: uri,
-		CreatedAt: now, RunStartedAt: now, Request: raw}); err != nil {
+	if _, err := env.store.CreateBatch(ctx, ledger.Batch{
+		Batch: api.Batch{
+			ID:              id,
+			Pipeline:        "webhook",
+			Run:             1,
+			Status:          api.StatusSubmitting,
+			MaxAttempts:     3,
+			ItemsPerMessage: config.DefaultItemsPerMessage,
+			OnInterrupt:     api.InterruptRetry,
+			Options:         stored.Options,
+			KeyField:        "k",
+			Source:          uri,
+			CreatedAt:       now,
+			RunStartedAt:    now,
+		},
+		Request: raw,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.api.Forget(context.Background(), id) })
 
 	for _, tt := range []struct {
 		field string
-		edit  func(*batch.SubmitRequest)
+		edit  func(*api.SubmitRequest)
 	}{
-		{"key_field", func(r *batch.SubmitRequest) { r.KeyField = "other" }},
-		{"source", func(r *batch.SubmitRequest) { r.Source.Object = otherURI }},
-		{"max_attempts", func(r *batch.SubmitRequest) { r.MaxAttempts = 2 }},
+		{"key_field", func(r *api.SubmitRequest) { r.KeyField = "other" }},
+		{"source", func(r *api.SubmitRequest) { r.Source.Object = otherURI }},
+		{"max_attempts", func(r *api.SubmitRequest) { r.MaxAttempts = 2 }},
 	} {
 		other := req
 		tt.edit(&other)
@@ -246,16 +261,16 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 			t.Errorf("other %s: err = %v, want 409 batch_mismatch naming %s", tt.field, err, tt.field)
 		}
 	}
-	if v, err := env.api.Status(ctx, id); err != nil || v.Status != batch.StatusSubmitting {
+	if v, err := env.api.Status(ctx, id); err != nil || v.Status != api.StatusSubmitting {
 		t.Fatalf("after refused repeats: %+v %v, want still submitting", v.Status, err)
 	}
 	var v function.BatchView
 	code, err := env.api.Do(ctx, http.MethodPost, "/batches", req, &v)
-	if err != nil || code != http.StatusAccepted || v.Created == nil || *v.Created || v.Status != batch.StatusSubmitting {
+	if err != nil || code != http.StatusAccepted || v.Created == nil || *v.Created || v.Status != api.StatusSubmitting {
 		t.Fatalf("same request: %d %+v %v, want 202 created false submitting", code, v, err)
 	}
 	v = wait(t, id)
-	if v.Status != batch.StatusCompleted || v.Census.Succeeded != 3 || v.SubmitAttempts < 1 {
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != 3 || v.SubmitAttempts < 1 {
 		t.Fatalf("%s %+v attempts %d", v.Status, v.Census, v.SubmitAttempts)
 	}
 	for _, k := range []string{"a", "b", "c"} {
@@ -291,9 +306,21 @@ func TestSubmitTickHandsOffOrRefuses(t *testing.T) {
 	h.submitter.Handoff = ho
 	now := time.Now().UTC()
 	row := func(id string, attempts int, created, deadline time.Time) {
-		raw, _ := json.Marshal(batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/missing.jsonl"}})
-		if _, err := h.store.CreateBatch(ctx, batch.Batch{ID: id, Pipeline: "counted", Run: 1, Status: batch.StatusSubmitting, MaxAttempts: 3,
-			CreatedAt: created, RunStartedAt: created, Request: raw, SubmitAttempts: attempts, SubmitDeadline: deadline}); err != nil {
+		raw, _ := json.Marshal(api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Object: "s3://" + h.blobs.Bucket() + "/missing.jsonl"}})
+		if _, err := h.store.CreateBatch(ctx, ledger.Batch{
+			Batch: api.Batch{
+				ID:             id,
+				Pipeline:       "counted",
+				Run:            1,
+				Status:         api.StatusSubmitting,
+				MaxAttempts:    3,
+				CreatedAt:      created,
+				RunStartedAt:   created,
+				SubmitAttempts: attempts,
+			},
+			Request:        raw,
+			SubmitDeadline: deadline,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -314,7 +341,7 @@ func TestSubmitTickHandsOffOrRefuses(t *testing.T) {
 		t.Errorf("handed off %q, want lost and dead", got)
 	}
 	spent, err := h.store.GetBatch(ctx, "spent")
-	if err != nil || spent.Status != batch.StatusRefused || spent.Refusal == nil || spent.Refusal.Code != batch.RefusalInternal ||
+	if err != nil || spent.Status != api.StatusRefused || spent.Refusal == nil || spent.Refusal.Code != api.RefusalInternal ||
 		!strings.Contains(spent.Refusal.Message, "3 attempts") {
 		t.Fatalf("spent: %+v %v, want refused internal after 3 attempts", spent, err)
 	}
@@ -322,19 +349,19 @@ func TestSubmitTickHandsOffOrRefuses(t *testing.T) {
 	if err != nil || strings.Contains(strings.Join(ids, ","), "spent") {
 		t.Errorf("running markers %v (%v): the refused batch's must be gone", ids, err)
 	}
-	if _, err := h.submitter.Resume(ctx, "spent"); !errors.Is(err, batch.ErrConflict) {
+	if _, err := h.submitter.Resume(ctx, "spent"); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("resume of a refused batch: %v, want conflict", err)
 	}
-	if _, err := h.submitter.Resume(ctx, "going"); !errors.Is(err, batch.ErrConflict) {
+	if _, err := h.submitter.Resume(ctx, "going"); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("resume of a submitting batch: %v, want conflict", err)
 	}
 	// A background read of a source that is not there is a refusal that
 	// names the field; another read of the same batch then does nothing.
 	b, err := h.submitter.Complete(ctx, "dead")
-	if err != nil || b.Status != batch.StatusRefused || b.Refusal == nil || b.Refusal.Field != "source.object" {
+	if err != nil || b.Status != api.StatusRefused || b.Refusal == nil || b.Refusal.Field != "source.object" {
 		t.Fatalf("complete of a missing source: %+v %v, want refused naming source.object", b.Refusal, err)
 	}
-	if b, err = h.submitter.Complete(ctx, "dead"); err != nil || b.Status != batch.StatusRefused || b.SubmitAttempts != 2 {
+	if b, err = h.submitter.Complete(ctx, "dead"); err != nil || b.Status != api.StatusRefused || b.SubmitAttempts != 2 {
 		t.Errorf("second complete: %s attempts %d %v, want refused untouched", b.Status, b.SubmitAttempts, err)
 	}
 }

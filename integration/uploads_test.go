@@ -26,9 +26,10 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // upload puts body under key with the webhook pipeline's metadata (calls
@@ -51,12 +52,12 @@ func upload(t *testing.T, key string, body []byte, hookURL, encoding string) str
 // of the manifest of what is stored under key now.
 func uploadID(t *testing.T, key string) string {
 	t.Helper()
-	spec := batch.SourceSpec{Object: "s3://" + env.bucket + "/" + key}
-	digest, err := (&batch.Submitter{Blobs: env.blobs}).Digest(context.Background(), batch.SubmitRequest{Source: spec, KeyField: "id"})
+	spec := api.SourceSpec{Object: "s3://" + env.bucket + "/" + key}
+	digest, err := (&submit.Submitter{Blobs: env.blobs}).Digest(context.Background(), api.SubmitRequest{Source: spec, KeyField: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return batch.UploadBatchID(env.bucket, key, digest)
+	return api.UploadBatchID(env.bucket, key, digest)
 }
 
 // waitBatch polls until the batch exists (a minute at most), then until
@@ -69,7 +70,7 @@ func waitBatch(t *testing.T, id string) function.BatchView {
 		if err == nil {
 			return wait(t, id)
 		}
-		if !errors.Is(err, batch.ErrNotFound) || time.Now().After(deadline) {
+		if !errors.Is(err, api.ErrNotFound) || time.Now().After(deadline) {
 			t.Fatalf("batch %s: %v", id, err)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -328,7 +329,7 @@ func TestScheduleTickRefusedLeavesATrace(t *testing.T) {
 	name := newID(t)
 	tick := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	nextRefusal := refusedEvents(t, name, map[string]any{"schedule": []string{name}})
-	req := batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Object: "s3://" + env.bucket + "/it-sources/" + name + "-missing.jsonl"},
+	req := api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Object: "s3://" + env.bucket + "/it-sources/" + name + "-missing.jsonl"},
 		Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)}
 	invokeSubmit(t, function.ScheduleEvent{Schedule: name, Time: tick, Request: req})
 	id := function.ScheduleBatchID(name, tick)
@@ -340,7 +341,7 @@ func TestScheduleTickRefusedLeavesATrace(t *testing.T) {
 			t.Fatalf("refusal %+v", r)
 		}
 	}
-	if _, err := env.api.Status(context.Background(), id); !errors.Is(err, batch.ErrNotFound) {
+	if _, err := env.api.Status(context.Background(), id); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("status of %s: %v, want not found", id, err)
 	}
 }
@@ -391,11 +392,11 @@ func TestFailedStartGoesToTheFailureQueue(t *testing.T) {
 // listBySource polls GET /batches?source=… through the deployed API (a
 // minute at most: the index is eventually consistent) until it answers
 // want batches, and returns them.
-func listBySource(t *testing.T, source string, want int) []batch.BatchSummary {
+func listBySource(t *testing.T, source string, want int) []api.BatchSummary {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		p, err := env.api.ListBatches(context.Background(), batch.ListBatchesRequest{Source: source})
+		p, err := env.api.ListBatches(context.Background(), api.ListBatchesRequest{Source: source})
 		if err != nil {
 			t.Fatalf("list source %s: %v", source, err)
 		}
@@ -440,7 +441,7 @@ func TestUploadFoundBySource(t *testing.T) {
 		t.Fatalf("named upload by source: %+v, want %s-named", got, name)
 	}
 	waitBatch(t, name+"-named")
-	if p, err := env.api.ListBatches(ctx, batch.ListBatchesRequest{Source: "s3://" + env.bucket + "/incoming/" + name + " none.csv"}); err != nil || len(p.Batches) != 0 {
+	if p, err := env.api.ListBatches(ctx, api.ListBatchesRequest{Source: "s3://" + env.bucket + "/incoming/" + name + " none.csv"}); err != nil || len(p.Batches) != 0 {
 		t.Fatalf("a file never uploaded: %+v %v, want none", p.Batches, err)
 	}
 }
@@ -468,12 +469,12 @@ func TestUploadRepeatedUnderAnotherName(t *testing.T) {
 	again := "incoming/" + name + " records (1).csv"
 	upload(t, again, body, hook, "")
 	rep := waitReport(t, config.UploadErrorKey(again), func(function.Refusal) bool { return true })
-	if rep.Error.Code != batch.RefusalRepeatedUpload || rep.Retrying || !strings.Contains(rep.Error.Message, "batch "+firstID) ||
+	if rep.Error.Code != api.RefusalRepeatedUpload || rep.Retrying || !strings.Contains(rep.Error.Message, "batch "+firstID) ||
 		!strings.Contains(rep.Error.Message, first) || !strings.Contains(rep.Error.Message, "x-amz-meta-rerun: true") {
 		t.Fatalf("report of the renamed copy: %+v", rep)
 	}
 	got := listBySource(t, "s3://"+env.bucket+"/"+again, 1)
-	if len(got) != 1 || got[0].Status != batch.StatusRefused || got[0].Refusal == nil || got[0].Refusal.Code != batch.RefusalRepeatedUpload {
+	if len(got) != 1 || got[0].Status != api.StatusRefused || got[0].Refusal == nil || got[0].Refusal.Code != api.RefusalRepeatedUpload {
 		t.Fatalf("the renamed copy by source: %+v, want one refused batch (repeated_upload)", got)
 	}
 	time.Sleep(2 * time.Second) // nothing may run: give a wrongly started batch the time to call
@@ -492,7 +493,7 @@ func TestUploadRepeatedUnderAnotherName(t *testing.T) {
 	for {
 		v, err := env.api.Status(ctx, rerunID)
 		// Its id held the refused batch of the copy: wait past it.
-		if err == nil && v.Status.Finished() && v.Status != batch.StatusRefused {
+		if err == nil && v.Status.Finished() && v.Status != api.StatusRefused {
 			if v.Census == nil || v.Census.Succeeded != 3 {
 				t.Fatalf("the rerun upload: %+v", v.Census)
 			}

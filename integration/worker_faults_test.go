@@ -30,13 +30,16 @@ import (
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/pipeline/webhook"
 	"github.com/bulkrun/bulkrun/internal/queue"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // recordingQueue is the harness queue, remembering every Delay asked for.
 type recordingQueue struct {
-	batch.Queue
+	ledger.Queue
 	mu       sync.Mutex
 	delays   []time.Duration
 	requeues []time.Duration
@@ -59,7 +62,7 @@ func (q *recordingQueue) Delay(ctx context.Context, receiptHandle string, d time
 // delivered is one message as the poller would hand it over, kept on the
 // queue until the worker acknowledges it.
 type delivered struct {
-	batch.Delivery
+	worker.Delivery
 	key string
 }
 
@@ -75,9 +78,9 @@ func (h *harness) poll(t *testing.T) []delivered {
 	var ds []delivered
 	for _, m := range out.Messages {
 		n, _ := strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
-		var msg batch.Message
+		var msg ledger.Message
 		_ = json.Unmarshal([]byte(aws.ToString(m.Body)), &msg)
-		ds = append(ds, delivered{Delivery: batch.Delivery{MessageID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
+		ds = append(ds, delivered{Delivery: worker.Delivery{MessageID: aws.ToString(m.MessageId), Body: []byte(aws.ToString(m.Body)),
 			ReceiptHandle: aws.ToString(m.ReceiptHandle), ReceiveCount: n}, key: msg.Key})
 	}
 	return ds
@@ -85,10 +88,10 @@ func (h *harness) poll(t *testing.T) []delivered {
 
 // handleAndAck runs the deliveries through w and deletes the acknowledged
 // ones, as the event source mapping does with a partial batch response.
-func (h *harness) handleAndAck(t *testing.T, w *batch.Worker, ds []delivered) (failed []string) {
+func (h *harness) handleAndAck(t *testing.T, w *worker.Worker, ds []delivered) (failed []string) {
 	t.Helper()
 	h2 := h
-	in := make([]batch.Delivery, len(ds))
+	in := make([]worker.Delivery, len(ds))
 	for i, d := range ds {
 		in[i] = d.Delivery
 	}
@@ -135,7 +138,7 @@ func TestHarnessRetryAfterDelaysTheRetry(t *testing.T) {
 	h.worker.Queue = rq
 	id := newID(t)
 	opts, _ := json.Marshal(map[string]string{"url": srv.URL})
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Options: opts, Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Options: opts, Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
@@ -146,11 +149,11 @@ func TestHarnessRetryAfterDelaysTheRetry(t *testing.T) {
 	if len(rq.requeues) != 1 || rq.requeues[0] < 20*time.Second || len(rq.delays) != 0 {
 		t.Fatalf("messages sent again with delays %v (visibility delays %v), want one of at least 20 s (Retry-After: 20)", rq.requeues, rq.delays)
 	}
-	it, err := h.store.GetItem(ctx, id, batch.PositionalKey(0))
+	it, err := h.store.GetItem(ctx, id, api.PositionalKey(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if it.Outcome != batch.OutcomeInFlight || it.Attempt != 1 || it.RunAttempts != 0 || it.ThrottledSince.IsZero() || !strings.Contains(it.Error, "HTTP 429") || calls.Load() != 1 {
+	if it.Outcome != api.OutcomeInFlight || it.Attempt != 1 || it.RunAttempts != 0 || it.ThrottledSince.IsZero() || !strings.Contains(it.Error, "HTTP 429") || calls.Load() != 1 {
 		t.Fatalf("row %+v after one 429 (calls %d), want in flight with its retry scheduled, attempt 1 counted as none", it, calls.Load())
 	}
 }
@@ -189,15 +192,15 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(4)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(4)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1)) // fan-out, without faults
 	// Each rule fires 7 times: one more than the SDK's 6 tries.
 	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 1, Rules: []faultproxy.Rule{
 		{Service: "dynamodb", Operations: []string{"GetItem"}, Kind: faultproxy.KindServerError, Rate: 1, Max: 7},
-		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + batch.PositionalKey(1) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7},
-		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + batch.PositionalKey(2) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7},
+		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + api.PositionalKey(1) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7},
+		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + api.PositionalKey(2) + `"`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7},
 		{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `item 3`, Kind: faultproxy.KindThrottle, Rate: 1, Max: 7}, // only its outcome write holds its output
 	}})
 	w := *h.worker
@@ -214,7 +217,7 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 			h.handleAndAck(t, &w, ds)
 			continue
 		}
-		c, err := batch.CensusOf(ctx, h.store, mustBatch(t, h, id), nil)
+		c, err := finalize.CensusOf(ctx, h.store, mustBatch(t, h, id), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,12 +233,12 @@ func TestHarnessThrottlingNeverDeadLetters(t *testing.T) {
 	}
 	t.Logf("injected %v", st.ByCall)
 	for i := range 4 {
-		key := batch.PositionalKey(int64(i))
+		key := api.PositionalKey(int64(i))
 		it, err := h.store.GetItem(ctx, id, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if it.Outcome != batch.OutcomeSucceeded || it.RunAttempts != 1 || h.callsOf(key) != 1 {
+		if it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 || h.callsOf(key) != 1 {
 			t.Errorf("%s: %s, %d attempts, %d calls; want succeeded, 1, 1", key, it.Outcome, it.RunAttempts, h.callsOf(key))
 		}
 		if maxReceives[key] > 1 {
@@ -260,7 +263,7 @@ func TestHarnessFanOutPartialSendFailures(t *testing.T) {
 	h.submitter.ChunkItems = 0 // one chunk
 	id := newID(t)
 	const n = 30
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(n)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
 		t.Fatal(err)
 	}
 	fan := h.receive(t, 1)
@@ -281,12 +284,12 @@ func TestHarnessFanOutPartialSendFailures(t *testing.T) {
 	msgs := h.receive(t, n)
 	perKey := map[string]int{}
 	for _, d := range msgs {
-		var m batch.Message
+		var m ledger.Message
 		_ = json.Unmarshal(d.Body, &m)
 		perKey[m.Key]++
 	}
-	var refused []batch.Item
-	_ = h.store.ScanItems(ctx, id, mustBatch(t, h, id).ListShards, func(it batch.Item) error {
+	var refused []ledger.Item
+	_ = h.store.ScanItems(ctx, id, mustBatch(t, h, id).ListShards, func(it ledger.Item) error {
 		refused = append(refused, it)
 		return nil
 	})
@@ -294,16 +297,16 @@ func TestHarnessFanOutPartialSendFailures(t *testing.T) {
 		t.Fatal("no item was recorded refused")
 	}
 	for _, it := range refused {
-		if it.Outcome != batch.OutcomeFailed || it.Reason != batch.ReasonPermanent || !strings.Contains(it.Error, "InvalidMessageContents") || perKey[it.Key] != 0 {
+		if it.Outcome != api.OutcomeFailed || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, "InvalidMessageContents") || perKey[it.Key] != 0 {
 			t.Errorf("refused item %s: %+v, %d messages; want failed permanent with the queue's reason and no message", it.Key, it, perKey[it.Key])
 		}
 	}
 	for i := range n {
-		key := batch.PositionalKey(int64(i))
+		key := api.PositionalKey(int64(i))
 		if perKey[key] > 1 {
 			t.Errorf("%s: %d messages: an accepted entry was sent again", key, perKey[key])
 		}
-		if perKey[key] == 0 && !slices.ContainsFunc(refused, func(it batch.Item) bool { return it.Key == key }) {
+		if perKey[key] == 0 && !slices.ContainsFunc(refused, func(it ledger.Item) bool { return it.Key == key }) {
 			t.Errorf("%s: no message and no outcome: lost", key)
 		}
 	}
@@ -319,7 +322,7 @@ func TestHarnessFanOutPartialSendFailures(t *testing.T) {
 	}
 }
 
-func mustBatch(t *testing.T, h *harness, id string) batch.Batch {
+func mustBatch(t *testing.T, h *harness, id string) ledger.Batch {
 	t.Helper()
 	b, err := h.store.GetBatch(context.Background(), id)
 	if err != nil {
@@ -356,7 +359,7 @@ func TestHarnessRefusedCharactersTravel(t *testing.T) {
 		`{"id":"plain","v":"é"}`,
 	}, ",") + "]"
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id", Source: batch.SourceSpec{Items: json.RawMessage(items)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "id", Source: api.SourceSpec{Items: json.RawMessage(items)}}); err != nil {
 		t.Fatal(err)
 	}
 	if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
@@ -396,9 +399,9 @@ func TestHarnessInterruptAtDeadlineQuarantines(t *testing.T) {
 		return pipeline.Result{}, fmt.Errorf("POST: %w", ctx.Err())
 	})
 	h.worker.Margin = 2 * time.Second
-	for _, policy := range []batch.InterruptPolicy{batch.InterruptQuarantine, batch.InterruptRetry} {
+	for _, policy := range []api.InterruptPolicy{api.InterruptQuarantine, api.InterruptRetry} {
 		id := newID(t)
-		if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", OnInterrupt: policy, Source: batch.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", OnInterrupt: policy, Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
 			t.Fatal(err)
 		}
 		h.worker.Handle(ctx, h.receive(t, 1))
@@ -406,17 +409,17 @@ func TestHarnessInterruptAtDeadlineQuarantines(t *testing.T) {
 		inv, cancel := context.WithTimeout(ctx, h.worker.Margin+500*time.Millisecond)
 		failed := h.worker.Handle(inv, msgs)
 		cancel()
-		it, err := h.store.GetItem(ctx, id, batch.PositionalKey(0))
+		it, err := h.store.GetItem(ctx, id, api.PositionalKey(0))
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch policy {
-		case batch.InterruptQuarantine:
-			if len(failed) != 0 || it.Outcome != batch.OutcomeQuarantined || it.Reason != batch.ReasonInterrupted || !strings.Contains(it.Error, "interrupted") {
+		case api.InterruptQuarantine:
+			if len(failed) != 0 || it.Outcome != api.OutcomeQuarantined || it.Reason != api.ReasonInterrupted || !strings.Contains(it.Error, "interrupted") {
 				t.Fatalf("quarantine policy: row %+v, failed %v; want quarantined, reason interrupted, acknowledged", it, failed)
 			}
-		case batch.InterruptRetry:
-			if len(failed) != 1 || it.Outcome != batch.OutcomeInFlight {
+		case api.InterruptRetry:
+			if len(failed) != 1 || it.Outcome != api.OutcomeInFlight {
 				t.Fatalf("retry policy: row %+v, failed %v; want in flight with a retry", it, failed)
 			}
 		}
@@ -432,23 +435,23 @@ func TestHarnessDeadLetteredChunkSparesScheduledRetries(t *testing.T) {
 	ctx := context.Background()
 	var once atomic.Bool
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key == batch.PositionalKey(0) && !once.Swap(true) {
+		if req.Key == api.PositionalKey(0) && !once.Swap(true) {
 			return pipeline.Result{}, errors.New("HTTP 503")
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", Source: batch.SourceSpec{Items: inlineItems(2)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(2)}}); err != nil {
 		t.Fatal(err)
 	}
 	fan := h.receive(t, 1)
 	h.worker.Handle(ctx, fan)
 	msgs := h.receive(t, 2)
-	var first []batch.Delivery // item 0's message
+	var first []worker.Delivery // item 0's message
 	for _, d := range msgs {
-		var m batch.Message
+		var m ledger.Message
 		_ = json.Unmarshal(d.Body, &m)
-		if m.Key == batch.PositionalKey(0) {
+		if m.Key == api.PositionalKey(0) {
 			first = append(first, d)
 		}
 	}
@@ -460,12 +463,12 @@ func TestHarnessDeadLetteredChunkSparesScheduledRetries(t *testing.T) {
 	if failed := h.worker.Handle(ctx, fan); len(failed) != 0 {
 		t.Fatalf("dead-lettered chunk not acknowledged: %v", failed)
 	}
-	it0, _ := h.store.GetItem(ctx, id, batch.PositionalKey(0))
-	it1, _ := h.store.GetItem(ctx, id, batch.PositionalKey(1))
-	if it0.Outcome != batch.OutcomeInFlight || it0.RunAttempts != 1 {
+	it0, _ := h.store.GetItem(ctx, id, api.PositionalKey(0))
+	it1, _ := h.store.GetItem(ctx, id, api.PositionalKey(1))
+	if it0.Outcome != api.OutcomeInFlight || it0.RunAttempts != 1 {
 		t.Fatalf("item 0 waiting for its retry became %+v", it0)
 	}
-	if it1.Outcome != batch.OutcomeFailed || it1.Reason != batch.ReasonDeadLettered {
+	if it1.Outcome != api.OutcomeFailed || it1.Reason != api.ReasonDeadLettered {
 		t.Fatalf("item 1 without a row: %+v, want failed, dead-lettered", it1)
 	}
 	// Item 0's retry runs and succeeds.
@@ -476,8 +479,8 @@ func TestHarnessDeadLetteredChunkSparesScheduledRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Report.Census.Succeeded != 1 || r.Report.Census.Failed != 1 || h.callsOf(batch.PositionalKey(0)) != 2 {
-		t.Fatalf("census %+v, calls of item 0 %d", r.Report.Census, h.callsOf(batch.PositionalKey(0)))
+	if r.Report.Census.Succeeded != 1 || r.Report.Census.Failed != 1 || h.callsOf(api.PositionalKey(0)) != 2 {
+		t.Fatalf("census %+v, calls of item 0 %d", r.Report.Census, h.callsOf(api.PositionalKey(0)))
 	}
 }
 
@@ -492,15 +495,15 @@ func TestHarnessHugeErrorIsRecorded(t *testing.T) {
 	huge := "bad input: " + strings.Repeat("ü", 200<<10) // 400 KiB of two-byte runes
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		switch req.Key {
-		case batch.PositionalKey(0):
+		case api.PositionalKey(0):
 			return pipeline.Result{}, pipeline.Permanent(errors.New(huge))
-		case batch.PositionalKey(1):
+		case api.PositionalKey(1):
 			panic(huge)
 		}
 		return pipeline.Result{Output: req.Input}, nil
 	})
 	id := newID(t)
-	if _, err := h.submitter.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 1, Source: batch.SourceSpec{Items: inlineItems(3)}}); err != nil {
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 1, Source: api.SourceSpec{Items: inlineItems(3)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1))
@@ -514,16 +517,16 @@ func TestHarnessHugeErrorIsRecorded(t *testing.T) {
 	if r.Report.Census.Failed != 2 || r.Report.Census.Succeeded != 1 {
 		t.Fatalf("census %+v", r.Report.Census)
 	}
-	p, err := h.control().Items(ctx, id, batch.OutcomeFailed, "", 10)
+	p, err := h.control().Items(ctx, id, api.OutcomeFailed, "", 10)
 	if err != nil || len(p.Items) != 2 {
 		t.Fatalf("failed listing: %d items, %v", len(p.Items), err)
 	}
 	want := map[string]struct {
-		reason batch.Reason
+		reason api.Reason
 		head   string
 	}{
-		batch.PositionalKey(0): {batch.ReasonPermanent, "bad input: üü"},
-		batch.PositionalKey(1): {batch.ReasonMaxAttempts, "attempt 1 of 1: pipeline panicked: bad input: üü"},
+		api.PositionalKey(0): {api.ReasonPermanent, "bad input: üü"},
+		api.PositionalKey(1): {api.ReasonMaxAttempts, "attempt 1 of 1: pipeline panicked: bad input: üü"},
 	}
 	for _, it := range p.Items {
 		w := want[it.Key]
@@ -532,12 +535,12 @@ func TestHarnessHugeErrorIsRecorded(t *testing.T) {
 			t.Errorf("%s: reason %s, %d bytes of error %.60q…; want %s, at most %d bytes, valid UTF-8, starting %q, cut", it.Key, it.Reason, len(it.Error), it.Error, w.reason, pipeline.MaxErrorTextBytes, w.head)
 		}
 	}
-	res, err := h.blobs.Get(ctx, strings.TrimPrefix(r.Report.Results.Files[batch.OutcomeFailed].URI, "s3://"+h.blobs.Bucket()+"/"))
+	res, err := h.blobs.Get(ctx, strings.TrimPrefix(r.Report.Results.Files[api.OutcomeFailed].URI, "s3://"+h.blobs.Bucket()+"/"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range bytes.Split(bytes.TrimSpace(res), []byte("\n")) {
-		var l batch.ResultLine
+		var l api.ResultLine
 		if err := json.Unmarshal(line, &l); err != nil || len(l.Error) > pipeline.MaxErrorTextBytes {
 			t.Errorf("results line of %d bytes with an error of %d: %v", len(line), len(l.Error), err)
 		}

@@ -69,8 +69,8 @@ func TestContractCLILinksNoServer(t *testing.T) {
 }
 
 // TestContractWireImportsNoServer guards the API contract's shared types:
-// shared/wire depends on the standard library and the AWS-free domain
-// (shared/batch) only, so any Go client can use it without the AWS SDK.
+// shared/wire depends on the standard library and the API types
+// (shared/api) only, so any Go client can use it without the AWS SDK.
 func TestContractWireImportsNoServer(t *testing.T) {
 	for _, d := range goListDeps(t, "github.com/bulkrun/bulkrun/shared/wire") {
 		if strings.HasPrefix(d, "github.com/aws/") || d == "github.com/bulkrun/bulkrun/shared/function" || d == "net/http/httptest" {

@@ -27,13 +27,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/source"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/contactsheet"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/function"
@@ -66,7 +68,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	if err != nil {
 		return err
 	}
-	api, err := client.New(ac, stack)
+	cl, err := client.New(ac, stack)
 	if err != nil {
 		return err
 	}
@@ -95,10 +97,10 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	}
 
 	id := "demo-thumbnails-" + tag
-	view, err := api.Submit(ctx, batch.SubmitRequest{
+	view, err := cl.Submit(ctx, api.SubmitRequest{
 		BatchID:  id,
 		Pipeline: "thumbnail",
-		Source:   batch.SourceSpec{Prefix: "s3://" + bucket + "/" + prefix},
+		Source:   api.SourceSpec{Prefix: "s3://" + bucket + "/" + prefix},
 		Options:  []byte(`{"max_width": 96, "max_height": 96}`),
 	})
 	if err != nil {
@@ -106,7 +108,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	}
 	created := *view.Created
 	// A prefix is read in the background: wait until the manifest is frozen.
-	if view, err = api.Submitted(ctx, id, 500*time.Millisecond); err != nil {
+	if view, err = cl.Submitted(ctx, id, 500*time.Millisecond); err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
 	if view.Refusal != nil {
@@ -118,7 +120,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	bar := progressbar.NewOptions64(view.ItemCount, progressbar.OptionSetDescription("items"),
 		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("items"),
 		progressbar.OptionSetWriter(os.Stderr), progressbar.OptionThrottle(200*time.Millisecond))
-	final, err := api.Wait(ctx, id, time.Second, func(v function.BatchView) {
+	final, err := cl.Wait(ctx, id, time.Second, func(v function.BatchView) {
 		if v.Census != nil {
 			_ = bar.Set64(v.Census.Total - v.Census.Pending - v.Census.InFlight)
 			bar.Describe(fmt.Sprintf("ok %d failed %d in flight %d", v.Census.Succeeded, v.Census.Failed, v.Census.InFlight))
@@ -129,7 +131,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := api.Report(ctx, id)
+	rep, err := cl.Report(ctx, id)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
@@ -145,7 +147,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	fmt.Printf("report:     s3://%s/%s\n", bucket, final.ReportKey)
 	fmt.Printf("results:    %s\n", rep.Results.Manifest)
 	fmt.Printf("thumbnails: %s\n", rep.Outputs)
-	if f, ok := rep.Results.Files[batch.OutcomeFailed]; ok {
+	if f, ok := rep.Results.Files[api.OutcomeFailed]; ok {
 		fmt.Printf("failed items (%s):\n", f.URI)
 		if err := printFailures(ctx, s3c, f.URI); err != nil {
 			return err
@@ -193,7 +195,7 @@ func upload(ctx context.Context, s3c *s3.Client, bucket, prefix string, files []
 }
 
 func printFailures(ctx context.Context, s3c *s3.Client, uri string) error {
-	bucket, key, err := batch.ParseS3URI(uri)
+	bucket, key, err := api.ParseS3URI(uri)
 	if err != nil {
 		return err
 	}
@@ -202,7 +204,7 @@ func printFailures(ctx context.Context, s3c *s3.Client, uri string) error {
 		return err
 	}
 	defer o.Body.Close()
-	return batch.ReadResults(o.Body, func(l batch.ResultLine) error {
+	return api.ReadResults(o.Body, func(l api.ResultLine) error {
 		fmt.Printf("  %s  %s\n", l.Key, l.Error)
 		return nil
 	})
@@ -211,7 +213,7 @@ func printFailures(ctx context.Context, s3c *s3.Client, uri string) error {
 func contactSheet(ctx context.Context, s3c *s3.Client, bucket, prefix, out string) (string, int, error) {
 	var tiles []contactsheet.Tile
 	// blob.Store.List lists with EncodingType=url: any key comes back as stored.
-	err := blob.New(s3c, bucket).List(ctx, bucket, prefix, func(o batch.ObjectInfo) error {
+	err := blob.New(s3c, bucket).List(ctx, bucket, prefix, func(o source.ObjectInfo) error {
 		obj, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &o.Key})
 		if err != nil {
 			return err

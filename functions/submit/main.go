@@ -1,7 +1,7 @@
 // Command submit is bulkrun's submit function with the built-in
 // pipelines: the REST API and S3 uploads under incoming/. Wiring only
-// (package shared/function); the logic is in shared/function and
-// shared/batch. A team's own Go pipelines run in its own binary built
+// (package shared/function); the logic is in shared/function and the
+// engines (shared/submit, shared/worker). A team's own Go pipelines run in its own binary built
 // with function.Start (docs/pipelines.md "Write your own pipeline").
 package main
 

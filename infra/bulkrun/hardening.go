@@ -16,13 +16,13 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // Operations defaults (RunnerProps.QueueAgeAlarm, APIRateLimit, APIBurstLimit).
 const (
 	DefaultQueueAgeAlarm = 30 * time.Minute
-	DefaultStallAlarm    = batch.StallAttention
+	DefaultStallAlarm    = api.StallAttention
 	DefaultAPIRateLimit  = 50.0
 	DefaultAPIBurstLimit = 100
 )

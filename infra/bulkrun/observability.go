@@ -19,7 +19,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/metric"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // alarmPeriod is the period of every alarm: one datapoint of 5 minutes.
@@ -270,7 +270,7 @@ func dashboard(stack constructs.Construct, r operated, alarms []interfacesawsclo
 			DimensionsMap: &dims, Statistic: jsii.String(stat), Period: minute, Label: jsii.String(label)})
 	}
 	var outcomes []awscloudwatch.IMetric
-	for _, oc := range batch.TerminalOutcomes() {
+	for _, oc := range api.TerminalOutcomes() {
 		outcomes = append(outcomes, m(metric.Items, "Sum", map[string]*string{metric.DimOutcome: jsii.String(string(oc))}, string(oc)))
 	}
 	graph := func(title string, left []awscloudwatch.IMetric) awscloudwatch.IWidget {

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/function"
 )
@@ -108,7 +108,7 @@ func TestPipelineCodeRefusedAtSynth(t *testing.T) {
 		{"built-in name", RunnerProps{PipelineCode: code, CustomPipelines: []string{"webhook"}}, []string{`CustomPipelines="webhook"`, "built-in"}},
 		{"twice", RunnerProps{PipelineCode: code, CustomPipelines: []string{"enrich", "enrich"}}, []string{`CustomPipelines="enrich"`, "listed twice"}},
 		{"no bootstrap", RunnerProps{PipelineCode: t.TempDir(), CustomPipelines: []string{"enrich"}}, []string{"PipelineCode", "bootstrap", "function.Start"}},
-		{"unknown in Pipelines", RunnerProps{Pipelines: []string{"webhook", "nope"}}, []string{`Pipelines="nope"`, batch.RegisterPipelineHint}},
+		{"unknown in Pipelines", RunnerProps{Pipelines: []string{"webhook", "nope"}}, []string{`Pipelines="nope"`, api.RegisterPipelineHint}},
 		{"custom not declared", RunnerProps{PipelineCode: code, CustomPipelines: []string{"enrich"}, Pipelines: []string{"mine"}}, []string{`Pipelines="mine"`, "have enrich, lambda"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

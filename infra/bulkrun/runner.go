@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 )
@@ -142,10 +142,10 @@ type RunnerProps struct {
 	// Default config.DefaultMaxAttempts (3).
 	MaxAttempts int
 	// RetryPolicy is the retry policy of a batch that sets none (see
-	// batch.RetryPolicy; its max attempts is MaxAttempts). Default
-	// batch.DefaultRetryPolicy: 5 minutes, doubling, at most 15, jitter
+	// api.RetryPolicy; its max attempts is MaxAttempts). Default
+	// api.DefaultRetryPolicy: 5 minutes, doubling, at most 15, jitter
 	// 0.5, so that the default 3 attempts span 15–22.5 minutes.
-	RetryPolicy *batch.RetryPolicy
+	RetryPolicy *api.RetryPolicy
 	// ItemsPerMessage is the items per message, and per ledger row, of a
 	// batch that sets none: 1–100, default config.DefaultItemsPerMessage
 	// (10; docs/design.md, "Item packing": it costs about an eighth of 1
@@ -191,7 +191,7 @@ type RunnerProps struct {
 	// config.IncomingPrefix and config.UploadsPrefix, each ending in "/"
 	// (e.g. "exports/"); none may overlap config.BatchesPrefix or
 	// config.UploadErrorsPrefix. With SourceBuckets (whole buckets) they
-	// become config.EnvSources (batch.SourcePolicy). Default none on
+	// become config.EnvSources (source.SourcePolicy). Default none on
 	// TargetAWS; DefaultEmulatorSourcePrefixes on TargetEmulator.
 	SourcePrefixes []string
 	// Pipelines narrows the pipeline names submit accepts to some of the
@@ -218,7 +218,7 @@ type RunnerProps struct {
 	EmptyWebhookAllow bool
 	// SecretPrefixes are the SSM parameter and Secrets Manager secret ARNs
 	// (or ARN prefixes ending in "*") that batches may reference in their
-	// headers and options ("secret:arn:…", batch.SecretRef): submit refuses
+	// headers and options ("secret:arn:…", ledger.SecretRef): submit refuses
 	// any other reference, and the item function's role gets
 	// ssm:GetParameter or secretsmanager:GetSecretValue on exactly these
 	// (one statement per service). A SecureString encrypted with a

@@ -1631,7 +1631,7 @@ func TestEffectTablesGranted(t *testing.T) {
 
 // TestItemRecursiveLoopAllowed: the item function, which sends messages to
 // the queue that invokes it (slot waits, AWS unavailable), has
-// RecursiveLoop Allow, its chains bounded by batch.MaxResends; the other
+// RecursiveLoop Allow, its chains bounded by ledger.MaxResends; the other
 // functions keep Lambda's default (Terminate).
 func TestItemRecursiveLoopAllowed(t *testing.T) {
 	for _, target := range targets {

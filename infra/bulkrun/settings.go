@@ -15,7 +15,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
@@ -34,7 +34,7 @@ type settings struct {
 	lease              time.Duration
 	visibility         time.Duration
 	maxAttempts        int
-	retryPolicy        string // JSON of the stack's batch.RetryPolicy
+	retryPolicy        string // JSON of the stack's api.RetryPolicy
 	itemsPerMessage    int
 	maxReceiveCount    int
 	retentionDays      int
@@ -129,7 +129,7 @@ func withDefaults(props *RunnerProps) settings {
 	orDefault(&s.maxConcurrency, DefaultItemsMaxConcurrency)
 	orDefault(&s.accountConcurrency, DefaultAccountConcurrency)
 	orDefault(&s.maxAttempts, config.DefaultMaxAttempts)
-	rp := batch.DefaultRetryPolicy
+	rp := api.DefaultRetryPolicy
 	if props.RetryPolicy != nil {
 		rp = *props.RetryPolicy
 	}
@@ -414,7 +414,7 @@ func (s *settings) checkPipelines(props *RunnerProps, bad badProp) {
 		if !pipeline.ValidName(p) {
 			bad("Pipelines", p, "not a valid pipeline name (see pipeline.ValidName)")
 		} else if !slices.Contains(known, p) {
-			bad("Pipelines", p, fmt.Sprintf("neither built in nor in CustomPipelines (have %s); %s", strings.Join(slices.Sorted(slices.Values(known)), ", "), batch.RegisterPipelineHint))
+			bad("Pipelines", p, fmt.Sprintf("neither built in nor in CustomPipelines (have %s); %s", strings.Join(slices.Sorted(slices.Values(known)), ", "), api.RegisterPipelineHint))
 		}
 	}
 	if s.defaultPipeline != "" && !slices.Contains(s.pipelines, s.defaultPipeline) {
@@ -427,14 +427,14 @@ func (s *settings) checkSchedules(bad badProp) {
 	names := map[string]bool{}
 	for _, sc := range s.schedules {
 		field := "Schedules[" + sc.Name + "]"
-		if len(sc.Name) > 100 || !batch.ValidBatchID(sc.Name) || names[sc.Name] {
+		if len(sc.Name) > 100 || !api.ValidBatchID(sc.Name) || names[sc.Name] {
 			bad(field, sc.Name, "name must be unique, 1–100 bytes of [A-Za-z0-9_-]")
 		}
 		names[sc.Name] = true
 		if err := CheckScheduleExpression(sc.Expression); err != nil {
 			bad(field+".Expression", sc.Expression, "not an EventBridge schedule expression: "+err.Error())
 		}
-		var req batch.SubmitRequest
+		var req api.SubmitRequest
 		if err := json.Unmarshal(sc.Request, &req); err != nil {
 			bad(field+".Request", string(sc.Request), "not a submit request: "+err.Error())
 		} else if req.BatchID != "" {

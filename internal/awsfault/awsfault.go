@@ -1,7 +1,7 @@
 // Package awsfault sets how bulkrun's AWS clients retry, and tells AWS's
 // transient faults (throttling, 5xx, timeouts, connection errors) apart
 // from the rest, so that the domain can treat them as "try again later,
-// not the item's fault" (batch.ErrUnavailable).
+// not the item's fault" (ledger.ErrUnavailable).
 //
 // The SDK's standard retryer keeps a client-side retry quota (a token
 // bucket of 500, 5 tokens per throttled retry, 14 per other retry): under
@@ -26,7 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // Retry settings of Retryer.
@@ -71,7 +71,7 @@ func Unavailable(err error) bool {
 // wraps every operation error for which Unavailable is true, and every
 // error of an operation whose context's deadline passed (the service did
 // not answer, retries included, within the time the caller allowed, e.g.
-// a store's per-call timeout), so that errors.Is(err, batch.ErrUnavailable)
+// a store's per-call timeout), so that errors.Is(err, ledger.ErrUnavailable)
 // holds; the SDK error stays in the chain (errors.As still finds it). An
 // explicitly cancelled context is not tagged.
 func Tag(stack *middleware.Stack) error {
@@ -79,7 +79,7 @@ func Tag(stack *middleware.Stack) error {
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			out, md, err := next.HandleInitialize(ctx, in)
 			if err != nil && (Unavailable(err) || errors.Is(ctx.Err(), context.DeadlineExceeded)) {
-				err = fmt.Errorf("%w: %w", batch.ErrUnavailable, err)
+				err = fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 			}
 			return out, md, err
 		}), middleware.Before)

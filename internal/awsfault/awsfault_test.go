@@ -19,7 +19,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // throttler answers DynamoDB calls: every request's first `fails` tries get
@@ -114,7 +114,7 @@ func TestUnavailableClassifiesAWSFaults(t *testing.T) {
 }
 
 // TestTagMarksErrorsUnavailable: a call that stays throttled past the
-// retryer's tries returns an error that is batch.ErrUnavailable and still
+// retryer's tries returns an error that is ledger.ErrUnavailable and still
 // the SDK's error.
 func TestTagMarksErrorsUnavailable(t *testing.T) {
 	var tries atomic.Int64
@@ -125,7 +125,7 @@ func TestTagMarksErrorsUnavailable(t *testing.T) {
 	_, err := db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String("t"),
 		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "a"}}})
 	var ae smithy.APIError
-	if !errors.Is(err, batch.ErrUnavailable) || !errors.As(err, &ae) || ae.ErrorCode() != "ThrottlingException" {
+	if !errors.Is(err, ledger.ErrUnavailable) || !errors.As(err, &ae) || ae.ErrorCode() != "ThrottlingException" {
 		t.Fatalf("err = %v, want ErrUnavailable wrapping ThrottlingException", err)
 	}
 }

@@ -28,10 +28,15 @@ import (
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/meter"
 	"github.com/bulkrun/bulkrun/internal/queue"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/submit"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // Function memory sizes in MB, as the stack sets them by default
@@ -108,7 +113,7 @@ type Result struct {
 	// adapter (rough on the emulator; the billed figure on AWS).
 	Reported dynamo.Capacity
 	// ReportUsage is the run report's usage block.
-	ReportUsage batch.Usage
+	ReportUsage api.Usage
 	// EmptyReceives are receives that returned nothing (idle polling, billed
 	// per minute of the event source, not per item); not in Usage.
 	EmptyReceives int
@@ -127,7 +132,7 @@ type Result struct {
 	// transient failure's retry, a message under another's lease).
 	Redeliveries int
 	// Census is the run's census from its report.
-	Census batch.Census
+	Census api.Census
 	// ChunksPerMessageBatch is the mean number of fan-out chunks whose
 	// item or pack messages one message batch held (fan-out messages
 	// left out): 1 when a receive holds one chunk's messages.
@@ -194,9 +199,9 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	// The source: JSONL, one line of InputBytes per item, key in "id".
 	var src bytes.Buffer
 	for i := range sc.Items {
-		empty := fmt.Sprintf(`{"id":%q,"pad":""}`, batch.PositionalKey(int64(i)))
+		empty := fmt.Sprintf(`{"id":%q,"pad":""}`, api.PositionalKey(int64(i)))
 		pad := strings.Repeat("x", max(0, sc.InputBytes-len(empty)-1))
-		fmt.Fprintf(&src, `{"id":%q,"pad":%q}`+"\n", batch.PositionalKey(int64(i)), pad)
+		fmt.Fprintf(&src, `{"id":%q,"pad":%q}`+"\n", api.PositionalKey(int64(i)), pad)
 	}
 	if _, err := rawS3.PutObject(ctx, &s3.PutObjectInput{Bucket: &name, Key: aws.String("uploads/source.jsonl"), Body: bytes.NewReader(src.Bytes())}); err != nil {
 		return res, fmt.Errorf("bench: put source: %w", err)
@@ -207,7 +212,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	metered.Logger = logging.Nop{} // the emulator's ranged GETs make the SDK warn about checksums
 	m.Attach(&metered)
 	store := dynamo.New(dynamodb.NewFromConfig(metered), name)
-	store.RowTTL = config.DefaultRetention + batch.TTLGrace // as the functions set it (shared/function)
+	store.RowTTL = config.DefaultRetention + ledger.TTLGrace // as the functions set it (shared/function)
 	blobs := blob.New(function.NewS3(metered), name)
 	items := queue.New(sqs.NewFromConfig(metered), qurl)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -231,18 +236,18 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return res, err
 	}
 	trig := &trigger{}
-	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
+	sub := &submit.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log,
 		Pipelines: []string{EchoPipeline}, MaxAttempts: config.DefaultMaxAttempts, MaxReceiveCount: config.DefaultMaxReceiveCount,
-		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: batch.SourcePolicy{Bucket: name}, ChunkItems: ChunkItems}
+		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: source.SourcePolicy{Bucket: name}, ChunkItems: ChunkItems}
 	// A transient failure's retry comes back after a second (the
 	// shortest visibility change), not after the default backoff.
-	worker := &batch.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: batch.SystemClock{}, Log: log,
-		Pipelines: reg, Lease: config.DefaultLease, Retry: &batch.RetryPolicy{IntervalSeconds: 1, BackoffRate: 1, MaxDelaySeconds: 1}}
-	fin := &batch.Finalizer{Store: store, Blobs: blobs, Clock: batch.SystemClock{}, Log: log, Retention: config.DefaultRetention,
+	w := &worker.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log,
+		Pipelines: reg, Lease: config.DefaultLease, Retry: &api.RetryPolicy{IntervalSeconds: 1, BackoffRate: 1, MaxDelaySeconds: 1}}
+	fin := &finalize.Finalizer{Store: store, Blobs: blobs, Clock: ledger.SystemClock{}, Log: log, Retention: config.DefaultRetention,
 		Events: event.New(eventbridge.NewFromConfig(metered), "", name)}
 	gbs := func(start time.Time, mb int) { res.LambdaGBSeconds += time.Since(start).Seconds() * float64(mb) / 1024 }
 
-	var threshold batch.Threshold
+	var threshold api.Threshold
 	if sc.ThresholdPercent > 0 {
 		threshold.FailurePercent = &sc.ThresholdPercent
 	}
@@ -255,8 +260,8 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		}
 		return '-'
 	}, id), "-")
-	if _, err := sub.Submit(ctx, batch.SubmitRequest{BatchID: id, Pipeline: EchoPipeline, KeyField: "id",
-		Source: batch.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}, ItemsPerMessage: sc.ItemsPerMessage,
+	if _, err := sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: EchoPipeline, KeyField: "id",
+		Source: api.SourceSpec{Object: "s3://" + name + "/uploads/source.jsonl"}, ItemsPerMessage: sc.ItemsPerMessage,
 		Threshold: threshold}); err != nil {
 		return res, fmt.Errorf("bench: submit: %w", err)
 	}
@@ -285,34 +290,34 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 				// finalizing as the scheduled tick would: when the
 				// counters say done, or once they stood still past twice
 				// the visibility timeout.
-				p, err := store.Progress(ctx, id, 1, batch.CounterShards(0))
+				p, err := store.Progress(ctx, id, 1, ledger.CounterShards(0))
 				if err != nil || p.Done < int64(sc.Items) && dry < 120 {
 					continue
 				}
 				if _, err := fin.Finalize(ctx, id, 1); err == nil {
 					trig.n.Add(1)
-				} else if !errors.Is(err, batch.ErrNotFinished) || dry > 300 {
+				} else if !errors.Is(err, api.ErrNotFinished) || dry > 300 {
 					return res, fmt.Errorf("bench: the queue stayed empty before the run finished: %w", err)
 				}
 			}
 			continue
 		}
 		dry = 0
-		ds := make([]batch.Delivery, 0, len(out.Messages))
+		ds := make([]worker.Delivery, 0, len(out.Messages))
 		chunks, unitBatch := map[int64]bool{}, false
 		for _, msg := range out.Messages {
 			var head struct {
 				Kind  string `json:"kind"`
 				First int64  `json:"chunk_first"`
 			}
-			if json.Unmarshal([]byte(aws.ToString(msg.Body)), &head) == nil && head.Kind != string(batch.KindFanout) {
+			if json.Unmarshal([]byte(aws.ToString(msg.Body)), &head) == nil && head.Kind != string(ledger.KindFanout) {
 				chunks[head.First], unitBatch = true, true
 			}
 			n, _ := strconv.Atoi(msg.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
 			if n > 1 {
 				res.Redeliveries++
 			}
-			ds = append(ds, batch.Delivery{MessageID: aws.ToString(msg.MessageId), Body: []byte(aws.ToString(msg.Body)),
+			ds = append(ds, worker.Delivery{MessageID: aws.ToString(msg.MessageId), Body: []byte(aws.ToString(msg.Body)),
 				ReceiptHandle: aws.ToString(msg.ReceiptHandle), ReceiveCount: max(n, 1)})
 		}
 		if unitBatch {
@@ -320,7 +325,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 			chunkSum += len(chunks)
 		}
 		start := time.Now()
-		failed := worker.Handle(ctx, ds)
+		failed := w.Handle(ctx, ds)
 		gbs(start, ItemMemoryMB)
 		res.LambdaRequests++
 		res.MessageBatches++
@@ -355,7 +360,7 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 	gbs(start, FinalizeMemoryMB)
 	var permanent int64
 	for i := range sc.Items {
-		if sc.failureOf(batch.PositionalKey(int64(i))) == "permanent" {
+		if sc.failureOf(api.PositionalKey(int64(i))) == "permanent" {
 			permanent++
 		}
 	}

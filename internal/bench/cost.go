@@ -12,7 +12,8 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/meter"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // Figures is one scenario's cost per item and per 10^6 items, in the shape
@@ -187,7 +188,7 @@ const PartitionLimitRCU = 3000
 
 // LaneEndGame is how far above its share a counter lane's writes rise in
 // the second the lanes fill, one after another, and the last ones take
-// the writes of the full ones: TestLanesStayUnderTheLimit (shared/batch)
+// the writes of the full ones: TestLanesStayUnderTheLimit (shared/worker)
 // plays runs at 10,000 items/s and finds at most ≈ 2.2 × the mean.
 const LaneEndGame = 2.5
 
@@ -208,9 +209,9 @@ type PartitionRow struct {
 
 // Partitions computes the partition table from the write units per item
 // that r measured, split by row kind, and the real shard derivation at the
-// stack's default flow (batch.StackFlow(100, 10) = ItemsPerSecond):
-// batch.ListShards, batch.Shard and batch.PackShard over the positional
-// keys (and pack firsts) of each batch size, batch.CounterLanes. Units per
+// stack's default flow (ledger.StackFlow(100, 10) = ItemsPerSecond):
+// api.ListShards, ledger.Shard and ledger.PackShard over the positional
+// keys (and pack firsts) of each batch size, ledger.CounterLanes. Units per
 // second on a key are its units over the batch's duration, n /
 // ItemsPerSecond but at least one second (a batch shorter than a second
 // puts all its units into that second). Per row kind:
@@ -238,10 +239,10 @@ func (r Result) Partitions() []PartitionRow {
 		}
 	}
 	k := max(1, r.ItemsPerMessage)
-	flow := batch.StackFlow(100, 10)
+	flow := ledger.StackFlow(100, 10)
 	var rows []PartitionRow
 	for _, n := range PartitionSizes {
-		ls, lanes := batch.ListShards(n, flow), batch.CounterLanes(n, flow)
+		ls, lanes := ledger.ListShards(n, flow), ledger.CounterLanes(n, flow)
 		busiestShard, busiestPackShard := busiestShards(n, ls, k)
 		seconds := max(1, float64(n)/ItemsPerSecond)
 		row := PartitionRow{BatchItems: n, ListShards: ls, CounterLanes: lanes, WCUPerS: map[string]float64{}, Busiest: map[string]string{},
@@ -296,11 +297,11 @@ func busiestShards(n int64, ls, k int) (items, packItems float64) {
 	m := min(n, sample)
 	shard := make([]int64, ls)
 	for i := range m {
-		shard[batch.Shard(batch.PositionalKey(i), ls)]++
+		shard[ledger.Shard(api.PositionalKey(i), ls)]++
 	}
 	packs := make([]int64, ls)
 	for first := int64(0); first < m; first += int64(k) {
-		packs[batch.PackShard(first, ls)] += min(int64(k), m-first)
+		packs[ledger.PackShard(first, ls)] += min(int64(k), m-first)
 	}
 	scale := float64(n) / float64(m)
 	return float64(slicesMax(shard)) * scale, float64(slicesMax(packs)) * scale

@@ -14,8 +14,8 @@ func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
 // with items flowing at 10,000/s, for batches of 10^3 to 10^8 items, no
 // partition key of the table or of an index receives more than DynamoDB's
 // 1,000 write units/s, nor the batch row more than 3,000 read units/s,
-// computed from the real shard derivation (batch.ListShards,
-// batch.CounterLanes, batch.Shard) and units per item as runs measure
+// computed from the real shard derivation (api.ListShards,
+// ledger.CounterLanes, ledger.Shard) and units per item as runs measure
 // them: item row 2 with small outputs, 3 with ~1 KB outputs; counter lanes
 // 0.1 (one per message batch in any delivery order); with failures, an
 // attention index entry per failed item and the early stop's run-row

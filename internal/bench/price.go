@@ -5,7 +5,7 @@
 // us-east-1 on-demand prices next to Step Functions Distributed Map. It
 // also computes the partition table: the busiest partition key's write
 // units per second of the table and each index, at 10,000 items/s, from the
-// real shard derivation (shared/batch ListShards, CounterShards, Shard).
+// real shard derivation (shared/ledger ListShards, CounterShards, Shard).
 //
 // `make bench` runs it (internal/bench/cmd); the echo pipeline it registers
 // lives only in this package, so production cannot run it.

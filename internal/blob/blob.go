@@ -1,7 +1,7 @@
-// Package blob is the S3 adapter of batch.Blobs, thumbnail.Source and the
+// Package blob is the S3 adapter of ledger.Blobs, thumbnail.Source and the
 // pipelines' outputs. It is the only importer of the S3 SDK; a missing
-// object is batch.ErrNotFound (which also matches fs.ErrNotExist), a lost
-// If-None-Match is batch.ErrConflict.
+// object is api.ErrNotFound (which also matches fs.ErrNotExist), a lost
+// If-None-Match is api.ErrConflict.
 //
 // Streaming writes go through the S3 transfer manager
 // (feature/s3/transfermanager) fed by an io.Pipe: memory is bounded by
@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"io/fs"
 	"net/http"
@@ -32,7 +33,9 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Part sizing of streaming writes. S3 needs parts of at least 5 MiB (but the
@@ -44,14 +47,14 @@ const (
 	MaxParts      = 10_000
 )
 
-// Store implements batch.Blobs on one bucket. Safe for concurrent use.
+// Store implements ledger.Blobs on one bucket. Safe for concurrent use.
 type Store struct {
 	s3     *s3.Client
 	tm     *transfermanager.Client
 	bucket string
 }
 
-var _ batch.Blobs = (*Store)(nil)
+var _ ledger.Blobs = (*Store)(nil)
 
 // NewS3 returns an S3 client for c; against an emulator (AWS_ENDPOINT_URL
 // or AWS_ENDPOINT_URL_S3 set) it uses path-style addressing, since bucket
@@ -75,7 +78,7 @@ func NewS3(c aws.Config) *s3.Client {
 
 // New returns a Store on bucket. It uses a copy of client with bulkrun's
 // retryer (no client-side retry quota) and AWS's transient faults tagged
-// batch.ErrUnavailable (internal/awsfault); client itself is not changed.
+// ledger.ErrUnavailable (internal/awsfault); client itself is not changed.
 func New(client *s3.Client, bucket string) *Store {
 	client = s3.New(client.Options(), func(o *s3.Options) {
 		o.Retryer = awsfault.Retryer()
@@ -96,12 +99,12 @@ func New(client *s3.Client, bucket string) *Store {
 // Bucket returns the batches bucket's name.
 func (s *Store) Bucket() string { return s.bucket }
 
-// notFound is batch.ErrNotFound that also matches fs.ErrNotExist.
+// notFound is api.ErrNotFound that also matches fs.ErrNotExist.
 type notFound struct{ what string }
 
-func (e *notFound) Error() string { return e.what + ": " + batch.ErrNotFound.Error() }
+func (e *notFound) Error() string { return e.what + ": " + api.ErrNotFound.Error() }
 func (e *notFound) Is(t error) bool {
-	return t == batch.ErrNotFound || t == fs.ErrNotExist
+	return t == api.ErrNotFound || t == fs.ErrNotExist
 }
 
 func isNotFound(err error) bool {
@@ -157,13 +160,13 @@ func (w *writer) Abort() error {
 }
 
 // Create starts a streaming write of key in the batches bucket.
-func (s *Store) Create(ctx context.Context, key, contentType string) (batch.BlobWriter, error) {
+func (s *Store) Create(ctx context.Context, key, contentType string) (ledger.BlobWriter, error) {
 	return s.CreateObject(ctx, key, contentType, nil)
 }
 
 // CreateObject is Create of an object with user metadata meta
 // (x-amz-meta-<name>; nil for none), such as an upload's submit options.
-func (s *Store) CreateObject(ctx context.Context, key, contentType string, meta map[string]string) (batch.BlobWriter, error) {
+func (s *Store) CreateObject(ctx context.Context, key, contentType string, meta map[string]string) (ledger.BlobWriter, error) {
 	pr, pw := io.Pipe()
 	w := &writer{pw: pw, done: make(chan error, 1)}
 	go func() {
@@ -185,14 +188,14 @@ func (s *Store) Open(ctx context.Context, bucket, key string) (io.ReadCloser, er
 }
 
 // OpenMatch reads bucket/key with If-Match: etag (when not ""), so that
-// what is read is exactly that object: a replaced one is batch.ErrConflict
-// (S3 answers 412 Precondition Failed), a deleted one batch.ErrNotFound.
+// what is read is exactly that object: a replaced one is api.ErrConflict
+// (S3 answers 412 Precondition Failed), a deleted one api.ErrNotFound.
 func (s *Store) OpenMatch(ctx context.Context, bucket, key, etag string) (io.ReadCloser, error) {
 	return s.get(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key}, etag)
 }
 
 // get sends in with If-Match: etag (when not ""), mapping a missing object
-// to batch.ErrNotFound and a replaced one (412) to batch.ErrConflict.
+// to api.ErrNotFound and a replaced one (412) to api.ErrConflict.
 func (s *Store) get(ctx context.Context, in *s3.GetObjectInput, etag string) (io.ReadCloser, error) {
 	bucket, key, rng := aws.ToString(in.Bucket), aws.ToString(in.Key), ""
 	if in.Range != nil {
@@ -207,7 +210,7 @@ func (s *Store) get(ctx context.Context, in *s3.GetObjectInput, etag string) (io
 			return nil, &notFound{what: "s3://" + bucket + "/" + key}
 		}
 		if etag != "" && isPreconditionFailed(err) {
-			return nil, fmt.Errorf("get s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, batch.ErrConflict)
+			return nil, fmt.Errorf("get s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, api.ErrConflict)
 		}
 		return nil, fmt.Errorf("get s3://%s/%s%s: %w", bucket, key, rng, err)
 	}
@@ -247,13 +250,13 @@ func (s *Store) Put(ctx context.Context, key, contentType string, body []byte) e
 }
 
 // PutIfAbsent writes key with If-None-Match: * (S3 conditional writes);
-// batch.ErrConflict when an object already has the key.
+// api.ErrConflict when an object already has the key.
 func (s *Store) PutIfAbsent(ctx context.Context, key, contentType string, body []byte) error {
 	_, err := s.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(body), ContentType: &contentType,
 		ContentLength: aws.Int64(int64(len(body))), IfNoneMatch: aws.String("*")})
 	if err != nil {
 		if isPreconditionFailed(err) {
-			return fmt.Errorf("put s3://%s/%s: exists: %w", s.bucket, key, batch.ErrConflict)
+			return fmt.Errorf("put s3://%s/%s: exists: %w", s.bucket, key, api.ErrConflict)
 		}
 		return fmt.Errorf("put s3://%s/%s: %w", s.bucket, key, err)
 	}
@@ -288,7 +291,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // Keys are decoded (see [DecodeListedKey]) only when the answer says
 // EncodingType url, so a store that ignores the parameter still lists
 // right. A key that does not decode is an error naming it.
-func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(batch.ObjectInfo) error) error {
+func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(source.ObjectInfo) error) error {
 	p := s3.NewListObjectsV2Paginator(s.s3, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix, EncodingType: types.EncodingTypeUrl})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -305,7 +308,7 @@ func (s *Store) List(ctx context.Context, bucket, prefix string, fn func(batch.O
 					return fmt.Errorf("list s3://%s/%s: %w", bucket, prefix, err)
 				}
 			}
-			if err := fn(batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)}); err != nil {
+			if err := fn(source.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)}); err != nil {
 				return err
 			}
 		}
@@ -327,14 +330,14 @@ func DecodeListedKey(key string) (string, error) {
 
 // Head returns an object's size, ETag and user metadata (lower-case names,
 // without the x-amz-meta- prefix).
-func (s *Store) Head(ctx context.Context, bucket, key string) (batch.ObjectInfo, map[string]string, error) {
+func (s *Store) Head(ctx context.Context, bucket, key string) (source.ObjectInfo, map[string]string, error) {
 	return s.HeadMatch(ctx, bucket, key, "")
 }
 
 // HeadMatch is Head with If-Match: etag (when not ""): a replaced object is
-// batch.ErrConflict, a deleted one batch.ErrNotFound. The info carries the
+// api.ErrConflict, a deleted one api.ErrNotFound. The info carries the
 // object's Content-Encoding.
-func (s *Store) HeadMatch(ctx context.Context, bucket, key, etag string) (batch.ObjectInfo, map[string]string, error) {
+func (s *Store) HeadMatch(ctx context.Context, bucket, key, etag string) (source.ObjectInfo, map[string]string, error) {
 	in := &s3.HeadObjectInput{Bucket: &bucket, Key: &key}
 	if etag != "" {
 		in.IfMatch = aws.String(quoteETag(etag))
@@ -342,14 +345,14 @@ func (s *Store) HeadMatch(ctx context.Context, bucket, key, etag string) (batch.
 	out, err := s.s3.HeadObject(ctx, in)
 	if err != nil {
 		if isNotFound(err) {
-			return batch.ObjectInfo{}, nil, &notFound{what: "s3://" + bucket + "/" + key}
+			return source.ObjectInfo{}, nil, &notFound{what: "s3://" + bucket + "/" + key}
 		}
 		if etag != "" && isPreconditionFailed(err) {
-			return batch.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, batch.ErrConflict)
+			return source.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: ETag is no longer %s: %w", bucket, key, etag, api.ErrConflict)
 		}
-		return batch.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: %w", bucket, key, err)
+		return source.ObjectInfo{}, nil, fmt.Errorf("head s3://%s/%s: %w", bucket, key, err)
 	}
-	return batch.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag),
+	return source.ObjectInfo{Bucket: bucket, Key: key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag),
 		ContentEncoding: aws.ToString(out.ContentEncoding)}, out.Metadata, nil
 }
 
@@ -388,7 +391,7 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 		failed = append(failed, left...)
 		return nil
 	}
-	err := s.List(ctx, s.bucket, prefix, func(o batch.ObjectInfo) error {
+	err := s.List(ctx, s.bucket, prefix, func(o source.ObjectInfo) error {
 		if !xmlSafe(o.Key) {
 			// DeleteObjects names keys in an XML body, which cannot carry
 			// this key (the SDK would send U+FFFD instead, deleting
@@ -566,17 +569,17 @@ func (s *Store) abortParts(ctx context.Context, key, id string) error {
 	return err
 }
 
-var _ batch.PartBlobs = (*Store)(nil)
+var _ submit.PartBlobs = (*Store)(nil)
 
 // HeadSource returns the size and ETag of bucket/key (HeadObject).
-func (s *Store) HeadSource(ctx context.Context, bucket, key string) (batch.ObjectInfo, error) {
+func (s *Store) HeadSource(ctx context.Context, bucket, key string) (source.ObjectInfo, error) {
 	info, _, err := s.HeadMatch(ctx, bucket, key, "")
 	return info, err
 }
 
 // OpenSourceRange reads bytes [offset, offset+length) of bucket/key
 // (length < 0: to the end) with If-Match: etag: a replaced object is
-// batch.ErrConflict (412), a deleted one batch.ErrNotFound.
+// api.ErrConflict (412), a deleted one api.ErrNotFound.
 func (s *Store) OpenSourceRange(ctx context.Context, bucket, key, etag string, offset, length int64) (io.ReadCloser, error) {
 	if length == 0 {
 		return io.NopCloser(bytes.NewReader(nil)), nil

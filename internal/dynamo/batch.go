@@ -14,8 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // batchUpdate is a transaction operation updating the batch row with expr.
@@ -38,19 +39,19 @@ func (s *Store) putRunning(id string, run int) types.TransactWriteItem {
 
 // CreateBatch puts the batch row and its running marker in one transaction,
 // only if no row has the batch's id; otherwise it returns the stored batch
-// and batch.ErrBatchExists.
-func (s *Store) CreateBatch(ctx context.Context, b batch.Batch) (batch.Batch, error) {
+// and api.ErrBatchExists.
+func (s *Store) CreateBatch(ctx context.Context, b ledger.Batch) (ledger.Batch, error) {
 	row, err := toRow(b)
 	if err != nil {
-		return batch.Batch{}, err
+		return ledger.Batch{}, err
 	}
 	av, err := attributevalue.MarshalMap(row)
 	if err != nil {
-		return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+		return ledger.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
 	}
 	cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(config.AttrPK))).Build()
 	if err != nil {
-		return batch.Batch{}, err
+		return ledger.Batch{}, err
 	}
 	old, err := s.transact(ctx, types.TransactWriteItem{Put: &types.Put{
 		TableName: &s.table, Item: av,
@@ -61,83 +62,83 @@ func (s *Store) CreateBatch(ctx context.Context, b batch.Batch) (batch.Batch, er
 	switch {
 	case err == nil:
 		return b, nil
-	case !errors.Is(err, batch.ErrConflict):
-		return batch.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
+	case !errors.Is(err, api.ErrConflict):
+		return ledger.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
 	}
 	if len(old) > 0 {
 		var r batchRow
 		if uerr := attributevalue.UnmarshalMap(old, &r); uerr == nil {
 			if stored, uerr := fromRow(r); uerr == nil {
-				return stored, batch.ErrBatchExists
+				return stored, api.ErrBatchExists
 			}
 		}
 	}
 	stored, gerr := s.GetBatch(ctx, b.ID)
 	if gerr != nil {
-		return batch.Batch{}, fmt.Errorf("create batch %s: exists, but: %w", b.ID, gerr)
+		return ledger.Batch{}, fmt.Errorf("create batch %s: exists, but: %w", b.ID, gerr)
 	}
-	return stored, batch.ErrBatchExists
+	return stored, api.ErrBatchExists
 }
 
 // GetBatch reads the batch row with a strongly consistent read.
-func (s *Store) GetBatch(ctx context.Context, id string) (batch.Batch, error) {
+func (s *Store) GetBatch(ctx context.Context, id string) (ledger.Batch, error) {
 	return s.getBatch(ctx, id, true)
 }
 
 // GetBatchEventually reads the batch row with an eventually consistent
 // read (half the read units of GetBatch); it may miss a write of the last
-// second (see batch.EventualBatchReader).
-func (s *Store) GetBatchEventually(ctx context.Context, id string) (batch.Batch, error) {
+// second (see worker.EventualBatchReader).
+func (s *Store) GetBatchEventually(ctx context.Context, id string) (ledger.Batch, error) {
 	return s.getBatch(ctx, id, false)
 }
 
-func (s *Store) getBatch(ctx context.Context, id string, consistent bool) (batch.Batch, error) {
+func (s *Store) getBatch(ctx context.Context, id string, consistent bool) (ledger.Batch, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
 	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(batchPK(id), skBatch), ConsistentRead: aws.Bool(consistent)})
 	if err != nil {
-		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
+		return ledger.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
 	}
 	if len(out.Item) == 0 {
-		return batch.Batch{}, fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+		return ledger.Batch{}, fmt.Errorf("batch %s: %w", id, api.ErrNotFound)
 	}
 	var r batchRow
 	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
-		return batch.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
+		return ledger.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
 	}
 	return fromRow(r)
 }
 
 // submitting is the condition status = submitting.
 func submitting() expression.ConditionBuilder {
-	return expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusSubmitting)))
+	return expression.Name(attrStatus).Equal(expression.Value(string(api.StatusSubmitting)))
 }
 
 // BeginSubmit adds 1 to submit_attempts and sets submit_deadline_ms under
-// the condition status = submitting (see batch.Store).
-func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) (batch.Batch, error) {
+// the condition status = submitting (see ledger.Store).
+func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) (ledger.Batch, error) {
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
 		WithUpdate(expression.Add(expression.Name(attrSubmitAttempts), expression.Value(1)).
 			Set(expression.Name(attrSubmitDeadlineMs), expression.Value(deadline.UnixMilli()))).Build()
 	if err != nil {
-		return batch.Batch{}, err
+		return ledger.Batch{}, err
 	}
 	attrs, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueAllNew)
 	if err != nil {
-		return batch.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
+		return ledger.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
 	}
 	var r batchRow
 	if err := attributevalue.UnmarshalMap(attrs, &r); err != nil {
-		return batch.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
+		return ledger.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
 	}
 	return fromRow(r)
 }
 
 // Freeze writes the manifest fields and status running under the
-// condition status = submitting (see batch.Store).
-func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
+// condition status = submitting (see ledger.Store).
+func (s *Store) Freeze(ctx context.Context, b ledger.Batch) error {
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
+		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusRunning))).
 			Set(expression.Name(attrManifestDigest), expression.Value(b.Digest)).
 			Set(expression.Name(attrManifestKey), expression.Value(b.ManifestKey)).
 			Set(expression.Name(attrManifestBytes), expression.Value(b.ManifestBytes)).
@@ -158,14 +159,14 @@ func (s *Store) Freeze(ctx context.Context, b batch.Batch) error {
 }
 
 // Refuse moves a submitting batch to refused, deletes its running marker
-// and puts its retention marker, in one transaction (see batch.Store).
-func (s *Store) Refuse(ctx context.Context, id string, r batch.SubmitRefusal, now, expiresAt time.Time) error {
+// and puts its retention marker, in one transaction (see ledger.Store).
+func (s *Store) Refuse(ctx context.Context, id string, r api.SubmitRefusal, now, expiresAt time.Time) error {
 	rf, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRefused))).
+		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusRefused))).
 			Set(expression.Name(attrRefusal), expression.Value(string(rf))).
 			Set(expression.Name(attrFinishedAtMs), expression.Value(now.UnixMilli())).
 			Set(expression.Name(attrExpiresAtMs), expression.Value(expiresAt.UnixMilli()))).Build()
@@ -204,7 +205,7 @@ func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
 // run = :run AND status = running (setting the batch row's TTL to
 // f.RowsExpireAt), deletes the running marker and writes the retention
 // marker and the run's PUBLISH marker, in one transaction.
-func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finish) error {
+func (s *Store) FinishRun(ctx context.Context, id string, run int, f ledger.Finish) error {
 	census, err := json.Marshal(f.Census)
 	if err != nil {
 		return err
@@ -222,7 +223,7 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(run)),
-			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))))).
+			expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))))).
 		WithUpdate(u).Build()
 	if err != nil {
 		return err
@@ -254,11 +255,11 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f batch.Finis
 // transaction with the running marker's delete and the retention marker's
 // put (the same markers as FinishRun, without the publish marker: there is
 // no report to announce).
-func (s *Store) FinalizeFailed(ctx context.Context, f batch.FinalizeFailure) (bool, error) {
+func (s *Store) FinalizeFailed(ctx context.Context, f ledger.FinalizeFailure) (bool, error) {
 	running := expression.And(
 		expression.Name(attrRun).Equal(expression.Value(f.Run)),
-		expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))))
-	reason := batch.CutError(f.Reason)
+		expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))))
+	reason := ledger.CutError(f.Reason)
 	expr, err := expression.NewBuilder().WithCondition(running).
 		WithUpdate(expression.Add(expression.Name(attrFinalizeFailures), expression.Value(1)).
 			Set(expression.Name(attrFailure), expression.Value(reason))).Build()
@@ -280,11 +281,11 @@ func (s *Store) FinalizeFailed(ctx context.Context, f batch.FinalizeFailure) (bo
 	}
 	expr, err = expression.NewBuilder().
 		WithCondition(expression.And(running, expression.Name(attrFinalizeFailures).GreaterThanEqual(expression.Value(f.Limit)))).
-		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(batch.StatusFinalizeFailed))).
+		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusFinalizeFailed))).
 			Set(expression.Name(attrNeedsAttention), expression.Value(true)).
 			Set(expression.Name(attrFinishedAtMs), expression.Value(f.Now.UnixMilli())).
 			Set(expression.Name(attrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli())).
-			Set(expression.Name(config.AttrExpiresAt), expression.Value(f.ExpiresAt.Add(batch.TTLGrace).Unix())).
+			Set(expression.Name(config.AttrExpiresAt), expression.Value(f.ExpiresAt.Add(ledger.TTLGrace).Unix())).
 			Remove(expression.Name(attrPauseBy))).Build()
 	if err != nil {
 		return false, err
@@ -298,21 +299,21 @@ func (s *Store) FinalizeFailed(ctx context.Context, f batch.FinalizeFailure) (bo
 			attrFormat:    formatValue(),
 		}}})
 	if err != nil {
-		return false, fmt.Errorf("end %s run %d as %s: %w", f.BatchID, f.Run, batch.StatusFinalizeFailed, err)
+		return false, fmt.Errorf("end %s run %d as %s: %w", f.BatchID, f.Run, api.StatusFinalizeFailed, err)
 	}
 	return true, nil
 }
 
 // Stop marks the run as stopping (status cancelled or threshold_exceeded)
 // under the condition run = :run AND status = running AND
-// attribute_not_exists(stop); else batch.ErrConflict. Idempotent in effect:
+// attribute_not_exists(stop); else api.ErrConflict. Idempotent in effect:
 // the first stop wins.
-func (s *Store) Stop(ctx context.Context, m batch.StopMark) error {
+func (s *Store) Stop(ctx context.Context, m ledger.StopMark) error {
 	id, run := m.BatchID, m.Run
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(run)),
-			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))),
+			expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))),
 			expression.AttributeNotExists(expression.Name(attrStop)))).
 		WithUpdate(expression.Set(expression.Name(attrStop), expression.Value(string(m.Status))).
 			Set(expression.Name(attrStopDetail), expression.Value(m.Detail)).
@@ -331,11 +332,11 @@ func (s *Store) Stop(ctx context.Context, m batch.StopMark) error {
 // pause_error, probes 0; ADD pauses 1) under the condition run = :run AND
 // status = running AND attribute_not_exists(stop) AND
 // (attribute_not_exists(pause_by), or for a caller's pause pause_by =
-// outage); else batch.ErrConflict (see batch.Store).
-func (s *Store) Pause(ctx context.Context, m batch.PauseMark) error {
+// outage); else api.ErrConflict (see ledger.Store).
+func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
 	free := expression.AttributeNotExists(expression.Name(attrPauseBy))
-	if m.By == batch.PauseByCaller {
-		free = expression.Or(free, expression.Name(attrPauseBy).Equal(expression.Value(string(batch.PauseByOutage))))
+	if m.By == api.PauseByCaller {
+		free = expression.Or(free, expression.Name(attrPauseBy).Equal(expression.Value(string(api.PauseByOutage))))
 	}
 	u := expression.Set(expression.Name(attrPauseBy), expression.Value(string(m.By))).
 		Set(expression.Name(attrPausedAtMs), expression.Value(m.Now.UnixMilli())).
@@ -343,14 +344,14 @@ func (s *Store) Pause(ctx context.Context, m batch.PauseMark) error {
 		Add(expression.Name(attrPauses), expression.Value(1))
 	if m.Class != "" {
 		u = u.Set(expression.Name(attrPauseClass), expression.Value(m.Class)).
-			Set(expression.Name(attrPauseError), expression.Value(batch.CutError(m.Error)))
+			Set(expression.Name(attrPauseError), expression.Value(ledger.CutError(m.Error)))
 	} else {
 		u = u.Remove(expression.Name(attrPauseClass)).Remove(expression.Name(attrPauseError))
 	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(m.Run)),
-			expression.Name(attrStatus).Equal(expression.Value(string(batch.StatusRunning))),
+			expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))),
 			expression.AttributeNotExists(expression.Name(attrStop)), free)).
 		WithUpdate(u).Build()
 	if err != nil {
@@ -364,13 +365,13 @@ func (s *Store) Pause(ctx context.Context, m batch.PauseMark) error {
 
 // Unpause removes pause_by (the pause) under the condition run = :run AND
 // attribute_exists(pause_by), and for an outage's unpause pause_by =
-// outage AND paused_at_ms = :since; else batch.ErrConflict. The other
+// outage AND paused_at_ms = :since; else api.ErrConflict. The other
 // pause attributes stay, the last pause's record.
-func (s *Store) Unpause(ctx context.Context, m batch.UnpauseMark) error {
+func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 	cond := expression.And(expression.Name(attrRun).Equal(expression.Value(m.Run)),
 		expression.AttributeExists(expression.Name(attrPauseBy)))
-	if m.By == batch.PauseByOutage {
-		cond = expression.And(cond, expression.Name(attrPauseBy).Equal(expression.Value(string(batch.PauseByOutage))),
+	if m.By == api.PauseByOutage {
+		cond = expression.And(cond, expression.Name(attrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
 			expression.Name(attrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(attrPauseBy))).Build()
@@ -385,12 +386,12 @@ func (s *Store) Unpause(ctx context.Context, m batch.UnpauseMark) error {
 
 // ClaimProbe sets probes = :n under the condition run = :run AND
 // pause_by = outage AND paused_at_ms = :since AND probes < :n; else
-// batch.ErrConflict.
-func (s *Store) ClaimProbe(ctx context.Context, c batch.ProbeClaim) error {
+// api.ErrConflict.
+func (s *Store) ClaimProbe(ctx context.Context, c ledger.ProbeClaim) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(c.Run)),
-			expression.Name(attrPauseBy).Equal(expression.Value(string(batch.PauseByOutage))),
+			expression.Name(attrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
 			expression.Name(attrPausedAtMs).Equal(expression.Value(c.Since.UnixMilli())),
 			expression.Name(attrProbes).LessThan(expression.Value(c.Probe)))).
 		WithUpdate(expression.Set(expression.Name(attrProbes), expression.Value(c.Probe))).Build()
@@ -407,9 +408,9 @@ func (s *Store) ClaimProbe(ctx context.Context, c batch.ProbeClaim) error {
 // batch row (condition run = :from AND status <> running AND not being
 // forgotten) becomes running
 // with fanned_out false and no stop, and the running marker is put. It
-// returns the updated batch, or batch.ErrConflict when the batch is not at
+// returns the updated batch, or api.ErrConflict when the batch is not at
 // run from or still running.
-func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (batch.Batch, error) {
+func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (ledger.Batch, error) {
 	return s.startRun(ctx, id, from, now, func(u expression.UpdateBuilder) (expression.UpdateBuilder, error) {
 		return u.Remove(expression.Name(attrRunRevision)), nil
 	})
@@ -417,15 +418,15 @@ func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time
 
 // StartCorrection is StartRun that also appends rev to the revisions (the
 // JSON list is written whole: the condition on run keeps any other
-// writer of it out) and sets run_revision (see batch.Store).
-func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev batch.Revision, now time.Time) (batch.Batch, error) {
+// writer of it out) and sets run_revision (see ledger.Store).
+func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev api.Revision, now time.Time) (ledger.Batch, error) {
 	b, err := s.GetBatch(ctx, id)
 	if err != nil {
-		return batch.Batch{}, fmt.Errorf("start correction of %s: %w", id, err)
+		return ledger.Batch{}, fmt.Errorf("start correction of %s: %w", id, err)
 	}
 	revs, err := json.Marshal(append(b.Revisions, rev))
 	if err != nil {
-		return batch.Batch{}, err
+		return ledger.Batch{}, err
 	}
 	return s.startRun(ctx, id, from, now, func(u expression.UpdateBuilder) (expression.UpdateBuilder, error) {
 		return u.Set(expression.Name(attrRunRevision), expression.Value(rev.N)).
@@ -435,9 +436,9 @@ func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev ba
 
 // startRun moves a finished batch at run from to run from+1, running,
 // with more (the run's revision) in the same conditional write.
-func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time, more func(expression.UpdateBuilder) (expression.UpdateBuilder, error)) (batch.Batch, error) {
+func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time, more func(expression.UpdateBuilder) (expression.UpdateBuilder, error)) (ledger.Batch, error) {
 	u, err := more(expression.Set(expression.Name(attrRun), expression.Value(from+1)).
-		Set(expression.Name(attrStatus), expression.Value(string(batch.StatusRunning))).
+		Set(expression.Name(attrStatus), expression.Value(string(api.StatusRunning))).
 		Set(expression.Name(attrFannedOut), expression.Value(false)).
 		Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
 		Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
@@ -446,22 +447,22 @@ func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time
 		Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(attrPauses)).
 		Remove(expression.Name(attrPauseBy)))
 	if err != nil {
-		return batch.Batch{}, err
+		return ledger.Batch{}, err
 	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(attrRun).Equal(expression.Value(from)),
-			expression.Name(attrStatus).In(expression.Value(string(batch.StatusCompleted)),
-				expression.Value(string(batch.StatusThresholdExceeded)), expression.Value(string(batch.StatusCancelled)),
-				expression.Value(string(batch.StatusFinalizeFailed))),
+			expression.Name(attrStatus).In(expression.Value(string(api.StatusCompleted)),
+				expression.Value(string(api.StatusThresholdExceeded)), expression.Value(string(api.StatusCancelled)),
+				expression.Value(string(api.StatusFinalizeFailed))),
 			expression.AttributeNotExists(expression.Name(attrForgetting)))).
 		WithUpdate(u).Build()
 	if err != nil {
-		return batch.Batch{}, err
+		return ledger.Batch{}, err
 	}
 	_, err = s.transact(ctx, s.batchUpdate(id, expr), s.putRunning(id, from+1))
 	if err != nil {
-		return batch.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, err)
+		return ledger.Batch{}, fmt.Errorf("start run %d of %s: %w", from+1, id, err)
 	}
 	return s.GetBatch(ctx, id)
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // The batches index (config.IndexBatches) holds one entry per batch row:
@@ -55,7 +55,7 @@ func month(t time.Time) time.Time {
 // BatchesPK is the batches index's partition key of a batch created at
 // createdAt: "BATCHES#{yyyy-mm}#{FNV-1a(id) mod BatchesShards}".
 func BatchesPK(id string, createdAt time.Time) string {
-	return batchesPKOf(month(createdAt), batch.Shard(id, BatchesShards))
+	return batchesPKOf(month(createdAt), ledger.Shard(id, BatchesShards))
 }
 
 func batchesPKOf(m time.Time, shard int) string {
@@ -70,7 +70,7 @@ func BatchesSK(id string, createdAt time.Time) string {
 }
 
 // SourcesPK is the sources index's partition key of a batch whose source
-// is described as source (batch.SourceSpec.Describe): "SOURCE#" and the
+// is described as source (api.SourceSpec.Describe): "SOURCE#" and the
 // description for an S3 source ("s3://bucket/key", "s3://bucket/prefix/*"),
 // "" (not indexed) for any other. At most 7 + 5 + 63 + 1 + 1,024 + 1 bytes,
 // within DynamoDB's 2,048 bytes for a partition key (Amazon DynamoDB

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // Capacity is the DynamoDB capacity the Store's calls consumed, as DynamoDB
@@ -50,16 +50,16 @@ func (s *Store) Capacity() Capacity {
 // each unit is attributed to exactly one batch: the one whose counter is
 // written next in this process (in Lambda, one invocation at a time: its own
 // batch, or the first of its batches when an invocation carries several).
-func (s *Store) takePending() batch.Usage {
+func (s *Store) takePending() api.Usage {
 	s.capacity.mu.Lock()
 	defer s.capacity.mu.Unlock()
 	p := s.capacity.pending
 	s.capacity.pending = Capacity{}
-	return batch.Usage{DynamoDBWriteUnits: p.WriteUnits, DynamoDBReadUnits: p.ReadUnits}
+	return api.Usage{DynamoDBWriteUnits: p.WriteUnits, DynamoDBReadUnits: p.ReadUnits}
 }
 
 // returnPending gives back units taken for a write that failed.
-func (s *Store) returnPending(u batch.Usage) {
+func (s *Store) returnPending(u api.Usage) {
 	s.capacity.mu.Lock()
 	defer s.capacity.mu.Unlock()
 	s.capacity.pending.WriteUnits += u.DynamoDBWriteUnits

@@ -16,7 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // fakeDynamo answers every call with one canned JSON body and keeps the
@@ -64,7 +65,7 @@ func TestCapacityMeteringAsksAndSums(t *testing.T) {
 	}
 	// The counter write carries the units consumed so far (0.5 read), and
 	// itself is attributed to the next one.
-	count := batch.ChunkCount{BatchID: "b", Run: 1, Items: 5000, Chunks: 1, Shards: 1, Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 10}, Now: time.Now()}
+	count := ledger.ChunkCount{BatchID: "b", Run: 1, Items: 5000, Chunks: 1, Shards: 1, Outcomes: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, Now: time.Now()}
 	if _, err := s.CountChunk(ctx, count); err != nil {
 		t.Fatal(err)
 	}

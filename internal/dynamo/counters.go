@@ -21,8 +21,9 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/internal/retry"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // CountChunk adds c to the counter of its chunk with one UpdateItem that
@@ -40,8 +41,8 @@ import (
 // write that brings chunks_done to c.Chunks reports RunDone. Each chunk
 // completes once (its counter crosses items once), so exactly one write
 // reports RunDone unless a counter write was lost.
-func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.ChunkCounted, error) {
-	var res batch.ChunkCounted
+func (s *Store) CountChunk(ctx context.Context, c ledger.ChunkCount) (ledger.ChunkCounted, error) {
+	var res ledger.ChunkCounted
 	used := s.takePending()
 	shards := max(1, c.Shards)
 	part := int((c.First / max(c.Items, 1)) % int64(shards))
@@ -50,7 +51,7 @@ func (s *Store) CountChunk(ctx context.Context, c batch.ChunkCount) (batch.Chunk
 		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
 		Set(expression.Name(attrItems), expression.Value(c.Items)).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
-	for _, o := range batch.TerminalOutcomes() {
+	for _, o := range api.TerminalOutcomes() {
 		if n := c.Outcomes[o]; n != 0 {
 			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(n))
 		}
@@ -128,7 +129,7 @@ const (
 	attrSpentPrefix = "s#"
 )
 
-// The live view's rows in a counter partition (batch.Store.CountWaits,
+// The live view's rows in a counter partition (ledger.Store.CountWaits,
 // CountFanned) and their attributes.
 const (
 	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; interrupted; token slots
@@ -148,7 +149,7 @@ const (
 // UpdateItem (ADD w{minute} …, interrupted; REMOVE the buckets of the
 // waitPrune minutes before now; SET its token slot), sent once at a time
 // as CountLane's (addOnce): never counted twice.
-func (s *Store) CountWaits(ctx context.Context, c batch.WaitCount) error {
+func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	u := expression.Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now)))
 	for m, n := range c.Due {
 		if n != 0 {
@@ -178,7 +179,7 @@ func (s *Store) CountWaits(ctx context.Context, c batch.WaitCount) error {
 // under the condition that its chunk is not among the row's
 // fanned_chunks (ADD fanned :n, fanned_chunks {first}): a chunk fanned
 // out again, or a write the SDK sends again, counts once.
-func (s *Store) CountFanned(ctx context.Context, c batch.FanCount) error {
+func (s *Store) CountFanned(ctx context.Context, c ledger.FanCount) error {
 	first := strconv.FormatInt(c.First, 10)
 	u := expression.Add(expression.Name(attrFanned), expression.Value(c.Items)).
 		Add(expression.Name(attrFannedChunks), expression.Value(&types.AttributeValueMemberSS{Value: []string{first}}))
@@ -188,7 +189,7 @@ func (s *Store) CountFanned(ctx context.Context, c batch.FanCount) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skFan), expr, types.ReturnValueNone); err != nil && !errors.Is(err, batch.ErrConflict) {
+	if _, _, err := s.updateRow(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skFan), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("count fanned-out chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
 	}
 	return nil
@@ -198,8 +199,8 @@ func (s *Store) CountFanned(ctx context.Context, c batch.FanCount) error {
 // per counter shard (COUNT#{id}#{run}#{p}, every page), so it reads
 // O(shards) partitions and about 100 bytes per chunk of 5,000 items,
 // whatever the batch's size.
-func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (batch.Progress, error) {
-	p := batch.Progress{ByOutcome: map[batch.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}, RetryDue: map[int64]int64{}}
+func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error) {
+	p := ledger.Progress{ByOutcome: map[api.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}, RetryDue: map[int64]int64{}}
 	for part := range max(1, shards) {
 		err := s.queryAll(ctx, countPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
 			switch stringAttr(av, config.AttrSK) {
@@ -243,12 +244,12 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 			if err := attributevalue.UnmarshalMap(av, &row); err != nil {
 				return err
 			}
-			if err := batch.CheckFormat("counter row of "+batchID, row.Format); err != nil {
+			if err := ledger.CheckFormat("counter row of "+batchID, row.Format); err != nil {
 				return err
 			}
 			p.Done += row.Done
 			p.Failures += row.Failures
-			for _, o := range batch.TerminalOutcomes() {
+			for _, o := range api.TerminalOutcomes() {
 				if v, ok := av[outcomeAttr(o)].(*types.AttributeValueMemberN); ok {
 					n, _ := strconv.ParseInt(v.Value, 10, 64)
 					p.ByOutcome[o] += n
@@ -295,11 +296,11 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 //	IF attribute_not_exists(done) OR done <= :target − :n
 //
 // on COUNT#{id}#{run}#{lane}, LANE (:w and :r as in CountChunk). A lost
-// condition returns the room left and batch.ErrConflict. The write is sent
+// condition returns the room left and api.ErrConflict. The write is sent
 // one try at a time (see addOnce): a write whose answer was lost is
 // recognised by its token, never counted twice.
-func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCounted, error) {
-	var res batch.LaneCounted
+func (s *Store) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneCounted, error) {
+	var res ledger.LaneCounted
 	used := s.takePending()
 	n := c.Done()
 	u := expression.Add(expression.Name(attrDone), expression.Value(n)).
@@ -307,14 +308,14 @@ func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCou
 		Set(expression.Name(attrItems), expression.Value(c.Target)).
 		Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now))).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
-	for _, o := range batch.TerminalOutcomes() {
+	for _, o := range api.TerminalOutcomes() {
 		if v := c.Outcomes[o]; v != 0 {
 			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(v))
 		}
 	}
 	u = addCosts(u, c.Cost, c.Spent)
 	if c.Answered {
-		for i := range batch.StreakSlots() {
+		for i := range ledger.StreakSlots() {
 			u = u.Remove(expression.Name(streakAttr(i)))
 		}
 	} else {
@@ -343,12 +344,12 @@ func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCou
 	}
 	if err != nil {
 		s.returnPending(used)
-		if errors.Is(err, batch.ErrConflict) {
+		if errors.Is(err, api.ErrConflict) {
 			res.Room = c.Target - v.Done
 		}
 		return res, fmt.Errorf("count lane %d of %s run %d: %w", c.Lane, c.BatchID, c.Run, err)
 	}
-	got := batch.LaneCounted{Done: v.Done, Failures: v.Failures}
+	got := ledger.LaneCounted{Done: v.Done, Failures: v.Failures}
 	if !c.Answered && len(c.Streaks) > 0 {
 		got.Streaks = map[int]int64{}
 		for slot := range c.Streaks {
@@ -365,34 +366,34 @@ func (s *Store) CountLane(ctx context.Context, c batch.LaneCount) (batch.LaneCou
 }
 
 // streakAttr is the lane attribute of failure-class slot i
-// (batch.StreakSlot): x0 … x7, the attempts that failed transiently with
+// (ledger.StreakSlot): x0 … x7, the attempts that failed transiently with
 // a class of that slot since an item of the lane was last answered.
 func streakAttr(i int) string { return "x" + strconv.Itoa(i) }
 
 // CountRun adds c to the run row COUNT#{id}#{run}, RUN with one UpdateItem
 // returning the new totals (ADD lanes_done, failures; SET t{h},
 // updated_at_ms), sent once at a time as CountLane's (addOnce).
-func (s *Store) CountRun(ctx context.Context, c batch.RunCount) (batch.RunCounted, error) {
+func (s *Store) CountRun(ctx context.Context, c ledger.RunCount) (ledger.RunCounted, error) {
 	u := expression.Add(expression.Name(attrLanesDone), expression.Value(c.LanesDone)).
 		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
 		Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now))).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
 	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
-		return batch.RunCounted{}, err
+		return ledger.RunCounted{}, err
 	}
 	row, err := s.addOnce(ctx, key(runPK(c.BatchID, c.Run), skRun), expr, c.Token, c.Now)
 	if err != nil {
-		return batch.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
+		return ledger.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
 	}
 	var v struct {
 		LanesDone int64 `dynamodbav:"lanes_done"`
 		Failures  int64 `dynamodbav:"failures"`
 	}
 	if err := attributevalue.UnmarshalMap(row, &v); err != nil {
-		return batch.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
+		return ledger.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
 	}
-	return batch.RunCounted{LanesDone: v.LanesDone, Failures: v.Failures}, nil
+	return ledger.RunCounted{LanesDone: v.LanesDone, Failures: v.Failures}, nil
 }
 
 // countClockSkew is how far apart two writers' clocks may be.
@@ -428,7 +429,7 @@ var countThrottleRetry = retry.Schedule{Interval: 50 * time.Millisecond, MaxDela
 //   - throttled (DynamoDB did not apply it): sent again, up to
 //     awsfault.MaxAttempts tries in all;
 //   - answered with its condition lost: the stored row and
-//     batch.ErrConflict — unless the row's slot holds its mark, when an
+//     api.ErrConflict — unless the row's slot holds its mark, when an
 //     earlier try took effect and the row is its answer;
 //   - no answer (a connection reset or timeout, a 500: it may have taken
 //     effect): the row is read, strongly consistent. Its slot holding the
@@ -437,7 +438,7 @@ var countThrottleRetry = retry.Schedule{Interval: 50 * time.Millisecond, MaxDela
 //     absent, or the slot last written more than countClockSkew before
 //     now, no try took effect (it would have written the slot) and it is
 //     sent again. Otherwise a later write took the slot and whether this
-//     one took effect cannot be told: batch.ErrCountUnknown. With 16 slots
+//     one took effect cannot be told: ledger.ErrCountUnknown. With 16 slots
 //     a write is told apart unless one of the writes since took its slot:
 //     always while the row is quiet, in most cases at a lane's 250 writes/s.
 //
@@ -467,19 +468,19 @@ func (s *Store) addOnce(ctx context.Context, k map[string]types.AttributeValue, 
 			if stringAttr(old, slot) == mark {
 				return old, nil
 			}
-			return old, batch.ErrConflict
+			return old, api.ErrConflict
 		}
 		switch {
 		case err == nil:
 			return out.Attributes, nil
-		case !errors.Is(err, batch.ErrUnavailable):
+		case !errors.Is(err, ledger.ErrUnavailable):
 			return nil, err
 		case awsretry.IsErrorThrottles(awsretry.DefaultThrottles).IsErrorThrottle(err) == aws.TrueTernary:
 			continue // not applied
 		}
 		row, gerr := s.getRow(ctx, k)
 		if gerr != nil {
-			return nil, fmt.Errorf("%w: %w (and reading the row: %w)", batch.ErrCountUnknown, err, gerr)
+			return nil, fmt.Errorf("%w: %w (and reading the row: %w)", ledger.ErrCountUnknown, err, gerr)
 		}
 		got := stringAttr(row, slot)
 		if got == mark {
@@ -488,7 +489,7 @@ func (s *Store) addOnce(ctx context.Context, k map[string]types.AttributeValue, 
 		if _, at, ok := strings.Cut(got, "@"); ok {
 			ms, _ := strconv.ParseInt(at, 10, 64)
 			if ms >= now.Add(-countClockSkew).UnixMilli() {
-				return nil, fmt.Errorf("%w: %w", batch.ErrCountUnknown, err)
+				return nil, fmt.Errorf("%w: %w", ledger.ErrCountUnknown, err)
 			}
 		}
 	}

@@ -15,11 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // stagedWrites is what the worker's Staging hands Record and WritePack as
-// batch.StagedEffects: DynamoDB transaction writes
+// ledger.StagedEffects: DynamoDB transaction writes
 // (shared/pipeline/effects.Writes), matched by method so that the adapter
 // imports no pipeline package.
 type stagedWrites interface {
@@ -42,15 +43,15 @@ type stagedWrites interface {
 // bulkrun's own table is refused by name and by table ARN (TransactWriteItems
 // takes either in TableName).
 //
-// Errors: the outcome's fence lost → the stored row and batch.ErrConflict
+// Errors: the outcome's fence lost → the stored row and api.ErrConflict
 // (nothing applied); a staged write's condition did not hold, DynamoDB
 // refused a staged write as written, or the transaction names a table
 // that does not exist or that the function may not write
-// (ResourceNotFoundException, AccessDeniedException) → *batch.EffectsError
+// (ResourceNotFoundException, AccessDeniedException) → *ledger.EffectsError
 // (permanent but for a condition); a transaction
-// conflict with a concurrent writer or throttling → batch.ErrUnavailable
+// conflict with a concurrent writer or throttling → ledger.ErrUnavailable
 // (the worker tries the same commit again).
-func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[string]types.AttributeValue, expr expression.Expression, w []types.TransactWriteItem) (map[string]types.AttributeValue, error) {
+func (s *Store) recordWithEffects(ctx context.Context, r ledger.Record, k map[string]types.AttributeValue, expr expression.Expression, w []types.TransactWriteItem) (map[string]types.AttributeValue, error) {
 	items := make([]types.TransactWriteItem, 0, 1+len(w))
 	items = append(items, types.TransactWriteItem{Update: &types.Update{
 		TableName: &s.table, Key: k,
@@ -60,7 +61,7 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 	}})
 	for i, e := range w {
 		if s.ownTable(tableOf(e)) {
-			return nil, &batch.EffectsError{Index: i, Table: s.table, Permanent: true, Err: errors.New("bulkrun's own table takes no staged writes")}
+			return nil, &ledger.EffectsError{Index: i, Table: s.table, Permanent: true, Err: errors.New("bulkrun's own table takes no staged writes")}
 		}
 		items = append(items, e)
 	}
@@ -77,23 +78,23 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 	if errors.As(err, &tce) {
 		reasons := tce.CancellationReasons
 		if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
-			return reasons[0].Item, batch.ErrConflict
+			return reasons[0].Item, api.ErrConflict
 		}
 		for i := 1; i < len(reasons) && i < len(items); i++ {
 			switch code := aws.ToString(reasons[i].Code); code {
 			case "", "None":
 			case "ConditionalCheckFailed":
-				return nil, &batch.EffectsError{Index: i - 1, Table: tableOf(items[i]), Err: errors.New("its condition did not hold; nothing was applied")}
+				return nil, &ledger.EffectsError{Index: i - 1, Table: tableOf(items[i]), Err: errors.New("its condition did not hold; nothing was applied")}
 			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-				return nil, fmt.Errorf("%w: staged write %d on table %q: %s: %s", batch.ErrUnavailable, i-1, tableOf(items[i]), code, aws.ToString(reasons[i].Message))
+				return nil, fmt.Errorf("%w: staged write %d on table %q: %s: %s", ledger.ErrUnavailable, i-1, tableOf(items[i]), code, aws.ToString(reasons[i].Message))
 			default:
-				return nil, &batch.EffectsError{Index: i - 1, Table: tableOf(items[i]), Permanent: true, Err: fmt.Errorf("%s: %s", code, aws.ToString(reasons[i].Message))}
+				return nil, &ledger.EffectsError{Index: i - 1, Table: tableOf(items[i]), Permanent: true, Err: fmt.Errorf("%s: %s", code, aws.ToString(reasons[i].Message))}
 			}
 		}
 		if len(reasons) > 0 {
 			switch aws.ToString(reasons[0].Code) {
 			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-				return nil, fmt.Errorf("%w: %w", batch.ErrUnavailable, err)
+				return nil, fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 			}
 		}
 		return nil, err
@@ -105,7 +106,7 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 			// Refused as written, a staged write's table does not exist, or
 			// the item function may not write it: the same commit would be
 			// refused again.
-			return nil, &batch.EffectsError{Index: -1, Permanent: true, Err: fmt.Errorf("%s: %s", api.ErrorCode(), api.ErrorMessage())}
+			return nil, &ledger.EffectsError{Index: -1, Permanent: true, Err: fmt.Errorf("%s: %s", api.ErrorCode(), api.ErrorMessage())}
 		}
 	}
 	return nil, err
@@ -120,7 +121,7 @@ func (s *Store) recordWithEffects(ctx context.Context, r batch.Record, k map[str
 // another request, which DynamoDB would refuse with
 // IdempotentParameterMismatchException within 10 minutes under the same
 // token (its timestamps differ).
-func effectsToken(r batch.Record) string {
+func effectsToken(r ledger.Record) string {
 	h := sha256.New()
 	for _, p := range []string{r.BatchID, r.Key, strconv.Itoa(r.Run), strconv.Itoa(r.Attempt), strconv.FormatInt(r.Now.UnixMilli(), 10)} {
 		h.Write([]byte(strconv.Itoa(len(p))))

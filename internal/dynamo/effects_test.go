@@ -17,7 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 )
 
@@ -88,8 +89,8 @@ func TestStagedEffectsTokenPerCommit(t *testing.T) {
 	s := tokenStore(f, "bulkrun-table")
 	ctx := context.Background()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	rec := batch.Record{BatchID: "upload-1", Key: "k/1", RunID: batch.RunID("upload-1", "k/1"), Run: 1, Attempt: 1,
-		Outcome: batch.OutcomeSucceeded, Effects: stagedPut("orders", "a"), Now: at}
+	rec := ledger.Record{BatchID: "upload-1", Key: "k/1", RunID: ledger.RunID("upload-1", "k/1"), Run: 1, Attempt: 1,
+		Outcome: api.OutcomeSucceeded, Effects: stagedPut("orders", "a"), Now: at}
 	if err := s.Record(ctx, rec); err != nil {
 		t.Fatalf("first commit: %v", err)
 	}
@@ -125,11 +126,11 @@ func TestStagedEffectsNeverOnOwnTable(t *testing.T) {
 		t.Run(table, func(t *testing.T) {
 			f := &tokenDynamo{}
 			s := tokenStore(f, "bulkrun-table")
-			err := s.Record(context.Background(), batch.Record{BatchID: "b", Key: "k", Run: 1, Attempt: 1,
-				Outcome: batch.OutcomeSucceeded, Effects: stagedPut(table, "ITEM#b#k"), Now: time.Now()})
-			var ee *batch.EffectsError
+			err := s.Record(context.Background(), ledger.Record{BatchID: "b", Key: "k", Run: 1, Attempt: 1,
+				Outcome: api.OutcomeSucceeded, Effects: stagedPut(table, "ITEM#b#k"), Now: time.Now()})
+			var ee *ledger.EffectsError
 			if !errors.As(err, &ee) || !ee.Permanent {
-				t.Fatalf("Record = %v, want a permanent *batch.EffectsError", err)
+				t.Fatalf("Record = %v, want a permanent *ledger.EffectsError", err)
 			}
 			if len(f.applied) != 0 {
 				t.Errorf("%d requests sent, want none", len(f.applied))
@@ -162,7 +163,7 @@ func (f errDynamo) Do(r *http.Request) (*http.Response, error) {
 // on every try; left unclassified, the item held its lease, came back as
 // an interruption (quarantined under on_interrupt=quarantine) and ran
 // again until its attempts or receives ran out. It is a permanent
-// *batch.EffectsError carrying DynamoDB's message, so the item fails at
+// *ledger.EffectsError carrying DynamoDB's message, so the item fails at
 // once and says why.
 func TestStagedEffectsRefusedTableIsPermanent(t *testing.T) {
 	for _, f := range []errDynamo{
@@ -173,13 +174,13 @@ func TestStagedEffectsRefusedTableIsPermanent(t *testing.T) {
 		t.Run(f.code, func(t *testing.T) {
 			db := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://dynamo.invalid"),
 				Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), HTTPClient: f})
-			err := New(db, "bulkrun-table").Record(context.Background(), batch.Record{BatchID: "b", Key: "k", Run: 1, Attempt: 1,
-				Outcome: batch.OutcomeSucceeded, Effects: stagedPut("orders", "a"), Now: time.Now()})
-			var ee *batch.EffectsError
+			err := New(db, "bulkrun-table").Record(context.Background(), ledger.Record{BatchID: "b", Key: "k", Run: 1, Attempt: 1,
+				Outcome: api.OutcomeSucceeded, Effects: stagedPut("orders", "a"), Now: time.Now()})
+			var ee *ledger.EffectsError
 			if !errors.As(err, &ee) || !ee.Permanent || !strings.Contains(err.Error(), f.code) {
-				t.Fatalf("Record = %v, want a permanent *batch.EffectsError naming %s", err, f.code)
+				t.Fatalf("Record = %v, want a permanent *ledger.EffectsError naming %s", err, f.code)
 			}
-			if errors.Is(err, batch.ErrUnavailable) || errors.Is(err, batch.ErrConflict) {
+			if errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, api.ErrConflict) {
 				t.Fatalf("Record = %v: classified as unavailable or conflict", err)
 			}
 		})

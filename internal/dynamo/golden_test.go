@@ -15,7 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/internal/dynjson"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // goldenDir is where the golden formats of version v live.
@@ -64,15 +65,15 @@ func tags(v any, extra ...string) map[string]bool {
 // markers and an upload claim) of every version is read by today's
 // readers, holds no attribute they do not know, and carries its version
 // (none on version 0); a row of a newer version is refused with a
-// *batch.NewerFormatError by the readers that interpret its attributes
+// *ledger.NewerFormatError by the readers that interpret its attributes
 // (refuses; a mark, a slot, a marker and an upload claim are read by
 // their key or a condition only).
 func TestGoldenRows(t *testing.T) {
 	itemAttrs := tags(itemRow{}, "pk", "apk", "ask")
 	counterAttrs := []string{"pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
-		outcomeAttr(batch.OutcomeSucceeded), outcomeAttr(batch.OutcomeFailed), outcomeAttr(batch.OutcomeQuarantined), outcomeAttr(batch.OutcomeCancelled)}
+		outcomeAttr(api.OutcomeSucceeded), outcomeAttr(api.OutcomeFailed), outcomeAttr(api.OutcomeQuarantined), outcomeAttr(api.OutcomeCancelled)}
 	packAttrs := tags(struct{}{}, "pk", "sk", attrRun, attrAttempt, attrLeaseUntilMs, attrPackItems, attrPackInFlight, attrUpdatedAtMs, attrFormat, "expires_at")
-	for j := range batch.MaxItemsPerMessage {
+	for j := range ledger.MaxItemsPerMessage {
 		packAttrs[packItemAttr(j)] = true
 	}
 	v2 := []int{2}
@@ -104,7 +105,7 @@ func TestGoldenRows(t *testing.T) {
 		"row-item-corrected":       {itemAttrs, readCorrectedItem, v2, false},
 		"row-pack-corrected":       {packAttrs, readCorrectedPack, v2, false},
 	}
-	for v := range batch.FormatVersion + 1 {
+	for v := range ledger.FormatVersion + 1 {
 		for name, r := range rows {
 			if r.versions != nil && !slices.Contains(r.versions, v) {
 				continue
@@ -126,10 +127,10 @@ func TestGoldenRows(t *testing.T) {
 				if r.keyOnly {
 					return
 				}
-				av[attrFormat] = &types.AttributeValueMemberN{Value: fmt.Sprint(batch.FormatVersion + 1)}
-				var nf *batch.NewerFormatError
+				av[attrFormat] = &types.AttributeValueMemberN{Value: fmt.Sprint(ledger.FormatVersion + 1)}
+				var nf *ledger.NewerFormatError
 				if _, err := r.read(av); !errors.As(err, &nf) {
-					t.Errorf("a row of version %d: %v, want a *batch.NewerFormatError", batch.FormatVersion+1, err)
+					t.Errorf("a row of version %d: %v, want a *ledger.NewerFormatError", ledger.FormatVersion+1, err)
 				}
 			})
 		}
@@ -167,7 +168,7 @@ func readBatch(av map[string]types.AttributeValue) (int, error) {
 		return 0, err
 	}
 	b, err := fromRow(r)
-	if err == nil && (b.ID == "" || b.Status != batch.StatusRunning) {
+	if err == nil && (b.ID == "" || b.Status != api.StatusRunning) {
 		err = fmt.Errorf("read %+v", b)
 	}
 	return r.Format, err
@@ -187,7 +188,7 @@ func readCorrectionBatch(av map[string]types.AttributeValue) (int, error) {
 
 func readCorrectedItem(av map[string]types.AttributeValue) (int, error) {
 	it, err := itemFrom("upgrade-fix-k1", av)
-	if err == nil && (it.Outcome != batch.OutcomeFailed || it.Run != 1 || it.Revision != 2) {
+	if err == nil && (it.Outcome != api.OutcomeFailed || it.Run != 1 || it.Revision != 2) {
 		err = fmt.Errorf("read %+v", it)
 	}
 	return formatOf(av), err
@@ -195,7 +196,7 @@ func readCorrectedItem(av map[string]types.AttributeValue) (int, error) {
 
 func readCorrectedPack(av map[string]types.AttributeValue) (int, error) {
 	p, err := packFrom("upgrade-fix-k4", av)
-	if err == nil && (len(p.Items) != 4 || p.Items[1].Outcome != batch.OutcomeFailed || p.Items[1].Revision != 2 || p.Items[0].Revision != 0) {
+	if err == nil && (len(p.Items) != 4 || p.Items[1].Outcome != api.OutcomeFailed || p.Items[1].Revision != 2 || p.Items[0].Revision != 0) {
 		err = fmt.Errorf("read %+v", p)
 	}
 	return formatOf(av), err
@@ -203,7 +204,7 @@ func readCorrectedPack(av map[string]types.AttributeValue) (int, error) {
 
 func readPack(av map[string]types.AttributeValue) (int, error) {
 	p, err := packFrom("upgrade-k4", av)
-	if err == nil && (len(p.Items) != 4 || p.Items[0].Outcome != batch.OutcomeSucceeded || !p.Items[2].Retry) {
+	if err == nil && (len(p.Items) != 4 || p.Items[0].Outcome != api.OutcomeSucceeded || !p.Items[2].Retry) {
 		err = fmt.Errorf("read %+v", p)
 	}
 	return formatOf(av), err
@@ -215,7 +216,7 @@ func readFinishedBatch(av map[string]types.AttributeValue) (int, error) {
 		return 0, err
 	}
 	b, err := fromRow(r)
-	if err == nil && (b.Status != batch.StatusCompleted || b.ReportKey == "" || b.FinishedAt.IsZero() || b.MaxConcurrency != 2) {
+	if err == nil && (b.Status != api.StatusCompleted || b.ReportKey == "" || b.FinishedAt.IsZero() || b.MaxConcurrency != 2) {
 		err = fmt.Errorf("read %+v", b)
 	}
 	return r.Format, err
@@ -248,7 +249,7 @@ func readFullPack(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readMark(av map[string]types.AttributeValue) (int, error) {
-	return formatOf(av), batch.CheckFormat("count mark", formatOf(av))
+	return formatOf(av), ledger.CheckFormat("count mark", formatOf(av))
 }
 
 func readSlot(av map[string]types.AttributeValue) (int, error) {
@@ -292,5 +293,5 @@ func readUpload(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readCounter(av map[string]types.AttributeValue) (int, error) {
-	return formatOf(av), batch.CheckFormat("counter row", formatOf(av))
+	return formatOf(av), ledger.CheckFormat("counter row", formatOf(av))
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // TestAdapterImportsNoPipeline guards the layering: the DynamoDB adapter
-// imports the domain (shared/batch) and the SDK, never a pipeline package
-// (staged writes arrive as batch.StagedEffects and are matched by method),
+// imports the ledger (shared/api, shared/ledger) and the SDK, never a
+// pipeline package (staged writes arrive as ledger.StagedEffects and are matched by method),
 // so nothing runs back up from storage to the pipelines.
 func TestAdapterImportsNoPipeline(t *testing.T) {
 	files, err := filepath.Glob("*.go")

@@ -13,11 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// fresh is the condition under which an item starts a new run (batch.Plan):
+// fresh is the condition under which an item starts a new run (ledger.Plan):
 // no row; a failed, cancelled (or interrupted) row of an earlier run; a
 // quarantined row of an earlier run that was released.
 //
@@ -42,8 +43,8 @@ func fresh(run, rev int) expression.ConditionBuilder {
 		expression.And(
 			expression.Name(attrRun).LessThan(expression.Value(run)),
 			expression.Or(
-				expression.In(out, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeCancelled)), expression.Value(string(batch.OutcomeInFlight))),
-				expression.And(out.Equal(expression.Value(string(batch.OutcomeQuarantined))), expression.Name(attrReleased).Equal(expression.Value(true))),
+				expression.In(out, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeCancelled)), expression.Value(string(api.OutcomeInFlight))),
+				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(attrReleased).Equal(expression.Value(true))),
 			),
 		),
 	)
@@ -56,7 +57,7 @@ func fresh(run, rev int) expression.ConditionBuilder {
 func expired(run int, now time.Time) expression.ConditionBuilder {
 	return expression.And(
 		expression.Name(attrRun).Equal(expression.Value(run)),
-		expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
 		expression.Name(attrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())),
 	)
 }
@@ -66,7 +67,7 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 //	outcome = in_flight AND attempt = :attempt AND run = :run
 func fenced(run, attempt int) expression.ConditionBuilder {
 	return expression.And(
-		expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeInFlight))),
+		expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
 		expression.Name(attrAttempt).Equal(expression.Value(attempt)),
 		expression.Name(attrRun).Equal(expression.Value(run)),
 	)
@@ -77,7 +78,7 @@ func identity(u expression.UpdateBuilder, run int, now time.Time) expression.Upd
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(now.UnixMilli()))
 }
 
-// Reserve takes the item under a new attempt and lease (see batch.Store).
+// Reserve takes the item under a new attempt and lease (see ledger.Store).
 // Attempts count across runs (the attempt is the fence); first_attempt
 // marks where this run's attempts start, so Item.RunAttempts counts them.
 //
@@ -91,16 +92,16 @@ func identity(u expression.UpdateBuilder, run int, now time.Time) expression.Upd
 // fresh start only when its condition fails on a row that fresh would
 // take, so that the usual case costs one write, not a failed condition
 // (billed at the row's size) and a write.
-func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, error) {
+func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
 	if r.Redelivered {
 		it, err := s.takeover(ctx, r)
-		if !errors.Is(err, batch.ErrConflict) || it.Outcome == batch.OutcomeInFlight && it.Run == r.Run {
+		if !errors.Is(err, api.ErrConflict) || it.Outcome == api.OutcomeInFlight && it.Run == r.Run {
 			return it, err
 		}
 	}
 	next := expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))
 	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
-		Set(expression.Name(attrOutcome), expression.Value(string(batch.OutcomeInFlight))).
+		Set(expression.Name(attrOutcome), expression.Value(string(api.OutcomeInFlight))).
 		Set(expression.Name(attrAttempt), next).
 		Set(expression.Name(attrFirstAttempt), next).
 		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
@@ -109,7 +110,7 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
 		Remove(expression.Name(attrThrottledMs))
 	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(u, r.Now))
-	if r.Redelivered || !errors.Is(err, batch.ErrConflict) || it.Outcome != batch.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
+	if r.Redelivered || !errors.Is(err, api.ErrConflict) || it.Outcome != api.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
 		return it, err
 	}
 	return s.takeover(ctx, r)
@@ -117,7 +118,7 @@ func (s *Store) Reserve(ctx context.Context, r batch.Reservation) (batch.Item, e
 
 // takeover is Reserve's second condition: the item is in flight in this
 // run with an expired lease; attempt + 1, first_attempt kept.
-func (s *Store) takeover(ctx context.Context, r batch.Reservation) (batch.Item, error) {
+func (s *Store) takeover(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
 	take := expression.Set(expression.Name(attrAttempt), expression.Plus(expression.Name(attrAttempt), expression.Value(1))).
 		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
@@ -125,34 +126,44 @@ func (s *Store) takeover(ctx context.Context, r batch.Reservation) (batch.Item, 
 	return s.reserve(ctx, r, expired(r.Run, r.Now), s.stamp(take, r.Now))
 }
 
-func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
+func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
-		return batch.Item{}, err
+		return ledger.Item{}, err
 	}
 	attrs, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
-	if errors.Is(err, batch.ErrConflict) {
+	if errors.Is(err, api.ErrConflict) {
 		it, uerr := itemFrom(r.BatchID, old)
 		if uerr != nil {
-			return batch.Item{}, uerr
+			return ledger.Item{}, uerr
 		}
 		return it, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
 	}
 	if err != nil {
-		return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+		return ledger.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
 	}
 	// The row as written, from the row as it was: one round trip, and the
 	// old row tells whether this reservation interrupted an attempt.
 	var prev itemRow
 	if len(attrs) > 0 {
 		if err := attributevalue.UnmarshalMap(attrs, &prev); err != nil {
-			return batch.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
+			return ledger.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
 		}
 	}
-	it := batch.Item{BatchID: r.BatchID, Key: r.Key, RunID: r.RunID, Run: r.Run, Outcome: batch.OutcomeInFlight,
-		Attempt: prev.Attempt + 1, LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()), UpdatedAt: fromMs(r.Now.UnixMilli()),
-		Revision: prev.Revision}
-	if prev.Run == r.Run && prev.Outcome == string(batch.OutcomeInFlight) {
+	it := ledger.Item{
+		Item: api.Item{
+			Key:        r.Key,
+			RunID:      r.RunID,
+			Run:        r.Run,
+			Outcome:    api.OutcomeInFlight,
+			Attempt:    prev.Attempt + 1,
+			LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()),
+			UpdatedAt:  fromMs(r.Now.UnixMilli()),
+			Revision:   prev.Revision,
+		},
+		BatchID: r.BatchID,
+	}
+	if prev.Run == r.Run && prev.Outcome == string(api.OutcomeInFlight) {
 		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
 		it.ThrottledSince = fromMs(prev.ThrottledMs)
@@ -167,7 +178,7 @@ func (s *Store) reserve(ctx context.Context, r batch.Reservation, cond expressio
 	return it, nil
 }
 
-func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
+func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
 		Set(expression.Name(attrOutcome), expression.Value(string(r.Outcome)))
 	set := func(name, v string) {
@@ -179,7 +190,7 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	}
 	set("output", string(r.Output))
 	set("output_ref", r.OutputRef)
-	set("error", batch.CutError(r.Error))
+	set("error", ledger.CutError(r.Error))
 	set("reason", string(r.Reason))
 	if len(r.Cost) > 0 {
 		u = u.Set(expression.Name(attrCost), expression.Value(map[string]float64(r.Cost)))
@@ -187,8 +198,8 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 		u = u.Remove(expression.Name(attrCost))
 	}
 	u = setSpent(u, r)
-	if r.Outcome == batch.OutcomeFailed || r.Outcome == batch.OutcomeQuarantined {
-		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, batch.Shard(r.Key, r.ListShards)))).
+	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined {
+		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
 			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
 	} else {
 		u = u.Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
@@ -199,12 +210,12 @@ func outcomeUpdate(r batch.Record) (expression.UpdateBuilder, error) {
 	return u, nil
 }
 
-// Record writes a terminal outcome under the attempt fence (see batch.Store).
+// Record writes a terminal outcome under the attempt fence (see ledger.Store).
 // Safe for the SDK to retry: a retry of a write that was applied but whose
 // answer was lost finds this run and attempt already holding this outcome,
 // reason and error, and Record returns nil; any other row that fails the
-// fence is batch.ErrConflict.
-func (s *Store) Record(ctx context.Context, r batch.Record) error {
+// fence is api.ErrConflict.
+func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 	u, err := outcomeUpdate(r)
 	if err != nil {
 		return err
@@ -216,21 +227,21 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 	}
 	k := itemKey(r.BatchID, r.ListShards, r.Key)
 	var old map[string]types.AttributeValue
-	if w, ok := r.Effects.(stagedWrites); ok && len(w.TransactWriteItems()) > 0 && r.Outcome == batch.OutcomeSucceeded {
+	if w, ok := r.Effects.(stagedWrites); ok && len(w.TransactWriteItems()) > 0 && r.Outcome == api.OutcomeSucceeded {
 		old, err = s.recordWithEffects(ctx, r, k, expr, w.TransactWriteItems())
 	} else if r.Effects != nil && r.Effects.Len() > 0 {
 		return fmt.Errorf("record %s/%s attempt %d: staged writes of type %T with outcome %s: only DynamoDB transaction writes with a succeeded outcome are committed", r.BatchID, r.Key, r.Attempt, r.Effects, r.Outcome)
 	} else {
 		_, old, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
 	}
-	if errors.Is(err, batch.ErrConflict) {
+	if errors.Is(err, api.ErrConflict) {
 		// The SDK sends a write again when its answer was lost (a reset
 		// connection, a 5xx), also when the first try was applied: the
 		// retry then fails the fence on this attempt's own outcome. A row
 		// of this run and attempt holding this outcome, reason and error
 		// is that write, not a later attempt's: success.
 		if it, ierr := itemFrom(r.BatchID, old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
-			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == batch.CutError(r.Error) {
+			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == ledger.CutError(r.Error) {
 			return nil
 		}
 	}
@@ -245,10 +256,10 @@ func (s *Store) Record(ctx context.Context, r batch.Record) error {
 // r.ThrottledSince are written as given (absolute values, so a Release
 // the SDK sends again writes the same row): a throttled attempt moves
 // first_attempt past itself and is not counted toward max attempts.
-func (s *Store) Release(ctx context.Context, r batch.Record) error {
+func (s *Store) Release(ctx context.Context, r ledger.Record) error {
 	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
 		Set(expression.Name(attrRetryScheduled), expression.Value(true)).
-		Set(expression.Name(attrError), expression.Value(batch.CutError(r.Error))).
+		Set(expression.Name(attrError), expression.Value(ledger.CutError(r.Error))).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))
 	if r.FirstAttempt > 0 {
 		u = u.Set(expression.Name(attrFirstAttempt), expression.Value(r.FirstAttempt))
@@ -271,7 +282,7 @@ func (s *Store) Release(ctx context.Context, r batch.Record) error {
 // extra request. An empty Spent leaves the stored one: a row settled
 // without running keeps its earlier run's figure, which the census reads
 // only for that run.
-func setSpent(u expression.UpdateBuilder, r batch.Record) expression.UpdateBuilder {
+func setSpent(u expression.UpdateBuilder, r ledger.Record) expression.UpdateBuilder {
 	if len(r.Spent) == 0 {
 		return u
 	}
@@ -283,7 +294,7 @@ func setSpent(u expression.UpdateBuilder, r batch.Record) expression.UpdateBuild
 // fresh condition, or, when the stored row is in flight in r.Run with an
 // expired lease, under the expired condition (a second conditional write,
 // which keeps the run's attempts). It returns the stored row on conflict.
-func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) {
+func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error) {
 	// UpdateBuilder shares its operations between copies: build each
 	// variant from scratch.
 	update := func(newRun bool) (expression.UpdateBuilder, error) {
@@ -303,12 +314,12 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 	}
 	u, err := update(true)
 	if err != nil {
-		return batch.Item{}, err
+		return ledger.Item{}, err
 	}
 	it, err := s.settle(ctx, r, fresh(r.Run, r.Revision), u)
-	if errors.Is(err, batch.ErrConflict) && it.Outcome == batch.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now) {
+	if errors.Is(err, api.ErrConflict) && it.Outcome == api.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now) {
 		if u, err = update(false); err != nil {
-			return batch.Item{}, err
+			return ledger.Item{}, err
 		}
 		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
 	}
@@ -316,12 +327,12 @@ func (s *Store) Settle(ctx context.Context, r batch.Record) (batch.Item, error) 
 }
 
 // SettleUnstarted writes a terminal outcome for an item not reserved in
-// r.Run, under the fresh condition only (see batch.Store); it returns the
+// r.Run, under the fresh condition only (see ledger.Store); it returns the
 // stored row on conflict.
-func (s *Store) SettleUnstarted(ctx context.Context, r batch.Record) (batch.Item, error) {
+func (s *Store) SettleUnstarted(ctx context.Context, r ledger.Record) (ledger.Item, error) {
 	u, err := outcomeUpdate(r)
 	if err != nil {
-		return batch.Item{}, err
+		return ledger.Item{}, err
 	}
 	u = u.Set(expression.Name(attrAttempt), expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0))).
 		Set(expression.Name(attrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))).
@@ -330,26 +341,26 @@ func (s *Store) SettleUnstarted(ctx context.Context, r batch.Record) (batch.Item
 	return s.settle(ctx, r, fresh(r.Run, r.Revision), u)
 }
 
-func (s *Store) settle(ctx context.Context, r batch.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (batch.Item, error) {
+func (s *Store) settle(ctx context.Context, r ledger.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
-		return batch.Item{}, err
+		return ledger.Item{}, err
 	}
 	_, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
-	if errors.Is(err, batch.ErrConflict) {
+	if errors.Is(err, api.ErrConflict) {
 		it, uerr := itemFrom(r.BatchID, old)
 		if uerr != nil {
-			return batch.Item{}, uerr
+			return ledger.Item{}, uerr
 		}
 		return it, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
 	}
 	if err != nil {
-		return batch.Item{}, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
+		return ledger.Item{}, fmt.Errorf("settle %s/%s: %w", r.BatchID, r.Key, err)
 	}
-	return batch.Item{}, nil
+	return ledger.Item{}, nil
 }
 
-func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expression.Expression) error {
+func (s *Store) update(ctx context.Context, op string, r ledger.Record, expr expression.Expression) error {
 	if _, _, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, err)
 	}
@@ -359,54 +370,54 @@ func (s *Store) update(ctx context.Context, op string, r batch.Record, expr expr
 // GetItem reads an item row with a strongly consistent read; ErrNotFound
 // when the item has no row. It reads the batch row (eventually consistent)
 // to find the row's shard; for tests and tools.
-func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (batch.Item, error) {
+func (s *Store) GetItem(ctx context.Context, batchID, itemKey string) (ledger.Item, error) {
 	b, err := s.getBatch(ctx, batchID, false)
 	if err != nil {
-		return batch.Item{}, err
+		return ledger.Item{}, err
 	}
 	return s.getItem(ctx, batchID, b.ListShards, itemKey)
 }
 
-func (s *Store) getItem(ctx context.Context, batchID string, shards int, key string) (batch.Item, error) {
-	return s.getItemAt(ctx, batchID, batch.Shard(key, shards), key)
+func (s *Store) getItem(ctx context.Context, batchID string, shards int, key string) (ledger.Item, error) {
+	return s.getItemAt(ctx, batchID, ledger.Shard(key, shards), key)
 }
 
 // getItemAt reads the row of item key in item shard `shard` with a
 // strongly consistent read; ErrNotFound when it has no row.
-func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key string) (batch.Item, error) {
+func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key string) (ledger.Item, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
 	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: itemKeyAt(batchID, shard, key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return batch.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, key, err)
+		return ledger.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, key, err)
 	}
 	if len(out.Item) == 0 {
-		return batch.Item{}, fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
+		return ledger.Item{}, fmt.Errorf("item %s/%s: %w", batchID, key, api.ErrNotFound)
 	}
 	return itemFrom(batchID, out.Item)
 }
 
 // ReleaseItem marks a quarantined item released, so that the next run
-// runs it again: condition outcome = quarantined. batch.ErrNotFound when
-// the item has no row, batch.ErrConflict when it is not quarantined.
+// runs it again: condition outcome = quarantined. api.ErrNotFound when
+// the item has no row, api.ErrConflict when it is not quarantined.
 func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error {
 	expr, err := expression.NewBuilder().
-		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeQuarantined)))).
+		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeQuarantined)))).
 		WithUpdate(expression.Set(expression.Name(attrReleased), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
 	_, old, err := s.updateRow(ctx, itemKey(batchID, listShards, key), expr, types.ReturnValueNone)
-	if errors.Is(err, batch.ErrConflict) && len(old) == 0 {
+	if errors.Is(err, api.ErrConflict) && len(old) == 0 {
 		// No item row: an item of a pack row, found by its attention row.
 		if found, perr := s.releasePackItem(ctx, batchID, listShards, key); found {
 			return perr
 		}
 	}
 	switch {
-	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
-		return fmt.Errorf("item %s/%s: %w", batchID, key, batch.ErrNotFound)
-	case errors.Is(err, batch.ErrConflict):
+	case errors.Is(err, api.ErrConflict) && len(old) == 0:
+		return fmt.Errorf("item %s/%s: %w", batchID, key, api.ErrNotFound)
+	case errors.Is(err, api.ErrConflict):
 		return fmt.Errorf("release %s/%s: not quarantined: %w", batchID, key, err)
 	case err != nil:
 		return fmt.Errorf("release %s/%s: %w", batchID, key, err)
@@ -423,9 +434,9 @@ func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int,
 // would bill its output once more); it carries the row TTL from now.
 func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error) {
 	item := map[string]types.AttributeValue{
-		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, batch.Shard(key, listShards))},
+		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, ledger.Shard(key, listShards))},
 		config.AttrSK: &types.AttributeValueMemberS{Value: key},
-		attrFormat:    &types.AttributeValueMemberN{Value: strconv.Itoa(batch.FormatVersion)},
+		attrFormat:    &types.AttributeValueMemberN{Value: strconv.Itoa(ledger.FormatVersion)},
 	}
 	if s.RowTTL > 0 {
 		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(s.RowTTL).Unix(), 10)}

@@ -16,8 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // pages is one sorted source of a k-way merge: rows read a page at a
@@ -93,10 +94,10 @@ func (h *pagesHeap[T]) Pop() any {
 
 // shardPages pages through one item shard (ITEM#{id}#{shard}) in key
 // order, every page of it, eventually consistent.
-func (s *Store) shardPages(batchID string, shard int) *pages[batch.Item] {
+func (s *Store) shardPages(batchID string, shard int) *pages[ledger.Item] {
 	pk := itemPK(batchID, shard)
 	var next map[string]types.AttributeValue
-	return &pages[batch.Item]{read: func(ctx context.Context) ([]batch.Item, bool, error) {
+	return &pages[ledger.Item]{read: func(ctx context.Context) ([]ledger.Item, bool, error) {
 		c, cancel := s.ctx(ctx)
 		out, err := s.db.Query(c, &dynamodb.QueryInput{
 			TableName:                 &s.table,
@@ -109,7 +110,7 @@ func (s *Store) shardPages(batchID string, shard int) *pages[batch.Item] {
 		if err != nil {
 			return nil, false, fmt.Errorf("query %s: %w", pk, err)
 		}
-		page := make([]batch.Item, 0, len(out.Items))
+		page := make([]ledger.Item, 0, len(out.Items))
 		for _, av := range out.Items {
 			item, err := itemFrom(batchID, av)
 			if err != nil {
@@ -128,15 +129,15 @@ func (s *Store) shardPages(batchID string, shard int) *pages[batch.Item] {
 // read as in_flight or released is re-read with a strongly consistent
 // GetItem before fn sees it (those are the rows whose next write decides a
 // run's end).
-func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, fn func(batch.Item) error) error {
+func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, fn func(ledger.Item) error) error {
 	shards := max(1, listShards)
-	srcs := make([]*pages[batch.Item], shards)
+	srcs := make([]*pages[ledger.Item], shards)
 	for i := range srcs {
 		srcs[i] = s.shardPages(batchID, i)
 	}
 	var fnErr error
-	err := merge(ctx, srcs, func(a, b batch.Item) bool { return a.Key < b.Key }, func(item batch.Item) (bool, error) {
-		if item.Outcome == batch.OutcomeInFlight || item.Released {
+	err := merge(ctx, srcs, func(a, b ledger.Item) bool { return a.Key < b.Key }, func(item ledger.Item) (bool, error) {
+		if item.Outcome == api.OutcomeInFlight || item.Released {
 			fresh, err := s.getItem(ctx, batchID, shards, item.Key)
 			if err != nil {
 				fnErr = err
@@ -168,7 +169,7 @@ func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, f
 // items come from the table's item shards with a filter (DynamoDB reads
 // and discards the other rows of the page). Each shard is queried for at
 // most limit rows per call.
-func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, outcome batch.Outcome, after string, limit int) ([]batch.Item, string, error) {
+func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, outcome api.Outcome, after string, limit int) ([]ledger.Item, string, error) {
 	type source struct {
 		index        *string
 		pkAttr, skAt string
@@ -176,15 +177,15 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 	}
 	var sources []source
 	switch outcome {
-	case batch.OutcomeFailed, batch.OutcomeQuarantined:
+	case api.OutcomeFailed, api.OutcomeQuarantined:
 		sources = []source{
 			{aws.String(config.IndexAttention), config.AttrAttentionPK, config.AttrAttentionSK, func(shard int) string { return shardKey(batchID, shard) }},
 			{nil, config.AttrPK, config.AttrSK, func(shard int) string { return attnPK(batchID, shard) }},
 		}
-	case batch.OutcomeInFlight:
+	case api.OutcomeInFlight:
 		sources = []source{{nil, config.AttrPK, config.AttrSK, func(shard int) string { return itemPK(batchID, shard) }}}
 	default:
-		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, batch.ErrInvalid)
+		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, api.ErrInvalid)
 	}
 	var all []listed
 	seen := map[string]bool{} // an entry of format 0–1 is in the index and its partition
@@ -263,7 +264,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 // listed is one row ListItems found: an item row, or a pack item's
 // attention entry and where its pack is.
 type listed struct {
-	item   batch.Item
+	item   ledger.Item
 	packed bool
 	first  int64
 	index  int
@@ -272,13 +273,13 @@ type listed struct {
 // confirmPacked returns the items of ls in order, each pack item's as its
 // pack row holds it (read with one consistent BatchGetItem per 100
 // packs), left out when the pack does not hold it in outcome.
-func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards int, outcome batch.Outcome, ls []listed) ([]batch.Item, error) {
-	packs := map[int64]*batch.Pack{}
+func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards int, outcome api.Outcome, ls []listed) ([]ledger.Item, error) {
+	packs := map[int64]*ledger.Pack{}
 	var keys []map[string]types.AttributeValue
 	for _, l := range ls {
 		if l.packed && packs[l.first] == nil {
-			packs[l.first] = &batch.Pack{}
-			keys = append(keys, packKey(batch.PackRef{BatchID: batchID, ListShards: listShards, First: l.first}))
+			packs[l.first] = &ledger.Pack{}
+			keys = append(keys, packKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: l.first}))
 		}
 	}
 	for len(keys) > 0 {
@@ -307,7 +308,7 @@ func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards in
 			pending = out.UnprocessedKeys
 		}
 	}
-	items := make([]batch.Item, 0, len(ls))
+	items := make([]ledger.Item, 0, len(ls))
 	for _, l := range ls {
 		if !l.packed {
 			items = append(items, l.item)
@@ -356,7 +357,7 @@ func (s *Store) shardQuery(batchID string, shard int, after string, limit int) *
 // or released is re-read from the table with a strongly consistent
 // GetItem, as ScanItems does. Memory: the rows returned, whatever the
 // shard's size.
-func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]batch.Item, bool, error) {
+func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error) {
 	limit = min(max(limit, 1), 1000)
 	c, cancel := s.ctx(ctx)
 	out, err := s.db.Query(c, s.shardQuery(batchID, shard, after, limit))
@@ -364,13 +365,13 @@ func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after 
 	if err != nil {
 		return nil, false, fmt.Errorf("scan shard %d of %s: %w", shard, batchID, err)
 	}
-	items := make([]batch.Item, 0, len(out.Items))
+	items := make([]ledger.Item, 0, len(out.Items))
 	for _, av := range out.Items {
 		it, err := itemFrom(batchID, av)
 		if err != nil {
 			return nil, false, fmt.Errorf("scan shard %d of %s: %w", shard, batchID, err)
 		}
-		if it.Outcome == batch.OutcomeInFlight || it.Released {
+		if it.Outcome == api.OutcomeInFlight || it.Released {
 			if it, err = s.getItemAt(ctx, batchID, shard, it.Key); err != nil {
 				return nil, false, err
 			}
@@ -384,14 +385,14 @@ func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after 
 }
 
 // ListBatches walks the batches index newest month first, merging each
-// month's BatchesShards shards newest first (see batch.Store); with
+// month's BatchesShards shards newest first (see ledger.Store); with
 // q.Source, the one partition of the sources index that holds the
 // batches of that source. The position it returns is the sort key of the
 // last entry it examined, or the start of the last month it read when it
 // stopped between months.
-func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+func (s *Store) ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error) {
 	if q.Limit < 1 {
-		return nil, "", &batch.InputError{Field: "limit", Reason: fmt.Sprintf("%d: want at least 1", q.Limit)}
+		return nil, "", &api.InputError{Field: "limit", Reason: fmt.Sprintf("%d: want at least 1", q.Limit)}
 	}
 	if q.Source != "" {
 		return s.listSource(ctx, q)
@@ -402,7 +403,7 @@ func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Ba
 	m := month(q.Now.Add(time.Hour))
 	if upper != "" {
 		if !positionRE.MatchString(upper) {
-			return nil, "", &batch.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+			return nil, "", &api.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
 		}
 		ms, _ := strconv.ParseInt(upper[:13], 10, 64)
 		if !strings.Contains(upper, "#") {
@@ -418,7 +419,7 @@ func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Ba
 			floor = sm
 		}
 	}
-	var out []batch.Batch
+	var out []ledger.Batch
 	examined := 0
 	for months := 0; !m.Before(floor); months++ {
 		if months == listMonthsPerCall {
@@ -455,20 +456,20 @@ func (s *Store) ListBatches(ctx context.Context, q batch.BatchQuery) ([]batch.Ba
 // listSource lists the batches of q.Source from the sources index (one
 // partition, newest first), as ListBatches does the batches index: at
 // most listEntriesPerCall entries examined per call.
-func (s *Store) listSource(ctx context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+func (s *Store) listSource(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error) {
 	pk := SourcesPK(q.Source)
 	if pk == "" {
 		return nil, "", nil // only S3 sources are indexed
 	}
 	if q.Before != "" && (!positionRE.MatchString(q.Before) || !strings.Contains(q.Before, "#")) {
-		return nil, "", &batch.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+		return nil, "", &api.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
 	}
 	lower := ""
 	if !q.Since.IsZero() {
 		lower = msKey(q.Since)
 	}
 	src := s.indexPages(config.IndexSources, config.AttrSourcesPK, pk, q.Before, lower, min(max(q.Limit, 25), 250))
-	var out []batch.Batch
+	var out []ledger.Batch
 	examined, pos := 0, ""
 	err := merge(ctx, []*pages[batchesEntry]{src}, func(a, b batchesEntry) bool { return a.sk > b.sk }, func(e batchesEntry) (bool, error) {
 		examined++
@@ -489,7 +490,7 @@ func (s *Store) listSource(ctx context.Context, q batch.BatchQuery) ([]batch.Bat
 
 type batchesEntry struct {
 	sk string
-	b  batch.Batch
+	b  ledger.Batch
 }
 
 // batchesPages pages through one shard of one month of the batches

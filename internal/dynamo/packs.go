@@ -16,8 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // packPK is the partition key of the pack rows of one item shard.
@@ -27,8 +28,8 @@ func packPK(id string, shard int) string { return "PACK#" + shardKey(id, shard) 
 // one item shard (by the item key's shard, as an item row's).
 func attnPK(id string, shard int) string { return config.PKAttention + shardKey(id, shard) }
 
-func packKey(ref batch.PackRef) map[string]types.AttributeValue {
-	return key(packPK(ref.BatchID, batch.PackShard(ref.First, ref.ListShards)), batch.PackSK(ref.First))
+func packKey(ref ledger.PackRef) map[string]types.AttributeValue {
+	return key(packPK(ref.BatchID, ledger.PackShard(ref.First, ref.ListShards)), ledger.PackSK(ref.First))
 }
 
 // packItemAttr is the attribute holding item j of a pack row ("i0" ..
@@ -39,7 +40,7 @@ func packItemAttr(j int) string { return "i" + strconv.Itoa(j) }
 // attrLeaseUntilMs and attrUpdatedAtMs are the item rows' names.
 const (
 	attrPackItems    = "n"        // items in the pack, set by its first take
-	attrPackInFlight = "inflight" // items in flight after the last write (batch.PackWrite.InFlight)
+	attrPackInFlight = "inflight" // items in flight after the last write (ledger.PackWrite.InFlight)
 )
 
 // Attributes of attention rows besides the item row's: where the item's
@@ -49,7 +50,7 @@ const (
 	attrPackIndex = "pack_index"
 )
 
-// packItemRow is the stored shape of batch.ItemState: short names, empty
+// packItemRow is the stored shape of ledger.ItemState: short names, empty
 // fields left out, since every byte of a pack row is billed on each of its
 // writes.
 type packItemRow struct {
@@ -59,7 +60,7 @@ type packItemRow struct {
 	Attempt      int                `dynamodbav:"a,omitempty"`
 	FirstAttempt int                `dynamodbav:"f,omitempty"`
 	Retry        bool               `dynamodbav:"rs,omitempty"`
-	ThrottledMs  int64              `dynamodbav:"ts,omitempty"` // batch.ItemState.ThrottledSince
+	ThrottledMs  int64              `dynamodbav:"ts,omitempty"` // ledger.ItemState.ThrottledSince
 	Released     bool               `dynamodbav:"rel,omitempty"`
 	Output       string             `dynamodbav:"out,omitempty"`
 	OutputRef    string             `dynamodbav:"ref,omitempty"`
@@ -69,20 +70,20 @@ type packItemRow struct {
 	Spent        map[string]float64 `dynamodbav:"s,omitempty"`
 	SpentRun     int                `dynamodbav:"sr,omitempty"`
 	CountedRun   int                `dynamodbav:"cr,omitempty"`
-	Revision     int                `dynamodbav:"rv,omitempty"` // batch.ItemState.Revision
+	Revision     int                `dynamodbav:"rv,omitempty"` // ledger.ItemState.Revision
 	UpdatedAtMs  int64              `dynamodbav:"u,omitempty"`
 }
 
-func packItemToRow(it batch.ItemState) packItemRow {
+func packItemToRow(it ledger.ItemState) packItemRow {
 	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
 		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
-		Error: batch.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
+		Error: ledger.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
 		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince), Revision: it.Revision}
 }
 
-func packItemFromRow(r packItemRow) batch.ItemState {
-	it := batch.ItemState{Key: r.Key, Run: r.Run, Outcome: batch.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
-		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: batch.Reason(r.Reason),
+func packItemFromRow(r packItemRow) ledger.ItemState {
+	it := ledger.ItemState{Key: r.Key, Run: r.Run, Outcome: api.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
+		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: api.Reason(r.Reason),
 		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
@@ -97,7 +98,7 @@ func packItemFromRow(r packItemRow) batch.ItemState {
 }
 
 // packFrom reads a pack row of batch batchID.
-func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, error) {
+func packFrom(batchID string, av map[string]types.AttributeValue) (ledger.Pack, error) {
 	var head struct {
 		SK           string `dynamodbav:"sk"`
 		Run          int    `dynamodbav:"run"`
@@ -108,27 +109,27 @@ func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, e
 		Format       int    `dynamodbav:"fv"`
 	}
 	if err := attributevalue.UnmarshalMap(av, &head); err != nil {
-		return batch.Pack{}, fmt.Errorf("pack row: %w", err)
+		return ledger.Pack{}, fmt.Errorf("pack row: %w", err)
 	}
-	if err := batch.CheckFormat("pack row "+batchID+"/"+head.SK, head.Format); err != nil {
-		return batch.Pack{}, err
+	if err := ledger.CheckFormat("pack row "+batchID+"/"+head.SK, head.Format); err != nil {
+		return ledger.Pack{}, err
 	}
 	first, err := strconv.ParseInt(head.SK, 10, 64)
 	if err != nil {
-		return batch.Pack{}, fmt.Errorf("pack row: sort key %q: %w", head.SK, err)
+		return ledger.Pack{}, fmt.Errorf("pack row: sort key %q: %w", head.SK, err)
 	}
-	p := batch.Pack{BatchID: batchID, First: first, Run: head.Run, Attempt: head.Attempt, LeaseUntil: fromMs(head.LeaseUntilMs)}
+	p := ledger.Pack{BatchID: batchID, First: first, Run: head.Run, Attempt: head.Attempt, LeaseUntil: fromMs(head.LeaseUntilMs)}
 	if head.ExpiresAt > 0 {
 		p.ExpiresAt = time.Unix(head.ExpiresAt, 0).UTC()
 	}
-	n := min(max(head.Items, 0), batch.MaxItemsPerMessage)
-	for j := batch.MaxItemsPerMessage - 1; j >= n; j-- {
+	n := min(max(head.Items, 0), ledger.MaxItemsPerMessage)
+	for j := ledger.MaxItemsPerMessage - 1; j >= n; j-- {
 		if _, ok := av[packItemAttr(j)]; ok {
 			n = j + 1
 			break
 		}
 	}
-	p.Items = make([]batch.ItemState, n)
+	p.Items = make([]ledger.ItemState, n)
 	for j := range n {
 		v, ok := av[packItemAttr(j)]
 		if !ok {
@@ -136,7 +137,7 @@ func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, e
 		}
 		var r packItemRow
 		if err := attributevalue.Unmarshal(v, &r); err != nil {
-			return batch.Pack{}, fmt.Errorf("pack row %d: item %d: %w", first, j, err)
+			return ledger.Pack{}, fmt.Errorf("pack row %d: item %d: %w", first, j, err)
 		}
 		p.Items[j] = packItemFromRow(r)
 	}
@@ -144,24 +145,24 @@ func packFrom(batchID string, av map[string]types.AttributeValue) (batch.Pack, e
 }
 
 // GetPack reads a pack row with a strongly consistent read.
-func (s *Store) GetPack(ctx context.Context, ref batch.PackRef) (batch.Pack, error) {
-	return s.getPackAt(ctx, ref.BatchID, key(packPK(ref.BatchID, batch.PackShard(ref.First, ref.ListShards)), batch.PackSK(ref.First)))
+func (s *Store) GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error) {
+	return s.getPackAt(ctx, ref.BatchID, key(packPK(ref.BatchID, ledger.PackShard(ref.First, ref.ListShards)), ledger.PackSK(ref.First)))
 }
 
-func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]types.AttributeValue) (batch.Pack, error) {
+func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]types.AttributeValue) (ledger.Pack, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
 	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: k, ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return batch.Pack{}, fmt.Errorf("get pack of %s: %w", batchID, err)
+		return ledger.Pack{}, fmt.Errorf("get pack of %s: %w", batchID, err)
 	}
 	if len(out.Item) == 0 {
-		return batch.Pack{}, fmt.Errorf("pack of %s: %w", batchID, batch.ErrNotFound)
+		return ledger.Pack{}, fmt.Errorf("pack of %s: %w", batchID, api.ErrNotFound)
 	}
 	return packFrom(batchID, out.Item)
 }
 
-// WritePack takes or writes a pack row (see batch.PackWrite) with one
+// WritePack takes or writes a pack row (see ledger.PackWrite) with one
 // UpdateItem:
 //
 //	take, no row read:  attribute_not_exists(pk)
@@ -184,7 +185,7 @@ func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]type
 // or never made, a delete lost): ListItems confirms every entry against
 // its pack row and leaves out those the pack does not hold, and release
 // is conditioned on the pack.
-func (s *Store) WritePack(ctx context.Context, w batch.PackWrite) error {
+func (s *Store) WritePack(ctx context.Context, w ledger.PackWrite) error {
 	var puts []types.WriteRequest
 	var gone []map[string]types.AttributeValue
 	for _, iw := range w.Items {
@@ -196,7 +197,7 @@ func (s *Store) WritePack(ctx context.Context, w batch.PackWrite) error {
 			}
 			puts = append(puts, put)
 		case -1:
-			gone = append(gone, key(attnPK(w.Ref.BatchID, batch.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key))
+			gone = append(gone, key(attnPK(w.Ref.BatchID, ledger.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key))
 		}
 	}
 	if len(puts) > 0 && w.Effects != nil && w.Effects.Len() > 0 {
@@ -224,8 +225,8 @@ func (s *Store) WritePack(ctx context.Context, w batch.PackWrite) error {
 
 // attentionChange is +1 when the write puts the item's attention row, -1
 // when it deletes it, 0 when it leaves it.
-func attentionChange(iw batch.PackItemWrite) int {
-	had := iw.Was == batch.OutcomeFailed || iw.Was == batch.OutcomeQuarantined
+func attentionChange(iw ledger.PackItemWrite) int {
+	had := iw.Was == api.OutcomeFailed || iw.Was == api.OutcomeQuarantined
 	switch {
 	case iw.Item.Outcome != "" && iw.Item.Attention() && iw.Item.Outcome != iw.Was:
 		return 1
@@ -235,7 +236,7 @@ func attentionChange(iw batch.PackItemWrite) int {
 	return 0
 }
 
-func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) error {
+func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) error {
 	var cond expression.ConditionBuilder
 	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(ms(w.LeaseUntil))).
 		Set(expression.Name(attrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
@@ -263,7 +264,7 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 		u = u.Set(expression.Name(attrPackItems), expression.Value(n))
 	}
 	for _, iw := range w.Items {
-		if iw.Index < 0 || iw.Index >= batch.MaxItemsPerMessage {
+		if iw.Index < 0 || iw.Index >= ledger.MaxItemsPerMessage {
 			return fmt.Errorf("write pack %s/%d: item index %d", w.Ref.BatchID, w.Ref.First, iw.Index)
 		}
 		name := expression.Name(packItemAttr(iw.Index))
@@ -285,18 +286,18 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 	switch {
 	case w.Effects != nil && w.Effects.Len() > 0:
 		wr, ok := w.Effects.(stagedWrites)
-		if !ok || len(w.Items) != 1 || w.Items[0].Item.Outcome != batch.OutcomeSucceeded {
+		if !ok || len(w.Items) != 1 || w.Items[0].Item.Outcome != api.OutcomeSucceeded {
 			return fmt.Errorf("write pack %s/%d: staged writes of type %T are committed only with one succeeded item", w.Ref.BatchID, w.Ref.First, w.Effects)
 		}
 		it := w.Items[0].Item
-		_, err = s.recordWithEffects(ctx, batch.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr.TransactWriteItems())
+		_, err = s.recordWithEffects(ctx, ledger.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr.TransactWriteItems())
 	default:
 		_, _, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
 	}
-	if errors.Is(err, batch.ErrConflict) {
+	if errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
 	}
-	var ee *batch.EffectsError
+	var ee *ledger.EffectsError
 	if err != nil && !errors.As(err, &ee) {
 		return fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
 	}
@@ -307,17 +308,17 @@ func (s *Store) writePack(ctx context.Context, w batch.PackWrite, first bool) er
 // row's attributes (itemRow's names, so that ListItems reads it as it
 // reads an item row) and where its pack is. (Rows of format versions 0
 // and 1 also carry apk/ask, an attention index entry.)
-func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.WriteRequest, error) {
+func (s *Store) attentionPut(w ledger.PackWrite, iw ledger.PackItemWrite) (types.WriteRequest, error) {
 	it := iw.Item
-	shard := batch.Shard(it.Key, w.Ref.ListShards)
+	shard := ledger.Shard(it.Key, w.Ref.ListShards)
 	row := map[string]any{
 		config.AttrPK: attnPK(w.Ref.BatchID, shard), config.AttrSK: it.Key,
 		attrRun: it.Run, attrOutcome: string(it.Outcome), attrAttempt: it.Attempt, attrFirstAttempt: it.FirstAttempt,
 		attrUpdatedAtMs: ms(it.UpdatedAt), attrPackFirst: w.Ref.First, attrPackIndex: iw.Index,
-		attrFormat: batch.FormatVersion,
+		attrFormat: ledger.FormatVersion,
 	}
 	if it.Error != "" {
-		row[attrError] = batch.CutError(it.Error)
+		row[attrError] = ledger.CutError(it.Error)
 	}
 	if it.Reason != "" {
 		row[attrReason] = string(it.Reason)
@@ -346,7 +347,7 @@ func (s *Store) attentionPut(w batch.PackWrite, iw batch.PackItemWrite) (types.W
 // in its pack row, under the condition that the item is quarantined.
 // found is false when the item has no attention row.
 func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards int, itemKey string) (found bool, err error) {
-	ak := key(attnPK(batchID, batch.Shard(itemKey, listShards)), itemKey)
+	ak := key(attnPK(batchID, ledger.Shard(itemKey, listShards)), itemKey)
 	c, cancel := s.ctx(ctx)
 	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: ak, ConsistentRead: aws.Bool(true)})
 	cancel()
@@ -364,19 +365,19 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 	if err := attributevalue.UnmarshalMap(out.Item, &loc); err != nil {
 		return true, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
 	}
-	if loc.Outcome != string(batch.OutcomeQuarantined) {
-		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, batch.ErrConflict)
+	if loc.Outcome != string(api.OutcomeQuarantined) {
+		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, api.ErrConflict)
 	}
 	item := expression.Name(packItemAttr(loc.Index))
 	pexpr, err := expression.NewBuilder().
 		WithCondition(expression.And(item.AppendName(expression.Name("k")).Equal(expression.Value(itemKey)),
-			item.AppendName(expression.Name("o")).Equal(expression.Value(string(batch.OutcomeQuarantined))))).
+			item.AppendName(expression.Name("o")).Equal(expression.Value(string(api.OutcomeQuarantined))))).
 		WithUpdate(expression.Set(item.AppendName(expression.Name("rel")), expression.Value(true))).Build()
 	if err != nil {
 		return true, err
 	}
 	aexpr, err := expression.NewBuilder().
-		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(batch.OutcomeQuarantined)))).
+		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeQuarantined)))).
 		WithUpdate(expression.Set(expression.Name(attrReleased), expression.Value(true))).Build()
 	if err != nil {
 		return true, err
@@ -386,11 +387,11 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
 			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()}}
 	}
-	_, err = s.transact(ctx, update(packKey(batch.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
+	_, err = s.transact(ctx, update(packKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
 	var tce *types.TransactionCanceledException
 	switch {
-	case errors.Is(err, batch.ErrConflict), errors.As(err, &tce):
-		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, batch.ErrConflict)
+	case errors.Is(err, api.ErrConflict), errors.As(err, &tce):
+		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, api.ErrConflict)
 	case err != nil:
 		return true, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
 	}
@@ -402,7 +403,7 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 // after in position order (never-reserved items left out). A pack read
 // with an item in flight or released is read again with a consistent
 // GetItem, as ScanShard does for item rows.
-func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]batch.Item, bool, error) {
+func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error) {
 	limit = min(max(limit, 1), 1000)
 	kc := expression.Key(config.AttrPK).Equal(expression.Value(packPK(batchID, shard)))
 	if after != "" {
@@ -413,7 +414,7 @@ func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after 
 	if err != nil {
 		return nil, false, err
 	}
-	var items []batch.Item
+	var items []ledger.Item
 	var start map[string]types.AttributeValue
 	for {
 		c, cancel := s.ctx(ctx)
@@ -432,7 +433,7 @@ func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after 
 				return nil, false, err
 			}
 			if packUnsettled(p) {
-				if p, err = s.getPackAt(ctx, batchID, key(packPK(batchID, shard), batch.PackSK(p.First))); err != nil {
+				if p, err = s.getPackAt(ctx, batchID, key(packPK(batchID, shard), ledger.PackSK(p.First))); err != nil {
 					return nil, false, err
 				}
 			}
@@ -457,9 +458,9 @@ func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after 
 
 // packUnsettled reports a pack with an item in flight or released: the
 // rows whose next write decides a run's end.
-func packUnsettled(p batch.Pack) bool {
+func packUnsettled(p ledger.Pack) bool {
 	for _, it := range p.Items {
-		if it.Outcome == batch.OutcomeInFlight || it.Released {
+		if it.Outcome == api.OutcomeInFlight || it.Released {
 			return true
 		}
 	}
@@ -475,10 +476,10 @@ func packUnsettled(p batch.Pack) bool {
 // the count existed is read as one that may have some), and pages their
 // in-flight items in key order. Its memory is the in-flight packs', not
 // the batch's.
-func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]batch.Item, string, error) {
+func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]ledger.Item, string, error) {
 	cond := expression.Or(expression.AttributeNotExists(expression.Name(attrPackInFlight)),
 		expression.Name(attrPackInFlight).GreaterThan(expression.Value(0)))
-	var items []batch.Item
+	var items []ledger.Item
 	for shard := range max(1, listShards) {
 		expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(config.AttrPK).Equal(expression.Value(packPK(batchID, shard)))).
 			WithFilter(cond).Build()
@@ -502,7 +503,7 @@ func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards in
 					return nil, "", err
 				}
 				for j, it := range p.Items {
-					if it.Outcome == batch.OutcomeInFlight && it.Key > after {
+					if it.Outcome == api.OutcomeInFlight && it.Key > after {
 						items = append(items, p.Item(j))
 					}
 				}
@@ -512,7 +513,7 @@ func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards in
 			}
 		}
 	}
-	slices.SortFunc(items, func(a, b batch.Item) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(items, func(a, b ledger.Item) int { return strings.Compare(a.Key, b.Key) })
 	if limit > 0 && len(items) > limit {
 		items = items[:limit]
 		return items, items[len(items)-1].Key, nil
@@ -523,13 +524,13 @@ func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards in
 // KeepPacks sets the TTL of the pack rows starting at firsts, and of the
 // attention rows of the pack items named by attention, to until where it
 // is earlier or unset (see KeepRows).
-func (s *Store) KeepPacks(ctx context.Context, b batch.Batch, firsts []int64, attention []string, until time.Time) error {
+func (s *Store) KeepPacks(ctx context.Context, b ledger.Batch, firsts []int64, attention []string, until time.Time) error {
 	keys := make([]map[string]types.AttributeValue, 0, len(firsts)+len(attention))
 	for _, f := range firsts {
-		keys = append(keys, packKey(batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
+		keys = append(keys, packKey(ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
 	}
 	for _, k := range attention {
-		keys = append(keys, key(attnPK(b.ID, batch.Shard(k, b.ListShards)), k))
+		keys = append(keys, key(attnPK(b.ID, ledger.Shard(k, b.ListShards)), k))
 	}
 	if err := s.extendTTL(ctx, keys, until); err != nil {
 		return fmt.Errorf("keep packs of %s: %w", b.ID, err)

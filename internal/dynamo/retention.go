@@ -15,8 +15,9 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // RunningBatches lists running markers (pk RUNNING), every page.
@@ -54,7 +55,7 @@ func (s *Store) markerKeys(ctx context.Context, pk string) ([]string, error) {
 // UnprocessedItems response parameter ... we strongly recommend that you
 // use an exponential backoff algorithm"); keys still unprocessed after
 // MaxDeleteTries fail the call, which leaves the rest for a retry.
-func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
+func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 	var keys []map[string]types.AttributeValue
 	flush := func(force bool) error {
 		for len(keys) >= 25 || force && len(keys) > 0 {
@@ -118,7 +119,7 @@ func (s *Store) DeleteBatch(ctx context.Context, b batch.Batch) error {
 
 // counterPartitions yields the partition keys of run's chunk counters and,
 // for runs after the first, of its rerun count marks.
-func (s *Store) counterPartitions(b batch.Batch, run int) func(func(string) bool) {
+func (s *Store) counterPartitions(b ledger.Batch, run int) func(func(string) bool) {
 	return func(yield func(string) bool) {
 		for p := range max(1, b.CounterShards) {
 			if !yield(countPK(b.ID, run, p)) {
@@ -179,7 +180,7 @@ func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error
 // one UpdateItem under the condition attribute_exists(pk) AND
 // (attribute_not_exists(expires_at) OR expires_at < :until), 16 at a
 // time. A row gone or already later is skipped.
-func (s *Store) KeepRows(ctx context.Context, b batch.Batch, keys []string, until time.Time) error {
+func (s *Store) KeepRows(ctx context.Context, b ledger.Batch, keys []string, until time.Time) error {
 	rows := make([]map[string]types.AttributeValue, 0, len(keys)+b.Run)
 	for _, k := range keys {
 		rows = append(rows, itemKey(b.ID, b.ListShards, k))
@@ -217,7 +218,7 @@ func (s *Store) extendTTL(ctx context.Context, keys []map[string]types.Attribute
 	for _, k := range keys {
 		g.Go(func() error {
 			_, _, err := s.updateRow(gctx, k, expr, types.ReturnValueNone)
-			if err != nil && !errors.Is(err, batch.ErrConflict) {
+			if err != nil && !errors.Is(err, api.ErrConflict) {
 				return err
 			}
 			return nil
@@ -227,12 +228,12 @@ func (s *Store) extendTTL(ctx context.Context, keys []map[string]types.Attribute
 }
 
 // Unpublished queries the PUBLISH markers (every page).
-func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
+func (s *Store) Unpublished(ctx context.Context) ([]ledger.RunRef, error) {
 	sks, err := s.markerKeys(ctx, pkPublish)
 	if err != nil {
 		return nil, fmt.Errorf("unpublished runs: %w", err)
 	}
-	var refs []batch.RunRef
+	var refs []ledger.RunRef
 	for _, sk := range sks {
 		if ref, ok := publishMarkerFrom(sk); ok {
 			refs = append(refs, ref)
@@ -243,13 +244,13 @@ func (s *Store) Unpublished(ctx context.Context) ([]batch.RunRef, error) {
 
 // publishMarkerFrom reads a PUBLISH marker's sort key "{batch id}#{run:010}";
 // false when it is not one.
-func publishMarkerFrom(sk string) (batch.RunRef, bool) {
+func publishMarkerFrom(sk string) (ledger.RunRef, bool) {
 	id, digits, ok := strings.Cut(sk, "#")
 	run, err := strconv.Atoi(digits)
 	if !ok || err != nil || run < 1 {
-		return batch.RunRef{}, false
+		return ledger.RunRef{}, false
 	}
-	return batch.RunRef{BatchID: id, Run: run}, true
+	return ledger.RunRef{BatchID: id, Run: run}, true
 }
 
 // SetPublished sets published_run = :run on the batch row under the
@@ -265,7 +266,7 @@ func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, batch.ErrConflict) {
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("set published %s run %d: %w", id, run, err)
 	}
 	c, cancel := s.ctx(ctx)
@@ -280,7 +281,7 @@ func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
 // or before now, oldest first: Query pk = RETENTION AND sk < {now_ms+1:020}.
 // A marker whose sort key is not "{20 digits}#{batch id}" comes back with
 // Malformed set.
-func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]batch.RetentionMarker, error) {
+func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]ledger.RetentionMarker, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
 	out, err := s.db.Query(c, &dynamodb.QueryInput{
@@ -296,7 +297,7 @@ func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([
 	if err != nil {
 		return nil, fmt.Errorf("expired markers: %w", err)
 	}
-	markers := make([]batch.RetentionMarker, 0, len(out.Items))
+	markers := make([]ledger.RetentionMarker, 0, len(out.Items))
 	for _, av := range out.Items {
 		markers = append(markers, retentionMarkerFrom(av))
 	}
@@ -305,15 +306,15 @@ func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([
 
 // retentionMarkerFrom reads a retention marker row (RETENTION,
 // "{expiry ms:020}#{batch id}"): Malformed when its sort key is not that.
-func retentionMarkerFrom(av map[string]types.AttributeValue) batch.RetentionMarker {
+func retentionMarkerFrom(av map[string]types.AttributeValue) ledger.RetentionMarker {
 	sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
-	m := batch.RetentionMarker{Malformed: true}
+	m := ledger.RetentionMarker{Malformed: true}
 	if sk != nil {
 		m.Key = sk.Value
 		digits, id, ok := strings.Cut(sk.Value, "#")
 		msec, perr := strconv.ParseInt(digits, 10, 64)
-		if ok && len(digits) == 20 && perr == nil && batch.ValidBatchID(id) {
-			m = batch.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
+		if ok && len(digits) == 20 && perr == nil && api.ValidBatchID(id) {
+			m = ledger.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
 		}
 	}
 	return m
@@ -331,22 +332,22 @@ func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
 
 // MarkForgetting flags a finished batch as being forgotten, under the
 // condition status <> running; from then on StartRun refuses it. Returns
-// batch.ErrConflict while a run is going, batch.ErrNotFound without a row.
+// api.ErrConflict while a run is going, api.ErrNotFound without a row.
 // Idempotent.
 func (s *Store) MarkForgetting(ctx context.Context, id string) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.AttributeExists(expression.Name(config.AttrPK)),
-			expression.Name(attrStatus).NotEqual(expression.Value(string(batch.StatusRunning))),
-			expression.Name(attrStatus).NotEqual(expression.Value(string(batch.StatusSubmitting))))).
+			expression.Name(attrStatus).NotEqual(expression.Value(string(api.StatusRunning))),
+			expression.Name(attrStatus).NotEqual(expression.Value(string(api.StatusSubmitting))))).
 		WithUpdate(expression.Set(expression.Name(attrForgetting), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
 	_, old, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone)
 	switch {
-	case errors.Is(err, batch.ErrConflict) && len(old) == 0:
-		return fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+	case errors.Is(err, api.ErrConflict) && len(old) == 0:
+		return fmt.Errorf("batch %s: %w", id, api.ErrNotFound)
 	case err != nil:
 		return fmt.Errorf("forget %s: a run is going: %w", id, err)
 	}

@@ -11,8 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // markable is the condition of MarkRevision on an item's state, its
@@ -24,8 +25,8 @@ func markable(outcome, run, rev expression.NameBuilder, atRun, atRev int) expres
 	return expression.Or(
 		rev.Equal(expression.Value(atRev)),
 		expression.And(run.LessThan(expression.Value(atRun)),
-			expression.In(outcome, expression.Value(string(batch.OutcomeFailed)), expression.Value(string(batch.OutcomeQuarantined)),
-				expression.Value(string(batch.OutcomeCancelled)))),
+			expression.In(outcome, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeQuarantined)),
+				expression.Value(string(api.OutcomeCancelled)))),
 	)
 }
 
@@ -35,9 +36,9 @@ const markWorkers = 16
 // MarkRevision sets rev on each item of marks with one conditional
 // UpdateItem each, markWorkers at a time: an item row's rev attribute, or
 // entry i{Index}.rv of its pack row (conditioned also on the entry's key),
-// under markable (see batch.Store). A lost condition names the key and
-// wraps batch.ErrConflict; the marks made stay (they are idempotent).
-func (s *Store) MarkRevision(ctx context.Context, b batch.Batch, rev int, marks []batch.RevisionMark) error {
+// under markable (see ledger.Store). A lost condition names the key and
+// wraps api.ErrConflict; the marks made stay (they are idempotent).
+func (s *Store) MarkRevision(ctx context.Context, b ledger.Batch, rev int, marks []ledger.RevisionMark) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(markWorkers)
 	for _, m := range marks {
@@ -47,7 +48,7 @@ func (s *Store) MarkRevision(ctx context.Context, b batch.Batch, rev int, marks 
 }
 
 // mark is MarkRevision's update of one item.
-func (s *Store) mark(ctx context.Context, b batch.Batch, rev int, m batch.RevisionMark) error {
+func (s *Store) mark(ctx context.Context, b ledger.Batch, rev int, m ledger.RevisionMark) error {
 	var cond expression.ConditionBuilder
 	var set expression.UpdateBuilder
 	var k map[string]types.AttributeValue
@@ -56,7 +57,7 @@ func (s *Store) mark(ctx context.Context, b batch.Batch, rev int, m batch.Revisi
 		at := func(n string) expression.NameBuilder { return item.AppendName(expression.Name(n)) }
 		cond = expression.And(at("k").Equal(expression.Value(m.Key)), markable(at("o"), at("r"), at("rv"), b.Run, rev))
 		set = expression.Set(at("rv"), expression.Value(rev))
-		k = packKey(batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: m.PackFirst})
+		k = packKey(ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: m.PackFirst})
 	} else {
 		cond = expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
 			markable(expression.Name(attrOutcome), expression.Name(attrRun), expression.Name(attrRevision), b.Run, rev))
@@ -68,7 +69,7 @@ func (s *Store) mark(ctx context.Context, b batch.Batch, rev int, m batch.Revisi
 		return err
 	}
 	if _, _, err := s.updateRow(ctx, k, expr, types.ReturnValueNone); err != nil {
-		if errors.Is(err, batch.ErrConflict) {
+		if errors.Is(err, api.ErrConflict) {
 			return fmt.Errorf("mark %s/%s with revision %d: not failed, quarantined or cancelled in an earlier run: %w", b.ID, m.Key, rev, err)
 		}
 		return fmt.Errorf("mark %s/%s with revision %d: %w", b.ID, m.Key, rev, err)
@@ -78,9 +79,9 @@ func (s *Store) mark(ctx context.Context, b batch.Batch, rev int, m batch.Revisi
 
 // ReadItems reads the item rows of keys with strongly consistent
 // BatchGetItem calls of at most 100 keys, re-asking for the keys DynamoDB
-// leaves unprocessed (see batch.Store).
-func (s *Store) ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]batch.Item, error) {
-	var out []batch.Item
+// leaves unprocessed (see ledger.Store).
+func (s *Store) ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]ledger.Item, error) {
+	var out []ledger.Item
 	for start := 0; start < len(keys); start += 100 {
 		var ks []map[string]types.AttributeValue
 		for _, k := range keys[start:min(start+100, len(keys))] {
@@ -88,7 +89,7 @@ func (s *Store) ReadItems(ctx context.Context, batchID string, listShards int, k
 		}
 		for tries := 0; len(ks) > 0; tries++ {
 			if tries == 10 {
-				return nil, fmt.Errorf("read items of %s: %d keys left unprocessed: %w", batchID, len(ks), batch.ErrUnavailable)
+				return nil, fmt.Errorf("read items of %s: %d keys left unprocessed: %w", batchID, len(ks), ledger.ErrUnavailable)
 			}
 			c, cancel := s.ctx(ctx)
 			res, err := s.db.BatchGetItem(c, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{

@@ -9,8 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 const (
@@ -33,7 +34,7 @@ func itemPK(id string, shard int) string { return "ITEM#" + shardKey(id, shard) 
 
 // itemKey is the key of item itemKey's row in a batch of shards shards.
 func itemKey(id string, shards int, itemKey string) map[string]types.AttributeValue {
-	return itemKeyAt(id, batch.Shard(itemKey, shards), itemKey)
+	return itemKeyAt(id, ledger.Shard(itemKey, shards), itemKey)
 }
 
 // itemKeyAt is the key of item itemKey's row in item shard `shard`.
@@ -68,13 +69,13 @@ func RetentionSK(expiresAt time.Time, id string) string {
 	return fmt.Sprintf("%020d#%s", expiresAt.UnixMilli(), id)
 }
 
-// attrFormat is every ledger row's format version (batch.FormatVersion;
+// attrFormat is every ledger row's format version (ledger.FormatVersion;
 // absent: 0, the release before versions).
 const attrFormat = "fv"
 
 // formatValue is attrFormat's value on every row written today.
 func formatValue() types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.Itoa(batch.FormatVersion)}
+	return &types.AttributeValueMemberN{Value: strconv.Itoa(ledger.FormatVersion)}
 }
 
 // Attributes of item rows (itemRow), named in condition and update
@@ -90,9 +91,9 @@ const (
 	attrOutputRef      = "output_ref"
 	attrReason         = "reason"
 	attrReleased       = "released"
-	attrRevision       = "rev" // batch.Item.Revision
+	attrRevision       = "rev" // api.Item.Revision
 	attrRetryScheduled = "retry_scheduled"
-	attrThrottledMs    = "throttled_ms" // batch.Item.ThrottledSince, epoch ms
+	attrThrottledMs    = "throttled_ms" // api.Item.ThrottledSince, epoch ms
 	attrRun            = "run"
 	attrSpent          = "spent"
 	attrSpentRun       = "spent_run"
@@ -146,7 +147,7 @@ const (
 	attrHolder = "holder"
 )
 
-// batchRow is the stored shape of batch.Batch.
+// batchRow is the stored shape of api.Batch.
 type batchRow struct {
 	PK             string            `dynamodbav:"pk"`
 	SK             string            `dynamodbav:"sk"`
@@ -164,7 +165,7 @@ type batchRow struct {
 	Status         string            `dynamodbav:"status"`
 	Threshold      string            `dynamodbav:"threshold"` // JSON
 	MaxAttempts    int               `dynamodbav:"max_attempts"`
-	Retry          string            `dynamodbav:"retry,omitempty"` // JSON batch.RetryPolicy; absent: the worker's default
+	Retry          string            `dynamodbav:"retry,omitempty"` // JSON api.RetryPolicy; absent: the worker's default
 	MaxConcurrency int               `dynamodbav:"max_concurrency,omitempty"`
 	ItemsPerMsg    int               `dynamodbav:"items_per_message,omitempty"`
 	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
@@ -199,9 +200,9 @@ type batchRow struct {
 	PauseError     string            `dynamodbav:"pause_error,omitempty"`
 	Probes         int               `dynamodbav:"probes,omitempty"`
 	Pauses         int               `dynamodbav:"pauses,omitempty"`
-	Revisions      string            `dynamodbav:"revisions,omitempty"` // JSON: []batch.Revision
+	Revisions      string            `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
 	RunRevision    int               `dynamodbav:"run_revision,omitempty"`
-	Format         int               `dynamodbav:"fv,omitempty"` // batch.FormatVersion; absent: 0
+	Format         int               `dynamodbav:"fv,omitempty"` // ledger.FormatVersion; absent: 0
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 
@@ -213,7 +214,7 @@ type batchRow struct {
 	SourcesPK string `dynamodbav:"spk,omitempty"`
 }
 
-func toRow(b batch.Batch) (batchRow, error) {
+func toRow(b ledger.Batch) (batchRow, error) {
 	th, err := json.Marshal(b.Threshold)
 	if err != nil {
 		return batchRow{}, err
@@ -227,7 +228,7 @@ func toRow(b batch.Batch) (batchRow, error) {
 		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
-		StopOnThreshold: b.StopOnThreshold, Format: batch.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
+		StopOnThreshold: b.StopOnThreshold, Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
 		Pauses: b.Pauses, RunRevision: b.RunRevision,
 	}
 	if len(b.Revisions) > 0 {
@@ -268,20 +269,53 @@ func toRow(b batch.Batch) (batchRow, error) {
 	return r, nil
 }
 
-func fromRow(r batchRow) (batch.Batch, error) {
-	if err := batch.CheckFormat("batch row "+r.ID, r.Format); err != nil {
-		return batch.Batch{}, err
+func fromRow(r batchRow) (ledger.Batch, error) {
+	if err := ledger.CheckFormat("batch row "+r.ID, r.Format); err != nil {
+		return ledger.Batch{}, err
 	}
-	b := batch.Batch{
-		ID: r.ID, Pipeline: r.Pipeline, Digest: r.Digest, ManifestKey: r.ManifestKey, ManifestBytes: r.ManifestBytes,
-		ItemCount: r.ItemCount, ListShards: r.ListShards, CounterShards: r.CounterShards, CounterLanes: r.CounterLanes, Chunks: r.Chunks, Run: r.Run,
-		Status: batch.Status(r.Status), MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency, ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: batch.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
-		KeyField: r.KeyField, Source: r.Source, SubmittedBy: r.SubmittedBy, FannedOut: r.FannedOut, CreatedAt: fromMs(r.CreatedAtMs),
-		RunStartedAt: fromMs(r.RunStartedAtMs), FinishedAt: fromMs(r.FinishedAtMs), ReportKey: r.ReportKey,
-		NeedsAttention: r.NeedsAttention, Stop: batch.Status(r.Stop), StopDetail: r.StopDetail, StopRan: r.StopRan, StopFailures: r.StopFailures, ExpiresAt: fromMs(r.ExpiresAtMs),
-		SubmitAttempts: r.SubmitAttempts, SubmitDeadline: fromMs(r.SubmitDeadMs),
-		PendingDeletion: r.Forgetting, PublishedRun: r.PublishedRun, Failure: r.Failure, FinalizeFailures: r.FinalizeFails,
-		StopOnThreshold: r.StopOnThreshold, Pauses: r.Pauses, RunRevision: r.RunRevision,
+	b := ledger.Batch{
+		Batch: api.Batch{
+			ID:              r.ID,
+			Pipeline:        r.Pipeline,
+			Digest:          r.Digest,
+			ManifestKey:     r.ManifestKey,
+			ManifestBytes:   r.ManifestBytes,
+			ItemCount:       r.ItemCount,
+			ListShards:      r.ListShards,
+			CounterShards:   r.CounterShards,
+			Run:             r.Run,
+			Status:          api.Status(r.Status),
+			MaxAttempts:     r.MaxAttempts,
+			MaxConcurrency:  r.MaxConcurrency,
+			ItemsPerMessage: r.ItemsPerMsg,
+			OnInterrupt:     api.InterruptPolicy(r.OnInterrupt),
+			Headers:         r.Headers,
+			KeyField:        r.KeyField,
+			Source:          r.Source,
+			SubmittedBy:     r.SubmittedBy,
+			FannedOut:       r.FannedOut,
+			CreatedAt:       fromMs(r.CreatedAtMs),
+			RunStartedAt:    fromMs(r.RunStartedAtMs),
+			FinishedAt:      fromMs(r.FinishedAtMs),
+			ReportKey:       r.ReportKey,
+			NeedsAttention:  r.NeedsAttention,
+			Stop:            api.Status(r.Stop),
+			StopDetail:      r.StopDetail,
+			StopRan:         r.StopRan,
+			StopFailures:    r.StopFailures,
+			ExpiresAt:       fromMs(r.ExpiresAtMs),
+			SubmitAttempts:  r.SubmitAttempts,
+			PendingDeletion: r.Forgetting,
+			Failure:         r.Failure,
+			StopOnThreshold: r.StopOnThreshold,
+			Pauses:          r.Pauses,
+			RunRevision:     r.RunRevision,
+		},
+		CounterLanes:     r.CounterLanes,
+		Chunks:           r.Chunks,
+		SubmitDeadline:   fromMs(r.SubmitDeadMs),
+		PublishedRun:     r.PublishedRun,
+		FinalizeFailures: r.FinalizeFails,
 	}
 	if r.Revisions != "" {
 		if err := json.Unmarshal([]byte(r.Revisions), &b.Revisions); err != nil {
@@ -289,19 +323,19 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		}
 	}
 	if r.PauseBy != "" {
-		b.Pause = &batch.Pause{By: batch.PauseBy(r.PauseBy), Since: fromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
+		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: fromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
 	}
 	if r.Retry != "" {
-		b.Retry = &batch.RetryPolicy{}
+		b.Retry = &api.RetryPolicy{}
 		if err := json.Unmarshal([]byte(r.Retry), b.Retry); err != nil {
 			return b, fmt.Errorf("batch %s: retry: %w", r.ID, err)
 		}
 	}
 	if r.Refusal != "" {
-		b.Refusal = &batch.SubmitRefusal{}
+		b.Refusal = &api.SubmitRefusal{}
 		if err := json.Unmarshal([]byte(r.Refusal), b.Refusal); err != nil {
 			return b, fmt.Errorf("batch %s: refusal: %w", r.ID, err)
 		}
@@ -315,7 +349,7 @@ func fromRow(r batchRow) (batch.Batch, error) {
 		}
 	}
 	if r.Census != "" {
-		b.FinalCensus = &batch.Census{}
+		b.FinalCensus = &api.Census{}
 		if err := json.Unmarshal([]byte(r.Census), b.FinalCensus); err != nil {
 			return b, fmt.Errorf("batch %s: census: %w", r.ID, err)
 		}
@@ -323,9 +357,9 @@ func fromRow(r batchRow) (batch.Batch, error) {
 	return b, nil
 }
 
-// itemRow is the stored shape of batch.Item. The batch id and the item key
+// itemRow is the stored shape of api.Item. The batch id and the item key
 // are the row's keys (pk ITEM#{id}#{shard}, sk {key}) and the run id
-// derives from them (batch.RunID), so the row stores none of them again:
+// derives from them (api.RunID), so the row stores none of them again:
 // every byte of it is billed on each of its two writes.
 type itemRow struct {
 	SK           string             `dynamodbav:"sk"`
@@ -342,31 +376,44 @@ type itemRow struct {
 	Error        string             `dynamodbav:"error"`
 	Reason       string             `dynamodbav:"reason"`
 	Cost         map[string]float64 `dynamodbav:"cost"`
-	Spent        map[string]float64 `dynamodbav:"spent"`     // batch.Item.Spent
+	Spent        map[string]float64 `dynamodbav:"spent"`     // api.Item.Spent
 	SpentRun     int                `dynamodbav:"spent_run"` // the run Spent counts
 	UpdatedAtMs  int64              `dynamodbav:"updated_at_ms"`
 	ExpiresAt    int64              `dynamodbav:"expires_at"`    // TTL, epoch seconds
-	Format       int                `dynamodbav:"fv"`            // batch.FormatVersion; absent: 0
-	Revision     int                `dynamodbav:"rev,omitempty"` // batch.Item.Revision; absent: 0
+	Format       int                `dynamodbav:"fv"`            // ledger.FormatVersion; absent: 0
+	Revision     int                `dynamodbav:"rev,omitempty"` // api.Item.Revision; absent: 0
 }
 
 // itemFrom reads an item row of batch batchID.
-func itemFrom(batchID string, av map[string]types.AttributeValue) (batch.Item, error) {
+func itemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, error) {
 	if len(av) == 0 {
-		return batch.Item{}, nil
+		return ledger.Item{}, nil
 	}
 	var r itemRow
 	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
-		return batch.Item{}, fmt.Errorf("item row: %w", err)
+		return ledger.Item{}, fmt.Errorf("item row: %w", err)
 	}
-	if err := batch.CheckFormat("item row "+batchID+"/"+r.SK, r.Format); err != nil {
-		return batch.Item{}, err
+	if err := ledger.CheckFormat("item row "+batchID+"/"+r.SK, r.Format); err != nil {
+		return ledger.Item{}, err
 	}
-	it := batch.Item{
-		BatchID: batchID, Key: r.SK, RunID: batch.RunID(batchID, r.SK), Run: r.Run, Outcome: batch.Outcome(r.Outcome),
-		Attempt: r.Attempt, LeaseUntil: fromMs(r.LeaseUntilMs), OutputRef: r.OutputRef, Error: r.Error,
-		Reason: batch.Reason(r.Reason), UpdatedAt: fromMs(r.UpdatedAtMs), Released: r.Released,
-		RunAttempts: max(0, r.Attempt-max(r.FirstAttempt, 1)+1), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision,
+	it := ledger.Item{
+		Item: api.Item{
+			Key:            r.SK,
+			RunID:          ledger.RunID(batchID, r.SK),
+			Run:            r.Run,
+			Outcome:        api.Outcome(r.Outcome),
+			Attempt:        r.Attempt,
+			LeaseUntil:     fromMs(r.LeaseUntilMs),
+			OutputRef:      r.OutputRef,
+			Error:          r.Error,
+			Reason:         api.Reason(r.Reason),
+			UpdatedAt:      fromMs(r.UpdatedAtMs),
+			Released:       r.Released,
+			RunAttempts:    max(0, r.Attempt-max(r.FirstAttempt, 1)+1),
+			ThrottledSince: fromMs(r.ThrottledMs),
+			Revision:       r.Revision,
+		},
+		BatchID: batchID,
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
@@ -396,4 +443,4 @@ const (
 
 // outcomeAttr is the counter attribute counting items of outcome o
 // ("n_succeeded", ...).
-func outcomeAttr(o batch.Outcome) string { return "n_" + string(o) }
+func outcomeAttr(o api.Outcome) string { return "n_" + string(o) }

@@ -12,7 +12,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// AcquireSlot takes the slot row SLOT#{id}#{slot} (see batch.Store) with
+// AcquireSlot takes the slot row SLOT#{id}#{slot} (see ledger.Store) with
 // one UpdateItem: SET holder, lease_until_ms = now + lease and the row TTL,
 // under the condition attribute_not_exists(pk) OR lease_until_ms < now.
 func (s *Store) AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error {
@@ -31,7 +31,7 @@ func (s *Store) AcquireSlot(ctx context.Context, batchID string, slot int, holde
 }
 
 // FreeSlot deletes the slot row under the condition holder = :holder (see
-// batch.Store); a lost condition is not an error.
+// ledger.Store); a lost condition is not an error.
 func (s *Store) FreeSlot(ctx context.Context, batchID string, slot int, holder string) error {
 	expr, err := expression.NewBuilder().WithCondition(expression.Name(attrHolder).Equal(expression.Value(holder))).Build()
 	if err != nil {

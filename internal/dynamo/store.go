@@ -1,12 +1,13 @@
-// Package dynamo is the DynamoDB adapter of batch.Store: one table, string
+// Package dynamo is the DynamoDB adapter of ledger.Store: one table, string
 // keys pk/sk, two GSIs (config.IndexAttention, config.IndexBatches). It is the
 // only importer of the DynamoDB SDK; it translates
 // ConditionalCheckFailedException and TransactionCanceledException into
-// batch.ErrConflict / batch.ErrBatchExists and never leaks SDK errors.
+// api.ErrConflict / api.ErrBatchExists and never leaks SDK errors.
 // One file per concern: rows.go (keys, row shapes, attribute names),
 // batch.go (the batch row), items.go (reservations and outcomes),
-// counters.go, listing.go, retention.go, slots.go; the batch.Store
-// contract is shared/batch/storetest, run on the emulator.
+// counters.go, listing.go, retention.go, slots.go; the ledger.Store
+// contract is ledgertest.Run (integration/testbed/ledgertest), run on the
+// emulator.
 //
 // Rows (pk, sk → attributes):
 //
@@ -30,15 +31,15 @@
 //
 // TTL: config.AttrExpiresAt (epoch seconds) is DynamoDB's TTL attribute.
 // Item, counter and slot rows carry now + RowTTL from every write; finalize
-// extends any that would end less than half of batch.TTLGrace after the
-// batch's retention to its end plus batch.TTLGrace, the time the batch row
+// extends any that would end less than half of ledger.TTLGrace after the
+// batch's retention to its end plus ledger.TTLGrace, the time the batch row
 // gets when its run finishes (removed when a run starts). Markers carry
 // none: the sweep deletes them.
 //
 // No partition key receives more than DynamoDB's 1,000 write units/s at the
 // stack's flow: item rows are spread over list_shards partition keys and
 // a run's counts over counter_lanes lanes, both sized from the flow
-// (batch.ListShards, batch.CounterLanes; DynamoDB developer guide,
+// (api.ListShards, ledger.CounterLanes; DynamoDB developer guide,
 // "Partitions and data distribution"). An item row is written twice in a
 // clean run (reservation, outcome) and never after its outcome by the
 // ledger itself: no index copies its output, rerun counting writes MARK
@@ -57,11 +58,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
-// Store implements batch.Store on one DynamoDB table. Safe for concurrent use.
+// Store implements ledger.Store on one DynamoDB table. Safe for concurrent use.
 type Store struct {
 	db    *dynamodb.Client
 	table string
@@ -70,14 +73,14 @@ type Store struct {
 	// RowTTL is the TTL item and counter rows get from each write (their
 	// config.AttrExpiresAt is set to the write's time + RowTTL); 0 writes
 	// none (finalize then sets every row's). Set it to the retention plus
-	// batch.TTLGrace so that finalize rarely has to extend a row.
+	// ledger.TTLGrace so that finalize rarely has to extend a row.
 	RowTTL   time.Duration
 	capacity capacity
 }
 
 var (
-	_ batch.Store               = (*Store)(nil)
-	_ batch.EventualBatchReader = (*Store)(nil)
+	_ ledger.Store               = (*Store)(nil)
+	_ worker.EventualBatchReader = (*Store)(nil)
 )
 
 // DB returns the DynamoDB client (for tests and tools).
@@ -89,7 +92,7 @@ func (s *Store) Table() string { return s.table }
 // New returns a Store on table. It uses a copy of db with bulkrun's
 // retryer (no client-side retry quota, so that throttling is retried with
 // backoff instead of failing at once), AWS's transient faults tagged
-// batch.ErrUnavailable (internal/awsfault) and every call asking for its
+// ledger.ErrUnavailable (internal/awsfault) and every call asking for its
 // consumed capacity (see Capacity); db itself is not changed.
 func New(db *dynamodb.Client, table string) *Store {
 	s := &Store{table: table, Timeout: 10 * time.Second}
@@ -100,10 +103,10 @@ func New(db *dynamodb.Client, table string) *Store {
 	return s
 }
 
-// stamp sets the row's format version (batch.FormatVersion) and its TTL
+// stamp sets the row's format version (ledger.FormatVersion) and its TTL
 // to now + RowTTL (when RowTTL is set) on update u.
 func (s *Store) stamp(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
-	u = u.Set(expression.Name(attrFormat), expression.Value(batch.FormatVersion))
+	u = u.Set(expression.Name(attrFormat), expression.Value(ledger.FormatVersion))
 	if s.RowTTL <= 0 {
 		return u
 	}
@@ -147,7 +150,7 @@ func conflict(err error) (map[string]types.AttributeValue, bool) {
 
 // transact runs one TransactWriteItems whose first operation carries the
 // condition. When that condition fails it returns the stored item that
-// DynamoDB sent back (if asked for) and batch.ErrConflict; other
+// DynamoDB sent back (if asked for) and api.ErrConflict; other
 // cancellations and errors come back as they are.
 func (s *Store) transact(ctx context.Context, items ...types.TransactWriteItem) (map[string]types.AttributeValue, error) {
 	c, cancel := s.ctx(ctx)
@@ -155,14 +158,14 @@ func (s *Store) transact(ctx context.Context, items ...types.TransactWriteItem) 
 	_, err := s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var tce *types.TransactionCanceledException
 	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return tce.CancellationReasons[0].Item, batch.ErrConflict
+		return tce.CancellationReasons[0].Item, api.ErrConflict
 	}
 	return nil, err
 }
 
 // updateRow runs one UpdateItem of the row at k with expr (its condition,
 // if any), returning the attributes asked for by rv. A lost condition
-// returns the stored row (empty when there is none) and batch.ErrConflict.
+// returns the stored row (empty when there is none) and api.ErrConflict.
 func (s *Store) updateRow(ctx context.Context, k map[string]types.AttributeValue, expr expression.Expression, rv types.ReturnValue) (attrs, old map[string]types.AttributeValue, err error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
@@ -174,7 +177,7 @@ func (s *Store) updateRow(ctx context.Context, k map[string]types.AttributeValue
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if old, ok := conflict(err); ok {
-		return nil, old, batch.ErrConflict
+		return nil, old, api.ErrConflict
 	}
 	if err != nil {
 		return nil, nil, err

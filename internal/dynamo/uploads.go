@@ -9,8 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // skUpload is the sort key of an upload claim (pk UPLOAD#{content}).
@@ -18,7 +19,7 @@ const skUpload = "UPLOAD"
 
 func uploadPK(content string) string { return "UPLOAD#" + content }
 
-// uploadRow is the stored shape of batch.UploadClaim.
+// uploadRow is the stored shape of api.UploadClaim.
 type uploadRow struct {
 	PK          string `dynamodbav:"pk"`
 	SK          string `dynamodbav:"sk"`
@@ -36,13 +37,13 @@ type uploadRow struct {
 //	attribute_not_exists(pk) OR until_ms <= :claimed OR source = :source
 //
 // (no condition with force), the TTL a day past the claim's end
-// (batch.TTLGrace). A lost condition returns the stored claim, which
-// DynamoDB sends back (ALL_OLD), and batch.ErrConflict.
-func (s *Store) ClaimUpload(ctx context.Context, c batch.UploadClaim, force bool) (batch.UploadClaim, error) {
+// (ledger.TTLGrace). A lost condition returns the stored claim, which
+// DynamoDB sends back (ALL_OLD), and api.ErrConflict.
+func (s *Store) ClaimUpload(ctx context.Context, c api.UploadClaim, force bool) (api.UploadClaim, error) {
 	av, err := attributevalue.MarshalMap(uploadRow{PK: uploadPK(c.Content), SK: skUpload, BatchID: c.BatchID, Source: c.Source,
-		ClaimedAtMs: ms(c.ClaimedAt), UntilMs: ms(c.Until), ExpiresAt: c.Until.Add(batch.TTLGrace).Unix(), Format: batch.FormatVersion})
+		ClaimedAtMs: ms(c.ClaimedAt), UntilMs: ms(c.Until), ExpiresAt: c.Until.Add(ledger.TTLGrace).Unix(), Format: ledger.FormatVersion})
 	if err != nil {
-		return batch.UploadClaim{}, err
+		return api.UploadClaim{}, err
 	}
 	in := &dynamodb.PutItemInput{TableName: &s.table, Item: av, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}
 	if !force {
@@ -51,7 +52,7 @@ func (s *Store) ClaimUpload(ctx context.Context, c batch.UploadClaim, force bool
 			Or(expression.Name("source").Equal(expression.Value(c.Source)))
 		expr, err := expression.NewBuilder().WithCondition(cond).Build()
 		if err != nil {
-			return batch.UploadClaim{}, err
+			return api.UploadClaim{}, err
 		}
 		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = expr.Condition(), expr.Names(), expr.Values()
 	}
@@ -61,12 +62,12 @@ func (s *Store) ClaimUpload(ctx context.Context, c batch.UploadClaim, force bool
 	if old, ok := conflict(err); ok {
 		var r uploadRow
 		if uerr := attributevalue.UnmarshalMap(old, &r); uerr != nil || r.BatchID == "" {
-			return batch.UploadClaim{}, fmt.Errorf("claim upload %s: lost to a claim that does not read back (%v): %w", c.Source, uerr, batch.ErrConflict)
+			return api.UploadClaim{}, fmt.Errorf("claim upload %s: lost to a claim that does not read back (%v): %w", c.Source, uerr, api.ErrConflict)
 		}
-		return batch.UploadClaim{Content: c.Content, BatchID: r.BatchID, Source: r.Source, ClaimedAt: fromMs(r.ClaimedAtMs), Until: fromMs(r.UntilMs)}, batch.ErrConflict
+		return api.UploadClaim{Content: c.Content, BatchID: r.BatchID, Source: r.Source, ClaimedAt: fromMs(r.ClaimedAtMs), Until: fromMs(r.UntilMs)}, api.ErrConflict
 	}
 	if err != nil {
-		return batch.UploadClaim{}, fmt.Errorf("claim upload %s: %w", c.Source, err)
+		return api.UploadClaim{}, fmt.Errorf("claim upload %s: %w", c.Source, err)
 	}
 	return c, nil
 }

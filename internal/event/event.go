@@ -1,4 +1,4 @@
-// Package event is the EventBridge adapter of batch.Events: when a run
+// Package event is the EventBridge adapter of ledger.Events: when a run
 // finishes, finalize puts one event on the default bus (source "bulkrun")
 // so that users can subscribe with a rule.
 package event
@@ -12,7 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // Source is the events' source field.
@@ -26,11 +27,11 @@ const (
 )
 
 // DetailType returns the detail type of a run that ended with status.
-func DetailType(s batch.Status) string {
+func DetailType(s api.Status) string {
 	switch s {
-	case batch.StatusThresholdExceeded:
+	case api.StatusThresholdExceeded:
 		return DetailThresholdExceeded
-	case batch.StatusCancelled:
+	case api.StatusCancelled:
 		return DetailCancelled
 	}
 	return DetailCompleted
@@ -42,13 +43,13 @@ func DetailType(s batch.Status) string {
 // delivery of a run, for subscribers to dedupe on (EventBridge's own "id"
 // differs per put).
 type Detail struct {
-	EventID        string       `json:"event_id"` // batch.EventID: "{batch_id}:{run}:{created_at epoch ms}"
-	BatchID        string       `json:"batch_id"`
-	Run            int          `json:"run"`
-	Status         batch.Status `json:"status"`
-	NeedsAttention bool         `json:"needs_attention"`
-	Census         batch.Census `json:"census"`
-	Report         string       `json:"report"` // s3:// URI of report.json
+	EventID        string     `json:"event_id"` // ledger.EventID: "{batch_id}:{run}:{created_at epoch ms}"
+	BatchID        string     `json:"batch_id"`
+	Run            int        `json:"run"`
+	Status         api.Status `json:"status"`
+	NeedsAttention bool       `json:"needs_attention"`
+	Census         api.Census `json:"census"`
+	Report         string     `json:"report"` // s3:// URI of report.json
 }
 
 // Bus publishes to one event bus. Safe for concurrent use.
@@ -58,7 +59,7 @@ type Bus struct {
 	bucket string
 }
 
-var _ batch.Events = (*Bus)(nil)
+var _ ledger.Events = (*Bus)(nil)
 
 // New returns a Bus on bus ("" or "default": the account's default bus);
 // bucket is the batches bucket, to name the report.
@@ -79,7 +80,7 @@ const DetailRefused = "Batch Refused"
 // (by an outage of its downstream, or by hand: the detail's "by"). The
 // stack routes them to its alarm topic (infra, rule BatchEventsAlarmRule,
 // unless RunnerProps.NoBatchEventAlarms).
-var AlarmDetailTypes = []string{DetailThresholdExceeded, DetailRefused, batch.DetailPaused}
+var AlarmDetailTypes = []string{DetailThresholdExceeded, DetailRefused, ledger.DetailPaused}
 
 // Put puts one event of detailType with detail (marshalled to JSON) on the
 // bus, source Source. An entry EventBridge refuses is an error. Delivery to
@@ -103,7 +104,7 @@ func (b *Bus) Put(ctx context.Context, detailType string, detail any) error {
 }
 
 // Publish puts the run's event. An entry EventBridge refuses is an error.
-func (b *Bus) Publish(ctx context.Context, r batch.Report) error {
+func (b *Bus) Publish(ctx context.Context, r api.Report) error {
 	detail, err := CompletionDetail(r, b.bucket)
 	if err != nil {
 		return err
@@ -138,14 +139,14 @@ func EntryBytes(source, detailType, detail string, resources []string) int {
 }
 
 // CompletionDetail is the JSON detail of r's completion event: the census
-// bounded as on the batch row (batch.Census.Bounded: at most
-// batch.MaxCensusCostNames names per rollup) and the report's URI, which
+// bounded as on the batch row (api.Census.Bounded: at most
+// api.MaxCensusCostNames names per rollup) and the report's URI, which
 // has everything. Whatever the census held, the entry stays within
 // MaxEntryBytes: should it not, its cost rollups are left out
 // (cost_names_omitted counts them) and the report carries them.
-func CompletionDetail(r batch.Report, bucket string) (string, error) {
-	d := Detail{EventID: batch.EventID(r), BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
-		Census: r.Census.Bounded(), Report: "s3://" + bucket + "/" + batch.ReportKey(r.BatchID, r.Run)}
+func CompletionDetail(r api.Report, bucket string) (string, error) {
+	d := Detail{EventID: ledger.EventID(r), BatchID: r.BatchID, Run: r.Run, Status: r.Status, NeedsAttention: r.NeedsAttention,
+		Census: r.Census.Bounded(), Report: "s3://" + bucket + "/" + api.ReportKey(r.BatchID, r.Run)}
 	b, err := json.Marshal(d)
 	if err != nil {
 		return "", err

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -54,12 +54,12 @@ func TestPublishCarriesStableEventID(t *testing.T) {
 	bus := event.New(client, "", "bucket")
 
 	created := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	rep := batch.Report{BatchID: "orders", Run: 2, Status: batch.StatusCompleted, CreatedAt: created}
+	rep := api.Report{BatchID: "orders", Run: 2, Status: api.StatusCompleted, CreatedAt: created}
 	again := rep
 	again.FinishedAt = created.Add(time.Hour) // a later delivery of the same run
 	reused := rep
 	reused.CreatedAt = created.Add(48 * time.Hour) // the id reused after the first batch expired
-	for _, r := range []batch.Report{rep, again, reused} {
+	for _, r := range []api.Report{rep, again, reused} {
 		if err := bus.Publish(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
@@ -73,16 +73,16 @@ func TestPublishCarriesStableEventID(t *testing.T) {
 // The completion event stays within EventBridge's 256 KB entry limit
 // whatever the census holds: a run whose items named 10,000 costs (the
 // issue's ≈ 400 KB detail) is announced with at most
-// batch.MaxCensusCostNames names per rollup, the number left out, and the
+// api.MaxCensusCostNames names per rollup, the number left out, and the
 // report's URI, where every name is.
 func TestCompletionDetailWithinEntryLimit(t *testing.T) {
-	c := batch.Census{Total: 10000, Succeeded: 10000, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	c := api.Census{Total: 10000, Succeeded: 10000, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	for i := range 10000 {
 		name := fmt.Sprintf("tokens.model-%05d.%s", i, strings.Repeat("x", 16))
 		c.Cost.Add(pipeline.Cost{name: 1.5})
 		c.RunSpent.Add(pipeline.Cost{name: 3})
 	}
-	r := batch.Report{BatchID: "b1", Run: 1, Status: batch.StatusCompleted, Census: c}
+	r := api.Report{BatchID: "b1", Run: 1, Status: api.StatusCompleted, Census: c}
 	d, err := event.CompletionDetail(r, "bkt")
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +92,8 @@ func TestCompletionDetailWithinEntryLimit(t *testing.T) {
 	if err := json.Unmarshal([]byte(d), &got); err != nil {
 		t.Fatal(err)
 	}
-	if n > event.MaxEntryBytes || len(got.Census.Cost) != batch.MaxCensusCostNames || got.Census.CostNamesOmitted != 2*(10000-batch.MaxCensusCostNames) ||
-		got.Report != "s3://bkt/"+batch.ReportKey("b1", 1) {
+	if n > event.MaxEntryBytes || len(got.Census.Cost) != api.MaxCensusCostNames || got.Census.CostNamesOmitted != 2*(10000-api.MaxCensusCostNames) ||
+		got.Report != "s3://bkt/"+api.ReportKey("b1", 1) {
 		t.Fatalf("entry %d bytes, %d names, %d omitted, report %q", n, len(got.Census.Cost), got.Census.CostNamesOmitted, got.Report)
 	}
 	full, _ := json.Marshal(event.Detail{Census: c})

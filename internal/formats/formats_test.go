@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/internal/formats"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // TestGoldenMessages guards the items-queue message formats of every
@@ -18,13 +18,13 @@ import (
 // pack) of testdata/v0 (the release before versions), of every version
 // since and of today's decodes into its Go type with no unknown field and encodes
 // back to the same JSON (an old message keeps its version 0 on the way);
-// today's carry "v": batch.FormatVersion, and every message the scenario
+// today's carry "v": ledger.FormatVersion, and every message the scenario
 // leaves on the queue decodes and validates.
 func TestGoldenMessages(t *testing.T) {
-	for v := range batch.FormatVersion + 1 {
+	for v := range ledger.FormatVersion + 1 {
 		dir := filepath.Join("testdata", fmt.Sprintf("v%d", v))
-		for name, typ := range map[string]any{"message-fanout": batch.Message{}, "message-item": batch.Message{},
-			"message-item-ref": batch.Message{}, "message-pack": batch.PackMessage{}} {
+		for name, typ := range map[string]any{"message-fanout": ledger.Message{}, "message-item": ledger.Message{},
+			"message-item-ref": ledger.Message{}, "message-pack": ledger.PackMessage{}} {
 			t.Run(fmt.Sprintf("v%d/%s", v, name), func(t *testing.T) {
 				golden, err := os.ReadFile(filepath.Join(dir, name+".json"))
 				if err != nil {
@@ -60,21 +60,21 @@ func TestGoldenMessages(t *testing.T) {
 		}
 		for i, m := range sc.Messages {
 			var head struct {
-				Format int               `json:"v"`
-				Kind   batch.MessageKind `json:"kind"`
+				Format int                `json:"v"`
+				Kind   ledger.MessageKind `json:"kind"`
 			}
 			if err := json.Unmarshal([]byte(m.Body), &head); err != nil || head.Format != v {
 				t.Fatalf("v%d message %d: version %d (%v)", v, i, head.Format, err)
 			}
 			var verr error
-			if head.Kind == batch.KindPack {
-				var pm batch.PackMessage
+			if head.Kind == ledger.KindPack {
+				var pm ledger.PackMessage
 				verr = json.Unmarshal([]byte(m.Body), &pm)
 				if verr == nil {
 					verr = pm.Validate()
 				}
 			} else {
-				var im batch.Message
+				var im ledger.Message
 				verr = json.Unmarshal([]byte(m.Body), &im)
 				if verr == nil {
 					verr = im.Validate()

@@ -7,7 +7,7 @@
 //
 // testdata/v0 holds the formats of the release before format versions,
 // testdata/v1 those of version 1 (per-chunk counters), and
-// testdata/v{batch.FormatVersion} today's. Every version's directory is
+// testdata/v{ledger.FormatVersion} today's. Every version's directory is
 // frozen once a newer one exists.
 package formats
 
@@ -28,8 +28,10 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/dynjson"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // T0 is the scenario's clock: every write is stamped from it.
@@ -67,7 +69,7 @@ func Manifest() ([]byte, [][2]int64) {
 	var b bytes.Buffer
 	var at [][2]int64
 	for i := range Items {
-		line, _ := json.Marshal(batch.ManifestLine{Key: Key(i), Input: Input(i)})
+		line, _ := json.Marshal(source.ManifestLine{Key: Key(i), Input: Input(i)})
 		at = append(at, [2]int64{int64(b.Len()), int64(len(line) + 1)})
 		b.Write(line)
 		b.WriteByte('\n')
@@ -79,20 +81,38 @@ func Manifest() ([]byte, [][2]int64) {
 func ManifestKey(id string) string { return "batches/" + id + "/manifests/golden.jsonl" }
 
 // Batch is the scenario's batch id at T0, running run 1.
-func Batch(id string, k int) batch.Batch {
+func Batch(id string, k int) ledger.Batch {
 	m, _ := Manifest()
-	return batch.Batch{
-		ID: id, Pipeline: "echo", Digest: digest(m), ManifestKey: ManifestKey(id), ManifestBytes: int64(len(m)),
-		ItemCount: Items, ListShards: 2, CounterShards: 1, CounterLanes: 1, Chunks: 1, Run: 1, Status: batch.StatusRunning,
-		Threshold: batch.Threshold{}, MaxAttempts: 3, ItemsPerMessage: k, OnInterrupt: batch.InterruptRetry,
-		Options: json.RawMessage(`{}`), Source: "inline", CreatedAt: T0, RunStartedAt: T0,
+	return ledger.Batch{
+		Batch: api.Batch{
+			ID:              id,
+			Pipeline:        "echo",
+			Digest:          digest(m),
+			ManifestKey:     ManifestKey(id),
+			ManifestBytes:   int64(len(m)),
+			ItemCount:       Items,
+			ListShards:      2,
+			CounterShards:   1,
+			Run:             1,
+			Status:          api.StatusRunning,
+			Threshold:       api.Threshold{},
+			MaxAttempts:     3,
+			ItemsPerMessage: k,
+			OnInterrupt:     api.InterruptRetry,
+			Options:         json.RawMessage(`{}`),
+			Source:          "inline",
+			CreatedAt:       T0,
+			RunStartedAt:    T0,
+		},
+		CounterLanes: 1,
+		Chunks:       1,
 	}
 }
 
 // Chunk is the scenario's one fan-out chunk.
-func Chunk() batch.Chunk {
+func Chunk() source.Chunk {
 	m, _ := Manifest()
-	return batch.Chunk{Offset: 0, Length: int64(len(m)), FirstIndex: 0, Count: Items}
+	return source.Chunk{Offset: 0, Length: int64(len(m)), FirstIndex: 0, Count: Items}
 }
 
 // Message is one queue message of the scenario: its batch and exact body.
@@ -211,68 +231,68 @@ func prefix(r dynjson.Row, p string) bool {
 // under a lease that ends at T0 + Lease (its holder died), 4 quarantined,
 // 5–7 not yet reserved; the run's one counter lane holds the three
 // terminal ones (versions 0 and 1: the chunk counter).
-func half(ctx context.Context, s batch.Store) error {
+func half(ctx context.Context, s ledger.Store) error {
 	one, pack := Batch(BatchOne, 1), Batch(BatchPack, PackK)
-	for _, b := range []batch.Batch{one, pack} {
+	for _, b := range []ledger.Batch{one, pack} {
 		if _, err := s.CreateBatch(ctx, b); err != nil {
 			return fmt.Errorf("create %s: %w", b.ID, err)
 		}
 	}
 	b := one
 	cost := pipeline.Cost{"calls": 1}
-	rec := func(i, attempt int, o batch.Outcome, reason batch.Reason, text string, out json.RawMessage) batch.Record {
-		return batch.Record{BatchID: b.ID, Key: Key(i), RunID: batch.RunID(b.ID, Key(i)), Run: 1, ListShards: b.ListShards,
+	rec := func(i, attempt int, o api.Outcome, reason api.Reason, text string, out json.RawMessage) ledger.Record {
+		return ledger.Record{BatchID: b.ID, Key: Key(i), RunID: ledger.RunID(b.ID, Key(i)), Run: 1, ListShards: b.ListShards,
 			Attempt: attempt, Outcome: o, Reason: reason, Error: text, Output: out, Cost: cost, Spent: cost, Now: T0.Add(time.Second)}
 	}
 	for i := range 5 {
-		it, err := s.Reserve(ctx, batch.Reservation{BatchID: b.ID, Key: Key(i), RunID: batch.RunID(b.ID, Key(i)), Run: 1,
+		it, err := s.Reserve(ctx, ledger.Reservation{BatchID: b.ID, Key: Key(i), RunID: ledger.RunID(b.ID, Key(i)), Run: 1,
 			ListShards: b.ListShards, Now: T0, Lease: Lease})
 		if err != nil {
 			return fmt.Errorf("reserve %d: %w", i, err)
 		}
 		switch i {
 		case 0:
-			err = s.Record(ctx, rec(i, it.Attempt, batch.OutcomeSucceeded, "", "", json.RawMessage(`{"n":0}`)))
+			err = s.Record(ctx, rec(i, it.Attempt, api.OutcomeSucceeded, "", "", json.RawMessage(`{"n":0}`)))
 		case 1:
-			err = s.Record(ctx, rec(i, it.Attempt, batch.OutcomeFailed, batch.ReasonPermanent, "boom", nil))
+			err = s.Record(ctx, rec(i, it.Attempt, api.OutcomeFailed, api.ReasonPermanent, "boom", nil))
 		case 2:
 			err = s.Release(ctx, rec(i, it.Attempt, "", "", "flaky", nil))
 		case 4:
-			err = s.Record(ctx, rec(i, it.Attempt, batch.OutcomeQuarantined, batch.ReasonQuarantine, "set aside", nil))
+			err = s.Record(ctx, rec(i, it.Attempt, api.OutcomeQuarantined, api.ReasonQuarantine, "set aside", nil))
 		}
 		if err != nil {
 			return fmt.Errorf("item %d: %w", i, err)
 		}
 	}
 	now := T0.Add(time.Second)
-	ref := batch.PackRef{BatchID: pack.ID, ListShards: pack.ListShards, First: 0}
-	var take, end []batch.PackItemWrite
+	ref := ledger.PackRef{BatchID: pack.ID, ListShards: pack.ListShards, First: 0}
+	var take, end []ledger.PackItemWrite
 	for j := range PackK {
-		in := batch.ItemState{Key: Key(j), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
-		take = append(take, batch.PackItemWrite{Index: j, Item: in})
+		in := ledger.ItemState{Key: Key(j), Run: 1, Outcome: api.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
+		take = append(take, ledger.PackItemWrite{Index: j, Item: in})
 		out := in
 		out.UpdatedAt, out.Spent, out.SpentRun, out.Cost = now, cost, 1, cost
 		switch j {
 		case 0:
-			out.Outcome, out.Output = batch.OutcomeSucceeded, json.RawMessage(`{"n":0}`)
+			out.Outcome, out.Output = api.OutcomeSucceeded, json.RawMessage(`{"n":0}`)
 		case 1:
-			out.Outcome, out.Reason, out.Error = batch.OutcomeFailed, batch.ReasonPermanent, "boom"
+			out.Outcome, out.Reason, out.Error = api.OutcomeFailed, api.ReasonPermanent, "boom"
 		case 2:
 			out.Retry, out.Error, out.Cost = true, "flaky", nil
 		case 3:
-			out.Outcome, out.Reason, out.Error = batch.OutcomeQuarantined, batch.ReasonQuarantine, "set aside"
+			out.Outcome, out.Reason, out.Error = api.OutcomeQuarantined, api.ReasonQuarantine, "set aside"
 		}
-		end = append(end, batch.PackItemWrite{Index: j, Item: out, Was: batch.OutcomeInFlight})
+		end = append(end, ledger.PackItemWrite{Index: j, Item: out, Was: api.OutcomeInFlight})
 	}
-	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, InFlight: PackK, Now: T0}); err != nil {
+	if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, InFlight: PackK, Now: T0}); err != nil {
 		return fmt.Errorf("take pack: %w", err)
 	}
-	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, InFlight: 1, Now: now}); err != nil {
+	if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, InFlight: 1, Now: now}); err != nil {
 		return fmt.Errorf("write pack: %w", err)
 	}
-	for _, b := range []batch.Batch{one, pack} {
-		_, err := s.CountLane(ctx, batch.LaneCount{BatchID: b.ID, Run: 1, Lane: 0, Target: Items,
-			Outcomes: map[batch.Outcome]int64{batch.OutcomeSucceeded: 1, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1},
+	for _, b := range []ledger.Batch{one, pack} {
+		_, err := s.CountLane(ctx, ledger.LaneCount{BatchID: b.ID, Run: 1, Lane: 0, Target: Items,
+			Outcomes: map[api.Outcome]int64{api.OutcomeSucceeded: 1, api.OutcomeFailed: 1, api.OutcomeQuarantined: 1},
 			Failures: 2, Token: "golden-" + b.ID, Now: now})
 		if err != nil {
 			return fmt.Errorf("count %s: %w", b.ID, err)
@@ -300,33 +320,33 @@ func extras(ctx context.Context, s *dynamo.Store) error {
 	if err := s.AcquireSlot(ctx, b.ID, 1, "golden-holder", T0, Lease); err != nil {
 		return fmt.Errorf("slot: %w", err)
 	}
-	if _, err := s.CountRun(ctx, batch.RunCount{BatchID: b.ID, Run: 1, LanesDone: 1, Failures: 1, Token: "golden-run", Now: now}); err != nil {
+	if _, err := s.CountRun(ctx, ledger.RunCount{BatchID: b.ID, Run: 1, LanesDone: 1, Failures: 1, Token: "golden-run", Now: now}); err != nil {
 		return fmt.Errorf("run row: %w", err)
 	}
 	cost := pipeline.Cost{"calls": 1}
-	ref := batch.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}
-	items := []batch.ItemState{
-		{Key: Key(0), Run: 1, Outcome: batch.OutcomeQuarantined, Attempt: 1, FirstAttempt: 1, Released: true, CountedRun: 2,
-			Reason: batch.ReasonQuarantine, Error: "set aside", Cost: cost, Spent: cost, SpentRun: 1, UpdatedAt: now},
-		{Key: Key(1), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 2, FirstAttempt: 2, Retry: true, ThrottledSince: T0,
+	ref := ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}
+	items := []ledger.ItemState{
+		{Key: Key(0), Run: 1, Outcome: api.OutcomeQuarantined, Attempt: 1, FirstAttempt: 1, Released: true, CountedRun: 2,
+			Reason: api.ReasonQuarantine, Error: "set aside", Cost: cost, Spent: cost, SpentRun: 1, UpdatedAt: now},
+		{Key: Key(1), Run: 1, Outcome: api.OutcomeInFlight, Attempt: 2, FirstAttempt: 2, Retry: true, ThrottledSince: T0,
 			Error: "throttled", UpdatedAt: now},
-		{Key: Key(2), Run: 1, Outcome: batch.OutcomeSucceeded, Attempt: 1, FirstAttempt: 1, OutputRef: "s3://bucket/batches/" + b.ID + "/outputs/x.json",
+		{Key: Key(2), Run: 1, Outcome: api.OutcomeSucceeded, Attempt: 1, FirstAttempt: 1, OutputRef: "s3://bucket/batches/" + b.ID + "/outputs/x.json",
 			Cost: cost, Spent: cost, SpentRun: 1, UpdatedAt: now},
 	}
-	var w []batch.PackItemWrite
+	var w []ledger.PackItemWrite
 	for j, it := range items {
-		w = append(w, batch.PackItemWrite{Index: j, Item: it})
+		w = append(w, ledger.PackItemWrite{Index: j, Item: it})
 	}
-	if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: w, InFlight: 1, Now: now}); err != nil {
+	if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: w, InFlight: 1, Now: now}); err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
 	done := T0.Add(time.Minute)
-	if err := s.FinishRun(ctx, b.ID, 1, batch.Finish{Status: batch.StatusCompleted, ReportKey: batch.ReportKey(b.ID, 1),
-		Census: batch.Census{Total: Items, Succeeded: Items, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}, FinishedAt: done,
-		ExpiresAt: done.Add(RowTTL), RowsExpireAt: done.Add(RowTTL + batch.TTLGrace)}); err != nil {
+	if err := s.FinishRun(ctx, b.ID, 1, ledger.Finish{Status: api.StatusCompleted, ReportKey: api.ReportKey(b.ID, 1),
+		Census: api.Census{Total: Items, Succeeded: Items, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}, FinishedAt: done,
+		ExpiresAt: done.Add(RowTTL), RowsExpireAt: done.Add(RowTTL + ledger.TTLGrace)}); err != nil {
 		return fmt.Errorf("finish: %w", err)
 	}
-	if _, err := s.ClaimUpload(ctx, batch.UploadClaim{Content: digest([]byte("golden upload")), BatchID: b.ID,
+	if _, err := s.ClaimUpload(ctx, api.UploadClaim{Content: digest([]byte("golden upload")), BatchID: b.ID,
 		Source: "s3://bucket/incoming/golden.jsonl", ClaimedAt: T0, Until: T0.Add(Lease)}, false); err != nil {
 		return fmt.Errorf("upload claim: %w", err)
 	}
@@ -341,17 +361,17 @@ func messages() ([]Message, map[string][]byte, error) {
 	chunk := Chunk()
 	shapes := map[string][]byte{}
 	var msgs []Message
-	var lines []batch.ManifestLine
-	if err := batch.ReadManifestLines(bytes.NewReader(m), 0, func(l batch.ManifestLine, _, _ int64) error {
+	var lines []source.ManifestLine
+	if err := source.ReadManifestLines(bytes.NewReader(m), 0, func(l source.ManifestLine, _, _ int64) error {
 		lines = append(lines, l)
 		return nil
 	}); err != nil {
 		return nil, nil, err
 	}
 	for i, l := range lines {
-		msg := batch.ItemMessage(BatchOne, 1, ManifestKey(BatchOne), chunk, l, at[i][0], at[i][1])
+		msg := ledger.ItemMessage(BatchOne, 1, ManifestKey(BatchOne), chunk, l, at[i][0], at[i][1])
 		if i == 6 {
-			msg.Input, msg.InputRef, msg.ManifestKey = nil, &batch.Chunk{Offset: at[i][0], Length: at[i][1], Count: 1}, ManifestKey(BatchOne)
+			msg.Input, msg.InputRef, msg.ManifestKey = nil, &source.Chunk{Offset: at[i][0], Length: at[i][1], Count: 1}, ManifestKey(BatchOne)
 		}
 		body, err := msg.Body()
 		if err != nil {
@@ -365,7 +385,7 @@ func messages() ([]Message, map[string][]byte, error) {
 			shapes["message-item-ref"] = body
 		}
 	}
-	packer, err := batch.NewPacker(BatchPack, 1, ManifestKey(BatchPack), chunk, PackK, func(body []byte, _ []string) error {
+	packer, err := ledger.NewPacker(BatchPack, 1, ManifestKey(BatchPack), chunk, PackK, func(body []byte, _ []string) error {
 		msgs = append(msgs, Message{BatchID: BatchPack, Body: string(body)})
 		shapes["message-pack"] = body
 		return nil
@@ -381,7 +401,7 @@ func messages() ([]Message, map[string][]byte, error) {
 	if err := packer.Flush(); err != nil {
 		return nil, nil, err
 	}
-	fan, err := batch.Message{Kind: batch.KindFanout, BatchID: BatchOne, Run: 1, ManifestKey: ManifestKey(BatchOne), Chunk: &chunk}.Body()
+	fan, err := ledger.Message{Kind: ledger.KindFanout, BatchID: BatchOne, Run: 1, ManifestKey: ManifestKey(BatchOne), Chunk: &chunk}.Body()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -394,7 +414,7 @@ func messages() ([]Message, map[string][]byte, error) {
 // failed, corrected by revision 2: run 2 started (the batch row holds the
 // revision) and item 1 marked with it (its item row's rev, its pack
 // entry's rv).
-func corrected(ctx context.Context, s batch.Store) error {
+func corrected(ctx context.Context, s ledger.Store) error {
 	now := T0.Add(time.Second)
 	cost := pipeline.Cost{"calls": 1}
 	for _, k := range []int{1, PackK} {
@@ -406,59 +426,59 @@ func corrected(ctx context.Context, s batch.Store) error {
 		if _, err := s.CreateBatch(ctx, b); err != nil {
 			return fmt.Errorf("create %s: %w", id, err)
 		}
-		mark := batch.RevisionMark{Key: Key(1)}
+		mark := ledger.RevisionMark{Key: Key(1)}
 		if k == 1 {
 			for i := range 2 {
-				it, err := s.Reserve(ctx, batch.Reservation{BatchID: id, Key: Key(i), RunID: batch.RunID(id, Key(i)), Run: 1,
+				it, err := s.Reserve(ctx, ledger.Reservation{BatchID: id, Key: Key(i), RunID: ledger.RunID(id, Key(i)), Run: 1,
 					ListShards: b.ListShards, Now: T0, Lease: Lease})
 				if err != nil {
 					return fmt.Errorf("reserve %d: %w", i, err)
 				}
-				r := batch.Record{BatchID: id, Key: Key(i), RunID: batch.RunID(id, Key(i)), Run: 1, ListShards: b.ListShards,
-					Attempt: it.Attempt, Outcome: batch.OutcomeSucceeded, Output: json.RawMessage(`{"n":0}`), Cost: cost, Spent: cost, Now: now}
+				r := ledger.Record{BatchID: id, Key: Key(i), RunID: ledger.RunID(id, Key(i)), Run: 1, ListShards: b.ListShards,
+					Attempt: it.Attempt, Outcome: api.OutcomeSucceeded, Output: json.RawMessage(`{"n":0}`), Cost: cost, Spent: cost, Now: now}
 				if i == 1 {
-					r.Outcome, r.Reason, r.Error, r.Output = batch.OutcomeFailed, batch.ReasonPermanent, "bad input", nil
+					r.Outcome, r.Reason, r.Error, r.Output = api.OutcomeFailed, api.ReasonPermanent, "bad input", nil
 				}
 				if err := s.Record(ctx, r); err != nil {
 					return fmt.Errorf("item %d: %w", i, err)
 				}
 			}
 		} else {
-			ref := batch.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
-			var take, end []batch.PackItemWrite
+			ref := ledger.PackRef{BatchID: id, ListShards: b.ListShards, First: 0}
+			var take, end []ledger.PackItemWrite
 			for j := range PackK {
-				in := batch.ItemState{Key: Key(j), Run: 1, Outcome: batch.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
-				take = append(take, batch.PackItemWrite{Index: j, Item: in})
+				in := ledger.ItemState{Key: Key(j), Run: 1, Outcome: api.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: T0}
+				take = append(take, ledger.PackItemWrite{Index: j, Item: in})
 				out := in
 				out.UpdatedAt, out.Spent, out.SpentRun, out.Cost = now, cost, 1, cost
-				out.Outcome, out.Output = batch.OutcomeSucceeded, json.RawMessage(fmt.Sprintf(`{"n":%d}`, j))
+				out.Outcome, out.Output = api.OutcomeSucceeded, json.RawMessage(fmt.Sprintf(`{"n":%d}`, j))
 				if j == 1 {
-					out.Outcome, out.Reason, out.Error, out.Output = batch.OutcomeFailed, batch.ReasonPermanent, "bad input", nil
+					out.Outcome, out.Reason, out.Error, out.Output = api.OutcomeFailed, api.ReasonPermanent, "bad input", nil
 				}
-				end = append(end, batch.PackItemWrite{Index: j, Item: out, Was: batch.OutcomeInFlight})
+				end = append(end, ledger.PackItemWrite{Index: j, Item: out, Was: api.OutcomeInFlight})
 			}
-			if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, InFlight: PackK, Now: T0}); err != nil {
+			if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: T0.Add(Lease), Items: take, InFlight: PackK, Now: T0}); err != nil {
 				return fmt.Errorf("take pack: %w", err)
 			}
-			if err := s.WritePack(ctx, batch.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, Now: now}); err != nil {
+			if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, Now: now}); err != nil {
 				return fmt.Errorf("write pack: %w", err)
 			}
 			mark.Pack, mark.PackFirst, mark.Index = true, 0, 1
 		}
-		if err := s.FinishRun(ctx, id, 1, batch.Finish{Status: batch.StatusCompleted, ReportKey: batch.ReportKey(id, 1),
-			Census: batch.Census{Total: Items, Succeeded: Items - 1, Failed: 1}, FinishedAt: now, ExpiresAt: now.Add(RowTTL)}); err != nil {
+		if err := s.FinishRun(ctx, id, 1, ledger.Finish{Status: api.StatusCompleted, ReportKey: api.ReportKey(id, 1),
+			Census: api.Census{Total: Items, Succeeded: Items - 1, Failed: 1}, FinishedAt: now, ExpiresAt: now.Add(RowTTL)}); err != nil {
 			return fmt.Errorf("finish %s: %w", id, err)
 		}
 		at := T0.Add(2 * time.Second)
-		rev := batch.Revision{N: 2, Digest: digest([]byte(`{"key":"item-0000000001","input":{"n":1,"fixed":true}}` + "\n")), Items: 1, Run: 2,
+		rev := api.Revision{N: 2, Digest: digest([]byte(`{"key":"item-0000000001","input":{"n":1,"fixed":true}}` + "\n")), Items: 1, Run: 2,
 			Source: "inline", CreatedAt: at, CorrectionsKey: "batches/" + id + "/revisions/golden.corrections.jsonl",
-			ManifestKey: batch.RevisionsKey(id, 2, "golden.manifest.jsonl"), RunKey: batch.RevisionsKey(id, 2, "golden.run.jsonl"),
+			ManifestKey: ledger.RevisionsKey(id, 2, "golden.manifest.jsonl"), RunKey: ledger.RevisionsKey(id, 2, "golden.run.jsonl"),
 			RunItems: int64(k), RunChunks: 1}
 		nb, err := s.StartCorrection(ctx, id, 1, rev, at)
 		if err != nil {
 			return fmt.Errorf("correct %s: %w", id, err)
 		}
-		if err := s.MarkRevision(ctx, nb, 2, []batch.RevisionMark{mark}); err != nil {
+		if err := s.MarkRevision(ctx, nb, 2, []ledger.RevisionMark{mark}); err != nil {
 			return fmt.Errorf("mark %s: %w", id, err)
 		}
 	}

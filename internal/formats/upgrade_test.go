@@ -19,9 +19,12 @@ import (
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/formats"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // TestUpgradeFinishesOldFormats finishes, with today's code, the two
@@ -42,7 +45,7 @@ func TestUpgradeFinishesOldFormats(t *testing.T) {
 		}
 		t.Skip("AWS_ENDPOINT_URL is not set")
 	}
-	for v := range batch.FormatVersion {
+	for v := range ledger.FormatVersion {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { finishOldFormats(t, v) })
 	}
 }
@@ -95,7 +98,7 @@ func finishOldFormats(t *testing.T, v int) {
 	}
 	q := &queue{}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := &batch.Worker{Store: store, Blobs: blobs, Queue: q, Trigger: nopTrigger{}, Clock: clock, Log: log,
+	w := &worker.Worker{Store: store, Blobs: blobs, Queue: q, Trigger: nopTrigger{}, Clock: clock, Log: log,
 		Pipelines: reg, Lease: formats.Lease, Margin: time.Second}
 	for _, m := range sc.Messages {
 		q.pending = append(q.pending, []byte(m.Body))
@@ -106,9 +109,9 @@ func finishOldFormats(t *testing.T, v int) {
 		}
 		bodies := q.pending
 		q.pending = nil
-		ds := make([]batch.Delivery, len(bodies))
+		ds := make([]worker.Delivery, len(bodies))
 		for i, b := range bodies {
-			ds[i] = batch.Delivery{MessageID: fmt.Sprint(i), Body: b, ReceiptHandle: fmt.Sprint(i), ReceiveCount: round}
+			ds[i] = worker.Delivery{MessageID: fmt.Sprint(i), Body: b, ReceiptHandle: fmt.Sprint(i), ReceiveCount: round}
 		}
 		failed := w.Handle(ctx, ds)
 		for _, id := range failed {
@@ -119,7 +122,7 @@ func finishOldFormats(t *testing.T, v int) {
 		q.pending = append(q.pending, q.takeRequeued()...)
 		clock.add(10 * time.Minute)
 	}
-	f := &batch.Finalizer{Store: store, Blobs: blobs, Clock: clock, Log: log, Retention: time.Hour}
+	f := &finalize.Finalizer{Store: store, Blobs: blobs, Clock: clock, Log: log, Retention: time.Hour}
 	for _, id := range []string{formats.BatchOne, formats.BatchPack} {
 		res, err := f.Finalize(ctx, id, 1)
 		if err != nil {
@@ -131,7 +134,7 @@ func finishOldFormats(t *testing.T, v int) {
 		if c.Total != 8 || c.Succeeded != 6 || c.Failed != 1 || c.Quarantined != 1 || c.Cancelled != 0 || c.InFlight != 0 || c.Pending != 0 {
 			t.Errorf("%s: census %+v, want 6 succeeded, 1 failed, 1 quarantined of 8", id, c)
 		}
-		if res.Report.Status != batch.StatusCompleted {
+		if res.Report.Status != api.StatusCompleted {
 			t.Errorf("%s: status %s, want completed", id, res.Report.Status)
 		}
 	}
@@ -184,7 +187,7 @@ func (nopTrigger) Finalize(context.Context, string, int) error { return nil }
 
 // TestFormatsMatchGolden guards that today's code writes today's golden
 // formats: the scenario captured again on the emulator equals
-// testdata/v{batch.FormatVersion} file for file, so a changed message or
+// testdata/v{ledger.FormatVersion} file for file, so a changed message or
 // row shape fails here until a new version's golden files (and the
 // upgrade procedure of docs/operations.md) say so.
 func TestFormatsMatchGolden(t *testing.T) {
@@ -209,7 +212,7 @@ func TestFormatsMatchGolden(t *testing.T) {
 	if err := formats.Capture(ctx, db, name, dir); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", fmt.Sprintf("v%d", batch.FormatVersion))
+	golden := filepath.Join("testdata", fmt.Sprintf("v%d", ledger.FormatVersion))
 	files, err := os.ReadDir(golden)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-// Package queue is the SQS adapter of batch.Queue. It is the only importer
+// Package queue is the SQS adapter of ledger.Queue. It is the only importer
 // of the SQS SDK.
 package queue
 
@@ -17,7 +17,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/internal/retry"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // SQS limits (Amazon SQS developer guide, "Amazon SQS message quotas"): at
@@ -44,7 +44,7 @@ const (
 // before send n+1.
 var resendRetry = retry.Schedule{Interval: 100 * time.Millisecond}
 
-// Queue implements batch.Queue on one SQS queue. Safe for concurrent use.
+// Queue implements ledger.Queue on one SQS queue. Safe for concurrent use.
 type Queue struct {
 	sqs *sqs.Client
 	url string
@@ -54,7 +54,7 @@ type Queue struct {
 	SendConcurrency int
 }
 
-var _ batch.Queue = (*Queue)(nil)
+var _ ledger.Queue = (*Queue)(nil)
 
 // MaxDelay is the longest delay of Requeue: SQS's DelaySeconds is 0–900 s
 // (Amazon SQS API reference, "SendMessage").
@@ -62,7 +62,7 @@ const MaxDelay = 15 * time.Minute
 
 // New returns a Queue on the queue at url. It uses a copy of client with
 // bulkrun's retryer (no client-side retry quota) and AWS's transient faults
-// tagged batch.ErrUnavailable (internal/awsfault); client is not changed.
+// tagged ledger.ErrUnavailable (internal/awsfault); client is not changed.
 func New(client *sqs.Client, url string) *Queue {
 	client = sqs.New(client.Options(), func(o *sqs.Options) {
 		o.Retryer = awsfault.Retryer()
@@ -78,9 +78,9 @@ func New(client *sqs.Client, url string) *Queue {
 // exponential backoff (resendRetry) up to MaxSendTries. Entries SQS
 // refused as the sender's fault (SenderFault true: a character outside
 // SQS's allowed set, a body too large) are never retried: Send goes on
-// with the other bodies and returns a *batch.RefusedError listing them.
+// with the other bodies and returns a *ledger.RefusedError listing them.
 // Bodies still unsent after the tries give an error wrapping
-// batch.ErrUnavailable; the calls in flight then are cancelled and no new
+// ledger.ErrUnavailable; the calls in flight then are cancelled and no new
 // one starts, so that some of the other bodies may have been sent and
 // some not (a caller sends them all again: the fan-out's are deduplicated
 // by their items' reservations). A body larger than 256 KiB is refused
@@ -88,13 +88,13 @@ func New(client *sqs.Client, url string) *Queue {
 // concurrently, so bodies reach the queue in no particular order (a
 // standard queue keeps none either).
 func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
-	var refused []batch.Refusal
+	var refused []ledger.Refusal
 	var calls [][]int // indexes in bodies of each call's entries
 	idx := make([]int, 0, MaxBatchEntries)
 	size := 0
 	for i, b := range bodies {
 		if len(b) > MaxBatchBytes {
-			refused = append(refused, batch.Refusal{Index: i, Code: "MessageTooLong", Message: fmt.Sprintf("message is %d bytes, more than %d", len(b), MaxBatchBytes)})
+			refused = append(refused, ledger.Refusal{Index: i, Code: "MessageTooLong", Message: fmt.Sprintf("message is %d bytes, more than %d", len(b), MaxBatchBytes)})
 			continue
 		}
 		if len(idx) == MaxBatchEntries || len(idx) > 0 && size+len(b) > MaxBatchBytes {
@@ -132,8 +132,8 @@ func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 		return fmt.Errorf("send: %w", err)
 	}
 	if len(refused) > 0 {
-		slices.SortFunc(refused, func(a, b batch.Refusal) int { return a.Index - b.Index })
-		return &batch.RefusedError{Refused: refused}
+		slices.SortFunc(refused, func(a, b ledger.Refusal) int { return a.Index - b.Index })
+		return &ledger.RefusedError{Refused: refused}
 	}
 	return nil
 }
@@ -141,12 +141,12 @@ func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 // sendBatch sends bodies[i] for every i of idx in one SendMessageBatch,
 // then only the entries that failed transiently, and returns the entries
 // refused as the sender's fault.
-func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]batch.Refusal, error) {
+func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ledger.Refusal, error) {
 	pending := make(map[string]int, len(idx)) // entry id → index in bodies
 	for _, i := range idx {
 		pending[strconv.Itoa(i)] = i
 	}
-	var refused []batch.Refusal
+	var refused []ledger.Refusal
 	var lastErr error
 	for try := 0; try < MaxSendTries && len(pending) > 0; try++ {
 		if try > 0 {
@@ -178,7 +178,7 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ba
 				continue
 			}
 			if f.SenderFault {
-				refused = append(refused, batch.Refusal{Index: i, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)})
+				refused = append(refused, ledger.Refusal{Index: i, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)})
 				delete(pending, id)
 				continue
 			}
@@ -186,7 +186,7 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ba
 		}
 	}
 	if len(pending) > 0 {
-		return refused, fmt.Errorf("send: %d messages unsent after %d tries: %w: %w", len(pending), MaxSendTries, batch.ErrUnavailable, lastErr)
+		return refused, fmt.Errorf("send: %d messages unsent after %d tries: %w: %w", len(pending), MaxSendTries, ledger.ErrUnavailable, lastErr)
 	}
 	return refused, nil
 }
@@ -194,7 +194,7 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ba
 // Requeue sends body as a new message that becomes visible after delay
 // (whole seconds, clamped to 0–MaxDelay). A new message starts with a
 // receive count of 0, so requeueing does not bring it closer to the
-// dead-letter queue. A refused body is a *batch.RefusedError.
+// dead-letter queue. A refused body is a *ledger.RefusedError.
 func (q *Queue) Requeue(ctx context.Context, body []byte, delay time.Duration) error {
 	delay = min(max(delay, 0), MaxDelay)
 	_, err := q.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String(string(body)), DelaySeconds: int32((delay + time.Second - 1) / time.Second)})

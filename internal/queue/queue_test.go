@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/bulkrun/bulkrun/internal/queue"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // fakeSQS answers SendMessageBatch (AWS JSON 1.0 protocol) from a script:
@@ -117,9 +117,9 @@ func TestSendRetriesOnlyFailedEntriesAndNeverSenderFaults(t *testing.T) {
 	bodies := [][]byte{[]byte("a"), []byte("refused-1"), []byte("b"), []byte("flaky-3"), []byte("c"),
 		[]byte(strings.Repeat("x", queue.MaxBatchBytes+1)), []byte("d")}
 	err := q.Send(context.Background(), bodies)
-	var re *batch.RefusedError
+	var re *ledger.RefusedError
 	if !errors.As(err, &re) {
-		t.Fatalf("Send = %v, want a *batch.RefusedError", err)
+		t.Fatalf("Send = %v, want a *ledger.RefusedError", err)
 	}
 	var idx []int
 	for _, r := range re.Refused {
@@ -128,7 +128,7 @@ func TestSendRetriesOnlyFailedEntriesAndNeverSenderFaults(t *testing.T) {
 	if !slices.Equal(idx, []int{1, 5}) || re.Refused[0].Code != "InvalidMessageContents" || re.Refused[1].Code != "MessageTooLong" {
 		t.Fatalf("refused %+v, want messages 1 (sender fault) and 5 (too long)", re.Refused)
 	}
-	if errors.Is(err, batch.ErrUnavailable) {
+	if errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatal("a sender fault must not be reported as a transient fault")
 	}
 	f.mu.Lock()
@@ -217,7 +217,7 @@ func TestSendConcurrentUnavailableIsAnError(t *testing.T) {
 		}
 	}
 	err := q.Send(context.Background(), bodies)
-	if !errors.Is(err, batch.ErrUnavailable) {
+	if !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("Send = %v, want an error wrapping ErrUnavailable", err)
 	}
 	f.mu.Lock()

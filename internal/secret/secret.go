@@ -1,4 +1,4 @@
-// Package secret resolves bulkrun's secret references (batch.SecretRef):
+// Package secret resolves bulkrun's secret references (ledger.SecretRef):
 // an SSM parameter's value (GetParameter with decryption, so a
 // SecureString comes back in clear) or a Secrets Manager secret's
 // SecretString (GetSecretValue, current version). It is the only importer
@@ -18,7 +18,7 @@
 // the common ThrottlingException of both, "Common Errors"):
 // ThrottlingException is a *pipeline.ThrottledError and, with 5xx
 // (InternalServiceError, InternalServerError), timeouts and lost
-// connections, wraps batch.ErrUnavailable (the item waits, costing no
+// connections, wraps ledger.ErrUnavailable (the item waits, costing no
 // attempt); everything else (ResourceNotFoundException, ParameterNotFound,
 // ParameterVersionNotFound, DecryptionFailure, InvalidKeyId,
 // InvalidRequestException, InvalidParameterException,
@@ -40,8 +40,8 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
-	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // DefaultTTL is how long a resolved value is reused: 5 minutes. A value
@@ -69,10 +69,10 @@ type cached struct {
 	until time.Time
 }
 
-var _ batch.Secrets = (*Store)(nil)
+var _ worker.Secrets = (*Store)(nil)
 
 // New returns a Store using clients built from c (with awsfault.Tag, so an
-// unavailable AWS wraps batch.ErrUnavailable), caching values for ttl (0:
+// unavailable AWS wraps ledger.ErrUnavailable), caching values for ttl (0:
 // DefaultTTL).
 func New(c aws.Config, ttl time.Duration) *Store {
 	if ttl <= 0 {
@@ -93,7 +93,7 @@ func New(c aws.Config, ttl time.Duration) *Store {
 // (arn:…:ssm:…:parameter/…) or a Secrets Manager secret ARN
 // (arn:…:secretsmanager:…:secret:…), from the cache when read less than
 // TTL ago. Errors name the ARN and the AWS error code, never a value; one
-// wrapping batch.ErrUnavailable can be retried (see the package comment).
+// wrapping ledger.ErrUnavailable can be retried (see the package comment).
 func (s *Store) Resolve(ctx context.Context, arn string) (string, error) {
 	s.mu.Lock()
 	if c, ok := s.cache[arn]; ok && s.now().Before(c.until) {
@@ -152,7 +152,7 @@ func ParameterName(arn string) string {
 
 // classify marks a throttled call of service as a *pipeline.ThrottledError
 // (the SDK's own tries were spent on it); it already wraps
-// batch.ErrUnavailable (awsfault.Tag), as 5xx and timeouts do.
+// ledger.ErrUnavailable (awsfault.Tag), as 5xx and timeouts do.
 func classify(service string, err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" {
@@ -161,4 +161,4 @@ func classify(service string, err error) error {
 	return err
 }
 
-var _ batch.FreshSecrets = (*Store)(nil)
+var _ worker.FreshSecrets = (*Store)(nil)

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -79,7 +79,7 @@ func TestResolveErrorsClassified(t *testing.T) {
 				t.Fatalf("err %v, want one naming %s and the ARN", err, tc.code)
 			}
 			th, throttled := pipeline.ThrottleOf(err)
-			unavailable := errors.Is(err, batch.ErrUnavailable)
+			unavailable := errors.Is(err, ledger.ErrUnavailable)
 			got := "permanent"
 			switch {
 			case throttled && unavailable:

@@ -1,5 +1,5 @@
-// Package trigger is the Lambda adapter of batch.Trigger and
-// batch.Handoff: it invokes the finalize function, or the submit function
+// Package trigger is the Lambda adapter of ledger.Trigger and
+// submit.Handoff: it invokes the finalize function, or the submit function
 // itself, asynchronously (InvocationType Event).
 package trigger
 
@@ -11,7 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Event is the finalize function's payload: a run to finalize, or a
@@ -19,7 +21,7 @@ import (
 // came before this one in a chain of chunks, each invoking the next
 // (Continue): 0 for a trigger from the item function or submit. Part
 // (1-based) and Plan name one part of a run read in parts
-// (StartFinalizePart; batch.Finalizer.FinalizePart).
+// (StartFinalizePart; finalize.Finalizer.FinalizePart).
 type Event struct {
 	BatchID string `json:"batch_id,omitempty"`
 	Run     int    `json:"run,omitempty"`
@@ -36,7 +38,7 @@ type Lambda struct {
 	function string
 }
 
-var _ batch.Trigger = (*Lambda)(nil)
+var _ ledger.Trigger = (*Lambda)(nil)
 
 // New returns a trigger invoking function (name or ARN).
 func New(client *lambda.Client, function string) *Lambda {
@@ -58,7 +60,7 @@ func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
 	return nil
 }
 
-var _ batch.Handoff = (*Lambda)(nil)
+var _ submit.Handoff = (*Lambda)(nil)
 
 // Continue invokes finalize for (batchID, run) asynchronously as link
 // chain of a chain of chunks (Event.Chain): finalize invoking itself.
@@ -74,7 +76,7 @@ func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) e
 	return nil
 }
 
-var _ batch.FinalizeParts = (*Lambda)(nil)
+var _ finalize.FinalizeParts = (*Lambda)(nil)
 
 // StartFinalizePart invokes finalize asynchronously for part `part`
 // (0-based) of plan `plan` of (batchID, run): finalize invoking itself,
@@ -96,13 +98,13 @@ func (l *Lambda) StartFinalizePart(ctx context.Context, batchID string, run, pla
 }
 
 // StartSubmit invokes the function asynchronously with the internal event
-// batch.SubmitEvent ({"bulkrun_submit": batchID}): the submit function
+// ledger.SubmitEvent ({"bulkrun_submit": batchID}): the submit function
 // hands the background read of an accepted batch to itself. Lambda queues
 // the event durably and retries a failed invocation twice (Lambda
 // developer guide, "Asynchronous invocation"); the submit tick hands off
 // again after that.
 func (l *Lambda) StartSubmit(ctx context.Context, batchID string) error {
-	payload, err := json.Marshal(batch.SubmitEvent{BatchID: batchID})
+	payload, err := json.Marshal(ledger.SubmitEvent{BatchID: batchID})
 	if err != nil {
 		return err
 	}
@@ -114,11 +116,11 @@ func (l *Lambda) StartSubmit(ctx context.Context, batchID string) error {
 }
 
 // StartPart invokes the function asynchronously with the internal event
-// batch.PartEvent: the submit function hands one step of a source read in
+// ledger.PartEvent: the submit function hands one step of a source read in
 // parts to itself (a part's count or read, a key partition's check). Lambda queues
 // the event and retries a failed invocation twice; a step lost for good
 // is handed off again when the submit tick resumes the read.
-func (l *Lambda) StartPart(ctx context.Context, ev batch.PartEvent) error {
+func (l *Lambda) StartPart(ctx context.Context, ev ledger.PartEvent) error {
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		return err

@@ -28,8 +28,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
 	"github.com/bulkrun/bulkrun/internal/retry"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -132,16 +133,16 @@ func (e *APIError) Error() string {
 }
 
 // Is maps API error codes to the domain's sentinels: not_found →
-// batch.ErrNotFound, batch_mismatch → batch.ErrBatchMismatch,
-// invalid_request → batch.ErrInvalid.
+// api.ErrNotFound, batch_mismatch → api.ErrBatchMismatch,
+// invalid_request → api.ErrInvalid.
 func (e *APIError) Is(t error) bool {
 	switch e.Body.Code {
 	case wire.CodeNotFound:
-		return t == batch.ErrNotFound
+		return t == api.ErrNotFound
 	case wire.CodeBatchMismatch:
-		return t == batch.ErrBatchMismatch
+		return t == api.ErrBatchMismatch
 	case wire.CodeInvalidRequest:
-		return t == batch.ErrInvalid
+		return t == api.ErrInvalid
 	}
 	return false
 }
@@ -203,9 +204,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 // still go on), timeouts and connection errors, as c.Retry says. A repeated
 // submit of the same request is the same batch, so a retry never makes a
 // second one. Other errors (*APIError 4xx, 507) are returned at once.
-func (c *Client) Submit(ctx context.Context, req batch.SubmitRequest) (wire.BatchView, error) {
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (wire.BatchView, error) {
 	if req.BatchID == "" {
-		req.BatchID = batch.NewBatchID()
+		req.BatchID = ledger.NewBatchID()
 	}
 	r := c.Retry
 	if r.Tries <= 0 {
@@ -259,8 +260,8 @@ func (c *Client) Status(ctx context.Context, id string) (wire.BatchView, error) 
 }
 
 // Report reads the batch's last report.
-func (c *Client) Report(ctx context.Context, id string) (batch.Report, error) {
-	var r batch.Report
+func (c *Client) Report(ctx context.Context, id string) (api.Report, error) {
+	var r api.Report
 	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/report", nil, &r)
 	return r, err
 }
@@ -275,7 +276,7 @@ func (c *Client) Wait(ctx context.Context, id string, interval time.Duration, pr
 // Submitted waits while the batch is submitting: it returns the batch once
 // its manifest is frozen (running or later) or it was refused.
 func (c *Client) Submitted(ctx context.Context, id string, interval time.Duration) (wire.BatchView, error) {
-	return c.WaitUntil(ctx, id, interval, func(v wire.BatchView) bool { return v.Status != batch.StatusSubmitting }, nil)
+	return c.WaitUntil(ctx, id, interval, func(v wire.BatchView) bool { return v.Status != api.StatusSubmitting }, nil)
 }
 
 // MaxPollInterval is the longest pause between two polls of WaitUntil.
@@ -360,11 +361,11 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 }
 
 // Correct sends corrected inputs for items of a finished batch (POST
-// /batches/{id}/corrections, batch.Submitter.Correct): the answer is the
+// /batches/{id}/corrections, submit.Submitter.Correct): the answer is the
 // batch at its correction run and the revision; Created false when the
 // same corrections were given before (no new run). Retried like any call:
 // the same corrections are one revision.
-func (c *Client) Correct(ctx context.Context, id string, req batch.CorrectRequest) (wire.CorrectionView, error) {
+func (c *Client) Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error) {
 	var v wire.CorrectionView
 	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/corrections", req, &v)
 	return v, err
@@ -392,7 +393,7 @@ func (c *Client) Release(ctx context.Context, id, key string) error {
 }
 
 // Items pages the batch's items of outcome (failed, quarantined, in_flight).
-func (c *Client) Items(ctx context.Context, id string, outcome batch.Outcome, cursor string, limit int) (batch.ItemPage, error) {
+func (c *Client) Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error) {
 	q := url.Values{"outcome": {string(outcome)}}
 	if cursor != "" {
 		q.Set("cursor", cursor)
@@ -400,15 +401,15 @@ func (c *Client) Items(ctx context.Context, id string, outcome batch.Outcome, cu
 	if limit > 0 {
 		q.Set("limit", fmt.Sprint(limit))
 	}
-	var p batch.ItemPage
+	var p api.ItemPage
 	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/items?"+q.Encode(), nil, &p)
 	return p, err
 }
 
 // ListBatches pages the batches newest first (GET /batches): r's
 // statuses, since, source and limit filter and size the page, r.Cursor continues
-// a previous one. See batch.Control.ListBatches.
-func (c *Client) ListBatches(ctx context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
+// a previous one. See control.Control.ListBatches.
+func (c *Client) ListBatches(ctx context.Context, r api.ListBatchesRequest) (api.BatchPage, error) {
 	q := url.Values{}
 	if len(r.Statuses) > 0 {
 		s := make([]string, len(r.Statuses))
@@ -433,7 +434,7 @@ func (c *Client) ListBatches(ctx context.Context, r batch.ListBatchesRequest) (b
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var p batch.BatchPage
+	var p api.BatchPage
 	_, err := c.Do(ctx, http.MethodGet, path, nil, &p)
 	return p, err
 }

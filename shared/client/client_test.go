@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // Submit past the gateway timeout, point 1: Submit names the batch before
@@ -42,7 +42,7 @@ func TestSubmitRetriesWithTheSameID(t *testing.T) {
 			var ids []string
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
-				var req batch.SubmitRequest
+				var req api.SubmitRequest
 				_ = json.Unmarshal(body, &req)
 				mu.Lock()
 				ids = append(ids, req.BatchID)
@@ -67,7 +67,7 @@ func TestSubmitRetriesWithTheSameID(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.Retry = Retry{Tries: 6, Base: time.Millisecond, Max: 4 * time.Millisecond}
-			v, err := c.Submit(context.Background(), batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Object: "s3://b/k.jsonl"}})
+			v, err := c.Submit(context.Background(), api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Object: "s3://b/k.jsonl"}})
 			if len(ids) != tt.wantTries {
 				t.Errorf("%d tries, want %d", len(ids), tt.wantTries)
 			}

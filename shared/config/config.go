@@ -66,11 +66,11 @@ const (
 	// EnvMaxAttempts is the default number of attempts per item (default 3).
 	EnvMaxAttempts = "BULKRUN_MAX_ATTEMPTS"
 	// EnvRetryPolicy is the retry policy of a batch that sets none, as the
-	// JSON of batch.RetryPolicy ({"interval_seconds":300,"backoff_rate":2,
+	// JSON of api.RetryPolicy ({"interval_seconds":300,"backoff_rate":2,
 	// "max_delay_seconds":900,"jitter":0.5}); default
-	// batch.DefaultRetryPolicy. Submit stores it on the batch; the item
+	// api.DefaultRetryPolicy. Submit stores it on the batch; the item
 	// function applies it to rows that carry none. Read by
-	// batch.ParseRetryPolicy when the functions start (config does not
+	// api.ParseRetryPolicy when the functions start (config does not
 	// import batch); the stack writes it from a validated policy.
 	EnvRetryPolicy = "BULKRUN_RETRY_POLICY"
 	// EnvItemsPerMessage is the items per message (and per ledger row) of
@@ -81,7 +81,7 @@ const (
 	EnvMaxReceiveCount = "BULKRUN_MAX_RECEIVE_COUNT"
 	// EnvItemsMaxConcurrency is the maximum concurrency of the item
 	// function's SQS event sources (default 100); submit sizes a batch's
-	// shards from the flow it allows (batch.StackFlow).
+	// shards from the flow it allows (ledger.StackFlow).
 	EnvItemsMaxConcurrency = "BULKRUN_ITEMS_MAX_CONCURRENCY"
 	// EnvRetentionDays is how long a finished batch is kept, in days (default 30).
 	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
@@ -95,7 +95,7 @@ const (
 	// EnvUploadRepeatDays is how long, in whole days, submit remembers an
 	// upload's content: the same items for the same pipeline and options
 	// uploaded under another name within it are not run again unless the
-	// upload carries x-amz-meta-rerun: true (batch.Submitter.ClaimUpload).
+	// upload carries x-amz-meta-rerun: true (submit.Submitter.ClaimUpload).
 	// Default 7 (DefaultUploadRepeat); 0 remembers nothing.
 	EnvUploadRepeatDays = "BULKRUN_UPLOAD_REPEAT_DAYS"
 	// EnvLogLevel is the slog level: debug, info (default), warn, error.
@@ -123,7 +123,7 @@ const (
 	// EnvSecretPrefixes is the comma-separated ARNs, or ARN prefixes ending
 	// in "*", of the SSM parameters and Secrets Manager secrets that a
 	// batch's headers and options may reference ("secret:arn:…", see
-	// batch.SecretRef); the item function's role may read exactly these.
+	// ledger.SecretRef); the item function's role may read exactly these.
 	// Default "" (no reference accepted). Read by submit.
 	EnvSecretPrefixes = "BULKRUN_SECRET_PREFIXES"
 	// EnvEffectTables is the comma-separated DynamoDB table names on which
@@ -315,7 +315,7 @@ type Config struct {
 	ItemTimeout      time.Duration  // EnvItemTimeoutSeconds; default DefaultItemTimeout
 	Visibility       time.Duration  // EnvVisibilitySeconds; default DefaultVisibility
 	MaxAttempts      int            // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
-	RetryPolicy      string         // EnvRetryPolicy, as set; "" for the default (batch.ParseRetryPolicy reads it)
+	RetryPolicy      string         // EnvRetryPolicy, as set; "" for the default (api.ParseRetryPolicy reads it)
 	ItemsPerMessage  int            // EnvItemsPerMessage; default DefaultItemsPerMessage, 1–100
 	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
 	Retention        time.Duration  // EnvRetentionMinutes, else EnvRetentionDays; default DefaultRetention

@@ -17,9 +17,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -36,7 +39,7 @@ const MaxRequestBytes = 6 << 20
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
 //	POST   /batches                          submit (202 accepted, read in the background; 201 created, 200 identical batch exists)
-//	GET    /batches?status=&since=&limit=&cursor=   batches newest first (batch.BatchPage)
+//	GET    /batches?status=&since=&limit=&cursor=   batches newest first (api.BatchPage)
 //	GET    /batches/{id}                     status and census
 //	GET    /batches/{id}/report              the last finished run's report
 //	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
@@ -66,16 +69,16 @@ const MaxRequestBytes = 6 << 20
 // insufficient_storage 507 (the source is too large for the submit
 // function's temporary disk: not retryable), internal 500 (retryable).
 type API struct {
-	Submitter *batch.Submitter
-	Control   *batch.Control
-	Store     batch.Store
-	Blobs     batch.Blobs
+	Submitter *submit.Submitter
+	Control   *control.Control
+	Store     ledger.Store
+	Blobs     ledger.Blobs
 	Log       *slog.Logger
 }
 
 // NewAPI wires the routes.
-func NewAPI(s *batch.Submitter, store batch.Store, blobs batch.Blobs, log *slog.Logger) *API {
-	return &API{Submitter: s, Control: &batch.Control{Store: store, Blobs: blobs, Log: log, Clock: batch.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+func NewAPI(s *submit.Submitter, store ledger.Store, blobs ledger.Blobs, log *slog.Logger) *API {
+	return &API{Submitter: s, Control: &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
 }
 
 // ItemPath is wire.ItemPath: the API path of an item route, with id and
@@ -162,15 +165,15 @@ func writeError(w http.ResponseWriter, status int, e ErrorBody) { writeJSON(w, s
 
 // ErrorOf maps a domain error to its HTTP status and JSON body.
 func ErrorOf(err error) (int, ErrorBody) {
-	var ie *batch.InputError
-	var me *batch.MismatchError
-	var re *batch.BatchRefusedError
-	var rue *batch.RepeatedUploadError
+	var ie *api.InputError
+	var me *api.MismatchError
+	var re *api.BatchRefusedError
+	var rue *api.RepeatedUploadError
 	switch {
 	case errors.As(err, &rue):
 		// An upload only: the items another upload started within the window.
-		return http.StatusConflict, ErrorBody{Code: batch.RefusalRepeatedUpload, Message: err.Error(), Field: "x-amz-meta-rerun"}
-	case errors.Is(err, batch.ErrEmptySource) && errors.As(err, &ie):
+		return http.StatusConflict, ErrorBody{Code: api.RefusalRepeatedUpload, Message: err.Error(), Field: "x-amz-meta-rerun"}
+	case errors.Is(err, api.ErrEmptySource) && errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Code: "empty_source", Message: err.Error(), Field: ie.Field}
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: err.Error(), Field: ie.Field, Line: ie.Line, Element: ie.Element, Key: ie.Key}
@@ -180,19 +183,19 @@ func ErrorOf(err error) (int, ErrorBody) {
 		r := re.Refusal
 		status := http.StatusConflict // refused for good: the same request cannot succeed
 		switch r.Code {
-		case batch.RefusalInvalid, batch.RefusalEmptySource:
+		case api.RefusalInvalid, api.RefusalEmptySource:
 			status = http.StatusBadRequest
-		case batch.RefusalInsufficientStorage:
+		case api.RefusalInsufficientStorage:
 			status = http.StatusInsufficientStorage
 		}
 		return status, ErrorBody{Code: r.Code, Message: err.Error(), Field: r.Field, Line: r.Line, Element: r.Element, Key: r.Key}
-	case errors.Is(err, batch.ErrInsufficientStorage):
-		return http.StatusInsufficientStorage, ErrorBody{Code: batch.RefusalInsufficientStorage, Message: err.Error()}
-	case errors.Is(err, batch.ErrExpired):
+	case errors.Is(err, api.ErrInsufficientStorage):
+		return http.StatusInsufficientStorage, ErrorBody{Code: api.RefusalInsufficientStorage, Message: err.Error()}
+	case errors.Is(err, api.ErrExpired):
 		return http.StatusNotFound, ErrorBody{Code: "expired", Message: err.Error()}
-	case errors.Is(err, batch.ErrNotFound):
+	case errors.Is(err, api.ErrNotFound):
 		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
-	case errors.Is(err, batch.ErrConflict):
+	case errors.Is(err, api.ErrConflict):
 		return http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()}
 	}
 	return http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; the request can be retried"}
@@ -234,11 +237,11 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// correct is POST /batches/{id}/corrections (batch.Submitter.Correct): 202
+// correct is POST /batches/{id}/corrections (submit.Submitter.Correct): 202
 // with the batch at its correction run and the revision; 200 when the same
 // corrections were given before (no new run).
 func (a *API) correct(w http.ResponseWriter, r *http.Request) {
-	var req batch.CorrectRequest
+	var req api.CorrectRequest
 	if !a.readBody(w, r, &req) {
 		return
 	}
@@ -252,11 +255,11 @@ func (a *API) correct(w http.ResponseWriter, r *http.Request) {
 	if res.Created {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, wire.CorrectionView{Batch: BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created}, Revision: res.Revision})
+	writeJSON(w, status, wire.CorrectionView{Batch: BatchView{Batch: ledger.Redacted(res.Batch.Batch), Created: &res.Created}, Revision: res.Revision})
 }
 
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
-	var req batch.SubmitRequest
+	var req api.SubmitRequest
 	if !a.readBody(w, r, &req) {
 		return
 	}
@@ -266,10 +269,10 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, err)
 		return
 	}
-	view := BatchView{Batch: batch.Redacted(res.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
+	view := BatchView{Batch: ledger.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
 	status := http.StatusOK
 	switch {
-	case res.Batch.Status == batch.StatusSubmitting:
+	case res.Batch.Status == api.StatusSubmitting:
 		status = http.StatusAccepted
 	case res.Created:
 		status = http.StatusCreated
@@ -291,7 +294,7 @@ func jsonField(err error) string {
 
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !batch.ValidBatchID(id) {
+	if !api.ValidBatchID(id) {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
 		return
 	}
@@ -314,13 +317,13 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 
 // viewOf is the view of the batch row b with its census: the report's once
 // finished, the run's counters while it runs.
-func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
-	v := BatchView{Batch: batch.Redacted(b)}
+func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
+	v := BatchView{Batch: ledger.Redacted(b.Batch)}
 	if b.Pause != nil {
 		v.Pause = b.Pause.View(time.Now().UTC())
 	}
 	switch {
-	case b.Status == batch.StatusSubmitting || b.Status == batch.StatusRefused:
+	case b.Status == api.StatusSubmitting || b.Status == api.StatusRefused:
 		// No manifest yet, or never: nothing to count.
 	case b.Status.Finished() && b.FinalCensus != nil:
 		v.Census, v.CensusSource = b.FinalCensus, wire.CensusFromReport
@@ -333,7 +336,7 @@ func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 			return BatchView{}, err
 		}
 		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
-		live := batch.LiveOf(b, p, a.Control.Clock.Now())
+		live := ledger.LiveOf(b, p, a.Control.Clock.Now())
 		c := CounterCensus(b, p, live)
 		v.Census, v.Live = &c, &live
 		v.NeedsAttention = v.NeedsAttention || live.NeedsAttention()
@@ -347,20 +350,20 @@ func (a *API) viewOf(ctx context.Context, b batch.Batch) (BatchView, error) {
 // (queued, running or waiting for a retry: live.InFlight +
 // live.RetryWaiting), pending the items not fanned out yet.
 // A correction run's counters count its own items; the batch's other
-// items are added with what they kept (batch.Revision.Kept), each counted
+// items are added with what they kept (api.Revision.Kept), each counted
 // once. Counters may lag the rows; the report's census is exact.
-func CounterCensus(b batch.Batch, p batch.Progress, live batch.LiveView) batch.Census {
-	c := batch.Census{Total: b.ItemCount, Cost: p.Cost, RunSpent: p.Spent}
+func CounterCensus(b ledger.Batch, p ledger.Progress, live api.LiveView) api.Census {
+	c := api.Census{Total: b.ItemCount, Cost: p.Cost, RunSpent: p.Spent}
 	if c.Cost == nil {
 		c.Cost = pipeline.CostSum{}
 	}
 	if c.RunSpent == nil {
 		c.RunSpent = pipeline.CostSum{}
 	}
-	c.Succeeded = p.ByOutcome[batch.OutcomeSucceeded]
-	c.Failed = p.ByOutcome[batch.OutcomeFailed]
-	c.Quarantined = p.ByOutcome[batch.OutcomeQuarantined]
-	c.Cancelled = p.ByOutcome[batch.OutcomeCancelled]
+	c.Succeeded = p.ByOutcome[api.OutcomeSucceeded]
+	c.Failed = p.ByOutcome[api.OutcomeFailed]
+	c.Quarantined = p.ByOutcome[api.OutcomeQuarantined]
+	c.Cancelled = p.ByOutcome[api.OutcomeCancelled]
 	if r, ok := b.Revision(b.RunRevision); ok && r.Kept != nil {
 		// A correction run counts its own items; the others keep theirs.
 		c.Succeeded += r.Kept.Succeeded
@@ -477,7 +480,7 @@ func (a *API) resume(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, BatchView{Batch: batch.Redacted(b)})
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: ledger.Redacted(b.Batch)})
 }
 
 // cancel answers the batch as GET /batches/{id} would, census and
@@ -491,7 +494,7 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 // control serves a command on a running batch (cancel, pause, unpause):
 // 202 with the batch as GET /batches/{id} would answer it (the batch row
 // alone when its census cannot be read: the command still stands).
-func (a *API) control(do func(context.Context, string) (batch.Batch, error)) http.HandlerFunc {
+func (a *API) control(do func(context.Context, string) (ledger.Batch, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, err := do(r.Context(), r.PathValue("id"))
 		if err != nil {
@@ -501,7 +504,7 @@ func (a *API) control(do func(context.Context, string) (batch.Batch, error)) htt
 		v, err := a.viewOf(r.Context(), b)
 		if err != nil {
 			a.Log.Warn("census not read; answering the batch row", "batch_id", b.ID, "error", err)
-			v = BatchView{Batch: batch.Redacted(b)}
+			v = BatchView{Batch: ledger.Redacted(b.Batch)}
 		}
 		writeJSON(w, http.StatusAccepted, v)
 	}
@@ -519,11 +522,11 @@ func (a *API) forget(w http.ResponseWriter, r *http.Request) {
 // decoded path between "/items/" and the last "/release".
 func (a *API) release(w http.ResponseWriter, r *http.Request) {
 	id, key := r.PathValue("id"), r.PathValue("key")
-	if !batch.ValidBatchID(id) {
+	if !api.ValidBatchID(id) {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
 		return
 	}
-	if reason := batch.CheckKey(key); reason != "" {
+	if reason := api.CheckKey(key); reason != "" {
 		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: reason, Field: "key", Key: key})
 		return
 	}
@@ -537,15 +540,15 @@ func (a *API) release(w http.ResponseWriter, r *http.Request) {
 // list serves GET /batches: status (one or more statuses, comma-separated
 // or repeated), since (RFC 3339 time: batches created at or after it),
 // limit (1–1,000, default 100), cursor (a previous page's next_cursor).
-// Answers 200 with a batch.BatchPage; 400 invalid_request naming the
+// Answers 200 with a api.BatchPage; 400 invalid_request naming the
 // parameter at fault.
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var req batch.ListBatchesRequest
+	var req api.ListBatchesRequest
 	for _, v := range q["status"] {
 		for s := range strings.SplitSeq(v, ",") {
 			if s = strings.TrimSpace(s); s != "" {
-				req.Statuses = append(req.Statuses, batch.Status(s))
+				req.Statuses = append(req.Statuses, api.Status(s))
 			}
 		}
 	}
@@ -586,9 +589,9 @@ func (a *API) items(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	outcome := batch.Outcome(q.Get("outcome"))
+	outcome := api.Outcome(q.Get("outcome"))
 	if outcome == "" {
-		outcome = batch.OutcomeFailed
+		outcome = api.OutcomeFailed
 	}
 	page, err := a.Control.Items(r.Context(), r.PathValue("id"), outcome, q.Get("cursor"), limit)
 	if err != nil {

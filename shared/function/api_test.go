@@ -16,7 +16,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
@@ -57,8 +57,8 @@ func TestUploadNames(t *testing.T) {
 	if got := config.UploadErrorKey("incoming/2026/orders.jsonl"); got != "incoming-errors/2026/orders.jsonl.error.json" {
 		t.Errorf("UploadErrorKey = %s", got)
 	}
-	a := batch.UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag1"`)
-	if !strings.HasPrefix(a, "My-Orders-1-") || len(a) != len("My-Orders-1-")+16 || a == batch.UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag2"`) {
+	a := api.UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag1"`)
+	if !strings.HasPrefix(a, "My-Orders-1-") || len(a) != len("My-Orders-1-")+16 || a == api.UploadBatchID("b", "incoming/My Orders (1).jsonl", `"etag2"`) {
 		t.Errorf("UploadBatchID = %s", a)
 	}
 	if got := ScheduleBatchID("nightly", mustTime(t, "2026-11-29T02:00:00Z")); got != "nightly-20261129T020000Z" {
@@ -84,9 +84,9 @@ func TestErrorOfExpired(t *testing.T) {
 		wantStatus int
 		wantCode   string
 	}{
-		{"expired", fmt.Errorf("batch b: retention ended: %w", batch.ErrExpired), http.StatusNotFound, "expired"},
-		{"not found", fmt.Errorf("batch b: %w", batch.ErrNotFound), http.StatusNotFound, "not_found"},
-		{"pending deletion", fmt.Errorf("forget b: %w: %w", batch.ErrPendingDeletion, errors.New("throttled")), http.StatusInternalServerError, "internal"},
+		{"expired", fmt.Errorf("batch b: retention ended: %w", api.ErrExpired), http.StatusNotFound, "expired"},
+		{"not found", fmt.Errorf("batch b: %w", api.ErrNotFound), http.StatusNotFound, "not_found"},
+		{"pending deletion", fmt.Errorf("forget b: %w: %w", api.ErrPendingDeletion, errors.New("throttled")), http.StatusInternalServerError, "internal"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

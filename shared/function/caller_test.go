@@ -10,22 +10,24 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // createStore keeps the batch row a submit creates.
 type createStore struct {
-	batch.Store // other methods are not reached
-	created     []batch.Batch
+	ledger.Store // other methods are not reached
+	created      []ledger.Batch
 }
 
-func (s *createStore) CreateBatch(_ context.Context, b batch.Batch) (batch.Batch, error) {
+func (s *createStore) CreateBatch(_ context.Context, b ledger.Batch) (ledger.Batch, error) {
 	s.created = append(s.created, b)
 	return b, nil
 }
 func (s *createStore) SetFannedOut(context.Context, string, int) error { return nil }
 
-type sentQueue struct{ batch.Queue }
+type sentQueue struct{ ledger.Queue }
 
 func (sentQueue) Send(context.Context, [][]byte) error { return nil }
 
@@ -62,7 +64,7 @@ func TestSubmittedByIsRecorded(t *testing.T) {
 }`
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := &createStore{}
-	s := &batch.Submitter{Store: store, Blobs: &discardBlobs{}, Queue: sentQueue{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
+	s := &submit.Submitter{Store: store, Blobs: &discardBlobs{}, Queue: sentQueue{}, Clock: ledger.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
 	sub := &Submit{API: NewAPI(s, store, nil, log), Submitter: s, Log: log}
 	out, err := sub.Handle(context.Background(), json.RawMessage(event))
 	resp, _ := out.(events.APIGatewayProxyResponse)
@@ -89,7 +91,7 @@ func TestSubmittedByIsRecorded(t *testing.T) {
 
 	// A schedule's tick and an upload.
 	if _, err := sub.Scheduled(context.Background(), ScheduleEvent{Schedule: "nightly", Time: time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC),
-		Request: batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Items: json.RawMessage(`[1]`)}}}); err != nil {
+		Request: api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Items: json.RawMessage(`[1]`)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := store.created[len(store.created)-1].SubmittedBy; got != "schedule:nightly" {

@@ -10,28 +10,29 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // cancelStore holds one running batch whose counters have seen a failure.
 type cancelStore struct {
-	batch.Store // other methods are not reached
-	b           batch.Batch
-	progressErr error
+	ledger.Store // other methods are not reached
+	b            ledger.Batch
+	progressErr  error
 }
 
-func (s *cancelStore) GetBatch(context.Context, string) (batch.Batch, error) { return s.b, nil }
-func (s *cancelStore) Stop(_ context.Context, m batch.StopMark) error {
+func (s *cancelStore) GetBatch(context.Context, string) (ledger.Batch, error) { return s.b, nil }
+func (s *cancelStore) Stop(_ context.Context, m ledger.StopMark) error {
 	s.b.Stop, s.b.StopDetail = m.Status, m.Detail
 	return nil
 }
-func (s *cancelStore) Progress(context.Context, string, int, int) (batch.Progress, error) {
+func (s *cancelStore) Progress(context.Context, string, int, int) (ledger.Progress, error) {
 	if s.progressErr != nil {
-		return batch.Progress{}, s.progressErr
+		return ledger.Progress{}, s.progressErr
 	}
-	return batch.Progress{Done: 7, Failures: 1, ByOutcome: map[batch.Outcome]int64{
-		batch.OutcomeSucceeded: 6, batch.OutcomeFailed: 1}}, nil
+	return ledger.Progress{Done: 7, Failures: 1, ByOutcome: map[api.Outcome]int64{
+		api.OutcomeSucceeded: 6, api.OutcomeFailed: 1}}, nil
 }
 
 // The cancel answer is the batch as GET /batches/{id} shows it (the
@@ -51,8 +52,16 @@ func TestCancelAnswersStatusView(t *testing.T) {
 		{"counters unreadable", errors.New("store down"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &cancelStore{b: batch.Batch{ID: "run-1", Status: batch.StatusRunning, Run: 1, ItemCount: 200,
-				ListShards: 2, CounterShards: 2}, progressErr: tc.progressErr}
+			s := &cancelStore{b: ledger.Batch{
+				Batch: api.Batch{
+					ID:            "run-1",
+					Status:        api.StatusRunning,
+					Run:           1,
+					ItemCount:     200,
+					ListShards:    2,
+					CounterShards: 2,
+				},
+			}, progressErr: tc.progressErr}
 			a := NewAPI(nil, s, &discardBlobs{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			rec := httptest.NewRecorder()
 			a.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/batches/run-1/cancel", nil))
@@ -63,7 +72,7 @@ func TestCancelAnswersStatusView(t *testing.T) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.Stop != batch.StatusCancelled {
+			if v.Stop != api.StatusCancelled {
 				t.Errorf("stop %q, want cancelled", v.Stop)
 			}
 			if !tc.wantCensus {

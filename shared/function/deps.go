@@ -27,9 +27,13 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/internal/trigger"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Deps are the adapters a function uses, built once per process.
@@ -88,7 +92,7 @@ func Build(ctx context.Context, function string) (*Deps, error) {
 	d.Store = dynamo.New(dynamodb.NewFromConfig(ac), cfg.Table)
 	// Rows outlive a finished batch's retention by TTLGrace at least
 	// (finalize extends any that would not).
-	d.Store.RowTTL = cfg.Retention + batch.TTLGrace
+	d.Store.RowTTL = cfg.Retention + ledger.TTLGrace
 	d.Blobs = blob.New(d.S3, cfg.Bucket)
 	if cfg.ItemsQueueURL != "" {
 		d.Queue = queue.New(sqs.NewFromConfig(ac), cfg.ItemsQueueURL)
@@ -112,7 +116,7 @@ func (d *Deps) Self() *trigger.Lambda {
 
 // Submitter builds the submit workflow from d, with the built-in
 // pipelines and custom (the binary's own, package shared/function).
-func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, error) {
+func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, error) {
 	if err := config.Require(config.EnvItemsQueueURL, d.Config.ItemsQueueURL, config.EnvFinalizeFunction, d.Config.FinalizeFunction); err != nil {
 		return nil, err
 	}
@@ -131,16 +135,16 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*batch.Submitter, er
 	if err != nil {
 		return nil, err
 	}
-	s := &batch.Submitter{
-		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
+	s := &submit.Submitter{
+		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
 		SecretPrefixes: d.Config.SecretPrefixes, Retry: retry, ItemTimeout: d.Config.ItemTimeout,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
-		ItemsPerSecond: batch.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
-		// A JSON Lines object over batch.DefaultPartBytes is read by parts,
+		ItemsPerSecond: ledger.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
+		// A JSON Lines object over submit.DefaultPartBytes is read by parts,
 		// wherever it is read, so its digest is always the parts digest.
-		Parts: &batch.PartsConfig{},
+		Parts: &submit.PartsConfig{},
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself
@@ -158,14 +162,14 @@ func (d *Deps) Bus() *event.Bus {
 }
 
 // SourcePolicy is what sources and items may read: the stack bucket's
-// upload prefixes and config.EnvSources (batch.SourcePolicy).
-func (d *Deps) SourcePolicy() batch.SourcePolicy {
-	return batch.SourcePolicy{Bucket: d.Config.Bucket, Allowed: d.Config.Sources}
+// upload prefixes and config.EnvSources (source.SourcePolicy).
+func (d *Deps) SourcePolicy() source.SourcePolicy {
+	return source.SourcePolicy{Bucket: d.Config.Bucket, Allowed: d.Config.Sources}
 }
 
 // Finalizer builds the finalize workflow from d.
-func (d *Deps) Finalizer() *batch.Finalizer {
-	f := &batch.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: batch.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
+func (d *Deps) Finalizer() *finalize.Finalizer {
+	f := &finalize.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: ledger.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
 		Events: d.Bus()}
 	if d.Config.Lease > 0 {
 		// Counters that stood still for a whole lease cannot be waiting for
@@ -177,18 +181,18 @@ func (d *Deps) Finalizer() *batch.Finalizer {
 	}
 	if d.Queue != nil {
 		// The tick re-sends a fan-out that a dead submit or resume left unsent.
-		f.FanOut = (&batch.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: batch.SystemClock{}, Log: d.Log}).FanOut
+		f.FanOut = (&submit.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log}).FanOut
 	}
 	return f
 }
 
 // RetryPolicy is the stack's retry policy (config.EnvRetryPolicy), or
-// batch.DefaultRetryPolicy when it sets none; an error names the variable.
-func (d *Deps) RetryPolicy() (*batch.RetryPolicy, error) {
+// api.DefaultRetryPolicy when it sets none; an error names the variable.
+func (d *Deps) RetryPolicy() (*api.RetryPolicy, error) {
 	if d.Config.RetryPolicy == "" {
-		return new(batch.DefaultRetryPolicy), nil
+		return new(api.DefaultRetryPolicy), nil
 	}
-	p, err := batch.ParseRetryPolicy(d.Config.RetryPolicy)
+	p, err := api.ParseRetryPolicy(d.Config.RetryPolicy)
 	if err != nil {
 		return nil, &config.VarError{Var: config.EnvRetryPolicy, Value: d.Config.RetryPolicy, Reason: err.Error()}
 	}

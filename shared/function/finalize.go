@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/trigger"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 )
 
 // Finalize is the finalize function: a trigger {"batch_id", "run"} from the
 // item function (or submit, for an empty batch), or the scheduled tick
 // {"tick": true}.
 type Finalize struct {
-	Finalizer *batch.Finalizer
+	Finalizer *finalize.Finalizer
 	Log       *slog.Logger
 	// Waits are the pauses between census attempts when a triggered run is
 	// not finished yet: the item shards are read eventually consistent, so the
@@ -52,7 +53,7 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 		h.Log.Info("tick", "running", res.Running, "checked", res.Checked, "finalized", res.Finalized, "fanned_out", res.FannedOut, "published", res.Published)
 		return res, err
 	}
-	if !batch.ValidBatchID(ev.BatchID) || ev.Run < 1 || ev.Part < 0 || ev.Part > batch.MaxFinalizeParts || ev.Part > 0 && ev.Plan < 1 {
+	if !api.ValidBatchID(ev.BatchID) || ev.Run < 1 || ev.Part < 0 || ev.Part > finalize.MaxFinalizeParts || ev.Part > 0 && ev.Plan < 1 {
 		return nil, fmt.Errorf("finalize: bad event: batch_id %q run %d part %d plan %d", ev.BatchID, ev.Run, ev.Part, ev.Plan)
 	}
 	if ev.Part > 0 {
@@ -66,7 +67,7 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 		res, err := h.Finalizer.Finalize(ctx, ev.BatchID, ev.Run)
 		if err == nil && res.Parted {
 			// The run is read in parts, each its own call: the last merges.
-			return map[string]any{"status": batch.StatusRunning, "parts": true}, nil
+			return map[string]any{"status": api.StatusRunning, "parts": true}, nil
 		}
 		if err == nil && res.Continued {
 			// A chunk of the rows is counted and checkpointed: the next
@@ -76,17 +77,17 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 					h.Log.Warn("go on with the next chunk: left to the tick", "batch_id", ev.BatchID, "run", ev.Run, "error", cerr.Error())
 				}
 			}
-			return map[string]any{"status": batch.StatusRunning, "continued": true, "chain": ev.Chain}, nil
+			return map[string]any{"status": api.StatusRunning, "continued": true, "chain": ev.Chain}, nil
 		}
 		if err == nil {
 			return map[string]any{"status": res.Report.Status, "wrote": res.Wrote}, nil
 		}
-		if !errors.Is(err, batch.ErrNotFinished) {
+		if !errors.Is(err, api.ErrNotFinished) {
 			return nil, err
 		}
 		if i >= len(waits) {
 			h.Log.Info("run not finished; left to the tick", "batch_id", ev.BatchID, "run", ev.Run, "error", err.Error())
-			return map[string]any{"status": batch.StatusRunning}, nil
+			return map[string]any{"status": api.StatusRunning}, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -104,18 +105,18 @@ func (h *Finalize) Handle(ctx context.Context, ev trigger.Event) (any, error) {
 func (h *Finalize) part(ctx context.Context, ev trigger.Event) (any, error) {
 	res, err := h.Finalizer.FinalizePart(ctx, ev.BatchID, ev.Run, ev.Plan, ev.Part-1)
 	switch {
-	case errors.Is(err, batch.ErrNotFinished):
+	case errors.Is(err, api.ErrNotFinished):
 		h.Log.Info("part of a run not finished; left to the next call", "batch_id", ev.BatchID, "run", ev.Run, "part", ev.Part-1, "error", err.Error())
-		return map[string]any{"status": batch.StatusRunning}, nil
+		return map[string]any{"status": api.StatusRunning}, nil
 	case err != nil:
 		return nil, err
 	case res.Continued && !res.Parted && h.Chain != nil && ev.Chain+1 < MaxFinalizeChain:
 		if cerr := h.Chain.Continue(ctx, ev.BatchID, ev.Run, ev.Chain+1); cerr != nil {
 			h.Log.Warn("go on with the merge: left to the tick", "batch_id", ev.BatchID, "run", ev.Run, "error", cerr.Error())
 		}
-		return map[string]any{"status": batch.StatusRunning, "continued": true, "chain": ev.Chain}, nil
+		return map[string]any{"status": api.StatusRunning, "continued": true, "chain": ev.Chain}, nil
 	case res.Parted:
-		return map[string]any{"status": batch.StatusRunning, "part": ev.Part - 1}, nil
+		return map[string]any{"status": api.StatusRunning, "part": ev.Part - 1}, nil
 	}
 	return map[string]any{"status": res.Report.Status, "wrote": res.Wrote}, nil
 }

@@ -38,10 +38,12 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/pipeline/lambdafn"
 	"github.com/bulkrun/bulkrun/internal/secret"
-	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // Names of the functions Start serves, the values of config.EnvFunction.
@@ -136,8 +138,8 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 	if err := registered.CheckListed(d.Config.Pipelines, custom...); err != nil {
 		return fmt.Errorf("item: %w", err)
 	}
-	// An item's {bucket, key} may name only what a source may (batch.SourcePolicy).
-	src := batch.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
+	// An item's {bucket, key} may name only what a source may (source.SourcePolicy).
+	src := source.GuardedSource{Source: d.Blobs, Policy: d.SourcePolicy()}
 	reg, err := registered.Build(registered.Deps{Source: src, WebhookAllow: d.Config.WebhookAllow,
 		Lambda: lambdafn.SDK{Client: awslambda.NewFromConfig(d.AWS)}, LambdaFunctions: d.Config.LambdaFunctions}, custom...)
 	if err != nil {
@@ -148,8 +150,8 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 		return fmt.Errorf("item: %w", err)
 	}
 	h := &Item{
-		Worker: &batch.Worker{
-			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: batch.SystemClock{},
+		Worker: &worker.Worker{
+			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
 			Staging: effects.Staging(d.Config.EffectTables), Retry: retry, Bus: d.Bus(),
 			// The worker's default 10 s margin, but at most a third of a

@@ -6,13 +6,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // Item is the item function: SQS batches from the items queue and its
 // dead-letter queue, with partial batch responses (ReportBatchItemFailures).
 type Item struct {
-	Worker *batch.Worker
+	Worker *worker.Worker
 	// DeadLetterARN is the dead-letter queue's ARN: its messages are
 	// recorded as dead-lettered instead of run.
 	DeadLetterARN string
@@ -21,10 +21,10 @@ type Item struct {
 // Handle runs one SQS batch. It always returns a non-nil failure list: an
 // emulator's poller reads {"batchItemFailures": null} as "retry all".
 func (h *Item) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	ds := make([]batch.Delivery, 0, len(ev.Records))
+	ds := make([]worker.Delivery, 0, len(ev.Records))
 	for _, r := range ev.Records {
 		n, _ := strconv.Atoi(r.Attributes["ApproximateReceiveCount"])
-		ds = append(ds, batch.Delivery{
+		ds = append(ds, worker.Delivery{
 			MessageID: r.MessageId, Body: []byte(r.Body), ReceiptHandle: r.ReceiptHandle, ReceiveCount: n,
 			DeadLetter: h.DeadLetterARN != "" && r.EventSourceARN == h.DeadLetterARN,
 		})

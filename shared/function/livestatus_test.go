@@ -6,27 +6,28 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // liveStore counts what GET /batches/{id} reads of a running batch.
 type liveStore struct {
-	batch.Store // other methods are not reached
-	b           batch.Batch
-	scans       int
-	shardsRead  int
+	ledger.Store // other methods are not reached
+	b            ledger.Batch
+	scans        int
+	shardsRead   int
 }
 
-func (s *liveStore) GetBatch(context.Context, string) (batch.Batch, error) { return s.b, nil }
-func (s *liveStore) ScanItems(context.Context, string, int, func(batch.Item) error) error {
+func (s *liveStore) GetBatch(context.Context, string) (ledger.Batch, error) { return s.b, nil }
+func (s *liveStore) ScanItems(context.Context, string, int, func(ledger.Item) error) error {
 	s.scans++
 	return nil
 }
-func (s *liveStore) Progress(_ context.Context, _ string, _ int, shards int) (batch.Progress, error) {
+func (s *liveStore) Progress(_ context.Context, _ string, _ int, shards int) (ledger.Progress, error) {
 	s.shardsRead += shards
-	return batch.Progress{Done: 7, Failures: 2, ByOutcome: map[batch.Outcome]int64{
-		batch.OutcomeSucceeded: 4, batch.OutcomeFailed: 1, batch.OutcomeQuarantined: 1, batch.OutcomeCancelled: 1}}, nil
+	return ledger.Progress{Done: 7, Failures: 2, ByOutcome: map[api.Outcome]int64{
+		api.OutcomeSucceeded: 4, api.OutcomeFailed: 1, api.OutcomeQuarantined: 1, api.OutcomeCancelled: 1}}, nil
 }
 
 // Live status costs O(shards), not O(items), for every batch size: the
@@ -36,8 +37,16 @@ func (s *liveStore) Progress(_ context.Context, _ string, _ int, shards int) (ba
 // from its rows again fails here.
 func TestLiveStatusReadsShardsNotItems(t *testing.T) {
 	for _, items := range []int64{10, 10_000, 10_000_000} {
-		b := batch.Batch{ID: "b1", Status: batch.StatusRunning, Run: 1, ItemCount: items,
-			ListShards: batch.ListShards(items, 0), CounterShards: batch.CounterShards(0)}
+		b := ledger.Batch{
+			Batch: api.Batch{
+				ID:            "b1",
+				Status:        api.StatusRunning,
+				Run:           1,
+				ItemCount:     items,
+				ListShards:    ledger.ListShards(items, 0),
+				CounterShards: ledger.CounterShards(0),
+			},
+		}
 		s := &liveStore{b: b}
 		a := NewAPI(nil, s, &discardBlobs{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		v, err := a.View(context.Background(), "b1")

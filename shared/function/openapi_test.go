@@ -26,8 +26,10 @@ import (
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -35,86 +37,86 @@ import (
 // are sent to.
 const openAPIBase = "https://example.execute-api.us-east-1.amazonaws.com"
 
-// contractStore is a batch.Store of fixed batches, enough for every route
+// contractStore is a ledger.Store of fixed batches, enough for every route
 // to give each of its answers.
 type contractStore struct {
-	batch.Store // other methods are not reached
-	batches     map[string]batch.Batch
+	ledger.Store // other methods are not reached
+	batches      map[string]ledger.Batch
 }
 
-func (s *contractStore) GetBatch(_ context.Context, id string) (batch.Batch, error) {
+func (s *contractStore) GetBatch(_ context.Context, id string) (ledger.Batch, error) {
 	if id == "boom-1" {
-		return batch.Batch{}, errors.New("dynamodb: connection reset")
+		return ledger.Batch{}, errors.New("dynamodb: connection reset")
 	}
 	b, ok := s.batches[id]
 	if !ok {
-		return batch.Batch{}, fmt.Errorf("batch %s: %w", id, batch.ErrNotFound)
+		return ledger.Batch{}, fmt.Errorf("batch %s: %w", id, api.ErrNotFound)
 	}
 	return b, nil
 }
 
-func (s *contractStore) CreateBatch(_ context.Context, b batch.Batch) (batch.Batch, error) {
+func (s *contractStore) CreateBatch(_ context.Context, b ledger.Batch) (ledger.Batch, error) {
 	if b.ID == "boom-1" {
-		return batch.Batch{}, errors.New("dynamodb: connection reset")
+		return ledger.Batch{}, errors.New("dynamodb: connection reset")
 	}
 	if old, ok := s.batches[b.ID]; ok {
-		return old, batch.ErrBatchExists
+		return old, api.ErrBatchExists
 	}
 	s.batches[b.ID] = b
 	return b, nil
 }
 func (s *contractStore) SetFannedOut(context.Context, string, int) error { return nil }
-func (s *contractStore) Progress(context.Context, string, int, int) (batch.Progress, error) {
-	return batch.Progress{Done: 12000, Failures: 3}, nil
+func (s *contractStore) Progress(context.Context, string, int, int) (ledger.Progress, error) {
+	return ledger.Progress{Done: 12000, Failures: 3}, nil
 }
-func (s *contractStore) Stop(_ context.Context, m batch.StopMark) error {
+func (s *contractStore) Stop(_ context.Context, m ledger.StopMark) error {
 	b := s.batches[m.BatchID]
 	b.Stop, b.StopDetail = m.Status, m.Detail
 	s.batches[m.BatchID] = b
 	return nil
 }
-func (s *contractStore) Pause(_ context.Context, m batch.PauseMark) error {
+func (s *contractStore) Pause(_ context.Context, m ledger.PauseMark) error {
 	b := s.batches[m.BatchID]
-	b.Pause, b.Pauses = &batch.Pause{By: m.By, Since: m.Now, Class: m.Class, Error: m.Error}, b.Pauses+1
+	b.Pause, b.Pauses = &api.Pause{By: m.By, Since: m.Now, Class: m.Class, Error: m.Error}, b.Pauses+1
 	s.batches[m.BatchID] = b
 	return nil
 }
-func (s *contractStore) Unpause(_ context.Context, m batch.UnpauseMark) error {
+func (s *contractStore) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	b := s.batches[m.BatchID]
 	b.Pause = nil
 	s.batches[m.BatchID] = b
 	return nil
 }
-func (s *contractStore) ListItems(context.Context, string, int, batch.Outcome, string, int) ([]batch.Item, string, error) {
-	return []batch.Item{{Key: "a/1", RunID: "r1", Run: 1, Outcome: batch.OutcomeFailed, Attempt: 3, RunAttempts: 3,
-		Error: "HTTP 400", Reason: batch.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}, "a/1", nil
+func (s *contractStore) ListItems(context.Context, string, int, api.Outcome, string, int) ([]ledger.Item, string, error) {
+	return []ledger.Item{{Item: api.Item{Key: "a/1", RunID: "r1", Run: 1, Outcome: api.OutcomeFailed, Attempt: 3, RunAttempts: 3,
+		Error: "HTTP 400", Reason: api.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}}, "a/1", nil
 }
-func (s *contractStore) ListBatches(_ context.Context, q batch.BatchQuery) ([]batch.Batch, string, error) {
+func (s *contractStore) ListBatches(_ context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error) {
 	if q.Before == "boom" {
 		return nil, "", errors.New("dynamodb: connection reset")
 	}
-	return []batch.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
+	return []ledger.Batch{s.batches["run-1"], s.batches["done-1"]}, "done-1", nil
 }
-func (s *contractStore) StartCorrection(_ context.Context, id string, from int, rev batch.Revision, now time.Time) (batch.Batch, error) {
+func (s *contractStore) StartCorrection(_ context.Context, id string, from int, rev api.Revision, now time.Time) (ledger.Batch, error) {
 	b := s.batches[id]
-	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, batch.StatusRunning, false, now
+	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, api.StatusRunning, false, now
 	b.Revisions, b.RunRevision = append(b.Revisions, rev), rev.N
 	s.batches[id] = b
 	return b, nil
 }
-func (s *contractStore) ReadItems(_ context.Context, _ string, _ int, keys []string) ([]batch.Item, error) {
-	var items []batch.Item
+func (s *contractStore) ReadItems(_ context.Context, _ string, _ int, keys []string) ([]ledger.Item, error) {
+	var items []ledger.Item
 	for _, k := range keys {
-		items = append(items, batch.Item{Key: k, Run: 1, Outcome: batch.OutcomeFailed})
+		items = append(items, ledger.Item{Item: api.Item{Key: k, Run: 1, Outcome: api.OutcomeFailed}})
 	}
 	return items, nil
 }
-func (s *contractStore) MarkRevision(context.Context, batch.Batch, int, []batch.RevisionMark) error {
+func (s *contractStore) MarkRevision(context.Context, ledger.Batch, int, []ledger.RevisionMark) error {
 	return nil
 }
 func (s *contractStore) ReleaseItem(context.Context, string, int, string) error { return nil }
 func (s *contractStore) MarkForgetting(context.Context, string) error           { return nil }
-func (s *contractStore) DeleteBatch(_ context.Context, b batch.Batch) error {
+func (s *contractStore) DeleteBatch(_ context.Context, b ledger.Batch) error {
 	delete(s.batches, b.ID)
 	return nil
 }
@@ -137,13 +139,13 @@ type keptWriter struct {
 func (w *keptWriter) Close() error { w.b.objects[w.key] = w.Bytes(); return nil }
 func (w *keptWriter) Abort() error { return nil }
 
-func (b *contractBlobs) Create(_ context.Context, key, _ string) (batch.BlobWriter, error) {
+func (b *contractBlobs) Create(_ context.Context, key, _ string) (ledger.BlobWriter, error) {
 	return &keptWriter{b: b, key: key}, nil
 }
 func (b *contractBlobs) Open(_ context.Context, _, key string) (io.ReadCloser, error) {
 	o, ok := b.objects[key]
 	if !ok {
-		return nil, fmt.Errorf("%s: %w", key, batch.ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", key, api.ErrNotFound)
 	}
 	return io.NopCloser(bytes.NewReader(o)), nil
 }
@@ -156,7 +158,7 @@ func (b *contractBlobs) Get(_ context.Context, key string) ([]byte, error) {
 	if strings.HasSuffix(key, "/report.json") {
 		return b.report, nil
 	}
-	return nil, batch.ErrNotFound
+	return nil, api.ErrNotFound
 }
 func (b *contractBlobs) OpenMatch(context.Context, string, string, string) (io.ReadCloser, error) {
 	return io.NopCloser(strings.NewReader(`{"a":1}` + "\n")), nil
@@ -215,7 +217,7 @@ func TestContractOpenAPI(t *testing.T) {
 			documented[strings.ToUpper(method)+" "+path] = true
 		}
 	}
-	api := NewAPI(nil, nil, nil, log)
+	a := NewAPI(nil, nil, nil, log)
 	probes := []string{"/batches", "/batches/{id}", "/batches/{id}/report", "/batches/{id}/items",
 		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/pause", "/batches/{id}/unpause", "/batches/{id}/items/{key}/release",
 		"/batches/{id}/items/{key}", "/batches/{id}/runs", "/batches/{id}/results", "/batches/{id}/events", "/"}
@@ -226,7 +228,7 @@ func TestContractOpenAPI(t *testing.T) {
 		concrete := strings.NewReplacer("{id}", "b-1", "{key}", "k%2F1").Replace(p)
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 			r := httptest.NewRequest(m, concrete, nil)
-			routed := api.route(r) != nil
+			routed := a.route(r) != nil
 			if routed != documented[m+" "+p] {
 				t.Errorf("%s %s: handlers route it: %v; docs/openapi.yaml describes it: %v", m, p, routed, documented[m+" "+p])
 			}
@@ -255,10 +257,10 @@ func TestContractOpenAPI(t *testing.T) {
 		return sorted(out)
 	}
 	var statuses, outcomes []string
-	for _, st := range batch.Statuses() {
+	for _, st := range api.Statuses() {
 		statuses = append(statuses, string(st))
 	}
-	for _, o := range batch.Outcomes() {
+	for _, o := range api.Outcomes() {
 		outcomes = append(outcomes, string(o))
 	}
 	for _, e := range []struct {
@@ -268,9 +270,9 @@ func TestContractOpenAPI(t *testing.T) {
 		{"Status", "", statuses},
 		{"Outcome", "", outcomes},
 		{"BatchView", "census_source", []string{wire.CensusFromItems, wire.CensusFromReport, wire.CensusFromCounters}},
-		{"InterruptPolicy", "", []string{string(batch.InterruptRetry), string(batch.InterruptQuarantine)}},
-		{"Reason", "", []string{string(batch.ReasonPermanent), string(batch.ReasonMaxAttempts), string(batch.ReasonDeadLettered),
-			string(batch.ReasonQuarantine), string(batch.ReasonInterrupted), string(batch.ReasonThreshold), string(batch.ReasonCancel)}},
+		{"InterruptPolicy", "", []string{string(api.InterruptRetry), string(api.InterruptQuarantine)}},
+		{"Reason", "", []string{string(api.ReasonPermanent), string(api.ReasonMaxAttempts), string(api.ReasonDeadLettered),
+			string(api.ReasonQuarantine), string(api.ReasonInterrupted), string(api.ReasonThreshold), string(api.ReasonCancel)}},
 	} {
 		if got := enumOf(e.schema, e.prop); !slices.Equal(got, sorted(e.want)) {
 			t.Errorf("%s %s enum %v, want %v", e.schema, e.prop, got, sorted(e.want))
@@ -284,13 +286,13 @@ func TestContractOpenAPI(t *testing.T) {
 		submitCodes[code] = true
 	}
 	for _, err := range []error{
-		&batch.InputError{Field: "x", Reason: "bad"},
-		fmt.Errorf("%w", &batch.InputError{Field: "source", Reason: "no items", Err: batch.ErrEmptySource}),
-		&batch.MismatchError{Field: "pipeline"},
-		&batch.BatchRefusedError{Refusal: batch.SubmitRefusal{Code: batch.RefusalInternal}},
-		&batch.BatchRefusedError{Refusal: batch.SubmitRefusal{Code: batch.RefusalInvalid}},
-		&batch.BatchRefusedError{Refusal: batch.SubmitRefusal{Code: batch.RefusalInsufficientStorage}},
-		batch.ErrInsufficientStorage, batch.ErrConflict, errors.New("boom"),
+		&api.InputError{Field: "x", Reason: "bad"},
+		fmt.Errorf("%w", &api.InputError{Field: "source", Reason: "no items", Err: api.ErrEmptySource}),
+		&api.MismatchError{Field: "pipeline"},
+		&api.BatchRefusedError{Refusal: api.SubmitRefusal{Code: api.RefusalInternal}},
+		&api.BatchRefusedError{Refusal: api.SubmitRefusal{Code: api.RefusalInvalid}},
+		&api.BatchRefusedError{Refusal: api.SubmitRefusal{Code: api.RefusalInsufficientStorage}},
+		api.ErrInsufficientStorage, api.ErrConflict, errors.New("boom"),
 	} {
 		status, body := ErrorOf(err)
 		if !submitCodes[fmt.Sprint(status)] || !slices.Contains(enum, body.Code) {
@@ -307,29 +309,87 @@ func TestContractOpenAPI(t *testing.T) {
 		return b
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	census := &batch.Census{Total: 3, Succeeded: 2, Failed: 1, Cost: pipeline.CostSum{}}
-	store := &contractStore{batches: map[string]batch.Batch{
-		"done-1": {ID: "done-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ItemCount: 3, FinalCensus: census,
-			ReportKey: batch.ReportKey("done-1", 1), CreatedAt: now, RunStartedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour),
-			Headers: map[string]string{"tenant": "acme"}, OnInterrupt: batch.InterruptRetry, NeedsAttention: true},
-		"run-1": {ID: "run-1", Pipeline: "webhook", Status: batch.StatusRunning, Run: 2, ItemCount: 20000, CounterShards: 4,
-			FannedOut: true, CreatedAt: now, RunStartedAt: now},
-		"lost-1": {ID: "lost-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ReportKey: batch.ReportKey("lost-1", 1),
-			CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
-		"refused-1": {ID: "refused-1", Pipeline: "webhook", Status: batch.StatusRefused, Run: 1, CreatedAt: now, FinishedAt: now,
-			ExpiresAt: now.Add(time.Hour), Refusal: &batch.SubmitRefusal{Code: batch.RefusalInternal, Message: "reading the source failed 3 times"},
-			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`)},
-		"reading-1": {ID: "reading-1", Pipeline: "webhook", Status: batch.StatusSubmitting, Run: 1, CreatedAt: now},
-		"gone-1":    {ID: "gone-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)},
-		"fix-1": {ID: "fix-1", Pipeline: "webhook", Status: batch.StatusCompleted, Run: 1, ItemCount: 2, ItemsPerMessage: 1, KeyField: "k",
-			ManifestKey: "batches/fix-1/manifest.jsonl", CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)},
+	census := &api.Census{Total: 3, Succeeded: 2, Failed: 1, Cost: pipeline.CostSum{}}
+	store := &contractStore{batches: map[string]ledger.Batch{
+		"done-1": {
+			Batch: api.Batch{
+				ID:             "done-1",
+				Pipeline:       "webhook",
+				Status:         api.StatusCompleted,
+				Run:            1,
+				ItemCount:      3,
+				FinalCensus:    census,
+				ReportKey:      api.ReportKey("done-1", 1),
+				CreatedAt:      now,
+				RunStartedAt:   now,
+				FinishedAt:     now,
+				ExpiresAt:      now.Add(time.Hour),
+				Headers:        map[string]string{"tenant": "acme"},
+				OnInterrupt:    api.InterruptRetry,
+				NeedsAttention: true,
+			},
+		},
+		"run-1": {
+			Batch: api.Batch{
+				ID:            "run-1",
+				Pipeline:      "webhook",
+				Status:        api.StatusRunning,
+				Run:           2,
+				ItemCount:     20000,
+				CounterShards: 4,
+				FannedOut:     true,
+				CreatedAt:     now,
+				RunStartedAt:  now,
+			},
+		},
+		"lost-1": {
+			Batch: api.Batch{
+				ID:        "lost-1",
+				Pipeline:  "webhook",
+				Status:    api.StatusCompleted,
+				Run:       1,
+				ReportKey: api.ReportKey("lost-1", 1),
+				CreatedAt: now,
+				ExpiresAt: now.Add(time.Hour),
+			},
+		},
+		"refused-1": {
+			Batch: api.Batch{
+				ID:         "refused-1",
+				Pipeline:   "webhook",
+				Status:     api.StatusRefused,
+				Run:        1,
+				CreatedAt:  now,
+				FinishedAt: now,
+				ExpiresAt:  now.Add(time.Hour),
+				Refusal:    &api.SubmitRefusal{Code: api.RefusalInternal, Message: "reading the source failed 3 times"},
+			},
+			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`),
+		},
+		"reading-1": {Batch: api.Batch{ID: "reading-1", Pipeline: "webhook", Status: api.StatusSubmitting, Run: 1, CreatedAt: now}},
+		"gone-1":    {Batch: api.Batch{ID: "gone-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)}},
+		"fix-1": {
+			Batch: api.Batch{
+				ID:              "fix-1",
+				Pipeline:        "webhook",
+				Status:          api.StatusCompleted,
+				Run:             1,
+				ItemCount:       2,
+				ItemsPerMessage: 1,
+				KeyField:        "k",
+				ManifestKey:     "batches/fix-1/manifest.jsonl",
+				CreatedAt:       now,
+				FinishedAt:      now,
+				ExpiresAt:       now.Add(time.Hour),
+			},
+		},
 	}}
 	blobs := &contractBlobs{report: golden("report"), objects: map[string][]byte{
 		"batches/fix-1/manifest.jsonl": []byte(`{"key":"a","input":{"k":"a","v":1}}` + "\n" + `{"key":"b","input":{"k":"b","v":1}}` + "\n"),
 	}}
-	sub := &batch.Submitter{Store: store, Blobs: blobs, Queue: sentQueue{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
-	api = NewAPI(sub, store, blobs, log)
-	full := &batch.Submitter{Blobs: &discardBlobs{}, Clock: batch.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir(),
+	sub := &submit.Submitter{Store: store, Blobs: blobs, Queue: sentQueue{}, Clock: ledger.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
+	a = NewAPI(sub, store, blobs, log)
+	full := &submit.Submitter{Blobs: &discardBlobs{}, Clock: ledger.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir(),
 		TempLimitBytes: 512 << 20, Keys: keyset.Options{MemoryBytes: 256, CreateRun: func(path string) (io.WriteCloser, error) {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			return noSpace{f}, err
@@ -433,7 +493,7 @@ func TestContractOpenAPI(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := tt.api
 			if h == nil {
-				h = api
+				h = a
 			}
 			var rec *httptest.ResponseRecorder
 			malformed := strings.Contains(tt.path, "%zz")

@@ -14,18 +14,19 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// releaseStore is the part of batch.Store that release touches: it
+// releaseStore is the part of ledger.Store that release touches: it
 // records which item key reached the store.
 type releaseStore struct {
-	batch.Store
+	ledger.Store
 	released []string
 }
 
-func (s *releaseStore) GetBatch(_ context.Context, id string) (batch.Batch, error) {
-	return batch.Batch{ID: id, Status: batch.StatusCompleted, Run: 1}, nil
+func (s *releaseStore) GetBatch(_ context.Context, id string) (ledger.Batch, error) {
+	return ledger.Batch{Batch: api.Batch{ID: id, Status: api.StatusCompleted, Run: 1}}, nil
 }
 
 func (s *releaseStore) ReleaseItem(_ context.Context, _ string, _ int, key string) error {
@@ -134,7 +135,7 @@ func TestItemPathsRefused(t *testing.T) {
 		{"GET release", "GET", "/batches/b-1/items/a/release", 404, ""},
 		{"bad batch id", "POST", "/batches/b%201/items/a/release", 400, "id"},
 		{"invalid UTF-8 key", "POST", "/batches/b-1/items/%FF/release", 400, "key"},
-		{"key too long", "POST", ItemPath("b-1", strings.Repeat("k", batch.MaxKeyBytes+1), "release"), 400, "key"},
+		{"key too long", "POST", ItemPath("b-1", strings.Repeat("k", api.MaxKeyBytes+1), "release"), 400, "key"},
 		{"bad escape (plain path)", "POST", "/batches/b-1/items/%zz/release", 400, "path"},
 	}
 	for _, tt := range tests {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -62,14 +62,14 @@ func ScheduleErrorKey(schedule, batchID string) string {
 	return config.ScheduleErrorsPrefix + schedule + "/" + batchID + ".error.json"
 }
 
-// IsRefusal tells a start refused for good — its input (*batch.InputError,
+// IsRefusal tells a start refused for good — its input (*api.InputError,
 // such as a malformed line, an empty source, an object gone or changed), a
-// source too large for the temporary disk (batch.ErrInsufficientStorage),
-// or another batch under the same id (batch.ErrBatchMismatch) — which no
+// source too large for the temporary disk (api.ErrInsufficientStorage),
+// or another batch under the same id (api.ErrBatchMismatch) — which no
 // retry can change, from a failure that a retry may cure.
 func IsRefusal(err error) bool {
-	_, permanent := batch.RefusalOf(err)
-	return permanent || errors.Is(err, batch.ErrBatchMismatch)
+	_, permanent := api.RefusalOf(err)
+	return permanent || errors.Is(err, api.ErrBatchMismatch)
 }
 
 func (s *Submit) reportKey(r Refusal) string {
@@ -142,7 +142,7 @@ func (s *Submit) clearRetrying(ctx context.Context, log *slog.Logger, key, etag 
 	}
 	body, err := s.Blobs.Get(ctx, key)
 	if err != nil {
-		if !errors.Is(err, batch.ErrNotFound) {
+		if !errors.Is(err, api.ErrNotFound) {
 			log.Warn("read error report", "report", key, "error", err.Error())
 		}
 		return

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/source"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Product line: an empty source answers 400 with code empty_source, other
@@ -16,10 +19,10 @@ func TestErrorOfEmptySource(t *testing.T) {
 		code  string
 		field string
 	}{
-		{&batch.InputError{Field: "source.object", Reason: "holds no items", Err: batch.ErrEmptySource}, "empty_source", "source.object"},
-		{errors.Join(errors.New("submit b1"), &batch.InputError{Field: "source.prefix", Reason: "holds no items", Err: batch.ErrEmptySource}), "empty_source", "source.prefix"},
-		{&batch.InputError{Line: 3, Reason: "not valid JSON"}, "invalid_request", ""},
-		{&batch.BatchRefusedError{BatchID: "b1", Refusal: batch.SubmitRefusal{Code: batch.RefusalEmptySource, Message: "holds no items", Field: "source.object"}}, "empty_source", "source.object"},
+		{&api.InputError{Field: "source.object", Reason: "holds no items", Err: api.ErrEmptySource}, "empty_source", "source.object"},
+		{errors.Join(errors.New("submit b1"), &api.InputError{Field: "source.prefix", Reason: "holds no items", Err: api.ErrEmptySource}), "empty_source", "source.prefix"},
+		{&api.InputError{Line: 3, Reason: "not valid JSON"}, "invalid_request", ""},
+		{&api.BatchRefusedError{BatchID: "b1", Refusal: api.SubmitRefusal{Code: api.RefusalEmptySource, Message: "holds no items", Field: "source.object"}}, "empty_source", "source.object"},
 	} {
 		status, body := ErrorOf(tt.err)
 		if status != 400 || body.Code != tt.code || body.Field != tt.field {
@@ -30,21 +33,21 @@ func TestErrorOfEmptySource(t *testing.T) {
 
 type fakeHead map[string]string
 
-func (f fakeHead) HeadMatch(context.Context, string, string, string) (batch.ObjectInfo, map[string]string, error) {
-	return batch.ObjectInfo{ETag: `"e1"`}, f, nil
+func (f fakeHead) HeadMatch(context.Context, string, string, string) (source.ObjectInfo, map[string]string, error) {
+	return source.ObjectInfo{ETag: `"e1"`}, f, nil
 }
 
 // Product line: an upload takes the CSV delimiter and the early-stop switch
 // from its metadata (x-amz-meta-csv-delimiter, x-amz-meta-stop-on-threshold).
 func TestUploadMetadataSourceOptions(t *testing.T) {
-	s := &Submit{DefaultPipeline: "webhook", Submitter: &batch.Submitter{}}
+	s := &Submit{DefaultPipeline: "webhook", Submitter: &submit.Submitter{}}
 	s.Heads = fakeHead{"Csv-Delimiter": "semicolon", "stop-on-threshold": "false"}
 	req, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1")
 	if err != nil || req.Source.CSVDelimiter != "semicolon" || req.StopOnThreshold == nil || *req.StopOnThreshold {
 		t.Fatalf("request %+v (stop %v), err %v", req.Source, req.StopOnThreshold, err)
 	}
 	s.Heads = fakeHead{"stop-on-threshold": "perhaps"}
-	var ie *batch.InputError
+	var ie *api.InputError
 	if _, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-stop-on-threshold" {
 		t.Fatalf("err = %v, want the metadata named", err)
 	}

@@ -13,13 +13,15 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // discardBlobs takes manifest writes and drops them; it counts aborts.
 type discardBlobs struct {
-	batch.Blobs // other methods are not reached
-	aborted     int
+	ledger.Blobs // other methods are not reached
+	aborted      int
 }
 
 type discardWriter struct{ b *discardBlobs }
@@ -28,7 +30,7 @@ func (w discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w discardWriter) Close() error                { return nil }
 func (w discardWriter) Abort() error                { w.b.aborted++; return nil }
 
-func (b *discardBlobs) Create(context.Context, string, string) (batch.BlobWriter, error) {
+func (b *discardBlobs) Create(context.Context, string, string) (ledger.BlobWriter, error) {
 	return discardWriter{b}, nil
 }
 
@@ -48,8 +50,8 @@ func (w noSpace) Close() error { return w.f.Close() }
 // Guards docs/api.md "Using it" (the answers) and docs/design.md "Bounds".
 func TestOutOfSpaceIs507(t *testing.T) {
 	blobs := &discardBlobs{}
-	s := &batch.Submitter{
-		Blobs: blobs, Clock: batch.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	s := &submit.Submitter{
+		Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		MaxAttempts: 3, TempDir: t.TempDir(), TempLimitBytes: 512 << 20,
 		Keys: keyset.Options{MemoryBytes: 256, CreateRun: func(path string) (io.WriteCloser, error) {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -90,16 +92,16 @@ func TestOutOfSpaceIs507(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"storage full", &batch.StorageFullError{Dir: "/tmp", LimitBytes: 1 << 30, Err: syscall.ENOSPC}, 507, "insufficient_storage"},
-		{"refused batch", &batch.BatchRefusedError{BatchID: "b", Refusal: batch.SubmitRefusal{Code: batch.RefusalInsufficientStorage, Message: "full"}}, 507, "insufficient_storage"},
-		{"refused line", &batch.BatchRefusedError{BatchID: "b", Refusal: batch.SubmitRefusal{Code: batch.RefusalInvalid, Message: "bad", Line: 4}}, 400, "invalid_request"},
+		{"storage full", &api.StorageFullError{Dir: "/tmp", LimitBytes: 1 << 30, Err: syscall.ENOSPC}, 507, "insufficient_storage"},
+		{"refused batch", &api.BatchRefusedError{BatchID: "b", Refusal: api.SubmitRefusal{Code: api.RefusalInsufficientStorage, Message: "full"}}, 507, "insufficient_storage"},
+		{"refused line", &api.BatchRefusedError{BatchID: "b", Refusal: api.SubmitRefusal{Code: api.RefusalInvalid, Message: "bad", Line: 4}}, 400, "invalid_request"},
 		{"other I/O error", fmt.Errorf("manifest: duplicate detection: %w", syscall.EIO), 500, "internal"},
 	} {
 		status, body := ErrorOf(tt.err)
 		if status != tt.status || body.Code != tt.code {
 			t.Errorf("%s: %d %+v, want %d %s", tt.name, status, body, tt.status, tt.code)
 		}
-		if _, ok := batch.RefusalOf(tt.err); ok != (tt.status != 500) {
+		if _, ok := api.RefusalOf(tt.err); ok != (tt.status != 500) {
 			t.Errorf("%s: RefusalOf ok = %v", tt.name, ok)
 		}
 	}

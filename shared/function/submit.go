@@ -5,32 +5,35 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"log/slog"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Submit is the submit function: it answers the REST API and starts
 // batches for uploads under incoming/ (S3 notifications).
 type Submit struct {
 	API             *API
-	Submitter       *batch.Submitter
-	Heads           Header      // reads an upload's metadata
-	Blobs           batch.Blobs // where refused starts get their error report
-	Events          Putter      // where refused starts get their Batch Refused event; nil: none
+	Submitter       *submit.Submitter
+	Heads           Header       // reads an upload's metadata
+	Blobs           ledger.Blobs // where refused starts get their error report
+	Events          Putter       // where refused starts get their Batch Refused event; nil: none
 	DefaultPipeline string
 	Log             *slog.Logger
 }
 
 // Header reads an object's user metadata (names lower-case, without the
 // x-amz-meta- prefix), ETag and Content-Encoding, only if its ETag is etag
-// ("" for any): a replaced object is batch.ErrConflict, a missing one
-// batch.ErrNotFound.
+// ("" for any): a replaced object is api.ErrConflict, a missing one
+// api.ErrNotFound.
 type Header interface {
-	HeadMatch(ctx context.Context, bucket, key, etag string) (batch.ObjectInfo, map[string]string, error)
+	HeadMatch(ctx context.Context, bucket, key, etag string) (source.ObjectInfo, map[string]string, error)
 }
 
 // Putter puts one event on an EventBridge bus (internal/event.Bus).
@@ -63,7 +66,7 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 	case probe.Submit != "":
 		return nil, s.Background(ctx, probe.Submit)
 	case probe.SubmitPart != "":
-		var ev batch.PartEvent
+		var ev ledger.PartEvent
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			return nil, fmt.Errorf("submit: part event: %w", err)
 		}
@@ -92,17 +95,17 @@ func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
 }
 
 // SubmitTickEvent is what the schedule sends submit for its backstop of
-// background reads (batch.Submitter.TickSubmitting).
+// background reads (submit.Submitter.TickSubmitting).
 const SubmitTickEvent = `{"bulkrun_submit_tick": true}`
 
 // Background reads the source of an accepted batch (the event
-// batch.SubmitEvent, sent by the submit function to itself). An error is
+// ledger.SubmitEvent, sent by the submit function to itself). An error is
 // returned so that Lambda retries the invocation; a batch forgotten
 // meanwhile is not an error.
 func (s *Submit) Background(ctx context.Context, batchID string) error {
 	b, err := s.Submitter.Complete(ctx, batchID)
 	switch {
-	case errors.Is(err, batch.ErrNotFound):
+	case errors.Is(err, api.ErrNotFound):
 		s.Log.Warn("background read of an unknown batch", "batch_id", batchID)
 		return nil
 	case err != nil:
@@ -113,10 +116,10 @@ func (s *Submit) Background(ctx context.Context, batchID string) error {
 }
 
 // Part runs one step of a source read in parts (the event
-// batch.PartEvent, sent by the submit function to itself). An error is
+// ledger.PartEvent, sent by the submit function to itself). An error is
 // returned so that Lambda retries the invocation (every step is
 // idempotent); a batch forgotten meanwhile is not an error.
-func (s *Submit) Part(ctx context.Context, ev batch.PartEvent) error {
+func (s *Submit) Part(ctx context.Context, ev ledger.PartEvent) error {
 	b, err := s.Submitter.Part(ctx, ev)
 	if err != nil {
 		return err
@@ -129,9 +132,9 @@ func (s *Submit) Part(ctx context.Context, ev batch.PartEvent) error {
 // the stack) sends to submit: the schedule's name, the tick's scheduled
 // time (EventBridge's "time" field, UTC) and the batch to start.
 type ScheduleEvent struct {
-	Schedule string              `json:"bulkrun_schedule"`
-	Time     time.Time           `json:"time"`
-	Request  batch.SubmitRequest `json:"request"`
+	Schedule string            `json:"bulkrun_schedule"`
+	Time     time.Time         `json:"time"`
+	Request  api.SubmitRequest `json:"request"`
 }
 
 // ScheduleBatchID is the batch id of a schedule's tick:
@@ -152,7 +155,7 @@ func (s *Submit) Scheduled(ctx context.Context, ev ScheduleEvent) (any, error) {
 	log := s.Log.With("schedule", ev.Schedule)
 	if ev.Time.IsZero() {
 		log.Error("schedule event without time; refused")
-		err := &batch.InputError{Field: "time", Reason: "the schedule event carries no tick time"}
+		err := &api.InputError{Field: "time", Reason: "the schedule event carries no tick time"}
 		return nil, s.refuse(ctx, log, Refusal{Source: SourceSchedule, Schedule: ev.Schedule}, err)
 	}
 	req := ev.Request

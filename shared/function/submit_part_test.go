@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // The submit function routes a part step of a source read in parts
@@ -18,7 +19,7 @@ import (
 func TestSubmitRoutesPartSteps(t *testing.T) {
 	var logs bytes.Buffer
 	s := newSubmit(&bucket{written: map[string][]byte{}}, &bus{}, &logs)
-	ev, _ := json.Marshal(batch.PartEvent{Step: batch.PartStepRead, BatchID: "gone", Plan: "p1", Index: 3})
+	ev, _ := json.Marshal(ledger.PartEvent{Step: ledger.PartStepRead, BatchID: "gone", Plan: "p1", Index: 3})
 	if _, err := s.Handle(context.Background(), ev); err != nil {
 		t.Fatalf("a step of a forgotten batch: %v, want done", err)
 	}
@@ -26,10 +27,10 @@ func TestSubmitRoutesPartSteps(t *testing.T) {
 		t.Fatalf("logs %s, want the step's line", logs.String())
 	}
 	ctx := context.Background()
-	if _, err := s.Submitter.Store.CreateBatch(ctx, batch.Batch{ID: "live", Pipeline: "webhook", Status: batch.StatusSubmitting, Run: 1}); err != nil {
+	if _, err := s.Submitter.Store.CreateBatch(ctx, ledger.Batch{Batch: api.Batch{ID: "live", Pipeline: "webhook", Status: api.StatusSubmitting, Run: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	ev, _ = json.Marshal(batch.PartEvent{Step: batch.PartStepKeys, BatchID: "live", Plan: "p1", Index: 0})
+	ev, _ = json.Marshal(ledger.PartEvent{Step: ledger.PartStepKeys, BatchID: "live", Plan: "p1", Index: 0})
 	if _, err := s.Handle(ctx, ev); err == nil || !strings.Contains(err.Error(), "plan p1 is missing") {
 		t.Fatalf("a step without its plan: %v, want an error naming the plan", err)
 	}

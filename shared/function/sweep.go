@@ -5,24 +5,25 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // Sweep is the sweep function: each scheduled invocation runs sweep passes
 // until a pass finds fewer expired markers than its limit, or the
 // invocation's deadline is within a minute.
 type Sweep struct {
-	Sweeper *batch.Sweeper
+	Sweeper *control.Sweeper
 	Log     *slog.Logger
 }
 
 // Handle runs the passes and returns their summed counts. Errors of single
 // batches are logged and left to the next invocation (their markers stay).
-func (h *Sweep) Handle(ctx context.Context, _ any) (batch.SweepResult, error) {
-	var total batch.SweepResult
+func (h *Sweep) Handle(ctx context.Context, _ any) (control.SweepResult, error) {
+	var total control.SweepResult
 	limit := h.Sweeper.Limit
 	if limit <= 0 {
-		limit = batch.DefaultSweepLimit
+		limit = control.DefaultSweepLimit
 	}
 	for {
 		res, err := h.Sweeper.RunOnce(ctx)
@@ -45,6 +46,6 @@ func (h *Sweep) Handle(ctx context.Context, _ any) (batch.SweepResult, error) {
 }
 
 // Sweeper builds the retention sweep from d.
-func (d *Deps) Sweeper() *batch.Sweeper {
-	return &batch.Sweeper{Store: d.Store, Control: &batch.Control{Store: d.Store, Blobs: d.Blobs, Log: d.Log, Clock: batch.SystemClock{}}, Clock: batch.SystemClock{}, Log: d.Log}
+func (d *Deps) Sweeper() *control.Sweeper {
+	return &control.Sweeper{Store: d.Store, Control: &control.Control{Store: d.Store, Blobs: d.Blobs, Log: d.Log, Clock: ledger.SystemClock{}}, Clock: ledger.SystemClock{}, Log: d.Log}
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/agnivade/levenshtein"
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -35,7 +36,7 @@ var correctionOptions = []string{wire.MetaCorrects, wire.MetaKeyField, wire.Meta
 // prefix yet (it is kept for future options).
 const MetaReservedPrefix = "bulkrun-"
 
-// checkUploadOptions refuses, with an *batch.InputError naming the metadata
+// checkUploadOptions refuses, with an *api.InputError naming the metadata
 // and listing the known options, a name that looks meant for bulkrun but is
 // not one of UploadOptions: one carrying MetaReservedPrefix, one equal to an
 // option once '-' and '_' are dropped (keyfield), or one within edit
@@ -64,7 +65,7 @@ func checkUploadOptions(meta map[string]string) error {
 			near = squash(n) == squash(o) || levenshtein.ComputeDistance(n, o) <= 2
 		}
 		if near {
-			return &batch.InputError{Field: "x-amz-meta-" + k,
+			return &api.InputError{Field: "x-amz-meta-" + k,
 				Reason: fmt.Sprintf("not a bulkrun upload option (known: %s, each as x-amz-meta-<name>)", strings.Join(known, ", "))}
 		}
 	}
@@ -82,12 +83,12 @@ func checkUploadOptions(meta map[string]string) error {
 // outside incoming/ (the stack's own writes included) and other event
 // types are ignored with a log line saying why.
 //
-// The batch id is the x-amz-meta-batch-id, or batch.UploadBatchID(bucket, key,
+// The batch id is the x-amz-meta-batch-id, or api.UploadBatchID(bucket, key,
 // manifest digest): the same name with the same items is the same batch
 // however often and however it is uploaded (single or multipart PUT); a
 // changed file under the same name is a new batch. The same items for the
 // same pipeline and options under another name within the stack's window
-// (batch.Submitter.UploadRepeatWindow) start nothing: the upload is
+// (submit.Submitter.UploadRepeatWindow) start nothing: the upload is
 // refused as a repeated upload (code repeated_upload, its report naming
 // the batch they started) unless it carries x-amz-meta-rerun: true.
 //
@@ -115,10 +116,10 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) (UploadsResult,
 		r := Refusal{Source: SourceUpload, Bucket: bucket, Key: key, ETag: etag}
 		if err != nil {
 			// Not what S3 sends; the raw key is the best name there is.
-			err = &batch.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
+			err = &api.InputError{Field: "Records.s3.object.key", Reason: fmt.Sprintf("%q is not URL-encoded as S3 encodes keys", key)}
 		} else {
 			var created, corrects bool
-			var req batch.SubmitRequest
+			var req api.SubmitRequest
 			req, created, corrects, err = s.upload(ctx, log, bucket, key, etag, UploadSubmitter(rec))
 			r.BatchID = req.BatchID
 			if err == nil {
@@ -176,7 +177,7 @@ func ignoreUpload(eventName, key string, size int64) string {
 // (as far as it was read, its BatchID when known, also on error), whether
 // this call created the batch, and whether the upload is a correction
 // (x-amz-meta-corrects: req.BatchID is the batch it corrects).
-func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (batch.SubmitRequest, bool, bool, error) {
+func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag, by string) (api.SubmitRequest, bool, bool, error) {
 	req, corr, err := s.uploadRequest(ctx, bucket, key, etag)
 	req.SubmittedBy = by
 	if corr != nil {
@@ -192,11 +193,11 @@ func (s *Submit) upload(ctx context.Context, log *slog.Logger, bucket, key, etag
 }
 
 // uploadCorrection runs the corrections of an upload carrying
-// x-amz-meta-corrects: id (batch.Submitter.Correct) and returns whether
+// x-amz-meta-corrects: id (submit.Submitter.Correct) and returns whether
 // it started their run (false: the same corrections were given before).
 // A batch that is unknown, expired or running is a refusal naming
 // x-amz-meta-corrects (a report, no retry): the upload is not read again.
-func (s *Submit) uploadCorrection(ctx context.Context, log *slog.Logger, key, id string, req batch.CorrectRequest) (bool, error) {
+func (s *Submit) uploadCorrection(ctx context.Context, log *slog.Logger, key, id string, req api.CorrectRequest) (bool, error) {
 	res, err := s.Submitter.Correct(ctx, id, req)
 	field := "x-amz-meta-" + wire.MetaCorrects
 	switch {
@@ -204,10 +205,10 @@ func (s *Submit) uploadCorrection(ctx context.Context, log *slog.Logger, key, id
 		log.Info("upload corrected", "batch_id", id, "revision", res.Revision.N, "created", res.Created, "run", res.Revision.Run, "items", res.Revision.Items)
 		s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
 		return res.Created, nil
-	case errors.Is(err, batch.ErrNotFound), errors.Is(err, batch.ErrExpired):
-		return false, &batch.InputError{Field: field, Reason: fmt.Sprintf("no batch %s to correct (%v)", id, err)}
-	case errors.Is(err, batch.ErrConflict):
-		return false, &batch.InputError{Field: field, Reason: fmt.Sprintf("%v; upload the corrections again once it has finished", err)}
+	case errors.Is(err, api.ErrNotFound), errors.Is(err, api.ErrExpired):
+		return false, &api.InputError{Field: field, Reason: fmt.Sprintf("no batch %s to correct (%v)", id, err)}
+	case errors.Is(err, api.ErrConflict):
+		return false, &api.InputError{Field: field, Reason: fmt.Sprintf("%v; upload the corrections again once it has finished", err)}
 	}
 	return false, err
 }
@@ -215,7 +216,7 @@ func (s *Submit) uploadCorrection(ctx context.Context, log *slog.Logger, key, id
 // uploadSubmit submits the request of an upload (reqErr: the error of
 // reading its options), setting its BatchID when the upload names none,
 // and returns whether this call created the batch.
-func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key string, req *batch.SubmitRequest, reqErr error) (bool, error) {
+func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key string, req *api.SubmitRequest, reqErr error) (bool, error) {
 	if reqErr != nil {
 		return false, reqErr
 	}
@@ -225,11 +226,11 @@ func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key
 			return false, err
 		}
 		if req.BatchID == "" {
-			req.BatchID = batch.UploadBatchID(bucket, key, digest)
+			req.BatchID = api.UploadBatchID(bucket, key, digest)
 		}
 		// The same items for the same pipeline and options under another
 		// name within the window are not run again, unless asked.
-		content := batch.UploadContent(digest, req.Pipeline, req.Options)
+		content := ledger.UploadContent(digest, req.Pipeline, req.Options)
 		if err := s.Submitter.ClaimUpload(ctx, content, req.BatchID, req.Source.Object, req.Rerun); err != nil {
 			return false, err
 		}
@@ -244,28 +245,28 @@ func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key
 	return res.Created, nil
 }
 
-// recordRefused makes an upload refused for its input (batch.RefusalOf: a
+// recordRefused makes an upload refused for its input (api.RefusalOf: a
 // malformed line, a duplicate key, a bad option, an empty file) a refused
 // batch, which `bulkrun list` and the console show like any other, and
 // returns its id: req.BatchID, or, when the file could not be read far
-// enough to know its digest, batch.UploadBatchID of the object's ETag ("etag:"
+// enough to know its digest, api.UploadBatchID of the object's ETag ("etag:"
 // and the ETag in place of the digest), the same for every delivery of
 // the same object. An upload whose batch id is another batch's (a
 // mismatch, or an id held by a live batch) gets no row; its error report
 // says why. A failure to write the row is logged; the error report and
 // the event are still written.
-func (s *Submit) recordRefused(ctx context.Context, log *slog.Logger, req batch.SubmitRequest, bucket, key, etag string, err error) string {
-	refusal, ok := batch.RefusalOf(err)
-	if !ok || errors.Is(err, batch.ErrBatchMismatch) || s.Submitter == nil {
+func (s *Submit) recordRefused(ctx context.Context, log *slog.Logger, req api.SubmitRequest, bucket, key, etag string, err error) string {
+	refusal, ok := api.RefusalOf(err)
+	if !ok || errors.Is(err, api.ErrBatchMismatch) || s.Submitter == nil {
 		return req.BatchID
 	}
 	if req.BatchID == "" {
-		req.BatchID = batch.UploadBatchID(bucket, key, "etag:"+etag)
+		req.BatchID = api.UploadBatchID(bucket, key, "etag:"+etag)
 	}
 	if req.Source.Object == "" {
-		req.Source = batch.SourceSpec{Object: "s3://" + bucket + "/" + key, ETag: etag}
+		req.Source = api.SourceSpec{Object: "s3://" + bucket + "/" + key, ETag: etag}
 	}
-	if _, rerr := s.Submitter.RecordRefused(ctx, req, refusal); rerr != nil && !errors.Is(rerr, batch.ErrBatchExists) {
+	if _, rerr := s.Submitter.RecordRefused(ctx, req, refusal); rerr != nil && !errors.Is(rerr, api.ErrBatchExists) {
 		log.Error("record the refused upload as a refused batch", "batch_id", req.BatchID, "error", rerr.Error())
 	}
 	return req.BatchID
@@ -285,24 +286,24 @@ func UploadSubmitter(rec events.S3EventRecord) string {
 
 // uploadRequest builds the submit request of an upload from its metadata,
 // read with If-Match on etag (when given): an object gone or replaced since
-// the notification is an *batch.InputError naming the key.
-func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (batch.SubmitRequest, *batch.CorrectRequest, error) {
+// the notification is an *api.InputError naming the key.
+func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (api.SubmitRequest, *api.CorrectRequest, error) {
 	uri := "s3://" + bucket + "/" + key
 	info, meta, err := s.Heads.HeadMatch(ctx, bucket, key, etag)
 	switch {
-	case errors.Is(err, batch.ErrNotFound):
-		return batch.SubmitRequest{}, nil, &batch.InputError{Field: "source.object", Reason: fmt.Sprintf("%s was deleted before it was read", uri)}
-	case errors.Is(err, batch.ErrConflict):
-		return batch.SubmitRequest{}, nil, &batch.InputError{Field: "source.object",
+	case errors.Is(err, api.ErrNotFound):
+		return api.SubmitRequest{}, nil, &api.InputError{Field: "source.object", Reason: fmt.Sprintf("%s was deleted before it was read", uri)}
+	case errors.Is(err, api.ErrConflict):
+		return api.SubmitRequest{}, nil, &api.InputError{Field: "source.object",
 			Reason: fmt.Sprintf("%s was replaced before it was read (its ETag is no longer %s); the new object has its own notification", uri, etag)}
 	case err != nil:
-		return batch.SubmitRequest{}, nil, err
+		return api.SubmitRequest{}, nil, err
 	}
 	if etag == "" {
 		etag = strings.Trim(info.ETag, `"`) // pin what the HEAD saw for every later read
 	}
 	if err := checkUploadOptions(meta); err != nil {
-		return batch.SubmitRequest{Source: batch.SourceSpec{Object: uri, ETag: etag}}, nil, err
+		return api.SubmitRequest{Source: api.SourceSpec{Object: uri, ETag: etag}}, nil, err
 	}
 	// A name is matched in any case and with '_' for '-' (x-amz-meta-key_field,
 	// spelled as the API's key_field, is x-amz-meta-key-field).
@@ -317,21 +318,21 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if id := get(wire.MetaCorrects); id != "" {
 		return s.correctionRequest(meta, uri, key, etag, id, get)
 	}
-	req := batch.SubmitRequest{
+	req := api.SubmitRequest{
 		BatchID:  get(wire.MetaBatchID),
 		Pipeline: get(wire.MetaPipeline),
 		KeyField: get(wire.MetaKeyField),
-		Source:   batch.SourceSpec{Object: uri, Format: strings.ToLower(get(wire.MetaFormat)), CSVDelimiter: get(wire.MetaCSVDelimiter), ETag: etag},
+		Source:   api.SourceSpec{Object: uri, Format: strings.ToLower(get(wire.MetaFormat)), CSVDelimiter: get(wire.MetaCSVDelimiter), ETag: etag},
 	}
-	// A gzip object is recognised by its bytes (batch.ReadSource), whatever
+	// A gzip object is recognised by its bytes (source.ReadSource), whatever
 	// its name or Content-Encoding; another encoding could not be read.
 	switch ce := strings.ToLower(strings.TrimSpace(info.ContentEncoding)); ce {
 	case "", "identity", "gzip", "x-gzip":
 	default:
-		return req, nil, &batch.InputError{Field: "Content-Encoding", Reason: fmt.Sprintf("%q: an upload is read as is or as gzip", ce)}
+		return req, nil, &api.InputError{Field: "Content-Encoding", Reason: fmt.Sprintf("%q: an upload is read as is or as gzip", ce)}
 	}
-	if req.Source.Format == "" && batch.FormatOf(key) == "" {
-		return req, nil, &batch.InputError{Field: "source.object",
+	if req.Source.Format == "" && api.FormatOf(key) == "" {
+		return req, nil, &api.InputError{Field: "source.object",
 			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, wire.MetaFormat)}
 	}
 	if req.Pipeline == "" {
@@ -340,28 +341,28 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if v := get(wire.MetaFailurePercent); v != "" {
 		p, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailurePercent, Reason: "not a number: " + v}
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaFailurePercent, Reason: "not a number: " + v}
 		}
 		req.Threshold.FailurePercent = &p
 	}
 	if v := get(wire.MetaFailureCount); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaFailureCount, Reason: "not a whole number: " + v}
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaFailureCount, Reason: "not a whole number: " + v}
 		}
 		req.Threshold.FailureCount = &c
 	}
 	if v := get(wire.MetaMaxAttempts); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
 		}
 		req.MaxAttempts = n
 	}
 	if v := get(wire.MetaRetry); v != "" {
-		p, err := batch.ParseRetryPolicy(v)
+		p, err := api.ParseRetryPolicy(v)
 		if err != nil {
-			var ie *batch.InputError
+			var ie *api.InputError
 			if errors.As(err, &ie) {
 				ie.Field = "x-amz-meta-" + wire.MetaRetry + strings.TrimPrefix(ie.Field, "retry")
 			}
@@ -372,7 +373,7 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if v := get(wire.MetaStopOnThreshold); v != "" {
 		stop, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaStopOnThreshold, Reason: "want true or false: " + v}
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaStopOnThreshold, Reason: "want true or false: " + v}
 		}
 		req.StopOnThreshold = &stop
 	}
@@ -382,12 +383,12 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 	if v := get(wire.MetaRerun); v != "" {
 		rerun, err := strconv.ParseBool(v)
 		if err != nil {
-			return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaRerun, Reason: "want true or false: " + v}
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaRerun, Reason: "want true or false: " + v}
 		}
 		req.Rerun = rerun
 	}
 	if req.Pipeline == "" {
-		return req, nil, &batch.InputError{Field: "x-amz-meta-" + wire.MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
+		return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaPipeline, Reason: "required (the stack sets no default pipeline)"}
 	}
 	if err := s.Submitter.Validate(&req); err != nil {
 		return req, nil, err
@@ -398,13 +399,13 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (b
 // correctionRequest is the request of an upload carrying
 // x-amz-meta-corrects: id (the batch it corrects, as req.BatchID, with
 // the corrections), reading only correctionOptions; another option is an
-// *batch.InputError naming it.
-func (s *Submit) correctionRequest(meta map[string]string, uri, key, etag, id string, get func(string) string) (batch.SubmitRequest, *batch.CorrectRequest, error) {
-	req := batch.SubmitRequest{BatchID: id, Source: batch.SourceSpec{Object: uri, ETag: etag}}
-	corr := &batch.CorrectRequest{KeyField: get(wire.MetaKeyField),
-		Source: batch.SourceSpec{Object: uri, Format: strings.ToLower(get(wire.MetaFormat)), CSVDelimiter: get(wire.MetaCSVDelimiter), ETag: etag}}
-	if !batch.ValidBatchID(id) {
-		return req, corr, &batch.InputError{Field: "x-amz-meta-" + wire.MetaCorrects, Reason: fmt.Sprintf("%q is not a batch id (1–128 of A-Z a-z 0-9 _ -)", id)}
+// *api.InputError naming it.
+func (s *Submit) correctionRequest(meta map[string]string, uri, key, etag, id string, get func(string) string) (api.SubmitRequest, *api.CorrectRequest, error) {
+	req := api.SubmitRequest{BatchID: id, Source: api.SourceSpec{Object: uri, ETag: etag}}
+	corr := &api.CorrectRequest{KeyField: get(wire.MetaKeyField),
+		Source: api.SourceSpec{Object: uri, Format: strings.ToLower(get(wire.MetaFormat)), CSVDelimiter: get(wire.MetaCSVDelimiter), ETag: etag}}
+	if !api.ValidBatchID(id) {
+		return req, corr, &api.InputError{Field: "x-amz-meta-" + wire.MetaCorrects, Reason: fmt.Sprintf("%q is not a batch id (1–128 of A-Z a-z 0-9 _ -)", id)}
 	}
 	names := make([]string, 0, len(meta))
 	for k := range meta {
@@ -414,12 +415,12 @@ func (s *Submit) correctionRequest(meta map[string]string, uri, key, etag, id st
 	for _, k := range names {
 		n := strings.ReplaceAll(strings.ToLower(k), "_", "-")
 		if slices.Contains(UploadOptions(), n) && !slices.Contains(correctionOptions, n) {
-			return req, corr, &batch.InputError{Field: "x-amz-meta-" + n,
+			return req, corr, &api.InputError{Field: "x-amz-meta-" + n,
 				Reason: fmt.Sprintf("a correction (x-amz-meta-%s) runs with the settings of the batch it corrects; it reads only %s", wire.MetaCorrects, strings.Join(correctionOptions[1:], ", "))}
 		}
 	}
-	if corr.Source.Format == "" && batch.FormatOf(key) == "" {
-		return req, corr, &batch.InputError{Field: "source.object",
+	if corr.Source.Format == "" && api.FormatOf(key) == "" {
+		return req, corr, &api.InputError{Field: "source.object",
 			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, wire.MetaFormat)}
 	}
 	return req, corr, nil

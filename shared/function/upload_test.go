@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"log/slog"
 	"net/url"
@@ -14,10 +15,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/shared/batch"
-	"github.com/bulkrun/bulkrun/shared/batch/memstore"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -29,46 +32,46 @@ type object struct {
 	meta     map[string]string
 }
 
-// bucket is an in-memory batch.Blobs and Header for the upload paths:
+// bucket is an in-memory ledger.Blobs and Header for the upload paths:
 // sources are read from objects, reports are written to written.
 type bucket struct {
-	batch.Blobs // nil: methods the upload paths do not use panic
-	name        string
-	objects     map[string]object
-	written     map[string][]byte
-	headErr     error // returned by HeadMatch when set
-	putErr      error // returned by Put when set
-	createErr   error // returned by Create when set
+	ledger.Blobs // nil: methods the upload paths do not use panic
+	name         string
+	objects      map[string]object
+	written      map[string][]byte
+	headErr      error // returned by HeadMatch when set
+	putErr       error // returned by Put when set
+	createErr    error // returned by Create when set
 }
 
 func (b *bucket) Bucket() string { return b.name }
 
-func (b *bucket) HeadMatch(_ context.Context, bkt, key, etag string) (batch.ObjectInfo, map[string]string, error) {
+func (b *bucket) HeadMatch(_ context.Context, bkt, key, etag string) (source.ObjectInfo, map[string]string, error) {
 	if b.headErr != nil {
-		return batch.ObjectInfo{}, nil, b.headErr
+		return source.ObjectInfo{}, nil, b.headErr
 	}
 	o, ok := b.objects[key]
 	if !ok {
-		return batch.ObjectInfo{}, nil, batch.ErrNotFound
+		return source.ObjectInfo{}, nil, api.ErrNotFound
 	}
 	if etag != "" && etag != o.etag {
-		return batch.ObjectInfo{}, nil, batch.ErrConflict
+		return source.ObjectInfo{}, nil, api.ErrConflict
 	}
-	return batch.ObjectInfo{Bucket: bkt, Key: key, Size: int64(len(o.body)), ETag: `"` + o.etag + `"`, ContentEncoding: o.encoding}, o.meta, nil
+	return source.ObjectInfo{Bucket: bkt, Key: key, Size: int64(len(o.body)), ETag: `"` + o.etag + `"`, ContentEncoding: o.encoding}, o.meta, nil
 }
 
 func (b *bucket) OpenMatch(_ context.Context, _, key, etag string) (io.ReadCloser, error) {
 	o, ok := b.objects[key]
 	if !ok {
-		return nil, batch.ErrNotFound
+		return nil, api.ErrNotFound
 	}
 	if etag != "" && strings.Trim(etag, `"`) != o.etag {
-		return nil, batch.ErrConflict
+		return nil, api.ErrConflict
 	}
 	return io.NopCloser(bytes.NewReader(o.body)), nil
 }
 
-func (b *bucket) Create(context.Context, string, string) (batch.BlobWriter, error) {
+func (b *bucket) Create(context.Context, string, string) (ledger.BlobWriter, error) {
 	if b.createErr != nil {
 		return nil, b.createErr
 	}
@@ -94,7 +97,7 @@ func (b *bucket) Get(_ context.Context, key string) ([]byte, error) {
 	if v, ok := b.written[key]; ok {
 		return v, nil
 	}
-	return nil, batch.ErrNotFound
+	return nil, api.ErrNotFound
 }
 
 func (b *bucket) Delete(_ context.Context, key string) error { delete(b.written, key); return nil }
@@ -115,7 +118,7 @@ func (e *bus) Put(_ context.Context, detailType string, detail any) error {
 func newSubmit(b *bucket, e *bus, logs *bytes.Buffer) *Submit {
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	return &Submit{
-		Submitter:       &batch.Submitter{Store: memstore.New(), Blobs: b, Log: log, Clock: batch.SystemClock{}, Pipelines: []string{"webhook"}},
+		Submitter:       &submit.Submitter{Store: ledgertest.NewStore(), Blobs: b, Log: log, Clock: ledger.SystemClock{}, Pipelines: []string{"webhook"}},
 		Heads:           b,
 		Blobs:           b,
 		Events:          e,
@@ -241,11 +244,11 @@ func TestUploadsLeaveATrace(t *testing.T) {
 			got, gerr := s.Submitter.Store.GetBatch(context.Background(), ev.BatchID)
 			switch {
 			case tt.corrects:
-				if ev.BatchID != "nightly-7" || !errors.Is(gerr, batch.ErrNotFound) {
+				if ev.BatchID != "nightly-7" || !errors.Is(gerr, api.ErrNotFound) {
 					t.Fatalf("a refused correction: event names %q, batch row %+v %v; want the batch it names and no row", ev.BatchID, got, gerr)
 				}
 			case tt.retrying || tt.putErr != nil:
-			case gerr != nil || got.Status != batch.StatusRefused || got.Refusal == nil || !strings.Contains(got.Refusal.Message, tt.says) || got.Refusal.Line != tt.line || got.Source == "":
+			case gerr != nil || got.Status != api.StatusRefused || got.Refusal == nil || !strings.Contains(got.Refusal.Message, tt.says) || got.Refusal.Line != tt.line || got.Source == "":
 				t.Fatalf("batch %q: %+v %v, want a refused batch row saying %q", ev.BatchID, got, gerr, tt.says)
 			}
 			if tt.report == "" {
@@ -266,22 +269,22 @@ func TestUploadsLeaveATrace(t *testing.T) {
 // not the ETag: the same name and items (a multipart re-upload has another
 // ETag) are the same batch; other items under the same name another.
 func TestUploadBatchIDIsNameAndDigest(t *testing.T) {
-	a := batch.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1")
+	a := api.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1")
 	tests := []struct {
 		name, id string
 		same     bool
 	}{
-		{"same name and digest", batch.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1"), true},
-		{"other digest", batch.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d2"), false},
-		{"other name", batch.UploadBatchID("bkt", "incoming/orders2.jsonl.gz", "d1"), false},
-		{"other bucket", batch.UploadBatchID("bkt2", "incoming/orders.jsonl.gz", "d1"), false},
+		{"same name and digest", api.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d1"), true},
+		{"other digest", api.UploadBatchID("bkt", "incoming/orders.jsonl.gz", "d2"), false},
+		{"other name", api.UploadBatchID("bkt", "incoming/orders2.jsonl.gz", "d1"), false},
+		{"other bucket", api.UploadBatchID("bkt2", "incoming/orders.jsonl.gz", "d1"), false},
 	}
 	for _, tt := range tests {
 		if (tt.id == a) != tt.same {
 			t.Errorf("%s: %s vs %s, want same %v", tt.name, tt.id, a, tt.same)
 		}
 	}
-	if !strings.HasPrefix(a, "orders-") || !batch.ValidBatchID(a) || !batch.ValidBatchID(batch.UploadBatchID("b", "incoming/my orders (1).CSV", "d")) {
+	if !strings.HasPrefix(a, "orders-") || !api.ValidBatchID(a) || !api.ValidBatchID(api.UploadBatchID("b", "incoming/my orders (1).CSV", "d")) {
 		t.Errorf("id %q: want the base name without extensions and a valid batch id", a)
 	}
 }
@@ -295,7 +298,7 @@ func TestScheduleTickLeavesATrace(t *testing.T) {
 	tick := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name      string
-		request   batch.SubmitRequest
+		request   api.SubmitRequest
 		createErr error
 		noTime    bool
 		report    string
@@ -304,13 +307,13 @@ func TestScheduleTickLeavesATrace(t *testing.T) {
 		retrying  bool
 		wantErr   bool
 	}{
-		{name: "empty source", request: batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Items: json.RawMessage(`[]`)}, Options: json.RawMessage(`{"url":"http://x"}`)},
+		{name: "empty source", request: api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Items: json.RawMessage(`[]`)}, Options: json.RawMessage(`{"url":"http://x"}`)},
 			report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "no items", code: "empty_source"},
-		{name: "refused request", request: batch.SubmitRequest{Pipeline: "nope", Source: batch.SourceSpec{Items: json.RawMessage(`[1]`)}},
+		{name: "refused request", request: api.SubmitRequest{Pipeline: "nope", Source: api.SourceSpec{Items: json.RawMessage(`[1]`)}},
 			report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "not a registered pipeline"},
-		{name: "tick without time", noTime: true, request: batch.SubmitRequest{Pipeline: "webhook"},
+		{name: "tick without time", noTime: true, request: api.SubmitRequest{Pipeline: "webhook"},
 			report: "schedule-errors/nightly/no-tick.error.json", says: "no tick time"},
-		{name: "failed submit", request: batch.SubmitRequest{Pipeline: "webhook", Source: batch.SourceSpec{Items: json.RawMessage(`[1]`)}, Options: json.RawMessage(`{"url":"http://x"}`)},
+		{name: "failed submit", request: api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Items: json.RawMessage(`[1]`)}, Options: json.RawMessage(`{"url":"http://x"}`)},
 			createErr: errors.New("s3: 503 SlowDown"), report: "schedule-errors/nightly/nightly-20261129T020000Z.error.json", says: "503 SlowDown", retrying: true, wantErr: true},
 	}
 	for _, tt := range tests {
@@ -429,7 +432,7 @@ func TestUploadRefusesUnknownOptions(t *testing.T) {
 				"incoming/orders.jsonl": {body: []byte("{\"id\":\"a\"}\n"), etag: "e1", meta: tt.meta}}}
 			var logs bytes.Buffer
 			_, _, err := newSubmit(b, &bus{}, &logs).uploadRequest(context.Background(), "src", "incoming/orders.jsonl", "e1")
-			var ie *batch.InputError
+			var ie *api.InputError
 			switch {
 			case tt.wantField == "" && err != nil:
 				t.Fatalf("uploadRequest: %v, want accepted", err)

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -33,15 +33,15 @@ func TestContractGoldenJSON(t *testing.T) {
 		file string
 		new  func() any // a pointer to the type the file holds
 	}{
-		{"submit-request", func() any { return new(batch.SubmitRequest) }},
+		{"submit-request", func() any { return new(api.SubmitRequest) }},
 		{"batch-view", func() any { return new(wire.BatchView) }},
 		{"error", func() any { return new(wire.ErrorBody) }},
-		{"item-page", func() any { return new(batch.ItemPage) }},
-		{"batch-page", func() any { return new(batch.BatchPage) }},
-		{"report", func() any { return new(batch.Report) }},
-		{"result-line", func() any { return new(batch.ResultLine) }},
+		{"item-page", func() any { return new(api.ItemPage) }},
+		{"batch-page", func() any { return new(api.BatchPage) }},
+		{"report", func() any { return new(api.Report) }},
+		{"result-line", func() any { return new(api.ResultLine) }},
 		{"event", func() any { return new(events.EventBridgeEvent) }},
-		{"correct-request", func() any { return new(batch.CorrectRequest) }},
+		{"correct-request", func() any { return new(api.CorrectRequest) }},
 		{"correction-view", func() any { return new(wire.CorrectionView) }},
 	}
 	for _, tt := range tests {

@@ -1,9 +1,9 @@
 // Package wire holds the JSON shapes of bulkrun's REST API that the server
 // (shared/function), the Go client (shared/client) and the CLI share: the
 // error body, the batch view, and the escaping of item paths. It imports the
-// standard library and the domain package shared/batch (whose request,
-// batch, census, report and item types are part of the wire format) and
-// nothing else, so a client built on it links no server code and no AWS SDK
+// standard library and the API types (shared/api, whose request, batch,
+// census, report and item types are part of the wire format) and nothing
+// else, so a client built on it links no server code and no AWS SDK
 // service client (checked by TestContractWireImportsNoServer and
 // TestContractCLILinksNoServer in cmd/bulkrun).
 //
@@ -11,11 +11,11 @@
 // the handlers by TestContractOpenAPI in shared/function; testdata holds a
 // golden example of each):
 //
-//	POST   /batches                          body batch.SubmitRequest; answer BatchView
-//	GET    /batches                          answer batch.BatchPage
+//	POST   /batches                          body api.SubmitRequest; answer BatchView
+//	GET    /batches                          answer api.BatchPage
 //	GET    /batches/{id}                     answer BatchView
-//	GET    /batches/{id}/report              answer batch.Report
-//	GET    /batches/{id}/items               answer batch.ItemPage
+//	GET    /batches/{id}/report              answer api.Report
+//	GET    /batches/{id}/items               answer api.ItemPage
 //	POST   /batches/{id}/resume, /cancel     answer BatchView
 //	POST   /batches/{id}/items/{key}/release no body (204), path from ItemPath
 //	DELETE /batches/{id}                     no body (204)
@@ -30,7 +30,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // Error codes of ErrorBody.Code, with the HTTP status the API answers them
@@ -76,25 +76,25 @@ const (
 )
 
 // BatchView is the JSON of a batch in API answers: the batch row's fields
-// (batch.Batch, redacted) plus its census (census_source, one of the
+// (api.Batch, redacted) plus its census (census_source, one of the
 // CensusFrom* values, says whether it was counted from the item rows, read
 // from the finished run, or, for a large running batch, is only the
 // counters' progress), the report's location ("s3://bucket/key") when
 // finished, and, in a submit's answer only, whether this call created the
 // batch.
 type BatchView struct {
-	batch.Batch
-	Census       *batch.Census `json:"census,omitempty"`
-	CensusSource string        `json:"census_source,omitempty"` // items | report | counters
-	Progress     *Progress     `json:"progress,omitempty"`
-	// Live is a running batch's live view (batch.LiveView): items in flight,
+	api.Batch
+	Census       *api.Census `json:"census,omitempty"`
+	CensusSource string      `json:"census_source,omitempty"` // items | report | counters
+	Progress     *Progress   `json:"progress,omitempty"`
+	// Live is a running batch's live view (api.LiveView): items in flight,
 	// waiting for a retry (and when the next is due), interrupted, not yet
 	// fanned out, and why it needs attention now.
-	Live    *batch.LiveView `json:"live,omitempty"`
-	Report  string          `json:"report,omitempty"`
-	Created *bool           `json:"created,omitempty"`
+	Live    *api.LiveView `json:"live,omitempty"`
+	Report  string        `json:"report,omitempty"`
+	Created *bool         `json:"created,omitempty"`
 	// Warnings, in a submit's answer, say what in the request will likely
-	// go wrong though it was accepted (batch.Submitter.Warnings).
+	// go wrong though it was accepted (submit.Submitter.Warnings).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -103,8 +103,8 @@ type BatchView struct {
 // same corrections were given before, their revision answering and no run
 // started) and the corrections' revision.
 type CorrectionView struct {
-	Batch    BatchView      `json:"batch"`
-	Revision batch.Revision `json:"revision"`
+	Batch    BatchView    `json:"batch"`
+	Revision api.Revision `json:"revision"`
 }
 
 // Progress is a large running batch's counters: items done (in any final
@@ -143,7 +143,7 @@ const (
 	MetaFailurePercent  = "tolerated-failure-percent"
 	MetaFailureCount    = "tolerated-failure-count"
 	MetaMaxAttempts     = "max-attempts"
-	MetaRetry           = "retry" // a retry policy: batch.ParseRetryPolicy's name=value pairs or JSON
+	MetaRetry           = "retry" // a retry policy: api.ParseRetryPolicy's name=value pairs or JSON
 	MetaPipelineOptions = "pipeline-options"
 	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end

@@ -29,10 +29,12 @@ import (
 	"golang.org/x/term"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -226,7 +228,7 @@ func ReadHeaders(file string, env []string, lookup func(string) (string, bool)) 
 
 func (a *app) submitCmd() *cobra.Command {
 	var (
-		req         batch.SubmitRequest
+		req         api.SubmitRequest
 		format      string
 		prefix      bool
 		percent     float64
@@ -265,9 +267,9 @@ func (a *app) submitCmd() *cobra.Command {
 				if !strings.HasPrefix(src, "s3://") {
 					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--prefix needs an s3:// URI")}
 				}
-				req.Source = batch.SourceSpec{Prefix: src}
+				req.Source = api.SourceSpec{Prefix: src}
 			case strings.HasPrefix(src, "s3://"):
-				req.Source = batch.SourceSpec{Object: src, Format: format}
+				req.Source = api.SourceSpec{Object: src, Format: format}
 			default:
 				if st, err := os.Stat(src); err == nil && st.IsDir() {
 					uri, n, err := a.uploadDir(ctx, src)
@@ -275,7 +277,7 @@ func (a *app) submitCmd() *cobra.Command {
 						return err
 					}
 					textf(a.errw, "uploaded %d files to %s\n", n, uri)
-					req.Source = batch.SourceSpec{Prefix: uri}
+					req.Source = api.SourceSpec{Prefix: uri}
 					local = true
 					break
 				}
@@ -286,7 +288,7 @@ func (a *app) submitCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				req.Source = batch.SourceSpec{Object: uri, Format: format}
+				req.Source = api.SourceSpec{Object: uri, Format: format}
 				local = true
 			}
 			if delim != "" {
@@ -299,13 +301,13 @@ func (a *app) submitCmd() *cobra.Command {
 				req.StopOnThreshold = &stop
 			}
 			if retry != "" {
-				p, err := batch.ParseRetryPolicy(retry)
+				p, err := api.ParseRetryPolicy(retry)
 				if err != nil {
 					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
 				}
 				req.Retry = &p
 			}
-			req.OnInterrupt = batch.InterruptPolicy(onInterrupt)
+			req.OnInterrupt = api.InterruptPolicy(onInterrupt)
 			if cmd.Flags().Changed("tolerated-failure-percent") {
 				req.Threshold.FailurePercent = &percent
 			}
@@ -327,7 +329,7 @@ func (a *app) submitCmd() *cobra.Command {
 				// digest, so its request names its content: the id derives
 				// from it, and running the same command again is the same
 				// batch, as an upload of the same name and content is.
-				req.BatchID = batch.NewBatchID()
+				req.BatchID = ledger.NewBatchID()
 				if local {
 					req.BatchID = RequestBatchID(req)
 				}
@@ -387,7 +389,7 @@ var errFirstItem = errors.New("first item read")
 // uploaded. The rest of the file is checked by submit, as it reads it
 // whole. A file whose format cannot be told is an error naming --format.
 func CheckLocalSource(path, format, keyField, delim string) error {
-	err := readLocalSource(path, format, keyField, delim, func(batch.SourceItem) error { return errFirstItem })
+	err := readLocalSource(path, format, keyField, delim, func(source.SourceItem) error { return errFirstItem })
 	if errors.Is(err, errFirstItem) {
 		return nil
 	}
@@ -400,12 +402,12 @@ func CheckLocalSource(path, format, keyField, delim string) error {
 var errNoItems = errors.New("holds no items (blank and whitespace-only lines are not items)")
 
 // readLocalSource reads the items of a local file with the readers submit
-// uses for an object (batch.SourceText, then the format's reader), in
+// uses for an object (source.SourceText, then the format's reader), in
 // format (or its name's extension's) and delimiter delim, calling emit
 // with each.
-func readLocalSource(path, format, keyField, delim string, emit func(batch.SourceItem) error) error {
+func readLocalSource(path, format, keyField, delim string, emit func(source.SourceItem) error) error {
 	if format == "" {
-		format = batch.FormatOf(path)
+		format = api.FormatOf(path)
 	}
 	if format == "" {
 		return fmt.Errorf("cannot tell the format of %s: name it .jsonl, .ndjson, .json or .csv (optionally .gz), or give --format", filepath.Base(path))
@@ -422,11 +424,11 @@ func readLocalSource(path, format, keyField, delim string, emit func(batch.Sourc
 // command that reads a source: a usage error naming the flag.
 func checkReadFlags(format, delim string) error {
 	switch format {
-	case "", batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
+	case "", api.FormatJSONL, api.FormatJSON, api.FormatCSV:
 	default:
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--format %q: want jsonl, json or csv", format)}
 	}
-	if _, err := batch.ParseCSVDelimiter(delim); err != nil {
+	if _, err := api.ParseCSVDelimiter(delim); err != nil {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter %w", err)}
 	}
 	return nil
@@ -434,35 +436,35 @@ func checkReadFlags(format, delim string) error {
 
 // readSourceText reads the items of r (a file's bytes, gzip or not) in
 // format (jsonl, json or csv) with the readers submit uses for an object.
-func readSourceText(r io.Reader, format, keyField, delim string, emit func(batch.SourceItem) error) error {
-	text, err := batch.SourceText(r)
+func readSourceText(r io.Reader, format, keyField, delim string, emit func(source.SourceItem) error) error {
+	text, err := source.SourceText(r)
 	if err != nil {
 		return err
 	}
 	switch format {
-	case batch.FormatCSV:
-		d, derr := batch.ParseCSVDelimiter(delim)
+	case api.FormatCSV:
+		d, derr := api.ParseCSVDelimiter(delim)
 		if derr != nil {
 			return fmt.Errorf("--csv-delimiter %w", derr)
 		}
-		return batch.ReadCSVDelimited(text, keyField, d, emit)
-	case batch.FormatJSON:
-		return batch.ReadJSONArray(text, keyField, emit)
+		return source.ReadCSVDelimited(text, keyField, d, emit)
+	case api.FormatJSON:
+		return source.ReadJSONArray(text, keyField, emit)
 	}
-	return batch.ReadJSONL(text, keyField, emit)
+	return source.ReadJSONL(text, keyField, emit)
 }
 
 // LocalManifest reads a whole local file as submit will once it is
 // uploaded (readLocalSource) into a manifest it discards, and returns its
-// summary: the digest submit will compute (batch.Submitter.Digest) and
+// summary: the digest submit will compute (submit.Submitter.Digest) and
 // the item count. Every line is checked — malformed lines, duplicate keys
 // (spilled to the temporary directory past a few MiB) — with submit's
 // errors, which name the line and key.
-func LocalManifest(path, format, keyField, delim string) (batch.ManifestSummary, error) {
-	mw := batch.NewManifestWriter(io.Discard, 0, os.TempDir())
+func LocalManifest(path, format, keyField, delim string) (source.ManifestSummary, error) {
+	mw := source.NewManifestWriter(io.Discard, 0, os.TempDir())
 	defer mw.Close()
 	if err := readLocalSource(path, format, keyField, delim, mw.Add); err != nil {
-		return batch.ManifestSummary{}, err
+		return source.ManifestSummary{}, err
 	}
 	sum, err := mw.Finish()
 	if err == nil && sum.Count == 0 {
@@ -479,11 +481,11 @@ func LocalManifest(path, format, keyField, delim string) (batch.ManifestSummary,
 // same id, so running it again answers the batch it started instead of
 // running every item a second time; changed content or settings give
 // another id. Deterministic and safe for concurrent use.
-func RequestBatchID(req batch.SubmitRequest) string {
+func RequestBatchID(req api.SubmitRequest) string {
 	req.BatchID, req.Rerun = "", false // --rerun asks the same batch for a new run
 	b, err := json.Marshal(req)
 	if err != nil { // a SubmitRequest always marshals; fall back to a fresh id
-		return batch.NewBatchID()
+		return ledger.NewBatchID()
 	}
 	sum := sha256.Sum256(b)
 	return "cli-" + hex.EncodeToString(sum[:])[:24]
@@ -506,7 +508,7 @@ const SubmitWait = 60 * time.Second
 // says to follow it with `bulkrun watch`.
 func (a *app) submitted(ctx context.Context, v wire.BatchView) error {
 	created := v.Created != nil && *v.Created
-	if v.Status == batch.StatusSubmitting {
+	if v.Status == api.StatusSubmitting {
 		textf(a.errw, "batch %s: accepted, reading the source (created: %v)\n", v.ID, created)
 		wctx, cancel := context.WithTimeout(ctx, SubmitWait)
 		w, err := a.api.Submitted(wctx, v.ID, time.Second)
@@ -529,9 +531,9 @@ func (a *app) submitted(ctx context.Context, v wire.BatchView) error {
 		textln(a.out, v.ID)
 	}
 	switch v.Status {
-	case batch.StatusRefused:
+	case api.StatusRefused:
 		return &ExitError{Code: ExitFailure, Err: refusedError(v)}
-	case batch.StatusSubmitting:
+	case api.StatusSubmitting:
 	default:
 		textf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
 	}
@@ -741,7 +743,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 		case v.Progress != nil:
 			done = v.Progress.Done
 			desc = fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures)
-		case v.Status == batch.StatusSubmitting:
+		case v.Status == api.StatusSubmitting:
 			if time.Since(lastLine) >= 10*time.Second {
 				lastLine = time.Now()
 				textf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
@@ -785,11 +787,11 @@ func (a *app) watch(ctx context.Context, id string) error {
 	if err := a.show(final); err != nil {
 		return err
 	}
-	if final.Status == batch.StatusRefused {
+	if final.Status == api.StatusRefused {
 		return refusedError(final)
 	}
 	c := final.Census
-	if final.Status != batch.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
+	if final.Status != api.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
 		return &ExitError{Code: ExitNeedsCheck}
 	}
 	return nil
@@ -798,7 +800,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 // LiveText is a running batch's live view on one line: "live: in flight
 // 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
 // fanned out 0  last progress 19:05:12Z".
-func LiveText(l batch.LiveView) string {
+func LiveText(l api.LiveView) string {
 	next := ""
 	if l.NextRetryAt != nil {
 		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z)"
@@ -814,15 +816,15 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	textf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
 	switch {
-	case v.Stop != "" && v.Status == batch.StatusRunning:
+	case v.Stop != "" && v.Status == api.StatusRunning:
 		textf(a.out, "stopping: %s (%s); items already in flight finish after the stop\n", v.Stop, v.StopDetail)
 	case v.Stop != "" && v.Census != nil:
-		textf(a.out, "stopped: %s\n", batch.StopSummaryOf(v.Batch, *v.Census).Text())
+		textf(a.out, "stopped: %s\n", api.StopSummaryOf(v.Batch, *v.Census).Text())
 	}
-	if p := v.Pause; p != nil && v.Status == batch.StatusRunning {
+	if p := v.Pause; p != nil && v.Status == api.StatusRunning {
 		textf(a.out, "%s\n", PauseText(*p))
 	}
-	if v.Failure != "" && v.Status == batch.StatusFinalizeFailed {
+	if v.Failure != "" && v.Status == api.StatusFinalizeFailed {
 		textf(a.out, "finalize failed: %s\n(the items ended; nothing is lost. Fix the cause, then: bulkrun resume %s)\n", v.Failure, v.ID)
 	}
 	if v.Refusal != nil {
@@ -837,7 +839,7 @@ func (a *app) show(v wire.BatchView) error {
 		a.printCost("cost (ending attempts)", c.Cost)
 		a.printCost("spent by this run", c.RunSpent)
 	}
-	if v.Status != batch.StatusSubmitting && v.Status != batch.StatusRefused {
+	if v.Status != api.StatusSubmitting && v.Status != api.StatusRefused {
 		textf(a.out, "threshold: %s\n", ThresholdText(v.Threshold, v.EarlyStop()))
 		if c := v.Census; c != nil {
 			textf(a.out, "%s\n", VerdictText(v.Threshold.Judge(c.Failed+c.Quarantined, c.Total), !v.Status.Finished()))
@@ -879,11 +881,11 @@ func (a *app) itemsCmd() *cobra.Command {
 			if err := a.load(ctx); err != nil {
 				return err
 			}
-			var items []batch.Item
-			var live *batch.LiveView
+			var items []api.Item
+			var live *api.LiveView
 			next := cursor
 			for {
-				p, err := a.api.Items(ctx, args[0], batch.Outcome(outcome), next, limit)
+				p, err := a.api.Items(ctx, args[0], api.Outcome(outcome), next, limit)
 				if err != nil {
 					return err
 				}
@@ -897,7 +899,7 @@ func (a *app) itemsCmd() *cobra.Command {
 				}
 			}
 			if a.output == "json" {
-				return a.printJSON(batch.ItemPage{Items: items, NextCursor: next, Live: live})
+				return a.printJSON(api.ItemPage{Items: items, NextCursor: next, Live: live})
 			}
 			a.printItems(items)
 			if live != nil {
@@ -1053,7 +1055,7 @@ func (a *app) releaseCmd() *cobra.Command {
 			keys := args[1:]
 			if all {
 				for cursor := ""; ; {
-					p, err := a.api.Items(ctx, args[0], batch.OutcomeQuarantined, cursor, 1000)
+					p, err := a.api.Items(ctx, args[0], api.OutcomeQuarantined, cursor, 1000)
 					if err != nil {
 						return err
 					}
@@ -1091,7 +1093,7 @@ func (a *app) releaseCmd() *cobra.Command {
 // correction), attempts of that run and error — in aligned columns, each
 // text escaped (Escape), so that a key or an error holding a newline, a
 // tab or a terminal escape stays on its line and in its column.
-func (a *app) printItems(items []batch.Item) {
+func (a *app) printItems(items []api.Item) {
 	w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 	textf(w, "KEY\tOUTCOME\tREASON\tRUN\tREVISION\tATTEMPTS\tERROR\n")
 	for _, it := range items {
@@ -1105,7 +1107,7 @@ func (a *app) printItems(items []batch.Item) {
 }
 
 // printReport writes a run's report as text.
-func (a *app) printReport(r batch.Report) {
+func (a *app) printReport(r api.Report) {
 	c := r.Census
 	textf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
 	if rv := r.Revision; rv != nil {
@@ -1127,7 +1129,7 @@ func (a *app) printReport(r batch.Report) {
 // run; it stops at the threshold", or "none: any number of failures is
 // tolerated". stop is whether the run stops as soon as failures exceed it
 // (Batch.EarlyStop).
-func ThresholdText(t batch.Threshold, stop bool) string {
+func ThresholdText(t api.Threshold, stop bool) string {
 	if !t.Limited() {
 		return "none: any number of failures is tolerated (needs_attention tells)"
 	}
@@ -1148,7 +1150,7 @@ func ThresholdText(t batch.Threshold, stop bool) string {
 // VerdictText is a threshold's judgement in words: "verdict: within the
 // threshold (3 failures of 5000 items)" or "verdict: threshold exceeded
 // (…detail)"; "so far" for a run still going (judged on its counters).
-func VerdictText(v batch.Verdict, sofar bool) string {
+func VerdictText(v api.Verdict, sofar bool) string {
 	label := "verdict"
 	if sofar {
 		label = "verdict so far"
@@ -1160,9 +1162,9 @@ func VerdictText(v batch.Verdict, sofar bool) string {
 }
 
 // refusalText is a refusal's code and message; the message names the
-// field, line, element and key (batch.InputError), and where it does not
+// field, line, element and key (api.InputError), and where it does not
 // (an older refusal) they are added.
-func refusalText(r *batch.SubmitRefusal) string {
+func refusalText(r *api.SubmitRefusal) string {
 	if r == nil {
 		return "no reason recorded"
 	}
@@ -1200,12 +1202,12 @@ func (a *app) printCost(label string, c pipeline.CostSum) {
 // 2026-12-01T19:00:00Z (http 502: webhook: k1: HTTP 502); 2 probes, next
 // check 19:03:30Z; no item starts until a probe is answered or `bulkrun
 // unpause ID`".
-func PauseText(p batch.Pause) string {
+func PauseText(p api.Pause) string {
 	next := ""
 	if !p.NextCheckAt.IsZero() {
 		next = ", next check " + p.NextCheckAt.UTC().Format("15:04:05Z")
 	}
-	if p.By == batch.PauseByCaller {
+	if p.By == api.PauseByCaller {
 		return fmt.Sprintf("paused by a caller since %s%s; no item starts until unpause", p.Since.UTC().Format(time.RFC3339), next)
 	}
 	return fmt.Sprintf("paused by an outage since %s (%s: %s); %d probes%s; no item starts until a probe is answered or unpause",

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/wire"
@@ -136,8 +136,8 @@ func TestSubmitRetryHintOnlyWhenRetryable(t *testing.T) {
 // the same for the same request (retries, --rerun), and another for other
 // content or settings.
 func TestRequestBatchIDNamesTheRequest(t *testing.T) {
-	base := batch.SubmitRequest{Pipeline: "webhook", KeyField: "k", Options: json.RawMessage(`{"url":"https://example.org/h"}`),
-		Source: batch.SourceSpec{Object: "s3://b/uploads/0123456789abcdef/orders.jsonl"}}
+	base := api.SubmitRequest{Pipeline: "webhook", KeyField: "k", Options: json.RawMessage(`{"url":"https://example.org/h"}`),
+		Source: api.SourceSpec{Object: "s3://b/uploads/0123456789abcdef/orders.jsonl"}}
 	id := RequestBatchID(base)
 	if !strings.HasPrefix(id, "cli-") || len(id) != 28 {
 		t.Fatalf("id %q, want cli- and 24 hex digits", id)
@@ -147,15 +147,15 @@ func TestRequestBatchIDNamesTheRequest(t *testing.T) {
 	if got := RequestBatchID(same); got != id {
 		t.Errorf("with --rerun: %q, want %q", got, id)
 	}
-	for name, change := range map[string]func(*batch.SubmitRequest){
-		"content":   func(r *batch.SubmitRequest) { r.Source.Object = "s3://b/uploads/fedcba9876543210/orders.jsonl" },
-		"pipeline":  func(r *batch.SubmitRequest) { r.Pipeline = "thumbnail" },
-		"options":   func(r *batch.SubmitRequest) { r.Options = json.RawMessage(`{"url":"https://example.org/other"}`) },
-		"key field": func(r *batch.SubmitRequest) { r.KeyField = "" },
-		"headers":   func(r *batch.SubmitRequest) { r.Headers = map[string]string{"X-Tenant": "acme"} },
+	for name, change := range map[string]func(*api.SubmitRequest){
+		"content":   func(r *api.SubmitRequest) { r.Source.Object = "s3://b/uploads/fedcba9876543210/orders.jsonl" },
+		"pipeline":  func(r *api.SubmitRequest) { r.Pipeline = "thumbnail" },
+		"options":   func(r *api.SubmitRequest) { r.Options = json.RawMessage(`{"url":"https://example.org/other"}`) },
+		"key field": func(r *api.SubmitRequest) { r.KeyField = "" },
+		"headers":   func(r *api.SubmitRequest) { r.Headers = map[string]string{"X-Tenant": "acme"} },
 		// Items per message are part of the plan: another K under the same
 		// id would be a 409.
-		"items per message": func(r *batch.SubmitRequest) { r.ItemsPerMessage = 10 },
+		"items per message": func(r *api.SubmitRequest) { r.ItemsPerMessage = 10 },
 	} {
 		r := base
 		change(&r)
@@ -213,23 +213,23 @@ func TestForgetAsksForConfirmation(t *testing.T) {
 // probes and the next check; a finished batch shows no pause line.
 func TestStatusShowsThePause(t *testing.T) {
 	since := time.Date(2026, 12, 1, 19, 49, 53, 0, time.UTC)
-	outage := batch.Pause{By: batch.PauseByOutage, Since: since, Class: "http 502", Error: "webhook: k01167: HTTP 502", Probes: 2,
+	outage := api.Pause{By: api.PauseByOutage, Since: since, Class: "http 502", Error: "webhook: k01167: HTTP 502", Probes: 2,
 		NextCheckAt: since.Add(210 * time.Second)}
 	for _, tc := range []struct {
 		name   string
-		status batch.Status
-		pause  *batch.Pause
+		status api.Status
+		pause  *api.Pause
 		want   string
 	}{
-		{"outage", batch.StatusRunning, &outage,
+		{"outage", api.StatusRunning, &outage,
 			"paused by an outage since 2026-12-01T19:49:53Z (http 502: webhook: k01167: HTTP 502); 2 probes, next check 19:53:23Z; no item starts until a probe is answered or unpause\n"},
-		{"caller", batch.StatusRunning, &batch.Pause{By: batch.PauseByCaller, Since: since, NextCheckAt: since.Add(30 * time.Second)},
+		{"caller", api.StatusRunning, &api.Pause{By: api.PauseByCaller, Since: since, NextCheckAt: since.Add(30 * time.Second)},
 			"paused by a caller since 2026-12-01T19:49:53Z, next check 19:50:23Z; no item starts until unpause\n"},
-		{"finished", batch.StatusCompleted, &outage, ""},
+		{"finished", api.StatusCompleted, &outage, ""},
 	} {
 		var out bytes.Buffer
 		a := &app{out: &out, output: "text"}
-		if err := a.show(wire.BatchView{Batch: batch.Batch{ID: "b-1", Run: 1, Status: tc.status, Pause: tc.pause}}); err != nil {
+		if err := a.show(wire.BatchView{Batch: api.Batch{ID: "b-1", Run: 1, Status: tc.status, Pause: tc.pause}}); err != nil {
 			t.Fatal(err)
 		}
 		got := ""

@@ -17,14 +17,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // fakeBatchAPI serves GET /batches/{id} with view and GET
 // /batches/{id}/report with rep, counting the requests.
-func fakeBatchAPI(t *testing.T, view wire.BatchView, rep batch.Report) (*client.Client, *atomic.Int64) {
+func fakeBatchAPI(t *testing.T, view wire.BatchView, rep api.Report) (*client.Client, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,9 +54,9 @@ func fakeBatchAPI(t *testing.T, view wire.BatchView, rep batch.Report) (*client.
 // batch stops the command, not the batch: it says that the batch keeps
 // running and how to follow it again, and exits 130.
 func TestWatchInterrupted(t *testing.T) {
-	view := wire.BatchView{Batch: batch.Batch{ID: "orders-1", Status: batch.StatusRunning, Run: 1, ItemCount: 5000, Pipeline: "lambda"},
-		Census: &batch.Census{Total: 5000, Succeeded: 120, Pending: 4880}, CensusSource: wire.CensusFromCounters}
-	c, polls := fakeBatchAPI(t, view, batch.Report{})
+	view := wire.BatchView{Batch: api.Batch{ID: "orders-1", Status: api.StatusRunning, Run: 1, ItemCount: 5000, Pipeline: "lambda"},
+		Census: &api.Census{Total: 5000, Succeeded: 120, Pending: 4880}, CensusSource: wire.CensusFromCounters}
+	c, polls := fakeBatchAPI(t, view, api.Report{})
 	var out, errw bytes.Buffer
 	a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
 	// Ctrl-C once the watch has polled twice.
@@ -92,12 +92,12 @@ func TestWatchInterrupted(t *testing.T) {
 // report as stored.
 func TestReportTextAndJSON(t *testing.T) {
 	pct := 5.0
-	rep := batch.Report{BatchID: "orders-1", Run: 2, Status: batch.StatusThresholdExceeded, NeedsAttention: true,
-		Census:    batch.Census{Total: 5000, Succeeded: 4700, Failed: 300},
-		Threshold: batch.Threshold{FailurePercent: &pct},
-		Verdict:   batch.Threshold{FailurePercent: &pct}.Judge(300, 5000),
-		Results:   batch.Results{Manifest: "s3://b/batches/orders-1/runs/2/results/manifest.json"}}
-	c, _ := fakeBatchAPI(t, wire.BatchView{Batch: batch.Batch{ID: "orders-1"}}, rep)
+	rep := api.Report{BatchID: "orders-1", Run: 2, Status: api.StatusThresholdExceeded, NeedsAttention: true,
+		Census:    api.Census{Total: 5000, Succeeded: 4700, Failed: 300},
+		Threshold: api.Threshold{FailurePercent: &pct},
+		Verdict:   api.Threshold{FailurePercent: &pct}.Judge(300, 5000),
+		Results:   api.Results{Manifest: "s3://b/batches/orders-1/runs/2/results/manifest.json"}}
+	c, _ := fakeBatchAPI(t, wire.BatchView{Batch: api.Batch{ID: "orders-1"}}, rep)
 	cmd := (&app{}).reportCmd()
 	if !strings.Contains(cmd.Short, "text") || !strings.Contains(cmd.Short, "-o json") {
 		t.Errorf("report's help %q does not say it prints text, and JSON with -o json", cmd.Short)
@@ -127,7 +127,7 @@ func TestReportTextAndJSON(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	var back batch.Report
+	var back api.Report
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.BatchID != "orders-1" || back.Verdict != rep.Verdict {
 		t.Errorf("-o json: %v %+v\n%s", err, back, out.String())
 	}
@@ -138,9 +138,9 @@ func TestReportTextAndJSON(t *testing.T) {
 // counters while the run goes.
 func TestStatusShowsThresholdAndVerdict(t *testing.T) {
 	count := int64(20)
-	th := batch.Threshold{FailureCount: &count}
-	finished := wire.BatchView{Batch: batch.Batch{ID: "b", Status: batch.StatusCompleted, Run: 1, ItemCount: 5000, Threshold: th},
-		Census: &batch.Census{Total: 5000, Succeeded: 4980, Failed: 20}, CensusSource: wire.CensusFromReport}
+	th := api.Threshold{FailureCount: &count}
+	finished := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusCompleted, Run: 1, ItemCount: 5000, Threshold: th},
+		Census: &api.Census{Total: 5000, Succeeded: 4980, Failed: 20}, CensusSource: wire.CensusFromReport}
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
 	if err := a.show(finished); err != nil {
@@ -154,8 +154,8 @@ func TestStatusShowsThresholdAndVerdict(t *testing.T) {
 	}
 	out.Reset()
 	stop := false
-	running := wire.BatchView{Batch: batch.Batch{ID: "b", Status: batch.StatusRunning, Run: 1, ItemCount: 5000, Threshold: th, StopOnThreshold: &stop},
-		Census: &batch.Census{Total: 5000, Succeeded: 100, Failed: 21, Pending: 4879}, CensusSource: wire.CensusFromCounters}
+	running := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 5000, Threshold: th, StopOnThreshold: &stop},
+		Census: &api.Census{Total: 5000, Succeeded: 100, Failed: 21, Pending: 4879}, CensusSource: wire.CensusFromCounters}
 	if err := a.show(running); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestStatusShowsThresholdAndVerdict(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := a.show(wire.BatchView{Batch: batch.Batch{ID: "b", Status: batch.StatusRunning, Run: 1}}); err != nil {
+	if err := a.show(wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "threshold: none: any number of failures is tolerated") {
@@ -178,9 +178,9 @@ func TestStatusShowsThresholdAndVerdict(t *testing.T) {
 func TestItemsTextHeaderAndReason(t *testing.T) {
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
-	a.printItems([]batch.Item{
-		{Key: "order-17", Outcome: batch.OutcomeFailed, Reason: batch.ReasonPermanent, Run: 1, RunAttempts: 1, Error: "400: no such account"},
-		{Key: "order-2041", Outcome: batch.OutcomeQuarantined, Reason: batch.ReasonQuarantine, Run: 2, Revision: 2, RunAttempts: 3, Error: "set aside"},
+	a.printItems([]api.Item{
+		{Key: "order-17", Outcome: api.OutcomeFailed, Reason: api.ReasonPermanent, Run: 1, RunAttempts: 1, Error: "400: no such account"},
+		{Key: "order-2041", Outcome: api.OutcomeQuarantined, Reason: api.ReasonQuarantine, Run: 2, Revision: 2, RunAttempts: 3, Error: "set aside"},
 	})
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(lines) != 3 {
@@ -242,7 +242,7 @@ func TestCheckLocalSource(t *testing.T) {
 
 	// submit refuses such a file before uploading it: the stack is never
 	// reached (no request, no bucket needed).
-	c, requests := fakeBatchAPI(t, wire.BatchView{Batch: batch.Batch{ID: "x"}}, batch.Report{})
+	c, requests := fakeBatchAPI(t, wire.BatchView{Batch: api.Batch{ID: "x"}}, api.Report{})
 	var out, errw bytes.Buffer
 	a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
 	cmd := a.submitCmd()

@@ -35,9 +35,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -67,17 +68,17 @@ const (
 // it proxies, and no others. *client.Client implements it; every call is
 // signed with the user's credentials there, never in the page.
 type ConsoleAPI interface {
-	ListBatches(ctx context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error)
+	ListBatches(ctx context.Context, r api.ListBatchesRequest) (api.BatchPage, error)
 	Status(ctx context.Context, id string) (wire.BatchView, error)
-	Report(ctx context.Context, id string) (batch.Report, error)
-	Items(ctx context.Context, id string, outcome batch.Outcome, cursor string, limit int) (batch.ItemPage, error)
+	Report(ctx context.Context, id string) (api.Report, error)
+	Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error)
 	Resume(ctx context.Context, id string) (wire.BatchView, error)
 	Cancel(ctx context.Context, id string) (wire.BatchView, error)
 	Pause(ctx context.Context, id string) (wire.BatchView, error)
 	Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	Release(ctx context.Context, id, key string) error
 	Forget(ctx context.Context, id string) error
-	Correct(ctx context.Context, id string, req batch.CorrectRequest) (wire.CorrectionView, error)
+	Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error)
 }
 
 var _ ConsoleAPI = (*client.Client)(nil)
@@ -405,11 +406,11 @@ func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 // plus its census or progress and its source from GET /batches/{id}
 // (StatusError when that read failed).
 type ConsoleBatch struct {
-	batch.BatchSummary
-	Census       *batch.Census   `json:"census,omitempty"`
-	CensusSource string          `json:"census_source,omitempty"`
-	Progress     *wire.Progress  `json:"progress,omitempty"`
-	Live         *batch.LiveView `json:"live,omitempty"`
+	api.BatchSummary
+	Census       *api.Census    `json:"census,omitempty"`
+	CensusSource string         `json:"census_source,omitempty"`
+	Progress     *wire.Progress `json:"progress,omitempty"`
+	Live         *api.LiveView  `json:"live,omitempty"`
 	// Source is the batch's source as it names it; SourceKind and
 	// SourceLabel say where it came from in a few words (SourceOf).
 	Source      string `json:"source,omitempty"`
@@ -429,7 +430,7 @@ const (
 
 // SourceOf says where a batch's items came from, for the list's source
 // column: its kind and a short label. bucket is the stack's bucket, source
-// the batch's (batch.SourceSpec.Describe), by its submitted_by. An upload
+// the batch's (api.SourceSpec.Describe), by its submitted_by. An upload
 // is its key ("incoming/orders (1).csv"); a file the CLI uploaded is its
 // base name (the uploads/{digest}/ prefix says nothing); a folder it
 // uploaded, "local folder"; an object or prefix of the stack's bucket its
@@ -470,16 +471,16 @@ type ConsolePage struct {
 // page holds limit batches unless the listing ends.
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	req := batch.ListBatchesRequest{Cursor: q.Get("cursor")}
+	req := api.ListBatchesRequest{Cursor: q.Get("cursor")}
 	for s := range strings.SplitSeq(q.Get("status"), ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		if !slices.Contains(batch.Statuses(), batch.Status(s)) {
+		if !slices.Contains(api.Statuses(), api.Status(s)) {
 			writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("status %q: want one of %s", s, strings.Join(statusNames(), ", ")))
 			return
 		}
-		req.Statuses = append(req.Statuses, batch.Status(s))
+		req.Statuses = append(req.Statuses, api.Status(s))
 	}
 	limit := consoleListDefault
 	if s := q.Get("limit"); s != "" {
@@ -490,7 +491,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	var got []batch.BatchSummary
+	var got []api.BatchSummary
 	next := req.Cursor
 	for calls := 0; calls < 10; calls++ {
 		req.Limit, req.Cursor = limit-len(got), next
@@ -539,7 +540,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 // and outputs locations).
 type ConsoleBatchPage struct {
 	Batch  wire.BatchView `json:"batch"`
-	Report *batch.Report  `json:"report,omitempty"`
+	Report *api.Report    `json:"report,omitempty"`
 	// SourceKind and SourceLabel say where the items came from (SourceOf).
 	SourceKind  string `json:"source_kind"`
 	SourceLabel string `json:"source_label"`
@@ -547,7 +548,7 @@ type ConsoleBatchPage struct {
 
 func (c *Console) batchID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if !batch.ValidBatchID(id) {
+	if !api.ValidBatchID(id) {
 		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("batch id %q: want 1–128 of A-Z a-z 0-9 _ -", id))
 		return "", false
 	}
@@ -568,7 +569,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 	out.SourceKind, out.SourceLabel = SourceOf(c.bucket, v.Source, v.SubmittedBy)
 	if v.ReportKey != "" {
 		rep, err := c.api.Report(r.Context(), id)
-		if err != nil && !errors.Is(err, batch.ErrNotFound) {
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
 			writeAPIError(w, err)
 			return
 		}
@@ -582,16 +583,16 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 // ConsoleRun is one run of a batch as the batch page lists it: from its
 // report when finished; Status "running" (or the batch's) without one.
 type ConsoleRun struct {
-	Run            int            `json:"run"`
-	Revision       int            `json:"revision,omitempty"` // a correction run's revision
-	Status         batch.Status   `json:"status"`
-	Census         *batch.Census  `json:"census,omitempty"`
-	Verdict        *batch.Verdict `json:"verdict,omitempty"`
-	StopDetail     string         `json:"stop_detail,omitempty"`
-	NeedsAttention bool           `json:"needs_attention"`
-	RunStartedAt   time.Time      `json:"run_started_at,omitzero"`
-	FinishedAt     time.Time      `json:"finished_at,omitzero"`
-	Report         string         `json:"report,omitempty"` // s3:// URI
+	Run            int          `json:"run"`
+	Revision       int          `json:"revision,omitempty"` // a correction run's revision
+	Status         api.Status   `json:"status"`
+	Census         *api.Census  `json:"census,omitempty"`
+	Verdict        *api.Verdict `json:"verdict,omitempty"`
+	StopDetail     string       `json:"stop_detail,omitempty"`
+	NeedsAttention bool         `json:"needs_attention"`
+	RunStartedAt   time.Time    `json:"run_started_at,omitzero"`
+	FinishedAt     time.Time    `json:"finished_at,omitzero"`
+	Report         string       `json:"report,omitempty"` // s3:// URI
 }
 
 // runs answers the batch's last runs, newest first, each from its
@@ -610,7 +611,7 @@ func (c *Console) runs(w http.ResponseWriter, r *http.Request) {
 	out := []ConsoleRun{}
 	for n := v.Run; n >= 1 && n > v.Run-consoleRunsShown; n-- {
 		run := ConsoleRun{Run: n}
-		key := batch.ReportKey(id, n)
+		key := api.ReportKey(id, n)
 		body, _, err := c.objs.GetObject(r.Context(), key, 0)
 		switch {
 		case errors.Is(err, ErrNoObject):
@@ -625,7 +626,7 @@ func (c *Console) runs(w http.ResponseWriter, r *http.Request) {
 			writeConsoleError(w, http.StatusBadGateway, "s3", err.Error())
 			return
 		default:
-			var rep batch.Report
+			var rep api.Report
 			err := json.NewDecoder(io.LimitReader(body, 16<<20)).Decode(&rep)
 			body.Close()
 			if err != nil {
@@ -652,8 +653,8 @@ func (c *Console) items(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	o := batch.Outcome(q.Get("outcome"))
-	if o != batch.OutcomeFailed && o != batch.OutcomeQuarantined && o != batch.OutcomeInFlight {
+	o := api.Outcome(q.Get("outcome"))
+	if o != api.OutcomeFailed && o != api.OutcomeQuarantined && o != api.OutcomeInFlight {
 		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("outcome %q: want failed, quarantined or in_flight", o))
 		return
 	}
@@ -672,7 +673,7 @@ func (c *Console) items(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Items == nil {
-		p.Items = []batch.Item{}
+		p.Items = []api.Item{}
 	}
 	writeConsoleJSON(w, http.StatusOK, p)
 }
@@ -716,14 +717,14 @@ func (c *Console) thumbnails(w http.ResponseWriter, r *http.Request) {
 		NextCursor string         `json:"next_cursor,omitempty"`
 	}{Thumbnails: []ConsoleThumb{}}
 	rep, err := c.api.Report(r.Context(), id)
-	if errors.Is(err, batch.ErrNotFound) {
+	if errors.Is(err, api.ErrNotFound) {
 		writeConsoleJSON(w, http.StatusOK, out) // no finished run yet
 		return
 	} else if err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	loc, ok := rep.Results.Files[batch.OutcomeSucceeded]
+	loc, ok := rep.Results.Files[api.OutcomeSucceeded]
 	if !ok {
 		writeConsoleJSON(w, http.StatusOK, out)
 		return
@@ -745,7 +746,7 @@ func (c *Console) thumbnails(w http.ResponseWriter, r *http.Request) {
 		line, err := br.ReadBytes('\n')
 		pos += int64(len(line))
 		if len(line) > 0 {
-			var l batch.ResultLine
+			var l api.ResultLine
 			if json.Unmarshal(line, &l) == nil {
 				var o struct {
 					Thumbnail string `json:"thumbnail"`
@@ -781,7 +782,7 @@ func (c *Console) bucketKey(uri string) (string, bool) {
 // in the stack's bucket: the only objects the thumbnail route reads.
 func (c *Console) isOutput(id, uri string) bool {
 	key, ok := c.bucketKey(uri)
-	return ok && strings.HasPrefix(key, batch.OutputsPrefix(id)) && len(key) > len(batch.OutputsPrefix(id))
+	return ok && strings.HasPrefix(key, api.OutputsPrefix(id)) && len(key) > len(api.OutputsPrefix(id))
 }
 
 // consoleImageTypes are the Content-Types the thumbnail route serves.
@@ -936,10 +937,10 @@ func (c *Console) correct(w http.ResponseWriter, r *http.Request) {
 	}
 	format := strings.ToLower(body.Format)
 	if format == "" {
-		format = batch.FormatOf(body.FileName)
+		format = api.FormatOf(body.FileName)
 	}
 	switch format {
-	case batch.FormatJSONL, batch.FormatJSON, batch.FormatCSV:
+	case api.FormatJSONL, api.FormatJSON, api.FormatCSV:
 	default:
 		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest,
 			fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv", body.FileName))
@@ -961,7 +962,7 @@ func (c *Console) correct(w http.ResponseWriter, r *http.Request) {
 	var items bytes.Buffer
 	items.WriteByte('[')
 	n := 0
-	err := readSourceText(strings.NewReader(body.Content), format, keyField, "", func(it batch.SourceItem) error {
+	err := readSourceText(strings.NewReader(body.Content), format, keyField, "", func(it source.SourceItem) error {
 		if n > 0 {
 			items.WriteByte(',')
 		}
@@ -977,7 +978,7 @@ func (c *Console) correct(w http.ResponseWriter, r *http.Request) {
 		writeConsoleError(w, http.StatusBadRequest, wire.CodeInvalidRequest, body.FileName+": "+err.Error())
 		return
 	}
-	v, err := c.api.Correct(r.Context(), id, batch.CorrectRequest{KeyField: keyField, Source: batch.SourceSpec{Items: json.RawMessage(items.Bytes())}})
+	v, err := c.api.Correct(r.Context(), id, api.CorrectRequest{KeyField: keyField, Source: api.SourceSpec{Items: json.RawMessage(items.Bytes())}})
 	if err != nil {
 		writeAPIError(w, err)
 		return

@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/wire"
@@ -28,7 +28,7 @@ import (
 type fakeAPI struct {
 	mu     sync.Mutex
 	calls  []string
-	report batch.Report
+	report api.Report
 }
 
 func (f *fakeAPI) record(s string) {
@@ -43,25 +43,25 @@ func (f *fakeAPI) Calls() []string {
 	return slices.Clone(f.calls)
 }
 
-func (f *fakeAPI) ListBatches(_ context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
+func (f *fakeAPI) ListBatches(_ context.Context, r api.ListBatchesRequest) (api.BatchPage, error) {
 	f.record("list")
-	return batch.BatchPage{Batches: []batch.BatchSummary{{ID: "b1", Status: batch.StatusCompleted}}}, nil
+	return api.BatchPage{Batches: []api.BatchSummary{{ID: "b1", Status: api.StatusCompleted}}}, nil
 }
 func (f *fakeAPI) Status(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("status " + id)
-	return wire.BatchView{Batch: batch.Batch{ID: id, Status: batch.StatusCompleted, Run: 1, ReportKey: batch.ReportKey(id, 1)}}, nil
+	return wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusCompleted, Run: 1, ReportKey: api.ReportKey(id, 1)}}, nil
 }
-func (f *fakeAPI) Report(_ context.Context, id string) (batch.Report, error) {
+func (f *fakeAPI) Report(_ context.Context, id string) (api.Report, error) {
 	f.record("report " + id)
 	return f.report, nil
 }
-func (f *fakeAPI) Items(_ context.Context, id string, o batch.Outcome, cursor string, limit int) (batch.ItemPage, error) {
+func (f *fakeAPI) Items(_ context.Context, id string, o api.Outcome, cursor string, limit int) (api.ItemPage, error) {
 	f.record(fmt.Sprintf("items %s %s %q %d", id, o, cursor, limit))
-	return batch.ItemPage{}, nil
+	return api.ItemPage{}, nil
 }
 func (f *fakeAPI) Resume(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("resume " + id)
-	return wire.BatchView{Batch: batch.Batch{ID: id, Run: 2}}, nil
+	return wire.BatchView{Batch: api.Batch{ID: id, Run: 2}}, nil
 }
 func (f *fakeAPI) Cancel(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("cancel " + id)
@@ -83,11 +83,11 @@ func (f *fakeAPI) Forget(_ context.Context, id string) error {
 	f.record("forget " + id)
 	return nil
 }
-func (f *fakeAPI) Correct(_ context.Context, id string, req batch.CorrectRequest) (wire.CorrectionView, error) {
+func (f *fakeAPI) Correct(_ context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error) {
 	f.record(fmt.Sprintf("correct %s %s %s", id, req.KeyField, req.Source.Items))
 	created := true
-	return wire.CorrectionView{Batch: wire.BatchView{Batch: batch.Batch{ID: id, Run: 2, RunRevision: 2}, Created: &created},
-		Revision: batch.Revision{N: 2, Items: 2, Run: 2}}, nil
+	return wire.CorrectionView{Batch: wire.BatchView{Batch: api.Batch{ID: id, Run: 2, RunRevision: 2}, Created: &created},
+		Revision: api.Revision{N: 2, Items: 2, Run: 2}}, nil
 }
 
 // fakeObjects serves objects of the stack's bucket from a map, recording
@@ -287,8 +287,8 @@ func TestConsoleThumbnailPages(t *testing.T) {
 	}
 	lines.WriteString(`{"key":"evil","outcome":"succeeded","output":{"thumbnail":"s3://stack-bucket/batches/b2/outputs/x.png"},"attempts":1}` + "\n")
 	results := "batches/b1/runs/1/results/succeeded.jsonl"
-	api := &fakeAPI{report: batch.Report{BatchID: "b1", Run: 1, Results: batch.Results{Files: map[batch.Outcome]batch.Location{
-		batch.OutcomeSucceeded: {URI: "s3://stack-bucket/" + results}}}}}
+	api := &fakeAPI{report: api.Report{BatchID: "b1", Run: 1, Results: api.Results{Files: map[api.Outcome]api.Location{
+		api.OutcomeSucceeded: {URI: "s3://stack-bucket/" + results}}}}}
 	c := newTestConsole(t, api, &fakeObjects{objs: map[string]fakeObject{results: {lines.String(), "application/x-ndjson"}}})
 	var keys []string
 	cursor, pages := "", 0
@@ -561,19 +561,19 @@ func TestSourceOf(t *testing.T) {
 // refusedAPI lists one refused upload and one completed batch.
 type refusedAPI struct{ fakeAPI }
 
-func (f *refusedAPI) ListBatches(_ context.Context, r batch.ListBatchesRequest) (batch.BatchPage, error) {
+func (f *refusedAPI) ListBatches(_ context.Context, r api.ListBatchesRequest) (api.BatchPage, error) {
 	f.record("list")
-	return batch.BatchPage{Batches: []batch.BatchSummary{
-		{ID: "up-1", Status: batch.StatusRefused, Refusal: &batch.SubmitRefusal{Code: "invalid_request", Line: 3}},
-		{ID: "b1", Status: batch.StatusCompleted},
+	return api.BatchPage{Batches: []api.BatchSummary{
+		{ID: "up-1", Status: api.StatusRefused, Refusal: &api.SubmitRefusal{Code: "invalid_request", Line: 3}},
+		{ID: "b1", Status: api.StatusCompleted},
 	}}, nil
 }
 
 func (f *refusedAPI) Status(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("status " + id)
-	v := wire.BatchView{Batch: batch.Batch{ID: id, Status: batch.StatusCompleted, Run: 1, Source: "inline"}}
+	v := wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusCompleted, Run: 1, Source: "inline"}}
 	if id == "up-1" {
-		v.Status, v.Source, v.SubmittedBy = batch.StatusRefused, "s3://stack-bucket/incoming/broken.csv", "s3-upload:X"
+		v.Status, v.Source, v.SubmittedBy = api.StatusRefused, "s3://stack-bucket/incoming/broken.csv", "s3-upload:X"
 	}
 	return v, nil
 }

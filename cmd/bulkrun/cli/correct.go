@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -40,7 +40,7 @@ nothing, so the command is safe to repeat.`,
 			if err := a.load(ctx); err != nil {
 				return err
 			}
-			req := batch.CorrectRequest{KeyField: keyField, Source: batch.SourceSpec{Object: src, Format: format, CSVDelimiter: delim}}
+			req := api.CorrectRequest{KeyField: keyField, Source: api.SourceSpec{Object: src, Format: format, CSVDelimiter: delim}}
 			if !strings.HasPrefix(src, "s3://") {
 				if st, err := os.Stat(src); err != nil {
 					return &ExitError{Code: ExitUsage, Err: err}
@@ -118,7 +118,7 @@ func CorrectionText(v wire.CorrectionView) string {
 // RevisionText is one line of `bulkrun status` per correction of b: the
 // revision, its items, its run (and whether it is the run going), when
 // and from what.
-func RevisionText(b batch.Batch, r batch.Revision) string {
+func RevisionText(b api.Batch, r api.Revision) string {
 	now := ""
 	if b.RunRevision == r.N && b.Run == r.Run {
 		now = ", this run"

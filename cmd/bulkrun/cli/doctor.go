@@ -23,7 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
@@ -437,7 +437,7 @@ func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 		ck.Detail = "not deployed yet"
 		return ck
 	}
-	page, err := d.api.ListBatches(ctx, batch.ListBatchesRequest{Statuses: []batch.Status{batch.StatusRunning, batch.StatusSubmitting}, Limit: 100})
+	page, err := d.api.ListBatches(ctx, api.ListBatchesRequest{Statuses: []api.Status{api.StatusRunning, api.StatusSubmitting}, Limit: 100})
 	if err != nil {
 		return failedCheck(ck, "GET /batches", err)
 	}
@@ -447,11 +447,11 @@ func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 	for _, b := range page.Batches {
 		age := now.Sub(b.CreatedAt)
 		switch b.Status {
-		case batch.StatusSubmitting:
+		case api.StatusSubmitting:
 			if age > stalledSubmitting {
 				stalled = append(stalled, b.ID+" (submitting for "+age.Round(time.Minute).String()+": the background read stopped; the submit tick refuses it after 3 tries)")
 			}
-		case batch.StatusRunning:
+		case api.StatusRunning:
 			v, err := d.api.Status(ctx, b.ID)
 			if err != nil || v.Census == nil {
 				continue

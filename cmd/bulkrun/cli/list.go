@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
@@ -37,14 +37,14 @@ func (a *app) listCmd() *cobra.Command {
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			req := batch.ListBatchesRequest{Cursor: cursor}
+			req := api.ListBatchesRequest{Cursor: cursor}
 			for _, s := range statuses {
 				for p := range strings.SplitSeq(s, ",") {
 					if p = strings.TrimSpace(p); p != "" {
-						if !slices.Contains(batch.Statuses(), batch.Status(p)) {
+						if !slices.Contains(api.Statuses(), api.Status(p)) {
 							return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--status: %q: want %s", p, strings.Join(statusNames(), ", "))}
 						}
-						req.Statuses = append(req.Statuses, batch.Status(p))
+						req.Statuses = append(req.Statuses, api.Status(p))
 					}
 				}
 			}
@@ -55,8 +55,8 @@ func (a *app) listCmd() *cobra.Command {
 				}
 				req.Since = t
 			}
-			if limit < 1 || limit > batch.MaxListLimit {
-				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit: %d is not within 1–%d", limit, batch.MaxListLimit)}
+			if limit < 1 || limit > api.MaxListLimit {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit: %d is not within 1–%d", limit, api.MaxListLimit)}
 			}
 			if err := a.load(ctx); err != nil {
 				return err
@@ -71,7 +71,7 @@ func (a *app) listCmd() *cobra.Command {
 			// A page may be short (the API reads a bounded share of the
 			// index per call): follow cursors until limit batches, or
 			// every one with --all.
-			got := batch.BatchPage{Batches: []batch.BatchSummary{}}
+			got := api.BatchPage{Batches: []api.BatchSummary{}}
 			for {
 				req.Limit = limit
 				if !all {
@@ -82,7 +82,7 @@ func (a *app) listCmd() *cobra.Command {
 					return err
 				}
 				for _, b := range p.Batches {
-					if !attention || b.NeedsAttention || b.Status != batch.StatusCompleted {
+					if !attention || b.NeedsAttention || b.Status != api.StatusCompleted {
 						got.Batches = append(got.Batches, b)
 					}
 				}
@@ -149,7 +149,7 @@ func (a *app) sourceURI(s string) (string, error) {
 
 func statusNames() []string {
 	var out []string
-	for _, s := range batch.Statuses() {
+	for _, s := range api.Statuses() {
 		out = append(out, string(s))
 	}
 	return out
@@ -157,12 +157,12 @@ func statusNames() []string {
 
 // printBatches writes the listing's table: one line per batch, times in
 // UTC to the second, "-" for what does not apply.
-func printBatches(a *app, bs []batch.BatchSummary) {
+func printBatches(a *app, bs []api.BatchSummary) {
 	w := tabwriter.NewWriter(a.out, 0, 0, 2, ' ', 0)
 	textf(w, "BATCH\tSTATUS\tPIPELINE\tITEMS\tRUN\tCREATED\tFINISHED\tNOTE\n")
 	for _, b := range bs {
 		items, run, finished := "-", "-", "-"
-		if b.Status != batch.StatusSubmitting && b.Status != batch.StatusRefused {
+		if b.Status != api.StatusSubmitting && b.Status != api.StatusRefused {
 			items, run = strconv.FormatInt(b.ItemCount, 10), strconv.Itoa(b.Run)
 		}
 		if !b.FinishedAt.IsZero() && b.Status.Finished() {
@@ -177,12 +177,12 @@ func printBatches(a *app, bs []batch.BatchSummary) {
 const listTime = "2006-01-02 15:04:05Z"
 
 // note is what needs a look in a batch, "" when nothing does.
-func note(b batch.BatchSummary) string {
+func note(b api.BatchSummary) string {
 	var n []string
 	if b.Refusal != nil {
 		n = append(n, "refused: "+b.Refusal.Code)
 	}
-	if b.Stop != "" && b.Status == batch.StatusRunning {
+	if b.Stop != "" && b.Status == api.StatusRunning {
 		n = append(n, "stopping: "+string(b.Stop))
 	}
 	if b.NeedsAttention && b.Status.Finished() {

@@ -17,9 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/control"
 )
 
 // Guards `bulkrun list --since` (docs/cli.md "Listing batches"): durations,
@@ -50,7 +51,7 @@ func TestListSinceForms(t *testing.T) {
 
 // fakeList serves GET /batches from pages keyed by cursor and records the
 // queries it was sent.
-func fakeList(t *testing.T, pages map[string]batch.BatchPage) (*client.Client, *[]string) {
+func fakeList(t *testing.T, pages map[string]api.BatchPage) (*client.Client, *[]string) {
 	t.Helper()
 	var queries []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,16 +78,16 @@ func fakeList(t *testing.T, pages map[string]batch.BatchPage) (*client.Client, *
 // query.
 func TestListCommand(t *testing.T) {
 	at := time.Date(2026, 11, 30, 9, 15, 2, 0, time.UTC)
-	pages := map[string]batch.BatchPage{
-		"": {Batches: []batch.BatchSummary{
-			{ID: "nightly-20261130T020000Z", Status: batch.StatusCompleted, Pipeline: "webhook", ItemCount: 2000, Run: 1, CreatedAt: at, FinishedAt: at.Add(3 * time.Minute), NeedsAttention: true},
+	pages := map[string]api.BatchPage{
+		"": {Batches: []api.BatchSummary{
+			{ID: "nightly-20261130T020000Z", Status: api.StatusCompleted, Pipeline: "webhook", ItemCount: 2000, Run: 1, CreatedAt: at, FinishedAt: at.Add(3 * time.Minute), NeedsAttention: true},
 		}, NextCursor: "c1"},
-		"c1": {Batches: []batch.BatchSummary{}, NextCursor: "c2"}, // a short page: the API read its share
-		"c2": {Batches: []batch.BatchSummary{
-			{ID: "orders-x", Status: batch.StatusRefused, Pipeline: "webhook", CreatedAt: at.Add(-time.Hour), Refusal: &batch.SubmitRefusal{Code: "invalid_request"}},
-			{ID: "cli-abc", Status: batch.StatusRunning, Pipeline: "thumbnail", ItemCount: 248, Run: 2, CreatedAt: at.Add(-2 * time.Hour), Stop: batch.StatusCancelled},
+		"c1": {Batches: []api.BatchSummary{}, NextCursor: "c2"}, // a short page: the API read its share
+		"c2": {Batches: []api.BatchSummary{
+			{ID: "orders-x", Status: api.StatusRefused, Pipeline: "webhook", CreatedAt: at.Add(-time.Hour), Refusal: &api.SubmitRefusal{Code: "invalid_request"}},
+			{ID: "cli-abc", Status: api.StatusRunning, Pipeline: "thumbnail", ItemCount: 248, Run: 2, CreatedAt: at.Add(-2 * time.Hour), Stop: api.StatusCancelled},
 		}, NextCursor: "c3"},
-		"c3": {Batches: []batch.BatchSummary{{ID: "old", Status: batch.StatusSubmitting, Pipeline: "webhook", CreatedAt: at.Add(-48 * time.Hour)}}},
+		"c3": {Batches: []api.BatchSummary{{ID: "old", Status: api.StatusSubmitting, Pipeline: "webhook", CreatedAt: at.Add(-48 * time.Hour)}}},
 	}
 	run := func(output string, args ...string) (string, string, []string) {
 		c, queries := fakeList(t, pages)
@@ -136,7 +137,7 @@ func TestListCommand(t *testing.T) {
 	}
 
 	out, errw, _ = run("json", "--all")
-	var page batch.BatchPage
+	var page api.BatchPage
 	if err := json.Unmarshal([]byte(out), &page); err != nil {
 		t.Fatalf("json: %v\n%s", err, out)
 	}
@@ -174,7 +175,7 @@ func TestListSource(t *testing.T) {
 		{file, "s3://stack-bucket/" + uploadFileKey(file, sha256.Sum256([]byte("order_id,amount\n1,2\n")))},
 		{images, "s3://stack-bucket/" + dirPrefix + "*"},
 	} {
-		c, queries := fakeList(t, map[string]batch.BatchPage{"": {Batches: []batch.BatchSummary{}}})
+		c, queries := fakeList(t, map[string]api.BatchPage{"": {Batches: []api.BatchSummary{}}})
 		var out, errw bytes.Buffer
 		a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true, outs: client.Stack{config.OutputBucket: "stack-bucket"}}
 		cmd := a.listCmd()
@@ -235,7 +236,7 @@ func TestSweepCommand(t *testing.T) {
 		t.Fatalf("calls %q, want one synchronous invocation of the sweep function with {}", calls)
 	}
 	out, err = run("json")
-	var res batch.SweepResult
+	var res control.SweepResult
 	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Deleted != 2 || res.Stale != 1 {
 		t.Fatalf("json: %q %v", out, err)
 	}

@@ -16,12 +16,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // resultsCmd prints or downloads a finished run's results lines (JSONL, one
-// batch.ResultLine per item), outcome by outcome in TerminalOutcomes order.
+// api.ResultLine per item), outcome by outcome in TerminalOutcomes order.
 func (a *app) resultsCmd() *cobra.Command {
 	var (
 		outcomes []string
@@ -66,14 +66,14 @@ With --file the lines go to PATH, written whole or not at all.`,
 }
 
 // resultOutcomes checks the --outcome values (terminal outcomes only).
-func resultOutcomes(names []string) ([]batch.Outcome, error) {
+func resultOutcomes(names []string) ([]api.Outcome, error) {
 	if len(names) == 0 {
-		return batch.TerminalOutcomes(), nil
+		return api.TerminalOutcomes(), nil
 	}
-	var want []batch.Outcome
+	var want []api.Outcome
 	for _, n := range names {
-		o := batch.Outcome(strings.TrimSpace(n))
-		if !slices.Contains(batch.TerminalOutcomes(), o) {
+		o := api.Outcome(strings.TrimSpace(n))
+		if !slices.Contains(api.TerminalOutcomes(), o) {
 			return nil, fmt.Errorf("--outcome: %q has no results; want succeeded, failed, quarantined or cancelled", n)
 		}
 		if !slices.Contains(want, o) {
@@ -85,26 +85,26 @@ func resultOutcomes(names []string) ([]batch.Outcome, error) {
 
 // runReport reads the report of run (0: the last finished run, through the
 // API; otherwise batches/{id}/runs/{run}/report.json in the stack's bucket).
-func (a *app) runReport(ctx context.Context, id string, run int) (batch.Report, error) {
+func (a *app) runReport(ctx context.Context, id string, run int) (api.Report, error) {
 	if run == 0 {
 		return a.api.Report(ctx, id)
 	}
 	bucket, err := a.outs.Get(config.OutputBucket)
 	if err != nil {
-		return batch.Report{}, err
+		return api.Report{}, err
 	}
-	key := batch.ReportKey(id, run)
+	key := api.ReportKey(id, run)
 	out, err := blob.NewS3(a.aws).GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
 	var nk *types.NoSuchKey
 	if errors.As(err, &nk) {
-		return batch.Report{}, fmt.Errorf("batch %s has no report for run %d (not finished, not run, or forgotten); 'bulkrun status %s' shows its runs", id, run, id)
+		return api.Report{}, fmt.Errorf("batch %s has no report for run %d (not finished, not run, or forgotten); 'bulkrun status %s' shows its runs", id, run, id)
 	} else if err != nil {
-		return batch.Report{}, fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
+		return api.Report{}, fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
 	}
 	defer out.Body.Close()
-	var rep batch.Report
+	var rep api.Report
 	if err := json.NewDecoder(out.Body).Decode(&rep); err != nil {
-		return batch.Report{}, fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
+		return api.Report{}, fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
 	}
 	return rep, nil
 }
@@ -112,7 +112,7 @@ func (a *app) runReport(ctx context.Context, id string, run int) (batch.Report, 
 // copyResults writes the results files of the wanted outcomes to w, as
 // stored, and returns the bytes written. An outcome without items has no
 // file and adds nothing.
-func (a *app) copyResults(ctx context.Context, w io.Writer, rep batch.Report, want []batch.Outcome) (int64, error) {
+func (a *app) copyResults(ctx context.Context, w io.Writer, rep api.Report, want []api.Outcome) (int64, error) {
 	s3c := blob.NewS3(a.aws)
 	var n int64
 	for _, o := range want {
@@ -140,7 +140,7 @@ func (a *app) copyResults(ctx context.Context, w io.Writer, rep batch.Report, wa
 
 // downloadResults writes the lines to path through a temporary file in the
 // same folder, renamed into place only when every line is written.
-func (a *app) downloadResults(ctx context.Context, path string, rep batch.Report, want []batch.Outcome) error {
+func (a *app) downloadResults(ctx context.Context, path string, rep api.Report, want []api.Outcome) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err

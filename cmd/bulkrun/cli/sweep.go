@@ -9,8 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/spf13/cobra"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/control"
 )
 
 // sweepCmd runs the retention sweep now: one synchronous invocation of the
@@ -42,7 +42,7 @@ func (a *app) sweepCmd() *cobra.Command {
 }
 
 // sweepAnswer is the sweep function's counts, as `bulkrun sweep` shows them.
-type sweepAnswer batch.SweepResult
+type sweepAnswer control.SweepResult
 
 func (r sweepAnswer) String() string {
 	return fmt.Sprintf("swept: %d expired, %d deleted, %d stale markers and %d malformed ones removed, %d failed, %d pending deletion",

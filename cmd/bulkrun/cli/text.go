@@ -86,7 +86,7 @@ func unsafeRune(r rune) bool {
 }
 
 // textf writes format to w with every argument made inert: a string (or a
-// value whose type is a string, such as batch.Outcome), an error and a
+// value whose type is a string, such as api.Outcome), an error and a
 // fmt.Stringer are escaped with Escape; numbers, booleans and times are
 // printed as fmt prints them. The only way the cli package prints text.
 func textf(w io.Writer, format string, args ...any) {

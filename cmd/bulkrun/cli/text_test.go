@@ -13,7 +13,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/wire"
 	"github.com/shopspring/decimal"
@@ -75,10 +75,10 @@ func inertLines(t *testing.T, what, out string, wantLines int) {
 // and `list` in text mode print every key, error, output, cost name,
 // refusal and stop detail escaped, one item per line, whatever they hold.
 func TestTextOutputEscapesItemTexts(t *testing.T) {
-	var items []batch.Item
+	var items []api.Item
 	cost := pipeline.CostSum{}
 	for i, h := range hostile {
-		items = append(items, batch.Item{Key: h, Outcome: batch.OutcomeFailed, RunAttempts: i, Error: h})
+		items = append(items, api.Item{Key: h, Outcome: api.OutcomeFailed, RunAttempts: i, Error: h})
 		cost[h] = decimal.NewFromInt(1)
 	}
 	var out bytes.Buffer
@@ -98,39 +98,39 @@ func TestTextOutputEscapesItemTexts(t *testing.T) {
 	out.Reset()
 	h := strings.Join(hostile, "")
 	a.show(wire.BatchView{
-		Batch:  batch.Batch{ID: "b1", Status: batch.StatusRunning, Pipeline: h, Stop: batch.StatusThresholdExceeded, StopDetail: h, Refusal: &batch.SubmitRefusal{Code: h, Message: h}},
-		Census: &batch.Census{Cost: cost}, Report: h,
+		Batch:  api.Batch{ID: "b1", Status: api.StatusRunning, Pipeline: h, Stop: api.StatusThresholdExceeded, StopDetail: h, Refusal: &api.SubmitRefusal{Code: h, Message: h}},
+		Census: &api.Census{Cost: cost}, Report: h,
 	})
 	inertLines(t, "status", out.String(), 8)
 
 	out.Reset()
-	a.printReport(batch.Report{BatchID: "b1", Status: batch.StatusCompleted, Census: batch.Census{Cost: cost},
-		Verdict: batch.Verdict{Exceeded: true, Limit: h, Detail: h}, Outputs: h})
+	a.printReport(api.Report{BatchID: "b1", Status: api.StatusCompleted, Census: api.Census{Cost: cost},
+		Verdict: api.Verdict{Exceeded: true, Limit: h, Detail: h}, Outputs: h})
 	inertLines(t, "report", out.String(), 7)
 
 	out.Reset()
-	printBatches(a, []batch.BatchSummary{{ID: "b1", Status: batch.StatusRefused, Pipeline: h, Refusal: &batch.SubmitRefusal{Code: h}}})
+	printBatches(a, []api.BatchSummary{{ID: "b1", Status: api.StatusRefused, Pipeline: h, Refusal: &api.SubmitRefusal{Code: h}}})
 	inertLines(t, "list", out.String(), 2)
 }
 
 // `-o json` stays exact: the same hostile texts come back byte for byte
 // from the JSON the CLI prints, and no raw ESC reaches the terminal.
 func TestJSONOutputExact(t *testing.T) {
-	var items []batch.Item
+	var items []api.Item
 	for _, h := range hostile {
 		if !utf8.ValidString(h) {
 			continue // JSON carries UTF-8 text only
 		}
-		items = append(items, batch.Item{Key: h, Outcome: batch.OutcomeFailed, Error: h})
+		items = append(items, api.Item{Key: h, Outcome: api.OutcomeFailed, Error: h})
 	}
 	var out bytes.Buffer
-	if err := (&app{out: &out}).printJSON(batch.ItemPage{Items: items}); err != nil {
+	if err := (&app{out: &out}).printJSON(api.ItemPage{Items: items}); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.ContainsAny(out.Bytes(), "\x1b\x07\r") {
 		t.Errorf("JSON output holds a raw control byte: %q", out.String())
 	}
-	var back batch.ItemPage
+	var back api.ItemPage
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -88,7 +89,7 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 	set("tolerated-failure-count", wire.MetaFailureCount, strconv.FormatInt(o.count, 10))
 	set("max-attempts", wire.MetaMaxAttempts, strconv.Itoa(o.maxAttempts))
 	if o.retry != "" {
-		p, err := batch.ParseRetryPolicy(o.retry)
+		p, err := api.ParseRetryPolicy(o.retry)
 		if err != nil {
 			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
 		}
@@ -156,7 +157,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	if err != nil {
 		return err
 	}
-	if o.id != "" && !batch.ValidBatchID(o.id) {
+	if o.id != "" && !api.ValidBatchID(o.id) {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--id %q: want 1–128 of A-Z a-z 0-9 _ -", o.id)}
 	}
 	if o.corrects != "" {
@@ -165,7 +166,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	key := UploadKey(file, o.name)
 	format := o.format
 	if format == "" {
-		format = batch.FormatOf(key) // what submit will go by: the object's name
+		format = api.FormatOf(key) // what submit will go by: the object's name
 	}
 	sum, err := LocalManifest(file, format, o.keyField, o.delim)
 	if err != nil {
@@ -180,7 +181,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	}
 	id := o.id
 	if id == "" {
-		id = batch.UploadBatchID(bucket, key, sum.Digest)
+		id = api.UploadBatchID(bucket, key, sum.Digest)
 	}
 	md5sum, err := fileMD5(file)
 	if err != nil {
@@ -206,7 +207,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	// An earlier upload's refusal under this id (a renamed copy refused,
 	// now sent with --rerun; a file since corrected) does not hold it: it
 	// is forgotten first, so that the refusal read below is this upload's.
-	if v, err := a.api.Status(ctx, id); err == nil && v.Status == batch.StatusRefused {
+	if v, err := a.api.Status(ctx, id); err == nil && v.Status == api.StatusRefused {
 		if err := a.api.Forget(ctx, id); err != nil {
 			return fmt.Errorf("forget the earlier refusal of batch %s: %w", id, err)
 		}
@@ -229,12 +230,12 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 		textln(a.out, v.ID)
 	}
 	switch {
-	case v.Status == batch.StatusRefused:
+	case v.Status == api.StatusRefused:
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("the upload was refused: %s (report: s3://%s/%s)", refusalText(v.Refusal), bucket, config.UploadErrorKey(key))}
 	default:
 		textf(a.errw, "batch %s: %s, %d items, run %d\n", v.ID, v.Status, v.ItemCount, v.Run)
 	}
-	if o.watch && v.Status != batch.StatusRefused {
+	if o.watch && v.Status != api.StatusRefused {
 		return a.watch(ctx, v.ID)
 	}
 	return nil
@@ -259,7 +260,7 @@ func (a *app) alreadyUploaded(ctx context.Context, bucket, key string, sum [md5.
 		}
 	}
 	v, err := a.api.Status(ctx, id)
-	if err != nil || v.Status == batch.StatusRefused || v.Status == batch.StatusSubmitting {
+	if err != nil || v.Status == api.StatusRefused || v.Status == api.StatusSubmitting {
 		return wire.BatchView{}, false
 	}
 	return v, true
@@ -292,11 +293,11 @@ func (a *app) uploadedBatch(ctx context.Context, id string) (wire.BatchView, err
 	for pause := 500 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
 		v, err := a.api.Status(wctx, id)
 		switch {
-		case err == nil && v.Status != batch.StatusSubmitting:
+		case err == nil && v.Status != api.StatusSubmitting:
 			return v, nil
 		case err == nil:
 			last = fmt.Errorf("batch %s is still reading the file", id)
-		case errors.Is(err, batch.ErrNotFound):
+		case errors.Is(err, api.ErrNotFound):
 			last = fmt.Errorf("batch %s does not exist yet", id)
 		default:
 			return wire.BatchView{}, err
@@ -317,7 +318,7 @@ func (a *app) uploadedBatch(ctx context.Context, id string) (wire.BatchView, err
 // x-amz-meta-corrects, and wait for their revision (found by the
 // corrections' digest) or the upload's error report.
 func (a *app) uploadCorrections(ctx context.Context, file string, o uploadOptions, meta map[string]string) error {
-	if !batch.ValidBatchID(o.corrects) {
+	if !api.ValidBatchID(o.corrects) {
 		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--corrects %q: want a batch id, 1–128 of A-Z a-z 0-9 _ -", o.corrects)}
 	}
 	if err := a.load(ctx); err != nil {
@@ -337,7 +338,7 @@ func (a *app) uploadCorrections(ctx context.Context, file string, o uploadOption
 	key := UploadKey(file, o.name)
 	format := o.format
 	if format == "" {
-		format = batch.FormatOf(key)
+		format = api.FormatOf(key)
 	}
 	sum, err := LocalManifest(file, format, keyField, o.delim)
 	if err != nil {
@@ -365,7 +366,7 @@ func (a *app) uploadCorrections(ctx context.Context, file string, o uploadOption
 
 // putCorrections uploads the corrections file under key with meta and
 // waits for their revision of batch id.
-func (a *app) putCorrections(ctx context.Context, file, bucket, key string, meta map[string]string, sum batch.ManifestSummary, id string) (wire.CorrectionView, error) {
+func (a *app) putCorrections(ctx context.Context, file, bucket, key string, meta map[string]string, sum source.ManifestSummary, id string) (wire.CorrectionView, error) {
 	uri, err := a.putFile(ctx, file, key, meta)
 	if err != nil {
 		return wire.CorrectionView{}, err

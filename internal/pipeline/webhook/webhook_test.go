@@ -18,8 +18,9 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/egress"
 	"github.com/bulkrun/bulkrun/internal/pipeline/webhook"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // testAllow lets the tests' receivers (httptest servers on 127.0.0.1) be reached.
@@ -478,7 +479,7 @@ func TestFailedCallsCost(t *testing.T) {
 // TestSSRFSubmitRefusesNonPublicURL guards the product line "the webhook
 // may not reach loopback, link-local, private or unique-local addresses
 // unless the allow-list names them", at submit: the requests that used to
-// be accepted are refused with an *batch.InputError naming
+// be accepted are refused with an *api.InputError naming
 // pipeline_options.url (the API's 400), and accepted once allow-listed.
 func TestSSRFSubmitRefusesNonPublicURL(t *testing.T) {
 	recv := httptest.NewServer(http.NotFoundHandler())
@@ -506,10 +507,10 @@ func TestSSRFSubmitRefusesNonPublicURL(t *testing.T) {
 			if err := reg.Register(webhook.Name, webhook.New(nil, egress.MustParse(tt.allow))); err != nil {
 				t.Fatal(err)
 			}
-			s := &batch.Submitter{Registry: reg}
-			err := s.Validate(&batch.SubmitRequest{
+			s := &submit.Submitter{Registry: reg}
+			err := s.Validate(&api.SubmitRequest{
 				Pipeline: webhook.Name,
-				Source:   batch.SourceSpec{Items: json.RawMessage(`[{}]`)},
+				Source:   api.SourceSpec{Items: json.RawMessage(`[{}]`)},
 				Options:  json.RawMessage(fmt.Sprintf(`{"url": %q}`, tt.url)),
 			})
 			if tt.wantMsg == "" {
@@ -518,7 +519,7 @@ func TestSSRFSubmitRefusesNonPublicURL(t *testing.T) {
 				}
 				return
 			}
-			var ie *batch.InputError
+			var ie *api.InputError
 			if !errors.As(err, &ie) || ie.Field != "pipeline_options.url" {
 				t.Fatalf("Validate = %v, want an InputError on pipeline_options.url", err)
 			}

@@ -58,7 +58,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -246,7 +246,7 @@ func ConditionCheck(ctx context.Context, table string, key map[string]types.Attr
 }
 
 // Writes is what one attempt staged, in staging order: the
-// batch.StagedEffects that internal/dynamo commits with the outcome.
+// ledger.StagedEffects that internal/dynamo commits with the outcome.
 type Writes []types.TransactWriteItem
 
 // Len is the number of staged writes.
@@ -257,17 +257,17 @@ func (w Writes) Len() int { return len(w) }
 // commits with the item's outcome.
 func (w Writes) TransactWriteItems() []types.TransactWriteItem { return w }
 
-// Staging returns the worker's staging hook (batch.Worker.Staging) for
+// Staging returns the worker's staging hook (worker.Worker.Staging) for
 // the given declared tables: one Stager per attempt, sealed when Run
 // returns. With no table declared it returns nil, and staging is refused
 // with ErrNoStaging.
-func Staging(tables []string) func(ctx context.Context) (context.Context, func() batch.StagedEffects) {
+func Staging(tables []string) func(ctx context.Context) (context.Context, func() ledger.StagedEffects) {
 	if len(New(tables).tables) == 0 {
 		return nil
 	}
-	return func(ctx context.Context) (context.Context, func() batch.StagedEffects) {
+	return func(ctx context.Context) (context.Context, func() ledger.StagedEffects) {
 		s := New(tables)
-		return s.Context(ctx), func() batch.StagedEffects {
+		return s.Context(ctx), func() ledger.StagedEffects {
 			if w := s.Seal(); len(w) > 0 {
 				return w
 			}

@@ -29,7 +29,7 @@ import (
 // the function that calls Build.
 type Deps struct {
 	// Source reads S3 objects an item names, limited to the stack's sources
-	// (batch.GuardedSource in the item function). Required.
+	// (source.GuardedSource in the item function). Required.
 	Source thumbnail.Source
 	// Client is the HTTP client for outbound calls; nil means the webhook
 	// pipeline's default transport, checked against WebhookAllow.

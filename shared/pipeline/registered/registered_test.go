@@ -13,9 +13,10 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/internal/pipeline/builtin"
-	"github.com/bulkrun/bulkrun/shared/batch"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 type noSource struct{}
@@ -48,14 +49,14 @@ func TestOneDeclarationSubmitAccepts(t *testing.T) {
 	if !slices.Contains(registered.Names(custom...), "probe-one-place") {
 		t.Fatalf("Names() = %v, want the probe", registered.Names(custom...))
 	}
-	s := &batch.Submitter{Pipelines: registered.Names(custom...), Registry: reg}
+	s := &submit.Submitter{Pipelines: registered.Names(custom...), Registry: reg}
 	items := json.RawMessage(`[{"key":"a","input":{}}]`)
-	if err := s.Validate(&batch.SubmitRequest{Pipeline: "probe-one-place", Source: batch.SourceSpec{Items: items}}); err != nil {
+	if err := s.Validate(&api.SubmitRequest{Pipeline: "probe-one-place", Source: api.SourceSpec{Items: items}}); err != nil {
 		t.Errorf("submit refused the registered pipeline: %v", err)
 	}
-	err = s.Validate(&batch.SubmitRequest{Pipeline: "nope", Source: batch.SourceSpec{Items: items}})
-	var ie *batch.InputError
-	if !errors.As(err, &ie) || ie.Field != "pipeline" || !strings.Contains(err.Error(), batch.RegisterPipelineHint) {
+	err = s.Validate(&api.SubmitRequest{Pipeline: "nope", Source: api.SourceSpec{Items: items}})
+	var ie *api.InputError
+	if !errors.As(err, &ie) || ie.Field != "pipeline" || !strings.Contains(err.Error(), api.RegisterPipelineHint) {
 		t.Errorf("unknown pipeline: %v, want a pipeline InputError with the hint", err)
 	}
 }
@@ -143,10 +144,10 @@ func TestCheckListed(t *testing.T) {
 // and the section of the manual it names exists.
 func TestRegisterPipelineHint(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
-	files := regexp.MustCompile(`[\w/]+\.go`).FindAllString(batch.RegisterPipelineHint, -1)
+	files := regexp.MustCompile(`[\w/]+\.go`).FindAllString(api.RegisterPipelineHint, -1)
 	declares := map[string]string{"shared/function/function.go": "func Start(", "infra/bulkrun/runner.go": "\tCustomPipelines []string"}
 	if len(files) != len(declares) {
-		t.Fatalf("hint %q names files %v, want %d", batch.RegisterPipelineHint, files, len(declares))
+		t.Fatalf("hint %q names files %v, want %d", api.RegisterPipelineHint, files, len(declares))
 	}
 	for _, file := range files {
 		src, err := os.ReadFile(filepath.Join(root, file))
@@ -154,12 +155,12 @@ func TestRegisterPipelineHint(t *testing.T) {
 			t.Fatalf("hint names %q: %v", file, err)
 		}
 		if want, ok := declares[file]; !ok || !strings.Contains(string(src), want) {
-			t.Errorf("hint %q: %s does not declare %q", batch.RegisterPipelineHint, file, want)
+			t.Errorf("hint %q: %s does not declare %q", api.RegisterPipelineHint, file, want)
 		}
 	}
-	section := regexp.MustCompile(`(docs/[a-z]+\.md) "([^"]+)"`).FindStringSubmatch(batch.RegisterPipelineHint)
+	section := regexp.MustCompile(`(docs/[a-z]+\.md) "([^"]+)"`).FindStringSubmatch(api.RegisterPipelineHint)
 	if section == nil {
-		t.Fatalf("hint %q names no section of the manual (docs/PAGE.md \"Heading\")", batch.RegisterPipelineHint)
+		t.Fatalf("hint %q names no section of the manual (docs/PAGE.md \"Heading\")", api.RegisterPipelineHint)
 	}
 	page, err := os.ReadFile(filepath.Join(root, section[1]))
 	if err != nil {

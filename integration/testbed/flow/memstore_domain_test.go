@@ -1,0 +1,779 @@
+package flow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/internal/event"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/submit"
+	"github.com/bulkrun/bulkrun/shared/worker"
+)
+
+// The domain's main paths (Submit, Worker, Finalize, Control, Sweep) on
+// the in-memory store (integration/testbed/ledgertest), which passes the same
+// ledger.Store conformance suite as the DynamoDB adapter: the storage
+// conditions these tests lean on are DynamoDB's. The same paths run on
+// the emulator in integration/harness_test.go.
+
+// memQueue is an in-memory Queue: what was sent waits until take.
+type memQueue struct {
+	mu   sync.Mutex
+	msgs []worker.Delivery
+	n    int
+}
+
+func (q *memQueue) add(body []byte) {
+	q.n++
+	q.msgs = append(q.msgs, worker.Delivery{MessageID: "m" + strconv.Itoa(q.n), Body: bytes.Clone(body), ReceiptHandle: "r" + strconv.Itoa(q.n), ReceiveCount: 1})
+}
+
+func (q *memQueue) Send(_ context.Context, bodies [][]byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, b := range bodies {
+		q.add(b)
+	}
+	return nil
+}
+
+func (q *memQueue) Requeue(_ context.Context, body []byte, _ time.Duration) error {
+	return q.Send(context.Background(), [][]byte{body})
+}
+
+func (q *memQueue) Delay(context.Context, string, time.Duration) error { return nil }
+
+func (q *memQueue) take() []worker.Delivery {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ds := q.msgs
+	q.msgs = nil
+	return ds
+}
+
+func (q *memQueue) put(ds []worker.Delivery) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.msgs = append(q.msgs, ds...)
+}
+
+// memTrigger counts finalize triggers.
+type memTrigger struct{ n atomic.Int64 }
+
+func (t *memTrigger) Finalize(context.Context, string, int) error { t.n.Add(1); return nil }
+
+type rig struct {
+	store   *ledgertest.Store
+	blobs   *ledgertest.Blobs
+	queue   *memQueue
+	trigger *memTrigger
+	clock   *ledgertest.FixedClock
+	sub     *submit.Submitter
+	worker  *worker.Worker
+	fin     *finalize.Finalizer
+	ctl     *control.Control
+	sweep   *control.Sweeper
+	calls   sync.Map // key → *atomic.Int64
+}
+
+func newRig(t testing.TB, run pipeline.Func) *rig {
+	t.Helper()
+	r := &rig{store: ledgertest.NewStore(), blobs: ledgertest.NewBlobs(), queue: &memQueue{}, trigger: &memTrigger{},
+		clock: &ledgertest.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
+	log := slog.New(slog.NewTextHandler(testLogOut(), nil))
+	reg := &pipeline.Registry{}
+	counted := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		c, _ := r.calls.LoadOrStore(req.Key, new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		return run(ctx, req)
+	})
+	if err := reg.Register("counted", counted); err != nil {
+		t.Fatal(err)
+	}
+	r.sub = &submit.Submitter{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
+		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
+	r.worker = &worker.Worker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
+		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &api.RetryPolicy{}}
+	r.fin = &finalize.Finalizer{Store: r.store, Blobs: r.blobs, Clock: r.clock, Log: log, Retention: time.Hour}
+	r.ctl = &control.Control{Store: r.store, Blobs: r.blobs, Log: log, Clock: r.clock}
+	r.sweep = &control.Sweeper{Store: r.store, Control: r.ctl, Clock: r.clock, Log: log}
+	return r
+}
+
+func (r *rig) callsOf(key string) int64 {
+	c, ok := r.calls.Load(key)
+	if !ok {
+		return 0
+	}
+	return c.(*atomic.Int64).Load()
+}
+
+// drain hands every queued message to the worker, each `copies` times in
+// one call (duplicate deliveries), and hands back the ones it failed until
+// the queue is empty.
+func (r *rig) drain(t *testing.T, ctx context.Context, copies int) {
+	t.Helper()
+	r.drainBy(t, ctx, copies, 0)
+}
+
+// drainBy is drain handing at most per messages to each call (0: all).
+func (r *rig) drainBy(t *testing.T, ctx context.Context, copies, per int) {
+	t.Helper()
+	for range 1000 {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			return
+		}
+		if per > 0 && len(ds) > per {
+			r.queue.put(ds[per:])
+			ds = ds[:per]
+		}
+		var all []worker.Delivery
+		for range copies {
+			all = append(all, ds...)
+		}
+		failed := r.worker.Handle(ctx, all)
+		var again []worker.Delivery
+		seen := map[string]bool{}
+		for _, d := range ds {
+			for _, f := range failed {
+				if d.MessageID == f && !seen[f] {
+					seen[f] = true
+					d.ReceiveCount++
+					again = append(again, d)
+				}
+			}
+		}
+		r.queue.put(again)
+	}
+	t.Fatal("the queue did not drain in 1,000 rounds")
+}
+
+// finalizeFour runs four Finalize calls of run 1 of id at once, checks
+// each report's census with check, and fails unless exactly one wrote it.
+func (r *rig) finalizeFour(t *testing.T, ctx context.Context, id string, check func(api.Census)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var wrote atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.fin.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Wrote {
+				wrote.Add(1)
+			}
+			check(res.Report.Census)
+		}()
+	}
+	wg.Wait()
+	if wrote.Load() != 1 {
+		t.Fatalf("%d finalize calls wrote the report, want 1", wrote.Load())
+	}
+}
+
+func items(n int) json.RawMessage {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"n":%d}`, i)
+	}
+	b.WriteByte(']')
+	return json.RawMessage(b.String())
+}
+
+func failOn3(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+	if strings.HasSuffix(req.Key, "3") {
+		return pipeline.Result{}, pipeline.Permanent(errors.New("bad item"))
+	}
+	return pipeline.Result{Output: req.Input, Cost: pipeline.Cost{"calls": 1}}, nil
+}
+
+// Every message delivered three times at once: one pipeline call per item,
+// the last item triggers finalize, four concurrent finalizes write one
+// report with the exact census.
+func TestMemDuplicatesRunOnceAndFinalizeOnce(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "dup", Pipeline: "counted", Source: api.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 3)
+	for i := range 20 {
+		if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+		}
+	}
+	if r.trigger.n.Load() < 1 {
+		t.Fatal("the last item did not trigger finalize")
+	}
+	r.finalizeFour(t, ctx, "dup", func(c api.Census) {
+		if c.Total != 20 || c.Succeeded != 18 || c.Failed != 2 || c.Cost.Text("calls") != "18" {
+			t.Errorf("census %+v", c)
+		}
+	})
+	b, err := r.store.GetBatch(ctx, "dup")
+	if err != nil || b.Status != api.StatusCompleted || !b.NeedsAttention {
+		t.Fatalf("batch %+v %v", b, err)
+	}
+	if ids, _ := r.store.RunningBatches(ctx); len(ids) != 0 {
+		t.Fatalf("running after finish: %v", ids)
+	}
+}
+
+// A crashed attempt's lease expires; the redelivery takes the item over
+// under attempt 2 and the crashed attempt's late write is fenced off.
+func TestMemFencedTakeover(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: json.RawMessage(`{"attempt":` + strconv.Itoa(req.Attempt) + `}`)}, nil
+	})
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "crash", Pipeline: "counted", Source: api.SourceSpec{Items: items(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.store.GetBatch(ctx, "crash")
+	key := api.PositionalKey(0)
+	first, err := r.store.Reserve(ctx, ledger.Reservation{BatchID: "crash", Key: key, RunID: ledger.RunID("crash", key), Run: 1,
+		ListShards: b.ListShards, Now: r.clock.T, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock.T = r.clock.T.Add(2 * time.Second)
+	r.drain(t, ctx, 1)
+	err = r.store.Record(ctx, ledger.Record{BatchID: "crash", Key: key, RunID: first.RunID, Run: 1, ListShards: b.ListShards,
+		Attempt: first.Attempt, Outcome: api.OutcomeFailed, Error: "late", Now: r.clock.T})
+	if !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("late write of attempt 1: %v, want ErrConflict", err)
+	}
+	res, err := r.fin.Finalize(ctx, "crash", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Census.Succeeded != 1 || r.callsOf(key) != 1 {
+		t.Fatalf("census %+v, calls %d", res.Report.Census, r.callsOf(key))
+	}
+	var row ledger.Item
+	_ = r.store.ScanItems(ctx, "crash", b.ListShards, func(it ledger.Item) error { row = it; return nil })
+	if row.Attempt != 2 || string(row.Output) != `{"attempt":2}` {
+		t.Fatalf("row after takeover: %+v", row)
+	}
+}
+
+// Failures past the threshold stop the run: the items not started end
+// cancelled and the run ends threshold_exceeded.
+func TestMemThresholdStop(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+	})
+	zero := int64(0)
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "th", Pipeline: "counted", Source: api.SourceSpec{Items: items(20)},
+		Threshold: api.Threshold{FailureCount: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drainBy(t, ctx, 1, 1) // one message per invocation: the stop is seen by the next
+
+	b, _ := r.store.GetBatch(ctx, "th")
+	if b.Stop != api.StatusThresholdExceeded {
+		t.Fatalf("stop = %q, want threshold_exceeded", b.Stop)
+	}
+	res, err := r.fin.Finalize(ctx, "th", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if res.Report.Status != api.StatusThresholdExceeded || c.Failed < 1 || c.Cancelled < 1 || c.Failed+c.Cancelled != 20 {
+		t.Fatalf("status %s, census %+v", res.Report.Status, c)
+	}
+	var calls int64
+	for i := range 20 {
+		calls += r.callsOf(api.PositionalKey(int64(i)))
+	}
+	if calls != c.Failed {
+		t.Fatalf("%d pipeline calls for %d failed items: cancelled items ran", calls, c.Failed)
+	}
+}
+
+// A cancel before the items run: none runs, every item ends cancelled.
+func TestMemCancel(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "cx", Pipeline: "counted", Source: api.SourceSpec{Items: items(10)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ctl.Cancel(ctx, "cx"); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, "cx", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Status != api.StatusCancelled || res.Report.Census.Cancelled != 10 {
+		t.Fatalf("status %s, census %+v", res.Report.Status, res.Report.Census)
+	}
+	for i := range 10 {
+		if c := r.callsOf(api.PositionalKey(int64(i))); c != 0 {
+			t.Errorf("%s ran %d times after the cancel", api.PositionalKey(int64(i)), c)
+		}
+	}
+}
+
+// Resume runs only what did not succeed: run 2 retries the failed items,
+// succeeded ones are counted from their rows without running again.
+func TestMemResume(t *testing.T) {
+	ctx := context.Background()
+	var fixed atomic.Bool
+	r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if fixed.Load() {
+			return pipeline.Result{Output: req.Input}, nil
+		}
+		return failOn3(ctx, req)
+	})
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "rs", Pipeline: "counted", Source: api.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	if _, err := r.fin.Finalize(ctx, "rs", 1); err != nil {
+		t.Fatal(err)
+	}
+	fixed.Store(true)
+	r.clock.T = r.clock.T.Add(time.Minute)
+	b, err := r.sub.Resume(ctx, "rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Run != 2 || b.Status != api.StatusRunning {
+		t.Fatalf("resumed %+v", b)
+	}
+	r.drain(t, ctx, 2)
+	res, err := r.fin.Finalize(ctx, "rs", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Census; c.Total != 20 || c.Succeeded != 20 || res.Report.Status != api.StatusCompleted {
+		t.Fatalf("run 2: status %s, census %+v", res.Report.Status, c)
+	}
+	for i := range 20 {
+		key := api.PositionalKey(int64(i))
+		want := int64(1)
+		if strings.HasSuffix(key, "3") {
+			want = 2
+		}
+		if c := r.callsOf(key); c != want {
+			t.Errorf("%s: %d calls, want %d", key, c, want)
+		}
+	}
+	// Run 2's results hold every item once, each line naming the run that
+	// produced its outcome: run 1 for the items it answered from their
+	// rows, run 2 for the ones it ran again (docs/cli.md "Results lines").
+	body, err := r.blobs.Get(ctx, api.ResultsKey("rs", 2, api.OutcomeSucceeded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[int]int{}
+	err = api.ReadResults(bytes.NewReader(body), func(l api.ResultLine) error {
+		want := 1
+		if strings.HasSuffix(l.Key, "3") {
+			want = 2
+		}
+		if l.Run != want || l.Attempts != 1 {
+			t.Errorf("%s: run %d, %d attempts; want run %d, 1 attempt", l.Key, l.Run, l.Attempts, want)
+		}
+		runs[l.Run]++
+		return nil
+	})
+	if err != nil || runs[1] != 18 || runs[2] != 2 {
+		t.Fatalf("run 2's results: lines by run %v (%v), want 18 of run 1 and 2 of run 2", runs, err)
+	}
+}
+
+// The sweep forgets a batch whose retention ended: its rows and objects go.
+func TestMemSweepForgetsExpiredBatches(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	for _, id := range []string{"old", "young"} {
+		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)}}); err != nil {
+			t.Fatal(err)
+		}
+		r.drain(t, ctx, 1)
+		if _, err := r.fin.Finalize(ctx, id, 1); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.T = r.clock.T.Add(30 * time.Minute)
+	}
+	// old's retention (1 h) ends, young's not.
+	r.clock.T = r.clock.T.Add(time.Minute)
+	res, err := r.sweep.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Expired != 1 || res.Deleted != 1 || res.Failed != 0 {
+		t.Fatalf("sweep %+v, want 1 expired and deleted", res)
+	}
+	if _, err := r.store.GetBatch(ctx, "old"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("old after the sweep: %v, want ErrNotFound", err)
+	}
+	if keys := r.blobs.Objects("batches/old/"); len(keys) != 0 {
+		t.Fatalf("objects of old left: %v", keys)
+	}
+	if _, err := r.store.GetBatch(ctx, "young"); err != nil {
+		t.Fatalf("young: %v", err)
+	}
+	if keys := r.blobs.Objects("batches/young/"); len(keys) == 0 {
+		t.Fatal("young's objects went too")
+	}
+}
+
+// nopHandoff accepts every hand-off; the test runs Complete itself.
+type nopHandoff struct{}
+
+func (nopHandoff) StartSubmit(context.Context, string) error { return nil }
+
+// A refused batch does not hold its id: a source with a duplicate key is
+// refused by the background read (naming the line and the key), and the
+// corrected source submitted under the same id is accepted and runs, as
+// when a bad source was refused within the submit call. Submitting the
+// same bad source again is refused again, by the same rule.
+func TestMemRefusedBatchFreesItsID(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	r.sub.Handoff = nopHandoff{}
+	put := func(body string) api.SourceSpec {
+		if err := r.blobs.Put(ctx, "in/orders.jsonl", "", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		return api.SourceSpec{Object: "s3://" + r.blobs.Bucket() + "/in/orders.jsonl"}
+	}
+	req := api.SubmitRequest{BatchID: "fix-me", Pipeline: "counted", KeyField: "k", Source: put("{\"k\":\"a\"}\n{\"k\":\"a\"}\n")}
+	for range 2 {
+		if _, err := r.sub.Accept(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		b, err := r.sub.Complete(ctx, "fix-me")
+		if err != nil || b.Status != api.StatusRefused || b.Refusal == nil || b.Refusal.Line != 2 || b.Refusal.Key != "a" {
+			t.Fatalf("bad source: %s %+v %v, want refused naming line 2, key a", b.Status, b.Refusal, err)
+		}
+	}
+	req.Source = put("{\"k\":\"a\"}\n{\"k\":\"b\"}\n")
+	res, err := r.sub.Accept(ctx, req)
+	if err != nil || !res.Created || res.Batch.Status != api.StatusSubmitting {
+		t.Fatalf("corrected source under the refused id: %+v %v, want accepted afresh", res, err)
+	}
+	b, err := r.sub.Complete(ctx, "fix-me")
+	if err != nil || b.Status != api.StatusRunning || b.ItemCount != 2 || b.Refusal != nil {
+		t.Fatalf("corrected source: %s %d items %+v %v, want running with 2 items", b.Status, b.ItemCount, b.Refusal, err)
+	}
+}
+
+// RecordRefused makes a refusal that happened before any batch existed (a
+// bad upload) a refused batch row, idempotently; an id held by a live
+// batch is left alone.
+func TestMemRecordRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	refusal := api.SubmitRefusal{Code: api.RefusalInvalid, Message: "line 3: not JSON", Line: 3}
+	req := api.SubmitRequest{BatchID: "up-1", Pipeline: "counted", Source: api.SourceSpec{Object: "s3://b/incoming/x.jsonl"}}
+	for range 2 {
+		b, err := r.sub.RecordRefused(ctx, req, refusal)
+		if err != nil || b.Status != api.StatusRefused || *b.Refusal != refusal {
+			t.Fatalf("RecordRefused: %+v %v", b, err)
+		}
+	}
+	listed, _, err := r.store.ListBatches(ctx, ledger.BatchQuery{Statuses: []api.Status{api.StatusRefused}, Limit: 10})
+	if err != nil || len(listed) != 1 || listed[0].ID != "up-1" || listed[0].Refusal == nil {
+		t.Fatalf("listed refused: %+v %v, want up-1", listed, err)
+	}
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "live-1", Pipeline: "counted", Source: api.SourceSpec{Items: items(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.RecordRefused(ctx, api.SubmitRequest{BatchID: "live-1", Pipeline: "counted"}, refusal); !errors.Is(err, api.ErrBatchExists) {
+		t.Fatalf("RecordRefused over a live batch: %v, want ErrBatchExists", err)
+	}
+	if b, _ := r.store.GetBatch(ctx, "live-1"); b.Status != api.StatusRunning {
+		t.Fatalf("live batch %s after a refusal under its id, want running", b.Status)
+	}
+}
+
+// rotatingSecrets is a FreshSecrets whose cached value is stale: Resolve
+// answers the value read before the rotation, ResolveFresh the current
+// one (and caches it), as secret.Store does once its TTL has not ended.
+type rotatingSecrets struct {
+	mu             sync.Mutex
+	cached, latest string
+	fresh          int
+}
+
+func (s *rotatingSecrets) Resolve(context.Context, string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cached, nil
+}
+
+func (s *rotatingSecrets) ResolveFresh(context.Context, string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fresh++
+	s.cached = s.latest
+	return s.latest, nil
+}
+
+// A secret rotated while a batch runs fails no item: the receiver rejects
+// the cached old value (401, a *pipeline.CredentialRejectedError), the
+// worker reads the reference again bypassing the cache and calls once
+// more, within the same attempt. A credential that is simply wrong (the
+// fresh value is the same) still fails at once, with one call.
+func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
+	ctx := context.Background()
+	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
+	var accept atomic.Value
+	accept.Store("Bearer v2")
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Headers["Authorization"] != accept.Load().(string) {
+			return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
+		}
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, nil
+	})
+	secrets := &rotatingSecrets{cached: "Bearer v1", latest: "Bearer v2"}
+	r.worker.Secrets = secrets
+	r.sub.SecretPrefixes = []string{arn}
+	submit := func(id string) {
+		t.Helper()
+		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)},
+			Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
+			t.Fatal(err)
+		}
+		r.drain(t, ctx, 1)
+	}
+	submit("rotated")
+	got := map[api.Outcome]int{}
+	if err := r.store.ScanItems(ctx, "rotated", 1, func(it ledger.Item) error {
+		got[it.Outcome]++
+		if it.Attempt != 1 {
+			t.Errorf("%s: attempt %d, want 1 (the fresh read and the call again use no attempt)", it.Key, it.Attempt)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got[api.OutcomeSucceeded] != 5 || secrets.fresh == 0 || secrets.fresh > 5 {
+		t.Fatalf("outcomes %v, fresh reads %d: want 5 succeeded after at most one fresh read per item", got, secrets.fresh)
+	}
+
+	accept.Store("Bearer v3") // a value the store does not have: wrong, not rotated
+	calls := r.callsOf(api.PositionalKey(0))
+	submit("wrong")
+	if err := r.store.ScanItems(ctx, "wrong", 1, func(it ledger.Item) error {
+		if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "401") {
+			t.Errorf("%s: %s %q, want failed with the 401", it.Key, it.Outcome, it.Error)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.callsOf(api.PositionalKey(0)) - calls; n != 1 {
+		t.Errorf("a wrong credential: %d calls, want 1 (the same fresh value is not tried again)", n)
+	}
+}
+
+// The stop line and the census agree: items already in flight when the
+// threshold stop is marked finish after it, and the report says how many
+// (and how many of them failed), so "1 failure" at the stop and 4 failed
+// in the census are explained: 3 items in flight failed after the stop.
+func TestMemStopCountsItemsInFlight(t *testing.T) {
+	ctx := context.Background()
+	var r *rig
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key != api.PositionalKey(0) {
+			// In flight while the first failure stops the run.
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				if b, _ := r.store.GetBatch(ctx, "fl"); b.Stop != "" {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+	})
+	zero := int64(0)
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "fl", Pipeline: "counted", Source: api.SourceSpec{Items: items(4)},
+		Threshold: api.Threshold{FailureCount: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	r.worker.Handle(ctx, r.queue.take()) // the fan-out: four item messages
+	ds := r.queue.take()
+	if len(ds) != 4 {
+		t.Fatalf("%d item messages, want 4", len(ds))
+	}
+	var wg sync.WaitGroup
+	for _, part := range [][]worker.Delivery{ds[:1], ds[1:]} { // two invocations at once
+		wg.Add(1)
+		go func() { defer wg.Done(); r.worker.Handle(ctx, part) }()
+	}
+	wg.Wait()
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, "fl", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Report.Stop
+	want := api.StopSummary{Status: api.StatusThresholdExceeded, Detail: res.Report.StopDetail,
+		RanAtStop: 1, FailuresAtStop: 1, FinishedAfterStop: 3, FailuresAfterStop: 3}
+	if s == nil || *s != want || res.Report.Census.Failed != 4 {
+		t.Fatalf("stop %+v, census %+v: want %+v", s, res.Report.Census, want)
+	}
+	if txt := s.Text(); !strings.Contains(txt, "3 items already in flight finished after the stop, 3 of them failed") {
+		t.Errorf("stop line %q", txt)
+	}
+}
+
+// eventSizes records the completion event each finished run would put on
+// the bus, sized by EventBridge's rule (event.EntryBytes).
+type eventSizes struct {
+	mu      sync.Mutex
+	details []string
+	bytes   []int
+}
+
+func (e *eventSizes) Publish(_ context.Context, r api.Report) error {
+	d, err := event.CompletionDetail(r, "bucket")
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.details = append(e.details, d)
+	e.bytes = append(e.bytes, event.EntryBytes(event.Source, event.DetailType(r.Status), d, nil))
+	return nil
+}
+
+// Every aggregate within its service's limit, whatever the items report:
+// 150 items naming 100 costs each fail at once with an error naming the
+// item and the limit (the contract: pipeline.MaxCostNames), and the batch
+// finishes with its event; 150 items naming 10 costs of their own (1,500
+// distinct names in the batch) finish with every name in the report, at
+// most api.MaxCensusCostNames per rollup on the batch row and in the
+// event, and the event within EventBridge's 256 KB.
+func TestMemAggregatesStayWithinLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name         string
+		names        int  // cost names per item
+		distinct     bool // each item its own names
+		wantFailed   int64
+		wantInReport int
+	}{
+		{"100 names per item", 100, false, 150, 0},
+		{"10 names per item, 1500 in the batch", 10, true, 0, 1500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				c := pipeline.Cost{}
+				for i := range tc.names {
+					name := fmt.Sprintf("cost-name-%03d-%s", i, strings.Repeat("x", 20))
+					if tc.distinct {
+						name = fmt.Sprintf("%s-%03d-%s", req.Key, i, strings.Repeat("y", 10))
+					}
+					c[name] = 0.5
+				}
+				return pipeline.Result{Cost: c}, nil
+			})
+			ev := &eventSizes{}
+			r.fin.Events = ev
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "agg", Pipeline: "counted", Source: api.SourceSpec{Items: items(150)}}); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			res, err := r.fin.Finalize(ctx, "agg", 1)
+			if err != nil {
+				t.Fatalf("finalize: %v", err)
+			}
+			c := res.Report.Census
+			if c.Total != 150 || c.Failed != tc.wantFailed || c.Succeeded != 150-tc.wantFailed || len(c.Cost) != tc.wantInReport {
+				t.Fatalf("report census: %d total, %d failed, %d cost names; want 150, %d, %d", c.Total, c.Failed, len(c.Cost), tc.wantFailed, tc.wantInReport)
+			}
+			if tc.wantFailed > 0 {
+				var it ledger.Item
+				err := r.store.ScanItems(ctx, "agg", 1, func(i ledger.Item) error {
+					if i.Key == api.PositionalKey(7) {
+						it = i
+					}
+					return nil
+				})
+				if err != nil || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, api.PositionalKey(7)) ||
+					!strings.Contains(it.Error, "pipeline.MaxCostNames") || len(it.Cost) != 0 {
+					t.Fatalf("item 7: %+v %v, want failed naming the item and pipeline.MaxCostNames, no cost kept", it, err)
+				}
+			}
+			b, _ := r.store.GetBatch(ctx, "agg")
+			if !b.Status.Finished() || b.FinalCensus == nil || len(b.FinalCensus.Cost) > api.MaxCensusCostNames || len(b.FinalCensus.RunSpent) > api.MaxCensusCostNames {
+				t.Fatalf("batch row: %s, census on the row %v", b.Status, b.FinalCensus != nil)
+			}
+			if want := max(0, 2*(tc.wantInReport-api.MaxCensusCostNames)); b.FinalCensus.CostNamesOmitted != want {
+				t.Errorf("row: cost_names_omitted %d, want %d", b.FinalCensus.CostNamesOmitted, want)
+			}
+			if len(ev.bytes) != 1 || ev.bytes[0] > event.MaxEntryBytes || !strings.Contains(ev.details[0], `"report":"s3://bucket/`) {
+				t.Fatalf("events %v bytes, want one within %d with the report's URI", ev.bytes, event.MaxEntryBytes)
+			}
+			t.Logf("event entry %d bytes; report census %d cost names, row %d (+%d omitted)", ev.bytes[0], len(c.Cost), len(b.FinalCensus.Cost), b.FinalCensus.CostNamesOmitted)
+		})
+	}
+}
+
+// The running batch's cost comes from its counters (docs/console.md: the
+// console and `bulkrun status` show it while the run goes): every message
+// delivered three times, the counters' cost and spent equal the census's
+// that finalize counts from the rows — each item counted once.
+func TestMemCountersCarryCost(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	b, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "cc", Pipeline: "counted", Source: api.SourceSpec{Items: items(20)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 3)
+	p, err := r.store.Progress(ctx, "cc", 1, max(1, b.Batch.CounterShards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.fin.Finalize(ctx, "cc", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if p.Cost.String() != c.Cost.String() || p.Spent.String() != c.RunSpent.String() || c.Cost.Text("calls") != "18" {
+		t.Fatalf("counters: cost %v spent %v; census: cost %v spent %v (want calls=18)", p.Cost, p.Spent, c.Cost, c.RunSpent)
+	}
+}
+
+func testLogOut() io.Writer {
+	if os.Getenv("DBGLOG") != "" {
+		return os.Stderr
+	}
+	return io.Discard
+}

@@ -1,0 +1,271 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"time"
+)
+
+// Batch is a batch's row: its plan (manifest and digest), its options and the
+// state of its current run. JSON names are the API's.
+type Batch struct {
+	ID            string    `json:"batch_id"`
+	Pipeline      string    `json:"pipeline"`
+	Digest        string    `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
+	ManifestKey   string    `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
+	ManifestBytes int64     `json:"manifest_bytes"`
+	ItemCount     int64     `json:"item_count"`
+	ListShards    int       `json:"list_shards"`    // item-row partition keys (see ListShards)
+	CounterShards int       `json:"counter_shards"` // counter partition keys (see CounterShards; CounterLanes when set)
+	Run           int       `json:"run"`            // current run, from 1
+	Status        Status    `json:"status"`
+	Threshold     Threshold `json:"threshold"`
+	MaxAttempts   int       `json:"max_attempts"`
+	// Retry is the batch's retry policy (with MaxAttempts); nil on rows
+	// written before policies existed, which take the worker's default.
+	// Read it with RetryPolicyOf.
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// MaxConcurrency is the most items of the batch whose pipeline runs at
+	// once, across every invocation (see Worker); 0 is unlimited.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// ItemsPerMessage is how many consecutive manifest items share one
+	// items-queue message and one ledger row (a pack; see Pack), 1–
+	// MaxItemsPerMessage; part of the plan, the same in every run. 0 on
+	// rows written before the option: 1. Read it with Pack.
+	ItemsPerMessage int               `json:"items_per_message,omitempty"`
+	OnInterrupt     InterruptPolicy   `json:"on_interrupt"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Options         json.RawMessage   `json:"pipeline_options,omitempty"`
+	KeyField        string            `json:"key_field,omitempty"`
+	Source          string            `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
+	FannedOut       bool              `json:"fanned_out"`
+	CreatedAt       time.Time         `json:"created_at"`
+	RunStartedAt    time.Time         `json:"run_started_at"`
+	FinishedAt      time.Time         `json:"finished_at,omitzero"`
+	ReportKey       string            `json:"report_key,omitempty"`
+	FinalCensus     *Census           `json:"census,omitempty"` // the census of the last finished run
+	NeedsAttention  bool              `json:"needs_attention"`
+	// Stop is set while a run is being stopped: StatusCancelled (a caller
+	// cancelled) or StatusThresholdExceeded (failures passed the
+	// threshold). Items not yet started end cancelled; finalize gives the
+	// run this status.
+	Stop       Status `json:"stop,omitempty"`
+	StopDetail string `json:"stop_detail,omitempty"`
+	// StopRan and StopFailures are this run's items that had ended
+	// (succeeded, failed or quarantined) and, among them, failed or were
+	// quarantined, by the counters when the stop was marked: items
+	// already in flight then finish after it (StopSummary).
+	StopRan      int64 `json:"stop_ran,omitempty"`
+	StopFailures int64 `json:"stop_failures,omitempty"`
+	// Pause is set while the run is paused (see Pause): by an outage or a
+	// caller. No item starts; items running finish. Removed when the
+	// pause ends and when a run finishes or starts.
+	Pause *Pause `json:"pause,omitempty"`
+	// Pauses counts the pauses of the current run so far.
+	Pauses    int       `json:"pauses,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
+	// SubmitAttempts counts the background reads of the source started so
+	// far; SubmitDeadline is when the latest one must have ended (its
+	// invocation's deadline). Zero for a batch submitted in one call.
+	SubmitAttempts int `json:"submit_attempts,omitempty"`
+	// Failure says why the run could not be finished
+	// (StatusFinalizeFailed); FinalizeFailures counts the finalize calls
+	// of the run that failed so far.
+	Failure string `json:"failure,omitempty"`
+	// Refusal says why a refused batch (StatusRefused) was refused.
+	Refusal *SubmitRefusal `json:"refusal,omitempty"`
+	// PendingDeletion is set once a forget (a caller's, or the sweep's at
+	// the end of the retention) has started deleting the batch and until
+	// its batch row, deleted last, is gone: a partly deleted batch.
+	PendingDeletion bool `json:"pending_deletion,omitempty"`
+	// StopOnThreshold: see SubmitRequest.StopOnThreshold; nil (rows
+	// written before the option existed) means true. Read it with EarlyStop.
+	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
+	// Revisions are the batch's corrections, oldest first (see Revision,
+	// Submitter.Correct); RunRevision is the revision the current run runs
+	// (a correction run: exactly its corrected keys), 0 for a run of the
+	// whole manifest.
+	Revisions   []Revision `json:"revisions,omitempty"`
+	RunRevision int        `json:"run_revision,omitempty"`
+	// SubmittedBy is who submitted the batch: the API caller's IAM
+	// identity (its ARN, from the request context), "s3-upload:{principal
+	// id}" for an upload under incoming/, or "schedule:{name}" for a
+	// schedule's tick; "" when not known (a harness).
+	SubmittedBy string `json:"submitted_by,omitempty"`
+}
+
+// Expired reports whether the batch's retention has ended at now: a
+// finished batch whose ExpiresAt is not after now. An expired batch is gone
+// for every read and command (ErrExpired) even before the sweep deletes it,
+// and its id may start a fresh batch.
+func (b Batch) Expired(now time.Time) bool {
+	return b.Status.Finished() && !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt)
+}
+
+// EarlyStop reports whether the run stops as soon as its failures exceed
+// the threshold (the default, as Distributed Map does), rather than running
+// every item and judging at the end.
+func (b Batch) EarlyStop() bool { return b.StopOnThreshold == nil || *b.StopOnThreshold }
+
+// InterruptPolicy says what happens to an item whose attempt was
+// interrupted (lease expired, outcome unknown).
+type InterruptPolicy string
+
+// The interrupt policies.
+const (
+	// InterruptRetry runs the item again: same run id, attempt + 1. The
+	// default; right for idempotent pipelines.
+	InterruptRetry InterruptPolicy = "retry"
+	// InterruptQuarantine sets the item aside (quarantined, reason
+	// "interrupted") for a person to check: for pipelines that are not
+	// idempotent (a payment, an e-mail).
+	InterruptQuarantine InterruptPolicy = "quarantine"
+)
+
+// Reason says why an item is failed, quarantined or cancelled.
+type Reason string
+
+// The reasons.
+const (
+	ReasonPermanent    Reason = "permanent"     // the pipeline returned a permanent error
+	ReasonMaxAttempts  Reason = "max-attempts"  // transient errors or interruptions used every attempt
+	ReasonDeadLettered Reason = "dead-lettered" // the message exceeded the queue's receive limit
+	ReasonQuarantine   Reason = "quarantine"    // the pipeline set the item aside
+	ReasonInterrupted  Reason = "interrupted"   // quarantined: an attempt was interrupted and the batch's policy is quarantine
+	ReasonThreshold    Reason = "threshold"     // cancelled: the batch exceeded its threshold
+	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
+)
+
+// Threshold is the tolerated failures of a run, with the semantics of Step
+// Functions Distributed Map's ToleratedFailurePercentage and
+// ToleratedFailureCount: the run fails (threshold_exceeded) when the failed
+// items are MORE than the tolerated count, or their share of all items is
+// MORE than the tolerated percent. Failures are failed + quarantined items.
+// Exactly at the threshold is tolerated. With neither set, any number of
+// failures is tolerated (unlike Distributed Map, whose default is zero):
+// the batch completes and needs_attention tells.
+type Threshold struct {
+	// FailurePercent is 0–100 (fractions allowed); nil means unset.
+	FailurePercent *float64 `json:"tolerated_failure_percent,omitempty"`
+	// FailureCount is ≥ 0; nil means unset.
+	FailureCount *int64 `json:"tolerated_failure_count,omitempty"`
+}
+
+// Limited reports whether t tolerates fewer than every failure (a count
+// or a percent is set): only then can failures exceed it.
+func (t Threshold) Limited() bool { return t.FailurePercent != nil || t.FailureCount != nil }
+
+// Validate names the field at fault.
+func (t Threshold) Validate() error {
+	if p := t.FailurePercent; p != nil && (math.IsNaN(*p) || *p < 0 || *p > 100) {
+		return &InputError{Field: "threshold.tolerated_failure_percent", Reason: fmt.Sprintf("%v is not within 0–100", *p)}
+	}
+	if c := t.FailureCount; c != nil && *c < 0 {
+		return &InputError{Field: "threshold.tolerated_failure_count", Reason: fmt.Sprintf("%d is negative", *c)}
+	}
+	return nil
+}
+
+// Verdict is a threshold's judgement of a run.
+type Verdict struct {
+	Exceeded bool   `json:"exceeded"`
+	Limit    string `json:"limit,omitempty"`  // "tolerated_failure_count" or "tolerated_failure_percent"
+	Detail   string `json:"detail,omitempty"` // e.g. "3 failures > 2 tolerated"
+	Failures int64  `json:"failures"`
+	Total    int64  `json:"total"`
+}
+
+// Judge applies the threshold to failures out of total items. The percent
+// comparison is exact (failures × 100 > percent × total, no rounding), so
+// 1 failure of 20 items against 5 % is tolerated and 2 are not. A run of 0
+// items never exceeds.
+func (t Threshold) Judge(failures, total int64) Verdict {
+	v := Verdict{Failures: failures, Total: total}
+	if total <= 0 {
+		return v
+	}
+	if c := t.FailureCount; c != nil && failures > *c {
+		v.Exceeded, v.Limit = true, "tolerated_failure_count"
+		v.Detail = fmt.Sprintf("%d failures > %d tolerated", failures, *c)
+		return v
+	}
+	if p := t.FailurePercent; p != nil && exceedsPercent(failures, total, *p) {
+		v.Exceeded, v.Limit = true, "tolerated_failure_percent"
+		v.Detail = fmt.Sprintf("%d failures of %d items = %.4g%% > %.4g%% tolerated", failures, total, float64(failures)*100/float64(total), *p)
+	}
+	return v
+}
+
+// exceedsPercent reports failures × 100 > percent × total exactly: percent
+// is taken as the shortest decimal that prints it (what the user wrote,
+// e.g. 0.57, not the binary float 0.5699…), in rational arithmetic.
+func exceedsPercent(failures, total int64, percent float64) bool {
+	p, ok := new(big.Rat).SetString(strconv.FormatFloat(percent, 'g', -1, 64))
+	if !ok {
+		return float64(failures)*100 > percent*float64(total)
+	}
+	lhs := new(big.Rat).SetInt64(failures * 100)
+	rhs := new(big.Rat).Mul(p, new(big.Rat).SetInt64(total))
+	return lhs.Cmp(rhs) > 0
+}
+
+// StopSummary is what a stopped run's report says of its stop: the status
+// it stopped with and why, the items that had ended (succeeded, failed or
+// quarantined) and failed when it was marked, and the items that were
+// already in flight then and finished after it, and failed. So "stopping:
+// threshold_exceeded (251 failures of 5000 items)" and a final census of
+// 256 failed agree: 5 items in flight at the stop failed after it.
+type StopSummary struct {
+	Status            Status `json:"status"`
+	Detail            string `json:"detail,omitempty"`
+	RanAtStop         int64  `json:"ran_at_stop"`
+	FailuresAtStop    int64  `json:"failures_at_stop"`
+	FinishedAfterStop int64  `json:"finished_after_stop"`
+	FailuresAfterStop int64  `json:"failures_after_stop"`
+}
+
+// StopSummaryOf is b's stop as the report tells it with the run's final
+// census c; nil when the run was not stopped.
+func StopSummaryOf(b Batch, c Census) *StopSummary {
+	if b.Stop == "" {
+		return nil
+	}
+	failures := c.Failed + c.Quarantined
+	return &StopSummary{
+		Status: b.Stop, Detail: b.StopDetail, RanAtStop: b.StopRan, FailuresAtStop: b.StopFailures,
+		FinishedAfterStop: max(0, c.Succeeded+failures-b.StopRan),
+		FailuresAfterStop: max(0, failures-b.StopFailures),
+	}
+}
+
+// Text is the stop in one line, as the CLI and the console print it:
+// "threshold_exceeded (251 failures of 5000 items); 5 items already in
+// flight finished after the stop, 5 of them failed".
+func (s StopSummary) Text() string {
+	return fmt.Sprintf("%s (%s); %d items already in flight finished after the stop, %d of them failed",
+		s.Status, s.Detail, s.FinishedAfterStop, s.FailuresAfterStop)
+}
+
+// Tolerated is the most failures of total items t tolerates (Judge does
+// not find them exceeding it); total when every failure is tolerated.
+func (t Threshold) Tolerated(total int64) int64 {
+	if total <= 0 || !t.Judge(total, total).Exceeded {
+		return max(total, 0)
+	}
+	lo, hi := int64(0), total // Judge(hi) exceeds; find the least such
+	if t.Judge(0, total).Exceeded {
+		return 0
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if t.Judge(mid, total).Exceeded {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return lo
+}

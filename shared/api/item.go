@@ -1,0 +1,94 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Item is an item's row. Rows exist from the item's first reservation on;
+// an item without a row is pending.
+type Item struct {
+	Key         string  `json:"key"`
+	RunID       string  `json:"run_id"`
+	Run         int     `json:"run"`
+	Outcome     Outcome `json:"outcome"`
+	Attempt     int     `json:"attempt"`            // the fence: counts every attempt, across runs
+	RunAttempts int     `json:"attempts"`           // attempts in the item's last run (0: settled without running)
+	Released    bool    `json:"released,omitempty"` // a quarantined item released for the next run
+	// Revision is the manifest revision of the item's input: 0 (absent)
+	// for the batch's own manifest, n ≥ 2 once a correction (Batch.Revisions)
+	// gave it a new input.
+	Revision   int             `json:"revision,omitempty"`
+	LeaseUntil time.Time       `json:"lease_until,omitzero"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	OutputRef  string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
+	Error      string          `json:"error,omitempty"`
+	Reason     Reason          `json:"reason,omitempty"`
+	Cost       pipeline.Cost   `json:"cost,omitempty"` // what the attempt that ended the item spent
+	// Spent is what every attempt of run SpentRun spent (the ending one
+	// included): the sum of each attempt's cost records, written with each
+	// outcome and each release. Census.RunSpent sums it over the rows of
+	// the current run.
+	Spent     pipeline.Cost `json:"spent,omitempty"`
+	UpdatedAt time.Time     `json:"updated_at,omitzero"`
+	// ThrottledSince is when the item's current streak of throttled
+	// attempts began (a service called on its behalf refused it for its
+	// rate or capacity; those attempts count no attempt, see Conclude);
+	// zero when its last attempt was not throttled.
+	ThrottledSince time.Time `json:"throttled_since,omitzero"`
+}
+
+// ResultLine is one line of a results file: one item of the batch, with
+// the outcome it has at the end of the run the file belongs to. A run's
+// results hold every item once, the ones it did not run with the outcome
+// an earlier run gave them (a resumed run answers succeeded items from
+// their rows): Run says which run produced the line's outcome, Attempts
+// how many attempts that run made (0: settled without running, such as an
+// item cancelled before it started).
+type ResultLine struct {
+	Key     string  `json:"key"`
+	Outcome Outcome `json:"outcome"`
+	Run     int     `json:"run"`
+	// Revision is the manifest revision whose input produced the outcome:
+	// 1 for the batch's own manifest, n ≥ 2 for a correction's
+	// (Batch.Revisions).
+	Revision  int             `json:"revision"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	OutputRef string          `json:"output_ref,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Reason    Reason          `json:"reason,omitempty"`
+	Attempts  int             `json:"attempts"`
+	Cost      pipeline.Cost   `json:"cost,omitempty"`
+}
+
+// ItemPage is one page of a listing.
+type ItemPage struct {
+	Items      []Item `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"` // pass as cursor for the next page; empty at the end
+	// Live, on the first page of in_flight of a running batch, is its
+	// live view (LiveOf): the items the page cannot list because they have
+	// no row yet (not fanned out, or sent and not yet received) are
+	// counted there, with those waiting for a retry.
+	Live *LiveView `json:"live,omitempty"`
+}
+
+// ReadResults parses a results file (JSONL of ResultLine), calling fn per line.
+func ReadResults(r io.Reader, fn func(ResultLine) error) error {
+	dec := json.NewDecoder(r)
+	for {
+		var l ResultLine
+		if err := dec.Decode(&l); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+		if err := fn(l); err != nil {
+			return err
+		}
+	}
+}

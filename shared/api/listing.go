@@ -1,0 +1,72 @@
+package api
+
+import (
+	"time"
+)
+
+// Summary returns b as a listing shows it.
+func Summary(b Batch) BatchSummary {
+	return BatchSummary{
+		ID: b.ID, Status: b.Status, Pipeline: b.Pipeline, ItemCount: b.ItemCount, Run: b.Run,
+		CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt, NeedsAttention: b.NeedsAttention,
+		Stop: b.Stop, Refusal: b.Refusal, SubmittedBy: b.SubmittedBy, PendingDeletion: b.PendingDeletion,
+	}
+}
+
+// MaxSourceBytes is the longest source a listing may ask for: "s3://", a
+// bucket name (at most 63 bytes), "/", an object key (at most 1,024
+// bytes; Amazon S3 user guide, "Naming Amazon S3 objects") and a prefix's
+// "*".
+const MaxSourceBytes = 5 + 63 + 1 + 1024 + 1
+
+// BatchPage is one page of GET /batches.
+type BatchPage struct {
+	Batches []BatchSummary `json:"batches"`
+	// NextCursor, when set, continues the listing: pass it as cursor. A
+	// page may hold fewer than limit batches, even none, and still have a
+	// next cursor (a call reads a bounded share of the index); the listing
+	// ends when it is absent.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// ListBatchesRequest is GET /batches's query.
+type ListBatchesRequest struct {
+	Statuses []Status // empty: every status
+	Since    time.Time
+	// Source keeps the batches of one S3 object or prefix (see
+	// BatchQuery.Source); "" every batch.
+	Source string
+	Limit  int    // 0: DefaultListLimit; at most MaxListLimit
+	Cursor string // a previous page's next_cursor
+}
+
+// BatchSummary is a batch as a listing shows it: the batch row's
+// identity, status and progress, without its plan, options or census
+// (GET /batches/{id} has those). JSON names are the API's, as in Batch.
+type BatchSummary struct {
+	ID       string `json:"batch_id"`
+	Status   Status `json:"status"`
+	Pipeline string `json:"pipeline"`
+	// ItemCount is 0 while the batch is submitting, and for a refused one.
+	ItemCount  int64     `json:"item_count"`
+	Run        int       `json:"run"`
+	CreatedAt  time.Time `json:"created_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"` // the last finished run's end
+	// NeedsAttention is the last finished run's, or for a running batch
+	// with a Live view, also its Attention.
+	NeedsAttention  bool           `json:"needs_attention"`
+	Stop            Status         `json:"stop,omitempty"`
+	Refusal         *SubmitRefusal `json:"refusal,omitempty"`
+	SubmittedBy     string         `json:"submitted_by,omitempty"`
+	PendingDeletion bool           `json:"pending_deletion,omitempty"`
+	// Live is a running batch's live view (LiveOf), for the first
+	// MaxLiveSummaries running batches of a page; NeedsAttention then
+	// includes its Attention.
+	Live *LiveView `json:"live,omitempty"`
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)

@@ -1,0 +1,162 @@
+package api
+
+import (
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Census is the count of a run's items by outcome, plus the cost rollup. It
+// is computed from the item rows, never from counters.
+type Census struct {
+	Total       int64 `json:"total"`
+	Succeeded   int64 `json:"succeeded"`
+	Failed      int64 `json:"failed"`
+	Quarantined int64 `json:"quarantined"`
+	Cancelled   int64 `json:"cancelled"`
+	InFlight    int64 `json:"in_flight"`
+	Pending     int64 `json:"pending"`
+	// Cost is the exact decimal sum of each cost name over the counted
+	// items, each item counting the attempt that ended it (JSON numbers in
+	// plain decimal: ten items of 0.1 usd give "usd": 1). An item answered
+	// from an earlier run counts that run's ending attempt.
+	Cost pipeline.CostSum `json:"cost"`
+	// RunSpent is what this run spent: every attempt of this run, retried
+	// and ending ones alike, summed per name the same way (an item retried
+	// twice before it succeeded counts three calls here, one in Cost). An
+	// attempt cut off before it could write (a crash) is not in it.
+	RunSpent pipeline.CostSum `json:"run_spent"`
+	// CostNamesOmitted is how many cost names Bounded left out of Cost
+	// and RunSpent together (0 when none was): the batch row and the
+	// completion event carry at most MaxCensusCostNames per rollup, the
+	// report every one.
+	CostNamesOmitted int `json:"cost_names_omitted,omitempty"`
+}
+
+// MaxCensusCostNames is the most cost names per rollup (Cost, RunSpent)
+// that the census on the batch row and in the completion event carries:
+// 100, ≈ 6.5 KB per rollup at pipeline.MaxCostNameBytes, so that however
+// many distinct names a batch's items report, the batch row stays far
+// under DynamoDB's 400 KB item limit and the event under EventBridge's
+// 256 KB entry limit. The report (S3) has every name.
+const MaxCensusCostNames = 100
+
+// Bounded returns c with each cost rollup cut to its first
+// MaxCensusCostNames names in byte order, CostNamesOmitted counting what
+// was left out (see the report for them). c is not changed.
+func (c Census) Bounded() Census {
+	cut := func(s pipeline.CostSum) pipeline.CostSum {
+		if len(s) <= MaxCensusCostNames {
+			return s
+		}
+		out := make(pipeline.CostSum, MaxCensusCostNames)
+		for _, name := range s.Names()[:MaxCensusCostNames] {
+			out[name] = s[name]
+		}
+		c.CostNamesOmitted += len(s) - MaxCensusCostNames
+		return out
+	}
+	c.Cost, c.RunSpent = cut(c.Cost), cut(c.RunSpent)
+	return c
+}
+
+// Add counts one item of outcome o with cost c.
+func (c *Census) Add(o Outcome, cost pipeline.Cost) {
+	switch o {
+	case OutcomeSucceeded:
+		c.Succeeded++
+	case OutcomeFailed:
+		c.Failed++
+	case OutcomeQuarantined:
+		c.Quarantined++
+	case OutcomeCancelled:
+		c.Cancelled++
+	case OutcomeInFlight:
+		c.InFlight++
+	default:
+		c.Pending++
+	}
+	if c.Cost == nil {
+		c.Cost = pipeline.CostSum{}
+	}
+	c.Cost.Add(cost)
+}
+
+// Count returns the number of items of outcome o.
+func (c Census) Count(o Outcome) int64 {
+	switch o {
+	case OutcomeSucceeded:
+		return c.Succeeded
+	case OutcomeFailed:
+		return c.Failed
+	case OutcomeQuarantined:
+		return c.Quarantined
+	case OutcomeCancelled:
+		return c.Cancelled
+	case OutcomeInFlight:
+		return c.InFlight
+	}
+	return c.Pending
+}
+
+// Done reports whether every item is terminal.
+func (c Census) Done() bool { return c.InFlight == 0 && c.Pending == 0 }
+
+// NeedsAttention reports whether any item is failed, quarantined or in flight.
+func (c Census) NeedsAttention() bool { return c.Failed+c.Quarantined+c.InFlight > 0 }
+
+// Report is what finalize writes once per run to
+// batches/{id}/runs/{run}/report.json.
+type Report struct {
+	BatchID     string `json:"batch_id"`
+	Run         int    `json:"run"`
+	Pipeline    string `json:"pipeline"`
+	SubmittedBy string `json:"submitted_by,omitempty"` // Batch.SubmittedBy
+	Status      Status `json:"status"`
+	StopDetail  string `json:"stop_detail,omitempty"` // why a stopped run stopped
+	// Stop is a stopped run's stop: why, and how many items already in
+	// flight finished after it (so the stop line and the census agree).
+	Stop           *StopSummary `json:"stop,omitempty"`
+	NeedsAttention bool         `json:"needs_attention"`
+	Census         Census       `json:"census"`
+	Threshold      Threshold    `json:"threshold"`
+	Verdict        Verdict      `json:"verdict"`
+	Manifest       Location     `json:"manifest"`
+	// Revision is the correction a correction run ran (Batch.Revisions);
+	// nil for a run of the whole manifest.
+	Revision     *Revision `json:"revision,omitempty"`
+	Results      Results   `json:"results"`
+	Outputs      string    `json:"outputs"` // s3:// prefix of the pipeline's output objects
+	CreatedAt    time.Time `json:"created_at"`
+	RunStartedAt time.Time `json:"run_started_at"`
+	FinishedAt   time.Time `json:"finished_at"`
+	Usage        Usage     `json:"usage"`
+}
+
+// Usage is what a run consumed of billed services, as far as bulkrun can
+// attribute it to the run: the DynamoDB request units the item function's
+// message batches consumed, as DynamoDB reported them
+// (ReturnConsumedCapacity; the billed figure on AWS, rough on the
+// emulator). Submit's and finalize's own calls, SQS, S3, EventBridge and
+// Lambda are not attributed per run; `make bench` meters them all (see
+// "Cost" in docs/design.md). JSON:
+// {"dynamodb_write_units": 4123.5, "dynamodb_read_units": 240}.
+type Usage struct {
+	DynamoDBWriteUnits float64 `json:"dynamodb_write_units"`
+	DynamoDBReadUnits  float64 `json:"dynamodb_read_units"`
+}
+
+// Location is an S3 object and what identifies its content.
+type Location struct {
+	URI    string `json:"uri"`
+	Digest string `json:"digest,omitempty"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Results names the run's result files: one JSONL per outcome with at least
+// one item, and a manifest.json in the shape of Step Functions Distributed
+// Map's ResultWriter manifest.
+type Results struct {
+	Manifest string               `json:"manifest"` // s3:// URI of manifest.json
+	Files    map[Outcome]Location `json:"files"`
+}

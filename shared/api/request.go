@@ -1,0 +1,103 @@
+package api
+
+import (
+	"encoding/json"
+)
+
+// SubmitRequest is the body of POST /batches (JSON names as tagged).
+type SubmitRequest struct {
+	// BatchID is optional; a ULID is generated when empty. Give one to make
+	// retries idempotent: the same id and manifest yield the same batch.
+	BatchID string `json:"batch_id,omitempty"`
+	// Pipeline names the registered pipeline to run per item. Required.
+	Pipeline string `json:"pipeline"`
+	// Source is where the items come from. Required.
+	Source SourceSpec `json:"source"`
+	// KeyField names the input field (JSON) or column (CSV) holding the item
+	// key; empty means positional keys item-0000000000, item-0000000001, ...
+	KeyField string `json:"key_field,omitempty"`
+	// Threshold is the tolerated failures; unset tolerates any.
+	Threshold Threshold `json:"threshold"`
+	// StopOnThreshold, true when unset (the default, as Step Functions
+	// Distributed Map does), stops the run as soon as the failures counted
+	// so far exceed the threshold: items not yet started end cancelled.
+	// false runs every item and judges the threshold once, at the end (the
+	// status is threshold_exceeded all the same, with no item cancelled).
+	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
+	// MaxAttempts per item, 1–100; 0 means the stack's default.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Retry spaces an item's attempts after transient errors (see
+	// RetryPolicy); nil means the stack's default (Submitter.Retry).
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// MaxConcurrency is the most items of the batch running their pipeline
+	// at once, across every invocation of the item function, 1–
+	// MaxBatchConcurrency; 0 (the default) is unlimited. For receivers that
+	// can take only so much: an item that finds every slot taken waits
+	// (about SlotWait) without using an attempt.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// ItemsPerMessage (K) packs K consecutive manifest items into one
+	// items-queue message and one ledger row, each item keeping its own
+	// reservation, attempts, outcome, error, cost, listing and census;
+	// 1–MaxItemsPerMessage, 0 (the default) means 1: one item per message
+	// and per row. Part of the plan: a repeated submit with another K is
+	// another plan (409), and every run of the batch keeps it. With
+	// max_concurrency a pack takes one slot and runs its items one at a
+	// time, so the limit still counts items.
+	ItemsPerMessage int `json:"items_per_message,omitempty"`
+	// Headers reach the pipeline; names starting with "bulkrun." are refused.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Options is the pipeline's own JSON object (e.g. webhook's url).
+	Options json.RawMessage `json:"pipeline_options,omitempty"`
+	// OnInterrupt is the policy for an item whose attempt was interrupted
+	// (lease expired, outcome unknown): "retry" (default) or "quarantine"
+	// (for pipelines that are not idempotent).
+	OnInterrupt InterruptPolicy `json:"on_interrupt,omitempty"`
+	// Rerun asks for a new run when the batch exists with this manifest and
+	// its run is finished (the same as POST /batches/{id}/resume). Without
+	// it a repeated submit never starts a run.
+	Rerun bool `json:"rerun,omitempty"`
+	// SubmittedBy is who asked for the batch, recorded on the batch row
+	// (Batch.SubmittedBy): set by the entry point, never read from the
+	// request body (an API caller's IAM identity, an upload's principal,
+	// a schedule's name).
+	SubmittedBy string `json:"-"`
+}
+
+// MaxHeaderBytes bounds the headers given at submit: they are stored on the
+// batch row (DynamoDB items are at most 400 KB).
+const MaxHeaderBytes = 16 << 10
+
+// RegisterPipelineHint ends the unknown-pipeline error: where a pipeline
+// has to be declared before submit accepts it. A Go pipeline is declared
+// once, in the main of the binary deployed as the submit and item
+// functions (its registry is what both run), and the stack names it.
+const RegisterPipelineHint = "pass its registered.Declaration to function.Start (shared/function/function.go) in the binary the stack deploys as the submit and item functions, name it in RunnerProps.CustomPipelines (infra/bulkrun/runner.go), and redeploy; see docs/pipelines.md \"Write your own pipeline\""
+
+// ReservedHeaderPrefix is refused in submitted header names.
+const ReservedHeaderPrefix = "bulkrun."
+
+// MaxBatchConcurrency is the largest max_concurrency a batch may ask.
+const MaxBatchConcurrency = 1000
+
+// CorrectRequest is the body of POST /batches/{id}/corrections: corrected
+// inputs for items of the batch, read as a submit's source is (JSON
+// names as tagged).
+type CorrectRequest struct {
+	// Source holds the corrected items: inline items or an S3 object (any
+	// format and encoding a submit reads; not a prefix), each with the key
+	// of the item it corrects.
+	Source SourceSpec `json:"source"`
+	// KeyField names the field (JSON) or column (CSV) holding each
+	// corrected item's key; default the batch's own key_field. A batch of
+	// positional keys (item-0000000017) needs one naming where the key is.
+	KeyField string `json:"key_field,omitempty"`
+	// SubmittedBy is who asked (set by the entry point, as for a submit).
+	SubmittedBy string `json:"-"`
+}
+
+// Correction bounds: the corrected items are held in the submit
+// function's memory while the batch's manifest is rewritten with them.
+const (
+	MaxCorrectionItems = 100_000
+	MaxCorrectionBytes = 64 << 20 // of corrected inputs
+)

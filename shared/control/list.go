@@ -1,0 +1,98 @@
+package control
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// MaxLiveSummaries is how many running batches of one listing page get
+// their live view: each costs a read of its batch row and one Query per
+// counter partition (Batch.CounterShards, 1–16).
+const MaxLiveSummaries = 25
+
+// liveSummaries sets the live view of the page's first MaxLiveSummaries
+// running batches, 4 at a time; a batch whose read fails keeps none.
+func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	n := 0
+	for i := range bs {
+		if bs[i].Status != api.StatusRunning || bs[i].Stop != "" || n >= MaxLiveSummaries {
+			continue
+		}
+		n++
+		wg.Add(1)
+		go func(s *api.BatchSummary) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			b, err := c.Store.GetBatch(ctx, s.ID)
+			if err != nil || b.Status != api.StatusRunning {
+				return
+			}
+			p, err := c.Store.Progress(ctx, b.ID, b.Run, max(1, b.CounterShards))
+			if err != nil {
+				return
+			}
+			l := ledger.LiveOf(b, p, c.now())
+			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
+		}(&bs[i])
+	}
+	wg.Wait()
+}
+
+// ListBatches lists batches newest first (created_at descending, then id
+// descending), limit per page (default 100, at most 1,000), continuing
+// after cursor (opaque, from the previous page; a cursor stays valid
+// whatever the filters). Expired batches (Batch.Expired) are never listed;
+// submitting and refused ones are, with their status. The listing reads
+// an eventually consistent index: a batch created or changed a moment ago
+// may show a moment later. r.Source lists only the batches started from
+// one S3 object ("s3://bucket/incoming/orders.csv": an upload, or a submit
+// of that object) or prefix ("s3://bucket/images/*"). Errors: an
+// *InputError naming status, source, limit or cursor.
+func (c *Control) ListBatches(ctx context.Context, r api.ListBatchesRequest) (api.BatchPage, error) {
+	for _, s := range r.Statuses {
+		if !slices.Contains(api.Statuses(), s) {
+			return api.BatchPage{}, &api.InputError{Field: "status", Reason: fmt.Sprintf("%q: want one of %v", s, api.Statuses())}
+		}
+	}
+	if r.Source != "" && (!strings.HasPrefix(r.Source, "s3://") || len(r.Source) > api.MaxSourceBytes) {
+		return api.BatchPage{}, &api.InputError{Field: "source", Reason: fmt.Sprintf("%q: want an S3 object or prefix as a batch names it, s3://bucket/key or s3://bucket/prefix/* (at most %d bytes)", api.Truncate(r.Source, 140), api.MaxSourceBytes)}
+	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = api.DefaultListLimit
+	}
+	if limit < 1 || limit > api.MaxListLimit {
+		return api.BatchPage{}, &api.InputError{Field: "limit", Reason: fmt.Sprintf("%d is not within 1–%d", limit, api.MaxListLimit)}
+	}
+	before := ""
+	if r.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(r.Cursor)
+		if err != nil || len(raw) == 0 {
+			return api.BatchPage{}, &api.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+		}
+		before = string(raw)
+	}
+	rows, next, err := c.Store.ListBatches(ctx, ledger.BatchQuery{Statuses: r.Statuses, Since: r.Since, Source: r.Source, Before: before, Limit: limit, Now: c.now()})
+	if err != nil {
+		return api.BatchPage{}, err
+	}
+	p := api.BatchPage{Batches: make([]api.BatchSummary, 0, len(rows))}
+	for _, b := range rows {
+		p.Batches = append(p.Batches, api.Summary(b.Batch))
+	}
+	c.liveSummaries(ctx, p.Batches)
+	if next != "" {
+		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	return p, nil
+}

@@ -1,0 +1,64 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// Pause pauses the batch's run by hand: no item starts until Unpause,
+// items running finish, waiting items use no attempt. It replaces an
+// outage pause. Idempotent: a batch already paused by a caller, or one
+// whose run has finished, is answered as it is. Errors: ErrNotFound
+// (ErrExpired past the retention); ErrConflict while the source is still
+// being read (submitting).
+func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
+	b, err := c.Get(ctx, id)
+	if err != nil {
+		return ledger.Batch{}, err
+	}
+	switch {
+	case b.Status.Finished(), b.Stop != "", b.Pause != nil && b.Pause.By == api.PauseByCaller:
+		return b, nil
+	case b.Status != api.StatusRunning:
+		return b, fmt.Errorf("pause %s: no run is going yet (status %s): %w", id, b.Status, api.ErrConflict)
+	}
+	now := c.now()
+	err = c.Store.Pause(ctx, ledger.PauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Now: now})
+	switch {
+	case err == nil:
+		c.Log.Warn("batch paused by a caller", "batch_id", id, "run", b.Run)
+		ledger.Announce(ctx, c.Bus, c.Log, ledger.PauseEventOf(b, api.Pause{By: api.PauseByCaller, Since: now}, true, api.PauseByCaller, now))
+	case !errors.Is(err, api.ErrConflict):
+		return ledger.Batch{}, err
+	}
+	return c.Store.GetBatch(ctx, id)
+}
+
+// Unpause ends the batch's pause, whoever paused it: waiting items start
+// again at the pause's next check (within MaxCheckInterval + 2 ×
+// CheckGrace). Idempotent: a batch that is not paused is answered as it
+// is. Errors: ErrNotFound (ErrExpired past the retention).
+func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) {
+	b, err := c.Get(ctx, id)
+	if err != nil {
+		return ledger.Batch{}, err
+	}
+	if b.Pause == nil {
+		return b, nil
+	}
+	p := *b.Pause
+	err = c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Since: p.Since})
+	switch {
+	case err == nil:
+		now := c.now()
+		c.Log.Warn("batch unpaused by a caller", "batch_id", id, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
+		ledger.Announce(ctx, c.Bus, c.Log, ledger.PauseEventOf(b, p, false, api.PauseByCaller, now))
+	case !errors.Is(err, api.ErrConflict):
+		return ledger.Batch{}, err
+	}
+	return c.Store.GetBatch(ctx, id)
+}

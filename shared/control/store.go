@@ -1,0 +1,28 @@
+package control
+
+import (
+	"context"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// Store is what the control engine (a caller's commands and the sweep) needs of the ledger's store: the methods it
+// calls, each with the contract ledger.Store documents. internal/dynamo
+// implements it on DynamoDB, integration/testbed/ledgertest in memory.
+type Store interface {
+	ledger.RunStopper
+	ledger.BatchDeleter
+	ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error)
+	Pause(ctx context.Context, m ledger.PauseMark) error
+	Unpause(ctx context.Context, m ledger.UnpauseMark) error
+	ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error
+	ListItems(ctx context.Context, batchID string, listShards int, outcome api.Outcome, after string, limit int) ([]ledger.Item, string, error)
+	ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]ledger.Item, string, error)
+	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]ledger.RetentionMarker, error)
+	DeleteMarker(ctx context.Context, markerKey string) error
+}
+
+// The ledger's store contract holds every method this engine calls.
+var _ Store = ledger.Store(nil)

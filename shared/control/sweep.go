@@ -1,0 +1,129 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// DefaultSweepLimit is how many retention markers one sweep pass reads.
+const DefaultSweepLimit = 100
+
+// Sweeper deletes batches whose retention has passed, oldest first
+// (DESIGN.md §3.7): it reads the retention markers that expired, forgets
+// each batch (objects, rows, the batch row, and its marker last, only once
+// everything else is gone). It stops at the first unexpired marker (the
+// query is bounded by now). A batch that failed to delete keeps its
+// marker, so the next pass retries; one partly deleted is counted and
+// logged as pending deletion. A malformed marker is removed and logged; a
+// stale marker (the batch is running again, or expires later after a
+// newer run) is removed. A marker whose batch row is gone is removed after
+// its objects are deleted if TTL may have removed the rows (TTLGrace after
+// the expiry), so objects never outlive their rows.
+// Safe for concurrent use; two sweeps may delete the same batch twice,
+// which is harmless.
+type Sweeper struct {
+	Store   Store
+	Control *Control
+	Clock   ledger.Clock
+	Log     *slog.Logger
+	Limit   int // markers per pass; 0 means DefaultSweepLimit
+}
+
+// SweepResult counts what one pass did.
+type SweepResult struct {
+	Expired   int `json:"expired"`   // expired markers read
+	Deleted   int `json:"deleted"`   // batches forgotten
+	Stale     int `json:"stale"`     // markers removed without deleting a batch
+	Malformed int `json:"malformed"` // malformed markers removed
+	Failed    int `json:"failed"`    // batches whose deletion could not start (their markers stay)
+	// PendingDeletion counts batches partly deleted by this pass: their
+	// deletion started and did not finish (their markers stay; the next
+	// pass finishes it).
+	PendingDeletion int `json:"pending_deletion"`
+}
+
+// RunOnce sweeps up to Limit expired markers. It returns the counts and the
+// errors of the batches that failed (joined); the pass goes on after each.
+func (s *Sweeper) RunOnce(ctx context.Context) (SweepResult, error) {
+	limit := s.Limit
+	if limit <= 0 {
+		limit = DefaultSweepLimit
+	}
+	now := s.Clock.Now()
+	markers, err := s.Store.ExpiredMarkers(ctx, now, limit)
+	if err != nil {
+		return SweepResult{}, err
+	}
+	res := SweepResult{Expired: len(markers)}
+	var errs []error
+	for _, m := range markers {
+		if err := ctx.Err(); err != nil {
+			return res, errors.Join(append(errs, err)...)
+		}
+		if m.Malformed {
+			s.Log.Error("malformed retention marker removed", "marker", m.Key)
+			if err := s.Store.DeleteMarker(ctx, m.Key); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			res.Malformed++
+			continue
+		}
+		log := s.Log.With("batch_id", m.BatchID)
+		b, err := s.Store.GetBatch(ctx, m.BatchID)
+		gone := errors.Is(err, api.ErrNotFound)
+		stale := gone || err == nil && (b.Status == api.StatusRunning || b.ExpiresAt.After(m.ExpiresAt))
+		if gone && !now.Before(m.ExpiresAt.Add(ledger.TTLGrace)) {
+			// TTL may have deleted the rows before the sweep came: the
+			// objects have no TTL, delete them before the marker goes.
+			n, err := s.Control.Blobs.DeletePrefix(ctx, api.BatchesPrefix(m.BatchID))
+			if err != nil {
+				log.Error("sweep: objects of a batch without rows left; the marker stays", "error", err.Error())
+				errs = append(errs, fmt.Errorf("sweep %s: %w", m.BatchID, err))
+				res.PendingDeletion++
+				continue
+			}
+			if n > 0 {
+				log.Warn("sweep: deleted the objects of a batch whose rows expired by TTL", "objects", n)
+			}
+		}
+		switch {
+		case stale:
+			if err := s.Store.DeleteMarker(ctx, m.Key); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			res.Stale++
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			res.Failed++
+			continue
+		}
+		if err := s.Control.Forget(ctx, m.BatchID); err != nil {
+			errs = append(errs, fmt.Errorf("sweep %s: %w", m.BatchID, err))
+			if errors.Is(err, api.ErrPendingDeletion) {
+				log.Error("sweep: batch partly deleted, pending deletion; the marker stays for the next pass", "error", err.Error())
+				res.PendingDeletion++
+				continue
+			}
+			log.Error("sweep: delete failed; the marker stays for the next pass", "error", err.Error())
+			res.Failed++
+			continue
+		}
+		// Forget removed the batch's current marker; this one may be an
+		// older duplicate of it.
+		if err := s.Store.DeleteMarker(ctx, m.Key); err != nil {
+			errs = append(errs, err)
+		}
+		log.Info("batch swept", "expired_at", m.ExpiresAt.Format(time.RFC3339))
+		res.Deleted++
+	}
+	return res, errors.Join(errs...)
+}

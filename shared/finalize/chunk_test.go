@@ -1,0 +1,342 @@
+package finalize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// TestMergeShardsOrderAndBudget guards finalize's bounded memory: the
+// shards are merged in key byte order from any position whatever the
+// budget, down to one row per shard (every read but a shard's first row
+// cut off by the budget is read again later).
+func TestMergeShardsOrderAndBudget(t *testing.T) {
+	keys := []string{"a", "b/1", "b/2", "é", "z", "Z", "item-0000000001", "item-0000000002", "~", "\u00ff\u00fe", "0", "00"}
+	for i := range 200 {
+		keys = append(keys, api.PositionalKey(int64(i*7)))
+	}
+	tests := []struct {
+		name    string
+		shards  int
+		budget  int64
+		after   string
+		readErr error
+		wantErr error
+	}{
+		{name: "one shard, default budget", shards: 1},
+		{name: "eight shards, default budget", shards: 8},
+		{name: "five shards, one row each", shards: 5, budget: 1},
+		{name: "three shards, a few rows each", shards: 3, budget: 4000},
+		{name: "from a key", shards: 4, after: "item-0000000700"},
+		{name: "past the last key", shards: 4, after: "\U0010ffff"},
+		{name: "a read fails", shards: 4, readErr: ledgertest.ErrInjected, wantErr: ledgertest.ErrInjected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rows []ledger.Item
+			for _, k := range keys {
+				rows = append(rows, ledger.Item{Item: api.Item{Key: k, Outcome: api.OutcomeSucceeded}})
+			}
+			s := newRowStore(ledger.Batch{Batch: api.Batch{ID: "b", ListShards: tt.shards}}, rows)
+			if tt.readErr != nil {
+				s.scanErr = func(shard int) error {
+					if shard == tt.shards-1 {
+						return tt.readErr
+					}
+					return nil
+				}
+			}
+			var got []string
+			err := ledger.MergeShards(context.Background(), s, "b", tt.shards, tt.after, ledger.MergeOptions{BudgetBytes: tt.budget, Reads: 2}, func(it ledger.Item) error {
+				got = append(got, it.Key)
+				return nil
+			})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if tt.wantErr != nil {
+				return
+			}
+			var want []string
+			for _, k := range keys {
+				if k > tt.after {
+					want = append(want, k)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("merged %d keys %q…, want %d %q…", len(got), head(got), len(want), head(want))
+			}
+		})
+	}
+}
+
+func head(s []string) []string { return s[:min(len(s), 5)] }
+
+// chunkRows returns n rows of run 1: every 9th failed, every 13th
+// quarantined, the others succeeded with an output of outputBytes.
+func chunkRows(n, outputBytes int) []ledger.Item {
+	out := []byte(`"` + strings.Repeat("x", max(0, outputBytes-2)) + `"`)
+	rows := make([]ledger.Item, 0, n)
+	for i := range n {
+		it := ledger.Item{
+			Item: api.Item{
+				Key:         api.PositionalKey(int64(i)),
+				Run:         1,
+				RunAttempts: 1,
+				Outcome:     api.OutcomeSucceeded,
+				Output:      out,
+				UpdatedAt:   time.Unix(1_800_000_000, 0).UTC(),
+				Cost:        map[string]float64{"usd": 0.001},
+			},
+		}
+		switch {
+		case i%9 == 4:
+			it.Outcome, it.Output, it.Error, it.Reason = api.OutcomeFailed, nil, "bad "+it.Key, api.ReasonPermanent
+		case i%13 == 6:
+			it.Outcome, it.Output, it.Error, it.Reason = api.OutcomeQuarantined, nil, "interrupted", api.ReasonInterrupted
+		}
+		rows = append(rows, it)
+	}
+	return rows
+}
+
+func chunkFinalizer(s *rowStore, blobs *ledgertest.Blobs, chunkRows int64) *Finalizer {
+	return &Finalizer{Store: s, Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Retention: time.Hour, ChunkRows: chunkRows, Merge: ledger.MergeOptions{BudgetBytes: 256 << 10, Reads: 2}}
+}
+
+func runningBatch(n int64) ledger.Batch {
+	return ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: n, ListShards: 6, CounterShards: 1, FannedOut: true}}
+}
+
+// finalizeUntilDone calls Finalize until it writes or finds the report,
+// as the tick and retries would; it fails after 200 calls.
+func finalizeUntilDone(t *testing.T, f *Finalizer) FinalizeResult {
+	t.Helper()
+	for range 200 {
+		r, err := f.Finalize(context.Background(), "b1", 1)
+		if err == nil && !r.Continued {
+			return r
+		}
+	}
+	t.Fatal("finalize did not finish in 200 calls")
+	return FinalizeResult{}
+}
+
+type resultsSnapshot struct {
+	census api.Census
+	files  map[api.Outcome]string
+}
+
+func snapshot(t *testing.T, r FinalizeResult, blobs *ledgertest.Blobs) resultsSnapshot {
+	t.Helper()
+	s := resultsSnapshot{census: r.Report.Census, files: map[api.Outcome]string{}}
+	for _, o := range api.TerminalOutcomes() {
+		if b, ok := blobs.Object(api.ResultsKey("b1", 1, o)); ok {
+			s.files[o] = string(b)
+			if loc := r.Report.Results.Files[o]; loc.Bytes != int64(len(b)) {
+				t.Errorf("%s: report says %d bytes, file has %d", o, loc.Bytes, len(b))
+			}
+		}
+	}
+	return s
+}
+
+func sameResults(t *testing.T, got, want resultsSnapshot, what string) {
+	t.Helper()
+	gc, wc := got.census, want.census
+	if gc.Total != wc.Total || gc.Succeeded != wc.Succeeded || gc.Failed != wc.Failed || gc.Quarantined != wc.Quarantined ||
+		gc.Pending != wc.Pending || gc.InFlight != wc.InFlight || gc.Cost.Text("usd") != wc.Cost.Text("usd") {
+		t.Fatalf("%s: census %+v, want %+v", what, gc, wc)
+	}
+	for _, o := range api.TerminalOutcomes() {
+		if got.files[o] != want.files[o] {
+			t.Fatalf("%s: %s results differ: %d bytes, want %d", what, o, len(got.files[o]), len(want.files[o]))
+		}
+	}
+}
+
+// TestFinalizeChunkedKilledAnywhere guards "killed anywhere, it finishes
+// on the next trigger with the same exact census and one report": a run
+// whose results span several 8 MiB parts is finalized in chunks of 70 rows,
+// and for every call finalize makes to the bucket, a run of calls where
+// exactly that one fails (as a kill would leave it) still ends with one
+// report, one move of the run, the census of a single pass and results
+// byte for byte those of a single pass, and no checkpoint left behind.
+func TestFinalizeChunkedKilledAnywhere(t *testing.T) {
+	const n = 300
+	rows := chunkRows(n, 60<<10) // ≈ 15 MiB of succeeded results: two parts and a tail
+	refStore, refBlobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+	ref, err := chunkFinalizer(refStore, refBlobs, 0).Finalize(context.Background(), "b1", 1)
+	if err != nil || !ref.Wrote {
+		t.Fatalf("single pass: %+v %v", ref, err)
+	}
+	want := snapshot(t, ref, refBlobs)
+	if want.census.Succeeded+want.census.Failed+want.census.Quarantined != n || want.census.Pending != 0 {
+		t.Fatalf("single pass census %+v", want.census)
+	}
+
+	// A clean chunked run, to count its calls.
+	cleanStore, cleanBlobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+	f := chunkFinalizer(cleanStore, cleanBlobs, 70)
+	continued := 0
+	for {
+		r, err := f.Finalize(context.Background(), "b1", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Continued {
+			sameResults(t, snapshot(t, r, cleanBlobs), want, "chunked")
+			break
+		}
+		continued++
+	}
+	if continued != 4 {
+		t.Fatalf("%d chunks ended with a checkpoint, want 4 (300 rows by 70)", continued)
+	}
+	calls := cleanBlobs.Calls()
+	t.Logf("a clean chunked run makes %d bucket calls", calls)
+
+	for k := 1; k <= calls; k++ {
+		s, blobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+		var op string
+		blobs.Fail = func(call int, what string) error {
+			if call == k {
+				op = what
+				return ledgertest.ErrInjected
+			}
+			return nil
+		}
+		r := finalizeUntilDone(t, chunkFinalizer(s, blobs, 70))
+		what := fmt.Sprintf("fault at call %d (%s)", k, op)
+		sameResults(t, snapshot(t, r, blobs), want, what)
+		if got := blobs.Puts(api.ReportKey("b1", 1)); got != 1 {
+			t.Fatalf("%s: report written %d times", what, got)
+		}
+		if len(s.finished) != 1 {
+			t.Fatalf("%s: run moved %d times", what, len(s.finished))
+		}
+		for _, key := range blobs.Objects("") {
+			if strings.HasPrefix(key, FinalizePrefix("b1", 1)) && op != "delete_prefix" {
+				t.Fatalf("%s: %s left behind", what, key)
+			}
+		}
+	}
+}
+
+// TestFinalizeConcurrentChunkedCalls guards one report per run when
+// several calls work on the same chunks at once (a trigger, the tick and
+// a retry): each checkpoint is written by one of them, and the results are
+// those of a single pass.
+func TestFinalizeConcurrentChunkedCalls(t *testing.T) {
+	const n = 250
+	rows := chunkRows(n, 40<<10)
+	refBlobs := ledgertest.NewBlobs()
+	ref, err := chunkFinalizer(newRowStore(runningBatch(n), rows), refBlobs, 0).Finalize(context.Background(), "b1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot(t, ref, refBlobs)
+	s, blobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var wrote int
+	var last FinalizeResult
+	for range 4 {
+		wg.Go(func() {
+			r := finalizeUntilDone(t, chunkFinalizer(s, blobs, 30))
+			mu.Lock()
+			defer mu.Unlock()
+			if r.Wrote {
+				wrote++
+				last = r
+			}
+		})
+	}
+	wg.Wait()
+	if wrote != 1 || len(s.finished) != 1 {
+		t.Fatalf("%d calls wrote the report, the run moved %d times; want 1 and 1", wrote, len(s.finished))
+	}
+	sameResults(t, snapshot(t, last, blobs), want, "concurrent")
+}
+
+// TestFinalizeChainStartsOverWhenARowAppearsBehindIt guards the exact
+// census across chunks: an item still pending when the chain passed its
+// key gets its row later; the pass ends short of the item count, the
+// chain starts over, and the next pass counts every row once.
+func TestFinalizeChainStartsOverWhenARowAppearsBehindIt(t *testing.T) {
+	const n = 60
+	rows := chunkRows(n, 100)
+	late := rows[3]
+	s := newRowStore(runningBatch(n), slices.Delete(slices.Clone(rows), 3, 4))
+	blobs := ledgertest.NewBlobs()
+	f := chunkFinalizer(s, blobs, 20)
+	r, err := f.Finalize(context.Background(), "b1", 1)
+	if err != nil || !r.Continued {
+		t.Fatalf("first chunk: %+v %v", r, err)
+	}
+	s.mu.Lock()
+	sh := ledger.Shard(late.Key, len(s.shards))
+	s.shards[sh] = append(s.shards[sh], late)
+	slices.SortFunc(s.shards[sh], func(a, b ledger.Item) int { return strings.Compare(a.Key, b.Key) })
+	s.mu.Unlock()
+	var notFinished bool
+	for range 10 {
+		r, err = f.Finalize(context.Background(), "b1", 1)
+		if errors.Is(err, api.ErrNotFinished) {
+			notFinished = true
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Continued {
+			break
+		}
+	}
+	if !notFinished {
+		t.Fatal("the pass that missed a row was not refused")
+	}
+	if c := r.Report.Census; !r.Wrote || c.Pending != 0 || c.Succeeded+c.Failed+c.Quarantined != n {
+		t.Fatalf("census %+v wrote %v, want all %d rows counted once", c, r.Wrote, n)
+	}
+}
+
+// TestTickLeavesAChunkInProgressAlone guards one worker per chunk at a
+// time: while a call works on a run's rows (its active mark not expired),
+// the tick, which tries every running batch whose counters are done, does
+// not start a second pass over the same rows; once the mark has expired
+// (the call died), the tick goes on with the run.
+func TestTickLeavesAChunkInProgressAlone(t *testing.T) {
+	const n = 40
+	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 100)), ledgertest.NewBlobs()
+	f := chunkFinalizer(s, blobs, 0)
+	ctx := context.Background()
+	if err := f.markActive(ctx, "b1", 1, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	scans := s.scans
+	res, err := f.Tick(ctx)
+	if err != nil || res.Checked != 1 || res.Finalized != 0 || s.scans != scans {
+		t.Fatalf("tick during a chunk: %+v %v, %d shard reads; want the run checked, left alone, nothing read", res, err, s.scans-scans)
+	}
+	if err := f.markActive(ctx, "b1", 1, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.Tick(ctx)
+	if err != nil || res.Finalized != 1 {
+		t.Fatalf("tick after the mark expired: %+v %v, want the run finalized", res, err)
+	}
+}

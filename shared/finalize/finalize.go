@@ -1,0 +1,564 @@
+package finalize
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/bulkrun/bulkrun/internal/metric"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// CensusOf counts a run's items by outcome from their rows (never from
+// counters), calling each (optional) with every row that belongs to the run
+// and its outcome in the run. Items without a row, and failed, cancelled or
+// released quarantined rows of an earlier run, are pending in this run;
+// succeeded and (unreleased) quarantined rows of an earlier run keep their
+// outcome.
+func CensusOf(ctx context.Context, store Store, b ledger.Batch, each func(ledger.Item, api.Outcome) error) (api.Census, error) {
+	c := api.Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	var rows int64
+	err := ledger.MergeShards(ctx, store, b.ID, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+		o, ok := outcomeInRun(it, b)
+		if !ok {
+			return nil // not yet reached in this run: pending
+		}
+		rows++
+		c.Add(o, it.Cost)
+		if it.SpentRun == b.Run {
+			c.RunSpent.Add(it.Spent)
+		}
+		if each != nil {
+			return each(it, o)
+		}
+		return nil
+	})
+	if err != nil {
+		return api.Census{}, err
+	}
+	c.Total = b.ItemCount
+	c.Pending = b.ItemCount - rows
+	return c, nil
+}
+
+// runRevision is the revision of b's current run (a correction run), nil
+// for a run of the whole manifest.
+func runRevision(b ledger.Batch) *api.Revision {
+	if r, ok := b.Revision(b.RunRevision); ok {
+		return &r
+	}
+	return nil
+}
+
+// Finalizer writes a run's results and report once every item is terminal,
+// and moves the batch to its final status. Safe for concurrent use; any
+// number of concurrent or repeated calls for one run write one report.
+type Finalizer struct {
+	Store     Store
+	Blobs     ledger.Blobs
+	Clock     ledger.Clock
+	Log       *slog.Logger
+	Retention time.Duration // how long a finished batch is kept
+	Events    ledger.Events // where finished runs are announced; nil for none
+	// Stall is how long a running batch's counters may stand still before
+	// Tick counts its items from the rows (the backstop for lost counter
+	// writes), and how long after its start a run may stay not fanned out
+	// before Tick sends its fan-out again. Default 5 minutes.
+	Stall time.Duration
+	// FanOut re-sends a run's fan-out (Submitter.FanOut); nil disables that
+	// part of the tick.
+	FanOut func(ctx context.Context, b ledger.Batch) error
+	// Metrics receives the finalize lag and tick failures; nil for none.
+	Metrics *metric.Emitter
+	// ChunkTime is how long one call reads rows before it writes a
+	// checkpoint and leaves the rest to the next call (see chunk.go).
+	// Default DefaultChunkTime.
+	ChunkTime time.Duration
+	// ChunkMargin is how long before the context's deadline a call stops
+	// reading rows. Default DefaultChunkMargin.
+	ChunkMargin time.Duration
+	// ChunkRows, when > 0, also ends a call's chunk after that many rows
+	// (tests; 0: no limit).
+	ChunkRows int64
+	// Merge bounds the memory of reading the rows (ledger.MergeShards), and of
+	// merging a pack batch's sorted runs (see keysort.go).
+	Merge ledger.MergeOptions
+	// SortRunBytes is how many bytes of a pack batch's result lines are
+	// sorted in memory into one run. Default SortRunBytes.
+	SortRunBytes int
+	// Parts starts the calls of a run read in parts (finalize_parts.go);
+	// nil: the call that plans the parts reads them itself.
+	Parts FinalizeParts
+	// PartRows is how many rows one part of a parallel finalize is
+	// planned to read; a run of fewer than twice as many is read by one
+	// chain of calls. Default DefaultFinalizePartRows.
+	PartRows int64
+	// MergeFanIn is how many sorted runs one merge of a finalize part
+	// reads at once; more are merged in levels. Default MaxMergeFanIn
+	// (tests lower it to exercise the levels).
+	MergeFanIn int
+}
+
+// FinalizeResult says what Finalize did.
+type FinalizeResult struct {
+	Report api.Report
+	// Wrote is true for the one call that wrote the report; false when the
+	// report already existed.
+	Wrote bool
+	// Continued is true when the call counted part of the rows and wrote
+	// a checkpoint (or found one written by another call) without
+	// finishing the run: the next call goes on from it. Report is empty.
+	Continued bool
+	// Parted is true (with Continued) when the run is read in parts by
+	// calls of their own (Finalizer.Parts) and this call did its share:
+	// the last part merges, so nothing is to be chained.
+	Parted bool
+}
+
+// Finalize finishes run of batch id. It returns ErrNotFinished (wrapped)
+// when an item is still pending or in flight, ErrNotFound for an unknown
+// batch, and the stored report (Wrote false) when the run was finalized
+// already. Steps: census and results in one pass over the rows in key
+// order (a pack batch's rows, read in manifest order, through an external
+// sort: keysort.go), in chunks across calls when the rows take longer than
+// ChunkTime (a call that ends a chunk returns Continued; see chunk.go), the report
+// written only if absent (S3 If-None-Match), then the batch row moved from
+// running to its final status only if still running this run. Memory is
+// bounded whatever the run's size: Merge's budget, two results parts of
+// ResultPartBytes per outcome met, and 1,000 keys of rows whose TTL is
+// extended (a pack batch's sort takes SortRunBytes of the budget).
+//
+// A call that fails for a reason other than AWS being unavailable (or the
+// run not being done) is counted on the batch row; the
+// FinalizeFailureLimit-th such failure ends the run StatusFinalizeFailed
+// with the error as its Failure (Store.FinalizeFailed), so a run that
+// cannot be finished is never left running in silence: the status and
+// reason show in status, list and the console, the RunsFinalizeFailed
+// metric alarms, and resume starts a new run once the cause is fixed.
+func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeResult, error) {
+	res, err := f.finalize(ctx, id, run, false)
+	return res, f.cannotFinish(ctx, id, run, err)
+}
+
+// FinalizeFailureLimit is how many failed finalize calls of one run end it
+// StatusFinalizeFailed: 5, more than the 3 invocations Lambda makes of one
+// asynchronous trigger (the first and two retries; AWS Lambda developer
+// guide, "Asynchronous invocation"), so at least one tick (2 minutes
+// apart by default) tries again after a trigger's retries failed.
+const FinalizeFailureLimit = 5
+
+// cannotFinish counts err, a failed finalize of run, toward ending the run
+// StatusFinalizeFailed, unless it is no failure of the run's finish: the
+// run is not done (ErrNotFinished), the batch is gone (ErrNotFound), AWS
+// was unavailable (ErrUnavailable: throttling, 5xx, after the SDK's
+// tries), or the call's own context ended. It returns err, noting the
+// new status when it ended the run.
+func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, api.ErrNotFinished) || errors.Is(err, api.ErrNotFound) || errors.Is(err, ledger.ErrUnavailable) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	now := f.Clock.Now()
+	ended, ferr := f.Store.FinalizeFailed(ctx, ledger.FinalizeFailure{BatchID: id, Run: run, Reason: err.Error(), Limit: FinalizeFailureLimit,
+		Now: now, ExpiresAt: now.Add(f.Retention)})
+	log := f.Log.With("batch_id", id, "run", run)
+	switch {
+	case ferr != nil && !errors.Is(ferr, api.ErrConflict):
+		log.Warn("count a failed finalize", "error", ferr.Error())
+	case ended:
+		log.Error("run could not be finished: ended "+string(api.StatusFinalizeFailed)+"; resume it once the cause is fixed",
+			"failures", FinalizeFailureLimit, "error", pipeline.ErrorText(err))
+		f.Metrics.RunFinalizeFailed(id, run)
+		return fmt.Errorf("%w (the run is now %s; bulkrun resume %s once fixed)", err, api.StatusFinalizeFailed, id)
+	}
+	return err
+}
+
+func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick bool) (FinalizeResult, error) {
+	b, err := f.Store.GetBatch(ctx, id)
+	if err != nil {
+		return FinalizeResult{}, fmt.Errorf("finalize %s: %w", id, err)
+	}
+	if run != b.Run {
+		if run < b.Run {
+			rep, err := f.readReport(ctx, id, run)
+			return FinalizeResult{Report: rep}, err
+		}
+		return FinalizeResult{}, fmt.Errorf("finalize %s: run %d has not started (current %d): %w", id, run, b.Run, api.ErrNotFound)
+	}
+	log := f.Log.With("batch_id", id, "run", run)
+	if b.Status == api.StatusSubmitting {
+		return FinalizeResult{}, fmt.Errorf("finalize %s: its source is still being read: %w", id, api.ErrNotFinished)
+	}
+	if b.Status.Finished() {
+		rep, err := f.readReport(ctx, id, run)
+		if err == nil && b.PublishedRun < run {
+			// An earlier call moved the run and died before its event was
+			// marked published: publish it (at least once).
+			f.announce(ctx, log, rep)
+		}
+		return FinalizeResult{Report: rep}, err
+	}
+
+	cp, err := f.loadCheckpoint(ctx, id, run)
+	if err != nil {
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: checkpoint: %w", id, run, err)
+	}
+	if cp == nil {
+		if parts := f.partsOf(b); parts > 0 {
+			return f.finalizeInParts(ctx, b, parts)
+		}
+		cp = newCheckpoint(0, f.Clock.Now())
+	} else if !cp.Done && (f.Clock.Now().Sub(cp.ChainStartedAt) > ledger.TTLGrace/2 || b.Pack() > 1 && !cp.KeyOrder) {
+		// Too old to go on from, or a pack batch's chain begun by the
+		// release that wrote its results in manifest order: start over.
+		cp = newCheckpoint(cp.Seq, f.Clock.Now())
+	}
+	if !cp.Done {
+		if fromTick && f.busy(ctx, id, run) {
+			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, api.ErrNotFinished)
+		}
+		done, err := f.scanChunk(ctx, b, cp)
+		if errors.Is(err, api.ErrConflict) {
+			// Another call wrote this checkpoint first: go on from it.
+			cp, err = f.loadCheckpoint(ctx, id, run)
+			if err == nil && cp == nil {
+				// No checkpoint left: that call may have finished the run
+				// and deleted them meanwhile; then its report is the answer.
+				if nb, gerr := f.Store.GetBatch(ctx, id); gerr == nil && nb.Run == run && nb.Status.Finished() {
+					rep, err := f.readReport(ctx, id, run)
+					return FinalizeResult{Report: rep}, err
+				}
+			}
+			if err == nil && (cp == nil || !cp.Done) {
+				return FinalizeResult{Continued: true}, nil
+			}
+			done = true
+		}
+		if err != nil {
+			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", id, run, err)
+		}
+		if !done {
+			log.Info("finalize chunk written; the next call goes on from it", "checkpoint", cp.Seq, "rows", cp.Rows)
+			return FinalizeResult{Continued: true}, nil
+		}
+	}
+	census := cp.Census
+	census.Total = b.ItemCount
+	census.Pending = b.ItemCount - cp.Rows
+	lastOutcomeAt := cp.LastOutcomeAt // the finalize lag runs from here
+	results, err := f.completeResults(ctx, id, run, cp)
+	if err != nil {
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: results: %w", id, run, err)
+	}
+
+	progress, err := f.Store.Progress(ctx, id, run, max(1, b.CounterShards))
+	if err != nil {
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: usage: %w", id, run, err)
+	}
+	now := f.Clock.Now()
+	verdict := b.Threshold.Judge(census.Failed+census.Quarantined, census.Total)
+	status := api.StatusCompleted
+	switch {
+	case b.Stop != "":
+		status = b.Stop
+	case verdict.Exceeded:
+		status = api.StatusThresholdExceeded
+	}
+	bucket := f.Blobs.Bucket()
+	rep := api.Report{
+		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail, Stop: api.StopSummaryOf(b.Batch, census),
+		NeedsAttention: census.NeedsAttention(), Census: census,
+		Threshold: b.Threshold, Verdict: verdict,
+		Manifest:     api.Location{URI: "s3://" + bucket + "/" + b.ManifestKey, Digest: b.Digest, Bytes: b.ManifestBytes},
+		Revision:     runRevision(b),
+		Results:      results,
+		Outputs:      "s3://" + bucket + "/" + api.OutputsPrefix(id),
+		CreatedAt:    b.CreatedAt,
+		RunStartedAt: b.RunStartedAt,
+		FinishedAt:   now,
+		Usage:        progress.Usage,
+	}
+	body, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+	wrote := true
+	key := api.ReportKey(id, run)
+	if err := f.Blobs.PutIfAbsent(ctx, key, "application/json", append(body, '\n')); err != nil {
+		if !errors.Is(err, api.ErrConflict) {
+			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: write report: %w", id, run, err)
+		}
+		wrote = false
+		if rep, err = f.readReport(ctx, id, run); err != nil {
+			return FinalizeResult{}, err
+		}
+	}
+	if wrote && !lastOutcomeAt.IsZero() {
+		f.Metrics.FinalizeLag(rep.FinishedAt.Sub(lastOutcomeAt), id, run)
+	}
+	if wrote {
+		// The finished run's failure rate, for the failing-items alarm: a
+		// run that fails between two ticks is seen here.
+		c := rep.Census
+		f.Metrics.RunHealth(id, run, c.Total, c.Succeeded+c.Failed+c.Quarantined, c.Failed+c.Quarantined, 0, -1)
+	}
+	// Every row of the finished batch carries a TTL past its retention
+	// (the second line of defence behind the sweep), set before the run
+	// is moved so that no finished batch lacks it.
+	expires := rep.FinishedAt.Add(f.Retention)
+	rowsExpire := expires.Add(ledger.TTLGrace)
+	if err := f.Store.KeepRows(ctx, b, nil, rowsExpire); err != nil { // the counter rows; item rows as they were counted
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: row TTL: %w", id, run, err)
+	}
+	err = f.Store.FinishRun(ctx, id, run, ledger.Finish{
+		Status: rep.Status, ReportKey: key, Census: rep.Census.Bounded(), FinishedAt: rep.FinishedAt,
+		ExpiresAt: expires, RowsExpireAt: rowsExpire,
+	})
+	if err != nil && !errors.Is(err, api.ErrConflict) {
+		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: finish: %w", id, run, err)
+	}
+	// The call that moved the run announces it (even if another call wrote
+	// the report); if it dies first, a retried finalize or the tick does.
+	if err == nil {
+		f.announce(ctx, log, rep)
+	}
+	// The checkpoints served their purpose (forget deletes them too).
+	if _, err := f.Blobs.DeletePrefix(ctx, FinalizePrefix(id, run)); err != nil {
+		log.Warn("delete finalize checkpoints", "error", err.Error())
+	}
+	if wrote {
+		log.Info("run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
+			"quarantined", census.Quarantined, "cancelled", census.Cancelled)
+	}
+	return FinalizeResult{Report: rep, Wrote: wrote}, nil
+}
+
+// announce publishes the run's completion event and then marks it
+// published. A failure is logged and left to the tick, which retries
+// until the mark is set: delivery is at least once, and every delivery of
+// one run carries the same EventID.
+func (f *Finalizer) announce(ctx context.Context, log *slog.Logger, rep api.Report) bool {
+	if f.Events != nil {
+		if err := f.Events.Publish(ctx, rep); err != nil {
+			log.Warn("publish event; the tick retries", "error", err.Error())
+			return false
+		}
+	}
+	if err := f.Store.SetPublished(ctx, rep.BatchID, rep.Run); err != nil {
+		log.Warn("mark event published; the tick retries", "error", err.Error())
+		return false
+	}
+	return true
+}
+
+func (f *Finalizer) readReport(ctx context.Context, id string, run int) (api.Report, error) {
+	body, err := f.Blobs.Get(ctx, api.ReportKey(id, run))
+	if err != nil {
+		return api.Report{}, fmt.Errorf("read report %s run %d: %w", id, run, err)
+	}
+	var rep api.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return api.Report{}, fmt.Errorf("read report %s run %d: %w", id, run, err)
+	}
+	return rep, nil
+}
+
+// TickResult counts what one Tick did.
+type TickResult struct {
+	Running   int // running batches seen
+	Checked   int // batches whose rows were counted
+	Finalized int // runs finalized by this tick
+	FannedOut int // runs whose lost fan-out this tick sent again
+	Published int // finished runs whose completion event this tick published
+}
+
+// PausedStall is how often the tick counts the rows of a paused run whose
+// counters stand still short of its items: once an hour, not at every
+// tick (its items wait for the pause; the count is for a run whose last
+// counter write was lost while every item had ended).
+const PausedStall = time.Hour
+
+// Tick is the scheduled backstop: for each running batch whose counters say
+// it is done, or have not moved for Stall (a paused one: in one Stall-long
+// window per PausedStall), it tries Finalize; then it
+// publishes the completion event of every finished run not yet marked
+// published (a finalize died between moving the run and publishing). It
+// returns the errors after trying every batch.
+func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
+	stall := f.Stall
+	if stall <= 0 {
+		stall = 5 * time.Minute
+	}
+	ids, err := f.Store.RunningBatches(ctx)
+	if err != nil {
+		return TickResult{}, fmt.Errorf("tick: list running: %w", err)
+	}
+	res := TickResult{Running: len(ids)}
+	var errs []error
+	now := f.Clock.Now()
+	// A random order, and a stop a minute before the deadline, so that no
+	// batch is starved by others ahead of it in every tick.
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Minute {
+			break
+		}
+		b, err := f.Store.GetBatch(ctx, id)
+		if err != nil {
+			if !errors.Is(err, api.ErrNotFound) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if b.Status.Finished() || b.Status == api.StatusSubmitting { // submit's own tick looks after submitting batches
+			continue
+		}
+		if !b.FannedOut && b.ItemCount > 0 {
+			f.Metrics.RunHealth(id, b.Run, b.RunItems(), 0, 0, 0, max(0, now.Sub(b.RunStartedAt)))
+			// The submit (or resume) that started the run died before its
+			// fan-out was sent: send it again.
+			if f.FanOut != nil && now.Sub(b.RunStartedAt) >= stall {
+				if err := f.FanOut(ctx, b); err != nil {
+					errs = append(errs, fmt.Errorf("tick: fan out %s run %d: %w", id, b.Run, err))
+				} else {
+					res.FannedOut++
+					f.Log.Warn("tick re-sent a lost fan-out", "batch_id", id, "run", b.Run)
+				}
+			}
+			continue
+		}
+		p, err := f.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		last := p.UpdatedAt
+		if last.Before(b.RunStartedAt) {
+			last = b.RunStartedAt
+		}
+		// The run's health, for the alarms on failing items, items
+		// waiting for a retry and runs without progress (metric.RunHealth).
+		// A paused run waits and stands still on purpose: the
+		// batches-paused alarm and its event tell of an outage's pause.
+		ended := p.ByOutcome[api.OutcomeSucceeded] + p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]
+		waiting, stalled := p.Waiting(now), max(0, now.Sub(last))
+		if b.Pause != nil {
+			waiting, stalled = 0, -1
+		}
+		f.Metrics.RunHealth(id, b.Run, b.RunItems(), ended, p.Failures, waiting, stalled)
+		if p.Done < b.RunItems() && (now.Sub(last) < stall || b.Pause != nil && now.Sub(last)%PausedStall >= stall) {
+			// Counters still short: moving, or standing still while
+			// paused (its items wait for the pause, nothing is lost), when
+			// the rows are counted only once per PausedStall.
+			continue
+		}
+		res.Checked++
+		r, err := f.finalize(ctx, id, b.Run, true)
+		err = f.cannotFinish(ctx, id, b.Run, err)
+		switch {
+		case err == nil && r.Wrote:
+			res.Finalized++
+		case err != nil && !errors.Is(err, api.ErrNotFinished):
+			errs = append(errs, err)
+		}
+	}
+	n, err := f.publishLost(ctx)
+	res.Published = n
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		f.Metrics.TickFailed()
+	}
+	return res, errors.Join(errs...)
+}
+
+// publishLost publishes the events of finished runs not marked published.
+func (f *Finalizer) publishLost(ctx context.Context) (int, error) {
+	refs, err := f.Store.Unpublished(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("tick: list unpublished: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, ref := range refs {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Minute {
+			break
+		}
+		log := f.Log.With("batch_id", ref.BatchID, "run", ref.Run)
+		b, err := f.Store.GetBatch(ctx, ref.BatchID)
+		switch {
+		case errors.Is(err, api.ErrNotFound), err == nil && b.PublishedRun >= ref.Run:
+			// Forgotten, or published and not yet unlisted.
+			if err := f.Store.SetPublished(ctx, ref.BatchID, ref.Run); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		rep, err := f.readReport(ctx, ref.BatchID, ref.Run)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if f.announce(ctx, log, rep) {
+			log.Warn("tick published a lost completion event", "event_id", ledger.EventID(rep))
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// resultFile is one entry of manifest.json (Distributed Map's ResultWriter
+// manifest shape: {"Key", "Size"}).
+type resultFile struct {
+	Key  string `json:"Key"`
+	Size int64  `json:"Size"`
+}
+
+// completeResults completes the results upload of every outcome of a done
+// checkpoint and writes manifest.json. Idempotent.
+func (f *Finalizer) completeResults(ctx context.Context, id string, run int, cp *checkpoint) (api.Results, error) {
+	bucket := f.Blobs.Bucket()
+	res := api.Results{Manifest: "s3://" + bucket + "/" + api.ResultsManifestKey(id, run), Files: map[api.Outcome]api.Location{}}
+	files := map[string][]resultFile{}
+	for _, o := range api.TerminalOutcomes() {
+		files[strings.ToUpper(string(o))] = []resultFile{}
+	}
+	files["PENDING"] = []resultFile{}
+	for _, o := range api.TerminalOutcomes() {
+		file := cp.Files[o]
+		if file == nil {
+			continue
+		}
+		key := api.ResultsKey(id, run, o)
+		if err := f.Blobs.CompleteParts(ctx, key, file.UploadID, file.Parts, file.Bytes); err != nil {
+			return api.Results{}, err
+		}
+		res.Files[o] = api.Location{URI: "s3://" + bucket + "/" + key, Bytes: file.Bytes}
+		files[strings.ToUpper(string(o))] = []resultFile{{Key: key, Size: file.Bytes}}
+	}
+	manifest, err := json.MarshalIndent(struct {
+		DestinationBucket string                  `json:"DestinationBucket"`
+		BatchID           string                  `json:"BatchId"`
+		Run               int                     `json:"Run"`
+		ResultFiles       map[string][]resultFile `json:"ResultFiles"`
+	}{bucket, id, run, files}, "", "  ")
+	if err != nil {
+		return api.Results{}, err
+	}
+	if err := f.Blobs.Put(ctx, api.ResultsManifestKey(id, run), "application/json", manifest); err != nil {
+		return api.Results{}, err
+	}
+	return res, nil
+}

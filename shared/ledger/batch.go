@@ -1,0 +1,92 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// Batch is the stored row: the API's Batch and bulkrun's own bookkeeping.
+type Batch struct {
+	api.Batch
+	// CounterLanes is the run's counter lanes (see CounterLanes), the same
+	// in every run; 0 on rows written before lanes, whose runs count per
+	// fan-out chunk (Store.CountChunk).
+	CounterLanes int `json:"-"`
+	// Chunks is the number of fan-out chunks of the manifest (the same in
+	// every run): a run is done when this many chunk counters reached
+	// their item counts (Store.CountChunk). 0 on rows written before
+	// chunk counters: their runs end by the finalize tick.
+	Chunks int `json:"-"`
+	// Request is the accepted submit request (JSON, defaults filled) of a
+	// batch whose source is read in the background; the read and a
+	// repeated submit use it. Empty for a batch submitted in one call.
+	Request          json.RawMessage `json:"-"`
+	SubmitDeadline   time.Time       `json:"-"`
+	FinalizeFailures int             `json:"-"`
+	// PublishedRun is the last run whose completion event was put (set
+	// after PutEvents answered); finalize and its tick publish a finished
+	// run's event until it is marked, so it is delivered at least once.
+	PublishedRun int `json:"-"`
+}
+
+// Live returns b, or an error wrapping ErrExpired (HTTP 404 expired) when
+// its retention has ended at now.
+func Live(b Batch, now time.Time) (Batch, error) {
+	if b.Expired(now) {
+		return Batch{}, fmt.Errorf("batch %s: retention ended at %s: %w", b.ID, b.ExpiresAt.Format(time.RFC3339), api.ErrExpired)
+	}
+	return b, nil
+}
+
+// TTLGrace is how long after a finished batch's retention ends its rows
+// carry DynamoDB's TTL (config.AttrExpiresAt, epoch seconds): the sweep
+// deletes the batch first; TTL removes what a failing sweep leaves behind.
+// DynamoDB deletes expired items "typically within a few days" (DynamoDB
+// developer guide, "Using time to live (TTL) in DynamoDB",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/TTL.html),
+// never before their TTL.
+const TTLGrace = 24 * time.Hour
+
+// Item is the stored row: the API's Item and bulkrun's own bookkeeping.
+type Item struct {
+	api.Item
+	BatchID string `json:"-"`
+	// Interrupted is set by Store.Reserve when it took the item over from
+	// an attempt whose lease expired without an outcome or a scheduled
+	// retry (a crash or a timeout): that attempt's effect is unknown.
+	Interrupted bool `json:"-"`
+	SpentRun    int  `json:"-"`
+	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
+	// it has none.
+	ExpiresAt time.Time `json:"-"`
+	// Pos is the item's position in a scan of its batch's rows
+	// (MergeShards): its key for an item row, PackPos for an item of a
+	// pack row (Packed, in the pack starting at manifest index PackFirst).
+	Pos       string `json:"-"`
+	Packed    bool   `json:"-"`
+	PackFirst int64  `json:"-"`
+}
+
+// ScanPos is the item's position in a scan: Pos, or its key when Pos is unset.
+func (it Item) ScanPos() string {
+	if it.Pos != "" {
+		return it.Pos
+	}
+	return it.Key
+}
+
+// Freeze sets the manifest fields of b.
+func (b *Batch) Freeze(manifestKey string, sum source.ManifestSummary, itemsPerSecond int) {
+	b.Digest = sum.Digest
+	b.ManifestKey = manifestKey
+	b.ManifestBytes = sum.Bytes
+	b.ItemCount = sum.Count
+	b.ListShards = ListShards(sum.Count, itemsPerSecond)
+	b.CounterLanes = CounterLanes(sum.Count, itemsPerSecond)
+	b.CounterShards = b.CounterLanes // lane p lives in counter partition p
+	b.Chunks = len(sum.Chunks)
+}

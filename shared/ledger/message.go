@@ -1,0 +1,246 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// FormatVersion is the version of the formats this code writes: every
+// items-queue message (its "v" field) and every ledger row (its "fv"
+// attribute: item, pack, attention, batch, counter and count-mark rows).
+// A message or row without one is of version 0, the formats of the
+// release before versions, which this code reads as they are (the shapes
+// of version 1 are version 0's plus the version). Version 2 counts a run's
+// items in counter lanes (the batch row's counter_lanes, lane rows
+// COUNT#{id}#{run}#{lane}, LANE) instead of per fan-out chunk (batches of
+// versions 0 and 1, without counter_lanes, keep counting per chunk until
+// their runs finish), and a pack item's attention row carries no index
+// keys (apk, ask): listings read the ATTN partitions. Version 2 also adds
+// corrections: the batch row's revisions and run_revision, an item row's
+// rev, a pack entry's rv, and a correction run manifest's i and c (a
+// release of version 1 must not run a correction run, whose items it
+// would take for a resume's). Code meeting a version
+// above its own leaves the message on the queue and refuses the row
+// (docs/operations.md, "Upgrading with batches in flight"); golden files
+// pin every version's shapes (internal/formats/testdata).
+const FormatVersion = 2
+
+// NewerFormatError is a message or row of a format version above
+// FormatVersion: written by a newer release. The message is left on the
+// queue (not acknowledged) for code that reads it.
+type NewerFormatError struct {
+	What    string // "message", "item row", ...
+	Version int
+}
+
+func (e *NewerFormatError) Error() string {
+	return fmt.Sprintf("%s of format version %d, newer than this code's %d: deploy the release that wrote it", e.What, e.Version, FormatVersion)
+}
+
+// CheckFormat returns a *NewerFormatError for a version above
+// FormatVersion.
+func CheckFormat(what string, version int) error {
+	if version > FormatVersion {
+		return &NewerFormatError{What: what, Version: version}
+	}
+	return nil
+}
+
+// MessageKind is the kind of an items-queue message, its "kind" field.
+type MessageKind string
+
+// The message kinds.
+const (
+	// KindItem runs one item (Message): its ledger unit is the item row.
+	KindItem MessageKind = "item"
+	// KindFanout expands one manifest chunk (Message.Chunk) into item or
+	// pack messages.
+	KindFanout MessageKind = "fanout"
+	// KindPack runs several consecutive manifest items of one fan-out
+	// chunk (PackMessage): its ledger unit is the pack row.
+	KindPack MessageKind = "pack"
+)
+
+// MaxInlineInputBytes is the largest item input carried inside an item
+// message. A larger input travels as a pointer to its manifest line
+// (InputRef), never truncated. SQS allows 1 MiB per message (256 KiB before
+// August 2025 and in some emulators); 192 KiB keeps a message with its
+// envelope under the older limit.
+const MaxInlineInputBytes = 192 << 10
+
+// Message is the body of an items-queue message (JSON).
+type Message struct {
+	// Format is the message's format version ("v"): FormatVersion when
+	// this code writes it (Body sets it), 0 on messages of the release
+	// before versions.
+	Format      int             `json:"v"`
+	Kind        MessageKind     `json:"kind"`
+	BatchID     string          `json:"batch_id"`
+	Run         int             `json:"run"`
+	Key         string          `json:"key,omitempty"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	InputRef    *source.Chunk   `json:"input_ref,omitempty"` // the item's manifest line: Offset, Length
+	ManifestKey string          `json:"manifest_key,omitempty"`
+	Chunk       *source.Chunk   `json:"chunk,omitempty"`
+	// ChunkFirst and ChunkItems name the fan-out chunk an item message
+	// belongs to (its Chunk.FirstIndex and Chunk.Count): the item's
+	// terminal outcome is counted on that chunk's counter
+	// (Store.CountChunk). ChunkItems 0: sent without one (counted by the
+	// finalize tick only).
+	ChunkFirst int64 `json:"chunk_first,omitempty"`
+	ChunkItems int64 `json:"chunk_items,omitempty"`
+	// Requeued counts how often the item worker sent this message again
+	// because an AWS service was unavailable (throttling, 5xx): it grows
+	// the next delay. Not an attempt.
+	Requeued int `json:"requeued,omitempty"`
+	// SlotWaits counts how often the item worker sent this message again
+	// because every max_concurrency slot it tried was taken. Not an
+	// attempt. Requeued and SlotWaits are each bounded by MaxResends.
+	SlotWaits int `json:"slot_waits,omitempty"`
+}
+
+// MaxResends bounds the chain of one message the item worker sends again
+// to its own queue (Requeued, SlotWaits): the item function may run in a
+// recursive loop with its queue (the stack sets its RecursiveLoop to
+// Allow, since Lambda's own detection would stop an item after about 16
+// waits), and this is the loop's own bound. 10,000 sends are ≈ 7 hours of
+// slot waits (1–4 s each) or ≈ 2 weeks of AWS unavailability (back-off up
+// to 2 minutes); past it the message is no longer sent again but delayed
+// on the queue (ChangeMessageVisibility), so each further wait is a
+// receive and the queue's redrive ends the chain in the dead-letter queue,
+// where the item is recorded failed (dead-lettered).
+const MaxResends = 10000
+
+// Validate reports a malformed message (a poison message is acknowledged
+// and logged, never retried forever).
+func (m Message) Validate() error {
+	switch {
+	case !api.ValidBatchID(m.BatchID):
+		return fmt.Errorf("message: bad batch_id %q", m.BatchID)
+	case m.Run < 1:
+		return fmt.Errorf("message: bad run %d", m.Run)
+	}
+	switch m.Kind {
+	case KindItem:
+		if r := api.CheckKey(m.Key); r != "" {
+			return fmt.Errorf("message: %s", r)
+		}
+		if m.Input == nil && m.InputRef == nil {
+			return fmt.Errorf("message: item %q has neither input nor input_ref", m.Key)
+		}
+		if m.InputRef != nil && m.ManifestKey == "" {
+			return fmt.Errorf("message: item %q has input_ref without manifest_key", m.Key)
+		}
+	case KindFanout:
+		if m.Chunk == nil || m.ManifestKey == "" {
+			return fmt.Errorf("message: fanout without chunk or manifest_key")
+		}
+	default:
+		return fmt.Errorf("message: unknown kind %q", m.Kind)
+	}
+	return nil
+}
+
+// MaxMessageBytes is the largest message body bulkrun sends: under SQS's
+// older 256 KiB limit with room to spare.
+const MaxMessageBytes = 240 << 10
+
+// ItemMessageBody encodes the message of one manifest line (JSON without
+// HTML escaping, which would grow "<", ">" and "&" sixfold): the input
+// inline when the body fits MaxMessageBytes, else a pointer to the line.
+func ItemMessageBody(batchID string, run int, manifestKey string, chunk source.Chunk, line source.ManifestLine, offset, length int64) ([]byte, error) {
+	m := ItemMessage(batchID, run, manifestKey, chunk, line, offset, length)
+	body, err := m.Body()
+	if err != nil || len(body) <= MaxMessageBytes || m.InputRef != nil {
+		return body, err
+	}
+	m.Input, m.InputRef, m.ManifestKey = nil, &source.Chunk{Offset: offset, Length: length, Count: 1}, manifestKey
+	return m.Body()
+}
+
+// Body encodes the message as JSON without HTML escaping, with every
+// character SQS refuses in a message written as a JSON \uXXXX escape (see
+// SQSSafe): the body always travels, and decodes to the same message.
+func (m Message) Body() ([]byte, error) {
+	m.Format = FormatVersion
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return SQSSafe(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// SQSAllowed reports whether SQS accepts r in a message body. The SQS API
+// reference, "SendMessage" (MessageBody;
+// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html),
+// allows only #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD |
+// #x10000 to #x10FFFF and rejects the rest: a batch entry holding one fails
+// with SenderFault. Valid UTF-8 JSON can still hold U+FFFE and U+FFFF, raw
+// in a string (or decoded from "\uffff" and encoded again).
+func SQSAllowed(r rune) bool {
+	switch {
+	case r == 0x9 || r == 0xA || r == 0xD:
+		return true
+	case r >= 0x20 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
+		return true
+	}
+	return false
+}
+
+// SQSSafe returns the JSON text js with every character outside SQS's
+// allowed set (SQSAllowed) written as a \uXXXX escape, and invalid UTF-8
+// bytes as \ufffd. In valid JSON such characters can only stand inside
+// strings (the structure is ASCII), where the escape means the same
+// character, so the result decodes to the same value. js is returned as
+// is when nothing needs escaping.
+func SQSSafe(js []byte) []byte {
+	clean := true
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		if (r == utf8.RuneError && n == 1) || !SQSAllowed(r) {
+			clean = false
+			break
+		}
+		i += n
+	}
+	if clean {
+		return js
+	}
+	out := make([]byte, 0, len(js)+16)
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			out = append(out, `\ufffd`...)
+		case !SQSAllowed(r): // only BMP runes are refused: four hex digits
+			const hexDigits = "0123456789abcdef"
+			out = append(out, '\\', 'u', hexDigits[r>>12&0xF], hexDigits[r>>8&0xF], hexDigits[r>>4&0xF], hexDigits[r&0xF])
+		default:
+			out = append(out, js[i:i+n]...)
+		}
+		i += n
+	}
+	return out
+}
+
+// ItemMessage builds the message for one manifest line: the input inline
+// when it is at most MaxInlineInputBytes, else a pointer to the line
+// (offset, length) in manifestKey. ItemMessageBody also checks the encoded
+// size. chunk is the fan-out chunk the line belongs to.
+func ItemMessage(batchID string, run int, manifestKey string, chunk source.Chunk, line source.ManifestLine, offset, length int64) Message {
+	m := Message{Kind: KindItem, BatchID: batchID, Run: run, Key: line.Key, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
+	if len(line.Input) <= MaxInlineInputBytes {
+		m.Input = line.Input
+	} else {
+		m.InputRef = &source.Chunk{Offset: offset, Length: length, Count: 1}
+		m.ManifestKey = manifestKey
+	}
+	return m
+}

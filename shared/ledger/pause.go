@@ -1,0 +1,150 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// The pause's constants.
+const (
+	// PauseAfter is how many attempts in a row, on one counter lane, must
+	// fail transiently with one failure class (and no item of the lane be
+	// answered since) for the batch to pause itself: 10. Lanes take
+	// message batches at random, so a lane's streak is a sample of the
+	// run's most recent attempts; a lane that keeps failing tries to pause
+	// the batch again at each further PauseAfter failures.
+	PauseAfter = 10
+	// streakSlots is how many failure-class slots a counter lane keeps
+	// (StreakSlot).
+	streakSlots = 8
+)
+
+// FailureClass names the kind of a transient failure, for the pause's
+// "same class" test: an error's own FailureClass() method (the webhook's
+// StatusError: "http 502"), a throttling ("throttled http 503"), a
+// connection refused or reset, a timeout, a DNS failure, or "transient".
+// At most 64 bytes.
+func FailureClass(err error) string {
+	var own interface{ FailureClass() string }
+	var dns *net.DNSError
+	var nerr net.Error
+	switch t, throttled := pipeline.ThrottleOf(err); {
+	case errors.As(err, &own):
+		return pipeline.CutText(own.FailureClass(), 64)
+	case throttled:
+		return pipeline.CutText("throttled "+t.Service+" "+t.Code, 64)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &dns):
+		return "dns"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
+		return "timeout"
+	}
+	return "transient"
+}
+
+// StreakSlot is the counter lane's slot of failure class c: FNV-1a(c)
+// mod 8. Two classes may share a slot; their failures then count as one
+// class's.
+func StreakSlot(c string) int {
+	h := fnv.New32a()
+	h.Write([]byte(c))
+	return int(h.Sum32() % streakSlots)
+}
+
+// StreakSlots is how many failure-class slots a counter lane keeps.
+func StreakSlots() int { return streakSlots }
+
+// PauseMark is a pause to write (Store.Pause).
+type PauseMark struct {
+	BatchID string
+	Run     int
+	By      api.PauseBy
+	Class   string // outage: the failure class
+	Error   string // outage: one failure's text (cut to pipeline.MaxErrorTextBytes)
+	Now     time.Time
+}
+
+// UnpauseMark is a pause to end (Store.Unpause): By PauseByCaller ends
+// any pause; By PauseByOutage only the outage pause that began at Since.
+type UnpauseMark struct {
+	BatchID string
+	Run     int
+	By      api.PauseBy
+	Since   time.Time
+}
+
+// ProbeClaim claims check Probe of the outage pause of BatchID that began
+// at Since (Store.ClaimProbe).
+type ProbeClaim struct {
+	BatchID string
+	Run     int
+	Since   time.Time
+	Probe   int
+	Now     time.Time
+}
+
+// Event detail types of a pause (source "bulkrun", the default bus).
+const (
+	DetailPaused   = "Batch Paused"
+	DetailUnpaused = "Batch Unpaused"
+)
+
+// PauseEvent is the detail of a Batch Paused or Batch Unpaused event.
+// EventID is "{batch_id}:{run}:paused:{since epoch ms}" (or unpaused),
+// the same on every delivery of one change, for subscribers to dedupe on.
+type PauseEvent struct {
+	EventID string      `json:"event_id"`
+	BatchID string      `json:"batch_id"`
+	Run     int         `json:"run"`
+	Paused  bool        `json:"paused"`
+	By      api.PauseBy `json:"by"` // who paused (Paused) or unpaused: a probe answered (outage) or a caller
+	Since   time.Time   `json:"since"`
+	Class   string      `json:"class,omitempty"`
+	Error   string      `json:"error,omitempty"`
+	Probes  int         `json:"probes"`
+	At      time.Time   `json:"at"`
+}
+
+// PauseEventOf is the event of b's pause p beginning (paused) or ending
+// at now, by by.
+func PauseEventOf(b Batch, p api.Pause, paused bool, by api.PauseBy, now time.Time) PauseEvent {
+	what := "unpaused"
+	if paused {
+		what = "paused"
+	}
+	return PauseEvent{EventID: b.ID + ":" + strconv.Itoa(b.Run) + ":" + what + ":" + strconv.FormatInt(p.Since.UnixMilli(), 10),
+		BatchID: b.ID, Run: b.Run, Paused: paused, By: by, Since: p.Since, Class: p.Class, Error: p.Error, Probes: p.Probes, At: now}
+}
+
+// EventBus puts events (internal/event.Bus). Nil means none.
+type EventBus interface {
+	Put(ctx context.Context, detailType string, detail any) error
+}
+
+// Announce puts the event of a pause's change; a failure is logged (the
+// batch's view and the metric say it too).
+func Announce(ctx context.Context, bus EventBus, log interface {
+	Warn(string, ...any)
+}, e PauseEvent) {
+	if bus == nil {
+		return
+	}
+	dt := DetailUnpaused
+	if e.Paused {
+		dt = DetailPaused
+	}
+	if err := bus.Put(ctx, dt, e); err != nil {
+		log.Warn("put pause event", "batch_id", e.BatchID, "error", err.Error())
+	}
+}

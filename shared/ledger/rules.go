@@ -1,0 +1,388 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// The item rules: what a delivery may do with an item (Plan), the state a
+// reservation or a settlement leaves (Start, Settled), and how an attempt
+// ends (Conclude). They are pure functions of the item's state in its
+// ledger unit (an item row, or an entry of a pack row) and are the only
+// statement of the rules: the worker plans and concludes every item with
+// them whatever its unit, the in-memory store decides its item-row
+// conditions with Plan, and the conformance suite (integration/testbed/ledgertest)
+// checks that DynamoDB's condition expressions (internal/dynamo) take and
+// refuse exactly what Plan does.
+//
+// Within a run an item moves
+//
+//	pending   → in_flight (reserve: attempt + 1), cancelled (stopped run), failed (dead letter, refused message)
+//	in_flight → in_flight (takeover of an ended lease, or a scheduled retry: attempt + 1)
+//	in_flight → succeeded, failed, quarantined (the attempt's ending, fenced by its attempt)
+//	in_flight → cancelled, failed (a stopped run or a dead letter, once its lease has ended)
+//
+// and a terminal outcome does not move. A new run (resume) makes failed,
+// cancelled and interrupted items, and released quarantined ones, pending
+// again; succeeded and unreleased quarantined items keep their outcome and
+// are counted once in the new run. A correction run (revision rev ≥ 2,
+// Submitter.Correct) makes pending exactly the items marked with its
+// revision (Store.MarkRevision: failed, quarantined or cancelled ones,
+// whose corrected input it runs); every other item of its messages (the
+// others of a marked item's pack) keeps its outcome, whatever it is, and
+// is counted once.
+
+// Mode is what a delivery does with the items of its unit.
+type Mode int
+
+const (
+	// ModeRun runs the items: the message's normal delivery.
+	ModeRun Mode = iota
+	// ModeSettle settles the items not yet terminal in the run without
+	// running them: a stopped run (cancelled), a dead-lettered message
+	// (failed).
+	ModeSettle
+	// ModeUnstarted settles only the items never reserved in the run: a
+	// message the queue refused, a dead-lettered fan-out chunk.
+	ModeUnstarted
+)
+
+// Step is what a delivery does with one item (Plan).
+type Step int
+
+const (
+	// StepNone: terminal in this run already, or left to its own message.
+	StepNone Step = iota
+	// StepCount: answered from an earlier run's outcome (succeeded, or
+	// quarantined and not released); counted once toward this run.
+	StepCount
+	// StepRun: reserved; its pipeline runs under attempt + 1.
+	StepRun
+	// StepSettle: settled without running (Settled).
+	StepSettle
+	// StepHeld: in flight in this run under another delivery's live
+	// lease; its holder ends it.
+	StepHeld
+)
+
+// Plan decides what a delivery of run `run` in mode does with an item
+// whose state is s; rev is the run's revision (Batch.RunRevision: 0 for a
+// run of the whole manifest, n ≥ 2 for a correction run); live reports
+// that s's lease (the item row's, or its pack row's) has not ended.
+// interrupted reports a StepRun item in flight in this run without a
+// scheduled retry: its last attempt's outcome is unknown (a crash or a
+// timeout).
+//
+// An item is fresh to the run when it has no state, or an earlier run
+// left it failed, cancelled, in flight (interrupted) or quarantined and
+// released — in a correction run, when an earlier run left it marked with
+// the run's revision, and only then. DynamoDB's conditions spell the same
+// rules: Store.Reserve takes exactly the items Plan gives StepRun in
+// ModeRun, Store.Settle the items it gives StepSettle in ModeSettle,
+// Store.SettleUnstarted those it gives StepSettle in ModeUnstarted.
+func Plan(s ItemState, run, rev int, mode Mode, live bool) (step Step, interrupted bool) {
+	o := s.Outcome
+	fresh := o == "" || s.Run < run && (o == api.OutcomeFailed || o == api.OutcomeCancelled || o == api.OutcomeInFlight || o == api.OutcomeQuarantined && s.Released)
+	kept := s.Run < run && (o == api.OutcomeSucceeded || o == api.OutcomeQuarantined && !s.Released)
+	if rev >= 2 {
+		marked := s.Run < run && s.Revision == rev
+		fresh = o == "" || marked
+		kept = s.Run < run && !marked && o.Terminal()
+	}
+	inFlight := s.Run == run && o == api.OutcomeInFlight
+	switch {
+	case mode == ModeUnstarted && fresh:
+		return StepSettle, false
+	case mode == ModeUnstarted:
+		return StepNone, false
+	case fresh && mode == ModeSettle:
+		return StepSettle, false
+	case fresh:
+		return StepRun, false
+	case inFlight && live:
+		return StepHeld, false
+	case inFlight && mode == ModeSettle:
+		return StepSettle, false
+	case inFlight:
+		return StepRun, !s.Retry
+	case kept && s.CountedRun != run:
+		return StepCount, false
+	}
+	return StepNone, false
+}
+
+// Start is s reserved for an attempt in run at now (Plan gave StepRun):
+// in flight, attempt + 1, no scheduled retry. An item new to the run
+// starts its run's attempts there and drops the earlier run's ending.
+func Start(s ItemState, run int, now time.Time) ItemState {
+	n := s
+	n.Attempt = s.Attempt + 1
+	if s.Run != run || s.Outcome != api.OutcomeInFlight {
+		n.FirstAttempt = n.Attempt
+		n.Output, n.OutputRef, n.Error, n.Reason, n.Cost, n.Released = nil, "", "", "", nil, false
+		n.ThrottledSince = time.Time{}
+	}
+	n.Run, n.Outcome, n.Retry, n.UpdatedAt = run, api.OutcomeInFlight, false, now
+	return n
+}
+
+// Settled is s settled in run with outcome o without running (Plan gave
+// StepSettle): an item new to the run makes no attempt in it; one in
+// flight in it keeps its attempts.
+func Settled(s ItemState, run int, o api.Outcome, reason api.Reason, text string, now time.Time) ItemState {
+	n := s
+	if s.Run != run || s.Outcome != api.OutcomeInFlight {
+		n.FirstAttempt = s.Attempt + 1 // no attempt in this run
+	}
+	n.Run, n.Outcome, n.Reason, n.Error = run, o, reason, pipeline.CutText(text, pipeline.MaxErrorTextBytes)
+	n.Output, n.OutputRef, n.Cost, n.Released, n.Retry, n.UpdatedAt = nil, "", nil, false, false, now
+	n.ThrottledSince = time.Time{}
+	return n
+}
+
+// RunAttempts is the attempts of the item's run: Attempt − FirstAttempt + 1.
+func (s ItemState) RunAttempts() int { return s.Attempt - max(s.FirstAttempt, 1) + 1 }
+
+// Attempt is what Conclude decides from: one reserved attempt of an item,
+// before its pipeline runs (Ran false) and after (Ran true).
+type Attempt struct {
+	Number      int // the item's attempt (its fence: counts across runs)
+	RunAttempts int // attempts of the run, this one included
+	MaxAttempts int // the batch's max attempts
+	// Interrupted: the run's previous attempt ended without an outcome or
+	// a scheduled retry (its lease ran out): its effect is unknown.
+	Interrupted bool
+	OnInterrupt api.InterruptPolicy
+	// Refusal is why the attempt cannot run at all (a secret reference that
+	// does not resolve, a pipeline this function does not register): the
+	// item fails permanently without running.
+	Refusal error
+	Ran     bool
+	// Err is what ended the attempt once it ran: the pipeline's error, or
+	// the error of storing its output or committing its staged writes;
+	// nil: succeeded.
+	Err error
+	// CutOff: the pipeline returned Err after its context ended at the
+	// invocation's deadline margin or the lease's end, so the call's
+	// outcome is unknown (an interruption).
+	CutOff bool
+	// Retry is the batch's retry policy: the wait before the next attempt
+	// is RetryDelay(Retry, RunAttempts).
+	Retry api.RetryPolicy
+	// ThrottledSince is when the item's current streak of throttled
+	// attempts began (its first throttled attempt since its last counted
+	// one); zero when its last attempt was not throttled.
+	ThrottledSince time.Time
+	// Paused: the attempt is the probe of a paused batch (see Pause): a
+	// transient failure schedules a retry after PauseWait that does not
+	// count as an attempt.
+	Paused    bool
+	PauseWait time.Duration
+	// Now is when the attempt ended.
+	Now time.Time
+}
+
+// Ending is how an attempt ends: a terminal Outcome, or OutcomeInFlight
+// with a retry scheduled after Wait. The zero Ending (Outcome "") means
+// nothing is decided yet: the attempt may run.
+type Ending struct {
+	Outcome api.Outcome
+	Reason  api.Reason
+	Error   string // cut to pipeline.MaxErrorTextBytes
+	Wait    time.Duration
+	// Throttled: a retry of an attempt that a service called on the
+	// item's behalf refused for its rate or capacity; the attempt does not
+	// count toward max attempts (Ended moves FirstAttempt past it), and
+	// ThrottledSince is when the streak began.
+	Throttled      bool
+	ThrottledSince time.Time
+	// Paused: a retry of a paused batch's probe, which does not count as
+	// an attempt either (Ended moves FirstAttempt past it).
+	Paused bool
+	// Class is the failure class (FailureClass) of an ending by a
+	// transient error: a retry (not a throttled one), or a failure at max
+	// attempts; "" for any other ending. The pause counts them.
+	Class string
+}
+
+// Retry reports an ending that schedules another attempt.
+func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
+
+// Conclude decides how attempt a ends. Before the pipeline runs (a.Ran
+// false) it ends an attempt that must not run: an interrupted attempt of
+// a batch that quarantines interruptions, an attempt past max attempts
+// (a takeover after the last one was interrupted), a refusal; otherwise
+// it returns the zero Ending. After it ran: succeeded without an error;
+// failed for a permanent error, quarantined for a quarantine; a transient
+// error cut off at the deadline is an interruption (quarantined where the
+// batch says so); a throttled call (pipeline.ThrottleOf: Lambda's 429, an
+// HTTP 429 or 503, Secrets Manager's or SSM's ThrottlingException)
+// schedules a retry that does not count as an attempt, after
+// ThrottleDelay, while the streak of such attempts is shorter than
+// pipeline.MaxThrottleWait (past it, the attempt counts as any transient
+// error); a transient error at max attempts fails (max_attempts); any
+// other transient error schedules a retry after a.Retry's delay, or the
+// pipeline's longer Retry-After.
+//
+// A paused batch's probe (a.Paused) that fails transiently schedules a
+// retry after a.PauseWait that does not count as an attempt either. A
+// transient ending carries its failure class (FailureClass).
+//
+// The retry policy and the pause enter only here (MaxAttempts, Retry,
+// Paused).
+func Conclude(a Attempt) Ending {
+	end := func(o api.Outcome, r api.Reason, text string) Ending {
+		return Ending{Outcome: o, Reason: r, Error: pipeline.CutText(text, pipeline.MaxErrorTextBytes)}
+	}
+	switch {
+	case a.Interrupted && a.OnInterrupt == api.InterruptQuarantine:
+		return end(api.OutcomeQuarantined, api.ReasonInterrupted, fmt.Sprintf("attempt %d was interrupted (lease expired, outcome unknown); the batch quarantines interrupted items", a.Number-1))
+	case a.RunAttempts > a.MaxAttempts:
+		return end(api.OutcomeFailed, api.ReasonMaxAttempts, fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", a.RunAttempts, a.MaxAttempts))
+	case a.Refusal != nil:
+		return end(api.OutcomeFailed, api.ReasonPermanent, pipeline.ErrorText(a.Refusal))
+	case !a.Ran:
+		return Ending{}
+	case a.Err == nil:
+		return Ending{Outcome: api.OutcomeSucceeded}
+	}
+	err := a.Err
+	if a.CutOff && pipeline.Classify(err) == pipeline.ClassTransient {
+		err = &interruptedError{err: err}
+	}
+	text := pipeline.ErrorText(err)
+	switch pipeline.Classify(err) {
+	case pipeline.ClassPermanent:
+		return end(api.OutcomeFailed, api.ReasonPermanent, text)
+	case pipeline.ClassQuarantine:
+		return end(api.OutcomeQuarantined, api.ReasonQuarantine, text)
+	}
+	var interrupted *interruptedError
+	if errors.As(err, &interrupted) && a.OnInterrupt == api.InterruptQuarantine {
+		// An interruption, not a transient error: the receiver may have
+		// acted. The batch's policy sets the item aside.
+		return end(api.OutcomeQuarantined, api.ReasonInterrupted, text)
+	}
+	e := conclude(a, err, text)
+	if !e.Throttled {
+		// A throttling within its bound is the service's rate, not an
+		// outage: it neither pauses a batch nor ends a streak.
+		e.Class = FailureClass(err)
+	}
+	return e
+}
+
+// conclude is Conclude for an attempt that failed transiently (err, its
+// text): a paused batch's probe, a throttling, max attempts, a retry.
+func conclude(a Attempt, err error, text string) Ending {
+	end := func(o api.Outcome, r api.Reason, text string) Ending {
+		return Ending{Outcome: o, Reason: r, Error: pipeline.CutText(text, pipeline.MaxErrorTextBytes)}
+	}
+	if a.Paused {
+		e := end(api.OutcomeInFlight, "", text)
+		e.Paused, e.Wait = true, a.PauseWait
+		return e
+	}
+	if t, ok := pipeline.ThrottleOf(err); ok && !a.CutOff {
+		since := a.ThrottledSince
+		if since.IsZero() || since.After(a.Now) {
+			since = a.Now
+		}
+		if waited := a.Now.Sub(since); waited < pipeline.MaxThrottleWait {
+			e := end(api.OutcomeInFlight, "", text)
+			e.Throttled, e.ThrottledSince = true, since
+			e.Wait = ThrottleDelay(waited, t.Delay)
+			return e
+		}
+		text = fmt.Sprintf("throttled for %s, past pipeline.MaxThrottleWait (%s), so this attempt counts: %s",
+			a.Now.Sub(since).Round(time.Second), pipeline.MaxThrottleWait, text)
+	}
+	if a.RunAttempts >= a.MaxAttempts {
+		return end(api.OutcomeFailed, api.ReasonMaxAttempts, fmt.Sprintf("attempt %d of %d: %s", a.RunAttempts, a.MaxAttempts, text))
+	}
+	e := end(api.OutcomeInFlight, "", text)
+	e.Wait = RetryDelay(a.Retry, a.RunAttempts)
+	if ra, ok := pipeline.RetryDelay(err); ok && ra > e.Wait {
+		e.Wait = ra
+	}
+	return e
+}
+
+// The waits of throttled attempts (Conclude), which count no attempt.
+const (
+	// MinThrottleDelay is the first wait of a streak: 1 second.
+	MinThrottleDelay = time.Second
+	// MaxThrottleDelay caps one wait: 2 minutes.
+	MaxThrottleDelay = 2 * time.Minute
+)
+
+// ThrottleDelay is the wait before the next attempt of an item throttled
+// for waited so far in its streak: as long as it has waited (so the waits
+// double: 1, 2, 4 … s), within MinThrottleDelay–MaxThrottleDelay, the
+// service's own ask (Retry-After) when longer, and never past the end of
+// pipeline.MaxThrottleWait (at least MinThrottleDelay). A jitter of up to
+// +50 % spreads the items a service throttled together.
+func ThrottleDelay(waited, asked time.Duration) time.Duration {
+	d := min(max(waited, MinThrottleDelay), MaxThrottleDelay)
+	d += time.Duration(rand.Float64() * 0.5 * float64(d))
+	d = max(d, asked)
+	return max(min(d, pipeline.MaxThrottleWait-waited), MinThrottleDelay)
+}
+
+// Ended is s (in flight under attempt a) once its attempt ended with e at
+// now: its outcome, reason and error, with Output and OutputRef for a
+// success, a scheduled retry for a transient failure.
+//
+// A throttled ending moves FirstAttempt one past the attempt, so that
+// RunAttempts no longer counts it: the attempt stays the fence (it never
+// goes back), and max attempts counts only the attempts that were not
+// throttled.
+func Ended(s ItemState, e Ending, now time.Time) ItemState {
+	n := s
+	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
+	n.Retry = e.Retry()
+	n.ThrottledSince = time.Time{}
+	if e.Throttled || e.Paused {
+		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
+		n.ThrottledSince = e.ThrottledSince
+	}
+	if e.Outcome != api.OutcomeSucceeded {
+		n.Output, n.OutputRef = nil, ""
+	}
+	return n
+}
+
+// interruptedError is a transient pipeline error returned after the
+// pipeline's context was cut off at the invocation's deadline margin or
+// the lease's end: the call's outcome is unknown (an interruption).
+type interruptedError struct{ err error }
+
+func (e *interruptedError) Error() string {
+	return "interrupted at the invocation's deadline (outcome unknown): " + e.err.Error()
+}
+
+func (e *interruptedError) Unwrap() error { return e.err }
+
+// FailureQuantum is the step in which lane writes add failures to the run
+// row for the early stop (Worker.count): the failures threshold t
+// tolerates of n items over 8 × lanes, at least 1. The run row then
+// lags the failures counted by at most lanes × (quantum − 1), an eighth
+// of what is tolerated, and gets at most 8 × lanes such writes before
+// the failures pass the threshold.
+func FailureQuantum(t api.Threshold, n int64, lanes int) int64 {
+	return max(1, t.Tolerated(n)/int64(8*max(1, lanes)))
+}
+
+// RetryPolicyOf is b's retry policy: the one stored on its row, else def
+// (rows written before policies existed carry none).
+func RetryPolicyOf(b Batch, def api.RetryPolicy) api.RetryPolicy {
+	if b.Retry != nil {
+		return *b.Retry
+	}
+	return def
+}

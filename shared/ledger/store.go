@@ -1,0 +1,687 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// Store is the durable state of batches and items. The DynamoDB adapter
+// (internal/dynamo) and the in-memory store (integration/testbed/ledgertest)
+// implement it; both pass the conformance suite ledgertest.Run,
+// run against the emulator for the adapter. All methods are safe for concurrent use; conditional writes
+// report a lost condition as an error wrapping ErrConflict.
+type Store interface {
+	// CreateBatch puts b's row (and its running marker) only if no batch has
+	// b.ID. If one exists it returns the stored batch and ErrBatchExists.
+	CreateBatch(ctx context.Context, b Batch) (Batch, error)
+	// BeginSubmit counts one more background read of a submitting batch
+	// (submit_attempts + 1) and records when it must have ended; it
+	// returns the updated batch, or ErrConflict when the batch is no longer
+	// submitting.
+	BeginSubmit(ctx context.Context, id string, deadline time.Time) (Batch, error)
+	// Freeze writes the manifest fields of b (digest, manifest key, bytes,
+	// item count, shards, run start) and moves it from submitting to
+	// running, only if it is still submitting; else ErrConflict.
+	Freeze(ctx context.Context, b Batch) error
+	// Refuse moves a submitting batch to refused with r, removes its
+	// running marker and writes its retention marker (expiresAt), only if
+	// it is still submitting; else ErrConflict.
+	Refuse(ctx context.Context, id string, r api.SubmitRefusal, now, expiresAt time.Time) error
+	// GetBatch returns the batch row, or ErrNotFound.
+	GetBatch(ctx context.Context, id string) (Batch, error)
+	// SetFannedOut records that every fan-out chunk message of run was sent.
+	// Idempotent.
+	SetFannedOut(ctx context.Context, id string, run int) error
+	// Reserve binds a new attempt and a lease to an item before its pipeline
+	// runs. It succeeds when the item has no row, when its row is failed,
+	// cancelled or still in flight (interrupted) in an earlier run, or
+	// quarantined in an earlier run and released, or when it is in flight
+	// in this run with an expired lease (a takeover: attempt + 1, same run
+	// id). It returns the row as written. Otherwise it returns the stored
+	// row and ErrConflict.
+	Reserve(ctx context.Context, r Reservation) (Item, error)
+	// Record writes an item's terminal outcome, only if the item is still in
+	// flight in r.Run under r.Attempt (the fence); else ErrConflict, except
+	// when the row already holds this very outcome (run, attempt, outcome,
+	// reason and error): the same write sent again after its answer was
+	// lost, which returns nil.
+	Record(ctx context.Context, r Record) error
+	// Release ends an attempt's lease without an outcome (a transient error
+	// whose retry is scheduled), only under the same fence as Record.
+	Release(ctx context.Context, r Record) error
+	// Settle writes a terminal outcome for an item that did not run in this
+	// run (dead-lettered, cancelled): only where Reserve would take it (no
+	// row; failed, cancelled, in flight or released quarantined in an
+	// earlier run; in flight in this run with an expired lease). Else it
+	// returns the stored row and ErrConflict.
+	Settle(ctx context.Context, r Record) (Item, error)
+	// SettleUnstarted is Settle only for an item not reserved in r.Run: no
+	// row, or a failed or cancelled (or released quarantined) row of an
+	// earlier run. An item reserved in this run has its own message (in
+	// flight, or waiting for a scheduled retry) and is left to it: else the
+	// stored row and ErrConflict.
+	SettleUnstarted(ctx context.Context, r Record) (Item, error)
+	// CountChunk adds one message batch's terminal items (and the failures
+	// among them) to the counter of their fan-out chunk, and reports
+	// whether that write brought the chunk to its item count and the run
+	// to its last chunk, without reading any counter. Counters may lag or
+	// be lost (the finalize tick is the backstop); item rows decide.
+	CountChunk(ctx context.Context, c ChunkCount) (ChunkCounted, error)
+	// CountLane adds terminal items of a run to counter lane c.Lane
+	// (COUNT#{id}#{run}#{lane}, LANE) only if they fit its target (done +
+	// c.Done() ≤ c.Target), and returns the lane's done and failures after
+	// the write, without reading. When they do not fit it returns the room
+	// left (c.Target − done) and ErrConflict. A write sent again after its
+	// answer was lost is recognised as its own (c.Token) and answered from
+	// the row; when that cannot be told — another write came in between —
+	// it returns ErrCountUnknown: the items may or may not be counted.
+	CountLane(ctx context.Context, c LaneCount) (LaneCounted, error)
+	// CountRun adds c's completed lanes and failures to the run row
+	// (COUNT#{id}#{run}, RUN) and returns its totals, without reading; a
+	// write sent again after its answer was lost is recognised as
+	// CountLane's is (ErrCountUnknown when it cannot be told).
+	CountRun(ctx context.Context, c RunCount) (RunCounted, error)
+	// CountWaits adds c's items waiting for a retry, by the minute their
+	// retry is due, and its interrupted attempts to the run's wait
+	// counter in counter partition c.Lane (COUNT#{id}#{run}#{lane}, WAIT),
+	// without reading; a write sent again after its answer was lost is
+	// recognised as CountLane's (ErrCountUnknown when it cannot be told).
+	// The live view's counts (Progress.Waiting, NextRetry, Interrupted);
+	// nothing decides on them.
+	CountWaits(ctx context.Context, c WaitCount) error
+	// CountFanned records that the fan-out chunk c.First of c.Run sent its
+	// c.Items item messages, once per chunk whatever the repeats
+	// (COUNT#{id}#{run}#{lane}, FAN: the chunks' items added under the
+	// condition that the chunk is not among those counted).
+	CountFanned(ctx context.Context, c FanCount) error
+	// Progress sums the run's chunk counters, reading its counter
+	// partitions 0..shards-1 (Batch.CounterShards): O(shards) reads
+	// whatever the batch's size.
+	Progress(ctx context.Context, batchID string, run, shards int) (Progress, error)
+	// ScanItems calls fn for every item row of the batch in key byte order,
+	// merging its listShards item partitions (Batch.ListShards). fn's
+	// error stops the scan and is returned.
+	ScanItems(ctx context.Context, batchID string, listShards int, fn func(Item) error) error
+	// ScanShard returns up to limit item rows of item shard `shard` (0 ..
+	// listShards-1) whose keys sort after `after` ("" from the first), in
+	// key byte order, and whether the shard may hold more past the last
+	// one. Rows read as in flight or released are read again consistently.
+	// Finalize merges the shards with it in bounded memory (MergeShards).
+	ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
+	// FinishRun moves the batch from running to f.Status, only if its
+	// current run is run and it is still running; else ErrConflict. It also
+	// removes the running marker, writes the retention marker, and lists
+	// the batch in Unpublished until SetPublished.
+	FinishRun(ctx context.Context, id string, run int, f Finish) error
+	// FinalizeFailed counts one failed finalize of f.Run (only if the batch
+	// is running that run; else ErrConflict) with its reason, and once
+	// f.Limit failures were counted moves the batch to
+	// StatusFinalizeFailed with Failure set to the reason, FinishedAt, its
+	// retention (f.ExpiresAt) and needs_attention, removing the running
+	// marker and writing the retention marker (no report, no event). It
+	// reports whether it did.
+	FinalizeFailed(ctx context.Context, f FinalizeFailure) (bool, error)
+	// RunningBatches lists the ids of running batches.
+	RunningBatches(ctx context.Context) ([]string, error)
+	// ListBatches returns at most q.Limit batches newest first (CreatedAt,
+	// then id, descending) that pass q's filters and are not expired at
+	// q.Now, and the position to continue from ("" at the end). It may
+	// return fewer than q.Limit, even none, with a position (it reads a
+	// bounded share per call). Only the fields of BatchSummary are set. A
+	// malformed q.Before is an *InputError naming "cursor".
+	ListBatches(ctx context.Context, q BatchQuery) ([]Batch, string, error)
+	// Stop marks m.Run as stopping with m.Status (StatusCancelled or
+	// StatusThresholdExceeded), its detail and counts, only if it is
+	// running and not stopping yet; else ErrConflict.
+	Stop(ctx context.Context, m StopMark) error
+	// Pause writes m's pause on the batch row (Batch.Pause, Since m.Now,
+	// no probe yet; Pauses + 1) only if the batch is running run m.Run, is
+	// not stopping and is not paused — or, for m.By PauseByCaller, is
+	// paused by an outage (a caller's pause replaces it); else
+	// ErrConflict.
+	Pause(ctx context.Context, m PauseMark) error
+	// Unpause removes the batch's pause only if it is at run m.Run and
+	// paused — by an outage that began at m.Since, for m.By
+	// PauseByOutage; else ErrConflict.
+	Unpause(ctx context.Context, m UnpauseMark) error
+	// ClaimProbe records probe c.Probe of the outage pause that began at
+	// c.Since only if the batch is still so paused and no probe of that
+	// number or later was claimed; else ErrConflict. One delivery per
+	// check wins.
+	ClaimProbe(ctx context.Context, c ProbeClaim) error
+	// StartRun starts run from+1 of a finished batch (status running,
+	// not fanned out, no stop, no run revision) and returns the batch;
+	// ErrConflict when the batch is not at run from or is still running.
+	StartRun(ctx context.Context, id string, from int, now time.Time) (Batch, error)
+	// StartCorrection is StartRun for a correction: it also appends rev to
+	// the batch's revisions and makes it the run's (RunRevision), rev.Run
+	// being from+1. ErrConflict as StartRun.
+	StartCorrection(ctx context.Context, id string, from int, rev api.Revision, now time.Time) (Batch, error)
+	// MarkRevision gives the items of marks revision rev's input for run
+	// b.Run (a correction run, started): each item row or pack entry gets
+	// Revision rev, only if an earlier run left it failed, quarantined or
+	// cancelled, or it has rev already (idempotent). Else the error wraps
+	// ErrConflict, naming the key; the marks made stay (a repeat makes
+	// them again).
+	MarkRevision(ctx context.Context, b Batch, rev int, marks []RevisionMark) error
+	// ReadItems reads the item rows of keys (one item per message; a key
+	// without a row is left out), strongly consistent, in any order.
+	ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]Item, error)
+	// ReleaseItem marks a quarantined item released for the next run;
+	// ErrNotFound without a row, ErrConflict when it is not quarantined.
+	// listShards is the batch's Batch.ListShards (where its row lives).
+	ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error
+	// ListItems pages the items of outcome (failed, quarantined, in_flight)
+	// in key byte order after the key after; it returns the key to continue
+	// after, or "" at the end.
+	ListItems(ctx context.Context, batchID string, listShards int, outcome api.Outcome, after string, limit int) ([]Item, string, error)
+	// MarkCounted records that an item answered from an earlier run's row
+	// (succeeded, or quarantined and not released) was counted in run; it
+	// returns false when it already was (a duplicate delivery). It never
+	// writes the item row (whose output would be billed again). now
+	// stamps the mark (its row TTL).
+	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error)
+	// MarkForgetting flags a finished batch as being forgotten, so that no
+	// run can start while its state is deleted; ErrConflict while a run is
+	// going. Idempotent.
+	MarkForgetting(ctx context.Context, id string) error
+	// DeleteBatch removes every row of the batch: its items, counters,
+	// concurrency slots and running marker, then the batch row, and its retention markers last,
+	// only once everything else is gone (rows a delete left unprocessed are
+	// retried; if some stay, the error says so and the markers remain).
+	DeleteBatch(ctx context.Context, b Batch) error
+	// KeepRows sets the TTL (config.AttrExpiresAt, epoch seconds) of the
+	// batch's item rows named by keys, and of its counter rows of every
+	// run, to until where it is earlier or unset; rows that no longer
+	// exist are not created. Idempotent.
+	KeepRows(ctx context.Context, b Batch, keys []string, until time.Time) error
+	// AcquireSlot takes concurrency slot `slot` of the batch for holder
+	// until now+lease, only if the slot is free or its lease has ended;
+	// else ErrConflict. Each slot is its own row (its own partition key).
+	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
+	// FreeSlot frees the slot only if holder still holds it; a slot taken
+	// over by another holder (or gone) is left alone, without error.
+	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
+	// Unpublished lists the finished runs whose completion event is not
+	// yet marked published, oldest first within a batch.
+	Unpublished(ctx context.Context) ([]RunRef, error)
+	// SetPublished marks run's completion event published on the batch row
+	// (Batch.Published while the batch is at run), then drops the run from
+	// Unpublished. A batch that no longer exists only loses the entry.
+	// Idempotent.
+	SetPublished(ctx context.Context, id string, run int) error
+	// ExpiredMarkers returns up to limit retention markers that expired at
+	// or before now, oldest first.
+	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]RetentionMarker, error)
+	// DeleteMarker deletes the retention marker with the given key.
+	DeleteMarker(ctx context.Context, markerKey string) error
+	// ClaimUpload stores claim c of an upload's content (one row per
+	// content, TTL a day past c.Until) and returns it, only if no claim of
+	// c.Content stands: none, one whose Until is not after c.ClaimedAt,
+	// or one of the same c.Source — or force. Otherwise it returns the
+	// standing claim and ErrConflict, writing nothing. See
+	// Submitter.ClaimUpload.
+	ClaimUpload(ctx context.Context, c api.UploadClaim, force bool) (api.UploadClaim, error)
+
+	// The pack rows of a batch with items_per_message > 1 (see Pack).
+	// ListItems lists their failed and quarantined items with the item
+	// rows' (from their attention entries), ReleaseItem releases a
+	// quarantined item of a pack, DeleteBatch deletes them.
+
+	// GetPack reads a pack row with a strongly consistent read, or
+	// ErrNotFound.
+	GetPack(ctx context.Context, ref PackRef) (Pack, error)
+	// WritePack takes a pack or writes it under its fence (see PackWrite);
+	// ErrConflict when the condition does not hold.
+	WritePack(ctx context.Context, w PackWrite) error
+	// ScanPacks is ScanShard for pack rows: up to about limit items of the
+	// packs of item shard `shard` whose position (Item.Pos) sorts after
+	// `after` ("" from the first), in position order, never-reserved items
+	// left out, and whether the shard may hold more. A pack read with an
+	// item in flight or released is read again consistently.
+	ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
+	// ListPackItems pages the in-flight items of the batch's pack rows in
+	// key byte order after the key after; it returns the key to continue
+	// after, or "" at the end. It reads the packs whose last write left
+	// items in flight (PackWrite.InFlight), not the others.
+	ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]Item, string, error)
+	// KeepPacks is KeepRows for the pack rows starting at firsts and the
+	// attention entries of the pack items named by attention.
+	KeepPacks(ctx context.Context, b Batch, firsts []int64, attention []string, until time.Time) error
+}
+
+// RunRef names one run of a batch.
+type RunRef struct {
+	BatchID string
+	Run     int
+}
+
+// RetentionMarker says when a finished batch's retention ends. Key is the
+// stored sort key ("{expires_at_ms:020}#{batch id}"); Malformed is set when
+// it does not parse (BatchID and ExpiresAt are then empty).
+type RetentionMarker struct {
+	Key       string
+	BatchID   string
+	ExpiresAt time.Time
+	Malformed bool
+}
+
+// Reservation asks Store.Reserve for an item.
+type Reservation struct {
+	BatchID string
+	Key     string
+	RunID   string
+	Run     int
+	// Revision is the run's revision (Batch.RunRevision): ≥ 2 for a
+	// correction run, whose fresh items are those marked with it (Plan).
+	Revision   int
+	ListShards int // Batch.ListShards: which partition holds the row
+	Now        time.Time
+	Lease      time.Duration
+	// Redelivered says the message was received before, so the row is most
+	// likely in flight in this run (a scheduled retry, a takeover): a store
+	// that decides by conditional writes tries the takeover's condition
+	// first, which then holds, instead of the new run's, which then fails
+	// (and is billed). Either order takes the same rows.
+	Redelivered bool
+}
+
+// Record is an outcome to write (Record, Settle) or a lease to release
+// (Release).
+type Record struct {
+	BatchID    string
+	Key        string
+	RunID      string
+	Run        int
+	Revision   int // the run's revision (Batch.RunRevision; Settle, SettleUnstarted: see Reservation)
+	ListShards int
+	Attempt    int // the fence (Record, Release); ignored by Settle
+	Outcome    api.Outcome
+	Output     json.RawMessage
+	OutputRef  string
+	Error      string
+	Reason     api.Reason
+	Cost       pipeline.Cost // the attempt's own cost (Record, Settle)
+	// Spent is what every attempt of Run has spent, this one included
+	// (Record, Release); stored with the run number when not empty.
+	Spent pipeline.Cost
+	// FirstAttempt and ThrottledSince (Release) are the item's first
+	// counted attempt of the run and the start of its streak of throttled
+	// attempts, written as given: a throttled attempt moves FirstAttempt
+	// past itself (ledger.Ended), so it does not count toward max attempts;
+	// a zero ThrottledSince ends a streak. FirstAttempt 0 leaves the
+	// stored one.
+	FirstAttempt   int
+	ThrottledSince time.Time
+	// Effects are the writes the pipeline staged during this attempt
+	// (shared/pipeline/effects), committed by Record in one transaction
+	// with a succeeded outcome, under the same fence; nil or Len 0 for
+	// none. Record refuses them with an *EffectsError.
+	Effects StagedEffects
+	Now     time.Time
+}
+
+// StagedEffects is what one attempt staged. Its concrete type belongs to
+// the Store that commits it (internal/dynamo takes effects.Writes), so this
+// package links no storage SDK.
+type StagedEffects interface{ Len() int }
+
+// ChunkCount is one counter write of Store.CountChunk.
+type ChunkCount struct {
+	BatchID string
+	Run     int
+	// First and Items name the fan-out chunk (Chunk.FirstIndex,
+	// Chunk.Count): its counter is complete at Items.
+	First, Items int64
+	Chunks       int // the run's chunks (Batch.Chunks); 0: completion is left to the tick
+	Shards       int // Batch.CounterShards
+	// Outcomes counts the terminal items by outcome; their sum is what
+	// the chunk's counter grows by.
+	Outcomes map[api.Outcome]int64
+	Failures int64 // failed and quarantined among them
+	// RunFailures also adds Failures to the run's failure total and
+	// returns it (for the early stop on a threshold); without it the run
+	// row is written only when the chunk completes.
+	RunFailures bool
+	// Cost and Spent are what the counted items cost, summed per name as
+	// the census sums them (Census.Cost: the attempt that ended each item;
+	// Census.RunSpent: every attempt of this run of the items that ran in
+	// it). Added to the chunk's counter, so that a running batch shows its
+	// cost so far (Progress). Empty for none.
+	Cost, Spent pipeline.CostSum
+	Now         time.Time
+}
+
+// Done is the number of items c counts.
+func (c ChunkCount) Done() int64 {
+	var n int64
+	for _, v := range c.Outcomes {
+		n += v
+	}
+	return n
+}
+
+// LaneCount is one write of Store.CountLane.
+type LaneCount struct {
+	BatchID string
+	Run     int
+	Lane    int   // 0 … Batch.CounterLanes−1
+	Target  int64 // LaneTarget of the lane
+	// Outcomes counts the terminal items by outcome; their sum is what
+	// the lane grows by.
+	Outcomes map[api.Outcome]int64
+	Failures int64 // failed and quarantined among them
+	// Cost and Spent are what the counted items cost and this run spent
+	// on them, summed per name (as ChunkCount's).
+	Cost, Spent pipeline.CostSum
+	// Answered says an item of the message batch ended other than by a
+	// transient failure (the downstream answered): every failure-class
+	// streak of the lane ends (is removed). Streaks adds, per slot
+	// (StreakSlot), the attempts that failed transiently when none was
+	// answered. See Pause.
+	Answered bool
+	Streaks  map[int]int64
+	// Token tells this write from every other (a random string): a write
+	// sent again after its answer was lost finds it on the row (the
+	// adapter keeps recent writes' tokens in slots).
+	Token string
+	Now   time.Time
+}
+
+// Done is the number of items c counts.
+func (c LaneCount) Done() int64 { return SumOutcomes(c.Outcomes) }
+
+// LaneCounted is the lane after one CountLane write.
+type LaneCounted struct {
+	Done, Failures int64 // the lane's totals after the write
+	Room           int64 // when the items did not fit (ErrConflict): Target − done
+	// Streaks holds the slots LaneCount.Streaks added to, after the write.
+	Streaks map[int]int64
+}
+
+// RunCount is one write of Store.CountRun.
+type RunCount struct {
+	BatchID   string
+	Run       int
+	LanesDone int64 // lanes this write completes (0 or 1)
+	Failures  int64 // failures pushed to the run's total (Worker.count)
+	Token     string
+	Now       time.Time
+}
+
+// WaitCount is one write of Store.CountWaits.
+type WaitCount struct {
+	BatchID string
+	Run     int
+	Lane    int // 0 … Batch.CounterShards−1
+	// Due counts the items whose retry was scheduled by the Unix minute
+	// (UTC) it is due, rounded up: an item waits until its minute begins.
+	Due         map[int64]int64
+	Interrupted int64 // attempts cut off or taken over (outcome unknown)
+	Token       string
+	Now         time.Time
+}
+
+// FanCount is one write of Store.CountFanned.
+type FanCount struct {
+	BatchID string
+	Run     int
+	Lane    int   // 0 … Batch.CounterShards−1
+	First   int64 // the chunk's first manifest index
+	Items   int64 // the chunk's items
+	Now     time.Time
+}
+
+// RunCounted is the run row after one CountRun write.
+type RunCounted struct {
+	LanesDone, Failures int64
+}
+
+// SumOutcomes is the sum of m's counts.
+func SumOutcomes(m map[api.Outcome]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// ChunkCounted is what one CountChunk write found.
+type ChunkCounted struct {
+	ChunkDone bool  // this write brought the chunk's counter to its item count
+	RunDone   bool  // ... and the run's chunks-done counter to Chunks
+	Failures  int64 // the run's failures counted so far (with RunFailures)
+}
+
+// StopMark is a run being stopped (Store.Stop): why, and how far the run
+// had got by its counters (Batch.StopRan, Batch.StopFailures).
+type StopMark struct {
+	BatchID  string
+	Run      int
+	Status   api.Status // StatusCancelled or StatusThresholdExceeded
+	Detail   string     // e.g. "251 failures of 5000 items > 5% tolerated"
+	Ran      int64      // items ended succeeded, failed or quarantined
+	Failures int64      // of them failed or quarantined
+}
+
+// Progress is the sum of a run's counter rows.
+type Progress struct {
+	Done      int64
+	Failures  int64
+	ByOutcome map[api.Outcome]int64 // Done by terminal outcome
+	// Cost and Spent sum the chunk counters' ChunkCount.Cost and Spent:
+	// the run's cost so far, as exact as the census's, for the items the
+	// counters have counted (a lost counter write loses its share; the
+	// report's census is exact).
+	Cost, Spent pipeline.CostSum
+	UpdatedAt   time.Time // latest update of any counter row; zero when none
+	Usage       api.Usage // what the run's message batches consumed, as far as attributed
+	// RetryDue counts the items whose retry was scheduled, by the Unix
+	// minute it is due (WaitCount.Due summed): those of minutes still to
+	// come are waiting (Waiting, NextRetry).
+	RetryDue map[int64]int64
+	// Interrupted counts the run's attempts whose outcome is unknown (cut
+	// off at the invocation's deadline or a lease's end, or taken over
+	// after their holder died).
+	Interrupted int64
+	// FannedOut counts the items of the chunks whose fan-out sent every
+	// item message (CountFanned); FanChunks how many chunks those are.
+	FannedOut int64
+	FanChunks int64
+}
+
+// Waiting is how many items wait for a retry due after now (counted by
+// the minute: an item due within the current minute no longer counts).
+func (p Progress) Waiting(now time.Time) int64 {
+	var n int64
+	for m, c := range p.RetryDue {
+		if m*60 > now.Unix() {
+			n += c
+		}
+	}
+	return max(0, n)
+}
+
+// NextRetry is the start of the first minute after now in which a
+// waiting item's retry is due; zero when none waits.
+func (p Progress) NextRetry(now time.Time) time.Time {
+	var next int64
+	for m, c := range p.RetryDue {
+		if c > 0 && m*60 > now.Unix() && (next == 0 || m < next) {
+			next = m
+		}
+	}
+	if next == 0 {
+		return time.Time{}
+	}
+	return time.Unix(next*60, 0).UTC()
+}
+
+// DueMinute is the Unix minute a retry due at t counts in (rounded up).
+func DueMinute(t time.Time) int64 { return (t.Unix() + 59) / 60 }
+
+// FinalizeFailure is what FinalizeFailed writes.
+type FinalizeFailure struct {
+	BatchID   string
+	Run       int
+	Reason    string // cut to pipeline.MaxErrorTextBytes
+	Limit     int    // failures after which the run is ended
+	Now       time.Time
+	ExpiresAt time.Time // the retention's end once ended
+}
+
+// Finish is what FinishRun writes.
+type Finish struct {
+	Status     api.Status
+	ReportKey  string
+	Census     api.Census
+	FinishedAt time.Time
+	ExpiresAt  time.Time // when the retention ends
+	// RowsExpireAt is the TTL given to the batch row (ExpiresAt +
+	// TTLGrace); zero for none.
+	RowsExpireAt time.Time
+}
+
+// Blobs stores the batch's objects in one S3 bucket and reads sources from
+// any bucket. The S3 adapter (internal/blob) implements it.
+type Blobs interface {
+	// Bucket is the name of the bucket the batches live in.
+	Bucket() string
+	// Create starts a streaming write (multipart upload) of key. Close
+	// completes it; Abort discards every part. Nothing is visible before Close.
+	Create(ctx context.Context, key, contentType string) (BlobWriter, error)
+	// Open reads bucket/key; a missing object is ErrNotFound.
+	Open(ctx context.Context, bucket, key string) (io.ReadCloser, error)
+	// HeadSource returns the size and ETag of bucket/key without reading
+	// it (S3 HeadObject, which s3:GetObject grants: S3 API reference,
+	// "HeadObject"); a missing object is ErrNotFound.
+	HeadSource(ctx context.Context, bucket, key string) (source.ObjectInfo, error)
+	// OpenMatch reads bucket/key only if its ETag is etag (S3 If-Match;
+	// "" reads whatever is there): another object under the key is
+	// ErrConflict, a missing one ErrNotFound.
+	OpenMatch(ctx context.Context, bucket, key, etag string) (io.ReadCloser, error)
+	// OpenRange reads length bytes at offset of key in the batches bucket.
+	OpenRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error)
+	// Put writes key whole (overwrites).
+	Put(ctx context.Context, key, contentType string, body []byte) error
+	// PutIfAbsent writes key only if no object has that key; else ErrConflict.
+	PutIfAbsent(ctx context.Context, key, contentType string, body []byte) error
+	// Get reads key whole; ErrNotFound when missing.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// Delete removes key; a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// List calls fn for every object under bucket/prefix, in key order,
+	// across every page.
+	List(ctx context.Context, bucket, prefix string, fn func(source.ObjectInfo) error) error
+	// DeletePrefix removes every object under prefix in the batches bucket
+	// and returns how many it removed.
+	DeletePrefix(ctx context.Context, prefix string) (int, error)
+	// StartParts begins a multipart upload of key whose parts may be
+	// written from several invocations, and returns its upload id.
+	StartParts(ctx context.Context, key, contentType string) (string, error)
+	// PutPart writes part n (1–10,000) of upload id; writing it again
+	// replaces it. Every part but the last holds at least 5 MiB.
+	PutPart(ctx context.Context, key, id string, n int, body []byte) error
+	// CompleteParts makes parts 1..n (size bytes in all) the object key.
+	// Idempotent: an upload already completed into size bytes is no error.
+	CompleteParts(ctx context.Context, key, id string, n int, size int64) error
+}
+
+// Events publishes a finished run's report (EventBridge adapter:
+// internal/event). Nil means no events.
+type Events interface {
+	Publish(ctx context.Context, r api.Report) error
+}
+
+// BlobWriter is a streaming object write.
+type BlobWriter interface {
+	io.Writer
+	// Close completes the object. After an error nothing is visible.
+	Close() error
+	// Abort discards what was written. Safe after Close (no-op).
+	Abort() error
+}
+
+// Queue sends messages to the items queue. The SQS adapter (internal/queue)
+// implements it.
+type Queue interface {
+	// Send delivers every body, in SendMessageBatch calls of at most 10
+	// entries and 256 KiB, re-sending only the entries that failed
+	// transiently. Bodies the queue refuses as the sender's fault are not
+	// retried: Send sends the others and returns a *RefusedError naming
+	// them. Bodies still unsent after the retries give an error wrapping
+	// ErrUnavailable.
+	Send(ctx context.Context, bodies [][]byte) error
+	// Requeue sends body as a new message, visible after delay (0–15 min):
+	// its receive count starts again from 0.
+	Requeue(ctx context.Context, body []byte, delay time.Duration) error
+	// Delay makes a received message visible again after d (0–12 h).
+	Delay(ctx context.Context, receiptHandle string, d time.Duration) error
+}
+
+// RefusedError is Queue.Send's report of bodies the queue refused as the
+// sender's fault (SQS SendMessageBatch's SenderFault): sending them again
+// cannot succeed. Every other body was sent.
+type RefusedError struct {
+	Refused []Refusal // in Index order
+}
+
+// Refusal is one refused body: its index in Send's bodies and the queue's
+// code and message.
+type Refusal struct {
+	Index   int
+	Code    string
+	Message string
+}
+
+func (e *RefusedError) Error() string {
+	if len(e.Refused) == 0 {
+		return "send: no message refused"
+	}
+	r := e.Refused[0]
+	return fmt.Sprintf("send: %d messages refused by the queue; first: message %d: %s: %s", len(e.Refused), r.Index, r.Code, r.Message)
+}
+
+// Trigger starts finalize for a run, asynchronously. Triggering twice is
+// harmless: finalize writes the report once per run.
+type Trigger interface {
+	Finalize(ctx context.Context, batchID string, run int) error
+}
+
+// Clock tells the time (UTC).
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().UTC().
+func (SystemClock) Now() time.Time { return time.Now().UTC() }
+
+// BatchQuery is what Store.ListBatches reads: batches newest first (by
+// CreatedAt, then id), at most Limit of them.
+type BatchQuery struct {
+	// Statuses keeps only batches in one of these statuses; empty keeps all.
+	Statuses []api.Status
+	// Since keeps only batches created at or after it; zero: no bound.
+	Since time.Time
+	// Source keeps only the batches whose source is this S3 object or
+	// prefix, as Batch.Source describes it ("s3://bucket/key",
+	// "s3://bucket/prefix/*"); "" keeps all. A store reads only that
+	// source's batches then (an index of their own), not the whole listing.
+	Source string
+	// Before continues a listing: the position a previous page ended at
+	// (its next position, as the store returned it); "" starts at the
+	// newest batch.
+	Before string
+	// Limit is the most batches of the page, ≥ 1.
+	Limit int
+	// Now decides expiry: a batch Expired at Now is never listed.
+	Now time.Time
+}

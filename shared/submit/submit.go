@@ -1,0 +1,546 @@
+package submit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bulkrun/bulkrun/internal/keyset"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// SubmitResult is what Submit returns: the batch, and whether this call
+// created it (false: an identical submit had, and this one is idempotent).
+type SubmitResult struct {
+	Batch   ledger.Batch `json:"batch"`
+	Created bool         `json:"created"`
+}
+
+// Submitter streams a source into a manifest, creates the batch row
+// conditionally and starts the fan-out. Safe for concurrent use.
+type Submitter struct {
+	Store     Store
+	Blobs     ledger.Blobs
+	Queue     ledger.Queue
+	Trigger   ledger.Trigger
+	Clock     ledger.Clock
+	Log       *slog.Logger
+	Pipelines []string // accepted pipeline names
+	// Registry, when set, lets submit check a batch's pipeline options with
+	// the pipeline's own rules (pipeline.OptionsValidator) before any item
+	// runs. Pipelines it does not hold are accepted by name only.
+	Registry    *pipeline.Registry
+	MaxAttempts int // default per item
+	// ItemTimeout is the item function's timeout (config.EnvItemTimeoutSeconds),
+	// for Warnings; 0: unknown.
+	ItemTimeout time.Duration
+	// Retry is the retry policy of a request that sets none (the stack's,
+	// config.EnvRetryPolicy); nil stores none, and the worker's default
+	// applies.
+	Retry *api.RetryPolicy
+	// ItemsPerMessage is the items per message of a request that sets
+	// none (0 or 1: one). The stack sets it from
+	// config.EnvItemsPerMessage.
+	ItemsPerMessage int
+	// SecretPrefixes are the ARNs (or ARN prefixes ending in "*") of the
+	// SSM parameters and Secrets Manager secrets a batch may reference
+	// (see SecretRef); the item function's role may read exactly these.
+	// Empty: no reference is accepted.
+	SecretPrefixes []string
+	// MaxReceiveCount is the items queue's redrive limit: a batch's
+	// max_attempts must stay below it, or a message would be dead-lettered
+	// while its item still has attempts left. 0: unchecked.
+	MaxReceiveCount int
+	ChunkItems      int // items per fan-out message; 0 = DefaultChunkItems
+	// ItemsPerSecond is the most items per second the stack's item
+	// function can finish (StackFlow of its event source's maximum
+	// concurrency and batch size); it sizes a batch's shards (ListShards,
+	// CounterShards). 0 means DefaultItemsPerSecond.
+	ItemsPerSecond int
+	TempDir        string // where duplicate-key detection spills; "" = OS temp dir
+	// Keys tunes duplicate-key detection (memory budget, fault injection);
+	// its Dir defaults to TempDir, its MemoryBytes to
+	// SubmitKeysMemoryBytes.
+	Keys keyset.Options
+	// TempLimitBytes is the size of the disk under TempDir (the submit
+	// function's ephemeral storage), named when it fills up; 0: unknown.
+	TempLimitBytes int64
+	// Parts, when set, reads a large JSON Lines or CSV object in parts, each its
+	// own invocation, at once (see PartsConfig); nil reads every source in
+	// one invocation.
+	Parts *PartsConfig
+	// Handoff starts the background read of a batch accepted by Accept;
+	// nil makes Accept read the source in the call, as Submit does.
+	Handoff Handoff
+	// MaxSubmitAttempts bounds the background reads of one batch's source
+	// before the tick refuses it; 0 means DefaultMaxSubmitAttempts.
+	MaxSubmitAttempts int
+	// Retention is how long a refused batch is kept; 0 means 30 days.
+	Retention time.Duration
+	// Sources limits the S3 objects and prefixes a source may name (see
+	// SourcePolicy); the zero value allows any.
+	Sources source.SourcePolicy
+	// UploadRepeatWindow is how long an upload's content is remembered:
+	// the same items for the same pipeline and options uploaded under
+	// another name within it are not run again (ClaimUpload). 0 remembers
+	// nothing. The stack sets it from config.EnvUploadRepeatDays.
+	UploadRepeatWindow time.Duration
+}
+
+// SubmitKeysMemoryBytes is the duplicate-key detector's buffer in a
+// submit (keyset.Options.MemoryBytes): 8 MiB. The buffer weighs about
+// 2.6 times its budget at submit's peak (its index is grown by copying,
+// and the Go heap reaches about twice what is live between collections):
+// a submit of 10^6 items of 1 KB with 110-byte keys peaks at ≈ 104 MiB
+// with it, ≈ 125 MiB at 16 MiB and ≈ 134 MiB at keyset's 32 MiB default,
+// in the same CPU time; spilling more runs costs ≈ 1 ms per 1,000 keys
+// (docs/design.md, "Measured").
+const SubmitKeysMemoryBytes = 8 << 20
+
+// Validate checks the request and names the field at fault (an *InputError).
+func (s *Submitter) Validate(req *api.SubmitRequest) error {
+	if req.BatchID != "" && !api.ValidBatchID(req.BatchID) {
+		return &api.InputError{Field: "batch_id", Reason: fmt.Sprintf("%q is not 1–128 bytes of [A-Za-z0-9_-]", api.Truncate(req.BatchID, 140))}
+	}
+	if req.Pipeline == "" {
+		return &api.InputError{Field: "pipeline", Reason: "required"}
+	}
+	if len(s.Pipelines) > 0 && !slices.Contains(s.Pipelines, req.Pipeline) {
+		return &api.InputError{Field: "pipeline", Reason: fmt.Sprintf("%q is not a registered pipeline (have %s); %s", req.Pipeline, strings.Join(s.Pipelines, ", "), api.RegisterPipelineHint)}
+	}
+	if err := req.Source.Validate(req.KeyField); err != nil {
+		return err
+	}
+	if err := s.Sources.CheckSource(req.Source); err != nil {
+		return err
+	}
+	if req.KeyField != "" && (len(req.KeyField) > 256) {
+		return &api.InputError{Field: "key_field", Reason: "longer than 256 bytes"}
+	}
+	if err := req.Threshold.Validate(); err != nil {
+		return err
+	}
+	if req.OnInterrupt != "" && req.OnInterrupt != api.InterruptRetry && req.OnInterrupt != api.InterruptQuarantine {
+		return &api.InputError{Field: "on_interrupt", Reason: fmt.Sprintf("%q: want retry or quarantine", req.OnInterrupt)}
+	}
+	if req.MaxAttempts < 0 || req.MaxAttempts > 100 {
+		return &api.InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not within 1–100", req.MaxAttempts)}
+	}
+	if req.MaxConcurrency < 0 || req.MaxConcurrency > api.MaxBatchConcurrency {
+		return &api.InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, api.MaxBatchConcurrency)}
+	}
+	if req.ItemsPerMessage < 0 || req.ItemsPerMessage > ledger.MaxItemsPerMessage {
+		return &api.InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.ItemsPerMessage, ledger.MaxItemsPerMessage)}
+	}
+	if req.Retry != nil {
+		if err := req.Retry.Validate(); err != nil {
+			return err
+		}
+	}
+	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
+		return &api.InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
+	}
+	size := 0
+	for k, v := range req.Headers {
+		if strings.HasPrefix(strings.ToLower(k), api.ReservedHeaderPrefix) {
+			return &api.InputError{Field: "headers." + k, Reason: fmt.Sprintf("the %q prefix is reserved", api.ReservedHeaderPrefix)}
+		}
+		if !headerNameRE.MatchString(k) {
+			return &api.InputError{Field: "headers." + k, Reason: "a header name is 1–256 token characters (RFC 9110 §5.1)"}
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return &api.InputError{Field: "headers." + k, Reason: "a header value may not hold CR, LF or NUL"}
+		}
+		size += len(k) + len(v)
+	}
+	if size > api.MaxHeaderBytes {
+		return &api.InputError{Field: "headers", Reason: fmt.Sprintf("%d bytes, more than %d", size, api.MaxHeaderBytes)}
+	}
+	if err := ledger.CheckSecretRefs(s.SecretPrefixes, req.Headers, req.Options); err != nil {
+		return err
+	}
+	if len(req.Options) > 0 {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(req.Options, &obj); err != nil && string(req.Options) != "null" {
+			return &api.InputError{Field: "pipeline_options", Reason: "want a JSON object", Err: err}
+		}
+	}
+	if s.Registry != nil {
+		if p, ok := s.Registry.Lookup(req.Pipeline); ok {
+			if v, ok := p.(pipeline.OptionsValidator); ok {
+				opts := req.Options
+				if len(opts) == 0 {
+					opts = json.RawMessage("{}")
+				}
+				if err := v.ValidateOptions(opts); err != nil {
+					if oe := (*pipeline.OptionError)(nil); errors.As(err, &oe) && oe.Option != "" {
+						return &api.InputError{Field: "pipeline_options." + oe.Option, Reason: fmt.Sprintf("refused by pipeline %q", req.Pipeline), Err: err}
+					}
+					return &api.InputError{Field: "pipeline_options", Reason: err.Error()}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,256}$")
+
+// sameSettings returns the first setting in which a repeated submit differs
+// from the stored batch ("" when none): the same manifest with other
+// options is another plan, not the same batch. Headers and options are
+// compared as given and shown redacted (see Redacted): a 409 never echoes
+// a stored secret.
+func sameSettings(stored, given ledger.Batch) (field, was, now string) {
+	compact := func(raw json.RawMessage) string {
+		var b bytes.Buffer
+		if len(raw) == 0 || json.Compact(&b, raw) != nil {
+			return string(raw)
+		}
+		return b.String()
+	}
+	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	switch {
+	case stored.Pipeline != given.Pipeline:
+		return "pipeline", stored.Pipeline, given.Pipeline
+	case compact(stored.Options) != compact(given.Options):
+		return "pipeline_options", compact(ledger.RedactOptions(stored.Options)), compact(ledger.RedactOptions(given.Options))
+	case asJSON(stored.Headers) != asJSON(given.Headers) && len(stored.Headers)+len(given.Headers) > 0:
+		return "headers", asJSON(ledger.RedactHeaders(stored.Headers)), asJSON(ledger.RedactHeaders(given.Headers))
+	case asJSON(stored.Threshold) != asJSON(given.Threshold):
+		return "threshold", asJSON(stored.Threshold), asJSON(given.Threshold)
+	case stored.EarlyStop() != given.EarlyStop():
+		return "stop_on_threshold", fmt.Sprint(stored.EarlyStop()), fmt.Sprint(given.EarlyStop())
+	case stored.MaxAttempts != given.MaxAttempts:
+		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
+	case asJSON(stored.Retry) != asJSON(given.Retry) && stored.Retry != nil:
+		return "retry", asJSON(stored.Retry), asJSON(given.Retry)
+	case stored.MaxConcurrency != given.MaxConcurrency:
+		return "max_concurrency", fmt.Sprint(stored.MaxConcurrency), fmt.Sprint(given.MaxConcurrency)
+	case stored.Pack() != given.Pack():
+		return "items_per_message", fmt.Sprint(stored.Pack()), fmt.Sprint(given.Pack())
+	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
+		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
+	}
+	return "", "", ""
+}
+
+// Submit creates a batch, or returns the existing identical one.
+//
+// Steps: validate; stream the source into a new manifest object (multipart),
+// hashing it and detecting duplicate keys; put the batch row only if absent;
+// send the fan-out messages; mark the batch fanned out. On bad input the
+// manifest upload is aborted and nothing is written (an *InputError names
+// the field or line); a source without items is refused the same way, its
+// error matching ErrEmptySource. If the id exists with the same digest and pipeline,
+// the new manifest is deleted and the stored batch returned (Created false);
+// a fan-out interrupted by a crash is resumed. Another digest or pipeline is
+// a *MismatchError (ErrBatchMismatch). Idempotent per (id, manifest).
+//
+// An id whose batch has expired (Batch.Expired: its retention ended, swept
+// or not), is pending deletion or was refused starts a fresh batch: the
+// stale batch is forgotten first (objects and rows), then the submit is
+// made again.
+func (s *Submitter) Submit(ctx context.Context, req api.SubmitRequest) (SubmitResult, error) {
+	res, err := s.submit(ctx, req)
+	if errors.Is(err, errStaleCleared) {
+		return s.submit(ctx, req)
+	}
+	return res, err
+}
+
+// errStaleCleared says that submit found the id held by an expired batch
+// and forgot it: the submit is to be made again.
+var errStaleCleared = errors.New("stale batch cleared")
+
+// stale reports whether the stored batch of a submitted id no longer holds
+// the id: expired, pending deletion, or refused. A refused batch ran
+// nothing and froze no manifest, so its id is free for the corrected
+// request, as it was when a bad source was refused within the submit call:
+// the next submit under the id (the same request or another) forgets the
+// refusal and starts afresh; repeating a request whose source is still bad
+// is refused again, by the same rule.
+func (s *Submitter) stale(stored ledger.Batch) bool {
+	return stored.Expired(s.Clock.Now()) || stored.PendingDeletion || stored.Status == api.StatusRefused
+}
+
+// clearStale forgets a stale batch (objects and rows) so that its id can
+// start a fresh batch.
+func (s *Submitter) clearStale(ctx context.Context, stored ledger.Batch) error {
+	why := "expired"
+	if stored.Status == api.StatusRefused {
+		why = "refused"
+	}
+	if err := ledger.Forget(ctx, s.Store, s.Blobs, stored.ID, s.Log); err != nil && !errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("submit %s: clear the %s batch first: %w", stored.ID, why, err)
+	}
+	s.Log.Info(why+" batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))
+	return nil
+}
+
+func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitResult, error) {
+	if err := s.prepare(&req); err != nil {
+		return SubmitResult{}, err
+	}
+	log := s.Log.With("batch_id", req.BatchID)
+	start := s.Clock.Now()
+
+	manifestKey, sum, err := s.writeManifest(ctx, req)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	b := planOf(req, s.Clock.Now())
+	b.Freeze(manifestKey, sum, s.ItemsPerSecond)
+	stored, err := s.Store.CreateBatch(ctx, b)
+	if errors.Is(err, api.ErrBatchExists) && stored.ManifestKey == manifestKey {
+		// Our own row: the SDK retried a put whose first try was written
+		// but whose answer was lost.
+		err = nil
+	}
+	created := err == nil
+	switch {
+	case created:
+		stored = b
+	case errors.Is(err, api.ErrBatchExists):
+		// Another submit's row: this manifest is nobody's.
+		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
+			log.Warn("delete duplicate manifest", "error", derr.Error())
+		}
+		if s.stale(stored) {
+			if err := s.clearStale(ctx, stored); err != nil {
+				return SubmitResult{}, err
+			}
+			return SubmitResult{}, errStaleCleared
+		}
+		if stored.Status == api.StatusSubmitting {
+			// Accepted earlier and read in the background: compare the requests.
+			return s.repeated(ctx, stored, req)
+		}
+		if stored.Digest != b.Digest {
+			return SubmitResult{}, &api.MismatchError{BatchID: b.ID, Field: "manifest_digest", Stored: stored.Digest, Given: b.Digest}
+		}
+		if field, was, now := sameSettings(stored, b); field != "" {
+			return SubmitResult{}, &api.MismatchError{BatchID: b.ID, Field: field, Stored: was, Given: now}
+		}
+		if req.Rerun {
+			resumed, err := s.Resume(ctx, b.ID)
+			if err != nil {
+				return SubmitResult{}, err
+			}
+			return SubmitResult{Batch: resumed, Created: false}, nil
+		}
+		if stored.FannedOut || stored.Run != 1 || stored.Status != api.StatusRunning {
+			log.Info("duplicate submit", "run", stored.Run, "status", string(stored.Status))
+			return SubmitResult{Batch: stored, Created: false}, nil
+		}
+		log.Info("duplicate submit resumes an interrupted fan-out")
+	default:
+		// The put's outcome is unknown (it may have been written): keep the
+		// manifest, which the row may name. A retry finds the row and
+		// answers from it; an orphan under batches/{id}/ goes with the
+		// batch's forget or retention.
+		return SubmitResult{}, fmt.Errorf("submit %s: create batch row: %w", b.ID, err)
+	}
+
+	// The chunks are a function of the manifest bytes, so a resumed fan-out
+	// sends the same chunks as the interrupted one (re-sent items are
+	// deduplicated by their reservation).
+	if err := s.fanout(ctx, stored, sum.Chunks); err != nil {
+		return SubmitResult{}, err
+	}
+	stored.FannedOut = true
+	log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "created", created,
+		"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
+	return SubmitResult{Batch: stored, Created: created}, nil
+}
+
+// prepare validates req and fills its defaults: a new ULID batch id, the
+// stack's max attempts and retry policy, the retry interrupt policy,
+// empty options.
+func (s *Submitter) prepare(req *api.SubmitRequest) error {
+	if err := s.Validate(req); err != nil {
+		return err
+	}
+	if req.BatchID == "" {
+		req.BatchID = ledger.NewBatchID()
+	}
+	if req.MaxAttempts == 0 {
+		req.MaxAttempts = s.MaxAttempts
+	}
+	if req.Retry == nil && s.Retry != nil {
+		req.Retry = new(*s.Retry)
+	}
+	if req.OnInterrupt == "" {
+		req.OnInterrupt = api.InterruptRetry
+	}
+	if req.ItemsPerMessage == 0 {
+		req.ItemsPerMessage = 1
+		if s.ItemsPerMessage > 1 {
+			req.ItemsPerMessage = min(s.ItemsPerMessage, ledger.MaxItemsPerMessage)
+		}
+	}
+	if len(req.Options) == 0 || string(req.Options) == "null" {
+		req.Options = json.RawMessage("{}")
+	}
+	return nil
+}
+
+// writeManifest streams req's source into a new manifest object (its own
+// key: a repeated submit never touches another's manifest), hashing it and
+// detecting duplicate keys. On error the upload is aborted and nothing is
+// left: an *InputError names the field or line, a *StorageFullError says
+// the temporary disk was too small.
+func (s *Submitter) writeManifest(ctx context.Context, req api.SubmitRequest) (string, source.ManifestSummary, error) {
+	manifestKey := api.ManifestKey(req.BatchID, ledger.NewBatchID())
+	w, err := s.Blobs.Create(ctx, manifestKey, "application/x-ndjson")
+	if err != nil {
+		return "", source.ManifestSummary{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
+	}
+	keys := s.Keys
+	if keys.Dir == "" {
+		keys.Dir = s.TempDir
+	}
+	if keys.MemoryBytes == 0 {
+		keys.MemoryBytes = SubmitKeysMemoryBytes
+	}
+	mw := source.NewManifestWriterOptions(w, source.ManifestOptions{ChunkItems: s.ChunkItems, Keys: keys, TempLimitBytes: s.TempLimitBytes})
+	defer mw.Close()
+	err = s.readSource(ctx, req, mw)
+	var sum source.ManifestSummary
+	if err == nil {
+		sum, err = mw.Finish()
+	}
+	if err == nil && sum.Count == 0 {
+		// A batch of nothing is almost always a wrong file or prefix, and
+		// would "succeed" doing nothing: refuse it before anything exists.
+		err = &api.InputError{Field: sourceField(req.Source), Reason: "holds no items (blank and whitespace-only lines are not items)", Err: api.ErrEmptySource}
+	}
+	if err != nil {
+		if aerr := w.Abort(); aerr != nil {
+			s.Log.Warn("abort manifest upload", "batch_id", req.BatchID, "error", aerr.Error())
+		}
+		var ie *api.InputError
+		if errors.As(err, &ie) && ie.Field == "" && req.Source.Object != "" {
+			ie.Field = "source.object"
+		}
+		return "", source.ManifestSummary{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
+	if err := w.Close(); err != nil {
+		return "", source.ManifestSummary{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
+	}
+	return manifestKey, sum, nil
+}
+
+// readSource reads req's source into mw: by parts, one after the other,
+// when it is a source read in parts (planParts), so that its manifest and
+// digest are the ones its parts give; else whole.
+func (s *Submitter) readSource(ctx context.Context, req api.SubmitRequest, mw *source.ManifestWriter) error {
+	plan, err := s.planParts(ctx, req)
+	if err != nil {
+		return err
+	}
+	if plan != nil {
+		return readWholeByParts(ctx, s.Blobs.(PartBlobs), plan, mw)
+	}
+	if err := s.wholeReadFits(ctx, req); err != nil {
+		return err
+	}
+	return source.ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
+}
+
+// planOf is the batch row a prepared request asks for, before its
+// manifest is known (see freeze).
+func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
+	return ledger.Batch{
+		Batch: api.Batch{
+			ID:              req.BatchID,
+			Pipeline:        req.Pipeline,
+			Run:             1,
+			Status:          api.StatusRunning,
+			Threshold:       req.Threshold,
+			MaxAttempts:     req.MaxAttempts,
+			Retry:           req.Retry,
+			MaxConcurrency:  req.MaxConcurrency,
+			ItemsPerMessage: req.ItemsPerMessage,
+			OnInterrupt:     req.OnInterrupt,
+			Headers:         req.Headers,
+			Options:         req.Options,
+			KeyField:        req.KeyField,
+			Source:          req.Source.Describe(),
+			SubmittedBy:     req.SubmittedBy,
+			CreatedAt:       now,
+			RunStartedAt:    now,
+			StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
+		},
+	}
+}
+
+// sourceField names the request field of a source, for errors.
+func sourceField(src api.SourceSpec) string {
+	switch {
+	case src.Object != "":
+		return "source.object"
+	case src.Prefix != "":
+		return "source.prefix"
+	case src.Items != nil:
+		return "source.items"
+	}
+	return "source"
+}
+
+func (s *Submitter) fanout(ctx context.Context, b ledger.Batch, chunks []source.Chunk) error {
+	if b.ItemCount == 0 {
+		// Nothing to run (a batch of 0 items stored before empty sources
+		// were refused, resumed): finalize writes the (empty) report now.
+		if err := s.Trigger.Finalize(ctx, b.ID, b.Run); err != nil {
+			return fmt.Errorf("submit %s: trigger finalize: %w", b.ID, err)
+		}
+	} else {
+		bodies := make([][]byte, 0, len(chunks))
+		for i := range chunks {
+			body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.RunManifestKey(), Chunk: &chunks[i]}.Body()
+			if err != nil {
+				return err
+			}
+			bodies = append(bodies, body)
+		}
+		if err := s.Queue.Send(ctx, bodies); err != nil {
+			return fmt.Errorf("submit %s: send fan-out: %w", b.ID, err)
+		}
+	}
+	if err := s.Store.SetFannedOut(ctx, b.ID, b.Run); err != nil {
+		return fmt.Errorf("submit %s: mark fanned out: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Warnings says what in a request that Validate accepts will likely go
+// wrong: a pipeline option timeout_ms (the webhook's per-call timeout) at
+// or above what an item invocation leaves a call — the item timeout
+// (ItemTimeout) less the worker's 10-second margin — so that a hanging
+// receiver is cut off by the invocation's deadline (an interruption,
+// outcome unknown) instead of ending the attempt as a timeout.
+func (s *Submitter) Warnings(req api.SubmitRequest) []string {
+	var warnings []string
+	var opts struct {
+		TimeoutMS *float64 `json:"timeout_ms"`
+	}
+	if s.ItemTimeout > 0 && len(req.Options) > 0 && json.Unmarshal(req.Options, &opts) == nil && opts.TimeoutMS != nil {
+		leaves := s.ItemTimeout - 10*time.Second
+		if t := time.Duration(*opts.TimeoutMS * float64(time.Millisecond)); t >= leaves {
+			warnings = append(warnings, fmt.Sprintf("pipeline_options.timeout_ms %v is at or above what an item invocation leaves a call (%s: the item timeout %s less a 10 s margin): a receiver that hangs is cut off by the invocation, its outcome unknown (an interruption), instead of timing out; keep timeout_ms below %d",
+				*opts.TimeoutMS, leaves, s.ItemTimeout, leaves.Milliseconds()))
+		}
+	}
+	return warnings
+}

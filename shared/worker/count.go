@@ -1,0 +1,414 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// count adds the deliveries' terminal outcomes to their runs' counters
+// and triggers finalize when a write completes the run: completion is
+// detected without reading any counter. A batch whose threshold may stop
+// the run early also has its failures judged, and the run stopped once
+// they exceed the threshold. A lost write here only delays finalize until
+// the scheduled tick: the census comes from the item rows.
+//
+// A run with counter lanes (Batch.CounterLanes) gets one CountLane write
+// per message batch, whatever chunks its messages came from (countLanes);
+// a run of a batch created before lanes, one CountChunk write per chunk
+// (countChunks).
+func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
+	type runKey struct {
+		id  string
+		run int
+	}
+	type sum struct {
+		b           ledger.Batch
+		outcomes    map[api.Outcome]int64
+		cost, spent pipeline.CostSum
+		health      health
+	}
+	runs := map[runKey]*sum{}
+	var order []runKey
+	var chunked []done
+	w.countWaits(ctx, dones)
+	for _, d := range dones {
+		switch {
+		case d.outcome == "":
+			continue // the live view's (countWaits)
+		case d.items <= 0:
+			continue // a message sent without its chunk: the tick counts it
+		case d.batch.CounterLanes <= 0:
+			if d.outcome.Terminal() {
+				chunked = append(chunked, d)
+			}
+			continue
+		}
+		k := runKey{d.batch.ID, d.batch.Run}
+		a := runs[k]
+		if a == nil {
+			a = &sum{b: d.batch, outcomes: map[api.Outcome]int64{}, cost: pipeline.CostSum{}, spent: pipeline.CostSum{}}
+			runs[k] = a
+			order = append(order, k)
+		}
+		a.health.add(d)
+		if !d.outcome.Terminal() {
+			continue // a retry: the pause's, not a counter's
+		}
+		a.outcomes[d.outcome] += weight
+		a.cost.Add(d.cost)
+		a.spent.Add(d.spent)
+	}
+	for _, k := range order {
+		a := runs[k]
+		w.countLanes(ctx, w.Log.With("batch_id", k.id, "run", k.run), a.b, a.outcomes, a.cost, a.spent, a.health)
+	}
+	w.countChunks(ctx, chunked, weight)
+}
+
+// countWaits adds the deliveries' items waiting for a retry (by the
+// minute it is due) and interrupted attempts to their runs' wait
+// counters: one CountWaits write per run, in a counter partition chosen
+// at random. Only the live view reads them; a lost write loses its share.
+func (w *Worker) countWaits(ctx context.Context, dones []done) {
+	type runKey struct {
+		id  string
+		run int
+	}
+	waits := map[runKey]*ledger.WaitCount{}
+	var order []runKey
+	for _, d := range dones {
+		if d.retryAt.IsZero() && !d.interrupted {
+			continue
+		}
+		k := runKey{d.batch.ID, d.batch.Run}
+		c := waits[k]
+		if c == nil {
+			c = &ledger.WaitCount{BatchID: d.batch.ID, Run: d.batch.Run, Lane: rand.IntN(max(1, d.batch.CounterShards)), Due: map[int64]int64{}}
+			waits[k] = c
+			order = append(order, k)
+		}
+		if !d.retryAt.IsZero() {
+			c.Due[ledger.DueMinute(d.retryAt)]++
+		}
+		if d.interrupted {
+			c.Interrupted++
+		}
+	}
+	for _, k := range order {
+		c := waits[k]
+		c.Token, c.Now = ledger.NewToken(), w.Clock.Now()
+		if err := w.Store.CountWaits(ctx, *c); err != nil {
+			w.Log.Warn("count items waiting for a retry", "batch_id", k.id, "run", k.run, "error", err.Error())
+		}
+	}
+}
+
+// countLanes counts one message batch's terminal items of b's run: into
+// one counter lane chosen at random among those this process does not
+// know to be full, or, when they do not all fit, into as many as it
+// takes. The write that fills a lane counts it done on the run row; the
+// one that counts the last lane done triggers finalize.
+//
+// The early stop (a limited threshold, stop_on_threshold not false, no
+// stop yet) reads each lane write's failures, a lower bound of the run's:
+// the write whose lane's failures pass the threshold stops the run. So
+// that failures spread over the lanes are seen too, every lane write that
+// takes its lane's failures past a multiple of FailureQuantum adds those
+// multiples to the run row's failures (another lower bound, at most
+// lanes × (quantum − 1) ≤ tolerated/8 below the count), and the write
+// that takes the run row past the threshold stops the run. A lane adds
+// only its failures up to the tolerated count + 1 (past it the lane alone
+// stopped the run), so the run row gets at most lanes × (8 × lanes + 2)
+// failure writes in all, however fast items fail, and at most lanes + 1
+// writes try to stop the run (items in flight at a stop finish anyway).
+//
+// The items' cost and spent sums go with the first of the writes that
+// counts any of them, so that each is counted once; so does h, the
+// attempts' health: an attempt answered ends the lane's failure-class
+// streaks, else the transient failures add to them and the write that
+// takes a streak past a multiple of PauseAfter pauses the batch
+// (judgeStreaks). A message batch with transient failures only (no
+// terminal item) writes its streaks to a lane at random: one write, as
+// a counted message batch's.
+func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batch, outcomes map[api.Outcome]int64, cost, spent pipeline.CostSum, h health) {
+	lanes := b.RunLanes()
+	judge := b.Stop == "" && b.EarlyStop() && b.Threshold.Limited()
+	var tolerated, quantum int64
+	if judge {
+		tolerated = b.Threshold.Tolerated(b.ItemCount)
+		quantum = ledger.FailureQuantum(b.Threshold, b.ItemCount, lanes)
+	}
+	book := w.laneBook().run(b.ID, b.Run, lanes)
+	left := make(map[api.Outcome]int64, len(outcomes))
+	for o, n := range outcomes {
+		left[o] = n
+	}
+	answered, streaks := h.answered, h.streaks()
+	if ledger.SumOutcomes(left) == 0 {
+		if len(streaks) == 0 {
+			return
+		}
+		p := rand.IntN(max(1, lanes))
+		got, err := w.Store.CountLane(ctx, ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
+			Outcomes: map[api.Outcome]int64{}, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()})
+		if err != nil {
+			log.Warn("count failure streaks", "error", err.Error(), "lane", p)
+			return
+		}
+		w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
+		return
+	}
+	for try := 0; ledger.SumOutcomes(left) > 0; try++ {
+		if try > 4*lanes+8 {
+			log.Warn("count progress: the lanes keep refusing the items", "items", ledger.SumOutcomes(left))
+			return
+		}
+		p, room := book.pick()
+		if p < 0 {
+			// Every lane is full and items are left: more items were
+			// counted than the run has (a write counted twice). Finalize
+			// counts the rows; it refuses while items are pending.
+			log.Error("count progress: every counter lane is full", "items", ledger.SumOutcomes(left))
+			w.triggerFinalize(ctx, log, b)
+			return
+		}
+		part := takeOutcomes(left, room)
+		c := ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
+			Outcomes: part, Failures: part[api.OutcomeFailed] + part[api.OutcomeQuarantined], Cost: cost, Spent: spent,
+			Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
+		got, err := w.Store.CountLane(ctx, c)
+		switch {
+		case errors.Is(err, api.ErrConflict):
+			book.set(p, got.Room)
+			giveOutcomes(left, part)
+			continue
+		case err != nil:
+			// Unknown or unavailable: the counters stop short of the
+			// run's items and the tick finishes the run.
+			log.Warn("count progress", "error", err.Error(), "lane", p)
+			return
+		}
+		book.set(p, c.Target-got.Done)
+		cost, spent = nil, nil // counted with this write
+		if len(streaks) > 0 {
+			w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
+		}
+		answered, streaks = false, nil
+		var rc ledger.RunCount
+		if got.Done == c.Target {
+			rc.LanesDone = 1
+		}
+		before := got.Failures - c.Failures
+		if judge && c.Failures > 0 {
+			// Only a lane's failures up to tolerated + 1 go to the run row:
+			// past that the lane alone has stopped the run.
+			upto := func(f int64) int64 { return min(f, tolerated+1) / quantum }
+			rc.Failures = (upto(got.Failures) - upto(before)) * quantum
+			if w.crossed(b, before, got.Failures) {
+				w.stopOnThreshold(ctx, log, b, got.Failures)
+				judge = false
+			}
+		}
+		if rc.LanesDone == 0 && rc.Failures == 0 {
+			continue
+		}
+		rc.BatchID, rc.Run, rc.Token, rc.Now = b.ID, b.Run, ledger.NewToken(), w.Clock.Now()
+		run, err := w.Store.CountRun(ctx, rc)
+		if err != nil {
+			log.Warn("count run progress", "error", err.Error())
+			continue
+		}
+		if judge && rc.Failures > 0 && w.crossed(b, run.Failures-rc.Failures, run.Failures) {
+			w.stopOnThreshold(ctx, log, b, run.Failures)
+			judge = false
+		}
+		if rc.LanesDone > 0 && run.LanesDone == int64(lanes) {
+			w.triggerFinalize(ctx, log, b)
+		}
+	}
+}
+
+// crossed reports whether failures counted going from before to after
+// took the run past b's threshold.
+func (w *Worker) crossed(b ledger.Batch, before, after int64) bool {
+	return !b.Threshold.Judge(before, b.ItemCount).Exceeded && b.Threshold.Judge(after, b.ItemCount).Exceeded
+}
+
+// stopOnThreshold stops b's run: failures (a lower bound of the run's)
+// exceed its threshold. Items not yet started end cancelled; without
+// early stop finalize alone judges the threshold.
+func (w *Worker) stopOnThreshold(ctx context.Context, log *slog.Logger, b ledger.Batch, failures int64) {
+	v := b.Threshold.Judge(failures, b.ItemCount)
+	err := ledger.StopRun(ctx, w.Store, b, b.Run, api.StatusThresholdExceeded, v.Detail)
+	switch {
+	case err == nil:
+		log.Warn("threshold exceeded: run stopping", "detail", v.Detail)
+	case !errors.Is(err, api.ErrConflict):
+		log.Warn("stop run", "error", err.Error())
+	}
+}
+
+func (w *Worker) triggerFinalize(ctx context.Context, log *slog.Logger, b ledger.Batch) {
+	if err := w.Trigger.Finalize(ctx, b.ID, b.Run); err != nil {
+		log.Warn("trigger finalize", "error", err.Error())
+	}
+}
+
+// takeOutcomes moves up to room items (all when room < 0) out of left,
+// outcome by outcome in TerminalOutcomes order, and returns them.
+func takeOutcomes(left map[api.Outcome]int64, room int64) map[api.Outcome]int64 {
+	part := map[api.Outcome]int64{}
+	for _, o := range api.TerminalOutcomes() {
+		n := left[o]
+		if room >= 0 {
+			n = min(n, room)
+			room -= n
+		}
+		if n > 0 {
+			part[o] = n
+			left[o] -= n
+		}
+	}
+	return part
+}
+
+// giveOutcomes puts part back into left.
+func giveOutcomes(left, part map[api.Outcome]int64) {
+	for o, n := range part {
+		left[o] += n
+	}
+}
+
+// laneBook is what one process knows of the room left in the counter
+// lanes of the runs it counted: a lane's target minus its done at its
+// last write seen (−1: not written yet). Other processes fill lanes too,
+// so the room only shrinks; a write that does not fit tells the room left.
+type laneBook struct {
+	mu   sync.Mutex
+	runs map[string]*laneRoom
+}
+
+type laneRoom struct {
+	mu   sync.Mutex
+	room []int64
+}
+
+// laneBooks guards the making of a Worker's laneBook.
+var laneBooks sync.Mutex
+
+func (w *Worker) laneBook() *laneBook {
+	laneBooks.Lock()
+	defer laneBooks.Unlock()
+	if w.lanes == nil {
+		w.lanes = &laneBook{}
+	}
+	return w.lanes
+}
+
+// maxLaneBookRuns bounds the runs a process remembers.
+const maxLaneBookRuns = 1024
+
+func (l *laneBook) run(id string, run, lanes int) *laneRoom {
+	k := id + "#" + strconv.Itoa(run)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs == nil || len(l.runs) >= maxLaneBookRuns {
+		l.runs = map[string]*laneRoom{}
+	}
+	r := l.runs[k]
+	if r == nil || len(r.room) != max(1, lanes) {
+		r = &laneRoom{room: make([]int64, max(1, lanes))}
+		for i := range r.room {
+			r.room[i] = -1
+		}
+		l.runs[k] = r
+	}
+	return r
+}
+
+// pick returns a lane at random among those with room (or not written
+// yet) and the room known (−1: unknown), or −1 when every lane is full.
+func (r *laneRoom) pick() (int, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var open []int
+	for i, v := range r.room {
+		if v != 0 {
+			open = append(open, i)
+		}
+	}
+	if len(open) == 0 {
+		return -1, 0
+	}
+	p := open[rand.IntN(len(open))]
+	return p, r.room[p]
+}
+
+func (r *laneRoom) set(p int, room int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.room[p] = max(room, 0)
+}
+
+// countChunks is count for batches created before counter lanes: each
+// chunk's terminal items go to the chunk's counter, one write per chunk
+// per message batch; the write that completes a chunk adds it to the run
+// row's chunks done, and the one that completes the last chunk triggers
+// finalize. With the early stop armed, each write with failures also
+// adds them to the run row and judges the total.
+func (w *Worker) countChunks(ctx context.Context, dones []done, weight int64) {
+	type chunkKey struct {
+		id           string
+		run          int
+		first, items int64
+	}
+	type sum struct {
+		b           ledger.Batch
+		outcomes    map[api.Outcome]int64
+		failures    int64
+		cost, spent pipeline.CostSum
+	}
+	agg := map[chunkKey]*sum{}
+	var order []chunkKey
+	for _, d := range dones {
+		k := chunkKey{d.batch.ID, d.batch.Run, d.first, d.items}
+		a := agg[k]
+		if a == nil {
+			a = &sum{b: d.batch, outcomes: map[api.Outcome]int64{}, cost: pipeline.CostSum{}, spent: pipeline.CostSum{}}
+			agg[k] = a
+			order = append(order, k)
+		}
+		a.outcomes[d.outcome] += weight
+		if d.outcome == api.OutcomeFailed || d.outcome == api.OutcomeQuarantined {
+			a.failures += weight
+		}
+		a.cost.Add(d.cost)
+		a.spent.Add(d.spent)
+	}
+	for _, k := range order {
+		a := agg[k]
+		log := w.Log.With("batch_id", k.id, "run", k.run)
+		judge := a.failures > 0 && a.b.Stop == "" && a.b.EarlyStop() && a.b.Threshold.Limited()
+		c, err := w.Store.CountChunk(ctx, ledger.ChunkCount{BatchID: k.id, Run: k.run, First: k.first, Items: k.items,
+			Chunks: a.b.RunChunks(), Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
+			RunFailures: judge, Cost: a.cost, Spent: a.spent, Now: w.Clock.Now()})
+		if err != nil {
+			log.Warn("count progress", "error", err.Error())
+			continue
+		}
+		if judge && a.b.Threshold.Judge(c.Failures, a.b.ItemCount).Exceeded {
+			w.stopOnThreshold(ctx, log, a.b, c.Failures)
+		}
+		if c.RunDone {
+			w.triggerFinalize(ctx, log, a.b)
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// laneStore is the counter rows of one run, in memory, with DynamoDB's
+// conditions: enough of a Store for Worker.count. It records each write
+// (its row and its simulated second) to find the busiest row.
+type laneStore struct {
+	ledger.Store
+	mu        sync.Mutex
+	done      map[int]int64
+	failures  map[int]int64
+	run       ledger.RunCounted
+	now       func() int64 // the simulated second of a write
+	writes    map[string]map[int64]int
+	stops     int
+	triggered int
+}
+
+func newLaneStore() *laneStore {
+	return &laneStore{done: map[int]int64{}, failures: map[int]int64{}, writes: map[string]map[int64]int{}}
+}
+
+func (s *laneStore) wrote(row string) {
+	if s.writes[row] == nil {
+		s.writes[row] = map[int64]int{}
+	}
+	s.writes[row][s.now()]++
+}
+
+func (s *laneStore) CountLane(_ context.Context, c ledger.LaneCount) (ledger.LaneCounted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wrote(fmt.Sprintf("lane %d", c.Lane))
+	if s.done[c.Lane]+c.Done() > c.Target {
+		return ledger.LaneCounted{Done: s.done[c.Lane], Room: c.Target - s.done[c.Lane]}, api.ErrConflict
+	}
+	s.done[c.Lane] += c.Done()
+	s.failures[c.Lane] += c.Failures
+	return ledger.LaneCounted{Done: s.done[c.Lane], Failures: s.failures[c.Lane]}, nil
+}
+
+func (s *laneStore) CountRun(_ context.Context, c ledger.RunCount) (ledger.RunCounted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wrote("run")
+	s.run.LanesDone += c.LanesDone
+	s.run.Failures += c.Failures
+	return s.run, nil
+}
+
+func (s *laneStore) Progress(context.Context, string, int, int) (ledger.Progress, error) {
+	return ledger.Progress{}, nil
+}
+
+func (s *laneStore) Stop(context.Context, ledger.StopMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wrote("batch")
+	s.stops++
+	if s.stops > 1 {
+		return api.ErrConflict
+	}
+	return nil
+}
+
+func (s *laneStore) Finalize(context.Context, string, int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.triggered++
+	return nil
+}
+
+// busiest is the most writes one row took in one simulated second.
+func (s *laneStore) busiest() (string, int) {
+	row, most := "", 0
+	for r, per := range s.writes {
+		for _, n := range per {
+			if n > most {
+				row, most = r, n
+			}
+		}
+	}
+	return row, most
+}
+
+// TestLanesStayUnderTheLimit plays a run at the stack's flow: 10,000
+// items/s in message batches of 10 items from 100 (and 1,000) item
+// function instances, each batch counted by a random instance (its own
+// Worker, so its own knowledge of which lanes are full), with 0 %, 5 %
+// and 100 % failures and the early stop armed at 10 % (or not). Every
+// item is counted once and the run completes exactly once, and no
+// counter row (lane or run) nor the batch row (stop attempts) takes more
+// than DynamoDB's 1,000 write units/s per partition key in any second —
+// also while the lanes fill one after another at the end. A run's
+// counter rows used to be one per fan-out chunk: with message batches
+// mixing chunks (as SQS standard queues deliver them) a message batch
+// wrote ≈ 6.5 counters, and with the early stop every message batch
+// holding a failure wrote the run row: 10,000 × 5 % ≈ 450 writes/s, all
+// of them at 100 % failures.
+func TestLanesStayUnderTheLimit(t *testing.T) {
+	for _, tc := range []struct {
+		items     int64
+		writers   int
+		failPct   int
+		threshold float64 // 0: none
+		flow      int64   // items/s; 0: the defaults' 10,000
+	}{
+		{1_000, 100, 0, 0, 0}, {100_000, 100, 0, 0, 0}, {1_000_000, 1000, 0, 0, 0},
+		{200_000, 100, 5, 10, 0}, {200_000, 1000, 100, 10, 0}, {200_000, 100, 100, 0, 0},
+		{200_000, 100, 5, 0.0005, 0}, {200_000, 1000, 100, 0.15, 0},
+		{1_000_000, 1000, 5, 10, 100_000}, // the largest flow: StackFlow(1000, 10)
+	} {
+		flow := cmp.Or(tc.flow, 10_000)
+		name := fmt.Sprintf("%d items at %d per s, %d instances, %d%% failures, threshold %g%%", tc.items, flow, tc.writers, tc.failPct, tc.threshold)
+		t.Run(name, func(t *testing.T) {
+			s := newLaneStore()
+			var sec int64
+			s.now = func() int64 { return sec }
+			b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, ItemCount: tc.items}, CounterLanes: ledger.CounterLanes(tc.items, int(flow))}
+			if tc.threshold > 0 {
+				b.Threshold.FailurePercent = &tc.threshold
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			ws := make([]*Worker, tc.writers)
+			for i := range ws {
+				ws[i] = &Worker{Store: s, Trigger: s, Clock: fixedClock{}, Log: log}
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(tc.items)))
+			stopped, stopAt := false, int64(-1)
+			for i := int64(0); i < tc.items; i += ledger.ItemsPerMessageBatch {
+				sec = i / flow
+				var dones []done
+				for j := i; j < min(i+ledger.ItemsPerMessageBatch, tc.items); j++ {
+					o := api.OutcomeSucceeded
+					if rng.IntN(100) < tc.failPct {
+						o = api.OutcomeFailed
+					}
+					if stopped {
+						o = api.OutcomeCancelled
+					}
+					dones = append(dones, done{batch: b, outcome: o, first: 0, items: 1})
+				}
+				w := ws[rng.IntN(len(ws))]
+				w.count(context.Background(), dones, 1)
+				// The stop reaches the workers with the batch row they
+				// read, a second later.
+				switch {
+				case s.stops > 0 && stopAt < 0:
+					stopAt = sec
+				case stopAt >= 0 && sec > stopAt && !stopped:
+					stopped, b.Stop = true, api.StatusThresholdExceeded
+				}
+			}
+			var total int64
+			for _, d := range s.done {
+				total += d
+			}
+			if total != tc.items || s.triggered != 1 || s.run.LanesDone != int64(b.CounterLanes) {
+				t.Errorf("counted %d of %d items, finalize triggered %d times, %d of %d lanes done", total, tc.items, s.triggered, s.run.LanesDone, b.CounterLanes)
+			}
+			if wantStop := tc.threshold > 0 && float64(tc.failPct) > tc.threshold; (s.stops > 0) != wantStop {
+				t.Errorf("stop attempts %d, want a stop %v", s.stops, wantStop)
+			}
+			row, most := s.busiest()
+			if most > 1000 {
+				t.Errorf("%s took %d writes in one second, over DynamoDB's 1,000 write units/s", row, most)
+			}
+			t.Logf("%d lanes; busiest row %s: %d writes/s; run row %d writes; stop attempts %d", b.CounterLanes, row, most, sumWrites(s.writes["run"]), s.stops)
+			if lanes := b.CounterLanes; s.stops > lanes+1 || sumWrites(s.writes["run"]) > lanes+lanes*(8*lanes+2) {
+				t.Errorf("%d stop attempts and %d run-row writes, want at most %d and %d", s.stops, sumWrites(s.writes["run"]), lanes+1, lanes+lanes*(8*lanes+2))
+			}
+		})
+	}
+}
+
+func sumWrites(per map[int64]int) int {
+	n := 0
+	for _, v := range per {
+		n += v
+	}
+	return n
+}
+
+type fixedClock struct{}
+
+func (fixedClock) Now() time.Time { return time.Unix(1_800_000_000, 0) }

@@ -1,0 +1,164 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// ranDone is the done of item run r of b's run: its ending, and whether
+// it failed transiently (its failure class) for the pause.
+func ranDone(b ledger.Batch, r *itemRun) done {
+	d := doneOf(b, r.state)
+	d.ran, d.class = true, r.ending.Class
+	if d.class != "" {
+		d.text = r.ending.Error
+	}
+	return d
+}
+
+// runPaused handles a delivery of a paused batch's unit. At a check due
+// for a probe (Pause.ProbeDue) the delivery that claims it
+// (Store.ClaimProbe) runs one item of its unit (Conclude does not count
+// its attempt if it fails transiently); if that attempt ends in anything
+// but a transient failure, the downstream answered and the outage pause
+// ends (Store.Unpause). Every other delivery takes nothing: its message
+// is sent again to come back after the next check (Pause.Wait), or, past
+// MaxResends, delayed on the queue.
+func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
+	p, now := *b.Pause, w.Clock.Now()
+	if n, due := p.ProbeDue(now); due {
+		err := w.Store.ClaimProbe(ctx, ledger.ProbeClaim{BatchID: b.ID, Run: b.Run, Since: p.Since, Probe: n, Now: now})
+		switch {
+		case err == nil:
+			log.Warn("batch paused: probing with one item", "probe", n, "paused_ms", now.Sub(p.Since).Milliseconds())
+			m.probe = true
+			ack, dns := w.runUnit(ctx, log, b, m, d, inv)
+			if answered(dns) {
+				p.Probes = n
+				w.unpauseOnAnswer(ctx, log, b, p)
+			}
+			return ack, dns
+		case errors.Is(err, api.ErrConflict):
+			p.Probes = n // another delivery probes (the row read may lag)
+		default:
+			log.Warn("claim the probe", "error", err.Error())
+		}
+	}
+	wait := p.Wait(now)
+	if *m.requeued >= ledger.MaxResends {
+		// The loop's own bound (MaxResends): wait on this message, a receive.
+		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+			log.Warn("delay message", "error", err.Error())
+		}
+		return false, nil
+	}
+	if err := w.resend(ctx, m, wait); err != nil {
+		log.Warn("send the message again", "error", err.Error())
+		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+			log.Warn("delay message", "error", derr.Error())
+		}
+		return false, nil
+	}
+	log.Info("batch paused: message waits for the next check", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+	return true, nil
+}
+
+// answered reports whether an attempt among dns ended other than by a
+// transient failure: the downstream answered.
+func answered(dns []done) bool {
+	for _, d := range dns {
+		if d.ran && d.class == "" && d.outcome.Terminal() {
+			return true
+		}
+	}
+	return false
+}
+
+// unpauseOnAnswer ends b's outage pause p: its probe was answered.
+func (w *Worker) unpauseOnAnswer(ctx context.Context, log *slog.Logger, b ledger.Batch, p api.Pause) {
+	err := w.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByOutage, Since: p.Since})
+	switch {
+	case err == nil:
+		now := w.Clock.Now()
+		log.Warn("batch unpaused: the probe was answered", "probes", p.Probes, "paused_ms", now.Sub(p.Since).Milliseconds())
+		w.Metrics.Paused(b.Pipeline, false, b.ID, b.Run)
+		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, false, api.PauseByOutage, now))
+	case !errors.Is(err, api.ErrConflict):
+		log.Warn("unpause", "error", err.Error())
+	}
+}
+
+// health is what one message batch's attempts of a run say of its
+// downstream: whether any was answered, and else the transient failures
+// by class (with one failure's text per class).
+type health struct {
+	answered bool
+	fails    map[string]int64
+	text     map[string]string
+}
+
+func (h *health) add(d done) {
+	switch {
+	case !d.ran:
+	case d.class == "" && d.outcome.Terminal():
+		h.answered = true
+	case d.class != "":
+		if h.fails == nil {
+			h.fails, h.text = map[string]int64{}, map[string]string{}
+		}
+		h.fails[d.class]++
+		h.text[d.class] = d.text
+	}
+}
+
+// streaks is h as a lane write's Streaks (by slot), nil when answered.
+func (h health) streaks() map[int]int64 {
+	if h.answered || len(h.fails) == 0 {
+		return nil
+	}
+	s := map[int]int64{}
+	for c, n := range h.fails {
+		s[ledger.StreakSlot(c)] += n
+	}
+	return s
+}
+
+// judgeStreaks pauses b (an outage pause) when the lane write that added
+// h's failures took a slot's streak past a multiple of PauseAfter: that
+// many attempts in a row on the lane failed transiently with the slot's
+// class, none answered since. A batch already paused or stopping, as
+// read for this message batch, is left alone.
+func (w *Worker) judgeStreaks(ctx context.Context, log *slog.Logger, b ledger.Batch, h health, added, after map[int]int64) {
+	if b.Pause != nil || b.Stop != "" {
+		return
+	}
+	for c := range h.fails {
+		slot := ledger.StreakSlot(c)
+		n, ok := after[slot]
+		if !ok || n/ledger.PauseAfter <= (n-added[slot])/ledger.PauseAfter {
+			continue
+		}
+		w.pauseOnOutage(ctx, log, b, c, h.text[c], n)
+		return
+	}
+}
+
+// pauseOnOutage pauses b's run: streak attempts in a row failed with
+// class (one of them with text).
+func (w *Worker) pauseOnOutage(ctx context.Context, log *slog.Logger, b ledger.Batch, class, text string, streak int64) {
+	now := w.Clock.Now()
+	err := w.Store.Pause(ctx, ledger.PauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByOutage, Class: class, Error: text, Now: now})
+	switch {
+	case err == nil:
+		log.Warn("batch paused: its downstream fails", "class", class, "streak", streak, "error", text)
+		w.Metrics.Paused(b.Pipeline, true, b.ID, b.Run)
+		p := api.Pause{By: api.PauseByOutage, Since: now, Class: class, Error: ledger.CutError(text)}
+		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, true, api.PauseByOutage, now))
+	case !errors.Is(err, api.ErrConflict):
+		log.Warn("pause", "error", err.Error())
+	}
+}

@@ -1,0 +1,444 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// DefaultItemConcurrency is how many items run their pipeline at once in
+// one invocation (Worker.ItemConcurrency).
+const DefaultItemConcurrency = 10
+
+// itemRun is one reserved item's attempt in runUnit.
+type itemRun struct {
+	j         int
+	input     json.RawMessage
+	state     ledger.ItemState // its state once the attempt ended
+	ending    ledger.Ending
+	started   bool          // its attempt started (else its take is given back)
+	took      time.Duration // how long its pipeline ran; 0 when it did not
+	committed bool          // written on its own, with its staged writes
+	lost      bool          // its own write lost the unit's fence
+	// interrupted: its attempt took over an ended lease or was cut off
+	// at the deadline (outcome unknown).
+	interrupted bool
+}
+
+// runUnit is the one delivery loop of an item or pack message: take the
+// unit, run each item the take reserved (at most ItemConcurrency at once
+// in the invocation, one at a time under a concurrency slot, none started
+// inside the
+// deadline margin), conclude each attempt, and write the endings in one
+// write fenced by the take. Items whose attempt failed transiently stay
+// in flight with a retry scheduled and the message comes back after the
+// longest of their delays; the others are answered from the unit on that
+// delivery.
+func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
+	// Secret references are resolved before the take, so that AWS being
+	// unavailable costs no attempt; a reference that cannot be resolved
+	// fails the items once they are taken.
+	headers, options, serr := resolveSecrets(ctx, w.Secrets, b.Headers, b.Options)
+	if errors.Is(serr, ledger.ErrUnavailable) {
+		return w.unavailable(ctx, log, d, m, "resolve secrets", serr)
+	}
+	// A batch with max_concurrency takes a slot before the take, so that
+	// waiting for one costs no attempt; the unit's items then run one at
+	// a time, so the slots bound the items running.
+	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
+	if err != nil {
+		return w.unavailable(ctx, log, d, m, "take a concurrency slot", err)
+	}
+	if !ok {
+		return w.slotsTaken(ctx, log, d, m), nil
+	}
+	defer w.freeSlot(ctx, log, b.ID, slot, holder)
+	inputs := make([]json.RawMessage, len(m.Items))
+	u := w.unitOf(b, m)
+	h, err := u.take(ctx, taking{b: b, msg: m, mode: ledger.ModeRun, prepare: w.prepareInputs(ctx, m, inputs), redelivered: d.ReceiveCount > 1})
+	switch {
+	case err != nil:
+		return w.unavailable(ctx, log, d, m, "take", err)
+	case !h.held.IsZero():
+		// Another delivery holds it (or its lease ended this very
+		// millisecond). Never acknowledge a unit in flight: come back when
+		// its holder has likely recorded the outcome (5 s, doubling per
+		// receive) and at the latest when its lease ends.
+		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		log.Info("under another delivery's lease; retried later")
+		return false, nil
+	}
+	var runs []*itemRun
+	for j, s := range h.steps {
+		if s == ledger.StepRun {
+			runs = append(runs, &itemRun{j: j, input: inputs[j]})
+		}
+	}
+	if len(runs) == 0 {
+		log.Info("already recorded; acknowledged")
+		return true, h.dones
+	}
+	if m.Packed {
+		log = log.With("pack_attempt", h.attempt)
+	}
+	var refusal error = serr
+	p, registered := w.Pipelines.Lookup(b.Pipeline)
+	if !registered && refusal == nil {
+		refusal = fmt.Errorf("pipeline %q is not registered in this item function", b.Pipeline)
+	}
+	sem := make(chan struct{}, len(runs)) // the unit's own bound: 1 under a slot
+	if slot >= 0 {
+		sem = make(chan struct{}, 1)
+	}
+	h.probe = m.probe
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		if m.probe && i > 0 {
+			continue // a probe runs one item; the others are given back
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			inv.items <- struct{}{}
+			defer func() { <-inv.items }()
+			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin {
+				return // not started: given back below
+			}
+			r.started = true
+			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, u, h, r, p, refusal, headers, options, inv.margin)
+		}()
+	}
+	wg.Wait()
+	return w.endUnit(ctx, log, b, m, u, h, d, runs)
+}
+
+// itemLog is log for item s of m's unit: its key (a pack's; an item
+// message's logger has it), run id and attempt.
+func itemLog(log *slog.Logger, b ledger.Batch, m *unitMessage, s ledger.ItemState) *slog.Logger {
+	if m.Packed {
+		log = log.With("key", s.Key)
+	}
+	return log.With("run_id", ledger.RunIDOf(b.ID, s.Key, s.Revision), "attempt", s.Attempt)
+}
+
+// endUnit writes the endings of the unit's attempts under its fence and
+// says whether the message may be acknowledged.
+func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
+	dns := h.dones
+	var writes []ledger.PackItemWrite
+	var wait time.Duration
+	retries, lost, throttled := 0, false, false
+	for _, r := range runs {
+		switch {
+		case r.lost:
+			lost = true
+		case r.committed:
+			dns = append(dns, ranDone(b, r))
+			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
+		case !r.started:
+			// Inside the deadline margin: its take is given back, as if
+			// this delivery had never taken it (no attempt used in a pack).
+			give := h.was[r.j]
+			give.UpdatedAt = w.Clock.Now()
+			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight})
+			retries++
+		default:
+			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: r.state, Was: api.OutcomeInFlight})
+			if r.ending.Retry() {
+				retries++
+				wait = max(wait, r.ending.Wait)
+				throttled = throttled || r.ending.Throttled || r.ending.Paused
+			}
+		}
+	}
+	if lost {
+		log.Warn("fenced by a later take; its holder records the outcomes")
+		return false, dns
+	}
+	if len(writes) > 0 && m.Packed {
+		err := w.persist(ctx, log, "bound the pack row", func() error {
+			moved, cut, err := w.boundPack(ctx, b, h.items, writes)
+			if moved+cut > 0 {
+				log.Warn("pack row kept within its budget", "outputs_to_s3", moved, "errors_cut", cut, "budget_bytes", ledger.PackRowBudget)
+			}
+			return err
+		})
+		if err != nil {
+			log.Error("record outcome", "error", pipeline.ErrorText(err))
+			return false, dns
+		}
+	}
+	committed := slices.ContainsFunc(runs, func(r *itemRun) bool { return r.committed })
+	if len(writes) > 0 || m.Packed && committed {
+		// A pack whose items all ended on their own with their staged
+		// writes still gets its final write (no item in it): the one that
+		// frees its lease, so that a duplicate or the next run is not held
+		// off until the lease ends.
+		err := w.persist(ctx, log, "record outcome", func() error { return u.write(ctx, h, writes, nil) })
+		if errors.Is(err, api.ErrConflict) {
+			// A later take holds the unit: its holder records the outcomes.
+			// Let the message come back; it is acknowledged once they are.
+			log.Warn("outcome fenced by a later attempt")
+			return false, dns
+		}
+		if err != nil {
+			log.Error("record outcome", "error", pipeline.ErrorText(err))
+			return false, dns
+		}
+	}
+	recorded := map[int]*itemRun{}
+	for _, r := range runs {
+		if r.committed || !r.lost && r.started && r.state.Outcome.Terminal() {
+			recorded[r.j] = r
+		}
+	}
+	for _, r := range runs {
+		if recorded[r.j] == nil {
+			continue
+		}
+		o := r.state.Outcome
+		if !r.committed {
+			dns = append(dns, ranDone(b, r))
+			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
+		}
+		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
+		if o == api.OutcomeSucceeded {
+			ilog.Info("item recorded", "outcome", string(o))
+		} else {
+			ilog.Warn("item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
+		}
+	}
+	for _, r := range runs {
+		if r.started && !r.lost && r.ending.Retry() {
+			dns = append(dns, ranDone(b, r)) // for the pause: not counted
+		}
+		if r.started && !r.lost && r.interrupted {
+			dns = append(dns, done{batch: b, interrupted: true})
+		}
+	}
+	if retries == 0 {
+		return true, dns
+	}
+	if wait <= 0 {
+		wait = time.Second // items not started: back soon
+	}
+	// The live view's items waiting for a retry, due when the message
+	// comes back (a message sent again waits at most api.MaxResendDelay).
+	due := w.Clock.Now().Add(wait)
+	if throttled && wait <= api.MaxResendDelay {
+		due = w.Clock.Now().Add(min(wait, api.MaxResendDelay))
+	}
+	for _, r := range runs {
+		if r.started && !r.lost && !r.committed && r.ending.Retry() {
+			dns = append(dns, done{batch: b, retryAt: due})
+		}
+	}
+	if throttled && wait <= api.MaxResendDelay {
+		// A throttled attempt (or a paused batch's probe) counts no
+		// attempt, so its wait must not count a receive either
+		// (maxReceiveCount would dead-letter an item throttled often
+		// enough): the message is sent again as a new one, as for AWS
+		// unavailability, and this delivery acknowledged.
+		err := w.resend(ctx, m, wait)
+		if err == nil {
+			log.Warn("items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+			return true, dns
+		}
+		log.Warn("send the message again", "error", err.Error())
+	}
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+		log.Warn("delay message", "error", err.Error())
+	}
+	log.Warn("items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
+	return false, dns
+}
+
+// resend sends m again as a new message delivered after wait (at most
+// api.MaxResendDelay), its Requeued count raised.
+func (w *Worker) resend(ctx context.Context, m *unitMessage, wait time.Duration) error {
+	*m.requeued++
+	body, err := m.body()
+	if err != nil {
+		return err
+	}
+	return w.Queue.Requeue(ctx, body, min(wait, api.MaxResendDelay))
+}
+
+// attempt runs one reserved item: Conclude before its pipeline runs (an
+// attempt that must not run ends there), the pipeline under the lease's
+// deadline, its output stored, Conclude again; a success with staged
+// writes is committed on its own (the unit's write with the effects).
+// It leaves the item's ending in r.
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, u unit, h *hold, r *itemRun,
+	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
+	s, was := h.items[r.j], h.was[r.j]
+	a := ledger.Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
+		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal,
+		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}
+	if h.probe && b.Pause != nil {
+		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)
+	}
+	s.Cost = nil // the cost of this attempt
+	r.interrupted = a.Interrupted
+	if e := ledger.Conclude(a); e.Outcome != "" {
+		r.state, r.ending = ledger.Ended(s, e, w.Clock.Now()), e
+		return
+	}
+	runCtx, cancel := w.runContext(ctx, h.lease, margin)
+	pipeCtx, seal := runCtx, func() ledger.StagedEffects { return nil }
+	if w.Staging != nil {
+		pipeCtx, seal = w.Staging(runCtx)
+	}
+	start := w.Clock.Now()
+	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
+		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
+		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
+	})
+	// Staging ends with Run, whatever its result: a write staged later (by
+	// a goroutine the pipeline left behind) is refused, never committed.
+	staged := seal()
+	// Cut off at the deadline margin (or the lease's end) while it ran: the
+	// call's outcome is unknown. Read before cancel, which would set it too.
+	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
+	cancel()
+	r.took = w.Clock.Now().Sub(start)
+	w.Metrics.ItemDuration(b.Pipeline, r.took, b.ID, b.Run)
+	// What this run's attempts spent: the earlier ones' (the fence makes
+	// them current) and this one's.
+	spent := pipeline.Cost(nil)
+	if was.SpentRun == b.Run && was.Run == b.Run {
+		spent = was.Spent
+	}
+	if sum := spent.Plus(res.Cost); len(sum) > 0 {
+		s.Spent, s.SpentRun = sum, b.Run
+	}
+	s.Cost = res.Cost
+	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil
+	r.interrupted = r.interrupted || a.CutOff
+	if perr == nil {
+		err := w.persist(ctx, log, "store output", func() (err error) {
+			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, ledger.RunIDOf(b.ID, s.Key, s.Revision), res.Output)
+			return err
+		})
+		a.Err = err // transient: the S3 write failed
+	}
+	a.Now = w.Clock.Now()
+	e := ledger.Conclude(a)
+	if e.Outcome == api.OutcomeSucceeded && staged != nil && staged.Len() > 0 {
+		e = w.commit(ctx, log, u, h, r, ledger.Ended(s, e, w.Clock.Now()), staged, a)
+		if r.committed || r.lost {
+			return
+		}
+	}
+	r.state, r.ending = ledger.Ended(s, e, w.Clock.Now()), e
+	switch {
+	case e.Paused:
+		log.Warn("probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+	case e.Throttled:
+		log.Warn("throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
+			"throttled_ms", a.Now.Sub(e.ThrottledSince).Milliseconds())
+		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
+	case e.Retry():
+		log.Warn("transient error; retried", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
+	}
+}
+
+// commit writes a succeeded item with the writes its attempt staged, on
+// its own, in one transaction under the unit's fence. When DynamoDB
+// refuses the writes as written the item fails permanently without them;
+// when a staged condition does not hold the attempt ends as a transient
+// failure and the item runs again: the ending returned.
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, r *itemRun, n ledger.ItemState, staged ledger.StagedEffects, a ledger.Attempt) ledger.Ending {
+	err := w.persist(ctx, log, "record outcome with staged writes", func() error {
+		return u.write(ctx, h, []ledger.PackItemWrite{{Index: r.j, Item: n, Was: api.OutcomeInFlight}}, staged)
+	})
+	var ee *ledger.EffectsError
+	switch {
+	case err == nil:
+		r.state, r.committed = n, true
+		h.items[r.j] = n // the unit's final write counts it ended
+		return ledger.Ending{Outcome: api.OutcomeSucceeded}
+	case errors.Is(err, api.ErrConflict):
+		r.lost = true
+		return ledger.Ending{}
+	case !errors.As(err, &ee):
+		// Not written, and the unit's write would record it without its
+		// staged writes: its attempt ends unknown.
+		log.Error("record outcome with staged writes", "error", pipeline.ErrorText(err))
+		r.lost = true
+		return ledger.Ending{}
+	}
+	a.Err, a.CutOff = err, false
+	if ee.Permanent {
+		a.Err = pipeline.Permanent(err)
+	} else {
+		log.Warn("a staged write's condition did not hold; nothing applied", "error", pipeline.ErrorText(err))
+	}
+	return ledger.Conclude(a)
+}
+
+// retryDefault is the retry policy of a batch whose row carries none.
+func (w *Worker) retryDefault() api.RetryPolicy {
+	if w.Retry != nil {
+		return *w.Retry
+	}
+	return api.DefaultRetryPolicy
+}
+
+// settleUnit settles the unit's items not yet terminal in the run with
+// outcome o (a stopped run: cancelled; a dead-lettered message: failed)
+// and counts the ones answered from an earlier run.
+func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, o api.Outcome, reason api.Reason, text string) (bool, []done) {
+	settle := func(s ledger.ItemState, now time.Time) ledger.ItemState {
+		return ledger.Settled(s, b.Run, o, reason, text, now)
+	}
+	h, err := w.unitOf(b, m).take(ctx, taking{b: b, msg: m, mode: ledger.ModeSettle, settle: settle})
+	switch {
+	case err != nil:
+		return w.unavailable(ctx, log, d, m, "settle", err)
+	case !h.held.IsZero() && !d.DeadLetter:
+		// Started before the stop: its holder records the outcomes; if the
+		// holder died, this message takes the unit once the lease ends.
+		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		return false, nil
+	case !h.held.IsZero():
+		return false, nil // under a live lease: its holder decides
+	}
+	if n := countOutcome(h.dones, o); n > 0 {
+		w.Metrics.ItemsRecorded(b.Pipeline, string(o), n, b.ID, b.Run)
+		log.Warn("items settled", "outcome", string(o), "reason", string(reason), "items", n)
+	}
+	return true, h.dones
+}
+
+// settleUnstarted settles as failed, with reason and text, the items of
+// the unit at first (keys in order: an item row for one item per message,
+// else the pack at first) that were never reserved in the run: their
+// message was refused, or their chunk's fan-out was dead-lettered. It
+// returns how many items it settled.
+func (w *Worker) settleUnstarted(ctx context.Context, b ledger.Batch, chunk source.Chunk, first int64, keys []string, reason api.Reason, text string) (int64, error) {
+	m := &unitMessage{BatchID: b.ID, Run: b.Run, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count, Packed: b.Pack() > 1, PackFirst: first}
+	for _, k := range keys {
+		m.Items = append(m.Items, ledger.PackedItem{Key: k})
+	}
+	settle := func(s ledger.ItemState, now time.Time) ledger.ItemState {
+		return ledger.Settled(s, b.Run, api.OutcomeFailed, reason, text, now)
+	}
+	h, err := w.unitOf(b, m).take(ctx, taking{b: b, msg: m, mode: ledger.ModeUnstarted, settle: settle})
+	if err != nil {
+		return 0, err
+	}
+	return countOutcome(h.dones, api.OutcomeFailed), nil
+}

@@ -1,0 +1,159 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Secrets resolves a secret reference's ARN to its value. Implementations
+// return an error wrapping ErrUnavailable when AWS was unavailable
+// (throttling, 5xx), and any other error when the reference cannot be
+// resolved (missing, access denied); they are safe for concurrent use.
+type Secrets interface {
+	Resolve(ctx context.Context, arn string) (string, error)
+}
+
+// FreshSecrets is a Secrets with a cache that can be bypassed:
+// ResolveFresh reads the value from its service whatever is cached (and
+// caches it). The worker uses it when a receiver rejected a credential
+// resolved from a reference (pipeline.IsCredentialRejected); a Secrets
+// without it is read with Resolve again.
+type FreshSecrets interface {
+	Secrets
+	ResolveFresh(ctx context.Context, arn string) (string, error)
+}
+
+// ErrSecret marks a secret reference that could not be resolved: the item
+// fails permanently with a message naming the reference, never the value.
+var ErrSecret = errors.New("secret reference not resolved")
+
+// resolveSecrets returns headers and options with every secret reference
+// replaced by its value. An error wraps ErrUnavailable (retry later) or
+// ErrSecret (fail the item).
+func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, options json.RawMessage) (map[string]string, json.RawMessage, error) {
+	return resolveSecretsFrom(ctx, s, headers, options, false)
+}
+
+// resolveSecretsFrom is resolveSecrets; fresh reads every reference from
+// its service, bypassing the cache (FreshSecrets).
+func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]string, options json.RawMessage, fresh bool) (map[string]string, json.RawMessage, error) {
+	refs, err := ledger.SecretRefs(headers, options)
+	if err != nil || len(refs) == 0 {
+		return headers, options, nil
+	}
+	if s == nil {
+		return nil, nil, fmt.Errorf("%w: this item function resolves no secrets", ErrSecret)
+	}
+	values := map[string]string{}
+	for _, arn := range refs {
+		if _, ok := values[arn]; ok {
+			continue
+		}
+		resolve := s.Resolve
+		if f, ok := s.(FreshSecrets); ok && fresh {
+			resolve = f.ResolveFresh
+		}
+		v, err := resolve(ctx, arn)
+		if errors.Is(err, ledger.ErrUnavailable) {
+			return nil, nil, fmt.Errorf("resolve %s: %w", arn, err)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %s: %v", ErrSecret, arn, err)
+		}
+		values[arn] = v
+	}
+	h := maps.Clone(headers)
+	for k, v := range h {
+		if arn, ok := ledger.SecretRef(v); ok {
+			h[k] = values[arn]
+		}
+	}
+	var v any
+	if json.Unmarshal(options, &v) != nil {
+		return h, options, nil
+	}
+	var subst func(v any) any
+	subst = func(v any) any {
+		switch t := v.(type) {
+		case map[string]any:
+			if ref, ok := t["secret"].(string); ok && len(t) == 1 {
+				if val, ok := values[ref]; ok {
+					return val
+				}
+			}
+			for k, e := range t {
+				t[k] = subst(e)
+			}
+		case []any:
+			for i, e := range t {
+				t[i] = subst(e)
+			}
+		case string:
+			if arn, ok := ledger.SecretRef(t); ok {
+				return values[arn]
+			}
+		}
+		return v
+	}
+	out, err := json.Marshal(subst(v))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrSecret, err)
+	}
+	return h, out, nil
+}
+
+// runPipeline runs p once for req (runSafely), and checks the result's
+// cost record against the contract's limits (pipeline.CheckCost). When the
+// call fails because
+// the receiver rejected a credential (pipeline.IsCredentialRejected: a
+// webhook's 401 or 403) and the batch's headers or options hold secret
+// references, the references are read again bypassing the cache
+// (FreshSecrets) and, if a value changed (the secret was rotated since it
+// was cached), p runs once more with the new values, within the same
+// attempt; the two calls' costs add up. A reference that cannot be read
+// again, or an unchanged value, leaves the first call's error. The first
+// call must have staged no writes (the built-in pipelines stage none on a
+// 401 or 403).
+func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (pipeline.Result, error) {
+	res, err := w.rejectCredential(ctx, log, p, b, req)
+	if cerr := pipeline.CheckCost(res.Cost); cerr != nil {
+		// Beyond the contract's limits: not recorded (it would not fit
+		// the rows), and the item fails saying which limit.
+		res.Cost = nil
+		err = pipeline.Permanent(fmt.Errorf("item %q: %w", req.Key, cerr))
+	}
+	return res, err
+}
+
+// rejectCredential is runPipeline's call, made once more with freshly read
+// secrets when the receiver rejected the credential.
+func (w *Worker) rejectCredential(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (pipeline.Result, error) {
+	res, err := runSafely(ctx, p, req)
+	if err == nil || !pipeline.IsCredentialRejected(err) {
+		return res, err
+	}
+	if refs, rerr := ledger.SecretRefs(b.Headers, b.Options); rerr != nil || len(refs) == 0 || w.Secrets == nil {
+		return res, err
+	}
+	headers, options, serr := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, true)
+	if serr != nil {
+		log.Warn("credential rejected; reading its secret again failed", "error", pipeline.ErrorText(serr))
+		return res, err
+	}
+	if maps.Equal(headers, req.Headers) && bytes.Equal(options, req.Options) {
+		return res, err // the same value: not a rotation
+	}
+	log.Info("credential rejected; its secret changed since it was cached, calling again")
+	req.Headers, req.Options = headers, options
+	again, err := runSafely(ctx, p, req)
+	again.Cost = res.Cost.Plus(again.Cost)
+	return again, err
+}

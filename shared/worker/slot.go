@@ -1,0 +1,105 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/bulkrun/bulkrun/internal/retry"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Per-batch concurrency (SubmitRequest.MaxConcurrency): a batch with a
+// limit N has N slots, each a row of its own (Store.AcquireSlot). An item
+// takes a free slot before its reservation and frees it once its outcome
+// (or its release for a retry) is written; a crashed holder's slot frees
+// itself when its lease (the item lease) ends.
+const (
+	// SlotTries is how many random slots an item tries before it waits.
+	SlotTries = 3
+	// SlotWait is the shortest wait of an item that found no free slot;
+	// the wait is jittered in [SlotWait, 4×SlotWait].
+	SlotWait = time.Second
+)
+
+// slotWait is the jittered wait of an item that found every slot it tried
+// taken: 2.5 × SlotWait ± 60 %.
+func slotWait() time.Duration {
+	return retry.Schedule{Interval: SlotWait * 5 / 2, Jitter: 0.6}.Delay(1)
+}
+
+// slotsToTry returns up to SlotTries distinct slots in [0, n), at random.
+func slotsToTry(n int) []int {
+	p := mrand.Perm(n)
+	return p[:min(n, SlotTries)]
+}
+
+// acquireSlot takes a concurrency slot for the unit of m when the batch
+// has a limit (its items then run one at a time). It returns the slot and its holder (slot −1: no limit), or
+// ok false when every slot tried is taken. Taking a slot counts no attempt:
+// it happens before the reservation.
+func (w *Worker) acquireSlot(ctx context.Context, b ledger.Batch, m *unitMessage) (slot int, holder string, ok bool, err error) {
+	if b.MaxConcurrency <= 0 {
+		return -1, "", true, nil
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	holder = ledger.RunID(b.ID, m.Items[0].Key) + "#" + hex.EncodeToString(nonce[:])
+	for _, i := range slotsToTry(b.MaxConcurrency) {
+		err := w.Store.AcquireSlot(ctx, b.ID, i, holder, w.Clock.Now(), w.Lease)
+		if err == nil {
+			return i, holder, true, nil
+		}
+		if !errors.Is(err, api.ErrConflict) {
+			return -1, "", false, err
+		}
+	}
+	return -1, "", false, nil
+}
+
+// freeSlot frees a slot taken by acquireSlot (slot −1: none), even when the
+// invocation's context has ended; a slot not freed is freed by its lease.
+func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string, slot int, holder string) {
+	if slot < 0 {
+		return
+	}
+	if err := w.Store.FreeSlot(context.WithoutCancel(ctx), batchID, slot, holder); err != nil {
+		log.Warn("free concurrency slot; its lease frees it", "slot", slot, "error", pipeline.ErrorText(err))
+	}
+}
+
+// slotsTaken sends the message of an item that found no free slot again,
+// as a new message after slotWait, and acknowledges this one: no attempt
+// was counted and the receive count starts again from 0, so waiting for a
+// slot never brings an item toward max_attempts or the dead-letter queue.
+// If the new message cannot be sent, this one comes back after the wait.
+func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage) bool {
+	wait := slotWait()
+	if *m.slotWaits >= ledger.MaxResends {
+		// The loop's own bound: wait on this message instead, a receive.
+		log.Warn("every concurrency slot tried is taken; message delayed, not sent again", "slot_waits", *m.slotWaits, "retry_in_ms", wait.Milliseconds())
+		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+			log.Warn("delay message", "error", derr.Error())
+		}
+		return false
+	}
+	*m.slotWaits++
+	body, err := m.body()
+	if err == nil {
+		if err = w.Queue.Requeue(ctx, body, wait); err == nil {
+			log.Debug("every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
+			return true
+		}
+	}
+	log.Warn("send the message again", "error", err.Error())
+	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+		log.Warn("delay message", "error", derr.Error())
+	}
+	return false
+}

@@ -1,0 +1,37 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// Store is what the item engine needs of the ledger's store: the methods it
+// calls, each with the contract ledger.Store documents. internal/dynamo
+// implements it on DynamoDB, integration/testbed/ledgertest in memory.
+type Store interface {
+	ledger.RunStopper
+	GetBatch(ctx context.Context, id string) (ledger.Batch, error)
+	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item, error)
+	Record(ctx context.Context, r ledger.Record) error
+	Release(ctx context.Context, r ledger.Record) error
+	Settle(ctx context.Context, r ledger.Record) (ledger.Item, error)
+	SettleUnstarted(ctx context.Context, r ledger.Record) (ledger.Item, error)
+	CountChunk(ctx context.Context, c ledger.ChunkCount) (ledger.ChunkCounted, error)
+	CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneCounted, error)
+	CountRun(ctx context.Context, c ledger.RunCount) (ledger.RunCounted, error)
+	CountWaits(ctx context.Context, c ledger.WaitCount) error
+	CountFanned(ctx context.Context, c ledger.FanCount) error
+	Pause(ctx context.Context, m ledger.PauseMark) error
+	Unpause(ctx context.Context, m ledger.UnpauseMark) error
+	ClaimProbe(ctx context.Context, c ledger.ProbeClaim) error
+	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error)
+	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
+	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
+	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
+	WritePack(ctx context.Context, w ledger.PackWrite) error
+}
+
+// The ledger's store contract holds every method this engine calls.
+var _ Store = ledger.Store(nil)

@@ -1,0 +1,350 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// A ledger unit is what one items-queue message names and one conditional
+// write takes: an item row (an item message, one item per message) or a
+// pack row (a pack message, items_per_message > 1). The worker runs every
+// unit through one loop (Worker.runUnit): take the unit, plan each item
+// (Plan), run the items to run, conclude each attempt (Conclude), write
+// the endings under the unit's fence. The two kinds differ only in how
+// they take and write:
+//
+//   - an item row is taken by Store.Reserve (or Settle, SettleUnstarted):
+//     one conditional write, no read; its fence is the item's attempt, and
+//     its ending is one Record (or Release for a scheduled retry).
+//   - a pack row is read (Store.GetPack), planned, and taken by one
+//     Store.WritePack conditioned on the attempt and lease it read; its
+//     fence is the pack's attempt, and every item's ending goes in one
+//     fenced WritePack.
+type unit interface {
+	// take reserves (ModeRun) or settles the unit's items for this
+	// delivery. With another delivery's live lease it takes nothing and
+	// returns the hold with held set.
+	take(ctx context.Context, t taking) (*hold, error)
+	// write writes the states of the items named, ended by their
+	// attempts, under the hold's fence; effects (one succeeded item's
+	// staged writes) go in the same transaction. ErrConflict: a later take
+	// holds the unit.
+	write(ctx context.Context, h *hold, items []ledger.PackItemWrite, effects ledger.StagedEffects) error
+}
+
+// unitMessage is an item or a pack message, decoded: the items of one
+// ledger unit and where they come from.
+type unitMessage struct {
+	BatchID     string
+	Run         int
+	ManifestKey string
+	ChunkFirst  int64
+	ChunkItems  int64
+	Packed      bool  // a pack message: its unit is the pack row at PackFirst
+	PackFirst   int64 // Packed: the manifest index of its first item
+	Items       []ledger.PackedItem
+	// requeued and slotWaits are the message's Requeued and SlotWaits
+	// counts; body encodes them again.
+	requeued, slotWaits *int
+	body                func() ([]byte, error)
+	// probe: this delivery claimed its paused batch's probe; one item
+	// runs (Pause).
+	probe bool
+}
+
+// itemUnitMessage is m (an item message) as a unit message.
+func itemUnitMessage(m *ledger.Message) *unitMessage {
+	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits,
+		// A closure, not the method value m.Body: that would copy *m now,
+		// and encode the counts as they were before they grew.
+		body: func() ([]byte, error) { return m.Body() }}
+}
+
+// packUnitMessage is m (a pack message) as a unit message.
+func packUnitMessage(m *ledger.PackMessage) *unitMessage {
+	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits,
+		body: func() ([]byte, error) { return m.Body() }}
+}
+
+// taking is what a take asks for.
+type taking struct {
+	b    ledger.Batch
+	msg  *unitMessage
+	mode ledger.Mode
+	// settle is the state a settled item takes (ModeSettle, ModeUnstarted).
+	settle func(s ledger.ItemState, now time.Time) ledger.ItemState
+	// prepare reads the inputs of the items planned to run before the
+	// take's write, so that S3 being unavailable costs no attempt.
+	prepare func(run []int) error
+	// redelivered: the message was received before (a scheduled retry, a
+	// holder that died), so its item row most likely is in flight in this
+	// run: Reserve tries the takeover first.
+	redelivered bool
+}
+
+// hold is one delivery's hold on a unit: the fence of its writes, its
+// lease, and each item's state as read (was) and as taken (items).
+type hold struct {
+	attempt     int
+	lease       time.Time
+	held        time.Time // not zero: another delivery holds the unit until then; nothing taken
+	was         []ledger.ItemState
+	items       []ledger.ItemState
+	steps       []ledger.Step
+	interrupted []bool
+	dones       []done // the items the take settled or counted
+	probe       bool   // the unit message's probe
+}
+
+func newHold(n int) *hold {
+	return &hold{was: make([]ledger.ItemState, n), items: make([]ledger.ItemState, n), steps: make([]ledger.Step, n), interrupted: make([]bool, n)}
+}
+
+// unitOf is the ledger unit of m's items.
+func (w *Worker) unitOf(b ledger.Batch, m *unitMessage) unit {
+	if m.Packed {
+		return &packUnit{w: w, run: b.Run, ref: ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: m.PackFirst}}
+	}
+	return &itemUnit{w: w, b: b, key: m.Items[0].Key}
+}
+
+// itemUnit is an item row.
+type itemUnit struct {
+	w   *Worker
+	b   ledger.Batch
+	key string
+}
+
+func (u *itemUnit) record(now time.Time) ledger.Record {
+	return ledger.Record{BatchID: u.b.ID, Key: u.key, RunID: ledger.RunID(u.b.ID, u.key), Run: u.b.Run, Revision: u.b.RunRevision, ListShards: u.b.ListShards, Now: now}
+}
+
+// take reserves the item (Store.Reserve: one conditional write, no read)
+// or settles it (Store.Settle, SettleUnstarted). A refused take reads the
+// stored row the write returned: held by another delivery, or answered
+// (counted once in this run when an earlier run's outcome answers it,
+// Store.MarkCounted).
+func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
+	w, b, h := u.w, u.b, newHold(1)
+	now := w.Clock.Now()
+	var it ledger.Item
+	var err error
+	switch t.mode {
+	case ledger.ModeRun:
+		if err := t.prepare([]int{0}); err != nil {
+			return nil, err
+		}
+		it, err = w.Store.Reserve(ctx, ledger.Reservation{BatchID: b.ID, Key: u.key, RunID: ledger.RunID(b.ID, u.key), Run: b.Run, Revision: b.RunRevision, ListShards: b.ListShards, Now: now, Lease: w.Lease,
+			Redelivered: t.redelivered})
+		if err == nil {
+			s := ledger.ItemState{Key: u.key, Run: b.Run, Outcome: api.OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1,
+				ThrottledSince: it.ThrottledSince, Revision: it.Revision, UpdatedAt: now}
+			if len(it.Spent) > 0 {
+				s.Spent, s.SpentRun = it.Spent, b.Run // this run's earlier attempts
+			}
+			h.attempt, h.lease, h.was[0], h.items[0], h.steps[0], h.interrupted[0] = it.Attempt, it.LeaseUntil, s, s, ledger.StepRun, it.Interrupted
+			return h, nil
+		}
+	default:
+		s := t.settle(ledger.ItemState{Key: u.key}, now)
+		r := u.record(now)
+		r.Outcome, r.Reason, r.Error = s.Outcome, s.Reason, s.Error
+		if t.mode == ledger.ModeSettle {
+			it, err = w.Store.Settle(ctx, r)
+		} else {
+			it, err = w.Store.SettleUnstarted(ctx, r)
+		}
+		if err == nil {
+			h.items[0], h.steps[0] = s, ledger.StepSettle
+			h.dones = append(h.dones, doneOf(b, s))
+			return h, nil
+		}
+	}
+	if !errors.Is(err, api.ErrConflict) {
+		return nil, err
+	}
+	switch {
+	case t.mode == ledger.ModeUnstarted:
+		return h, nil // reserved in this run: its own message decides
+	case it.Outcome == api.OutcomeInFlight && it.Run == b.Run:
+		h.held = it.LeaseUntil
+		if h.held.Before(now) {
+			h.held = now // its lease ended this very millisecond: back soon
+		}
+		return h, nil
+	case it.Run >= b.Run || (it.Outcome != api.OutcomeSucceeded && it.Outcome != api.OutcomeQuarantined):
+		return h, nil
+	}
+	// Answered from an earlier run: counted once toward this run (the
+	// count mark is a conditional write, so a duplicate does not count).
+	counted, err := w.Store.MarkCounted(ctx, b.ID, b.ListShards, u.key, b.Run, now)
+	if err != nil {
+		return nil, fmt.Errorf("count an answered item: %w", err)
+	}
+	if counted {
+		h.steps[0] = ledger.StepCount
+		h.dones = append(h.dones, done{batch: b, outcome: it.Outcome, cost: it.Cost})
+	}
+	return h, nil
+}
+
+// write records the item's ending under its attempt: a terminal outcome
+// with Store.Record (with the attempt's staged writes, if any), a
+// scheduled retry (or an attempt given back) with Store.Release.
+func (u *itemUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWrite, effects ledger.StagedEffects) error {
+	if len(items) != 1 {
+		return fmt.Errorf("item %s/%s: %d writes for one item", u.b.ID, u.key, len(items))
+	}
+	s := items[0].Item
+	r := u.record(s.UpdatedAt)
+	r.Attempt, r.Error, r.Reason, r.Cost, r.Effects = h.attempt, s.Error, s.Reason, s.Cost, effects
+	if s.SpentRun == u.b.Run {
+		r.Spent = s.Spent
+	}
+	if !s.Outcome.Terminal() {
+		r.FirstAttempt, r.ThrottledSince = s.FirstAttempt, s.ThrottledSince
+		return u.w.Store.Release(ctx, r)
+	}
+	r.Outcome, r.Output, r.OutputRef = s.Outcome, s.Output, s.OutputRef
+	return u.w.Store.Record(ctx, r)
+}
+
+// packTakeTries bounds the reads and takes of one pack per delivery when
+// another writer keeps changing it.
+const packTakeTries = 3
+
+// packUnit is a pack row.
+type packUnit struct {
+	w   *Worker
+	run int
+	ref ledger.PackRef
+}
+
+// take reads the pack row and takes it for this delivery in one write
+// conditioned on the attempt and lease it read: items planned StepRun
+// are written in flight (Start), StepSettle items settled, StepCount
+// items marked counted in the run. A pack under a live lease is held;
+// a pack with nothing to change is not written.
+func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
+	w, b, m := u.w, t.b, t.msg
+	for try := 0; ; try++ {
+		now := w.Clock.Now()
+		p, err := w.Store.GetPack(ctx, u.ref)
+		if err != nil && !errors.Is(err, api.ErrNotFound) {
+			return nil, err
+		}
+		h := newHold(len(m.Items))
+		if p.Attempt > 0 && !p.LeaseUntil.Before(now) {
+			h.held = p.LeaseUntil
+			return h, nil
+		}
+		h.attempt = p.Attempt + 1
+		var writes []ledger.PackItemWrite
+		var run []int
+		for j, mi := range m.Items {
+			var s ledger.ItemState
+			if j < len(p.Items) {
+				s = p.Items[j]
+			}
+			if s.Key == "" {
+				s.Key = mi.Key
+			}
+			h.was[j], h.items[j] = s, s
+			h.steps[j], h.interrupted[j] = ledger.Plan(s, b.Run, b.RunRevision, t.mode, false)
+			switch h.steps[j] {
+			case ledger.StepRun:
+				h.items[j] = ledger.Start(s, b.Run, now)
+				run = append(run, j)
+			case ledger.StepSettle:
+				h.items[j] = t.settle(s, now)
+				h.dones = append(h.dones, doneOf(b, h.items[j]))
+			case ledger.StepCount:
+				h.items[j].CountedRun = b.Run
+				h.dones = append(h.dones, done{batch: b, outcome: s.Outcome, cost: s.Cost})
+			default:
+				continue
+			}
+			writes = append(writes, ledger.PackItemWrite{Index: j, Item: h.items[j], Was: s.Outcome})
+		}
+		if len(writes) == 0 {
+			return newHold(len(m.Items)), nil
+		}
+		if len(run) > 0 {
+			if err := t.prepare(run); err != nil {
+				return nil, err
+			}
+			h.lease = now.Add(w.Lease)
+		}
+		err = w.Store.WritePack(ctx, ledger.PackWrite{Ref: u.ref, Take: true, Attempt: p.Attempt, Run: b.Run, LeaseUntil: h.lease, Items: writes,
+			InFlight: ledger.InFlight(h.items), Now: now})
+		switch {
+		case errors.Is(err, api.ErrConflict) && try+1 < packTakeTries:
+			continue // another writer changed the row since it was read
+		case errors.Is(err, api.ErrConflict):
+			h = newHold(len(m.Items))
+			h.held = now.Add(LiveLeaseRecheck)
+			return h, nil
+		case err != nil:
+			return nil, err
+		}
+		return h, nil
+	}
+}
+
+// write writes the items' endings in one WritePack fenced by the take's
+// attempt, leaving the pack free (or, with effects, one item's ending and
+// its staged writes in one transaction, the pack still held). Items may
+// be none: the final write of a take whose items all ended with their
+// staged writes only frees the pack.
+func (u *packUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWrite, effects ledger.StagedEffects) error {
+	now := u.w.Clock.Now()
+	if len(items) > 0 {
+		now = items[0].Item.UpdatedAt
+	}
+	pw := ledger.PackWrite{Ref: u.ref, Attempt: h.attempt, Run: u.run, Items: items, Effects: effects, InFlight: -1, Now: now}
+	if effects != nil {
+		pw.LeaseUntil = h.lease
+		return u.w.Store.WritePack(ctx, pw)
+	}
+	// The unit's final write: every item it took ends here (or ended on its
+	// own with its staged writes, which commit left in h.items), so the
+	// row's items are the held states with these endings.
+	after := slices.Clone(h.items)
+	for _, iw := range items {
+		after[iw.Index] = iw.Item
+	}
+	pw.InFlight = ledger.InFlight(after)
+	return u.w.Store.WritePack(ctx, pw)
+}
+
+// prepareInputs returns the prepare function of a take of m's items: the
+// inline inputs as they are, the inputs by pointer read from the manifest.
+func (w *Worker) prepareInputs(ctx context.Context, m *unitMessage, inputs []json.RawMessage) func(run []int) error {
+	return func(run []int) error {
+		for _, j := range run {
+			it := m.Items[j]
+			if inputs[j] != nil {
+				continue
+			}
+			if it.InputRef == nil {
+				inputs[j] = it.Input
+				continue
+			}
+			l, err := w.readLine(ctx, m.ManifestKey, it.Key, *it.InputRef)
+			if err != nil {
+				return fmt.Errorf("read input of %q: %w", it.Key, err)
+			}
+			inputs[j] = l.Input
+		}
+		return nil
+	}
+}

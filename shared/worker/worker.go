@@ -1,0 +1,683 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/internal/metric"
+	"github.com/bulkrun/bulkrun/internal/retry"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// Delivery is one received items-queue message.
+type Delivery struct {
+	MessageID     string
+	Body          []byte
+	ReceiptHandle string
+	ReceiveCount  int
+	// DeadLetter is true when the message comes from the dead-letter queue:
+	// it exceeded the items queue's receive limit.
+	DeadLetter bool
+}
+
+// LiveLeaseRecheck is how soon a message for an item under another
+// delivery's live lease comes back, doubled for each earlier receive.
+const LiveLeaseRecheck = 5 * time.Second
+
+// MaxInlineOutputBytes is the largest output stored on the item row; a
+// larger one is written to S3 (batches/{id}/item-outputs/{run id}.json) and
+// referenced. DynamoDB items are at most 400 KB.
+const MaxInlineOutputBytes = 64 << 10
+
+// Worker runs item messages: reserve, run the pipeline, record the outcome.
+// It also expands fan-out messages into item messages and records
+// dead-lettered items as failed. Safe for concurrent use.
+type Worker struct {
+	Store     Store
+	Blobs     ledger.Blobs
+	Queue     ledger.Queue
+	Trigger   ledger.Trigger
+	Clock     ledger.Clock
+	Log       *slog.Logger
+	Pipelines *pipeline.Registry
+	// Metrics receives the item metrics (outcomes, durations, retries,
+	// dead letters, fan-out, pauses); nil for none.
+	Metrics *metric.Emitter
+	// Bus gets the Batch Paused and Batch Unpaused events of outage
+	// pauses; nil for none.
+	Bus ledger.EventBus
+	// Lease is how long a reservation is owned; it must outlive the
+	// invocation (config.Config.Validate checks Lease ≥ timeout + margin).
+	Lease time.Duration
+	// Margin is kept before the invocation deadline to record outcomes: no
+	// new item starts inside it, and a pipeline's context ends there.
+	// Default 10 s.
+	Margin time.Duration
+	// Concurrency is how many messages of one batch of deliveries run at
+	// once. Default 10 (the SQS batch size).
+	Concurrency int
+	// ItemConcurrency is how many items run their pipeline at once in one
+	// invocation, across all its messages: with items_per_message K > 1 a
+	// message holds K items, and they share these with the other
+	// messages'. Default DefaultItemConcurrency, which is what one item per
+	// message runs with Concurrency 10, so a pack does not multiply the
+	// calls an invocation makes at once (nor its memory).
+	ItemConcurrency int
+	// Retry is the retry policy of a batch whose row carries none (rows
+	// written before policies existed); a batch's own policy
+	// (Batch.Retry, filled in at submit) wins. nil: DefaultRetryPolicy.
+	Retry *api.RetryPolicy
+	// UnavailableDelay gives the delay before a message is handled again
+	// after an AWS service was unavailable (ErrUnavailable: throttling,
+	// 5xx) for the n-th time in a row (n ≥ 1). Default
+	// DefaultUnavailableDelay.
+	UnavailableDelay func(n int) time.Duration
+	// Secrets resolves the secret references in a batch's headers and
+	// options (see SecretRef) before each item runs. nil: an item of a
+	// batch holding a reference fails permanently (ErrSecret).
+	Secrets Secrets
+	// lanes remembers, per run, how much room each counter lane had when
+	// last written (count.go); made on first use.
+	lanes *laneBook
+	// Staging, when not nil, lets pipelines stage writes that are
+	// committed with the item's succeeded outcome (shared/pipeline/effects):
+	// it returns the context the pipeline runs with and a function that
+	// ends staging and returns what was staged. Writes staged by an
+	// attempt that does not succeed are dropped. nil: staging is refused.
+	Staging func(ctx context.Context) (context.Context, func() ledger.StagedEffects)
+}
+
+// The worker's retry schedules (internal/retry).
+var (
+	// UnavailableRetry is a message sent again while AWS is unavailable:
+	// 0.75 s × 2^(n−1), at most 90 s, ±⅓ jitter, which is 1 s × 2^(n−1)
+	// (at most 2 minutes) jittered within [d/2, d]: short, and spread so
+	// that throttled messages do not come back together.
+	UnavailableRetry = retry.Schedule{Interval: 750 * time.Millisecond, MaxDelay: 90 * time.Second, Jitter: 1.0 / 3}
+	// persistRetry spaces the tries of an outcome write: 1, 2, 4, 8, 8… s.
+	persistRetry = retry.Schedule{Interval: time.Second, MaxDelay: 8 * time.Second}
+	// heldRetry brings back a message whose unit another delivery holds:
+	// 5 s doubled per earlier receive, at most 5 s × 2^10.
+	heldRetry = retry.Schedule{Interval: LiveLeaseRecheck, MaxDelay: LiveLeaseRecheck << 10}
+)
+
+// DefaultUnavailableDelay is UnavailableRetry's delay n.
+func DefaultUnavailableDelay(n int) time.Duration { return UnavailableRetry.Delay(n) }
+
+// done is what one delivery contributes to its run's counters: one
+// terminal item of the fan-out chunk (first, items).
+type done struct {
+	batch        ledger.Batch
+	outcome      api.Outcome // terminal
+	first, items int64
+	// cost is what the attempt that ended the item cost (an item answered
+	// from an earlier run: that run's); spent what this run's attempts of
+	// it spent (none for an item it did not run).
+	cost, spent pipeline.Cost
+	// ran: an attempt of this delivery ended the item (outcome terminal)
+	// or scheduled its retry (outcome in flight, counted by no counter);
+	// class is the attempt's failure class when it failed transiently
+	// (Ending.Class) and text its error. The pause counts them.
+	ran         bool
+	class, text string
+	// Not an ending, for the live view only (outcome empty): retryAt, an
+	// item waiting for a retry due then; interrupted (with or without an
+	// outcome), an attempt whose outcome was unknown.
+	retryAt     time.Time
+	interrupted bool
+}
+
+// doneOf is the done of an item whose state s is terminal in b's run.
+func doneOf(b ledger.Batch, s ledger.ItemState) done {
+	d := done{batch: b, outcome: s.Outcome, cost: s.Cost}
+	if s.SpentRun == b.Run {
+		d.spent = s.Spent
+	}
+	return d
+}
+
+// Handle processes one batch of deliveries and returns the MessageIDs to
+// report as batch item failures (they come back after their visibility
+// timeout). Every other delivery may be deleted. Never returns nil.
+func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
+	conc := w.Concurrency
+	if conc <= 0 {
+		conc = 10
+	}
+	margin := w.Margin
+	if margin <= 0 {
+		margin = 10 * time.Second
+	}
+	items := w.ItemConcurrency
+	if items <= 0 {
+		items = DefaultItemConcurrency
+	}
+	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin}
+	var (
+		mu     sync.Mutex
+		failed = []string{}
+		dones  []done
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, conc)
+	)
+	for _, d := range ds {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < margin {
+			mu.Lock()
+			failed = append(failed, d.MessageID)
+			mu.Unlock()
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(d Delivery) {
+			defer func() { <-sem; wg.Done() }()
+			ack, dns := w.deliver(ctx, d, inv)
+			mu.Lock()
+			defer mu.Unlock()
+			if !ack {
+				failed = append(failed, d.MessageID)
+			}
+			dones = append(dones, dns...)
+		}(d)
+	}
+	wg.Wait()
+	w.count(ctx, dones, 1)
+	return failed
+}
+
+// invocation is what the deliveries of one Handle share: the batch rows
+// read, the items running their pipeline (at most ItemConcurrency), and
+// the deadline margin.
+type invocation struct {
+	batches *batchCache
+	items   chan struct{}
+	margin  time.Duration
+}
+
+type batchEntry struct {
+	once sync.Once
+	b    ledger.Batch
+	err  error
+}
+
+// EventualBatchReader is a Store that can also read a batch row with an
+// eventually consistent read, which costs half a strongly consistent one
+// (DynamoDB developer guide, "Read consistency",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html).
+// The worker uses it for the batch row it reads per message batch; a read
+// that may be stale in a way that matters (no row, still submitting, an
+// earlier run than the message's) is repeated with GetBatch. A stop set in
+// the last second may thus be seen a moment later: items already taken
+// then run, as items in flight at a stop always do.
+type EventualBatchReader interface {
+	GetBatchEventually(ctx context.Context, id string) (ledger.Batch, error)
+}
+
+// batchCache reads each batch row once per message batch.
+type batchCache struct {
+	store Store
+	mu    sync.Mutex
+	m     map[string]*batchEntry
+}
+
+// get returns the batch row for a message of run.
+func (c *batchCache) get(ctx context.Context, id string, run int) (ledger.Batch, error) {
+	c.mu.Lock()
+	e := c.m[id]
+	if e == nil {
+		e = &batchEntry{}
+		c.m[id] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() {
+		if r, ok := c.store.(EventualBatchReader); ok {
+			e.b, e.err = r.GetBatchEventually(ctx, id)
+			if e.err == nil && e.b.Status != api.StatusSubmitting && e.b.Run >= run {
+				return
+			}
+		}
+		e.b, e.err = c.store.GetBatch(ctx, id)
+	})
+	return e.b, e.err
+}
+
+// deliver handles one delivery: an item or pack message (its ledger
+// unit's items) or a fan-out message. ack false reports it as failed.
+func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool, []done) {
+	var kind struct {
+		Format int                `json:"v"`
+		Kind   ledger.MessageKind `json:"kind"`
+	}
+	var m *unitMessage
+	var fan *ledger.Message
+	err := json.Unmarshal(d.Body, &kind)
+	if err == nil {
+		if ferr := ledger.CheckFormat("message", kind.Format); ferr != nil {
+			// Written by a newer release: left on the queue for it.
+			w.Log.Error("message not read; retried", "message_id", d.MessageID, "error", ferr.Error())
+			return false, nil
+		}
+	}
+	if err == nil && kind.Kind == ledger.KindPack {
+		var pm ledger.PackMessage
+		if err = json.Unmarshal(d.Body, &pm); err == nil {
+			err = pm.Validate()
+		}
+		m = packUnitMessage(&pm)
+	} else if err == nil {
+		var im ledger.Message
+		if err = json.Unmarshal(d.Body, &im); err == nil {
+			err = im.Validate()
+		}
+		if m = itemUnitMessage(&im); im.Kind == ledger.KindFanout {
+			fan = &im
+		}
+	}
+	if err != nil {
+		w.Log.Error("poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
+		return true, nil
+	}
+	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
+	b, err := inv.batches.get(ctx, m.BatchID, m.Run)
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		log.Warn("message for an unknown batch; acknowledged", "message_id", d.MessageID)
+		return true, nil
+	case err != nil:
+		return w.unavailable(ctx, log, d, m, "read batch", err)
+	case m.Run < b.Run:
+		log.Info("message of an earlier run; acknowledged")
+		return true, nil
+	case m.Run > b.Run:
+		log.Warn("message of a later run than the batch row; retried")
+		return false, nil
+	case fan != nil && d.DeadLetter:
+		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
+	case fan != nil:
+		if err := w.fanout(ctx, log, b, *fan); err != nil {
+			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, "fan-out", err)
+		}
+		return true, nil
+	}
+	if m.Packed != (b.Pack() > 1) {
+		// An item message for a batch of packs, or a pack message for a
+		// batch of one item per message: the fan-out never sends one (K is
+		// part of the plan), and taking its unit would run items a second
+		// time beside their own unit's. Its items are their own unit's.
+		log.Error("poison message: its unit does not match the batch's items per message; acknowledged",
+			"message_id", d.MessageID, "items_per_message", b.Pack(), "packed", m.Packed)
+		return true, nil
+	}
+	if m.Packed {
+		log = log.With("pack_first", m.PackFirst)
+	} else {
+		log = log.With("key", m.Items[0].Key)
+	}
+	var ack bool
+	var dns []done
+	switch {
+	case d.DeadLetter:
+		ack, dns = w.settleUnit(ctx, log, b, m, d, api.OutcomeFailed, api.ReasonDeadLettered,
+			fmt.Sprintf("message exceeded the items queue's receive limit (%d receives)", d.ReceiveCount))
+		if n := countOutcome(dns, api.OutcomeFailed); n > 0 {
+			w.Metrics.DeadLetters(b.Pipeline, n, b.ID, b.Run)
+		}
+	case b.Stop == "" && b.Status.Finished():
+		return true, nil // the run finished: every item was already terminal
+	case b.Stop != "":
+		reason := api.ReasonThreshold
+		if b.Stop == api.StatusCancelled {
+			reason = api.ReasonCancel
+		}
+		ack, dns = w.settleUnit(ctx, log, b, m, d, api.OutcomeCancelled, reason, b.StopDetail)
+	case b.Pause != nil:
+		ack, dns = w.runPaused(ctx, log, b, m, d, inv)
+	default:
+		ack, dns = w.runUnit(ctx, log, b, m, d, inv)
+	}
+	for i := range dns {
+		dns[i].first, dns[i].items = m.ChunkFirst, m.ChunkItems
+	}
+	return ack, dns
+}
+
+func countOutcome(dns []done, o api.Outcome) int64 {
+	var n int64
+	for _, d := range dns {
+		if d.outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// fanout expands one manifest chunk into item messages. Items whose
+// message the queue refuses as the sender's fault (a retry cannot help)
+// are recorded failed with the queue's reason; the others are sent.
+func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m ledger.Message) error {
+	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
+	if err != nil {
+		return fmt.Errorf("open chunk: %w", err)
+	}
+	defer rc.Close()
+	const flushAt = 500
+	bodies := make([][]byte, 0, flushAt)
+	keys := make([][]string, 0, flushAt) // the items of each body
+	var sent, refused, emitted int64     // items sent, items refused, bodies made
+	flush := func() error {
+		if len(bodies) == 0 {
+			return nil
+		}
+		err := w.Queue.Send(ctx, bodies)
+		var re *ledger.RefusedError
+		if errors.As(err, &re) {
+			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, emitted-int64(len(bodies)), keys, re)
+			refused += n
+			err = serr
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			sent += int64(len(k))
+		}
+		bodies, keys = bodies[:0], keys[:0]
+		return nil
+	}
+	packer, err := ledger.NewPacker(b.ID, b.Run, m.ManifestKey, *m.Chunk, b.Pack(), func(body []byte, ks []string) error {
+		bodies, keys = append(bodies, body), append(keys, ks)
+		emitted++
+		if len(bodies) >= flushAt {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = source.ReadManifestLines(rc, m.Chunk.Offset, packer.Add)
+	if err == nil {
+		err = packer.Flush()
+	}
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		// The live view's items fanned out (refused ones were recorded
+		// failed, and counted so): once per chunk, whatever the repeats.
+		shards := max(1, b.CounterShards)
+		c := ledger.FanCount{BatchID: b.ID, Run: b.Run, Lane: ledger.Shard(strconv.FormatInt(m.Chunk.FirstIndex, 10), shards),
+			First: m.Chunk.FirstIndex, Items: m.Chunk.Count, Now: w.Clock.Now()}
+		if ferr := w.Store.CountFanned(ctx, c); ferr != nil {
+			log.Warn("count the fanned-out chunk", "error", ferr.Error(), "first", m.Chunk.FirstIndex)
+		}
+	}
+	if refused > 0 {
+		w.count(ctx, []done{{batch: b, outcome: api.OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, refused)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(api.OutcomeFailed), refused, b.ID, b.Run)
+	}
+	if err != nil {
+		return err
+	}
+	if sent != m.Chunk.Count {
+		return fmt.Errorf("chunk at %d holds %d items, want %d", m.Chunk.Offset, sent, m.Chunk.Count)
+	}
+	w.Metrics.FanOut(sent, b.ID, b.Run)
+	return nil
+}
+
+// settleRefused records the items whose message the queue refused as
+// failed (permanent, with the queue's code and message), unless they were
+// already reserved in this run. keys holds each body's items; body i is
+// the chunk's message number firstBody+i (its unit starts at
+// chunk.FirstIndex + that × the batch's items per message). It returns
+// how many it recorded.
+func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b ledger.Batch, chunk source.Chunk, firstBody int64, keys [][]string, re *ledger.RefusedError) (int64, error) {
+	var n int64
+	for _, r := range re.Refused {
+		if r.Index < 0 || r.Index >= len(keys) {
+			return n, fmt.Errorf("refusal of message %d of %d", r.Index, len(keys))
+		}
+		text := pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
+		first := chunk.FirstIndex + (firstBody+int64(r.Index))*int64(b.Pack())
+		settled, err := w.settleUnstarted(ctx, b, chunk, first, keys[r.Index], api.ReasonPermanent, text)
+		if err != nil {
+			return n, err
+		}
+		n += settled
+		log.Warn("message refused by the queue; its items recorded failed", "first", first, "items", settled, "error", text)
+	}
+	return n, nil
+}
+
+// deadLetterChunk records every item of a fan-out chunk whose message was
+// dead-lettered (its expansion kept failing) as failed, dead-lettered, so
+// that the run still finishes. Only items never reserved in this run are
+// settled (ModeUnstarted): an item reserved in this run had its own
+// message — in flight, or waiting for a scheduled retry with attempts
+// left — and that message decides its outcome.
+func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b ledger.Batch, m ledger.Message, d Delivery) bool {
+	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
+	if err != nil {
+		log.Error("dead-lettered fan-out: open chunk", "error", err.Error())
+		return false
+	}
+	defer rc.Close()
+	var settled int64
+	text := fmt.Sprintf("the fan-out message of its chunk exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
+	var unit []string // keys of the unit being read
+	var index int64
+	settle := func() error {
+		if len(unit) == 0 {
+			return nil
+		}
+		n, err := w.settleUnstarted(ctx, b, *m.Chunk, m.Chunk.FirstIndex+index-int64(len(unit)), unit, api.ReasonDeadLettered, text)
+		settled += n
+		unit = unit[:0]
+		return err
+	}
+	err = source.ReadManifestLines(rc, m.Chunk.Offset, func(l source.ManifestLine, _, _ int64) error {
+		unit = append(unit, l.Key)
+		if index++; len(unit) == b.Pack() {
+			return settle()
+		}
+		return nil
+	})
+	if err == nil {
+		err = settle() // the chunk's last, short pack
+	}
+	if settled > 0 {
+		// One counter write for the whole chunk.
+		w.count(ctx, []done{{batch: b, outcome: api.OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, settled)
+		w.Metrics.DeadLetters(b.Pipeline, settled, b.ID, b.Run)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(api.OutcomeFailed), settled, b.ID, b.Run)
+	}
+	if err != nil {
+		log.Error("dead-lettered fan-out", "error", err.Error(), "settled", settled)
+		return false
+	}
+	log.Warn("fan-out chunk dead-lettered; its items recorded failed", "items", settled)
+	return true
+}
+
+// unavailable handles a delivery that could not be processed because of
+// err. When err is ErrUnavailable (AWS throttled or failed transiently),
+// the message is sent again as a new message after a short jittered delay
+// (UnavailableDelay) and this one acknowledged: no attempt was counted,
+// and the new message's receive count starts from 0, so throttling never
+// brings an item to the dead-letter queue. If the new message cannot be
+// sent, this one comes back after the same delay. Any other error leaves
+// the message to come back after its visibility timeout (and, if it keeps
+// failing, to the dead-letter queue).
+func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, what string, err error) (bool, []done) {
+	return w.sendAgain(ctx, log, d, m.requeued, m.body, what, err), nil
+}
+
+// sendAgain is unavailable for any message: requeued is the message's
+// Requeued count, which it raises before body encodes the message again.
+// It reports whether the delivery may be acknowledged.
+func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, requeued *int, body func() ([]byte, error), what string, err error) bool {
+	if !errors.Is(err, ledger.ErrUnavailable) || d.DeadLetter {
+		log.Error(what, "error", pipeline.ErrorText(err))
+		return false
+	}
+	delayOf := w.UnavailableDelay
+	if delayOf == nil {
+		delayOf = DefaultUnavailableDelay
+	}
+	if *requeued >= ledger.MaxResends {
+		// The loop's own bound (MaxResends): wait on this message, a receive.
+		wait := delayOf(*requeued)
+		log.Warn(what+": AWS unavailable; message delayed, not sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
+		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+			log.Warn("delay message", "error", derr.Error())
+		}
+		return false
+	}
+	*requeued++
+	wait := delayOf(*requeued)
+	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
+	b, berr := body()
+	if berr == nil {
+		if berr = w.Queue.Requeue(ctx, b, wait); berr == nil {
+			return true
+		}
+	}
+	log.Warn("send the message again", "error", berr.Error())
+	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+		log.Warn("delay message", "error", derr.Error())
+	}
+	return false
+}
+
+// delay makes a message come back after min(until+1 s, heldRetry's delay
+// of its receive count).
+func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until time.Duration) {
+	wait := min(max(until, 0)+time.Second, heldRetry.Delay(d.ReceiveCount))
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+		log.Warn("delay message", "error", err.Error())
+	}
+}
+
+// persist runs fn, a write whose result the attempt depends on, again
+// while it fails with ErrUnavailable (AWS throttling or 5xx after the
+// SDK's tries) at persistRetry's delays, as long as the context's deadline
+// leaves a second after the pause. It returns fn's last error.
+func (w *Worker) persist(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	err := fn()
+	for try := 1; errors.Is(err, ledger.ErrUnavailable) && ctx.Err() == nil; try++ {
+		pause := persistRetry.Delay(try)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause+time.Second {
+			break
+		}
+		log.Warn(what+": AWS unavailable; trying again", "error", pipeline.ErrorText(err), "retry_in_ms", pause.Milliseconds())
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		err = fn()
+	}
+	return err
+}
+
+func (w *Worker) runContext(ctx context.Context, leaseUntil time.Time, margin time.Duration) (context.Context, context.CancelFunc) {
+	end := leaseUntil.Add(-margin)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-margin).Before(end) {
+		end = dl.Add(-margin)
+	}
+	return context.WithDeadline(ctx, end)
+}
+
+func runSafely(ctx context.Context, p pipeline.Pipeline, req pipeline.Request) (res pipeline.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// Bounded: the panic value and the stack are the pipeline's
+			// text, recorded on the item row.
+			err = errors.New(pipeline.CutText(fmt.Sprintf("pipeline panicked: %v\n%s", r, debug.Stack()), pipeline.MaxErrorTextBytes))
+		}
+	}()
+	return p.Run(ctx, req)
+}
+
+// storeOutput keeps small outputs for the row and writes large ones to S3.
+func (w *Worker) storeOutput(ctx context.Context, batchID, runID string, out json.RawMessage) (json.RawMessage, string, error) {
+	if len(out) == 0 {
+		return json.RawMessage("null"), "", nil
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err != nil {
+		return nil, "", pipeline.Permanent(fmt.Errorf("pipeline returned an output that is not JSON: %w", err))
+	}
+	if compact.Len() <= MaxInlineOutputBytes {
+		return compact.Bytes(), "", nil
+	}
+	key := fmt.Sprintf("batches/%s/item-outputs/%s.json", batchID, runID)
+	if err := w.Blobs.Put(ctx, key, "application/json", compact.Bytes()); err != nil {
+		return nil, "", fmt.Errorf("store large output: %w", err)
+	}
+	return nil, "s3://" + w.Blobs.Bucket() + "/" + key, nil
+}
+
+// readLine reads the manifest line of key at ref in manifestKey.
+func (w *Worker) readLine(ctx context.Context, manifestKey, key string, ref source.Chunk) (source.ManifestLine, error) {
+	rc, err := w.Blobs.OpenRange(ctx, manifestKey, ref.Offset, ref.Length)
+	if err != nil {
+		return source.ManifestLine{}, err
+	}
+	defer rc.Close()
+	var l source.ManifestLine
+	if err := json.NewDecoder(io.LimitReader(rc, ref.Length)).Decode(&l); err != nil {
+		return source.ManifestLine{}, fmt.Errorf("manifest line at %d: %w", ref.Offset, err)
+	}
+	if l.Key != key {
+		return source.ManifestLine{}, fmt.Errorf("manifest line at %d holds key %q, want %q", ref.Offset, l.Key, key)
+	}
+	return l, nil
+}
+
+func (w *Worker) outputs(batchID string) pipeline.Outputs {
+	return outputs{blobs: w.Blobs, prefix: api.OutputsPrefix(batchID)}
+}
+
+type outputs struct {
+	blobs  ledger.Blobs
+	prefix string
+}
+
+// Put stores body at the outputs prefix + name. The name is cleaned
+// (path.Clean); a name that would leave the prefix ("..", a leading "/") is
+// a permanent error; a key longer than S3's 1,024 bytes (S3 user guide,
+// "Naming Amazon S3 objects") is replaced by _long/{sha256(name)}{ext}.
+func (o outputs) Put(ctx context.Context, name, contentType string, body []byte) (string, error) {
+	clean := path.Clean("/" + name)[1:]
+	if clean == "" || clean != name && (strings.HasPrefix(name, "/") || strings.Contains(name, "..")) {
+		return "", pipeline.Permanent(fmt.Errorf("output name %q leaves the batch's outputs prefix", name))
+	}
+	key := o.prefix + clean
+	if len(key) > 1024 {
+		sum := sha256.Sum256([]byte(clean))
+		key = o.prefix + "_long/" + hex.EncodeToString(sum[:]) + path.Ext(clean)
+	}
+	if err := o.blobs.Put(ctx, key, contentType, body); err != nil {
+		return "", err
+	}
+	return "s3://" + o.blobs.Bucket() + "/" + key, nil
+}
