@@ -120,7 +120,7 @@ func TestAlarmsFireOnPublishedDataPoints(t *testing.T) {
 }
 
 // TestBatchEventsReachTheAlarmTopic: the events the stack routes to its
-// alarm topic (event.AlarmDetailTypes, the pattern of rule
+// alarm topic (api.AlarmDetailTypes(), the pattern of rule
 // BatchEventsAlarmRule) reach an SNS topic through EventBridge: a batch
 // stopped by its threshold does, a completed one does not. The test stack
 // has no alarm topic, so the test puts the same rule on the default bus
@@ -147,7 +147,7 @@ func TestBatchEventsReachTheAlarmTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	eb := eventbridge.NewFromConfig(env.aws)
-	pattern, _ := json.Marshal(map[string]any{"source": []string{event.Source}, "detail-type": event.AlarmDetailTypes})
+	pattern, _ := json.Marshal(map[string]any{"source": []string{api.EventSource}, "detail-type": api.AlarmDetailTypes()})
 	if _, err := eb.PutRule(ctx, &eventbridge.PutRuleInput{Name: &name, EventPattern: aws.String(string(pattern))}); err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +188,8 @@ func TestBatchEventsReachTheAlarmTopic(t *testing.T) {
 			got[ev.Detail.BatchID] = ev.DetailType
 		}
 	}
-	if got[stopped] != event.DetailThresholdExceeded {
-		t.Errorf("the alarm topic got %v, want %q for %s", got, event.DetailThresholdExceeded, stopped)
+	if got[stopped] != api.DetailThresholdExceeded {
+		t.Errorf("the alarm topic got %v, want %q for %s", got, api.DetailThresholdExceeded, stopped)
 	}
 	if dt, ok := got[fine]; ok {
 		t.Errorf("a completed batch reached the alarm topic: %s", dt)

@@ -720,7 +720,7 @@ func TestHarnessSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (control.SweepResult{Expired: 4, Deleted: 1, Stale: 2, Malformed: 1}) {
+	if res != (api.SweepResult{Expired: 4, Deleted: 1, Stale: 2, Malformed: 1}) {
 		t.Fatalf("sweep: %+v", res)
 	}
 	if _, err := h.store.GetBatch(ctx, expired); !errors.Is(err, api.ErrNotFound) {
@@ -734,7 +734,7 @@ func TestHarnessSweep(t *testing.T) {
 		t.Fatalf("unexpired batch: %+v %v", b, err)
 	}
 	again, err := sweeper.RunOnce(ctx)
-	if err != nil || again != (control.SweepResult{}) {
+	if err != nil || again != (api.SweepResult{}) {
 		t.Fatalf("second pass: %+v %v", again, err)
 	}
 }

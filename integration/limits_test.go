@@ -83,7 +83,7 @@ func TestHarnessAggregatesWithinLimits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			entry := event.EntryBytes(event.Source, event.DetailType(res.Report.Status), detail, nil)
+			entry := event.EntryBytes(api.EventSource, event.DetailType(res.Report.Status), detail, nil)
 			t.Logf("%s: status %s, %d failed, report %d cost names; batch row %d bytes (limit 409600), event entry %d bytes (limit %d)",
 				tc.name, b.Status, c.Failed, len(c.Cost), rowBytes, entry, event.MaxEntryBytes)
 			if rowBytes >= 400*1024 || entry > event.MaxEntryBytes {

@@ -153,7 +153,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	sweep := func(store *dynamo.Store) (control.SweepResult, error) {
+	sweep := func(store *dynamo.Store) (api.SweepResult, error) {
 		c := &control.Control{Store: store, Blobs: h.fn["sweep"].blobs, Log: h.worker.Log}
 		return (&control.Sweeper{Store: store, Control: c, Clock: ledger.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
 	}
@@ -186,7 +186,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			id := newID(t)
 			finishedBatch(t, h, id, 3, -time.Minute)
 			res, err := sweep(inj.store(id))
-			if !errors.Is(err, api.ErrPendingDeletion) || res != (control.SweepResult{Expired: 1, PendingDeletion: 1}) {
+			if !errors.Is(err, api.ErrPendingDeletion) || res != (api.SweepResult{Expired: 1, PendingDeletion: 1}) {
 				t.Fatalf("faulty pass: %+v %v, want the batch pending deletion", res, err)
 			}
 			if n := inj.tries(); n != dynamo.MaxDeleteTries {
@@ -206,7 +206,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			}
 
 			res, err = sweep(h.store)
-			if err != nil || res != (control.SweepResult{Expired: 1, Deleted: 1}) {
+			if err != nil || res != (api.SweepResult{Expired: 1, Deleted: 1}) {
 				t.Fatalf("second pass: %+v %v", res, err)
 			}
 			if rows := rowsOf(t, h, id); len(rows) != 0 {
@@ -554,7 +554,7 @@ func TestSweepDeletesObjectsWhenTTLTookTheRows(t *testing.T) {
 	sw := h.fn["sweep"]
 	c := &control.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}
 	res, err := (&control.Sweeper{Store: sw.store, Control: c, Clock: ledger.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)
-	if err != nil || res != (control.SweepResult{Expired: 2, Stale: 2}) {
+	if err != nil || res != (api.SweepResult{Expired: 2, Stale: 2}) {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
 	if _, err := h.blobs.Get(ctx, api.ReportKey(orphan, 1)); !errors.Is(err, api.ErrNotFound) {

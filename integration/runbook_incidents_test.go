@@ -28,7 +28,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/control"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -372,7 +371,7 @@ func TestIncidentRetentionSweep(t *testing.T) {
 	}
 	for i := range 2 {
 		out, code := run("sweep", "-o", "json")
-		var res control.SweepResult
+		var res api.SweepResult
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("bulkrun sweep (pass %d): exit %d, %s (%v)", i+1, code, out, err)
 		}

@@ -289,7 +289,7 @@ func TestCompletionEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	eb := eventbridge.NewFromConfig(env.aws)
-	pattern, _ := json.Marshal(map[string]any{"source": []string{event.Source}, "detail": map[string]any{"batch_id": []string{id}}})
+	pattern, _ := json.Marshal(map[string]any{"source": []string{api.EventSource}, "detail": map[string]any{"batch_id": []string{id}}})
 	rule := qname
 	if _, err := eb.PutRule(ctx, &eventbridge.PutRuleInput{Name: &rule, EventPattern: aws.String(string(pattern))}); err != nil {
 		t.Fatal(err)
@@ -323,7 +323,7 @@ func TestCompletionEvent(t *testing.T) {
 			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &ev); err != nil {
 				t.Fatalf("event %s: %v", aws.ToString(m.Body), err)
 			}
-			if ev.Source != event.Source || ev.DetailType != event.DetailCompleted || ev.Detail.BatchID != id ||
+			if ev.Source != api.EventSource || ev.DetailType != api.DetailCompleted || ev.Detail.BatchID != id ||
 				ev.Detail.Census.Succeeded != 2 || ev.Detail.Census.Failed != 1 || !ev.Detail.NeedsAttention ||
 				!strings.HasPrefix(ev.Detail.EventID, id+":1:") {
 				t.Fatalf("event %+v", ev)

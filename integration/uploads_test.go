@@ -25,7 +25,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/function"
@@ -136,7 +135,7 @@ func refusedEvents(t *testing.T, name string, detail map[string]any) func() func
 		t.Fatal(err)
 	}
 	eb := eventbridge.NewFromConfig(env.aws)
-	pattern, _ := json.Marshal(map[string]any{"source": []string{event.Source}, "detail-type": []string{event.DetailRefused}, "detail": detail})
+	pattern, _ := json.Marshal(map[string]any{"source": []string{api.EventSource}, "detail-type": []string{api.DetailRefused}, "detail": detail})
 	if _, err := eb.PutRule(ctx, &eventbridge.PutRuleInput{Name: &qname, EventPattern: aws.String(string(pattern))}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +156,7 @@ func refusedEvents(t *testing.T, name string, detail map[string]any) func() func
 					DetailType string           `json:"detail-type"`
 					Detail     function.Refusal `json:"detail"`
 				}
-				if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &ev); err != nil || ev.DetailType != event.DetailRefused {
+				if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &ev); err != nil || ev.DetailType != api.DetailRefused {
 					t.Fatalf("event %s: %v", aws.ToString(m.Body), err)
 				}
 				return ev.Detail

@@ -17,7 +17,6 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
@@ -138,8 +137,8 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 		rule := awsevents.NewCfnRule(stack, jsii.String("BatchEventsAlarmRule"), &awsevents.CfnRuleProps{
 			Description: jsii.String("bulkrun: batches stopped by their failure threshold, refused starts and paused batches, to the alarm topic"),
 			EventPattern: map[string]any{
-				"source":      []string{event.Source},
-				"detail-type": event.AlarmDetailTypes,
+				"source":      []string{api.EventSource},
+				"detail-type": api.AlarmDetailTypes(),
 			},
 			State: jsii.String("ENABLED"),
 			Targets: []any{&awsevents.CfnRule_TargetProperty{Id: jsii.String("AlarmTopic"), Arn: jsii.String(o.alarmTopicARN),

@@ -255,7 +255,7 @@ type RunnerProps struct {
 	// policy's longest wait, 22.5 min).
 	StallAlarm time.Duration
 	// NoBatchEventAlarms keeps the stack from routing the batch events
-	// an on-call engineer must hear of (event.AlarmDetailTypes: "Batch
+	// an on-call engineer must hear of (api.AlarmDetailTypes(): "Batch
 	// Threshold Exceeded", "Batch Refused", "Batch Paused") to AlarmTopicARN. Default off:
 	// with AlarmTopicARN set, the EventBridge rule BatchEventsAlarmRule
 	// sends each such event to the topic.

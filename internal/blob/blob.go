@@ -35,7 +35,6 @@ import (
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Part sizing of streaming writes. S3 needs parts of at least 5 MiB (but the
@@ -568,8 +567,6 @@ func (s *Store) abortParts(ctx context.Context, key, id string) error {
 	_, err := s.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: &key, UploadId: &id})
 	return err
 }
-
-var _ submit.PartBlobs = (*Store)(nil)
 
 // HeadSource returns the size and ETag of bucket/key (HeadObject).
 func (s *Store) HeadSource(ctx context.Context, bucket, key string) (source.ObjectInfo, error) {

@@ -1,6 +1,10 @@
 package blob
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/submit"
+)
 
 // Prefix listing with unusual keys: keys listed with EncodingType=url come
 // back as stored, in S3's form encoding ("+" for a space) and MiniStack's
@@ -32,3 +36,7 @@ func TestListedKeysDecode(t *testing.T) {
 		}
 	}
 }
+
+// The adapter is the submit engine's store of parts (a compile-time
+// check, kept in a test so that the adapter imports no engine).
+var _ submit.PartBlobs = (*Store)(nil)

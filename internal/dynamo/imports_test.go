@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // TestAdapterImportsNoPipeline guards the layering: the DynamoDB adapter
@@ -39,3 +41,8 @@ func TestAdapterImportsNoPipeline(t *testing.T) {
 		t.Fatal("no adapter source file read")
 	}
 }
+
+// The adapter answers the item engine's eventually consistent batch reads
+// (a compile-time check, kept in a test so that the adapter imports no
+// engine).
+var _ worker.EventualBatchReader = (*Store)(nil)

@@ -61,7 +61,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // Store implements ledger.Store on one DynamoDB table. Safe for concurrent use.
@@ -78,10 +77,7 @@ type Store struct {
 	capacity capacity
 }
 
-var (
-	_ ledger.Store               = (*Store)(nil)
-	_ worker.EventualBatchReader = (*Store)(nil)
-)
+var _ ledger.Store = (*Store)(nil)
 
 // DB returns the DynamoDB client (for tests and tools).
 func (s *Store) DB() *dynamodb.Client { return s.db }

@@ -16,25 +16,15 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// Source is the events' source field.
-const Source = "bulkrun"
-
-// Detail types, one per final status.
-const (
-	DetailCompleted         = "Batch Completed"
-	DetailThresholdExceeded = "Batch Threshold Exceeded"
-	DetailCancelled         = "Batch Cancelled"
-)
-
 // DetailType returns the detail type of a run that ended with status.
 func DetailType(s api.Status) string {
 	switch s {
 	case api.StatusThresholdExceeded:
-		return DetailThresholdExceeded
+		return api.DetailThresholdExceeded
 	case api.StatusCancelled:
-		return DetailCancelled
+		return api.DetailCancelled
 	}
-	return DetailCompleted
+	return api.DetailCompleted
 }
 
 // Detail is the event's detail: the run's outcome, census and report.
@@ -70,18 +60,6 @@ func New(client *eventbridge.Client, bus, bucket string) *Bus {
 	return &Bus{client: client, bus: bus, bucket: bucket}
 }
 
-// DetailRefused is the detail type of a start that did not happen: an
-// upload or a schedule tick whose submit was refused or failed (the
-// detail is the refusal's error report, see handler.Refusal).
-const DetailRefused = "Batch Refused"
-
-// AlarmDetailTypes are the detail types an on-call engineer must hear of:
-// a run stopped by its failure threshold, a start refused, a batch paused
-// (by an outage of its downstream, or by hand: the detail's "by"). The
-// stack routes them to its alarm topic (infra, rule BatchEventsAlarmRule,
-// unless RunnerProps.NoBatchEventAlarms).
-var AlarmDetailTypes = []string{DetailThresholdExceeded, DetailRefused, ledger.DetailPaused}
-
 // Put puts one event of detailType with detail (marshalled to JSON) on the
 // bus, source Source. An entry EventBridge refuses is an error. Delivery to
 // rules is at least once; subscribers dedupe on the detail.
@@ -91,7 +69,7 @@ func (b *Bus) Put(ctx context.Context, detailType string, detail any) error {
 		return err
 	}
 	out, err := b.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{{
-		EventBusName: aws.String(b.bus), Source: aws.String(Source), DetailType: aws.String(detailType),
+		EventBusName: aws.String(b.bus), Source: aws.String(api.EventSource), DetailType: aws.String(detailType),
 		Detail: aws.String(string(body)), Resources: []string{},
 	}}})
 	if err != nil {
@@ -110,7 +88,7 @@ func (b *Bus) Publish(ctx context.Context, r api.Report) error {
 		return err
 	}
 	out, err := b.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{{
-		EventBusName: aws.String(b.bus), Source: aws.String(Source), DetailType: aws.String(DetailType(r.Status)),
+		EventBusName: aws.String(b.bus), Source: aws.String(api.EventSource), DetailType: aws.String(DetailType(r.Status)),
 		Detail: aws.String(string(detail)), Resources: []string{},
 	}}})
 	if err != nil {
@@ -123,7 +101,7 @@ func (b *Bus) Publish(ctx context.Context, r api.Report) error {
 }
 
 // MaxEntryBytes is EventBridge's limit on one PutEvents entry: 256 KB,
-// counted as the UTF-8 bytes of its Source, DetailType, Detail and
+// counted as the UTF-8 bytes of its api.EventSource, DetailType, Detail and
 // Resources plus 14 for its Time (Amazon EventBridge user guide,
 // "Calculating Amazon EventBridge PutEvents event entry size",
 // https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html).
@@ -151,7 +129,7 @@ func CompletionDetail(r api.Report, bucket string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if EntryBytes(Source, DetailType(r.Status), string(b), nil) > MaxEntryBytes {
+	if EntryBytes(api.EventSource, DetailType(r.Status), string(b), nil) > MaxEntryBytes {
 		d.Census.CostNamesOmitted += len(d.Census.Cost) + len(d.Census.RunSpent)
 		d.Census.Cost, d.Census.RunSpent = nil, nil
 		if b, err = json.Marshal(d); err != nil {

@@ -87,7 +87,7 @@ func TestCompletionDetailWithinEntryLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := event.EntryBytes(event.Source, event.DetailType(r.Status), d, nil)
+	n := event.EntryBytes(api.EventSource, event.DetailType(r.Status), d, nil)
 	var got event.Detail
 	if err := json.Unmarshal([]byte(d), &got); err != nil {
 		t.Fatal(err)

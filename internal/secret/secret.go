@@ -41,7 +41,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
-	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // DefaultTTL is how long a resolved value is reused: 5 minutes. A value
@@ -68,8 +67,6 @@ type cached struct {
 	value string
 	until time.Time
 }
-
-var _ worker.Secrets = (*Store)(nil)
 
 // New returns a Store using clients built from c (with awsfault.Tag, so an
 // unavailable AWS wraps ledger.ErrUnavailable), caching values for ttl (0:
@@ -160,5 +157,3 @@ func classify(service string, err error) error {
 	}
 	return err
 }
-
-var _ worker.FreshSecrets = (*Store)(nil)

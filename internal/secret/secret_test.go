@@ -16,6 +16,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 const (
@@ -122,3 +123,10 @@ func TestResolveFreshBypassesTheCache(t *testing.T) {
 		}
 	}
 }
+
+// The adapter implements the engines' ports (compile-time checks, kept
+// in a test so that the adapter imports no engine).
+var (
+	_ worker.Secrets      = (*Store)(nil)
+	_ worker.FreshSecrets = (*Store)(nil)
+)

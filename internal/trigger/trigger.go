@@ -11,9 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
-	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
 // Event is the finalize function's payload: a run to finalize, or a
@@ -60,8 +58,6 @@ func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
 	return nil
 }
 
-var _ submit.Handoff = (*Lambda)(nil)
-
 // Continue invokes finalize for (batchID, run) asynchronously as link
 // chain of a chain of chunks (Event.Chain): finalize invoking itself.
 func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) error {
@@ -75,8 +71,6 @@ func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) e
 	}
 	return nil
 }
-
-var _ finalize.FinalizeParts = (*Lambda)(nil)
 
 // StartFinalizePart invokes finalize asynchronously for part `part`
 // (0-based) of plan `plan` of (batchID, run): finalize invoking itself,

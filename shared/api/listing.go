@@ -70,3 +70,17 @@ const (
 	DefaultListLimit = 100
 	MaxListLimit     = 1000
 )
+
+// SweepResult counts what one pass of the sweep did: the answer of the
+// sweep function (JSON as tagged), which `bulkrun sweep` prints.
+type SweepResult struct {
+	Expired   int `json:"expired"`   // expired markers read
+	Deleted   int `json:"deleted"`   // batches forgotten
+	Stale     int `json:"stale"`     // markers removed without deleting a batch
+	Malformed int `json:"malformed"` // malformed markers removed
+	Failed    int `json:"failed"`    // batches whose deletion could not start (their markers stay)
+	// PendingDeletion counts batches partly deleted by this pass: their
+	// deletion started and did not finish (their markers stay; the next
+	// pass finishes it).
+	PendingDeletion int `json:"pending_deletion"`
+}

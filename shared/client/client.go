@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
@@ -30,7 +32,6 @@ import (
 	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -206,7 +207,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) (in
 // second one. Other errors (*APIError 4xx, 507) are returned at once.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (wire.BatchView, error) {
 	if req.BatchID == "" {
-		req.BatchID = ledger.NewBatchID()
+		req.BatchID = NewBatchID()
 	}
 	r := c.Retry
 	if r.Tries <= 0 {
@@ -438,3 +439,7 @@ func (c *Client) ListBatches(ctx context.Context, r api.ListBatchesRequest) (api
 	_, err := c.Do(ctx, http.MethodGet, path, nil, &p)
 	return p, err
 }
+
+// NewBatchID returns a new batch id: a ULID (26 characters, time-ordered),
+// the id the API gives a batch submitted without one.
+func NewBatchID() string { return ulid.Make().String() }

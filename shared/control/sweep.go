@@ -35,22 +35,9 @@ type Sweeper struct {
 	Limit   int // markers per pass; 0 means DefaultSweepLimit
 }
 
-// SweepResult counts what one pass did.
-type SweepResult struct {
-	Expired   int `json:"expired"`   // expired markers read
-	Deleted   int `json:"deleted"`   // batches forgotten
-	Stale     int `json:"stale"`     // markers removed without deleting a batch
-	Malformed int `json:"malformed"` // malformed markers removed
-	Failed    int `json:"failed"`    // batches whose deletion could not start (their markers stay)
-	// PendingDeletion counts batches partly deleted by this pass: their
-	// deletion started and did not finish (their markers stay; the next
-	// pass finishes it).
-	PendingDeletion int `json:"pending_deletion"`
-}
-
 // RunOnce sweeps up to Limit expired markers. It returns the counts and the
 // errors of the batches that failed (joined); the pass goes on after each.
-func (s *Sweeper) RunOnce(ctx context.Context) (SweepResult, error) {
+func (s *Sweeper) RunOnce(ctx context.Context) (api.SweepResult, error) {
 	limit := s.Limit
 	if limit <= 0 {
 		limit = DefaultSweepLimit
@@ -58,9 +45,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (SweepResult, error) {
 	now := s.Clock.Now()
 	markers, err := s.Store.ExpiredMarkers(ctx, now, limit)
 	if err != nil {
-		return SweepResult{}, err
+		return api.SweepResult{}, err
 	}
-	res := SweepResult{Expired: len(markers)}
+	res := api.SweepResult{Expired: len(markers)}
 	var errs []error
 	for _, m := range markers {
 		if err := ctx.Err(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -116,7 +115,7 @@ func (s *Submit) refuse(ctx context.Context, log *slog.Logger, r Refusal, err er
 		}
 	}
 	if s.Events != nil {
-		if perr := s.Events.Put(ctx, event.DetailRefused, r); perr != nil {
+		if perr := s.Events.Put(ctx, api.DetailRefused, r); perr != nil {
 			recErrs = append(recErrs, perr)
 		}
 	}

@@ -2,6 +2,7 @@ package function
 
 import (
 	"context"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"log/slog"
 	"time"
 
@@ -19,8 +20,8 @@ type Sweep struct {
 
 // Handle runs the passes and returns their summed counts. Errors of single
 // batches are logged and left to the next invocation (their markers stay).
-func (h *Sweep) Handle(ctx context.Context, _ any) (control.SweepResult, error) {
-	var total control.SweepResult
+func (h *Sweep) Handle(ctx context.Context, _ any) (api.SweepResult, error) {
+	var total api.SweepResult
 	limit := h.Sweeper.Limit
 	if limit <= 0 {
 		limit = control.DefaultSweepLimit

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"log/slog"
 	"net/url"
@@ -13,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/source"
+
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
-	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -232,8 +232,8 @@ func TestUploadsLeaveATrace(t *testing.T) {
 				return
 			}
 			key, _ := url.QueryUnescape(tt.record.S3.Object.Key)
-			if len(e.events) != 1 || e.events[0].detailType != event.DetailRefused {
-				t.Fatalf("events %+v, want one %s", e.events, event.DetailRefused)
+			if len(e.events) != 1 || e.events[0].detailType != api.DetailRefused {
+				t.Fatalf("events %+v, want one %s", e.events, api.DetailRefused)
 			}
 			ev := e.events[0].detail
 			if ev.Source != SourceUpload || ev.Key != key || ev.Bucket != "bkt" || ev.Retrying != tt.retrying || !strings.Contains(ev.Error.Message, tt.says) || ev.Error.Line != tt.line {
@@ -331,8 +331,8 @@ func TestScheduleTickLeavesATrace(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Handle: %v, want error %v", err, tt.wantErr)
 			}
-			if len(e.events) != 1 || e.events[0].detailType != event.DetailRefused {
-				t.Fatalf("events %+v, want one %s", e.events, event.DetailRefused)
+			if len(e.events) != 1 || e.events[0].detailType != api.DetailRefused {
+				t.Fatalf("events %+v, want one %s", e.events, api.DetailRefused)
 			}
 			d := e.events[0].detail
 			if d.Source != SourceSchedule || d.Schedule != "nightly" || d.Retrying != tt.retrying || !strings.Contains(d.Error.Message, tt.says) ||

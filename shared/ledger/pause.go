@@ -94,12 +94,6 @@ type ProbeClaim struct {
 	Now     time.Time
 }
 
-// Event detail types of a pause (source "bulkrun", the default bus).
-const (
-	DetailPaused   = "Batch Paused"
-	DetailUnpaused = "Batch Unpaused"
-)
-
 // PauseEvent is the detail of a Batch Paused or Batch Unpaused event.
 // EventID is "{batch_id}:{run}:paused:{since epoch ms}" (or unpaused),
 // the same on every delivery of one change, for subscribers to dedupe on.
@@ -140,9 +134,9 @@ func Announce(ctx context.Context, bus EventBus, log interface {
 	if bus == nil {
 		return
 	}
-	dt := DetailUnpaused
+	dt := api.DetailUnpaused
 	if e.Paused {
-		dt = DetailPaused
+		dt = api.DetailPaused
 	}
 	if err := bus.Put(ctx, dt, e); err != nil {
 		log.Warn("put pause event", "batch_id", e.BatchID, "error", err.Error())

@@ -77,8 +77,8 @@ func TestContractGoldenJSON(t *testing.T) {
 			if err := dec.Decode(&d); err != nil {
 				t.Fatalf("decode detail: %v", err)
 			}
-			if ev.Source != event.Source || ev.DetailType != event.DetailType(d.Status) {
-				t.Errorf("source %q, detail-type %q; want %q, %q", ev.Source, ev.DetailType, event.Source, event.DetailType(d.Status))
+			if ev.Source != api.EventSource || ev.DetailType != event.DetailType(d.Status) {
+				t.Errorf("source %q, detail-type %q; want %q, %q", ev.Source, ev.DetailType, api.EventSource, event.DetailType(d.Status))
 			}
 			out, err = json.Marshal(d)
 			if err != nil {

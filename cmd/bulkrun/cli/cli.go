@@ -32,7 +32,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/wire"
@@ -329,7 +328,7 @@ func (a *app) submitCmd() *cobra.Command {
 				// digest, so its request names its content: the id derives
 				// from it, and running the same command again is the same
 				// batch, as an upload of the same name and content is.
-				req.BatchID = ledger.NewBatchID()
+				req.BatchID = client.NewBatchID()
 				if local {
 					req.BatchID = RequestBatchID(req)
 				}
@@ -485,7 +484,7 @@ func RequestBatchID(req api.SubmitRequest) string {
 	req.BatchID, req.Rerun = "", false // --rerun asks the same batch for a new run
 	b, err := json.Marshal(req)
 	if err != nil { // a SubmitRequest always marshals; fall back to a fresh id
-		return ledger.NewBatchID()
+		return client.NewBatchID()
 	}
 	sum := sha256.Sum256(b)
 	return "cli-" + hex.EncodeToString(sum[:])[:24]

@@ -20,7 +20,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/control"
 )
 
 // Guards `bulkrun list --since` (docs/cli.md "Listing batches"): durations,
@@ -236,7 +235,7 @@ func TestSweepCommand(t *testing.T) {
 		t.Fatalf("calls %q, want one synchronous invocation of the sweep function with {}", calls)
 	}
 	out, err = run("json")
-	var res control.SweepResult
+	var res api.SweepResult
 	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Deleted != 2 || res.Stale != 1 {
 		t.Fatalf("json: %q %v", out, err)
 	}

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/bulkrun/bulkrun/shared/api"
+
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/control"
 )
 
 // sweepCmd runs the retention sweep now: one synchronous invocation of the
@@ -42,7 +43,7 @@ func (a *app) sweepCmd() *cobra.Command {
 }
 
 // sweepAnswer is the sweep function's counts, as `bulkrun sweep` shows them.
-type sweepAnswer control.SweepResult
+type sweepAnswer api.SweepResult
 
 func (r sweepAnswer) String() string {
 	return fmt.Sprintf("swept: %d expired, %d deleted, %d stale markers and %d malformed ones removed, %d failed, %d pending deletion",

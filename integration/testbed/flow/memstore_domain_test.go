@@ -668,7 +668,7 @@ func (e *eventSizes) Publish(_ context.Context, r api.Report) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.details = append(e.details, d)
-	e.bytes = append(e.bytes, event.EntryBytes(event.Source, event.DetailType(r.Status), d, nil))
+	e.bytes = append(e.bytes, event.EntryBytes(api.EventSource, event.DetailType(r.Status), d, nil))
 	return nil
 }
 

@@ -239,7 +239,7 @@ func TestOutagePausesProbesAndResumes(t *testing.T) {
 			if c := res.Report.Census; c.Succeeded != 60 || c.Failed != 0 {
 				t.Fatalf("census %+v: want 60 succeeded, none failed", c)
 			}
-			if len(bus.types) != 2 || bus.types[0] != ledger.DetailPaused || bus.types[1] != ledger.DetailUnpaused ||
+			if len(bus.types) != 2 || bus.types[0] != api.DetailPaused || bus.types[1] != api.DetailUnpaused ||
 				bus.events[1].By != api.PauseByOutage || bus.events[0].EventID == bus.events[1].EventID {
 				t.Errorf("events %v %+v: want Batch Paused then Batch Unpaused by the outage's probe", bus.types, bus.events)
 			}
