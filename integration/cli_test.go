@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // The bulkrun CLI against the deployed stack: submit a local file and
@@ -46,7 +47,7 @@ func TestCLI(t *testing.T) {
 	}
 	out, code := run("submit", src, "--pipeline", "webhook", "--id", id, "--key-field", "k",
 		"--options", fmt.Sprintf(`{"url":%q}`, url), "--watch", "--output", "json")
-	var v function.BatchView
+	var v handler.BatchView
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("submit --watch -o json printed %q: %v", out, err)
 	}
@@ -116,7 +117,7 @@ func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
 	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	submit := func() function.BatchView {
+	submit := func() handler.BatchView {
 		t.Helper()
 		cmd := exec.Command(bin, "submit", src, "--pipeline", "webhook", "--key-field", "k",
 			"--options", fmt.Sprintf(`{"url":%q}`, url), "--watch", "--output", "json")
@@ -125,7 +126,7 @@ func TestCLISameCommandTwiceIsOneBatch(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("submit: %v\n%s", err, stderr.String())
 		}
-		var v function.BatchView
+		var v handler.BatchView
 		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 			t.Fatalf("submit printed %q: %v", stdout.String(), err)
 		}
@@ -292,7 +293,7 @@ func TestCLIUpload(t *testing.T) {
 	opts := fmt.Sprintf(`{ "url": %q, "timeout_ms": 5000 }`, hook)
 	key := "incoming/" + name + " export.csv"
 	stdout, _, code := run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export.csv", "--watch", "-o", "json")
-	var v function.BatchView
+	var v handler.BatchView
 	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &v); err != nil && json.Unmarshal([]byte(stdout), &v) != nil {
 		t.Fatalf("upload --watch -o json printed %q", stdout)
 	}
@@ -312,7 +313,7 @@ func TestCLIUpload(t *testing.T) {
 		t.Fatalf("a renamed copy: exit %d, %q, want exit 1, repeated_upload naming %s", code, stderr, v.ID)
 	}
 	stdout, _, code = run("upload", file, "--pipeline", "webhook", "--key-field", "id", "--options", opts, "--name", name+" export (1).csv", "--rerun", "--watch", "-o", "json")
-	var again function.BatchView
+	var again handler.BatchView
 	if err := json.Unmarshal([]byte(stdout[strings.LastIndex(stdout, "\n{")+1:]), &again); err != nil {
 		t.Fatalf("--rerun printed %q", stdout)
 	}
@@ -373,7 +374,7 @@ func TestLiveCostFromCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	var v function.BatchView
+	var v handler.BatchView
 	for {
 		var err error
 		v, err = env.api.Status(ctx, id)

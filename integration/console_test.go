@@ -19,11 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 // chromium returns the path of a Chromium (or Chrome) binary: $BULKRUN_CHROMIUM,
@@ -383,7 +384,7 @@ func TestConsoleBrowser(t *testing.T) {
 	run("confirm by keyboard", chromedp.KeyEvent(kb.Enter))
 	wctx, cancelW := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancelW()
-	ev, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v function.BatchView) bool { return v.Run == 2 && v.Status.Finished() }, nil)
+	ev, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v handler.BatchView) bool { return v.Run == 2 && v.Status.Finished() }, nil)
 	if err != nil {
 		t.Fatalf("resume from the page: %v (run %d)", err, ev.Run)
 	}
@@ -426,7 +427,7 @@ func TestConsoleBrowser(t *testing.T) {
 	shot("correct", false)
 	run("send", chromedp.Click(chromedp.CSS(`#correct-yes`)))
 	waitJS("corrected", `document.getElementById("notice").textContent.includes("Revision 2: 3 corrected items run in run 3")`, 30*time.Second)
-	cv, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v function.BatchView) bool { return v.Run == 3 && v.Status.Finished() }, nil)
+	cv, err := env.api.WaitUntil(wctx, enrichID, 500*time.Millisecond, func(v handler.BatchView) bool { return v.Run == 3 && v.Status.Finished() }, nil)
 	if err != nil {
 		t.Fatalf("correction from the page: %v (run %d)", err, cv.Run)
 	}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -26,12 +28,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/finalize"
-	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -335,7 +335,7 @@ func TestPermanentFailuresAreExactlyThoseKeys(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			payload, _ := json.Marshal(trigger.Event{BatchID: id, Run: 1})
+			payload, _ := json.Marshal(ledger.FinalizeEvent{BatchID: id, Run: 1})
 			out, err := env.lambda.Invoke(ctx, &lambda.InvokeInput{FunctionName: &env.finalizeFn, Payload: payload})
 			if err != nil || out.FunctionError != nil {
 				t.Errorf("invoke finalize: %v %s", err, out.Payload)
@@ -668,7 +668,7 @@ func TestScheduleTickIsOneBatch(t *testing.T) {
 	name := newID(t)
 	url := env.hook.route(name, nil)
 	tick := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
-	ev := function.ScheduleEvent{Schedule: name, Time: tick, Request: webhookRequest("", url, inlineItems(3))}
+	ev := handler.ScheduleEvent{Schedule: name, Time: tick, Request: webhookRequest("", url, inlineItems(3))}
 	payload, _ := json.Marshal(ev)
 	var ids []string
 	for range 2 {
@@ -686,7 +686,7 @@ func TestScheduleTickIsOneBatch(t *testing.T) {
 			t.Fatal("the duplicate tick created a batch")
 		}
 	}
-	want := function.ScheduleBatchID(name, tick)
+	want := handler.ScheduleBatchID(name, tick)
 	if ids[0] != want || ids[1] != want || want != name+"-20261129T020000Z" {
 		t.Fatalf("batch ids %v, want %s", ids, want)
 	}
@@ -713,7 +713,7 @@ func TestRefusedUploadIsReported(t *testing.T) {
 	for {
 		o, err := env.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &env.bucket, Key: aws.String(config.UploadErrorKey(key))})
 		if err == nil {
-			var rep function.UploadError
+			var rep handler.UploadError
 			err = json.NewDecoder(o.Body).Decode(&rep)
 			o.Body.Close()
 			if err != nil || rep.Key != key || rep.BatchID != name || rep.Error.Code != "invalid_request" || rep.Error.Line != 2 {

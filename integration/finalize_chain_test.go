@@ -8,21 +8,24 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/internal/trigger"
+	"github.com/bulkrun/bulkrun/internal/handler"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // chain is finalize invoking itself, run at once in this process.
 type chain struct {
-	h     *function.Finalize
+	h     *handler.Finalize
 	calls []int
 }
 
 func (c *chain) Continue(ctx context.Context, batchID string, run, n int) error {
 	c.calls = append(c.calls, n)
-	_, err := c.h.Handle(ctx, trigger.Event{BatchID: batchID, Run: run, Chain: n})
+	_, err := c.h.Handle(ctx, ledger.FinalizeEvent{BatchID: batchID, Run: run, Chain: n})
 	return err
 }
 
@@ -30,7 +33,7 @@ func (c *chain) Continue(ctx context.Context, batchID string, run, n int) error 
 // with a run's next chunk at once, not on the next tick": a run whose rows
 // take several chunks is finalized from one trigger, each call invoking
 // the next (the finalize function invoking itself), one report; a run
-// that takes more than function.MaxFinalizeChain calls stops chaining
+// that takes more than finalize.MaxFinalizeChain calls stops chaining
 // there (under Lambda's recursive loop detection, 16 per chain) and the
 // tick goes on from its checkpoint.
 func TestFinalizeChainsItsChunks(t *testing.T) {
@@ -41,7 +44,7 @@ func TestFinalizeChainsItsChunks(t *testing.T) {
 		chunkRows int64
 		chained   int // calls the trigger's chain makes after it
 		done      bool
-	}{{"5 chunks", 25, 4, true}, {"24 chunks", 5, function.MaxFinalizeChain - 1, false}} {
+	}{{"5 chunks", 25, 4, true}, {"24 chunks", 5, finalize.MaxFinalizeChain - 1, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 				return pipeline.Result{Output: req.Input}, nil
@@ -54,8 +57,9 @@ func TestFinalizeChainsItsChunks(t *testing.T) {
 			f := *h.finalizer
 			f.ChunkRows = tc.chunkRows
 			c := &chain{}
-			c.h = &function.Finalize{Finalizer: &f, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Chain: c}
-			if _, err := c.h.Handle(ctx, trigger.Event{BatchID: id, Run: 1}); err != nil {
+			f.Chain = c
+			c.h = &handler.Finalize{Finalizer: &f, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			if _, err := c.h.Handle(ctx, ledger.FinalizeEvent{BatchID: id, Run: 1}); err != nil {
 				t.Fatal(err)
 			}
 			if len(c.calls) != tc.chained || len(c.calls) > 0 && c.calls[len(c.calls)-1] != tc.chained {

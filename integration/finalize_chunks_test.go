@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"os"
 	"runtime"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/source"
 
 	"github.com/bulkrun/bulkrun/internal/peak"
 	"github.com/bulkrun/bulkrun/shared/api"

@@ -12,8 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -63,7 +64,7 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 		return pipeline.Result{Output: json.RawMessage(`{"echo":"payload-marker-out"}`)}, nil
 	})
 	var buf lockedBuffer
-	log := function.NewLogger(&buf, "debug")
+	log := handler.NewLogger(&buf, "debug")
 	h.submitter.Log, h.worker.Log = log, log
 	h.submitter.SecretPrefixes = []string{"arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/*"}
 	h.worker.Secrets = mapSecrets{ref: "resolved-s3cr3t"}

@@ -35,6 +35,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -257,7 +259,7 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // wait polls the batch until its run is finished (3 minutes at most).
-func wait(t *testing.T, id string) function.BatchView {
+func wait(t *testing.T, id string) handler.BatchView {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

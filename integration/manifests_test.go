@@ -16,12 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
-	"github.com/bulkrun/bulkrun/shared/function"
 )
 
 func gzipped(t *testing.T, s string) []byte {
@@ -264,7 +265,7 @@ func TestSpreadsheetAndGzipSourcesRun(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		_ = cmd.Run()
-		var v function.BatchView
+		var v handler.BatchView
 		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 			t.Fatalf("submit printed %q (%s): %v", stdout.String(), stderr.String(), err)
 		}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -200,7 +202,7 @@ func TestRetentionMarkerDeletedLast(t *testing.T) {
 			if err != nil || !b.PendingDeletion {
 				t.Fatalf("batch row after the partial pass: %+v %v, want pending_deletion", b, err)
 			}
-			a := function.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
+			a := handler.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
 			if _, err := a.View(ctx, id); !errors.Is(err, api.ErrExpired) {
 				t.Fatalf("GET of the partly swept batch: %v, want expired", err)
 			}
@@ -281,7 +283,7 @@ func TestDeleteObjectsKeyErrorsRetried(t *testing.T) {
 }
 
 // apiCall serves one request through the API handler.
-func apiCall(t *testing.T, a *function.API, method, path string, body any) (int, function.ErrorBody, []byte) {
+func apiCall(t *testing.T, a *handler.API, method, path string, body any) (int, handler.ErrorBody, []byte) {
 	t.Helper()
 	var rd bytes.Reader
 	if body != nil {
@@ -291,7 +293,7 @@ func apiCall(t *testing.T, a *function.API, method, path string, body any) (int,
 	req := httptest.NewRequest(method, path, &rd)
 	rec := httptest.NewRecorder()
 	a.ServeHTTP(rec, req)
-	var e function.ErrorBody
+	var e handler.ErrorBody
 	_ = json.Unmarshal(rec.Body.Bytes(), &e)
 	return rec.Code, e, rec.Body.Bytes()
 }
@@ -306,7 +308,7 @@ func TestExpiredBatchIsGone(t *testing.T) {
 	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 		return pipeline.Result{Output: req.Input}, nil
 	})
-	a := function.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
+	a := handler.NewAPI(h.submitter, h.fn["submit"].store, h.fn["submit"].blobs, h.worker.Log)
 	id := newID(t)
 	old := finishedBatch(t, h, id, 3, -time.Second)
 	for _, r := range []struct{ method, path string }{
@@ -327,7 +329,7 @@ func TestExpiredBatchIsGone(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("submit reusing the expired id: %d %s, want 201", code, body)
 	}
-	var v function.BatchView
+	var v handler.BatchView
 	if err := json.Unmarshal(body, &v); err != nil || v.Run != 1 || v.ItemCount != 5 || v.Digest == old.Manifest.Digest {
 		t.Fatalf("fresh batch %+v %v", v.Batch, err)
 	}

@@ -20,12 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -229,7 +230,7 @@ func TestSoak(t *testing.T) {
 	elapsed := time.Since(start)
 
 	// The census of the finished run, through the API, and from the rows.
-	var view function.BatchView
+	var view handler.BatchView
 	for try := 0; try < 10; try++ {
 		if view, err = env.api.Status(ctx, id); err == nil {
 			break

@@ -9,12 +9,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/source"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"

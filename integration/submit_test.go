@@ -19,13 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -158,7 +159,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("submit --watch failed: %v", err)
 	}
-	var v function.BatchView
+	var v handler.BatchView
 	if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
 		t.Fatalf("printed %q: %v", stdout.String(), err)
 	}
@@ -176,7 +177,7 @@ func TestSubmitRetriedPastGatewayTimeout(t *testing.T) {
 		if err := json.Unmarshal(p.body, &req); err != nil || req.BatchID != v.ID {
 			t.Errorf("try %d named batch %q (%v), want %s", i+1, req.BatchID, err, v.ID)
 		}
-		var got function.BatchView
+		var got handler.BatchView
 		if err := json.Unmarshal(p.answer, &got); err != nil || p.status/100 != 2 || got.Created == nil || *got.Created != (i == 0) {
 			t.Errorf("try %d: the API answered %d %s, want 2xx created=%v", i+1, p.status, p.answer, i == 0)
 		}
@@ -264,7 +265,7 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	if v, err := env.api.Status(ctx, id); err != nil || v.Status != api.StatusSubmitting {
 		t.Fatalf("after refused repeats: %+v %v, want still submitting", v.Status, err)
 	}
-	var v function.BatchView
+	var v handler.BatchView
 	code, err := env.api.Do(ctx, http.MethodPost, "/batches", req, &v)
 	if err != nil || code != http.StatusAccepted || v.Created == nil || *v.Created || v.Status != api.StatusSubmitting {
 		t.Fatalf("same request: %d %+v %v, want 202 created false submitting", code, v, err)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
@@ -27,7 +29,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/function"
 	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
@@ -61,7 +62,7 @@ func uploadID(t *testing.T, key string) string {
 
 // waitBatch polls until the batch exists (a minute at most), then until
 // its run is finished.
-func waitBatch(t *testing.T, id string) function.BatchView {
+func waitBatch(t *testing.T, id string) handler.BatchView {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -77,13 +78,13 @@ func waitBatch(t *testing.T, id string) function.BatchView {
 }
 
 // waitReport polls for the error report at key (a minute at most).
-func waitReport(t *testing.T, key string, ok func(function.Refusal) bool) function.Refusal {
+func waitReport(t *testing.T, key string, ok func(handler.Refusal) bool) handler.Refusal {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		body, err := env.blobs.Get(context.Background(), key)
 		if err == nil {
-			var r function.Refusal
+			var r handler.Refusal
 			if err := json.Unmarshal(body, &r); err != nil {
 				t.Fatalf("report %s: %v", key, err)
 			}
@@ -121,7 +122,7 @@ func s3Event(key, etag string, size int64) events.S3Event {
 // refusedEvents routes the Batch Refused events whose detail matches
 // detail (an EventBridge pattern) to a new queue, and returns a function
 // that waits for the first one (30 s at most).
-func refusedEvents(t *testing.T, name string, detail map[string]any) func() function.Refusal {
+func refusedEvents(t *testing.T, name string, detail map[string]any) func() handler.Refusal {
 	t.Helper()
 	ctx := context.Background()
 	qname := strings.ToLower(name)
@@ -143,7 +144,7 @@ func refusedEvents(t *testing.T, name string, detail map[string]any) func() func
 	if _, err := eb.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: &qname, Targets: []ebtypes.Target{{Id: aws.String("q"), Arn: aws.String(attrs.Attributes["QueueArn"])}}}); err != nil {
 		t.Fatal(err)
 	}
-	return func() function.Refusal {
+	return func() handler.Refusal {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
@@ -153,8 +154,8 @@ func refusedEvents(t *testing.T, name string, detail map[string]any) func() func
 			}
 			for _, m := range out.Messages {
 				var ev struct {
-					DetailType string           `json:"detail-type"`
-					Detail     function.Refusal `json:"detail"`
+					DetailType string          `json:"detail-type"`
+					Detail     handler.Refusal `json:"detail"`
 				}
 				if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &ev); err != nil || ev.DetailType != api.DetailRefused {
 					t.Fatalf("event %s: %v", aws.ToString(m.Body), err)
@@ -163,7 +164,7 @@ func refusedEvents(t *testing.T, name string, detail map[string]any) func() func
 			}
 		}
 		t.Fatal("no Batch Refused event within 30 s")
-		return function.Refusal{}
+		return handler.Refusal{}
 	}
 }
 
@@ -190,7 +191,7 @@ func TestUploadFormatsAnyCase(t *testing.T) {
 			t.Errorf("%s: calls %v", key, calls)
 		}
 	}
-	rep := waitReport(t, config.UploadErrorKey(unknown), func(function.Refusal) bool { return true })
+	rep := waitReport(t, config.UploadErrorKey(unknown), func(handler.Refusal) bool { return true })
 	if rep.Key != unknown || rep.Retrying || !strings.Contains(rep.Error.Message, "cannot tell the format") {
 		t.Fatalf("report %+v", rep)
 	}
@@ -223,7 +224,7 @@ func TestUploadGzip(t *testing.T) {
 			t.Errorf("%s: calls %v", key, calls)
 		}
 	}
-	rep := waitReport(t, config.UploadErrorKey(cutGzip), func(function.Refusal) bool { return true })
+	rep := waitReport(t, config.UploadErrorKey(cutGzip), func(handler.Refusal) bool { return true })
 	if rep.Key != cutGzip || !strings.Contains(rep.Error.Message, "gzip") {
 		t.Fatalf("report %+v, want one that says gzip", rep)
 	}
@@ -259,7 +260,7 @@ func TestUploadIdentityIsNameAndDigest(t *testing.T) {
 	}
 	etag := strings.Trim(aws.ToString(done.ETag), `"`)
 	// Its notification, delivered now and synchronously (S3 sends one too).
-	var res function.UploadsResult
+	var res handler.UploadsResult
 	if err := json.Unmarshal(invokeSubmit(t, s3Event(key, etag, int64(len(body)))), &res); err != nil {
 		t.Fatal(err)
 	}
@@ -298,24 +299,24 @@ func TestUploadReadsTheObjectTheEventNames(t *testing.T) {
 	gone := "incoming/" + name + " gone é.csv"
 	nextRefusal := refusedEvents(t, name, map[string]any{"key": []string{gone}})
 
-	var res function.UploadsResult
+	var res handler.UploadsResult
 	if err := json.Unmarshal(invokeSubmit(t, s3Event(replaced, old, 11)), &res); err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Started) != 0 || len(res.Refused) != 1 || res.Refused[0] != replaced {
 		t.Fatalf("replaced object: %+v, want it refused", res)
 	}
-	rep := waitReport(t, config.UploadErrorKey(replaced), func(r function.Refusal) bool { return r.ETag == old })
+	rep := waitReport(t, config.UploadErrorKey(replaced), func(r handler.Refusal) bool { return r.ETag == old })
 	if rep.Key != replaced || rep.Retrying || !strings.Contains(rep.Error.Message, "was replaced before it was read") {
 		t.Fatalf("report %+v", rep)
 	}
 
 	invokeSubmit(t, s3Event(gone, "0123456789abcdef0123456789abcdef", 20))
-	rep = waitReport(t, config.UploadErrorKey(gone), func(function.Refusal) bool { return true })
+	rep = waitReport(t, config.UploadErrorKey(gone), func(handler.Refusal) bool { return true })
 	if rep.Key != gone || rep.Retrying || !strings.Contains(rep.Error.Message, "s3://"+env.bucket+"/"+gone+" was deleted before it was read") {
 		t.Fatalf("report %+v", rep)
 	}
-	if ev := nextRefusal(); ev.Source != function.SourceUpload || ev.Key != gone || ev.Error.Message != rep.Error.Message ||
+	if ev := nextRefusal(); ev.Source != handler.SourceUpload || ev.Key != gone || ev.Error.Message != rep.Error.Message ||
 		ev.Report != "s3://"+env.bucket+"/"+config.UploadErrorKey(gone) {
 		t.Fatalf("Batch Refused event %+v, want the report's detail", ev)
 	}
@@ -330,12 +331,12 @@ func TestScheduleTickRefusedLeavesATrace(t *testing.T) {
 	nextRefusal := refusedEvents(t, name, map[string]any{"schedule": []string{name}})
 	req := api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Object: "s3://" + env.bucket + "/it-sources/" + name + "-missing.jsonl"},
 		Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)}
-	invokeSubmit(t, function.ScheduleEvent{Schedule: name, Time: tick, Request: req})
-	id := function.ScheduleBatchID(name, tick)
-	rep := waitReport(t, function.ScheduleErrorKey(name, id), func(function.Refusal) bool { return true })
+	invokeSubmit(t, handler.ScheduleEvent{Schedule: name, Time: tick, Request: req})
+	id := handler.ScheduleBatchID(name, tick)
+	rep := waitReport(t, handler.ScheduleErrorKey(name, id), func(handler.Refusal) bool { return true })
 	ev := nextRefusal()
-	for _, r := range []function.Refusal{rep, ev} {
-		if r.Source != function.SourceSchedule || r.Schedule != name || r.Tick == nil || !r.Tick.Equal(tick) || r.BatchID != id ||
+	for _, r := range []handler.Refusal{rep, ev} {
+		if r.Source != handler.SourceSchedule || r.Schedule != name || r.Tick == nil || !r.Tick.Equal(tick) || r.BatchID != id ||
 			r.Retrying || !strings.Contains(r.Error.Message, "does not exist") {
 			t.Fatalf("refusal %+v", r)
 		}
@@ -467,7 +468,7 @@ func TestUploadRepeatedUnderAnotherName(t *testing.T) {
 
 	again := "incoming/" + name + " records (1).csv"
 	upload(t, again, body, hook, "")
-	rep := waitReport(t, config.UploadErrorKey(again), func(function.Refusal) bool { return true })
+	rep := waitReport(t, config.UploadErrorKey(again), func(handler.Refusal) bool { return true })
 	if rep.Error.Code != api.RefusalRepeatedUpload || rep.Retrying || !strings.Contains(rep.Error.Message, "batch "+firstID) ||
 		!strings.Contains(rep.Error.Message, first) || !strings.Contains(rep.Error.Message, "x-amz-meta-rerun: true") {
 		t.Fatalf("report of the renamed copy: %+v", rep)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bulkrun/bulkrun/shared/wire"
 	"image"
 	_ "image/png"
 	"os"
@@ -120,7 +121,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	bar := progressbar.NewOptions64(view.ItemCount, progressbar.OptionSetDescription("items"),
 		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("items"),
 		progressbar.OptionSetWriter(os.Stderr), progressbar.OptionThrottle(200*time.Millisecond))
-	final, err := cl.Wait(ctx, id, time.Second, func(v function.BatchView) {
+	final, err := cl.Wait(ctx, id, time.Second, func(v wire.BatchView) {
 		if v.Census != nil {
 			_ = bar.Set64(v.Census.Total - v.Census.Pending - v.Census.InFlight)
 			bar.Describe(fmt.Sprintf("ok %d failed %d in flight %d", v.Census.Succeeded, v.Census.Failed, v.Census.InFlight))

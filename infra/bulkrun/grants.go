@@ -87,7 +87,7 @@ func (r *runner) grant() {
 	allow(finalize, []string{"s3:ListBucket"}, bucketArn)
 	allow(finalize, []string{"sqs:SendMessage"}, r.items.QueueArn())
 	// Finalize goes on with a run's next chunk by invoking itself (a chain
-	// of at most function.MaxFinalizeChain calls); a policy of its own, as
+	// of at most finalize.MaxFinalizeChain calls); a policy of its own, as
 	// submit's.
 	awsiam.NewPolicy(r.Construct, jsii.String("FinalizeInvokesItself"), &awsiam.PolicyProps{
 		Roles: &[]awsiam.IRole{finalize.Role()},

@@ -14,21 +14,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// Event is the finalize function's payload: a run to finalize, or a
-// scheduled tick ({"tick": true}). Chain is how many finalize invocations
-// came before this one in a chain of chunks, each invoking the next
-// (Continue): 0 for a trigger from the item function or submit. Part
-// (1-based) and Plan name one part of a run read in parts
-// (StartFinalizePart; finalize.Finalizer.FinalizePart).
-type Event struct {
-	BatchID string `json:"batch_id,omitempty"`
-	Run     int    `json:"run,omitempty"`
-	Tick    bool   `json:"tick,omitempty"`
-	Chain   int    `json:"chain,omitempty"`
-	Part    int    `json:"part,omitempty"`
-	Plan    int    `json:"plan,omitempty"`
-}
-
 // Lambda triggers finalize by an asynchronous invocation. Safe for
 // concurrent use.
 type Lambda struct {
@@ -47,7 +32,7 @@ func New(client *lambda.Client, function string) *Lambda {
 // retries asynchronous invocations that fail (twice by default); finalize
 // is idempotent.
 func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
-	payload, err := json.Marshal(Event{BatchID: batchID, Run: run})
+	payload, err := json.Marshal(ledger.FinalizeEvent{BatchID: batchID, Run: run})
 	if err != nil {
 		return err
 	}
@@ -59,9 +44,9 @@ func (l *Lambda) Finalize(ctx context.Context, batchID string, run int) error {
 }
 
 // Continue invokes finalize for (batchID, run) asynchronously as link
-// chain of a chain of chunks (Event.Chain): finalize invoking itself.
+// chain of a chain of chunks (ledger.FinalizeEvent.Chain): finalize invoking itself.
 func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) error {
-	payload, err := json.Marshal(Event{BatchID: batchID, Run: run, Chain: chain})
+	payload, err := json.Marshal(ledger.FinalizeEvent{BatchID: batchID, Run: run, Chain: chain})
 	if err != nil {
 		return err
 	}
@@ -80,7 +65,7 @@ func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) e
 // twice; a part lost for good is started again by the run's next
 // finalize call once its mark has passed.
 func (l *Lambda) StartFinalizePart(ctx context.Context, batchID string, run, plan, part int) error {
-	payload, err := json.Marshal(Event{BatchID: batchID, Run: run, Chain: 1, Part: part + 1, Plan: plan})
+	payload, err := json.Marshal(ledger.FinalizeEvent{BatchID: batchID, Run: run, Chain: 1, Part: part + 1, Plan: plan})
 	if err != nil {
 		return err
 	}

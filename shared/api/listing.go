@@ -84,3 +84,13 @@ type SweepResult struct {
 	// pass finishes it).
 	PendingDeletion int `json:"pending_deletion"`
 }
+
+// Add adds the counts of another pass to r.
+func (r *SweepResult) Add(o SweepResult) {
+	r.Expired += o.Expired
+	r.Deleted += o.Deleted
+	r.Stale += o.Stale
+	r.Malformed += o.Malformed
+	r.Failed += o.Failed
+	r.PendingDeletion += o.PendingDeletion
+}

@@ -68,7 +68,7 @@ func (c *Control) Cancel(ctx context.Context, id string) (ledger.Batch, error) {
 		if err != nil && !errors.Is(err, api.ErrConflict) {
 			return ledger.Batch{}, err
 		}
-		c.Log.Info("run cancelling", "batch_id", id, "run", b.Run)
+		c.Log.InfoContext(ctx, "run cancelling", "batch_id", id, "run", b.Run)
 	}
 	return c.Store.GetBatch(ctx, id)
 }

@@ -30,7 +30,7 @@ func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	err = c.Store.Pause(ctx, ledger.PauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Now: now})
 	switch {
 	case err == nil:
-		c.Log.Warn("batch paused by a caller", "batch_id", id, "run", b.Run)
+		c.Log.WarnContext(ctx, "batch paused by a caller", "batch_id", id, "run", b.Run)
 		ledger.Announce(ctx, c.Bus, c.Log, ledger.PauseEventOf(b, api.Pause{By: api.PauseByCaller, Since: now}, true, api.PauseByCaller, now))
 	case !errors.Is(err, api.ErrConflict):
 		return ledger.Batch{}, err
@@ -55,7 +55,7 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 	switch {
 	case err == nil:
 		now := c.now()
-		c.Log.Warn("batch unpaused by a caller", "batch_id", id, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
+		c.Log.WarnContext(ctx, "batch unpaused by a caller", "batch_id", id, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
 		ledger.Announce(ctx, c.Bus, c.Log, ledger.PauseEventOf(b, p, false, api.PauseByCaller, now))
 	case !errors.Is(err, api.ErrConflict):
 		return ledger.Batch{}, err

@@ -35,6 +35,33 @@ type Sweeper struct {
 	Limit   int // markers per pass; 0 means DefaultSweepLimit
 }
 
+// Run is one scheduled sweep: passes (RunOnce) until a pass finds fewer
+// expired markers than its limit, or fails every batch it read, or the
+// context's deadline is within a minute (the invocation keeps a minute to
+// answer). It returns the passes' counts summed; the errors of single
+// batches are logged and left to the next sweep (their markers stay), so
+// it returns none.
+func (s *Sweeper) Run(ctx context.Context) api.SweepResult {
+	var total api.SweepResult
+	limit := s.Limit
+	if limit <= 0 {
+		limit = DefaultSweepLimit
+	}
+	for {
+		res, err := s.RunOnce(ctx)
+		total.Add(res)
+		if err != nil {
+			s.Log.ErrorContext(ctx, "sweep pass", "error", err.Error())
+		}
+		dl, ok := ctx.Deadline()
+		if res.Expired < limit || res.Failed+res.PendingDeletion == res.Expired || ok && time.Until(dl) < time.Minute || ctx.Err() != nil {
+			break
+		}
+	}
+	s.Log.InfoContext(ctx, "sweep", "expired", total.Expired, "deleted", total.Deleted, "stale", total.Stale, "malformed", total.Malformed, "failed", total.Failed, "pending_deletion", total.PendingDeletion)
+	return total
+}
+
 // RunOnce sweeps up to Limit expired markers. It returns the counts and the
 // errors of the batches that failed (joined); the pass goes on after each.
 func (s *Sweeper) RunOnce(ctx context.Context) (api.SweepResult, error) {
@@ -54,7 +81,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (api.SweepResult, error) {
 			return res, errors.Join(append(errs, err)...)
 		}
 		if m.Malformed {
-			s.Log.Error("malformed retention marker removed", "marker", m.Key)
+			s.Log.ErrorContext(ctx, "malformed retention marker removed", "marker", m.Key)
 			if err := s.Store.DeleteMarker(ctx, m.Key); err != nil {
 				errs = append(errs, err)
 				continue
@@ -71,13 +98,13 @@ func (s *Sweeper) RunOnce(ctx context.Context) (api.SweepResult, error) {
 			// objects have no TTL, delete them before the marker goes.
 			n, err := s.Control.Blobs.DeletePrefix(ctx, api.BatchesPrefix(m.BatchID))
 			if err != nil {
-				log.Error("sweep: objects of a batch without rows left; the marker stays", "error", err.Error())
+				log.ErrorContext(ctx, "sweep: objects of a batch without rows left; the marker stays", "error", err.Error())
 				errs = append(errs, fmt.Errorf("sweep %s: %w", m.BatchID, err))
 				res.PendingDeletion++
 				continue
 			}
 			if n > 0 {
-				log.Warn("sweep: deleted the objects of a batch whose rows expired by TTL", "objects", n)
+				log.WarnContext(ctx, "sweep: deleted the objects of a batch whose rows expired by TTL", "objects", n)
 			}
 		}
 		switch {
@@ -96,11 +123,11 @@ func (s *Sweeper) RunOnce(ctx context.Context) (api.SweepResult, error) {
 		if err := s.Control.Forget(ctx, m.BatchID); err != nil {
 			errs = append(errs, fmt.Errorf("sweep %s: %w", m.BatchID, err))
 			if errors.Is(err, api.ErrPendingDeletion) {
-				log.Error("sweep: batch partly deleted, pending deletion; the marker stays for the next pass", "error", err.Error())
+				log.ErrorContext(ctx, "sweep: batch partly deleted, pending deletion; the marker stays for the next pass", "error", err.Error())
 				res.PendingDeletion++
 				continue
 			}
-			log.Error("sweep: delete failed; the marker stays for the next pass", "error", err.Error())
+			log.ErrorContext(ctx, "sweep: delete failed; the marker stays for the next pass", "error", err.Error())
 			res.Failed++
 			continue
 		}
@@ -109,7 +136,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (api.SweepResult, error) {
 		if err := s.Store.DeleteMarker(ctx, m.Key); err != nil {
 			errs = append(errs, err)
 		}
-		log.Info("batch swept", "expired_at", m.ExpiresAt.Format(time.RFC3339))
+		log.InfoContext(ctx, "batch swept", "expired_at", m.ExpiresAt.Format(time.RFC3339))
 		res.Deleted++
 	}
 	return res, errors.Join(errs...)

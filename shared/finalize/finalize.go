@@ -100,6 +100,13 @@ type Finalizer struct {
 	// planned to read; a run of fewer than twice as many is read by one
 	// chain of calls. Default DefaultFinalizePartRows.
 	PartRows int64
+	// Waits are Trigger's pauses between census attempts of a run not
+	// finished yet. Default DefaultWaits (1, 2, 4, 8 s).
+	Waits []time.Duration
+	// Chain, when set, is the finalize function itself: Trigger invokes
+	// the next call of a run read in chunks at once (see Chainer). nil:
+	// the tick goes on.
+	Chain Chainer
 	// MergeFanIn is how many sorted runs one merge of a finalize part
 	// reads at once; more are merged in levels. Default MaxMergeFanIn
 	// (tests lower it to exercise the levels).
@@ -171,9 +178,9 @@ func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err er
 	log := f.Log.With("batch_id", id, "run", run)
 	switch {
 	case ferr != nil && !errors.Is(ferr, api.ErrConflict):
-		log.Warn("count a failed finalize", "error", ferr.Error())
+		log.WarnContext(ctx, "count a failed finalize", "error", ferr.Error())
 	case ended:
-		log.Error("run could not be finished: ended "+string(api.StatusFinalizeFailed)+"; resume it once the cause is fixed",
+		log.ErrorContext(ctx, "run could not be finished: ended "+string(api.StatusFinalizeFailed)+"; resume it once the cause is fixed",
 			"failures", FinalizeFailureLimit, "error", pipeline.ErrorText(err))
 		f.Metrics.RunFinalizeFailed(id, run)
 		return fmt.Errorf("%w (the run is now %s; bulkrun resume %s once fixed)", err, api.StatusFinalizeFailed, id)
@@ -246,7 +253,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", id, run, err)
 		}
 		if !done {
-			log.Info("finalize chunk written; the next call goes on from it", "checkpoint", cp.Seq, "rows", cp.Rows)
+			log.InfoContext(ctx, "finalize chunk written; the next call goes on from it", "checkpoint", cp.Seq, "rows", cp.Rows)
 			return FinalizeResult{Continued: true}, nil
 		}
 	}
@@ -332,10 +339,10 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 	}
 	// The checkpoints served their purpose (forget deletes them too).
 	if _, err := f.Blobs.DeletePrefix(ctx, FinalizePrefix(id, run)); err != nil {
-		log.Warn("delete finalize checkpoints", "error", err.Error())
+		log.WarnContext(ctx, "delete finalize checkpoints", "error", err.Error())
 	}
 	if wrote {
-		log.Info("run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
+		log.InfoContext(ctx, "run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
 			"quarantined", census.Quarantined, "cancelled", census.Cancelled)
 	}
 	return FinalizeResult{Report: rep, Wrote: wrote}, nil
@@ -348,12 +355,12 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 func (f *Finalizer) announce(ctx context.Context, log *slog.Logger, rep api.Report) bool {
 	if f.Events != nil {
 		if err := f.Events.Publish(ctx, rep); err != nil {
-			log.Warn("publish event; the tick retries", "error", err.Error())
+			log.WarnContext(ctx, "publish event; the tick retries", "error", err.Error())
 			return false
 		}
 	}
 	if err := f.Store.SetPublished(ctx, rep.BatchID, rep.Run); err != nil {
-		log.Warn("mark event published; the tick retries", "error", err.Error())
+		log.WarnContext(ctx, "mark event published; the tick retries", "error", err.Error())
 		return false
 	}
 	return true
@@ -430,7 +437,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 					errs = append(errs, fmt.Errorf("tick: fan out %s run %d: %w", id, b.Run, err))
 				} else {
 					res.FannedOut++
-					f.Log.Warn("tick re-sent a lost fan-out", "batch_id", id, "run", b.Run)
+					f.Log.WarnContext(ctx, "tick re-sent a lost fan-out", "batch_id", id, "run", b.Run)
 				}
 			}
 			continue
@@ -512,7 +519,7 @@ func (f *Finalizer) publishLost(ctx context.Context) (int, error) {
 			continue
 		}
 		if f.announce(ctx, log, rep) {
-			log.Warn("tick published a lost completion event", "event_id", ledger.EventID(rep))
+			log.WarnContext(ctx, "tick published a lost completion event", "event_id", ledger.EventID(rep))
 			n++
 		}
 	}

@@ -247,7 +247,7 @@ func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts i
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: start parts: %w", b.ID, b.Run, err)
 	}
 	if started > 0 {
-		f.Log.Info("finalize in parts: parts started", "batch_id", b.ID, "run", b.Run, "plan", p.Seq, "parts", p.Parts, "started", started, "done", n)
+		f.Log.InfoContext(ctx, "finalize in parts: parts started", "batch_id", b.ID, "run", b.Run, "plan", p.Seq, "parts", p.Parts, "started", started, "done", n)
 	}
 	return FinalizeResult{Continued: true, Parted: true}, nil
 }
@@ -489,7 +489,7 @@ func (f *Finalizer) sortPart(ctx context.Context, b ledger.Batch, p *partPlan, i
 func (f *Finalizer) dropRuns(ctx context.Context, runs []sortRun) {
 	for _, r := range runs {
 		if err := f.Blobs.Delete(ctx, r.Key); err != nil {
-			f.Log.Warn("delete a merged sort run", "key", r.Key, "error", err.Error())
+			f.Log.WarnContext(ctx, "delete a merged sort run", "key", r.Key, "error", err.Error())
 			return
 		}
 	}
@@ -578,6 +578,6 @@ func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan)
 	case err != nil:
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", b.ID, b.Run, err)
 	}
-	f.Log.Info("finalize in parts: merging", "batch_id", b.ID, "run", b.Run, "parts", p.Parts, "runs", len(cp.Runs), "rows", cp.Rows)
+	f.Log.InfoContext(ctx, "finalize in parts: merging", "batch_id", b.ID, "run", b.Run, "parts", p.Parts, "runs", len(cp.Runs), "rows", cp.Rows)
 	return f.finalize(ctx, b.ID, b.Run, false)
 }

@@ -1,7 +1,3 @@
-// Package handler adapts Lambda events to bulkrun's domain: the REST API
-// and S3 uploads (submit function), item messages (item function), and
-// finalize triggers and ticks (finalize function). functions/*/main.go
-// only load the configuration, call Build and start the handler.
 package function
 
 import (
@@ -10,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/bulkrun/bulkrun/internal/handler"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -75,7 +73,7 @@ var _ thumbnail.Source = (*blob.Store)(nil)
 func Build(ctx context.Context, function string) (*Deps, error) {
 	SetMemoryLimit()
 	cfg, err := config.Load(nil)
-	log := Logger(cfg.LogLevel)
+	log := handler.Logger(cfg.LogLevel)
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,11 @@
-// Package function starts bulkrun's submit and item functions in a Lambda
-// process, with the built-in pipelines and any Go pipelines the caller
+// Package function is the wiring of bulkrun's four Lambda functions: it
+// loads the configuration, builds the adapters and the engines once per
+// process (Build, Deps) and starts each function's event router
+// (internal/handler) — StartSubmit, StartItem, StartFinalize,
+// StartSweep; functions/*/main.go call one of them and nothing else.
+//
+// For Go pipelines of a team's own it starts the submit and item
+// functions with the built-in pipelines and any Go pipelines the caller
 // declares. bulkrun's own binaries (functions/submit, functions/item)
 // declare none. A team that writes its own Go pipeline builds one binary
 // from its own module whose main is
@@ -22,8 +28,8 @@
 // binary does not register); lambda.Start never returns otherwise.
 //
 // API: Start, StartSubmit, StartItem, ListArg, SubmitName and ItemName
-// are part of bulkrun's Go API (docs/packages.md); the handlers and
-// dependencies this package builds for the functions are not.
+// are part of bulkrun's Go API (docs/packages.md); Deps, Build and the
+// rest of the wiring are not, and the handlers live in internal/handler.
 package function
 
 import (
@@ -34,6 +40,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/bulkrun/bulkrun/internal/handler"
+
 	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/bulkrun/bulkrun/internal/pipeline/lambdafn"
@@ -108,9 +116,9 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
-	api := NewAPI(s, d.Store, d.Blobs, d.Log)
+	api := handler.NewAPI(s, d.Store, d.Blobs, d.Log)
 	api.Control.Bus = d.Bus() // Batch Paused / Unpaused of a caller's pause
-	h := &Submit{
+	h := &handler.Submit{
 		API:             api,
 		Submitter:       s,
 		Heads:           d.Blobs,
@@ -119,8 +127,7 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 		DefaultPipeline: d.Config.DefaultPipeline,
 		Log:             d.Log,
 	}
-	lambda.StartWithOptions(Invoke(h.Handle), lambda.WithContext(ctx))
-	return nil
+	return serve(ctx, h.Router())
 }
 
 // StartItem serves the item function: it runs item messages from the
@@ -149,7 +156,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 	if err != nil {
 		return fmt.Errorf("item: %w", err)
 	}
-	h := &Item{
+	h := &handler.Item{
 		Worker: &worker.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
@@ -160,8 +167,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}
-	lambda.StartWithOptions(Invoke(h.Handle), lambda.WithContext(ctx))
-	return nil
+	return serve(ctx, h.Router())
 }
 
 // workerMargin is the item worker's margin before the invocation deadline:
@@ -172,4 +178,11 @@ func workerMargin(timeout time.Duration) time.Duration {
 		return 0
 	}
 	return min(10*time.Second, timeout/3)
+}
+
+// serve starts r as the process's Lambda handler; it returns only when
+// the runtime cannot start.
+func serve(ctx context.Context, r handler.Router) error {
+	lambda.StartWithOptions(r.Handle, lambda.WithContext(ctx))
+	return nil
 }

@@ -54,7 +54,7 @@ func Forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log
 	if err := store.DeleteBatch(ctx, b); err != nil {
 		return fmt.Errorf("forget %s: %w: %w", id, api.ErrPendingDeletion, err)
 	}
-	log.Info("batch forgotten", "batch_id", id, "objects", n)
+	log.InfoContext(ctx, "batch forgotten", "batch_id", id, "objects", n)
 	return nil
 }
 

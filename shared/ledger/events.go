@@ -44,3 +44,19 @@ type PartEvent struct {
 	// items of the parts before it, which their counts tell.
 	Base int64 `json:"base,omitempty"`
 }
+
+// FinalizeEvent is the finalize function's payload: a run to finalize, or a
+// scheduled tick ({"tick": true}). Chain is how many finalize invocations
+// came before this one in a chain of chunks, each invoking the next
+// (finalize.Chainer): 0 for a trigger from the item function or submit. Part
+// (1-based) and Plan name one part of a run read in parts
+// (finalize.Finalizer.FinalizePart). JSON: {"batch_id", "run",
+// "tick", "chain", "part", "plan"}, each omitted when zero.
+type FinalizeEvent struct {
+	BatchID string `json:"batch_id,omitempty"`
+	Run     int    `json:"run,omitempty"`
+	Tick    bool   `json:"tick,omitempty"`
+	Chain   int    `json:"chain,omitempty"`
+	Part    int    `json:"part,omitempty"`
+	Plan    int    `json:"plan,omitempty"`
+}

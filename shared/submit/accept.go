@@ -87,7 +87,7 @@ func (s *Submitter) Accept(ctx context.Context, req api.SubmitRequest) (SubmitRe
 		if err := s.Handoff.StartSubmit(ctx, b.ID); err != nil {
 			return SubmitResult{}, fmt.Errorf("accept %s: hand off the source read: %w", b.ID, err)
 		}
-		s.Log.Info("batch accepted", "batch_id", b.ID, "source", b.Source)
+		s.Log.InfoContext(ctx, "batch accepted", "batch_id", b.ID, "source", b.Source)
 		return SubmitResult{Batch: b, Created: true}, nil
 	case !errors.Is(err, api.ErrBatchExists):
 		return SubmitResult{}, fmt.Errorf("accept %s: create batch row: %w", b.ID, err)
@@ -222,7 +222,7 @@ func (s *Submitter) Complete(ctx context.Context, id string) (ledger.Batch, erro
 	if s.Parts != nil && s.Parts.Handoff != nil {
 		plan, err := s.planParts(ctx, req)
 		if err != nil {
-			log.Error("background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
+			log.ErrorContext(ctx, "background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
 			return b, err
 		}
 		if plan != nil {
@@ -235,12 +235,12 @@ func (s *Submitter) Complete(ctx context.Context, id string) (ledger.Batch, erro
 		if r, ok := api.RefusalOf(err); ok {
 			return s.refuse(ctx, b, r)
 		}
-		log.Error("background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
+		log.ErrorContext(ctx, "background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
 		return b, err
 	}
 	b, err = s.freezeAndFanOut(ctx, b, manifestKey, sum, true)
 	if err == nil {
-		log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "attempt", b.SubmitAttempts,
+		log.InfoContext(ctx, "batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "attempt", b.SubmitAttempts,
 			"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
 	}
 	return b, err
@@ -275,7 +275,7 @@ func (s *Submitter) freezeAndFanOut(ctx context.Context, b ledger.Batch, manifes
 		}
 		if stored.ManifestKey != manifestKey {
 			if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
-				log.Warn("delete unused manifest", "error", derr.Error())
+				log.WarnContext(ctx, "delete unused manifest", "error", derr.Error())
 			}
 			return stored, nil
 		}
@@ -306,7 +306,7 @@ func (s *Submitter) refuse(ctx context.Context, b ledger.Batch, r api.SubmitRefu
 		}
 		return b, err
 	}
-	s.Log.Warn("batch refused", "batch_id", b.ID, "code", r.Code, "error", r.Message)
+	s.Log.WarnContext(ctx, "batch refused", "batch_id", b.ID, "code", r.Code, "error", r.Message)
 	b.Status, b.Refusal, b.FinishedAt = api.StatusRefused, &r, now
 	return b, nil
 }
@@ -368,7 +368,7 @@ func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error
 			continue
 		}
 		res.HandedOff++
-		s.Log.Warn("tick handed off a background read again", "batch_id", id, "attempts", b.SubmitAttempts)
+		s.Log.WarnContext(ctx, "tick handed off a background read again", "batch_id", id, "attempts", b.SubmitAttempts)
 	}
 	return res, errors.Join(errs...)
 }

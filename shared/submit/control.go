@@ -31,7 +31,7 @@ func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error)
 		if b.FannedOut {
 			return b, fmt.Errorf("resume %s: run %d is still going: %w", id, b.Run, api.ErrConflict)
 		}
-		s.Log.Info("resume finishes an interrupted fan-out", "batch_id", id, "run", b.Run)
+		s.Log.InfoContext(ctx, "resume finishes an interrupted fan-out", "batch_id", id, "run", b.Run)
 	} else {
 		if b, err = s.Store.StartRun(ctx, id, b.Run, s.Clock.Now()); err != nil {
 			return ledger.Batch{}, fmt.Errorf("resume %s: %w", id, err)
@@ -41,7 +41,7 @@ func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error)
 		return ledger.Batch{}, fmt.Errorf("resume %s: %w", id, err)
 	}
 	b.FannedOut = true
-	s.Log.Info("run started", "batch_id", id, "run", b.Run)
+	s.Log.InfoContext(ctx, "run started", "batch_id", id, "run", b.Run)
 	return b, nil
 }
 

@@ -124,7 +124,7 @@ func (s *Submitter) Correct(ctx context.Context, id string, req api.CorrectReque
 		return CorrectResult{}, fmt.Errorf("correct %s: %w", id, err)
 	}
 	nb.FannedOut = true
-	s.Log.Info("correction run started", "batch_id", id, "run", nb.Run, "revision", n, "items", rev.Items, "run_items", rev.RunItems)
+	s.Log.InfoContext(ctx, "correction run started", "batch_id", id, "run", nb.Run, "revision", n, "items", rev.Items, "run_items", rev.RunItems)
 	return CorrectResult{Batch: nb, Revision: rev, Created: true}, nil
 }
 
@@ -132,7 +132,7 @@ func (s *Submitter) Correct(ctx context.Context, id string, req api.CorrectReque
 // effort: forget removes what is left under batches/{id}/).
 func (s *Submitter) drop(ctx context.Context, key string) {
 	if err := s.Blobs.Delete(ctx, key); err != nil {
-		s.Log.Warn("delete unused corrections object", "key", key, "error", err.Error())
+		s.Log.WarnContext(ctx, "delete unused corrections object", "key", key, "error", err.Error())
 	}
 }
 

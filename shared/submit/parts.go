@@ -556,7 +556,7 @@ func (s *Submitter) startParts(ctx context.Context, b ledger.Batch, p *PartPlan)
 			return b, fmt.Errorf("submit %s: hand off part %d: %w", b.ID, i, err)
 		}
 	}
-	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
+	s.Log.InfoContext(ctx, "source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
 	if missing == 0 {
 		return s.partsRead(ctx, b, p, true, false)
 	}
@@ -913,7 +913,7 @@ func (s *Submitter) partsRead(ctx context.Context, b ledger.Batch, p *PartPlan, 
 				return b, s.handOffFailed(ctx, p, "rereads", fmt.Errorf("submit %s: hand off part %d again: %w", b.ID, ev.Index, err))
 			}
 		}
-		s.Log.Info("parts read again from their quote state", "batch_id", b.ID, "plan", p.ID, "parts", len(reread))
+		s.Log.InfoContext(ctx, "parts read again from their quote state", "batch_id", b.ID, "plan", p.ID, "parts", len(reread))
 		if s.Parts.Handoff != nil {
 			return b, nil
 		}
@@ -1071,7 +1071,7 @@ func (s *Submitter) assemble(ctx context.Context, b ledger.Batch, p *PartPlan) (
 			continue
 		}
 		if r.Bytes < minCompose && i < len(rs)-1 {
-			s.Log.Warn("a manifest part is too small to be copied; the source is read whole", "batch_id", b.ID, "part", i, "bytes", r.Bytes)
+			s.Log.WarnContext(ctx, "a manifest part is too small to be copied; the source is read whole", "batch_id", b.ID, "part", i, "bytes", r.Bytes)
 			return s.completeWhole(ctx, b)
 		}
 		sources = append(sources, p.manifestKey(i, r.InQuote))
@@ -1094,7 +1094,7 @@ func (s *Submitter) assemble(ctx context.Context, b ledger.Batch, p *PartPlan) (
 	b, err = s.freezeAndFanOut(ctx, b, manifestKey, sum, false)
 	if err == nil && b.Status == api.StatusRunning {
 		if _, derr := s.Blobs.DeletePrefix(ctx, p.prefix()); derr != nil {
-			s.Log.Warn("delete the parts", "batch_id", b.ID, "error", derr.Error())
+			s.Log.WarnContext(ctx, "delete the parts", "batch_id", b.ID, "error", derr.Error())
 		}
 	}
 	return b, err
@@ -1191,7 +1191,7 @@ func (s *Submitter) countedParts(ctx context.Context, b ledger.Batch, p *PartPla
 		}
 	}
 	if missing > 0 {
-		s.Log.Info("source counted in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
+		s.Log.InfoContext(ctx, "source counted in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "bytes", p.Size)
 		return b, nil
 	}
 	if first, err := s.handOffOnce(ctx, p, "reads", once); err != nil || !first {
@@ -1212,7 +1212,7 @@ func (s *Submitter) countedParts(ctx context.Context, b ledger.Batch, p *PartPla
 		base += c.Items[btoi(in)]
 		in = in != c.QuoteOdd
 	}
-	s.Log.Info("source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "items", base)
+	s.Log.InfoContext(ctx, "source read in parts", "batch_id", b.ID, "plan", p.ID, "parts", p.Parts, "handed_off", missing, "items", base)
 	if missing == 0 {
 		return s.partsRead(ctx, b, p, true, false)
 	}

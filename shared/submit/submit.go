@@ -284,7 +284,7 @@ func (s *Submitter) clearStale(ctx context.Context, stored ledger.Batch) error {
 	if err := ledger.Forget(ctx, s.Store, s.Blobs, stored.ID, s.Log); err != nil && !errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("submit %s: clear the %s batch first: %w", stored.ID, why, err)
 	}
-	s.Log.Info(why+" batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))
+	s.Log.InfoContext(ctx, why+" batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))
 	return nil
 }
 
@@ -314,7 +314,7 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 	case errors.Is(err, api.ErrBatchExists):
 		// Another submit's row: this manifest is nobody's.
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
-			log.Warn("delete duplicate manifest", "error", derr.Error())
+			log.WarnContext(ctx, "delete duplicate manifest", "error", derr.Error())
 		}
 		if s.stale(stored) {
 			if err := s.clearStale(ctx, stored); err != nil {
@@ -340,10 +340,10 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 			return SubmitResult{Batch: resumed, Created: false}, nil
 		}
 		if stored.FannedOut || stored.Run != 1 || stored.Status != api.StatusRunning {
-			log.Info("duplicate submit", "run", stored.Run, "status", string(stored.Status))
+			log.InfoContext(ctx, "duplicate submit", "run", stored.Run, "status", string(stored.Status))
 			return SubmitResult{Batch: stored, Created: false}, nil
 		}
-		log.Info("duplicate submit resumes an interrupted fan-out")
+		log.InfoContext(ctx, "duplicate submit resumes an interrupted fan-out")
 	default:
 		// The put's outcome is unknown (it may have been written): keep the
 		// manifest, which the row may name. A retry finds the row and
@@ -359,7 +359,7 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 		return SubmitResult{}, err
 	}
 	stored.FannedOut = true
-	log.Info("batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "created", created,
+	log.InfoContext(ctx, "batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "created", created,
 		"duration_ms", s.Clock.Now().Sub(start).Milliseconds())
 	return SubmitResult{Batch: stored, Created: created}, nil
 }
@@ -427,7 +427,7 @@ func (s *Submitter) writeManifest(ctx context.Context, req api.SubmitRequest) (s
 	}
 	if err != nil {
 		if aerr := w.Abort(); aerr != nil {
-			s.Log.Warn("abort manifest upload", "batch_id", req.BatchID, "error", aerr.Error())
+			s.Log.WarnContext(ctx, "abort manifest upload", "batch_id", req.BatchID, "error", aerr.Error())
 		}
 		var ie *api.InputError
 		if errors.As(err, &ie) && ie.Field == "" && req.Source.Object != "" {

@@ -106,7 +106,7 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 		c := waits[k]
 		c.Token, c.Now = ledger.NewToken(), w.Clock.Now()
 		if err := w.Store.CountWaits(ctx, *c); err != nil {
-			w.Log.Warn("count items waiting for a retry", "batch_id", k.id, "run", k.run, "error", err.Error())
+			w.Log.WarnContext(ctx, "count items waiting for a retry", "batch_id", k.id, "run", k.run, "error", err.Error())
 		}
 	}
 }
@@ -160,7 +160,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		got, err := w.Store.CountLane(ctx, ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
 			Outcomes: map[api.Outcome]int64{}, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()})
 		if err != nil {
-			log.Warn("count failure streaks", "error", err.Error(), "lane", p)
+			log.WarnContext(ctx, "count failure streaks", "error", err.Error(), "lane", p)
 			return
 		}
 		w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
@@ -168,7 +168,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 	}
 	for try := 0; ledger.SumOutcomes(left) > 0; try++ {
 		if try > 4*lanes+8 {
-			log.Warn("count progress: the lanes keep refusing the items", "items", ledger.SumOutcomes(left))
+			log.WarnContext(ctx, "count progress: the lanes keep refusing the items", "items", ledger.SumOutcomes(left))
 			return
 		}
 		p, room := book.pick()
@@ -176,7 +176,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			// Every lane is full and items are left: more items were
 			// counted than the run has (a write counted twice). Finalize
 			// counts the rows; it refuses while items are pending.
-			log.Error("count progress: every counter lane is full", "items", ledger.SumOutcomes(left))
+			log.ErrorContext(ctx, "count progress: every counter lane is full", "items", ledger.SumOutcomes(left))
 			w.triggerFinalize(ctx, log, b)
 			return
 		}
@@ -193,7 +193,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		case err != nil:
 			// Unknown or unavailable: the counters stop short of the
 			// run's items and the tick finishes the run.
-			log.Warn("count progress", "error", err.Error(), "lane", p)
+			log.WarnContext(ctx, "count progress", "error", err.Error(), "lane", p)
 			return
 		}
 		book.set(p, c.Target-got.Done)
@@ -223,7 +223,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		rc.BatchID, rc.Run, rc.Token, rc.Now = b.ID, b.Run, ledger.NewToken(), w.Clock.Now()
 		run, err := w.Store.CountRun(ctx, rc)
 		if err != nil {
-			log.Warn("count run progress", "error", err.Error())
+			log.WarnContext(ctx, "count run progress", "error", err.Error())
 			continue
 		}
 		if judge && rc.Failures > 0 && w.crossed(b, run.Failures-rc.Failures, run.Failures) {
@@ -250,15 +250,15 @@ func (w *Worker) stopOnThreshold(ctx context.Context, log *slog.Logger, b ledger
 	err := ledger.StopRun(ctx, w.Store, b, b.Run, api.StatusThresholdExceeded, v.Detail)
 	switch {
 	case err == nil:
-		log.Warn("threshold exceeded: run stopping", "detail", v.Detail)
+		log.WarnContext(ctx, "threshold exceeded: run stopping", "detail", v.Detail)
 	case !errors.Is(err, api.ErrConflict):
-		log.Warn("stop run", "error", err.Error())
+		log.WarnContext(ctx, "stop run", "error", err.Error())
 	}
 }
 
 func (w *Worker) triggerFinalize(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 	if err := w.Trigger.Finalize(ctx, b.ID, b.Run); err != nil {
-		log.Warn("trigger finalize", "error", err.Error())
+		log.WarnContext(ctx, "trigger finalize", "error", err.Error())
 	}
 }
 
@@ -401,7 +401,7 @@ func (w *Worker) countChunks(ctx context.Context, dones []done, weight int64) {
 			Chunks: a.b.RunChunks(), Shards: max(1, a.b.CounterShards), Outcomes: a.outcomes, Failures: a.failures,
 			RunFailures: judge, Cost: a.cost, Spent: a.spent, Now: w.Clock.Now()})
 		if err != nil {
-			log.Warn("count progress", "error", err.Error())
+			log.WarnContext(ctx, "count progress", "error", err.Error())
 			continue
 		}
 		if judge && a.b.Threshold.Judge(c.Failures, a.b.ItemCount).Exceeded {

@@ -34,7 +34,7 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 		err := w.Store.ClaimProbe(ctx, ledger.ProbeClaim{BatchID: b.ID, Run: b.Run, Since: p.Since, Probe: n, Now: now})
 		switch {
 		case err == nil:
-			log.Warn("batch paused: probing with one item", "probe", n, "paused_ms", now.Sub(p.Since).Milliseconds())
+			log.WarnContext(ctx, "batch paused: probing with one item", "probe", n, "paused_ms", now.Sub(p.Since).Milliseconds())
 			m.probe = true
 			ack, dns := w.runUnit(ctx, log, b, m, d, inv)
 			if answered(dns) {
@@ -45,25 +45,25 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 		case errors.Is(err, api.ErrConflict):
 			p.Probes = n // another delivery probes (the row read may lag)
 		default:
-			log.Warn("claim the probe", "error", err.Error())
+			log.WarnContext(ctx, "claim the probe", "error", err.Error())
 		}
 	}
 	wait := p.Wait(now)
 	if *m.requeued >= ledger.MaxResends {
 		// The loop's own bound (MaxResends): wait on this message, a receive.
 		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
-			log.Warn("delay message", "error", err.Error())
+			log.WarnContext(ctx, "delay message", "error", err.Error())
 		}
 		return false, nil
 	}
 	if err := w.resend(ctx, m, wait); err != nil {
-		log.Warn("send the message again", "error", err.Error())
+		log.WarnContext(ctx, "send the message again", "error", err.Error())
 		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-			log.Warn("delay message", "error", derr.Error())
+			log.WarnContext(ctx, "delay message", "error", derr.Error())
 		}
 		return false, nil
 	}
-	log.Info("batch paused: message waits for the next check", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+	log.InfoContext(ctx, "batch paused: message waits for the next check", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
 	return true, nil
 }
 
@@ -84,11 +84,11 @@ func (w *Worker) unpauseOnAnswer(ctx context.Context, log *slog.Logger, b ledger
 	switch {
 	case err == nil:
 		now := w.Clock.Now()
-		log.Warn("batch unpaused: the probe was answered", "probes", p.Probes, "paused_ms", now.Sub(p.Since).Milliseconds())
+		log.WarnContext(ctx, "batch unpaused: the probe was answered", "probes", p.Probes, "paused_ms", now.Sub(p.Since).Milliseconds())
 		w.Metrics.Paused(b.Pipeline, false, b.ID, b.Run)
 		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, false, api.PauseByOutage, now))
 	case !errors.Is(err, api.ErrConflict):
-		log.Warn("unpause", "error", err.Error())
+		log.WarnContext(ctx, "unpause", "error", err.Error())
 	}
 }
 
@@ -154,11 +154,11 @@ func (w *Worker) pauseOnOutage(ctx context.Context, log *slog.Logger, b ledger.B
 	err := w.Store.Pause(ctx, ledger.PauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByOutage, Class: class, Error: text, Now: now})
 	switch {
 	case err == nil:
-		log.Warn("batch paused: its downstream fails", "class", class, "streak", streak, "error", text)
+		log.WarnContext(ctx, "batch paused: its downstream fails", "class", class, "streak", streak, "error", text)
 		w.Metrics.Paused(b.Pipeline, true, b.ID, b.Run)
 		p := api.Pause{By: api.PauseByOutage, Since: now, Class: class, Error: ledger.CutError(text)}
 		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, true, api.PauseByOutage, now))
 	case !errors.Is(err, api.ErrConflict):
-		log.Warn("pause", "error", err.Error())
+		log.WarnContext(ctx, "pause", "error", err.Error())
 	}
 }

@@ -75,7 +75,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// its holder has likely recorded the outcome (5 s, doubling per
 		// receive) and at the latest when its lease ends.
 		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
-		log.Info("under another delivery's lease; retried later")
+		log.InfoContext(ctx, "under another delivery's lease; retried later")
 		return false, nil
 	}
 	var runs []*itemRun
@@ -85,7 +85,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 	}
 	if len(runs) == 0 {
-		log.Info("already recorded; acknowledged")
+		log.InfoContext(ctx, "already recorded; acknowledged")
 		return true, h.dones
 	}
 	if m.Packed {
@@ -163,19 +163,19 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 	}
 	if lost {
-		log.Warn("fenced by a later take; its holder records the outcomes")
+		log.WarnContext(ctx, "fenced by a later take; its holder records the outcomes")
 		return false, dns
 	}
 	if len(writes) > 0 && m.Packed {
 		err := w.persist(ctx, log, "bound the pack row", func() error {
 			moved, cut, err := w.boundPack(ctx, b, h.items, writes)
 			if moved+cut > 0 {
-				log.Warn("pack row kept within its budget", "outputs_to_s3", moved, "errors_cut", cut, "budget_bytes", ledger.PackRowBudget)
+				log.WarnContext(ctx, "pack row kept within its budget", "outputs_to_s3", moved, "errors_cut", cut, "budget_bytes", ledger.PackRowBudget)
 			}
 			return err
 		})
 		if err != nil {
-			log.Error("record outcome", "error", pipeline.ErrorText(err))
+			log.ErrorContext(ctx, "record outcome", "error", pipeline.ErrorText(err))
 			return false, dns
 		}
 	}
@@ -189,11 +189,11 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		if errors.Is(err, api.ErrConflict) {
 			// A later take holds the unit: its holder records the outcomes.
 			// Let the message come back; it is acknowledged once they are.
-			log.Warn("outcome fenced by a later attempt")
+			log.WarnContext(ctx, "outcome fenced by a later attempt")
 			return false, dns
 		}
 		if err != nil {
-			log.Error("record outcome", "error", pipeline.ErrorText(err))
+			log.ErrorContext(ctx, "record outcome", "error", pipeline.ErrorText(err))
 			return false, dns
 		}
 	}
@@ -214,9 +214,9 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
 		if o == api.OutcomeSucceeded {
-			ilog.Info("item recorded", "outcome", string(o))
+			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
 		} else {
-			ilog.Warn("item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
+			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
 		}
 	}
 	for _, r := range runs {
@@ -252,15 +252,15 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// unavailability, and this delivery acknowledged.
 		err := w.resend(ctx, m, wait)
 		if err == nil {
-			log.Warn("items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+			log.WarnContext(ctx, "items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
 			return true, dns
 		}
-		log.Warn("send the message again", "error", err.Error())
+		log.WarnContext(ctx, "send the message again", "error", err.Error())
 	}
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
-		log.Warn("delay message", "error", err.Error())
+		log.WarnContext(ctx, "delay message", "error", err.Error())
 	}
-	log.Warn("items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
+	log.WarnContext(ctx, "items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
 	return false, dns
 }
 
@@ -344,13 +344,13 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	r.state, r.ending = ledger.Ended(s, e, w.Clock.Now()), e
 	switch {
 	case e.Paused:
-		log.Warn("probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+		log.WarnContext(ctx, "probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
 	case e.Throttled:
-		log.Warn("throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
+		log.WarnContext(ctx, "throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
 			"throttled_ms", a.Now.Sub(e.ThrottledSince).Milliseconds())
 		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
 	case e.Retry():
-		log.Warn("transient error; retried", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+		log.WarnContext(ctx, "transient error; retried", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
 		w.Metrics.Retry(b.Pipeline, b.ID, b.Run)
 	}
 }
@@ -376,7 +376,7 @@ func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, 
 	case !errors.As(err, &ee):
 		// Not written, and the unit's write would record it without its
 		// staged writes: its attempt ends unknown.
-		log.Error("record outcome with staged writes", "error", pipeline.ErrorText(err))
+		log.ErrorContext(ctx, "record outcome with staged writes", "error", pipeline.ErrorText(err))
 		r.lost = true
 		return ledger.Ending{}
 	}
@@ -384,7 +384,7 @@ func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, 
 	if ee.Permanent {
 		a.Err = pipeline.Permanent(err)
 	} else {
-		log.Warn("a staged write's condition did not hold; nothing applied", "error", pipeline.ErrorText(err))
+		log.WarnContext(ctx, "a staged write's condition did not hold; nothing applied", "error", pipeline.ErrorText(err))
 	}
 	return ledger.Conclude(a)
 }
@@ -418,7 +418,7 @@ func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batc
 	}
 	if n := countOutcome(h.dones, o); n > 0 {
 		w.Metrics.ItemsRecorded(b.Pipeline, string(o), n, b.ID, b.Run)
-		log.Warn("items settled", "outcome", string(o), "reason", string(reason), "items", n)
+		log.WarnContext(ctx, "items settled", "outcome", string(o), "reason", string(reason), "items", n)
 	}
 	return true, h.dones
 }

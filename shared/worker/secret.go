@@ -145,13 +145,13 @@ func (w *Worker) rejectCredential(ctx context.Context, log *slog.Logger, p pipel
 	}
 	headers, options, serr := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, true)
 	if serr != nil {
-		log.Warn("credential rejected; reading its secret again failed", "error", pipeline.ErrorText(serr))
+		log.WarnContext(ctx, "credential rejected; reading its secret again failed", "error", pipeline.ErrorText(serr))
 		return res, err
 	}
 	if maps.Equal(headers, req.Headers) && bytes.Equal(options, req.Options) {
 		return res, err // the same value: not a rotation
 	}
-	log.Info("credential rejected; its secret changed since it was cached, calling again")
+	log.InfoContext(ctx, "credential rejected; its secret changed since it was cached, calling again")
 	req.Headers, req.Options = headers, options
 	again, err := runSafely(ctx, p, req)
 	again.Cost = res.Cost.Plus(again.Cost)

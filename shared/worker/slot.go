@@ -70,7 +70,7 @@ func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string,
 		return
 	}
 	if err := w.Store.FreeSlot(context.WithoutCancel(ctx), batchID, slot, holder); err != nil {
-		log.Warn("free concurrency slot; its lease frees it", "slot", slot, "error", pipeline.ErrorText(err))
+		log.WarnContext(ctx, "free concurrency slot; its lease frees it", "slot", slot, "error", pipeline.ErrorText(err))
 	}
 }
 
@@ -83,9 +83,9 @@ func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m
 	wait := slotWait()
 	if *m.slotWaits >= ledger.MaxResends {
 		// The loop's own bound: wait on this message instead, a receive.
-		log.Warn("every concurrency slot tried is taken; message delayed, not sent again", "slot_waits", *m.slotWaits, "retry_in_ms", wait.Milliseconds())
+		log.WarnContext(ctx, "every concurrency slot tried is taken; message delayed, not sent again", "slot_waits", *m.slotWaits, "retry_in_ms", wait.Milliseconds())
 		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-			log.Warn("delay message", "error", derr.Error())
+			log.WarnContext(ctx, "delay message", "error", derr.Error())
 		}
 		return false
 	}
@@ -93,13 +93,13 @@ func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m
 	body, err := m.body()
 	if err == nil {
 		if err = w.Queue.Requeue(ctx, body, wait); err == nil {
-			log.Debug("every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
+			log.DebugContext(ctx, "every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
 			return true
 		}
 	}
-	log.Warn("send the message again", "error", err.Error())
+	log.WarnContext(ctx, "send the message again", "error", err.Error())
 	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-		log.Warn("delay message", "error", derr.Error())
+		log.WarnContext(ctx, "delay message", "error", derr.Error())
 	}
 	return false
 }

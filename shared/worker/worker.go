@@ -270,7 +270,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 	if err == nil {
 		if ferr := ledger.CheckFormat("message", kind.Format); ferr != nil {
 			// Written by a newer release: left on the queue for it.
-			w.Log.Error("message not read; retried", "message_id", d.MessageID, "error", ferr.Error())
+			w.Log.ErrorContext(ctx, "message not read; retried", "message_id", d.MessageID, "error", ferr.Error())
 			return false, nil
 		}
 	}
@@ -290,22 +290,22 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		}
 	}
 	if err != nil {
-		w.Log.Error("poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
+		w.Log.ErrorContext(ctx, "poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
 		return true, nil
 	}
 	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
 	b, err := inv.batches.get(ctx, m.BatchID, m.Run)
 	switch {
 	case errors.Is(err, api.ErrNotFound):
-		log.Warn("message for an unknown batch; acknowledged", "message_id", d.MessageID)
+		log.WarnContext(ctx, "message for an unknown batch; acknowledged", "message_id", d.MessageID)
 		return true, nil
 	case err != nil:
 		return w.unavailable(ctx, log, d, m, "read batch", err)
 	case m.Run < b.Run:
-		log.Info("message of an earlier run; acknowledged")
+		log.InfoContext(ctx, "message of an earlier run; acknowledged")
 		return true, nil
 	case m.Run > b.Run:
-		log.Warn("message of a later run than the batch row; retried")
+		log.WarnContext(ctx, "message of a later run than the batch row; retried")
 		return false, nil
 	case fan != nil && d.DeadLetter:
 		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
@@ -320,7 +320,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		// batch of one item per message: the fan-out never sends one (K is
 		// part of the plan), and taking its unit would run items a second
 		// time beside their own unit's. Its items are their own unit's.
-		log.Error("poison message: its unit does not match the batch's items per message; acknowledged",
+		log.ErrorContext(ctx, "poison message: its unit does not match the batch's items per message; acknowledged",
 			"message_id", d.MessageID, "items_per_message", b.Pack(), "packed", m.Packed)
 		return true, nil
 	}
@@ -425,7 +425,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 		c := ledger.FanCount{BatchID: b.ID, Run: b.Run, Lane: ledger.Shard(strconv.FormatInt(m.Chunk.FirstIndex, 10), shards),
 			First: m.Chunk.FirstIndex, Items: m.Chunk.Count, Now: w.Clock.Now()}
 		if ferr := w.Store.CountFanned(ctx, c); ferr != nil {
-			log.Warn("count the fanned-out chunk", "error", ferr.Error(), "first", m.Chunk.FirstIndex)
+			log.WarnContext(ctx, "count the fanned-out chunk", "error", ferr.Error(), "first", m.Chunk.FirstIndex)
 		}
 	}
 	if refused > 0 {
@@ -461,7 +461,7 @@ func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b ledger.B
 			return n, err
 		}
 		n += settled
-		log.Warn("message refused by the queue; its items recorded failed", "first", first, "items", settled, "error", text)
+		log.WarnContext(ctx, "message refused by the queue; its items recorded failed", "first", first, "items", settled, "error", text)
 	}
 	return n, nil
 }
@@ -475,7 +475,7 @@ func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b ledger.B
 func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b ledger.Batch, m ledger.Message, d Delivery) bool {
 	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
 	if err != nil {
-		log.Error("dead-lettered fan-out: open chunk", "error", err.Error())
+		log.ErrorContext(ctx, "dead-lettered fan-out: open chunk", "error", err.Error())
 		return false
 	}
 	defer rc.Close()
@@ -509,10 +509,10 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b ledger
 		w.Metrics.ItemsRecorded(b.Pipeline, string(api.OutcomeFailed), settled, b.ID, b.Run)
 	}
 	if err != nil {
-		log.Error("dead-lettered fan-out", "error", err.Error(), "settled", settled)
+		log.ErrorContext(ctx, "dead-lettered fan-out", "error", err.Error(), "settled", settled)
 		return false
 	}
-	log.Warn("fan-out chunk dead-lettered; its items recorded failed", "items", settled)
+	log.WarnContext(ctx, "fan-out chunk dead-lettered; its items recorded failed", "items", settled)
 	return true
 }
 
@@ -534,7 +534,7 @@ func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, 
 // It reports whether the delivery may be acknowledged.
 func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, requeued *int, body func() ([]byte, error), what string, err error) bool {
 	if !errors.Is(err, ledger.ErrUnavailable) || d.DeadLetter {
-		log.Error(what, "error", pipeline.ErrorText(err))
+		log.ErrorContext(ctx, what, "error", pipeline.ErrorText(err))
 		return false
 	}
 	delayOf := w.UnavailableDelay
@@ -544,24 +544,24 @@ func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, re
 	if *requeued >= ledger.MaxResends {
 		// The loop's own bound (MaxResends): wait on this message, a receive.
 		wait := delayOf(*requeued)
-		log.Warn(what+": AWS unavailable; message delayed, not sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
+		log.WarnContext(ctx, what+": AWS unavailable; message delayed, not sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
 		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-			log.Warn("delay message", "error", derr.Error())
+			log.WarnContext(ctx, "delay message", "error", derr.Error())
 		}
 		return false
 	}
 	*requeued++
 	wait := delayOf(*requeued)
-	log.Warn(what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
+	log.WarnContext(ctx, what+": AWS unavailable; message sent again", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", *requeued)
 	b, berr := body()
 	if berr == nil {
 		if berr = w.Queue.Requeue(ctx, b, wait); berr == nil {
 			return true
 		}
 	}
-	log.Warn("send the message again", "error", berr.Error())
+	log.WarnContext(ctx, "send the message again", "error", berr.Error())
 	if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-		log.Warn("delay message", "error", derr.Error())
+		log.WarnContext(ctx, "delay message", "error", derr.Error())
 	}
 	return false
 }
@@ -571,7 +571,7 @@ func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, re
 func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until time.Duration) {
 	wait := min(max(until, 0)+time.Second, heldRetry.Delay(d.ReceiveCount))
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
-		log.Warn("delay message", "error", err.Error())
+		log.WarnContext(ctx, "delay message", "error", err.Error())
 	}
 }
 
@@ -586,7 +586,7 @@ func (w *Worker) persist(ctx context.Context, log *slog.Logger, what string, fn 
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause+time.Second {
 			break
 		}
-		log.Warn(what+": AWS unavailable; trying again", "error", pipeline.ErrorText(err), "retry_in_ms", pause.Milliseconds())
+		log.WarnContext(ctx, what+": AWS unavailable; trying again", "error", pipeline.ErrorText(err), "retry_in_ms", pause.Milliseconds())
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():

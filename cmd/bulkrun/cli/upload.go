@@ -381,7 +381,7 @@ func (a *app) putCorrections(ctx context.Context, file, bucket, key string, meta
 }
 
 // uploadReport is what `bulkrun upload` reads of an upload's error report
-// (shared/function.UploadError).
+// (shared/handler.UploadError).
 type uploadReport struct {
 	ETag     string         `json:"etag"`
 	Error    wire.ErrorBody `json:"error"`

@@ -1,4 +1,4 @@
-package function
+package handler
 
 import (
 	"context"
@@ -121,13 +121,13 @@ func (s *Submit) refuse(ctx context.Context, log *slog.Logger, r Refusal, err er
 	}
 	recErr := errors.Join(recErrs...)
 	if recErr != nil {
-		log.Error("record refused start", "error", recErr.Error())
+		log.ErrorContext(ctx, "record refused start", "error", recErr.Error())
 	}
 	if refused {
-		log.Error(r.Source+" refused", "error", err.Error(), "report", r.Report)
+		log.ErrorContext(ctx, r.Source+" refused", "error", err.Error(), "report", r.Report)
 		return recErr // nil when recorded; else Lambda retries the recording
 	}
-	log.Error(r.Source+" failed; Lambda retries it", "error", err.Error(), "report", r.Report)
+	log.ErrorContext(ctx, r.Source+" failed; Lambda retries it", "error", err.Error(), "report", r.Report)
 	return err
 }
 
@@ -142,7 +142,7 @@ func (s *Submit) clearRetrying(ctx context.Context, log *slog.Logger, key, etag 
 	body, err := s.Blobs.Get(ctx, key)
 	if err != nil {
 		if !errors.Is(err, api.ErrNotFound) {
-			log.Warn("read error report", "report", key, "error", err.Error())
+			log.WarnContext(ctx, "read error report", "report", key, "error", err.Error())
 		}
 		return
 	}
@@ -151,8 +151,8 @@ func (s *Submit) clearRetrying(ctx context.Context, log *slog.Logger, key, etag 
 		return
 	}
 	if err := s.Blobs.Delete(ctx, key); err != nil {
-		log.Warn("delete error report of a retried start", "report", key, "error", err.Error())
+		log.WarnContext(ctx, "delete error report of a retried start", "report", key, "error", err.Error())
 		return
 	}
-	log.Info("start succeeded on a retry; its error report is removed", "report", key)
+	log.InfoContext(ctx, "start succeeded on a retry; its error report is removed", "report", key)
 }

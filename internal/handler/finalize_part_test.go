@@ -1,14 +1,14 @@
-package function
+package handler
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
-	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -21,14 +21,14 @@ import (
 func TestFinalizeRoutesParts(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := &Finalize{Finalizer: &finalize.Finalizer{Store: ledgertest.NewStore(), Blobs: &bucket{written: map[string][]byte{}}, Clock: ledger.SystemClock{}, Log: log}, Log: log}
-	res, err := h.Handle(context.Background(), trigger.Event{BatchID: "gone", Run: 1, Part: 3, Plan: 1, Chain: 1})
+	res, err := h.Handle(context.Background(), ledger.FinalizeEvent{BatchID: "gone", Run: 1, Part: 3, Plan: 1, Chain: 1})
 	if err != nil {
 		t.Fatalf("a part of a forgotten batch: %v, want done", err)
 	}
-	if m, _ := res.(map[string]any); m["part"] != 2 || m["continued"] != nil {
-		t.Fatalf("answer %v, want part 2 done, nothing chained", res)
+	if answer, _ := json.Marshal(res); string(answer) != `{"status":"running","part":2}` {
+		t.Fatalf("answer %s, want part 2 done, nothing chained", answer)
 	}
-	if _, err := h.Handle(context.Background(), trigger.Event{BatchID: "gone", Run: 1, Part: 3}); err == nil || !strings.Contains(err.Error(), "plan 0") {
+	if _, err := h.Handle(context.Background(), ledger.FinalizeEvent{BatchID: "gone", Run: 1, Part: 3}); err == nil || !strings.Contains(err.Error(), "plan 0") {
 		t.Fatalf("a part without its plan: %v, want refused", err)
 	}
 }

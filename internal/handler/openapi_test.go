@@ -1,4 +1,4 @@
-package function
+package handler
 
 import (
 	"bytes"
@@ -302,7 +302,7 @@ func TestContractOpenAPI(t *testing.T) {
 
 	// Answers of the real handlers.
 	golden := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join("..", "wire", "testdata", name+".golden.json"))
+		b, err := os.ReadFile(filepath.Join("..", "..", "shared", "wire", "testdata", name+".golden.json"))
 		if err != nil {
 			t.Fatal(err)
 		}

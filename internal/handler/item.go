@@ -1,4 +1,4 @@
-package function
+package handler
 
 import (
 	"context"
@@ -16,6 +16,13 @@ type Item struct {
 	// DeadLetterARN is the dead-letter queue's ARN: its messages are
 	// recorded as dead-lettered instead of run.
 	DeadLetterARN string
+}
+
+// Router is the item function's one route: SQS batches.
+func (h *Item) Router() Router {
+	return Router{function: "item", routes: []route{
+		{"sqs", func(e envelope) bool { return len(e.Records) > 0 }, decode("sqs", h.Handle)},
+	}}
 }
 
 // Handle runs one SQS batch. It always returns a non-nil failure list: an

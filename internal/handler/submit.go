@@ -1,13 +1,13 @@
-package function
+package handler
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"log/slog"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/source"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -41,57 +41,38 @@ type Putter interface {
 	Put(ctx context.Context, detailType string, detail any) error
 }
 
-// Handle dispatches a raw event: an API Gateway proxy request (has
-// "httpMethod"), an S3 event (Records with "s3"), or S3's test event.
+// Handle answers one raw event of the submit function (Router): an API
+// Gateway proxy request (has "httpMethod"), an S3 notification (Records),
+// S3's test event, a schedule's tick, a background read or a step of a
+// read in parts (the function invoking itself), or the submit tick.
 func (s *Submit) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
-	var probe struct {
-		HTTPMethod string            `json:"httpMethod"`
-		Records    []json.RawMessage `json:"Records"`
-		Event      string            `json:"Event"`
-		Schedule   string            `json:"bulkrun_schedule"`
-		Submit     string            `json:"bulkrun_submit"`
-		SubmitPart string            `json:"bulkrun_submit_part"`
-		SubmitTick bool              `json:"bulkrun_submit_tick"`
-	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("submit: event is not JSON: %w", err)
-	}
-	switch {
-	case probe.HTTPMethod != "":
-		var ev events.APIGatewayProxyRequest
-		if err := json.Unmarshal(raw, &ev); err != nil {
-			return nil, err
-		}
-		return s.API.Serve(ctx, ev)
-	case probe.Submit != "":
-		return nil, s.Background(ctx, probe.Submit)
-	case probe.SubmitPart != "":
-		var ev ledger.PartEvent
-		if err := json.Unmarshal(raw, &ev); err != nil {
-			return nil, fmt.Errorf("submit: part event: %w", err)
-		}
-		return nil, s.Part(ctx, ev)
-	case probe.SubmitTick:
-		res, err := s.Submitter.TickSubmitting(ctx)
-		s.Log.Info("submit tick", "submitting", res.Submitting, "handed_off", res.HandedOff, "refused", res.Refused)
-		return res, err
-	case probe.Schedule != "":
-		var ev ScheduleEvent
-		if err := json.Unmarshal(raw, &ev); err != nil {
-			return nil, fmt.Errorf("submit: schedule event: %w", err)
-		}
-		return s.Scheduled(ctx, ev)
-	case probe.Event == "s3:TestEvent":
-		s.Log.Info("S3 test event")
-		return nil, nil
-	case len(probe.Records) > 0:
-		var ev events.S3Event
-		if err := json.Unmarshal(raw, &ev); err != nil {
-			return nil, err
-		}
-		return s.Uploads(ctx, ev)
-	}
-	return nil, fmt.Errorf("submit: unknown event shape")
+	return s.Router().Handle(ctx, raw)
+}
+
+// Router is the submit function's routes, in the order they are tried.
+func (s *Submit) Router() Router {
+	return Router{function: "submit", routes: []route{
+		{"api", func(e envelope) bool { return e.HTTPMethod != "" }, decode("api", func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+			return s.API.Serve(ctx, ev)
+		})},
+		{"background read", func(e envelope) bool { return e.Submit != "" }, decode("background read", func(ctx context.Context, ev ledger.SubmitEvent) (any, error) {
+			return nil, s.Background(ctx, ev.BatchID)
+		})},
+		{"part", func(e envelope) bool { return e.SubmitPart != "" }, decode("submit: part", func(ctx context.Context, ev ledger.PartEvent) (any, error) {
+			return nil, s.Part(ctx, ev)
+		})},
+		{"submit tick", func(e envelope) bool { return e.SubmitTick }, func(ctx context.Context, _ json.RawMessage) (any, error) {
+			res, err := s.Submitter.TickSubmitting(ctx)
+			s.Log.InfoContext(ctx, "submit tick", "submitting", res.Submitting, "handed_off", res.HandedOff, "refused", res.Refused)
+			return res, err
+		}},
+		{"schedule", func(e envelope) bool { return e.Schedule != "" }, decode("submit: schedule", s.Scheduled)},
+		{"s3 test", func(e envelope) bool { return e.Event == "s3:TestEvent" }, func(ctx context.Context, _ json.RawMessage) (any, error) {
+			s.Log.InfoContext(ctx, "S3 test event")
+			return nil, nil
+		}},
+		{"upload", func(e envelope) bool { return len(e.Records) > 0 }, decode("upload", s.Uploads)},
+	}}
 }
 
 // SubmitTickEvent is what the schedule sends submit for its backstop of
@@ -106,12 +87,12 @@ func (s *Submit) Background(ctx context.Context, batchID string) error {
 	b, err := s.Submitter.Complete(ctx, batchID)
 	switch {
 	case errors.Is(err, api.ErrNotFound):
-		s.Log.Warn("background read of an unknown batch", "batch_id", batchID)
+		s.Log.WarnContext(ctx, "background read of an unknown batch", "batch_id", batchID)
 		return nil
 	case err != nil:
 		return err
 	}
-	s.Log.Info("background read done", "batch_id", batchID, "status", string(b.Status), "items", b.ItemCount)
+	s.Log.InfoContext(ctx, "background read done", "batch_id", batchID, "status", string(b.Status), "items", b.ItemCount)
 	return nil
 }
 
@@ -124,7 +105,7 @@ func (s *Submit) Part(ctx context.Context, ev ledger.PartEvent) error {
 	if err != nil {
 		return err
 	}
-	s.Log.Info("source part step done", "batch_id", ev.BatchID, "step", ev.Step, "index", ev.Index, "status", string(b.Status))
+	s.Log.InfoContext(ctx, "source part step done", "batch_id", ev.BatchID, "step", ev.Step, "index", ev.Index, "status", string(b.Status))
 	return nil
 }
 
@@ -154,7 +135,7 @@ func ScheduleBatchID(schedule string, t time.Time) string {
 func (s *Submit) Scheduled(ctx context.Context, ev ScheduleEvent) (any, error) {
 	log := s.Log.With("schedule", ev.Schedule)
 	if ev.Time.IsZero() {
-		log.Error("schedule event without time; refused")
+		log.ErrorContext(ctx, "schedule event without time; refused")
 		err := &api.InputError{Field: "time", Reason: "the schedule event carries no tick time"}
 		return nil, s.refuse(ctx, log, Refusal{Source: SourceSchedule, Schedule: ev.Schedule}, err)
 	}
@@ -163,7 +144,7 @@ func (s *Submit) Scheduled(ctx context.Context, ev ScheduleEvent) (any, error) {
 	req.SubmittedBy = "schedule:" + ev.Schedule
 	res, err := s.Submitter.Submit(ctx, req)
 	if err == nil {
-		log.Info("scheduled batch submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+		log.InfoContext(ctx, "scheduled batch submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 		s.clearRetrying(ctx, log, ScheduleErrorKey(ev.Schedule, req.BatchID), "")
 		return map[string]any{"batch_id": res.Batch.ID, "created": res.Created}, nil
 	}

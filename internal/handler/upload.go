@@ -1,4 +1,4 @@
-package function
+package handler
 
 import (
 	"context"
@@ -109,7 +109,7 @@ func (s *Submit) Uploads(ctx context.Context, ev events.S3Event) (UploadsResult,
 		}
 		log := s.Log.With("bucket", bucket, "object", key)
 		if why := ignoreUpload(rec.EventName, key, size); why != "" {
-			log.Info("object ignored: "+why, "event", rec.EventName)
+			log.InfoContext(ctx, "object ignored: "+why, "event", rec.EventName)
 			res.Ignored[key] = why
 			continue
 		}
@@ -202,7 +202,7 @@ func (s *Submit) uploadCorrection(ctx context.Context, log *slog.Logger, key, id
 	field := "x-amz-meta-" + wire.MetaCorrects
 	switch {
 	case err == nil:
-		log.Info("upload corrected", "batch_id", id, "revision", res.Revision.N, "created", res.Created, "run", res.Revision.Run, "items", res.Revision.Items)
+		log.InfoContext(ctx, "upload corrected", "batch_id", id, "revision", res.Revision.N, "created", res.Created, "run", res.Revision.Run, "items", res.Revision.Items)
 		s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
 		return res.Created, nil
 	case errors.Is(err, api.ErrNotFound), errors.Is(err, api.ErrExpired):
@@ -239,7 +239,7 @@ func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key
 	if err != nil {
 		return false, err
 	}
-	log.Info("upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+	log.InfoContext(ctx, "upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 	s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
 	req.BatchID = res.Batch.ID
 	return res.Created, nil
@@ -267,7 +267,7 @@ func (s *Submit) recordRefused(ctx context.Context, log *slog.Logger, req api.Su
 		req.Source = api.SourceSpec{Object: "s3://" + bucket + "/" + key, ETag: etag}
 	}
 	if _, rerr := s.Submitter.RecordRefused(ctx, req, refusal); rerr != nil && !errors.Is(rerr, api.ErrBatchExists) {
-		log.Error("record the refused upload as a refused batch", "batch_id", req.BatchID, "error", rerr.Error())
+		log.ErrorContext(ctx, "record the refused upload as a refused batch", "batch_id", req.BatchID, "error", rerr.Error())
 	}
 	return req.BatchID
 }

@@ -1,4 +1,4 @@
-package function
+package handler
 
 import (
 	"context"
@@ -202,10 +202,10 @@ func ErrorOf(err error) (int, ErrorBody) {
 }
 
 // errorAnswer writes the answer of a domain error (logging internal ones).
-func (a *API) errorAnswer(w http.ResponseWriter, err error) {
+func (a *API) errorAnswer(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := ErrorOf(err)
 	if status == http.StatusInternalServerError {
-		a.Log.Error("request failed", "error", err.Error())
+		a.Log.ErrorContext(r.Context(), "request failed", "error", err.Error())
 	}
 	writeError(w, status, body)
 }
@@ -216,7 +216,7 @@ func (a *API) errorAnswer(w http.ResponseWriter, err error) {
 func (a *API) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return false
 	}
 	if len(body) > MaxRequestBytes {
@@ -248,7 +248,7 @@ func (a *API) correct(w http.ResponseWriter, r *http.Request) {
 	req.SubmittedBy = CallerOf(r.Context())
 	res, err := a.Submitter.Correct(r.Context(), r.PathValue("id"), req)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -266,7 +266,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	req.SubmittedBy = CallerOf(r.Context())
 	res, err := a.Submitter.Accept(r.Context(), req)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	view := BatchView{Batch: ledger.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
@@ -300,7 +300,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	}
 	view, err := a.View(r.Context(), id)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, view)
@@ -381,7 +381,7 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	b, err := a.Control.Get(r.Context(), id)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	key := b.ReportKey
@@ -391,7 +391,7 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := a.Blobs.Get(r.Context(), key)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -477,7 +477,7 @@ func (r *recorder) status() int {
 func (a *API) resume(w http.ResponseWriter, r *http.Request) {
 	b, err := a.Submitter.Resume(r.Context(), r.PathValue("id"))
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, BatchView{Batch: ledger.Redacted(b.Batch)})
@@ -498,12 +498,12 @@ func (a *API) control(do func(context.Context, string) (ledger.Batch, error)) ht
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, err := do(r.Context(), r.PathValue("id"))
 		if err != nil {
-			a.errorAnswer(w, err)
+			a.errorAnswer(w, r, err)
 			return
 		}
 		v, err := a.viewOf(r.Context(), b)
 		if err != nil {
-			a.Log.Warn("census not read; answering the batch row", "batch_id", b.ID, "error", err)
+			a.Log.WarnContext(r.Context(), "census not read; answering the batch row", "batch_id", b.ID, "error", err)
 			v = BatchView{Batch: ledger.Redacted(b.Batch)}
 		}
 		writeJSON(w, http.StatusAccepted, v)
@@ -512,7 +512,7 @@ func (a *API) control(do func(context.Context, string) (ledger.Batch, error)) ht
 
 func (a *API) forget(w http.ResponseWriter, r *http.Request) {
 	if err := a.Control.Forget(r.Context(), r.PathValue("id")); err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -531,7 +531,7 @@ func (a *API) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.Control.Release(r.Context(), id, key); err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -572,7 +572,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	req.Source = q.Get("source")
 	page, err := a.Control.ListBatches(r.Context(), req)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -595,7 +595,7 @@ func (a *API) items(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := a.Control.Items(r.Context(), r.PathValue("id"), outcome, q.Get("cursor"), limit)
 	if err != nil {
-		a.errorAnswer(w, err)
+		a.errorAnswer(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
