@@ -2,6 +2,7 @@ package finalize
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // TestMergeShardsOrderAndBudget guards finalize's bounded memory: the
@@ -338,5 +340,59 @@ func TestTickLeavesAChunkInProgressAlone(t *testing.T) {
 	res, err = f.Tick(ctx)
 	if err != nil || res.Finalized != 1 {
 		t.Fatalf("tick after the mark expired: %+v %v, want the run finalized", res, err)
+	}
+}
+
+// staleFirstRead answers the first GetBatch with the batch as it was before
+// another call finished the run: the read a losing finalize call made.
+type staleFirstRead struct {
+	*rowStore
+	stale ledger.Batch
+	reads int
+}
+
+func (s *staleFirstRead) GetBatch(ctx context.Context, id string) (ledger.Batch, error) {
+	s.reads++
+	if s.reads == 1 {
+		return s.stale, nil
+	}
+	return s.rowStore.GetBatch(ctx, id)
+}
+
+// goneCheckpoint lists a checkpoint that the call which finished the run
+// has deleted meanwhile: its Get finds nothing.
+type goneCheckpoint struct{ *ledgertest.Blobs }
+
+func (g goneCheckpoint) List(ctx context.Context, bucket, prefix string, fn func(source.ObjectInfo) error) error {
+	if prefix == FinalizePrefix("b1", 1) {
+		return fn(source.ObjectInfo{Bucket: bucket, Key: prefix + "000003.json"})
+	}
+	return g.Blobs.List(ctx, bucket, prefix, fn)
+}
+
+// TestFinalizeLosingCallFindsItsObjectsGone guards the answer of a finalize
+// call that read the batch as running while another call finished the run
+// and deleted its checkpoints: the checkpoint it listed is gone when it
+// reads it, and it answers with the finished run's report, not an error
+// (which Lambda would retry and the error alarm count; four concurrent
+// calls met it about once in 200 runs under the race detector).
+func TestFinalizeLosingCallFindsItsObjectsGone(t *testing.T) {
+	const n = 60
+	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 40)), ledgertest.NewBlobs()
+	want := finalizeUntilDone(t, chunkFinalizer(s, blobs, 0))
+	if !want.Wrote {
+		t.Fatal("the first call did not write the report")
+	}
+	losing := chunkFinalizer(s, nil, 0)
+	losing.Store = &staleFirstRead{rowStore: s, stale: runningBatch(n)}
+	losing.Blobs = goneCheckpoint{blobs}
+	got, err := losing.Finalize(context.Background(), "b1", 1)
+	if err != nil {
+		t.Fatalf("the losing call: %v, want the report", err)
+	}
+	gotJSON, _ := json.Marshal(got.Report)
+	wantJSON, _ := json.Marshal(want.Report)
+	if got.Wrote || string(gotJSON) != string(wantJSON) {
+		t.Fatalf("the losing call answered %s (wrote %v), want the report %s", gotJSON, got.Wrote, wantJSON)
 	}
 }

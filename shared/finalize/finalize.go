@@ -151,7 +151,26 @@ type FinalizeResult struct {
 // metric alarms, and resume starts a new run once the cause is fixed.
 func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeResult, error) {
 	res, err := f.finalize(ctx, id, run, false)
+	if errors.Is(err, api.ErrNotFound) {
+		if rep, ok := f.finishedMeanwhile(ctx, id, run); ok {
+			return FinalizeResult{Report: rep}, nil
+		}
+	}
 	return res, f.cannotFinish(ctx, id, run, err)
+}
+
+// finishedMeanwhile reports whether run of batch id has finished, and its
+// report: a call that finds an object of the run gone (a checkpoint, a
+// results part, a sorted run listed a moment before) has lost to a call
+// that finished the run and deleted them, and answers with the report
+// rather than an error.
+func (f *Finalizer) finishedMeanwhile(ctx context.Context, id string, run int) (api.Report, bool) {
+	b, err := f.Store.GetBatch(ctx, id)
+	if err != nil || b.Run != run || !b.Status.Finished() || b.Status == api.StatusFinalizeFailed {
+		return api.Report{}, false
+	}
+	rep, err := f.readReport(ctx, id, run)
+	return rep, err == nil
 }
 
 // FinalizeFailureLimit is how many failed finalize calls of one run end it
