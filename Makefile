@@ -203,7 +203,7 @@ unit:
 
 # The suite's stack retries transient errors within seconds (TEST_RETRY),
 # not the product's 5-minute default meant for AWS downstream outages
-# (docs/design.md, "Retry policy"); a batch's own policy still wins.
+# (docs/design/items.md, "Retry policy"); a batch's own policy still wins.
 TEST_RETRY = -c retryPolicy=interval_seconds=1,backoff_rate=2,max_delay_seconds=20,jitter=0.5
 integration: CDK_CONTEXT += $(TEST_RETRY)
 # Under the IAM-checked lane the suite fails on a denial itself; the
@@ -232,7 +232,7 @@ console-test: deploy
 # the pipeline calls and the injected faults by kind. The emulator must be
 # started by this target (or with BULKRUN_FAULT_PROXY=1). Bounded: the run
 # is given BULKRUN_SOAK_LIMIT (20 min), the test SOAK_TIMEOUT; it takes ≈ 10
-# min on a 2-vCPU machine. See docs/design.md, "Faults and the soak".
+# min on a 2-vCPU machine. See docs/design/faults.md, "Faults and the soak".
 SOAK_TIMEOUT ?= 30m
 soak: export BULKRUN_FAULT_PROXY := 1
 soak:
@@ -250,7 +250,7 @@ soak:
 # to 80 %) so that their recoveries overlap. Most of the 3 minutes is the
 # wait for the visibility timeout, then for the counters to stand still a
 # lease and the next tick (outcomes written by a killed invocation are not
-# counted on redelivery; docs/design.md, Known limits). It needs the
+# counted on redelivery; docs/design/items.md, "Known limits"). It needs the
 # emulator behind the fault proxy (BULKRUN_FAULT_PROXY=1 when it was
 # started, as .ci/run does) and is skipped without it, except under
 # CI=true or BULKRUN_FAULT_PROXY=1, where it fails; the next `make

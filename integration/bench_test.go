@@ -11,7 +11,7 @@ import (
 )
 
 // Budgets of TestCostUnitsPerItem: the ledger's cost targets
-// (docs/design.md, "Cost"). A change that raises a figure past its target
+// (docs/design/cost.md, "Cost"). A change that raises a figure past its target
 // fails here.
 const (
 	budgetWriteUnitsPerItem     = 2.2 // small outputs, every index included
@@ -94,7 +94,7 @@ func TestCostUnitsPerItem(t *testing.T) {
 	}
 }
 
-// TestCostUnitsPerItemPacked guards the item-packing target (docs/design.md,
+// TestCostUnitsPerItemPacked guards the item-packing target (docs/design/cost.md,
 // "Cost"): a clean run of 1 KB inputs with small outputs at 10 items per
 // message writes at most 0.5 DynamoDB write units per item and costs at
 // most $0.50 of infrastructure per 10^6 items (here in 500-item batches,
@@ -129,7 +129,7 @@ func TestCostUnitsPerItemPacked(t *testing.T) {
 }
 
 // TestCostOfFailures guards the cost of runs with failures
-// (docs/design.md, "Cost"): with the queue shuffled, 5 % of the items
+// (docs/design/cost.md, "Cost"): with the queue shuffled, 5 % of the items
 // failing once (transient) and 5 % for good (early stop armed at 10 %),
 // at 1 and 10 items per message, a run costs at most 10 % more write
 // units per item than its clean run beyond the retried units' own writes

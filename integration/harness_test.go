@@ -456,7 +456,7 @@ func (c *requestCounter) snapshot() map[string]int {
 // TestHarnessRequestsPerItem counts the requests bulkrun makes per item for
 // a clean run of 200 items (submit, fan-out, items in message batches of
 // 10, finalize) and fails when a change raises them past the budget of
-// docs/design.md ("Cost"). The counts are logged with -v.
+// docs/design/cost.md ("Cost"). The counts are logged with -v.
 func TestHarnessRequestsPerItem(t *testing.T) {
 	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
 	ctx := context.Background()

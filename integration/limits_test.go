@@ -30,7 +30,7 @@ import (
 // batch row as DynamoDB stores it (sized by DynamoDB's rules,
 // meter.ItemBytes) stays under its 400 KB item limit and the completion
 // event's entry under EventBridge's 256 KB. MiniStack enforces neither
-// limit, so the sizes are checked here. Guards docs/design.md, "Every
+// limit, so the sizes are checked here. Guards docs/design/bounds.md, "Every
 // aggregate within its service's limit".
 func TestHarnessAggregatesWithinLimits(t *testing.T) {
 	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
@@ -100,7 +100,7 @@ func TestHarnessAggregatesWithinLimits(t *testing.T) {
 // pack row as DynamoDB stores it (sized by DynamoDB's rules,
 // meter.ItemBytes; MiniStack enforces no limit) within 400 KB, the
 // outputs that did not fit read back from S3 through their output_ref.
-// Guards docs/design.md, "Every aggregate within its service's limit"
+// Guards docs/design/bounds.md, "Every aggregate within its service's limit"
 // (ledger.PackRowBudget).
 func TestHarnessPackRowWithinLimit(t *testing.T) {
 	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests

@@ -23,7 +23,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
-// Lambda's recursive loop detection (docs/design.md, "Recursive loops"):
+// Lambda's recursive loop detection (docs/design/faults.md, "Recursive loops"):
 // the item function sends an item's message again to the queue that
 // invokes it while the item waits for a max_concurrency slot and while
 // AWS is unavailable. On AWS, past about 16 invocations of one chain

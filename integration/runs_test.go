@@ -113,7 +113,7 @@ func TestThresholdStopsTheRun(t *testing.T) {
 	req.Threshold.FailureCount = &two
 	// One item per message: the early stop acts between message batches,
 	// and 300 items in packs of 10 are one wave on the emulator, all taken
-	// before the first failures are counted (docs/design.md, "Item
+	// before the first failures are counted (docs/design/items.md, "Item
 	// packing").
 	req.ItemsPerMessage = 1
 	// At most 5 items at once: the fan-out sends every message within

@@ -129,7 +129,7 @@ func cpuTime() time.Duration {
 // TestSubmitPeakMemory guards the product line "a submit of 10^6 items of
 // ~1 KB through the real S3 adapter peaks below 128 MiB", and measures a
 // submit of BULKRUN_SUBMIT_ITEMS JSONL
-// items of ~1 KB (default 300,000; 10^6 for the figure in docs/design.md)
+// items of ~1 KB (default 300,000; 10^6 for the figure in docs/design/measured.md)
 // from an object on the emulator's S3, read and written through the real
 // S3 adapter (manifest multipart upload), duplicate keys checked, fan-out
 // sent, under the Go memory limit of the stack's submit function. It checks

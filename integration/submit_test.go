@@ -298,7 +298,7 @@ func (h *handoffs) StartSubmit(_ context.Context, id string) error {
 // submitting batch whose read never started is handed off again after the
 // grace; one whose read may still run (deadline ahead) is left alone; one
 // whose last allowed read died is refused with code internal, visibly and
-// for good (running marker gone, resume refused). Guards docs/design.md
+// for good (running marker gone, resume refused). Guards docs/design/submit.md
 // "Submitting past the gateway timeout" (no accepted batch is lost or stuck).
 func TestSubmitTickHandsOffOrRefuses(t *testing.T) {
 	ctx := context.Background()

@@ -148,8 +148,9 @@ type RunnerProps struct {
 	RetryPolicy *api.RetryPolicy
 	// ItemsPerMessage is the items per message, and per ledger row, of a
 	// batch that sets none: 1–100, default config.DefaultItemsPerMessage
-	// (10; docs/design.md, "Item packing": it costs about an eighth of 1
-	// per item; a batch may still ask for 1).
+	// (10: it costs about an eighth of 1 per item; a batch may still ask
+	// for 1; docs/adr/0015-ten-items-per-message-by-default.md,
+	// "Measurements").
 	ItemsPerMessage int
 	// MaxReceiveCount is the items queue's redrive maxReceiveCount: receives
 	// of one message before SQS moves it to the dead-letter queue. Must
@@ -371,7 +372,7 @@ const (
 	// Lambda function memory", AWS Lambda developer guide,
 	// https://docs.aws.amazon.com/lambda/latest/dg/configuration-memory.html):
 	// reading a source of 10^7 items of 1 KB takes ≈ 160 CPU-seconds
-	// (docs/design.md, "Measured"), ≈ 276 s at 1,024 MB, under a third of
+	// (docs/design/measured.md, "Measured"), ≈ 276 s at 1,024 MB, under a third of
 	// the 15-minute limit; at 512 MB it would take ≈ 550 s.
 	SubmitMemoryMiB = 1024
 )

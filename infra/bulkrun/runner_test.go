@@ -1304,8 +1304,9 @@ func TestSweepAndLifecycle(t *testing.T) {
 // Temporary disk, point 5: the submit function's ephemeral storage is sized
 // from RunnerProps.MaxManifestBytes (2 × the manifest + 64 MiB, at least
 // Lambda's 512 MiB, at most its 10,240 MiB), and the function is told the
-// size so that a full disk names it. Guards docs/design.md "Bounds" (the
-// largest source each setting supports) and infra/README.md "Props and defaults".
+// size so that a full disk names it. Guards docs/design/submit.md
+// "Memory, disk and time of submit" (the largest source each setting
+// supports) and infra/README.md "Props and defaults".
 func TestSubmitEphemeralStorage(t *testing.T) {
 	for _, tt := range []struct {
 		manifestBytes int64

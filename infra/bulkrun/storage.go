@@ -65,7 +65,7 @@ func (r *runner) defineStorage() {
 	// Item rows are listed by the table itself (pk ITEM#{id}#{shard}, sk
 	// the item key): no index copies them. The attention index is sparse:
 	// only failed and quarantined rows carry its keys, and they hold no
-	// output (docs/design.md, "Storage layout").
+	// output (docs/design/storage.md, "Item rows are listed by the table").
 	r.table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 		IndexName:      jsii.String(config.IndexAttention),
 		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String(config.AttrAttentionPK), Type: awsdynamodb.AttributeType_STRING},
@@ -74,7 +74,7 @@ func (r *runner) defineStorage() {
 	})
 	// The batches index lists batches newest first (GET /batches); it
 	// projects only what a listing shows, so most batch-row writes do not
-	// touch it (docs/design.md, "Storage layout").
+	// touch it (docs/design/storage.md, "The batches index").
 	r.table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 		IndexName:        jsii.String(config.IndexBatches),
 		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(config.AttrBatchesPK), Type: awsdynamodb.AttributeType_STRING},

@@ -28,7 +28,7 @@ import (
 // dead-letter the item ("Use Lambda recursive loop detection to prevent
 // infinite loops", AWS Lambda developer guide), so the function's
 // RecursiveLoop is Allow, and bulkrun bounds the chain itself: a message
-// is sent again at most ledger.MaxResends times (docs/design.md,
+// is sent again at most ledger.MaxResends times (docs/design/faults.md,
 // "Recursive loops").
 func (r *runner) defineEventSources() {
 	r.functions[FunctionItem].Node().DefaultChild().(awslambda.CfnFunction).SetRecursiveLoop(jsii.String("Allow"))

@@ -410,7 +410,7 @@ func Compare(fs []Figures) []Comparison {
 			// unit is 2 writes of a unit per item: a redelivered unit's
 			// two writes are unit × K per redelivery. A retry also marks
 			// its wait in the run's WAIT counter row (the live view's
-			// retry-waiting count; docs/design.md, "Storage layout (one DynamoDB table, one S3 bucket)"), a write
+			// retry-waiting count; docs/design/control.md, "Live status"), a write
 			// that only retries make: it is the retried work's too.
 			cmp := Comparison{Failing: f.Name, Clean: c.Name, CleanUnits: c.WriteUnitsPerItem, FailingUnits: f.WriteUnitsPerItem,
 				RetriedWork: f.RedeliveriesPerItem*unit*float64(f.ItemsPerMessage) +

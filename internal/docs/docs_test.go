@@ -122,10 +122,36 @@ func TestDocLinks(t *testing.T) {
 
 // sectionRef is a reference to a section: a Markdown file, written as the
 // repository names it (README, README.md, docs/cli.md, infra/README.md,
-// or a page's bare name inside docs/), then an optional comma or "(" and
-// the heading in double quotes: the heading itself, or its beginning up
-// to a parenthesis or a colon.
-var sectionRef = regexp.MustCompile(`(?:^|[\s(\[])((?:docs/|infra/|localstack/|examples/)?[a-z]+\.md|README(?:\.md)?),? \(?"([^"]+)"`)
+// docs/design/items.md, docs/adr/0010-packs-of-k-items.md) or relative to
+// the file that refers to it (a page's bare name inside docs/,
+// design/items.md from docs/design.md, items.md inside docs/design/),
+// then an optional comma or "(" and the heading in double quotes: the
+// heading itself, or its beginning up to a parenthesis or a colon.
+var sectionRef = regexp.MustCompile(`(?:^|[\s(\[])((?:(?:docs|infra|localstack|examples|design|adr)/)*(?:(?:[0-9]{4}-)?[a-z][a-z0-9-]*\.md|README(?:\.md)?)),? \(?"([^"]+)"`)
+
+// linkedSectionRef is the same reference written as a Markdown link to the
+// page, then the quoted heading: [design/items.md](design/items.md),
+// "Pause on an outage". The link's target names the file.
+var linkedSectionRef = regexp.MustCompile(`\]\(([^)#\s]+\.md)\),? \(?"([^"]+)"`)
+
+// rootDirs are the folders a reference written from the repository's root
+// starts with; any other reference is relative to the file that holds it.
+var rootDirs = []string{"docs/", "infra/", "localstack/", "examples/"}
+
+// refTarget resolves a reference's file: README is the root's README.md,
+// a name starting with a root folder is the repository's, any other is
+// relative to the file that holds the reference.
+func refTarget(from, doc string) string {
+	if doc == "README" {
+		return "README.md"
+	}
+	for _, d := range rootDirs {
+		if strings.HasPrefix(doc, d) {
+			return doc
+		}
+	}
+	return filepath.ToSlash(filepath.Join(filepath.Dir(from), doc))
+}
 
 // TestDocSectionReferences: every reference to a section of the manual, in
 // the Markdown files, in the code's comments and messages and in the
@@ -160,14 +186,12 @@ func TestDocSectionReferences(t *testing.T) {
 		}
 		text := unwrap.ReplaceAllString(string(raw), " ")
 		text = strings.ReplaceAll(text, `\"`, `"`) // inside Go strings
-		for _, m := range sectionRef.FindAllStringSubmatch(text, -1) {
-			doc := m[1]
-			switch {
-			case doc == "README":
-				doc = "README.md"
-			case !strings.Contains(doc, "/"):
-				doc = filepath.ToSlash(filepath.Join(filepath.Dir(file), doc))
-			}
+		refs := sectionRef.FindAllStringSubmatch(text, -1)
+		if strings.HasSuffix(file, ".md") {
+			refs = append(refs, linkedSectionRef.FindAllStringSubmatch(text, -1)...)
+		}
+		for _, m := range refs {
+			doc := refTarget(file, m[1])
 			if _, err := os.Stat(filepath.Join(root, doc)); err != nil {
 				t.Errorf("%s: reference %s %q: %s does not exist", file, m[1], m[2], doc)
 				continue

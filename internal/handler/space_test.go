@@ -47,7 +47,8 @@ func (w noSpace) Close() error { return w.f.Close() }
 // insufficient_storage naming the ephemeral storage limit and the stack
 // prop that raises it — not 500 "can be retried" — and the manifest upload
 // is aborted. A refused background read answers the same way on repeat.
-// Guards docs/api.md "Using it" (the answers) and docs/design.md "Bounds".
+// Guards docs/api.md "Using it" (the answers) and docs/design/submit.md "Memory, disk
+// and time of submit".
 func TestOutOfSpaceIs507(t *testing.T) {
 	blobs := &discardBlobs{}
 	s := &submit.Submitter{

@@ -24,7 +24,7 @@ type Need struct {
 // Rule maps one API operation to the IAM actions AWS authorizes it by, from
 // the Service Authorization Reference ("Actions, resources, and condition
 // keys for …", one page per service) and the services' own guides where
-// the reference is silent. Rules is the one table of them; docs/design.md
+// the reference is silent. Rules is the one table of them; docs/design/faults.md
 // ("The IAM-checked lane") shows it, and a test keeps the two equal.
 type Rule struct {
 	Service   string // the SigV4 signing name

@@ -15,15 +15,15 @@ import (
 	"github.com/bulkrun/bulkrun/internal/faultproxy"
 )
 
-// tableRow renders a rule as its row in docs/design.md.
+// tableRow renders a rule as its row in docs/design/faults.md.
 func tableRow(r Rule) string {
 	return "| " + r.Service + " | " + r.Operation + " | " + r.Actions + " | " + strings.ReplaceAll(r.Resource, "|", "\\|") + " |"
 }
 
-// TestRulesTableInDocs keeps the table of docs/design.md ("The IAM-checked
-// lane") equal to Rules and NotFoundRule, row for row.
+// TestRulesTableInDocs keeps the table of docs/design/faults.md ("The
+// IAM-checked lane") equal to Rules and NotFoundRule, row for row.
 func TestRulesTableInDocs(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "design.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "design", "faults.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestRulesTableInDocs(t *testing.T) {
 	doc := string(b)
 	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i < 0 || j < i {
-		t.Fatalf("docs/design.md has no %s … %s table", begin, end)
+		t.Fatalf("docs/design/faults.md has no %s … %s table", begin, end)
 	}
 	var got []string
 	for _, line := range strings.Split(doc[i+len(begin):j], "\n") {
@@ -44,7 +44,7 @@ func TestRulesTableInDocs(t *testing.T) {
 		want = append(want, tableRow(r))
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("docs/design.md's table differs from iamlane.Rules; it should read:\n%s", strings.Join(want, "\n"))
+		t.Errorf("docs/design/faults.md's table differs from iamlane.Rules; it should read:\n%s", strings.Join(want, "\n"))
 	}
 }
 

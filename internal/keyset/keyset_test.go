@@ -587,8 +587,8 @@ func fillAfter(room int) func(string) (io.WriteCloser, error) {
 // *NoSpaceError matching ErrNoSpace — the class submit refuses as
 // insufficient storage instead of calling it retryable — whether it
 // happens in Add (a spill) or in Finish (an intermediate merge), and the
-// run files are removed. Guards "a full /tmp is not retryable" (docs/design.md
-// "Bounds").
+// run files are removed. Guards "a full /tmp is not retryable" (docs/design/submit.md
+// "Memory, disk and time of submit").
 func TestNoSpaceIsItsOwnClass(t *testing.T) {
 	for _, tt := range []struct {
 		name     string

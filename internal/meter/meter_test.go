@@ -9,7 +9,7 @@ import (
 
 // Write billing by before and after image: the figures `make bench` and
 // the write-unit budget test of the integration suite rest on ("Cost" in
-// docs/design.md). Rules from "Managing capacity for secondary indexes"
+// docs/design/cost.md). Rules from "Managing capacity for secondary indexes"
 // and "Condition expressions" in the DynamoDB Developer Guide.
 func TestBill(t *testing.T) {
 	sc := &schema{pk: "pk", sk: "sk", indexes: []index{

@@ -8,7 +8,7 @@ import (
 )
 
 // The sizing rules are what every cost figure of bulkrun rests on (the
-// "Cost" section of docs/design.md and `make bench`): examples from
+// "Cost" section of docs/design/cost.md and `make bench`): examples from
 // "DynamoDB item sizes and formats" and "DynamoDB read and write
 // operations" in the DynamoDB Developer Guide.
 func TestItemBytes(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 // anything but a transient failure (the downstream answered) the batch
 // unpauses itself. A caller pauses and unpauses by hand (PauseByCaller,
 // Control.Pause, Control.Unpause); a caller's pause does not probe and
-// lasts until a caller unpauses. docs/design.md, "Pause on an outage".
+// lasts until a caller unpauses. docs/design/items.md, "Pause on an outage".
 
 // PauseBy says who paused a batch.
 type PauseBy string

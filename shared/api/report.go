@@ -139,7 +139,7 @@ type Report struct {
 // (ReturnConsumedCapacity; the billed figure on AWS, rough on the
 // emulator). Submit's and finalize's own calls, SQS, S3, EventBridge and
 // Lambda are not attributed per run; `make bench` meters them all (see
-// "Cost" in docs/design.md). JSON:
+// "Cost" in docs/design/cost.md). JSON:
 // {"dynamodb_write_units": 4123.5, "dynamodb_read_units": 240}.
 type Usage struct {
 	DynamoDBWriteUnits float64 `json:"dynamodb_write_units"`

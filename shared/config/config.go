@@ -274,8 +274,8 @@ const (
 	DefaultMaxAttempts = 3
 	// DefaultItemsPerMessage is the items per message of a batch that sets
 	// none: 10 costs about an eighth of 1 per item and keeps a crash's or a
-	// dead letter's reach at 10 items (docs/design.md, "Item packing",
-	// the default's reasoning).
+	// dead letter's reach at 10 items (docs/adr/0015-ten-items-per-message-by-default.md,
+	// "Measurements").
 	DefaultItemsPerMessage = 10
 	DefaultMaxReceiveCount = 10
 	DefaultItemTimeout     = 5 * time.Minute

@@ -26,7 +26,7 @@ import (
 // that makes each shard's rows as they are read, and a bucket that keeps
 // only the sizes of the parts, so that what is measured is finalize's own
 // memory. BULKRUN_FINALIZE_ROWS sets the rows (default 10^6; 10^7 for the
-// figure in docs/design.md), spread over 1,024 list shards (the most
+// figure in docs/design/measured.md), spread over 1,024 list shards (the most
 // api.ListShards gives), each succeeded with a ~1 KB output. It reports
 // rows/s, CPU seconds (user + system) per 10^6 rows, the peak of the Go
 // heap's objects (sampled every 2 ms) and the process's peak RSS

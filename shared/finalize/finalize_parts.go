@@ -52,14 +52,14 @@ import (
 const (
 	// DefaultFinalizePartRows is how many rows one part of a parallel
 	// finalize is planned to read: 10^6, ≈ 15 CPU-seconds with one item
-	// per message (14.6 per 10^6 rows, Measured in docs/design.md), ≈ 25 s
+	// per message (14.6 per 10^6 rows, "Measured" in docs/design/measured.md), ≈ 25 s
 	// at finalize's 1,024 MB (0.58 vCPU). A run of fewer than twice as
 	// many rows is read by one call, as before: parts add a merge that
 	// reads and writes every result line again (≈ 11 s per 10^6 rows of
 	// 1 KB at an assumed 100 MB/s of S3 to one function), a plan, an
 	// invocation and three objects per part, so below 2·10^6 rows they
-	// save little or nothing (see docs/design.md, "Finalizing a run in
-	// parts").
+	// save little or nothing (see docs/design/finalize.md, "Finalizing a run
+	// in parts").
 	DefaultFinalizePartRows = 1_000_000
 	// MaxFinalizeParts bounds a run's parts, and so the runs the final
 	// merge reads at once: 256, each read in ranges of ≥ 64 KiB, two at a

@@ -21,7 +21,7 @@ import (
 // Confused deputy, point 2: a source may name only the stack bucket's
 // upload prefixes and the declared sources; batches/ (another batch's
 // manifest, outputs, results) and incoming-errors/ never. Guards docs/sources.md
-// "Sources and who may read what" and docs/design.md "Sources: no confused deputy".
+// "Sources and who may read what" and docs/design/submit.md "Sources: no confused deputy".
 func TestConfusedDeputySourcePolicy(t *testing.T) {
 	p := SourcePolicy{Bucket: "stack", Allowed: []string{"s3://stack/exports/", "s3://partner/", "s3://shared/bulkrun/"}}
 	tests := []struct {

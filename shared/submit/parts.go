@@ -29,7 +29,7 @@ import (
 // A JSON Lines or CSV object of more than PartsConfig.PartBytes bytes,
 // not gzip, is read by several invocations of
 // the submit function at once instead of one (Complete hands them off;
-// docs/design.md, "Reading a source in parts"):
+// docs/design/submit.md, "Reading a source in parts"):
 //
 //  1. Complete writes the plan (PartPlan: the object's ETag and size, the
 //     part size, a CSV object's delimiter and header) and invokes one read
@@ -64,7 +64,7 @@ import (
 
 // DefaultPartBytes is PartsConfig.PartBytes when zero: 512 MiB of source
 // per invocation, ≈ 500,000 items of 1 KB, ≈ 8 CPU-seconds of reading
-// (docs/design.md, "Measured"): ≈ 14 s at submit's 1,024 MB, far inside
+// (docs/design/measured.md, "Measured"): ≈ 14 s at submit's 1,024 MB, far inside
 // Lambda's 15 minutes.
 const DefaultPartBytes = 512 << 20
 

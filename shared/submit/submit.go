@@ -104,7 +104,7 @@ type Submitter struct {
 // a submit of 10^6 items of 1 KB with 110-byte keys peaks at ≈ 104 MiB
 // with it, ≈ 125 MiB at 16 MiB and ≈ 134 MiB at keyset's 32 MiB default,
 // in the same CPU time; spilling more runs costs ≈ 1 ms per 1,000 keys
-// (docs/design.md, "Measured").
+// (docs/design/measured.md, "Measured").
 const SubmitKeysMemoryBytes = 8 << 20
 
 // Validate checks the request and names the field at fault (an *InputError).

@@ -12,7 +12,7 @@ import (
 
 // MaxWholeReadBytes is the most source text (decompressed) a source read
 // whole may hold: 16 GiB. One invocation reads ≈ 65 MB of JSON Lines per
-// CPU-second (docs/design.md, "Measured": 10^6 items of ≈ 1 KB in 16
+// CPU-second (docs/design/measured.md, "Measured": 10^6 items of ≈ 1 KB in 16
 // CPU-seconds), ≈ 38 MB/s at the submit function's 1,024 MB (0.58 vCPU),
 // so ≈ 34 GB in Lambda's 15 minutes; 16 GiB keeps a 2× margin for a slower
 // machine, gzip and JSON arrays. A gzip object or a JSON array past it is

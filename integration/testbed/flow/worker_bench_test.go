@@ -19,7 +19,7 @@ import (
 // that answers at once, in message batches of 10 messages of 1 or 10
 // items; so what it measures is what bulkrun adds to an item's pipeline
 // on the CPU, without the network. It reports ns of wall and of CPU (user
-// + system, getrusage) per item. The time to result on AWS (docs/design.md,
+// + system, getrusage) per item. The time to result on AWS (docs/design/cost.md,
 // "Time to result") adds the requests on the critical path to it.
 //
 //	go test -run '^$' -bench WorkerItems -benchtime 2000x ./integration/testbed/flow/
