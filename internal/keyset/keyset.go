@@ -1,7 +1,8 @@
 // Package keyset finds duplicate item keys in a stream of keys, in memory
 // bounded by a budget whatever the number of keys. Submit uses it while it
 // streams a source into a manifest, to refuse a batch whose item keys are
-// not unique (DESIGN.md §1 and §4, "Streaming, never materialized").
+// not unique (docs/design.md, "Vocabulary"; a source is read as a stream,
+// never materialized).
 //
 // # How
 //
@@ -112,7 +113,7 @@ const (
 	// RunBufferBytes is the size, in bytes, of the buffered reader of each
 	// run file open in a merge and of the buffered writer of a run.
 	RunBufferBytes = 64 << 10
-	// MaxKeyBytes is the longest item key, in bytes (DESIGN.md §1).
+	// MaxKeyBytes is the longest item key, in bytes (docs/design.md, "Vocabulary").
 	MaxKeyBytes = 1024
 	// EntryOverheadBytes is what one buffered entry costs beyond its key
 	// bytes, in bytes: its place in the sorted index (line, chunk, offset

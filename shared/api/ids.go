@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// MaxKeyBytes is the longest item key: 1,024 bytes of UTF-8 (DESIGN.md §1).
+// MaxKeyBytes is the longest item key: 1,024 bytes of UTF-8 (docs/design.md, "Vocabulary").
 const MaxKeyBytes = 1024
 
 var batchIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)

@@ -15,7 +15,7 @@ import (
 const DefaultSweepLimit = 100
 
 // Sweeper deletes batches whose retention has passed, oldest first
-// (DESIGN.md §3.7): it reads the retention markers that expired, forgets
+// (docs/design.md, "What bulkrun guarantees"): it reads the retention markers that expired, forgets
 // each batch (objects, rows, the batch row, and its marker last, only once
 // everything else is gone). It stops at the first unexpired marker (the
 // query is bounded by now). A batch that failed to delete keeps its
