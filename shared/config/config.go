@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/egress"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // Environment variable names. The stack sets them on every function that
@@ -69,9 +70,9 @@ const (
 	// JSON of api.RetryPolicy ({"interval_seconds":300,"backoff_rate":2,
 	// "max_delay_seconds":900,"jitter":0.5}); default
 	// api.DefaultRetryPolicy. Submit stores it on the batch; the item
-	// function applies it to rows that carry none. Read by
-	// api.ParseRetryPolicy when the functions start (config does not
-	// import batch); the stack writes it from a validated policy.
+	// function applies it to rows that carry none. Load reads it into
+	// Config.RetryPolicy (api.ParseRetryPolicy; an error names the
+	// variable); the stack writes it from a validated policy.
 	EnvRetryPolicy = "BULKRUN_RETRY_POLICY"
 	// EnvItemsPerMessage is the items per message (and per ledger row) of
 	// a batch that sets none, 1–100; default DefaultItemsPerMessage (10).
@@ -304,29 +305,29 @@ const (
 // the code: Load fills defaults and Validate rejects what AWS or bulkrun's
 // invariants forbid.
 type Config struct {
-	Table            string         // EnvTable; required
-	Bucket           string         // EnvBucket; required
-	ItemsQueueURL    string         // EnvItemsQueueURL; required by submit and item
-	FinalizeFunction string         // EnvFinalizeFunction; required by item and submit
-	Pipelines        []string       // EnvPipelines; empty means "accept any registered in this binary"
-	DefaultPipeline  string         // EnvDefaultPipeline; optional
-	DeadLetterARN    string         // EnvDeadLetterQueueARN; required by item
-	Lease            time.Duration  // EnvLeaseSeconds; default DefaultLease
-	ItemTimeout      time.Duration  // EnvItemTimeoutSeconds; default DefaultItemTimeout
-	Visibility       time.Duration  // EnvVisibilitySeconds; default DefaultVisibility
-	MaxAttempts      int            // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
-	RetryPolicy      string         // EnvRetryPolicy, as set; "" for the default (api.ParseRetryPolicy reads it)
-	ItemsPerMessage  int            // EnvItemsPerMessage; default DefaultItemsPerMessage, 1–100
-	MaxReceiveCount  int            // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
-	Retention        time.Duration  // EnvRetentionMinutes, else EnvRetentionDays; default DefaultRetention
-	UploadRepeat     time.Duration  // EnvUploadRepeatDays; default DefaultUploadRepeat, 0: off
-	LogLevel         string         // EnvLogLevel; default "info"
-	EphemeralMiB     int            // EnvEphemeralStorageMiB; 0 when unset
-	Sources          []string       // EnvSources; s3://bucket/prefix entries, none when unset
-	WebhookAllow     *egress.Policy // EnvWebhookAllow; default empty (no non-public destination)
-	SecretPrefixes   []string       // EnvSecretPrefixes; default none
-	EffectTables     []string       // EnvEffectTables; default none (staging refused)
-	LambdaFunctions  []string       // EnvLambdaFunctions; default none
+	Table            string          // EnvTable; required
+	Bucket           string          // EnvBucket; required
+	ItemsQueueURL    string          // EnvItemsQueueURL; required by submit and item
+	FinalizeFunction string          // EnvFinalizeFunction; required by item and submit
+	Pipelines        []string        // EnvPipelines; empty means "accept any registered in this binary"
+	DefaultPipeline  string          // EnvDefaultPipeline; optional
+	DeadLetterARN    string          // EnvDeadLetterQueueARN; required by item
+	Lease            time.Duration   // EnvLeaseSeconds; default DefaultLease
+	ItemTimeout      time.Duration   // EnvItemTimeoutSeconds; default DefaultItemTimeout
+	Visibility       time.Duration   // EnvVisibilitySeconds; default DefaultVisibility
+	MaxAttempts      int             // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
+	RetryPolicy      api.RetryPolicy // EnvRetryPolicy, validated; api.DefaultRetryPolicy when unset
+	ItemsPerMessage  int             // EnvItemsPerMessage; default DefaultItemsPerMessage, 1–100
+	MaxReceiveCount  int             // EnvMaxReceiveCount; default DefaultMaxReceiveCount, > MaxAttempts
+	Retention        time.Duration   // EnvRetentionMinutes, else EnvRetentionDays; default DefaultRetention
+	UploadRepeat     time.Duration   // EnvUploadRepeatDays; default DefaultUploadRepeat, 0: off
+	LogLevel         string          // EnvLogLevel; default "info"
+	EphemeralMiB     int             // EnvEphemeralStorageMiB; 0 when unset
+	Sources          []string        // EnvSources; s3://bucket/prefix entries, none when unset
+	WebhookAllow     *egress.Policy  // EnvWebhookAllow; default empty (no non-public destination)
+	SecretPrefixes   []string        // EnvSecretPrefixes; default none
+	EffectTables     []string        // EnvEffectTables; default none (staging refused)
+	LambdaFunctions  []string        // EnvLambdaFunctions; default none
 	// ItemsMaxConcurrency is EnvItemsMaxConcurrency; default
 	// DefaultItemsMaxConcurrency, 2–1000 (SQS event sources' range).
 	ItemsMaxConcurrency int
@@ -392,7 +393,14 @@ func Load(getenv func(string) string) (Config, error) {
 		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
 
 		ItemsMaxConcurrency: count(EnvItemsMaxConcurrency, DefaultItemsMaxConcurrency),
-		RetryPolicy:         getenv(EnvRetryPolicy),
+		RetryPolicy:         api.DefaultRetryPolicy,
+	}
+	if v := getenv(EnvRetryPolicy); v != "" {
+		p, err := api.ParseRetryPolicy(v)
+		if err != nil {
+			errs = append(errs, &VarError{Var: EnvRetryPolicy, Value: v, Reason: err.Error()})
+		}
+		c.RetryPolicy = p
 	}
 	if n := c.ItemsMaxConcurrency; n < 2 || n > 1000 {
 		errs = append(errs, &VarError{Var: EnvItemsMaxConcurrency, Value: getenv(EnvItemsMaxConcurrency), Reason: "want 2–1000 (SQS event source maximum concurrency)"})

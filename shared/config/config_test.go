@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // Guards EnvUploadRepeatDays (docs/sources.md "Upload instead"): unset is
@@ -71,6 +73,44 @@ func TestRetentionMinutes(t *testing.T) {
 		isBad := errors.As(err, &ve) && ve.Var == EnvRetentionMinutes
 		if isBad != tt.bad || (!tt.bad && (err != nil || c.Retention != tt.want)) {
 			t.Errorf("days %q minutes %q: retention %v, err %v; want %v (error %v)", tt.days, tt.minutes, c.Retention, err, tt.want, tt.bad)
+		}
+	}
+}
+
+// TestRetryPolicyTyped guards EnvRetryPolicy: Load reads it into a typed,
+// validated api.RetryPolicy once (api.DefaultRetryPolicy when unset), and
+// a policy that does not parse or validate is a *VarError naming the
+// variable, so no function starts with it.
+func TestRetryPolicyTyped(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(name string) string {
+			switch name {
+			case EnvTable:
+				return "t"
+			case EnvBucket:
+				return "b"
+			case EnvRetryPolicy:
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tt := range []struct {
+		v    string
+		want api.RetryPolicy
+		bad  bool
+	}{
+		{"", api.DefaultRetryPolicy, false},
+		{`{"interval_seconds":1,"backoff_rate":2,"max_delay_seconds":20,"jitter":0.5}`, api.RetryPolicy{IntervalSeconds: 1, BackoffRate: 2, MaxDelaySeconds: 20, Jitter: 0.5}, false},
+		{"interval_seconds=60", api.RetryPolicy{IntervalSeconds: 60, BackoffRate: 2, MaxDelaySeconds: 900, Jitter: 0.5}, false},
+		{`{"interval_seconds":-1}`, api.RetryPolicy{}, true},
+		{"jitter=2", api.RetryPolicy{}, true},
+	} {
+		c, err := Load(env(tt.v))
+		var ve *VarError
+		isBad := errors.As(err, &ve) && ve.Var == EnvRetryPolicy
+		if isBad != tt.bad || !tt.bad && c.RetryPolicy != tt.want {
+			t.Errorf("%s=%q: %+v, %v; want %+v (error: %v)", EnvRetryPolicy, tt.v, c.RetryPolicy, err, tt.want, tt.bad)
 		}
 	}
 }

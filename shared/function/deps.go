@@ -25,7 +25,6 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/internal/trigger"
-	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -129,14 +128,10 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 	if len(names) == 0 {
 		names = reg.Names()
 	}
-	retry, err := d.RetryPolicy()
-	if err != nil {
-		return nil, err
-	}
 	s := &submit.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
-		SecretPrefixes: d.Config.SecretPrefixes, Retry: retry, ItemTimeout: d.Config.ItemTimeout,
+		SecretPrefixes: d.Config.SecretPrefixes, Retry: new(d.Config.RetryPolicy), ItemTimeout: d.Config.ItemTimeout,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
 		ItemsPerSecond: ledger.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
@@ -182,17 +177,4 @@ func (d *Deps) Finalizer() *finalize.Finalizer {
 		f.FanOut = (&submit.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log}).FanOut
 	}
 	return f
-}
-
-// RetryPolicy is the stack's retry policy (config.EnvRetryPolicy), or
-// api.DefaultRetryPolicy when it sets none; an error names the variable.
-func (d *Deps) RetryPolicy() (*api.RetryPolicy, error) {
-	if d.Config.RetryPolicy == "" {
-		return new(api.DefaultRetryPolicy), nil
-	}
-	p, err := api.ParseRetryPolicy(d.Config.RetryPolicy)
-	if err != nil {
-		return nil, &config.VarError{Var: config.EnvRetryPolicy, Value: d.Config.RetryPolicy, Reason: err.Error()}
-	}
-	return &p, nil
 }

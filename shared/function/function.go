@@ -152,15 +152,11 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 	if err != nil {
 		return fmt.Errorf("item: %w", err)
 	}
-	retry, err := d.RetryPolicy()
-	if err != nil {
-		return fmt.Errorf("item: %w", err)
-	}
 	h := &handler.Item{
 		Worker: &worker.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
-			Staging: effects.Staging(d.Config.EffectTables), Retry: retry, Bus: d.Bus(),
+			Staging: effects.Staging(d.Config.EffectTables), Retry: new(d.Config.RetryPolicy), Bus: d.Bus(),
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).
 			Margin: workerMargin(d.Config.ItemTimeout),
