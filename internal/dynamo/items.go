@@ -221,6 +221,9 @@ func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 		return err
 	}
 	u = s.stamp(u.Set(expression.Name(attrLeaseUntilMs), expression.Value(0)), r.Now)
+	if r.FirstAttempt > 0 {
+		u = u.Set(expression.Name(attrFirstAttempt), expression.Value(r.FirstAttempt))
+	}
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err

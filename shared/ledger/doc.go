@@ -24,7 +24,8 @@
 //	   │ settle: stopped run,        │  └─┘ takeover of an expired lease,
 //	   │ dead-lettered               │      or a scheduled retry (attempt + 1)
 //	   ▼                             │
-//	cancelled, failed                └─ never cancelled once started
+//	cancelled, failed                ├─ cancelled before its call (a stop)
+//	                                 └─ never cancelled once called
 //
 // A new run (resume) makes failed and cancelled items (and released
 // quarantined ones) pending again; succeeded items never run again.

@@ -158,6 +158,11 @@ type Attempt struct {
 	// a scheduled retry (its lease ran out): its effect is unknown.
 	Interrupted bool
 	OnInterrupt api.InterruptPolicy
+	// Stop is the run's stop (api.StatusCancelled or
+	// api.StatusThresholdExceeded) as read just before the call: the
+	// attempt does not run, the item ends cancelled and the attempt is not
+	// counted. "" when the run is not being stopped.
+	Stop api.Status
 	// Refusal is why the attempt cannot run at all (a secret reference that
 	// does not resolve, a pipeline this function does not register): the
 	// item fails permanently without running.
@@ -204,6 +209,10 @@ type Ending struct {
 	// Paused: a retry of a paused batch's probe, which does not count as
 	// an attempt either (Ended moves FirstAttempt past it).
 	Paused bool
+	// Unrun: the attempt ended before its pipeline was called (its run
+	// is being stopped), so it counts no attempt either (Ended moves
+	// FirstAttempt past it).
+	Unrun bool
 	// Class is the failure class (FailureClass) of an ending by a
 	// transient error: a retry (not a throttled one), or a failure at max
 	// attempts; "" for any other ending. The pause counts them.
@@ -216,7 +225,8 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // Conclude decides how attempt a ends. Before the pipeline runs (a.Ran
 // false) it ends an attempt that must not run: an interrupted attempt of
 // a batch that quarantines interruptions, an attempt past max attempts
-// (a takeover after the last one was interrupted), a refusal; otherwise
+// (a takeover after the last one was interrupted), an attempt of a run
+// being stopped (cancelled, not counted), a refusal; otherwise
 // it returns the zero Ending. After it ran: succeeded without an error;
 // failed for a permanent error, quarantined for a quarantine; a transient
 // error cut off at the deadline is an interruption (quarantined where the
@@ -244,6 +254,14 @@ func Conclude(a Attempt) Ending {
 		return end(api.OutcomeQuarantined, api.ReasonInterrupted, fmt.Sprintf("attempt %d was interrupted (lease expired, outcome unknown); the batch quarantines interrupted items", a.Number-1))
 	case a.RunAttempts > a.MaxAttempts:
 		return end(api.OutcomeFailed, api.ReasonMaxAttempts, fmt.Sprintf("interrupted: attempt %d exceeds max attempts %d", a.RunAttempts, a.MaxAttempts))
+	case a.Stop != "" && !a.Ran:
+		reason, why := api.ReasonThreshold, "the run's failures exceeded its threshold"
+		if a.Stop == api.StatusCancelled {
+			reason, why = api.ReasonCancel, "the run was cancelled"
+		}
+		e := end(api.OutcomeCancelled, reason, why+" before this item's call started")
+		e.Unrun = true
+		return e
 	case a.Refusal != nil:
 		return end(api.OutcomeFailed, api.ReasonPermanent, pipeline.ErrorText(a.Refusal))
 	case !a.Ran:
@@ -347,7 +365,7 @@ func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
 	n.Retry = e.Retry()
 	n.ThrottledSince = time.Time{}
-	if e.Throttled || e.Paused {
+	if e.Throttled || e.Paused || e.Unrun {
 		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
 		n.ThrottledSince = e.ThrottledSince
 	}

@@ -141,6 +141,12 @@ func TestConclude(t *testing.T) {
 		{"interrupted, retrying batch", with(func(a *Attempt) { a.Interrupted = true }), "", "", "", 0},
 		{"past max attempts", with(func(a *Attempt) { a.RunAttempts = 4 }), api.OutcomeFailed, api.ReasonMaxAttempts, "interrupted: attempt 4 exceeds max attempts 3", 0},
 		{"refused", with(func(a *Attempt) { a.Refusal = boom }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"cancelled before the call", with(func(a *Attempt) { a.Stop = api.StatusCancelled }), api.OutcomeCancelled, api.ReasonCancel, "the run was cancelled before this item's call started", 0},
+		{"threshold stop before the call", with(func(a *Attempt) { a.Stop, a.Refusal = api.StatusThresholdExceeded, boom }), api.OutcomeCancelled, api.ReasonThreshold, "the run's failures exceeded its threshold", 0},
+		{"stopped, interrupted, quarantining batch", with(func(a *Attempt) {
+			a.Stop, a.Interrupted, a.OnInterrupt = api.StatusCancelled, true, api.InterruptQuarantine
+		}), api.OutcomeQuarantined, api.ReasonInterrupted, "attempt 1 was interrupted", 0},
+		{"stopped while it ran: its outcome stands", with(func(a *Attempt) { a.Stop, a.Ran = api.StatusCancelled, true }), api.OutcomeSucceeded, "", "", 0},
 		{"succeeded", with(func(a *Attempt) { a.Ran = true }), api.OutcomeSucceeded, "", "", 0},
 		{"permanent", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.Permanent(boom) }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
 		{"quarantine", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.Quarantine(boom) }), api.OutcomeQuarantined, api.ReasonQuarantine, "boom", 0},
@@ -176,5 +182,25 @@ func TestConclude(t *testing.T) {
 				t.Errorf("Conclude = %+v, want %s %s %q… wait %s", e, tt.outcome, tt.reason, tt.text, tt.wait)
 			}
 		})
+	}
+}
+
+// TestStoppedAttemptIsNotCounted guards the cancel's promise at the rules'
+// level: an attempt a stop ends before its call is cancelled and counts no
+// attempt, so the item's results line says 0 attempts in its run (its
+// earlier ones, had it retried, still count).
+func TestStoppedAttemptIsNotCounted(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	fresh := Start(ItemState{Key: "k"}, 1, now)
+	e := Conclude(Attempt{Number: fresh.Attempt, RunAttempts: fresh.RunAttempts(), MaxAttempts: 3, Stop: api.StatusCancelled, Now: now})
+	if !e.Unrun || e.Retry() {
+		t.Fatalf("Conclude = %+v, want an unrun ending", e)
+	}
+	if got := Ended(fresh, e, now); got.Outcome != api.OutcomeCancelled || got.RunAttempts() != 0 {
+		t.Fatalf("a fresh item cancelled before its call: %s, %d attempts, want cancelled, 0", got.Outcome, got.RunAttempts())
+	}
+	retried := Start(ItemState{Key: "k", Run: 1, Outcome: api.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, Retry: true}, 1, now)
+	if got := Ended(retried, e, now); got.RunAttempts() != 1 {
+		t.Fatalf("a retried item cancelled before its second call: %d attempts, want its first", got.RunAttempts())
 	}
 }

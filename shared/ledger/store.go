@@ -312,12 +312,13 @@ type Record struct {
 	// Spent is what every attempt of Run has spent, this one included
 	// (Record, Release); stored with the run number when not empty.
 	Spent pipeline.Cost
-	// FirstAttempt and ThrottledSince (Release) are the item's first
-	// counted attempt of the run and the start of its streak of throttled
-	// attempts, written as given: a throttled attempt moves FirstAttempt
-	// past itself (ledger.Ended), so it does not count toward max attempts;
-	// a zero ThrottledSince ends a streak. FirstAttempt 0 leaves the
-	// stored one.
+	// FirstAttempt (Record, Release) and ThrottledSince (Release) are the
+	// item's first counted attempt of the run and the start of its streak
+	// of throttled attempts, written as given: a throttled attempt, or one
+	// a stop ended before its call, moves FirstAttempt past itself
+	// (ledger.Ended), so it does not count (toward max attempts, or in the
+	// results' attempts); a zero ThrottledSince ends a streak.
+	// FirstAttempt 0 leaves the stored one.
 	FirstAttempt   int
 	ThrottledSince time.Time
 	// Effects are the writes the pipeline staged during this attempt

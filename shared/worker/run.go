@@ -115,8 +115,16 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin {
 				return // not started: given back below
 			}
+			// The row as it is now: a stop recorded since the message was
+			// taken cancels the call, a pause gives the item back (the
+			// next delivery waits it out), except a paused batch's probe.
+			cur := w.beforeCall(ctx, inv, b)
+			if cur.Stop == "" && cur.Pause != nil && !m.probe {
+				return // not started: given back below
+			}
 			r.started = true
-			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, cur.Stop, u, h, r, p, refusal, headers, options, inv.margin)
+			w.afterCall(inv, b.ID, r.took)
 		}()
 	}
 	wg.Wait()
@@ -280,11 +288,11 @@ func (w *Worker) resend(ctx context.Context, m *unitMessage, wait time.Duration)
 // deadline, its output stored, Conclude again; a success with staged
 // writes is committed on its own (the unit's write with the effects).
 // It leaves the item's ending in r.
-func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, u unit, h *hold, r *itemRun,
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, stop api.Status, u unit, h *hold, r *itemRun,
 	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
 	s, was := h.items[r.j], h.was[r.j]
 	a := ledger.Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
-		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Refusal: refusal,
+		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Stop: stop, Refusal: refusal,
 		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}
 	if h.probe && b.Pause != nil {
 		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)

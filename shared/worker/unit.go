@@ -206,12 +206,12 @@ func (u *itemUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWr
 	}
 	s := items[0].Item
 	r := u.record(s.UpdatedAt)
-	r.Attempt, r.Error, r.Reason, r.Cost, r.Effects = h.attempt, s.Error, s.Reason, s.Cost, effects
+	r.Attempt, r.Error, r.Reason, r.Cost, r.Effects, r.FirstAttempt = h.attempt, s.Error, s.Reason, s.Cost, effects, s.FirstAttempt
 	if s.SpentRun == u.b.Run {
 		r.Spent = s.Spent
 	}
 	if !s.Outcome.Terminal() {
-		r.FirstAttempt, r.ThrottledSince = s.FirstAttempt, s.ThrottledSince
+		r.ThrottledSince = s.ThrottledSince
 		return u.w.Store.Release(ctx, r)
 	}
 	r.Outcome, r.Output, r.OutputRef = s.Outcome, s.Output, s.OutputRef

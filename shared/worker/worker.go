@@ -72,6 +72,10 @@ type Worker struct {
 	// Concurrency is how many messages of one batch of deliveries run at
 	// once. Default 10 (the SQS batch size).
 	Concurrency int
+	// StopCheck is how old the batch row a call starts under may be: 0
+	// means the constant StopCheck; a negative value makes every call
+	// read the row (tests on a clock that does not move).
+	StopCheck time.Duration
 	// ItemConcurrency is how many items run their pipeline at once in one
 	// invocation, across all its messages: with items_per_message K > 1 a
 	// message holds K items, and they share these with the other
@@ -168,7 +172,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	if items <= 0 {
 		items = DefaultItemConcurrency
 	}
-	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin}
+	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin, checks: &runChecks{}, start: w.Clock.Now()}
 	var (
 		mu     sync.Mutex
 		failed = []string{}
@@ -208,6 +212,8 @@ type invocation struct {
 	batches *batchCache
 	items   chan struct{}
 	margin  time.Duration
+	checks  *runChecks // the rows calls start under (beforeCall)
+	start   time.Time  // when the invocation read its batch rows
 }
 
 type batchEntry struct {

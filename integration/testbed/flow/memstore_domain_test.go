@@ -600,15 +600,23 @@ func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
 	}
 }
 
-// The stop line and the census agree: items already in flight when the
-// threshold stop is marked finish after it, and the report says how many
-// (and how many of them failed), so "1 failure" at the stop and 4 failed
-// in the census are explained: 3 items in flight failed after the stop.
+// The stop line and the census agree: items already in flight (their
+// calls started) when the threshold stop is marked finish after it, and
+// the report says how many (and how many of them failed), so "1 failure"
+// at the stop and 4 failed in the census are explained: 3 items in flight
+// failed after the stop.
 func TestMemStopCountsItemsInFlight(t *testing.T) {
 	ctx := context.Background()
 	var r *rig
+	var started atomic.Int64
 	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key != api.PositionalKey(0) {
+		if req.Key == api.PositionalKey(0) {
+			// The first failure comes once the other three calls started.
+			for deadline := time.Now().Add(5 * time.Second); started.Load() < 3 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		} else {
+			started.Add(1)
 			// In flight while the first failure stops the run.
 			deadline := time.Now().Add(5 * time.Second)
 			for time.Now().Before(deadline) {

@@ -840,3 +840,66 @@ func TestInFlightListingAtEveryK(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelStopsTakenItems guards "cancel stops the work" at every K: a
+// cancel recorded while the worker holds taken messages (item messages
+// of one message batch, or the rest of a pack) lets no pipeline call
+// start after it; the items not called end cancelled, their attempt not
+// counted, and a resume runs exactly them, once each. The worker reads
+// the batch row before every call here (StopCheck -1, items one at a
+// time).
+func TestCancelStopsTakenItems(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var r *rig
+			var calls, afterCancel atomic.Int64
+			var cancelled atomic.Bool
+			r = newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if cancelled.Load() {
+					afterCancel.Add(1)
+				}
+				if calls.Add(1) == 3 {
+					if _, err := r.ctl.Cancel(ctx, "cx"); err != nil {
+						t.Error(err)
+					}
+					cancelled.Store(true)
+				}
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			r.worker.ItemConcurrency, r.worker.StopCheck = 1, -1
+			r.sub.ChunkItems = 30
+			submitK(t, r, "cx", k, 30, nil)
+			r.drain(t, ctx, 1)
+			if calls.Load() != 3 || afterCancel.Load() != 0 {
+				t.Fatalf("%d calls, %d of them after the cancel; want 3, none after", calls.Load(), afterCancel.Load())
+			}
+			res, err := r.fin.Finalize(ctx, "cx", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := res.Report.Census
+			if res.Report.Status != api.StatusCancelled || c.Succeeded != 3 || c.Cancelled != 27 {
+				t.Fatalf("status %s, census %+v; want cancelled, 3 succeeded, 27 cancelled", res.Report.Status, c)
+			}
+			for _, l := range resultLines(t, r, "cx", 1, api.OutcomeCancelled) {
+				if l.RunAttempts != 0 || l.Reason != api.ReasonCancel {
+					t.Fatalf("cancelled line %+v: want 0 attempts, reason cancel", l)
+				}
+			}
+			r.clock.T = r.clock.T.Add(time.Minute)
+			if _, err := r.sub.Resume(ctx, "cx"); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			if res, err := r.fin.Finalize(ctx, "cx", 2); err != nil || res.Report.Census.Succeeded != 30 {
+				t.Fatalf("resume: %+v, %v; want 30 succeeded", res.Report.Census, err)
+			}
+			for i := range 30 {
+				if n := r.callsOf(api.PositionalKey(int64(i))); n != 1 {
+					t.Errorf("%s: %d calls over both runs, want 1", api.PositionalKey(int64(i)), n)
+				}
+			}
+		})
+	}
+}

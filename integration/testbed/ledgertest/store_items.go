@@ -145,6 +145,9 @@ func (s *Store) Record(_ context.Context, r ledger.Record) error {
 		return conflictf("record %s/%s attempt %d", r.BatchID, r.Key, r.Attempt)
 	}
 	setOutcome(cur, r)
+	if r.FirstAttempt > 0 {
+		cur.s.FirstAttempt = r.FirstAttempt
+	}
 	return nil
 }
 

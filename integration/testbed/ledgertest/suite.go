@@ -276,6 +276,24 @@ var cases = []suiteCase{
 		check(t, "attempts of run 2", it.RunAttempts, 1)
 		check(t, "no streak in run 2", it.ThrottledSince.IsZero(), true)
 	}},
+	{"RecordOfAnUnrunAttemptCountsNone", func(t *testing.T, s ledger.Store) {
+		// An attempt a stop ended before its call is recorded cancelled
+		// with FirstAttempt moved past it (ledger.Ended): the run counts
+		// no attempt of the item; a Record sent again is the same write.
+		b := create(t, s, newBatch("b1"))
+		it := reserve(t, s, res(b, "k1", 1, T0))
+		r := rec(b, "k1", 1, it.Attempt, api.OutcomeCancelled, T0.Add(time.Second))
+		r.Reason, r.Error, r.FirstAttempt = api.ReasonCancel, "the run was cancelled before this item's call started", it.Attempt+1
+		for range 2 {
+			if err := s.Record(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stored := mustGet(t, s, b, "k1")
+		check(t, "outcome", stored.Outcome, api.OutcomeCancelled)
+		check(t, "run attempts", stored.RunAttempts, 0)
+		check(t, "attempt (the fence)", stored.Attempt, it.Attempt)
+	}},
 	{"RecordIsFenced", func(t *testing.T, s ledger.Store) {
 		b := create(t, s, newBatch("b1"))
 		isConflict(t, "record without a row", s.Record(ctx, rec(b, "k1", 1, 1, api.OutcomeSucceeded, T0)))
