@@ -23,10 +23,10 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/logging"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/meter"
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/event"
-	"github.com/bulkrun/bulkrun/internal/meter"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
