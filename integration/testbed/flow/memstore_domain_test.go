@@ -607,16 +607,24 @@ func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
 func TestMemStopCountsItemsInFlight(t *testing.T) {
 	ctx := context.Background()
 	var r *rig
+	var started atomic.Int32 // items 1 to 3 whose pipeline runs: reserved
 	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-		if req.Key != api.PositionalKey(0) {
-			// In flight while the first failure stops the run.
-			deadline := time.Now().Add(5 * time.Second)
-			for time.Now().Before(deadline) {
-				if b, _ := r.store.GetBatch(ctx, "fl"); b.Stop != "" {
-					break
-				}
+		deadline := time.Now().Add(5 * time.Second)
+		if req.Key == api.PositionalKey(0) {
+			// The first failure, once the three others are in flight (on
+			// a loaded machine the other invocation may start late).
+			for started.Load() < 3 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
+			return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+		}
+		// In flight while the first failure stops the run.
+		started.Add(1)
+		for time.Now().Before(deadline) {
+			if b, _ := r.store.GetBatch(ctx, "fl"); b.Stop != "" {
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
 		return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
 	})
