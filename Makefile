@@ -119,7 +119,7 @@ $(CDK): tools/cdk/package.json tools/cdk/package-lock.json
 	cd tools/cdk && npm ci --no-audit --no-fund
 	touch $@
 
-# The IAM-checked lane's evaluator (internal/iamlane), pinned in
+# The IAM-checked lane's evaluator (integration/testbed/iamlane), pinned in
 # tools/iam/package.json with its lock file.
 $(IAM_LANE): tools/iam/package.json tools/iam/package-lock.json
 	cd tools/iam && npm ci --no-audit --no-fund
@@ -180,9 +180,9 @@ lambda-function: $(EMULATOR_DEP)
 # demo's calls are checked too: the lane's record is cleared first and
 # printed after, and any denial fails the target.
 demo: deploy
-	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL) -iam-reset > /dev/null || true; fi
+	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./integration/testbed/cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL) -iam-reset > /dev/null || true; fi
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output
-	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
+	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./integration/testbed/cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
 # lint checks gofmt on every tracked Go file, vets, runs staticcheck, and
 # synthesizes the default, all-options and embed templates and
@@ -213,8 +213,8 @@ integration: CDK_CONTEXT += $(TEST_RETRY)
 # the functions, and tests that drain their queue within a deadline
 # fail). The suite takes ≈ 7 minutes on a 2-vCPU machine.
 integration: deploy
-	$(GO) test -tags integration -count=1 -timeout 15m -parallel 16 ./integration/... ./internal/formats/...
-	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
+	$(GO) test -tags integration -count=1 -timeout 15m -parallel 16 ./integration/...
+	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./integration/testbed/cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
 test: lint unit integration soak-short
 
@@ -271,7 +271,7 @@ BENCH_ITEMS ?= 2000
 # failures beside their clean runs, and writes build/bench/cost.json.
 BENCH_ONLY ?=
 bench: tools $(EMULATOR_DEP)
-	$(GO) run ./internal/bench/cmd -items $(BENCH_ITEMS) -only '$(BENCH_ONLY)' -out build/bench/cost.json
+	$(GO) run ./integration/testbed/cmd/bench -items $(BENCH_ITEMS) -only '$(BENCH_ONLY)' -out build/bench/cost.json
 
 # BENCHTIME: go test's -benchtime (CI: 1x, every benchmark once).
 BENCHTIME ?= 1s

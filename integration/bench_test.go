@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/internal/bench"
+	"github.com/bulkrun/bulkrun/integration/testbed/bench"
 )
 
 // Budgets of TestCostUnitsPerItem: the ledger's cost targets

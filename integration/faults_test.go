@@ -24,8 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/function"
@@ -34,7 +34,8 @@ import (
 )
 
 // Faults in the integration suite. The emulator never throttles, fails or
-// drops a connection, so the suite puts internal/faultproxy in between:
+// drops a connection, so the suite puts integration/testbed/faultproxy in
+// between:
 //
 //   - in-process harness: faultProxy (worker_faults_test.go) starts a
 //     proxy in this process in front of AWS_ENDPOINT_URL and returns a

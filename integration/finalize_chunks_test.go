@@ -15,13 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/source"
-
-	"github.com/bulkrun/bulkrun/internal/peak"
+	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // killBlobs wraps the harness bucket and "kills" the finalize call in

@@ -18,15 +18,15 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/internal/iamlane"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/iamlane"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
-// The IAM-checked lane (internal/iamlane; localstack/README.md, "The
-// IAM-checked lane"). When the emulator runs behind the proxy with
+// The IAM-checked lane (integration/testbed/iamlane; localstack/README.md,
+// "The IAM-checked lane"). When the emulator runs behind the proxy with
 // BULKRUN_IAM_LANE=1, every call of a bulkrun function — deployed, or run
 // in this process by the harness — is evaluated against the function's
 // deployed role. The suite tells the lane which test each batch id belongs

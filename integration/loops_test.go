@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -29,8 +29,8 @@ import (
 // AWS is unavailable. On AWS, past about 16 invocations of one chain
 // Lambda stops the next one and the message goes to the dead-letter queue.
 // The IAM lane counts the chain as Lambda does and stops it the same way
-// (internal/iamlane, rules.go), so these tests fail on a stack whose item
-// function would be stopped.
+// (integration/testbed/iamlane, rules.go), so these tests fail on a stack
+// whose item function would be stopped.
 
 // requireLane skips (fails under CI=true) without the lane: the emulator
 // alone has no loop detection, so the tests would prove nothing.

@@ -20,9 +20,10 @@
 #   BULKRUN_EMULATOR_PORT   port to serve on; default 4566.
 #   BULKRUN_EMULATOR_START_TIMEOUT_SECONDS
 #                           how long start waits for health; default 60.
-#   BULKRUN_FAULT_PROXY     1: put the fault-injecting proxy (cmd/faultproxy)
-#                           on the port and MiniStack behind it on the inner
-#                           port; MiniStack hands the proxy's URL to every
+#   BULKRUN_FAULT_PROXY     1: put the fault-injecting proxy
+#                           (integration/testbed/cmd/faultproxy) on the port
+#                           and MiniStack behind it on the inner port;
+#                           MiniStack hands the proxy's URL to every
 #                           function, so their AWS calls go through it too.
 #                           Rules: POST /_faults on the port. Default 0.
 #   BULKRUN_EMULATOR_INNER_PORT
@@ -32,8 +33,8 @@
 #                           every call of a bulkrun function against its role
 #                           as the stack BULKRUN_IAM_STACK (default bulkrun)
 #                           deployed it, and answers AccessDenied where AWS
-#                           would (internal/iamlane; tools/iam must be
-#                           installed: make tools). Report: GET /_iam on the
+#                           would (integration/testbed/iamlane; tools/iam
+#                           must be installed: make tools). Report: GET /_iam on the
 #                           port. BULKRUN_IAM_AUDIT=1 records denials only.
 #                           Default 0.
 #   BULKRUN_SQS_DELIVERY    how standard queues choose the messages of a
@@ -159,13 +160,14 @@ cmd_install() {
   log "ministack $have installed"
 }
 
-# start_proxy builds cmd/faultproxy and starts it on the port, in front of
-# MiniStack on the inner port (which comes up after it).
+# start_proxy builds integration/testbed/cmd/faultproxy and starts it on
+# the port, in front of MiniStack on the inner port (which comes up after
+# it).
 start_proxy() {
   local inner="http://127.0.0.1:$inner_port" ppid
   (exec 3<>"/dev/tcp/127.0.0.1/$inner_port") 2>/dev/null &&
     die "inner port $inner_port is taken; set BULKRUN_EMULATOR_INNER_PORT"
-  (cd "$repo_root" && go build -o "$proxy_bin" ./cmd/faultproxy) || die "cannot build cmd/faultproxy"
+  (cd "$repo_root" && go build -o "$proxy_bin" ./integration/testbed/cmd/faultproxy) || die "cannot build integration/testbed/cmd/faultproxy"
   [[ -f "$proxy_log" ]] && mv -f "$proxy_log" "$proxy_log.prev"
   local lane=()
   if [[ "$iam_lane" == 1 ]]; then

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,17 +11,26 @@ import (
 // from this directory, in the module).
 func goListDeps(t *testing.T, patterns ...string) []string {
 	t.Helper()
+	return goListDepsIn(t, ".", patterns...)
+}
+
+// goListDepsIn returns the packages `go list -deps args...` lists, run
+// from dir (in dir's module).
+func goListDepsIn(t *testing.T, dir string, args ...string) []string {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("go tool not found: %v", err)
 	}
-	out, err := exec.Command(goBin, append([]string{"list", "-deps"}, patterns...)...).Output()
+	cmd := exec.Command(goBin, append([]string{"list", "-deps"}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = string(ee.Stderr)
 		}
-		t.Fatalf("go list -deps %v: %v\n%s", patterns, err, stderr)
+		t.Fatalf("go list -deps %v (in %s): %v\n%s", args, dir, err, stderr)
 	}
 	return strings.Fields(string(out))
 }
@@ -86,5 +96,28 @@ func TestContractNoHTTPTestInProduction(t *testing.T) {
 	deps := goListDeps(t, "github.com/bulkrun/bulkrun/functions/...", "github.com/bulkrun/bulkrun/cmd/...", "github.com/bulkrun/bulkrun/shared/...")
 	if hit := forbidden(deps, "net/http/httptest"); len(hit) > 0 {
 		t.Errorf("production code depends on %v", hit)
+	}
+}
+
+// TestContractFunctionsLinkNoTestBed guards the test bed's place beside
+// the product: no Lambda binary links a package of integration/testbed
+// (the in-memory store, the fault proxy, the IAM-checked lane, the meter,
+// the bench) — neither bulkrun's functions nor a team's build of submit
+// and item, here the example team's runner (examples/embed, a module of
+// its own), each listed as `make functions` builds it (tag lambda.norpc).
+func TestContractFunctionsLinkNoTestBed(t *testing.T) {
+	binaries := []struct{ dir, pattern string }{
+		{".", "github.com/bulkrun/bulkrun/functions/..."},
+		{filepath.Join("..", "..", "examples", "embed"), "./runner"},
+	}
+	for _, bin := range binaries {
+		deps := goListDepsIn(t, bin.dir, "-tags", "lambda.norpc", bin.pattern)
+		if hit := forbidden(deps, "github.com/bulkrun/bulkrun/integration/testbed"); len(hit) > 0 {
+			t.Errorf("go list -deps %s links the test bed:\n%s", bin.pattern, strings.Join(hit, "\n"))
+		}
+		// The check must see the binary's real dependencies.
+		if len(forbidden(deps, "github.com/bulkrun/bulkrun/shared/function")) == 0 {
+			t.Errorf("go list -deps %s does not list shared/function; deps: %d packages", bin.pattern, len(deps))
+		}
 	}
 }

@@ -422,7 +422,7 @@ var DefaultEmulatorLambdaFunctions = []string{"bulkrun-example-python"}
 // TargetEmulator when empty: a table name the integration suite's staged
 // effects stand in for. The IAM-checked lane evaluates the harness's
 // staged writes against the statement the item function's role gets for
-// it, with the test's own table in its place (internal/iamlane).
+// it, with the test's own table in its place (integration/testbed/iamlane).
 var DefaultEmulatorEffectTables = []string{"bulkrun-it-effects"}
 
 // DefaultEmulatorWebhookAllow is RunnerProps.WebhookAllow on TargetEmulator

@@ -19,7 +19,7 @@ import (
 // WriteUnits and ReadUnits are request units of the table and its indexes
 // together; Indexes holds each index's part (write and read together).
 // On AWS these are the billed figures; the emulator sizes them only
-// roughly (see internal/meter for a client-side meter).
+// roughly (see integration/testbed/meter for a client-side meter).
 type Capacity struct {
 	WriteUnits, ReadUnits float64
 	Indexes               map[string]float64

@@ -14,14 +14,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bulkrun/bulkrun/internal/dynjson"
+	"github.com/bulkrun/bulkrun/integration/testbed/dynjson"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // goldenDir is where the golden formats of version v live.
 func goldenDir(v int) string {
-	return filepath.Join("..", "..", "internal", "formats", "testdata", fmt.Sprintf("v%d", v))
+	return filepath.Join("..", "..", "integration", "testbed", "formats", "testdata", fmt.Sprintf("v%d", v))
 }
 
 func readGoldenRow(t *testing.T, v int, name string) map[string]types.AttributeValue {
@@ -56,7 +56,7 @@ func tags(v any, extra ...string) map[string]bool {
 }
 
 // TestGoldenRows guards the ledger row formats of every version: each
-// golden row (internal/formats/testdata: an item row in each state, a
+// golden row (integration/testbed/formats/testdata: an item row in each state, a
 // pack row, an attention row, the batch row, a chunk counter of versions
 // 0 and 1, a counter lane of version 2; from version 2 also the run row,
 // a rerun count mark, a corrected item row and pack row and a batch row

@@ -210,7 +210,7 @@ const (
 // clients: AppID("item") is "bulkrun-item". The SDK writes it into each
 // request's User-Agent as "app/bulkrun-item" (and AWS into CloudTrail's
 // userAgent field), which tells whose code made a call: the IAM-checked
-// lane (internal/iamlane) attributes calls by it.
+// lane (integration/testbed/iamlane) attributes calls by it.
 const AppIDPrefix = "bulkrun-"
 
 // AppID returns the AWS SDK application id of function ("submit", "item",

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
-	"github.com/bulkrun/bulkrun/internal/peak"
+	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )

@@ -27,7 +27,7 @@ import (
 // would take for a resume's). Code meeting a version
 // above its own leaves the message on the queue and refuses the row
 // (docs/operations.md, "Upgrading with batches in flight"); golden files
-// pin every version's shapes (internal/formats/testdata).
+// pin every version's shapes (integration/testbed/formats/testdata).
 const FormatVersion = 2
 
 // NewerFormatError is a message or row of a format version above

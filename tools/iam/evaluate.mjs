@@ -1,4 +1,4 @@
-// The IAM-checked lane's policy evaluator (internal/iamlane starts it):
+// The IAM-checked lane's policy evaluator (integration/testbed/iamlane starts it):
 // one JSON object per line on stdin, one answer per line on stdout.
 //
 //   {"op": "policies", "set": "S", "identity": [{"name": n, "policy": doc}, …],

@@ -600,31 +600,31 @@ func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
 	}
 }
 
-// The stop line and the census agree: items already in flight (their
-// calls started) when the threshold stop is marked finish after it, and
-// the report says how many (and how many of them failed), so "1 failure"
-// at the stop and 4 failed in the census are explained: 3 items in flight
-// failed after the stop.
+// The stop line and the census agree: items already in flight when the
+// threshold stop is marked finish after it, and the report says how many
+// (and how many of them failed), so "1 failure" at the stop and 4 failed
+// in the census are explained: 3 items in flight failed after the stop.
 func TestMemStopCountsItemsInFlight(t *testing.T) {
 	ctx := context.Background()
 	var r *rig
-	var started atomic.Int64
+	var started atomic.Int32 // items 1 to 3 whose pipeline runs: reserved
 	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		deadline := time.Now().Add(5 * time.Second)
 		if req.Key == api.PositionalKey(0) {
-			// The first failure comes once the other three calls started.
-			for deadline := time.Now().Add(5 * time.Second); started.Load() < 3 && time.Now().Before(deadline); {
+			// The first failure, once the three others are in flight (on
+			// a loaded machine the other invocation may start late).
+			for started.Load() < 3 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-		} else {
-			started.Add(1)
-			// In flight while the first failure stops the run.
-			deadline := time.Now().Add(5 * time.Second)
-			for time.Now().Before(deadline) {
-				if b, _ := r.store.GetBatch(ctx, "fl"); b.Stop != "" {
-					break
-				}
-				time.Sleep(time.Millisecond)
+			return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
+		}
+		// In flight while the first failure stops the run.
+		started.Add(1)
+		for time.Now().Before(deadline) {
+			if b, _ := r.store.GetBatch(ctx, "fl"); b.Stop != "" {
+				break
 			}
+			time.Sleep(time.Millisecond)
 		}
 		return pipeline.Result{}, pipeline.Permanent(errors.New("no"))
 	})

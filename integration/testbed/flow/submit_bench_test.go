@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
-	"github.com/bulkrun/bulkrun/internal/peak"
+	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/submit"

@@ -36,8 +36,13 @@ type Evaluator struct {
 }
 
 // StartEvaluator starts `node evaluate.mjs` in dir (tools/iam, with its
-// node_modules installed: `npm ci`).
+// node_modules installed: `npm ci`). A relative dir is taken from the
+// working directory.
 func StartEvaluator(dir string) (*Evaluator, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("iamlane: the evaluator's folder: %w", err)
+	}
 	script := filepath.Join(dir, "evaluate.mjs")
 	cmd := exec.Command("node", script)
 	cmd.Dir = dir

@@ -21,7 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 
-	"github.com/bulkrun/bulkrun/internal/bench"
+	"github.com/bulkrun/bulkrun/integration/testbed/bench"
 	"github.com/bulkrun/bulkrun/shared/function"
 )
 

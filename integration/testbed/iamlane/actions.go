@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 )
 
 // Need is one authorization a request needs: an IAM action on a resource

@@ -13,8 +13,8 @@ import (
 const GatePath = "/_iam"
 
 // A Gate decides whether a call may reach the emulator at all, before the
-// fault rules: the IAM-checked lane (internal/iamlane) is one. A Proxy
-// without a gate lets every call through.
+// fault rules: the IAM-checked lane (integration/testbed/iamlane) is one.
+// A Proxy without a gate lets every call through.
 type Gate interface {
 	// Admit returns nil to let the call on, or the refusal AWS would
 	// answer it with. body is the buffered request body (nil for S3

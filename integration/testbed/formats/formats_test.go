@@ -9,7 +9,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/internal/formats"
+	"github.com/bulkrun/bulkrun/integration/testbed/formats"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 

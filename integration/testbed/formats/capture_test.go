@@ -9,8 +9,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/formats"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
-	"github.com/bulkrun/bulkrun/internal/formats"
 	"github.com/bulkrun/bulkrun/shared/function"
 )
 
@@ -18,7 +18,7 @@ import (
 // (a folder; the test does nothing without it), from the scenario run on
 // the emulator in AWS_ENDPOINT_URL:
 //
-//	BULKRUN_CAPTURE_FORMATS=$PWD/internal/formats/testdata/vN go test -run TestCapture ./internal/formats/
+//	BULKRUN_CAPTURE_FORMATS=$PWD/integration/testbed/formats/testdata/vN go test -run TestCapture ./integration/testbed/formats/
 func TestCapture(t *testing.T) {
 	dir := os.Getenv("BULKRUN_CAPTURE_FORMATS")
 	if dir == "" {

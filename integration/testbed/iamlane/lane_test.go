@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 )
 
 // tableRow renders a rule as its row in docs/design/faults.md.
@@ -23,7 +23,7 @@ func tableRow(r Rule) string {
 // TestRulesTableInDocs keeps the table of docs/design/faults.md ("The
 // IAM-checked lane") equal to Rules and NotFoundRule, row for row.
 func TestRulesTableInDocs(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "design", "faults.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "design", "faults.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestGlobMatch(t *testing.T) {
 }
 
 // evaluatorDir is tools/iam, where `make tools` installs the evaluator.
-var evaluatorDir = filepath.Join("..", "..", "tools", "iam")
+var evaluatorDir = filepath.Join("..", "..", "..", "tools", "iam")
 
 // TestEvaluatorDecides runs the pinned evaluator: an action the role
 // grants is allowed, one it does not is implicitly denied, and the

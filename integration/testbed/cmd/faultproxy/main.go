@@ -1,12 +1,12 @@
 // Command faultproxy runs bulkrun's fault-injecting proxy
-// (internal/faultproxy) in front of an AWS emulator:
+// (integration/testbed/faultproxy) in front of an AWS emulator:
 //
 //	faultproxy -listen 127.0.0.1:4566 -upstream http://127.0.0.1:14566 [-config faults.json] [-v]
 //	           [-iam-lane tools/iam [-iam-stack bulkrun] [-iam-audit]]
 //	faultproxy -iam-report http://localhost:4566 [-iam-reset]
 //
-// -iam-lane puts the IAM-checked lane (internal/iamlane) in front of the
-// rules: every call of a bulkrun function is evaluated against its role as
+// -iam-lane puts the IAM-checked lane (integration/testbed/iamlane) in
+// front of the rules: every call of a bulkrun function is evaluated against its role as
 // the stack -iam-stack deployed it, by the evaluator in that folder
 // (tools/iam, `npm ci` there first); a denied call is answered AccessDenied
 // (recorded only, with -iam-audit). GET /_iam reports the denials.
@@ -40,8 +40,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
-	"github.com/bulkrun/bulkrun/internal/iamlane"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/iamlane"
 )
 
 func main() {

@@ -1,14 +1,15 @@
 // Package bench measures what a clean bulkrun run costs: it runs submit,
 // the item function and finalize in this process against their real
 // storage on the emulator (its own table, bucket and queue), meters every
-// request with internal/meter, and prices the figures per 10^6 items at
-// us-east-1 on-demand prices next to Step Functions Distributed Map. It
-// also computes the partition table: the busiest partition key's write
-// units per second of the table and each index, at 10,000 items/s, from the
-// real shard derivation (shared/ledger ListShards, CounterShards, Shard).
+// request with integration/testbed/meter, and prices the figures per 10^6
+// items at us-east-1 on-demand prices next to Step Functions Distributed
+// Map. It also computes the partition table: the busiest partition key's
+// write units per second of the table and each index, at 10,000 items/s,
+// from the real shard derivation (shared/ledger ListShards, CounterShards,
+// Shard).
 //
-// `make bench` runs it (internal/bench/cmd); the echo pipeline it registers
-// lives only in this package, so production cannot run it.
+// `make bench` runs it (integration/testbed/cmd/bench); the echo pipeline
+// it registers lives only in this package, so production cannot run it.
 package bench
 
 // Prices, us-east-1, USD. Sources:

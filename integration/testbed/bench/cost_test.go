@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/internal/meter"
+	"github.com/bulkrun/bulkrun/integration/testbed/meter"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }

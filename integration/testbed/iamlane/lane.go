@@ -64,7 +64,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 

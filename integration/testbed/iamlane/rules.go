@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bulkrun/bulkrun/internal/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 )
 
 // AWS rules the emulator does not apply, which the lane applies to every
