@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"os"
 	"runtime"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // killBlobs wraps the harness bucket and "kills" the finalize call in

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pyfunc"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // exampleFunction is the Python example's function name: the emulator

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/submit"
 )
 
