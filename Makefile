@@ -1,7 +1,7 @@
 # bulkrun — build, deploy onto the local emulator, demo and tests.
 #
 #   make demo   start the emulator, build, deploy the CDK stack, run a real batch
-#   make test   lint (go vet, staticcheck), unit tests, then the integration suite on the emulator
+#   make test   lint (golangci-lint, template linters), unit tests, then the integration suite on the emulator
 #               (the web console in headless Chromium among it; make console-test: that alone),
 #               then the short soak (make soak-short; the emulator behind the fault proxy)
 #   make bench  cost per 10^6 items, metered on the emulator, both delivery orders
@@ -55,8 +55,9 @@ BOOTSTRAP_ENV :=
 endif
 
 CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
-# staticcheck, pinned; `go run pkg@version` fetches and caches it.
-STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# golangci-lint, pinned; `go run pkg@version` fetches, builds and caches
+# it. Its configuration, the import rules among it: .golangci.yml.
+GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 # Extra CDK context for synth and deploy, e.g. CDK_CONTEXT='-c itemTimeout=30s'.
 CDK_CONTEXT ?=
 # PIPELINES=a,b narrows the pipelines submit accepts to some of the
@@ -101,15 +102,20 @@ endif
 # does not descend into a nested module).
 MODULES := examples/embed
 
-.PHONY: all tools emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short bench bench-go clean lambda-function
+.PHONY: all tools golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short bench bench-go clean lambda-function
 
 all: functions
 
 IAM_LANE := tools/iam/node_modules/@cloud-copilot/iam-simulate/package.json
 LINTERS  := tools/lint/.venv/bin/checkov
 
-tools: .venv/bin/ministack $(CDK) $(IAM_LANE) $(LINTERS)
+tools: .venv/bin/ministack $(CDK) $(IAM_LANE) $(LINTERS) golangci-lint
 	$(GO) mod download
+
+# golangci-lint built into Go's build cache (under `make -j tools`, beside
+# the other installs), so that make lint's `go run` starts it at once.
+golangci-lint:
+	$(GOLANGCI_LINT) version
 
 .venv/bin/ministack: localstack/requirements.txt
 	bash localstack/ministack.sh install
@@ -184,16 +190,14 @@ demo: deploy
 	$(GO) run ./examples/thumbnails -stack $(STACK) -out demo-output
 	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./integration/testbed/cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
-# lint checks gofmt on every tracked Go file, vets, runs staticcheck, and
-# synthesizes the default, all-options and embed templates and
-# runs cfn-lint (serverless rules) and checkov on each: tools/lint/lint-templates.
+# lint runs golangci-lint (.golangci.yml: the import rules, funlen,
+# go vet, staticcheck, gofmt and goimports; the integration suite's files
+# among the rest) on the root module and on $(MODULES), then synthesizes
+# the default, all-options and embed templates and runs cfn-lint
+# (serverless rules) and checkov on each: tools/lint/lint-templates.
 lint: tools functions
-	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt: not formatted: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags integration ./integration/...
-	$(STATICCHECK) ./...
-	$(STATICCHECK) -tags integration ./integration/...
-	for m in $(MODULES); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done
+	$(GOLANGCI_LINT) run ./...
+	for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...); done
 	bash tools/lint/lint-templates
 
 unit:

@@ -14,14 +14,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/shared/ledger"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/internal/pyfunc"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // exampleFunction is the Python example's function name: the emulator

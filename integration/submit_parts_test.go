@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/source"
-
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/submit"
 )
 

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/bulkrun/bulkrun/shared/wire"
 	"image"
 	_ "image/png"
 	"os"
@@ -27,6 +26,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/wire"
 
 	"github.com/bulkrun/bulkrun/shared/source"
 

@@ -1,7 +1,5 @@
 package bulkrun
 
-//lint:file-ignore SA1019 assertions.Annotations' Find* methods return cxapi.SynthesisMessage, deprecated upstream; the Go bindings have no other type for it.
-
 import (
 	"fmt"
 	"os"

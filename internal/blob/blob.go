@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/bulkrun/bulkrun/shared/source"
 	"io"
 	"io/fs"
 	"net/http"
@@ -35,6 +34,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // Part sizing of streaming writes. S3 needs parts of at least 5 MiB (but the

@@ -16,7 +16,7 @@
 // AWS Systems Manager API Reference, "GetParameter", Errors,
 // https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_GetParameter.html;
 // the common ThrottlingException of both, "Common Errors"):
-// ThrottlingException is a *pipeline.ThrottledError and, with 5xx
+// ThrottlingException is throttled (ledger.Throttled) and, with 5xx
 // (InternalServiceError, InternalServerError), timeouts and lost
 // connections, wraps ledger.ErrUnavailable (the item waits, costing no
 // attempt); everything else (ResourceNotFoundException, ParameterNotFound,
@@ -40,7 +40,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // DefaultTTL is how long a resolved value is reused: 5 minutes. A value
@@ -147,13 +147,13 @@ func ParameterName(arn string) string {
 	return rest
 }
 
-// classify marks a throttled call of service as a *pipeline.ThrottledError
-// (the SDK's own tries were spent on it); it already wraps
+// classify marks a throttled call of service as throttled (ledger.Throttled:
+// the SDK's own tries were spent on it); it already wraps
 // ledger.ErrUnavailable (awsfault.Tag), as 5xx and timeouts do.
 func classify(service string, err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" {
-		return pipeline.Throttled(service, ae.ErrorCode(), 0, err)
+		return ledger.Throttled(service, ae.ErrorCode(), err)
 	}
 	return err
 }

@@ -207,6 +207,9 @@ func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err er
 	return err
 }
 
+// finalize is Finalize without counting its failure: a run already
+// finished answers its report; otherwise the run's rows are counted
+// (countRows), its report made (report) and the run finished (finish).
 func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick bool) (FinalizeResult, error) {
 	b, err := f.Store.GetBatch(ctx, id)
 	if err != nil {
@@ -232,14 +235,33 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		}
 		return FinalizeResult{Report: rep}, err
 	}
+	cp, res, err := f.countRows(ctx, b, log, fromTick)
+	if cp == nil || err != nil {
+		return res, err
+	}
+	rep, err := f.report(ctx, b, cp)
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+	return f.finish(ctx, b, log, rep, cp.LastOutcomeAt)
+}
 
+// countRows counts the rows of b's run, in chunks across calls from its
+// checkpoint (chunk.go), and returns the checkpoint once every row is
+// counted. A call that does not end the count returns no checkpoint and
+// its answer: Continued (it wrote a chunk, or another call did), the
+// answer of a run read in parts (finalizeInParts), or the report of a
+// call that finished the run meanwhile.
+func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Logger, fromTick bool) (*checkpoint, FinalizeResult, error) {
+	id, run := b.ID, b.Run
 	cp, err := f.loadCheckpoint(ctx, id, run)
 	if err != nil {
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: checkpoint: %w", id, run, err)
+		return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: checkpoint: %w", id, run, err)
 	}
 	if cp == nil {
 		if parts := f.partsOf(b); parts > 0 {
-			return f.finalizeInParts(ctx, b, parts)
+			res, err := f.finalizeInParts(ctx, b, parts)
+			return nil, res, err
 		}
 		cp = newCheckpoint(0, f.Clock.Now())
 	} else if !cp.Done && (f.Clock.Now().Sub(cp.ChainStartedAt) > ledger.TTLGrace/2 || b.Pack() > 1 && !cp.KeyOrder) {
@@ -247,47 +269,56 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		// release that wrote its results in manifest order: start over.
 		cp = newCheckpoint(cp.Seq, f.Clock.Now())
 	}
-	if !cp.Done {
-		if fromTick && f.busy(ctx, id, run) {
-			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, api.ErrNotFinished)
-		}
-		done, err := f.scanChunk(ctx, b, cp)
-		if errors.Is(err, api.ErrConflict) {
-			// Another call wrote this checkpoint first: go on from it.
-			cp, err = f.loadCheckpoint(ctx, id, run)
-			if err == nil && cp == nil {
-				// No checkpoint left: that call may have finished the run
-				// and deleted them meanwhile; then its report is the answer.
-				if nb, gerr := f.Store.GetBatch(ctx, id); gerr == nil && nb.Run == run && nb.Status.Finished() {
-					rep, err := f.readReport(ctx, id, run)
-					return FinalizeResult{Report: rep}, err
-				}
-			}
-			if err == nil && (cp == nil || !cp.Done) {
-				return FinalizeResult{Continued: true}, nil
-			}
-			done = true
-		}
-		if err != nil {
-			return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", id, run, err)
-		}
-		if !done {
-			log.InfoContext(ctx, "finalize chunk written; the next call goes on from it", "checkpoint", cp.Seq, "rows", cp.Rows)
-			return FinalizeResult{Continued: true}, nil
-		}
+	if cp.Done {
+		return cp, FinalizeResult{}, nil
 	}
+	if fromTick && f.busy(ctx, id, run) {
+		return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, api.ErrNotFinished)
+	}
+	done, err := f.scanChunk(ctx, b, cp)
+	if errors.Is(err, api.ErrConflict) {
+		// Another call wrote this checkpoint first: go on from it.
+		cp, err = f.loadCheckpoint(ctx, id, run)
+		if err == nil && cp == nil {
+			// No checkpoint left: that call may have finished the run
+			// and deleted them meanwhile; then its report is the answer.
+			if nb, gerr := f.Store.GetBatch(ctx, id); gerr == nil && nb.Run == run && nb.Status.Finished() {
+				rep, err := f.readReport(ctx, id, run)
+				return nil, FinalizeResult{Report: rep}, err
+			}
+		}
+		if err == nil && (cp == nil || !cp.Done) {
+			return nil, FinalizeResult{Continued: true}, nil
+		}
+		done = true
+	}
+	if err != nil {
+		return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", id, run, err)
+	}
+	if !done {
+		log.InfoContext(ctx, "finalize chunk written; the next call goes on from it", "checkpoint", cp.Seq, "rows", cp.Rows)
+		return nil, FinalizeResult{Continued: true}, nil
+	}
+	return cp, FinalizeResult{}, nil
+}
+
+// report is the report of b's run from cp, the checkpoint of its counted
+// rows: the census (an item without a row is pending), the results' parts
+// (completeResults), the usage, the threshold's verdict and the status the
+// run ends in (a stop's, threshold_exceeded or completed).
+func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) (api.Report, error) {
+	id, run := b.ID, b.Run
 	census := cp.Census
 	census.Total = b.ItemCount
 	census.Pending = b.ItemCount - cp.Rows
-	lastOutcomeAt := cp.LastOutcomeAt // the finalize lag runs from here
 	results, err := f.completeResults(ctx, id, run, cp)
 	if err != nil {
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: results: %w", id, run, err)
+		return api.Report{}, fmt.Errorf("finalize %s run %d: results: %w", id, run, err)
 	}
 
 	progress, err := f.Store.Progress(ctx, id, run, max(1, b.CounterShards))
 	if err != nil {
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: usage: %w", id, run, err)
+		return api.Report{}, fmt.Errorf("finalize %s run %d: usage: %w", id, run, err)
 	}
 	now := f.Clock.Now()
 	verdict := b.Threshold.Judge(census.Failed+census.Quarantined, census.Total)
@@ -299,7 +330,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		status = api.StatusThresholdExceeded
 	}
 	bucket := f.Blobs.Bucket()
-	rep := api.Report{
+	return api.Report{
 		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail, Stop: api.StopSummaryOf(b.Batch, census),
 		NeedsAttention: census.NeedsAttention(), Census: census,
 		Threshold: b.Threshold, Verdict: verdict,
@@ -311,7 +342,17 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		RunStartedAt: b.RunStartedAt,
 		FinishedAt:   now,
 		Usage:        progress.Usage,
-	}
+	}, nil
+}
+
+// finish writes rep as the report of b's run if it is absent (a report
+// another call wrote first is kept, and answered), sets the rows' TTL,
+// moves the batch row from running to the report's status if still
+// running this run, announces the run (the call that moved it), and
+// deletes the run's checkpoints. lastOutcomeAt is when the run's last
+// outcome was written: the finalize lag runs from it.
+func (f *Finalizer) finish(ctx context.Context, b ledger.Batch, log *slog.Logger, rep api.Report, lastOutcomeAt time.Time) (FinalizeResult, error) {
+	id, run := b.ID, b.Run
 	body, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return FinalizeResult{}, err
@@ -361,6 +402,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		log.WarnContext(ctx, "delete finalize checkpoints", "error", err.Error())
 	}
 	if wrote {
+		census := rep.Census
 		log.InfoContext(ctx, "run finalized", "status", string(rep.Status), "succeeded", census.Succeeded, "failed", census.Failed,
 			"quarantined", census.Quarantined, "cancelled", census.Cancelled)
 	}

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+
 	"github.com/bulkrun/bulkrun/internal/handler"
 
 	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"

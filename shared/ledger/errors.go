@@ -51,3 +51,14 @@ func (e *EffectsError) Unwrap() error { return e.Err }
 // CutError is text cut to pipeline.MaxErrorTextBytes on a rune boundary:
 // the error text an item's row keeps.
 func CutError(text string) string { return pipeline.CutText(text, pipeline.MaxErrorTextBytes) }
+
+// Throttled wraps err, a call an AWS service refused for its rate
+// (ThrottlingException) after the SDK's own tries, as the throttled
+// failure Conclude waits on without counting an attempt: a
+// *pipeline.ThrottledError of service and code that asks for no delay of
+// its own (ThrottleDelay sets the wait). The secret references' resolver
+// (internal/secret) returns it, so that an adapter speaks the core's terms
+// and imports no pipeline package. nil stays nil.
+func Throttled(service, code string, err error) error {
+	return pipeline.Throttled(service, code, 0, err)
+}

@@ -9,8 +9,9 @@ import (
 	"io"
 	"unicode/utf8"
 
-	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // MaxLineBytes is the longest source line (or JSON array element) read:

@@ -4,8 +4,8 @@
 // standard library and the API types (shared/api, whose request, batch,
 // census, report and item types are part of the wire format) and nothing
 // else, so a client built on it links no server code and no AWS SDK
-// service client (checked by TestContractWireImportsNoServer and
-// TestContractCLILinksNoServer in cmd/bulkrun).
+// service client (checked by .golangci.yml's import rules, wire-stdlib
+// among them, and TestContractCLILinksNoServer in cmd/bulkrun).
 //
 // The shapes, by route (docs/openapi.yaml is the contract, checked against
 // the handlers by TestContractOpenAPI in shared/function; testdata holds a

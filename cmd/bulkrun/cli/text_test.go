@@ -13,10 +13,11 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/wire"
-	"github.com/shopspring/decimal"
 )
 
 // hostile are texts a pipeline or a source file can put in a key, an

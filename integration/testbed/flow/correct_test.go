@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // seen records, per key, the inputs and run ids the pipeline saw.

@@ -3,12 +3,13 @@ package flow
 import (
 	"context"
 	"errors"
+	"strings"
+	"testing"
+
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"strings"
-	"testing"
 )
 
 // reportRefused is a bucket that refuses the report's write (as S3 does a

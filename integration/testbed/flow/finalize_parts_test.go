@@ -6,15 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
-	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/finalize"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"hash/fnv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // partItems are n items whose keys (field "id") are far from their

@@ -2,10 +2,11 @@ package flow
 
 import (
 	"context"
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
-	"github.com/bulkrun/bulkrun/shared/api"
 	"strings"
 	"testing"
+
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/shared/api"
 )
 
 // raceBlobs runs `first` (another finalize call) to its end at this

@@ -6,15 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/submit"
-	"math/rand/v2"
-	"strings"
-	"sync"
-	"testing"
 )
 
 // partSteps collects the part steps a submit hands off; the test runs them
