@@ -50,6 +50,8 @@ func classify(r *http.Request, body []byte) Call {
 		c.Operation = s3Operation(r)
 	case c.Service == "lambda":
 		c.Operation = lambdaOperation(r)
+	case c.Service == "apigateway":
+		c.Operation = apigatewayOperation(r)
 	default:
 		c.Operation = r.URL.Query().Get("Action")
 		if c.Operation == "" && body != nil && isForm(r) {
@@ -94,6 +96,8 @@ func serviceOfTarget(target string) string {
 		return "sqs"
 	case strings.HasPrefix(target, "AWSEvents."):
 		return "events"
+	case strings.HasPrefix(target, "TrentService."):
+		return "kms"
 	}
 	return ""
 }
@@ -123,6 +127,10 @@ func s3Operation(r *http.Request) string {
 				return "ListObjectVersions"
 			case has("location"):
 				return "GetBucketLocation"
+			case has("encryption"):
+				return "GetBucketEncryption"
+			case has("policy"):
+				return "GetBucketPolicy"
 			case has("notification"):
 				return "GetBucketNotificationConfiguration"
 			case len(q) == 0 || has("prefix") || has("marker") || has("delimiter"):
@@ -211,6 +219,25 @@ func lambdaOperation(r *http.Request) string {
 			return "ListEventSourceMappings"
 		}
 		return "GetEventSourceMapping"
+	case parts[1] == "account-settings" && r.Method == http.MethodGet:
+		return "GetAccountSettings"
+	case parts[1] == "functions" && len(parts) == 4 && parts[3] == "concurrency" && r.Method == http.MethodGet:
+		return "GetFunctionConcurrency"
+	}
+	return ""
+}
+
+// apigatewayOperation names an API Gateway (REST APIs) request by its
+// path: the account's settings, GetAccount and UpdateAccount.
+func apigatewayOperation(r *http.Request) string {
+	if strings.Trim(r.URL.Path, "/") != "account" {
+		return ""
+	}
+	switch r.Method {
+	case http.MethodGet:
+		return "GetAccount"
+	case http.MethodPatch:
+		return "UpdateAccount"
 	}
 	return ""
 }

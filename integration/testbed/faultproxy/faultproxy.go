@@ -4,13 +4,17 @@
 // resets before or after the emulator saw the call, added latency, and
 // batch answers rewritten into partial failures (BatchWriteItem
 // UnprocessedItems, DeleteObjects per-key errors, SendMessageBatch Failed
-// entries). It exists for bulkrun's integration tests and `make soak`.
+// entries), and canned answers that stand for an account the emulator
+// cannot be (KindAnswer: no API Gateway CloudWatch role, a low Lambda
+// quota, a bucket in another Region). It exists for bulkrun's
+// integration tests and `make soak`.
 //
 // # Rules
 //
 // A [Config] holds a seed and an ordered list of [Rule]s. For each request
 // the proxy names the call ([Call]: service, operation, access key) and
-// walks the rules in order: a rule that matches the call fires with
+// walks the rules in order: a rule that matches the call (and, with
+// Rule.Path, the request's path) fires with
 // probability Rate. Latency rules add their delay and the walk goes on;
 // the first other rule that fires decides the request's fault, and the
 // walk stops. A request no rule fires on is forwarded unchanged, and so is
@@ -55,6 +59,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -98,11 +103,19 @@ const (
 	// It is ignored on S3 calls with a body other than DeleteObjects (their
 	// bodies are streamed, not kept).
 	KindDuplicate Kind = "duplicate"
+	// KindAnswer answers the call itself with Rule.Status, Rule.Headers
+	// and Rule.Body, without calling the emulator: an answer of an
+	// account the emulator cannot stand for (API Gateway's GetAccount
+	// without a CloudWatch role, Lambda's GetAccountSettings of a
+	// low-quota account, S3's GetBucketLocation of a bucket in another
+	// Region, a topic encrypted with aws/sns). The body is sent as given,
+	// in the service's wire format (JSON or XML).
+	KindAnswer Kind = "answer"
 )
 
 // Kinds lists every Kind.
 func Kinds() []Kind {
-	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate}
+	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindAnswer}
 }
 
 // Rule is one fault and the calls it applies to. JSON names in brackets.
@@ -121,6 +134,9 @@ type Rule struct {
 	// contains it. Bodies are read for every service but S3 (where only
 	// DeleteObjects bodies are), so it never matches other S3 calls.
 	Contains string `json:"contains,omitempty"`
+	// Path [path], if set, matches only requests whose URL path contains
+	// it: an S3 bucket ("/src-eu"), a Lambda function's name.
+	Path string `json:"path,omitempty"`
 	// Kind [kind] is the fault. Required.
 	Kind Kind `json:"kind"`
 	// Rate [rate] is the probability in [0, 1] that the rule fires on a
@@ -143,6 +159,14 @@ type Rule struct {
 	// Fraction [fraction] is the share of a batch's entries KindPartial
 	// fails, each independently, at least one; default 0.5.
 	Fraction float64 `json:"fraction,omitempty"`
+	// Status [status] is KindAnswer's HTTP status, 100–599; required
+	// for it.
+	Status int `json:"status,omitempty"`
+	// Headers [headers] are KindAnswer's response headers (Content-Type
+	// among them: default application/json); each a single value.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body [body] is KindAnswer's response body, sent as given.
+	Body string `json:"body,omitempty"`
 }
 
 // Millis is a duration written in JSON as a number of milliseconds.
@@ -174,7 +198,7 @@ func (c Config) Validate() error {
 	for i, r := range c.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
 		switch r.Kind {
-		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate:
+		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindAnswer:
 		case "":
 			return fmt.Errorf("%s.kind: missing (one of %v)", at, Kinds())
 		default:
@@ -215,6 +239,12 @@ func (c Config) Validate() error {
 		} else if r.Fraction != 0 || r.SenderFault || r.Message != "" {
 			return fmt.Errorf("%s: fraction, sender_fault and message are only for kind partial", at)
 		}
+		if r.Kind == KindAnswer && (r.Status < 100 || r.Status > 599) {
+			return fmt.Errorf("%s.status: answer needs an HTTP status in [100, 599], got %d", at, r.Status)
+		}
+		if r.Kind != KindAnswer && (r.Status != 0 || r.Headers != nil || r.Body != "") {
+			return fmt.Errorf("%s: status, headers and body are only for kind answer", at)
+		}
 	}
 	return nil
 }
@@ -251,6 +281,12 @@ func (r Rule) matches(c Call, body []byte) bool {
 		return false
 	}
 	return true
+}
+
+// matchesPath says whether the rule's Path (if any) is in the request's
+// URL path.
+func (r Rule) matchesPath(path string) bool {
+	return r.Path == "" || strings.Contains(path, r.Path)
 }
 
 // Status is what GET /_faults answers.
@@ -389,7 +425,7 @@ func unit(seed int64, rule int, call string, n uint64, entry int) float64 {
 	return float64(x>>11) / (1 << 53)
 }
 
-func (p *Proxy) decide(c Call, body []byte, kept bool) decision {
+func (p *Proxy) decide(c Call, path string, body []byte, kept bool) decision {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.requests++
@@ -398,7 +434,7 @@ func (p *Proxy) decide(c Call, body []byte, kept bool) decision {
 	p.seq[key] = n + 1
 	d := decision{call: c, n: n, seed: p.cfg.Seed}
 	for i, r := range p.cfg.Rules {
-		if !r.matches(c, body) || (r.Max > 0 && p.fired[i] >= int64(r.Max)) {
+		if !r.matches(c, body) || !r.matchesPath(path) || (r.Max > 0 && p.fired[i] >= int64(r.Max)) {
 			continue
 		}
 		if (r.Kind == KindPartial && !partialOps[key]) || (r.Kind == KindDuplicate && !kept) {
@@ -459,7 +495,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r = r.WithContext(context.WithValue(r.Context(), gateKey{}, gateCall{gate, c}))
 	}
-	d := p.decide(c, body, kept)
+	d := p.decide(c, r.URL.Path, body, kept)
 	if d.kind != "" || d.delay > 0 {
 		p.log.Debug("fault", "call", c.String(), "kind", string(d.kind), "delay_ms", d.delay.Milliseconds(), "n", d.n)
 	}
@@ -483,6 +519,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case KindReset:
 		reset(w)
+		return
+	case KindAnswer:
+		writeAnswer(w, d.rule, requestID)
 		return
 	case KindPartial:
 		pt := &partial{call: c, rule: d.rule}
@@ -656,3 +695,18 @@ func (p *Proxy) control(w http.ResponseWriter, r *http.Request) {
 }
 
 func readCloser(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// writeAnswer sends a KindAnswer rule's canned answer, with the request
+// ids the SDKs read.
+func writeAnswer(w http.ResponseWriter, r Rule, requestID string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	for k, v := range r.Headers {
+		h.Set(k, v)
+	}
+	h.Set("X-Amzn-Requestid", requestID)
+	h.Set("X-Amz-Request-Id", requestID)
+	h.Set("Content-Length", strconv.Itoa(len(r.Body)))
+	w.WriteHeader(r.Status)
+	_, _ = io.WriteString(w, r.Body)
+}

@@ -542,6 +542,14 @@ func TestClassify(t *testing.T) {
 		{"s3 create bucket", "PUT", "", "s3", "/bucket", "", false, Call{"s3", "CreateBucket", "test"}},
 		{"lambda invoke", "POST", "", "lambda", "/2015-03-31/functions/bulkrun-finalize/invocations", "", false, Call{"lambda", "Invoke", "test"}},
 		{"lambda get", "GET", "", "lambda", "/2015-03-31/functions/f", "", false, Call{"lambda", "GetFunction", "test"}},
+		{"lambda account settings", "GET", "", "lambda", "/2016-08-19/account-settings/", "", false, Call{"lambda", "GetAccountSettings", "test"}},
+		{"lambda concurrency", "GET", "", "lambda", "/2019-09-30/functions/f/concurrency", "", false, Call{"lambda", "GetFunctionConcurrency", "test"}},
+		{"apigateway account", "GET", "", "apigateway", "/account", "", false, Call{"apigateway", "GetAccount", "test"}},
+		{"apigateway update account", "PATCH", "", "apigateway", "/account", "", false, Call{"apigateway", "UpdateAccount", "test"}},
+		{"s3 location", "GET", "", "s3", "/bucket?location", "", false, Call{"s3", "GetBucketLocation", "test"}},
+		{"s3 encryption", "GET", "", "s3", "/bucket?encryption", "", false, Call{"s3", "GetBucketEncryption", "test"}},
+		{"kms", "POST", "TrentService.DescribeKey", "kms", "/", "", false, Call{"kms", "DescribeKey", "test"}},
+		{"sns query", "POST", "", "sns", "/", "Action=GetTopicAttributes&TopicArn=t", false, Call{"sns", "GetTopicAttributes", "test"}},
 		{"unsigned", "GET", "", "", "/_ministack/health", "", false, Call{"", "", ""}},
 	}
 	for _, tt := range tests {
@@ -580,5 +588,46 @@ func TestFaultProxyDuplicate(t *testing.T) {
 	}
 	if s := r.proxy.Status(); s.Injected[KindDuplicate] != 1 {
 		t.Fatalf("status %+v", s)
+	}
+}
+
+// Guards the preflight's account cases (integration TestPreflight): a
+// canned answer reaches the SDK as the service's own answer (a Lambda
+// account of a low quota, a bucket in another Region), only on the calls
+// and paths its rule names, and the emulator never sees those calls.
+func TestFaultProxyAnswer(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, Config{Rules: []Rule{
+		{Service: "lambda", Operations: []string{"GetAccountSettings"}, Kind: KindAnswer, Rate: 1, Status: 200,
+			Body: `{"AccountLimit":{"ConcurrentExecutions":10,"UnreservedConcurrentExecutions":10},"AccountUsage":{"FunctionCount":0}}`},
+		{Service: "s3", Operations: []string{"GetBucketLocation"}, Path: "/src-eu", Kind: KindAnswer, Rate: 1, Status: 200,
+			Headers: map[string]string{"Content-Type": "application/xml"},
+			Body:    `<?xml version="1.0" encoding="UTF-8"?><LocationConstraint xmlns="http://s3.amazonaws.com/doc/2006-03-01/">eu-west-1</LocationConstraint>`},
+	}})
+	out, err := r.lambda().GetAccountSettings(ctx, &lambda.GetAccountSettingsInput{})
+	if err != nil || out.AccountLimit == nil || out.AccountLimit.ConcurrentExecutions != 10 || aws.ToInt32(out.AccountLimit.UnreservedConcurrentExecutions) != 10 {
+		t.Fatalf("GetAccountSettings: %+v %v, want the canned quota of 10", out, err)
+	}
+	loc, err := r.s3().GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String("src-eu")})
+	if err != nil || loc.LocationConstraint != s3types.BucketLocationConstraintEuWest1 {
+		t.Fatalf("GetBucketLocation src-eu: %+v %v, want eu-west-1", loc, err)
+	}
+	// Another bucket's location is the emulator's (the rule's path does
+	// not match).
+	_, _ = r.s3().GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String("local")})
+	calls, _ := r.up.seen()
+	if fmt.Sprint(calls) != "[s3.GetBucketLocation]" {
+		t.Fatalf("the emulator saw %v, want only the other bucket's GetBucketLocation", calls)
+	}
+	if s := r.proxy.Status(); s.Injected[KindAnswer] != 2 || fmt.Sprint(s.Fired) != "[1 1]" {
+		t.Fatalf("status %+v", s)
+	}
+	for _, bad := range []Rule{
+		{Kind: KindAnswer, Rate: 1},
+		{Kind: KindThrottle, Rate: 1, Body: "x"},
+	} {
+		if err := (Config{Rules: []Rule{bad}}).Validate(); err == nil {
+			t.Errorf("%+v: valid, want refused", bad)
+		}
 	}
 }
