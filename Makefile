@@ -15,7 +15,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 GO        ?= go
-FUNCTIONS := submit item finalize sweep
+FUNCTIONS := submit item finalize sweep setup
 TARGET    ?= emulator
 STACK     ?= bulkrun
 # Functions run on the host's architecture on the emulator, arm64 on AWS.

@@ -85,7 +85,7 @@ var contextProps = []contextProp{
 	{"stallAlarm", []string{"StallAlarm"}, `a Go duration ("45m")`, duration(func(p *bulkrun.RunnerProps) *time.Duration { return &p.StallAlarm })},
 	{"noBatchEventAlarms", []string{"NoBatchEventAlarms"}, `"true": no rule routes threshold-exceeded, refused or paused batches to the alarm topic`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.NoBatchEventAlarms })},
 	{"bucketVersioning", []string{"BucketVersioning"}, `"true"`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.BucketVersioning })},
-	{"apiGatewayAccount", []string{"ApiGatewayAccount"}, `"true": the stack sets the Region's account-wide API Gateway CloudWatch role`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.ApiGatewayAccount })},
+	{"apiGatewayAccount", []string{"ApiGatewayAccount"}, `"true": the stack sets its role as the Region's account-wide API Gateway CloudWatch role even where another is set`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.ApiGatewayAccount })},
 	{"logLevel", []string{"LogLevel"}, "debug, info (default), warn or error", str(func(p *bulkrun.RunnerProps) *string { return &p.LogLevel })},
 	{"apiRateLimit", []string{"APIRateLimit"}, "requests per second", func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.APIRateLimit, err = strconv.ParseFloat(v, 64)

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem, bulkrun.FunctionFinalize, bulkrun.FunctionSweep} {
+	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem, bulkrun.FunctionFinalize, bulkrun.FunctionSweep, bulkrun.FunctionSetup} {
 		body := "#!/bin/sh\n"
 		if fn == bulkrun.FunctionFinalize {
 			body = finalizeBootstrap
@@ -302,8 +302,8 @@ func TestRunnerPropsContext(t *testing.T) {
 				t.Errorf("architectures %s, want [arm64] (aws)", got)
 			}
 			for _, r := range a.ofType("AWS::DynamoDB::Table") {
-				if r["DeletionPolicy"] != "Retain" {
-					t.Errorf("table deletion policy %v, want Retain (aws)", r["DeletionPolicy"])
+				if r["DeletionPolicy"] != "RetainExceptOnCreate" {
+					t.Errorf("table deletion policy %v, want RetainExceptOnCreate (aws)", r["DeletionPolicy"])
 				}
 			}
 		},
@@ -509,8 +509,8 @@ func TestRunnerPropsContext(t *testing.T) {
 			}
 		},
 		"apiGatewayAccount": func(t *testing.T) {
-			if len(a.ofType("AWS::ApiGateway::Account")) != 1 {
-				t.Error("no AWS::ApiGateway::Account")
+			if !a.has("Custom::BulkrunApiGatewayAccountRole", `"Replace":"true"`) {
+				t.Error("the account role custom resource does not replace the account's role")
 			}
 		},
 		"logLevel": func(t *testing.T) {

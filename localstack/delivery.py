@@ -22,6 +22,11 @@ A queue's tag "bulkrun:delivery" ("shuffled" or "ordered") decides for
 that queue; otherwise BULKRUN_SQS_DELIVERY (default "shuffled"). FIFO
 queues keep MiniStack's group order. BULKRUN_SQS_DELIVERY_SEED seeds the
 draws (default: random).
+
+It also applies, through awsrules.py (imported before MiniStack's main),
+the AWS rules MiniStack's CloudFormation does not: a logging API stage
+needs the account's API Gateway CloudWatch role, and a deletion-protected
+table cannot be deleted by a stack.
 """
 
 import os
@@ -61,6 +66,7 @@ def _collect_msgs(q, max_n, vis_timeout):
 sqs._collect_msgs = _collect_msgs
 
 if __name__ == "__main__":
+    import awsrules  # noqa: F401  (AWS rules MiniStack's CloudFormation does not apply)
     from ministack.app import main
 
     sys.exit(main())

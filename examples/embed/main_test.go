@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // alarms, and the team's uploader allowed to start batches.
 func TestEmbedSynthesizes(t *testing.T) {
 	functionsDir := t.TempDir()
-	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem, bulkrun.FunctionFinalize, bulkrun.FunctionSweep} {
+	for _, fn := range []string{bulkrun.FunctionSubmit, bulkrun.FunctionItem, bulkrun.FunctionFinalize, bulkrun.FunctionSweep, bulkrun.FunctionSetup} {
 		if err := os.MkdirAll(filepath.Join(functionsDir, fn), 0o755); err != nil {
 			t.Fatal(err)
 		}

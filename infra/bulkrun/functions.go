@@ -61,9 +61,11 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
 	}
 	if s.target == TargetAWS {
-		fp.LogGroup = awslogs.NewLogGroup(r.Construct, jsii.String(name+"-logs"), &awslogs.LogGroupProps{
+		logs := awslogs.NewLogGroup(r.Construct, jsii.String(name+"-logs"), &awslogs.LogGroupProps{
 			Retention: awslogs.RetentionDays_ONE_MONTH,
 		})
+		logs.ApplyRemovalPolicy(r.removal)
+		fp.LogGroup = logs
 	}
 	if n, ok := s.reserved[name]; ok {
 		fp.ReservedConcurrentExecutions = jsii.Number(float64(n))

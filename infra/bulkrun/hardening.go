@@ -113,8 +113,9 @@ func checkOperations(props *RunnerProps) []error {
 //   - Bucket versioning when RunnerProps.BucketVersioning, with noncurrent
 //     versions (and the delete markers they leave) expiring after the
 //     retention, so that a deleted batch does not live on as versions.
-//   - On the AWS target, deletion protection on the table (point-in-time
-//     recovery is set where the table is built).
+//   - (On the AWS target the table's deletion protection is turned on by
+//     the TableProtection custom resource once the create got that far,
+//     setup.go; point-in-time recovery is set where the table is built.)
 //   - Stage throttling (RunnerProps.APIRateLimit, APIBurstLimit) on every
 //     method, and a request validator on every method (request parameters:
 //     the {proxy+} path must be present). Bodies are checked by submit,
@@ -133,14 +134,15 @@ func harden(stack constructs.Construct, s settings, props *RunnerProps, r operat
 			Resources:  jsii.Strings(*q.QueueArn()),
 			Conditions: &map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
 		}))
-		// A queue kept by `cdk destroy` keeps its SSL-only policy.
+		// A queue kept by `cdk destroy` keeps its SSL-only policy (and a
+		// failed first create deletes both).
 		if onAWS {
-			q.Node().FindChild(jsii.String("Policy")).(awssqs.QueuePolicy).ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN)
+			q.Node().FindChild(jsii.String("Policy")).(awssqs.QueuePolicy).ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE)
 		}
 	}
 	// So does the bucket (EnforceSSL made its policy).
 	if onAWS {
-		r.bucket.Policy().ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN)
+		r.bucket.Policy().ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE)
 	}
 
 	if o.bucketVersioning {
@@ -152,10 +154,6 @@ func harden(stack constructs.Construct, s settings, props *RunnerProps, r operat
 			NoncurrentVersionExpiration: awscdk.Duration_Days(jsii.Number(float64(s.retentionDays))),
 			ExpiredObjectDeleteMarker:   jsii.Bool(true),
 		})
-	}
-
-	if onAWS {
-		r.table.Node().DefaultChild().(awsdynamodb.CfnTable).SetDeletionProtectionEnabled(jsii.Bool(true))
 	}
 
 	stage := r.api.DeploymentStage().Node().DefaultChild().(awsapigateway.CfnStage)

@@ -61,7 +61,7 @@ var LintSuppressions = []LintSuppression{
 	{LintCheckov, "CKV_AWS_115", "AWS::Lambda::Function", "",
 		"Reserved concurrency is the ReservedConcurrency prop, checked against the account at synth (docs/operations.md, \"Raising limits\"); by default none is reserved, since a reservation takes capacity from the account's other functions, and the item function is bounded by ItemsMaxConcurrency."},
 	{LintCheckov, "CKV_AWS_116", "AWS::Lambda::Function", "",
-		"A function's dead-letter queue is for asynchronous invocations: submit, finalize and sweep have on-failure destinations instead (EventInvokeConfig, alarmed), and item is invoked by its SQS event sources, whose failures go through the queues' redrive policies."},
+		"A function's dead-letter queue is for asynchronous invocations: submit, finalize and sweep have on-failure destinations instead (EventInvokeConfig, alarmed), item is invoked by its SQS event sources, whose failures go through the queues' redrive policies, and setup is invoked synchronously by CloudFormation, which fails the stack operation when it fails."},
 	{LintCheckov, "CKV_AWS_173", "AWS::Lambda::Function", "",
 		"The environment holds names and numbers only (table, bucket, queue URLs, limits); secrets are never in it, batches reference them in SSM or Secrets Manager. Lambda encrypts it at rest with an AWS managed key."},
 	{LintCheckov, "CKV_AWS_158", "AWS::Logs::LogGroup", "",

@@ -31,8 +31,8 @@ const nagBucket = `(?:bulkrun-\{"Fn::Select":\[2,\{"Fn::Split":\["\/",\{"Ref":"A
 var NagSuppressions = []NagSuppression{
 	{Rule: "AwsSolutions-IAM4", AppliesTo: []string{`/^Policy::arn:<AWS::Partition>:iam::aws:policy\/service-role\/AWSLambdaBasicExecutionRole$/`},
 		Reason: "The functions' AWS managed basic execution role grants only logs:CreateLogGroup, CreateLogStream and PutLogEvents, which every Lambda function needs; everything else is an explicit inline grant."},
-	{Rule: "AwsSolutions-IAM4", AppliesTo: []string{`/^Policy::arn:<AWS::Partition>:iam::aws:policy\/service-role\/AmazonAPIGatewayPushToCloudWatchLogs$/`}, Target: TargetAWS,
-		Reason: "API Gateway's account-level CloudWatch role, needed for the stage's access and execution logs, uses the AWS managed policy made for it (log writes only)."},
+	{Rule: "AwsSolutions-IAM4", AppliesTo: []string{`/^Policy::arn:<AWS::Partition>:iam::aws:policy\/service-role\/AmazonAPIGatewayPushToCloudWatchLogs$/`},
+		Reason: "API Gateway's account-level CloudWatch role, needed for the stage's access and execution logs (set for the account only where none is), uses the AWS managed policy made for it (log writes only)."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::<[A-Za-z0-9]*Table[0-9A-F]+\.Arn>\/index\/\*$/`},
 		Reason: "Query on the table's own global secondary indexes (list, attention, batches): the wildcard covers only this table's indexes."},
 	{Rule: "AwsSolutions-IAM5", AppliesTo: []string{`/^Resource::arn:<AWS::Partition>:s3:::` + nagBucket + `\/(batches|batches\/\*\/finalize|incoming-errors|schedule-errors)\/\*$/`},

@@ -45,11 +45,10 @@ const AccessLogFormat = `{"request_id":"$context.requestId","extended_request_id
 //   - X-Ray active tracing on the functions and the API stage when
 //     RunnerProps.Tracing;
 //   - API access logs, AccessLogFormat, into the log group ApiAccessLogs
-//     (1-month retention). API Gateway writes them with the Region's
-//     account-level CloudWatch role: the stack sets it only with
-//     RunnerProps.ApiGatewayAccount on the AWS target (retained on
-//     deletion because it is shared by every API of the account and
-//     Region); `bulkrun doctor` says whether the account has one;
+//     (1-month retention). API Gateway writes them, and the stage's
+//     execution logs, with the Region's account-wide CloudWatch role,
+//     which the stack sets where none is (ApiGatewayAccountRole,
+//     setup.go); `bulkrun doctor` says which role the account has;
 //   - the alarms of alarmSpecs, each notifying RunnerProps.AlarmTopicARN on
 //     alarm and on recovery (no actions without it); the stack's other
 //     alarms (SubmitFailuresAlarm, …) get the same actions;
@@ -59,7 +58,7 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 	onAWS := s.target == TargetAWS
 	removal := awscdk.RemovalPolicy_DESTROY
 	if onAWS {
-		removal = awscdk.RemovalPolicy_RETAIN
+		removal = awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE
 	}
 	stackName := *awscdk.Stack_Of(stack).StackName()
 	for _, name := range functionNames {
@@ -86,19 +85,6 @@ func observe(stack constructs.Construct, s settings, props *RunnerProps, r opera
 		Format:         jsii.String(AccessLogFormat),
 	})
 	stage.SetTracingEnabled(jsii.Bool(o.tracing))
-	if onAWS && props != nil && props.ApiGatewayAccount {
-		role := awsiam.NewRole(stack, jsii.String("ApiGatewayCloudWatchRole"), &awsiam.RoleProps{
-			AssumedBy:       awsiam.NewServicePrincipal(jsii.String("apigateway.amazonaws.com"), nil),
-			Description:     jsii.String("API Gateway writes access and execution logs to CloudWatch Logs"),
-			ManagedPolicies: &[]awsiam.IManagedPolicy{awsiam.ManagedPolicy_FromAwsManagedPolicyName(jsii.String("service-role/AmazonAPIGatewayPushToCloudWatchLogs"))},
-		})
-		role.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN)
-		account := awsapigateway.NewCfnAccount(stack, jsii.String("ApiGatewayAccount"), &awsapigateway.CfnAccountProps{
-			CloudWatchRoleArn: role.RoleArn(),
-		})
-		account.ApplyRemovalPolicy(awscdk.RemovalPolicy_RETAIN, nil)
-		stage.AddResourceDependency(account, nil)
-	}
 
 	// Alarms.
 	var action awscloudwatch.IAlarmAction

@@ -22,6 +22,10 @@ type permissionRow struct {
 
 var backticked = regexp.MustCompile("`([a-z0-9-]+:[A-Za-z]+)`")
 
+// roleFunctions are the functions whose roles the table lists: the four
+// and the setup function.
+var roleFunctions = append(slices.Clone(functionNames), FunctionSetup)
+
 // readPermissionTable parses the table under "### Permissions" in
 // infra/README.md: one row per grant, the functions (comma-separated) in
 // the first column, each action in backticks in the second, the resources
@@ -62,8 +66,8 @@ func readPermissionTable(t *testing.T) []permissionRow {
 		row := permissionRow{line: i + 1, resources: cells[2]}
 		for _, f := range strings.Split(cells[0], ",") {
 			f = strings.TrimSpace(f)
-			if !slices.Contains(functionNames, f) {
-				t.Fatalf("README.md:%d: %q is not a function of the stack %v", i+1, f, functionNames)
+			if !slices.Contains(roleFunctions, f) {
+				t.Fatalf("README.md:%d: %q is not a function of the stack %v", i+1, f, roleFunctions)
 			}
 			row.functions = append(row.functions, f)
 		}
@@ -138,6 +142,12 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 	switch {
 	case r == "*":
 		return resourceKind{"*", "`*`"}
+	case strings.HasSuffix(r, ":apigateway:{AWS::Region}::/account"):
+		return resourceKind{"API Gateway account", "the Region's API Gateway account settings"}
+	case r == "{AWS::StackId}":
+		return resourceKind{"the stack", "the stack"}
+	case strings.HasPrefix(r, "{"+logicalID(s.stack, "ApiGatewayCloudWatchRole")):
+		return resourceKind{"ApiGatewayCloudWatchRole", "`ApiGatewayCloudWatchRole`"}
 	case strings.Contains(r, ":s3:::"):
 		path := r[strings.Index(r, ":s3:::")+len(":s3:::"):]
 		bucket, key, _ := strings.Cut(path, "/")
@@ -192,7 +202,7 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 func grants(t *testing.T, s *synthesized) map[string]map[string][]resourceKind {
 	t.Helper()
 	roleOf := map[string]string{} // role logical id → function
-	for _, fn := range functionNames {
+	for _, fn := range roleFunctions {
 		role := flatten(s.properties(t, logicalID(s.stack, fn))["Role"])
 		m := attArn.FindStringSubmatch(role)
 		if m == nil {

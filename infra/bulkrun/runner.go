@@ -30,8 +30,9 @@ const (
 	TargetEmulator = "emulator"
 )
 
-// Function names: the construct ids of the three functions and the folder
-// names under RunnerProps.FunctionsDir that hold their bootstrap binaries.
+// Function names: the construct ids of the four functions and the folder
+// names under RunnerProps.FunctionsDir that hold their bootstrap binaries
+// (and FunctionSetup's, setup.go).
 const (
 	FunctionSubmit   = "submit"
 	FunctionItem     = "item"
@@ -264,12 +265,17 @@ type RunnerProps struct {
 	// BucketVersioning turns on the bucket's versioning; noncurrent
 	// versions then expire after RetentionDays. Default off.
 	BucketVersioning bool
-	// ApiGatewayAccount makes the stack set the Region's account-wide API
-	// Gateway CloudWatch role (AWS::ApiGateway::Account), which the API's
-	// access logs need. It is one setting for every API of the account and
-	// Region, so the stack changes it only when asked (and keeps it on
-	// deletion). Default off: `bulkrun doctor` says whether one is set.
-	// Only on TargetAWS.
+	// ApiGatewayAccount makes the stack set its own role as the Region's
+	// account-wide API Gateway CloudWatch role (AWS::ApiGateway::Account's
+	// CloudWatchRoleArn) even when the account has another. The stage's
+	// execution and access logs need that role ("Set up CloudWatch
+	// logging for REST APIs in API Gateway",
+	// https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-logging.html);
+	// it is one setting for every API of the account and Region. Default
+	// off: the stack sets its role only where none is set, and never
+	// unsets it (the ApiGatewayAccountRole custom resource;
+	// docs/adr/0026-the-stack-ensures-the-api-gateway-account-role.md);
+	// `bulkrun doctor` says which role the account has.
 	ApiGatewayAccount bool
 	// LogLevel is the functions' application log level: "debug", "info"
 	// (default), "warn" or "error". It is config.EnvLogLevel and the
@@ -473,8 +479,14 @@ type Runner interface {
 // grants.go, triggers.go, api.go) and records what the later groups use.
 type runner struct {
 	constructs.Construct
-	s       settings
-	removal awscdk.RemovalPolicy // stateful resources: RETAIN on AWS, DESTROY on the emulator
+	s settings
+	// removal is the stateful resources' (bucket, table, queues, log
+	// groups, their policies): on AWS RETAIN_ON_UPDATE_OR_DELETE
+	// (DeletionPolicy RetainExceptOnCreate: kept by the stack's deletion
+	// and by an update, deleted when the create that made them rolls
+	// back, so a failed first deploy leaves nothing behind), DESTROY on
+	// the emulator.
+	removal awscdk.RemovalPolicy
 
 	bucket                              awss3.Bucket
 	bucketName                          *string // how functions and policies name the bucket (never a Ref: see defineStorage)
@@ -486,6 +498,8 @@ type runner struct {
 	scheduleDLQAlarm                    awscloudwatch.Alarm
 	api                                 awsapigateway.LambdaRestApi
 	functions                           map[string]awslambda.Function
+	setup                               awslambda.Function    // serves the custom resources (setup.go)
+	accountRole                         awscdk.CustomResource // the account's API Gateway role, which the stage waits for
 }
 
 func (r *runner) Bucket() awss3.Bucket                    { return r.bucket }
@@ -532,7 +546,7 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 	}
 	r := &runner{Construct: constructs.NewConstruct(scope, id), s: s, removal: awscdk.RemovalPolicy_DESTROY}
 	if s.target == TargetAWS {
-		r.removal = awscdk.RemovalPolicy_RETAIN
+		r.removal = awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE
 	}
 	r.defineStorage()
 	r.defineQueues()
@@ -544,6 +558,10 @@ func NewRunner(scope constructs.Construct, id *string, props *RunnerProps) Runne
 	r.defineUploads()
 	r.defineSchedules()
 	r.defineAPI()
+	r.defineSetup()
+	// The stage's execution and access logs need the account's API
+	// Gateway CloudWatch role: it waits for ApiGatewayAccountRole.
+	r.api.DeploymentStage().Node().AddDependency(r.accountRole)
 	ops := operated{bucket: r.bucket, table: r.table, items: r.items, dlq: r.dlq, scheduleDLQ: r.scheduleDLQ, api: r.api, functions: r.functions}
 	harden(r.Construct, s, props, ops)
 	observe(r.Construct, s, props, ops)

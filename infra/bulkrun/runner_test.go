@@ -28,7 +28,7 @@ import (
 // the emulator stack with the defaults, the AWS stack with non-default
 // props so that every value can be traced from props to the template.
 
-var functionsDir string // temp folder with submit/, item/, finalize/, sweep/ bootstrap files
+var functionsDir string // temp folder with submit/, item/, finalize/, sweep/, setup/ bootstrap files
 
 var teamCode string // temp folder with a team's bootstrap (PipelineCode)
 
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
+	for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep, "setup"} {
 		err := os.MkdirAll(filepath.Join(dir, fn), 0o755)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\n"), 0o755)
@@ -111,7 +111,7 @@ func wanted(target string) want {
 		arch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[runtime.GOARCH]
 		return want{300, 3, 10, 30, []string{"lambda", "thumbnail", "webhook"}, arch, "Delete", 512, 100, nil}
 	}
-	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "Retain", 1024, 150,
+	return want{120, 4, 7, 9, []string{"thumbnail", "webhook", "enrich"}, "arm64", "RetainExceptOnCreate", 1024, 150,
 		map[string]float64{FunctionSubmit: 5, FunctionFinalize: 2, FunctionItem: 300}}
 }
 
@@ -451,8 +451,17 @@ func TestFunctions(t *testing.T) {
 			s := synth(t, target)
 			w := wanted(target)
 			wantShape[FunctionItem] = struct{ timeout, memory float64 }{float64(w.itemTimeoutSeconds), float64(w.itemMemoryMiB)}
-			if n := len(s.resourcesOfType("AWS::Lambda::Function")); n != 4 {
-				t.Errorf("%d functions, want 4 (no custom-resource functions)", n)
+			// The four and setup (bulkrun's own Go function for its
+			// custom resources): no function CDK brings (Node.js
+			// providers of its custom resources).
+			fns := s.resourcesOfType("AWS::Lambda::Function")
+			if len(fns) != 5 {
+				t.Errorf("%d functions, want 5 (submit, item, finalize, sweep, setup)", len(fns))
+			}
+			for id, f := range fns {
+				if rt := f["Properties"].(map[string]any)["Runtime"]; rt != "provided.al2023" {
+					t.Errorf("function %s runs %v, want provided.al2023 (bulkrun's Go binaries only)", id, rt)
+				}
 			}
 			for fn, shape := range wantShape {
 				p := s.properties(t, s.ids[fn])
@@ -477,7 +486,7 @@ func TestFunctions(t *testing.T) {
 			if target == TargetAWS {
 				expectAssertion(t, "log retention", func() {
 					s.template.ResourcePropertiesCountIs(jsii.String("AWS::Logs::LogGroup"),
-						map[string]any{"RetentionInDays": 30}, jsii.Number(5)) // 4 functions + API access logs
+						map[string]any{"RetentionInDays": 30}, jsii.Number(6)) // 5 functions + API access logs
 				})
 			}
 		})
@@ -1001,11 +1010,7 @@ func TestAPI(t *testing.T) {
 				s.template.HasResourceProperties(jsii.String("AWS::ApiGateway::Stage"),
 					map[string]any{"StageName": config.DefaultAPIStage})
 			})
-			// The account's CloudWatch role for access logs: only with
-			// ApiGatewayAccount (ops_test.go checks it).
-			if n := len(s.resourcesOfType("AWS::ApiGateway::Account")); n != 0 {
-				t.Errorf("%d API Gateway accounts without ApiGatewayAccount, want 0", n)
-			}
+			// The account's CloudWatch role: firstdeploy_test.go.
 		})
 	}
 }
@@ -1474,12 +1479,13 @@ func TestFailureDestinationsAndAlarms(t *testing.T) {
 // TestDestroyKeepsDataSSLOnly guards "what cdk destroy keeps keeps its
 // TLS-only policy": on AWS the bucket, the table and every queue are
 // retained, and so are the bucket policy and the queue policies that deny
-// plain HTTP; on the emulator everything goes.
+// plain HTTP (RetainExceptOnCreate: a failed first create deletes them,
+// firstdeploy_test.go); on the emulator everything goes.
 func TestDestroyKeepsDataSSLOnly(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			s := synth(t, target)
-			want := map[string]string{TargetAWS: "Retain", TargetEmulator: "Delete"}[target]
+			want := map[string]string{TargetAWS: "RetainExceptOnCreate", TargetEmulator: "Delete"}[target]
 			for _, typ := range []string{"AWS::S3::Bucket", "AWS::S3::BucketPolicy", "AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::SQS::QueuePolicy"} {
 				res := s.resourcesOfType(typ)
 				if len(res) == 0 {

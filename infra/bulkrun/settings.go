@@ -59,6 +59,7 @@ type settings struct {
 	timeouts           map[string]time.Duration // every function
 	lambdaFunctions    []string                 // config.EnvLambdaFunctions, tokens included
 	effectTables       []string                 // config.EnvEffectTables, tokens included
+	apiGatewayAccount  bool                     // replace the account's API Gateway role whatever it is
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
 	env map[string]map[string]string
@@ -119,6 +120,7 @@ func withDefaults(props *RunnerProps) settings {
 		secretPrefixes:     props.SecretPrefixes,
 		effectTables:       props.EffectTables,
 		lambdaFunctions:    props.LambdaFunctions,
+		apiGatewayAccount:  props.ApiGatewayAccount,
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -455,7 +457,9 @@ func (s *settings) checkCode(props *RunnerProps, bad badProp) {
 			s.code[fn] = props.PipelineCode
 		}
 	}
-	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep, FunctionItem} {
+	// The setup function is bulkrun's own, whatever PipelineCode says.
+	s.code[FunctionSetup] = filepath.Join(s.functionsDir, FunctionSetup)
+	for _, fn := range []string{FunctionSubmit, FunctionFinalize, FunctionSweep, FunctionItem, FunctionSetup} {
 		bootstrap := filepath.Join(s.code[fn], "bootstrap")
 		if info, err := os.Stat(bootstrap); err != nil || info.IsDir() {
 			if props.PipelineCode != "" && s.code[fn] == props.PipelineCode {

@@ -62,6 +62,7 @@ var Rules = []Rule{
 	{Service: "dynamodb", Operation: "TransactWriteItems", Actions: "dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem", Resource: "each operation's action on its table (Put, Update, Delete, ConditionCheck)", needs: ddbTransactWrite},
 	{Service: "dynamodb", Operation: "TransactGetItems", Actions: "dynamodb:GetItem", Resource: "each Get's table", needs: ddbTransactGet},
 	ddb("DescribeTable", "dynamodb:DescribeTable", "table"),
+	ddb("UpdateTable", "dynamodb:UpdateTable", "table"),
 
 	// S3: "Actions, resources, and condition keys for Amazon S3" and "Required
 	// permissions for Amazon S3 API operations" (S3 API reference).
@@ -108,6 +109,52 @@ var Rules = []Rule{
 	{Service: "ssm", Operation: "GetParameter", Actions: "ssm:GetParameter", Resource: "the parameter (`parameter/NAME`)", needs: ssmParameter},
 	{Service: "secretsmanager", Operation: "GetSecretValue", Actions: "secretsmanager:GetSecretValue", Resource: "the secret (SecretId: its ARN)", needs: secret},
 	{Service: "sts", Operation: "GetCallerIdentity", Actions: "none", Resource: "(no permission is needed)", needs: func(*request) ([]Need, error) { return nil, nil }},
+
+	// The setup function's: API Gateway ("Actions, resources, and
+	// condition keys for Amazon API Gateway Management": the account
+	// settings are the resource /account; setting cloudwatchRoleArn passes
+	// the role, "Set up CloudWatch logging for REST APIs in API Gateway")
+	// and CloudFormation ("Actions, resources, and condition keys for AWS
+	// CloudFormation").
+	{Service: "apigateway", Operation: "GetAccount", Actions: "apigateway:GET", Resource: "the Region's account settings (`arn:aws:apigateway:REGION::/account`)", needs: apigatewayAccount},
+	{Service: "apigateway", Operation: "UpdateAccount", Actions: "apigateway:PATCH, iam:PassRole", Resource: "the account settings; the role the patch sets as cloudwatchRoleArn (iam:PassedToService apigateway.amazonaws.com)", needs: apigatewayAccount},
+	{Service: "cloudformation", Operation: "DescribeStacks", Actions: "cloudformation:DescribeStacks", Resource: "the stack (StackName: its ARN)", needs: cfnStack},
+}
+
+// apigatewayAccount is GetAccount's and UpdateAccount's authorization:
+// apigateway:GET or PATCH on the account settings, and for each patch
+// operation setting /cloudwatchRoleArn, iam:PassRole on that role.
+func apigatewayAccount(r *request) ([]Need, error) {
+	account := fmt.Sprintf("arn:aws:apigateway:%s::/account", r.region)
+	if r.call.Operation == "GetAccount" {
+		return []Need{{Action: "apigateway:GET", Resource: account}}, nil
+	}
+	var in struct {
+		PatchOperations []struct{ Op, Path, Value string } `json:"patchOperations"`
+	}
+	if err := json.Unmarshal(r.body, &in); err != nil || len(in.PatchOperations) == 0 {
+		return nil, fmt.Errorf("no patchOperations in the request")
+	}
+	out := []Need{{Action: "apigateway:PATCH", Resource: account}}
+	for _, op := range in.PatchOperations {
+		if op.Path == "/cloudwatchRoleArn" && op.Value != "" {
+			out = append(out, Need{Action: "iam:PassRole", Resource: op.Value, Context: map[string][]string{"iam:PassedToService": {"apigateway.amazonaws.com"}}})
+		}
+	}
+	return out, nil
+}
+
+// cfnStack is DescribeStacks' authorization: the stack its StackName
+// names (an ARN, or a name in the lane's Region and account).
+func cfnStack(r *request) ([]Need, error) {
+	name := r.param("StackName")
+	if name == "" {
+		return nil, fmt.Errorf("no StackName in the request")
+	}
+	if !strings.HasPrefix(name, "arn:") {
+		name = fmt.Sprintf("arn:aws:cloudformation:%s:%s:stack/%s/*", r.region, r.account, name)
+	}
+	return []Need{{Action: "cloudformation:DescribeStacks", Resource: name}}, nil
 }
 
 // NotFoundRule is the one authorization an answer adds: S3 answers a

@@ -648,7 +648,8 @@ func (l *Lane) load() (*Deployed, error) {
 	for _, r := range res.StackResources {
 		physical[aws.ToString(r.LogicalResourceId)] = aws.ToString(r.PhysicalResourceId)
 	}
-	nd, err := parseDeployed(l.opts.Stack, aws.ToString(st.StackId), aws.ToString(tpl.TemplateBody), physical, l.opts.Region, l.opts.Account)
+	inProgress := strings.HasSuffix(string(st.StackStatus), "_IN_PROGRESS")
+	nd, err := parseDeployed(l.opts.Stack, aws.ToString(st.StackId), aws.ToString(tpl.TemplateBody), physical, l.opts.Region, l.opts.Account, inProgress)
 	if err != nil {
 		return nil, err
 	}

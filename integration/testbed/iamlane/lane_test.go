@@ -132,7 +132,7 @@ func deployedForTest(t *testing.T) *Deployed {
 	t.Helper()
 	d, err := parseDeployed("s", "arn:aws:cloudformation:us-east-1:000000000000:stack/s/5e1b2c3d-0000-4000-8000-000000000000", template, map[string]string{
 		"Table": "s-Table-1", "Queue": "http://localhost:14600/000000000000/s-Queue-1", "Role": "s-Role-1", "Fn": "s-Fn-1",
-	}, "us-east-1", "000000000000")
+	}, "us-east-1", "000000000000", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ type Document = map[string]any
 // policy attached to it (the role's own policies, each AWS::IAM::Policy
 // naming it, and the managed policies, by their AWS documents).
 type Role struct {
-	Function string // "submit", "item", "finalize", "sweep"
+	Function string // "submit", "item", "finalize", "sweep", "setup"
 	ARN      string
 	Policies []NamedPolicy
 }
@@ -82,9 +82,16 @@ type stackTemplate struct {
 	stackName, stackID string
 }
 
+// SetupFunction is the function that serves the stack's custom resources
+// (Custom::Bulkrun…): its role is found through their ServiceToken.
+const SetupFunction = "setup"
+
 // parseDeployed reads the roles and resource policies of stack from its
-// deployed template (body) and its resources' physical ids.
-func parseDeployed(stack, stackID, body string, physical map[string]string, region, account string) (*Deployed, error) {
+// deployed template (body) and its resources' physical ids. While the
+// stack is being created or updated (inProgress), a function whose role
+// names resources that do not exist yet is left out rather than failing
+// the whole reading: the setup function runs in the middle of a create.
+func parseDeployed(stack, stackID, body string, physical map[string]string, region, account string, inProgress bool) (*Deployed, error) {
 	t := &stackTemplate{region: region, account: account, stackName: stack, stackID: stackID}
 	if err := json.Unmarshal([]byte(body), t); err != nil {
 		return nil, fmt.Errorf("stack %s: template: %w", stack, err)
@@ -113,6 +120,9 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 			return nil, fmt.Errorf("stack %s: function %s has no role of the stack", stack, ref)
 		}
 		role, err := t.role(roleID)
+		if err != nil && inProgress {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("stack %s: %s's role: %w", stack, fn, err)
 		}
@@ -124,14 +134,20 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 			d.RecursiveLoop[fn] = v
 		}
 	}
+	if err := t.setupRole(d, inProgress); err != nil {
+		return nil, fmt.Errorf("stack %s: %w", stack, err)
+	}
 	for id, r := range t.Resources {
 		switch r.Type {
 		case "AWS::S3::BucketPolicy":
 			b, err := t.resolveString(r.Properties["Bucket"])
-			if err != nil {
-				return nil, fmt.Errorf("stack %s: %s: %w", stack, id, err)
+			var doc Document
+			if err == nil {
+				doc, err = t.document(r.Properties["PolicyDocument"])
 			}
-			doc, err := t.document(r.Properties["PolicyDocument"])
+			if err != nil && inProgress {
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("stack %s: %s: %w", stack, id, err)
 			}
@@ -154,6 +170,9 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 			}
 		case "AWS::SQS::QueuePolicy":
 			doc, err := t.document(r.Properties["PolicyDocument"])
+			if err != nil && inProgress {
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("stack %s: %s: %w", stack, id, err)
 			}
@@ -161,6 +180,9 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 			for _, q := range qs {
 				if qid, ok := refOf(q); ok && t.Resources[qid] != nil {
 					arn, err := t.getAtt(qid, "Arn")
+					if err != nil && inProgress {
+						continue
+					}
 					if err != nil {
 						return nil, err
 					}
@@ -187,6 +209,35 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 		}
 	}
 	return d, nil
+}
+
+// setupRole adds the role of the function the stack's Custom::Bulkrun…
+// resources name as their ServiceToken (SetupFunction), if any.
+func (t *stackTemplate) setupRole(d *Deployed, inProgress bool) error {
+	for id, r := range t.Resources {
+		if !strings.HasPrefix(r.Type, "Custom::Bulkrun") {
+			continue
+		}
+		fnID, ok := getAttOf(r.Properties["ServiceToken"])
+		if !ok || t.Resources[fnID] == nil {
+			return fmt.Errorf("%s: ServiceToken is not a function of the stack", id)
+		}
+		roleID, ok := getAttOf(t.Resources[fnID].Properties["Role"])
+		if !ok || t.Resources[roleID] == nil {
+			return fmt.Errorf("function %s has no role of the stack", fnID)
+		}
+		role, err := t.role(roleID)
+		if err != nil && inProgress {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s's role: %w", SetupFunction, err)
+		}
+		role.Function = SetupFunction
+		d.Roles[SetupFunction] = role
+		return nil
+	}
+	return nil
 }
 
 // role returns the role with logical id roleID and its policies.
