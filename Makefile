@@ -166,10 +166,25 @@ cli:
 synth: tools functions
 	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) > /dev/null
 
-deploy: tools $(EMULATOR_DEP) functions
-	cd infra && $(CDK) bootstrap $(BOOTSTRAP_ENV) --no-notices
-	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \
-	  -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) --outputs-file ../build/outputs.json
+# deploy synthesizes the stack once (build/cdk.out), bootstraps, runs the
+# preflight against the account about to receive it, and deploys that
+# very assembly. The preflight (`bulkrun doctor --preflight`,
+# docs/operations.md "Before the first deploy") reads the synthesized
+# template and the account's answers — API Gateway's CloudWatch role,
+# Lambda's concurrency quota, the source buckets' Regions and encryption,
+# the alarm topic's key and policy — and refuses, naming the fix, a deploy
+# that would fail or silently degrade; on the emulator the account's own
+# findings are informational. SKIP_PREFLIGHT=1 prints the findings and
+# deploys anyway.
+SKIP_PREFLIGHT ?=
+PREFLIGHT_FLAGS = --preflight --stack $(STACK) --target $(TARGET) --template build/cdk.out/$(STACK).template.json \
+  $(if $(filter 1 true yes,$(SKIP_PREFLIGHT)),--skip-preflight)
+deploy: tools $(EMULATOR_DEP) functions cli
+	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) \
+	  -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) > /dev/null
+	cd infra && $(CDK) bootstrap $(BOOTSTRAP_ENV) --app ../build/cdk.out --no-notices
+	build/bulkrun doctor $(PREFLIGHT_FLAGS)
+	cd infra && $(CDK) deploy --app ../build/cdk.out --require-approval never --no-notices --outputs-file ../build/outputs.json
 	$(FIXUP)
 
 # A team's Python function onto the emulator, for the `lambda` pipeline:

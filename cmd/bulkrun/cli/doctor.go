@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
+	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -31,82 +33,163 @@ import (
 // Doctor verdicts, worst last.
 const (
 	DoctorOK   = "ok"
+	DoctorInfo = "info" // a finding about the account, on the emulator (which is no account)
 	DoctorWarn = "warn" // works, but worth a look
 	DoctorFix  = "fix"  // will break (or is broken): the Fix says what to do
 )
 
 // DoctorCheck is one line of `bulkrun doctor`.
 type DoctorCheck struct {
-	Check  string `json:"check"`  // concurrency, api-gateway-logging, bucket, alarms, queues, batches
-	Status string `json:"status"` // DoctorOK, DoctorWarn, DoctorFix
+	// Check is concurrency, api-gateway-logging, bucket, source-buckets,
+	// alarm-topic (the preflight's), alarms, queues, batches.
+	Check  string `json:"check"`
+	Status string `json:"status"` // DoctorOK, DoctorInfo, DoctorWarn, DoctorFix
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
 }
 
-// doctorPlan is what an about-to-be-deployed stack will ask of the
-// account (the flags), or what the deployed stack asks (read from it).
+// doctorPlan is what a stack asks of the account: read from a template
+// (--template, the synthesized stack about to be deployed; or the
+// deployed stack's), else from the deployed stack's functions, else the
+// flags.
 type doctorPlan struct {
 	itemsMaxConcurrency int
 	reserved            map[string]int
 	bucketName          string // a fixed BucketName to deploy with
-	apiGatewayAccount   bool   // the stack sets the account's API Gateway role
+	apiGatewayAccount   bool   // the stack replaces the account's API Gateway role whatever it is
+
+	fromTemplate  bool        // the fields below were read from a template
+	setsRole      bool        // ApiGatewayAccountRole: the stack sets its role where none is
+	stageLogs     bool        // the stage writes execution or access logs
+	sourceBuckets []string    // SourceBuckets
+	kmsKeys       []string    // the keys the functions may decrypt with (KMSKeys)
+	alarmTopics   []topicPlan // where the alarms (and batch events) go
+	eventAlarms   bool        // BatchEventsAlarmRule: EventBridge publishes to the topic too
+}
+
+// accountChecks are the checks about the account itself, informational
+// on the emulator.
+var accountChecks = []string{"concurrency", "api-gateway-logging"}
+
+// doctorOptions are doctor's flags beyond the plan's.
+type doctorOptions struct {
+	preflight     bool   // only the checks of the account about to receive the stack
+	template      string // the synthesized template of the stack about to be deployed
+	target        string // TargetAWS or "emulator"
+	skipPreflight bool   // report, never refuse
+	planFlags     bool   // the plan's flags were given
 }
 
 func (a *app) doctorCmd() *cobra.Command {
 	var plan doctorPlan
+	var opts doctorOptions
 	var reserved string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check a deployed (or about-to-be-deployed) stack against its account and say what to fix",
-		Long: `doctor checks the stack --stack (deployed, or about to be: then the flags
-say what it will ask for) against the account it runs in:
+		Long: `doctor checks the stack --stack (deployed, or about to be: then --template,
+or the flags, say what it will ask for) against the account it runs in:
 
   concurrency          the account's Lambda concurrency quota and what is left
                        unreserved (GetAccountSettings) against what the item
                        function's two event sources and the reservations need
-  api-gateway-logging  the account's API Gateway CloudWatch role (access logs)
+  api-gateway-logging  the account's API Gateway CloudWatch role, which the
+                       stage's logs need (the stack sets one where none is)
   bucket               the bucket exists and is the stack's; a fixed name is free
+  source-buckets       each SourceBuckets bucket is in the stack's Region, and
+                       its default encryption key is one the functions may use
+  alarm-topic          the alarm topic is in the stack's Region, and CloudWatch
+                       and EventBridge may publish to it (its key and policy)
   alarms               the stack's alarms in ALARM
   queues               depth of the items, dead-letter, parking and failed-start
                        queues, and the items queue's oldest message
   batches              running batches that do not move
 
-Each line says ok, warn or fix, and what to do. Exit status 1 when any says fix.`,
+--preflight runs the first five only, for the stack about to be deployed
+(--template: the synthesized template; make deploy runs it before every
+deploy). On the emulator (--target emulator, the default when
+AWS_ENDPOINT_URL is set) the account's own findings (concurrency,
+api-gateway-logging) are informational.
+
+Each line says ok, info, warn or fix, and what to do. Exit status 1 when
+any says fix, unless --skip-preflight (the findings are printed, the
+deploy goes ahead).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if plan.reserved, err = parseReserved(reserved); err != nil {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--reserved-concurrency: %w", err)}
 			}
-			checks, err := a.doctor(cmd.Context(), plan, cmd.Flags().Changed("items-max-concurrency"))
+			if opts.target != TargetAWS && opts.target != targetEmulator {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--target %q: want %s or %s", opts.target, TargetAWS, targetEmulator)}
+			}
+			if opts.template != "" {
+				if err := readTemplate(opts.template, &plan); err != nil {
+					return &ExitError{Code: ExitUsage, Err: err}
+				}
+			}
+			opts.planFlags = cmd.Flags().Changed("items-max-concurrency") || cmd.Flags().Changed("reserved-concurrency")
+			checks, err := a.doctor(cmd.Context(), plan, opts)
 			if err != nil {
 				return err
 			}
-			if a.output == "json" {
-				if err := a.printJSON(checks); err != nil {
-					return err
-				}
-			} else {
-				for _, c := range checks {
-					textf(a.out, "%-4s  %-20s %s\n", c.Status, c.Check, c.Detail)
-					if c.Fix != "" {
-						textf(a.out, "      %-20s → %s\n", "", c.Fix)
-					}
-				}
-			}
-			for _, c := range checks {
-				if c.Status == DoctorFix {
-					return &ExitError{Code: ExitFailure}
-				}
-			}
-			return nil
+			return a.printChecks(checks, opts)
 		},
 	}
 	cmd.Flags().IntVar(&plan.itemsMaxConcurrency, "items-max-concurrency", 100, "about to deploy: the stack's ItemsMaxConcurrency (a deployed stack's is read from it)")
 	cmd.Flags().StringVar(&reserved, "reserved-concurrency", "", `about to deploy: the stack's ReservedConcurrency, "item=200,submit=5"`)
 	cmd.Flags().StringVar(&plan.bucketName, "bucket-name", "", "about to deploy: a fixed BucketName to check is free")
-	cmd.Flags().BoolVar(&plan.apiGatewayAccount, "api-gateway-account", false, "about to deploy: the stack sets the account's API Gateway CloudWatch role (ApiGatewayAccount)")
+	cmd.Flags().BoolVar(&plan.apiGatewayAccount, "api-gateway-account", false, "about to deploy: the stack replaces the account's API Gateway CloudWatch role whatever it is (ApiGatewayAccount)")
+	cmd.Flags().BoolVar(&opts.preflight, "preflight", false, "only the checks of the account about to receive the stack (concurrency, api-gateway-logging, bucket, source-buckets, alarm-topic)")
+	cmd.Flags().StringVar(&opts.template, "template", "", "about to deploy: the stack's synthesized template (cdk.out/{stack}.template.json), which says what it will ask")
+	defTarget := TargetAWS
+	if os.Getenv("AWS_ENDPOINT_URL") != "" {
+		defTarget = targetEmulator
+	}
+	cmd.Flags().StringVar(&opts.target, "target", defTarget, "aws or emulator: on the emulator the account's own findings are informational")
+	cmd.Flags().BoolVar(&opts.skipPreflight, "skip-preflight", false, "print the findings and exit 0 whatever they are (make deploy SKIP_PREFLIGHT=1)")
 	return cmd
+}
+
+// Targets doctor knows (the stack's RunnerProps.Target).
+const (
+	TargetAWS      = "aws"
+	targetEmulator = "emulator"
+)
+
+// printChecks prints the checks (text or JSON) and returns the exit: 1
+// when one says fix, unless skipped.
+func (a *app) printChecks(checks []DoctorCheck, opts doctorOptions) error {
+	fixes := 0
+	for _, c := range checks {
+		if c.Status == DoctorFix {
+			fixes++
+		}
+	}
+	if a.output == "json" {
+		if err := a.printJSON(checks); err != nil {
+			return err
+		}
+	} else {
+		for _, c := range checks {
+			textf(a.out, "%-4s  %-20s %s\n", c.Status, c.Check, c.Detail)
+			if c.Fix != "" {
+				textf(a.out, "      %-20s → %s\n", "", c.Fix)
+			}
+		}
+		switch {
+		case opts.preflight && fixes > 0 && opts.skipPreflight:
+			textf(a.out, "preflight: %d to fix, skipped (--skip-preflight): the deploy goes ahead\n", fixes)
+		case opts.preflight && fixes > 0:
+			textf(a.out, "preflight: %d to fix before this deploy (or deploy anyway: make deploy SKIP_PREFLIGHT=1)\n", fixes)
+		case opts.preflight:
+			textf(a.out, "preflight: nothing to fix\n")
+		}
+	}
+	if fixes > 0 && !opts.skipPreflight {
+		return &ExitError{Code: ExitFailure}
+	}
+	return nil
 }
 
 func parseReserved(s string) (map[string]int, error) {
@@ -125,17 +208,19 @@ func parseReserved(s string) (map[string]int, error) {
 	return out, nil
 }
 
-// doctor runs every check. The stack is optional: without it the checks
-// use plan (what it will ask for).
-func (a *app) doctor(ctx context.Context, plan doctorPlan, planFlags bool) ([]DoctorCheck, error) {
-	var opts []func(*awsconfig.LoadOptions) error
+// doctor runs the checks (the preflight's only, with opts.preflight).
+// The stack is optional: without it the checks use plan (what it will ask
+// for); with it, and no --template or plan flags, what the deployed stack
+// asks (its template, its functions).
+func (a *app) doctor(ctx context.Context, plan doctorPlan, opts doctorOptions) ([]DoctorCheck, error) {
+	var lo []func(*awsconfig.LoadOptions) error
 	if a.profile != "" {
-		opts = append(opts, awsconfig.WithSharedConfigProfile(a.profile))
+		lo = append(lo, awsconfig.WithSharedConfigProfile(a.profile))
 	}
 	if a.region != "" {
-		opts = append(opts, awsconfig.WithRegion(a.region))
+		lo = append(lo, awsconfig.WithRegion(a.region))
 	}
-	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	c, err := awsconfig.LoadDefaultConfig(ctx, lo...)
 	if err != nil {
 		return nil, fmt.Errorf("AWS config: %w", err)
 	}
@@ -150,11 +235,23 @@ func (a *app) doctor(ctx context.Context, plan doctorPlan, planFlags bool) ([]Do
 		if api, err := client.New(c, outs); err == nil {
 			d.api = api
 		}
-		if !planFlags {
+		if !plan.fromTemplate && !opts.planFlags {
 			d.readPlan(ctx)
 		}
 	}
-	return []DoctorCheck{d.concurrency(ctx), d.apiLogging(ctx), d.bucket(ctx), d.alarms(ctx), d.queues(ctx), d.batches(ctx)}, nil
+	checks := []DoctorCheck{d.concurrency(ctx), d.apiLogging(ctx), d.bucket(ctx), d.sourceBuckets(ctx), d.alarmTopic(ctx)}
+	if !opts.preflight {
+		checks = append(checks, d.alarms(ctx), d.queues(ctx), d.batches(ctx))
+	}
+	if opts.target == targetEmulator {
+		for i, ck := range checks {
+			if slices.Contains(accountChecks, ck.Check) && ck.Status != DoctorOK {
+				checks[i].Status = DoctorInfo
+				checks[i].Detail += " (the emulator: informational)"
+			}
+		}
+	}
+	return checks, nil
 }
 
 type doctorRun struct {
@@ -166,9 +263,18 @@ type doctorRun struct {
 	stack    string
 }
 
-// readPlan reads what the deployed stack asks for: its event sources'
-// maximum concurrency and its functions' reservations.
+// readPlan reads what the deployed stack asks for: its template
+// (GetTemplate, as the preflight reads a synthesized one), else its event
+// sources' maximum concurrency and its functions' reservations.
 func (d *doctorRun) readPlan(ctx context.Context) {
+	out, err := cloudformation.NewFromConfig(d.aws).GetTemplate(ctx, &cloudformation.GetTemplateInput{StackName: aws.String(d.stack)})
+	if err == nil {
+		plan := d.plan
+		if planTemplate([]byte(aws.ToString(out.TemplateBody)), &plan) == nil {
+			d.plan = plan
+			return
+		}
+	}
 	lc := lambda.NewFromConfig(d.aws)
 	d.plan.reserved = map[string]int{}
 	for fn, key := range map[string]string{"submit": config.OutputSubmitFunction, "item": config.OutputItemFunction,
@@ -194,8 +300,12 @@ func (d *doctorRun) readPlan(ctx context.Context) {
 }
 
 // concurrency: GetAccountSettings against the item function's event
-// sources (2 × their maximum concurrency) and the reservations
-// (Lambda keeps 100 unreserved).
+// sources (2 × their maximum concurrency) and the reservations (Lambda
+// keeps 100 unreserved: "Lambda quotas", Concurrent executions). A
+// reservation the account cannot make fails the deploy; event sources
+// that may run more than the account leaves unreserved deploy, and then
+// take the account's concurrency from every other function (submit and
+// finalize among them): both are fixes.
 func (d *doctorRun) concurrency(ctx context.Context) DoctorCheck {
 	ck := DoctorCheck{Check: "concurrency"}
 	out, err := lambda.NewFromConfig(d.aws).GetAccountSettings(ctx, &lambda.GetAccountSettingsInput{})
@@ -221,17 +331,19 @@ func (d *doctorRun) concurrency(ctx context.Context) DoctorCheck {
 		ck.Detail += fmt.Sprintf("; the stack reserves %s", reservedString(d.plan.reserved))
 	}
 	item, itemReserved := d.plan.reserved["item"]
+	quota := fmt.Sprintf("request a \"Concurrent executions\" quota of at least %d in Service Quotas (Lambda quotas)", need+reservedSum+minUnreserved)
 	switch {
 	case itemReserved && item < need:
 		ck.Status = DoctorFix
 		ck.Fix = fmt.Sprintf("reserve at least %d for item (2 × ItemsMaxConcurrency), or lower ItemsMaxConcurrency to %d (rule reserved-covers-event-sources)", need, item/eventSources)
-	case left < minUnreserved:
+	case reservedSum > 0 && left < minUnreserved:
 		ck.Status = DoctorFix
-		ck.Fix = fmt.Sprintf("the reservations leave %d unreserved, Lambda keeps %d: reserve less, or request a higher \"Concurrent executions\" quota in Service Quotas (rule unreserved-at-least-100)", left, minUnreserved)
+		ck.Detail += fmt.Sprintf(": the reservations would leave %d unreserved, and Lambda refuses any that leaves fewer than %d, so the deploy fails", left, minUnreserved)
+		ck.Fix = "reserve less (-c reservedConcurrency=…), or " + quota + " (rule unreserved-at-least-100)"
 	case !itemReserved && need > left:
 		ck.Status = DoctorFix
-		ck.Fix = fmt.Sprintf("%d unreserved cannot run the event sources' %d: request a \"Concurrent executions\" quota of at least %d in Service Quotas, or deploy with ItemsMaxConcurrency %d (rule event-sources-fit-unreserved)",
-			left, need, need+reservedSum+minUnreserved, max(2, left/eventSources))
+		ck.Detail += fmt.Sprintf(": the deploy succeeds, then a large batch takes all %d unreserved and throttles every other function of the account, submit and finalize among them", left)
+		ck.Fix = fmt.Sprintf("%s, or deploy with -c itemsMaxConcurrency=%d (rule event-sources-fit-unreserved)", quota, max(2, left/(2*eventSources)))
 	case limit < 1000:
 		ck.Status = DoctorWarn
 		ck.Fix = fmt.Sprintf("the account's quota (%d) is below Lambda's default 1,000 (a new account?): deploy with -c accountConcurrency=%d so synth checks against it", limit, limit)
@@ -241,25 +353,31 @@ func (d *doctorRun) concurrency(ctx context.Context) DoctorCheck {
 	return ck
 }
 
-// apiLogging: the account's API Gateway CloudWatch role, which the API's
-// access logs need; the stack sets it only with ApiGatewayAccount.
+// apiLogging: the account's API Gateway CloudWatch role, which the
+// stage's execution and access logs need (docs/adr/0026). Without one,
+// a stack that sets its own where none is deploys; an older template
+// whose stage logs would be refused.
 func (d *doctorRun) apiLogging(ctx context.Context) DoctorCheck {
-	ck := DoctorCheck{Check: "api-gateway-logging"}
+	ck := DoctorCheck{Check: "api-gateway-logging", Status: DoctorOK}
 	out, err := apigateway.NewFromConfig(d.aws).GetAccount(ctx, &apigateway.GetAccountInput{})
 	if err != nil {
 		return failedCheck(ck, "apigateway GetAccount", err)
 	}
-	if role := aws.ToString(out.CloudwatchRoleArn); role != "" {
-		ck.Status, ck.Detail = DoctorOK, "the account's API Gateway CloudWatch role is "+role
-		return ck
+	role := aws.ToString(out.CloudwatchRoleArn)
+	switch {
+	case role != "" && d.plan.apiGatewayAccount && !strings.Contains(role, "ApiGatewayCloudWatchRole"):
+		ck.Detail = "the account's API Gateway CloudWatch role is " + role + "; the stack replaces it with its own (ApiGatewayAccount), for every API of the account and Region"
+	case role != "":
+		ck.Detail = "the account's API Gateway CloudWatch role is " + role
+	case !d.plan.fromTemplate || d.plan.setsRole:
+		ck.Detail = "no API Gateway CloudWatch role in this Region yet: the stack sets its own (ApiGatewayCloudWatchRole, kept when the stack is deleted)"
+	case !d.plan.stageLogs:
+		ck.Detail = "no API Gateway CloudWatch role in this Region, and the stage writes no log"
+	default:
+		ck.Status = DoctorFix
+		ck.Detail = "the account has no API Gateway CloudWatch role in this Region, and this template's stage logs without setting one: CloudFormation refuses the stage (\"CloudWatch Logs role ARN must be set in account settings to enable logging\") and rolls the stack back"
+		ck.Fix = "deploy a template of this bulkrun (ApiGatewayAccountRole sets the role where none is), or set one: API Gateway console, Settings, CloudWatch log role ARN (a role apigateway.amazonaws.com may assume, with AmazonAPIGatewayPushToCloudWatchLogs)"
 	}
-	if d.plan.apiGatewayAccount {
-		ck.Status, ck.Detail = DoctorOK, "no API Gateway CloudWatch role yet: the stack sets one (ApiGatewayAccount)"
-		return ck
-	}
-	ck.Status = DoctorFix
-	ck.Detail = "the account has no API Gateway CloudWatch role in this Region: the API's access logs are not written"
-	ck.Fix = "set one for the account (API Gateway console, Settings), or deploy with -c apiGatewayAccount=true (the stack then sets it, for every API of the account and Region)"
 	return ck
 }
 
@@ -499,7 +617,7 @@ func failedCheck(ck DoctorCheck, call string, err error) DoctorCheck {
 	ck.Detail = call + " failed: " + errString(err)
 	var ae smithy.APIError
 	if errors.As(err, &ae) && strings.Contains(ae.ErrorCode(), "AccessDenied") {
-		ck.Fix = "the caller may not call it: doctor needs read access (lambda:GetAccountSettings, apigateway:GET, cloudwatch:Describe*/GetMetricStatistics, sqs:GetQueueAttributes, s3:ListBucket)"
+		ck.Fix = "the caller may not call it: doctor needs read access (lambda:GetAccountSettings, apigateway:GET, cloudformation:GetTemplate, s3:ListBucket, s3:GetBucketLocation, s3:GetEncryptionConfiguration, sns:GetTopicAttributes, kms:DescribeKey, kms:GetKeyPolicy, cloudwatch:DescribeAlarms, cloudwatch:GetMetricStatistics, sqs:GetQueueAttributes)"
 	}
 	return ck
 }

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"reflect"
+	"testing"
+)
+
+// A template's asks, as the preflight reads them: the item function's
+// event sources and the reservations (functions known by their
+// Description), SourceBuckets from the environment (not the stack's own
+// bucket's prefixes), the KMS keys granted, a fixed bucket name, the
+// alarm topics (an existing one by ARN, one the stack creates with its
+// key's and access policies), the batch events' rule, the stage's logs
+// and the account role resource.
+func TestPlanTemplate(t *testing.T) {
+	const tpl = `{"Resources": {
+  "item": {"Type": "AWS::Lambda::Function", "Properties": {"Description": "bulkrun item", "ReservedConcurrentExecutions": 300,
+    "Environment": {"Variables": {"BULKRUN_SOURCES": {"Fn::Join": ["", ["s3://src-a/,s3://", {"Ref": "Bucket"}, "/exports/,s3://src-b/"]]}}}}},
+  "submit": {"Type": "AWS::Lambda::Function", "Properties": {"Description": "bulkrun submit", "ReservedConcurrentExecutions": 5}},
+  "Scorer": {"Type": "AWS::Lambda::Function", "Properties": {"Description": "the team's scorer", "ReservedConcurrentExecutions": 40}},
+  "Esm1": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {"FunctionName": {"Ref": "item"}, "ScalingConfig": {"MaximumConcurrency": 150}}},
+  "Esm2": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {"FunctionName": {"Ref": "item"}, "ScalingConfig": {"MaximumConcurrency": 150}}},
+  "Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "team-bulkrun"}},
+  "ItemPolicy": {"Type": "AWS::IAM::Policy", "Properties": {"PolicyDocument": {"Statement": [
+    {"Effect": "Allow", "Action": "kms:Decrypt", "Resource": ["arn:aws:kms:eu-west-1:123456789012:key/k1", {"Fn::GetAtt": ["Key", "Arn"]}]}]}}},
+  "Stage": {"Type": "AWS::ApiGateway::Stage", "Properties": {"MethodSettings": [{"LoggingLevel": "ERROR"}]}},
+  "Role": {"Type": "Custom::BulkrunApiGatewayAccountRole", "Properties": {"Replace": "false"}},
+  "A1": {"Type": "AWS::CloudWatch::Alarm", "Properties": {"AlarmActions": ["arn:aws:sns:eu-west-1:123456789012:ops"]}},
+  "A2": {"Type": "AWS::CloudWatch::Alarm", "Properties": {"AlarmActions": [{"Ref": "Alarms"}]}},
+  "BatchEventsAlarmRule": {"Type": "AWS::Events::Rule", "Properties": {"Targets": [{"Arn": {"Ref": "Alarms"}}]}},
+  "Alarms": {"Type": "AWS::SNS::Topic", "Properties": {"KmsMasterKeyId": {"Fn::GetAtt": ["Key", "Arn"]}}},
+  "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": {"Statement": [
+    {"Effect": "Allow", "Principal": {"Service": ["cloudwatch.amazonaws.com", "events.amazonaws.com"]}, "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*"}]}}},
+  "AlarmsPolicy": {"Type": "AWS::SNS::TopicPolicy", "Properties": {"Topics": [{"Ref": "Alarms"}], "PolicyDocument": {"Statement": [
+    {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "sns:Publish", "Resource": {"Ref": "Alarms"}}]}}}
+}}`
+	var p doctorPlan
+	if err := planTemplate([]byte(tpl), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.itemsMaxConcurrency != 150 || !reflect.DeepEqual(p.reserved, map[string]int{"item": 300, "submit": 5}) {
+		t.Errorf("concurrency %d, reserved %v", p.itemsMaxConcurrency, p.reserved)
+	}
+	if !reflect.DeepEqual(p.sourceBuckets, []string{"src-a", "src-b"}) || p.bucketName != "team-bulkrun" {
+		t.Errorf("source buckets %v, bucket name %q", p.sourceBuckets, p.bucketName)
+	}
+	if !reflect.DeepEqual(p.kmsKeys, []string{"arn:aws:kms:eu-west-1:123456789012:key/k1"}) {
+		t.Errorf("KMS keys %v", p.kmsKeys)
+	}
+	if !p.stageLogs || !p.setsRole || p.apiGatewayAccount || !p.eventAlarms {
+		t.Errorf("stage logs %v, sets role %v, replace %v, event alarms %v", p.stageLogs, p.setsRole, p.apiGatewayAccount, p.eventAlarms)
+	}
+	if len(p.alarmTopics) != 2 || p.alarmTopics[1].arn != "arn:aws:sns:eu-west-1:123456789012:ops" || p.alarmTopics[0].id != "Alarms" || p.alarmTopics[0].key != "{Key}" {
+		t.Fatalf("topics %+v", p.alarmTopics)
+	}
+	in := p.alarmTopics[0]
+	for _, svc := range []string{"cloudwatch.amazonaws.com", "events.amazonaws.com"} {
+		if !allowsService(in.keyPolicy, svc, "kms:Decrypt", "kms:GenerateDataKey") {
+			t.Errorf("the key policy does not let %s use the key", svc)
+		}
+	}
+	if !allowsService(in.topicPolicy, "events.amazonaws.com", "sns:Publish") || allowsService(in.topicPolicy, "cloudwatch.amazonaws.com", "sns:Publish") {
+		t.Errorf("topic policy read wrong: %v", in.topicPolicy)
+	}
+	if err := planTemplate([]byte(`{"Resources": {"X": {"Type": "AWS::SNS::Topic"}}}`), &doctorPlan{}); err == nil {
+		t.Error("a template without bulkrun's item function: no error")
+	}
+}
