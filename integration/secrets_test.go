@@ -8,12 +8,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 
+	"github.com/bulkrun/bulkrun/internal/secret"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
@@ -85,6 +87,34 @@ func TestSecretsNeverEchoedAndReferencesResolved(t *testing.T) {
 		}
 		if !strings.Contains(text, "sha256:") {
 			t.Errorf("%s shows no digest: %s", what, text)
+		}
+	}
+}
+
+// TestSecretReadByItsARN guards "a reference is the parameter its ARN
+// names": two parameters of one name, one in the stack's Region and one
+// in another (the emulator keeps parameters per Region, as SSM does), and
+// the item function's secret store reads each ARN's own, not the local
+// one of the same name.
+func TestSecretReadByItsARN(t *testing.T) {
+	ctx := context.Background()
+	name := "/bulkrun/" + newID(t)
+	values := map[string]string{"us-east-1": "local-" + name, "us-west-2": "west-" + name}
+	for region, value := range values {
+		c := ssm.NewFromConfig(env.aws, func(o *ssm.Options) { o.Region = region })
+		if _, err := c.PutParameter(ctx, &ssm.PutParameterInput{Name: aws.String(name), Value: aws.String(value), Type: ssmtypes.ParameterTypeSecureString}); err != nil {
+			t.Fatalf("put %s in %s: %v", name, region, err)
+		}
+		t.Cleanup(func() {
+			_, _ = c.DeleteParameter(context.Background(), &ssm.DeleteParameterInput{Name: aws.String(name)})
+		})
+	}
+	store := secret.New(env.aws, time.Minute)
+	for region, want := range values {
+		arn := "arn:aws:ssm:" + region + ":000000000000:parameter" + name
+		got, err := store.Resolve(ctx, arn)
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", arn, got, err, want)
 		}
 	}
 }

@@ -4,6 +4,15 @@
 // SecretString (GetSecretValue, current version). It is the only importer
 // of the SSM and Secrets Manager SDKs.
 //
+// A reference is read by its full ARN, in the Region the ARN names
+// (each call's client Region is the ARN's): a parameter shared from
+// another account is found only by its ARN ("GetParameter", AWS Systems
+// Manager API Reference: "For parameters shared with you from another
+// account, you must use the full ARN"), and a parameter or secret of
+// another Region is never the local one of the same name. A SecureString
+// or secret encrypted with a customer managed key also needs kms:Decrypt
+// on that key through the service (RunnerProps.KMSKeys).
+//
 // Values are cached in memory for TTL (default DefaultTTL) per ARN, so a
 // batch of many items costs one call per reference per function instance
 // and TTL; a rotated secret is picked up within TTL, and at once when the
@@ -108,7 +117,8 @@ func (s *Store) ResolveFresh(ctx context.Context, arn string) (string, error) {
 	var v string
 	switch {
 	case strings.Contains(arn, ":ssm:"):
-		out, err := s.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(ParameterName(arn)), WithDecryption: aws.Bool(true)})
+		out, err := s.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(arn), WithDecryption: aws.Bool(true)},
+			func(o *ssm.Options) { o.Region = regionOf(arn, o.Region) })
 		if err != nil {
 			return "", classify("ssm", fmt.Errorf("ssm GetParameter %s: %w", arn, err))
 		}
@@ -117,7 +127,8 @@ func (s *Store) ResolveFresh(ctx context.Context, arn string) (string, error) {
 		}
 		v = *out.Parameter.Value
 	case strings.Contains(arn, ":secretsmanager:"):
-		out, err := s.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+		out, err := s.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)},
+			func(o *secretsmanager.Options) { o.Region = regionOf(arn, o.Region) })
 		if err != nil {
 			return "", classify("secretsmanager", fmt.Errorf("secretsmanager GetSecretValue %s: %w", arn, err))
 		}
@@ -134,17 +145,14 @@ func (s *Store) ResolveFresh(ctx context.Context, arn string) (string, error) {
 	return v, nil
 }
 
-// ParameterName returns the SSM parameter name an ARN names: "/a/b" for
-// "arn:…:parameter/a/b" (a hierarchical name), "p" for "arn:…:parameter/p"
-// (AWS Systems Manager user guide, "Working with parameter hierarchies").
-// The name, not the ARN, is sent: it is what GetParameter takes in every
-// region and emulator, and the role's grant is on the ARN either way.
-func ParameterName(arn string) string {
-	_, rest, _ := strings.Cut(arn, ":parameter/")
-	if strings.Contains(rest, "/") {
-		return "/" + rest
+// regionOf returns the Region of an ARN
+// (arn:partition:service:region:account:resource), or def when it names
+// none.
+func regionOf(arn, def string) string {
+	if parts := strings.SplitN(arn, ":", 5); len(parts) == 5 && parts[3] != "" {
+		return parts[3]
 	}
-	return rest
+	return def
 }
 
 // classify marks a throttled call of service as throttled (ledger.Throttled:

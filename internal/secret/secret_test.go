@@ -2,6 +2,7 @@ package secret
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -130,3 +131,52 @@ var (
 	_ worker.Secrets      = (*Store)(nil)
 	_ worker.FreshSecrets = (*Store)(nil)
 )
+
+// A reference is read by its full ARN, in the ARN's Region: SSM's
+// GetParameter gets the ARN itself (a parameter shared from another
+// account is found only so, "Working with shared parameters"), and both
+// services are called in the Region the ARN names, so a parameter or
+// secret of another Region is never the local one of the same name.
+func TestResolveReadsTheARNInItsRegion(t *testing.T) {
+	type call struct{ target, region, id string }
+	var calls []call
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Name, SecretId string }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		auth := r.Header.Get("Authorization")
+		region := ""
+		if i := strings.Index(auth, "Credential="); i >= 0 {
+			if parts := strings.Split(auth[i:], "/"); len(parts) > 2 {
+				region = parts[2]
+			}
+		}
+		calls = append(calls, call{r.Header.Get("X-Amz-Target"), region, in.Name + in.SecretId})
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		if in.SecretId != "" {
+			fmt.Fprintf(w, `{"ARN":%q,"SecretString":"s"}`, in.SecretId)
+			return
+		}
+		fmt.Fprintf(w, `{"Parameter":{"ARN":%q,"Name":"/hooks/token","Type":"SecureString","Value":"p","Version":1}}`, in.Name)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), Retryer: func() aws.Retryer { return aws.NopRetryer{} },
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")}
+	s := New(cfg, time.Minute)
+	for _, arn := range []string{
+		"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/token",         // another Region
+		"arn:aws:ssm:us-east-1:210987654321:parameter/shared/token",        // shared from another account
+		"arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-AbCdEf", // another Region
+	} {
+		if _, err := s.Resolve(context.Background(), arn); err != nil {
+			t.Fatalf("%s: %v", arn, err)
+		}
+	}
+	want := []call{
+		{"AmazonSSM.GetParameter", "eu-west-1", "arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/token"},
+		{"AmazonSSM.GetParameter", "us-east-1", "arn:aws:ssm:us-east-1:210987654321:parameter/shared/token"},
+		{"secretsmanager.GetSecretValue", "eu-west-1", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-AbCdEf"},
+	}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("calls (target, signed Region, id):\n  %v\nwant\n  %v", calls, want)
+	}
+}
