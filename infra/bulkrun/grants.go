@@ -31,6 +31,12 @@ func (r *runner) grant() {
 	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
 	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
 	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
+	// Submit refuses a source in a bucket of another Region, read with
+	// GetBucketLocation (submit.Submitter.Regions): SourceBuckets only,
+	// the stack's own bucket is in its Region.
+	if len(s.sourceBuckets) > 0 {
+		allow(submit, []string{"s3:GetBucketLocation"}, sourceBuckets[1:]...)
+	}
 	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)
 	allow(submit, []string{"s3:PutObject", "s3:DeleteObject"}, s3Arn(r.bucketName, config.UploadErrorsPrefix+"*"), s3Arn(r.bucketName, config.ScheduleErrorsPrefix+"*"))
 	allow(submit, []string{"sqs:SendMessage"}, r.items.QueueArn())

@@ -651,3 +651,22 @@ func escapeKey(key string) string {
 	}
 	return strings.Join(segs, "/")
 }
+
+// BucketRegion returns the Region bucket is in (S3 GetBucketLocation,
+// which answers for a bucket of any Region: an empty LocationConstraint
+// is us-east-1, the legacy "EU" eu-west-1; "GetBucketLocation", Amazon S3
+// API reference). It needs s3:GetBucketLocation on the bucket.
+func (s *Store) BucketRegion(ctx context.Context, bucket string) (string, error) {
+	out, err := s.s3.GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String(bucket)})
+	if err != nil {
+		return "", fmt.Errorf("region of bucket %s: %w", bucket, err)
+	}
+	switch c := string(out.LocationConstraint); c {
+	case "":
+		return "us-east-1", nil
+	case "EU":
+		return "eu-west-1", nil
+	default:
+		return c, nil
+	}
+}

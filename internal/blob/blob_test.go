@@ -39,4 +39,7 @@ func TestListedKeysDecode(t *testing.T) {
 
 // The adapter is the submit engine's store of parts (a compile-time
 // check, kept in a test so that the adapter imports no engine).
-var _ submit.PartBlobs = (*Store)(nil)
+var (
+	_ submit.PartBlobs     = (*Store)(nil)
+	_ submit.BucketRegions = (*Store)(nil)
+)

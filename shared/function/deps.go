@@ -134,6 +134,8 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 		SecretPrefixes: d.Config.SecretPrefixes, Retry: new(d.Config.RetryPolicy), ItemTimeout: d.Config.ItemTimeout,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
+		Regions:        d.Blobs,
+		Region:         d.AWS.Region,
 		ItemsPerSecond: ledger.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
 		// A JSON Lines object over submit.DefaultPartBytes is read by parts,
 		// wherever it is read, so its digest is always the parts digest.

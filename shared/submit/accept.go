@@ -62,6 +62,9 @@ func (s *Submitter) Accept(ctx context.Context, req api.SubmitRequest) (SubmitRe
 	if err := s.prepare(&req); err != nil {
 		return SubmitResult{}, err
 	}
+	if err := s.checkSourceRegion(ctx, req.Source); err != nil {
+		return SubmitResult{}, err
+	}
 	if err := s.objectExists(ctx, req.Source); err != nil {
 		return SubmitResult{}, err
 	}

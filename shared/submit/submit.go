@@ -90,6 +90,12 @@ type Submitter struct {
 	// Sources limits the S3 objects and prefixes a source may name (see
 	// SourcePolicy); the zero value allows any.
 	Sources source.SourcePolicy
+	// Regions and Region, when both set, refuse an S3 source in a bucket
+	// of another Region than Region (the stack's, AWS_REGION) at submit,
+	// naming both Regions (checkSourceRegion); each bucket's Region is
+	// read once per process.
+	Regions BucketRegions
+	Region  string
 	// UploadRepeatWindow is how long an upload's content is remembered:
 	// the same items for the same pipeline and options uploaded under
 	// another name within it are not run again (ClaimUpload). 0 remembers
@@ -290,6 +296,9 @@ func (s *Submitter) clearStale(ctx context.Context, stored ledger.Batch) error {
 
 func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitResult, error) {
 	if err := s.prepare(&req); err != nil {
+		return SubmitResult{}, err
+	}
+	if err := s.checkSourceRegion(ctx, req.Source); err != nil {
 		return SubmitResult{}, err
 	}
 	log := s.Log.With("batch_id", req.BatchID)

@@ -18,19 +18,6 @@ import (
 	"github.com/bulkrun/bulkrun/internal/blob"
 )
 
-// BucketRegion is the Region of a GetBucketLocation answer: an empty
-// LocationConstraint is us-east-1, and the legacy "EU" is eu-west-1
-// (Amazon S3 API reference, "GetBucketLocation").
-func BucketRegion(constraint string) string {
-	switch constraint {
-	case "":
-		return "us-east-1"
-	case "EU":
-		return "eu-west-1"
-	}
-	return constraint
-}
-
 // sourceBuckets: each SourceBuckets bucket is in the stack's Region
 // (GetBucketLocation; another Region's bucket answers the functions' reads
 // with 301 PermanentRedirect, which the SDK does not follow) and its
@@ -49,13 +36,12 @@ func (d *doctorRun) sourceBuckets(ctx context.Context) DoctorCheck {
 	s3c := blob.NewS3(d.aws)
 	var parts, fixes, warns []string
 	for _, b := range d.plan.sourceBuckets {
-		loc, err := s3c.GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String(b)})
+		region, err := blob.New(s3c, "").BucketRegion(ctx, b)
 		if err != nil {
 			parts = append(parts, b+": GetBucketLocation failed: "+errString(err))
 			warns = append(warns, "cannot read "+b+"'s Region: another account's bucket must let the caller read its location, and the stack's functions read its objects (docs/sources.md, \"Sources and who may read what\")")
 			continue
 		}
-		region := BucketRegion(string(loc.LocationConstraint))
 		if region != d.aws.Region {
 			parts = append(parts, fmt.Sprintf("%s is in %s", b, region))
 			fixes = append(fixes, fmt.Sprintf("%s is in %s, the stack in %s: S3 answers the functions' calls with 301 PermanentRedirect, which they do not follow, and submit refuses every batch from it; name a bucket in %s (S3 Replication copies one), or deploy the stack in %s",
