@@ -75,6 +75,8 @@ var contextProps = []contextProp{
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.LambdaFunctions })},
 	{"effectTables", []string{"EffectTables"}, "comma-separated DynamoDB table names pipelines may stage writes on",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.EffectTables })},
+	{"kmsKeys", []string{"KMSKeys"}, "comma-separated KMS key ARNs the functions may decrypt with, through S3, SSM and Secrets Manager",
+		list(func(p *bulkrun.RunnerProps) *[]string { return &p.KMSKeys })},
 	{"maxManifestBytes", []string{"MaxManifestBytes"}, "bytes", func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.MaxManifestBytes, err = strconv.ParseInt(v, 10, 64)
 		return err

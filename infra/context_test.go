@@ -155,6 +155,7 @@ func allContext() map[string]string {
 		"secretPrefixes":       "arn:aws:ssm:eu-west-1:123456789012:parameter/ctx/*",
 		"lambdaFunctions":      "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live",
 		"effectTables":         "accounts,ledger.v2",
+		"kmsKeys":              "arn:aws:kms:eu-west-1:123456789012:key/1111aaaa-0000-4000-8000-000000000001",
 		"maxManifestBytes":     "1073741824",
 		"alarmTopicArn":        "arn:aws:sns:eu-west-1:123456789012:ctx-alarms",
 		"tracing":              "true",
@@ -441,6 +442,11 @@ func TestRunnerPropsContext(t *testing.T) {
 			if !a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `:function:score"`) ||
 				!a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `function:other:live`) {
 				t.Error("item may not invoke both allow-listed functions")
+			}
+		},
+		"kmsKeys": func(t *testing.T) {
+			if !a.has("AWS::IAM::Policy", `"kms:Decrypt"`, `key/1111aaaa-0000-4000-8000-000000000001"`, `"kms:ViaService"`) {
+				t.Error("no kms:Decrypt on the key through the services")
 			}
 		},
 		"effectTables": func(t *testing.T) {

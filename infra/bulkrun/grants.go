@@ -114,8 +114,8 @@ func (r *runner) grant() {
 
 // grantPipelineReach gives the item function what the pipelines reach
 // beyond bulkrun's own resources, each exactly as declared: the lambda
-// pipeline's functions, the tables staged writes go to, the secrets
-// batches reference.
+// pipeline's functions, the tables staged writes go to, the keys of what
+// it reads (and submit: sources), the secrets batches reference.
 func (r *runner) grantPipelineReach(item awslambda.Function) {
 	s := r.s
 	// The lambda pipeline: invoke exactly the allow-listed functions, one
@@ -138,6 +138,13 @@ func (r *runner) grantPipelineReach(item awslambda.Function) {
 			regionalArn("dynamodb", "table/"+t))
 	}
 
+	// Customer managed keys: kms:Decrypt only through the services that
+	// read what they encrypt, in the key's Region (kms:ViaService).
+	for _, k := range s.kmsKeys {
+		allowDecrypt(r.functions[FunctionSubmit], k, "s3")
+		allowDecrypt(item, k, "s3", "ssm", "secretsmanager")
+	}
+
 	// Secret references: read access per declared prefix, per service.
 	var parameters, secrets []*string
 	for _, p := range s.secretPrefixes {
@@ -153,6 +160,29 @@ func (r *runner) grantPipelineReach(item awslambda.Function) {
 	if len(secrets) > 0 {
 		allow(item, []string{"secretsmanager:GetSecretValue"}, secrets...)
 	}
+}
+
+// allowDecrypt lets fn's role use key (an ARN, or a token: the stack's
+// Region) to decrypt through services only: kms:Decrypt with
+// kms:ViaService = {service}.{key's Region}.{its partition's domain}.
+func allowDecrypt(fn awslambda.Function, key string, services ...string) {
+	var via []*string
+	parts := strings.Split(key, ":")
+	for _, svc := range services {
+		switch {
+		case *awscdk.Token_IsUnresolved(jsii.String(key)) || len(parts) < 4:
+			via = append(via, awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String(svc + "."), awscdk.Aws_REGION(), jsii.String("."), awscdk.Aws_URL_SUFFIX()}))
+		case parts[1] == "aws-cn":
+			via = append(via, jsii.String(svc+"."+parts[3]+".amazonaws.com.cn"))
+		default:
+			via = append(via, jsii.String(svc+"."+parts[3]+".amazonaws.com"))
+		}
+	}
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:    jsii.Strings("kms:Decrypt"),
+		Resources:  jsii.Strings(key),
+		Conditions: &map[string]any{"StringEquals": map[string]any{"kms:ViaService": via}},
+	}))
 }
 
 // allow adds one statement to fn's role: actions on resources.

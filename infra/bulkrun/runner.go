@@ -223,9 +223,10 @@ type RunnerProps struct {
 	// headers and options ("secret:arn:…", ledger.SecretRef): submit refuses
 	// any other reference, and the item function's role gets
 	// ssm:GetParameter or secretsmanager:GetSecretValue on exactly these
-	// (one statement per service). A SecureString encrypted with a
-	// customer managed KMS key also needs kms:Decrypt on that key, which
-	// the stack does not grant. Default: none on TargetAWS;
+	// (one statement per service). A SecureString or secret encrypted
+	// with a customer managed KMS key also needs that key in KMSKeys.
+	// References are read by their full ARN, in the ARN's Region
+	// (internal/secret). Default: none on TargetAWS;
 	// DefaultEmulatorSecretPrefixes on TargetEmulator.
 	SecretPrefixes []string
 	// MaxManifestBytes is the largest manifest (normalized JSONL, about the
@@ -357,6 +358,22 @@ type RunnerProps struct {
 	// Default: none on TargetAWS (staging is refused);
 	// DefaultEmulatorEffectTables on TargetEmulator.
 	EffectTables []string
+	// KMSKeys are the customer managed KMS keys (key ARNs, or tokens such
+	// as key.KeyArn()) that encrypt what the functions read outside the
+	// stack: sources in SourceBuckets encrypted with SSE-KMS, and the SSM
+	// SecureString parameters and Secrets Manager secrets of
+	// SecretPrefixes. Submit's role gets kms:Decrypt on them through S3,
+	// the item function's through S3, SSM and Secrets Manager: each
+	// statement has the condition kms:ViaService, the services'
+	// endpoints in the key's Region ("kms:ViaService", AWS KMS developer
+	// guide, https://docs.aws.amazon.com/kms/latest/developerguide/conditions-kms.html#conditions-kms-via-service),
+	// so a role can use a key only as those services do for it, never
+	// calling KMS itself. A key of another account must also let these
+	// roles use it in its key policy. Keys AWS manages (aws/s3, aws/ssm,
+	// aws/secretsmanager) need nothing. Default: none on TargetAWS;
+	// DefaultEmulatorKMSKeys on TargetEmulator. Each a key ARN
+	// (arn:…:kms:REGION:ACCOUNT:key/ID), listed once.
+	KMSKeys []string
 }
 
 // DefaultMemoryMiB is each function's memory when RunnerProps.MemoryMiB
@@ -430,6 +447,12 @@ var DefaultEmulatorLambdaFunctions = []string{"bulkrun-example-python"}
 // staged writes against the statement the item function's role gets for
 // it, with the test's own table in its place (integration/testbed/iamlane).
 var DefaultEmulatorEffectTables = []string{"bulkrun-it-effects"}
+
+// DefaultEmulatorKMSKeys is RunnerProps.KMSKeys on TargetEmulator when
+// empty: a key ARN the integration suite's own key stands in for, as its
+// harness's reads of SSE-KMS sources are checked against the deployed
+// grant by the IAM-checked lane (integration/testbed/iamlane).
+var DefaultEmulatorKMSKeys = []string{"arn:aws:kms:us-east-1:000000000000:key/bulkrun-integration-key"}
 
 // DefaultEmulatorWebhookAllow is RunnerProps.WebhookAllow on TargetEmulator
 // when empty: the loopback receivers the integration tests and local

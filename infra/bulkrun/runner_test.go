@@ -86,6 +86,7 @@ func testProps(target string) *RunnerProps {
 		SecretPrefixes:  []string{"arn:aws:ssm:eu-west-1:123456789012:parameter/hooks/*", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks/*"},
 		LambdaFunctions: []string{"score", "arn:aws:lambda:eu-west-1:123456789012:function:other:live"},
 		EffectTables:    []string{"accounts"},
+		KMSKeys:         []string{"arn:aws:kms:eu-west-1:123456789012:key/1111aaaa-0000-4000-8000-000000000001", "arn:aws:kms:eu-central-1:210987654321:key/2222bbbb-0000-4000-8000-000000000002"},
 		Schedules: []Schedule{{Name: "nightly", Expression: "cron(0 2 * * ? *)",
 			Request: json.RawMessage(`{"pipeline":"enrich","source":{"prefix":"s3://source-a/daily/"}}`)}},
 		MaxManifestBytes:    1 << 30,
@@ -709,10 +710,10 @@ func TestIAMScope(t *testing.T) {
 	// consumption actions on both queues to item.
 	want := map[string][]string{
 		FunctionSubmit: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
+			"events:PutEvents", "kms:Decrypt", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
 			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
 		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"events:PutEvents", "lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
+			"events:PutEvents", "kms:Decrypt", "lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage", "ssm:GetParameter"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:ListMultipartUploadParts", "s3:PutObject",
@@ -1649,6 +1650,60 @@ func TestItemRecursiveLoopAllowed(t *testing.T) {
 			if want := map[bool]string{true: "Allow", false: ""}[fn == FunctionItem]; got != want {
 				t.Errorf("%s: %s RecursiveLoop = %q, want %q", target, fn, got, want)
 			}
+		}
+	}
+}
+
+// TestKMSKeysDecryptThroughServices guards "the functions may decrypt
+// with exactly the declared keys, and only through the services that read
+// what they encrypt": per key, submit's role gets kms:Decrypt through S3
+// and the item function's through S3, SSM and Secrets Manager, each in
+// the key's own Region (kms:ViaService), never another action, never
+// another function; bad keys are refused naming the field.
+func TestKMSKeysDecryptThroughServices(t *testing.T) {
+	s := synth(t, TargetAWS)
+	want := map[string][]string{FunctionSubmit: {"s3"}, FunctionItem: {"s3", "ssm", "secretsmanager"}, FunctionFinalize: nil, FunctionSweep: nil}
+	for fn, services := range want {
+		got := map[string][]string{} // key → its ViaService values
+		for _, st := range s.statements(t, s.ids["policy:"+fn]) {
+			if !slices.Contains(actions(st), "kms:Decrypt") {
+				continue
+			}
+			if a := actions(st); len(a) != 1 {
+				t.Errorf("%s: kms:Decrypt with %v in one statement", fn, a)
+			}
+			key := fmt.Sprint(st["Resource"])
+			cond, _ := st["Condition"].(map[string]any)["StringEquals"].(map[string]any)
+			for _, v := range resolveAll(t, cond["kms:ViaService"]) {
+				got[key] = append(got[key], v)
+			}
+		}
+		if len(services) == 0 {
+			if len(got) > 0 {
+				t.Errorf("%s may decrypt with %v", fn, got)
+			}
+			continue
+		}
+		for _, key := range testProps(TargetAWS).KMSKeys {
+			region := strings.Split(key, ":")[3]
+			var wantVia []string
+			for _, svc := range services {
+				wantVia = append(wantVia, svc+"."+region+".amazonaws.com")
+			}
+			if !slices.Equal(got[key], wantVia) {
+				t.Errorf("%s: kms:Decrypt on %s via %v, want %v", fn, key, got[key], wantVia)
+			}
+		}
+	}
+	for _, tc := range []struct{ keys []string }{
+		{[]string{"arn:aws:kms:eu-west-1:123456789012:alias/sources"}},
+		{[]string{"1111aaaa-0000-4000-8000-000000000001"}},
+		{[]string{"arn:aws:kms:eu-west-1:123456789012:key/k1", "arn:aws:kms:eu-west-1:123456789012:key/k1"}},
+	} {
+		err := Validate(&RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, KMSKeys: tc.keys})
+		var pe *PropError
+		if !errors.As(err, &pe) || !strings.HasPrefix(pe.Field, "KMSKeys[") {
+			t.Errorf("KMSKeys %v: %v, want a *PropError naming KMSKeys[i]", tc.keys, err)
 		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -60,6 +62,7 @@ type settings struct {
 	lambdaFunctions    []string                 // config.EnvLambdaFunctions, tokens included
 	effectTables       []string                 // config.EnvEffectTables, tokens included
 	apiGatewayAccount  bool                     // replace the account's API Gateway role whatever it is
+	kmsKeys            []string                 // keys submit and item may decrypt with (tokens included)
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
 	env map[string]map[string]string
@@ -85,6 +88,7 @@ func derive(props *RunnerProps) (settings, error) {
 	s.checkPipelines(props, bad)
 	s.checkSchedules(bad)
 	s.checkCode(props, bad)
+	s.checkKMSKeys(bad)
 	errs = append(errs, checkOperations(props)...)
 	s.env = s.functionEnv()
 	if _, err := config.Load(validationView(s.env)); err != nil {
@@ -121,6 +125,7 @@ func withDefaults(props *RunnerProps) settings {
 		effectTables:       props.EffectTables,
 		lambdaFunctions:    props.LambdaFunctions,
 		apiGatewayAccount:  props.ApiGatewayAccount,
+		kmsKeys:            props.KMSKeys,
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -177,6 +182,9 @@ func withDefaults(props *RunnerProps) settings {
 	}
 	if len(s.effectTables) == 0 && s.target == TargetEmulator {
 		s.effectTables = DefaultEmulatorEffectTables
+	}
+	if len(s.kmsKeys) == 0 && s.target == TargetEmulator {
+		s.kmsKeys = DefaultEmulatorKMSKeys
 	}
 	s.lease = s.itemTimeout + config.LeaseMargin
 	s.visibility = VisibilityFactor * s.itemTimeout
@@ -278,6 +286,27 @@ func (s *settings) checkStorage(bad badProp) {
 
 // checkFunctions checks memory, concurrency and timeouts per function and
 // fills the memory and timeout props set.
+// kmsKeyPattern is a KMS key's ARN (an alias ARN does not authorize a
+// key's use: "Using aliases to control access to KMS keys", AWS KMS
+// developer guide).
+var kmsKeyPattern = regexp.MustCompile(`^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$`)
+
+// checkKMSKeys checks KMSKeys: key ARNs (or tokens), each once.
+func (s *settings) checkKMSKeys(bad badProp) {
+	seen := map[string]bool{}
+	for i, k := range s.kmsKeys {
+		field := fmt.Sprintf("KMSKeys[%d]", i)
+		switch {
+		case *awscdk.Token_IsUnresolved(jsii.String(k)):
+		case !kmsKeyPattern.MatchString(k):
+			bad(field, k, "want a KMS key ARN, arn:<partition>:kms:<region>:<account>:key/<key id> (an alias does not authorize a key's use)")
+		case seen[k]:
+			bad(field, k, "listed twice")
+		}
+		seen[k] = true
+	}
+}
+
 func (s *settings) checkFunctions(props *RunnerProps, bad badProp) {
 	if s.itemMemoryMiB < 128 || s.itemMemoryMiB > 10240 {
 		bad("ItemMemoryMiB", strconv.Itoa(s.itemMemoryMiB), "want 128–10240 MiB (Lambda's limits)")

@@ -39,7 +39,7 @@ func (d *doctorRun) sourceBuckets(ctx context.Context) DoctorCheck {
 		region, err := blob.New(s3c, "").BucketRegion(ctx, b)
 		if err != nil {
 			parts = append(parts, b+": GetBucketLocation failed: "+errString(err))
-			warns = append(warns, "cannot read "+b+"'s Region: another account's bucket must let the caller read its location, and the stack's functions read its objects (docs/sources.md, \"Sources and who may read what\")")
+			warns = append(warns, "cannot read "+b+"'s Region: another account's bucket must let the caller read its location, and the stack's functions read its objects (docs/sources.md, \"Sources in another account\")")
 			continue
 		}
 		if region != d.aws.Region {

@@ -20,10 +20,11 @@ type Gate interface {
 	// answer it with. body is the buffered request body (nil for S3
 	// calls other than DeleteObjects).
 	Admit(r *http.Request, c Call, body []byte) *Refusal
-	// Answered may replace the emulator's answer of status to an admitted
-	// call (S3 answers a missing key with 403 to a caller that may not
-	// list the bucket); nil keeps it.
-	Answered(r *http.Request, c Call, status int) *Refusal
+	// Answered may replace the emulator's answer (status, header) to an
+	// admitted call (S3 answers a missing key with 403 to a caller that
+	// may not list the bucket, and an object encrypted with a key the
+	// caller may not use with 403); nil keeps it.
+	Answered(r *http.Request, c Call, status int, header http.Header) *Refusal
 	// ServeHTTP serves the gate's control endpoint (GatePath).
 	http.Handler
 }

@@ -157,7 +157,7 @@ func cfnStack(r *request) ([]Need, error) {
 	return []Need{{Action: "cloudformation:DescribeStacks", Resource: name}}, nil
 }
 
-// NotFoundRule is the one authorization an answer adds: S3 answers a
+// NotFoundRule is an authorization an answer adds: S3 answers a
 // missing key with 404 only to a caller that may list the bucket, and with
 // 403 AccessDenied otherwise ("GetObject", S3 API reference: "If you don't
 // have the s3:ListBucket permission, Amazon S3 returns an HTTP status code

@@ -114,6 +114,11 @@ func (e *Evaluator) define(s *policySet) error {
 	return nil
 }
 
+// singleValued are the condition keys a request holds one value of
+// (String, not ArrayOfString, in the Service Authorization Reference):
+// the evaluator compares them with StringEquals only as a single value.
+var singleValued = map[string]bool{"kms:ViaService": true, "iam:PassedToService": true}
+
 // Evaluate decides whether principal may do n under set, with the
 // resource policy named by rpKey ("" for none) and the request context.
 func (e *Evaluator) Evaluate(set *policySet, principal, account string, n Need, rpKey string, context map[string]string) (Decision, error) {
@@ -123,6 +128,10 @@ func (e *Evaluator) Evaluate(set *policySet, principal, account string, n Need, 
 		vars[k] = v
 	}
 	for k, v := range n.Context {
+		if singleValued[k] && len(v) == 1 {
+			vars[k] = v[0]
+			continue
+		}
 		vars[k] = v
 	}
 	if d, ok := e.cache.Load(key); ok {

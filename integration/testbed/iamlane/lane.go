@@ -63,6 +63,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -187,6 +189,7 @@ type Binding struct {
 type Lane struct {
 	opts Options
 	cf   *cloudformation.Client
+	kms  *kms.Client
 
 	mu       sync.Mutex
 	deployed *Deployed
@@ -201,6 +204,9 @@ type Lane struct {
 	problems map[string]*Problem
 	hops     map[string]int // binding + message identity → sends in its chain (rules.go)
 	loops    []LoopStop
+	keys     map[string]bool // KMS key ARN → customer managed (KMSRule)
+	// keyPolicies are the keys' policies (KMSRule), by key ARN.
+	keyPolicies map[string]Document
 }
 
 var _ faultproxy.Gate = (*Lane)(nil)
@@ -218,8 +224,13 @@ func New(opts Options) *Lane {
 		BaseEndpoint: aws.String(opts.Upstream),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
-	return &Lane{opts: opts, cf: cf, sets: map[string]*policySet{}, bindings: map[string]Binding{},
-		tests: map[string]string{}, denials: map[string]*Denial{}, problems: map[string]*Problem{}, hops: map[string]int{}}
+	km := kms.New(kms.Options{
+		Region:       opts.Region,
+		BaseEndpoint: aws.String(opts.Upstream),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	return &Lane{opts: opts, cf: cf, kms: km, sets: map[string]*policySet{}, bindings: map[string]Binding{},
+		tests: map[string]string{}, denials: map[string]*Denial{}, problems: map[string]*Problem{}, hops: map[string]int{}, keys: map[string]bool{}, keyPolicies: map[string]Document{}}
 }
 
 var appIDPattern = regexp.MustCompile(`(?:^| )app/` + regexp.QuoteMeta(config.AppIDPrefix) + `([a-z]+)(?: |$)`)
@@ -311,8 +322,13 @@ func (l *Lane) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultprox
 }
 
 // Answered implements faultproxy.Gate: a 404 to GetObject or HeadObject
-// is a 403 unless the function may list the bucket (NotFoundRule).
-func (l *Lane) Answered(r *http.Request, c faultproxy.Call, status int) *faultproxy.Refusal {
+// is a 403 unless the function may list the bucket (NotFoundRule); an
+// object the answer says is encrypted with a customer managed KMS key is
+// a 403 unless the function may use the key through S3 (KMSRule).
+func (l *Lane) Answered(r *http.Request, c faultproxy.Call, status int, header http.Header) *faultproxy.Refusal {
+	if c.Service == "s3" && (c.Operation == "GetObject" || c.Operation == "HeadObject") && status < 300 {
+		return l.kmsAnswered(r, c, header)
+	}
 	if status != http.StatusNotFound || c.Service != "s3" || (c.Operation != "GetObject" && c.Operation != "HeadObject") {
 		return nil
 	}
@@ -340,6 +356,106 @@ func (l *Lane) Answered(r *http.Request, c faultproxy.Call, status int) *faultpr
 		return nil
 	}
 	return &faultproxy.Refusal{Status: http.StatusForbidden, Code: "AccessDenied", Message: accessDeniedMessage(role.ARN, d)}
+}
+
+// KMSRule is the other authorization an answer adds: reading an object
+// that S3 encrypted with a KMS key (SSE-KMS) needs kms:Decrypt on that key,
+// which S3 asks for on the caller's behalf ("Using server-side encryption
+// with AWS KMS keys (SSE-KMS)", Amazon S3 user guide: "you must have
+// permission to use the kms:Decrypt action"), with kms:ViaService the S3
+// endpoint of the key's Region. Keys AWS manages (aws/s3) are not
+// checked: their policy lets the account use them through S3.
+var KMSRule = Rule{Service: "s3", Operation: "GetObject, HeadObject of an SSE-KMS object", Actions: "kms:Decrypt", Resource: "the object's customer managed key (kms:ViaService s3.REGION.amazonaws.com)"}
+
+// kmsAnswered applies KMSRule to an answer.
+func (l *Lane) kmsAnswered(r *http.Request, c faultproxy.Call, header http.Header) *faultproxy.Refusal {
+	key := header.Get("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id")
+	fn := function(r)
+	if fn == "" || header.Get("X-Amz-Server-Side-Encryption") != "aws:kms" || key == "" || !l.customerKey(key) {
+		return nil
+	}
+	binding := r.Header.Get(BindingHeader)
+	set, role, err := l.policies(fn, binding)
+	if err == nil {
+		set, err = l.withKeyPolicy(set, key)
+	}
+	if err != nil {
+		l.problem(c, r, nil, fmt.Sprintf("function %s, %s of an SSE-KMS object: %v", fn, c.String(), err))
+		return nil
+	}
+	region := l.opts.Region
+	if parts := strings.Split(key, ":"); len(parts) > 3 {
+		region = parts[3]
+	}
+	n := Need{Action: "kms:Decrypt", Resource: key, Context: map[string][]string{"kms:ViaService": {"s3." + region + ".amazonaws.com"}}}
+	dec, err := l.decide(set, role, n)
+	if err != nil {
+		l.problem(c, r, nil, fmt.Sprintf("function %s, %s: %v", fn, c.String(), err))
+		return nil
+	}
+	l.mu.Lock()
+	l.checked++
+	if dec == Allowed {
+		l.allowed++
+	}
+	l.mu.Unlock()
+	if dec == Allowed {
+		return nil
+	}
+	d := l.deny(fn, binding, c.Operation+" (SSE-KMS)", n, dec, r, nil)
+	if !l.enforcing(binding) {
+		return nil
+	}
+	return &faultproxy.Refusal{Status: http.StatusForbidden, Code: "AccessDenied", Message: accessDeniedMessage(role.ARN, d)}
+}
+
+// withKeyPolicy returns set with key's policy (GetKeyPolicy "default" of
+// the emulator's KMS) as a resource policy: a key's own policy decides
+// whether IAM policies may grant its use at all ("Key policies in AWS
+// KMS", AWS KMS developer guide), and the evaluator needs it.
+func (l *Lane) withKeyPolicy(set *policySet, key string) (*policySet, error) {
+	l.mu.Lock()
+	doc, ok := l.keyPolicies[key]
+	l.mu.Unlock()
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := l.kms.GetKeyPolicy(ctx, &kms.GetKeyPolicyInput{KeyId: aws.String(key), PolicyName: aws.String("default")})
+		if err != nil {
+			return nil, fmt.Errorf("key policy of %s: %w", key, err)
+		}
+		if err := json.Unmarshal([]byte(aws.ToString(out.Policy)), &doc); err != nil {
+			return nil, fmt.Errorf("key policy of %s: %w", key, err)
+		}
+		l.mu.Lock()
+		l.keyPolicies[key] = doc
+		l.mu.Unlock()
+	}
+	out := &policySet{key: set.key + "\x00key\x00" + key, identity: set.identity, resource: map[string]Document{"key:" + key: doc}}
+	for k, v := range set.resource {
+		out.resource[k] = v
+	}
+	return out, nil
+}
+
+// customerKey says whether key (an ARN) is a customer managed key of the
+// emulator's KMS (DescribeKey's KeyManager), remembered per key; a key
+// it cannot describe counts as customer managed.
+func (l *Lane) customerKey(key string) bool {
+	l.mu.Lock()
+	v, ok := l.keys[key]
+	l.mu.Unlock()
+	if ok {
+		return v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := l.kms.DescribeKey(ctx, &kms.DescribeKeyInput{KeyId: aws.String(key)})
+	customer := err != nil || out.KeyMetadata == nil || out.KeyMetadata.KeyManager != kmstypes.KeyManagerTypeAws
+	l.mu.Lock()
+	l.keys[key] = customer
+	l.mu.Unlock()
+	return customer
 }
 
 // enforcing says whether denied calls under binding are refused.
@@ -370,6 +486,8 @@ func (l *Lane) decide(set *policySet, role Role, n Need) (Decision, error) {
 		}
 	} else if _, ok := set.resource["queue:"+n.Resource]; ok {
 		rpKey = "queue:" + n.Resource
+	} else if _, ok := set.resource["key:"+n.Resource]; ok {
+		rpKey = "key:" + n.Resource
 	}
 	ctx := map[string]string{
 		"aws:SecureTransport":  "true",
@@ -516,6 +634,9 @@ func substitution(stack, test map[string]string) []replacement {
 	}
 	if q, ok := test["items-queue"]; ok && stack["items-queue"] != "" {
 		out = append(out, replacement{stack["items-queue"], q})
+	}
+	if k, ok := test["kms-key"]; ok && stack["kms-key"] != "" {
+		out = append(out, replacement{stack["kms-key"], k})
 	}
 	return out
 }

@@ -47,7 +47,8 @@ type Deployed struct {
 	// Names are the physical names of the stack's own resources, for a
 	// binding to stand its own in for: "table", "bucket", "items-queue"
 	// (the items queue's ARN), "effect-table" (the item function's first
-	// declared effect table).
+	// declared effect table), "kms-key" (the first key submit may decrypt
+	// with, RunnerProps.KMSKeys).
 	Names map[string]string
 }
 
@@ -201,6 +202,14 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 			}
 		}
 	}
+	// The first KMS key submit may decrypt with.
+	for _, p := range d.Roles["submit"].Policies {
+		for _, st := range statementsOf(p.Policy) {
+			if act, _ := st["Action"].(string); act == "kms:Decrypt" && d.Names["kms-key"] == "" {
+				d.Names["kms-key"], _ = st["Resource"].(string)
+			}
+		}
+	}
 	for key, name := range map[string]string{config.OutputTable: "table", config.OutputBucket: "bucket", config.OutputItemsQueueARN: "items-queue"} {
 		if o, ok := t.Outputs[key]; ok {
 			if v, err := t.resolveString(o.Value); err == nil {
@@ -238,6 +247,22 @@ func (t *stackTemplate) setupRole(d *Deployed, inProgress bool) error {
 		return nil
 	}
 	return nil
+}
+
+// statementsOf returns a policy document's statements.
+func statementsOf(doc Document) []map[string]any {
+	var out []map[string]any
+	switch s := doc["Statement"].(type) {
+	case []any:
+		for _, e := range s {
+			if m, ok := e.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+	case map[string]any:
+		out = append(out, s)
+	}
+	return out
 }
 
 // role returns the role with logical id roleID and its policies.
