@@ -9,7 +9,8 @@
 //   - its Python function (the example in examples/lambda-python), run
 //     once per item by bulkrun's built-in "lambda" pipeline.
 //
-// Its own SNS topic gets bulkrun's alarms.
+// Its own SNS topic gets bulkrun's alarms and batch events, encrypted
+// with a key of its own that CloudWatch and EventBridge may use.
 //
 // Build the functions, then run the cdk CLI from examples/embed (cdk.json
 // says "go run ." and points functionsDir and pipelineCode at the builds
@@ -94,10 +95,35 @@ func NewOrders(scope constructs.Construct, id, functionsDir, pipelineCode, score
 	)
 	bulkrun.SuppressLint(stack.Node().FindChild(jsii.String("ScorerLogs")).Node().DefaultChild().(awscdk.CfnResource),
 		bulkrun.LintSuppression{Tool: bulkrun.LintCheckov, Rule: "CKV_AWS_158", Reason: "The scorer logs no item payload; CloudWatch Logs encrypts at rest."})
-	// Alarm notifications encrypted with the account's SNS key.
-	alarms := awssns.NewTopic(stack, jsii.String("Alarms"), &awssns.TopicProps{
-		MasterKey: awskms.Alias_FromAliasName(stack, jsii.String("SnsKey"), jsii.String("alias/aws/sns")),
+	// The alarm topic, encrypted with a key of the team's own: CloudWatch
+	// (bulkrun's alarms) and EventBridge (its batch events) publish only
+	// to a topic whose key policy lets their service principals use the
+	// key, which the AWS managed aws/sns key's never does ("Encrypting
+	// messages published to Amazon SNS with AWS KMS", Amazon SNS developer
+	// guide); the topic's own policy lets them publish, from this
+	// account only. `bulkrun doctor` checks a stack's alarm topic so.
+	publishers := []awsiam.IPrincipal{
+		awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil),
+		awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil),
+	}
+	alarmsKey := awskms.NewKey(stack, jsii.String("AlarmsKey"), &awskms.KeyProps{
+		Description:       jsii.String("orders: the alarm topic's messages"),
+		EnableKeyRotation: jsii.Bool(true),
 	})
+	alarmsKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAndEventBridgePublishToTheAlarmTopic"),
+		Principals: &publishers,
+		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey*"),
+		Resources:  jsii.Strings("*"),
+	}), nil)
+	alarms := awssns.NewTopic(stack, jsii.String("Alarms"), &awssns.TopicProps{MasterKey: alarmsKey})
+	alarms.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAndEventBridgePublish"),
+		Principals: &publishers,
+		Actions:    jsii.Strings("sns:Publish"),
+		Resources:  jsii.Strings(*alarms.TopicArn()),
+		Conditions: &map[string]any{"StringEquals": map[string]any{"aws:SourceAccount": stack.Account()}},
+	}))
 
 	// bulkrun: the team's Go pipelines (the binary built from ./runner,
 	// and their names from the same list) and the lambda pipeline, allowed

@@ -146,6 +146,52 @@ func TestEmbedSynthesizes(t *testing.T) {
 	if topicID == "" || alarmed < 10 {
 		t.Errorf("%d alarms notify the team's topic %q", alarmed, topicID)
 	}
+	// The topic can receive them: encrypted with a key of the stack (not
+	// aws/sns) whose policy lets CloudWatch and EventBridge use it, and a
+	// topic policy letting both publish.
+	keyID := ""
+	if k, ok := tmpl.Resources[topicID].Properties["KmsMasterKeyId"].(map[string]any); ok {
+		if g, ok := k["Fn::GetAtt"].([]any); ok {
+			keyID, _ = g[0].(string)
+		}
+	}
+	if tmpl.Resources[keyID].Type != "AWS::KMS::Key" {
+		t.Fatalf("the topic's key %v is not a key of the stack (aws/sns: neither CloudWatch nor EventBridge may use it)", tmpl.Resources[topicID].Properties["KmsMasterKeyId"])
+	}
+	allows := func(doc any, principal string, actions ...string) bool {
+		raw, _ := json.Marshal(doc)
+		var d struct{ Statement []map[string]any }
+		_ = json.Unmarshal(raw, &d)
+		for _, st := range d.Statement {
+			p, _ := json.Marshal(st["Principal"])
+			a, _ := json.Marshal(st["Action"])
+			if st["Effect"] != "Allow" || !strings.Contains(string(p), principal) {
+				continue
+			}
+			all := true
+			for _, want := range actions {
+				all = all && strings.Contains(string(a), want)
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	}
+	var topicPolicy any
+	for _, r := range tmpl.Resources {
+		if r.Type == "AWS::SNS::TopicPolicy" {
+			topicPolicy = r.Properties["PolicyDocument"]
+		}
+	}
+	for _, p := range []string{"cloudwatch.amazonaws.com", "events.amazonaws.com"} {
+		if !allows(tmpl.Resources[keyID].Properties["KeyPolicy"], p, "kms:Decrypt", "kms:GenerateDataKey*") {
+			t.Errorf("the key policy does not let %s use the key", p)
+		}
+		if !allows(topicPolicy, p, "sns:Publish") {
+			t.Errorf("the topic policy does not let %s publish", p)
+		}
+	}
 	var outputs []string
 	for k := range tmpl.Outputs {
 		outputs = append(outputs, k)

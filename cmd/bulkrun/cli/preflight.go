@@ -182,7 +182,9 @@ func planTemplate(raw []byte, plan *doctorPlan) error {
 		switch k := p["KmsMasterKeyId"].(type) {
 		case string:
 			tp.key = k
+		case nil:
 		default:
+			tp.key = literal(k) // an alias ARN built with Fn::Join
 			if kid, ok := refTo(k); ok {
 				tp.key = "{" + kid + "}"
 				if t.Resources[kid].Type == "AWS::KMS::Key" {

@@ -171,12 +171,18 @@ func (d *doctorRun) alarmTopic(ctx context.Context) DoctorCheck {
 	return ck
 }
 
+// awsSNSKey says whether a topic's KmsMasterKeyId names the AWS managed
+// key aws/sns: its alias, or the alias's ARN.
+func awsSNSKey(key string) bool {
+	return key == "alias/aws/sns" || strings.HasSuffix(key, ":alias/aws/sns")
+}
+
 // topic returns a topic's key ("" none, "aws-managed" for aws/sns, or the
 // key as named), the key's policy and the topic's access policy: from the
 // template for a topic it creates, from SNS and KMS for an existing one.
 func (d *doctorRun) topic(ctx context.Context, t topicPlan) (key string, keyPolicy, topicPolicy map[string]any, err error) {
 	if t.arn == "" {
-		if t.key == "alias/aws/sns" {
+		if awsSNSKey(t.key) {
 			return "aws-managed", nil, t.topicPolicy, nil
 		}
 		return t.key, t.keyPolicy, t.topicPolicy, nil
@@ -192,7 +198,7 @@ func (d *doctorRun) topic(ctx context.Context, t topicPlan) (key string, keyPoli
 	if key == "" {
 		return "", nil, topicPolicy, nil
 	}
-	if key == "alias/aws/sns" {
+	if awsSNSKey(key) {
 		return "aws-managed", nil, topicPolicy, nil
 	}
 	kc := kms.NewFromConfig(d.aws)

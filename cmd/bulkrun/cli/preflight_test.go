@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -64,5 +66,40 @@ func TestPlanTemplate(t *testing.T) {
 	}
 	if err := planTemplate([]byte(`{"Resources": {"X": {"Type": "AWS::SNS::Topic"}}}`), &doctorPlan{}); err == nil {
 		t.Error("a template without bulkrun's item function: no error")
+	}
+}
+
+// The alarm topic a template creates, checked from the template alone:
+// aws/sns (by alias or alias ARN) is refused, a key whose policy leaves
+// EventBridge out is refused naming it, a topic policy without
+// EventBridge is refused, and a key and policy letting both publish pass.
+func TestAlarmTopicInTemplate(t *testing.T) {
+	both := map[string]any{"Statement": []any{map[string]any{"Effect": "Allow", "Principal": map[string]any{"Service": []any{"cloudwatch.amazonaws.com", "events.amazonaws.com"}},
+		"Action": []any{"kms:Decrypt", "kms:GenerateDataKey*"}, "Resource": "*"}}}
+	cloudwatchOnly := map[string]any{"Statement": []any{map[string]any{"Effect": "Allow", "Principal": map[string]any{"Service": "cloudwatch.amazonaws.com"},
+		"Action": "kms:*", "Resource": "*"}}}
+	publish := map[string]any{"Statement": map[string]any{"Effect": "Allow", "Principal": map[string]any{"Service": "events.amazonaws.com"}, "Action": "sns:Publish", "Resource": "*"}}
+	for _, tc := range []struct {
+		name string
+		t    topicPlan
+		want string // "" ok, else a phrase of the fix
+	}{
+		{"aws/sns alias", topicPlan{id: "Alarms", key: "alias/aws/sns", topicPolicy: publish}, "encrypted with aws/sns"},
+		{"aws/sns alias ARN", topicPlan{id: "Alarms", key: "arn:{…}:kms:eu-west-1:123456789012:alias/aws/sns", topicPolicy: publish}, "encrypted with aws/sns"},
+		{"key leaves EventBridge out", topicPlan{id: "Alarms", key: "{Key}", keyPolicy: cloudwatchOnly, topicPolicy: publish}, "does not let events.amazonaws.com use it"},
+		{"no topic policy", topicPlan{id: "Alarms", key: "{Key}", keyPolicy: both}, "access policy of Alarms (created by the stack) does not let events.amazonaws.com publish"},
+		{"a key and policy for both", topicPlan{id: "Alarms", key: "{Key}", keyPolicy: both, topicPolicy: publish}, ""},
+		{"not encrypted", topicPlan{id: "Alarms", topicPolicy: publish}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &doctorRun{plan: doctorPlan{fromTemplate: true, eventAlarms: true, alarmTopics: []topicPlan{tc.t}}}
+			ck := d.alarmTopic(context.Background())
+			switch {
+			case tc.want == "" && ck.Status != DoctorOK:
+				t.Errorf("%+v, want ok", ck)
+			case tc.want != "" && (ck.Status != DoctorFix || !strings.Contains(ck.Fix, tc.want)):
+				t.Errorf("%+v, want a fix saying %q", ck, tc.want)
+			}
+		})
 	}
 }
