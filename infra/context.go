@@ -75,6 +75,9 @@ var contextProps = []contextProp{
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.LambdaFunctions })},
 	{"effectTables", []string{"EffectTables"}, "comma-separated DynamoDB table names pipelines may stage writes on",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.EffectTables })},
+	{"warmWritesPerSecond", []string{"WarmWritesPerSecond"}, "the table's warm write units per second (at least 4000)", integer(func(p *bulkrun.RunnerProps) *int { return &p.WarmWritesPerSecond })},
+	{"warmReadsPerSecond", []string{"WarmReadsPerSecond"}, "the table's warm read units per second (at least 12000)", integer(func(p *bulkrun.RunnerProps) *int { return &p.WarmReadsPerSecond })},
+	{"maxWritesPerSecond", []string{"MaxWritesPerSecond"}, "the table's write ceiling in write units per second", integer(func(p *bulkrun.RunnerProps) *int { return &p.MaxWritesPerSecond })},
 	{"kmsKeys", []string{"KMSKeys"}, "comma-separated KMS key ARNs the functions may decrypt with, through S3, SSM and Secrets Manager",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.KMSKeys })},
 	{"maxManifestBytes", []string{"MaxManifestBytes"}, "bytes", func(p *bulkrun.RunnerProps, v string) (err error) {

@@ -156,6 +156,9 @@ func allContext() map[string]string {
 		"lambdaFunctions":      "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live",
 		"effectTables":         "accounts,ledger.v2",
 		"kmsKeys":              "arn:aws:kms:eu-west-1:123456789012:key/1111aaaa-0000-4000-8000-000000000001",
+		"warmWritesPerSecond":  "22000",
+		"warmReadsPerSecond":   "15000",
+		"maxWritesPerSecond":   "30000",
 		"maxManifestBytes":     "1073741824",
 		"alarmTopicArn":        "arn:aws:sns:eu-west-1:123456789012:ctx-alarms",
 		"tracing":              "true",
@@ -442,6 +445,21 @@ func TestRunnerPropsContext(t *testing.T) {
 			if !a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `:function:score"`) ||
 				!a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `function:other:live`) {
 				t.Error("item may not invoke both allow-listed functions")
+			}
+		},
+		"warmWritesPerSecond": func(t *testing.T) {
+			if !a.has("AWS::DynamoDB::Table", `"WriteUnitsPerSecond":22000`) {
+				t.Error("the table is not warmed to 22000 writes/s")
+			}
+		},
+		"warmReadsPerSecond": func(t *testing.T) {
+			if !a.has("AWS::DynamoDB::Table", `"ReadUnitsPerSecond":15000`) {
+				t.Error("the table is not warmed to 15000 reads/s")
+			}
+		},
+		"maxWritesPerSecond": func(t *testing.T) {
+			if !a.has("AWS::DynamoDB::Table", `"MaxWriteRequestUnits":30000`) {
+				t.Error("no write ceiling of 30000")
 			}
 		},
 		"kmsKeys": func(t *testing.T) {

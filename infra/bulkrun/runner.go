@@ -238,6 +238,33 @@ type RunnerProps struct {
 	// refused with 507 insufficient_storage, naming the limit.
 	MaxManifestBytes int64
 
+	// The table's throughput (storage.go).
+
+	// WarmWritesPerSecond and WarmReadsPerSecond pre-warm the table: the
+	// write and read units per second it serves at once from its creation,
+	// before its traffic has grown them (the table's WarmThroughput;
+	// "Understanding DynamoDB warm throughput", Amazon DynamoDB developer
+	// guide, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/warm-throughput.html).
+	// Default 0: DynamoDB's for a new on-demand table, DefaultWarmWrites
+	// (4,000) and DefaultWarmReads (12,000), which the stack's default
+	// flow fits (DefaultItemsPerMessage, TableWriteUnitsPerItem); a stack
+	// whose batches run at one item per message needs about 21,000 writes
+	// per second (TableWritesPerSecond). Set, each at least its default;
+	// writes at most MaxWritesPerSecond. Raising it is a one-time charge
+	// ("Amazon DynamoDB pricing").
+	WarmWritesPerSecond int
+	WarmReadsPerSecond  int
+	// MaxWritesPerSecond is the table's write ceiling: the write request
+	// units per second it serves at most
+	// (OnDemandThroughput.MaxWriteRequestUnits, "DynamoDB maximum
+	// throughput for on-demand tables", Amazon DynamoDB developer guide):
+	// writes above it are throttled, which bulkrun takes as DynamoDB
+	// unavailable (the items wait, using no attempt), so a ceiling below
+	// the stack's flow slows its batches and bounds what they cost per
+	// second, never fails an item. Default 0: none, the account's
+	// per-table quota (40,000 by default). At least 1.
+	MaxWritesPerSecond int
+
 	// Operations (observability.go, hardening.go).
 
 	// AlarmTopicARN is the SNS topic every alarm notifies, on alarm and on

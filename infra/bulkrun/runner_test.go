@@ -1707,3 +1707,56 @@ func TestKMSKeysDecryptThroughServices(t *testing.T) {
 		}
 	}
 }
+
+// TestTableThroughput guards the table's warm throughput and write
+// ceiling: by default neither is in the template (DynamoDB's own: 4,000
+// writes and 12,000 reads per second warm, no ceiling), which the
+// default flow at ten items per message fits and one at one item per
+// message does not (TableWritesPerSecond); set, they are the table's
+// WarmThroughput and OnDemandThroughput.MaxWriteRequestUnits; values the
+// table would refuse or that contradict each other are refused naming
+// the field.
+func TestTableThroughput(t *testing.T) {
+	for _, target := range targets {
+		p := synth(t, target).properties(t, synth(t, target).ids["table"])
+		if p["WarmThroughput"] != nil || p["OnDemandThroughput"] != nil {
+			t.Errorf("%s: WarmThroughput %v, OnDemandThroughput %v by default, want neither", target, p["WarmThroughput"], p["OnDemandThroughput"])
+		}
+	}
+	if got := TableWritesPerSecond(DefaultItemsMaxConcurrency, 10); got > DefaultWarmWrites {
+		t.Errorf("the default flow at ten items per message needs %d writes/s, more than a new table's %d", got, DefaultWarmWrites)
+	}
+	if got := TableWritesPerSecond(DefaultItemsMaxConcurrency, 1); got != 21130 {
+		t.Errorf("the default flow at one item per message needs %d writes/s, want 21130", got)
+	}
+
+	props := &RunnerProps{Target: TargetAWS, FunctionsDir: functionsDir, WarmWritesPerSecond: 22000, WarmReadsPerSecond: 15000, MaxWritesPerSecond: 30000}
+	stack, err := NewStack(awscdk.NewApp(nil), "warm", props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := assertions.Template_FromStack(stack, nil)
+	expectAssertion(t, "warm throughput and ceiling", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+			"BillingMode":        "PAY_PER_REQUEST",
+			"WarmThroughput":     map[string]any{"WriteUnitsPerSecond": 22000, "ReadUnitsPerSecond": 15000},
+			"OnDemandThroughput": map[string]any{"MaxWriteRequestUnits": 30000},
+		})
+	})
+
+	for _, tc := range []struct {
+		props RunnerProps
+		field string
+	}{
+		{RunnerProps{WarmWritesPerSecond: 3000}, "WarmWritesPerSecond"},
+		{RunnerProps{WarmReadsPerSecond: 100}, "WarmReadsPerSecond"},
+		{RunnerProps{MaxWritesPerSecond: -1}, "MaxWritesPerSecond"},
+		{RunnerProps{WarmWritesPerSecond: 20000, MaxWritesPerSecond: 10000}, "MaxWritesPerSecond"},
+	} {
+		tc.props.Target, tc.props.FunctionsDir = TargetEmulator, functionsDir
+		var pe *PropError
+		if err := Validate(&tc.props); !errors.As(err, &pe) || pe.Field != tc.field {
+			t.Errorf("%+v: %v, want a *PropError naming %s", tc.props, err, tc.field)
+		}
+	}
+}

@@ -63,6 +63,9 @@ type settings struct {
 	effectTables       []string                 // config.EnvEffectTables, tokens included
 	apiGatewayAccount  bool                     // replace the account's API Gateway role whatever it is
 	kmsKeys            []string                 // keys submit and item may decrypt with (tokens included)
+	warmWrites         int                      // the table's warm write units per second; 0: DynamoDB's
+	warmReads          int                      // the table's warm read units per second; 0: DynamoDB's
+	maxWrites          int                      // the table's write ceiling; 0: none
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
 	env map[string]map[string]string
@@ -89,6 +92,7 @@ func derive(props *RunnerProps) (settings, error) {
 	s.checkSchedules(bad)
 	s.checkCode(props, bad)
 	s.checkKMSKeys(bad)
+	s.checkThroughput(bad)
 	errs = append(errs, checkOperations(props)...)
 	s.env = s.functionEnv()
 	if _, err := config.Load(validationView(s.env)); err != nil {
@@ -126,6 +130,9 @@ func withDefaults(props *RunnerProps) settings {
 		lambdaFunctions:    props.LambdaFunctions,
 		apiGatewayAccount:  props.ApiGatewayAccount,
 		kmsKeys:            props.KMSKeys,
+		warmWrites:         props.WarmWritesPerSecond,
+		warmReads:          props.WarmReadsPerSecond,
+		maxWrites:          props.MaxWritesPerSecond,
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -290,6 +297,22 @@ func (s *settings) checkStorage(bad badProp) {
 // key's use: "Using aliases to control access to KMS keys", AWS KMS
 // developer guide).
 var kmsKeyPattern = regexp.MustCompile(`^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$`)
+
+// checkThroughput checks the table's warm throughput and write ceiling.
+func (s *settings) checkThroughput(bad badProp) {
+	if s.warmWrites != 0 && s.warmWrites < DefaultWarmWrites {
+		bad("WarmWritesPerSecond", strconv.Itoa(s.warmWrites), fmt.Sprintf("want 0 or at least %d (a new on-demand table serves that many already)", DefaultWarmWrites))
+	}
+	if s.warmReads != 0 && s.warmReads < DefaultWarmReads {
+		bad("WarmReadsPerSecond", strconv.Itoa(s.warmReads), fmt.Sprintf("want 0 or at least %d (a new on-demand table serves that many already)", DefaultWarmReads))
+	}
+	switch {
+	case s.maxWrites < 0:
+		bad("MaxWritesPerSecond", strconv.Itoa(s.maxWrites), "want 0 (none) or at least 1 write unit per second")
+	case s.maxWrites > 0 && s.warmWrites > s.maxWrites:
+		bad("MaxWritesPerSecond", strconv.Itoa(s.maxWrites), fmt.Sprintf("below WarmWritesPerSecond (%d): a table is not warmed past its ceiling", s.warmWrites))
+	}
+}
 
 // checkKMSKeys checks KMSKeys: key ARNs (or tokens), each once.
 func (s *settings) checkKMSKeys(bad badProp) {

@@ -7,6 +7,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // defineStorage defines the bucket and the table.
@@ -62,6 +63,22 @@ func (r *runner) defineStorage() {
 		},
 		RemovalPolicy: r.removal,
 	})
+	// Warm throughput and the write ceiling: only when set (DynamoDB's
+	// own otherwise).
+	cfnTable := r.table.Node().DefaultChild().(awsdynamodb.CfnTable)
+	if s.warmWrites > 0 || s.warmReads > 0 {
+		warm := &awsdynamodb.CfnTable_WarmThroughputProperty{}
+		if s.warmWrites > 0 {
+			warm.WriteUnitsPerSecond = jsii.Number(float64(s.warmWrites))
+		}
+		if s.warmReads > 0 {
+			warm.ReadUnitsPerSecond = jsii.Number(float64(s.warmReads))
+		}
+		cfnTable.SetWarmThroughput(warm)
+	}
+	if s.maxWrites > 0 {
+		cfnTable.SetOnDemandThroughput(&awsdynamodb.CfnTable_OnDemandThroughputProperty{MaxWriteRequestUnits: jsii.Number(float64(s.maxWrites))})
+	}
 	// Item rows are listed by the table itself (pk ITEM#{id}#{shard}, sk
 	// the item key): no index copies them. The attention index is sparse:
 	// only failed and quarantined rows carry its keys, and they hold no
@@ -92,6 +109,38 @@ func (r *runner) defineStorage() {
 		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
 		NonKeyAttributes: jsii.Strings(config.BatchesProjection()...),
 	})
+}
+
+// The table's throughput: DynamoDB's warm throughput of a new on-demand
+// table ("Understanding DynamoDB warm throughput": 4,000 write and 12,000
+// read units per second), and the write units one item costs, by items
+// per message, as `make bench` measured them (2,000 items, 1 KB inputs,
+// small outputs, docs/design/cost.md "Delivery order and failures").
+const (
+	DefaultWarmWrites = 4000
+	DefaultWarmReads  = 12000
+)
+
+// TableWriteUnitsPerItem are the table's write units per item at 1, 10
+// and 100 items per message (docs/design/cost.md); outputs of ~1 KB add
+// about 1 at one item per message.
+var TableWriteUnitsPerItem = map[int]float64{1: 2.113, 10: 0.224, 100: 0.153}
+
+// TableWritesPerSecond is the write units per second the table takes at
+// the stack's full flow (ledger.StackFlow of itemsMaxConcurrency, ten
+// messages per invocation: items per second) with itemsPerMessage items
+// per message (the nearest measured of TableWriteUnitsPerItem at or
+// below it): ≈ 21,130 at the default concurrency (100) and one item per
+// message, ≈ 2,240 at ten.
+func TableWritesPerSecond(itemsMaxConcurrency, itemsPerMessage int) int {
+	k := 1
+	for _, m := range []int{10, 100} {
+		if itemsPerMessage >= m {
+			k = m
+		}
+	}
+	flow := ledger.StackFlow(itemsMaxConcurrency, config.DefaultItemBatchSize)
+	return int(float64(flow)*TableWriteUnitsPerItem[k] + 0.5)
 }
 
 // GeneratedBucketName is the bucket's name when RunnerProps.BucketName is
