@@ -1674,9 +1674,7 @@ func TestKMSKeysDecryptThroughServices(t *testing.T) {
 			}
 			key := fmt.Sprint(st["Resource"])
 			cond, _ := st["Condition"].(map[string]any)["StringEquals"].(map[string]any)
-			for _, v := range resolveAll(t, cond["kms:ViaService"]) {
-				got[key] = append(got[key], v)
-			}
+			got[key] = append(got[key], resolveAll(t, cond["kms:ViaService"])...)
 		}
 		if len(services) == 0 {
 			if len(got) > 0 {
