@@ -55,7 +55,9 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 		Environment:  env,
 		Description:  jsii.String("bulkrun " + name),
 		// JSON logs: the functions' own lines (slog JSON) and Lambda's
-		// (START, END, REPORT) alike, filtered at the stack's level.
+		// (START, END, REPORT) alike; the functions filter their lines
+		// at the stack's level themselves, Lambda never above INFO
+		// (applicationLogLevels).
 		LoggingFormat:         awslambda.LoggingFormat_JSON,
 		ApplicationLogLevelV2: applicationLogLevels[s.logLevel],
 		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
@@ -75,13 +77,21 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 }
 
 // applicationLogLevels maps RunnerProps.LogLevel to Lambda's application
-// log level ("Configuring advanced logging controls", AWS Lambda developer
-// guide: with the JSON format, Lambda drops a JSON line whose "level" is
-// below it; lines without a level, such as the embedded-metric-format
-// metrics, are kept).
+// log level: DEBUG at debug, INFO at every other level. With the JSON
+// format Lambda drops a line whose level is below its application log
+// level, and files a line without a "level" as INFO ("Log-level
+// filtering", AWS Lambda developer guide,
+// https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html):
+// the embedded-metric-format lines (internal/metric), which carry no
+// level, would be dropped at WARN or ERROR, and with them every custom
+// metric and every alarm on one, as would the runtime's own text lines (a
+// panic's stack). So Lambda's level is never above INFO; the functions'
+// logger drops its own lines below the stack's level (config.EnvLogLevel)
+// before they are written. Both keys must stay: LogLevel validates against
+// them (TestLogLevelKeepsMetricsAndErrors).
 var applicationLogLevels = map[string]awslambda.ApplicationLogLevel{
 	"debug": awslambda.ApplicationLogLevel_DEBUG, "info": awslambda.ApplicationLogLevel_INFO,
-	"warn": awslambda.ApplicationLogLevel_WARN, "error": awslambda.ApplicationLogLevel_ERROR,
+	"warn": awslambda.ApplicationLogLevel_INFO, "error": awslambda.ApplicationLogLevel_INFO,
 }
 
 // defineFailedStarts defines where submit's failed asynchronous

@@ -36,12 +36,34 @@ import (
 // put large item lists in S3 and name the object.
 const MaxRequestBytes = 6 << 20
 
+// ReportInlineBytes is the largest report GET /batches/{id}/report
+// answers in its body: 2 MiB (2,097,152 bytes). The function returns the
+// body as a JSON string, which escapes each quote and backslash of the
+// report's JSON again, so a report of at most this size stays within the
+// 6 MB of a synchronous Lambda response ("Lambda quotas", "Invocation
+// payload (request and response)"), past which API Gateway answers 502. A
+// larger report (thousands of cost names) is answered 303 See Other with
+// a wire.ReportLink: a presigned URL to the object, good for
+// ReportLinkTTL.
+const ReportInlineBytes = 2 << 20
+
+// ReportLinkTTL is how long the URL of a report answered as a link reads
+// it: 15 minutes (less if the function's session credentials, which sign
+// it, end first).
+const ReportLinkTTL = 15 * time.Minute
+
+// Presigner makes a URL that reads key of the batches bucket with a plain
+// GET for ttl (internal/blob's Store, an S3 presigned URL).
+type Presigner interface {
+	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
+}
+
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
 //	POST   /batches                          submit (202 accepted, read in the background; 201 created, 200 identical batch exists)
 //	GET    /batches?status=&since=&limit=&cursor=   batches newest first (api.BatchPage)
 //	GET    /batches/{id}                     status and census
-//	GET    /batches/{id}/report              the last finished run's report
+//	GET    /batches/{id}/report              the last finished run's report (303 and a link when over ReportInlineBytes)
 //	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
 //	POST   /batches/{id}/resume              new run of a finished batch (202)
 //	POST   /batches/{id}/cancel              stop the current run (202)
@@ -74,11 +96,20 @@ type API struct {
 	Store     ledger.Store
 	Blobs     ledger.Blobs
 	Log       *slog.Logger
+	// Presign makes the link of a report over ReportInlineBytes; nil
+	// answers every report whole (a handler outside Lambda, which has no
+	// response limit).
+	Presign Presigner
 }
 
-// NewAPI wires the routes.
+// NewAPI wires the routes; blobs that are a Presigner (internal/blob's
+// Store) make the links of large reports.
 func NewAPI(s *submit.Submitter, store ledger.Store, blobs ledger.Blobs, log *slog.Logger) *API {
-	return &API{Submitter: s, Control: &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+	a := &API{Submitter: s, Control: &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+	if p, ok := blobs.(Presigner); ok {
+		a.Presign = p
+	}
+	return a
 }
 
 // ItemPath is wire.ItemPath: the API path of an item route, with id and
@@ -389,6 +420,23 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("batch %s has no report yet (status %s)", id, b.Status)})
 		return
 	}
+	if a.Presign != nil {
+		info, err := a.Blobs.HeadSource(r.Context(), a.Blobs.Bucket(), key)
+		if err != nil {
+			a.errorAnswer(w, r, err)
+			return
+		}
+		if info.Size > ReportInlineBytes {
+			u, err := a.Presign.PresignGet(r.Context(), key, ReportLinkTTL)
+			if err != nil {
+				a.errorAnswer(w, r, err)
+				return
+			}
+			w.Header().Set("Location", u)
+			writeJSON(w, http.StatusSeeOther, wire.ReportLink{URL: u, Bytes: info.Size, ExpiresAt: time.Now().UTC().Add(ReportLinkTTL).Truncate(time.Second)})
+			return
+		}
+	}
 	body, err := a.Blobs.Get(r.Context(), key)
 	if err != nil {
 		a.errorAnswer(w, r, err)
@@ -438,11 +486,11 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 	}
 	rec := &recorder{header: http.Header{}}
 	a.ServeHTTP(rec, req)
-	return events.APIGatewayProxyResponse{
-		StatusCode: rec.status(),
-		Headers:    map[string]string{"Content-Type": rec.header.Get("Content-Type")},
-		Body:       rec.body.String(),
-	}, nil
+	headers := map[string]string{}
+	for k := range rec.header {
+		headers[k] = rec.header.Get(k)
+	}
+	return events.APIGatewayProxyResponse{StatusCode: rec.status(), Headers: headers, Body: rec.body.String()}, nil
 }
 
 // recorder is the http.ResponseWriter Serve hands to ServeHTTP: it keeps

@@ -120,7 +120,10 @@ func New(c aws.Config, s Stack) (*Client, error) {
 		}
 		base = strings.TrimRight(u, "/")
 	}
-	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second}, signer: v4.NewSigner()}, nil
+	// Redirects are not followed: a signed request is never sent on to
+	// another URL (Report follows its link itself, unsigned).
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second, CheckRedirect: noRedirect}, signer: v4.NewSigner()}, nil
 }
 
 // APIError is an error answer of the API.
@@ -149,50 +152,67 @@ func (e *APIError) Is(t error) bool {
 }
 
 // Do sends a signed request and decodes a 2xx JSON answer into out (when
-// non-nil). It returns the status code; a non-2xx answer is an *APIError.
+// non-nil). It returns the status code; a non-2xx answer is an *APIError
+// (a redirect too: Do follows none).
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) (int, error) {
+	status, _, data, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return status, err
+	}
+	return status, answer(method, path, status, data, out)
+}
+
+// answer is Do's reading of an answer: a non-2xx one is an *APIError,
+// a 2xx one is decoded into out (when non-nil).
+func answer(method, path string, status int, data []byte, out any) error {
+	if status/100 != 2 {
+		ae := &APIError{Status: status}
+		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Code == "" {
+			ae.Body = wire.ErrorBody{Code: "http_" + fmt.Sprint(status), Message: strings.TrimSpace(string(data))}
+		}
+		return ae
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// send sends a signed request and returns the answer as given: status,
+// headers and body (at most 64 MiB read).
+func (c *Client) send(ctx context.Context, method, path string, body any) (int, http.Header, []byte, error) {
 	var payload []byte
 	if body != nil {
 		var err error
 		if payload, err = json.Marshal(body); err != nil {
-			return 0, err
+			return 0, nil, nil, err
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(payload))
 	if err != nil {
-		return 0, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	creds, err := c.aws.Credentials.Retrieve(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("credentials: %w", err)
+		return 0, nil, nil, fmt.Errorf("credentials: %w", err)
 	}
 	sum := sha256.Sum256(payload)
 	if err := c.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", c.aws.Region, time.Now()); err != nil {
-		return 0, fmt.Errorf("sign: %w", err)
+		return 0, nil, nil, fmt.Errorf("sign: %w", err)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, resp.Header, nil, err
 	}
-	if resp.StatusCode/100 != 2 {
-		ae := &APIError{Status: resp.StatusCode}
-		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Code == "" {
-			ae.Body = wire.ErrorBody{Code: "http_" + fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(data))}
-		}
-		return resp.StatusCode, ae
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-		}
-	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, data, nil
 }
 
 // Submit posts a batch and returns it (Created tells whether this call
@@ -260,11 +280,41 @@ func (c *Client) Status(ctx context.Context, id string) (wire.BatchView, error) 
 	return v, err
 }
 
-// Report reads the batch's last report.
+// Report reads the batch's last report. A report too large for the
+// API's answer comes as a link (303 See Other, a wire.ReportLink), which
+// Report follows with a plain GET: the URL carries its own signature, and
+// the caller's is never sent with it.
 func (c *Client) Report(ctx context.Context, id string) (api.Report, error) {
 	var r api.Report
-	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/report", nil, &r)
-	return r, err
+	path := "/batches/" + url.PathEscape(id) + "/report"
+	status, _, data, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return r, err
+	}
+	if status != http.StatusSeeOther {
+		return r, answer(http.MethodGet, path, status, data, &r)
+	}
+	var link wire.ReportLink
+	if err := json.Unmarshal(data, &link); err != nil || link.URL == "" {
+		return r, fmt.Errorf("GET %s: 303 without a report link: %.200s", path, data)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, link.URL, nil)
+	if err != nil {
+		return r, fmt.Errorf("report link: %w", err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return r, fmt.Errorf("GET the report of %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return r, fmt.Errorf("GET the report of %s: %s: %.300s", id, resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return r, fmt.Errorf("the report of %s: %w", id, err)
+	}
+	return r, nil
 }
 
 // Wait polls Status every interval until the batch's run is finished (or

@@ -118,6 +118,12 @@ func writeError(w http.ResponseWriter, r *http.Request, c Call, e errorShape, re
 			m["Type"], m["Reason"] = "User", "ReservedFunctionConcurrentInvocationLimitExceeded"
 		}
 		body, _ = json.Marshal(m)
+	case c.Service == "execute-api":
+		// API Gateway's own answers: {"message"}, the error type in a header.
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Amzn-Requestid", requestID)
+		h.Set("X-Amzn-Errortype", e.code)
+		body, _ = json.Marshal(map[string]string{"message": e.message})
 	case r.Header.Get("X-Amz-Target") != "":
 		// JSON protocol; SQS is query-compatible and also names the code in
 		// x-amzn-query-error as "Code;Fault".
