@@ -329,7 +329,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		spent = was.Spent
 	}
 	if sum := spent.Plus(res.Cost); len(sum) > 0 {
-		s.Spent, s.SpentRun = sum, b.Run
+		// Each attempt's record is bounded; their sum may name more.
+		s.Spent, _ = pipeline.BoundCost(sum)
+		s.SpentRun = b.Run
 	}
 	s.Cost = res.Cost
 	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil

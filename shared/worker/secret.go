@@ -110,9 +110,10 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 	return h, out, nil
 }
 
-// runPipeline runs p once for req (runSafely), and checks the result's
-// cost record against the contract's limits (pipeline.CheckCost). When the
-// call fails because
+// runPipeline runs p once for req (runSafely) and bounds the result's
+// cost record (pipeline.BoundCost): names beyond the contract's limits
+// are folded under pipeline.FoldedCost, never a reason to fail the item,
+// whose work was done. When the call fails because
 // the receiver rejected a credential (pipeline.IsCredentialRejected: a
 // webhook's 401 or 403) and the batch's headers or options hold secret
 // references, the references are read again bypassing the cache
@@ -124,11 +125,10 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 // 401 or 403).
 func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (pipeline.Result, error) {
 	res, err := w.rejectCredential(ctx, log, p, b, req)
-	if cerr := pipeline.CheckCost(res.Cost); cerr != nil {
-		// Beyond the contract's limits: not recorded (it would not fit
-		// the rows), and the item fails saying which limit.
-		res.Cost = nil
-		err = pipeline.Permanent(fmt.Errorf("item %q: %w", req.Key, cerr))
+	if c, folded := pipeline.BoundCost(res.Cost); folded > 0 {
+		log.WarnContext(ctx, "cost record beyond its limits; names folded", "folded_names", folded,
+			"max_cost_names", pipeline.MaxCostNames, "max_cost_name_bytes", pipeline.MaxCostNameBytes)
+		res.Cost = c
 	}
 	return res, err
 }

@@ -680,77 +680,147 @@ func (e *eventSizes) Publish(_ context.Context, r api.Report) error {
 	return nil
 }
 
-// Every aggregate within its service's limit, whatever the items report:
-// 150 items naming 100 costs each fail at once with an error naming the
-// item and the limit (the contract: pipeline.MaxCostNames), and the batch
-// finishes with its event; 150 items naming 10 costs of their own (1,500
-// distinct names in the batch) finish with every name in the report, at
-// most api.MaxCensusCostNames per rollup on the batch row and in the
-// event, and the event within EventBridge's 256 KB.
+// Every aggregate within its service's limit, whatever the items report,
+// at K = 1 and 10: 150 items naming 100 costs each all succeed, each
+// item's record folded to pipeline.MaxCostNames names (8 kept, the other
+// 92 summed under pipeline.FoldedCost and counted in FoldedCostNames),
+// and the batch finishes with its event; 150 items naming 10 costs of
+// their own (1,500 distinct names in the batch) finish with every name in
+// the report, at most api.MaxCensusCostNames per rollup on the batch row
+// and in the event, and the event within EventBridge's 256 KB.
 func TestMemAggregatesStayWithinLimits(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name         string
 		names        int  // cost names per item
 		distinct     bool // each item its own names
-		wantFailed   int64
 		wantInReport int
 	}{
-		{"100 names per item", 100, false, 150, 0},
-		{"10 names per item, 1500 in the batch", 10, true, 0, 1500},
+		{"100 names per item", 100, false, pipeline.MaxCostNames},
+		{"10 names per item, 1500 in the batch", 10, true, 1500},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		for _, k := range []int{1, 10} {
+			t.Run(fmt.Sprintf("%s K%d", tc.name, k), func(t *testing.T) {
+				r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+					c := pipeline.Cost{}
+					for i := range tc.names {
+						name := fmt.Sprintf("cost-name-%03d-%s", i, strings.Repeat("x", 20))
+						if tc.distinct {
+							name = fmt.Sprintf("%s-%03d-%s", req.Key, i, strings.Repeat("y", 10))
+						}
+						c[name] = 0.5
+					}
+					return pipeline.Result{Cost: c}, nil
+				})
+				ev := &eventSizes{}
+				r.fin.Events = ev
+				if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "agg", Pipeline: "counted", ItemsPerMessage: k, Source: api.SourceSpec{Items: items(150)}}); err != nil {
+					t.Fatal(err)
+				}
+				r.drain(t, ctx, 1)
+				res, err := r.fin.Finalize(ctx, "agg", 1)
+				if err != nil {
+					t.Fatalf("finalize: %v", err)
+				}
+				c := res.Report.Census
+				if c.Total != 150 || c.Succeeded != 150 || len(c.Cost) != tc.wantInReport {
+					t.Fatalf("report census: %d total, %d succeeded, %d cost names; want 150, 150, %d", c.Total, c.Succeeded, len(c.Cost), tc.wantInReport)
+				}
+				if tc.names > pipeline.MaxCostNames {
+					it := memItem(t, r, "agg", api.PositionalKey(7))
+					if it.Outcome != api.OutcomeSucceeded || len(it.Cost) != pipeline.MaxCostNames || it.Cost[pipeline.FoldedCostNames] != 92 ||
+						it.Cost[pipeline.FoldedCost] != 46 || len(it.Spent) != pipeline.MaxCostNames {
+						t.Fatalf("item 7: %s, cost %v, spent %v; want succeeded with 8 names and 92 folded (46 under %s)", it.Outcome, it.Cost, it.Spent, pipeline.FoldedCost)
+					}
+					if c.Cost.Text(pipeline.FoldedCostNames) != "13800" || c.RunSpent.Text(pipeline.FoldedCost) != "6900" {
+						t.Fatalf("census cost %v, run_spent %v; want 150 × 92 names folded", c.Cost, c.RunSpent)
+					}
+				}
+				b, _ := r.store.GetBatch(ctx, "agg")
+				if !b.Status.Finished() || b.FinalCensus == nil || len(b.FinalCensus.Cost) > api.MaxCensusCostNames || len(b.FinalCensus.RunSpent) > api.MaxCensusCostNames {
+					t.Fatalf("batch row: %s, census on the row %v", b.Status, b.FinalCensus != nil)
+				}
+				if want := max(0, 2*(tc.wantInReport-api.MaxCensusCostNames)); b.FinalCensus.CostNamesOmitted != want {
+					t.Errorf("row: cost_names_omitted %d, want %d", b.FinalCensus.CostNamesOmitted, want)
+				}
+				if len(ev.bytes) != 1 || ev.bytes[0] > event.MaxEntryBytes || !strings.Contains(ev.details[0], `"report":"s3://bucket/`) {
+					t.Fatalf("events %v bytes, want one within %d with the report's URI", ev.bytes, event.MaxEntryBytes)
+				}
+				t.Logf("event entry %d bytes; report census %d cost names, row %d (+%d omitted)", ev.bytes[0], len(c.Cost), len(b.FinalCensus.Cost), b.FinalCensus.CostNamesOmitted)
+			})
+		}
+	}
+}
+
+// What a run's attempts of an item spent stays within the cost record's
+// limits too, at K = 1 and 10: an item's first attempt names 10 costs and
+// fails transiently, its second names 10 others and succeeds; its spent
+// (20 names) is folded to pipeline.MaxCostNames, its cost is the second
+// attempt's, and the census's run_spent still counts every amount.
+func TestMemSpentOfAttemptsStaysWithinLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
 				c := pipeline.Cost{}
-				for i := range tc.names {
-					name := fmt.Sprintf("cost-name-%03d-%s", i, strings.Repeat("x", 20))
-					if tc.distinct {
-						name = fmt.Sprintf("%s-%03d-%s", req.Key, i, strings.Repeat("y", 10))
-					}
-					c[name] = 0.5
+				for i := range pipeline.MaxCostNames {
+					c[fmt.Sprintf("attempt-%d-cost-%02d", req.Attempt, i)] = 1
+				}
+				if req.Attempt == 1 {
+					return pipeline.Result{Cost: c}, errors.New("transient")
 				}
 				return pipeline.Result{Cost: c}, nil
 			})
-			ev := &eventSizes{}
-			r.fin.Events = ev
-			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "agg", Pipeline: "counted", Source: api.SourceSpec{Items: items(150)}}); err != nil {
+			r.worker.Clock = &tickClock{t: r.clock.T} // a released lease ends as time goes on
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "spent", Pipeline: "counted", ItemsPerMessage: k, Source: api.SourceSpec{Items: items(20)}}); err != nil {
 				t.Fatal(err)
 			}
 			r.drain(t, ctx, 1)
-			res, err := r.fin.Finalize(ctx, "agg", 1)
+			res, err := r.fin.Finalize(ctx, "spent", 1)
 			if err != nil {
-				t.Fatalf("finalize: %v", err)
+				t.Fatal(err)
+			}
+			it := memItem(t, r, "spent", api.PositionalKey(3))
+			if it.Outcome != api.OutcomeSucceeded || len(it.Cost) != pipeline.MaxCostNames || len(it.Spent) != pipeline.MaxCostNames ||
+				it.Spent[pipeline.FoldedCostNames] != 12 || it.Spent[pipeline.FoldedCost] != 12 {
+				t.Fatalf("item 3: %s, cost %v, spent %v; want succeeded, spent folded to %d names (12 folded)", it.Outcome, it.Cost, it.Spent, pipeline.MaxCostNames)
 			}
 			c := res.Report.Census
-			if c.Total != 150 || c.Failed != tc.wantFailed || c.Succeeded != 150-tc.wantFailed || len(c.Cost) != tc.wantInReport {
-				t.Fatalf("report census: %d total, %d failed, %d cost names; want 150, %d, %d", c.Total, c.Failed, len(c.Cost), tc.wantFailed, tc.wantInReport)
-			}
-			if tc.wantFailed > 0 {
-				var it ledger.Item
-				err := r.store.ScanItems(ctx, "agg", 1, func(i ledger.Item) error {
-					if i.Key == api.PositionalKey(7) {
-						it = i
-					}
-					return nil
-				})
-				if err != nil || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, api.PositionalKey(7)) ||
-					!strings.Contains(it.Error, "pipeline.MaxCostNames") || len(it.Cost) != 0 {
-					t.Fatalf("item 7: %+v %v, want failed naming the item and pipeline.MaxCostNames, no cost kept", it, err)
+			var total float64
+			for _, name := range c.RunSpent.Names() {
+				if name != pipeline.FoldedCostNames {
+					total += c.RunSpent[name].InexactFloat64()
 				}
 			}
-			b, _ := r.store.GetBatch(ctx, "agg")
-			if !b.Status.Finished() || b.FinalCensus == nil || len(b.FinalCensus.Cost) > api.MaxCensusCostNames || len(b.FinalCensus.RunSpent) > api.MaxCensusCostNames {
-				t.Fatalf("batch row: %s, census on the row %v", b.Status, b.FinalCensus != nil)
+			if c.Succeeded != 20 || total != 400 {
+				t.Fatalf("census %d succeeded, run_spent %v (amounts %v); want 20, every amount of 40 attempts (400)", c.Succeeded, c.RunSpent, total)
 			}
-			if want := max(0, 2*(tc.wantInReport-api.MaxCensusCostNames)); b.FinalCensus.CostNamesOmitted != want {
-				t.Errorf("row: cost_names_omitted %d, want %d", b.FinalCensus.CostNamesOmitted, want)
-			}
-			if len(ev.bytes) != 1 || ev.bytes[0] > event.MaxEntryBytes || !strings.Contains(ev.details[0], `"report":"s3://bucket/`) {
-				t.Fatalf("events %v bytes, want one within %d with the report's URI", ev.bytes, event.MaxEntryBytes)
-			}
-			t.Logf("event entry %d bytes; report census %d cost names, row %d (+%d omitted)", ev.bytes[0], len(c.Cost), len(b.FinalCensus.Cost), b.FinalCensus.CostNamesOmitted)
 		})
 	}
+}
+
+// memItem is item key of batch id as its unit (item row or pack row)
+// holds it.
+func memItem(t *testing.T, r *rig, id, key string) ledger.Item {
+	t.Helper()
+	ctx := context.Background()
+	b, err := r.store.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found ledger.Item
+	if err := ledger.MergeShards(ctx, r.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+		if it.Key == key {
+			found = it
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if found.Key == "" {
+		t.Fatalf("no item %q in %s", key, id)
+	}
+	return found
 }
 
 // The running batch's cost comes from its counters (docs/console.md: the
