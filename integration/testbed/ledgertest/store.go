@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -44,6 +45,21 @@ type Store struct {
 }
 
 var _ ledger.Store = (*Store)(nil)
+
+// MaxItemBytes is DynamoDB's item size limit, which the in-memory store
+// applies to item and pack rows as DynamoDB does: 400 KB, counted as
+// 409,600 bytes (Amazon DynamoDB developer guide, "Service, account, and
+// table quotas", Item size,
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
+// The store sizes a row by ledger.StateBytes, an upper estimate, so a
+// row it takes fits DynamoDB too.
+const MaxItemBytes = 400 << 10
+
+// ErrItemTooLarge is the in-memory store's refusal of a row over
+// MaxItemBytes, as DynamoDB refuses one with a ValidationException
+// ("Item size has exceeded the maximum allowed size"): not a conflict,
+// not AWS being unavailable.
+var ErrItemTooLarge = errors.New("item size has exceeded the maximum allowed size")
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
