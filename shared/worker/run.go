@@ -346,7 +346,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	a.Now = w.Clock.Now()
 	e := ledger.Conclude(a)
 	if e.Outcome == api.OutcomeSucceeded && staged != nil && staged.Len() > 0 {
-		e = w.commit(ctx, log, u, h, r, ledger.Ended(s, e, w.Clock.Now()), staged, a)
+		e = w.commit(ctx, log, b, u, h, r, ledger.Ended(s, e, w.Clock.Now()), staged, a)
 		if r.committed || r.lost {
 			return
 		}
@@ -366,17 +366,34 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 }
 
 // commit writes a succeeded item with the writes its attempt staged, on
-// its own, in one transaction under the unit's fence. When DynamoDB
+// its own, in one transaction under the unit's fence. In a pack row it
+// first keeps the row within ledger.PackRowBudget as the unit's final
+// write does (boundPack: the item's output to S3 when the row, with the
+// items committed before it, would pass the budget); a pack's commits
+// are made one at a time, so each sees the others'. When DynamoDB
 // refuses the writes as written the item fails permanently without them;
 // when a staged condition does not hold the attempt ends as a transient
 // failure and the item runs again: the ending returned.
-func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, r *itemRun, n ledger.ItemState, staged ledger.StagedEffects, a ledger.Attempt) ledger.Ending {
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, b ledger.Batch, u unit, h *hold, r *itemRun, n ledger.ItemState, staged ledger.StagedEffects, a ledger.Attempt) ledger.Ending {
+	h.commits.Lock()
+	defer h.commits.Unlock()
+	write := []ledger.PackItemWrite{{Index: r.j, Item: n, Was: api.OutcomeInFlight}}
 	err := w.persist(ctx, log, "record outcome with staged writes", func() error {
-		return u.write(ctx, h, []ledger.PackItemWrite{{Index: r.j, Item: n, Was: api.OutcomeInFlight}}, staged)
+		if _, packed := u.(*packUnit); packed {
+			moved, _, err := w.boundPack(ctx, b, h.items, write)
+			if moved > 0 {
+				log.WarnContext(ctx, "pack row kept within its budget", "outputs_to_s3", moved, "budget_bytes", ledger.PackRowBudget)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return u.write(ctx, h, write, staged)
 	})
 	var ee *ledger.EffectsError
 	switch {
 	case err == nil:
+		n = write[0].Item
 		r.state, r.committed = n, true
 		h.items[r.j] = n // the unit's final write counts it ended
 		return ledger.Ending{Outcome: api.OutcomeSucceeded}
