@@ -32,7 +32,15 @@
 // Output, on a 2xx answer: the answer's body when it is valid JSON of at
 // most [MaxResponseBytes] (compacted); otherwise {"status": 204} for an
 // empty body, or {"status": 200, "body": "<text>"} with the text cut to
-// [MaxBodyTextBytes] at a UTF-8 boundary. Cost: {"calls": 1}.
+// [MaxBodyTextBytes] at a UTF-8 boundary.
+//
+// Cost: {"calls": 1} for every call that reached the receiver — once the
+// whole request was sent, whatever ended it: an answer of any status, the
+// timeout, the caller's context ending (the worker's deadline margin), a
+// connection reset or a body cut short. The receiver may have acted on
+// it, so the run's spent (api.Census.RunSpent) counts it. A request that
+// never went out (connection refused, DNS failure, a destination the
+// allow-list denies, bad options or headers) costs nothing.
 //
 // # Destinations
 //
@@ -97,9 +105,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -267,10 +277,25 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	// Request.isReplayable). A retry is bulkrun's: a new attempt, with its
 	// own Bulkrun-Attempt.
 	hreq.GetBody = nil
+	// The call is spent once the whole request went out: the receiver
+	// may act on it whatever happens to the answer (a timeout, the
+	// caller's context ending, a connection reset), so its cost counts
+	// then too. A request that never went out (refused, unresolved,
+	// denied) cost nothing.
+	var sent atomic.Bool
+	hreq = hreq.WithContext(httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { sent.Store(i.Err == nil) },
+	}))
+	spent := func() pipeline.Result {
+		if sent.Load() {
+			return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
+		}
+		return pipeline.Result{}
+	}
 
 	resp, err := p.client.Do(hreq)
 	if err != nil {
-		return pipeline.Result{}, p.transportError(ctx, req.Key, target, timeout, err)
+		return spent(), p.transportError(ctx, req.Key, target, timeout, err)
 	}
 	defer resp.Body.Close()
 
@@ -291,11 +316,11 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return pipeline.Result{}, p.transportError(ctx, req.Key, target, timeout, err)
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, p.transportError(ctx, req.Key, target, timeout, err)
 	}
 	out, err := output(resp.StatusCode, body)
 	if err != nil {
-		return pipeline.Result{}, fmt.Errorf("webhook: %s: %w", req.Key, err)
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, fmt.Errorf("webhook: %s: %w", req.Key, err)
 	}
 	return pipeline.Result{Output: out, Cost: pipeline.Cost{"calls": 1}}, nil
 }
