@@ -166,6 +166,10 @@ func TestConclude(t *testing.T) {
 		{"cut off, retrying batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, boom, true }), api.OutcomeInFlight, "", "interrupted at the invocation's deadline", 2 * time.Second},
 		{"cut off, quarantining batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff, a.OnInterrupt = true, boom, true, api.InterruptQuarantine }), api.OutcomeQuarantined, api.ReasonInterrupted, "interrupted at the invocation's deadline", 0},
 		{"cut off, permanent", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, pipeline.Permanent(boom), true }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"credential rejected, not rotated", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.CredentialRejected(boom) }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"credential rejected and rotated, at max attempts: retried, uncounted", with(func(a *Attempt) {
+			a.Ran, a.Err, a.Rotated, a.RunAttempts = true, pipeline.CredentialRejected(boom), true, 3
+		}), api.OutcomeInFlight, "", "credential rejected; its secret changed since it was read", MinThrottleDelay},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -166,7 +166,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if r.ending.Retry() {
 				retries++
 				wait = max(wait, r.ending.Wait)
-				throttled = throttled || r.ending.Throttled || r.ending.Paused
+				throttled = throttled || r.ending.Throttled || r.ending.Paused || r.ending.Rotated
 			}
 		}
 	}
@@ -309,7 +309,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		pipeCtx, seal = w.Staging(runCtx)
 	}
 	start := w.Clock.Now()
-	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
+	res, rotated, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
@@ -334,7 +334,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		s.SpentRun = b.Run
 	}
 	s.Cost = res.Cost
-	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil
+	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rotated
 	r.interrupted = r.interrupted || a.CutOff
 	if perr == nil {
 		err := w.persist(ctx, log, "store output", func() (err error) {
@@ -355,6 +355,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	switch {
 	case e.Paused:
 		log.WarnContext(ctx, "probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+	case e.Rotated:
+		log.InfoContext(ctx, "credential rejected and rotated; retried with the new value without using an attempt", "retry_in_ms", e.Wait.Milliseconds())
 	case e.Throttled:
 		log.WarnContext(ctx, "throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
 			"throttled_ms", a.Now.Sub(e.ThrottledSince).Milliseconds())

@@ -542,61 +542,81 @@ func (s *rotatingSecrets) ResolveFresh(context.Context, string) (string, error) 
 	return s.latest, nil
 }
 
-// A secret rotated while a batch runs fails no item: the receiver rejects
-// the cached old value (401, a *pipeline.CredentialRejectedError), the
-// worker reads the reference again bypassing the cache and calls once
-// more, within the same attempt. A credential that is simply wrong (the
+// A secret rotated while a batch runs fails no item, at K = 1 and 10, and
+// the receiver gets one call per attempt: the receiver rejects the cached
+// old value (401, a *pipeline.CredentialRejectedError), the worker reads
+// the reference again bypassing the cache, and the attempt ends there; its
+// retry, which uses no attempt, sends the new value. Every call carries
+// its own attempt number, every item succeeds with 1 attempt in its run,
+// and run_spent counts every call. A credential that is simply wrong (the
 // fresh value is the same) still fails at once, with one call.
 func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { secretRotatedMidBatch(t, k) })
+	}
+}
+
+func secretRotatedMidBatch(t *testing.T, k int) {
 	ctx := context.Background()
 	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
 	var accept atomic.Value
 	accept.Store("Bearer v2")
+	var mu sync.Mutex
+	attempts := map[string][]int{} // the attempt numbers each key's calls carried
 	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		mu.Lock()
+		attempts[req.BatchID+"/"+req.Key] = append(attempts[req.BatchID+"/"+req.Key], req.Attempt)
+		mu.Unlock()
 		if req.Headers["Authorization"] != accept.Load().(string) {
 			return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
 		}
 		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, nil
 	})
+	r.worker.Clock = &tickClock{t: r.clock.T} // a released lease ends as time goes on
 	secrets := &rotatingSecrets{cached: "Bearer v1", latest: "Bearer v2"}
 	r.worker.Secrets = secrets
 	r.sub.SecretPrefixes = []string{arn}
-	submit := func(id string) {
+	submit := func(id string) api.Census {
 		t.Helper()
-		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)},
+		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)}, ItemsPerMessage: k,
 			Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
 			t.Fatal(err)
 		}
 		r.drain(t, ctx, 1)
-	}
-	submit("rotated")
-	got := map[api.Outcome]int{}
-	if err := r.store.ScanItems(ctx, "rotated", 1, func(it ledger.Item) error {
-		got[it.Outcome]++
-		if it.Attempt != 1 {
-			t.Errorf("%s: attempt %d, want 1 (the fresh read and the call again use no attempt)", it.Key, it.Attempt)
+		res, err := r.fin.Finalize(ctx, id, 1)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+		return res.Report.Census
 	}
-	if got[api.OutcomeSucceeded] != 5 || secrets.fresh == 0 || secrets.fresh > 5 {
-		t.Fatalf("outcomes %v, fresh reads %d: want 5 succeeded after at most one fresh read per item", got, secrets.fresh)
+	c := submit("rotated")
+	calls := 0
+	for i := range 5 {
+		key := api.PositionalKey(int64(i))
+		it := memItem(t, r, "rotated", key)
+		mu.Lock()
+		seen := attempts["rotated/"+key]
+		mu.Unlock()
+		calls += len(seen)
+		if it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 || len(seen) > 2 || len(seen) == 2 && seen[0] == seen[1] {
+			t.Errorf("%s: %s after %d attempts of the run, calls with attempts %v; want succeeded, 1 attempt, one call per attempt", key, it.Outcome, it.RunAttempts, seen)
+		}
+	}
+	if secrets.fresh == 0 || secrets.fresh > 5 || c.RunSpent.Text("calls") != fmt.Sprint(calls) {
+		t.Fatalf("fresh reads %d, run_spent %v, %d calls: want at most one fresh read per item, every call spent", secrets.fresh, c.RunSpent, calls)
 	}
 
 	accept.Store("Bearer v3") // a value the store does not have: wrong, not rotated
-	calls := r.callsOf(api.PositionalKey(0))
 	submit("wrong")
-	if err := r.store.ScanItems(ctx, "wrong", 1, func(it ledger.Item) error {
-		if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "401") {
-			t.Errorf("%s: %s %q, want failed with the 401", it.Key, it.Outcome, it.Error)
+	for i := range 5 {
+		key := api.PositionalKey(int64(i))
+		it := memItem(t, r, "wrong", key)
+		mu.Lock()
+		n := len(attempts["wrong/"+key])
+		mu.Unlock()
+		if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "401") || n != 1 {
+			t.Errorf("%s: %s %q after %d calls, want failed with the 401 after 1 (the same fresh value is not tried again)", key, it.Outcome, it.Error, n)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if n := r.callsOf(api.PositionalKey(0)) - calls; n != 1 {
-		t.Errorf("a wrong credential: %d calls, want 1 (the same fresh value is not tried again)", n)
 	}
 }
 

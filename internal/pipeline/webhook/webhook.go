@@ -82,8 +82,9 @@
 //     than 429, or outside 200–599, e.g.
 //     `webhook: item-0000000007: HTTP 422: {"error":"bad"}`. A 401 or 403
 //     is also a *pipeline.CredentialRejectedError: a header resolved from
-//     a secret reference is read again, bypassing the cache, and the call
-//     made once more before the item fails (a secret rotated mid-batch).
+//     a secret reference is read again, bypassing the cache, and when it
+//     changed (a secret rotated mid-batch) the item's next attempt sends
+//     the new value, counting no attempt; else the item fails.
 //   - throttled, *pipeline.ThrottledError over the *[StatusError]: the
 //     answer's status is 429 or 503 (the receiver's rate or capacity).
 //   - transient, *[StatusError]: the answer's status is 429 or 5xx. On a 429
@@ -123,7 +124,8 @@ import (
 // *pipeline.RetryAfterError); other 5xx are transient; 401 Unauthorized
 // and 403 Forbidden reject the credential sent
 // (pipeline.CredentialRejected: permanent, but a credential from a secret
-// reference is read again and the call made once more); every other
+// reference is read again and, when it changed, sent by the next
+// attempt); every other
 // status is permanent.
 func classifyStatus(serr *StatusError) error {
 	var err error = serr
