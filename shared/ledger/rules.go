@@ -248,7 +248,8 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // pipeline.MaxThrottleWait (past it, the attempt counts as any transient
 // error); a transient error at max attempts fails (max_attempts); any
 // other transient error schedules a retry after a.Retry's delay, or the
-// pipeline's longer Retry-After.
+// pipeline's longer Retry-After, or, for a call that timed out
+// (*pipeline.TimeoutError), TimeoutWait when longer.
 //
 // A paused batch's probe (a.Paused) that fails transiently schedules a
 // retry after a.PauseWait that does not count as an attempt either; so
@@ -348,7 +349,31 @@ func conclude(a Attempt, err error, text string) Ending {
 	if ra, ok := pipeline.RetryDelay(err); ok && ra > e.Wait {
 		e.Wait = ra
 	}
+	if d, ok := pipeline.TimeoutOf(err); ok {
+		e.Wait = max(e.Wait, TimeoutWait(d, a.RunAttempts))
+	}
 	return e
+}
+
+// TimeoutWait is the least wait before the next attempt of an item whose
+// attempt n of its run (n ≥ 1) timed out after d (a *pipeline.TimeoutError):
+// d × 2^n, at most pipeline.MaxRetryAfter. The call may still run at the
+// receiver: after the first timeout the next call starts at least 2d after
+// bulkrun stopped waiting, so a receiver taking up to three times the
+// timeout has finished the first call; each further timeout doubles the
+// wait. The batch's retry policy applies when it waits longer.
+func TimeoutWait(d time.Duration, n int) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	w := d
+	for range min(max(n, 1), 32) {
+		if w >= pipeline.MaxRetryAfter {
+			break
+		}
+		w *= 2
+	}
+	return min(w, pipeline.MaxRetryAfter)
 }
 
 // The waits of throttled attempts (Conclude), which count no attempt.

@@ -74,7 +74,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 }
 
 // countWaits adds the deliveries' items waiting for a retry (by the
-// minute it is due) and interrupted attempts to their runs' wait
+// minute it is due), interrupted and timed-out attempts to their runs' wait
 // counters: one CountWaits write per run, in a counter partition chosen
 // at random. Only the live view reads them; a lost write loses its share.
 func (w *Worker) countWaits(ctx context.Context, dones []done) {
@@ -85,7 +85,7 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 	waits := map[runKey]*ledger.WaitCount{}
 	var order []runKey
 	for _, d := range dones {
-		if d.retryAt.IsZero() && !d.interrupted {
+		if d.retryAt.IsZero() && !d.interrupted && !d.timedOut {
 			continue
 		}
 		k := runKey{d.batch.ID, d.batch.Run}
@@ -100,6 +100,9 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 		}
 		if d.interrupted {
 			c.Interrupted++
+		}
+		if d.timedOut {
+			c.TimedOut++
 		}
 	}
 	for _, k := range order {

@@ -30,6 +30,7 @@ type itemRun struct {
 	took      time.Duration // how long its pipeline ran; 0 when it did not
 	committed bool          // written on its own, with its staged writes
 	lost      bool          // its own write lost the unit's fence
+	timedOut  bool          // its call was given up without an answer (a *pipeline.TimeoutError)
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
 	interrupted bool
@@ -234,6 +235,9 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		if r.started && !r.lost && r.interrupted {
 			dns = append(dns, done{batch: b, interrupted: true})
 		}
+		if r.started && !r.lost && r.timedOut {
+			dns = append(dns, done{batch: b, timedOut: true})
+		}
 	}
 	if retries == 0 {
 		return true, dns
@@ -309,6 +313,10 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		pipeCtx, seal = w.Staging(runCtx)
 	}
 	start := w.Clock.Now()
+	var allotted time.Duration // how long the call may run before it is cut off
+	if dl, ok := runCtx.Deadline(); ok {
+		allotted = time.Until(dl)
+	}
 	res, rotated, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
@@ -320,6 +328,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// call's outcome is unknown. Read before cancel, which would set it too.
 	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	cancel()
+	if _, timed := pipeline.TimeoutOf(perr); cutOff && allotted > 0 && !timed && perr != nil && pipeline.Classify(perr) == pipeline.ClassTransient {
+		// A call cut off while it ran may still run where it went: its
+		// retry waits as for a call that timed out after that long.
+		perr = pipeline.TimedOut(perr, allotted)
+	}
+	_, r.timedOut = pipeline.TimeoutOf(perr)
 	r.took = w.Clock.Now().Sub(start)
 	w.Metrics.ItemDuration(b.Pipeline, r.took, b.ID, b.Run)
 	// What this run's attempts spent: the earlier ones' (the fence makes

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,10 @@ import (
 
 // memQueue is an in-memory Queue: what was sent waits until take.
 type memQueue struct {
-	mu   sync.Mutex
-	msgs []worker.Delivery
-	n    int
+	mu    sync.Mutex
+	msgs  []worker.Delivery
+	n     int
+	waits []time.Duration // each Delay's and Requeue's wait
 }
 
 func (q *memQueue) add(body []byte) {
@@ -54,11 +56,26 @@ func (q *memQueue) Send(_ context.Context, bodies [][]byte) error {
 	return nil
 }
 
-func (q *memQueue) Requeue(_ context.Context, body []byte, _ time.Duration) error {
+func (q *memQueue) Requeue(_ context.Context, body []byte, d time.Duration) error {
+	q.mu.Lock()
+	q.waits = append(q.waits, d)
+	q.mu.Unlock()
 	return q.Send(context.Background(), [][]byte{body})
 }
 
-func (q *memQueue) Delay(context.Context, string, time.Duration) error { return nil }
+func (q *memQueue) Delay(_ context.Context, _ string, d time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waits = append(q.waits, d)
+	return nil
+}
+
+// delays returns the waits asked for so far (Delay, Requeue).
+func (q *memQueue) delays() []time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.waits)
+}
 
 func (q *memQueue) take() []worker.Delivery {
 	q.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,5 +113,63 @@ func TestMemRunSpentIsWhatTheReceiverCounted(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A receiver that is slow but finishes shows in the live view and slows
+// its items down rather than doubling their calls, at K = 1 and 10: it
+// holds the first call of every even item past the webhook's timeout_ms
+// (600 ms). After one delivery of every message the live view counts 10
+// attempts timed out, with their failure class in its attention; each
+// message comes back no sooner than twice timeout_ms (ledger.TimeoutWait:
+// the receiver may still be working on the call), longer than the
+// batch's retry policy would wait; then every item succeeds, run_spent
+// counting the 30 calls the receiver got.
+func TestMemSlowReceiverShowsAndWaits(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			rcv := &countingReceiver{calls: map[string]int{}}
+			srv := httptest.NewServer(rcv)
+			defer srv.Close()
+			r := newRig(t, webhook.New(nil, egress.MustParse("127.0.0.1")).Run)
+			r.worker.Clock = ledger.SystemClock{} // real leases: the calls run under them
+			b := submitK(t, r, "slow", k, 20, func(q *api.SubmitRequest) {
+				q.Options = json.RawMessage(fmt.Sprintf(`{"url":%q,"timeout_ms":600}`, srv.URL))
+			})
+			r.worker.Handle(ctx, r.queue.take()) // the fan-out
+			ds := r.queue.take()
+			failed := r.worker.Handle(ctx, ds)
+			p, err := r.store.Progress(ctx, "slow", 1, max(1, b.CounterShards))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := ledger.LiveOf(b, p, time.Now())
+			if l.TimedOut != 10 || !strings.Contains(strings.Join(l.Attention, "; "), "10 attempts timed out (failure class timeout") {
+				t.Fatalf("live view: timed out %d, attention %q; want 10 attempts timed out, saying so", l.TimedOut, l.Attention)
+			}
+			waits := r.queue.delays()
+			if len(waits) == 0 || len(failed) == 0 {
+				t.Fatalf("%d messages came back, with waits %v; want the held items' messages back after a wait", len(failed), waits)
+			}
+			for _, w := range waits {
+				if w < 1200*time.Millisecond {
+					t.Fatalf("waits %v: a message came back sooner than twice timeout_ms (1.2 s)", waits)
+				}
+			}
+			for _, d := range ds {
+				if slices.Contains(failed, d.MessageID) {
+					r.queue.put([]worker.Delivery{d})
+				}
+			}
+			r.drain(t, ctx, 1)
+			res, err := r.fin.Finalize(ctx, "slow", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := res.Report.Census; c.Succeeded != 20 || c.RunSpent.Text("calls") != "30" || rcv.total() != 30 {
+				t.Fatalf("census %d succeeded, run_spent %v; the receiver counted %d calls; want 20, 30 calls in both", c.Succeeded, c.RunSpent, rcv.total())
+			}
+		})
 	}
 }

@@ -124,6 +124,7 @@ type runCounter struct {
 	// The live view's counts (CountWaits, CountFanned).
 	due                 map[int64]int64
 	interrupted, fanned int64
+	timedOut            int64
 	fanChunks           map[int64]bool
 }
 
@@ -280,6 +281,7 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 		rc.due[m] += n
 	}
 	rc.interrupted += c.Interrupted
+	rc.timedOut += c.TimedOut
 	return nil
 }
 
@@ -305,6 +307,7 @@ func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (le
 			p.RetryDue[m] += n
 		}
 		p.Interrupted, p.FannedOut, p.FanChunks = rc.interrupted, rc.fanned, int64(len(rc.fanChunks))
+		p.TimedOut = rc.timedOut
 	}
 	for k, c := range s.chunks {
 		if k.batchID != batchID || k.run != run || c.part >= max(1, shards) {

@@ -93,8 +93,13 @@
 //     a *pipeline.RetryAfterError carrying that delay, capped at
 //     pipeline.MaxRetryAfter (1 hour): bulkrun retries the item no sooner.
 //     A date in the past, a negative or unparsable value is ignored.
-//   - transient: timeouts, connection refused or reset, DNS failures, a body
-//     cut short, and cancellation of the caller's context.
+//   - transient, *pipeline.TimeoutError: the request was sent and no
+//     answer came within timeout_ms; the receiver may still be working on
+//     it, so the worker waits at least twice timeout_ms before the item's
+//     next call (ledger.TimeoutWait). Its failure class is "timeout".
+//   - transient: other timeouts (connecting), connection refused or
+//     reset, DNS failures, a body cut short, and cancellation of the
+//     caller's context.
 package webhook
 
 import (
@@ -297,7 +302,7 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 
 	resp, err := p.client.Do(hreq)
 	if err != nil {
-		return spent(), p.transportError(ctx, req.Key, target, timeout, err)
+		return spent(), p.transportError(ctx, req.Key, target, timeout, sent.Load(), err)
 	}
 	defer resp.Body.Close()
 
@@ -318,7 +323,7 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, p.transportError(ctx, req.Key, target, timeout, err)
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, p.transportError(ctx, req.Key, target, timeout, true, err)
 	}
 	out, err := output(resp.StatusCode, body)
 	if err != nil {
@@ -347,9 +352,11 @@ func output(status int, body []byte) (json.RawMessage, error) {
 
 // transportError words and classifies an error from sending the request or
 // reading the answer. A destination the allow-list refuses is permanent;
-// all others are transient. The URL's path and query, which may hold a
+// all others are transient, and a timeout of a request that was sent
+// (the receiver may still be working on it) is a *pipeline.TimeoutError
+// of the call's timeout. The URL's path and query, which may hold a
 // secret, are left out of the message.
-func (p *Pipeline) transportError(ctx context.Context, key string, target *url.URL, timeout time.Duration, err error) error {
+func (p *Pipeline) transportError(ctx context.Context, key string, target *url.URL, timeout time.Duration, sent bool, err error) error {
 	where := "POST " + target.Scheme + "://" + target.Host
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("webhook: %s: %s: %w", key, where, cerr)
@@ -367,7 +374,11 @@ func (p *Pipeline) transportError(ctx context.Context, key string, target *url.U
 	}
 	var nerr net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout()) {
-		return fmt.Errorf("webhook: %s: %s: timed out after %s: %w", key, where, timeout, err)
+		err = fmt.Errorf("webhook: %s: %s: timed out after %s: %w", key, where, timeout, err)
+		if sent {
+			return pipeline.TimedOut(err, timeout)
+		}
+		return err
 	}
 	return fmt.Errorf("webhook: %s: %s: %w", key, where, err)
 }
