@@ -87,3 +87,52 @@ func TestMemBoundsKeepTheOutcome(t *testing.T) {
 		}
 	}
 }
+
+// The run's counters stay within DynamoDB's limits whatever cost names
+// the items report, at K = 1 and 10: 400 items naming 10 costs of their
+// own (4,000 names) are all counted — each counter lane write names at
+// most api.MaxCensusCostNames per rollup (its update expression within
+// 4 KB), the rest folded under pipeline.FoldedCost, and a lane whose row
+// would pass 400 KB with new names counts the items with their cost
+// folded whole — so the last write triggers finalize, whose report has
+// every name from the rows.
+func TestMemCounterLanesStayWithinLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				c := pipeline.Cost{}
+				for i := range pipeline.MaxCostNames {
+					c[fmt.Sprintf("%s-%02d-%s", req.Key, i, strings.Repeat("y", 10))] = 1
+				}
+				return pipeline.Result{Cost: c}, nil
+			})
+			r.sub.ChunkItems = 1000
+			b := submitK(t, r, "lanes", k, 400, nil)
+			r.drainBy(t, ctx, 1, 4) // many lane writes: the lane rows fill
+
+			p, err := r.store.Progress(ctx, "lanes", 1, max(1, b.CounterShards))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var amount float64
+			for _, name := range p.Cost.Names() {
+				if name != pipeline.FoldedCostNames {
+					amount += p.Cost[name].InexactFloat64()
+				}
+			}
+			if p.Done != 400 || r.trigger.n.Load() < 1 || amount != 4000 {
+				t.Fatalf("counters: %d items done, %d finalize triggers, %d cost names summing to %v; want 400 items, a trigger, every amount (4000)",
+					p.Done, r.trigger.n.Load(), len(p.Cost), amount)
+			}
+			res, err := r.fin.Finalize(ctx, "lanes", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := res.Report.Census; c.Succeeded != 400 || len(c.Cost) != 4000 {
+				t.Fatalf("report census %d succeeded, %d cost names; want 400, 4000", c.Succeeded, len(c.Cost))
+			}
+			t.Logf("counters: %d cost names (%s names folded)", len(p.Cost), p.Cost.Text(pipeline.FoldedCostNames))
+		})
+	}
+}
