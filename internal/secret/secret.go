@@ -8,7 +8,8 @@
 // batch of many items costs one call per reference per function instance
 // and TTL; a rotated secret is picked up within TTL, and at once when the
 // receiver rejects the old value: the worker then reads it again with
-// ResolveFresh, which bypasses the cache, and calls once more.
+// ResolveFresh, which bypasses the cache, and the item's next attempt
+// sends the new value.
 //
 // Errors are classified from each service's documentation (AWS Secrets
 // Manager API Reference, "GetSecretValue", Errors,

@@ -798,14 +798,19 @@ func (a *app) watch(ctx context.Context, id string) error {
 
 // LiveText is a running batch's live view on one line: "live: in flight
 // 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
-// fanned out 0  last progress 19:05:12Z".
+// fanned out 0  last progress 19:05:12Z", with "  timed out N" after the
+// interrupted attempts when some timed out.
 func LiveText(l api.LiveView) string {
 	next := ""
 	if l.NextRetryAt != nil {
 		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z)"
 	}
-	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d  not fanned out %d  last progress %sZ",
-		l.InFlight, l.RetryWaiting, next, l.Interrupted, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
+	timed := ""
+	if l.TimedOut > 0 {
+		timed = fmt.Sprintf("  timed out %d", l.TimedOut)
+	}
+	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
+		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }
 
 // show prints a batch view.

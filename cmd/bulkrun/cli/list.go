@@ -196,6 +196,9 @@ func note(b api.BatchSummary) string {
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)
 		}
+		if l.TimedOut > 0 {
+			live += fmt.Sprintf(", timed out %d", l.TimedOut)
+		}
 		if l.NotFannedOut > 0 {
 			live += fmt.Sprintf(", not fanned out %d", l.NotFannedOut)
 		}
