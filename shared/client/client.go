@@ -9,6 +9,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
+	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/wire"
@@ -78,6 +81,10 @@ type Client struct {
 	aws    aws.Config
 	http   *http.Client
 	signer *v4.Signer
+	// bucket is the stack's bucket (config.OutputBucket), where Submit and
+	// Correct put inline items too large to send; "" when the stack has
+	// none.
+	bucket string
 	// skew is the API's clock minus the machine's, in nanoseconds, as the
 	// last answer's Date header measured it.
 	skew atomic.Int64
@@ -92,7 +99,8 @@ const EnvAPIURL = "BULKRUN_API_URL"
 // New returns a client for the stack's API: $BULKRUN_API_URL when set;
 // with AWS_ENDPOINT_URL set (an emulator)
 // {endpoint}/restapis/{api id}/{stage}/_user_request_, the LocalStack-style
-// form; otherwise the stack's ApiUrl output.
+// form; otherwise the stack's ApiUrl output. The stack's bucket output,
+// when there is one, is where large inline sources go (Submit).
 func New(c aws.Config, s Stack) (*Client, error) {
 	var base string
 	if u := os.Getenv(EnvAPIURL); u != "" {
@@ -114,7 +122,7 @@ func New(c aws.Config, s Stack) (*Client, error) {
 		}
 		base = strings.TrimRight(u, "/")
 	}
-	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second}, signer: v4.NewSigner()}, nil
+	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second}, signer: v4.NewSigner(), bucket: s[config.OutputBucket]}, nil
 }
 
 // APIError is an error answer of the API: its HTTP status and bulkrun's
@@ -192,6 +200,40 @@ func (e *ClockError) Error() string {
 
 func (e *ClockError) Unwrap() error { return e.Err }
 
+// TooLargeError is a request the client does not send: its Lambda event —
+// the body as a JSON string, the headers twice, the path and the request
+// context, which API Gateway passes to the submit function — would be
+// over Lambda's synchronous invocation payload limit, wire.MaxEventBytes
+// (6 MB), so the function would never run (API Gateway answers 413).
+// EventBytes is the client's estimate of the event's size.
+type TooLargeError struct {
+	Method, Path string
+	EventBytes   int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s %s: not sent: its Lambda event would be about %d bytes, over Lambda's 6 MB invocation payload limit (%d bytes; Lambda quotas, \"Invocation payload (request and response)\": https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), and never reach the function; put the items in an S3 object and name it ({\"source\": {\"object\": \"s3://…\"}}), or give the file to bulkrun submit, which uploads it",
+		e.Method, e.Path, e.EventBytes, wire.MaxEventBytes)
+}
+
+// EventOverheadBytes is what the client allows, in bytes, for the parts
+// of a request's Lambda event other than its body and headers (the path,
+// query and path parameters, the request context with the caller's
+// identity) and for the headers API Gateway adds (X-Forwarded-*, Via,
+// X-Amzn-Trace-Id, …): 16 KiB.
+const EventOverheadBytes = 16 << 10
+
+// eventBytes estimates the size of the Lambda event of a request with
+// payload: the body as a JSON string, the headers the client sends
+// (signed, a session token included) twice, and EventOverheadBytes.
+func (c *Client) eventBytes(payload []byte) int {
+	headers := 1024 // Content-Type, Authorization, X-Amz-Date, Host, User-Agent, lengths
+	if creds, err := c.aws.Credentials.Retrieve(context.Background()); err == nil {
+		headers += len(creds.SessionToken)
+	}
+	return wire.BodyEventBytes(payload) + 2*headers + EventOverheadBytes
+}
+
 // Do sends a signed request and decodes a 2xx JSON answer into out (when
 // non-nil). It returns the status code. Every call is retried as Client
 // says. Its errors: *TooLargeError before anything is sent; an *APIError
@@ -213,6 +255,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		if payload, err = json.Marshal(body); err != nil {
 			return 0, 0, err
 		}
+	}
+	if n := c.eventBytes(payload); n > wire.MaxEventBytes {
+		return 0, 0, &TooLargeError{Method: method, Path: path, EventBytes: n}
 	}
 	a, tries, err := c.send(ctx, method, path, payload)
 	if err != nil {
@@ -251,17 +296,62 @@ func (c *Client) callError(method, path string, tries int, err error) (int, erro
 // (a 504 from API Gateway when the integration outlives its timeout, while
 // the submit may still go on; a lost connection) send that same request,
 // and a repeated submit of the same request is the same batch, so a retry
-// never makes a second one. Refusals (*APIError 4xx, 507) are returned
+// never makes a second one. Inline items whose request would be over
+// Lambda's invocation payload limit (a *TooLargeError) are put in the
+// stack's bucket first, under uploads/ (uploadItems), and the request
+// names that object instead: the batch is read in the background (202
+// submitting) with the same items, keys and digest. Without a bucket the
+// *TooLargeError is returned. Refusals (*APIError 4xx, 507) are returned
 // at once.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (wire.BatchView, error) {
 	if req.BatchID == "" {
 		req.BatchID = NewBatchID()
 	}
+	src, err := c.sendable(ctx, req, req.Source)
+	if err != nil {
+		return wire.BatchView{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
+	req.Source = src
 	var v wire.BatchView
 	if _, err := c.Do(ctx, http.MethodPost, "/batches", req, &v); err != nil {
 		return v, fmt.Errorf("submit %s: %w", req.BatchID, err)
 	}
 	return v, nil
+}
+
+// sendable returns src, or, when src holds inline items and request (with
+// src in it) would be over the invocation payload limit, the source
+// naming those items uploaded to the stack's bucket.
+func (c *Client) sendable(ctx context.Context, request any, src api.SourceSpec) (api.SourceSpec, error) {
+	if src.Items == nil {
+		return src, nil
+	}
+	payload, err := json.Marshal(request)
+	if err != nil {
+		return src, err
+	}
+	n := c.eventBytes(payload)
+	if n <= wire.MaxEventBytes {
+		return src, nil
+	}
+	if c.bucket == "" {
+		return src, &TooLargeError{Method: http.MethodPost, Path: "/batches", EventBytes: n}
+	}
+	return c.uploadItems(ctx, src.Items)
+}
+
+// uploadItems puts inline items (a JSON array) in the stack's bucket as
+// they are, under uploads/{first 16 hex digits of their SHA-256}/items.json
+// (the prefix the CLI uploads local files under; the same items, the same
+// key), and returns the source naming that object in format json: submit
+// reads it with the reader of inline items.
+func (c *Client) uploadItems(ctx context.Context, items json.RawMessage) (api.SourceSpec, error) {
+	sum := sha256.Sum256(items)
+	key := "uploads/" + hex.EncodeToString(sum[:8]) + "/items.json"
+	if err := blob.New(blob.NewS3(c.aws), c.bucket).Put(ctx, key, "application/json", items); err != nil {
+		return api.SourceSpec{}, fmt.Errorf("upload the inline items (too large to send inline): %w", err)
+	}
+	return api.SourceSpec{Object: "s3://" + c.bucket + "/" + key, Format: api.FormatJSON}, nil
 }
 
 // Retryable reports whether a call that failed with err may be sent again
@@ -394,10 +484,16 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 // /batches/{id}/corrections, submit.Submitter.Correct): the answer is the
 // batch at its correction run and the revision; Created false when the
 // same corrections were given before (no new run). Retried like any call:
-// the same corrections are one revision.
+// the same corrections are one revision. Inline items too large to send
+// go through the stack's bucket, as Submit's do.
 func (c *Client) Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error) {
 	var v wire.CorrectionView
-	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/corrections", req, &v)
+	src, err := c.sendable(ctx, req, req.Source)
+	if err != nil {
+		return v, fmt.Errorf("correct %s: %w", id, err)
+	}
+	req.Source = src
+	_, err = c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/corrections", req, &v)
 	return v, err
 }
 
