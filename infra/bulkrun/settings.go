@@ -62,6 +62,10 @@ type settings struct {
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
 	env map[string]map[string]string
+	// parameters holds, by function, the variables moved out of its
+	// environment into its settings parameter (fitEnvironments); none
+	// for a function whose environment fits.
+	parameters map[string]map[string]string
 }
 
 // derive fills defaults and validates props. The function environments
@@ -89,6 +93,7 @@ func derive(props *RunnerProps) (settings, error) {
 	if _, err := config.Load(validationView(s.env)); err != nil {
 		errs = append(errs, fmt.Errorf("bulkrun: the functions would refuse this configuration: %w", err))
 	}
+	errs = append(errs, s.fitEnvironments()...)
 	return s, errors.Join(errs...)
 }
 
