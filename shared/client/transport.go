@@ -97,7 +97,7 @@ func (c *Client) send(ctx context.Context, method, path string, payload []byte) 
 	if err != nil {
 		return answer{}, 0, err
 	}
-	h := middleware.DecorateHandler(smithyhttp.NewClientHandler(c.http), stack)
+	h := middleware.DecorateHandler(smithyhttp.NewClientHandlerWithOptions(c.http), stack)
 	out, md, err := h.Handle(ctx, nil)
 	tries := 1
 	if r, ok := retry.GetAttemptResults(md); ok {
