@@ -43,8 +43,9 @@ var refSettingsParameter = map[string]string{
 // maximum), a bucket name 63 (S3's), the items queue's URL with the
 // longest Region, an account id and a queue name of 80 bytes (SQS's
 // maximum), a function name 64 (Lambda's), the dead-letter queue's ARN
-// likewise, a stack name 128 (CloudFormation's), a parameter name
-// CloudFormation generates ("CFN-{logical id}-{random}") 128.
+// likewise, a stack name 128 (CloudFormation's), a settings parameter's
+// name (/bulkrun/{stack}/{function}-settings, or one CloudFormation
+// generates) 160.
 var longest = map[string]int{
 	refTable:                             255,
 	refBucket:                            63,
@@ -52,8 +53,8 @@ var longest = map[string]int{
 	refFinalizeFunction:                  64,
 	refDeadLetterARN:                     len("arn:aws-us-gov:sqs:ap-southeast-4:123456789012:") + 80,
 	refStackName:                         128,
-	refSettingsParameter[FunctionSubmit]: 128,
-	refSettingsParameter[FunctionItem]:   128,
+	refSettingsParameter[FunctionSubmit]: 160,
+	refSettingsParameter[FunctionItem]:   160,
 }
 
 // tokenRE matches an unresolved CDK token in a string (a function ARN or

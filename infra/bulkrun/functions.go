@@ -67,11 +67,18 @@ func (r *runner) defineSettingsParameters(refs map[string]*string) {
 		if n, _ := parameterBytes(vars); n > MaxStandardParameterBytes {
 			tier = awsssm.ParameterTier_ADVANCED
 		}
-		p := awsssm.NewStringParameter(r.Construct, jsii.String(fn+"-settings"), &awsssm.StringParameterProps{
+		pp := &awsssm.StringParameterProps{
 			StringValue: jsii.String(string(value)),
 			Tier:        tier,
 			Description: jsii.String("bulkrun " + fn + ": the allow-lists its environment has no room for (" + config.EnvSettingsParameter + ")"),
-		})
+		}
+		// Named /bulkrun/{stack}/{function}-settings, so that its ARN is
+		// known at synth (an emulator's generated names start with "/",
+		// AWS's do not, and a generated name's ARN assumes the latter).
+		if stack := awscdk.Stack_Of(r.Construct).StackName(); !*awscdk.Token_IsUnresolved(stack) {
+			pp.ParameterName = jsii.String("/bulkrun/" + *stack + "/" + fn + "-settings")
+		}
+		p := awsssm.NewStringParameter(r.Construct, jsii.String(fn+"-settings"), pp)
 		r.settingsParameters[fn] = p
 		refs[refSettingsParameter[fn]] = p.ParameterName()
 	}
