@@ -1,6 +1,7 @@
 package bulkrun
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,6 +12,22 @@ import (
 // takes (EventBridge API reference, "PutRule", ScheduleExpression: maximum
 // length 256).
 const MaxScheduleExpressionBytes = 256
+
+// MaxScheduleInputBytes is the longest input EventBridge passes a rule's
+// target: a schedule's event, {"bulkrun_schedule": name, "time": <the
+// event's time>, "request": the submit request}, is an input transformer
+// whose template takes at most 8192 characters (Amazon EventBridge API
+// Reference, "InputTransformer", InputTemplate: maximum length 8192).
+const MaxScheduleInputBytes = 8192
+
+// scheduleInputBytes is the length of sc's input template as CDK writes
+// it: the event's time is the placeholder <aws.events.event.time>.
+func scheduleInputBytes(sc Schedule) int {
+	var req any
+	_ = json.Unmarshal(sc.Request, &req)
+	b, _ := json.Marshal(map[string]any{"bulkrun_schedule": sc.Name, "time": "<aws.events.event.time>", "request": req})
+	return len(b)
+}
 
 // rateRE is "rate(value unit)": one space, a whole number, a unit.
 var rateRE = regexp.MustCompile(`^rate\(([0-9]+) ([a-z]+)\)$`)

@@ -446,6 +446,10 @@ func (s *settings) checkSchedules(bad badProp) {
 			bad(field+".Request", string(sc.Request), "batch_id derives from the schedule; leave it out")
 		} else if !slices.Contains(s.pipelines, req.Pipeline) {
 			bad(field+".Request", req.Pipeline, "pipeline is not one of Pipelines")
+		} else if n := scheduleInputBytes(sc); n > MaxScheduleInputBytes {
+			bad(field+".Request", fmt.Sprintf("%d bytes", n), fmt.Sprintf(
+				"the schedule's event input would be %d bytes, over EventBridge's %d (InputTransformer's InputTemplate, Amazon EventBridge API Reference: https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_InputTransformer.html): the deploy would fail; name the items in S3 (source.object or source.prefix) instead of inline",
+				n, MaxScheduleInputBytes))
 		}
 	}
 }
