@@ -223,15 +223,17 @@ func (e *TooLargeError) Error() string {
 // X-Amzn-Trace-Id, …): 16 KiB.
 const EventOverheadBytes = 16 << 10
 
+// HeaderBytes is what the client allows, in bytes, for the headers it
+// sends (Content-Type, Host, User-Agent, the signature's Authorization
+// and X-Amz-Date, and a session token, which STS may make a few KB long):
+// 6 KiB. The event holds them twice.
+const HeaderBytes = 6 << 10
+
 // eventBytes estimates the size of the Lambda event of a request with
-// payload: the body as a JSON string, the headers the client sends
-// (signed, a session token included) twice, and EventOverheadBytes.
+// payload: the body as a JSON string, the headers twice and
+// EventOverheadBytes.
 func (c *Client) eventBytes(payload []byte) int {
-	headers := 1024 // Content-Type, Authorization, X-Amz-Date, Host, User-Agent, lengths
-	if creds, err := c.aws.Credentials.Retrieve(context.Background()); err == nil {
-		headers += len(creds.SessionToken)
-	}
-	return wire.BodyEventBytes(payload) + 2*headers + EventOverheadBytes
+	return wire.BodyEventBytes(payload) + 2*HeaderBytes + EventOverheadBytes
 }
 
 // Do sends a signed request and decodes a 2xx JSON answer into out (when
