@@ -68,8 +68,8 @@ func TestLogLevelKeepsMetricsAndErrors(t *testing.T) {
 					}
 				}
 			}
-			if n != 4 {
-				t.Fatalf("%d functions, want 4", n)
+			if n != 5 {
+				t.Fatalf("%d functions, want 5 (submit, item, finalize, sweep, setup)", n)
 			}
 		})
 	}

@@ -58,7 +58,7 @@ func (r *runner) defineSetup() {
 		MemorySize:            jsii.Number(128),
 		Description:           jsii.String("bulkrun setup: the stack's custom resources (API Gateway account role, table protection)"),
 		LoggingFormat:         awslambda.LoggingFormat_JSON,
-		ApplicationLogLevelV2: awslambda.ApplicationLogLevel_INFO,
+		ApplicationLogLevelV2: applicationLogLevels[s.logLevel], // as the other functions' (TestLogLevelKeepsMetricsAndErrors)
 		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
 	}
 	if s.target == TargetAWS {

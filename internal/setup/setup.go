@@ -42,6 +42,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
@@ -318,7 +319,9 @@ func (h *Handler) stackStatus(ctx context.Context, stackID string) (string, erro
 // Start serves the setup function (functions/setup): clients built from
 // the SDK's environment (credentials, region, AWS_ENDPOINT_URL) with
 // bulkrun's retryer (awsfault.Retryer) and the application id
-// config.AppID("setup"), JSON logs on stdout, each event answered to
+// config.AppID("setup"), JSON logs on stdout keyed as Lambda's log-level
+// filtering reads them (timestamp, level, message:
+// lambdacontext.ReplaceAttr), each event answered to
 // CloudFormation's ResponseURL (cfn.LambdaWrap). It returns only when the
 // SDK's configuration cannot be loaded.
 func Start(ctx context.Context) error {
@@ -330,7 +333,7 @@ func Start(ctx context.Context) error {
 		APIGateway: apigateway.NewFromConfig(ac),
 		Tables:     dynamodb.NewFromConfig(ac),
 		Stacks:     cloudformation.NewFromConfig(ac),
-		Log:        slog.New(slog.NewJSONHandler(os.Stdout, nil)),
+		Log:        slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: lambdacontext.ReplaceAttr})),
 	}
 	lambda.StartWithOptions(cfn.LambdaWrap(h.Handle), lambda.WithContext(ctx))
 	return nil
