@@ -66,7 +66,7 @@ const MaxDelay = 15 * time.Minute
 func New(client *sqs.Client, url string) *Queue {
 	client = sqs.New(client.Options(), func(o *sqs.Options) {
 		o.Retryer = awsfault.Retryer()
-		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("sqs"))
 	})
 	return &Queue{sqs: client, url: url}
 }

@@ -306,7 +306,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		log.WarnContext(ctx, "message for an unknown batch; acknowledged", "message_id", d.MessageID)
 		return true, nil
 	case err != nil:
-		return w.unavailable(ctx, log, d, m, "read batch", err)
+		return w.unavailable(ctx, log, d, m, nil, "read batch", err)
 	case m.Run < b.Run:
 		log.InfoContext(ctx, "message of an earlier run; acknowledged")
 		return true, nil
@@ -317,7 +317,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
 	case fan != nil:
 		if err := w.fanout(ctx, log, b, *fan); err != nil {
-			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, "fan-out", err)
+			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, &b, "fan-out", err)
 		}
 		return true, nil
 	}
@@ -531,7 +531,16 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b ledger
 // sent, this one comes back after the same delay. Any other error leaves
 // the message to come back after its visibility timeout (and, if it keeps
 // failing, to the dead-letter queue).
-func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, what string, err error) (bool, []done) {
+// unavailable handles a message whose work an AWS service did not let
+// happen (ErrUnavailable): it is sent again later, counting no attempt
+// (sendAgain); an error of another kind is logged and the delivery left
+// to come back. A fault of class pause also pauses b's run (pauseForFault)
+// when b, the batch row the message was handled under, is known (nil: the
+// row could not be read).
+func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, b *ledger.Batch, what string, err error) (bool, []done) {
+	if b != nil {
+		w.pauseForFault(ctx, log, *b, err)
+	}
 	return w.sendAgain(ctx, log, d, m.requeued, m.body, what, err), nil
 }
 
