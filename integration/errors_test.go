@@ -1,0 +1,118 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+)
+
+// conflictRule answers a TransactWriteItems holding contains (every one
+// when "") with DynamoDB's TransactionCanceledException, its operations
+// cancelled for reasons (the rest None), max times (0: every time).
+func conflictRule(contains string, max int, reasons ...string) faultproxy.Rule {
+	return faultproxy.Rule{Service: "dynamodb", Operations: []string{"TransactWriteItems"}, Contains: contains, Kind: faultproxy.KindError,
+		Code: "TransactionCanceledException", Reasons: reasons, Rate: 1, Max: max}
+}
+
+// TestHarnessTransactionConflictIsRetried guards "a transaction conflict
+// is transient" (docs/design/errors.md, class retry): a DynamoDB
+// transaction cancelled for TransactionConflict — a concurrent write to
+// one of its items, not a failed condition — is sent again in place
+// (no SDK retries TransactionCanceledException on its own; bulkrun's
+// retryer does, from awsfault.Table), and one that keeps conflicting past
+// the tries is unavailable (ledger.ErrUnavailable), never a conflict:
+//   - finishing a run (FinishRun's transaction) cancelled twice finishes;
+//   - a release of a quarantined pack item cancelled twice releases it,
+//     and one cancelled every time answers unavailable, not "not
+//     quarantined" (api.ErrConflict, a 409 to the caller);
+//   - a pack item's outcome with staged writes cancelled twice is
+//     committed once, with one pipeline call and one attempt.
+func TestHarnessTransactionConflictIsRetried(t *testing.T) {
+	t.Parallel() // its own harnesses (table, bucket, queue): beside the other parallel tests
+	ctx := context.Background()
+
+	t.Run("finish a run", func(t *testing.T) {
+		h, proxy := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+			return pipeline.Result{Output: req.Input}, nil
+		})
+		id := newID(t)
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}}); err != nil {
+			t.Fatal(err)
+		}
+		h.drain(t, ctx)
+		setFaults(t, proxy, 1, conflictRule(`"PUBLISH"`, 2, "None", "None", "TransactionConflict"))
+		r, err := h.finalizer.Finalize(ctx, id, 1)
+		if err != nil || !r.Wrote || r.Report.Status != api.StatusCompleted {
+			t.Fatalf("finalize: %+v, %v; want the run finished", r, err)
+		}
+		if st := proxy.Status(); st.Fired[0] != 2 {
+			t.Fatalf("the conflict fired %d times, want 2", st.Fired[0])
+		}
+		if b := mustBatch(t, h, id); b.Status != api.StatusCompleted {
+			t.Fatalf("batch %s", b.Status)
+		}
+	})
+
+	t.Run("release a pack item", func(t *testing.T) {
+		h, proxy := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+			return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
+		})
+		id := newID(t)
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(4)}, ItemsPerMessage: 4}); err != nil {
+			t.Fatal(err)
+		}
+		h.drain(t, ctx)
+		if r, err := h.finalizer.Finalize(ctx, id, 1); err != nil || r.Report.Census.Quarantined != 4 {
+			t.Fatalf("finalize: %+v, %v", r.Report.Census, err)
+		}
+		ctl := h.control()
+		setFaults(t, proxy, 1, conflictRule("", 2, "None", "TransactionConflict"))
+		if err := ctl.Release(ctx, id, api.PositionalKey(0)); err != nil {
+			t.Fatalf("release under a passing conflict: %v, want it released", err)
+		}
+		if it := itemState(t, h, id, api.PositionalKey(0)); !it.Released {
+			t.Fatalf("%s not released: %+v", api.PositionalKey(0), it)
+		}
+		setFaults(t, proxy, 1, conflictRule("", 0, "TransactionConflict"))
+		err := ctl.Release(ctx, id, api.PositionalKey(1))
+		if !errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, api.ErrConflict) {
+			t.Fatalf("release under a lasting conflict: %v; want unavailable, not a conflict (the item is quarantined)", err)
+		}
+		setFaults(t, proxy, 1)
+		if err := ctl.Release(ctx, id, api.PositionalKey(1)); err != nil {
+			t.Fatalf("release once the conflict ended: %v", err)
+		}
+	})
+
+	t.Run("pack outcome with staged writes", func(t *testing.T) {
+		table := effectsTable(t)
+		h, proxy := newFaultHarness(t, stagingCounter(table))
+		h.worker.Staging = effects.Staging([]string{table})
+		laneBindEffects(t, h, table)
+		id := newID(t)
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(3)}, ItemsPerMessage: 3}); err != nil {
+			t.Fatal(err)
+		}
+		h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
+		setFaults(t, proxy, 1, conflictRule("", 2, "TransactionConflict"))
+		h.drain(t, ctx)
+		if st := proxy.Status(); st.Fired[0] != 2 {
+			t.Fatalf("the conflict fired %d times, want 2", st.Fired[0])
+		}
+		for i := range 3 {
+			key := api.PositionalKey(int64(i))
+			it := itemState(t, h, id, key)
+			if it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 || h.callsOf(key) != 1 || applied(t, table, key) != 1 {
+				t.Errorf("%s: %s after %d attempts, %d calls, applied %d; want succeeded, 1, 1, 1", key, it.Outcome, it.RunAttempts, h.callsOf(key), applied(t, table, key))
+			}
+		}
+	})
+}
