@@ -4,8 +4,11 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -115,4 +118,52 @@ func TestHarnessTransactionConflictIsRetried(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHarnessSlowDownOnOutputsUsesNoAttempt guards "S3 asks callers to
+// back off" (docs/design/errors.md, class backoff; Amazon S3 user guide,
+// "Best practices design patterns: optimizing Amazon S3 performance"): a
+// pipeline whose output writes (Outputs.Put) S3 answers 503 SlowDown past
+// the SDK's tries, three times over — as many as the batch's attempts —
+// fails no item and uses no attempt: each such attempt waits as a
+// throttled one, and the item succeeds at its first counted attempt once
+// S3 takes the writes.
+func TestHarnessSlowDownOnOutputsUsesNoAttempt(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
+	ctx := context.Background()
+	h, proxy := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		uri, err := req.Outputs.Put(ctx, req.Key+".txt", "text/plain", []byte("out of "+req.Key))
+		if err != nil {
+			return pipeline.Result{}, fmt.Errorf("store the output: %w", err)
+		}
+		out, _ := json.Marshal(map[string]string{"uri": uri})
+		return pipeline.Result{Output: out}, nil
+	})
+	id := newID(t)
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
+	const tries = 6 * 3                   // the SDK's 6 tries, three times: the batch's 3 attempts
+	setFaults(t, proxy, 1, faultproxy.Rule{Service: "s3", Operations: []string{"PutObject"}, Kind: faultproxy.KindThrottle, Rate: 1, Max: tries})
+	key := api.PositionalKey(0)
+	// The queue as the event source mapping uses it: a delivery the worker
+	// does not acknowledge comes back after its visibility timeout.
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) && !h.outcome(t, id, key).Terminal() {
+		if ds := h.poll(t); len(ds) > 0 {
+			h.handleAndAck(t, h.worker, ds)
+		}
+	}
+	ok := h.outcome(t, id, key).Terminal()
+	if st := proxy.Status(); !ok || st.Fired[0] != tries {
+		t.Fatalf("finished %v; SlowDown fired %d times, want %d", ok, st.Fired[0], tries)
+	}
+	it := itemState(t, h, id, key)
+	if it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 {
+		t.Fatalf("%s: %s after %d attempts (%q); want succeeded at its first counted attempt", key, it.Outcome, it.RunAttempts, it.Error)
+	}
+	if body, err := h.blobs.Get(ctx, api.OutputsPrefix(id)+key+".txt"); err != nil || string(body) != "out of "+key {
+		t.Fatalf("output %q, %v", body, err)
+	}
 }

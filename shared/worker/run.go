@@ -339,7 +339,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, ledger.RunIDOf(b.ID, s.Key, s.Revision), res.Output)
 			return err
 		})
-		a.Err = err // transient: the S3 write failed
+		// The S3 write failed: transient, and throttled (no attempt) when
+		// S3 slowed it down or did not answer past the tries.
+		a.Err = throttledFault(err)
 	}
 	if f, ok := ledger.PauseFault(a.Err); ok && pipeline.Classify(a.Err) == pipeline.ClassTransient {
 		// An AWS service the attempt wrote to refuses every call until

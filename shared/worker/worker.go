@@ -692,7 +692,23 @@ func (o outputs) Put(ctx context.Context, name, contentType string, body []byte)
 		key = o.prefix + "_long/" + hex.EncodeToString(sum[:]) + path.Ext(clean)
 	}
 	if err := o.blobs.Put(ctx, key, contentType, body); err != nil {
-		return "", err
+		return "", throttledFault(err)
 	}
 	return "s3://" + o.blobs.Bucket() + "/" + key, nil
+}
+
+// throttledFault returns err, an error of a write bulkrun makes for an
+// attempt (an output to S3), as a throttled failure (ledger.Throttled:
+// Conclude retries it without using an attempt) when it is an AWS fault
+// of class retry or backoff that outlasted the SDK's tries: S3 asked its
+// callers to slow down (503 SlowDown: Amazon S3 user guide, "Best
+// practices design patterns: optimizing Amazon S3 performance",
+// https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html)
+// or did not answer, which is not the item's fault. A pause stays as it
+// is (attempt pauses the batch); any other error is returned as it is.
+func throttledFault(err error) error {
+	if f, ok := ledger.FaultOf(err); ok && (f.Class == ledger.FaultRetry || f.Class == ledger.FaultBackoff) {
+		return ledger.Throttled(f.Service, f.Code, err)
+	}
+	return err
 }
