@@ -109,7 +109,16 @@ func Classify(service, operation string, err error) (Row, bool) {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return Row{}, false
 	}
-	a := answerOf(err)
+	return classifyAnswer(service, operation, answerOf(err))
+}
+
+// ClassifyCode is Classify for an error known by its parts: its code, its
+// message and the HTTP status it came with (0 and code "": no answer).
+func ClassifyCode(service, operation, code, message string, status int) (Row, bool) {
+	return classifyAnswer(service, operation, answer{code: code, message: message, status: status, none: code == "" && status == 0})
+}
+
+func classifyAnswer(service, operation string, a answer) (Row, bool) {
 	if a.code == "TransactionCanceledException" && len(a.reasons) > 0 {
 		return cancellation(service, operation, a.reasons)
 	}
