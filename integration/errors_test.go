@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
+	"github.com/bulkrun/bulkrun/internal/secret"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -166,4 +168,138 @@ func TestHarnessSlowDownOnOutputsUsesNoAttempt(t *testing.T) {
 	if body, err := h.blobs.Get(ctx, api.OutputsPrefix(id)+key+".txt"); err != nil || string(body) != "out of "+key {
 		t.Fatalf("output %q, %v", body, err)
 	}
+}
+
+// TestHarnessErrorClasses guards docs/design/errors.md's classes, each
+// injected through the fault proxy in its service's wire shape and
+// checked on bulkrun's outcome (class backoff: TestHarnessThrottlingNeverDeadLetters
+// and TestHarnessSlowDownOnOutputsUsesNoAttempt; a transaction conflict:
+// TestHarnessTransactionConflictIsRetried):
+//   - retry: a DynamoDB 500 on an item's reservation is sent again in
+//     place; the item succeeds at its first attempt, its message neither
+//     sent again nor delayed;
+//   - pause: S3 answering KMS.DisabledException to an item's output write
+//     (the bucket's key disabled) pauses the batch (class "aws s3
+//     KMS.DisabledException"), fails no item and uses no attempt; once the
+//     key is back and the batch unpaused, the item succeeds at its first
+//     counted attempt;
+//   - permanent: Secrets Manager answering ResourceNotFoundException for
+//     a batch's secret reference fails its item at once, naming it; an
+//     AccessDeniedException on the item's own reservation fails nothing
+//     and counts no attempt: the delivery is left to the queue (its
+//     redrive), not sent again;
+//   - conflict: a release whose transaction DynamoDB cancels for a failed
+//     condition answers "not quarantined" (api.ErrConflict).
+func TestHarnessErrorClasses(t *testing.T) {
+	t.Parallel() // its own harnesses (table, bucket, queue): beside the other parallel tests
+	ctx := context.Background()
+	ok := func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	}
+	oneItem := func(t *testing.T, h *harness, req api.SubmitRequest) string {
+		t.Helper()
+		req.BatchID, req.Pipeline, req.Source = newID(t), "counted", api.SourceSpec{Items: inlineItems(1)}
+		if _, err := h.submitter.Submit(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
+		return req.BatchID
+	}
+	key := api.PositionalKey(0)
+
+	t.Run("retry", func(t *testing.T) {
+		h, proxy := newFaultHarness(t, ok)
+		rq := &recordingQueue{Queue: h.queue}
+		h.worker.Queue = rq
+		id := oneItem(t, h, api.SubmitRequest{})
+		setFaults(t, proxy, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + key + `"`,
+			Kind: faultproxy.KindError, Code: "InternalServerError", Rate: 1, Max: 2})
+		if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
+			t.Fatalf("failed deliveries %v", failed)
+		}
+		it := itemState(t, h, id, key)
+		if st := proxy.Status(); st.Fired[0] != 2 || it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 || len(rq.requeues)+len(rq.delays) != 0 {
+			t.Fatalf("fired %d; %s after %d attempts, %d requeues, %d delays; want 2, succeeded after 1, none", st.Fired[0], it.Outcome, it.RunAttempts, len(rq.requeues), len(rq.delays))
+		}
+	})
+
+	t.Run("pause", func(t *testing.T) {
+		h, proxy := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+			if _, err := req.Outputs.Put(ctx, req.Key+".txt", "text/plain", []byte("out")); err != nil {
+				return pipeline.Result{}, fmt.Errorf("store the output: %w", err)
+			}
+			return pipeline.Result{Output: req.Input}, nil
+		})
+		id := oneItem(t, h, api.SubmitRequest{})
+		setFaults(t, proxy, 1, faultproxy.Rule{Service: "s3", Operations: []string{"PutObject"}, Kind: faultproxy.KindError,
+			Code: "KMS.DisabledException", Message: "arn:aws:kms:us-east-1:000000000000:key/k is disabled.", Rate: 1})
+		if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
+			t.Fatalf("failed deliveries %v: the message must be sent again, not left to the queue", failed)
+		}
+		b := mustBatch(t, h, id)
+		it := itemState(t, h, id, key)
+		if b.Pause == nil || b.Pause.By != api.PauseByOutage || b.Pause.Class != "aws s3 KMS.DisabledException" {
+			t.Fatalf("pause %+v, want an outage pause of class aws s3 KMS.DisabledException", b.Pause)
+		}
+		if it.Outcome.Terminal() || it.RunAttempts != 0 {
+			t.Fatalf("%s after %d counted attempts; want in flight, none counted", it.Outcome, it.RunAttempts)
+		}
+		setFaults(t, proxy, 1) // the key is back
+		if _, err := h.control().Unpause(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		done := h.handleUntil(t, ctx, h.worker, time.Minute, func() bool { return h.outcome(t, id, key).Terminal() })
+		if it := itemState(t, h, id, key); !done || it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 {
+			t.Fatalf("%s after %d attempts; want succeeded after 1", it.Outcome, it.RunAttempts)
+		}
+	})
+
+	t.Run("permanent", func(t *testing.T) {
+		h, proxy := newFaultHarness(t, ok)
+		const arn = "arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/gone-AbCdEf"
+		_, cfg := faultProxy(t, faultproxy.Config{Seed: 1, Rules: []faultproxy.Rule{{Service: "secretsmanager", Kind: faultproxy.KindError,
+			Code: "ResourceNotFoundException", Message: "Secrets Manager can't find the specified secret.", Rate: 1}}})
+		h.worker.Secrets = secret.New(h.as(cfg, "item"), time.Minute)
+		h.submitter.SecretPrefixes = []string{arn}
+		id := oneItem(t, h, api.SubmitRequest{Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}})
+		if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
+			t.Fatalf("failed deliveries %v", failed)
+		}
+		it := itemState(t, h, id, key)
+		if it.Outcome != api.OutcomeFailed || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, "ResourceNotFoundException") || h.callsOf(key) != 0 {
+			t.Fatalf("%s (%s) %q after %d calls; want failed permanently, naming ResourceNotFoundException, no call", it.Outcome, it.Reason, it.Error, h.callsOf(key))
+		}
+
+		// bulkrun's own call refused: no item fails for it.
+		rq := &recordingQueue{Queue: h.queue}
+		h.worker.Queue, h.worker.Secrets, h.submitter.SecretPrefixes = rq, nil, nil
+		id = oneItem(t, h, api.SubmitRequest{})
+		setFaults(t, proxy, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"` + key + `"`,
+			Kind: faultproxy.KindError, Code: "AccessDeniedException", Rate: 1})
+		ds := h.receive(t, 1)
+		if failed := h.worker.Handle(ctx, ds); len(failed) != 1 || len(rq.requeues) != 0 {
+			t.Fatalf("failed deliveries %v, %d requeues; want the delivery left to the queue, not sent again", failed, len(rq.requeues))
+		}
+		if o := h.outcome(t, id, key); o.Terminal() {
+			t.Fatalf("the item ended %s for bulkrun's own refused call", o)
+		}
+	})
+
+	t.Run("conflict", func(t *testing.T) {
+		h, proxy := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+			return pipeline.Result{}, pipeline.Quarantine(errors.New("check me"))
+		})
+		id := newID(t)
+		if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(2)}, ItemsPerMessage: 2}); err != nil {
+			t.Fatal(err)
+		}
+		h.drain(t, ctx)
+		if _, err := h.finalizer.Finalize(ctx, id, 1); err != nil {
+			t.Fatal(err)
+		}
+		setFaults(t, proxy, 1, conflictRule("", 0, "None", "ConditionalCheckFailed"))
+		if err := h.control().Release(ctx, id, key); !errors.Is(err, api.ErrConflict) || errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("release under a failed condition: %v, want api.ErrConflict", err)
+		}
+	})
 }
