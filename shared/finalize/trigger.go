@@ -32,19 +32,30 @@ const MaxFinalizeChain = 15
 var DefaultWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 // TriggerResult is what one triggered call did, the finalize function's
-// answer: the run's status (running while it goes on), whether this call
-// wrote the report (a finished run), whether it counted a chunk and left
-// the rest to the next call of the chain (Continued, Chain its place), or
-// started the run's parts (Parts) or read one of them (Part, 0-based).
-// JSON: {"status", "wrote", "continued", "chain", "parts", "part"}, the
-// flags omitted when false and the numbers when not set.
+// answer: the run's status (running while it goes on), and one of: the
+// report written by this call or not (Wrote, a finished run), a chunk
+// counted and the rest left to the chain's next call (Continued, Chain its
+// place), the run's parts started (Parts), or one part read (Part,
+// 0-based). JSON, by that case: {"status", "wrote"}, {"status",
+// "continued": true, "chain"}, {"status", "parts": true}, {"status",
+// "part"}, or {"status"} alone for a run not finished yet.
 type TriggerResult struct {
 	Status    api.Status `json:"status"`
-	Wrote     bool       `json:"wrote,omitempty"`
+	Wrote     *bool      `json:"wrote,omitempty"`
 	Continued bool       `json:"continued,omitempty"`
-	Chain     int        `json:"chain,omitempty"`
+	Chain     *int       `json:"chain,omitempty"`
 	Parts     bool       `json:"parts,omitempty"`
 	Part      *int       `json:"part,omitempty"`
+}
+
+// finished is the answer of a finished run.
+func finished(res FinalizeResult) TriggerResult {
+	return TriggerResult{Status: res.Report.Status, Wrote: &res.Wrote}
+}
+
+// continued is the answer of a call that counted a chunk of ev's run.
+func continued(ev ledger.FinalizeEvent) TriggerResult {
+	return TriggerResult{Status: api.StatusRunning, Continued: true, Chain: &ev.Chain}
 }
 
 // Trigger answers one finalize event other than the tick: a run to
@@ -68,7 +79,7 @@ func (f *Finalizer) Trigger(ctx context.Context, ev ledger.FinalizeEvent) (Trigg
 		waits = DefaultWaits
 	}
 	for i := 0; ; i++ {
-		res, err := f.Finalize(ctx, ev.BatchID, ev.Run)
+		res, err := f.finalizeAt(ctx, ev.BatchID, ev.Run, ev.Chain)
 		switch {
 		case err == nil && res.Parted:
 			// The run is read in parts, each its own call: the last merges.
@@ -77,9 +88,9 @@ func (f *Finalizer) Trigger(ctx context.Context, ev ledger.FinalizeEvent) (Trigg
 			// A chunk of the rows is counted and checkpointed: the next
 			// call goes on from it at once, or the tick does.
 			f.chain(ctx, ev, "go on with the next chunk")
-			return TriggerResult{Status: api.StatusRunning, Continued: true, Chain: ev.Chain}, nil
+			return continued(ev), nil
 		case err == nil:
-			return TriggerResult{Status: res.Report.Status, Wrote: res.Wrote}, nil
+			return finished(res), nil
 		case !errors.Is(err, api.ErrNotFinished):
 			return TriggerResult{}, err
 		case i >= len(waits):
@@ -110,11 +121,11 @@ func (f *Finalizer) triggerPart(ctx context.Context, ev ledger.FinalizeEvent) (T
 		return TriggerResult{}, err
 	case res.Continued && !res.Parted && f.Chain != nil && ev.Chain+1 < MaxFinalizeChain:
 		f.chain(ctx, ev, "go on with the merge")
-		return TriggerResult{Status: api.StatusRunning, Continued: true, Chain: ev.Chain}, nil
+		return continued(ev), nil
 	case res.Parted:
 		return TriggerResult{Status: api.StatusRunning, Part: &part}, nil
 	}
-	return TriggerResult{Status: res.Report.Status, Wrote: res.Wrote}, nil
+	return finished(res), nil
 }
 
 // chain invokes the next call of ev's chain, if any may follow; a failed

@@ -116,7 +116,9 @@ var throttleCodes = map[string][]errorShape{
 	},
 	"s3":     {{status: 503, code: "SlowDown", message: "Please reduce your request rate."}},
 	"lambda": {{status: 429, code: "TooManyRequestsException", message: "Rate Exceeded."}},
-	"":       {{status: 400, code: "ThrottlingException", message: "Rate exceeded"}},
+	// API Gateway: its stage throttle's answer (APIGateway).
+	"execute-api": {{status: 429, code: "TooManyRequestsException", message: "Too Many Requests"}},
+	"":            {{status: 400, code: "ThrottlingException", message: "Rate exceeded"}},
 }
 
 // serverErrors gives each service's 500 answer.
@@ -125,7 +127,9 @@ var serverErrors = map[string]errorShape{
 	"sqs":      {status: 500, code: "InternalError", message: "We encountered an internal error. Please try again."},
 	"s3":       {status: 500, code: "InternalError", message: "We encountered an internal error. Please try again."},
 	"lambda":   {status: 500, code: "ServiceException", message: "The AWS Lambda service encountered an internal error."},
-	"":         {status: 500, code: "InternalFailure", message: "The request processing has failed because of an unknown error, exception or failure."},
+	// API Gateway's answer when the integration fails.
+	"execute-api": {status: 502, code: "InternalServerErrorException", message: "Internal server error"},
+	"":            {status: 500, code: "InternalFailure", message: "The request processing has failed because of an unknown error, exception or failure."},
 }
 
 // throttleShape returns the throttling answer of the call's service with
@@ -196,6 +200,13 @@ func writeError(w http.ResponseWriter, r *http.Request, c Call, e errorShape, re
 			body, _ = json.Marshal(map[string]string{"__type": ns + e.code, "message": e.message})
 		}
 		h.Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10))
+	case c.Service == "execute-api":
+		// API Gateway's own answers: {"message": …}, the error type in
+		// x-amzn-ErrorType.
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Amzn-Requestid", requestID)
+		h.Set("X-Amzn-Errortype", e.code)
+		body, _ = json.Marshal(map[string]string{"message": e.message})
 	case c.Service == "lambda":
 		h.Set("Content-Type", "application/json")
 		h.Set("X-Amzn-Requestid", requestID)
@@ -208,6 +219,12 @@ func writeError(w http.ResponseWriter, r *http.Request, c Call, e errorShape, re
 			m["Type"], m["Reason"] = "User", "ReservedFunctionConcurrentInvocationLimitExceeded"
 		}
 		body, _ = json.Marshal(m)
+	case c.Service == "execute-api":
+		// API Gateway's own answers: {"message"}, the error type in a header.
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Amzn-Requestid", requestID)
+		h.Set("X-Amzn-Errortype", e.code)
+		body, _ = json.Marshal(map[string]string{"message": e.message})
 	case r.Header.Get("X-Amz-Target") != "":
 		// JSON protocol; SQS is query-compatible and also names the code in
 		// x-amzn-query-error as "Code;Fault".
