@@ -11,7 +11,9 @@ type Call struct {
 // Calls is every AWS operation bulkrun's functions and CLI call:
 // TestCallsAreEveryCallSite finds each operation an SDK input is built
 // for in the product's packages (go/ast over every call site; the S3
-// transfer manager's upload counts as the S3 operations it makes) and
+// transfer manager's upload counts as the S3 operations it makes, and a
+// request signed for "execute-api" as a call of bulkrun's own REST API,
+// the IAM action execute-api:Invoke) and
 // holds this list equal to them, and TestEveryCallHasRows that every one
 // has rows in Table. An adapter that starts calling another operation
 // fails both until it is listed here with its errors' rows.
@@ -55,4 +57,5 @@ var Calls = []Call{
 	{"monitoring", "DescribeAlarms", []string{"cmd/bulkrun/cli"}},
 	{"monitoring", "GetMetricStatistics", []string{"cmd/bulkrun/cli"}},
 	{"apigateway", "GetAccount", []string{"cmd/bulkrun/cli"}},
+	{"execute-api", "Invoke", []string{"shared/client"}},
 }

@@ -16,7 +16,7 @@ import "github.com/bulkrun/bulkrun/shared/ledger"
 // lists rows in the order Classify tries them: a row naming a Message
 // comes before the row of the same code without one.
 type Row struct {
-	Service    string   // the SigV4 signing name: "dynamodb", "s3", "sqs", "lambda", "events", "ssm", "secretsmanager", "cloudformation", "monitoring", "apigateway"
+	Service    string   // the SigV4 signing name: "dynamodb", "s3", "sqs", "lambda", "events", "ssm", "secretsmanager", "cloudformation", "monitoring", "apigateway", "execute-api" (bulkrun's REST API)
 	Operations []string // the operations it applies to; nil: every operation of Service in Calls
 	Code       string   // the error code ("" for none: Status decides)
 	Alias      string   // another spelling of Code the SDK may report (SQS's JSON shape without X-Amzn-Query-Error)
@@ -56,6 +56,9 @@ const (
 	srcCFN            = `AWS CloudFormation API reference, "Common Errors", https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/CommonErrors.html`
 	srcCloudWatch     = `Amazon CloudWatch API reference, "Common Errors", https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/CommonErrors.html`
 	srcAPIGateway     = `Amazon API Gateway REST API reference, "Common Errors", https://docs.aws.amazon.com/apigateway/latest/api/CommonErrors.html`
+	srcAPIThrottle    = `Amazon API Gateway developer guide, "Throttle requests to your REST APIs for better throughput in API Gateway", https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-request-throttling.html`
+	srcAPIResponses   = `Amazon API Gateway developer guide, "Gateway response types for API Gateway", https://docs.aws.amazon.com/apigateway/latest/developerguide/supported-gateway-response-types.html`
+	srcAPIQuotas      = `Amazon API Gateway developer guide, "Amazon API Gateway quotas", https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-execution-service-limits-table.html`
 	srcSDKRetries     = `AWS SDK for Go v2 developer guide, "Retries and Timeouts", https://docs.aws.amazon.com/sdk-for-go/v2/developer-guide/configure-retries-timeouts.html`
 	srcSkew           = `AWS SDKs and Tools reference guide, "Retry behavior" (clock skew correction), https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html`
 )
@@ -260,4 +263,19 @@ var Table = []Row{
 	{Service: "apigateway", Code: "TooManyRequestsException", Status: 429, Class: backoff, Note: "doctor reports the check it could not make", Source: srcAPIGateway},
 	{Service: "apigateway", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
 	{Service: "apigateway", Code: "ExpiredTokenException", Status: 403, Class: pause, Note: noteExpired + ": the CLI says to renew them", Source: srcAPIGateway},
+
+	// bulkrun's REST API behind API Gateway (execute-api), called by the
+	// Go client and the CLI through the SDK's standard retryer
+	// (client.NewRetryer); TestAPIErrorsAsTheTableSays (shared/client)
+	// holds the client to these rows.
+	{Service: "execute-api", Code: "TooManyRequestsException", Status: 429, Class: backoff, Note: "the stage's throttle (APIRateLimit, APIBurstLimit) or the account's: sent again after a backoff, up to 6 tries at most 20 s apart; items --all asks the same page again and goes on", Source: srcAPIThrottle},
+	{Service: "execute-api", Code: "InternalServerErrorException", Status: 502, Class: inPlace, Note: "the submit function failed or answered badly: sent again; a refusal after it says an earlier try may have done what was asked", Source: srcAPIResponses},
+	{Service: "execute-api", Code: "ServiceUnavailableException", Status: 503, Class: inPlace, Source: srcAPIResponses},
+	{Service: "execute-api", Status: 504, Class: inPlace, Note: "the integration timed out (29 s): sent again; the call may have taken effect", Source: srcAPIResponses},
+	{Service: "execute-api", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
+	{Service: "execute-api", Code: "InvalidSignatureException", Message: "Signature expired", Status: 403, Class: inPlace, Note: "signed more than 5 minutes before the gateway's clock: signed again once at the clock the answer's Date gives (the client keeps the offset); still refused, client.ClockError says to fix the machine's clock", Source: srcSkew},
+	{Service: "execute-api", Code: "InvalidSignatureException", Message: "Signature not yet current", Status: 403, Class: inPlace, Note: "signed more than 5 minutes after the gateway's clock: as \"Signature expired\"", Source: srcSkew},
+	{Service: "execute-api", Code: "ExpiredTokenException", Status: 403, Class: pause, Note: noteExpired, Source: srcAPIResponses},
+	{Service: "execute-api", Code: "AccessDeniedException", Status: 403, Class: permanent, Note: "the caller may not call the API (execute-api:Invoke on its stage)", Source: srcAPIResponses},
+	{Service: "execute-api", Code: "BadRequestException", Status: 413, Class: permanent, Note: "a body over 10 MB, or a Lambda event over 6 MB: the client uploads large inline items instead", Source: srcAPIQuotas},
 }

@@ -96,6 +96,10 @@ func callSites(t *testing.T) map[[2]string][]string {
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok && signsForAPI(call) {
+				add("execute-api", "Invoke")
+				return true
+			}
 			cl, ok := n.(*ast.CompositeLit)
 			if !ok {
 				return true
@@ -127,6 +131,22 @@ func callSites(t *testing.T) map[[2]string][]string {
 		sort.Strings(ps)
 	}
 	return found
+}
+
+// signsForAPI reports whether call signs a request for bulkrun's REST API:
+// a SignHTTP call (the SDK's SigV4 signer) naming the service
+// "execute-api".
+func signsForAPI(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "SignHTTP" {
+		return false
+	}
+	for _, a := range call.Args {
+		if lit, ok := a.(*ast.BasicLit); ok && lit.Value == `"execute-api"` {
+			return true
+		}
+	}
+	return false
 }
 
 // TestCallsAreEveryCallSite: Calls lists exactly the operations the
