@@ -640,7 +640,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		if rw, ok := g.gate.(ResponseRewriter); ok {
 			rw.Rewrite(resp, g.call)
 		}
-		if f := g.gate.Answered(resp.Request, g.call, resp.StatusCode); f != nil {
+		if f := g.gate.Answered(resp.Request, g.call, resp.StatusCode, resp.Header); f != nil {
 			replaceAnswer(resp, g.call, f)
 			return nil
 		}
