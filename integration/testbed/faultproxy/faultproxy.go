@@ -112,11 +112,20 @@ const (
 	// Region, a topic encrypted with aws/sns). The body is sent as given,
 	// in the service's wire format (JSON or XML).
 	KindAnswer Kind = "answer"
+	// KindError answers with any error of bulkrun's error table
+	// (awsfault.Table) for the call's service, in the service's wire
+	// shape, without calling the emulator: Rule.Code names it (required;
+	// the table's code or its alias), Rule.Status its HTTP status
+	// (default the table's), Rule.Message its message. A DynamoDB
+	// TransactionCanceledException carries Rule.Reasons as its
+	// cancellation reasons, one per operation of the request in order
+	// ("None" past the list), as DynamoDB sends them.
+	KindError Kind = "error"
 )
 
 // Kinds lists every Kind.
 func Kinds() []Kind {
-	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindAnswer}
+	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindAnswer, KindError}
 }
 
 // Rule is one fault and the calls it applies to. JSON names in brackets.
@@ -150,19 +159,25 @@ type Rule struct {
 	Delay Millis `json:"delay_ms,omitempty"`
 	// Code [code] is the error code: for KindThrottle one of the
 	// service's throttling codes (default the first); for KindPartial the
-	// per-entry code (default "InternalError").
+	// per-entry code (default "InternalError"); for KindError a code of
+	// awsfault.Table for the service (required).
 	Code string `json:"code,omitempty"`
-	// Message [message] is the per-entry message of KindPartial.
+	// Message [message] is the per-entry message of KindPartial, or the
+	// message of KindError (default its code).
 	Message string `json:"message,omitempty"`
+	// Status [status] is the HTTP status of KindError (default the
+	// table's for its code), and KindAnswer's, 100–599, required for it.
+	Status int `json:"status,omitempty"`
+	// Reasons [reasons] are the cancellation reasons of a KindError
+	// TransactionCanceledException (DynamoDB), by the position of the
+	// request's operations.
+	Reasons []string `json:"reasons,omitempty"`
 	// SenderFault [sender_fault] marks SQS Failed entries of KindPartial
 	// as the sender's fault (default false: a transient failure).
 	SenderFault bool `json:"sender_fault,omitempty"`
 	// Fraction [fraction] is the share of a batch's entries KindPartial
 	// fails, each independently, at least one; default 0.5.
 	Fraction float64 `json:"fraction,omitempty"`
-	// Status [status] is KindAnswer's HTTP status, 100–599; required
-	// for it.
-	Status int `json:"status,omitempty"`
 	// Headers [headers] are KindAnswer's response headers (Content-Type
 	// among them: default application/json); each a single value.
 	Headers map[string]string `json:"headers,omitempty"`
@@ -207,7 +222,7 @@ func (c Config) Validate() error {
 	for i, r := range c.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
 		switch r.Kind {
-		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindAnswer:
+		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindAnswer, KindError:
 		case "":
 			return fmt.Errorf("%s.kind: missing (one of %v)", at, Kinds())
 		default:
@@ -230,8 +245,15 @@ func (c Config) Validate() error {
 				return fmt.Errorf("%s.code: %q is not a throttling code of %q", at, r.Code, r.Service)
 			}
 		}
-		if r.Kind != KindThrottle && r.Kind != KindPartial && r.Code != "" {
-			return fmt.Errorf("%s.code: only for kinds throttle and partial", at)
+		if r.Kind != KindThrottle && r.Kind != KindPartial && r.Kind != KindError && r.Code != "" {
+			return fmt.Errorf("%s.code: only for kinds throttle, partial and error", at)
+		}
+		if r.Kind == KindError {
+			if err := validateError(r); err != nil {
+				return fmt.Errorf("%s.%w", at, err)
+			}
+		} else if r.Status != 0 && r.Kind != KindAnswer || len(r.Reasons) > 0 {
+			return fmt.Errorf("%s: status is only for kinds error and answer, reasons for error", at)
 		}
 		if r.Kind == KindPartial {
 			if len(r.Operations) == 0 {
@@ -245,14 +267,14 @@ func (c Config) Validate() error {
 			if math.IsNaN(r.Fraction) || r.Fraction < 0 || r.Fraction > 1 {
 				return fmt.Errorf("%s.fraction: %v is outside [0, 1]", at, r.Fraction)
 			}
-		} else if r.Fraction != 0 || r.SenderFault || r.Message != "" {
-			return fmt.Errorf("%s: fraction, sender_fault and message are only for kind partial", at)
+		} else if r.Fraction != 0 || r.SenderFault || r.Message != "" && r.Kind != KindError {
+			return fmt.Errorf("%s: fraction and sender_fault are only for kind partial, message for partial and error", at)
 		}
 		if r.Kind == KindAnswer && (r.Status < 100 || r.Status > 599) {
 			return fmt.Errorf("%s.status: answer needs an HTTP status in [100, 599], got %d", at, r.Status)
 		}
-		if r.Kind != KindAnswer && (r.Status != 0 || r.Headers != nil || r.Body != "") {
-			return fmt.Errorf("%s: status, headers and body are only for kind answer", at)
+		if r.Kind != KindAnswer && (r.Headers != nil || r.Body != "") {
+			return fmt.Errorf("%s: headers and body are only for kind answer", at)
 		}
 	}
 	return nil
@@ -545,6 +567,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case KindServerError:
 		writeError(w, r, c, serverShape(c.Service), requestID)
+		return
+	case KindError:
+		writeError(w, r, c, tableShape(c.Service, d.rule, body), requestID)
 		return
 	case KindReset:
 		reset(w)
