@@ -16,7 +16,7 @@ import "github.com/bulkrun/bulkrun/shared/ledger"
 // lists rows in the order Classify tries them: a row naming a Message
 // comes before the row of the same code without one.
 type Row struct {
-	Service    string   // the SigV4 signing name: "dynamodb", "s3", "sqs", "lambda", "events", "ssm", "secretsmanager", "cloudformation", "monitoring", "apigateway", "execute-api" (bulkrun's REST API)
+	Service    string   // the SigV4 signing name: "dynamodb", "s3", "sqs", "lambda", "events", "ssm", "secretsmanager", "cloudformation", "monitoring", "apigateway", "sns", "kms", "execute-api" (bulkrun's REST API)
 	Operations []string // the operations it applies to; nil: every operation of Service in Calls
 	Code       string   // the error code ("" for none: Status decides)
 	Alias      string   // another spelling of Code the SDK may report (SQS's JSON shape without X-Amzn-Query-Error)
@@ -59,6 +59,8 @@ const (
 	srcAPIThrottle    = `Amazon API Gateway developer guide, "Throttle requests to your REST APIs for better throughput in API Gateway", https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-request-throttling.html`
 	srcAPIResponses   = `Amazon API Gateway developer guide, "Gateway response types for API Gateway", https://docs.aws.amazon.com/apigateway/latest/developerguide/supported-gateway-response-types.html`
 	srcAPIQuotas      = `Amazon API Gateway developer guide, "Amazon API Gateway quotas", https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-execution-service-limits-table.html`
+	srcSNS            = `Amazon SNS API reference, "Common Errors", https://docs.aws.amazon.com/sns/latest/api/CommonErrors.html`
+	srcKMS            = `AWS KMS API reference, "Common Errors", https://docs.aws.amazon.com/kms/latest/APIReference/CommonErrors.html`
 	srcSDKRetries     = `AWS SDK for Go v2 developer guide, "Retries and Timeouts", https://docs.aws.amazon.com/sdk-for-go/v2/developer-guide/configure-retries-timeouts.html`
 	srcSkew           = `AWS SDKs and Tools reference guide, "Retry behavior" (clock skew correction), https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html`
 )
@@ -251,8 +253,10 @@ var Table = []Row{
 	{Service: "secretsmanager", Code: "AccessDeniedException", Status: 400, Class: permanent, Note: noteGrant, Source: srcSecretsCommon},
 	{Service: "secretsmanager", Code: "ExpiredTokenException", Status: 400, Class: pause, Note: noteExpired, Source: srcSecretsCommon},
 
-	// The CLI's own calls: CloudFormation (the stack's outputs), CloudWatch
-	// and API Gateway (bulkrun doctor).
+	// The CLI's own calls: CloudFormation (the stack's outputs and
+	// template), CloudWatch, API Gateway, SNS and KMS (bulkrun doctor and
+	// its preflight); the setup function's CloudFormation, API Gateway and
+	// DynamoDB calls answer a custom resource and fail it with the error.
 	{Service: "cloudformation", Code: "Throttling", Status: 400, Class: backoff, Note: "the CLI's SDK retries, then says so", Source: srcCFN},
 	{Service: "cloudformation", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
 	{Service: "cloudformation", Code: "ValidationError", Status: 400, Class: permanent, Note: "no such stack: the CLI names it and --stack", Source: srcCFN},
@@ -263,6 +267,10 @@ var Table = []Row{
 	{Service: "apigateway", Code: "TooManyRequestsException", Status: 429, Class: backoff, Note: "doctor reports the check it could not make", Source: srcAPIGateway},
 	{Service: "apigateway", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
 	{Service: "apigateway", Code: "ExpiredTokenException", Status: 403, Class: pause, Note: noteExpired + ": the CLI says to renew them", Source: srcAPIGateway},
+	{Service: "sns", Code: "Throttling", Status: 400, Class: backoff, Note: "doctor reports the check it could not make", Source: srcSNS},
+	{Service: "sns", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
+	{Service: "kms", Code: "ThrottlingException", Status: 400, Class: backoff, Note: "doctor reports the check it could not make", Source: srcKMS},
+	{Service: "kms", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
 
 	// bulkrun's REST API behind API Gateway (execute-api), called by the
 	// Go client and the CLI through the SDK's standard retryer
