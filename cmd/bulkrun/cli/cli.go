@@ -333,7 +333,7 @@ func (a *app) submitCmd() *cobra.Command {
 					req.BatchID = RequestBatchID(req)
 				}
 			}
-			textf(a.errw, "batch %s: submitting\n", req.BatchID)
+			a.announceSubmit(ctx, req)
 			v, err := a.api.Submit(ctx, req)
 			if err != nil {
 				return submitError(err, req.BatchID)
@@ -529,12 +529,78 @@ func (a *app) submitted(ctx context.Context, v wire.BatchView) error {
 	} else {
 		textln(a.out, v.ID)
 	}
-	switch v.Status {
-	case api.StatusRefused:
+	switch {
+	case v.Status == api.StatusRefused:
 		return &ExitError{Code: ExitFailure, Err: refusedError(v)}
-	case api.StatusSubmitting:
+	case v.Status == api.StatusSubmitting:
+	case !created && v.Status.Finished():
+		// Nothing was submitted: the batch these items and settings
+		// started answers, as it ended.
+		textf(a.errw, "batch %s: %s; nothing runs again (--rerun starts a new run)\n", v.ID, EndedText(v))
+		return finishedExit(v)
+	case !created:
+		textf(a.errw, "batch %s: already submitted with these items and settings: %s, run %d is going; nothing new was submitted (follow it: bulkrun watch %s)\n",
+			v.ID, api.Count(v.ItemCount, "item"), v.Run, v.ID)
 	default:
-		textf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
+		textf(a.errw, "batch %s: submitted: %s, run %d\n", v.ID, api.Count(v.ItemCount, "item"), v.Run)
+	}
+	return nil
+}
+
+// announceSubmit says, before the first try, what the submit is about to
+// do with its batch id: submit a new batch, or — the id naming a batch
+// already — ask for the batch that these items and settings started
+// (nothing runs twice), or a new run of it (--rerun). The id is printed
+// first in every case, so that an interrupted command can be retried
+// with it. A batch that cannot be read counts as new.
+func (a *app) announceSubmit(ctx context.Context, req api.SubmitRequest) {
+	v, err := a.api.Status(ctx, req.BatchID)
+	switch {
+	case err != nil || v.Status == api.StatusRefused:
+		textf(a.errw, "batch %s: submitting\n", req.BatchID)
+	case req.Rerun && v.Status.Finished():
+		textf(a.errw, "batch %s: exists already (%s, run %d): starting a new run of what did not succeed (--rerun)\n", req.BatchID, v.Status, v.Run)
+	default:
+		textf(a.errw, "batch %s: exists already (%s, run %d): the same items and settings answer it, and nothing runs twice\n", req.BatchID, v.Status, v.Run)
+	}
+}
+
+// EndedText is how a finished batch ended, in words: "completed, run 1:
+// 2 succeeded, 1 failed; needs attention (bulkrun status ID)".
+func EndedText(v wire.BatchView) string {
+	t := fmt.Sprintf("%s, run %d", v.Status, v.Run)
+	if c := v.Census; c != nil {
+		var parts []string
+		for _, o := range []struct {
+			n    int64
+			name string
+		}{{c.Succeeded, "succeeded"}, {c.Failed, "failed"}, {c.Quarantined, "quarantined"}, {c.Cancelled, "cancelled"}, {c.InFlight, "in flight"}} {
+			if o.n > 0 || o.name == "succeeded" {
+				parts = append(parts, fmt.Sprintf("%d %s", o.n, o.name))
+			}
+		}
+		t += ": " + strings.Join(parts, ", ")
+	}
+	if needsCheck(v) {
+		t += fmt.Sprintf("; needs attention (bulkrun status %s)", v.ID)
+	}
+	return t
+}
+
+// needsCheck reports whether a finished batch needs attention as the
+// exit status says it (ExitNeedsCheck): it did not complete, or it left
+// items failed or quarantined.
+func needsCheck(v wire.BatchView) bool {
+	c := v.Census
+	return v.Status != api.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0)
+}
+
+// finishedExit is the exit of a command that ends on a finished batch:
+// ExitNeedsCheck when it needs attention, else nil. watch, submit and
+// upload end the same way on the same batch.
+func finishedExit(v wire.BatchView) error {
+	if needsCheck(v) {
+		return &ExitError{Code: ExitNeedsCheck}
 	}
 	return nil
 }
@@ -789,11 +855,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 	if final.Status == api.StatusRefused {
 		return refusedError(final)
 	}
-	c := final.Census
-	if final.Status != api.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
-		return &ExitError{Code: ExitNeedsCheck}
-	}
-	return nil
+	return finishedExit(final)
 }
 
 // LiveText is a running batch's live view on one line: "live: in flight
