@@ -24,9 +24,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -275,7 +273,7 @@ func (a *app) submitCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					textf(a.errw, "uploaded %d files to %s\n", n, uri)
+					textf(a.errw, "uploaded %s to %s\n", api.Count(n, "file"), uri)
 					req.Source = api.SourceSpec{Prefix: uri}
 					local = true
 					break
@@ -761,103 +759,6 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 	return "s3://" + bucket + "/" + prefix, len(files), nil
 }
 
-func (a *app) watchCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "watch ID",
-		Short: "Show a progress bar until the batch's run finishes, then its census; exit 3 if it needs attention",
-		Args:  exactArgs(1, "a batch ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.load(cmd.Context()); err != nil {
-				return err
-			}
-			return a.watch(cmd.Context(), args[0])
-		},
-	}
-}
-
-func (a *app) watch(ctx context.Context, id string) error {
-	v, err := a.api.Status(ctx, id)
-	if err != nil {
-		return err
-	}
-	// A progress bar on a terminal; elsewhere (a log, a pipe) a plain line
-	// every 10 seconds.
-	tty := false
-	if f, ok := a.errw.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
-	var bar *progressbar.ProgressBar
-	if tty {
-		bar = progressbar.NewOptions64(v.ItemCount,
-			progressbar.OptionSetWriter(a.errw), progressbar.OptionSetDescription(id),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
-	}
-	start, startDone, lastLine := time.Now(), int64(-1), time.Time{}
-	// Ctrl-C stops the watching, not the batch: its run goes on in the
-	// stack, and the command says so and how to come back to it.
-	wctx, stopWatching := a.interruptible(ctx)
-	defer stopWatching()
-	final, err := a.api.Wait(wctx, id, time.Second, func(v wire.BatchView) {
-		var done int64
-		var desc string
-		switch {
-		case v.Census != nil:
-			c := v.Census
-			done = c.Total - c.Pending - c.InFlight
-			desc = fmt.Sprintf("run %d: ok %d failed %d quarantined %d cancelled %d in flight %d", v.Run, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight)
-		case v.Progress != nil:
-			done = v.Progress.Done
-			desc = fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures)
-		case v.Status == api.StatusSubmitting:
-			if time.Since(lastLine) >= 10*time.Second {
-				lastLine = time.Now()
-				textf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
-			}
-			return
-		default:
-			return
-		}
-		if bar != nil && bar.GetMax64() != v.ItemCount {
-			bar.ChangeMax64(v.ItemCount) // the item count is known once the manifest is frozen
-		}
-		if startDone < 0 {
-			startDone = done // the rate counts what this watch saw happen
-		}
-		if secs := time.Since(start).Seconds(); secs >= 1 {
-			desc += fmt.Sprintf(", %.1f items/s", float64(done-startDone)/secs)
-		}
-		if bar != nil {
-			_ = bar.Set64(done)
-			bar.Describe(desc)
-		} else if time.Since(lastLine) >= 10*time.Second || v.Status.Finished() {
-			lastLine = time.Now()
-			textf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
-		}
-	})
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		if bar != nil {
-			_ = bar.Exit()
-		}
-		textf(a.errw, "\ninterrupted: stopped watching batch %s; the batch keeps running in the stack (Ctrl-C stops this command only).\n", id)
-		textf(a.errw, "  follow it again: bulkrun watch %s\n  its status:      bulkrun status %s\n  stop its run:    bulkrun cancel %s\n", id, id, id)
-		return &ExitError{Code: ExitInterrupted}
-	}
-	if bar != nil {
-		_ = bar.Finish()
-		textln(a.errw)
-	}
-	if err != nil {
-		return err
-	}
-	if err := a.show(final); err != nil {
-		return err
-	}
-	if final.Status == api.StatusRefused {
-		return refusedError(final)
-	}
-	return finishedExit(final)
-}
-
 // LiveText is a running batch's live view on one line: "live: in flight
 // 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
 // fanned out 0  last progress 19:05:12Z".
@@ -967,7 +868,7 @@ func (a *app) itemsCmd() *cobra.Command {
 				// Items without a row in the run are not listed above.
 				textf(a.out, "%s\n", LiveText(*live))
 				if live.NotFannedOut > 0 {
-					textf(a.out, "%d items not fanned out yet: their chunk's item messages are not all sent (its fan-out message is queued, or comes back after a failed or timed-out invocation); they have no row to list\n", live.NotFannedOut)
+					textf(a.out, "%s not fanned out yet: their chunk's item messages are not all sent (its fan-out message is queued, or comes back after a failed or timed-out invocation); they have no row to list\n", api.Count(live.NotFannedOut, "item"))
 				}
 			}
 			if next != "" {
@@ -1140,7 +1041,7 @@ func (a *app) releaseCmd() *cobra.Command {
 			if len(keys) == 1 && !all {
 				textf(a.out, "released %s\n", keys[0])
 			} else {
-				textf(a.out, "released %d quarantined items of %s; bulkrun resume %s runs them\n", len(keys), args[0], args[0])
+				textf(a.out, "released %s of %s; bulkrun resume %s runs them\n", api.Count(len(keys), "quarantined item"), args[0], args[0])
 			}
 			return nil
 		},
@@ -1172,7 +1073,7 @@ func (a *app) printReport(r api.Report) {
 	c := r.Census
 	textf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
 	if rv := r.Revision; rv != nil {
-		textf(a.out, "revision %d: this run ran %d corrected items; its census and results hold every item of the batch, each line naming its run and revision\n", rv.N, rv.Items)
+		textf(a.out, "revision %d: this run ran %s; its census and results hold every item of the batch, each line naming its run and revision\n", rv.N, api.Count(rv.Items, "corrected item"))
 	}
 	textf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
 	a.printCost("cost (ending attempts)", c.Cost)
@@ -1199,7 +1100,7 @@ func ThresholdText(t api.Threshold, stop bool) string {
 		parts = append(parts, fmt.Sprintf("more than %s %% of the items", strconv.FormatFloat(*p, 'f', -1, 64)))
 	}
 	if c := t.FailureCount; c != nil {
-		parts = append(parts, fmt.Sprintf("more than %d items", *c))
+		parts = append(parts, "more than "+api.Count(*c, "item"))
 	}
 	how := "the run stops as soon as they do"
 	if !stop {
@@ -1219,7 +1120,7 @@ func VerdictText(v api.Verdict, sofar bool) string {
 	if v.Exceeded {
 		return fmt.Sprintf("%s: threshold exceeded (%s)", label, v.Detail)
 	}
-	return fmt.Sprintf("%s: within the threshold (%d failures of %d items)", label, v.Failures, v.Total)
+	return fmt.Sprintf("%s: within the threshold (%s of %s)", label, api.Count(v.Failures, "failure"), api.Count(v.Total, "item"))
 }
 
 // refusalText is a refusal's code and message; the message names the
@@ -1271,6 +1172,6 @@ func PauseText(p api.Pause) string {
 	if p.By == api.PauseByCaller {
 		return fmt.Sprintf("paused by a caller since %s%s; no item starts until unpause", p.Since.UTC().Format(time.RFC3339), next)
 	}
-	return fmt.Sprintf("paused by an outage since %s (%s: %s); %d probes%s; no item starts until a probe is answered or unpause",
-		p.Since.UTC().Format(time.RFC3339), p.Class, p.Error, p.Probes, next)
+	return fmt.Sprintf("paused by an outage since %s (%s: %s); %s%s; no item starts until a probe is answered or unpause",
+		p.Since.UTC().Format(time.RFC3339), p.Class, p.Error, api.Count(p.Probes, "probe"), next)
 }

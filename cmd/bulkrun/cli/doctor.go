@@ -341,7 +341,7 @@ func (d *doctorRun) alarms(ctx context.Context) DoctorCheck {
 		add(out.MetricAlarms)
 	}
 	slices.Sort(firing)
-	ck.Detail = fmt.Sprintf("%d alarms, %d in ALARM", len(names), len(firing))
+	ck.Detail = fmt.Sprintf("%s, %d in ALARM", api.Count(len(names), "alarm"), len(firing))
 	switch {
 	case len(names) == 0:
 		ck.Status, ck.Fix = DoctorWarn, "no alarm of the stack found: was it deployed with this --stack name?"
@@ -461,7 +461,7 @@ func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 			case left == 0 && age > stalledFinalize:
 				stalled = append(stalled, b.ID+" (every item done, no report: see the finalize-tick alarms)")
 			case left > 0 && queued == 0 && age > stalledFinalize:
-				stalled = append(stalled, fmt.Sprintf("%s (%d items left, no message in the queues: bulkrun resume %s)", b.ID, left, b.ID))
+				stalled = append(stalled, fmt.Sprintf("%s (%s left, no message in the queues: bulkrun resume %s)", b.ID, api.Count(left, "item"), b.ID))
 			}
 		}
 	}

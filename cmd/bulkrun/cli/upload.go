@@ -221,7 +221,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	if err != nil {
 		return err
 	}
-	textf(a.errw, "uploaded %s (%d items) to %s; batch %s\n", file, sum.Count, uri, id)
+	textf(a.errw, "uploaded %s (%s) to %s; batch %s\n", file, api.Count(sum.Count, "item"), uri, id)
 	v, err := a.uploadedBatch(ctx, id)
 	if err != nil {
 		return err
@@ -241,7 +241,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 		}
 		return &ExitError{Code: ExitFailure, Err: err}
 	default:
-		textf(a.errw, "batch %s: %s, %d items, run %d\n", v.ID, v.Status, v.ItemCount, v.Run)
+		textf(a.errw, "batch %s: %s, %s, run %d\n", v.ID, v.Status, api.Count(v.ItemCount, "item"), v.Run)
 	}
 	if o.watch && v.Status != api.StatusRefused {
 		return a.watch(ctx, v.ID)
@@ -384,7 +384,7 @@ func (a *app) putCorrections(ctx context.Context, file, bucket, key string, meta
 		return wire.CorrectionView{}, fmt.Errorf("read back %s: %w", uri, err)
 	}
 	etag := strings.Trim(aws.ToString(head.ETag), `"`)
-	textf(a.errw, "uploaded %s (%d corrected items) to %s; corrections for batch %s\n", file, sum.Count, uri, id)
+	textf(a.errw, "uploaded %s (%s) to %s; corrections for batch %s\n", file, api.Count(sum.Count, "corrected item"), uri, id)
 	return a.uploadedCorrection(ctx, bucket, key, etag, id, sum.Digest)
 }
 

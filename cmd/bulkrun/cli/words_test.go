@@ -214,3 +214,82 @@ func TestUploadRepeatedNamesRerun(t *testing.T) {
 		t.Errorf("the refusal %q does not name --rerun", err)
 	}
 }
+
+// Guards `bulkrun watch` (docs/cli.md "Reaching the stack, submitting,
+// watching"): its line says how many items are still pending and in
+// flight, not only those ended; it tells no rate before its polls span a
+// real window (the items a first poll finds ended, ended before the
+// watch began); and a finished run's line gives the run's own rate (the
+// items it ended over its time), not the last polls' 0.0 items/s.
+func TestWatchShowsPendingAndARealRate(t *testing.T) {
+	f := newFakeStack(t)
+	start := time.Now().UTC().Add(-10 * time.Second)
+	views := []wire.BatchView{
+		{Batch: api.Batch{ID: "orders-1", Status: api.StatusRunning, Run: 1, ItemCount: 50, RunStartedAt: start},
+			Census: &api.Census{Total: 50, Succeeded: 40, InFlight: 4, Pending: 6}, CensusSource: wire.CensusFromCounters},
+		{Batch: api.Batch{ID: "orders-1", Status: api.StatusRunning, Run: 1, ItemCount: 50, RunStartedAt: start},
+			Census: &api.Census{Total: 50, Succeeded: 50}, CensusSource: wire.CensusFromCounters},
+		{Batch: api.Batch{ID: "orders-1", Status: api.StatusCompleted, Run: 1, ItemCount: 50, RunStartedAt: start, FinishedAt: start.Add(10 * time.Second)},
+			Census: &api.Census{Total: 50, Succeeded: 50}, CensusSource: wire.CensusFromReport},
+	}
+	var n int
+	f.handle("GET /batches/orders-1", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		v := views[min(n, len(views)-1)]
+		n++
+		f.mu.Unlock()
+		answer(http.StatusOK, v)(w, r)
+	})
+	// The non-terminal watch prints a line every 10 s and at the end:
+	// WatchLine is what both print, the bar's description included.
+	var r rateMeter
+	t0 := time.Now()
+	r.add(t0, 44)
+	if got := watchLine(views[0], r); !strings.Contains(got, "4 in flight, 6 pending") || strings.Contains(got, "items/s") {
+		t.Errorf("first poll's line %q: want in flight and pending, and no rate yet", got)
+	}
+	r.add(t0.Add(time.Second), 50)
+	if got := watchLine(views[1], r); strings.Contains(got, "items/s") {
+		t.Errorf("line %q after polls 1 s apart: want no rate before %s", got, RateMinSpan)
+	}
+	r.add(t0.Add(3*time.Second), 50)
+	if got := watchLine(views[1], r); !strings.Contains(got, "2.0 items/s") {
+		t.Errorf("line %q after 6 items in 3 s: want 2.0 items/s", got)
+	}
+	a, _, errw := f.app(t)
+	cmd := a.watchCmd()
+	cmd.SetArgs([]string{"orders-1"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	last := strings.TrimSpace(errw.String())
+	if i := strings.LastIndex(last, "\n"); i >= 0 {
+		last = last[i+1:]
+	}
+	if !strings.Contains(last, "50 items in 10s (5.0 items/s)") || strings.Contains(last, "0.0 items/s") {
+		t.Errorf("the watch ends on %q, want the run's own rate (50 items in 10s, 5.0 items/s)", last)
+	}
+}
+
+// Guards docs/cli.md "Correcting items": a newcomer's first correction
+// output speaks of items (not of packs, the storage's word) and counts
+// in words: "corrects 1 item", "1 corrected item", "1 failure of 3 items".
+func TestCorrectionWordsAreTheUsers(t *testing.T) {
+	created := true
+	v := wire.CorrectionView{Batch: wire.BatchView{Batch: api.Batch{ID: "texts-1", Run: 2, RunRevision: 2}, Created: &created},
+		Revision: api.Revision{N: 2, Items: 1, Run: 2, RunItems: 3, Source: "s3://bkt/uploads/x/fixed.jsonl", CreatedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}}
+	line := CorrectionText(v)
+	if strings.Contains(line, "pack") || !strings.Contains(line, "corrects 1 item;") || !strings.Contains(line, "2 other items") {
+		t.Errorf("correction line %q: want items, not packs, counted in words", line)
+	}
+	if rev := RevisionText(v.Batch.Batch, v.Revision); !strings.Contains(rev, "1 corrected item,") {
+		t.Errorf("revision line %q: want \"1 corrected item\"", rev)
+	}
+	pct := 50.0
+	if got := VerdictText(api.Threshold{FailurePercent: &pct}.Judge(1, 3), false); !strings.Contains(got, "1 failure of 3 items") {
+		t.Errorf("verdict %q: want \"1 failure of 3 items\"", got)
+	}
+	if got := (&api.MismatchError{BatchID: "b", Field: "headers", Stored: "a", Given: "b"}).Error(); strings.Contains(got, "another headers") {
+		t.Errorf("mismatch %q", got)
+	}
+}
