@@ -24,6 +24,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/smithy-go/logging"
 	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
@@ -119,16 +120,9 @@ func (a *app) load(ctx context.Context) error {
 	if a.loaded {
 		return nil
 	}
-	var opts []func(*awsconfig.LoadOptions) error
-	if a.profile != "" {
-		opts = append(opts, awsconfig.WithSharedConfigProfile(a.profile))
-	}
-	if a.region != "" {
-		opts = append(opts, awsconfig.WithRegion(a.region))
-	}
-	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	c, err := sdkConfig(ctx, a.profile, a.region)
 	if err != nil {
-		return fmt.Errorf("AWS config: %w", err)
+		return err
 	}
 	a.aws = c
 	if a.outs, err = a.findStack(ctx, c); err != nil {
@@ -139,6 +133,27 @@ func (a *app) load(ctx context.Context) error {
 	}
 	a.loaded = true
 	return nil
+}
+
+// sdkConfig loads the AWS configuration every command uses: --profile
+// and --region over the environment and shared files, and no SDK log
+// lines. The SDK logs warnings of its own on stderr ("WARN failed to
+// discard remaining HTTP response body, this may affect connection
+// reuse"), in the middle of a command's output; a command says what
+// went wrong itself, with the SDK's error after "cause:".
+func sdkConfig(ctx context.Context, profile, region string) (aws.Config, error) {
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithLogger(logging.Nop{}), awsconfig.WithClientLogMode(0)}
+	if profile != "" {
+		opts = append(opts, awsconfig.WithSharedConfigProfile(profile))
+	}
+	if region != "" {
+		opts = append(opts, awsconfig.WithRegion(region))
+	}
+	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("AWS config: %w", err)
+	}
+	return c, nil
 }
 
 func (a *app) printJSON(v any) error {

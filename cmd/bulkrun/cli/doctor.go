@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	cwtypes "github.com/aws/aws-sdk-go-v2/service/cloudwatch/types"
@@ -128,16 +127,9 @@ func parseReserved(s string) (map[string]int, error) {
 // doctor runs every check. The stack is optional: without it the checks
 // use plan (what it will ask for).
 func (a *app) doctor(ctx context.Context, plan doctorPlan, planFlags bool) ([]DoctorCheck, error) {
-	var opts []func(*awsconfig.LoadOptions) error
-	if a.profile != "" {
-		opts = append(opts, awsconfig.WithSharedConfigProfile(a.profile))
-	}
-	if a.region != "" {
-		opts = append(opts, awsconfig.WithRegion(a.region))
-	}
-	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	c, err := sdkConfig(ctx, a.profile, a.region)
 	if err != nil {
-		return nil, fmt.Errorf("AWS config: %w", err)
+		return nil, err
 	}
 	outs, err := a.findStack(ctx, c)
 	var setup *SetupError
