@@ -126,3 +126,22 @@ func head(s string) string {
 	}
 	return s
 }
+
+// Guards the names of an item's two attempt counts: docs/api.md and
+// docs/cli.md each say what `attempt` (across every run) and `attempts`
+// (its last run's, toward max_attempts) count, as api.Item's JSON names
+// them.
+func TestItemAttemptCountsNamed(t *testing.T) {
+	for _, f := range []string{"docs/api.md", "docs/cli.md"} {
+		raw, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(strings.Fields(string(raw)), " ")
+		for _, want := range []string{"`attempt` is the number of", "across every run", "`attempts` is how many attempts its last run", "`\"attempt\": 3, \"attempts\": 1`"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s does not say %q", f, want)
+			}
+		}
+	}
+}
