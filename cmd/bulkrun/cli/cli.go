@@ -775,12 +775,24 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 }
 
 // LiveText is a running batch's live view on one line: "live: in flight
-// 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
-// fanned out 0  last progress 19:05:12Z".
+// 20  waiting for a retry 980 (next at 19:16:00Z; 960 after http 502, 20
+// waiting out a throttling)  interrupted 3  not fanned out 0  last
+// progress 19:05:12Z".
 func LiveText(l api.LiveView) string {
+	var why []string
+	if c := l.RetryCause; c != nil {
+		why = append(why, fmt.Sprintf("%d after %s", c.Items, c.Class))
+	}
+	if l.Throttled > 0 {
+		why = append(why, fmt.Sprintf("%d waiting out a throttling", l.Throttled))
+	}
 	next := ""
 	if l.NextRetryAt != nil {
-		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z)"
+		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z"
+		if len(why) > 0 {
+			next += "; " + strings.Join(why, ", ")
+		}
+		next += ")"
 	}
 	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d  not fanned out %d  last progress %sZ",
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
