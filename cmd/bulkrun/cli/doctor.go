@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,15 +31,22 @@ import (
 
 // Doctor verdicts, worst last.
 const (
-	DoctorOK   = "ok"
+	DoctorOK = "ok"
+	// DoctorInfo: a finding only an AWS account can fix (its API Gateway
+	// role, its Lambda quota), seen on the emulator, where there is
+	// nothing to fix: the Fix says what to do on AWS.
+	DoctorInfo = "info"
 	DoctorWarn = "warn" // works, but worth a look
 	DoctorFix  = "fix"  // will break (or is broken): the Fix says what to do
 )
 
+// EmulatorAccount is the account id the emulator answers with.
+const EmulatorAccount = "000000000000"
+
 // DoctorCheck is one line of `bulkrun doctor`.
 type DoctorCheck struct {
-	Check  string `json:"check"`  // concurrency, api-gateway-logging, bucket, alarms, queues, batches
-	Status string `json:"status"` // DoctorOK, DoctorWarn, DoctorFix
+	Check  string `json:"check"`  // target, concurrency, api-gateway-logging, bucket, alarms, queues, batches
+	Status string `json:"status"` // DoctorOK, DoctorInfo, DoctorWarn, DoctorFix
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
 }
@@ -60,6 +69,10 @@ func (a *app) doctorCmd() *cobra.Command {
 		Long: `doctor checks the stack --stack (deployed, or about to be: then the flags
 say what it will ask for) against the account it runs in:
 
+  target               where it is: an AWS account and region, or the local
+                       emulator (AWS_ENDPOINT_URL set, account 000000000000),
+                       where findings only an AWS account can fix (its API
+                       Gateway role, its Lambda quota) are informational
   concurrency          the account's Lambda concurrency quota and what is left
                        unreserved (GetAccountSettings) against what the item
                        function's two event sources and the reservations need
@@ -70,7 +83,7 @@ say what it will ask for) against the account it runs in:
                        queues, and the items queue's oldest message
   batches              running batches that do not move
 
-Each line says ok, warn or fix, and what to do. Exit status 1 when any says fix.`,
+Each line says ok, info, warn or fix, and what to do. Exit status 1 when any says fix.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -146,8 +159,87 @@ func (a *app) doctor(ctx context.Context, plan doctorPlan, planFlags bool) ([]Do
 			d.readPlan(ctx)
 		}
 	}
-	return []DoctorCheck{d.concurrency(ctx), d.apiLogging(ctx), d.bucket(ctx), d.alarms(ctx), d.queues(ctx), d.batches(ctx)}, nil
+	target := d.target()
+	checks := []DoctorCheck{target, d.concurrency(ctx), d.apiLogging(ctx), d.bucket(ctx), d.alarms(ctx), d.queues(ctx), d.batches(ctx)}
+	if d.emulator {
+		for i := range checks {
+			checks[i] = onEmulator(checks[i])
+		}
+	}
+	return checks, nil
 }
+
+// target says where doctor is: the emulator when AWS_ENDPOINT_URL is set
+// and the account (read from the stack's outputs' ARNs) is the
+// emulator's or unknown; else the account and region.
+func (d *doctorRun) target() DoctorCheck {
+	ck := DoctorCheck{Check: "target", Status: DoctorOK}
+	endpoint := os.Getenv("AWS_ENDPOINT_URL")
+	account := accountOf(d.outs)
+	d.emulator = endpoint != "" && (account == "" || account == EmulatorAccount)
+	switch {
+	case d.emulator && account == "":
+		ck.Detail = "the emulator at " + endpoint + " (AWS_ENDPOINT_URL; no stack deployed to tell its account): findings only an AWS account can fix are informational here"
+	case d.emulator:
+		ck.Detail = "the emulator at " + endpoint + " (AWS_ENDPOINT_URL, account " + account + "): findings only an AWS account can fix are informational here"
+	case account != "":
+		ck.Detail = "AWS account " + account + ", region " + d.aws.Region
+	default:
+		ck.Detail = "AWS, region " + d.aws.Region + " (no stack deployed to tell the account)"
+	}
+	if !d.emulator && endpoint != "" {
+		ck.Detail += " through AWS_ENDPOINT_URL " + endpoint
+	}
+	return ck
+}
+
+// accountOf is the account of the stack's outputs' first ARN, "" when
+// none holds one.
+func accountOf(outs client.Stack) string {
+	keys := make([]string, 0, len(outs))
+	for k := range outs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if p := strings.Split(outs[k], ":"); len(p) >= 6 && p[0] == "arn" && p[4] != "" {
+			return p[4]
+		}
+	}
+	return ""
+}
+
+// accountFindings are the checks whose warnings and fixes only an AWS
+// account can act on (its API Gateway CloudWatch role; its Lambda
+// concurrency quota), unless they name a rule of the stack's own
+// settings.
+var accountFindings = map[string]bool{"api-gateway-logging": true, "concurrency": true}
+
+// onEmulator is ck as the emulator sees it: a finding only an AWS account
+// can fix is informational, its Fix said for AWS.
+func onEmulator(ck DoctorCheck) DoctorCheck {
+	if !accountFindings[ck.Check] || ck.Status == DoctorOK || strings.Contains(ck.Fix, "reserved-covers-event-sources") {
+		return ck
+	}
+	ck.Status = DoctorInfo
+	ck.Detail = "on the emulator, nothing to fix: " + ck.Detail
+	switch {
+	case ck.Check == "concurrency":
+		// The emulator's quota is not an account's: on AWS, doctor checks
+		// the account's own against the same rule.
+		rule := ""
+		if m := ruleName.FindStringSubmatch(ck.Fix); m != nil {
+			rule = " (rule " + m[1] + ")"
+		}
+		ck.Fix = "on AWS, run doctor there: it checks the account's own quota against what the stack needs" + rule
+	case ck.Fix != "":
+		ck.Fix = "on AWS: " + ck.Fix
+	}
+	return ck
+}
+
+// ruleName is a synth rule named in a fix: "(rule event-sources-fit-unreserved)".
+var ruleName = regexp.MustCompile(`\(rule ([a-z0-9-]+)\)`)
 
 type doctorRun struct {
 	aws      aws.Config
@@ -156,6 +248,7 @@ type doctorRun struct {
 	plan     doctorPlan
 	deployed bool
 	stack    string
+	emulator bool // the local emulator (target)
 }
 
 // readPlan reads what the deployed stack asks for: its event sources'
