@@ -201,7 +201,11 @@ func TestBatchEventsReachTheAlarmTopic(t *testing.T) {
 // run's health (metric.RunHealth) with the batch id: a batch of 30 items
 // whose first 10 wait for a retry (5 minutes away) shows
 // RetryWaitingPercent 33.33 and its stall; the values the alarms above
-// are driven with are the ones the product writes. (The failures are of
+// are driven with are the ones the product writes. The lines are read as
+// Lambda's log-level filtering keeps them under finalize's LoggingConfig
+// (functionLogs), and, published as CloudWatch extracts them
+// (publishEMF), fire the items-waiting-for-retry alarm: at any LogLevel
+// of the stack. (The failures are of
 // three classes, so the batch does not pause itself: a paused batch's
 // waiting is the batches-paused alarm's.)
 func TestRunHealthMetricsInFinalizeLogs(t *testing.T) {
@@ -251,6 +255,73 @@ func TestRunHealthMetricsInFinalizeLogs(t *testing.T) {
 		t.Errorf("FailedItemsPercent %v (written %v), want 0: 20 ended, none failed", got, ok)
 	}
 	t.Logf("finalize's tick wrote %d health lines for %s: %v", len(lines), id, lines)
+
+	// The lines Lambda kept become the metrics CloudWatch extracts from
+	// them, and the alarm on RetryWaitingPercent (≥ 10) fires on them.
+	alarm := deployedStack() + "-items-waiting-for-retry"
+	cw := cloudwatch.NewFromConfig(env.aws)
+	before, err := cw.DescribeAlarms(ctx, &cloudwatch.DescribeAlarmsInput{AlarmNames: []string{alarm}})
+	if err != nil || len(before.MetricAlarms) != 1 {
+		t.Fatalf("alarm %s: %v", alarm, err)
+	}
+	t.Cleanup(func() { // leave it as found (TestDoctor reads the alarms' states)
+		_, _ = cw.SetAlarmState(context.Background(), &cloudwatch.SetAlarmStateInput{AlarmName: &alarm,
+			StateValue: before.MetricAlarms[0].StateValue, StateReason: aws.String("reset by TestRunHealthMetricsInFinalizeLogs")})
+	})
+	var health []map[string]any
+	for _, l := range lines {
+		if _, ok := l[metric.RetryWaitingPercent]; ok {
+			health = append(health, l)
+		}
+	}
+	publishEMF(t, cw, health)
+	after, err := cw.DescribeAlarms(ctx, &cloudwatch.DescribeAlarmsInput{AlarmNames: []string{alarm}})
+	if err != nil || len(after.MetricAlarms) != 1 || after.MetricAlarms[0].StateValue != cwtypes.StateValueAlarm {
+		t.Errorf("alarm %s after the tick's metric lines: %+v %v, want ALARM", alarm, after.MetricAlarms, err)
+	}
+}
+
+// publishEMF records the metrics of embedded-metric-format documents as
+// CloudWatch extracts them from the logs ("Specification: Embedded metric
+// format"): each metric of each directive, with each of its dimension
+// sets, at the document's Timestamp — what MiniStack does not do
+// (localstack/README.md).
+func publishEMF(t *testing.T, cw *cloudwatch.Client, docs []map[string]any) {
+	t.Helper()
+	for _, doc := range docs {
+		raw, _ := json.Marshal(doc["_aws"])
+		var meta struct {
+			Timestamp         int64
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name, Unit string }
+			}
+		}
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			t.Fatalf("EMF metadata %s: %v", raw, err)
+		}
+		for _, d := range meta.CloudWatchMetrics {
+			var data []cwtypes.MetricDatum
+			for _, m := range d.Metrics {
+				v, ok := doc[m.Name].(float64)
+				if !ok {
+					t.Fatalf("EMF document without a value for %s: %v", m.Name, doc)
+				}
+				for _, set := range d.Dimensions {
+					var dims []cwtypes.Dimension
+					for _, name := range set {
+						dims = append(dims, cwtypes.Dimension{Name: aws.String(name), Value: aws.String(fmt.Sprint(doc[name]))})
+					}
+					data = append(data, cwtypes.MetricDatum{MetricName: aws.String(m.Name), Unit: cwtypes.StandardUnit(m.Unit),
+						Dimensions: dims, Value: aws.Float64(v), Timestamp: aws.Time(time.UnixMilli(meta.Timestamp))})
+				}
+			}
+			if _, err := cw.PutMetricData(context.Background(), &cloudwatch.PutMetricDataInput{Namespace: aws.String(d.Namespace), MetricData: data}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // deployedStack is the name of the stack under test.

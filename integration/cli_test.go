@@ -403,10 +403,20 @@ func TestLiveCostFromCounters(t *testing.T) {
 // stderr logged when it wrote any or failed.
 func cliRunner(t *testing.T) func(args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return cliRunnerEnv(t)
+}
+
+// cliRunnerEnv is cliRunner with vars (NAME=value) added to the CLI's
+// environment.
+func cliRunnerEnv(t *testing.T, vars ...string) func(args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	bin := cliBinary(t)
 	return func(args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
+		if len(vars) > 0 {
+			cmd.Env = append(os.Environ(), vars...)
+		}
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()

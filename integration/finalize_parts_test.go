@@ -39,8 +39,8 @@ type laneParts struct {
 	runs   int
 }
 
-func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan, part int) error {
-	if err := p.invoke.StartFinalizePart(ctx, id, run, plan, part); err != nil {
+func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan, part, chain int) error {
+	if err := p.invoke.StartFinalizePart(ctx, id, run, plan, part, chain); err != nil {
 		return err
 	}
 	p.wg.Go(func() {

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/lambdalogs"
 	"github.com/bulkrun/bulkrun/internal/handler"
-
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -92,7 +94,7 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %d is not JSON: %s", i+1, line)
 		}
-		if rec["msg"] == "item recorded" {
+		if rec["message"] == "item recorded" {
 			recorded++
 			for _, f := range []string{"batch_id", "run", "key", "run_id", "attempt", "outcome", "duration_ms"} {
 				if _, ok := rec[f]; !ok {
@@ -107,6 +109,43 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 	for _, secret := range []string{"payload-marker", "hdr-s3cr3t", "resolved-s3cr3t"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("logs hold %q:\n%s", secret, out)
+		}
+	}
+}
+
+// TestErrorLinesReachTheLogs: a deployed function's error line reaches
+// CloudWatch Logs under the function's logging configuration, as Lambda's
+// log-level filtering keeps it (functionLogs), and Lambda files it at
+// ERROR — so a stack at any LogLevel keeps it, and a filter on
+// "level":"ERROR" (docs/operations.md) finds it. The line: submit's
+// refusal of a schedule tick whose source is missing.
+func TestErrorLinesReachTheLogs(t *testing.T) {
+	name := newID(t)
+	tick := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)
+	req := api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Object: "s3://" + env.bucket + "/it-sources/" + name + "-missing.jsonl"},
+		Options: json.RawMessage(`{"url":"http://127.0.0.1:9/x"}`)}
+	invokeSubmit(t, handler.ScheduleEvent{Schedule: name, Time: tick, Request: req})
+	id := handler.ScheduleBatchID(name, tick)
+	refused := func(lines []string) []string {
+		var out []string
+		for _, line := range lines {
+			if strings.Contains(line, handler.SourceSchedule+" refused") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	lines := refused(functionLogs(t, config.OutputSubmitFunction, `"`+id+`"`, func(l []string) bool { return len(refused(l)) > 0 }))
+	if len(lines) == 0 {
+		t.Fatalf("no %q line of batch %s in submit's logs", handler.SourceSchedule+" refused", id)
+	}
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %s", line)
+		}
+		if got := lambdalogs.Level(line); got != "ERROR" || rec["message"] == nil {
+			t.Errorf("Lambda files %s as %s (message %v), want ERROR with a message", line, got, rec["message"])
 		}
 	}
 }

@@ -11,27 +11,41 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/lambdalogs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// emfLines returns the embedded-metric-format lines of batch id in the
-// log group of the function behind output key, read until want says they
-// are all there or 60 s pass (the logs arrive after the invocation).
-func emfLines(t *testing.T, outputKey, id string, want func([]map[string]any) bool) []map[string]any {
+// functionLogs returns the lines of the log group of the function behind
+// output key that hold pattern (a CloudWatch Logs filter pattern) and
+// that Lambda would have sent to CloudWatch Logs: the emulator writes
+// every line, so the function's LoggingConfig is applied here as Lambda's
+// log-level filtering applies it (integration/testbed/lambdalogs). It
+// reads until want says the lines are all there or 60 s pass (the logs
+// arrive after the invocation).
+func functionLogs(t *testing.T, outputKey, pattern string, want func([]string) bool) []string {
 	t.Helper()
 	fn, err := env.stack.Get(outputKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := cloudwatchlogs.NewFromConfig(env.aws)
 	ctx := context.Background()
-	var lines []map[string]any
+	cfg, err := env.lambda.GetFunctionConfiguration(ctx, &lambda.GetFunctionConfigurationInput{FunctionName: &fn})
+	if err != nil {
+		t.Fatalf("the logging configuration of %s: %v", fn, err)
+	}
+	var lc lambdalogs.Config
+	if c := cfg.LoggingConfig; c != nil {
+		lc = lambdalogs.Config{LogFormat: string(c.LogFormat), ApplicationLogLevel: string(c.ApplicationLogLevel), SystemLogLevel: string(c.SystemLogLevel)}
+	}
+	logs := cloudwatchlogs.NewFromConfig(env.aws)
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		lines = lines[:0]
+		var lines []string
+		dropped := 0
 		p := cloudwatchlogs.NewFilterLogEventsPaginator(logs, &cloudwatchlogs.FilterLogEventsInput{
-			LogGroupName: aws.String("/aws/lambda/" + fn), FilterPattern: aws.String(`"` + id + `"`),
+			LogGroupName: aws.String("/aws/lambda/" + fn), FilterPattern: aws.String(pattern),
 		})
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
@@ -39,17 +53,39 @@ func emfLines(t *testing.T, outputKey, id string, want func([]map[string]any) bo
 				t.Fatalf("read the logs of %s: %v", fn, err)
 			}
 			for _, ev := range page.Events {
-				var doc map[string]any
-				if json.Unmarshal([]byte(aws.ToString(ev.Message)), &doc) == nil && doc["_aws"] != nil && doc["batch_id"] == id {
-					lines = append(lines, doc)
+				if line := aws.ToString(ev.Message); lambdalogs.Kept(lc, line) {
+					lines = append(lines, line)
+				} else {
+					dropped++
 				}
 			}
 		}
 		if want(lines) || time.Now().After(deadline) {
+			if dropped > 0 {
+				t.Logf("%s (LoggingConfig %+v): %d lines holding %s dropped as Lambda drops them", fn, lc, dropped, pattern)
+			}
 			return lines
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// emfLines returns the embedded-metric-format lines of batch id that
+// Lambda keeps (functionLogs) in the log group of the function behind
+// output key, read until want says they are all there or 60 s pass.
+func emfLines(t *testing.T, outputKey, id string, want func([]map[string]any) bool) []map[string]any {
+	t.Helper()
+	docs := func(lines []string) []map[string]any {
+		var out []map[string]any
+		for _, line := range lines {
+			var doc map[string]any
+			if json.Unmarshal([]byte(line), &doc) == nil && doc["_aws"] != nil && doc["batch_id"] == id {
+				out = append(out, doc)
+			}
+		}
+		return out
+	}
+	return docs(functionLogs(t, outputKey, `"`+id+`"`, func(lines []string) bool { return want(docs(lines)) }))
 }
 
 // sums adds up metric name over lines, by the value of dimension dim ("" for all).

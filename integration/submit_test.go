@@ -5,6 +5,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,9 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/apigw"
 	"github.com/bulkrun/bulkrun/internal/handler"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -35,7 +39,9 @@ import (
 // when an integration outlives its 29 s timeout: it forwards each request
 // and waits for the answer, but answers the first timeouts POST /batches
 // with 504 {"message": "Endpoint request timed out"}, so the caller never
-// learns what the submit did.
+// learns what the submit did. Being the gateway the caller talks to, it
+// checks the caller's signature for its own address (apigw.Verify) and
+// signs what it forwards for the emulator's.
 type gatewayProxy struct {
 	upstream string // the API base URL
 	timeouts int
@@ -71,12 +77,27 @@ func (p *gatewayProxy) url() string { return "http://" + p.ln.Addr().String() }
 
 func (p *gatewayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if err := apigw.Verify(r, body, map[string]string{"test": "test"}); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(map[string]string{"message": err.Error()})
+		return
+	}
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, p.upstream+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	req.Header = r.Header.Clone()
+	req.Header.Set("Content-Type", r.Header.Get("Content-Type"))
+	creds, err := env.aws.Credentials.Retrieve(r.Context())
+	sum := sha256.Sum256(body)
+	if err == nil {
+		err = v4.NewSigner().SignHTTP(r.Context(), creds, req, hex.EncodeToString(sum[:]), apigw.Service, env.aws.Region, time.Now())
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)

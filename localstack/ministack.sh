@@ -176,7 +176,9 @@ start_proxy() {
     lane=(-iam-lane "$repo_root/tools/iam" -iam-stack "${BULKRUN_IAM_STACK:-bulkrun}")
     [[ "${BULKRUN_IAM_AUDIT:-0}" == 1 ]] && lane+=(-iam-audit)
   fi
-  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" "${lane[@]}" >"$proxy_log" 2>&1 </dev/null &
+  # API Gateway's rules on the REST API's calls: SigV4 verified against
+  # the emulator's credentials, Lambda's response limit.
+  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" "${lane[@]}" -verify-sigv4 test:test >"$proxy_log" 2>&1 </dev/null &
   ppid=$!
   echo "$ppid" >"$proxy_pid_file"
   local deadline=$((SECONDS + 10))

@@ -1,13 +1,18 @@
 package bulkrun
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsssm"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Asynchronous invocations of submit (S3 notifications, schedule ticks).
@@ -30,12 +35,52 @@ func (r *runner) defineFunctions() {
 		refDeadLetterARN: r.dlq.QueueArn(),
 		refStackName:     awscdk.Stack_Of(r.Construct).StackName(),
 	}
+	r.defineSettingsParameters(refs)
 	r.functions = map[string]awslambda.Function{}
 	for _, name := range []string{FunctionFinalize, FunctionSweep, FunctionSubmit, FunctionItem} {
 		r.functions[name] = r.function(name, deployedEnv(r.s.env[name], refs))
 		if name == FunctionFinalize {
 			refs[refFinalizeFunction] = r.functions[name].FunctionName()
 		}
+	}
+}
+
+// defineSettingsParameters defines the settings parameter of each function
+// whose allow-lists fitEnvironments moved out of its environment: an SSM
+// String parameter holding them as a JSON object, the resources' names in
+// place of the placeholders, in the advanced tier when its value may be
+// over the standard tier's 4 KB; its name takes its placeholder's place in
+// refs. The function reads it at start (shared/function); grant gives its
+// role ssm:GetParameter on it.
+func (r *runner) defineSettingsParameters(refs map[string]*string) {
+	r.settingsParameters = map[string]awsssm.StringParameter{}
+	for _, fn := range []string{FunctionSubmit, FunctionItem} {
+		vars := r.s.parameters[fn]
+		if len(vars) == 0 {
+			continue
+		}
+		value, err := json.Marshal(*deployedEnv(vars, refs))
+		if err != nil {
+			panic(fmt.Sprintf("bulkrun: settings parameter of %s: %v", fn, err))
+		}
+		tier := awsssm.ParameterTier_STANDARD
+		if n, _ := parameterBytes(vars); n > MaxStandardParameterBytes {
+			tier = awsssm.ParameterTier_ADVANCED
+		}
+		pp := &awsssm.StringParameterProps{
+			StringValue: jsii.String(string(value)),
+			Tier:        tier,
+			Description: jsii.String("bulkrun " + fn + ": the allow-lists its environment has no room for (" + config.EnvSettingsParameter + ")"),
+		}
+		// Named /bulkrun/{stack}/{function}-settings, so that its ARN is
+		// known at synth (an emulator's generated names start with "/",
+		// AWS's do not, and a generated name's ARN assumes the latter).
+		if stack := awscdk.Stack_Of(r.Construct).StackName(); !*awscdk.Token_IsUnresolved(stack) {
+			pp.ParameterName = jsii.String("/bulkrun/" + *stack + "/" + fn + "-settings")
+		}
+		p := awsssm.NewStringParameter(r.Construct, jsii.String(fn+"-settings"), pp)
+		r.settingsParameters[fn] = p
+		refs[refSettingsParameter[fn]] = p.ParameterName()
 	}
 }
 
@@ -55,7 +100,9 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 		Environment:  env,
 		Description:  jsii.String("bulkrun " + name),
 		// JSON logs: the functions' own lines (slog JSON) and Lambda's
-		// (START, END, REPORT) alike, filtered at the stack's level.
+		// (START, END, REPORT) alike; the functions filter their lines
+		// at the stack's level themselves, Lambda never above INFO
+		// (applicationLogLevels).
 		LoggingFormat:         awslambda.LoggingFormat_JSON,
 		ApplicationLogLevelV2: applicationLogLevels[s.logLevel],
 		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
@@ -75,13 +122,21 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 }
 
 // applicationLogLevels maps RunnerProps.LogLevel to Lambda's application
-// log level ("Configuring advanced logging controls", AWS Lambda developer
-// guide: with the JSON format, Lambda drops a JSON line whose "level" is
-// below it; lines without a level, such as the embedded-metric-format
-// metrics, are kept).
+// log level: DEBUG at debug, INFO at every other level. With the JSON
+// format Lambda drops a line whose level is below its application log
+// level, and files a line without a "level" as INFO ("Log-level
+// filtering", AWS Lambda developer guide,
+// https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html):
+// the embedded-metric-format lines (internal/metric), which carry no
+// level, would be dropped at WARN or ERROR, and with them every custom
+// metric and every alarm on one, as would the runtime's own text lines (a
+// panic's stack). So Lambda's level is never above INFO; the functions'
+// logger drops its own lines below the stack's level (config.EnvLogLevel)
+// before they are written. Both keys must stay: LogLevel validates against
+// them (TestLogLevelKeepsMetricsAndErrors).
 var applicationLogLevels = map[string]awslambda.ApplicationLogLevel{
 	"debug": awslambda.ApplicationLogLevel_DEBUG, "info": awslambda.ApplicationLogLevel_INFO,
-	"warn": awslambda.ApplicationLogLevel_WARN, "error": awslambda.ApplicationLogLevel_ERROR,
+	"warn": awslambda.ApplicationLogLevel_INFO, "error": awslambda.ApplicationLogLevel_INFO,
 }
 
 // defineFailedStarts defines where submit's failed asynchronous

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsssm"
 	"github.com/aws/constructs-go/constructs/v10"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -271,10 +272,14 @@ type RunnerProps struct {
 	// deletion). Default off: `bulkrun doctor` says whether one is set.
 	// Only on TargetAWS.
 	ApiGatewayAccount bool
-	// LogLevel is the functions' application log level: "debug", "info"
-	// (default), "warn" or "error". It is config.EnvLogLevel and the
-	// functions' LoggingConfig.ApplicationLogLevel (JSON log format, so
-	// Lambda's own lines are JSON too and filtered alike).
+	// LogLevel is the functions' log level: "debug", "info" (default),
+	// "warn" or "error": config.EnvLogLevel, at which the functions'
+	// logger drops its own lower lines. The functions log in Lambda's JSON
+	// format, and their LoggingConfig.ApplicationLogLevel is DEBUG at
+	// debug and INFO otherwise, never above: Lambda files a line without
+	// a level — each embedded-metric-format metric line — as INFO, so a
+	// higher level would drop every custom metric and leave the alarms on
+	// them blind ("Log-level filtering", AWS Lambda developer guide).
 	LogLevel string
 	// APIRateLimit is the API stage's steady request rate, in requests per
 	// second, > 0. Default DefaultAPIRateLimit (50).
@@ -486,6 +491,7 @@ type runner struct {
 	scheduleDLQAlarm                    awscloudwatch.Alarm
 	api                                 awsapigateway.LambdaRestApi
 	functions                           map[string]awslambda.Function
+	settingsParameters                  map[string]awsssm.StringParameter // by function: its allow-lists, when its environment has no room (defineSettingsParameters)
 }
 
 func (r *runner) Bucket() awss3.Bucket                    { return r.bucket }

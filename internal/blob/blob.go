@@ -272,6 +272,21 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return io.ReadAll(rc)
 }
 
+// PresignGet returns a URL that reads key of the batches bucket with an
+// unsigned GET for ttl (S3 presigned URLs, SigV4 in the query: "Download
+// and upload objects with presigned URLs", Amazon S3 user guide,
+// https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html),
+// with the credentials of the caller — on Lambda the function's role,
+// whose session may end before ttl does, ending the URL with it. Nothing
+// is sent to S3. Safe for concurrent use.
+func (s *Store) PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	req, err := s3.NewPresignClient(s.s3).PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key}, s3.WithPresignExpires(ttl))
+	if err != nil {
+		return "", fmt.Errorf("presign s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return req.URL, nil
+}
+
 // Delete removes key (missing is fine).
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if _, err := s.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &key}); err != nil && !isNotFound(err) {

@@ -132,7 +132,7 @@ const (
 // The live view's rows in a counter partition (ledger.Store.CountWaits,
 // CountFanned) and their attributes.
 const (
-	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; h{minute}: those of them throttled; per failure-class slot s: c{s} the class, e{s} one error, n{s}_{minute} its items; interrupted; token slots
+	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; h{minute}: those of them throttled; per failure-class slot s: c{s} the class, e{s} one error, n{s}_{minute} its items; interrupted; timed_out; token slots
 	skFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
 
 	attrWaitPrefix = "w"
@@ -141,6 +141,7 @@ const (
 	// failure-class slots' attributes.
 	attrThrottledPrefix = "h"
 	attrInterrupted     = "interrupted"
+	attrTimedOut        = "timed_out"
 	attrFanned          = "fanned"
 	attrFannedChunks    = "fanned_chunks"
 	// waitPrune is how many minutes before now a wait write removes: the
@@ -152,9 +153,9 @@ const (
 // CountWaits adds c to the wait row of counter partition c.Lane with one
 // UpdateItem (ADD w{minute} …, h{minute} … for the throttled, n{slot}_
 // {minute} … for each failure class with SET c{slot} and e{slot} its
-// name and one error, interrupted; REMOVE the buckets of the waitPrune
-// minutes before now; SET its token slot), sent once at a time as
-// CountLane's (addOnce): never counted twice. A class has one of
+// name and one error, interrupted, timed_out; REMOVE the buckets of the
+// waitPrune minutes before now; SET its token slot), sent once at a time
+// as CountLane's (addOnce): never counted twice. A class has one of
 // ledger.StreakSlots() slots (ledger.StreakSlot): two classes in one
 // slot are counted together under the name written last.
 func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
@@ -190,6 +191,7 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 		}
 	}
 	add(attrInterrupted, c.Interrupted)
+	add(attrTimedOut, c.TimedOut)
 	now := c.Now.Unix() / 60
 	for m := now - waitPrune; m < now; m++ {
 		if _, due := c.Due[m]; !due {
@@ -282,6 +284,9 @@ func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
 	}
 	if n, ok := num(av[attrInterrupted]); ok {
 		p.Interrupted += n
+	}
+	if n, ok := num(av[attrTimedOut]); ok {
+		p.TimedOut += n
 	}
 	for s, w := range causes {
 		class := names[s]

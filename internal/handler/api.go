@@ -26,22 +26,40 @@ import (
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
-// MaxRequestBytes bounds a request body, in bytes: 6 MB (6,291,456 bytes),
-// the largest payload of a synchronous Lambda invocation ("Lambda quotas",
-// "Invocation payload (request and response)":
-// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
-// A larger body is answered 413 naming this limit. API Gateway's own
-// 10 MB limit cannot be lowered; on AWS a body whose event exceeds 6 MB is
-// refused by Lambda before submit runs (API Gateway then answers 5xx), so
-// put large item lists in S3 and name the object.
-const MaxRequestBytes = 6 << 20
+// MaxRequestBytes bounds a request body ServeHTTP reads, in bytes: 6 MB
+// (6,291,456 bytes), wire.MaxEventBytes. A larger body is answered 413
+// naming the limit. Through API Gateway (Serve) the bound is the Lambda
+// event's, which holds the body and more: see Serve.
+const MaxRequestBytes = wire.MaxEventBytes
+
+// ReportInlineBytes is the largest report GET /batches/{id}/report
+// answers in its body: 2 MiB (2,097,152 bytes). The function returns the
+// body as a JSON string, which escapes each quote and backslash of the
+// report's JSON again, so a report of at most this size stays within the
+// 6 MB of a synchronous Lambda response ("Lambda quotas", "Invocation
+// payload (request and response)"), past which API Gateway answers 502. A
+// larger report (thousands of cost names) is answered 303 See Other with
+// a wire.ReportLink: a presigned URL to the object, good for
+// ReportLinkTTL.
+const ReportInlineBytes = 2 << 20
+
+// ReportLinkTTL is how long the URL of a report answered as a link reads
+// it: 15 minutes (less if the function's session credentials, which sign
+// it, end first).
+const ReportLinkTTL = 15 * time.Minute
+
+// Presigner makes a URL that reads key of the batches bucket with a plain
+// GET for ttl (internal/blob's Store, an S3 presigned URL).
+type Presigner interface {
+	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
+}
 
 // API serves the REST API (http.Handler), on API Gateway through Serve:
 //
 //	POST   /batches                          submit (202 accepted, read in the background; 201 created, 200 identical batch exists)
 //	GET    /batches?status=&since=&limit=&cursor=   batches newest first (api.BatchPage)
 //	GET    /batches/{id}                     status and census
-//	GET    /batches/{id}/report              the last finished run's report
+//	GET    /batches/{id}/report              the last finished run's report (303 and a link when over ReportInlineBytes)
 //	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
 //	POST   /batches/{id}/resume              new run of a finished batch (202)
 //	POST   /batches/{id}/cancel              stop the current run (202)
@@ -74,11 +92,20 @@ type API struct {
 	Store     ledger.Store
 	Blobs     ledger.Blobs
 	Log       *slog.Logger
+	// Presign makes the link of a report over ReportInlineBytes; nil
+	// answers every report whole (a handler outside Lambda, which has no
+	// response limit).
+	Presign Presigner
 }
 
-// NewAPI wires the routes.
+// NewAPI wires the routes; blobs that are a Presigner (internal/blob's
+// Store) make the links of large reports.
 func NewAPI(s *submit.Submitter, store ledger.Store, blobs ledger.Blobs, log *slog.Logger) *API {
-	return &API{Submitter: s, Control: &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+	a := &API{Submitter: s, Control: &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+	if p, ok := blobs.(Presigner); ok {
+		a.Presign = p
+	}
+	return a
 }
 
 // ItemPath is wire.ItemPath: the API path of an item route, with id and
@@ -221,7 +248,7 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	if len(body) > MaxRequestBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Field: "body",
-			Message: fmt.Sprintf("body over %d bytes (6 MB, Lambda's synchronous invocation payload limit): put the items in S3 and name the object", MaxRequestBytes)})
+			Message: fmt.Sprintf("body over %d bytes (Lambda's 6 MB invocation payload limit): put the items in S3 and name the object (source.object)", MaxRequestBytes)})
 		return false
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -389,6 +416,23 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("batch %s has no report yet (status %s)", id, b.Status)})
 		return
 	}
+	if a.Presign != nil {
+		info, err := a.Blobs.HeadSource(r.Context(), a.Blobs.Bucket(), key)
+		if err != nil {
+			a.errorAnswer(w, r, err)
+			return
+		}
+		if info.Size > ReportInlineBytes {
+			u, err := a.Presign.PresignGet(r.Context(), key, ReportLinkTTL)
+			if err != nil {
+				a.errorAnswer(w, r, err)
+				return
+			}
+			w.Header().Set("Location", u)
+			writeJSON(w, http.StatusSeeOther, wire.ReportLink{URL: u, Bytes: info.Size, ExpiresAt: time.Now().UTC().Add(ReportLinkTTL).Truncate(time.Second)})
+			return
+		}
+	}
 	body, err := a.Blobs.Get(r.Context(), key)
 	if err != nil {
 		a.errorAnswer(w, r, err)
@@ -402,7 +446,19 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 // Serve answers one API Gateway (REST, proxy integration) request. Header
 // names are matched case-insensitively (API Gateway may lower-case them).
 // The route is matched on [EventPath], the request's path decoded once.
+//
+// An event over wire.MaxEventBytes, Lambda's invocation payload limit, is
+// answered 413 invalid_request naming field body and the limit, whatever
+// its route: on AWS such a request never reaches the function (Lambda
+// refuses the invocation and API Gateway answers 413 {"message": "Request
+// Too Long"}), so one that does (an emulator) is refused as it would be.
 func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	if n := EventBytes(ev); n > wire.MaxEventBytes {
+		b, _ := json.Marshal(ErrorBody{Code: wire.CodeInvalidRequest, Field: "body", Message: fmt.Sprintf(
+			"the request's Lambda event is %d bytes, over Lambda's 6 MB invocation payload limit (%d bytes: the body, JSON-escaped or base64, the headers and the request context; on AWS the function never runs and API Gateway answers 413 Request Too Long): put the items in S3 and name the object (source.object)",
+			n, wire.MaxEventBytes)})
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusRequestEntityTooLarge, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}, nil
+	}
 	body := ev.Body
 	if ev.IsBase64Encoded {
 		b, err := base64.StdEncoding.DecodeString(body)
@@ -438,11 +494,23 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 	}
 	rec := &recorder{header: http.Header{}}
 	a.ServeHTTP(rec, req)
-	return events.APIGatewayProxyResponse{
-		StatusCode: rec.status(),
-		Headers:    map[string]string{"Content-Type": rec.header.Get("Content-Type")},
-		Body:       rec.body.String(),
-	}, nil
+	headers := map[string]string{}
+	for k := range rec.header {
+		headers[k] = rec.header.Get(k)
+	}
+	return events.APIGatewayProxyResponse{StatusCode: rec.status(), Headers: headers, Body: rec.body.String()}, nil
+}
+
+// EventBytes is the size of ev as Lambda measures the invocation's
+// payload: its JSON, the body counted as wire.BodyEventBytes counts it.
+func EventBytes(ev events.APIGatewayProxyRequest) int {
+	body := ev.Body
+	ev.Body = ""
+	rest, err := json.Marshal(ev)
+	if err != nil {
+		return wire.BodyEventBytes([]byte(body))
+	}
+	return len(rest) - 2 + wire.BodyEventBytes([]byte(body))
 }
 
 // recorder is the http.ResponseWriter Serve hands to ServeHTTP: it keeps

@@ -29,6 +29,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/submit"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
@@ -162,6 +163,18 @@ func (b *contractBlobs) Get(_ context.Context, key string) ([]byte, error) {
 }
 func (b *contractBlobs) OpenMatch(context.Context, string, string, string) (io.ReadCloser, error) {
 	return io.NopCloser(strings.NewReader(`{"a":1}` + "\n")), nil
+}
+func (b *contractBlobs) HeadSource(_ context.Context, _, key string) (source.ObjectInfo, error) {
+	switch {
+	case strings.HasPrefix(key, "batches/lost-1/"):
+		return source.ObjectInfo{}, errors.New("s3: connection reset")
+	case strings.HasPrefix(key, "batches/big-1/"):
+		return source.ObjectInfo{Key: key, Size: ReportInlineBytes + 1}, nil
+	}
+	return source.ObjectInfo{Key: key, Size: int64(len(b.report))}, nil
+}
+func (b *contractBlobs) PresignGet(_ context.Context, key string, _ time.Duration) (string, error) {
+	return "https://example-bucket.s3.us-east-1.amazonaws.com/" + key + "?X-Amz-Expires=900&X-Amz-Signature=0", nil
 }
 func (b *contractBlobs) Delete(context.Context, string) error              { return nil }
 func (b *contractBlobs) DeletePrefix(context.Context, string) (int, error) { return 3, nil }
@@ -368,6 +381,8 @@ func TestContractOpenAPI(t *testing.T) {
 		},
 		"reading-1": {Batch: api.Batch{ID: "reading-1", Pipeline: "webhook", Status: api.StatusSubmitting, Run: 1, CreatedAt: now}},
 		"gone-1":    {Batch: api.Batch{ID: "gone-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)}},
+		"big-1": {Batch: api.Batch{ID: "big-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, ReportKey: api.ReportKey("big-1", 1),
+			CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)}},
 		"fix-1": {
 			Batch: api.Batch{
 				ID:              "fix-1",
@@ -427,6 +442,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"get store down", "GET", "/batches/boom-1", "", nil, 500, wire.CodeInternal, false},
 		{"report", "GET", "/batches/done-1/report", "", nil, 200, "", false},
 		{"report not yet", "GET", "/batches/run-1/report", "", nil, 404, wire.CodeNotFound, false},
+		{"report over ReportInlineBytes: a link", "GET", "/batches/big-1/report", "", nil, 303, "", false},
 		{"items", "GET", "/batches/done-1/items?outcome=failed&limit=10", "", nil, 200, "", false},
 		{"items bad limit", "GET", "/batches/done-1/items?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"items bad outcome", "GET", "/batches/done-1/items?outcome=succeeded", "", nil, 400, wire.CodeInvalidRequest, true},
@@ -566,6 +582,7 @@ func TestContractOpenAPI(t *testing.T) {
 	}{
 		{"batch-view", "GET", "/batches/b-1", 200},
 		{"report", "GET", "/batches/b-1/report", 200},
+		{"report-link", "GET", "/batches/b-1/report", 303},
 		{"item-page", "GET", "/batches/b-1/items", 200},
 		{"batch-page", "GET", "/batches", 200},
 		{"error", "GET", "/batches/b-1", 404},

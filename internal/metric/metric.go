@@ -11,6 +11,13 @@
 //	  "Dimensions":[["Stack","Pipeline"],...],"Metrics":[{"Name":"ItemDurationMs","Unit":"Milliseconds"}]}]},
 //	 "Stack":"bulkrun","Pipeline":"webhook","ItemDurationMs":1234,"batch_id":"b-1"}
 //
+// A line carries no "level": with the JSON log format Lambda files it
+// INFO and drops it when the function's application log level is above
+// INFO ("Log-level filtering", AWS Lambda developer guide,
+// https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html),
+// so the stack (infra/bulkrun) never sets that level above INFO, whatever
+// its LogLevel.
+//
 // Dimensions are low-cardinality only (Stack, Pipeline, Outcome): every
 // distinct dimension combination is a custom metric billed on its own. The
 // batch id and run are properties — searchable in CloudWatch Logs Insights,

@@ -59,13 +59,16 @@ func (l *Lambda) Continue(ctx context.Context, batchID string, run, chain int) e
 
 // StartFinalizePart invokes finalize asynchronously for part `part`
 // (0-based) of plan `plan` of (batchID, run): finalize invoking itself,
-// one invocation per part, all at once. It is the second call of a chain
-// (Chain 1): the call that planned the parts was the first, and the part
-// that merges goes on from there. Lambda retries a failed invocation
+// one invocation per part, all at once. chain is the part's place in its
+// chain of calls (ledger.FinalizeEvent.Chain): one more than the call
+// that starts it — 1 from a trigger or the tick, more from a call deep in
+// a chain that starts a lost part again — and the part that merges goes
+// on from there, so that finalize.MaxFinalizeChain bounds what Lambda's
+// recursive loop detection counts. Lambda retries a failed invocation
 // twice; a part lost for good is started again by the run's next
 // finalize call once its mark has passed.
-func (l *Lambda) StartFinalizePart(ctx context.Context, batchID string, run, plan, part int) error {
-	payload, err := json.Marshal(ledger.FinalizeEvent{BatchID: batchID, Run: run, Chain: 1, Part: part + 1, Plan: plan})
+func (l *Lambda) StartFinalizePart(ctx context.Context, batchID string, run, plan, part, chain int) error {
+	payload, err := json.Marshal(ledger.FinalizeEvent{BatchID: batchID, Run: run, Chain: chain, Part: part + 1, Plan: plan})
 	if err != nil {
 		return err
 	}

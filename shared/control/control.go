@@ -232,9 +232,22 @@ func (c *Control) Forget(ctx context.Context, id string) error {
 	return ledger.Forget(ctx, c.Store, c.Blobs, id, c.Log)
 }
 
+// ItemPageBytes bounds a page of Items by size as well as by count: its
+// items, each as its JSON (json.Marshal of api.Item), add up to at most
+// ItemPageBytes (2 MiB), and a page holds at least one item. The REST API
+// writes a page indented inside the function's JSON response to Lambda,
+// which escapes each quote and backslash again: at most twice the page
+// plus the indentation, within the 6 MB of a synchronous Lambda response
+// ("Lambda quotas", "Invocation payload (request and response)",
+// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)
+// even for 1,000 items whose 4 KiB errors are HTML.
+const ItemPageBytes = 2 << 20
+
 // Items lists the batch's items of outcome (failed, quarantined,
 // in_flight), oldest key first, limit per page (default 100, at most
-// 1,000), continuing after cursor (opaque, from the previous page).
+// 1,000) and at most ItemPageBytes of items, continuing after cursor
+// (opaque, from the previous page): a page cut by bytes has a cursor
+// that goes on after its last item.
 func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error) {
 	switch outcome {
 	case api.OutcomeFailed, api.OutcomeQuarantined, api.OutcomeInFlight:
@@ -270,7 +283,16 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 		return api.ItemPage{}, err
 	}
 	p := api.ItemPage{Items: make([]api.Item, 0, len(items))}
-	for _, it := range items {
+	size := 0
+	for i, it := range items {
+		b, err := json.Marshal(it.Item)
+		if err != nil {
+			return api.ItemPage{}, fmt.Errorf("items of %s: %w", id, err)
+		}
+		if size += len(b); size > ItemPageBytes && i > 0 {
+			next = items[i-1].Key // the page is cut: go on after its last item
+			break
+		}
 		p.Items = append(p.Items, it.Item)
 	}
 	if next != "" {

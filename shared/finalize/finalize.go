@@ -150,7 +150,14 @@ type FinalizeResult struct {
 // reason show in status, list and the console, the RunsFinalizeFailed
 // metric alarms, and resume starts a new run once the cause is fixed.
 func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeResult, error) {
-	res, err := f.finalize(ctx, id, run, false)
+	return f.finalizeAt(ctx, id, run, 0)
+}
+
+// finalizeAt is Finalize for the call at place chain of its chain of
+// calls (ledger.FinalizeEvent.Chain): the parts it starts are the chain's
+// next calls.
+func (f *Finalizer) finalizeAt(ctx context.Context, id string, run, chain int) (FinalizeResult, error) {
+	res, err := f.finalize(ctx, id, run, finalizeCall{chain: chain})
 	if errors.Is(err, api.ErrNotFound) {
 		if rep, ok := f.finishedMeanwhile(ctx, id, run); ok {
 			return FinalizeResult{Report: rep}, nil
@@ -207,10 +214,19 @@ func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err er
 	return err
 }
 
+// finalizeCall is what a finalize call is: the tick's (tick), and its
+// place in its chain of calls (chain, ledger.FinalizeEvent.Chain: 0 for
+// a trigger or the tick, each call a call invokes one more), which the
+// parts it starts carry on (FinalizeParts).
+type finalizeCall struct {
+	tick  bool
+	chain int
+}
+
 // finalize is Finalize without counting its failure: a run already
 // finished answers its report; otherwise the run's rows are counted
 // (countRows), its report made (report) and the run finished (finish).
-func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick bool) (FinalizeResult, error) {
+func (f *Finalizer) finalize(ctx context.Context, id string, run int, call finalizeCall) (FinalizeResult, error) {
 	b, err := f.Store.GetBatch(ctx, id)
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s: %w", id, err)
@@ -235,7 +251,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 		}
 		return FinalizeResult{Report: rep}, err
 	}
-	cp, res, err := f.countRows(ctx, b, log, fromTick)
+	cp, res, err := f.countRows(ctx, b, log, call)
 	if cp == nil || err != nil {
 		return res, err
 	}
@@ -252,7 +268,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, fromTick b
 // its answer: Continued (it wrote a chunk, or another call did), the
 // answer of a run read in parts (finalizeInParts), or the report of a
 // call that finished the run meanwhile.
-func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Logger, fromTick bool) (*checkpoint, FinalizeResult, error) {
+func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Logger, call finalizeCall) (*checkpoint, FinalizeResult, error) {
 	id, run := b.ID, b.Run
 	cp, err := f.loadCheckpoint(ctx, id, run)
 	if err != nil {
@@ -260,7 +276,7 @@ func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Log
 	}
 	if cp == nil {
 		if parts := f.partsOf(b); parts > 0 {
-			res, err := f.finalizeInParts(ctx, b, parts)
+			res, err := f.finalizeInParts(ctx, b, parts, call.chain)
 			return nil, res, err
 		}
 		cp = newCheckpoint(0, f.Clock.Now())
@@ -272,7 +288,7 @@ func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Log
 	if cp.Done {
 		return cp, FinalizeResult{}, nil
 	}
-	if fromTick && f.busy(ctx, id, run) {
+	if call.tick && f.busy(ctx, id, run) {
 		return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, api.ErrNotFinished)
 	}
 	done, err := f.scanChunk(ctx, b, cp)
@@ -529,7 +545,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			continue
 		}
 		res.Checked++
-		r, err := f.finalize(ctx, id, b.Run, true)
+		r, err := f.finalize(ctx, id, b.Run, finalizeCall{tick: true})
 		err = f.cannotFinish(ctx, id, b.Run, err)
 		switch {
 		case err == nil && r.Wrote:

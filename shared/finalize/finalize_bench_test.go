@@ -173,7 +173,7 @@ func benchRows(n, k, shards int64, generated *atomic.Int64) func(shard int, afte
 // part itself.
 type nopParts struct{}
 
-func (nopParts) StartFinalizePart(context.Context, string, int, int, int) error { return nil }
+func (nopParts) StartFinalizePart(context.Context, string, int, int, int, int) error { return nil }
 
 // BenchmarkFinalizeParts runs the real finalize of a run read in parts
 // (the plan, each part's read of its item shards and its sorted run, the

@@ -78,11 +78,16 @@ const (
 )
 
 // FinalizeParts starts the finalize call of one part of a run: the
-// finalize function invoking itself asynchronously (trigger.Lambda). nil
-// in Finalizer.Parts: the call that plans the parts reads them itself,
-// one after another (tests, a finalizer outside Lambda).
+// finalize function invoking itself asynchronously (trigger.Lambda). chain
+// is the part's call's place in its chain of calls
+// (ledger.FinalizeEvent.Chain): one more than the call that starts it,
+// whether it plans the parts or starts a lost one again late in a chain,
+// so that the chain is counted as Lambda's recursive loop detection
+// counts it (MaxFinalizeChain). nil in Finalizer.Parts: the call that
+// plans the parts reads them itself, one after another (tests, a
+// finalizer outside Lambda).
 type FinalizeParts interface {
-	StartFinalizePart(ctx context.Context, batchID string, run, plan, part int) error
+	StartFinalizePart(ctx context.Context, batchID string, run, plan, part, chain int) error
 }
 
 // partPlan is a run's split into parts.
@@ -216,8 +221,9 @@ func (f *Finalizer) partsDone(ctx context.Context, id string, run int, p *partPl
 // finalizeInParts is a finalize call of a run read in parts, before its
 // merge began: it plans the parts (the first call), starts every part
 // without result that no call works on (Parts; without it, reads them
-// itself), and merges once every part has its result.
-func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts int) (FinalizeResult, error) {
+// itself), and merges once every part has its result. chain is the
+// call's place in its chain of calls; the parts it starts are the next.
+func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts, chain int) (FinalizeResult, error) {
 	p, err := f.loadPlan(ctx, b.ID, b.Run)
 	if err == nil && p == nil {
 		p, _, err = f.newPlan(ctx, b, 1, parts)
@@ -242,7 +248,7 @@ func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts i
 		}
 		return f.mergeParts(ctx, b, p)
 	}
-	started, err := f.startParts(ctx, b, p, done)
+	started, err := f.startParts(ctx, b, p, done, chain+1)
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: start parts: %w", b.ID, b.Run, err)
 	}
@@ -257,8 +263,9 @@ func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts i
 func (f *Finalizer) partLease() time.Duration { return f.chunkTime() + f.chunkMargin() }
 
 // startParts starts each part without result whose mark is absent or
-// past (a part lost, or never started), marking it first.
-func (f *Finalizer) startParts(ctx context.Context, b ledger.Batch, p *partPlan, done []bool) (int, error) {
+// past (a part lost, or never started), marking it first, as call chain
+// of its chain.
+func (f *Finalizer) startParts(ctx context.Context, b ledger.Batch, p *partPlan, done []bool, chain int) (int, error) {
 	var (
 		mu      sync.Mutex
 		errs    []error
@@ -282,7 +289,7 @@ func (f *Finalizer) startParts(ctx context.Context, b ledger.Batch, p *partPlan,
 			}
 			err := f.markPart(ctx, b, p, i, now.Add(f.partLease()))
 			if err == nil {
-				err = f.Parts.StartFinalizePart(ctx, b.ID, b.Run, p.Seq, i)
+				err = f.Parts.StartFinalizePart(ctx, b.ID, b.Run, p.Seq, i, chain)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -579,5 +586,5 @@ func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan)
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", b.ID, b.Run, err)
 	}
 	f.Log.InfoContext(ctx, "finalize in parts: merging", "batch_id", b.ID, "run", b.Run, "parts", p.Parts, "runs", len(cp.Runs), "rows", cp.Rows)
-	return f.finalize(ctx, b.ID, b.Run, false)
+	return f.finalize(ctx, b.ID, b.Run, finalizeCall{})
 }

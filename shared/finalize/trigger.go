@@ -79,7 +79,7 @@ func (f *Finalizer) Trigger(ctx context.Context, ev ledger.FinalizeEvent) (Trigg
 		waits = DefaultWaits
 	}
 	for i := 0; ; i++ {
-		res, err := f.Finalize(ctx, ev.BatchID, ev.Run)
+		res, err := f.finalizeAt(ctx, ev.BatchID, ev.Run, ev.Chain)
 		switch {
 		case err == nil && res.Parted:
 			// The run is read in parts, each its own call: the last merges.

@@ -21,7 +21,7 @@ import (
 
 // TestContractGoldenJSON guards the API contract's JSON shapes: the submit
 // request, the batch view (every answer about a batch), the error body, an
-// items page, a batches page, the report, a results line, a corrections
+// items page, a batches page, the report and the link to a large one, a results line, a corrections
 // request and answer, and the completion event as
 // EventBridge delivers it each round-trip through their Go types
 // unchanged (testdata/*.golden.json, as aws-lambda-go's events tests do),
@@ -39,6 +39,7 @@ func TestContractGoldenJSON(t *testing.T) {
 		{"item-page", func() any { return new(api.ItemPage) }},
 		{"batch-page", func() any { return new(api.BatchPage) }},
 		{"report", func() any { return new(api.Report) }},
+		{"report-link", func() any { return new(wire.ReportLink) }},
 		{"result-line", func() any { return new(api.ResultLine) }},
 		{"event", func() any { return new(events.EventBridgeEvent) }},
 		{"correct-request", func() any { return new(api.CorrectRequest) }},

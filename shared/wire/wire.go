@@ -14,7 +14,7 @@
 //	POST   /batches                          body api.SubmitRequest; answer BatchView
 //	GET    /batches                          answer api.BatchPage
 //	GET    /batches/{id}                     answer BatchView
-//	GET    /batches/{id}/report              answer api.Report
+//	GET    /batches/{id}/report              answer api.Report; a large one 303 ReportLink
 //	GET    /batches/{id}/items               answer api.ItemPage
 //	POST   /batches/{id}/resume, /cancel     answer BatchView
 //	POST   /batches/{id}/items/{key}/release no body (204), path from ItemPath
@@ -29,6 +29,7 @@ package wire
 import (
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 )
@@ -96,6 +97,20 @@ type BatchView struct {
 	// Warnings, in a submit's answer, say what in the request will likely
 	// go wrong though it was accepted (submit.Submitter.Warnings).
 	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ReportLink is the answer of GET /batches/{id}/report for a report too
+// large to be answered whole within Lambda's 6 MB response (over
+// handler.ReportInlineBytes, 2 MiB): status 303 See Other, its Location
+// header the same URL, and this body, {"report_url", "bytes",
+// "expires_at"}: URL reads report.json as stored with a plain,
+// unsigned GET (an S3 presigned URL) until ExpiresAt (RFC 3339, UTC;
+// sooner when the credentials that signed it end), Bytes is its size.
+// shared/client's Report follows it.
+type ReportLink struct {
+	URL       string    `json:"report_url"`
+	Bytes     int64     `json:"bytes"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // CorrectionView is the answer of POST /batches/{id}/corrections: the

@@ -50,6 +50,52 @@ type ResponseRewriter interface {
 	Rewrite(resp *http.Response, c Call)
 }
 
+// Gates is a Gate made of several, in order: a call is admitted when
+// every gate admits it (the first refusal answers it), its answer goes
+// through each gate's Rewrite and Answered (the first replacement
+// answers), and the control endpoint (GatePath) is the first gate's.
+type Gates []Gate
+
+var _ ResponseRewriter = Gates(nil)
+
+// Admit is the first gate's refusal, nil when every gate admits the call.
+func (gs Gates) Admit(r *http.Request, c Call, body []byte) *Refusal {
+	for _, g := range gs {
+		if f := g.Admit(r, c, body); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// Answered is the first gate's replacement of the answer.
+func (gs Gates) Answered(r *http.Request, c Call, status int) *Refusal {
+	for _, g := range gs {
+		if f := g.Answered(r, c, status); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// Rewrite hands the answer to each gate that rewrites answers.
+func (gs Gates) Rewrite(resp *http.Response, c Call) {
+	for _, g := range gs {
+		if rw, ok := g.(ResponseRewriter); ok {
+			rw.Rewrite(resp, c)
+		}
+	}
+}
+
+// ServeHTTP serves the first gate's control endpoint.
+func (gs Gates) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(gs) == 0 {
+		http.NotFound(w, r)
+		return
+	}
+	gs[0].ServeHTTP(w, r)
+}
+
 // SetGate puts g in front of every signed call; nil removes it.
 func (p *Proxy) SetGate(g Gate) {
 	p.mu.Lock()

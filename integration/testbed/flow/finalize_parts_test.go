@@ -197,7 +197,7 @@ type partCalls struct {
 	wg      sync.WaitGroup
 }
 
-func (p *partCalls) StartFinalizePart(_ context.Context, _ string, _, plan, part int) error {
+func (p *partCalls) StartFinalizePart(_ context.Context, _ string, _, plan, part, _ int) error {
 	p.mu.Lock()
 	p.started = append(p.started, part)
 	lost := p.lost[part]

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Need is one authorization a request needs: an IAM action on a resource
@@ -55,10 +57,10 @@ var Rules = []Rule{
 	ddb("PutItem", "dynamodb:PutItem", "table"),
 	ddb("UpdateItem", "dynamodb:UpdateItem", "table"),
 	ddb("DeleteItem", "dynamodb:DeleteItem", "table"),
-	{Service: "dynamodb", Operation: "Query", Actions: "dynamodb:Query", Resource: "the table, or the index (`table/T/index/I`) when IndexName is set", needs: ddbIndexed("dynamodb:Query")},
+	{Service: "dynamodb", Operation: "Query", Actions: "dynamodb:Query", Resource: "the table, or the index (`table/T/index/I`) when IndexName is set; dynamodb:LeadingKeys the key condition's partition key value", needs: ddbQuery},
 	{Service: "dynamodb", Operation: "Scan", Actions: "dynamodb:Scan", Resource: "the table, or the index when IndexName is set", needs: ddbIndexed("dynamodb:Scan")},
-	{Service: "dynamodb", Operation: "BatchGetItem", Actions: "dynamodb:BatchGetItem", Resource: "each table of RequestItems", needs: ddbBatch("dynamodb:BatchGetItem")},
-	{Service: "dynamodb", Operation: "BatchWriteItem", Actions: "dynamodb:BatchWriteItem", Resource: "each table of RequestItems (its own action, with no dependent actions: not PutItem or DeleteItem)", needs: ddbBatch("dynamodb:BatchWriteItem")},
+	{Service: "dynamodb", Operation: "BatchGetItem", Actions: "dynamodb:BatchGetItem", Resource: "each table of RequestItems; dynamodb:LeadingKeys every partition key of its Keys", needs: ddbBatch("dynamodb:BatchGetItem")},
+	{Service: "dynamodb", Operation: "BatchWriteItem", Actions: "dynamodb:BatchWriteItem", Resource: "each table of RequestItems (its own action, with no dependent actions: not PutItem or DeleteItem); dynamodb:LeadingKeys every partition key its puts and deletes touch", needs: ddbBatch("dynamodb:BatchWriteItem")},
 	{Service: "dynamodb", Operation: "TransactWriteItems", Actions: "dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem", Resource: "each operation's action on its table (Put, Update, Delete, ConditionCheck)", needs: ddbTransactWrite},
 	{Service: "dynamodb", Operation: "TransactGetItems", Actions: "dynamodb:GetItem", Resource: "each Get's table", needs: ddbTransactGet},
 	ddb("DescribeTable", "dynamodb:DescribeTable", "table"),
@@ -100,7 +102,10 @@ var Rules = []Rule{
 
 	// Lambda: "Actions, resources, and condition keys for AWS Lambda".
 	{Service: "lambda", Operation: "Invoke", Actions: "lambda:InvokeFunction", Resource: "the function (with its qualifier, if the call names one)", needs: lambdaFunction("lambda:InvokeFunction")},
-	{Service: "lambda", Operation: "InvokeAsync", Actions: "lambda:InvokeFunction", Resource: "the function", needs: lambdaFunction("lambda:InvokeFunction")},
+	// InvokeAsync, the deprecated API, is authorized by an action of its
+	// own; bulkrun never calls it (asynchronous invocations are Invoke
+	// with InvocationType Event, lambda:InvokeFunction).
+	{Service: "lambda", Operation: "InvokeAsync", Actions: "lambda:InvokeAsync", Resource: "the function (the deprecated API; bulkrun invokes asynchronously with Invoke)", needs: lambdaFunction("lambda:InvokeAsync")},
 	{Service: "lambda", Operation: "GetFunctionConfiguration", Actions: "lambda:GetFunctionConfiguration", Resource: "the function", needs: lambdaFunction("lambda:GetFunctionConfiguration")},
 
 	// EventBridge, SSM, Secrets Manager, STS.
@@ -144,15 +149,138 @@ func ddbIndexed(action string) func(*request) ([]Need, error) {
 	}
 }
 
+// ddbQuery is a Query's need: dynamodb:Query on the table or index, with
+// dynamodb:LeadingKeys the partition key value its key condition names
+// (KeyConditionExpression, or the legacy KeyConditions).
+func ddbQuery(r *request) ([]Need, error) {
+	var in struct {
+		TableName, IndexName, KeyConditionExpression string
+		ExpressionAttributeNames                     map[string]string
+		ExpressionAttributeValues                    map[string]json.RawMessage
+		KeyConditions                                map[string]struct {
+			ComparisonOperator string
+			AttributeValueList []json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(r.body, &in); err != nil || in.TableName == "" {
+		return nil, fmt.Errorf("no TableName in the request")
+	}
+	arn := r.table(in.TableName)
+	pk := PartitionKey
+	if in.IndexName != "" {
+		arn += "/index/" + in.IndexName
+		pk = IndexPartitionKeys[in.IndexName]
+	}
+	var value json.RawMessage
+	if in.KeyConditionExpression != "" {
+		eq := keyEqualities(in.KeyConditionExpression, in.ExpressionAttributeNames)
+		switch v, ok := eq[pk]; {
+		case ok:
+			value = in.ExpressionAttributeValues[v]
+		case pk == "" && len(eq) == 1: // an index the lane does not know: its one equality
+			for _, v := range eq {
+				value = in.ExpressionAttributeValues[v]
+			}
+		}
+	} else if c, ok := in.KeyConditions[pk]; ok && c.ComparisonOperator == "EQ" && len(c.AttributeValueList) == 1 {
+		value = c.AttributeValueList[0]
+	}
+	var v struct{ S string }
+	if value == nil || json.Unmarshal(value, &v) != nil || v.S == "" {
+		return nil, fmt.Errorf("no partition key value in the key condition of the Query on %s", arn)
+	}
+	return []Need{{Action: "dynamodb:Query", Resource: arn, Context: map[string][]string{"dynamodb:LeadingKeys": {v.S}}}}, nil
+}
+
+// keyEqualities returns the equalities of a key condition expression
+// ("#p = :p AND #s > :s"): each attribute name (resolved through names)
+// compared with = to a value placeholder, and that placeholder.
+func keyEqualities(expr string, names map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, clause := range splitAnd(expr) {
+		left, right, ok := strings.Cut(strings.Trim(clause, " ()"), "=")
+		if !ok || strings.ContainsAny(left, "<>!") {
+			continue
+		}
+		left, right = strings.TrimSpace(left), strings.TrimSpace(right)
+		if n, ok := names[left]; ok {
+			left = n
+		}
+		if strings.HasPrefix(right, ":") {
+			out[left] = right
+		}
+	}
+	return out
+}
+
+// splitAnd splits a key condition expression at its AND keywords (any
+// case).
+func splitAnd(expr string) []string {
+	var out []string
+	for {
+		i := strings.Index(strings.ToUpper(expr), " AND ")
+		if i < 0 {
+			return append(out, expr)
+		}
+		out = append(out, expr[:i])
+		expr = expr[i+5:]
+	}
+}
+
+// ddbBatch is a BatchGetItem's or BatchWriteItem's needs: action on each
+// table of RequestItems, with dynamodb:LeadingKeys every partition key
+// the call touches in it (BatchGetItem's Keys, BatchWriteItem's
+// PutRequest items and DeleteRequest keys), so that a grant conditioned
+// on the leading keys (ForAllValues) sees them all, as AWS does.
 func ddbBatch(action string) func(*request) ([]Need, error) {
 	return func(r *request) ([]Need, error) {
 		var in struct{ RequestItems map[string]json.RawMessage }
 		if err := json.Unmarshal(r.body, &in); err != nil || len(in.RequestItems) == 0 {
 			return nil, fmt.Errorf("no RequestItems in the request")
 		}
-		var out []Need
+		tables := make([]string, 0, len(in.RequestItems))
 		for t := range in.RequestItems {
-			out = append(out, Need{Action: action, Resource: r.table(t)})
+			tables = append(tables, t)
+		}
+		slices.Sort(tables)
+		var out []Need
+		for _, t := range tables {
+			var keys []map[string]json.RawMessage
+			if action == "dynamodb:BatchGetItem" {
+				var get struct{ Keys []map[string]json.RawMessage }
+				if err := json.Unmarshal(in.RequestItems[t], &get); err != nil {
+					return nil, fmt.Errorf("RequestItems %s: %w", t, err)
+				}
+				keys = get.Keys
+			} else {
+				var writes []struct {
+					PutRequest    *struct{ Item map[string]json.RawMessage }
+					DeleteRequest *struct{ Key map[string]json.RawMessage }
+				}
+				if err := json.Unmarshal(in.RequestItems[t], &writes); err != nil {
+					return nil, fmt.Errorf("RequestItems %s: %w", t, err)
+				}
+				for _, w := range writes {
+					switch {
+					case w.PutRequest != nil:
+						keys = append(keys, w.PutRequest.Item)
+					case w.DeleteRequest != nil:
+						keys = append(keys, w.DeleteRequest.Key)
+					}
+				}
+			}
+			var pks []string
+			for _, k := range keys {
+				if c := leadingKeys(k); c != nil {
+					pks = append(pks, c["dynamodb:LeadingKeys"]...)
+				}
+			}
+			slices.Sort(pks)
+			n := Need{Action: action, Resource: r.table(t)}
+			if pks = slices.Compact(pks); len(pks) > 0 {
+				n.Context = map[string][]string{"dynamodb:LeadingKeys": pks}
+			}
+			out = append(out, n)
 		}
 		return out, nil
 	}
@@ -161,7 +289,16 @@ func ddbBatch(action string) func(*request) ([]Need, error) {
 // PartitionKey is the attribute leadingKeys reads: the partition key of
 // bulkrun's table (config.AttrPK) and of the tables the tests stage writes
 // on.
-const PartitionKey = "pk"
+const PartitionKey = config.AttrPK
+
+// IndexPartitionKeys are the partition keys of the table's indexes, by
+// index name: a Query on an index names its partition key value in the
+// key condition on that attribute.
+var IndexPartitionKeys = map[string]string{
+	config.IndexAttention: config.AttrAttentionPK,
+	config.IndexBatches:   config.AttrBatchesPK,
+	config.IndexSources:   config.AttrSourcesPK,
+}
 
 // leadingKeys is the dynamodb:LeadingKeys context of an item operation:
 // the string partition key of its key (or item), when it has one.

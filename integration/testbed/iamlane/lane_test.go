@@ -64,8 +64,12 @@ func TestNeeds(t *testing.T) {
 		body string
 		want []Need
 	}{
-		{"query on an index", faultproxy.Call{Service: "dynamodb", Operation: "Query"}, nil, `{"TableName":"t","IndexName":"attention"}`,
-			[]Need{{Action: "dynamodb:Query", Resource: "arn:aws:dynamodb:us-east-1:000000000000:table/t/index/attention"}}},
+		{"query on an index", faultproxy.Call{Service: "dynamodb", Operation: "Query"}, nil,
+			`{"TableName":"t","IndexName":"attention","KeyConditionExpression":"apk = :a","ExpressionAttributeValues":{":a":{"S":"ATTN#3"}}}`,
+			[]Need{{Action: "dynamodb:Query", Resource: "arn:aws:dynamodb:us-east-1:000000000000:table/t/index/attention", Context: map[string][]string{"dynamodb:LeadingKeys": {"ATTN#3"}}}}},
+		{"query, legacy key conditions", faultproxy.Call{Service: "dynamodb", Operation: "Query"}, nil,
+			`{"TableName":"t","KeyConditions":{"pk":{"ComparisonOperator":"EQ","AttributeValueList":[{"S":"B#x"}]}}}`,
+			[]Need{{Action: "dynamodb:Query", Resource: "arn:aws:dynamodb:us-east-1:000000000000:table/t", Context: map[string][]string{"dynamodb:LeadingKeys": {"B#x"}}}}},
 		{"transaction: each operation's action", faultproxy.Call{Service: "dynamodb", Operation: "TransactWriteItems"}, nil,
 			`{"TransactItems":[{"Update":{"TableName":"t"}},{"Delete":{"TableName":"t"}},{"ConditionCheck":{"TableName":"u"}}]}`,
 			[]Need{{Action: "dynamodb:UpdateItem", Resource: "arn:aws:dynamodb:us-east-1:000000000000:table/t"}, {Action: "dynamodb:DeleteItem", Resource: "arn:aws:dynamodb:us-east-1:000000000000:table/t"},
@@ -298,4 +302,106 @@ func TestMessageIdentity(t *testing.T) {
 	if a == "" || a != b || a == c {
 		t.Errorf("identities %q %q %q: want one chain per item and run, whatever its wait counters", a, b, c)
 	}
+}
+
+// TestLaneAppliesLeadingKeysAndInvokeAsync runs calls through the rules
+// table and the pinned evaluator against a hand-made role that may write
+// in batches only attention rows (ATTN#…, as the item function's grant
+// in infra/bulkrun reads) and read in batches and query only SLOT# rows,
+// and invoke its function (lambda:InvokeFunction): AWS authorizes a
+// BatchWriteItem, BatchGetItem and Query by dynamodb:LeadingKeys holding
+// every partition key the call touches (DynamoDB developer guide, "Using
+// IAM policy conditions for fine-grained access control"), and the
+// deprecated InvokeAsync by its own action, lambda:InvokeAsync (Service
+// Authorization Reference, "Actions, resources, and condition keys for
+// AWS Lambda"), which the role lacks.
+func TestLaneAppliesLeadingKeysAndInvokeAsync(t *testing.T) {
+	ev := startEvaluatorForTest(t)
+	const acct, region, table = "000000000000", "us-east-1", "arn:aws:dynamodb:us-east-1:000000000000:table/t"
+	role := "arn:aws:iam::000000000000:role/hand-made"
+	set := &policySet{key: "hand-made", identity: []NamedPolicy{{Name: "p", Policy: Document{"Version": "2012-10-17", "Statement": []any{
+		map[string]any{"Effect": "Allow", "Action": "dynamodb:BatchWriteItem", "Resource": table,
+			"Condition": map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"ATTN#*"}}}},
+		map[string]any{"Effect": "Allow", "Action": []any{"dynamodb:BatchGetItem", "dynamodb:Query"}, "Resource": table,
+			"Condition": map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"SLOT#*"}}}},
+		map[string]any{"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": "arn:aws:lambda:us-east-1:000000000000:function:fin"},
+	}}}}}
+	put := func(pks ...string) string {
+		var b strings.Builder
+		for i, pk := range pks {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"PutRequest":{"Item":{"pk":{"S":"` + pk + `"},"sk":{"S":"x"}}}}`)
+		}
+		return `{"RequestItems":{"t":[` + b.String() + `]}}`
+	}
+	for _, tt := range []struct {
+		name string
+		call faultproxy.Call
+		path string
+		body string
+		want Decision
+	}{
+		{"batch write of attention rows", faultproxy.Call{Service: "dynamodb", Operation: "BatchWriteItem"}, "/", put("ATTN#b#0", "ATTN#b#1"), Allowed},
+		{"batch write of an item row among attention rows", faultproxy.Call{Service: "dynamodb", Operation: "BatchWriteItem"}, "/", put("ATTN#b#0", "I#b#0"), ImplicitlyDenied},
+		{"batch delete of an item row", faultproxy.Call{Service: "dynamodb", Operation: "BatchWriteItem"}, "/",
+			`{"RequestItems":{"t":[{"DeleteRequest":{"Key":{"pk":{"S":"I#b#3"},"sk":{"S":"k"}}}}]}}`, ImplicitlyDenied},
+		{"batch get of slot rows", faultproxy.Call{Service: "dynamodb", Operation: "BatchGetItem"}, "/",
+			`{"RequestItems":{"t":{"Keys":[{"pk":{"S":"SLOT#b#1"},"sk":{"S":"1"}}]}}}`, Allowed},
+		{"batch get of a batch row", faultproxy.Call{Service: "dynamodb", Operation: "BatchGetItem"}, "/",
+			`{"RequestItems":{"t":{"Keys":[{"pk":{"S":"SLOT#b#1"},"sk":{"S":"1"}},{"pk":{"S":"B#b"},"sk":{"S":"B"}}]}}}`, ImplicitlyDenied},
+		{"query of slot rows", faultproxy.Call{Service: "dynamodb", Operation: "Query"}, "/",
+			`{"TableName":"t","KeyConditionExpression":"#p = :p AND #s > :s","ExpressionAttributeNames":{"#p":"pk","#s":"sk"},"ExpressionAttributeValues":{":p":{"S":"SLOT#b#1"},":s":{"S":"0"}}}`, Allowed},
+		{"query of item rows", faultproxy.Call{Service: "dynamodb", Operation: "Query"}, "/",
+			`{"TableName":"t","KeyConditionExpression":"#s > :s AND #p = :p","ExpressionAttributeNames":{"#p":"pk","#s":"sk"},"ExpressionAttributeValues":{":p":{"S":"I#b#1"},":s":{"S":"0"}}}`, ImplicitlyDenied},
+		{"invoke", faultproxy.Call{Service: "lambda", Operation: "Invoke"}, "/2015-03-31/functions/fin/invocations", "{}", Allowed},
+		{"invoke async", faultproxy.Call{Service: "lambda", Operation: "InvokeAsync"}, "/2014-11-13/functions/fin/invoke-async/", "{}", ImplicitlyDenied},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rule, ok := ruleFor(tt.call)
+			if !ok {
+				t.Fatalf("no rule for %s", tt.call)
+			}
+			r := httptest.NewRequest("POST", "http://localhost"+tt.path, strings.NewReader(tt.body))
+			needs, err := rule.needs(&request{call: tt.call, http: r, body: []byte(tt.body), region: region, account: acct})
+			if err != nil || len(needs) == 0 {
+				t.Fatalf("needs: %v %v", needs, err)
+			}
+			got := Allowed
+			for _, n := range needs {
+				d, err := ev.Evaluate(set, role, acct, n, "", map[string]string{"aws:SecureTransport": "true"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d != Allowed {
+					got = d
+				}
+			}
+			if got != tt.want {
+				t.Errorf("%s: %s (needs %v), want %s", tt.name, got, needs, tt.want)
+			}
+		})
+	}
+}
+
+// startEvaluatorForTest starts the pinned evaluator, skipping the test
+// where tools/iam is not installed (failing under CI=true).
+func startEvaluatorForTest(t *testing.T) *Evaluator {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(evaluatorDir, "node_modules", "@cloud-copilot", "iam-simulate")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("tools/iam is not installed: make tools")
+		}
+		t.Skip("tools/iam is not installed (make tools)")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("no node")
+	}
+	ev, err := StartEvaluator(evaluatorDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ev.Close() })
+	return ev
 }

@@ -893,9 +893,9 @@ var cases = []suiteCase{
 		}
 		m := ledger.DueMinute(T0.Add(5 * time.Minute))
 		for i, c := range []ledger.WaitCount{
-			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1, Throttled: map[int64]int64{m: 1},
+			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1, TimedOut: 2, Throttled: map[int64]int64{m: 1},
 				Causes: map[string]ledger.WaitCause{"http 502": {Error: "webhook: k1: HTTP 502", Due: map[int64]int64{m: 2}}}},
-			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}, Causes: map[string]ledger.WaitCause{
+			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}, TimedOut: 1, Causes: map[string]ledger.WaitCause{
 				"http 502":           {Error: "webhook: k7: HTTP 502", Due: map[int64]int64{m: 2}},
 				"connection refused": {Error: "webhook: dial tcp: connection refused", Due: map[int64]int64{m + 10: 3}}}},
 			{Lane: 1, Due: map[int64]int64{m + 10: 1}, Interrupted: 2, Throttled: map[int64]int64{m + 10: 1}},
@@ -920,6 +920,7 @@ var cases = []suiteCase{
 		check(t, "due at m", p.RetryDue[m], int64(5))
 		check(t, "due at m+10", p.RetryDue[m+10], int64(5))
 		check(t, "interrupted", p.Interrupted, int64(3))
+		check(t, "timed out", p.TimedOut, int64(3))
 		check(t, "fanned out", p.FannedOut, int64(10))
 		check(t, "fanned-out chunks", p.FanChunks, int64(2))
 		check(t, "waiting before m", p.Waiting(T0), int64(10))

@@ -254,6 +254,7 @@ function liveFacts(l, paused) {
   fact("In flight", fmtInt(l.in_flight) + " (queued, running or due)");
   fact("Waiting for a retry", waitingText(l));
   fact("Interrupted attempts", fmtInt(l.interrupted));
+  if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
   fact("Last progress", fmtTime(l.last_progress_at));
   const why = (l.attention || []).filter((a) => !(paused && a.startsWith("paused by"))).map((a) => el("li", {}, fmtTimes(a)));

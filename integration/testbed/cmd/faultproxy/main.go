@@ -2,7 +2,7 @@
 // (integration/testbed/faultproxy) in front of an AWS emulator:
 //
 //	faultproxy -listen 127.0.0.1:4566 -upstream http://127.0.0.1:14566 [-config faults.json] [-v]
-//	           [-iam-lane tools/iam [-iam-stack bulkrun] [-iam-audit]]
+//	           [-iam-lane tools/iam [-iam-stack bulkrun] [-iam-audit]] [-verify-sigv4 test:test]
 //	faultproxy -iam-report http://localhost:4566 [-iam-reset]
 //
 // -iam-lane puts the IAM-checked lane (integration/testbed/iamlane) in
@@ -10,6 +10,12 @@
 // the stack -iam-stack deployed it, by the evaluator in that folder
 // (tools/iam, `npm ci` there first); a denied call is answered AccessDenied
 // (recorded only, with -iam-audit). GET /_iam reports the denials.
+//
+// -verify-sigv4 applies API Gateway's rules to the calls of a REST API
+// (integration/testbed/apigw): SigV4 signatures verified against the
+// given access keys (AKID:SECRET, comma-separated; the emulator's callers
+// sign with test:test), a mismatch answered 403 as API Gateway answers
+// it, and a function's answer larger than Lambda returns answered 502.
 //
 // -iam-report prints the lane's record of the proxy at that URL (the
 // calls checked, each denial with its function, action, resource and
@@ -40,6 +46,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/apigw"
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/integration/testbed/iamlane"
 )
@@ -54,6 +61,7 @@ func main() {
 	audit := flag.Bool("iam-audit", false, "IAM lane: record denials without refusing the calls")
 	report := flag.String("iam-report", "", "print the IAM lane's record of the proxy at this URL and exit 1 on any denial")
 	reset := flag.Bool("iam-reset", false, "with -iam-report: forget the record after printing it")
+	sigv4 := flag.String("verify-sigv4", "", "AKID:SECRET,…: verify the SigV4 signatures of execute-api calls with these keys (API Gateway's rules, integration/testbed/apigw)")
 	flag.Parse()
 	if *report != "" {
 		ok, err := printReport(os.Stdout, *report, *reset)
@@ -66,7 +74,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*listen, *upstream, *configFile, *verbose, laneFlags{*lane, *stack, *audit}); err != nil {
+	if err := run(*listen, *upstream, *configFile, *verbose, laneFlags{*lane, *stack, *audit}, *sigv4); err != nil {
 		fmt.Fprintln(os.Stderr, "faultproxy:", err)
 		os.Exit(1)
 	}
@@ -78,7 +86,7 @@ type laneFlags struct {
 	audit      bool
 }
 
-func run(listen, upstream, configFile string, verbose bool, lf laneFlags) error {
+func run(listen, upstream, configFile string, verbose bool, lf laneFlags, sigv4 string) error {
 	if upstream == "" {
 		return errors.New("-upstream is required")
 	}
@@ -104,15 +112,35 @@ func run(listen, upstream, configFile string, verbose bool, lf laneFlags) error 
 			return fmt.Errorf("%s: %w", configFile, err)
 		}
 	}
+	var gates faultproxy.Gates
 	if lf.dir != "" {
 		ev, err := iamlane.StartEvaluator(lf.dir)
 		if err != nil {
 			return err
 		}
 		defer ev.Close()
-		p.SetGate(iamlane.New(iamlane.Options{Upstream: upstream, Stack: lf.stack, Region: "us-east-1", Account: "000000000000",
+		gates = append(gates, iamlane.New(iamlane.Options{Upstream: upstream, Stack: lf.stack, Region: "us-east-1", Account: "000000000000",
 			Audit: lf.audit, Evaluator: ev, Log: log}))
 		log.Info("IAM lane on", "stack", lf.stack, "audit", lf.audit)
+	}
+	if sigv4 != "" {
+		secrets := map[string]string{}
+		for _, pair := range strings.Split(sigv4, ",") {
+			id, secret, ok := strings.Cut(pair, ":")
+			if !ok || id == "" || secret == "" {
+				return fmt.Errorf("-verify-sigv4 %q: want AKID:SECRET,…", sigv4)
+			}
+			secrets[id] = secret
+		}
+		gates = append(gates, &apigw.Gate{Secrets: secrets})
+		log.Info("API Gateway's rules on: SigV4 verified, Lambda's response limit", "access_keys", len(secrets))
+	}
+	switch len(gates) {
+	case 0:
+	case 1:
+		p.SetGate(gates[0])
+	default:
+		p.SetGate(gates)
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
