@@ -780,6 +780,19 @@ function revisionsText(b) {
     (b.run_revision === r.revision && b.run === r.run ? " (this run)" : "")).join("; ");
 }
 
+// runVerdict is a finished run's verdict in the runs table, as the
+// verdict box says it: exceeded, or within a threshold (tol) — but never
+// a tick for a run none of whose items succeeded; without a threshold,
+// the result itself: every item succeeded, some failed.
+function runVerdict(r, tol) {
+  const v = r.verdict, c = r.census;
+  if (!v) return "—";
+  if (v.exceeded) return "✗ exceeded";
+  if (c && c.total > 0 && !c.succeeded) return "✗ none succeeded";
+  if (tol) return "✓ within";
+  return v.failures > 0 ? "⚠ some failed" : "✓ all succeeded";
+}
+
 async function loadRuns(page) {
   const sec = page.sections.runs;
   section(sec, "runs", "Runs", el("p", {class: "muted"}, "Loading…"));
@@ -801,7 +814,7 @@ async function loadRuns(page) {
       cell(r, "succeeded"), cell(r, "failed"), cell(r, "quarantined"), cell(r, "cancelled"),
       el("td", {"data-label": "Started"}, fmtTime(r.run_started_at)),
       el("td", {"data-label": "Finished"}, fmtTime(r.finished_at)),
-      el("td", {"data-label": "Verdict"}, r.verdict ? (r.verdict.exceeded ? "✗ exceeded" : "✓ within") : "—")))))));
+      el("td", {"data-label": "Verdict"}, runVerdict(r, thresholdSet(page.data.batch.threshold)))))))));
 }
 
 // loadItems shows the first page of the items of outcome (or, with
