@@ -113,7 +113,10 @@ func shotsDir(t *testing.T) string {
 // item is released and the batch resumed from the page, with a
 // confirmation, by keyboard, then its failed items corrected from the
 // page (a file naming a key that succeeded refused, naming it; the right
-// one a revision whose run the page follows); the list shows both batches, newest first,
+// one a revision whose run the page follows); batches paused by an outage
+// and by a caller, waiting after refused connections, with every item
+// failed and with every item succeeded are told apart on the list and on
+// their pages (checkConsoleStates); the list shows both batches, newest first,
 // with written counts and the needs-attention flag; a POST without the
 // page's token is refused; the printed address's token leaves the address
 // bar; a malformed batch address is answered, not left loading. Screenshots of the list and of the batch page
@@ -157,6 +160,10 @@ func TestConsoleBrowser(t *testing.T) {
 		_ = env.api.Forget(context.Background(), enrichID)
 		_ = env.api.Forget(context.Background(), stopID)
 	})
+	// Batches in the states the list and the batch page must tell apart
+	// (paused, waiting after refused connections, every item failed, every
+	// item succeeded): submitted first, checked once they are there.
+	states := submitStateBatches(t, suffix)
 
 	// The printed address carries the console's token: opening it gives
 	// the browser the session; later navigations use the bare address.
@@ -303,6 +310,13 @@ func TestConsoleBrowser(t *testing.T) {
 	if src := evalJS[string](t, bctx, `document.querySelector("#sec-summary .source").textContent`); src != "S3 "+prefix+"*" {
 		t.Errorf("batch page source %q, want the kind and %s*", src, prefix)
 	}
+	// Its failed items all failed permanently: a resume would fail them
+	// again, so none is the primary action, and the page says what to do.
+	waitJS("what to do", `(document.getElementById("what-to-do") || {}).textContent.includes("failed permanently")`, 30*time.Second)
+	if n := evalJS[int](t, bctx, `document.querySelectorAll(".actions button.primary").length`); n != 0 {
+		t.Errorf("a batch whose failed items all failed permanently has %d primary actions, want none", n)
+	}
+	waitJS("runs drawn", `!!document.querySelector("#runs tr[data-run]")`, 30*time.Second)
 	shot("batch", true)
 	setWidth(390, 844)
 	run("narrow", chromedp.Sleep(300*time.Millisecond))
@@ -437,6 +451,8 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("run 3 on the page", `(() => { const r = document.querySelector('#runs tr[data-run="3"]');
 		return !!r && r.cells[0].textContent === "3 · revision 2" && document.querySelector("#batch-status .badge").dataset.status === "completed"; })()`, time.Minute)
 	shot("corrected", true)
+
+	checkConsoleStates(&browserPage{t: t, ctx: bctx, url: url, run: run, waitJS: waitJS, shot: shot, setWidth: setWidth}, states)
 
 	// An address with a stray "%" (not URI-encoded) shows the console's
 	// answer instead of "Loading…" for ever.

@@ -21,15 +21,19 @@ import (
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
-// TestDoctor runs `bulkrun doctor` against the emulator's APIs: on the
-// deployed stack every check answers (the concurrency quota the emulator
-// reports, informational there; the API Gateway CloudWatch role the
-// stack set; the bucket, the source buckets, the alarm topic, the
-// alarms, the queues, the batches), a parked dead letter is a fix naming
-// the runbook; and for a stack about to be deployed, event sources the
-// account cannot run and a bucket name that is taken are fixes naming
-// what to do. Exit status 1 whenever a check says fix. (The preflight
-// against varied accounts: TestPreflight.)
+// TestDoctor runs `bulkrun doctor` against the emulator's APIs: it says
+// it talks to the emulator (AWS_ENDPOINT_URL, account 000000000000); on
+// the deployed stack every check answers (the concurrency quota the
+// emulator reports, informational there: only an AWS account can change
+// it; the API Gateway CloudWatch role the stack set; the bucket, the
+// source buckets, the alarm topic, the alarms, the queues, the batches)
+// and the exit status follows the checks; a parked dead letter is a fix
+// naming the runbook; and for a stack about to be deployed, event sources
+// the account cannot run (a fix with --target aws, informational on the
+// emulator), a bucket name that is taken and item's reservation below its
+// event sources (the stack's own settings) are fixes naming what to do.
+// Exit status 1 whenever a check says fix. (The preflight against varied
+// accounts: TestPreflight.)
 func TestDoctor(t *testing.T) {
 	ctx := context.Background()
 	bin := filepath.Join(t.TempDir(), "bulkrun")
@@ -62,10 +66,13 @@ func TestDoctor(t *testing.T) {
 	}
 
 	got, code := doctor()
-	for _, name := range []string{"concurrency", "api-gateway-logging", "bucket", "source-buckets", "alarm-topic", "alarms", "queues", "batches"} {
+	for _, name := range []string{"target", "concurrency", "api-gateway-logging", "bucket", "source-buckets", "alarm-topic", "alarms", "queues", "batches"} {
 		if _, ok := got[name]; !ok {
 			t.Errorf("deployed stack: no %s check", name)
 		}
+	}
+	if c := got["target"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, "the emulator") || !strings.Contains(c.Detail, "000000000000") {
+		t.Errorf("target: %+v, want it to say the emulator and its account", c)
 	}
 	if c := got["concurrency"]; c.Status == cli.DoctorFix || c.Status == cli.DoctorWarn || !strings.Contains(c.Detail, "account quota") {
 		t.Errorf("concurrency (informational on the emulator): %+v", c)
@@ -87,8 +94,17 @@ func TestDoctor(t *testing.T) {
 	} else if c := got["alarms"]; (m[2] == "0") != (c.Status == cli.DoctorOK) || (c.Status != cli.DoctorOK && !strings.Contains(c.Fix, "docs/operations.md")) {
 		t.Errorf("alarms: %+v, want ok with 0 in ALARM, else fix naming the runbook", c)
 	}
+	// The exit status follows the checks: 1 exactly when one says fix
+	// (an alarm another test set off may). What only an AWS account can
+	// fix is informational on the emulator, never a fix: with none in
+	// ALARM, a healthy stack exits 0.
 	if want := exitFor(got); code != want {
 		t.Errorf("exit status %d, want %d (1 exactly when a check says fix)", code, want)
+	}
+	for _, name := range []string{"target", "concurrency", "api-gateway-logging", "bucket"} {
+		if c := got[name]; c.Status == cli.DoctorFix {
+			t.Errorf("%s says fix on the emulator's healthy stack: %+v", name, c)
+		}
 	}
 
 	// A parked dead letter: the queues check says what to do.
@@ -110,6 +126,9 @@ func TestDoctor(t *testing.T) {
 	got, code = doctor("--target", "aws", "--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000", "--bucket-name", env.bucket, "--api-gateway-account")
 	if c := got["concurrency"]; c.Status != cli.DoctorFix || !strings.Contains(c.Fix, "event-sources-fit-unreserved") {
 		t.Errorf("concurrency of 2 × 1000 event sources: %+v", c)
+	}
+	if c, _ := doctor("--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000"); c["concurrency"].Status != cli.DoctorInfo || !strings.Contains(c["concurrency"].Fix, "event-sources-fit-unreserved") {
+		t.Errorf("concurrency of 2 × 1000 event sources on the emulator: %+v, want informational (the account's quota), naming the rule", c["concurrency"])
 	}
 	if c := got["bucket"]; c.Status != cli.DoctorFix || !strings.Contains(c.Detail, "already exists") {
 		t.Errorf("a fixed name that exists: %+v", c)

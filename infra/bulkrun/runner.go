@@ -471,7 +471,7 @@ var DefaultEmulatorSecretPrefixes = []string{
 // TargetEmulator when empty: the example Python function
 // (examples/lambda-python) that the integration suite deploys onto the
 // emulator and runs batches of the lambda pipeline through.
-var DefaultEmulatorLambdaFunctions = []string{"bulkrun-example-python"}
+var DefaultEmulatorLambdaFunctions = []string{config.ExampleLambdaFunction}
 
 // DefaultEmulatorEffectTables is RunnerProps.EffectTables on
 // TargetEmulator when empty: a table name the integration suite's staged

@@ -132,14 +132,18 @@ const (
 // The live view's rows in a counter partition (ledger.Store.CountWaits,
 // CountFanned) and their attributes.
 const (
-	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; interrupted; timed_out; token slots
+	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; h{minute}: those of them throttled; per failure-class slot s: c{s} the class, e{s} one error, n{s}_{minute} its items; interrupted; timed_out; token slots
 	skFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
 
-	attrWaitPrefix   = "w"
-	attrInterrupted  = "interrupted"
-	attrTimedOut     = "timed_out"
-	attrFanned       = "fanned"
-	attrFannedChunks = "fanned_chunks"
+	attrWaitPrefix = "w"
+	// attrThrottledPrefix prefixes the wait row's throttled buckets,
+	// h{minute}; causeClassAttr, causeErrorAttr and causeDueAttr name its
+	// failure-class slots' attributes.
+	attrThrottledPrefix = "h"
+	attrInterrupted     = "interrupted"
+	attrTimedOut        = "timed_out"
+	attrFanned          = "fanned"
+	attrFannedChunks    = "fanned_chunks"
 	// waitPrune is how many minutes before now a wait write removes: the
 	// buckets of retries already due, which no longer count, so that a
 	// wait row holds little more than the retries still to come.
@@ -147,26 +151,59 @@ const (
 )
 
 // CountWaits adds c to the wait row of counter partition c.Lane with one
-// UpdateItem (ADD w{minute} …, interrupted, timed_out; REMOVE the buckets of the
+// UpdateItem (ADD w{minute} …, h{minute} … for the throttled, n{slot}_
+// {minute} … for each failure class with SET c{slot} and e{slot} its
+// name and one error, interrupted, timed_out; REMOVE the buckets of the
 // waitPrune minutes before now; SET its token slot), sent once at a time
-// as CountLane's (addOnce): never counted twice.
+// as CountLane's (addOnce): never counted twice. A class has one of
+// ledger.StreakSlots() slots (ledger.StreakSlot): two classes in one
+// slot are counted together under the name written last.
 func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	u := expression.Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now)))
-	for m, n := range c.Due {
+	add := func(name string, n int64) {
 		if n != 0 {
-			u = u.Add(expression.Name(attrWaitPrefix+strconv.FormatInt(m, 10)), expression.Value(n))
+			u = u.Add(expression.Name(name), expression.Value(n))
 		}
 	}
-	if c.Interrupted != 0 {
-		u = u.Add(expression.Name(attrInterrupted), expression.Value(c.Interrupted))
+	for m, n := range c.Due {
+		add(attrWaitPrefix+strconv.FormatInt(m, 10), n)
 	}
-	if c.TimedOut != 0 {
-		u = u.Add(expression.Name(attrTimedOut), expression.Value(c.TimedOut))
+	for m, n := range c.Throttled {
+		add(attrThrottledPrefix+strconv.FormatInt(m, 10), n)
 	}
+	slots := map[int]map[int64]int64{}
+	for class, w := range c.Causes {
+		slot := ledger.StreakSlot(class)
+		u = u.Set(expression.Name(causeClassAttr(slot)), expression.Value(class))
+		if w.Error != "" {
+			u = u.Set(expression.Name(causeErrorAttr(slot)), expression.Value(w.Error)) // cut by the caller (ledger.MaxWaitCauseBytes)
+		}
+		if slots[slot] == nil {
+			slots[slot] = map[int64]int64{}
+		}
+		for m, n := range w.Due {
+			slots[slot][m] += n
+		}
+	}
+	for slot, due := range slots {
+		for m, n := range due {
+			add(causeDueAttr(slot, m), n)
+		}
+	}
+	add(attrInterrupted, c.Interrupted)
+	add(attrTimedOut, c.TimedOut)
 	now := c.Now.Unix() / 60
 	for m := now - waitPrune; m < now; m++ {
 		if _, due := c.Due[m]; !due {
 			u = u.Remove(expression.Name(attrWaitPrefix + strconv.FormatInt(m, 10)))
+		}
+		if _, due := c.Throttled[m]; !due {
+			u = u.Remove(expression.Name(attrThrottledPrefix + strconv.FormatInt(m, 10)))
+		}
+		for slot, due := range slots {
+			if _, ok := due[m]; !ok {
+				u = u.Remove(expression.Name(causeDueAttr(slot, m)))
+			}
 		}
 	}
 	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
@@ -177,6 +214,97 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 		return fmt.Errorf("count waits of %s run %d: %w", c.BatchID, c.Run, err)
 	}
 	return nil
+}
+
+// causeClassAttr is the wait row's attribute of failure-class slot s's
+// class name, c{s}; causeErrorAttr its error text, e{s}; causeDueAttr
+// its items due in Unix minute m, n{s}_{m}.
+func causeClassAttr(s int) string { return "c" + strconv.Itoa(s) }
+func causeErrorAttr(s int) string { return "e" + strconv.Itoa(s) }
+func causeDueAttr(s int, m int64) string {
+	return "n" + strconv.Itoa(s) + "_" + strconv.FormatInt(m, 10)
+}
+
+// readWaitRow adds a wait row's counts (CountWaits) to p.
+func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
+	num := func(v types.AttributeValue) (int64, bool) {
+		n, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return 0, false
+		}
+		c, err := strconv.ParseInt(n.Value, 10, 64)
+		return c, err == nil
+	}
+	causes := map[int]*ledger.WaitCause{}
+	cause := func(s int) *ledger.WaitCause {
+		if causes[s] == nil {
+			causes[s] = &ledger.WaitCause{Due: map[int64]int64{}}
+		}
+		return causes[s]
+	}
+	names := map[int]string{}
+	for name, v := range av {
+		if rest, ok := strings.CutPrefix(name, attrWaitPrefix); ok {
+			if m, err := strconv.ParseInt(rest, 10, 64); err == nil {
+				if c, ok := num(v); ok {
+					p.RetryDue[m] += c
+				}
+			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(name, attrThrottledPrefix); ok {
+			if m, err := strconv.ParseInt(rest, 10, 64); err == nil {
+				if c, ok := num(v); ok {
+					p.ThrottledDue[m] += c
+				}
+			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(name, "n"); ok {
+			sl, mi, found := strings.Cut(rest, "_")
+			s, err1 := strconv.Atoi(sl)
+			m, err2 := strconv.ParseInt(mi, 10, 64)
+			if c, ok := num(v); found && err1 == nil && err2 == nil && ok {
+				cause(s).Due[m] += c
+			}
+			continue
+		}
+		str, isS := v.(*types.AttributeValueMemberS)
+		if !isS || len(name) < 2 {
+			continue
+		}
+		s, err := strconv.Atoi(name[1:])
+		switch {
+		case err != nil:
+		case name[0] == 'c':
+			names[s] = str.Value
+		case name[0] == 'e':
+			cause(s).Error = str.Value
+		}
+	}
+	if n, ok := num(av[attrInterrupted]); ok {
+		p.Interrupted += n
+	}
+	if n, ok := num(av[attrTimedOut]); ok {
+		p.TimedOut += n
+	}
+	for s, w := range causes {
+		class := names[s]
+		if class == "" {
+			class = "transient"
+		}
+		had := p.Causes[class]
+		if had.Due == nil {
+			had.Due = map[int64]int64{}
+		}
+		for m, n := range w.Due {
+			had.Due[m] += n
+		}
+		if had.Error == "" {
+			had.Error = w.Error
+		}
+		p.Causes[class] = had
+	}
 }
 
 // CountFanned adds c's items to the fan row of counter partition c.Lane
@@ -204,32 +332,13 @@ func (s *Store) CountFanned(ctx context.Context, c ledger.FanCount) error {
 // O(shards) partitions and about 100 bytes per chunk of 5,000 items,
 // whatever the batch's size.
 func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error) {
-	p := ledger.Progress{ByOutcome: map[api.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}, RetryDue: map[int64]int64{}}
+	p := ledger.Progress{ByOutcome: map[api.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}, RetryDue: map[int64]int64{},
+		ThrottledDue: map[int64]int64{}, Causes: map[string]ledger.WaitCause{}}
 	for part := range max(1, shards) {
 		err := s.queryAll(ctx, countPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
 			switch stringAttr(av, config.AttrSK) {
 			case skWait:
-				for name, v := range av {
-					n, isN := v.(*types.AttributeValueMemberN)
-					rest, isW := strings.CutPrefix(name, attrWaitPrefix)
-					if !isN || !isW {
-						continue
-					}
-					m, err := strconv.ParseInt(rest, 10, 64)
-					if err != nil {
-						continue
-					}
-					c, _ := strconv.ParseInt(n.Value, 10, 64)
-					p.RetryDue[m] += c
-				}
-				if n, ok := av[attrInterrupted].(*types.AttributeValueMemberN); ok {
-					c, _ := strconv.ParseInt(n.Value, 10, 64)
-					p.Interrupted += c
-				}
-				if n, ok := av[attrTimedOut].(*types.AttributeValueMemberN); ok {
-					c, _ := strconv.ParseInt(n.Value, 10, 64)
-					p.TimedOut += c
-				}
+				readWaitRow(av, &p)
 				return nil
 			case skFan:
 				if n, ok := av[attrFanned].(*types.AttributeValueMemberN); ok {

@@ -20,6 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	ltypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Function is a Python function to deploy.
@@ -123,4 +125,18 @@ func Deploy(ctx context.Context, c *lambda.Client, f Function) error {
 		return fmt.Errorf("deploy %s: %w", f.Name, err)
 	}
 	return lambda.NewFunctionActiveV2Waiter(c).Wait(ctx, &lambda.GetFunctionInput{FunctionName: &f.Name}, time.Minute)
+}
+
+// AllowHint is what to run once function name is deployed so that the
+// emulator's stack may call it (docs/pipelines.md, "Pipelines in any
+// language"): make deploy naming it and the example, which the suite's
+// lambda tests need (naming functions replaces the default list); for
+// the example itself, nothing: the emulator's stack allows it unless
+// told otherwise.
+func AllowHint(name string) string {
+	if name == config.ExampleLambdaFunction {
+		return "the emulator's stack allows it unless LAMBDA_FUNCTIONS names others (make deploy, if the stack is not deployed yet)"
+	}
+	return fmt.Sprintf("allow it: make deploy LAMBDA_FUNCTIONS=%s,%s (naming functions replaces the default list: keep %s to keep running make test)",
+		name, config.ExampleLambdaFunction, config.ExampleLambdaFunction)
 }

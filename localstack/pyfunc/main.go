@@ -57,5 +57,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "pyfunc:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("pyfunc: %s deployed from %s (handler %s); allow it: make deploy LAMBDA_FUNCTIONS=%s\n", f.Name, f.Dir, f.Handler, f.Name)
+	fmt.Printf("pyfunc: %s deployed from %s (handler %s); %s\n", f.Name, f.Dir, f.Handler, pyfunc.AllowHint(f.Name))
 }

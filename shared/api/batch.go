@@ -189,12 +189,12 @@ func (t Threshold) Judge(failures, total int64) Verdict {
 	}
 	if c := t.FailureCount; c != nil && failures > *c {
 		v.Exceeded, v.Limit = true, "tolerated_failure_count"
-		v.Detail = fmt.Sprintf("%d failures > %d tolerated", failures, *c)
+		v.Detail = fmt.Sprintf("%s > %d tolerated", Count(failures, "failure"), *c)
 		return v
 	}
 	if p := t.FailurePercent; p != nil && exceedsPercent(failures, total, *p) {
 		v.Exceeded, v.Limit = true, "tolerated_failure_percent"
-		v.Detail = fmt.Sprintf("%d failures of %d items = %.4g%% > %.4g%% tolerated", failures, total, float64(failures)*100/float64(total), *p)
+		v.Detail = fmt.Sprintf("%s of %s = %.4g%% > %.4g%% tolerated", Count(failures, "failure"), Count(total, "item"), float64(failures)*100/float64(total), *p)
 	}
 	return v
 }
@@ -243,10 +243,24 @@ func StopSummaryOf(b Batch, c Census) *StopSummary {
 
 // Text is the stop in one line, as the CLI and the console print it:
 // "threshold_exceeded (251 failures of 5000 items); 5 items already in
-// flight finished after the stop, 5 of them failed".
+// flight finished after the stop, 5 of them failed" ("1 item … finished
+// after the stop and failed", "no item was in flight at the stop").
 func (s StopSummary) Text() string {
-	return fmt.Sprintf("%s (%s); %d items already in flight finished after the stop, %d of them failed",
-		s.Status, s.Detail, s.FinishedAfterStop, s.FailuresAfterStop)
+	return fmt.Sprintf("%s (%s); %s", s.Status, s.Detail, AfterStopText(s.FinishedAfterStop, s.FailuresAfterStop))
+}
+
+// AfterStopText is what the items in flight at a stop did after it, in
+// words: finished of them finished after the stop, failed of those failed.
+func AfterStopText(finished, failed int64) string {
+	switch {
+	case finished == 0:
+		return "no item was in flight at the stop"
+	case finished == 1 && failed == 1:
+		return "1 item already in flight finished after the stop and failed"
+	case finished == 1:
+		return "1 item already in flight finished after the stop and did not fail"
+	}
+	return fmt.Sprintf("%s already in flight finished after the stop, %d of them failed", Count(finished, "item"), failed)
 }
 
 // Tolerated is the most failures of total items t tolerates (Judge does

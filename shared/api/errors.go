@@ -97,7 +97,7 @@ type MismatchError struct {
 // corrections (POST /batches/{id}/corrections, bulkrun correct); for
 // other items, a new batch id.
 func (e *MismatchError) Error() string {
-	msg := fmt.Sprintf("batch %s exists with another %s (stored %s, given %s)", e.BatchID, e.Field, e.Stored, e.Given)
+	msg := fmt.Sprintf("batch %s exists already with another value of %s (stored %s, given %s)", e.BatchID, e.Field, e.Stored, e.Given)
 	if e.Field == "manifest_digest" {
 		msg += fmt.Sprintf("; to run failed items again with fixed inputs, send just those items as corrections (bulkrun correct %s FILE, POST /batches/%s/corrections); other items are a new batch with another id", e.BatchID, e.BatchID)
 	}
@@ -131,9 +131,9 @@ func (e *StorageFullError) Error() string {
 	if e.LimitBytes > 0 {
 		limit = fmt.Sprintf("the submit function's ephemeral storage (%d MiB)", e.LimitBytes>>20)
 	}
-	return fmt.Sprintf("source too large for %s: duplicate-key detection had spilled %d MiB of keys to %s after %d items when the disk was full; "+
+	return fmt.Sprintf("source too large for %s: duplicate-key detection had spilled %d MiB of keys to %s after %s when the disk was full; "+
 		"deploy the stack with a larger MaxManifestBytes (ephemeral storage up to 10,240 MiB) or split the source: %v",
-		limit, e.SpilledBytes>>20, e.Dir, e.Items, e.Err)
+		limit, e.SpilledBytes>>20, e.Dir, Count(e.Items, "item"), e.Err)
 }
 
 // Is makes errors.Is(err, ErrInsufficientStorage) true.

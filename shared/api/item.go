@@ -13,13 +13,22 @@ import (
 // Item is an item's row. Rows exist from the item's first reservation on;
 // an item without a row is pending.
 type Item struct {
-	Key         string  `json:"key"`
-	RunID       string  `json:"run_id"`
-	Run         int     `json:"run"`
-	Outcome     Outcome `json:"outcome"`
-	Attempt     int     `json:"attempt"`            // the fence: counts every attempt, across runs
-	RunAttempts int     `json:"attempts"`           // attempts in the item's last run (0: settled without running)
-	Released    bool    `json:"released,omitempty"` // a quarantined item released for the next run
+	Key     string  `json:"key"`
+	RunID   string  `json:"run_id"`
+	Run     int     `json:"run"`
+	Outcome Outcome `json:"outcome"`
+	// Attempt is the number of the item's latest attempt, counted across
+	// every run of the batch, throttled attempts included: the fence of
+	// its outcome (the webhook's Bulkrun-Attempt, the lambda pipeline's
+	// attempt). JSON "attempt".
+	Attempt int `json:"attempt"`
+	// RunAttempts is how many attempts the item's last run (Run) counted
+	// toward max_attempts: throttled attempts are not counted; 0 for an
+	// item settled without running. JSON "attempts" (a results line's
+	// attempts). An item that failed twice in run 1 shows attempt 3,
+	// attempts 1 on its first attempt of run 2.
+	RunAttempts int  `json:"attempts"`
+	Released    bool `json:"released,omitempty"` // a quarantined item released for the next run
 	// Revision is the manifest revision of the item's input: 0 (absent)
 	// for the batch's own manifest, n ≥ 2 once a correction (Batch.Revisions)
 	// gave it a new input.

@@ -63,6 +63,10 @@ type BatchSummary struct {
 	// MaxLiveSummaries running batches of a page; NeedsAttention then
 	// includes its Attention.
 	Live *LiveView `json:"live,omitempty"`
+	// Pause is a running batch's pause (who paused it, since when, why),
+	// read with its live view; absent when it runs, or beyond the first
+	// MaxLiveSummaries running batches.
+	Pause *Pause `json:"pause,omitempty"`
 }
 
 // Listing limits.

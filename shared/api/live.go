@@ -31,6 +31,15 @@ type LiveView struct {
 	// waiting item's retry is due (retries are counted by the minute,
 	// rounded up). Absent when none waits.
 	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	// Throttled is how many of RetryWaiting only wait out a throttling:
+	// the downstream's own rate (an HTTP 429 or 503, and the Retry-After
+	// it asked for; Lambda's TooManyRequestsException). Such a wait uses
+	// no attempt, so these items alone do not need attention.
+	Throttled int64 `json:"throttled"`
+	// RetryCause is the most common cause of the other waiting items:
+	// those whose last attempt failed transiently (or was interrupted).
+	// Absent when none waits after a failure.
+	RetryCause *RetryCause `json:"retry_cause,omitempty"`
 	// Interrupted counts this run's attempts whose outcome is unknown: cut
 	// off at the invocation's deadline margin, or taken over after their
 	// holder died or timed out (each one may have reached the pipeline's
@@ -52,6 +61,22 @@ type LiveView struct {
 
 // NeedsAttention reports whether the running run needs a look now: it
 // is paused, an item failed or was quarantined, an item waits for a
-// retry, an attempt was interrupted or timed out, or no item ended for
-// StallAttention.
+// retry after a failure (not only a throttling), an attempt was
+// interrupted or timed out, or no item ended for StallAttention.
 func (l LiveView) NeedsAttention() bool { return len(l.Attention) > 0 }
+
+// RetryCause is why items wait for a retry (LiveView.RetryCause): the
+// failure class of their last attempt ("http 502", "connection refused",
+// "timeout", a pipeline's own class, or "interrupted"), one failure's
+// text, and how many wait for it. JSON: {"class": "connection refused",
+// "error": "webhook: …: connect: connection refused", "items": 980}.
+type RetryCause struct {
+	Class string `json:"class"`
+	Error string `json:"error,omitempty"`
+	Items int64  `json:"items"`
+}
+
+// Text is the cause in words: "connection refused (980 items)".
+func (c RetryCause) Text() string {
+	return c.Class + " (" + Count(c.Items, "item") + ")"
+}

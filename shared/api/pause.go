@@ -32,6 +32,18 @@ const (
 	PauseByCaller PauseBy = "caller"
 )
 
+// Who is who paused, in words: "an outage", "a caller"; any other
+// value as it is.
+func (b PauseBy) Who() string {
+	switch b {
+	case PauseByOutage:
+		return "an outage"
+	case PauseByCaller:
+		return "a caller"
+	}
+	return string(b)
+}
+
 // Pause is a running batch's pause (Batch.Pause; absent when it runs).
 // JSON: {"by": "outage", "since": "…", "class": "http 502", "error":
 // "webhook: k1: HTTP 502", "probes": 2, "next_check_at": "…"}.

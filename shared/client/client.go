@@ -293,7 +293,7 @@ func (c *Client) callError(method, path string, tries int, err error) (int, erro
 	if tries > 1 && !Retryable(err) {
 		// A refusal after a try whose outcome is unknown (no answer, a
 		// 5xx): that try may have been carried out.
-		return ae.Status, fmt.Errorf("%w (after %d tries: an earlier try whose answer was lost may have done what was asked)", err, tries)
+		return ae.Status, fmt.Errorf("%w (after %s: an earlier try whose answer was lost may have done what was asked)", err, api.Count(tries, "try"))
 	}
 	return ae.Status, err
 }

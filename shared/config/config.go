@@ -149,6 +149,13 @@ const (
 	EnvSettingsParameter = "BULKRUN_SETTINGS_PARAMETER"
 )
 
+// ExampleLambdaFunction is the example Python function
+// (examples/lambda-python) that `make lambda-function` deploys onto the
+// emulator by default, and that the emulator's stack allow-lists when
+// LambdaFunctions names none (the integration suite runs the lambda
+// pipeline through it).
+const ExampleLambdaFunction = "bulkrun-example-python"
+
 // Stack output keys. The CLI, the demo and the integration tests find the
 // deployed resources through these.
 const (

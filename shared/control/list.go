@@ -43,6 +43,9 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 			}
 			l := ledger.LiveOf(b, p, c.now())
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
+			if b.Pause != nil {
+				s.Pause = b.Pause.View(c.now())
+			}
 		}(&bs[i])
 	}
 	wg.Wait()

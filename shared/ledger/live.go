@@ -32,23 +32,48 @@ func LiveOf(b Batch, p Progress, now time.Time) api.LiveView {
 	notEnded := max(0, fanned-p.Done)
 	l.RetryWaiting = min(l.RetryWaiting, notEnded)
 	l.InFlight = notEnded - l.RetryWaiting
+	// A throttled item may wait many times a minute (Retry-After: 2), each
+	// wait counted: the items waiting after a failure, whose waits are
+	// long, are told apart first, and the throttled are the rest.
+	failed := min(max(0, p.Waiting(now)-p.ThrottledWaiting(now)), l.RetryWaiting)
+	l.Throttled = l.RetryWaiting - failed
+	if class, text, n := p.Cause(now); n > 0 && failed > 0 {
+		l.RetryCause = &api.RetryCause{Class: class, Error: text, Items: min(n, failed)}
+	}
 	if b.Pause != nil {
-		l.Attention = append(l.Attention, fmt.Sprintf("paused by %s since %s", b.Pause.By, b.Pause.Since.UTC().Format(time.RFC3339)))
+		why := ""
+		if b.Pause.Class != "" {
+			why = " (" + b.Pause.Class + ")"
+		}
+		l.Attention = append(l.Attention, fmt.Sprintf("paused by %s%s since %s", b.Pause.By.Who(), why, b.Pause.Since.UTC().Format(time.RFC3339)))
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
-		l.Attention = append(l.Attention, fmt.Sprintf("%d items failed or quarantined", f))
+		l.Attention = append(l.Attention, api.Count(f, "item")+" failed or quarantined")
 	}
-	if l.RetryWaiting > 0 {
-		l.Attention = append(l.Attention, fmt.Sprintf("%d items waiting for a retry (next at %s)", l.RetryWaiting, l.NextRetryAt.Format(time.RFC3339)))
+	// Items that only wait out the downstream's own rate (a throttling:
+	// its Retry-After) used no attempt: they alone need no look.
+	if n := l.RetryWaiting - l.Throttled; n > 0 {
+		after := ""
+		if c := l.RetryCause; c != nil {
+			after = " after " + c.Class
+			if c.Items < n {
+				after = fmt.Sprintf(", %d of them after %s", c.Items, c.Class)
+			}
+		}
+		next := p.NextFailedRetry(now)
+		if next.IsZero() && l.NextRetryAt != nil {
+			next = *l.NextRetryAt
+		}
+		l.Attention = append(l.Attention, fmt.Sprintf("%s waiting for a retry%s (next at %s)", api.Count(n, "item"), after, next.Format(time.RFC3339)))
 	}
 	if l.Interrupted > 0 {
-		l.Attention = append(l.Attention, fmt.Sprintf("%d attempts interrupted (outcome unknown)", l.Interrupted))
+		l.Attention = append(l.Attention, api.Count(l.Interrupted, "attempt")+" interrupted (outcome unknown)")
 	}
 	if l.TimedOut > 0 {
-		l.Attention = append(l.Attention, fmt.Sprintf("%d attempts timed out (failure class timeout: the receiver may have finished them after bulkrun stopped waiting; each item's next call waits at least twice the timeout)", l.TimedOut))
+		l.Attention = append(l.Attention, api.Count(l.TimedOut, "attempt")+" timed out (failure class timeout: the receiver may have finished them after bulkrun stopped waiting; each item's next call waits at least twice the timeout)")
 	}
 	if idle := now.Sub(l.LastProgressAt); idle >= api.StallAttention && p.Done < items {
-		l.Attention = append(l.Attention, fmt.Sprintf("no item ended for %s", idle.Round(time.Minute)))
+		l.Attention = append(l.Attention, "no item ended for "+api.Count(int64(idle/time.Minute), "minute"))
 	}
 	return l
 }

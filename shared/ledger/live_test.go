@@ -9,9 +9,11 @@ import (
 )
 
 // TestLiveOf: every item not ended is in exactly one of in flight,
-// waiting for a retry and not fanned out, and the run needs attention
-// exactly while an item failed, waits, was interrupted or timed out, or
-// nothing ended for StallAttention.
+// waiting for a retry and not fanned out; the waiting items' most common
+// cause is named; and the run needs attention exactly while an item
+// failed, waits after a failure (not only out a throttling, which uses
+// no attempt), was interrupted or timed out, or nothing ended for
+// StallAttention.
 func TestLiveOf(t *testing.T) {
 	start := time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
 	now := start.Add(10 * time.Minute)
@@ -22,7 +24,8 @@ func TestLiveOf(t *testing.T) {
 		p                                Progress
 		now                              time.Time
 		inFlight, waiting, notFanned, in int64
-		next                             string
+		throttled                        int64
+		next, cause                      string
 		attention                        []string
 	}{
 		{name: "fan-out not sent", b: Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 10_000, RunStartedAt: start}},
@@ -38,7 +41,7 @@ func TestLiveOf(t *testing.T) {
 		{name: "hanging receiver: attempts cut off, nothing ended for 31 minutes", b: b, now: start.Add(31 * time.Minute),
 			p:        Progress{FannedOut: 10_000, FanChunks: 2, Interrupted: 20},
 			inFlight: 10_000, in: 20,
-			attention: []string{"20 attempts interrupted (outcome unknown)", "no item ended for 31m0s"}},
+			attention: []string{"20 attempts interrupted (outcome unknown)", "no item ended for 31 minutes"}},
 		{name: "slow receiver: calls timed out, items waiting for their retry", b: b, now: now,
 			p: Progress{FannedOut: 10_000, FanChunks: 2, UpdatedAt: now, TimedOut: 40,
 				RetryDue: map[int64]int64{DueMinute(now.Add(time.Minute)): 40}},
@@ -60,7 +63,36 @@ func TestLiveOf(t *testing.T) {
 			},
 		}, now: now,
 			p:        Progress{FannedOut: 10_000, FanChunks: 2, UpdatedAt: now},
-			inFlight: 10_000, attention: []string{"paused by outage since 2026-12-01T19:02:00Z"}},
+			inFlight: 10_000, attention: []string{"paused by an outage since 2026-12-01T19:02:00Z"}},
+		{name: "a receiver's Retry-After: items only wait out its throttling, which uses no attempt", b: b, now: now,
+			p: Progress{Done: 1000, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 1000}, FannedOut: 5000, FanChunks: 1, UpdatedAt: now,
+				RetryDue:     map[int64]int64{DueMinute(now.Add(30 * time.Second)): 300},
+				ThrottledDue: map[int64]int64{DueMinute(now.Add(30 * time.Second)): 300}},
+			inFlight: 3700, waiting: 300, notFanned: 5000, next: "2026-12-01T19:11:00Z", throttled: 300},
+		{name: "refused connections: the waiting items' cause", b: b, now: now,
+			p: Progress{Done: 1000, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 1000}, FannedOut: 5000, FanChunks: 1, UpdatedAt: now,
+				RetryDue:     map[int64]int64{DueMinute(now.Add(5 * time.Minute)): 1000},
+				ThrottledDue: map[int64]int64{DueMinute(now.Add(5 * time.Minute)): 20},
+				Causes: map[string]WaitCause{
+					"connection refused": {Error: "webhook: dial tcp 10.0.0.1:443: connect: connection refused", Due: map[int64]int64{DueMinute(now.Add(5 * time.Minute)): 979}},
+					"timeout":            {Error: "webhook: timeout", Due: map[int64]int64{DueMinute(now.Add(5 * time.Minute)): 1}},
+				}},
+			inFlight: 3000, waiting: 1000, notFanned: 5000, next: "2026-12-01T19:15:00Z", throttled: 20,
+			cause:     "connection refused (979 items)",
+			attention: []string{"980 items waiting for a retry, 979 of them after connection refused (next at 2026-12-01T19:15:00Z)"}},
+		{name: "throttled items counted at every wait of a minute do not hide the refused ones", b: b, now: now,
+			p: Progress{Done: 9987, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 9987}, FannedOut: 10_000, FanChunks: 2, UpdatedAt: now,
+				RetryDue:     map[int64]int64{DueMinute(now.Add(30 * time.Second)): 400, DueMinute(now.Add(10 * time.Minute)): 3},
+				ThrottledDue: map[int64]int64{DueMinute(now.Add(30 * time.Second)): 400},
+				Causes:       map[string]WaitCause{"connection refused": {Error: "refused", Due: map[int64]int64{DueMinute(now.Add(10 * time.Minute)): 3}}}},
+			waiting: 13, throttled: 10, next: "2026-12-01T19:11:00Z", cause: "connection refused (3 items)",
+			attention: []string{"3 items waiting for a retry after connection refused (next at 2026-12-01T19:20:00Z)"}},
+		{name: "one item waits", b: b, now: now,
+			p: Progress{Done: 9999, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 9999}, FannedOut: 10_000, FanChunks: 2, UpdatedAt: now,
+				RetryDue: map[int64]int64{DueMinute(now.Add(time.Minute)): 1},
+				Causes:   map[string]WaitCause{"http 502": {Error: "webhook: k9: HTTP 502", Due: map[int64]int64{DueMinute(now.Add(time.Minute)): 1}}}},
+			waiting: 1, next: "2026-12-01T19:11:00Z", cause: "http 502 (1 item)",
+			attention: []string{"1 item waiting for a retry after http 502 (next at 2026-12-01T19:11:00Z)"}},
 		{name: "a run fanned out before chunks were counted", b: b, now: now,
 			p:        Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, UpdatedAt: now},
 			inFlight: 9990},
@@ -73,6 +105,13 @@ func TestLiveOf(t *testing.T) {
 			}
 			if got := l.InFlight + l.RetryWaiting + l.NotFannedOut + tt.p.Done; got != tt.b.ItemCount {
 				t.Errorf("the parts sum to %d of %d items", got, tt.b.ItemCount)
+			}
+			cause := ""
+			if l.RetryCause != nil {
+				cause = l.RetryCause.Text()
+			}
+			if l.Throttled != tt.throttled || cause != tt.cause {
+				t.Errorf("throttled %d, cause %q; want %d, %q", l.Throttled, cause, tt.throttled, tt.cause)
 			}
 			next := ""
 			if l.NextRetryAt != nil {

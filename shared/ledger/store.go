@@ -425,12 +425,32 @@ type WaitCount struct {
 	Lane    int // 0 … Batch.CounterShards−1
 	// Due counts the items whose retry was scheduled by the Unix minute
 	// (UTC) it is due, rounded up: an item waits until its minute begins.
-	Due         map[int64]int64
+	Due map[int64]int64
+	// Throttled counts, by the same minutes, the items of Due that wait
+	// out a throttling (the downstream's own rate: an HTTP 429 or 503 and
+	// its Retry-After, Lambda's TooManyRequestsException), which uses no
+	// attempt.
+	Throttled map[int64]int64
+	// Causes counts, by failure class (FailureClass), the other items of
+	// Due: those that wait after a transient failure, by the same minutes,
+	// with one failure's text.
+	Causes      map[string]WaitCause
 	Interrupted int64 // attempts cut off or taken over (outcome unknown)
 	TimedOut    int64 // attempts whose call was given up without an answer (*pipeline.TimeoutError)
 	Token       string
 	Now         time.Time
 }
+
+// WaitCause is the items waiting for a retry after transient failures of
+// one class (WaitCount.Causes, Progress.Causes): by the Unix minute their
+// retry is due, with one failure's text (cut to MaxWaitCauseBytes).
+type WaitCause struct {
+	Error string
+	Due   map[int64]int64
+}
+
+// MaxWaitCauseBytes is the longest failure text a wait cause keeps.
+const MaxWaitCauseBytes = 256
 
 // FanCount is one write of Store.CountFanned.
 type FanCount struct {
@@ -490,6 +510,12 @@ type Progress struct {
 	// minute it is due (WaitCount.Due summed): those of minutes still to
 	// come are waiting (Waiting, NextRetry).
 	RetryDue map[int64]int64
+	// ThrottledDue counts, by the same minutes, those of RetryDue that
+	// wait out a throttling (WaitCount.Throttled); Causes the others, by
+	// failure class (WaitCount.Causes; a store may keep a few classes
+	// only, and then merges the others into them).
+	ThrottledDue map[int64]int64
+	Causes       map[string]WaitCause
 	// Interrupted counts the run's attempts whose outcome is unknown (cut
 	// off at the invocation's deadline or a lease's end, or taken over
 	// after their holder died).
@@ -506,9 +532,44 @@ type Progress struct {
 
 // Waiting is how many items wait for a retry due after now (counted by
 // the minute: an item due within the current minute no longer counts).
-func (p Progress) Waiting(now time.Time) int64 {
-	var n int64
+func (p Progress) Waiting(now time.Time) int64 { return dueAfter(p.RetryDue, now) }
+
+// ThrottledWaiting is how many items wait out a throttling, due after
+// now (as Waiting).
+func (p Progress) ThrottledWaiting(now time.Time) int64 { return dueAfter(p.ThrottledDue, now) }
+
+// Cause is the failure class most items wait a retry for after now, its
+// text and how many wait for it ("" and 0 when none waits after a
+// failure). Ties go to the class that sorts first.
+func (p Progress) Cause(now time.Time) (class, text string, items int64) {
+	for c, w := range p.Causes {
+		if n := dueAfter(w.Due, now); n > items || n == items && n > 0 && c < class {
+			class, text, items = c, w.Error, n
+		}
+	}
+	return class, text, items
+}
+
+// NextFailedRetry is NextRetry of the items waiting after a failure (not
+// a throttling): the first minute after now in which more retries are
+// due than throttled ones; zero when none.
+func (p Progress) NextFailedRetry(now time.Time) time.Time {
+	var next int64
 	for m, c := range p.RetryDue {
+		if c > p.ThrottledDue[m] && m*60 > now.Unix() && (next == 0 || m < next) {
+			next = m
+		}
+	}
+	if next == 0 {
+		return time.Time{}
+	}
+	return time.Unix(next*60, 0).UTC()
+}
+
+// dueAfter sums the counts of due whose minute begins after now.
+func dueAfter(due map[int64]int64, now time.Time) int64 {
+	var n int64
+	for m, c := range due {
 		if m*60 > now.Unix() {
 			n += c
 		}

@@ -355,7 +355,7 @@ func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error
 			continue // a read may still be going
 		case b.SubmitAttempts >= limit:
 			r := api.SubmitRefusal{Code: api.RefusalInternal, Message: fmt.Sprintf(
-				"the source was not read after %d attempts, each ended by an error or the submit function's timeout (its log names the batch id)", b.SubmitAttempts)}
+				"the source was not read after %s, each ended by an error or the submit function's timeout (its log names the batch id)", api.Count(b.SubmitAttempts, "attempt"))}
 			if _, err := s.refuse(ctx, b, r); err != nil {
 				errs = append(errs, err)
 			} else {

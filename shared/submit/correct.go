@@ -93,7 +93,7 @@ func (s *Submitter) Correct(ctx context.Context, id string, req api.CorrectReque
 	}
 	if len(b.Revisions) >= api.MaxRevisions {
 		s.drop(ctx, corr.key)
-		return CorrectResult{}, &api.InputError{Field: "source", Reason: fmt.Sprintf("batch %s has %d corrections, the most one batch takes", id, api.MaxRevisions)}
+		return CorrectResult{}, &api.InputError{Field: "source", Reason: fmt.Sprintf("batch %s has %s, the most one batch takes", id, api.Count(api.MaxRevisions, "correction"))}
 	}
 	n := len(b.Revisions) + 2
 	plan, err := s.mergeCorrections(ctx, b, n, corr)
@@ -158,7 +158,7 @@ func (s *Submitter) readCorrections(ctx context.Context, b ledger.Batch, src api
 	var bytes int64
 	err = source.ReadSource(ctx, s.Blobs, src, keyField, func(it source.SourceItem) error {
 		if len(c.inputs) >= api.MaxCorrectionItems {
-			return &api.InputError{Field: sourceField(src), Line: it.Line, Element: it.Element, Reason: fmt.Sprintf("more than %d corrected items: correct in several goes", api.MaxCorrectionItems)}
+			return &api.InputError{Field: sourceField(src), Line: it.Line, Element: it.Element, Reason: fmt.Sprintf("more than %s: correct in several goes", api.Count(api.MaxCorrectionItems, "corrected item"))}
 		}
 		if bytes += int64(len(it.Input)); bytes > api.MaxCorrectionBytes {
 			return &api.InputError{Field: sourceField(src), Line: it.Line, Element: it.Element, Reason: fmt.Sprintf("corrected inputs over %d MiB: correct in several goes", api.MaxCorrectionBytes>>20)}
@@ -291,7 +291,7 @@ func (s *Submitter) mergeCorrections(ctx context.Context, b ledger.Batch, n int,
 		return abort(fmt.Errorf("correct %s: read manifest: %w", b.ID, err))
 	}
 	if i != b.ItemCount {
-		return abort(fmt.Errorf("correct %s: manifest %s holds %d items, the batch %d", b.ID, b.CurrentManifestKey(), i, b.ItemCount))
+		return abort(fmt.Errorf("correct %s: manifest %s holds %s, the batch %d", b.ID, b.CurrentManifestKey(), api.Count(i, "item"), b.ItemCount))
 	}
 	if len(where) < len(c.inputs) {
 		var missing []string

@@ -99,7 +99,7 @@ func (s *Submitter) chunks(ctx context.Context, b ledger.Batch) ([]source.Chunk,
 		return nil, nil, err
 	}
 	if cut.n != b.RunItems() {
-		return nil, nil, fmt.Errorf("manifest %s holds %d items, the run %d", key, cut.n, b.RunItems())
+		return nil, nil, fmt.Errorf("manifest %s holds %s, the run %d", key, api.Count(cut.n, "item"), b.RunItems())
 	}
 	return cut.chunks, correctionMarks(b, keys, index, cut.perItems()), nil
 }

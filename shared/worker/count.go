@@ -98,7 +98,25 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 			order = append(order, k)
 		}
 		if !d.retryAt.IsZero() {
-			c.Due[ledger.DueMinute(d.retryAt)]++
+			m := ledger.DueMinute(d.retryAt)
+			c.Due[m]++
+			switch {
+			case d.throttled:
+				if c.Throttled == nil {
+					c.Throttled = map[int64]int64{}
+				}
+				c.Throttled[m]++
+			case d.waitClass != "":
+				if c.Causes == nil {
+					c.Causes = map[string]ledger.WaitCause{}
+				}
+				w, ok := c.Causes[d.waitClass]
+				if !ok {
+					w = ledger.WaitCause{Error: pipeline.CutText(d.waitText, ledger.MaxWaitCauseBytes), Due: map[int64]int64{}}
+				}
+				w.Due[m]++
+				c.Causes[d.waitClass] = w
+			}
 		}
 		if d.interrupted {
 			c.Interrupted++

@@ -253,7 +253,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	for _, r := range runs {
 		if r.started && !r.lost && !r.committed && r.ending.Retry() {
-			dns = append(dns, done{batch: b, retryAt: due})
+			dns = append(dns, waitDone(b, r.ending, due))
 		}
 	}
 	if throttled && wait <= api.MaxResendDelay {
@@ -274,6 +274,20 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	log.WarnContext(ctx, "items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
 	return false, dns
+}
+
+// waitDone is the live view's count of an item whose attempt ended with
+// e, waiting for its retry due then: after a throttling, or a transient
+// failure of its class ("transient" when it has none).
+func waitDone(b ledger.Batch, e ledger.Ending, due time.Time) done {
+	d := done{batch: b, retryAt: due, throttled: e.Throttled}
+	if !e.Throttled {
+		d.waitClass, d.waitText = e.Class, e.Error
+		if d.waitClass == "" {
+			d.waitClass = "transient"
+		}
+	}
+	return d
 }
 
 // resend sends m again as a new message delivered after wait (at most

@@ -141,12 +141,16 @@ type done struct {
 	ran         bool
 	class, text string
 	// Not an ending, for the live view only (outcome empty): retryAt, an
-	// item waiting for a retry due then; interrupted (with or without an
-	// outcome), an attempt whose outcome was unknown; timedOut, an
-	// attempt whose call was given up without an answer.
-	retryAt     time.Time
-	interrupted bool
-	timedOut    bool
+	// item waiting for a retry due then, after a throttling (throttled)
+	// or a transient failure of class waitClass (one text: waitText);
+	// interrupted (with or without an outcome), an attempt whose outcome
+	// was unknown; timedOut, an attempt whose call was given up without
+	// an answer.
+	retryAt             time.Time
+	throttled           bool
+	waitClass, waitText string
+	interrupted         bool
+	timedOut            bool
 }
 
 // doneOf is the done of an item whose state s is terminal in b's run.

@@ -24,9 +24,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/schollz/progressbar/v3"
+	"github.com/aws/smithy-go/logging"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -121,16 +120,9 @@ func (a *app) load(ctx context.Context) error {
 	if a.loaded {
 		return nil
 	}
-	var opts []func(*awsconfig.LoadOptions) error
-	if a.profile != "" {
-		opts = append(opts, awsconfig.WithSharedConfigProfile(a.profile))
-	}
-	if a.region != "" {
-		opts = append(opts, awsconfig.WithRegion(a.region))
-	}
-	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	c, err := sdkConfig(ctx, a.profile, a.region)
 	if err != nil {
-		return fmt.Errorf("AWS config: %w", err)
+		return err
 	}
 	a.aws = c
 	if a.outs, err = a.findStack(ctx, c); err != nil {
@@ -141,6 +133,27 @@ func (a *app) load(ctx context.Context) error {
 	}
 	a.loaded = true
 	return nil
+}
+
+// sdkConfig loads the AWS configuration every command uses: --profile
+// and --region over the environment and shared files, and no SDK log
+// lines. The SDK logs warnings of its own on stderr ("WARN failed to
+// discard remaining HTTP response body, this may affect connection
+// reuse"), in the middle of a command's output; a command says what
+// went wrong itself, with the SDK's error after "cause:".
+func sdkConfig(ctx context.Context, profile, region string) (aws.Config, error) {
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithLogger(logging.Nop{}), awsconfig.WithClientLogMode(0)}
+	if profile != "" {
+		opts = append(opts, awsconfig.WithSharedConfigProfile(profile))
+	}
+	if region != "" {
+		opts = append(opts, awsconfig.WithRegion(region))
+	}
+	c, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("AWS config: %w", err)
+	}
+	return c, nil
 }
 
 func (a *app) printJSON(v any) error {
@@ -275,7 +288,7 @@ func (a *app) submitCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					textf(a.errw, "uploaded %d files to %s\n", n, uri)
+					textf(a.errw, "uploaded %s to %s\n", api.Count(n, "file"), uri)
 					req.Source = api.SourceSpec{Prefix: uri}
 					local = true
 					break
@@ -333,7 +346,7 @@ func (a *app) submitCmd() *cobra.Command {
 					req.BatchID = RequestBatchID(req)
 				}
 			}
-			textf(a.errw, "batch %s: submitting\n", req.BatchID)
+			a.announceSubmit(ctx, req)
 			v, err := a.api.Submit(ctx, req)
 			if err != nil {
 				return submitError(err, req.BatchID)
@@ -529,12 +542,78 @@ func (a *app) submitted(ctx context.Context, v wire.BatchView) error {
 	} else {
 		textln(a.out, v.ID)
 	}
-	switch v.Status {
-	case api.StatusRefused:
+	switch {
+	case v.Status == api.StatusRefused:
 		return &ExitError{Code: ExitFailure, Err: refusedError(v)}
-	case api.StatusSubmitting:
+	case v.Status == api.StatusSubmitting:
+	case !created && v.Status.Finished():
+		// Nothing was submitted: the batch these items and settings
+		// started answers, as it ended.
+		textf(a.errw, "batch %s: %s; nothing runs again (--rerun starts a new run)\n", v.ID, EndedText(v))
+		return finishedExit(v)
+	case !created:
+		textf(a.errw, "batch %s: already submitted with these items and settings: %s, run %d is going; nothing new was submitted (follow it: bulkrun watch %s)\n",
+			v.ID, api.Count(v.ItemCount, "item"), v.Run, v.ID)
 	default:
-		textf(a.errw, "batch %s: %d items, run %d (created: %v)\n", v.ID, v.ItemCount, v.Run, created)
+		textf(a.errw, "batch %s: submitted: %s, run %d\n", v.ID, api.Count(v.ItemCount, "item"), v.Run)
+	}
+	return nil
+}
+
+// announceSubmit says, before the first try, what the submit is about to
+// do with its batch id: submit a new batch, or — the id naming a batch
+// already — ask for the batch that these items and settings started
+// (nothing runs twice), or a new run of it (--rerun). The id is printed
+// first in every case, so that an interrupted command can be retried
+// with it. A batch that cannot be read counts as new.
+func (a *app) announceSubmit(ctx context.Context, req api.SubmitRequest) {
+	v, err := a.api.Status(ctx, req.BatchID)
+	switch {
+	case err != nil || v.Status == api.StatusRefused:
+		textf(a.errw, "batch %s: submitting\n", req.BatchID)
+	case req.Rerun && v.Status.Finished():
+		textf(a.errw, "batch %s: exists already (%s, run %d): starting a new run of what did not succeed (--rerun)\n", req.BatchID, v.Status, v.Run)
+	default:
+		textf(a.errw, "batch %s: exists already (%s, run %d): the same items and settings answer it, and nothing runs twice\n", req.BatchID, v.Status, v.Run)
+	}
+}
+
+// EndedText is how a finished batch ended, in words: "completed, run 1:
+// 2 succeeded, 1 failed; needs attention (bulkrun status ID)".
+func EndedText(v wire.BatchView) string {
+	t := fmt.Sprintf("%s, run %d", v.Status, v.Run)
+	if c := v.Census; c != nil {
+		var parts []string
+		for _, o := range []struct {
+			n    int64
+			name string
+		}{{c.Succeeded, "succeeded"}, {c.Failed, "failed"}, {c.Quarantined, "quarantined"}, {c.Cancelled, "cancelled"}, {c.InFlight, "in flight"}} {
+			if o.n > 0 || o.name == "succeeded" {
+				parts = append(parts, fmt.Sprintf("%d %s", o.n, o.name))
+			}
+		}
+		t += ": " + strings.Join(parts, ", ")
+	}
+	if needsCheck(v) {
+		t += fmt.Sprintf("; needs attention (bulkrun status %s)", v.ID)
+	}
+	return t
+}
+
+// needsCheck reports whether a finished batch needs attention as the
+// exit status says it (ExitNeedsCheck): it did not complete, or it left
+// items failed or quarantined.
+func needsCheck(v wire.BatchView) bool {
+	c := v.Census
+	return v.Status != api.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0)
+}
+
+// finishedExit is the exit of a command that ends on a finished batch:
+// ExitNeedsCheck when it needs attention, else nil. watch, submit and
+// upload end the same way on the same batch.
+func finishedExit(v wire.BatchView) error {
+	if needsCheck(v) {
+		return &ExitError{Code: ExitNeedsCheck}
 	}
 	return nil
 }
@@ -695,115 +774,26 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 	return "s3://" + bucket + "/" + prefix, len(files), nil
 }
 
-func (a *app) watchCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "watch ID",
-		Short: "Show a progress bar until the batch's run finishes, then its census; exit 3 if it needs attention",
-		Args:  exactArgs(1, "a batch ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.load(cmd.Context()); err != nil {
-				return err
-			}
-			return a.watch(cmd.Context(), args[0])
-		},
-	}
-}
-
-func (a *app) watch(ctx context.Context, id string) error {
-	v, err := a.api.Status(ctx, id)
-	if err != nil {
-		return err
-	}
-	// A progress bar on a terminal; elsewhere (a log, a pipe) a plain line
-	// every 10 seconds.
-	tty := false
-	if f, ok := a.errw.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
-	var bar *progressbar.ProgressBar
-	if tty {
-		bar = progressbar.NewOptions64(v.ItemCount,
-			progressbar.OptionSetWriter(a.errw), progressbar.OptionSetDescription(id),
-			progressbar.OptionShowCount(), progressbar.OptionThrottle(250*time.Millisecond), progressbar.OptionSetPredictTime(true))
-	}
-	start, startDone, lastLine := time.Now(), int64(-1), time.Time{}
-	// Ctrl-C stops the watching, not the batch: its run goes on in the
-	// stack, and the command says so and how to come back to it.
-	wctx, stopWatching := a.interruptible(ctx)
-	defer stopWatching()
-	final, err := a.api.Wait(wctx, id, time.Second, func(v wire.BatchView) {
-		var done int64
-		var desc string
-		switch {
-		case v.Census != nil:
-			c := v.Census
-			done = c.Total - c.Pending - c.InFlight
-			desc = fmt.Sprintf("run %d: ok %d failed %d quarantined %d cancelled %d in flight %d", v.Run, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight)
-		case v.Progress != nil:
-			done = v.Progress.Done
-			desc = fmt.Sprintf("run %d: done %d failures %d", v.Run, v.Progress.Done, v.Progress.Failures)
-		case v.Status == api.StatusSubmitting:
-			if time.Since(lastLine) >= 10*time.Second {
-				lastLine = time.Now()
-				textf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
-			}
-			return
-		default:
-			return
-		}
-		if bar != nil && bar.GetMax64() != v.ItemCount {
-			bar.ChangeMax64(v.ItemCount) // the item count is known once the manifest is frozen
-		}
-		if startDone < 0 {
-			startDone = done // the rate counts what this watch saw happen
-		}
-		if secs := time.Since(start).Seconds(); secs >= 1 {
-			desc += fmt.Sprintf(", %.1f items/s", float64(done-startDone)/secs)
-		}
-		if bar != nil {
-			_ = bar.Set64(done)
-			bar.Describe(desc)
-		} else if time.Since(lastLine) >= 10*time.Second || v.Status.Finished() {
-			lastLine = time.Now()
-			textf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
-		}
-	})
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		if bar != nil {
-			_ = bar.Exit()
-		}
-		textf(a.errw, "\ninterrupted: stopped watching batch %s; the batch keeps running in the stack (Ctrl-C stops this command only).\n", id)
-		textf(a.errw, "  follow it again: bulkrun watch %s\n  its status:      bulkrun status %s\n  stop its run:    bulkrun cancel %s\n", id, id, id)
-		return &ExitError{Code: ExitInterrupted}
-	}
-	if bar != nil {
-		_ = bar.Finish()
-		textln(a.errw)
-	}
-	if err != nil {
-		return err
-	}
-	if err := a.show(final); err != nil {
-		return err
-	}
-	if final.Status == api.StatusRefused {
-		return refusedError(final)
-	}
-	c := final.Census
-	if final.Status != api.StatusCompleted || c != nil && (c.Failed > 0 || c.Quarantined > 0) {
-		return &ExitError{Code: ExitNeedsCheck}
-	}
-	return nil
-}
-
 // LiveText is a running batch's live view on one line: "live: in flight
-// 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
-// fanned out 0  last progress 19:05:12Z", with "  timed out N" after the
-// interrupted attempts when some timed out.
+// 20  waiting for a retry 980 (next at 19:16:00Z; 960 after http 502, 20
+// waiting out a throttling)  interrupted 3  not fanned out 0  last
+// progress 19:05:12Z", with "  timed out N" after the interrupted
+// attempts when some timed out.
 func LiveText(l api.LiveView) string {
+	var why []string
+	if c := l.RetryCause; c != nil {
+		why = append(why, fmt.Sprintf("%d after %s", c.Items, c.Class))
+	}
+	if l.Throttled > 0 {
+		why = append(why, fmt.Sprintf("%d waiting out a throttling", l.Throttled))
+	}
 	next := ""
 	if l.NextRetryAt != nil {
-		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z)"
+		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z"
+		if len(why) > 0 {
+			next += "; " + strings.Join(why, ", ")
+		}
+		next += ")"
 	}
 	timed := ""
 	if l.TimedOut > 0 {
@@ -900,8 +890,8 @@ func (a *app) itemsCmd() *cobra.Command {
 					if all {
 						more = " --all"
 					}
-					pageErr = fmt.Errorf("%w; the %d items above were read: go on with bulkrun items %s --outcome %s --cursor %s%s",
-						err, len(items), args[0], outcome, next, more)
+					pageErr = fmt.Errorf("%w; the %s above were read: go on with bulkrun items %s --outcome %s --cursor %s%s",
+						err, api.Count(len(items), "item"), args[0], outcome, next, more)
 					break
 				}
 				if p.Live != nil {
@@ -927,7 +917,7 @@ func (a *app) itemsCmd() *cobra.Command {
 				// Items without a row in the run are not listed above.
 				textf(a.out, "%s\n", LiveText(*live))
 				if live.NotFannedOut > 0 {
-					textf(a.out, "%d items not fanned out yet: their chunk's item messages are not all sent (its fan-out message is queued, or comes back after a failed or timed-out invocation); they have no row to list\n", live.NotFannedOut)
+					textf(a.out, "%s not fanned out yet: their chunk's item messages are not all sent (its fan-out message is queued, or comes back after a failed or timed-out invocation); they have no row to list\n", api.Count(live.NotFannedOut, "item"))
 				}
 			}
 			if next != "" {
@@ -1100,7 +1090,7 @@ func (a *app) releaseCmd() *cobra.Command {
 			if len(keys) == 1 && !all {
 				textf(a.out, "released %s\n", keys[0])
 			} else {
-				textf(a.out, "released %d quarantined items of %s; bulkrun resume %s runs them\n", len(keys), args[0], args[0])
+				textf(a.out, "released %s of %s; bulkrun resume %s runs them\n", api.Count(len(keys), "quarantined item"), args[0], args[0])
 			}
 			return nil
 		},
@@ -1132,7 +1122,7 @@ func (a *app) printReport(r api.Report) {
 	c := r.Census
 	textf(a.out, "batch %s run %d: %s (needs_attention %v)\n", r.BatchID, r.Run, r.Status, r.NeedsAttention)
 	if rv := r.Revision; rv != nil {
-		textf(a.out, "revision %d: this run ran %d corrected items; its census and results hold every item of the batch, each line naming its run and revision\n", rv.N, rv.Items)
+		textf(a.out, "revision %d: this run ran %s; its census and results hold every item of the batch, each line naming its run and revision\n", rv.N, api.Count(rv.Items, "corrected item"))
 	}
 	textf(a.out, "census: total %d  succeeded %d  failed %d  quarantined %d  cancelled %d\n", c.Total, c.Succeeded, c.Failed, c.Quarantined, c.Cancelled)
 	a.printCost("cost (ending attempts)", c.Cost)
@@ -1159,7 +1149,7 @@ func ThresholdText(t api.Threshold, stop bool) string {
 		parts = append(parts, fmt.Sprintf("more than %s %% of the items", strconv.FormatFloat(*p, 'f', -1, 64)))
 	}
 	if c := t.FailureCount; c != nil {
-		parts = append(parts, fmt.Sprintf("more than %d items", *c))
+		parts = append(parts, "more than "+api.Count(*c, "item"))
 	}
 	how := "the run stops as soon as they do"
 	if !stop {
@@ -1179,7 +1169,7 @@ func VerdictText(v api.Verdict, sofar bool) string {
 	if v.Exceeded {
 		return fmt.Sprintf("%s: threshold exceeded (%s)", label, v.Detail)
 	}
-	return fmt.Sprintf("%s: within the threshold (%d failures of %d items)", label, v.Failures, v.Total)
+	return fmt.Sprintf("%s: within the threshold (%s of %s)", label, api.Count(v.Failures, "failure"), api.Count(v.Total, "item"))
 }
 
 // refusalText is a refusal's code and message; the message names the
@@ -1231,6 +1221,6 @@ func PauseText(p api.Pause) string {
 	if p.By == api.PauseByCaller {
 		return fmt.Sprintf("paused by a caller since %s%s; no item starts until unpause", p.Since.UTC().Format(time.RFC3339), next)
 	}
-	return fmt.Sprintf("paused by an outage since %s (%s: %s); %d probes%s; no item starts until a probe is answered or unpause",
-		p.Since.UTC().Format(time.RFC3339), p.Class, p.Error, p.Probes, next)
+	return fmt.Sprintf("paused by an outage since %s (%s: %s); %s%s; no item starts until a probe is answered or unpause",
+		p.Since.UTC().Format(time.RFC3339), p.Class, p.Error, api.Count(p.Probes, "probe"), next)
 }

@@ -160,17 +160,7 @@ console's session; without it the console answers nothing.`,
 			u := fmt.Sprintf("http://127.0.0.1:%d/?token=%s", c.port, c.token)
 			textf(a.out, "bulkrun console: %s (stack %s; Ctrl-C to stop)\n", u, a.stack)
 			if open {
-				// The browser is given a private file that leads to u, not u
-				// itself: a command line is visible to every user of the
-				// machine (ps), the token must not be.
-				f, err := consoleOpener(u)
-				if err == nil {
-					defer os.Remove(f)
-					err = openBrowser("file://" + filepath.ToSlash(f))
-				}
-				if err != nil {
-					textf(a.errw, "could not open a browser (%v): open %s yourself\n", err, u)
-				}
+				defer a.openConsole(u)()
 			}
 			return c.Serve(ctx, ln)
 		},
@@ -178,6 +168,26 @@ console's session; without it the console answers nothing.`,
 	cmd.Flags().IntVar(&port, "port", DefaultConsolePort, "port on 127.0.0.1 (0: any free port)")
 	cmd.Flags().BoolVar(&open, "open", false, "open the console in the default browser")
 	return cmd
+}
+
+// openConsole opens the console's address u in the default browser, or
+// says why it could not and to open u by hand; it returns what to do
+// once the console stops (remove the opener's file).
+//
+// The browser is given a private file that leads to u, not u itself: a
+// command line is visible to every user of the machine (ps), the token
+// must not be.
+func (a *app) openConsole(u string) func() {
+	done := func() {}
+	f, err := consoleOpener(u)
+	if err == nil {
+		done = func() { os.Remove(f) }
+		err = openBrowser("file://" + filepath.ToSlash(f))
+	}
+	if err != nil {
+		textf(a.errw, "could not open a browser (%v): open %s in a browser on this machine\n", err, u)
+	}
+	return done
 }
 
 // consoleListen listens on 127.0.0.1:port (0: a free port), the loopback
@@ -212,7 +222,14 @@ func consoleOpener(u string) (string, error) {
 	return f.Name(), nil
 }
 
-// openBrowser asks the desktop to open u.
+// browserWait is how long openBrowser waits for the desktop's opener to
+// answer: one that is still running then is taken to have opened it.
+const browserWait = 5 * time.Second
+
+// openBrowser asks the desktop to open u, and waits up to browserWait for
+// its opener's answer: an opener that is missing, or that exits with an
+// error (a machine without a browser or a display: xdg-open's "no method
+// available"), is an error naming it and the last line it said.
 func openBrowser(u string) error {
 	var cmd *exec.Cmd
 	switch runtime.GOOS {
@@ -223,7 +240,26 @@ func openBrowser(u string) error {
 	default:
 		cmd = exec.Command("xdg-open", u)
 	}
-	return cmd.Start()
+	var said bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &said, &said
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil {
+			return nil
+		}
+		lines := strings.Split(strings.TrimSpace(said.String()), "\n")
+		if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+			return fmt.Errorf("%s: %v: %s", filepath.Base(cmd.Path), err, last)
+		}
+		return fmt.Errorf("%s: %v", filepath.Base(cmd.Path), err)
+	case <-time.After(browserWait):
+		return nil
+	}
 }
 
 // Console is the web console's HTTP handler. It answers only requests
@@ -528,7 +564,7 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 			cb.Source = v.Source
 			cb.SourceKind, cb.SourceLabel = SourceOf(c.bucket, v.Source, v.SubmittedBy)
 			// The row is current; the index the listing reads may lag.
-			cb.Status, cb.Run, cb.NeedsAttention, cb.Stop = v.Status, v.Run, v.NeedsAttention, v.Stop
+			cb.Status, cb.Run, cb.NeedsAttention, cb.Stop, cb.Pause = v.Status, v.Run, v.NeedsAttention, v.Stop, v.Pause
 		}(&out.Batches[i])
 	}
 	wg.Wait()
@@ -544,6 +580,99 @@ type ConsoleBatchPage struct {
 	// SourceKind and SourceLabel say where the items came from (SourceOf).
 	SourceKind  string `json:"source_kind"`
 	SourceLabel string `json:"source_label"`
+	// Failures are the last finished run's failed items by cause, from
+	// its results (FailureCauses); absent when none failed.
+	Failures *ConsoleFailures `json:"failures,omitempty"`
+}
+
+// ConsoleFailures is why a finished run's items failed: its failed
+// results lines grouped by reason and error (the item's key in the error
+// read as "{key}"), the commonest first, at most consoleCausesShown
+// causes. Read counts the lines read (at most consoleCauseLines);
+// Complete says they were all of them.
+type ConsoleFailures struct {
+	Causes   []ConsoleCause `json:"causes"`
+	Read     int64          `json:"read"`
+	Complete bool           `json:"complete"`
+}
+
+// ConsoleCause is one cause of failure: the reason (permanent,
+// max-attempts, dead-lettered, …), the error as the items have it with
+// their key as "{key}", how many items failed so, and one of them.
+type ConsoleCause struct {
+	Reason  api.Reason `json:"reason"`
+	Error   string     `json:"error"`
+	Items   int64      `json:"items"`
+	Example string     `json:"example"`
+}
+
+// Failure causes: how much of a results file the batch page reads.
+const (
+	consoleCauseLines  = 100_000
+	consoleCausesShown = 5
+)
+
+// FailureCauses groups the results lines of failed items read from r (at
+// most consoleCauseLines) by reason and error, an item's key in its error
+// read as "{key}" (errors that name their item are one cause), the
+// commonest first.
+func FailureCauses(r io.Reader) (ConsoleFailures, error) {
+	type cause struct {
+		reason  api.Reason
+		text    string
+		items   int64
+		example string
+		first   int
+	}
+	by := map[string]*cause{}
+	var out ConsoleFailures
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		if out.Read == consoleCauseLines {
+			_, err := br.Peek(1)
+			out.Complete = err == io.EOF
+			break
+		}
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			var l api.ResultLine
+			if jerr := json.Unmarshal(line, &l); jerr != nil {
+				return out, fmt.Errorf("results line %d: %w", out.Read+1, jerr)
+			}
+			out.Read++
+			text := l.Error
+			if l.Key != "" {
+				text = strings.ReplaceAll(text, l.Key, "{key}")
+			}
+			k := string(l.Reason) + "\x00" + text
+			if by[k] == nil {
+				by[k] = &cause{reason: l.Reason, text: text, example: l.Key, first: len(by)}
+			}
+			by[k].items++
+		}
+		if err == io.EOF {
+			out.Complete = true
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	all := make([]*cause, 0, len(by))
+	for _, c := range by {
+		all = append(all, c)
+	}
+	slices.SortFunc(all, func(a, b *cause) int {
+		if a.items != b.items {
+			return int(b.items - a.items)
+		}
+		return a.first - b.first
+	})
+	out.Causes = []ConsoleCause{}
+	for _, c := range all[:min(len(all), consoleCausesShown)] {
+		out.Causes = append(out.Causes, ConsoleCause{Reason: c.reason, Error: c.text, Items: c.items, Example: c.example})
+	}
+	return out, nil
 }
 
 func (c *Console) batchID(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -575,9 +704,34 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 		}
 		if err == nil {
 			out.Report = &rep
+			out.Failures = c.failures(r.Context(), id, rep)
 		}
 	}
 	writeConsoleJSON(w, http.StatusOK, out)
+}
+
+// failures reads the failed items' causes of a finished run from its
+// failed results file (nil when none failed, or it cannot be read: the
+// page then does without).
+func (c *Console) failures(ctx context.Context, id string, rep api.Report) *ConsoleFailures {
+	loc, ok := rep.Results.Files[api.OutcomeFailed]
+	if !ok || rep.Census.Failed == 0 {
+		return nil
+	}
+	key, ok := c.bucketKey(loc.URI)
+	if !ok || !strings.HasPrefix(key, "batches/"+id+"/") {
+		return nil
+	}
+	body, _, err := c.objs.GetObject(ctx, key, 0)
+	if err != nil {
+		return nil
+	}
+	defer body.Close()
+	f, err := FailureCauses(body)
+	if err != nil {
+		return nil
+	}
+	return &f
 }
 
 // ConsoleRun is one run of a batch as the batch page lists it: from its

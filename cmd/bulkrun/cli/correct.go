@@ -106,13 +106,20 @@ func (a *app) corrected(ctx context.Context, v wire.CorrectionView, watch bool) 
 func CorrectionText(v wire.CorrectionView) string {
 	r := v.Revision
 	if v.Batch.Created == nil || !*v.Batch.Created {
-		return fmt.Sprintf("batch %s: these corrections are revision %d already (%d items, run %d); nothing new started", v.Batch.ID, r.N, r.Items, r.Run)
+		return fmt.Sprintf("batch %s: these corrections are revision %d already (%s, run %d); nothing new started", v.Batch.ID, r.N, api.Count(r.Items, "item"), r.Run)
 	}
 	also := ""
 	if n := r.RunItems - r.Items; n > 0 {
-		also = fmt.Sprintf(" (the %d other items of their packs are counted, not run)", n)
+		// Items share a queue message and a row in packs; a person who
+		// corrected items need not know the word: the others travel
+		// with the corrected ones and keep their outcome.
+		also = fmt.Sprintf(" (not run again, only counted: %s stored with the corrected ones)", api.Count(n, "other item"))
 	}
-	return fmt.Sprintf("batch %s: revision %d corrects %d items; run %d runs them%s", v.Batch.ID, r.N, r.Items, r.Run, also)
+	them := "them"
+	if r.Items == 1 {
+		them = "it"
+	}
+	return fmt.Sprintf("batch %s: revision %d corrects %s; run %d runs %s%s", v.Batch.ID, r.N, api.Count(r.Items, "item"), r.Run, them, also)
 }
 
 // RevisionText is one line of `bulkrun status` per correction of b: the
@@ -123,6 +130,6 @@ func RevisionText(b api.Batch, r api.Revision) string {
 	if b.RunRevision == r.N && b.Run == r.Run {
 		now = ", this run"
 	}
-	return fmt.Sprintf("revision %d: %d corrected items, run %d%s  (%s, from %s)", r.N, r.Items, r.Run, now,
+	return fmt.Sprintf("revision %d: %s, run %d%s  (%s, from %s)", r.N, api.Count(r.Items, "corrected item"), r.Run, now,
 		r.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"), r.Source)
 }

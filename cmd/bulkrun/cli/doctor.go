@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
@@ -32,16 +32,23 @@ import (
 
 // Doctor verdicts, worst last.
 const (
-	DoctorOK   = "ok"
-	DoctorInfo = "info" // a finding about the account, on the emulator (which is no account)
+	DoctorOK = "ok"
+	// DoctorInfo: a finding only an AWS account can fix (its API Gateway
+	// role, its Lambda quota), seen on the emulator, where there is
+	// nothing to fix: the Fix says what to do on AWS.
+	DoctorInfo = "info"
 	DoctorWarn = "warn" // works, but worth a look
 	DoctorFix  = "fix"  // will break (or is broken): the Fix says what to do
 )
 
+// EmulatorAccount is the account id the emulator answers with.
+const EmulatorAccount = "000000000000"
+
 // DoctorCheck is one line of `bulkrun doctor`.
 type DoctorCheck struct {
-	// Check is concurrency, api-gateway-logging, bucket, source-buckets,
-	// alarm-topic (the preflight's), alarms, queues, batches.
+	// Check is target, concurrency, api-gateway-logging, bucket,
+	// source-buckets, alarm-topic (the preflight's), alarms, queues,
+	// batches.
 	Check  string `json:"check"`
 	Status string `json:"status"` // DoctorOK, DoctorInfo, DoctorWarn, DoctorFix
 	Detail string `json:"detail"`
@@ -67,10 +74,6 @@ type doctorPlan struct {
 	eventAlarms   bool        // BatchEventsAlarmRule: EventBridge publishes to the topic too
 }
 
-// accountChecks are the checks about the account itself, informational
-// on the emulator.
-var accountChecks = []string{"concurrency", "api-gateway-logging"}
-
 // doctorOptions are doctor's flags beyond the plan's.
 type doctorOptions struct {
 	preflight     bool   // only the checks of the account about to receive the stack
@@ -90,6 +93,10 @@ func (a *app) doctorCmd() *cobra.Command {
 		Long: `doctor checks the stack --stack (deployed, or about to be: then --template,
 or the flags, say what it will ask for) against the account it runs in:
 
+  target               where it is: an AWS account and region, or the local
+                       emulator (AWS_ENDPOINT_URL set, account 000000000000),
+                       where findings only an AWS account can fix (its API
+                       Gateway role, its Lambda quota) are informational
   concurrency          the account's Lambda concurrency quota and what is left
                        unreserved (GetAccountSettings) against what the item
                        function's two event sources and the reservations need
@@ -213,16 +220,9 @@ func parseReserved(s string) (map[string]int, error) {
 // for); with it, and no --template or plan flags, what the deployed stack
 // asks (its template, its functions).
 func (a *app) doctor(ctx context.Context, plan doctorPlan, opts doctorOptions) ([]DoctorCheck, error) {
-	var lo []func(*awsconfig.LoadOptions) error
-	if a.profile != "" {
-		lo = append(lo, awsconfig.WithSharedConfigProfile(a.profile))
-	}
-	if a.region != "" {
-		lo = append(lo, awsconfig.WithRegion(a.region))
-	}
-	c, err := awsconfig.LoadDefaultConfig(ctx, lo...)
+	c, err := sdkConfig(ctx, a.profile, a.region)
 	if err != nil {
-		return nil, fmt.Errorf("AWS config: %w", err)
+		return nil, err
 	}
 	outs, err := a.findStack(ctx, c)
 	var setup *SetupError
@@ -239,20 +239,90 @@ func (a *app) doctor(ctx context.Context, plan doctorPlan, opts doctorOptions) (
 			d.readPlan(ctx)
 		}
 	}
+	d.emulator = opts.target == targetEmulator
 	checks := []DoctorCheck{d.concurrency(ctx), d.apiLogging(ctx), d.bucket(ctx), d.sourceBuckets(ctx), d.alarmTopic(ctx)}
 	if !opts.preflight {
+		checks = append([]DoctorCheck{d.target()}, checks...)
 		checks = append(checks, d.alarms(ctx), d.queues(ctx), d.batches(ctx))
 	}
-	if opts.target == targetEmulator {
-		for i, ck := range checks {
-			if slices.Contains(accountChecks, ck.Check) && ck.Status != DoctorOK {
-				checks[i].Status = DoctorInfo
-				checks[i].Detail += " (the emulator: informational)"
-			}
+	if d.emulator {
+		for i := range checks {
+			checks[i] = onEmulator(checks[i])
 		}
 	}
 	return checks, nil
 }
+
+// target says where doctor is: the emulator (--target emulator, the
+// default when AWS_ENDPOINT_URL is set), with its account read from the
+// stack's outputs' ARNs; else the account and region.
+func (d *doctorRun) target() DoctorCheck {
+	ck := DoctorCheck{Check: "target", Status: DoctorOK}
+	endpoint := os.Getenv("AWS_ENDPOINT_URL")
+	account := accountOf(d.outs)
+	switch {
+	case d.emulator && account == "":
+		ck.Detail = "the emulator at " + endpoint + " (AWS_ENDPOINT_URL; no stack deployed to tell its account): findings only an AWS account can fix are informational here"
+	case d.emulator:
+		ck.Detail = "the emulator at " + endpoint + " (AWS_ENDPOINT_URL, account " + account + "): findings only an AWS account can fix are informational here"
+	case account != "":
+		ck.Detail = "AWS account " + account + ", region " + d.aws.Region
+	default:
+		ck.Detail = "AWS, region " + d.aws.Region + " (no stack deployed to tell the account)"
+	}
+	if !d.emulator && endpoint != "" {
+		ck.Detail += " through AWS_ENDPOINT_URL " + endpoint
+	}
+	return ck
+}
+
+// accountOf is the account of the stack's outputs' first ARN, "" when
+// none holds one.
+func accountOf(outs client.Stack) string {
+	keys := make([]string, 0, len(outs))
+	for k := range outs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if p := strings.Split(outs[k], ":"); len(p) >= 6 && p[0] == "arn" && p[4] != "" {
+			return p[4]
+		}
+	}
+	return ""
+}
+
+// accountFindings are the checks whose warnings and fixes only an AWS
+// account can act on (its API Gateway CloudWatch role; its Lambda
+// concurrency quota), unless they name a rule of the stack's own
+// settings.
+var accountFindings = map[string]bool{"api-gateway-logging": true, "concurrency": true}
+
+// onEmulator is ck as the emulator sees it: a finding only an AWS account
+// can fix is informational, its Fix said for AWS.
+func onEmulator(ck DoctorCheck) DoctorCheck {
+	if !accountFindings[ck.Check] || ck.Status == DoctorOK || strings.Contains(ck.Fix, "reserved-covers-event-sources") {
+		return ck
+	}
+	ck.Status = DoctorInfo
+	ck.Detail = "on the emulator, nothing to fix: " + ck.Detail
+	switch {
+	case ck.Check == "concurrency":
+		// The emulator's quota is not an account's: on AWS, doctor checks
+		// the account's own against the same rule.
+		rule := ""
+		if m := ruleName.FindStringSubmatch(ck.Fix); m != nil {
+			rule = " (rule " + m[1] + ")"
+		}
+		ck.Fix = "on AWS, run doctor there: it checks the account's own quota against what the stack needs" + rule
+	case ck.Fix != "":
+		ck.Fix = "on AWS: " + ck.Fix
+	}
+	return ck
+}
+
+// ruleName is a synth rule named in a fix: "(rule event-sources-fit-unreserved)".
+var ruleName = regexp.MustCompile(`\(rule ([a-z0-9-]+)\)`)
 
 type doctorRun struct {
 	aws      aws.Config
@@ -261,6 +331,7 @@ type doctorRun struct {
 	plan     doctorPlan
 	deployed bool
 	stack    string
+	emulator bool // the local emulator (target)
 }
 
 // readPlan reads what the deployed stack asks for: its template
@@ -459,7 +530,7 @@ func (d *doctorRun) alarms(ctx context.Context) DoctorCheck {
 		add(out.MetricAlarms)
 	}
 	slices.Sort(firing)
-	ck.Detail = fmt.Sprintf("%d alarms, %d in ALARM", len(names), len(firing))
+	ck.Detail = fmt.Sprintf("%s, %d in ALARM", api.Count(len(names), "alarm"), len(firing))
 	switch {
 	case len(names) == 0:
 		ck.Status, ck.Fix = DoctorWarn, "no alarm of the stack found: was it deployed with this --stack name?"
@@ -579,7 +650,7 @@ func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 			case left == 0 && age > stalledFinalize:
 				stalled = append(stalled, b.ID+" (every item done, no report: see the finalize-tick alarms)")
 			case left > 0 && queued == 0 && age > stalledFinalize:
-				stalled = append(stalled, fmt.Sprintf("%s (%d items left, no message in the queues: bulkrun resume %s)", b.ID, left, b.ID))
+				stalled = append(stalled, fmt.Sprintf("%s (%s left, no message in the queues: bulkrun resume %s)", b.ID, api.Count(left, "item"), b.ID))
 			}
 		}
 	}

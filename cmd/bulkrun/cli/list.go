@@ -84,7 +84,7 @@ func (a *app) listCmd() *cobra.Command {
 						return err
 					}
 					// The pages read so far are shown, and where to go on.
-					pageErr = fmt.Errorf("%w; the %d batches above were listed: go on with --cursor %s", err, len(got.Batches), req.Cursor)
+					pageErr = fmt.Errorf("%w; the %s above were listed: go on with --cursor %s", err, api.Count(len(got.Batches), "batch"), req.Cursor)
 					got.NextCursor = req.Cursor
 					break
 				}

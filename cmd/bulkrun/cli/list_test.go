@@ -242,7 +242,7 @@ func TestSweepCommand(t *testing.T) {
 
 	answer = `{"expired":2,"deleted":0,"stale":0,"malformed":0,"failed":1,"pending_deletion":1}`
 	var ee *ExitError
-	if _, err := run("text"); !errors.As(err, &ee) || ee.Code != ExitNeedsCheck || !strings.Contains(err.Error(), "2 expired batches are not deleted yet") {
+	if _, err := run("text"); !errors.As(err, &ee) || ee.Code != ExitNeedsCheck || !strings.Contains(err.Error(), "2 expired batches not deleted yet") {
 		t.Fatalf("batches left: %v, want exit %d naming them", err, ExitNeedsCheck)
 	}
 

@@ -53,7 +53,7 @@ func (r sweepAnswer) String() string {
 // exit is exit 3 when expired batches are left for the next pass.
 func (r sweepAnswer) exit() error {
 	if left := r.Failed + r.PendingDeletion; left > 0 {
-		return &ExitError{Code: ExitNeedsCheck, Err: fmt.Errorf("sweep: %d expired batches are not deleted yet (they answer 404 expired already): run bulkrun sweep again, or the hourly sweep finishes them; the sweep function's logs name them", left)}
+		return &ExitError{Code: ExitNeedsCheck, Err: fmt.Errorf("sweep: %s not deleted yet (answering 404 expired already): run bulkrun sweep again, or the hourly sweep finishes the deletion; the sweep function's logs name the ids", api.Count(left, "expired batch"))}
 	}
 	return nil
 }

@@ -196,12 +196,16 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 				return a.printJSON(v)
 			}
 			textln(a.out, v.ID)
-			textf(a.errw, "%s is already s3://%s/%s with these options: batch %s (%s) answers; nothing was uploaded, nothing runs again (--rerun starts a new run)\n",
-				file, bucket, key, v.ID, v.Status)
+			textf(a.errw, "%s is already s3://%s/%s with these options: nothing was uploaded\n", file, bucket, key)
 			if o.watch {
 				return a.watch(ctx, v.ID)
 			}
-			return nil
+			if !v.Status.Finished() {
+				textf(a.errw, "batch %s: run %d is going (follow it: bulkrun watch %s)\n", v.ID, v.Run, v.ID)
+				return nil
+			}
+			textf(a.errw, "batch %s: exists already: %s; nothing runs again (--rerun starts a new run)\n", v.ID, EndedText(v))
+			return finishedExit(v)
 		}
 	}
 	// An earlier upload's refusal under this id (a renamed copy refused,
@@ -217,7 +221,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	if err != nil {
 		return err
 	}
-	textf(a.errw, "uploaded %s (%d items) to %s; batch %s\n", file, sum.Count, uri, id)
+	textf(a.errw, "uploaded %s (%s) to %s; batch %s\n", file, api.Count(sum.Count, "item"), uri, id)
 	v, err := a.uploadedBatch(ctx, id)
 	if err != nil {
 		return err
@@ -231,9 +235,13 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 	}
 	switch {
 	case v.Status == api.StatusRefused:
-		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("the upload was refused: %s (report: s3://%s/%s)", refusalText(v.Refusal), bucket, config.UploadErrorKey(key))}
+		err := fmt.Errorf("the upload was refused: %s (report: s3://%s/%s)", refusalText(v.Refusal), bucket, config.UploadErrorKey(key))
+		if v.Refusal != nil && v.Refusal.Code == api.RefusalRepeatedUpload {
+			err = fmt.Errorf("%w; to run these items again anyway, upload it with --rerun: bulkrun upload %s … --rerun", err, file)
+		}
+		return &ExitError{Code: ExitFailure, Err: err}
 	default:
-		textf(a.errw, "batch %s: %s, %d items, run %d\n", v.ID, v.Status, v.ItemCount, v.Run)
+		textf(a.errw, "batch %s: %s, %s, run %d\n", v.ID, v.Status, api.Count(v.ItemCount, "item"), v.Run)
 	}
 	if o.watch && v.Status != api.StatusRefused {
 		return a.watch(ctx, v.ID)
@@ -376,7 +384,7 @@ func (a *app) putCorrections(ctx context.Context, file, bucket, key string, meta
 		return wire.CorrectionView{}, fmt.Errorf("read back %s: %w", uri, err)
 	}
 	etag := strings.Trim(aws.ToString(head.ETag), `"`)
-	textf(a.errw, "uploaded %s (%d corrected items) to %s; corrections for batch %s\n", file, sum.Count, uri, id)
+	textf(a.errw, "uploaded %s (%s) to %s; corrections for batch %s\n", file, api.Count(sum.Count, "corrected item"), uri, id)
 	return a.uploadedCorrection(ctx, bucket, key, etag, id, sum.Digest)
 }
 

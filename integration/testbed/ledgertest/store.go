@@ -161,7 +161,8 @@ type runKey struct {
 type runCounter struct {
 	chunksDone, lanesDone, failures int64
 	// The live view's counts (CountWaits, CountFanned).
-	due                 map[int64]int64
+	due, throttled      map[int64]int64
+	causes              map[string]ledger.WaitCause
 	interrupted, fanned int64
 	timedOut            int64
 	fanChunks           map[int64]bool
@@ -176,6 +177,7 @@ func (s *Store) runCounter(batchID string, run int) *runCounter {
 	}
 	if rc.due == nil {
 		rc.due, rc.fanChunks = map[int64]int64{}, map[int64]bool{}
+		rc.throttled, rc.causes = map[int64]int64{}, map[string]ledger.WaitCause{}
 	}
 	return rc
 }
@@ -325,6 +327,20 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 	for m, n := range c.Due {
 		rc.due[m] += n
 	}
+	for m, n := range c.Throttled {
+		rc.throttled[m] += n
+	}
+	for class, w := range c.Causes {
+		had := rc.causes[class]
+		if had.Due == nil {
+			had.Due = map[int64]int64{}
+		}
+		had.Error = w.Error
+		for m, n := range w.Due {
+			had.Due[m] += n
+		}
+		rc.causes[class] = had
+	}
 	rc.interrupted += c.Interrupted
 	rc.timedOut += c.TimedOut
 	return nil
@@ -346,10 +362,17 @@ func (s *Store) CountFanned(_ context.Context, c ledger.FanCount) error {
 func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (ledger.Progress, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := ledger.Progress{ByOutcome: map[api.Outcome]int64{}, Cost: pipeline.CostSum{}, Spent: pipeline.CostSum{}, RetryDue: map[int64]int64{}}
+	p := ledger.Progress{ByOutcome: map[api.Outcome]int64{}, Cost: pipeline.CostSum{}, Spent: pipeline.CostSum{}, RetryDue: map[int64]int64{},
+		ThrottledDue: map[int64]int64{}, Causes: map[string]ledger.WaitCause{}}
 	if rc := s.runs[runKey{batchID: batchID, run: run}]; rc != nil {
 		for m, n := range rc.due {
 			p.RetryDue[m] += n
+		}
+		for m, n := range rc.throttled {
+			p.ThrottledDue[m] += n
+		}
+		for class, w := range rc.causes {
+			p.Causes[class] = ledger.WaitCause{Error: w.Error, Due: maps.Clone(w.Due)}
 		}
 		p.Interrupted, p.FannedOut, p.FanChunks = rc.interrupted, rc.fanned, int64(len(rc.fanChunks))
 		p.TimedOut = rc.timedOut

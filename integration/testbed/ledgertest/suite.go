@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -892,9 +893,12 @@ var cases = []suiteCase{
 		}
 		m := ledger.DueMinute(T0.Add(5 * time.Minute))
 		for i, c := range []ledger.WaitCount{
-			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1, TimedOut: 2},
-			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}, TimedOut: 1},
-			{Lane: 1, Due: map[int64]int64{m + 10: 1}, Interrupted: 2},
+			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1, TimedOut: 2, Throttled: map[int64]int64{m: 1},
+				Causes: map[string]ledger.WaitCause{"http 502": {Error: "webhook: k1: HTTP 502", Due: map[int64]int64{m: 2}}}},
+			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}, TimedOut: 1, Causes: map[string]ledger.WaitCause{
+				"http 502":           {Error: "webhook: k7: HTTP 502", Due: map[int64]int64{m: 2}},
+				"connection refused": {Error: "webhook: dial tcp: connection refused", Due: map[int64]int64{m + 10: 3}}}},
+			{Lane: 1, Due: map[int64]int64{m + 10: 1}, Interrupted: 2, Throttled: map[int64]int64{m + 10: 1}},
 		} {
 			c.BatchID, c.Run, c.Token, c.Now = b.ID, 1, fmt.Sprintf("w%d", i), T0.Add(time.Duration(i+1)*time.Minute)
 			check(t, fmt.Sprintf("wait write %d", i), s.CountWaits(ctx, c), nil)
@@ -922,6 +926,17 @@ var cases = []suiteCase{
 		check(t, "waiting before m", p.Waiting(T0), int64(10))
 		check(t, "waiting after m", p.Waiting(time.Unix(m*60, 0)), int64(5))
 		check(t, "next retry", p.NextRetry(T0), time.Unix(m*60, 0).UTC())
+		// The waiting items by cause: throttled ones apart, the others by
+		// failure class, each with one of its errors.
+		check(t, "throttled before m", p.ThrottledWaiting(T0), int64(2))
+		check(t, "throttled after m", p.ThrottledWaiting(time.Unix(m*60, 0)), int64(1))
+		class, text, n := p.Cause(T0)
+		check(t, "cause before m", class, "http 502")
+		check(t, "its items", n, int64(4))
+		check(t, "its error", strings.HasPrefix(text, "webhook: k"), true)
+		class, text, n = p.Cause(time.Unix(m*60, 0))
+		check(t, "cause after m", class+" / "+text, "connection refused / webhook: dial tcp: connection refused")
+		check(t, "its items after m", n, int64(3))
 	}},
 	{"ScanItemsInKeyByteOrder", func(t *testing.T, s ledger.Store) {
 		b := create(t, s, newBatch("b1"))

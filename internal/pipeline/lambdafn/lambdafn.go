@@ -293,14 +293,24 @@ func (p *Pipeline) parse(raw json.RawMessage) (options, error) {
 		return o, &pipeline.OptionError{Option: "function", Err: fmt.Errorf("%w: function %q: %v", ErrInvalidOptions, o.Function, err)}
 	}
 	if !p.allows(o.Function) {
-		list := "none"
-		if len(p.allowed) > 0 {
-			list = strings.Join(p.allowed, ", ")
-		}
-		return o, &pipeline.OptionError{Option: "function", Err: fmt.Errorf("%w: function %q is not allow-listed (the stack's LambdaFunctions, %s: %s)",
-			ErrInvalidOptions, o.Function, config.EnvLambdaFunctions, list)}
+		return o, &pipeline.OptionError{Option: "function", Err: fmt.Errorf("%w: %s", ErrInvalidOptions, p.refusal(o.Function))}
 	}
 	return o, nil
+}
+
+// refusal says that function f is not allow-listed, which are, and how
+// to allow it: the exact command with the functions allowed now and f
+// (the emulator's make deploy, AWS's TARGET=aws), or the construct's
+// prop in a CDK app of one's own.
+func (p *Pipeline) refusal(f string) string {
+	now := "the stack allows none"
+	if len(p.allowed) > 0 {
+		now = "the stack allows only " + strings.Join(p.allowed, ", ")
+	}
+	with := strings.Join(append([]string{f}, p.allowed...), ",")
+	return fmt.Sprintf("function %q is not allow-listed (%s: its LambdaFunctions, %s); allow it and deploy again: make deploy LAMBDA_FUNCTIONS=%s "+
+		"(on AWS: TARGET=aws make deploy LAMBDA_FUNCTIONS=…, with its ARN; in a CDK app of your own: the construct's LambdaFunctions prop)",
+		f, now, config.EnvLambdaFunctions, with)
 }
 
 // allows reports whether f is allow-listed: equal to an entry, or the

@@ -188,6 +188,23 @@ func TestLambdaPipelineAllowList(t *testing.T) {
 	}
 }
 
+// TestLambdaPipelineRefusalNamesTheFix guards docs/pipelines.md
+// "Pipelines in any language": a function the stack does not allow is
+// refused with the exact command that allows it — the functions allowed
+// now and this one — and the prop that does it in a CDK app of one's own.
+func TestLambdaPipelineRefusalNamesTheFix(t *testing.T) {
+	err := lambdafn.New(nil, []string{"bulkrun-example-python"}).ValidateOptions(json.RawMessage(`{"function":"score"}`))
+	for _, want := range []string{"make deploy LAMBDA_FUNCTIONS=score,bulkrun-example-python", "TARGET=aws make deploy", "LambdaFunctions prop"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %v does not say %q", err, want)
+		}
+	}
+	err = lambdafn.New(nil, nil).ValidateOptions(json.RawMessage(`{"function":"score"}`))
+	if err == nil || !strings.Contains(err.Error(), "make deploy LAMBDA_FUNCTIONS=score ") {
+		t.Errorf("refusal with none allowed %v does not say make deploy LAMBDA_FUNCTIONS=score", err)
+	}
+}
+
 // TestLambdaPipelineSDKErrors guards the invoke-error classification on
 // the SDK's real error path: Lambda's JSON error answers (429, 500, 404)
 // become *InvokeError with status and code, and only 429 and 5xx are

@@ -69,6 +69,10 @@ function fmtTime(s) {
 
 function fmtInt(n) { return Number(n || 0).toLocaleString("en-US"); }
 
+// fmtTimes writes the RFC 3339 times of an API text (a reason for
+// attention: "next at 2026-12-02T07:21:00Z") as the page writes times.
+function fmtTimes(s) { return String(s).replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z/g, (t) => fmtTime(t)); }
+
 function pct(n, total) {
   if (!total) return "0\u00a0%";
   const p = (100 * n) / total;
@@ -92,13 +96,44 @@ function stopText(b) {
   const failures = (c.failed || 0) + (c.quarantined || 0);
   const after = Math.max(0, (c.succeeded || 0) + failures - (b.stop_ran || 0));
   const failedAfter = Math.max(0, failures - (b.stop_failures || 0));
+  if (after === 0) return t + "; no item was in flight at the stop";
+  if (after === 1) return t + "; 1 item already in flight finished after the stop and " + (failedAfter ? "failed" : "did not fail");
   return t + "; " + fmtInt(after) + " items already in flight finished after the stop, " + fmtInt(failedAfter) + " of them failed";
 }
 
-function statusBadge(s, stop, pause) {
-  const text = LABEL[s] || s;
-  const sub = stop && s === "running" ? " (stopping: " + (LABEL[stop] || stop) + ")" : pause && s === "running" ? " (paused)" : "";
-  return el("span", {class: "badge s-" + s, dataset: {status: s}}, text + sub);
+// count is n and a noun in words, singular for 1: "1 item", "3 items".
+function count(n, noun) {
+  return fmtInt(n) + " " + (n === 1 ? noun : noun + "s");
+}
+
+// stateOf is what a batch's badge says first, and its colour: the API's
+// status, except for a running batch that is paused (by a caller, by an
+// outage, by a budget: a status and a colour of its own) or stopping, and
+// a completed batch by how its items ended — a run whose every item
+// failed never reads as a success. Census c is the batch's (or a run's).
+function stateOf(status, opts) {
+  const {stop, pause, census: c} = opts || {};
+  if (status === "running" && stop) return {key: "stopping", text: "stopping: " + (LABEL[stop] || stop), cls: "s-stopping"};
+  if (status === "running" && pause) return {key: "paused", text: "paused", cls: "s-paused"};
+  if (status === "completed" && c && c.total > 0) {
+    const failures = (c.failed || 0) + (c.quarantined || 0);
+    if (!c.succeeded) return {key: "none-succeeded", text: c.failed === c.total ? "completed: every item failed" : "completed: no item succeeded", cls: "s-none-succeeded"};
+    if (failures > 0) return {key: "completed-failures", text: "completed with failures", cls: "s-completed-failures"};
+  }
+  return {key: status, text: LABEL[status] || status, cls: "s-" + status};
+}
+
+function statusBadge(status, opts) {
+  const st = stateOf(status, opts);
+  return el("span", {class: "badge " + st.cls, dataset: {status, state: st.key}}, st.text);
+}
+
+const PAUSED_BY = {caller: "a caller", outage: "an outage", budget: "its budget"};
+
+// pauseWho is who paused a run, and why: "by an outage (http 502)",
+// "by a caller".
+function pauseWho(p) {
+  return "by " + (PAUSED_BY[p.by] || p.by) + (p.class ? " (" + p.class + ")" : "");
 }
 
 // pauseText is a paused run as the CLI prints it: who paused it, since
@@ -106,8 +141,8 @@ function statusBadge(s, stop, pause) {
 // the next check.
 function pauseText(p) {
   const next = p.next_check_at ? "; next check " + fmtTime(p.next_check_at) : "";
-  if (p.by === "caller") return "by a caller since " + fmtTime(p.since) + next + "; no item starts until unpause";
-  return "by an outage since " + fmtTime(p.since) + " (" + p.class + ": " + p.error + "); " + fmtInt(p.probes) + " probes" + next +
+  if (p.by !== "outage") return pauseWho(p) + " since " + fmtTime(p.since) + next + "; no item starts until unpause";
+  return "by an outage since " + fmtTime(p.since) + " (" + p.class + ": " + p.error + "); " + count(p.probes, "probe") + next +
     "; no item starts until a probe is answered or unpause";
 }
 
@@ -142,6 +177,17 @@ function outcomeBar(b, id) {
   const ok = b.census && !running(b) ? el("span", {class: "muted nowrap"}, " · " + pct(c.succeeded, c.total) + "\u00a0succeeded") : "";
   return el("div", {class: "outcome-progress"}, bar,
     el("span", {class: "ptext"}, el("span", {id: id ? id + "-text" : null}, progressText(b, d)), ok));
+}
+
+// waitingText is a running batch's items waiting for a retry in words:
+// how many, when the next is due, the commonest cause and one of its
+// errors, and those that only wait out the receiver's throttling.
+function waitingText(l) {
+  let t = fmtInt(l.retry_waiting) + (l.next_retry_at ? ", next at " + fmtTime(l.next_retry_at) : "");
+  const why = [];
+  if (l.retry_cause) why.push(fmtInt(l.retry_cause.items) + " after " + l.retry_cause.class + (l.retry_cause.error ? " (" + l.retry_cause.error + ")" : ""));
+  if (l.throttled) why.push(fmtInt(l.throttled) + " waiting out the receiver's throttling (no attempt used)");
+  return t + (why.length ? "; " + why.join("; ") : "");
 }
 
 // createdCell is a creation time as its date and, below it, its time
@@ -202,22 +248,33 @@ function retryText(r) {
 
 // liveFacts is a running batch's live view: the items not ended by where
 // they are, and why the run needs attention now.
-function liveFacts(l) {
+function liveFacts(l, paused) {
   const dl = el("dl", {class: "facts", id: "live"});
   const fact = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
   fact("In flight", fmtInt(l.in_flight) + " (queued, running or due)");
-  fact("Waiting for a retry", fmtInt(l.retry_waiting) + (l.next_retry_at ? ", next at " + fmtTime(l.next_retry_at) : ""));
+  fact("Waiting for a retry", waitingText(l));
   fact("Interrupted attempts", fmtInt(l.interrupted));
   if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
   fact("Last progress", fmtTime(l.last_progress_at));
-  const why = (l.attention || []).map((a) => el("li", {}, a));
+  const why = (l.attention || []).filter((a) => !(paused && a.startsWith("paused by"))).map((a) => el("li", {}, fmtTimes(a)));
   return el("div", {}, dl, why.length ? el("div", {class: "attn small"}, "⚠ Needs attention:", el("ul", {}, why)) : "");
 }
 
+// causeLine is a paused batch's cause, under its badge: who paused it,
+// why and since when.
+function causeLine(b) {
+  if (b.status !== "running" || !b.pause || b.stop) return "";
+  return el("div", {class: "cause small"}, pauseWho(b.pause) + " since " + fmtTime(b.pause.since));
+}
+
+// attention is what needs a look in a batch of the list, in red: the
+// live view's reasons (the pause is the badge's already), a refusal, a
+// deletion pending.
 function attention(b) {
   const notes = [];
-  if (b.needs_attention) notes.push("Needs attention" + (b.live && b.live.attention ? ": " + b.live.attention.join("; ") : ""));
+  const why = ((b.live && b.live.attention) || []).filter((a) => !(b.pause && a.startsWith("paused by")));
+  if (b.needs_attention && (why.length || !b.pause)) notes.push("Needs attention" + (why.length ? ": " + why.map(fmtTimes).join("; ") : ""));
   if (b.refusal) notes.push("Refused: " + b.refusal.code + refusalWhere(b.refusal) + (b.refusal.message ? ": " + refusalReason(b.refusal) : ""));
   if (b.pending_deletion) notes.push("Deletion pending");
   if (b.status === "finalize_failed") notes.push("Finalize failed: resume once fixed");
@@ -301,8 +358,8 @@ async function showList(status, cursor) {
   const rows = page.batches.map((b) => el("tr", {dataset: {id: b.batch_id, status: b.status}},
     el("td", {"data-label": "Batch"}, el("a", {href: batchHref(b.batch_id), class: "mono"}, b.batch_id)),
     el("td", {"data-label": "Source", class: "src"}, sourceCell(b)),
-    el("td", {"data-label": "Status"}, el("div", {}, el("div", {}, statusBadge(b.status, b.stop),
-      b.run > 1 ? el("span", {class: "muted small"}, " run " + b.run) : ""), attention(b))),
+    el("td", {"data-label": "Status"}, el("div", {}, el("div", {}, statusBadge(b.status, {stop: b.stop, pause: b.pause, census: b.census}),
+      b.run > 1 ? el("span", {class: "muted small"}, " run " + b.run) : ""), causeLine(b), attention(b))),
     el("td", {"data-label": "Pipeline"}, b.pipeline),
     el("td", {"data-label": "Created (UTC)", class: "created"}, createdCell(b.created_at)),
     el("td", {"data-label": "Progress"}, outcomeBar(b)),
@@ -352,16 +409,20 @@ async function showBatch(id) {
   }
   const page = {id, data, sections: {}};
   const s = page.sections;
-  for (const k of ["summary", "progress", "census", "cost", "verdict", "runs", "locations", "items", "thumbs"]) {
+  for (const k of ["summary", "progress", "cost", "verdict", "runs", "locations", "items", "thumbs"]) {
     s[k] = el("section", {id: "sec-" + k, "aria-labelledby": "h-" + k});
   }
   s.actions = el("div", {class: "actions", role: "group", "aria-label": "Actions"});
+  s.todo = el("div", {id: "what-to-do"});
+  // The state first: the status and its cause, what to do, then the
+  // progress (left, and first on a phone), the summary beside it.
   main.replaceChildren(
     el("p", {class: "crumbs"}, el("a", {href: "#/"}, "← Batches")),
     el("div", {class: "titlebar"}, el("h1", {class: "mono", id: "batch-title"}, id), el("span", {id: "batch-status"})),
-    s.actions,
-    el("div", {class: "grid2"}, s.summary, el("div", {}, s.progress, s.census)),
-    el("div", {class: "grid2"}, s.cost, s.verdict),
+    el("p", {id: "state-cause", class: "cause"}),
+    s.actions, s.todo,
+    el("div", {class: "grid2"}, s.progress, s.summary),
+    el("div", {class: "grid2"}, s.verdict, s.cost),
     s.items, s.runs, s.locations, s.thumbs);
   renderLive(page);
   renderActions(page);
@@ -386,7 +447,7 @@ function live(page) {
       page.data = data;
       if (!running(data.batch) || data.batch.run !== was.run) return showBatch(page.id);
       renderLive(page);
-      if (data.batch.stop !== was.stop) renderActions(page);
+      if (data.batch.stop !== was.stop || !data.batch.pause !== !was.pause) renderActions(page);
       const c = data.batch.census, pc = was.census;
       const focusInItems = page.sections.items.contains(document.activeElement);
       if (c && pc && !page.itemsPaged && !focusInItems && c[page.tab] !== pc[page.tab]) loadItems(page, page.tab);
@@ -403,8 +464,9 @@ function section(sec, id, title, ...body) {
 
 function renderLive(page) {
   const b = page.data.batch;
-  document.getElementById("batch-status").replaceChildren(statusBadge(b.status, b.stop, b.pause),
+  document.getElementById("batch-status").replaceChildren(statusBadge(b.status, {stop: b.stop, pause: b.pause, census: b.census}),
     b.needs_attention && !running(b) ? el("span", {class: "attn"}, " ⚠ Needs attention") : "");
+  document.getElementById("state-cause").replaceChildren(stateCause(b));
   const s = page.sections;
   const dl = el("dl", {class: "facts"});
   const fact = (k, v) => { if (v !== undefined && v !== null && v !== "") dl.append(el("dt", {}, k), el("dd", {}, v)); };
@@ -430,40 +492,44 @@ function renderLive(page) {
   fact("Expires", fmtTime(b.expires_at));
   section(s.summary, "summary", "Summary", dl);
 
+  // One bar of outcomes with its written counts: the progress and the
+  // census say the same, once.
   const d = doneOf(b);
+  const c = b.census;
+  const legend = c ? el("ul", {class: "legend", id: "census"}, OUTCOMES.map((o) =>
+    el("li", {dataset: {outcome: o}, class: c[o] ? "" : "zero"},
+      el("span", {class: "sw o-" + o, "aria-hidden": "true"}),
+      el("span", {class: "lbl"}, LABEL[o]), " ",
+      el("strong", {class: "n"}, fmtInt(c[o])), " ",
+      el("span", {class: "muted"}, "(" + pct(c[o], c.total) + ")")))) : "";
   section(s.progress, "progress", running(b) ? "Progress (live)" : "Progress",
-    outcomeBar(b, "progress"),
-    running(b) ? el("p", {class: "muted small"}, "Updates every " + LIVE_MS / 1000 + " s while the run goes" +
-      (b.census_source === "counters" ? "; a large batch's live counts come from its counters" : "") + ".") : "",
+    outcomeBar(b, "progress"), legend,
+    c ? el("p", {class: "muted small"}, count(c.total, "item") + "; counted from the " +
+      ({items: "item rows", report: "finished run's report", counters: "run's counters"}[b.census_source] || b.census_source) +
+      (running(b) ? ", updated every " + LIVE_MS / 1000 + " s while the run goes" : "") + ".") :
+      el("p", {class: "muted small"}, b.progress ? "A large running batch shows its counters; the census comes with the report." :
+        b.status === "refused" ? "Refused: nothing ran." : running(b) ? "Updates every " + LIVE_MS / 1000 + " s while the run goes." : "No census yet."),
     d && !running(b) && d.done === d.total ? el("p", {class: "muted small"}, "Every item of run " + b.run + " has an outcome.") : "",
-    running(b) && b.live ? liveFacts(b.live) : "");
+    running(b) && b.live ? liveFacts(b.live, !!b.pause) : "");
+  if (c) renderCost(page, c);
+  else section(s.cost, "cost", "Cost", el("p", {class: "muted"}, "Known once items have run."));
+}
 
-  if (b.census) {
-    const c = b.census;
-    const bar = el("div", {class: "census-bar", role: "img",
-      "aria-label": "Census: " + OUTCOMES.map((o) => fmtInt(c[o]) + " " + LABEL[o]).join(", ")});
-    for (const o of OUTCOMES) {
-      if (!c[o]) continue;
-      const seg = el("span", {class: "seg o-" + o, title: fmtInt(c[o]) + " " + LABEL[o]});
-      seg.style.width = (100 * c[o] / (c.total || 1)) + "%";
-      bar.append(seg);
-    }
-    const legend = el("ul", {class: "legend", id: "census"}, OUTCOMES.map((o) =>
-      el("li", {dataset: {outcome: o}, class: c[o] ? "" : "zero"},
-        el("span", {class: "sw o-" + o, "aria-hidden": "true"}),
-        el("span", {class: "lbl"}, LABEL[o]), " ",
-        el("strong", {class: "n"}, fmtInt(c[o])), " ",
-        el("span", {class: "muted"}, "(" + pct(c[o], c.total) + ")"))));
-    section(s.census, "census", "Census", bar, legend,
-      el("p", {class: "muted small"}, fmtInt(c.total) + " items; counted from the " +
-        ({items: "item rows", report: "finished run's report", counters: "run's counters"}[b.census_source] || b.census_source) + "."));
-    renderCost(page, c);
-  } else {
-    section(s.census, "census", "Census", el("p", {class: "muted"},
-      b.progress ? "A large running batch shows its counters (above); the census comes with the report." :
-        b.status === "refused" ? "Refused: nothing ran." : "No census yet."));
-    section(s.cost, "cost", "Cost", el("p", {class: "muted"}, "Known once items have run."));
+// stateCause says, under the title, why the batch is in its state: who
+// paused it and why, what stops it, why a finished run needs a look.
+function stateCause(b) {
+  if (b.status === "running" && b.stop) return "Stopping: " + stopText(b) + ".";
+  if (b.status === "running" && b.pause) return "Paused " + pauseText(b.pause) + ".";
+  if (b.status === "running" && b.live && b.live.retry_cause) {
+    const c = b.live.retry_cause;
+    return count(c.items, "item") + " waiting for a retry after " + c.class + (c.error ? ": " + c.error : "") + ".";
   }
+  const c = b.census;
+  if (b.status === "completed" && c && c.total > 0 && !c.succeeded) {
+    return (c.failed === c.total ? "Every item failed: " : "No item succeeded: ") + count(c.failed, "failure") + " of " + count(c.total, "item") +
+      (thresholdSet(b.threshold) ? "." : "; the batch has no threshold, so its status is completed.");
+  }
+  return "";
 }
 
 function renderCost(page, c) {
@@ -486,25 +552,43 @@ function renderCost(page, c) {
       (live ? " Live, from the run's counters as items end (exact sums); the report has the final figures." : "")));
 }
 
+// thresholdSet reports whether a batch has a threshold.
+function thresholdSet(t) {
+  return !!t && (t.tolerated_failure_percent !== undefined || t.tolerated_failure_count !== undefined);
+}
+
+// renderVerdict shows the threshold and the last run's verdict. A run
+// without a threshold tolerates any failure, but its result is still
+// said for what it is: every item succeeded (✓), some failed (⚠), or
+// none succeeded (✗) — never "within threshold" for a run whose every
+// item failed.
 function renderVerdict(page) {
   const b = page.data.batch, rep = page.data.report;
   const t = b.threshold || {};
   const tol = [];
   if (t.tolerated_failure_percent !== undefined) tol.push("more than " + t.tolerated_failure_percent + " % of the items");
-  if (t.tolerated_failure_count !== undefined) tol.push("more than " + fmtInt(t.tolerated_failure_count) + " items");
+  if (t.tolerated_failure_count !== undefined) tol.push("more than " + count(t.tolerated_failure_count, "item"));
   const body = [el("p", {}, tol.length ? "The run fails when failures (failed + quarantined) are " + tol.join(" or ") + "." :
-    "No threshold: any number of failures is tolerated; needs attention tells.")];
-  body.push(el("p", {}, "Stops at the threshold: " + (b.stop_on_threshold === false ? "no (every item runs, judged at the end)" : "yes")));
+    "No threshold: the run completes whatever fails; needs attention tells when items failed.")];
+  if (tol.length) body.push(el("p", {}, "Stops at the threshold: " + (b.stop_on_threshold === false ? "no (every item runs, judged at the end)" : "yes")));
   if (rep) {
-    const v = rep.verdict;
-    body.push(el("p", {id: "verdict", class: v.exceeded ? "verdict bad" : "verdict ok"},
-      el("strong", {}, v.exceeded ? "✗ Threshold exceeded" : "✓ Within threshold"),
-      " — run " + rep.run + ": " + fmtInt(v.failures) + " failures of " + fmtInt(v.total) + " items" +
-        (v.detail ? " (" + v.detail + ")" : "")));
+    const v = rep.verdict, c = rep.census;
+    const of = " — run " + rep.run + ": " + count(v.failures, "failure") + " of " + count(v.total, "item");
+    let cls = "ok", head = tol.length ? "✓ Within threshold" : "✓ Every item succeeded";
+    if (v.exceeded) {
+      cls = "bad"; head = "✗ Threshold exceeded";
+    } else if (c.total > 0 && !c.succeeded) {
+      cls = "bad"; head = c.failed === c.total ? "✗ Every item failed" : "✗ No item succeeded";
+    } else if (v.failures > 0) {
+      cls = tol.length ? "ok" : "warn"; head = tol.length ? "✓ Within threshold" : "⚠ Some items failed";
+    }
+    body.push(el("p", {id: "verdict", class: "verdict " + cls, dataset: {verdict: cls}},
+      el("strong", {}, head), of + (v.detail ? " (" + v.detail + ")" : "") +
+        (!v.exceeded && tol.length && cls === "bad" ? " (within the threshold)" : "")));
   } else {
     body.push(el("p", {class: "muted"}, "The verdict comes with the first finished run's report."));
   }
-  section(page.sections.verdict, "verdict", "Threshold and verdict", ...body);
+  section(page.sections.verdict, "verdict", tol.length ? "Threshold and verdict" : "Verdict", ...body);
 }
 
 function renderLocations(page) {
@@ -531,18 +615,54 @@ function renderLocations(page) {
       ", ", el("code", {}, "bulkrun report " + b.batch_id)));
 }
 
+// repeatCause is the one cause every item of a finished run failed
+// for, when a rerun would meet it again — every item failed, all of them
+// (every results line read) with one permanent error — else null.
+function repeatCause(page) {
+  const b = page.data.batch, c = b.census, f = page.data.failures;
+  if (running(b) || !c || !c.total || c.failed !== c.total || !f || !f.complete || f.causes.length !== 1) return null;
+  const cause = f.causes[0];
+  return cause.reason === "permanent" && cause.items === c.failed ? cause : null;
+}
+
+// permanentOnly reports whether a finished run's only items to run again
+// are failed ones that all failed permanently (every results line read):
+// a resume would run them as they are and fail them again.
+function permanentOnly(page) {
+  const b = page.data.batch, c = b.census || {}, f = page.data.failures;
+  return !running(b) && c.failed > 0 && !c.quarantined && !c.cancelled && !!f && f.complete &&
+    f.causes.length > 0 && f.causes.every((x) => x.reason === "permanent");
+}
+
+// primaryAction is the one action that applies, filled: unpause for a
+// paused run; resume for a finished run with items a new run may get
+// through — none for a run whose every item succeeded, and none when its
+// failed items all failed permanently (a rerun would repeat it:
+// renderToDo says what to do instead).
+function primaryAction(b, page) {
+  if (b.status === "running") return b.pause ? "act-unpause" : "";
+  if (b.status === "refused" || b.status === "submitting") return "";
+  const c = b.census || {};
+  if (c.total > 0 && c.succeeded === c.total) return "";
+  if (repeatCause(page) || permanentOnly(page)) return "";
+  return "act-resume";
+}
+
 function renderActions(page) {
   const b = page.data.batch;
   const finished = !running(b) && b.status !== "refused";
-  // Styled by weight: resume (starts work) is the one primary action;
-  // cancel and forget (stop or delete) are never primary.
-  const weight = {"act-resume": "primary", "act-correct": "secondary", "act-cancel": "danger", "act-forget": "danger"};
   const c = b.census || {};
   const fixable = (c.failed || 0) + (c.quarantined || 0) + (c.cancelled || 0);
+  const allSucceeded = finished && c.total > 0 && c.succeeded === c.total;
+  // Styled by weight: the one action that applies is primary (filled),
+  // the others that start or hold work are plain, cancel and forget (stop
+  // or delete) are outlined in red, never primary.
+  const primary = primaryAction(b, page);
+  const weight = (id) => id === primary ? "primary" : id === "act-cancel" || id === "act-forget" ? "danger" : "secondary";
   const btn = (id, text, enabled, why, run) => el("button", {id, disabled: !enabled, title: enabled ? null : why,
-    class: weight[id], onclick: run}, text);
+    class: weight(id), onclick: run}, text);
   page.sections.actions.replaceChildren(
-    btn("act-resume", "Resume…", finished, "Resume starts a new run of a finished batch",
+    btn("act-resume", "Resume…", finished && !allSucceeded, allSucceeded ? "Every item succeeded: nothing to run again" : "Resume starts a new run of a finished batch",
       () => confirmAct("Resume batch " + b.batch_id + "?",
         "A new run starts: failed and cancelled items run again, released quarantined items too; succeeded items do not.",
         "Resume", "/resume", {}, page, false, "primary")),
@@ -565,6 +685,30 @@ function renderActions(page) {
         "Deletes its rows, manifest, outputs, results and report. This cannot be undone.",
         "Forget for good", "/forget", {}, page, true, "danger")),
     el("span", {class: "muted small"}, "Each action asks first."));
+  renderToDo(page);
+}
+
+// renderToDo says what to do when the obvious action would not help: a
+// run whose every item failed for one cause that a resume would repeat
+// (the same inputs, the same settings — a wrong header sent again).
+function renderToDo(page) {
+  const b = page.data.batch, cause = repeatCause(page);
+  if (!cause && permanentOnly(page)) {
+    page.sections.todo.replaceChildren(el("div", {class: "todo", role: "note"},
+      el("strong", {}, "What to do: "),
+      "the failed items failed permanently (their errors are below): a resume would run them as they are and fail them again. " +
+        "Correct their inputs (", el("strong", {}, "Correct…"), "), fix what they call and submit them again, or leave them."));
+    return;
+  }
+  if (!cause) { page.sections.todo.replaceChildren(); return; }
+  page.sections.todo.replaceChildren(el("div", {class: "todo", role: "note"},
+    el("strong", {}, "What to do: "),
+    "every item failed the same way (" + cause.reason + ": " + cause.error.replaceAll("{key}", cause.example) +
+      "). A resume runs the same inputs with the same settings and would fail the same way again. " +
+      "If a setting is wrong — a URL, a header, a credential — submit the items again as a new batch with it fixed " +
+      "(another setting is another batch: ",
+    el("code", {}, "bulkrun submit FILE --pipeline " + b.pipeline + " …"),
+    "). If the inputs are wrong, correct them: ", el("strong", {}, "Correct…"), "."));
 }
 
 // confirmAct asks in a modal dialog (Esc or "Keep as is" declines), then
@@ -636,6 +780,19 @@ function revisionsText(b) {
     (b.run_revision === r.revision && b.run === r.run ? " (this run)" : "")).join("; ");
 }
 
+// runVerdict is a finished run's verdict in the runs table, as the
+// verdict box says it: exceeded, or within a threshold (tol) — but never
+// a tick for a run none of whose items succeeded; without a threshold,
+// the result itself: every item succeeded, some failed.
+function runVerdict(r, tol) {
+  const v = r.verdict, c = r.census;
+  if (!v) return "—";
+  if (v.exceeded) return "✗ exceeded";
+  if (c && c.total > 0 && !c.succeeded) return "✗ none succeeded";
+  if (tol) return "✓ within";
+  return v.failures > 0 ? "⚠ some failed" : "✓ all succeeded";
+}
+
 async function loadRuns(page) {
   const sec = page.sections.runs;
   section(sec, "runs", "Runs", el("p", {class: "muted"}, "Loading…"));
@@ -652,11 +809,12 @@ async function loadRuns(page) {
     el("thead", {}, el("tr", {}, ["Run", "Status", "Succeeded", "Failed", "Quarantined", "Cancelled", "Started", "Finished", "Verdict"].map((t) => el("th", {scope: "col"}, t)))),
     el("tbody", {}, out.runs.map((r) => el("tr", {dataset: {run: r.run}},
       el("td", {"data-label": "Run"}, String(r.run) + (r.revision ? " · revision " + r.revision : "")),
-      el("td", {"data-label": "Status"}, statusBadge(r.status)),
+      el("td", {"data-label": "Status"}, statusBadge(r.status, {census: r.census,
+        pause: r.run === page.data.batch.run ? page.data.batch.pause : null, stop: r.run === page.data.batch.run ? page.data.batch.stop : null})),
       cell(r, "succeeded"), cell(r, "failed"), cell(r, "quarantined"), cell(r, "cancelled"),
       el("td", {"data-label": "Started"}, fmtTime(r.run_started_at)),
       el("td", {"data-label": "Finished"}, fmtTime(r.finished_at)),
-      el("td", {"data-label": "Verdict"}, r.verdict ? (r.verdict.exceeded ? "✗ exceeded" : "✓ within") : "—")))))));
+      el("td", {"data-label": "Verdict"}, runVerdict(r, thresholdSet(page.data.batch.threshold)))))))));
 }
 
 // loadItems shows the first page of the items of outcome (or, with

@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+func (a *app) watchCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch ID",
+		Short: "Show a progress bar until the batch's run finishes, then its census; exit 3 if it needs attention",
+		Args:  exactArgs(1, "a batch ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.load(cmd.Context()); err != nil {
+				return err
+			}
+			return a.watch(cmd.Context(), args[0])
+		},
+	}
+}
+
+func (a *app) watch(ctx context.Context, id string) error {
+	v, err := a.api.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	// A progress bar on a terminal; elsewhere (a log, a pipe) a plain line
+	// every 10 seconds.
+	tty := false
+	if f, ok := a.errw.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	var bar *progressbar.ProgressBar
+	if tty {
+		bar = progressbar.NewOptions64(v.ItemCount,
+			progressbar.OptionSetWriter(a.errw), progressbar.OptionSetDescription(id),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(250*time.Millisecond),
+			// No prediction from the bar's own rate: its first Set jumps to the
+			// items that ended before the watch began (watchLine tells a rate).
+			progressbar.OptionSetPredictTime(false), progressbar.OptionSetElapsedTime(true))
+	}
+	var rate rateMeter
+	lastLine := time.Time{}
+	// Ctrl-C stops the watching, not the batch: its run goes on in the
+	// stack, and the command says so and how to come back to it.
+	wctx, stopWatching := a.interruptible(ctx)
+	defer stopWatching()
+	final, err := a.api.Wait(wctx, id, time.Second, func(v wire.BatchView) {
+		if v.Status == api.StatusSubmitting {
+			if time.Since(lastLine) >= 10*time.Second {
+				lastLine = time.Now()
+				textf(a.errw, "%s: submitting (reading the source, attempt %d)\n", id, v.SubmitAttempts)
+			}
+			return
+		}
+		done, ok := watchDone(v)
+		if !ok {
+			return
+		}
+		rate.add(time.Now(), done)
+		desc := watchLine(v, rate)
+		if bar != nil {
+			if bar.GetMax64() != v.ItemCount {
+				bar.ChangeMax64(v.ItemCount) // the item count is known once the manifest is frozen
+			}
+			_ = bar.Set64(done)
+			bar.Describe(desc)
+		} else if time.Since(lastLine) >= 10*time.Second || v.Status.Finished() {
+			lastLine = time.Now()
+			textf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
+		}
+	})
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		if bar != nil {
+			_ = bar.Exit()
+		}
+		textf(a.errw, "\ninterrupted: stopped watching batch %s; the batch keeps running in the stack (Ctrl-C stops this command only).\n", id)
+		textf(a.errw, "  follow it again: bulkrun watch %s\n  its status:      bulkrun status %s\n  stop its run:    bulkrun cancel %s\n", id, id, id)
+		return &ExitError{Code: ExitInterrupted}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+		textln(a.errw)
+	}
+	if err != nil {
+		return err
+	}
+	if err := a.show(final); err != nil {
+		return err
+	}
+	if final.Status == api.StatusRefused {
+		return refusedError(final)
+	}
+	return finishedExit(final)
+}
+
+// watchDone is how many of the run's items have ended, as the view tells
+// (its census, or a large batch's counters); false when it tells none.
+func watchDone(v wire.BatchView) (int64, bool) {
+	switch {
+	case v.Census != nil:
+		c := v.Census
+		return c.Total - c.Pending - c.InFlight, true
+	case v.Progress != nil:
+		return v.Progress.Done, true
+	}
+	return 0, false
+}
+
+// watchLine is the watch's line after the bar: the run, the items by
+// outcome so far, those in flight and still pending, and the rate —
+// "run 1: 12 succeeded, 1 failed, 0 quarantined, 0 cancelled; 20 in
+// flight, 17 pending; 4.5 items/s". The rate is the one measured over
+// the last RateWindow of polls (none before two polls RateMinSpan apart);
+// once the run has finished, its own: the items it ended over the time
+// from its start to its end.
+func watchLine(v wire.BatchView, r rateMeter) string {
+	var b strings.Builder
+	b.WriteString(fmt.Sprintf("run %d: ", v.Run))
+	switch {
+	case v.Census != nil:
+		c := v.Census
+		b.WriteString(fmt.Sprintf("%d succeeded, %d failed, %d quarantined, %d cancelled; %d in flight, %d pending", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending))
+	case v.Progress != nil:
+		p := v.Progress
+		b.WriteString(fmt.Sprintf("%d ended (%s); %d pending", p.Done, api.Count(p.Failures, "failure"), max(0, v.ItemCount-p.Done)))
+	}
+	if v.Status.Finished() {
+		if done, ok := watchDone(v); ok && !v.RunStartedAt.IsZero() && v.FinishedAt.After(v.RunStartedAt) {
+			took := v.FinishedAt.Sub(v.RunStartedAt)
+			b.WriteString(fmt.Sprintf("; %s in %s (%s)", api.Count(done, "item"), took.Round(time.Second), rateText(float64(done)/took.Seconds())))
+		}
+		return b.String()
+	}
+	if per, ok := r.rate(); ok {
+		b.WriteString("; " + rateText(per))
+	}
+	return b.String()
+}
+
+// rateText is a rate in items a second, with a precision that suits it.
+func rateText(per float64) string {
+	if per >= 100 {
+		return fmt.Sprintf("%.0f items/s", per)
+	}
+	return fmt.Sprintf("%.1f items/s", per)
+}
+
+// The watch's rate is measured over a window of its polls.
+const (
+	// RateWindow is how far back the rate looks: the items ended over
+	// the last 30 s of polls.
+	RateWindow = 30 * time.Second
+	// RateMinSpan is the shortest span of polls a rate is told over.
+	RateMinSpan = 2 * time.Second
+)
+
+// rateMeter measures the rate at which a run ends items from the watch's
+// polls: (items ended at the last poll − at the oldest within
+// RateWindow) ÷ the time between them, told once they are RateMinSpan
+// apart. A first poll alone tells no rate, however many items it finds
+// ended: they ended before the watch began.
+type rateMeter struct{ samples []rateSample }
+
+type rateSample struct {
+	at   time.Time
+	done int64
+}
+
+// add records a poll at `at` that saw done items ended.
+func (r *rateMeter) add(at time.Time, done int64) {
+	r.samples = append(r.samples, rateSample{at, done})
+	for len(r.samples) > 2 && at.Sub(r.samples[1].at) >= RateWindow {
+		r.samples = r.samples[1:]
+	}
+}
+
+// rate is the items ended a second over the window, and whether the
+// polls span enough time to tell.
+func (r rateMeter) rate() (float64, bool) {
+	if len(r.samples) < 2 {
+		return 0, false
+	}
+	first, last := r.samples[0], r.samples[len(r.samples)-1]
+	span := last.at.Sub(first.at)
+	if span < RateMinSpan {
+		return 0, false
+	}
+	return float64(max(0, last.done-first.done)) / span.Seconds(), true
+}
