@@ -14,7 +14,8 @@ const StallAttention = 30 * time.Minute
 
 // LiveView is a running run's live view, from its counter partitions only
 // (Store.Progress: one Query per counter partition, whatever the batch's
-// size; counters may lag the item rows by a message batch, and a lost
+// size; counters lag the item rows by at most worker.DefaultProgressEvery,
+// 2 s, plus the rest of a pack while its last item runs, and a lost
 // counter write loses its share until the report's exact census).
 //
 // Every item of the run is in exactly one of: ended (Progress.Done, by
