@@ -12,9 +12,26 @@ import (
 // RunnerProps.StallAlarm).
 const StallAttention = 30 * time.Minute
 
+// DefaultItemTimeout is the item function's timeout unless the stack
+// sets another (config.DefaultItemTimeout; ItemTimeout in infra): the
+// longest one invocation of it runs.
+const DefaultItemTimeout = 5 * time.Minute
+
+// ProgressSlack is how much longer than the item function's timeout a
+// running run with items in flight (none waiting for a retry, not
+// paused) may count no item ended before its live view calls it stalled
+// (LiveView.Stalled). An invocation counts what it ended at least every
+// 2 s while it runs (worker.DefaultProgressEvery) and ends within that
+// timeout (Lambda's quota: at most 900 s), so by then every invocation
+// that held one of the run's items when it last counted has ended
+// without ending another; the minute covers the counter write and a
+// message's way back to an invocation.
+const ProgressSlack = time.Minute
+
 // LiveView is a running run's live view, from its counter partitions only
 // (Store.Progress: one Query per counter partition, whatever the batch's
-// size; counters may lag the item rows by a message batch, and a lost
+// size; counters lag the item rows by at most worker.DefaultProgressEvery,
+// 2 s, plus the rest of a pack while its last item runs, and a lost
 // counter write loses its share until the report's exact census).
 //
 // Every item of the run is in exactly one of: ended (Progress.Done, by
@@ -54,6 +71,12 @@ type LiveView struct {
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).
 	LastProgressAt time.Time `json:"last_progress_at"`
+	// Stalled: the run ends no item. No item ended for longer than
+	// a call can run (the item function's timeout + ProgressSlack: 6 min
+	// at the defaults) while items are in flight, none waits for a retry
+	// and the batch is not paused; or for StallAttention, whatever its
+	// items do. Attention says for how long. Absent when not.
+	Stalled bool `json:"stalled,omitempty"`
 	// Attention says why the run needs attention now; empty when it does
 	// not (see NeedsAttention).
 	Attention []string `json:"attention,omitempty"`
@@ -62,7 +85,7 @@ type LiveView struct {
 // NeedsAttention reports whether the running run needs a look now: it
 // is paused, an item failed or was quarantined, an item waits for a
 // retry after a failure (not only a throttling), an attempt was
-// interrupted or timed out, or no item ended for StallAttention.
+// interrupted or timed out, or it is stalled (Stalled).
 func (l LiveView) NeedsAttention() bool { return len(l.Attention) > 0 }
 
 // RetryCause is why items wait for a retry (LiveView.RetryCause): the

@@ -304,7 +304,7 @@ const (
 	// "Measurements").
 	DefaultItemsPerMessage = 10
 	DefaultMaxReceiveCount = 10
-	DefaultItemTimeout     = 5 * time.Minute
+	DefaultItemTimeout     = api.DefaultItemTimeout
 	DefaultLease           = DefaultItemTimeout + LeaseMargin
 	DefaultVisibility      = 6 * DefaultItemTimeout // AWS: at least 6× the function timeout for SQS event sources
 	DefaultRetention       = 30 * 24 * time.Hour

@@ -26,6 +26,10 @@ type Control struct {
 	// Bus gets the Batch Paused and Batch Unpaused events of a caller's
 	// pause and unpause; nil for none.
 	Bus ledger.EventBus
+	// ItemTimeout is the item function's timeout, which decides when a
+	// live view calls a run stalled (ledger.LiveOf); 0 means
+	// api.DefaultItemTimeout.
+	ItemTimeout time.Duration
 }
 
 func (c *Control) now() time.Time {
@@ -304,7 +308,7 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 		if err != nil {
 			return api.ItemPage{}, err
 		}
-		l := ledger.LiveOf(b, pr, c.Clock.Now())
+		l := ledger.LiveOf(b, pr, c.Clock.Now(), c.ItemTimeout)
 		p.Live = &l
 	}
 	return p, nil

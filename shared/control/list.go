@@ -41,7 +41,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 			if err != nil {
 				return
 			}
-			l := ledger.LiveOf(b, p, c.now())
+			l := ledger.LiveOf(b, p, c.now(), c.ItemTimeout)
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
 			if b.Pause != nil {
 				s.Pause = b.Pause.View(c.now())

@@ -118,7 +118,8 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 		return fmt.Errorf("submit: %w", err)
 	}
 	api := handler.NewAPI(s, d.Store, d.Blobs, d.Log)
-	api.Control.Bus = d.Bus() // Batch Paused / Unpaused of a caller's pause
+	api.Control.Bus = d.Bus()                      // Batch Paused / Unpaused of a caller's pause
+	api.Control.ItemTimeout = d.Config.ItemTimeout // when a live view says stalled
 	h := &handler.Submit{
 		API:             api,
 		Submitter:       s,

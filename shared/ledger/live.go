@@ -8,8 +8,9 @@ import (
 )
 
 // LiveOf is b's running run's live view from its counters p at now.
-// failures is the failed and quarantined items counted so far.
-func LiveOf(b Batch, p Progress, now time.Time) api.LiveView {
+// itemTimeout is the item function's timeout (0: api.DefaultItemTimeout),
+// which decides when a run with items in flight is stalled.
+func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.LiveView {
 	l := api.LiveView{RetryWaiting: p.Waiting(now), Interrupted: p.Interrupted, TimedOut: p.TimedOut, LastProgressAt: p.UpdatedAt}
 	if l.LastProgressAt.Before(b.RunStartedAt) {
 		l.LastProgressAt = b.RunStartedAt
@@ -72,8 +73,17 @@ func LiveOf(b Batch, p Progress, now time.Time) api.LiveView {
 	if l.TimedOut > 0 {
 		l.Attention = append(l.Attention, api.Count(l.TimedOut, "attempt")+" timed out (failure class timeout: the receiver may have finished them after bulkrun stopped waiting; each item's next call waits at least twice the timeout)")
 	}
-	if idle := now.Sub(l.LastProgressAt); idle >= api.StallAttention && p.Done < items {
+	if itemTimeout <= 0 {
+		itemTimeout = api.DefaultItemTimeout
+	}
+	switch idle := now.Sub(l.LastProgressAt); {
+	case idle >= api.StallAttention && p.Done < items:
+		l.Stalled = true
 		l.Attention = append(l.Attention, "no item ended for "+api.Count(int64(idle/time.Minute), "minute"))
+	case idle >= itemTimeout+api.ProgressSlack && l.InFlight > 0 && l.RetryWaiting == 0 && b.Pause == nil:
+		l.Stalled = true
+		l.Attention = append(l.Attention, fmt.Sprintf("no item ended for %s with %s in flight, longer than a call can run (the item function's timeout is %s)",
+			api.Count(int64(idle/time.Minute), "minute"), api.Count(l.InFlight, "item"), itemTimeout))
 	}
 	return l
 }

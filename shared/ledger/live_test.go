@@ -12,8 +12,10 @@ import (
 // waiting for a retry and not fanned out; the waiting items' most common
 // cause is named; and the run needs attention exactly while an item
 // failed, waits after a failure (not only out a throttling, which uses
-// no attempt), was interrupted or timed out, or nothing ended for
-// StallAttention.
+// no attempt), was interrupted or timed out, or it is stalled: nothing
+// ended for StallAttention, or, with items in flight, none waiting and
+// no pause, for longer than the item function's timeout + ProgressSlack
+// (6 min at the default timeout; 11 min at 10).
 func TestLiveOf(t *testing.T) {
 	start := time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
 	now := start.Add(10 * time.Minute)
@@ -27,10 +29,12 @@ func TestLiveOf(t *testing.T) {
 		throttled                        int64
 		next, cause                      string
 		attention                        []string
+		timeout                          time.Duration // the item function's; 0: the default
+		stalled                          bool
 	}{
 		{name: "fan-out not sent", b: Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 10_000, RunStartedAt: start}},
 			now: now, notFanned: 10_000},
-		{name: "one chunk fanned out, nothing ended yet", b: b, now: now,
+		{name: "one chunk fanned out, nothing ended yet", b: b, now: start.Add(time.Minute),
 			p:        Progress{FannedOut: 5000, FanChunks: 1},
 			inFlight: 5000, notFanned: 5000},
 		{name: "receiver down: waiting items, retries due in two minutes", b: b, now: now,
@@ -41,7 +45,19 @@ func TestLiveOf(t *testing.T) {
 		{name: "hanging receiver: attempts cut off, nothing ended for 31 minutes", b: b, now: start.Add(31 * time.Minute),
 			p:        Progress{FannedOut: 10_000, FanChunks: 2, Interrupted: 20},
 			inFlight: 10_000, in: 20,
-			attention: []string{"20 attempts interrupted (outcome unknown)", "no item ended for 31 minutes"}},
+			attention: []string{"20 attempts interrupted (outcome unknown)", "no item ended for 31 minutes"}, stalled: true},
+		{name: "items in flight, none ended for 6 minutes: longer than a call can run", b: b, now: start.Add(8 * time.Minute),
+			p:        Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, FannedOut: 10_000, FanChunks: 2, UpdatedAt: start.Add(2 * time.Minute)},
+			inFlight: 9990, stalled: true,
+			attention: []string{"no item ended for 6 minutes with 9990 items in flight, longer than a call can run (the item function's timeout is 5m0s)"}},
+		{name: "the same under a 10-minute item timeout: a call may still run", b: b, now: start.Add(8 * time.Minute), timeout: 10 * time.Minute,
+			p:        Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, FannedOut: 10_000, FanChunks: 2, UpdatedAt: start.Add(2 * time.Minute)},
+			inFlight: 9990},
+		{name: "items in flight, none ended for 6 minutes, some waiting for a retry", b: b, now: start.Add(8 * time.Minute),
+			p: Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, FannedOut: 10_000, FanChunks: 2, UpdatedAt: start.Add(2 * time.Minute),
+				RetryDue: map[int64]int64{DueMinute(start.Add(10 * time.Minute)): 30}},
+			inFlight: 9960, waiting: 30, next: "2026-12-01T19:10:00Z",
+			attention: []string{"30 items waiting for a retry (next at 2026-12-01T19:10:00Z)"}},
 		{name: "slow receiver: calls timed out, items waiting for their retry", b: b, now: now,
 			p: Progress{FannedOut: 10_000, FanChunks: 2, UpdatedAt: now, TimedOut: 40,
 				RetryDue: map[int64]int64{DueMinute(now.Add(time.Minute)): 40}},
@@ -98,7 +114,7 @@ func TestLiveOf(t *testing.T) {
 			inFlight: 9990},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			l := LiveOf(tt.b, tt.p, tt.now)
+			l := LiveOf(tt.b, tt.p, tt.now, tt.timeout)
 			if l.InFlight != tt.inFlight || l.RetryWaiting != tt.waiting || l.NotFannedOut != tt.notFanned || l.Interrupted != tt.in {
 				t.Errorf("in flight %d, waiting %d, not fanned out %d, interrupted %d; want %d, %d, %d, %d",
 					l.InFlight, l.RetryWaiting, l.NotFannedOut, l.Interrupted, tt.inFlight, tt.waiting, tt.notFanned, tt.in)
@@ -122,6 +138,9 @@ func TestLiveOf(t *testing.T) {
 			}
 			if strings.Join(l.Attention, "; ") != strings.Join(tt.attention, "; ") || l.NeedsAttention() != (len(tt.attention) > 0) {
 				t.Errorf("attention %q, want %q", l.Attention, tt.attention)
+			}
+			if l.Stalled != tt.stalled {
+				t.Errorf("stalled %v, want %v", l.Stalled, tt.stalled)
 			}
 		})
 	}

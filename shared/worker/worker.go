@@ -92,6 +92,13 @@ type Worker struct {
 	// 5xx) for the n-th time in a row (n ≥ 1). Default
 	// DefaultUnavailableDelay.
 	UnavailableDelay func(n int) time.Duration
+	// ProgressEvery is how often an invocation still running counts what
+	// its finished messages ended so far (one counter-lane write per run
+	// with endings, only when something ended since), so that the live
+	// view keeps up with slow calls instead of waiting for the whole
+	// message batch; the rest is counted when the invocation ends. 0 means
+	// DefaultProgressEvery; a negative value counts only at the end.
+	ProgressEvery time.Duration
 	// Secrets resolves the secret references in a batch's headers and
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
@@ -106,6 +113,12 @@ type Worker struct {
 	// attempt that does not succeed are dropped. nil: staging is refused.
 	Staging func(ctx context.Context) (context.Context, func() ledger.StagedEffects)
 }
+
+// DefaultProgressEvery is Worker.ProgressEvery's default: an invocation
+// of 2 s or less writes its counters once, as before; a longer one at
+// most once per 2 s it ran, and only with items ended since
+// (docs/adr/0027-count-progress-while-an-invocation-runs.md).
+const DefaultProgressEvery = 2 * time.Second
 
 // The worker's retry schedules (internal/retry).
 var (
@@ -165,6 +178,8 @@ func doneOf(b ledger.Batch, s ledger.ItemState) done {
 // Handle processes one batch of deliveries and returns the MessageIDs to
 // report as batch item failures (they come back after their visibility
 // timeout). Every other delivery may be deleted. Never returns nil.
+// What the deliveries ended is added to their runs' counters while the
+// others still run (every ProgressEvery) and when the last one is done.
 func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	conc := w.Concurrency
 	if conc <= 0 {
@@ -186,6 +201,37 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		wg     sync.WaitGroup
 		sem    = make(chan struct{}, conc)
 	)
+	// Counts what finished messages ended while the others still run: the
+	// items' rows are written before their delivery returns, and a
+	// redelivered message whose unit is recorded counts nothing, so an
+	// item counted here is never counted again.
+	every := w.ProgressEvery
+	if every == 0 {
+		every = DefaultProgressEvery
+	}
+	stop, flushed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flushed)
+		if every < 0 {
+			return
+		}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			ended := dones
+			dones = nil
+			mu.Unlock()
+			if len(ended) > 0 {
+				w.count(ctx, ended, 1)
+			}
+		}
+	}()
 	for _, d := range ds {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < margin {
 			mu.Lock()
@@ -207,6 +253,8 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		}(d)
 	}
 	wg.Wait()
+	close(stop)
+	<-flushed
 	w.count(ctx, dones, 1)
 	return failed
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // Doctor verdicts, worst last.
@@ -616,10 +617,8 @@ const (
 	stalledFinalize   = 15 * time.Minute // every item done, no report: three finalize ticks
 )
 
-// batches: running batches that do not move — every item done and no
-// report after three ticks, or items pending while no message of the
-// items queue or the dead-letter queue carries them; submitting ones
-// whose source read stopped.
+// batches: running batches that do not move (notMoving); submitting
+// ones whose source read stopped.
 func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 	ck := DoctorCheck{Check: "batches", Status: DoctorOK}
 	if d.api == nil {
@@ -645,12 +644,8 @@ func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 			if err != nil || v.Census == nil {
 				continue
 			}
-			left := v.Census.Pending + v.Census.InFlight
-			switch {
-			case left == 0 && age > stalledFinalize:
-				stalled = append(stalled, b.ID+" (every item done, no report: see the finalize-tick alarms)")
-			case left > 0 && queued == 0 && age > stalledFinalize:
-				stalled = append(stalled, fmt.Sprintf("%s (%s left, no message in the queues: bulkrun resume %s)", b.ID, api.Count(left, "item"), b.ID))
+			if why := notMoving(v, age, queued, now); why != "" {
+				stalled = append(stalled, b.ID+" ("+why+")")
 			}
 		}
 	}
@@ -661,6 +656,26 @@ func (d *doctorRun) batches(ctx context.Context) DoctorCheck {
 		ck.Fix = "docs/operations.md, \"Batches and their runs\""
 	}
 	return ck
+}
+
+// notMoving says why the running batch v, age old, does not move ("" when
+// it does): every item done and no report after three finalize ticks;
+// items left while no message of the items queue or the dead-letter
+// queue carries them (queued, -1 when unknown); or its live view calls it
+// stalled (api.LiveView.Stalled: no item ended for longer than a call can
+// run while items are in flight, none waiting for a retry, not paused).
+func notMoving(v wire.BatchView, age time.Duration, queued int, now time.Time) string {
+	left := v.Census.Pending + v.Census.InFlight
+	switch {
+	case left == 0 && age > stalledFinalize:
+		return "every item done, no report: see the finalize-tick alarms"
+	case left > 0 && queued == 0 && age > stalledFinalize:
+		return fmt.Sprintf("%s left, no message in the queues: bulkrun resume %s", api.Count(left, "item"), v.ID)
+	case v.Live != nil && v.Live.Stalled:
+		return fmt.Sprintf("no item ended for %s, %s in flight: bulkrun items %s --outcome in_flight",
+			now.Sub(v.Live.LastProgressAt).Round(time.Minute), api.Count(v.Live.InFlight, "item"), v.ID)
+	}
+	return ""
 }
 
 // queuedMessages counts the messages of the items queue and the

@@ -144,7 +144,7 @@ func TestMemSlowReceiverShowsAndWaits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := ledger.LiveOf(b, p, time.Now())
+			l := ledger.LiveOf(b, p, time.Now(), 0)
 			if l.TimedOut != 10 || !strings.Contains(strings.Join(l.Attention, "; "), "10 attempts timed out (failure class timeout") {
 				t.Fatalf("live view: timed out %d, attention %q; want 10 attempts timed out, saying so", l.TimedOut, l.Attention)
 			}
