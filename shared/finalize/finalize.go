@@ -67,6 +67,10 @@ type Finalizer struct {
 	Log       *slog.Logger
 	Retention time.Duration // how long a finished batch is kept
 	Events    ledger.Events // where finished runs are announced; nil for none
+	// Bus gets the Batch State Change event of a run ended
+	// finalize_failed (Events announces every other finished run); nil
+	// for none.
+	Bus ledger.EventBus
 	// Stall is how long a running batch's counters may stand still before
 	// Tick counts its items from the rows (the backstop for lost counter
 	// writes), and how long after its start a run may stay not fanned out
@@ -209,9 +213,29 @@ func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err er
 		log.ErrorContext(ctx, "run could not be finished: ended "+string(api.StatusFinalizeFailed)+"; resume it once the cause is fixed",
 			"failures", FinalizeFailureLimit, "error", pipeline.ErrorText(err))
 		f.Metrics.RunFinalizeFailed(id, run)
+		f.announceFailed(ctx, log, id, run, err, now)
 		return fmt.Errorf("%w (the run is now %s; bulkrun resume %s once fixed)", err, api.StatusFinalizeFailed, id)
 	}
 	return err
+}
+
+// announceFailed puts the Batch State Change event of run of batch id
+// ended finalize_failed at now by err (best effort: a failure is logged;
+// the status, the metric and its alarm say it too).
+func (f *Finalizer) announceFailed(ctx context.Context, log *slog.Logger, id string, run int, err error, now time.Time) {
+	if f.Bus == nil {
+		return
+	}
+	b, gerr := f.Store.GetBatch(ctx, id)
+	if gerr != nil || b.Run != run {
+		b = ledger.Batch{}
+		b.ID, b.Run = id, run
+	}
+	b.Status = api.StatusFinalizeFailed
+	e := ledger.StateChangeOf(b, api.ChangeFinished, now, now)
+	e.Verdict = api.StatusFinalizeFailed
+	e.Failure = pipeline.ErrorText(err)
+	ledger.AnnounceChange(ctx, f.Bus, log, e)
 }
 
 // finalizeCall is what a finalize call is: the tick's (tick), and its

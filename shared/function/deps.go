@@ -138,6 +138,7 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 		// A JSON Lines object over submit.DefaultPartBytes is read by parts,
 		// wherever it is read, so its digest is always the parts digest.
 		Parts: &submit.PartsConfig{},
+		Bus:   d.Bus(), // Batch State Change: submitted, running, refused
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself
@@ -163,7 +164,7 @@ func (d *Deps) SourcePolicy() source.SourcePolicy {
 // Finalizer builds the finalize workflow from d.
 func (d *Deps) Finalizer() *finalize.Finalizer {
 	f := &finalize.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: ledger.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
-		Events: d.Bus()}
+		Events: d.Bus(), Bus: d.Bus()}
 	if d.Config.Lease > 0 {
 		// Counters that stood still for a whole lease cannot be waiting for
 		// an item in flight (its lease has ended): a crashed invocation's

@@ -95,6 +95,23 @@ type Submitter struct {
 	// another name within it are not run again (ClaimUpload). 0 remembers
 	// nothing. The stack sets it from config.EnvUploadRepeatDays.
 	UploadRepeatWindow time.Duration
+	// Bus gets the Batch State Change events of the changes submit makes:
+	// submitted, running (a first run, a resume, a rerun, a correction
+	// run) and refused (a background read's refusal); nil for none.
+	// Delivery is best effort (a failed put is logged).
+	Bus ledger.EventBus
+}
+
+// announce puts the Batch State Change event of b's change, at the change's
+// own time at (for its event id) and now.
+func (s *Submitter) announce(ctx context.Context, b ledger.Batch, change api.StateChange, at time.Time) {
+	e := ledger.StateChangeOf(b, change, at, s.Clock.Now())
+	if change == api.ChangeRefused && b.Refusal != nil {
+		r := *b.Refusal
+		r.Message = pipeline.CutText(r.Message, pipeline.MaxErrorTextBytes)
+		e.Refusal = &r
+	}
+	ledger.AnnounceChange(ctx, s.Bus, s.Log, e)
 }
 
 // SubmitKeysMemoryBytes is the duplicate-key detector's buffer in a
@@ -311,6 +328,8 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 	switch {
 	case created:
 		stored = b
+		s.announce(ctx, stored, api.ChangeSubmitted, stored.CreatedAt)
+		s.announce(ctx, stored, api.ChangeRunning, stored.RunStartedAt)
 	case errors.Is(err, api.ErrBatchExists):
 		// Another submit's row: this manifest is nobody's.
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
