@@ -190,6 +190,28 @@ cli:
 synth: tools functions
 	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) > /dev/null
 
+# template: the stack as a plain CloudFormation template, for teams not
+# on CDK (infra/README.md, "Without CDK"): build/template/bulkrun.template.json
+# (target TARGET; CDK_CONTEXT's settings baked in), its functions' code as
+# build/template/functions/{submit,item,finalize,sweep}.zip (bulkrun's own
+# binaries: the built-in pipelines), and the parameters CodeBucket and
+# CodeKeyPrefix naming where those zips are put. No CDK bootstrap needed.
+TEMPLATE_DIR := build/template
+template: tools functions
+	rm -rf $(TEMPLATE_DIR) && mkdir -p $(TEMPLATE_DIR)/functions
+	cd infra && $(CDK) synth --output ../$(TEMPLATE_DIR)/cdk.out --no-notices -q -c target=$(TARGET) -c template=true \
+	  -c functionsDir=../build/functions -c stackName=$(STACK) $(CDK_CONTEXT) > /dev/null
+	cp $(TEMPLATE_DIR)/cdk.out/$(STACK).template.json $(TEMPLATE_DIR)/bulkrun.template.json
+	for f in $(FUNCTIONS); do (cd build/functions/$$f && python3 -m zipfile -c $(CURDIR)/$(TEMPLATE_DIR)/functions/$$f.zip bootstrap); done
+	@echo "template: $(TEMPLATE_DIR)/bulkrun.template.json ($$(wc -c < $(TEMPLATE_DIR)/bulkrun.template.json) bytes), zips in $(TEMPLATE_DIR)/functions/"
+
+# template-test: make template, then the template deployed by plain
+# CloudFormation on the emulator (CreateStack from S3, the zips in a code
+# bucket of the test's own), a batch run through its API, the stack
+# deleted (integration/template_test.go, build tag template).
+template-test: template $(EMULATOR_DEP)
+	$(GO) test -tags 'integration template' -count=1 -timeout 10m -run '^TestTemplate' -v ./integration/
+
 deploy: tools $(EMULATOR_DEP) functions
 	cd infra && $(CDK) bootstrap $(BOOTSTRAP_ENV) --no-notices
 	cd infra && $(CDK) deploy --output ../build/cdk.out --require-approval never --no-notices -c target=$(TARGET) \

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -539,6 +540,17 @@ func TestRunnerPropsContext(t *testing.T) {
 				}
 			}
 		},
+		"codeBucket": func(t *testing.T) {
+			// The zips of a bucket instead of the folders: no asset is staged.
+			b := synthApp(t, map[string]string{"target": "aws", "functionsDir": t.TempDir(), "codeBucket": "my-code", "codeKeyPrefix": "bulkrun/1/"})
+			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
+				code := fmt.Sprint(props(b.function(t, fn))["Code"])
+				if code != "map[S3Bucket:my-code S3Key:bulkrun/1/"+fn+".zip]" {
+					t.Errorf("%s code %s, want s3://my-code/bulkrun/1/%s.zip", fn, code, fn)
+				}
+			}
+		},
+		"codeKeyPrefix": func(t *testing.T) {}, // with codeBucket
 		"timeouts": func(t *testing.T) {
 			for fn, n := range map[string]float64{"submit": 300, "finalize": 600, "sweep": 420} {
 				if got := props(a.function(t, fn))["Timeout"]; got != n {
@@ -600,8 +612,10 @@ func TestLintContextSetsEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range contextProps {
-		// retentionMinutes is refused for the aws target this stack has.
-		if _, ok := ctx[c.key]; !ok && c.key != "functionsDir" && c.key != "pipelineCode" && c.key != "retentionMinutes" {
+		// retentionMinutes is refused for the aws target this stack has;
+		// codeBucket and codeKeyPrefix are the template's (lint-templates
+		// synthesizes it with template=true).
+		if _, ok := ctx[c.key]; !ok && c.key != "functionsDir" && c.key != "pipelineCode" && c.key != "retentionMinutes" && c.key != "codeBucket" && c.key != "codeKeyPrefix" {
 			t.Errorf("tools/lint/all-options.json does not set %s", c.key)
 		}
 	}
@@ -612,5 +626,40 @@ func TestLintContextSetsEveryKey(t *testing.T) {
 	}
 	if err := bulkrun.Validate(p); err != nil {
 		t.Errorf("the all-options context is refused: %v", err)
+	}
+}
+
+// TestTemplateContext: template=true (make template) makes the stack a
+// plain CloudFormation template: the functions' code from the parameters
+// CodeBucket and CodeKeyPrefix, and nothing of the CDK bootstrap (no
+// asset, no BootstrapVersion parameter nor its rule), so CloudFormation
+// alone deploys it.
+func TestTemplateContext(t *testing.T) {
+	a := synthApp(t, map[string]string{"target": "aws", "functionsDir": functionsDir, "template": "true"})
+	tmpl := assertions.Template_FromStack(a.stack, nil)
+	raw, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Parameters map[string]map[string]any
+		Rules      map[string]any
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Sorted(maps.Keys(doc.Parameters))
+	if !slices.Equal(names, []string{ParamCodeBucket, ParamCodeKeyPrefix}) || len(doc.Rules) != 0 {
+		t.Fatalf("parameters %v, rules %v: want CodeBucket and CodeKeyPrefix only, no rule", names, doc.Rules)
+	}
+	for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
+		code, _ := json.Marshal(props(a.function(t, fn))["Code"])
+		want := `{"S3Bucket":{"Ref":"CodeBucket"},"S3Key":{"Fn::Join":["",[{"Ref":"CodeKeyPrefix"},"` + fn + `.zip"]]}}`
+		if string(code) != want {
+			t.Errorf("%s code %s, want %s", fn, code, want)
+		}
+	}
+	if entries, _ := os.ReadDir(a.outdir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "asset.") }) {
+		t.Errorf("assets staged in %s: a template for plain CloudFormation has none", a.outdir)
 	}
 }

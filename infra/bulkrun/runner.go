@@ -123,6 +123,19 @@ type RunnerProps struct {
 	// and the item function runs them. Default "": bulkrun's own binaries,
 	// which run the built-in pipelines only. Requires CustomPipelines.
 	PipelineCode string
+	// CodeBucket, when set, is the S3 bucket holding the functions' code
+	// as zips, each with its `bootstrap` at the root: the function name's
+	// is the object {CodeKeyPrefix}{name}.zip (submit.zip, item.zip,
+	// finalize.zip, sweep.zip), in place of FunctionsDir and PipelineCode,
+	// which are then not read. Either may be a token, such as a
+	// CloudFormation parameter's value: the app's template (make
+	// template, infra/README.md "Without CDK") makes both parameters.
+	// The bucket must be in the stack's Region (Lambda's rule for
+	// S3Bucket). Default "": the folders, as CDK assets.
+	CodeBucket string
+	// CodeKeyPrefix is prepended to each zip's name in CodeBucket
+	// ("bulkrun/1.2.0/" gives bulkrun/1.2.0/submit.zip). Default "".
+	CodeKeyPrefix string
 	// CustomPipelines are the names of the pipelines PipelineCode's binary
 	// declares: registered.Declared of its declarations (one list, when
 	// the CDK app is in the same module), or what `bootstrap pipelines`

@@ -29,6 +29,8 @@ type settings struct {
 	target             string
 	functionsDir       string
 	code               map[string]string // each function's code folder
+	codeBucket         string            // RunnerProps.CodeBucket: the zips' bucket, "" for the folders
+	codeKeyPrefix      string            // RunnerProps.CodeKeyPrefix
 	arch               awslambda.Architecture
 	itemTimeout        time.Duration
 	lease              time.Duration
@@ -449,6 +451,10 @@ func (s *settings) checkSchedules(bad badProp) {
 // bootstrap binary.
 func (s *settings) checkCode(props *RunnerProps, bad badProp) {
 	s.code = map[string]string{}
+	if props.CodeBucket != "" {
+		s.codeBucket, s.codeKeyPrefix = props.CodeBucket, props.CodeKeyPrefix
+		return // zips in S3, read at deploy time (runner.code)
+	}
 	for _, fn := range functionNames {
 		s.code[fn] = filepath.Join(s.functionsDir, fn)
 		if props.PipelineCode != "" && (fn == FunctionSubmit || fn == FunctionItem) {
