@@ -3,9 +3,12 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,8 +20,10 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
+	"github.com/bulkrun/bulkrun/integration/testbed/meter"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
@@ -386,5 +391,115 @@ func TestStagedEffectsMissingTable(t *testing.T) {
 	it, err := h.store.GetItem(ctx, id, api.PositionalKey(0))
 	if err != nil || it.Outcome != api.OutcomeFailed || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, "ResourceNotFound") {
 		t.Fatalf("row %+v %v, want failed (permanent) with DynamoDB's ResourceNotFound message", it, err)
+	}
+}
+
+// TestStagedEffectsPackRowWithinLimit guards docs/design/bounds.md's pack
+// row line on the path of staged effects, K = 1 and 10: 14 items (two
+// packs of 7) each stage a write and succeed with an output of 62 KiB
+// (inline for an item row), so a pack's outputs together pass DynamoDB's
+// 400 KB. Each commit, made on its own with its staged write, keeps the
+// pack row within ledger.PackRowBudget (its output to S3 when the row
+// would pass it): every item succeeds, its write applied once, its
+// output readable from the results, and each row as DynamoDB stores it
+// (sized by DynamoDB's rules, meter.ItemBytes; MiniStack enforces no
+// limit) stays under 400 KB.
+func TestStagedEffectsPackRowWithinLimit(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
+	for _, k := range packedKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { stagedEffectsPackRowWithinLimit(t, k) })
+	}
+}
+
+func stagedEffectsPackRowWithinLimit(t *testing.T, k int) {
+	ctx := context.Background()
+	table := effectsTable(t)
+	blob := strings.Repeat("x", 62<<10)
+	const n = 14
+	h, id := stagingBatchK(t, []string{table}, n, k, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if err := stageCount(ctx, table, req); err != nil {
+			return pipeline.Result{}, err
+		}
+		return pipeline.Result{Output: json.RawMessage(fmt.Sprintf(`{"key":%q,"blob":%q}`, req.Key, blob))}, nil
+	})
+	want := map[int]int{1: n, 10: 2}[k]
+	pending := h.receive(t, want)
+	for deadline := time.Now().Add(2 * time.Minute); len(pending) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries not acknowledged after 2 minutes", len(pending))
+		}
+		failed := h.worker.Handle(ctx, pending)
+		var again []worker.Delivery
+		for _, d := range pending {
+			if slices.Contains(failed, d.MessageID) {
+				again = append(again, d)
+			}
+		}
+		pending = again
+	}
+	r, err := h.finalizer.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Report.Census; c.Succeeded != n {
+		t.Fatalf("census %+v, want %d succeeded", c, n)
+	}
+	for i := range n {
+		key := api.PositionalKey(int64(i))
+		if got := applied(t, table, key); got != 1 {
+			t.Errorf("%s: staged write applied %d times, want 1", key, got)
+		}
+	}
+	body, err := h.blobs.Get(ctx, api.ResultsKey(id, 1, api.OutcomeSucceeded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := 0
+	err = api.ReadResults(bytes.NewReader(body), func(l api.ResultLine) error {
+		out := string(l.Output)
+		if l.OutputRef != "" {
+			refs++
+			obj, err := h.blobs.Get(ctx, strings.TrimPrefix(l.OutputRef, "s3://"+h.blobs.Bucket()+"/"))
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", l.Key, l.OutputRef, err)
+			}
+			out = string(obj)
+		}
+		if !strings.Contains(out, fmt.Sprintf(`"key":%q`, l.Key)) || len(out) < 62<<10 {
+			return fmt.Errorf("%s: output of %d bytes", l.Key, len(out))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.store.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	largest := 0
+	for i := range n {
+		if k == 1 {
+			it, err := h.store.GetItem(ctx, id, api.PositionalKey(int64(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			largest = max(largest, len(it.Output))
+			continue
+		}
+		if i%7 != 0 {
+			continue // not a pack's first item
+		}
+		out, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &h.table, ConsistentRead: aws.Bool(true), Key: map[string]ddbtypes.AttributeValue{
+			config.AttrPK: &ddbtypes.AttributeValueMemberS{Value: fmt.Sprintf("PACK#%s#%d", id, ledger.PackShard(int64(i), b.ListShards))},
+			config.AttrSK: &ddbtypes.AttributeValueMemberS{Value: ledger.PackSK(int64(i))}}})
+		if err != nil || len(out.Item) == 0 {
+			t.Fatalf("raw pack row %d: %v", i, err)
+		}
+		largest = max(largest, meter.ItemBytes(out.Item))
+	}
+	t.Logf("K=%d: %d outputs moved to S3; largest row %d bytes (limit 409600)", k, refs, largest)
+	if largest >= 400<<10 {
+		t.Fatalf("a row of %d bytes: over DynamoDB's 400 KB item limit", largest)
 	}
 }

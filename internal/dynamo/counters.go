@@ -132,11 +132,12 @@ const (
 // The live view's rows in a counter partition (ledger.Store.CountWaits,
 // CountFanned) and their attributes.
 const (
-	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; interrupted; token slots
+	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; interrupted; timed_out; token slots
 	skFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
 
 	attrWaitPrefix   = "w"
 	attrInterrupted  = "interrupted"
+	attrTimedOut     = "timed_out"
 	attrFanned       = "fanned"
 	attrFannedChunks = "fanned_chunks"
 	// waitPrune is how many minutes before now a wait write removes: the
@@ -146,7 +147,7 @@ const (
 )
 
 // CountWaits adds c to the wait row of counter partition c.Lane with one
-// UpdateItem (ADD w{minute} …, interrupted; REMOVE the buckets of the
+// UpdateItem (ADD w{minute} …, interrupted, timed_out; REMOVE the buckets of the
 // waitPrune minutes before now; SET its token slot), sent once at a time
 // as CountLane's (addOnce): never counted twice.
 func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
@@ -158,6 +159,9 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	}
 	if c.Interrupted != 0 {
 		u = u.Add(expression.Name(attrInterrupted), expression.Value(c.Interrupted))
+	}
+	if c.TimedOut != 0 {
+		u = u.Add(expression.Name(attrTimedOut), expression.Value(c.TimedOut))
 	}
 	now := c.Now.Unix() / 60
 	for m := now - waitPrune; m < now; m++ {
@@ -221,6 +225,10 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 				if n, ok := av[attrInterrupted].(*types.AttributeValueMemberN); ok {
 					c, _ := strconv.ParseInt(n.Value, 10, 64)
 					p.Interrupted += c
+				}
+				if n, ok := av[attrTimedOut].(*types.AttributeValueMemberN); ok {
+					c, _ := strconv.ParseInt(n.Value, 10, 64)
+					p.TimedOut += c
 				}
 				return nil
 			case skFan:

@@ -8,7 +8,8 @@
 // batch of many items costs one call per reference per function instance
 // and TTL; a rotated secret is picked up within TTL, and at once when the
 // receiver rejects the old value: the worker then reads it again with
-// ResolveFresh, which bypasses the cache, and calls once more.
+// ResolveFresh, which bypasses the cache, and the item's next attempt
+// sends the new value.
 //
 // Errors are classified from each service's documentation (AWS Secrets
 // Manager API Reference, "GetSecretValue", Errors,
@@ -27,6 +28,7 @@ package secret
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -156,4 +158,22 @@ func classify(service string, err error) error {
 		return ledger.Throttled(service, ae.ErrorCode(), err)
 	}
 	return err
+}
+
+// Settings reads a function's settings parameter (config.EnvSettingsParameter):
+// the SSM String parameter name, holding the variables the stack moved
+// out of the function's environment as a JSON object of strings, read
+// with GetParameter through a client built from c (its retryer and
+// application id). Errors name the parameter: AWS's own, or a value that
+// is not such an object.
+func Settings(ctx context.Context, c aws.Config, name string) (map[string]string, error) {
+	out, err := ssm.NewFromConfig(c).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name)})
+	if err != nil {
+		return nil, fmt.Errorf("settings parameter %s: %w", name, err)
+	}
+	var vars map[string]string
+	if out.Parameter == nil || json.Unmarshal([]byte(aws.ToString(out.Parameter.Value)), &vars) != nil {
+		return nil, fmt.Errorf("settings parameter %s: want a JSON object of strings", name)
+	}
+	return vars, nil
 }

@@ -35,7 +35,12 @@ type LiveView struct {
 	// off at the invocation's deadline margin, or taken over after their
 	// holder died or timed out (each one may have reached the pipeline's
 	// receiver).
-	Interrupted  int64 `json:"interrupted"`
+	Interrupted int64 `json:"interrupted"`
+	// TimedOut counts this run's attempts whose call reached the
+	// downstream and was given up without an answer (a webhook call past
+	// its timeout_ms, a call cut off at the deadline margin): the
+	// downstream may still have finished them. Absent when none.
+	TimedOut     int64 `json:"timed_out,omitempty"`
 	NotFannedOut int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).
@@ -47,5 +52,6 @@ type LiveView struct {
 
 // NeedsAttention reports whether the running run needs a look now: it
 // is paused, an item failed or was quarantined, an item waits for a
-// retry, an attempt was interrupted, or no item ended for StallAttention.
+// retry, an attempt was interrupted or timed out, or no item ended for
+// StallAttention.
 func (l LiveView) NeedsAttention() bool { return len(l.Attention) > 0 }

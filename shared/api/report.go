@@ -23,8 +23,11 @@ type Census struct {
 	Cost pipeline.CostSum `json:"cost"`
 	// RunSpent is what this run spent: every attempt of this run, retried
 	// and ending ones alike, summed per name the same way (an item retried
-	// twice before it succeeded counts three calls here, one in Cost). An
-	// attempt cut off before it could write (a crash) is not in it.
+	// twice before it succeeded counts three calls here, one in Cost),
+	// those that failed, timed out or were cut off at the deadline margin
+	// included, as far as their pipeline reported a cost (the webhook
+	// counts every call that reached its receiver). An attempt whose
+	// process died before it could write (a crash) is not in it.
 	RunSpent pipeline.CostSum `json:"run_spent"`
 	// CostNamesOmitted is how many cost names Bounded left out of Cost
 	// and RunSpent together (0 when none was): the batch row and the

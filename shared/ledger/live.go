@@ -10,7 +10,7 @@ import (
 // LiveOf is b's running run's live view from its counters p at now.
 // failures is the failed and quarantined items counted so far.
 func LiveOf(b Batch, p Progress, now time.Time) api.LiveView {
-	l := api.LiveView{RetryWaiting: p.Waiting(now), Interrupted: p.Interrupted, LastProgressAt: p.UpdatedAt}
+	l := api.LiveView{RetryWaiting: p.Waiting(now), Interrupted: p.Interrupted, TimedOut: p.TimedOut, LastProgressAt: p.UpdatedAt}
 	if l.LastProgressAt.Before(b.RunStartedAt) {
 		l.LastProgressAt = b.RunStartedAt
 	}
@@ -43,6 +43,9 @@ func LiveOf(b Batch, p Progress, now time.Time) api.LiveView {
 	}
 	if l.Interrupted > 0 {
 		l.Attention = append(l.Attention, fmt.Sprintf("%d attempts interrupted (outcome unknown)", l.Interrupted))
+	}
+	if l.TimedOut > 0 {
+		l.Attention = append(l.Attention, fmt.Sprintf("%d attempts timed out (failure class timeout: the receiver may have finished them after bulkrun stopped waiting; each item's next call waits at least twice the timeout)", l.TimedOut))
 	}
 	if idle := now.Sub(l.LastProgressAt); idle >= api.StallAttention && p.Done < items {
 		l.Attention = append(l.Attention, fmt.Sprintf("no item ended for %s", idle.Round(time.Minute)))

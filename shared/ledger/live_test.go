@@ -10,8 +10,8 @@ import (
 
 // TestLiveOf: every item not ended is in exactly one of in flight,
 // waiting for a retry and not fanned out, and the run needs attention
-// exactly while an item failed, waits, was interrupted or nothing ended
-// for StallAttention.
+// exactly while an item failed, waits, was interrupted or timed out, or
+// nothing ended for StallAttention.
 func TestLiveOf(t *testing.T) {
 	start := time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
 	now := start.Add(10 * time.Minute)
@@ -39,6 +39,12 @@ func TestLiveOf(t *testing.T) {
 			p:        Progress{FannedOut: 10_000, FanChunks: 2, Interrupted: 20},
 			inFlight: 10_000, in: 20,
 			attention: []string{"20 attempts interrupted (outcome unknown)", "no item ended for 31m0s"}},
+		{name: "slow receiver: calls timed out, items waiting for their retry", b: b, now: now,
+			p: Progress{FannedOut: 10_000, FanChunks: 2, UpdatedAt: now, TimedOut: 40,
+				RetryDue: map[int64]int64{DueMinute(now.Add(time.Minute)): 40}},
+			inFlight: 9960, waiting: 40, next: "2026-12-01T19:11:00Z",
+			attention: []string{"40 items waiting for a retry (next at 2026-12-01T19:11:00Z)",
+				"40 attempts timed out (failure class timeout: the receiver may have finished them after bulkrun stopped waiting; each item's next call waits at least twice the timeout)"}},
 		{name: "failures counted", b: b, now: now,
 			p:        Progress{Done: 3, Failures: 3, ByOutcome: map[api.Outcome]int64{api.OutcomeFailed: 2, api.OutcomeQuarantined: 1}, FannedOut: 10_000, FanChunks: 2, UpdatedAt: now},
 			inFlight: 9997, attention: []string{"3 items failed or quarantined"}},

@@ -176,6 +176,12 @@ type Attempt struct {
 	// invocation's deadline margin or the lease's end, so the call's
 	// outcome is unknown (an interruption).
 	CutOff bool
+	// Rotated: the receiver rejected the credential the call sent
+	// (pipeline.IsCredentialRejected), and the secret reference it came
+	// from reads another value now (rotated since it was cached): the
+	// next attempt sends the new value. The retry does not count as an
+	// attempt.
+	Rotated bool
 	// Retry is the batch's retry policy: the wait before the next attempt
 	// is RetryDelay(Retry, RunAttempts).
 	Retry api.RetryPolicy
@@ -213,6 +219,11 @@ type Ending struct {
 	// is being stopped), so it counts no attempt either (Ended moves
 	// FirstAttempt past it).
 	Unrun bool
+	// Rotated: a retry of an attempt whose credential the receiver
+	// rejected after its secret was rotated (Attempt.Rotated): the next
+	// attempt sends the new value; it counts no attempt either (Ended
+	// moves FirstAttempt past it).
+	Rotated bool
 	// Class is the failure class (FailureClass) of an ending by a
 	// transient error: a retry (not a throttled one), or a failure at max
 	// attempts; "" for any other ending. The pause counts them.
@@ -237,11 +248,14 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // pipeline.MaxThrottleWait (past it, the attempt counts as any transient
 // error); a transient error at max attempts fails (max_attempts); any
 // other transient error schedules a retry after a.Retry's delay, or the
-// pipeline's longer Retry-After.
+// pipeline's longer Retry-After, or, for a call that timed out
+// (*pipeline.TimeoutError), TimeoutWait when longer.
 //
 // A paused batch's probe (a.Paused) that fails transiently schedules a
-// retry after a.PauseWait that does not count as an attempt either. A
-// transient ending carries its failure class (FailureClass).
+// retry after a.PauseWait that does not count as an attempt either; so
+// does an attempt whose rejected credential was rotated (a.Rotated),
+// after MinThrottleDelay. A transient ending carries its failure class
+// (FailureClass).
 //
 // The retry policy and the pause enter only here (MaxAttempts, Retry,
 // Paused).
@@ -270,6 +284,13 @@ func Conclude(a Attempt) Ending {
 		return Ending{Outcome: api.OutcomeSucceeded}
 	}
 	err := a.Err
+	if a.Rotated {
+		// The credential, not the item: one call per attempt, so the new
+		// value goes with the next one, at once.
+		e := end(api.OutcomeInFlight, "", "credential rejected; its secret changed since it was read, the next attempt sends the new value: "+pipeline.ErrorText(err))
+		e.Rotated, e.Wait = true, MinThrottleDelay
+		return e
+	}
 	if a.CutOff && pipeline.Classify(err) == pipeline.ClassTransient {
 		err = &interruptedError{err: err}
 	}
@@ -328,7 +349,31 @@ func conclude(a Attempt, err error, text string) Ending {
 	if ra, ok := pipeline.RetryDelay(err); ok && ra > e.Wait {
 		e.Wait = ra
 	}
+	if d, ok := pipeline.TimeoutOf(err); ok {
+		e.Wait = max(e.Wait, TimeoutWait(d, a.RunAttempts))
+	}
 	return e
+}
+
+// TimeoutWait is the least wait before the next attempt of an item whose
+// attempt n of its run (n ≥ 1) timed out after d (a *pipeline.TimeoutError):
+// d × 2^n, at most pipeline.MaxRetryAfter. The call may still run at the
+// receiver: after the first timeout the next call starts at least 2d after
+// bulkrun stopped waiting, so a receiver taking up to three times the
+// timeout has finished the first call; each further timeout doubles the
+// wait. The batch's retry policy applies when it waits longer.
+func TimeoutWait(d time.Duration, n int) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	w := d
+	for range min(max(n, 1), 32) {
+		if w >= pipeline.MaxRetryAfter {
+			break
+		}
+		w *= 2
+	}
+	return min(w, pipeline.MaxRetryAfter)
 }
 
 // The waits of throttled attempts (Conclude), which count no attempt.
@@ -356,16 +401,16 @@ func ThrottleDelay(waited, asked time.Duration) time.Duration {
 // now: its outcome, reason and error, with Output and OutputRef for a
 // success, a scheduled retry for a transient failure.
 //
-// A throttled ending moves FirstAttempt one past the attempt, so that
-// RunAttempts no longer counts it: the attempt stays the fence (it never
-// goes back), and max attempts counts only the attempts that were not
-// throttled.
+// A throttled ending (and a paused probe's, an unrun or a rotated one)
+// moves FirstAttempt one past the attempt, so that RunAttempts no longer
+// counts it: the attempt stays the fence (it never goes back), and max
+// attempts counts only the attempts that were not throttled.
 func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	n := s
 	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
 	n.Retry = e.Retry()
 	n.ThrottledSince = time.Time{}
-	if e.Throttled || e.Paused || e.Unrun {
+	if e.Throttled || e.Paused || e.Unrun || e.Rotated {
 		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
 		n.ThrottledSince = e.ThrottledSince
 	}

@@ -166,6 +166,14 @@ func TestConclude(t *testing.T) {
 		{"cut off, retrying batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, boom, true }), api.OutcomeInFlight, "", "interrupted at the invocation's deadline", 2 * time.Second},
 		{"cut off, quarantining batch", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff, a.OnInterrupt = true, boom, true, api.InterruptQuarantine }), api.OutcomeQuarantined, api.ReasonInterrupted, "interrupted at the invocation's deadline", 0},
 		{"cut off, permanent", with(func(a *Attempt) { a.Ran, a.Err, a.CutOff = true, pipeline.Permanent(boom), true }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"timed out after 10 s: twice the timeout, longer than the policy", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.TimedOut(boom, 10*time.Second) }), api.OutcomeInFlight, "", "boom", 20 * time.Second},
+		{"timed out again: four times the timeout", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, pipeline.TimedOut(boom, 10*time.Second), 2 }), api.OutcomeInFlight, "", "boom", 40 * time.Second},
+		{"timed out after 100 ms: the policy's wait is longer", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.TimedOut(boom, 100*time.Millisecond) }), api.OutcomeInFlight, "", "boom", 2 * time.Second},
+		{"timed out at max attempts", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, pipeline.TimedOut(boom, 10*time.Second), 3 }), api.OutcomeFailed, api.ReasonMaxAttempts, "attempt 3 of 3: boom", 0},
+		{"credential rejected, not rotated", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.CredentialRejected(boom) }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"credential rejected and rotated, at max attempts: retried, uncounted", with(func(a *Attempt) {
+			a.Ran, a.Err, a.Rotated, a.RunAttempts = true, pipeline.CredentialRejected(boom), true, 3
+		}), api.OutcomeInFlight, "", "credential rejected; its secret changed since it was read", MinThrottleDelay},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,5 +210,26 @@ func TestStoppedAttemptIsNotCounted(t *testing.T) {
 	retried := Start(ItemState{Key: "k", Run: 1, Outcome: api.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, Retry: true}, 1, now)
 	if got := Ended(retried, e, now); got.RunAttempts() != 1 {
 		t.Fatalf("a retried item cancelled before its second call: %d attempts, want its first", got.RunAttempts())
+	}
+}
+
+// TestTimeoutWait: the least wait after a call that timed out after d at
+// the run's attempt n is d × 2^n, at most pipeline.MaxRetryAfter.
+func TestTimeoutWait(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		n    int
+		want time.Duration
+	}{
+		{0, 1, 0},
+		{10 * time.Second, 0, 20 * time.Second},
+		{10 * time.Second, 1, 20 * time.Second},
+		{10 * time.Second, 3, 80 * time.Second},
+		{15 * time.Minute, 5, pipeline.MaxRetryAfter},
+		{time.Second, 1000, pipeline.MaxRetryAfter},
+	} {
+		if got := TimeoutWait(tt.d, tt.n); got != tt.want {
+			t.Errorf("TimeoutWait(%s, %d) = %s, want %s", tt.d, tt.n, got, tt.want)
+		}
 	}
 }

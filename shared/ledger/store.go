@@ -89,11 +89,12 @@ type Store interface {
 	// CountLane's is (ErrCountUnknown when it cannot be told).
 	CountRun(ctx context.Context, c RunCount) (RunCounted, error)
 	// CountWaits adds c's items waiting for a retry, by the minute their
-	// retry is due, and its interrupted attempts to the run's wait
+	// retry is due, and its interrupted and timed-out attempts to the run's wait
 	// counter in counter partition c.Lane (COUNT#{id}#{run}#{lane}, WAIT),
 	// without reading; a write sent again after its answer was lost is
 	// recognised as CountLane's (ErrCountUnknown when it cannot be told).
-	// The live view's counts (Progress.Waiting, NextRetry, Interrupted);
+	// The live view's counts (Progress.Waiting, NextRetry, Interrupted,
+	// TimedOut);
 	// nothing decides on them.
 	CountWaits(ctx context.Context, c WaitCount) error
 	// CountFanned records that the fan-out chunk c.First of c.Run sent its
@@ -426,6 +427,7 @@ type WaitCount struct {
 	// (UTC) it is due, rounded up: an item waits until its minute begins.
 	Due         map[int64]int64
 	Interrupted int64 // attempts cut off or taken over (outcome unknown)
+	TimedOut    int64 // attempts whose call was given up without an answer (*pipeline.TimeoutError)
 	Token       string
 	Now         time.Time
 }
@@ -492,6 +494,10 @@ type Progress struct {
 	// off at the invocation's deadline or a lease's end, or taken over
 	// after their holder died).
 	Interrupted int64
+	// TimedOut counts the run's attempts whose call reached the
+	// downstream and was given up without an answer (WaitCount.TimedOut):
+	// the downstream may have finished them.
+	TimedOut int64
 	// FannedOut counts the items of the chunks whose fan-out sent every
 	// item message (CountFanned); FanChunks how many chunks those are.
 	FannedOut int64

@@ -149,14 +149,29 @@ func (c Cost) Plus(d Cost) Cost {
 // a pack row holds up to 100 items, each with its key (up to 1,024 bytes),
 // its cost and what its run spent; 10 names of 40 bytes keep the two cost
 // maps of one item under ≈ 1.3 KB and a full pack row under ≈ 350 KB.
+// A record beyond them is folded (BoundCost), never refused: the item's
+// work was done, and failing it would make a rerun do it again.
 const (
 	MaxCostNames     = 10
 	MaxCostNameBytes = 40
 )
 
+// The names under which BoundCost folds a cost record beyond its limits.
+// They count as cost names like any other (a rollup sums them over the
+// items); a pipeline that reports them itself has the folded amounts
+// added to its own.
+const (
+	// FoldedCost holds the sum of the folded names' amounts, whatever
+	// their units: it says that names were folded and how much they
+	// weighed, not a quantity of one kind.
+	FoldedCost = "bulkrun.folded"
+	// FoldedCostNames counts the names folded into FoldedCost.
+	FoldedCostNames = "bulkrun.folded_names"
+)
+
 // ErrCostRecord marks a cost record beyond MaxCostNames or
-// MaxCostNameBytes: the item fails permanently (a pipeline that reports
-// that many costs would for every item), its cost not recorded.
+// MaxCostNameBytes (CheckCost). bulkrun does not fail an item for it: it
+// records the record folded (BoundCost).
 var ErrCostRecord = errors.New("cost record over its limits")
 
 // CheckCost returns nil when c is within MaxCostNames names of 1 to
@@ -167,9 +182,57 @@ func CheckCost(c Cost) error {
 		return fmt.Errorf("%w: %d cost names, at most %d (pipeline.MaxCostNames)", ErrCostRecord, len(c), MaxCostNames)
 	}
 	for name := range c {
-		if name == "" || len(name) > MaxCostNameBytes || !utf8.ValidString(name) {
+		if !validCostName(name) {
 			return fmt.Errorf("%w: cost name %q: 1 to %d bytes of UTF-8 (pipeline.MaxCostNameBytes)", ErrCostRecord, CutText(name, 64), MaxCostNameBytes)
 		}
 	}
 	return nil
+}
+
+func validCostName(name string) bool {
+	return name != "" && len(name) <= MaxCostNameBytes && utf8.ValidString(name)
+}
+
+// BoundCost returns c within its limits and how many names it folded.
+// A record CheckCost passes is returned as is, with 0. Otherwise the
+// first MaxCostNames − 2 valid names in byte order (FoldedCost and
+// FoldedCostNames aside) keep their amounts, and every other name —
+// beyond them, empty, longer than MaxCostNameBytes or not UTF-8 — is
+// folded: its amount added to FoldedCost (in decimal, as Plus adds;
+// NaN and ±Inf skipped) and counted in FoldedCostNames. Amounts already
+// under those two names are added to, so a folded record folded again
+// keeps its counts: BoundCost(a.Plus(b)) is how a run's spent stays
+// bounded. The result has at most MaxCostNames names. c is not changed.
+func BoundCost(c Cost) (Cost, int) {
+	if CheckCost(c) == nil {
+		return c, 0
+	}
+	var keep, fold []string
+	for name := range c {
+		switch {
+		case name == FoldedCost || name == FoldedCostNames:
+		case validCostName(name):
+			keep = append(keep, name)
+		default:
+			fold = append(fold, name)
+		}
+	}
+	sort.Strings(keep)
+	if n := MaxCostNames - 2; len(keep) > n {
+		fold = append(fold, keep[n:]...)
+		keep = keep[:n]
+	}
+	out := make(Cost, len(keep)+2)
+	for _, name := range keep {
+		out[name] = c[name]
+	}
+	sum := CostSum{}
+	sum.Add(Cost{FoldedCost: c[FoldedCost], FoldedCostNames: c[FoldedCostNames]})
+	for _, name := range fold {
+		sum.Add(Cost{FoldedCost: c[name]})
+	}
+	sum.Add(Cost{FoldedCostNames: float64(len(fold))})
+	out[FoldedCost] = sum[FoldedCost].InexactFloat64()
+	out[FoldedCostNames] = sum[FoldedCostNames].InexactFloat64()
+	return out, len(fold)
 }

@@ -162,3 +162,54 @@ func TestCheckCost(t *testing.T) {
 		}
 	}
 }
+
+// A cost record beyond its limits is folded, never refused (the item's
+// work was done): the first MaxCostNames − 2 valid names in byte order
+// keep their amounts, every other name's amount is summed under
+// FoldedCost and counted in FoldedCostNames; a folded record folded again
+// keeps its counts; the result always passes CheckCost.
+func TestBoundCost(t *testing.T) {
+	hundred := Cost{}
+	for i := range 100 {
+		hundred[fmt.Sprintf("c%03d", i)] = 0.1
+	}
+	ten := Cost{}
+	for i := range MaxCostNames {
+		ten[fmt.Sprintf("c%03d", i)] = 1
+	}
+	eleven := maps.Clone(ten)
+	eleven["c999"] = 2
+	a, _ := BoundCost(Cost{"x1": 1, "x2": 1, "x3": 1, "x4": 1, "x5": 1, "x6": 1, "x7": 1, "x8": 1, "y1": 1, "y2": 1, "y3": 1})
+	b, _ := BoundCost(Cost{"x1": 1, "z1": 1, "z2": 1, "z3": 1, "z4": 1, "z5": 1, "z6": 1, "z7": 1, "z8": 1, "z9": 1, "zz": 1})
+	for _, tc := range []struct {
+		name   string
+		c      Cost
+		want   Cost
+		folded int
+	}{
+		{"none", nil, nil, 0},
+		{"at the limit", ten, ten, 0},
+		{"one name too many", eleven, Cost{"c000": 1, "c001": 1, "c002": 1, "c003": 1, "c004": 1, "c005": 1, "c006": 1, "c007": 1,
+			FoldedCost: 4, FoldedCostNames: 3}, 3},
+		{"100 names", hundred, Cost{"c000": 0.1, "c001": 0.1, "c002": 0.1, "c003": 0.1, "c004": 0.1, "c005": 0.1, "c006": 0.1, "c007": 0.1,
+			FoldedCost: 9.2, FoldedCostNames: 92}, 92},
+		{"names that are not valid", Cost{"calls": 1, "": 2, strings.Repeat("n", MaxCostNameBytes+1): 3, "a\xffb": 4},
+			Cost{"calls": 1, FoldedCost: 9, FoldedCostNames: 3}, 3},
+		{"NaN folded is skipped", Cost{"calls": 1, "": math.NaN()}, Cost{"calls": 1, FoldedCost: 0, FoldedCostNames: 1}, 1},
+		{"folded records folded again", a.Plus(b), Cost{"x1": 2, "x2": 1, "x3": 1, "x4": 1, "x5": 1, "x6": 1, "x7": 1, "x8": 1,
+			FoldedCost: 13, FoldedCostNames: 13}, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := maps.Clone(tc.c)
+			got, folded := BoundCost(tc.c)
+			if !maps.Equal(got, tc.want) || folded != tc.folded || !maps.EqualFunc(in, tc.c, sameAmount) {
+				t.Fatalf("BoundCost = %v, %d folded (input now %v); want %v, %d", got, folded, tc.c, tc.want, tc.folded)
+			}
+			if err := CheckCost(got); err != nil {
+				t.Fatalf("the bounded record: %v", err)
+			}
+		})
+	}
+}
+
+func sameAmount(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }

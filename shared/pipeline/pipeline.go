@@ -10,6 +10,11 @@
 //   - RetryAfter(err, d), a *RetryAfterError: transient, and the retry is
 //     scheduled no sooner than d after the attempt (d capped at
 //     MaxRetryAfter); the exponential backoff applies when it is longer.
+//   - TimedOut(err, d), a *TimeoutError: transient; a call that reached
+//     the downstream and was given up after d, which the downstream may
+//     still be working on: the retry waits at least twice d after the
+//     first (ledger.TimeoutWait), so that the next call does not come
+//     while it may still run.
 //   - any other error: transient; the item is retried with exponential
 //     backoff and jitter until the batch's max attempts, then ends `failed`.
 //   - any error after the pipeline's context was cut off at the
@@ -167,6 +172,45 @@ func RetryDelay(err error) (time.Duration, bool) {
 		return 0, false
 	}
 	return min(max(ra.Delay, 0), MaxRetryAfter), true
+}
+
+// TimeoutError is a transient error of a call that reached the
+// downstream and was given up after Timeout without an answer: the
+// webhook's timeout_ms, or the worker's deadline margin cutting a call
+// off. The downstream may still be working on it, and may finish it. So
+// that an item's next call does not come while its previous one may
+// still run there, the retry of a timed-out attempt waits at least
+// ledger.TimeoutWait(Timeout, n) (n: the run's attempts of the item so
+// far; twice the timeout after the first), longer than the batch's retry
+// policy would when that is shorter. Its failure class is "timeout".
+type TimeoutError struct {
+	Err     error
+	Timeout time.Duration // how long the call ran before it was given up, ≥ 0
+}
+
+func (e *TimeoutError) Error() string { return e.Err.Error() }
+func (e *TimeoutError) Unwrap() error { return e.Err }
+
+// FailureClass is "timeout" (ledger.FailureClass).
+func (e *TimeoutError) FailureClass() string { return "timeout" }
+
+// TimedOut wraps err as a *TimeoutError of a call given up after d
+// (negative taken as 0). nil stays nil.
+func TimedOut(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &TimeoutError{Err: err, Timeout: max(d, 0)}
+}
+
+// TimeoutOf returns the Timeout of the first *TimeoutError in err's chain,
+// and whether there is one.
+func TimeoutOf(err error) (time.Duration, bool) {
+	var te *TimeoutError
+	if !errors.As(err, &te) {
+		return 0, false
+	}
+	return max(te.Timeout, 0), true
 }
 
 // MaxErrorTextBytes is the most of an error text bulkrun keeps wherever it

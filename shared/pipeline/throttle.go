@@ -19,8 +19,9 @@ import (
 //   - credential rejected (*CredentialRejectedError, under a
 //     *PermanentError): the receiver refused the credential the call
 //     carried (HTTP 401 or 403). When that credential came from a secret
-//     reference, the worker reads it again bypassing the cache and calls
-//     once more before the item fails (a secret rotated mid-batch).
+//     reference that reads another value now (bypassing the cache: a
+//     secret rotated mid-batch), the attempt ends there and its retry,
+//     which counts no attempt, sends the new value; else the item fails.
 //   - permanent (*PermanentError): the call will fail the same way every
 //     time (a function that does not exist, a payload over Lambda's 6 MB,
 //     a KMS key that is disabled, an HTTP 4xx).
@@ -77,7 +78,8 @@ func ThrottleOf(err error) (*ThrottledError, bool) {
 // §15.5.4). It is returned under a *PermanentError: a credential the
 // receiver refuses fails every retry, unless it changed, which is why a
 // worker that resolved it from a secret reference reads it again
-// (bypassing its cache) and calls once more before the item fails.
+// (bypassing its cache) and, when it changed, retries the item with the
+// new value in its next attempt (one call per attempt), counting none.
 type CredentialRejectedError struct{ Err error }
 
 func (e *CredentialRejectedError) Error() string { return e.Err.Error() }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -74,7 +76,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 }
 
 // countWaits adds the deliveries' items waiting for a retry (by the
-// minute it is due) and interrupted attempts to their runs' wait
+// minute it is due), interrupted and timed-out attempts to their runs' wait
 // counters: one CountWaits write per run, in a counter partition chosen
 // at random. Only the live view reads them; a lost write loses its share.
 func (w *Worker) countWaits(ctx context.Context, dones []done) {
@@ -85,7 +87,7 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 	waits := map[runKey]*ledger.WaitCount{}
 	var order []runKey
 	for _, d := range dones {
-		if d.retryAt.IsZero() && !d.interrupted {
+		if d.retryAt.IsZero() && !d.interrupted && !d.timedOut {
 			continue
 		}
 		k := runKey{d.batch.ID, d.batch.Run}
@@ -100,6 +102,9 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 		}
 		if d.interrupted {
 			c.Interrupted++
+		}
+		if d.timedOut {
+			c.TimedOut++
 		}
 	}
 	for _, k := range order {
@@ -131,7 +136,11 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 // writes try to stop the run (items in flight at a stop finish anyway).
 //
 // The items' cost and spent sums go with the first of the writes that
-// counts any of them, so that each is counted once; so does h, the
+// counts any of them, so that each is counted once, at most
+// api.MaxCensusCostNames names per rollup (the rest folded, foldSum);
+// a write the lane refuses for its names (a row past DynamoDB's 400 KB
+// as a batch's items name ever more costs) is made again with its cost
+// folded whole, so the items are counted. So does h, the
 // attempts' health: an attempt answered ends the lane's failure-class
 // streaks, else the transient failures add to them and the write that
 // takes a streak past a multiple of PauseAfter pauses the batch
@@ -152,6 +161,10 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		left[o] = n
 	}
 	answered, streaks := h.answered, h.streaks()
+	// At most api.MaxCensusCostNames names per rollup in one write, so
+	// that its update expression stays within DynamoDB's 4 KB.
+	cost, spent = foldSum(cost, api.MaxCensusCostNames), foldSum(spent, api.MaxCensusCostNames)
+	folded := false
 	if ledger.SumOutcomes(left) == 0 {
 		if len(streaks) == 0 {
 			return
@@ -185,6 +198,15 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			Outcomes: part, Failures: part[api.OutcomeFailed] + part[api.OutcomeQuarantined], Cost: cost, Spent: spent,
 			Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
+		if refused(err) && !folded && len(cost)+len(spent) > 0 {
+			// The row (400 KB) or the expression (4 KB) would pass
+			// DynamoDB's limit with these names: count the items, their
+			// cost folded under pipeline.FoldedCost.
+			log.WarnContext(ctx, "count progress: the lane refused the cost names; counted folded", "error", err.Error(), "lane", p)
+			cost, spent, folded = foldSum(cost, 0), foldSum(spent, 0), true
+			c.Cost, c.Spent, c.Token = cost, spent, ledger.NewToken()
+			got, err = w.Store.CountLane(ctx, c)
+		}
 		switch {
 		case errors.Is(err, api.ErrConflict):
 			book.set(p, got.Room)
@@ -411,4 +433,40 @@ func (w *Worker) countChunks(ctx context.Context, dones []done, weight int64) {
 			w.triggerFinalize(ctx, log, a.b)
 		}
 	}
+}
+
+// foldSum is s with at most max(n, 2) names: the first n − 2 in byte order
+// (pipeline.FoldedCost and FoldedCostNames aside) kept, the others' sums
+// added under pipeline.FoldedCost and their number under
+// pipeline.FoldedCostNames, as pipeline.BoundCost folds an item's record;
+// s itself when it has at most n names. n ≤ 2 folds every name. The
+// counters' folded names are counted per write: the live view's cost is
+// then folded, the report's census counts every name from the rows.
+func foldSum(s pipeline.CostSum, n int) pipeline.CostSum {
+	if len(s) <= n && n > 2 {
+		return s
+	}
+	names := s.Names()
+	keep := make([]string, 0, len(names))
+	out := pipeline.CostSum{}
+	for _, name := range names {
+		switch {
+		case name == pipeline.FoldedCost || name == pipeline.FoldedCostNames:
+			out[name] = out[name].Add(s[name])
+		case len(keep) < n-2:
+			keep = append(keep, name)
+			out[name] = s[name]
+		default:
+			out[pipeline.FoldedCost] = out[pipeline.FoldedCost].Add(s[name])
+			out[pipeline.FoldedCostNames] = out[pipeline.FoldedCostNames].Add(decimal.NewFromInt(1))
+		}
+	}
+	return out
+}
+
+// refused reports a store error that is neither a conflict, nor AWS being
+// unavailable, nor a write whose effect is unknown: the write was refused
+// as written (DynamoDB's ValidationException).
+func refused(err error) bool {
+	return err != nil && !errors.Is(err, api.ErrConflict) && !errors.Is(err, ledger.ErrUnavailable) && !errors.Is(err, ledger.ErrCountUnknown)
 }

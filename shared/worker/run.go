@@ -30,6 +30,7 @@ type itemRun struct {
 	took      time.Duration // how long its pipeline ran; 0 when it did not
 	committed bool          // written on its own, with its staged writes
 	lost      bool          // its own write lost the unit's fence
+	timedOut  bool          // its call was given up without an answer (a *pipeline.TimeoutError)
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
 	interrupted bool
@@ -166,7 +167,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if r.ending.Retry() {
 				retries++
 				wait = max(wait, r.ending.Wait)
-				throttled = throttled || r.ending.Throttled || r.ending.Paused
+				throttled = throttled || r.ending.Throttled || r.ending.Paused || r.ending.Rotated
 			}
 		}
 	}
@@ -233,6 +234,9 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 		if r.started && !r.lost && r.interrupted {
 			dns = append(dns, done{batch: b, interrupted: true})
+		}
+		if r.started && !r.lost && r.timedOut {
+			dns = append(dns, done{batch: b, timedOut: true})
 		}
 	}
 	if retries == 0 {
@@ -309,7 +313,11 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		pipeCtx, seal = w.Staging(runCtx)
 	}
 	start := w.Clock.Now()
-	res, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
+	var allotted time.Duration // how long the call may run before it is cut off
+	if dl, ok := runCtx.Deadline(); ok {
+		allotted = time.Until(dl)
+	}
+	res, rotated, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
@@ -320,6 +328,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// call's outcome is unknown. Read before cancel, which would set it too.
 	cutOff := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	cancel()
+	if _, timed := pipeline.TimeoutOf(perr); cutOff && allotted > 0 && !timed && perr != nil && pipeline.Classify(perr) == pipeline.ClassTransient {
+		// A call cut off while it ran may still run where it went: its
+		// retry waits as for a call that timed out after that long.
+		perr = pipeline.TimedOut(perr, allotted)
+	}
+	_, r.timedOut = pipeline.TimeoutOf(perr)
 	r.took = w.Clock.Now().Sub(start)
 	w.Metrics.ItemDuration(b.Pipeline, r.took, b.ID, b.Run)
 	// What this run's attempts spent: the earlier ones' (the fence makes
@@ -329,10 +343,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		spent = was.Spent
 	}
 	if sum := spent.Plus(res.Cost); len(sum) > 0 {
-		s.Spent, s.SpentRun = sum, b.Run
+		// Each attempt's record is bounded; their sum may name more.
+		s.Spent, _ = pipeline.BoundCost(sum)
+		s.SpentRun = b.Run
 	}
 	s.Cost = res.Cost
-	a.Ran, a.Err, a.CutOff = true, perr, cutOff && perr != nil
+	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rotated
 	r.interrupted = r.interrupted || a.CutOff
 	if perr == nil {
 		err := w.persist(ctx, log, "store output", func() (err error) {
@@ -344,7 +360,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	a.Now = w.Clock.Now()
 	e := ledger.Conclude(a)
 	if e.Outcome == api.OutcomeSucceeded && staged != nil && staged.Len() > 0 {
-		e = w.commit(ctx, log, u, h, r, ledger.Ended(s, e, w.Clock.Now()), staged, a)
+		e = w.commit(ctx, log, b, u, h, r, ledger.Ended(s, e, w.Clock.Now()), staged, a)
 		if r.committed || r.lost {
 			return
 		}
@@ -353,6 +369,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	switch {
 	case e.Paused:
 		log.WarnContext(ctx, "probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
+	case e.Rotated:
+		log.InfoContext(ctx, "credential rejected and rotated; retried with the new value without using an attempt", "retry_in_ms", e.Wait.Milliseconds())
 	case e.Throttled:
 		log.WarnContext(ctx, "throttled; retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds(),
 			"throttled_ms", a.Now.Sub(e.ThrottledSince).Milliseconds())
@@ -364,17 +382,34 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 }
 
 // commit writes a succeeded item with the writes its attempt staged, on
-// its own, in one transaction under the unit's fence. When DynamoDB
+// its own, in one transaction under the unit's fence. In a pack row it
+// first keeps the row within ledger.PackRowBudget as the unit's final
+// write does (boundPack: the item's output to S3 when the row, with the
+// items committed before it, would pass the budget); a pack's commits
+// are made one at a time, so each sees the others'. When DynamoDB
 // refuses the writes as written the item fails permanently without them;
 // when a staged condition does not hold the attempt ends as a transient
 // failure and the item runs again: the ending returned.
-func (w *Worker) commit(ctx context.Context, log *slog.Logger, u unit, h *hold, r *itemRun, n ledger.ItemState, staged ledger.StagedEffects, a ledger.Attempt) ledger.Ending {
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, b ledger.Batch, u unit, h *hold, r *itemRun, n ledger.ItemState, staged ledger.StagedEffects, a ledger.Attempt) ledger.Ending {
+	h.commits.Lock()
+	defer h.commits.Unlock()
+	write := []ledger.PackItemWrite{{Index: r.j, Item: n, Was: api.OutcomeInFlight}}
 	err := w.persist(ctx, log, "record outcome with staged writes", func() error {
-		return u.write(ctx, h, []ledger.PackItemWrite{{Index: r.j, Item: n, Was: api.OutcomeInFlight}}, staged)
+		if _, packed := u.(*packUnit); packed {
+			moved, _, err := w.boundPack(ctx, b, h.items, write)
+			if moved > 0 {
+				log.WarnContext(ctx, "pack row kept within its budget", "outputs_to_s3", moved, "budget_bytes", ledger.PackRowBudget)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return u.write(ctx, h, write, staged)
 	})
 	var ee *ledger.EffectsError
 	switch {
 	case err == nil:
+		n = write[0].Item
 		r.state, r.committed = n, true
 		h.items[r.j] = n // the unit's final write counts it ended
 		return ledger.Ending{Outcome: api.OutcomeSucceeded}

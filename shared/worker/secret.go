@@ -110,50 +110,43 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 	return h, out, nil
 }
 
-// runPipeline runs p once for req (runSafely), and checks the result's
-// cost record against the contract's limits (pipeline.CheckCost). When the
-// call fails because
-// the receiver rejected a credential (pipeline.IsCredentialRejected: a
-// webhook's 401 or 403) and the batch's headers or options hold secret
-// references, the references are read again bypassing the cache
-// (FreshSecrets) and, if a value changed (the secret was rotated since it
-// was cached), p runs once more with the new values, within the same
-// attempt; the two calls' costs add up. A reference that cannot be read
-// again, or an unchanged value, leaves the first call's error. The first
-// call must have staged no writes (the built-in pipelines stage none on a
-// 401 or 403).
-func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (pipeline.Result, error) {
-	res, err := w.rejectCredential(ctx, log, p, b, req)
-	if cerr := pipeline.CheckCost(res.Cost); cerr != nil {
-		// Beyond the contract's limits: not recorded (it would not fit
-		// the rows), and the item fails saying which limit.
-		res.Cost = nil
-		err = pipeline.Permanent(fmt.Errorf("item %q: %w", req.Key, cerr))
+// runPipeline runs p once for req (runSafely) and bounds the result's
+// cost record (pipeline.BoundCost): names beyond the contract's limits
+// are folded under pipeline.FoldedCost, never a reason to fail the item,
+// whose work was done. When the call fails because the receiver rejected
+// a credential (pipeline.IsCredentialRejected: a webhook's 401 or 403)
+// and the batch's headers or options hold secret references, the
+// references are read again bypassing the cache (FreshSecrets); rotated
+// reports that a value changed (the secret was rotated since it was
+// cached): the attempt ends there, and its retry, which counts no
+// attempt (ledger.Attempt.Rotated), sends the new value, now cached. One
+// attempt is one call: the receiver never gets two requests with the
+// same Bulkrun-Attempt. A reference that cannot be read again, or an
+// unchanged value, leaves the call's error to fail the item.
+func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (res pipeline.Result, rotated bool, err error) {
+	res, err = runSafely(ctx, p, req)
+	if c, folded := pipeline.BoundCost(res.Cost); folded > 0 {
+		log.WarnContext(ctx, "cost record beyond its limits; names folded", "folded_names", folded,
+			"max_cost_names", pipeline.MaxCostNames, "max_cost_name_bytes", pipeline.MaxCostNameBytes)
+		res.Cost = c
 	}
-	return res, err
+	return res, err != nil && pipeline.IsCredentialRejected(err) && w.rotated(ctx, log, b, req), err
 }
 
-// rejectCredential is runPipeline's call, made once more with freshly read
-// secrets when the receiver rejected the credential.
-func (w *Worker) rejectCredential(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (pipeline.Result, error) {
-	res, err := runSafely(ctx, p, req)
-	if err == nil || !pipeline.IsCredentialRejected(err) {
-		return res, err
-	}
+// rotated reports whether a secret reference of b's headers or options
+// reads, bypassing the cache, another value than req was sent with.
+func (w *Worker) rotated(ctx context.Context, log *slog.Logger, b ledger.Batch, req pipeline.Request) bool {
 	if refs, rerr := ledger.SecretRefs(b.Headers, b.Options); rerr != nil || len(refs) == 0 || w.Secrets == nil {
-		return res, err
+		return false
 	}
 	headers, options, serr := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, true)
 	if serr != nil {
 		log.WarnContext(ctx, "credential rejected; reading its secret again failed", "error", pipeline.ErrorText(serr))
-		return res, err
+		return false
 	}
 	if maps.Equal(headers, req.Headers) && bytes.Equal(options, req.Options) {
-		return res, err // the same value: not a rotation
+		return false // the same value: not a rotation
 	}
-	log.InfoContext(ctx, "credential rejected; its secret changed since it was cached, calling again")
-	req.Headers, req.Options = headers, options
-	again, err := runSafely(ctx, p, req)
-	again.Cost = res.Cost.Plus(again.Cost)
-	return again, err
+	log.InfoContext(ctx, "credential rejected; its secret changed since it was cached: the next attempt sends the new value")
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -103,6 +104,9 @@ type hold struct {
 	interrupted []bool
 	dones       []done // the items the take settled or counted
 	probe       bool   // the unit message's probe
+	// commits makes the unit's writes with staged effects one at a
+	// time, each sizing the row with the others' items (commit).
+	commits sync.Mutex
 }
 
 func newHold(n int) *hold {

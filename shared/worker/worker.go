@@ -142,9 +142,11 @@ type done struct {
 	class, text string
 	// Not an ending, for the live view only (outcome empty): retryAt, an
 	// item waiting for a retry due then; interrupted (with or without an
-	// outcome), an attempt whose outcome was unknown.
+	// outcome), an attempt whose outcome was unknown; timedOut, an
+	// attempt whose call was given up without an answer.
 	retryAt     time.Time
 	interrupted bool
+	timedOut    bool
 }
 
 // doneOf is the done of an item whose state s is terminal in b's run.

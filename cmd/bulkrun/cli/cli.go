@@ -798,14 +798,19 @@ func (a *app) watch(ctx context.Context, id string) error {
 
 // LiveText is a running batch's live view on one line: "live: in flight
 // 20  waiting for a retry 980 (next at 19:16:00Z)  interrupted 3  not
-// fanned out 0  last progress 19:05:12Z".
+// fanned out 0  last progress 19:05:12Z", with "  timed out N" after the
+// interrupted attempts when some timed out.
 func LiveText(l api.LiveView) string {
 	next := ""
 	if l.NextRetryAt != nil {
 		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z)"
 	}
-	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d  not fanned out %d  last progress %sZ",
-		l.InFlight, l.RetryWaiting, next, l.Interrupted, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
+	timed := ""
+	if l.TimedOut > 0 {
+		timed = fmt.Sprintf("  timed out %d", l.TimedOut)
+	}
+	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
+		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }
 
 // show prints a batch view.
@@ -883,10 +888,21 @@ func (a *app) itemsCmd() *cobra.Command {
 			var items []api.Item
 			var live *api.LiveView
 			next := cursor
+			var pageErr error // a page that failed after the client's retries
 			for {
 				p, err := a.api.Items(ctx, args[0], api.Outcome(outcome), next, limit)
 				if err != nil {
-					return err
+					if len(items) == 0 {
+						return err
+					}
+					// The pages read so far are shown, and where to go on.
+					more := ""
+					if all {
+						more = " --all"
+					}
+					pageErr = fmt.Errorf("%w; the %d items above were read: go on with bulkrun items %s --outcome %s --cursor %s%s",
+						err, len(items), args[0], outcome, next, more)
+					break
 				}
 				if p.Live != nil {
 					live = p.Live
@@ -898,9 +914,15 @@ func (a *app) itemsCmd() *cobra.Command {
 				}
 			}
 			if a.output == "json" {
-				return a.printJSON(api.ItemPage{Items: items, NextCursor: next, Live: live})
+				if err := a.printJSON(api.ItemPage{Items: items, NextCursor: next, Live: live}); err != nil {
+					return err
+				}
+				return pageErr
 			}
 			a.printItems(items)
+			if pageErr != nil {
+				return pageErr
+			}
 			if live != nil {
 				// Items without a row in the run are not listed above.
 				textf(a.out, "%s\n", LiveText(*live))

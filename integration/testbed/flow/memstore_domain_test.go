@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,10 @@ import (
 
 // memQueue is an in-memory Queue: what was sent waits until take.
 type memQueue struct {
-	mu   sync.Mutex
-	msgs []worker.Delivery
-	n    int
+	mu    sync.Mutex
+	msgs  []worker.Delivery
+	n     int
+	waits []time.Duration // each Delay's and Requeue's wait
 }
 
 func (q *memQueue) add(body []byte) {
@@ -54,11 +56,26 @@ func (q *memQueue) Send(_ context.Context, bodies [][]byte) error {
 	return nil
 }
 
-func (q *memQueue) Requeue(_ context.Context, body []byte, _ time.Duration) error {
+func (q *memQueue) Requeue(_ context.Context, body []byte, d time.Duration) error {
+	q.mu.Lock()
+	q.waits = append(q.waits, d)
+	q.mu.Unlock()
 	return q.Send(context.Background(), [][]byte{body})
 }
 
-func (q *memQueue) Delay(context.Context, string, time.Duration) error { return nil }
+func (q *memQueue) Delay(_ context.Context, _ string, d time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waits = append(q.waits, d)
+	return nil
+}
+
+// delays returns the waits asked for so far (Delay, Requeue).
+func (q *memQueue) delays() []time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.waits)
+}
 
 func (q *memQueue) take() []worker.Delivery {
 	q.mu.Lock()
@@ -542,61 +559,81 @@ func (s *rotatingSecrets) ResolveFresh(context.Context, string) (string, error) 
 	return s.latest, nil
 }
 
-// A secret rotated while a batch runs fails no item: the receiver rejects
-// the cached old value (401, a *pipeline.CredentialRejectedError), the
-// worker reads the reference again bypassing the cache and calls once
-// more, within the same attempt. A credential that is simply wrong (the
+// A secret rotated while a batch runs fails no item, at K = 1 and 10, and
+// the receiver gets one call per attempt: the receiver rejects the cached
+// old value (401, a *pipeline.CredentialRejectedError), the worker reads
+// the reference again bypassing the cache, and the attempt ends there; its
+// retry, which uses no attempt, sends the new value. Every call carries
+// its own attempt number, every item succeeds with 1 attempt in its run,
+// and run_spent counts every call. A credential that is simply wrong (the
 // fresh value is the same) still fails at once, with one call.
 func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { secretRotatedMidBatch(t, k) })
+	}
+}
+
+func secretRotatedMidBatch(t *testing.T, k int) {
 	ctx := context.Background()
 	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
 	var accept atomic.Value
 	accept.Store("Bearer v2")
+	var mu sync.Mutex
+	attempts := map[string][]int{} // the attempt numbers each key's calls carried
 	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		mu.Lock()
+		attempts[req.BatchID+"/"+req.Key] = append(attempts[req.BatchID+"/"+req.Key], req.Attempt)
+		mu.Unlock()
 		if req.Headers["Authorization"] != accept.Load().(string) {
 			return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
 		}
 		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, nil
 	})
+	r.worker.Clock = &tickClock{t: r.clock.T} // a released lease ends as time goes on
 	secrets := &rotatingSecrets{cached: "Bearer v1", latest: "Bearer v2"}
 	r.worker.Secrets = secrets
 	r.sub.SecretPrefixes = []string{arn}
-	submit := func(id string) {
+	submit := func(id string) api.Census {
 		t.Helper()
-		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)},
+		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)}, ItemsPerMessage: k,
 			Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
 			t.Fatal(err)
 		}
 		r.drain(t, ctx, 1)
-	}
-	submit("rotated")
-	got := map[api.Outcome]int{}
-	if err := r.store.ScanItems(ctx, "rotated", 1, func(it ledger.Item) error {
-		got[it.Outcome]++
-		if it.Attempt != 1 {
-			t.Errorf("%s: attempt %d, want 1 (the fresh read and the call again use no attempt)", it.Key, it.Attempt)
+		res, err := r.fin.Finalize(ctx, id, 1)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+		return res.Report.Census
 	}
-	if got[api.OutcomeSucceeded] != 5 || secrets.fresh == 0 || secrets.fresh > 5 {
-		t.Fatalf("outcomes %v, fresh reads %d: want 5 succeeded after at most one fresh read per item", got, secrets.fresh)
+	c := submit("rotated")
+	calls := 0
+	for i := range 5 {
+		key := api.PositionalKey(int64(i))
+		it := memItem(t, r, "rotated", key)
+		mu.Lock()
+		seen := attempts["rotated/"+key]
+		mu.Unlock()
+		calls += len(seen)
+		if it.Outcome != api.OutcomeSucceeded || it.RunAttempts != 1 || len(seen) > 2 || len(seen) == 2 && seen[0] == seen[1] {
+			t.Errorf("%s: %s after %d attempts of the run, calls with attempts %v; want succeeded, 1 attempt, one call per attempt", key, it.Outcome, it.RunAttempts, seen)
+		}
+	}
+	if secrets.fresh == 0 || secrets.fresh > 5 || c.RunSpent.Text("calls") != fmt.Sprint(calls) {
+		t.Fatalf("fresh reads %d, run_spent %v, %d calls: want at most one fresh read per item, every call spent", secrets.fresh, c.RunSpent, calls)
 	}
 
 	accept.Store("Bearer v3") // a value the store does not have: wrong, not rotated
-	calls := r.callsOf(api.PositionalKey(0))
 	submit("wrong")
-	if err := r.store.ScanItems(ctx, "wrong", 1, func(it ledger.Item) error {
-		if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "401") {
-			t.Errorf("%s: %s %q, want failed with the 401", it.Key, it.Outcome, it.Error)
+	for i := range 5 {
+		key := api.PositionalKey(int64(i))
+		it := memItem(t, r, "wrong", key)
+		mu.Lock()
+		n := len(attempts["wrong/"+key])
+		mu.Unlock()
+		if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "401") || n != 1 {
+			t.Errorf("%s: %s %q after %d calls, want failed with the 401 after 1 (the same fresh value is not tried again)", key, it.Outcome, it.Error, n)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if n := r.callsOf(api.PositionalKey(0)) - calls; n != 1 {
-		t.Errorf("a wrong credential: %d calls, want 1 (the same fresh value is not tried again)", n)
 	}
 }
 
@@ -680,77 +717,147 @@ func (e *eventSizes) Publish(_ context.Context, r api.Report) error {
 	return nil
 }
 
-// Every aggregate within its service's limit, whatever the items report:
-// 150 items naming 100 costs each fail at once with an error naming the
-// item and the limit (the contract: pipeline.MaxCostNames), and the batch
-// finishes with its event; 150 items naming 10 costs of their own (1,500
-// distinct names in the batch) finish with every name in the report, at
-// most api.MaxCensusCostNames per rollup on the batch row and in the
-// event, and the event within EventBridge's 256 KB.
+// Every aggregate within its service's limit, whatever the items report,
+// at K = 1 and 10: 150 items naming 100 costs each all succeed, each
+// item's record folded to pipeline.MaxCostNames names (8 kept, the other
+// 92 summed under pipeline.FoldedCost and counted in FoldedCostNames),
+// and the batch finishes with its event; 150 items naming 10 costs of
+// their own (1,500 distinct names in the batch) finish with every name in
+// the report, at most api.MaxCensusCostNames per rollup on the batch row
+// and in the event, and the event within EventBridge's 256 KB.
 func TestMemAggregatesStayWithinLimits(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name         string
 		names        int  // cost names per item
 		distinct     bool // each item its own names
-		wantFailed   int64
 		wantInReport int
 	}{
-		{"100 names per item", 100, false, 150, 0},
-		{"10 names per item, 1500 in the batch", 10, true, 0, 1500},
+		{"100 names per item", 100, false, pipeline.MaxCostNames},
+		{"10 names per item, 1500 in the batch", 10, true, 1500},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		for _, k := range []int{1, 10} {
+			t.Run(fmt.Sprintf("%s K%d", tc.name, k), func(t *testing.T) {
+				r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+					c := pipeline.Cost{}
+					for i := range tc.names {
+						name := fmt.Sprintf("cost-name-%03d-%s", i, strings.Repeat("x", 20))
+						if tc.distinct {
+							name = fmt.Sprintf("%s-%03d-%s", req.Key, i, strings.Repeat("y", 10))
+						}
+						c[name] = 0.5
+					}
+					return pipeline.Result{Cost: c}, nil
+				})
+				ev := &eventSizes{}
+				r.fin.Events = ev
+				if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "agg", Pipeline: "counted", ItemsPerMessage: k, Source: api.SourceSpec{Items: items(150)}}); err != nil {
+					t.Fatal(err)
+				}
+				r.drain(t, ctx, 1)
+				res, err := r.fin.Finalize(ctx, "agg", 1)
+				if err != nil {
+					t.Fatalf("finalize: %v", err)
+				}
+				c := res.Report.Census
+				if c.Total != 150 || c.Succeeded != 150 || len(c.Cost) != tc.wantInReport {
+					t.Fatalf("report census: %d total, %d succeeded, %d cost names; want 150, 150, %d", c.Total, c.Succeeded, len(c.Cost), tc.wantInReport)
+				}
+				if tc.names > pipeline.MaxCostNames {
+					it := memItem(t, r, "agg", api.PositionalKey(7))
+					if it.Outcome != api.OutcomeSucceeded || len(it.Cost) != pipeline.MaxCostNames || it.Cost[pipeline.FoldedCostNames] != 92 ||
+						it.Cost[pipeline.FoldedCost] != 46 || len(it.Spent) != pipeline.MaxCostNames {
+						t.Fatalf("item 7: %s, cost %v, spent %v; want succeeded with 8 names and 92 folded (46 under %s)", it.Outcome, it.Cost, it.Spent, pipeline.FoldedCost)
+					}
+					if c.Cost.Text(pipeline.FoldedCostNames) != "13800" || c.RunSpent.Text(pipeline.FoldedCost) != "6900" {
+						t.Fatalf("census cost %v, run_spent %v; want 150 × 92 names folded", c.Cost, c.RunSpent)
+					}
+				}
+				b, _ := r.store.GetBatch(ctx, "agg")
+				if !b.Status.Finished() || b.FinalCensus == nil || len(b.FinalCensus.Cost) > api.MaxCensusCostNames || len(b.FinalCensus.RunSpent) > api.MaxCensusCostNames {
+					t.Fatalf("batch row: %s, census on the row %v", b.Status, b.FinalCensus != nil)
+				}
+				if want := max(0, 2*(tc.wantInReport-api.MaxCensusCostNames)); b.FinalCensus.CostNamesOmitted != want {
+					t.Errorf("row: cost_names_omitted %d, want %d", b.FinalCensus.CostNamesOmitted, want)
+				}
+				if len(ev.bytes) != 1 || ev.bytes[0] > event.MaxEntryBytes || !strings.Contains(ev.details[0], `"report":"s3://bucket/`) {
+					t.Fatalf("events %v bytes, want one within %d with the report's URI", ev.bytes, event.MaxEntryBytes)
+				}
+				t.Logf("event entry %d bytes; report census %d cost names, row %d (+%d omitted)", ev.bytes[0], len(c.Cost), len(b.FinalCensus.Cost), b.FinalCensus.CostNamesOmitted)
+			})
+		}
+	}
+}
+
+// What a run's attempts of an item spent stays within the cost record's
+// limits too, at K = 1 and 10: an item's first attempt names 10 costs and
+// fails transiently, its second names 10 others and succeeds; its spent
+// (20 names) is folded to pipeline.MaxCostNames, its cost is the second
+// attempt's, and the census's run_spent still counts every amount.
+func TestMemSpentOfAttemptsStaysWithinLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
 				c := pipeline.Cost{}
-				for i := range tc.names {
-					name := fmt.Sprintf("cost-name-%03d-%s", i, strings.Repeat("x", 20))
-					if tc.distinct {
-						name = fmt.Sprintf("%s-%03d-%s", req.Key, i, strings.Repeat("y", 10))
-					}
-					c[name] = 0.5
+				for i := range pipeline.MaxCostNames {
+					c[fmt.Sprintf("attempt-%d-cost-%02d", req.Attempt, i)] = 1
+				}
+				if req.Attempt == 1 {
+					return pipeline.Result{Cost: c}, errors.New("transient")
 				}
 				return pipeline.Result{Cost: c}, nil
 			})
-			ev := &eventSizes{}
-			r.fin.Events = ev
-			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "agg", Pipeline: "counted", Source: api.SourceSpec{Items: items(150)}}); err != nil {
+			r.worker.Clock = &tickClock{t: r.clock.T} // a released lease ends as time goes on
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "spent", Pipeline: "counted", ItemsPerMessage: k, Source: api.SourceSpec{Items: items(20)}}); err != nil {
 				t.Fatal(err)
 			}
 			r.drain(t, ctx, 1)
-			res, err := r.fin.Finalize(ctx, "agg", 1)
+			res, err := r.fin.Finalize(ctx, "spent", 1)
 			if err != nil {
-				t.Fatalf("finalize: %v", err)
+				t.Fatal(err)
+			}
+			it := memItem(t, r, "spent", api.PositionalKey(3))
+			if it.Outcome != api.OutcomeSucceeded || len(it.Cost) != pipeline.MaxCostNames || len(it.Spent) != pipeline.MaxCostNames ||
+				it.Spent[pipeline.FoldedCostNames] != 12 || it.Spent[pipeline.FoldedCost] != 12 {
+				t.Fatalf("item 3: %s, cost %v, spent %v; want succeeded, spent folded to %d names (12 folded)", it.Outcome, it.Cost, it.Spent, pipeline.MaxCostNames)
 			}
 			c := res.Report.Census
-			if c.Total != 150 || c.Failed != tc.wantFailed || c.Succeeded != 150-tc.wantFailed || len(c.Cost) != tc.wantInReport {
-				t.Fatalf("report census: %d total, %d failed, %d cost names; want 150, %d, %d", c.Total, c.Failed, len(c.Cost), tc.wantFailed, tc.wantInReport)
-			}
-			if tc.wantFailed > 0 {
-				var it ledger.Item
-				err := r.store.ScanItems(ctx, "agg", 1, func(i ledger.Item) error {
-					if i.Key == api.PositionalKey(7) {
-						it = i
-					}
-					return nil
-				})
-				if err != nil || it.Reason != api.ReasonPermanent || !strings.Contains(it.Error, api.PositionalKey(7)) ||
-					!strings.Contains(it.Error, "pipeline.MaxCostNames") || len(it.Cost) != 0 {
-					t.Fatalf("item 7: %+v %v, want failed naming the item and pipeline.MaxCostNames, no cost kept", it, err)
+			var total float64
+			for _, name := range c.RunSpent.Names() {
+				if name != pipeline.FoldedCostNames {
+					total += c.RunSpent[name].InexactFloat64()
 				}
 			}
-			b, _ := r.store.GetBatch(ctx, "agg")
-			if !b.Status.Finished() || b.FinalCensus == nil || len(b.FinalCensus.Cost) > api.MaxCensusCostNames || len(b.FinalCensus.RunSpent) > api.MaxCensusCostNames {
-				t.Fatalf("batch row: %s, census on the row %v", b.Status, b.FinalCensus != nil)
+			if c.Succeeded != 20 || total != 400 {
+				t.Fatalf("census %d succeeded, run_spent %v (amounts %v); want 20, every amount of 40 attempts (400)", c.Succeeded, c.RunSpent, total)
 			}
-			if want := max(0, 2*(tc.wantInReport-api.MaxCensusCostNames)); b.FinalCensus.CostNamesOmitted != want {
-				t.Errorf("row: cost_names_omitted %d, want %d", b.FinalCensus.CostNamesOmitted, want)
-			}
-			if len(ev.bytes) != 1 || ev.bytes[0] > event.MaxEntryBytes || !strings.Contains(ev.details[0], `"report":"s3://bucket/`) {
-				t.Fatalf("events %v bytes, want one within %d with the report's URI", ev.bytes, event.MaxEntryBytes)
-			}
-			t.Logf("event entry %d bytes; report census %d cost names, row %d (+%d omitted)", ev.bytes[0], len(c.Cost), len(b.FinalCensus.Cost), b.FinalCensus.CostNamesOmitted)
 		})
 	}
+}
+
+// memItem is item key of batch id as its unit (item row or pack row)
+// holds it.
+func memItem(t *testing.T, r *rig, id, key string) ledger.Item {
+	t.Helper()
+	ctx := context.Background()
+	b, err := r.store.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found ledger.Item
+	if err := ledger.MergeShards(ctx, r.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+		if it.Key == key {
+			found = it
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if found.Key == "" {
+		t.Fatalf("no item %q in %s", key, id)
+	}
+	return found
 }
 
 // The running batch's cost comes from its counters (docs/console.md: the

@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -44,6 +45,21 @@ type Store struct {
 }
 
 var _ ledger.Store = (*Store)(nil)
+
+// MaxItemBytes is DynamoDB's item size limit, which the in-memory store
+// applies to item and pack rows as DynamoDB does: 400 KB, counted as
+// 409,600 bytes (Amazon DynamoDB developer guide, "Service, account, and
+// table quotas", Item size,
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
+// The store sizes a row by ledger.StateBytes, an upper estimate, so a
+// row it takes fits DynamoDB too.
+const MaxItemBytes = 400 << 10
+
+// ErrItemTooLarge is the in-memory store's refusal of a row over
+// MaxItemBytes, as DynamoDB refuses one with a ValidationException
+// ("Item size has exceeded the maximum allowed size"): not a conflict,
+// not AWS being unavailable.
+var ErrItemTooLarge = errors.New("item size has exceeded the maximum allowed size")
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
@@ -91,6 +107,45 @@ type counter struct {
 	streaks        map[int]int64 // a lane's failure-class streaks by slot
 }
 
+// MaxExpressionBytes is DynamoDB's limit on an expression string: 4 KB
+// (Amazon DynamoDB developer guide, "Service, account, and table
+// quotas", Expression parameters). The in-memory store applies it to a
+// counter lane's write, sized as the DynamoDB adapter writes it
+// (laneExpressionBytes), whose update names one attribute per cost name.
+const MaxExpressionBytes = 4 << 10
+
+// ErrExpressionTooLong is the in-memory store's refusal of a write whose
+// expression would pass MaxExpressionBytes, as DynamoDB refuses one with
+// a ValidationException.
+var ErrExpressionTooLong = errors.New("expression exceeds the maximum length")
+
+// laneExpressionBytes estimates the update expression of c as the
+// DynamoDB adapter writes it (internal/dynamo, CountLane): 12 bytes per
+// ADD or SET clause ("#123 :123, " and its keyword's share), one per cost
+// and spent name, outcome and streak slot, and 12 clauses more for done,
+// failures, the token, the units, the format and the times.
+func laneExpressionBytes(c ledger.LaneCount) int {
+	return 12 * (len(c.Cost) + len(c.Spent) + len(c.Outcomes) + len(c.Streaks) + 12)
+}
+
+// laneRowBytes is the size of the counter lane row c leaves: 512 bytes
+// for its counts, and per cost and spent name its attribute ("c#" or
+// "s#" and the name) and a 21-byte number.
+func laneRowBytes(ctr *counter, c ledger.LaneCount) int {
+	n := 512
+	for _, sums := range [][2]pipeline.CostSum{{ctr.cost, c.Cost}, {ctr.spent, c.Spent}} {
+		for name := range sums[0] {
+			n += 2 + len(name) + 21
+		}
+		for name := range sums[1] {
+			if _, had := sums[0][name]; !had {
+				n += 2 + len(name) + 21
+			}
+		}
+	}
+	return n
+}
+
 // addSum adds every amount of from into to.
 func addSum(to, from pipeline.CostSum) {
 	for k, v := range from {
@@ -108,6 +163,7 @@ type runCounter struct {
 	// The live view's counts (CountWaits, CountFanned).
 	due                 map[int64]int64
 	interrupted, fanned int64
+	timedOut            int64
 	fanChunks           map[int64]bool
 }
 
@@ -216,6 +272,12 @@ func (s *Store) CountLane(_ context.Context, c ledger.LaneCount) (ledger.LaneCou
 		return ledger.LaneCounted{Done: ctr.done, Failures: ctr.failures, Room: c.Target - ctr.done},
 			conflictf("count lane %d of %s run %d: %d items do not fit", c.Lane, c.BatchID, c.Run, done)
 	}
+	if n := laneExpressionBytes(c); n > MaxExpressionBytes {
+		return ledger.LaneCounted{}, fmt.Errorf("count lane %d of %s run %d: %w (≈ %d bytes)", c.Lane, c.BatchID, c.Run, ErrExpressionTooLong, n)
+	}
+	if n := laneRowBytes(ctr, c); n > MaxItemBytes {
+		return ledger.LaneCounted{}, fmt.Errorf("count lane %d of %s run %d: %w (%d bytes)", c.Lane, c.BatchID, c.Run, ErrItemTooLarge, n)
+	}
 	s.chunks[k] = ctr
 	ctr.done += done
 	ctr.failures += c.Failures
@@ -264,6 +326,7 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 		rc.due[m] += n
 	}
 	rc.interrupted += c.Interrupted
+	rc.timedOut += c.TimedOut
 	return nil
 }
 
@@ -289,6 +352,7 @@ func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (le
 			p.RetryDue[m] += n
 		}
 		p.Interrupted, p.FannedOut, p.FanChunks = rc.interrupted, rc.fanned, int64(len(rc.fanChunks))
+		p.TimedOut = rc.timedOut
 	}
 	for k, c := range s.chunks {
 		if k.batchID != batchID || k.run != run || c.part >= max(1, shards) {

@@ -144,11 +144,21 @@ func (s *Store) Record(_ context.Context, r ledger.Record) error {
 		}
 		return conflictf("record %s/%s attempt %d", r.BatchID, r.Key, r.Attempt)
 	}
+	if n := recordBytes(r); n > MaxItemBytes {
+		return fmt.Errorf("record %s/%s attempt %d: %w (%d bytes by ledger.StateBytes)", r.BatchID, r.Key, r.Attempt, ErrItemTooLarge, n)
+	}
 	setOutcome(cur, r)
 	if r.FirstAttempt > 0 {
 		cur.s.FirstAttempt = r.FirstAttempt
 	}
 	return nil
+}
+
+// recordBytes is the size of the item row r leaves, as ledger.StateBytes
+// estimates it, plus packRowHead for the row's keys.
+func recordBytes(r ledger.Record) int {
+	return packRowHead + ledger.StateBytes(ledger.ItemState{Key: r.Key, Output: r.Output, OutputRef: r.OutputRef, Error: pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes),
+		Reason: r.Reason, Cost: r.Cost, Spent: r.Spent})
 }
 
 // Release implements ledger.Store.

@@ -74,6 +74,9 @@ func (s *Store) WritePack(_ context.Context, w ledger.PackWrite) error {
 	case !w.Take && (r == nil || r.p.Attempt != w.Attempt):
 		return conflictf("write pack %s/%d: fenced", w.Ref.BatchID, w.Ref.First)
 	}
+	if n := packRowBytes(r, w); n > MaxItemBytes {
+		return fmt.Errorf("write pack %s/%d: %w (%d bytes by ledger.StateBytes)", w.Ref.BatchID, w.Ref.First, ErrItemTooLarge, n)
+	}
 	if r == nil {
 		r = &packRow{p: ledger.Pack{BatchID: w.Ref.BatchID, First: w.Ref.First}, shard: ledger.PackShard(w.Ref.First, w.Ref.ListShards)}
 		if s.packs[w.Ref.BatchID] == nil {
@@ -105,6 +108,33 @@ func (s *Store) WritePack(_ context.Context, w ledger.PackWrite) error {
 	}
 	return nil
 }
+
+// packRowBytes is the size of the pack row w would leave, as
+// ledger.StateBytes estimates its items, plus packRowHead for the row's
+// own attributes.
+func packRowBytes(r *packRow, w ledger.PackWrite) int {
+	var items []ledger.ItemState
+	if r != nil {
+		items = slices.Clone(r.p.Items)
+	}
+	for _, iw := range w.Items {
+		for len(items) <= iw.Index {
+			items = append(items, ledger.ItemState{})
+		}
+		items[iw.Index] = iw.Item
+	}
+	n := packRowHead
+	for _, it := range items {
+		if it.Outcome != "" {
+			n += ledger.StateBytes(it)
+		}
+	}
+	return n
+}
+
+// packRowHead is what a pack row's keys and attributes besides its items
+// take at most: 2,048 bytes.
+const packRowHead = 2 << 10
 
 // attention keeps the attention entry of a written pack item as the
 // adapter does: put when it enters failed or quarantined, deleted when it

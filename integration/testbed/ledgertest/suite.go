@@ -892,8 +892,8 @@ var cases = []suiteCase{
 		}
 		m := ledger.DueMinute(T0.Add(5 * time.Minute))
 		for i, c := range []ledger.WaitCount{
-			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1},
-			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}},
+			{Lane: 0, Due: map[int64]int64{m: 3}, Interrupted: 1, TimedOut: 2},
+			{Lane: 1, Due: map[int64]int64{m: 2, m + 10: 4}, TimedOut: 1},
 			{Lane: 1, Due: map[int64]int64{m + 10: 1}, Interrupted: 2},
 		} {
 			c.BatchID, c.Run, c.Token, c.Now = b.ID, 1, fmt.Sprintf("w%d", i), T0.Add(time.Duration(i+1)*time.Minute)
@@ -916,6 +916,7 @@ var cases = []suiteCase{
 		check(t, "due at m", p.RetryDue[m], int64(5))
 		check(t, "due at m+10", p.RetryDue[m+10], int64(5))
 		check(t, "interrupted", p.Interrupted, int64(3))
+		check(t, "timed out", p.TimedOut, int64(3))
 		check(t, "fanned out", p.FannedOut, int64(10))
 		check(t, "fanned-out chunks", p.FanChunks, int64(2))
 		check(t, "waiting before m", p.Waiting(T0), int64(10))

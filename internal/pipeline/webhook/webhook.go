@@ -32,7 +32,15 @@
 // Output, on a 2xx answer: the answer's body when it is valid JSON of at
 // most [MaxResponseBytes] (compacted); otherwise {"status": 204} for an
 // empty body, or {"status": 200, "body": "<text>"} with the text cut to
-// [MaxBodyTextBytes] at a UTF-8 boundary. Cost: {"calls": 1}.
+// [MaxBodyTextBytes] at a UTF-8 boundary.
+//
+// Cost: {"calls": 1} for every call that reached the receiver — once the
+// whole request was sent, whatever ended it: an answer of any status, the
+// timeout, the caller's context ending (the worker's deadline margin), a
+// connection reset or a body cut short. The receiver may have acted on
+// it, so the run's spent (api.Census.RunSpent) counts it. A request that
+// never went out (connection refused, DNS failure, a destination the
+// allow-list denies, bad options or headers) costs nothing.
 //
 // # Destinations
 //
@@ -74,8 +82,9 @@
 //     than 429, or outside 200–599, e.g.
 //     `webhook: item-0000000007: HTTP 422: {"error":"bad"}`. A 401 or 403
 //     is also a *pipeline.CredentialRejectedError: a header resolved from
-//     a secret reference is read again, bypassing the cache, and the call
-//     made once more before the item fails (a secret rotated mid-batch).
+//     a secret reference is read again, bypassing the cache, and when it
+//     changed (a secret rotated mid-batch) the item's next attempt sends
+//     the new value, counting no attempt; else the item fails.
 //   - throttled, *pipeline.ThrottledError over the *[StatusError]: the
 //     answer's status is 429 or 503 (the receiver's rate or capacity).
 //   - transient, *[StatusError]: the answer's status is 429 or 5xx. On a 429
@@ -84,8 +93,13 @@
 //     a *pipeline.RetryAfterError carrying that delay, capped at
 //     pipeline.MaxRetryAfter (1 hour): bulkrun retries the item no sooner.
 //     A date in the past, a negative or unparsable value is ignored.
-//   - transient: timeouts, connection refused or reset, DNS failures, a body
-//     cut short, and cancellation of the caller's context.
+//   - transient, *pipeline.TimeoutError: the request was sent and no
+//     answer came within timeout_ms; the receiver may still be working on
+//     it, so the worker waits at least twice timeout_ms before the item's
+//     next call (ledger.TimeoutWait). Its failure class is "timeout".
+//   - transient: other timeouts (connecting), connection refused or
+//     reset, DNS failures, a body cut short, and cancellation of the
+//     caller's context.
 package webhook
 
 import (
@@ -97,9 +111,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -113,7 +129,8 @@ import (
 // *pipeline.RetryAfterError); other 5xx are transient; 401 Unauthorized
 // and 403 Forbidden reject the credential sent
 // (pipeline.CredentialRejected: permanent, but a credential from a secret
-// reference is read again and the call made once more); every other
+// reference is read again and, when it changed, sent by the next
+// attempt); every other
 // status is permanent.
 func classifyStatus(serr *StatusError) error {
 	var err error = serr
@@ -267,10 +284,25 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	// Request.isReplayable). A retry is bulkrun's: a new attempt, with its
 	// own Bulkrun-Attempt.
 	hreq.GetBody = nil
+	// The call is spent once the whole request went out: the receiver
+	// may act on it whatever happens to the answer (a timeout, the
+	// caller's context ending, a connection reset), so its cost counts
+	// then too. A request that never went out (refused, unresolved,
+	// denied) cost nothing.
+	var sent atomic.Bool
+	hreq = hreq.WithContext(httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { sent.Store(i.Err == nil) },
+	}))
+	spent := func() pipeline.Result {
+		if sent.Load() {
+			return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
+		}
+		return pipeline.Result{}
+	}
 
 	resp, err := p.client.Do(hreq)
 	if err != nil {
-		return pipeline.Result{}, p.transportError(ctx, req.Key, target, timeout, err)
+		return spent(), p.transportError(ctx, req.Key, target, timeout, sent.Load(), err)
 	}
 	defer resp.Body.Close()
 
@@ -291,11 +323,11 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return pipeline.Result{}, p.transportError(ctx, req.Key, target, timeout, err)
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, p.transportError(ctx, req.Key, target, timeout, true, err)
 	}
 	out, err := output(resp.StatusCode, body)
 	if err != nil {
-		return pipeline.Result{}, fmt.Errorf("webhook: %s: %w", req.Key, err)
+		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, fmt.Errorf("webhook: %s: %w", req.Key, err)
 	}
 	return pipeline.Result{Output: out, Cost: pipeline.Cost{"calls": 1}}, nil
 }
@@ -320,9 +352,11 @@ func output(status int, body []byte) (json.RawMessage, error) {
 
 // transportError words and classifies an error from sending the request or
 // reading the answer. A destination the allow-list refuses is permanent;
-// all others are transient. The URL's path and query, which may hold a
+// all others are transient, and a timeout of a request that was sent
+// (the receiver may still be working on it) is a *pipeline.TimeoutError
+// of the call's timeout. The URL's path and query, which may hold a
 // secret, are left out of the message.
-func (p *Pipeline) transportError(ctx context.Context, key string, target *url.URL, timeout time.Duration, err error) error {
+func (p *Pipeline) transportError(ctx context.Context, key string, target *url.URL, timeout time.Duration, sent bool, err error) error {
 	where := "POST " + target.Scheme + "://" + target.Host
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("webhook: %s: %s: %w", key, where, cerr)
@@ -340,7 +374,11 @@ func (p *Pipeline) transportError(ctx context.Context, key string, target *url.U
 	}
 	var nerr net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout()) {
-		return fmt.Errorf("webhook: %s: %s: timed out after %s: %w", key, where, timeout, err)
+		err = fmt.Errorf("webhook: %s: %s: timed out after %s: %w", key, where, timeout, err)
+		if sent {
+			return pipeline.TimedOut(err, timeout)
+		}
+		return err
 	}
 	return fmt.Errorf("webhook: %s: %s: %w", key, where, err)
 }

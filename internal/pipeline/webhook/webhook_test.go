@@ -476,6 +476,61 @@ func TestFailedCallsCost(t *testing.T) {
 	}
 }
 
+// A call that reached the receiver is spent whatever ended it, so that
+// the run's spent counts what the receiver counted: a call the receiver
+// holds past timeout_ms, one whose caller's context ends while the
+// receiver works on it (the worker's deadline margin), and one whose
+// connection the receiver resets before answering each cost a call; a
+// request that never went out (connection refused) costs none.
+func TestCallsThatReachedTheReceiverCost(t *testing.T) {
+	hold := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	arrived := make(chan struct{}, 1)
+	holdAndSay := func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done()
+	}
+	reset := func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}
+	}
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc // nil: the closed server
+		cancel  bool             // the caller's context ends once the call arrived
+		calls   float64
+	}{
+		{"held past timeout_ms", hold, false, 1},
+		{"the caller's context ends", holdAndSay, true, 1},
+		{"connection reset", reset, false, 1},
+		{"connection refused", nil, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, calls := closed.URL, new(atomic.Int32)
+			if tc.handler != nil {
+				srv, c, _ := server(t, tc.handler)
+				u, calls = srv.URL, c
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				go func() { <-arrived; cancel() }()
+			}
+			res, err := webhook.New(nil, testAllow).Run(ctx, request(options(u, 50)))
+			if err == nil || pipeline.Classify(err) != pipeline.ClassTransient {
+				t.Fatalf("Run: %v, want a transient error", err)
+			}
+			if res.Cost["calls"] != tc.calls || float64(calls.Load()) != tc.calls {
+				t.Fatalf("cost %v, the receiver saw %d calls; want %v calls in both (%v)", res.Cost, calls.Load(), tc.calls, err)
+			}
+		})
+	}
+}
+
 // TestSSRFSubmitRefusesNonPublicURL guards the product line "the webhook
 // may not reach loopback, link-local, private or unique-local addresses
 // unless the allow-list names them", at submit: the requests that used to

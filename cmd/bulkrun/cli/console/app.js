@@ -208,6 +208,7 @@ function liveFacts(l) {
   fact("In flight", fmtInt(l.in_flight) + " (queued, running or due)");
   fact("Waiting for a retry", fmtInt(l.retry_waiting) + (l.next_retry_at ? ", next at " + fmtTime(l.next_retry_at) : ""));
   fact("Interrupted attempts", fmtInt(l.interrupted));
+  if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
   fact("Last progress", fmtTime(l.last_progress_at));
   const why = (l.attention || []).map((a) => el("li", {}, a));
