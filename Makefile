@@ -3,7 +3,7 @@
 #   make demo   start the emulator, build, deploy the CDK stack, run a real batch
 #   make test   lint (golangci-lint, template linters), unit tests, then the integration suite on the emulator
 #               (the web console in headless Chromium among it; make console-test: that alone),
-#               then the short soak (make soak-short; the emulator behind the fault proxy)
+#               the Python client's tests (make python-test), then the short soak (make soak-short; the emulator behind the fault proxy)
 #   make bench  cost per 10^6 items, metered on the emulator, both delivery orders
 #               and with failures (BENCH_ITEMS=100000 for 10^5 items;
 #               BENCH_ONLY=regexp for some scenarios); make bench-go: Go benchmarks
@@ -266,7 +266,9 @@ integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m -parallel 16 ./integration/...
 	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./integration/testbed/cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
-test: lint unit integration soak-short
+# The Python client's tests (python-test) run on the stack integration
+# deployed, before soak-short deploys it again with its own timeouts.
+test: lint unit integration python-test soak-short
 
 # The web console in headless Chromium over the deployed stack (also part
 # of `make integration`; skipped there when no Chromium is installed,
