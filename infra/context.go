@@ -76,6 +76,8 @@ var contextProps = []contextProp{
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.SecretPrefixes })},
 	{"lambdaFunctions", []string{"LambdaFunctions"}, "comma-separated function names or ARNs the lambda pipeline may invoke",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.LambdaFunctions })},
+	{"taskStateMachines", []string{"TaskStateMachines"}, "comma-separated state machine names (wildcards allowed) or ARNs whose tasks may hand batches a task token",
+		list(func(p *bulkrun.RunnerProps) *[]string { return &p.TaskStateMachines })},
 	{"effectTables", []string{"EffectTables"}, "comma-separated DynamoDB table names pipelines may stage writes on",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.EffectTables })},
 	{"maxManifestBytes", []string{"MaxManifestBytes"}, "bytes", func(p *bulkrun.RunnerProps, v string) (err error) {

@@ -155,6 +155,7 @@ func allContext() map[string]string {
 		"webhookAllow":         "10.20.0.0/16,hooks.internal",
 		"secretPrefixes":       "arn:aws:ssm:eu-west-1:123456789012:parameter/ctx/*",
 		"lambdaFunctions":      "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live",
+		"taskStateMachines":    "orders,arn:aws:states:eu-west-1:123456789012:stateMachine:nightly",
 		"effectTables":         "accounts,ledger.v2",
 		"maxManifestBytes":     "1073741824",
 		"alarmTopicArn":        "arn:aws:sns:eu-west-1:123456789012:ctx-alarms",
@@ -442,6 +443,12 @@ func TestRunnerPropsContext(t *testing.T) {
 			if !a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `:function:score"`) ||
 				!a.has("AWS::IAM::Policy", `"lambda:InvokeFunction"`, `function:other:live`) {
 				t.Error("item may not invoke both allow-listed functions")
+			}
+		},
+		"taskStateMachines": func(t *testing.T) {
+			if !a.has("AWS::IAM::Policy", `"states:SendTaskSuccess"`, `:stateMachine:orders"`) ||
+				!a.has("AWS::IAM::Policy", `"states:SendTaskFailure"`, `stateMachine:nightly`) {
+				t.Error("finalize and submit may not answer both state machines' task tokens")
 			}
 		},
 		"effectTables": func(t *testing.T) {

@@ -358,6 +358,19 @@ type RunnerProps struct {
 	// function. Default: none on TargetAWS (the pipeline refuses every
 	// batch); DefaultEmulatorLambdaFunctions on TargetEmulator.
 	LambdaFunctions []string
+	// TaskStateMachines are the Step Functions state machines whose
+	// `.waitForTaskToken` tasks may hand a batch a task token
+	// (api.SubmitRequest.TaskToken): state machine names of this stack's
+	// account and region ("orders", "orders-*": IAM's wildcards) or ARNs.
+	// The finalize and submit functions' roles get states:SendTaskSuccess
+	// and states:SendTaskFailure on exactly these, one statement each
+	// (SendTask* take the state machine as their resource: Service
+	// Authorization Reference, "Actions defined by AWS Step Functions").
+	// A name, not the state machine's token, breaks the cycle of a state
+	// machine that calls this stack's API in the same stack. Default:
+	// none (a token given is answered with AccessDenied, logged; the
+	// batch runs all the same).
+	TaskStateMachines []string
 	// EffectTables are the DynamoDB tables on which pipelines may stage
 	// writes committed with their item's outcome (package
 	// shared/pipeline/effects; config.EnvEffectTables on the item

@@ -60,6 +60,7 @@ type settings struct {
 	memoryMiB          map[string]int           // every function
 	timeouts           map[string]time.Duration // every function
 	lambdaFunctions    []string                 // config.EnvLambdaFunctions, tokens included
+	taskStateMachines  []string                 // RunnerProps.TaskStateMachines
 	effectTables       []string                 // config.EnvEffectTables, tokens included
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
@@ -126,6 +127,7 @@ func withDefaults(props *RunnerProps) settings {
 		secretPrefixes:     props.SecretPrefixes,
 		effectTables:       props.EffectTables,
 		lambdaFunctions:    props.LambdaFunctions,
+		taskStateMachines:  props.TaskStateMachines,
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {

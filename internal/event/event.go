@@ -1,6 +1,7 @@
 // Package event is the EventBridge adapter of ledger.Events: when a run
 // finishes, finalize puts one event on the default bus (source "bulkrun")
-// so that users can subscribe with a rule.
+// so that users can subscribe with a rule. Tasks, its Step Functions
+// adapter of ledger.Tasks, answers the task token a batch carries.
 package event
 
 import (

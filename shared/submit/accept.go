@@ -301,6 +301,9 @@ func (s *Submitter) refuse(ctx context.Context, b ledger.Batch, r api.SubmitRefu
 	b, refused, err := s.refuseRow(ctx, b, r)
 	if refused {
 		s.announce(ctx, b, api.ChangeRefused, b.FinishedAt)
+		if terr := ledger.TaskEnd(ctx, s.Tasks, s.Log, b, b.Run, nil, api.TaskErrorRefused, r.Code+": "+r.Message); terr != nil {
+			s.Log.WarnContext(ctx, "answer the task token", "batch_id", b.ID, "error", terr.Error())
+		}
 	}
 	return b, err
 }
