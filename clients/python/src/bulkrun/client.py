@@ -201,7 +201,9 @@ class Client:
         """Submit a batch of inline items, an S3 object or an S3 prefix
         (exactly one). options are the request's other fields (key_field,
         threshold, stop_on_threshold, max_attempts, retry, max_concurrency,
-        items_per_message, on_interrupt, headers, pipeline_options, rerun).
+        items_per_message, on_interrupt, headers, pipeline_options, rerun,
+        task_token: a Step Functions task token answered when the first run
+        ends, docs/api.md "Step Functions").
 
         The answer is the batch: status submitting (an S3 source, read in
         the background: wait() for it) or running; created False when the

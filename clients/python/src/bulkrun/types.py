@@ -73,6 +73,7 @@ class SubmitRequest(TypedDict, total=False):
     headers: dict[str, str]
     pipeline_options: dict[str, Any]
     rerun: bool
+    task_token: str
 
 
 class CorrectRequest(TypedDict, total=False):
