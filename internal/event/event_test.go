@@ -3,6 +3,7 @@ package event_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -132,5 +134,24 @@ func TestStateChangeDetailWithinEntryLimit(t *testing.T) {
 	if n > event.MaxEntryBytes || got.Census == nil || len(got.Census.Cost) != 0 || got.Census.CostNamesOmitted != 2*10000 ||
 		got.Verdict != api.StatusThresholdExceeded || got.Report != "s3://bkt/"+api.ReportKey("b1", 1) {
 		t.Fatalf("entry %d bytes, census %+v, verdict %q, report %q", n, got.Census, got.Verdict, got.Report)
+	}
+}
+
+// An EventBridge throttling that outlasts the SDK's tries is
+// ledger.ErrUnavailable (awsfault.Table: backoff), as every adapter's is,
+// so that finalize does not count it toward ending a run finalize_failed.
+func TestPutThrottledIsUnavailable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"__type":"ThrottlingException","message":"Rate exceeded"}`))
+	}))
+	defer srv.Close()
+	client := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
+	err := event.New(client, "", "bucket").Put(context.Background(), api.DetailPaused, map[string]string{"batch_id": "b"})
+	f, ok := ledger.FaultOf(err)
+	if !errors.Is(err, ledger.ErrUnavailable) || !ok || f.Service != "events" || f.Operation != "PutEvents" || f.Class != ledger.FaultBackoff {
+		t.Fatalf("err %v (%+v), want an unavailable backoff fault of events PutEvents", err, f)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -20,8 +22,16 @@ type Tasks struct {
 
 var _ ledger.Tasks = (*Tasks)(nil)
 
-// NewTasks returns Tasks calling Step Functions through client.
-func NewTasks(client *sfn.Client) *Tasks { return &Tasks{client: client} }
+// NewTasks returns Tasks calling Step Functions through a copy of client
+// whose errors are classified by awsfault's table (awsfault.Tag:
+// throttling, 5xx and no answer past the SDK's tries are
+// ledger.ErrUnavailable); client is not changed.
+func NewTasks(client *sfn.Client) *Tasks {
+	client = sfn.New(client.Options(), func(o *sfn.Options) {
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("states"))
+	})
+	return &Tasks{client: client}
+}
 
 // Succeed calls SendTaskSuccess with output (JSON, at most 256 KiB).
 func (t *Tasks) Succeed(ctx context.Context, token string, output []byte) error {
