@@ -3,7 +3,7 @@
 #   make demo   start the emulator, build, deploy the CDK stack, run a real batch
 #   make test   lint (golangci-lint, template linters), unit tests, then the integration suite on the emulator
 #               (the web console in headless Chromium among it; make console-test: that alone),
-#               then the short soak (make soak-short; the emulator behind the fault proxy)
+#               the Python client's tests (make python-test), then the short soak (make soak-short; the emulator behind the fault proxy)
 #   make bench  cost per 10^6 items, metered on the emulator, both delivery orders
 #               and with failures (BENCH_ITEMS=100000 for 10^5 items;
 #               BENCH_ONLY=regexp for some scenarios); make bench-go: Go benchmarks
@@ -102,14 +102,17 @@ endif
 # does not descend into a nested module).
 MODULES := examples/embed
 
-.PHONY: all tools golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short bench bench-go clean lambda-function
+.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short bench bench-go clean lambda-function
 
 all: functions
 
 IAM_LANE := tools/iam/node_modules/@cloud-copilot/iam-simulate/package.json
 LINTERS  := tools/lint/.venv/bin/checkov
 
-tools: .venv/bin/ministack $(CDK) $(IAM_LANE) $(LINTERS) golangci-lint
+PY_CLIENT := clients/python
+PY_VENV   := $(PY_CLIENT)/.venv/.installed
+
+tools: .venv/bin/ministack $(CDK) $(IAM_LANE) $(LINTERS) $(PY_VENV) golangci-lint
 	$(GO) mod download
 
 # golangci-lint built into Go's build cache (under `make -j tools`, beside
@@ -138,6 +141,27 @@ $(LINTERS): tools/lint/requirements.txt
 	tools/lint/.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tools/lint/requirements.txt
 	touch $@
 
+# The Python client (clients/python, docs/python.md) in its own
+# virtualenv: every package pinned in its requirements.txt (installed
+# without their dependencies, then pip check: a dependency left unpinned
+# fails), the client itself editable.
+python-client: $(PY_VENV)
+$(PY_VENV): $(PY_CLIENT)/requirements.txt $(PY_CLIENT)/pyproject.toml
+	python3 -m venv $(PY_CLIENT)/.venv
+	$(PY_CLIENT)/.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(PY_CLIENT)/requirements.txt
+	$(PY_CLIENT)/.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(PY_CLIENT)
+	$(PY_CLIENT)/.venv/bin/python -m pip check
+	touch $@
+
+# The Python client's type check (mypy --strict) and tests: the unit
+# tests (no emulator; a loopback stand-in answers with shared/wire's
+# golden answers) and the emulator tests on the deployed stack (make
+# deploy first; under CI=true they fail without AWS_ENDPOINT_URL), every
+# request and answer checked against docs/openapi.yaml. Seconds.
+python-test: $(PY_VENV)
+	cd $(PY_CLIENT) && .venv/bin/mypy
+	cd $(PY_CLIENT) && .venv/bin/python -m pytest -q -p no:cacheprovider
+
 emulator: .venv/bin/ministack
 	bash localstack/ministack.sh start
 
@@ -165,6 +189,28 @@ cli:
 
 synth: tools functions
 	cd infra && $(CDK) synth --output ../build/cdk.out --no-notices -q -c target=$(TARGET) -c functionsDir=../build/functions -c stackName=$(STACK) $(PIPELINE_CONTEXT) $(CDK_CONTEXT) > /dev/null
+
+# template: the stack as a plain CloudFormation template, for teams not
+# on CDK (infra/README.md, "Without CDK"): build/template/bulkrun.template.json
+# (target TARGET; CDK_CONTEXT's settings baked in), its functions' code as
+# build/template/functions/{submit,item,finalize,sweep,setup}.zip (bulkrun's own
+# binaries: the built-in pipelines), and the parameters CodeBucket and
+# CodeKeyPrefix naming where those zips are put. No CDK bootstrap needed.
+TEMPLATE_DIR := build/template
+template: tools functions
+	rm -rf $(TEMPLATE_DIR) && mkdir -p $(TEMPLATE_DIR)/functions
+	cd infra && $(CDK) synth --output ../$(TEMPLATE_DIR)/cdk.out --no-notices -q -c target=$(TARGET) -c template=true \
+	  -c functionsDir=../build/functions -c stackName=$(STACK) $(CDK_CONTEXT) > /dev/null
+	cp $(TEMPLATE_DIR)/cdk.out/$(STACK).template.json $(TEMPLATE_DIR)/bulkrun.template.json
+	for f in $(FUNCTIONS); do (cd build/functions/$$f && python3 -m zipfile -c $(CURDIR)/$(TEMPLATE_DIR)/functions/$$f.zip bootstrap); done
+	@echo "template: $(TEMPLATE_DIR)/bulkrun.template.json ($$(wc -c < $(TEMPLATE_DIR)/bulkrun.template.json) bytes), zips in $(TEMPLATE_DIR)/functions/"
+
+# template-test: make template, then the template deployed by plain
+# CloudFormation on the emulator (CreateStack from S3, the zips in a code
+# bucket of the test's own), a batch run through its API, the stack
+# deleted (integration/template_test.go, build tag template).
+template-test: template $(EMULATOR_DEP)
+	$(GO) test -tags 'integration template' -count=1 -timeout 10m -run '^TestTemplate' -v ./integration/
 
 # deploy synthesizes the stack once (build/cdk.out), bootstraps, runs the
 # preflight against the account about to receive it, and deploys that
@@ -235,7 +281,9 @@ integration: deploy
 	$(GO) test -tags integration -count=1 -timeout 15m -parallel 16 ./integration/...
 	@if [ "$${BULKRUN_IAM_LANE:-0}" = 1 ]; then $(GO) run ./integration/testbed/cmd/faultproxy -iam-report $(AWS_ENDPOINT_URL); fi
 
-test: lint unit integration soak-short
+# The Python client's tests (python-test) run on the stack integration
+# deployed, before soak-short deploys it again with its own timeouts.
+test: lint unit integration python-test soak-short
 
 # The web console in headless Chromium over the deployed stack (also part
 # of `make integration`; skipped there when no Chromium is installed,

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -154,6 +155,7 @@ func allContext() map[string]string {
 		"webhookAllow":         "10.20.0.0/16,hooks.internal",
 		"secretPrefixes":       "arn:aws:ssm:eu-west-1:123456789012:parameter/ctx/*",
 		"lambdaFunctions":      "score,arn:aws:lambda:eu-west-1:123456789012:function:other:live",
+		"taskStateMachines":    "orders,arn:aws:states:eu-west-1:123456789012:stateMachine:nightly",
 		"effectTables":         "accounts,ledger.v2",
 		"kmsKeys":              "arn:aws:kms:eu-west-1:123456789012:key/1111aaaa-0000-4000-8000-000000000001",
 		"warmWritesPerSecond":  "22000",
@@ -467,6 +469,12 @@ func TestRunnerPropsContext(t *testing.T) {
 				t.Error("no kms:Decrypt on the key through the services")
 			}
 		},
+		"taskStateMachines": func(t *testing.T) {
+			if !a.has("AWS::IAM::Policy", `"states:SendTaskSuccess"`, `:stateMachine:orders"`) ||
+				!a.has("AWS::IAM::Policy", `"states:SendTaskFailure"`, `stateMachine:nightly`) {
+				t.Error("finalize and submit may not answer both state machines' task tokens")
+			}
+		},
 		"effectTables": func(t *testing.T) {
 			if got := a.env(t, "item", config.EnvEffectTables); got != "accounts,ledger.v2" {
 				t.Errorf("%s=%q", config.EnvEffectTables, got)
@@ -563,6 +571,17 @@ func TestRunnerPropsContext(t *testing.T) {
 				}
 			}
 		},
+		"codeBucket": func(t *testing.T) {
+			// The zips of a bucket instead of the folders: no asset is staged.
+			b := synthApp(t, map[string]string{"target": "aws", "functionsDir": t.TempDir(), "codeBucket": "my-code", "codeKeyPrefix": "bulkrun/1/"})
+			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
+				code := fmt.Sprint(props(b.function(t, fn))["Code"])
+				if code != "map[S3Bucket:my-code S3Key:bulkrun/1/"+fn+".zip]" {
+					t.Errorf("%s code %s, want s3://my-code/bulkrun/1/%s.zip", fn, code, fn)
+				}
+			}
+		},
+		"codeKeyPrefix": func(t *testing.T) {}, // with codeBucket
 		"timeouts": func(t *testing.T) {
 			for fn, n := range map[string]float64{"submit": 300, "finalize": 600, "sweep": 420} {
 				if got := props(a.function(t, fn))["Timeout"]; got != n {
@@ -624,8 +643,10 @@ func TestLintContextSetsEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range contextProps {
-		// retentionMinutes is refused for the aws target this stack has.
-		if _, ok := ctx[c.key]; !ok && c.key != "functionsDir" && c.key != "pipelineCode" && c.key != "retentionMinutes" {
+		// retentionMinutes is refused for the aws target this stack has;
+		// codeBucket and codeKeyPrefix are the template's (lint-templates
+		// synthesizes it with template=true).
+		if _, ok := ctx[c.key]; !ok && c.key != "functionsDir" && c.key != "pipelineCode" && c.key != "retentionMinutes" && c.key != "codeBucket" && c.key != "codeKeyPrefix" {
 			t.Errorf("tools/lint/all-options.json does not set %s", c.key)
 		}
 	}
@@ -636,5 +657,40 @@ func TestLintContextSetsEveryKey(t *testing.T) {
 	}
 	if err := bulkrun.Validate(p); err != nil {
 		t.Errorf("the all-options context is refused: %v", err)
+	}
+}
+
+// TestTemplateContext: template=true (make template) makes the stack a
+// plain CloudFormation template: the functions' code from the parameters
+// CodeBucket and CodeKeyPrefix, and nothing of the CDK bootstrap (no
+// asset, no BootstrapVersion parameter nor its rule), so CloudFormation
+// alone deploys it.
+func TestTemplateContext(t *testing.T) {
+	a := synthApp(t, map[string]string{"target": "aws", "functionsDir": functionsDir, "template": "true"})
+	tmpl := assertions.Template_FromStack(a.stack, nil)
+	raw, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Parameters map[string]map[string]any
+		Rules      map[string]any
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Sorted(maps.Keys(doc.Parameters))
+	if !slices.Equal(names, []string{ParamCodeBucket, ParamCodeKeyPrefix}) || len(doc.Rules) != 0 {
+		t.Fatalf("parameters %v, rules %v: want CodeBucket and CodeKeyPrefix only, no rule", names, doc.Rules)
+	}
+	for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
+		code, _ := json.Marshal(props(a.function(t, fn))["Code"])
+		want := `{"S3Bucket":{"Ref":"CodeBucket"},"S3Key":{"Fn::Join":["",[{"Ref":"CodeKeyPrefix"},"` + fn + `.zip"]]}}`
+		if string(code) != want {
+			t.Errorf("%s code %s, want %s", fn, code, want)
+		}
+	}
+	if entries, _ := os.ReadDir(a.outdir); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "asset.") }) {
+		t.Errorf("assets staged in %s: a template for plain CloudFormation has none", a.outdir)
 	}
 }

@@ -7,6 +7,11 @@
 // field, plus:
 //
 //	stackName      the CloudFormation stack name (default config.DefaultStackName)
+//	template       "true": a template for plain CloudFormation (make
+//	               template; infra/README.md, "Without CDK"): the
+//	               functions' code from the CloudFormation parameters
+//	               CodeBucket and CodeKeyPrefix, and no CDK bootstrap
+//	               (no asset, no BootstrapVersion parameter)
 //
 // The account and region come from CDK_DEFAULT_ACCOUNT and
 // CDK_DEFAULT_REGION, which the cdk CLI sets from the caller's credentials.
@@ -67,13 +72,53 @@ func newStack(app awscdk.App, get func(string) string, props *bulkrun.RunnerProp
 	if target == "" {
 		target = bulkrun.TargetAWS
 	}
-	stack := awscdk.NewStack(app, jsii.String(stackName), &awscdk.StackProps{
+	sp := &awscdk.StackProps{
 		StackName:   jsii.String(stackName),
 		Env:         env,
 		Description: jsii.String("bulkrun: durable bulk runs (target " + target + ")"),
-	})
+	}
+	template := get("template") == "true"
+	if template {
+		sp.Synthesizer = awscdk.NewBootstraplessSynthesizer(nil)
+	}
+	stack := awscdk.NewStack(app, jsii.String(stackName), sp)
+	if template {
+		p := *props
+		p.CodeBucket, p.CodeKeyPrefix = codeParameters(stack)
+		props = &p
+	}
 	bulkrun.NewRunner(stack, jsii.String(runnerID), props)
 	return stack
+}
+
+// Template parameters (make template): where the functions' zips are.
+const (
+	ParamCodeBucket    = "CodeBucket"
+	ParamCodeKeyPrefix = "CodeKeyPrefix"
+)
+
+// codeParameters defines the template's CloudFormation parameters
+// CodeBucket and CodeKeyPrefix and returns their values (tokens), for
+// RunnerProps.CodeBucket and CodeKeyPrefix.
+func codeParameters(stack awscdk.Stack) (bucket, prefix string) {
+	b := awscdk.NewCfnParameter(stack, jsii.String(ParamCodeBucket), &awscdk.CfnParameterProps{
+		Type:                  jsii.String("String"),
+		MinLength:             jsii.Number(3),
+		MaxLength:             jsii.Number(63),
+		AllowedPattern:        jsii.String("[a-z0-9][a-z0-9.-]*[a-z0-9]"),
+		ConstraintDescription: jsii.String("an S3 bucket name"),
+		Description: jsii.String("The S3 bucket, in the stack's Region, holding the functions' zips: " +
+			"{CodeKeyPrefix}submit.zip, item.zip, finalize.zip and sweep.zip (make template writes them to build/template/functions/)."),
+	})
+	p := awscdk.NewCfnParameter(stack, jsii.String(ParamCodeKeyPrefix), &awscdk.CfnParameterProps{
+		Type:                  jsii.String("String"),
+		Default:               jsii.String(""),
+		MaxLength:             jsii.Number(900),
+		AllowedPattern:        jsii.String("(|[^/].*/)"),
+		ConstraintDescription: jsii.String("empty, or a key prefix ending in / (not starting with one)"),
+		Description:           jsii.String("The prefix of the zips' keys in CodeBucket, ending in / (e.g. bulkrun/2026-12-01/); empty for none."),
+	})
+	return *b.ValueAsString(), *p.ValueAsString()
 }
 
 // contextString returns the CDK context value for key, "" when unset.

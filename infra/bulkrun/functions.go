@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsssm"
 	"github.com/aws/jsii-runtime-go"
 
@@ -43,6 +44,21 @@ func (r *runner) defineFunctions() {
 			refs[refFinalizeFunction] = r.functions[name].FunctionName()
 		}
 	}
+}
+
+// code is the function name's code: the zip {CodeKeyPrefix}{name}.zip of
+// CodeBucket when set, else its folder as a CDK asset.
+func (r *runner) code(name string) awslambda.Code {
+	if r.s.codeBucket == "" {
+		return awslambda.Code_FromAsset(jsii.String(r.s.code[name]), nil)
+	}
+	bucket := awss3.Bucket_FromBucketName(r.Construct, jsii.String("CodeBucket-"+name), jsii.String(r.s.codeBucket))
+	// No object version: a new release goes under a new CodeKeyPrefix,
+	// which changes the function's S3Key and so its code on update.
+	awscdk.Annotations_Of(bucket).AcknowledgeWarning(jsii.String("@aws-cdk/aws-lambda:codeFromBucketObjectVersionNotSpecified"),
+		jsii.String("each release's zips go under a key prefix of their own (CodeKeyPrefix)"))
+	key := awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String(r.s.codeKeyPrefix), jsii.String(name + ".zip")})
+	return awslambda.Code_FromBucketV2(bucket, key, nil)
 }
 
 // defineSettingsParameters defines the settings parameter of each function
@@ -93,7 +109,7 @@ func (r *runner) function(name string, env *map[string]*string) awslambda.Functi
 	fp := &awslambda.FunctionProps{
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(s.code[name]), nil),
+		Code:         r.code(name),
 		Architecture: s.arch,
 		Timeout:      awscdk.Duration_Seconds(jsii.Number(s.timeouts[name].Seconds())),
 		MemorySize:   jsii.Number(float64(s.memoryMiB[name])),

@@ -31,8 +31,12 @@ func opsProps() *RunnerProps {
 	p.APIRateLimit = 20
 	p.APIBurstLimit = 40
 	p.ApiGatewayAccount = true
+	p.TaskStateMachines = testTaskStateMachines
 	return p
 }
+
+// testTaskStateMachines are opsAWS's TaskStateMachines: a name and an ARN.
+var testTaskStateMachines = []string{"orders", "arn:aws:states:eu-west-1:123456789012:stateMachine:nightly"}
 
 // synthOps returns the shared stack of name: a target of synth, or opsAWS.
 func synthOps(t *testing.T, name string) *synthesized {
@@ -301,6 +305,40 @@ func TestObservabilityTracing(t *testing.T) {
 			for _, st := range s.resourcesOfType("AWS::ApiGateway::Stage") {
 				if got := st["Properties"].(map[string]any)["TracingEnabled"] == true; got != on {
 					t.Errorf("stage TracingEnabled %v, want %v", got, on)
+				}
+			}
+		})
+	}
+}
+
+// TestTaskStateMachinesGrant guards the construct's grant of task token
+// answers: with TaskStateMachines, finalize and submit may
+// states:SendTaskSuccess and states:SendTaskFailure on exactly each state
+// machine (a name as an ARN of the stack's account and region), one
+// statement each, and no other function may; without, none may.
+func TestTaskStateMachinesGrant(t *testing.T) {
+	for _, name := range opsStacks {
+		t.Run(name, func(t *testing.T) {
+			s := synthOps(t, name)
+			on := name == opsAWS
+			for _, fn := range functionNames {
+				var got []string
+				for _, st := range s.statements(t, s.id(fn, "ServiceRole", "DefaultPolicy")) {
+					a := actions(st)
+					if !slices.ContainsFunc(a, func(x string) bool { return strings.HasPrefix(x, "states:") }) {
+						continue
+					}
+					if !slices.Equal(a, []string{"states:SendTaskSuccess", "states:SendTaskFailure"}) {
+						t.Errorf("%s: states actions %v, want SendTaskSuccess and SendTaskFailure", fn, a)
+					}
+					got = append(got, flatten(st["Resource"]))
+				}
+				var want []string
+				if on && (fn == FunctionFinalize || fn == FunctionSubmit) {
+					want = []string{"arn:{AWS::Partition}:states:{AWS::Region}:{AWS::AccountId}:stateMachine:orders", testTaskStateMachines[1]}
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: states grants on %q, want %q", fn, got, want)
 				}
 			}
 		})

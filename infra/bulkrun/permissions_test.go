@@ -181,6 +181,8 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 		return resourceKind{"Secrets Manager secrets", "Secrets Manager"}
 	case strings.Contains(r, ":dynamodb:") && strings.Contains(r, ":table/"):
 		return resourceKind{"EffectTables table", "`EffectTables`"}
+	case strings.Contains(r, ":states:") && strings.Contains(r, ":stateMachine:"):
+		return resourceKind{"TaskStateMachines state machine", "`TaskStateMachines`"}
 	case strings.Contains(r, ":lambda:") && strings.Contains(r, ":function:"):
 		return resourceKind{"LambdaFunctions function", "`LambdaFunctions`"}
 	}

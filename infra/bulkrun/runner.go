@@ -125,6 +125,19 @@ type RunnerProps struct {
 	// and the item function runs them. Default "": bulkrun's own binaries,
 	// which run the built-in pipelines only. Requires CustomPipelines.
 	PipelineCode string
+	// CodeBucket, when set, is the S3 bucket holding the functions' code
+	// as zips, each with its `bootstrap` at the root: the function name's
+	// is the object {CodeKeyPrefix}{name}.zip (submit.zip, item.zip,
+	// finalize.zip, sweep.zip, setup.zip), in place of FunctionsDir and PipelineCode,
+	// which are then not read. Either may be a token, such as a
+	// CloudFormation parameter's value: the app's template (make
+	// template, infra/README.md "Without CDK") makes both parameters.
+	// The bucket must be in the stack's Region (Lambda's rule for
+	// S3Bucket). Default "": the folders, as CDK assets.
+	CodeBucket string
+	// CodeKeyPrefix is prepended to each zip's name in CodeBucket
+	// ("bulkrun/1.2.0/" gives bulkrun/1.2.0/submit.zip). Default "".
+	CodeKeyPrefix string
 	// CustomPipelines are the names of the pipelines PipelineCode's binary
 	// declares: registered.Declared of its declarations (one list, when
 	// the CDK app is in the same module), or what `bootstrap pipelines`
@@ -379,6 +392,19 @@ type RunnerProps struct {
 	// function. Default: none on TargetAWS (the pipeline refuses every
 	// batch); DefaultEmulatorLambdaFunctions on TargetEmulator.
 	LambdaFunctions []string
+	// TaskStateMachines are the Step Functions state machines whose
+	// `.waitForTaskToken` tasks may hand a batch a task token
+	// (api.SubmitRequest.TaskToken): state machine names of this stack's
+	// account and region ("orders", "orders-*": IAM's wildcards) or ARNs.
+	// The finalize and submit functions' roles get states:SendTaskSuccess
+	// and states:SendTaskFailure on exactly these, one statement each
+	// (SendTask* take the state machine as their resource: Service
+	// Authorization Reference, "Actions defined by AWS Step Functions").
+	// A name, not the state machine's token, breaks the cycle of a state
+	// machine that calls this stack's API in the same stack. Default:
+	// none (a token given is answered with AccessDenied, logged; the
+	// batch runs all the same).
+	TaskStateMachines []string
 	// EffectTables are the DynamoDB tables on which pipelines may stage
 	// writes committed with their item's outcome (package
 	// shared/pipeline/effects; config.EnvEffectTables on the item

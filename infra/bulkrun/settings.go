@@ -31,6 +31,8 @@ type settings struct {
 	target             string
 	functionsDir       string
 	code               map[string]string // each function's code folder
+	codeBucket         string            // RunnerProps.CodeBucket: the zips' bucket, "" for the folders
+	codeKeyPrefix      string            // RunnerProps.CodeKeyPrefix
 	arch               awslambda.Architecture
 	itemTimeout        time.Duration
 	lease              time.Duration
@@ -60,6 +62,7 @@ type settings struct {
 	memoryMiB          map[string]int           // every function
 	timeouts           map[string]time.Duration // every function
 	lambdaFunctions    []string                 // config.EnvLambdaFunctions, tokens included
+	taskStateMachines  []string                 // RunnerProps.TaskStateMachines
 	effectTables       []string                 // config.EnvEffectTables, tokens included
 	apiGatewayAccount  bool                     // replace the account's API Gateway role whatever it is
 	kmsKeys            []string                 // keys submit and item may decrypt with (tokens included)
@@ -138,6 +141,7 @@ func withDefaults(props *RunnerProps) settings {
 		warmWrites:         props.WarmWritesPerSecond,
 		warmReads:          props.WarmReadsPerSecond,
 		maxWrites:          props.MaxWritesPerSecond,
+		taskStateMachines:  props.TaskStateMachines,
 	}
 	orDefault := func(v *int, def int) {
 		if *v == 0 {
@@ -512,6 +516,10 @@ func (s *settings) checkSchedules(bad badProp) {
 // bootstrap binary.
 func (s *settings) checkCode(props *RunnerProps, bad badProp) {
 	s.code = map[string]string{}
+	if props.CodeBucket != "" {
+		s.codeBucket, s.codeKeyPrefix = props.CodeBucket, props.CodeKeyPrefix
+		return // zips in S3, read at deploy time (runner.code)
+	}
 	for _, fn := range functionNames {
 		s.code[fn] = filepath.Join(s.functionsDir, fn)
 		if props.PipelineCode != "" && (fn == FunctionSubmit || fn == FunctionItem) {

@@ -52,7 +52,7 @@ func (r *runner) defineSetup() {
 	fp := &awslambda.FunctionProps{
 		Runtime:               awslambda.Runtime_PROVIDED_AL2023(),
 		Handler:               jsii.String("bootstrap"),
-		Code:                  awslambda.Code_FromAsset(jsii.String(s.code[FunctionSetup]), nil),
+		Code:                  r.code(FunctionSetup),
 		Architecture:          s.arch,
 		Timeout:               awscdk.Duration_Seconds(jsii.Number(setupTimeout.Seconds())),
 		MemorySize:            jsii.Number(128),

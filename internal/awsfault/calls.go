@@ -54,6 +54,8 @@ var Calls = []Call{
 	{"lambda", "Invoke", []string{"cmd/bulkrun/cli", "internal/pipeline/lambdafn", "internal/trigger"}},
 	{"lambda", "ListEventSourceMappings", []string{"cmd/bulkrun/cli"}},
 	{"events", "PutEvents", []string{"internal/event"}},
+	{"states", "SendTaskFailure", []string{"internal/event"}},
+	{"states", "SendTaskSuccess", []string{"internal/event"}},
 	{"ssm", "GetParameter", []string{"internal/secret"}},
 	{"secretsmanager", "GetSecretValue", []string{"internal/secret"}},
 	{"cloudformation", "DescribeStacks", []string{"internal/setup", "shared/client"}},

@@ -16,7 +16,7 @@ import "github.com/bulkrun/bulkrun/shared/ledger"
 // lists rows in the order Classify tries them: a row naming a Message
 // comes before the row of the same code without one.
 type Row struct {
-	Service    string   // the SigV4 signing name: "dynamodb", "s3", "sqs", "lambda", "events", "ssm", "secretsmanager", "cloudformation", "monitoring", "apigateway", "sns", "kms", "execute-api" (bulkrun's REST API)
+	Service    string   // the SigV4 signing name: "dynamodb", "s3", "sqs", "lambda", "events", "states", "ssm", "secretsmanager", "cloudformation", "monitoring", "apigateway", "sns", "kms", "execute-api" (bulkrun's REST API)
 	Operations []string // the operations it applies to; nil: every operation of Service in Calls
 	Code       string   // the error code ("" for none: Status decides)
 	Alias      string   // another spelling of Code the SDK may report (SQS's JSON shape without X-Amzn-Query-Error)
@@ -49,6 +49,8 @@ const (
 	srcLambdaQuotas   = `AWS Lambda developer guide, "Lambda quotas", https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html`
 	srcEvents         = `Amazon EventBridge API reference, "PutEvents", Errors, https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html`
 	srcEventsCommon   = `Amazon EventBridge API reference, "Common Errors", https://docs.aws.amazon.com/eventbridge/latest/APIReference/CommonErrors.html`
+	srcStatesSuccess  = `AWS Step Functions API reference, "SendTaskSuccess", Errors, https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskSuccess.html`
+	srcStatesCommon   = `AWS Step Functions API reference, "Common Errors", https://docs.aws.amazon.com/step-functions/latest/apireference/CommonErrors.html`
 	srcSSM            = `AWS Systems Manager API reference, "GetParameter", Errors, https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_GetParameter.html`
 	srcSSMCommon      = `AWS Systems Manager API reference, "Common Errors", https://docs.aws.amazon.com/systems-manager/latest/APIReference/CommonErrors.html`
 	srcSecrets        = `AWS Secrets Manager API reference, "GetSecretValue", Errors, https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_GetSecretValue.html`
@@ -231,6 +233,19 @@ var Table = []Row{
 	{Service: "events", Code: "AccessDeniedException", Status: 400, Class: permanent, Note: noteGrant, Source: srcEventsCommon},
 	{Service: "events", Code: "ValidationException", Status: 400, Class: permanent, Note: "an entry over 256 KiB: " + noteBulkrunBug, Source: srcEventsCommon},
 	{Service: "events", Code: "ExpiredTokenException", Status: 400, Class: pause, Note: noteExpired, Source: srcEventsCommon},
+
+	// Step Functions: the answer to a batch's task token (internal/event
+	// Tasks); finalize's tick sends a run's answer again until it is taken.
+	{Service: "states", Code: "ThrottlingException", Status: 400, Class: backoff, Source: srcStatesCommon},
+	{Service: "states", Code: "ServiceUnavailable", Status: 503, Class: inPlace, Source: srcStatesCommon},
+	{Service: "states", Code: "InternalFailure", Status: 500, Class: inPlace, Source: srcStatesCommon},
+	{Service: "states", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
+	{Service: "states", Code: "TaskTimedOut", Status: 400, Class: permanent, Note: "the token was answered already, or its task timed out: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
+	{Service: "states", Code: "TaskDoesNotExist", Status: 400, Class: permanent, Note: "the token's task is gone: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
+	{Service: "states", Code: "InvalidToken", Status: 400, Class: permanent, Note: "not a token Step Functions issued: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
+	{Service: "states", Operations: []string{"SendTaskSuccess"}, Code: "InvalidOutput", Status: 400, Class: permanent, Note: noteBulkrunBug, Source: srcStatesSuccess},
+	{Service: "states", Code: "AccessDeniedException", Status: 400, Class: permanent, Note: "the state machine is not among the stack's TaskStateMachines: " + noteGrant, Source: srcStatesCommon},
+	{Service: "states", Code: "ExpiredTokenException", Status: 400, Class: pause, Note: noteExpired, Source: srcStatesCommon},
 
 	// SSM Parameter Store (secret references).
 	{Service: "ssm", Code: "ThrottlingException", Status: 400, Class: backoff, Note: "the item waits without an attempt (ledger.Throttled)", Source: srcSSMCommon},

@@ -28,7 +28,7 @@ const root = "../.."
 var sdkServices = map[string]string{
 	"dynamodb": "dynamodb", "s3": "s3", "sqs": "sqs", "lambda": "lambda", "eventbridge": "events",
 	"ssm": "ssm", "secretsmanager": "secretsmanager", "cloudformation": "cloudformation",
-	"cloudwatch": "monitoring", "apigateway": "apigateway", "cloudwatchlogs": "logs", "sns": "sns", "sts": "sts", "kms": "kms",
+	"cloudwatch": "monitoring", "apigateway": "apigateway", "cloudwatchlogs": "logs", "sns": "sns", "sts": "sts", "kms": "kms", "sfn": "states",
 }
 
 // transferOps are the S3 operations the transfer manager's UploadObject

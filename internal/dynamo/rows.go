@@ -194,7 +194,8 @@ type batchRow struct {
 	FinalizeFails  int               `dynamodbav:"finalize_failures,omitempty"`
 	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
 	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
-	PauseBy        string            `dynamodbav:"pause_by,omitempty"` // absent: not paused
+	TaskToken      string            `dynamodbav:"task_token,omitempty"` // ledger.Batch.TaskToken
+	PauseBy        string            `dynamodbav:"pause_by,omitempty"`   // absent: not paused
 	PausedAtMs     int64             `dynamodbav:"paused_at_ms,omitempty"`
 	PauseClass     string            `dynamodbav:"pause_class,omitempty"`
 	PauseError     string            `dynamodbav:"pause_error,omitempty"`
@@ -229,7 +230,7 @@ func toRow(b ledger.Batch) (batchRow, error) {
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold, Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
-		Pauses: b.Pauses, RunRevision: b.RunRevision,
+		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken,
 	}
 	if len(b.Revisions) > 0 {
 		rv, err := json.Marshal(b.Revisions)
@@ -315,6 +316,7 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 		Chunks:           r.Chunks,
 		SubmitDeadline:   fromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
+		TaskToken:        r.TaskToken,
 		FinalizeFailures: r.FinalizeFails,
 	}
 	if r.Revisions != "" {

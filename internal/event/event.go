@@ -1,11 +1,13 @@
 // Package event is the EventBridge adapter of ledger.Events: when a run
 // finishes, finalize puts one event on the default bus (source "bulkrun")
-// so that users can subscribe with a rule.
+// so that users can subscribe with a rule. Tasks, its Step Functions
+// adapter of ledger.Tasks, answers the task token a batch carries.
 package event
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -68,6 +70,10 @@ func New(client *eventbridge.Client, bus, bucket string) *Bus {
 	return &Bus{client: client, bus: bus, bucket: bucket}
 }
 
+// ErrTooLarge is the error of an event over MaxEntryBytes, which Put does
+// not send (EventBridge would refuse it).
+var ErrTooLarge = errors.New("event too large")
+
 // Put puts one event of detailType with detail (marshalled to JSON) on the
 // bus, source Source. An entry EventBridge refuses is an error. Delivery to
 // rules is at least once; subscribers dedupe on the detail.
@@ -75,6 +81,9 @@ func (b *Bus) Put(ctx context.Context, detailType string, detail any) error {
 	body, err := json.Marshal(detail)
 	if err != nil {
 		return err
+	}
+	if n := EntryBytes(api.EventSource, detailType, string(body), nil); n > MaxEntryBytes {
+		return fmt.Errorf("put %s event: %d bytes, over EventBridge's %d: %w", detailType, n, MaxEntryBytes, ErrTooLarge)
 	}
 	out, err := b.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{{
 		EventBusName: aws.String(b.bus), Source: aws.String(api.EventSource), DetailType: aws.String(detailType),
@@ -89,21 +98,37 @@ func (b *Bus) Put(ctx context.Context, detailType string, detail any) error {
 	return nil
 }
 
-// Publish puts the run's event. An entry EventBridge refuses is an error.
+// Publish puts the run's events in one PutEvents call: its completion
+// event (DetailType of its status, CompletionDetail) and its Batch State
+// Change event (change finished, StateChangeDetail), so that both are
+// delivered as often as finalize publishes, at least once. An entry
+// EventBridge refuses is an error (finalize and its tick put both again).
 func (b *Bus) Publish(ctx context.Context, r api.Report) error {
 	detail, err := CompletionDetail(r, b.bucket)
 	if err != nil {
 		return err
 	}
+	change, err := StateChangeDetail(r, b.bucket)
+	if err != nil {
+		return err
+	}
 	out, err := b.client.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []types.PutEventsRequestEntry{{
 		EventBusName: aws.String(b.bus), Source: aws.String(api.EventSource), DetailType: aws.String(DetailType(r.Status)),
-		Detail: aws.String(string(detail)), Resources: []string{},
+		Detail: aws.String(detail), Resources: []string{},
+	}, {
+		EventBusName: aws.String(b.bus), Source: aws.String(api.EventSource), DetailType: aws.String(api.DetailStateChange),
+		Detail: aws.String(change), Resources: []string{},
 	}}})
 	if err != nil {
-		return fmt.Errorf("put event for %s run %d: %w", r.BatchID, r.Run, err)
+		return fmt.Errorf("put events for %s run %d: %w", r.BatchID, r.Run, err)
 	}
-	if out.FailedEntryCount > 0 && len(out.Entries) > 0 {
-		return fmt.Errorf("put event for %s run %d: %s: %s", r.BatchID, r.Run, aws.ToString(out.Entries[0].ErrorCode), aws.ToString(out.Entries[0].ErrorMessage))
+	if out.FailedEntryCount > 0 {
+		for _, e := range out.Entries {
+			if e.ErrorCode != nil {
+				return fmt.Errorf("put events for %s run %d: %s: %s", r.BatchID, r.Run, aws.ToString(e.ErrorCode), aws.ToString(e.ErrorMessage))
+			}
+		}
+		return fmt.Errorf("put events for %s run %d: %d entries failed", r.BatchID, r.Run, out.FailedEntryCount)
 	}
 	return nil
 }
@@ -141,6 +166,35 @@ func CompletionDetail(r api.Report, bucket string) (string, error) {
 		d.Census.CostNamesOmitted += len(d.Census.Cost) + len(d.Census.RunSpent)
 		d.Census.Cost, d.Census.RunSpent = nil, nil
 		if b, err = json.Marshal(d); err != nil {
+			return "", err
+		}
+	}
+	return string(b), nil
+}
+
+// StateChangeDetail is the JSON detail of r's Batch State Change event:
+// change finished, the verdict and status r.Status, the census bounded as
+// in CompletionDetail (its cost rollups left out, counted in
+// cost_names_omitted, should the entry exceed MaxEntryBytes) and the
+// report's URI. Its event id is the completion event's with "finished"
+// before the time: "{batch_id}:{run}:finished:{created_at epoch ms}".
+func StateChangeDetail(r api.Report, bucket string) (string, error) {
+	census := r.Census.Bounded()
+	attention := r.NeedsAttention
+	e := api.StateChangeEvent{
+		SchemaVersion: api.StateChangeSchemaVersion, EventID: api.StateChangeEventID(r.BatchID, r.Run, api.ChangeFinished, r.CreatedAt),
+		Change: api.ChangeFinished, BatchID: r.BatchID, Run: r.Run, Status: r.Status, Verdict: r.Status,
+		Pipeline: r.Pipeline, ItemCount: r.Census.Total, SubmittedBy: r.SubmittedBy, NeedsAttention: &attention,
+		Census: &census, Report: "s3://" + bucket + "/" + api.ReportKey(r.BatchID, r.Run), At: r.FinishedAt.UTC(),
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return "", err
+	}
+	if EntryBytes(api.EventSource, api.DetailStateChange, string(b), nil) > MaxEntryBytes {
+		census.CostNamesOmitted += len(census.Cost) + len(census.RunSpent)
+		census.Cost, census.RunSpent = nil, nil
+		if b, err = json.Marshal(e); err != nil {
 			return "", err
 		}
 	}

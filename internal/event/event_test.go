@@ -30,22 +30,25 @@ import (
 func TestPublishCarriesStableEventID(t *testing.T) {
 	var mu sync.Mutex
 	var details []event.Detail
+	var changes []api.StateChangeEvent
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var in struct {
 			Entries []struct{ Detail, DetailType, Source string }
 		}
-		if err := json.Unmarshal(body, &in); err != nil || len(in.Entries) != 1 {
+		if err := json.Unmarshal(body, &in); err != nil || len(in.Entries) != 2 || in.Entries[1].DetailType != api.DetailStateChange {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
 		var d event.Detail
-		if err := json.Unmarshal([]byte(in.Entries[0].Detail), &d); err != nil {
+		var c api.StateChangeEvent
+		if json.Unmarshal([]byte(in.Entries[0].Detail), &d) != nil || json.Unmarshal([]byte(in.Entries[1].Detail), &c) != nil {
 			http.Error(w, "bad detail", http.StatusBadRequest)
 			return
 		}
 		mu.Lock()
 		details = append(details, d)
+		changes = append(changes, c)
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 		_, _ = w.Write([]byte(`{"FailedEntryCount":0,"Entries":[{"EventId":"` + time.Now().String() + `"}]}`))
@@ -69,6 +72,13 @@ func TestPublishCarriesStableEventID(t *testing.T) {
 	want := "orders:2:" + "1796040000000"
 	if len(details) != 3 || details[0].EventID != want || details[1].EventID != want || details[2].EventID == want || details[2].EventID == "" {
 		t.Fatalf("event ids %q, %q, %q; want %q twice, then another", details[0].EventID, details[1].EventID, details[2].EventID, want)
+	}
+	// The run's Batch State Change event comes in the same call, with
+	// the same stability.
+	want = "orders:2:finished:1796040000000"
+	if len(changes) != 3 || changes[0].EventID != want || changes[1].EventID != want || changes[2].EventID == want ||
+		changes[0].Change != api.ChangeFinished || changes[0].Verdict != api.StatusCompleted || changes[0].SchemaVersion != api.StateChangeSchemaVersion {
+		t.Fatalf("state changes %+v; want %q twice, then another", changes, want)
 	}
 }
 
@@ -100,6 +110,31 @@ func TestCompletionDetailWithinEntryLimit(t *testing.T) {
 	}
 	full, _ := json.Marshal(event.Detail{Census: c})
 	t.Logf("entry %d bytes (the census in full: %d bytes)", n, len(full))
+}
+
+// The Batch State Change event of a finished run stays within the same
+// limit: the census bounded, its cost rollups left out past it.
+func TestStateChangeDetailWithinEntryLimit(t *testing.T) {
+	c := api.Census{Total: 10000, Succeeded: 10000, Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
+	for i := range 10000 {
+		name := fmt.Sprintf("tokens.model-%05d.%s", i, strings.Repeat("x", 1500))
+		c.Cost.Add(pipeline.Cost{name: 1.5})
+		c.RunSpent.Add(pipeline.Cost{name: 3})
+	}
+	r := api.Report{BatchID: "b1", Run: 1, Status: api.StatusThresholdExceeded, Census: c}
+	d, err := event.StateChangeDetail(r, "bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := event.EntryBytes(api.EventSource, api.DetailStateChange, d, nil)
+	var got api.StateChangeEvent
+	if err := json.Unmarshal([]byte(d), &got); err != nil {
+		t.Fatal(err)
+	}
+	if n > event.MaxEntryBytes || got.Census == nil || len(got.Census.Cost) != 0 || got.Census.CostNamesOmitted != 2*10000 ||
+		got.Verdict != api.StatusThresholdExceeded || got.Report != "s3://bkt/"+api.ReportKey("b1", 1) {
+		t.Fatalf("entry %d bytes, census %+v, verdict %q, report %q", n, got.Census, got.Verdict, got.Report)
+	}
 }
 
 // An EventBridge throttling that outlasts the SDK's tries is

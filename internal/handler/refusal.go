@@ -118,6 +118,11 @@ func (s *Submit) refuse(ctx context.Context, log *slog.Logger, r Refusal, err er
 		if perr := s.Events.Put(ctx, api.DetailRefused, r); perr != nil {
 			recErrs = append(recErrs, perr)
 		}
+		if refused {
+			if perr := s.Events.Put(ctx, api.DetailStateChange, refusedChange(r)); perr != nil {
+				recErrs = append(recErrs, perr)
+			}
+		}
 	}
 	recErr := errors.Join(recErrs...)
 	if recErr != nil {
@@ -129,6 +134,25 @@ func (s *Submit) refuse(ctx context.Context, log *slog.Logger, r Refusal, err er
 	}
 	log.ErrorContext(ctx, r.Source+" failed; Lambda retries it", "error", err.Error(), "report", r.Report)
 	return err
+}
+
+// refusedChange is the Batch State Change event (change refused) of r, a
+// start refused for good: the batch id when known (run 0, status
+// refused), the refusal (code, message, line, field) and the upload or
+// tick with its error report. Its event id's time is r.At; without a
+// batch id the upload's key or the schedule's name stands for it.
+func refusedChange(r Refusal) api.StateChangeEvent {
+	e := api.StateChangeEvent{
+		SchemaVersion: api.StateChangeSchemaVersion, EventID: api.StateChangeEventID(r.BatchID, 0, api.ChangeRefused, r.At),
+		Change: api.ChangeRefused, BatchID: r.BatchID, Status: api.StatusRefused, At: r.At,
+		Refusal: &api.SubmitRefusal{Code: r.Error.Code, Message: r.Error.Message, Field: r.Error.Field, Line: r.Error.Line, Element: r.Error.Element, Key: r.Error.Key},
+		Start:   &api.StartOrigin{Source: r.Source, Bucket: r.Bucket, Key: r.Key, Schedule: r.Schedule, Report: r.Report},
+	}
+	if r.BatchID == "" {
+		// No batch id: the upload's key or the schedule names the start.
+		e.EventID = api.StateChangeEventID(r.Key+r.Schedule, 0, api.ChangeRefused, r.At)
+	}
+	return e
 }
 
 // clearRetrying removes the error report at key if it says that an earlier

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/eventschema"
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -102,8 +104,12 @@ func (b *bucket) Get(_ context.Context, key string) ([]byte, error) {
 
 func (b *bucket) Delete(_ context.Context, key string) error { delete(b.written, key); return nil }
 
-// bus records the events put.
-type bus struct{ events []putEvent }
+// bus records the Batch Refused events put, and the Batch State Change
+// events apart.
+type bus struct {
+	events  []putEvent
+	changes []api.StateChangeEvent
+}
 
 type putEvent struct {
 	detailType string
@@ -111,6 +117,10 @@ type putEvent struct {
 }
 
 func (e *bus) Put(_ context.Context, detailType string, detail any) error {
+	if detailType == api.DetailStateChange {
+		e.changes = append(e.changes, detail.(api.StateChangeEvent))
+		return nil
+	}
 	e.events = append(e.events, putEvent{detailType, detail.(Refusal)})
 	return nil
 }
@@ -213,6 +223,10 @@ func TestUploadsLeaveATrace(t *testing.T) {
 		{name: "removal", record: s3Record("ObjectRemoved:Delete", "bkt", "incoming/a.csv", 0, ""),
 			ignored: "object ignored: not an object creation"},
 	}
+	schema, err := eventschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &bucket{name: "bkt", objects: tt.objects, written: map[string][]byte{}, headErr: tt.headErr, putErr: tt.putErr}
@@ -238,6 +252,21 @@ func TestUploadsLeaveATrace(t *testing.T) {
 			ev := e.events[0].detail
 			if ev.Source != SourceUpload || ev.Key != key || ev.Bucket != "bkt" || ev.Retrying != tt.retrying || !strings.Contains(ev.Error.Message, tt.says) || ev.Error.Line != tt.line {
 				t.Fatalf("event detail %+v: want key %q, retrying %v, a message saying %q, line %d", ev, key, tt.retrying, tt.says, tt.line)
+			}
+			// A start refused for good is a state change too; one Lambda
+			// retries is not (yet).
+			switch {
+			case tt.retrying && len(e.changes) != 0:
+				t.Fatalf("state changes %+v of a start Lambda retries, want none", e.changes)
+			case !tt.retrying && (len(e.changes) != 1 || e.changes[0].Change != api.ChangeRefused || e.changes[0].Status != api.StatusRefused ||
+				e.changes[0].Start == nil || e.changes[0].Start.Key != key || e.changes[0].Refusal == nil || e.changes[0].Refusal.Code != ev.Error.Code ||
+				e.changes[0].BatchID != ev.BatchID || !strings.HasSuffix(e.changes[0].EventID, ":0:refused:"+strconv.FormatInt(ev.At.UnixMilli(), 10))):
+				t.Fatalf("state changes %+v, want one refused naming %q and the refusal %+v", e.changes, key, ev.Error)
+			}
+			for _, c := range e.changes {
+				if err := schema.ValidateValue(c); err != nil {
+					t.Fatalf("state change %+v against %s: %v", c, eventschema.SchemaPath, err)
+				}
 			}
 			// A refused upload is a refused batch, listed as any other (its
 			// row names the line or field); a start being retried is not.

@@ -56,6 +56,15 @@ type SubmitRequest struct {
 	// its run is finished (the same as POST /batches/{id}/resume). Without
 	// it a repeated submit never starts a run.
 	Rerun bool `json:"rerun,omitempty"`
+	// TaskToken is a Step Functions task token (a Task state's
+	// $$.Task.Token, `.waitForTaskToken`), 1–MaxTaskTokenBytes bytes:
+	// when the batch's first run ends, bulkrun answers it exactly once,
+	// SendTaskSuccess with a TaskOutput (completed, threshold_exceeded) or
+	// SendTaskFailure with a TaskError* name (cancelled, finalize_failed,
+	// refused). Part of the plan: a repeated submit with another token is
+	// another plan (409 batch_mismatch, the tokens not echoed). Not with
+	// Rerun (400). Never shown by the API.
+	TaskToken string `json:"task_token,omitempty"`
 	// SubmittedBy is who asked for the batch, recorded on the batch row
 	// (Batch.SubmittedBy): set by the entry point, never read from the
 	// request body (an API caller's IAM identity, an upload's principal,

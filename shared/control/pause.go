@@ -31,7 +31,7 @@ func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	switch {
 	case err == nil:
 		c.Log.WarnContext(ctx, "batch paused by a caller", "batch_id", id, "run", b.Run)
-		ledger.Announce(ctx, c.Bus, c.Log, ledger.PauseEventOf(b, api.Pause{By: api.PauseByCaller, Since: now}, true, api.PauseByCaller, now))
+		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, api.Pause{By: api.PauseByCaller, Since: now}, true, api.PauseByCaller, now)
 	case !errors.Is(err, api.ErrConflict):
 		return ledger.Batch{}, err
 	}
@@ -56,7 +56,7 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 	case err == nil:
 		now := c.now()
 		c.Log.WarnContext(ctx, "batch unpaused by a caller", "batch_id", id, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
-		ledger.Announce(ctx, c.Bus, c.Log, ledger.PauseEventOf(b, p, false, api.PauseByCaller, now))
+		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, p, false, api.PauseByCaller, now)
 	case !errors.Is(err, api.ErrConflict):
 		return ledger.Batch{}, err
 	}

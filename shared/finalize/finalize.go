@@ -67,6 +67,14 @@ type Finalizer struct {
 	Log       *slog.Logger
 	Retention time.Duration // how long a finished batch is kept
 	Events    ledger.Events // where finished runs are announced; nil for none
+	// Bus gets the Batch State Change event of a run ended
+	// finalize_failed (Events announces every other finished run); nil
+	// for none.
+	Bus ledger.EventBus
+	// Tasks answers the task token of a batch whose first run ended
+	// (ledger.TaskEnd): with the run's announcement, so exactly once per
+	// run as Step Functions counts it; nil for none.
+	Tasks ledger.Tasks
 	// Stall is how long a running batch's counters may stand still before
 	// Tick counts its items from the rows (the backstop for lost counter
 	// writes), and how long after its start a run may stay not fanned out
@@ -209,9 +217,35 @@ func (f *Finalizer) cannotFinish(ctx context.Context, id string, run int, err er
 		log.ErrorContext(ctx, "run could not be finished: ended "+string(api.StatusFinalizeFailed)+"; resume it once the cause is fixed",
 			"failures", FinalizeFailureLimit, "error", pipeline.ErrorText(err))
 		f.Metrics.RunFinalizeFailed(id, run)
+		f.announceFailed(ctx, log, id, run, err, now)
 		return fmt.Errorf("%w (the run is now %s; bulkrun resume %s once fixed)", err, api.StatusFinalizeFailed, id)
 	}
 	return err
+}
+
+// announceFailed puts the Batch State Change event of run of batch id
+// ended finalize_failed at now by err (best effort: a failure is logged;
+// the status, the metric and its alarm say it too).
+func (f *Finalizer) announceFailed(ctx context.Context, log *slog.Logger, id string, run int, err error, now time.Time) {
+	if f.Bus == nil && f.Tasks == nil {
+		return
+	}
+	b, gerr := f.Store.GetBatch(ctx, id)
+	if gerr != nil || b.Run != run {
+		b = ledger.Batch{}
+		b.ID, b.Run = id, run
+	}
+	// The call that ended the run answers its task token (FinalizeFailed
+	// reports that once); a failure is logged: the status and the alarm
+	// say it too.
+	if terr := ledger.TaskEnd(ctx, f.Tasks, log, b, run, nil, api.TaskErrorFinalizeFailed, pipeline.ErrorText(err)); terr != nil {
+		log.WarnContext(ctx, "answer the task token", "error", terr.Error())
+	}
+	b.Status = api.StatusFinalizeFailed
+	e := ledger.StateChangeOf(b, api.ChangeFinished, now, now)
+	e.Verdict = api.StatusFinalizeFailed
+	e.Failure = pipeline.ErrorText(err)
+	ledger.AnnounceChange(ctx, f.Bus, log, e)
 }
 
 // finalizeCall is what a finalize call is: the tick's (tick), and its
@@ -247,7 +281,7 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, call final
 		if err == nil && b.PublishedRun < run {
 			// An earlier call moved the run and died before its event was
 			// marked published: publish it (at least once).
-			f.announce(ctx, log, rep)
+			f.announce(ctx, log, b, rep)
 		}
 		return FinalizeResult{Report: rep}, err
 	}
@@ -411,7 +445,7 @@ func (f *Finalizer) finish(ctx context.Context, b ledger.Batch, log *slog.Logger
 	// The call that moved the run announces it (even if another call wrote
 	// the report); if it dies first, a retried finalize or the tick does.
 	if err == nil {
-		f.announce(ctx, log, rep)
+		f.announce(ctx, log, b, rep)
 	}
 	// The checkpoints served their purpose (forget deletes them too).
 	if _, err := f.Blobs.DeletePrefix(ctx, FinalizePrefix(id, run)); err != nil {
@@ -425,22 +459,47 @@ func (f *Finalizer) finish(ctx context.Context, b ledger.Batch, log *slog.Logger
 	return FinalizeResult{Report: rep, Wrote: wrote}, nil
 }
 
-// announce publishes the run's completion event and then marks it
+// announce publishes the run's completion event, answers the task
+// token of b (ledger.TaskEnd: its first run), and then marks the run
 // published. A failure is logged and left to the tick, which retries
 // until the mark is set: delivery is at least once, and every delivery of
-// one run carries the same EventID.
-func (f *Finalizer) announce(ctx context.Context, log *slog.Logger, rep api.Report) bool {
+// one run carries the same EventID; a token answered by a call that died
+// before the mark is ErrTaskGone the next time, so Step Functions gets
+// one answer per run.
+func (f *Finalizer) announce(ctx context.Context, log *slog.Logger, b ledger.Batch, rep api.Report) bool {
 	if f.Events != nil {
 		if err := f.Events.Publish(ctx, rep); err != nil {
 			log.WarnContext(ctx, "publish event; the tick retries", "error", err.Error())
 			return false
 		}
 	}
+	out, failName, cause := taskAnswer(f.Blobs.Bucket(), rep)
+	if err := ledger.TaskEnd(ctx, f.Tasks, log, b, rep.Run, out, failName, cause); err != nil {
+		log.WarnContext(ctx, "answer the task token; the tick retries", "error", err.Error())
+		return false
+	}
 	if err := f.Store.SetPublished(ctx, rep.BatchID, rep.Run); err != nil {
 		log.WarnContext(ctx, "mark event published; the tick retries", "error", err.Error())
 		return false
 	}
 	return true
+}
+
+// taskAnswer is how a finished run answers its task token: a
+// TaskOutput for completed and threshold_exceeded (the state machine
+// branches on its status), else SendTaskFailure's error name and cause.
+func taskAnswer(bucket string, rep api.Report) (*api.TaskOutput, string, string) {
+	if rep.Status == api.StatusCancelled {
+		cause := rep.StopDetail
+		if cause == "" {
+			cause = "cancelled"
+		}
+		return nil, api.TaskErrorCancelled, cause
+	}
+	return &api.TaskOutput{
+		BatchID: rep.BatchID, Run: rep.Run, Status: rep.Status, Census: rep.Census, Verdict: rep.Verdict,
+		Report: "s3://" + bucket + "/" + api.ReportKey(rep.BatchID, rep.Run), Results: rep.Results, Outputs: rep.Outputs,
+	}, "", ""
 }
 
 func (f *Finalizer) readReport(ctx context.Context, id string, run int) (api.Report, error) {
@@ -595,7 +654,7 @@ func (f *Finalizer) publishLost(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if f.announce(ctx, log, rep) {
+		if f.announce(ctx, log, b, rep) {
 			log.WarnContext(ctx, "tick published a lost completion event", "event_id", ledger.EventID(rep))
 			n++
 		}

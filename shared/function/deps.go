@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
@@ -169,6 +170,8 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 		// A JSON Lines object over submit.DefaultPartBytes is read by parts,
 		// wherever it is read, so its digest is always the parts digest.
 		Parts: &submit.PartsConfig{},
+		Bus:   d.Bus(),   // Batch State Change: submitted, running, refused
+		Tasks: d.Tasks(), // a refused batch's task token
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself
@@ -185,6 +188,11 @@ func (d *Deps) Bus() *event.Bus {
 	return event.New(eventbridge.NewFromConfig(d.AWS), "", d.Config.Bucket)
 }
 
+// Tasks returns the Step Functions adapter that answers task tokens.
+func (d *Deps) Tasks() *event.Tasks {
+	return event.NewTasks(sfn.NewFromConfig(d.AWS))
+}
+
 // SourcePolicy is what sources and items may read: the stack bucket's
 // upload prefixes and config.EnvSources (source.SourcePolicy).
 func (d *Deps) SourcePolicy() source.SourcePolicy {
@@ -194,7 +202,7 @@ func (d *Deps) SourcePolicy() source.SourcePolicy {
 // Finalizer builds the finalize workflow from d.
 func (d *Deps) Finalizer() *finalize.Finalizer {
 	f := &finalize.Finalizer{Store: d.Store, Blobs: d.Blobs, Clock: ledger.SystemClock{}, Log: d.Log, Retention: d.Config.Retention, Metrics: d.Metrics,
-		Events: d.Bus()}
+		Events: d.Bus(), Bus: d.Bus(), Tasks: d.Tasks()}
 	if d.Config.Lease > 0 {
 		// Counters that stood still for a whole lease cannot be waiting for
 		// an item in flight (its lease has ended): a crashed invocation's

@@ -31,6 +31,10 @@ type Batch struct {
 	// after PutEvents answered); finalize and its tick publish a finished
 	// run's event until it is marked, so it is delivered at least once.
 	PublishedRun int `json:"-"`
+	// TaskToken is the submit's Step Functions task token
+	// (api.SubmitRequest.TaskToken), answered when run 1 ends (TaskEnd);
+	// empty when none was given.
+	TaskToken string `json:"-"`
 }
 
 // Live returns b, or an error wrapping ErrExpired (HTTP 404 expired) when

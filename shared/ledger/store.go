@@ -668,6 +668,16 @@ type Events interface {
 	Publish(ctx context.Context, r api.Report) error
 }
 
+// Tasks answers Step Functions task tokens (adapter: internal/event):
+// Succeed is SendTaskSuccess with output (JSON), Fail is SendTaskFailure
+// with an error name (api.TaskError*) and cause. A token Step Functions
+// no longer knows (already answered, timed out, its execution ended) is
+// ErrTaskGone. Nil means none is answered.
+type Tasks interface {
+	Succeed(ctx context.Context, token string, output []byte) error
+	Fail(ctx context.Context, token, name, cause string) error
+}
+
 // BlobWriter is a streaming object write.
 type BlobWriter interface {
 	io.Writer

@@ -91,6 +91,7 @@ func (s *Submitter) Accept(ctx context.Context, req api.SubmitRequest) (SubmitRe
 			return SubmitResult{}, fmt.Errorf("accept %s: hand off the source read: %w", b.ID, err)
 		}
 		s.Log.InfoContext(ctx, "batch accepted", "batch_id", b.ID, "source", b.Source)
+		s.announce(ctx, b, api.ChangeSubmitted, b.CreatedAt)
 		return SubmitResult{Batch: b, Created: true}, nil
 	case !errors.Is(err, api.ErrBatchExists):
 		return SubmitResult{}, fmt.Errorf("accept %s: create batch row: %w", b.ID, err)
@@ -286,6 +287,8 @@ func (s *Submitter) freezeAndFanOut(ctx context.Context, b ledger.Batch, manifes
 			return stored, nil
 		}
 		b = stored
+	} else {
+		s.announce(ctx, b, api.ChangeRunning, b.RunStartedAt)
 	}
 	if err := s.fanout(ctx, b, sum.Chunks); err != nil {
 		// Frozen: the finalize tick re-sends a lost fan-out.
@@ -298,6 +301,20 @@ func (s *Submitter) freezeAndFanOut(ctx context.Context, b ledger.Batch, manifes
 // refuse moves a submitting batch to refused with r; a batch that is no
 // longer submitting is left as it is.
 func (s *Submitter) refuse(ctx context.Context, b ledger.Batch, r api.SubmitRefusal) (ledger.Batch, error) {
+	b, refused, err := s.refuseRow(ctx, b, r)
+	if refused {
+		s.announce(ctx, b, api.ChangeRefused, b.FinishedAt)
+		if terr := ledger.TaskEnd(ctx, s.Tasks, s.Log, b, b.Run, nil, api.TaskErrorRefused, r.Code+": "+r.Message); terr != nil {
+			s.Log.WarnContext(ctx, "answer the task token", "batch_id", b.ID, "error", terr.Error())
+		}
+	}
+	return b, err
+}
+
+// refuseRow is refuse without the event: an upload's or a tick's refusal
+// (RecordRefused) is announced by its handler, naming the upload.
+// refused tells whether this call refused it.
+func (s *Submitter) refuseRow(ctx context.Context, b ledger.Batch, r api.SubmitRefusal) (_ ledger.Batch, refused bool, _ error) {
 	now := s.Clock.Now()
 	retention := s.Retention
 	if retention <= 0 {
@@ -305,13 +322,14 @@ func (s *Submitter) refuse(ctx context.Context, b ledger.Batch, r api.SubmitRefu
 	}
 	if err := s.Store.Refuse(ctx, b.ID, r, now, now.Add(retention)); err != nil {
 		if errors.Is(err, api.ErrConflict) {
-			return s.Store.GetBatch(ctx, b.ID)
+			stored, err := s.Store.GetBatch(ctx, b.ID)
+			return stored, false, err
 		}
-		return b, err
+		return b, false, err
 	}
 	s.Log.WarnContext(ctx, "batch refused", "batch_id", b.ID, "code", r.Code, "error", r.Message)
 	b.Status, b.Refusal, b.FinishedAt = api.StatusRefused, &r, now
-	return b, nil
+	return b, true, nil
 }
 
 // SubmitTickResult counts what one TickSubmitting did.
@@ -413,5 +431,6 @@ func (s *Submitter) RecordRefused(ctx context.Context, req api.SubmitRequest, r 
 	default:
 		return ledger.Batch{}, api.ErrBatchExists
 	}
-	return s.refuse(ctx, b, r)
+	b, _, err = s.refuseRow(ctx, b, r)
+	return b, err
 }

@@ -120,6 +120,7 @@ func (s *Submitter) Correct(ctx context.Context, id string, req api.CorrectReque
 	if err != nil {
 		return CorrectResult{}, fmt.Errorf("correct %s: start run: %w", id, err)
 	}
+	s.announce(ctx, nb, api.ChangeRunning, nb.RunStartedAt)
 	if err := s.FanOut(ctx, nb); err != nil {
 		return CorrectResult{}, fmt.Errorf("correct %s: %w", id, err)
 	}

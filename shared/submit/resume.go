@@ -36,6 +36,7 @@ func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error)
 		if b, err = s.Store.StartRun(ctx, id, b.Run, s.Clock.Now()); err != nil {
 			return ledger.Batch{}, fmt.Errorf("resume %s: %w", id, err)
 		}
+		s.announce(ctx, b, api.ChangeRunning, b.RunStartedAt)
 	}
 	if err := s.FanOut(ctx, b); err != nil {
 		return ledger.Batch{}, fmt.Errorf("resume %s: %w", id, err)

@@ -101,6 +101,27 @@ type Submitter struct {
 	// another name within it are not run again (ClaimUpload). 0 remembers
 	// nothing. The stack sets it from config.EnvUploadRepeatDays.
 	UploadRepeatWindow time.Duration
+	// Bus gets the Batch State Change events of the changes submit makes:
+	// submitted, running (a first run, a resume, a rerun, a correction
+	// run) and refused (a background read's refusal); nil for none.
+	// Delivery is best effort (a failed put is logged).
+	Bus ledger.EventBus
+	// Tasks answers the task token of a batch refused before its first
+	// run (ledger.TaskEnd, api.TaskErrorRefused); nil for none. Best
+	// effort: a failure is logged (the batch's status says refused).
+	Tasks ledger.Tasks
+}
+
+// announce puts the Batch State Change event of b's change, at the change's
+// own time at (for its event id) and now.
+func (s *Submitter) announce(ctx context.Context, b ledger.Batch, change api.StateChange, at time.Time) {
+	e := ledger.StateChangeOf(b, change, at, s.Clock.Now())
+	if change == api.ChangeRefused && b.Refusal != nil {
+		r := *b.Refusal
+		r.Message = pipeline.CutText(r.Message, pipeline.MaxErrorTextBytes)
+		e.Refusal = &r
+	}
+	ledger.AnnounceChange(ctx, s.Bus, s.Log, e)
 }
 
 // SubmitKeysMemoryBytes is the duplicate-key detector's buffer in a
@@ -129,6 +150,12 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	}
 	if err := s.Sources.CheckSource(req.Source); err != nil {
 		return err
+	}
+	if len(req.TaskToken) > api.MaxTaskTokenBytes || strings.ContainsAny(req.TaskToken, "\x00\r\n") {
+		return &api.InputError{Field: "task_token", Reason: fmt.Sprintf("not a Step Functions task token (1–%d bytes, one line)", api.MaxTaskTokenBytes)}
+	}
+	if req.TaskToken != "" && req.Rerun {
+		return &api.InputError{Field: "task_token", Reason: "only a batch's first run answers a task token; a rerun cannot carry one"}
 	}
 	if req.KeyField != "" && (len(req.KeyField) > 256) {
 		return &api.InputError{Field: "key_field", Reason: "longer than 256 bytes"}
@@ -237,8 +264,19 @@ func sameSettings(stored, given ledger.Batch) (field, was, now string) {
 		return "items_per_message", fmt.Sprint(stored.Pack()), fmt.Sprint(given.Pack())
 	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
 		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
+	case stored.TaskToken != given.TaskToken:
+		return "task_token", redactToken(stored.TaskToken), redactToken(given.TaskToken)
 	}
 	return "", "", ""
+}
+
+// redactToken is how a 409 shows a task token: whether there is one,
+// never the token (whoever holds it can answer the task).
+func redactToken(t string) string {
+	if t == "" {
+		return "(none)"
+	}
+	return "(a task token)"
 }
 
 // Submit creates a batch, or returns the existing identical one.
@@ -320,6 +358,8 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 	switch {
 	case created:
 		stored = b
+		s.announce(ctx, stored, api.ChangeSubmitted, stored.CreatedAt)
+		s.announce(ctx, stored, api.ChangeRunning, stored.RunStartedAt)
 	case errors.Is(err, api.ErrBatchExists):
 		// Another submit's row: this manifest is nobody's.
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
@@ -491,6 +531,7 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 			RunStartedAt:    now,
 			StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 		},
+		TaskToken: req.TaskToken,
 	}
 }
 

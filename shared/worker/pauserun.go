@@ -87,7 +87,7 @@ func (w *Worker) unpauseOnAnswer(ctx context.Context, log *slog.Logger, b ledger
 		now := w.Clock.Now()
 		log.WarnContext(ctx, "batch unpaused: the probe was answered", "probes", p.Probes, "paused_ms", now.Sub(p.Since).Milliseconds())
 		w.Metrics.Paused(b.Pipeline, false, b.ID, b.Run)
-		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, false, api.PauseByOutage, now))
+		ledger.AnnouncePause(ctx, w.Bus, log, b, p, false, api.PauseByOutage, now)
 	case !errors.Is(err, api.ErrConflict):
 		log.WarnContext(ctx, "unpause", "error", err.Error())
 	}
@@ -177,7 +177,7 @@ func (w *Worker) pauseOnOutage(ctx context.Context, log *slog.Logger, b ledger.B
 		}
 		w.Metrics.Paused(b.Pipeline, true, b.ID, b.Run)
 		p := api.Pause{By: api.PauseByOutage, Since: now, Class: class, Error: ledger.CutError(text)}
-		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, true, api.PauseByOutage, now))
+		ledger.AnnouncePause(ctx, w.Bus, log, b, p, true, api.PauseByOutage, now)
 	case !errors.Is(err, api.ErrConflict):
 		log.WarnContext(ctx, "pause", "error", err.Error())
 	}

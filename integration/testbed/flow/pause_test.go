@@ -125,16 +125,22 @@ func TestConcludePausedProbe(t *testing.T) {
 	}
 }
 
-// recordingBus records the events put.
+// recordingBus records the pause events put, and the Batch State Change
+// events apart.
 type recordingBus struct {
-	mu     sync.Mutex
-	types  []string
-	events []ledger.PauseEvent
+	mu      sync.Mutex
+	types   []string
+	events  []ledger.PauseEvent
+	changes []api.StateChangeEvent
 }
 
 func (b *recordingBus) Put(_ context.Context, detailType string, detail any) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if detailType == api.DetailStateChange {
+		b.changes = append(b.changes, detail.(api.StateChangeEvent))
+		return nil
+	}
 	b.types = append(b.types, detailType)
 	b.events = append(b.events, detail.(ledger.PauseEvent))
 	return nil
@@ -308,6 +314,13 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	}
 	if len(bus.types) != 2 || bus.events[0].By != api.PauseByCaller || bus.events[1].Paused {
 		t.Errorf("events %v: want Batch Paused, Batch Unpaused by a caller", bus.types)
+	}
+	// The same changes as Batch State Change events, each once (the
+	// repeated pause and unpause change nothing), the pause's start in
+	// both event ids.
+	if c := bus.changes; len(c) != 2 || c[0].Change != api.ChangePaused || c[1].Change != api.ChangeUnpaused || c[1].UnpausedBy != api.PauseByCaller ||
+		c[0].Pause == nil || c[1].Pause == nil || !c[0].Pause.Since.Equal(c[1].Pause.Since) || c[0].EventID == c[1].EventID {
+		t.Errorf("state changes %+v: want paused, then unpaused by a caller", c)
 	}
 
 	// A threshold stop while paused (items in flight at the pause failed

@@ -1,0 +1,252 @@
+"""The JSON shapes of bulkrun's REST API, as TypedDicts.
+
+They are the schemas of docs/openapi.yaml (the contract; the Go types of
+shared/wire and shared/api): a key that is optional there is NotRequired
+here. The client returns the parsed JSON as is, typed with these; the
+tests check every request it sends and every answer it parses against
+the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+Status = Literal["submitting", "refused", "running", "completed", "threshold_exceeded", "cancelled", "finalize_failed"]
+"""A batch's status. Finished: completed, threshold_exceeded, cancelled,
+finalize_failed (and refused, which never ran)."""
+
+Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled"]
+"""An item's outcome; the terminal ones are succeeded, failed, quarantined
+and cancelled."""
+
+FINISHED: frozenset[str] = frozenset({"refused", "completed", "threshold_exceeded", "cancelled", "finalize_failed"})
+"""The statuses wait() stops at: a run that ended, or a refused batch."""
+
+TERMINAL_OUTCOMES: tuple[Outcome, ...] = ("succeeded", "failed", "quarantined", "cancelled")
+"""The outcomes that have a results file, in the order results() reads them."""
+
+Cost = dict[str, float]
+"""Cost name → amount, an exact decimal sum (units are the name's own: calls, usd)."""
+
+
+class Threshold(TypedDict, total=False):
+    """Failures tolerated before the run fails (Distributed Map's rule)."""
+
+    tolerated_failure_percent: float
+    tolerated_failure_count: int
+
+
+class RetryPolicy(TypedDict):
+    """How an item's attempts are spaced after transient errors (seconds)."""
+
+    interval_seconds: float
+    backoff_rate: float
+    max_delay_seconds: float
+    jitter: float
+
+
+class SourceSpec(TypedDict, total=False):
+    """Exactly one of items (inline), object (s3://bucket/key) or prefix (s3://bucket/prefix/)."""
+
+    items: list[Any]
+    object: str
+    etag: str
+    prefix: str
+    format: str
+    csv_delimiter: str
+
+
+class SubmitRequest(TypedDict, total=False):
+    """POST /batches (docs/api.md; schema SubmitRequest)."""
+
+    batch_id: str
+    pipeline: str
+    source: SourceSpec
+    key_field: str
+    threshold: Threshold
+    stop_on_threshold: bool
+    max_attempts: int
+    retry: RetryPolicy
+    max_concurrency: int
+    items_per_message: int
+    on_interrupt: Literal["retry", "quarantine"]
+    headers: dict[str, str]
+    pipeline_options: dict[str, Any]
+    rerun: bool
+    task_token: str
+
+
+class CorrectRequest(TypedDict, total=False):
+    """POST /batches/{id}/corrections."""
+
+    source: SourceSpec
+    key_field: str
+
+
+class Census(TypedDict):
+    """A run's items by outcome and its cost."""
+
+    total: int
+    succeeded: int
+    failed: int
+    quarantined: int
+    cancelled: int
+    in_flight: int
+    pending: int
+    cost: Cost | None
+    run_spent: Cost | None
+    cost_names_omitted: NotRequired[int]
+
+
+class Progress(TypedDict, total=False):
+    """A running batch's progress from its counters."""
+
+    done: int
+    failures: int
+
+
+Pause = TypedDict(
+    "Pause",
+    {
+        "by": Literal["outage", "caller"],
+        "since": str,
+        "probes": int,
+        "class": NotRequired[str],
+        "error": NotRequired[str],
+        "next_check_at": NotRequired[str],
+    },
+)
+"""A running batch's pause: by a caller or on an outage (class, error)."""
+
+
+class Error(TypedDict):
+    """Every error answer's body; branch on code, never on message."""
+
+    code: str
+    message: str
+    field: NotRequired[str]
+    line: NotRequired[int]
+    element: NotRequired[int]
+    key: NotRequired[str]
+
+
+class BatchView(TypedDict, total=False):
+    """A batch as GET /batches/{id} and every command answer it (schema BatchView).
+
+    Only batch_id and status are always there; see docs/openapi.yaml for
+    the rest (census while a run goes is its counters': census_source).
+    """
+
+    batch_id: str
+    status: Status
+    pipeline: str
+    item_count: int
+    run: int
+    manifest_digest: str
+    created_at: str
+    finished_at: str
+    census: Census
+    census_source: str
+    progress: Progress
+    needs_attention: bool
+    stop: Status
+    pause: Pause
+    refusal: Error
+    failure: str
+    report: str
+    created: bool
+    submitted_by: str
+    warnings: list[str]
+
+
+class Item(TypedDict):
+    """An item of GET /batches/{id}/items."""
+
+    key: str
+    run_id: str
+    run: int
+    outcome: Outcome
+    attempt: int
+    attempts: int
+    error: NotRequired[str]
+    reason: NotRequired[str]
+    output: NotRequired[Any]
+    output_ref: NotRequired[str]
+    revision: NotRequired[int]
+    cost: NotRequired[Cost]
+    updated_at: NotRequired[str]
+
+
+class ItemPage(TypedDict):
+    """One page of items, oldest key first; next_cursor absent at the end."""
+
+    items: list[Item] | None
+    next_cursor: NotRequired[str]
+
+
+class BatchPage(TypedDict):
+    """One page of GET /batches, newest first."""
+
+    batches: list[BatchView]
+    next_cursor: NotRequired[str]
+
+
+class Location(TypedDict):
+    """An S3 object the report names."""
+
+    uri: str
+    bytes: int
+    digest: NotRequired[str]
+
+
+class Results(TypedDict):
+    """The report's results: one JSON Lines file per outcome."""
+
+    manifest: str
+    files: dict[str, Location]
+
+
+class Report(TypedDict, total=False):
+    """A finished run's report.json (schema Report)."""
+
+    batch_id: str
+    run: int
+    pipeline: str
+    status: Status
+    needs_attention: bool
+    census: Census
+    results: Results
+    outputs: str
+    created_at: str
+    finished_at: str
+
+
+class ResultLine(TypedDict):
+    """One line of a results file (docs/cli.md, "Results lines")."""
+
+    key: str
+    outcome: Outcome
+    run: int
+    revision: int
+    attempts: int
+    output: NotRequired[Any]
+    output_ref: NotRequired[str]
+    error: NotRequired[str]
+    reason: NotRequired[str]
+    cost: NotRequired[Cost]
+
+
+class Revision(TypedDict, total=False):
+    """A correction's revision of the batch's inputs."""
+
+    revision: int
+    digest: str
+    items: int
+    run: int
+
+
+class CorrectionView(TypedDict):
+    """The answer of POST /batches/{id}/corrections."""
+
+    batch: BatchView
+    revision: Revision

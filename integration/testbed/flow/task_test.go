@@ -1,0 +1,276 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// stepFunctions stands in for Step Functions' task tokens as
+// SendTaskSuccess and SendTaskFailure treat them: a token is answered
+// once, any answer after that is TaskTimedOut (ledger.ErrTaskGone). lose
+// makes the next n answers be taken but their replies lost (the caller
+// sees an error, as after a reset connection); refuse makes the next n
+// fail before reaching it (throttled).
+type stepFunctions struct {
+	mu       sync.Mutex
+	answers  map[string]taskAnswer // by token: the one answer taken
+	attempts int
+	lose     int
+	refuse   int
+}
+
+type taskAnswer struct {
+	name   string // "" for SendTaskSuccess
+	cause  string
+	output api.TaskOutput
+}
+
+func (s *stepFunctions) answer(token string, a taskAnswer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts++
+	if s.refuse > 0 {
+		s.refuse--
+		return errors.New("ThrottlingException: rate exceeded")
+	}
+	if _, ok := s.answers[token]; ok {
+		return fmt.Errorf("TaskTimedOut: %w", ledger.ErrTaskGone)
+	}
+	if s.answers == nil {
+		s.answers = map[string]taskAnswer{}
+	}
+	s.answers[token] = a
+	if s.lose > 0 {
+		s.lose--
+		return errors.New("read: connection reset by peer")
+	}
+	return nil
+}
+
+func (s *stepFunctions) Succeed(_ context.Context, token string, output []byte) error {
+	var out api.TaskOutput
+	if err := json.Unmarshal(output, &out); err != nil {
+		return err
+	}
+	return s.answer(token, taskAnswer{output: out})
+}
+
+func (s *stepFunctions) Fail(_ context.Context, token, name, cause string) error {
+	return s.answer(token, taskAnswer{name: name, cause: cause})
+}
+
+func (s *stepFunctions) get(token string) (taskAnswer, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.answers[token]
+	return a, ok
+}
+
+// A batch's task token is answered once, when its first run ends:
+// SendTaskSuccess with the census, status and results of a completed run
+// and of one that exceeded its threshold, SendTaskFailure bulkrun.Cancelled
+// for a cancelled one; finalize called again, the tick, and a resumed run
+// answer nothing more. An answer refused by Step Functions (throttled) is
+// sent again by the tick; one whose reply was lost is sent again and met
+// with TaskTimedOut, and the run is marked announced: one answer per run.
+func TestTaskTokenAnsweredOnceWhenTheFirstRunEnds(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	sfn := &stepFunctions{}
+	r.sub.Tasks, r.fin.Tasks = sfn, sfn
+	zero := int64(0)
+	submit := func(id string, th api.Threshold) {
+		t.Helper()
+		req := api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(10)}, Threshold: th, TaskToken: "token-" + id}
+		for range 2 { // a repeated submit is the same batch
+			if _, err := r.sub.Submit(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	finalizeTwice := func(id string, run int) {
+		t.Helper()
+		for range 2 {
+			if _, err := r.fin.Finalize(ctx, id, run); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	submit("done", api.Threshold{})
+	r.drain(t, ctx, 1)
+	finalizeTwice("done", 1)
+	a, ok := sfn.get("token-done")
+	switch {
+	case !ok || a.name != "":
+		t.Fatalf("completed run: answer %+v (%v), want SendTaskSuccess", a, ok)
+	case a.output.BatchID != "done" || a.output.Run != 1 || a.output.Status != api.StatusCompleted ||
+		a.output.Census.Total != 10 || a.output.Census.Failed != 1 || a.output.Verdict.Exceeded:
+		t.Errorf("completed run's output %+v: want run 1 completed, 10 items, 1 failed, not exceeded", a.output)
+	case a.output.Report != "s3://"+r.blobs.Bucket()+"/"+api.ReportKey("done", 1) || !strings.HasPrefix(a.output.Results.Manifest, "s3://") ||
+		len(a.output.Results.Files) == 0:
+		t.Errorf("completed run's output names report %q, results %+v", a.output.Report, a.output.Results)
+	}
+
+	submit("over", api.Threshold{FailureCount: &zero})
+	r.drain(t, ctx, 1)
+	finalizeTwice("over", 1)
+	if a, ok := sfn.get("token-over"); !ok || a.name != "" || a.output.Status != api.StatusThresholdExceeded || !a.output.Verdict.Exceeded {
+		t.Errorf("run over its threshold: answer %+v (%v), want SendTaskSuccess with status threshold_exceeded", a, ok)
+	}
+
+	submit("stopped", api.Threshold{})
+	if _, err := r.ctl.Cancel(ctx, "stopped"); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	finalizeTwice("stopped", 1)
+	if a, ok := sfn.get("token-stopped"); !ok || a.name != api.TaskErrorCancelled || a.cause == "" {
+		t.Errorf("cancelled run: answer %+v (%v), want SendTaskFailure %s with a cause", a, ok, api.TaskErrorCancelled)
+	}
+	if sfn.attempts != 3 {
+		t.Errorf("%d answers sent for 3 runs, want 3", sfn.attempts)
+	}
+
+	// A resumed run carries no token: nothing more is sent.
+	if _, err := r.sub.Resume(ctx, "done"); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	finalizeTwice("done", 2)
+	if _, err := r.fin.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sfn.attempts != 3 {
+		t.Errorf("%d answers sent after run 2 and a tick, want still 3", sfn.attempts)
+	}
+
+	// Throttled, then the reply lost: the tick sends again until it is
+	// marked, and Step Functions took exactly one answer.
+	sfn.refuse = 1
+	submit("flaky", api.Threshold{})
+	r.drain(t, ctx, 1)
+	if _, err := r.fin.Finalize(ctx, "flaky", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sfn.get("token-flaky"); ok {
+		t.Fatal("a throttled answer was taken")
+	}
+	sfn.lose = 1
+	for range 2 {
+		if _, err := r.fin.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, ok := sfn.get("token-flaky"); !ok || a.output.Status != api.StatusCompleted {
+		t.Errorf("flaky run: answer %+v (%v), want SendTaskSuccess completed", a, ok)
+	}
+	b, err := r.store.GetBatch(ctx, "flaky")
+	if err != nil || b.PublishedRun != 1 {
+		t.Errorf("flaky run: published run %d (%v), want 1", b.PublishedRun, err)
+	}
+	if sfn.attempts != 6 { // throttled, lost reply, TaskTimedOut
+		t.Errorf("%d answers sent, want 6 (3 before, then throttled, lost, TaskTimedOut)", sfn.attempts)
+	}
+}
+
+// A first run that cannot be finished answers bulkrun.FinalizeFailed
+// once, with the reason; a batch refused by its background read answers
+// bulkrun.Refused, naming the line.
+func TestTaskTokenOfARunThatCannotEnd(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	sfn := &stepFunctions{}
+	r.sub.Tasks, r.fin.Tasks = sfn, sfn
+	r.sub.Handoff = nopHandoff{}
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "stuck", Pipeline: "counted", Source: api.SourceSpec{Items: items(5)}, TaskToken: "token-stuck"}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	r.fin.Blobs = reportRefused{r.blobs}
+	for range finalize.FinalizeFailureLimit + 1 {
+		if _, err := r.fin.Finalize(ctx, "stuck", 1); err == nil {
+			t.Fatal("finalize with the report refused: no error")
+		}
+	}
+	if a, ok := sfn.get("token-stuck"); !ok || a.name != api.TaskErrorFinalizeFailed || !strings.Contains(a.cause, "AccessDenied") {
+		t.Errorf("finalize_failed: answer %+v (%v), want SendTaskFailure %s naming the error", a, ok, api.TaskErrorFinalizeFailed)
+	}
+
+	if err := r.blobs.Put(ctx, "in/bad.jsonl", "", []byte("{\"k\":\"a\"}\n{\"k\":\"a\"}\n")); err != nil {
+		t.Fatal(err)
+	}
+	req := api.SubmitRequest{BatchID: "bad", Pipeline: "counted", KeyField: "k", TaskToken: "token-bad",
+		Source: api.SourceSpec{Object: "s3://" + r.blobs.Bucket() + "/in/bad.jsonl"}}
+	if _, err := r.sub.Accept(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if b, err := r.sub.Complete(ctx, "bad"); err != nil || b.Status != api.StatusRefused {
+			t.Fatalf("bad source: %s %v, want refused", b.Status, err)
+		}
+	}
+	if a, ok := sfn.get("token-bad"); !ok || a.name != api.TaskErrorRefused || !strings.Contains(a.cause, "line 2") {
+		t.Errorf("refused: answer %+v (%v), want SendTaskFailure %s naming line 2", a, ok, api.TaskErrorRefused)
+	}
+	if sfn.attempts != 2 {
+		t.Errorf("%d answers sent for 2 batches, want 2", sfn.attempts)
+	}
+}
+
+// A task token is checked at submit: at most 2,048 bytes, one line, not
+// with rerun; a repeated submit with another token is another plan (409),
+// which names neither token.
+func TestTaskTokenAtSubmit(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	req := api.SubmitRequest{BatchID: "tok", Pipeline: "counted", Source: api.SourceSpec{Items: items(2)}}
+	for _, bad := range []api.SubmitRequest{
+		func() api.SubmitRequest {
+			q := req
+			q.TaskToken = strings.Repeat("t", api.MaxTaskTokenBytes+1)
+			return q
+		}(),
+		func() api.SubmitRequest { q := req; q.TaskToken = "a\nb"; return q }(),
+		func() api.SubmitRequest { q := req; q.TaskToken, q.Rerun = "t", true; return q }(),
+	} {
+		var ie *api.InputError
+		if _, err := r.sub.Submit(ctx, bad); !errors.As(err, &ie) || ie.Field != "task_token" {
+			t.Errorf("token of %d bytes, rerun %v: %v, want an input error naming task_token", len(bad.TaskToken), bad.Rerun, err)
+		}
+	}
+	req.TaskToken = strings.Repeat("s", api.MaxTaskTokenBytes)
+	if _, err := r.sub.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.store.GetBatch(ctx, "tok")
+	if err != nil || b.TaskToken != req.TaskToken {
+		t.Fatalf("stored token of %d bytes (%v), want %d", len(b.TaskToken), err, len(req.TaskToken))
+	}
+	if body, _ := json.Marshal(b.Batch); strings.Contains(string(body), "sss") {
+		t.Errorf("the API's batch shows the token: %s", body)
+	}
+	other := req
+	other.TaskToken = "another-token"
+	_, err = r.sub.Submit(ctx, other)
+	var me *api.MismatchError
+	if !errors.As(err, &me) || me.Field != "task_token" {
+		t.Fatalf("another token: %v, want batch_mismatch on task_token", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "another-token") || strings.Contains(msg, "sss") {
+		t.Errorf("the mismatch echoes a token: %s", msg)
+	}
+	if got := []string{me.Stored, me.Given}; !slices.Equal(got, []string{"(a task token)", "(a task token)"}) {
+		t.Errorf("mismatch shows %q", got)
+	}
+}
