@@ -102,6 +102,9 @@ type Message struct {
 	// because every max_concurrency slot it tried was taken. Not an
 	// attempt. Requeued and SlotWaits are each bounded by MaxResends.
 	SlotWaits int `json:"slot_waits,omitempty"`
+	// Track makes a fan-out message a track of a batch with
+	// max_concurrency (see Track): its units run in place, one at a time.
+	Track *Track `json:"track,omitempty"`
 }
 
 // MaxResends bounds the chain of one message the item worker sends again
@@ -139,6 +142,11 @@ func (m Message) Validate() error {
 	case KindFanout:
 		if m.Chunk == nil || m.ManifestKey == "" {
 			return fmt.Errorf("message: fanout without chunk or manifest_key")
+		}
+		if m.Track != nil {
+			if err := m.Track.Validate(); err != nil {
+				return fmt.Errorf("message: %w", err)
+			}
 		}
 	default:
 		return fmt.Errorf("message: unknown kind %q", m.Kind)
