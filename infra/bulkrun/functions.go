@@ -1,13 +1,18 @@
 package bulkrun
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsssm"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Asynchronous invocations of submit (S3 notifications, schedule ticks).
@@ -30,12 +35,52 @@ func (r *runner) defineFunctions() {
 		refDeadLetterARN: r.dlq.QueueArn(),
 		refStackName:     awscdk.Stack_Of(r.Construct).StackName(),
 	}
+	r.defineSettingsParameters(refs)
 	r.functions = map[string]awslambda.Function{}
 	for _, name := range []string{FunctionFinalize, FunctionSweep, FunctionSubmit, FunctionItem} {
 		r.functions[name] = r.function(name, deployedEnv(r.s.env[name], refs))
 		if name == FunctionFinalize {
 			refs[refFinalizeFunction] = r.functions[name].FunctionName()
 		}
+	}
+}
+
+// defineSettingsParameters defines the settings parameter of each function
+// whose allow-lists fitEnvironments moved out of its environment: an SSM
+// String parameter holding them as a JSON object, the resources' names in
+// place of the placeholders, in the advanced tier when its value may be
+// over the standard tier's 4 KB; its name takes its placeholder's place in
+// refs. The function reads it at start (shared/function); grant gives its
+// role ssm:GetParameter on it.
+func (r *runner) defineSettingsParameters(refs map[string]*string) {
+	r.settingsParameters = map[string]awsssm.StringParameter{}
+	for _, fn := range []string{FunctionSubmit, FunctionItem} {
+		vars := r.s.parameters[fn]
+		if len(vars) == 0 {
+			continue
+		}
+		value, err := json.Marshal(*deployedEnv(vars, refs))
+		if err != nil {
+			panic(fmt.Sprintf("bulkrun: settings parameter of %s: %v", fn, err))
+		}
+		tier := awsssm.ParameterTier_STANDARD
+		if n, _ := parameterBytes(vars); n > MaxStandardParameterBytes {
+			tier = awsssm.ParameterTier_ADVANCED
+		}
+		pp := &awsssm.StringParameterProps{
+			StringValue: jsii.String(string(value)),
+			Tier:        tier,
+			Description: jsii.String("bulkrun " + fn + ": the allow-lists its environment has no room for (" + config.EnvSettingsParameter + ")"),
+		}
+		// Named /bulkrun/{stack}/{function}-settings, so that its ARN is
+		// known at synth (an emulator's generated names start with "/",
+		// AWS's do not, and a generated name's ARN assumes the latter).
+		if stack := awscdk.Stack_Of(r.Construct).StackName(); !*awscdk.Token_IsUnresolved(stack) {
+			pp.ParameterName = jsii.String("/bulkrun/" + *stack + "/" + fn + "-settings")
+		}
+		p := awsssm.NewStringParameter(r.Construct, jsii.String(fn+"-settings"), pp)
+		r.settingsParameters[fn] = p
+		refs[refSettingsParameter[fn]] = p.ParameterName()
 	}
 }
 

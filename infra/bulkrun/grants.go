@@ -28,6 +28,12 @@ func (r *runner) grant() {
 		sourceBuckets = append(sourceBuckets, s3Arn(jsii.String(b), ""))
 	}
 
+	// A function whose allow-lists are in its settings parameter reads it
+	// at start: that parameter alone.
+	for fn, p := range r.settingsParameters {
+		allow(r.functions[fn], []string{"ssm:GetParameter"}, p.ParameterArn())
+	}
+
 	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
 	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
 	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)

@@ -1,6 +1,10 @@
 package bulkrun
 
 import (
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
@@ -86,4 +90,22 @@ func nagSuppressions(stack constructs.Construct, s settings, _ operated) {
 	// On the runner's construct and its children only: a stack that
 	// embeds the runner keeps cdk-nag's findings on its own resources.
 	cdknag.NagSuppressions_AddResourceSuppressions(stack, &list, jsii.Bool(true))
+	// A role whose default policy is too large for one document (long
+	// allow-lists) gets OverflowPolicy managed policies at synth, from a
+	// mutating aspect of CDK's, after the line above: an aspect that runs
+	// after it gives them the same suppressions, before cdk-nag's checks.
+	awscdk.Aspects_Of(stack).Add(&overflowSuppressions{list: list},
+		&awscdk.AspectOptions{Priority: jsii.Number(*awscdk.AspectPriority_MUTATING() + 1)})
+}
+
+// overflowSuppressions writes its suppressions on the OverflowPolicy
+// managed policies CDK splits off a role's default policy.
+type overflowSuppressions struct {
+	list []*cdknag.NagPackSuppression
+}
+
+func (o *overflowSuppressions) Visit(node constructs.IConstruct) {
+	if _, ok := node.(awsiam.CfnManagedPolicy); ok && strings.Contains(*node.Node().Path(), "/OverflowPolicy") {
+		cdknag.NagSuppressions_AddResourceSuppressions(node, &o.list, jsii.Bool(false))
+	}
 }

@@ -3,6 +3,7 @@ package bulkrun
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -47,8 +48,8 @@ func nagFindings(t *testing.T, name string, props *RunnerProps) []string {
 // queues' SSL-only policy, the API's access log or validator, the
 // table's point-in-time recovery…) makes its rule fire here.
 func TestHardeningNag(t *testing.T) {
-	props := map[string]*RunnerProps{TargetEmulator: testProps(TargetEmulator), TargetAWS: testProps(TargetAWS), opsAWS: opsProps()}
-	for _, name := range opsStacks {
+	props := map[string]*RunnerProps{TargetEmulator: testProps(TargetEmulator), TargetAWS: testProps(TargetAWS), opsAWS: opsProps(), "long allow-lists": longAllowLists()}
+	for _, name := range append(slices.Clone(opsStacks), "long allow-lists") {
 		t.Run(name, func(t *testing.T) {
 			if got := nagFindings(t, name, props[name]); len(got) > 0 {
 				t.Errorf("%d unsuppressed AwsSolutions findings:\n%s", len(got), strings.Join(got, "\n"))

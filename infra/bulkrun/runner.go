@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsssm"
 	"github.com/aws/constructs-go/constructs/v10"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -490,6 +491,7 @@ type runner struct {
 	scheduleDLQAlarm                    awscloudwatch.Alarm
 	api                                 awsapigateway.LambdaRestApi
 	functions                           map[string]awslambda.Function
+	settingsParameters                  map[string]awsssm.StringParameter // by function: its allow-lists, when its environment has no room (defineSettingsParameters)
 }
 
 func (r *runner) Bucket() awss3.Bucket                    { return r.bucket }

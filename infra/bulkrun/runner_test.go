@@ -1115,6 +1115,9 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		{"schedule with * in both day fields", func(p *RunnerProps) {
 			p.Schedules = []Schedule{{Name: "s", Expression: "cron(0 2 * * * *)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
 		}, "Schedules[s].Expression"},
+		{"schedule every 60 minutes by cron", func(p *RunnerProps) {
+			p.Schedules = []Schedule{{Name: "hourly", Expression: "cron(*/60 * * * ? *)", Request: json.RawMessage(`{"pipeline":"webhook"}`)}}
+		}, "Schedules[hourly].Expression"},
 		{"bad bucket name", func(p *RunnerProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
 		{"bad source bucket", func(p *RunnerProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
 		{"source prefix over batches/", func(p *RunnerProps) { p.SourcePrefixes = []string{"exports/", "batches/"} }, "SourcePrefixes"},

@@ -1,6 +1,7 @@
 package bulkrun
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -11,6 +12,22 @@ import (
 // takes (EventBridge API reference, "PutRule", ScheduleExpression: maximum
 // length 256).
 const MaxScheduleExpressionBytes = 256
+
+// MaxScheduleInputBytes is the longest input EventBridge passes a rule's
+// target: a schedule's event, {"bulkrun_schedule": name, "time": <the
+// event's time>, "request": the submit request}, is an input transformer
+// whose template takes at most 8192 characters (Amazon EventBridge API
+// Reference, "InputTransformer", InputTemplate: maximum length 8192).
+const MaxScheduleInputBytes = 8192
+
+// scheduleInputBytes is the length of sc's input template as CDK writes
+// it: the event's time is the placeholder <aws.events.event.time>.
+func scheduleInputBytes(sc Schedule) int {
+	var req any
+	_ = json.Unmarshal(sc.Request, &req)
+	b, _ := json.Marshal(map[string]any{"bulkrun_schedule": sc.Name, "time": "<aws.events.event.time>", "request": req})
+	return len(b)
+}
 
 // rateRE is "rate(value unit)": one space, a whole number, a unit.
 var rateRE = regexp.MustCompile(`^rate\(([0-9]+) ([a-z]+)\)$`)
@@ -29,7 +46,9 @@ var rateRE = regexp.MustCompile(`^rate\(([0-9]+) ([a-z]+)\)$`)
 //     hours 0–23, day-of-month 1–31, month 1–12 or JAN–DEC, day-of-week
 //     1–7 or SUN–SAT (1 is Sunday), year 1970–2199. Every field takes
 //     "*", lists "a,b", ranges "a-b" (a ≤ b) and increments "a/n" or
-//     "*/n" (not day-of-week); day-of-month also "L" (last day), "LW" and
+//     "*/n" (not day-of-week), n from 1 to the field's largest value
+//     (EventBridge refuses cron(*/60 * * * ? *): at most */59 minutes,
+//     */23 hours, */31 days, */12 months); day-of-month also "L" (last day), "LW" and
 //     "nW" (weekday nearest day n); day-of-week also "L", "nL" (last
 //     weekday n of the month) and "n#k" (k-th weekday n, k 1–5, alone in
 //     its field). Exactly one of day-of-month and day-of-week is "?": a
@@ -176,8 +195,8 @@ func (c cronField) item(item string) error {
 			return fmt.Errorf(`"/" is not allowed in %s`, c.name)
 		}
 		n, err := strconv.Atoi(step)
-		if err != nil || n < 1 || n > c.max-c.min+1 {
-			return fmt.Errorf("increment %q: want a whole number from 1 to %d", step, c.max-c.min+1)
+		if err != nil || n < 1 || n > c.max {
+			return fmt.Errorf("increment %q: want a whole number from 1 to %d (EventBridge refuses a larger one)", step, c.max)
 		}
 	}
 	if base == "*" {

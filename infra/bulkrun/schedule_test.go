@@ -34,6 +34,7 @@ func TestScheduleExpressions(t *testing.T) {
 		"cron(59 23 31 12 ? 2199)",         // upper bounds
 		"cron(0\t2  *\t* ? *)",             // any white space
 		"cron(5,10,20-25 0-6/2 ? * 1-7 *)", // ranges with increments
+		"cron(*/59 */23 */31 */12 ? *)",    // the largest increments
 	}
 	for _, expr := range valid {
 		if err := CheckScheduleExpression(expr); err != nil {
@@ -77,6 +78,10 @@ func TestScheduleExpressions(t *testing.T) {
 		{"cron(0 2 ? * MON/2 *)", `"/" is not allowed`},
 		{"cron(0/0 * * * ? *)", "increment"},
 		{"cron(0/61 * * * ? *)", "increment"},
+		{"cron(*/60 * * * ? *)", "increment"}, // EventBridge refuses it
+		{"cron(0 */24 * * ? *)", "increment"},
+		{"cron(0 0 */32 * ? *)", "increment"},
+		{"cron(0 0 1 */13 ? *)", "increment"},
 		{"cron(30-10 * * * ? *)", "backwards"},
 		{"cron(0 2 ? * FRI-MON *)", "backwards"},
 		{"cron(0 2 1, * ? *)", "empty list element"},

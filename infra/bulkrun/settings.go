@@ -62,6 +62,10 @@ type settings struct {
 	// env is every function's environment (functionEnv): derived once,
 	// checked with config.Load by derive and deployed by NewRunner.
 	env map[string]map[string]string
+	// parameters holds, by function, the variables moved out of its
+	// environment into its settings parameter (fitEnvironments); none
+	// for a function whose environment fits.
+	parameters map[string]map[string]string
 }
 
 // derive fills defaults and validates props. The function environments
@@ -89,6 +93,7 @@ func derive(props *RunnerProps) (settings, error) {
 	if _, err := config.Load(validationView(s.env)); err != nil {
 		errs = append(errs, fmt.Errorf("bulkrun: the functions would refuse this configuration: %w", err))
 	}
+	errs = append(errs, s.fitEnvironments()...)
 	return s, errors.Join(errs...)
 }
 
@@ -441,6 +446,10 @@ func (s *settings) checkSchedules(bad badProp) {
 			bad(field+".Request", string(sc.Request), "batch_id derives from the schedule; leave it out")
 		} else if !slices.Contains(s.pipelines, req.Pipeline) {
 			bad(field+".Request", req.Pipeline, "pipeline is not one of Pipelines")
+		} else if n := scheduleInputBytes(sc); n > MaxScheduleInputBytes {
+			bad(field+".Request", fmt.Sprintf("%d bytes", n), fmt.Sprintf(
+				"the schedule's event input would be %d bytes, over EventBridge's %d (InputTransformer's InputTemplate, Amazon EventBridge API Reference: https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_InputTransformer.html): the deploy would fail; name the items in S3 (source.object or source.prefix) instead of inline",
+				n, MaxScheduleInputBytes))
 		}
 	}
 }

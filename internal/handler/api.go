@@ -26,15 +26,11 @@ import (
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
-// MaxRequestBytes bounds a request body, in bytes: 6 MB (6,291,456 bytes),
-// the largest payload of a synchronous Lambda invocation ("Lambda quotas",
-// "Invocation payload (request and response)":
-// https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
-// A larger body is answered 413 naming this limit. API Gateway's own
-// 10 MB limit cannot be lowered; on AWS a body whose event exceeds 6 MB is
-// refused by Lambda before submit runs (API Gateway then answers 5xx), so
-// put large item lists in S3 and name the object.
-const MaxRequestBytes = 6 << 20
+// MaxRequestBytes bounds a request body ServeHTTP reads, in bytes: 6 MB
+// (6,291,456 bytes), wire.MaxEventBytes. A larger body is answered 413
+// naming the limit. Through API Gateway (Serve) the bound is the Lambda
+// event's, which holds the body and more: see Serve.
+const MaxRequestBytes = wire.MaxEventBytes
 
 // ReportInlineBytes is the largest report GET /batches/{id}/report
 // answers in its body: 2 MiB (2,097,152 bytes). The function returns the
@@ -252,7 +248,7 @@ func (a *API) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	if len(body) > MaxRequestBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: "invalid_request", Field: "body",
-			Message: fmt.Sprintf("body over %d bytes (6 MB, Lambda's synchronous invocation payload limit): put the items in S3 and name the object", MaxRequestBytes)})
+			Message: fmt.Sprintf("body over %d bytes (Lambda's 6 MB invocation payload limit): put the items in S3 and name the object (source.object)", MaxRequestBytes)})
 		return false
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
@@ -450,7 +446,19 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 // Serve answers one API Gateway (REST, proxy integration) request. Header
 // names are matched case-insensitively (API Gateway may lower-case them).
 // The route is matched on [EventPath], the request's path decoded once.
+//
+// An event over wire.MaxEventBytes, Lambda's invocation payload limit, is
+// answered 413 invalid_request naming field body and the limit, whatever
+// its route: on AWS such a request never reaches the function (Lambda
+// refuses the invocation and API Gateway answers 413 {"message": "Request
+// Too Long"}), so one that does (an emulator) is refused as it would be.
 func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	if n := EventBytes(ev); n > wire.MaxEventBytes {
+		b, _ := json.Marshal(ErrorBody{Code: wire.CodeInvalidRequest, Field: "body", Message: fmt.Sprintf(
+			"the request's Lambda event is %d bytes, over Lambda's 6 MB invocation payload limit (%d bytes: the body, JSON-escaped or base64, the headers and the request context; on AWS the function never runs and API Gateway answers 413 Request Too Long): put the items in S3 and name the object (source.object)",
+			n, wire.MaxEventBytes)})
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusRequestEntityTooLarge, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}, nil
+	}
 	body := ev.Body
 	if ev.IsBase64Encoded {
 		b, err := base64.StdEncoding.DecodeString(body)
@@ -491,6 +499,18 @@ func (a *API) Serve(ctx context.Context, ev events.APIGatewayProxyRequest) (even
 		headers[k] = rec.header.Get(k)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: rec.status(), Headers: headers, Body: rec.body.String()}, nil
+}
+
+// EventBytes is the size of ev as Lambda measures the invocation's
+// payload: its JSON, the body counted as wire.BodyEventBytes counts it.
+func EventBytes(ev events.APIGatewayProxyRequest) int {
+	body := ev.Body
+	ev.Body = ""
+	rest, err := json.Marshal(ev)
+	if err != nil {
+		return wire.BodyEventBytes([]byte(body))
+	}
+	return len(rest) - 2 + wire.BodyEventBytes([]byte(body))
 }
 
 // recorder is the http.ResponseWriter Serve hands to ServeHTTP: it keeps

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // Request bodies the API refuses before any storage is touched.
@@ -99,32 +100,45 @@ func TestErrorOfExpired(t *testing.T) {
 }
 
 // TestHardeningRequestSizeLimit guards the request size product line: a
-// body over Lambda's 6 MB synchronous payload gets 413 naming the limit
-// and the field, plain or base64-encoded as API Gateway sends binary
-// bodies; a body of exactly the limit passes the size check (and is then
-// judged on its content).
+// request whose Lambda event is over Lambda's 6 MB invocation payload
+// limit gets 413 naming the limit and field body — the event, not the
+// body, is what Lambda measures: a 5.95 MB body of quoted items (its
+// event JSON-escaped over 6 MB) and a 4.8 MB body sent base64 as API
+// Gateway sends binary bodies are refused, as on AWS, where they never
+// reach the function; an event of exactly the limit passes the size check
+// (and is then judged on its content). ServeHTTP bounds the body it reads
+// the same way.
 func TestHardeningRequestSizeLimit(t *testing.T) {
 	api := NewAPI(nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	atLimit := `{"pipelin":1}` + strings.Repeat(" ", MaxRequestBytes-len(`{"pipelin":1}`))
-	over := atLimit + " "
+	event := func(body string, b64 bool) events.APIGatewayProxyRequest {
+		return events.APIGatewayProxyRequest{
+			Resource: "/batches", Path: "/batches", HTTPMethod: "POST",
+			Headers: map[string]string{"Content-Type": "application/json"}, Body: body, IsBase64Encoded: b64,
+			RequestContext: events.APIGatewayProxyRequestContext{Stage: "v1", ResourcePath: "/batches", HTTPMethod: "POST"},
+		}
+	}
+	head := `{"pipelin":1}`
+	pad := wire.MaxEventBytes - EventBytes(event(head, false))
+	atLimit := head + strings.Repeat(" ", pad)
+	var quoted strings.Builder
+	quoted.WriteString(`{"pipeline":"webhook","source":{"items":[`)
+	for i := 0; quoted.Len() < 5_950_000; i++ {
+		fmt.Fprintf(&quoted, `{"key":"k%07d","text":"a \"quoted\" word"},`, i)
+	}
+	quoted.WriteString(`{}]}}`)
 	for _, tt := range []struct {
 		name   string
-		body   string
-		b64    bool
+		ev     events.APIGatewayProxyRequest
 		status int
 		field  string
 	}{
-		{"over the limit", over, false, 413, "body"},
-		{"over the limit, base64", base64.StdEncoding.EncodeToString([]byte(over)), true, 413, "body"},
-		{"at the limit", atLimit, false, 400, "pipelin"},
+		{"an event one byte over the limit", event(atLimit+" ", false), 413, "body"},
+		{"a 5.95 MB body of quoted items", event(quoted.String(), false), 413, "body"},
+		{"a 4.8 MB body, base64", event(base64.StdEncoding.EncodeToString([]byte(head+strings.Repeat(" ", 4_800_000))), true), 413, "body"},
+		{"an event at the limit", event(atLimit, false), 400, "pipelin"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ev := events.APIGatewayProxyRequest{
-				Resource: "/batches", Path: "/batches", HTTPMethod: "POST",
-				Headers: map[string]string{"Content-Type": "application/json"}, Body: tt.body, IsBase64Encoded: tt.b64,
-				RequestContext: events.APIGatewayProxyRequestContext{Stage: "v1", ResourcePath: "/batches", HTTPMethod: "POST"},
-			}
-			resp, err := api.Serve(context.Background(), ev)
+			resp, err := api.Serve(context.Background(), tt.ev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,9 +149,14 @@ func TestHardeningRequestSizeLimit(t *testing.T) {
 			if resp.StatusCode != tt.status || body.Field != tt.field {
 				t.Fatalf("%d %+v, want %d field %q", resp.StatusCode, body, tt.status, tt.field)
 			}
-			if tt.status == 413 && !strings.Contains(body.Message, "6291456 bytes") {
+			if tt.status == 413 && !strings.Contains(body.Message, "6 MB invocation payload limit (6291456 bytes") {
 				t.Errorf("message %q does not name the limit", body.Message)
 			}
 		})
+	}
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, httptest.NewRequest("POST", "/batches", strings.NewReader(head+strings.Repeat(" ", MaxRequestBytes))))
+	if rec.Code != 413 || !strings.Contains(rec.Body.String(), "6291456 bytes") {
+		t.Fatalf("ServeHTTP of a body over the limit: %d %s", rec.Code, rec.Body.String())
 	}
 }

@@ -28,6 +28,7 @@ package secret
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -157,4 +158,22 @@ func classify(service string, err error) error {
 		return ledger.Throttled(service, ae.ErrorCode(), err)
 	}
 	return err
+}
+
+// Settings reads a function's settings parameter (config.EnvSettingsParameter):
+// the SSM String parameter name, holding the variables the stack moved
+// out of the function's environment as a JSON object of strings, read
+// with GetParameter through a client built from c (its retryer and
+// application id). Errors name the parameter: AWS's own, or a value that
+// is not such an object.
+func Settings(ctx context.Context, c aws.Config, name string) (map[string]string, error) {
+	out, err := ssm.NewFromConfig(c).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name)})
+	if err != nil {
+		return nil, fmt.Errorf("settings parameter %s: %w", name, err)
+	}
+	var vars map[string]string
+	if out.Parameter == nil || json.Unmarshal([]byte(aws.ToString(out.Parameter.Value)), &vars) != nil {
+		return nil, fmt.Errorf("settings parameter %s: want a JSON object of strings", name)
+	}
+	return vars, nil
 }

@@ -8,7 +8,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,15 +20,17 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
-	"github.com/bulkrun/bulkrun/internal/retry"
+	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/wire"
@@ -64,32 +65,32 @@ func FindStack(ctx context.Context, c aws.Config, name string) (Stack, error) {
 }
 
 // Client calls the bulkrun REST API. Safe for concurrent use.
+//
+// Every call goes through the AWS SDK's standard retryer (NewRetryer):
+// API Gateway's 429 (the stage's throttle), 500, 502, 503 and 504 answers,
+// timeouts and lost connections are sent again with backoff, each try
+// signed anew. The client keeps the offset between the machine's clock
+// and the API's, learned from the Date header of the API's answers, and
+// signs with it (the AWS SDK's clock-skew correction): a request API
+// Gateway refuses because its signing time is more than 5 minutes from
+// the gateway's clock (403 "Signature expired" or "Signature not yet
+// current") is sent again at the corrected time, and a *ClockError names
+// the machine's clock when that cannot fix it.
 type Client struct {
 	base   string // API base URL, ending without "/"
 	aws    aws.Config
 	http   *http.Client
 	signer *v4.Signer
-	// Retry is how Submit retries; the zero value means DefaultRetry.
-	Retry Retry
+	// bucket is the stack's bucket (config.OutputBucket), where Submit and
+	// Correct put inline items too large to send; "" when the stack has
+	// none.
+	bucket string
+	// skew is the API's clock minus the machine's, in nanoseconds, as the
+	// last answer's Date header measured it.
+	skew atomic.Int64
+	// Retryer returns the retryer of each call; nil: NewRetryer.
+	Retryer func() aws.Retryer
 }
-
-// Retry is a bounded exponential backoff: Tries calls in all, the n-th
-// retry after min(Base × 2^(n-1), Max) plus up to half of it at random.
-type Retry struct {
-	Tries int
-	Base  time.Duration
-	Max   time.Duration
-}
-
-// schedule is r as a retry schedule: min(Base × 2^(n−1), Max) × 1.25 ±
-// 20 %, which is that delay plus up to half of it at random.
-func (r Retry) schedule() retry.Schedule {
-	return retry.Schedule{Interval: r.Base * 5 / 4, MaxDelay: r.Max * 5 / 4, Jitter: 0.2}
-}
-
-// DefaultRetry is Submit's retry policy: 6 tries over about a minute
-// (1, 2, 4, 8, 16 s between them, plus jitter).
-var DefaultRetry = Retry{Tries: 6, Base: time.Second, Max: 16 * time.Second}
 
 // EnvAPIURL, when set, is the API base URL the client calls instead of the
 // one it derives from the stack (e.g. a custom domain, or a proxy).
@@ -98,7 +99,8 @@ const EnvAPIURL = "BULKRUN_API_URL"
 // New returns a client for the stack's API: $BULKRUN_API_URL when set;
 // with AWS_ENDPOINT_URL set (an emulator)
 // {endpoint}/restapis/{api id}/{stage}/_user_request_, the LocalStack-style
-// form; otherwise the stack's ApiUrl output.
+// form; otherwise the stack's ApiUrl output. The stack's bucket output,
+// when there is one, is where large inline sources go (Submit).
 func New(c aws.Config, s Stack) (*Client, error) {
 	var base string
 	if u := os.Getenv(EnvAPIURL); u != "" {
@@ -123,18 +125,36 @@ func New(c aws.Config, s Stack) (*Client, error) {
 	// Redirects are not followed: a signed request is never sent on to
 	// another URL (Report follows its link itself, unsigned).
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second, CheckRedirect: noRedirect}, signer: v4.NewSigner()}, nil
+	return &Client{base: base, aws: c, http: &http.Client{Timeout: 60 * time.Second, CheckRedirect: noRedirect}, signer: v4.NewSigner(), bucket: s[config.OutputBucket]}, nil
 }
 
-// APIError is an error answer of the API.
+// APIError is an error answer of the API: its HTTP status and bulkrun's
+// JSON error body; for an answer of API Gateway itself ({"message": "…"}:
+// its stage throttle, a signature it refuses, a request too large) Body
+// holds Code "http_{status}" and the gateway's message, and Type the
+// gateway's error type (its x-amzn-ErrorType header, e.g.
+// "TooManyRequestsException", "InvalidSignatureException").
 type APIError struct {
 	Status int
 	Body   wire.ErrorBody
+	Type   string
 }
 
 func (e *APIError) Error() string {
 	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Body.Code, e.Body.Message)
 }
+
+// ErrorCode is the error's code as the AWS SDK's retryer reads it: Type
+// when the gateway gave one, else Body.Code.
+func (e *APIError) ErrorCode() string {
+	if e.Type != "" {
+		return e.Type
+	}
+	return e.Body.Code
+}
+
+// HTTPStatusCode is Status (how the AWS SDK's retryer reads it).
+func (e *APIError) HTTPStatusCode() int { return e.Status }
 
 // Is maps API error codes to the domain's sentinels: not_found →
 // api.ErrNotFound, batch_mismatch → api.ErrBatchMismatch,
@@ -151,121 +171,209 @@ func (e *APIError) Is(t error) bool {
 	return false
 }
 
+// signatureTime reports whether e is API Gateway refusing a request for
+// its signing time: 403, "Signature expired: {signed} is now earlier than
+// {earliest} ({now} - 5 min.)" or "Signature not yet current: {signed} is
+// still later than {latest} ({now} + 5 min.)".
+func (e *APIError) signatureTime() bool {
+	m := e.Body.Message
+	return e.Status == http.StatusForbidden && (strings.HasPrefix(m, "Signature expired") || strings.HasPrefix(m, "Signature not yet current"))
+}
+
+// ClockError is a call API Gateway refused because its signing time was
+// more than 5 minutes from the gateway's clock, after the client's
+// correction (see Client) could not fix it: the machine's clock is off.
+// Offset is the API's clock minus the machine's as the client last
+// measured it (0 when no answer said); Err the refusal, an *APIError.
+type ClockError struct {
+	Offset time.Duration
+	Err    error
+}
+
+func (e *ClockError) Error() string {
+	off := "more than 5 minutes off"
+	switch {
+	case e.Offset >= time.Minute:
+		off = fmt.Sprintf("%s behind", e.Offset.Round(time.Second))
+	case e.Offset <= -time.Minute:
+		off = fmt.Sprintf("%s ahead of", (-e.Offset).Round(time.Second))
+	}
+	return fmt.Sprintf("the API refused the request's signing time: this machine's clock is %s the API's (API Gateway takes a signature within 5 minutes of its own clock) and the client could not correct for it; set the machine's clock right (turn on time synchronisation, e.g. timedatectl set-ntp true, or the system's date and time settings) and run the command again (cause: %v)", off, e.Err)
+}
+
+func (e *ClockError) Unwrap() error { return e.Err }
+
+// TooLargeError is a request the client does not send: its Lambda event —
+// the body as a JSON string, the headers twice, the path and the request
+// context, which API Gateway passes to the submit function — would be
+// over Lambda's synchronous invocation payload limit, wire.MaxEventBytes
+// (6 MB), so the function would never run (API Gateway answers 413).
+// EventBytes is the client's estimate of the event's size.
+type TooLargeError struct {
+	Method, Path string
+	EventBytes   int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s %s: not sent: its Lambda event would be about %d bytes, over Lambda's 6 MB invocation payload limit (%d bytes; Lambda quotas, \"Invocation payload (request and response)\": https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), and never reach the function; put the items in an S3 object and name it ({\"source\": {\"object\": \"s3://…\"}}), or give the file to bulkrun submit, which uploads it",
+		e.Method, e.Path, e.EventBytes, wire.MaxEventBytes)
+}
+
+// EventOverheadBytes is what the client allows, in bytes, for the parts
+// of a request's Lambda event other than its body and headers (the path,
+// query and path parameters, the request context with the caller's
+// identity) and for the headers API Gateway adds (X-Forwarded-*, Via,
+// X-Amzn-Trace-Id, …): 16 KiB.
+const EventOverheadBytes = 16 << 10
+
+// HeaderBytes is what the client allows, in bytes, for the headers it
+// sends (Content-Type, Host, User-Agent, the signature's Authorization
+// and X-Amz-Date, and a session token, which STS may make a few KB long):
+// 6 KiB. The event holds them twice.
+const HeaderBytes = 6 << 10
+
+// eventBytes estimates the size of the Lambda event of a request with
+// payload: the body as a JSON string, the headers twice and
+// EventOverheadBytes.
+func (c *Client) eventBytes(payload []byte) int {
+	return wire.BodyEventBytes(payload) + 2*HeaderBytes + EventOverheadBytes
+}
+
 // Do sends a signed request and decodes a 2xx JSON answer into out (when
-// non-nil). It returns the status code; a non-2xx answer is an *APIError
-// (a redirect too: Do follows none).
+// non-nil). It returns the status code. Every call is retried as Client
+// says. Its errors: *TooLargeError before anything is sent; an *APIError
+// for a non-2xx answer (after the retries it wraps, in the SDK's
+// *retry.MaxAttemptsError, the last try's); a *ClockError for a signing
+// time the API keeps refusing; a transport error naming the method and
+// path when no answer came. When a try's answer was lost and a later try
+// was refused, the error says an earlier try may have done it.
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) (int, error) {
-	status, _, data, err := c.send(ctx, method, path, body)
-	if err != nil {
-		return status, err
-	}
-	return status, answer(method, path, status, data, out)
+	status, _, err := c.do(ctx, method, path, body, out)
+	return status, err
 }
 
-// answer is Do's reading of an answer: a non-2xx one is an *APIError,
-// a 2xx one is decoded into out (when non-nil).
-func answer(method, path string, status int, data []byte, out any) error {
-	if status/100 != 2 {
-		ae := &APIError{Status: status}
-		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Code == "" {
-			ae.Body = wire.ErrorBody{Code: "http_" + fmt.Sprint(status), Message: strings.TrimSpace(string(data))}
-		}
-		return ae
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-		}
-	}
-	return nil
-}
-
-// send sends a signed request and returns the answer as given: status,
-// headers and body (at most 64 MiB read).
-func (c *Client) send(ctx context.Context, method, path string, body any) (int, http.Header, []byte, error) {
+// do is Do, also returning how many tries were made.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, int, error) {
 	var payload []byte
 	if body != nil {
 		var err error
 		if payload, err = json.Marshal(body); err != nil {
-			return 0, nil, nil, err
+			return 0, 0, err
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(payload))
+	if n := c.eventBytes(payload); n > wire.MaxEventBytes {
+		return 0, 0, &TooLargeError{Method: method, Path: path, EventBytes: n}
+	}
+	a, tries, err := c.send(ctx, method, path, payload)
 	if err != nil {
-		return 0, nil, nil, err
+		status, err := c.callError(method, path, tries, err)
+		return status, tries, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	creds, err := c.aws.Credentials.Retrieve(ctx)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("credentials: %w", err)
+	if a.status/100 != 2 {
+		// A redirect: Do follows none.
+		return a.status, tries, newAPIError(a.status, a.header, a.body)
 	}
-	sum := sha256.Sum256(payload)
-	if err := c.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "execute-api", c.aws.Region, time.Now()); err != nil {
-		return 0, nil, nil, fmt.Errorf("sign: %w", err)
+	if out != nil {
+		if err := json.Unmarshal(a.body, out); err != nil {
+			return a.status, tries, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
+	return a.status, tries, nil
+}
+
+// callError is Do's error for a call that failed after tries tries.
+func (c *Client) callError(method, path string, tries int, err error) (int, error) {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return resp.StatusCode, resp.Header, nil, err
+	if ae.signatureTime() {
+		return ae.Status, &ClockError{Offset: time.Duration(c.skew.Load()), Err: err}
 	}
-	return resp.StatusCode, resp.Header, data, nil
+	if tries > 1 && !Retryable(err) {
+		// A refusal after a try whose outcome is unknown (no answer, a
+		// 5xx): that try may have been carried out.
+		return ae.Status, fmt.Errorf("%w (after %d tries: an earlier try whose answer was lost may have done what was asked)", err, tries)
+	}
+	return ae.Status, err
 }
 
 // Submit posts a batch and returns it (Created tells whether this call
 // created it; status submitting while an S3 source is read in the
 // background: Wait for it). Without a batch id it gives the request a new
-// ULID first, so that every try names the same batch; it then retries,
-// with the same request, answers that may not have reached the API or
-// whose outcome is unknown: 429, 500, 502, 503, 504 (API Gateway answers
-// 504 when the integration outlives its timeout, while the submit may
-// still go on), timeouts and connection errors, as c.Retry says. A repeated
-// submit of the same request is the same batch, so a retry never makes a
-// second one. Other errors (*APIError 4xx, 507) are returned at once.
+// ULID first, so that every try names the same batch: the retries of Do
+// (a 504 from API Gateway when the integration outlives its timeout, while
+// the submit may still go on; a lost connection) send that same request,
+// and a repeated submit of the same request is the same batch, so a retry
+// never makes a second one. Inline items whose request would be over
+// Lambda's invocation payload limit (a *TooLargeError) are put in the
+// stack's bucket first, under uploads/ (uploadItems), and the request
+// names that object instead: the batch is read in the background (202
+// submitting) with the same items, keys and digest. Without a bucket the
+// *TooLargeError is returned. Refusals (*APIError 4xx, 507) are returned
+// at once.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (wire.BatchView, error) {
 	if req.BatchID == "" {
 		req.BatchID = NewBatchID()
 	}
-	r := c.Retry
-	if r.Tries <= 0 {
-		r = DefaultRetry
-	}
-	var v wire.BatchView
-	var err error
-	for try := 1; ; try++ {
-		v = wire.BatchView{}
-		_, err = c.Do(ctx, http.MethodPost, "/batches", req, &v)
-		if err == nil || try >= r.Tries || !Retryable(err) || ctx.Err() != nil {
-			break
-		}
-		d := r.schedule().Delay(try)
-		select {
-		case <-ctx.Done():
-			return v, fmt.Errorf("submit %s: %w (last try: %v)", req.BatchID, ctx.Err(), err)
-		case <-time.After(d):
-		}
-	}
+	src, err := c.sendable(ctx, req, req.Source)
 	if err != nil {
+		return wire.BatchView{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
+	req.Source = src
+	var v wire.BatchView
+	if _, err := c.Do(ctx, http.MethodPost, "/batches", req, &v); err != nil {
 		return v, fmt.Errorf("submit %s: %w", req.BatchID, err)
 	}
 	return v, nil
 }
 
+// sendable returns src, or, when src holds inline items and request (with
+// src in it) would be over the invocation payload limit, the source
+// naming those items uploaded to the stack's bucket.
+func (c *Client) sendable(ctx context.Context, request any, src api.SourceSpec) (api.SourceSpec, error) {
+	if src.Items == nil {
+		return src, nil
+	}
+	payload, err := json.Marshal(request)
+	if err != nil {
+		return src, err
+	}
+	n := c.eventBytes(payload)
+	if n <= wire.MaxEventBytes {
+		return src, nil
+	}
+	if c.bucket == "" {
+		return src, &TooLargeError{Method: http.MethodPost, Path: "/batches", EventBytes: n}
+	}
+	return c.uploadItems(ctx, src.Items)
+}
+
+// uploadItems puts inline items (a JSON array) in the stack's bucket as
+// they are, under uploads/{first 16 hex digits of their SHA-256}/items.json
+// (the prefix the CLI uploads local files under; the same items, the same
+// key), and returns the source naming that object in format json: submit
+// reads it with the reader of inline items.
+func (c *Client) uploadItems(ctx context.Context, items json.RawMessage) (api.SourceSpec, error) {
+	sum := sha256.Sum256(items)
+	key := "uploads/" + hex.EncodeToString(sum[:8]) + "/items.json"
+	if err := blob.New(blob.NewS3(c.aws), c.bucket).Put(ctx, key, "application/json", items); err != nil {
+		return api.SourceSpec{}, fmt.Errorf("upload the inline items (too large to send inline): %w", err)
+	}
+	return api.SourceSpec{Object: "s3://" + c.bucket + "/" + key, Format: api.FormatJSON}, nil
+}
+
 // Retryable reports whether a call that failed with err may be sent again
-// with the same request: 429, 500, 502, 503 and 504 answers, and errors
-// that got no answer (timeouts, refused or reset connections). Not 507
-// (insufficient storage), nor any 4xx but 429.
+// with the same request — what the client's retryer retries: 429, 500,
+// 502, 503 and 504 answers, and errors that got no answer (timeouts,
+// refused or reset connections). Not 507 (insufficient storage), nor any
+// 4xx but 429.
 func Retryable(err error) bool {
+	if retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary {
+		return true
+	}
 	var ae *APIError
 	if errors.As(err, &ae) {
-		switch ae.Status {
-		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
-			http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			return true
-		}
 		return false
 	}
 	var ne net.Error
@@ -287,16 +395,20 @@ func (c *Client) Status(ctx context.Context, id string) (wire.BatchView, error) 
 func (c *Client) Report(ctx context.Context, id string) (api.Report, error) {
 	var r api.Report
 	path := "/batches/" + url.PathEscape(id) + "/report"
-	status, _, data, err := c.send(ctx, http.MethodGet, path, nil)
+	a, tries, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
+		_, err = c.callError(http.MethodGet, path, tries, err)
 		return r, err
 	}
-	if status != http.StatusSeeOther {
-		return r, answer(http.MethodGet, path, status, data, &r)
+	if a.status != http.StatusSeeOther {
+		if err := json.Unmarshal(a.body, &r); err != nil {
+			return r, fmt.Errorf("GET %s: decode answer: %w", path, err)
+		}
+		return r, nil
 	}
 	var link wire.ReportLink
-	if err := json.Unmarshal(data, &link); err != nil || link.URL == "" {
-		return r, fmt.Errorf("GET %s: 303 without a report link: %.200s", path, data)
+	if err := json.Unmarshal(a.body, &link); err != nil || link.URL == "" {
+		return r, fmt.Errorf("GET %s: 303 without a report link: %.200s", path, a.body)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, link.URL, nil)
 	if err != nil {
@@ -415,10 +527,16 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 // /batches/{id}/corrections, submit.Submitter.Correct): the answer is the
 // batch at its correction run and the revision; Created false when the
 // same corrections were given before (no new run). Retried like any call:
-// the same corrections are one revision.
+// the same corrections are one revision. Inline items too large to send
+// go through the stack's bucket, as Submit's do.
 func (c *Client) Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error) {
 	var v wire.CorrectionView
-	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/corrections", req, &v)
+	src, err := c.sendable(ctx, req, req.Source)
+	if err != nil {
+		return v, fmt.Errorf("correct %s: %w", id, err)
+	}
+	req.Source = src
+	_, err = c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/corrections", req, &v)
 	return v, err
 }
 
@@ -429,9 +547,13 @@ func (c *Client) Cancel(ctx context.Context, id string) (wire.BatchView, error) 
 	return v, err
 }
 
-// Forget removes the batch and everything it owns.
+// Forget removes the batch and everything it owns. A 404 after a try
+// whose answer was lost is that try's success: nil.
 func (c *Client) Forget(ctx context.Context, id string) error {
-	_, err := c.Do(ctx, http.MethodDelete, "/batches/"+url.PathEscape(id), nil, nil)
+	_, tries, err := c.do(ctx, http.MethodDelete, "/batches/"+url.PathEscape(id), nil, nil)
+	if tries > 1 && errors.Is(err, api.ErrNotFound) {
+		return nil
+	}
 	return err
 }
 

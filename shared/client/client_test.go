@@ -20,7 +20,7 @@ import (
 // Submit past the gateway timeout, point 1: Submit names the batch before
 // the first try and sends that same request again on answers whose outcome
 // is unknown (504, 502, 503, 500, 429) and on lost connections, within
-// its bounded tries; a 507 or a 400 is final at once. Guards docs/cli.md "Reaching the stack, submitting, watching" (retries) and docs/design/submit.md "Submitting past the gateway
+// its bounded tries (MaxAttempts); a 507 or a 400 is final at once. Guards docs/cli.md "Reaching the stack, submitting, watching" (retries) and docs/design/submit.md "Submitting past the gateway
 // timeout".
 func TestSubmitRetriesWithTheSameID(t *testing.T) {
 	for _, tt := range []struct {
@@ -66,7 +66,7 @@ func TestSubmitRetriesWithTheSameID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Retry = Retry{Tries: 6, Base: time.Millisecond, Max: 4 * time.Millisecond}
+			c.Retryer = fastRetryer
 			v, err := c.Submit(context.Background(), api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Object: "s3://b/k.jsonl"}})
 			if len(ids) != tt.wantTries {
 				t.Errorf("%d tries, want %d", len(ids), tt.wantTries)

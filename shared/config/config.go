@@ -138,6 +138,15 @@ const (
 	// invoke exactly these. Default "" (none: the pipeline refuses every
 	// batch). Read by submit (checked at submit) and item (checked per item).
 	EnvLambdaFunctions = "BULKRUN_LAMBDA_FUNCTIONS"
+	// EnvSettingsParameter is the name of an SSM parameter (String) holding
+	// more of the function's variables as a JSON object of strings
+	// ({"BULKRUN_SOURCES": "s3://…", …}): the stack moves the allow-lists
+	// (ParameterVars) there when they would take the function's
+	// environment past Lambda's 4 KB. The function reads it once at start
+	// (ssm:GetParameter, granted on that parameter alone); a variable set
+	// in both places takes the parameter's value. Set on submit and item,
+	// only then.
+	EnvSettingsParameter = "BULKRUN_SETTINGS_PARAMETER"
 )
 
 // Stack output keys. The CLI, the demo and the integration tests find the
@@ -212,6 +221,15 @@ const (
 // userAgent field), which tells whose code made a call: the IAM-checked
 // lane (integration/testbed/iamlane) attributes calls by it.
 const AppIDPrefix = "bulkrun-"
+
+// ParameterVars are the variables the stack may move from a function's
+// environment into its settings parameter (EnvSettingsParameter): the
+// allow-lists, which grow with the stack's props: EnvSources,
+// EnvLambdaFunctions, EnvWebhookAllow, EnvSecretPrefixes and
+// EnvEffectTables.
+func ParameterVars() []string {
+	return []string{EnvSources, EnvLambdaFunctions, EnvWebhookAllow, EnvSecretPrefixes, EnvEffectTables}
+}
 
 // AppID returns the AWS SDK application id of function ("submit", "item",
 // "finalize", "sweep"): AppIDPrefix + function (aws.Config.AppID; at most

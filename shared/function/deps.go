@@ -24,6 +24,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/internal/queue"
+	"github.com/bulkrun/bulkrun/internal/secret"
 	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/finalize"
@@ -59,6 +60,27 @@ func AWSConfig(ctx context.Context) (aws.Config, error) {
 	return c, nil
 }
 
+// Environment returns the variables config.Load reads: getenv's, and,
+// when getenv names a settings parameter (config.EnvSettingsParameter),
+// the variables it holds (secret.Settings through c), which win over
+// getenv's. An error names the parameter.
+func Environment(ctx context.Context, c aws.Config, getenv func(string) string) (func(string) string, error) {
+	name := getenv(config.EnvSettingsParameter)
+	if name == "" {
+		return getenv, nil
+	}
+	vars, err := secret.Settings(ctx, c, name)
+	if err != nil {
+		return nil, err
+	}
+	return func(k string) string {
+		if v, ok := vars[k]; ok {
+			return v
+		}
+		return getenv(k)
+	}, nil
+}
+
 // NewS3 is blob.NewS3: an S3 client, path-style against an emulator.
 func NewS3(c aws.Config) *s3.Client { return blob.NewS3(c) }
 
@@ -68,19 +90,26 @@ var _ thumbnail.Source = (*blob.Store)(nil)
 // Build sets the Go runtime's memory limit from the function's memory
 // (SetMemoryLimit), loads the configuration and builds the adapters of
 // function ("submit", "item", "finalize", "sweep"), whose every AWS client
-// carries the SDK application id config.AppID(function).
+// carries the SDK application id config.AppID(function). The
+// configuration is the environment and, when config.EnvSettingsParameter
+// names one, the function's settings parameter, read once here
+// (Environment).
 func Build(ctx context.Context, function string) (*Deps, error) {
 	SetMemoryLimit()
-	cfg, err := config.Load(nil)
-	log := handler.Logger(cfg.LogLevel)
-	if err != nil {
-		return nil, err
-	}
 	ac, err := AWSConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ac.AppID = config.AppID(function)
+	getenv, err := Environment(ctx, ac, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(getenv)
+	log := handler.Logger(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
 	d := &Deps{Config: cfg, Log: log, AWS: ac}
 	if stack := os.Getenv(config.EnvMetricsStack); stack != "" {
 		d.Metrics = metric.New(stack)

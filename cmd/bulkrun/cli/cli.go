@@ -888,10 +888,21 @@ func (a *app) itemsCmd() *cobra.Command {
 			var items []api.Item
 			var live *api.LiveView
 			next := cursor
+			var pageErr error // a page that failed after the client's retries
 			for {
 				p, err := a.api.Items(ctx, args[0], api.Outcome(outcome), next, limit)
 				if err != nil {
-					return err
+					if len(items) == 0 {
+						return err
+					}
+					// The pages read so far are shown, and where to go on.
+					more := ""
+					if all {
+						more = " --all"
+					}
+					pageErr = fmt.Errorf("%w; the %d items above were read: go on with bulkrun items %s --outcome %s --cursor %s%s",
+						err, len(items), args[0], outcome, next, more)
+					break
 				}
 				if p.Live != nil {
 					live = p.Live
@@ -903,9 +914,15 @@ func (a *app) itemsCmd() *cobra.Command {
 				}
 			}
 			if a.output == "json" {
-				return a.printJSON(api.ItemPage{Items: items, NextCursor: next, Live: live})
+				if err := a.printJSON(api.ItemPage{Items: items, NextCursor: next, Live: live}); err != nil {
+					return err
+				}
+				return pageErr
 			}
 			a.printItems(items)
+			if pageErr != nil {
+				return pageErr
+			}
 			if live != nil {
 				// Items without a row in the run are not listed above.
 				textf(a.out, "%s\n", LiveText(*live))

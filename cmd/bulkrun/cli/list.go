@@ -72,6 +72,7 @@ func (a *app) listCmd() *cobra.Command {
 			// index per call): follow cursors until limit batches, or
 			// every one with --all.
 			got := api.BatchPage{Batches: []api.BatchSummary{}}
+			var pageErr error // a page that failed after the client's retries
 			for {
 				req.Limit = limit
 				if !all {
@@ -79,7 +80,13 @@ func (a *app) listCmd() *cobra.Command {
 				}
 				p, err := a.api.ListBatches(ctx, req)
 				if err != nil {
-					return err
+					if len(got.Batches) == 0 {
+						return err
+					}
+					// The pages read so far are shown, and where to go on.
+					pageErr = fmt.Errorf("%w; the %d batches above were listed: go on with --cursor %s", err, len(got.Batches), req.Cursor)
+					got.NextCursor = req.Cursor
+					break
 				}
 				for _, b := range p.Batches {
 					if !attention || b.NeedsAttention || b.Status != api.StatusCompleted {
@@ -93,9 +100,15 @@ func (a *app) listCmd() *cobra.Command {
 				}
 			}
 			if a.output == "json" {
-				return a.printJSON(got)
+				if err := a.printJSON(got); err != nil {
+					return err
+				}
+				return pageErr
 			}
 			printBatches(a, got.Batches)
+			if pageErr != nil {
+				return pageErr
+			}
 			if got.NextCursor != "" {
 				textf(a.errw, "more: --cursor %s (or --all)\n", got.NextCursor)
 			}

@@ -69,12 +69,13 @@ type Kind string
 const (
 	// KindThrottle answers with the service's throttling error without
 	// calling the emulator (DynamoDB 400 ProvisionedThroughputExceededException,
-	// SQS 403 RequestThrottled, S3 503 SlowDown, Lambda 429
+	// SQS 403 RequestThrottled, S3 503 SlowDown, Lambda and API Gateway 429
 	// TooManyRequestsException; Rule.Code picks another, see throttleCodes).
 	KindThrottle Kind = "throttle"
 	// KindServerError answers 500 in the service's shape (DynamoDB
 	// InternalServerError, SQS and S3 InternalError, Lambda
-	// ServiceException) without calling the emulator.
+	// ServiceException; API Gateway's 502 InternalServerErrorException, its
+	// answer when the integration fails) without calling the emulator.
 	KindServerError Kind = "server_error"
 	// KindReset resets the connection (TCP RST) without calling the
 	// emulator: the call had no effect.
@@ -163,14 +164,22 @@ func (m *Millis) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Config is what POST /_faults takes: {"seed": 1, "rules": [...]}.
+// Config is what POST /_faults takes: {"seed": 1, "rules": [...], "api":
+// {...}}. API holds the rules of API Gateway the proxy applies to
+// execute-api calls (APIGateway); its zero value throttles nothing and
+// keeps the machine's clock, and the payload and signature-time rules
+// always apply.
 type Config struct {
-	Seed  int64  `json:"seed"`
-	Rules []Rule `json:"rules"`
+	Seed  int64      `json:"seed"`
+	Rules []Rule     `json:"rules"`
+	API   APIGateway `json:"api,omitzero"`
 }
 
 // Validate returns an error naming the first rule and field at fault.
 func (c Config) Validate() error {
+	if err := c.API.validate(); err != nil {
+		return err
+	}
 	for i, r := range c.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
 		switch r.Kind {
@@ -265,6 +274,10 @@ type Status struct {
 	ByCall map[string]map[Kind]int64 `json:"by_call"`
 	// Fired counts how often each rule fired, by position.
 	Fired []int64 `json:"fired"`
+	// Gateway counts the execute-api calls the proxy answered as API
+	// Gateway (APIGateway), by kind: GatewayThrottled, GatewaySignature,
+	// GatewayTooLarge.
+	Gateway map[string]int64 `json:"gateway"`
 }
 
 // Proxy is the fault-injecting reverse proxy; an http.Handler. Build it
@@ -282,6 +295,11 @@ type Proxy struct {
 	injected map[Kind]int64
 	byCall   map[string]map[Kind]int64
 	fired    []int64
+	// now is the machine's clock (time.Now; a test's own in tests);
+	// buckets the stages' token buckets and gateway the APIGateway counts.
+	now     func() time.Time
+	buckets map[string]*bucket
+	gateway map[string]int64
 }
 
 // New returns a Proxy that forwards to upstream (e.g.
@@ -296,7 +314,7 @@ func New(upstream string, log *slog.Logger) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{upstream: u, log: log}
+	p := &Proxy{upstream: u, log: log, now: time.Now}
 	p.reset(Config{})
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
@@ -334,13 +352,18 @@ func (p *Proxy) reset(c Config) {
 	p.injected = map[Kind]int64{}
 	p.byCall = map[string]map[Kind]int64{}
 	p.fired = make([]int64, len(c.Rules))
+	p.buckets = map[string]*bucket{}
+	p.gateway = map[string]int64{}
 }
 
 // Status returns the config and the counters.
 func (p *Proxy) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Status{Config: p.cfg, Requests: p.requests, Injected: map[Kind]int64{}, ByCall: map[string]map[Kind]int64{}, Fired: append([]int64{}, p.fired...)}
+	s := Status{Config: p.cfg, Requests: p.requests, Injected: map[Kind]int64{}, ByCall: map[string]map[Kind]int64{}, Fired: append([]int64{}, p.fired...), Gateway: map[string]int64{}}
+	for k, v := range p.gateway {
+		s.Gateway[k] = v
+	}
 	for k, v := range p.injected {
 		s.Injected[k] = v
 	}
@@ -451,6 +474,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
+	if c.Service == "execute-api" {
+		if p.apiGateway(w, r, body) {
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), apiGatewayKey{}, true))
+	}
 	if gate != nil {
 		if f := gate.Admit(r, c, body); f != nil {
 			if r = p.refuse(w, r, c, body, f, fmt.Sprintf("gate-%s", c.String())); r == nil {
@@ -519,6 +548,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type partialKey struct{}
 
+// apiGatewayKey marks an execute-api call, whose answer gets the proxy's
+// Date.
+type apiGatewayKey struct{}
+
 // gateKey carries the gate and call of an admitted request to its answer.
 type gateKey struct{}
 
@@ -565,6 +598,9 @@ var errResetAfter = errors.New("faultproxy: reset after the emulator answered")
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	ctx := resp.Request.Context()
+	if ctx.Value(apiGatewayKey{}) != nil {
+		resp.Header.Set("Date", p.clock().Format(http.TimeFormat))
+	}
 	if dup, ok := ctx.Value(duplicateKey{}).(*http.Request); ok {
 		p.sendCopy(dup)
 	}

@@ -45,7 +45,9 @@ var throttleCodes = map[string][]errorShape{
 	},
 	"s3":     {{503, "SlowDown", "Please reduce your request rate."}},
 	"lambda": {{429, "TooManyRequestsException", "Rate Exceeded."}},
-	"":       {{400, "ThrottlingException", "Rate exceeded"}},
+	// API Gateway: its stage throttle's answer (APIGateway).
+	"execute-api": {{429, "TooManyRequestsException", "Too Many Requests"}},
+	"":            {{400, "ThrottlingException", "Rate exceeded"}},
 }
 
 // serverErrors gives each service's 500 answer.
@@ -54,7 +56,9 @@ var serverErrors = map[string]errorShape{
 	"sqs":      {500, "InternalError", "We encountered an internal error. Please try again."},
 	"s3":       {500, "InternalError", "We encountered an internal error. Please try again."},
 	"lambda":   {500, "ServiceException", "The AWS Lambda service encountered an internal error."},
-	"":         {500, "InternalFailure", "The request processing has failed because of an unknown error, exception or failure."},
+	// API Gateway's answer when the integration fails.
+	"execute-api": {502, "InternalServerErrorException", "Internal server error"},
+	"":            {500, "InternalFailure", "The request processing has failed because of an unknown error, exception or failure."},
 }
 
 // throttleShape returns the throttling answer of the call's service with
@@ -106,6 +110,13 @@ func writeError(w http.ResponseWriter, r *http.Request, c Call, e errorShape, re
 		}
 		body, _ = json.Marshal(map[string]string{"__type": ns + e.code, "message": e.message})
 		h.Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10))
+	case c.Service == "execute-api":
+		// API Gateway's own answers: {"message": …}, the error type in
+		// x-amzn-ErrorType.
+		h.Set("Content-Type", "application/json")
+		h.Set("X-Amzn-Requestid", requestID)
+		h.Set("X-Amzn-Errortype", e.code)
+		body, _ = json.Marshal(map[string]string{"message": e.message})
 	case c.Service == "lambda":
 		h.Set("Content-Type", "application/json")
 		h.Set("X-Amzn-Requestid", requestID)

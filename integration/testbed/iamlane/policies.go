@@ -174,7 +174,16 @@ func parseDeployed(stack, stackID, body string, physical map[string]string, regi
 		if ref, ok := refOf(o.Value); ok {
 			env, _ := t.Resources[ref].Properties["Environment"].(map[string]any)
 			vars, _ := env["Variables"].(map[string]any)
-			if v, err := t.resolveString(vars[config.EnvEffectTables]); err == nil && v != "" {
+			tables := vars[config.EnvEffectTables]
+			// Or in its settings parameter, when its environment had no
+			// room for its allow-lists (a JSON object of variables).
+			if pid, ok := refOf(vars[config.EnvSettingsParameter]); ok && tables == nil && t.Resources[pid] != nil {
+				var moved map[string]string
+				if v, err := t.resolveString(t.Resources[pid].Properties["Value"]); err == nil && json.Unmarshal([]byte(v), &moved) == nil {
+					tables = moved[config.EnvEffectTables]
+				}
+			}
+			if v, err := t.resolveString(tables); err == nil && v != "" {
 				d.Names["effect-table"], _, _ = strings.Cut(v, ",")
 			}
 		}
