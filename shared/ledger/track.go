@@ -122,11 +122,11 @@ type SliceClaim struct {
 // max_concurrency writes it when its run starts, for its tracks.
 func ChunksKey(manifestKey string) string { return manifestKey + ".chunks.json" }
 
-// SlicesKey is where the slices of the fan-out chunk starting at manifest
-// index first are kept beside the manifest: a JSON array of source.Chunk,
-// one per slice (pace.SliceSize items). They depend only on the manifest
-// and the batch's items per message, so every run of the manifest and
+// SlicesKey is where the slices of size items (pace.SliceSize) of the
+// fan-out chunk starting at manifest index first are kept beside the
+// manifest: a JSON array of source.Chunk, one per slice. They depend only
+// on the manifest, the size and first, so every run of the manifest and
 // every track that reads the chunk writes the same.
-func SlicesKey(manifestKey string, first int64) string {
-	return manifestKey + ".slices/" + strconv.FormatInt(first, 10) + ".json"
+func SlicesKey(manifestKey string, size, first int64) string {
+	return manifestKey + ".slices/" + strconv.FormatInt(size, 10) + "/" + strconv.FormatInt(first, 10) + ".json"
 }

@@ -1,9 +1,9 @@
 package pace
 
-// SliceItems is the items a track claims at a time, rounded up to whole
-// packs (SliceSize): small enough that the tracks of a batch end within
-// one slice of each other, large enough that the claim counter takes one
-// write per SliceItems items.
+// SliceItems is the most items a track claims at a time, rounded up to
+// whole packs (SliceSize): small enough that the tracks of a batch end
+// within one slice of each other, large enough that the claim counter of
+// a large run takes one write per SliceItems items.
 const SliceItems = 100
 
 // MaxTrackRetries is the most units one track keeps waiting for a retry
@@ -13,23 +13,23 @@ const SliceItems = 100
 // keep a track message under 8 KiB (SQS allows 256 KiB).
 const MaxTrackRetries = 64
 
-// SliceSize is the items of a slice of a batch of k items per message
-// (k in 1–100; below 1 taken as 1): k × ⌈SliceItems / k⌉, so that a slice
-// starts on a pack boundary and holds whole packs (100 items for every k
-// dividing 100). The last slice of a fan-out chunk holds what is left of
-// the chunk.
-func SliceSize(k int) int64 {
-	k = max(k, 1)
-	return int64(k * ((SliceItems + k - 1) / k))
-}
+// SlicesPerTrack is how many slices a run is cut into per track at
+// least (while slices stay under SliceItems): so that a small run still
+// has a slice for every track its limit allows, and its tracks end
+// within a small slice of each other.
+const SlicesPerTrack = 4
 
-// SlicesPerChunk is how many slice numbers one fan-out chunk of at most
-// chunkItems items takes: ⌈chunkItems / SliceSize(k)⌉. A chunk holding
-// fewer items (the last one, a correction run's) leaves some of its
-// numbers empty (Slice reports them).
-func SlicesPerChunk(chunkItems int64, k int) int64 {
-	s := SliceSize(k)
-	return max(1, (chunkItems+s-1)/s)
+// SliceSize is the items of a slice of a run of runItems items, k items
+// per message (1–100; below 1 taken as 1) and limit max_concurrency:
+// ⌈runItems / (SlicesPerTrack × limit)⌉ clamped to 1–SliceItems, rounded
+// up to whole packs (k × ⌈size / k⌉), so that a slice starts on a pack
+// boundary of its chunk and holds whole packs: 100 items for every run
+// of 400 × limit items or more and every k dividing 100. The last slice
+// of a fan-out chunk holds what is left of the chunk.
+func SliceSize(k int, runItems int64, limit int) int64 {
+	k, limit = max(k, 1), max(limit, 1)
+	per := min(max((runItems+int64(SlicesPerTrack*limit)-1)/int64(SlicesPerTrack*limit), 1), SliceItems)
+	return int64(k) * ((per + int64(k) - 1) / int64(k))
 }
 
 // Tracks is how many tracks a batch with limit n (max_concurrency ≥ 1)
@@ -54,46 +54,57 @@ type Span struct {
 	First, Count int64
 }
 
-// Slice locates slice number g in a run whose fan-out chunks are
-// chunks (in manifest order) cut at chunkItems items (k items per
-// message): the chunk's position in chunks, the slice's position in the
-// chunk (j) and its items. ok is false past the run's last slice; empty
-// is true for a number that a short chunk leaves without items (claim
-// the next one).
-func Slice(g int64, chunks []Span, chunkItems int64, k int) (chunk int, j int64, s Span, empty, ok bool) {
-	per := SlicesPerChunk(chunkItems, k)
+// Layout is how a run's slices are numbered: its fan-out chunks (in
+// manifest order), the chunk size the numbers go by (ChunkItems: the
+// largest chunk; every chunk but the last holds as many in a run cut at
+// a fixed size, a correction run's may all be shorter) and the slice
+// size (SliceSize). Each chunk takes ⌈ChunkItems / Size⌉ numbers; a
+// shorter chunk leaves some of its numbers empty.
+type Layout struct {
+	Chunks     []Span
+	ChunkItems int64
+	Size       int64
+}
+
+// NewLayout is the layout of a run of chunks at k items per message and
+// limit max_concurrency. The submit that starts the run's tracks and
+// every track compute the same from the run's chunk table.
+func NewLayout(chunks []Span, k, limit int) Layout {
+	var n, items int64
+	for _, c := range chunks {
+		n, items = max(n, c.Count), items+c.Count
+	}
+	return Layout{Chunks: chunks, ChunkItems: max(n, 1), Size: SliceSize(k, items, limit)}
+}
+
+// PerChunk is how many slice numbers each chunk takes.
+func (l Layout) PerChunk() int64 { return max(1, (l.ChunkItems+l.Size-1)/l.Size) }
+
+// Slices is how many slice numbers the run takes.
+func (l Layout) Slices() int64 { return int64(len(l.Chunks)) * l.PerChunk() }
+
+// Slice locates slice number g: the chunk's position in Chunks, the
+// slice's position in the chunk (j) and its items. ok is false past the
+// run's last slice; empty is true for a number that a short chunk leaves
+// without items (claim the next one).
+func (l Layout) Slice(g int64) (chunk int, j int64, s Span, empty, ok bool) {
+	per := l.PerChunk()
 	c := g / per
-	if g < 0 || c >= int64(len(chunks)) {
+	if g < 0 || c >= int64(len(l.Chunks)) {
 		return 0, 0, Span{}, false, false
 	}
 	j = g % per
-	at := j * SliceSize(k)
-	ch := chunks[c]
+	at := j * l.Size
+	ch := l.Chunks[c]
 	if at >= ch.Count {
 		return int(c), j, Span{}, true, true
 	}
-	return int(c), j, Span{First: ch.First + at, Count: min(SliceSize(k), ch.Count-at)}, false, true
-}
-
-// ChunkItemsOf is the chunk size a run's slices are numbered by: its
-// largest chunk (every chunk but the last holds as many in a run cut at
-// a fixed size; a correction run's may all be shorter).
-func ChunkItemsOf(chunks []Span) int64 {
-	var n int64
-	for _, c := range chunks {
-		n = max(n, c.Count)
-	}
-	return max(n, 1)
-}
-
-// RunSlices is how many slice numbers a run of chunks chunks takes.
-func RunSlices(chunks int, chunkItems int64, k int) int64 {
-	return int64(chunks) * SlicesPerChunk(chunkItems, k)
+	return int(c), j, Span{First: ch.First + at, Count: min(l.Size, ch.Count-at)}, false, true
 }
 
 // ClaimWritesPerSecond is the writes a second the claim counter of a run
-// takes when its tracks end itemsPerSecond items a second at k items per
-// message: one per slice.
-func ClaimWritesPerSecond(itemsPerSecond float64, k int) float64 {
-	return itemsPerSecond / float64(SliceSize(k))
+// takes when its tracks end itemsPerSecond items a second in slices of
+// size items: one per slice.
+func ClaimWritesPerSecond(itemsPerSecond float64, size int64) float64 {
+	return itemsPerSecond / float64(max(size, 1))
 }

@@ -544,11 +544,11 @@ func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []sou
 	for i, c := range chunks {
 		spans[i] = pace.Span{First: c.FirstIndex, Count: c.Count}
 	}
-	per := pace.ChunkItemsOf(spans)
-	n := pace.Tracks(b.MaxConcurrency, pace.RunSlices(len(chunks), per, b.Pack()))
+	l := pace.NewLayout(spans, b.Pack(), b.MaxConcurrency)
+	n := pace.Tracks(b.MaxConcurrency, l.Slices())
 	bodies := make([][]byte, 0, n)
 	for j := range n {
-		ci, _, _, _, _ := pace.Slice(int64(j), spans, per, b.Pack())
+		ci, _, _, _, _ := l.Slice(int64(j))
 		body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: key, Chunk: &chunks[ci],
 			Track: &ledger.Track{Index: j, Tracks: n, Seq: 1, Slice: int64(j)}}.Body()
 		if err != nil {

@@ -307,7 +307,8 @@ func (tr *trackRun) loadSlice(ctx context.Context) error {
 	for i, c := range chunks {
 		spans[i] = pace.Span{First: c.FirstIndex, Count: c.Count}
 	}
-	ci, j, _, empty, ok := pace.Slice(t.Slice, spans, pace.ChunkItemsOf(spans), tr.b.Pack())
+	l := pace.NewLayout(spans, tr.b.Pack(), tr.b.MaxConcurrency)
+	ci, j, _, empty, ok := l.Slice(t.Slice)
 	switch {
 	case !ok:
 		t.Done = true
@@ -315,7 +316,7 @@ func (tr *trackRun) loadSlice(ctx context.Context) error {
 	case empty:
 		return tr.claim(ctx)
 	}
-	cuts, err := tr.w.chunkSlices(ctx, tr.b, tr.msg.ManifestKey, chunks[ci])
+	cuts, err := tr.w.chunkSlices(ctx, tr.msg.ManifestKey, chunks[ci], l.Size)
 	if err != nil {
 		return err
 	}
@@ -479,8 +480,8 @@ func (w *Worker) trackChunks(ctx context.Context, manifestKey string) ([]source.
 // chunkSlices is where the slices of a fan-out chunk lie in the manifest
 // (ledger.SlicesKey): read once per process, written by the first track
 // that reads the chunk, which then counts the chunk's items fanned out.
-func (w *Worker) chunkSlices(ctx context.Context, b ledger.Batch, manifestKey string, chunk source.Chunk) ([]source.Chunk, error) {
-	key := ledger.SlicesKey(manifestKey, chunk.FirstIndex)
+func (w *Worker) chunkSlices(ctx context.Context, manifestKey string, chunk source.Chunk, size int64) ([]source.Chunk, error) {
+	key := ledger.SlicesKey(manifestKey, size, chunk.FirstIndex)
 	c := w.trackBook()
 	c.mu.Lock()
 	cuts, ok := c.slices[key]
@@ -495,7 +496,7 @@ func (w *Worker) chunkSlices(ctx context.Context, b ledger.Batch, manifestKey st
 			return nil, fmt.Errorf("read the slices of the chunk at %d: %w", chunk.FirstIndex, err)
 		}
 	case errors.Is(err, api.ErrNotFound):
-		if cuts, err = w.cutSlices(ctx, b, manifestKey, chunk); err != nil {
+		if cuts, err = w.cutSlices(ctx, manifestKey, chunk, size); err != nil {
 			return nil, err
 		}
 	default:
@@ -510,15 +511,14 @@ func (w *Worker) chunkSlices(ctx context.Context, b ledger.Batch, manifestKey st
 	return cuts, nil
 }
 
-// cutSlices reads a chunk's lines and cuts them into slices of
-// pace.SliceSize items and writes them beside the manifest.
-func (w *Worker) cutSlices(ctx context.Context, b ledger.Batch, manifestKey string, chunk source.Chunk) ([]source.Chunk, error) {
+// cutSlices reads a chunk's lines, cuts them into slices of size items
+// (the run's pace.Layout) and writes them beside the manifest.
+func (w *Worker) cutSlices(ctx context.Context, manifestKey string, chunk source.Chunk, size int64) ([]source.Chunk, error) {
 	rc, err := w.Blobs.OpenRange(ctx, manifestKey, chunk.Offset, chunk.Length)
 	if err != nil {
 		return nil, fmt.Errorf("read the chunk at %d: %w", chunk.FirstIndex, err)
 	}
 	defer rc.Close()
-	size := pace.SliceSize(b.Pack())
 	var cuts []source.Chunk
 	index := chunk.FirstIndex
 	err = source.ReadManifestLines(rc, chunk.Offset, func(_ source.ManifestLine, off, length int64) error {
@@ -540,7 +540,7 @@ func (w *Worker) cutSlices(ctx context.Context, b ledger.Batch, manifestKey stri
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Blobs.Put(ctx, ledger.SlicesKey(manifestKey, chunk.FirstIndex), "application/json", body); err != nil {
+	if err := w.Blobs.Put(ctx, ledger.SlicesKey(manifestKey, size, chunk.FirstIndex), "application/json", body); err != nil {
 		return nil, fmt.Errorf("write the slices of the chunk at %d: %w", chunk.FirstIndex, err)
 	}
 	return cuts, nil

@@ -102,7 +102,7 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 				// Tracks + one send per slice claimed (and one past the
 				// last) per track + one send per wait, each wait at least
 				// one failed or throttled unit.
-				slices := n / int(pace.SliceSize(k))
+				slices := n / int(pace.SliceSize(k, n, limit))
 				bound := 2*limit + slices + extra
 				t.Logf("%d items, %d messages sent (%.3f per item; bound %d), %d at once at most", n, sent, float64(sent)/n, bound, most.Load())
 				if sent > bound {
