@@ -45,7 +45,7 @@ type Track struct {
 	// retries or its batch's pause): units due by then are due when it is
 	// delivered, whatever the clock of the invocation says.
 	UntilMs int64 `json:"until_ms,omitempty"`
-	// Idle counts the track's sends in a row that ended no unit: bounded
+	// Idle counts the track's sends in a row that ran no unit: bounded
 	// by MaxResends, past which the track waits on its message (a receive
 	// per wait), so that a track that never moves ends in the dead-letter
 	// queue.
