@@ -42,7 +42,9 @@ func trackPK(id string, run, track int) string {
 // ClaimSlice implements ledger.Store with one UpdateItem on the run's
 // claim counter: SET claims = claims + 1, c{track} = c.Claim,
 // g{track} = claims + 1 (the right-hand sides read the row before the
-// update, so g{track} is the new count), under the condition
+// update, so g{track} is the new count: "DynamoDB evaluates every action
+// against the item's attribute values as they were before the update",
+// DynamoDB developer guide, "Using update expressions"), under the condition
 // attribute_not_exists(c{track}) OR c{track} < c.Claim. A lost
 // condition with c{track} = c.Claim is this claim applied before (a
 // retry after a lost answer): it answers g{track} again. One row

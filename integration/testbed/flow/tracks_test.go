@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -111,4 +112,65 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestTrackGoesOnPastItsInvocation guards a track's hand-over between
+// invocations: each round's invocation has 1.2 s (a 10 ms deadline
+// margin, and the worker keeps 1 s for the next unit), far less than a
+// slice of 100 items of 5 ms takes once its track stops ≈ 1 s before the
+// deadline, so each track stops mid-slice and sends itself on from where
+// it stopped, many times. Every invocation returns before its deadline,
+// every item runs once and succeeds, no more than the limit at once.
+func TestTrackGoesOnPastItsInvocation(t *testing.T) {
+	const n, limit = 800, 2
+	var running, most atomic.Int64
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		c := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	r.sub.ChunkItems = 100
+	r.worker.Margin = 10 * time.Millisecond
+	submitK(t, r, "handover", 1, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
+	rounds := 0
+	for ; rounds < 200; rounds++ {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+		failed := r.worker.Handle(ctx, ds)
+		if ctx.Err() != nil {
+			t.Errorf("round %d: the invocation ran past its deadline", rounds)
+		}
+		cancel()
+		var again []worker.Delivery
+		for _, d := range ds {
+			if slices.Contains(failed, d.MessageID) {
+				d.ReceiveCount++
+				again = append(again, d)
+			}
+		}
+		r.queue.put(again)
+	}
+	t.Logf("%d rounds, %d at once at most", rounds, most.Load())
+	if slices := n / int(pace.SliceSize(1, n, limit)); rounds <= slices {
+		t.Fatalf("%d rounds for %d slices: no track stopped mid-slice", rounds, slices)
+	}
+	if m := most.Load(); m > limit {
+		t.Fatalf("%d pipelines ran at once, want at most %d", m, limit)
+	}
+	for i := range n {
+		if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+		}
+	}
+	r.finalizeFour(t, context.Background(), "handover", func(c api.Census) {
+		if c.Total != n || c.Succeeded != n {
+			t.Errorf("census %+v", c)
+		}
+	})
 }
