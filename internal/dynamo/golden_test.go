@@ -60,7 +60,8 @@ func tags(v any, extra ...string) map[string]bool {
 // pack row, an attention row, the batch row, a chunk counter of versions
 // 0 and 1, a counter lane of version 2; from version 2 also the run row,
 // a rerun count mark, a corrected item row and pack row and a batch row
-// with a revision, a max_concurrency slot, a pack row whose items
+// with a revision, a max_concurrency slot, claim counter and track
+// fence, a pack row whose items
 // carry every attribute, a finished batch row, the retention and publish
 // markers and an upload claim) of every version is read by today's
 // readers, holds no attribute they do not know, and carries its version
@@ -98,6 +99,8 @@ func TestGoldenRows(t *testing.T) {
 		"row-pack-every-attribute": {packAttrs, readFullPack, v2, false},
 		"row-mark":                 {tags(struct{}{}, "pk", "sk", attrFormat, "expires_at"), readMark, v2, true},
 		"row-slot":                 {tags(struct{}{}, "pk", "sk", attrHolder, attrLeaseUntilMs, attrFormat, "expires_at"), readSlot, v2, true},
+		"row-claim":                {tags(struct{}{}, "pk", "sk", attrClms, "c0", "c1", "g0", "g1", attrFormat, "expires_at"), readClaim, v2, true},
+		"row-track":                {tags(struct{}{}, "pk", "sk", attrSeq, attrHolder, attrLeaseUntilMs, attrFormat, "expires_at"), readTrack, v2, true},
 		"row-retention":            {tags(struct{}{}, "pk", "sk", attrBatchID, attrFormat), readRetention, v2, true},
 		"row-publish":              {tags(struct{}{}, "pk", "sk", attrBatchID, attrRun, attrFormat), readPublish, v2, true},
 		"row-upload":               {tags(uploadRow{}), readUpload, v2, true},
@@ -259,6 +262,32 @@ func readSlot(av map[string]types.AttributeValue) (int, error) {
 	}
 	err := attributevalue.UnmarshalMap(av, &r)
 	if err == nil && (r.Holder == "" || r.LeaseUntilMs == 0) {
+		err = fmt.Errorf("read %+v", r)
+	}
+	return formatOf(av), err
+}
+
+func readClaim(av map[string]types.AttributeValue) (int, error) {
+	var r struct {
+		Claims int64 `dynamodbav:"claims"`
+		C0     int64 `dynamodbav:"c0"`
+		G0     int64 `dynamodbav:"g0"`
+	}
+	err := attributevalue.UnmarshalMap(av, &r)
+	if err == nil && (r.Claims < r.G0 || r.C0 < 1 || r.G0 < 1) {
+		err = fmt.Errorf("read %+v", r)
+	}
+	return formatOf(av), err
+}
+
+func readTrack(av map[string]types.AttributeValue) (int, error) {
+	var r struct {
+		Seq          int64  `dynamodbav:"seq"`
+		Holder       string `dynamodbav:"holder"`
+		LeaseUntilMs int64  `dynamodbav:"lease_until_ms"`
+	}
+	err := attributevalue.UnmarshalMap(av, &r)
+	if err == nil && (r.Seq < 1 || r.Holder == "" || r.LeaseUntilMs == 0) {
 		err = fmt.Errorf("read %+v", r)
 	}
 	return formatOf(av), err

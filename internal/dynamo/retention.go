@@ -102,6 +102,19 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 			return err
 		}
 	}
+	if b.MaxConcurrency > 0 {
+		// Each run's claim counter and track fences (at most one track
+		// per unit of the limit).
+		for run := 1; run <= b.Run; run++ {
+			keys = append(keys, key(claimPK(b.ID, run), skClaim))
+			for t := range b.MaxConcurrency {
+				keys = append(keys, key(trackPK(b.ID, run, t), skTrack))
+				if err := flush(false); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	keys = append(keys, key(pkRunning, b.ID))
 	if err := flush(true); err != nil {
 		return err

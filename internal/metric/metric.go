@@ -18,7 +18,7 @@
 // so the stack (infra/bulkrun) never sets that level above INFO, whatever
 // its LogLevel.
 //
-// Dimensions are low-cardinality only (Stack, Pipeline, Outcome): every
+// Dimensions are low-cardinality only (Stack, Pipeline, Outcome, Reason): every
 // distinct dimension combination is a custom metric billed on its own. The
 // batch id and run are properties — searchable in CloudWatch Logs Insights,
 // never dimensions.
@@ -40,6 +40,8 @@
 //	RetryWaitingPercent Percent  one running run's items waiting for a retry, of its items (finalize's tick, when at least
 //	                             MinWaitingForRate wait); dims [Stack]
 //	RunStalledSeconds Seconds    how long one running run has counted no item ended (finalize's tick); dims [Stack]
+//	MessagesResent Count         messages the item function sent again to its own queue, by Reason (unavailable,
+//	                             throttled, paused, slot, track); dims [Stack], [Stack Reason]
 //
 // The last three are per run, with the batch id and run as properties: an
 // alarm on their Maximum fires when any one batch passes its threshold,
@@ -80,6 +82,9 @@ const (
 	RetryWaitingPercent = "RetryWaitingPercent"
 	// RunStalledSeconds is how long one running run has ended no item.
 	RunStalledSeconds = "RunStalledSeconds"
+	// MessagesResent counts the messages the item function sent again to
+	// its own queue: the loops the stack allows (RecursiveLoop Allow).
+	MessagesResent = "MessagesResent"
 )
 
 // MinEndedForRate and MinWaitingForRate keep the per-run percentages of
@@ -97,6 +102,8 @@ const (
 	DimStack    = "Stack"
 	DimPipeline = "Pipeline"
 	DimOutcome  = "Outcome"
+	// DimReason is why a message was sent again (MessagesResent).
+	DimReason = "Reason"
 )
 
 // Units, as EMF spells them.
@@ -148,6 +155,17 @@ func (e *Emitter) DeadLetters(pipeline string, n int64, batchID string, run int)
 func (e *Emitter) Retry(pipeline, batchID string, run int) {
 	e.count(Retries, 1, [][]string{{DimStack}, {DimStack, DimPipeline}},
 		map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
+}
+
+// Resent counts one message the item function sent again to its own
+// queue (a loop the stack allows, RecursiveLoop Allow, bounded by
+// bulkrun: ledger.MaxResends), by why: "unavailable" (AWS throttled or
+// failed), "throttled" (the pipeline's downstream throttled the call),
+// "paused" (its batch's pause), "slot" (a max_concurrency slot of a
+// message sent before tracks), "track" (a track sent on).
+func (e *Emitter) Resent(pipeline, why, batchID string, run int) {
+	e.count(MessagesResent, 1, [][]string{{DimStack}, {DimStack, DimReason}},
+		map[string]any{DimPipeline: pipeline, DimReason: why, "batch_id": batchID, "run": run})
 }
 
 // FanOut counts n item messages sent by one fan-out chunk.

@@ -32,8 +32,10 @@ type SubmitRequest struct {
 	// MaxConcurrency is the most items of the batch running their pipeline
 	// at once, across every invocation of the item function, 1–
 	// MaxBatchConcurrency; 0 (the default) is unlimited. For receivers that
-	// can take only so much: an item that finds every slot taken waits
-	// (about SlotWait) without using an attempt.
+	// can take only so much: the run goes on MaxConcurrency tracks (at
+	// most one per 100 items), each one queue message running its items
+	// one after another (shared/pace); an item not yet started waits in
+	// the manifest, at no cost and without using an attempt.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// ItemsPerMessage (K) packs K consecutive manifest items into one
 	// items-queue message and one ledger row, each item keeping its own

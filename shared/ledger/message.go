@@ -103,6 +103,9 @@ type Message struct {
 	// because every max_concurrency slot it tried was taken. Not an
 	// attempt. Requeued and SlotWaits are each bounded by MaxResends.
 	SlotWaits int `json:"slot_waits,omitempty"`
+	// Track makes a fan-out message a track of a batch with
+	// max_concurrency (see Track): its units run in place, one at a time.
+	Track *Track `json:"track,omitempty"`
 	// Sent is, on a fan-out message sent again because the queue did not
 	// take all of its chunk's messages, which of them the queue has
 	// already ("sent"): the fan-out sends only the others. nil: none (a
@@ -183,6 +186,11 @@ func (m Message) Validate() error {
 	case KindFanout:
 		if m.Chunk == nil || m.ManifestKey == "" {
 			return fmt.Errorf("message: fanout without chunk or manifest_key")
+		}
+		if m.Track != nil {
+			if err := m.Track.Validate(); err != nil {
+				return fmt.Errorf("message: %w", err)
+			}
 		}
 		if s := m.Sent; s != nil && (s.Upto < 0 || !slices.IsSorted(s.Unsent) || len(s.Unsent) > 0 && (s.Unsent[0] < 0 || s.Unsent[len(s.Unsent)-1] >= s.Upto)) {
 			return fmt.Errorf("message: fanout's sent mark %+v: want unsent ascending within [0, upto)", *s)

@@ -124,6 +124,13 @@ func NewPacker(batchID string, run int, manifestKey string, chunk source.Chunk, 
 	return &Packer{batchID: batchID, run: run, manifestKey: manifestKey, chunk: chunk, k: k, emit: emit}, nil
 }
 
+// Skip starts the packer n items into its chunk (n a multiple of its k,
+// within the chunk), as if it had been given the chunk's first n lines:
+// a track runs a slice of a chunk (shared/pace) without its lines before.
+func (p *Packer) Skip(n int64) {
+	p.added = min(max(n, 0), p.chunk.Count)
+}
+
 // Add takes the chunk's next manifest line (at offset, length bytes, as
 // ReadManifestLines gives it) and emits a body once K lines are held.
 func (p *Packer) Add(line source.ManifestLine, offset, length int64) error {

@@ -194,7 +194,7 @@ type Store interface {
 	// going. Idempotent.
 	MarkForgetting(ctx context.Context, id string) error
 	// DeleteBatch removes every row of the batch: its items, counters,
-	// concurrency slots and running marker, then the batch row, and its retention markers last,
+	// concurrency slots, tracks and claim counters, and running marker, then the batch row, and its retention markers last,
 	// only once everything else is gone (rows a delete left unprocessed are
 	// retried; if some stay, the error says so and the markers remain).
 	DeleteBatch(ctx context.Context, b Batch) error
@@ -210,6 +210,22 @@ type Store interface {
 	// FreeSlot frees the slot only if holder still holds it; a slot taken
 	// over by another holder (or gone) is left alone, without error.
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
+	// ClaimSlice takes the next slice of the run for a track of a batch
+	// with max_concurrency: one atomic increment of the run's claim
+	// counter (its own row), answering the claim's number, 1 for the
+	// first (pace.ClaimNumber gives its slice). Idempotent per track and
+	// c.Claim (the track's own count of its claims, from 1): a claim made
+	// again (its answer lost, its delivery crashed before the track was
+	// sent on) answers the same number, so no slice is skipped. A claim
+	// below the track's last is ErrConflict (a stale delivery).
+	ClaimSlice(ctx context.Context, c SliceClaim) (int64, error)
+	// TakeTrack takes the fence row of a track (its own row) for t.Holder
+	// until t.Now + t.Lease, when no row exists, the row's seq is below
+	// t.Seq, or it is t.Seq and its lease ended or t.Holder holds it.
+	// Otherwise ErrConflict, with the time until which another holder of
+	// the same seq holds it (zero: a later seq took the track, so this
+	// delivery is stale).
+	TakeTrack(ctx context.Context, t TrackTake) (time.Time, error)
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

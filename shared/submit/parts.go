@@ -1088,7 +1088,7 @@ func (s *Submitter) assemble(ctx context.Context, b ledger.Batch, p *PartPlan) (
 	// The chunks, for a fan-out sent again (resume, the finalize tick):
 	// cutting them from a manifest of 10^8 items would take one invocation
 	// longer than Lambda allows.
-	if err := putJSON(ctx, s.Blobs, chunksKey(manifestKey), sum.Chunks); err != nil {
+	if err := putJSON(ctx, s.Blobs, ledger.ChunksKey(manifestKey), sum.Chunks); err != nil {
 		return b, err
 	}
 	b, err = s.freezeAndFanOut(ctx, b, manifestKey, sum, false)
@@ -1099,10 +1099,6 @@ func (s *Submitter) assemble(ctx context.Context, b ledger.Batch, p *PartPlan) (
 	}
 	return b, err
 }
-
-// chunksKey is where the fan-out chunks of a manifest assembled from
-// parts are kept (a JSON array of Chunk), beside it.
-func chunksKey(manifestKey string) string { return manifestKey + ".chunks.json" }
 
 // partsManifest reports whether a manifest was assembled from parts.
 func partsManifest(manifestKey string) bool {

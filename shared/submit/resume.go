@@ -73,7 +73,7 @@ func (s *Submitter) chunks(ctx context.Context, b ledger.Batch) ([]source.Chunk,
 	key := b.RunManifestKey()
 	if partsManifest(key) {
 		var chunks []source.Chunk
-		found, err := getJSON(ctx, s.Blobs, chunksKey(key), &chunks)
+		found, err := getJSON(ctx, s.Blobs, ledger.ChunksKey(key), &chunks)
 		if err != nil {
 			return nil, nil, fmt.Errorf("read the chunks of %s: %w", key, err)
 		}

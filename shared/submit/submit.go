@@ -15,6 +15,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/keyset"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -555,6 +556,10 @@ func (s *Submitter) fanout(ctx context.Context, b ledger.Batch, chunks []source.
 		if err := s.Trigger.Finalize(ctx, b.ID, b.Run); err != nil {
 			return fmt.Errorf("submit %s: trigger finalize: %w", b.ID, err)
 		}
+	} else if b.MaxConcurrency > 0 {
+		if err := s.sendTracks(ctx, b, chunks); err != nil {
+			return fmt.Errorf("submit %s: send tracks: %w", b.ID, err)
+		}
 	} else {
 		bodies := make([][]byte, 0, len(chunks))
 		for i := range chunks {
@@ -572,6 +577,36 @@ func (s *Submitter) fanout(ctx context.Context, b ledger.Batch, chunks []source.
 		return fmt.Errorf("submit %s: mark fanned out: %w", b.ID, err)
 	}
 	return nil
+}
+
+// sendTracks starts a run of a batch with max_concurrency N on its
+// tracks (shared/pace): it writes the run's chunk table beside its
+// manifest (ledger.ChunksKey) and sends min(N, slices) track messages,
+// track j starting on slice j; the tracks claim the others. Sent again
+// (a fan-out interrupted, the finalize tick's), the tracks are the same
+// (Seq 1): a track's fence row keeps one delivery of each running.
+func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []source.Chunk) error {
+	key := b.RunManifestKey()
+	if err := putJSON(ctx, s.Blobs, ledger.ChunksKey(key), chunks); err != nil {
+		return err
+	}
+	spans := make([]pace.Span, len(chunks))
+	for i, c := range chunks {
+		spans[i] = pace.Span{First: c.FirstIndex, Count: c.Count}
+	}
+	l := pace.NewLayout(spans, b.Pack(), b.MaxConcurrency)
+	n := pace.Tracks(b.MaxConcurrency, l.Slices())
+	bodies := make([][]byte, 0, n)
+	for j := range n {
+		ci, _, _, _, _ := l.Slice(int64(j))
+		body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: key, Chunk: &chunks[ci],
+			Track: &ledger.Track{Index: j, Tracks: n, Seq: 1, Slice: int64(j)}}.Body()
+		if err != nil {
+			return err
+		}
+		bodies = append(bodies, body)
+	}
+	return s.Queue.Send(ctx, bodies)
 }
 
 // Warnings says what in a request that Validate accepts will likely go

@@ -50,6 +50,9 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 		}
 	}
 	wait := p.Wait(now)
+	if m.track != nil {
+		return m.track.park(m, wait, 0), nil
+	}
 	if *m.requeued >= ledger.MaxResends {
 		// The loop's own bound (MaxResends): wait on this message, a receive.
 		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
@@ -64,6 +67,7 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 		}
 		return false, nil
 	}
+	w.Metrics.Resent(b.Pipeline, "paused", b.ID, b.Run)
 	log.InfoContext(ctx, "batch paused: message waits for the next check", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
 	return true, nil
 }

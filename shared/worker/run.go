@@ -56,6 +56,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// A batch with max_concurrency takes a slot before the take, so that
 	// waiting for one costs no attempt; the unit's items then run one at
 	// a time, so the slots bound the items running.
+	// A track's unit needs no slot: the batch's tracks are its schedule.
 	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
 	if err != nil {
 		return w.unavailable(ctx, log, d, m, &b, "take a concurrency slot", err)
@@ -75,8 +76,11 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// millisecond). Never acknowledge a unit in flight: come back when
 		// its holder has likely recorded the outcome (5 s, doubling per
 		// receive) and at the latest when its lease ends.
-		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
 		log.InfoContext(ctx, "under another delivery's lease; retried later")
+		if m.track != nil {
+			return m.track.park(m, h.held.Sub(w.Clock.Now())+time.Second, 0), nil
+		}
+		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
 		return false, nil
 	}
 	var runs []*itemRun
@@ -97,8 +101,8 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if !registered && refusal == nil {
 		refusal = fmt.Errorf("pipeline %q is not registered in this item function", b.Pipeline)
 	}
-	sem := make(chan struct{}, len(runs)) // the unit's own bound: 1 under a slot
-	if slot >= 0 {
+	sem := make(chan struct{}, len(runs)) // the unit's own bound: 1 under a slot or on a track
+	if slot >= 0 || m.track != nil {
 		sem = make(chan struct{}, 1)
 	}
 	h.probe = m.probe
@@ -256,6 +260,11 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			dns = append(dns, waitDone(b, r.ending, due))
 		}
 	}
+	if m.track != nil {
+		// A track's unit waits in its track, whatever the wait.
+		log.WarnContext(ctx, "items to retry; waiting in the track", "items", retries, "retry_in_ms", wait.Milliseconds())
+		return m.track.park(m, wait, 0), dns
+	}
 	if throttled && wait <= api.MaxResendDelay {
 		// A throttled attempt (or a paused batch's probe) counts no
 		// attempt, so its wait must not count a receive either
@@ -264,6 +273,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// unavailability, and this delivery acknowledged.
 		err := w.resend(ctx, m, wait)
 		if err == nil {
+			w.Metrics.Resent(b.Pipeline, "throttled", b.ID, b.Run)
 			log.WarnContext(ctx, "items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
 			return true, dns
 		}
@@ -478,6 +488,9 @@ func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batc
 	case !h.held.IsZero() && !d.DeadLetter:
 		// Started before the stop: its holder records the outcomes; if the
 		// holder died, this message takes the unit once the lease ends.
+		if m.track != nil {
+			return m.track.park(m, h.held.Sub(w.Clock.Now())+time.Second, 0), nil
+		}
 		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
 		return false, nil
 	case !h.held.IsZero():

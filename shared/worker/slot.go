@@ -45,7 +45,7 @@ func slotsToTry(n int) []int {
 // ok false when every slot tried is taken. Taking a slot counts no attempt:
 // it happens before the reservation.
 func (w *Worker) acquireSlot(ctx context.Context, b ledger.Batch, m *unitMessage) (slot int, holder string, ok bool, err error) {
-	if b.MaxConcurrency <= 0 {
+	if b.MaxConcurrency <= 0 || m.track != nil {
 		return -1, "", true, nil
 	}
 	var nonce [8]byte
@@ -93,6 +93,7 @@ func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m
 	body, err := m.body()
 	if err == nil {
 		if err = w.Queue.Requeue(ctx, body, wait); err == nil {
+			w.Metrics.Resent("", "slot", m.BatchID, m.Run)
 			log.DebugContext(ctx, "every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
 			return true
 		}

@@ -29,6 +29,8 @@ type Store interface {
 	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error)
 	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
+	ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, error)
+	TakeTrack(ctx context.Context, t ledger.TrackTake) (time.Time, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error
 }

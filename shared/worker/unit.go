@@ -59,6 +59,11 @@ type unitMessage struct {
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
 	probe bool
+	// track is the track running the unit (a batch with
+	// max_concurrency): the unit then waits in it instead of on the
+	// queue; ref is where its lines are and how often it waited for AWS.
+	track *trackRun
+	ref   ledger.TrackRetry
 }
 
 // itemUnitMessage is m (an item message) as a unit message.

@@ -103,6 +103,9 @@ type Worker struct {
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
 	Secrets Secrets
+	// tracks keeps the chunk tables and slices the process read for the
+	// tracks of batches with max_concurrency (track.go); made on first use.
+	tracks *trackBook
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *laneBook
@@ -318,38 +321,17 @@ func (c *batchCache) get(ctx context.Context, id string, run int) (ledger.Batch,
 }
 
 // deliver handles one delivery: an item or pack message (its ledger
-// unit's items) or a fan-out message. ack false reports it as failed.
+// unit's items), a fan-out message, or a track of a batch with
+// max_concurrency. ack false reports it as failed.
 func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool, []done) {
-	var kind struct {
-		Format int                `json:"v"`
-		Kind   ledger.MessageKind `json:"kind"`
-	}
-	var m *unitMessage
-	var fan *ledger.Message
-	err := json.Unmarshal(d.Body, &kind)
-	if err == nil {
-		if ferr := ledger.CheckFormat("message", kind.Format); ferr != nil {
-			// Written by a newer release: left on the queue for it.
-			w.Log.ErrorContext(ctx, "message not read; retried", "message_id", d.MessageID, "error", ferr.Error())
-			return false, nil
-		}
-	}
-	if err == nil && kind.Kind == ledger.KindPack {
-		var pm ledger.PackMessage
-		if err = json.Unmarshal(d.Body, &pm); err == nil {
-			err = pm.Validate()
-		}
-		m = packUnitMessage(&pm)
-	} else if err == nil {
-		var im ledger.Message
-		if err = json.Unmarshal(d.Body, &im); err == nil {
-			err = im.Validate()
-		}
-		if m = itemUnitMessage(&im); im.Kind == ledger.KindFanout {
-			fan = &im
-		}
-	}
-	if err != nil {
+	m, fan, err := decodeMessage(d.Body)
+	var nf *ledger.NewerFormatError
+	switch {
+	case errors.As(err, &nf):
+		// Written by a newer release: left on the queue for it.
+		w.Log.ErrorContext(ctx, "message not read; retried", "message_id", d.MessageID, "error", err.Error())
+		return false, nil
+	case err != nil:
 		w.Log.ErrorContext(ctx, "poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
 		return true, nil
 	}
@@ -367,6 +349,8 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 	case m.Run > b.Run:
 		log.WarnContext(ctx, "message of a later run than the batch row; retried")
 		return false, nil
+	case fan != nil && fan.Track != nil && b.MaxConcurrency > 0:
+		return w.runTrack(ctx, log.With("track", fan.Track.Index), b, fan, d, inv), nil
 	case fan != nil && d.DeadLetter:
 		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
 	case fan != nil:
@@ -375,6 +359,47 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		}
 		return true, nil
 	}
+	return w.dispatch(ctx, log, b, m, d, inv)
+}
+
+// decodeMessage reads an items-queue message body: an item or pack
+// message as its unit (m), or a fan-out message (fan, with m its unit
+// message for the fields they share). A body of a newer format is a
+// *ledger.NewerFormatError; any other error makes it poison.
+func decodeMessage(body []byte) (m *unitMessage, fan *ledger.Message, err error) {
+	var kind struct {
+		Format int                `json:"v"`
+		Kind   ledger.MessageKind `json:"kind"`
+	}
+	if err := json.Unmarshal(body, &kind); err != nil {
+		return nil, nil, err
+	}
+	if err := ledger.CheckFormat("message", kind.Format); err != nil {
+		return nil, nil, err
+	}
+	if kind.Kind == ledger.KindPack {
+		var pm ledger.PackMessage
+		if err := json.Unmarshal(body, &pm); err != nil {
+			return nil, nil, err
+		}
+		return packUnitMessage(&pm), nil, pm.Validate()
+	}
+	var im ledger.Message
+	if err := json.Unmarshal(body, &im); err != nil {
+		return nil, nil, err
+	}
+	m = itemUnitMessage(&im)
+	if im.Kind == ledger.KindFanout {
+		fan = &im
+	}
+	return m, fan, im.Validate()
+}
+
+// dispatch runs the unit of m (an item or pack message, or a track's
+// unit) as b's row says: settle it when dead-lettered or its run stops,
+// wait out a pause, else run it. ack false reports the delivery as
+// failed.
+func (w *Worker) dispatch(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
 	if m.Packed != (b.Pack() > 1) {
 		// An item message for a batch of packs, or a pack message for a
 		// batch of one item per message: the fan-out never sends one (K is
@@ -620,12 +645,32 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b ledger
 // (sendAgain); an error of another kind is logged and the delivery left
 // to come back. A fault of class pause also pauses b's run (pauseForFault)
 // when b, the batch row the message was handled under, is known (nil: the
-// row could not be read).
+// row could not be read). A track's unit waits in its track instead.
 func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, b *ledger.Batch, what string, err error) (bool, []done) {
 	if b != nil {
 		w.pauseForFault(ctx, log, *b, err)
 	}
+	if m.track != nil {
+		// A track's unit waits in its track, as a message would wait on
+		// the queue; an error that is not AWS's waits as long as a
+		// message's visibility timeout would make it.
+		n := m.ref.Requeued + 1
+		wait := w.unavailableDelay(n)
+		if !errors.Is(err, ledger.ErrUnavailable) {
+			wait = max(wait, w.Lease)
+		}
+		log.WarnContext(ctx, what+": waiting in the track", "error", pipeline.ErrorText(err), "retry_in_ms", wait.Milliseconds(), "requeued", n)
+		return m.track.park(m, wait, n), nil
+	}
 	return w.sendAgain(ctx, log, d, m.requeued, m.body, what, err), nil
+}
+
+// unavailableDelay is UnavailableDelay's delay n (n ≥ 1).
+func (w *Worker) unavailableDelay(n int) time.Duration {
+	if w.UnavailableDelay != nil {
+		return w.UnavailableDelay(n)
+	}
+	return DefaultUnavailableDelay(n)
 }
 
 // sendAgain is unavailable for any message: requeued is the message's
@@ -655,6 +700,7 @@ func (w *Worker) sendAgain(ctx context.Context, log *slog.Logger, d Delivery, re
 	b, berr := body()
 	if berr == nil {
 		if berr = w.Queue.Requeue(ctx, b, wait); berr == nil {
+			w.Metrics.Resent("", "unavailable", "", 0)
 			return true
 		}
 	}

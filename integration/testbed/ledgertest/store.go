@@ -36,8 +36,10 @@ type Store struct {
 	chunks    map[chunkKey]*counter
 	runs      map[runKey]*runCounter
 	slots     map[slotKey]slot
-	running   map[string]int    // batch id → run
-	retention map[string]string // marker key → batch id
+	claims    map[runKey]*claimRow // a max_concurrency run's claim counter
+	tracks    map[trackKey]track   // a max_concurrency run's track fences
+	running   map[string]int       // batch id → run
+	retention map[string]string    // marker key → batch id
 	publish   map[ledger.RunRef]bool
 	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
 	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
@@ -66,6 +68,7 @@ func NewStore() *Store {
 	return &Store{
 		batches: map[string]*ledger.Batch{}, items: map[string]map[string]*row{}, marks: map[markKey]bool{},
 		chunks: map[chunkKey]*counter{}, runs: map[runKey]*runCounter{}, slots: map[slotKey]slot{},
+		claims: map[runKey]*claimRow{}, tracks: map[trackKey]track{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[ledger.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
 		uploads: map[string]api.UploadClaim{},
@@ -762,6 +765,16 @@ func (s *Store) DeleteBatch(_ context.Context, b ledger.Batch) error {
 			delete(s.slots, k)
 		}
 	}
+	for k := range s.claims {
+		if k.batchID == b.ID {
+			delete(s.claims, k)
+		}
+	}
+	for k := range s.tracks {
+		if k.batchID == b.ID {
+			delete(s.tracks, k)
+		}
+	}
 	for k := range s.publish {
 		if k.BatchID == b.ID {
 			delete(s.publish, k)
@@ -814,6 +827,62 @@ func (s *Store) FreeSlot(_ context.Context, batchID string, n int, holder string
 		delete(s.slots, k)
 	}
 	return nil
+}
+
+type trackKey struct {
+	batchID    string
+	run, track int
+}
+
+type track struct {
+	seq        int64
+	holder     string
+	leaseUntil time.Time
+}
+
+// claimRow is a run's claim counter and each track's last claim and
+// its answer.
+type claimRow struct {
+	n          int64
+	last, took map[int]int64
+}
+
+// ClaimSlice implements ledger.Store.
+func (s *Store) ClaimSlice(_ context.Context, c ledger.SliceClaim) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := runKey{batchID: c.BatchID, run: c.Run}
+	r := s.claims[k]
+	if r == nil {
+		r = &claimRow{last: map[int]int64{}, took: map[int]int64{}}
+		s.claims[k] = r
+	}
+	switch last, ok := r.last[c.Track]; {
+	case ok && last == c.Claim:
+		return r.took[c.Track], nil
+	case ok && last > c.Claim:
+		return 0, conflictf("claim %d of track %d of %s run %d: the track claimed %d since", c.Claim, c.Track, c.BatchID, c.Run, last)
+	}
+	r.n++
+	r.last[c.Track], r.took[c.Track] = c.Claim, r.n
+	return r.n, nil
+}
+
+// TakeTrack implements ledger.Store.
+func (s *Store) TakeTrack(_ context.Context, t ledger.TrackTake) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := trackKey{batchID: t.BatchID, run: t.Run, track: t.Track}
+	cur, ok := s.tracks[k]
+	switch {
+	case !ok, cur.seq < t.Seq:
+	case cur.seq > t.Seq:
+		return time.Time{}, conflictf("take track %d of %s run %d: seq %d is past %d", t.Track, t.BatchID, t.Run, cur.seq, t.Seq)
+	case cur.holder != t.Holder && cur.leaseUntil.UnixMilli() >= t.Now.UnixMilli():
+		return cur.leaseUntil, conflictf("take track %d of %s run %d: held until %s", t.Track, t.BatchID, t.Run, cur.leaseUntil)
+	}
+	s.tracks[k] = track{seq: t.Seq, holder: t.Holder, leaseUntil: ms(t.Now.Add(t.Lease))}
+	return time.Time{}, nil
 }
 
 // Unpublished implements ledger.Store: by batch id, then run.

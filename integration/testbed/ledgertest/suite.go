@@ -1302,6 +1302,12 @@ var cases = []suiteCase{
 		if err := s.AcquireSlot(ctx, b.ID, 1, "w1", T0, time.Hour); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.TakeTrack(ctx, ledger.TrackTake{BatchID: b.ID, Run: 1, Track: 1, Seq: 5, Holder: "w1", Now: T0, Lease: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ClaimSlice(ctx, ledger.SliceClaim{BatchID: b.ID, Run: 1, Track: 0, Claim: 1, Now: T0}); err != nil {
+			t.Fatal(err)
+		}
 		expires := T0.Add(time.Hour)
 		finish(t, s, b.ID, 1, api.StatusCompleted, expires)
 		if _, err := s.StartRun(ctx, b.ID, 1, T0); err != nil {
@@ -1331,6 +1337,12 @@ var cases = []suiteCase{
 		}
 		if err := s.AcquireSlot(ctx, b.ID, 1, "w2", T0, time.Hour); err != nil {
 			t.Errorf("slot left after delete: %v", err)
+		}
+		if _, err := s.TakeTrack(ctx, ledger.TrackTake{BatchID: b.ID, Run: 1, Track: 1, Seq: 1, Holder: "w2", Now: T0, Lease: time.Hour}); err != nil {
+			t.Errorf("track fence left after delete: %v", err)
+		}
+		if n, err := s.ClaimSlice(ctx, ledger.SliceClaim{BatchID: b.ID, Run: 1, Track: 0, Claim: 1, Now: T0}); err != nil || n != 1 {
+			t.Errorf("claim counter after delete = %d, %v; want 1", n, err)
 		}
 		m, _ := s.ExpiredMarkers(ctx, expires, 10)
 		check(t, "retention markers left", len(m), 0)
@@ -1395,6 +1407,50 @@ var cases = []suiteCase{
 		isConflict(t, "slot of w4 after w3's free", s.AcquireSlot(ctx, "b1", 0, "w5", T0.Add(2*time.Minute), time.Minute))
 		if err := s.FreeSlot(ctx, "none", 0, "w1"); err != nil {
 			t.Fatalf("free of a slot without a row: %v", err)
+		}
+	}},
+	{"TrackFencesAndClaims", func(t *testing.T, s ledger.Store) {
+		take := func(track int, seq int64, holder string, now time.Time) (time.Time, error) {
+			return s.TakeTrack(ctx, ledger.TrackTake{BatchID: "b1", Run: 1, Track: track, Seq: seq, Holder: holder, Now: now, Lease: time.Minute})
+		}
+		if _, err := take(0, 1, "d1", T0); err != nil {
+			t.Fatalf("first take: %v", err)
+		}
+		held, err := take(0, 1, "d2", T0.Add(time.Second))
+		isConflict(t, "a duplicate of the same seq under the lease", err)
+		check(t, "held until", held.UnixMilli(), T0.Add(time.Minute).UnixMilli())
+		if _, err := take(0, 1, "d1", T0.Add(time.Second)); err != nil {
+			t.Errorf("the holder again: %v", err)
+		}
+		if _, err := take(1, 1, "d3", T0); err != nil {
+			t.Errorf("another track: %v", err)
+		}
+		if _, err := take(0, 2, "d4", T0.Add(2*time.Second)); err != nil {
+			t.Fatalf("the next send under the lease: %v", err)
+		}
+		held, err = take(0, 1, "d2", T0.Add(5*time.Minute))
+		isConflict(t, "an earlier seq past every lease", err)
+		check(t, "a stale take is not held", held.IsZero(), true)
+		if _, err := take(0, 2, "d5", T0.Add(2*time.Second+time.Minute+time.Millisecond)); err != nil {
+			t.Errorf("the same seq past its lease (a crashed holder): %v", err)
+		}
+		claim := func(run, track int, k int64) (int64, error) {
+			return s.ClaimSlice(ctx, ledger.SliceClaim{BatchID: "b1", Run: run, Track: track, Claim: k, Now: T0})
+		}
+		for i, c := range []struct {
+			track int
+			k     int64
+			want  int64
+		}{{0, 1, 1}, {1, 1, 2}, {0, 1, 1}, {0, 2, 3}, {1, 2, 4}, {1, 2, 4}, {0, 3, 5}} {
+			n, err := claim(1, c.track, c.k)
+			if err != nil || n != c.want {
+				t.Fatalf("claim %d (track %d, its claim %d) = %d, %v; want %d", i, c.track, c.k, n, err, c.want)
+			}
+		}
+		_, err = claim(1, 0, 2)
+		isConflict(t, "a claim below the track's last", err)
+		if n, err := claim(2, 0, 1); err != nil || n != 1 {
+			t.Errorf("another run's first claim = %d, %v", n, err)
 		}
 	}},
 }

@@ -1,0 +1,176 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
+)
+
+// TestTracksScheduleMaxConcurrency guards "max_concurrency is a schedule,
+// not a poll" (shared/pace, docs/adr/0028) at K = 1 and 10 and limits 1
+// and 10: 1,000 items of which every 17th fails once (a transient error)
+// and every 23rd is throttled once (429, Retry-After 2 s); each round
+// every queued message is delivered twice at once (duplicates), and the
+// clock then moves past every wait. No more than the limit run at once,
+// every item succeeds with one extra call for each failure or throttle,
+// the census is exact, the live view counts every chunk fanned out, and
+// the queue carries a bounded number of
+// messages: the tracks, one send per slice claimed, and one per wait of
+// a track — never one per waiting unit per second.
+func TestTracksScheduleMaxConcurrency(t *testing.T) {
+	const n = 1000
+	for _, k := range packKs {
+		for _, limit := range []int{1, 10} {
+			t.Run(fmt.Sprintf("K=%d/max_concurrency=%d", k, limit), func(t *testing.T) {
+				ctx := context.Background()
+				var running, most atomic.Int64
+				var r *rig
+				r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+					c := running.Add(1)
+					defer running.Add(-1)
+					for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+					}
+					time.Sleep(50 * time.Microsecond)
+					i, _ := strconv.Atoi(strings.TrimPrefix(req.Key, "item-"))
+					switch first := r.callsOf(req.Key) == 1; {
+					case first && i%17 == 0:
+						return pipeline.Result{}, errors.New("downstream hiccup")
+					case first && i%23 == 0:
+						return pipeline.Result{}, pipeline.Throttled("http", "429", 2*time.Second, errors.New("429 Too Many Requests"))
+					}
+					return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+				})
+				r.sub.ChunkItems = 250
+				b := submitK(t, r, "paced", k, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
+				sent := 0
+				for round := 0; ; round++ {
+					if round > 500 {
+						t.Fatal("the tracks did not end in 500 rounds")
+					}
+					ds := r.queue.take()
+					if len(ds) == 0 {
+						break
+					}
+					sent += len(ds)
+					failed := r.worker.Handle(ctx, append(append([]worker.Delivery{}, ds...), ds...))
+					var again []worker.Delivery
+					for _, d := range ds {
+						for _, f := range failed {
+							if d.MessageID == f {
+								d.ReceiveCount++
+								again = append(again, d)
+								break
+							}
+						}
+					}
+					r.queue.put(again)
+					sent -= len(again) // delivered again, not sent again
+					r.clock.T = r.clock.T.Add(time.Minute)
+				}
+				if m := most.Load(); m > int64(limit) || m < 1 {
+					t.Fatalf("%d pipelines ran at once, want 1–%d", m, limit)
+				}
+				extra := 0
+				for i := range n {
+					want := int64(1)
+					if i%17 == 0 || i%23 == 0 {
+						want, extra = 2, extra+1
+					}
+					if c := r.callsOf(api.PositionalKey(int64(i))); c != want {
+						t.Errorf("%s: %d calls, want %d", api.PositionalKey(int64(i)), c, want)
+					}
+				}
+				if p, err := r.store.Progress(ctx, "paced", 1, max(1, b.CounterShards)); err != nil || p.FannedOut != n || p.FanChunks != 4 {
+					t.Errorf("fanned out: %d items in %d chunks (%v), want %d in 4", p.FannedOut, p.FanChunks, err, n)
+				}
+				r.finalizeFour(t, ctx, "paced", func(c api.Census) {
+					if c.Total != n || c.Succeeded != n {
+						t.Errorf("census %+v", c)
+					}
+				})
+				// Tracks + one send per slice claimed (and one past the
+				// last) per track + one send per wait, each wait at least
+				// one failed or throttled unit.
+				slices := n / int(pace.SliceSize(k, n, limit))
+				bound := 2*limit + slices + extra
+				t.Logf("%d items, %d messages sent (%.3f per item; bound %d), %d at once at most", n, sent, float64(sent)/n, bound, most.Load())
+				if sent > bound {
+					t.Errorf("%d messages sent, want at most %d", sent, bound)
+				}
+			})
+		}
+	}
+}
+
+// TestTrackGoesOnPastItsInvocation guards a track's hand-over between
+// invocations: each round's invocation has 1.2 s (a 10 ms deadline
+// margin, and the worker keeps 1 s for the next unit), far less than a
+// slice of 100 items of 5 ms takes once its track stops ≈ 1 s before the
+// deadline, so each track stops mid-slice and sends itself on from where
+// it stopped, many times. Every invocation returns before its deadline,
+// every item runs once and succeeds, no more than the limit at once.
+func TestTrackGoesOnPastItsInvocation(t *testing.T) {
+	const n, limit = 800, 2
+	var running, most atomic.Int64
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		c := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	r.sub.ChunkItems = 100
+	r.worker.Margin = 10 * time.Millisecond
+	submitK(t, r, "handover", 1, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
+	rounds := 0
+	for ; rounds < 200; rounds++ {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+		failed := r.worker.Handle(ctx, ds)
+		if ctx.Err() != nil {
+			t.Errorf("round %d: the invocation ran past its deadline", rounds)
+		}
+		cancel()
+		var again []worker.Delivery
+		for _, d := range ds {
+			if slices.Contains(failed, d.MessageID) {
+				d.ReceiveCount++
+				again = append(again, d)
+			}
+		}
+		r.queue.put(again)
+	}
+	t.Logf("%d rounds, %d at once at most", rounds, most.Load())
+	if slices := n / int(pace.SliceSize(1, n, limit)); rounds <= slices {
+		t.Fatalf("%d rounds for %d slices: no track stopped mid-slice", rounds, slices)
+	}
+	if m := most.Load(); m > limit {
+		t.Fatalf("%d pipelines ran at once, want at most %d", m, limit)
+	}
+	for i := range n {
+		if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+		}
+	}
+	r.finalizeFour(t, context.Background(), "handover", func(c api.Census) {
+		if c.Total != n || c.Succeeded != n {
+			t.Errorf("census %+v", c)
+		}
+	})
+}

@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// Track is the state of one track of a batch with max_concurrency (see
+// shared/pace): a fan-out message (KindFanout) carrying a Track is not
+// expanded into item or pack messages; the item function runs its units
+// one after another, one at a time, and sends the track again (a new
+// message, Seq + 1) when its invocation nears its deadline or it waits.
+// The message's Chunk is the fan-out chunk of the slice it runs (a
+// release that knows no tracks expands that chunk as a fan-out, which
+// reservations make safe). JSON names as tagged; every time is epoch
+// milliseconds.
+type Track struct {
+	// Index is the track's number, 0 … Tracks−1; its fence row is
+	// Store.TakeTrack's.
+	Index int `json:"i"`
+	// Tracks is how many tracks the run has: the claim counter's first
+	// claim takes slice number Tracks (pace.ClaimNumber).
+	Tracks int `json:"tracks"`
+	// Seq fences the track's sends: each new message of the track carries
+	// a higher one, and a delivery whose Seq is below the fence row's is
+	// stale (acknowledged, not run).
+	Seq int64 `json:"seq"`
+	// Slice is the slice number the track runs (pace.Slice); Span is that
+	// slice's bytes and items in the manifest once read (Span.Length 0:
+	// not read yet).
+	Slice int64        `json:"g"`
+	Span  source.Chunk `json:"span"`
+	// At is the manifest index of the slice's next unit to start, Pos the
+	// byte offset of its first line; At = Span.FirstIndex + Span.Count
+	// once every unit of the slice started.
+	At  int64 `json:"at"`
+	Pos int64 `json:"pos"`
+	// Retries are the units of the track waiting to run again (at most
+	// pace.MaxTrackRetries).
+	Retries []TrackRetry `json:"retries,omitempty"`
+	// UntilMs is when the track was sent to come back (a wait for its
+	// retries or its batch's pause): units due by then are due when it is
+	// delivered, whatever the clock of the invocation says.
+	UntilMs int64 `json:"until_ms,omitempty"`
+	// Idle counts the track's sends in a row that ran no unit: bounded
+	// by MaxResends, past which the track waits on its message (a receive
+	// per wait), so that a track that never moves ends in the dead-letter
+	// queue.
+	Idle int `json:"idle,omitempty"`
+	// Claims counts the slices the track claimed (Store.ClaimSlice); the
+	// track is sent on after each claim, so that a delivery run again from
+	// this message claims the same slice.
+	Claims int64 `json:"claims,omitempty"`
+	// Done: the claim counter answered past the run's last slice, so the
+	// track claims no more.
+	Done bool `json:"done,omitempty"`
+}
+
+// TrackRetry is a unit of a track waiting to run again: its items
+// (First, Count; a pack's first is its PackFirst), its lines (Offset,
+// Length bytes in the manifest), its fan-out chunk, when it is due, and
+// how often AWS being unavailable sent it back in a row.
+type TrackRetry struct {
+	First      int64 `json:"first"`
+	Count      int64 `json:"n"`
+	Offset     int64 `json:"off"`
+	Length     int64 `json:"len"`
+	ChunkFirst int64 `json:"cf"`
+	ChunkItems int64 `json:"ci"`
+	DueMs      int64 `json:"due_ms"`
+	Requeued   int   `json:"rq,omitempty"`
+}
+
+// Due is when r may run again.
+func (r TrackRetry) Due() time.Time { return time.UnixMilli(r.DueMs).UTC() }
+
+// Validate reports a malformed track (its message is poison).
+func (t Track) Validate() error {
+	switch {
+	case t.Tracks < 1 || t.Index < 0 || t.Index >= t.Tracks:
+		return fmt.Errorf("track %d of %d", t.Index, t.Tracks)
+	case t.Seq < 1 || t.Slice < 0:
+		return fmt.Errorf("track %d: seq %d, slice %d", t.Index, t.Seq, t.Slice)
+	}
+	for _, r := range t.Retries {
+		if r.Count < 1 || r.Length < 1 || r.Offset < 0 {
+			return fmt.Errorf("track %d: retry of %d items at %d", t.Index, r.Count, r.First)
+		}
+	}
+	return nil
+}
+
+// TrackTake is what Store.TakeTrack asks: the fence row of track Track of
+// the batch's run, for Holder (a delivery's own nonce) with message Seq,
+// until Now + Lease.
+type TrackTake struct {
+	BatchID string
+	Run     int
+	Track   int
+	Seq     int64
+	Holder  string
+	Now     time.Time
+	Lease   time.Duration
+}
+
+// SliceClaim is what Store.ClaimSlice asks: track Track's Claim-th
+// claim (from 1) of the batch's run.
+type SliceClaim struct {
+	BatchID string
+	Run     int
+	Track   int
+	Claim   int64
+	Now     time.Time
+}
+
+// ChunksKey is where the fan-out chunks of a run's manifest are kept
+// beside it: a JSON array of source.Chunk in manifest order. A manifest
+// assembled from parts has it from its assembly; a batch with
+// max_concurrency writes it when its run starts, for its tracks.
+func ChunksKey(manifestKey string) string { return manifestKey + ".chunks.json" }
+
+// SlicesKey is where the slices of size items (pace.SliceSize) of the
+// fan-out chunk starting at manifest index first are kept beside the
+// manifest: a JSON array of source.Chunk, one per slice. They depend only
+// on the manifest, the size and first, so every run of the manifest and
+// every track that reads the chunk writes the same.
+func SlicesKey(manifestKey string, size, first int64) string {
+	return manifestKey + ".slices/" + strconv.FormatInt(size, 10) + "/" + strconv.FormatInt(first, 10) + ".json"
+}

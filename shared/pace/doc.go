@@ -1,0 +1,19 @@
+// Package pace holds bulkrun's pacing rules: how a batch's calls to its
+// downstream are spaced, apart from what the calls do. It is pure (the
+// standard library only): the item engine (shared/worker) applies the
+// rules, and the state they keep across invocations lives behind the
+// ports the engine declares, which internal/dynamo implements.
+//
+// Concurrency by schedule (tracks.go). A batch with max_concurrency N
+// runs on at most N tracks: each track is one items-queue message that
+// runs its units one after another, and takes the next slice of the
+// manifest (SliceSize: up to SliceItems items, whole packs, at least
+// SlicesPerTrack slices per track in a small run) from a per-run claim
+// counter when its slice is done. No unit waits on the queue for a slot:
+// the units not yet started are lines of the manifest, which cost nothing
+// while they wait, and a track starts the next one as soon as its unit
+// ends. The claim counter takes one write per slice, so its row stays
+// under DynamoDB's 1,000 writes a second at any size
+// (ClaimWritesPerSecond; "Burst and adaptive capacity", DynamoDB
+// developer guide: 1,000 write units a second per partition).
+package pace

@@ -1,0 +1,110 @@
+package pace
+
+// SliceItems is the most items a track claims at a time, rounded up to
+// whole packs (SliceSize): small enough that the tracks of a batch end
+// within one slice of each other, large enough that the claim counter of
+// a large run takes one write per SliceItems items.
+const SliceItems = 100
+
+// MaxTrackRetries is the most units one track keeps waiting for a retry
+// (a transient failure, a throttled call, AWS unavailable): a track whose
+// list is full starts no new unit until the earliest is due, so a failing
+// downstream slows its own batch down. 64 entries of at most ≈ 120 bytes
+// keep a track message under 8 KiB (SQS allows 256 KiB).
+const MaxTrackRetries = 64
+
+// SlicesPerTrack is how many slices a run is cut into per track at
+// least (while slices stay under SliceItems): so that a small run still
+// has a slice for every track its limit allows, and its tracks end
+// within a small slice of each other.
+const SlicesPerTrack = 4
+
+// SliceSize is the items of a slice of a run of runItems items, k items
+// per message (1–100; below 1 taken as 1) and limit max_concurrency:
+// ⌈runItems / (SlicesPerTrack × limit)⌉ clamped to 1–SliceItems, rounded
+// up to whole packs (k × ⌈size / k⌉), so that a slice starts on a pack
+// boundary of its chunk and holds whole packs: 100 items for every run
+// of 400 × limit items or more and every k dividing 100. The last slice
+// of a fan-out chunk holds what is left of the chunk.
+func SliceSize(k int, runItems int64, limit int) int64 {
+	k, limit = max(k, 1), max(limit, 1)
+	per := min(max((runItems+int64(SlicesPerTrack*limit)-1)/int64(SlicesPerTrack*limit), 1), SliceItems)
+	return int64(k) * ((per + int64(k) - 1) / int64(k))
+}
+
+// Tracks is how many tracks a batch with limit n (max_concurrency ≥ 1)
+// runs over slices slice numbers: one per unit of concurrency, but no
+// more than there are slices. 0 when n or slices is 0.
+func Tracks(n int, slices int64) int {
+	if n <= 0 || slices <= 0 {
+		return 0
+	}
+	return int(min(int64(n), slices))
+}
+
+// ClaimNumber is the slice number of a track's claim: the first tracks
+// slice numbers 0 … tracks−1 are the tracks' own (sent with them), and
+// the n-th claim (n ≥ 1, as the claim counter answers) takes slice
+// tracks + n − 1.
+func ClaimNumber(tracks int, n int64) int64 { return int64(tracks) + n - 1 }
+
+// Span is a range of a fan-out chunk's items: the First manifest index
+// and Count items.
+type Span struct {
+	First, Count int64
+}
+
+// Layout is how a run's slices are numbered: its fan-out chunks (in
+// manifest order), the chunk size the numbers go by (ChunkItems: the
+// largest chunk; every chunk but the last holds as many in a run cut at
+// a fixed size, a correction run's may all be shorter) and the slice
+// size (SliceSize). Each chunk takes ⌈ChunkItems / Size⌉ numbers; a
+// shorter chunk leaves some of its numbers empty.
+type Layout struct {
+	Chunks     []Span
+	ChunkItems int64
+	Size       int64
+}
+
+// NewLayout is the layout of a run of chunks at k items per message and
+// limit max_concurrency. The submit that starts the run's tracks and
+// every track compute the same from the run's chunk table.
+func NewLayout(chunks []Span, k, limit int) Layout {
+	var n, items int64
+	for _, c := range chunks {
+		n, items = max(n, c.Count), items+c.Count
+	}
+	return Layout{Chunks: chunks, ChunkItems: max(n, 1), Size: SliceSize(k, items, limit)}
+}
+
+// PerChunk is how many slice numbers each chunk takes.
+func (l Layout) PerChunk() int64 { return max(1, (l.ChunkItems+l.Size-1)/l.Size) }
+
+// Slices is how many slice numbers the run takes.
+func (l Layout) Slices() int64 { return int64(len(l.Chunks)) * l.PerChunk() }
+
+// Slice locates slice number g: the chunk's position in Chunks, the
+// slice's position in the chunk (j) and its items. ok is false past the
+// run's last slice; empty is true for a number that a short chunk leaves
+// without items (claim the next one).
+func (l Layout) Slice(g int64) (chunk int, j int64, s Span, empty, ok bool) {
+	per := l.PerChunk()
+	c := g / per
+	if g < 0 || c >= int64(len(l.Chunks)) {
+		return 0, 0, Span{}, false, false
+	}
+	j = g % per
+	at := j * l.Size
+	ch := l.Chunks[c]
+	if at >= ch.Count {
+		return int(c), j, Span{}, true, true
+	}
+	return int(c), j, Span{First: ch.First + at, Count: min(l.Size, ch.Count-at)}, false, true
+}
+
+// ClaimWritesPerSecond is the writes a second the claim counter of a run
+// takes when its tracks end itemsPerSecond items a second in slices of
+// size items: one per slice.
+func ClaimWritesPerSecond(itemsPerSecond float64, size int64) float64 {
+	return itemsPerSecond / float64(max(size, 1))
+}

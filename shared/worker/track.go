@@ -1,0 +1,608 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/source"
+)
+
+// Tracks: a batch with max_concurrency N runs on at most N tracks
+// (shared/pace), each a fan-out message carrying a ledger.Track. A
+// delivery of a track takes the track's fence row (Store.TakeTrack), then
+// runs its units one at a time through the same loop as a unit message
+// (dispatch: take, run, conclude, write): the due units of its retries
+// first, then its slice's next unit, then, its slice done, the next slice
+// the run's claim counter hands out (Store.ClaimSlice). A unit that must
+// wait (a scheduled retry, a throttled call, AWS unavailable, a unit
+// under another delivery's lease) waits in the track's retries instead
+// of on the queue, so a waiting unit costs nothing; the track sends
+// itself again (a new message, its Seq one higher) when its invocation
+// nears its deadline margin, or to come back when its earliest retry is
+// due or its batch's pause is next checked. Counted every second and at
+// the end of a delivery, as a message batch is.
+
+// trackCountEvery bounds how long a track's ended units wait to be
+// counted, and trackCountItems how many.
+const (
+	trackCountEvery = time.Second
+	trackCountItems = 50
+)
+
+// trackRun is one delivery's run of a track.
+type trackRun struct {
+	w      *Worker
+	b      ledger.Batch
+	msg    *ledger.Message // the track message: msg.Track is the state sent on
+	floor  time.Time       // units due by then are due (the track was sent to come back then)
+	parked bool            // the unit just dispatched waits in the track
+	sendOn bool            // the track claimed a slice: sent on before it runs it
+	lines  *lineReader     // the current slice's lines from Track.Pos
+}
+
+// park puts m's unit into the track's retries, due after wait, with
+// requeued its AWS-unavailable count; it reports the unit handled.
+func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool {
+	r := m.ref
+	r.DueMs = tr.w.Clock.Now().Add(max(wait, 0)).UnixMilli()
+	r.Requeued = requeued
+	tr.msg.Track.Retries = append(tr.msg.Track.Retries, r)
+	tr.parked = true
+	return true
+}
+
+// runTrack runs a delivery of a track of b (see above) and says whether
+// it may be acknowledged.
+func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch, msg *ledger.Message, d Delivery, inv *invocation) bool {
+	t := msg.Track
+	now := w.Clock.Now()
+	held, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: b.ID, Run: b.Run, Track: t.Index, Seq: t.Seq, Holder: ledger.NewToken(), Now: now, Lease: w.Lease})
+	switch {
+	case errors.Is(err, api.ErrConflict) && held.IsZero():
+		log.InfoContext(ctx, "track sent again since; this send acknowledged", "seq", t.Seq)
+		return true
+	case errors.Is(err, api.ErrConflict):
+		log.InfoContext(ctx, "track under another delivery's lease; retried later", "seq", t.Seq)
+		w.delay(ctx, log, d, held.Sub(now))
+		return false
+	case err != nil:
+		return w.sendAgain(ctx, log, d, &msg.Requeued, func() ([]byte, error) { return msg.Body() }, "take the track", err)
+	}
+	tr := &trackRun{w: w, b: b, msg: msg, floor: time.UnixMilli(t.UntilMs).UTC()}
+	t.UntilMs = 0
+	defer tr.closeLines()
+	if d.DeadLetter {
+		return w.deadTrack(ctx, log, tr, d)
+	}
+	var dones []done
+	moved := false // this delivery ran or settled a unit
+	counted := w.Clock.Now()
+	count := func() {
+		if len(dones) > 0 {
+			w.count(ctx, dones, 1)
+			dones = nil
+		}
+		counted = w.Clock.Now()
+	}
+	est := time.Second // the longest a unit of this delivery took
+	for {
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < inv.margin+est {
+			count()
+			return w.sendTrack(ctx, log, tr, d, 0, moved)
+		}
+		cur := w.beforeCall(ctx, inv, b)
+		if cur.Stop == "" && cur.Status.Finished() {
+			count()
+			log.InfoContext(ctx, "track of a finished run; acknowledged")
+			return true
+		}
+		now := w.Clock.Now()
+		if cur.Pause != nil && cur.Stop == "" {
+			if _, due := cur.Pause.ProbeDue(now); !due {
+				count()
+				return w.sendTrack(ctx, log, tr, d, cur.Pause.Wait(now), moved)
+			}
+		}
+		m, wait, err := tr.next(ctx, cur.Stop != "")
+		switch {
+		case errors.Is(err, api.ErrConflict):
+			count()
+			log.InfoContext(ctx, "track claimed a slice since this send; acknowledged", "seq", t.Seq, "claims", t.Claims)
+			return true
+		case err != nil:
+			count()
+			log.WarnContext(ctx, "track: next unit", "error", pipeline.ErrorText(err))
+			return w.sendTrack(ctx, log, tr, d, w.unavailableDelay(t.Idle+1), moved)
+		case m == nil && tr.sendOn:
+			count()
+			return w.sendTrack(ctx, log, tr, d, 0, true)
+		case m == nil && wait > 0:
+			count()
+			return w.sendTrack(ctx, log, tr, d, wait, moved)
+		case m == nil:
+			count()
+			w.retireTrack(ctx, log, tr)
+			return true
+		}
+		m.track, tr.parked = tr, false
+		start := w.Clock.Now()
+		// A unit that waited was reserved before: its take tries the
+		// takeover first, as a redelivered message's does.
+		redelivered := 1
+		if m.ref.DueMs > 0 {
+			redelivered = 2
+		}
+		ack, dns := w.dispatch(ctx, log, cur, m, Delivery{MessageID: d.MessageID, ReceiveCount: redelivered}, inv)
+		if !ack && !tr.parked {
+			// Left to come back as a message would (a write fenced by a
+			// later take, an outcome write that failed): it waits in the
+			// track as long as a held unit does.
+			tr.park(m, LiveLeaseRecheck, m.ref.Requeued)
+		}
+		est = max(est, w.Clock.Now().Sub(start))
+		moved = true
+		dones = append(dones, dns...)
+		if len(dones) >= trackCountItems || w.Clock.Now().Sub(counted) >= trackCountEvery {
+			count()
+		}
+	}
+}
+
+// sendTrack sends the track on as a new message (Seq + 1) delivered after
+// wait (at most api.MaxResendDelay; the earliest of its retries, or its
+// batch's next pause check, when later) and says whether this delivery
+// may be acknowledged. moved: this delivery ran or settled a unit;
+// sends in a row without are bounded by ledger.MaxResends, past which the
+// track waits on this message (a receive per wait), so that a track that
+// never moves ends in the dead-letter queue.
+func (w *Worker) sendTrack(ctx context.Context, log *slog.Logger, tr *trackRun, d Delivery, wait time.Duration, moved bool) bool {
+	t := tr.msg.Track
+	if moved {
+		t.Idle = 0
+	} else {
+		t.Idle++
+	}
+	wait = min(max(wait, 0), api.MaxResendDelay)
+	if t.Idle > ledger.MaxResends {
+		log.WarnContext(ctx, "track sent again too often without moving; it waits on its message", "idle", t.Idle)
+		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+			log.WarnContext(ctx, "delay message", "error", err.Error())
+		}
+		return false
+	}
+	t.Seq++
+	if wait > 0 {
+		t.UntilMs = w.Clock.Now().Add(wait).UnixMilli()
+	}
+	body, err := tr.msg.Body()
+	if err == nil {
+		err = w.Queue.Requeue(ctx, body, wait)
+	}
+	if err != nil {
+		// Unsent: this delivery comes back after its visibility timeout
+		// and runs the track from where this one took it.
+		log.WarnContext(ctx, "send the track on", "error", err.Error())
+		return false
+	}
+	w.Metrics.Resent(tr.b.Pipeline, "track", tr.b.ID, tr.b.Run)
+	log.InfoContext(ctx, "track sent on", "seq", t.Seq, "retry_in_ms", wait.Milliseconds(), "retries", len(t.Retries), "at", t.At)
+	return true
+}
+
+// retireTrack ends a track whose units all ended: its fence row moves
+// past every send of it (Seq + 1), so that a duplicate of its message, or
+// its run's fan-out sent again, finds it stale instead of waiting for the
+// lease of a delivery that is gone.
+func (w *Worker) retireTrack(ctx context.Context, log *slog.Logger, tr *trackRun) {
+	t := tr.msg.Track
+	_, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Seq: t.Seq + 1, Holder: "done", Now: w.Clock.Now()})
+	if err != nil {
+		log.WarnContext(ctx, "retire the track; a duplicate of it waits for its lease", "error", err.Error())
+	}
+	log.InfoContext(ctx, "track done: no slice left to claim", "seq", t.Seq)
+}
+
+// next returns the track's next unit to run: its earliest retry due (any,
+// when its run is stopping), else its slice's next unit, else, its slice
+// done and fewer than pace.MaxTrackRetries units waiting, the first unit
+// of the next slice it claims. With none to run now it returns the wait
+// until its earliest retry is due (0: the track is done).
+func (tr *trackRun) next(ctx context.Context, stopping bool) (*unitMessage, time.Duration, error) {
+	t := tr.msg.Track
+	now := tr.w.Clock.Now()
+	if i := tr.due(now, stopping); i >= 0 {
+		r := t.Retries[i]
+		t.Retries = slices.Delete(t.Retries, i, i+1)
+		m, err := tr.retryUnit(ctx, r)
+		if err != nil {
+			t.Retries = append(t.Retries, r)
+		}
+		return m, 0, err
+	}
+	for {
+		if tr.sendOn {
+			return nil, 0, nil
+		}
+		if t.Span.Length == 0 && !t.Done {
+			if err := tr.loadSlice(ctx); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		if len(t.Retries) >= pace.MaxTrackRetries {
+			break // no new unit until a waiting one is due
+		}
+		if !t.Done && t.At < t.Span.FirstIndex+t.Span.Count {
+			return tr.sliceUnit(ctx)
+		}
+		if t.Done {
+			break
+		}
+		if err := tr.claim(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	if len(t.Retries) == 0 {
+		return nil, 0, nil
+	}
+	first := slices.MinFunc(t.Retries, func(a, b ledger.TrackRetry) int { return int(a.DueMs - b.DueMs) })
+	return nil, max(first.Due().Sub(now), time.Second), nil
+}
+
+// due is the position of the earliest retry due at now (or at the time
+// the track was sent to come back), or of any when stopping; −1: none.
+func (tr *trackRun) due(now time.Time, stopping bool) int {
+	at := max(now.UnixMilli(), tr.floor.UnixMilli())
+	best := -1
+	for i, r := range tr.msg.Track.Retries {
+		if (stopping || r.DueMs <= at) && (best < 0 || r.DueMs < tr.msg.Track.Retries[best].DueMs) {
+			best = i
+		}
+	}
+	return best
+}
+
+// claim takes the run's next slice for the track (Store.ClaimSlice, its
+// claim Claims + 1); past the run's last slice the track claims no more.
+// The track is then sent on before it runs the slice (sendOn), so that
+// every delivery of the track starts from its last claim or the one
+// before, which ClaimSlice answers again.
+func (tr *trackRun) claim(ctx context.Context) error {
+	t := tr.msg.Track
+	n, err := tr.w.Store.ClaimSlice(ctx, ledger.SliceClaim{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Claim: t.Claims + 1, Now: tr.w.Clock.Now()})
+	if err != nil {
+		return fmt.Errorf("claim a slice: %w", err)
+	}
+	tr.closeLines()
+	t.Claims++
+	t.Slice, t.Span, t.At, t.Pos = pace.ClaimNumber(t.Tracks, n), source.Chunk{}, 0, 0
+	tr.sendOn = true
+	return nil
+}
+
+// loadSlice reads where the track's slice lies: its fan-out chunk (the
+// run's chunk table) and its bytes (the chunk's slices, written by the
+// first track that needs them); the chunk's first slice counts the chunk
+// fanned out. Past the run's last slice the track is done; an empty
+// slice number is claimed past.
+func (tr *trackRun) loadSlice(ctx context.Context) error {
+	t := tr.msg.Track
+	chunks, err := tr.w.trackChunks(ctx, tr.msg.ManifestKey)
+	if err != nil {
+		return err
+	}
+	spans := make([]pace.Span, len(chunks))
+	for i, c := range chunks {
+		spans[i] = pace.Span{First: c.FirstIndex, Count: c.Count}
+	}
+	l := pace.NewLayout(spans, tr.b.Pack(), tr.b.MaxConcurrency)
+	ci, j, _, empty, ok := l.Slice(t.Slice)
+	switch {
+	case !ok:
+		t.Done = true
+		return nil
+	case empty:
+		return tr.claim(ctx)
+	}
+	cuts, err := tr.w.chunkSlices(ctx, tr.msg.ManifestKey, chunks[ci], l.Size)
+	if err != nil {
+		return err
+	}
+	if j >= int64(len(cuts)) {
+		return fmt.Errorf("slice %d of the chunk at %d: it has %d", j, chunks[ci].FirstIndex, len(cuts))
+	}
+	c := chunks[ci]
+	tr.msg.Chunk = &c
+	t.Span, t.At, t.Pos = cuts[j], cuts[j].FirstIndex, cuts[j].Offset
+	if j == 0 {
+		// The chunk's first slice started: its items count as fanned out
+		// in the run (the live view's; once per chunk and run, whatever
+		// the repeats).
+		shards := max(1, tr.b.CounterShards)
+		fc := ledger.FanCount{BatchID: tr.b.ID, Run: tr.b.Run, Lane: ledger.Shard(strconv.FormatInt(c.FirstIndex, 10), shards), First: c.FirstIndex, Items: c.Count, Now: tr.w.Clock.Now()}
+		if err := tr.w.Store.CountFanned(ctx, fc); err != nil {
+			tr.w.Log.WarnContext(ctx, "count the chunk's items fanned out", "batch_id", tr.b.ID, "error", err.Error(), "first", c.FirstIndex)
+		}
+	}
+	return nil
+}
+
+// sliceUnit reads the slice's next unit from the manifest (one ranged
+// read per slice and delivery) and moves the track past it.
+func (tr *trackRun) sliceUnit(ctx context.Context) (*unitMessage, time.Duration, error) {
+	t := tr.msg.Track
+	if tr.lines == nil {
+		rc, err := tr.w.Blobs.OpenRange(ctx, tr.msg.ManifestKey, t.Pos, t.Span.Offset+t.Span.Length-t.Pos)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read slice %d: %w", t.Slice, err)
+		}
+		tr.lines = newLineReader(rc, t.Pos)
+	}
+	k := int64(tr.b.Pack())
+	n := min(k, t.Span.FirstIndex+t.Span.Count-t.At)
+	m, err := tr.unit(*tr.msg.Chunk, t.At, n, tr.lines)
+	if err != nil {
+		tr.closeLines()
+		return nil, 0, err
+	}
+	t.At, t.Pos = t.At+n, m.ref.Offset+m.ref.Length
+	return m, 0, nil
+}
+
+// retryUnit reads a waiting unit's lines again.
+func (tr *trackRun) retryUnit(ctx context.Context, r ledger.TrackRetry) (*unitMessage, error) {
+	rc, err := tr.w.Blobs.OpenRange(ctx, tr.msg.ManifestKey, r.Offset, r.Length)
+	if err != nil {
+		return nil, fmt.Errorf("read the unit at %d: %w", r.First, err)
+	}
+	defer rc.Close()
+	m, err := tr.unit(source.Chunk{FirstIndex: r.ChunkFirst, Count: r.ChunkItems}, r.First, r.Count, newLineReader(rc, r.Offset))
+	if err != nil {
+		return nil, err
+	}
+	m.ref = r
+	return m, nil
+}
+
+// unit reads the n lines of the unit at manifest index first of chunk
+// from lines and makes them the unit the fan-out would have sent (an item
+// or pack message, by ledger.Packer).
+func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *lineReader) (*unitMessage, error) {
+	var body []byte
+	p, err := ledger.NewPacker(tr.b.ID, tr.b.Run, tr.msg.ManifestKey, chunk, tr.b.Pack(), func(b []byte, _ []string) error {
+		body = b
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Skip(first - chunk.FirstIndex)
+	ref := ledger.TrackRetry{First: first, Count: n, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
+	for i := range n {
+		l, off, length, err := lines.next()
+		if err != nil {
+			return nil, fmt.Errorf("the unit at %d, line %d: %w", first, i, err)
+		}
+		if i == 0 {
+			ref.Offset = off
+		}
+		ref.Length = off + length - ref.Offset
+		if err := p.Add(l, off, length); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.Flush(); err != nil {
+		return nil, err
+	}
+	m, _, err := decodeMessage(body)
+	if err != nil {
+		return nil, fmt.Errorf("the unit at %d: %w", first, err)
+	}
+	m.ref = ref
+	return m, nil
+}
+
+func (tr *trackRun) closeLines() {
+	if tr.lines != nil {
+		tr.lines.rc.Close()
+		tr.lines = nil
+	}
+}
+
+// lineReader reads manifest lines one at a time from a ranged read that
+// starts at byte base of the manifest.
+type lineReader struct {
+	rc   io.ReadCloser
+	dec  *json.Decoder
+	base int64
+	off  int64 // the next line's byte offset
+}
+
+func newLineReader(rc io.ReadCloser, base int64) *lineReader {
+	return &lineReader{rc: rc, dec: json.NewDecoder(rc), base: base, off: base}
+}
+
+// next returns the next line, its byte offset and its length (with its
+// '\n'), as source.ReadManifestLines gives them.
+func (r *lineReader) next() (source.ManifestLine, int64, int64, error) {
+	var l source.ManifestLine
+	if err := r.dec.Decode(&l); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return l, 0, 0, fmt.Errorf("manifest at byte %d: %w", r.off, err)
+	}
+	// The encoder wrote a '\n' after each line; the decoder stops before it.
+	at := r.off
+	length := r.base + r.dec.InputOffset() - at + 1
+	r.off += length
+	return l, at, length, nil
+}
+
+// trackChunks is the run's chunk table (ledger.ChunksKey), read once per
+// process and manifest.
+func (w *Worker) trackChunks(ctx context.Context, manifestKey string) ([]source.Chunk, error) {
+	c := w.trackBook()
+	c.mu.Lock()
+	chunks, ok := c.chunks[manifestKey]
+	c.mu.Unlock()
+	if ok {
+		return chunks, nil
+	}
+	body, err := w.Blobs.Get(ctx, ledger.ChunksKey(manifestKey))
+	if err != nil {
+		return nil, fmt.Errorf("read the chunk table: %w", err)
+	}
+	if err := json.Unmarshal(body, &chunks); err != nil {
+		return nil, fmt.Errorf("read the chunk table: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.chunks) >= maxTrackBookEntries {
+		c.chunks = map[string][]source.Chunk{}
+	}
+	c.chunks[manifestKey] = chunks
+	return chunks, nil
+}
+
+// chunkSlices is where the slices of a fan-out chunk lie in the manifest
+// (ledger.SlicesKey): read once per process, written by the first track
+// that reads the chunk, which then counts the chunk's items fanned out.
+func (w *Worker) chunkSlices(ctx context.Context, manifestKey string, chunk source.Chunk, size int64) ([]source.Chunk, error) {
+	key := ledger.SlicesKey(manifestKey, size, chunk.FirstIndex)
+	c := w.trackBook()
+	c.mu.Lock()
+	cuts, ok := c.slices[key]
+	c.mu.Unlock()
+	if ok {
+		return cuts, nil
+	}
+	body, err := w.Blobs.Get(ctx, key)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(body, &cuts); err != nil {
+			return nil, fmt.Errorf("read the slices of the chunk at %d: %w", chunk.FirstIndex, err)
+		}
+	case errors.Is(err, api.ErrNotFound):
+		if cuts, err = w.cutSlices(ctx, manifestKey, chunk, size); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("read the slices of the chunk at %d: %w", chunk.FirstIndex, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.slices) >= maxTrackBookEntries {
+		c.slices = map[string][]source.Chunk{}
+	}
+	c.slices[key] = cuts
+	return cuts, nil
+}
+
+// cutSlices reads a chunk's lines, cuts them into slices of size items
+// (the run's pace.Layout) and writes them beside the manifest.
+func (w *Worker) cutSlices(ctx context.Context, manifestKey string, chunk source.Chunk, size int64) ([]source.Chunk, error) {
+	rc, err := w.Blobs.OpenRange(ctx, manifestKey, chunk.Offset, chunk.Length)
+	if err != nil {
+		return nil, fmt.Errorf("read the chunk at %d: %w", chunk.FirstIndex, err)
+	}
+	defer rc.Close()
+	var cuts []source.Chunk
+	index := chunk.FirstIndex
+	err = source.ReadManifestLines(rc, chunk.Offset, func(_ source.ManifestLine, off, length int64) error {
+		if (index-chunk.FirstIndex)%size == 0 {
+			cuts = append(cuts, source.Chunk{Offset: off, FirstIndex: index})
+		}
+		c := &cuts[len(cuts)-1]
+		c.Length, c.Count = off+length-c.Offset, c.Count+1
+		index++
+		return nil
+	})
+	if err == nil && index-chunk.FirstIndex != chunk.Count {
+		err = fmt.Errorf("the chunk at %d holds %d items, want %d", chunk.FirstIndex, index-chunk.FirstIndex, chunk.Count)
+	}
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(cuts)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Blobs.Put(ctx, ledger.SlicesKey(manifestKey, size, chunk.FirstIndex), "application/json", body); err != nil {
+		return nil, fmt.Errorf("write the slices of the chunk at %d: %w", chunk.FirstIndex, err)
+	}
+	return cuts, nil
+}
+
+// maxTrackBookEntries bounds the chunk tables and slice lists a process
+// keeps.
+const maxTrackBookEntries = 256
+
+// trackBook is what a process keeps of the runs' chunk tables and chunks'
+// slices, which never change.
+type trackBook struct {
+	mu     sync.Mutex
+	chunks map[string][]source.Chunk
+	slices map[string][]source.Chunk
+}
+
+var trackBooks sync.Mutex
+
+func (w *Worker) trackBook() *trackBook {
+	trackBooks.Lock()
+	defer trackBooks.Unlock()
+	if w.tracks == nil {
+		w.tracks = &trackBook{chunks: map[string][]source.Chunk{}, slices: map[string][]source.Chunk{}}
+	}
+	return w.tracks
+}
+
+// deadTrack handles a track message dead-lettered (its deliveries kept
+// failing: a unit that crashes or hangs the invocation). The unit at its
+// place, the likeliest cause, is recorded failed (dead-lettered) if it
+// was never reserved in the run, as a dead-lettered fan-out's items are,
+// and the track goes on past it as a new message, so that its other units
+// still run and the run ends.
+func (w *Worker) deadTrack(ctx context.Context, log *slog.Logger, tr *trackRun, d Delivery) bool {
+	t := tr.msg.Track
+	if t.Span.Length == 0 || t.At >= t.Span.FirstIndex+t.Span.Count {
+		return w.sendTrack(ctx, log, tr, d, 0, true)
+	}
+	m, _, err := tr.sliceUnit(ctx)
+	if err != nil {
+		log.ErrorContext(ctx, "dead-lettered track: read its unit", "error", err.Error())
+		return false
+	}
+	keys := make([]string, len(m.Items))
+	for i, it := range m.Items {
+		keys[i] = it.Key
+	}
+	text := fmt.Sprintf("the track running the item exceeded the items queue's receive limit (%d receives)", d.ReceiveCount)
+	n, err := w.settleUnstarted(ctx, tr.b, source.Chunk{FirstIndex: m.ChunkFirst, Count: m.ChunkItems}, m.ref.First, keys, api.ReasonDeadLettered, text)
+	if err != nil {
+		log.ErrorContext(ctx, "dead-lettered track: settle its unit", "error", err.Error())
+		return false
+	}
+	if n > 0 {
+		w.count(ctx, []done{{batch: tr.b, outcome: api.OutcomeFailed, first: m.ChunkFirst, items: m.ChunkItems}}, n)
+		w.Metrics.DeadLetters(tr.b.Pipeline, n, tr.b.ID, tr.b.Run)
+		w.Metrics.ItemsRecorded(tr.b.Pipeline, string(api.OutcomeFailed), n, tr.b.ID, tr.b.Run)
+	} else {
+		// Reserved in the run: it waits in the track like any unit.
+		tr.park(m, LiveLeaseRecheck, m.ref.Requeued)
+	}
+	log.WarnContext(ctx, "track dead-lettered; its unit recorded failed and the track sent on", "first", m.ref.First, "items", n)
+	return w.sendTrack(ctx, log, tr, d, 0, true)
+}
