@@ -146,8 +146,12 @@ const (
 	waitPrune = 10
 )
 
+// heldAttr is the wait row's attribute counting the run's items held
+// with outcome o: "held_withheld".
+func heldAttr(o api.Outcome) string { return "held_" + string(o) }
+
 // CountWaits adds c to the wait row of counter partition c.Lane with one
-// UpdateItem (ADD w{minute} …, interrupted, timed_out; REMOVE the buckets of the
+// UpdateItem (ADD w{minute} …, interrupted, timed_out, held_{outcome}; REMOVE the buckets of the
 // waitPrune minutes before now; SET its token slot), sent once at a time
 // as CountLane's (addOnce): never counted twice.
 func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
@@ -162,6 +166,11 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	}
 	if c.TimedOut != 0 {
 		u = u.Add(expression.Name(attrTimedOut), expression.Value(c.TimedOut))
+	}
+	for _, o := range api.HeldOutcomes() {
+		if n := c.Held[o]; n != 0 {
+			u = u.Add(expression.Name(heldAttr(o)), expression.Value(n))
+		}
 	}
 	now := c.Now.Unix() / 60
 	for m := now - waitPrune; m < now; m++ {
@@ -229,6 +238,15 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 				if n, ok := av[attrTimedOut].(*types.AttributeValueMemberN); ok {
 					c, _ := strconv.ParseInt(n.Value, 10, 64)
 					p.TimedOut += c
+				}
+				for _, o := range api.HeldOutcomes() {
+					if n, ok := av[heldAttr(o)].(*types.AttributeValueMemberN); ok {
+						c, _ := strconv.ParseInt(n.Value, 10, 64)
+						if p.Held == nil {
+							p.Held = map[api.Outcome]int64{}
+						}
+						p.Held[o] += c
+					}
 				}
 				return nil
 			case skFan:

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -31,9 +33,18 @@ func LiveOf(b Batch, p Progress, now time.Time) api.LiveView {
 	l.NotFannedOut = max(0, items-fanned)
 	notEnded := max(0, fanned-p.Done)
 	l.RetryWaiting = min(l.RetryWaiting, notEnded)
-	l.InFlight = notEnded - l.RetryWaiting
+	l.Withheld = min(p.Held[api.OutcomeWithheld], notEnded-l.RetryWaiting)
+	l.InFlight = notEnded - l.RetryWaiting - max(0, l.Withheld)
+	l.Withheld = max(0, l.Withheld)
 	if b.Pause != nil {
 		l.Attention = append(l.Attention, fmt.Sprintf("paused by %s since %s", b.Pause.By, b.Pause.Since.UTC().Format(time.RFC3339)))
+	}
+	for _, s := range slices.Sorted(maps.Keys(b.Halts)) {
+		l.Attention = append(l.Attention, fmt.Sprintf("halted on %s since %s: its items are withheld; fix the credential, then lift the halt (bulkrun lift)",
+			s, b.Halts[s].Since.UTC().Format(time.RFC3339)))
+	}
+	if l.Withheld > 0 {
+		l.Attention = append(l.Attention, fmt.Sprintf("%d items withheld (bulkrun items --outcome withheld)", l.Withheld))
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
 		l.Attention = append(l.Attention, fmt.Sprintf("%d items failed or quarantined", f))
