@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -297,7 +298,18 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 		it := w.Items[0].Item
 		_, err = s.recordWithEffects(ctx, ledger.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr.TransactWriteItems())
 	default:
-		_, _, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+		var stored map[string]types.AttributeValue
+		_, stored, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+		if errors.Is(err, api.ErrConflict) && len(stored) > 0 {
+			// The row as stored, sent back with the refusal
+			// (ReturnValuesOnConditionCheckFailure ALL_OLD): the holder
+			// plans again from it without a read.
+			err = fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
+			if p, perr := packFrom(w.Ref.BatchID, stored); perr == nil {
+				return &ledger.PackConflict{Pack: p, Err: err}
+			}
+			return err
+		}
 	}
 	if errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
@@ -399,9 +411,11 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()}}
 	}
 	_, err = s.transact(ctx, update(packKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
-	var tce *types.TransactionCanceledException
 	switch {
-	case errors.Is(err, api.ErrConflict), errors.As(err, &tce):
+	case errors.Is(err, api.ErrConflict), awsfault.ClassOf("dynamodb", "TransactWriteItems", err) == ledger.FaultConflict:
+		// A condition of either row did not hold: the item is not
+		// quarantined (any longer). A conflicting writer or throttling
+		// past the retryer's tries is no answer on that: unavailable.
 		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, api.ErrConflict)
 	case err != nil:
 		return true, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)
