@@ -159,10 +159,10 @@ func TestMetricsAlarms(t *testing.T) {
 
 // TestBatchEventsAlarmRule: with an alarm topic the stack routes the
 // batch events an on-call engineer must hear of (threshold exceeded,
-// refused) to it, by one EventBridge rule on the default bus; without a
+// refused, paused, halted on a refused credential) to it, by one EventBridge rule on the default bus; without a
 // topic, or with NoBatchEventAlarms, there is no such rule.
 func TestBatchEventsAlarmRule(t *testing.T) {
-	pattern := map[string]any{"source": []any{"bulkrun"}, "detail-type": []any{"Batch Threshold Exceeded", "Batch Refused", "Batch Paused"}}
+	pattern := map[string]any{"source": []any{"bulkrun"}, "detail-type": []any{"Batch Threshold Exceeded", "Batch Refused", "Batch Paused", "Batch Halted"}}
 	find := func(s *synthesized) []map[string]any {
 		var rules []map[string]any
 		for _, r := range s.resourcesOfType("AWS::Events::Rule") {

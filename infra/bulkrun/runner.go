@@ -300,7 +300,8 @@ type RunnerProps struct {
 	StallAlarm time.Duration
 	// NoBatchEventAlarms keeps the stack from routing the batch events
 	// an on-call engineer must hear of (api.AlarmDetailTypes(): "Batch
-	// Threshold Exceeded", "Batch Refused", "Batch Paused") to AlarmTopicARN. Default off:
+	// Threshold Exceeded", "Batch Refused", "Batch Paused", "Batch
+	// Halted") to AlarmTopicARN. Default off:
 	// with AlarmTopicARN set, the EventBridge rule BatchEventsAlarmRule
 	// sends each such event to the topic.
 	NoBatchEventAlarms bool

@@ -466,3 +466,56 @@ func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time
 	}
 	return s.GetBatch(ctx, id)
 }
+
+// Halt puts m's halt in the batch row's halts map (see ledger.Store):
+// SET halts.{haltKey} = :halt under
+//
+//	run = :run AND status = running AND attribute_exists(halts)
+//	AND attribute_not_exists(halts.{haltKey}) AND size(halts) < MaxHalts
+//
+// or, on a row without the map, SET halts = {haltKey: :halt} under
+// attribute_not_exists(halts) and the same run and status.
+func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
+	k := haltKey(m.Subject)
+	row, err := attributevalue.Marshal(haltRow{Subject: m.Subject, SinceMs: m.Now.UnixMilli(), Reason: ledger.CutError(m.Reason)})
+	if err != nil {
+		return err
+	}
+	running := expression.And(expression.Name(attrRun).Equal(expression.Value(m.Run)),
+		expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))))
+	path := expression.Name(attrHalts + "." + k)
+	expr, err := expression.NewBuilder().WithCondition(expression.And(running,
+		expression.AttributeExists(expression.Name(attrHalts)), expression.AttributeNotExists(path),
+		expression.Name(attrHalts).Size().LessThan(expression.Value(api.MaxHalts)))).
+		WithUpdate(expression.Set(path, expression.Value(row))).Build()
+	if err != nil {
+		return err
+	}
+	_, old, err := s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone)
+	if errors.Is(err, api.ErrConflict) && len(old) > 0 && old[attrHalts] == nil {
+		expr, err = expression.NewBuilder().WithCondition(expression.And(running, expression.AttributeNotExists(expression.Name(attrHalts)))).
+			WithUpdate(expression.Set(expression.Name(attrHalts), expression.Value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{k: row}}))).Build()
+		if err != nil {
+			return err
+		}
+		_, _, err = s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone)
+	}
+	if err != nil {
+		return fmt.Errorf("halt %s on %s: %w", m.BatchID, m.Subject, err)
+	}
+	return nil
+}
+
+// Lift removes subject's halt from the batch row: REMOVE
+// halts.{haltKey} under attribute_exists(halts.{haltKey}).
+func (s *Store) Lift(ctx context.Context, id, subject string) error {
+	path := expression.Name(attrHalts + "." + haltKey(subject))
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(path)).WithUpdate(expression.Remove(path)).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("lift %s on %s: %w", id, subject, err)
+	}
+	return nil
+}

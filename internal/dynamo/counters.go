@@ -150,10 +150,14 @@ const (
 	waitPrune = 10
 )
 
+// heldAttr is the wait row's attribute counting the run's items held
+// with outcome o: "held_withheld".
+func heldAttr(o api.Outcome) string { return "held_" + string(o) }
+
 // CountWaits adds c to the wait row of counter partition c.Lane with one
 // UpdateItem (ADD w{minute} …, h{minute} … for the throttled, n{slot}_
 // {minute} … for each failure class with SET c{slot} and e{slot} its
-// name and one error, interrupted, timed_out; REMOVE the buckets of the
+// name and one error, interrupted, timed_out, held_{outcome}; REMOVE the buckets of the
 // waitPrune minutes before now; SET its token slot), sent once at a time
 // as CountLane's (addOnce): never counted twice. A class has one of
 // ledger.StreakSlots() slots (ledger.StreakSlot): two classes in one
@@ -192,6 +196,11 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	}
 	add(attrInterrupted, c.Interrupted)
 	add(attrTimedOut, c.TimedOut)
+	for _, o := range api.HeldOutcomes() {
+		if n := c.Held[o]; n != 0 {
+			u = u.Add(expression.Name(heldAttr(o)), expression.Value(n))
+		}
+	}
 	now := c.Now.Unix() / 60
 	for m := now - waitPrune; m < now; m++ {
 		if _, due := c.Due[m]; !due {
@@ -339,6 +348,15 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 			switch stringAttr(av, config.AttrSK) {
 			case skWait:
 				readWaitRow(av, &p)
+				for _, o := range api.HeldOutcomes() {
+					if n, ok := av[heldAttr(o)].(*types.AttributeValueMemberN); ok {
+						c, _ := strconv.ParseInt(n.Value, 10, 64)
+						if p.Held == nil {
+							p.Held = map[api.Outcome]int64{}
+						}
+						p.Held[o] += c
+					}
+				}
 				return nil
 			case skFan:
 				if n, ok := av[attrFanned].(*types.AttributeValueMemberN); ok {

@@ -19,11 +19,11 @@ import (
 )
 
 // fresh is the condition under which an item starts a new run (ledger.Plan):
-// no row; a failed, cancelled (or interrupted) row of an earlier run; a
-// quarantined row of an earlier run that was released.
+// no row; a failed, cancelled, held (or interrupted) row of an earlier
+// run; a quarantined row of an earlier run that was released.
 //
 //	attribute_not_exists(pk)
-//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight)
+//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight, withheld)
 //	                    OR (outcome = quarantined AND released = true)))
 //
 // In a correction run (rev ≥ 2), exactly a row of an earlier run marked
@@ -43,7 +43,8 @@ func fresh(run, rev int) expression.ConditionBuilder {
 		expression.And(
 			expression.Name(attrRun).LessThan(expression.Value(run)),
 			expression.Or(
-				expression.In(out, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeCancelled)), expression.Value(string(api.OutcomeInFlight))),
+				expression.In(out, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeCancelled)), expression.Value(string(api.OutcomeInFlight)),
+					expression.Value(string(api.OutcomeWithheld))),
 				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(attrReleased).Equal(expression.Value(true))),
 			),
 		),
@@ -60,6 +61,30 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 		expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
 		expression.Name(attrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())),
 	)
+}
+
+// isHeld is the condition of a held row (api.HeldOutcomes):
+//
+//	outcome = withheld
+func isHeld() expression.ConditionBuilder {
+	return expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeWithheld)))
+}
+
+// woken is the condition under which a held item moves on in its run
+// (ledger.ItemState.Woken): woken by a caller.
+//
+//	run = :run AND outcome = withheld AND attribute_exists(woken)
+func woken(run int) expression.ConditionBuilder {
+	return expression.And(
+		expression.Name(attrRun).Equal(expression.Value(run)),
+		isHeld(),
+		expression.AttributeExists(expression.Name(attrWoken)),
+	)
+}
+
+// removeHold removes a held item's hold attributes.
+func removeHold(u expression.UpdateBuilder) expression.UpdateBuilder {
+	return u.Remove(expression.Name(attrHoldSubject)).Remove(expression.Name(attrHoldSinceMs)).Remove(expression.Name(attrWoken))
 }
 
 // fenced is the condition of Record and Release:
@@ -91,7 +116,8 @@ func identity(u expression.UpdateBuilder, run int, now time.Time) expression.Upd
 // takeover, whose row is in flight) the takeover is tried first and the
 // fresh start only when its condition fails on a row that fresh would
 // take, so that the usual case costs one write, not a failed condition
-// (billed at the row's size) and a write.
+// (billed at the row's size) and a write. When fresh fails on a row held
+// in this run, a third UpdateItem conditioned on woken takes it (resume).
 func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
 	if r.Redelivered {
 		it, err := s.takeover(ctx, r)
@@ -109,11 +135,28 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 		Remove(expression.Name(attrError)).Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled)).
 		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
 		Remove(expression.Name(attrThrottledMs))
-	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(u, r.Now))
+	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(removeHold(u), r.Now))
+	if errors.Is(err, api.ErrConflict) && it.Run == r.Run && it.Outcome.Held() {
+		return s.resume(ctx, r)
+	}
 	if r.Redelivered || !errors.Is(err, api.ErrConflict) || it.Outcome != api.OutcomeInFlight || it.Run != r.Run || !it.LeaseUntil.Before(r.Now) {
 		return it, err
 	}
 	return s.takeover(ctx, r)
+}
+
+// resume is Reserve's third condition: the item is held in this run and
+// woken (see woken); attempt + 1, first_attempt, spent and run_time_ms
+// kept, the hold removed.
+func (s *Store) resume(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
+	u := expression.Set(expression.Name(attrOutcome), expression.Value(string(api.OutcomeInFlight))).
+		Set(expression.Name(attrAttempt), expression.Plus(expression.Name(attrAttempt), expression.Value(1))).
+		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
+		Remove(expression.Name(attrError)).Remove(expression.Name(attrReason)).Remove(expression.Name(attrCost)).
+		Remove(expression.Name(attrRetryScheduled)).Remove(expression.Name(attrThrottledMs)).
+		Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
+	return s.reserve(ctx, r, woken(r.Run), s.stamp(removeHold(u), r.Now))
 }
 
 // takeover is Reserve's second condition: the item is in flight in this
@@ -163,8 +206,11 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 		},
 		BatchID: r.BatchID,
 	}
-	if prev.Run == r.Run && prev.Outcome == string(api.OutcomeInFlight) {
-		it.Interrupted = !prev.Retry // a takeover, not a scheduled retry
+	if prev.Run == r.Run && api.Outcome(prev.Outcome).Held() {
+		it.Resumed = api.Outcome(prev.Outcome)
+	}
+	if prev.Run == r.Run && (prev.Outcome == string(api.OutcomeInFlight) || api.Outcome(prev.Outcome).Held()) {
+		it.Interrupted = prev.Outcome == string(api.OutcomeInFlight) && !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
 		it.ThrottledSince = fromMs(prev.ThrottledMs)
 		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
@@ -198,14 +244,21 @@ func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 		u = u.Remove(expression.Name(attrCost))
 	}
 	u = setSpent(u, r)
-	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined {
+	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined || r.Outcome.Held() {
 		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
 			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
 	} else {
 		u = u.Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
 	}
-	if !r.Outcome.Terminal() {
-		return u, fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
+	if r.Outcome.Held() {
+		h := r.Hold
+		u = u.Set(expression.Name(attrHoldSinceMs), expression.Value(h.Since.UnixMilli())).Remove(expression.Name(attrWoken))
+		set(attrHoldSubject, h.Subject)
+	} else {
+		u = removeHold(u)
+	}
+	if !r.Outcome.Terminal() && !r.Outcome.Held() {
+		return u, fmt.Errorf("record %s/%s: %q is not a terminal or held outcome", r.BatchID, r.Key, r.Outcome)
 	}
 	return u, nil
 }
@@ -280,9 +333,9 @@ func (s *Store) Release(ctx context.Context, r ledger.Record) error {
 	return s.update(ctx, "release", r, expr)
 }
 
-// setSpent writes what r.Run's attempts spent (spent, spent_run) when r
-// carries it, in the same write as the outcome or release, so it costs no
-// extra request. An empty Spent leaves the stored one: a row settled
+// setSpent writes what r.Run's attempts spent (spent, spent_run) and
+// their time (run_time_ms) when r carries them, in the same write as the
+// outcome or release, so it costs no extra request. An empty Spent leaves the stored one: a row settled
 // without running keeps its earlier run's figure, which the census reads
 // only for that run.
 func setSpent(u expression.UpdateBuilder, r ledger.Record) expression.UpdateBuilder {
@@ -296,7 +349,8 @@ func setSpent(u expression.UpdateBuilder, r ledger.Record) expression.UpdateBuil
 // Settle writes a terminal outcome for an item that did not run: under the
 // fresh condition, or, when the stored row is in flight in r.Run with an
 // expired lease, under the expired condition (a second conditional write,
-// which keeps the run's attempts). It returns the stored row on conflict.
+// which keeps the run's attempts), or, when it is held in r.Run, under
+// the woken condition (the same). It returns the stored row on conflict.
 func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error) {
 	// UpdateBuilder shares its operations between copies: build each
 	// variant from scratch.
@@ -320,11 +374,21 @@ func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error
 		return ledger.Item{}, err
 	}
 	it, err := s.settle(ctx, r, fresh(r.Run, r.Revision), u)
-	if errors.Is(err, api.ErrConflict) && it.Outcome == api.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now) {
+	switch {
+	case errors.Is(err, api.ErrConflict) && it.Outcome == api.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now):
 		if u, err = update(false); err != nil {
 			return ledger.Item{}, err
 		}
 		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
+	case errors.Is(err, api.ErrConflict) && it.Outcome.Held() && it.Run == r.Run:
+		// Held in this run: settled once woken, its attempts kept.
+		held := it.Outcome
+		if u, err = update(false); err != nil {
+			return ledger.Item{}, err
+		}
+		if it, err = s.settle(ctx, r, woken(r.Run), u); err == nil {
+			it.Resumed = held
+		}
 	}
 	return it, err
 }
@@ -459,4 +523,82 @@ func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int,
 		return false, fmt.Errorf("mark counted %s/%s: %w", batchID, key, err)
 	}
 	return true, nil
+}
+
+// WakeItem wakes a held item row (see ledger.Store) with one UpdateItem:
+//
+//	run = :run AND outcome = withheld
+//	AND attribute_not_exists(woken)
+//	[AND outcome = :outcome] [AND hold_subject = :subject] [AND attempt = :attempt]
+//	SET woken = :by, updated_at_ms = :now
+//
+// It returns the row as written (ALL_NEW), or the stored row and
+// api.ErrConflict.
+func (s *Store) WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, error) {
+	cond := expression.And(
+		expression.Name(attrRun).Equal(expression.Value(w.Run)),
+		isHeld(),
+		expression.AttributeNotExists(expression.Name(attrWoken)),
+	)
+	if w.Outcome != "" {
+		cond = cond.And(expression.Name(attrOutcome).Equal(expression.Value(string(w.Outcome))))
+	}
+	if w.Subject != "" {
+		cond = cond.And(expression.Name(attrHoldSubject).Equal(expression.Value(w.Subject)))
+	}
+	if w.Attempt > 0 {
+		cond = cond.And(expression.Name(attrAttempt).Equal(expression.Value(w.Attempt)))
+	}
+	u := expression.Set(expression.Name(attrWoken), expression.Value(string(w.By))).
+		Set(expression.Name(attrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, w.Now)).Build()
+	if err != nil {
+		return ledger.Item{}, err
+	}
+	attrs, old, err := s.updateRow(ctx, itemKey(w.BatchID, w.ListShards, w.Key), expr, types.ReturnValueAllNew)
+	if errors.Is(err, api.ErrConflict) {
+		it, uerr := itemFrom(w.BatchID, old)
+		if uerr != nil {
+			return ledger.Item{}, uerr
+		}
+		return it, fmt.Errorf("wake %s/%s: %w", w.BatchID, w.Key, err)
+	}
+	if err != nil {
+		return ledger.Item{}, fmt.Errorf("wake %s/%s: %w", w.BatchID, w.Key, err)
+	}
+	return itemFrom(w.BatchID, attrs)
+}
+
+// LocateItem reads item key (see ledger.Store): its item row (GetItem,
+// consistent); else its attention row (pk ATTN#{id}#{shard}, sk key) and
+// the pack row it names, whose entry is the item's state.
+func (s *Store) LocateItem(ctx context.Context, batchID string, listShards int, itemKey string) (ledger.Item, error) {
+	it, err := s.getItem(ctx, batchID, listShards, itemKey)
+	if !errors.Is(err, api.ErrNotFound) {
+		return it, err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	out, gerr := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(attnPK(batchID, ledger.Shard(itemKey, listShards)), itemKey), ConsistentRead: aws.Bool(true)})
+	if gerr != nil {
+		return ledger.Item{}, fmt.Errorf("locate %s/%s: %w", batchID, itemKey, gerr)
+	}
+	if len(out.Item) == 0 {
+		return ledger.Item{}, err
+	}
+	var loc struct {
+		First int64 `dynamodbav:"pack_first"`
+		Index int   `dynamodbav:"pack_index"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Item, &loc); err != nil {
+		return ledger.Item{}, fmt.Errorf("locate %s/%s: %w", batchID, itemKey, err)
+	}
+	p, perr := s.GetPack(ctx, ledger.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First})
+	if perr != nil {
+		return ledger.Item{}, fmt.Errorf("locate %s/%s: %w", batchID, itemKey, perr)
+	}
+	if loc.Index >= len(p.Items) || p.Items[loc.Index].Key != itemKey {
+		return ledger.Item{}, err
+	}
+	return p.Item(loc.Index), nil
 }

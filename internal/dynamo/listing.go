@@ -159,7 +159,8 @@ func (s *Store) ScanItems(ctx context.Context, batchID string, listShards int, f
 
 // ListItems returns up to limit items of outcome in key byte order after
 // the key after (exclusive; "" from the start), and the key to continue
-// after ("" when there are no more). failed and quarantined items come
+// after ("" when there are no more). failed, quarantined and held items
+// (and every one of them, for api.NeedsAttention) come
 // from the sparse attention index (item rows) and the attention entries
 // of pack items (the ATTN partitions, one per item shard), so successes
 // are never read; every pack item's entry is confirmed against its pack
@@ -176,16 +177,21 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 		pkOf         func(shard int) string
 	}
 	var sources []source
-	switch outcome {
-	case api.OutcomeFailed, api.OutcomeQuarantined:
+	switch {
+	case outcome == api.OutcomeFailed || outcome == api.OutcomeQuarantined || outcome.Held() || outcome == api.NeedsAttention:
 		sources = []source{
 			{aws.String(config.IndexAttention), config.AttrAttentionPK, config.AttrAttentionSK, func(shard int) string { return shardKey(batchID, shard) }},
 			{nil, config.AttrPK, config.AttrSK, func(shard int) string { return attnPK(batchID, shard) }},
 		}
-	case api.OutcomeInFlight:
+	case outcome == api.OutcomeInFlight:
 		sources = []source{{nil, config.AttrPK, config.AttrSK, func(shard int) string { return itemPK(batchID, shard) }}}
 	default:
-		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, api.ErrInvalid)
+		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined, held or in_flight: %w", outcome, api.ErrInvalid)
+	}
+	filter := expression.Name(attrOutcome).Equal(expression.Value(string(outcome)))
+	if outcome == api.NeedsAttention {
+		filter = expression.In(expression.Name(attrOutcome), expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeQuarantined)),
+			expression.Value(string(api.OutcomeWithheld)))
 	}
 	var all []listed
 	seen := map[string]bool{} // an entry of format 0–1 is in the index and its partition
@@ -196,8 +202,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 			if after != "" {
 				kc = kc.And(expression.Key(src.skAt).GreaterThan(expression.Value(after)))
 			}
-			expr, err := expression.NewBuilder().WithKeyCondition(kc).
-				WithFilter(expression.Name(attrOutcome).Equal(expression.Value(string(outcome)))).Build()
+			expr, err := expression.NewBuilder().WithKeyCondition(kc).WithFilter(filter).Build()
 			if err != nil {
 				return nil, "", err
 			}
@@ -315,7 +320,7 @@ func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards in
 			continue
 		}
 		p := packs[l.first]
-		if l.index < len(p.Items) && p.Items[l.index].Key == l.item.Key && p.Items[l.index].Outcome == outcome {
+		if l.index < len(p.Items) && p.Items[l.index].Key == l.item.Key && ledger.ListedAs(p.Items[l.index].Outcome, outcome) {
 			it := p.Item(l.index)
 			it.LeaseUntil = time.Time{} // not in flight: as an item row of that outcome reads
 			items = append(items, it)

@@ -73,19 +73,24 @@ type packItemRow struct {
 	CountedRun   int                `dynamodbav:"cr,omitempty"`
 	Revision     int                `dynamodbav:"rv,omitempty"` // ledger.ItemState.Revision
 	UpdatedAtMs  int64              `dynamodbav:"u,omitempty"`
+	HoldSubject  string             `dynamodbav:"hs,omitempty"` // ledger.ItemState.Hold: Subject, Since, Woken
+	HoldSinceMs  int64              `dynamodbav:"hn,omitempty"`
+	Woken        string             `dynamodbav:"wk,omitempty"`
 }
 
 func packItemToRow(it ledger.ItemState) packItemRow {
 	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
 		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
 		Error: ledger.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
-		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince), Revision: it.Revision}
+		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince), Revision: it.Revision,
+		HoldSubject: it.Hold.Subject, HoldSinceMs: ms(it.Hold.Since), Woken: string(it.Hold.Woken)}
 }
 
 func packItemFromRow(r packItemRow) ledger.ItemState {
 	it := ledger.ItemState{Key: r.Key, Run: r.Run, Outcome: api.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
 		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: api.Reason(r.Reason),
-		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision}
+		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision,
+		Hold: api.Hold{Subject: r.HoldSubject, Since: fromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
 	}
@@ -173,7 +178,7 @@ func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]type
 //	every write:        SET lease_until_ms = :lease, updated_at_ms, expires_at,
 //	                    i{j} = :item (REMOVE i{j} for an item written empty)
 //
-// An item that enters failed or quarantined gets its attention entry (pk
+// An item that enters failed, quarantined or a held outcome gets its attention entry (pk
 // ATTN#{id}#{shard of its key}, sk its key, with the item row's attributes
 // and where its pack is; no index entry), put before the pack's write
 // with BatchWriteItem, so that every failed or quarantined pack item has
@@ -227,7 +232,7 @@ func (s *Store) WritePack(ctx context.Context, w ledger.PackWrite) error {
 // attentionChange is +1 when the write puts the item's attention row, -1
 // when it deletes it, 0 when it leaves it.
 func attentionChange(iw ledger.PackItemWrite) int {
-	had := iw.Was == api.OutcomeFailed || iw.Was == api.OutcomeQuarantined
+	had := iw.Was == api.OutcomeFailed || iw.Was == api.OutcomeQuarantined || iw.Was.Held()
 	switch {
 	case iw.Item.Outcome != "" && iw.Item.Attention() && iw.Item.Outcome != iw.Was:
 		return 1
@@ -343,6 +348,12 @@ func (s *Store) attentionPut(w ledger.PackWrite, iw ledger.PackItemWrite) (types
 	}
 	if it.Released {
 		row[attrReleased] = true
+	}
+	if it.Outcome.Held() {
+		row[attrHoldSinceMs] = ms(it.Hold.Since)
+		if it.Hold.Subject != "" {
+			row[attrHoldSubject] = it.Hold.Subject
+		}
 	}
 	if s.RowTTL > 0 {
 		row[config.AttrExpiresAt] = w.Now.Add(s.RowTTL).Unix()

@@ -1,6 +1,8 @@
 package dynamo
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -98,6 +100,9 @@ const (
 	attrSpent          = "spent"
 	attrSpentRun       = "spent_run"
 	attrUpdatedAtMs    = "updated_at_ms"
+	attrHoldSubject    = "hold_subject"  // api.Hold.Subject of a held item
+	attrHoldSinceMs    = "hold_since_ms" // api.Hold.Since, epoch ms
+	attrWoken          = "woken"         // api.Hold.Woken
 )
 
 // Attributes of the batch row (batchRow) and of the markers, named in
@@ -142,6 +147,25 @@ const (
 	attrPauses           = "pauses"
 )
 
+// haltRow is the stored shape of api.Halt, in the batch row's halts map
+// under haltKey(subject): a subject (an ARN) may hold dots, which an
+// expression's document path would split.
+type haltRow struct {
+	Subject string `dynamodbav:"subject"`
+	SinceMs int64  `dynamodbav:"since_ms"`
+	Reason  string `dynamodbav:"reason,omitempty"`
+}
+
+// haltKey is the key of subject's halt in the batch row's halts map: "h"
+// and the first 16 hex digits of its SHA-256.
+func haltKey(subject string) string {
+	sum := sha256.Sum256([]byte(subject))
+	return "h" + hex.EncodeToString(sum[:8])
+}
+
+// attrHalts is the batch row's map of halts by subject.
+const attrHalts = "halts"
+
 // Attributes of slot rows.
 const (
 	attrHolder = "holder"
@@ -149,61 +173,62 @@ const (
 
 // batchRow is the stored shape of api.Batch.
 type batchRow struct {
-	PK             string            `dynamodbav:"pk"`
-	SK             string            `dynamodbav:"sk"`
-	ID             string            `dynamodbav:"batch_id"`
-	Pipeline       string            `dynamodbav:"pipeline"`
-	Digest         string            `dynamodbav:"manifest_digest"`
-	ManifestKey    string            `dynamodbav:"manifest_key"`
-	ManifestBytes  int64             `dynamodbav:"manifest_bytes"`
-	ItemCount      int64             `dynamodbav:"item_count"`
-	ListShards     int               `dynamodbav:"list_shards"`
-	CounterShards  int               `dynamodbav:"counter_shards"`
-	CounterLanes   int               `dynamodbav:"counter_lanes,omitempty"` // 0: counted per chunk
-	Chunks         int               `dynamodbav:"chunks,omitempty"`
-	Run            int               `dynamodbav:"run"`
-	Status         string            `dynamodbav:"status"`
-	Threshold      string            `dynamodbav:"threshold"` // JSON
-	MaxAttempts    int               `dynamodbav:"max_attempts"`
-	Retry          string            `dynamodbav:"retry,omitempty"` // JSON api.RetryPolicy; absent: the worker's default
-	MaxConcurrency int               `dynamodbav:"max_concurrency,omitempty"`
-	ItemsPerMsg    int               `dynamodbav:"items_per_message,omitempty"`
-	OnInterrupt    string            `dynamodbav:"on_interrupt,omitempty"`
-	Headers        map[string]string `dynamodbav:"headers,omitempty"`
-	Options        string            `dynamodbav:"pipeline_options"` // JSON
-	KeyField       string            `dynamodbav:"key_field,omitempty"`
-	Source         string            `dynamodbav:"source"`
-	SubmittedBy    string            `dynamodbav:"submitted_by,omitempty"`
-	FannedOut      bool              `dynamodbav:"fanned_out"`
-	CreatedAtMs    int64             `dynamodbav:"created_at_ms"`
-	RunStartedAtMs int64             `dynamodbav:"run_started_at_ms"`
-	FinishedAtMs   int64             `dynamodbav:"finished_at_ms,omitempty"`
-	ReportKey      string            `dynamodbav:"report_key,omitempty"`
-	Census         string            `dynamodbav:"census,omitempty"` // JSON
-	NeedsAttention bool              `dynamodbav:"needs_attention"`
-	Stop           string            `dynamodbav:"stop,omitempty"`
-	StopDetail     string            `dynamodbav:"stop_detail,omitempty"`
-	StopRan        int64             `dynamodbav:"stop_ran,omitempty"`
-	StopFailures   int64             `dynamodbav:"stop_failures,omitempty"`
-	ExpiresAtMs    int64             `dynamodbav:"expires_at_ms,omitempty"`
-	Request        string            `dynamodbav:"request,omitempty"` // JSON
-	SubmitAttempts int               `dynamodbav:"submit_attempts,omitempty"`
-	SubmitDeadMs   int64             `dynamodbav:"submit_deadline_ms,omitempty"`
-	Refusal        string            `dynamodbav:"refusal,omitempty"` // JSON
-	Failure        string            `dynamodbav:"failure,omitempty"`
-	FinalizeFails  int               `dynamodbav:"finalize_failures,omitempty"`
-	Forgetting     bool              `dynamodbav:"forgetting,omitempty"`
-	PublishedRun   int               `dynamodbav:"published_run,omitempty"`
-	TaskToken      string            `dynamodbav:"task_token,omitempty"` // ledger.Batch.TaskToken
-	PauseBy        string            `dynamodbav:"pause_by,omitempty"`   // absent: not paused
-	PausedAtMs     int64             `dynamodbav:"paused_at_ms,omitempty"`
-	PauseClass     string            `dynamodbav:"pause_class,omitempty"`
-	PauseError     string            `dynamodbav:"pause_error,omitempty"`
-	Probes         int               `dynamodbav:"probes,omitempty"`
-	Pauses         int               `dynamodbav:"pauses,omitempty"`
-	Revisions      string            `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
-	RunRevision    int               `dynamodbav:"run_revision,omitempty"`
-	Format         int               `dynamodbav:"fv,omitempty"` // ledger.FormatVersion; absent: 0
+	PK             string             `dynamodbav:"pk"`
+	SK             string             `dynamodbav:"sk"`
+	ID             string             `dynamodbav:"batch_id"`
+	Pipeline       string             `dynamodbav:"pipeline"`
+	Digest         string             `dynamodbav:"manifest_digest"`
+	ManifestKey    string             `dynamodbav:"manifest_key"`
+	ManifestBytes  int64              `dynamodbav:"manifest_bytes"`
+	ItemCount      int64              `dynamodbav:"item_count"`
+	ListShards     int                `dynamodbav:"list_shards"`
+	CounterShards  int                `dynamodbav:"counter_shards"`
+	CounterLanes   int                `dynamodbav:"counter_lanes,omitempty"` // 0: counted per chunk
+	Chunks         int                `dynamodbav:"chunks,omitempty"`
+	Run            int                `dynamodbav:"run"`
+	Status         string             `dynamodbav:"status"`
+	Threshold      string             `dynamodbav:"threshold"` // JSON
+	MaxAttempts    int                `dynamodbav:"max_attempts"`
+	Retry          string             `dynamodbav:"retry,omitempty"` // JSON api.RetryPolicy; absent: the worker's default
+	MaxConcurrency int                `dynamodbav:"max_concurrency,omitempty"`
+	ItemsPerMsg    int                `dynamodbav:"items_per_message,omitempty"`
+	OnInterrupt    string             `dynamodbav:"on_interrupt,omitempty"`
+	Headers        map[string]string  `dynamodbav:"headers,omitempty"`
+	Options        string             `dynamodbav:"pipeline_options"` // JSON
+	KeyField       string             `dynamodbav:"key_field,omitempty"`
+	Source         string             `dynamodbav:"source"`
+	SubmittedBy    string             `dynamodbav:"submitted_by,omitempty"`
+	FannedOut      bool               `dynamodbav:"fanned_out"`
+	CreatedAtMs    int64              `dynamodbav:"created_at_ms"`
+	RunStartedAtMs int64              `dynamodbav:"run_started_at_ms"`
+	FinishedAtMs   int64              `dynamodbav:"finished_at_ms,omitempty"`
+	ReportKey      string             `dynamodbav:"report_key,omitempty"`
+	Census         string             `dynamodbav:"census,omitempty"` // JSON
+	NeedsAttention bool               `dynamodbav:"needs_attention"`
+	Stop           string             `dynamodbav:"stop,omitempty"`
+	StopDetail     string             `dynamodbav:"stop_detail,omitempty"`
+	StopRan        int64              `dynamodbav:"stop_ran,omitempty"`
+	StopFailures   int64              `dynamodbav:"stop_failures,omitempty"`
+	ExpiresAtMs    int64              `dynamodbav:"expires_at_ms,omitempty"`
+	Request        string             `dynamodbav:"request,omitempty"` // JSON
+	SubmitAttempts int                `dynamodbav:"submit_attempts,omitempty"`
+	SubmitDeadMs   int64              `dynamodbav:"submit_deadline_ms,omitempty"`
+	Refusal        string             `dynamodbav:"refusal,omitempty"` // JSON
+	Failure        string             `dynamodbav:"failure,omitempty"`
+	FinalizeFails  int                `dynamodbav:"finalize_failures,omitempty"`
+	Forgetting     bool               `dynamodbav:"forgetting,omitempty"`
+	PublishedRun   int                `dynamodbav:"published_run,omitempty"`
+	TaskToken      string             `dynamodbav:"task_token,omitempty"` // ledger.Batch.TaskToken
+	PauseBy        string             `dynamodbav:"pause_by,omitempty"`   // absent: not paused
+	PausedAtMs     int64              `dynamodbav:"paused_at_ms,omitempty"`
+	PauseClass     string             `dynamodbav:"pause_class,omitempty"`
+	PauseError     string             `dynamodbav:"pause_error,omitempty"`
+	Probes         int                `dynamodbav:"probes,omitempty"`
+	Pauses         int                `dynamodbav:"pauses,omitempty"`
+	Revisions      string             `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
+	RunRevision    int                `dynamodbav:"run_revision,omitempty"`
+	Halts          map[string]haltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by haltKey
+	Format         int                `dynamodbav:"fv,omitempty"`    // ledger.FormatVersion; absent: 0
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 
@@ -241,6 +266,12 @@ func toRow(b ledger.Batch) (batchRow, error) {
 	}
 	if p := b.Pause; p != nil {
 		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), ms(p.Since), p.Class, p.Error, p.Probes
+	}
+	for subject, h := range b.Halts {
+		if r.Halts == nil {
+			r.Halts = map[string]haltRow{}
+		}
+		r.Halts[haltKey(subject)] = haltRow{Subject: subject, SinceMs: ms(h.Since), Reason: h.Reason}
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
@@ -327,6 +358,12 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 	if r.PauseBy != "" {
 		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: fromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
 	}
+	for _, h := range r.Halts {
+		if b.Halts == nil {
+			b.Halts = map[string]api.Halt{}
+		}
+		b.Halts[h.Subject] = api.Halt{Subject: h.Subject, Since: fromMs(h.SinceMs), Reason: h.Reason}
+	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
 	}
@@ -384,6 +421,9 @@ type itemRow struct {
 	ExpiresAt    int64              `dynamodbav:"expires_at"`    // TTL, epoch seconds
 	Format       int                `dynamodbav:"fv"`            // ledger.FormatVersion; absent: 0
 	Revision     int                `dynamodbav:"rev,omitempty"` // api.Item.Revision; absent: 0
+	HoldSubject  string             `dynamodbav:"hold_subject,omitempty"`
+	HoldSinceMs  int64              `dynamodbav:"hold_since_ms,omitempty"`
+	Woken        string             `dynamodbav:"woken,omitempty"`
 }
 
 // itemFrom reads an item row of batch batchID.
@@ -428,6 +468,9 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, 
 	}
 	if len(r.Spent) > 0 {
 		it.Spent, it.SpentRun = r.Spent, r.SpentRun
+	}
+	if it.Outcome.Held() {
+		it.Hold = &api.Hold{Subject: r.HoldSubject, Since: fromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}
 	}
 	return it, nil
 }

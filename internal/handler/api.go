@@ -20,6 +20,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/control"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/submit"
@@ -60,12 +61,13 @@ type Presigner interface {
 //	GET    /batches?status=&since=&limit=&cursor=   batches newest first (api.BatchPage)
 //	GET    /batches/{id}                     status and census
 //	GET    /batches/{id}/report              the last finished run's report (303 and a link when over ReportInlineBytes)
-//	GET    /batches/{id}/items?outcome=failed|quarantined|in_flight&limit=&cursor=
+//	GET    /batches/{id}/items?outcome=failed|quarantined|withheld|in_flight|needs_attention&limit=&cursor=
 //	POST   /batches/{id}/resume              new run of a finished batch (202)
 //	POST   /batches/{id}/cancel              stop the current run (202)
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
 //	POST   /batches/{id}/unpause             end the run's pause (202)
 //	POST   /batches/{id}/corrections         corrected inputs: a revision and its run (202; 200 the same corrections again)
+//	POST   /batches/{id}/halts/lift          lift a halt and wake the items withheld under it (200)
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
 //	DELETE /batches/{id}                     forget the batch and all it owns (204)
 //
@@ -101,7 +103,12 @@ type API struct {
 // NewAPI wires the routes; blobs that are a Presigner (internal/blob's
 // Store) make the links of large reports.
 func NewAPI(s *submit.Submitter, store ledger.Store, blobs ledger.Blobs, log *slog.Logger) *API {
-	a := &API{Submitter: s, Control: &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}, Store: store, Blobs: blobs, Log: log}
+	c := &control.Control{Store: store, Blobs: blobs, Log: log, Clock: ledger.SystemClock{}}
+	if s != nil && s.Queue != nil {
+		// The wakes of held items send their saved messages again.
+		c.Wake = &held.Waker{Store: store, Blobs: blobs, Queue: s.Queue, Clock: ledger.SystemClock{}, Log: log}
+	}
+	a := &API{Submitter: s, Control: c, Store: store, Blobs: blobs, Log: log}
 	if p, ok := blobs.(Presigner); ok {
 		a.Presign = p
 	}
@@ -157,6 +164,8 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Unpause)})
 	case "corrections":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.correct})
+	case "halts/lift":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.lift})
 	}
 	key, ok := strings.CutPrefix(tail, "items/")
 	if !ok {
@@ -285,6 +294,21 @@ func (a *API) correct(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, wire.CorrectionView{Batch: BatchView{Batch: ledger.Redacted(res.Batch.Batch), Created: &res.Created}, Revision: res.Revision})
 }
 
+// lift serves POST /batches/{id}/halts/lift, body wire.LiftRequest:
+// 200 with an api.LiftResult (done false: call again to wake the rest).
+func (a *API) lift(w http.ResponseWriter, r *http.Request) {
+	var req wire.LiftRequest
+	if !a.readBody(w, r, &req) {
+		return
+	}
+	res, err := a.Control.Lift(r.Context(), r.PathValue("id"), req.Subject)
+	if err != nil {
+		a.errorAnswer(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	var req api.SubmitRequest
 	if !a.readBody(w, r, &req) {
@@ -375,7 +399,8 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 // terminal items by outcome as counted so far, their cost and what this
 // run spent on them, in flight the items fanned out and not ended
 // (queued, running or waiting for a retry: live.InFlight +
-// live.RetryWaiting), pending the items not fanned out yet.
+// live.RetryWaiting), withheld those held under a halt (live.Withheld),
+// pending the items not fanned out yet.
 // A correction run's counters count its own items; the batch's other
 // items are added with what they kept (api.Revision.Kept), each counted
 // once. Counters may lag the rows; the report's census is exact.
@@ -399,8 +424,9 @@ func CounterCensus(b ledger.Batch, p ledger.Progress, live api.LiveView) api.Cen
 		c.Cancelled += r.Kept.Cancelled
 	}
 	left := max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
-	c.InFlight = min(left, live.InFlight+live.RetryWaiting)
-	c.Pending = left - c.InFlight
+	c.Withheld = min(left, live.Withheld)
+	c.InFlight = min(left-c.Withheld, live.InFlight+live.RetryWaiting)
+	c.Pending = left - c.Withheld - c.InFlight
 	return c
 }
 

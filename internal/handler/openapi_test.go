@@ -88,9 +88,21 @@ func (s *contractStore) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	s.batches[m.BatchID] = b
 	return nil
 }
-func (s *contractStore) ListItems(context.Context, string, int, api.Outcome, string, int) ([]ledger.Item, string, error) {
+func (s *contractStore) ListItems(_ context.Context, _ string, _ int, _ api.Outcome, after string, _ int) ([]ledger.Item, string, error) {
+	if after != "" {
+		return nil, "", nil // one page
+	}
 	return []ledger.Item{{Item: api.Item{Key: "a/1", RunID: "r1", Run: 1, Outcome: api.OutcomeFailed, Attempt: 3, RunAttempts: 3,
 		Error: "HTTP 400", Reason: api.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}}, "a/1", nil
+}
+func (s *contractStore) Lift(_ context.Context, id, subject string) error {
+	b := s.batches[id]
+	if _, ok := b.Halts[subject]; !ok {
+		return fmt.Errorf("lift %s: %w", subject, api.ErrConflict)
+	}
+	delete(b.Halts, subject)
+	s.batches[id] = b
+	return nil
 }
 func (s *contractStore) ListBatches(_ context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error) {
 	if q.Before == "boom" {
@@ -285,7 +297,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"BatchView", "census_source", []string{wire.CensusFromItems, wire.CensusFromReport, wire.CensusFromCounters}},
 		{"InterruptPolicy", "", []string{string(api.InterruptRetry), string(api.InterruptQuarantine)}},
 		{"Reason", "", []string{string(api.ReasonPermanent), string(api.ReasonMaxAttempts), string(api.ReasonDeadLettered),
-			string(api.ReasonQuarantine), string(api.ReasonInterrupted), string(api.ReasonThreshold), string(api.ReasonCancel)}},
+			string(api.ReasonQuarantine), string(api.ReasonInterrupted), string(api.ReasonThreshold), string(api.ReasonCancel), string(api.ReasonCredential)}},
 	} {
 		if got := enumOf(e.schema, e.prop); !slices.Equal(got, sorted(e.want)) {
 			t.Errorf("%s %s enum %v, want %v", e.schema, e.prop, got, sorted(e.want))
@@ -380,7 +392,9 @@ func TestContractOpenAPI(t *testing.T) {
 			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`),
 		},
 		"reading-1": {Batch: api.Batch{ID: "reading-1", Pipeline: "webhook", Status: api.StatusSubmitting, Run: 1, CreatedAt: now}},
-		"gone-1":    {Batch: api.Batch{ID: "gone-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)}},
+		"halted-1": {Batch: api.Batch{ID: "halted-1", Pipeline: "webhook", Status: api.StatusRunning, Run: 1, ItemCount: 3, FannedOut: true,
+			CreatedAt: now, RunStartedAt: now, Halts: map[string]api.Halt{"secret:hook": {Subject: "secret:hook", Since: now, Reason: "webhook: HTTP 401"}}}},
+		"gone-1": {Batch: api.Batch{ID: "gone-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)}},
 		"big-1": {Batch: api.Batch{ID: "big-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, ReportKey: api.ReportKey("big-1", 1),
 			CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)}},
 		"fix-1": {
@@ -460,6 +474,11 @@ func TestContractOpenAPI(t *testing.T) {
 		{"cancel finished: the batch as it ended", "POST", "/batches/done-1/cancel", "", nil, 202, "", false},
 		{"cancel while the source is read", "POST", "/batches/reading-1/cancel", "", nil, 409, wire.CodeConflict, false},
 		{"cancel running", "POST", "/batches/run-1/cancel", "", nil, 202, "", false},
+		{"lift", "POST", "/batches/halted-1/halts/lift", `{"subject":"secret:hook"}`, nil, 200, "", false},
+		{"lift no subject", "POST", "/batches/halted-1/halts/lift", `{}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"lift no such halt", "POST", "/batches/halted-1/halts/lift", `{"subject":"secret:other"}`, nil, 404, wire.CodeNotFound, false},
+		{"lift finished", "POST", "/batches/done-1/halts/lift", `{"subject":"secret:hook"}`, nil, 409, wire.CodeConflict, false},
+		{"lift store down", "POST", "/batches/boom-1/halts/lift", `{"subject":"secret:hook"}`, nil, 500, wire.CodeInternal, false},
 		{"release", "POST", "/batches/done-1/items/a%2F1/release", "", nil, 204, "", false},
 		{"release while running", "POST", "/batches/run-1/items/k/release", "", nil, 409, wire.CodeConflict, false},
 		{"release unknown batch", "POST", "/batches/nope-1/items/k/release", "", nil, 404, wire.CodeNotFound, false},

@@ -90,6 +90,10 @@ type Batch struct {
 	// whole manifest.
 	Revisions   []Revision `json:"revisions,omitempty"`
 	RunRevision int        `json:"run_revision,omitempty"`
+	// Halts are the batch's halts by subject (see Halt): items acting
+	// under a halted subject are withheld without a call until a caller
+	// lifts it. At most MaxHalts.
+	Halts map[string]Halt `json:"halts,omitempty"`
 	// SubmittedBy is who submitted the batch: the API caller's IAM
 	// identity (its ARN, from the request context), "s3-upload:{principal
 	// id}" for an upload under incoming/, or "schedule:{name}" for a
@@ -137,6 +141,7 @@ const (
 	ReasonInterrupted  Reason = "interrupted"   // quarantined: an attempt was interrupted and the batch's policy is quarantine
 	ReasonThreshold    Reason = "threshold"     // cancelled: the batch exceeded its threshold
 	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
+	ReasonCredential   Reason = "credential"    // withheld: its credential was refused, or is under a halt
 )
 
 // Threshold is the tolerated failures of a run, with the semantics of Step

@@ -17,7 +17,8 @@ const EventSource = "bulkrun"
 // whose submit was refused or failed, the detail its error report) is
 // DetailRefused; a run paused (by an outage of its downstream, or by a
 // caller: the detail's "by") and unpaused are DetailPaused and
-// DetailUnpaused.
+// DetailUnpaused; a halt put on a credential and lifted, DetailHalted and
+// DetailHaltLifted.
 const (
 	DetailCompleted         = "Batch Completed"
 	DetailThresholdExceeded = "Batch Threshold Exceeded"
@@ -25,15 +26,20 @@ const (
 	DetailRefused           = "Batch Refused"
 	DetailPaused            = "Batch Paused"
 	DetailUnpaused          = "Batch Unpaused"
+	// DetailHalted: a receiver refused the credential of a secret
+	// reference read again unchanged; the batch's items acting under it
+	// are withheld until a caller lifts the halt (DetailHaltLifted).
+	DetailHalted     = "Batch Halted"
+	DetailHaltLifted = "Batch Halt Lifted"
 )
 
 // AlarmDetailTypes returns the detail types an on-call engineer must hear
 // of: a run stopped by its failure threshold, a start refused, a batch
-// paused. The stack routes them to its alarm topic (rule
+// paused, a batch halted on a refused credential. The stack routes them to its alarm topic (rule
 // BatchEventsAlarmRule, unless RunnerProps.NoBatchEventAlarms). The slice
 // is new on every call.
 func AlarmDetailTypes() []string {
-	return []string{DetailThresholdExceeded, DetailRefused, DetailPaused}
+	return []string{DetailThresholdExceeded, DetailRefused, DetailPaused, DetailHalted}
 }
 
 // DetailStateChange is the detail type of the one event bulkrun puts on

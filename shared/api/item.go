@@ -38,7 +38,14 @@ type Item struct {
 	OutputRef  string          `json:"output_ref,omitempty"` // s3:// URI when the output is too large for the row
 	Error      string          `json:"error,omitempty"`
 	Reason     Reason          `json:"reason,omitempty"`
-	Cost       pipeline.Cost   `json:"cost,omitempty"` // what the attempt that ended the item spent
+	// Hold is what a held item (withheld) waits for; nil for any other
+	// outcome.
+	Hold *Hold `json:"hold,omitempty"`
+	// Next is the item's next move, in words, in listings (NextMove):
+	// what a caller may do about a failed, quarantined or held item;
+	// empty for the others. Not stored.
+	Next string        `json:"next,omitempty"`
+	Cost pipeline.Cost `json:"cost,omitempty"` // what the attempt that ended the item spent
 	// Spent is what every attempt of run SpentRun spent (the ending one
 	// included): the sum of each attempt's cost records, written with each
 	// outcome and each release. Census.RunSpent sums it over the rows of

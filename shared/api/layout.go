@@ -32,3 +32,13 @@ func ResultsManifestKey(batchID string, run int) string {
 
 // OutputsPrefix is where a batch's pipeline outputs live.
 func OutputsPrefix(batchID string) string { return "batches/" + batchID + "/outputs/" }
+
+// HeldMessageKey is where the item function keeps the items-queue message
+// of a unit (unit: "item-{run id}" for an item row, "pack-{first:012}"
+// for a pack row) whose item it held in run: a held item has no message
+// on the queue, and its wake sends this one again. Written before the
+// item's held outcome, overwritten by each hold of the unit; forget
+// removes it with the batch's prefix.
+func HeldMessageKey(batchID string, run int, unit string) string {
+	return fmt.Sprintf("batches/%s/held/%d/%s.json", batchID, run, unit)
+}

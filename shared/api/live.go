@@ -66,7 +66,12 @@ type LiveView struct {
 	// downstream and was given up without an answer (a webhook call past
 	// its timeout_ms, a call cut off at the deadline margin): the
 	// downstream may still have finished them. Absent when none.
-	TimedOut     int64 `json:"timed_out,omitempty"`
+	TimedOut int64 `json:"timed_out,omitempty"`
+	// Withheld counts this run's items withheld under a halt (a refused
+	// credential), from the counters: they wait, without a call, for the
+	// halt to be lifted (Batch.Halts, POST /batches/{id}/halts/lift).
+	// Not in InFlight. Absent when none.
+	Withheld     int64 `json:"withheld,omitempty"`
 	NotFannedOut int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).
@@ -83,9 +88,9 @@ type LiveView struct {
 }
 
 // NeedsAttention reports whether the running run needs a look now: it
-// is paused, an item failed or was quarantined, an item waits for a
-// retry after a failure (not only a throttling), an attempt was
-// interrupted or timed out, or it is stalled (Stalled).
+// is paused or halted, an item failed, was quarantined or is withheld,
+// an item waits for a retry after a failure (not only a throttling), an
+// attempt was interrupted or timed out, or it is stalled (Stalled).
 func (l LiveView) NeedsAttention() bool { return len(l.Attention) > 0 }
 
 // RetryCause is why items wait for a retry (LiveView.RetryCause): the

@@ -2,7 +2,10 @@ package api
 
 // Outcome is an item's state. Terminal outcomes are final for a run:
 // succeeded, failed, quarantined, cancelled. Non-terminal: pending (no row
-// yet in this run) and in_flight (reserved under a lease).
+// yet in this run), in_flight (reserved under a lease), and the held
+// outcome (HeldOutcomes): withheld. A held item is neither settled nor
+// failed: it waits, at no compute cost, for the next move its hold names
+// (Item.Hold, Item.Next), and its run stays running until it moves.
 type Outcome string
 
 // The outcomes, and who moves an item into each.
@@ -27,11 +30,31 @@ const (
 	// OutcomeCancelled: the batch was cancelled or exceeded its threshold
 	// before the item started. A rerun runs it again.
 	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeWithheld: an authority the item acts under was withdrawn: its
+	// credential was refused after its secret was read again and found
+	// unchanged, or the batch holds a halt on that credential
+	// (Batch.Halts). Hold.Subject names the subject of the halt. Recorded
+	// by the item function; moved on when a caller lifts the halt on the
+	// subject (POST /batches/{id}/halts/lift), which resumes every item
+	// withheld under it, or by a cancel.
+	OutcomeWithheld Outcome = "withheld"
 )
 
 // Outcomes lists every outcome in census order.
 func Outcomes() []Outcome {
-	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled, OutcomeInFlight, OutcomePending}
+	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled,
+		OutcomeWithheld, OutcomeInFlight, OutcomePending}
+}
+
+// HeldOutcomes lists the held outcomes, in census order: not terminal and
+// not failures; each waits for a next move of its own (NextMove).
+func HeldOutcomes() []Outcome {
+	return []Outcome{OutcomeWithheld}
+}
+
+// Held reports whether o is one of HeldOutcomes().
+func (o Outcome) Held() bool {
+	return o == OutcomeWithheld
 }
 
 // TerminalOutcomes lists the terminal outcomes, in census order.
@@ -73,7 +96,9 @@ const (
 	// attempt died); Batch.Refusal says why. Nothing ran. Final.
 	StatusRefused Status = "refused"
 	// StatusRunning: submit created the batch (or resume started a new run);
-	// items are being fanned out and run.
+	// items are being fanned out and run. A run with a held item
+	// (withheld) stays running until the item moves on: finalize never
+	// finishes it.
 	StatusRunning Status = "running"
 	// StatusCompleted: finalize found every item of the run terminal and the
 	// failures within the threshold. Read the census: failures may be > 0.

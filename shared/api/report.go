@@ -14,8 +14,13 @@ type Census struct {
 	Failed      int64 `json:"failed"`
 	Quarantined int64 `json:"quarantined"`
 	Cancelled   int64 `json:"cancelled"`
-	InFlight    int64 `json:"in_flight"`
-	Pending     int64 `json:"pending"`
+	// Withheld counts the held items (see HeldOutcomes): never in a
+	// finished run's census, whose items all ended (a run with a held
+	// item stays running); a running batch's live census counts them
+	// from its counters.
+	Withheld int64 `json:"withheld"`
+	InFlight int64 `json:"in_flight"`
+	Pending  int64 `json:"pending"`
 	// Cost is the exact decimal sum of each cost name over the counted
 	// items, each item counting the attempt that ended it (JSON numbers in
 	// plain decimal: ten items of 0.1 usd give "usd": 1). An item answered
@@ -74,6 +79,8 @@ func (c *Census) Add(o Outcome, cost pipeline.Cost) {
 		c.Quarantined++
 	case OutcomeCancelled:
 		c.Cancelled++
+	case OutcomeWithheld:
+		c.Withheld++
 	case OutcomeInFlight:
 		c.InFlight++
 	default:
@@ -96,17 +103,24 @@ func (c Census) Count(o Outcome) int64 {
 		return c.Quarantined
 	case OutcomeCancelled:
 		return c.Cancelled
+	case OutcomeWithheld:
+		return c.Withheld
 	case OutcomeInFlight:
 		return c.InFlight
 	}
 	return c.Pending
 }
 
-// Done reports whether every item is terminal.
-func (c Census) Done() bool { return c.InFlight == 0 && c.Pending == 0 }
+// Held is the number of held items (withheld).
+func (c Census) Held() int64 { return c.Withheld }
 
-// NeedsAttention reports whether any item is failed, quarantined or in flight.
-func (c Census) NeedsAttention() bool { return c.Failed+c.Quarantined+c.InFlight > 0 }
+// Done reports whether every item is terminal: none in flight, pending
+// or held.
+func (c Census) Done() bool { return c.InFlight == 0 && c.Pending == 0 && c.Held() == 0 }
+
+// NeedsAttention reports whether any item is failed, quarantined, held
+// or in flight.
+func (c Census) NeedsAttention() bool { return c.Failed+c.Quarantined+c.InFlight+c.Held() > 0 }
 
 // Report is what finalize writes once per run to
 // batches/{id}/runs/{run}/report.json.

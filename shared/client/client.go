@@ -523,6 +523,35 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	return v, err
 }
 
+// Lift lifts the batch's halt on subject and wakes the items withheld
+// under it (POST /batches/{id}/halts/lift). One call wakes what it can in
+// a bounded time: the answer's Done false asks for another; LiftAll
+// repeats it.
+func (c *Client) Lift(ctx context.Context, id, subject string) (api.LiftResult, error) {
+	var res api.LiftResult
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/halts/lift", wire.LiftRequest{Subject: subject}, &res)
+	return res, err
+}
+
+// LiftAll is Lift repeated until its answer is Done (at most 100 calls):
+// the halt lifted and every item withheld under it woken. It returns the
+// sum of the answers (Lifted from any).
+func (c *Client) LiftAll(ctx context.Context, id, subject string) (api.LiftResult, error) {
+	sum := api.LiftResult{Subject: subject}
+	for range 100 {
+		res, err := c.Lift(ctx, id, subject)
+		if err != nil {
+			return sum, err
+		}
+		sum.Lifted = sum.Lifted || res.Lifted
+		sum.Woken += res.Woken
+		if sum.Done = res.Done; res.Done {
+			break
+		}
+	}
+	return sum, nil
+}
+
 // Correct sends corrected inputs for items of a finished batch (POST
 // /batches/{id}/corrections, submit.Submitter.Correct): the answer is the
 // batch at its correction run and the revision; Created false when the
@@ -565,7 +594,9 @@ func (c *Client) Release(ctx context.Context, id, key string) error {
 	return err
 }
 
-// Items pages the batch's items of outcome (failed, quarantined, in_flight).
+// Items pages the batch's items of outcome (failed, quarantined,
+// withheld, in_flight; api.NeedsAttention: every
+// item needing a look, each with its next move).
 func (c *Client) Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error) {
 	q := url.Values{"outcome": {string(outcome)}}
 	if cursor != "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -24,12 +25,17 @@ type Control struct {
 	Log   *slog.Logger
 	Clock ledger.Clock // decides expiry; nil means SystemClock
 	// Bus gets the Batch Paused and Batch Unpaused events of a caller's
-	// pause and unpause; nil for none.
+	// pause and unpause, and the Batch Halt Lifted event of a lift; nil
+	// for none.
 	Bus ledger.EventBus
 	// ItemTimeout is the item function's timeout, which decides when a
 	// live view calls a run stalled (ledger.LiveOf); 0 means
 	// api.DefaultItemTimeout.
 	ItemTimeout time.Duration
+	// Wake wakes held items (shared/held): a lift's, and a cancel's
+	// (every held item, to settle cancelled). nil: a lift refuses, and a
+	// cancel leaves held items to the finalize tick.
+	Wake *held.Waker
 }
 
 func (c *Control) now() time.Time {
@@ -51,8 +57,9 @@ func (c *Control) Get(ctx context.Context, id string) (ledger.Batch, error) {
 }
 
 // Cancel stops the batch's current run: items not yet started end
-// cancelled, started ones finish, and finalize gives the run the status
-// cancelled. Idempotent: cancelling a run that is already stopping, or a
+// cancelled, started ones finish, held ones are woken to end cancelled
+// (within WakeTime; a cancel called again wakes the rest), and finalize gives
+// the run the status cancelled. Idempotent: cancelling a run that is already stopping, or a
 // batch whose run has finished (whatever its status), returns the batch
 // unchanged. Errors: ErrNotFound (ErrExpired past the retention);
 // ErrConflict while the source is still being read (submitting).
@@ -74,6 +81,9 @@ func (c *Control) Cancel(ctx context.Context, id string) (ledger.Batch, error) {
 		}
 		c.Log.InfoContext(ctx, "run cancelling", "batch_id", id, "run", b.Run)
 	}
+	// Held items have no message on the queue: woken, they settle
+	// cancelled like the others.
+	c.wakeToCancel(ctx, b)
 	return c.Store.GetBatch(ctx, id)
 }
 
@@ -248,15 +258,15 @@ func (c *Control) Forget(ctx context.Context, id string) error {
 const ItemPageBytes = 2 << 20
 
 // Items lists the batch's items of outcome (failed, quarantined,
-// in_flight), oldest key first, limit per page (default 100, at most
+// withheld, in_flight; api.NeedsAttention: every
+// failed, quarantined and held item, each with its next move, Item.Next),
+// oldest key first, limit per page (default 100, at most
 // 1,000) and at most ItemPageBytes of items, continuing after cursor
 // (opaque, from the previous page): a page cut by bytes has a cursor
 // that goes on after its last item.
 func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error) {
-	switch outcome {
-	case api.OutcomeFailed, api.OutcomeQuarantined, api.OutcomeInFlight:
-	default:
-		return api.ItemPage{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined or in_flight", outcome)}
+	if !ledger.Listable(outcome) {
+		return api.ItemPage{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined, withheld, in_flight or needs_attention", outcome)}
 	}
 	if limit == 0 {
 		limit = api.DefaultListLimit
@@ -297,7 +307,7 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 			next = items[i-1].Key // the page is cut: go on after its last item
 			break
 		}
-		p.Items = append(p.Items, it.Item)
+		p.Items = append(p.Items, withNext(it.Item))
 	}
 	if next != "" {
 		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
@@ -312,4 +322,11 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 		p.Live = &l
 	}
 	return p, nil
+}
+
+// withNext is it with its next move (api.NextMove) and, for a held item,
+// its hold's.
+func withNext(it api.Item) api.Item {
+	it.Next = api.NextMove(it.Outcome, it.Hold)
+	return it
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/lambdafn"
 	"github.com/bulkrun/bulkrun/internal/secret"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
@@ -162,6 +163,8 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).
 			Margin: workerMargin(d.Config.ItemTimeout),
+			// An item withheld under a halt lifted meanwhile is woken at once.
+			Wake: &held.Waker{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log},
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}

@@ -63,7 +63,10 @@ type Item struct {
 	// an attempt whose lease expired without an outcome or a scheduled
 	// retry (a crash or a timeout): that attempt's effect is unknown.
 	Interrupted bool `json:"-"`
-	SpentRun    int  `json:"-"`
+	// Resumed is set by Store.Reserve and Store.Settle when they took an
+	// item held in this run (woken): its held outcome.
+	Resumed  api.Outcome `json:"-"`
+	SpentRun int         `json:"-"`
 	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
 	// it has none.
 	ExpiresAt time.Time `json:"-"`

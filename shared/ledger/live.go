@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -32,7 +34,9 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	l.NotFannedOut = max(0, items-fanned)
 	notEnded := max(0, fanned-p.Done)
 	l.RetryWaiting = min(l.RetryWaiting, notEnded)
-	l.InFlight = notEnded - l.RetryWaiting
+	l.Withheld = min(p.Held[api.OutcomeWithheld], notEnded-l.RetryWaiting)
+	l.InFlight = notEnded - l.RetryWaiting - max(0, l.Withheld)
+	l.Withheld = max(0, l.Withheld)
 	// A throttled item may wait many times a minute (Retry-After: 2), each
 	// wait counted: the items waiting after a failure, whose waits are
 	// long, are told apart first, and the throttled are the rest.
@@ -47,6 +51,13 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 			why = " (" + b.Pause.Class + ")"
 		}
 		l.Attention = append(l.Attention, fmt.Sprintf("paused by %s%s since %s", b.Pause.By.Who(), why, b.Pause.Since.UTC().Format(time.RFC3339)))
+	}
+	for _, s := range slices.Sorted(maps.Keys(b.Halts)) {
+		l.Attention = append(l.Attention, fmt.Sprintf("halted on %s since %s: its items are withheld; fix the credential, then lift the halt (bulkrun lift)",
+			s, b.Halts[s].Since.UTC().Format(time.RFC3339)))
+	}
+	if l.Withheld > 0 {
+		l.Attention = append(l.Attention, api.Count(l.Withheld, "item")+" withheld (bulkrun items --outcome withheld)")
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
 		l.Attention = append(l.Attention, api.Count(f, "item")+" failed or quarantined")

@@ -321,14 +321,24 @@ type ItemState struct {
 	// (Batch.Revisions): 0 for the batch's own manifest, n ≥ 2 once a
 	// correction gave it a new input. Set by Store.MarkRevision, kept by
 	// every other write.
-	Revision  int
+	Revision int
+	// Hold is a held item's hold (Outcome withheld): its subject, since
+	// when, and whether it was woken. Zero for any other outcome.
+	Hold      api.Hold
 	UpdatedAt time.Time
 }
 
 // Attention reports whether the item is listed as needing attention
-// (failed or quarantined): the stores keep an attention entry for it.
+// (failed, quarantined or held): the stores keep an attention entry for
+// it.
 func (p ItemState) Attention() bool {
-	return p.Outcome == api.OutcomeFailed || p.Outcome == api.OutcomeQuarantined
+	return p.Outcome == api.OutcomeFailed || p.Outcome == api.OutcomeQuarantined || p.Outcome.Held()
+}
+
+// Woken reports whether a held item may move on: woken by a caller
+// (Hold.Woken). False for an item that is not held.
+func (p ItemState) Woken() bool {
+	return p.Outcome.Held() && p.Hold.Woken != ""
 }
 
 // Item is the item of state s in batch batchID as Store readers see it
@@ -355,6 +365,10 @@ func (s ItemState) Item(batchID string) Item {
 		},
 		BatchID:  batchID,
 		SpentRun: s.SpentRun,
+	}
+	if s.Outcome.Held() {
+		h := s.Hold
+		it.Hold = &h
 	}
 	if s.Outcome == "" || s.Attempt == 0 {
 		it.RunAttempts = 0

@@ -26,8 +26,13 @@ import (
 //	in_flight → in_flight (takeover of an ended lease, or a scheduled retry: attempt + 1)
 //	in_flight → succeeded, failed, quarantined (the attempt's ending, fenced by its attempt)
 //	in_flight → cancelled, failed (a stopped run or a dead letter, once its lease has ended)
+//	in_flight → withheld (the attempt's ending, fenced by its attempt)
+//	held      → in_flight (woken: reserve, attempt + 1, the run's attempts and spend kept)
+//	held      → cancelled, failed (woken, in a stopped run or a dead letter)
 //
-// and a terminal outcome does not move. A new run (resume) makes failed,
+// and a terminal outcome does not move. A held item (withheld) moves
+// only once woken (Hold.Woken: a lift, a cancel); nothing else takes it, so a held item's next attempt runs exactly once per
+// wake, whatever the queue delivers. A new run (resume) makes failed,
 // cancelled and interrupted items, and released quarantined ones, pending
 // again; succeeded and unreleased quarantined items keep their outcome and
 // are counted once in the new run. A correction run (revision rev ≥ 2,
@@ -78,8 +83,12 @@ const (
 // scheduled retry: its last attempt's outcome is unknown (a crash or a
 // timeout).
 //
+// A held item of the run (withheld) runs (ModeRun) or is settled
+// (ModeSettle) only once woken (ItemState.Woken);
+// until then every delivery leaves it (StepNone).
+//
 // An item is fresh to the run when it has no state, or an earlier run
-// left it failed, cancelled, in flight (interrupted) or quarantined and
+// left it failed, cancelled, in flight (interrupted), held or quarantined and
 // released — in a correction run, when an earlier run left it marked with
 // the run's revision, and only then. DynamoDB's conditions spell the same
 // rules: Store.Reserve takes exactly the items Plan gives StepRun in
@@ -87,7 +96,7 @@ const (
 // Store.SettleUnstarted those it gives StepSettle in ModeUnstarted.
 func Plan(s ItemState, run, rev int, mode Mode, live bool) (step Step, interrupted bool) {
 	o := s.Outcome
-	fresh := o == "" || s.Run < run && (o == api.OutcomeFailed || o == api.OutcomeCancelled || o == api.OutcomeInFlight || o == api.OutcomeQuarantined && s.Released)
+	fresh := o == "" || s.Run < run && (o == api.OutcomeFailed || o == api.OutcomeCancelled || o == api.OutcomeInFlight || o.Held() || o == api.OutcomeQuarantined && s.Released)
 	kept := s.Run < run && (o == api.OutcomeSucceeded || o == api.OutcomeQuarantined && !s.Released)
 	if rev >= 2 {
 		marked := s.Run < run && s.Revision == rev
@@ -95,7 +104,12 @@ func Plan(s ItemState, run, rev int, mode Mode, live bool) (step Step, interrupt
 		kept = s.Run < run && !marked && o.Terminal()
 	}
 	inFlight := s.Run == run && o == api.OutcomeInFlight
+	woken := s.Run == run && s.Woken()
 	switch {
+	case woken && mode == ModeRun:
+		return StepRun, false
+	case woken && mode == ModeSettle:
+		return StepSettle, false
 	case mode == ModeUnstarted && fresh:
 		return StepSettle, false
 	case mode == ModeUnstarted:
@@ -118,14 +132,20 @@ func Plan(s ItemState, run, rev int, mode Mode, live bool) (step Step, interrupt
 
 // Start is s reserved for an attempt in run at now (Plan gave StepRun):
 // in flight, attempt + 1, no scheduled retry. An item new to the run
-// starts its run's attempts there and drops the earlier run's ending.
+// starts its run's attempts there and drops the earlier run's ending; a
+// held item woken in the run keeps its run's attempts and spend and
+// drops its hold.
 func Start(s ItemState, run int, now time.Time) ItemState {
 	n := s
 	n.Attempt = s.Attempt + 1
-	if s.Run != run || s.Outcome != api.OutcomeInFlight {
+	if s.Run != run || s.Outcome != api.OutcomeInFlight && !s.Outcome.Held() {
 		n.FirstAttempt = n.Attempt
 		n.Output, n.OutputRef, n.Error, n.Reason, n.Cost, n.Released = nil, "", "", "", nil, false
 		n.ThrottledSince = time.Time{}
+	}
+	if s.Outcome.Held() {
+		// Woken: the run's attempts, spend and time go on.
+		n.Error, n.Reason, n.Cost, n.Hold, n.ThrottledSince = "", "", nil, api.Hold{}, time.Time{}
 	}
 	n.Run, n.Outcome, n.Retry, n.UpdatedAt = run, api.OutcomeInFlight, false, now
 	return n
@@ -133,12 +153,13 @@ func Start(s ItemState, run int, now time.Time) ItemState {
 
 // Settled is s settled in run with outcome o without running (Plan gave
 // StepSettle): an item new to the run makes no attempt in it; one in
-// flight in it keeps its attempts.
+// flight or held in it keeps its attempts.
 func Settled(s ItemState, run int, o api.Outcome, reason api.Reason, text string, now time.Time) ItemState {
 	n := s
-	if s.Run != run || s.Outcome != api.OutcomeInFlight {
+	if s.Run != run || s.Outcome != api.OutcomeInFlight && !s.Outcome.Held() {
 		n.FirstAttempt = s.Attempt + 1 // no attempt in this run
 	}
+	n.Hold = api.Hold{}
 	n.Run, n.Outcome, n.Reason, n.Error = run, o, reason, pipeline.CutText(text, pipeline.MaxErrorTextBytes)
 	n.Output, n.OutputRef, n.Cost, n.Released, n.Retry, n.UpdatedAt = nil, "", nil, false, false, now
 	n.ThrottledSince = time.Time{}
@@ -167,7 +188,19 @@ type Attempt struct {
 	// does not resolve, a pipeline this function does not register): the
 	// item fails permanently without running.
 	Refusal error
-	Ran     bool
+	// Halted is the subject of a halt standing on the credential the item
+	// acts under (Batch.Halts, as read just before the call): the attempt
+	// does not run, the item is withheld under it, and the attempt is not
+	// counted. "" when none stands.
+	Halted string
+	// Withhold is the subject of the credential the call sent (HoldSubject
+	// of its secret references), set when the receiver rejected it
+	// (pipeline.IsCredentialRejected) and its secret, read again bypassing
+	// the cache, was unchanged: the item is withheld under it, the
+	// attempt not counted (the credential's refusal, not the item's).
+	// "" when the credential came from no secret reference.
+	Withhold string
+	Ran      bool
 	// Err is what ended the attempt once it ran: the pipeline's error, or
 	// the error of storing its output or committing its staged writes;
 	// nil: succeeded.
@@ -228,6 +261,9 @@ type Ending struct {
 	// transient error: a retry (not a throttled one), or a failure at max
 	// attempts; "" for any other ending. The pause counts them.
 	Class string
+	// Hold is a held ending's hold (Outcome withheld): its subject and
+	// Since (the attempt's end).
+	Hold api.Hold
 }
 
 // Retry reports an ending that schedules another attempt.
@@ -237,8 +273,8 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // false) it ends an attempt that must not run: an interrupted attempt of
 // a batch that quarantines interruptions, an attempt past max attempts
 // (a takeover after the last one was interrupted), an attempt of a run
-// being stopped (cancelled, not counted), a refusal; otherwise
-// it returns the zero Ending. After it ran: succeeded without an error;
+// being stopped (cancelled, not counted), a refusal, an attempt under a
+// halt (withheld, not counted); otherwise it returns the zero Ending. After it ran: succeeded without an error;
 // failed for a permanent error, quarantined for a quarantine; a transient
 // error cut off at the deadline is an interruption (quarantined where the
 // batch says so); a throttled call (pipeline.ThrottleOf: Lambda's 429, an
@@ -254,7 +290,8 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // A paused batch's probe (a.Paused) that fails transiently schedules a
 // retry after a.PauseWait that does not count as an attempt either; so
 // does an attempt whose rejected credential was rotated (a.Rotated),
-// after MinThrottleDelay. A transient ending carries its failure class
+// after MinThrottleDelay. A rejected credential read again unchanged
+// (a.Withhold) ends the item withheld under that subject, not counted. A transient ending carries its failure class
 // (FailureClass).
 //
 // The retry policy and the pause enter only here (MaxAttempts, Retry,
@@ -278,6 +315,10 @@ func Conclude(a Attempt) Ending {
 		return e
 	case a.Refusal != nil:
 		return end(api.OutcomeFailed, api.ReasonPermanent, pipeline.ErrorText(a.Refusal))
+	case a.Halted != "" && !a.Ran:
+		e := end(api.OutcomeWithheld, api.ReasonCredential, "withheld without a call: the batch holds a halt on "+a.Halted)
+		e.Unrun, e.Hold = true, api.Hold{Subject: a.Halted, Since: a.Now}
+		return e
 	case !a.Ran:
 		return Ending{}
 	case a.Err == nil:
@@ -289,6 +330,14 @@ func Conclude(a Attempt) Ending {
 		// value goes with the next one, at once.
 		e := end(api.OutcomeInFlight, "", "credential rejected; its secret changed since it was read, the next attempt sends the new value: "+pipeline.ErrorText(err))
 		e.Rotated, e.Wait = true, MinThrottleDelay
+		return e
+	}
+	if a.Withhold != "" && pipeline.IsCredentialRejected(err) {
+		// Read again and unchanged: the authority is withdrawn. The item
+		// waits under a halt on the credential, which a caller lifts once
+		// it is fixed.
+		e := end(api.OutcomeWithheld, api.ReasonCredential, "credential refused, and its secret read again is unchanged: "+pipeline.ErrorText(err))
+		e.Hold = api.Hold{Subject: a.Withhold, Since: a.Now}
 		return e
 	}
 	if a.CutOff && pipeline.Classify(err) == pipeline.ClassTransient {
@@ -401,16 +450,20 @@ func ThrottleDelay(waited, asked time.Duration) time.Duration {
 // now: its outcome, reason and error, with Output and OutputRef for a
 // success, a scheduled retry for a transient failure.
 //
-// A throttled ending (and a paused probe's, an unrun or a rotated one)
-// moves FirstAttempt one past the attempt, so that RunAttempts no longer
-// counts it: the attempt stays the fence (it never goes back), and max
+// A throttled ending (and a paused probe's, an unrun, a rotated or a
+// withheld one) moves FirstAttempt one past the attempt, so that
+// RunAttempts no longer counts it: the attempt stays the fence (it never goes back), and max
 // attempts counts only the attempts that were not throttled.
 func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	n := s
 	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
 	n.Retry = e.Retry()
 	n.ThrottledSince = time.Time{}
-	if e.Throttled || e.Paused || e.Unrun || e.Rotated {
+	n.Hold = api.Hold{}
+	if e.Outcome.Held() {
+		n.Hold = e.Hold
+	}
+	if e.Throttled || e.Paused || e.Unrun || e.Rotated || e.Outcome == api.OutcomeWithheld {
 		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
 		n.ThrottledSince = e.ThrottledSince
 	}

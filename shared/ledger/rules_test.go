@@ -13,8 +13,9 @@ import (
 // TestPlan guards the item rules every unit shares: for every state an
 // item can hold, what a delivery of run 2 does with it in each mode —
 // Reserve's fresh and takeover conditions, Settle's and SettleUnstarted's,
-// the count mark of an item answered from an earlier run, and an item
-// held under another delivery's live lease.
+// the count mark of an item answered from an earlier run, an item
+// held under another delivery's live lease, and a held item (withheld),
+// which moves only once woken.
 func TestPlan(t *testing.T) {
 	const run = 2
 	tests := []struct {
@@ -40,6 +41,10 @@ func TestPlan(t *testing.T) {
 		{"failed in run 2", ItemState{Run: 2, Outcome: api.OutcomeFailed}, false, StepNone, StepNone, StepNone, false},
 		{"quarantined in run 2", ItemState{Run: 2, Outcome: api.OutcomeQuarantined}, false, StepNone, StepNone, StepNone, false},
 		{"cancelled in run 2", ItemState{Run: 2, Outcome: api.OutcomeCancelled}, false, StepNone, StepNone, StepNone, false},
+		{"withheld in run 1", ItemState{Run: 1, Outcome: api.OutcomeWithheld}, false, StepRun, StepSettle, StepSettle, false},
+		{"withheld in run 2", ItemState{Run: 2, Outcome: api.OutcomeWithheld, Hold: api.Hold{Subject: "secret:x"}}, false, StepNone, StepNone, StepNone, false},
+		{"withheld in run 2, lifted", ItemState{Run: 2, Outcome: api.OutcomeWithheld, Hold: api.Hold{Subject: "secret:x", Woken: api.WakeLift}}, false, StepRun, StepSettle, StepNone, false},
+		{"withheld in run 2, woken to cancel", ItemState{Run: 2, Outcome: api.OutcomeWithheld, Hold: api.Hold{Subject: "secret:x", Woken: api.WakeCancel}}, false, StepRun, StepSettle, StepNone, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,6 +176,11 @@ func TestConclude(t *testing.T) {
 		{"timed out after 100 ms: the policy's wait is longer", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.TimedOut(boom, 100*time.Millisecond) }), api.OutcomeInFlight, "", "boom", 2 * time.Second},
 		{"timed out at max attempts", with(func(a *Attempt) { a.Ran, a.Err, a.RunAttempts = true, pipeline.TimedOut(boom, 10*time.Second), 3 }), api.OutcomeFailed, api.ReasonMaxAttempts, "attempt 3 of 3: boom", 0},
 		{"credential rejected, not rotated", with(func(a *Attempt) { a.Ran, a.Err = true, pipeline.CredentialRejected(boom) }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"credential rejected, read again unchanged: withheld", with(func(a *Attempt) { a.Ran, a.Err, a.Withhold = true, pipeline.CredentialRejected(boom), "secret:x" }),
+			api.OutcomeWithheld, api.ReasonCredential, "credential refused, and its secret read again is unchanged: boom", 0},
+		{"another error, secret read again: its class", with(func(a *Attempt) { a.Ran, a.Err, a.Withhold = true, pipeline.Permanent(boom), "secret:x" }), api.OutcomeFailed, api.ReasonPermanent, "boom", 0},
+		{"under a halt: withheld without a call", with(func(a *Attempt) { a.Halted = "secret:x" }), api.OutcomeWithheld, api.ReasonCredential, "withheld without a call: the batch holds a halt on secret:x", 0},
+		{"under a halt, stopped: cancelled", with(func(a *Attempt) { a.Halted, a.Stop = "secret:x", api.StatusCancelled }), api.OutcomeCancelled, api.ReasonCancel, "the run was cancelled", 0},
 		{"credential rejected and rotated, at max attempts: retried, uncounted", with(func(a *Attempt) {
 			a.Ran, a.Err, a.Rotated, a.RunAttempts = true, pipeline.CredentialRejected(boom), true, 3
 		}), api.OutcomeInFlight, "", "credential rejected; its secret changed since it was read", MinThrottleDelay},
@@ -231,5 +241,35 @@ func TestTimeoutWait(t *testing.T) {
 		if got := TimeoutWait(tt.d, tt.n); got != tt.want {
 			t.Errorf("TimeoutWait(%s, %d) = %s, want %s", tt.d, tt.n, got, tt.want)
 		}
+	}
+}
+
+// TestHeldEndingAndWake guards a held item's states: a withheld ending
+// keeps its hold and counts no attempt; once woken, Start takes it with
+// the run's attempts, spend and time kept and the hold dropped; Settled
+// keeps its attempts too.
+func TestHeldEndingAndWake(t *testing.T) {
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	s := ItemState{Key: "k", Run: 2, Outcome: api.OutcomeInFlight, Attempt: 5, FirstAttempt: 4, Spent: pipeline.Cost{"usd": 0.5}, SpentRun: 2}
+	e := Conclude(Attempt{Number: 5, RunAttempts: 2, MaxAttempts: 3, Ran: true, Err: pipeline.CredentialRejected(errors.New("HTTP 401")), Withhold: "secret:x", Now: now})
+	n := Ended(s, e, now)
+	if n.Outcome != api.OutcomeWithheld || n.Hold.Subject != "secret:x" || !n.Hold.Since.Equal(now) || n.RunAttempts() != 1 || !n.Attention() {
+		t.Fatalf("withheld: %+v, %d attempts", n, n.RunAttempts())
+	}
+	if n.Woken() {
+		t.Fatal("a withheld item moves on before it is woken")
+	}
+	n.Hold.Woken = api.WakeLift
+	if !n.Woken() {
+		t.Fatal("a lifted item does not move on")
+	}
+	r := Start(n, 2, now)
+	if r.Outcome != api.OutcomeInFlight || r.Attempt != 6 || r.FirstAttempt != n.FirstAttempt || r.Hold != (api.Hold{}) ||
+		r.Spent["usd"] != 0.5 || r.Error != "" {
+		t.Errorf("Start of a woken item: %+v", r)
+	}
+	c := Settled(n, 2, api.OutcomeCancelled, api.ReasonCancel, "stop", now)
+	if c.RunAttempts() != n.RunAttempts() || c.Hold != (api.Hold{}) {
+		t.Errorf("Settled of a woken item: %+v", c)
 	}
 }

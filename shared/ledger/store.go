@@ -41,26 +41,44 @@ type Store interface {
 	SetFannedOut(ctx context.Context, id string, run int) error
 	// Reserve binds a new attempt and a lease to an item before its pipeline
 	// runs. It succeeds when the item has no row, when its row is failed,
-	// cancelled or still in flight (interrupted) in an earlier run, or
-	// quarantined in an earlier run and released, or when it is in flight
+	// cancelled, held or still in flight (interrupted) in an earlier run, or
+	// quarantined in an earlier run and released, when it is in flight
 	// in this run with an expired lease (a takeover: attempt + 1, same run
-	// id). It returns the row as written. Otherwise it returns the stored
-	// row and ErrConflict.
+	// id), or when it is held in this run and woken (ItemState.Woken: the
+	// run's attempts and spend kept). It returns the row as written.
+	// Otherwise it returns the stored row and ErrConflict.
 	Reserve(ctx context.Context, r Reservation) (Item, error)
-	// Record writes an item's terminal outcome, only if the item is still in
+	// Record writes an item's terminal outcome, or a held one with its
+	// hold (r.Hold: withheld; the row gets an
+	// attention entry as a failed one does), only if the item is still in
 	// flight in r.Run under r.Attempt (the fence); else ErrConflict, except
 	// when the row already holds this very outcome (run, attempt, outcome,
 	// reason and error): the same write sent again after its answer was
 	// lost, which returns nil.
 	Record(ctx context.Context, r Record) error
+	// WakeItem wakes held item w.Key (item rows; a pack item is woken by a
+	// take of its pack, WritePack): it sets its hold's Woken to w.By only
+	// if the row is held in run w.Run, with outcome w.Outcome and subject
+	// w.Subject where those are given, under attempt w.Attempt where that
+	// is given (> 0), and not woken yet. Else it returns the stored row
+	// and ErrConflict: a row woken already (by this wake sent again, or
+	// another) tells by its Hold.Woken.
+	WakeItem(ctx context.Context, w WakeMark) (Item, error)
+	// Halt puts m's halt on the batch row (Batch.Halts[m.Subject]) only if
+	// the batch is running run m.Run, holds no halt on m.Subject and fewer
+	// than api.MaxHalts; else ErrConflict.
+	Halt(ctx context.Context, m HaltMark) error
+	// Lift removes the batch's halt on subject only if one stands; else
+	// ErrConflict.
+	Lift(ctx context.Context, id, subject string) error
 	// Release ends an attempt's lease without an outcome (a transient error
 	// whose retry is scheduled), only under the same fence as Record.
 	Release(ctx context.Context, r Record) error
 	// Settle writes a terminal outcome for an item that did not run in this
 	// run (dead-lettered, cancelled): only where Reserve would take it (no
-	// row; failed, cancelled, in flight or released quarantined in an
-	// earlier run; in flight in this run with an expired lease). Else it
-	// returns the stored row and ErrConflict.
+	// row; failed, cancelled, held, in flight or released quarantined in an
+	// earlier run; in flight in this run with an expired lease; held in
+	// this run and woken). Else it returns the stored row and ErrConflict.
 	Settle(ctx context.Context, r Record) (Item, error)
 	// SettleUnstarted is Settle only for an item not reserved in r.Run: no
 	// row, or a failed or cancelled (or released quarantined) row of an
@@ -175,6 +193,11 @@ type Store interface {
 	// ReadItems reads the item rows of keys (one item per message; a key
 	// without a row is left out), strongly consistent, in any order.
 	ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]Item, error)
+	// LocateItem reads item key's state, strongly consistent: its item
+	// row, or, for an item of a pack row that has an attention entry
+	// (failed, quarantined, held), the pack's entry (Packed, PackFirst,
+	// Pos set). ErrNotFound when it has neither.
+	LocateItem(ctx context.Context, batchID string, listShards int, key string) (Item, error)
 	// ReleaseItem marks a quarantined item released for the next run;
 	// ErrNotFound without a row, ErrConflict when it is not quarantined.
 	// listShards is the batch's Batch.ListShards (where its row lives).
@@ -325,7 +348,10 @@ type Record struct {
 	OutputRef  string
 	Error      string
 	Reason     api.Reason
-	Cost       pipeline.Cost // the attempt's own cost (Record, Settle)
+	// Hold is a held outcome's hold (Record of withheld); ignored for
+	// any other outcome.
+	Hold api.Hold
+	Cost pipeline.Cost // the attempt's own cost (Record, Settle)
 	// Spent is what every attempt of Run has spent, this one included
 	// (Record, Release); stored with the run number when not empty.
 	Spent pipeline.Cost
@@ -453,8 +479,11 @@ type WaitCount struct {
 	Causes      map[string]WaitCause
 	Interrupted int64 // attempts cut off or taken over (outcome unknown)
 	TimedOut    int64 // attempts whose call was given up without an answer (*pipeline.TimeoutError)
-	Token       string
-	Now         time.Time
+	// Held adds items held (+1 by the attempt that held one) and moved on
+	// (−1 by the take or settle of a woken one), by held outcome.
+	Held  map[api.Outcome]int64
+	Token string
+	Now   time.Time
 }
 
 // WaitCause is the items waiting for a retry after transient failures of
@@ -544,7 +573,14 @@ type Progress struct {
 	// item message (CountFanned); FanChunks how many chunks those are.
 	FannedOut int64
 	FanChunks int64
+	// Held counts the run's held items by held outcome (WaitCount.Held
+	// summed): items that wait, neither ended nor in flight.
+	Held map[api.Outcome]int64
 }
+
+// HeldItems is how many of the run's items are held (Held summed, never
+// below 0).
+func (p Progress) HeldItems() int64 { return max(0, SumOutcomes(p.Held)) }
 
 // Waiting is how many items wait for a retry due after now (counted by
 // the minute: an item due within the current minute no longer counts).

@@ -18,6 +18,7 @@
 //	GET    /batches/{id}/items               answer api.ItemPage
 //	POST   /batches/{id}/resume, /cancel     answer BatchView
 //	POST   /batches/{id}/items/{key}/release no body (204), path from ItemPath
+//	POST   /batches/{id}/halts/lift          body LiftRequest; answer api.LiftResult
 //	DELETE /batches/{id}                     no body (204)
 //
 // Every error answer is an ErrorBody.
@@ -120,6 +121,13 @@ type ReportLink struct {
 type CorrectionView struct {
 	Batch    BatchView    `json:"batch"`
 	Revision api.Revision `json:"revision"`
+}
+
+// LiftRequest is the body of POST /batches/{id}/halts/lift:
+// {"subject": "secret:arn:…"}, the halt's subject as Batch.Halts and the
+// withheld items' holds show it.
+type LiftRequest struct {
+	Subject string `json:"subject"`
 }
 
 // Progress is a large running batch's counters: items done (in any final

@@ -76,7 +76,8 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 }
 
 // countWaits adds the deliveries' items waiting for a retry (by the
-// minute it is due), interrupted and timed-out attempts to their runs' wait
+// minute it is due), interrupted and timed-out attempts, and the items
+// held and moved on (by held outcome) to their runs' wait
 // counters: one CountWaits write per run, in a counter partition chosen
 // at random. Only the live view reads them; a lost write loses its share.
 func (w *Worker) countWaits(ctx context.Context, dones []done) {
@@ -87,7 +88,7 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 	waits := map[runKey]*ledger.WaitCount{}
 	var order []runKey
 	for _, d := range dones {
-		if d.retryAt.IsZero() && !d.interrupted && !d.timedOut {
+		if d.retryAt.IsZero() && !d.interrupted && !d.timedOut && d.heldBy == 0 {
 			continue
 		}
 		k := runKey{d.batch.ID, d.batch.Run}
@@ -123,6 +124,12 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 		}
 		if d.timedOut {
 			c.TimedOut++
+		}
+		if d.heldBy != 0 {
+			if c.Held == nil {
+				c.Held = map[api.Outcome]int64{}
+			}
+			c.Held[d.heldAs] += d.heldBy
 		}
 	}
 	for _, k := range order {

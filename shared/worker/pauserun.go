@@ -109,7 +109,7 @@ type health struct {
 func (h *health) add(d done) {
 	switch {
 	case !d.ran:
-	case d.class == "" && d.outcome.Terminal():
+	case d.class == "" && (d.outcome.Terminal() || d.outcome.Held()):
 		h.answered = true
 	case d.class != "":
 		if h.fails == nil {

@@ -106,6 +106,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		sem = make(chan struct{}, 1)
 	}
 	h.probe = m.probe
+	subject := ledger.SecretSubject(b.Headers, b.Options)
 	var wg sync.WaitGroup
 	for i, r := range runs {
 		if m.probe && i > 0 {
@@ -128,12 +129,25 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				return // not started: given back below
 			}
 			r.started = true
-			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, cur.Stop, u, h, r, p, refusal, headers, options, inv.margin)
+			halted := ""
+			if h, on := ledger.HaltOn(cur, subject); on {
+				halted = h
+			}
+			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject}, u, h, r, p, refusal, headers, options, inv.margin)
 			w.afterCall(inv, b.ID, r.took)
 		}()
 	}
 	wg.Wait()
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
+}
+
+// call is what a call starts under, from the batch row as read just
+// before it (beforeCall): the run's stop, the halt standing on the
+// credential the items act under, and that credential's subject
+// (ledger.SecretSubject; "" when it comes from no secret reference).
+type call struct {
+	stop            api.Status
+	halted, subject string
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -178,6 +192,15 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if lost {
 		log.WarnContext(ctx, "fenced by a later take; its holder records the outcomes")
 		return false, dns
+	}
+	if slices.ContainsFunc(runs, heldEnding) {
+		// A held item has no message on the queue: its unit's message is
+		// kept for its wake before the item is recorded held.
+		err := w.persist(ctx, log, "keep the held unit's message", func() error { return w.keepMessage(ctx, b, m) })
+		if err != nil {
+			log.ErrorContext(ctx, "keep the held unit's message", "error", pipeline.ErrorText(err))
+			return false, dns
+		}
 	}
 	if len(writes) > 0 && m.Packed {
 		err := w.persist(ctx, log, "bound the pack row", func() error {
@@ -232,6 +255,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
 		}
 	}
+	dns = w.heldEnded(ctx, log, b, m, runs, dns)
 	for _, r := range runs {
 		if r.started && !r.lost && r.ending.Retry() {
 			dns = append(dns, ranDone(b, r)) // for the pause: not counted
@@ -316,11 +340,11 @@ func (w *Worker) resend(ctx context.Context, m *unitMessage, wait time.Duration)
 // deadline, its output stored, Conclude again; a success with staged
 // writes is committed on its own (the unit's write with the effects).
 // It leaves the item's ending in r.
-func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, stop api.Status, u unit, h *hold, r *itemRun,
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, c call, u unit, h *hold, r *itemRun,
 	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
 	s, was := h.items[r.j], h.was[r.j]
 	a := ledger.Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
-		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Stop: stop, Refusal: refusal,
+		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Stop: c.stop, Refusal: refusal, Halted: c.halted,
 		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}
 	if h.probe && b.Pause != nil {
 		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)
@@ -341,7 +365,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if dl, ok := runCtx.Deadline(); ok {
 		allotted = time.Until(dl)
 	}
-	res, rotated, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
+	res, rr, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
@@ -372,7 +396,10 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		s.SpentRun = b.Run
 	}
 	s.Cost = res.Cost
-	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rotated
+	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rr == rereadRotated
+	if rr == rereadUnchanged {
+		a.Withhold = c.subject
+	}
 	r.interrupted = r.interrupted || a.CutOff
 	if perr == nil {
 		err := w.persist(ctx, log, "store output", func() (err error) {

@@ -121,32 +121,51 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 // cached): the attempt ends there, and its retry, which counts no
 // attempt (ledger.Attempt.Rotated), sends the new value, now cached. One
 // attempt is one call: the receiver never gets two requests with the
-// same Bulkrun-Attempt. A reference that cannot be read again, or an
-// unchanged value, leaves the call's error to fail the item.
-func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (res pipeline.Result, rotated bool, err error) {
+// same Bulkrun-Attempt. An unchanged value withholds the item under a
+// halt on the credential (ledger.Attempt.Withhold); a reference that
+// cannot be read again leaves the call's error to fail the item.
+func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (res pipeline.Result, rr reread, err error) {
 	res, err = runSafely(ctx, p, req)
 	if c, folded := pipeline.BoundCost(res.Cost); folded > 0 {
 		log.WarnContext(ctx, "cost record beyond its limits; names folded", "folded_names", folded,
 			"max_cost_names", pipeline.MaxCostNames, "max_cost_name_bytes", pipeline.MaxCostNameBytes)
 		res.Cost = c
 	}
-	return res, err != nil && pipeline.IsCredentialRejected(err) && w.rotated(ctx, log, b, req), err
+	if err != nil && pipeline.IsCredentialRejected(err) {
+		rr = w.reread(ctx, log, b, req)
+	}
+	return res, rr, err
 }
 
-// rotated reports whether a secret reference of b's headers or options
-// reads, bypassing the cache, another value than req was sent with.
-func (w *Worker) rotated(ctx context.Context, log *slog.Logger, b ledger.Batch, req pipeline.Request) bool {
+// reread is what reading a rejected credential's secrets again found.
+type reread int
+
+const (
+	// rereadNone: not read again (no secret reference, no secrets
+	// resolver, or the read failed).
+	rereadNone reread = iota
+	// rereadRotated: a value changed since the call's was read.
+	rereadRotated
+	// rereadUnchanged: every value reads as the call sent it: the
+	// credential itself is refused (the item is withheld).
+	rereadUnchanged
+)
+
+// reread reads the secret references of b's headers and options again,
+// bypassing the cache, and compares them with what req was sent with.
+func (w *Worker) reread(ctx context.Context, log *slog.Logger, b ledger.Batch, req pipeline.Request) reread {
 	if refs, rerr := ledger.SecretRefs(b.Headers, b.Options); rerr != nil || len(refs) == 0 || w.Secrets == nil {
-		return false
+		return rereadNone
 	}
 	headers, options, serr := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, true)
 	if serr != nil {
 		log.WarnContext(ctx, "credential rejected; reading its secret again failed", "error", pipeline.ErrorText(serr))
-		return false
+		return rereadNone
 	}
 	if maps.Equal(headers, req.Headers) && bytes.Equal(options, req.Options) {
-		return false // the same value: not a rotation
+		log.WarnContext(ctx, "credential rejected; its secret reads the same again: the item is withheld under a halt on it")
+		return rereadUnchanged
 	}
 	log.InfoContext(ctx, "credential rejected; its secret changed since it was cached: the next attempt sends the new value")
-	return true
+	return rereadRotated
 }

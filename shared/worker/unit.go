@@ -171,6 +171,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 				s.Spent, s.SpentRun = it.Spent, b.Run // this run's earlier attempts
 			}
 			h.attempt, h.lease, h.was[0], h.items[0], h.steps[0], h.interrupted[0] = it.Attempt, it.LeaseUntil, s, s, ledger.StepRun, it.Interrupted
+			h.dones = append(h.dones, unheld(b, ledger.ItemState{Run: b.Run, Outcome: it.Resumed}))
 			return h, nil
 		}
 	default:
@@ -184,7 +185,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 		}
 		if err == nil {
 			h.items[0], h.steps[0] = s, ledger.StepSettle
-			h.dones = append(h.dones, doneOf(b, s))
+			h.dones = append(h.dones, doneOf(b, s), unheld(b, ledger.ItemState{Run: b.Run, Outcome: it.Resumed}))
 			return h, nil
 		}
 	}
@@ -216,8 +217,8 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 	return h, nil
 }
 
-// write records the item's ending under its attempt: a terminal outcome
-// with Store.Record (with the attempt's staged writes, if any), a
+// write records the item's ending under its attempt: a terminal or held
+// outcome with Store.Record (with the attempt's staged writes, if any), a
 // scheduled retry (or an attempt given back) with Store.Release.
 func (u *itemUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWrite, effects ledger.StagedEffects) error {
 	if len(items) != 1 {
@@ -226,10 +227,11 @@ func (u *itemUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWr
 	s := items[0].Item
 	r := u.record(s.UpdatedAt)
 	r.Attempt, r.Error, r.Reason, r.Cost, r.Effects, r.FirstAttempt = h.attempt, s.Error, s.Reason, s.Cost, effects, s.FirstAttempt
+	r.Hold = s.Hold
 	if s.SpentRun == u.b.Run {
 		r.Spent = s.Spent
 	}
-	if !s.Outcome.Terminal() {
+	if !s.Outcome.Terminal() && !s.Outcome.Held() {
 		r.ThrottledSince = s.ThrottledSince
 		return u.w.Store.Release(ctx, r)
 	}
@@ -297,9 +299,10 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			case ledger.StepRun:
 				h.items[j] = ledger.Start(s, b.Run, now)
 				run = append(run, j)
+				h.dones = append(h.dones, unheld(b, s))
 			case ledger.StepSettle:
 				h.items[j] = t.settle(s, now)
-				h.dones = append(h.dones, doneOf(b, h.items[j]))
+				h.dones = append(h.dones, doneOf(b, h.items[j]), unheld(b, s))
 			case ledger.StepCount:
 				h.items[j].CountedRun = b.Run
 				h.dones = append(h.dones, done{batch: b, outcome: s.Outcome, cost: s.Cost})

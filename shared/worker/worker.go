@@ -20,6 +20,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -106,6 +107,10 @@ type Worker struct {
 	// tracks keeps the chunk tables and slices the process read for the
 	// tracks of batches with max_concurrency (track.go); made on first use.
 	tracks *trackBook
+	// Wake wakes held items (shared/held): the worker wakes an item it
+	// withheld under a halt that a caller lifted meanwhile. nil: such an
+	// item waits for the next lift.
+	Wake *held.Waker
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *laneBook
@@ -167,6 +172,20 @@ type done struct {
 	waitClass, waitText string
 	interrupted         bool
 	timedOut            bool
+	// heldAs and heldBy are a change of the run's held items (the live
+	// view's): +1 of outcome heldAs for an item this delivery held, −1
+	// for one it took or settled after it was woken.
+	heldAs api.Outcome
+	heldBy int64
+}
+
+// unheld is the done of an item taken or settled from state s: −1 held
+// item of its outcome when s was held in b's run, else nothing (zero).
+func unheld(b ledger.Batch, s ledger.ItemState) done {
+	if s.Run != b.Run || !s.Outcome.Held() {
+		return done{}
+	}
+	return done{batch: b, heldAs: s.Outcome, heldBy: -1}
 }
 
 // doneOf is the done of an item whose state s is terminal in b's run.

@@ -112,7 +112,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.liftCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
 	return root
 }
 
@@ -160,6 +160,16 @@ func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// rangeArgs accepts min to max arguments.
+func rangeArgs(min, max int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < min || len(args) > max {
+			return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%s: want %s", cmd.Name(), names)}
+		}
+		return nil
+	}
 }
 
 func exactArgs(n int, names string) cobra.PositionalArgs {
@@ -800,6 +810,9 @@ func LiveText(l api.LiveView) string {
 	if l.TimedOut > 0 {
 		timed = fmt.Sprintf("  timed out %d", l.TimedOut)
 	}
+	if l.Withheld > 0 {
+		timed += fmt.Sprintf("  withheld %d", l.Withheld)
+	}
 	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }
@@ -829,8 +842,12 @@ func (a *app) show(v wire.BatchView) error {
 		textln(a.out, RevisionText(v.Batch, r))
 	}
 	if c := v.Census; c != nil {
-		textf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d  in_flight %d  pending %d  (from %s)\n",
-			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending, v.CensusSource)
+		withheld := ""
+		if c.Withheld > 0 {
+			withheld = fmt.Sprintf("  withheld %d", c.Withheld)
+		}
+		textf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d%s  in_flight %d  pending %d  (from %s)\n",
+			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, withheld, c.InFlight, c.Pending, v.CensusSource)
 		a.printCost("cost (ending attempts)", c.Cost)
 		a.printCost("spent by this run", c.RunSpent)
 	}
@@ -868,7 +885,7 @@ func (a *app) itemsCmd() *cobra.Command {
 		all     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "items ID [--outcome failed|quarantined|in_flight]",
+		Use:   "items ID [--outcome failed|quarantined|withheld|in_flight|needs_attention]",
 		Short: "List the items needing attention, oldest key first",
 		Args:  exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -927,7 +944,7 @@ func (a *app) itemsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined or in_flight")
+	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined, withheld, in_flight, or needs_attention (every failed, quarantined and withheld item, each with its next move)")
 	cmd.Flags().IntVar(&limit, "limit", 100, "items per page (1–1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().BoolVar(&all, "all", false, "follow every page")
@@ -1116,6 +1133,15 @@ func (a *app) printItems(items []api.Item) {
 		textf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", it.Key, it.Outcome, reason, it.Run, max(it.Revision, 1), it.RunAttempts, it.Error)
 	}
 	_ = w.Flush()
+	// The next move of each held item (withheld: the halt to lift), once
+	// per move: a listing of thousands withheld under one halt says it once.
+	seen := map[string]bool{}
+	for _, it := range items {
+		if it.Hold != nil && it.Next != "" && !seen[it.Next] {
+			seen[it.Next] = true
+			textf(a.out, "next move (%s): %s\n", it.Outcome, it.Next)
+		}
+	}
 }
 
 // printReport writes a run's report as text.

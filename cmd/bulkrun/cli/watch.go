@@ -110,7 +110,7 @@ func watchDone(v wire.BatchView) (int64, bool) {
 	switch {
 	case v.Census != nil:
 		c := v.Census
-		return c.Total - c.Pending - c.InFlight, true
+		return c.Total - c.Pending - c.InFlight - c.Withheld, true
 	case v.Progress != nil:
 		return v.Progress.Done, true
 	}
@@ -131,6 +131,9 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 	case v.Census != nil:
 		c := v.Census
 		b.WriteString(fmt.Sprintf("%d succeeded, %d failed, %d quarantined, %d cancelled; %d in flight, %d pending", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending))
+		if c.Withheld > 0 {
+			b.WriteString(fmt.Sprintf(", %d withheld (bulkrun lift)", c.Withheld))
+		}
 	case v.Progress != nil:
 		p := v.Progress
 		b.WriteString(fmt.Sprintf("%d ended (%s); %d pending", p.Done, api.Count(p.Failures, "failure"), max(0, v.ItemCount-p.Done)))

@@ -56,7 +56,7 @@ func TestWaitingItemsTellTheirCause(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return ledger.LiveOf(b, p, r.clock.Now())
+				return ledger.LiveOf(b, p, r.clock.Now(), 0)
 			}
 
 			l := live(fmt.Sprintf("throttled-k%d", k), 10)

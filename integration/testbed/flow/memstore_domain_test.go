@@ -22,6 +22,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/control"
 	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/submit"
@@ -565,8 +566,8 @@ func (s *rotatingSecrets) ResolveFresh(context.Context, string) (string, error) 
 // the reference again bypassing the cache, and the attempt ends there; its
 // retry, which uses no attempt, sends the new value. Every call carries
 // its own attempt number, every item succeeds with 1 attempt in its run,
-// and run_spent counts every call. A credential that is simply wrong (the
-// fresh value is the same) still fails at once, with one call.
+// and run_spent counts every call (a credential that is simply wrong:
+// TestMemWrongSecretWithholdsItems).
 func TestMemSecretRotatedMidBatchFailsNoItem(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { secretRotatedMidBatch(t, k) })
@@ -622,18 +623,134 @@ func secretRotatedMidBatch(t *testing.T, k int) {
 	if secrets.fresh == 0 || secrets.fresh > 5 || c.RunSpent.Text("calls") != fmt.Sprint(calls) {
 		t.Fatalf("fresh reads %d, run_spent %v, %d calls: want at most one fresh read per item, every call spent", secrets.fresh, c.RunSpent, calls)
 	}
+}
 
-	accept.Store("Bearer v3") // a value the store does not have: wrong, not rotated
-	submit("wrong")
-	for i := range 5 {
-		key := api.PositionalKey(int64(i))
-		it := memItem(t, r, "wrong", key)
-		mu.Lock()
-		n := len(attempts["wrong/"+key])
-		mu.Unlock()
-		if it.Outcome != api.OutcomeFailed || !strings.Contains(it.Error, "401") || n != 1 {
-			t.Errorf("%s: %s %q after %d calls, want failed with the 401 after 1 (the same fresh value is not tried again)", key, it.Outcome, it.Error, n)
+// A credential that is simply wrong (its secret read again is the same)
+// withholds the batch's items instead of failing them, at K = 1 and 10:
+// the first refusal puts a halt on the credential, the items that had not
+// called yet are withheld without a call, and the run stays running with
+// every item withheld, counted so in the live census and listed with its
+// next move. Once the secret is fixed, the lift of the halt wakes every
+// item, and each is called exactly once more (duplicate deliveries
+// included) and succeeds; a cancel instead settles every withheld item
+// cancelled.
+func TestMemWrongSecretWithholdsItems(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { wrongSecretWithholds(t, k) })
+	}
+}
+
+func wrongSecretWithholds(t *testing.T, k int) {
+	ctx := context.Background()
+	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
+	const n = 20
+	subject := ledger.SecretSubjectPrefix + arn
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Headers["Authorization"] != "Bearer right" {
+			return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
 		}
+		return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
+	})
+	waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
+	r.worker.Wake, r.ctl.Wake = waker, waker
+	secrets := &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
+	r.worker.Secrets = secrets
+	r.sub.SecretPrefixes = []string{arn}
+	submit := func(id string) {
+		t.Helper()
+		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
+			Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
+			t.Fatal(err)
+		}
+		r.drain(t, ctx, 1)
+	}
+	calls := func() map[string]int64 {
+		m := map[string]int64{}
+		for i := range n {
+			m[api.PositionalKey(int64(i))] = r.callsOf(api.PositionalKey(int64(i)))
+		}
+		return m
+	}
+
+	submit("wrong")
+	before := calls()
+	var called int64
+	for key, c := range before {
+		it := memItem(t, r, "wrong", key)
+		if it.Outcome != api.OutcomeWithheld || it.Hold == nil || it.Hold.Subject != subject || it.Reason != api.ReasonCredential || c > 1 {
+			t.Errorf("%s: %s (reason %s, hold %+v) after %d calls; want withheld under %s after at most 1", key, it.Outcome, it.Reason, it.Hold, c, subject)
+		}
+		called += c
+	}
+	if called == 0 {
+		t.Error("no item called the receiver: the halt came from nowhere")
+	}
+	b, err := r.ctl.Get(ctx, "wrong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Halts[subject]; !ok || b.Status != api.StatusRunning {
+		t.Fatalf("batch %s, halts %v; want running with a halt on %s", b.Status, b.Halts, subject)
+	}
+	if _, err := r.fin.Finalize(ctx, "wrong", 1); err == nil {
+		t.Fatal("finalize finished a run whose items are withheld")
+	}
+	p, err := r.store.Progress(ctx, "wrong", 1, max(1, b.CounterShards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live := ledger.LiveOf(b, p, r.clock.T, 0); live.Withheld != n || live.InFlight != 0 || !live.NeedsAttention() {
+		t.Errorf("live view %+v; want %d withheld, none in flight, needing attention", live, n)
+	}
+	page, err := r.ctl.Items(ctx, "wrong", api.NeedsAttention, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != n || !strings.Contains(page.Items[0].Next, "bulkrun lift") {
+		t.Fatalf("needs attention: %d items, first %+v; want %d, each with its next move", len(page.Items), page.Items[0], n)
+	}
+
+	// The secret is fixed; the lift wakes every item withheld under it.
+	secrets.mu.Lock()
+	secrets.cached, secrets.latest = "Bearer right", "Bearer right"
+	secrets.mu.Unlock()
+	res, err := r.ctl.Lift(ctx, "wrong", subject)
+	if err != nil || !res.Lifted || res.Woken != n || !res.Done {
+		t.Fatalf("lift: %+v %v; want lifted, %d woken, done", res, err, n)
+	}
+	if again, err := r.ctl.Lift(ctx, "wrong", subject); err != nil || again.Lifted || again.Woken != n || !again.Done {
+		t.Fatalf("lift again: %+v %v; want no halt lifted and the %d woken items found woken", again, err, n)
+	}
+	r.drain(t, ctx, 2) // duplicate deliveries: each woken item still runs once
+	after := calls()
+	for key := range after {
+		if after[key] != before[key]+1 {
+			t.Errorf("%s: %d calls after the lift, %d before; want exactly one more", key, after[key], before[key])
+		}
+	}
+	fin, err := r.fin.Finalize(ctx, "wrong", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := fin.Report.Census; c.Succeeded != n || c.Failed != 0 || c.Withheld != 0 || fin.Report.Status != api.StatusCompleted {
+		t.Fatalf("after the lift: %s %+v; want completed, %d succeeded", fin.Report.Status, c, n)
+	}
+
+	// Withheld again, then cancelled: every item settles cancelled.
+	secrets.mu.Lock()
+	secrets.cached, secrets.latest = "Bearer wrong", "Bearer wrong"
+	secrets.mu.Unlock()
+	submit("cancelled")
+	if _, err := r.ctl.Cancel(ctx, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	fin, err = r.fin.Finalize(ctx, "cancelled", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := fin.Report.Census; c.Cancelled != n || c.Withheld != 0 || fin.Report.Status != api.StatusCancelled {
+		t.Fatalf("cancelled: %s %+v; want cancelled, %d cancelled", fin.Report.Status, c, n)
 	}
 }
 

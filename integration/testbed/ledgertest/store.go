@@ -169,6 +169,7 @@ type runCounter struct {
 	interrupted, fanned int64
 	timedOut            int64
 	fanChunks           map[int64]bool
+	held                map[api.Outcome]int64
 }
 
 func (s *Store) runCounter(batchID string, run int) *runCounter {
@@ -181,6 +182,7 @@ func (s *Store) runCounter(batchID string, run int) *runCounter {
 	if rc.due == nil {
 		rc.due, rc.fanChunks = map[int64]int64{}, map[int64]bool{}
 		rc.throttled, rc.causes = map[int64]int64{}, map[string]ledger.WaitCause{}
+		rc.held = map[api.Outcome]int64{}
 	}
 	return rc
 }
@@ -346,6 +348,9 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 	}
 	rc.interrupted += c.Interrupted
 	rc.timedOut += c.TimedOut
+	for o, n := range c.Held {
+		rc.held[o] += n
+	}
 	return nil
 }
 
@@ -379,6 +384,14 @@ func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (le
 		}
 		p.Interrupted, p.FannedOut, p.FanChunks = rc.interrupted, rc.fanned, int64(len(rc.fanChunks))
 		p.TimedOut = rc.timedOut
+		for o, n := range rc.held {
+			if n != 0 {
+				if p.Held == nil {
+					p.Held = map[api.Outcome]int64{}
+				}
+				p.Held[o] += n
+			}
+		}
 	}
 	for k, c := range s.chunks {
 		if k.batchID != batchID || k.run != run || c.part >= max(1, shards) {
@@ -446,15 +459,13 @@ func (s *Store) ScanShard(_ context.Context, batchID string, shard int, after st
 
 // ListItems implements ledger.Store.
 func (s *Store) ListItems(_ context.Context, batchID string, listShards int, outcome api.Outcome, after string, limit int) ([]ledger.Item, string, error) {
-	switch outcome {
-	case api.OutcomeFailed, api.OutcomeQuarantined, api.OutcomeInFlight:
-	default:
-		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined or in_flight: %w", outcome, api.ErrInvalid)
+	if !ledger.Listable(outcome) {
+		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined, held or in_flight: %w", outcome, api.ErrInvalid)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rows := s.sortedRows(batchID, func(r *row) bool {
-		return r.shard < max(1, listShards) && r.s.Outcome == outcome && r.s.Key > after
+		return r.shard < max(1, listShards) && ledger.ListedAs(r.s.Outcome, outcome) && r.s.Key > after
 	})
 	all := make([]ledger.Item, 0, len(rows))
 	for _, r := range rows {
@@ -497,6 +508,7 @@ func clone(b ledger.Batch) ledger.Batch {
 		p := *b.Pause
 		b.Pause = &p
 	}
+	b.Halts = maps.Clone(b.Halts)
 	b.Options, b.Request = slices.Clone(b.Options), slices.Clone(b.Request)
 	b.Revisions = slices.Clone(b.Revisions)
 	return b
@@ -676,6 +688,42 @@ func (s *Store) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 		return conflictf("unpause %s run %d", m.BatchID, m.Run)
 	}
 	b.Pause = nil
+	return nil
+}
+
+// Halt implements ledger.Store.
+func (s *Store) Halt(_ context.Context, m ledger.HaltMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(m.BatchID)
+	if !ok || b.Run != m.Run || b.Status != api.StatusRunning || len(b.Halts) >= api.MaxHalts {
+		return conflictf("halt %s on %s", m.BatchID, m.Subject)
+	}
+	if _, ok := b.Halts[m.Subject]; ok {
+		return conflictf("halt %s on %s: one stands", m.BatchID, m.Subject)
+	}
+	if b.Halts == nil {
+		b.Halts = map[string]api.Halt{}
+	}
+	b.Halts[m.Subject] = api.Halt{Subject: m.Subject, Since: ms(m.Now), Reason: ledger.CutError(m.Reason)}
+	return nil
+}
+
+// Lift implements ledger.Store.
+func (s *Store) Lift(_ context.Context, id, subject string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(id)
+	if !ok {
+		return conflictf("lift %s on %s: no batch", id, subject)
+	}
+	if _, ok := b.Halts[subject]; !ok {
+		return conflictf("lift %s on %s: no halt stands", id, subject)
+	}
+	delete(b.Halts, subject)
+	if len(b.Halts) == 0 {
+		b.Halts = nil
+	}
 	return nil
 }
 

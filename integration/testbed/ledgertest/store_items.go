@@ -95,6 +95,9 @@ func (s *Store) Reserve(_ context.Context, r ledger.Reservation) (ledger.Item, e
 		BatchID:     r.BatchID,
 		Interrupted: interrupted,
 	}
+	if was.Run == r.Run && was.Outcome.Held() {
+		it.Resumed = was.Outcome
+	}
 	if was.Run == r.Run && was.SpentRun == r.Run && len(was.Spent) > 0 {
 		it.Spent, it.SpentRun = maps.Clone(was.Spent), r.Run
 	}
@@ -116,7 +119,18 @@ func setOutcome(n *row, r ledger.Record) {
 		n.s.Cost = maps.Clone(r.Cost)
 	}
 	setSpent(n, r)
+	n.s.Hold = api.Hold{}
+	if r.Outcome.Held() {
+		n.s.Hold = storedHold(r.Hold)
+	}
 	n.leaseUntil = time.Time{}
+}
+
+// storedHold is h as the adapter stores it: times at millisecond
+// precision.
+func storedHold(h api.Hold) api.Hold {
+	h.Since = ms(h.Since)
+	return h
 }
 
 func setSpent(n *row, r ledger.Record) {
@@ -131,8 +145,8 @@ func (s *Store) Record(_ context.Context, r ledger.Record) error {
 	if r.Effects != nil && r.Effects.Len() > 0 {
 		return fmt.Errorf("record %s/%s attempt %d: memstore commits no staged writes (%T)", r.BatchID, r.Key, r.Attempt, r.Effects)
 	}
-	if !r.Outcome.Terminal() {
-		return fmt.Errorf("record %s/%s: %q is not a terminal outcome", r.BatchID, r.Key, r.Outcome)
+	if !r.Outcome.Terminal() && !r.Outcome.Held() {
+		return fmt.Errorf("record %s/%s: %q is not a terminal or held outcome", r.BatchID, r.Key, r.Outcome)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -202,9 +216,13 @@ func (s *Store) settle(r ledger.Record, mode ledger.Mode) (ledger.Item, error) {
 	if step != ledger.StepSettle {
 		return s.stored(r.BatchID, r.Key), conflictf("settle %s/%s", r.BatchID, r.Key)
 	}
+	was := cur.s
 	cur.s = ledger.Settled(cur.s, r.Run, r.Outcome, r.Reason, r.Error, ms(r.Now))
 	setOutcome(cur, r)
 	s.put(cur)
+	if was.Run == r.Run && was.Outcome.Held() {
+		return ledger.Item{Resumed: was.Outcome}, nil
+	}
 	return ledger.Item{}, nil
 }
 
@@ -267,4 +285,43 @@ func (s *Store) ReadItems(_ context.Context, batchID string, _ int, keys []strin
 		}
 	}
 	return out, nil
+}
+
+// WakeItem implements ledger.Store.
+func (s *Store) WakeItem(_ context.Context, w ledger.WakeMark) (ledger.Item, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.row(w.BatchID, w.Key)
+	switch {
+	case cur == nil:
+		return ledger.Item{}, conflictf("wake %s/%s: no row", w.BatchID, w.Key)
+	case cur.s.Run != w.Run || !cur.s.Outcome.Held() || cur.s.Hold.Woken != "",
+		w.Outcome != "" && cur.s.Outcome != w.Outcome,
+		w.Subject != "" && cur.s.Hold.Subject != w.Subject,
+		w.Attempt > 0 && cur.s.Attempt != w.Attempt:
+		return cur.view(), conflictf("wake %s/%s", w.BatchID, w.Key)
+	}
+	cur.s.Hold.Woken = w.By
+	cur.s.UpdatedAt = ms(w.Now)
+	return cur.view(), nil
+}
+
+// LocateItem implements ledger.Store.
+func (s *Store) LocateItem(_ context.Context, batchID string, _ int, key string) (ledger.Item, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.row(batchID, key); r != nil {
+		return r.view(), nil
+	}
+	if e, ok := s.attn[batchID][key]; ok {
+		if r := s.packs[batchID][e.it.PackFirst]; r != nil {
+			p := r.view()
+			for j := range p.Items {
+				if p.Items[j].Key == key {
+					return p.Item(j), nil
+				}
+			}
+		}
+	}
+	return ledger.Item{}, fmt.Errorf("item %s/%s: %w", batchID, key, api.ErrNotFound)
 }

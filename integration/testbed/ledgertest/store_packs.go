@@ -104,6 +104,7 @@ func (s *Store) WritePack(_ context.Context, w ledger.PackWrite) error {
 		}
 		it := clonePackItem(iw.Item)
 		it.UpdatedAt = ms(it.UpdatedAt)
+		it.Hold = storedHold(it.Hold)
 		if it.Outcome == "" {
 			it = ledger.ItemState{}
 		}
@@ -145,14 +146,14 @@ const packRowHead = 2 << 10
 // leaves them.
 func (s *Store) attention(r *packRow, iw ledger.PackItemWrite) {
 	key := iw.Item.Key
-	had := iw.Was == api.OutcomeFailed || iw.Was == api.OutcomeQuarantined
+	had := iw.Was == api.OutcomeFailed || iw.Was == api.OutcomeQuarantined || iw.Was.Held()
 	switch {
-	case iw.Item.Attention() && iw.Item.Outcome != iw.Was:
+	case iw.Item.Attention():
 		if s.attn[r.p.BatchID] == nil {
 			s.attn[r.p.BatchID] = map[string]attnEntry{}
 		}
 		it := r.view().Item(iw.Index)
-		it.LeaseUntil, it.Pos, it.Packed, it.PackFirst = time.Time{}, "", false, 0
+		it.LeaseUntil = time.Time{}
 		s.attn[r.p.BatchID][key] = attnEntry{it: it, shard: r.shard}
 	case !iw.Item.Attention() && had:
 		delete(s.attn[r.p.BatchID], key)
@@ -248,7 +249,7 @@ func (s *Store) releasePackItem(batchID, key string) (bool, error) {
 func (s *Store) attentionItems(batchID string, listShards int, outcome api.Outcome, after string) []ledger.Item {
 	var items []ledger.Item
 	for k, e := range s.attn[batchID] {
-		if e.it.Outcome == outcome && k > after && e.shard < max(1, listShards) {
+		if ledger.ListedAs(e.it.Outcome, outcome) && k > after && e.shard < max(1, listShards) {
 			it := e.it
 			it.Output, it.Cost, it.Spent = slices.Clone(it.Output), maps.Clone(it.Cost), maps.Clone(it.Spent)
 			items = append(items, it)

@@ -92,6 +92,8 @@ func rec(b ledger.Batch, key string, run, attempt int, o api.Outcome, now time.T
 		r.Reason = api.ReasonQuarantine
 	case api.OutcomeCancelled:
 		r.Reason = api.ReasonCancel
+	case api.OutcomeWithheld:
+		r.Error, r.Reason, r.Hold = "HTTP 401", api.ReasonCredential, api.Hold{Subject: "secret:arn:aws:ssm:us-east-1:123456789012:parameter/x.y", Since: now}
 	}
 	return r
 }

@@ -58,9 +58,23 @@ func rowStates() []rowState {
 				t.Fatal(err)
 			}
 		}, after},
+		{"withheld", outcome(api.OutcomeWithheld), after},
+		{"withheld, woken", heldWoken(api.OutcomeWithheld, api.WakeLift), after},
+		{"withheld, woken to cancel", heldWoken(api.OutcomeWithheld, api.WakeCancel), after},
 		{"failed, marked with revision 2", marked(api.OutcomeFailed), after},
 		{"quarantined, marked with revision 2", marked(api.OutcomeQuarantined), after},
 		{"cancelled, marked with revision 2", marked(api.OutcomeCancelled), after},
+	}
+}
+
+// heldWoken makes an item row held with outcome o in run 1 and wakes it
+// by by (Store.WakeItem).
+func heldWoken(o api.Outcome, by api.Wake) func(t *testing.T, s ledger.Store, b ledger.Batch, key string) {
+	return func(t *testing.T, s ledger.Store, b ledger.Batch, key string) {
+		done(t, s, b, key, 1, o, T0)
+		if _, err := s.WakeItem(ctx, ledger.WakeMark{BatchID: b.ID, ListShards: b.ListShards, Key: key, Run: 1, Outcome: o, By: by, Now: T0}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -88,8 +102,12 @@ func stateOf(it ledger.Item, ok bool) ledger.ItemState {
 	if !ok {
 		return ledger.ItemState{}
 	}
-	return ledger.ItemState{Key: it.Key, Run: it.Run, Outcome: it.Outcome, Attempt: it.Attempt,
+	st := ledger.ItemState{Key: it.Key, Run: it.Run, Outcome: it.Outcome, Attempt: it.Attempt,
 		FirstAttempt: it.Attempt - it.RunAttempts + 1, Released: it.Released, Revision: it.Revision}
+	if it.Hold != nil {
+		st.Hold = *it.Hold
+	}
+	return st
 }
 
 func itemRowConditionsArePlan(t *testing.T, s ledger.Store) {

@@ -15,7 +15,7 @@ Status = Literal["submitting", "refused", "running", "completed", "threshold_exc
 """A batch's status. Finished: completed, threshold_exceeded, cancelled,
 finalize_failed (and refused, which never ran)."""
 
-Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled"]
+Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled", "withheld"]
 """An item's outcome; the terminal ones are succeeded, failed, quarantined
 and cancelled."""
 
@@ -91,6 +91,7 @@ class Census(TypedDict):
     failed: int
     quarantined: int
     cancelled: int
+    withheld: NotRequired[int]
     in_flight: int
     pending: int
     cost: Cost | None

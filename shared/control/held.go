@@ -1,0 +1,83 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// WakeTime bounds the wakes one command makes before it answers (a lift,
+// a cancel's wake of held items): 20 seconds, inside API
+// Gateway's 29-second integration timeout ("Amazon API Gateway quotas").
+// A command that did not wake every item says so (Done false); repeating
+// it goes on (a cancel called again wakes what the last one left).
+const WakeTime = 20 * time.Second
+
+// Lift lifts the batch's halt on subject and wakes every item withheld
+// under it: each runs once more, with the credential as its secret reads
+// now. Idempotent: a lift of a subject whose halt was lifted already
+// wakes the items still withheld under it (Lifted false). Errors:
+// *InputError naming "subject" when it is empty; ErrNotFound (wrapped)
+// when the batch holds no halt on subject and subject is not the
+// credential its items act under; ErrConflict (wrapped) when the batch
+// is not running (a finished run has no held item); ErrNotFound and
+// ErrExpired for the batch.
+func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult, error) {
+	res := api.LiftResult{Subject: subject}
+	if subject == "" {
+		return res, &api.InputError{Field: "subject", Reason: "name the halt's subject, as the batch's halts and the withheld items show it"}
+	}
+	b, err := c.Get(ctx, id)
+	if err != nil {
+		return res, err
+	}
+	if b.Status != api.StatusRunning {
+		return res, fmt.Errorf("lift %s on %s: the batch is %s; only a running batch holds halts: %w", id, subject, b.Status, api.ErrConflict)
+	}
+	_, halted := b.Halts[subject]
+	if !halted && subject != ledger.SecretSubject(b.Headers, b.Options) {
+		return res, fmt.Errorf("lift %s: no halt on %s: %w", id, subject, api.ErrNotFound)
+	}
+	if halted {
+		switch err := c.Store.Lift(ctx, id, subject); {
+		case err == nil:
+			res.Lifted = true
+			c.Log.WarnContext(ctx, "halt lifted by a caller", "batch_id", id, "run", b.Run, "subject", subject)
+		case !errors.Is(err, api.ErrConflict):
+			return res, err
+		}
+	}
+	if c.Wake == nil {
+		return res, fmt.Errorf("lift %s: this function wakes no held items", id)
+	}
+	w, err := c.Wake.Wake(ctx, b, held.Filter{Outcome: api.OutcomeWithheld, Subject: subject, By: api.WakeLift}, WakeTime)
+	res.Woken, res.Done = w.Woken, w.Done && err == nil
+	if res.Lifted {
+		now := c.now()
+		ledger.AnnounceHalt(ctx, c.Bus, c.Log, ledger.HaltEvent{BatchID: id, Run: b.Run, Subject: subject, Since: b.Halts[subject].Since, Woken: w.Woken, At: now})
+	}
+	c.Log.InfoContext(ctx, "withheld items woken", "batch_id", id, "subject", subject, "woken", w.Woken, "units", w.Units, "done", res.Done)
+	return res, err
+}
+
+// wakeToCancel wakes every held item of b's stopped run, so that its
+// saved message settles it cancelled, within WakeTime; a cancel called
+// again wakes what it leaves.
+func (c *Control) wakeToCancel(ctx context.Context, b ledger.Batch) {
+	if c.Wake == nil {
+		return
+	}
+	w, err := c.Wake.Wake(ctx, b, held.Filter{Outcome: api.OutcomeWithheld, By: api.WakeCancel}, WakeTime)
+	if err != nil {
+		c.Log.WarnContext(ctx, "wake held items to cancel them; cancel again to go on", "batch_id", b.ID, "error", err.Error())
+		return
+	}
+	if w.Woken > 0 || !w.Done {
+		c.Log.InfoContext(ctx, "held items woken to cancel", "batch_id", b.ID, "woken", w.Woken, "done", w.Done)
+	}
+}

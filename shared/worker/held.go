@@ -1,0 +1,111 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// heldEnding reports whether r's attempt ended its item held (withheld),
+// to be written by the unit's write.
+func heldEnding(r *itemRun) bool {
+	return r.started && !r.lost && !r.committed && r.state.Outcome.Held()
+}
+
+// unitName is the name of m's unit in b (held.Unit).
+func unitName(b ledger.Batch, m *unitMessage) string {
+	if m.Packed {
+		return held.PackUnit(m.PackFirst)
+	}
+	return held.ItemUnit(b.ID, m.Items[0].Key)
+}
+
+// keepMessage keeps m for the wakes of its held items (held.Save).
+func (w *Worker) keepMessage(ctx context.Context, b ledger.Batch, m *unitMessage) error {
+	body, err := m.body()
+	if err != nil {
+		return err
+	}
+	return held.Save(ctx, w.Blobs, b, unitName(b, m), body)
+}
+
+// heldEnded counts and logs the items the unit's write recorded held,
+// and acts on those withheld: an item whose credential was refused puts
+// the batch's halt on it (and its event); an item withheld without a call
+// under a halt that a caller lifted meanwhile is woken at once, and so is
+// every item withheld in a run a caller stopped meanwhile (its cancel's
+// wake may have passed it), to settle cancelled.
+func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun, dns []done) []done {
+	var refused *itemRun
+	var withheld []*itemRun
+	for _, r := range runs {
+		if !heldEnding(r) {
+			continue
+		}
+		d := ranDone(b, r)
+		d.heldAs, d.heldBy = r.state.Outcome, 1
+		dns = append(dns, d)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
+		itemLog(log, b, m, r.state).WarnContext(ctx, "item held", "outcome", string(r.state.Outcome), "reason", string(r.state.Reason),
+			"subject", r.state.Hold.Subject, "error", r.state.Error)
+		if r.state.Outcome != api.OutcomeWithheld {
+			continue
+		}
+		withheld = append(withheld, r)
+		if !r.ending.Unrun && refused == nil {
+			refused = r
+		}
+	}
+	if refused != nil {
+		w.halt(ctx, log, b, refused.state)
+	}
+	if len(withheld) > 0 {
+		w.wakeIfMoved(ctx, log, b, m, withheld)
+	}
+	return dns
+}
+
+// halt puts the batch's halt on the subject item s was withheld under.
+func (w *Worker) halt(ctx context.Context, log *slog.Logger, b ledger.Batch, s ledger.ItemState) {
+	now := w.Clock.Now()
+	err := w.Store.Halt(ctx, ledger.HaltMark{BatchID: b.ID, Run: b.Run, Subject: s.Hold.Subject, Reason: s.Error, Now: now})
+	switch {
+	case err == nil:
+		log.WarnContext(ctx, "batch halted: a credential was refused; its items are withheld until the halt is lifted", "subject", s.Hold.Subject, "error", s.Error)
+		ledger.AnnounceHalt(ctx, w.Bus, log, ledger.HaltEvent{BatchID: b.ID, Run: b.Run, Halted: true, Subject: s.Hold.Subject, Since: now,
+			Reason: ledger.CutError(s.Error), At: now})
+	case !errors.Is(err, api.ErrConflict):
+		log.WarnContext(ctx, "halt", "subject", s.Hold.Subject, "error", err.Error())
+	}
+}
+
+// wakeIfMoved reads the batch row again now and wakes the items runs
+// withheld when a caller moved on since the row the calls started under
+// was read, as its wake may have passed them: every item of a stopped
+// run (to settle cancelled), and an item withheld without a call under a
+// halt since lifted.
+func (w *Worker) wakeIfMoved(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun) {
+	if w.Wake == nil {
+		return
+	}
+	nb, err := w.Store.GetBatch(ctx, b.ID)
+	if err != nil || nb.Run != b.Run {
+		return
+	}
+	for _, r := range runs {
+		f := held.Filter{Outcome: api.OutcomeWithheld, Subject: r.state.Hold.Subject, By: api.WakeLift}
+		switch _, on := ledger.HaltOn(nb, r.state.Hold.Subject); {
+		case nb.Stop != "":
+			f.By = api.WakeCancel
+		case on || !r.ending.Unrun:
+			continue
+		}
+		if _, err := w.Wake.WakeOne(ctx, nb, r.state.Key, 0, f); err != nil {
+			itemLog(log, b, m, r.state).WarnContext(ctx, "wake a withheld item", "by", string(f.By), "error", err.Error())
+		}
+	}
+}
