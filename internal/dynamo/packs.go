@@ -292,7 +292,18 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 		it := w.Items[0].Item
 		_, err = s.recordWithEffects(ctx, ledger.Record{BatchID: w.Ref.BatchID, Key: it.Key, Run: w.Run, Attempt: w.Attempt, Now: w.Now}, k, expr, wr.TransactWriteItems())
 	default:
-		_, _, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+		var stored map[string]types.AttributeValue
+		_, stored, err = s.updateRow(ctx, k, expr, types.ReturnValueNone)
+		if errors.Is(err, api.ErrConflict) && len(stored) > 0 {
+			// The row as stored, sent back with the refusal
+			// (ReturnValuesOnConditionCheckFailure ALL_OLD): the holder
+			// plans again from it without a read.
+			err = fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
+			if p, perr := packFrom(w.Ref.BatchID, stored); perr == nil {
+				return &ledger.PackConflict{Pack: p, Err: err}
+			}
+			return err
+		}
 	}
 	if errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)

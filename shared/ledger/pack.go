@@ -377,9 +377,12 @@ func (p Pack) Item(j int) Item {
 // fenced: only if the pack's attempt is Attempt. Both set the lease to
 // LeaseUntil (zero: the pack is left free) and write the items named,
 // leaving the others as they are; an item written with an empty Outcome
-// is removed (never reserved). A lost condition is ErrConflict. A fenced
-// write sent again after its answer was lost is applied again, to the
-// same effect.
+// is removed (never reserved). A lost condition is ErrConflict; a store
+// that has the row as stored at hand (DynamoDB sends it back with
+// ReturnValuesOnConditionCheckFailure) returns it in a *PackConflict that
+// wraps ErrConflict, so that the holder plans again without a read. A
+// fenced write sent again after its answer was lost is applied again, to
+// the same effect.
 type PackWrite struct {
 	Ref        PackRef
 	Take       bool
@@ -400,6 +403,17 @@ type PackWrite struct {
 	Effects StagedEffects
 	Now     time.Time
 }
+
+// PackConflict is a pack write's lost condition with the pack row as it
+// was stored when the condition was checked. errors.Is(err,
+// api.ErrConflict) holds for it.
+type PackConflict struct {
+	Pack Pack
+	Err  error // the store's conflict, wrapping api.ErrConflict
+}
+
+func (e *PackConflict) Error() string { return e.Err.Error() }
+func (e *PackConflict) Unwrap() error { return e.Err }
 
 // InFlight counts the items of states in flight.
 func InFlight(states []ItemState) int {

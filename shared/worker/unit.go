@@ -25,8 +25,9 @@ import (
 //     one conditional write, no read; its fence is the item's attempt, and
 //     its ending is one Record (or Release for a scheduled retry).
 //   - a pack row is read (Store.GetPack), planned, and taken by one
-//     Store.WritePack conditioned on the attempt and lease it read; its
-//     fence is the pack's attempt, and every item's ending goes in one
+//     Store.WritePack conditioned on the attempt and lease it read (a
+//     fresh message's take is written first, with no read: packUnit.take);
+//     its fence is the pack's attempt, and every item's ending goes in one
 //     fenced WritePack.
 type unit interface {
 	// take reserves (ModeRun) or settles the unit's items for this
@@ -90,6 +91,15 @@ type taking struct {
 	// holder that died), so its item row most likely is in flight in this
 	// run: Reserve tries the takeover first.
 	redelivered bool
+}
+
+// fresh reports whether the message is a first run's first delivery,
+// never re-sent (no requeue, no slot wait, no pause probe): its pack has
+// no row unless a duplicate delivery took it.
+func (t taking) fresh() bool {
+	m := t.msg
+	return t.mode == ledger.ModeRun && t.b.Run == 1 && m.Run <= 1 && !t.redelivered && !m.probe &&
+		(m.requeued == nil || *m.requeued == 0) && (m.slotWaits == nil || *m.slotWaits == 0)
 }
 
 // hold is one delivery's hold on a unit: the fence of its writes, its
@@ -238,12 +248,26 @@ type packUnit struct {
 // are written in flight (Start), StepSettle items settled, StepCount
 // items marked counted in the run. A pack under a live lease is held;
 // a pack with nothing to change is not written.
+//
+// A first delivery of a first run's message (fresh) has no row yet in
+// all likelihood: it is taken by a write conditioned on no row, with no
+// read before it (a strongly consistent read is a read unit per message;
+// a refused conditional write costs a write unit, so only where a row is
+// unlikely). A refused take that brings the row as stored back
+// (ledger.PackConflict) plans again from it; otherwise the row is read.
 func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 	w, b, m := u.w, t.b, t.msg
+	var known *ledger.Pack
+	if t.fresh() {
+		known = &ledger.Pack{BatchID: u.ref.BatchID, First: u.ref.First}
+	}
 	for try := 0; ; try++ {
 		now := w.Clock.Now()
-		p, err := w.Store.GetPack(ctx, u.ref)
-		if err != nil && !errors.Is(err, api.ErrNotFound) {
+		var p ledger.Pack
+		var err error
+		if known != nil {
+			p, known = *known, nil
+		} else if p, err = w.Store.GetPack(ctx, u.ref); err != nil && !errors.Is(err, api.ErrNotFound) {
 			return nil, err
 		}
 		h := newHold(len(m.Items))
@@ -290,7 +314,11 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 		}
 		err = w.Store.WritePack(ctx, ledger.PackWrite{Ref: u.ref, Take: true, Attempt: p.Attempt, Run: b.Run, LeaseUntil: h.lease, Items: writes,
 			InFlight: ledger.InFlight(h.items), Now: now})
+		var pc *ledger.PackConflict
 		switch {
+		case errors.As(err, &pc) && try+1 < packTakeTries:
+			known = &pc.Pack // the row as stored came back with the refusal
+			continue
 		case errors.Is(err, api.ErrConflict) && try+1 < packTakeTries:
 			continue // another writer changed the row since it was read
 		case errors.Is(err, api.ErrConflict):

@@ -68,8 +68,12 @@ func (s *Store) WritePack(_ context.Context, w ledger.PackWrite) error {
 	now := ms(w.Now)
 	switch {
 	case w.Take && w.Attempt == 0 && r != nil:
-		return conflictf("take pack %s/%d: it exists", w.Ref.BatchID, w.Ref.First)
-	case w.Take && w.Attempt > 0 && (r == nil || r.p.Attempt != w.Attempt || !r.p.LeaseUntil.Before(now)):
+		// As DynamoDB with ReturnValuesOnConditionCheckFailure: the row
+		// as stored comes back with the refusal.
+		return &ledger.PackConflict{Pack: r.view(), Err: conflictf("take pack %s/%d: it exists", w.Ref.BatchID, w.Ref.First)}
+	case w.Take && w.Attempt > 0 && r != nil && (r.p.Attempt != w.Attempt || !r.p.LeaseUntil.Before(now)):
+		return &ledger.PackConflict{Pack: r.view(), Err: conflictf("take pack %s/%d: attempt or lease changed", w.Ref.BatchID, w.Ref.First)}
+	case w.Take && w.Attempt > 0 && r == nil:
 		return conflictf("take pack %s/%d: attempt or lease changed", w.Ref.BatchID, w.Ref.First)
 	case !w.Take && (r == nil || r.p.Attempt != w.Attempt):
 		return conflictf("write pack %s/%d: fenced", w.Ref.BatchID, w.Ref.First)
