@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/validate"
+)
+
+// CheckOptions are a checked submit's settings, as the request carries
+// them: the JSON Schema (nil for none), bad_rows ("" is refuse) and
+// max_invalid_percent (nil: api.DefaultMaxInvalidPercent).
+type CheckOptions struct {
+	Schema            json.RawMessage
+	BadRows           api.BadRows
+	MaxInvalidPercent *float64
+}
+
+// LocalCheckResult is what LocalCheck found: Rows read (items and bad
+// rows), Items a submit would run (bad rows that fail included, dropped
+// duplicates not), the Report of every problem, and the Refusal a submit
+// would answer (nil: the batch would run).
+type LocalCheckResult struct {
+	Rows, Items int64
+	Report      *validate.Report
+	Refusal     *api.ProblemsError
+}
+
+// LocalCheck reads a whole local file as a submit with o's checks reads
+// it once uploaded — every row checked, the read going on past a bad one
+// (docs/sources.md, "Bad rows and a schema") — and hands each problem to
+// each as it is found: the rows that cannot be read or that the schema
+// refuses in file order, then the later rows of repeated keys in key byte
+// order. Nothing is uploaded or written (duplicate keys past a few MiB
+// spill to the temporary directory). Errors: a schema that does not
+// compile (*validate.SchemaError), the source's own errors that end any
+// read (its encoding, a CSV header, a line over source.MaxLineBytes),
+// errNoItems when nothing would run, an I/O error.
+func LocalCheck(path, format, keyField, delim string, o CheckOptions, each func(api.Problem)) (LocalCheckResult, error) {
+	chk := &source.Check{}
+	if len(o.Schema) > 0 {
+		s, err := validate.Compile(o.Schema)
+		if err != nil {
+			return LocalCheckResult{}, err
+		}
+		chk.Schema = s
+	}
+	rep := &validate.Report{Mode: o.BadRows}
+	record := func(p api.Problem) error {
+		each(p)
+		return rep.Add(p)
+	}
+	mw := source.NewManifestWriter(io.Discard, 0, os.TempDir())
+	defer mw.Close()
+	chk.Bad = func(row source.BadRow) error {
+		rep.Row()
+		if err := record(row.Problem); err != nil {
+			return err
+		}
+		if o.BadRows != api.BadRowsFail {
+			return nil
+		}
+		// A bad row that fails is an item: its key counts among the keys.
+		p := row.Problem
+		return mw.Add(source.SourceItem{Key: row.Key, Input: row.Input, Line: p.Line, Element: p.Element, Invalid: p.Reason})
+	}
+	err := readLocalChecked(path, format, keyField, delim, chk, func(it source.SourceItem) error {
+		rep.Row()
+		return mw.Add(it)
+	})
+	if err != nil {
+		return LocalCheckResult{}, err
+	}
+	if _, err := mw.FinishAll(record); err != nil {
+		return LocalCheckResult{}, err
+	}
+	res := LocalCheckResult{Rows: rep.Rows, Items: rep.Rows - rep.Count(), Report: rep}
+	if o.BadRows == api.BadRowsFail {
+		res.Items = rep.Rows - rep.Duplicates
+	}
+	pct := api.DefaultMaxInvalidPercent
+	if o.MaxInvalidPercent != nil {
+		pct = *o.MaxInvalidPercent
+	}
+	res.Refusal = rep.Refusal(pct, "")
+	if res.Refusal == nil && res.Items == 0 {
+		return res, errNoItems
+	}
+	return res, nil
+}
+
+// readLocalChecked is readLocalSource with chk checking the rows.
+func readLocalChecked(path, format, keyField, delim string, chk *source.Check, emit func(source.SourceItem) error) error {
+	if format == "" {
+		format = api.FormatOf(path)
+	}
+	if format == "" {
+		return fmt.Errorf("cannot tell the format of %s: name it .jsonl, .ndjson, .json or .csv (optionally .gz), or give --format", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	text, err := source.SourceText(f)
+	if err != nil {
+		return err
+	}
+	return source.ReadText(text, format, path, delim, keyField, chk, emit)
+}
+
+// checkLocal runs LocalCheck on a local file for submit: with print, every
+// problem is printed to a.out as it is found and a summary follows
+// (--check); without, only a refusal is printed. A source a submit would
+// refuse is an *ExitError (ExitFailure) saying nothing was uploaded.
+func (a *app) checkLocal(path, format, keyField, delim string, o CheckOptions, print bool) error {
+	each := func(p api.Problem) {
+		if print {
+			textf(a.out, "%s\n", p.Text())
+		}
+	}
+	res, err := LocalCheck(path, format, keyField, delim, o, each)
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", path, err)}
+	}
+	r := res.Report
+	if print {
+		textf(a.out, "%s: %d rows, %d would run; %d invalid, %d duplicate keys\n", path, res.Rows, res.Items, r.Invalid, r.Duplicates)
+	}
+	if res.Refusal != nil {
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: would be refused: %w (nothing was uploaded)", path, res.Refusal)}
+	}
+	if print {
+		textf(a.out, "would run (nothing was uploaded)\n")
+	}
+	return nil
+}
+
+// checkFlags turns submit's --schema (a file), --bad-rows and
+// --max-invalid-percent (pctSet: given) into CheckOptions, or a usage
+// error naming the flag (a schema that does not compile names its
+// keyword).
+func checkFlags(schemaFile, badRows string, pct float64, pctSet bool) (CheckOptions, error) {
+	var o CheckOptions
+	switch api.BadRows(badRows) {
+	case "", api.BadRowsRefuse, api.BadRowsFail:
+		o.BadRows = api.BadRows(badRows)
+	default:
+		return o, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--bad-rows %q: want refuse or fail", badRows)}
+	}
+	if pctSet {
+		if pct <= 0 || pct > 100 {
+			return o, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--max-invalid-percent %v: want 0 < P ≤ 100", pct)}
+		}
+		o.MaxInvalidPercent = &pct
+	}
+	if schemaFile == "" {
+		return o, nil
+	}
+	b, err := os.ReadFile(schemaFile)
+	if err != nil {
+		return o, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--schema: %w", err)}
+	}
+	if _, err := validate.Compile(b); err != nil {
+		return o, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--schema %s: %w", schemaFile, err)}
+	}
+	o.Schema = json.RawMessage(b)
+	return o, nil
+}
