@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -170,4 +173,53 @@ func checkFlags(schemaFile, badRows string, pct float64, pctSet bool) (CheckOpti
 	}
 	o.Schema = json.RawMessage(b)
 	return o, nil
+}
+
+// submitChecks are submit's check flags: --check, --schema, --bad-rows,
+// --max-invalid-percent, and the CheckOptions they give (opts).
+type submitChecks struct {
+	check               bool
+	schemaFile, badRows string
+	maxInvalid          float64
+	opts                CheckOptions
+}
+
+func (sc *submitChecks) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&sc.check, "check", false, "read the local FILE as this submit would, with its --schema and --bad-rows, print every problem (line, key, path, reason) and whether the batch would run; upload and submit nothing (exit 1 if it would be refused)")
+	f.StringVar(&sc.schemaFile, "schema", "", "JSON Schema file (draft 2020-12, at most 64 KiB, no remote $ref) every item must satisfy, checked before anything runs; its integer, number and boolean properties type a CSV's columns")
+	f.StringVar(&sc.badRows, "bad-rows", "", "rows that cannot run (bad format, refused by the schema, a repeated key), every one listed in one read: refuse (the batch) or fail (each bad row a failed item, never run; a repeated key's later row dropped). Default: with --schema refuse; without, the first bad row refuses the source")
+	f.Float64Var(&sc.maxInvalid, "max-invalid-percent", 0, "with --bad-rows fail, refuse the batch when bad rows are more than this percent of the rows (0 < P ≤ 100; default 10)")
+}
+
+// submitCheck reads submit's check flags into req (and sc.opts) and, for
+// --check, checks the local file src and reports done: nothing else is
+// to be done. A usage error names the flag.
+func (a *app) submitCheck(cmd *cobra.Command, req *api.SubmitRequest, sc *submitChecks, src string, prefix bool, format, delim string) (bool, error) {
+	o, err := checkFlags(sc.schemaFile, sc.badRows, sc.maxInvalid, cmd.Flags().Changed("max-invalid-percent"))
+	if err != nil {
+		return true, err
+	}
+	sc.opts = o
+	req.Schema, req.BadRows, req.MaxInvalidPercent = o.Schema, o.BadRows, o.MaxInvalidPercent
+	if !sc.check {
+		return false, nil
+	}
+	if prefix || strings.HasPrefix(src, "s3://") {
+		return true, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--check reads a local file; an s3:// source is checked as it is submitted (with --bad-rows refuse nothing runs if a row is bad)")}
+	}
+	return true, a.checkLocal(src, format, req.KeyField, delim, o, true)
+}
+
+// checkUpload checks a local file before it is uploaded: whole, every
+// problem known, when o asks for checks (checkLocal); else up to its
+// first item (CheckLocalSource).
+func (a *app) checkUpload(src, format, keyField, delim string, o CheckOptions) error {
+	if len(o.Schema) > 0 || o.BadRows != "" {
+		return a.checkLocal(src, format, keyField, delim, o, false)
+	}
+	if err := CheckLocalSource(src, format, keyField, delim); err != nil {
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", src, err)}
+	}
+	return nil
 }

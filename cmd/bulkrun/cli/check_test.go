@@ -43,17 +43,17 @@ func TestSubmitCheckListsEveryProblem(t *testing.T) {
 	if err := os.WriteFile(schema, []byte(`{"properties": {"qty": {"type": "integer", "maximum": 2}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (string, error, int64) {
+	run := func(args ...string) (string, int64, error) {
 		c, requests := fakeBatchAPI(t, wire.BatchView{Batch: api.Batch{ID: "x"}}, api.Report{})
 		var out, errw bytes.Buffer
 		a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
 		cmd := a.submitCmd()
 		cmd.SetArgs(append([]string{file, "--pipeline", "lambda", "--key-field", "id", "--check"}, args...))
 		err := cmd.Execute()
-		return out.String(), err, requests.Load()
+		return out.String(), requests.Load(), err
 	}
 
-	out, err, reqs := run()
+	out, reqs, err := run()
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Code != ExitFailure || !strings.Contains(err.Error(), "would be refused") || reqs != 0 {
 		t.Fatalf("--check: %v (%d requests), want exit 1, would be refused, no request", err, reqs)
@@ -69,17 +69,17 @@ func TestSubmitCheckListsEveryProblem(t *testing.T) {
 		}
 	}
 
-	out, err, reqs = run("--bad-rows", "fail")
+	out, reqs, err = run("--bad-rows", "fail")
 	if err != nil || !strings.Contains(out, "20000 rows, 19999 would run; 2 invalid, 1 duplicate keys") || !strings.Contains(out, "would run") || reqs != 0 {
 		t.Errorf("--check --bad-rows fail: %v (%d requests)\n%s", err, reqs, out)
 	}
 
-	out, err, _ = run("--bad-rows", "fail", "--schema", schema)
+	out, _, err = run("--bad-rows", "fail", "--schema", schema)
 	if !errors.As(err, &ee) || !strings.Contains(out, "/qty") || !strings.Contains(err.Error(), "max_invalid_percent 10") {
 		t.Errorf("--schema with qty ≤ 2 (a third of the rows over): %v, want refused over 10 %% naming /qty\n%.400s", err, out)
 	}
 
-	if _, err, _ := run("--bad-rows", "skip"); !errors.As(err, &ee) || ee.Code != ExitUsage {
+	if _, _, err := run("--bad-rows", "skip"); !errors.As(err, &ee) || ee.Code != ExitUsage {
 		t.Errorf("--bad-rows skip: %v, want a usage error", err)
 	}
 }

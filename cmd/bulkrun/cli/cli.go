@@ -240,10 +240,7 @@ func (a *app) submitCmd() *cobra.Command {
 		stop        bool
 		retry       string
 		onInterrupt string
-		check       bool
-		schemaFile  string
-		badRows     string
-		maxInvalid  float64
+		sc          submitChecks
 	)
 	cmd := &cobra.Command{
 		Use:   "submit FILE|DIR|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
@@ -260,21 +257,13 @@ func (a *app) submitCmd() *cobra.Command {
 			if delim != "" && prefix {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter applies to a CSV file or object, not a prefix")}
 			}
-			checks, err := checkFlags(schemaFile, badRows, maxInvalid, cmd.Flags().Changed("max-invalid-percent"))
-			if err != nil {
+			if done, err := a.submitCheck(cmd, &req, &sc, args[0], prefix, format, delim); done || err != nil {
 				return err
-			}
-			req.Schema, req.BadRows, req.MaxInvalidPercent = checks.Schema, checks.BadRows, checks.MaxInvalidPercent
-			src := args[0]
-			if check {
-				if prefix || strings.HasPrefix(src, "s3://") {
-					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--check reads a local file; an s3:// source is checked as it is submitted (with --bad-rows refuse nothing runs if a row is bad)")}
-				}
-				return a.checkLocal(src, format, req.KeyField, delim, checks, true)
 			}
 			if err := a.load(ctx); err != nil {
 				return err
 			}
+			src := args[0]
 			local := false // a local file or folder: its content is known
 			switch {
 			case prefix:
@@ -295,13 +284,8 @@ func (a *app) submitCmd() *cobra.Command {
 					local = true
 					break
 				}
-				if len(req.Schema) > 0 || req.BadRows != "" {
-					// Checked: every problem is known before the upload.
-					if err := a.checkLocal(src, format, req.KeyField, delim, checks, false); err != nil {
-						return err
-					}
-				} else if err := CheckLocalSource(src, format, req.KeyField, delim); err != nil {
-					return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", src, err)}
+				if err := a.checkUpload(src, format, req.KeyField, delim, sc.opts); err != nil {
+					return err
 				}
 				uri, err := a.upload(ctx, src)
 				if err != nil {
@@ -387,10 +371,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.StringVar(&options, "options", "", "pipeline options, a JSON object (e.g. '{\"url\":\"https://…\"}')")
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
-	f.BoolVar(&check, "check", false, "read the local FILE as this submit would, with its --schema and --bad-rows, print every problem (line, key, path, reason) and whether the batch would run; upload and submit nothing (exit 1 if it would be refused)")
-	f.StringVar(&schemaFile, "schema", "", "JSON Schema file (draft 2020-12, at most 64 KiB, no remote $ref) every item must satisfy, checked before anything runs; its integer, number and boolean properties type a CSV's columns")
-	f.StringVar(&badRows, "bad-rows", "", "rows that cannot run (bad format, refused by the schema, a repeated key), every one listed in one read: refuse (the batch) or fail (each bad row a failed item, never run; a repeated key's later row dropped). Default: with --schema refuse; without, the first bad row refuses the source")
-	f.Float64Var(&maxInvalid, "max-invalid-percent", 0, "with --bad-rows fail, refuse the batch when bad rows are more than this percent of the rows (0 < P ≤ 100; default 10)")
+	sc.flags(cmd)
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
 }
