@@ -47,6 +47,8 @@ var contextProps = []contextProp{
 		str(func(p *bulkrun.RunnerProps) *string { return &p.FinalizeTickSchedule })},
 	{"bucketName", []string{"BucketName"}, "the bucket's name", str(func(p *bulkrun.RunnerProps) *string { return &p.BucketName })},
 	{"sourceBuckets", []string{"SourceBuckets"}, "comma-separated bucket names", list(func(p *bulkrun.RunnerProps) *[]string { return &p.SourceBuckets })},
+	{"sourceKMSKeys", []string{"SourceKMSKeys"}, "comma-separated ARNs of the KMS keys of SSE-KMS source objects",
+		list(func(p *bulkrun.RunnerProps) *[]string { return &p.SourceKMSKeys })},
 	{"sourcePrefixes", []string{"SourcePrefixes"}, "comma-separated prefixes of the stack's bucket",
 		list(func(p *bulkrun.RunnerProps) *[]string { return &p.SourcePrefixes })},
 	{"pipelineCode", []string{"PipelineCode"}, "folder with the bootstrap of a binary built with function.Start, deployed as submit and item (make deploy PIPELINE_MODULE=…)",

@@ -145,6 +145,7 @@ func allContext() map[string]string {
 		"finalizeTickSchedule": "rate(2 minutes)",
 		"bucketName":           "bulkrun-ctx-bucket",
 		"sourceBuckets":        "ctx-source-a, ctx-source-b",
+		"sourceKMSKeys":        "arn:aws:kms:eu-west-1:123456789012:key/ctx-key",
 		"sourcePrefixes":       "exports/",
 		"pipelineCode":         teamCode,
 		"customPipelines":      "enrich",
@@ -399,6 +400,11 @@ func TestRunnerPropsContext(t *testing.T) {
 		"sourceBuckets": func(t *testing.T) {
 			if got := a.env(t, "submit", config.EnvSources); !strings.Contains(got, "s3://ctx-source-a/") || !strings.Contains(got, "s3://ctx-source-b/") {
 				t.Errorf("%s=%s", config.EnvSources, got)
+			}
+		},
+		"sourceKMSKeys": func(t *testing.T) {
+			if !a.has("AWS::IAM::Policy", `"kms:Decrypt"`, `"arn:aws:kms:eu-west-1:123456789012:key/ctx-key"`) {
+				t.Error("no kms:Decrypt on arn:aws:kms:eu-west-1:123456789012:key/ctx-key")
 			}
 		},
 		"sourcePrefixes": func(t *testing.T) {

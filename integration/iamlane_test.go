@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -302,4 +305,56 @@ func TestLaneNamesAMissingGrant(t *testing.T) {
 		t.Fatalf("the lane recorded no denial for finalize without %s", action)
 	}
 	t.Logf("the lane names it: %s", strings.Join(named, "; "))
+}
+
+// TestLaneSSEKMSSourceNeedsItsKey guards the lane's KMSRule (S3 decrypts
+// an object encrypted with a customer managed KMS key only for a caller
+// that may kms:Decrypt with the key; the emulator encrypts nothing and
+// answers anyone): a source object written with SSE-KMS under a key the
+// stack does not declare (SourceKMSKeys) is refused to submit as AWS
+// refuses it — AccessDenied, no batch — and the lane's record names
+// submit, kms:Decrypt and the key.
+func TestLaneSSEKMSSourceNeedsItsKey(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
+	if !laneOn() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the IAM lane is off: .ci/run starts the emulator with BULKRUN_FAULT_PROXY=1 BULKRUN_IAM_LANE=1")
+		}
+		t.Skip("the IAM lane is off (BULKRUN_FAULT_PROXY=1 BULKRUN_IAM_LANE=1)")
+	}
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	laneRebind(t, h, func(b *iamlane.Binding) { b.Enforce, b.Expect = true, []string{"kms:Decrypt"} })
+	const key = "arn:aws:kms:us-east-1:000000000000:key/undeclared-source-key"
+	id := newID(t)
+	obj := "uploads/" + id + ".jsonl"
+	if _, err := env.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(h.table), Key: aws.String(obj), Body: strings.NewReader("{\"n\":1}\n{\"n\":2}\n"),
+		ServerSideEncryption: s3types.ServerSideEncryptionAwsKms, SSEKMSKeyId: aws.String(key)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Object: "s3://" + h.table + "/" + obj}})
+	if err == nil {
+		t.Fatal("submit read an SSE-KMS source without kms:Decrypt on its key")
+	}
+	if _, gerr := h.store.GetBatch(ctx, id); !errors.Is(gerr, api.ErrNotFound) {
+		t.Errorf("batch after the refused read: %v, want none", gerr)
+	}
+	rep, rerr := laneReport(t.Name())
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	found := false
+	for _, d := range rep.Denials {
+		if d.Function == "submit" && d.Action == "kms:Decrypt" && d.Resource == key && d.Expected {
+			found = true
+		} else {
+			t.Errorf("unexpected denial: %s", d)
+		}
+	}
+	if !found {
+		t.Fatalf("the lane recorded no kms:Decrypt denial for submit on %s (submit's error: %v)", key, err)
+	}
+	t.Logf("submit: %v", err)
 }

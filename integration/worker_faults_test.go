@@ -322,6 +322,73 @@ func TestHarnessFanOutPartialSendFailures(t *testing.T) {
 	}
 }
 
+// TestHarnessFanOutResendsOnlyUnsent guards "a SendMessageBatch that
+// still fails some entries after its retries sends again only the entries
+// not accepted": through the fault proxy, every SendMessageBatch of a
+// chunk's fan-out fails some of its entries on every one of its 8 tries,
+// so the send gives up with some entries unsent. The fan-out message is
+// sent again (AWS unavailable) carrying what is on the queue, and its
+// next delivery sends only the rest: every item gets exactly one message,
+// none of the accepted ones a second.
+func TestHarnessFanOutResendsOnlyUnsent(t *testing.T) {
+	t.Parallel() // its own harness (table, bucket, queue): beside the other parallel tests
+	ctx := context.Background()
+	h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: req.Input}, nil
+	})
+	h.submitter.ChunkItems = 0 // one chunk
+	id := newID(t)
+	const n = 20 // two SendMessageBatch calls of 10
+	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatal(err)
+	}
+	fan := h.receive(t, 1)
+	const tries = 2 * queue.MaxSendTries // each call's every try fails some entries
+	proxy, cfg := faultProxy(t, faultproxy.Config{Seed: 3, Rules: []faultproxy.Rule{
+		{Service: "sqs", Operations: []string{"SendMessageBatch"}, Kind: faultproxy.KindPartial, Rate: 1, Max: tries, Fraction: 0.3},
+	}})
+	w := *h.worker
+	w.Queue = queue.New(sqs.NewFromConfig(h.as(cfg, "item")), h.queueURL)
+	w.UnavailableDelay = func(int) time.Duration { return 0 }
+	if failed := w.Handle(ctx, fan); len(failed) != 0 {
+		t.Fatalf("the fan-out message must be sent again, not left to the queue: %v", failed)
+	}
+	if st := proxy.Status(); st.Fired[0] != tries {
+		t.Fatalf("partial failures fired %d times, want %d", st.Fired[0], tries)
+	}
+	perKey := map[string]int{}
+	var again []worker.Delivery
+	for _, d := range h.receive(t, n+1) {
+		var m ledger.Message
+		_ = json.Unmarshal(d.Body, &m)
+		if m.Kind == ledger.KindFanout {
+			if m.Sent == nil || len(m.Sent.Unsent) == 0 {
+				t.Fatalf("the fan-out sent again carries no sent mark: %s", d.Body)
+			}
+			again = append(again, d)
+			continue
+		}
+		perKey[m.Key]++
+	}
+	if len(again) != 1 || len(perKey) == n {
+		t.Fatalf("%d fan-out messages sent again, %d items sent; want 1 and some items unsent", len(again), len(perKey))
+	}
+	if failed := w.Handle(ctx, again); len(failed) != 0 {
+		t.Fatalf("the fan-out's second delivery: %v", failed)
+	}
+	for _, d := range h.receive(t, n) {
+		var m ledger.Message
+		_ = json.Unmarshal(d.Body, &m)
+		perKey[m.Key]++
+	}
+	for i := range n {
+		key := api.PositionalKey(int64(i))
+		if perKey[key] != 1 {
+			t.Errorf("%s: %d messages, want 1 (an accepted entry sent again, or one lost)", key, perKey[key])
+		}
+	}
+}
+
 func mustBatch(t *testing.T, h *harness, id string) ledger.Batch {
 	t.Helper()
 	b, err := h.store.GetBatch(context.Background(), id)

@@ -37,6 +37,12 @@ func (r *runner) grant() {
 	allow(submit, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
 	allow(submit, []string{"s3:GetObject"}, sourceObjects...)
 	allow(submit, []string{"s3:ListBucket"}, sourceBuckets...)
+	// Source objects encrypted with a customer managed key (SSE-KMS): S3
+	// decrypts them only for a reader that may kms:Decrypt with the key.
+	if len(s.sourceKMSKeys) > 0 {
+		allow(submit, []string{"kms:Decrypt"}, *jsii.Strings(s.sourceKMSKeys...)...)
+		allow(item, []string{"kms:Decrypt"}, *jsii.Strings(s.sourceKMSKeys...)...)
+	}
 	allow(submit, []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"}, batchesArn)
 	allow(submit, []string{"s3:PutObject", "s3:DeleteObject"}, s3Arn(r.bucketName, config.UploadErrorsPrefix+"*"), s3Arn(r.bucketName, config.ScheduleErrorsPrefix+"*"))
 	allow(submit, []string{"sqs:SendMessage"}, r.items.QueueArn())

@@ -163,6 +163,8 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 		}
 	case strings.Contains(r, ":event-bus/default"):
 		return resourceKind{"default event bus", "default event bus"}
+	case strings.Contains(r, ":kms:") && strings.Contains(r, ":key/"):
+		return resourceKind{"SourceKMSKeys key", "`SourceKMSKeys`"}
 	case strings.Contains(r, ":ssm:"):
 		return resourceKind{"SSM parameters", "SSM"}
 	case strings.Contains(r, ":secretsmanager:"):

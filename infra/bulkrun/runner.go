@@ -188,6 +188,18 @@ type RunnerProps struct {
 	// SourceBuckets are other buckets that submit and item may read sources
 	// from (s3:GetObject, and s3:ListBucket for submit). Default none.
 	SourceBuckets []string
+	// SourceKMSKeys are the ARNs of the customer managed KMS keys that
+	// encrypt source objects (SSE-KMS) in SourceBuckets or the stack's own
+	// bucket, each "arn:{partition}:kms:{region}:{account}:key/{key id}"
+	// (an alias is refused: kms:Decrypt is authorized on the key's ARN).
+	// Submit and item get kms:Decrypt on exactly these: S3 decrypts such
+	// an object for a reader only with it, and answers 403 AccessDenied
+	// otherwise (Amazon S3 user guide, "Using server-side encryption with
+	// AWS KMS keys (SSE-KMS)",
+	// https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingKMSEncryption.html).
+	// A key of another account must also allow the roles in its key
+	// policy. Default none.
+	SourceKMSKeys []string
 	// SourcePrefixes are prefixes of the stack's own bucket that a source
 	// (and an item's {bucket, key}) may name besides the upload prefixes
 	// config.IncomingPrefix and config.UploadsPrefix, each ending in "/"

@@ -79,6 +79,7 @@ func testProps(target string) *RunnerProps {
 		RetentionDays:   9,
 		BucketName:      "bulkrun-test-bucket",
 		SourceBuckets:   []string{"source-a", "source-b"},
+		SourceKMSKeys:   []string{testSourceKey},
 		PipelineCode:    teamCode,
 		CustomPipelines: []string{"enrich"},
 		Pipelines:       []string{"thumbnail", "webhook", "enrich"},
@@ -700,10 +701,10 @@ func TestIAMScope(t *testing.T) {
 	// consumption actions on both queues to item.
 	want := map[string][]string{
 		FunctionSubmit: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"events:PutEvents", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
+			"events:PutEvents", "kms:Decrypt", "lambda:InvokeFunction", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject",
 			"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, // GetQueue*: the failure destination's grant
 		FunctionItem: {"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-			"events:PutEvents", "lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
+			"events:PutEvents", "kms:Decrypt", "lambda:InvokeFunction", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "secretsmanager:GetSecretValue",
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage", "ssm:GetParameter"},
 		FunctionFinalize: {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
 			"events:PutEvents", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:ListMultipartUploadParts", "s3:PutObject",
@@ -763,6 +764,40 @@ func TestIAMScope(t *testing.T) {
 		for _, b := range []string{"source-a", "source-b"} {
 			if got := strings.Contains(string(raw), b); got != wantSource {
 				t.Errorf("%s: mentions %s = %v, want %v", fn, b, got, wantSource)
+			}
+		}
+	}
+}
+
+// testSourceKey is the KMS key of testProps' SSE-KMS sources.
+const testSourceKey = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+// TestSourceKMSKeysGranted guards "a source object encrypted with a
+// customer managed key is readable" (RunnerProps.SourceKMSKeys): submit
+// and item, the functions that read sources, may kms:Decrypt with exactly
+// the declared keys, in a statement of that action alone; finalize and
+// sweep may not, and a stack that declares none grants kms:Decrypt to no
+// one.
+func TestSourceKMSKeysGranted(t *testing.T) {
+	for _, target := range []string{TargetAWS, TargetEmulator} {
+		s := synth(t, target)
+		for _, fn := range []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep} {
+			var keys []string
+			for _, st := range s.statements(t, s.ids["policy:"+fn]) {
+				if !slices.Contains(actions(st), "kms:Decrypt") {
+					continue
+				}
+				if len(actions(st)) != 1 {
+					t.Errorf("%s %s: kms:Decrypt granted with %v", target, fn, actions(st))
+				}
+				keys = append(keys, resolveAll(t, st["Resource"])...)
+			}
+			var want []string
+			if target == TargetAWS && (fn == FunctionSubmit || fn == FunctionItem) {
+				want = []string{testSourceKey}
+			}
+			if !slices.Equal(keys, want) {
+				t.Errorf("%s %s: kms:Decrypt on %v, want %v", target, fn, keys, want)
 			}
 		}
 	}
@@ -1120,6 +1155,8 @@ func TestNewStackRefusesBadProps(t *testing.T) {
 		}, "Schedules[hourly].Expression"},
 		{"bad bucket name", func(p *RunnerProps) { p.BucketName = "Bulkrun_Bucket" }, "BucketName"},
 		{"bad source bucket", func(p *RunnerProps) { p.SourceBuckets = []string{"ok-bucket", "a/b"} }, "SourceBuckets"},
+		{"source key by alias", func(p *RunnerProps) { p.SourceKMSKeys = []string{"arn:aws:kms:eu-west-1:123456789012:alias/exports"} }, "SourceKMSKeys"},
+		{"source key by id alone", func(p *RunnerProps) { p.SourceKMSKeys = []string{"1234abcd-12ab-34cd-56ef-1234567890ab"} }, "SourceKMSKeys"},
 		{"source prefix over batches/", func(p *RunnerProps) { p.SourcePrefixes = []string{"exports/", "batches/"} }, "SourcePrefixes"},
 		{"source prefix that lists batches/", func(p *RunnerProps) { p.SourcePrefixes = []string{"batch"} }, "SourcePrefixes"},
 		{"source prefix over incoming-errors/", func(p *RunnerProps) { p.SourcePrefixes = []string{"incoming-errors/2026/"} }, "SourcePrefixes"},

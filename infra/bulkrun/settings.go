@@ -24,6 +24,10 @@ import (
 // bucketNamePattern is the S3 rule for bucket names (general purpose buckets).
 var bucketNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
+// kmsKeyPattern is a KMS key's ARN (a multi-Region key's id starts
+// "mrk-").
+var kmsKeyPattern = regexp.MustCompile(`^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]{1,128}$`)
+
 // settings are the values NewRunner derives from RunnerProps, defaults filled.
 type settings struct {
 	target             string
@@ -44,6 +48,7 @@ type settings struct {
 	bucketName         string
 	sourceBuckets      []string
 	sourcePrefixes     []string
+	sourceKMSKeys      []string
 	pipelines          []string
 	defaultPipeline    string
 	schedules          []Schedule
@@ -113,6 +118,7 @@ func withDefaults(props *RunnerProps) settings {
 		bucketName:         props.BucketName,
 		sourceBuckets:      props.SourceBuckets,
 		sourcePrefixes:     props.SourcePrefixes,
+		sourceKMSKeys:      props.SourceKMSKeys,
 		pipelines:          props.Pipelines,
 		defaultPipeline:    props.DefaultPipeline,
 		schedules:          props.Schedules,
@@ -264,6 +270,11 @@ func (s *settings) checkStorage(bad badProp) {
 			bad("SourceBuckets", b, "not a valid S3 bucket name")
 		} else if b == s.bucketName {
 			bad("SourceBuckets", b, "the stack's own bucket: name prefixes of it in SourcePrefixes (its batches/ is never a source)")
+		}
+	}
+	for _, k := range s.sourceKMSKeys {
+		if !kmsKeyPattern.MatchString(k) {
+			bad("SourceKMSKeys", k, "want a KMS key's ARN, arn:aws:kms:{region}:{account}:key/{key id} (not an alias: kms:Decrypt is authorized on the key)")
 		}
 	}
 	for _, p := range s.sourcePrefixes {

@@ -1,7 +1,13 @@
-// Package awsfault sets how bulkrun's AWS clients retry, and tells AWS's
-// transient faults (throttling, 5xx, timeouts, connection errors) apart
-// from the rest, so that the domain can treat them as "try again later,
-// not the item's fault" (ledger.ErrUnavailable).
+// Package awsfault classifies every error of every AWS call bulkrun
+// makes, from one table (Table: each operation's errors that matter to
+// bulkrun, with their class and the AWS documentation that says so; the
+// same table is docs/design/errors.md), and sets how bulkrun's clients
+// retry from it: the retryer retries in place what the table says is
+// retried (a DynamoDB transaction cancelled for a conflicting one, which
+// no SDK retries) and nothing it says is not (a Lambda 502
+// InvalidRuntimeException), and the adapters tag what outlasts the tries
+// as ledger.ErrUnavailable with its class (*ledger.FaultError), so that
+// the domain treats it as "not the item's fault".
 //
 // The SDK's standard retryer keeps a client-side retry quota (a token
 // bucket of 500, 5 tokens per throttled retry, 14 per other retry): under
@@ -12,13 +18,13 @@
 // client-side rate limiting), and package retry's documentation describe
 // turning the quota off with ratelimit.None; the retryer here does that
 // and keeps the standard retryer's exponential backoff with jitter and its
-// retryable-error classification (package retry, DefaultRetryables).
+// retryable-error classification (package retry, DefaultRetryables), with
+// the table's decision before the SDK's own code and status checks.
 package awsfault
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -40,47 +46,90 @@ const (
 )
 
 // Retryer returns the retryer of bulkrun's clients: retry.NewStandard with
-// the client-side retry quota off (ratelimit.None), MaxAttempts tries and
-// backoff capped at MaxBackoff. Safe for concurrent use; one per client.
+// the client-side retry quota off (ratelimit.None), MaxAttempts tries,
+// backoff capped at MaxBackoff, and Table's decision (retryable) after the
+// SDK's checks of a cancelled call and of an error that says itself
+// whether to retry (a clock skew the SDK corrects) and before its checks
+// of codes, statuses and connections. Safe for concurrent use; one per
+// client.
 func Retryer() aws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.RateLimiter = ratelimit.None
 		o.MaxAttempts = MaxAttempts
 		o.MaxBackoff = MaxBackoff
+		checks := make([]retry.IsErrorRetryable, 0, len(o.Retryables)+1)
+		checks = append(checks, retry.NoRetryCanceledError{}, retry.RetryableError{}, retry.IsErrorRetryableFunc(retryable))
+		for _, c := range o.Retryables {
+			switch c.(type) {
+			case retry.NoRetryCanceledError, retry.RetryableError:
+			default:
+				checks = append(checks, c)
+			}
+		}
+		o.Retryables = checks
 	})
 }
 
-// Unavailable reports whether err is a transient AWS fault: one the
-// standard retryer would retry (throttling codes such as
-// ProvisionedThroughputExceededException, ThrottlingException,
+// Unavailable reports whether err is a transient AWS fault after the
+// SDK's own tries: a *ledger.FaultError of class retry, backoff or pause
+// (Tag), an error the standard retryer would retry (throttling codes such
+// as ProvisionedThroughputExceededException, ThrottlingException,
 // RequestLimitExceeded, SlowDown; HTTP 429, 500, 502, 503, 504; timeouts;
-// connection errors) or a client-side retry-quota error, after the SDK's
-// own tries. A cancelled or expired context is not (the caller gave up).
+// connection errors) unless Table says it is not, or a client-side
+// retry-quota error. A cancelled or expired context is not (the caller
+// gave up).
 func Unavailable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if f, ok := ledger.FaultOf(err); ok {
+		return f.Class.Unavailable()
 	}
 	var quota ratelimit.QuotaExceededError
 	if errors.As(err, &quota) {
 		return true
 	}
+	switch retryable(err) {
+	case aws.TrueTernary:
+		return true
+	case aws.FalseTernary:
+		return false
+	}
 	return retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary
 }
 
-// Tag is a client API option (append it to the client's APIOptions) that
-// wraps every operation error for which Unavailable is true, and every
+// Tag returns a client API option for the clients of service (Row.Service's
+// names: "dynamodb", "s3", …; append it to the client's APIOptions) that
+// wraps every operation error whose class (ClassOf) is retry, backoff or
+// pause in a *ledger.FaultError naming the service, the operation and the
+// code, so that errors.Is(err, ledger.ErrUnavailable) holds; so is every
 // error of an operation whose context's deadline passed (the service did
 // not answer, retries included, within the time the caller allowed, e.g.
-// a store's per-call timeout), so that errors.Is(err, ledger.ErrUnavailable)
-// holds; the SDK error stays in the chain (errors.As still finds it). An
-// explicitly cancelled context is not tagged.
-func Tag(stack *middleware.Stack) error {
-	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunTagUnavailable",
-		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			out, md, err := next.HandleInitialize(ctx, in)
-			if err != nil && (Unavailable(err) || errors.Is(ctx.Err(), context.DeadlineExceeded)) {
-				err = fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
-			}
-			return out, md, err
-		}), middleware.Before)
+// a store's per-call timeout), as class retry with no code. The SDK error
+// stays in the chain (errors.As still finds it). An explicitly cancelled
+// context is not tagged, nor an error of class permanent or conflict,
+// which the adapters translate.
+func Tag(service string) func(*middleware.Stack) error {
+	return func(stack *middleware.Stack) error {
+		operation := stack.ID()
+		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunTagUnavailable",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleInitialize(ctx, in)
+				if err == nil {
+					return out, md, nil
+				}
+				class := ClassOf(service, operation, err)
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) && !class.Unavailable() {
+					class = ledger.FaultRetry
+				}
+				var quota ratelimit.QuotaExceededError
+				if errors.As(err, &quota) {
+					class = ledger.FaultBackoff
+				}
+				if class.Unavailable() {
+					err = &ledger.FaultError{Service: service, Operation: operation, Code: CodeOf(service, operation, err), Class: class, Err: err}
+				}
+				return out, md, err
+			}), middleware.Before)
+	}
 }

@@ -121,7 +121,7 @@ func TestTagMarksErrorsUnavailable(t *testing.T) {
 	srv := httptest.NewServer(throttler(1000, &tries))
 	defer srv.Close()
 	db := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), Credentials: aws.AnonymousCredentials{},
-		Retryer: aws.NopRetryer{}, APIOptions: []func(*middleware.Stack) error{awsfault.Tag}})
+		Retryer: aws.NopRetryer{}, APIOptions: []func(*middleware.Stack) error{awsfault.Tag("dynamodb")}})
 	_, err := db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String("t"),
 		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "a"}}})
 	var ae smithy.APIError

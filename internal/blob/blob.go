@@ -81,7 +81,7 @@ func NewS3(c aws.Config) *s3.Client {
 func New(client *s3.Client, bucket string) *Store {
 	client = s3.New(client.Options(), func(o *s3.Options) {
 		o.Retryer = awsfault.Retryer()
-		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("s3"))
 	})
 	return &Store{
 		s3: client,

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -49,8 +50,9 @@ type stagedWrites interface {
 // that does not exist or that the function may not write
 // (ResourceNotFoundException, AccessDeniedException) → *ledger.EffectsError
 // (permanent but for a condition); a transaction
-// conflict with a concurrent writer or throttling → ledger.ErrUnavailable
-// (the worker tries the same commit again).
+// conflict with a concurrent writer or throttling → sent again in place by
+// the retryer, then ledger.ErrUnavailable (the worker tries the same
+// commit again). Each cancellation reason's class is awsfault.Table's.
 func (s *Store) recordWithEffects(ctx context.Context, r ledger.Record, k map[string]types.AttributeValue, expr expression.Expression, w []types.TransactWriteItem) (map[string]types.AttributeValue, error) {
 	items := make([]types.TransactWriteItem, 0, 1+len(w))
 	items = append(items, types.TransactWriteItem{Update: &types.Update{
@@ -77,24 +79,26 @@ func (s *Store) recordWithEffects(ctx context.Context, r ledger.Record, k map[st
 	var tce *types.TransactionCanceledException
 	if errors.As(err, &tce) {
 		reasons := tce.CancellationReasons
-		if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
+		if len(reasons) > 0 && awsfault.ReasonClass("dynamodb", "TransactWriteItems", aws.ToString(reasons[0].Code)) == ledger.FaultConflict {
 			return reasons[0].Item, api.ErrConflict
 		}
+		if errors.Is(err, ledger.ErrUnavailable) {
+			// A conflicting transaction or throttling, sent again in place
+			// past the retryer's tries (awsfault.Tag): the worker tries the
+			// same commit again.
+			return nil, err
+		}
 		for i := 1; i < len(reasons) && i < len(items); i++ {
-			switch code := aws.ToString(reasons[i].Code); code {
-			case "", "None":
-			case "ConditionalCheckFailed":
+			code := aws.ToString(reasons[i].Code)
+			if code == "" || code == "None" {
+				continue
+			}
+			switch awsfault.ReasonClass("dynamodb", "TransactWriteItems", code) {
+			case ledger.FaultRetry, ledger.FaultBackoff, ledger.FaultPause:
+			case ledger.FaultConflict:
 				return nil, &ledger.EffectsError{Index: i - 1, Table: tableOf(items[i]), Err: errors.New("its condition did not hold; nothing was applied")}
-			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-				return nil, fmt.Errorf("%w: staged write %d on table %q: %s: %s", ledger.ErrUnavailable, i-1, tableOf(items[i]), code, aws.ToString(reasons[i].Message))
 			default:
 				return nil, &ledger.EffectsError{Index: i - 1, Table: tableOf(items[i]), Permanent: true, Err: fmt.Errorf("%s: %s", code, aws.ToString(reasons[i].Message))}
-			}
-		}
-		if len(reasons) > 0 {
-			switch aws.ToString(reasons[0].Code) {
-			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-				return nil, fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 			}
 		}
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -399,9 +400,11 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()}}
 	}
 	_, err = s.transact(ctx, update(packKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
-	var tce *types.TransactionCanceledException
 	switch {
-	case errors.Is(err, api.ErrConflict), errors.As(err, &tce):
+	case errors.Is(err, api.ErrConflict), awsfault.ClassOf("dynamodb", "TransactWriteItems", err) == ledger.FaultConflict:
+		// A condition of either row did not hold: the item is not
+		// quarantined (any longer). A conflicting writer or throttling
+		// past the retryer's tries is no answer on that: unavailable.
 		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, api.ErrConflict)
 	case err != nil:
 		return true, fmt.Errorf("release %s/%s: %w", batchID, itemKey, err)

@@ -2,7 +2,9 @@
 // keys pk/sk, two GSIs (config.IndexAttention, config.IndexBatches). It is the
 // only importer of the DynamoDB SDK; it translates
 // ConditionalCheckFailedException and TransactionCanceledException into
-// api.ErrConflict / api.ErrBatchExists and never leaks SDK errors.
+// api.ErrConflict / api.ErrBatchExists, each cancellation reason by the
+// class internal/awsfault's table gives it (a conflicting transaction is
+// retried in place, never a conflict), and never leaks SDK errors.
 // One file per concern: rows.go (keys, row shapes, attribute names),
 // batch.go (the batch row), items.go (reservations and outcomes),
 // counters.go, listing.go, retention.go, slots.go; the ledger.Store
@@ -94,7 +96,7 @@ func New(db *dynamodb.Client, table string) *Store {
 	s := &Store{table: table, Timeout: 10 * time.Second}
 	s.db = dynamodb.New(db.Options(), func(o *dynamodb.Options) {
 		o.Retryer = awsfault.Retryer()
-		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag, s.consumed)
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("dynamodb"), s.consumed)
 	})
 	return s
 }
@@ -146,14 +148,19 @@ func conflict(err error) (map[string]types.AttributeValue, bool) {
 
 // transact runs one TransactWriteItems whose first operation carries the
 // condition. When that condition fails it returns the stored item that
-// DynamoDB sent back (if asked for) and api.ErrConflict; other
-// cancellations and errors come back as they are.
+// DynamoDB sent back (if asked for) and api.ErrConflict. A cancellation
+// for a conflicting transaction or throttling was sent again in place by
+// the retryer (awsfault.Retryer) and, past its tries, is
+// ledger.ErrUnavailable (a *ledger.FaultError of class retry or backoff);
+// other cancellations and errors come back as they are (use
+// awsfault.ClassOf to tell a later operation's failed condition).
 func (s *Store) transact(ctx context.Context, items ...types.TransactWriteItem) (map[string]types.AttributeValue, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
 	_, err := s.db.TransactWriteItems(c, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+	if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 &&
+		awsfault.ReasonClass("dynamodb", "TransactWriteItems", aws.ToString(tce.CancellationReasons[0].Code)) == ledger.FaultConflict {
 		return tce.CancellationReasons[0].Item, api.ErrConflict
 	}
 	return nil, err

@@ -7,11 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -52,11 +54,17 @@ type Bus struct {
 var _ ledger.Events = (*Bus)(nil)
 
 // New returns a Bus on bus ("" or "default": the account's default bus);
-// bucket is the batches bucket, to name the report.
+// bucket is the batches bucket, to name the report. It uses a copy of
+// client whose errors are classified by awsfault's table (awsfault.Tag:
+// throttling, 5xx and no answer past the SDK's tries are
+// ledger.ErrUnavailable); client is not changed.
 func New(client *eventbridge.Client, bus, bucket string) *Bus {
 	if bus == "" {
 		bus = "default"
 	}
+	client = eventbridge.New(client.Options(), func(o *eventbridge.Options) {
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("events"))
+	})
 	return &Bus{client: client, bus: bus, bucket: bucket}
 }
 

@@ -3,6 +3,7 @@ package event_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -98,4 +100,23 @@ func TestCompletionDetailWithinEntryLimit(t *testing.T) {
 	}
 	full, _ := json.Marshal(event.Detail{Census: c})
 	t.Logf("entry %d bytes (the census in full: %d bytes)", n, len(full))
+}
+
+// An EventBridge throttling that outlasts the SDK's tries is
+// ledger.ErrUnavailable (awsfault.Table: backoff), as every adapter's is,
+// so that finalize does not count it toward ending a run finalize_failed.
+func TestPutThrottledIsUnavailable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"__type":"ThrottlingException","message":"Rate exceeded"}`))
+	}))
+	defer srv.Close()
+	client := eventbridge.New(eventbridge.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
+	err := event.New(client, "", "bucket").Put(context.Background(), api.DetailPaused, map[string]string{"batch_id": "b"})
+	f, ok := ledger.FaultOf(err)
+	if !errors.Is(err, ledger.ErrUnavailable) || !ok || f.Service != "events" || f.Operation != "PutEvents" || f.Class != ledger.FaultBackoff {
+		t.Fatalf("err %v (%+v), want an unavailable backoff fault of events PutEvents", err, f)
+	}
 }

@@ -4,6 +4,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -66,7 +67,7 @@ const MaxDelay = 15 * time.Minute
 func New(client *sqs.Client, url string) *Queue {
 	client = sqs.New(client.Options(), func(o *sqs.Options) {
 		o.Retryer = awsfault.Retryer()
-		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("sqs"))
 	})
 	return &Queue{sqs: client, url: url}
 }
@@ -79,13 +80,13 @@ func New(client *sqs.Client, url string) *Queue {
 // refused as the sender's fault (SenderFault true: a character outside
 // SQS's allowed set, a body too large) are never retried: Send goes on
 // with the other bodies and returns a *ledger.RefusedError listing them.
-// Bodies still unsent after the tries give an error wrapping
-// ledger.ErrUnavailable; the calls in flight then are cancelled and no new
-// one starts, so that some of the other bodies may have been sent and
-// some not (a caller sends them all again: the fan-out's are deduplicated
-// by their items' reservations). A body larger than 256 KiB is refused
-// without a call. No body is ever dropped silently. The calls run
-// concurrently, so bodies reach the queue in no particular order (a
+// Bodies still unsent after the tries give a *ledger.UnsentError naming
+// exactly them (and the refused ones), wrapping ledger.ErrUnavailable:
+// once a call fails no new call starts (its bodies are unsent too), and
+// the calls in flight then finish, so that what they sent is known and a
+// caller sends again only the unsent bodies. A body larger than 256 KiB
+// is refused without a call. No body is ever dropped silently. The calls
+// run concurrently, so bodies reach the queue in no particular order (a
 // standard queue keeps none either).
 func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 	var refused []ledger.Refusal
@@ -106,33 +107,64 @@ func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 	if len(idx) > 0 {
 		calls = append(calls, idx)
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	var g errgroup.Group
 	if q.SendConcurrency > 0 {
 		g.SetLimit(q.SendConcurrency)
 	} else {
 		g.SetLimit(DefaultSendConcurrency)
 	}
-	var mu sync.Mutex
+	var (
+		mu      sync.Mutex
+		unsent  []int
+		lastErr error
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lastErr != nil
+	}
+	skip := func(idx []int) bool {
+		if !failed() && ctx.Err() == nil {
+			return false
+		}
+		// A call failed (or the caller gave up): the rest stay unsent.
+		mu.Lock()
+		defer mu.Unlock()
+		unsent = append(unsent, idx...)
+		if lastErr == nil {
+			lastErr = ctx.Err()
+		}
+		return true
+	}
 	for _, idx := range calls {
-		if gctx.Err() != nil {
-			break // a call failed: Wait returns its error
+		if skip(idx) {
+			continue
 		}
 		g.Go(func() error {
-			r, err := q.sendBatch(gctx, bodies, idx)
+			if skip(idx) { // another call failed while this one waited for its turn
+				return nil
+			}
+			r, left, err := q.sendBatch(ctx, bodies, idx)
 			mu.Lock()
+			defer mu.Unlock()
 			refused = append(refused, r...)
-			mu.Unlock()
-			return err
+			unsent = append(unsent, left...)
+			if err != nil && lastErr == nil {
+				lastErr = err
+			}
+			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("send: %w", err)
+	_ = g.Wait()
+	slices.SortFunc(refused, func(a, b ledger.Refusal) int { return a.Index - b.Index })
+	if len(unsent) > 0 {
+		slices.Sort(unsent)
+		if ctx.Err() != nil {
+			lastErr = fmt.Errorf("send: %w", ctx.Err())
+		}
+		return &ledger.UnsentError{Unsent: unsent, Refused: refused, Err: lastErr}
 	}
 	if len(refused) > 0 {
-		slices.SortFunc(refused, func(a, b ledger.Refusal) int { return a.Index - b.Index })
 		return &ledger.RefusedError{Refused: refused}
 	}
 	return nil
@@ -140,32 +172,43 @@ func (q *Queue) Send(ctx context.Context, bodies [][]byte) error {
 
 // sendBatch sends bodies[i] for every i of idx in one SendMessageBatch,
 // then only the entries that failed transiently, and returns the entries
-// refused as the sender's fault.
-func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ledger.Refusal, error) {
+// refused as the sender's fault and the indexes still unsent, with why.
+func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]ledger.Refusal, []int, error) {
 	pending := make(map[string]int, len(idx)) // entry id → index in bodies
 	for _, i := range idx {
 		pending[strconv.Itoa(i)] = i
 	}
+	left := func() []int {
+		out := make([]int, 0, len(pending))
+		for _, i := range pending {
+			out = append(out, i)
+		}
+		return out
+	}
 	var refused []ledger.Refusal
 	var lastErr error
+	entries := false // the last try ended with entries SQS failed on its side
 	for try := 0; try < MaxSendTries && len(pending) > 0; try++ {
 		if try > 0 {
 			t := time.NewTimer(resendRetry.Delay(try))
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return refused, fmt.Errorf("send: %d messages unsent: %w", len(pending), ctx.Err())
+				return refused, left(), fmt.Errorf("send: %d messages unsent: %w", len(pending), ctx.Err())
 			case <-t.C:
 			}
 		}
-		entries := make([]types.SendMessageBatchRequestEntry, 0, len(pending))
+		batch := make([]types.SendMessageBatchRequestEntry, 0, len(pending))
 		for id, i := range pending {
-			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(string(bodies[i]))})
+			batch = append(batch, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(string(bodies[i]))})
 		}
-		slices.SortFunc(entries, func(a, b types.SendMessageBatchRequestEntry) int { return pending[*a.Id] - pending[*b.Id] })
-		out, err := q.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.url, Entries: entries})
+		slices.SortFunc(batch, func(a, b types.SendMessageBatchRequestEntry) int { return pending[*a.Id] - pending[*b.Id] })
+		out, err := q.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.url, Entries: batch})
 		if err != nil {
-			lastErr = err
+			lastErr, entries = err, false
+			if ctx.Err() != nil || !errors.Is(err, ledger.ErrUnavailable) {
+				break // the caller gave up, or SQS refuses the call as such
+			}
 			continue
 		}
 		for _, ok := range out.Successful {
@@ -182,13 +225,18 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]le
 				delete(pending, id)
 				continue
 			}
-			lastErr = fmt.Errorf("entry %s: %s: %s", id, aws.ToString(f.Code), aws.ToString(f.Message))
+			lastErr, entries = fmt.Errorf("entry %s: %s: %s", id, aws.ToString(f.Code), aws.ToString(f.Message)), true
 		}
 	}
 	if len(pending) > 0 {
-		return refused, fmt.Errorf("send: %d messages unsent after %d tries: %w: %w", len(pending), MaxSendTries, ledger.ErrUnavailable, lastErr)
+		if entries {
+			// Entries SQS failed on its side (SenderFault false): its fault
+			// of the moment, unavailable. A failed call says for itself.
+			lastErr = fmt.Errorf("%w: %w", ledger.ErrUnavailable, lastErr)
+		}
+		return refused, left(), fmt.Errorf("send: %d messages unsent: %w", len(pending), lastErr)
 	}
-	return refused, nil
+	return refused, nil, nil
 }
 
 // Requeue sends body as a new message that becomes visible after delay

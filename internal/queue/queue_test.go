@@ -235,6 +235,66 @@ func TestSendConcurrentUnavailableIsAnError(t *testing.T) {
 	}
 }
 
+// A send whose entries stay failed past the tries names exactly the
+// bodies the queue did not take (an *UnsentError, unavailable), with the
+// refused ones: every other body was taken once, so a caller sending
+// again sends only the unsent — never the ten accepted entries of the
+// failing call again. The calls in flight when one fails finish; the
+// calls not started yet are unsent.
+func TestSendNamesTheUnsentBodies(t *testing.T) {
+	defer queue.SetResendInterval(time.Millisecond)()
+	f := &fakeSQS{answer: func(_ int, body string) (bool, bool) {
+		return !strings.HasPrefix(body, "down") && !strings.HasPrefix(body, "refused"), strings.HasPrefix(body, "refused")
+	}}
+	q := newQueue(t, f)
+	q.SendConcurrency = 1 // one call after another: the calls after the failing one are not made
+	var bodies [][]byte
+	for i := range 40 {
+		switch i {
+		case 3:
+			bodies = append(bodies, []byte("refused-3"))
+		case 12, 17:
+			bodies = append(bodies, []byte("down-"+strconv.Itoa(i)))
+		default:
+			bodies = append(bodies, []byte(strconv.Itoa(i)))
+		}
+	}
+	err := q.Send(context.Background(), bodies)
+	var ue *ledger.UnsentError
+	if !errors.As(err, &ue) || !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("Send = %v, want an unavailable *UnsentError", err)
+	}
+	want := []int{12, 17}
+	for i := 20; i < 40; i++ {
+		want = append(want, i) // the calls after the failing one
+	}
+	if !slices.Equal(ue.Unsent, want) || len(ue.Refused) != 1 || ue.Refused[0].Index != 3 {
+		t.Fatalf("unsent %v, refused %+v; want %v and body 3 refused", ue.Unsent, ue.Refused, want)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sent := map[string]int{}
+	for _, c := range f.calls {
+		for _, b := range c {
+			sent[b]++
+		}
+	}
+	for i := range 20 {
+		n := sent[string(bodies[i])]
+		switch {
+		case slices.Contains(want, i):
+			if n != queue.MaxSendTries {
+				t.Errorf("body %d (unsent) sent %d times, want %d", i, n, queue.MaxSendTries)
+			}
+		case i == 3:
+		default:
+			if n != 1 {
+				t.Errorf("body %d sent %d times, want 1", i, n)
+			}
+		}
+	}
+}
+
 // A send cut short (its context ended, as a submit whose invocation ends)
 // is an error, never success, whatever calls were already answered: the
 // caller does not mark the fan-out sent and sends it again.

@@ -11,8 +11,9 @@
 // ResolveFresh, which bypasses the cache, and the item's next attempt
 // sends the new value.
 //
-// Errors are classified from each service's documentation (AWS Secrets
-// Manager API Reference, "GetSecretValue", Errors,
+// Errors are classified by internal/awsfault's table (docs/design/errors.md,
+// from each service's documentation: AWS Secrets Manager API Reference,
+// "GetSecretValue", Errors,
 // https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_GetSecretValue.html;
 // AWS Systems Manager API Reference, "GetParameter", Errors,
 // https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_GetParameter.html;
@@ -20,8 +21,10 @@
 // ThrottlingException is throttled (ledger.Throttled) and, with 5xx
 // (InternalServiceError, InternalServerError), timeouts and lost
 // connections, wraps ledger.ErrUnavailable (the item waits, costing no
-// attempt); everything else (ResourceNotFoundException, ParameterNotFound,
-// ParameterVersionNotFound, DecryptionFailure, InvalidKeyId,
+// attempt); DecryptionFailure (the secret's KMS key refuses) is a pause
+// (ledger.PauseFault, also ErrUnavailable: no item fails for it, the
+// batch pauses); everything else (ResourceNotFoundException,
+// ParameterNotFound, ParameterVersionNotFound, InvalidKeyId,
 // InvalidRequestException, InvalidParameterException,
 // AccessDeniedException) fails the same way every time and does not.
 package secret
@@ -39,7 +42,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
-	"github.com/aws/smithy-go"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -79,10 +81,10 @@ func New(c aws.Config, ttl time.Duration) *Store {
 	}
 	return &Store{
 		ssm: ssm.NewFromConfig(c, func(o *ssm.Options) {
-			o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+			o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("ssm"))
 		}),
 		sm: secretsmanager.NewFromConfig(c, func(o *secretsmanager.Options) {
-			o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag)
+			o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("secretsmanager"))
 		}),
 		ttl: ttl, now: time.Now, cache: map[string]cached{},
 	}
@@ -149,13 +151,13 @@ func ParameterName(arn string) string {
 	return rest
 }
 
-// classify marks a throttled call of service as throttled (ledger.Throttled:
-// the SDK's own tries were spent on it); it already wraps
-// ledger.ErrUnavailable (awsfault.Tag), as 5xx and timeouts do.
+// classify marks a throttled call of service (class backoff in
+// awsfault.Table) as throttled (ledger.Throttled: the SDK's own tries were
+// spent on it); it already wraps ledger.ErrUnavailable (awsfault.Tag), as
+// 5xx, timeouts and a pause do.
 func classify(service string, err error) error {
-	var ae smithy.APIError
-	if errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" {
-		return ledger.Throttled(service, ae.ErrorCode(), err)
+	if f, ok := ledger.FaultOf(err); ok && f.Class == ledger.FaultBackoff {
+		return ledger.Throttled(service, f.Code, err)
 	}
 	return err
 }

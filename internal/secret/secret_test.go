@@ -50,20 +50,21 @@ func awsJSON(t *testing.T, answer func() (int, string, string)) (*Store, *atomic
 }
 
 // Secrets Manager's and SSM's errors in their own shape, classified as
-// docs/pipelines.md's table says: ThrottlingException is throttled and,
-// with the 5xx, unavailable (the item waits without an attempt); the rest
-// fail the same way every time.
+// awsfault.Table says (docs/design/errors.md): ThrottlingException is
+// throttled and, with the 5xx, unavailable (the item waits without an
+// attempt); DecryptionFailure (the secret's KMS key) is a pause, also
+// unavailable; the rest fail the same way every time.
 func TestResolveErrorsClassified(t *testing.T) {
 	for _, tc := range []struct {
 		arn    string
 		status int
 		code   string
-		want   string // throttled, unavailable, permanent
+		want   string // throttled, unavailable, paused, permanent
 	}{
 		{smARN, 400, "ThrottlingException", "throttled"},
 		{smARN, 500, "InternalServiceError", "unavailable"},
 		{smARN, 400, "ResourceNotFoundException", "permanent"},
-		{smARN, 400, "DecryptionFailure", "permanent"},
+		{smARN, 400, "DecryptionFailure", "paused"},
 		{smARN, 400, "InvalidRequestException", "permanent"},
 		{smARN, 400, "AccessDeniedException", "permanent"},
 		{ssmARN, 400, "ThrottlingException", "throttled"},
@@ -85,6 +86,8 @@ func TestResolveErrorsClassified(t *testing.T) {
 			switch {
 			case throttled && unavailable:
 				got = "throttled"
+			case unavailable && isPause(err):
+				got = "paused"
 			case unavailable:
 				got = "unavailable"
 			}
@@ -96,6 +99,11 @@ func TestResolveErrorsClassified(t *testing.T) {
 			}
 		})
 	}
+}
+
+func isPause(err error) bool {
+	_, ok := ledger.PauseFault(err)
+	return ok
 }
 
 // The cache holds a value for its TTL; ResolveFresh reads past it (the

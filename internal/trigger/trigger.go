@@ -7,10 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -23,8 +25,14 @@ type Lambda struct {
 
 var _ ledger.Trigger = (*Lambda)(nil)
 
-// New returns a trigger invoking function (name or ARN).
+// New returns a trigger invoking function (name or ARN). It uses a copy
+// of client whose errors are classified by awsfault's table
+// (awsfault.Tag: throttling, 5xx and no answer past the SDK's tries are
+// ledger.ErrUnavailable); client is not changed.
 func New(client *lambda.Client, function string) *Lambda {
+	client = lambda.New(client.Options(), func(o *lambda.Options) {
+		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("lambda"))
+	})
 	return &Lambda{client: client, function: function}
 }
 

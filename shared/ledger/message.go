@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -102,6 +103,49 @@ type Message struct {
 	// because every max_concurrency slot it tried was taken. Not an
 	// attempt. Requeued and SlotWaits are each bounded by MaxResends.
 	SlotWaits int `json:"slot_waits,omitempty"`
+	// Sent is, on a fan-out message sent again because the queue did not
+	// take all of its chunk's messages, which of them the queue has
+	// already ("sent"): the fan-out sends only the others. nil: none (a
+	// release that does not know the field sends them all, and the items'
+	// reservations absorb the copies).
+	Sent *SentMark `json:"sent,omitempty"`
+}
+
+// SentMark records which of a fan-out chunk's item or pack messages, in
+// the order the fan-out makes them (0, 1, …: message n starts at item
+// n × items per message of the chunk), are on the queue: every one before
+// Upto ("upto") but those listed in Unsent ("unsent", ascending).
+type SentMark struct {
+	Upto   int64   `json:"upto"`
+	Unsent []int64 `json:"unsent,omitempty"`
+}
+
+// Has reports whether message n of the chunk is on the queue already.
+func (s *SentMark) Has(n int64) bool {
+	if s == nil || n >= s.Upto {
+		return false
+	}
+	_, found := slices.BinarySearch(s.Unsent, n)
+	return !found
+}
+
+// After is the mark once a fan-out that made messages 0 … made−1 under s
+// (s may be nil) failed to send those of unsent (their numbers): the ones
+// it had made are on the queue but unsent, and s's unsent ones it had not
+// reached yet are still to send.
+func (s *SentMark) After(made int64, unsent []int64) *SentMark {
+	next := &SentMark{Upto: made}
+	if s != nil {
+		next.Upto = max(s.Upto, made)
+		for _, n := range s.Unsent {
+			if n >= made {
+				unsent = append(unsent, n)
+			}
+		}
+	}
+	slices.Sort(unsent)
+	next.Unsent = slices.Compact(unsent)
+	return next
 }
 
 // MaxResends bounds the chain of one message the item worker sends again
@@ -139,6 +183,9 @@ func (m Message) Validate() error {
 	case KindFanout:
 		if m.Chunk == nil || m.ManifestKey == "" {
 			return fmt.Errorf("message: fanout without chunk or manifest_key")
+		}
+		if s := m.Sent; s != nil && (s.Upto < 0 || !slices.IsSorted(s.Unsent) || len(s.Unsent) > 0 && (s.Unsent[0] < 0 || s.Unsent[len(s.Unsent)-1] >= s.Upto)) {
+			return fmt.Errorf("message: fanout's sent mark %+v: want unsent ascending within [0, upto)", *s)
 		}
 	default:
 		return fmt.Errorf("message: unknown kind %q", m.Kind)

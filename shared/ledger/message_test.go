@@ -103,3 +103,33 @@ func BenchmarkSQSSafe(b *testing.B) {
 		}
 	})
 }
+
+// A fan-out's sent mark: messages before Upto are on the queue but the
+// unsent ones; After, on a delivery that made messages 0 … made−1,
+// keeps the earlier unsent ones it had not reached and adds the new.
+func TestSentMark(t *testing.T) {
+	var none *SentMark
+	if none.Has(0) {
+		t.Fatal("no mark: nothing is on the queue")
+	}
+	m := none.After(30, []int64{12, 17})
+	if m.Upto != 30 || !m.Has(0) || m.Has(12) || m.Has(17) || !m.Has(29) || m.Has(30) {
+		t.Fatalf("mark %+v", m)
+	}
+	// The next delivery sends 12 and 17 again and fails 17 and 40 (it made
+	// 0 … 44): 12 is on the queue now, 17 and 40 are not.
+	m = m.After(45, []int64{17, 40})
+	if m.Upto != 45 || !m.Has(12) || m.Has(17) || m.Has(40) || !m.Has(44) {
+		t.Fatalf("mark %+v", m)
+	}
+	// A delivery that failed early, at message 14 (made 0 … 14): 17 stays
+	// unsent although it was not reached, 12 was sent.
+	m = (&SentMark{Upto: 30, Unsent: []int64{12, 17}}).After(15, []int64{14})
+	if m.Upto != 30 || m.Has(14) || m.Has(17) || !m.Has(12) {
+		t.Fatalf("mark %+v", m)
+	}
+	bad := Message{Kind: KindFanout, BatchID: "b", Run: 1, ManifestKey: "m", Chunk: &source.Chunk{Count: 1}, Sent: &SentMark{Upto: 3, Unsent: []int64{5}}}
+	if err := bad.Validate(); err == nil {
+		t.Fatal("an unsent message past upto is accepted")
+	}
+}

@@ -624,8 +624,9 @@ type Queue interface {
 	// entries and 256 KiB, re-sending only the entries that failed
 	// transiently. Bodies the queue refuses as the sender's fault are not
 	// retried: Send sends the others and returns a *RefusedError naming
-	// them. Bodies still unsent after the retries give an error wrapping
-	// ErrUnavailable.
+	// them. Bodies still unsent after the retries give an *UnsentError
+	// naming them (and any refused), wrapping ErrUnavailable: every other
+	// body is on the queue, so a caller sends again only those.
 	Send(ctx context.Context, bodies [][]byte) error
 	// Requeue sends body as a new message, visible after delay (0–15 min):
 	// its receive count starts again from 0.
@@ -656,6 +657,26 @@ func (e *RefusedError) Error() string {
 	r := e.Refused[0]
 	return fmt.Sprintf("send: %d messages refused by the queue; first: message %d: %s: %s", len(e.Refused), r.Index, r.Code, r.Message)
 }
+
+// UnsentError is Queue.Send's report of bodies it did not send: the queue
+// did not accept them within its tries, or the call that would have
+// carried them was not made once another call had failed. Unsent lists
+// their indexes in Send's bodies, ascending; every other body was sent,
+// or refused as the sender's fault (Refused, as a *RefusedError lists
+// them). Err is why: it wraps ErrUnavailable when the queue failed (or
+// holds the context's error), so errors.Is(err, ErrUnavailable) tells a
+// caller to send the Unsent bodies again later — and only them.
+type UnsentError struct {
+	Unsent  []int
+	Refused []Refusal // in Index order
+	Err     error
+}
+
+func (e *UnsentError) Error() string {
+	return fmt.Sprintf("send: %d messages unsent: %v", len(e.Unsent), e.Err)
+}
+
+func (e *UnsentError) Unwrap() error { return e.Err }
 
 // Trigger starts finalize for a run, asynchronously. Triggering twice is
 // harmless: finalize writes the report once per run.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // ranDone is the done of item run r of b's run: its ending, and whether
@@ -147,14 +148,33 @@ func (w *Worker) judgeStreaks(ctx context.Context, log *slog.Logger, b ledger.Ba
 	}
 }
 
+// pauseForFault pauses b's run (an outage pause) when err holds an AWS
+// fault of class pause (ledger.PauseFault: a KMS key disabled or denied,
+// credentials expired): every item would meet it, and none may fail for
+// it. Its class is "aws {service} {code}"; its probes, as any outage
+// pause's, end it once an item gets through. A batch already paused or
+// stopping, as read for this message, is left alone.
+func (w *Worker) pauseForFault(ctx context.Context, log *slog.Logger, b ledger.Batch, err error) {
+	f, ok := ledger.PauseFault(err)
+	if !ok || b.Pause != nil || b.Stop != "" || b.Status.Finished() {
+		return
+	}
+	w.pauseOnOutage(ctx, log, b, pipeline.CutText("aws "+f.Service+" "+f.Code, 64), pipeline.ErrorText(err), 0)
+}
+
 // pauseOnOutage pauses b's run: streak attempts in a row failed with
-// class (one of them with text).
+// class (one of them with text), or (streak 0) an AWS service refuses
+// bulkrun's calls until someone acts on its side (pauseForFault).
 func (w *Worker) pauseOnOutage(ctx context.Context, log *slog.Logger, b ledger.Batch, class, text string, streak int64) {
 	now := w.Clock.Now()
 	err := w.Store.Pause(ctx, ledger.PauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByOutage, Class: class, Error: text, Now: now})
 	switch {
 	case err == nil:
-		log.WarnContext(ctx, "batch paused: its downstream fails", "class", class, "streak", streak, "error", text)
+		if streak == 0 {
+			log.WarnContext(ctx, "batch paused: an AWS service refuses bulkrun's calls", "class", class, "error", text)
+		} else {
+			log.WarnContext(ctx, "batch paused: its downstream fails", "class", class, "streak", streak, "error", text)
+		}
 		w.Metrics.Paused(b.Pipeline, true, b.ID, b.Run)
 		p := api.Pause{By: api.PauseByOutage, Since: now, Class: class, Error: ledger.CutError(text)}
 		ledger.Announce(ctx, w.Bus, log, ledger.PauseEventOf(b, p, true, api.PauseByOutage, now))

@@ -55,14 +55,14 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// fails the items once they are taken.
 	headers, options, serr := resolveSecrets(ctx, w.Secrets, b.Headers, b.Options)
 	if errors.Is(serr, ledger.ErrUnavailable) {
-		return w.unavailable(ctx, log, d, m, "resolve secrets", serr)
+		return w.unavailable(ctx, log, d, m, &b, "resolve secrets", serr)
 	}
 	// A batch with max_concurrency takes a slot before the take, so that
 	// waiting for one costs no attempt; the unit's items then run one at
 	// a time, so the slots bound the items running.
 	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
 	if err != nil {
-		return w.unavailable(ctx, log, d, m, "take a concurrency slot", err)
+		return w.unavailable(ctx, log, d, m, &b, "take a concurrency slot", err)
 	}
 	if !ok {
 		return w.slotsTaken(ctx, log, d, m), nil
@@ -74,7 +74,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	h, err := u.take(ctx, taking{b: b, msg: m, mode: ledger.ModeRun, prepare: w.prepareInputs(ctx, m, inputs, invalid), redelivered: d.ReceiveCount > 1})
 	switch {
 	case err != nil:
-		return w.unavailable(ctx, log, d, m, "take", err)
+		return w.unavailable(ctx, log, d, m, &b, "take", err)
 	case !h.held.IsZero():
 		// Another delivery holds it (or its lease ended this very
 		// millisecond). Never acknowledge a unit in flight: come back when
@@ -363,7 +363,17 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, ledger.RunIDOf(b.ID, s.Key, s.Revision), res.Output)
 			return err
 		})
-		a.Err = err // transient: the S3 write failed
+		// The S3 write failed: transient, and throttled (no attempt) when
+		// S3 slowed it down or did not answer past the tries.
+		a.Err = throttledFault(err)
+	}
+	if f, ok := ledger.PauseFault(a.Err); ok && pipeline.Classify(a.Err) == pipeline.ClassTransient {
+		// An AWS service the attempt wrote to refuses every call until
+		// someone acts on its side (its KMS key): not the item's fault.
+		// The batch pauses, and the attempt waits as a throttled one,
+		// counting no attempt.
+		w.pauseForFault(ctx, log, b, a.Err)
+		a.Err = ledger.Throttled(f.Service, f.Code, a.Err)
 	}
 	a.Now = w.Clock.Now()
 	e := ledger.Conclude(a)
@@ -458,7 +468,7 @@ func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batc
 	h, err := w.unitOf(b, m).take(ctx, taking{b: b, msg: m, mode: ledger.ModeSettle, settle: settle})
 	switch {
 	case err != nil:
-		return w.unavailable(ctx, log, d, m, "settle", err)
+		return w.unavailable(ctx, log, d, m, &b, "settle", err)
 	case !h.held.IsZero() && !d.DeadLetter:
 		// Started before the stop: its holder records the outcomes; if the
 		// holder died, this message takes the unit once the lease ends.

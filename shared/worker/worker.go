@@ -308,7 +308,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		log.WarnContext(ctx, "message for an unknown batch; acknowledged", "message_id", d.MessageID)
 		return true, nil
 	case err != nil:
-		return w.unavailable(ctx, log, d, m, "read batch", err)
+		return w.unavailable(ctx, log, d, m, nil, "read batch", err)
 	case m.Run < b.Run:
 		log.InfoContext(ctx, "message of an earlier run; acknowledged")
 		return true, nil
@@ -318,8 +318,8 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 	case fan != nil && d.DeadLetter:
 		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
 	case fan != nil:
-		if err := w.fanout(ctx, log, b, *fan); err != nil {
-			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, "fan-out", err)
+		if err := w.fanout(ctx, log, b, fan); err != nil {
+			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, &b, "fan-out", err)
 		}
 		return true, nil
 	}
@@ -377,8 +377,12 @@ func countOutcome(dns []done, o api.Outcome) int64 {
 
 // fanout expands one manifest chunk into item messages. Items whose
 // message the queue refuses as the sender's fault (a retry cannot help)
-// are recorded failed with the queue's reason; the others are sent.
-func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m ledger.Message) error {
+// are recorded failed with the queue's reason; the others are sent. A
+// message m.Sent says is on the queue already is not sent again; when the
+// queue does not take some messages (an *UnsentError), m.Sent is set to
+// what is on the queue by now, so that the fan-out message sent again
+// (unavailable) sends only the rest.
+func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m *ledger.Message) error {
 	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
 	if err != nil {
 		return fmt.Errorf("open chunk: %w", err)
@@ -387,17 +391,38 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 	const flushAt = 500
 	bodies := make([][]byte, 0, flushAt)
 	keys := make([][]string, 0, flushAt) // the items of each body
-	var sent, refused, emitted int64     // items sent, items refused, bodies made
+	ords := make([]int64, 0, flushAt)    // the number of each body in the chunk's messages
+	var sent, refused, made int64        // items sent (or refused), items refused, messages made
 	flush := func() error {
 		if len(bodies) == 0 {
 			return nil
 		}
 		err := w.Queue.Send(ctx, bodies)
 		var re *ledger.RefusedError
-		if errors.As(err, &re) {
-			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, emitted-int64(len(bodies)), keys, re)
+		var ue *ledger.UnsentError
+		switch {
+		case errors.As(err, &ue) && len(ue.Refused) > 0:
+			re = &ledger.RefusedError{Refused: ue.Refused}
+		case !errors.As(err, &re):
+			re = nil
+		}
+		if re != nil {
+			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, ords, keys, re)
 			refused += n
-			err = serr
+			if serr != nil {
+				return serr
+			}
+			if ue == nil {
+				err = nil
+			}
+		}
+		if ue != nil {
+			unsent := make([]int64, 0, len(ue.Unsent))
+			for _, i := range ue.Unsent {
+				unsent = append(unsent, ords[i])
+			}
+			m.Sent = m.Sent.After(made, unsent)
+			log.WarnContext(ctx, "fan-out: the queue did not take some messages; only those are sent again", "unsent", len(ue.Unsent), "of", len(bodies))
 		}
 		if err != nil {
 			return err
@@ -405,12 +430,17 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 		for _, k := range keys {
 			sent += int64(len(k))
 		}
-		bodies, keys = bodies[:0], keys[:0]
+		bodies, keys, ords = bodies[:0], keys[:0], ords[:0]
 		return nil
 	}
 	packer, err := ledger.NewPacker(b.ID, b.Run, m.ManifestKey, *m.Chunk, b.Pack(), func(body []byte, ks []string) error {
-		bodies, keys = append(bodies, body), append(keys, ks)
-		emitted++
+		n := made
+		made++
+		if m.Sent.Has(n) {
+			sent += int64(len(ks)) // on the queue since an earlier delivery of this fan-out
+			return nil
+		}
+		bodies, keys, ords = append(bodies, body), append(keys, ks), append(ords, n)
 		if len(bodies) >= flushAt {
 			return flush()
 		}
@@ -452,18 +482,18 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 
 // settleRefused records the items whose message the queue refused as
 // failed (permanent, with the queue's code and message), unless they were
-// already reserved in this run. keys holds each body's items; body i is
-// the chunk's message number firstBody+i (its unit starts at
+// already reserved in this run. keys holds each body's items and ords
+// each body's number in the chunk's messages (its unit starts at
 // chunk.FirstIndex + that × the batch's items per message). It returns
 // how many it recorded.
-func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b ledger.Batch, chunk source.Chunk, firstBody int64, keys [][]string, re *ledger.RefusedError) (int64, error) {
+func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b ledger.Batch, chunk source.Chunk, ords []int64, keys [][]string, re *ledger.RefusedError) (int64, error) {
 	var n int64
 	for _, r := range re.Refused {
 		if r.Index < 0 || r.Index >= len(keys) {
 			return n, fmt.Errorf("refusal of message %d of %d", r.Index, len(keys))
 		}
 		text := pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
-		first := chunk.FirstIndex + (firstBody+int64(r.Index))*int64(b.Pack())
+		first := chunk.FirstIndex + ords[r.Index]*int64(b.Pack())
 		settled, err := w.settleUnstarted(ctx, b, chunk, first, keys[r.Index], api.ReasonPermanent, text)
 		if err != nil {
 			return n, err
@@ -533,7 +563,16 @@ func (w *Worker) deadLetterChunk(ctx context.Context, log *slog.Logger, b ledger
 // sent, this one comes back after the same delay. Any other error leaves
 // the message to come back after its visibility timeout (and, if it keeps
 // failing, to the dead-letter queue).
-func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, what string, err error) (bool, []done) {
+// unavailable handles a message whose work an AWS service did not let
+// happen (ErrUnavailable): it is sent again later, counting no attempt
+// (sendAgain); an error of another kind is logged and the delivery left
+// to come back. A fault of class pause also pauses b's run (pauseForFault)
+// when b, the batch row the message was handled under, is known (nil: the
+// row could not be read).
+func (w *Worker) unavailable(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, b *ledger.Batch, what string, err error) (bool, []done) {
+	if b != nil {
+		w.pauseForFault(ctx, log, *b, err)
+	}
 	return w.sendAgain(ctx, log, d, m.requeued, m.body, what, err), nil
 }
 
@@ -685,7 +724,23 @@ func (o outputs) Put(ctx context.Context, name, contentType string, body []byte)
 		key = o.prefix + "_long/" + hex.EncodeToString(sum[:]) + path.Ext(clean)
 	}
 	if err := o.blobs.Put(ctx, key, contentType, body); err != nil {
-		return "", err
+		return "", throttledFault(err)
 	}
 	return "s3://" + o.blobs.Bucket() + "/" + key, nil
+}
+
+// throttledFault returns err, an error of a write bulkrun makes for an
+// attempt (an output to S3), as a throttled failure (ledger.Throttled:
+// Conclude retries it without using an attempt) when it is an AWS fault
+// of class retry or backoff that outlasted the SDK's tries: S3 asked its
+// callers to slow down (503 SlowDown: Amazon S3 user guide, "Best
+// practices design patterns: optimizing Amazon S3 performance",
+// https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html)
+// or did not answer, which is not the item's fault. A pause stays as it
+// is (attempt pauses the batch); any other error is returned as it is.
+func throttledFault(err error) error {
+	if f, ok := ledger.FaultOf(err); ok && (f.Class == ledger.FaultRetry || f.Class == ledger.FaultBackoff) {
+		return ledger.Throttled(f.Service, f.Code, err)
+	}
+	return err
 }

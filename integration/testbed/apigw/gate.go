@@ -74,7 +74,9 @@ func (g *Gate) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultprox
 }
 
 // Answered keeps every answer.
-func (g *Gate) Answered(*http.Request, faultproxy.Call, int) *faultproxy.Refusal { return nil }
+func (g *Gate) Answered(*http.Request, faultproxy.Call, int, http.Header) *faultproxy.Refusal {
+	return nil
+}
 
 // Rewrite turns the emulator's answer to an execute-api call into API
 // Gateway's 502 when the function's response was larger than Lambda

@@ -99,11 +99,20 @@ const (
 	// It is ignored on S3 calls with a body other than DeleteObjects (their
 	// bodies are streamed, not kept).
 	KindDuplicate Kind = "duplicate"
+	// KindError answers with any error of bulkrun's error table
+	// (awsfault.Table) for the call's service, in the service's wire
+	// shape, without calling the emulator: Rule.Code names it (required;
+	// the table's code or its alias), Rule.Status its HTTP status
+	// (default the table's), Rule.Message its message. A DynamoDB
+	// TransactionCanceledException carries Rule.Reasons as its
+	// cancellation reasons, one per operation of the request in order
+	// ("None" past the list), as DynamoDB sends them.
+	KindError Kind = "error"
 )
 
 // Kinds lists every Kind.
 func Kinds() []Kind {
-	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate}
+	return []Kind{KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindError}
 }
 
 // Rule is one fault and the calls it applies to. JSON names in brackets.
@@ -134,10 +143,19 @@ type Rule struct {
 	Delay Millis `json:"delay_ms,omitempty"`
 	// Code [code] is the error code: for KindThrottle one of the
 	// service's throttling codes (default the first); for KindPartial the
-	// per-entry code (default "InternalError").
+	// per-entry code (default "InternalError"); for KindError a code of
+	// awsfault.Table for the service (required).
 	Code string `json:"code,omitempty"`
-	// Message [message] is the per-entry message of KindPartial.
+	// Message [message] is the per-entry message of KindPartial, or the
+	// message of KindError (default its code).
 	Message string `json:"message,omitempty"`
+	// Status [status] is the HTTP status of KindError (default the
+	// table's for its code).
+	Status int `json:"status,omitempty"`
+	// Reasons [reasons] are the cancellation reasons of a KindError
+	// TransactionCanceledException (DynamoDB), by the position of the
+	// request's operations.
+	Reasons []string `json:"reasons,omitempty"`
 	// SenderFault [sender_fault] marks SQS Failed entries of KindPartial
 	// as the sender's fault (default false: a transient failure).
 	SenderFault bool `json:"sender_fault,omitempty"`
@@ -183,7 +201,7 @@ func (c Config) Validate() error {
 	for i, r := range c.Rules {
 		at := fmt.Sprintf("rules[%d]", i)
 		switch r.Kind {
-		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate:
+		case KindThrottle, KindServerError, KindReset, KindResetAfter, KindLatency, KindPartial, KindDuplicate, KindError:
 		case "":
 			return fmt.Errorf("%s.kind: missing (one of %v)", at, Kinds())
 		default:
@@ -206,8 +224,15 @@ func (c Config) Validate() error {
 				return fmt.Errorf("%s.code: %q is not a throttling code of %q", at, r.Code, r.Service)
 			}
 		}
-		if r.Kind != KindThrottle && r.Kind != KindPartial && r.Code != "" {
-			return fmt.Errorf("%s.code: only for kinds throttle and partial", at)
+		if r.Kind != KindThrottle && r.Kind != KindPartial && r.Kind != KindError && r.Code != "" {
+			return fmt.Errorf("%s.code: only for kinds throttle, partial and error", at)
+		}
+		if r.Kind == KindError {
+			if err := validateError(r); err != nil {
+				return fmt.Errorf("%s.%w", at, err)
+			}
+		} else if r.Status != 0 || len(r.Reasons) > 0 {
+			return fmt.Errorf("%s: status and reasons are only for kind error", at)
 		}
 		if r.Kind == KindPartial {
 			if len(r.Operations) == 0 {
@@ -221,8 +246,8 @@ func (c Config) Validate() error {
 			if math.IsNaN(r.Fraction) || r.Fraction < 0 || r.Fraction > 1 {
 				return fmt.Errorf("%s.fraction: %v is outside [0, 1]", at, r.Fraction)
 			}
-		} else if r.Fraction != 0 || r.SenderFault || r.Message != "" {
-			return fmt.Errorf("%s: fraction, sender_fault and message are only for kind partial", at)
+		} else if r.Fraction != 0 || r.SenderFault || r.Message != "" && r.Kind != KindError {
+			return fmt.Errorf("%s: fraction and sender_fault are only for kind partial, message for partial and error", at)
 		}
 	}
 	return nil
@@ -510,6 +535,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case KindServerError:
 		writeError(w, r, c, serverShape(c.Service), requestID)
 		return
+	case KindError:
+		writeError(w, r, c, tableShape(c.Service, d.rule, body), requestID)
+		return
 	case KindReset:
 		reset(w)
 		return
@@ -612,7 +640,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		if rw, ok := g.gate.(ResponseRewriter); ok {
 			rw.Rewrite(resp, g.call)
 		}
-		if f := g.gate.Answered(resp.Request, g.call, resp.StatusCode); f != nil {
+		if f := g.gate.Answered(resp.Request, g.call, resp.StatusCode, resp.Header); f != nil {
 			replaceAnswer(resp, g.call, f)
 			return nil
 		}

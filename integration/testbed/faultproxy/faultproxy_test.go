@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // upstream is a stand-in for the emulator: it answers the few calls the
@@ -480,7 +484,7 @@ func TestFaultProxyControl(t *testing.T) {
 		{`{"rules":[{"kind":"throttle","rate":1},{"kind":"latency","rate":1}]}`, "rules[1].delay_ms: latency needs a delay"},
 		{`{"rules":[{"service":"s3","kind":"throttle","rate":1,"code":"Nope"}]}`, `rules[0].code: "Nope" is not a throttling code of "s3"`},
 		{`{"rules":[{"service":"dynamodb","operations":["PutItem"],"kind":"partial","rate":1}]}`, "rules[0].operations: dynamodb.PutItem has no partial failure"},
-		{`{"rules":[{"kind":"reset","rate":1,"fraction":0.2}]}`, "rules[0]: fraction, sender_fault and message are only for kind partial"},
+		{`{"rules":[{"kind":"reset","rate":1,"fraction":0.2}]}`, "rules[0]: fraction and sender_fault are only for kind partial, message for partial and error"},
 		{`{"rules":[],"seeed":1}`, `unknown field "seeed"`},
 	} {
 		status, body := post(tt.body)
@@ -581,4 +585,69 @@ func TestFaultProxyDuplicate(t *testing.T) {
 	if s := r.proxy.Status(); s.Injected[KindDuplicate] != 1 {
 		t.Fatalf("status %+v", s)
 	}
+}
+
+// Guards the error kind, which the suite's tests of each error class
+// inject: every API error of bulkrun's error table for DynamoDB, SQS, S3
+// and Lambda, answered by the proxy, reaches the AWS SDK for Go v2 as that
+// code (SQS's KMS codes through X-Amzn-Query-Error, as SQS's JSON
+// protocol sends them) with the table's status, and awsfault classifies it
+// as its row; a TransactionCanceledException carries its reasons by the
+// request's operations, and is classified by them.
+func TestFaultProxyErrorKind(t *testing.T) {
+	ops := map[string]string{"dynamodb": "PutItem", "sqs": "SendMessageBatch", "s3": "GetObject", "lambda": "Invoke"}
+	tried := 0
+	for _, row := range awsfault.Table {
+		op, ok := ops[row.Service]
+		if !ok || row.Function || row.Code == "" || row.Reason != "" || row.Operations != nil && !slices.Contains(row.Operations, op) {
+			continue
+		}
+		tried++
+		t.Run(row.Service+"/"+row.Code+"/"+row.Message, func(t *testing.T) {
+			msg := row.Message
+			if msg == "" {
+				msg = "injected"
+			}
+			r := newRig(t, Config{Seed: 1, Rules: []Rule{{Service: row.Service, Kind: KindError, Rate: 1, Code: row.Code, Message: msg}}})
+			err := r.call(t, row.Service)
+			var api smithy.APIError
+			if !errors.As(err, &api) || api.ErrorCode() != row.Code && api.ErrorCode() != row.Alias {
+				t.Fatalf("error %v, want API error %s", err, row.Code)
+			}
+			var status interface{ HTTPStatusCode() int }
+			if !errors.As(err, &status) || status.HTTPStatusCode() != row.Status {
+				t.Fatalf("status of %v, want %d", err, row.Status)
+			}
+			if got, ok := awsfault.Classify(row.Service, op, err); !ok || got.Class != row.Class {
+				t.Fatalf("classified %+v (%v), want class %s", got, ok, row.Class)
+			}
+			if calls, _ := r.up.seen(); len(calls) != 0 {
+				t.Errorf("emulator saw %v, want nothing", calls)
+			}
+		})
+	}
+	if tried < 50 {
+		t.Fatalf("only %d rows tried", tried)
+	}
+	t.Run("transaction cancelled", func(t *testing.T) {
+		r := newRig(t, Config{Seed: 1, Rules: []Rule{{Service: "dynamodb", Kind: KindError, Rate: 1, Code: "TransactionCanceledException", Reasons: []string{"None", "TransactionConflict"}}}})
+		_, err := r.ddb().TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
+			{Put: &ddbtypes.Put{TableName: aws.String("t"), Item: map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: "a"}}}},
+			{Put: &ddbtypes.Put{TableName: aws.String("t"), Item: map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: "b"}}}},
+			{Delete: &ddbtypes.Delete{TableName: aws.String("t"), Key: map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: "c"}}}},
+		}})
+		var tce *ddbtypes.TransactionCanceledException
+		if !errors.As(err, &tce) || len(tce.CancellationReasons) != 3 || aws.ToString(tce.CancellationReasons[1].Code) != "TransactionConflict" ||
+			aws.ToString(tce.CancellationReasons[2].Code) != "None" {
+			t.Fatalf("err %v (%+v), want three reasons, the second TransactionConflict", err, tce)
+		}
+		if c := awsfault.ClassOf("dynamodb", "TransactWriteItems", err); c != ledger.FaultRetry {
+			t.Fatalf("class %s, want retry", c)
+		}
+	})
+	t.Run("a code not in the table is refused", func(t *testing.T) {
+		if err := (Config{Rules: []Rule{{Service: "sqs", Kind: KindError, Rate: 1, Code: "NoSuchThing"}}}).Validate(); err == nil {
+			t.Fatal("accepted")
+		}
+	})
 }

@@ -20,10 +20,11 @@ type Gate interface {
 	// answer it with. body is the buffered request body (nil for S3
 	// calls other than DeleteObjects).
 	Admit(r *http.Request, c Call, body []byte) *Refusal
-	// Answered may replace the emulator's answer of status to an admitted
-	// call (S3 answers a missing key with 403 to a caller that may not
-	// list the bucket); nil keeps it.
-	Answered(r *http.Request, c Call, status int) *Refusal
+	// Answered may replace the emulator's answer of status, with header,
+	// to an admitted call (S3 answers a missing key with 403 to a caller
+	// that may not list the bucket, and an SSE-KMS object with 403 to one
+	// that may not decrypt with its key); nil keeps it.
+	Answered(r *http.Request, c Call, status int, header http.Header) *Refusal
 	// ServeHTTP serves the gate's control endpoint (GatePath).
 	http.Handler
 }
@@ -69,9 +70,9 @@ func (gs Gates) Admit(r *http.Request, c Call, body []byte) *Refusal {
 }
 
 // Answered is the first gate's replacement of the answer.
-func (gs Gates) Answered(r *http.Request, c Call, status int) *Refusal {
+func (gs Gates) Answered(r *http.Request, c Call, status int, header http.Header) *Refusal {
 	for _, g := range gs {
-		if f := g.Answered(r, c, status); f != nil {
+		if f := g.Answered(r, c, status, header); f != nil {
 			return f
 		}
 	}

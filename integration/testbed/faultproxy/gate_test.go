@@ -38,7 +38,7 @@ func (g denyGate) Admit(r *http.Request, c Call, body []byte) *Refusal {
 	return nil
 }
 
-func (g denyGate) Answered(r *http.Request, c Call, status int) *Refusal {
+func (g denyGate) Answered(r *http.Request, c Call, status int, _ http.Header) *Refusal {
 	if c.String() == "s3.GetObject" && status == http.StatusNotFound {
 		return &Refusal{Status: 403, Code: "AccessDenied", Message: "Access Denied"}
 	}

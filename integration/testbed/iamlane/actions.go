@@ -122,6 +122,50 @@ var Rules = []Rule{
 // 403 Access Denied error").
 var NotFoundRule = Rule{Service: "s3", Operation: "GetObject, HeadObject answered 404", Actions: "s3:ListBucket", Resource: "the bucket"}
 
+// KMSRule is the other: S3 decrypts an object encrypted with a customer
+// managed KMS key (SSE-KMS) only for a caller that may kms:Decrypt with
+// that key, and answers 403 AccessDenied otherwise (Amazon S3 user guide,
+// "Using server-side encryption with AWS KMS keys (SSE-KMS)": "you must
+// have permission to use the KMS key ... kms:Decrypt" to download such an
+// object). The emulator encrypts nothing; the key is the one its answer
+// names (x-amz-server-side-encryption-aws-kms-key-id). S3's own key
+// (aws/s3) needs no grant: its key policy allows every caller S3 lets
+// through.
+var KMSRule = Rule{Service: "s3", Operation: "GetObject, HeadObject of an SSE-KMS object", Actions: "kms:Decrypt", Resource: "the object's KMS key (x-amz-server-side-encryption-aws-kms-key-id)"}
+
+// defaultKeyPolicy is the key policy KMS gives a key made without one
+// (AWS KMS developer guide, "Default key policy": it allows the account,
+// so that IAM policies decide who may use the key). KMS authorizes a call
+// only if the key policy allows it, so the lane evaluates kms:Decrypt
+// with it.
+func defaultKeyPolicy(account string) Document {
+	return Document{"Version": "2012-10-17", "Statement": []any{map[string]any{
+		"Sid": "Enable IAM User Permissions", "Effect": "Allow",
+		"Principal": map[string]any{"AWS": "arn:aws:iam::" + account + ":root"},
+		"Action":    "kms:*", "Resource": "*",
+	}}}
+}
+
+// kmsNeed is the authorization KMSRule adds to an answer with header: the
+// key's ARN (a bare key id is a key of the caller's region and account),
+// false when the object is not encrypted with a customer managed key.
+func kmsNeed(header http.Header, region, account string) (Need, bool) {
+	if !strings.HasPrefix(header.Get("X-Amz-Server-Side-Encryption"), "aws:kms") {
+		return Need{}, false
+	}
+	key := header.Get("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id")
+	if key == "" || strings.HasSuffix(key, "alias/aws/s3") {
+		return Need{}, false
+	}
+	if !strings.HasPrefix(key, "arn:") {
+		if !strings.HasPrefix(key, "alias/") {
+			key = "key/" + key
+		}
+		key = "arn:aws:kms:" + region + ":" + account + ":" + key
+	}
+	return Need{Action: "kms:Decrypt", Resource: key}, true
+}
+
 func ddb(op, action, resource string) Rule {
 	return Rule{Service: "dynamodb", Operation: op, Actions: action, Resource: "the " + resource, needs: func(r *request) ([]Need, error) {
 		var in struct {

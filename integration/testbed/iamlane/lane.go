@@ -311,18 +311,29 @@ func (l *Lane) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultprox
 }
 
 // Answered implements faultproxy.Gate: a 404 to GetObject or HeadObject
-// is a 403 unless the function may list the bucket (NotFoundRule).
-func (l *Lane) Answered(r *http.Request, c faultproxy.Call, status int) *faultproxy.Refusal {
-	if status != http.StatusNotFound || c.Service != "s3" || (c.Operation != "GetObject" && c.Operation != "HeadObject") {
+// is a 403 unless the function may list the bucket (NotFoundRule); an
+// answer with an SSE-KMS object is a 403 unless the function may decrypt
+// with its key (KMSRule).
+func (l *Lane) Answered(r *http.Request, c faultproxy.Call, status int, header http.Header) *faultproxy.Refusal {
+	if c.Service != "s3" || (c.Operation != "GetObject" && c.Operation != "HeadObject") {
 		return nil
 	}
 	fn := function(r)
 	if fn == "" {
 		return nil
 	}
-	req := &request{call: c, http: r, region: l.opts.Region, account: l.opts.Account}
-	bucket, _, err := req.s3Path()
-	if err != nil {
+	var n Need
+	var op string
+	if status == http.StatusNotFound {
+		req := &request{call: c, http: r, region: l.opts.Region, account: l.opts.Account}
+		bucket, _, err := req.s3Path()
+		if err != nil {
+			return nil
+		}
+		n, op = Need{Action: "s3:ListBucket", Resource: "arn:aws:s3:::" + bucket}, c.Operation+" (answered 404)"
+	} else if k, ok := kmsNeed(header, l.opts.Region, l.opts.Account); ok && status/100 == 2 {
+		n, op = k, c.Operation+" (an SSE-KMS object)"
+	} else {
 		return nil
 	}
 	binding := r.Header.Get(BindingHeader)
@@ -330,12 +341,11 @@ func (l *Lane) Answered(r *http.Request, c faultproxy.Call, status int) *faultpr
 	if err != nil {
 		return nil
 	}
-	n := Need{Action: "s3:ListBucket", Resource: "arn:aws:s3:::" + bucket}
 	dec, err := l.decide(set, role, n)
 	if err != nil || dec == Allowed {
 		return nil
 	}
-	d := l.deny(fn, binding, c.Operation+" (answered 404)", n, dec, r, nil)
+	d := l.deny(fn, binding, op, n, dec, r, nil)
 	if !l.enforcing(binding) {
 		return nil
 	}
@@ -370,6 +380,8 @@ func (l *Lane) decide(set *policySet, role Role, n Need) (Decision, error) {
 		}
 	} else if _, ok := set.resource["queue:"+n.Resource]; ok {
 		rpKey = "queue:" + n.Resource
+	} else if strings.HasPrefix(n.Resource, "arn:aws:kms:") {
+		rpKey = "kms:default" // KMS asks the key policy too (KMSRule)
 	}
 	ctx := map[string]string{
 		"aws:SecureTransport":  "true",
@@ -472,7 +484,7 @@ func (l *Lane) policies(fn, binding string) (*policySet, Role, error) {
 			return nil, Role{}, fmt.Errorf("unknown binding %q (register it: POST %s/bindings)", binding, faultproxy.GatePath)
 		}
 	}
-	s := &policySet{resource: map[string]Document{}}
+	s := &policySet{resource: map[string]Document{"kms:default": defaultKeyPolicy(l.opts.Account)}}
 	swap := substitution(d.Names, b.Names)
 	for _, p := range role.Policies {
 		doc := revoke(swapDoc(p.Policy, swap), b.Revoke[fn])

@@ -40,7 +40,7 @@ func TestRulesTableInDocs(t *testing.T) {
 		}
 	}
 	var want []string
-	for _, r := range append(Rules, NotFoundRule) {
+	for _, r := range append(Rules, NotFoundRule, KMSRule) {
 		want = append(want, tableRow(r))
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -404,4 +404,53 @@ func startEvaluatorForTest(t *testing.T) *Evaluator {
 	}
 	t.Cleanup(func() { ev.Close() })
 	return ev
+}
+
+// TestKMSRule: an S3 answer naming a customer managed key needs
+// kms:Decrypt on that key (KMSRule; a bare key id is a key of the
+// caller's account and region), an object under S3's own key, under
+// SSE-S3 or not encrypted needs nothing; a role granted kms:Decrypt on
+// the key may read the object, one granted it on another key may not.
+func TestKMSRule(t *testing.T) {
+	const k1, k2 = "arn:aws:kms:us-east-1:000000000000:key/k1", "arn:aws:kms:us-east-1:000000000000:key/k2"
+	answer := func(sse, key string) http.Header {
+		h := http.Header{}
+		if sse != "" {
+			h.Set("X-Amz-Server-Side-Encryption", sse)
+		}
+		if key != "" {
+			h.Set("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id", key)
+		}
+		return h
+	}
+	for _, tt := range []struct {
+		name   string
+		header http.Header
+		want   string // the key kms:Decrypt is needed on, "" for none
+	}{
+		{"key ARN", answer("aws:kms", k1), k1},
+		{"key id", answer("aws:kms", "k2"), k2},
+		{"dual-layer", answer("aws:kms:dsse", k1), k1},
+		{"S3's own key", answer("aws:kms", "arn:aws:kms:us-east-1:000000000000:alias/aws/s3"), ""},
+		{"S3's own key, unnamed", answer("aws:kms", ""), ""},
+		{"SSE-S3", answer("AES256", ""), ""},
+		{"not encrypted", answer("", ""), ""},
+	} {
+		n, ok := kmsNeed(tt.header, "us-east-1", "000000000000")
+		if ok != (tt.want != "") || ok && (n.Action != "kms:Decrypt" || n.Resource != tt.want) {
+			t.Errorf("%s: %+v, %v; want kms:Decrypt on %q", tt.name, n, ok, tt.want)
+		}
+	}
+
+	ev := startEvaluatorForTest(t)
+	role := "arn:aws:iam::000000000000:role/reader"
+	set := &policySet{key: "kms-reader", identity: []NamedPolicy{{Name: "p", Policy: Document{"Version": "2012-10-17", "Statement": []any{
+		map[string]any{"Effect": "Allow", "Action": "kms:Decrypt", "Resource": k1},
+	}}}}, resource: map[string]Document{"kms:default": defaultKeyPolicy("000000000000")}}
+	for key, want := range map[string]Decision{k1: Allowed, k2: ImplicitlyDenied} {
+		got, err := ev.Evaluate(set, role, "000000000000", Need{Action: "kms:Decrypt", Resource: key}, "kms:default", map[string]string{"aws:SecureTransport": "true"})
+		if err != nil || got != want {
+			t.Errorf("kms:Decrypt on %s: %s, %v; want %s", key, got, err, want)
+		}
+	}
 }

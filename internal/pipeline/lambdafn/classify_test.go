@@ -20,11 +20,11 @@ import (
 // Lambda's Invoke errors, each in the shape Lambda answers it (REST-JSON:
 // the status, X-Amzn-ErrorType naming the code, a JSON body with Type and
 // message; AWS Lambda API Reference, "Invoke", Errors), through the SDK
-// client and the pipeline: throttling and capacity are a
-// *pipeline.ThrottledError (transient, so no item fails for them once the
-// worker backs off), a function being updated is transient, what fails the
-// same way every time is permanent — whatever the status says (KMS and
-// runtime errors come back as 502).
+// client and the pipeline: throttling and capacity, and a function not
+// ready or being updated, are a *pipeline.ThrottledError (transient, so
+// no item fails for them once the worker backs off), a 5xx is transient,
+// what fails the same way every time is permanent — whatever the status
+// says (KMS and runtime errors come back as 502).
 func TestInvokeErrorsClassifiedByCode(t *testing.T) {
 	for _, tc := range []struct {
 		status int
@@ -37,8 +37,12 @@ func TestInvokeErrorsClassifiedByCode(t *testing.T) {
 		{502, "ENILimitReachedException", `{"Type":"Server","message":"ENI limit reached"}`, lambdafn.ClassThrottled},
 		{502, "SubnetIPAddressLimitReachedException", `{"Type":"Server","message":"no free IP"}`, lambdafn.ClassThrottled},
 		{500, "ServiceException", `{"Type":"Service","message":"internal"}`, lambdafn.ClassTransient},
-		{409, "ResourceConflictException", `{"Type":"User","message":"The operation cannot be performed at this time. An update is in progress for resource"}`, lambdafn.ClassTransient},
-		{502, "ResourceNotReadyException", `{"Type":"Server","message":"Functions are not ready"}`, lambdafn.ClassTransient},
+		{409, "ResourceConflictException", `{"Type":"User","message":"The operation cannot be performed at this time. An update is in progress for resource"}`, lambdafn.ClassThrottled},
+		{502, "ResourceNotReadyException", `{"Type":"Server","message":"Functions are not ready"}`, lambdafn.ClassThrottled},
+		{502, "EC2UnexpectedException", `{"Type":"Server","message":"unexpected EC2 error"}`, lambdafn.ClassTransient},
+		{413, "RequestEntityTooLargeException", `{"Type":"User","message":"Request must be smaller than 6291456 bytes for the InvokeFunction operation"}`, lambdafn.ClassPermanent},
+		{413, "SerializedRequestEntityTooLargeException", `{"Type":"User","message":"Request must be smaller than 6291456 bytes for the InvokeFunction operation"}`, lambdafn.ClassPermanent},
+		{400, "InvalidRequestContentException", `{"Type":"User","message":"Could not parse request body into json"}`, lambdafn.ClassPermanent},
 		{404, "ResourceNotFoundException", `{"Type":"User","message":"Function not found: arn:aws:lambda:us-east-1:123456789012:function:score"}`, lambdafn.ClassPermanent},
 		{413, "RequestTooLargeException", `{"Type":"User","message":"Request must be smaller than 6291456 bytes for the InvokeFunction operation"}`, lambdafn.ClassPermanent},
 		{403, "AccessDeniedException", `{"Message":"User is not authorized to perform: lambda:InvokeFunction"}`, lambdafn.ClassPermanent},
@@ -111,4 +115,68 @@ type invokerFunc func(context.Context, string, []byte) (lambdafn.Result, error)
 
 func (f invokerFunc) Invoke(ctx context.Context, fn string, payload []byte) (lambdafn.Result, error) {
 	return f(ctx, fn, payload)
+}
+
+// The Lambda service's and runtimes' own function error types that fail
+// the same way every time (a function error: a 200 answer with
+// X-Amz-Function-Error and {"errorType", "errorMessage"}) fail the item at
+// once, naming the type, instead of using its attempts as transient
+// errors; a runtime killed by a signal, a timeout and the function's own
+// error types stay transient.
+func TestFunctionErrorTypes(t *testing.T) {
+	for _, tc := range []struct {
+		errorType, message string
+		want               pipeline.Class
+	}{
+		{"Function.ResponseSizeTooLarge", "Response payload size exceeded maximum allowed payload size (6291556 bytes).", pipeline.ClassPermanent},
+		{"Runtime.HandlerNotFound", "index.handler is undefined or not exported", pipeline.ClassPermanent},
+		{"Runtime.ImportModuleError", "Unable to import module 'app': No module named 'requests'", pipeline.ClassPermanent},
+		{"Runtime.UserCodeSyntaxError", "SyntaxError: Unexpected token '}'", pipeline.ClassPermanent},
+		{"Runtime.MalformedHandlerName", "Bad handler 'app': not enough values to unpack (expected 2, got 1)", pipeline.ClassPermanent},
+		{"Runtime.InvalidEntrypoint", "RequestId: 1 Error: Couldn't find valid bootstrap(s): [/var/task/bootstrap /opt/bootstrap]", pipeline.ClassPermanent},
+		{"Runtime.MarshalError", "Unable to marshal response: Object of type datetime is not JSON serializable", pipeline.ClassPermanent},
+		{"Runtime.UnmarshalError", "Unable to unmarshal input: Expecting value: line 1 column 1 (char 0)", pipeline.ClassPermanent},
+		{"Runtime.ExitError", "RequestId: 1 Error: Runtime exited with error: exit status 1", pipeline.ClassPermanent},
+		{"Runtime.ExitError", "RequestId: 1 Error: Runtime exited with error: signal: killed", pipeline.ClassTransient},
+		{"Sandbox.Timedout", "RequestId: 1 Error: Task timed out after 3.00 seconds", pipeline.ClassTransient},
+		{"ValueError", "bad value", pipeline.ClassTransient},
+		{"PermanentError", "order 17 has no lines", pipeline.ClassPermanent},
+		{"com.example.QuarantineError", "look at it", pipeline.ClassQuarantine},
+	} {
+		t.Run(tc.errorType+" "+tc.message[len(tc.message)-8:], func(t *testing.T) {
+			payload, _ := json.Marshal(lambdafn.FunctionError{ErrorType: tc.errorType, ErrorMessage: tc.message})
+			calls := 0
+			p := lambdafn.New(invokerFunc(func(context.Context, string, []byte) (lambdafn.Result, error) {
+				calls++
+				return lambdafn.Result{Payload: payload, FunctionError: "Unhandled"}, nil
+			}), []string{"score"})
+			_, err := p.Run(context.Background(), pipeline.Request{BatchID: "b", Key: "k", Attempt: 1, Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"function":"score"}`)})
+			if got := pipeline.Classify(err); got != tc.want || calls != 1 || !strings.Contains(err.Error(), tc.errorType) {
+				t.Fatalf("%v: class %s after %d calls, want %s naming %s", err, got, calls, tc.want, tc.errorType)
+			}
+			if _, throttled := pipeline.ThrottleOf(err); throttled {
+				t.Fatalf("%v: throttled", err)
+			}
+		})
+	}
+}
+
+// A function error through the SDK client: Lambda answers 200 with
+// X-Amz-Function-Error: Unhandled and the runtime's payload; the pipeline
+// fails the item permanently for Runtime.ImportModuleError.
+func TestFunctionErrorThroughTheSDK(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Amz-Function-Error", "Unhandled")
+		w.Header().Set("X-Amz-Executed-Version", "$LATEST")
+		_, _ = w.Write([]byte(`{"errorMessage": "Unable to import module 'app': No module named 'requests'", "errorType": "Runtime.ImportModuleError", "requestId": "r", "stackTrace": []}`))
+	}))
+	defer srv.Close()
+	client := lambda.New(lambda.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", "")})
+	p := lambdafn.New(lambdafn.SDK{Client: client}, []string{"score"})
+	_, err := p.Run(context.Background(), pipeline.Request{BatchID: "b", Key: "k", Attempt: 1, Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"function":"score"}`)})
+	if pipeline.Classify(err) != pipeline.ClassPermanent || !strings.Contains(err.Error(), "Runtime.ImportModuleError") {
+		t.Fatalf("%v: class %s, want permanent naming Runtime.ImportModuleError", err, pipeline.Classify(err))
+	}
 }

@@ -59,27 +59,41 @@
 //
 // A function that raises or returns an error (Lambda's X-Amz-Function-Error,
 // with the payload {"errorType", "errorMessage", …}) is classified by its
-// errorType's last dot-separated part, so that Python's class name, Java's
-// qualified class name and Go's type name all work:
+// errorType:
 //
-//   - PermanentErrorType ("PermanentError"): permanent;
-//   - QuarantineErrorType ("QuarantineError"): quarantine;
-//   - anything else ("ValueError", "Sandbox.Timedout",
-//     "Runtime.ExitError", …): transient.
+//   - the Lambda service's and runtimes' own error types that fail the
+//     same way every time are permanent, naming the type (awsfault.Table's
+//     function errors: Function.ResponseSizeTooLarge, an answer over 6 MB;
+//     Runtime.HandlerNotFound, Runtime.ImportModuleError,
+//     Runtime.UserCodeSyntaxError, Runtime.MalformedHandlerName,
+//     Runtime.InvalidEntrypoint, Runtime.MarshalError,
+//     Runtime.UnmarshalError; Runtime.ExitError when the runtime's process
+//     exited by itself, "exit status N"): retrying them would only use the
+//     item's attempts (AWS Lambda developer guide, "Troubleshoot
+//     invocation issues in Lambda" and "Troubleshoot execution issues in
+//     Lambda");
+//   - otherwise by its last dot-separated part, so that Python's class
+//     name, Java's qualified class name and Go's type name all work:
+//     PermanentErrorType ("PermanentError") is permanent,
+//     QuarantineErrorType ("QuarantineError") quarantine, anything else
+//     ("ValueError", "Sandbox.Timedout", Runtime.ExitError by a signal,
+//     …) transient.
 //
 // # Invoke errors
 //
 // Lambda's own refusals, from the Invoke call ([InvokeError]), are
-// classified by their code from the Invoke API reference (the table is
-// invokeErrors; docs/pipelines.md lists it): throttling and capacity
-// (429 TooManyRequestsException, EC2ThrottledException,
-// ENILimitReachedException, SubnetIPAddressLimitReachedException) are a
-// *pipeline.ThrottledError; a function not ready or being updated
-// (ResourceNotReadyException, ResourceConflictException), 5xx
-// ServiceException, timeouts and lost connections are transient; what
-// fails the same way every time (ResourceNotFoundException,
-// AccessDeniedException, RequestTooLargeException: a request over 6 MB,
-// InvalidRuntimeException, the KMS* errors, …) is permanent, naming the
+// classified by awsfault.Table (docs/design/errors.md, from the Invoke API
+// reference): throttling and capacity, and a function not ready or being
+// updated (429 TooManyRequestsException, EC2ThrottledException,
+// ENILimitReachedException, SubnetIPAddressLimitReachedException,
+// ResourceNotReadyException, ResourceConflictException), are a
+// *pipeline.ThrottledError, which waits without using an attempt; 5xx
+// ServiceException, EC2UnexpectedException, the EFS errors, timeouts and
+// lost connections are transient; what fails the same way every time
+// (ResourceNotFoundException, AccessDeniedException,
+// RequestTooLargeException and RequestEntityTooLargeException: a request
+// over 6 MB, InvalidRequestContentException, InvalidRuntimeException, the
+// KMS* errors of the function's environment, …) is permanent, naming the
 // function. An unknown code is classified by its status.
 package lambdafn
 
@@ -92,7 +106,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -200,54 +216,25 @@ const (
 	ClassThrottled = "throttled" // Lambda's rate or capacity: back off
 )
 
-// invokeErrors classifies Lambda's Invoke errors by code, from the API
-// reference (AWS Lambda API Reference, "Invoke", Errors,
-// https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html):
-// throttled, the account's or function's rate or concurrency, or the
-// VPC's network capacity; transient, Lambda or the function's resources
-// not ready yet; permanent, what fails the same way every time (the
-// function, its configuration, its KMS key, the request).
-var invokeErrors = map[string]string{
-	"TooManyRequestsException":             ClassThrottled, // 429: concurrency or rate limit (Reason names which)
-	"EC2ThrottledException":                ClassThrottled, // 502: EC2 throttled Lambda creating the function's network interface
-	"ENILimitReachedException":             ClassThrottled, // 502: the VPC's network-interface quota
-	"SubnetIPAddressLimitReachedException": ClassThrottled, // 502: no free IP address in the function's subnets
-	"ServiceException":                     ClassTransient, // 500
-	"ResourceNotReadyException":            ClassTransient, // 502: the function is being created or restored
-	"ResourceConflictException":            ClassTransient, // 409: the function is being updated
-	"SnapStartNotReadyException":           ClassTransient, // 409
-	"SnapStartTimeoutException":            ClassTransient, // 408
-	"EC2UnexpectedException":               ClassTransient, // 502
-	"EFSIOException":                       ClassTransient, // 410
-	"EFSMountConnectivityException":        ClassTransient, // 408
-	"EFSMountTimeoutException":             ClassTransient, // 408
-	"ResourceNotFoundException":            ClassPermanent, // 404: no such function, version or alias
-	"RequestTooLargeException":             ClassPermanent, // 413: payload over 6 MB
-	"InvalidRequestContentException":       ClassPermanent, // 400
-	"InvalidParameterValueException":       ClassPermanent, // 400
-	"UnsupportedMediaTypeException":        ClassPermanent, // 415
-	"RecursiveInvocationException":         ClassPermanent, // 400: a recursive loop was stopped
-	"SnapStartException":                   ClassPermanent, // 400
-	"AccessDeniedException":                ClassPermanent, // 403: the role may not invoke it
-	"EFSMountFailureException":             ClassPermanent, // 403
-	"InvalidRuntimeException":              ClassPermanent, // 502: the runtime or its settings are invalid
-	"InvalidSecurityGroupIDException":      ClassPermanent, // 502
-	"InvalidSubnetIDException":             ClassPermanent, // 502
-	"InvalidZipFileException":              ClassPermanent, // 502: the deployment package cannot be unpacked
-	"EC2AccessDeniedException":             ClassPermanent, // 502: the function's role lacks EC2 permissions
-	"KMSAccessDeniedException":             ClassPermanent, // 502: the function's KMS key may not be used
-	"KMSDisabledException":                 ClassPermanent, // 502
-	"KMSInvalidStateException":             ClassPermanent, // 502
-	"KMSNotFoundException":                 ClassPermanent, // 502
-}
-
-// Class is the kind of the Invoke error: ClassThrottled, ClassTransient
-// or ClassPermanent, by its code (invokeErrors), else by its status: no
-// answer (0) or a 5xx is transient, 429 throttled, any other 4xx
-// permanent.
+// Class is the kind of the Invoke error, from its row of awsfault.Table
+// (by its code and status): ClassThrottled for class backoff (and pause:
+// the item function's own credentials, not the item's fault),
+// ClassTransient for class retry, ClassPermanent for permanent and
+// conflict; an error no row names by its status: no answer (0) or a 5xx
+// is transient, 429 throttled, any other 4xx permanent.
 func (e *InvokeError) Class() string {
-	if c, ok := invokeErrors[e.Code]; ok {
-		return c
+	message := ""
+	if e.Err != nil {
+		message = e.Err.Error()
+	}
+	if r, ok := awsfault.ClassifyCode("lambda", "Invoke", e.Code, message, e.Status); ok {
+		switch r.Class {
+		case ledger.FaultBackoff, ledger.FaultPause:
+			return ClassThrottled
+		case ledger.FaultRetry:
+			return ClassTransient
+		}
+		return ClassPermanent
 	}
 	switch {
 	case e.Status == 429:
@@ -395,6 +382,12 @@ func functionError(key, function string, res Result) error {
 		return fmt.Errorf("lambda: %s: %s: function error (%s): %s", key, function, res.FunctionError, pipeline.CutText(string(res.Payload), 1024))
 	}
 	err := fmt.Errorf("lambda: %s: %s: %s: %s", key, function, fe.ErrorType, fe.ErrorMessage)
+	if r, ok := awsfault.ClassifyFunction(fe.ErrorType, fe.ErrorMessage); ok {
+		if r.Class == ledger.FaultPermanent {
+			return pipeline.Permanent(fmt.Errorf("%w (%s: it fails the same way every time)", err, r.Note))
+		}
+		return err
+	}
 	kind := fe.ErrorType
 	if i := strings.LastIndex(kind, "."); i >= 0 {
 		kind = kind[i+1:]
