@@ -137,8 +137,16 @@ func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) 
 // Freeze writes the manifest fields and status running under the
 // condition status = submitting (see ledger.Store).
 func (s *Store) Freeze(ctx context.Context, b ledger.Batch) error {
+	upd := expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusRunning)))
+	if b.Checked != nil {
+		c, err := json.Marshal(b.Checked)
+		if err != nil {
+			return err
+		}
+		upd = upd.Set(expression.Name(attrChecked), expression.Value(string(c)))
+	}
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusRunning))).
+		WithUpdate(upd.
 			Set(expression.Name(attrManifestDigest), expression.Value(b.Digest)).
 			Set(expression.Name(attrManifestKey), expression.Value(b.ManifestKey)).
 			Set(expression.Name(attrManifestBytes), expression.Value(b.ManifestBytes)).

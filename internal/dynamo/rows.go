@@ -145,6 +145,8 @@ const (
 	attrPauseError       = "pause_error"
 	attrProbes           = "probes"
 	attrPauses           = "pauses"
+	attrChecked          = "checked"
+	attrSourceFormat     = "source_format"
 )
 
 // haltRow is the stored shape of api.Halt, in the batch row's halts map
@@ -229,6 +231,9 @@ type batchRow struct {
 	RunRevision    int                `dynamodbav:"run_revision,omitempty"`
 	Halts          map[string]haltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by haltKey
 	Format         int                `dynamodbav:"fv,omitempty"`    // ledger.FormatVersion; absent: 0
+	SourceFormat   string             `dynamodbav:"source_format,omitempty"`
+	CheckPlan      string             `dynamodbav:"check_plan,omitempty"`
+	Checked        string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 
@@ -255,7 +260,14 @@ func toRow(b ledger.Batch) (batchRow, error) {
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold, Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
-		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken,
+		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken, SourceFormat: b.SourceFormat, CheckPlan: b.CheckPlan,
+	}
+	if b.Checked != nil {
+		c, err := json.Marshal(b.Checked)
+		if err != nil {
+			return batchRow{}, err
+		}
+		r.Checked = string(c)
 	}
 	if len(b.Revisions) > 0 {
 		rv, err := json.Marshal(b.Revisions)
@@ -342,6 +354,7 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 			StopOnThreshold: r.StopOnThreshold,
 			Pauses:          r.Pauses,
 			RunRevision:     r.RunRevision,
+			SourceFormat:    r.SourceFormat,
 		},
 		CounterLanes:     r.CounterLanes,
 		Chunks:           r.Chunks,
@@ -349,6 +362,7 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 		PublishedRun:     r.PublishedRun,
 		TaskToken:        r.TaskToken,
 		FinalizeFailures: r.FinalizeFails,
+		CheckPlan:        r.CheckPlan,
 	}
 	if r.Revisions != "" {
 		if err := json.Unmarshal([]byte(r.Revisions), &b.Revisions); err != nil {
@@ -371,6 +385,12 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 		b.Retry = &api.RetryPolicy{}
 		if err := json.Unmarshal([]byte(r.Retry), b.Retry); err != nil {
 			return b, fmt.Errorf("batch %s: retry: %w", r.ID, err)
+		}
+	}
+	if r.Checked != "" {
+		b.Checked = &api.CheckSummary{}
+		if err := json.Unmarshal([]byte(r.Checked), b.Checked); err != nil {
+			return b, fmt.Errorf("batch %s: checked: %w", r.ID, err)
 		}
 	}
 	if r.Refusal != "" {

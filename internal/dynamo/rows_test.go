@@ -29,7 +29,7 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 	br := batchRow{Chunks: 1, MaxConcurrency: 1, OnInterrupt: "x", Headers: map[string]string{"a": "b"}, KeyField: "k",
 		SubmittedBy: "s", FinishedAtMs: 1, ReportKey: "r", Census: "{}", Stop: "s", StopDetail: "d", ExpiresAtMs: 1,
 		Request: "{}", SubmitAttempts: 1, SubmitDeadMs: 1, Refusal: "{}", Forgetting: true, PublishedRun: 1,
-		StopOnThreshold: &on, BatchesPK: "p", BatchesSK: "s"}
+		StopOnThreshold: &on, BatchesPK: "p", BatchesSK: "s", Checked: "{}", SourceFormat: "csv", CheckPlan: "c"}
 	item, batchAttrs := full(itemRow{}), full(br)
 	for _, name := range []string{attrAttempt, attrCost, attrError, attrFirstAttempt, attrLeaseUntilMs, attrOutcome,
 		attrOutput, attrOutputRef, attrReason, attrReleased, attrRetryScheduled, attrRun, attrSpent, attrSpentRun, attrUpdatedAtMs} {
@@ -40,7 +40,7 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 	for _, name := range []string{attrBatchID, attrCensus, attrChunks, attrCounterShards, attrExpiresAtMs, attrFannedOut,
 		attrFinishedAtMs, attrForgetting, attrItemCount, attrListShards, attrManifestBytes, attrManifestDigest, attrManifestKey,
 		attrNeedsAttention, attrPublishedRun, attrRefusal, attrReportKey, attrRun, attrRunStartedAtMs, attrStatus, attrStop,
-		attrStopDetail, attrSubmitAttempts, attrSubmitDeadlineMs} {
+		attrStopDetail, attrSubmitAttempts, attrSubmitDeadlineMs, attrChecked, attrSourceFormat} {
 		if !batchAttrs[name] {
 			t.Errorf("batch attribute %q is not a field of batchRow", name)
 		}

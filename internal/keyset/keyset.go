@@ -673,6 +673,42 @@ func (d *Detector) removeRuns(runs []run) error {
 // temporary files and frees the buffer in every case. A later call returns
 // the same result; after Close without Finish it returns ErrClosed.
 func (d *Detector) Finish() error {
+	var dup *DuplicateKeyError
+	err := d.finishWith(func(key []byte, first, line int64) (bool, error) {
+		dup = &DuplicateKeyError{Key: string(key), FirstLine: first, SecondLine: line}
+		return true, nil
+	})
+	switch {
+	case dup != nil && err == nil:
+		d.result = dup
+	case dup != nil:
+		d.result = errors.Join(dup, err)
+	default:
+		return err
+	}
+	return d.result
+}
+
+// FinishAll is Finish that reports every duplicate instead of the first:
+// it calls fn, in key byte order, once for each later line of a key seen
+// more than once, as a *DuplicateKeyError whose FirstLine is the key's
+// smallest line and SecondLine that later line (a key seen three times
+// gives two calls). An error fn returns ends the merge and is returned;
+// otherwise FinishAll returns nil, or an I/O error as Finish does. It
+// removes the temporary files and frees the buffer in every case; memory
+// stays within Finish's bound however many duplicates there are.
+func (d *Detector) FinishAll(fn func(*DuplicateKeyError) error) error {
+	return d.finishWith(func(key []byte, first, line int64) (bool, error) {
+		if err := fn(&DuplicateKeyError{Key: string(key), FirstLine: first, SecondLine: line}); err != nil {
+			return true, err
+		}
+		return false, nil
+	})
+}
+
+// finishWith merges the buffer with every run, calling dup for each later
+// line of a repeated key until it stops, once.
+func (d *Detector) finishWith(dup func(key []byte, first, line int64) (bool, error)) error {
 	if d.closed {
 		if d.finished {
 			return d.result
@@ -680,14 +716,14 @@ func (d *Detector) Finish() error {
 		return ErrClosed
 	}
 	d.closed, d.finished = true, true
-	d.result = d.finish()
+	d.result = d.finish(dup)
 	if err := d.cleanup(); err != nil {
 		d.result = errors.Join(d.result, err)
 	}
 	return d.result
 }
 
-func (d *Detector) finish() error {
+func (d *Detector) finish(dup func(key []byte, first, line int64) (bool, error)) error {
 	if d.err != nil {
 		return d.err
 	}
@@ -706,24 +742,22 @@ func (d *Detector) finish() error {
 	defer closeRuns(cursors)
 	cursors = append(cursors[:len(cursors):len(cursors)], &cursor{d: d})
 
-	var dup *DuplicateKeyError
-	var prevLine int64
+	var firstLine int64
+	var fnErr error
 	d.prev = make([]byte, 0, MaxKeyBytes)
 	err = merge(cursors, func(key []byte, line int64) (bool, error) {
-		if prevLine != 0 && bytes.Equal(d.prev, key) {
-			dup = &DuplicateKeyError{Key: string(key), FirstLine: prevLine, SecondLine: line}
-			return true, nil
+		if firstLine != 0 && bytes.Equal(d.prev, key) {
+			stop, err := dup(key, firstLine, line)
+			fnErr = err
+			return stop, nil
 		}
-		d.prev, prevLine = append(d.prev[:0], key...), line
+		d.prev, firstLine = append(d.prev[:0], key...), line
 		return false, nil
 	})
 	if err != nil {
 		return fmt.Errorf("keyset: merge %d runs: %w", len(d.runs), err)
 	}
-	if dup != nil {
-		return dup
-	}
-	return nil
+	return fnErr
 }
 
 // mergeRuns merges the k oldest runs into one new run at the end.

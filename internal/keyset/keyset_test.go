@@ -652,3 +652,34 @@ func TestNoSpaceIsItsOwnClass(t *testing.T) {
 		t.Fatalf("missing dir: err = %v, want an I/O error that is not ErrNoSpace", err)
 	}
 }
+
+// TestFinishAllReportsEveryDuplicate: every later line of every repeated
+// key, in key byte order, with the key's first line, whether the entries
+// stayed in memory or were spilled to runs.
+func TestFinishAllReportsEveryDuplicate(t *testing.T) {
+	for _, budget := range []int{0, 300} {
+		d := keyset.New(keyset.Options{Dir: t.TempDir(), MemoryBytes: budget})
+		keys := []string{"b", "a", "c", "b", "d", "a", "b"}
+		for i, k := range keys {
+			if err := d.Add([]byte(k), int64(i+1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 100 {
+			if err := d.Add([]byte(fmt.Sprintf("u%03d", i)), int64(100+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []string
+		if err := d.FinishAll(func(e *keyset.DuplicateKeyError) error {
+			got = append(got, fmt.Sprintf("%s %d %d", e.Key, e.FirstLine, e.SecondLine))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"a 2 6", "b 1 4", "b 1 7"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("budget %d: got %v, want %v", budget, got, want)
+		}
+	}
+}

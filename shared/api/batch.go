@@ -99,6 +99,15 @@ type Batch struct {
 	// id}" for an upload under incoming/, or "schedule:{name}" for a
 	// schedule's tick; "" when not known (a harness).
 	SubmittedBy string `json:"submitted_by,omitempty"`
+	// SourceFormat is the format the source was read in: jsonl, json or
+	// csv for an object, "inline" for items in the request (a JSON array),
+	// "prefix" for one item per object; "" on rows written before it was
+	// kept.
+	SourceFormat string `json:"source_format,omitempty"`
+	// Checked is what the submit found wrong in the source and what became
+	// of it (bad_rows fail: failed items, dropped duplicates; see
+	// CheckSummary); nil when nothing was.
+	Checked *CheckSummary `json:"checked,omitempty"`
 }
 
 // Expired reports whether the batch's retention has ended at now: a

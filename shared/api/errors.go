@@ -157,6 +157,11 @@ type SubmitRefusal struct {
 	Line    int64  `json:"line,omitempty"`
 	Element int64  `json:"element,omitempty"`
 	Key     string `json:"key,omitempty"`
+	// Problems counts the rows that could not run, when the refusal is
+	// for them (a *ProblemsError), and InvalidObject is the S3 key of the
+	// file listing every one (InvalidKey), kept with the refused batch.
+	Problems      int64  `json:"problems,omitempty"`
+	InvalidObject string `json:"invalid_object,omitempty"`
 }
 
 // SubmitRefusal codes.
@@ -174,11 +179,18 @@ func RefusalOf(err error) (SubmitRefusal, bool) {
 	var ie *InputError
 	var re *BatchRefusedError
 	var rue *RepeatedUploadError
+	var pe *ProblemsError
 	switch {
 	case errors.As(err, &re):
 		return re.Refusal, true
 	case errors.As(err, &rue):
 		return SubmitRefusal{Code: RefusalRepeatedUpload, Message: err.Error(), Field: "x-amz-meta-rerun"}, true
+	case errors.As(err, &pe):
+		r := SubmitRefusal{Code: RefusalInvalid, Message: err.Error(), Problems: pe.Count, InvalidObject: pe.Object}
+		if len(pe.First) > 0 {
+			r.Line, r.Element, r.Key = pe.First[0].Line, pe.First[0].Element, Truncate(pe.First[0].Key, 80)
+		}
+		return r, true
 	case errors.As(err, &ie):
 		code := RefusalInvalid
 		if errors.Is(err, ErrEmptySource) {

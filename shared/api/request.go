@@ -67,12 +67,39 @@ type SubmitRequest struct {
 	// another plan (409 batch_mismatch, the tokens not echoed). Not with
 	// Rerun (400). Never shown by the API.
 	TaskToken string `json:"task_token,omitempty"`
+	// Schema is a JSON Schema (draft 2020-12; at most 64 KiB; no remote
+	// "$ref"; see shared/validate) that every item's input must satisfy,
+	// checked while the source is read, before any item runs. It also
+	// types a CSV source's columns: a top-level property of type integer,
+	// number or boolean turns its cells into JSON numbers or booleans
+	// (validate.Schema.Cell). Part of the plan (a repeated submit with
+	// another is 409 naming schema). nil: no schema.
+	Schema json.RawMessage `json:"schema,omitempty"`
+	// BadRows says what becomes of rows that cannot run (api.Problem: a
+	// format problem, one the schema refuses, a duplicate key), every one
+	// found in one read (set, or with a Schema; "" without a Schema: the
+	// first problem refuses the source, which large sources are read in
+	// parts for): "refuse" (and "") refuses the batch listing them;
+	// "fail" runs the others, each bad row an item that ends failed with
+	// its problem without its pipeline being called, the later row of a
+	// duplicate key dropped, unless bad rows pass MaxInvalidPercent. Part
+	// of the plan.
+	BadRows BadRows `json:"bad_rows,omitempty"`
+	// MaxInvalidPercent is the share of bad rows, in percent of the rows
+	// read (0 < p ≤ 100), past which a batch with bad_rows fail is refused
+	// whole; nil means DefaultMaxInvalidPercent (10). Part of the plan.
+	MaxInvalidPercent *float64 `json:"max_invalid_percent,omitempty"`
 	// SubmittedBy is who asked for the batch, recorded on the batch row
 	// (Batch.SubmittedBy): set by the entry point, never read from the
 	// request body (an API caller's IAM identity, an upload's principal,
 	// a schedule's name).
 	SubmittedBy string `json:"-"`
 }
+
+// MaxBadRowsDropped bounds the duplicates a batch with bad_rows fail may
+// drop: 100,000 rows, whose lines the second read of the source holds in
+// memory to leave them out. More is refused whole.
+const MaxBadRowsDropped = 100_000
 
 // MaxHeaderBytes bounds the headers given at submit: they are stored on the
 // batch row (DynamoDB items are at most 400 KB).

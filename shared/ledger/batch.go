@@ -1,8 +1,12 @@
 package ledger
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -35,6 +39,35 @@ type Batch struct {
 	// (api.SubmitRequest.TaskToken), answered when run 1 ends (TaskEnd);
 	// empty when none was given.
 	TaskToken string `json:"-"`
+	// CheckPlan is the hex SHA-256 of the batch's checks (CheckPlanOf:
+	// its schema, bad_rows and max_invalid_percent), part of its plan: a
+	// repeated submit with other checks is another plan. "" for a batch
+	// with none (and on rows written before checks).
+	CheckPlan string `json:"-"`
+}
+
+// CheckPlanOf is the CheckPlan of a request: "" when it sets no schema,
+// no bad_rows other than refuse and no max_invalid_percent; else the hex
+// SHA-256 of its compacted schema, bad_rows and max_invalid_percent.
+func CheckPlanOf(req api.SubmitRequest) string {
+	if len(req.Schema) == 0 && (req.BadRows == "" || req.BadRows == api.BadRowsRefuse) && req.MaxInvalidPercent == nil {
+		return ""
+	}
+	var schema bytes.Buffer
+	if json.Compact(&schema, req.Schema) != nil {
+		schema.Reset()
+		schema.Write(req.Schema)
+	}
+	mode := req.BadRows
+	if mode == "" {
+		mode = api.BadRowsRefuse
+	}
+	pct := "default"
+	if req.MaxInvalidPercent != nil {
+		pct = strconv.FormatFloat(*req.MaxInvalidPercent, 'g', -1, 64)
+	}
+	sum := sha256.Sum256([]byte(string(mode) + "\n" + pct + "\n" + schema.String()))
+	return hex.EncodeToString(sum[:])
 }
 
 // Live returns b, or an error wrapping ErrExpired (HTTP 404 expired) when

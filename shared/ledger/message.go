@@ -287,11 +287,13 @@ func SQSSafe(js []byte) []byte {
 
 // ItemMessage builds the message for one manifest line: the input inline
 // when it is at most MaxInlineInputBytes, else a pointer to the line
-// (offset, length) in manifestKey. ItemMessageBody also checks the encoded
+// (offset, length) in manifestKey; the line of a bad row
+// (ManifestLine.Invalid) always by pointer, so that the item function
+// reads the reason with it and never runs it. ItemMessageBody also checks the encoded
 // size. chunk is the fan-out chunk the line belongs to.
 func ItemMessage(batchID string, run int, manifestKey string, chunk source.Chunk, line source.ManifestLine, offset, length int64) Message {
 	m := Message{Kind: KindItem, BatchID: batchID, Run: run, Key: line.Key, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
-	if len(line.Input) <= MaxInlineInputBytes {
+	if len(line.Input) <= MaxInlineInputBytes && line.Invalid == "" {
 		m.Input = line.Input
 	} else {
 		m.InputRef = &source.Chunk{Offset: offset, Length: length, Count: 1}

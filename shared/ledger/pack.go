@@ -94,7 +94,8 @@ func PackFirst(chunk source.Chunk, k int, i int64) int64 {
 // into message bodies of up to K items each. With K = 1 every body is the
 // item message of today (ItemMessageBody), byte for byte. With K > 1 a
 // body is a PackMessage of at most MaxMessageBytes: an input larger than
-// MaxInlineInputBytes travels by pointer as in an item message, and while
+// MaxInlineInputBytes (or a bad row's, see ItemMessage) travels by
+// pointer as in an item message, and while
 // the pack is still too large its largest inline input goes by pointer
 // too (the first of equal ones), so the pack keeps its K items whatever
 // their sizes.
@@ -192,7 +193,7 @@ func (p *Packer) body() ([]byte, []string, error) {
 			return nil, nil, err
 		}
 		ref[i] = len(b)
-		if len(l.line.Input) <= MaxInlineInputBytes {
+		if len(l.line.Input) <= MaxInlineInputBytes && l.line.Invalid == "" {
 			in := PackedItem{Key: l.line.Key, Input: l.line.Input}
 			b, err := EncodeSafe(in)
 			if err != nil {

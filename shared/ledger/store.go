@@ -27,8 +27,9 @@ type Store interface {
 	// submitting.
 	BeginSubmit(ctx context.Context, id string, deadline time.Time) (Batch, error)
 	// Freeze writes the manifest fields of b (digest, manifest key, bytes,
-	// item count, shards, run start) and moves it from submitting to
-	// running, only if it is still submitting; else ErrConflict.
+	// item count, shards, run start, and Checked when set) and moves it
+	// from submitting to running, only if it is still submitting; else
+	// ErrConflict.
 	Freeze(ctx context.Context, b Batch) error
 	// Refuse moves a submitting batch to refused with r, removes its
 	// running marker and writes its retention marker (expiresAt), only if

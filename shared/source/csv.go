@@ -53,10 +53,17 @@ func ReadCSV(r io.Reader, keyField string, emit func(SourceItem) error) error {
 // the line: a malformed record names the line where the record began (and
 // where parsing stopped), a row with the wrong number of fields its line.
 func ReadCSVDelimited(r io.Reader, keyField string, delimiter rune, emit func(SourceItem) error) error {
+	return readCSV(r, keyField, delimiter, nil, emit)
+}
+
+// readCSV is ReadCSVDelimited with chk checking the items (and typing
+// their cells by its schema).
+func readCSV(r io.Reader, keyField string, delimiter rune, chk *Check, emit func(SourceItem) error) error {
 	t, err := openCSV(r, keyField, delimiter)
 	if err != nil || t == nil {
 		return err
 	}
+	t.chk = chk
 	if err := t.rows(0, emit); err != nil {
 		return csvError(err, t.lr.line)
 	}
@@ -73,6 +80,7 @@ type csvTable struct {
 	delim  rune
 	cols   [][]byte
 	keyCol int
+	chk    *Check // nil: no schema, the first bad record ends the read
 }
 
 // openCSV reads a CSV source up to its header (see ReadCSVDelimited) and
@@ -161,7 +169,10 @@ func newCSVTable(lr *csvLines, cr *csv.Reader, header []string, delim rune, keyF
 // rows reads the records after the header, calling emit with each item;
 // index is the positional index of the first (when keyed by position). A
 // record encoding/csv refuses is returned as its *csv.ParseError (see
-// csvError), its lines counted from the start of the table's reader.
+// csvError), its lines counted from the start of the table's reader;
+// with t.chk's Bad set it is handed to Bad instead, as is a record with
+// a cell that is not UTF-8, a bad key or a cell not of its column's type
+// (t.chk's schema), and the read goes on.
 func (t *csvTable) rows(index int64, emit func(SourceItem) error) error {
 	var buf bytes.Buffer
 	for {
@@ -170,40 +181,147 @@ func (t *csvTable) rows(index int64, emit func(SourceItem) error) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			var pe *csv.ParseError
+			if t.chk == nil || t.chk.Bad == nil || !errors.As(err, &pe) {
+				return err
+			}
+			ie, ok := csvError(err, 0).(*api.InputError)
+			if !ok {
+				return err
+			}
+			if ie.Key == "" {
+				ie.Key = api.Truncate(t.readKey(rec), 80)
+			}
+			if errors.Is(pe.Err, csv.ErrFieldCount) {
+				ie.Reason = fmt.Sprintf("%d fields, the header has %d", len(rec), len(t.header))
+				ie.Err = nil
+			}
+			key := t.rowKey(rec, &index)
+			if err := t.chk.fault(ie, key, t.rowObject(rec)); err != nil {
+				return err
+			}
+			continue
 		}
 		line, _ := t.cr.FieldPos(0)
-		for i, v := range rec {
-			if !utf8.ValidString(v) {
-				return &api.InputError{Line: int64(line), Reason: notUTF8(fmt.Sprintf("column %q", t.header[i]), []byte(v))}
-			}
-		}
-		buf.Reset()
-		buf.WriteByte('{')
-		for i, v := range rec {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			buf.Write(t.cols[i])
-			buf.WriteByte(':')
-			val, _ := json.Marshal(v)
-			buf.Write(val)
-		}
-		buf.WriteByte('}')
-		var key string
-		if t.keyCol >= 0 {
-			key = rec[t.keyCol]
-			if r := api.CheckKey(key); r != "" {
-				return &api.InputError{Line: int64(line), Key: api.Truncate(key, 80), Reason: r}
-			}
-		} else {
-			key = api.PositionalKey(index)
-		}
+		it, ie := t.item(rec, int64(line), &buf, index)
 		index++
-		if err := emit(SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: int64(line)}); err != nil {
+		if ie != nil {
+			if err := t.chk.fault(ie, t.keyOf(rec, index-1), t.rowObject(rec)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.chk.deliver(it, emit); err != nil {
 			return err
 		}
 	}
+}
+
+// item is the item of record rec at line, its cells typed by the
+// schema (t.chk), positional key index when keyed by position; or the
+// *InputError of a cell that is not UTF-8 or not of its type, or of a
+// bad key.
+func (t *csvTable) item(rec []string, line int64, buf *bytes.Buffer, index int64) (SourceItem, *api.InputError) {
+	for i, v := range rec {
+		if !utf8.ValidString(v) {
+			return SourceItem{}, &api.InputError{Line: line, Key: t.readKey(rec), Reason: notUTF8(fmt.Sprintf("column %q", t.header[i]), []byte(v))}
+		}
+	}
+	var sch interface {
+		Cell(column, value string) (json.RawMessage, bool, error)
+	}
+	if t.chk != nil && t.chk.Schema != nil {
+		sch = t.chk.Schema
+	}
+	buf.Reset()
+	buf.WriteByte('{')
+	n := 0
+	for i, v := range rec {
+		var val json.RawMessage
+		if sch != nil && i != t.keyCol {
+			typed, ok, err := sch.Cell(t.header[i], v)
+			if err != nil {
+				return SourceItem{}, &api.InputError{Line: line, Key: t.readKey(rec), Field: "column/" + t.header[i], Reason: err.Error()}
+			}
+			if !ok {
+				continue
+			}
+			val = typed
+		} else {
+			val, _ = json.Marshal(v)
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		n++
+		buf.Write(t.cols[i])
+		buf.WriteByte(':')
+		buf.Write(val)
+	}
+	buf.WriteByte('}')
+	var key string
+	if t.keyCol >= 0 {
+		key = rec[t.keyCol]
+		if r := api.CheckKey(key); r != "" {
+			return SourceItem{}, &api.InputError{Line: line, Key: api.Truncate(key, 80), Reason: r}
+		}
+	} else {
+		key = api.PositionalKey(index)
+	}
+	return SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: line}, nil
+}
+
+// readKey is the key cell of rec when it is there and a valid key, for
+// a problem's Key; else "".
+func (t *csvTable) readKey(rec []string) string {
+	if t.keyCol < 0 || t.keyCol >= len(rec) || api.CheckKey(rec[t.keyCol]) != "" {
+		return ""
+	}
+	return rec[t.keyCol]
+}
+
+// keyOf is the key a bad record runs under: its key cell when valid, its
+// positional key index without a key column, else "" (LineKey).
+func (t *csvTable) keyOf(rec []string, index int64) string {
+	if t.keyCol < 0 {
+		return api.PositionalKey(index)
+	}
+	return t.readKey(rec)
+}
+
+// rowKey is keyOf for a record encoding/csv refused, taking its
+// positional index.
+func (t *csvTable) rowKey(rec []string, index *int64) string {
+	if t.keyCol < 0 {
+		k := api.PositionalKey(*index)
+		*index++
+		return k
+	}
+	return t.readKey(rec)
+}
+
+// rowObject is a bad record as JSON: header → cell for the fields it has
+// (cells as strings, invalid UTF-8 as U+FFFD; cells past the header as
+// "_column_N").
+func (t *csvTable) rowObject(rec []string) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, v := range rec {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if i < len(t.cols) {
+			b.Write(t.cols[i])
+		} else {
+			name, _ := json.Marshal(fmt.Sprintf("_column_%d", i+1))
+			b.Write(name)
+		}
+		b.WriteByte(':')
+		val, _ := json.Marshal(strings.ToValidUTF8(v, "\uFFFD"))
+		b.Write(val)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // chooseDelimiter decides the delimiter of a CSV whose header is the

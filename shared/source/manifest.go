@@ -27,6 +27,12 @@ type ManifestLine struct {
 	// pack, counted without running). Other manifests omit them.
 	Index     *int64 `json:"i,omitempty"`
 	Corrected bool   `json:"c,omitempty"`
+	// Invalid ("x") is set on the line of a bad row that runs as a failed
+	// item (bad_rows fail; SourceItem.Invalid): why it cannot run. The item
+	// function ends such an item failed with it, without calling its
+	// pipeline; its Input is what the row held (see BadRow). Absent on
+	// every other line.
+	Invalid string `json:"x,omitempty"`
 }
 
 // DefaultChunkItems is how many items one fan-out message covers.
@@ -128,7 +134,7 @@ func EncodeManifestLine(buf *bytes.Buffer, it SourceItem) error {
 	buf.Reset()
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ManifestLine{Key: it.Key, Input: it.Input}); err != nil { // Encode appends '\n'
+	if err := enc.Encode(ManifestLine{Key: it.Key, Input: it.Input, Invalid: it.Invalid}); err != nil { // Encode appends '\n'
 		return &api.InputError{Line: it.Line, Element: it.Element, Key: api.Truncate(it.Key, 80), Reason: "cannot encode input", Err: err}
 	}
 	return nil
@@ -200,6 +206,37 @@ func (m *ManifestWriter) Finish() (ManifestSummary, error) {
 			}
 			return ManifestSummary{}, &api.InputError{Line: dup.SecondLine, Key: api.Truncate(dup.Key, 80),
 				Reason: fmt.Sprintf("duplicate item key: first seen at line %d, again at line %d", dup.FirstLine, dup.SecondLine)}
+		}
+		return ManifestSummary{}, m.keysError(err)
+	}
+	digest := hex.EncodeToString(m.h.Sum(nil))
+	if m.seg != nil {
+		digest = PartsDigest(m.seg.parts)
+	}
+	return ManifestSummary{Digest: digest, Count: m.cut.Count, Bytes: m.cut.Offset, Chunks: m.cut.Chunks}, nil
+}
+
+// FinishAll is Finish handing every duplicate — each later line (or
+// element) of a key seen before, in key byte order — to dup as a Problem
+// (kind duplicate, Line or Element, Key, FirstLine; Handling unset)
+// instead of refusing the first; an error dup returns is returned. The
+// summary is the manifest as written: the caller decides what its
+// duplicates mean (a check lists them; a submit refuses, or writes the
+// manifest again without them).
+func (m *ManifestWriter) FinishAll(dup func(api.Problem) error) (ManifestSummary, error) {
+	err := m.keys.FinishAll(func(d *keyset.DuplicateKeyError) error {
+		p := api.Problem{Line: d.SecondLine, Key: d.Key, Kind: api.ProblemDuplicate, FirstLine: d.FirstLine,
+			Reason: fmt.Sprintf("duplicate item key: first seen at line %d", d.FirstLine)}
+		if m.elements {
+			p.Line, p.Element = 0, d.SecondLine
+			p.Reason = fmt.Sprintf("duplicate item key: first seen at element %d", d.FirstLine)
+		}
+		return dup(p)
+	})
+	if err != nil {
+		var ie *api.InputError
+		if errors.As(err, &ie) {
+			return ManifestSummary{}, err
 		}
 		return ManifestSummary{}, m.keysError(err)
 	}

@@ -37,6 +37,11 @@ type ObjectInfo struct {
 // key = the object key, input = {"bucket","key","size","etag"}. Keys ending
 // in "/" (folder markers) are skipped.
 func ListPrefix(ctx context.Context, objects Objects, bucket, prefix string, emit func(SourceItem) error) error {
+	return listPrefix(ctx, objects, bucket, prefix, nil, emit)
+}
+
+// listPrefix is ListPrefix with chk checking the items.
+func listPrefix(ctx context.Context, objects Objects, bucket, prefix string, chk *Check, emit func(SourceItem) error) error {
 	var n int64
 	return objects.List(ctx, bucket, prefix, func(o ObjectInfo) error {
 		if strings.HasSuffix(o.Key, "/") {
@@ -44,7 +49,8 @@ func ListPrefix(ctx context.Context, objects Objects, bucket, prefix string, emi
 		}
 		n++
 		if r := api.CheckKey(o.Key); r != "" {
-			return &api.InputError{Line: n, Key: api.Truncate(o.Key, 80), Reason: r}
+			// An object key past 1,024 bytes is not an S3 key: no key to run under.
+			return chk.fault(&api.InputError{Line: n, Key: api.Truncate(o.Key, 80), Reason: r}, "", lineText([]byte(o.Key)))
 		}
 		input, err := json.Marshal(struct {
 			Bucket string `json:"bucket"`
@@ -55,18 +61,25 @@ func ListPrefix(ctx context.Context, objects Objects, bucket, prefix string, emi
 		if err != nil {
 			return err
 		}
-		return emit(SourceItem{Key: o.Key, Input: input, Line: n})
+		return chk.deliver(SourceItem{Key: o.Key, Input: input, Line: n}, emit)
 	})
 }
 
 // ReadSource reads the items of spec, calling emit for each in source order.
 func ReadSource(ctx context.Context, objects Objects, spec api.SourceSpec, keyField string, emit func(SourceItem) error) error {
+	return ReadSourceChecked(ctx, objects, spec, keyField, nil, emit)
+}
+
+// ReadSourceChecked is ReadSource with chk checking every item as it is
+// read (see Check): the schema, and the rows that cannot run handed to
+// chk.Bad instead of ending the read. A nil chk is ReadSource.
+func ReadSourceChecked(ctx context.Context, objects Objects, spec api.SourceSpec, keyField string, chk *Check, emit func(SourceItem) error) error {
 	switch {
 	case spec.Items != nil:
-		return ReadJSONArray(bytes.NewReader(spec.Items), keyField, emit)
+		return readJSONArray(bytes.NewReader(spec.Items), keyField, chk, emit)
 	case spec.Prefix != "":
 		bucket, prefix, _ := api.ParseS3URI(spec.Prefix)
-		return ListPrefix(ctx, objects, bucket, prefix, emit)
+		return listPrefix(ctx, objects, bucket, prefix, chk, emit)
 	case spec.Object != "":
 		bucket, key, _ := api.ParseS3URI(spec.Object)
 		rc, err := objects.OpenMatch(ctx, bucket, key, spec.ETag)
@@ -86,28 +99,31 @@ func ReadSource(ctx context.Context, objects Objects, spec api.SourceSpec, keyFi
 		if err != nil {
 			return err
 		}
-		return blameGzip(readObject(text, spec, key, keyField, emit), text, gzr)
+		return blameGzip(ReadText(text, spec.Format, key, spec.CSVDelimiter, keyField, chk, emit), text, gzr)
 	}
 	return &api.InputError{Field: "source", Reason: "set one of items, object, prefix"}
 }
 
-// readObject reads the text of an object source in its format.
-func readObject(text io.Reader, spec api.SourceSpec, key, keyField string, emit func(SourceItem) error) error {
-	format := spec.Format
+// ReadText reads text (SourceText's) in format (jsonl, json or csv; ""
+// takes it from name's extension, see api.FormatOf) with CSV delimiter
+// delim ("" detects it), keyed by keyField, chk checking the items (nil:
+// none), calling emit with each item. It is what a submit does with an
+// object's text, and what the command line does with a local file.
+func ReadText(text io.Reader, format, name, delim, keyField string, chk *Check, emit func(SourceItem) error) error {
 	if format == "" {
-		format = api.FormatOf(key)
+		format = api.FormatOf(name)
 	}
 	switch format {
 	case api.FormatJSONL:
-		return ReadJSONL(text, keyField, emit)
+		return readJSONL(text, keyField, true, 0, chk, emit)
 	case api.FormatJSON:
-		return ReadJSONArray(text, keyField, emit)
+		return readJSONArray(text, keyField, chk, emit)
 	case api.FormatCSV:
-		delim, err := api.ParseCSVDelimiter(spec.CSVDelimiter)
+		d, err := api.ParseCSVDelimiter(delim)
 		if err != nil {
 			return &api.InputError{Field: "source.csv_delimiter", Reason: err.Error()}
 		}
-		return ReadCSVDelimited(text, keyField, delim, emit)
+		return readCSV(text, keyField, d, chk, emit)
 	}
 	return &api.InputError{Field: "source.format", Reason: fmt.Sprintf("%q is not one of jsonl, json, csv", format)}
 }

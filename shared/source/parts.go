@@ -352,7 +352,7 @@ func (rec Records) ReadPart(pr *PartReader, first bool, base int64, emit func(So
 	case rec.CSV():
 		err = rec.readCSVPart(text, first, base, emit)
 	default:
-		err = readJSONL(text, rec.KeyField, first, base, emit)
+		err = readJSONL(text, rec.KeyField, first, base, nil, emit)
 	}
 	if err == nil {
 		// Drain what the parser left (blank trailing bytes) so lines counts them.

@@ -25,6 +25,11 @@ type SourceItem struct {
 	Input   json.RawMessage
 	Line    int64 // 1-based line (JSONL, CSV) or object number (prefix)
 	Element int64 // 1-based element (JSON array)
+	// Invalid, when set, is why the item cannot run (a bad row under
+	// bad_rows fail, see Check): it is written to the manifest with the
+	// reason (ManifestLine.Invalid) and ends failed without its pipeline
+	// being called.
+	Invalid string
 }
 
 // keyer turns a parsed input into its key: positional, or the string value
@@ -32,6 +37,18 @@ type SourceItem struct {
 type keyer struct {
 	field string
 	next  int64 // next positional index
+}
+
+// skip takes the positional key of a row that cannot be read (without a
+// key field: the rows after it keep their keys), or returns "" (a key
+// field: the row has no key).
+func (k *keyer) skip() string {
+	if k.field != "" {
+		return ""
+	}
+	key := api.PositionalKey(k.next)
+	k.next++
+	return key
 }
 
 func (k *keyer) key(input json.RawMessage, line, element int64) (string, error) {
@@ -89,13 +106,14 @@ var bom = []byte("\xEF\xBB\xBF")
 // both end a line, blank lines are not items, the last line needs no
 // newline. A malformed line is an *InputError with its line number.
 func ReadJSONL(r io.Reader, keyField string, emit func(SourceItem) error) error {
-	return readJSONL(r, keyField, true, 0, emit)
+	return readJSONL(r, keyField, true, 0, nil, emit)
 }
 
 // readJSONL is ReadJSONL; first says that r starts at the start of its
 // source (where a byte-order mark may open line 1), not at a part's; next
-// is the positional index of r's first item (no key field).
-func readJSONL(r io.Reader, keyField string, first bool, next int64, emit func(SourceItem) error) error {
+// is the positional index of r's first item (no key field); chk checks
+// the items (nil: none).
+func readJSONL(r io.Reader, keyField string, first bool, next int64, chk *Check, emit func(SourceItem) error) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	k := keyer{field: keyField, next: next}
 	var line int64
@@ -134,7 +152,7 @@ func readJSONL(r io.Reader, keyField string, first bool, next int64, emit func(S
 		}
 		b = bytes.TrimSpace(b)
 		if len(b) > 0 {
-			if err := emitJSON(b, line, 0, &k, emit); err != nil {
+			if err := emitJSON(b, line, 0, &k, chk, emit); err != nil {
 				return err
 			}
 		}
@@ -144,7 +162,11 @@ func readJSONL(r io.Reader, keyField string, first bool, next int64, emit func(S
 	}
 }
 
-func emitJSON(b []byte, line, element int64, k *keyer, emit func(SourceItem) error) error {
+// emitJSON reads one JSON value b (a line, an element) as an item and
+// hands it to chk (the schema, then emit); a value that cannot be an item
+// goes to chk.fault under its positional key (without key field) or its
+// LineKey.
+func emitJSON(b []byte, line, element int64, k *keyer, chk *Check, emit func(SourceItem) error) error {
 	// encoding/json would replace invalid UTF-8 with U+FFFD and so change a
 	// key silently; JSON text must be UTF-8 (RFC 8259 §8.1).
 	if !utf8.Valid(b) {
@@ -152,7 +174,7 @@ func emitJSON(b []byte, line, element int64, k *keyer, emit func(SourceItem) err
 		if element > 0 {
 			what = "the element"
 		}
-		return &api.InputError{Line: line, Element: element, Reason: notUTF8(what, b)}
+		return chk.fault(&api.InputError{Line: line, Element: element, Reason: notUTF8(what, b)}, k.skip(), lineText(b))
 	}
 	// Compact and check in one pass. RFC 8259 §4 leaves an object with a
 	// member twice to each parser ({"id":"a","id":"b"} is "a" to some and
@@ -165,25 +187,34 @@ func emitJSON(b []byte, line, element int64, k *keyer, emit func(SourceItem) err
 			if parent := se.JSONPointer.Parent(); parent != "" {
 				where = fmt.Sprintf(" (in the object at %s)", parent)
 			}
-			return &api.InputError{Line: line, Element: element, Reason: fmt.Sprintf("member %q appears twice in one object%s", se.JSONPointer.LastToken(), where)}
+			return chk.fault(&api.InputError{Line: line, Element: element, Reason: fmt.Sprintf("member %q appears twice in one object%s", se.JSONPointer.LastToken(), where)}, k.skip(), lineText(b))
 		}
 		var v any
 		if uerr := json.Unmarshal(b, &v); uerr != nil {
 			err = uerr
 		}
-		return &api.InputError{Line: line, Element: element, Reason: "not valid JSON", Err: err}
+		return chk.fault(&api.InputError{Line: line, Element: element, Reason: "not valid JSON", Err: err}, k.skip(), lineText(b))
 	}
 	key, err := k.key(json.RawMessage(input), line, element)
 	if err != nil {
+		var ie *api.InputError
+		if errors.As(err, &ie) {
+			return chk.fault(ie, "", json.RawMessage(input))
+		}
 		return err
 	}
-	return emit(SourceItem{Key: key, Input: json.RawMessage(input), Line: line, Element: element})
+	return chk.deliver(SourceItem{Key: key, Input: json.RawMessage(input), Line: line, Element: element}, emit)
 }
 
 // ReadJSONArray reads one JSON array (RFC 8259) whose elements are the
 // items, streaming element by element. Anything but whitespace after the
 // closing bracket is an error.
 func ReadJSONArray(r io.Reader, keyField string, emit func(SourceItem) error) error {
+	return readJSONArray(r, keyField, nil, emit)
+}
+
+// readJSONArray is ReadJSONArray with chk checking the items.
+func readJSONArray(r io.Reader, keyField string, chk *Check, emit func(SourceItem) error) error {
 	br := bufio.NewReader(r)
 	if head, err := br.Peek(3); err == nil && bytes.Equal(head, bom) {
 		br.Discard(3)
@@ -216,7 +247,7 @@ func ReadJSONArray(r io.Reader, keyField string, emit func(SourceItem) error) er
 		if len(raw) > MaxLineBytes {
 			return &api.InputError{Element: element, Reason: fmt.Sprintf("element longer than %d bytes", MaxLineBytes)}
 		}
-		if err := emitJSON(raw, 0, element, &k, emit); err != nil {
+		if err := emitJSON(raw, 0, element, &k, chk, emit); err != nil {
 			return err
 		}
 	}

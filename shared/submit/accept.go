@@ -234,7 +234,7 @@ func (s *Submitter) Complete(ctx context.Context, id string) (ledger.Batch, erro
 		}
 	}
 	start := s.Clock.Now()
-	manifestKey, sum, err := s.writeManifest(ctx, req)
+	manifestKey, sum, checked, err := s.writeManifest(ctx, req, true)
 	if err != nil {
 		if r, ok := api.RefusalOf(err); ok {
 			return s.refuse(ctx, b, r)
@@ -242,6 +242,7 @@ func (s *Submitter) Complete(ctx context.Context, id string) (ledger.Batch, erro
 		log.ErrorContext(ctx, "background read failed; retried", "attempt", b.SubmitAttempts, "error", err.Error())
 		return b, err
 	}
+	b.Checked = checked
 	b, err = s.freezeAndFanOut(ctx, b, manifestKey, sum, true)
 	if err == nil {
 		log.InfoContext(ctx, "batch submitted", "items", sum.Count, "chunks", len(sum.Chunks), "attempt", b.SubmitAttempts,

@@ -233,12 +233,13 @@ func (s *Submitter) partBytes() int64 {
 // not gzip (a gzip stream cannot be entered in the middle: it stays one
 // part), with Blobs able to read ranges; a CSV object whose header (and
 // delimiter) part 0's bytes hold and a whole read accepts. Otherwise nil:
-// the source is read whole. JSON arrays are read whole too.
+// the source is read whole. JSON arrays are read whole too, and so is
+// the source of a batch with a schema or bad_rows (checkedWhole).
 func (s *Submitter) planParts(ctx context.Context, req api.SubmitRequest) (*PartPlan, error) {
 	pb := s.partBytes()
 	pbl, ok := s.Blobs.(PartBlobs)
 	src := req.Source
-	if pb <= 0 || !ok || src.Object == "" {
+	if pb <= 0 || !ok || src.Object == "" || checkedWhole(req) {
 		return nil, nil
 	}
 	bucket, key, err := api.ParseS3URI(src.Object)
@@ -1133,6 +1134,17 @@ func (s *Submitter) partChunks(ctx context.Context, p *PartPlan, rs []partResult
 	return source.ManifestSummary{Count: cut.Count, Bytes: cut.Offset, Chunks: cut.Chunks}, nil
 }
 
+// checkedWhole reports whether req asks for checks — a schema, or
+// bad_rows (refuse or fail) — and so has every problem of its source
+// listed in one read: such a source is read whole, not in parts (at most
+// MaxWholeReadBytes of text, see wholeReadFits), its rows becoming
+// items of the manifest or leaving it (duplicates) as that one read
+// decides. Without checks the first problem refuses the source, as a
+// read in parts does.
+func checkedWhole(req api.SubmitRequest) bool {
+	return len(req.Schema) > 0 || req.BadRows != ""
+}
+
 // completeWhole reads a submitting batch's source in this invocation
 // (the fallback of assemble).
 func (s *Submitter) completeWhole(ctx context.Context, b ledger.Batch) (ledger.Batch, error) {
@@ -1140,13 +1152,14 @@ func (s *Submitter) completeWhole(ctx context.Context, b ledger.Batch) (ledger.B
 	if err := json.Unmarshal(b.Request, &req); err != nil {
 		return s.refuse(ctx, b, api.SubmitRefusal{Code: api.RefusalInternal, Message: "the stored request does not decode: " + err.Error()})
 	}
-	manifestKey, sum, err := s.writeManifest(ctx, req)
+	manifestKey, sum, checked, err := s.writeManifest(ctx, req, true)
 	if err != nil {
 		if r, ok := api.RefusalOf(err); ok {
 			return s.refuse(ctx, b, r)
 		}
 		return b, err
 	}
+	b.Checked = checked
 	return s.freezeAndFanOut(ctx, b, manifestKey, sum, true)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/validate"
 )
 
 // SubmitResult is what Submit returns: the batch, and whether this call
@@ -181,6 +182,9 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 			return err
 		}
 	}
+	if err := validateChecks(req); err != nil {
+		return err
+	}
 	if s.MaxReceiveCount > 0 && req.MaxAttempts >= s.MaxReceiveCount {
 		return &api.InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not below the items queue's receive limit (%d): a message would be dead-lettered while its item has attempts left", req.MaxAttempts, s.MaxReceiveCount)}
 	}
@@ -228,6 +232,28 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	return nil
 }
 
+// validateChecks checks a request's bad_rows, max_invalid_percent and
+// schema (compiled: a schema that does not compile is refused naming the
+// keyword).
+func validateChecks(req *api.SubmitRequest) error {
+	switch req.BadRows {
+	case "", api.BadRowsRefuse, api.BadRowsFail:
+	default:
+		return &api.InputError{Field: "bad_rows", Reason: fmt.Sprintf("%q: want refuse or fail", req.BadRows)}
+	}
+	if p := req.MaxInvalidPercent; p != nil && (*p <= 0 || *p > 100) {
+		return &api.InputError{Field: "max_invalid_percent", Reason: fmt.Sprintf("%v is not within (0, 100]", *p)}
+	}
+	if len(req.Schema) > 0 && string(req.Schema) != "null" {
+		if _, err := validate.Compile(req.Schema); err != nil {
+			return &api.InputError{Field: "schema", Reason: err.Error()}
+		}
+	} else {
+		req.Schema = nil
+	}
+	return nil
+}
+
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,256}$")
 
 // sameSettings returns the first setting in which a repeated submit differs
@@ -267,6 +293,8 @@ func sameSettings(stored, given ledger.Batch) (field, was, now string) {
 		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
 	case stored.TaskToken != given.TaskToken:
 		return "task_token", redactToken(stored.TaskToken), redactToken(given.TaskToken)
+	case stored.CheckPlan != given.CheckPlan:
+		return "schema", checkPlanText(stored.CheckPlan), checkPlanText(given.CheckPlan)
 	}
 	return "", "", ""
 }
@@ -278,6 +306,16 @@ func redactToken(t string) string {
 		return "(none)"
 	}
 	return "(a task token)"
+
+}
+
+// checkPlanText shows a CheckPlan in a 409: "none", or sha256: and 12 hex
+// digits.
+func checkPlanText(plan string) string {
+	if plan == "" {
+		return "none"
+	}
+	return "sha256:" + plan[:12]
 }
 
 // Submit creates a batch, or returns the existing identical one.
@@ -343,12 +381,13 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 	log := s.Log.With("batch_id", req.BatchID)
 	start := s.Clock.Now()
 
-	manifestKey, sum, err := s.writeManifest(ctx, req)
+	manifestKey, sum, checked, err := s.writeManifest(ctx, req, false)
 	if err != nil {
 		return SubmitResult{}, err
 	}
 	b := planOf(req, s.Clock.Now())
 	b.Freeze(manifestKey, sum, s.ItemsPerSecond)
+	b.Checked = checked
 	stored, err := s.Store.CreateBatch(ctx, b)
 	if errors.Is(err, api.ErrBatchExists) && stored.ManifestKey == manifestKey {
 		// Our own row: the SDK retried a put whose first try was written
@@ -365,6 +404,11 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 		// Another submit's row: this manifest is nobody's.
 		if derr := s.Blobs.Delete(ctx, manifestKey); derr != nil {
 			log.WarnContext(ctx, "delete duplicate manifest", "error", derr.Error())
+		}
+		if checked != nil {
+			if derr := s.Blobs.Delete(ctx, checked.Object); derr != nil {
+				log.WarnContext(ctx, "delete duplicate invalid-items file", "error", derr.Error())
+			}
 		}
 		if s.stale(stored) {
 			if err := s.clearStale(ctx, stored); err != nil {
@@ -446,34 +490,97 @@ func (s *Submitter) prepare(req *api.SubmitRequest) error {
 }
 
 // writeManifest streams req's source into a new manifest object (its own
-// key: a repeated submit never touches another's manifest), hashing it and
-// detecting duplicate keys. On error the upload is aborted and nothing is
-// left: an *InputError names the field or line, a *StorageFullError says
-// the temporary disk was too small.
-func (s *Submitter) writeManifest(ctx context.Context, req api.SubmitRequest) (string, source.ManifestSummary, error) {
-	manifestKey := api.ManifestKey(req.BatchID, ledger.NewBatchID())
+// key: a repeated submit never touches another's manifest), hashing it,
+// detecting duplicate keys and checking every row (see checking): the
+// schema, and the bad-rows policy. Every problem goes to an
+// invalid-items file of this attempt (api.InvalidKey, written only when
+// there is one), summed up in the returned *api.CheckSummary. Under
+// bad_rows fail with duplicate keys the source is read a second time,
+// leaving their later rows out. On error the manifest upload is aborted
+// and nothing is left (the invalid-items file is kept when keepInvalid
+// and the source was refused for its problems, so that a refused batch
+// lists them): an *InputError names the field or line (for problems, the
+// first, wrapping an *api.ProblemsError), a *StorageFullError says the
+// temporary disk was too small.
+func (s *Submitter) writeManifest(ctx context.Context, req api.SubmitRequest, keepInvalid bool) (string, source.ManifestSummary, *api.CheckSummary, error) {
+	attempt := ledger.NewBatchID()
+	invalid := &lazyObject{ctx: ctx, blobs: s.Blobs, key: api.InvalidKey(req.BatchID, attempt)}
+	c, err := newChecking(req, invalid)
+	if err != nil {
+		return "", source.ManifestSummary{}, nil, err
+	}
+	object := func() string {
+		if invalid.written() {
+			return invalid.key
+		}
+		return ""
+	}
+	verdict := func(sum source.ManifestSummary) error {
+		named := "" // a refusal names the file only when it is kept
+		if keepInvalid {
+			named = object()
+		}
+		if err := c.refusal(named); err != nil {
+			return err
+		}
+		if sum.Count == 0 {
+			// A batch of nothing is almost always a wrong file or prefix, and
+			// would "succeed" doing nothing: refuse it before anything exists.
+			return &api.InputError{Field: sourceField(req.Source), Reason: "holds no items (blank and whitespace-only lines are not items)", Err: api.ErrEmptySource}
+		}
+		return nil
+	}
+	manifestKey := api.ManifestKey(req.BatchID, attempt)
+	sum, err := s.writeChecked(ctx, req, c, manifestKey, true, verdict)
+	if err == nil && c.drop != nil {
+		// The later rows of duplicate keys are not items: read again
+		// without them, into a manifest of its own.
+		manifestKey = api.ManifestKey(req.BatchID, ledger.NewBatchID())
+		sum, err = s.writeChecked(ctx, req, c, manifestKey, false, verdict)
+	}
+	var pe *api.ProblemsError
+	switch {
+	case err == nil, errors.As(err, &pe) && keepInvalid:
+		if kerr := invalid.keep(); kerr != nil {
+			s.Log.WarnContext(ctx, "complete invalid-items file", "batch_id", req.BatchID, "error", kerr.Error())
+			if err == nil {
+				err = fmt.Errorf("submit %s: complete invalid-items file: %w", req.BatchID, kerr)
+			}
+		}
+	default:
+		invalid.discard()
+	}
+	if err != nil {
+		return "", source.ManifestSummary{}, nil, err
+	}
+	return manifestKey, sum, c.summary(object()), nil
+}
+
+// writeChecked reads req's source through c into the manifest object
+// manifestKey (record: the first read, which records the problems; else
+// the second, leaving c.drop's rows out) and completes it, unless the
+// last read's verdict refuses it. On error the upload is aborted.
+func (s *Submitter) writeChecked(ctx context.Context, req api.SubmitRequest, c *checking, manifestKey string, record bool,
+	verdict func(source.ManifestSummary) error) (source.ManifestSummary, error) {
 	w, err := s.Blobs.Create(ctx, manifestKey, "application/x-ndjson")
 	if err != nil {
-		return "", source.ManifestSummary{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
+		return source.ManifestSummary{}, fmt.Errorf("submit %s: create manifest: %w", req.BatchID, err)
 	}
-	keys := s.Keys
-	if keys.Dir == "" {
-		keys.Dir = s.TempDir
-	}
-	if keys.MemoryBytes == 0 {
-		keys.MemoryBytes = SubmitKeysMemoryBytes
-	}
-	mw := source.NewManifestWriterOptions(w, source.ManifestOptions{ChunkItems: s.ChunkItems, Keys: keys, TempLimitBytes: s.TempLimitBytes})
+	mw := source.NewManifestWriterOptions(w, source.ManifestOptions{ChunkItems: s.ChunkItems, Keys: s.keysOptions(), TempLimitBytes: s.TempLimitBytes})
 	defer mw.Close()
-	err = s.readSource(ctx, req, mw)
+	err = s.readSource(ctx, req, c, mw)
 	var sum source.ManifestSummary
 	if err == nil {
-		sum, err = mw.Finish()
+		var drop map[int64]bool
+		sum, drop, err = c.finish(mw, record)
+		if record {
+			c.drop = drop
+		} else if drop != nil {
+			err = fmt.Errorf("submit %s: the second read still repeats %s", req.BatchID, api.Count(len(drop), "key"))
+		}
 	}
-	if err == nil && sum.Count == 0 {
-		// A batch of nothing is almost always a wrong file or prefix, and
-		// would "succeed" doing nothing: refuse it before anything exists.
-		err = &api.InputError{Field: sourceField(req.Source), Reason: "holds no items (blank and whitespace-only lines are not items)", Err: api.ErrEmptySource}
+	if err == nil && (!record || c.drop == nil) {
+		err = verdict(sum)
 	}
 	if err != nil {
 		if aerr := w.Abort(); aerr != nil {
@@ -483,18 +590,31 @@ func (s *Submitter) writeManifest(ctx context.Context, req api.SubmitRequest) (s
 		if errors.As(err, &ie) && ie.Field == "" && req.Source.Object != "" {
 			ie.Field = "source.object"
 		}
-		return "", source.ManifestSummary{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+		return source.ManifestSummary{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
 	}
 	if err := w.Close(); err != nil {
-		return "", source.ManifestSummary{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
+		return source.ManifestSummary{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
 	}
-	return manifestKey, sum, nil
+	return sum, nil
 }
 
-// readSource reads req's source into mw: by parts, one after the other,
-// when it is a source read in parts (planParts), so that its manifest and
-// digest are the ones its parts give; else whole.
-func (s *Submitter) readSource(ctx context.Context, req api.SubmitRequest, mw *source.ManifestWriter) error {
+// keysOptions is the duplicate-key detection of a submit: s.Keys, its
+// Dir defaulting to TempDir, its budget to SubmitKeysMemoryBytes.
+func (s *Submitter) keysOptions() keyset.Options {
+	keys := s.Keys
+	if keys.Dir == "" {
+		keys.Dir = s.TempDir
+	}
+	if keys.MemoryBytes == 0 {
+		keys.MemoryBytes = SubmitKeysMemoryBytes
+	}
+	return keys
+}
+
+// readSource reads req's source into mw through c: by parts, one after
+// the other, when it is a source read in parts (planParts), so that its
+// manifest and digest are the ones its parts give; else whole.
+func (s *Submitter) readSource(ctx context.Context, req api.SubmitRequest, c *checking, mw *source.ManifestWriter) error {
 	plan, err := s.planParts(ctx, req)
 	if err != nil {
 		return err
@@ -505,7 +625,7 @@ func (s *Submitter) readSource(ctx context.Context, req api.SubmitRequest, mw *s
 	if err := s.wholeReadFits(ctx, req); err != nil {
 		return err
 	}
-	return source.ReadSource(ctx, s.Blobs, req.Source, req.KeyField, mw.Add)
+	return c.read(ctx, s.Blobs, mw, c.drop == nil)
 }
 
 // planOf is the batch row a prepared request asks for, before its
@@ -528,12 +648,28 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 			KeyField:        req.KeyField,
 			Source:          req.Source.Describe(),
 			SubmittedBy:     req.SubmittedBy,
+			SourceFormat:    sourceFormat(req.Source),
 			CreatedAt:       now,
 			RunStartedAt:    now,
 			StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 		},
 		TaskToken: req.TaskToken,
+		CheckPlan: ledger.CheckPlanOf(req),
 	}
+}
+
+// sourceFormat is the Batch.SourceFormat of a source.
+func sourceFormat(src api.SourceSpec) string {
+	switch {
+	case src.Items != nil:
+		return "inline"
+	case src.Prefix != "":
+		return "prefix"
+	case src.Format != "":
+		return src.Format
+	}
+	_, key, _ := api.ParseS3URI(src.Object)
+	return api.FormatOf(key)
 }
 
 // sourceField names the request field of a source, for errors.

@@ -85,6 +85,10 @@ func (s *Submitter) wholeReadFits(ctx context.Context, req api.SubmitRequest) er
 		what = bytesText(size)
 		why = "this submitter reads no source in parts"
 		way = "split it into smaller objects"
+	case checkedWhole(req):
+		what = bytesText(size)
+		why = "a batch with a schema or bad_rows is read by one invocation"
+		way = "split it into smaller objects, or submit it without schema and bad_rows to read it in parts"
 	default:
 		return nil // read in parts, or a CSV object whose header begins past part 0 (read whole, see planParts)
 	}

@@ -22,8 +22,12 @@ const DefaultItemConcurrency = 10
 
 // itemRun is one reserved item's attempt in runUnit.
 type itemRun struct {
-	j         int
-	input     json.RawMessage
+	j     int
+	input json.RawMessage
+	// invalid is why its manifest line cannot run (source.ManifestLine.Invalid:
+	// a bad row under bad_rows fail): the attempt ends failed with it,
+	// without calling the pipeline.
+	invalid   string
 	state     ledger.ItemState // its state once the attempt ended
 	ending    ledger.Ending
 	started   bool          // its attempt started (else its take is given back)
@@ -66,8 +70,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	defer w.freeSlot(ctx, log, b.ID, slot, holder)
 	inputs := make([]json.RawMessage, len(m.Items))
+	invalid := make([]string, len(m.Items))
 	u := w.unitOf(b, m)
-	h, err := u.take(ctx, taking{b: b, msg: m, mode: ledger.ModeRun, prepare: w.prepareInputs(ctx, m, inputs), redelivered: d.ReceiveCount > 1})
+	h, err := u.take(ctx, taking{b: b, msg: m, mode: ledger.ModeRun, prepare: w.prepareInputs(ctx, m, inputs, invalid), redelivered: d.ReceiveCount > 1})
 	switch {
 	case err != nil:
 		return w.unavailable(ctx, log, d, m, &b, "take", err)
@@ -86,7 +91,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	var runs []*itemRun
 	for j, s := range h.steps {
 		if s == ledger.StepRun {
-			runs = append(runs, &itemRun{j: j, input: inputs[j]})
+			runs = append(runs, &itemRun{j: j, input: inputs[j], invalid: invalid[j]})
 		}
 	}
 	if len(runs) == 0 {
@@ -343,6 +348,9 @@ func (w *Worker) resend(ctx context.Context, m *unitMessage, wait time.Duration)
 func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, c call, u unit, h *hold, r *itemRun,
 	p pipeline.Pipeline, refusal error, headers map[string]string, options json.RawMessage, margin time.Duration) {
 	s, was := h.items[r.j], h.was[r.j]
+	if r.invalid != "" && refusal == nil {
+		refusal = errors.New(r.invalid) // a bad row: failed, never run
+	}
 	a := ledger.Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
 		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Stop: c.stop, Refusal: refusal, Halted: c.halted,
 		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}

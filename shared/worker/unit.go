@@ -367,8 +367,10 @@ func (u *packUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWr
 }
 
 // prepareInputs returns the prepare function of a take of m's items: the
-// inline inputs as they are, the inputs by pointer read from the manifest.
-func (w *Worker) prepareInputs(ctx context.Context, m *unitMessage, inputs []json.RawMessage) func(run []int) error {
+// inline inputs as they are, the inputs by pointer read from the manifest,
+// with the reason a bad row's line cannot run in invalid (its line always
+// travels by pointer, see ledger.ItemMessage).
+func (w *Worker) prepareInputs(ctx context.Context, m *unitMessage, inputs []json.RawMessage, invalid []string) func(run []int) error {
 	return func(run []int) error {
 		for _, j := range run {
 			it := m.Items[j]
@@ -383,7 +385,7 @@ func (w *Worker) prepareInputs(ctx context.Context, m *unitMessage, inputs []jso
 			if err != nil {
 				return fmt.Errorf("read input of %q: %w", it.Key, err)
 			}
-			inputs[j] = l.Input
+			inputs[j], invalid[j] = l.Input, l.Invalid
 		}
 		return nil
 	}

@@ -263,6 +263,7 @@ func (a *app) submitCmd() *cobra.Command {
 		stop        bool
 		retry       string
 		onInterrupt string
+		sc          submitChecks
 	)
 	cmd := &cobra.Command{
 		Use:   "submit FILE|DIR|s3://bucket/key|s3://bucket/prefix/ --pipeline NAME",
@@ -278,6 +279,9 @@ func (a *app) submitCmd() *cobra.Command {
 			}
 			if delim != "" && prefix {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter applies to a CSV file or object, not a prefix")}
+			}
+			if done, err := a.submitCheck(cmd, &req, &sc, args[0], prefix, format, delim); done || err != nil {
+				return err
 			}
 			if err := a.load(ctx); err != nil {
 				return err
@@ -303,8 +307,8 @@ func (a *app) submitCmd() *cobra.Command {
 					local = true
 					break
 				}
-				if err := CheckLocalSource(src, format, req.KeyField, delim); err != nil {
-					return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%s: %w (nothing was uploaded)", src, err)}
+				if err := a.checkUpload(src, format, req.KeyField, delim, sc.opts); err != nil {
+					return err
 				}
 				uri, err := a.upload(ctx, src)
 				if err != nil {
@@ -391,6 +395,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
+	sc.flags(cmd)
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
 }

@@ -571,6 +571,9 @@ func (s *Store) Freeze(_ context.Context, f ledger.Batch) error {
 	b.Digest, b.ManifestKey, b.ManifestBytes, b.ItemCount = f.Digest, f.ManifestKey, f.ManifestBytes, f.ItemCount
 	b.ListShards, b.CounterShards, b.CounterLanes, b.Chunks = f.ListShards, f.CounterShards, f.CounterLanes, f.Chunks
 	b.FannedOut, b.RunStartedAt = false, ms(f.RunStartedAt)
+	if f.Checked != nil {
+		b.Checked = f.Checked
+	}
 	return nil
 }
 

@@ -502,11 +502,16 @@ var cases = []suiteCase{
 		}
 		f := newBatch("b1")
 		f.Digest, f.ItemCount, f.ListShards, f.CounterShards, f.Chunks, f.RunStartedAt = "d9", 7, 2, 1, 1, T0.Add(time.Second)
+		f.Checked = &api.CheckSummary{Invalid: 2, Duplicates: 1, Object: "batches/b1/invalid/x.jsonl",
+			First: []api.Problem{{Line: 3, Key: "k", Kind: api.ProblemSchema, Path: "/qty", Reason: "r", Handling: api.HandlingFailed}}}
 		if err := s.Freeze(ctx, f); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := s.GetBatch(ctx, "b1")
 		check(t, "status", got.Status, api.StatusRunning)
+		if got.Checked == nil || got.Checked.Invalid != 2 || got.Checked.Object != f.Checked.Object || len(got.Checked.First) != 1 || got.Checked.First[0].Path != "/qty" {
+			t.Errorf("checked = %+v, want %+v", got.Checked, f.Checked)
+		}
 		check(t, "digest", got.Digest, "d9")
 		check(t, "items", got.ItemCount, int64(7))
 		check(t, "list shards", got.ListShards, 2)
