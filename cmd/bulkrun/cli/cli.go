@@ -26,6 +26,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/smithy-go/logging"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -375,29 +376,35 @@ func (a *app) submitCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
-	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]), printed before the first try; every try, and a rerun with this id, is the same batch. Default: for a local file or folder, derived from its content and the settings (the same command again is the same batch); for an s3:// source, a new ULID")
-	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
+	submitRequestFlags(f, &req)
 	f.StringVar(&format, "format", "", "source format: jsonl, json or csv (default from the extension)")
 	f.BoolVar(&prefix, "prefix", false, "the s3:// URI is a prefix: one item per object under it")
 	f.Float64Var(&percent, "tolerated-failure-percent", 0, "threshold: tolerated failures in percent of all items")
 	f.Int64Var(&count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
 	f.StringVar(&delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
 	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
-	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
 	f.StringVar(&retry, "retry", "", retryFlagHelp)
 	f.StringVar(&onInterrupt, "on-interrupt", "", "an item whose attempt was interrupted (outcome unknown): retry (the default) or quarantine, for pipelines that are not idempotent")
-	f.IntVar(&req.MaxConcurrency, "max-concurrency", 0, "most items of the batch running at once, 1–1000 (default 0: unlimited)")
-	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
 	f.StringVar(&headersFile, "headers-file", "", "file of headers passed to the pipeline: a JSON object {\"Name\": \"value\"} or lines \"Name: value\" (a value may be a secret reference, secret:arn:…)")
 	f.StringArrayVar(&headerEnv, "header-env", nil, "NAME=ENVVAR: header NAME passed to the pipeline, its value read from environment variable ENVVAR (repeatable)")
 	f.StringVar(&options, "options", "", "pipeline options, a JSON object (e.g. '{\"url\":\"https://…\"}')")
-	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
-	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 	f.BoolVar(&watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
 	sc.flags(cmd)
 	_ = cmd.MarkFlagRequired("pipeline")
 	return cmd
+}
+
+// submitRequestFlags binds the submit flags that set a field of req as
+// they are given.
+func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
+	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
+	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]), printed before the first try; every try, and a rerun with this id, is the same batch. Default: for a local file or folder, derived from its content and the settings (the same command again is the same batch); for an s3:// source, a new ULID")
+	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
+	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
+	f.IntVar(&req.MaxConcurrency, "max-concurrency", 0, "most items of the batch running at once, 1–1000 (default 0: unlimited)")
+	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
+	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
+	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 }
 
 // retryFlagHelp is --retry's help, for submit and upload.
