@@ -190,6 +190,12 @@ func (nopTrigger) Finalize(context.Context, string, int) error { return nil }
 // testdata/v{ledger.FormatVersion} file for file, so a changed message or
 // row shape fails here until a new version's golden files (and the
 // upgrade procedure of docs/operations.md) say so.
+// handWritten are golden files the capture's scenario does not write yet
+// (the max_concurrency tracks' message and rows): their shapes are pinned
+// by the readers' tests (formats_test.go, internal/dynamo's golden test),
+// not by a capture of today's writes.
+var handWritten = map[string]bool{"message-track.json": true, "row-claim.json": true, "row-track.json": true}
+
 func TestFormatsMatchGolden(t *testing.T) {
 	if os.Getenv("AWS_ENDPOINT_URL") == "" {
 		if os.Getenv("CI") == "true" {
@@ -221,10 +227,19 @@ func TestFormatsMatchGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(files) {
-		t.Errorf("captured %d files, golden has %d", len(got), len(files))
+	captured := 0
+	for _, f := range files {
+		if !handWritten[f.Name()] {
+			captured++
+		}
+	}
+	if len(got) != captured {
+		t.Errorf("captured %d files, golden has %d (besides %d written by hand)", len(got), captured, len(handWritten))
 	}
 	for _, f := range files {
+		if handWritten[f.Name()] {
+			continue
+		}
 		want, err := os.ReadFile(filepath.Join(golden, f.Name()))
 		if err != nil {
 			t.Fatal(err)
