@@ -110,7 +110,7 @@ func (c *Control) Release(ctx context.Context, id, key string) error {
 		return fmt.Errorf("release %s/%s: run %d is going; release between runs: %w", id, key, b.Run, api.ErrConflict)
 	}
 	err = c.Store.ReleaseItem(ctx, id, b.ListShards, key)
-	if b.Pack() > 1 && errors.Is(err, api.ErrNotFound) {
+	if b.Packed() && errors.Is(err, api.ErrNotFound) {
 		o, found, ferr := c.resultOf(ctx, b, key)
 		switch {
 		case ferr != nil:
@@ -287,7 +287,7 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 		return api.ItemPage{}, err
 	}
 	list := c.Store.ListItems
-	if b.Pack() > 1 && outcome == api.OutcomeInFlight {
+	if b.Packed() && outcome == api.OutcomeInFlight {
 		list = func(ctx context.Context, id string, shards int, _ api.Outcome, after string, limit int) ([]ledger.Item, string, error) {
 			return c.Store.ListPackItems(ctx, id, shards, after, limit)
 		}

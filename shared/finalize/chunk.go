@@ -397,7 +397,7 @@ func (f *Finalizer) scanChunk(ctx context.Context, b ledger.Batch, cp *checkpoin
 	now := f.Clock.Now()
 	rc := f.newRowCounter(ctx, b, &cp.tally)
 	opts := f.Merge
-	opts.Packed = b.Pack() > 1
+	opts.Packed = b.Packed()
 	if opts.Packed {
 		opts.BudgetBytes = f.sortBudget() // the sort holds the rest
 	}

@@ -25,7 +25,7 @@ import (
 func CensusOf(ctx context.Context, store Store, b ledger.Batch, each func(ledger.Item, api.Outcome) error) (api.Census, error) {
 	c := api.Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	var rows int64
-	err := ledger.MergeShards(ctx, store, b.ID, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+	err := ledger.MergeShards(ctx, store, b.ID, b.ListShards, "", ledger.MergeOptions{Packed: b.Packed()}, func(it ledger.Item) error {
 		o, ok := outcomeInRun(it, b)
 		if !ok {
 			return nil // not yet reached in this run: pending
@@ -314,7 +314,7 @@ func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Log
 			return nil, res, err
 		}
 		cp = newCheckpoint(0, f.Clock.Now())
-	} else if !cp.Done && (f.Clock.Now().Sub(cp.ChainStartedAt) > ledger.TTLGrace/2 || b.Pack() > 1 && !cp.KeyOrder) {
+	} else if !cp.Done && (f.Clock.Now().Sub(cp.ChainStartedAt) > ledger.TTLGrace/2 || b.Packed() && !cp.KeyOrder) {
 		// Too old to go on from, or a pack batch's chain begun by the
 		// release that wrote its results in manifest order: start over.
 		cp = newCheckpoint(cp.Seq, f.Clock.Now())

@@ -379,7 +379,7 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 	token := ledger.NewToken()
 	opts := f.Merge
 	opts.ShardFrom, opts.ShardTo = p.shards(i)
-	opts.Packed = b.Pack() > 1
+	opts.Packed = b.Packed()
 	streamKey := partRunKey(b.ID, b.Run, p.Seq, i, token, -1)
 	var w *runWriter
 	writer := func() (*runWriter, error) {

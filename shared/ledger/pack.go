@@ -459,3 +459,8 @@ type PackItemWrite struct {
 
 // Pack is the batch's items per message: ItemsPerMessage, 1 when unset.
 func (b Batch) Pack() int { return max(1, b.ItemsPerMessage) }
+
+// Packed reports whether the batch's units are packs (Pack > 1): its
+// items are recorded in pack rows, listed through them and merged from
+// them, not from one row per item. The one place that decides it.
+func (b Batch) Packed() bool { return b.Pack() > 1 }

@@ -370,7 +370,7 @@ func correctionMarks(b ledger.Batch, keys []string, index map[string]int64, per 
 func (s *Submitter) checkCorrectable(ctx context.Context, b ledger.Batch, marks []ledger.RevisionMark) (map[api.Outcome]int64, error) {
 	before := map[api.Outcome]int64{}
 	state := map[string]ledger.ItemState{}
-	if b.Pack() > 1 {
+	if b.Packed() {
 		packs := map[int64]ledger.Pack{}
 		for _, m := range marks {
 			p, ok := packs[m.PackFirst]

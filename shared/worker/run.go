@@ -544,7 +544,7 @@ func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batc
 // message was refused, or their chunk's fan-out was dead-lettered. It
 // returns how many items it settled.
 func (w *Worker) settleUnstarted(ctx context.Context, b ledger.Batch, chunk source.Chunk, first int64, keys []string, reason api.Reason, text string) (int64, error) {
-	m := &unitMessage{BatchID: b.ID, Run: b.Run, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count, Packed: b.Pack() > 1, PackFirst: first}
+	m := &unitMessage{BatchID: b.ID, Run: b.Run, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count, Packed: b.Packed(), PackFirst: first}
 	for _, k := range keys {
 		m.Items = append(m.Items, ledger.PackedItem{Key: k})
 	}

@@ -419,7 +419,7 @@ func decodeMessage(body []byte) (m *unitMessage, fan *ledger.Message, err error)
 // wait out a pause, else run it. ack false reports the delivery as
 // failed.
 func (w *Worker) dispatch(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
-	if m.Packed != (b.Pack() > 1) {
+	if m.Packed != (b.Packed()) {
 		// An item message for a batch of packs, or a pack message for a
 		// batch of one item per message: the fan-out never sends one (K is
 		// part of the plan), and taking its unit would run items a second
