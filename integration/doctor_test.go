@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli"
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/doctor"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
 
@@ -40,7 +40,7 @@ func TestDoctor(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/bulkrun").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	doctor := func(args ...string) (map[string]cli.DoctorCheck, int) {
+	runDoctor := func(args ...string) (map[string]doctor.Check, int) {
 		t.Helper()
 		cmd := exec.Command(bin, append([]string{"doctor", "-o", "json"}, args...)...)
 		var stdout, stderr bytes.Buffer
@@ -53,11 +53,11 @@ func TestDoctor(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		var checks []cli.DoctorCheck
+		var checks []doctor.Check
 		if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
 			t.Fatalf("doctor %v: %v\n%s\n%s", args, err, stdout.String(), stderr.String())
 		}
-		byName := map[string]cli.DoctorCheck{}
+		byName := map[string]doctor.Check{}
 		for _, c := range checks {
 			byName[c.Check] = c
 			t.Logf("doctor %v: %-4s %-20s %s %s", args, c.Status, c.Check, c.Detail, c.Fix)
@@ -65,22 +65,22 @@ func TestDoctor(t *testing.T) {
 		return byName, code
 	}
 
-	got, code := doctor()
+	got, code := runDoctor()
 	for _, name := range []string{"target", "concurrency", "api-gateway-logging", "bucket", "source-buckets", "alarm-topic", "alarms", "queues", "batches"} {
 		if _, ok := got[name]; !ok {
 			t.Errorf("deployed stack: no %s check", name)
 		}
 	}
-	if c := got["target"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, "the emulator") || !strings.Contains(c.Detail, "000000000000") {
+	if c := got["target"]; c.Status != doctor.OK || !strings.Contains(c.Detail, "the emulator") || !strings.Contains(c.Detail, "000000000000") {
 		t.Errorf("target: %+v, want it to say the emulator and its account", c)
 	}
-	if c := got["concurrency"]; c.Status == cli.DoctorFix || c.Status == cli.DoctorWarn || !strings.Contains(c.Detail, "account quota") {
+	if c := got["concurrency"]; c.Status == doctor.Fix || c.Status == doctor.Warn || !strings.Contains(c.Detail, "account quota") {
 		t.Errorf("concurrency (informational on the emulator): %+v", c)
 	}
-	if c := got["api-gateway-logging"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, "ApiGatewayCloudWatchRole") {
+	if c := got["api-gateway-logging"]; c.Status != doctor.OK || !strings.Contains(c.Detail, "ApiGatewayCloudWatchRole") {
 		t.Errorf("api-gateway-logging, the role the stack set: %+v", c)
 	}
-	if c := got["bucket"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, env.bucket) {
+	if c := got["bucket"]; c.Status != doctor.OK || !strings.Contains(c.Detail, env.bucket) {
 		t.Errorf("bucket: %+v", c)
 	}
 	// The stack is shared with the suite's other tests, whose injected
@@ -91,7 +91,7 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("alarms: %+v, want \"N alarms, M in ALARM\"", got["alarms"])
 	} else if total, _ := strconv.Atoi(m[1]); total < 10 {
 		t.Errorf("alarms: %+v, want the stack's alarms counted", got["alarms"])
-	} else if c := got["alarms"]; (m[2] == "0") != (c.Status == cli.DoctorOK) || (c.Status != cli.DoctorOK && !strings.Contains(c.Fix, "docs/operations.md")) {
+	} else if c := got["alarms"]; (m[2] == "0") != (c.Status == doctor.OK) || (c.Status != doctor.OK && !strings.Contains(c.Fix, "docs/operations.md")) {
 		t.Errorf("alarms: %+v, want ok with 0 in ALARM, else fix naming the runbook", c)
 	}
 	// The exit status follows the checks: 1 exactly when one says fix
@@ -102,7 +102,7 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("exit status %d, want %d (1 exactly when a check says fix)", code, want)
 	}
 	for _, name := range []string{"target", "concurrency", "api-gateway-logging", "bucket"} {
-		if c := got[name]; c.Status == cli.DoctorFix {
+		if c := got[name]; c.Status == doctor.Fix {
 			t.Errorf("%s says fix on the emulator's healthy stack: %+v", name, c)
 		}
 	}
@@ -116,31 +116,31 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.sqs.PurgeQueue(context.Background(), &sqs.PurgeQueueInput{QueueUrl: &parking}) })
-	got, _ = doctor()
-	if c := got["queues"]; c.Status != cli.DoctorFix || !parkedDetail.MatchString(c.Detail) || !strings.Contains(c.Fix, "Parked dead letters") {
+	got, _ = runDoctor()
+	if c := got["queues"]; c.Status != doctor.Fix || !parkedDetail.MatchString(c.Detail) || !strings.Contains(c.Fix, "Parked dead letters") {
 		t.Errorf("queues with a parked dead letter: %+v", c)
 	}
 
 	// About to deploy: event sources the account cannot run, a taken name
 	// (the AWS target: the account's findings count).
-	got, code = doctor("--target", "aws", "--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000", "--bucket-name", env.bucket, "--api-gateway-account")
-	if c := got["concurrency"]; c.Status != cli.DoctorFix || !strings.Contains(c.Fix, "event-sources-fit-unreserved") {
+	got, code = runDoctor("--target", "aws", "--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000", "--bucket-name", env.bucket, "--api-gateway-account")
+	if c := got["concurrency"]; c.Status != doctor.Fix || !strings.Contains(c.Fix, "event-sources-fit-unreserved") {
 		t.Errorf("concurrency of 2 × 1000 event sources: %+v", c)
 	}
-	if c, _ := doctor("--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000"); c["concurrency"].Status != cli.DoctorInfo || !strings.Contains(c["concurrency"].Fix, "event-sources-fit-unreserved") {
+	if c, _ := runDoctor("--stack", "bulkrun-not-deployed", "--items-max-concurrency", "1000"); c["concurrency"].Status != doctor.Info || !strings.Contains(c["concurrency"].Fix, "event-sources-fit-unreserved") {
 		t.Errorf("concurrency of 2 × 1000 event sources on the emulator: %+v, want informational (the account's quota), naming the rule", c["concurrency"])
 	}
-	if c := got["bucket"]; c.Status != cli.DoctorFix || !strings.Contains(c.Detail, "already exists") {
+	if c := got["bucket"]; c.Status != doctor.Fix || !strings.Contains(c.Detail, "already exists") {
 		t.Errorf("a fixed name that exists: %+v", c)
 	}
-	if c := got["api-gateway-logging"]; c.Status != cli.DoctorOK {
+	if c := got["api-gateway-logging"]; c.Status != doctor.OK {
 		t.Errorf("api-gateway-logging with ApiGatewayAccount: %+v", c)
 	}
 	if code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
-	got, _ = doctor("--target", "aws", "--stack", "bulkrun-not-deployed", "--items-max-concurrency", "100", "--reserved-concurrency", "item=100")
-	if c := got["concurrency"]; c.Status != cli.DoctorFix || !strings.Contains(c.Fix, "reserved-covers-event-sources") {
+	got, _ = runDoctor("--target", "aws", "--stack", "bulkrun-not-deployed", "--items-max-concurrency", "100", "--reserved-concurrency", "item=100")
+	if c := got["concurrency"]; c.Status != doctor.Fix || !strings.Contains(c.Fix, "reserved-covers-event-sources") {
 		t.Errorf("item reserved for one event source of two: %+v", c)
 	}
 }
@@ -152,9 +152,9 @@ var (
 
 // exitFor is the exit status doctor owes for its checks: 1 when any says
 // fix, else 0.
-func exitFor(checks map[string]cli.DoctorCheck) int {
+func exitFor(checks map[string]doctor.Check) int {
 	for _, c := range checks {
-		if c.Status == cli.DoctorFix {
+		if c.Status == doctor.Fix {
 			return 1
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
-	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli"
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/doctor"
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
@@ -34,7 +34,7 @@ func buildCLI(t *testing.T) string {
 // doctorRun runs the CLI's doctor with args, in JSON and then in text
 // (logged: what an operator reads), and returns the checks by name and
 // the exit status (the same for both).
-func doctorRun(t *testing.T, bin string, args ...string) (map[string]cli.DoctorCheck, int) {
+func doctorRun(t *testing.T, bin string, args ...string) (map[string]doctor.Check, int) {
 	t.Helper()
 	run := func(extra ...string) ([]byte, int) {
 		cmd := exec.Command(bin, append(append([]string{"doctor"}, args...), extra...)...)
@@ -51,11 +51,11 @@ func doctorRun(t *testing.T, bin string, args ...string) (map[string]cli.DoctorC
 		return stdout.Bytes(), 0
 	}
 	raw, code := run("-o", "json")
-	var checks []cli.DoctorCheck
+	var checks []doctor.Check
 	if err := json.Unmarshal(raw, &checks); err != nil {
 		t.Fatalf("doctor %v: %v\n%s", args, err, raw)
 	}
-	byName := map[string]cli.DoctorCheck{}
+	byName := map[string]doctor.Check{}
 	for _, c := range checks {
 		byName[c.Check] = c
 	}
@@ -138,7 +138,7 @@ func TestPreflight(t *testing.T) {
 	bin := buildCLI(t)
 	tpl := deployedTemplate(t)
 	current := writeTemplate(t, "current", tpl, nil)
-	preflight := func(target, template string, extra ...string) (map[string]cli.DoctorCheck, int) {
+	preflight := func(target, template string, extra ...string) (map[string]doctor.Check, int) {
 		t.Helper()
 		return doctorRun(t, bin, append([]string{"--preflight", "--target", target, "--template", template}, extra...)...)
 	}
@@ -146,7 +146,7 @@ func TestPreflight(t *testing.T) {
 	t.Run("no role", func(t *testing.T) {
 		faults.set(t, faultproxy.Config{Rules: []faultproxy.Rule{noRole, quota(1000)}})
 		got, code := preflight("aws", current)
-		if c := got["api-gateway-logging"]; c.Status != cli.DoctorOK || !strings.Contains(c.Detail, "the stack sets its own") {
+		if c := got["api-gateway-logging"]; c.Status != doctor.OK || !strings.Contains(c.Detail, "the stack sets its own") {
 			t.Errorf("no role, a stack that sets it: %+v", c)
 		}
 		if code != 0 {
@@ -161,7 +161,7 @@ func TestPreflight(t *testing.T) {
 			}
 		})
 		got, code = preflight("aws", old)
-		if c := got["api-gateway-logging"]; c.Status != cli.DoctorFix || !strings.Contains(c.Detail, "CloudWatch Logs role ARN must be set") || !strings.Contains(c.Fix, "ApiGatewayAccountRole") {
+		if c := got["api-gateway-logging"]; c.Status != doctor.Fix || !strings.Contains(c.Detail, "CloudWatch Logs role ARN must be set") || !strings.Contains(c.Fix, "ApiGatewayAccountRole") {
 			t.Errorf("no role, a template that does not set it: %+v", c)
 		}
 		if code != 1 {
@@ -173,7 +173,7 @@ func TestPreflight(t *testing.T) {
 		faults.set(t, faultproxy.Config{Rules: []faultproxy.Rule{quota(10)}})
 		got, code := preflight("aws", current)
 		c := got["concurrency"]
-		if c.Status != cli.DoctorFix || !strings.Contains(c.Detail, "account quota 10") || !strings.Contains(c.Fix, "quota of at least 300") || !strings.Contains(c.Fix, "itemsMaxConcurrency=2") {
+		if c.Status != doctor.Fix || !strings.Contains(c.Detail, "account quota 10") || !strings.Contains(c.Fix, "quota of at least 300") || !strings.Contains(c.Fix, "itemsMaxConcurrency=2") {
 			t.Errorf("quota 10: %+v", c)
 		}
 		if code != 1 {
@@ -183,7 +183,7 @@ func TestPreflight(t *testing.T) {
 			t.Errorf("--skip-preflight: exit %d, want 0", code)
 		}
 		got, code = preflight("emulator", current)
-		if c := got["concurrency"]; c.Status != cli.DoctorInfo || code != 0 {
+		if c := got["concurrency"]; c.Status != doctor.Info || code != 0 {
 			t.Errorf("the emulator target: %+v, exit %d; want informational, 0", c, code)
 		}
 	})
@@ -192,7 +192,7 @@ func TestPreflight(t *testing.T) {
 		faults.set(t, faultproxy.Config{Rules: []faultproxy.Rule{quota(1000)}})
 		got, code := preflight("aws", current)
 		for _, name := range []string{"concurrency", "api-gateway-logging", "bucket", "source-buckets", "alarm-topic"} {
-			if c, ok := got[name]; !ok || c.Status != cli.DoctorOK {
+			if c, ok := got[name]; !ok || c.Status != doctor.OK {
 				t.Errorf("%s: %+v, want ok", name, c)
 			}
 		}

@@ -123,6 +123,16 @@ func Statuses() []Status {
 	return []Status{StatusSubmitting, StatusRefused, StatusRunning, StatusCompleted, StatusThresholdExceeded, StatusCancelled, StatusFinalizeFailed}
 }
 
+// StatusNames is Statuses as strings, in the same order (for messages
+// and flag help that list the valid values).
+func StatusNames() []string {
+	var out []string
+	for _, s := range Statuses() {
+		out = append(out, string(s))
+	}
+	return out
+}
+
 // Finished reports whether s is final: neither submitting nor running.
 // A refused batch is finished without a run.
 func (s Status) Finished() bool { return s != StatusRunning && s != StatusSubmitting && s != "" }

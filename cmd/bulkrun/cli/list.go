@@ -42,7 +42,7 @@ func (a *app) listCmd() *cobra.Command {
 				for p := range strings.SplitSeq(s, ",") {
 					if p = strings.TrimSpace(p); p != "" {
 						if !slices.Contains(api.Statuses(), api.Status(p)) {
-							return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--status: %q: want %s", p, strings.Join(statusNames(), ", "))}
+							return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--status: %q: want %s", p, strings.Join(api.StatusNames(), ", "))}
 						}
 						req.Statuses = append(req.Statuses, api.Status(p))
 					}
@@ -115,7 +115,7 @@ func (a *app) listCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only these statuses (comma-separated): "+strings.Join(statusNames(), ", "))
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only these statuses (comma-separated): "+strings.Join(api.StatusNames(), ", "))
 	cmd.Flags().StringVar(&since, "since", "", "only batches created since: a duration (90m, 24h, 7d), a date (2026-11-30, UTC) or an RFC 3339 time")
 	cmd.Flags().IntVar(&limit, "limit", 20, "batches to show (1–1000; with --all, per request)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous listing")
@@ -158,14 +158,6 @@ func (a *app) sourceURI(s string) (string, error) {
 		key += "*"
 	}
 	return "s3://" + bucket + "/" + key, nil
-}
-
-func statusNames() []string {
-	var out []string
-	for _, s := range api.Statuses() {
-		out = append(out, string(s))
-	}
-	return out
 }
 
 // printBatches writes the listing's table: one line per batch, times in

@@ -1,6 +1,7 @@
-package cli
+package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -115,12 +114,12 @@ func (o *fakeObjects) GetObject(_ context.Context, key string, offset int64) (io
 
 const testPort = 8420
 
-func newTestConsole(t *testing.T, api ConsoleAPI, objs ObjectReader) *Console {
+func newTestServer(t *testing.T, api API, objs ObjectReader) *Server {
 	t.Helper()
 	if objs == nil {
 		objs = &fakeObjects{}
 	}
-	c, err := NewConsole(api, objs, "stack-bucket", testPort)
+	c, err := New(api, objs, "stack-bucket", testPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +128,7 @@ func newTestConsole(t *testing.T, api ConsoleAPI, objs ObjectReader) *Console {
 
 // do sends a request to the console as a browser on host would, with the
 // console's session cookie unless hdr sets "Cookie" ("" for none).
-func do(c *Console, method, target, host string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+func do(c *Server, method, target, host string, hdr map[string]string, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
 	r.Host = host
 	r.Header.Set("Cookie", c.cookieName()+"="+c.Token())
@@ -155,8 +154,8 @@ const host = "127.0.0.1:8420"
 // refused requests reaches the API.
 func TestConsoleActionsRefuseOtherSites(t *testing.T) {
 	api := &fakeAPI{}
-	c := newTestConsole(t, api, nil)
-	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	c := newTestServer(t, api, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
 	with := func(k, v string) map[string]string {
 		h := copyHeaders(good)
 		if v == "" {
@@ -174,8 +173,8 @@ func TestConsoleActionsRefuseOtherSites(t *testing.T) {
 		hdr    map[string]string
 		want   int
 	}{
-		{"no token", "POST", "/api/batches/b1/resume", host, with(consoleTokenHeader, ""), 403},
-		{"wrong token", "POST", "/api/batches/b1/resume", host, with(consoleTokenHeader, strings.Repeat("0", 64)), 403},
+		{"no token", "POST", "/api/batches/b1/resume", host, with(TokenHeader, ""), 403},
+		{"wrong token", "POST", "/api/batches/b1/resume", host, with(TokenHeader, strings.Repeat("0", 64)), 403},
 		{"another origin", "POST", "/api/batches/b1/cancel", host, with("Origin", "http://evil.example"), 403},
 		{"another port on localhost", "POST", "/api/batches/b1/forget", host, with("Origin", "http://127.0.0.1:9999"), 403},
 		{"no origin", "POST", "/api/batches/b1/resume", host, with("Origin", ""), 403},
@@ -233,8 +232,8 @@ func TestConsoleNoOpenProxy(t *testing.T) {
 		"batches/b1/outputs/x.html":     {"<script>alert(1)</script>", "text/html"},
 		"batches/b1/runs/1/report.json": {"{}", "application/json"},
 	}}
-	c := newTestConsole(t, api, objs)
-	tok := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token()}
+	c := newTestServer(t, api, objs)
+	tok := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token()}
 	tests := []struct {
 		name, method, path string
 		hdr                map[string]string
@@ -289,7 +288,7 @@ func TestConsoleThumbnailPages(t *testing.T) {
 	results := "batches/b1/runs/1/results/succeeded.jsonl"
 	api := &fakeAPI{report: api.Report{BatchID: "b1", Run: 1, Results: api.Results{Files: map[api.Outcome]api.Location{
 		api.OutcomeSucceeded: {URI: "s3://stack-bucket/" + results}}}}}
-	c := newTestConsole(t, api, &fakeObjects{objs: map[string]fakeObject{results: {lines.String(), "application/x-ndjson"}}})
+	c := newTestServer(t, api, &fakeObjects{objs: map[string]fakeObject{results: {lines.String(), "application/x-ndjson"}}})
 	var keys []string
 	cursor, pages := "", 0
 	for {
@@ -298,8 +297,8 @@ func TestConsoleThumbnailPages(t *testing.T) {
 			t.Fatalf("HTTP %d %s", w.Code, w.Body.String())
 		}
 		var p struct {
-			Thumbnails []ConsoleThumb `json:"thumbnails"`
-			NextCursor string         `json:"next_cursor"`
+			Thumbnails []Thumb `json:"thumbnails"`
+			NextCursor string  `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 			t.Fatal(err)
@@ -353,7 +352,7 @@ func TestConsoleNeverExposesCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newTestConsole(t, api, nil)
+	c := newTestServer(t, api, nil)
 	srv := &http.Server{Handler: c}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -396,8 +395,8 @@ func TestConsoleNeverExposesCredentials(t *testing.T) {
 // the console's own scripts, styles, images and connections, and no
 // framing; the assets embedded in the binary.
 func TestConsolePage(t *testing.T) {
-	c1 := newTestConsole(t, &fakeAPI{}, nil)
-	c2 := newTestConsole(t, &fakeAPI{}, nil)
+	c1 := newTestServer(t, &fakeAPI{}, nil)
+	c2 := newTestServer(t, &fakeAPI{}, nil)
 	if c1.Token() == c2.Token() || len(c1.Token()) != 64 {
 		t.Errorf("tokens %q and %q: want two different 64-hex-digit tokens", c1.Token(), c2.Token())
 	}
@@ -427,20 +426,6 @@ func TestConsolePage(t *testing.T) {
 	}
 }
 
-// TestConsoleListensOnLoopbackOnly guards the console's binding: it
-// listens on 127.0.0.1, never on every interface.
-func TestConsoleListensOnLoopbackOnly(t *testing.T) {
-	ln, err := consoleListen(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	addr := ln.Addr().(*net.TCPAddr)
-	if !addr.IP.Equal(net.IPv4(127, 0, 0, 1)) || addr.Port == 0 {
-		t.Errorf("listens on %s, want 127.0.0.1 and a port", addr)
-	}
-}
-
 // TestConsoleNeedsSession guards the console against the other users and
 // processes of the machine, which can connect to 127.0.0.1 too: without
 // the session cookie that only the printed address (?token=) gives, the
@@ -449,9 +434,9 @@ func TestConsoleListensOnLoopbackOnly(t *testing.T) {
 // console"). The static assets hold no data and are served to anyone.
 func TestConsoleNeedsSession(t *testing.T) {
 	api := &fakeAPI{}
-	c := newTestConsole(t, api, nil)
-	other := newTestConsole(t, api, nil)
-	action := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	c := newTestServer(t, api, nil)
+	other := newTestServer(t, api, nil)
+	action := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
 	for _, tt := range []struct {
 		name, method, path, cookie string
 		hdr                        map[string]string
@@ -508,35 +493,6 @@ func TestConsoleNeedsSession(t *testing.T) {
 	}
 }
 
-// TestConsoleOpenerKeepsTokenPrivate guards `bulkrun console --open`
-// (product line: other users of the machine cannot use the console): the
-// browser is started on a private file that leads to the address with the
-// token, because a command line is visible to every user (ps). The file
-// is the user's alone and its name holds no token.
-func TestConsoleOpenerKeepsTokenPrivate(t *testing.T) {
-	tok := strings.Repeat("ab", 32)
-	u := "http://127.0.0.1:8420/?token=" + tok
-	p, err := consoleOpener(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(p)
-	if strings.Contains(p, tok) {
-		t.Errorf("opener path %q holds the token", p)
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if runtime.GOOS != "windows" && fi.Mode().Perm() != 0o600 {
-		t.Errorf("opener file mode %v, want 0600", fi.Mode().Perm())
-	}
-	b, _ := os.ReadFile(p)
-	if !strings.Contains(string(b), `content="0;url=`+u+`"`) {
-		t.Errorf("opener page %s does not lead to %s", b, u)
-	}
-}
-
 // Guards the console list's source column (docs/console.md): where each
 // batch's items came from, in a few words, whatever started it.
 func TestSourceOf(t *testing.T) {
@@ -582,12 +538,12 @@ func (f *refusedAPI) Status(_ context.Context, id string) (wire.BatchView, error
 // upload included, carries its source and where it came from.
 func TestConsoleListSources(t *testing.T) {
 	api := &refusedAPI{}
-	c := newTestConsole(t, api, nil)
+	c := newTestServer(t, api, nil)
 	w := do(c, "GET", "/api/batches", "127.0.0.1:8420", map[string]string{"Cookie": c.cookieName() + "=" + c.Token()}, "")
 	if w.Code != 200 {
 		t.Fatalf("list: %d %s", w.Code, w.Body)
 	}
-	var page ConsolePage
+	var page Page
 	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
 		t.Fatal(err)
 	}
@@ -612,10 +568,10 @@ func TestConsoleListSources(t *testing.T) {
 // the route needs the page's token as every action does.
 func TestConsoleCorrections(t *testing.T) {
 	api := &fakeAPI{}
-	c := newTestConsole(t, api, nil)
-	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", consoleTokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	c := newTestServer(t, api, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
 	body := func(name, content, keyField string) string {
-		b, _ := json.Marshal(ConsoleCorrection{FileName: name, Content: content, KeyField: keyField})
+		b, _ := json.Marshal(Correction{FileName: name, Content: content, KeyField: keyField})
 		return string(b)
 	}
 	for _, tt := range []struct {
@@ -627,7 +583,7 @@ func TestConsoleCorrections(t *testing.T) {
 		{"an item without the key", body("fixed.jsonl", "{\"id\":\"a\"}\n", "k"), 400, "fixed.jsonl"},
 		{"a format it cannot tell", body("fixed.txt", "{\"k\":\"a\"}\n", "k"), 400, "cannot tell the format"},
 		{"no items", body("fixed.jsonl", "\n", "k"), 400, "no items"},
-		{"too large", body("fixed.jsonl", strings.Repeat("x", ConsoleCorrectionMax+1), "k"), 413, "bulkrun correct b1 FILE"},
+		{"too large", body("fixed.jsonl", strings.Repeat("x", CorrectionMax+1), "k"), 413, "bulkrun correct b1 FILE"},
 		{"an unknown field", `{"file":"x"}`, 400, "unknown field"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -656,5 +612,41 @@ func TestConsoleCorrections(t *testing.T) {
 	want := []string{`correct b1 k [{"k":"a","text":"x y"},{"k":"b","text":"z"}]`, `correct b1 k [{"k":"a","text":"x y"}]`}
 	if calls := api.Calls(); !slices.Equal(calls, want) {
 		t.Errorf("API calls %q, want %q", calls, want)
+	}
+}
+
+// Guards the batch page's "what to do" for a run whose items all failed
+// the same way: the failed results lines are grouped by reason and error,
+// an error that names its item's key being one cause whatever the key.
+func TestFailureCausesGroupByReasonAndError(t *testing.T) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for i := range 3000 {
+		k := fmt.Sprintf("order-%04d", i)
+		_ = enc.Encode(api.ResultLine{Key: k, Outcome: api.OutcomeFailed, Run: 1, Revision: 1, Reason: api.ReasonPermanent,
+			Error: "webhook: " + k + ": HTTP 401 Unauthorized", Attempts: 1})
+	}
+	f, err := FailureCauses(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Complete || f.Read != 3000 || len(f.Causes) != 1 {
+		t.Fatalf("3,000 items failed with one error: %+v", f)
+	}
+	if c := f.Causes[0]; c.Reason != api.ReasonPermanent || c.Error != "webhook: {key}: HTTP 401 Unauthorized" || c.Items != 3000 || c.Example != "order-0000" {
+		t.Errorf("cause %+v", c)
+	}
+	b.Reset()
+	for i, l := range []api.ResultLine{
+		{Key: "a", Reason: api.ReasonMaxAttempts, Error: "attempt 3 of 3: timeout"},
+		{Key: "b", Reason: api.ReasonPermanent, Error: "no text"},
+		{Key: "c", Reason: api.ReasonPermanent, Error: "no text"},
+	} {
+		l.Outcome, l.Run, l.Attempts = api.OutcomeFailed, 1, i+1
+		_ = enc.Encode(l)
+	}
+	f, err = FailureCauses(&b)
+	if err != nil || len(f.Causes) != 2 || f.Causes[0].Error != "no text" || f.Causes[0].Items != 2 || f.Causes[1].Reason != api.ReasonMaxAttempts {
+		t.Errorf("two causes, the commonest first: %+v, %v", f, err)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package doctor
 
 import (
 	"encoding/json"
@@ -65,7 +65,7 @@ type cfnTemplate struct {
 
 // readTemplate reads the template at path into plan: what the stack will
 // ask of the account.
-func readTemplate(path string, plan *doctorPlan) error {
+func ReadTemplate(path string, plan *Plan) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--template: %w", err)
@@ -82,7 +82,7 @@ func readTemplate(path string, plan *doctorPlan) error {
 // buckets (config.EnvSources), the KMS keys the roles may decrypt with,
 // the alarm topics, whether the stage logs and whether the stack sets the
 // account's API Gateway role.
-func planTemplate(raw []byte, plan *doctorPlan) error {
+func planTemplate(raw []byte, plan *Plan) error {
 	var t cfnTemplate
 	if err := json.Unmarshal(raw, &t); err != nil {
 		return fmt.Errorf("not a CloudFormation template: %w", err)
@@ -91,8 +91,8 @@ func planTemplate(raw []byte, plan *doctorPlan) error {
 		return fmt.Errorf("no Resources")
 	}
 	plan.fromTemplate = true
-	plan.reserved = map[string]int{}
-	plan.itemsMaxConcurrency = 0
+	plan.Reserved = map[string]int{}
+	plan.ItemsMaxConcurrency = 0
 	fnName := map[string]string{} // logical id → submit, item, …
 	for id, r := range t.Resources {
 		if r.Type != "AWS::Lambda::Function" {
@@ -105,7 +105,7 @@ func planTemplate(raw []byte, plan *doctorPlan) error {
 		}
 		fnName[id] = name
 		if n, ok := r.Properties["ReservedConcurrentExecutions"].(float64); ok {
-			plan.reserved[name] = int(n)
+			plan.Reserved[name] = int(n)
 		}
 		env, _ := r.Properties["Environment"].(map[string]any)
 		vars, _ := env["Variables"].(map[string]any)
@@ -133,17 +133,17 @@ func planTemplate(raw []byte, plan *doctorPlan) error {
 			fn, _ := refTo(p["FunctionName"])
 			sc, _ := p["ScalingConfig"].(map[string]any)
 			if n, ok := sc["MaximumConcurrency"].(float64); ok && fnName[fn] == "item" {
-				plan.itemsMaxConcurrency = max(plan.itemsMaxConcurrency, int(n))
+				plan.ItemsMaxConcurrency = max(plan.ItemsMaxConcurrency, int(n))
 			}
 		case "AWS::S3::Bucket":
 			if name, ok := p["BucketName"].(string); ok {
-				plan.bucketName = name
+				plan.BucketName = name
 			}
 		case "AWS::ApiGateway::Stage":
 			plan.stageLogs = plan.stageLogs || stageLogs(p)
 		case "Custom::BulkrunApiGatewayAccountRole":
 			plan.setsRole = true
-			plan.apiGatewayAccount = p["Replace"] == "true"
+			plan.APIGatewayAccount = p["Replace"] == "true"
 		case "AWS::IAM::Policy":
 			doc, _ := p["PolicyDocument"].(map[string]any)
 			for _, st := range statements(doc) {
@@ -170,7 +170,7 @@ func planTemplate(raw []byte, plan *doctorPlan) error {
 			}
 		}
 	}
-	if plan.itemsMaxConcurrency == 0 {
+	if plan.ItemsMaxConcurrency == 0 {
 		return fmt.Errorf("no event source of the item function (Description \"bulkrun item\"): not a bulkrun stack's template?")
 	}
 	for id, tp := range topics {

@@ -1,4 +1,4 @@
-package cli
+package doctor
 
 import (
 	"context"
@@ -24,8 +24,8 @@ import (
 // default encryption is one the functions may decrypt (GetBucketEncryption:
 // SSE-S3, the AWS managed aws/s3 key, or a customer managed key among the
 // stack's KMSKeys).
-func (d *doctorRun) sourceBuckets(ctx context.Context) DoctorCheck {
-	ck := DoctorCheck{Check: "source-buckets", Status: DoctorOK}
+func (d *checker) sourceBuckets(ctx context.Context) Check {
+	ck := Check{Check: "source-buckets", Status: OK}
 	if len(d.plan.sourceBuckets) == 0 {
 		ck.Detail = "no SourceBuckets"
 		if !d.plan.fromTemplate {
@@ -82,9 +82,9 @@ func (d *doctorRun) sourceBuckets(ctx context.Context) DoctorCheck {
 	ck.Detail = strings.Join(parts, "; ")
 	switch {
 	case len(fixes) > 0:
-		ck.Status, ck.Fix = DoctorFix, strings.Join(append(fixes, warns...), "; ")
+		ck.Status, ck.Fix = Fix, strings.Join(append(fixes, warns...), "; ")
 	case len(warns) > 0:
-		ck.Status, ck.Fix = DoctorWarn, strings.Join(warns, "; ")
+		ck.Status, ck.Fix = Warn, strings.Join(warns, "; ")
 	}
 	return ck
 }
@@ -112,8 +112,8 @@ const (
 // and its access policy lets EventBridge publish the batch events. Any of
 // these wrong, the deploy succeeds and the notifications are dropped,
 // silently.
-func (d *doctorRun) alarmTopic(ctx context.Context) DoctorCheck {
-	ck := DoctorCheck{Check: "alarm-topic", Status: DoctorOK}
+func (d *checker) alarmTopic(ctx context.Context) Check {
+	ck := Check{Check: "alarm-topic", Status: OK}
 	if len(d.plan.alarmTopics) == 0 {
 		ck.Detail = "no AlarmTopicARN: the alarms have no actions"
 		if !d.plan.fromTemplate {
@@ -164,9 +164,9 @@ func (d *doctorRun) alarmTopic(ctx context.Context) DoctorCheck {
 	ck.Detail = strings.Join(parts, "; ")
 	switch {
 	case len(fixes) > 0:
-		ck.Status, ck.Fix = DoctorFix, strings.Join(append(fixes, warns...), "; ")
+		ck.Status, ck.Fix = Fix, strings.Join(append(fixes, warns...), "; ")
 	case len(warns) > 0:
-		ck.Status, ck.Fix = DoctorWarn, strings.Join(warns, "; ")
+		ck.Status, ck.Fix = Warn, strings.Join(warns, "; ")
 	}
 	return ck
 }
@@ -180,7 +180,7 @@ func awsSNSKey(key string) bool {
 // topic returns a topic's key ("" none, "aws-managed" for aws/sns, or the
 // key as named), the key's policy and the topic's access policy: from the
 // template for a topic it creates, from SNS and KMS for an existing one.
-func (d *doctorRun) topic(ctx context.Context, t topicPlan) (key string, keyPolicy, topicPolicy map[string]any, err error) {
+func (d *checker) topic(ctx context.Context, t topicPlan) (key string, keyPolicy, topicPolicy map[string]any, err error) {
 	if t.arn == "" {
 		if awsSNSKey(t.key) {
 			return "aws-managed", nil, t.topicPolicy, nil

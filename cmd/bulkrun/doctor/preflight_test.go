@@ -1,4 +1,4 @@
-package cli
+package doctor
 
 import (
 	"context"
@@ -36,21 +36,21 @@ func TestPlanTemplate(t *testing.T) {
   "AlarmsPolicy": {"Type": "AWS::SNS::TopicPolicy", "Properties": {"Topics": [{"Ref": "Alarms"}], "PolicyDocument": {"Statement": [
     {"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "sns:Publish", "Resource": {"Ref": "Alarms"}}]}}}
 }}`
-	var p doctorPlan
+	var p Plan
 	if err := planTemplate([]byte(tpl), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.itemsMaxConcurrency != 150 || !reflect.DeepEqual(p.reserved, map[string]int{"item": 300, "submit": 5}) {
-		t.Errorf("concurrency %d, reserved %v", p.itemsMaxConcurrency, p.reserved)
+	if p.ItemsMaxConcurrency != 150 || !reflect.DeepEqual(p.Reserved, map[string]int{"item": 300, "submit": 5}) {
+		t.Errorf("concurrency %d, reserved %v", p.ItemsMaxConcurrency, p.Reserved)
 	}
-	if !reflect.DeepEqual(p.sourceBuckets, []string{"src-a", "src-b"}) || p.bucketName != "team-bulkrun" {
-		t.Errorf("source buckets %v, bucket name %q", p.sourceBuckets, p.bucketName)
+	if !reflect.DeepEqual(p.sourceBuckets, []string{"src-a", "src-b"}) || p.BucketName != "team-bulkrun" {
+		t.Errorf("source buckets %v, bucket name %q", p.sourceBuckets, p.BucketName)
 	}
 	if !reflect.DeepEqual(p.kmsKeys, []string{"arn:aws:kms:eu-west-1:123456789012:key/k1"}) {
 		t.Errorf("KMS keys %v", p.kmsKeys)
 	}
-	if !p.stageLogs || !p.setsRole || p.apiGatewayAccount || !p.eventAlarms {
-		t.Errorf("stage logs %v, sets role %v, replace %v, event alarms %v", p.stageLogs, p.setsRole, p.apiGatewayAccount, p.eventAlarms)
+	if !p.stageLogs || !p.setsRole || p.APIGatewayAccount || !p.eventAlarms {
+		t.Errorf("stage logs %v, sets role %v, replace %v, event alarms %v", p.stageLogs, p.setsRole, p.APIGatewayAccount, p.eventAlarms)
 	}
 	if len(p.alarmTopics) != 2 || p.alarmTopics[1].arn != "arn:aws:sns:eu-west-1:123456789012:ops" || p.alarmTopics[0].id != "Alarms" || p.alarmTopics[0].key != "{Key}" {
 		t.Fatalf("topics %+v", p.alarmTopics)
@@ -64,7 +64,7 @@ func TestPlanTemplate(t *testing.T) {
 	if !allowsService(in.topicPolicy, "events.amazonaws.com", "sns:Publish") || allowsService(in.topicPolicy, "cloudwatch.amazonaws.com", "sns:Publish") {
 		t.Errorf("topic policy read wrong: %v", in.topicPolicy)
 	}
-	if err := planTemplate([]byte(`{"Resources": {"X": {"Type": "AWS::SNS::Topic"}}}`), &doctorPlan{}); err == nil {
+	if err := planTemplate([]byte(`{"Resources": {"X": {"Type": "AWS::SNS::Topic"}}}`), &Plan{}); err == nil {
 		t.Error("a template without bulkrun's item function: no error")
 	}
 }
@@ -92,12 +92,12 @@ func TestAlarmTopicInTemplate(t *testing.T) {
 		{"not encrypted", topicPlan{id: "Alarms", topicPolicy: publish}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := &doctorRun{plan: doctorPlan{fromTemplate: true, eventAlarms: true, alarmTopics: []topicPlan{tc.t}}}
+			d := &checker{plan: Plan{fromTemplate: true, eventAlarms: true, alarmTopics: []topicPlan{tc.t}}}
 			ck := d.alarmTopic(context.Background())
 			switch {
-			case tc.want == "" && ck.Status != DoctorOK:
+			case tc.want == "" && ck.Status != OK:
 				t.Errorf("%+v, want ok", ck)
-			case tc.want != "" && (ck.Status != DoctorFix || !strings.Contains(ck.Fix, tc.want)):
+			case tc.want != "" && (ck.Status != Fix || !strings.Contains(ck.Fix, tc.want)):
 				t.Errorf("%+v, want a fix saying %q", ck, tc.want)
 			}
 		})
