@@ -27,6 +27,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/control"
@@ -711,9 +712,9 @@ func TestHarnessSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(dynamo.RetentionSK(now.Add(-2*time.Hour), "it-gone-batch")) // stale: the batch is gone
+	put(layout.RetentionSK(now.Add(-2*time.Hour), "it-gone-batch")) // stale: the batch is gone
 	put("00000000000000000001")                                     // malformed
-	put(dynamo.RetentionSK(now.Add(-3*time.Hour), kept))            // stale: a newer run expires later
+	put(layout.RetentionSK(now.Add(-3*time.Hour), kept))            // stale: a newer run expires later
 	sw := h.fn["sweep"]
 	sweeper := &control.Sweeper{Store: sw.store, Control: &control.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}, Clock: ledger.SystemClock{}, Log: h.worker.Log}
 	res, err := sweeper.RunOnce(ctx)

@@ -29,6 +29,7 @@ import (
 	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/control"
@@ -551,8 +552,8 @@ func TestSweepDeletesObjectsWhenTTLTookTheRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(dynamo.RetentionSK(now.Add(-ledger.TTLGrace-time.Hour), orphan))
-	put(dynamo.RetentionSK(now.Add(-time.Hour), recent))
+	put(layout.RetentionSK(now.Add(-ledger.TTLGrace-time.Hour), orphan))
+	put(layout.RetentionSK(now.Add(-time.Hour), recent))
 	sw := h.fn["sweep"]
 	c := &control.Control{Store: sw.store, Blobs: sw.blobs, Log: h.worker.Log}
 	res, err := (&control.Sweeper{Store: sw.store, Control: c, Clock: ledger.SystemClock{}, Log: h.worker.Log}).RunOnce(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -22,7 +23,7 @@ import (
 // batchUpdate is a transaction operation updating the batch row with expr.
 func (s *Store) batchUpdate(id string, expr expression.Expression) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
-		TableName: &s.table, Key: key(batchPK(id), skBatch),
+		TableName: &s.table, Key: layout.Key(layout.BatchPK(id), layout.SKBatch),
 		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 	}}
@@ -31,9 +32,9 @@ func (s *Store) batchUpdate(id string, expr expression.Expression) types.Transac
 // putRunning is a transaction operation putting the running marker of run.
 func (s *Store) putRunning(id string, run int) types.TransactWriteItem {
 	return types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-		config.AttrPK: &types.AttributeValueMemberS{Value: pkRunning},
-		config.AttrSK: &types.AttributeValueMemberS{Value: id},
-		attrRun:       &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+		config.AttrPK:  &types.AttributeValueMemberS{Value: layout.PKRunning},
+		config.AttrSK:  &types.AttributeValueMemberS{Value: id},
+		layout.AttrRun: &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
 	}}}
 }
 
@@ -41,7 +42,7 @@ func (s *Store) putRunning(id string, run int) types.TransactWriteItem {
 // only if no row has the batch's id; otherwise it returns the stored batch
 // and api.ErrBatchExists.
 func (s *Store) CreateBatch(ctx context.Context, b ledger.Batch) (ledger.Batch, error) {
-	row, err := toRow(b)
+	row, err := layout.ToBatchRow(b)
 	if err != nil {
 		return ledger.Batch{}, err
 	}
@@ -66,9 +67,9 @@ func (s *Store) CreateBatch(ctx context.Context, b ledger.Batch) (ledger.Batch, 
 		return ledger.Batch{}, fmt.Errorf("create batch %s: %w", b.ID, err)
 	}
 	if len(old) > 0 {
-		var r batchRow
+		var r layout.BatchRow
 		if uerr := attributevalue.UnmarshalMap(old, &r); uerr == nil {
-			if stored, uerr := fromRow(r); uerr == nil {
+			if stored, uerr := layout.FromBatchRow(r); uerr == nil {
 				return stored, api.ErrBatchExists
 			}
 		}
@@ -95,72 +96,72 @@ func (s *Store) GetBatchEventually(ctx context.Context, id string) (ledger.Batch
 func (s *Store) getBatch(ctx context.Context, id string, consistent bool) (ledger.Batch, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(batchPK(id), skBatch), ConsistentRead: aws.Bool(consistent)})
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: layout.Key(layout.BatchPK(id), layout.SKBatch), ConsistentRead: aws.Bool(consistent)})
 	if err != nil {
 		return ledger.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
 	}
 	if len(out.Item) == 0 {
 		return ledger.Batch{}, fmt.Errorf("batch %s: %w", id, api.ErrNotFound)
 	}
-	var r batchRow
+	var r layout.BatchRow
 	if err := attributevalue.UnmarshalMap(out.Item, &r); err != nil {
 		return ledger.Batch{}, fmt.Errorf("get batch %s: %w", id, err)
 	}
-	return fromRow(r)
+	return layout.FromBatchRow(r)
 }
 
 // submitting is the condition status = submitting.
 func submitting() expression.ConditionBuilder {
-	return expression.Name(attrStatus).Equal(expression.Value(string(api.StatusSubmitting)))
+	return expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusSubmitting)))
 }
 
 // BeginSubmit adds 1 to submit_attempts and sets submit_deadline_ms under
 // the condition status = submitting (see ledger.Store).
 func (s *Store) BeginSubmit(ctx context.Context, id string, deadline time.Time) (ledger.Batch, error) {
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Add(expression.Name(attrSubmitAttempts), expression.Value(1)).
-			Set(expression.Name(attrSubmitDeadlineMs), expression.Value(deadline.UnixMilli()))).Build()
+		WithUpdate(expression.Add(expression.Name(layout.AttrSubmitAttempts), expression.Value(1)).
+			Set(expression.Name(layout.AttrSubmitDeadlineMs), expression.Value(deadline.UnixMilli()))).Build()
 	if err != nil {
 		return ledger.Batch{}, err
 	}
-	attrs, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueAllNew)
+	attrs, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueAllNew)
 	if err != nil {
 		return ledger.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
 	}
-	var r batchRow
+	var r layout.BatchRow
 	if err := attributevalue.UnmarshalMap(attrs, &r); err != nil {
 		return ledger.Batch{}, fmt.Errorf("begin submit %s: %w", id, err)
 	}
-	return fromRow(r)
+	return layout.FromBatchRow(r)
 }
 
 // Freeze writes the manifest fields and status running under the
 // condition status = submitting (see ledger.Store).
 func (s *Store) Freeze(ctx context.Context, b ledger.Batch) error {
-	upd := expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusRunning)))
+	upd := expression.Set(expression.Name(layout.AttrStatus), expression.Value(string(api.StatusRunning)))
 	if b.Checked != nil {
 		c, err := json.Marshal(b.Checked)
 		if err != nil {
 			return err
 		}
-		upd = upd.Set(expression.Name(attrChecked), expression.Value(string(c)))
+		upd = upd.Set(expression.Name(layout.AttrChecked), expression.Value(string(c)))
 	}
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
 		WithUpdate(upd.
-			Set(expression.Name(attrManifestDigest), expression.Value(b.Digest)).
-			Set(expression.Name(attrManifestKey), expression.Value(b.ManifestKey)).
-			Set(expression.Name(attrManifestBytes), expression.Value(b.ManifestBytes)).
-			Set(expression.Name(attrItemCount), expression.Value(b.ItemCount)).
-			Set(expression.Name(attrListShards), expression.Value(b.ListShards)).
-			Set(expression.Name(attrCounterShards), expression.Value(b.CounterShards)).
-			Set(expression.Name(attrCounterLanes), expression.Value(b.CounterLanes)).
-			Set(expression.Name(attrChunks), expression.Value(b.Chunks)).
-			Set(expression.Name(attrFannedOut), expression.Value(false)).
-			Set(expression.Name(attrRunStartedAtMs), expression.Value(ms(b.RunStartedAt)))).Build()
+			Set(expression.Name(layout.AttrManifestDigest), expression.Value(b.Digest)).
+			Set(expression.Name(layout.AttrManifestKey), expression.Value(b.ManifestKey)).
+			Set(expression.Name(layout.AttrManifestBytes), expression.Value(b.ManifestBytes)).
+			Set(expression.Name(layout.AttrItemCount), expression.Value(b.ItemCount)).
+			Set(expression.Name(layout.AttrListShards), expression.Value(b.ListShards)).
+			Set(expression.Name(layout.AttrCounterShards), expression.Value(b.CounterShards)).
+			Set(expression.Name(layout.AttrCounterLanes), expression.Value(b.CounterLanes)).
+			Set(expression.Name(layout.AttrChunks), expression.Value(b.Chunks)).
+			Set(expression.Name(layout.AttrFannedOut), expression.Value(false)).
+			Set(expression.Name(layout.AttrRunStartedAtMs), expression.Value(layout.Ms(b.RunStartedAt)))).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(b.ID), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(b.ID), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("freeze %s: %w", b.ID, err)
 	}
 	return nil
@@ -174,20 +175,20 @@ func (s *Store) Refuse(ctx context.Context, id string, r api.SubmitRefusal, now,
 		return err
 	}
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
-		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusRefused))).
-			Set(expression.Name(attrRefusal), expression.Value(string(rf))).
-			Set(expression.Name(attrFinishedAtMs), expression.Value(now.UnixMilli())).
-			Set(expression.Name(attrExpiresAtMs), expression.Value(expiresAt.UnixMilli()))).Build()
+		WithUpdate(expression.Set(expression.Name(layout.AttrStatus), expression.Value(string(api.StatusRefused))).
+			Set(expression.Name(layout.AttrRefusal), expression.Value(string(rf))).
+			Set(expression.Name(layout.AttrFinishedAtMs), expression.Value(now.UnixMilli())).
+			Set(expression.Name(layout.AttrExpiresAtMs), expression.Value(expiresAt.UnixMilli()))).Build()
 	if err != nil {
 		return err
 	}
 	_, err = s.transact(ctx, s.batchUpdate(id, expr),
-		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: layout.Key(layout.PKRunning, id)}},
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
-			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(expiresAt, id)},
-			attrBatchID:   &types.AttributeValueMemberS{Value: id},
-			attrFormat:    formatValue(),
+			config.AttrPK:      &types.AttributeValueMemberS{Value: layout.PKRetention},
+			config.AttrSK:      &types.AttributeValueMemberS{Value: layout.RetentionSK(expiresAt, id)},
+			layout.AttrBatchID: &types.AttributeValueMemberS{Value: id},
+			layout.AttrFormat:  layout.FormatValue(),
 		}}})
 	if err != nil {
 		return fmt.Errorf("refuse %s: %w", id, err)
@@ -198,12 +199,12 @@ func (s *Store) Refuse(ctx context.Context, id string, r api.SubmitRefusal, now,
 // SetFannedOut sets fanned_out on the batch row if it is at run.
 func (s *Store) SetFannedOut(ctx context.Context, id string, run int) error {
 	expr, err := expression.NewBuilder().
-		WithCondition(expression.Name(attrRun).Equal(expression.Value(run))).
-		WithUpdate(expression.Set(expression.Name(attrFannedOut), expression.Value(true))).Build()
+		WithCondition(expression.Name(layout.AttrRun).Equal(expression.Value(run))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrFannedOut), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("set fanned out %s run %d: %w", id, run, err)
 	}
 	return nil
@@ -218,38 +219,38 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f ledger.Fini
 	if err != nil {
 		return err
 	}
-	u := expression.Set(expression.Name(attrStatus), expression.Value(string(f.Status))).
-		Set(expression.Name(attrReportKey), expression.Value(f.ReportKey)).
-		Set(expression.Name(attrCensus), expression.Value(string(census))).
-		Set(expression.Name(attrNeedsAttention), expression.Value(f.Census.NeedsAttention())).
-		Set(expression.Name(attrFinishedAtMs), expression.Value(f.FinishedAt.UnixMilli())).
-		Set(expression.Name(attrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli()))
+	u := expression.Set(expression.Name(layout.AttrStatus), expression.Value(string(f.Status))).
+		Set(expression.Name(layout.AttrReportKey), expression.Value(f.ReportKey)).
+		Set(expression.Name(layout.AttrCensus), expression.Value(string(census))).
+		Set(expression.Name(layout.AttrNeedsAttention), expression.Value(f.Census.NeedsAttention())).
+		Set(expression.Name(layout.AttrFinishedAtMs), expression.Value(f.FinishedAt.UnixMilli())).
+		Set(expression.Name(layout.AttrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli()))
 	if !f.RowsExpireAt.IsZero() {
 		u = u.Set(expression.Name(config.AttrExpiresAt), expression.Value(f.RowsExpireAt.Unix()))
 	}
-	u = u.Remove(expression.Name(attrPauseBy)) // a finished run is not paused
+	u = u.Remove(expression.Name(layout.AttrPauseBy)) // a finished run is not paused
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name(attrRun).Equal(expression.Value(run)),
-			expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))))).
+			expression.Name(layout.AttrRun).Equal(expression.Value(run)),
+			expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusRunning))))).
 		WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
 	_, err = s.transact(ctx, s.batchUpdate(id, expr),
-		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, id)}},
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: layout.Key(layout.PKRunning, id)}},
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
-			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, id)},
-			attrBatchID:   &types.AttributeValueMemberS{Value: id},
-			attrFormat:    formatValue(),
+			config.AttrPK:      &types.AttributeValueMemberS{Value: layout.PKRetention},
+			config.AttrSK:      &types.AttributeValueMemberS{Value: layout.RetentionSK(f.ExpiresAt, id)},
+			layout.AttrBatchID: &types.AttributeValueMemberS{Value: id},
+			layout.AttrFormat:  layout.FormatValue(),
 		}}},
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-			config.AttrPK: &types.AttributeValueMemberS{Value: pkPublish},
-			config.AttrSK: &types.AttributeValueMemberS{Value: publishSK(id, run)},
-			attrBatchID:   &types.AttributeValueMemberS{Value: id},
-			attrFormat:    formatValue(),
-			attrRun:       &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
+			config.AttrPK:      &types.AttributeValueMemberS{Value: layout.PKPublish},
+			config.AttrSK:      &types.AttributeValueMemberS{Value: layout.PublishSK(id, run)},
+			layout.AttrBatchID: &types.AttributeValueMemberS{Value: id},
+			layout.AttrFormat:  layout.FormatValue(),
+			layout.AttrRun:     &types.AttributeValueMemberN{Value: strconv.Itoa(run)},
 		}}})
 	if err != nil {
 		return fmt.Errorf("finish %s run %d: %w", id, run, err)
@@ -265,16 +266,16 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f ledger.Fini
 // no report to announce).
 func (s *Store) FinalizeFailed(ctx context.Context, f ledger.FinalizeFailure) (bool, error) {
 	running := expression.And(
-		expression.Name(attrRun).Equal(expression.Value(f.Run)),
-		expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))))
+		expression.Name(layout.AttrRun).Equal(expression.Value(f.Run)),
+		expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusRunning))))
 	reason := ledger.CutError(f.Reason)
 	expr, err := expression.NewBuilder().WithCondition(running).
-		WithUpdate(expression.Add(expression.Name(attrFinalizeFailures), expression.Value(1)).
-			Set(expression.Name(attrFailure), expression.Value(reason))).Build()
+		WithUpdate(expression.Add(expression.Name(layout.AttrFinalizeFailures), expression.Value(1)).
+			Set(expression.Name(layout.AttrFailure), expression.Value(reason))).Build()
 	if err != nil {
 		return false, err
 	}
-	attrs, _, err := s.updateRow(ctx, key(batchPK(f.BatchID), skBatch), expr, types.ReturnValueUpdatedNew)
+	attrs, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(f.BatchID), layout.SKBatch), expr, types.ReturnValueUpdatedNew)
 	if err != nil {
 		return false, fmt.Errorf("count a failed finalize of %s run %d: %w", f.BatchID, f.Run, err)
 	}
@@ -288,23 +289,23 @@ func (s *Store) FinalizeFailed(ctx context.Context, f ledger.FinalizeFailure) (b
 		return false, nil
 	}
 	expr, err = expression.NewBuilder().
-		WithCondition(expression.And(running, expression.Name(attrFinalizeFailures).GreaterThanEqual(expression.Value(f.Limit)))).
-		WithUpdate(expression.Set(expression.Name(attrStatus), expression.Value(string(api.StatusFinalizeFailed))).
-			Set(expression.Name(attrNeedsAttention), expression.Value(true)).
-			Set(expression.Name(attrFinishedAtMs), expression.Value(f.Now.UnixMilli())).
-			Set(expression.Name(attrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli())).
+		WithCondition(expression.And(running, expression.Name(layout.AttrFinalizeFailures).GreaterThanEqual(expression.Value(f.Limit)))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrStatus), expression.Value(string(api.StatusFinalizeFailed))).
+			Set(expression.Name(layout.AttrNeedsAttention), expression.Value(true)).
+			Set(expression.Name(layout.AttrFinishedAtMs), expression.Value(f.Now.UnixMilli())).
+			Set(expression.Name(layout.AttrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli())).
 			Set(expression.Name(config.AttrExpiresAt), expression.Value(f.ExpiresAt.Add(ledger.TTLGrace).Unix())).
-			Remove(expression.Name(attrPauseBy))).Build()
+			Remove(expression.Name(layout.AttrPauseBy))).Build()
 	if err != nil {
 		return false, err
 	}
 	_, err = s.transact(ctx, s.batchUpdate(f.BatchID, expr),
-		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: key(pkRunning, f.BatchID)}},
+		types.TransactWriteItem{Delete: &types.Delete{TableName: &s.table, Key: layout.Key(layout.PKRunning, f.BatchID)}},
 		types.TransactWriteItem{Put: &types.Put{TableName: &s.table, Item: map[string]types.AttributeValue{
-			config.AttrPK: &types.AttributeValueMemberS{Value: pkRetain},
-			config.AttrSK: &types.AttributeValueMemberS{Value: RetentionSK(f.ExpiresAt, f.BatchID)},
-			attrBatchID:   &types.AttributeValueMemberS{Value: f.BatchID},
-			attrFormat:    formatValue(),
+			config.AttrPK:      &types.AttributeValueMemberS{Value: layout.PKRetention},
+			config.AttrSK:      &types.AttributeValueMemberS{Value: layout.RetentionSK(f.ExpiresAt, f.BatchID)},
+			layout.AttrBatchID: &types.AttributeValueMemberS{Value: f.BatchID},
+			layout.AttrFormat:  layout.FormatValue(),
 		}}})
 	if err != nil {
 		return false, fmt.Errorf("end %s run %d as %s: %w", f.BatchID, f.Run, api.StatusFinalizeFailed, err)
@@ -320,17 +321,17 @@ func (s *Store) Stop(ctx context.Context, m ledger.StopMark) error {
 	id, run := m.BatchID, m.Run
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name(attrRun).Equal(expression.Value(run)),
-			expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))),
-			expression.AttributeNotExists(expression.Name(attrStop)))).
-		WithUpdate(expression.Set(expression.Name(attrStop), expression.Value(string(m.Status))).
-			Set(expression.Name(attrStopDetail), expression.Value(m.Detail)).
-			Set(expression.Name(attrStopRan), expression.Value(m.Ran)).
-			Set(expression.Name(attrStopFailures), expression.Value(m.Failures))).Build()
+			expression.Name(layout.AttrRun).Equal(expression.Value(run)),
+			expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusRunning))),
+			expression.AttributeNotExists(expression.Name(layout.AttrStop)))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrStop), expression.Value(string(m.Status))).
+			Set(expression.Name(layout.AttrStopDetail), expression.Value(m.Detail)).
+			Set(expression.Name(layout.AttrStopRan), expression.Value(m.Ran)).
+			Set(expression.Name(layout.AttrStopFailures), expression.Value(m.Failures))).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("stop %s run %d: %w", id, run, err)
 	}
 	return nil
@@ -342,30 +343,30 @@ func (s *Store) Stop(ctx context.Context, m ledger.StopMark) error {
 // (attribute_not_exists(pause_by), or for a caller's pause pause_by =
 // outage); else api.ErrConflict (see ledger.Store).
 func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
-	free := expression.AttributeNotExists(expression.Name(attrPauseBy))
+	free := expression.AttributeNotExists(expression.Name(layout.AttrPauseBy))
 	if m.By == api.PauseByCaller {
-		free = expression.Or(free, expression.Name(attrPauseBy).Equal(expression.Value(string(api.PauseByOutage))))
+		free = expression.Or(free, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))))
 	}
-	u := expression.Set(expression.Name(attrPauseBy), expression.Value(string(m.By))).
-		Set(expression.Name(attrPausedAtMs), expression.Value(m.Now.UnixMilli())).
-		Set(expression.Name(attrProbes), expression.Value(0)).
-		Add(expression.Name(attrPauses), expression.Value(1))
+	u := expression.Set(expression.Name(layout.AttrPauseBy), expression.Value(string(m.By))).
+		Set(expression.Name(layout.AttrPausedAtMs), expression.Value(m.Now.UnixMilli())).
+		Set(expression.Name(layout.AttrProbes), expression.Value(0)).
+		Add(expression.Name(layout.AttrPauses), expression.Value(1))
 	if m.Class != "" {
-		u = u.Set(expression.Name(attrPauseClass), expression.Value(m.Class)).
-			Set(expression.Name(attrPauseError), expression.Value(ledger.CutError(m.Error)))
+		u = u.Set(expression.Name(layout.AttrPauseClass), expression.Value(m.Class)).
+			Set(expression.Name(layout.AttrPauseError), expression.Value(ledger.CutError(m.Error)))
 	} else {
-		u = u.Remove(expression.Name(attrPauseClass)).Remove(expression.Name(attrPauseError))
+		u = u.Remove(expression.Name(layout.AttrPauseClass)).Remove(expression.Name(layout.AttrPauseError))
 	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name(attrRun).Equal(expression.Value(m.Run)),
-			expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))),
-			expression.AttributeNotExists(expression.Name(attrStop)), free)).
+			expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
+			expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusRunning))),
+			expression.AttributeNotExists(expression.Name(layout.AttrStop)), free)).
 		WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("pause %s run %d: %w", m.BatchID, m.Run, err)
 	}
 	return nil
@@ -376,17 +377,17 @@ func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
 // outage AND paused_at_ms = :since; else api.ErrConflict. The other
 // pause attributes stay, the last pause's record.
 func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
-	cond := expression.And(expression.Name(attrRun).Equal(expression.Value(m.Run)),
-		expression.AttributeExists(expression.Name(attrPauseBy)))
+	cond := expression.And(expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
+		expression.AttributeExists(expression.Name(layout.AttrPauseBy)))
 	if m.By == api.PauseByOutage {
-		cond = expression.And(cond, expression.Name(attrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
-			expression.Name(attrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
+		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
+			expression.Name(layout.AttrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
 	}
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(attrPauseBy))).Build()
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(layout.AttrPauseBy))).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("unpause %s run %d: %w", m.BatchID, m.Run, err)
 	}
 	return nil
@@ -398,15 +399,15 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 func (s *Store) ClaimProbe(ctx context.Context, c ledger.ProbeClaim) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name(attrRun).Equal(expression.Value(c.Run)),
-			expression.Name(attrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
-			expression.Name(attrPausedAtMs).Equal(expression.Value(c.Since.UnixMilli())),
-			expression.Name(attrProbes).LessThan(expression.Value(c.Probe)))).
-		WithUpdate(expression.Set(expression.Name(attrProbes), expression.Value(c.Probe))).Build()
+			expression.Name(layout.AttrRun).Equal(expression.Value(c.Run)),
+			expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
+			expression.Name(layout.AttrPausedAtMs).Equal(expression.Value(c.Since.UnixMilli())),
+			expression.Name(layout.AttrProbes).LessThan(expression.Value(c.Probe)))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrProbes), expression.Value(c.Probe))).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(c.BatchID), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(c.BatchID), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("claim probe %d of %s run %d: %w", c.Probe, c.BatchID, c.Run, err)
 	}
 	return nil
@@ -420,7 +421,7 @@ func (s *Store) ClaimProbe(ctx context.Context, c ledger.ProbeClaim) error {
 // run from or still running.
 func (s *Store) StartRun(ctx context.Context, id string, from int, now time.Time) (ledger.Batch, error) {
 	return s.startRun(ctx, id, from, now, func(u expression.UpdateBuilder) (expression.UpdateBuilder, error) {
-		return u.Remove(expression.Name(attrRunRevision)), nil
+		return u.Remove(expression.Name(layout.AttrRunRevision)), nil
 	})
 }
 
@@ -437,33 +438,33 @@ func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev ap
 		return ledger.Batch{}, err
 	}
 	return s.startRun(ctx, id, from, now, func(u expression.UpdateBuilder) (expression.UpdateBuilder, error) {
-		return u.Set(expression.Name(attrRunRevision), expression.Value(rev.N)).
-			Set(expression.Name(attrRevisions), expression.Value(string(revs))), nil
+		return u.Set(expression.Name(layout.AttrRunRevision), expression.Value(rev.N)).
+			Set(expression.Name(layout.AttrRevisions), expression.Value(string(revs))), nil
 	})
 }
 
 // startRun moves a finished batch at run from to run from+1, running,
 // with more (the run's revision) in the same conditional write.
 func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time, more func(expression.UpdateBuilder) (expression.UpdateBuilder, error)) (ledger.Batch, error) {
-	u, err := more(expression.Set(expression.Name(attrRun), expression.Value(from+1)).
-		Set(expression.Name(attrStatus), expression.Value(string(api.StatusRunning))).
-		Set(expression.Name(attrFannedOut), expression.Value(false)).
-		Set(expression.Name(attrRunStartedAtMs), expression.Value(now.UnixMilli())).
-		Remove(expression.Name(attrStop)).Remove(expression.Name(attrStopDetail)).
-		Remove(expression.Name(attrStopRan)).Remove(expression.Name(attrStopFailures)).
-		Remove(expression.Name(attrFailure)).Remove(expression.Name(attrFinalizeFailures)).
-		Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(attrPauses)).
-		Remove(expression.Name(attrPauseBy)))
+	u, err := more(expression.Set(expression.Name(layout.AttrRun), expression.Value(from+1)).
+		Set(expression.Name(layout.AttrStatus), expression.Value(string(api.StatusRunning))).
+		Set(expression.Name(layout.AttrFannedOut), expression.Value(false)).
+		Set(expression.Name(layout.AttrRunStartedAtMs), expression.Value(now.UnixMilli())).
+		Remove(expression.Name(layout.AttrStop)).Remove(expression.Name(layout.AttrStopDetail)).
+		Remove(expression.Name(layout.AttrStopRan)).Remove(expression.Name(layout.AttrStopFailures)).
+		Remove(expression.Name(layout.AttrFailure)).Remove(expression.Name(layout.AttrFinalizeFailures)).
+		Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(layout.AttrPauses)).
+		Remove(expression.Name(layout.AttrPauseBy)))
 	if err != nil {
 		return ledger.Batch{}, err
 	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.Name(attrRun).Equal(expression.Value(from)),
-			expression.Name(attrStatus).In(expression.Value(string(api.StatusCompleted)),
+			expression.Name(layout.AttrRun).Equal(expression.Value(from)),
+			expression.Name(layout.AttrStatus).In(expression.Value(string(api.StatusCompleted)),
 				expression.Value(string(api.StatusThresholdExceeded)), expression.Value(string(api.StatusCancelled)),
 				expression.Value(string(api.StatusFinalizeFailed))),
-			expression.AttributeNotExists(expression.Name(attrForgetting)))).
+			expression.AttributeNotExists(expression.Name(layout.AttrForgetting)))).
 		WithUpdate(u).Build()
 	if err != nil {
 		return ledger.Batch{}, err
@@ -476,37 +477,37 @@ func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time
 }
 
 // Halt puts m's halt in the batch row's halts map (see ledger.Store):
-// SET halts.{haltKey} = :halt under
+// SET halts.{layout.HaltKey} = :halt under
 //
 //	run = :run AND status = running AND attribute_exists(halts)
-//	AND attribute_not_exists(halts.{haltKey}) AND size(halts) < MaxHalts
+//	AND attribute_not_exists(halts.{layout.HaltKey}) AND size(halts) < MaxHalts
 //
-// or, on a row without the map, SET halts = {haltKey: :halt} under
+// or, on a row without the map, SET halts = {layout.HaltKey: :halt} under
 // attribute_not_exists(halts) and the same run and status.
 func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
-	k := haltKey(m.Subject)
-	row, err := attributevalue.Marshal(haltRow{Subject: m.Subject, SinceMs: m.Now.UnixMilli(), Reason: ledger.CutError(m.Reason)})
+	k := layout.HaltKey(m.Subject)
+	row, err := attributevalue.Marshal(layout.HaltRow{Subject: m.Subject, SinceMs: m.Now.UnixMilli(), Reason: ledger.CutError(m.Reason)})
 	if err != nil {
 		return err
 	}
-	running := expression.And(expression.Name(attrRun).Equal(expression.Value(m.Run)),
-		expression.Name(attrStatus).Equal(expression.Value(string(api.StatusRunning))))
-	path := expression.Name(attrHalts + "." + k)
+	running := expression.And(expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
+		expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusRunning))))
+	path := expression.Name(layout.AttrHalts + "." + k)
 	expr, err := expression.NewBuilder().WithCondition(expression.And(running,
-		expression.AttributeExists(expression.Name(attrHalts)), expression.AttributeNotExists(path),
-		expression.Name(attrHalts).Size().LessThan(expression.Value(api.MaxHalts)))).
+		expression.AttributeExists(expression.Name(layout.AttrHalts)), expression.AttributeNotExists(path),
+		expression.Name(layout.AttrHalts).Size().LessThan(expression.Value(api.MaxHalts)))).
 		WithUpdate(expression.Set(path, expression.Value(row))).Build()
 	if err != nil {
 		return err
 	}
-	_, old, err := s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone)
-	if errors.Is(err, api.ErrConflict) && len(old) > 0 && old[attrHalts] == nil {
-		expr, err = expression.NewBuilder().WithCondition(expression.And(running, expression.AttributeNotExists(expression.Name(attrHalts)))).
-			WithUpdate(expression.Set(expression.Name(attrHalts), expression.Value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{k: row}}))).Build()
+	_, old, err := s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone)
+	if errors.Is(err, api.ErrConflict) && len(old) > 0 && old[layout.AttrHalts] == nil {
+		expr, err = expression.NewBuilder().WithCondition(expression.And(running, expression.AttributeNotExists(expression.Name(layout.AttrHalts)))).
+			WithUpdate(expression.Set(expression.Name(layout.AttrHalts), expression.Value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{k: row}}))).Build()
 		if err != nil {
 			return err
 		}
-		_, _, err = s.updateRow(ctx, key(batchPK(m.BatchID), skBatch), expr, types.ReturnValueNone)
+		_, _, err = s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone)
 	}
 	if err != nil {
 		return fmt.Errorf("halt %s on %s: %w", m.BatchID, m.Subject, err)
@@ -515,14 +516,14 @@ func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
 }
 
 // Lift removes subject's halt from the batch row: REMOVE
-// halts.{haltKey} under attribute_exists(halts.{haltKey}).
+// halts.{layout.HaltKey} under attribute_exists(halts.{layout.HaltKey}).
 func (s *Store) Lift(ctx context.Context, id, subject string) error {
-	path := expression.Name(attrHalts + "." + haltKey(subject))
+	path := expression.Name(layout.AttrHalts + "." + layout.HaltKey(subject))
 	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(path)).WithUpdate(expression.Remove(path)).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("lift %s on %s: %w", id, subject, err)
 	}
 	return nil

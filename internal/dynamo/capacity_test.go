@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -60,7 +61,7 @@ func TestCapacityMeteringAsksAndSums(t *testing.T) {
 		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), HTTPClient: f})
 	s := New(db, "t")
 	ctx := context.Background()
-	if _, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key("p", "s")}); err != nil {
+	if _, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: layout.Key("p", "s")}); err != nil {
 		t.Fatal(err)
 	}
 	// The counter write carries the units consumed so far (0.5 read), and

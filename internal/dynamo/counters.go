@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -20,9 +19,9 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -47,26 +46,26 @@ func (s *Store) CountChunk(ctx context.Context, c ledger.ChunkCount) (ledger.Chu
 	shards := max(1, c.Shards)
 	part := int((c.First / max(c.Items, 1)) % int64(shards))
 	done := c.Done()
-	u := expression.Add(expression.Name(attrDone), expression.Value(done)).
-		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
-		Set(expression.Name(attrItems), expression.Value(c.Items)).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
+	u := expression.Add(expression.Name(layout.AttrDone), expression.Value(done)).
+		Add(expression.Name(layout.AttrFailures), expression.Value(c.Failures)).
+		Set(expression.Name(layout.AttrItems), expression.Value(c.Items)).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
 	for _, o := range api.TerminalOutcomes() {
 		if n := c.Outcomes[o]; n != 0 {
-			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(n))
+			u = u.Add(expression.Name(layout.OutcomeAttr(o)), expression.Value(n))
 		}
 	}
 	u = addCosts(u, c.Cost, c.Spent)
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
-		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
-			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
+		u = u.Add(expression.Name(layout.AttrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
+			Add(expression.Name(layout.AttrReadUnits), expression.Value(used.DynamoDBReadUnits))
 	}
 	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
 		s.returnPending(used)
 		return res, err
 	}
-	attrs, _, err := s.updateRow(ctx, key(countPK(c.BatchID, c.Run, part), chunkSK(c.First)), expr, types.ReturnValueUpdatedNew)
+	attrs, _, err := s.updateRow(ctx, layout.Key(layout.CountPK(c.BatchID, c.Run, part), layout.ChunkSK(c.First)), expr, types.ReturnValueUpdatedNew)
 	if err != nil {
 		s.returnPending(used)
 		return res, fmt.Errorf("count chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
@@ -81,16 +80,16 @@ func (s *Store) CountChunk(ctx context.Context, c ledger.ChunkCount) (ledger.Chu
 	if !res.ChunkDone && !c.RunFailures {
 		return res, nil
 	}
-	ru := expression.Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli())).
-		Add(expression.Name(attrChunksDone), expression.Value(boolInt(res.ChunkDone)))
+	ru := expression.Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(c.Now.UnixMilli())).
+		Add(expression.Name(layout.AttrChunksDone), expression.Value(boolInt(res.ChunkDone)))
 	if c.RunFailures {
-		ru = ru.Add(expression.Name(attrFailures), expression.Value(c.Failures))
+		ru = ru.Add(expression.Name(layout.AttrFailures), expression.Value(c.Failures))
 	}
 	expr, err = expression.NewBuilder().WithUpdate(s.stamp(ru, c.Now)).Build()
 	if err != nil {
 		return res, err
 	}
-	attrs, _, err = s.updateRow(ctx, key(runPK(c.BatchID, c.Run), skRun), expr, types.ReturnValueUpdatedNew)
+	attrs, _, err = s.updateRow(ctx, layout.Key(layout.RunPK(c.BatchID, c.Run), layout.SKRun), expr, types.ReturnValueUpdatedNew)
 	if err != nil {
 		return res, fmt.Errorf("count chunks of %s run %d: %w", c.BatchID, c.Run, err)
 	}
@@ -114,7 +113,7 @@ func addCosts(u expression.UpdateBuilder, cost, spent map[string]decimal.Decimal
 	for _, ps := range []struct {
 		prefix string
 		sum    map[string]decimal.Decimal
-	}{{attrCostPrefix, cost}, {attrSpentPrefix, spent}} {
+	}{{layout.AttrCostPrefix, cost}, {layout.AttrSpentPrefix, spent}} {
 		for _, name := range slices.Sorted(maps.Keys(ps.sum)) {
 			u = u.Add(expression.Name(ps.prefix+name), expression.Value(&types.AttributeValueMemberN{Value: ps.sum[name].String()}))
 		}
@@ -122,37 +121,10 @@ func addCosts(u expression.UpdateBuilder, cost, spent map[string]decimal.Decimal
 	return u
 }
 
-// Counter attributes of the cost sums: "c#{name}" (ChunkCount.Cost) and
-// "s#{name}" (ChunkCount.Spent), one number each per cost name.
-const (
-	attrCostPrefix  = "c#"
-	attrSpentPrefix = "s#"
-)
-
-// The live view's rows in a counter partition (ledger.Store.CountWaits,
-// CountFanned) and their attributes.
-const (
-	skWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; h{minute}: those of them throttled; per failure-class slot s: c{s} the class, e{s} one error, n{s}_{minute} its items; interrupted; timed_out; token slots
-	skFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
-
-	attrWaitPrefix = "w"
-	// attrThrottledPrefix prefixes the wait row's throttled buckets,
-	// h{minute}; causeClassAttr, causeErrorAttr and causeDueAttr name its
-	// failure-class slots' attributes.
-	attrThrottledPrefix = "h"
-	attrInterrupted     = "interrupted"
-	attrTimedOut        = "timed_out"
-	attrFanned          = "fanned"
-	attrFannedChunks    = "fanned_chunks"
-	// waitPrune is how many minutes before now a wait write removes: the
-	// buckets of retries already due, which no longer count, so that a
-	// wait row holds little more than the retries still to come.
-	waitPrune = 10
-)
-
-// heldAttr is the wait row's attribute counting the run's items held
-// with outcome o: "held_withheld".
-func heldAttr(o api.Outcome) string { return "held_" + string(o) }
+// waitPrune is how many minutes before now a wait write removes: the
+// buckets of retries already due, which no longer count, so that a wait
+// row holds little more than the retries still to come.
+const waitPrune = 10
 
 // CountWaits adds c to the wait row of counter partition c.Lane with one
 // UpdateItem (ADD w{minute} …, h{minute} … for the throttled, n{slot}_
@@ -163,24 +135,24 @@ func heldAttr(o api.Outcome) string { return "held_" + string(o) }
 // ledger.StreakSlots() slots (ledger.StreakSlot): two classes in one
 // slot are counted together under the name written last.
 func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
-	u := expression.Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now)))
+	u := expression.Set(expression.Name(layout.TokenSlot(c.Token)), expression.Value(layout.TokenMark(c.Token, c.Now)))
 	add := func(name string, n int64) {
 		if n != 0 {
 			u = u.Add(expression.Name(name), expression.Value(n))
 		}
 	}
 	for m, n := range c.Due {
-		add(attrWaitPrefix+strconv.FormatInt(m, 10), n)
+		add(layout.AttrWaitPrefix+strconv.FormatInt(m, 10), n)
 	}
 	for m, n := range c.Throttled {
-		add(attrThrottledPrefix+strconv.FormatInt(m, 10), n)
+		add(layout.AttrThrottledPrefix+strconv.FormatInt(m, 10), n)
 	}
 	slots := map[int]map[int64]int64{}
 	for class, w := range c.Causes {
 		slot := ledger.StreakSlot(class)
-		u = u.Set(expression.Name(causeClassAttr(slot)), expression.Value(class))
+		u = u.Set(expression.Name(layout.CauseClassAttr(slot)), expression.Value(class))
 		if w.Error != "" {
-			u = u.Set(expression.Name(causeErrorAttr(slot)), expression.Value(w.Error)) // cut by the caller (ledger.MaxWaitCauseBytes)
+			u = u.Set(expression.Name(layout.CauseErrorAttr(slot)), expression.Value(w.Error)) // cut by the caller (ledger.MaxWaitCauseBytes)
 		}
 		if slots[slot] == nil {
 			slots[slot] = map[int64]int64{}
@@ -191,27 +163,27 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	}
 	for slot, due := range slots {
 		for m, n := range due {
-			add(causeDueAttr(slot, m), n)
+			add(layout.CauseDueAttr(slot, m), n)
 		}
 	}
-	add(attrInterrupted, c.Interrupted)
-	add(attrTimedOut, c.TimedOut)
+	add(layout.AttrInterrupted, c.Interrupted)
+	add(layout.AttrTimedOut, c.TimedOut)
 	for _, o := range api.HeldOutcomes() {
 		if n := c.Held[o]; n != 0 {
-			u = u.Add(expression.Name(heldAttr(o)), expression.Value(n))
+			u = u.Add(expression.Name(layout.HeldAttr(o)), expression.Value(n))
 		}
 	}
 	now := c.Now.Unix() / 60
 	for m := now - waitPrune; m < now; m++ {
 		if _, due := c.Due[m]; !due {
-			u = u.Remove(expression.Name(attrWaitPrefix + strconv.FormatInt(m, 10)))
+			u = u.Remove(expression.Name(layout.AttrWaitPrefix + strconv.FormatInt(m, 10)))
 		}
 		if _, due := c.Throttled[m]; !due {
-			u = u.Remove(expression.Name(attrThrottledPrefix + strconv.FormatInt(m, 10)))
+			u = u.Remove(expression.Name(layout.AttrThrottledPrefix + strconv.FormatInt(m, 10)))
 		}
 		for slot, due := range slots {
 			if _, ok := due[m]; !ok {
-				u = u.Remove(expression.Name(causeDueAttr(slot, m)))
+				u = u.Remove(expression.Name(layout.CauseDueAttr(slot, m)))
 			}
 		}
 	}
@@ -219,101 +191,10 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.addOnce(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skWait), expr, c.Token, c.Now); err != nil {
+	if _, err := s.addOnce(ctx, layout.Key(layout.CountPK(c.BatchID, c.Run, c.Lane), layout.SKWait), expr, c.Token, c.Now); err != nil {
 		return fmt.Errorf("count waits of %s run %d: %w", c.BatchID, c.Run, err)
 	}
 	return nil
-}
-
-// causeClassAttr is the wait row's attribute of failure-class slot s's
-// class name, c{s}; causeErrorAttr its error text, e{s}; causeDueAttr
-// its items due in Unix minute m, n{s}_{m}.
-func causeClassAttr(s int) string { return "c" + strconv.Itoa(s) }
-func causeErrorAttr(s int) string { return "e" + strconv.Itoa(s) }
-func causeDueAttr(s int, m int64) string {
-	return "n" + strconv.Itoa(s) + "_" + strconv.FormatInt(m, 10)
-}
-
-// readWaitRow adds a wait row's counts (CountWaits) to p.
-func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
-	num := func(v types.AttributeValue) (int64, bool) {
-		n, ok := v.(*types.AttributeValueMemberN)
-		if !ok {
-			return 0, false
-		}
-		c, err := strconv.ParseInt(n.Value, 10, 64)
-		return c, err == nil
-	}
-	causes := map[int]*ledger.WaitCause{}
-	cause := func(s int) *ledger.WaitCause {
-		if causes[s] == nil {
-			causes[s] = &ledger.WaitCause{Due: map[int64]int64{}}
-		}
-		return causes[s]
-	}
-	names := map[int]string{}
-	for name, v := range av {
-		if rest, ok := strings.CutPrefix(name, attrWaitPrefix); ok {
-			if m, err := strconv.ParseInt(rest, 10, 64); err == nil {
-				if c, ok := num(v); ok {
-					p.RetryDue[m] += c
-				}
-			}
-			continue
-		}
-		if rest, ok := strings.CutPrefix(name, attrThrottledPrefix); ok {
-			if m, err := strconv.ParseInt(rest, 10, 64); err == nil {
-				if c, ok := num(v); ok {
-					p.ThrottledDue[m] += c
-				}
-			}
-			continue
-		}
-		if rest, ok := strings.CutPrefix(name, "n"); ok {
-			sl, mi, found := strings.Cut(rest, "_")
-			s, err1 := strconv.Atoi(sl)
-			m, err2 := strconv.ParseInt(mi, 10, 64)
-			if c, ok := num(v); found && err1 == nil && err2 == nil && ok {
-				cause(s).Due[m] += c
-			}
-			continue
-		}
-		str, isS := v.(*types.AttributeValueMemberS)
-		if !isS || len(name) < 2 {
-			continue
-		}
-		s, err := strconv.Atoi(name[1:])
-		switch {
-		case err != nil:
-		case name[0] == 'c':
-			names[s] = str.Value
-		case name[0] == 'e':
-			cause(s).Error = str.Value
-		}
-	}
-	if n, ok := num(av[attrInterrupted]); ok {
-		p.Interrupted += n
-	}
-	if n, ok := num(av[attrTimedOut]); ok {
-		p.TimedOut += n
-	}
-	for s, w := range causes {
-		class := names[s]
-		if class == "" {
-			class = "transient"
-		}
-		had := p.Causes[class]
-		if had.Due == nil {
-			had.Due = map[int64]int64{}
-		}
-		for m, n := range w.Due {
-			had.Due[m] += n
-		}
-		if had.Error == "" {
-			had.Error = w.Error
-		}
-		p.Causes[class] = had
-	}
 }
 
 // CountFanned adds c's items to the fan row of counter partition c.Lane
@@ -322,15 +203,15 @@ func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
 // out again, or a write the SDK sends again, counts once.
 func (s *Store) CountFanned(ctx context.Context, c ledger.FanCount) error {
 	first := strconv.FormatInt(c.First, 10)
-	u := expression.Add(expression.Name(attrFanned), expression.Value(c.Items)).
-		Add(expression.Name(attrFannedChunks), expression.Value(&types.AttributeValueMemberSS{Value: []string{first}}))
-	cond := expression.Or(expression.AttributeNotExists(expression.Name(attrFannedChunks)),
-		expression.Not(expression.Contains(expression.Name(attrFannedChunks), first)))
+	u := expression.Add(expression.Name(layout.AttrFanned), expression.Value(c.Items)).
+		Add(expression.Name(layout.AttrFannedChunks), expression.Value(&types.AttributeValueMemberSS{Value: []string{first}}))
+	cond := expression.Or(expression.AttributeNotExists(expression.Name(layout.AttrFannedChunks)),
+		expression.Not(expression.Contains(expression.Name(layout.AttrFannedChunks), first)))
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skFan), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.CountPK(c.BatchID, c.Run, c.Lane), layout.SKFan), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("count fanned-out chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
 	}
 	return nil
@@ -344,77 +225,8 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 	p := ledger.Progress{ByOutcome: map[api.Outcome]int64{}, Cost: map[string]decimal.Decimal{}, Spent: map[string]decimal.Decimal{}, RetryDue: map[int64]int64{},
 		ThrottledDue: map[int64]int64{}, Causes: map[string]ledger.WaitCause{}}
 	for part := range max(1, shards) {
-		err := s.queryAll(ctx, countPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
-			switch stringAttr(av, config.AttrSK) {
-			case skWait:
-				readWaitRow(av, &p)
-				for _, o := range api.HeldOutcomes() {
-					if n, ok := av[heldAttr(o)].(*types.AttributeValueMemberN); ok {
-						c, _ := strconv.ParseInt(n.Value, 10, 64)
-						if p.Held == nil {
-							p.Held = map[api.Outcome]int64{}
-						}
-						p.Held[o] += c
-					}
-				}
-				return nil
-			case skFan:
-				if n, ok := av[attrFanned].(*types.AttributeValueMemberN); ok {
-					c, _ := strconv.ParseInt(n.Value, 10, 64)
-					p.FannedOut += c
-				}
-				if ss, ok := av[attrFannedChunks].(*types.AttributeValueMemberSS); ok {
-					p.FanChunks += int64(len(ss.Value))
-				}
-				return nil
-			}
-			var row struct {
-				Done        int64   `dynamodbav:"done"`
-				Failures    int64   `dynamodbav:"failures"`
-				UpdatedAtMs int64   `dynamodbav:"updated_at_ms"`
-				WriteUnits  float64 `dynamodbav:"wcu"`
-				ReadUnits   float64 `dynamodbav:"rcu"`
-				Format      int     `dynamodbav:"fv"`
-			}
-			if err := attributevalue.UnmarshalMap(av, &row); err != nil {
-				return err
-			}
-			if err := ledger.CheckFormat("counter row of "+batchID, row.Format); err != nil {
-				return err
-			}
-			p.Done += row.Done
-			p.Failures += row.Failures
-			for _, o := range api.TerminalOutcomes() {
-				if v, ok := av[outcomeAttr(o)].(*types.AttributeValueMemberN); ok {
-					n, _ := strconv.ParseInt(v.Value, 10, 64)
-					p.ByOutcome[o] += n
-				}
-			}
-			for name, v := range av {
-				n, ok := v.(*types.AttributeValueMemberN)
-				if !ok {
-					continue
-				}
-				sum := p.Cost
-				cost, isCost := strings.CutPrefix(name, attrCostPrefix)
-				if !isCost {
-					sum = p.Spent
-					if cost, isCost = strings.CutPrefix(name, attrSpentPrefix); !isCost {
-						continue
-					}
-				}
-				d, err := decimal.NewFromString(n.Value)
-				if err != nil {
-					return fmt.Errorf("counter %s: %w", name, err)
-				}
-				sum[cost] = sum[cost].Add(d)
-			}
-			p.Usage.DynamoDBWriteUnits += row.WriteUnits
-			p.Usage.DynamoDBReadUnits += row.ReadUnits
-			if t := fromMs(row.UpdatedAtMs); t.After(p.UpdatedAt) {
-				p.UpdatedAt = t
-			}
-			return nil
+		err := s.queryAll(ctx, layout.CountPK(batchID, run, part), false, func(av map[string]types.AttributeValue) error {
+			return layout.AddCounterRow(batchID, av, &p)
 		})
 		if err != nil {
 			return p, fmt.Errorf("progress %s run %d: %w", batchID, run, err)
@@ -438,38 +250,38 @@ func (s *Store) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneC
 	var res ledger.LaneCounted
 	used := s.takePending()
 	n := c.Done()
-	u := expression.Add(expression.Name(attrDone), expression.Value(n)).
-		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
-		Set(expression.Name(attrItems), expression.Value(c.Target)).
-		Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now))).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
+	u := expression.Add(expression.Name(layout.AttrDone), expression.Value(n)).
+		Add(expression.Name(layout.AttrFailures), expression.Value(c.Failures)).
+		Set(expression.Name(layout.AttrItems), expression.Value(c.Target)).
+		Set(expression.Name(layout.TokenSlot(c.Token)), expression.Value(layout.TokenMark(c.Token, c.Now))).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
 	for _, o := range api.TerminalOutcomes() {
 		if v := c.Outcomes[o]; v != 0 {
-			u = u.Add(expression.Name(outcomeAttr(o)), expression.Value(v))
+			u = u.Add(expression.Name(layout.OutcomeAttr(o)), expression.Value(v))
 		}
 	}
 	u = addCosts(u, c.Cost, c.Spent)
 	if c.Answered {
 		for i := range ledger.StreakSlots() {
-			u = u.Remove(expression.Name(streakAttr(i)))
+			u = u.Remove(expression.Name(layout.StreakAttr(i)))
 		}
 	} else {
 		for slot, n := range c.Streaks {
-			u = u.Add(expression.Name(streakAttr(slot)), expression.Value(n))
+			u = u.Add(expression.Name(layout.StreakAttr(slot)), expression.Value(n))
 		}
 	}
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
-		u = u.Add(expression.Name(attrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
-			Add(expression.Name(attrReadUnits), expression.Value(used.DynamoDBReadUnits))
+		u = u.Add(expression.Name(layout.AttrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
+			Add(expression.Name(layout.AttrReadUnits), expression.Value(used.DynamoDBReadUnits))
 	}
-	fits := expression.Or(expression.AttributeNotExists(expression.Name(attrDone)),
-		expression.Name(attrDone).LessThanEqual(expression.Value(c.Target-n)))
+	fits := expression.Or(expression.AttributeNotExists(expression.Name(layout.AttrDone)),
+		expression.Name(layout.AttrDone).LessThanEqual(expression.Value(c.Target-n)))
 	expr, err := expression.NewBuilder().WithCondition(fits).WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
 		s.returnPending(used)
 		return res, err
 	}
-	row, err := s.addOnce(ctx, key(countPK(c.BatchID, c.Run, c.Lane), skLane), expr, c.Token, c.Now)
+	row, err := s.addOnce(ctx, layout.Key(layout.CountPK(c.BatchID, c.Run, c.Lane), layout.SKLane), expr, c.Token, c.Now)
 	var v struct {
 		Done     int64 `dynamodbav:"done"`
 		Failures int64 `dynamodbav:"failures"`
@@ -489,9 +301,9 @@ func (s *Store) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneC
 		got.Streaks = map[int]int64{}
 		for slot := range c.Streaks {
 			var n int64
-			if av, ok := row[streakAttr(slot)]; ok {
+			if av, ok := row[layout.StreakAttr(slot)]; ok {
 				if err := attributevalue.Unmarshal(av, &n); err != nil {
-					return got, fmt.Errorf("count lane %d of %s run %d: %s: %w", c.Lane, c.BatchID, c.Run, streakAttr(slot), err)
+					return got, fmt.Errorf("count lane %d of %s run %d: %s: %w", c.Lane, c.BatchID, c.Run, layout.StreakAttr(slot), err)
 				}
 			}
 			got.Streaks[slot] = n
@@ -500,24 +312,19 @@ func (s *Store) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneC
 	return got, nil
 }
 
-// streakAttr is the lane attribute of failure-class slot i
-// (ledger.StreakSlot): x0 … x7, the attempts that failed transiently with
-// a class of that slot since an item of the lane was last answered.
-func streakAttr(i int) string { return "x" + strconv.Itoa(i) }
-
 // CountRun adds c to the run row COUNT#{id}#{run}, RUN with one UpdateItem
 // returning the new totals (ADD lanes_done, failures; SET t{h},
 // updated_at_ms), sent once at a time as CountLane's (addOnce).
 func (s *Store) CountRun(ctx context.Context, c ledger.RunCount) (ledger.RunCounted, error) {
-	u := expression.Add(expression.Name(attrLanesDone), expression.Value(c.LanesDone)).
-		Add(expression.Name(attrFailures), expression.Value(c.Failures)).
-		Set(expression.Name(tokenSlot(c.Token)), expression.Value(tokenMark(c.Token, c.Now))).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
+	u := expression.Add(expression.Name(layout.AttrLanesDone), expression.Value(c.LanesDone)).
+		Add(expression.Name(layout.AttrFailures), expression.Value(c.Failures)).
+		Set(expression.Name(layout.TokenSlot(c.Token)), expression.Value(layout.TokenMark(c.Token, c.Now))).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(c.Now.UnixMilli()))
 	expr, err := expression.NewBuilder().WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
 		return ledger.RunCounted{}, err
 	}
-	row, err := s.addOnce(ctx, key(runPK(c.BatchID, c.Run), skRun), expr, c.Token, c.Now)
+	row, err := s.addOnce(ctx, layout.Key(layout.RunPK(c.BatchID, c.Run), layout.SKRun), expr, c.Token, c.Now)
 	if err != nil {
 		return ledger.RunCounted{}, fmt.Errorf("count run %d of %s: %w", c.Run, c.BatchID, err)
 	}
@@ -534,30 +341,11 @@ func (s *Store) CountRun(ctx context.Context, c ledger.RunCount) (ledger.RunCoun
 // countClockSkew is how far apart two writers' clocks may be.
 const countClockSkew = 2 * time.Second
 
-// countTokenSlots is how many recent writes' tokens a counter row keeps:
-// slot t{h}, h = FNV-1a(token) mod countTokenSlots, holds the token and
-// send time of the last write whose token fell into it. 16 slots of ≈ 25
-// bytes keep a lane row well under 1 KB (one write unit per write).
-const countTokenSlots = 16
-
-// tokenSlot is the attribute of token's slot: "t0" … "t15".
-func tokenSlot(token string) string {
-	h := fnv.New32a()
-	h.Write([]byte(token))
-	return "t" + strconv.Itoa(int(h.Sum32()%countTokenSlots))
-}
-
-// tokenMark is what a write leaves in its slot: "{token}@{now ms}".
-func tokenMark(token string, now time.Time) string {
-	return token + "@" + strconv.FormatInt(now.UnixMilli(), 10)
-}
-
-// countThrottleRetry spaces the tries of a counter write DynamoDB
 // throttled (which it did not apply): 50 ms doubling, at most 2 s.
 var countThrottleRetry = retry.Schedule{Interval: 50 * time.Millisecond, MaxDelay: 2 * time.Second, Jitter: 0.5}
 
 // addOnce runs a counter UpdateItem (an ADD: not idempotent) whose update
-// sets its token's slot (tokenSlot) to tokenMark(token, now), so that it
+// sets its token's slot (layout.TokenSlot) to layout.TokenMark(token, now), so that it
 // is never applied twice. The SDK does not send it again by itself; this
 // does:
 //
@@ -581,7 +369,7 @@ var countThrottleRetry = retry.Schedule{Interval: 50 * time.Millisecond, MaxDela
 // whole row when recognised).
 func (s *Store) addOnce(ctx context.Context, k map[string]types.AttributeValue, expr expression.Expression, token string, now time.Time) (map[string]types.AttributeValue, error) {
 	once := func(o *dynamodb.Options) { o.Retryer = awsretry.AddWithMaxAttempts(o.Retryer, 1) }
-	slot, mark := tokenSlot(token), tokenMark(token, now)
+	slot, mark := layout.TokenSlot(token), layout.TokenMark(token, now)
 	var err error
 	for try := 1; try <= awsfault.MaxAttempts; try++ {
 		if try > 1 {

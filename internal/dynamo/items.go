@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -31,21 +32,21 @@ import (
 //
 //	attribute_not_exists(pk) OR (run < :run AND rev = :rev)
 func fresh(run, rev int) expression.ConditionBuilder {
-	out := expression.Name(attrOutcome)
+	out := expression.Name(layout.AttrOutcome)
 	if rev >= 2 {
 		return expression.Or(
 			expression.AttributeNotExists(expression.Name(config.AttrPK)),
-			expression.And(expression.Name(attrRun).LessThan(expression.Value(run)), expression.Name(attrRevision).Equal(expression.Value(rev))),
+			expression.And(expression.Name(layout.AttrRun).LessThan(expression.Value(run)), expression.Name(layout.AttrRevision).Equal(expression.Value(rev))),
 		)
 	}
 	return expression.Or(
 		expression.AttributeNotExists(expression.Name(config.AttrPK)),
 		expression.And(
-			expression.Name(attrRun).LessThan(expression.Value(run)),
+			expression.Name(layout.AttrRun).LessThan(expression.Value(run)),
 			expression.Or(
 				expression.In(out, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeCancelled)), expression.Value(string(api.OutcomeInFlight)),
 					expression.Value(string(api.OutcomeWithheld))),
-				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(attrReleased).Equal(expression.Value(true))),
+				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(layout.AttrReleased).Equal(expression.Value(true))),
 			),
 		),
 	)
@@ -57,9 +58,9 @@ func fresh(run, rev int) expression.ConditionBuilder {
 //	run = :run AND outcome = in_flight AND lease_until_ms < :now
 func expired(run int, now time.Time) expression.ConditionBuilder {
 	return expression.And(
-		expression.Name(attrRun).Equal(expression.Value(run)),
-		expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
-		expression.Name(attrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())),
+		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
+		expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
+		expression.Name(layout.AttrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())),
 	)
 }
 
@@ -67,7 +68,7 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 //
 //	outcome = withheld
 func isHeld() expression.ConditionBuilder {
-	return expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeWithheld)))
+	return expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeWithheld)))
 }
 
 // woken is the condition under which a held item moves on in its run
@@ -76,15 +77,15 @@ func isHeld() expression.ConditionBuilder {
 //	run = :run AND outcome = withheld AND attribute_exists(woken)
 func woken(run int) expression.ConditionBuilder {
 	return expression.And(
-		expression.Name(attrRun).Equal(expression.Value(run)),
+		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
 		isHeld(),
-		expression.AttributeExists(expression.Name(attrWoken)),
+		expression.AttributeExists(expression.Name(layout.AttrWoken)),
 	)
 }
 
 // removeHold removes a held item's hold attributes.
 func removeHold(u expression.UpdateBuilder) expression.UpdateBuilder {
-	return u.Remove(expression.Name(attrHoldSubject)).Remove(expression.Name(attrHoldSinceMs)).Remove(expression.Name(attrWoken))
+	return u.Remove(expression.Name(layout.AttrHoldSubject)).Remove(expression.Name(layout.AttrHoldSinceMs)).Remove(expression.Name(layout.AttrWoken))
 }
 
 // fenced is the condition of Record and Release:
@@ -92,15 +93,15 @@ func removeHold(u expression.UpdateBuilder) expression.UpdateBuilder {
 //	outcome = in_flight AND attempt = :attempt AND run = :run
 func fenced(run, attempt int) expression.ConditionBuilder {
 	return expression.And(
-		expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
-		expression.Name(attrAttempt).Equal(expression.Value(attempt)),
-		expression.Name(attrRun).Equal(expression.Value(run)),
+		expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
+		expression.Name(layout.AttrAttempt).Equal(expression.Value(attempt)),
+		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
 	)
 }
 
 func identity(u expression.UpdateBuilder, run int, now time.Time) expression.UpdateBuilder {
-	return u.Set(expression.Name(attrRun), expression.Value(run)).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(now.UnixMilli()))
+	return u.Set(expression.Name(layout.AttrRun), expression.Value(run)).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(now.UnixMilli()))
 }
 
 // Reserve takes the item under a new attempt and lease (see ledger.Store).
@@ -125,16 +126,16 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 			return it, err
 		}
 	}
-	next := expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))
+	next := expression.Plus(expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0)), expression.Value(1))
 	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
-		Set(expression.Name(attrOutcome), expression.Value(string(api.OutcomeInFlight))).
-		Set(expression.Name(attrAttempt), next).
-		Set(expression.Name(attrFirstAttempt), next).
-		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
-		Remove(expression.Name(attrOutput)).Remove(expression.Name(attrOutputRef)).Remove(expression.Name(attrReason)).
-		Remove(expression.Name(attrError)).Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled)).
-		Remove(expression.Name(attrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
-		Remove(expression.Name(attrThrottledMs))
+		Set(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeInFlight))).
+		Set(expression.Name(layout.AttrAttempt), next).
+		Set(expression.Name(layout.AttrFirstAttempt), next).
+		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Remove(expression.Name(layout.AttrOutput)).Remove(expression.Name(layout.AttrOutputRef)).Remove(expression.Name(layout.AttrReason)).
+		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled)).
+		Remove(expression.Name(layout.AttrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
+		Remove(expression.Name(layout.AttrThrottledMs))
 	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(removeHold(u), r.Now))
 	if errors.Is(err, api.ErrConflict) && it.Run == r.Run && it.Outcome.Held() {
 		return s.resume(ctx, r)
@@ -149,12 +150,12 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 // woken (see woken); attempt + 1, first_attempt, spent and run_time_ms
 // kept, the hold removed.
 func (s *Store) resume(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
-	u := expression.Set(expression.Name(attrOutcome), expression.Value(string(api.OutcomeInFlight))).
-		Set(expression.Name(attrAttempt), expression.Plus(expression.Name(attrAttempt), expression.Value(1))).
-		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
-		Remove(expression.Name(attrError)).Remove(expression.Name(attrReason)).Remove(expression.Name(attrCost)).
-		Remove(expression.Name(attrRetryScheduled)).Remove(expression.Name(attrThrottledMs)).
+	u := expression.Set(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeInFlight))).
+		Set(expression.Name(layout.AttrAttempt), expression.Plus(expression.Name(layout.AttrAttempt), expression.Value(1))).
+		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
+		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReason)).Remove(expression.Name(layout.AttrCost)).
+		Remove(expression.Name(layout.AttrRetryScheduled)).Remove(expression.Name(layout.AttrThrottledMs)).
 		Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
 	return s.reserve(ctx, r, woken(r.Run), s.stamp(removeHold(u), r.Now))
 }
@@ -162,10 +163,10 @@ func (s *Store) resume(ctx context.Context, r ledger.Reservation) (ledger.Item, 
 // takeover is Reserve's second condition: the item is in flight in this
 // run with an expired lease; attempt + 1, first_attempt kept.
 func (s *Store) takeover(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
-	take := expression.Set(expression.Name(attrAttempt), expression.Plus(expression.Name(attrAttempt), expression.Value(1))).
-		Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
-		Remove(expression.Name(attrRetryScheduled))
+	take := expression.Set(expression.Name(layout.AttrAttempt), expression.Plus(expression.Name(layout.AttrAttempt), expression.Value(1))).
+		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
+		Remove(expression.Name(layout.AttrRetryScheduled))
 	return s.reserve(ctx, r, expired(r.Run, r.Now), s.stamp(take, r.Now))
 }
 
@@ -174,9 +175,9 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	attrs, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
+	attrs, old, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
 	if errors.Is(err, api.ErrConflict) {
-		it, uerr := itemFrom(r.BatchID, old)
+		it, uerr := layout.ItemFrom(r.BatchID, old)
 		if uerr != nil {
 			return ledger.Item{}, uerr
 		}
@@ -187,7 +188,7 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 	}
 	// The row as written, from the row as it was: one round trip, and the
 	// old row tells whether this reservation interrupted an attempt.
-	var prev itemRow
+	var prev layout.ItemRow
 	if len(attrs) > 0 {
 		if err := attributevalue.UnmarshalMap(attrs, &prev); err != nil {
 			return ledger.Item{}, fmt.Errorf("reserve %s/%s: %w", r.BatchID, r.Key, err)
@@ -200,8 +201,8 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 			Run:        r.Run,
 			Outcome:    api.OutcomeInFlight,
 			Attempt:    prev.Attempt + 1,
-			LeaseUntil: fromMs(r.Now.Add(r.Lease).UnixMilli()),
-			UpdatedAt:  fromMs(r.Now.UnixMilli()),
+			LeaseUntil: layout.FromMs(r.Now.Add(r.Lease).UnixMilli()),
+			UpdatedAt:  layout.FromMs(r.Now.UnixMilli()),
 			Revision:   prev.Revision,
 		},
 		BatchID: r.BatchID,
@@ -212,7 +213,7 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 	if prev.Run == r.Run && (prev.Outcome == string(api.OutcomeInFlight) || api.Outcome(prev.Outcome).Held()) {
 		it.Interrupted = prev.Outcome == string(api.OutcomeInFlight) && !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
-		it.ThrottledSince = fromMs(prev.ThrottledMs)
+		it.ThrottledSince = layout.FromMs(prev.ThrottledMs)
 		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
 			// What this run's earlier attempts spent; the fence makes it
 			// current (an earlier attempt can no longer write).
@@ -226,7 +227,7 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 
 func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
-		Set(expression.Name(attrOutcome), expression.Value(string(r.Outcome)))
+		Set(expression.Name(layout.AttrOutcome), expression.Value(string(r.Outcome)))
 	set := func(name, v string) {
 		if v != "" {
 			u = u.Set(expression.Name(name), expression.Value(v))
@@ -239,21 +240,21 @@ func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 	set("error", ledger.CutError(r.Error))
 	set("reason", string(r.Reason))
 	if len(r.Cost) > 0 {
-		u = u.Set(expression.Name(attrCost), expression.Value(map[string]float64(r.Cost)))
+		u = u.Set(expression.Name(layout.AttrCost), expression.Value(map[string]float64(r.Cost)))
 	} else {
-		u = u.Remove(expression.Name(attrCost))
+		u = u.Remove(expression.Name(layout.AttrCost))
 	}
 	u = setSpent(u, r)
 	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined || r.Outcome.Held() {
-		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(shardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
+		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(layout.ShardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
 			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
 	} else {
 		u = u.Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
 	}
 	if r.Outcome.Held() {
 		h := r.Hold
-		u = u.Set(expression.Name(attrHoldSinceMs), expression.Value(h.Since.UnixMilli())).Remove(expression.Name(attrWoken))
-		set(attrHoldSubject, h.Subject)
+		u = u.Set(expression.Name(layout.AttrHoldSinceMs), expression.Value(h.Since.UnixMilli())).Remove(expression.Name(layout.AttrWoken))
+		set(layout.AttrHoldSubject, h.Subject)
 	} else {
 		u = removeHold(u)
 	}
@@ -273,15 +274,15 @@ func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 	if err != nil {
 		return err
 	}
-	u = s.stamp(u.Set(expression.Name(attrLeaseUntilMs), expression.Value(0)), r.Now)
+	u = s.stamp(u.Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(0)), r.Now)
 	if r.FirstAttempt > 0 {
-		u = u.Set(expression.Name(attrFirstAttempt), expression.Value(r.FirstAttempt))
+		u = u.Set(expression.Name(layout.AttrFirstAttempt), expression.Value(r.FirstAttempt))
 	}
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
-	k := itemKey(r.BatchID, r.ListShards, r.Key)
+	k := layout.ItemKey(r.BatchID, r.ListShards, r.Key)
 	var old map[string]types.AttributeValue
 	if w, ok := r.Effects.(stagedWrites); ok && len(w.TransactWriteItems()) > 0 && r.Outcome == api.OutcomeSucceeded {
 		old, err = s.recordWithEffects(ctx, r, k, expr, w.TransactWriteItems())
@@ -296,7 +297,7 @@ func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 		// retry then fails the fence on this attempt's own outcome. A row
 		// of this run and attempt holding this outcome, reason and error
 		// is that write, not a later attempt's: success.
-		if it, ierr := itemFrom(r.BatchID, old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
+		if it, ierr := layout.ItemFrom(r.BatchID, old); ierr == nil && it.Run == r.Run && it.Attempt == r.Attempt &&
 			it.Outcome == r.Outcome && it.Reason == r.Reason && it.Error == ledger.CutError(r.Error) {
 			return nil
 		}
@@ -313,17 +314,17 @@ func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 // the SDK sends again writes the same row): a throttled attempt moves
 // first_attempt past itself and is not counted toward max attempts.
 func (s *Store) Release(ctx context.Context, r ledger.Record) error {
-	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
-		Set(expression.Name(attrRetryScheduled), expression.Value(true)).
-		Set(expression.Name(attrError), expression.Value(ledger.CutError(r.Error))).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))
+	u := expression.Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
+		Set(expression.Name(layout.AttrRetryScheduled), expression.Value(true)).
+		Set(expression.Name(layout.AttrError), expression.Value(ledger.CutError(r.Error))).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))
 	if r.FirstAttempt > 0 {
-		u = u.Set(expression.Name(attrFirstAttempt), expression.Value(r.FirstAttempt))
+		u = u.Set(expression.Name(layout.AttrFirstAttempt), expression.Value(r.FirstAttempt))
 	}
 	if r.ThrottledSince.IsZero() {
-		u = u.Remove(expression.Name(attrThrottledMs))
+		u = u.Remove(expression.Name(layout.AttrThrottledMs))
 	} else {
-		u = u.Set(expression.Name(attrThrottledMs), expression.Value(r.ThrottledSince.UnixMilli()))
+		u = u.Set(expression.Name(layout.AttrThrottledMs), expression.Value(r.ThrottledSince.UnixMilli()))
 	}
 	u = setSpent(s.stamp(u, r.Now), r)
 	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
@@ -342,8 +343,8 @@ func setSpent(u expression.UpdateBuilder, r ledger.Record) expression.UpdateBuil
 	if len(r.Spent) == 0 {
 		return u
 	}
-	return u.Set(expression.Name(attrSpent), expression.Value(map[string]float64(r.Spent))).
-		Set(expression.Name(attrSpentRun), expression.Value(r.Run))
+	return u.Set(expression.Name(layout.AttrSpent), expression.Value(map[string]float64(r.Spent))).
+		Set(expression.Name(layout.AttrSpentRun), expression.Value(r.Run))
 }
 
 // Settle writes a terminal outcome for an item that did not run: under the
@@ -359,13 +360,13 @@ func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error
 		if err != nil {
 			return u, err
 		}
-		u = u.Set(expression.Name(attrAttempt), expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0))).
-			Set(expression.Name(attrLeaseUntilMs), expression.Value(0)).
-			Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled))
+		u = u.Set(expression.Name(layout.AttrAttempt), expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0))).
+			Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(0)).
+			Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled))
 		if newRun {
 			// A row new to this run starts the run's attempts here (none
 			// made); a row in flight in this run keeps them.
-			u = u.Set(expression.Name(attrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1)))
+			u = u.Set(expression.Name(layout.AttrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0)), expression.Value(1)))
 		}
 		return s.stamp(u, r.Now), nil
 	}
@@ -401,10 +402,10 @@ func (s *Store) SettleUnstarted(ctx context.Context, r ledger.Record) (ledger.It
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	u = u.Set(expression.Name(attrAttempt), expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0))).
-		Set(expression.Name(attrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(attrAttempt), expression.Value(0)), expression.Value(1))).
-		Set(expression.Name(attrLeaseUntilMs), expression.Value(0)).
-		Remove(expression.Name(attrReleased)).Remove(expression.Name(attrRetryScheduled))
+	u = u.Set(expression.Name(layout.AttrAttempt), expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0))).
+		Set(expression.Name(layout.AttrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0)), expression.Value(1))).
+		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(0)).
+		Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled))
 	return s.settle(ctx, r, fresh(r.Run, r.Revision), u)
 }
 
@@ -413,9 +414,9 @@ func (s *Store) settle(ctx context.Context, r ledger.Record, cond expression.Con
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	_, old, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
+	_, old, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
 	if errors.Is(err, api.ErrConflict) {
-		it, uerr := itemFrom(r.BatchID, old)
+		it, uerr := layout.ItemFrom(r.BatchID, old)
 		if uerr != nil {
 			return ledger.Item{}, uerr
 		}
@@ -428,7 +429,7 @@ func (s *Store) settle(ctx context.Context, r ledger.Record, cond expression.Con
 }
 
 func (s *Store) update(ctx context.Context, op string, r ledger.Record, expr expression.Expression) error {
-	if _, _, err := s.updateRow(ctx, itemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone); err != nil {
+	if _, _, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("%s %s/%s attempt %d: %w", op, r.BatchID, r.Key, r.Attempt, err)
 	}
 	return nil
@@ -454,14 +455,14 @@ func (s *Store) getItem(ctx context.Context, batchID string, shards int, key str
 func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key string) (ledger.Item, error) {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: itemKeyAt(batchID, shard, key), ConsistentRead: aws.Bool(true)})
+	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: layout.ItemKeyAt(batchID, shard, key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return ledger.Item{}, fmt.Errorf("get item %s/%s: %w", batchID, key, err)
 	}
 	if len(out.Item) == 0 {
 		return ledger.Item{}, fmt.Errorf("item %s/%s: %w", batchID, key, api.ErrNotFound)
 	}
-	return itemFrom(batchID, out.Item)
+	return layout.ItemFrom(batchID, out.Item)
 }
 
 // ReleaseItem marks a quarantined item released, so that the next run
@@ -469,12 +470,12 @@ func (s *Store) getItemAt(ctx context.Context, batchID string, shard int, key st
 // the item has no row, api.ErrConflict when it is not quarantined.
 func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error {
 	expr, err := expression.NewBuilder().
-		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeQuarantined)))).
-		WithUpdate(expression.Set(expression.Name(attrReleased), expression.Value(true))).Build()
+		WithCondition(expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeQuarantined)))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrReleased), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
-	_, old, err := s.updateRow(ctx, itemKey(batchID, listShards, key), expr, types.ReturnValueNone)
+	_, old, err := s.updateRow(ctx, layout.ItemKey(batchID, listShards, key), expr, types.ReturnValueNone)
 	if errors.Is(err, api.ErrConflict) && len(old) == 0 {
 		// No item row: an item of a pack row, found by its attention row.
 		if found, perr := s.releasePackItem(ctx, batchID, listShards, key); found {
@@ -501,9 +502,9 @@ func (s *Store) ReleaseItem(ctx context.Context, batchID string, listShards int,
 // would bill its output once more); it carries the row TTL from now.
 func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error) {
 	item := map[string]types.AttributeValue{
-		config.AttrPK: &types.AttributeValueMemberS{Value: markPK(batchID, run, ledger.Shard(key, listShards))},
-		config.AttrSK: &types.AttributeValueMemberS{Value: key},
-		attrFormat:    &types.AttributeValueMemberN{Value: strconv.Itoa(ledger.FormatVersion)},
+		config.AttrPK:     &types.AttributeValueMemberS{Value: layout.MarkPK(batchID, run, ledger.Shard(key, listShards))},
+		config.AttrSK:     &types.AttributeValueMemberS{Value: key},
+		layout.AttrFormat: &types.AttributeValueMemberN{Value: strconv.Itoa(ledger.FormatVersion)},
 	}
 	if s.RowTTL > 0 {
 		item[config.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(s.RowTTL).Unix(), 10)}
@@ -536,28 +537,28 @@ func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int,
 // api.ErrConflict.
 func (s *Store) WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, error) {
 	cond := expression.And(
-		expression.Name(attrRun).Equal(expression.Value(w.Run)),
+		expression.Name(layout.AttrRun).Equal(expression.Value(w.Run)),
 		isHeld(),
-		expression.AttributeNotExists(expression.Name(attrWoken)),
+		expression.AttributeNotExists(expression.Name(layout.AttrWoken)),
 	)
 	if w.Outcome != "" {
-		cond = cond.And(expression.Name(attrOutcome).Equal(expression.Value(string(w.Outcome))))
+		cond = cond.And(expression.Name(layout.AttrOutcome).Equal(expression.Value(string(w.Outcome))))
 	}
 	if w.Subject != "" {
-		cond = cond.And(expression.Name(attrHoldSubject).Equal(expression.Value(w.Subject)))
+		cond = cond.And(expression.Name(layout.AttrHoldSubject).Equal(expression.Value(w.Subject)))
 	}
 	if w.Attempt > 0 {
-		cond = cond.And(expression.Name(attrAttempt).Equal(expression.Value(w.Attempt)))
+		cond = cond.And(expression.Name(layout.AttrAttempt).Equal(expression.Value(w.Attempt)))
 	}
-	u := expression.Set(expression.Name(attrWoken), expression.Value(string(w.By))).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
+	u := expression.Set(expression.Name(layout.AttrWoken), expression.Value(string(w.By))).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, w.Now)).Build()
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	attrs, old, err := s.updateRow(ctx, itemKey(w.BatchID, w.ListShards, w.Key), expr, types.ReturnValueAllNew)
+	attrs, old, err := s.updateRow(ctx, layout.ItemKey(w.BatchID, w.ListShards, w.Key), expr, types.ReturnValueAllNew)
 	if errors.Is(err, api.ErrConflict) {
-		it, uerr := itemFrom(w.BatchID, old)
+		it, uerr := layout.ItemFrom(w.BatchID, old)
 		if uerr != nil {
 			return ledger.Item{}, uerr
 		}
@@ -566,7 +567,7 @@ func (s *Store) WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, e
 	if err != nil {
 		return ledger.Item{}, fmt.Errorf("wake %s/%s: %w", w.BatchID, w.Key, err)
 	}
-	return itemFrom(w.BatchID, attrs)
+	return layout.ItemFrom(w.BatchID, attrs)
 }
 
 // LocateItem reads item key (see ledger.Store): its item row (GetItem,
@@ -579,7 +580,7 @@ func (s *Store) LocateItem(ctx context.Context, batchID string, listShards int, 
 	}
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	out, gerr := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: key(attnPK(batchID, ledger.Shard(itemKey, listShards)), itemKey), ConsistentRead: aws.Bool(true)})
+	out, gerr := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: layout.Key(layout.AttentionPK(batchID, ledger.Shard(itemKey, listShards)), itemKey), ConsistentRead: aws.Bool(true)})
 	if gerr != nil {
 		return ledger.Item{}, fmt.Errorf("locate %s/%s: %w", batchID, itemKey, gerr)
 	}

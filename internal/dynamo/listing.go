@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,10 +17,28 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
+
+// batchesEpoch is the first month of the batches index: a listing walks
+// back month by month to it (or to `since`). Batch rows created before it
+// do not carry the index's keys and are not listed.
+var batchesEpoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// Bounds of one ListBatches call: it reads at most this many months and
+// examines at most this many index entries, then answers with what it
+// found and the position to continue from.
+const (
+	listMonthsPerCall  = 24
+	listEntriesPerCall = 5_000
+)
+
+// positionRE is a listing position: a sort key, or a month's start in
+// epoch ms (the listing continues below it).
+var positionRE = regexp.MustCompile(`^[0-9]{13}(#[A-Za-z0-9_-]{1,128})?$`)
 
 // pages is one sorted source of a k-way merge: rows read a page at a
 // time by read, which returns the next page and whether it was the last.
@@ -95,7 +114,7 @@ func (h *pagesHeap[T]) Pop() any {
 // shardPages pages through one item shard (ITEM#{id}#{shard}) in key
 // order, every page of it, eventually consistent.
 func (s *Store) shardPages(batchID string, shard int) *pages[ledger.Item] {
-	pk := itemPK(batchID, shard)
+	pk := layout.ItemPK(batchID, shard)
 	var next map[string]types.AttributeValue
 	return &pages[ledger.Item]{read: func(ctx context.Context) ([]ledger.Item, bool, error) {
 		c, cancel := s.ctx(ctx)
@@ -112,7 +131,7 @@ func (s *Store) shardPages(batchID string, shard int) *pages[ledger.Item] {
 		}
 		page := make([]ledger.Item, 0, len(out.Items))
 		for _, av := range out.Items {
-			item, err := itemFrom(batchID, av)
+			item, err := layout.ItemFrom(batchID, av)
 			if err != nil {
 				return nil, false, err
 			}
@@ -180,17 +199,17 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 	switch {
 	case outcome == api.OutcomeFailed || outcome == api.OutcomeQuarantined || outcome.Held() || outcome == api.NeedsAttention:
 		sources = []source{
-			{aws.String(config.IndexAttention), config.AttrAttentionPK, config.AttrAttentionSK, func(shard int) string { return shardKey(batchID, shard) }},
-			{nil, config.AttrPK, config.AttrSK, func(shard int) string { return attnPK(batchID, shard) }},
+			{aws.String(config.IndexAttention), config.AttrAttentionPK, config.AttrAttentionSK, func(shard int) string { return layout.ShardKey(batchID, shard) }},
+			{nil, config.AttrPK, config.AttrSK, func(shard int) string { return layout.AttentionPK(batchID, shard) }},
 		}
 	case outcome == api.OutcomeInFlight:
-		sources = []source{{nil, config.AttrPK, config.AttrSK, func(shard int) string { return itemPK(batchID, shard) }}}
+		sources = []source{{nil, config.AttrPK, config.AttrSK, func(shard int) string { return layout.ItemPK(batchID, shard) }}}
 	default:
 		return nil, "", fmt.Errorf("list items: outcome %q is not failed, quarantined, held or in_flight: %w", outcome, api.ErrInvalid)
 	}
-	filter := expression.Name(attrOutcome).Equal(expression.Value(string(outcome)))
+	filter := expression.Name(layout.AttrOutcome).Equal(expression.Value(string(outcome)))
 	if outcome == api.NeedsAttention {
-		filter = expression.In(expression.Name(attrOutcome), expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeQuarantined)),
+		filter = expression.In(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeQuarantined)),
 			expression.Value(string(api.OutcomeWithheld)))
 	}
 	var all []listed
@@ -221,7 +240,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 					return nil, "", fmt.Errorf("list items %s: %w", batchID, err)
 				}
 				for _, av := range out.Items {
-					it, err := itemFrom(batchID, av)
+					it, err := layout.ItemFrom(batchID, av)
 					if err != nil {
 						return nil, "", err
 					}
@@ -284,7 +303,7 @@ func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards in
 	for _, l := range ls {
 		if l.packed && packs[l.first] == nil {
 			packs[l.first] = &ledger.Pack{}
-			keys = append(keys, packKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: l.first}))
+			keys = append(keys, layout.PackKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: l.first}))
 		}
 	}
 	for len(keys) > 0 {
@@ -302,7 +321,7 @@ func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards in
 				return nil, fmt.Errorf("list items %s: %w", batchID, err)
 			}
 			for _, av := range out.Responses[s.table] {
-				p, err := packFrom(batchID, av)
+				p, err := layout.PackFrom(batchID, av)
 				if err != nil {
 					return nil, err
 				}
@@ -339,7 +358,7 @@ func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards in
 func (s *Store) shardQuery(batchID string, shard int, after string, limit int) *dynamodb.QueryInput {
 	cond := "#p = :p"
 	names := map[string]string{"#p": config.AttrPK}
-	values := map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: itemPK(batchID, shard)}}
+	values := map[string]types.AttributeValue{":p": &types.AttributeValueMemberS{Value: layout.ItemPK(batchID, shard)}}
 	if after != "" {
 		cond += " AND #s > :s"
 		names["#s"] = config.AttrSK
@@ -372,7 +391,7 @@ func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after 
 	}
 	items := make([]ledger.Item, 0, len(out.Items))
 	for _, av := range out.Items {
-		it, err := itemFrom(batchID, av)
+		it, err := layout.ItemFrom(batchID, av)
 		if err != nil {
 			return nil, false, fmt.Errorf("scan shard %d of %s: %w", shard, batchID, err)
 		}
@@ -390,7 +409,7 @@ func (s *Store) ScanShard(ctx context.Context, batchID string, shard int, after 
 }
 
 // ListBatches walks the batches index newest month first, merging each
-// month's BatchesShards shards newest first (see ledger.Store); with
+// month's layout.BatchesShards shards newest first (see ledger.Store); with
 // q.Source, the one partition of the sources index that holds the
 // batches of that source. The position it returns is the sort key of the
 // last entry it examined, or the start of the last month it read when it
@@ -405,7 +424,7 @@ func (s *Store) ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.
 	upper := q.Before
 	// A month's entries may be stamped a little after Now by another
 	// function's clock: start an hour ahead.
-	m := month(q.Now.Add(time.Hour))
+	m := layout.Month(q.Now.Add(time.Hour))
 	if upper != "" {
 		if !positionRE.MatchString(upper) {
 			return nil, "", &api.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
@@ -414,13 +433,13 @@ func (s *Store) ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.
 		if !strings.Contains(upper, "#") {
 			ms-- // the start of a month already read: continue in the one before
 		}
-		m = month(time.UnixMilli(ms))
+		m = layout.Month(time.UnixMilli(ms))
 	}
 	floor := batchesEpoch
 	lower := ""
 	if !q.Since.IsZero() {
-		lower = msKey(q.Since)
-		if sm := month(q.Since); sm.After(floor) {
+		lower = layout.MsKey(q.Since)
+		if sm := layout.Month(q.Since); sm.After(floor) {
 			floor = sm
 		}
 	}
@@ -428,11 +447,11 @@ func (s *Store) ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.
 	examined := 0
 	for months := 0; !m.Before(floor); months++ {
 		if months == listMonthsPerCall {
-			return out, msKey(m.AddDate(0, 1, 0)), nil
+			return out, layout.MsKey(m.AddDate(0, 1, 0)), nil
 		}
-		srcs := make([]*pages[batchesEntry], BatchesShards)
+		srcs := make([]*pages[batchesEntry], layout.BatchesShards)
 		for shard := range srcs {
-			srcs[shard] = s.batchesPages(batchesPKOf(m, shard), upper, lower, min(max(q.Limit/2, 25), 250))
+			srcs[shard] = s.batchesPages(layout.BatchesPKOf(m, shard), upper, lower, min(max(q.Limit/2, 25), 250))
 		}
 		pos := ""
 		err := merge(ctx, srcs, func(a, b batchesEntry) bool { return a.sk > b.sk }, func(e batchesEntry) (bool, error) {
@@ -462,7 +481,7 @@ func (s *Store) ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.
 // partition, newest first), as ListBatches does the batches index: at
 // most listEntriesPerCall entries examined per call.
 func (s *Store) listSource(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error) {
-	pk := SourcesPK(q.Source)
+	pk := layout.SourcesPK(q.Source)
 	if pk == "" {
 		return nil, "", nil // only S3 sources are indexed
 	}
@@ -471,7 +490,7 @@ func (s *Store) listSource(ctx context.Context, q ledger.BatchQuery) ([]ledger.B
 	}
 	lower := ""
 	if !q.Since.IsZero() {
-		lower = msKey(q.Since)
+		lower = layout.MsKey(q.Since)
 	}
 	src := s.indexPages(config.IndexSources, config.AttrSourcesPK, pk, q.Before, lower, min(max(q.Limit, 25), 250))
 	var out []ledger.Batch
@@ -551,14 +570,14 @@ func (s *Store) indexPages(index, pkAttr, pk, upper, lower string, size int) *pa
 		}
 		page := make([]batchesEntry, 0, len(out.Items))
 		for _, av := range out.Items {
-			var r batchRow
+			var r layout.BatchRow
 			if err := attributevalue.UnmarshalMap(av, &r); err != nil {
 				return nil, false, fmt.Errorf("list batches %s: %w", pk, err)
 			}
 			if r.BatchesSK == upper {
 				continue
 			}
-			b, err := fromRow(r)
+			b, err := layout.FromBatchRow(r)
 			if err != nil {
 				return nil, false, fmt.Errorf("list batches %s: %w", pk, err)
 			}

@@ -2,11 +2,9 @@ package dynamo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,142 +15,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// packPK is the partition key of the pack rows of one item shard.
-func packPK(id string, shard int) string { return "PACK#" + shardKey(id, shard) }
-
-// attnPK is the partition key of the attention rows of the pack items of
-// one item shard (by the item key's shard, as an item row's).
-func attnPK(id string, shard int) string { return config.PKAttention + shardKey(id, shard) }
-
-func packKey(ref ledger.PackRef) map[string]types.AttributeValue {
-	return key(packPK(ref.BatchID, ledger.PackShard(ref.First, ref.ListShards)), ledger.PackSK(ref.First))
-}
-
-// packItemAttr is the attribute holding item j of a pack row ("i0" ..
-// "i99"): a map of the item's state (packItemRow).
-func packItemAttr(j int) string { return "i" + strconv.Itoa(j) }
-
-// Attributes of pack rows besides the item maps; attrRun, attrAttempt,
-// attrLeaseUntilMs and attrUpdatedAtMs are the item rows' names.
-const (
-	attrPackItems    = "n"        // items in the pack, set by its first take
-	attrPackInFlight = "inflight" // items in flight after the last write (ledger.PackWrite.InFlight)
-)
-
-// Attributes of attention rows besides the item row's: where the item's
-// pack row is.
-const (
-	attrPackFirst = "pack_first"
-	attrPackIndex = "pack_index"
-)
-
-// packItemRow is the stored shape of ledger.ItemState: short names, empty
-// fields left out, since every byte of a pack row is billed on each of its
-// writes.
-type packItemRow struct {
-	Key          string             `dynamodbav:"k"`
-	Run          int                `dynamodbav:"r,omitempty"`
-	Outcome      string             `dynamodbav:"o,omitempty"`
-	Attempt      int                `dynamodbav:"a,omitempty"`
-	FirstAttempt int                `dynamodbav:"f,omitempty"`
-	Retry        bool               `dynamodbav:"rs,omitempty"`
-	ThrottledMs  int64              `dynamodbav:"ts,omitempty"` // ledger.ItemState.ThrottledSince
-	Released     bool               `dynamodbav:"rel,omitempty"`
-	Output       string             `dynamodbav:"out,omitempty"`
-	OutputRef    string             `dynamodbav:"ref,omitempty"`
-	Error        string             `dynamodbav:"e,omitempty"`
-	Reason       string             `dynamodbav:"re,omitempty"`
-	Cost         map[string]float64 `dynamodbav:"c,omitempty"`
-	Spent        map[string]float64 `dynamodbav:"s,omitempty"`
-	SpentRun     int                `dynamodbav:"sr,omitempty"`
-	CountedRun   int                `dynamodbav:"cr,omitempty"`
-	Revision     int                `dynamodbav:"rv,omitempty"` // ledger.ItemState.Revision
-	UpdatedAtMs  int64              `dynamodbav:"u,omitempty"`
-	HoldSubject  string             `dynamodbav:"hs,omitempty"` // ledger.ItemState.Hold: Subject, Since, Woken
-	HoldSinceMs  int64              `dynamodbav:"hn,omitempty"`
-	Woken        string             `dynamodbav:"wk,omitempty"`
-}
-
-func packItemToRow(it ledger.ItemState) packItemRow {
-	return packItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
-		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
-		Error: ledger.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
-		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: ms(it.UpdatedAt), ThrottledMs: ms(it.ThrottledSince), Revision: it.Revision,
-		HoldSubject: it.Hold.Subject, HoldSinceMs: ms(it.Hold.Since), Woken: string(it.Hold.Woken)}
-}
-
-func packItemFromRow(r packItemRow) ledger.ItemState {
-	it := ledger.ItemState{Key: r.Key, Run: r.Run, Outcome: api.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
-		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: api.Reason(r.Reason),
-		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: fromMs(r.UpdatedAtMs), ThrottledSince: fromMs(r.ThrottledMs), Revision: r.Revision,
-		Hold: api.Hold{Subject: r.HoldSubject, Since: fromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}}
-	if r.Output != "" {
-		it.Output = json.RawMessage(r.Output)
-	}
-	if len(r.Cost) > 0 {
-		it.Cost = r.Cost
-	}
-	if len(r.Spent) > 0 {
-		it.Spent = r.Spent
-	}
-	return it
-}
-
-// packFrom reads a pack row of batch batchID.
-func packFrom(batchID string, av map[string]types.AttributeValue) (ledger.Pack, error) {
-	var head struct {
-		SK           string `dynamodbav:"sk"`
-		Run          int    `dynamodbav:"run"`
-		Attempt      int    `dynamodbav:"attempt"`
-		LeaseUntilMs int64  `dynamodbav:"lease_until_ms"`
-		Items        int    `dynamodbav:"n"`
-		ExpiresAt    int64  `dynamodbav:"expires_at"`
-		Format       int    `dynamodbav:"fv"`
-	}
-	if err := attributevalue.UnmarshalMap(av, &head); err != nil {
-		return ledger.Pack{}, fmt.Errorf("pack row: %w", err)
-	}
-	if err := ledger.CheckFormat("pack row "+batchID+"/"+head.SK, head.Format); err != nil {
-		return ledger.Pack{}, err
-	}
-	first, err := strconv.ParseInt(head.SK, 10, 64)
-	if err != nil {
-		return ledger.Pack{}, fmt.Errorf("pack row: sort key %q: %w", head.SK, err)
-	}
-	p := ledger.Pack{BatchID: batchID, First: first, Run: head.Run, Attempt: head.Attempt, LeaseUntil: fromMs(head.LeaseUntilMs)}
-	if head.ExpiresAt > 0 {
-		p.ExpiresAt = time.Unix(head.ExpiresAt, 0).UTC()
-	}
-	n := min(max(head.Items, 0), ledger.MaxItemsPerMessage)
-	for j := ledger.MaxItemsPerMessage - 1; j >= n; j-- {
-		if _, ok := av[packItemAttr(j)]; ok {
-			n = j + 1
-			break
-		}
-	}
-	p.Items = make([]ledger.ItemState, n)
-	for j := range n {
-		v, ok := av[packItemAttr(j)]
-		if !ok {
-			continue
-		}
-		var r packItemRow
-		if err := attributevalue.Unmarshal(v, &r); err != nil {
-			return ledger.Pack{}, fmt.Errorf("pack row %d: item %d: %w", first, j, err)
-		}
-		p.Items[j] = packItemFromRow(r)
-	}
-	return p, nil
-}
-
 // GetPack reads a pack row with a strongly consistent read.
 func (s *Store) GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error) {
-	return s.getPackAt(ctx, ref.BatchID, key(packPK(ref.BatchID, ledger.PackShard(ref.First, ref.ListShards)), ledger.PackSK(ref.First)))
+	return s.getPackAt(ctx, ref.BatchID, layout.Key(layout.PackPK(ref.BatchID, ledger.PackShard(ref.First, ref.ListShards)), ledger.PackSK(ref.First)))
 }
 
 func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]types.AttributeValue) (ledger.Pack, error) {
@@ -165,7 +36,7 @@ func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]type
 	if len(out.Item) == 0 {
 		return ledger.Pack{}, fmt.Errorf("pack of %s: %w", batchID, api.ErrNotFound)
 	}
-	return packFrom(batchID, out.Item)
+	return layout.PackFrom(batchID, out.Item)
 }
 
 // WritePack takes or writes a pack row (see ledger.PackWrite) with one
@@ -203,7 +74,7 @@ func (s *Store) WritePack(ctx context.Context, w ledger.PackWrite) error {
 			}
 			puts = append(puts, put)
 		case -1:
-			gone = append(gone, key(attnPK(w.Ref.BatchID, ledger.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key))
+			gone = append(gone, layout.Key(layout.AttentionPK(w.Ref.BatchID, ledger.Shard(iw.Item.Key, w.Ref.ListShards)), iw.Item.Key))
 		}
 	}
 	if len(puts) > 0 && w.Effects != nil && w.Effects.Len() > 0 {
@@ -244,40 +115,40 @@ func attentionChange(iw ledger.PackItemWrite) int {
 
 func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) error {
 	var cond expression.ConditionBuilder
-	u := expression.Set(expression.Name(attrLeaseUntilMs), expression.Value(ms(w.LeaseUntil))).
-		Set(expression.Name(attrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
+	u := expression.Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(layout.Ms(w.LeaseUntil))).
+		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
 	switch {
 	case w.Take && w.Attempt == 0:
 		cond = expression.AttributeNotExists(expression.Name(config.AttrPK))
 	case w.Take:
-		cond = expression.And(expression.Name(attrAttempt).Equal(expression.Value(w.Attempt)),
-			expression.Name(attrLeaseUntilMs).LessThan(expression.Value(w.Now.UnixMilli())))
+		cond = expression.And(expression.Name(layout.AttrAttempt).Equal(expression.Value(w.Attempt)),
+			expression.Name(layout.AttrLeaseUntilMs).LessThan(expression.Value(w.Now.UnixMilli())))
 	default:
-		cond = expression.Name(attrAttempt).Equal(expression.Value(w.Attempt))
+		cond = expression.Name(layout.AttrAttempt).Equal(expression.Value(w.Attempt))
 	}
 	if w.Take {
-		u = u.Set(expression.Name(attrAttempt), expression.Value(w.Attempt+1)).
-			Set(expression.Name(attrRun), expression.Value(w.Run))
+		u = u.Set(expression.Name(layout.AttrAttempt), expression.Value(w.Attempt+1)).
+			Set(expression.Name(layout.AttrRun), expression.Value(w.Run))
 	}
 	if w.InFlight >= 0 {
-		u = u.Set(expression.Name(attrPackInFlight), expression.Value(w.InFlight))
+		u = u.Set(expression.Name(layout.AttrPackInFlight), expression.Value(w.InFlight))
 	}
 	if first && w.Take && w.Attempt == 0 {
 		n := 0
 		for _, iw := range w.Items {
 			n = max(n, iw.Index+1)
 		}
-		u = u.Set(expression.Name(attrPackItems), expression.Value(n))
+		u = u.Set(expression.Name(layout.AttrPackItems), expression.Value(n))
 	}
 	for _, iw := range w.Items {
 		if iw.Index < 0 || iw.Index >= ledger.MaxItemsPerMessage {
 			return fmt.Errorf("write pack %s/%d: item index %d", w.Ref.BatchID, w.Ref.First, iw.Index)
 		}
-		name := expression.Name(packItemAttr(iw.Index))
+		name := expression.Name(layout.PackItemAttr(iw.Index))
 		if iw.Item.Outcome == "" {
 			u = u.Remove(name)
 		} else {
-			av, err := attributevalue.Marshal(packItemToRow(iw.Item))
+			av, err := attributevalue.Marshal(layout.ToPackItemRow(iw.Item))
 			if err != nil {
 				return fmt.Errorf("write pack %s/%d: %w", w.Ref.BatchID, w.Ref.First, err)
 			}
@@ -288,7 +159,7 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 	if err != nil {
 		return err
 	}
-	k := packKey(w.Ref)
+	k := layout.PackKey(w.Ref)
 	switch {
 	case w.Effects != nil && w.Effects.Len() > 0:
 		wr, ok := w.Effects.(stagedWrites)
@@ -305,7 +176,7 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 			// (ReturnValuesOnConditionCheckFailure ALL_OLD): the holder
 			// plans again from it without a read.
 			err = fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
-			if p, perr := packFrom(w.Ref.BatchID, stored); perr == nil {
+			if p, perr := layout.PackFrom(w.Ref.BatchID, stored); perr == nil {
 				return &ledger.PackConflict{Pack: p, Err: err}
 			}
 			return err
@@ -322,37 +193,37 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 }
 
 // attentionPut is the put of the attention row of pack item iw: the item
-// row's attributes (itemRow's names, so that ListItems reads it as it
+// row's attributes (layout.ItemRow's names, so that ListItems reads it as it
 // reads an item row) and where its pack is. (Rows of format versions 0
 // and 1 also carry apk/ask, an attention index entry.)
 func (s *Store) attentionPut(w ledger.PackWrite, iw ledger.PackItemWrite) (types.WriteRequest, error) {
 	it := iw.Item
 	shard := ledger.Shard(it.Key, w.Ref.ListShards)
 	row := map[string]any{
-		config.AttrPK: attnPK(w.Ref.BatchID, shard), config.AttrSK: it.Key,
-		attrRun: it.Run, attrOutcome: string(it.Outcome), attrAttempt: it.Attempt, attrFirstAttempt: it.FirstAttempt,
-		attrUpdatedAtMs: ms(it.UpdatedAt), attrPackFirst: w.Ref.First, attrPackIndex: iw.Index,
-		attrFormat: ledger.FormatVersion,
+		config.AttrPK: layout.AttentionPK(w.Ref.BatchID, shard), config.AttrSK: it.Key,
+		layout.AttrRun: it.Run, layout.AttrOutcome: string(it.Outcome), layout.AttrAttempt: it.Attempt, layout.AttrFirstAttempt: it.FirstAttempt,
+		layout.AttrUpdatedAtMs: layout.Ms(it.UpdatedAt), layout.AttrPackFirst: w.Ref.First, layout.AttrPackIndex: iw.Index,
+		layout.AttrFormat: ledger.FormatVersion,
 	}
 	if it.Error != "" {
-		row[attrError] = ledger.CutError(it.Error)
+		row[layout.AttrError] = ledger.CutError(it.Error)
 	}
 	if it.Reason != "" {
-		row[attrReason] = string(it.Reason)
+		row[layout.AttrReason] = string(it.Reason)
 	}
 	if len(it.Cost) > 0 {
-		row[attrCost] = map[string]float64(it.Cost)
+		row[layout.AttrCost] = map[string]float64(it.Cost)
 	}
 	if len(it.Spent) > 0 {
-		row[attrSpent], row[attrSpentRun] = map[string]float64(it.Spent), it.SpentRun
+		row[layout.AttrSpent], row[layout.AttrSpentRun] = map[string]float64(it.Spent), it.SpentRun
 	}
 	if it.Released {
-		row[attrReleased] = true
+		row[layout.AttrReleased] = true
 	}
 	if it.Outcome.Held() {
-		row[attrHoldSinceMs] = ms(it.Hold.Since)
+		row[layout.AttrHoldSinceMs] = layout.Ms(it.Hold.Since)
 		if it.Hold.Subject != "" {
-			row[attrHoldSubject] = it.Hold.Subject
+			row[layout.AttrHoldSubject] = it.Hold.Subject
 		}
 	}
 	if s.RowTTL > 0 {
@@ -370,7 +241,7 @@ func (s *Store) attentionPut(w ledger.PackWrite, iw ledger.PackItemWrite) (types
 // in its pack row, under the condition that the item is quarantined.
 // found is false when the item has no attention row.
 func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards int, itemKey string) (found bool, err error) {
-	ak := key(attnPK(batchID, ledger.Shard(itemKey, listShards)), itemKey)
+	ak := layout.Key(layout.AttentionPK(batchID, ledger.Shard(itemKey, listShards)), itemKey)
 	c, cancel := s.ctx(ctx)
 	out, err := s.db.GetItem(c, &dynamodb.GetItemInput{TableName: &s.table, Key: ak, ConsistentRead: aws.Bool(true)})
 	cancel()
@@ -391,7 +262,7 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 	if loc.Outcome != string(api.OutcomeQuarantined) {
 		return true, fmt.Errorf("release %s/%s: not quarantined: %w", batchID, itemKey, api.ErrConflict)
 	}
-	item := expression.Name(packItemAttr(loc.Index))
+	item := expression.Name(layout.PackItemAttr(loc.Index))
 	pexpr, err := expression.NewBuilder().
 		WithCondition(expression.And(item.AppendName(expression.Name("k")).Equal(expression.Value(itemKey)),
 			item.AppendName(expression.Name("o")).Equal(expression.Value(string(api.OutcomeQuarantined))))).
@@ -400,8 +271,8 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 		return true, err
 	}
 	aexpr, err := expression.NewBuilder().
-		WithCondition(expression.Name(attrOutcome).Equal(expression.Value(string(api.OutcomeQuarantined)))).
-		WithUpdate(expression.Set(expression.Name(attrReleased), expression.Value(true))).Build()
+		WithCondition(expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeQuarantined)))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrReleased), expression.Value(true))).Build()
 	if err != nil {
 		return true, err
 	}
@@ -410,7 +281,7 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
 			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()}}
 	}
-	_, err = s.transact(ctx, update(packKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
+	_, err = s.transact(ctx, update(layout.PackKey(ledger.PackRef{BatchID: batchID, ListShards: listShards, First: loc.First}), pexpr), update(ak, aexpr))
 	switch {
 	case errors.Is(err, api.ErrConflict), awsfault.ClassOf("dynamodb", "TransactWriteItems", err) == ledger.FaultConflict:
 		// A condition of either row did not hold: the item is not
@@ -430,7 +301,7 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 // GetItem, as ScanShard does for item rows.
 func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error) {
 	limit = min(max(limit, 1), 1000)
-	kc := expression.Key(config.AttrPK).Equal(expression.Value(packPK(batchID, shard)))
+	kc := expression.Key(config.AttrPK).Equal(expression.Value(layout.PackPK(batchID, shard)))
 	if after != "" {
 		sk, _, _ := strings.Cut(after, ".")
 		kc = kc.And(expression.Key(config.AttrSK).GreaterThanEqual(expression.Value(sk)))
@@ -453,12 +324,12 @@ func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after 
 			return nil, false, fmt.Errorf("scan packs %s/%d: %w", batchID, shard, err)
 		}
 		for _, av := range out.Items {
-			p, err := packFrom(batchID, av)
+			p, err := layout.PackFrom(batchID, av)
 			if err != nil {
 				return nil, false, err
 			}
 			if packUnsettled(p) {
-				if p, err = s.getPackAt(ctx, batchID, key(packPK(batchID, shard), ledger.PackSK(p.First))); err != nil {
+				if p, err = s.getPackAt(ctx, batchID, layout.Key(layout.PackPK(batchID, shard), ledger.PackSK(p.First))); err != nil {
 					return nil, false, err
 				}
 			}
@@ -502,11 +373,11 @@ func packUnsettled(p ledger.Pack) bool {
 // in-flight items in key order. Its memory is the in-flight packs', not
 // the batch's.
 func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]ledger.Item, string, error) {
-	cond := expression.Or(expression.AttributeNotExists(expression.Name(attrPackInFlight)),
-		expression.Name(attrPackInFlight).GreaterThan(expression.Value(0)))
+	cond := expression.Or(expression.AttributeNotExists(expression.Name(layout.AttrPackInFlight)),
+		expression.Name(layout.AttrPackInFlight).GreaterThan(expression.Value(0)))
 	var items []ledger.Item
 	for shard := range max(1, listShards) {
-		expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(config.AttrPK).Equal(expression.Value(packPK(batchID, shard)))).
+		expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(config.AttrPK).Equal(expression.Value(layout.PackPK(batchID, shard)))).
 			WithFilter(cond).Build()
 		if err != nil {
 			return nil, "", err
@@ -523,7 +394,7 @@ func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards in
 				return nil, "", fmt.Errorf("list pack items %s: %w", batchID, err)
 			}
 			for _, av := range out.Items {
-				p, err := packFrom(batchID, av)
+				p, err := layout.PackFrom(batchID, av)
 				if err != nil {
 					return nil, "", err
 				}
@@ -552,10 +423,10 @@ func (s *Store) ListPackItems(ctx context.Context, batchID string, listShards in
 func (s *Store) KeepPacks(ctx context.Context, b ledger.Batch, firsts []int64, attention []string, until time.Time) error {
 	keys := make([]map[string]types.AttributeValue, 0, len(firsts)+len(attention))
 	for _, f := range firsts {
-		keys = append(keys, packKey(ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
+		keys = append(keys, layout.PackKey(ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: f}))
 	}
 	for _, k := range attention {
-		keys = append(keys, key(attnPK(b.ID, ledger.Shard(k, b.ListShards)), k))
+		keys = append(keys, layout.Key(layout.AttentionPK(b.ID, ledger.Shard(k, b.ListShards)), k))
 	}
 	if err := s.extendTTL(ctx, keys, until); err != nil {
 		return fmt.Errorf("keep packs of %s: %w", b.ID, err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -22,7 +21,7 @@ import (
 
 // RunningBatches lists running markers (pk RUNNING), every page.
 func (s *Store) RunningBatches(ctx context.Context) ([]string, error) {
-	ids, err := s.markerKeys(ctx, pkRunning)
+	ids, err := s.markerKeys(ctx, layout.PKRunning)
 	if err != nil {
 		return nil, fmt.Errorf("running batches: %w", err)
 	}
@@ -76,14 +75,14 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 		return flush(false)
 	}
 	for shard := range max(1, b.ListShards) {
-		if err := partition(itemPK(b.ID, shard)); err != nil {
+		if err := partition(layout.ItemPK(b.ID, shard)); err != nil {
 			return err
 		}
 		if b.Pack() > 1 {
-			if err := partition(packPK(b.ID, shard)); err != nil {
+			if err := partition(layout.PackPK(b.ID, shard)); err != nil {
 				return err
 			}
-			if err := partition(attnPK(b.ID, shard)); err != nil {
+			if err := partition(layout.AttentionPK(b.ID, shard)); err != nil {
 				return err
 			}
 		}
@@ -94,10 +93,10 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 				return err
 			}
 		}
-		keys = append(keys, key(runPK(b.ID, run), skRun), key(pkPublish, publishSK(b.ID, run)))
+		keys = append(keys, layout.Key(layout.RunPK(b.ID, run), layout.SKRun), layout.Key(layout.PKPublish, layout.PublishSK(b.ID, run)))
 	}
 	for i := range b.MaxConcurrency {
-		keys = append(keys, key(slotPK(b.ID, i), skSlot))
+		keys = append(keys, layout.Key(layout.SlotPK(b.ID, i), layout.SKSlot))
 		if err := flush(false); err != nil {
 			return err
 		}
@@ -106,24 +105,24 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 		// Each run's claim counter and track fences (at most one track
 		// per unit of the limit).
 		for run := 1; run <= b.Run; run++ {
-			keys = append(keys, key(claimPK(b.ID, run), skClaim))
+			keys = append(keys, layout.Key(layout.ClaimPK(b.ID, run), layout.SKClaim))
 			for t := range b.MaxConcurrency {
-				keys = append(keys, key(trackPK(b.ID, run, t), skTrack))
+				keys = append(keys, layout.Key(layout.TrackPK(b.ID, run, t), layout.SKTrack))
 				if err := flush(false); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	keys = append(keys, key(pkRunning, b.ID))
+	keys = append(keys, layout.Key(layout.PKRunning, b.ID))
 	if err := flush(true); err != nil {
 		return err
 	}
-	if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(batchPK(b.ID), skBatch)}); err != nil {
+	if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{layout.Key(layout.BatchPK(b.ID), layout.SKBatch)}); err != nil {
 		return fmt.Errorf("forget %s: %w", b.ID, err)
 	}
 	if !b.ExpiresAt.IsZero() {
-		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{key(pkRetain, RetentionSK(b.ExpiresAt, b.ID))}); err != nil {
+		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{layout.Key(layout.PKRetention, layout.RetentionSK(b.ExpiresAt, b.ID))}); err != nil {
 			return fmt.Errorf("forget %s: retention marker: %w", b.ID, err)
 		}
 	}
@@ -135,7 +134,7 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 func (s *Store) counterPartitions(b ledger.Batch, run int) func(func(string) bool) {
 	return func(yield func(string) bool) {
 		for p := range max(1, b.CounterShards) {
-			if !yield(countPK(b.ID, run, p)) {
+			if !yield(layout.CountPK(b.ID, run, p)) {
 				return
 			}
 		}
@@ -143,7 +142,7 @@ func (s *Store) counterPartitions(b ledger.Batch, run int) func(func(string) boo
 			return
 		}
 		for shard := range max(1, b.ListShards) {
-			if !yield(markPK(b.ID, run, shard)) {
+			if !yield(layout.MarkPK(b.ID, run, shard)) {
 				return
 			}
 		}
@@ -196,7 +195,7 @@ func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error
 func (s *Store) KeepRows(ctx context.Context, b ledger.Batch, keys []string, until time.Time) error {
 	rows := make([]map[string]types.AttributeValue, 0, len(keys)+b.Run)
 	for _, k := range keys {
-		rows = append(rows, itemKey(b.ID, b.ListShards, k))
+		rows = append(rows, layout.ItemKey(b.ID, b.ListShards, k))
 	}
 	for run := 1; run <= b.Run; run++ {
 		for p := range s.counterPartitions(b, run) {
@@ -206,7 +205,7 @@ func (s *Store) KeepRows(ctx context.Context, b ledger.Batch, keys []string, unt
 			}
 			rows = append(rows, found...)
 		}
-		rows = append(rows, key(runPK(b.ID, run), skRun))
+		rows = append(rows, layout.Key(layout.RunPK(b.ID, run), layout.SKRun))
 	}
 	if err := s.extendTTL(ctx, rows, until); err != nil {
 		return fmt.Errorf("keep rows of %s: %w", b.ID, err)
@@ -242,28 +241,17 @@ func (s *Store) extendTTL(ctx context.Context, keys []map[string]types.Attribute
 
 // Unpublished queries the PUBLISH markers (every page).
 func (s *Store) Unpublished(ctx context.Context) ([]ledger.RunRef, error) {
-	sks, err := s.markerKeys(ctx, pkPublish)
+	sks, err := s.markerKeys(ctx, layout.PKPublish)
 	if err != nil {
 		return nil, fmt.Errorf("unpublished runs: %w", err)
 	}
 	var refs []ledger.RunRef
 	for _, sk := range sks {
-		if ref, ok := publishMarkerFrom(sk); ok {
+		if ref, ok := layout.PublishMarkerFrom(sk); ok {
 			refs = append(refs, ref)
 		}
 	}
 	return refs, nil
-}
-
-// publishMarkerFrom reads a PUBLISH marker's sort key "{batch id}#{run:010}";
-// false when it is not one.
-func publishMarkerFrom(sk string) (ledger.RunRef, bool) {
-	id, digits, ok := strings.Cut(sk, "#")
-	run, err := strconv.Atoi(digits)
-	if !ok || err != nil || run < 1 {
-		return ledger.RunRef{}, false
-	}
-	return ledger.RunRef{BatchID: id, Run: run}, true
 }
 
 // SetPublished sets published_run = :run on the batch row under the
@@ -271,7 +259,7 @@ func publishMarkerFrom(sk string) (ledger.RunRef, bool) {
 // OR published_run < :run) (a lost condition is no error), then deletes
 // the run's PUBLISH marker.
 func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
-	pr := expression.Name(attrPublishedRun)
+	pr := expression.Name(layout.AttrPublishedRun)
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
 			expression.Or(expression.AttributeNotExists(pr), pr.LessThan(expression.Value(run))))).
@@ -279,12 +267,12 @@ func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("set published %s run %d: %w", id, run, err)
 	}
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: key(pkPublish, publishSK(id, run))}); err != nil {
+	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: layout.Key(layout.PKPublish, layout.PublishSK(id, run))}); err != nil {
 		return fmt.Errorf("set published %s run %d: %w", id, run, err)
 	}
 	return nil
@@ -302,7 +290,7 @@ func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([
 		KeyConditionExpression:   aws.String("#p = :p AND #s < :s"),
 		ExpressionAttributeNames: map[string]string{"#p": config.AttrPK, "#s": config.AttrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":p": &types.AttributeValueMemberS{Value: pkRetain},
+			":p": &types.AttributeValueMemberS{Value: layout.PKRetention},
 			":s": &types.AttributeValueMemberS{Value: fmt.Sprintf("%020d", now.UnixMilli()+1)},
 		},
 		Limit: aws.Int32(int32(limit)),
@@ -312,32 +300,16 @@ func (s *Store) ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([
 	}
 	markers := make([]ledger.RetentionMarker, 0, len(out.Items))
 	for _, av := range out.Items {
-		markers = append(markers, retentionMarkerFrom(av))
+		markers = append(markers, layout.RetentionMarkerFrom(av))
 	}
 	return markers, nil
-}
-
-// retentionMarkerFrom reads a retention marker row (RETENTION,
-// "{expiry ms:020}#{batch id}"): Malformed when its sort key is not that.
-func retentionMarkerFrom(av map[string]types.AttributeValue) ledger.RetentionMarker {
-	sk, _ := av[config.AttrSK].(*types.AttributeValueMemberS)
-	m := ledger.RetentionMarker{Malformed: true}
-	if sk != nil {
-		m.Key = sk.Value
-		digits, id, ok := strings.Cut(sk.Value, "#")
-		msec, perr := strconv.ParseInt(digits, 10, 64)
-		if ok && len(digits) == 20 && perr == nil && api.ValidBatchID(id) {
-			m = ledger.RetentionMarker{Key: sk.Value, BatchID: id, ExpiresAt: fromMs(msec)}
-		}
-	}
-	return m
 }
 
 // DeleteMarker deletes the retention marker whose sort key is markerKey.
 func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
 	c, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: key(pkRetain, markerKey)}); err != nil {
+	if _, err := s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: layout.Key(layout.PKRetention, markerKey)}); err != nil {
 		return fmt.Errorf("delete retention marker %q: %w", markerKey, err)
 	}
 	return nil
@@ -351,13 +323,13 @@ func (s *Store) MarkForgetting(ctx context.Context, id string) error {
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.AttributeExists(expression.Name(config.AttrPK)),
-			expression.Name(attrStatus).NotEqual(expression.Value(string(api.StatusRunning))),
-			expression.Name(attrStatus).NotEqual(expression.Value(string(api.StatusSubmitting))))).
-		WithUpdate(expression.Set(expression.Name(attrForgetting), expression.Value(true))).Build()
+			expression.Name(layout.AttrStatus).NotEqual(expression.Value(string(api.StatusRunning))),
+			expression.Name(layout.AttrStatus).NotEqual(expression.Value(string(api.StatusSubmitting))))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrForgetting), expression.Value(true))).Build()
 	if err != nil {
 		return err
 	}
-	_, old, err := s.updateRow(ctx, key(batchPK(id), skBatch), expr, types.ReturnValueNone)
+	_, old, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone)
 	switch {
 	case errors.Is(err, api.ErrConflict) && len(old) == 0:
 		return fmt.Errorf("batch %s: %w", id, api.ErrNotFound)

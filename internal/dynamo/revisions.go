@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -53,16 +54,16 @@ func (s *Store) mark(ctx context.Context, b ledger.Batch, rev int, m ledger.Revi
 	var set expression.UpdateBuilder
 	var k map[string]types.AttributeValue
 	if m.Pack {
-		item := expression.Name(packItemAttr(m.Index))
+		item := expression.Name(layout.PackItemAttr(m.Index))
 		at := func(n string) expression.NameBuilder { return item.AppendName(expression.Name(n)) }
 		cond = expression.And(at("k").Equal(expression.Value(m.Key)), markable(at("o"), at("r"), at("rv"), b.Run, rev))
 		set = expression.Set(at("rv"), expression.Value(rev))
-		k = packKey(ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: m.PackFirst})
+		k = layout.PackKey(ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: m.PackFirst})
 	} else {
 		cond = expression.And(expression.AttributeExists(expression.Name(config.AttrPK)),
-			markable(expression.Name(attrOutcome), expression.Name(attrRun), expression.Name(attrRevision), b.Run, rev))
-		set = expression.Set(expression.Name(attrRevision), expression.Value(rev))
-		k = itemKey(b.ID, b.ListShards, m.Key)
+			markable(expression.Name(layout.AttrOutcome), expression.Name(layout.AttrRun), expression.Name(layout.AttrRevision), b.Run, rev))
+		set = expression.Set(expression.Name(layout.AttrRevision), expression.Value(rev))
+		k = layout.ItemKey(b.ID, b.ListShards, m.Key)
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(set).Build()
 	if err != nil {
@@ -85,7 +86,7 @@ func (s *Store) ReadItems(ctx context.Context, batchID string, listShards int, k
 	for start := 0; start < len(keys); start += 100 {
 		var ks []map[string]types.AttributeValue
 		for _, k := range keys[start:min(start+100, len(keys))] {
-			ks = append(ks, itemKey(batchID, listShards, k))
+			ks = append(ks, layout.ItemKey(batchID, listShards, k))
 		}
 		for tries := 0; len(ks) > 0; tries++ {
 			if tries == 10 {
@@ -99,7 +100,7 @@ func (s *Store) ReadItems(ctx context.Context, batchID string, listShards int, k
 				return nil, fmt.Errorf("read items of %s: %w", batchID, err)
 			}
 			for _, av := range res.Responses[s.table] {
-				it, err := itemFrom(batchID, av)
+				it, err := layout.ItemFrom(batchID, av)
 				if err != nil {
 					return nil, err
 				}

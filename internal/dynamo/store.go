@@ -5,31 +5,12 @@
 // api.ErrConflict / api.ErrBatchExists, each cancellation reason by the
 // class internal/awsfault's table gives it (a conflicting transaction is
 // retried in place, never a conflict), and never leaks SDK errors.
-// One file per concern: rows.go (keys, row shapes, attribute names),
-// batch.go (the batch row), items.go (reservations and outcomes),
-// counters.go, listing.go, retention.go, slots.go; the ledger.Store
-// contract is ledgertest.Run (integration/testbed/ledgertest), run on the
-// emulator.
-//
-// Rows (pk, sk → attributes):
-//
-//	BATCH#{id}, BATCH                      the batch row (one per batch)
-//	                                       bpk=BATCHES#{yyyy-mm}#{shard}, bsk={created ms:013}#{id}: batches index (see BatchesPK)
-//	ITEM#{id}#{shard}, {key}               an item row (one per item, from its first reservation); the
-//	                                       table lists a batch's items per shard in key order (shard =
-//	                                       FNV-1a(key) mod list_shards)
-//	                                       apk={id}#{shard}, ask={key}: attention index, only while failed or quarantined
-//	COUNT#{id}#{run}#{p}, LANE             counter lane p of the run (done, failures, items = its target,
-//	                                       token slots t0…t15), one write per message batch in any order
-//	COUNT#{id}#{run}#{p}, CHUNK#{first:012} (batches before lanes) the counter of the fan-out chunk
-//	                                       starting at item first; p = chunk number mod counter_shards
-//	COUNT#{id}#{run}, RUN                  the run's lanes done (older runs: chunks done) and, under the
-//	                                       early stop, failures pushed by the lanes; a few writes per run
-//	MARK#{id}#{run}#{shard}, {key}         an item answered from an earlier run's row, counted in run
-//	SLOT#{id}#{i}, SLOT                    concurrency slot i of a batch with max_concurrency (holder, lease_until_ms)
-//	RUNNING, {id}                          running marker (one per batch run)
-//	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
-//	PUBLISH, {id}#{run:010}                a finished run whose completion event is not marked published
+// The table's layout (its rows' keys, attribute names and stored shapes,
+// and their codecs to and from the ledger's types) is package layout; here
+// one file per concern: batch.go (the batch row), items.go (reservations
+// and outcomes), counters.go, listing.go, retention.go, slots.go; the
+// ledger.Store contract is ledgertest.Run (integration/testbed/ledgertest),
+// run on the emulator.
 //
 // TTL: config.AttrExpiresAt (epoch seconds) is DynamoDB's TTL attribute.
 // Item, counter and slot rows carry now + RowTTL from every write; finalize
@@ -60,6 +41,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -104,36 +86,15 @@ func New(db *dynamodb.Client, table string) *Store {
 // stamp sets the row's format version (ledger.FormatVersion) and its TTL
 // to now + RowTTL (when RowTTL is set) on update u.
 func (s *Store) stamp(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
-	u = u.Set(expression.Name(attrFormat), expression.Value(ledger.FormatVersion))
+	u = u.Set(expression.Name(layout.AttrFormat), expression.Value(ledger.FormatVersion))
 	if s.RowTTL <= 0 {
 		return u
 	}
 	return u.Set(expression.Name(config.AttrExpiresAt), expression.Value(now.Add(s.RowTTL).Unix()))
 }
 
-func key(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		config.AttrPK: &types.AttributeValueMemberS{Value: pk},
-		config.AttrSK: &types.AttributeValueMemberS{Value: sk},
-	}
-}
-
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.Timeout)
-}
-
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMs(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
 }
 
 // conflict reports whether err is a lost condition, returning the old item

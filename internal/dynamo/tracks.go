@@ -11,33 +11,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
-
-// The rows of a max_concurrency run's tracks (shared/pace, ledger.Track),
-// each its own partition key under config.PKSlot, so that the item
-// function's DeleteItem grant and the LeadingKeys of its role cover them
-// as they cover the slot rows:
-//
-//   - the claim counter SLOT#{id}#r{run}, sk CLAIM: attribute claims,
-//     one update per slice a track claims, which also keeps each track's
-//     last claim and its answer (c{track}, g{track});
-//   - a track's fence SLOT#{id}#r{run}#t{track}, sk TRACK: seq, holder,
-//     lease_until_ms, one write per delivery of the track.
-const (
-	skClaim  = "CLAIM"
-	skTrack  = "TRACK"
-	attrSeq  = "seq"
-	attrClms = "claims"
-)
-
-func claimPK(id string, run int) string { return config.PKSlot + id + "#r" + strconv.Itoa(run) }
-
-func trackPK(id string, run, track int) string {
-	return claimPK(id, run) + "#t" + strconv.Itoa(track)
-}
 
 // ClaimSlice implements ledger.Store with one UpdateItem on the run's
 // claim counter: SET claims = claims + 1, c{track} = c.Claim,
@@ -51,14 +29,14 @@ func trackPK(id string, run, track int) string {
 // attribute pair per track: at most 2 × max_concurrency of them.
 func (s *Store) ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, error) {
 	mine, got := expression.Name("c"+strconv.Itoa(c.Track)), expression.Name("g"+strconv.Itoa(c.Track))
-	next := expression.Plus(expression.Name(attrClms).IfNotExists(expression.Value(0)), expression.Value(1))
+	next := expression.Plus(expression.Name(layout.AttrClaims).IfNotExists(expression.Value(0)), expression.Value(1))
 	cond := expression.Or(expression.AttributeNotExists(mine), mine.LessThan(expression.Value(c.Claim)))
-	u := expression.Set(expression.Name(attrClms), next).Set(mine, expression.Value(c.Claim)).Set(got, next)
+	u := expression.Set(expression.Name(layout.AttrClaims), next).Set(mine, expression.Value(c.Claim)).Set(got, next)
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, c.Now)).Build()
 	if err != nil {
 		return 0, err
 	}
-	attrs, old, err := s.updateRow(ctx, key(claimPK(c.BatchID, c.Run), skClaim), expr, types.ReturnValueUpdatedNew)
+	attrs, old, err := s.updateRow(ctx, layout.Key(layout.ClaimPK(c.BatchID, c.Run), layout.SKClaim), expr, types.ReturnValueUpdatedNew)
 	var k, n int64
 	switch {
 	case errors.Is(err, api.ErrConflict):
@@ -84,17 +62,17 @@ func (s *Store) ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, err
 func (s *Store) TakeTrack(ctx context.Context, t ledger.TrackTake) (time.Time, error) {
 	seq, now := expression.Value(t.Seq), expression.Value(t.Now.UnixMilli())
 	cond := expression.Or(expression.AttributeNotExists(expression.Name(config.AttrPK)),
-		expression.Name(attrSeq).LessThan(seq),
-		expression.And(expression.Name(attrSeq).Equal(seq),
-			expression.Or(expression.Name(attrLeaseUntilMs).LessThan(now), expression.Name(attrHolder).Equal(expression.Value(t.Holder)))))
-	u := expression.Set(expression.Name(attrSeq), seq).
-		Set(expression.Name(attrHolder), expression.Value(t.Holder)).
-		Set(expression.Name(attrLeaseUntilMs), expression.Value(t.Now.Add(t.Lease).UnixMilli()))
+		expression.Name(layout.AttrSeq).LessThan(seq),
+		expression.And(expression.Name(layout.AttrSeq).Equal(seq),
+			expression.Or(expression.Name(layout.AttrLeaseUntilMs).LessThan(now), expression.Name(layout.AttrHolder).Equal(expression.Value(t.Holder)))))
+	u := expression.Set(expression.Name(layout.AttrSeq), seq).
+		Set(expression.Name(layout.AttrHolder), expression.Value(t.Holder)).
+		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(t.Now.Add(t.Lease).UnixMilli()))
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, t.Now)).Build()
 	if err != nil {
 		return time.Time{}, err
 	}
-	_, old, err := s.updateRow(ctx, key(trackPK(t.BatchID, t.Run, t.Track), skTrack), expr, types.ReturnValueNone)
+	_, old, err := s.updateRow(ctx, layout.Key(layout.TrackPK(t.BatchID, t.Run, t.Track), layout.SKTrack), expr, types.ReturnValueNone)
 	if err == nil {
 		return time.Time{}, nil
 	}
@@ -111,5 +89,5 @@ func (s *Store) TakeTrack(ctx context.Context, t ledger.TrackTake) (time.Time, e
 	if row.Seq > t.Seq {
 		return time.Time{}, fmt.Errorf("take track %d of %s run %d: seq %d is past %d: %w", t.Track, t.BatchID, t.Run, row.Seq, t.Seq, api.ErrConflict)
 	}
-	return fromMs(row.LeaseUntilMs), fmt.Errorf("take track %d of %s run %d: held: %w", t.Track, t.BatchID, t.Run, api.ErrConflict)
+	return layout.FromMs(row.LeaseUntilMs), fmt.Errorf("take track %d of %s run %d: held: %w", t.Track, t.BatchID, t.Run, api.ErrConflict)
 }

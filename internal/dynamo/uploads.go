@@ -9,27 +9,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
-
-// skUpload is the sort key of an upload claim (pk UPLOAD#{content}).
-const skUpload = "UPLOAD"
-
-func uploadPK(content string) string { return "UPLOAD#" + content }
-
-// uploadRow is the stored shape of api.UploadClaim.
-type uploadRow struct {
-	PK          string `dynamodbav:"pk"`
-	SK          string `dynamodbav:"sk"`
-	BatchID     string `dynamodbav:"batch_id"`
-	Source      string `dynamodbav:"source"`
-	ClaimedAtMs int64  `dynamodbav:"claimed_at_ms"`
-	UntilMs     int64  `dynamodbav:"until_ms"`
-	ExpiresAt   int64  `dynamodbav:"expires_at"` // TTL, epoch seconds
-	Format      int    `dynamodbav:"fv"`
-}
 
 // ClaimUpload puts the claim row UPLOAD#{content}, UPLOAD with one
 // PutItem conditioned on
@@ -40,15 +24,15 @@ type uploadRow struct {
 // (ledger.TTLGrace). A lost condition returns the stored claim, which
 // DynamoDB sends back (ALL_OLD), and api.ErrConflict.
 func (s *Store) ClaimUpload(ctx context.Context, c api.UploadClaim, force bool) (api.UploadClaim, error) {
-	av, err := attributevalue.MarshalMap(uploadRow{PK: uploadPK(c.Content), SK: skUpload, BatchID: c.BatchID, Source: c.Source,
-		ClaimedAtMs: ms(c.ClaimedAt), UntilMs: ms(c.Until), ExpiresAt: c.Until.Add(ledger.TTLGrace).Unix(), Format: ledger.FormatVersion})
+	av, err := attributevalue.MarshalMap(layout.UploadRow{PK: layout.UploadPK(c.Content), SK: layout.SKUpload, BatchID: c.BatchID, Source: c.Source,
+		ClaimedAtMs: layout.Ms(c.ClaimedAt), UntilMs: layout.Ms(c.Until), ExpiresAt: c.Until.Add(ledger.TTLGrace).Unix(), Format: ledger.FormatVersion})
 	if err != nil {
 		return api.UploadClaim{}, err
 	}
 	in := &dynamodb.PutItemInput{TableName: &s.table, Item: av, ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}
 	if !force {
 		cond := expression.AttributeNotExists(expression.Name(config.AttrPK)).
-			Or(expression.Name("until_ms").LessThanEqual(expression.Value(ms(c.ClaimedAt)))).
+			Or(expression.Name("until_ms").LessThanEqual(expression.Value(layout.Ms(c.ClaimedAt)))).
 			Or(expression.Name("source").Equal(expression.Value(c.Source)))
 		expr, err := expression.NewBuilder().WithCondition(cond).Build()
 		if err != nil {
@@ -60,11 +44,11 @@ func (s *Store) ClaimUpload(ctx context.Context, c api.UploadClaim, force bool) 
 	defer cancel()
 	_, err = s.db.PutItem(cctx, in)
 	if old, ok := conflict(err); ok {
-		var r uploadRow
+		var r layout.UploadRow
 		if uerr := attributevalue.UnmarshalMap(old, &r); uerr != nil || r.BatchID == "" {
 			return api.UploadClaim{}, fmt.Errorf("claim upload %s: lost to a claim that does not read back (%v): %w", c.Source, uerr, api.ErrConflict)
 		}
-		return api.UploadClaim{Content: c.Content, BatchID: r.BatchID, Source: r.Source, ClaimedAt: fromMs(r.ClaimedAtMs), Until: fromMs(r.UntilMs)}, api.ErrConflict
+		return api.UploadClaim{Content: c.Content, BatchID: r.BatchID, Source: r.Source, ClaimedAt: layout.FromMs(r.ClaimedAtMs), Until: layout.FromMs(r.UntilMs)}, api.ErrConflict
 	}
 	if err != nil {
 		return api.UploadClaim{}, fmt.Errorf("claim upload %s: %w", c.Source, err)

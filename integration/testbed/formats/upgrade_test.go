@@ -192,7 +192,7 @@ func (nopTrigger) Finalize(context.Context, string, int) error { return nil }
 // upgrade procedure of docs/operations.md) say so.
 // handWritten are golden files the capture's scenario does not write yet
 // (the max_concurrency tracks' message and rows): their shapes are pinned
-// by the readers' tests (formats_test.go, internal/dynamo's golden test),
+// by the readers' tests (formats_test.go, internal/dynamo/layout's golden test),
 // not by a capture of today's writes.
 var handWritten = map[string]bool{"message-track.json": true, "row-claim.json": true, "row-track.json": true}
 

@@ -1,4 +1,4 @@
-package dynamo
+package layout
 
 import (
 	"reflect"
@@ -15,7 +15,7 @@ import (
 // show an empty status), and status is among them.
 func TestBatchesProjectionIsBatchRowAttributes(t *testing.T) {
 	stored := map[string]bool{}
-	rt := reflect.TypeFor[batchRow]()
+	rt := reflect.TypeFor[BatchRow]()
 	for i := range rt.NumField() {
 		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("dynamodbav"), ",")
 		stored[name] = true

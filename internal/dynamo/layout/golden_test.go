@@ -1,4 +1,4 @@
-package dynamo
+package layout
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ import (
 
 // goldenDir is where the golden formats of version v live.
 func goldenDir(v int) string {
-	return filepath.Join("..", "..", "integration", "testbed", "formats", "testdata", fmt.Sprintf("v%d", v))
+	return filepath.Join("..", "..", "..", "integration", "testbed", "formats", "testdata", fmt.Sprintf("v%d", v))
 }
 
 func readGoldenRow(t *testing.T, v int, name string) map[string]types.AttributeValue {
@@ -70,12 +70,12 @@ func tags(v any, extra ...string) map[string]bool {
 // (refuses; a mark, a slot, a marker and an upload claim are read by
 // their key or a condition only).
 func TestGoldenRows(t *testing.T) {
-	itemAttrs := tags(itemRow{}, "pk", "apk", "ask")
-	counterAttrs := []string{"pk", "sk", attrDone, attrFailures, attrItems, attrUpdatedAtMs, attrWriteUnits, attrReadUnits, attrFormat, "expires_at",
-		outcomeAttr(api.OutcomeSucceeded), outcomeAttr(api.OutcomeFailed), outcomeAttr(api.OutcomeQuarantined), outcomeAttr(api.OutcomeCancelled)}
-	packAttrs := tags(struct{}{}, "pk", "sk", attrRun, attrAttempt, attrLeaseUntilMs, attrPackItems, attrPackInFlight, attrUpdatedAtMs, attrFormat, "expires_at")
+	itemAttrs := tags(ItemRow{}, "pk", "apk", "ask")
+	counterAttrs := []string{"pk", "sk", AttrDone, AttrFailures, AttrItems, AttrUpdatedAtMs, AttrWriteUnits, AttrReadUnits, AttrFormat, "expires_at",
+		OutcomeAttr(api.OutcomeSucceeded), OutcomeAttr(api.OutcomeFailed), OutcomeAttr(api.OutcomeQuarantined), OutcomeAttr(api.OutcomeCancelled)}
+	packAttrs := tags(struct{}{}, "pk", "sk", AttrRun, AttrAttempt, AttrLeaseUntilMs, AttrPackItems, AttrPackInFlight, AttrUpdatedAtMs, AttrFormat, "expires_at")
 	for j := range ledger.MaxItemsPerMessage {
-		packAttrs[packItemAttr(j)] = true
+		packAttrs[PackItemAttr(j)] = true
 	}
 	v2 := []int{2}
 	rows := map[string]struct {
@@ -89,22 +89,22 @@ func TestGoldenRows(t *testing.T) {
 		"row-item-retry":           {itemAttrs, readItem, nil, false},
 		"row-item-in-flight":       {itemAttrs, readItem, nil, false},
 		"row-item-quarantined":     {itemAttrs, readItem, nil, false},
-		"row-attention":            {tags(itemRow{}, "pk", "apk", "ask", attrPackFirst, attrPackIndex), readItem, nil, false},
-		"row-batch":                {tags(batchRow{}), readBatch, nil, false},
+		"row-attention":            {tags(ItemRow{}, "pk", "apk", "ask", AttrPackFirst, AttrPackIndex), readItem, nil, false},
+		"row-batch":                {tags(BatchRow{}), readBatch, nil, false},
 		"row-pack":                 {packAttrs, readPack, nil, false},
 		"row-counter-chunk":        {tags(struct{}{}, counterAttrs...), readCounter, []int{0, 1}, false},
 		"row-counter-lane":         {tags(struct{}{}, append(tokenSlots(), counterAttrs...)...), readCounter, v2, false},
-		"row-counter-run":          {tags(struct{}{}, append(tokenSlots(), "pk", "sk", attrLanesDone, attrFailures, attrUpdatedAtMs, attrFormat, "expires_at")...), readCounter, v2, false},
-		"row-batch-finished":       {tags(batchRow{}, "expires_at"), readFinishedBatch, v2, false},
+		"row-counter-run":          {tags(struct{}{}, append(tokenSlots(), "pk", "sk", AttrLanesDone, AttrFailures, AttrUpdatedAtMs, AttrFormat, "expires_at")...), readCounter, v2, false},
+		"row-batch-finished":       {tags(BatchRow{}, "expires_at"), readFinishedBatch, v2, false},
 		"row-pack-every-attribute": {packAttrs, readFullPack, v2, false},
-		"row-mark":                 {tags(struct{}{}, "pk", "sk", attrFormat, "expires_at"), readMark, v2, true},
-		"row-slot":                 {tags(struct{}{}, "pk", "sk", attrHolder, attrLeaseUntilMs, attrFormat, "expires_at"), readSlot, v2, true},
-		"row-claim":                {tags(struct{}{}, "pk", "sk", attrClms, "c0", "c1", "g0", "g1", attrFormat, "expires_at"), readClaim, v2, true},
-		"row-track":                {tags(struct{}{}, "pk", "sk", attrSeq, attrHolder, attrLeaseUntilMs, attrFormat, "expires_at"), readTrack, v2, true},
-		"row-retention":            {tags(struct{}{}, "pk", "sk", attrBatchID, attrFormat), readRetention, v2, true},
-		"row-publish":              {tags(struct{}{}, "pk", "sk", attrBatchID, attrRun, attrFormat), readPublish, v2, true},
-		"row-upload":               {tags(uploadRow{}), readUpload, v2, true},
-		"row-batch-correction":     {tags(batchRow{}), readCorrectionBatch, v2, false},
+		"row-mark":                 {tags(struct{}{}, "pk", "sk", AttrFormat, "expires_at"), readMark, v2, true},
+		"row-slot":                 {tags(struct{}{}, "pk", "sk", AttrHolder, AttrLeaseUntilMs, AttrFormat, "expires_at"), readSlot, v2, true},
+		"row-claim":                {tags(struct{}{}, "pk", "sk", AttrClaims, "c0", "c1", "g0", "g1", AttrFormat, "expires_at"), readClaim, v2, true},
+		"row-track":                {tags(struct{}{}, "pk", "sk", AttrSeq, AttrHolder, AttrLeaseUntilMs, AttrFormat, "expires_at"), readTrack, v2, true},
+		"row-retention":            {tags(struct{}{}, "pk", "sk", AttrBatchID, AttrFormat), readRetention, v2, true},
+		"row-publish":              {tags(struct{}{}, "pk", "sk", AttrBatchID, AttrRun, AttrFormat), readPublish, v2, true},
+		"row-upload":               {tags(UploadRow{}), readUpload, v2, true},
+		"row-batch-correction":     {tags(BatchRow{}), readCorrectionBatch, v2, false},
 		"row-item-corrected":       {itemAttrs, readCorrectedItem, v2, false},
 		"row-pack-corrected":       {packAttrs, readCorrectedPack, v2, false},
 	}
@@ -130,7 +130,7 @@ func TestGoldenRows(t *testing.T) {
 				if r.keyOnly {
 					return
 				}
-				av[attrFormat] = &types.AttributeValueMemberN{Value: fmt.Sprint(ledger.FormatVersion + 1)}
+				av[AttrFormat] = &types.AttributeValueMemberN{Value: fmt.Sprint(ledger.FormatVersion + 1)}
 				var nf *ledger.NewerFormatError
 				if _, err := r.read(av); !errors.As(err, &nf) {
 					t.Errorf("a row of version %d: %v, want a *ledger.NewerFormatError", ledger.FormatVersion+1, err)
@@ -158,7 +158,7 @@ func formatOf(av map[string]types.AttributeValue) int {
 }
 
 func readItem(av map[string]types.AttributeValue) (int, error) {
-	it, err := itemFrom("upgrade", av)
+	it, err := ItemFrom("upgrade", av)
 	if err == nil && (it.Key == "" || !it.Outcome.Valid()) {
 		err = fmt.Errorf("read %+v", it)
 	}
@@ -166,11 +166,11 @@ func readItem(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readBatch(av map[string]types.AttributeValue) (int, error) {
-	var r batchRow
+	var r BatchRow
 	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
 		return 0, err
 	}
-	b, err := fromRow(r)
+	b, err := FromBatchRow(r)
 	if err == nil && (b.ID == "" || b.Status != api.StatusRunning) {
 		err = fmt.Errorf("read %+v", b)
 	}
@@ -178,11 +178,11 @@ func readBatch(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readCorrectionBatch(av map[string]types.AttributeValue) (int, error) {
-	var r batchRow
+	var r BatchRow
 	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
 		return 0, err
 	}
-	b, err := fromRow(r)
+	b, err := FromBatchRow(r)
 	if err == nil && (b.Run != 2 || b.RunRevision != 2 || len(b.Revisions) != 1 || b.Revisions[0].N != 2 || b.RunItems() != 1) {
 		err = fmt.Errorf("read %+v", b)
 	}
@@ -190,7 +190,7 @@ func readCorrectionBatch(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readCorrectedItem(av map[string]types.AttributeValue) (int, error) {
-	it, err := itemFrom("upgrade-fix-k1", av)
+	it, err := ItemFrom("upgrade-fix-k1", av)
 	if err == nil && (it.Outcome != api.OutcomeFailed || it.Run != 1 || it.Revision != 2) {
 		err = fmt.Errorf("read %+v", it)
 	}
@@ -198,7 +198,7 @@ func readCorrectedItem(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readCorrectedPack(av map[string]types.AttributeValue) (int, error) {
-	p, err := packFrom("upgrade-fix-k4", av)
+	p, err := PackFrom("upgrade-fix-k4", av)
 	if err == nil && (len(p.Items) != 4 || p.Items[1].Outcome != api.OutcomeFailed || p.Items[1].Revision != 2 || p.Items[0].Revision != 0) {
 		err = fmt.Errorf("read %+v", p)
 	}
@@ -206,7 +206,7 @@ func readCorrectedPack(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readPack(av map[string]types.AttributeValue) (int, error) {
-	p, err := packFrom("upgrade-k4", av)
+	p, err := PackFrom("upgrade-k4", av)
 	if err == nil && (len(p.Items) != 4 || p.Items[0].Outcome != api.OutcomeSucceeded || !p.Items[2].Retry) {
 		err = fmt.Errorf("read %+v", p)
 	}
@@ -214,11 +214,11 @@ func readPack(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readFinishedBatch(av map[string]types.AttributeValue) (int, error) {
-	var r batchRow
+	var r BatchRow
 	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
 		return 0, err
 	}
-	b, err := fromRow(r)
+	b, err := FromBatchRow(r)
 	if err == nil && (b.Status != api.StatusCompleted || b.ReportKey == "" || b.FinishedAt.IsZero() || b.MaxConcurrency != 2) {
 		err = fmt.Errorf("read %+v", b)
 	}
@@ -229,9 +229,9 @@ func readFinishedBatch(av map[string]types.AttributeValue) (int, error) {
 // of a pack can, and checks that no item holds one today's reader does
 // not know.
 func readFullPack(av map[string]types.AttributeValue) (int, error) {
-	known := tags(packItemRow{})
+	known := tags(PackItemRow{})
 	for j := range 3 {
-		m, _ := av[packItemAttr(j)].(*types.AttributeValueMemberM)
+		m, _ := av[PackItemAttr(j)].(*types.AttributeValueMemberM)
 		if m == nil {
 			return 0, fmt.Errorf("item %d is not a map", j)
 		}
@@ -241,7 +241,7 @@ func readFullPack(av map[string]types.AttributeValue) (int, error) {
 			}
 		}
 	}
-	p, err := packFrom("golden-extra", av)
+	p, err := PackFrom("golden-extra", av)
 	if err == nil {
 		it := p.Items
 		if len(it) != 3 || !it[0].Released || it[0].CountedRun != 2 || it[1].ThrottledSince.IsZero() || !it[1].Retry || it[2].OutputRef == "" {
@@ -294,7 +294,7 @@ func readTrack(av map[string]types.AttributeValue) (int, error) {
 }
 
 func readRetention(av map[string]types.AttributeValue) (int, error) {
-	m := retentionMarkerFrom(av)
+	m := RetentionMarkerFrom(av)
 	if m.Malformed || m.BatchID == "" || m.ExpiresAt.IsZero() {
 		return 0, fmt.Errorf("read %+v", m)
 	}
@@ -306,14 +306,14 @@ func readPublish(av map[string]types.AttributeValue) (int, error) {
 	if sk == nil {
 		return 0, errors.New("no sort key")
 	}
-	if ref, ok := publishMarkerFrom(sk.Value); !ok || ref.BatchID == "" {
+	if ref, ok := PublishMarkerFrom(sk.Value); !ok || ref.BatchID == "" {
 		return 0, fmt.Errorf("read %q", sk.Value)
 	}
 	return formatOf(av), nil
 }
 
 func readUpload(av map[string]types.AttributeValue) (int, error) {
-	var r uploadRow
+	var r UploadRow
 	err := attributevalue.UnmarshalMap(av, &r)
 	if err == nil && (r.BatchID == "" || r.Source == "" || r.UntilMs == 0) {
 		err = fmt.Errorf("read %+v", r)

@@ -1,8 +1,7 @@
-package dynamo
+package layout
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -34,20 +33,9 @@ import (
 // schedules together.
 const BatchesShards = 8
 
-// batchesEpoch is the first month of the batches index: a listing walks
-// back month by month to it (or to `since`). Batch rows created before it
-// do not carry the index's keys and are not listed.
-var batchesEpoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-
-// Bounds of one ListBatches call: it reads at most this many months and
-// examines at most this many index entries, then answers with what it
-// found and the position to continue from.
-const (
-	listMonthsPerCall  = 24
-	listEntriesPerCall = 5_000
-)
-
-func month(t time.Time) time.Time {
+// Month is the first instant (UTC) of t's UTC month: the month of the
+// batches index's partition keys.
+func Month(t time.Time) time.Time {
 	t = t.UTC()
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
@@ -55,10 +43,12 @@ func month(t time.Time) time.Time {
 // BatchesPK is the batches index's partition key of a batch created at
 // createdAt: "BATCHES#{yyyy-mm}#{FNV-1a(id) mod BatchesShards}".
 func BatchesPK(id string, createdAt time.Time) string {
-	return batchesPKOf(month(createdAt), ledger.Shard(id, BatchesShards))
+	return BatchesPKOf(Month(createdAt), ledger.Shard(id, BatchesShards))
 }
 
-func batchesPKOf(m time.Time, shard int) string {
+// BatchesPKOf is the batches index's partition key of shard shard of the
+// month starting at m (see Month): "BATCHES#{yyyy-mm}#{shard}".
+func BatchesPKOf(m time.Time, shard int) string {
 	return "BATCHES#" + m.Format("2006-01") + "#" + strconv.Itoa(shard)
 }
 
@@ -83,8 +73,6 @@ func SourcesPK(source string) string {
 	return "SOURCE#" + source
 }
 
-func msKey(t time.Time) string { return fmt.Sprintf("%013d", t.UnixMilli()) }
-
-// positionRE is a listing position: a sort key, or a month's start in
-// epoch ms (the listing continues below it).
-var positionRE = regexp.MustCompile(`^[0-9]{13}(#[A-Za-z0-9_-]{1,128})?$`)
+// MsKey is t in epoch milliseconds, 13 digits: the time part of a
+// BatchesSK, and a bound of a listing's range of sort keys.
+func MsKey(t time.Time) string { return fmt.Sprintf("%013d", t.UnixMilli()) }

@@ -1,4 +1,4 @@
-package dynamo
+package layout
 
 import (
 	"crypto/sha256"
@@ -12,169 +12,113 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-const (
-	skBatch   = "BATCH"
-	skRun     = "RUN"
-	skSlot    = "SLOT"
-	pkRunning = "RUNNING"
-	pkRetain  = "RETENTION"
-	pkPublish = "PUBLISH"
-)
-
-func publishSK(id string, run int) string { return fmt.Sprintf("%s#%010d", id, run) }
-
-func batchPK(id string) string { return "BATCH#" + id }
-
-func shardKey(id string, shard int) string { return id + "#" + strconv.Itoa(shard) }
-
-// itemPK is the partition key of the item rows of one shard.
-func itemPK(id string, shard int) string { return "ITEM#" + shardKey(id, shard) }
-
-// itemKey is the key of item itemKey's row in a batch of shards shards.
-func itemKey(id string, shards int, itemKey string) map[string]types.AttributeValue {
-	return itemKeyAt(id, ledger.Shard(itemKey, shards), itemKey)
-}
-
-// itemKeyAt is the key of item itemKey's row in item shard `shard`.
-func itemKeyAt(id string, shard int, itemKey string) map[string]types.AttributeValue {
-	return key(itemPK(id, shard), itemKey)
-}
-
-// countPK is the partition key of the chunk counters of one counter shard.
-func countPK(id string, run, shard int) string {
-	return "COUNT#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
-}
-
-// runPK is the partition key of the run's chunks-done row.
-func runPK(id string, run int) string { return "COUNT#" + id + "#" + strconv.Itoa(run) }
-
-// skLane is the sort key of a counter lane (in counter partition = lane).
-const skLane = "LANE"
-
-// chunkSK is the sort key of the counter of the chunk starting at first.
-func chunkSK(first int64) string { return fmt.Sprintf("CHUNK#%012d", first) }
-
-// markPK is the partition key of the rerun count marks of one item shard.
-func markPK(id string, run, shard int) string {
-	return "MARK#" + id + "#" + strconv.Itoa(run) + "#" + strconv.Itoa(shard)
-}
-
-func slotPK(id string, slot int) string { return config.PKSlot + id + "#" + strconv.Itoa(slot) }
-
-// RetentionSK is the sort key of a retention marker: the expiry in epoch
-// milliseconds, zero-padded to 20 digits so that byte order is time order.
-func RetentionSK(expiresAt time.Time, id string) string {
-	return fmt.Sprintf("%020d#%s", expiresAt.UnixMilli(), id)
-}
-
-// attrFormat is every ledger row's format version (ledger.FormatVersion;
+// AttrFormat is every ledger row's format version (ledger.FormatVersion;
 // absent: 0, the release before versions).
-const attrFormat = "fv"
+const AttrFormat = "fv"
 
-// formatValue is attrFormat's value on every row written today.
-func formatValue() types.AttributeValue {
+// FormatValue is AttrFormat's value on every row written today.
+func FormatValue() types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.Itoa(ledger.FormatVersion)}
 }
 
-// Attributes of item rows (itemRow), named in condition and update
-// expressions; itemRow's dynamodbav tags spell the same names.
+// Attributes of item rows (ItemRow), named in condition and update
+// expressions; ItemRow's dynamodbav tags spell the same names.
 const (
-	attrAttempt        = "attempt"
-	attrCost           = "cost"
-	attrError          = "error"
-	attrFirstAttempt   = "first_attempt"
-	attrLeaseUntilMs   = "lease_until_ms"
-	attrOutcome        = "outcome"
-	attrOutput         = "output"
-	attrOutputRef      = "output_ref"
-	attrReason         = "reason"
-	attrReleased       = "released"
-	attrRevision       = "rev" // api.Item.Revision
-	attrRetryScheduled = "retry_scheduled"
-	attrThrottledMs    = "throttled_ms" // api.Item.ThrottledSince, epoch ms
-	attrRun            = "run"
-	attrSpent          = "spent"
-	attrSpentRun       = "spent_run"
-	attrUpdatedAtMs    = "updated_at_ms"
-	attrHoldSubject    = "hold_subject"  // api.Hold.Subject of a held item
-	attrHoldSinceMs    = "hold_since_ms" // api.Hold.Since, epoch ms
-	attrWoken          = "woken"         // api.Hold.Woken
+	AttrAttempt        = "attempt"
+	AttrCost           = "cost"
+	AttrError          = "error"
+	AttrFirstAttempt   = "first_attempt"
+	AttrLeaseUntilMs   = "lease_until_ms"
+	AttrOutcome        = "outcome"
+	AttrOutput         = "output"
+	AttrOutputRef      = "output_ref"
+	AttrReason         = "reason"
+	AttrReleased       = "released"
+	AttrRevision       = "rev" // api.Item.Revision
+	AttrRetryScheduled = "retry_scheduled"
+	AttrThrottledMs    = "throttled_ms" // api.Item.ThrottledSince, epoch ms
+	AttrRun            = "run"
+	AttrSpent          = "spent"
+	AttrSpentRun       = "spent_run"
+	AttrUpdatedAtMs    = "updated_at_ms"
+	AttrHoldSubject    = "hold_subject"  // api.Hold.Subject of a held item
+	AttrHoldSinceMs    = "hold_since_ms" // api.Hold.Since, epoch ms
+	AttrWoken          = "woken"         // api.Hold.Woken
 )
 
-// Attributes of the batch row (batchRow) and of the markers, named in
-// condition and update expressions; batchRow's dynamodbav tags spell the
-// same names. attrRun is shared with item rows.
+// Attributes of the batch row (BatchRow) and of the markers, named in
+// condition and update expressions; BatchRow's dynamodbav tags spell the
+// same names. AttrRun is shared with item rows.
 const (
-	attrBatchID          = "batch_id"
-	attrCensus           = "census"
-	attrChunks           = "chunks"
-	attrCounterShards    = "counter_shards"
-	attrCounterLanes     = "counter_lanes"
-	attrExpiresAtMs      = "expires_at_ms"
-	attrFannedOut        = "fanned_out"
-	attrFinishedAtMs     = "finished_at_ms"
-	attrForgetting       = "forgetting"
-	attrRevisions        = "revisions"
-	attrRunRevision      = "run_revision"
-	attrItemCount        = "item_count"
-	attrListShards       = "list_shards"
-	attrManifestBytes    = "manifest_bytes"
-	attrManifestDigest   = "manifest_digest"
-	attrManifestKey      = "manifest_key"
-	attrNeedsAttention   = "needs_attention"
-	attrPublishedRun     = "published_run"
-	attrRefusal          = "refusal"
-	attrReportKey        = "report_key"
-	attrRunStartedAtMs   = "run_started_at_ms"
-	attrStatus           = "status"
-	attrStop             = "stop"
-	attrStopDetail       = "stop_detail"
-	attrStopRan          = "stop_ran"
-	attrStopFailures     = "stop_failures"
-	attrFailure          = "failure"
-	attrFinalizeFailures = "finalize_failures"
-	attrSubmitAttempts   = "submit_attempts"
-	attrSubmitDeadlineMs = "submit_deadline_ms"
-	attrPauseBy          = "pause_by"
-	attrPausedAtMs       = "paused_at_ms"
-	attrPauseClass       = "pause_class"
-	attrPauseError       = "pause_error"
-	attrProbes           = "probes"
-	attrPauses           = "pauses"
-	attrChecked          = "checked"
+	AttrBatchID          = "batch_id"
+	AttrCensus           = "census"
+	AttrChunks           = "chunks"
+	AttrCounterShards    = "counter_shards"
+	AttrCounterLanes     = "counter_lanes"
+	AttrExpiresAtMs      = "expires_at_ms"
+	AttrFannedOut        = "fanned_out"
+	AttrFinishedAtMs     = "finished_at_ms"
+	AttrForgetting       = "forgetting"
+	AttrRevisions        = "revisions"
+	AttrRunRevision      = "run_revision"
+	AttrItemCount        = "item_count"
+	AttrListShards       = "list_shards"
+	AttrManifestBytes    = "manifest_bytes"
+	AttrManifestDigest   = "manifest_digest"
+	AttrManifestKey      = "manifest_key"
+	AttrNeedsAttention   = "needs_attention"
+	AttrPublishedRun     = "published_run"
+	AttrRefusal          = "refusal"
+	AttrReportKey        = "report_key"
+	AttrRunStartedAtMs   = "run_started_at_ms"
+	AttrStatus           = "status"
+	AttrStop             = "stop"
+	AttrStopDetail       = "stop_detail"
+	AttrStopRan          = "stop_ran"
+	AttrStopFailures     = "stop_failures"
+	AttrFailure          = "failure"
+	AttrFinalizeFailures = "finalize_failures"
+	AttrSubmitAttempts   = "submit_attempts"
+	AttrSubmitDeadlineMs = "submit_deadline_ms"
+	AttrPauseBy          = "pause_by"
+	AttrPausedAtMs       = "paused_at_ms"
+	AttrPauseClass       = "pause_class"
+	AttrPauseError       = "pause_error"
+	AttrProbes           = "probes"
+	AttrPauses           = "pauses"
+	AttrChecked          = "checked"
 	attrSourceFormat     = "source_format"
 )
 
-// haltRow is the stored shape of api.Halt, in the batch row's halts map
-// under haltKey(subject): a subject (an ARN) may hold dots, which an
+// HaltRow is the stored shape of api.Halt, in the batch row's halts map
+// under HaltKey(subject): a subject (an ARN) may hold dots, which an
 // expression's document path would split.
-type haltRow struct {
+type HaltRow struct {
 	Subject string `dynamodbav:"subject"`
 	SinceMs int64  `dynamodbav:"since_ms"`
 	Reason  string `dynamodbav:"reason,omitempty"`
 }
 
-// haltKey is the key of subject's halt in the batch row's halts map: "h"
+// HaltKey is the key of subject's halt in the batch row's halts map: "h"
 // and the first 16 hex digits of its SHA-256.
-func haltKey(subject string) string {
+func HaltKey(subject string) string {
 	sum := sha256.Sum256([]byte(subject))
 	return "h" + hex.EncodeToString(sum[:8])
 }
 
-// attrHalts is the batch row's map of halts by subject.
-const attrHalts = "halts"
+// AttrHalts is the batch row's map of halts by subject.
+const AttrHalts = "halts"
 
 // Attributes of slot rows.
 const (
-	attrHolder = "holder"
+	AttrHolder = "holder"
 )
 
-// batchRow is the stored shape of api.Batch.
-type batchRow struct {
+// BatchRow is the stored shape of api.Batch.
+type BatchRow struct {
 	PK             string             `dynamodbav:"pk"`
 	SK             string             `dynamodbav:"sk"`
 	ID             string             `dynamodbav:"batch_id"`
@@ -229,7 +173,7 @@ type batchRow struct {
 	Pauses         int                `dynamodbav:"pauses,omitempty"`
 	Revisions      string             `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
 	RunRevision    int                `dynamodbav:"run_revision,omitempty"`
-	Halts          map[string]haltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by haltKey
+	Halts          map[string]HaltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by HaltKey
 	Format         int                `dynamodbav:"fv,omitempty"`    // ledger.FormatVersion; absent: 0
 	SourceFormat   string             `dynamodbav:"source_format,omitempty"`
 	CheckPlan      string             `dynamodbav:"check_plan,omitempty"`
@@ -245,45 +189,48 @@ type batchRow struct {
 	SourcesPK string `dynamodbav:"spk,omitempty"`
 }
 
-func toRow(b ledger.Batch) (batchRow, error) {
+// ToBatchRow is the stored shape of b, written with the format version
+// ledger.FormatVersion and, when b has a creation time, the keys of the
+// batches and sources indexes; JSON-valued fields are marshalled here.
+func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 	th, err := json.Marshal(b.Threshold)
 	if err != nil {
-		return batchRow{}, err
+		return BatchRow{}, err
 	}
-	r := batchRow{
-		PK: batchPK(b.ID), SK: skBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
+	r := BatchRow{
+		PK: BatchPK(b.ID), SK: SKBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
 		ListShards: b.ListShards, CounterShards: b.CounterShards, CounterLanes: b.CounterLanes, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
 		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, ItemsPerMsg: b.ItemsPerMessage, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
-		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: ms(b.CreatedAt),
-		RunStartedAtMs: ms(b.RunStartedAt), FinishedAtMs: ms(b.FinishedAt), ReportKey: b.ReportKey,
-		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: ms(b.ExpiresAt),
-		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: ms(b.SubmitDeadline),
+		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: Ms(b.CreatedAt),
+		RunStartedAtMs: Ms(b.RunStartedAt), FinishedAtMs: Ms(b.FinishedAt), ReportKey: b.ReportKey,
+		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: Ms(b.ExpiresAt),
+		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: Ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold, Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
 		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken, SourceFormat: b.SourceFormat, CheckPlan: b.CheckPlan,
 	}
 	if b.Checked != nil {
 		c, err := json.Marshal(b.Checked)
 		if err != nil {
-			return batchRow{}, err
+			return BatchRow{}, err
 		}
 		r.Checked = string(c)
 	}
 	if len(b.Revisions) > 0 {
 		rv, err := json.Marshal(b.Revisions)
 		if err != nil {
-			return batchRow{}, err
+			return BatchRow{}, err
 		}
 		r.Revisions = string(rv)
 	}
 	if p := b.Pause; p != nil {
-		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), ms(p.Since), p.Class, p.Error, p.Probes
+		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), Ms(p.Since), p.Class, p.Error, p.Probes
 	}
 	for subject, h := range b.Halts {
 		if r.Halts == nil {
-			r.Halts = map[string]haltRow{}
+			r.Halts = map[string]HaltRow{}
 		}
-		r.Halts[haltKey(subject)] = haltRow{Subject: subject, SinceMs: ms(h.Since), Reason: h.Reason}
+		r.Halts[HaltKey(subject)] = HaltRow{Subject: subject, SinceMs: Ms(h.Since), Reason: h.Reason}
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
@@ -292,28 +239,30 @@ func toRow(b ledger.Batch) (batchRow, error) {
 	if b.Retry != nil {
 		rp, err := json.Marshal(b.Retry)
 		if err != nil {
-			return batchRow{}, err
+			return BatchRow{}, err
 		}
 		r.Retry = string(rp)
 	}
 	if b.Refusal != nil {
 		rf, err := json.Marshal(b.Refusal)
 		if err != nil {
-			return batchRow{}, err
+			return BatchRow{}, err
 		}
 		r.Refusal = string(rf)
 	}
 	if b.FinalCensus != nil {
 		c, err := json.Marshal(b.FinalCensus)
 		if err != nil {
-			return batchRow{}, err
+			return BatchRow{}, err
 		}
 		r.Census = string(c)
 	}
 	return r, nil
 }
 
-func fromRow(r batchRow) (ledger.Batch, error) {
+// FromBatchRow is the ledger.Batch that r stores; a row of a newer format
+// version is refused (*ledger.NewerFormatError).
+func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 	if err := ledger.CheckFormat("batch row "+r.ID, r.Format); err != nil {
 		return ledger.Batch{}, err
 	}
@@ -338,16 +287,16 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 			Source:          r.Source,
 			SubmittedBy:     r.SubmittedBy,
 			FannedOut:       r.FannedOut,
-			CreatedAt:       fromMs(r.CreatedAtMs),
-			RunStartedAt:    fromMs(r.RunStartedAtMs),
-			FinishedAt:      fromMs(r.FinishedAtMs),
+			CreatedAt:       FromMs(r.CreatedAtMs),
+			RunStartedAt:    FromMs(r.RunStartedAtMs),
+			FinishedAt:      FromMs(r.FinishedAtMs),
 			ReportKey:       r.ReportKey,
 			NeedsAttention:  r.NeedsAttention,
 			Stop:            api.Status(r.Stop),
 			StopDetail:      r.StopDetail,
 			StopRan:         r.StopRan,
 			StopFailures:    r.StopFailures,
-			ExpiresAt:       fromMs(r.ExpiresAtMs),
+			ExpiresAt:       FromMs(r.ExpiresAtMs),
 			SubmitAttempts:  r.SubmitAttempts,
 			PendingDeletion: r.Forgetting,
 			Failure:         r.Failure,
@@ -358,7 +307,7 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 		},
 		CounterLanes:     r.CounterLanes,
 		Chunks:           r.Chunks,
-		SubmitDeadline:   fromMs(r.SubmitDeadMs),
+		SubmitDeadline:   FromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
 		TaskToken:        r.TaskToken,
 		FinalizeFailures: r.FinalizeFails,
@@ -370,13 +319,13 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 		}
 	}
 	if r.PauseBy != "" {
-		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: fromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
+		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: FromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
 	}
 	for _, h := range r.Halts {
 		if b.Halts == nil {
 			b.Halts = map[string]api.Halt{}
 		}
-		b.Halts[h.Subject] = api.Halt{Subject: h.Subject, Since: fromMs(h.SinceMs), Reason: h.Reason}
+		b.Halts[h.Subject] = api.Halt{Subject: h.Subject, Since: FromMs(h.SinceMs), Reason: h.Reason}
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
@@ -416,11 +365,11 @@ func fromRow(r batchRow) (ledger.Batch, error) {
 	return b, nil
 }
 
-// itemRow is the stored shape of api.Item. The batch id and the item key
+// ItemRow is the stored shape of api.Item. The batch id and the item key
 // are the row's keys (pk ITEM#{id}#{shard}, sk {key}) and the run id
 // derives from them (api.RunID), so the row stores none of them again:
 // every byte of it is billed on each of its two writes.
-type itemRow struct {
+type ItemRow struct {
 	SK           string             `dynamodbav:"sk"`
 	Run          int                `dynamodbav:"run"`
 	Outcome      string             `dynamodbav:"outcome"`
@@ -446,12 +395,14 @@ type itemRow struct {
 	Woken        string             `dynamodbav:"woken,omitempty"`
 }
 
-// itemFrom reads an item row of batch batchID.
-func itemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, error) {
+// ItemFrom reads an item row of batch batchID (its attributes as
+// GetItem or Query returns them); an empty row is the zero ledger.Item,
+// a row of a newer format version is refused (*ledger.NewerFormatError).
+func ItemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, error) {
 	if len(av) == 0 {
 		return ledger.Item{}, nil
 	}
-	var r itemRow
+	var r ItemRow
 	if err := attributevalue.UnmarshalMap(av, &r); err != nil {
 		return ledger.Item{}, fmt.Errorf("item row: %w", err)
 	}
@@ -465,14 +416,14 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, 
 			Run:            r.Run,
 			Outcome:        api.Outcome(r.Outcome),
 			Attempt:        r.Attempt,
-			LeaseUntil:     fromMs(r.LeaseUntilMs),
+			LeaseUntil:     FromMs(r.LeaseUntilMs),
 			OutputRef:      r.OutputRef,
 			Error:          r.Error,
 			Reason:         api.Reason(r.Reason),
-			UpdatedAt:      fromMs(r.UpdatedAtMs),
+			UpdatedAt:      FromMs(r.UpdatedAtMs),
 			Released:       r.Released,
 			RunAttempts:    max(0, r.Attempt-max(r.FirstAttempt, 1)+1),
-			ThrottledSince: fromMs(r.ThrottledMs),
+			ThrottledSince: FromMs(r.ThrottledMs),
 			Revision:       r.Revision,
 		},
 		BatchID: batchID,
@@ -490,22 +441,22 @@ func itemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, 
 		it.Spent, it.SpentRun = r.Spent, r.SpentRun
 	}
 	if it.Outcome.Held() {
-		it.Hold = &api.Hold{Subject: r.HoldSubject, Since: fromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}
+		it.Hold = &api.Hold{Subject: r.HoldSubject, Since: FromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}
 	}
 	return it, nil
 }
 
 // Counter-row attributes.
 const (
-	attrDone       = "done"
-	attrFailures   = "failures"
-	attrItems      = "items"
-	attrChunksDone = "chunks_done"
-	attrLanesDone  = "lanes_done"
-	attrWriteUnits = "wcu" // DynamoDB units attributed to the run (see Capacity)
-	attrReadUnits  = "rcu"
+	AttrDone       = "done"
+	AttrFailures   = "failures"
+	AttrItems      = "items"
+	AttrChunksDone = "chunks_done"
+	AttrLanesDone  = "lanes_done"
+	AttrWriteUnits = "wcu" // DynamoDB units attributed to the run (package dynamo's Store.Capacity)
+	AttrReadUnits  = "rcu"
 )
 
-// outcomeAttr is the counter attribute counting items of outcome o
+// OutcomeAttr is the counter attribute counting items of outcome o
 // ("n_succeeded", ...).
-func outcomeAttr(o api.Outcome) string { return "n_" + string(o) }
+func OutcomeAttr(o api.Outcome) string { return "n_" + string(o) }

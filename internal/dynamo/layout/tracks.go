@@ -1,0 +1,34 @@
+package layout
+
+import (
+	"strconv"
+
+	"github.com/bulkrun/bulkrun/shared/config"
+)
+
+// The rows of a max_concurrency run's tracks (shared/pace, ledger.Track),
+// each its own partition key under config.PKSlot, so that the item
+// function's DeleteItem grant and the LeadingKeys of its role cover them
+// as they cover the slot rows:
+//
+//   - the claim counter SLOT#{id}#r{run}, sk CLAIM: attribute claims,
+//     one update per slice a track claims, which also keeps each track's
+//     last claim and its answer (c{track}, g{track});
+//   - a track's fence SLOT#{id}#r{run}#t{track}, sk TRACK: seq, holder,
+//     lease_until_ms, one write per delivery of the track.
+const (
+	SKClaim    = "CLAIM"
+	SKTrack    = "TRACK"
+	AttrSeq    = "seq"
+	AttrClaims = "claims"
+)
+
+// ClaimPK is the partition key of run run's claim counter:
+// "SLOT#{id}#r{run}", sort key SKClaim.
+func ClaimPK(id string, run int) string { return config.PKSlot + id + "#r" + strconv.Itoa(run) }
+
+// TrackPK is the partition key of track track's fence in run run:
+// "SLOT#{id}#r{run}#t{track}", sort key SKTrack.
+func TrackPK(id string, run, track int) string {
+	return ClaimPK(id, run) + "#t" + strconv.Itoa(track)
+}
