@@ -78,7 +78,7 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 		if err := partition(layout.ItemPK(b.ID, shard)); err != nil {
 			return err
 		}
-		if b.Pack() > 1 {
+		if b.Packed() {
 			if err := partition(layout.PackPK(b.ID, shard)); err != nil {
 				return err
 			}
