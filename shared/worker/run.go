@@ -139,7 +139,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject}, u, h, r, p, refusal, headers, options, inv.margin)
-			w.afterCall(inv, b.ID, r.took)
+			w.afterCall(b.ID, r.took)
 		}()
 	}
 	wg.Wait()

@@ -114,6 +114,9 @@ type Worker struct {
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *laneBook
+	// speeds remembers, per batch, whether its calls in this process
+	// were short (stopcheck.go); made on first use.
+	speeds *callSpeeds
 	// Staging, when not nil, lets pipelines stage writes that are
 	// committed with the item's succeeded outcome (shared/pipeline/effects):
 	// it returns the context the pipeline runs with and a function that

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -903,4 +904,109 @@ func TestCancelStopsTakenItems(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCancelStopsSlowCallsOfALaterInvocation guards "once the batch's
+// calls take a second or more, none starts after the stop" across
+// invocations, at the worker's own StopCheck: an invocation whose calls
+// took 5 s each is followed by another whose read of the batch row (the
+// message batch's) comes just before a cancel. That invocation must read
+// the row again before its first call, and start none.
+func TestCancelStopsSlowCallsOfALaterInvocation(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var r *rig
+			clock := &steppingClock{t: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}
+			var calls, afterCancel atomic.Int64
+			var cancelled atomic.Bool
+			r = newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if cancelled.Load() {
+					afterCancel.Add(1)
+				}
+				calls.Add(1)
+				clock.add(5 * time.Second)
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			store := &cancelOnRead{Store: r.store, cancel: func(ctx context.Context, id string) {
+				if _, err := r.ctl.Cancel(ctx, id); err != nil {
+					t.Error(err)
+				}
+				cancelled.Store(true)
+			}}
+			r.worker.Store, r.worker.Clock, r.worker.ItemConcurrency = store, clock, 1
+			submitK(t, r, "sl", k, 30, nil)
+			// Invocation 1: one message at a time until calls were made
+			// (a fan-out message may come first).
+			for calls.Load() == 0 {
+				ds := r.queue.take()
+				if len(ds) == 0 {
+					t.Fatal("the queue emptied before any call")
+				}
+				r.queue.put(ds[1:])
+				r.worker.Handle(ctx, ds[:1])
+			}
+			// Invocation 2: the cancel is recorded right after its read.
+			store.armed.Store(true)
+			ds := r.queue.take()
+			if len(ds) == 0 {
+				t.Fatal("no message left for a second invocation")
+			}
+			r.worker.Handle(ctx, ds)
+			if !cancelled.Load() {
+				t.Fatal("the second invocation read no batch row")
+			}
+			if n := afterCancel.Load(); n != 0 {
+				t.Fatalf("%d calls started after the cancel (%d before it); want none", n, calls.Load()-n)
+			}
+			res, err := r.fin.Finalize(ctx, "sl", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := res.Report.Census
+			if res.Report.Status != api.StatusCancelled || c.Succeeded != calls.Load() || c.Succeeded+c.Cancelled != 30 {
+				t.Fatalf("status %s, census %+v after %d calls; want cancelled, the rest cancelled", res.Report.Status, c, calls.Load())
+			}
+		})
+	}
+}
+
+// steppingClock is a clock the test moves forward (a call's duration),
+// safe for concurrent use.
+type steppingClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *steppingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *steppingClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// cancelOnRead is the worker's store whose next read of a batch row,
+// once armed, is followed by a cancel: the stop is recorded just after
+// the row the reader holds was read.
+type cancelOnRead struct {
+	*ledgertest.Store
+	armed  atomic.Bool
+	cancel func(ctx context.Context, id string)
+}
+
+func (s *cancelOnRead) GetBatch(ctx context.Context, id string) (ledger.Batch, error) {
+	b, err := s.Store.GetBatch(ctx, id)
+	if err == nil && s.armed.CompareAndSwap(true, false) {
+		s.cancel(ctx, id)
+	}
+	return b, err
+}
+
+func (s *cancelOnRead) GetBatchEventually(ctx context.Context, id string) (ledger.Batch, error) {
+	return s.GetBatch(ctx, id)
 }
