@@ -102,7 +102,7 @@ endif
 # does not descend into a nested module).
 MODULES := examples/embed
 
-.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short soak-cancel bench bench-go clean lambda-function
+.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short soak-cancel soak-slow bench bench-go clean lambda-function
 
 all: functions
 
@@ -346,6 +346,24 @@ SOAK_CANCEL_TIMEOUT ?= 60m
 soak-cancel:
 	$(MAKE) deploy CDK_CONTEXT='$(TEST_RETRY)$(if $(CANCEL_CONCURRENCY), -c itemsMaxConcurrency=$(CANCEL_CONCURRENCY))'
 	BULKRUN_CANCEL_ITEMS=$(CANCEL_ITEMS) $(GO) test -tags 'integration soak' -count=1 -timeout $(SOAK_CANCEL_TIMEOUT) -run '^TestCancelAtHalf$$' -v ./integration/
+
+# soak-slow: opt-in, not part of `make test`. A webhook batch of
+# SLOW_ITEMS (3,000) items with the webhook's default timeout_ms (10 s)
+# whose receiver finishes every call but takes SLOW_SECONDS (20) over the
+# calls that start in the first SLOW_FOR (3 minutes) of the run, then
+# answers at once (integration/slow_soak_test.go): the report's run_spent
+# calls equal the calls the receiver got, timed-out ones included; no
+# item's call starts while its earlier call still works at the receiver;
+# the live view counts the timed-out attempts; every item succeeds.
+# SLOW_SECONDS=0: no call is slow, one call per item. Prints a table of
+# the figures. The stack is deployed with the suite's retry policy.
+SLOW_ITEMS   ?= 3000
+SLOW_SECONDS ?= 20
+SLOW_FOR     ?= 3m
+SOAK_SLOW_TIMEOUT ?= 60m
+soak-slow:
+	$(MAKE) deploy CDK_CONTEXT='$(TEST_RETRY)'
+	BULKRUN_SLOW_ITEMS=$(SLOW_ITEMS) BULKRUN_SLOW_SECONDS=$(SLOW_SECONDS) BULKRUN_SLOW_FOR=$(SLOW_FOR) $(GO) test -tags 'integration soak' -count=1 -timeout $(SOAK_SLOW_TIMEOUT) -run '^TestSlowReceiver$$' -v ./integration/
 
 BENCH_ITEMS ?= 2000
 
