@@ -40,7 +40,7 @@ const (
 const webhookDefaultTimeout = 10 * time.Second
 
 // TestSlowReceiver measures a receiver that is slow but finishes every
-// call (docs/pipelines.md, "A receiver slower than timeout_ms";
+// call (docs/pipelines.md, "Receiving webhook calls";
 // docs/operations.md, "A receiver hangs"): a webhook batch of
 // BULKRUN_SLOW_ITEMS items with the webhook's default timeout_ms
 // (10 s), whose receiver takes BULKRUN_SLOW_SECONDS (20 s) over every call
