@@ -521,6 +521,7 @@ type TickResult struct {
 	Finalized int // runs finalized by this tick
 	FannedOut int // runs whose lost fan-out this tick sent again
 	Published int // finished runs whose completion event this tick published
+	Beats     int // task heartbeats sent (ledger.TaskBeat)
 }
 
 // PausedStall is how often the tick counts the rows of a paused run whose
@@ -529,7 +530,8 @@ type TickResult struct {
 // counter write was lost while every item had ended).
 const PausedStall = time.Hour
 
-// Tick is the scheduled backstop: for each running batch whose counters say
+// Tick is the scheduled backstop: for each running batch it sends its
+// task's heartbeat when it asks for them (ledger.TaskBeat); for each whose counters say
 // it is done, or have not moved for Stall (a paused one: in one Stall-long
 // window per PausedStall), it tries Finalize; then it
 // publishes the completion event of every finished run not yet marked
@@ -563,6 +565,13 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		}
 		if b.Status.Finished() || b.Status == api.StatusSubmitting { // submit's own tick looks after submitting batches
 			continue
+		}
+		// A running or paused first run's task hears from it on every
+		// tick; a failed heartbeat is logged and sent again next tick.
+		if sent, err := ledger.TaskBeat(ctx, f.Tasks, f.Store, f.Log, b); err != nil {
+			f.Log.WarnContext(ctx, "task heartbeat; the next tick sends again", "batch_id", id, "error", err.Error())
+		} else if sent {
+			res.Beats++
 		}
 		if !b.FannedOut && b.ItemCount > 0 {
 			f.Metrics.RunHealth(id, b.Run, b.RunItems(), 0, 0, 0, max(0, now.Sub(b.RunStartedAt)))
