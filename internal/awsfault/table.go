@@ -238,8 +238,8 @@ var Table = []Row{
 
 	// Step Functions: the answer to a batch's task token (internal/event
 	// Tasks); finalize's tick sends a run's answer again until it is taken.
-	// Heartbeats (SendTaskHeartbeat) go from the ticks while the first run
-	// goes; a failed one is logged and sent again next tick.
+	// Heartbeats (SendTaskHeartbeat) go from finalize's tick while the
+	// first run goes; a failed one is logged and sent again next tick.
 	{Service: "states", Code: "ThrottlingException", Status: 400, Class: backoff, Source: srcStatesCommon},
 	{Service: "states", Code: "ServiceUnavailable", Status: 503, Class: inPlace, Source: srcStatesCommon},
 	{Service: "states", Code: "InternalFailure", Status: 500, Class: inPlace, Source: srcStatesCommon},

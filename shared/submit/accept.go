@@ -338,15 +338,13 @@ type SubmitTickResult struct {
 	Submitting int // batches seen submitting
 	HandedOff  int // background reads started again
 	Refused    int // batches refused after their last attempt
-	Beats      int // task heartbeats sent (ledger.TaskBeat)
 }
 
 // TickSubmitting is the backstop of background reads, run on a schedule:
 // a submitting batch whose read never started (HandoffGrace after it was
 // accepted) or whose latest read is past its deadline (DeadlineMargin) is
 // handed off again, or refused with code internal once MaxSubmitAttempts
-// reads have started, and sends the task heartbeat of a batch that asks
-// for them (ledger.TaskBeat). So no accepted batch stays submitting for ever nor
+// reads have started. So no accepted batch stays submitting for ever nor
 // disappears. It returns the first error after trying every batch.
 func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error) {
 	ids, err := s.Store.RunningBatches(ctx)
@@ -368,14 +366,6 @@ func (s *Submitter) TickSubmitting(ctx context.Context) (SubmitTickResult, error
 			continue
 		}
 		res.Submitting++
-		// A submitting batch's task hears from it on every tick (finalize's
-		// tick sends the heartbeats of running ones); a failed heartbeat is
-		// logged and sent again next tick.
-		if sent, err := ledger.TaskBeat(ctx, s.Tasks, s.Store, s.Log, b); err != nil {
-			s.Log.WarnContext(ctx, "task heartbeat; the next tick sends again", "batch_id", id, "error", err.Error())
-		} else if sent {
-			res.Beats++
-		}
 		now := s.Clock.Now()
 		switch {
 		case b.SubmitAttempts == 0 && now.Sub(b.CreatedAt) < HandoffGrace:

@@ -18,7 +18,6 @@ type Store interface {
 	Freeze(ctx context.Context, b ledger.Batch) error
 	Refuse(ctx context.Context, id string, r api.SubmitRefusal, now, expiresAt time.Time) error
 	SetFannedOut(ctx context.Context, id string, run int) error
-	SetTaskGone(ctx context.Context, id string) error
 	RunningBatches(ctx context.Context) ([]string, error)
 	StartRun(ctx context.Context, id string, from int, now time.Time) (ledger.Batch, error)
 	StartCorrection(ctx context.Context, id string, from int, rev api.Revision, now time.Time) (ledger.Batch, error)

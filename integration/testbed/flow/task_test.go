@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
@@ -347,8 +348,8 @@ func TestTaskHeartbeatSecondsAtSubmit(t *testing.T) {
 }
 
 // A first run whose submit asked for heartbeats (task_heartbeat_seconds)
-// sends its task one SendTaskHeartbeat on every tick while it goes:
-// submitting (submit's tick), running and paused (finalize's tick); none
+// sends its task one SendTaskHeartbeat on every finalize tick while it
+// goes: submitting, running and paused; none
 // for a batch without a token or an interval, none after its run ended.
 // A throttled heartbeat is sent again next tick. A task gone
 // (TaskTimedOut) stops the heartbeats, marked on the row, and the run
@@ -399,7 +400,7 @@ func TestTaskHeartbeatsWhileTheFirstRunGoes(t *testing.T) {
 		t.Errorf("paused then running batch: %d heartbeats after 2 ticks, want 2", n)
 	}
 	if n, _ := sfn.beatsOf("token-slow"); n != 2 {
-		t.Errorf("submitting batch: %d heartbeats after 2 ticks, want 2 (submit's tick, not finalize's too)", n)
+		t.Errorf("submitting batch: %d heartbeats after 2 ticks, want 2 (one per finalize tick)", n)
 	}
 	if _, calls := sfn.beatsOf("token-quiet"); calls != 0 {
 		t.Errorf("batch without task_heartbeat_seconds: %d heartbeats, want none", calls)
@@ -408,13 +409,22 @@ func TestTaskHeartbeatsWhileTheFirstRunGoes(t *testing.T) {
 		t.Errorf("heartbeats sent to %v, want only token-beat and token-slow", sfn.beatCalls)
 	}
 
-	// Throttled: logged, and the next tick sends it.
-	sfn.beatRefuse = 1
+	// Throttled: logged, and the next tick sends them.
+	sfn.beatRefuse = 2
 	if res, err := r.fin.Tick(ctx); err != nil || res.Beats != 0 {
-		t.Fatalf("throttled heartbeat: tick %+v, %v; want no error, none sent", res, err)
+		t.Fatalf("throttled heartbeats: tick %+v, %v; want no error, none sent", res, err)
 	}
-	if res, err := r.fin.Tick(ctx); err != nil || res.Beats != 1 {
-		t.Fatalf("tick after a throttled heartbeat: %+v, %v; want one sent", res, err)
+	if res, err := r.fin.Tick(ctx); err != nil || res.Beats != 2 {
+		t.Fatalf("tick after throttled heartbeats: %+v, %v; want both sent", res, err)
+	}
+
+	// A tick left less than a minute does none of its other work, but
+	// the heartbeats go first.
+	short, cancel := context.WithTimeout(ctx, 30*time.Second)
+	res, err := r.fin.Tick(short)
+	cancel()
+	if err != nil || res.Beats != 2 {
+		t.Fatalf("tick short of time: %+v, %v; want both heartbeats sent", res, err)
 	}
 
 	// The task timed out: one TaskTimedOut stops the heartbeats for good;
