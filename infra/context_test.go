@@ -471,8 +471,9 @@ func TestRunnerPropsContext(t *testing.T) {
 		},
 		"taskStateMachines": func(t *testing.T) {
 			if !a.has("AWS::IAM::Policy", `"states:SendTaskSuccess"`, `:stateMachine:orders"`) ||
-				!a.has("AWS::IAM::Policy", `"states:SendTaskFailure"`, `stateMachine:nightly`) {
-				t.Error("finalize and submit may not answer both state machines' task tokens")
+				!a.has("AWS::IAM::Policy", `"states:SendTaskFailure"`, `stateMachine:nightly`) ||
+				!a.has("AWS::IAM::Policy", `"states:SendTaskHeartbeat"`, `stateMachine:nightly`) { // finalize's
+				t.Error("finalize and submit may not answer (and send heartbeats to) both state machines' task tokens")
 			}
 		},
 		"effectTables": func(t *testing.T) {

@@ -116,15 +116,15 @@ func (r *runner) grant() {
 	allow(finalize, []string{"events:PutEvents"}, defaultBus)
 	allow(submit, []string{"events:PutEvents"}, defaultBus) // Batch Refused, Batch Paused / Unpaused by a caller
 	allow(item, []string{"events:PutEvents"}, defaultBus)   // Batch Paused / Unpaused on an outage
-	// Task tokens: finalize answers a run's end, submit a refusal.
+	// Task tokens: finalize answers a run's end and sends heartbeats from
+	// its tick while the first run goes, submit answers a refusal.
 	for _, sm := range s.taskStateMachines {
 		arn := jsii.String(sm)
 		if !*awscdk.Token_IsUnresolved(arn) && !strings.HasPrefix(sm, "arn:") {
 			arn = regionalArn("states", "stateMachine:"+sm)
 		}
-		for _, fn := range []awslambda.Function{finalize, submit} {
-			allow(fn, []string{"states:SendTaskSuccess", "states:SendTaskFailure"}, arn)
-		}
+		allow(finalize, []string{"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}, arn)
+		allow(submit, []string{"states:SendTaskSuccess", "states:SendTaskFailure"}, arn)
 	}
 }
 

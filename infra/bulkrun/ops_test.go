@@ -312,8 +312,9 @@ func TestObservabilityTracing(t *testing.T) {
 }
 
 // TestTaskStateMachinesGrant guards the construct's grant of task token
-// answers: with TaskStateMachines, finalize and submit may
-// states:SendTaskSuccess and states:SendTaskFailure on exactly each state
+// answers and heartbeats: with TaskStateMachines, finalize and submit may
+// states:SendTaskSuccess and states:SendTaskFailure, finalize also
+// states:SendTaskHeartbeat (its tick sends them), on exactly each state
 // machine (a name as an ARN of the stack's account and region), one
 // statement each, and no other function may; without, none may.
 func TestTaskStateMachinesGrant(t *testing.T) {
@@ -328,8 +329,12 @@ func TestTaskStateMachinesGrant(t *testing.T) {
 					if !slices.ContainsFunc(a, func(x string) bool { return strings.HasPrefix(x, "states:") }) {
 						continue
 					}
-					if !slices.Equal(a, []string{"states:SendTaskSuccess", "states:SendTaskFailure"}) {
-						t.Errorf("%s: states actions %v, want SendTaskSuccess and SendTaskFailure", fn, a)
+					want := []string{"states:SendTaskSuccess", "states:SendTaskFailure"}
+					if fn == FunctionFinalize {
+						want = append(want, "states:SendTaskHeartbeat")
+					}
+					if !slices.Equal(a, want) {
+						t.Errorf("%s: states actions %v, want %v", fn, a, want)
 					}
 					got = append(got, flatten(st["Resource"]))
 				}

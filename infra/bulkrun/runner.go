@@ -398,7 +398,9 @@ type RunnerProps struct {
 	// (api.SubmitRequest.TaskToken): state machine names of this stack's
 	// account and region ("orders", "orders-*": IAM's wildcards) or ARNs.
 	// The finalize and submit functions' roles get states:SendTaskSuccess
-	// and states:SendTaskFailure on exactly these, one statement each
+	// and states:SendTaskFailure, finalize's also states:SendTaskHeartbeat
+	// (a batch's task_heartbeat_seconds), on exactly these, one statement
+	// each
 	// (SendTask* take the state machine as their resource: Service
 	// Authorization Reference, "Actions defined by AWS Step Functions").
 	// A name, not the state machine's token, breaks the cycle of a state

@@ -55,6 +55,7 @@ var Calls = []Call{
 	{"lambda", "ListEventSourceMappings", []string{"cmd/bulkrun/doctor"}},
 	{"events", "PutEvents", []string{"internal/event"}},
 	{"states", "SendTaskFailure", []string{"internal/event"}},
+	{"states", "SendTaskHeartbeat", []string{"internal/event"}},
 	{"states", "SendTaskSuccess", []string{"internal/event"}},
 	{"ssm", "GetParameter", []string{"internal/secret"}},
 	{"secretsmanager", "GetSecretValue", []string{"internal/secret"}},

@@ -50,6 +50,7 @@ const (
 	srcEvents         = `Amazon EventBridge API reference, "PutEvents", Errors, https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html`
 	srcEventsCommon   = `Amazon EventBridge API reference, "Common Errors", https://docs.aws.amazon.com/eventbridge/latest/APIReference/CommonErrors.html`
 	srcStatesSuccess  = `AWS Step Functions API reference, "SendTaskSuccess", Errors, https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskSuccess.html`
+	srcStatesBeat     = `AWS Step Functions API reference, "SendTaskHeartbeat", Errors, https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskHeartbeat.html`
 	srcStatesCommon   = `AWS Step Functions API reference, "Common Errors", https://docs.aws.amazon.com/step-functions/latest/apireference/CommonErrors.html`
 	srcSSM            = `AWS Systems Manager API reference, "GetParameter", Errors, https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_GetParameter.html`
 	srcSSMCommon      = `AWS Systems Manager API reference, "Common Errors", https://docs.aws.amazon.com/systems-manager/latest/APIReference/CommonErrors.html`
@@ -82,6 +83,7 @@ var (
 	sqsSends     = []string{"SendMessage", "SendMessageBatch"}
 	s3Writes     = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "UploadPartCopy", "CompleteMultipartUpload"}
 	invoke       = []string{"Invoke"}
+	answers      = []string{"SendTaskSuccess", "SendTaskFailure"} // the answers to a task token
 )
 
 const (
@@ -236,13 +238,18 @@ var Table = []Row{
 
 	// Step Functions: the answer to a batch's task token (internal/event
 	// Tasks); finalize's tick sends a run's answer again until it is taken.
+	// Heartbeats (SendTaskHeartbeat) go from finalize's tick while the
+	// first run goes; a failed one is logged and sent again next tick.
 	{Service: "states", Code: "ThrottlingException", Status: 400, Class: backoff, Source: srcStatesCommon},
 	{Service: "states", Code: "ServiceUnavailable", Status: 503, Class: inPlace, Source: srcStatesCommon},
 	{Service: "states", Code: "InternalFailure", Status: 500, Class: inPlace, Source: srcStatesCommon},
 	{Service: "states", Status: 0, Class: inPlace, Note: noteNoAnswer, Source: srcSDKRetries},
-	{Service: "states", Code: "TaskTimedOut", Status: 400, Class: permanent, Note: "the token was answered already, or its task timed out: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
-	{Service: "states", Code: "TaskDoesNotExist", Status: 400, Class: permanent, Note: "the token's task is gone: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
-	{Service: "states", Code: "InvalidToken", Status: 400, Class: permanent, Note: "not a token Step Functions issued: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
+	{Service: "states", Operations: []string{"SendTaskHeartbeat"}, Code: "TaskTimedOut", Status: 400, Class: permanent, Note: "the task's HeartbeatSeconds or TimeoutSeconds passed, or the token was answered: ledger.ErrTaskGone, marked on the batch (task_gone), logged once; heartbeats stop, the run goes on", Source: srcStatesBeat},
+	{Service: "states", Operations: []string{"SendTaskHeartbeat"}, Code: "TaskDoesNotExist", Status: 400, Class: permanent, Note: "the token's task is gone: ledger.ErrTaskGone, marked on the batch, logged once; heartbeats stop, the run goes on", Source: srcStatesBeat},
+	{Service: "states", Operations: []string{"SendTaskHeartbeat"}, Code: "InvalidToken", Status: 400, Class: permanent, Note: "not a token Step Functions issued: ledger.ErrTaskGone, marked on the batch, logged once; heartbeats stop, the run goes on", Source: srcStatesBeat},
+	{Service: "states", Operations: answers, Code: "TaskTimedOut", Status: 400, Class: permanent, Note: "the token was answered already, or its task timed out: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
+	{Service: "states", Operations: answers, Code: "TaskDoesNotExist", Status: 400, Class: permanent, Note: "the token's task is gone: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
+	{Service: "states", Operations: answers, Code: "InvalidToken", Status: 400, Class: permanent, Note: "not a token Step Functions issued: ledger.ErrTaskGone, logged, the run's answer done", Source: srcStatesSuccess},
 	{Service: "states", Operations: []string{"SendTaskSuccess"}, Code: "InvalidOutput", Status: 400, Class: permanent, Note: noteBulkrunBug, Source: srcStatesSuccess},
 	{Service: "states", Code: "AccessDeniedException", Status: 400, Class: permanent, Note: "the state machine is not among the stack's TaskStateMachines: " + noteGrant, Source: srcStatesCommon},
 	{Service: "states", Code: "ExpiredTokenException", Status: 400, Class: pause, Note: noteExpired, Source: srcStatesCommon},

@@ -278,6 +278,21 @@ func (s *Store) SetPublished(ctx context.Context, id string, run int) error {
 	return nil
 }
 
+// SetTaskGone sets task_gone = true on the batch row under the condition
+// attribute_exists(pk) (a missing batch is no error).
+func (s *Store) SetTaskGone(ctx context.Context, id string) error {
+	expr, err := expression.NewBuilder().
+		WithCondition(expression.AttributeExists(expression.Name(config.AttrPK))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrTaskGone), expression.Value(true))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
+		return fmt.Errorf("set task gone %s: %w", id, err)
+	}
+	return nil
+}
+
 // ExpiredMarkers returns up to limit retention markers whose expiry is at
 // or before now, oldest first: Query pk = RETENTION AND sk < {now_ms+1:020}.
 // A marker whose sort key is not "{20 digits}#{batch id}" comes back with

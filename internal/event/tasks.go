@@ -15,7 +15,8 @@ import (
 )
 
 // Tasks answers Step Functions task tokens (ledger.Tasks) with
-// SendTaskSuccess and SendTaskFailure. Safe for concurrent use.
+// SendTaskSuccess and SendTaskFailure, and sends their heartbeats with
+// SendTaskHeartbeat. Safe for concurrent use.
 type Tasks struct {
 	client *sfn.Client
 }
@@ -45,10 +46,16 @@ func (t *Tasks) Fail(ctx context.Context, token, name, cause string) error {
 	return taskErr("SendTaskFailure", err)
 }
 
+// Heartbeat calls SendTaskHeartbeat.
+func (t *Tasks) Heartbeat(ctx context.Context, token string) error {
+	_, err := t.client.SendTaskHeartbeat(ctx, &sfn.SendTaskHeartbeatInput{TaskToken: aws.String(token)})
+	return taskErr("SendTaskHeartbeat", err)
+}
+
 // taskErr wraps ledger.ErrTaskGone around Step Functions' answers for a
 // token no longer awaited: TaskTimedOut (answered already, or timed out),
 // TaskDoesNotExist and InvalidToken (AWS Step Functions API Reference,
-// "SendTaskSuccess", Errors).
+// "SendTaskSuccess" and "SendTaskHeartbeat", Errors).
 func taskErr(op string, err error) error {
 	if err == nil {
 		return nil

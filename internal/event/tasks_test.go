@@ -16,8 +16,9 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// Tasks sends SendTaskSuccess and SendTaskFailure as Step Functions takes
-// them (JSON 1.0, the token, output, error and cause), and reads
+// Tasks sends SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat as
+// Step Functions takes them (JSON 1.0, the token, output, error and
+// cause), and reads
 // TaskTimedOut, TaskDoesNotExist and InvalidToken as ErrTaskGone, any
 // other error as itself.
 func TestTasksAnswersAndTokensGone(t *testing.T) {
@@ -50,9 +51,16 @@ func TestTasksAnswersAndTokensGone(t *testing.T) {
 	if err := tasks.Fail(ctx, "tok-2", "bulkrun.Cancelled", "cancelled by a caller"); err != nil {
 		t.Fatal(err)
 	}
+	if err := tasks.Heartbeat(ctx, "tok-3"); err != nil {
+		t.Fatal(err)
+	}
 	want := []map[string]string{
 		{"target": "AWSStepFunctions.SendTaskSuccess", "taskToken": "tok-1", "output": `{"status":"completed"}`},
 		{"target": "AWSStepFunctions.SendTaskFailure", "taskToken": "tok-2", "error": "bulkrun.Cancelled", "cause": "cancelled by a caller"},
+		{"target": "AWSStepFunctions.SendTaskHeartbeat", "taskToken": "tok-3"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d calls, want %d", len(got), len(want))
 	}
 	for i, w := range want {
 		for k, v := range w {
@@ -65,6 +73,9 @@ func TestTasksAnswersAndTokensGone(t *testing.T) {
 		answer = name
 		if err := tasks.Succeed(ctx, "tok", []byte(`{}`)); !errors.Is(err, ledger.ErrTaskGone) {
 			t.Errorf("%s: %v, want ErrTaskGone", name, err)
+		}
+		if err := tasks.Heartbeat(ctx, "tok"); !errors.Is(err, ledger.ErrTaskGone) {
+			t.Errorf("heartbeat %s: %v, want ErrTaskGone", name, err)
 		}
 	}
 	answer = "InvalidOutput"

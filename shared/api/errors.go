@@ -87,7 +87,7 @@ func (e *InputError) Unwrap() error { return e.Err }
 // errors.Is(err, ErrBatchMismatch) is true.
 type MismatchError struct {
 	BatchID string
-	Field   string // "manifest_digest", "pipeline", "pipeline_options", "headers", "threshold", "stop_on_threshold", "max_attempts", "retry", "max_concurrency", "items_per_message", "on_interrupt" or "task_token"
+	Field   string // "manifest_digest", "pipeline", "pipeline_options", "headers", "threshold", "stop_on_threshold", "max_attempts", "retry", "max_concurrency", "items_per_message", "on_interrupt", "task_token" or "task_heartbeat_seconds"
 	Stored  string
 	Given   string
 }

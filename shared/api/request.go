@@ -67,6 +67,15 @@ type SubmitRequest struct {
 	// another plan (409 batch_mismatch, the tokens not echoed). Not with
 	// Rerun (400). Never shown by the API.
 	TaskToken string `json:"task_token,omitempty"`
+	// TaskHeartbeatSeconds, with TaskToken, asks for SendTaskHeartbeat
+	// while the batch's first run goes (submitting, running, paused): for
+	// a Task state with HeartbeatSeconds, this many seconds or fewer (0:
+	// none). bulkrun sends one on every tick of the finalize schedule (5
+	// minutes by default), so it takes MinTaskHeartbeatSeconds to
+	// MaxTaskHeartbeatSeconds (400 otherwise). A task Step Functions no
+	// longer waits on stops the heartbeats, never the run. Part of the
+	// plan; never shown by the API.
+	TaskHeartbeatSeconds int `json:"task_heartbeat_seconds,omitempty"`
 	// Schema is a JSON Schema (draft 2020-12; at most 64 KiB; no remote
 	// "$ref"; see shared/validate) that every item's input must satisfy,
 	// checked while the source is read, before any item runs. It also

@@ -6,6 +6,18 @@ package api
 // length 1–2048).
 const MaxTaskTokenBytes = 2048
 
+// The bounds of SubmitRequest.TaskHeartbeatSeconds. bulkrun sends a
+// batch's heartbeat from its ticks (the FinalizeTick and SubmitTick
+// schedule, "rate(5 minutes)" by default): the least interval it can keep
+// is twice that period, so a tick that is late or fails leaves the task
+// alive. The most is Step Functions' own bound on HeartbeatSeconds (AWS
+// Step Functions Developer Guide, "Task workflow state": a positive
+// integer less than 99999999, the state's TimeoutSeconds).
+const (
+	MinTaskHeartbeatSeconds = 600
+	MaxTaskHeartbeatSeconds = 99999999
+)
+
 // The error names of SendTaskFailure, one per way a batch's first run
 // ends without a verdict (a Task state's Catch or Retry matches them by
 // ErrorEquals); the cause is the run's reason as text (at most

@@ -119,6 +119,13 @@ func (s *rowStore) SetPublished(_ context.Context, _ string, run int) error {
 	return nil
 }
 
+func (s *rowStore) SetTaskGone(context.Context, string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.TaskGone = true
+	return nil
+}
+
 // FinalizeFailed counts nothing: the faults these tests inject are single,
 // below FinalizeFailureLimit.
 func (s *rowStore) FinalizeFailed(context.Context, ledger.FinalizeFailure) (bool, error) {

@@ -521,6 +521,7 @@ type TickResult struct {
 	Finalized int // runs finalized by this tick
 	FannedOut int // runs whose lost fan-out this tick sent again
 	Published int // finished runs whose completion event this tick published
+	Beats     int // task heartbeats sent (ledger.TaskBeat)
 }
 
 // PausedStall is how often the tick counts the rows of a paused run whose
@@ -529,7 +530,9 @@ type TickResult struct {
 // counter write was lost while every item had ended).
 const PausedStall = time.Hour
 
-// Tick is the scheduled backstop: for each running batch whose counters say
+// Tick is the scheduled backstop: first it sends the task heartbeat of
+// every batch whose first run goes and asks for them (heartbeats); then
+// for each running batch whose counters say
 // it is done, or have not moved for Stall (a paused one: in one Stall-long
 // window per PausedStall), it tries Finalize; then it
 // publishes the completion event of every finished run not yet marked
@@ -544,7 +547,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 	if err != nil {
 		return TickResult{}, fmt.Errorf("tick: list running: %w", err)
 	}
-	res := TickResult{Running: len(ids)}
+	res := TickResult{Running: len(ids), Beats: f.heartbeats(ctx, ids)}
 	var errs []error
 	now := f.Clock.Now()
 	// A random order, and a stop a minute before the deadline, so that no
@@ -622,6 +625,35 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		f.Metrics.TickFailed()
 	}
 	return res, errors.Join(errs...)
+}
+
+// heartbeats sends the task heartbeat of each batch of ids that asks for
+// them (ledger.TaskBeat: submitting, running or paused in its first run)
+// and returns how many were taken. It goes before the tick's other work,
+// which may take the rest of the call, so every batch's task hears from
+// it once per tick. A failure is logged and left to the next tick: a
+// heartbeat never fails the tick nor touches the run.
+func (f *Finalizer) heartbeats(ctx context.Context, ids []string) int {
+	if f.Tasks == nil {
+		return 0
+	}
+	n := 0
+	for _, id := range ids {
+		b, err := f.Store.GetBatch(ctx, id)
+		if err != nil {
+			if !errors.Is(err, api.ErrNotFound) {
+				f.Log.WarnContext(ctx, "task heartbeat: read the batch; the next tick sends again", "batch_id", id, "error", err.Error())
+			}
+			continue
+		}
+		sent, err := ledger.TaskBeat(ctx, f.Tasks, f.Store, f.Log, b)
+		if err != nil {
+			f.Log.WarnContext(ctx, "task heartbeat; the next tick sends again", "batch_id", id, "error", err.Error())
+		} else if sent {
+			n++
+		}
+	}
+	return n
 }
 
 // publishLost publishes the events of finished runs not marked published.

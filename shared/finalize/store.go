@@ -21,6 +21,7 @@ type Store interface {
 	KeepPacks(ctx context.Context, b ledger.Batch, firsts []int64, attention []string, until time.Time) error
 	Unpublished(ctx context.Context) ([]ledger.RunRef, error)
 	SetPublished(ctx context.Context, id string, run int) error
+	SetTaskGone(ctx context.Context, id string) error
 }
 
 // The ledger's store contract holds every method this engine calls.

@@ -39,6 +39,13 @@ type Batch struct {
 	// (api.SubmitRequest.TaskToken), answered when run 1 ends (TaskEnd);
 	// empty when none was given.
 	TaskToken string `json:"-"`
+	// TaskHeartbeat is api.SubmitRequest.TaskHeartbeatSeconds: while run
+	// TaskRun goes, each tick sends the token a heartbeat (TaskBeat); 0
+	// for none.
+	TaskHeartbeat int `json:"-"`
+	// TaskGone is set (Store.SetTaskGone) when a heartbeat found the task
+	// no longer awaited (ErrTaskGone): no more heartbeats are sent.
+	TaskGone bool `json:"-"`
 	// CheckPlan is the hex SHA-256 of the batch's checks (CheckPlanOf:
 	// its schema, bad_rows and max_invalid_percent), part of its plan: a
 	// repeated submit with other checks is another plan. "" for a batch

@@ -258,6 +258,10 @@ type Store interface {
 	// Unpublished. A batch that no longer exists only loses the entry.
 	// Idempotent.
 	SetPublished(ctx context.Context, id string, run int) error
+	// SetTaskGone marks the batch's task token no longer awaited
+	// (Batch.TaskGone): its heartbeats stop. Idempotent; a missing batch
+	// is no error.
+	SetTaskGone(ctx context.Context, id string) error
 	// ExpiredMarkers returns up to limit retention markers that expired at
 	// or before now, oldest first.
 	ExpiredMarkers(ctx context.Context, now time.Time, limit int) ([]RetentionMarker, error)
@@ -723,12 +727,14 @@ type Events interface {
 
 // Tasks answers Step Functions task tokens (adapter: internal/event):
 // Succeed is SendTaskSuccess with output (JSON), Fail is SendTaskFailure
-// with an error name (api.TaskError*) and cause. A token Step Functions
-// no longer knows (already answered, timed out, its execution ended) is
-// ErrTaskGone. Nil means none is answered.
+// with an error name (api.TaskError*) and cause, Heartbeat is
+// SendTaskHeartbeat. A token Step Functions no longer knows (already
+// answered, timed out, its execution ended) is ErrTaskGone. Nil means
+// none is answered.
 type Tasks interface {
 	Succeed(ctx context.Context, token string, output []byte) error
 	Fail(ctx context.Context, token, name, cause string) error
+	Heartbeat(ctx context.Context, token string) error
 }
 
 // BlobWriter is a streaming object write.

@@ -52,3 +52,35 @@ func TaskEnd(ctx context.Context, tasks Tasks, log interface {
 	}
 	return nil
 }
+
+// TaskBeat sends b's task token a heartbeat (SendTaskHeartbeat) when the
+// task asks for them: b has a token and a TaskHeartbeat, its run TaskRun
+// has not ended (submitting, running or paused) and no heartbeat found
+// the task gone. The ticks call it for every batch they visit, so the
+// task hears from it once per tick (api.MinTaskHeartbeatSeconds is twice
+// the default tick). ErrTaskGone (the task timed out, its execution ended
+// or the token was answered) marks the batch (gone.SetTaskGone) and is
+// logged once, and the run goes on: a heartbeat never changes a run or an
+// item. It reports whether a heartbeat was taken; other errors are
+// returned for the caller to log (the next tick sends again).
+func TaskBeat(ctx context.Context, tasks Tasks, gone interface {
+	SetTaskGone(ctx context.Context, id string) error
+}, log interface {
+	Warn(string, ...any)
+}, b Batch) (bool, error) {
+	if tasks == nil || b.TaskToken == "" || b.TaskHeartbeat <= 0 || b.TaskGone || b.Run != TaskRun || b.Status.Finished() {
+		return false, nil
+	}
+	err := tasks.Heartbeat(ctx, b.TaskToken)
+	if errors.Is(err, ErrTaskGone) {
+		if serr := gone.SetTaskGone(ctx, b.ID); serr != nil {
+			return false, fmt.Errorf("mark task gone of %s: %w", b.ID, serr)
+		}
+		log.Warn("task no longer awaited; heartbeats stopped, the run goes on", "batch_id", b.ID, "error", err.Error())
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("heartbeat task token of %s: %w", b.ID, err)
+	}
+	return true, nil
+}

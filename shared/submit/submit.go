@@ -159,6 +159,9 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if req.TaskToken != "" && req.Rerun {
 		return &api.InputError{Field: "task_token", Reason: "only a batch's first run answers a task token; a rerun cannot carry one"}
 	}
+	if err := checkHeartbeat(*req); err != nil {
+		return err
+	}
 	if req.KeyField != "" && (len(req.KeyField) > 256) {
 		return &api.InputError{Field: "key_field", Reason: "longer than 256 bytes"}
 	}
@@ -293,10 +296,30 @@ func sameSettings(stored, given ledger.Batch) (field, was, now string) {
 		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
 	case stored.TaskToken != given.TaskToken:
 		return "task_token", redactToken(stored.TaskToken), redactToken(given.TaskToken)
+	case stored.TaskHeartbeat != given.TaskHeartbeat:
+		return "task_heartbeat_seconds", fmt.Sprint(stored.TaskHeartbeat), fmt.Sprint(given.TaskHeartbeat)
 	case stored.CheckPlan != given.CheckPlan:
 		return "schema", checkPlanText(stored.CheckPlan), checkPlanText(given.CheckPlan)
 	}
 	return "", "", ""
+}
+
+// checkHeartbeat checks req's TaskHeartbeatSeconds: 0, or with a task
+// token between api.MinTaskHeartbeatSeconds (twice the tick that sends
+// the heartbeats) and api.MaxTaskHeartbeatSeconds.
+func checkHeartbeat(req api.SubmitRequest) error {
+	h := req.TaskHeartbeatSeconds
+	switch {
+	case h == 0:
+		return nil
+	case req.TaskToken == "":
+		return &api.InputError{Field: "task_heartbeat_seconds", Reason: "heartbeats are sent for a task token: give task_token too"}
+	case h < api.MinTaskHeartbeatSeconds || h > api.MaxTaskHeartbeatSeconds:
+		return &api.InputError{Field: "task_heartbeat_seconds", Reason: fmt.Sprintf(
+			"%s is out of range: %d to %d (bulkrun sends a heartbeat on each 5-minute tick, so the Task state's HeartbeatSeconds must allow two)",
+			api.Count(h, "second"), api.MinTaskHeartbeatSeconds, api.MaxTaskHeartbeatSeconds)}
+	}
+	return nil
 }
 
 // redactToken is how a 409 shows a task token: whether there is one,
@@ -653,8 +676,9 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 			RunStartedAt:    now,
 			StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 		},
-		TaskToken: req.TaskToken,
-		CheckPlan: ledger.CheckPlanOf(req),
+		TaskToken:     req.TaskToken,
+		TaskHeartbeat: req.TaskHeartbeatSeconds,
+		CheckPlan:     ledger.CheckPlanOf(req),
 	}
 }
 

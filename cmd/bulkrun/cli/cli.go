@@ -405,6 +405,7 @@ func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
 	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
+	f.IntVar(&req.TaskHeartbeatSeconds, "task-heartbeat-seconds", 0, "with --task-token: the Task state's HeartbeatSeconds (or less), 600–99999999; SendTaskHeartbeat is sent on every 5-minute tick while the first run goes (default 0: none)")
 }
 
 // retryFlagHelp is --retry's help, for submit and upload.

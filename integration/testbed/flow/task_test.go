@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
@@ -27,6 +28,13 @@ type stepFunctions struct {
 	attempts int
 	lose     int
 	refuse   int
+	// beats counts the heartbeats taken by token, beatCalls every
+	// SendTaskHeartbeat; a token in timedOut (its task's HeartbeatSeconds
+	// passed) or answered is TaskTimedOut; beatRefuse throttles the next
+	// n heartbeats.
+	beats, beatCalls map[string]int
+	timedOut         map[string]bool
+	beatRefuse       int
 }
 
 type taskAnswer struct {
@@ -67,6 +75,30 @@ func (s *stepFunctions) Succeed(_ context.Context, token string, output []byte) 
 
 func (s *stepFunctions) Fail(_ context.Context, token, name, cause string) error {
 	return s.answer(token, taskAnswer{name: name, cause: cause})
+}
+
+func (s *stepFunctions) Heartbeat(_ context.Context, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.beats == nil {
+		s.beats, s.beatCalls = map[string]int{}, map[string]int{}
+	}
+	s.beatCalls[token]++
+	if s.beatRefuse > 0 {
+		s.beatRefuse--
+		return errors.New("ThrottlingException: rate exceeded")
+	}
+	if _, ok := s.answers[token]; ok || s.timedOut[token] {
+		return fmt.Errorf("TaskTimedOut: %w", ledger.ErrTaskGone)
+	}
+	s.beats[token]++
+	return nil
+}
+
+func (s *stepFunctions) beatsOf(token string) (taken, calls int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.beats[token], s.beatCalls[token]
 }
 
 func (s *stepFunctions) get(token string) (taskAnswer, bool) {
@@ -272,5 +304,176 @@ func TestTaskTokenAtSubmit(t *testing.T) {
 	}
 	if got := []string{me.Stored, me.Given}; !slices.Equal(got, []string{"(a task token)", "(a task token)"}) {
 		t.Errorf("mismatch shows %q", got)
+	}
+}
+
+// task_heartbeat_seconds is checked at submit: only with a task token,
+// from api.MinTaskHeartbeatSeconds (twice the 5-minute tick that sends
+// them) to api.MaxTaskHeartbeatSeconds; it is kept on the row and is part
+// of the plan (a repeated submit with another interval is a 409).
+func TestTaskHeartbeatSecondsAtSubmit(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	req := api.SubmitRequest{BatchID: "hb", Pipeline: "counted", Source: api.SourceSpec{Items: items(2)}, TaskToken: "token-hb"}
+	for _, bad := range []struct {
+		token string
+		secs  int
+	}{
+		{"", 600}, {"token-hb", 599}, {"token-hb", 1}, {"token-hb", -1}, {"token-hb", api.MaxTaskHeartbeatSeconds + 1},
+	} {
+		q := req
+		q.TaskToken, q.TaskHeartbeatSeconds = bad.token, bad.secs
+		var ie *api.InputError
+		_, err := r.sub.Submit(ctx, q)
+		if !errors.As(err, &ie) || ie.Field != "task_heartbeat_seconds" {
+			t.Errorf("task_heartbeat_seconds %d with token %q: %v, want an input error naming task_heartbeat_seconds", bad.secs, bad.token, err)
+		}
+	}
+	for _, secs := range []int{api.MinTaskHeartbeatSeconds, api.MaxTaskHeartbeatSeconds} {
+		q := req
+		q.BatchID, q.TaskHeartbeatSeconds = fmt.Sprintf("hb-%d", secs), secs
+		if _, err := r.sub.Submit(ctx, q); err != nil {
+			t.Fatalf("task_heartbeat_seconds %d: %v", secs, err)
+		}
+		if b, err := r.store.GetBatch(ctx, q.BatchID); err != nil || b.TaskHeartbeat != secs {
+			t.Errorf("stored heartbeat %d (%v), want %d", b.TaskHeartbeat, err, secs)
+		}
+	}
+	q := req
+	q.BatchID, q.TaskHeartbeatSeconds = "hb-600", 900
+	var me *api.MismatchError
+	if _, err := r.sub.Submit(ctx, q); !errors.As(err, &me) || me.Field != "task_heartbeat_seconds" {
+		t.Errorf("another interval: %v, want batch_mismatch on task_heartbeat_seconds", err)
+	}
+}
+
+// A first run whose submit asked for heartbeats (task_heartbeat_seconds)
+// sends its task one SendTaskHeartbeat on every finalize tick while it
+// goes: submitting, running and paused; none
+// for a batch without a token or an interval, none after its run ended.
+// A throttled heartbeat is sent again next tick. A task gone
+// (TaskTimedOut) stops the heartbeats, marked on the row, and the run
+// goes on to the same outcomes as a run without heartbeats.
+func TestTaskHeartbeatsWhileTheFirstRunGoes(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	sfn := &stepFunctions{}
+	r.sub.Tasks, r.fin.Tasks = sfn, sfn
+	r.sub.Handoff = nopHandoff{}
+	submit := func(id, token string, beat int) {
+		t.Helper()
+		req := api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(10)}, TaskToken: token, TaskHeartbeatSeconds: beat}
+		if _, err := r.sub.Submit(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ticks := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := r.sub.TickSubmitting(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.fin.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit("beat", "token-beat", api.MinTaskHeartbeatSeconds)
+	submit("quiet", "token-quiet", 0) // a token, no heartbeats asked for
+	submit("plain", "", 0)
+	if err := r.blobs.Put(ctx, "in/slow.jsonl", "", []byte("{\"k\":\"a\"}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.Accept(ctx, api.SubmitRequest{BatchID: "slow", Pipeline: "counted", KeyField: "k", TaskToken: "token-slow",
+		TaskHeartbeatSeconds: 900, Source: api.SourceSpec{Object: "s3://" + r.blobs.Bucket() + "/in/slow.jsonl"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ctl.Pause(ctx, "beat"); err != nil {
+		t.Fatal(err)
+	}
+	ticks(1)
+	if _, err := r.ctl.Unpause(ctx, "beat"); err != nil {
+		t.Fatal(err)
+	}
+	ticks(1)
+	if n, _ := sfn.beatsOf("token-beat"); n != 2 {
+		t.Errorf("paused then running batch: %d heartbeats after 2 ticks, want 2", n)
+	}
+	if n, _ := sfn.beatsOf("token-slow"); n != 2 {
+		t.Errorf("submitting batch: %d heartbeats after 2 ticks, want 2 (one per finalize tick)", n)
+	}
+	if _, calls := sfn.beatsOf("token-quiet"); calls != 0 {
+		t.Errorf("batch without task_heartbeat_seconds: %d heartbeats, want none", calls)
+	}
+	if len(sfn.beatCalls) != 2 {
+		t.Errorf("heartbeats sent to %v, want only token-beat and token-slow", sfn.beatCalls)
+	}
+
+	// Throttled: logged, and the next tick sends them.
+	sfn.beatRefuse = 2
+	if res, err := r.fin.Tick(ctx); err != nil || res.Beats != 0 {
+		t.Fatalf("throttled heartbeats: tick %+v, %v; want no error, none sent", res, err)
+	}
+	if res, err := r.fin.Tick(ctx); err != nil || res.Beats != 2 {
+		t.Fatalf("tick after throttled heartbeats: %+v, %v; want both sent", res, err)
+	}
+
+	// A tick left less than a minute does none of its other work, but
+	// the heartbeats go first.
+	short, cancel := context.WithTimeout(ctx, 30*time.Second)
+	res, err := r.fin.Tick(short)
+	cancel()
+	if err != nil || res.Beats != 2 {
+		t.Fatalf("tick short of time: %+v, %v; want both heartbeats sent", res, err)
+	}
+
+	// The task timed out: one TaskTimedOut stops the heartbeats for good;
+	// the run is not touched and ends as any run does.
+	sfn.mu.Lock()
+	sfn.timedOut = map[string]bool{"token-beat": true}
+	sfn.mu.Unlock()
+	_, before := sfn.beatsOf("token-beat")
+	ticks(3)
+	if _, calls := sfn.beatsOf("token-beat"); calls != before+1 {
+		t.Errorf("after TaskTimedOut: %d more heartbeats sent in 3 ticks, want 1 (the one told the task is gone)", calls-before)
+	}
+	b, err := r.store.GetBatch(ctx, "beat")
+	if err != nil || !b.TaskGone || b.Status != api.StatusRunning {
+		t.Fatalf("batch whose task is gone: %s, task gone %v (%v); want running, marked gone", b.Status, b.TaskGone, err)
+	}
+	r.drain(t, ctx, 1)
+	for _, id := range []string{"beat", "plain"} {
+		if _, err := r.fin.Finalize(ctx, id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat, _ := r.store.GetBatch(ctx, "beat")
+	plain, _ := r.store.GetBatch(ctx, "plain")
+	if beat.Status != api.StatusCompleted || beat.FinalCensus == nil || plain.FinalCensus == nil ||
+		beat.FinalCensus.Succeeded != plain.FinalCensus.Succeeded || beat.FinalCensus.Failed != plain.FinalCensus.Failed || beat.FinalCensus.Failed != 1 {
+		t.Errorf("run whose task is gone: %s %+v; want completed with the census of the same run without a task (%+v)", beat.Status, beat.FinalCensus, plain.FinalCensus)
+	}
+
+	// A run that ended sends no more heartbeats.
+	submit("ends", "token-ends", 3600)
+	ticks(1)
+	r.drain(t, ctx, 1)
+	if _, err := r.fin.Finalize(ctx, "ends", 1); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := sfn.get("token-ends"); !ok || a.output.Status != api.StatusCompleted {
+		t.Fatalf("ended run: answer %+v (%v), want SendTaskSuccess completed", a, ok)
+	}
+	ticks(2)
+	if n, calls := sfn.beatsOf("token-ends"); n != 1 || calls != 1 {
+		t.Errorf("ended run: %d heartbeats (%d sent), want the one of its running tick and none after its end", n, calls)
+	}
+	// A later run (resume) answers no task, so it sends no heartbeat.
+	if _, err := r.sub.Resume(ctx, "ends"); err != nil {
+		t.Fatal(err)
+	}
+	ticks(2)
+	if _, calls := sfn.beatsOf("token-ends"); calls != 1 {
+		t.Errorf("resumed run 2: %d heartbeats sent in all, want still 1", calls)
 	}
 }

@@ -961,6 +961,16 @@ func (s *Store) SetPublished(_ context.Context, id string, run int) error {
 	return nil
 }
 
+// SetTaskGone implements ledger.Store.
+func (s *Store) SetTaskGone(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.batch(id); ok {
+		b.TaskGone = true
+	}
+	return nil
+}
+
 // ExpiredMarkers implements ledger.Store.
 func (s *Store) ExpiredMarkers(_ context.Context, now time.Time, limit int) ([]ledger.RetentionMarker, error) {
 	s.mu.Lock()

@@ -1292,6 +1292,28 @@ var cases = []suiteCase{
 			t.Errorf("set published created a batch row: %v", err)
 		}
 	}},
+	{"TaskHeartbeatKeptAndTaskGoneMarked", func(t *testing.T, s ledger.Store) {
+		b := newBatch("b1")
+		b.TaskToken, b.TaskHeartbeat = "token", 600
+		create(t, s, b)
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "task heartbeat", got.TaskHeartbeat, 600)
+		check(t, "task gone before", got.TaskGone, false)
+		for range 2 { // idempotent
+			if err := s.SetTaskGone(ctx, "b1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "task gone", got.TaskGone, true)
+		check(t, "task token kept", got.TaskToken, "token")
+		if err := s.SetTaskGone(ctx, "missing"); err != nil {
+			t.Fatalf("set task gone of a missing batch: %v", err)
+		}
+		if _, err := s.GetBatch(ctx, "missing"); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("set task gone created a batch row: %v", err)
+		}
+	}},
 	{"DeleteBatchRemovesEveryRow", func(t *testing.T, s ledger.Store) {
 		b := newBatch("b1")
 		b.MaxConcurrency = 2

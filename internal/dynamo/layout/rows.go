@@ -71,6 +71,7 @@ const (
 	AttrManifestKey      = "manifest_key"
 	AttrNeedsAttention   = "needs_attention"
 	AttrPublishedRun     = "published_run"
+	AttrTaskGone         = "task_gone"
 	AttrRefusal          = "refusal"
 	AttrReportKey        = "report_key"
 	AttrRunStartedAtMs   = "run_started_at_ms"
@@ -164,8 +165,10 @@ type BatchRow struct {
 	FinalizeFails  int                `dynamodbav:"finalize_failures,omitempty"`
 	Forgetting     bool               `dynamodbav:"forgetting,omitempty"`
 	PublishedRun   int                `dynamodbav:"published_run,omitempty"`
-	TaskToken      string             `dynamodbav:"task_token,omitempty"` // ledger.Batch.TaskToken
-	PauseBy        string             `dynamodbav:"pause_by,omitempty"`   // absent: not paused
+	TaskToken      string             `dynamodbav:"task_token,omitempty"`             // ledger.Batch.TaskToken
+	TaskHeartbeat  int                `dynamodbav:"task_heartbeat_seconds,omitempty"` // ledger.Batch.TaskHeartbeat
+	TaskGone       bool               `dynamodbav:"task_gone,omitempty"`              // ledger.Batch.TaskGone
+	PauseBy        string             `dynamodbav:"pause_by,omitempty"`               // absent: not paused
 	PausedAtMs     int64              `dynamodbav:"paused_at_ms,omitempty"`
 	PauseClass     string             `dynamodbav:"pause_class,omitempty"`
 	PauseError     string             `dynamodbav:"pause_error,omitempty"`
@@ -207,7 +210,7 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: Ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: Ms(b.SubmitDeadline),
 		StopOnThreshold: b.StopOnThreshold, Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
-		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken, SourceFormat: b.SourceFormat, CheckPlan: b.CheckPlan,
+		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken, TaskHeartbeat: b.TaskHeartbeat, TaskGone: b.TaskGone, SourceFormat: b.SourceFormat, CheckPlan: b.CheckPlan,
 	}
 	if b.Checked != nil {
 		c, err := json.Marshal(b.Checked)
@@ -310,6 +313,8 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		SubmitDeadline:   FromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
 		TaskToken:        r.TaskToken,
+		TaskHeartbeat:    r.TaskHeartbeat,
+		TaskGone:         r.TaskGone,
 		FinalizeFailures: r.FinalizeFails,
 		CheckPlan:        r.CheckPlan,
 	}

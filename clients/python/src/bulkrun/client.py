@@ -203,7 +203,8 @@ class Client:
         threshold, stop_on_threshold, max_attempts, retry, max_concurrency,
         items_per_message, on_interrupt, headers, pipeline_options, rerun,
         task_token: a Step Functions task token answered when the first run
-        ends, docs/api.md "Step Functions").
+        ends, docs/api.md "Step Functions"; task_heartbeat_seconds: with it,
+        SendTaskHeartbeat while that run goes, at least 600).
 
         The answer is the batch: status submitting (an S3 source, read in
         the background: wait() for it) or running; created False when the

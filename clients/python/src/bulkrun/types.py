@@ -74,6 +74,7 @@ class SubmitRequest(TypedDict, total=False):
     pipeline_options: dict[str, Any]
     rerun: bool
     task_token: str
+    task_heartbeat_seconds: int
 
 
 class CorrectRequest(TypedDict, total=False):
