@@ -107,6 +107,7 @@ func TestAnswersWithinLambdasResponseLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t.Run("items", func(t *testing.T) {
+		t.Parallel() // its own batch: the two at once
 		const n = 1000
 		page := strings.Repeat(`<p class="error">&lt;"bad"&gt;</p>`, pipeline.MaxErrorTextBytes/34+1)
 		items := make([]map[string]string, n)
@@ -155,6 +156,7 @@ func TestAnswersWithinLambdasResponseLimit(t *testing.T) {
 		}
 	})
 	t.Run("report", func(t *testing.T) {
+		t.Parallel() // its own batch: the two at once
 		const n, names = 7000, 10
 		items := make([]map[string]string, n)
 		for i := range items {
