@@ -256,6 +256,14 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got := watchLine(views[1], r); !strings.Contains(got, "2.0 items/s") {
 		t.Errorf("line %q after 6 items in 3 s: want 2.0 items/s", got)
 	}
+	// Items in flight that wait for a retry say so, with their cause and
+	// when the first is due: a rate fallen to 0.0 items/s is explained.
+	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)
+	waiting := views[0]
+	waiting.Live = &api.LiveView{RetryWaiting: 4, NextRetryAt: &next, RetryCause: &api.RetryCause{Class: "timeout", Items: 4}}
+	if got, want := watchLine(waiting, r), "4 in flight (4 waiting for a retry after timeout, next at 14:51:00Z), 6 pending"; !strings.Contains(got, want) {
+		t.Errorf("line %q with items waiting for a retry: want %q", got, want)
+	}
 	a, _, errw := f.app(t)
 	cmd := a.watchCmd()
 	cmd.SetArgs([]string{"orders-1"})
@@ -282,6 +290,16 @@ func TestCorrectionWordsAreTheUsers(t *testing.T) {
 	if strings.Contains(line, "pack") || !strings.Contains(line, "corrects 1 item;") || !strings.Contains(line, "2 other items") {
 		t.Errorf("correction line %q: want items, not packs, counted in words", line)
 	}
+	// "run 2 runs it" is never followed by words that read as if the
+	// corrected item were not run: the others are the ones not run again.
+	if want := "run 2 runs it; the 2 other items stored with it keep their outcome (counted, not run again)"; !strings.HasSuffix(line, want) {
+		t.Errorf("correction line %q, want it to end %q", line, want)
+	}
+	v.Revision.RunItems = 2
+	if want := "run 2 runs it; the other item stored with it keeps its outcome (counted, not run again)"; !strings.HasSuffix(CorrectionText(v), want) {
+		t.Errorf("correction line %q, want it to end %q", CorrectionText(v), want)
+	}
+	v.Revision.RunItems = 3
 	if rev := RevisionText(v.Batch.Batch, v.Revision); !strings.Contains(rev, "1 corrected item,") {
 		t.Errorf("revision line %q: want \"1 corrected item\"", rev)
 	}
