@@ -172,6 +172,46 @@ func TestUploadAlreadyUploadedExitsAsSubmit(t *testing.T) {
 	}
 }
 
+// Guards docs/cli.md "Uploading a file": a fresh upload whose batch has
+// already ended when submit has read it (a small file) says how it
+// ended and exits as a repeated upload of it does: 3 when it needs
+// attention, not a bare "completed" and 0.
+func TestUploadFinishedAtOnceExitsAsRepeated(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "texts.jsonl")
+	if err := os.WriteFile(file, []byte(`{"key":"a","text":"x"}`+"\n"+`{"key":"b","text":"y"}`+"\n"+`{"key":"c"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeStack(t)
+	sum, err := LocalManifest(file, "jsonl", "key", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := api.UploadBatchID("bkt", "incoming/texts.jsonl", sum.Digest)
+	uploaded := false
+	f.handle("PUT /bkt/incoming/texts.jsonl", func(w http.ResponseWriter, _ *http.Request) {
+		uploaded = true
+		w.WriteHeader(http.StatusOK)
+	})
+	f.handle("GET /batches/"+id, func(w http.ResponseWriter, r *http.Request) {
+		if !uploaded {
+			answer(http.StatusNotFound, wire.ErrorBody{Code: "not_found"})(w, r)
+			return
+		}
+		answer(http.StatusOK, finishedView(id))(w, r)
+	})
+	a, _, errw := f.app(t)
+	cmd := a.uploadCmd()
+	cmd.SetArgs([]string{file, "--pipeline", "enrich", "--key-field", "key"})
+	err = cmd.Execute()
+	if code := exitCode(err); code != ExitNeedsCheck {
+		t.Errorf("exit %d (%v), want %d (as a repeated upload of the same batch); stderr:\n%s", code, err, ExitNeedsCheck, errw.String())
+	}
+	if !strings.Contains(errw.String(), "2 succeeded, 1 failed; needs attention (bulkrun status "+id+")") {
+		t.Errorf("stderr lacks how the batch ended and that it needs attention:\n%s", errw.String())
+	}
+}
+
 // Guards docs/cli.md "Uploading a file": a renamed copy refused as a
 // repeated upload tells a CLI user the flag that runs it anyway (--rerun),
 // not only the object metadata an S3 uploader sets.
