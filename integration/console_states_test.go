@@ -134,15 +134,15 @@ func checkConsoleStates(p *browserPage, s stateBatches) {
 		p.has("#state-cause", "http 502", at)
 		p.primary("act-unpause", at)
 		p.progressFirst(at)
-		if w == 1280 {
-			p.loaded()
-			p.shot("batch-paused", true)
-		}
+		p.shotAt("batch-paused", w)
 
 		p.openBatch(s.waiting, "running")
+		p.colour("#batch-status .badge", "color", "rgb(5, 80, 174)", "running badge"+at)
 		p.has("#sec-progress", "after connection refused", at)
 		p.has("#state-cause", "waiting for a retry after connection refused", at)
 		p.primary("", at)
+		p.progressFirst(at)
+		p.shotAt("batch-running", w)
 
 		p.openBatch(s.allFailed, "none-succeeded")
 		p.has("#batch-status .badge", "completed: every item failed", at)
@@ -163,18 +163,16 @@ func checkConsoleStates(p *browserPage, s stateBatches) {
 		if n := evalJS[int](t, p.ctx, `document.querySelectorAll("#main .mini-bar, #main .census-bar").length`); n != 1 {
 			t.Errorf("the batch page%s draws %d bars of outcomes, want one", at, n)
 		}
-		if w == 1280 {
-			p.loaded()
-			p.shot("batch-all-failed", true)
-		} else {
-			p.shot("batch-all-failed-narrow", false)
-		}
+		p.shotAt("batch-all-failed", w)
 
 		p.openBatch(s.allOK, "completed")
+		p.colour("#batch-status .badge", "color", "rgb(26, 127, 55)", "all-succeeded badge"+at)
 		p.primary("", at)
 		if !evalJS[bool](t, p.ctx, `document.getElementById("act-resume").disabled`) {
 			t.Errorf("resume of a batch whose every item succeeded is enabled%s", at)
 		}
+		p.progressFirst(at)
+		p.shotAt("batch-succeeded", w)
 	}
 	p.setWidth(1280, 800)
 
@@ -194,6 +192,19 @@ func checkConsoleStates(p *browserPage, s stateBatches) {
 	}
 	p.openList()
 	p.listRow(s.waiting, "running", "waiting for a retry after connection refused", "")
+}
+
+// shotAt saves a screenshot of the batch page: at 1280 px the whole page
+// (once its runs and items are drawn) as name, at a narrow width its
+// first screen as name-narrow.
+func (p *browserPage) shotAt(name string, w int64) {
+	p.t.Helper()
+	if w == 1280 {
+		p.loaded()
+		p.shot(name, true)
+		return
+	}
+	p.shot(name+"-narrow", false)
 }
 
 // loaded waits until the batch page's runs and items are drawn, for a

@@ -119,8 +119,9 @@ func shotsDir(t *testing.T) string {
 // their pages (checkConsoleStates); the list shows both batches, newest first,
 // with written counts and the needs-attention flag; a POST without the
 // page's token is refused; the printed address's token leaves the address
-// bar; a malformed batch address is answered, not left loading. Screenshots of the list and of the batch page
-// (1280×800 and a narrow window) are saved (shotsDir).
+// bar; a malformed batch address is answered, not left loading. Screenshots of the list and of the pages of
+// a batch running, paused by an outage, finished with failures (some, every item) and with every item
+// succeeded (1280×800 and 390×844) are saved (shotsDir).
 //
 // Skips when no Chromium is installed, except under CI=true, where it
 // fails (.ci/run installs Debian's chromium package).
@@ -315,6 +316,11 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("what to do", `(document.getElementById("what-to-do") || {}).textContent.includes("failed permanently")`, 30*time.Second)
 	if n := evalJS[int](t, bctx, `document.querySelectorAll(".actions button.primary").length`); n != 0 {
 		t.Errorf("a batch whose failed items all failed permanently has %d primary actions, want none", n)
+	}
+	// Finished with failures: its own badge, amber, never the green of a
+	// batch whose every item succeeded.
+	if b := evalJS[[]string](t, bctx, `(() => { const b = document.querySelector("#batch-status .badge"); return [b.dataset.state, b.textContent, getComputedStyle(b).color]; })()`); !slices.Equal(b, []string{"completed-failures", "completed with failures", "rgb(154, 103, 0)"}) {
+		t.Errorf("badge of a batch finished with failures: %q, want completed-failures, its text and amber", b)
 	}
 	waitJS("runs drawn", `!!document.querySelector("#runs tr[data-run]")`, 30*time.Second)
 	shot("batch", true)

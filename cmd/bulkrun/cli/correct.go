@@ -108,16 +108,19 @@ func CorrectionText(v wire.CorrectionView) string {
 	if v.Batch.Created == nil || !*v.Batch.Created {
 		return fmt.Sprintf("batch %s: these corrections are revision %d already (%s, run %d); nothing new started", v.Batch.ID, r.N, api.Count(r.Items, "item"), r.Run)
 	}
+	them := "them"
+	if r.Items == 1 {
+		them = "it"
+	}
 	also := ""
 	if n := r.RunItems - r.Items; n > 0 {
 		// Items share a queue message and a row in packs; a person who
 		// corrected items need not know the word: the others travel
 		// with the corrected ones and keep their outcome.
-		also = fmt.Sprintf(" (not run again, only counted: %s stored with the corrected ones)", api.Count(n, "other item"))
-	}
-	them := "them"
-	if r.Items == 1 {
-		them = "it"
+		also = fmt.Sprintf("; the %s stored with %s keep their outcome (counted, not run again)", api.Count(n, "other item"), them)
+		if n == 1 {
+			also = fmt.Sprintf("; the other item stored with %s keeps its outcome (counted, not run again)", them)
+		}
 	}
 	return fmt.Sprintf("batch %s: revision %d corrects %s; run %d runs %s%s", v.Batch.ID, r.N, api.Count(r.Items, "item"), r.Run, them, also)
 }

@@ -240,6 +240,12 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 			err = fmt.Errorf("%w; to run these items again anyway, upload it with --rerun: bulkrun upload %s … --rerun", err, file)
 		}
 		return &ExitError{Code: ExitFailure, Err: err}
+	case v.Status.Finished() && !o.watch:
+		// A small file's batch may have ended by the time submit has read
+		// it: how it ended, and the exit a repeated upload of it gives
+		// (3 when it needs attention), never a bare "completed" and 0.
+		textf(a.errw, "batch %s: %s, %s\n", v.ID, api.Count(v.ItemCount, "item"), EndedText(v))
+		return finishedExit(v)
 	default:
 		textf(a.errw, "batch %s: %s, %s, run %d\n", v.ID, v.Status, api.Count(v.ItemCount, "item"), v.Run)
 	}

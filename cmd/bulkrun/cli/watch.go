@@ -120,7 +120,8 @@ func watchDone(v wire.BatchView) (int64, bool) {
 // watchLine is the watch's line after the bar: the run, the items by
 // outcome so far, those in flight and still pending, and the rate —
 // "run 1: 12 succeeded, 1 failed, 0 quarantined, 0 cancelled; 20 in
-// flight, 17 pending; 4.5 items/s". The rate is the one measured over
+// flight, 17 pending; 4.5 items/s", the items in flight that wait for a
+// retry said after their count (waitingText). The rate is the one measured over
 // the last RateWindow of polls (none before two polls RateMinSpan apart);
 // once the run has finished, its own: the items it ended over the time
 // from its start to its end.
@@ -130,7 +131,7 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 	switch {
 	case v.Census != nil:
 		c := v.Census
-		b.WriteString(fmt.Sprintf("%d succeeded, %d failed, %d quarantined, %d cancelled; %d in flight, %d pending", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, c.Pending))
+		b.WriteString(fmt.Sprintf("%d succeeded, %d failed, %d quarantined, %d cancelled; %d in flight%s, %d pending", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, waitingText(v.Live), c.Pending))
 		if c.Withheld > 0 {
 			b.WriteString(fmt.Sprintf(", %d withheld (bulkrun lift)", c.Withheld))
 		}
@@ -149,6 +150,31 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		b.WriteString("; " + rateText(per))
 	}
 	return b.String()
+}
+
+// waitingText says how many of the items in flight wait for a retry,
+// after what, and when the first is due — " (69 waiting for a retry
+// after timeout, next at 14:51:00Z)" — so that a watch whose rate drops
+// to nothing says why; empty when none waits.
+func waitingText(l *api.LiveView) string {
+	if l == nil || l.RetryWaiting == 0 {
+		return ""
+	}
+	var why []string
+	if c := l.RetryCause; c != nil {
+		why = append(why, "after "+c.Class)
+	}
+	if l.Throttled > 0 {
+		why = append(why, fmt.Sprintf("%d waiting out a throttling", l.Throttled))
+	}
+	s := fmt.Sprintf(" (%d waiting for a retry", l.RetryWaiting)
+	if len(why) > 0 {
+		s += " " + strings.Join(why, ", ")
+	}
+	if l.NextRetryAt != nil {
+		s += ", next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z"
+	}
+	return s + ")"
 }
 
 // rateText is a rate in items a second, with a precision that suits it.

@@ -172,6 +172,46 @@ func TestUploadAlreadyUploadedExitsAsSubmit(t *testing.T) {
 	}
 }
 
+// Guards docs/cli.md "Uploading a file": a fresh upload whose batch has
+// already ended when submit has read it (a small file) says how it
+// ended and exits as a repeated upload of it does: 3 when it needs
+// attention, not a bare "completed" and 0.
+func TestUploadFinishedAtOnceExitsAsRepeated(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "texts.jsonl")
+	if err := os.WriteFile(file, []byte(`{"key":"a","text":"x"}`+"\n"+`{"key":"b","text":"y"}`+"\n"+`{"key":"c"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeStack(t)
+	sum, err := LocalManifest(file, "jsonl", "key", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := api.UploadBatchID("bkt", "incoming/texts.jsonl", sum.Digest)
+	uploaded := false
+	f.handle("PUT /bkt/incoming/texts.jsonl", func(w http.ResponseWriter, _ *http.Request) {
+		uploaded = true
+		w.WriteHeader(http.StatusOK)
+	})
+	f.handle("GET /batches/"+id, func(w http.ResponseWriter, r *http.Request) {
+		if !uploaded {
+			answer(http.StatusNotFound, wire.ErrorBody{Code: "not_found"})(w, r)
+			return
+		}
+		answer(http.StatusOK, finishedView(id))(w, r)
+	})
+	a, _, errw := f.app(t)
+	cmd := a.uploadCmd()
+	cmd.SetArgs([]string{file, "--pipeline", "enrich", "--key-field", "key"})
+	err = cmd.Execute()
+	if code := exitCode(err); code != ExitNeedsCheck {
+		t.Errorf("exit %d (%v), want %d (as a repeated upload of the same batch); stderr:\n%s", code, err, ExitNeedsCheck, errw.String())
+	}
+	if !strings.Contains(errw.String(), "2 succeeded, 1 failed; needs attention (bulkrun status "+id+")") {
+		t.Errorf("stderr lacks how the batch ended and that it needs attention:\n%s", errw.String())
+	}
+}
+
 // Guards docs/cli.md "Uploading a file": a renamed copy refused as a
 // repeated upload tells a CLI user the flag that runs it anyway (--rerun),
 // not only the object metadata an S3 uploader sets.
@@ -256,6 +296,14 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got := watchLine(views[1], r); !strings.Contains(got, "2.0 items/s") {
 		t.Errorf("line %q after 6 items in 3 s: want 2.0 items/s", got)
 	}
+	// Items in flight that wait for a retry say so, with their cause and
+	// when the first is due: a rate fallen to 0.0 items/s is explained.
+	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)
+	waiting := views[0]
+	waiting.Live = &api.LiveView{RetryWaiting: 4, NextRetryAt: &next, RetryCause: &api.RetryCause{Class: "timeout", Items: 4}}
+	if got, want := watchLine(waiting, r), "4 in flight (4 waiting for a retry after timeout, next at 14:51:00Z), 6 pending"; !strings.Contains(got, want) {
+		t.Errorf("line %q with items waiting for a retry: want %q", got, want)
+	}
 	a, _, errw := f.app(t)
 	cmd := a.watchCmd()
 	cmd.SetArgs([]string{"orders-1"})
@@ -282,6 +330,16 @@ func TestCorrectionWordsAreTheUsers(t *testing.T) {
 	if strings.Contains(line, "pack") || !strings.Contains(line, "corrects 1 item;") || !strings.Contains(line, "2 other items") {
 		t.Errorf("correction line %q: want items, not packs, counted in words", line)
 	}
+	// "run 2 runs it" is never followed by words that read as if the
+	// corrected item were not run: the others are the ones not run again.
+	if want := "run 2 runs it; the 2 other items stored with it keep their outcome (counted, not run again)"; !strings.HasSuffix(line, want) {
+		t.Errorf("correction line %q, want it to end %q", line, want)
+	}
+	v.Revision.RunItems = 2
+	if want := "run 2 runs it; the other item stored with it keeps its outcome (counted, not run again)"; !strings.HasSuffix(CorrectionText(v), want) {
+		t.Errorf("correction line %q, want it to end %q", CorrectionText(v), want)
+	}
+	v.Revision.RunItems = 3
 	if rev := RevisionText(v.Batch.Batch, v.Revision); !strings.Contains(rev, "1 corrected item,") {
 		t.Errorf("revision line %q: want \"1 corrected item\"", rev)
 	}
