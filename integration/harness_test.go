@@ -348,7 +348,7 @@ func TestHarnessStoreConditions(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	b := ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "counted", Digest: "d1", Run: 1, Status: api.StatusRunning, ItemCount: 3, ListShards: 8, CounterShards: 2, MaxAttempts: 3}}
+	b := ledger.Batch{Batch: api.Batch{ID: id, Plan: api.Plan{Pipeline: "counted", Digest: "d1", MaxAttempts: 3}, Run: 1, Status: api.StatusRunning, ItemCount: 3, ListShards: 8, CounterShards: 2}}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}

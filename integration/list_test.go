@@ -106,7 +106,7 @@ func TestListBatchesOrderPagingFilters(t *testing.T) {
 		row{id: "lb-rerun", at: time.Date(2027, 3, 3, 0, 0, 0, 0, time.UTC), status: api.StatusRunning, expires: now.Add(-time.Hour)},
 		row{id: "lb-kept", at: time.Date(2027, 3, 4, 0, 0, 0, 0, time.UTC), status: api.StatusCompleted, expires: now.Add(time.Hour)})
 	for _, r := range rows {
-		b := ledger.Batch{Batch: api.Batch{ID: r.id, Pipeline: "webhook", Status: r.status, Run: 1, ItemCount: 3, CreatedAt: r.at, ExpiresAt: r.expires}}
+		b := ledger.Batch{Batch: api.Batch{ID: r.id, Plan: api.Plan{Pipeline: "webhook"}, Status: r.status, Run: 1, ItemCount: 3, CreatedAt: r.at, ExpiresAt: r.expires}}
 		if _, err := store.CreateBatch(ctx, b); err != nil {
 			t.Fatal(r.id, err)
 		}

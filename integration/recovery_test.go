@@ -234,7 +234,7 @@ func TestHarnessListingPagesWithinOneShard(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	b := ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: api.StatusRunning, ItemCount: 7, ListShards: 1, CounterShards: 1, MaxAttempts: 1}}
+	b := ledger.Batch{Batch: api.Batch{ID: id, Plan: api.Plan{Pipeline: "counted", Digest: "d", MaxAttempts: 1}, Run: 1, Status: api.StatusRunning, ItemCount: 7, ListShards: 1, CounterShards: 1}}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestHarnessForgetBlocksResume(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
 	id := newID(t)
-	b := ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "counted", Digest: "d", Run: 1, Status: api.StatusRunning, ItemCount: 0, ListShards: 1, CounterShards: 1, MaxAttempts: 1}}
+	b := ledger.Batch{Batch: api.Batch{ID: id, Plan: api.Plan{Pipeline: "counted", Digest: "d", MaxAttempts: 1}, Run: 1, Status: api.StatusRunning, ItemCount: 0, ListShards: 1, CounterShards: 1}}
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}

@@ -248,18 +248,14 @@ func TestRepeatedSubmitWhileSubmitting(t *testing.T) {
 	now := time.Now().UTC()
 	if _, err := env.store.CreateBatch(ctx, ledger.Batch{
 		Batch: api.Batch{
-			ID:              id,
-			Pipeline:        "webhook",
-			Run:             1,
-			Status:          api.StatusSubmitting,
-			MaxAttempts:     3,
-			ItemsPerMessage: config.DefaultItemsPerMessage,
-			OnInterrupt:     api.InterruptRetry,
-			Options:         stored.Options,
-			KeyField:        "k",
-			Source:          uri,
-			CreatedAt:       now,
-			RunStartedAt:    now,
+			ID:           id,
+			Plan:         api.Plan{Pipeline: "webhook", MaxAttempts: 3, ItemsPerMessage: config.DefaultItemsPerMessage, OnInterrupt: api.InterruptRetry, Options: stored.Options},
+			Run:          1,
+			Status:       api.StatusSubmitting,
+			KeyField:     "k",
+			Source:       uri,
+			CreatedAt:    now,
+			RunStartedAt: now,
 		},
 		Request: raw,
 	}); err != nil {
@@ -332,10 +328,9 @@ func TestSubmitTickHandsOffOrRefuses(t *testing.T) {
 		if _, err := h.store.CreateBatch(ctx, ledger.Batch{
 			Batch: api.Batch{
 				ID:             id,
-				Pipeline:       "counted",
+				Plan:           api.Plan{Pipeline: "counted", MaxAttempts: 3},
 				Run:            1,
 				Status:         api.StatusSubmitting,
-				MaxAttempts:    3,
 				CreatedAt:      created,
 				RunStartedAt:   created,
 				SubmitAttempts: attempts,

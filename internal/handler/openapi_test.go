@@ -339,7 +339,7 @@ func TestContractOpenAPI(t *testing.T) {
 		"done-1": {
 			Batch: api.Batch{
 				ID:             "done-1",
-				Pipeline:       "webhook",
+				Plan:           api.Plan{Pipeline: "webhook", Headers: map[string]string{"tenant": "acme"}, OnInterrupt: api.InterruptRetry},
 				Status:         api.StatusCompleted,
 				Run:            1,
 				ItemCount:      3,
@@ -349,15 +349,13 @@ func TestContractOpenAPI(t *testing.T) {
 				RunStartedAt:   now,
 				FinishedAt:     now,
 				ExpiresAt:      now.Add(time.Hour),
-				Headers:        map[string]string{"tenant": "acme"},
-				OnInterrupt:    api.InterruptRetry,
 				NeedsAttention: true,
 			},
 		},
 		"run-1": {
 			Batch: api.Batch{
 				ID:            "run-1",
-				Pipeline:      "webhook",
+				Plan:          api.Plan{Pipeline: "webhook"},
 				Status:        api.StatusRunning,
 				Run:           2,
 				ItemCount:     20000,
@@ -370,7 +368,7 @@ func TestContractOpenAPI(t *testing.T) {
 		"lost-1": {
 			Batch: api.Batch{
 				ID:        "lost-1",
-				Pipeline:  "webhook",
+				Plan:      api.Plan{Pipeline: "webhook"},
 				Status:    api.StatusCompleted,
 				Run:       1,
 				ReportKey: api.ReportKey("lost-1", 1),
@@ -381,7 +379,7 @@ func TestContractOpenAPI(t *testing.T) {
 		"refused-1": {
 			Batch: api.Batch{
 				ID:         "refused-1",
-				Pipeline:   "webhook",
+				Plan:       api.Plan{Pipeline: "webhook"},
 				Status:     api.StatusRefused,
 				Run:        1,
 				CreatedAt:  now,
@@ -391,25 +389,24 @@ func TestContractOpenAPI(t *testing.T) {
 			},
 			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`),
 		},
-		"reading-1": {Batch: api.Batch{ID: "reading-1", Pipeline: "webhook", Status: api.StatusSubmitting, Run: 1, CreatedAt: now}},
-		"halted-1": {Batch: api.Batch{ID: "halted-1", Pipeline: "webhook", Status: api.StatusRunning, Run: 1, ItemCount: 3, FannedOut: true,
+		"reading-1": {Batch: api.Batch{ID: "reading-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusSubmitting, Run: 1, CreatedAt: now}},
+		"halted-1": {Batch: api.Batch{ID: "halted-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusRunning, Run: 1, ItemCount: 3, FannedOut: true,
 			CreatedAt: now, RunStartedAt: now, Halts: map[string]api.Halt{"secret:hook": {Subject: "secret:hook", Since: now, Reason: "webhook: HTTP 401"}}}},
-		"gone-1": {Batch: api.Batch{ID: "gone-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)}},
-		"big-1": {Batch: api.Batch{ID: "big-1", Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, ReportKey: api.ReportKey("big-1", 1),
+		"gone-1": {Batch: api.Batch{ID: "gone-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusCompleted, Run: 1, CreatedAt: now, ExpiresAt: now.Add(-time.Hour)}},
+		"big-1": {Batch: api.Batch{ID: "big-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusCompleted, Run: 1, ReportKey: api.ReportKey("big-1", 1),
 			CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)}},
 		"fix-1": {
 			Batch: api.Batch{
-				ID:              "fix-1",
-				Pipeline:        "webhook",
-				Status:          api.StatusCompleted,
-				Run:             1,
-				ItemCount:       2,
-				ItemsPerMessage: 1,
-				KeyField:        "k",
-				ManifestKey:     "batches/fix-1/manifest.jsonl",
-				CreatedAt:       now,
-				FinishedAt:      now,
-				ExpiresAt:       now.Add(time.Hour),
+				ID:          "fix-1",
+				Plan:        api.Plan{Pipeline: "webhook", ItemsPerMessage: 1},
+				Status:      api.StatusCompleted,
+				Run:         1,
+				ItemCount:   2,
+				KeyField:    "k",
+				ManifestKey: "batches/fix-1/manifest.jsonl",
+				CreatedAt:   now,
+				FinishedAt:  now,
+				ExpiresAt:   now.Add(time.Hour),
 			},
 		},
 	}}

@@ -55,7 +55,7 @@ type bigStore struct {
 }
 
 func (s *bigStore) GetBatch(_ context.Context, id string) (ledger.Batch, error) {
-	return ledger.Batch{Batch: api.Batch{ID: id, Pipeline: "webhook", Status: api.StatusCompleted, Run: 1, ItemCount: int64(len(s.keys)),
+	return ledger.Batch{Batch: api.Batch{ID: id, Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusCompleted, Run: 1, ItemCount: int64(len(s.keys)),
 		ReportKey: api.ReportKey(id, 1), ListShards: 1, ExpiresAt: time.Now().Add(time.Hour)}}, nil
 }
 

@@ -27,7 +27,7 @@ func TestSubmitRoutesPartSteps(t *testing.T) {
 		t.Fatalf("logs %s, want the step's line", logs.String())
 	}
 	ctx := context.Background()
-	if _, err := s.Submitter.Store.CreateBatch(ctx, ledger.Batch{Batch: api.Batch{ID: "live", Pipeline: "webhook", Status: api.StatusSubmitting, Run: 1}}); err != nil {
+	if _, err := s.Submitter.Store.CreateBatch(ctx, ledger.Batch{Batch: api.Batch{ID: "live", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusSubmitting, Run: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	ev, _ = json.Marshal(ledger.PartEvent{Step: ledger.PartStepKeys, BatchID: "live", Plan: "p1", Index: 0})

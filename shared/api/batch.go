@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/big"
@@ -9,45 +8,30 @@ import (
 	"time"
 )
 
-// Batch is a batch's row: its plan (manifest and digest), its options and the
-// state of its current run. JSON names are the API's.
+// Batch is a batch's row: its plan (Plan: the manifest's digest and the
+// settings), its manifest and the state of its current run. JSON names
+// are the API's.
 type Batch struct {
-	ID            string    `json:"batch_id"`
-	Pipeline      string    `json:"pipeline"`
-	Digest        string    `json:"manifest_digest"` // hex SHA-256 of the manifest bytes
-	ManifestKey   string    `json:"manifest_key"`    // S3 key of the manifest (normalized JSONL)
-	ManifestBytes int64     `json:"manifest_bytes"`
-	ItemCount     int64     `json:"item_count"`
-	ListShards    int       `json:"list_shards"`    // item-row partition keys (see ListShards)
-	CounterShards int       `json:"counter_shards"` // counter partition keys (see CounterShards; CounterLanes when set)
-	Run           int       `json:"run"`            // current run, from 1
-	Status        Status    `json:"status"`
-	Threshold     Threshold `json:"threshold"`
-	MaxAttempts   int       `json:"max_attempts"`
-	// Retry is the batch's retry policy (with MaxAttempts); nil on rows
-	// written before policies existed, which take the worker's default.
-	// Read it with RetryPolicyOf.
-	Retry *RetryPolicy `json:"retry,omitempty"`
-	// MaxConcurrency is the most items of the batch whose pipeline runs at
-	// once, across every invocation (see Worker); 0 is unlimited.
-	MaxConcurrency int `json:"max_concurrency,omitempty"`
-	// ItemsPerMessage is how many consecutive manifest items share one
-	// items-queue message and one ledger row (a pack; see Pack), 1–
-	// MaxItemsPerMessage; part of the plan, the same in every run. 0 on
-	// rows written before the option: 1. Read it with Pack.
-	ItemsPerMessage int               `json:"items_per_message,omitempty"`
-	OnInterrupt     InterruptPolicy   `json:"on_interrupt"`
-	Headers         map[string]string `json:"headers,omitempty"`
-	Options         json.RawMessage   `json:"pipeline_options,omitempty"`
-	KeyField        string            `json:"key_field,omitempty"`
-	Source          string            `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
-	FannedOut       bool              `json:"fanned_out"`
-	CreatedAt       time.Time         `json:"created_at"`
-	RunStartedAt    time.Time         `json:"run_started_at"`
-	FinishedAt      time.Time         `json:"finished_at,omitzero"`
-	ReportKey       string            `json:"report_key,omitempty"`
-	FinalCensus     *Census           `json:"census,omitempty"` // the census of the last finished run
-	NeedsAttention  bool              `json:"needs_attention"`
+	ID string `json:"batch_id"`
+	// Plan is the batch's manifest digest and settings, the same in
+	// every run (see Plan).
+	Plan
+	ManifestKey    string    `json:"manifest_key"` // S3 key of the manifest (normalized JSONL)
+	ManifestBytes  int64     `json:"manifest_bytes"`
+	ItemCount      int64     `json:"item_count"`
+	ListShards     int       `json:"list_shards"`    // item-row partition keys (see ListShards)
+	CounterShards  int       `json:"counter_shards"` // counter partition keys (see CounterShards; CounterLanes when set)
+	Run            int       `json:"run"`            // current run, from 1
+	Status         Status    `json:"status"`
+	KeyField       string    `json:"key_field,omitempty"`
+	Source         string    `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
+	FannedOut      bool      `json:"fanned_out"`
+	CreatedAt      time.Time `json:"created_at"`
+	RunStartedAt   time.Time `json:"run_started_at"`
+	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	ReportKey      string    `json:"report_key,omitempty"`
+	FinalCensus    *Census   `json:"census,omitempty"` // the census of the last finished run
+	NeedsAttention bool      `json:"needs_attention"`
 	// Stop is set while a run is being stopped: StatusCancelled (a caller
 	// cancelled) or StatusThresholdExceeded (failures passed the
 	// threshold). Items not yet started end cancelled; finalize gives the
@@ -81,9 +65,6 @@ type Batch struct {
 	// the end of the retention) has started deleting the batch and until
 	// its batch row, deleted last, is gone: a partly deleted batch.
 	PendingDeletion bool `json:"pending_deletion,omitempty"`
-	// StopOnThreshold: see SubmitRequest.StopOnThreshold; nil (rows
-	// written before the option existed) means true. Read it with EarlyStop.
-	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 	// Revisions are the batch's corrections, oldest first (see Revision,
 	// Submitter.Correct); RunRevision is the revision the current run runs
 	// (a correction run: exactly its corrected keys), 0 for a run of the
@@ -117,11 +98,6 @@ type Batch struct {
 func (b Batch) Expired(now time.Time) bool {
 	return b.Status.Finished() && !b.ExpiresAt.IsZero() && !now.Before(b.ExpiresAt)
 }
-
-// EarlyStop reports whether the run stops as soon as its failures exceed
-// the threshold (the default, as Distributed Map does), rather than running
-// every item and judging at the end.
-func (b Batch) EarlyStop() bool { return b.StopOnThreshold == nil || *b.StopOnThreshold }
 
 // InterruptPolicy says what happens to an item whose attempt was
 // interrupted (lease expired, outcome unknown).

@@ -87,9 +87,15 @@ func (e *InputError) Unwrap() error { return e.Err }
 // errors.Is(err, ErrBatchMismatch) is true.
 type MismatchError struct {
 	BatchID string
-	Field   string // "manifest_digest", "pipeline", "pipeline_options", "headers", "threshold", "stop_on_threshold", "max_attempts", "retry", "max_concurrency", "items_per_message", "on_interrupt", "task_token" or "task_heartbeat_seconds"
-	Stored  string
-	Given   string
+	// Field is the first that differs: "source" or "key_field" (a
+	// batch still submitting), else a field of the plan (Plan) as
+	// ledger.Batch.DiffPlan names it: "manifest_digest", "pipeline",
+	// "pipeline_options", "headers", "threshold", "stop_on_threshold",
+	// "max_attempts", "retry", "max_concurrency", "items_per_message",
+	// "on_interrupt", "task_token", "task_heartbeat_seconds" or "schema".
+	Field  string
+	Stored string
+	Given  string
 }
 
 // Error says what differs; for another manifest it also says what to do:

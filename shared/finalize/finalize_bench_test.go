@@ -65,13 +65,13 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 	for b.Loop() {
 		s := &rowStore{b: ledger.Batch{
 			Batch: api.Batch{
-				ID:              "bench",
-				Run:             1,
-				Status:          api.StatusRunning,
-				ItemCount:       n,
-				ListShards:      shards,
-				CounterShards:   16,
-				ItemsPerMessage: int(k),
+				ID:            "bench",
+				Run:           1,
+				Status:        api.StatusRunning,
+				ItemCount:     n,
+				ListShards:    shards,
+				CounterShards: 16,
+				Plan:          api.Plan{ItemsPerMessage: int(k)},
 			},
 		}, gen: gen}
 		blobs := ledgertest.NewBlobs()
@@ -215,13 +215,13 @@ func BenchmarkFinalizeParts(b *testing.B) {
 		var generated atomic.Int64
 		s := &rowStore{b: ledger.Batch{
 			Batch: api.Batch{
-				ID:              "bench",
-				Run:             1,
-				Status:          api.StatusRunning,
-				ItemCount:       n,
-				ListShards:      shards,
-				CounterShards:   16,
-				ItemsPerMessage: int(k),
+				ID:            "bench",
+				Run:           1,
+				Status:        api.StatusRunning,
+				ItemCount:     n,
+				ListShards:    shards,
+				CounterShards: 16,
+				Plan:          api.Plan{ItemsPerMessage: int(k)},
 			},
 		}, gen: benchRows(n, k, shards, &generated)}
 		blobs := ledgertest.NewBlobs()

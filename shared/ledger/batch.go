@@ -35,21 +35,32 @@ type Batch struct {
 	// after PutEvents answered); finalize and its tick publish a finished
 	// run's event until it is marked, so it is delivered at least once.
 	PublishedRun int `json:"-"`
-	// TaskToken is the submit's Step Functions task token
-	// (api.SubmitRequest.TaskToken), answered when run 1 ends (TaskEnd);
-	// empty when none was given.
-	TaskToken string `json:"-"`
-	// TaskHeartbeat is api.SubmitRequest.TaskHeartbeatSeconds: while run
-	// TaskRun goes, each tick sends the token a heartbeat (TaskBeat); 0
-	// for none.
-	TaskHeartbeat int `json:"-"`
+	// HiddenPlan is the part of the batch's plan the API never shows
+	// (see HiddenPlan); never in JSON.
+	HiddenPlan `json:"-"`
 	// TaskGone is set (Store.SetTaskGone) when a heartbeat found the task
 	// no longer awaited (ErrTaskGone): no more heartbeats are sent.
 	TaskGone bool `json:"-"`
+}
+
+// HiddenPlan is the part of a batch's plan (api.Plan) that the API never
+// shows: compared on a repeated submit with the rest (Batch.DiffPlan),
+// the same in every run, kept on the row only.
+type HiddenPlan struct {
+	// TaskToken is the submit's Step Functions task token
+	// (api.SubmitRequest.TaskToken), 1–api.MaxTaskTokenBytes bytes of one
+	// line, answered when run 1 ends (TaskEnd); empty when none was given.
+	// A 409 shows only whether there is one.
+	TaskToken string `json:"-"`
+	// TaskHeartbeat is api.SubmitRequest.TaskHeartbeatSeconds, in
+	// seconds: 0 for none, else api.MinTaskHeartbeatSeconds–
+	// api.MaxTaskHeartbeatSeconds, with a TaskToken. While run TaskRun
+	// goes, each tick sends the token a heartbeat (TaskBeat).
+	TaskHeartbeat int `json:"-"`
 	// CheckPlan is the hex SHA-256 of the batch's checks (CheckPlanOf:
-	// its schema, bad_rows and max_invalid_percent), part of its plan: a
-	// repeated submit with other checks is another plan. "" for a batch
-	// with none (and on rows written before checks).
+	// its schema, bad_rows and max_invalid_percent): a repeated submit
+	// with other checks is another plan (409 naming schema). "" for a
+	// batch with none (and on rows written before checks).
 	CheckPlan string `json:"-"`
 }
 

@@ -20,8 +20,7 @@ const (
 func TestSecretsRedacted(t *testing.T) {
 	b := Batch{
 		Batch: api.Batch{
-			Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "X-Key": ssmRef},
-			Options: json.RawMessage(`{"url":"https://h.example/x?token=q5ecret","n":42,"deep":{"list":["pw1",{"secret":"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/x"}]},"none":null}`),
+			Plan: api.Plan{Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "X-Key": ssmRef}, Options: json.RawMessage(`{"url":"https://h.example/x?token=q5ecret","n":42,"deep":{"list":["pw1",{"secret":"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/x"}]},"none":null}`)},
 		},
 	}
 	r := Redacted(b.Batch)

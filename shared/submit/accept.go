@@ -182,7 +182,8 @@ func (s *Submitter) repeated(ctx context.Context, stored ledger.Batch, req api.S
 }
 
 // sameRequest returns the first field in which two prepared requests
-// differ ("" when none): the source, the key field, then the settings.
+// differ ("" when none): the source, the key field, then the plan
+// (ledger.Batch.DiffPlan; neither has a manifest digest yet).
 func sameRequest(stored, given api.SubmitRequest) (field, was, now string) {
 	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	if a, b := asJSON(stored.Source), asJSON(given.Source); a != b {
@@ -191,7 +192,7 @@ func sameRequest(stored, given api.SubmitRequest) (field, was, now string) {
 	if stored.KeyField != given.KeyField {
 		return "key_field", stored.KeyField, given.KeyField
 	}
-	return sameSettings(planOf(stored, time.Time{}), planOf(given, time.Time{}))
+	return planOf(stored, time.Time{}).DiffPlan(planOf(given, time.Time{}))
 }
 
 // Complete is the background read of an accepted batch: it streams the

@@ -13,12 +13,12 @@ import (
 // never shows a stored header or option value" (a probe printed a stored
 // bearer token): the differing setting is named and shown by digest.
 func TestSecretsMismatchDoesNotEcho(t *testing.T) {
-	stored := ledger.Batch{Batch: api.Batch{ID: "b", Pipeline: "webhook", Headers: map[string]string{"Authorization": "Bearer stored-token"}, Options: json.RawMessage(`{"url":"https://a.example/?k=stored-key"}`)}}
+	stored := ledger.Batch{Batch: api.Batch{ID: "b", Plan: api.Plan{Pipeline: "webhook", Headers: map[string]string{"Authorization": "Bearer stored-token"}, Options: json.RawMessage(`{"url":"https://a.example/?k=stored-key"}`)}}}
 	for _, given := range []ledger.Batch{
-		{Batch: api.Batch{ID: "b", Pipeline: "webhook", Headers: map[string]string{"Authorization": "Bearer given-token"}, Options: stored.Options}},
-		{Batch: api.Batch{ID: "b", Pipeline: "webhook", Headers: stored.Headers, Options: json.RawMessage(`{"url":"https://a.example/?k=given-key"}`)}},
+		{Batch: api.Batch{ID: "b", Plan: api.Plan{Pipeline: "webhook", Headers: map[string]string{"Authorization": "Bearer given-token"}, Options: stored.Options}}},
+		{Batch: api.Batch{ID: "b", Plan: api.Plan{Pipeline: "webhook", Headers: stored.Headers, Options: json.RawMessage(`{"url":"https://a.example/?k=given-key"}`)}}},
 	} {
-		field, was, now := sameSettings(stored, given)
+		field, was, now := stored.DiffPlan(given)
 		msg := (&api.MismatchError{BatchID: "b", Field: field, Stored: was, Given: now}).Error()
 		for _, secret := range []string{"stored-token", "given-token", "stored-key", "given-key"} {
 			if strings.Contains(msg, secret) {

@@ -11,11 +11,11 @@ import (
 
 // A repeated submit with another retry policy is another plan.
 func TestSameSettingsRetry(t *testing.T) {
-	a, b := ledger.Batch{Batch: api.Batch{Retry: new(api.DefaultRetryPolicy)}}, ledger.Batch{Batch: api.Batch{Retry: &api.RetryPolicy{IntervalSeconds: 1, BackoffRate: 2, MaxDelaySeconds: 2}}}
-	if field, _, _ := sameSettings(a, b); field != "retry" {
+	a, b := ledger.Batch{Batch: api.Batch{Plan: api.Plan{Retry: new(api.DefaultRetryPolicy)}}}, ledger.Batch{Batch: api.Batch{Plan: api.Plan{Retry: &api.RetryPolicy{IntervalSeconds: 1, BackoffRate: 2, MaxDelaySeconds: 2}}}}
+	if field, _, _ := a.DiffPlan(b); field != "retry" {
 		t.Fatalf("field %q, want retry", field)
 	}
-	if field, _, _ := sameSettings(a, ledger.Batch{Batch: api.Batch{Retry: new(api.DefaultRetryPolicy)}}); field != "" {
+	if field, _, _ := a.DiffPlan(ledger.Batch{Batch: api.Batch{Plan: api.Plan{Retry: new(api.DefaultRetryPolicy)}}}); field != "" {
 		t.Fatalf("the same policy differs in %q", field)
 	}
 }

@@ -25,11 +25,11 @@ func TestStopOnThresholdDefault(t *testing.T) {
 		stop *bool
 		want bool
 	}{{nil, true}, {&yes, true}, {&no, false}} {
-		if got := (ledger.Batch{Batch: api.Batch{StopOnThreshold: tt.stop}}).EarlyStop(); got != tt.want {
+		if got := (ledger.Batch{Batch: api.Batch{Plan: api.Plan{StopOnThreshold: tt.stop}}}).EarlyStop(); got != tt.want {
 			t.Errorf("EarlyStop(%v) = %v, want %v", tt.stop, got, tt.want)
 		}
 	}
-	if f, _, _ := sameSettings(ledger.Batch{}, ledger.Batch{Batch: api.Batch{StopOnThreshold: &yes}}); f != "" {
+	if f, _, _ := (ledger.Batch{}).DiffPlan(ledger.Batch{Batch: api.Batch{Plan: api.Plan{StopOnThreshold: &yes}}}); f != "" {
 		t.Errorf("unset and true are the same setting, got a difference in %s", f)
 	}
 }

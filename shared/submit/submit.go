@@ -1,7 +1,6 @@
 package submit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -259,51 +258,6 @@ func validateChecks(req *api.SubmitRequest) error {
 
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,256}$")
 
-// sameSettings returns the first setting in which a repeated submit differs
-// from the stored batch ("" when none): the same manifest with other
-// options is another plan, not the same batch. Headers and options are
-// compared as given and shown redacted (see Redacted): a 409 never echoes
-// a stored secret.
-func sameSettings(stored, given ledger.Batch) (field, was, now string) {
-	compact := func(raw json.RawMessage) string {
-		var b bytes.Buffer
-		if len(raw) == 0 || json.Compact(&b, raw) != nil {
-			return string(raw)
-		}
-		return b.String()
-	}
-	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	switch {
-	case stored.Pipeline != given.Pipeline:
-		return "pipeline", stored.Pipeline, given.Pipeline
-	case compact(stored.Options) != compact(given.Options):
-		return "pipeline_options", compact(ledger.RedactOptions(stored.Options)), compact(ledger.RedactOptions(given.Options))
-	case asJSON(stored.Headers) != asJSON(given.Headers) && len(stored.Headers)+len(given.Headers) > 0:
-		return "headers", asJSON(ledger.RedactHeaders(stored.Headers)), asJSON(ledger.RedactHeaders(given.Headers))
-	case asJSON(stored.Threshold) != asJSON(given.Threshold):
-		return "threshold", asJSON(stored.Threshold), asJSON(given.Threshold)
-	case stored.EarlyStop() != given.EarlyStop():
-		return "stop_on_threshold", fmt.Sprint(stored.EarlyStop()), fmt.Sprint(given.EarlyStop())
-	case stored.MaxAttempts != given.MaxAttempts:
-		return "max_attempts", fmt.Sprint(stored.MaxAttempts), fmt.Sprint(given.MaxAttempts)
-	case asJSON(stored.Retry) != asJSON(given.Retry) && stored.Retry != nil:
-		return "retry", asJSON(stored.Retry), asJSON(given.Retry)
-	case stored.MaxConcurrency != given.MaxConcurrency:
-		return "max_concurrency", fmt.Sprint(stored.MaxConcurrency), fmt.Sprint(given.MaxConcurrency)
-	case stored.Pack() != given.Pack():
-		return "items_per_message", fmt.Sprint(stored.Pack()), fmt.Sprint(given.Pack())
-	case stored.OnInterrupt != given.OnInterrupt && stored.OnInterrupt != "":
-		return "on_interrupt", string(stored.OnInterrupt), string(given.OnInterrupt)
-	case stored.TaskToken != given.TaskToken:
-		return "task_token", redactToken(stored.TaskToken), redactToken(given.TaskToken)
-	case stored.TaskHeartbeat != given.TaskHeartbeat:
-		return "task_heartbeat_seconds", fmt.Sprint(stored.TaskHeartbeat), fmt.Sprint(given.TaskHeartbeat)
-	case stored.CheckPlan != given.CheckPlan:
-		return "schema", checkPlanText(stored.CheckPlan), checkPlanText(given.CheckPlan)
-	}
-	return "", "", ""
-}
-
 // checkHeartbeat checks req's TaskHeartbeatSeconds: 0, or with a task
 // token between api.MinTaskHeartbeatSeconds (twice the tick that sends
 // the heartbeats) and api.MaxTaskHeartbeatSeconds.
@@ -320,25 +274,6 @@ func checkHeartbeat(req api.SubmitRequest) error {
 			api.Count(h, "second"), api.MinTaskHeartbeatSeconds, api.MaxTaskHeartbeatSeconds)}
 	}
 	return nil
-}
-
-// redactToken is how a 409 shows a task token: whether there is one,
-// never the token (whoever holds it can answer the task).
-func redactToken(t string) string {
-	if t == "" {
-		return "(none)"
-	}
-	return "(a task token)"
-
-}
-
-// checkPlanText shows a CheckPlan in a 409: "none", or sha256: and 12 hex
-// digits.
-func checkPlanText(plan string) string {
-	if plan == "" {
-		return "none"
-	}
-	return "sha256:" + plan[:12]
 }
 
 // Submit creates a batch, or returns the existing identical one.
@@ -443,10 +378,7 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 			// Accepted earlier and read in the background: compare the requests.
 			return s.repeated(ctx, stored, req)
 		}
-		if stored.Digest != b.Digest {
-			return SubmitResult{}, &api.MismatchError{BatchID: b.ID, Field: "manifest_digest", Stored: stored.Digest, Given: b.Digest}
-		}
-		if field, was, now := sameSettings(stored, b); field != "" {
+		if field, was, now := stored.DiffPlan(b); field != "" {
 			return SubmitResult{}, &api.MismatchError{BatchID: b.ID, Field: field, Stored: was, Given: now}
 		}
 		if req.Rerun {
@@ -652,33 +584,37 @@ func (s *Submitter) readSource(ctx context.Context, req api.SubmitRequest, c *ch
 }
 
 // planOf is the batch row a prepared request asks for, before its
-// manifest is known (see freeze).
+// manifest is known (see freeze): its plan but the digest, and run 1.
 func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 	return ledger.Batch{
 		Batch: api.Batch{
-			ID:              req.BatchID,
-			Pipeline:        req.Pipeline,
-			Run:             1,
-			Status:          api.StatusRunning,
-			Threshold:       req.Threshold,
-			MaxAttempts:     req.MaxAttempts,
-			Retry:           req.Retry,
-			MaxConcurrency:  req.MaxConcurrency,
-			ItemsPerMessage: req.ItemsPerMessage,
-			OnInterrupt:     req.OnInterrupt,
-			Headers:         req.Headers,
-			Options:         req.Options,
-			KeyField:        req.KeyField,
-			Source:          req.Source.Describe(),
-			SubmittedBy:     req.SubmittedBy,
-			SourceFormat:    sourceFormat(req.Source),
-			CreatedAt:       now,
-			RunStartedAt:    now,
-			StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
+			ID: req.BatchID,
+			Plan: api.Plan{
+				Pipeline:        req.Pipeline,
+				Threshold:       req.Threshold,
+				MaxAttempts:     req.MaxAttempts,
+				Retry:           req.Retry,
+				MaxConcurrency:  req.MaxConcurrency,
+				ItemsPerMessage: req.ItemsPerMessage,
+				OnInterrupt:     req.OnInterrupt,
+				Headers:         req.Headers,
+				Options:         req.Options,
+				StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
+			},
+			Run:          1,
+			Status:       api.StatusRunning,
+			KeyField:     req.KeyField,
+			Source:       req.Source.Describe(),
+			SubmittedBy:  req.SubmittedBy,
+			SourceFormat: sourceFormat(req.Source),
+			CreatedAt:    now,
+			RunStartedAt: now,
 		},
-		TaskToken:     req.TaskToken,
-		TaskHeartbeat: req.TaskHeartbeatSeconds,
-		CheckPlan:     ledger.CheckPlanOf(req),
+		HiddenPlan: ledger.HiddenPlan{
+			TaskToken:     req.TaskToken,
+			TaskHeartbeat: req.TaskHeartbeatSeconds,
+			CheckPlan:     ledger.CheckPlanOf(req),
+		},
 	}
 }
 

@@ -50,14 +50,14 @@ func TestSubmitValidate(t *testing.T) {
 }
 
 func TestSameSettings(t *testing.T) {
-	base := ledger.Batch{Batch: api.Batch{Pipeline: "webhook", Options: json.RawMessage(`{"url": "http://a"}`), MaxAttempts: 3, OnInterrupt: api.InterruptRetry}}
+	base := ledger.Batch{Batch: api.Batch{Plan: api.Plan{Pipeline: "webhook", Options: json.RawMessage(`{"url": "http://a"}`), MaxAttempts: 3, OnInterrupt: api.InterruptRetry}}}
 	same := base
 	same.Options = json.RawMessage(`{"url":"http://a"}`)
-	if f, _, _ := sameSettings(base, same); f != "" {
+	if f, _, _ := base.DiffPlan(same); f != "" {
 		t.Fatalf("whitespace in options is not a difference: %s", f)
 	}
 	same.ItemsPerMessage = 1 // a row written before the option holds 0: the same plan
-	if f, _, _ := sameSettings(base, same); f != "" {
+	if f, _, _ := base.DiffPlan(same); f != "" {
 		t.Fatalf("items per message 0 and 1 differ: %s", f)
 	}
 	for _, tt := range []struct {
@@ -76,8 +76,8 @@ func TestSameSettings(t *testing.T) {
 	} {
 		other := base
 		tt.edit(&other)
-		if f, _, _ := sameSettings(base, other); f != tt.want {
-			t.Errorf("sameSettings = %q, want %q", f, tt.want)
+		if f, _, _ := base.DiffPlan(other); f != tt.want {
+			t.Errorf("DiffPlan = %q, want %q", f, tt.want)
 		}
 	}
 }

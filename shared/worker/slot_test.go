@@ -72,7 +72,7 @@ func (q *requeueQueue) Requeue(_ context.Context, body []byte, d time.Duration) 
 func TestMaxConcurrencyWaitCountsNoAttempt(t *testing.T) {
 	st, q := &slotStore{}, &requeueQueue{}
 	w := &Worker{Store: st, Queue: q, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Lease: time.Minute}
-	b := ledger.Batch{Batch: api.Batch{ID: "b", Pipeline: "webhook", Run: 1, Status: api.StatusRunning, MaxAttempts: 3, MaxConcurrency: 5}}
+	b := ledger.Batch{Batch: api.Batch{ID: "b", Plan: api.Plan{Pipeline: "webhook", MaxAttempts: 3, MaxConcurrency: 5}, Run: 1, Status: api.StatusRunning}}
 	m := ledger.Message{Kind: ledger.KindItem, BatchID: "b", Run: 1, Key: "k", Input: json.RawMessage(`{}`)}
 	ack, dn := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiveCount: 4}, &invocation{items: make(chan struct{}, 1), margin: time.Second})
 	if !ack || dn != nil {
@@ -111,7 +111,7 @@ func (q *delayQueue) Delay(_ context.Context, receiptHandle string, d time.Durat
 func TestSlotWaitsBounded(t *testing.T) {
 	st, q := &slotStore{}, &delayQueue{}
 	w := &Worker{Store: st, Queue: q, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Lease: time.Minute}
-	b := ledger.Batch{Batch: api.Batch{ID: "b", Pipeline: "webhook", Run: 1, Status: api.StatusRunning, MaxAttempts: 3, MaxConcurrency: 5}}
+	b := ledger.Batch{Batch: api.Batch{ID: "b", Plan: api.Plan{Pipeline: "webhook", MaxAttempts: 3, MaxConcurrency: 5}, Run: 1, Status: api.StatusRunning}}
 	m := ledger.Message{Kind: ledger.KindItem, BatchID: "b", Run: 1, Key: "k", Input: json.RawMessage(`{}`), SlotWaits: 41}
 	if ack, _ := w.runUnit(context.Background(), w.Log, b, itemUnitMessage(&m), Delivery{MessageID: "m1", ReceiptHandle: "r1"}, &invocation{items: make(chan struct{}, 1), margin: time.Second}); !ack {
 		t.Fatal("a wait below the bound: not acknowledged")

@@ -54,7 +54,7 @@ func fakeBatchAPI(t *testing.T, view wire.BatchView, rep api.Report) (*client.Cl
 // batch stops the command, not the batch: it says that the batch keeps
 // running and how to follow it again, and exits 130.
 func TestWatchInterrupted(t *testing.T) {
-	view := wire.BatchView{Batch: api.Batch{ID: "orders-1", Status: api.StatusRunning, Run: 1, ItemCount: 5000, Pipeline: "lambda"},
+	view := wire.BatchView{Batch: api.Batch{ID: "orders-1", Status: api.StatusRunning, Run: 1, ItemCount: 5000, Plan: api.Plan{Pipeline: "lambda"}},
 		Census: &api.Census{Total: 5000, Succeeded: 120, Pending: 4880}, CensusSource: wire.CensusFromCounters}
 	c, polls := fakeBatchAPI(t, view, api.Report{})
 	var out, errw bytes.Buffer
@@ -139,7 +139,7 @@ func TestReportTextAndJSON(t *testing.T) {
 func TestStatusShowsThresholdAndVerdict(t *testing.T) {
 	count := int64(20)
 	th := api.Threshold{FailureCount: &count}
-	finished := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusCompleted, Run: 1, ItemCount: 5000, Threshold: th},
+	finished := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusCompleted, Run: 1, ItemCount: 5000, Plan: api.Plan{Threshold: th}},
 		Census: &api.Census{Total: 5000, Succeeded: 4980, Failed: 20}, CensusSource: wire.CensusFromReport}
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
@@ -154,7 +154,7 @@ func TestStatusShowsThresholdAndVerdict(t *testing.T) {
 	}
 	out.Reset()
 	stop := false
-	running := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 5000, Threshold: th, StopOnThreshold: &stop},
+	running := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 5000, Plan: api.Plan{Threshold: th, StopOnThreshold: &stop}},
 		Census: &api.Census{Total: 5000, Succeeded: 100, Failed: 21, Pending: 4879}, CensusSource: wire.CensusFromCounters}
 	if err := a.show(running); err != nil {
 		t.Fatal(err)

@@ -99,7 +99,7 @@ func TestTextOutputEscapesItemTexts(t *testing.T) {
 	out.Reset()
 	h := strings.Join(hostile, "")
 	a.show(wire.BatchView{
-		Batch:  api.Batch{ID: "b1", Status: api.StatusRunning, Pipeline: h, Stop: api.StatusThresholdExceeded, StopDetail: h, Refusal: &api.SubmitRefusal{Code: h, Message: h}},
+		Batch:  api.Batch{ID: "b1", Status: api.StatusRunning, Plan: api.Plan{Pipeline: h}, Stop: api.StatusThresholdExceeded, StopDetail: h, Refusal: &api.SubmitRefusal{Code: h, Message: h}},
 		Census: &api.Census{Cost: cost}, Report: h,
 	})
 	inertLines(t, "status", out.String(), 8)

@@ -98,7 +98,7 @@ func exitCode(err error) int {
 
 // finishedView is a finished batch whose run left one item failed.
 func finishedView(id string) wire.BatchView {
-	return wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusCompleted, Run: 1, ItemCount: 3, Pipeline: "enrich", NeedsAttention: true},
+	return wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusCompleted, Run: 1, ItemCount: 3, Plan: api.Plan{Pipeline: "enrich"}, NeedsAttention: true},
 		Census: &api.Census{Total: 3, Succeeded: 2, Failed: 1}, CensusSource: wire.CensusFromReport}
 }
 
@@ -228,7 +228,7 @@ func TestUploadRepeatedNamesRerun(t *testing.T) {
 	}
 	id := api.UploadBatchID("bkt", "incoming/texts (1).jsonl", sum.Digest)
 	f.handle("PUT /bkt/incoming/texts (1).jsonl", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	refused := wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusRefused, Pipeline: "enrich", Refusal: &api.SubmitRefusal{
+	refused := wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusRefused, Plan: api.Plan{Pipeline: "enrich"}, Refusal: &api.SubmitRefusal{
 		Code: api.RefusalRepeatedUpload, Field: "x-amz-meta-rerun",
 		Message: (&api.RepeatedUploadError{Source: "s3://bkt/incoming/texts (1).jsonl", Claim: api.UploadClaim{BatchID: "texts-0123456789abcdef", Source: "s3://bkt/incoming/texts.jsonl", ClaimedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, Window: 7 * 24 * time.Hour}).Error()}}}
 	uploaded := false

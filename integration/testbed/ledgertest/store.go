@@ -491,7 +491,7 @@ func (s *Store) batch(id string) (*ledger.Batch, bool) {
 }
 
 func clone(b ledger.Batch) ledger.Batch {
-	b.Headers = maps.Clone(b.Headers)
+	b.Plan = b.Plan.Clone()
 	if b.FinalCensus != nil {
 		c := *b.FinalCensus
 		b.FinalCensus = &c
@@ -500,16 +500,12 @@ func clone(b ledger.Batch) ledger.Batch {
 		r := *b.Refusal
 		b.Refusal = &r
 	}
-	if b.StopOnThreshold != nil {
-		v := *b.StopOnThreshold
-		b.StopOnThreshold = &v
-	}
 	if b.Pause != nil {
 		p := *b.Pause
 		b.Pause = &p
 	}
 	b.Halts = maps.Clone(b.Halts)
-	b.Options, b.Request = slices.Clone(b.Options), slices.Clone(b.Request)
+	b.Request = slices.Clone(b.Request)
 	b.Revisions = slices.Clone(b.Revisions)
 	return b
 }

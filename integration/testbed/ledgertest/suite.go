@@ -49,8 +49,7 @@ func newBatch(id string) ledger.Batch {
 	return ledger.Batch{
 		Batch: api.Batch{
 			ID:            id,
-			Pipeline:      "echo",
-			Digest:        "d1",
+			Plan:          api.Plan{Pipeline: "echo", Digest: "d1", MaxAttempts: 3, OnInterrupt: api.InterruptRetry, Headers: map[string]string{"h": "v"}},
 			ManifestKey:   "batches/" + id + "/manifest.jsonl",
 			ManifestBytes: 10,
 			ItemCount:     10,
@@ -58,12 +57,9 @@ func newBatch(id string) ledger.Batch {
 			CounterShards: 2,
 			Run:           1,
 			Status:        api.StatusRunning,
-			MaxAttempts:   3,
-			OnInterrupt:   api.InterruptRetry,
 			Source:        "inline",
 			CreatedAt:     T0,
 			RunStartedAt:  T0,
-			Headers:       map[string]string{"h": "v"},
 		},
 		Chunks: 2,
 	}

@@ -196,21 +196,19 @@ type BatchRow struct {
 // ledger.FormatVersion and, when b has a creation time, the keys of the
 // batches and sources indexes; JSON-valued fields are marshalled here.
 func ToBatchRow(b ledger.Batch) (BatchRow, error) {
-	th, err := json.Marshal(b.Threshold)
-	if err != nil {
-		return BatchRow{}, err
-	}
 	r := BatchRow{
-		PK: BatchPK(b.ID), SK: SKBatch, ID: b.ID, Pipeline: b.Pipeline, Digest: b.Digest,
+		PK: BatchPK(b.ID), SK: SKBatch, ID: b.ID,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
 		ListShards: b.ListShards, CounterShards: b.CounterShards, CounterLanes: b.CounterLanes, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
-		Threshold: string(th), MaxAttempts: b.MaxAttempts, MaxConcurrency: b.MaxConcurrency, ItemsPerMsg: b.ItemsPerMessage, OnInterrupt: string(b.OnInterrupt), Headers: b.Headers, Options: string(b.Options),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: Ms(b.CreatedAt),
 		RunStartedAtMs: Ms(b.RunStartedAt), FinishedAtMs: Ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: Ms(b.ExpiresAt),
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: Ms(b.SubmitDeadline),
-		StopOnThreshold: b.StopOnThreshold, Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
-		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskToken: b.TaskToken, TaskHeartbeat: b.TaskHeartbeat, TaskGone: b.TaskGone, SourceFormat: b.SourceFormat, CheckPlan: b.CheckPlan,
+		Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
+		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskGone: b.TaskGone, SourceFormat: b.SourceFormat,
+	}
+	if err := r.setPlan(b.Plan, b.HiddenPlan); err != nil {
+		return BatchRow{}, err
 	}
 	if b.Checked != nil {
 		c, err := json.Marshal(b.Checked)
@@ -239,13 +237,6 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
 		r.SourcesPK = SourcesPK(b.Source)
 	}
-	if b.Retry != nil {
-		rp, err := json.Marshal(b.Retry)
-		if err != nil {
-			return BatchRow{}, err
-		}
-		r.Retry = string(rp)
-	}
 	if b.Refusal != nil {
 		rf, err := json.Marshal(b.Refusal)
 		if err != nil {
@@ -272,8 +263,6 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 	b := ledger.Batch{
 		Batch: api.Batch{
 			ID:              r.ID,
-			Pipeline:        r.Pipeline,
-			Digest:          r.Digest,
 			ManifestKey:     r.ManifestKey,
 			ManifestBytes:   r.ManifestBytes,
 			ItemCount:       r.ItemCount,
@@ -281,11 +270,6 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 			CounterShards:   r.CounterShards,
 			Run:             r.Run,
 			Status:          api.Status(r.Status),
-			MaxAttempts:     r.MaxAttempts,
-			MaxConcurrency:  r.MaxConcurrency,
-			ItemsPerMessage: r.ItemsPerMsg,
-			OnInterrupt:     api.InterruptPolicy(r.OnInterrupt),
-			Headers:         r.Headers,
 			KeyField:        r.KeyField,
 			Source:          r.Source,
 			SubmittedBy:     r.SubmittedBy,
@@ -303,7 +287,6 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 			SubmitAttempts:  r.SubmitAttempts,
 			PendingDeletion: r.Forgetting,
 			Failure:         r.Failure,
-			StopOnThreshold: r.StopOnThreshold,
 			Pauses:          r.Pauses,
 			RunRevision:     r.RunRevision,
 			SourceFormat:    r.SourceFormat,
@@ -312,11 +295,12 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		Chunks:           r.Chunks,
 		SubmitDeadline:   FromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
-		TaskToken:        r.TaskToken,
-		TaskHeartbeat:    r.TaskHeartbeat,
 		TaskGone:         r.TaskGone,
 		FinalizeFailures: r.FinalizeFails,
-		CheckPlan:        r.CheckPlan,
+	}
+	var err error
+	if b.Plan, b.HiddenPlan, err = r.plan(); err != nil {
+		return b, err
 	}
 	if r.Revisions != "" {
 		if err := json.Unmarshal([]byte(r.Revisions), &b.Revisions); err != nil {
@@ -335,12 +319,6 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
 	}
-	if r.Retry != "" {
-		b.Retry = &api.RetryPolicy{}
-		if err := json.Unmarshal([]byte(r.Retry), b.Retry); err != nil {
-			return b, fmt.Errorf("batch %s: retry: %w", r.ID, err)
-		}
-	}
 	if r.Checked != "" {
 		b.Checked = &api.CheckSummary{}
 		if err := json.Unmarshal([]byte(r.Checked), b.Checked); err != nil {
@@ -353,14 +331,6 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 			return b, fmt.Errorf("batch %s: refusal: %w", r.ID, err)
 		}
 	}
-	if r.Options != "" {
-		b.Options = json.RawMessage(r.Options)
-	}
-	if r.Threshold != "" {
-		if err := json.Unmarshal([]byte(r.Threshold), &b.Threshold); err != nil {
-			return b, fmt.Errorf("batch %s: threshold: %w", r.ID, err)
-		}
-	}
 	if r.Census != "" {
 		b.FinalCensus = &api.Census{}
 		if err := json.Unmarshal([]byte(r.Census), b.FinalCensus); err != nil {
@@ -368,6 +338,52 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		}
 	}
 	return b, nil
+}
+
+// setPlan sets the attributes of r that store a batch's plan: p and h,
+// whole (JSON-valued ones marshalled); FromBatchRow reads them with plan.
+func (r *BatchRow) setPlan(p api.Plan, h ledger.HiddenPlan) error {
+	th, err := json.Marshal(p.Threshold)
+	if err != nil {
+		return err
+	}
+	r.Pipeline, r.Digest, r.Threshold, r.MaxAttempts = p.Pipeline, p.Digest, string(th), p.MaxAttempts
+	r.MaxConcurrency, r.ItemsPerMsg, r.OnInterrupt = p.MaxConcurrency, p.ItemsPerMessage, string(p.OnInterrupt)
+	r.Headers, r.Options, r.StopOnThreshold = p.Headers, string(p.Options), p.StopOnThreshold
+	if p.Retry != nil {
+		rp, err := json.Marshal(p.Retry)
+		if err != nil {
+			return err
+		}
+		r.Retry = string(rp)
+	}
+	r.TaskToken, r.TaskHeartbeat, r.CheckPlan = h.TaskToken, h.TaskHeartbeat, h.CheckPlan
+	return nil
+}
+
+// plan is the plan r stores (see setPlan).
+func (r BatchRow) plan() (api.Plan, ledger.HiddenPlan, error) {
+	p := api.Plan{
+		Pipeline: r.Pipeline, Digest: r.Digest, MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency,
+		ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: api.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
+		StopOnThreshold: r.StopOnThreshold,
+	}
+	h := ledger.HiddenPlan{TaskToken: r.TaskToken, TaskHeartbeat: r.TaskHeartbeat, CheckPlan: r.CheckPlan}
+	if r.Retry != "" {
+		p.Retry = &api.RetryPolicy{}
+		if err := json.Unmarshal([]byte(r.Retry), p.Retry); err != nil {
+			return p, h, fmt.Errorf("batch %s: retry: %w", r.ID, err)
+		}
+	}
+	if r.Options != "" {
+		p.Options = json.RawMessage(r.Options)
+	}
+	if r.Threshold != "" {
+		if err := json.Unmarshal([]byte(r.Threshold), &p.Threshold); err != nil {
+			return p, h, fmt.Errorf("batch %s: threshold: %w", r.ID, err)
+		}
+	}
+	return p, h, nil
 }
 
 // ItemRow is the stored shape of api.Item. The batch id and the item key
