@@ -867,7 +867,7 @@ func (a *app) show(v wire.BatchView) error {
 	if v.Status != api.StatusSubmitting && v.Status != api.StatusRefused {
 		textf(a.out, "threshold: %s\n", ThresholdText(v.Threshold, v.EarlyStop()))
 		if c := v.Census; c != nil {
-			textf(a.out, "%s\n", VerdictText(v.Threshold.Judge(c.Failed+c.Quarantined, c.Total), !v.Status.Finished()))
+			textf(a.out, "%s\n", VerdictText(v.Threshold, v.Threshold.Judge(c.Failed+c.Quarantined, c.Total), !v.Status.Finished()))
 		}
 	}
 	if v.Progress != nil {
@@ -1171,7 +1171,7 @@ func (a *app) printReport(r api.Report) {
 		textf(a.out, "stopped: %s\n", r.Stop.Text())
 	}
 	textf(a.out, "threshold: %s\n", ThresholdText(r.Threshold, true))
-	textf(a.out, "%s\n", VerdictText(r.Verdict, false))
+	textf(a.out, "%s\n", VerdictText(r.Threshold, r.Verdict, false))
 	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
 }
 
@@ -1198,18 +1198,27 @@ func ThresholdText(t api.Threshold, stop bool) string {
 	return "failures (failed + quarantined) of " + strings.Join(parts, " or ") + " fail the run; " + how
 }
 
-// VerdictText is a threshold's judgement in words: "verdict: within the
+// VerdictText is threshold t's judgement v in words: "verdict: within the
 // threshold (3 failures of 5000 items)" or "verdict: threshold exceeded
-// (…detail)"; "so far" for a run still going (judged on its counters).
-func VerdictText(v api.Verdict, sofar bool) string {
+// (…detail)"; for a batch without a threshold, which no number of
+// failures exceeds, "verdict: no threshold (3 failures of 5000 items)",
+// or "every item failed" when every one did. "so far" for a run still
+// going (judged on its counters).
+func VerdictText(t api.Threshold, v api.Verdict, sofar bool) string {
 	label := "verdict"
 	if sofar {
 		label = "verdict so far"
 	}
-	if v.Exceeded {
+	counts := api.Count(v.Failures, "failure") + " of " + api.Count(v.Total, "item")
+	switch {
+	case v.Exceeded:
 		return fmt.Sprintf("%s: threshold exceeded (%s)", label, v.Detail)
+	case !t.Limited() && v.Total > 0 && v.Failures == v.Total && !sofar:
+		return fmt.Sprintf("%s: no threshold; every item failed (%s)", label, counts)
+	case !t.Limited():
+		return fmt.Sprintf("%s: no threshold (%s)", label, counts)
 	}
-	return fmt.Sprintf("%s: within the threshold (%s of %s)", label, api.Count(v.Failures, "failure"), api.Count(v.Total, "item"))
+	return fmt.Sprintf("%s: within the threshold (%s)", label, counts)
 }
 
 // refusalText is a refusal's code and message; the message names the

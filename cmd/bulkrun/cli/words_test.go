@@ -344,10 +344,34 @@ func TestCorrectionWordsAreTheUsers(t *testing.T) {
 		t.Errorf("revision line %q: want \"1 corrected item\"", rev)
 	}
 	pct := 50.0
-	if got := VerdictText(api.Threshold{FailurePercent: &pct}.Judge(1, 3), false); !strings.Contains(got, "1 failure of 3 items") {
+	if got := VerdictText(api.Threshold{FailurePercent: &pct}, api.Threshold{FailurePercent: &pct}.Judge(1, 3), false); !strings.Contains(got, "1 failure of 3 items") {
 		t.Errorf("verdict %q: want \"1 failure of 3 items\"", got)
 	}
 	if got := (&api.MismatchError{BatchID: "b", Field: "headers", Stored: "a", Given: "b"}).Error(); strings.Contains(got, "another headers") {
 		t.Errorf("mismatch %q", got)
+	}
+}
+
+// A batch without a threshold is never "within the threshold": its
+// verdict says it has none, and that every item failed when every one did.
+func TestVerdictWithoutAThreshold(t *testing.T) {
+	none := api.Threshold{}
+	for _, tc := range []struct {
+		failures, total int64
+		sofar           bool
+		want            string
+	}{
+		{0, 2000, false, "verdict: no threshold (0 failures of 2000 items)"},
+		{3000, 3000, false, "verdict: no threshold; every item failed (3000 failures of 3000 items)"},
+		{5, 5, true, "verdict so far: no threshold (5 failures of 5 items)"},
+	} {
+		if got := VerdictText(none, none.Judge(tc.failures, tc.total), tc.sofar); got != tc.want {
+			t.Errorf("VerdictText(none, %d of %d, %v) = %q, want %q", tc.failures, tc.total, tc.sofar, got, tc.want)
+		}
+	}
+	five := int64(5)
+	count := api.Threshold{FailureCount: &five}
+	if got, want := VerdictText(count, count.Judge(3, 10), false), "verdict: within the threshold (3 failures of 10 items)"; got != want {
+		t.Errorf("VerdictText(count 5, 3 of 10) = %q, want %q", got, want)
 	}
 }
