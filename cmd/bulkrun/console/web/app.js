@@ -251,8 +251,10 @@ function retryText(r) {
 function liveFacts(l, paused) {
   const dl = el("dl", {class: "facts", id: "live"});
   const fact = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
-  fact("In flight", fmtInt(l.in_flight) + " (queued, running or due)");
-  fact("Waiting for a retry", waitingText(l));
+  // The bar's "in flight" is both rows together: say so, so that 0 here
+  // beside 12 in the bar reads as the 12 waiting below.
+  fact("In flight: queued, running or due", fmtInt(l.in_flight));
+  fact("In flight: waiting for a retry", waitingText(l));
   fact("Interrupted attempts", fmtInt(l.interrupted));
   if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
