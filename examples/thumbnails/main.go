@@ -33,6 +33,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/logging"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/bulkrun/bulkrun/internal/blob"
@@ -62,6 +63,11 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	if err != nil {
 		return err
 	}
+	// No SDK log lines between the demo's own (as the CLI): the SDK warns
+	// on stderr when a response body it drains is cut ("failed to discard
+	// remaining HTTP response body"), which says nothing to act on; an
+	// error the demo meets is printed by it, with the SDK's cause.
+	ac.Logger, ac.ClientLogMode = logging.Nop{}, 0
 	stack, err := client.FindStack(ctx, ac, stackName)
 	if err != nil {
 		return err
