@@ -43,10 +43,10 @@ With --partial, the lines the batch's current run has recorded so far,
 read from the table page by page without waiting for the run to finish
 (GET /batches/{id}/results/partial): the same lines as the run's results
 files, only for items whose outcome is recorded (items pending or in
-flight are absent), all outcomes in one stream in key byte order (in
-manifest order for a batch with items per message > 1). Once the run has
-finished they are its results: each outcome's lines in the order of its
-file. A summary goes to stderr; a page that fails names the --cursor to
+flight are absent), all outcomes in one stream in key byte order. Once
+the run has finished they are its results: each outcome's lines in the
+order of its file. (The API pages a batch with items per message > 1 in
+manifest order; its lines are printed once every page is read, sorted.) A summary goes to stderr; a page that fails names the --cursor to
 go on from.`,
 		Args: exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,9 +100,23 @@ go on from.`,
 // recorded so far to w, page after page from cursor, keeping those of the
 // wanted outcomes, and a summary to stderr. A page that fails ends the
 // stream with an error naming the cursor to go on from.
+//
+// The API answers a batch with items per message > 1 in manifest order
+// (api.ResultOrderManifest): its lines are held and written sorted by key
+// once the last page is read, so that the output is in key byte order
+// either way (holding the lines in memory: about their size).
 func (a *app) partialResults(ctx context.Context, w io.Writer, id string, want []api.Outcome, cursor string, limit int) error {
 	var lines, pages int
 	var last api.ResultPage
+	var held []api.ResultLine // manifest order: sorted at the end
+	write := func(l api.ResultLine) error {
+		b, err := json.Marshal(l)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
 	for {
 		p, err := a.api.PartialResults(ctx, id, cursor, limit)
 		if err != nil {
@@ -117,25 +131,29 @@ func (a *app) partialResults(ctx context.Context, w io.Writer, id string, want [
 			if !slices.Contains(want, l.Outcome) {
 				continue
 			}
-			b, err := json.Marshal(l)
-			if err != nil {
-				return err
-			}
-			if _, err := w.Write(append(b, '\n')); err != nil {
-				return err
-			}
 			lines++
+			if p.Order == api.ResultOrderManifest {
+				held = append(held, l)
+			} else if err := write(l); err != nil {
+				return err
+			}
 		}
 		if p.NextCursor == "" {
 			break
 		}
 		cursor = p.NextCursor
 	}
-	order := "key order"
-	if last.Order == api.ResultOrderManifest {
-		order = "manifest order (items per message > 1)"
+	slices.SortFunc(held, func(x, y api.ResultLine) int { return strings.Compare(x.Key, y.Key) })
+	for _, l := range held {
+		if err := write(l); err != nil {
+			return err
+		}
 	}
-	textf(a.errw, "batch %s run %d (%s): %s recorded so far, in %s, read in %s\n", id, last.Run, last.Status, api.Count(lines, "line"), order, api.Count(pages, "page"))
+	how := ""
+	if last.Order == api.ResultOrderManifest {
+		how = ", sorted here (the API pages a batch with items per message > 1 in manifest order)"
+	}
+	textf(a.errw, "batch %s run %d (%s): %s recorded so far, in key order%s, read in %s\n", id, last.Run, last.Status, api.Count(lines, "line"), how, api.Count(pages, "page"))
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +23,12 @@ import (
 // lines (a … e, cursors "1" and "2"); the page at cursor broken is refused
 // every time ("-": none). It records the queries asked.
 func partialPages(t *testing.T, broken string, asked *[]string) *client.Client {
+	return partialPagesIn(t, api.ResultOrderKey, broken, asked)
+}
+
+// partialPagesIn is partialPages answering in order; in manifest order
+// the keys come e, d, c, b, a.
+func partialPagesIn(t *testing.T, order, broken string, asked *[]string) *client.Client {
 	t.Helper()
 	lines := []api.ResultLine{
 		{Key: "a", Outcome: api.OutcomeSucceeded, Run: 1, Revision: 1, Attempts: 1, Output: json.RawMessage(`{"n":1}`)},
@@ -29,6 +36,9 @@ func partialPages(t *testing.T, broken string, asked *[]string) *client.Client {
 		{Key: "c", Outcome: api.OutcomeSucceeded, Run: 1, Revision: 1, Attempts: 1},
 		{Key: "d", Outcome: api.OutcomeCancelled, Run: 1, Revision: 1, Reason: api.ReasonCancel},
 		{Key: "e", Outcome: api.OutcomeSucceeded, Run: 1, Revision: 1, Attempts: 2},
+	}
+	if order == api.ResultOrderManifest {
+		slices.Reverse(lines)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/batches/b/results/partial" {
@@ -47,7 +57,7 @@ func partialPages(t *testing.T, broken string, asked *[]string) *client.Client {
 		if cursor != "" {
 			i = int(cursor[0]-'0') * 2
 		}
-		p := api.ResultPage{BatchID: "b", Run: 1, Status: api.StatusRunning, Order: api.ResultOrderKey, Lines: lines[i:min(i+2, len(lines))]}
+		p := api.ResultPage{BatchID: "b", Run: 1, Status: api.StatusRunning, Order: order, Lines: lines[i:min(i+2, len(lines))]}
 		if i+2 < len(lines) {
 			p.NextCursor = string(rune('0' + i/2 + 1))
 		}
@@ -115,6 +125,18 @@ func TestResultsPartialStreamsEveryPage(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path); err != nil || strings.Count(string(b), "\n") != 5 {
 		t.Fatalf("--file: %v\n%s", err, b)
+	}
+
+	// A pack batch's pages come in manifest order: printed sorted by key.
+	out, errOut, err = runResults(partialPagesIn(t, api.ResultOrderManifest, "-", new([]string)), "b", "--partial", "--limit", "2")
+	var sortedKeys []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var l api.ResultLine
+		_ = json.Unmarshal([]byte(line), &l)
+		sortedKeys = append(sortedKeys, l.Key)
+	}
+	if err != nil || strings.Join(sortedKeys, "") != "abcde" || !strings.Contains(errOut, "in key order, sorted here") {
+		t.Fatalf("manifest order: %v, keys %v, summary %q; want a … e", err, sortedKeys, errOut)
 	}
 
 	broken := partialPages(t, "2", new([]string))
