@@ -87,8 +87,7 @@ func runResults(c *client.Client, args ...string) (string, string, error) {
 // in the API's order, the summary on stderr; --outcome keeps those
 // outcomes; --file writes the lines whole; a page that fails names the
 // cursor to go on from; --run with --partial, and --limit or --cursor
-// without it, are usage errors. Guards docs/cli.md "Results while a run
-// goes".
+// without it, are usage errors. Guards docs/cli.md "Results lines".
 func TestResultsPartialStreamsEveryPage(t *testing.T) {
 	var asked []string
 	c := partialPages(t, "-", &asked)
