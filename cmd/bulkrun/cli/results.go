@@ -64,7 +64,7 @@ go on from.`,
 				return &ExitError{Code: ExitUsage, Err: errors.New("--partial reads the current run; --run reads a finished run's files: give one of them")}
 			}
 			if limit < 0 || limit > api.MaxListLimit {
-				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit: want 1–%d lines a page, got %d", api.MaxListLimit, limit)}
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--limit: want a page of 1 to %d, got %d", api.MaxListLimit, limit)}
 			}
 			ctx := cmd.Context()
 			if err := a.load(ctx); err != nil {
