@@ -64,7 +64,9 @@ var errPageFull = errors.New("page full")
 // unit per 4 KB a Query (rounded up per Query), about ListShards × 0.5 +
 // rows × row bytes / 8 KB units. A row read in flight (or released) is
 // read again strongly consistent (Store.ScanShard), one more unit each,
-// at most one per item then in flight past the cursor within the page.
+// one per item then in flight past the cursor within the page — in a
+// paused batch every item waiting to start has such a row, and those
+// reads are most of a call's units (docs/design/measured.md).
 // A stream of the whole batch reads each row about once, plus a Query
 // per shard per page.
 func (c *Control) PartialResults(ctx context.Context, id, cursor string, limit int) (api.ResultPage, error) {

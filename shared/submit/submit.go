@@ -14,7 +14,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -315,7 +314,7 @@ func sameSettings(stored, given ledger.Batch) (field, was, now string) {
 // api.MinTaskHeartbeatSeconds, and api.MaxTaskHeartbeatSeconds.
 func checkHeartbeat(req api.SubmitRequest, tick time.Duration) error {
 	if tick <= 0 {
-		tick = config.DefaultTickPeriod
+		tick = time.Duration(api.MinTaskHeartbeatSeconds/2) * time.Second // the default tick, config.DefaultTickPeriod
 	}
 	least := max(api.MinTaskHeartbeatSeconds, int(2*tick/time.Second))
 	h := req.TaskHeartbeatSeconds
