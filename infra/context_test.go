@@ -396,6 +396,9 @@ func TestRunnerPropsContext(t *testing.T) {
 			if !a.has("AWS::Events::Rule", `"ScheduleExpression":"rate(2 minutes)"`, `tick`) {
 				t.Error("no tick rule on rate(2 minutes)")
 			}
+			if got := a.env(t, "submit", config.EnvTickSeconds); got != "120" {
+				t.Errorf("%s=%q, want 120 (the tick's period: submit's least task heartbeat is twice it)", config.EnvTickSeconds, got)
+			}
 		},
 		"bucketName": func(t *testing.T) {
 			if !a.has("AWS::S3::Bucket", `"BucketName":"bulkrun-ctx-bucket"`) {

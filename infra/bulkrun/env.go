@@ -37,7 +37,7 @@ const (
 //	                 lambda allow-list, webhook allow-list, which function
 //	submit           + default pipeline, secret prefixes, ephemeral
 //	                 storage, items per message (only submit applies it),
-//	                 upload repeat window
+//	                 upload repeat window, finalize tick period
 //	item             + dead-letter queue ARN, effect tables
 func (s settings) functionEnv() map[string]map[string]string {
 	common := map[string]string{
@@ -80,6 +80,7 @@ func (s settings) functionEnv() map[string]map[string]string {
 		config.EnvEphemeralStorageMiB: strconv.Itoa(s.ephemeralMiB),
 		config.EnvItemsPerMessage:     strconv.Itoa(s.itemsPerMessage),
 		config.EnvUploadRepeatDays:    strconv.Itoa(max(0, s.uploadRepeat)),
+		config.EnvTickSeconds:         strconv.Itoa(int(SchedulePeriod(s.tick) / time.Second)), // the least task heartbeat interval
 	})
 	setIf(submit, config.EnvDefaultPipeline, s.defaultPipeline)
 	setIf(submit, config.EnvSecretPrefixes, strings.Join(s.secretPrefixes, ","))

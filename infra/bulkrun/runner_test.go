@@ -350,7 +350,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			fanOut := append(slices.Clone(common), config.EnvItemsQueueURL, config.EnvFinalizeFunction, config.EnvPipelines, config.EnvSources, config.EnvWebhookAllow, config.EnvLambdaFunctions, config.EnvRetryPolicy)
 			itemNames := append(slices.Clone(fanOut), config.EnvDeadLetterQueueARN)
 			itemNames = append(itemNames, config.EnvEffectTables) // testProps declares one; the emulator's default
-			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvUploadRepeatDays, config.EnvSecretPrefixes, config.EnvFunction)
+			submitNames := append(slices.Clone(fanOut), config.EnvEphemeralStorageMiB, config.EnvItemsPerMessage, config.EnvUploadRepeatDays, config.EnvTickSeconds, config.EnvSecretPrefixes, config.EnvFunction)
 			itemNames = append(itemNames, config.EnvFunction)
 			for fn, names := range map[string][]string{FunctionSubmit: submitNames, FunctionItem: itemNames, FunctionFinalize: append(slices.Clone(common), config.EnvItemsQueueURL), FunctionSweep: common} {
 				t.Run(fn, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxScheduleExpressionBytes is the longest schedule expression EventBridge
@@ -238,4 +239,90 @@ func (c cronField) value(s string) (int, error) {
 		return 0, fmt.Errorf("%d is out of range: %s takes %d–%d", n, c.name, c.min, c.max)
 	}
 	return n, nil
+}
+
+// MaxSchedulePeriod is the period SchedulePeriod gives a cron expression
+// that does not fire every day: 366 days, as a year-long gap is what such
+// a schedule may leave.
+const MaxSchedulePeriod = 366 * 24 * time.Hour
+
+// SchedulePeriod is the longest time a valid schedule expression (see
+// CheckScheduleExpression) leaves between two firings: rate(n unit)'s n
+// units; for a cron that fires every day (day-of-month and day-of-week
+// "*" or "?", month and year "*"), the longest gap between the times of
+// day its minutes and hours fields name, across midnight too; for any
+// other cron, MaxSchedulePeriod. The finalize tick sends task heartbeats,
+// so its period bounds the heartbeat interval a batch may ask for
+// (config.EnvTickSeconds).
+func SchedulePeriod(expr string) time.Duration {
+	if m := rateRE.FindStringSubmatch(expr); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		unit := map[string]time.Duration{"minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour}[strings.TrimSuffix(m[2], "s")]
+		return time.Duration(n) * unit
+	}
+	body, _ := strings.CutSuffix(strings.TrimPrefix(expr, "cron("), ")")
+	f := strings.Fields(body)
+	every := func(s string) bool { return s == "*" || s == "?" }
+	if len(f) != len(cronFields) || !every(f[fieldDayOfMonth]) || !every(f[fieldDayOfWeek]) || f[3] != "*" || f[5] != "*" {
+		return MaxSchedulePeriod
+	}
+	minutes, hours := cronFields[0].values(f[0]), cronFields[1].values(f[1])
+	if len(minutes) == 0 || len(hours) == 0 {
+		return MaxSchedulePeriod
+	}
+	var times []int // minutes of the day, ascending
+	for _, h := range hours {
+		for _, m := range minutes {
+			times = append(times, h*60+m)
+		}
+	}
+	gap := times[0] + 24*60 - times[len(times)-1] // across midnight
+	for i := 1; i < len(times); i++ {
+		gap = max(gap, times[i]-times[i-1])
+	}
+	return time.Duration(gap) * time.Minute
+}
+
+// values expands a minutes or hours field (a list of "*", values and
+// ranges, each with an optional increment) into its values, ascending;
+// nil when an element does not parse.
+func (c cronField) values(field string) []int {
+	set := map[int]bool{}
+	for _, item := range strings.Split(field, ",") {
+		base, step, hasStep := strings.Cut(item, "/")
+		n := 1
+		if hasStep {
+			var err error
+			if n, err = strconv.Atoi(step); err != nil || n < 1 {
+				return nil
+			}
+		}
+		lo, hi := c.min, c.max
+		if base != "*" {
+			a, b, isRange := strings.Cut(base, "-")
+			var err error
+			if lo, err = c.value(a); err != nil {
+				return nil
+			}
+			hi = lo
+			if hasStep {
+				hi = c.max
+			}
+			if isRange {
+				if hi, err = c.value(b); err != nil {
+					return nil
+				}
+			}
+		}
+		for v := lo; v <= hi; v += n {
+			set[v] = true
+		}
+	}
+	var out []int
+	for v := c.min; v <= c.max; v++ {
+		if set[v] {
+			out = append(out, v)
+		}
+	}
+	return out
 }

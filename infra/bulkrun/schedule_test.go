@@ -3,6 +3,7 @@ package bulkrun
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // Schedule expressions are checked at synth with EventBridge's rules
@@ -101,6 +102,35 @@ func TestScheduleExpressions(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want it to say %q", tt.expr, err, tt.want)
+		}
+	}
+}
+
+// SchedulePeriod is the longest gap a schedule leaves between firings:
+// the finalize tick's period, which bounds the task heartbeat interval a
+// batch may ask for (config.EnvTickSeconds). Guards FinalizeTickSchedule
+// (infra/README.md).
+func TestSchedulePeriod(t *testing.T) {
+	for expr, want := range map[string]time.Duration{
+		"rate(1 minute)":              time.Minute,
+		"rate(5 minutes)":             5 * time.Minute,
+		"rate(2 hours)":               2 * time.Hour,
+		"rate(1 day)":                 24 * time.Hour,
+		"cron(0/15 * * * ? *)":        15 * time.Minute,
+		"cron(*/10 * ? * * *)":        10 * time.Minute,
+		"cron(0 2 * * ? *)":           24 * time.Hour,
+		"cron(5,10,50 * * * ? *)":     40 * time.Minute,
+		"cron(0/5 8-17 * * ? *)":      14*time.Hour + 5*time.Minute, // 17:55 to 08:00
+		"cron(0 0-23/6 * * ? *)":      6 * time.Hour,
+		"cron(0 18 ? * MON-FRI *)":    MaxSchedulePeriod, // not every day
+		"cron(0 8 1 * ? *)":           MaxSchedulePeriod,
+		"cron(0 12 * JAN-MAR ? 2026)": MaxSchedulePeriod,
+	} {
+		if err := CheckScheduleExpression(expr); err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		if got := SchedulePeriod(expr); got != want {
+			t.Errorf("SchedulePeriod(%s) = %v, want %v", expr, got, want)
 		}
 	}
 }

@@ -62,6 +62,7 @@ type Presigner interface {
 //	GET    /batches/{id}                     status and census
 //	GET    /batches/{id}/report              the last finished run's report (303 and a link when over ReportInlineBytes)
 //	GET    /batches/{id}/items?outcome=failed|quarantined|withheld|in_flight|needs_attention&limit=&cursor=
+//	GET    /batches/{id}/results/partial?limit=&cursor=   the results lines recorded so far in the current run (api.ResultPage)
 //	POST   /batches/{id}/resume              new run of a finished batch (202)
 //	POST   /batches/{id}/cancel              stop the current run (202)
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
@@ -154,6 +155,8 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.report})
 	case "items":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.items})
+	case "results/partial":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.partialResults})
 	case "resume":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.resume})
 	case "cancel":
@@ -688,6 +691,27 @@ func (a *API) items(w http.ResponseWriter, r *http.Request) {
 		outcome = api.OutcomeFailed
 	}
 	page, err := a.Control.Items(r.Context(), r.PathValue("id"), outcome, q.Get("cursor"), limit)
+	if err != nil {
+		a.errorAnswer(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// partialResults serves GET /batches/{id}/results/partial: a page of the
+// results lines recorded so far (control.Control.PartialResults).
+func (a *API) partialResults(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
+			return
+		}
+		limit = n
+	}
+	page, err := a.Control.PartialResults(r.Context(), r.PathValue("id"), q.Get("cursor"), limit)
 	if err != nil {
 		a.errorAnswer(w, r, err)
 		return

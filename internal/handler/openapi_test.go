@@ -3,6 +3,7 @@ package handler
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,6 +95,21 @@ func (s *contractStore) ListItems(_ context.Context, _ string, _ int, _ api.Outc
 	}
 	return []ledger.Item{{Item: api.Item{Key: "a/1", RunID: "r1", Run: 1, Outcome: api.OutcomeFailed, Attempt: 3, RunAttempts: 3,
 		Error: "HTTP 400", Reason: api.ReasonPermanent, Cost: pipeline.Cost{"calls": 3}, UpdatedAt: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}}, "a/1", nil
+}
+func (s *contractStore) ScanShard(_ context.Context, _ string, shard int, after string, limit int) ([]ledger.Item, bool, error) {
+	at := time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)
+	rows := map[int][]ledger.Item{
+		0: {{Item: api.Item{Key: "a", Run: 2, Outcome: api.OutcomeSucceeded, Attempt: 1, RunAttempts: 1, Output: json.RawMessage(`{"words":3}`), Cost: pipeline.Cost{"usd": 0.002}, UpdatedAt: at}},
+			{Item: api.Item{Key: "c", Run: 2, Outcome: api.OutcomeInFlight, Attempt: 1, UpdatedAt: at}}},
+		1: {{Item: api.Item{Key: "b", Run: 2, Outcome: api.OutcomeFailed, Attempt: 3, RunAttempts: 3, Error: "HTTP 400", Reason: api.ReasonPermanent, UpdatedAt: at}}},
+	}[shard]
+	var out []ledger.Item
+	for _, it := range rows {
+		if it.Key > after && len(out) < limit {
+			out = append(out, it)
+		}
+	}
+	return out, false, nil
 }
 func (s *contractStore) Lift(_ context.Context, id, subject string) error {
 	b := s.batches[id]
@@ -230,6 +246,11 @@ func loadOpenAPI(t *testing.T) (validator.Validator, *v3.Document) {
 // answers (two, named, are shown by integration tests); requests the
 // handlers refuse by a rule the schema states are refused by the schema
 // too; and the golden examples of shared/wire validate against it.
+// resultCursorOf is the partial results' cursor of run after pos.
+func resultCursorOf(run int, pos string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprint(run) + "\x00" + pos))
+}
+
 func TestContractOpenAPI(t *testing.T) {
 	v, doc := loadOpenAPI(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -360,6 +381,7 @@ func TestContractOpenAPI(t *testing.T) {
 				Run:           2,
 				ItemCount:     20000,
 				CounterShards: 4,
+				ListShards:    2,
 				FannedOut:     true,
 				CreatedAt:     now,
 				RunStartedAt:  now,
@@ -459,6 +481,14 @@ func TestContractOpenAPI(t *testing.T) {
 		{"items", "GET", "/batches/done-1/items?outcome=failed&limit=10", "", nil, 200, "", false},
 		{"items bad limit", "GET", "/batches/done-1/items?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"items bad outcome", "GET", "/batches/done-1/items?outcome=succeeded", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"partial results", "GET", "/batches/run-1/results/partial", "", nil, 200, "", false},
+		{"partial results, a page", "GET", "/batches/run-1/results/partial?limit=1", "", nil, 200, "", false},
+		{"partial results, the next page", "GET", "/batches/run-1/results/partial?limit=1&cursor=" + resultCursorOf(2, "a"), "", nil, 200, "", false},
+		{"partial results bad limit", "GET", "/batches/run-1/results/partial?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"partial results limit too large", "GET", "/batches/run-1/results/partial?limit=1001", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"partial results bad cursor", "GET", "/batches/run-1/results/partial?cursor=x", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"partial results unknown", "GET", "/batches/nope-1/results/partial", "", nil, 404, wire.CodeNotFound, false},
+		{"partial results store down", "GET", "/batches/boom-1/results/partial", "", nil, 500, wire.CodeInternal, false},
 		{"resume running", "POST", "/batches/run-1/resume", "", nil, 409, wire.CodeConflict, false},
 		{"pause running", "POST", "/batches/run-1/pause", "", nil, 202, "", false},
 		{"pause paused: as it is", "POST", "/batches/run-1/pause", "", nil, 202, "", false},
@@ -602,6 +632,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"report", "GET", "/batches/b-1/report", 200},
 		{"report-link", "GET", "/batches/b-1/report", 303},
 		{"item-page", "GET", "/batches/b-1/items", 200},
+		{"result-page", "GET", "/batches/b-1/results/partial", 200},
 		{"batch-page", "GET", "/batches", 200},
 		{"error", "GET", "/batches/b-1", 404},
 		{"correction-view", "POST", "/batches/b-1/corrections", 202},

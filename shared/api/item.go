@@ -82,6 +82,32 @@ type ResultLine struct {
 	Cost      pipeline.Cost   `json:"cost,omitempty"`
 }
 
+// ResultPage is one page of a batch's partial results (GET
+// /batches/{id}/results/partial): the results lines of the items whose
+// outcome in the batch's current run is recorded so far, each shaped as
+// the line the run's results file will hold for it (ResultLine), in
+// Order. Items pending, in flight or withheld in the run have no line
+// yet and are absent, as they are from no results file.
+type ResultPage struct {
+	BatchID string `json:"batch_id"`
+	Run     int    `json:"run"`
+	// Status is the batch's status when the page was read: while it is
+	// running, later pages (and a later stream) hold more lines.
+	Status Status `json:"status"`
+	// Order is ResultOrderKey (key byte order, the order of the results
+	// files) or ResultOrderManifest (manifest order: a batch with items
+	// per message > 1, whose rows are keyed by manifest position).
+	Order      string       `json:"order"`
+	Lines      []ResultLine `json:"lines"`
+	NextCursor string       `json:"next_cursor,omitempty"` // pass as cursor for the next page; empty at the end
+}
+
+// The orders of a ResultPage.
+const (
+	ResultOrderKey      = "key"
+	ResultOrderManifest = "manifest"
+)
+
 // ItemPage is one page of a listing.
 type ItemPage struct {
 	Items      []Item `json:"items"`

@@ -610,6 +610,28 @@ func (c *Client) Items(ctx context.Context, id string, outcome api.Outcome, curs
 	return p, err
 }
 
+// PartialResults reads one page of the results lines the batch's current
+// run has recorded so far (GET /batches/{id}/results/partial; see
+// control.Control.PartialResults): limit lines at most (0: the API's
+// default), after cursor ("" from the first). The stream ends when the
+// page's NextCursor is empty.
+func (c *Client) PartialResults(ctx context.Context, id, cursor string, limit int) (api.ResultPage, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	path := "/batches/" + url.PathEscape(id) + "/results/partial"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var p api.ResultPage
+	_, err := c.Do(ctx, http.MethodGet, path, nil, &p)
+	return p, err
+}
+
 // ListBatches pages the batches newest first (GET /batches): r's
 // statuses, since, source and limit filter and size the page, r.Cursor continues
 // a previous one. See control.Control.ListBatches.

@@ -84,6 +84,12 @@ const (
 	// function's SQS event sources (default 100); submit sizes a batch's
 	// shards from the flow it allows (ledger.StackFlow).
 	EnvItemsMaxConcurrency = "BULKRUN_ITEMS_MAX_CONCURRENCY"
+	// EnvTickSeconds is the longest time between two finalize ticks, in
+	// seconds (the period of the stack's FinalizeTickSchedule, set on the
+	// submit function); default DefaultTickPeriod. The ticks send task
+	// heartbeats, so submit refuses a task_heartbeat_seconds shorter than
+	// twice it.
+	EnvTickSeconds = "BULKRUN_TICK_SECONDS"
 	// EnvRetentionDays is how long a finished batch is kept, in days (default 30).
 	EnvRetentionDays = "BULKRUN_RETENTION_DAYS"
 	// EnvRetentionMinutes, when set, replaces EnvRetentionDays with a
@@ -305,6 +311,7 @@ const (
 	DefaultItemsPerMessage = 10
 	DefaultMaxReceiveCount = 10
 	DefaultItemTimeout     = api.DefaultItemTimeout
+	DefaultTickPeriod      = 5 * time.Minute // the stack's default FinalizeTickSchedule, rate(5 minutes)
 	DefaultLease           = DefaultItemTimeout + LeaseMargin
 	DefaultVisibility      = 6 * DefaultItemTimeout // AWS: at least 6× the function timeout for SQS event sources
 	DefaultRetention       = 30 * 24 * time.Hour
@@ -339,6 +346,7 @@ type Config struct {
 	DeadLetterARN    string          // EnvDeadLetterQueueARN; required by item
 	Lease            time.Duration   // EnvLeaseSeconds; default DefaultLease
 	ItemTimeout      time.Duration   // EnvItemTimeoutSeconds; default DefaultItemTimeout
+	TickPeriod       time.Duration   // EnvTickSeconds; default DefaultTickPeriod
 	Visibility       time.Duration   // EnvVisibilitySeconds; default DefaultVisibility
 	MaxAttempts      int             // EnvMaxAttempts; default DefaultMaxAttempts, ≥ 1
 	RetryPolicy      api.RetryPolicy // EnvRetryPolicy, validated; api.DefaultRetryPolicy when unset
@@ -410,6 +418,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DeadLetterARN:    getenv(EnvDeadLetterQueueARN),
 		Lease:            seconds(EnvLeaseSeconds, DefaultLease),
 		ItemTimeout:      seconds(EnvItemTimeoutSeconds, DefaultItemTimeout),
+		TickPeriod:       seconds(EnvTickSeconds, DefaultTickPeriod),
 		Visibility:       seconds(EnvVisibilitySeconds, DefaultVisibility),
 		MaxAttempts:      count(EnvMaxAttempts, DefaultMaxAttempts),
 		ItemsPerMessage:  count(EnvItemsPerMessage, DefaultItemsPerMessage),

@@ -14,6 +14,7 @@ import (
 type Store interface {
 	ledger.RunStopper
 	ledger.BatchDeleter
+	ledger.ShardScanner // PartialResults
 	ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error)
 	Pause(ctx context.Context, m ledger.PauseMark) error
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error

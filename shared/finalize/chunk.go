@@ -312,8 +312,7 @@ func (c *chunkWriters) resume() error {
 
 // resultLine is item it's line in the results of outcome o.
 func resultLine(it ledger.Item, o api.Outcome) ([]byte, error) {
-	line, err := json.Marshal(api.ResultLine{Key: it.Key, Outcome: o, Run: it.Run, Revision: max(it.Revision, 1), Output: it.Output, OutputRef: it.OutputRef,
-		Error: it.Error, Reason: it.Reason, Attempts: it.RunAttempts, Cost: it.Cost})
+	line, err := json.Marshal(ledger.ResultLineOf(it, o))
 	return append(line, '\n'), err
 }
 
@@ -344,26 +343,6 @@ func (c *chunkWriters) drop() {
 
 // errChunkEnds stops the merge at the chunk's end.
 var errChunkEnds = errors.New("chunk ends")
-
-// outcomeInRun says how a row counts in run b.Run: failed, cancelled and
-// in-flight rows of an earlier run, and released quarantined ones, are
-// pending (false); every other row counts with its outcome.
-func outcomeInRun(it ledger.Item, b ledger.Batch) (api.Outcome, bool) {
-	o := it.Outcome
-	if b.RunRevision >= 2 {
-		// A correction run: an item marked with its revision is pending
-		// until this run has taken it; every other item keeps the outcome
-		// an earlier run gave it (each key counted once, with its latest).
-		if it.Run < b.Run && it.Revision == b.RunRevision {
-			return "", false
-		}
-		return o, true
-	}
-	if it.Run < b.Run && (o == api.OutcomeFailed || o == api.OutcomeCancelled || o == api.OutcomeInFlight || o == api.OutcomeQuarantined && it.Released) {
-		return "", false
-	}
-	return o, true
-}
 
 // scanChunk counts rows after cp.After and writes their results until the
 // rows end (true) or the chunk does (false, its checkpoint written). A
@@ -509,7 +488,7 @@ func (f *Finalizer) newRowCounter(ctx context.Context, b ledger.Batch, t *tally)
 // count counts row it: its outcome in the run and result line, or ok
 // false for a row pending in this run. A row in flight is ErrNotFinished.
 func (c *rowCounter) count(it ledger.Item) (api.Outcome, []byte, bool, error) {
-	o, ok := outcomeInRun(it, c.b)
+	o, ok := ledger.OutcomeInRun(it, c.b)
 	if !ok {
 		return "", nil, false, nil
 	}

@@ -26,7 +26,7 @@ func CensusOf(ctx context.Context, store Store, b ledger.Batch, each func(ledger
 	c := api.Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	var rows int64
 	err := ledger.MergeShards(ctx, store, b.ID, b.ListShards, "", ledger.MergeOptions{Packed: b.Packed()}, func(it ledger.Item) error {
-		o, ok := outcomeInRun(it, b)
+		o, ok := ledger.OutcomeInRun(it, b)
 		if !ok {
 			return nil // not yet reached in this run: pending
 		}

@@ -161,7 +161,7 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 	s := &submit.Submitter{
 		Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 		Log: d.Log, Pipelines: names, Registry: reg, MaxAttempts: d.Config.MaxAttempts, ItemsPerMessage: d.Config.ItemsPerMessage, MaxReceiveCount: d.Config.MaxReceiveCount, TempDir: os.TempDir(),
-		SecretPrefixes: d.Config.SecretPrefixes, Retry: new(d.Config.RetryPolicy), ItemTimeout: d.Config.ItemTimeout,
+		SecretPrefixes: d.Config.SecretPrefixes, Retry: new(d.Config.RetryPolicy), ItemTimeout: d.Config.ItemTimeout, TickPeriod: d.Config.TickPeriod,
 		TempLimitBytes: int64(d.Config.EphemeralMiB) << 20, Retention: d.Config.Retention, UploadRepeatWindow: d.Config.UploadRepeat,
 		Sources:        d.SourcePolicy(),
 		Regions:        d.Blobs,

@@ -45,6 +45,10 @@ type Submitter struct {
 	// ItemTimeout is the item function's timeout (config.EnvItemTimeoutSeconds),
 	// for Warnings; 0: unknown.
 	ItemTimeout time.Duration
+	// TickPeriod is the longest time between two finalize ticks, which
+	// send task heartbeats (config.EnvTickSeconds): a task_heartbeat_seconds
+	// shorter than twice it is refused. 0: config.DefaultTickPeriod.
+	TickPeriod time.Duration
 	// Retry is the retry policy of a request that sets none (the stack's,
 	// config.EnvRetryPolicy); nil stores none, and the worker's default
 	// applies.
@@ -158,7 +162,7 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if req.TaskToken != "" && req.Rerun {
 		return &api.InputError{Field: "task_token", Reason: "only a batch's first run answers a task token; a rerun cannot carry one"}
 	}
-	if err := checkHeartbeat(*req); err != nil {
+	if err := checkHeartbeat(*req, s.TickPeriod); err != nil {
 		return err
 	}
 	if req.KeyField != "" && (len(req.KeyField) > 256) {
@@ -259,19 +263,24 @@ func validateChecks(req *api.SubmitRequest) error {
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]{1,256}$")
 
 // checkHeartbeat checks req's TaskHeartbeatSeconds: 0, or with a task
-// token between api.MinTaskHeartbeatSeconds (twice the tick that sends
-// the heartbeats) and api.MaxTaskHeartbeatSeconds.
-func checkHeartbeat(req api.SubmitRequest) error {
+// token between twice the tick that sends the heartbeats (tick, the
+// stack's finalize tick period; 0: config.DefaultTickPeriod), and at least
+// api.MinTaskHeartbeatSeconds, and api.MaxTaskHeartbeatSeconds.
+func checkHeartbeat(req api.SubmitRequest, tick time.Duration) error {
+	if tick <= 0 {
+		tick = time.Duration(api.MinTaskHeartbeatSeconds/2) * time.Second // the default tick, config.DefaultTickPeriod
+	}
+	least := max(api.MinTaskHeartbeatSeconds, int(2*tick/time.Second))
 	h := req.TaskHeartbeatSeconds
 	switch {
 	case h == 0:
 		return nil
 	case req.TaskToken == "":
 		return &api.InputError{Field: "task_heartbeat_seconds", Reason: "heartbeats are sent for a task token: give task_token too"}
-	case h < api.MinTaskHeartbeatSeconds || h > api.MaxTaskHeartbeatSeconds:
+	case h < least || h > api.MaxTaskHeartbeatSeconds:
 		return &api.InputError{Field: "task_heartbeat_seconds", Reason: fmt.Sprintf(
-			"%s is out of range: %d to %d (bulkrun sends a heartbeat on each 5-minute tick, so the Task state's HeartbeatSeconds must allow two)",
-			api.Count(h, "second"), api.MinTaskHeartbeatSeconds, api.MaxTaskHeartbeatSeconds)}
+			"%s is out of range: %d to %d (bulkrun sends a heartbeat on each tick of the stack's finalize schedule, every %s, so the Task state's HeartbeatSeconds must allow two)",
+			api.Count(h, "second"), least, api.MaxTaskHeartbeatSeconds, api.Count(int(tick/time.Second), "second"))}
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ import (
 
 // TestContractGoldenJSON guards the API contract's JSON shapes: the submit
 // request, the batch view (every answer about a batch), the error body, an
-// items page, a batches page, the report and the link to a large one, a results line, a corrections
+// items page, a batches page, the report and the link to a large one, a results line, a page of
+// partial results, a corrections
 // request and answer, and the completion event as
 // EventBridge delivers it each round-trip through their Go types
 // unchanged (testdata/*.golden.json, as aws-lambda-go's events tests do),
@@ -41,6 +42,7 @@ func TestContractGoldenJSON(t *testing.T) {
 		{"report", func() any { return new(api.Report) }},
 		{"report-link", func() any { return new(wire.ReportLink) }},
 		{"result-line", func() any { return new(api.ResultLine) }},
+		{"result-page", func() any { return new(api.ResultPage) }},
 		{"event", func() any { return new(events.EventBridgeEvent) }},
 		{"correct-request", func() any { return new(api.CorrectRequest) }},
 		{"correction-view", func() any { return new(wire.CorrectionView) }},

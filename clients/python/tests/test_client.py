@@ -116,6 +116,32 @@ def test_items_page_and_resume(client: Client, stand_in: StandIn) -> None:
     assert "outcome=quarantined" in stand_in.requests[0].path and "limit=2" in stand_in.requests[0].path
 
 
+def test_partial_results_follow_every_page(client: Client, stand_in: StandIn) -> None:
+    page = golden("result-page")
+    line = page["lines"][0]
+    pages = {None: ["k1", "k2"], "c1": [], "c2": ["k3"]}
+    nxt = {None: "c1", "c1": "c2", "c2": None}
+
+    def answer(m: str, p: str, b: Any) -> Answer:
+        q = dict(x.split("=", 1) for x in p.split("?", 1)[1].split("&")) if "?" in p else {}
+        cur = q.get("cursor")
+        out: dict[str, Any] = dict(page, lines=[dict(line, key=k) for k in pages[cur]])
+        out.pop("next_cursor")
+        if nxt[cur]:
+            out["next_cursor"] = nxt[cur]
+        return 200, out, {}
+
+    stand_in.answer = answer
+    keys = [ln["key"] for ln in client.partial_results("photos-2026-11-30", limit=2)]
+    assert keys == ["k1", "k2", "k3"]
+    assert [r.path for r in stand_in.requests] == [
+        "/batches/photos-2026-11-30/results/partial?limit=2",
+        "/batches/photos-2026-11-30/results/partial?limit=2&cursor=c1",
+        "/batches/photos-2026-11-30/results/partial?limit=2&cursor=c2",
+    ]
+    assert client.partial_results_page("photos-2026-11-30")["order"] == "key"
+
+
 def test_keys_and_ids_are_one_path_segment(client: Client, stand_in: StandIn) -> None:
     assert _quote("a/b") == "a%2Fb" and _quote("100%") == "100%25" and _quote("..") == "%2E%2E" and _quote("é x") == "%C3%A9%20x"
     stand_in.answer = lambda m, p, b: (202, golden("batch-view"), {})

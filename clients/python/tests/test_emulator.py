@@ -65,6 +65,9 @@ def test_submit_wait_items_results_correct(live: Client) -> None:
     lines = list(live.results(bid))
     assert sorted((l["key"], l["outcome"]) for l in lines) == [("a", "succeeded"), ("b", "succeeded"), ("c", "failed")]
     assert next(l for l in lines if l["key"] == "a")["output"]["words"] == 3
+    # The finished run's partial results are its results lines.
+    partial = list(live.partial_results(bid, limit=2))
+    assert sorted(partial, key=lambda l: l["key"]) == sorted(lines, key=lambda l: l["key"])
 
     fix = live.correct(bid, items=[{"key": "c", "text": "the field name fixed"}], key_field="key")
     assert fix["revision"]["revision"] == 2

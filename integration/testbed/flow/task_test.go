@@ -347,6 +347,45 @@ func TestTaskHeartbeatSecondsAtSubmit(t *testing.T) {
 	}
 }
 
+// A stack whose finalize tick is slower than 5 minutes (its
+// FinalizeTickSchedule's period, config.EnvTickSeconds, as
+// Submitter.TickPeriod) refuses a task_heartbeat_seconds shorter than
+// twice that period — 400 naming the field and the tick's period — and
+// takes twice the period; a faster tick keeps the least at
+// api.MinTaskHeartbeatSeconds.
+func TestTaskHeartbeatSecondsFollowTheTick(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, failOn3)
+	req := api.SubmitRequest{Pipeline: "counted", Source: api.SourceSpec{Items: items(2)}, TaskToken: "token-tick"}
+	r.sub.TickPeriod = 30 * time.Minute
+	for _, secs := range []int{api.MinTaskHeartbeatSeconds, 3599} {
+		q := req
+		q.BatchID, q.TaskHeartbeatSeconds = fmt.Sprintf("tick-%d", secs), secs
+		var ie *api.InputError
+		_, err := r.sub.Submit(ctx, q)
+		if !errors.As(err, &ie) || ie.Field != "task_heartbeat_seconds" || !strings.Contains(err.Error(), "3600 to") || !strings.Contains(err.Error(), "every 1800 seconds") {
+			t.Errorf("task_heartbeat_seconds %d under a 30-minute tick: %v, want an input error naming task_heartbeat_seconds, its least 3600 and the tick's 1800 seconds", secs, err)
+		}
+		if _, err := r.store.GetBatch(ctx, q.BatchID); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("a refused heartbeat left batch %s: %v", q.BatchID, err)
+		}
+	}
+	q := req
+	q.BatchID, q.TaskHeartbeatSeconds = "tick-3600", 3600
+	if _, err := r.sub.Submit(ctx, q); err != nil {
+		t.Fatalf("task_heartbeat_seconds 3600 under a 30-minute tick: %v", err)
+	}
+	r.sub.TickPeriod = 2 * time.Minute
+	q.BatchID, q.TaskHeartbeatSeconds = "tick-fast", api.MinTaskHeartbeatSeconds
+	if _, err := r.sub.Submit(ctx, q); err != nil {
+		t.Fatalf("task_heartbeat_seconds %d under a 2-minute tick: %v", api.MinTaskHeartbeatSeconds, err)
+	}
+	q.BatchID, q.TaskHeartbeatSeconds = "tick-fast-short", api.MinTaskHeartbeatSeconds-1
+	if _, err := r.sub.Submit(ctx, q); err == nil {
+		t.Error("a heartbeat under api.MinTaskHeartbeatSeconds was taken under a fast tick")
+	}
+}
+
 // A first run whose submit asked for heartbeats (task_heartbeat_seconds)
 // sends its task one SendTaskHeartbeat on every finalize tick while it
 // goes: submitting, running and paused; none

@@ -38,6 +38,7 @@ from .types import (
     Item,
     Report,
     ResultLine,
+    ResultPage,
     SourceSpec,
     SubmitRequest,
 )
@@ -364,6 +365,33 @@ class Client:
                         yield cast(ResultLine, json.loads(line))
             finally:
                 body.close()
+
+    def partial_results_page(self, batch_id: str, *, cursor: str | None = None, limit: int | None = None) -> ResultPage:
+        """GET /batches/{id}/results/partial: one page of the results lines
+        the batch's current run has recorded so far (limit 1–1,000, default
+        1,000; a page may hold fewer, even none, and still go on)."""
+        q: dict[str, str] = {}
+        if limit is not None:
+            q["limit"] = str(limit)
+        if cursor:
+            q["cursor"] = cursor
+        path = f"/batches/{_quote(batch_id)}/results/partial" + ("?" + urllib.parse.urlencode(q) if q else "")
+        return cast(ResultPage, self.request("GET", path))
+
+    def partial_results(self, batch_id: str, *, limit: int | None = None) -> Iterator[ResultLine]:
+        """The results lines the batch's current run has recorded so far,
+        without waiting for finalize, page after page
+        (partial_results_page): the lines of its results files for the
+        items whose outcome is recorded, in key byte order (manifest order
+        for items per message > 1), pending and in-flight items absent;
+        once the run has finished, its results."""
+        cursor: str | None = None
+        while True:
+            page = self.partial_results_page(batch_id, cursor=cursor, limit=limit)
+            yield from page.get("lines") or []
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
 
     def correct(
         self,

@@ -238,6 +238,19 @@ class ResultLine(TypedDict):
     cost: NotRequired[Cost]
 
 
+class ResultPage(TypedDict):
+    """One page of GET /batches/{id}/results/partial: the results lines
+    the current run has recorded so far; order "key" (key byte order) or
+    "manifest" (items per message > 1); next_cursor absent at the end."""
+
+    batch_id: str
+    run: int
+    status: Status
+    order: Literal["key", "manifest"]
+    lines: list[ResultLine]
+    next_cursor: NotRequired[str]
+
+
 class Revision(TypedDict, total=False):
     """A correction's revision of the batch's inputs."""
 
