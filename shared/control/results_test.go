@@ -20,9 +20,9 @@ var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
 func partialBatch(id string, items, shards, k int) ledger.Batch {
 	return ledger.Batch{
-		Batch: api.Batch{ID: id, Pipeline: "echo", Digest: "d", ManifestKey: "batches/" + id + "/m.jsonl", ManifestBytes: 1,
-			ItemCount: int64(items), ListShards: shards, CounterShards: 1, Run: 1, Status: api.StatusRunning, MaxAttempts: 3,
-			OnInterrupt: api.InterruptRetry, Source: "inline", CreatedAt: t0, RunStartedAt: t0, ItemsPerMessage: k},
+		Batch: api.Batch{ID: id, Plan: api.Plan{Pipeline: "echo", Digest: "d", MaxAttempts: 3, OnInterrupt: api.InterruptRetry, ItemsPerMessage: k},
+			ManifestKey: "batches/" + id + "/m.jsonl", ManifestBytes: 1, ItemCount: int64(items), ListShards: shards, CounterShards: 1,
+			Run: 1, Status: api.StatusRunning, Source: "inline", CreatedAt: t0, RunStartedAt: t0},
 		Chunks: 1,
 	}
 }
