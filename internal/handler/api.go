@@ -657,14 +657,11 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Since = t
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
-			return
-		}
-		req.Limit = n
+	limit, ok := queryLimit(w, q)
+	if !ok {
+		return
 	}
+	req.Limit = limit
 	req.Cursor = q.Get("cursor")
 	req.Source = q.Get("source")
 	page, err := a.Control.ListBatches(r.Context(), req)
@@ -677,14 +674,9 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) items(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 0
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(w, q)
+	if !ok {
+		return
 	}
 	outcome := api.Outcome(q.Get("outcome"))
 	if outcome == "" {
@@ -698,18 +690,29 @@ func (a *API) items(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
+// queryLimit is the query's limit parameter, 0 when absent (each route
+// applies its own default and bounds); false after answering 400 when it
+// is not a whole number.
+func queryLimit(w http.ResponseWriter, q url.Values) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
+		return 0, false
+	}
+	return n, true
+}
+
 // partialResults serves GET /batches/{id}/results/partial: a page of the
 // results lines recorded so far (control.Control.PartialResults).
 func (a *API) partialResults(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 0
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "limit: not a whole number", Field: "limit"})
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(w, q)
+	if !ok {
+		return
 	}
 	page, err := a.Control.PartialResults(r.Context(), r.PathValue("id"), q.Get("cursor"), limit)
 	if err != nil {
