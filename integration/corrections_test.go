@@ -35,6 +35,18 @@ func correctionSource(n int, bad map[string]bool) []byte {
 	return b.Bytes()
 }
 
+// failedInputs is the lines of correctionSource(n, bad) of the bad keys,
+// in source order: what `items --outcome failed --inputs` exports.
+func failedInputs(n int, bad map[string]bool) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(string(correctionSource(n, bad)), "\n") {
+		if strings.Contains(l, `"bad":true`) {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
 // badKeys is every step-th key of n, count of them.
 func badKeys(n, count int) map[string]bool {
 	bad := map[string]bool{}
@@ -275,8 +287,19 @@ func TestCorrectionsByCLI(t *testing.T) {
 	if _, stderr, code := run("correct", id, wrong); code != 1 || !strings.Contains(stderr, ok1) || !strings.Contains(stderr, "succeeded in run 1") {
 		t.Fatalf("correct with a succeeded key: exit %d, %q; want 1 naming %s", code, stderr, ok1)
 	}
+	// The failed items' inputs, exported, edited and handed back.
 	fixed := filepath.Join(dir, "fixed.jsonl")
-	if err := os.WriteFile(fixed, fixedLines(bad), 0o644); err != nil {
+	if _, stderr, code := run("items", id, "--outcome", "failed", "--inputs", "--file", fixed); code != 0 || !strings.Contains(stderr, fmt.Sprintf("%d inputs of failed items", len(bad))) {
+		t.Fatalf("items --inputs: exit %d, %q", code, stderr)
+	}
+	exported, err := os.ReadFile(fixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := failedInputs(n, bad); string(exported) != want {
+		t.Fatalf("items --inputs wrote %q, want the failed items' inputs in source order %q", exported, want)
+	}
+	if err := os.WriteFile(fixed, bytes.ReplaceAll(exported, []byte(`"bad":true`), []byte(`"bad":false,"fixed":true`)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, stderr, code := run("correct", id, fixed, "--watch")

@@ -896,15 +896,39 @@ func (a *app) itemsCmd() *cobra.Command {
 		limit   int
 		cursor  string
 		all     bool
+		inputs  bool
+		file    string
 	)
 	cmd := &cobra.Command{
-		Use:   "items ID [--outcome failed|quarantined|withheld|in_flight|needs_attention]",
-		Short: "List the items needing attention, oldest key first",
-		Args:  exactArgs(1, "a batch ID"),
+		Use:   "items ID [--outcome failed|quarantined|withheld|in_flight|needs_attention] [--inputs [--file PATH]]",
+		Short: "List the items needing attention, oldest key first; with --inputs, their inputs ready to correct",
+		Long: `List the items of a batch with an outcome (default failed), oldest key first,
+with their reason, attempts and error; a page at a time (--all: every page).
+
+With --inputs, the inputs of every item of that outcome instead, in the
+source's own order and format — a CSV source's as CSV with its header, any
+other's as JSON Lines, each item as it was read (a corrected item's last
+correction) — ready to edit and hand to 'bulkrun correct ID FILE'. They are
+read from the batch's manifest in the stack's bucket in one pass; with
+--file they go to PATH, written whole or not at all.`,
+		Args: exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if !inputs && file != "" {
+				return &ExitError{Code: ExitUsage, Err: errors.New("--file writes the items' inputs: give --inputs too")}
+			}
+			if inputs && (cursor != "" || cmd.Flags().Changed("limit")) {
+				return &ExitError{Code: ExitUsage, Err: errors.New("--inputs reads every page of the items: drop --cursor and --limit")}
+			}
 			if err := a.load(ctx); err != nil {
 				return err
+			}
+			if inputs {
+				o := api.Outcome(outcome)
+				if file == "" {
+					return a.itemInputs(ctx, a.out, args[0], o)
+				}
+				return a.writeWhole(file, func(w io.Writer) error { return a.itemInputs(ctx, w, args[0], o) })
 			}
 			var items []api.Item
 			var live *api.LiveView
@@ -961,6 +985,8 @@ func (a *app) itemsCmd() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", 100, "items per page (1–1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().BoolVar(&all, "all", false, "follow every page")
+	cmd.Flags().BoolVar(&inputs, "inputs", false, "print the items' inputs in the source's format (CSV or JSON Lines), ready to edit and correct")
+	cmd.Flags().StringVar(&file, "file", "", "with --inputs: write them to this file instead of stdout")
 	return cmd
 }
 
