@@ -136,6 +136,13 @@ func TestProgressWhileAnInvocationRuns(t *testing.T) {
 			if endedOf(v) != int64(n-k) || v.Status != api.StatusRunning {
 				t.Errorf("while k0005 is held the %s batch's census shows %d items ended; want %d (every item of the other messages)", v.Status, endedOf(v), n-k)
 			}
+			// The estimate from the same counters: the ended items, the k to
+			// go, and one call per ended item scaled to all n.
+			if v.Live == nil || v.Live.Estimate == nil {
+				t.Errorf("while k0005 is held: no live estimate in %+v", v.Live)
+			} else if e := v.Live.Estimate; e.Ended != int64(n-k) || e.Remaining != int64(k) || e.RatePerSecond <= 0 || e.FinishAt.Before(e.Since) || e.ProjectedRunSpent.Text("calls") != strconv.Itoa(n) {
+				t.Errorf("while k0005 is held: estimate %+v (run_spent %s); want %d ended, %d to go, calls=%d projected", e, e.ProjectedRunSpent, n-k, k, n)
+			}
 			close(rcv.release)
 			final, err := env.api.Wait(ctx, id, time.Second, nil)
 			if err != nil {

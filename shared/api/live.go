@@ -2,6 +2,8 @@ package api
 
 import (
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // StallAttention is how long a running run may end no item before it
@@ -85,6 +87,9 @@ type LiveView struct {
 	// Attention says why the run needs attention now; empty when it does
 	// not (see NeedsAttention).
 	Attention []string `json:"attention,omitempty"`
+	// Estimate is the run's pace, estimated finish and projected cost
+	// (see Estimate); absent before it ended an item and while paused.
+	Estimate *Estimate `json:"estimate,omitempty"`
 }
 
 // NeedsAttention reports whether the running run needs a look now: it
@@ -107,4 +112,41 @@ type RetryCause struct {
 // Text is the cause in words: "connection refused (980 items)".
 func (c RetryCause) Text() string {
 	return c.Class + " (" + Count(c.Items, "item") + ")"
+}
+
+// Estimate is a running run's pace and what it projects at its end
+// (LiveView.Estimate), from the counters the live view already read — no
+// item row is read for it. The pace is the run's so far: the items it
+// ended (Ended) over the time since it started (Since, the run's start),
+// so a run whose pace changed (a throttled downstream, a pause) projects
+// from its average until the new pace dominates; `bulkrun watch` and the
+// console show, beside it, the pace over the last minute of their own
+// reads. Absent before the run ended an item, and while it is paused.
+//
+// JSON: {"since": RFC 3339, "ended": n, "rate_per_second": r,
+// "remaining": n, "finish_at": RFC 3339, "projected_cost": {name:
+// decimal}, "projected_run_spent": {…}, "projected_usage": {…}}.
+type Estimate struct {
+	// Since is the start of the window the rate is measured over: the
+	// run's start (Batch.RunStartedAt).
+	Since time.Time `json:"since"`
+	// Ended is the run's items ended in the window (Progress.Done).
+	Ended int64 `json:"ended"`
+	// RatePerSecond is Ended over the seconds from Since to the read.
+	RatePerSecond float64 `json:"rate_per_second"`
+	// Remaining is the run's items not ended yet: in flight, waiting for
+	// a retry, withheld or not fanned out.
+	Remaining int64 `json:"remaining"`
+	// FinishAt is when the run's last item ends at RatePerSecond: the read
+	// plus Remaining / RatePerSecond, to the second.
+	FinishAt time.Time `json:"finish_at"`
+	// ProjectedCost, ProjectedRunSpent and ProjectedUsage are the run's
+	// cost, run_spent (Census.Cost, Census.RunSpent: what the pipeline
+	// reported, by cost name, exact decimals) and DynamoDB units
+	// (Report.Usage) so far, scaled from the Ended items to all of the
+	// run's items (× items / Ended): what the run costs at its end if the
+	// items still to end cost what the ended ones did on average.
+	ProjectedCost     pipeline.CostSum `json:"projected_cost,omitempty"`
+	ProjectedRunSpent pipeline.CostSum `json:"projected_run_spent,omitempty"`
+	ProjectedUsage    *Usage           `json:"projected_usage,omitempty"`
 }

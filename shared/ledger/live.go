@@ -96,5 +96,6 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 		l.Attention = append(l.Attention, fmt.Sprintf("no item ended for %s with %s in flight, longer than a call can run (the item function's timeout is %s)",
 			api.Count(int64(idle/time.Minute), "minute"), api.Count(l.InFlight, "item"), itemTimeout))
 	}
+	l.Estimate = EstimateOf(b, p, now)
 	return l
 }

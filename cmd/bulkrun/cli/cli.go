@@ -830,6 +830,31 @@ func LiveText(l api.LiveView) string {
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }
 
+// EstimateText is a running run's estimate (api.Estimate) in a line:
+// "estimate: 25.0 items/s over the run so far (2500 ended since
+// 10:00:00Z); 7500 to go, finish ≈ 10:06:40Z; projected at the end: cost
+// tokens=5000 usd=0.28, run_spent usd=0.4, 21000 DynamoDB write units, 50
+// read units" (the projections it has).
+func EstimateText(e api.Estimate) string {
+	var b strings.Builder
+	b.WriteString(fmt.Sprintf("estimate: %s over the run so far (%d ended since %sZ); %d to go, finish ≈ %sZ",
+		rateText(e.RatePerSecond), e.Ended, e.Since.UTC().Format(time.TimeOnly), e.Remaining, e.FinishAt.UTC().Format(time.TimeOnly)))
+	var proj []string
+	if len(e.ProjectedCost) > 0 {
+		proj = append(proj, "cost "+e.ProjectedCost.String())
+	}
+	if len(e.ProjectedRunSpent) > 0 {
+		proj = append(proj, "run_spent "+e.ProjectedRunSpent.String())
+	}
+	if u := e.ProjectedUsage; u != nil {
+		proj = append(proj, fmt.Sprintf("%.0f DynamoDB write units, %.0f read units", u.DynamoDBWriteUnits, u.DynamoDBReadUnits))
+	}
+	if len(proj) > 0 {
+		b.WriteString("; projected at the end: " + strings.Join(proj, ", "))
+	}
+	return b.String()
+}
+
 // show prints a batch view.
 func (a *app) show(v wire.BatchView) error {
 	if a.output == "json" {
@@ -875,6 +900,9 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	if l := v.Live; l != nil {
 		textf(a.out, "%s\n", LiveText(*l))
+		if e := l.Estimate; e != nil {
+			textf(a.out, "%s\n", EstimateText(*e))
+		}
 		for _, why := range l.Attention {
 			textf(a.out, "needs attention: %s\n", why)
 		}

@@ -148,6 +148,13 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 	}
 	if per, ok := r.rate(); ok {
 		b.WriteString("; " + rateText(per))
+		if done, ok := watchDone(v); ok && per > 0 && done < v.ItemCount {
+			left := time.Duration(float64(v.ItemCount-done)/per) * time.Second
+			b.WriteString(", finish ≈ " + time.Now().Add(left).UTC().Format(time.TimeOnly) + "Z")
+		}
+	}
+	if l := v.Live; l != nil && l.Estimate != nil && len(l.Estimate.ProjectedCost) > 0 {
+		b.WriteString("; projected cost " + l.Estimate.ProjectedCost.String())
 	}
 	return b.String()
 }

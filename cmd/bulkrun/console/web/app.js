@@ -259,6 +259,17 @@ function liveFacts(l, paused) {
   if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
   fact("Last progress", fmtTime(l.last_progress_at));
+  const e = l.estimate;
+  if (e) {
+    // The API's estimate: the pace over the run so far (api.Estimate).
+    const rate = e.rate_per_second >= 100 ? e.rate_per_second.toFixed(0) : e.rate_per_second.toFixed(1);
+    fact("Pace (over the run so far)", rate + " items/s");
+    fact("Estimated finish", fmtTime(e.finish_at) + " (" + fmtInt(e.remaining) + " to go)");
+    const proj = [["cost", e.projected_cost], ["run_spent", e.projected_run_spent]]
+      .filter(([, c]) => c && Object.keys(c).length)
+      .map(([k, c]) => k + " " + Object.keys(c).sort().map((n) => n + "=" + c[n]).join(" "));
+    if (proj.length) fact("Projected at the end", proj.join("; "));
+  }
   const why = (l.attention || []).filter((a) => !(paused && a.startsWith("paused by"))).map((a) => el("li", {}, fmtTimes(a)));
   return el("div", {}, dl, why.length ? el("div", {class: "attn small"}, "⚠ Needs attention:", el("ul", {}, why)) : "");
 }

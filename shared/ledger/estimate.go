@@ -1,0 +1,55 @@
+package ledger
+
+import (
+	"math"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// projectionPlaces is the decimal places a projected cost keeps: an
+// estimate, not a sum, so its last digits carry no meaning (a cost of
+// 10^-9 of its unit and less per run shows as 0).
+const projectionPlaces = 9
+
+// EstimateOf is the running run's pace and projection (api.Estimate) at
+// now from its counters p: nil while it has ended no item, before its
+// start, or while b is paused (a paused run has no pace to project). The
+// run's items are b.RunItems(): a correction run's own, else the batch's.
+func EstimateOf(b Batch, p Progress, now time.Time) *api.Estimate {
+	items := b.RunItems()
+	secs := now.Sub(b.RunStartedAt).Seconds()
+	if p.Done <= 0 || b.RunStartedAt.IsZero() || secs <= 0 || b.Pause != nil {
+		return nil
+	}
+	done := min(p.Done, items)
+	e := &api.Estimate{Since: b.RunStartedAt, Ended: done, RatePerSecond: float64(done) / secs, Remaining: max(0, items-done)}
+	ahead := time.Duration(math.Ceil(float64(e.Remaining)/e.RatePerSecond)) * time.Second
+	e.FinishAt = now.Add(ahead).Truncate(time.Second)
+	if e.Remaining == 0 {
+		e.FinishAt = now.Truncate(time.Second)
+	}
+	e.ProjectedCost = project(p.Cost, items, done)
+	e.ProjectedRunSpent = project(p.Spent, items, done)
+	if p.Usage.DynamoDBWriteUnits > 0 || p.Usage.DynamoDBReadUnits > 0 {
+		f := float64(items) / float64(done)
+		e.ProjectedUsage = &api.Usage{DynamoDBWriteUnits: math.Round(p.Usage.DynamoDBWriteUnits*f*10) / 10, DynamoDBReadUnits: math.Round(p.Usage.DynamoDBReadUnits*f*10) / 10}
+	}
+	return e
+}
+
+// project is sum × items / done per name, to projectionPlaces places; nil
+// when sum is empty.
+func project(sum pipeline.CostSum, items, done int64) pipeline.CostSum {
+	if len(sum) == 0 {
+		return nil
+	}
+	out := pipeline.CostSum{}
+	for name, v := range sum {
+		out[name] = v.Mul(decimal.NewFromInt(items)).DivRound(decimal.NewFromInt(done), projectionPlaces)
+	}
+	return out
+}

@@ -1,0 +1,71 @@
+package ledger
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// TestEstimateOfARun guards the live view's estimate: 2,500 of 10,000
+// items ended in the 100 s since the run started is 25 items a second,
+// 7,500 remaining, finishing 300 s after the read; the pipeline's
+// reported cost and run_spent and the DynamoDB units so far scaled ×4 to
+// the whole run, exactly in decimal.
+func TestEstimateOfARun(t *testing.T) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	now := start.Add(100 * time.Second)
+	b := Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
+	p := Progress{Done: 2500,
+		Cost:  pipeline.CostSum{"usd": decimal.RequireFromString("0.07"), "tokens": decimal.NewFromInt(1250)},
+		Spent: pipeline.CostSum{"usd": decimal.RequireFromString("0.1")},
+		Usage: api.Usage{DynamoDBWriteUnits: 5250, DynamoDBReadUnits: 12.5}}
+	e := EstimateOf(b, p, now)
+	if e == nil {
+		t.Fatal("no estimate")
+	}
+	if e.Ended != 2500 || e.RatePerSecond != 25 || e.Remaining != 7500 || !e.FinishAt.Equal(now.Add(300*time.Second)) || !e.Since.Equal(start) {
+		t.Fatalf("estimate %+v", e)
+	}
+	got, _ := json.Marshal(struct {
+		C, S pipeline.CostSum
+		U    *api.Usage
+	}{e.ProjectedCost, e.ProjectedRunSpent, e.ProjectedUsage})
+	if want := `{"C":{"tokens":5000,"usd":0.28},"S":{"usd":0.4},"U":{"dynamodb_write_units":21000,"dynamodb_read_units":50}}`; string(got) != want {
+		t.Fatalf("projected %s, want %s", got, want)
+	}
+}
+
+// TestEstimateOnlyWithAPace guards when there is none: no item ended,
+// paused, or no start; and that a correction run projects over its own
+// items (Revision.RunItems), and a run whose items all ended finishes at
+// the read.
+func TestEstimateOnlyWithAPace(t *testing.T) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	now := start.Add(10 * time.Second)
+	b := Batch{Batch: api.Batch{ItemCount: 100, RunStartedAt: start}}
+	if e := EstimateOf(b, Progress{}, now); e != nil {
+		t.Errorf("nothing ended: %+v", e)
+	}
+	paused := b
+	paused.Pause = &api.Pause{Since: start}
+	if e := EstimateOf(paused, Progress{Done: 5}, now); e != nil {
+		t.Errorf("paused: %+v", e)
+	}
+	if e := EstimateOf(Batch{Batch: api.Batch{ItemCount: 100}}, Progress{Done: 5}, now); e != nil {
+		t.Errorf("no start: %+v", e)
+	}
+	corr := b
+	corr.Revisions = []api.Revision{{N: 2, RunItems: 20}}
+	corr.RunRevision = 2
+	if e := EstimateOf(corr, Progress{Done: 5}, now); e == nil || e.Remaining != 15 || !e.FinishAt.Equal(now.Add(30*time.Second)) {
+		t.Errorf("correction run of 20 items, 5 ended in 10 s: %+v", e)
+	}
+	if e := EstimateOf(b, Progress{Done: 100}, now); e == nil || e.Remaining != 0 || !e.FinishAt.Equal(now) {
+		t.Errorf("every item ended: %+v", e)
+	}
+}
