@@ -27,11 +27,7 @@ func EstimateOf(b Batch, p Progress, now time.Time) *api.Estimate {
 	}
 	done := min(p.Done, items)
 	e := &api.Estimate{Since: b.RunStartedAt, Ended: done, RatePerSecond: float64(done) / secs, Remaining: max(0, items-done)}
-	ahead := time.Duration(math.Ceil(float64(e.Remaining)/e.RatePerSecond)) * time.Second
-	e.FinishAt = now.Add(ahead).Truncate(time.Second)
-	if e.Remaining == 0 {
-		e.FinishAt = now.Truncate(time.Second)
-	}
+	e.FinishAt = now.Add(ahead(e.Remaining, e.RatePerSecond)).Truncate(time.Second)
 	e.ProjectedCost = project(p.Cost, items, done)
 	e.ProjectedRunSpent = project(p.Spent, items, done)
 	if p.Usage.DynamoDBWriteUnits > 0 || p.Usage.DynamoDBReadUnits > 0 {
@@ -39,6 +35,16 @@ func EstimateOf(b Batch, p Progress, now time.Time) *api.Estimate {
 		e.ProjectedUsage = &api.Usage{DynamoDBWriteUnits: math.Round(p.Usage.DynamoDBWriteUnits*f*10) / 10, DynamoDBReadUnits: math.Round(p.Usage.DynamoDBReadUnits*f*10) / 10}
 	}
 	return e
+}
+
+// maxAhead bounds a projected wait so that a very slow pace cannot
+// overflow time.Duration (≈ 292 years): 100 years.
+const maxAhead = 100 * 365 * 24 * time.Hour
+
+// ahead is how long left items take at per items a second (per > 0),
+// whole seconds rounded up, at most maxAhead.
+func ahead(left int64, per float64) time.Duration {
+	return time.Duration(min(math.Ceil(float64(left)/per), maxAhead.Seconds())) * time.Second
 }
 
 // project is sum × items / done per name, to projectionPlaces places; nil

@@ -149,7 +149,7 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 	if per, ok := r.rate(); ok {
 		b.WriteString("; " + rateText(per))
 		if done, ok := watchDone(v); ok && per > 0 && done < v.ItemCount {
-			left := time.Duration(float64(v.ItemCount-done)/per) * time.Second
+			left := time.Duration(min(float64(v.ItemCount-done)/per, 100*365*24*3600)) * time.Second
 			b.WriteString(", finish ≈ " + time.Now().Add(left).UTC().Format(time.TimeOnly) + "Z")
 		}
 	}
