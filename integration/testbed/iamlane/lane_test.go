@@ -405,3 +405,34 @@ func startEvaluatorForTest(t *testing.T) *Evaluator {
 	t.Cleanup(func() { ev.Close() })
 	return ev
 }
+
+// TestTaskAnswersNeedTheirStateMachine checks the lane's rule for Step
+// Functions task answers: a token is checked on the state machine of the
+// batch whose submit carried it, as a test registered it; a token of no
+// registered batch cannot be checked (an unchecked call fails the run).
+func TestTaskAnswersNeedTheirStateMachine(t *testing.T) {
+	l := New(Options{Region: "us-east-1", Account: "000000000000"})
+	const machine = "arn:aws:states:us-east-1:000000000000:stateMachine:orders"
+	reg := httptest.NewRequest(http.MethodPost, "http://localhost"+faultproxy.GatePath+"/tests",
+		strings.NewReader(`{"test": "TestX", "batch_ids": ["b1"], "state_machine": "`+machine+`"}`))
+	w := httptest.NewRecorder()
+	l.ServeHTTP(w, reg)
+	if w.Code != http.StatusNoContent {
+		t.Fatalf("register: %d %s", w.Code, w.Body)
+	}
+	l.learnTask(faultproxy.Call{Service: "execute-api"}, []byte(`{"batch_id": "b1", "pipeline": "enrich", "task_token": "tok-1"}`))
+	l.learnTask(faultproxy.Call{Service: "execute-api"}, []byte(`{"batch_id": "b2", "pipeline": "enrich", "task_token": "tok-2"}`))
+	for _, op := range []string{"SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"} {
+		rule, ok := ruleFor(faultproxy.Call{Service: "states", Operation: op})
+		if !ok {
+			t.Fatalf("no rule for states.%s", op)
+		}
+		got, err := rule.needs(&request{body: []byte(`{"taskToken": "tok-1"}`), taskMachine: l.taskMachine})
+		if want := []Need{{Action: "states:" + op, Resource: machine}}; err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s with a registered batch's token: %v, %v; want %v", op, got, err, want)
+		}
+		if got, err := rule.needs(&request{body: []byte(`{"taskToken": "tok-2"}`), taskMachine: l.taskMachine}); err == nil {
+			t.Errorf("%s with an unregistered batch's token: %v, want an error", op, got)
+		}
+	}
+}
