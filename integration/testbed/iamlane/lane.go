@@ -512,6 +512,9 @@ func accessDeniedMessage(roleARN string, d Denial) string {
 
 // decide evaluates one authorization with the context AWS would see.
 func (l *Lane) decide(set *policySet, role Role, n Need) (Decision, error) {
+	if slices.Contains(resourceScoped, n.Action) {
+		return decideOnResource(set.identity, n)
+	}
 	rpKey := ""
 	if strings.HasPrefix(n.Resource, "arn:aws:s3:::") {
 		bucket, _, _ := strings.Cut(strings.TrimPrefix(n.Resource, "arn:aws:s3:::"), "/")
@@ -529,6 +532,85 @@ func (l *Lane) decide(set *policySet, role Role, n Need) (Decision, error) {
 		"aws:PrincipalAccount": l.opts.Account,
 	}
 	return l.opts.Evaluator.Evaluate(set, role.ARN, l.opts.Account, n, rpKey, ctx)
+}
+
+// resourceScoped are the actions the Service Authorization Reference
+// lists without a resource type (iam-simulate then accepts only "*" as
+// the request's resource) but AWS authorizes on a resource all the same:
+// Step Functions' task answers, on the state machine whose task issued
+// the token (rules.go, states). decideOnResource evaluates them.
+var resourceScoped = []string{"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+
+// decideOnResource evaluates n against identity policies the way IAM
+// matches a statement: an Allow whose Action and Resource patterns
+// (wildcards * and ?; actions case-insensitive) match, and no Deny that
+// does. A matching statement with a Condition, NotAction or NotResource
+// is not evaluated here: an error (the call is reported unchecked).
+func decideOnResource(identity []NamedPolicy, n Need) (Decision, error) {
+	dec := ImplicitlyDenied
+	for _, p := range identity {
+		for _, st := range statements(p.Policy["Statement"]) {
+			if st["NotAction"] != nil || st["NotResource"] != nil {
+				return "", fmt.Errorf("policy %s: a statement with NotAction or NotResource", p.Name)
+			}
+			if !anyMatch(st["Action"], n.Action, true) || !anyMatch(st["Resource"], n.Resource, false) {
+				continue
+			}
+			if st["Condition"] != nil {
+				return "", fmt.Errorf("policy %s: a statement with a Condition matches %s on %s", p.Name, n.Action, n.Resource)
+			}
+			switch st["Effect"] {
+			case "Deny":
+				return ExplicitlyDenied, nil
+			case "Allow":
+				dec = Allowed
+			}
+		}
+	}
+	return dec, nil
+}
+
+// statements returns a policy's Statement as a list.
+func statements(v any) []map[string]any {
+	switch x := v.(type) {
+	case map[string]any:
+		return []map[string]any{x}
+	case []any:
+		var out []map[string]any
+		for _, e := range x {
+			if m, ok := e.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// anyMatch reports whether one of the patterns (a string or a list)
+// matches value.
+func anyMatch(patterns any, value string, fold bool) bool {
+	var list []any
+	switch x := patterns.(type) {
+	case string:
+		list = []any{x}
+	case []any:
+		list = x
+	}
+	for _, p := range list {
+		s, ok := p.(string)
+		if !ok {
+			continue
+		}
+		if fold {
+			s, value = strings.ToLower(s), strings.ToLower(value)
+		}
+		re := "^" + strings.NewReplacer(`\*`, ".*", `\?`, ".").Replace(regexp.QuoteMeta(s)) + "$"
+		if ok, _ := regexp.MatchString(re, value); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // deny records a denial and returns it.

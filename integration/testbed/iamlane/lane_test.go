@@ -436,3 +436,33 @@ func TestTaskAnswersNeedTheirStateMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideOnResource checks the lane's own evaluation of the task
+// answers (which iam-simulate takes only on "*"): an Allow on the state
+// machine, by name or by wildcard, allows; another state machine's, or a
+// Deny, does not.
+func TestDecideOnResource(t *testing.T) {
+	const sm = "arn:aws:states:us-east-1:000000000000:stateMachine:orders"
+	need := Need{Action: "states:SendTaskSuccess", Resource: sm}
+	policy := func(statements ...any) []NamedPolicy {
+		return []NamedPolicy{{Name: "p", Policy: Document{"Statement": statements}}}
+	}
+	allow := func(action, resource any) map[string]any {
+		return map[string]any{"Effect": "Allow", "Action": action, "Resource": resource}
+	}
+	for _, tt := range []struct {
+		name     string
+		identity []NamedPolicy
+		want     Decision
+	}{
+		{"the state machine", policy(allow([]any{"states:SendTaskSuccess", "states:SendTaskFailure"}, sm)), Allowed},
+		{"a wildcard", policy(allow("states:SendTask*", "arn:aws:states:us-east-1:000000000000:stateMachine:ord*")), Allowed},
+		{"another state machine", policy(allow("states:SendTaskSuccess", sm+"-nightly")), ImplicitlyDenied},
+		{"another action", policy(allow("states:SendTaskHeartbeat", sm)), ImplicitlyDenied},
+		{"denied", policy(allow("states:*", "*"), map[string]any{"Effect": "Deny", "Action": "states:SendTaskSuccess", "Resource": sm}), ExplicitlyDenied},
+	} {
+		if got, err := decideOnResource(tt.identity, need); err != nil || got != tt.want {
+			t.Errorf("%s: %s, %v; want %s", tt.name, got, err, tt.want)
+		}
+	}
+}
