@@ -177,8 +177,11 @@ start_proxy() {
     [[ "${BULKRUN_IAM_AUDIT:-0}" == 1 ]] && lane+=(-iam-audit)
   fi
   # API Gateway's rules on the REST API's calls: SigV4 verified against
-  # the emulator's credentials, Lambda's response limit.
-  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" "${lane[@]}" -verify-sigv4 test:test >"$proxy_log" 2>&1 </dev/null &
+  # the emulator's credentials — the callers' (test) and its functions'
+  # (the account id as access key, the same secret: a function calling
+  # the API, as examples/stepfunctions' submitter does) — and Lambda's
+  # response limit.
+  setsid nohup "$proxy_bin" -listen "0.0.0.0:$port" -upstream "$inner" "${lane[@]}" -verify-sigv4 test:test,000000000000:test >"$proxy_log" 2>&1 </dev/null &
   ppid=$!
   echo "$ppid" >"$proxy_pid_file"
   local deadline=$((SECONDS + 10))

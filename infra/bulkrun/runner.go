@@ -405,8 +405,9 @@ type RunnerProps struct {
 	// Authorization Reference, "Actions defined by AWS Step Functions").
 	// A name, not the state machine's token, breaks the cycle of a state
 	// machine that calls this stack's API in the same stack. Default:
-	// none (a token given is answered with AccessDenied, logged; the
-	// batch runs all the same).
+	// none on TargetAWS (a token given is answered with AccessDenied,
+	// logged; the batch runs all the same);
+	// DefaultEmulatorTaskStateMachines on TargetEmulator.
 	TaskStateMachines []string
 	// EffectTables are the DynamoDB tables on which pipelines may stage
 	// writes committed with their item's outcome (package
@@ -501,6 +502,12 @@ var DefaultEmulatorSecretPrefixes = []string{
 // (examples/lambda-python) that the integration suite deploys onto the
 // emulator and runs batches of the lambda pipeline through.
 var DefaultEmulatorLambdaFunctions = []string{config.ExampleLambdaFunction}
+
+// DefaultEmulatorTaskStateMachines is RunnerProps.TaskStateMachines on
+// TargetEmulator when empty: the example state machine
+// (examples/stepfunctions) that the integration suite deploys onto the
+// emulator and runs batches through.
+var DefaultEmulatorTaskStateMachines = []string{config.ExampleStateMachine}
 
 // DefaultEmulatorEffectTables is RunnerProps.EffectTables on
 // TargetEmulator when empty: a table name the integration suite's staged

@@ -196,6 +196,9 @@ func withDefaults(props *RunnerProps) settings {
 	if len(s.lambdaFunctions) == 0 && s.target == TargetEmulator {
 		s.lambdaFunctions = DefaultEmulatorLambdaFunctions
 	}
+	if len(s.taskStateMachines) == 0 && s.target == TargetEmulator {
+		s.taskStateMachines = DefaultEmulatorTaskStateMachines
+	}
 	if len(s.effectTables) == 0 && s.target == TargetEmulator {
 		s.effectTables = DefaultEmulatorEffectTables
 	}

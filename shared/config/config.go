@@ -162,6 +162,13 @@ const (
 // pipeline through it).
 const ExampleLambdaFunction = "bulkrun-example-python"
 
+// ExampleStateMachine is the name of the example state machine
+// (examples/stepfunctions) that submits a batch with its task token and
+// branches on the verdict; the emulator's stack lets bulkrun answer its
+// tokens when TaskStateMachines names none (the integration suite deploys
+// and runs it).
+const ExampleStateMachine = "bulkrun-example-batch"
+
 // Stack output keys. The CLI, the demo and the integration tests find the
 // deployed resources through these.
 const (

@@ -43,6 +43,9 @@ type request struct {
 	body    []byte
 	region  string
 	account string
+	// taskMachine answers the state machine ARN whose task a token
+	// belongs to, "" when the lane does not know it (Lane.taskMachine).
+	taskMachine func(token string) string
 }
 
 // Rules is the lane's table. An operation a bulkrun function calls that
@@ -113,6 +116,17 @@ var Rules = []Rule{
 	{Service: "events", Operation: "PutEvents", Actions: "events:PutEvents", Resource: "each entry's event bus (`default` when the entry names none)", needs: eventsPut},
 	{Service: "ssm", Operation: "GetParameter", Actions: "ssm:GetParameter", Resource: "the parameter (`parameter/NAME`)", needs: ssmParameter},
 	{Service: "secretsmanager", Operation: "GetSecretValue", Actions: "secretsmanager:GetSecretValue", Resource: "the secret (SecretId: its ARN)", needs: secret},
+	// Step Functions: the Service Authorization Reference lists no
+	// resource type for SendTask*, but AWS authorizes them on the state
+	// machine whose task issued the token (its AccessDenied names
+	// `stateMachine:NAME`, and a grant on that ARN is what CDK's
+	// grantTaskResponse gives). MiniStack's tokens are plain UUIDs, so the
+	// lane learns each token's batch from the submit that carried it
+	// (the API's POST /batches) and the batch's state machine from the
+	// test that started it (POST /_iam/tests with "state_machine").
+	states("SendTaskSuccess"),
+	states("SendTaskFailure"),
+	states("SendTaskHeartbeat"),
 	{Service: "sts", Operation: "GetCallerIdentity", Actions: "none", Resource: "(no permission is needed)", needs: func(*request) ([]Need, error) { return nil, nil }},
 
 	// The setup function's: API Gateway ("Actions, resources, and
@@ -595,6 +609,29 @@ func secret(r *request) ([]Need, error) {
 }
 
 // ruleFor returns the rule of a call, false when the table has none.
+// states is the rule of a Step Functions task answer: its action on the
+// state machine the token's task belongs to.
+func states(op string) Rule {
+	action := "states:" + op
+	return Rule{Service: "states", Operation: op, Actions: action, Resource: "the state machine whose task issued taskToken (learnt from the batch's submit and its test's registration)",
+		needs: func(r *request) ([]Need, error) {
+			var in struct {
+				TaskToken string `json:"taskToken"`
+			}
+			if err := json.Unmarshal(r.body, &in); err != nil || in.TaskToken == "" {
+				return nil, fmt.Errorf("no taskToken in the request")
+			}
+			sm := ""
+			if r.taskMachine != nil {
+				sm = r.taskMachine(in.TaskToken)
+			}
+			if sm == "" {
+				return nil, fmt.Errorf("a task token of no batch whose state machine a test registered (POST /_iam/tests with \"state_machine\" before the submit)")
+			}
+			return []Need{{Action: action, Resource: sm}}, nil
+		}}
+}
+
 func ruleFor(c faultproxy.Call) (Rule, bool) {
 	for _, r := range Rules {
 		if r.Service == c.Service && r.Operation == c.Operation {

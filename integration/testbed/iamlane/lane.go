@@ -46,6 +46,7 @@
 package iamlane
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"crypto/sha256"
@@ -207,6 +208,11 @@ type Lane struct {
 	keys     map[string]bool // KMS key ARN → customer managed (KMSRule)
 	// keyPolicies are the keys' policies (KMSRule), by key ARN.
 	keyPolicies map[string]Document
+	// machines are the batches' state machines (a test's registration),
+	// by batch id; taskBatches the batch of each task token a submit
+	// carried (learnTask).
+	machines    map[string]string
+	taskBatches map[string]string
 }
 
 var _ faultproxy.Gate = (*Lane)(nil)
@@ -230,7 +236,8 @@ func New(opts Options) *Lane {
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
 	return &Lane{opts: opts, cf: cf, kms: km, sets: map[string]*policySet{}, bindings: map[string]Binding{},
-		tests: map[string]string{}, denials: map[string]*Denial{}, problems: map[string]*Problem{}, hops: map[string]int{}, keys: map[string]bool{}, keyPolicies: map[string]Document{}}
+		tests: map[string]string{}, denials: map[string]*Denial{}, problems: map[string]*Problem{}, hops: map[string]int{}, keys: map[string]bool{}, keyPolicies: map[string]Document{},
+		machines: map[string]string{}, taskBatches: map[string]string{}}
 }
 
 var appIDPattern = regexp.MustCompile(`(?:^| )app/` + regexp.QuoteMeta(config.AppIDPrefix) + `([a-z]+)(?: |$)`)
@@ -244,11 +251,38 @@ func function(r *http.Request) string {
 	return m[1]
 }
 
+// learnTask records the task token and batch id of a submit through the
+// API (POST …/batches with "task_token"), whoever sends it.
+func (l *Lane) learnTask(c faultproxy.Call, body []byte) {
+	if c.Service != "execute-api" || !bytes.Contains(body, []byte(`"task_token"`)) {
+		return
+	}
+	var in struct {
+		BatchID   string `json:"batch_id"`
+		TaskToken string `json:"task_token"`
+	}
+	if json.Unmarshal(body, &in) != nil || in.BatchID == "" || in.TaskToken == "" {
+		return
+	}
+	l.mu.Lock()
+	l.taskBatches[in.TaskToken] = in.BatchID
+	l.mu.Unlock()
+}
+
+// taskMachine returns the state machine ARN of token's batch, "" when
+// unknown.
+func (l *Lane) taskMachine(token string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.machines[l.taskBatches[token]]
+}
+
 // Admit implements faultproxy.Gate.
 func (l *Lane) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultproxy.Refusal {
 	if f := limit(r, c, body); f != nil {
 		return f
 	}
+	l.learnTask(c, body)
 	fn := function(r)
 	if fn == "" {
 		if c.AccessKey == FunctionAccessKey && strings.Contains(r.Header.Get("User-Agent"), "aws-sdk-go-v2") {
@@ -261,7 +295,7 @@ func (l *Lane) Admit(r *http.Request, c faultproxy.Call, body []byte) *faultprox
 		l.problem(c, r, body, fmt.Sprintf("function %s calls %s, which the lane's table (iamlane.Rules) does not map to IAM actions: add its row from the Service Authorization Reference", fn, c.String()))
 		return nil
 	}
-	req := &request{call: c, http: r, body: body, region: l.opts.Region, account: l.opts.Account}
+	req := &request{call: c, http: r, body: body, region: l.opts.Region, account: l.opts.Account, taskMachine: l.taskMachine}
 	needs, err := rule.needs(req)
 	if err != nil {
 		l.problem(c, r, body, fmt.Sprintf("function %s, %s: %v", fn, c.String(), err))
@@ -478,6 +512,9 @@ func accessDeniedMessage(roleARN string, d Denial) string {
 
 // decide evaluates one authorization with the context AWS would see.
 func (l *Lane) decide(set *policySet, role Role, n Need) (Decision, error) {
+	if slices.Contains(resourceScoped, n.Action) {
+		return decideOnResource(set.identity, n)
+	}
 	rpKey := ""
 	if strings.HasPrefix(n.Resource, "arn:aws:s3:::") {
 		bucket, _, _ := strings.Cut(strings.TrimPrefix(n.Resource, "arn:aws:s3:::"), "/")
@@ -495,6 +532,85 @@ func (l *Lane) decide(set *policySet, role Role, n Need) (Decision, error) {
 		"aws:PrincipalAccount": l.opts.Account,
 	}
 	return l.opts.Evaluator.Evaluate(set, role.ARN, l.opts.Account, n, rpKey, ctx)
+}
+
+// resourceScoped are the actions the Service Authorization Reference
+// lists without a resource type (iam-simulate then accepts only "*" as
+// the request's resource) but AWS authorizes on a resource all the same:
+// Step Functions' task answers, on the state machine whose task issued
+// the token (rules.go, states). decideOnResource evaluates them.
+var resourceScoped = []string{"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+
+// decideOnResource evaluates n against identity policies the way IAM
+// matches a statement: an Allow whose Action and Resource patterns
+// (wildcards * and ?; actions case-insensitive) match, and no Deny that
+// does. A matching statement with a Condition, NotAction or NotResource
+// is not evaluated here: an error (the call is reported unchecked).
+func decideOnResource(identity []NamedPolicy, n Need) (Decision, error) {
+	dec := ImplicitlyDenied
+	for _, p := range identity {
+		for _, st := range statements(p.Policy["Statement"]) {
+			if st["NotAction"] != nil || st["NotResource"] != nil {
+				return "", fmt.Errorf("policy %s: a statement with NotAction or NotResource", p.Name)
+			}
+			if !anyMatch(st["Action"], n.Action, true) || !anyMatch(st["Resource"], n.Resource, false) {
+				continue
+			}
+			if st["Condition"] != nil {
+				return "", fmt.Errorf("policy %s: a statement with a Condition matches %s on %s", p.Name, n.Action, n.Resource)
+			}
+			switch st["Effect"] {
+			case "Deny":
+				return ExplicitlyDenied, nil
+			case "Allow":
+				dec = Allowed
+			}
+		}
+	}
+	return dec, nil
+}
+
+// statements returns a policy's Statement as a list.
+func statements(v any) []map[string]any {
+	switch x := v.(type) {
+	case map[string]any:
+		return []map[string]any{x}
+	case []any:
+		var out []map[string]any
+		for _, e := range x {
+			if m, ok := e.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// anyMatch reports whether one of the patterns (a string or a list)
+// matches value.
+func anyMatch(patterns any, value string, fold bool) bool {
+	var list []any
+	switch x := patterns.(type) {
+	case string:
+		list = []any{x}
+	case []any:
+		list = x
+	}
+	for _, p := range list {
+		s, ok := p.(string)
+		if !ok {
+			continue
+		}
+		if fold {
+			s, value = strings.ToLower(s), strings.ToLower(value)
+		}
+		re := "^" + strings.NewReplacer(`\*`, ".*", `\?`, ".").Replace(regexp.QuoteMeta(s)) + "$"
+		if ok, _ := regexp.MatchString(re, value); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // deny records a denial and returns it.
@@ -804,7 +920,8 @@ func (l *Lane) Report() Report {
 //
 //	GET    /_iam                     the Report; ?test=T keeps the denials and problems of test T
 //	DELETE /_iam                     forget the denials, problems and counts
-//	POST   /_iam/tests               {"test": T, "batch_ids": [...]}: calls naming these ids belong to T
+//	POST   /_iam/tests               {"test": T, "batch_ids": [...]}: calls naming these ids belong to T;
+//	                                 with "state_machine": ARN, their task tokens are that state machine's tasks
 //	POST   /_iam/bindings            a Binding: calls with BindingHeader B use its names
 //	PUT    /_iam/mode                {"audit": true|false}
 func (l *Lane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -826,8 +943,9 @@ func (l *Lane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, l.Report())
 	case path == "/tests" && r.Method == http.MethodPost:
 		var in struct {
-			Test     string   `json:"test"`
-			BatchIDs []string `json:"batch_ids"`
+			Test         string   `json:"test"`
+			BatchIDs     []string `json:"batch_ids"`
+			StateMachine string   `json:"state_machine"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Test == "" {
 			http.Error(w, "iamlane: want {\"test\": …, \"batch_ids\": […]}", http.StatusBadRequest)
@@ -837,6 +955,9 @@ func (l *Lane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, id := range in.BatchIDs {
 			if id != "" {
 				l.tests[id] = in.Test
+				if in.StateMachine != "" {
+					l.machines[id] = in.StateMachine
+				}
 			}
 		}
 		l.mu.Unlock()

@@ -405,3 +405,64 @@ func startEvaluatorForTest(t *testing.T) *Evaluator {
 	t.Cleanup(func() { ev.Close() })
 	return ev
 }
+
+// TestTaskAnswersNeedTheirStateMachine checks the lane's rule for Step
+// Functions task answers: a token is checked on the state machine of the
+// batch whose submit carried it, as a test registered it; a token of no
+// registered batch cannot be checked (an unchecked call fails the run).
+func TestTaskAnswersNeedTheirStateMachine(t *testing.T) {
+	l := New(Options{Region: "us-east-1", Account: "000000000000"})
+	const machine = "arn:aws:states:us-east-1:000000000000:stateMachine:orders"
+	reg := httptest.NewRequest(http.MethodPost, "http://localhost"+faultproxy.GatePath+"/tests",
+		strings.NewReader(`{"test": "TestX", "batch_ids": ["b1"], "state_machine": "`+machine+`"}`))
+	w := httptest.NewRecorder()
+	l.ServeHTTP(w, reg)
+	if w.Code != http.StatusNoContent {
+		t.Fatalf("register: %d %s", w.Code, w.Body)
+	}
+	l.learnTask(faultproxy.Call{Service: "execute-api"}, []byte(`{"batch_id": "b1", "pipeline": "enrich", "task_token": "tok-1"}`))
+	l.learnTask(faultproxy.Call{Service: "execute-api"}, []byte(`{"batch_id": "b2", "pipeline": "enrich", "task_token": "tok-2"}`))
+	for _, op := range []string{"SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"} {
+		rule, ok := ruleFor(faultproxy.Call{Service: "states", Operation: op})
+		if !ok {
+			t.Fatalf("no rule for states.%s", op)
+		}
+		got, err := rule.needs(&request{body: []byte(`{"taskToken": "tok-1"}`), taskMachine: l.taskMachine})
+		if want := []Need{{Action: "states:" + op, Resource: machine}}; err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s with a registered batch's token: %v, %v; want %v", op, got, err, want)
+		}
+		if got, err := rule.needs(&request{body: []byte(`{"taskToken": "tok-2"}`), taskMachine: l.taskMachine}); err == nil {
+			t.Errorf("%s with an unregistered batch's token: %v, want an error", op, got)
+		}
+	}
+}
+
+// TestDecideOnResource checks the lane's own evaluation of the task
+// answers (which iam-simulate takes only on "*"): an Allow on the state
+// machine, by name or by wildcard, allows; another state machine's, or a
+// Deny, does not.
+func TestDecideOnResource(t *testing.T) {
+	const sm = "arn:aws:states:us-east-1:000000000000:stateMachine:orders"
+	need := Need{Action: "states:SendTaskSuccess", Resource: sm}
+	policy := func(statements ...any) []NamedPolicy {
+		return []NamedPolicy{{Name: "p", Policy: Document{"Statement": statements}}}
+	}
+	allow := func(action, resource any) map[string]any {
+		return map[string]any{"Effect": "Allow", "Action": action, "Resource": resource}
+	}
+	for _, tt := range []struct {
+		name     string
+		identity []NamedPolicy
+		want     Decision
+	}{
+		{"the state machine", policy(allow([]any{"states:SendTaskSuccess", "states:SendTaskFailure"}, sm)), Allowed},
+		{"a wildcard", policy(allow("states:SendTask*", "arn:aws:states:us-east-1:000000000000:stateMachine:ord*")), Allowed},
+		{"another state machine", policy(allow("states:SendTaskSuccess", sm+"-nightly")), ImplicitlyDenied},
+		{"another action", policy(allow("states:SendTaskHeartbeat", sm)), ImplicitlyDenied},
+		{"denied", policy(allow("states:*", "*"), map[string]any{"Effect": "Deny", "Action": "states:SendTaskSuccess", "Resource": sm}), ExplicitlyDenied},
+	} {
+		if got, err := decideOnResource(tt.identity, need); err != nil || got != tt.want {
+			t.Errorf("%s: %s, %v; want %s", tt.name, got, err, tt.want)
+		}
+	}
+}
