@@ -5,9 +5,9 @@
 //
 // The spans of one batch, all in the trace of the submit's context:
 //
-//	bulkrun submit                     producer; the API call's traceparent header is its parent, else a new root
-//	└─ bulkrun process {pipeline}      consumer; one per item attempt, linked to the attempt before it
-//	   └─ bulkrun call {pipeline}      client; the pipeline's call (webhook: traceparent header; lambda: client context)
+//	submit                     producer; the API call's traceparent header is its parent, else a new root
+//	└─ process {pipeline}      consumer; one per item attempt, linked to the attempt before it
+//	   └─ call {pipeline}      client; the pipeline's call (webhook: traceparent header; lambda: client context)
 //
 // The submit's span context is stored once on the batch row
 // (ledger.Batch.Trace: traceparent, 55 bytes, and tracestate when the
@@ -176,7 +176,7 @@ func (p *Provider) StartSubmit(ctx context.Context) (_ context.Context, end func
 		return ctx, func(string, error) {}
 	}
 	ctx = context.WithValue(ctx, submitKey{}, true)
-	ctx, span := p.tracerOf().Start(ctx, "bulkrun submit", trace.WithSpanKind(trace.SpanKindProducer),
+	ctx, span := p.tracerOf().Start(ctx, "submit", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(semconv.MessagingSystemAWSSQS, semconv.MessagingOperationTypeSend))
 	return ctx, func(batchID string, err error) {
 		if batchID != "" {
@@ -276,7 +276,7 @@ func (p *Provider) StartAttempt(ctx context.Context, a Attempt) (_ context.Conte
 	if tid.IsValid() {
 		ctx = context.WithValue(ctx, spanIDKey{}, AttemptSpanID(tid, a.RunID, a.Attempt))
 	}
-	ctx, span := tr.Start(ctx, "bulkrun process "+a.Pipeline, opts...)
+	ctx, span := tr.Start(ctx, "process "+a.Pipeline, opts...)
 	ctx = context.WithValue(ctx, spanIDKey{}, nil)
 	return ctx, func(outcome string, err error) {
 		if outcome != "" {
@@ -298,7 +298,7 @@ func (p *Provider) StartCall(ctx context.Context, pipeline string) (_ context.Co
 	if _, isNoop := tr.(noop.Tracer); isNoop {
 		return ctx, func(error) {}
 	}
-	ctx, span := tr.Start(ctx, "bulkrun call "+pipeline, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(AttrPipeline.String(pipeline)))
+	ctx, span := tr.Start(ctx, "call "+pipeline, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(AttrPipeline.String(pipeline)))
 	return ctx, func(err error) {
 		if err != nil {
 			span.RecordError(err)

@@ -91,7 +91,7 @@ func TestMemTraceSubmitAttemptsCall(t *testing.T) {
 	for _, s := range spans {
 		t.Logf("%-28s trace %s span %s parent %s links %d %v", s.Name, s.SpanContext.TraceID(), s.SpanContext.SpanID(), s.Parent.SpanID(), len(s.Links), s.Attributes)
 	}
-	submits, attempts, calls := named(spans, "bulkrun submit"), named(spans, "bulkrun process counted"), named(spans, "bulkrun call counted")
+	submits, attempts, calls := named(spans, "submit"), named(spans, "process counted"), named(spans, "call counted")
 	if len(submits) != 1 || len(attempts) != 2 || len(calls) != 2 {
 		t.Fatalf("spans: %d submit, %d attempts, %d calls; want 1, 2, 2", len(submits), len(attempts), len(calls))
 	}
