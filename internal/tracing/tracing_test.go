@@ -47,8 +47,8 @@ func TestCarry(t *testing.T) {
 // differs between attempts.
 func TestAttemptSpanID(t *testing.T) {
 	tid := trace.TraceID{1}
-	if AttemptSpanID(tid, "r", 1) != AttemptSpanID(tid, "r", 1) || AttemptSpanID(tid, "r", 1) == AttemptSpanID(tid, "r", 2) ||
-		!AttemptSpanID(tid, "r", 1).IsValid() {
+	first, again, second := AttemptSpanID(tid, "r", 1), AttemptSpanID(tid, "r", 1), AttemptSpanID(tid, "r", 2)
+	if first != again || first == second || !first.IsValid() {
 		t.Error("AttemptSpanID: want deterministic, valid ids that differ per attempt")
 	}
 }

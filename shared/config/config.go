@@ -393,6 +393,19 @@ const (
 	TracesOTLP = "otlp"
 )
 
+// checkTraces defaults TracesExporter to TracesNone and refuses another
+// name than TracesNone and TracesOTLP with a *VarError.
+func (c *Config) checkTraces() error {
+	switch c.TracesExporter {
+	case "":
+		c.TracesExporter = TracesNone
+	case TracesNone, TracesOTLP:
+	default:
+		return &VarError{Var: EnvTracesExporter, Value: c.TracesExporter, Reason: fmt.Sprintf("want %q or %q", TracesNone, TracesOTLP)}
+	}
+	return nil
+}
+
 // Load reads the configuration from the environment through getenv
 // (os.Getenv when nil), fills defaults and validates. It returns a
 // *VarError (or several joined) naming each variable at fault.
@@ -492,12 +505,8 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
-	switch c.TracesExporter {
-	case "":
-		c.TracesExporter = TracesNone
-	case TracesNone, TracesOTLP:
-	default:
-		errs = append(errs, &VarError{Var: EnvTracesExporter, Value: c.TracesExporter, Reason: fmt.Sprintf("want %q or %q", TracesNone, TracesOTLP)})
+	if err := c.checkTraces(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := new(slog.Level).UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, &VarError{Var: EnvLogLevel, Value: c.LogLevel, Reason: "want debug, info, warn or error"})

@@ -193,7 +193,7 @@ func named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
 func attr(s tracetest.SpanStub, k attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
