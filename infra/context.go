@@ -96,6 +96,8 @@ var contextProps = []contextProp{
 	{"noBatchEventAlarms", []string{"NoBatchEventAlarms"}, `"true": no rule routes threshold-exceeded, refused or paused batches to the alarm topic`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.NoBatchEventAlarms })},
 	{"bucketVersioning", []string{"BucketVersioning"}, `"true"`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.BucketVersioning })},
 	{"apiGatewayAccount", []string{"ApiGatewayAccount"}, `"true": the stack sets its role as the Region's account-wide API Gateway CloudWatch role even where another is set`, boolean(func(p *bulkrun.RunnerProps) *bool { return &p.ApiGatewayAccount })},
+	{"tracesExporter", []string{"TracesExporter"}, "none (default) or otlp", str(func(p *bulkrun.RunnerProps) *string { return &p.TracesExporter })},
+	{"tracesEndpoint", []string{"TracesEndpoint"}, "an http(s) URL", str(func(p *bulkrun.RunnerProps) *string { return &p.TracesEndpoint })},
 	{"logLevel", []string{"LogLevel"}, "debug, info (default), warn or error", str(func(p *bulkrun.RunnerProps) *string { return &p.LogLevel })},
 	{"apiRateLimit", []string{"APIRateLimit"}, "requests per second", func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.APIRateLimit, err = strconv.ParseFloat(v, 64)

@@ -176,6 +176,8 @@ func allContext() map[string]string {
 		"accountConcurrency":   "2000",
 		"apiGatewayAccount":    "true",
 		"logLevel":             "warn",
+		"tracesExporter":       "otlp",
+		"tracesEndpoint":       "http://collector.internal:4318",
 		"memoryMiB":            "submit=1024,finalize=2048,sweep=256",
 		"timeouts":             "submit=5m,finalize=10m,sweep=7m",
 	}
@@ -547,6 +549,16 @@ func TestRunnerPropsContext(t *testing.T) {
 		"apiGatewayAccount": func(t *testing.T) {
 			if !a.has("Custom::BulkrunApiGatewayAccountRole", `"Replace":"true"`) {
 				t.Error("the account role custom resource does not replace the account's role")
+			}
+		},
+		"tracesExporter": func(t *testing.T) {
+			if !a.has("AWS::Lambda::Function", `"OTEL_TRACES_EXPORTER":"otlp"`) {
+				t.Error("no function with OTEL_TRACES_EXPORTER otlp")
+			}
+		},
+		"tracesEndpoint": func(t *testing.T) {
+			if !a.has("AWS::Lambda::Function", `"OTEL_EXPORTER_OTLP_ENDPOINT":"http://collector.internal:4318"`) {
+				t.Error("no function with OTEL_EXPORTER_OTLP_ENDPOINT http://collector.internal:4318")
 			}
 		},
 		"logLevel": func(t *testing.T) {

@@ -25,6 +25,12 @@ const (
 	refStackName        = "bulkrun-ref-stack"
 )
 
+// EnvOTLPEndpoint is OpenTelemetry's standard variable of the OTLP
+// endpoint (OpenTelemetry "OTLP Exporter Configuration"), set from
+// RunnerProps.TracesEndpoint; read by the SDK's exporter, not by
+// config.Load.
+const EnvOTLPEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
 // functionEnv returns each function's environment variables, by function
 // name, in the config.Env* names and the units config.Load reads; the
 // stack's own resources are the ref* placeholders.
@@ -74,6 +80,10 @@ func (s settings) functionEnv() map[string]map[string]string {
 	setIf(fanOut, config.EnvSources, strings.Join(sources, ","))
 	setIf(fanOut, config.EnvLambdaFunctions, strings.Join(s.lambdaFunctions, ",")) // checked at submit and per item
 	setIf(fanOut, config.EnvWebhookAllow, s.webhookAllow)                          // checked at submit, and at dial by item
+	if s.tracesExporter != "" && s.tracesExporter != config.TracesNone {
+		fanOut[config.EnvTracesExporter] = s.tracesExporter // the submit's and the attempts' spans
+		setIf(fanOut, EnvOTLPEndpoint, s.tracesEndpoint)
+	}
 
 	submit := with(fanOut, map[string]string{
 		config.EnvFunction:            FunctionSubmit, // which function a PipelineCode binary serves

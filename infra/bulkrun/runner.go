@@ -288,6 +288,18 @@ type RunnerProps struct {
 	// Tracing turns on X-Ray active tracing for the functions and the API
 	// stage. Default off.
 	Tracing bool
+	// TracesExporter is the submit and item functions' OpenTelemetry
+	// traces exporter, config.EnvTracesExporter (OTEL_TRACES_EXPORTER):
+	// "none" (default: no span recorded; the batch's W3C trace context
+	// still reaches the pipelines) or "otlp" (OTLP/HTTP to
+	// TracesEndpoint). Independent of Tracing (X-Ray active tracing).
+	// docs/operations.md, "Traces".
+	TracesExporter string
+	// TracesEndpoint is the OTLP/HTTP endpoint of TracesExporter "otlp",
+	// OTEL_EXPORTER_OTLP_ENDPOINT: a URL. Default "": the SDK's,
+	// http://localhost:4318, where the collector of the ADOT Lambda layer
+	// listens (the layer is added to the functions by the app).
+	TracesEndpoint string
 	// QueueAgeAlarm is the age of the oldest message in the items queue or
 	// its dead-letter queue that raises an alarm: whole minutes from 1 min
 	// to 14 days. Default DefaultQueueAgeAlarm (30 min).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,6 +57,8 @@ type settings struct {
 	maxConcurrency     int
 	accountConcurrency int
 	logLevel           string // config.EnvLogLevel and the LoggingConfig's application level
+	tracesExporter     string // config.EnvTracesExporter on submit and item; "" for none
+	tracesEndpoint     string // OTEL_EXPORTER_OTLP_ENDPOINT on submit and item; "" for the SDK's default
 	webhookAllow       string // comma-separated, config.EnvWebhookAllow
 	ephemeralMiB       int
 	secretPrefixes     []string                 // config.EnvSecretPrefixes
@@ -133,6 +136,8 @@ func withDefaults(props *RunnerProps) settings {
 		maxConcurrency:     props.ItemsMaxConcurrency,
 		accountConcurrency: props.AccountConcurrency,
 		logLevel:           props.LogLevel,
+		tracesExporter:     props.TracesExporter,
+		tracesEndpoint:     props.TracesEndpoint,
 		secretPrefixes:     props.SecretPrefixes,
 		effectTables:       props.EffectTables,
 		lambdaFunctions:    props.LambdaFunctions,
@@ -275,6 +280,16 @@ func (s *settings) checkLimits(props *RunnerProps, bad badProp) {
 	}
 	if _, ok := applicationLogLevels[s.logLevel]; !ok {
 		bad("LogLevel", s.logLevel, "want debug, info, warn or error")
+	}
+	switch s.tracesExporter {
+	case "", config.TracesNone, config.TracesOTLP:
+	default:
+		bad("TracesExporter", s.tracesExporter, fmt.Sprintf("want %q or %q", config.TracesNone, config.TracesOTLP))
+	}
+	if u, err := url.Parse(s.tracesEndpoint); s.tracesEndpoint != "" && (err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "") {
+		bad("TracesEndpoint", s.tracesEndpoint, "want an http(s) URL")
+	} else if s.tracesEndpoint != "" && s.tracesExporter != config.TracesOTLP {
+		bad("TracesEndpoint", s.tracesEndpoint, `only with TracesExporter "otlp"`)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/control"
@@ -318,7 +319,9 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.SubmittedBy = CallerOf(r.Context())
-	res, err := a.Submitter.Accept(r.Context(), req)
+	// The caller's traceparent (and tracestate) header, when it sent one,
+	// is the parent of the submit's span, which the batch stores.
+	res, err := a.Submitter.Accept(tracing.Extract(r.Context(), r.Header), req)
 	if err != nil {
 		a.errorAnswer(w, r, err)
 		return

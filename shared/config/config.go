@@ -105,6 +105,14 @@ const (
 	// upload carries x-amz-meta-rerun: true (submit.Submitter.ClaimUpload).
 	// Default 7 (DefaultUploadRepeat); 0 remembers nothing.
 	EnvUploadRepeatDays = "BULKRUN_UPLOAD_REPEAT_DAYS"
+	// EnvTracesExporter is OpenTelemetry's standard variable naming the
+	// traces exporter (OpenTelemetry "Environment Variable
+	// Specification", OTEL_TRACES_EXPORTER): TracesNone (the default: no
+	// span recorded, the trace context still handed on) or TracesOTLP
+	// (OTLP/HTTP to the endpoint of the standard OTEL_EXPORTER_OTLP_*
+	// variables, default http://localhost:4318, the ADOT Lambda layer's
+	// collector). internal/tracing; docs/operations.md, "Traces".
+	EnvTracesExporter = "OTEL_TRACES_EXPORTER"
 	// EnvLogLevel is the slog level: debug, info (default), warn, error.
 	EnvLogLevel = "BULKRUN_LOG_LEVEL"
 	// EnvEphemeralStorageMiB is the submit function's ephemeral storage
@@ -362,6 +370,7 @@ type Config struct {
 	Retention        time.Duration   // EnvRetentionMinutes, else EnvRetentionDays; default DefaultRetention
 	UploadRepeat     time.Duration   // EnvUploadRepeatDays; default DefaultUploadRepeat, 0: off
 	LogLevel         string          // EnvLogLevel; default "info"
+	TracesExporter   string          // EnvTracesExporter; TracesNone (default) or TracesOTLP
 	EphemeralMiB     int             // EnvEphemeralStorageMiB; 0 when unset
 	Sources          []string        // EnvSources; s3://bucket/prefix entries, none when unset
 	WebhookAllow     *egress.Policy  // EnvWebhookAllow; default empty (no non-public destination)
@@ -382,6 +391,26 @@ type VarError struct {
 
 func (e *VarError) Error() string {
 	return fmt.Sprintf("config: %s=%q: %s", e.Var, e.Value, e.Reason)
+}
+
+// The traces exporters EnvTracesExporter names (OpenTelemetry's values
+// of OTEL_TRACES_EXPORTER that bulkrun supports).
+const (
+	TracesNone = "none"
+	TracesOTLP = "otlp"
+)
+
+// checkTraces defaults TracesExporter to TracesNone and refuses another
+// name than TracesNone and TracesOTLP with a *VarError.
+func (c *Config) checkTraces() error {
+	switch c.TracesExporter {
+	case "":
+		c.TracesExporter = TracesNone
+	case TracesNone, TracesOTLP:
+	default:
+		return &VarError{Var: EnvTracesExporter, Value: c.TracesExporter, Reason: fmt.Sprintf("want %q or %q", TracesNone, TracesOTLP)}
+	}
+	return nil
 }
 
 // Load reads the configuration from the environment through getenv
@@ -431,6 +460,7 @@ func Load(getenv func(string) string) (Config, error) {
 		ItemsPerMessage:  count(EnvItemsPerMessage, DefaultItemsPerMessage),
 		MaxReceiveCount:  count(EnvMaxReceiveCount, DefaultMaxReceiveCount),
 		LogLevel:         getenv(EnvLogLevel),
+		TracesExporter:   getenv(EnvTracesExporter),
 		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
 
 		ItemsMaxConcurrency: count(EnvItemsMaxConcurrency, DefaultItemsMaxConcurrency),
@@ -481,6 +511,9 @@ func Load(getenv func(string) string) (Config, error) {
 	c.WebhookAllow = allow
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if err := c.checkTraces(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := new(slog.Level).UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, &VarError{Var: EnvLogLevel, Value: c.LogLevel, Reason: "want debug, info, warn or error"})

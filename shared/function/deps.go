@@ -26,6 +26,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/thumbnail"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/internal/secret"
+	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/finalize"
@@ -48,6 +49,10 @@ type Deps struct {
 	// Metrics writes CloudWatch EMF lines to stdout; nil (none) without
 	// config.EnvMetricsStack.
 	Metrics *metric.Emitter
+	// Traces makes the submit's, the attempts' and the pipeline calls'
+	// spans with the exporter config.EnvTracesExporter names; nil (no-op)
+	// with none, the default.
+	Traces *tracing.Provider
 }
 
 // AWSConfig loads the SDK configuration from the environment (credentials,
@@ -115,6 +120,9 @@ func Build(ctx context.Context, function string) (*Deps, error) {
 	if stack := os.Getenv(config.EnvMetricsStack); stack != "" {
 		d.Metrics = metric.New(stack)
 	}
+	if d.Traces, err = tracing.New(ctx, cfg.TracesExporter); err != nil {
+		return nil, err
+	}
 	d.S3 = NewS3(ac)
 	d.Store = dynamo.New(dynamodb.NewFromConfig(ac), cfg.Table)
 	// Rows outlive a finished batch's retention by TTLGrace at least
@@ -172,6 +180,8 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 		Parts: &submit.PartsConfig{},
 		Bus:   d.Bus(),   // Batch State Change: submitted, running, refused
 		Tasks: d.Tasks(), // a refused batch's task token
+		// The submit's span; the batch stores its context.
+		Traces: d.Traces,
 	}
 	if self := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); self != "" {
 		// In Lambda: an S3 source is read by the function invoking itself

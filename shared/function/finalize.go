@@ -19,5 +19,5 @@ func StartFinalize(ctx context.Context) error {
 	if self := d.Self(); self != nil {
 		f.Parts, f.Chain = self, self
 	}
-	return serve(ctx, (&handler.Finalize{Finalizer: f, Log: d.Log}).Router())
+	return serve(ctx, (&handler.Finalize{Finalizer: f, Log: d.Log}).Router(), nil) // no spans of its own
 }

@@ -34,6 +34,7 @@ package function
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -47,6 +48,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/pipeline/lambdafn"
 	"github.com/bulkrun/bulkrun/internal/secret"
+	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -130,7 +132,7 @@ func StartSubmit(ctx context.Context, custom ...registered.Declaration) error {
 		DefaultPipeline: d.Config.DefaultPipeline,
 		Log:             d.Log,
 	}
-	return serve(ctx, h.Router())
+	return serve(ctx, h.Router(), d.Traces)
 }
 
 // StartItem serves the item function: it runs item messages from the
@@ -159,7 +161,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 		Worker: &worker.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
 			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
-			Staging: effects.Staging(d.Config.EffectTables), Retry: new(d.Config.RetryPolicy), Bus: d.Bus(),
+			Staging: effects.Staging(d.Config.EffectTables), Retry: new(d.Config.RetryPolicy), Bus: d.Bus(), Traces: d.Traces,
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).
 			Margin: workerMargin(d.Config.ItemTimeout),
@@ -168,7 +170,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 		},
 		DeadLetterARN: d.Config.DeadLetterARN,
 	}
-	return serve(ctx, h.Router())
+	return serve(ctx, h.Router(), d.Traces)
 }
 
 // workerMargin is the item worker's margin before the invocation deadline:
@@ -182,8 +184,18 @@ func workerMargin(timeout time.Duration) time.Duration {
 }
 
 // serve starts r as the process's Lambda handler; it returns only when
-// the runtime cannot start.
-func serve(ctx context.Context, r handler.Router) error {
-	lambda.StartWithOptions(r.Handle, lambda.WithContext(ctx))
+// the runtime cannot start. With an exporter (traces not nil), each
+// invocation exports its spans before it returns (Lambda may freeze the
+// process after); a failed export is logged by OpenTelemetry's handler
+// and never fails the invocation.
+func serve(ctx context.Context, r handler.Router, traces *tracing.Provider) error {
+	h := r.Handle
+	if traces != nil {
+		h = func(ctx context.Context, raw json.RawMessage) (any, error) {
+			defer func() { _ = traces.Flush(context.WithoutCancel(ctx)) }()
+			return r.Handle(ctx, raw)
+		}
+	}
+	lambda.StartWithOptions(h, lambda.WithContext(ctx))
 	return nil
 }

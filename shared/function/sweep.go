@@ -22,5 +22,5 @@ func StartSweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	return serve(ctx, handler.Sweep(d.Sweeper()))
+	return serve(ctx, handler.Sweep(d.Sweeper()), nil) // no spans of its own
 }

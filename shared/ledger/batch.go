@@ -41,6 +41,16 @@ type Batch struct {
 	// TaskGone is set (Store.SetTaskGone) when a heartbeat found the task
 	// no longer awaited (ErrTaskGone): no more heartbeats are sent.
 	TaskGone bool `json:"-"`
+	// TraceParent and TraceState are the W3C trace context of the submit
+	// that created the batch (https://www.w3.org/TR/trace-context/): its
+	// span's traceparent ("00-{trace id}-{span id}-{flags}", 55 bytes) and
+	// the caller's tracestate (usually empty), or a new root's traceparent
+	// when the caller sent none. Every item attempt's span is its child
+	// (internal/tracing). Set at creation, the same in every run, not part
+	// of the plan (a repeated submit keeps the first one's); empty on rows
+	// written before traces.
+	TraceParent string `json:"-"`
+	TraceState  string `json:"-"`
 }
 
 // HiddenPlan is the part of a batch's plan (api.Plan) that the API never

@@ -55,7 +55,9 @@ type Handoff interface {
 // source is read again and its digest compared). Idempotent per (id,
 // request). Errors: *InputError for a malformed request; a hand-off that
 // failed is returned (retry the same request: it hands off again).
-func (s *Submitter) Accept(ctx context.Context, req api.SubmitRequest) (SubmitResult, error) {
+func (s *Submitter) Accept(ctx context.Context, req api.SubmitRequest) (res SubmitResult, err error) {
+	ctx, end := s.Traces.StartSubmit(ctx)
+	defer func() { end(res.Batch.ID, err) }()
 	if s.Handoff == nil || len(req.Source.Items) > 0 {
 		return s.Submit(ctx, req)
 	}
@@ -82,6 +84,7 @@ func (s *Submitter) Accept(ctx context.Context, req api.SubmitRequest) (SubmitRe
 		return SubmitResult{}, err
 	}
 	b := planOf(req, s.Clock.Now())
+	traced(ctx, &b)
 	b.Status = api.StatusSubmitting
 	b.Request = raw
 	got, err := s.Store.CreateBatch(ctx, b)
@@ -415,6 +418,7 @@ func (s *Submitter) RecordRefused(ctx context.Context, req api.SubmitRequest, r 
 		return ledger.Batch{}, fmt.Errorf("record refusal: %w", &api.InputError{Field: "batch_id", Reason: "required"})
 	}
 	b := planOf(req, s.Clock.Now())
+	traced(ctx, &b)
 	b.Status = api.StatusSubmitting
 	got, err := s.Store.CreateBatch(ctx, b)
 	switch {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
+	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
@@ -37,6 +38,10 @@ type Submitter struct {
 	Clock     ledger.Clock
 	Log       *slog.Logger
 	Pipelines []string // accepted pipeline names
+	// Traces makes the submit's span (tracing.Provider.StartSubmit), whose
+	// context each new batch stores; nil: none recorded, the context still
+	// stored (the caller's, or a new root).
+	Traces *tracing.Provider
 	// Registry, when set, lets submit check a batch's pipeline options with
 	// the pipeline's own rules (pipeline.OptionsValidator) before any item
 	// runs. Pipelines it does not hold are accepted by name only.
@@ -301,8 +306,10 @@ func checkHeartbeat(req api.SubmitRequest, tick time.Duration) error {
 // or not), is pending deletion or was refused starts a fresh batch: the
 // stale batch is forgotten first (objects and rows), then the submit is
 // made again.
-func (s *Submitter) Submit(ctx context.Context, req api.SubmitRequest) (SubmitResult, error) {
-	res, err := s.submit(ctx, req)
+func (s *Submitter) Submit(ctx context.Context, req api.SubmitRequest) (res SubmitResult, err error) {
+	ctx, end := s.Traces.StartSubmit(ctx)
+	defer func() { end(res.Batch.ID, err) }()
+	res, err = s.submit(ctx, req)
 	if errors.Is(err, errStaleCleared) {
 		return s.submit(ctx, req)
 	}
@@ -353,6 +360,7 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 		return SubmitResult{}, err
 	}
 	b := planOf(req, s.Clock.Now())
+	traced(ctx, &b)
 	b.Freeze(manifestKey, sum, s.ItemsPerSecond)
 	b.Checked = checked
 	stored, err := s.Store.CreateBatch(ctx, b)

@@ -138,7 +138,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if h, on := ledger.HaltOn(cur, subject); on {
 				halted = h
 			}
-			w.attempt(ctx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject}, u, h, r, p, refusal, headers, options, inv.margin)
+			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject}, u, h, r, p, refusal, headers, options, inv.margin)
+			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
 	}
@@ -373,10 +375,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if dl, ok := runCtx.Deadline(); ok {
 		allotted = time.Until(dl)
 	}
-	res, rr, perr := w.runPipeline(pipeCtx, log, p, b, pipeline.Request{
+	callCtx, called := w.Traces.StartCall(pipeCtx, b.Pipeline)
+	res, rr, perr := w.runPipeline(callCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
 	})
+	called(perr)
 	// Staging ends with Run, whatever its result: a write staged later (by
 	// a goroutine the pipeline left behind) is refused, never committed.
 	staged := seal()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/internal/retry"
+	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -57,6 +58,10 @@ type Worker struct {
 	Clock     ledger.Clock
 	Log       *slog.Logger
 	Pipelines *pipeline.Registry
+	// Traces makes the spans of item attempts and pipeline calls
+	// (internal/tracing, trace.go); nil: none recorded, the batch's trace
+	// context still handed on to the pipelines.
+	Traces *tracing.Provider
 	// Metrics receives the item metrics (outcomes, durations, retries,
 	// dead letters, fan-out, pauses); nil for none.
 	Metrics *metric.Emitter

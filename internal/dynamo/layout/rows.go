@@ -168,6 +168,8 @@ type BatchRow struct {
 	TaskToken      string             `dynamodbav:"task_token,omitempty"`             // ledger.Batch.TaskToken
 	TaskHeartbeat  int                `dynamodbav:"task_heartbeat_seconds,omitempty"` // ledger.Batch.TaskHeartbeat
 	TaskGone       bool               `dynamodbav:"task_gone,omitempty"`              // ledger.Batch.TaskGone
+	TraceParent    string             `dynamodbav:"trace_parent,omitempty"`           // ledger.Batch.TraceParent; absent: none (rows before traces)
+	TraceState     string             `dynamodbav:"trace_state,omitempty"`            // ledger.Batch.TraceState
 	PauseBy        string             `dynamodbav:"pause_by,omitempty"`               // absent: not paused
 	PausedAtMs     int64              `dynamodbav:"paused_at_ms,omitempty"`
 	PauseClass     string             `dynamodbav:"pause_class,omitempty"`
@@ -206,6 +208,7 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 		Request: string(b.Request), SubmitAttempts: b.SubmitAttempts, SubmitDeadMs: Ms(b.SubmitDeadline),
 		Format: ledger.FormatVersion, Failure: b.Failure, FinalizeFails: b.FinalizeFailures,
 		Pauses: b.Pauses, RunRevision: b.RunRevision, TaskGone: b.TaskGone, SourceFormat: b.SourceFormat,
+		TraceParent: b.TraceParent, TraceState: b.TraceState,
 	}
 	if err := r.setPlan(b.Plan, b.HiddenPlan); err != nil {
 		return BatchRow{}, err
@@ -296,6 +299,8 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		SubmitDeadline:   FromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
 		TaskGone:         r.TaskGone,
+		TraceParent:      r.TraceParent,
+		TraceState:       r.TraceState,
 		FinalizeFailures: r.FinalizeFails,
 	}
 	var err error

@@ -2,6 +2,8 @@ package lambdafn
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // SDK is the Invoker of an AWS SDK Lambda client. Safe for concurrent use.
@@ -22,11 +25,15 @@ var _ Invoker = SDK{}
 // no answer (a timeout, a lost connection) one with status 0. The
 // context's own cancellation is returned as is.
 func (s SDK) Invoke(ctx context.Context, function string, payload []byte) (Result, error) {
-	out, err := s.Client.Invoke(ctx, &lambda.InvokeInput{
+	in := &lambda.InvokeInput{
 		FunctionName:   aws.String(function),
 		InvocationType: types.InvocationTypeRequestResponse,
 		Payload:        payload,
-	})
+	}
+	if cc := clientContext(ctx); cc != "" {
+		in.ClientContext = aws.String(cc)
+	}
+	out, err := s.Client.Invoke(ctx, in)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -46,4 +53,31 @@ func (s SDK) Invoke(ctx context.Context, function string, payload []byte) (Resul
 		return Result{}, ie
 	}
 	return Result{Payload: out.Payload, FunctionError: aws.ToString(out.FunctionError)}, nil
+}
+
+// MaxClientContextBytes is the largest ClientContext Invoke takes: 3,583
+// bytes, base64-encoded (Lambda API reference, "Invoke", ClientContext).
+const MaxClientContextBytes = 3583
+
+// clientContext is Invoke's ClientContext for ctx's W3C trace context
+// (traceparent, and tracestate when there is one), base64-encoded JSON
+// with the headers under both "Custom" and "custom": OpenTelemetry's AWS
+// SDK instrumentation puts them under "Custom", and its Lambda
+// instrumentation reads them there (Node.js), the Python runtime reads
+// "custom", Go's lambdacontext.ClientContext either. "" when ctx carries
+// no span context, or the context would not fit MaxClientContextBytes.
+func clientContext(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	if carrier["traceparent"] == "" {
+		return ""
+	}
+	js, err := json.Marshal(map[string]map[string]string{"Custom": carrier, "custom": carrier})
+	if err != nil {
+		return ""
+	}
+	if s := base64.StdEncoding.EncodeToString(js); len(s) <= MaxClientContextBytes {
+		return s
+	}
+	return ""
 }

@@ -20,6 +20,8 @@
 //	Bulkrun-Batch-Id: <batch id>
 //	Bulkrun-Item-Key: <url.PathEscape(item key)>
 //	Bulkrun-Attempt: <attempt, from 1>
+//	traceparent: 00-<trace id>-<span id>-<flags>   W3C Trace Context: the call in the batch's trace
+//	tracestate: <vendor entries>       when the submitting call sent one
 //	User-Agent: bulkrun-webhook         unless a submit header sets it
 //
 // plus every header given at submit, in canonical form. The headers above
@@ -118,6 +120,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/bulkrun/bulkrun/internal/egress"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -277,6 +281,9 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	hreq.Header.Set("Bulkrun-Batch-Id", req.BatchID)
 	hreq.Header.Set("Bulkrun-Item-Key", url.PathEscape(req.Key))
 	hreq.Header.Set("Bulkrun-Attempt", strconv.Itoa(req.Attempt))
+	// The W3C trace context of the call (traceparent, tracestate when
+	// there is one): the batch's trace, whatever the exporter.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 	// One attempt is one request: without GetBody, net/http's transport
 	// never sends the POST again on its own (it replays a request whose
 	// body it can rewind when it carries an Idempotency-Key header and a
