@@ -57,6 +57,12 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if errors.Is(serr, ledger.ErrUnavailable) {
 		return w.unavailable(ctx, log, d, m, &b, "resolve secrets", serr)
 	}
+	// A batch with a rate leases its calls before the take (rate.go).
+	if wait, err := w.paceUnit(ctx, log, b, m); err != nil {
+		return w.unavailable(ctx, log, d, m, &b, "lease the rate", err)
+	} else if wait > 0 {
+		return w.rateWait(ctx, log, d, m, wait), nil
+	}
 	// A batch with max_concurrency takes a slot before the take, so that
 	// waiting for one costs no attempt; the unit's items then run one at
 	// a time, so the slots bound the items running.
