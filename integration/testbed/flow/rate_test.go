@@ -227,7 +227,9 @@ func TestRateSharedByTwoBatches(t *testing.T) {
 	if want := time.Duration((2*n - 1) / rate * 1.1 * float64(time.Second)); span > want {
 		t.Errorf("the calls took %v, want ≤ %v (the rate less 10 %%)", span, want)
 	}
-	last := func(ts []time.Time) time.Time { return slices.MaxFunc(ts, func(a, b time.Time) int { return a.Compare(b) }) }
+	last := func(ts []time.Time) time.Time {
+		return slices.MaxFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	}
 	end := last(calls["rate-a"])
 	if e := last(calls["rate-b"]); e.Before(end) {
 		end = e

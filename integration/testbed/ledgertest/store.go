@@ -36,11 +36,11 @@ type Store struct {
 	chunks    map[chunkKey]*counter
 	runs      map[runKey]*runCounter
 	slots     map[slotKey]slot
-	claims    map[runKey]*claimRow // a max_concurrency run's claim counter
-	tracks    map[trackKey]track   // a max_concurrency run's track fences
+	claims    map[runKey]*claimRow  // a max_concurrency run's claim counter
+	tracks    map[trackKey]track    // a max_concurrency run's track fences
 	rates     map[rateKey]time.Time // a rate key's bucket row: its Next
-	running   map[string]int       // batch id → run
-	retention map[string]string    // marker key → batch id
+	running   map[string]int        // batch id → run
+	retention map[string]string     // marker key → batch id
 	publish   map[ledger.RunRef]bool
 	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
 	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
