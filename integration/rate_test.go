@@ -28,7 +28,7 @@ func (l *callLog) decide(id string) func(string, int) int {
 }
 
 // TestRateSharedByTwoBatches guards a rate per downstream key
-// (docs/adr/0031) by the receiver's own log: two batches of 600 items
+// (docs/adr/0030) by the receiver's own log: two batches of 600 items
 // submitted together, sharing a key at 50 requests a second, are called
 // at most 550 times (55/s) in every 10 s window, each is called in every
 // full 10 s window while both run (both progress), every item succeeds

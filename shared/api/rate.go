@@ -9,7 +9,7 @@ import (
 
 // Rate paces a batch's calls to its downstream in requests a second,
 // shared by every batch naming the same Key (docs/pipelines.md, "Rates";
-// docs/adr/0031). JSON: {"key": "api.example.com", "requests_per_second":
+// docs/adr/0030). JSON: {"key": "api.example.com", "requests_per_second":
 // 50}.
 type Rate struct {
 	// Key names the downstream the rate is for: 1–128 characters of

@@ -3,7 +3,7 @@ package ledger
 import "time"
 
 // RateLease is what Store.LeaseRate asks of one bucket row of a
-// downstream key's rate (shared/pace, docs/adr/0031): a lease that moves
+// downstream key's rate (shared/pace, docs/adr/0030): a lease that moves
 // the row's Next by Spacing (its requests at the key's rate per row,
 // pace.Spacing), booked at most Horizon ahead of Now. Key is the rate's
 // key (api.Rate.KeyOf), Shard the row, 0 … pace.RateShards − 1. Idle

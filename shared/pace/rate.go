@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Rates per downstream key (docs/adr/0031). A batch with a rate names a
+// Rates per downstream key (docs/adr/0030). A batch with a rate names a
 // key (its downstream: a host, an API account, a model) and a pace in
 // requests a second; every batch naming the key shares one schedule,
 // kept in bucket rows of the ledger. The schedule is a GCRA (generic cell

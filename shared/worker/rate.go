@@ -11,7 +11,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
-// Rates (api.Rate, shared/pace, docs/adr/0031): a unit of a batch with a
+// Rates (api.Rate, shared/pace, docs/adr/0030): a unit of a batch with a
 // rate leases its calls (one request per item) from one bucket row of
 // the rate's key before its take, so that waiting uses no attempt. A
 // lease starting within pace.LeaseSleep is slept in the invocation; a

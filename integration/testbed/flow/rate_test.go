@@ -205,7 +205,7 @@ func busiest(times []time.Time, w time.Duration) (int, time.Time) {
 }
 
 // TestRateSharedByTwoBatches guards "a rate per downstream key holds
-// across every batch on it" (docs/adr/0031): two batches of 400 items
+// across every batch on it" (docs/adr/0030): two batches of 400 items
 // sharing a 50 requests/s key, their messages delivered in a random
 // order, make at most 550 calls (55/s) in any 10 s window of the test's
 // clock, both make calls in every full 10 s window while both run, the
