@@ -12,13 +12,13 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
-// callLog is a receiver's own log of when it was called, by batch.
-type callLog struct {
+// rateLog is a receiver's own log of when it was called, by batch.
+type rateLog struct {
 	mu    sync.Mutex
 	calls map[string][]time.Time
 }
 
-func (l *callLog) decide(id string) func(string, int) int {
+func (l *rateLog) decide(id string) func(string, int) int {
 	return func(string, int) int {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -39,7 +39,7 @@ func TestRateSharedByTwoBatches(t *testing.T) {
 	const items, rate = 600, 50.0
 	a, b := newID(t)+"-a", newID(t)+"-b"
 	key := "rate-test-" + newID(t)
-	log := &callLog{calls: map[string][]time.Time{}}
+	log := &rateLog{calls: map[string][]time.Time{}}
 	for _, id := range []string{a, b} {
 		req := webhookRequest(id, env.hook.route(id, log.decide(id)), inlineItems(items))
 		req.Rate = &api.Rate{Key: key, RequestsPerSecond: rate}

@@ -64,7 +64,17 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	if wait > 0 {
 		w.sleep(ctx, wait)
 	}
+	m.leased = start
 	return 0, nil
+}
+
+// leaseLate reports whether a call of m's unit starting at now would
+// start past its rate lease's start + pace.LeaseGrace (its item then
+// waited for the invocation's other items, or a slow take): it is given
+// back and leases again, so that late calls do not bunch with the calls
+// of later leases.
+func (m *unitMessage) leaseLate(now time.Time) bool {
+	return !m.leased.IsZero() && now.After(m.leased.Add(pace.LeaseGrace))
 }
 
 // rateHint is a bucket row this process leased from; rateHints keeps the

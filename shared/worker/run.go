@@ -38,6 +38,9 @@ type itemRun struct {
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
 	interrupted bool
+	// lateLease: not started, its unit's rate lease went stale meanwhile
+	// (rate.go): given back as a throttled call is, with no attempt.
+	lateLease bool
 }
 
 // runUnit is the one delivery loop of an item or pack message: take the
@@ -139,6 +142,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe {
 				return // not started: given back below
 			}
+			if r.lateLease = m.leaseLate(w.Clock.Now()); r.lateLease {
+				return // not started: given back below
+			}
 			r.started = true
 			halted := ""
 			if h, on := ledger.HaltOn(cur, subject); on {
@@ -191,6 +197,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			give.UpdatedAt = w.Clock.Now()
 			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight})
 			retries++
+			throttled = throttled || r.lateLease
 		default:
 			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: r.state, Was: api.OutcomeInFlight})
 			if r.ending.Retry() {

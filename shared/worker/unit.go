@@ -57,6 +57,9 @@ type unitMessage struct {
 	requeued, slotWaits *int
 	// rateAt is the message's RateAtUs (a track's unit keeps it in ref).
 	rateAt *int64
+	// leased is the start of the rate lease this delivery runs under
+	// (zero: none): its calls start by then + pace.LeaseGrace.
+	leased time.Time
 	body   func() ([]byte, error)
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
