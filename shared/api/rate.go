@@ -77,10 +77,10 @@ func (r Rate) Spec() string {
 // "/s", then optionally "@" and the key ("50", "50/s", "50@api.example.com").
 // field names the flag or metadata in the error.
 func ParseRate(field, s string) (Rate, error) {
-	num, key, _ := strings.Cut(strings.TrimSpace(s), "@")
+	num, key, at := strings.Cut(strings.TrimSpace(s), "@")
 	num = strings.TrimSuffix(strings.TrimSpace(num), "/s")
 	n, err := strconv.ParseFloat(num, 64)
-	if err != nil {
+	if err != nil || at && strings.TrimSpace(key) == "" {
 		return Rate{}, &InputError{Field: field, Reason: fmt.Sprintf("%q: want requests a second, then optionally @key (50, 50/s, 50@api.example.com)", s)}
 	}
 	r := Rate{Key: strings.TrimSpace(key), RequestsPerSecond: n}
