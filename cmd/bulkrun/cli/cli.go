@@ -335,13 +335,11 @@ func (a *app) submitCmd() *cobra.Command {
 				}
 				req.Retry = &p
 			}
-			if rate != "" {
-				r, err := api.ParseRate("--rate", rate)
-				if err != nil {
-					return &ExitError{Code: ExitUsage, Err: err}
-				}
-				req.Rate = &r
+			r, err := rateFlag(rate)
+			if err != nil {
+				return err
 			}
+			req.Rate = r
 			req.OnInterrupt = api.InterruptPolicy(onInterrupt)
 			if cmd.Flags().Changed("tolerated-failure-percent") {
 				req.Threshold.FailurePercent = &percent
@@ -415,6 +413,18 @@ func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 	f.IntVar(&req.TaskHeartbeatSeconds, "task-heartbeat-seconds", 0, "with --task-token: the Task state's HeartbeatSeconds (or less), 600–99999999; SendTaskHeartbeat is sent on every 5-minute tick while the first run goes (default 0: none)")
+}
+
+// rateFlag reads --rate ("": nil), a usage error when bad.
+func rateFlag(s string) (*api.Rate, error) {
+	if s == "" {
+		return nil, nil
+	}
+	r, err := api.ParseRate("--rate", s)
+	if err != nil {
+		return nil, &ExitError{Code: ExitUsage, Err: err}
+	}
+	return &r, nil
 }
 
 // rateFlagHelp is --rate's help, for submit and upload.
