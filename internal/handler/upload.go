@@ -24,7 +24,7 @@ import (
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
-		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
 }
 
 // correctionOptions are the upload options a correction (MetaCorrects)
@@ -369,6 +369,13 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 			return req, nil, err
 		}
 		req.Retry = &p
+	}
+	if v := get(wire.MetaRate); v != "" {
+		r, err := api.ParseRate("x-amz-meta-"+wire.MetaRate, v)
+		if err != nil {
+			return req, nil, err
+		}
+		req.Rate = &r
 	}
 	if v := get(wire.MetaStopOnThreshold); v != "" {
 		stop, err := strconv.ParseBool(v)

@@ -162,7 +162,8 @@ func (e *Emitter) Retry(pipeline, batchID string, run int) {
 // bulkrun: ledger.MaxResends), by why: "unavailable" (AWS throttled or
 // failed), "throttled" (the pipeline's downstream throttled the call),
 // "paused" (its batch's pause), "slot" (a max_concurrency slot of a
-// message sent before tracks), "track" (a track sent on).
+// message sent before tracks), "track" (a track sent on), "rate" (a
+// unit waiting for its batch's rate lease).
 func (e *Emitter) Resent(pipeline, why, batchID string, run int) {
 	e.count(MessagesResent, 1, [][]string{{DimStack}, {DimStack, DimReason}},
 		map[string]any{DimPipeline: pipeline, DimReason: why, "batch_id": batchID, "run": run})

@@ -44,6 +44,10 @@ type Plan struct {
 	// once, across every invocation (shared/worker, shared/pace),
 	// 1–MaxBatchConcurrency (1,000); 0 (the default) is unlimited.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Rate paces the batch's calls in requests a second, shared with the
+	// other batches naming its key (see Rate); nil (the default) is
+	// unpaced.
+	Rate *Rate `json:"rate,omitempty"`
 	// ItemsPerMessage is how many consecutive manifest items share one
 	// items-queue message and one ledger row (a pack), 1–
 	// MaxItemsPerMessage (ledger, 100); a request's 0 takes the stack's
@@ -81,6 +85,7 @@ func (p Plan) Clone() Plan {
 	p.Threshold.FailurePercent = clonePtr(p.Threshold.FailurePercent)
 	p.Threshold.FailureCount = clonePtr(p.Threshold.FailureCount)
 	p.Retry = clonePtr(p.Retry)
+	p.Rate = clonePtr(p.Rate)
 	p.StopOnThreshold = clonePtr(p.StopOnThreshold)
 	return p
 }

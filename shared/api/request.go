@@ -37,6 +37,12 @@ type SubmitRequest struct {
 	// one after another (shared/pace); an item not yet started waits in
 	// the manifest, at no cost and without using an attempt.
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Rate paces the batch's calls in requests a second across every
+	// invocation, shared with every batch naming the same key (see Rate,
+	// docs/pipelines.md "Rates"): a unit waits for its lease before its
+	// take, on the queue or in its track, using no attempt. nil (the
+	// default) is unpaced.
+	Rate *Rate `json:"rate,omitempty"`
 	// ItemsPerMessage (K) packs K consecutive manifest items into one
 	// items-queue message and one ledger row, each item keeping its own
 	// reservation, attempts, outcome, error, cost, listing and census;

@@ -100,9 +100,16 @@ type Message struct {
 	// the next delay. Not an attempt.
 	Requeued int `json:"requeued,omitempty"`
 	// SlotWaits counts how often the item worker sent this message again
-	// because every max_concurrency slot it tried was taken. Not an
-	// attempt. Requeued and SlotWaits are each bounded by MaxResends.
+	// because every max_concurrency slot it tried was taken, or to wait
+	// for its batch's rate (RateAtUs). Not an attempt. Requeued and
+	// SlotWaits are each bounded by MaxResends.
 	SlotWaits int `json:"slot_waits,omitempty"`
+	// RateAtUs is the start (epoch microseconds) of the rate lease the
+	// message carries: booked by the delivery that sent it on to wait for
+	// it (its batch has a rate, shared/pace), so that its next delivery
+	// runs at that start instead of leasing again (unless the lease is
+	// stale, pace.LeaseGrace). 0: none.
+	RateAtUs int64 `json:"rate_at_us,omitempty"`
 	// Track makes a fan-out message a track of a batch with
 	// max_concurrency (see Track): its units run in place, one at a time.
 	Track *Track `json:"track,omitempty"`

@@ -36,6 +36,8 @@ type PackMessage struct {
 	Requeued int `json:"requeued,omitempty"`
 	// SlotWaits: see Message.SlotWaits.
 	SlotWaits int `json:"slot_waits,omitempty"`
+	// RateAtUs: see Message.RateAtUs.
+	RateAtUs int64 `json:"rate_at_us,omitempty"`
 }
 
 // PackedItem is one item of a pack message: its key and either its input

@@ -250,6 +250,16 @@ type Store interface {
 	// the same seq holds it (zero: a later seq took the track, so this
 	// delivery is stale).
 	TakeTrack(ctx context.Context, t TrackTake) (time.Time, error)
+	// LeaseRate books a lease on one bucket row of a downstream key's rate
+	// (shared/pace Book): when the row's Next (none: idle) is at most
+	// l.Horizon past l.Now, the lease starts at the later of Now and Next
+	// and Next moves to its start + l.Spacing, atomically, so that leases
+	// of one row never overlap whoever takes them; otherwise nothing is
+	// written and the grant is not Granted, with the row's Next. Not
+	// idempotent: a lease asked again is a second lease (an unused one only
+	// slows the key). The row lives on (its TTL renewed per lease) across
+	// batches: it belongs to the key, not to a batch.
+	LeaseRate(ctx context.Context, l RateLease) (RateGrant, error)
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

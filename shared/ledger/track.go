@@ -62,7 +62,8 @@ type Track struct {
 // TrackRetry is a unit of a track waiting to run again: its items
 // (First, Count; a pack's first is its PackFirst), its lines (Offset,
 // Length bytes in the manifest), its fan-out chunk, when it is due, and
-// how often AWS being unavailable sent it back in a row.
+// how often AWS being unavailable sent it back in a row; RateAtUs is the
+// start of the rate lease it waits for (Message.RateAtUs).
 type TrackRetry struct {
 	First      int64 `json:"first"`
 	Count      int64 `json:"n"`
@@ -72,6 +73,7 @@ type TrackRetry struct {
 	ChunkItems int64 `json:"ci"`
 	DueMs      int64 `json:"due_ms"`
 	Requeued   int   `json:"rq,omitempty"`
+	RateAtUs   int64 `json:"ra,omitempty"`
 }
 
 // Due is when r may run again.

@@ -16,4 +16,8 @@
 // under DynamoDB's 1,000 writes a second at any size
 // (ClaimWritesPerSecond; "Burst and adaptive capacity", DynamoDB
 // developer guide: 1,000 write units a second per partition).
+//
+// Rates per downstream key (rate.go): a GCRA schedule per bucket row,
+// leased one unit's calls at a time, booked ahead up to LeaseHorizon;
+// a row paces at most ShardRequestsPerSecond.
 package pace

@@ -185,6 +185,11 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if req.MaxConcurrency < 0 || req.MaxConcurrency > api.MaxBatchConcurrency {
 		return &api.InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, api.MaxBatchConcurrency)}
 	}
+	if req.Rate != nil {
+		if err := req.Rate.Validate(); err != nil {
+			return err
+		}
+	}
 	if req.ItemsPerMessage < 0 || req.ItemsPerMessage > ledger.MaxItemsPerMessage {
 		return &api.InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.ItemsPerMessage, ledger.MaxItemsPerMessage)}
 	}
@@ -612,6 +617,7 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 				MaxAttempts:     req.MaxAttempts,
 				Retry:           req.Retry,
 				MaxConcurrency:  req.MaxConcurrency,
+				Rate:            req.Rate,
 				ItemsPerMessage: req.ItemsPerMessage,
 				OnInterrupt:     req.OnInterrupt,
 				Headers:         req.Headers,

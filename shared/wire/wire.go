@@ -169,6 +169,7 @@ const (
 	MetaRetry           = "retry" // a retry policy: api.ParseRetryPolicy's name=value pairs or JSON
 	MetaPipelineOptions = "pipeline-options"
 	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
+	MetaRate            = "rate"              // as rate: api.ParseRate's requests a second, then optionally @key (50@api.example.com)
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
 	// MetaRerun "true" runs the upload's items even though the same items
 	// started a batch from another object within the stack's window, and

@@ -38,6 +38,9 @@ type itemRun struct {
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
 	interrupted bool
+	// lateLease: not started, its unit's rate lease went stale meanwhile
+	// (rate.go): given back as a throttled call is, with no attempt.
+	lateLease bool
 }
 
 // runUnit is the one delivery loop of an item or pack message: take the
@@ -56,6 +59,12 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	headers, options, serr := resolveSecrets(ctx, w.Secrets, b.Headers, b.Options)
 	if errors.Is(serr, ledger.ErrUnavailable) {
 		return w.unavailable(ctx, log, d, m, &b, "resolve secrets", serr)
+	}
+	// A batch with a rate leases its calls before the take (rate.go).
+	if wait, err := w.paceUnit(ctx, log, b, m); err != nil {
+		return w.unavailable(ctx, log, d, m, &b, "lease the rate", err)
+	} else if wait > 0 {
+		return w.rateWait(ctx, log, d, m, wait), nil
 	}
 	// A batch with max_concurrency takes a slot before the take, so that
 	// waiting for one costs no attempt; the unit's items then run one at
@@ -133,6 +142,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe {
 				return // not started: given back below
 			}
+			if r.lateLease = m.leaseLate(w.Clock.Now()); r.lateLease {
+				return // not started: given back below
+			}
 			r.started = true
 			halted := ""
 			if h, on := ledger.HaltOn(cur, subject); on {
@@ -187,6 +199,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			give.UpdatedAt = w.Clock.Now()
 			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight})
 			retries++
+			throttled = throttled || r.lateLease
 		default:
 			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: r.state, Was: api.OutcomeInFlight})
 			if r.ending.Retry() {

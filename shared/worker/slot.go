@@ -80,10 +80,17 @@ func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string,
 // slot never brings an item toward max_attempts or the dead-letter queue.
 // If the new message cannot be sent, this one comes back after the wait.
 func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage) bool {
-	wait := slotWait()
+	return w.resendWaiting(ctx, log, d, m, slotWait(), "slot")
+}
+
+// resendWaiting sends m again as a new message after wait, for reason
+// ("slot": every concurrency slot tried is taken; "rate": its batch's
+// rate), counting a slot wait (SlotWaits, bounded by ledger.MaxResends,
+// past which it waits on this message instead, a receive).
+func (w *Worker) resendWaiting(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, wait time.Duration, reason string) bool {
 	if *m.slotWaits >= ledger.MaxResends {
 		// The loop's own bound: wait on this message instead, a receive.
-		log.WarnContext(ctx, "every concurrency slot tried is taken; message delayed, not sent again", "slot_waits", *m.slotWaits, "retry_in_ms", wait.Milliseconds())
+		log.WarnContext(ctx, "waiting ("+reason+"); message delayed, not sent again", "slot_waits", *m.slotWaits, "retry_in_ms", wait.Milliseconds())
 		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
 			log.WarnContext(ctx, "delay message", "error", derr.Error())
 		}
@@ -93,8 +100,8 @@ func (w *Worker) slotsTaken(ctx context.Context, log *slog.Logger, d Delivery, m
 	body, err := m.body()
 	if err == nil {
 		if err = w.Queue.Requeue(ctx, body, wait); err == nil {
-			w.Metrics.Resent("", "slot", m.BatchID, m.Run)
-			log.DebugContext(ctx, "every concurrency slot tried is taken; message sent again", "retry_in_ms", wait.Milliseconds())
+			w.Metrics.Resent("", reason, m.BatchID, m.Run)
+			log.DebugContext(ctx, "waiting ("+reason+"); message sent again", "retry_in_ms", wait.Milliseconds())
 			return true
 		}
 	}

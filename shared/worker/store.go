@@ -32,6 +32,7 @@ type Store interface {
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
 	ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, error)
 	TakeTrack(ctx context.Context, t ledger.TrackTake) (time.Time, error)
+	LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error
 }

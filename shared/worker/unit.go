@@ -55,7 +55,12 @@ type unitMessage struct {
 	// requeued and slotWaits are the message's Requeued and SlotWaits
 	// counts; body encodes them again.
 	requeued, slotWaits *int
-	body                func() ([]byte, error)
+	// rateAt is the message's RateAtUs (a track's unit keeps it in ref).
+	rateAt *int64
+	// leased is the start of the rate lease this delivery runs under
+	// (zero: none): its calls start by then + pace.LeaseGrace.
+	leased time.Time
+	body   func() ([]byte, error)
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
 	probe bool
@@ -69,7 +74,7 @@ type unitMessage struct {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -78,7 +83,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

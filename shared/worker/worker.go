@@ -109,6 +109,9 @@ type Worker struct {
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
 	Secrets Secrets
+	// Sleep waits for a rate lease's start (at most pace.LeaseSleep); nil:
+	// a timer. Tests on a clock of their own move it.
+	Sleep func(ctx context.Context, d time.Duration)
 	// tracks keeps the chunk tables and slices the process read for the
 	// tracks of batches with max_concurrency (track.go); made on first use.
 	tracks *trackBook

@@ -263,6 +263,7 @@ func (a *app) submitCmd() *cobra.Command {
 		delim       string
 		stop        bool
 		retry       string
+		rate        string
 		onInterrupt string
 		sc          submitChecks
 	)
@@ -334,6 +335,11 @@ func (a *app) submitCmd() *cobra.Command {
 				}
 				req.Retry = &p
 			}
+			r, err := rateFlag(rate)
+			if err != nil {
+				return err
+			}
+			req.Rate = r
 			req.OnInterrupt = api.InterruptPolicy(onInterrupt)
 			if cmd.Flags().Changed("tolerated-failure-percent") {
 				req.Threshold.FailurePercent = &percent
@@ -384,6 +390,7 @@ func (a *app) submitCmd() *cobra.Command {
 	f.StringVar(&delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
 	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.StringVar(&retry, "retry", "", retryFlagHelp)
+	f.StringVar(&rate, "rate", "", rateFlagHelp)
 	f.StringVar(&onInterrupt, "on-interrupt", "", "an item whose attempt was interrupted (outcome unknown): retry (the default) or quarantine, for pipelines that are not idempotent")
 	f.StringVar(&headersFile, "headers-file", "", "file of headers passed to the pipeline: a JSON object {\"Name\": \"value\"} or lines \"Name: value\" (a value may be a secret reference, secret:arn:…)")
 	f.StringArrayVar(&headerEnv, "header-env", nil, "NAME=ENVVAR: header NAME passed to the pipeline, its value read from environment variable ENVVAR (repeatable)")
@@ -407,6 +414,21 @@ func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
 	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 	f.IntVar(&req.TaskHeartbeatSeconds, "task-heartbeat-seconds", 0, "with --task-token: the Task state's HeartbeatSeconds (or less), 600–99999999; SendTaskHeartbeat is sent on every 5-minute tick while the first run goes (default 0: none)")
 }
+
+// rateFlag reads --rate ("": nil), a usage error when bad.
+func rateFlag(s string) (*api.Rate, error) {
+	if s == "" {
+		return nil, nil
+	}
+	r, err := api.ParseRate("--rate", s)
+	if err != nil {
+		return nil, &ExitError{Code: ExitUsage, Err: err}
+	}
+	return &r, nil
+}
+
+// rateFlagHelp is --rate's help, for submit and upload.
+const rateFlagHelp = "most calls a second to the downstream, 0.01–10000, shared by every batch naming the same key: REQUESTS[@KEY], e.g. 50@api.example.com (no key: this batch alone). Default: unpaced"
 
 // retryFlagHelp is --retry's help, for submit and upload.
 const retryFlagHelp = "retry policy after transient errors, name=value pairs (names not given keep the default): interval_seconds (wait before the first retry), backoff_rate (×, 1–10), max_delay_seconds (cap of one wait), jitter (0–1: each wait × [1, 1+jitter]); e.g. interval_seconds=60,backoff_rate=2,max_delay_seconds=600. Default: the stack's (" + "interval_seconds=300,backoff_rate=2,max_delay_seconds=900,jitter=0.5 unless the stack sets another)"

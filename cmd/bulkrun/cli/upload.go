@@ -52,6 +52,7 @@ type uploadOptions struct {
 	count                                                int64
 	maxAttempts                                          int
 	retry                                                string
+	rate                                                 string
 	stop, rerun, watch                                   bool
 }
 
@@ -67,7 +68,7 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 	if o.corrects != "" {
 		// A correction runs with its batch's settings: it reads only the
 		// key field, format and delimiter of the corrections.
-		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "stop-on-threshold", "rerun"} {
+		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "rate", "stop-on-threshold", "rerun"} {
 			if changed(flag) {
 				return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--%s: corrections (--corrects) run with the settings of the batch they correct", flag)}
 			}
@@ -94,6 +95,13 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
 		}
 		m[wire.MetaRetry] = p.String()
+	}
+	if o.rate != "" {
+		r, err := api.ParseRate("--rate", o.rate)
+		if err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: err}
+		}
+		m[wire.MetaRate] = r.Spec()
 	}
 	set("stop-on-threshold", wire.MetaStopOnThreshold, strconv.FormatBool(o.stop))
 	if o.rerun {
@@ -143,6 +151,7 @@ and run, or prints why the upload was refused.`,
 	f.Int64Var(&o.count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
 	f.IntVar(&o.maxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
 	f.StringVar(&o.retry, "retry", "", retryFlagHelp+"; set as x-amz-meta-retry")
+	f.StringVar(&o.rate, "rate", "", rateFlagHelp+"; set as x-amz-meta-rate")
 	f.BoolVar(&o.stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.BoolVar(&o.rerun, "rerun", false, "run the items even though the same items started a batch from another name (x-amz-meta-rerun: true), or start a new run of this name's finished batch")
 	f.BoolVar(&o.watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")

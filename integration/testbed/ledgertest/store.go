@@ -36,10 +36,11 @@ type Store struct {
 	chunks    map[chunkKey]*counter
 	runs      map[runKey]*runCounter
 	slots     map[slotKey]slot
-	claims    map[runKey]*claimRow // a max_concurrency run's claim counter
-	tracks    map[trackKey]track   // a max_concurrency run's track fences
-	running   map[string]int       // batch id → run
-	retention map[string]string    // marker key → batch id
+	claims    map[runKey]*claimRow  // a max_concurrency run's claim counter
+	tracks    map[trackKey]track    // a max_concurrency run's track fences
+	rates     map[rateKey]time.Time // a rate key's bucket row: its Next
+	running   map[string]int        // batch id → run
+	retention map[string]string     // marker key → batch id
 	publish   map[ledger.RunRef]bool
 	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
 	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
@@ -68,7 +69,7 @@ func NewStore() *Store {
 	return &Store{
 		batches: map[string]*ledger.Batch{}, items: map[string]map[string]*row{}, marks: map[markKey]bool{},
 		chunks: map[chunkKey]*counter{}, runs: map[runKey]*runCounter{}, slots: map[slotKey]slot{},
-		claims: map[runKey]*claimRow{}, tracks: map[trackKey]track{},
+		claims: map[runKey]*claimRow{}, tracks: map[trackKey]track{}, rates: map[rateKey]time.Time{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[ledger.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
 		uploads: map[string]api.UploadClaim{},

@@ -25,13 +25,14 @@
 //	                                       early stop, failures pushed by the lanes; a few writes per run
 //	MARK#{id}#{run}#{shard}, {key}         an item answered from an earlier run's row, counted in run
 //	SLOT#{id}#{i}, SLOT                    concurrency slot i of a batch with max_concurrency (holder, lease_until_ms)
+//	RATE#{key}#{shard}, RATE               a rate key's bucket row (next_us), one write per lease; the key's, not a batch's
 //	RUNNING, {id}                          running marker (one per batch run)
 //	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
 //	PUBLISH, {id}#{run:010}                a finished run whose completion event is not marked published
 //
-// The pack, attention, wait, fan, claim, track and upload rows are
+// The pack, attention, wait, fan, claim, track, rate and upload rows are
 // described beside their keys (packs.go, counters.go, tracks.go,
-// uploads.go).
+// rates.go, uploads.go).
 package layout
 
 import (

@@ -138,6 +138,7 @@ type BatchRow struct {
 	MaxAttempts    int                `dynamodbav:"max_attempts"`
 	Retry          string             `dynamodbav:"retry,omitempty"` // JSON api.RetryPolicy; absent: the worker's default
 	MaxConcurrency int                `dynamodbav:"max_concurrency,omitempty"`
+	Rate           string             `dynamodbav:"rate,omitempty"` // JSON api.Rate; absent: unpaced
 	ItemsPerMsg    int                `dynamodbav:"items_per_message,omitempty"`
 	OnInterrupt    string             `dynamodbav:"on_interrupt,omitempty"`
 	Headers        map[string]string  `dynamodbav:"headers,omitempty"`
@@ -362,6 +363,13 @@ func (r *BatchRow) setPlan(p api.Plan, h ledger.HiddenPlan) error {
 		}
 		r.Retry = string(rp)
 	}
+	if p.Rate != nil {
+		rt, err := json.Marshal(p.Rate)
+		if err != nil {
+			return err
+		}
+		r.Rate = string(rt)
+	}
 	r.TaskToken, r.TaskHeartbeat, r.CheckPlan = h.TaskToken, h.TaskHeartbeat, h.CheckPlan
 	return nil
 }
@@ -374,6 +382,12 @@ func (r BatchRow) plan() (api.Plan, ledger.HiddenPlan, error) {
 		StopOnThreshold: r.StopOnThreshold,
 	}
 	h := ledger.HiddenPlan{TaskToken: r.TaskToken, TaskHeartbeat: r.TaskHeartbeat, CheckPlan: r.CheckPlan}
+	if r.Rate != "" {
+		p.Rate = &api.Rate{}
+		if err := json.Unmarshal([]byte(r.Rate), p.Rate); err != nil {
+			return p, h, fmt.Errorf("batch %s: rate: %w", r.ID, err)
+		}
+	}
 	if r.Retry != "" {
 		p.Retry = &api.RetryPolicy{}
 		if err := json.Unmarshal([]byte(r.Retry), p.Retry); err != nil {

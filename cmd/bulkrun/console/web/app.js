@@ -496,6 +496,7 @@ function renderLive(page) {
   fact("Max attempts", b.max_attempts ? String(b.max_attempts) : "");
   fact("Retry policy", retryText(b.retry));
   fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
+  fact("Rate", b.rate ? b.rate.requests_per_second + " requests/s on " + (b.rate.key || "this batch alone") : "");
   fact("On interrupt", b.on_interrupt);
   if (b.stop) fact(running(b) ? "Stopping" : "Stopped", stopText(b));
   if (b.pause && running(b)) fact("Paused", pauseText(b.pause));

@@ -1,0 +1,82 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// rateTries bounds the updates of one lease when the row moved between
+// an idle and a busy state under it.
+const rateTries = 3
+
+// LeaseRate implements ledger.Store with one UpdateItem, no read, in one
+// of two forms, so that leases taken at once by many invocations never
+// refuse each other while the row is busy:
+//
+//   - busy (the row's Next within the horizon): SET next_us = next_us +
+//     :spacing under next_us > :now AND next_us <= :now + horizon; the
+//     start is the new value − spacing (UPDATED_NEW);
+//   - idle (no row, or Next passed): SET next_us = :now + :spacing under
+//     attribute_not_exists(pk) OR next_us <= :now; the start is now.
+//
+// A lost condition returns the stored row (ReturnValuesOnConditionCheck-
+// Failure ALL_OLD), which tells the right form, or that Next is past the
+// horizon (not granted, nothing written). The busy form goes first (a
+// key worth pacing is busy) unless the caller says it saw the row idle.
+func (s *Store) LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error) {
+	now := l.Now.UnixMicro()
+	spacing, horizon := l.Spacing.Microseconds(), l.Horizon.Microseconds()
+	key := layout.Key(layout.RatePK(l.Key, l.Shard), layout.SKRate)
+	next := expression.Name(layout.AttrNextUs)
+	busy := !l.Idle
+	for try := 0; ; try++ {
+		var cond expression.ConditionBuilder
+		var u expression.UpdateBuilder
+		if busy {
+			cond = expression.And(next.GreaterThan(expression.Value(now)), next.LessThanEqual(expression.Value(now+horizon)))
+			u = expression.Set(next, expression.Plus(next, expression.Value(spacing)))
+		} else {
+			cond = expression.Or(expression.AttributeNotExists(expression.Name(config.AttrPK)), next.LessThanEqual(expression.Value(now)))
+			u = expression.Set(next, expression.Value(now+spacing))
+		}
+		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, l.Now)).Build()
+		if err != nil {
+			return ledger.RateGrant{}, err
+		}
+		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueUpdatedNew)
+		if err == nil {
+			var n int64
+			if uerr := attributevalue.Unmarshal(attrs[layout.AttrNextUs], &n); uerr != nil {
+				return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: read next_us: %w", l.Key, l.Shard, uerr)
+			}
+			return ledger.RateGrant{Granted: true, Start: time.UnixMicro(n - spacing).UTC(), Next: time.UnixMicro(n).UTC()}, nil
+		}
+		if !errors.Is(err, api.ErrConflict) {
+			return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: %w", l.Key, l.Shard, err)
+		}
+		var stored int64
+		if v, ok := old[layout.AttrNextUs]; ok {
+			if uerr := attributevalue.Unmarshal(v, &stored); uerr != nil {
+				return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: read next_us: %w", l.Key, l.Shard, uerr)
+			}
+		}
+		switch {
+		case stored > now+horizon:
+			return ledger.RateGrant{Next: time.UnixMicro(stored).UTC()}, nil
+		case try+1 >= rateTries:
+			return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: the row changed under %d tries: %w", l.Key, l.Shard, rateTries, ledger.ErrUnavailable)
+		}
+		busy = stored > now
+	}
+}

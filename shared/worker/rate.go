@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
+
+// Rates (api.Rate, shared/pace, docs/adr/0031): a unit of a batch with a
+// rate leases its calls (one request per item) from one bucket row of
+// the rate's key before its take, so that waiting uses no attempt. A
+// lease starting within pace.LeaseSleep is slept in the invocation; a
+// later one (booked up to pace.LeaseHorizon ahead) is carried by the
+// unit, which waits for it on the queue (a message sent again, delayed)
+// or in its track, and runs at its start without leasing again. A key
+// whose schedule is booked past the horizon books nothing: the unit waits
+// until it would not be, and leases then.
+
+// paceUnit leases m's calls when b has a rate. It returns 0 when the unit
+// may be taken now (after a sleep of at most pace.LeaseSleep), or how
+// long it waits first (its lease, if it booked one, carried in m).
+func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage) (time.Duration, error) {
+	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
+		return 0, nil
+	}
+	now := w.Clock.Now()
+	start := m.leaseAt()
+	m.setLeaseAt(time.Time{}) // a lease is used once
+	if !start.IsZero() && now.After(start.Add(pace.LeaseGrace)) {
+		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", now.Sub(start).Milliseconds())
+		start = time.Time{}
+	}
+	if start.IsZero() {
+		key, rate := b.Rate.KeyOf(b.ID), b.Rate.RequestsPerSecond
+		shards := pace.RateShards(rate)
+		shard := mrand.IntN(shards)
+		hint := rateHint{key: key, shard: shard}
+		last, seen := rateHints.Load(hint)
+		g, err := w.Store.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: shard, Spacing: pace.Spacing(len(m.Items), rate/float64(shards)),
+			Now: now, Horizon: pace.LeaseHorizon, Idle: !seen || !last.(time.Time).After(now)})
+		if err != nil {
+			return 0, err
+		}
+		rateHints.Store(hint, g.Next)
+		if !g.Granted {
+			// Booked past the horizon: wait until it would not be, spread
+			// over a second so that the waiting units do not come back at once.
+			wait := g.Next.Sub(now) - pace.LeaseHorizon + time.Duration(mrand.Int64N(int64(time.Second)))
+			log.InfoContext(ctx, "rate booked past the horizon; waiting to lease", "key", key, "retry_in_ms", wait.Milliseconds())
+			return max(wait, time.Second), nil
+		}
+		start = g.Start
+	}
+	wait := start.Sub(w.Clock.Now())
+	if wait > pace.LeaseSleep {
+		m.setLeaseAt(start)
+		return wait, nil
+	}
+	if wait > 0 {
+		w.sleep(ctx, wait)
+	}
+	m.leased = start
+	return 0, nil
+}
+
+// leaseLate reports whether a call of m's unit starting at now would
+// start past its rate lease's start + pace.LeaseGrace (its item then
+// waited for the invocation's other items, or a slow take): it is given
+// back and leases again, so that late calls do not bunch with the calls
+// of later leases.
+func (m *unitMessage) leaseLate(now time.Time) bool {
+	return !m.leased.IsZero() && now.After(m.leased.Add(pace.LeaseGrace))
+}
+
+// rateHint is a bucket row this process leased from; rateHints keeps the
+// Next it last saw of each, a hint for the store's first form (idle or
+// busy), never a decision.
+type rateHint struct {
+	key   string
+	shard int
+}
+
+var rateHints sync.Map
+
+// leaseAt is the start of the rate lease m carries (zero: none).
+func (m *unitMessage) leaseAt() time.Time {
+	us := m.ref.RateAtUs
+	if m.track == nil && m.rateAt != nil {
+		us = *m.rateAt
+	}
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+// setLeaseAt makes m carry a lease starting at t (zero: none).
+func (m *unitMessage) setLeaseAt(t time.Time) {
+	var us int64
+	if !t.IsZero() {
+		us = t.UnixMicro()
+	}
+	if m.track != nil || m.rateAt == nil {
+		m.ref.RateAtUs = us
+		return
+	}
+	*m.rateAt = us
+}
+
+// sleep waits d on the worker's Sleep (a test's clock), or a timer, or
+// until ctx ends.
+func (w *Worker) sleep(ctx context.Context, d time.Duration) {
+	if w.Sleep != nil {
+		w.Sleep(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// rateWait makes m's unit wait wait for its rate: in its track, due
+// pace.LeaseSleep before its lease starts; else sent again as a new
+// message delayed by whole seconds to arrive within pace.LeaseSleep of
+// it, this delivery acknowledged (no attempt, no receive counted),
+// bounded by ledger.MaxResends as a slot wait is.
+func (w *Worker) rateWait(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, wait time.Duration) bool {
+	early := wait - pace.LeaseSleep/2
+	if !m.leaseAt().IsZero() {
+		early = (wait - pace.LeaseSleep/2).Truncate(time.Second)
+	}
+	if m.track != nil {
+		return m.track.park(m, max(early, 0), m.ref.Requeued)
+	}
+	return w.resendWaiting(ctx, log, d, m, max(early, 0), "rate")
+}
