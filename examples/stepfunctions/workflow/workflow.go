@@ -34,6 +34,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/bulkrun/bulkrun/infra/bulkrun"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
@@ -155,5 +156,43 @@ func New(scope constructs.Construct, id string, p Props) Workflow {
 		StateMachineName: jsii.String(p.StateMachineName),
 		DefinitionBody:   sfn.DefinitionBody_FromChainable(submit.Next(verdict)),
 	})
+	bulkrun.SuppressLint(submitter.Node().DefaultChild().(awscdk.CfnResource), LintSuppressions(awslambda.CfnFunction_CFN_RESOURCE_TYPE_NAME())...)
+	bulkrun.SuppressLint(machine.Node().DefaultChild().(awscdk.CfnResource), LintSuppressions(sfn.CfnStateMachine_CFN_RESOURCE_TYPE_NAME())...)
 	return Workflow{StateMachine: machine, Submitter: submitter}
+}
+
+// lintSuppressions are the example's written exceptions to the template
+// linters `make lint` runs on it (tools/lint/lint-templates, template
+// "stepfunctions"); README.md lists them with the same reasons.
+var lintSuppressions = []bulkrun.LintSuppression{
+	{Tool: bulkrun.LintCfnLint, Rule: "W3005", Type: "AWS::Lambda::Function",
+		Reason: "CDK writes DependsOn on the submitter's role and its default policy so that it exists only once its grant does; the GetAtt of the role makes one of them redundant, not wrong."},
+	{Tool: bulkrun.LintCfnLint, Rule: "W3005", Type: "AWS::StepFunctions::StateMachine",
+		Reason: "CDK writes DependsOn on the state machine's role and its default policy so that it exists only once its grant does; the GetAtt of the role makes one of them redundant, not wrong."},
+	{Tool: bulkrun.LintCfnLint, Rule: "WS1000", Type: "AWS::Lambda::Function",
+		Reason: "X-Ray is billed per trace recorded; the submitter makes one API call per execution, and bulkrun's own traces (OpenTelemetry, docs/operations.md \"Traces\") start at that call."},
+	{Tool: bulkrun.LintCfnLint, Rule: "WS1004", Type: "AWS::Lambda::Function",
+		Reason: "The submitter logs to Lambda's default group, /aws/lambda/{function}, which CloudFormation does not own; an app built on this example sets its retention or passes a LogGroup of its own."},
+	{Tool: bulkrun.LintCfnLint, Rule: "WS5000", Type: "AWS::StepFunctions::StateMachine",
+		Reason: "X-Ray is billed per trace recorded; the execution history records every state, and bulkrun's own traces (OpenTelemetry) follow the batch."},
+	{Tool: bulkrun.LintCheckov, Rule: "CKV_AWS_116", Type: "AWS::Lambda::Function",
+		Reason: "Step Functions invokes the submitter synchronously (lambda:invoke.waitForTaskToken): a failed invocation fails the Submit state, where the execution's history records it; a dead-letter queue applies to asynchronous invocations only."},
+	{Tool: bulkrun.LintCheckov, Rule: "CKV_AWS_117", Type: "AWS::Lambda::Function",
+		Reason: "The submitter reaches only bulkrun's API (execute-api:Invoke on POST /batches, its only grant); a VPC would add NAT gateways and their cost and protect nothing its policy does not."},
+	{Tool: bulkrun.LintCheckov, Rule: "CKV_AWS_115", Type: "AWS::Lambda::Function",
+		Reason: "The submitter runs once per execution, for under a second; reserving concurrency for it would take capacity from the account's other functions."},
+	{Tool: bulkrun.LintCheckov, Rule: "CKV_AWS_173", Type: "AWS::Lambda::Function",
+		Reason: "The environment holds the API's id, stage, URL and the heartbeat seconds, no secret; Lambda encrypts it at rest with an AWS managed key."},
+}
+
+// LintSuppressions returns the example's template-linter exceptions on
+// resources of the CloudFormation type typ.
+func LintSuppressions(typ *string) []bulkrun.LintSuppression {
+	var out []bulkrun.LintSuppression
+	for _, l := range lintSuppressions {
+		if l.Type == *typ {
+			out = append(out, l)
+		}
+	}
+	return out
 }

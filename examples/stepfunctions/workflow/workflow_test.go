@@ -133,3 +133,34 @@ func TestWorkflowDefinition(t *testing.T) {
 		t.Errorf("the roles' policies, want the state machine's invoking the submitter only and the submitter's on POST /batches only:\n%s", all)
 	}
 }
+
+// TestLintSuppressionsWritten keeps the example README's table of its
+// template-linter exceptions equal to lintSuppressions, and every reason
+// long enough to justify something.
+func TestLintSuppressionsWritten(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- workflow.lintSuppressions -->", "<!-- /workflow.lintSuppressions -->"
+	doc := string(b)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("examples/stepfunctions/README.md has no %s … %s table", begin, end)
+	}
+	var got, want []string
+	for _, line := range strings.Split(doc[i+len(begin):j], "\n") {
+		if strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| tool ") && !strings.HasPrefix(line, "| ---") {
+			got = append(got, line)
+		}
+	}
+	for _, l := range lintSuppressions {
+		if len(l.Reason) < 40 {
+			t.Errorf("%s %s: reason %q is too short to justify anything", l.Tool, l.Rule, l.Reason)
+		}
+		want = append(want, "| "+l.Tool+" | `"+l.Rule+"` | `"+l.Type+"` | "+l.Reason+" |")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the README's linter table differs from lintSuppressions; it should read:\n%s", strings.Join(want, "\n"))
+	}
+}
