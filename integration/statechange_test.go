@@ -248,4 +248,7 @@ func TestStateChangeEventsOnTheBus(t *testing.T) {
 		}
 	}
 	t.Logf("%d state changes captured, each valid against %s", len(got), eventschema.SchemaPath)
+	for _, e := range got {
+		t.Logf("  %s %s run %d: %s (verdict %q) at %s", e.BatchID, e.Change, e.Run, e.Status, e.Verdict, e.At.Format(time.RFC3339Nano))
+	}
 }
