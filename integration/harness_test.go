@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,7 +103,7 @@ func newHarnessOn(t *testing.T, base aws.Config, run pipeline.Func) *harness {
 	name = strings.Trim(name, "-")
 	counter := &requestCounter{n: map[string]int{}}
 	counted := base.Copy()
-	counted.APIOptions = append(counted.APIOptions, counter.middleware)
+	counted.APIOptions = append(slices.Clip(counted.APIOptions), counter.middleware)
 	ddb := dynamodb.NewFromConfig(counted)
 	if err := dynamo.CreateTable(ctx, ddb, name); err != nil {
 		t.Fatal(err)

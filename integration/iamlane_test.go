@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -151,7 +152,7 @@ func laneAs(c aws.Config, fn, binding string) aws.Config {
 	c = c.Copy()
 	c.AppID = config.AppID(fn)
 	if binding != "" {
-		c.APIOptions = append(c.APIOptions, func(s *middleware.Stack) error {
+		c.APIOptions = append(slices.Clip(c.APIOptions), func(s *middleware.Stack) error {
 			return s.Build.Add(middleware.BuildMiddlewareFunc("bulkrunIAMBinding", func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
 				if req, ok := in.Request.(*smithyhttp.Request); ok {
 					req.Header.Set(iamlane.BindingHeader, binding)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,7 +92,7 @@ func str(av map[string]ddbtypes.AttributeValue, name string) string {
 // Initialize-step middleware that sees every call.
 func withMiddleware(name string, fn func(context.Context, middleware.InitializeInput, middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error)) aws.Config {
 	c := env.aws.Copy()
-	c.APIOptions = append(c.APIOptions, func(stack *middleware.Stack) error {
+	c.APIOptions = append(slices.Clip(c.APIOptions), func(stack *middleware.Stack) error {
 		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc(name, fn), middleware.After)
 	})
 	return c

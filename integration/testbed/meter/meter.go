@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -58,7 +59,7 @@ func New(cfg aws.Config) *Meter {
 // Attach adds the meter to cfg: every client built from cfg afterwards is
 // metered.
 func (m *Meter) Attach(cfg *aws.Config) {
-	cfg.APIOptions = append(cfg.APIOptions, func(s *middleware.Stack) error {
+	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), func(s *middleware.Stack) error {
 		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunMeter", m.handle), middleware.After)
 	})
 }
