@@ -1,0 +1,116 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+)
+
+// TestEstimateAgainstTheFinish reads a running batch's live view once a
+// second, from submit to its end, through the API as `bulkrun status`
+// does, and holds its estimate (live.estimate) to what the counters say:
+// ended + remaining = the run's items, the rate is ended over the seconds
+// since the run started, the finish is the read plus remaining / rate, and
+// the projected cost is the cost so far × items / ended. It logs the
+// estimate at 25, 50 and 75 % of the items ended beside the run's actual
+// end — a measurement, not an assertion: the emulator's pace is not AWS's.
+// BULKRUN_ETA_ITEMS sets the batch's size (default 400, which the suite
+// runs; 10000 for a measurement).
+func TestEstimateAgainstTheFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := 400
+	if v := os.Getenv("BULKRUN_ETA_ITEMS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 4 {
+			t.Fatalf("BULKRUN_ETA_ITEMS=%q: want a number of items ≥ 4", v)
+		}
+	}
+	id := newID(t)
+	url := env.hook.route(id, func(string, int) int { return http.StatusOK })
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"k":"k%06d"}`, i)
+	}
+	submitted := time.Now()
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Source: api.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
+		t.Fatal(err)
+	}
+	type reading struct {
+		at  time.Time
+		est api.Estimate
+	}
+	var marks [3]*reading // the first reading at or past 25, 50 and 75 %
+	reads, withEstimate := 0, 0
+	deadline := time.Now().Add(time.Duration(n/2+180) * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch %s did not end by %s", id, deadline.Format(time.TimeOnly))
+		}
+		v, err := env.api.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := time.Now()
+		if v.Status.Finished() {
+			if v.Status != api.StatusCompleted || v.Census == nil || v.Census.Succeeded != int64(n) {
+				t.Fatalf("batch %s ended %s, census %+v: want completed with %d succeeded", id, v.Status, v.Census, n)
+			}
+			break
+		}
+		reads++
+		if v.Live == nil || v.Live.Estimate == nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		withEstimate++
+		e := *v.Live.Estimate
+		if e.Ended <= 0 || e.Ended+e.Remaining != int64(n) {
+			t.Fatalf("estimate %+v: ended + remaining ≠ %d items", e, n)
+		}
+		secs := e.FinishAt.Sub(e.Since).Seconds()
+		if e.RatePerSecond <= 0 || secs <= 0 || e.FinishAt.Before(e.Since) {
+			t.Fatalf("estimate %+v: no pace or a finish before the run's start", e)
+		}
+		// The finish at the rate, read on the API's clock: since + ended/rate
+		// is the read, to the second, plus remaining/rate.
+		elapsed := float64(e.Ended) / e.RatePerSecond
+		if want := elapsed + float64(e.Remaining)/e.RatePerSecond; secs < want-2 || secs > want+2 {
+			t.Fatalf("estimate %+v: finish %.1f s after the run's start, want %.1f s (ended/rate + remaining/rate)", e, secs, want)
+		}
+		for i, pct := range []int64{25, 50, 75} {
+			if marks[i] == nil && e.Ended*100 >= pct*int64(n) {
+				marks[i] = &reading{read, e}
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	end := time.Now()
+	if withEstimate == 0 {
+		t.Fatalf("batch %s: %d reads while it ran, none with an estimate", id, reads)
+	}
+	t.Logf("batch of %d items, one per message: submitted %s, ended by %s (%s; %d reads while running, %d with an estimate)",
+		n, submitted.Format(time.TimeOnly), end.Format(time.TimeOnly), end.Sub(submitted).Round(time.Second), reads, withEstimate)
+	t.Logf("| ended at the read | rate/s | remaining | estimated finish | actual end (±1 s, the poll) | error |")
+	t.Logf("| ---: | ---: | ---: | --- | --- | ---: |")
+	for _, m := range marks {
+		if m == nil {
+			continue // the run went past the mark between two reads
+		}
+		left := end.Sub(m.at).Seconds()
+		errPct := 100 * (m.est.FinishAt.Sub(m.at).Seconds() - left) / left
+		t.Logf("| %d (%.0f %%) | %.1f | %d | %s | %s | %+.0f %% of the time left |", m.est.Ended, 100*float64(m.est.Ended)/float64(n),
+			m.est.RatePerSecond, m.est.Remaining, m.est.FinishAt.Format(time.TimeOnly), end.Format(time.TimeOnly), errPct)
+	}
+}
