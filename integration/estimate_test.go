@@ -89,9 +89,10 @@ func TestEstimateAgainstTheFinish(t *testing.T) {
 		if want := elapsed + float64(e.Remaining)/e.RatePerSecond; secs < want-2 || secs > want+2 {
 			t.Fatalf("estimate %+v: finish %.1f s after the run's start, want %.1f s (ended/rate + remaining/rate)", e, secs, want)
 		}
+		r := &reading{read, e}
 		for i, pct := range []int64{25, 50, 75} {
 			if marks[i] == nil && e.Ended*100 >= pct*int64(n) {
-				marks[i] = &reading{read, e}
+				marks[i] = r // one reading may pass more than one mark
 			}
 		}
 		time.Sleep(time.Second)
@@ -104,9 +105,9 @@ func TestEstimateAgainstTheFinish(t *testing.T) {
 		n, submitted.Format(time.TimeOnly), end.Format(time.TimeOnly), end.Sub(submitted).Round(time.Second), reads, withEstimate)
 	t.Logf("| ended at the read | rate/s | remaining | estimated finish | actual end (±1 s, the poll) | error |")
 	t.Logf("| ---: | ---: | ---: | --- | --- | ---: |")
-	for _, m := range marks {
-		if m == nil {
-			continue // the run went past the mark between two reads
+	for i, m := range marks {
+		if m == nil || (i > 0 && m == marks[i-1]) {
+			continue // no reading after the mark, or the one logged already
 		}
 		left := end.Sub(m.at).Seconds()
 		errPct := 100 * (m.est.FinishAt.Sub(m.at).Seconds() - left) / left
