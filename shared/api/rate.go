@@ -13,9 +13,10 @@ import (
 // 50}.
 type Rate struct {
 	// Key names the downstream the rate is for: 1–128 characters of
-	// [A-Za-z0-9._:/@-]. Batches naming the same key share one schedule
-	// across every item invocation. "" (the default) paces the batch on its
-	// own (the key "batch:{id}").
+	// [A-Za-z0-9._:/@-], not starting with "batch:" (ownKeyPrefix). Batches
+	// naming the same key share one schedule across every item invocation.
+	// "" (the default) paces the batch on its own (the key "batch:{id}",
+	// which no other batch can name).
 	Key string `json:"key,omitempty"`
 	// RequestsPerSecond is the most calls a second the key receives:
 	// MinRequestsPerSecond–MaxRequestsPerSecond (0.01–10,000). Batches on
@@ -33,11 +34,19 @@ const (
 
 var rateKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/@-]{1,128}$`)
 
+// ownKeyPrefix starts the key of a batch paced on its own (KeyOf): a
+// batch may not name it, so that no batch takes leases from another
+// batch's own schedule.
+const ownKeyPrefix = "batch:"
+
 // Validate returns an *InputError naming rate.key or
 // rate.requests_per_second when r is out of bounds.
 func (r Rate) Validate() error {
 	if r.Key != "" && !rateKeyRE.MatchString(r.Key) {
 		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q is not 1–128 characters of A–Z, a–z, 0–9 and . _ : / @ -", r.Key)}
+	}
+	if strings.HasPrefix(r.Key, ownKeyPrefix) {
+		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q: keys starting with %q are the batches' own (a batch without a key is paced as %s{id})", r.Key, ownKeyPrefix, ownKeyPrefix)}
 	}
 	if !(r.RequestsPerSecond >= MinRequestsPerSecond && r.RequestsPerSecond <= MaxRequestsPerSecond) {
 		return &InputError{Field: "rate.requests_per_second", Reason: fmt.Sprintf("%v is not within %v–%v", r.RequestsPerSecond, MinRequestsPerSecond, MaxRequestsPerSecond)}
@@ -50,7 +59,7 @@ func (r Rate) KeyOf(id string) string {
 	if r.Key != "" {
 		return r.Key
 	}
-	return "batch:" + id
+	return ownKeyPrefix + id
 }
 
 // String is the rate as ParseRate reads it and the CLI shows it:
