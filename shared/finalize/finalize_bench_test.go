@@ -228,7 +228,7 @@ func BenchmarkFinalizeParts(b *testing.B) {
 		blobs.Discard, blobs.Spill = true, b.TempDir()
 		f := &Finalizer{Store: s, Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour,
 			Parts: nopParts{}, PartRows: partRows}
-		m := ledgertest.StartStep()
+		m := peak.StartStep()
 		r, err := f.Finalize(ctx, "bench", 1)
 		plan := m.End()
 		if err != nil || !r.Parted {
@@ -243,10 +243,10 @@ func BenchmarkFinalizeParts(b *testing.B) {
 		if only > 0 {
 			parts = min(parts, only)
 		}
-		var sum, most ledgertest.StepFigures
+		var sum, most peak.StepFigures
 		for i := range parts {
 			before := generated.Load()
-			m := ledgertest.StartStep()
+			m := peak.StartStep()
 			if err := f.runPart(ctx, s.b, p, i); err != nil {
 				b.Fatal(err)
 			}
@@ -267,10 +267,10 @@ func BenchmarkFinalizeParts(b *testing.B) {
 			b.Logf("EXTRAPOLATED: %d parts × %s ≈ %s CPU in all", p.Parts, perPart.Round(time.Millisecond), (perPart * time.Duration(p.Parts)).Round(time.Second))
 			continue
 		}
-		var merge, mergeMost ledgertest.StepFigures
+		var merge, mergeMost peak.StepFigures
 		calls := 0
 		for {
-			m := ledgertest.StartStep()
+			m := peak.StartStep()
 			r, err := f.Finalize(ctx, "bench", 1)
 			fig := m.End()
 			if err != nil {

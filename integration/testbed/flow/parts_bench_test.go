@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -273,7 +274,7 @@ func BenchmarkSubmitParts(b *testing.B) {
 		if _, err := s.Accept(ctx, req); err != nil {
 			b.Fatal(err)
 		}
-		m := ledgertest.StartStep()
+		m := peak.StartStep()
 		if _, err := s.Complete(ctx, "gen"); err != nil {
 			b.Fatal(err)
 		}
@@ -286,7 +287,7 @@ func BenchmarkSubmitParts(b *testing.B) {
 			if len(evs) == 0 {
 				break
 			}
-			var sum, most ledgertest.StepFigures
+			var sum, most peak.StepFigures
 			ran := 0
 			kind := evs[0].Step
 			if kind == ledger.PartStepRead && evs[0].Start != source.PartStartUnknown {
@@ -296,7 +297,7 @@ func BenchmarkSubmitParts(b *testing.B) {
 				if only > 0 && i >= only {
 					break
 				}
-				m := ledgertest.StartStep()
+				m := peak.StartStep()
 				bt, err := s.Part(ctx, ev)
 				if err != nil {
 					b.Fatal(err)

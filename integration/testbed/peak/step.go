@@ -1,4 +1,4 @@
-package ledgertest
+package peak
 
 import (
 	"runtime/debug"
@@ -9,12 +9,10 @@ import (
 	"time"
 )
 
-// StepMeter measures one step (a benchmark's invocation): wall, CPU, peak Go heap and the memory
-// the runtime holds (total less released, what a function's memory must
-// hold besides its executable), sampled every 2 ms.
-// StepMeter measures one step of a benchmark: its wall and CPU time and
-// the most heap and memory the process held while it ran (sampled every
-// 2 ms from runtime/metrics).
+// StepMeter measures one step of a benchmark (an invocation): its wall
+// and CPU time, the peak Go heap and the most memory the runtime held
+// (total less released, what a function's memory must hold besides its
+// executable), sampled every 2 ms from runtime/metrics.
 type StepMeter struct {
 	heap, held atomic.Uint64
 	stop       chan struct{}
