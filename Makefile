@@ -6,7 +6,8 @@
 #               the Python client's tests (make python-test), then the short soak (make soak-short; the emulator behind the fault proxy)
 #   make bench  cost per 10^6 items, metered on the emulator, both delivery orders
 #               and with failures (BENCH_ITEMS=100000 for 10^5 items;
-#               BENCH_ONLY=regexp for some scenarios); make bench-go: Go benchmarks
+#               BENCH_ONLY=regexp for some scenarios; a full run writes docs/design/cost.md's
+#               tables: make bench-docs); make bench-go: Go benchmarks
 #
 # The emulator is MiniStack (pinned in localstack/requirements.txt, installed
 # into .venv); the aws-cdk CLI is pinned in tools/cdk/package.json.
@@ -102,7 +103,7 @@ endif
 # does not descend into a nested module).
 MODULES := examples/embed
 
-.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short soak-cancel soak-slow bench bench-go clean lambda-function
+.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short soak-cancel soak-slow bench bench-docs bench-go clean lambda-function
 
 all: functions
 
@@ -376,9 +377,18 @@ BENCH_ITEMS ?= 2000
 # deliver), and shuffled runs with 5 % transient + 5 % permanent and with
 # 100 % permanent failures; prints them, the partition table and the
 # failures beside their clean runs, and writes build/bench/cost.json.
+# A run of every scenario (BENCH_ONLY empty) then writes the cost tables of
+# docs/design/cost.md from it and keeps it as docs/design/cost.json
+# (make bench-docs), naming the head it ran on (-dirty: with code changes
+# not committed); TestCostDocIsTheMeasurement holds the tables to it.
 BENCH_ONLY ?=
+BENCH_HEAD = $(shell git rev-parse --short HEAD)$(shell git diff --quiet HEAD -- . ':(exclude)docs' || echo -dirty)
 bench: tools $(EMULATOR_DEP)
 	$(GO) run ./integration/testbed/cmd/bench -items $(BENCH_ITEMS) -only '$(BENCH_ONLY)' -out build/bench/cost.json
+	$(if $(BENCH_ONLY),,$(MAKE) bench-docs)
+
+bench-docs:
+	$(GO) run ./integration/testbed/cmd/benchdocs -in build/bench/cost.json -head $(BENCH_HEAD)
 
 # BENCHTIME: go test's -benchtime (CI: 1x, every benchmark once).
 BENCHTIME ?= 1s
