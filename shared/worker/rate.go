@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -46,7 +47,7 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		if err != nil {
 			return 0, err
 		}
-		rateHints.Store(hint, g.Next)
+		storeRateHint(hint, g.Next, now)
 		if !g.Granted {
 			// Booked past the horizon: wait until it would not be, spread
 			// over a second so that the waiting units do not come back at once.
@@ -85,7 +86,34 @@ type rateHint struct {
 	shard int
 }
 
-var rateHints sync.Map
+var (
+	rateHints sync.Map
+	// rateHintStores counts storeRateHint's calls; every
+	// rateHintSweepEvery-th sweeps the map.
+	rateHintStores atomic.Int64
+)
+
+// rateHintSweepEvery is how many hints are stored between two sweeps of
+// rateHints.
+const rateHintSweepEvery = 1024
+
+// storeRateHint keeps next as the hint of h, and every
+// rateHintSweepEvery calls deletes the hints whose Next has passed: such
+// a hint says what no hint says (the row is idle), so that the map holds
+// only the rows this process leased from in the last horizon, however many
+// keys and shards it met over its life.
+func storeRateHint(h rateHint, next, now time.Time) {
+	rateHints.Store(h, next)
+	if rateHintStores.Add(1)%rateHintSweepEvery != 0 {
+		return
+	}
+	rateHints.Range(func(k, v any) bool {
+		if !v.(time.Time).After(now) {
+			rateHints.CompareAndDelete(k, v)
+		}
+		return true
+	})
+}
 
 // leaseAt is the start of the rate lease m carries (zero: none).
 func (m *unitMessage) leaseAt() time.Time {
