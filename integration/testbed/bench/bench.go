@@ -73,6 +73,10 @@ type Scenario struct {
 	// ThresholdPercent, when > 0, is the batch's tolerated failure percent
 	// (the early stop is armed).
 	ThresholdPercent float64
+	// MaxConcurrency, when > 0, is the batch's max_concurrency: its run
+	// goes on that many tracks (docs/adr/0028), each running its units
+	// one after another.
+	MaxConcurrency int
 }
 
 // Delivery orders of a Scenario.
@@ -409,7 +413,7 @@ func (r *run) submit(ctx context.Context) error {
 	start := time.Now()
 	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: r.id, Pipeline: EchoPipeline, KeyField: "id",
 		Source: api.SourceSpec{Object: "s3://" + r.name + "/" + sourceKey}, ItemsPerMessage: r.sc.ItemsPerMessage,
-		Threshold: threshold}); err != nil {
+		MaxConcurrency: r.sc.MaxConcurrency, Threshold: threshold}); err != nil {
 		return fmt.Errorf("bench: submit: %w", err)
 	}
 	r.charge(start, SubmitMemoryMB)

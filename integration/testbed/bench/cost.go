@@ -26,6 +26,7 @@ type Figures struct {
 	TransientPercent         int                `json:"transient_failure_percent"`
 	PermanentPercent         int                `json:"permanent_failure_percent"`
 	ThresholdPercent         float64            `json:"tolerated_failure_percent,omitempty"`
+	MaxConcurrency           int                `json:"max_concurrency,omitempty"` // the batch's; 0: none
 	Succeeded                int64              `json:"succeeded"`
 	Failed                   int64              `json:"failed"`
 	Cancelled                int64              `json:"cancelled"`
@@ -86,7 +87,8 @@ func (r Result) Figures() Figures {
 	f := Figures{
 		Name: r.Name, Items: r.Items, ItemsPerMessage: max(1, r.ItemsPerMessage), InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
 		Delivery: r.Delivery, TransientPercent: r.TransientPercent, PermanentPercent: r.PermanentPercent, ThresholdPercent: r.ThresholdPercent,
-		Succeeded: r.Census.Succeeded, Failed: r.Census.Failed, Cancelled: r.Census.Cancelled,
+		MaxConcurrency: r.MaxConcurrency,
+		Succeeded:      r.Census.Succeeded, Failed: r.Census.Failed, Cancelled: r.Census.Cancelled,
 		RedeliveriesPerItem: float64(r.Redeliveries) / n, ChunksPerMessageBatch: r.ChunksPerMessageBatch,
 		WriteUnitsPerItem:        r.Usage.WriteUnits(nil) / n,
 		ReadUnitsPerItem:         r.Usage.ReadUnits(nil) / n,
@@ -391,7 +393,7 @@ type Comparison struct {
 }
 
 // Compare finds, for each run with failures in fs, the clean run of the
-// same items per message, output size and delivery order, and compares
+// same items per message, output size, delivery order and max_concurrency, and compares
 // their write units per item.
 func Compare(fs []Figures) []Comparison {
 	var cs []Comparison
@@ -400,7 +402,8 @@ func Compare(fs []Figures) []Comparison {
 			continue
 		}
 		for _, c := range fs {
-			if c.TransientPercent+c.PermanentPercent != 0 || c.ItemsPerMessage != f.ItemsPerMessage || c.OutputBytes != f.OutputBytes || c.Delivery != f.Delivery {
+			if c.TransientPercent+c.PermanentPercent != 0 || c.ItemsPerMessage != f.ItemsPerMessage || c.OutputBytes != f.OutputBytes || c.Delivery != f.Delivery ||
+				c.MaxConcurrency != f.MaxConcurrency {
 				continue
 			}
 			unit := c.WriteUnitsByTarget["table ITEM"]

@@ -31,14 +31,15 @@ type Measurement struct {
 
 // DocBlocks are the names of the tables DocTables makes, in the order
 // they appear in docs/design/cost.md.
-var DocBlocks = []string{"by-k", "order", "failures", "partitions"}
+var DocBlocks = []string{"by-k", "order", "failures", "tracks", "partitions"}
 
 // DocTables makes the Markdown tables of docs/design/cost.md from m:
 // by-k (units, requests and dollars per item at 1, 10 and 100 items per
 // message, and ~1 KB outputs), order (chunk-ordered beside shuffled),
 // failures (every run with failures beside its clean run, named as the
 // bench names it; Compare) and partitions (the busiest key's write units
-// per second at each batch size, from Figures.PartitionTable). Each
+// per second at each batch size, from Figures.PartitionTable), tracks
+// (runs with max_concurrency beside the same runs without). Each
 // table ends with a line naming the run it comes from. A scenario
 // missing from m leaves its cells "—".
 func DocTables(m Measurement) map[string]string {
@@ -47,16 +48,18 @@ func DocTables(m Measurement) map[string]string {
 		"by-k":       byKTable(m.Figures) + src,
 		"order":      orderTable(m.Figures) + src,
 		"failures":   failuresTable(m.Figures) + src,
+		"tracks":     tracksTable(m.Figures) + src,
 		"partitions": partitionsTable(m.Figures) + src,
 	}
 }
 
 // find is the figures of the clean or failing scenario with k items per
 // message, outputs of ~1 KB (outputBytes 1024) or small (0: under
-// 1 KB), the delivery order and the failure mix; nil when m has none.
+// 1 KB), the delivery order and the failure mix, and no max_concurrency;
+// nil when m has none.
 func find(fs []Figures, k, outputBytes int, delivery string, transient, permanent int) *Figures {
 	for i, f := range fs {
-		if f.ItemsPerMessage == k && (f.OutputBytes >= 1024) == (outputBytes >= 1024) && f.Delivery == delivery &&
+		if f.ItemsPerMessage == k && (f.OutputBytes >= 1024) == (outputBytes >= 1024) && f.Delivery == delivery && f.MaxConcurrency == 0 &&
 			f.TransientPercent == transient && f.PermanentPercent == permanent {
 			return &fs[i]
 		}
@@ -146,6 +149,45 @@ func orderTable(fs []Figures) string {
 		fmt.Fprintf(&b, "| %s | %s (%s) | %s (%s) |\n", base.name, cell(c, "%.3f", v), cell(c, "$%.3f", d), cell(s, "%.3f", v), cell(s, "$%.3f", d))
 	}
 	return b.String()
+}
+
+// tracksTable sets each clean run with max_concurrency beside the clean
+// run of the same items per message and delivery without it.
+func tracksTable(fs []Figures) string {
+	var b strings.Builder
+	b.WriteString("| per item (shuffled delivery) | without max_concurrency | with max_concurrency |\n| --- | --- | --- |\n")
+	rows := b.Len()
+	for _, f := range fs {
+		if f.MaxConcurrency == 0 || f.TransientPercent+f.PermanentPercent != 0 {
+			continue
+		}
+		c := find(fs, f.ItemsPerMessage, f.OutputBytes, f.Delivery, 0, 0)
+		fmt.Fprintf(&b, "| **K = %d, max_concurrency %d** | | |\n", f.ItemsPerMessage, f.MaxConcurrency)
+		pair := func(name string, v func(*Figures) string) {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", name, cellOf(c, v), v(&f))
+		}
+		pair("DynamoDB write units", func(f *Figures) string {
+			return fmt.Sprintf("%.3f (%s)", f.WriteUnitsPerItem, largest(f.WriteUnitsByTarget, 3))
+		})
+		pair("DynamoDB read units", func(f *Figures) string { return fmt.Sprintf("%.4f", f.ReadUnitsPerItem) })
+		pair("SQS requests", func(f *Figures) string { return fmt.Sprintf("%.3f", f.SQSRequestsPerItem) })
+		pair("S3 GET-tier requests", func(f *Figures) string { return fmt.Sprintf("%.4f", f.S3GetPerItem) })
+		pair("Lambda requests", func(f *Figures) string { return fmt.Sprintf("%.4f", f.LambdaInvocationsPerItem) })
+		pair("USD per 10^6 items in batches of the run's size", func(f *Figures) string {
+			return fmt.Sprintf("%.3f (%s)", f.USDPerMillionItemsAtRunSize, largest(f.USDByComponentAtRunSize, 2))
+		})
+	}
+	if b.Len() == rows {
+		return "No run with max_concurrency in this measurement.\n"
+	}
+	return b.String()
+}
+
+func cellOf(f *Figures, v func(*Figures) string) string {
+	if f == nil {
+		return "—"
+	}
+	return v(f)
 }
 
 func failuresTable(fs []Figures) string {

@@ -38,9 +38,10 @@ func main() {
 
 // Scenarios are the runs of `make bench` for items items: each clean run
 // in both delivery orders (bench.DeliveryChunkOrdered,
-// bench.DeliveryShuffled), and, shuffled, 5 % transient and 5 % permanent
-// failures (early stop armed at 10 %) and 100 % permanent failures, at 1,
-// 10 and 100 items per message. A clean run also runs at
+// bench.DeliveryShuffled), runs with max_concurrency 10 at 1 and 10
+// items per message (shuffled), and, shuffled, 5 % transient and 5 %
+// permanent failures (early stop armed at 10 %) and 100 % permanent
+// failures, at 1, 10 and 100 items per message. A clean run also runs at
 // bench.FixedProbeItems items (Figures.WithFixed).
 func Scenarios(items int) (clean, failing []bench.Scenario) {
 	bases := []bench.Scenario{
@@ -55,6 +56,13 @@ func Scenarios(items int) (clean, failing []bench.Scenario) {
 			sc.Name, sc.Delivery = b.Name+", "+d, d
 			clean = append(clean, sc)
 		}
+	}
+	// max_concurrency 10 (the run on 10 tracks), shuffled, at 1 and 10
+	// items per message.
+	for _, b := range []bench.Scenario{bases[0], bases[2]} {
+		sc := b
+		sc.Name, sc.Delivery, sc.MaxConcurrency = b.Name+", max_concurrency 10, shuffled", bench.DeliveryShuffled, 10
+		clean = append(clean, sc)
 	}
 	for _, b := range []bench.Scenario{bases[0], bases[2], bases[3]} {
 		sc := b
