@@ -92,9 +92,15 @@ func emfLines(t *testing.T, outputKey, id string, want func([]map[string]any) bo
 func sums(lines []map[string]any, name, dim string) map[string]float64 {
 	out := map[string]float64{}
 	for _, l := range lines {
-		if v, ok := l[name].(float64); ok {
-			d, _ := l[dim].(string)
+		d, _ := l[dim].(string)
+		switch v := l[name].(type) {
+		case float64:
 			out[d] += v
+		case []any: // a buffered emitter's values (metric.Emitter.Buffered)
+			for _, x := range v {
+				f, _ := x.(float64)
+				out[d] += f
+			}
 		}
 	}
 	return out

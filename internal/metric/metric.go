@@ -43,6 +43,18 @@
 //	MessagesResent Count         messages the item function sent again to its own queue, by Reason (unavailable,
 //	                             throttled, paused, slot, track); dims [Stack], [Stack Reason]
 //
+// Buffered: an Emitter from Buffered collects ItemsRecorded and
+// ItemDuration in memory until Flush (the item function flushes at the end
+// of each invocation, worker.Worker.Handle): one Items line per pipeline,
+// outcome, batch and run with the sum, and ItemDurationMs lines carrying
+// up to MaxValuesPerLine values each as an array (EMF: "a metric value
+// MUST be a number or an array of numbers ... arrays can contain up to
+// 100 values", same specification). CloudWatch derives the same
+// statistics from them; CloudWatch Logs ingests two lines per invocation
+// instead of two per item (≈ 570 bytes an item: `make bench`,
+// docs/design/cost.md). Values an invocation collected and never flushed
+// (it was killed) are lost, as lines it never wrote would be.
+//
 // The last three are per run, with the batch id and run as properties: an
 // alarm on their Maximum fires when any one batch passes its threshold,
 // and Logs Insights on the finalize function's log group names the batch.
@@ -127,19 +139,129 @@ type Emitter struct {
 	Now func() time.Time
 
 	mu sync.Mutex
+	// buffered: ItemsRecorded and ItemDuration collect into pending until
+	// Flush (Buffered).
+	buffered bool
+	pending  map[pendingKey]*pendingValues
+	order    []pendingKey
+}
+
+// MaxValuesPerLine is the most values one EMF line carries for one
+// metric: 100 ("Specification: Embedded metric format").
+const MaxValuesPerLine = 100
+
+// pendingKey is one line of a buffered emitter: a metric and the
+// dimension values and properties its line carries.
+type pendingKey struct {
+	name, pipeline, outcome, batchID string
+	run                              int
+}
+
+type pendingValues struct {
+	sum    float64   // Items: the count
+	values []float64 // ItemDurationMs: each attempt's
 }
 
 // New returns an Emitter for stack writing to standard output.
 func New(stack string) *Emitter { return &Emitter{Stack: stack} }
 
+// Buffered returns an Emitter writing where e does whose ItemsRecorded and
+// ItemDuration collect until Flush (see the package comment); nil for
+// nil.
+func (e *Emitter) Buffered() *Emitter {
+	if e == nil {
+		return nil
+	}
+	return &Emitter{Stack: e.Stack, W: e.W, Now: e.Now, buffered: true}
+}
+
+// add collects v under k; a key whose values reach MaxValuesPerLine is
+// written at once. It reports false when e does not buffer.
+func (e *Emitter) add(k pendingKey, v float64) bool {
+	if e == nil || !e.buffered {
+		return false
+	}
+	e.mu.Lock()
+	if e.pending == nil {
+		e.pending = map[pendingKey]*pendingValues{}
+	}
+	p := e.pending[k]
+	if p == nil {
+		p = &pendingValues{}
+		e.pending[k] = p
+		e.order = append(e.order, k)
+	}
+	full := false
+	if k.name == Items {
+		p.sum += v
+	} else {
+		p.values = append(p.values, v)
+		full = len(p.values) >= MaxValuesPerLine
+	}
+	var values []float64
+	if full {
+		values, p.values = p.values, nil
+	}
+	e.mu.Unlock()
+	if full {
+		e.write(k, values)
+	}
+	return true
+}
+
+// Flush writes what a buffered emitter collected, in the order first
+// collected, and forgets it. Nothing for nil or an emitter that does not
+// buffer.
+func (e *Emitter) Flush() {
+	if e == nil || !e.buffered {
+		return
+	}
+	e.mu.Lock()
+	pending, order := e.pending, e.order
+	e.pending, e.order = nil, nil
+	e.mu.Unlock()
+	for _, k := range order {
+		p := pending[k]
+		switch {
+		case k.name == Items && p.sum != 0:
+			e.itemsLine(k, p.sum)
+		case len(p.values) > 0:
+			e.write(k, p.values)
+		}
+	}
+}
+
+func (e *Emitter) itemsLine(k pendingKey, n float64) {
+	e.count(Items, n, [][]string{{DimStack, DimOutcome}, {DimStack, DimPipeline, DimOutcome}},
+		map[string]any{DimPipeline: k.pipeline, DimOutcome: k.outcome, "batch_id": k.batchID, "run": k.run})
+}
+
+// write writes a duration line of values: one number, or an array.
+func (e *Emitter) write(k pendingKey, values []float64) {
+	var v any = values
+	if len(values) == 1 {
+		v = values[0]
+	}
+	e.emitValue(ItemDurationMs, UnitMilliseconds, v, [][]string{{DimStack}, {DimStack, DimPipeline}},
+		map[string]any{DimPipeline: k.pipeline, "batch_id": k.batchID, "run": k.run})
+}
+
 // ItemsRecorded counts n items recorded with outcome in pipeline.
 func (e *Emitter) ItemsRecorded(pipeline, outcome string, n int64, batchID string, run int) {
+	k := pendingKey{name: Items, pipeline: pipeline, outcome: outcome, batchID: batchID, run: run}
+	if e.add(k, float64(n)) {
+		return
+	}
 	e.count(Items, float64(n), [][]string{{DimStack, DimOutcome}, {DimStack, DimPipeline, DimOutcome}},
 		map[string]any{DimPipeline: pipeline, DimOutcome: outcome, "batch_id": batchID, "run": run})
 }
 
 // ItemDuration records how long one attempt's pipeline ran.
 func (e *Emitter) ItemDuration(pipeline string, d time.Duration, batchID string, run int) {
+	k := pendingKey{name: ItemDurationMs, pipeline: pipeline, batchID: batchID, run: run}
+	if e.add(k, float64(d.Milliseconds())) {
+		return
+	}
 	e.emit(ItemDurationMs, UnitMilliseconds, float64(d.Milliseconds()), [][]string{{DimStack}, {DimStack, DimPipeline}},
 		map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
 }
@@ -249,6 +371,11 @@ type metadata struct {
 // members, the value under name. Errors of the writer are dropped: a
 // metric is never worth failing an item for.
 func (e *Emitter) emit(name, unit string, v float64, dims [][]string, props map[string]any) {
+	e.emitValue(name, unit, v, dims, props)
+}
+
+// emitValue is emit with a value that is a number or an array of numbers.
+func (e *Emitter) emitValue(name, unit string, v any, dims [][]string, props map[string]any) {
 	if e == nil {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -144,5 +145,86 @@ func BenchmarkItemLines(b *testing.B) {
 	for b.Loop() {
 		e.ItemsRecorded("webhook", "succeeded", 1, "b-1", 1)
 		e.ItemDuration("webhook", 1234*time.Millisecond, "b-1", 1)
+	}
+}
+
+// TestBufferedLines: a buffered emitter writes nothing for outcomes and
+// durations until Flush, then one Items line per pipeline, outcome,
+// batch and run with their sum, and the durations as arrays of at most
+// MaxValuesPerLine values (a line is written as soon as one fills);
+// every other metric is written at once; each line keeps the EMF shape.
+func TestBufferedLines(t *testing.T) {
+	var buf bytes.Buffer
+	e := (&Emitter{Stack: "s", W: &buf, Now: func() time.Time { return time.UnixMilli(1767225600000) }}).Buffered()
+	for i := range 250 {
+		e.ItemsRecorded("webhook", "succeeded", 1, "b-1", 1)
+		e.ItemDuration("webhook", time.Duration(i)*time.Millisecond, "b-1", 1)
+	}
+	e.ItemsRecorded("webhook", "failed", 3, "b-1", 1)
+	e.ItemsRecorded("webhook", "succeeded", 2, "b-2", 1)
+	e.Retry("webhook", "b-1", 1)
+	before := strings.Count(buf.String(), "\n")
+	if got := strings.Count(buf.String(), `"ItemDurationMs":[`); got != 2 || before != 3 {
+		t.Fatalf("before Flush: %d lines, %d duration arrays (want 3 lines: 2 full arrays of %d and the retry):\n%s", before, got, MaxValuesPerLine, buf.String())
+	}
+	e.Flush()
+	items := map[string]float64{}
+	var durations []float64
+	sc := bufio.NewScanner(&buf)
+	sc.Buffer(nil, 1<<20)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		var doc map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &doc); err != nil {
+			t.Fatalf("line %d: %v", lines, err)
+		}
+		if v, ok := doc[Items].(float64); ok {
+			items[doc[DimOutcome].(string)+" "+doc["batch_id"].(string)] += v
+		}
+		switch v := doc[ItemDurationMs].(type) {
+		case float64:
+			durations = append(durations, v)
+		case []any:
+			if len(v) > MaxValuesPerLine {
+				t.Errorf("line %d: %d values", lines, len(v))
+			}
+			for _, x := range v {
+				durations = append(durations, x.(float64))
+			}
+		}
+	}
+	if want := map[string]float64{"succeeded b-1": 250, "failed b-1": 3, "succeeded b-2": 2}; !maps.Equal(items, want) {
+		t.Errorf("Items by outcome and batch: %v, want %v", items, want)
+	}
+	if len(durations) != 250 || durations[0] != 0 || durations[249] != 249 {
+		t.Errorf("%d durations (first %v), want 250 in order", len(durations), durations[:min(3, len(durations))])
+	}
+	// 2 full arrays + the retry before; the rest of the durations (one
+	// array of 50) and three Items lines after.
+	if lines != 7 {
+		t.Errorf("%d lines, want 7:\n%s", lines, buf.String())
+	}
+	buf.Reset()
+	e.Flush()
+	if buf.Len() != 0 {
+		t.Errorf("a second Flush wrote %s", buf.String())
+	}
+	var none *Emitter
+	none.Buffered().Flush() // nil stays nil and discards
+}
+
+// BenchmarkItemLinesBuffered is BenchmarkItemLines on a buffered
+// emitter, flushed every 10 items as an invocation of 10 would.
+func BenchmarkItemLinesBuffered(b *testing.B) {
+	e := (&Emitter{Stack: "bulkrun", W: io.Discard}).Buffered()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e.ItemsRecorded("webhook", "succeeded", 1, "b-1", 1)
+		e.ItemDuration("webhook", 1234*time.Millisecond, "b-1", 1)
+		if i++; i%10 == 0 {
+			e.Flush()
+		}
 	}
 }

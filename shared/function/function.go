@@ -160,7 +160,7 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 	h := &handler.Item{
 		Worker: &worker.Worker{
 			Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Trigger: d.Trigger, Clock: ledger.SystemClock{},
-			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics, Secrets: secret.New(d.AWS, 0),
+			Log: d.Log, Pipelines: reg, Lease: d.Config.Lease, Metrics: d.Metrics.Buffered(), Secrets: secret.New(d.AWS, 0),
 			Staging: effects.Staging(d.Config.EffectTables), Retry: new(d.Config.RetryPolicy), Bus: d.Bus(), Traces: d.Traces,
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).

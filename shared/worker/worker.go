@@ -63,7 +63,9 @@ type Worker struct {
 	// context still handed on to the pipelines.
 	Traces *tracing.Provider
 	// Metrics receives the item metrics (outcomes, durations, retries,
-	// dead letters, fan-out, pauses); nil for none.
+	// dead letters, fan-out, pauses); nil for none. A buffered emitter
+	// (metric.Emitter.Buffered, as the item function's) is flushed with
+	// each counter write of Handle and at its end.
 	Metrics *metric.Emitter
 	// Bus gets the Batch Paused and Batch Unpaused events of outage
 	// pauses; nil for none.
@@ -263,6 +265,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 			if len(ended) > 0 {
 				w.count(ctx, ended, 1)
 			}
+			w.Metrics.Flush() // a buffered emitter's lines, as often as the counts
 		}
 	}()
 	for _, d := range ds {
@@ -289,6 +292,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	close(stop)
 	<-flushed
 	w.count(ctx, dones, 1)
+	w.Metrics.Flush()
 	return failed
 }
 
