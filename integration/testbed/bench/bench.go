@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +25,8 @@ import (
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/internal/event"
+	"github.com/bulkrun/bulkrun/internal/handler"
+	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/internal/queue"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -137,11 +137,30 @@ type Result struct {
 	Redeliveries int
 	// Census is the run's census from its report.
 	Census api.Census
+	// LogBytes and LogEvents are what the functions logged (their JSON
+	// log lines and CloudWatch metric lines, at the stack's default level
+	// "info"), as CloudWatch Logs sizes events: each line's bytes, and
+	// the events; Lambda's own platform lines are added per invocation
+	// in Figures (PlatformLogBytesPerInvocation).
+	LogBytes, LogEvents int64
+	logs                *logCounter
 	// ChunksPerMessageBatch is the mean number of fan-out chunks whose
 	// item or pack messages one message batch held (fan-out messages
 	// left out): 1 when a receive holds one chunk's messages.
 	ChunksPerMessageBatch float64
 }
+
+// logCounter counts the bytes and lines written to it (each Write of the
+// JSON handlers and the metric emitter is one line).
+type logCounter struct{ bytes, lines atomic.Int64 }
+
+func (c *logCounter) Write(p []byte) (int, error) {
+	c.bytes.Add(int64(len(p)))
+	c.lines.Add(int64(bytes.Count(p, []byte("\n"))))
+	return len(p), nil
+}
+
+func (c *logCounter) totals() (bytes, lines int64) { return c.bytes.Load(), c.lines.Load() }
 
 type trigger struct{ n atomic.Int64 }
 
@@ -374,7 +393,13 @@ func newRun(cfg aws.Config, b *bed, sc Scenario, res *Result) (*run, error) {
 	store.RowTTL = config.DefaultRetention + ledger.TTLGrace // as the functions set it (shared/function)
 	blobs := blob.New(function.NewS3(metered), b.name)
 	items := queue.New(sqs.NewFromConfig(metered), b.queueURL)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The functions' own logger and metric lines (internal/handler,
+	// internal/metric) at the stack's default level, counted: what
+	// CloudWatch Logs ingests (Result.LogBytes).
+	logs := &logCounter{}
+	res.logs = logs
+	log := handler.NewLogger(logs, "info")
+	metrics := &metric.Emitter{Stack: "bench", W: logs}
 	output := echoOutput(sc)
 	res.OutputBytes = len(output)
 	reg, err := echoPipelines(sc, output)
@@ -389,9 +414,9 @@ func newRun(cfg aws.Config, b *bed, sc Scenario, res *Result) (*run, error) {
 		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: source.SourcePolicy{Bucket: b.name}, ChunkItems: ChunkItems}
 	// A transient failure's retry comes back after a second (the
 	// shortest visibility change), not after the default backoff.
-	r.worker = &worker.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log,
+	r.worker = &worker.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log, Metrics: metrics.Buffered(), // as the item function's
 		Pipelines: reg, Lease: config.DefaultLease, Retry: &api.RetryPolicy{IntervalSeconds: 1, BackoffRate: 1, MaxDelaySeconds: 1}}
-	r.fin = &finalize.Finalizer{Store: store, Blobs: blobs, Clock: ledger.SystemClock{}, Log: log, Retention: config.DefaultRetention,
+	r.fin = &finalize.Finalizer{Store: store, Blobs: blobs, Clock: ledger.SystemClock{}, Log: log, Retention: config.DefaultRetention, Metrics: metrics,
 		Events: event.New(eventbridge.NewFromConfig(metered), "", b.name)}
 	return r, nil
 }
@@ -566,6 +591,7 @@ func (r *run) finish(ctx context.Context) error {
 		return err
 	}
 	r.res.Usage = r.meter.Usage()
+	r.res.LogBytes, r.res.LogEvents = r.res.logs.totals()
 	r.res.Usage.SQSRequests -= float64(r.res.EmptyReceives)
 	r.res.Reported = r.store.Capacity()
 	r.res.ReportUsage = fr.Report.Usage

@@ -19,34 +19,40 @@ import (
 // Figures is one scenario's cost per item and per 10^6 items, in the shape
 // of build/bench/cost.json.
 type Figures struct {
-	Name                     string             `json:"name"`
-	Items                    int                `json:"items"`
-	ItemsPerMessage          int                `json:"items_per_message"`
-	Delivery                 string             `json:"delivery"` // DeliveryChunkOrdered or DeliveryShuffled
-	TransientPercent         int                `json:"transient_failure_percent"`
-	PermanentPercent         int                `json:"permanent_failure_percent"`
-	ThresholdPercent         float64            `json:"tolerated_failure_percent,omitempty"`
-	MaxConcurrency           int                `json:"max_concurrency,omitempty"` // the batch's; 0: none
-	Succeeded                int64              `json:"succeeded"`
-	Failed                   int64              `json:"failed"`
-	Cancelled                int64              `json:"cancelled"`
-	RedeliveriesPerItem      float64            `json:"redeliveries_per_item"`
-	ChunksPerMessageBatch    float64            `json:"chunks_per_message_batch"`
-	InputBytes               int                `json:"input_bytes"`
-	OutputBytes              int                `json:"output_bytes"`
-	WriteUnitsPerItem        float64            `json:"write_units_per_item"`
-	ReadUnitsPerItem         float64            `json:"read_units_per_item"`
-	SQSRequestsPerItem       float64            `json:"sqs_requests_per_item"`
-	LambdaInvocationsPerItem float64            `json:"lambda_invocations_per_item"`
-	LambdaGBSecondsPerItem   float64            `json:"lambda_gb_seconds_per_item"`
-	S3PutPerItem             float64            `json:"s3_put_requests_per_item"`
-	S3GetPerItem             float64            `json:"s3_get_requests_per_item"`
-	EventsPerItem            float64            `json:"eventbridge_events_per_item"`
-	APIRequestsPerItem       float64            `json:"api_requests_per_item"`
-	WriteUnitsByTarget       map[string]float64 `json:"write_units_per_item_by_target"` // "table ITEM", "index list ITEM", ...
-	ReadUnitsByTarget        map[string]float64 `json:"read_units_per_item_by_target"`
-	ReportedWriteUnits       float64            `json:"emulator_reported_write_units_per_item"`
-	ReportedReadUnits        float64            `json:"emulator_reported_read_units_per_item"`
+	Name                     string  `json:"name"`
+	Items                    int     `json:"items"`
+	ItemsPerMessage          int     `json:"items_per_message"`
+	Delivery                 string  `json:"delivery"` // DeliveryChunkOrdered or DeliveryShuffled
+	TransientPercent         int     `json:"transient_failure_percent"`
+	PermanentPercent         int     `json:"permanent_failure_percent"`
+	ThresholdPercent         float64 `json:"tolerated_failure_percent,omitempty"`
+	MaxConcurrency           int     `json:"max_concurrency,omitempty"` // the batch's; 0: none
+	Succeeded                int64   `json:"succeeded"`
+	Failed                   int64   `json:"failed"`
+	Cancelled                int64   `json:"cancelled"`
+	RedeliveriesPerItem      float64 `json:"redeliveries_per_item"`
+	ChunksPerMessageBatch    float64 `json:"chunks_per_message_batch"`
+	InputBytes               int     `json:"input_bytes"`
+	OutputBytes              int     `json:"output_bytes"`
+	WriteUnitsPerItem        float64 `json:"write_units_per_item"`
+	ReadUnitsPerItem         float64 `json:"read_units_per_item"`
+	SQSRequestsPerItem       float64 `json:"sqs_requests_per_item"`
+	LambdaInvocationsPerItem float64 `json:"lambda_invocations_per_item"`
+	LambdaGBSecondsPerItem   float64 `json:"lambda_gb_seconds_per_item"`
+	S3PutPerItem             float64 `json:"s3_put_requests_per_item"`
+	S3GetPerItem             float64 `json:"s3_get_requests_per_item"`
+	EventsPerItem            float64 `json:"eventbridge_events_per_item"`
+	APIRequestsPerItem       float64 `json:"api_requests_per_item"`
+	// LogBytesPerItem is what CloudWatch Logs ingests per item: the
+	// functions' log and metric lines (each + LogEventOverheadBytes) and
+	// Lambda's platform lines of each invocation; LogEventsPerItem the
+	// functions' lines alone.
+	LogBytesPerItem    float64            `json:"log_bytes_per_item"`
+	LogEventsPerItem   float64            `json:"log_events_per_item"`
+	WriteUnitsByTarget map[string]float64 `json:"write_units_per_item_by_target"` // "table ITEM", "index list ITEM", ...
+	ReadUnitsByTarget  map[string]float64 `json:"read_units_per_item_by_target"`
+	ReportedWriteUnits float64            `json:"emulator_reported_write_units_per_item"`
+	ReportedReadUnits  float64            `json:"emulator_reported_read_units_per_item"`
 	// USDByComponent and USDPerMillionItems are the dollars of one batch
 	// of 10^6 items: what each item adds × 10^6, plus once what a batch
 	// costs whatever its size (WithFixed). Without WithFixed they equal
@@ -72,7 +78,7 @@ type Figures struct {
 }
 
 // Components of the price, in print order.
-var Components = []string{"DynamoDB writes", "DynamoDB reads", "SQS", "Lambda requests", "Lambda duration", "S3", "EventBridge", "API Gateway"}
+var Components = []string{"DynamoDB writes", "DynamoDB reads", "SQS", "Lambda requests", "Lambda duration", "S3", "EventBridge", "API Gateway", "CloudWatch Logs"}
 
 func targetName(t meter.Target) string {
 	if t.Index == "" {
@@ -99,10 +105,13 @@ func (r Result) Figures() Figures {
 		S3GetPerItem:             r.Usage.S3Get / n,
 		EventsPerItem:            r.Usage.EventBridgeEvents / n,
 		APIRequestsPerItem:       r.APIRequests / n,
-		WriteUnitsByTarget:       map[string]float64{},
-		ReadUnitsByTarget:        map[string]float64{},
-		ReportedWriteUnits:       r.Reported.WriteUnits / n,
-		ReportedReadUnits:        r.Reported.ReadUnits / n,
+		LogBytesPerItem: (float64(r.LogBytes+LogEventOverheadBytes*r.LogEvents) +
+			(r.LambdaRequests+r.Usage.LambdaRequests)*float64(PlatformLogBytesPerInvocation())) / n,
+		LogEventsPerItem:   float64(r.LogEvents) / n,
+		WriteUnitsByTarget: map[string]float64{},
+		ReadUnitsByTarget:  map[string]float64{},
+		ReportedWriteUnits: r.Reported.WriteUnits / n,
+		ReportedReadUnits:  r.Reported.ReadUnits / n,
 	}
 	for t, v := range r.Usage.Write {
 		f.WriteUnitsByTarget[targetName(t)] += v / n
@@ -120,6 +129,7 @@ func (r Result) Figures() Figures {
 		"S3":              M * (f.S3PutPerItem*USDPerS3Put + f.S3GetPerItem*USDPerS3Get),
 		"EventBridge":     M * f.EventsPerItem * USDPerEvent,
 		"API Gateway":     M * f.APIRequestsPerItem * USDPerAPIRequest,
+		"CloudWatch Logs": M * f.LogBytesPerItem / (1 << 30) * USDPerLogGB,
 	}
 	for _, v := range f.USDByComponent {
 		f.USDPerMillionItems += v
@@ -345,6 +355,8 @@ func Print(w io.Writer, fs []Figures) {
 		line("S3 GET-tier requests", f.S3GetPerItem)
 		line("EventBridge events", f.EventsPerItem)
 		line("API Gateway requests", f.APIRequestsPerItem)
+		line("CloudWatch Logs bytes ingested", f.LogBytesPerItem)
+		line("  the functions' log lines", f.LogEventsPerItem)
 		fmt.Fprintf(w, "  (the emulator itself reported %.3f write and %.3f read units per item)\n", f.ReportedWriteUnits, f.ReportedReadUnits)
 		fmt.Fprintf(w, "  %-34s %12s %14s\n", "dollars per 10^6 items, USD", "one batch", fmt.Sprintf("%d-item batches", f.Items))
 		top, topV := "", 0.0

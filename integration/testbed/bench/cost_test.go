@@ -68,11 +68,15 @@ func TestFiguresPrices(t *testing.T) {
 		Write:       map[meter.Target]float64{{Kind: "ITEM"}: 400},
 		Read:        map[meter.Target]float64{{Kind: "COUNT"}: 10},
 		SQSRequests: 30, S3Put: 1, S3Get: 10, EventBridgeEvents: 1,
-	}, LambdaRequests: 12, LambdaGBSeconds: 0.5, APIRequests: 1}
+	}, LambdaRequests: 12, LambdaGBSeconds: 0.5, APIRequests: 1, LogBytes: 10_000, LogEvents: 20}
 	f := r.Figures()
+	// Logs: the lines' bytes, 26 more per line, and 12 invocations' two
+	// platform lines, per item; $0.50 per 2^30 bytes.
+	logBytes := (10_000 + 26*20 + 12*float64(PlatformLogBytesPerInvocation())) / 100
 	want := map[string]float64{
 		"DynamoDB writes": 2.5, "DynamoDB reads": 0.0125, "SQS": 0.12, "Lambda requests": 0.024,
 		"Lambda duration": 0.5 / 100 * 1e6 * 0.0000133334, "S3": 0.05 + 0.04, "EventBridge": 0.01, "API Gateway": 0.035,
+		"CloudWatch Logs": logBytes * 1e6 / (1 << 30) * 0.50,
 	}
 	var total float64
 	for c, w := range want {
@@ -84,7 +88,10 @@ func TestFiguresPrices(t *testing.T) {
 	if !near(f.USDPerMillionItems, total, 1e-9) {
 		t.Errorf("total $%.4f, want $%.4f", f.USDPerMillionItems, total)
 	}
-	if f.WriteUnitsPerItem != 4 || f.LambdaInvocationsPerItem != 0.12 || f.ItemsPerMessage != 1 {
+	if p := PlatformLogBytesPerInvocation(); p < 300 || p > 600 {
+		t.Errorf("Lambda's platform lines: %d bytes an invocation, want a start and a report line (300–600)", p)
+	}
+	if f.WriteUnitsPerItem != 4 || f.LambdaInvocationsPerItem != 0.12 || f.ItemsPerMessage != 1 || !near(f.LogBytesPerItem, logBytes, 1e-9) {
 		t.Errorf("per item: %+v", f)
 	}
 }

@@ -103,6 +103,7 @@ func byKTable(fs []Figures) string {
 	row("SQS requests", func(f *Figures) string { return fmt.Sprintf("%.3f", f.SQSRequestsPerItem) })
 	row("Lambda requests", func(f *Figures) string { return fmt.Sprintf("%.4f", f.LambdaInvocationsPerItem) })
 	row("Lambda GB-s (the emulator's wall time)", func(f *Figures) string { return fmt.Sprintf("%.5f", f.LambdaGBSecondsPerItem) })
+	row("CloudWatch Logs bytes ingested", func(f *Figures) string { return fmt.Sprintf("%.0f", f.LogBytesPerItem) })
 	row("**USD per 10^6 items**, one batch of 10^6", func(f *Figures) string {
 		return fmt.Sprintf("**%.3f** (%s)", f.USDPerMillionItems, largest(f.USDByComponent, 2))
 	})

@@ -29,6 +29,15 @@ package bench
 //     million.
 //   - API Gateway REST APIs: "Amazon API Gateway pricing"
 //     (https://aws.amazon.com/api-gateway/pricing/): $3.50 per million.
+//   - CloudWatch Logs: "Amazon CloudWatch pricing"
+//     (https://aws.amazon.com/cloudwatch/pricing/), Logs: Lambda's logs
+//     are vended logs delivered to CloudWatch Logs, $0.50 per GB (2^30
+//     bytes, as AWS bills data) ingested
+//     (the first 10 TB a month, the standard log class); storage, $0.03
+//     per GB-month compressed, is per month kept, not per item, and left
+//     out. An event is sized as PutLogEvents sizes a batch: its message's
+//     UTF-8 bytes plus 26 bytes ("PutLogEvents", CloudWatch Logs API
+//     reference).
 //   - Step Functions: "AWS Step Functions pricing"
 //     (https://aws.amazon.com/step-functions/pricing/): Standard $25 per
 //     million state transitions; Express $1.00 per million requests.
@@ -42,6 +51,10 @@ const (
 	USDPerS3Get          = 0.0004 / 1e3
 	USDPerEvent          = 1.00 / 1e6
 	USDPerAPIRequest     = 3.50 / 1e6
+	USDPerLogGB          = 0.50
+	// LogEventOverheadBytes is what CloudWatch Logs adds to each event's
+	// message in sizing it (PutLogEvents).
+	LogEventOverheadBytes = 26
 )
 
 // Anchor is what Step Functions Distributed Map charges for the same 10^6
@@ -60,4 +73,26 @@ var Anchors = []Anchor{
 	{"Distributed Map Express + idempotency table", 2.7, "as above plus a per-item idempotency record (≥ 2 write units per item)"},
 	{"Distributed Map Express + ItemBatcher(10)", 0.33, "ten items per child execution; no ledger"},
 	{"Distributed Map Express + ItemBatcher(10) + ledger", 1.6, "as above plus a per-item ledger record"},
+}
+
+// PlatformLogLines are the lines Lambda itself writes for each invocation
+// at the stack's system log level INFO with the JSON log format
+// (infra/bulkrun: LoggingFormat JSON, SystemLogLevel INFO): platform.start
+// and platform.report, shaped as the Lambda developer guide's "Telemetry
+// API Event schema reference" gives them (a request id of 36 characters,
+// the report's four metrics; a cold start's platform.initStart and
+// initReport, once per environment, left out).
+var PlatformLogLines = []string{
+	`{"time":"2026-12-03T05:00:00.000Z","type":"platform.start","record":{"requestId":"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","version":"$LATEST"}}`,
+	`{"time":"2026-12-03T05:00:00.250Z","type":"platform.report","record":{"requestId":"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","metrics":{"durationMs":248.31,"billedDurationMs":249,"memorySizeMB":512,"maxMemoryUsedMB":61},"status":"success"}}`,
+}
+
+// PlatformLogBytesPerInvocation is PlatformLogLines as CloudWatch Logs
+// sizes them.
+func PlatformLogBytesPerInvocation() int {
+	n := 0
+	for _, l := range PlatformLogLines {
+		n += len(l) + LogEventOverheadBytes
+	}
+	return n
 }
