@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -81,6 +82,7 @@ type csvTable struct {
 	cols   [][]byte
 	keyCol int
 	chk    *Check // nil: no schema, the first bad record ends the read
+	shape  *api.CSVShape
 }
 
 // openCSV reads a CSV source up to its header (see ReadCSVDelimited) and
@@ -162,6 +164,10 @@ func newCSVTable(lr *csvLines, cr *csv.Reader, header []string, delim rune, keyF
 	}
 	if keyField != "" && t.keyCol < 0 {
 		return nil, &api.InputError{Field: "key_field", Reason: fmt.Sprintf("%q is not a column of the CSV header (%s, separated by %s)", keyField, strings.Join(header, string(delim)), delimName(delim))}
+	}
+	t.shape = &api.CSVShape{Delimiter: string(delim)}
+	if b, _ := json.Marshal(header); len(b) <= api.MaxCSVHeaderBytes {
+		t.shape.Header = slices.Clone(header)
 	}
 	return t, nil
 }
@@ -268,7 +274,7 @@ func (t *csvTable) item(rec []string, line int64, buf *bytes.Buffer, index int64
 	} else {
 		key = api.PositionalKey(index)
 	}
-	return SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: line}, nil
+	return SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: line, CSV: t.shape}, nil
 }
 
 // readKey is the key cell of rec when it is there and a valid key, for
