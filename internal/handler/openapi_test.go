@@ -469,6 +469,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"submit heartbeat too short", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"},"task_token":"t","task_heartbeat_seconds":60}`, nil, 400, wire.CodeInvalidRequest, true},
 		{"submit heartbeat without token", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"},"task_heartbeat_seconds":600}`, nil, 400, wire.CodeInvalidRequest, false},
 		{"submit unknown field", "POST", "/batches", `{"pipelin":"webhook"}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"submit an empty rate key", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"},"rate":{"key":"","requests_per_second":5}}`, nil, 400, wire.CodeInvalidRequest, true},
 		{"submit empty source", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[]}}`, nil, 400, wire.CodeEmptySource, false},
 		{"submit other request, same id", "POST", "/batches", `{"batch_id":"new-1","pipeline":"thumbnail","source":{"items":[{"a":1}]}}`, nil, 409, wire.CodeBatchMismatch, false},
 		{"submit too large", "POST", "/batches", `{"pipeline":"webhook","source":{"items":["` + strings.Repeat("x", MaxRequestBytes) + `"]}}`, nil, 413, wire.CodeInvalidRequest, false},
