@@ -649,7 +649,9 @@ func (c *Server) inputs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("outcome %q: want failed or quarantined", o))
 		return
 	}
-	page := func(cursor string) (api.InputPage, error) { return c.api.Inputs(r.Context(), id, o, cursor, api.MaxListLimit) }
+	page := func(cursor string) (api.InputPage, error) {
+		return c.api.Inputs(r.Context(), id, o, cursor, api.MaxListLimit)
+	}
 	first, err := page("")
 	if err != nil {
 		writeAPIError(w, err)
