@@ -88,8 +88,8 @@ type Batch struct {
 	// CSV is a CSV source's delimiter and header as the submit read them
 	// (the delimiter given, or the one detected), for exports of the
 	// items' inputs in the source's own format (GET
-	// /batches/{id}/inputs); nil for any other source, for a CSV source
-	// read in parts, and on rows written before it was kept.
+	// /batches/{id}/inputs); nil for any other source, and on rows
+	// written before it was kept.
 	CSV *CSVShape `json:"csv,omitempty"`
 	// Checked is what the submit found wrong in the source and what became
 	// of it (bad_rows fail: failed items, dropped duplicates; see

@@ -165,11 +165,19 @@ func newCSVTable(lr *csvLines, cr *csv.Reader, header []string, delim rune, keyF
 	if keyField != "" && t.keyCol < 0 {
 		return nil, &api.InputError{Field: "key_field", Reason: fmt.Sprintf("%q is not a column of the CSV header (%s, separated by %s)", keyField, strings.Join(header, string(delim)), delimName(delim))}
 	}
-	t.shape = &api.CSVShape{Delimiter: string(delim)}
-	if b, _ := json.Marshal(header); len(b) <= api.MaxCSVHeaderBytes {
-		t.shape.Header = slices.Clone(header)
-	}
+	t.shape = CSVShapeOf(string(delim), header)
 	return t, nil
+}
+
+// CSVShapeOf is the api.CSVShape of a CSV table read with delim and
+// header: the header kept only when its JSON is at most
+// api.MaxCSVHeaderBytes.
+func CSVShapeOf(delim string, header []string) *api.CSVShape {
+	s := &api.CSVShape{Delimiter: delim}
+	if b, _ := json.Marshal(header); len(b) <= api.MaxCSVHeaderBytes {
+		s.Header = slices.Clone(header)
+	}
+	return s
 }
 
 // rows reads the records after the header, calling emit with each item;
