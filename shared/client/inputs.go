@@ -56,11 +56,25 @@ func WriteInputPages(w io.Writer, page func(cursor string) (api.InputPage, error
 	}
 }
 
-// csvHeaderLen is the length of the first record of the CSV text b, its
-// line end included: up to the first line feed outside a quoted field
-// (RFC 4180: a quote inside a quoted field is doubled, which toggles
-// twice), or all of b.
+// csvHeaderLen is the length of the head of the CSV text b: a first line
+// "sep=X" when there is one, then the first record, its line end included
+// (up to the first line feed outside a quoted field; RFC 4180: a quote
+// inside a quoted field is doubled, which toggles twice), or all of b.
 func csvHeaderLen(b []byte) int {
+	n := 0
+	if bytes.HasPrefix(b, []byte("sep=")) {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return len(b)
+		}
+		n = i + 1
+	}
+	return n + firstRecordLen(b[n:])
+}
+
+// firstRecordLen is the length of the first CSV record of b, its line
+// end included, or all of b.
+func firstRecordLen(b []byte) int {
 	quoted := false
 	for i, c := range b {
 		switch {

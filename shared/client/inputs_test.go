@@ -45,6 +45,11 @@ func TestWriteInputPages(t *testing.T) {
 	if err != nil || done.Count != 2 || out.String() != "{\"a\":1}\n2\n" {
 		t.Fatalf("JSON Lines: %+v %v %q", done, err, out.String())
 	}
+	out.Reset()
+	done, err = WriteInputPages(&out, serve(api.InputPage{Format: api.FormatCSV, Body: []byte("sep=|\nid|n\na|1\n"), Count: 1}, api.InputPage{Format: api.FormatCSV, Body: []byte("sep=|\nid|n\nb|2\n"), Count: 1}))
+	if err != nil || done.Count != 2 || out.String() != "sep=|\nid|n\na|1\nb|2\n" {
+		t.Fatalf("CSV with a sep= line: %+v %v %q", done, err, out.String())
+	}
 	_, err = WriteInputPages(&out, serve(api.InputPage{Format: api.FormatCSV, Body: []byte("id\na\n"), Count: 1}, api.InputPage{Format: api.FormatCSV, Body: []byte("other\nb\n"), Count: 1}))
 	if err == nil || !strings.Contains(err.Error(), "not the first page's") {
 		t.Errorf("another header: %v", err)

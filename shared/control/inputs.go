@@ -202,7 +202,9 @@ func writeInputsJSONL(w *bytes.Buffer, inputs []pageInput) error {
 // hold it), then a record per input; a string cell as it is, a number or
 // boolean as its JSON text, null or a column the input lacks (a schema's
 // omitted empty cell) empty, an object or array as its JSON text. A
-// header alone when there are no inputs.
+// header alone when there are no inputs. When a read would not tell the
+// delimiter from the header (a pipe; a header holding as many of another
+// candidate), a first line "sep=X" names it (ReadCSVDelimited reads it).
 func writeInputsCSV(w *bytes.Buffer, inputs []pageInput, shape *api.CSVShape) error {
 	delim := ','
 	var header []string
@@ -233,9 +235,22 @@ func writeInputsCSV(w *bytes.Buffer, inputs []pageInput, shape *api.CSVShape) er
 	cw := csv.NewWriter(w)
 	cw.Comma = delim
 	if len(header) > 0 {
-		if err := cw.Write(header); err != nil {
+		var head bytes.Buffer
+		hw := csv.NewWriter(&head)
+		hw.Comma = delim
+		if err := hw.Write(header); err != nil {
 			return err
 		}
+		if hw.Flush(); hw.Error() != nil {
+			return hw.Error()
+		}
+		if d, ok := source.DetectedDelimiter(head.Bytes()); !ok || d != delim {
+			// A delimiter a reader would not find in the header (a pipe,
+			// or a header that holds as many of another): say it, as
+			// Excel does; a correction's read takes the line as its own.
+			fmt.Fprintf(w, "sep=%c\n", delim)
+		}
+		w.Write(head.Bytes())
 	}
 	rec := make([]string, len(header))
 	for _, cells := range rows {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // inputsBatch stores a finished batch keyed by "id" whose manifest holds
@@ -219,5 +220,33 @@ func TestPickInputsByBytes(t *testing.T) {
 	}
 	if _, _, err := pickInputs(strings.NewReader(m.String()+"{not json\n"), []string{"a", "zz"}, 1<<20); err == nil || !strings.Contains(err.Error(), "manifest line 5") {
 		t.Errorf("bad line: %v", err)
+	}
+}
+
+// TestInputsCSVReadsBackAsACorrection guards the round trip to a
+// correction: an export with each delimiter (comma, semicolon, tab, pipe;
+// cells holding other candidates, quotes and a line break) read by
+// submit's CSV reader without csv_delimiter, as a correction object is,
+// gives back every failed row's cells — a pipe, which the reader would
+// not find in the header, named by a first line sep=|.
+func TestInputsCSVReadsBackAsACorrection(t *testing.T) {
+	for _, d := range []string{",", ";", "\t", "|"} {
+		c := inputsBatch(t, api.FormatCSV, &api.CSVShape{Delimiter: d, Header: []string{"id", "a,b", "note"}}, []string{
+			"x-1\t{\"id\":\"x-1\",\"a,b\":\"1;2|3\\t4\",\"note\":\"say \\\"hi\\\"\\nok\"}",
+			"x-2\t{\"id\":\"x-2\",\"a,b\":\"\",\"note\":\"plain\"}",
+		}, map[string]api.Outcome{"x-1": api.OutcomeFailed, "x-2": api.OutcomeFailed})
+		p := allInputs(t, c, "", 10)[0]
+		if strings.HasPrefix(string(p.Body), "sep=") != (d == "|") {
+			t.Errorf("delimiter %q: %q, want a sep= line for the pipe alone", d, p.Body)
+		}
+		var got []string
+		err := source.ReadCSVDelimited(bytes.NewReader(p.Body), "id", 0, func(it source.SourceItem) error {
+			got = append(got, it.Key+"="+string(it.Input))
+			return nil
+		})
+		want := []string{`x-1={"id":"x-1","a,b":"1;2|3\t4","note":"say \"hi\"\nok"}`, `x-2={"id":"x-2","a,b":"","note":"plain"}`}
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("delimiter %q: %q read back as %q (%v), want %q", d, p.Body, got, err, want)
+		}
 	}
 }

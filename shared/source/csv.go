@@ -340,6 +340,16 @@ func (t *csvTable) rowObject(rec []string) json.RawMessage {
 
 // chooseDelimiter decides the delimiter of a CSV whose header is the
 // physical line head (at line headerAt): see ReadCSVDelimited.
+// DetectedDelimiter is the delimiter a read without csv_delimiter and
+// without a sep= line takes from the header line head (see
+// ReadCSVDelimited); false when it cannot tell (as many of two
+// candidates). A writer whose delimiter this does not detect begins the
+// file with "sep=X".
+func DetectedDelimiter(head []byte) (rune, bool) {
+	d, err := chooseDelimiter(head, 0, 0, 0)
+	return d, err == nil
+}
+
 func chooseDelimiter(head []byte, given, sep rune, headerAt int64) (rune, error) {
 	d := given
 	if sep != 0 {

@@ -284,3 +284,7 @@ def test_inputs_json_lines_and_refusals(client: Client, stand_in: StandIn) -> No
         200, b"other\ny\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1"})
     with pytest.raises(ValueError):
         client.inputs("b1")
+    # A delimiter a reader would not detect: the sep= line stays once, with the header.
+    stand_in.answer = lambda m, p, b: (200, b"sep=|\nid|n\nx|1\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1", "Bulkrun-Next-Cursor": "c"}) if "cursor" not in p else (
+        200, b"sep=|\nid|n\ny|2\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1"})
+    assert client.inputs("b1") == b"sep=|\nid|n\nx|1\ny|2\n"

@@ -525,10 +525,18 @@ class ItemIterator(Iterator[Item]):
 
 
 def _csv_header_len(b: bytes) -> int:
-    """The length of the first CSV record of b, its line feed included: up
-    to the first line feed outside quotes (RFC 4180), or all of b."""
+    """The length of the head of the CSV text b: a first line "sep=X" when
+    there is one, then the first record, its line feed included (up to the
+    first line feed outside quotes, RFC 4180), or all of b."""
+    start = 0
+    if b.startswith(b"sep="):
+        nl = b.find(b"\n")
+        if nl < 0:
+            return len(b)
+        start = nl + 1
     quoted = False
-    for i, c in enumerate(b):
+    for i in range(start, len(b)):
+        c = b[i]
         if c == 0x22:
             quoted = not quoted
         elif c == 0x0A and not quoted:
