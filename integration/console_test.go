@@ -314,6 +314,9 @@ func TestConsoleBrowser(t *testing.T) {
 	// Its failed items all failed permanently: a resume would fail them
 	// again, so none is the primary action, and the page says what to do.
 	waitJS("what to do", `(document.getElementById("what-to-do") || {}).textContent.includes("failed permanently")`, 30*time.Second)
+	if txt := evalJS[string](t, bctx, `document.querySelector(".actions").textContent`); strings.Contains(txt, "null") || strings.Contains(txt, "Failed items' inputs") {
+		t.Errorf("actions of a batch without key field %q: want no inputs link, and no stray text", txt)
+	}
 	if n := evalJS[int](t, bctx, `document.querySelectorAll(".actions button.primary").length`); n != 0 {
 		t.Errorf("a batch whose failed items all failed permanently has %d primary actions, want none", n)
 	}
@@ -366,6 +369,15 @@ func TestConsoleBrowser(t *testing.T) {
 		if !strings.HasPrefix(weights[id], "danger ") || strings.Contains(weights[id], strings.TrimPrefix(weights["act-resume"], "primary ")) {
 			t.Errorf("%s button %q: want danger, never the primary fill (%s)", id, weights[id], weights["act-resume"])
 		}
+	}
+	// Its failed items' inputs: a download of the API's GET
+	// /batches/{id}/inputs, in the source's format (inline: JSON Lines),
+	// ready to hand to Correct….
+	if name := evalJS[string](t, bctx, `document.getElementById("act-inputs").getAttribute("download") + "|" + document.getElementById("act-inputs").textContent`); name != "|Failed items' inputs" {
+		t.Errorf("inputs link %q, want a download named \"Failed items' inputs\"", name)
+	}
+	if body := evalJS[string](t, bctx, `fetch(document.getElementById("act-inputs").href).then(r => r.text())`, chromedp.EvalAwaitPromise); body != `{"k":"no-text-1"}`+"\n"+`{"k":"no-text-2","body":"x"}`+"\n" {
+		t.Errorf("failed items' inputs downloaded: %q", body)
 	}
 	run("quarantined tab", chromedp.Click(chromedp.CSS(`#tab-quarantined`)))
 	waitJS("quarantined items", `document.querySelectorAll('#items[data-outcome="quarantined"] tr[data-key]').length === 2`, 30*time.Second)

@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -453,5 +454,112 @@ func TestCorrectionsKeepStagedEffectsOnce(t *testing.T) {
 		if c := h.callsOf(k); c != calls {
 			t.Errorf("%s: %d pipeline calls, want %d", k, c, calls)
 		}
+	}
+}
+
+// Guards docs/api.md "Inputs of failed items" on the deployed stack: a
+// CSV source with ";" as delimiter and quoted cells (30 items, 5 failing
+// on bad input), its failed items' inputs read through GET
+// /batches/{id}/inputs two items a page — CSV with the source's header
+// and delimiter on every page, every failed item once, its cells as the
+// source held them — edited, handed back as a corrections object, and
+// run 2 ends with every item succeeded, the receiver seeing the edited
+// inputs; quarantined items' inputs are the header alone, and an outcome
+// a correction does not take is 400 naming outcome.
+func TestCorrectionsFromInputsByAPI(t *testing.T) {
+	t.Parallel() // its own batch and receiver route
+	ctx := context.Background()
+	id := newID(t)
+	const n = 30
+	bad := map[string]bool{}
+	var src strings.Builder
+	src.WriteString("k;name;bad\r\n")
+	for i := range n {
+		k := fmt.Sprintf("r%04d", i)
+		mark := "no"
+		if i%6 == 1 {
+			bad[k], mark = true, "yes"
+		}
+		fmt.Fprintf(&src, "%s;\"Ann; \"\"Jr\"\" %d\";%s\r\n", k, i, mark)
+	}
+	url := env.hook.routeInput(id, func(_ string, input []byte) int {
+		if bytes.Contains(input, []byte(`"bad":"yes"`)) {
+			return 422
+		}
+		return 200
+	})
+	req := webhookRequest(id, url, nil)
+	req.Source, req.KeyField = api.SourceSpec{Object: putObject(t, "it-sources/"+id+".csv", src.String())}, "k"
+	if _, err := env.api.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	v := wait(t, id)
+	if v.Census.Failed != int64(len(bad)) || v.Census.Succeeded != int64(n-len(bad)) {
+		t.Fatalf("run 1: %+v", v.Census)
+	}
+	if v.CSV == nil || v.CSV.Delimiter != ";" || strings.Join(v.CSV.Header, ",") != "k,name,bad" {
+		t.Errorf("the batch's CSV shape: %+v, want ; and k name bad", v.CSV)
+	}
+
+	var fixed bytes.Buffer
+	got := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		p, err := env.api.Inputs(ctx, id, api.OutcomeFailed, cursor, 2)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		pages++
+		body := string(p.Body)
+		if p.Format != api.FormatCSV || !strings.HasPrefix(body, "k;name;bad\n") {
+			t.Fatalf("page %d: %s %q, want CSV with the source's header", pages, p.Format, body)
+		}
+		r := csv.NewReader(strings.NewReader(body))
+		r.Comma = ';'
+		recs, err := r.ReadAll()
+		if err != nil || len(recs) != p.Count+1 || p.Count > 2 {
+			t.Fatalf("page %d: %q: %d records, count %d (%v)", pages, body, len(recs), p.Count, err)
+		}
+		for _, rec := range recs[1:] {
+			var i int
+			fmt.Sscanf(rec[0], "r%04d", &i)
+			if !bad[rec[0]] || got[rec[0]] || rec[1] != fmt.Sprintf("Ann; \"Jr\" %d", i) || rec[2] != "yes" {
+				t.Errorf("page %d: record %q (seen before: %v)", pages, rec, got[rec[0]])
+			}
+			got[rec[0]] = true
+		}
+		if pages > 1 {
+			body = strings.TrimPrefix(body, "k;name;bad\n")
+		}
+		fixed.WriteString(strings.ReplaceAll(body, ";yes\n", ";no\n"))
+		if cursor = p.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(got) != len(bad) || pages != 3 {
+		t.Fatalf("%d failed items' inputs in %d pages, want %d in 3", len(got), pages, len(bad))
+	}
+	if p, err := env.api.Inputs(ctx, id, api.OutcomeQuarantined, "", 0); err != nil || p.Count != 0 || string(p.Body) != "k;name;bad\n" || p.NextCursor != "" {
+		t.Errorf("quarantined: %+v %q (%v), want the header alone", p, p.Body, err)
+	}
+	var ae *client.APIError
+	if _, err := env.api.Inputs(ctx, id, api.OutcomeSucceeded, "", 0); !errors.As(err, &ae) || ae.Status != 400 || ae.Body.Field != "outcome" {
+		t.Errorf("outcome succeeded: %v, want 400 naming outcome", err)
+	}
+
+	cv, err := env.api.Correct(ctx, id, api.CorrectRequest{Source: api.SourceSpec{Object: putObject(t, "it-sources/"+id+"-fixed.csv", fixed.String())}})
+	if err != nil || cv.Revision.Items != int64(len(bad)) {
+		t.Fatalf("correct with the edited inputs: %+v %v", cv.Revision, err)
+	}
+	if v := wait(t, id); v.Run != 2 || v.Status != api.StatusCompleted || v.Census.Succeeded != n {
+		t.Fatalf("run 2: run %d %s %+v", v.Run, v.Status, v.Census)
+	}
+	for k := range bad {
+		if in := env.hook.inputsOf(id, k); len(in) != 2 || !strings.Contains(in[1], `"bad":"no"`) || !strings.Contains(in[1], `Ann; \"Jr\"`) {
+			t.Errorf("%s: inputs %q, want its edited input last", k, in)
+		}
+	}
+	if p, err := env.api.Inputs(ctx, id, api.OutcomeFailed, "", 0); err != nil || p.Count != 0 {
+		t.Errorf("after run 2: %d failed items' inputs (%v), want none", p.Count, err)
 	}
 }

@@ -232,6 +232,9 @@ func partsOnEmulator(t *testing.T, h *harness, id string, src api.SourceSpec, ke
 	if gotSum != wantSum || gotLen != wantLen || b.Chunks != ref.Batch.Chunks || b.ManifestBytes != ref.Batch.ManifestBytes {
 		t.Fatalf("manifest by parts: %d bytes, %d chunks, sha256 %s; whole read: %d bytes, %d chunks, sha256 %s", gotLen, b.Chunks, gotSum, wantLen, ref.Batch.Chunks, wantSum)
 	}
+	if fmt.Sprint(b.CSV) != fmt.Sprint(ref.Batch.CSV) || strings.HasSuffix(src.Object, ".csv") && (b.CSV == nil || len(b.CSV.Header) == 0) {
+		t.Errorf("CSV shape by parts %+v, whole read %+v: want the same, kept", b.CSV, ref.Batch.CSV)
+	}
 	var parts, killedRuns int
 	for ev, runs := range runner.runs {
 		switch {

@@ -146,6 +146,13 @@ func (s *Store) Freeze(ctx context.Context, b ledger.Batch) error {
 		}
 		upd = upd.Set(expression.Name(layout.AttrChecked), expression.Value(string(c)))
 	}
+	if b.CSV != nil {
+		c, err := json.Marshal(b.CSV)
+		if err != nil {
+			return err
+		}
+		upd = upd.Set(expression.Name(layout.AttrCSV), expression.Value(string(c)))
+	}
 	expr, err := expression.NewBuilder().WithCondition(submitting()).
 		WithUpdate(upd.
 			Set(expression.Name(layout.AttrManifestDigest), expression.Value(b.Digest)).

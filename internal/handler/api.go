@@ -64,6 +64,7 @@ type Presigner interface {
 //	GET    /batches/{id}/report              the last finished run's report (303 and a link when over ReportInlineBytes)
 //	GET    /batches/{id}/items?outcome=failed|quarantined|withheld|in_flight|needs_attention&limit=&cursor=
 //	GET    /batches/{id}/results/partial?limit=&cursor=   the results lines recorded so far in the current run (api.ResultPage)
+//	GET    /batches/{id}/inputs?outcome=failed|quarantined&limit=&cursor=   the items' inputs in the source's format (api.InputPage: CSV or JSON Lines)
 //	POST   /batches/{id}/resume              new run of a finished batch (202)
 //	POST   /batches/{id}/cancel              stop the current run (202)
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
@@ -158,6 +159,8 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.items})
 	case "results/partial":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.partialResults})
+	case "inputs":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodGet: a.inputs})
 	case "resume":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.resume})
 	case "cancel":
@@ -723,6 +726,40 @@ func (a *API) partialResults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// inputs serves GET /batches/{id}/inputs: a page of the current inputs of
+// the batch's items of outcome (failed by default, or quarantined), in
+// the source's own format (control.Control.Inputs). 200 with the page as
+// its body, as it is: Content-Type text/csv (header=present) for a CSV
+// source, application/x-ndjson for any other; the header
+// Bulkrun-Next-Cursor (absent at the end) goes on, Bulkrun-Input-Count
+// says how many items' inputs the page holds. 400 invalid_request naming
+// id, outcome, limit or cursor; 404 not_found or expired; 409 conflict
+// for a batch with positional keys.
+func (a *API) inputs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !api.ValidBatchID(id) {
+		writeError(w, http.StatusBadRequest, ErrorBody{Code: "invalid_request", Message: "batch id is not 1–128 bytes of [A-Za-z0-9_-]", Field: "id"})
+		return
+	}
+	q := r.URL.Query()
+	limit, ok := queryLimit(w, q)
+	if !ok {
+		return
+	}
+	p, err := a.Control.Inputs(r.Context(), id, api.Outcome(q.Get("outcome")), q.Get("cursor"), limit)
+	if err != nil {
+		a.errorAnswer(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", api.InputContentType(p.Format))
+	w.Header().Set(api.HeaderInputCount, strconv.Itoa(p.Count))
+	if p.NextCursor != "" {
+		w.Header().Set(api.HeaderNextCursor, p.NextCursor)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(p.Body)
 }
 
 // callerKey is the context key of the API caller's identity.

@@ -431,9 +431,16 @@ func TestContractOpenAPI(t *testing.T) {
 				ExpiresAt:   now.Add(time.Hour),
 			},
 		},
+		"csvin-1": {Batch: api.Batch{ID: "csvin-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusCompleted, Run: 1, ItemCount: 2, KeyField: "id",
+			ManifestKey: "batches/csvin-1/manifest.jsonl", SourceFormat: api.FormatCSV, CSV: &api.CSVShape{Delimiter: ";", Header: []string{"id", "name"}},
+			CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)}},
+		"jsonin-1": {Batch: api.Batch{ID: "jsonin-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusCompleted, Run: 1, ItemCount: 2, KeyField: "id",
+			ManifestKey: "batches/jsonin-1/manifest.jsonl", SourceFormat: api.FormatJSONL, CreatedAt: now, FinishedAt: now, ExpiresAt: now.Add(time.Hour)}},
 	}}
 	blobs := &contractBlobs{report: golden("report"), objects: map[string][]byte{
-		"batches/fix-1/manifest.jsonl": []byte(`{"key":"a","input":{"k":"a","v":1}}` + "\n" + `{"key":"b","input":{"k":"b","v":1}}` + "\n"),
+		"batches/fix-1/manifest.jsonl":    []byte(`{"key":"a","input":{"k":"a","v":1}}` + "\n" + `{"key":"b","input":{"k":"b","v":1}}` + "\n"),
+		"batches/csvin-1/manifest.jsonl":  []byte(`{"key":"a/0","input":{"id":"a/0","name":"ok"}}` + "\n" + `{"key":"a/1","input":{"id":"a/1","name":"Ann; Jr."}}` + "\n"),
+		"batches/jsonin-1/manifest.jsonl": []byte(`{"key":"a/1","input":{"id":"a/1", "n":1}}` + "\n" + `{"key":"a/2","input":{"id":"a/2"}}` + "\n"),
 	}}
 	sub := &submit.Submitter{Store: store, Blobs: blobs, Queue: sentQueue{}, Clock: ledger.SystemClock{}, Log: log, MaxAttempts: 3, TempDir: t.TempDir()}
 	a = NewAPI(sub, store, blobs, log)
@@ -462,6 +469,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"submit heartbeat too short", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"},"task_token":"t","task_heartbeat_seconds":60}`, nil, 400, wire.CodeInvalidRequest, true},
 		{"submit heartbeat without token", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"},"task_heartbeat_seconds":600}`, nil, 400, wire.CodeInvalidRequest, false},
 		{"submit unknown field", "POST", "/batches", `{"pipelin":"webhook"}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"submit an empty rate key", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[{"a":1}]},"pipeline_options":{"url":"https://hooks.example.com/x"},"rate":{"key":"","requests_per_second":5}}`, nil, 400, wire.CodeInvalidRequest, true},
 		{"submit empty source", "POST", "/batches", `{"pipeline":"webhook","source":{"items":[]}}`, nil, 400, wire.CodeEmptySource, false},
 		{"submit other request, same id", "POST", "/batches", `{"batch_id":"new-1","pipeline":"thumbnail","source":{"items":[{"a":1}]}}`, nil, 409, wire.CodeBatchMismatch, false},
 		{"submit too large", "POST", "/batches", `{"pipeline":"webhook","source":{"items":["` + strings.Repeat("x", MaxRequestBytes) + `"]}}`, nil, 413, wire.CodeInvalidRequest, false},
@@ -481,6 +489,14 @@ func TestContractOpenAPI(t *testing.T) {
 		{"items", "GET", "/batches/done-1/items?outcome=failed&limit=10", "", nil, 200, "", false},
 		{"items bad limit", "GET", "/batches/done-1/items?limit=x", "", nil, 400, wire.CodeInvalidRequest, true},
 		{"items bad outcome", "GET", "/batches/done-1/items?outcome=succeeded", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"inputs of a CSV batch", "GET", "/batches/csvin-1/inputs", "", nil, 200, "", false},
+		{"inputs of a JSON Lines batch, quarantined", "GET", "/batches/jsonin-1/inputs?outcome=quarantined&limit=1", "", nil, 200, "", false},
+		{"inputs bad outcome", "GET", "/batches/jsonin-1/inputs?outcome=withheld", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"inputs bad limit", "GET", "/batches/jsonin-1/inputs?limit=1001", "", nil, 400, wire.CodeInvalidRequest, true},
+		{"inputs bad id", "GET", "/batches/a%20b/inputs", "", nil, 400, wire.CodeInvalidRequest, false},
+		{"inputs unknown", "GET", "/batches/nope-1/inputs", "", nil, 404, wire.CodeNotFound, false},
+		{"inputs of positional keys", "GET", "/batches/done-1/inputs", "", nil, 409, wire.CodeConflict, false},
+		{"inputs store down", "GET", "/batches/boom-1/inputs", "", nil, 500, wire.CodeInternal, false},
 		{"partial results", "GET", "/batches/run-1/results/partial", "", nil, 200, "", false},
 		{"partial results, a page", "GET", "/batches/run-1/results/partial?limit=1", "", nil, 200, "", false},
 		{"partial results, the next page", "GET", "/batches/run-1/results/partial?limit=1&cursor=" + resultCursorOf(2, "a"), "", nil, 200, "", false},

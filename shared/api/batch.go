@@ -85,11 +85,31 @@ type Batch struct {
 	// "prefix" for one item per object; "" on rows written before it was
 	// kept.
 	SourceFormat string `json:"source_format,omitempty"`
+	// CSV is a CSV source's delimiter and header as the submit read them
+	// (the delimiter given, or the one detected), for exports of the
+	// items' inputs in the source's own format (GET
+	// /batches/{id}/inputs); nil for any other source, and on rows
+	// written before it was kept.
+	CSV *CSVShape `json:"csv,omitempty"`
 	// Checked is what the submit found wrong in the source and what became
 	// of it (bad_rows fail: failed items, dropped duplicates; see
 	// CheckSummary); nil when nothing was.
 	Checked *CheckSummary `json:"checked,omitempty"`
 }
+
+// CSVShape is a CSV source's layout: its delimiter (one character: ","
+// ";" "\t" "|" or another) and its header's columns in order. Header is
+// omitted when its JSON would be over MaxCSVHeaderBytes (a table of
+// thousands of columns); an export then names the columns in the order
+// its rows first hold them.
+type CSVShape struct {
+	Delimiter string   `json:"delimiter"`
+	Header    []string `json:"header,omitempty"`
+}
+
+// MaxCSVHeaderBytes bounds the JSON of a CSVShape's Header kept on a
+// batch's row: 16 KiB (16,384 bytes), well within DynamoDB's 400 KB item.
+const MaxCSVHeaderBytes = 16 << 10
 
 // Expired reports whether the batch's retention has ended at now: a
 // finished batch whose ExpiresAt is not after now. An expired batch is gone

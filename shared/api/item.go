@@ -134,3 +134,45 @@ func ReadResults(r io.Reader, fn func(ResultLine) error) error {
 		}
 	}
 }
+
+// InputPage is a page of GET /batches/{id}/inputs (control.Control.Inputs):
+// the current inputs of some items of an outcome, in the source's own
+// format, ready to edit and hand to a correction. Its body is not JSON:
+// the API answers Body as it is, with Content-Type ContentType(Format)
+// and the page's NextCursor and Count in the headers HeaderNextCursor and
+// HeaderInputCount.
+type InputPage struct {
+	// Format is FormatCSV for a CSV source (Body: a header record, then a
+	// record per item, with the source's delimiter), else FormatJSONL
+	// (Body: one JSON value a line, each an item's input compacted).
+	Format string
+	Body   []byte
+	// Count is how many items' inputs Body holds (0: a CSV Body is its
+	// header alone, a JSON Lines Body empty).
+	Count int
+	// NextCursor goes on after this page; "" at the end.
+	NextCursor string
+}
+
+// Headers and content types of GET /batches/{id}/inputs.
+const (
+	HeaderNextCursor  = "Bulkrun-Next-Cursor"
+	HeaderInputCount  = "Bulkrun-Input-Count"
+	ContentTypeCSV    = "text/csv; charset=utf-8; header=present"
+	ContentTypeNDJSON = "application/x-ndjson"
+)
+
+// InputContentType is the Content-Type of an InputPage of format: CSV's
+// (RFC 4180, with header=present) or JSON Lines' (application/x-ndjson).
+func InputContentType(format string) string {
+	if format == FormatCSV {
+		return ContentTypeCSV
+	}
+	return ContentTypeNDJSON
+}
+
+// InputOutcomes are the outcomes whose items' inputs GET
+// /batches/{id}/inputs exports: those a correction takes that can be
+// listed (a cancelled item is corrected too, but is not listed by
+// outcome).
+var InputOutcomes = []Outcome{OutcomeFailed, OutcomeQuarantined}

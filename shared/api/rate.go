@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -23,6 +24,30 @@ type Rate struct {
 	// one key should give the same; each lease is spaced at its own
 	// batch's rate, so a key shared at two rates runs between them.
 	RequestsPerSecond float64 `json:"requests_per_second"`
+	// keyGivenEmpty is set by UnmarshalJSON when the JSON named "key" as
+	// "": Validate refuses it (leave key out to pace the batch on its own),
+	// as ParseRate refuses "50@".
+	keyGivenEmpty bool
+}
+
+// UnmarshalJSON reads a Rate, noting a "key" given as "" (or blanks) for
+// Validate to refuse: an absent key and an empty one would otherwise read
+// the same, and only the absent one means "this batch on its own".
+func (r *Rate) UnmarshalJSON(b []byte) error {
+	type plain Rate
+	var aux struct {
+		plain
+		Key *string `json:"key"`
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	*r = Rate(aux.plain)
+	if aux.Key != nil {
+		r.Key = *aux.Key
+		r.keyGivenEmpty = strings.TrimSpace(*aux.Key) == ""
+	}
+	return nil
 }
 
 // Bounds of Rate.RequestsPerSecond (shared/pace: the bucket rows are
@@ -41,7 +66,12 @@ const ownKeyPrefix = "batch:"
 
 // Validate returns an *InputError naming rate.key or
 // rate.requests_per_second when r is out of bounds.
+// A key given as "" (JSON "key": "") is refused naming rate.key: leave
+// key out to pace the batch on its own.
 func (r Rate) Validate() error {
+	if r.keyGivenEmpty {
+		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q: an empty key; leave key out to pace the batch on its own, or name the downstream (api.example.com)", r.Key)}
+	}
 	if r.Key != "" && !rateKeyRE.MatchString(r.Key) {
 		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q is not 1–128 characters of A–Z, a–z, 0–9 and . _ : / @ -", r.Key)}
 	}

@@ -15,10 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -608,6 +610,47 @@ func (c *Client) Items(ctx context.Context, id string, outcome api.Outcome, curs
 	var p api.ItemPage
 	_, err := c.Do(ctx, http.MethodGet, "/batches/"+url.PathEscape(id)+"/items?"+q.Encode(), nil, &p)
 	return p, err
+}
+
+// Inputs reads one page of the current inputs of the batch's items of
+// outcome (GET /batches/{id}/inputs; see control.Control.Inputs): failed
+// ("" too) or quarantined, limit items at most (0: the API's default,
+// 100; at most 1,000), after cursor ("" from the first). The page's Body
+// is in the source's format, Format: CSV with the source's header and
+// delimiter (a header on every page), or JSON Lines. The pages end when
+// NextCursor is empty. Errors as Do's (an *APIError: 400 naming outcome,
+// limit or cursor; 404; 409 for a batch with positional keys).
+func (c *Client) Inputs(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.InputPage, error) {
+	q := url.Values{}
+	if outcome != "" {
+		q.Set("outcome", string(outcome))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	path := "/batches/" + url.PathEscape(id) + "/inputs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	a, tries, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		_, err = c.callError(http.MethodGet, path, tries, err)
+		return api.InputPage{}, err
+	}
+	if a.status/100 != 2 {
+		return api.InputPage{}, newAPIError(a.status, a.header, a.body)
+	}
+	p := api.InputPage{Format: api.FormatJSONL, Body: a.body, NextCursor: a.header.Get(api.HeaderNextCursor)}
+	if mt, _, _ := mime.ParseMediaType(a.header.Get("Content-Type")); mt == "text/csv" {
+		p.Format = api.FormatCSV
+	}
+	if p.Count, err = strconv.Atoi(a.header.Get(api.HeaderInputCount)); err != nil {
+		return api.InputPage{}, fmt.Errorf("GET %s: header %s: %w", path, api.HeaderInputCount, err)
+	}
+	return p, nil
 }
 
 // PartialResults reads one page of the results lines the batch's current

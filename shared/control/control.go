@@ -310,7 +310,7 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 		p.Items = append(p.Items, withNext(it.Item))
 	}
 	if next != "" {
-		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
+		p.NextCursor = itemCursor(next)
 	}
 	if outcome == api.OutcomeInFlight && cursor == "" && b.Status == api.StatusRunning {
 		// One Progress read (its counter partitions) per first page.
@@ -323,6 +323,10 @@ func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cur
 	}
 	return p, nil
 }
+
+// itemCursor is the cursor of a page of Items (or Inputs) that goes on
+// after key.
+func itemCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 // withNext is it with its next move (api.NextMove) and, for a held item,
 // its hold's.

@@ -157,4 +157,5 @@ func (b *Batch) Freeze(manifestKey string, sum source.ManifestSummary, itemsPerS
 	b.CounterLanes = CounterLanes(sum.Count, itemsPerSecond)
 	b.CounterShards = b.CounterLanes // lane p lives in counter partition p
 	b.Chunks = len(sum.Chunks)
+	b.CSV = sum.CSV
 }

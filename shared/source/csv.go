@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -81,6 +82,7 @@ type csvTable struct {
 	cols   [][]byte
 	keyCol int
 	chk    *Check // nil: no schema, the first bad record ends the read
+	shape  *api.CSVShape
 }
 
 // openCSV reads a CSV source up to its header (see ReadCSVDelimited) and
@@ -163,7 +165,19 @@ func newCSVTable(lr *csvLines, cr *csv.Reader, header []string, delim rune, keyF
 	if keyField != "" && t.keyCol < 0 {
 		return nil, &api.InputError{Field: "key_field", Reason: fmt.Sprintf("%q is not a column of the CSV header (%s, separated by %s)", keyField, strings.Join(header, string(delim)), delimName(delim))}
 	}
+	t.shape = CSVShapeOf(string(delim), header)
 	return t, nil
+}
+
+// CSVShapeOf is the api.CSVShape of a CSV table read with delim and
+// header: the header kept only when its JSON is at most
+// api.MaxCSVHeaderBytes.
+func CSVShapeOf(delim string, header []string) *api.CSVShape {
+	s := &api.CSVShape{Delimiter: delim}
+	if b, _ := json.Marshal(header); len(b) <= api.MaxCSVHeaderBytes {
+		s.Header = slices.Clone(header)
+	}
+	return s
 }
 
 // rows reads the records after the header, calling emit with each item;
@@ -268,7 +282,7 @@ func (t *csvTable) item(rec []string, line int64, buf *bytes.Buffer, index int64
 	} else {
 		key = api.PositionalKey(index)
 	}
-	return SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: line}, nil
+	return SourceItem{Key: key, Input: bytes.Clone(buf.Bytes()), Line: line, CSV: t.shape}, nil
 }
 
 // readKey is the key cell of rec when it is there and a valid key, for
@@ -326,6 +340,16 @@ func (t *csvTable) rowObject(rec []string) json.RawMessage {
 
 // chooseDelimiter decides the delimiter of a CSV whose header is the
 // physical line head (at line headerAt): see ReadCSVDelimited.
+// DetectedDelimiter is the delimiter a read without csv_delimiter and
+// without a sep= line takes from the header line head (see
+// ReadCSVDelimited); false when it cannot tell (as many of two
+// candidates). A writer whose delimiter this does not detect begins the
+// file with "sep=X".
+func DetectedDelimiter(head []byte) (rune, bool) {
+	d, err := chooseDelimiter(head, 0, 0, 0)
+	return d, err == nil
+}
+
 func chooseDelimiter(head []byte, given, sep rune, headerAt int64) (rune, error) {
 	d := given
 	if sep != 0 {

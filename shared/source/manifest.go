@@ -53,6 +53,7 @@ type ManifestWriter struct {
 	elements  bool // the source numbers its items by element (a JSON array)
 	keysDir   string
 	tempLimit int64
+	csv       *api.CSVShape // the first item's CSV layout
 }
 
 // NewManifestWriter writes to w. chunkItems ≤ 0 means DefaultChunkItems;
@@ -126,6 +127,9 @@ func (m *ManifestWriter) Add(it SourceItem) error {
 		return fmt.Errorf("manifest: write: %w", err)
 	}
 	m.cut.Line(int64(n))
+	if m.csv == nil {
+		m.csv = it.CSV
+	}
 	return nil
 }
 
@@ -192,6 +196,9 @@ type ManifestSummary struct {
 	Count  int64
 	Bytes  int64
 	Chunks []Chunk
+	// CSV is the layout of the CSV table the items were read from (the
+	// first item's SourceItem.CSV); nil for any other source.
+	CSV *api.CSVShape
 }
 
 // Finish checks for duplicate keys and returns the summary. A duplicate is
@@ -213,7 +220,7 @@ func (m *ManifestWriter) Finish() (ManifestSummary, error) {
 	if m.seg != nil {
 		digest = PartsDigest(m.seg.parts)
 	}
-	return ManifestSummary{Digest: digest, Count: m.cut.Count, Bytes: m.cut.Offset, Chunks: m.cut.Chunks}, nil
+	return ManifestSummary{Digest: digest, Count: m.cut.Count, Bytes: m.cut.Offset, Chunks: m.cut.Chunks, CSV: m.csv}, nil
 }
 
 // FinishAll is Finish handing every duplicate — each later line (or
@@ -244,7 +251,7 @@ func (m *ManifestWriter) FinishAll(dup func(api.Problem) error) (ManifestSummary
 	if m.seg != nil {
 		digest = PartsDigest(m.seg.parts)
 	}
-	return ManifestSummary{Digest: digest, Count: m.cut.Count, Bytes: m.cut.Offset, Chunks: m.cut.Chunks}, nil
+	return ManifestSummary{Digest: digest, Count: m.cut.Count, Bytes: m.cut.Offset, Chunks: m.cut.Chunks, CSV: m.csv}, nil
 }
 
 // Close releases the duplicate detector's temporary files. Safe after Finish.

@@ -30,6 +30,9 @@ type SourceItem struct {
 	// reason (ManifestLine.Invalid) and ends failed without its pipeline
 	// being called.
 	Invalid string
+	// CSV is the layout of the CSV table the item is a row of (one value
+	// shared by every row of the table); nil for any other source.
+	CSV *api.CSVShape
 }
 
 // keyer turns a parsed input into its key: positional, or the string value

@@ -1131,7 +1131,11 @@ func (s *Submitter) partChunks(ctx context.Context, p *PartPlan, rs []partResult
 			cut.Line(int64(n))
 		}
 	}
-	return source.ManifestSummary{Count: cut.Count, Bytes: cut.Offset, Chunks: cut.Chunks}, nil
+	sum := source.ManifestSummary{Count: cut.Count, Bytes: cut.Offset, Chunks: cut.Chunks}
+	if p.CSV() && p.Delimiter != "" {
+		sum.CSV = source.CSVShapeOf(p.Delimiter, p.Header) // part 0's, which every part read with
+	}
+	return sum, nil
 }
 
 // checkedWhole reports whether req asks for checks — a schema, or

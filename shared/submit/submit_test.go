@@ -183,3 +183,24 @@ func TestSourcePolicyInValidate(t *testing.T) {
 		t.Fatalf("Validate: %v, want source.object: never a source", err)
 	}
 }
+
+// TestSubmitRefusesAnEmptyRateKey guards a request whose rate names the
+// key "" (as JSON, the API's body): refused naming rate.key, as the CLI
+// refuses --rate 50@; without a key the rate paces the batch alone.
+func TestSubmitRefusesAnEmptyRateKey(t *testing.T) {
+	s := &Submitter{Pipelines: []string{"webhook"}}
+	for body, field := range map[string]string{
+		`{"pipeline":"webhook","source":{"items":[1]},"rate":{"key":"","requests_per_second":5}}`: "rate.key",
+		`{"pipeline":"webhook","source":{"items":[1]},"rate":{"requests_per_second":5}}`:          "",
+	} {
+		var req api.SubmitRequest
+		if err := json.Unmarshal([]byte(body), &req); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Validate(&req)
+		var ie *api.InputError
+		if field == "" && err != nil || field != "" && (!errors.As(err, &ie) || ie.Field != field || !strings.Contains(ie.Error(), "leave key out")) {
+			t.Errorf("%s: Validate = %v, want field %q", body, err, field)
+		}
+	}
+}

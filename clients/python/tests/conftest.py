@@ -57,11 +57,12 @@ class StandIn:
                     stand_in.contract.check_answer(self.command, path, status, answer)
                 except Exception as e:
                     stand_in.errors.append(f"answer {status} to {self.command} {path}: {e}")
-                data = b"" if answer is None else json.dumps(answer).encode()
+                data = answer if isinstance(answer, bytes) else b"" if answer is None else json.dumps(answer).encode()
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
-                self.send_header("Content-Type", "application/json")
+                if "Content-Type" not in headers:
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

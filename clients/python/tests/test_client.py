@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 import botocore.session
 import pytest
@@ -248,3 +248,43 @@ def test_client_needs_credentials(stand_in: StandIn, session: botocore.session.S
     c = Client(stand_in.url, session=botocore.session.Session())
     with pytest.raises(Exception, match="credentials"):
         c.status("b")
+
+
+def test_inputs_join_the_pages_in_the_sources_format(client: Client, stand_in: StandIn) -> None:
+    # Three CSV pages with ";" and quoted cells: the file holds the header
+    # once; the count and cursor come from the headers.
+    pages = {None: b'id;name\na;"Al; ""x"""\n', "c1": b"id;name\n", "c2": b"id;name\nb;Bo\n"}
+    nxt = {None: "c1", "c1": "c2", "c2": None}
+
+    def answer(m: str, p: str, b: Any) -> Answer:
+        q = dict(x.split("=", 1) for x in p.split("?", 1)[1].split("&"))
+        cur = q.get("cursor")
+        h = {"Content-Type": "text/csv; charset=utf-8; header=present", "Bulkrun-Input-Count": str(pages[cur].count(b"\n") - 1)}
+        if nxt[cur]:
+            h["Bulkrun-Next-Cursor"] = cast(str, nxt[cur])
+        return 200, pages[cur], h
+
+    stand_in.answer = answer
+    first = client.inputs_page("b1", limit=1)
+    assert first == {"format": "csv", "body": pages[None], "count": 1, "next_cursor": "c1"}
+    assert client.inputs("b1", limit=1) == b'id;name\na;"Al; ""x"""\nb;Bo\n'
+    assert "outcome=failed" in stand_in.requests[0].path and "limit=1" in stand_in.requests[0].path
+    assert [r.path.split("cursor=")[-1] for r in stand_in.requests[2:4]] == ["c1", "c2"]
+
+
+def test_inputs_json_lines_and_refusals(client: Client, stand_in: StandIn) -> None:
+    stand_in.answer = lambda m, p, b: (200, b'{"id":"a"}\n', {"Content-Type": "application/x-ndjson", "Bulkrun-Input-Count": "1"})
+    assert client.inputs_page("b1", "quarantined") == {"format": "jsonl", "body": b'{"id":"a"}\n', "count": 1, "next_cursor": None}
+    assert client.inputs("b1") == b'{"id":"a"}\n'
+    stand_in.answer = lambda m, p, b: (400, {"code": "invalid_request", "message": "outcome: bad", "field": "outcome"}, {})
+    with pytest.raises(APIError) as e:
+        client.inputs_page("b1", "withheld")
+    assert e.value.status == 400 and e.value.body.get("field") == "outcome"
+    stand_in.answer = lambda m, p, b: (200, b"id\nx\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1", "Bulkrun-Next-Cursor": "c"}) if "cursor" not in p else (
+        200, b"other\ny\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1"})
+    with pytest.raises(ValueError):
+        client.inputs("b1")
+    # A delimiter a reader would not detect: the sep= line stays once, with the header.
+    stand_in.answer = lambda m, p, b: (200, b"sep=|\nid|n\nx|1\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1", "Bulkrun-Next-Cursor": "c"}) if "cursor" not in p else (
+        200, b"sep=|\nid|n\ny|2\n", {"Content-Type": "text/csv", "Bulkrun-Input-Count": "1"})
+    assert client.inputs("b1") == b"sep=|\nid|n\nx|1\ny|2\n"

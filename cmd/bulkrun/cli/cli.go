@@ -955,12 +955,13 @@ func (a *app) itemsCmd() *cobra.Command {
 		Long: `List the items of a batch with an outcome (default failed), oldest key first,
 with their reason, attempts and error; a page at a time (--all: every page).
 
-With --inputs, the inputs of every item of that outcome instead, in the
-source's own order and format — a CSV source's as CSV with its header, any
-other's as JSON Lines, each item as it was read (a corrected item's last
-correction) — ready to edit and hand to 'bulkrun correct ID FILE'. They are
-read from the batch's manifest in the stack's bucket in one pass; with
---file they go to PATH, written whole or not at all.`,
+With --inputs (outcome failed or quarantined), the inputs of every item of
+that outcome instead, in the source's own format — a CSV source's as CSV
+with its header and delimiter, any other's as JSON Lines, each item as it
+was read (a corrected item's last correction) — ready to edit and hand to
+'bulkrun correct ID FILE'. They come from GET /batches/{id}/inputs, 1,000
+items a page (pages in key order, each in source order); with --file they
+go to PATH, written whole or not at all.`,
 		Args: exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

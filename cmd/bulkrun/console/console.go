@@ -65,6 +65,7 @@ type API interface {
 	Status(ctx context.Context, id string) (wire.BatchView, error)
 	Report(ctx context.Context, id string) (api.Report, error)
 	Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error)
+	Inputs(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.InputPage, error)
 	Resume(ctx context.Context, id string) (wire.BatchView, error)
 	Cancel(ctx context.Context, id string) (wire.BatchView, error)
 	Pause(ctx context.Context, id string) (wire.BatchView, error)
@@ -146,6 +147,7 @@ func New(api API, objs ObjectReader, bucket string, port int) (*Server, error) {
 	m.HandleFunc("GET /api/batches/{id}", c.batch)
 	m.HandleFunc("GET /api/batches/{id}/runs", c.runs)
 	m.HandleFunc("GET /api/batches/{id}/items", c.items)
+	m.HandleFunc("GET /api/batches/{id}/inputs", c.inputs)
 	m.HandleFunc("GET /api/batches/{id}/thumbnails", c.thumbnails)
 	m.HandleFunc("GET /api/batches/{id}/thumbnail", c.thumbnail)
 	m.HandleFunc("POST /api/batches/{id}/resume", c.runAction(c.api.Resume))
@@ -629,6 +631,51 @@ func (c *Server) runs(w http.ResponseWriter, r *http.Request) {
 
 // items answers a page of the batch's failed, quarantined or in-flight
 // items (?outcome, ?cursor, ?limit 1–100, default 25).
+// inputs serves GET /api/batches/{id}/inputs?outcome=failed|quarantined
+// as a download: every page of the API's GET /batches/{id}/inputs joined
+// into one file (client.WriteInputPages: a CSV source's header once, with
+// its delimiter; JSON Lines otherwise), named {id}-{outcome}-inputs.csv or
+// .jsonl, ready to edit and hand to Correct…. The first page is read
+// before anything is written, so that its error (400 naming outcome; 404;
+// 409 for positional keys) is answered as JSON; a later page's error cuts
+// the download short.
+func (c *Server) inputs(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.batchID(w, r)
+	if !ok {
+		return
+	}
+	o := api.Outcome(r.URL.Query().Get("outcome"))
+	if o != api.OutcomeFailed && o != api.OutcomeQuarantined {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("outcome %q: want failed or quarantined", o))
+		return
+	}
+	page := func(cursor string) (api.InputPage, error) {
+		return c.api.Inputs(r.Context(), id, o, cursor, api.MaxListLimit)
+	}
+	first, err := page("")
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	ext := "jsonl"
+	if first.Format == api.FormatCSV {
+		ext = "csv"
+	}
+	w.Header().Set("Content-Type", api.InputContentType(first.Format))
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", id+"-"+string(o)+"-inputs."+ext))
+	served := false
+	if _, err := client.WriteInputPages(w, func(cursor string) (api.InputPage, error) {
+		if !served {
+			served = true
+			return first, nil
+		}
+		return page(cursor)
+	}); err != nil {
+		// Headers are sent: the browser sees a download cut short.
+		panic(http.ErrAbortHandler)
+	}
+}
+
 func (c *Server) items(w http.ResponseWriter, r *http.Request) {
 	id, ok := c.batchID(w, r)
 	if !ok {

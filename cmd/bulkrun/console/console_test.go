@@ -58,6 +58,16 @@ func (f *fakeAPI) Items(_ context.Context, id string, o api.Outcome, cursor stri
 	f.record(fmt.Sprintf("items %s %s %q %d", id, o, cursor, limit))
 	return api.ItemPage{}, nil
 }
+func (f *fakeAPI) Inputs(_ context.Context, id string, o api.Outcome, cursor string, limit int) (api.InputPage, error) {
+	f.record(fmt.Sprintf("inputs %s %s %q %d", id, o, cursor, limit))
+	switch {
+	case id == "pos-1":
+		return api.InputPage{}, &client.APIError{Status: 409, Body: wire.ErrorBody{Code: wire.CodeConflict, Message: "positional keys"}}
+	case cursor == "":
+		return api.InputPage{Format: api.FormatCSV, Body: []byte("id;name\na;\"A; x\"\n"), Count: 1, NextCursor: "c1"}, nil
+	}
+	return api.InputPage{Format: api.FormatCSV, Body: []byte("id;name\nb;B\n"), Count: 1}, nil
+}
 func (f *fakeAPI) Resume(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("resume " + id)
 	return wire.BatchView{Batch: api.Batch{ID: id, Run: 2}}, nil
@@ -648,5 +658,32 @@ func TestFailureCausesGroupByReasonAndError(t *testing.T) {
 	f, err = FailureCauses(&b)
 	if err != nil || len(f.Causes) != 2 || f.Causes[0].Error != "no text" || f.Causes[0].Items != 2 || f.Causes[1].Reason != api.ReasonMaxAttempts {
 		t.Errorf("two causes, the commonest first: %+v, %v", f, err)
+	}
+}
+
+// TestConsoleInputsDownload guards the "Failed items' inputs" download:
+// every page of the API's inputs joined into one CSV file with its ;
+// delimiter and the header once, named after the batch, as an attachment;
+// an outcome other than failed or quarantined is refused before the API,
+// and the API's refusal of the first page (positional keys) is answered.
+func TestConsoleInputsDownload(t *testing.T) {
+	fake := &fakeAPI{}
+	c := newTestServer(t, fake, nil)
+	w := do(c, "GET", "/api/batches/b1/inputs?outcome=failed", host, nil, "")
+	if w.Code != 200 || w.Body.String() != "id;name\na;\"A; x\"\nb;B\n" || w.Header().Get("Content-Type") != api.ContentTypeCSV ||
+		w.Header().Get("Content-Disposition") != `attachment; filename="b1-failed-inputs.csv"` {
+		t.Fatalf("download: %d %v %q", w.Code, w.Header(), w.Body.String())
+	}
+	if got := fake.Calls(); len(got) != 2 || got[0] != `inputs b1 failed "" 1000` || got[1] != `inputs b1 failed "c1" 1000` {
+		t.Errorf("calls %q", got)
+	}
+	if w := do(c, "GET", "/api/batches/b1/inputs?outcome=withheld", host, nil, ""); w.Code != 400 || len(fake.Calls()) != 2 {
+		t.Errorf("outcome withheld: %d %s", w.Code, w.Body.String())
+	}
+	if w := do(c, "GET", "/api/batches/pos-1/inputs?outcome=failed", host, nil, ""); w.Code != 409 || !strings.Contains(w.Body.String(), "positional keys") {
+		t.Errorf("positional keys: %d %s", w.Code, w.Body.String())
+	}
+	if w := do(c, "GET", "/api/batches/b1/inputs?outcome=failed", host, map[string]string{"Cookie": ""}, ""); w.Code != 403 {
+		t.Errorf("without the session: %d", w.Code)
 	}
 }

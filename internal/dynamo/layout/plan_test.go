@@ -26,7 +26,9 @@ func fillPlan(v reflect.Value) {
 		v.Set(e)
 	case reflect.Struct:
 		for i := range v.NumField() {
-			fillPlan(v.Field(i))
+			if v.Type().Field(i).IsExported() { // not a type's own bookkeeping (api.Rate's)
+				fillPlan(v.Field(i))
+			}
 		}
 	case reflect.Map:
 		m := reflect.MakeMap(v.Type())

@@ -92,6 +92,7 @@ const (
 	AttrPauses           = "pauses"
 	AttrChecked          = "checked"
 	attrSourceFormat     = "source_format"
+	AttrCSV              = "csv"
 )
 
 // HaltRow is the stored shape of api.Halt, in the batch row's halts map
@@ -184,6 +185,7 @@ type BatchRow struct {
 	SourceFormat   string             `dynamodbav:"source_format,omitempty"`
 	CheckPlan      string             `dynamodbav:"check_plan,omitempty"`
 	Checked        string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
+	CSV            string             `dynamodbav:"csv,omitempty"`     // JSON api.CSVShape; absent: not a CSV source (or not kept)
 
 	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 
@@ -220,6 +222,13 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 			return BatchRow{}, err
 		}
 		r.Checked = string(c)
+	}
+	if b.CSV != nil {
+		c, err := json.Marshal(b.CSV)
+		if err != nil {
+			return BatchRow{}, err
+		}
+		r.CSV = string(c)
 	}
 	if len(b.Revisions) > 0 {
 		rv, err := json.Marshal(b.Revisions)
@@ -329,6 +338,12 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		b.Checked = &api.CheckSummary{}
 		if err := json.Unmarshal([]byte(r.Checked), b.Checked); err != nil {
 			return b, fmt.Errorf("batch %s: checked: %w", r.ID, err)
+		}
+	}
+	if r.CSV != "" {
+		b.CSV = &api.CSVShape{}
+		if err := json.Unmarshal([]byte(r.CSV), b.CSV); err != nil {
+			return b, fmt.Errorf("batch %s: csv: %w", r.ID, err)
 		}
 	}
 	if r.Refusal != "" {

@@ -29,7 +29,7 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 	br := BatchRow{Chunks: 1, MaxConcurrency: 1, OnInterrupt: "x", Headers: map[string]string{"a": "b"}, KeyField: "k",
 		SubmittedBy: "s", FinishedAtMs: 1, ReportKey: "r", Census: "{}", Stop: "s", StopDetail: "d", ExpiresAtMs: 1,
 		Request: "{}", SubmitAttempts: 1, SubmitDeadMs: 1, Refusal: "{}", Forgetting: true, PublishedRun: 1,
-		StopOnThreshold: &on, BatchesPK: "p", BatchesSK: "s", Checked: "{}", SourceFormat: "csv", CheckPlan: "c", TaskGone: true}
+		StopOnThreshold: &on, BatchesPK: "p", BatchesSK: "s", Checked: "{}", CSV: "{}", SourceFormat: "csv", CheckPlan: "c", TaskGone: true}
 	item, batchAttrs := full(ItemRow{}), full(br)
 	for _, name := range []string{AttrAttempt, AttrCost, AttrError, AttrFirstAttempt, AttrLeaseUntilMs, AttrOutcome,
 		AttrOutput, AttrOutputRef, AttrReason, AttrReleased, AttrRetryScheduled, AttrRun, AttrSpent, AttrSpentRun, AttrUpdatedAtMs} {
@@ -40,7 +40,7 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 	for _, name := range []string{AttrBatchID, AttrCensus, AttrChunks, AttrCounterShards, AttrExpiresAtMs, AttrFannedOut,
 		AttrFinishedAtMs, AttrForgetting, AttrItemCount, AttrListShards, AttrManifestBytes, AttrManifestDigest, AttrManifestKey,
 		AttrNeedsAttention, AttrPublishedRun, AttrRefusal, AttrReportKey, AttrRun, AttrRunStartedAtMs, AttrStatus, AttrStop,
-		AttrStopDetail, AttrSubmitAttempts, AttrSubmitDeadlineMs, AttrChecked, attrSourceFormat, AttrTaskGone} {
+		AttrStopDetail, AttrSubmitAttempts, AttrSubmitDeadlineMs, AttrChecked, AttrCSV, attrSourceFormat, AttrTaskGone} {
 		if !batchAttrs[name] {
 			t.Errorf("batch attribute %q is not a field of batchRow", name)
 		}

@@ -17,7 +17,7 @@ import random
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import botocore.session
 from botocore.auth import SigV4Auth
@@ -34,6 +34,7 @@ from .types import (
     CorrectionView,
     CorrectRequest,
     Error,
+    InputPage,
     ItemPage,
     Item,
     Report,
@@ -393,6 +394,51 @@ class Client:
             if not cursor:
                 return
 
+    def inputs_page(self, batch_id: str, outcome: str = "failed", *, limit: int | None = None, cursor: str | None = None) -> InputPage:
+        """GET /batches/{id}/inputs: one page of the current inputs of the
+        batch's items of outcome ("failed" or "quarantined", the outcomes a
+        correction takes; another is APIError 400 naming outcome), in the
+        source's own format: CSV with the source's header and delimiter, or
+        JSON Lines. limit items a page (1–1,000, default 100; a page also
+        holds at most 2 MiB of inputs); pass next_cursor as cursor for the
+        next. A batch with positional keys is APIError 409."""
+        q: dict[str, str] = {"outcome": outcome}
+        if limit is not None:
+            q["limit"] = str(limit)
+        if cursor:
+            q["cursor"] = cursor
+        status, headers, data = self._send("GET", f"/batches/{_quote(batch_id)}/inputs?" + urllib.parse.urlencode(q))
+        if status // 100 != 2:
+            _answer(status, data)
+        h = {k.lower(): v for k, v in headers.items()}
+        fmt: Literal["csv", "jsonl"] = "csv" if h.get("content-type", "").split(";")[0].strip() == "text/csv" else "jsonl"
+        return {"format": fmt, "body": data, "count": int(h.get("bulkrun-input-count", "0")), "next_cursor": h.get("bulkrun-next-cursor") or None}
+
+    def inputs(self, batch_id: str, outcome: str = "failed", *, limit: int | None = None) -> bytes:
+        """Every page of inputs_page joined into one file's bytes, ready to
+        edit and hand to correct(): a CSV source's header once, then its
+        records; JSON Lines as they come. Pages go in key order, each in
+        source order. ValueError when a later CSV page's header is not the
+        first's (a batch submitted before CSV headers were kept)."""
+        out = bytearray()
+        header: bytes | None = None
+        cursor: str | None = None
+        while True:
+            page = self.inputs_page(batch_id, outcome, limit=limit, cursor=cursor)
+            body = page["body"]
+            if page["format"] == "csv":
+                h = body[: _csv_header_len(body)]
+                if header is None:
+                    header = h
+                elif h != header:
+                    raise ValueError(f"inputs of {batch_id}: a page's CSV header {h!r} is not the first page's {header!r}")
+                else:
+                    body = body[len(h):]
+            out += body
+            cursor = page["next_cursor"]
+            if not cursor:
+                return bytes(out)
+
     def correct(
         self,
         batch_id: str,
@@ -476,6 +522,26 @@ class ItemIterator(Iterator[Item]):
         if not self._page:
             self.cursor = self._next
         return item
+
+
+def _csv_header_len(b: bytes) -> int:
+    """The length of the head of the CSV text b: a first line "sep=X" when
+    there is one, then the first record, its line feed included (up to the
+    first line feed outside quotes, RFC 4180), or all of b."""
+    start = 0
+    if b.startswith(b"sep="):
+        nl = b.find(b"\n")
+        if nl < 0:
+            return len(b)
+        start = nl + 1
+    quoted = False
+    for i in range(start, len(b)):
+        c = b[i]
+        if c == 0x22:
+            quoted = not quoted
+        elif c == 0x0A and not quoted:
+            return i + 1
+    return len(b)
 
 
 def _answer(status: int, data: bytes) -> Any:

@@ -159,6 +159,28 @@ class BatchView(TypedDict, total=False):
     created: bool
     submitted_by: str
     warnings: list[str]
+    source_format: str
+    csv: CSVShape
+
+
+class CSVShape(TypedDict, total=False):
+    """A CSV source's delimiter and header as the submit read them (BatchView.csv)."""
+
+    delimiter: str
+    header: list[str]
+
+
+class InputPage(TypedDict):
+    """One page of GET /batches/{id}/inputs (Client.inputs_page): body is
+    the page as the API answers it, in the source's format (format "csv":
+    the source's header and delimiter, a header on every page; "jsonl": one
+    input a line); count is how many items' inputs it holds; next_cursor is
+    None on the last page."""
+
+    format: Literal["csv", "jsonl"]
+    body: bytes
+    count: int
+    next_cursor: str | None
 
 
 class Item(TypedDict):

@@ -682,6 +682,11 @@ function renderActions(page) {
         "Resume", "/resume", {}, page, false, "primary")),
     btn("act-correct", "Correct…", finished && fixable > 0, finished ? "No failed, quarantined or cancelled item to correct" : "Correct a finished batch",
       () => correctAct(page)),
+    // A batch with failed items and a key field: their inputs, to edit
+    // and hand to Correct… (a download of GET …/inputs, every page).
+    ...(c.failed > 0 && b.key_field ? [el("a", {id: "act-inputs", class: "button secondary", download: "",
+      href: "/api/batches/" + encodeURIComponent(b.batch_id) + "/inputs?outcome=failed",
+      title: "The failed items' inputs in the source's own format, to edit and hand to Correct…"}, "Failed items' inputs")] : []),
     btn("act-cancel", "Cancel run…", b.status === "running" && !b.stop, "Only a running batch can be cancelled",
       () => confirmAct("Cancel the run of " + b.batch_id + "?",
         "Items not yet started end cancelled; started items finish. The run ends cancelled; resume runs the rest later.",
