@@ -11,7 +11,7 @@ import (
 
 // SetBudget sets the batch's budget to usd US dollars (Plan.BudgetUSD,
 // api.CheckBudget: > 0 and ≤ api.MaxBudgetUSD). On a running run the new
-// budget must be above what the run has spent (api.RunSpend of its
+// budget must be above what the run has spent (ledger.RunSpend of its
 // counters, one Query per counter partition); a budget at or below it
 // is refused and the batch stays as it is. A run paused at its budget
 // (api.PauseByBudget) is unpaused: its waiting items start again at the
@@ -34,7 +34,7 @@ func (c *Control) SetBudget(ctx context.Context, id string, usd float64) (ledger
 		if err != nil {
 			return ledger.Batch{}, fmt.Errorf("budget of %s: read the counters: %w", id, err)
 		}
-		if spend := api.RunSpend(p.Spent, p.Usage); spend.Reached(usd) {
+		if spend := ledger.RunSpend(p.Spent, p.Usage); spend.Reached(usd) {
 			return b, fmt.Errorf("budget of %s: $%s is not above what run %d has spent ($%s); give a higher budget: %w",
 				id, api.USDText(usd), b.Run, spend.USD.Round(4).String(), api.ErrConflict)
 		}

@@ -21,7 +21,7 @@ import (
 const DefaultBudgetEvery = 5 * time.Second
 
 // judgeBudget pauses b's run (PauseByBudget) when b has a budget and the
-// run's spend (api.RunSpend of its counters: the pipeline's "usd" and
+// run's spend (ledger.RunSpend of its counters: the pipeline's "usd" and
 // the DynamoDB units) reached it. Called after a counter write that
 // counted items of the run; it reads the counters (Store.Progress) at
 // most once per BudgetEvery per run in this process, and never for a
@@ -43,11 +43,11 @@ func (w *Worker) judgeBudget(ctx context.Context, log *slog.Logger, b ledger.Bat
 		log.WarnContext(ctx, "read the counters for the budget", "error", err.Error())
 		return
 	}
-	spend := api.RunSpend(p.Spent, p.Usage)
+	spend := ledger.RunSpend(p.Spent, p.Usage)
 	if !spend.Reached(b.BudgetUSD) {
 		return
 	}
-	text := api.BudgetText(b.BudgetUSD, spend)
+	text := ledger.BudgetText(b.BudgetUSD, spend)
 	err = w.Store.Pause(ctx, ledger.PauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByBudget, Class: string(api.PauseByBudget), Error: text, BudgetUSD: b.BudgetUSD, Now: now})
 	switch {
 	case err == nil:

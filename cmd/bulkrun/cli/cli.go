@@ -262,7 +262,6 @@ func (a *app) submitCmd() *cobra.Command {
 		watch       bool
 		delim       string
 		stop        bool
-		budget      float64
 		retry       string
 		rate        string
 		onInterrupt string
@@ -329,12 +328,6 @@ func (a *app) submitCmd() *cobra.Command {
 			if cmd.Flags().Changed("stop-on-threshold") {
 				req.StopOnThreshold = &stop
 			}
-			if cmd.Flags().Changed("budget") {
-				if err := api.CheckBudget("--budget", budget); err != nil {
-					return &ExitError{Code: ExitUsage, Err: err}
-				}
-				req.BudgetUSD = &budget
-			}
 			if retry != "" {
 				p, err := api.ParseRetryPolicy(retry)
 				if err != nil {
@@ -396,7 +389,6 @@ func (a *app) submitCmd() *cobra.Command {
 	f.Int64Var(&count, "tolerated-failure-count", 0, "threshold: tolerated number of failures")
 	f.StringVar(&delim, "csv-delimiter", "", "CSV delimiter: one character, or comma, semicolon, tab, pipe (default: from a sep= first line or the header)")
 	f.BoolVar(&stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
-	f.Float64Var(&budget, "budget", 0, budgetFlagHelp)
 	f.StringVar(&retry, "retry", "", retryFlagHelp)
 	f.StringVar(&rate, "rate", "", rateFlagHelp)
 	f.StringVar(&onInterrupt, "on-interrupt", "", "an item whose attempt was interrupted (outcome unknown): retry (the default) or quarantine, for pipelines that are not idempotent")
@@ -414,7 +406,33 @@ func (a *app) submitCmd() *cobra.Command {
 // budgetFlagHelp is --budget's help (submit, upload).
 const budgetFlagHelp = "budget in US dollars per run: at it the batch pauses (the pipeline's reported usd plus its DynamoDB units' cost); bulkrun budget ID --usd N raises it (default: none)"
 
+// budgetValue is --budget: US dollars > 0 (api.CheckBudget), set on the
+// request only when given.
+type budgetValue struct{ to **float64 }
+
+func (v budgetValue) String() string {
+	if v.to == nil || *v.to == nil {
+		return ""
+	}
+	return api.USDText(**v.to)
+}
+
+func (v budgetValue) Set(s string) error {
+	usd, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("want US dollars > 0: %q", s)
+	}
+	if err := api.CheckBudget("--budget", usd); err != nil {
+		return err
+	}
+	*v.to = &usd
+	return nil
+}
+
+func (v budgetValue) Type() string { return "usd" }
+
 func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
+	f.Var(budgetValue{&req.BudgetUSD}, "budget", budgetFlagHelp)
 	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
 	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]), printed before the first try; every try, and a rerun with this id, is the same batch. Default: for a local file or folder, derived from its content and the settings (the same command again is the same batch); for an s3:// source, a new ULID")
 	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -243,6 +245,28 @@ func TestStatusShowsThePause(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// --budget sets the request's budget_usd only when given, and refuses
+// what is not US dollars > 0 naming the flag.
+func TestBudgetFlag(t *testing.T) {
+	var req api.SubmitRequest
+	f := pflag.NewFlagSet("submit", pflag.ContinueOnError)
+	submitRequestFlags(f, &req)
+	if err := f.Parse(nil); err != nil || req.BudgetUSD != nil {
+		t.Fatalf("no --budget: %v, %v: want none", req.BudgetUSD, err)
+	}
+	if err := f.Parse([]string{"--budget", "12.5"}); err != nil || req.BudgetUSD == nil || *req.BudgetUSD != 12.5 {
+		t.Fatalf("--budget 12.5: %v, %v", req.BudgetUSD, err)
+	}
+	for _, bad := range []string{"0", "-1", "ten", "NaN", "+Inf"} {
+		f := pflag.NewFlagSet("submit", pflag.ContinueOnError)
+		f.SetOutput(io.Discard)
+		submitRequestFlags(f, &api.SubmitRequest{})
+		if err := f.Parse([]string{"--budget", bad}); err == nil || !strings.Contains(err.Error(), "--budget") {
+			t.Errorf("--budget %s: %v, want refused naming --budget", bad, err)
 		}
 	}
 }
