@@ -23,6 +23,8 @@ What this example does with an item's input:
     {"fail": "transient", "until_attempt": 2}
                                     raises (transient) on attempts before 2
     {"raise": "permanent"}          raises PermanentError
+    {"text": "…", "usd": 0.5}       as text, and reports the spend: cost {"calls": 1, "usd": 0.5}
+                                    (what a batch's budget counts, docs/api.md "Budgets")
 
 When BULKRUN_EXAMPLE_CALLS_BUCKET is set, every call is recorded as an
 S3 object (calls.py), which bulkrun's integration tests count.
@@ -67,7 +69,10 @@ def run(item, attempt):
     if item.get("raise") == "permanent":
         raise PermanentError("asked to raise PermanentError")
     text = str(item.get("text", ""))
-    return {"output": {"words": len(text.split()), "upper": text.upper()}, "cost": {"calls": 1}}
+    cost = {"calls": 1}
+    if "usd" in item:
+        cost["usd"] = float(item["usd"])
+    return {"output": {"words": len(text.split()), "upper": text.upper()}, "cost": cost}
 
 
 def outcome(answer):

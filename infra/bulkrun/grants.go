@@ -59,7 +59,8 @@ func (r *runner) grant() {
 	})
 
 	// Query: the item worker reads a batch's pack rows (the IAM lane found
-	// it when the unified worker landed); the table only, no index.
+	// it when the unified worker landed) and, for a batch with a budget,
+	// its run's counter partitions; the table only, no index.
 	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem", "dynamodb:Query"}, r.table.TableArn())
 	// The item function deletes one kind of row with DeleteItem: a
 	// max_concurrency slot it frees (SLOT#…).
@@ -115,7 +116,7 @@ func (r *runner) grant() {
 	defaultBus := regionalArn("events", "event-bus/default")
 	allow(finalize, []string{"events:PutEvents"}, defaultBus)
 	allow(submit, []string{"events:PutEvents"}, defaultBus) // Batch Refused, Batch Paused / Unpaused by a caller
-	allow(item, []string{"events:PutEvents"}, defaultBus)   // Batch Paused / Unpaused on an outage
+	allow(item, []string{"events:PutEvents"}, defaultBus)   // Batch Paused / Unpaused on an outage, Batch Paused at a budget
 	// Task tokens: finalize answers a run's end and sends heartbeats from
 	// its tick while the first run goes, submit answers a refusal.
 	for _, sm := range s.taskStateMachines {

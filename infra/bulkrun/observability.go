@@ -182,6 +182,7 @@ type alarmSpec struct {
 //	dead-letters                      bulkrun DeadLettered (Sum, Stack) ≥ 1: items recorded failed from the dead-letter queue
 //	runs-finalize-failed              bulkrun RunsFinalizeFailed (Sum, Stack) ≥ 1: a run could not be finished (status finalize_failed)
 //	batches-paused                    bulkrun BatchesPaused (Sum, Stack) ≥ 1: a batch paused itself, its downstream failing (docs/operations.md "The downstream is down")
+//	batches-paused-on-budget          bulkrun BatchesPausedOnBudget (Sum, Stack) ≥ 1: a batch's run reached its budget and paused (docs/operations.md "A batch paused at its budget")
 //	items-failing                     bulkrun FailedItemsPercent (Maximum, Stack) ≥ FailingItemsAlarmPercent: one run's ended items fail
 //	items-waiting-for-retry           bulkrun RetryWaitingPercent (Maximum, Stack) ≥ RetryWaitingAlarmPercent: one running run's items wait for a retry
 //	run-stalled                       bulkrun RunStalledSeconds (Maximum, Stack) ≥ StallAlarm: one running run has ended no item for that long
@@ -238,6 +239,10 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 		alarmSpec{"BatchesPausedAlarm", "batches-paused",
 			"bulkrun: a batch paused itself: its downstream fails every call the same way (bulkrun status ID shows the class and the next probe); it resumes when a probe is answered",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.BatchesPaused),
+				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"BatchesPausedOnBudgetAlarm", "batches-paused-on-budget",
+			"bulkrun: a batch's run spent its budget and paused (bulkrun status ID shows the budget and the spend); raise it to resume (bulkrun budget ID --usd N) or cancel; see docs/operations.md, \"A batch paused at its budget\"",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.BatchesPausedOnBudget),
 				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
 	)
 	return specs

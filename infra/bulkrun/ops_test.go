@@ -105,12 +105,13 @@ func TestMetricsAlarms(t *testing.T) {
 				"bulkrun-finalize-tick-failures": {"bulkrun", "TickFailures", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
 				"bulkrun-finalize-tick-invocations-failed": {"AWS/Events", "FailedInvocations", "Sum",
 					map[string]string{"RuleName": "{" + s.id("FinalizeTick") + "}"}, 1},
-				"bulkrun-dead-letters":            {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
-				"bulkrun-runs-finalize-failed":    {"bulkrun", "RunsFinalizeFailed", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
-				"bulkrun-batches-paused":          {"bulkrun", "BatchesPaused", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
-				"bulkrun-items-failing":           {"bulkrun", "FailedItemsPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
-				"bulkrun-items-waiting-for-retry": {"bulkrun", "RetryWaitingPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
-				"bulkrun-run-stalled":             {"bulkrun", "RunStalledSeconds", "Maximum", map[string]string{"Stack": "bulkrun"}, stall},
+				"bulkrun-dead-letters":             {"bulkrun", "DeadLettered", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-runs-finalize-failed":     {"bulkrun", "RunsFinalizeFailed", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-batches-paused":           {"bulkrun", "BatchesPaused", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-batches-paused-on-budget": {"bulkrun", "BatchesPausedOnBudget", "Sum", map[string]string{"Stack": "bulkrun"}, 1},
+				"bulkrun-items-failing":            {"bulkrun", "FailedItemsPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
+				"bulkrun-items-waiting-for-retry":  {"bulkrun", "RetryWaitingPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
+				"bulkrun-run-stalled":              {"bulkrun", "RunStalledSeconds", "Maximum", map[string]string{"Stack": "bulkrun"}, stall},
 			}
 			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
 				want["bulkrun-"+fn+"-errors"] = alarm{"AWS/Lambda", "Errors", "Sum", fnDim(fn), 1}

@@ -364,6 +364,9 @@ func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
 	} else {
 		u = u.Remove(expression.Name(layout.AttrPauseClass)).Remove(expression.Name(layout.AttrPauseError))
 	}
+	if m.By == api.PauseByBudget {
+		free = expression.And(free, expression.Name(layout.AttrBudgetUSD).Equal(expression.Value(m.BudgetUSD)))
+	}
 	expr, err := expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
@@ -381,14 +384,18 @@ func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
 
 // Unpause removes pause_by (the pause) under the condition run = :run AND
 // attribute_exists(pause_by), and for an outage's unpause pause_by =
-// outage AND paused_at_ms = :since; else api.ErrConflict. The other
+// outage AND paused_at_ms = :since (for a budget's, pause_by = budget);
+// else api.ErrConflict. The other
 // pause attributes stay, the last pause's record.
 func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 	cond := expression.And(expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
 		expression.AttributeExists(expression.Name(layout.AttrPauseBy)))
-	if m.By == api.PauseByOutage {
+	switch m.By {
+	case api.PauseByOutage:
 		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
 			expression.Name(layout.AttrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
+	case api.PauseByBudget:
+		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByBudget))))
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(layout.AttrPauseBy))).Build()
 	if err != nil {
@@ -396,6 +403,20 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 	}
 	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("unpause %s run %d: %w", m.BatchID, m.Run, err)
+	}
+	return nil
+}
+
+// SetBudget sets budget_usd = :usd under the condition
+// attribute_exists(pk); else api.ErrConflict.
+func (s *Store) SetBudget(ctx context.Context, id string, usd float64) error {
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(expression.Name(config.AttrPK))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrBudgetUSD), expression.Value(usd))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("set the budget of %s: %w", id, err)
 	}
 	return nil
 }

@@ -60,6 +60,7 @@ func TestStateChangeSchema(t *testing.T) {
 	var b ledger.Batch
 	b.ID, b.Run, b.Status, b.Pipeline, b.ItemCount, b.SubmittedBy, b.CreatedAt = "b1", 1, api.StatusRunning, "webhook", 3, "arn:aws:iam::000000000000:root", now
 	p := api.Pause{By: api.PauseByOutage, Since: now, Class: "http 502", Error: strings.Repeat("é", 5000), Probes: 1, NextCheckAt: now.Add(time.Minute)}
+	budget := api.Pause{By: api.PauseByBudget, Since: now, Class: "budget", Error: "budget $5 reached ($5.0001 spent: pipeline $5, DynamoDB $0.0001; Lambda and SQS not counted)"}
 	submitting := b
 	submitting.Status, submitting.ItemCount = api.StatusSubmitting, 0
 	refused := submitting
@@ -76,6 +77,8 @@ func TestStateChangeSchema(t *testing.T) {
 		"running":               ledger.StateChangeOf(b, api.ChangeRunning, now, now),
 		"paused":                ledger.PauseChangeOf(b, p, true, api.PauseByOutage, now),
 		"unpaused":              ledger.PauseChangeOf(b, p, false, api.PauseByCaller, now),
+		"paused at the budget":  ledger.PauseChangeOf(b, budget, true, api.PauseByBudget, now),
+		"unpaused by a raise":   ledger.PauseChangeOf(b, budget, false, api.PauseByBudget, now),
 		"refused":               refusedEvent,
 		"finalize_failed":       failedEvent,
 	}

@@ -69,6 +69,7 @@ type Presigner interface {
 //	POST   /batches/{id}/cancel              stop the current run (202)
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
 //	POST   /batches/{id}/unpause             end the run's pause (202)
+//	POST   /batches/{id}/budget              set the batch's budget in US dollars; a raise ends a budget pause (202)
 //	POST   /batches/{id}/corrections         corrected inputs: a revision and its run (202; 200 the same corrections again)
 //	POST   /batches/{id}/halts/lift          lift a halt and wake the items withheld under it (200)
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
@@ -169,6 +170,8 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Pause)})
 	case "unpause":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Unpause)})
+	case "budget":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.budget})
 	case "corrections":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.correct})
 	case "halts/lift":
@@ -303,6 +306,22 @@ func (a *API) correct(w http.ResponseWriter, r *http.Request) {
 
 // lift serves POST /batches/{id}/halts/lift, body wire.LiftRequest:
 // 200 with an api.LiftResult (done false: call again to wake the rest).
+// budget sets the batch's budget (api.BudgetRequest; Control.SetBudget)
+// and answers the batch view, 202 as pause and unpause: a budget pause
+// the raise ended lets items start at its next check.
+func (a *API) budget(w http.ResponseWriter, r *http.Request) {
+	var req api.BudgetRequest
+	if !a.readBody(w, r, &req) {
+		return
+	}
+	if req.BudgetUSD == nil {
+		a.errorAnswer(w, r, &api.InputError{Field: "budget_usd", Reason: "required: the budget in US dollars, > 0"})
+		return
+	}
+	usd := *req.BudgetUSD
+	a.control(func(ctx context.Context, id string) (ledger.Batch, error) { return a.Control.SetBudget(ctx, id, usd) })(w, r)
+}
+
 func (a *API) lift(w http.ResponseWriter, r *http.Request) {
 	var req wire.LiftRequest
 	if !a.readBody(w, r, &req) {

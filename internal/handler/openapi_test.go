@@ -25,6 +25,7 @@ import (
 	verrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -68,8 +69,17 @@ func (s *contractStore) CreateBatch(_ context.Context, b ledger.Batch) (ledger.B
 	return b, nil
 }
 func (s *contractStore) SetFannedOut(context.Context, string, int) error { return nil }
-func (s *contractStore) Progress(context.Context, string, int, int) (ledger.Progress, error) {
+func (s *contractStore) Progress(_ context.Context, id string, _, _ int) (ledger.Progress, error) {
+	if id == "budget-1" { // $30 spent of a $30 budget
+		return ledger.Progress{Done: 60, Spent: pipeline.CostSum{"usd": decimal.NewFromInt(30)}}, nil
+	}
 	return ledger.Progress{Done: 12000, Failures: 3}, nil
+}
+func (s *contractStore) SetBudget(_ context.Context, id string, usd float64) error {
+	b := s.batches[id]
+	b.BudgetUSD = usd
+	s.batches[id] = b
+	return nil
 }
 func (s *contractStore) Stop(_ context.Context, m ledger.StopMark) error {
 	b := s.batches[m.BatchID]
@@ -265,7 +275,7 @@ func TestContractOpenAPI(t *testing.T) {
 	}
 	a := NewAPI(nil, nil, nil, log)
 	probes := []string{"/batches", "/batches/{id}", "/batches/{id}/report", "/batches/{id}/items",
-		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/pause", "/batches/{id}/unpause", "/batches/{id}/items/{key}/release",
+		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/pause", "/batches/{id}/unpause", "/batches/{id}/budget", "/batches/{id}/items/{key}/release",
 		"/batches/{id}/items/{key}", "/batches/{id}/runs", "/batches/{id}/results", "/batches/{id}/events", "/"}
 	for p := range documented {
 		probes = append(probes, strings.SplitN(p, " ", 2)[1])
@@ -385,6 +395,23 @@ func TestContractOpenAPI(t *testing.T) {
 				FannedOut:     true,
 				CreatedAt:     now,
 				RunStartedAt:  now,
+			},
+		},
+		"budget-1": {
+			Batch: api.Batch{
+				ID:            "budget-1",
+				Plan:          api.Plan{Pipeline: "webhook"},
+				Status:        api.StatusRunning,
+				Run:           1,
+				ItemCount:     200,
+				CounterShards: 1,
+				ListShards:    1,
+				FannedOut:     true,
+				CreatedAt:     now,
+				RunStartedAt:  now,
+				BudgetUSD:     30,
+				Pause: &api.Pause{By: api.PauseByBudget, Since: now, Class: "budget",
+					Error: "budget $30 reached ($30 spent: pipeline $30, DynamoDB $0; Lambda and SQS not counted)"},
 			},
 		},
 		"lost-1": {
@@ -510,6 +537,13 @@ func TestContractOpenAPI(t *testing.T) {
 		{"pause paused: as it is", "POST", "/batches/run-1/pause", "", nil, 202, "", false},
 		{"unpause", "POST", "/batches/run-1/unpause", "", nil, 202, "", false},
 		{"unpause not paused: as it is", "POST", "/batches/run-1/unpause", "", nil, 202, "", false},
+		{"unpause a budget pause", "POST", "/batches/budget-1/unpause", "", nil, 409, wire.CodeConflict, false},
+		{"budget not above the spend", "POST", "/batches/budget-1/budget", `{"budget_usd":30}`, nil, 409, wire.CodeConflict, false},
+		{"budget not positive", "POST", "/batches/budget-1/budget", `{"budget_usd":-1}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"budget missing", "POST", "/batches/budget-1/budget", `{}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"budget raised: unpaused", "POST", "/batches/budget-1/budget", `{"budget_usd":45.5}`, nil, 202, "", false},
+		{"budget unknown", "POST", "/batches/nope-1/budget", `{"budget_usd":10}`, nil, 404, wire.CodeNotFound, false},
+		{"budget store down", "POST", "/batches/boom-1/budget", `{"budget_usd":10}`, nil, 500, wire.CodeInternal, false},
 		{"pause finished: the batch as it ended", "POST", "/batches/done-1/pause", "", nil, 202, "", false},
 		{"pause while the source is read", "POST", "/batches/reading-1/pause", "", nil, 409, wire.CodeConflict, false},
 		{"pause unknown", "POST", "/batches/nope-1/pause", "", nil, 404, wire.CodeNotFound, false},

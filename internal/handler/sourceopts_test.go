@@ -51,4 +51,15 @@ func TestUploadMetadataSourceOptions(t *testing.T) {
 	if _, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-stop-on-threshold" {
 		t.Fatalf("err = %v, want the metadata named", err)
 	}
+	// A budget (x-amz-meta-budget-usd): dollars > 0, else the metadata named.
+	s.Heads = fakeHead{"budget-usd": "12.5"}
+	if req, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); err != nil || req.BudgetUSD == nil || *req.BudgetUSD != 12.5 {
+		t.Fatalf("budget: %v, %v: want 12.5", req.BudgetUSD, err)
+	}
+	for _, bad := range []string{"lots", "0", "-3", "NaN"} {
+		s.Heads = fakeHead{"budget-usd": bad}
+		if _, _, err := s.uploadRequest(context.Background(), "b", "incoming/orders.csv", "e1"); !errors.As(err, &ie) || ie.Field != "x-amz-meta-budget-usd" {
+			t.Errorf("budget %q: %v, want the metadata named", bad, err)
+		}
+	}
 }

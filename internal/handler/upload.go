@@ -24,7 +24,7 @@ import (
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
-		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaStopOnThreshold, wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaStopOnThreshold, wire.MetaBudgetUSD, wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
 }
 
 // correctionOptions are the upload options a correction (MetaCorrects)
@@ -383,6 +383,16 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaStopOnThreshold, Reason: "want true or false: " + v}
 		}
 		req.StopOnThreshold = &stop
+	}
+	if v := get(wire.MetaBudgetUSD); v != "" {
+		usd, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaBudgetUSD, Reason: "want a number of US dollars > 0: " + v}
+		}
+		if err := api.CheckBudget("x-amz-meta-"+wire.MetaBudgetUSD, usd); err != nil {
+			return req, nil, err
+		}
+		req.BudgetUSD = &usd
 	}
 	if v := get(wire.MetaPipelineOptions); v != "" {
 		req.Options = json.RawMessage(v)

@@ -87,6 +87,9 @@ const (
 	// the outage pauses a probe ended.
 	BatchesPaused   = "BatchesPaused"
 	BatchesUnpaused = "BatchesUnpaused"
+	// BatchesPausedOnBudget counts batches paused at their budget
+	// (BudgetPaused); not in BatchesPaused, whose alarm is an outage's.
+	BatchesPausedOnBudget = "BatchesPausedOnBudget"
 	// FailedItemsPercent is one run's failures among its ended items.
 	FailedItemsPercent = "FailedItemsPercent"
 	// RetryWaitingPercent is one running run's share of items waiting for
@@ -322,6 +325,12 @@ func (e *Emitter) Paused(pipeline string, paused bool, batchID string, run int) 
 		name = BatchesPaused
 	}
 	e.count(name, 1, [][]string{{DimStack}, {DimStack, DimPipeline}}, map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
+}
+
+// BudgetPaused counts one batch of pipeline paused at its budget
+// (api.PauseByBudget): BatchesPausedOnBudget, by stack and by pipeline.
+func (e *Emitter) BudgetPaused(pipeline, batchID string, run int) {
+	e.count(BatchesPausedOnBudget, 1, [][]string{{DimStack}, {DimStack, DimPipeline}}, map[string]any{DimPipeline: pipeline, "batch_id": batchID, "run": run})
 }
 
 // RunHealth records one run's health as finalize sees it: the percent of

@@ -49,7 +49,13 @@ type Batch struct {
 	// pause ends and when a run finishes or starts.
 	Pause *Pause `json:"pause,omitempty"`
 	// Pauses counts the pauses of the current run so far.
-	Pauses    int       `json:"pauses,omitempty"`
+	Pauses int `json:"pauses,omitempty"`
+	// BudgetUSD is the most US dollars a run may spend before it pauses
+	// (PauseByBudget; what counts: ledger.RunSpend): > 0 and ≤ MaxBudgetUSD; 0
+	// (the default) is no budget. Not in the Plan: a repeated submit with
+	// another budget is the same batch, and the budget changes through
+	// POST /batches/{id}/budget (Control.SetBudget).
+	BudgetUSD float64   `json:"budget_usd,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 	// SubmitAttempts counts the background reads of the source started so
 	// far; SubmitDeadline is when the latest one must have ended (its

@@ -16,7 +16,9 @@ import (
 // anything but a transient failure (the downstream answered) the batch
 // unpauses itself. A caller pauses and unpauses by hand (PauseByCaller,
 // Control.Pause, Control.Unpause); a caller's pause does not probe and
-// lasts until a caller unpauses. docs/design/items.md, "Pause on an outage".
+// lasts until a caller unpauses. A batch with a budget pauses itself when
+// its run's spend reaches it (PauseByBudget, see budget.go); raising the
+// budget ends that pause. docs/design/items.md, "Pause on an outage".
 
 // PauseBy says who paused a batch.
 type PauseBy string
@@ -32,7 +34,7 @@ const (
 	PauseByCaller PauseBy = "caller"
 )
 
-// Who is who paused, in words: "an outage", "a caller"; any other
+// Who is who paused, in words: "an outage", "a caller", "its budget"; any other
 // value as it is.
 func (b PauseBy) Who() string {
 	switch b {
@@ -40,6 +42,8 @@ func (b PauseBy) Who() string {
 		return "an outage"
 	case PauseByCaller:
 		return "a caller"
+	case PauseByBudget:
+		return "its budget"
 	}
 	return string(b)
 }
@@ -51,7 +55,8 @@ type Pause struct {
 	By    PauseBy   `json:"by"`
 	Since time.Time `json:"since"`
 	// Class and Error are the failure class that paused the batch and one
-	// failure's text (an outage pause).
+	// failure's text (an outage pause); for a budget pause, "budget" and
+	// the spend that reached it (BudgetText).
 	Class string `json:"class,omitempty"`
 	Error string `json:"error,omitempty"`
 	// Probes is how many probes were claimed (the number of the last

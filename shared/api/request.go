@@ -24,6 +24,12 @@ type SubmitRequest struct {
 	// false runs every item and judges the threshold once, at the end (the
 	// status is threshold_exceeded all the same, with no item cancelled).
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
+	// BudgetUSD is the most US dollars a run may spend before the batch
+	// pauses (PauseByBudget): the pipeline's spend reported under the cost
+	// name "usd" plus its DynamoDB request units' cost (ledger.RunSpend), > 0
+	// and ≤ MaxBudgetUSD (else 400 naming budget_usd); nil (the default)
+	// is no budget. Raise it with POST /batches/{id}/budget.
+	BudgetUSD *float64 `json:"budget_usd,omitempty"`
 	// MaxAttempts per item, 1–100; 0 means the stack's default.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Retry spaces an item's attempts after transient errors (see

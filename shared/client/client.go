@@ -525,6 +525,16 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	return v, err
 }
 
+// SetBudget sets the batch's budget to usd US dollars (POST
+// /batches/{id}/budget, api.BudgetRequest): on a run paused at its
+// budget, a budget above the run's spend resumes it; one at or below the
+// spend is refused (409 conflict, naming the spend).
+func (c *Client) SetBudget(ctx context.Context, id string, usd float64) (wire.BatchView, error) {
+	var v wire.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/budget", api.BudgetRequest{BudgetUSD: &usd}, &v)
+	return v, err
+}
+
 // Lift lifts the batch's halt on subject and wakes the items withheld
 // under it (POST /batches/{id}/halts/lift). One call wakes what it can in
 // a bounded time: the answer's Done false asks for another; LiftAll

@@ -38,10 +38,13 @@ func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	return c.Store.GetBatch(ctx, id)
 }
 
-// Unpause ends the batch's pause, whoever paused it: waiting items start
-// again at the pause's next check (within MaxCheckInterval + 2 ×
-// CheckGrace). Idempotent: a batch that is not paused is answered as it
-// is. Errors: ErrNotFound (ErrExpired past the retention).
+// Unpause ends the batch's pause, whoever paused it but its budget:
+// waiting items start again at the pause's next check (within
+// MaxCheckInterval + 2 × CheckGrace). Idempotent: a batch that is not
+// paused is answered as it is. Errors: ErrNotFound (ErrExpired past the
+// retention); ErrConflict for a budget pause (api.PauseByBudget): only
+// raising the budget above the spend ends it (SetBudget), so that an
+// unpause cannot spend past the budget unseen.
 func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) {
 	b, err := c.Get(ctx, id)
 	if err != nil {
@@ -49,6 +52,10 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 	}
 	if b.Pause == nil {
 		return b, nil
+	}
+	if b.Pause.By == api.PauseByBudget {
+		return b, fmt.Errorf("unpause %s: paused at its budget of $%s; raise the budget above the spend to resume (POST /batches/%s/budget, bulkrun budget %s --usd N): %w",
+			id, api.USDText(b.BudgetUSD), id, id, api.ErrConflict)
 	}
 	p := *b.Pause
 	err = c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Since: p.Since})

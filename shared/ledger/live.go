@@ -45,7 +45,11 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	if class, text, n := p.Cause(now); n > 0 && failed > 0 {
 		l.RetryCause = &api.RetryCause{Class: class, Error: text, Items: min(n, failed)}
 	}
-	if b.Pause != nil {
+	switch {
+	case b.Pause != nil && b.Pause.By == api.PauseByBudget:
+		l.Attention = append(l.Attention, fmt.Sprintf("paused by its budget since %s: %s; raise it to resume (bulkrun budget ID --usd N)",
+			b.Pause.Since.UTC().Format(time.RFC3339), b.Pause.Error))
+	case b.Pause != nil:
 		why := ""
 		if b.Pause.Class != "" {
 			why = " (" + b.Pause.Class + ")"

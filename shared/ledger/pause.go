@@ -72,11 +72,16 @@ type PauseMark struct {
 	By      api.PauseBy
 	Class   string // outage: the failure class
 	Error   string // outage: one failure's text (cut to pipeline.MaxErrorTextBytes)
-	Now     time.Time
+	// BudgetUSD, for a budget pause (PauseByBudget), is the budget the
+	// spend reached: the pause is written only while the row's budget is
+	// still it (a raise in between wins).
+	BudgetUSD float64
+	Now       time.Time
 }
 
 // UnpauseMark is a pause to end (Store.Unpause): By PauseByCaller ends
-// any pause; By PauseByOutage only the outage pause that began at Since.
+// any pause; By PauseByOutage only the outage pause that began at Since;
+// By PauseByBudget only a budget pause.
 type UnpauseMark struct {
 	BatchID string
 	Run     int

@@ -164,13 +164,19 @@ type Store interface {
 	// Pause writes m's pause on the batch row (Batch.Pause, Since m.Now,
 	// no probe yet; Pauses + 1) only if the batch is running run m.Run, is
 	// not stopping and is not paused — or, for m.By PauseByCaller, is
-	// paused by an outage (a caller's pause replaces it); else
+	// paused by an outage (a caller's pause replaces it); for m.By
+	// PauseByBudget, only while the batch's budget is m.BudgetUSD; else
 	// ErrConflict.
 	Pause(ctx context.Context, m PauseMark) error
 	// Unpause removes the batch's pause only if it is at run m.Run and
 	// paused — by an outage that began at m.Since, for m.By
-	// PauseByOutage; else ErrConflict.
+	// PauseByOutage; by its budget, for m.By PauseByBudget; else
+	// ErrConflict.
 	Unpause(ctx context.Context, m UnpauseMark) error
+	// SetBudget writes the batch's budget (Plan.BudgetUSD, US dollars)
+	// only if the batch row exists; else ErrConflict. It does not touch
+	// the pause (Control.SetBudget unpauses a budget pause after).
+	SetBudget(ctx context.Context, id string, usd float64) error
 	// ClaimProbe records probe c.Probe of the outage pause that began at
 	// c.Since only if the batch is still so paused and no probe of that
 	// number or later was claimed; else ErrConflict. One delivery per

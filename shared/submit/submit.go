@@ -182,6 +182,11 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if req.MaxAttempts < 0 || req.MaxAttempts > 100 {
 		return &api.InputError{Field: "max_attempts", Reason: fmt.Sprintf("%d is not within 1–100", req.MaxAttempts)}
 	}
+	if req.BudgetUSD != nil {
+		if err := api.CheckBudget("budget_usd", *req.BudgetUSD); err != nil {
+			return err
+		}
+	}
 	if req.MaxConcurrency < 0 || req.MaxConcurrency > api.MaxBatchConcurrency {
 		return &api.InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, api.MaxBatchConcurrency)}
 	}
@@ -624,6 +629,7 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 				Options:         req.Options,
 				StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 			},
+			BudgetUSD:    budgetOf(req),
 			Run:          1,
 			Status:       api.StatusRunning,
 			KeyField:     req.KeyField,
@@ -639,6 +645,14 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 			CheckPlan:     ledger.CheckPlanOf(req),
 		},
 	}
+}
+
+// budgetOf is req's budget in US dollars, 0 for none.
+func budgetOf(req api.SubmitRequest) float64 {
+	if req.BudgetUSD == nil {
+		return 0
+	}
+	return *req.BudgetUSD
 }
 
 // sourceFormat is the Batch.SourceFormat of a source.

@@ -171,6 +171,7 @@ const (
 	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
 	MetaRate            = "rate"              // as rate: api.ParseRate's requests a second, then optionally @key (50@api.example.com)
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
+	MetaBudgetUSD       = "budget-usd"        // as budget_usd: US dollars, > 0 (25, 12.5)
 	// MetaRerun "true" runs the upload's items even though the same items
 	// started a batch from another object within the stack's window, and
 	// starts a new run of a finished batch of the same object and items.

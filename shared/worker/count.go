@@ -70,7 +70,11 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 	}
 	for _, k := range order {
 		a := runs[k]
-		w.countLanes(ctx, w.Log.With("batch_id", k.id, "run", k.run), a.b, a.outcomes, a.cost, a.spent, a.health)
+		log := w.Log.With("batch_id", k.id, "run", k.run)
+		w.countLanes(ctx, log, a.b, a.outcomes, a.cost, a.spent, a.health)
+		if ledger.SumOutcomes(a.outcomes) > 0 {
+			w.judgeBudget(ctx, log, a.b)
+		}
 	}
 	w.countChunks(ctx, chunked, weight)
 }

@@ -107,6 +107,12 @@ type Worker struct {
 	// message batch; the rest is counted when the invocation ends. 0 means
 	// DefaultProgressEvery; a negative value counts only at the end.
 	ProgressEvery time.Duration
+	// BudgetEvery is how often, at most, this process reads a run's
+	// counters (Store.Progress: one Query per counter partition) to judge
+	// its budget, after a counter write of the run: 0 means
+	// DefaultBudgetEvery (5 s); a negative value reads after every write
+	// (tests on a clock that does not move).
+	BudgetEvery time.Duration
 	// Secrets resolves the secret references in a batch's headers and
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
@@ -124,6 +130,9 @@ type Worker struct {
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *laneBook
+	// budgets remembers, per run, when this process last read its
+	// counters for the budget (budget.go); made on first use.
+	budgets *budgetBook
 	// speeds remembers, per batch, whether its calls in this process
 	// were short (stopcheck.go); made on first use.
 	speeds *callSpeeds

@@ -151,6 +151,13 @@ def test_keys_and_ids_are_one_path_segment(client: Client, stand_in: StandIn) ->
     assert [r.path for r in stand_in.requests] == ["/batches/photos-2026-11-30/pause", "/batches/photos-2026-11-30/unpause", "/batches/photos-2026-11-30/cancel"]
 
 
+def test_set_budget_posts_the_dollars(client: Client, stand_in: StandIn) -> None:
+    stand_in.answer = lambda m, p, b: (202, golden("batch-view"), {})
+    assert client.set_budget("photos-2026-11-30", 40.5)["budget_usd"] == 25
+    r = stand_in.requests[-1]
+    assert (r.method, r.path, r.body) == ("POST", "/batches/photos-2026-11-30/budget", {"budget_usd": 40.5})
+
+
 def test_report_follows_its_link_unsigned(client: Client, stand_in: StandIn) -> None:
     report = golden("report")
 

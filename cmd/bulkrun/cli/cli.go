@@ -113,7 +113,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.liftCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.budgetCmd(), a.liftCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
 	return root
 }
 
@@ -403,7 +403,36 @@ func (a *app) submitCmd() *cobra.Command {
 
 // submitRequestFlags binds the submit flags that set a field of req as
 // they are given.
+// budgetFlagHelp is --budget's help (submit, upload).
+const budgetFlagHelp = "budget in US dollars per run: at it the batch pauses (the pipeline's reported usd plus its DynamoDB units' cost); bulkrun budget ID --usd N raises it (default: none)"
+
+// budgetValue is --budget: US dollars > 0 (api.CheckBudget), set on the
+// request only when given.
+type budgetValue struct{ to **float64 }
+
+func (v budgetValue) String() string {
+	if v.to == nil || *v.to == nil {
+		return ""
+	}
+	return api.USDText(**v.to)
+}
+
+func (v budgetValue) Set(s string) error {
+	usd, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("want US dollars > 0: %q", s)
+	}
+	if err := api.CheckBudget("--budget", usd); err != nil {
+		return err
+	}
+	*v.to = &usd
+	return nil
+}
+
+func (v budgetValue) Type() string { return "usd" }
+
 func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
+	f.Var(budgetValue{&req.BudgetUSD}, "budget", budgetFlagHelp)
 	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
 	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]), printed before the first try; every try, and a rerun with this id, is the same batch. Default: for a local file or folder, derived from its content and the settings (the same command again is the same batch); for an s3:// source, a new ULID")
 	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
@@ -913,6 +942,9 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	if v.Status != api.StatusSubmitting && v.Status != api.StatusRefused {
 		textf(a.out, "threshold: %s\n", ThresholdText(v.Threshold, v.EarlyStop()))
+		if v.BudgetUSD > 0 {
+			textf(a.out, "budget: $%s per run (the pipeline's reported usd plus its DynamoDB units; Lambda and SQS not counted)\n", api.USDText(v.BudgetUSD))
+		}
 		if c := v.Census; c != nil {
 			textf(a.out, "%s\n", VerdictText(v.Threshold, v.Threshold.Judge(c.Failed+c.Quarantined, c.Total), !v.Status.Finished()))
 		}
@@ -1119,6 +1151,19 @@ func (a *app) pauseCmd() *cobra.Command {
 func (a *app) unpauseCmd() *cobra.Command {
 	return a.simple("unpause ID", "End the batch's pause (by hand or on an outage): waiting items start at the pause's next check", 1, "a batch ID",
 		func(ctx context.Context, args []string) (any, error) { return a.api.Unpause(ctx, args[0]) })
+}
+
+func (a *app) budgetCmd() *cobra.Command {
+	var usd float64
+	cmd := a.simple("budget ID --usd N", "Set the batch's budget in US dollars; above the run's spend, a batch paused at its budget resumes at the pause's next check", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) {
+			if err := api.CheckBudget("--usd", usd); err != nil {
+				return nil, &ExitError{Code: ExitUsage, Err: err}
+			}
+			return a.api.SetBudget(ctx, args[0], usd)
+		})
+	cmd.Flags().Float64Var(&usd, "usd", 0, "the budget in US dollars, > 0 (required)")
+	return cmd
 }
 
 func (a *app) forgetCmd() *cobra.Command {
@@ -1338,14 +1383,19 @@ func (a *app) printCost(label string, c pipeline.CostSum) {
 // PauseText is a paused run's line: "paused by an outage since
 // 2026-12-01T19:00:00Z (http 502: webhook: k1: HTTP 502); 2 probes, next
 // check 19:03:30Z; no item starts until a probe is answered or `bulkrun
-// unpause ID`".
+// unpause ID`"; a budget pause's: "paused: budget $25 reached ($25.03
+// spent: pipeline $25.03, DynamoDB $0.0001; Lambda and SQS not counted),
+// since …; no item starts until the budget is raised above the spend".
 func PauseText(p api.Pause) string {
 	next := ""
 	if !p.NextCheckAt.IsZero() {
 		next = ", next check " + p.NextCheckAt.UTC().Format("15:04:05Z")
 	}
-	if p.By == api.PauseByCaller {
+	switch p.By {
+	case api.PauseByCaller:
 		return fmt.Sprintf("paused by a caller since %s%s; no item starts until unpause", p.Since.UTC().Format(time.RFC3339), next)
+	case api.PauseByBudget:
+		return fmt.Sprintf("paused: %s, since %s; no item starts until the budget is raised above the spend (bulkrun budget ID --usd N)", p.Error, p.Since.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("paused by an outage since %s (%s: %s); %s%s; no item starts until a probe is answered or unpause",
 		p.Since.UTC().Format(time.RFC3339), p.Class, p.Error, api.Count(p.Probes, "probe"), next)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -225,6 +227,9 @@ func TestStatusShowsThePause(t *testing.T) {
 			"paused by an outage since 2026-12-01T19:49:53Z (http 502: webhook: k01167: HTTP 502); 2 probes, next check 19:53:23Z; no item starts until a probe is answered or unpause\n"},
 		{"caller", api.StatusRunning, &api.Pause{By: api.PauseByCaller, Since: since, NextCheckAt: since.Add(30 * time.Second)},
 			"paused by a caller since 2026-12-01T19:49:53Z, next check 19:50:23Z; no item starts until unpause\n"},
+		{"budget", api.StatusRunning, &api.Pause{By: api.PauseByBudget, Since: since, Class: "budget",
+			Error: "budget $5 reached ($5.0001 spent: pipeline $5, DynamoDB $0.0001; Lambda and SQS not counted)", NextCheckAt: since.Add(30 * time.Second)},
+			"paused: budget $5 reached ($5.0001 spent: pipeline $5, DynamoDB $0.0001; Lambda and SQS not counted), since 2026-12-01T19:49:53Z; no item starts until the budget is raised above the spend (bulkrun budget ID --usd N)\n"},
 		{"finished", api.StatusCompleted, &outage, ""},
 	} {
 		var out bytes.Buffer
@@ -240,6 +245,28 @@ func TestStatusShowsThePause(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// --budget sets the request's budget_usd only when given, and refuses
+// what is not US dollars > 0 naming the flag.
+func TestBudgetFlag(t *testing.T) {
+	var req api.SubmitRequest
+	f := pflag.NewFlagSet("submit", pflag.ContinueOnError)
+	submitRequestFlags(f, &req)
+	if err := f.Parse(nil); err != nil || req.BudgetUSD != nil {
+		t.Fatalf("no --budget: %v, %v: want none", req.BudgetUSD, err)
+	}
+	if err := f.Parse([]string{"--budget", "12.5"}); err != nil || req.BudgetUSD == nil || *req.BudgetUSD != 12.5 {
+		t.Fatalf("--budget 12.5: %v, %v", req.BudgetUSD, err)
+	}
+	for _, bad := range []string{"0", "-1", "ten", "NaN", "+Inf"} {
+		f := pflag.NewFlagSet("submit", pflag.ContinueOnError)
+		f.SetOutput(io.Discard)
+		submitRequestFlags(f, &api.SubmitRequest{})
+		if err := f.Parse([]string{"--budget", bad}); err == nil || !strings.Contains(err.Error(), "--budget") {
+			t.Errorf("--budget %s: %v, want refused naming --budget", bad, err)
 		}
 	}
 }

@@ -269,16 +269,16 @@ func TestUploadKeyAndMetadata(t *testing.T) {
 	}
 	cmd := (&app{}).uploadCmd()
 	if err := cmd.ParseFlags([]string{"--pipeline", "lambda", "--key-field", "order_id", "--options", "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }",
-		"--tolerated-failure-percent", "5", "--stop-on-threshold=false", "--rerun"}); err != nil {
+		"--tolerated-failure-percent", "5", "--stop-on-threshold=false", "--budget", "40.5", "--rerun"}); err != nil {
 		t.Fatal(err)
 	}
-	o := uploadOptions{pipeline: "lambda", keyField: "order_id", options: "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }", percent: 5, stop: false, rerun: true}
+	o := uploadOptions{pipeline: "lambda", keyField: "order_id", options: "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }", percent: 5, budget: 40.5, stop: false, rerun: true}
 	meta, err := o.metadata(cmd.Flags().Changed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"pipeline": "lambda", "key-field": "order_id", "pipeline-options": `{"function":"score","params":{"model":"v2"}}`,
-		"tolerated-failure-percent": "5", "stop-on-threshold": "false", "rerun": "true"}
+		"tolerated-failure-percent": "5", "stop-on-threshold": "false", "budget-usd": "40.5", "rerun": "true"}
 	if len(meta) != len(want) {
 		t.Errorf("metadata %v, want %v", meta, want)
 	}

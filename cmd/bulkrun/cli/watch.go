@@ -139,6 +139,11 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		p := v.Progress
 		b.WriteString(fmt.Sprintf("%d ended (%s); %d pending", p.Done, api.Count(p.Failures, "failure"), max(0, v.ItemCount-p.Done)))
 	}
+	if p := v.Pause; p != nil && p.By == api.PauseByBudget && !v.Status.Finished() {
+		// No item starts until the budget is raised: the line says why
+		// its rate fell to nothing.
+		b.WriteString("; paused: " + p.Error + " (bulkrun budget " + v.ID + " --usd N)")
+	}
 	if v.Status.Finished() {
 		if done, ok := watchDone(v); ok && !v.RunStartedAt.IsZero() && v.FinishedAt.After(v.RunStartedAt) {
 			took := v.FinishedAt.Sub(v.RunStartedAt)

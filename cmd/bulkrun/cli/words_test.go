@@ -296,6 +296,12 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got := watchLine(views[1], r); !strings.Contains(got, "2.0 items/s") {
 		t.Errorf("line %q after 6 items in 3 s: want 2.0 items/s", got)
 	}
+	// A run paused at its budget says so, with the budget and the spend.
+	atBudget := views[0]
+	atBudget.Pause = &api.Pause{By: api.PauseByBudget, Since: start, Class: "budget", Error: "budget $5 reached ($5.01 spent: pipeline $5, DynamoDB $0.01; Lambda and SQS not counted)"}
+	if got, want := watchLine(atBudget, r), "; paused: budget $5 reached ($5.01 spent: pipeline $5, DynamoDB $0.01; Lambda and SQS not counted) (bulkrun budget orders-1 --usd N)"; !strings.Contains(got, want) {
+		t.Errorf("line %q paused at the budget: want %q", got, want)
+	}
 	// Items in flight that wait for a retry say so, with their cause and
 	// when the first is due: a rate fallen to 0.0 items/s is explained.
 	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)

@@ -670,7 +670,8 @@ func (s *Store) Pause(_ context.Context, m ledger.PauseMark) error {
 	defer s.mu.Unlock()
 	b, ok := s.batch(m.BatchID)
 	if !ok || b.Run != m.Run || b.Status != api.StatusRunning || b.Stop != "" ||
-		b.Pause != nil && (m.By != api.PauseByCaller || b.Pause.By != api.PauseByOutage) {
+		b.Pause != nil && (m.By != api.PauseByCaller || b.Pause.By != api.PauseByOutage) ||
+		m.By == api.PauseByBudget && b.BudgetUSD != m.BudgetUSD {
 		return conflictf("pause %s run %d", m.BatchID, m.Run)
 	}
 	b.Pause = &api.Pause{By: m.By, Since: ms(m.Now), Class: m.Class, Error: ledger.CutError(m.Error)}
@@ -684,10 +685,23 @@ func (s *Store) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	defer s.mu.Unlock()
 	b, ok := s.batch(m.BatchID)
 	if !ok || b.Run != m.Run || b.Pause == nil ||
-		m.By == api.PauseByOutage && (b.Pause.By != api.PauseByOutage || !b.Pause.Since.Equal(ms(m.Since))) {
+		m.By == api.PauseByOutage && (b.Pause.By != api.PauseByOutage || !b.Pause.Since.Equal(ms(m.Since))) ||
+		m.By == api.PauseByBudget && b.Pause.By != api.PauseByBudget {
 		return conflictf("unpause %s run %d", m.BatchID, m.Run)
 	}
 	b.Pause = nil
+	return nil
+}
+
+// SetBudget implements ledger.Store.
+func (s *Store) SetBudget(_ context.Context, id string, usd float64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(id)
+	if !ok {
+		return conflictf("set the budget of %s: no batch", id)
+	}
+	b.BudgetUSD = usd
 	return nil
 }
 

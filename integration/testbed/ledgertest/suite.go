@@ -617,6 +617,36 @@ var cases = []suiteCase{
 			t.Errorf("run 2 starts paused: %+v", *got.Pause)
 		}
 	}},
+	{"BudgetPauseAndRaise", func(t *testing.T, s ledger.Store) {
+		b := newBatch("b1")
+		b.BudgetUSD = 5
+		create(t, s, b)
+		got, _ := s.GetBatch(ctx, "b1")
+		check(t, "budget stored", got.BudgetUSD, 5.0)
+		budget := ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget, Class: "budget", Error: "budget $5 reached ($5 spent)", BudgetUSD: 5, Now: T0}
+		isConflict(t, "a budget pause under a budget the row no longer has", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget, BudgetUSD: 4, Now: T0}))
+		check(t, "pause at the budget", s.Pause(ctx, budget), nil)
+		got, _ = s.GetBatch(ctx, "b1")
+		if got.Pause == nil {
+			t.Fatal("no pause on the row")
+		}
+		check(t, "pause", *got.Pause, api.Pause{By: api.PauseByBudget, Since: T0, Class: "budget", Error: "budget $5 reached ($5 spent)"})
+		isConflict(t, "a second budget pause", s.Pause(ctx, budget))
+		isConflict(t, "a caller's pause does not replace a budget's", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0}))
+		isConflict(t, "an outage's unpause of a budget pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: T0}))
+		isConflict(t, "a probe of a budget pause", s.ClaimProbe(ctx, ledger.ProbeClaim{BatchID: "b1", Run: 1, Since: T0, Probe: 1, Now: T0}))
+		check(t, "raise the budget", s.SetBudget(ctx, "b1", 12.5), nil)
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "budget raised", got.BudgetUSD, 12.5)
+		if got.Pause == nil || got.Pause.By != api.PauseByBudget {
+			t.Fatalf("the raise alone ended the pause: %+v", got.Pause)
+		}
+		check(t, "the raise's unpause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget, Since: T0}), nil)
+		isConflict(t, "a budget unpause of a batch not paused", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget}))
+		check(t, "a caller pauses", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(time.Minute)}), nil)
+		isConflict(t, "a budget unpause of a caller's pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget}))
+		isConflict(t, "the budget of no batch", s.SetBudget(ctx, "none", 1))
+	}},
 	{"LaneStreaksAddUntilAnswered", func(t *testing.T, s ledger.Store) {
 		b := newBatch("b1")
 		b.CounterLanes, b.CounterShards = 1, 1

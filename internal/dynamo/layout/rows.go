@@ -90,6 +90,7 @@ const (
 	AttrPauseError       = "pause_error"
 	AttrProbes           = "probes"
 	AttrPauses           = "pauses"
+	AttrBudgetUSD        = "budget_usd"
 	AttrChecked          = "checked"
 	attrSourceFormat     = "source_format"
 	AttrCSV              = "csv"
@@ -187,7 +188,8 @@ type BatchRow struct {
 	Checked        string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
 	CSV            string             `dynamodbav:"csv,omitempty"`     // JSON api.CSVShape; absent: not a CSV source (or not kept)
 
-	StopOnThreshold *bool `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
+	StopOnThreshold *bool   `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
+	BudgetUSD       float64 `dynamodbav:"budget_usd,omitempty"`        // api.Plan.BudgetUSD; absent: no budget
 
 	// Keys of the batches index (see BatchesPK), set at creation.
 	BatchesPK string `dynamodbav:"bpk,omitempty"`
@@ -237,6 +239,7 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 		}
 		r.Revisions = string(rv)
 	}
+	r.BudgetUSD = b.BudgetUSD
 	if p := b.Pause; p != nil {
 		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), Ms(p.Since), p.Class, p.Error, p.Probes
 	}
@@ -322,6 +325,7 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 			return b, fmt.Errorf("batch %s: revisions: %w", r.ID, err)
 		}
 	}
+	b.BudgetUSD = r.BudgetUSD
 	if r.PauseBy != "" {
 		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: FromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
 	}

@@ -202,7 +202,7 @@ class Client:
     ) -> BatchView:
         """Submit a batch of inline items, an S3 object or an S3 prefix
         (exactly one). options are the request's other fields (key_field,
-        threshold, stop_on_threshold, max_attempts, retry, max_concurrency,
+        threshold, stop_on_threshold, budget_usd, max_attempts, retry, max_concurrency,
         items_per_message, on_interrupt, headers, pipeline_options, rerun,
         task_token: a Step Functions task token answered when the first run
         ends, docs/api.md "Step Functions"; task_heartbeat_seconds: with it,
@@ -470,6 +470,13 @@ class Client:
     def unpause(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/unpause: ends the pause, whoever paused it."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/unpause"))
+
+    def set_budget(self, batch_id: str, usd: float) -> BatchView:
+        """POST /batches/{id}/budget: the batch's budget in US dollars (> 0).
+        Above the run's spend, a batch paused at its budget resumes at the
+        pause's next check; at or below it, APIError 409 conflict (the
+        batch stays as it is). unpause() does not end a budget pause."""
+        return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/budget", {"budget_usd": usd}))
 
     def resume(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/resume: a new run of what did not succeed."""

@@ -65,6 +65,7 @@ class SubmitRequest(TypedDict, total=False):
     key_field: str
     threshold: Threshold
     stop_on_threshold: bool
+    budget_usd: float
     max_attempts: int
     retry: RetryPolicy
     max_concurrency: int
@@ -110,7 +111,7 @@ class Progress(TypedDict, total=False):
 Pause = TypedDict(
     "Pause",
     {
-        "by": Literal["outage", "caller"],
+        "by": Literal["outage", "caller", "budget"],
         "since": str,
         "probes": int,
         "class": NotRequired[str],
@@ -118,7 +119,8 @@ Pause = TypedDict(
         "next_check_at": NotRequired[str],
     },
 )
-"""A running batch's pause: by a caller or on an outage (class, error)."""
+"""A running batch's pause: by a caller, on an outage (class, error), or at
+its budget (class "budget", error: the budget and the spend that reached it)."""
 
 
 class Error(TypedDict):
@@ -153,6 +155,7 @@ class BatchView(TypedDict, total=False):
     needs_attention: bool
     stop: Status
     pause: Pause
+    budget_usd: float
     refusal: Error
     failure: str
     report: str

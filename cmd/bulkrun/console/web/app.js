@@ -137,10 +137,12 @@ function pauseWho(p) {
 }
 
 // pauseText is a paused run as the CLI prints it: who paused it, since
-// when, why (an outage: the failure class and one error), the probes and
-// the next check.
+// when, why (an outage: the failure class and one error; a budget: the
+// budget and the spend that reached it), the probes and the next check.
 function pauseText(p) {
   const next = p.next_check_at ? "; next check " + fmtTime(p.next_check_at) : "";
+  if (p.by === "budget") return "at its budget — " + p.error + ", since " + fmtTime(p.since) +
+    "; no item starts until the budget is raised above the spend (bulkrun budget ID --usd N)";
   if (p.by !== "outage") return pauseWho(p) + " since " + fmtTime(p.since) + next + "; no item starts until unpause";
   return "by an outage since " + fmtTime(p.since) + " (" + p.class + ": " + p.error + "); " + count(p.probes, "probe") + next +
     "; no item starts until a probe is answered or unpause";
@@ -585,6 +587,8 @@ function renderVerdict(page) {
   const body = [el("p", {}, tol.length ? "The run fails when failures (failed + quarantined) are " + tol.join(" or ") + "." :
     "No threshold: the run completes whatever fails; needs attention tells when items failed.")];
   if (tol.length) body.push(el("p", {}, "Stops at the threshold: " + (b.stop_on_threshold === false ? "no (every item runs, judged at the end)" : "yes")));
+  body.push(el("p", {}, b.budget_usd ? "Budget: $" + b.budget_usd + " per run — the run pauses when the pipeline's reported usd plus its DynamoDB units reach it (bulkrun budget ID --usd N raises it)." :
+    "No budget: the run is not paused for what it spends."));
   if (rep) {
     const v = rep.verdict, c = rep.census;
     const of = " — run " + rep.run + ": " + count(v.failures, "failure") + " of " + count(v.total, "item");
@@ -649,12 +653,12 @@ function permanentOnly(page) {
 }
 
 // primaryAction is the one action that applies, filled: unpause for a
-// paused run; resume for a finished run with items a new run may get
+// paused run (not one paused at its budget: only a raise ends that); resume for a finished run with items a new run may get
 // through — none for a run whose every item succeeded, and none when its
 // failed items all failed permanently (a rerun would repeat it:
 // renderToDo says what to do instead).
 function primaryAction(b, page) {
-  if (b.status === "running") return b.pause ? "act-unpause" : "";
+  if (b.status === "running") return b.pause && b.pause.by !== "budget" ? "act-unpause" : "";
   if (b.status === "refused" || b.status === "submitting") return "";
   const c = b.census || {};
   if (c.total > 0 && c.succeeded === c.total) return "";
@@ -695,7 +699,8 @@ function renderActions(page) {
       () => confirmAct("Pause the run of " + b.batch_id + "?",
         "No item starts until you unpause; items running finish, waiting items use no attempt.",
         "Pause", "/pause", {}, page, false, "primary")),
-    btn("act-unpause", "Unpause…", b.status === "running" && !!b.pause, "Only a paused batch can be unpaused",
+    btn("act-unpause", "Unpause…", b.status === "running" && !!b.pause && b.pause.by !== "budget",
+      b.pause && b.pause.by === "budget" ? "Paused at its budget: raise the budget (bulkrun budget ID --usd N)" : "Only a paused batch can be unpaused",
       () => confirmAct("Unpause the run of " + b.batch_id + "?",
         "Waiting items start again at the pause's next check (within about 5 minutes).",
         "Unpause", "/unpause", {}, page, false, "primary")),

@@ -1,0 +1,183 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
+)
+
+// A batch with a budget of $5 whose pipeline reports $0.50 per item, run
+// two messages per invocation: the counter write that takes the spend to
+// $5 pauses it (by its budget, no probe), after exactly the 10 items
+// counted by then; no item runs while it is paused, a caller's unpause
+// and a budget not above the spend are refused, and raising the budget
+// resumes the run: all 40 items succeed, each called once, the run's
+// spend is exactly 40 × $0.50. The events say paused by the budget,
+// unpaused by the budget.
+func TestBudgetPausesAndARaiseResumes(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: []byte(`{"ok":true}`), Cost: pipeline.Cost{"usd": 0.5}}, nil
+	})
+	bus := &recordingBus{}
+	r.worker.Bus, r.ctl.Bus = bus, bus
+	r.worker.BudgetEvery = -1 // the rig's clock does not move: judge after every write
+	five := 5.0
+	const id = "budget"
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 1,
+		BudgetUSD: &five, Source: api.SourceSpec{Items: items(40)}}); err != nil {
+		t.Fatal(err)
+	}
+	// Two messages per invocation until the batch pauses.
+	var b ledger.Batch
+	for round := 0; ; round++ {
+		if round > 200 {
+			t.Fatal("not paused in 200 rounds")
+		}
+		r.handleSome(ctx, 2)
+		var err error
+		if b, err = r.store.GetBatch(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if b.Pause != nil {
+			break
+		}
+	}
+	if b.Pause.By != api.PauseByBudget || b.Pause.Class != "budget" || !strings.HasPrefix(b.Pause.Error, "budget $5 reached ($5 spent: pipeline $5, DynamoDB $0;") {
+		t.Fatalf("pause %+v: want by budget, budget $5 reached ($5 spent …)", *b.Pause)
+	}
+	called := r.totalCalls()
+	if called != 10 {
+		t.Fatalf("%d items called before the pause, want 10 ($5 at $0.50, two a message batch)", called)
+	}
+	p, err := r.store.Progress(ctx, id, 1, b.CounterShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Done != 10 || !p.Spent["usd"].Equal(decimal.NewFromInt(5)) {
+		t.Fatalf("counters at the pause: %d done, spent %s: want 10, usd=5", p.Done, p.Spent)
+	}
+	// Paused: every message comes back without a call.
+	for range 5 {
+		r.handleSome(ctx, 0)
+	}
+	if n := r.totalCalls(); n != called {
+		t.Fatalf("%d items called while paused at the budget, want none", n-called)
+	}
+	if _, err := r.ctl.Unpause(ctx, id); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "raise the budget") {
+		t.Fatalf("a caller's unpause of a budget pause: %v, want a conflict saying to raise the budget", err)
+	}
+	if _, err := r.ctl.Pause(ctx, id); err != nil {
+		t.Fatalf("a caller's pause of a budget pause: %v, want it answered as it is", err)
+	}
+	for _, low := range []float64{4, 5} {
+		if _, err := r.ctl.SetBudget(ctx, id, low); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "has spent ($5)") {
+			t.Fatalf("budget $%v at a spend of $5: %v, want a conflict naming the spend", low, err)
+		}
+	}
+	var ie *api.InputError
+	if _, err := r.ctl.SetBudget(ctx, id, -1); !errors.As(err, &ie) || ie.Field != "budget_usd" {
+		t.Fatalf("a negative budget: %v, want an input error naming budget_usd", err)
+	}
+	if b, _ = r.store.GetBatch(ctx, id); b.Pause == nil || b.BudgetUSD != 5 {
+		t.Fatalf("after the refused raises: pause %+v, budget %v: want still paused at $5", b.Pause, b.BudgetUSD)
+	}
+	if b, err = r.ctl.SetBudget(ctx, id, 100); err != nil || b.Pause != nil || b.BudgetUSD != 100 {
+		t.Fatalf("raise to $100: pause %+v, budget %v, %v: want unpaused at $100", b.Pause, b.BudgetUSD, err)
+	}
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if c.Succeeded != 40 || c.Failed != 0 || !c.RunSpent["usd"].Equal(decimal.NewFromInt(20)) || !c.Cost["usd"].Equal(decimal.NewFromInt(20)) {
+		t.Fatalf("census %+v: want 40 succeeded, run_spent and cost usd=20", c)
+	}
+	keys := 0
+	r.calls.Range(func(k, _ any) bool {
+		keys++
+		if n := r.callsOf(k.(string)); n != 1 {
+			t.Errorf("item %s called %d times, want once", k, n)
+		}
+		return true
+	})
+	if keys != 40 {
+		t.Errorf("%d items called, want 40", keys)
+	}
+	if len(bus.types) != 2 || bus.types[0] != api.DetailPaused || bus.types[1] != api.DetailUnpaused ||
+		bus.events[0].By != api.PauseByBudget || bus.events[1].By != api.PauseByBudget {
+		t.Errorf("events %v %+v: want Batch Paused and Batch Unpaused, both by budget", bus.types, bus.events)
+	}
+	if ch := bus.changes; len(ch) != 2 || ch[0].Change != api.ChangePaused || ch[0].Pause == nil || ch[0].Pause.By != api.PauseByBudget ||
+		ch[1].Change != api.ChangeUnpaused || ch[1].UnpausedBy != api.PauseByBudget {
+		t.Errorf("state changes %+v: want paused by budget, then unpaused by budget", ch)
+	}
+}
+
+// Without a budget nothing reads the counters for one, and a batch whose
+// spend passes any amount runs to its end.
+func TestNoBudgetNeverPauses(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: []byte(`{}`), Cost: pipeline.Cost{"usd": 1000}}, nil
+	})
+	r.worker.BudgetEvery = -1
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "unbudgeted", Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 1,
+		Source: api.SourceSpec{Items: items(10)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		r.handleSome(ctx, 2)
+		if b, _ := r.store.GetBatch(ctx, "unbudgeted"); b.Pause != nil {
+			t.Fatalf("paused without a budget: %+v", *b.Pause)
+		}
+	}
+	if res, err := r.fin.Finalize(ctx, "unbudgeted", 1); err != nil || res.Report.Census.Succeeded != 10 {
+		t.Fatalf("finalize: %+v, %v", res.Report.Census, err)
+	}
+}
+
+// Submit refuses a budget that is not a positive amount, naming the field.
+func TestSubmitRefusesABadBudget(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, nil
+	})
+	for _, usd := range []float64{0, -3, 2e9} {
+		_, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "bad-budget", Pipeline: "counted", BudgetUSD: &usd, Source: api.SourceSpec{Items: items(1)}})
+		var ie *api.InputError
+		if !errors.As(err, &ie) || ie.Field != "budget_usd" {
+			t.Errorf("budget %v: %v, want an input error naming budget_usd", usd, err)
+		}
+	}
+}
+
+// handleSome hands at most per queued messages (0: all) to one worker
+// call and puts back, after the rest, the ones it failed.
+func (r *rig) handleSome(ctx context.Context, per int) {
+	ds := r.queue.take()
+	if per > 0 && len(ds) > per {
+		r.queue.put(ds[per:])
+		ds = ds[:per]
+	}
+	failed := r.worker.Handle(ctx, ds)
+	for _, d := range ds {
+		for _, f := range failed {
+			if d.MessageID == f {
+				d.ReceiveCount++
+				r.queue.put([]worker.Delivery{d})
+			}
+		}
+	}
+	r.clock.T = r.clock.T.Add(time.Second)
+}
