@@ -370,6 +370,11 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("%s button %q: want danger, never the primary fill (%s)", id, weights[id], weights["act-resume"])
 		}
 	}
+	// A finished batch's budget cannot be set: the budget action is
+	// there, disabled, saying why.
+	if b := evalJS[string](t, bctx, `(b => b.disabled + "|" + b.textContent + "|" + b.title)(document.getElementById("act-budget"))`); b != "true|Budget…|Only a running batch's budget can be set" {
+		t.Errorf("budget button %q, want disabled on a finished batch with its reason", b)
+	}
 	// Its failed items' inputs: a download of the API's GET
 	// /batches/{id}/inputs, in the source's format (inline: JSON Lines),
 	// ready to hand to Correct….

@@ -70,6 +70,7 @@ type API interface {
 	Cancel(ctx context.Context, id string) (wire.BatchView, error)
 	Pause(ctx context.Context, id string) (wire.BatchView, error)
 	Unpause(ctx context.Context, id string) (wire.BatchView, error)
+	SetBudget(ctx context.Context, id string, usd float64) (wire.BatchView, error)
 	Release(ctx context.Context, id, key string) error
 	Forget(ctx context.Context, id string) error
 	Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error)
@@ -154,6 +155,7 @@ func New(api API, objs ObjectReader, bucket string, port int) (*Server, error) {
 	m.HandleFunc("POST /api/batches/{id}/cancel", c.runAction(c.api.Cancel))
 	m.HandleFunc("POST /api/batches/{id}/pause", c.runAction(c.api.Pause))
 	m.HandleFunc("POST /api/batches/{id}/unpause", c.runAction(c.api.Unpause))
+	m.HandleFunc("POST /api/batches/{id}/budget", c.budget)
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
 	m.HandleFunc("POST /api/batches/{id}/corrections", c.correct)
@@ -864,6 +866,8 @@ func (c *Server) thumbnail(w http.ResponseWriter, r *http.Request) {
 // actionBody is the JSON body of an action: {} or, for release, {"key"}.
 type actionBody struct {
 	Key string `json:"key"`
+	// BudgetUSD is the budget action's new budget (POST …/budget).
+	BudgetUSD *float64 `json:"budget_usd"`
 }
 
 func (c *Server) readAction(w http.ResponseWriter, r *http.Request) (string, actionBody, bool) {
@@ -896,6 +900,26 @@ func (c *Server) runAction(call func(ctx context.Context, id string) (wire.Batch
 		}
 		writeJSON(w, http.StatusAccepted, v)
 	}
+}
+
+// budget sets the batch's budget to the body's budget_usd (POST
+// /batches/{id}/budget): the API checks the value and answers 409 for one
+// at or under the run's spend; its answer is passed on as 202.
+func (c *Server) budget(w http.ResponseWriter, r *http.Request) {
+	id, b, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	if b.BudgetUSD == nil {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "budget_usd" is required`)
+		return
+	}
+	v, err := c.api.SetBudget(r.Context(), id, *b.BudgetUSD)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, v)
 }
 
 func (c *Server) release(w http.ResponseWriter, r *http.Request) {

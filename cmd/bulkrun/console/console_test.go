@@ -84,6 +84,13 @@ func (f *fakeAPI) Unpause(_ context.Context, id string) (wire.BatchView, error) 
 	f.record("unpause " + id)
 	return wire.BatchView{}, nil
 }
+func (f *fakeAPI) SetBudget(_ context.Context, id string, usd float64) (wire.BatchView, error) {
+	f.record(fmt.Sprintf("budget %s %g", id, usd))
+	if usd <= 4 {
+		return wire.BatchView{}, &client.APIError{Status: 409, Body: wire.ErrorBody{Code: wire.CodeConflict, Message: "at or under the spend"}}
+	}
+	return wire.BatchView{Batch: api.Batch{ID: id, BudgetUSD: usd}}, nil
+}
 func (f *fakeAPI) Release(_ context.Context, id, key string) error {
 	f.record("release " + id + " " + key)
 	return nil
@@ -685,5 +692,27 @@ func TestConsoleInputsDownload(t *testing.T) {
 	}
 	if w := do(c, "GET", "/api/batches/b1/inputs?outcome=failed", host, map[string]string{"Cookie": ""}, ""); w.Code != 403 {
 		t.Errorf("without the session: %d", w.Code)
+	}
+}
+
+// TestConsoleRaisesABudget: the page's budget action sends the new
+// budget to the API (POST …/budget) and passes its answer on; a body
+// without budget_usd is refused before the API, and the API's 409 (a
+// budget at or under the spend) reaches the page as a 409.
+func TestConsoleRaisesABudget(t *testing.T) {
+	f := &fakeAPI{}
+	c := newTestServer(t, f, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	if w := do(c, "POST", "/api/batches/b1/budget", host, good, `{"budget_usd": 25.5}`); w.Code != 202 || !strings.Contains(w.Body.String(), `"budget_usd":25.5`) {
+		t.Errorf("raise: HTTP %d %s, want 202 with the new budget", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/budget", host, good, `{}`); w.Code != 400 || !strings.Contains(w.Body.String(), "budget_usd") {
+		t.Errorf("no budget_usd: HTTP %d %s, want 400 naming it", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/budget", host, good, `{"budget_usd": 3}`); w.Code != 409 {
+		t.Errorf("a budget under the spend: HTTP %d %s, want the API's 409", w.Code, w.Body.String())
+	}
+	if calls, want := f.Calls(), []string{"budget b1 25.5", "budget b1 3"}; !slices.Equal(calls, want) {
+		t.Errorf("API calls %v, want %v", calls, want)
 	}
 }

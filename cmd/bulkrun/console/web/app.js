@@ -653,12 +653,12 @@ function permanentOnly(page) {
 }
 
 // primaryAction is the one action that applies, filled: unpause for a
-// paused run (not one paused at its budget: only a raise ends that); resume for a finished run with items a new run may get
+// paused run (for one paused at its budget, raising the budget: only a raise ends that); resume for a finished run with items a new run may get
 // through — none for a run whose every item succeeded, and none when its
 // failed items all failed permanently (a rerun would repeat it:
 // renderToDo says what to do instead).
 function primaryAction(b, page) {
-  if (b.status === "running") return b.pause && b.pause.by !== "budget" ? "act-unpause" : "";
+  if (b.status === "running") return b.pause ? (b.pause.by === "budget" ? "act-budget" : "act-unpause") : "";
   if (b.status === "refused" || b.status === "submitting") return "";
   const c = b.census || {};
   if (c.total > 0 && c.succeeded === c.total) return "";
@@ -704,6 +704,8 @@ function renderActions(page) {
       () => confirmAct("Unpause the run of " + b.batch_id + "?",
         "Waiting items start again at the pause's next check (within about 5 minutes).",
         "Unpause", "/unpause", {}, page, false, "primary")),
+    btn("act-budget", b.pause && b.pause.by === "budget" ? "Raise budget…" : "Budget…", b.status === "running",
+      "Only a running batch's budget can be set", () => budgetAct(page)),
     btn("act-forget", "Forget…", !running(b), "A running batch cannot be forgotten: cancel it first",
       () => confirmAct("Forget batch " + b.batch_id + "?",
         "Deletes its rows, manifest, outputs, results and report. This cannot be undone.",
@@ -795,6 +797,32 @@ async function correctAct(page) {
       "These corrections are revision " + r.revision + " already (run " + r.run + "); nothing new started.", "ok");
   } catch (e) {
     notice("Correct failed: " + e.message, "error");
+  }
+}
+
+// budgetAct asks for a batch's new budget in a modal dialog (Esc or
+// "Keep as is" declines), sends it (POST …/budget), and reads the page
+// again; the API refuses a budget at or under the run's spend (409).
+async function budgetAct(page) {
+  const b = page.data.batch;
+  const d = document.getElementById("budget");
+  const usd = document.getElementById("budget-usd");
+  document.getElementById("budget-title").textContent = "Budget of " + b.batch_id;
+  usd.value = b.budget_usd ? String(b.budget_usd) : "";
+  const opener = document.activeElement;
+  d.returnValue = "";
+  d.showModal();
+  usd.focus();
+  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
+  if (opener && document.body.contains(opener)) opener.focus();
+  const v = Number(usd.value);
+  if (!ok || !(v > 0)) { notice("Nothing done."); return; }
+  try {
+    await act("/api/batches/" + encodeURIComponent(page.id) + "/budget", {budget_usd: v});
+    await showBatch(page.id);
+    notice("Budget set to $" + v + ".", "ok");
+  } catch (e) {
+    notice("Budget failed: " + e.message, "error");
   }
 }
 
