@@ -396,6 +396,10 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 			expression.Name(layout.AttrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
 	case api.PauseByBudget:
 		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByBudget))))
+	case api.PauseByCaller:
+		// A budget pause written since the caller read the batch stands:
+		// only a raise ends it.
+		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).NotEqual(expression.Value(string(api.PauseByBudget))))
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(layout.AttrPauseBy))).Build()
 	if err != nil {

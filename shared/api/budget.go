@@ -38,11 +38,16 @@ func USDText(usd float64) string { return strconv.FormatFloat(usd, 'f', -1, 64) 
 // MaxBudgetUSD is the largest budget: $10^9.
 const MaxBudgetUSD = 1e9
 
-// CheckBudget is nil when usd is a valid budget (finite, > 0 and ≤
-// MaxBudgetUSD), else an *InputError naming field.
+// MinBudgetUSD is the smallest budget: $0.000001, a millionth of a dollar
+// (far above the smallest positive number DynamoDB stores, 10^-130:
+// "Supported data types and naming rules", Number).
+const MinBudgetUSD = 1e-6
+
+// CheckBudget is nil when usd is a valid budget (finite, ≥ MinBudgetUSD
+// and ≤ MaxBudgetUSD), else an *InputError naming field.
 func CheckBudget(field string, usd float64) error {
-	if math.IsNaN(usd) || math.IsInf(usd, 0) || usd <= 0 || usd > MaxBudgetUSD {
-		return &InputError{Field: field, Reason: fmt.Sprintf("%v is not a budget in US dollars: want a number > 0 and ≤ %s", usd, USDText(MaxBudgetUSD))}
+	if math.IsNaN(usd) || math.IsInf(usd, 0) || usd < MinBudgetUSD || usd > MaxBudgetUSD {
+		return &InputError{Field: field, Reason: fmt.Sprintf("%v is not a budget in US dollars: want a number from %s to %s", usd, USDText(MinBudgetUSD), USDText(MaxBudgetUSD))}
 	}
 	return nil
 }

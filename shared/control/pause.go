@@ -14,7 +14,8 @@ import (
 // outage pause. Idempotent: a batch already paused by a caller, or one
 // whose run has finished, is answered as it is. Errors: ErrNotFound
 // (ErrExpired past the retention); ErrConflict while the source is still
-// being read (submitting).
+// being read (submitting), and for a batch paused at its budget (a raise
+// would end a caller's pause written under it; the store keeps one pause).
 func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	b, err := c.Get(ctx, id)
 	if err != nil {
@@ -23,6 +24,9 @@ func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	switch {
 	case b.Status.Finished(), b.Stop != "", b.Pause != nil && b.Pause.By == api.PauseByCaller:
 		return b, nil
+	case b.Pause != nil && b.Pause.By == api.PauseByBudget:
+		return b, fmt.Errorf("pause %s: paused at its budget of $%s already; a raise of the budget would resume it, so pause it after the raise, or cancel it: %w",
+			id, api.USDText(b.BudgetUSD), api.ErrConflict)
 	case b.Status != api.StatusRunning:
 		return b, fmt.Errorf("pause %s: no run is going yet (status %s): %w", id, b.Status, api.ErrConflict)
 	}
@@ -35,7 +39,12 @@ func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	case !errors.Is(err, api.ErrConflict):
 		return ledger.Batch{}, err
 	}
-	return c.Store.GetBatch(ctx, id)
+	nb, err := c.Store.GetBatch(ctx, id)
+	if err == nil && nb.Pause != nil && nb.Pause.By == api.PauseByBudget {
+		// The budget paused the run between the read and the write.
+		return nb, fmt.Errorf("pause %s: paused at its budget meanwhile: %w", id, api.ErrConflict)
+	}
+	return nb, err
 }
 
 // Unpause ends the batch's pause, whoever paused it but its budget:
@@ -67,5 +76,11 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 	case !errors.Is(err, api.ErrConflict):
 		return ledger.Batch{}, err
 	}
-	return c.Store.GetBatch(ctx, id)
+	nb, err := c.Store.GetBatch(ctx, id)
+	if err == nil && nb.Pause != nil && nb.Pause.By == api.PauseByBudget {
+		// The budget paused the run between the read and the write: the
+		// store kept that pause.
+		return nb, fmt.Errorf("unpause %s: paused at its budget meanwhile; raise the budget above the spend to resume: %w", id, api.ErrConflict)
+	}
+	return nb, err
 }

@@ -170,8 +170,9 @@ type Store interface {
 	Pause(ctx context.Context, m PauseMark) error
 	// Unpause removes the batch's pause only if it is at run m.Run and
 	// paused — by an outage that began at m.Since, for m.By
-	// PauseByOutage; by its budget, for m.By PauseByBudget; else
-	// ErrConflict.
+	// PauseByOutage; by its budget, for m.By PauseByBudget; by anything
+	// but its budget, for m.By PauseByCaller (a budget pause written
+	// after the caller read the batch stands); else ErrConflict.
 	Unpause(ctx context.Context, m UnpauseMark) error
 	// SetBudget writes the batch's budget (Plan.BudgetUSD, US dollars)
 	// only if the batch row exists; else ErrConflict. It does not touch

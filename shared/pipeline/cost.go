@@ -193,9 +193,15 @@ func validCostName(name string) bool {
 	return name != "" && len(name) <= MaxCostNameBytes && utf8.ValidString(name)
 }
 
+// SpendCostName is the cost name a pipeline reports its spend in US
+// dollars under ("usd"; api.SpendCostName, which budgets read): folding
+// never folds it, so that a record with many names keeps its spend.
+const SpendCostName = "usd"
+
 // BoundCost returns c within its limits and how many names it folded.
-// A record CheckCost passes is returned as is, with 0. Otherwise the
-// first MaxCostNames − 2 valid names in byte order (FoldedCost and
+// A record CheckCost passes is returned as is, with 0. Otherwise
+// SpendCostName and then the first valid names in byte order, MaxCostNames
+// − 2 in all (FoldedCost and
 // FoldedCostNames aside) keep their amounts, and every other name —
 // beyond them, empty, longer than MaxCostNameBytes or not UTF-8 — is
 // folded: its amount added to FoldedCost (in decimal, as Plus adds;
@@ -217,7 +223,12 @@ func BoundCost(c Cost) (Cost, int) {
 			fold = append(fold, name)
 		}
 	}
-	sort.Strings(keep)
+	sort.Slice(keep, func(i, j int) bool { // SpendCostName first, then byte order
+		if (keep[i] == SpendCostName) != (keep[j] == SpendCostName) {
+			return keep[i] == SpendCostName
+		}
+		return keep[i] < keep[j]
+	})
 	if n := MaxCostNames - 2; len(keep) > n {
 		fold = append(fold, keep[n:]...)
 		keep = keep[:n]

@@ -213,3 +213,16 @@ func TestBoundCost(t *testing.T) {
 }
 
 func sameAmount(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+
+// TestBoundCostKeepsTheSpend: an item's record folded for having too
+// many names keeps SpendCostName, which sorts after them.
+func TestBoundCostKeepsTheSpend(t *testing.T) {
+	c := Cost{SpendCostName: 0.25}
+	for i := range MaxCostNames + 10 {
+		c[fmt.Sprintf("a%03d", i)] = 1
+	}
+	out, folded := BoundCost(c)
+	if out[SpendCostName] != 0.25 || folded == 0 || len(out) > MaxCostNames {
+		t.Errorf("BoundCost: usd %v, %d folded, %d names (max %d)", out[SpendCostName], folded, len(out), MaxCostNames)
+	}
+}

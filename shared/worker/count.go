@@ -464,8 +464,9 @@ func (w *Worker) countChunks(ctx context.Context, dones []done, weight int64) {
 	}
 }
 
-// foldSum is s with at most max(n, 2) names: the first n − 2 in byte order
-// (pipeline.FoldedCost and FoldedCostNames aside) kept, the others' sums
+// foldSum is s with at most max(n, 3) names: pipeline.SpendCostName (the
+// spend a budget reads, never folded) and the first of the others in byte
+// order, n − 2 in all (pipeline.FoldedCost and FoldedCostNames aside), kept, the others' sums
 // added under pipeline.FoldedCost and their number under
 // pipeline.FoldedCostNames, as pipeline.BoundCost folds an item's record;
 // s itself when it has at most n names. n ≤ 2 folds every name. The
@@ -478,11 +479,17 @@ func foldSum(s pipeline.CostSum, n int) pipeline.CostSum {
 	names := s.Names()
 	keep := make([]string, 0, len(names))
 	out := pipeline.CostSum{}
+	spend := 0
+	if _, ok := s[pipeline.SpendCostName]; ok {
+		spend = 1
+	}
 	for _, name := range names {
 		switch {
 		case name == pipeline.FoldedCost || name == pipeline.FoldedCostNames:
 			out[name] = out[name].Add(s[name])
-		case len(keep) < n-2:
+		case name == pipeline.SpendCostName:
+			out[name] = s[name] // the spend a budget reads is never folded
+		case len(keep) < n-2-spend:
 			keep = append(keep, name)
 			out[name] = s[name]
 		default:

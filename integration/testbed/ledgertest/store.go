@@ -686,7 +686,8 @@ func (s *Store) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	b, ok := s.batch(m.BatchID)
 	if !ok || b.Run != m.Run || b.Pause == nil ||
 		m.By == api.PauseByOutage && (b.Pause.By != api.PauseByOutage || !b.Pause.Since.Equal(ms(m.Since))) ||
-		m.By == api.PauseByBudget && b.Pause.By != api.PauseByBudget {
+		m.By == api.PauseByBudget && b.Pause.By != api.PauseByBudget ||
+		m.By == api.PauseByCaller && b.Pause.By == api.PauseByBudget {
 		return conflictf("unpause %s run %d", m.BatchID, m.Run)
 	}
 	b.Pause = nil

@@ -634,6 +634,7 @@ var cases = []suiteCase{
 		isConflict(t, "a second budget pause", s.Pause(ctx, budget))
 		isConflict(t, "a caller's pause does not replace a budget's", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0}))
 		isConflict(t, "an outage's unpause of a budget pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: T0}))
+		isConflict(t, "a caller's unpause of a budget pause (the store's own condition)", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Since: T0}))
 		isConflict(t, "a probe of a budget pause", s.ClaimProbe(ctx, ledger.ProbeClaim{BatchID: "b1", Run: 1, Since: T0, Probe: 1, Now: T0}))
 		check(t, "raise the budget", s.SetBudget(ctx, "b1", 12.5), nil)
 		got, _ = s.GetBatch(ctx, "b1")
