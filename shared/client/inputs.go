@@ -41,7 +41,7 @@ func WriteInputPages(w io.Writer, page func(cursor string) (api.InputPage, error
 			case done.Pages == 1:
 				header = h
 			case !bytes.Equal(h, header):
-				return done, fmt.Errorf("inputs page %d: its CSV header %q is not the first page's %q (the batch predates kept CSV headers): export fewer items, or list them instead", done.Pages, bytes.TrimSpace(h), bytes.TrimSpace(header))
+				return done, fmt.Errorf("inputs page %d: its CSV header %q is not the first page's %q (some items' inputs have columns others lack — rows with more cells than the header, kept as _column_N — or the batch predates kept CSV headers): export fewer items at a time, or list them instead", done.Pages, bytes.TrimSpace(h), bytes.TrimSpace(header))
 			default:
 				body = body[len(h):]
 			}
