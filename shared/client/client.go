@@ -635,16 +635,7 @@ func (c *Client) Inputs(ctx context.Context, id string, outcome api.Outcome, cur
 	if outcome != "" {
 		q.Set("outcome", string(outcome))
 	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
-	if limit > 0 {
-		q.Set("limit", fmt.Sprint(limit))
-	}
-	path := "/batches/" + url.PathEscape(id) + "/inputs"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
+	path := pagePath(id, "inputs", q, cursor, limit)
 	a, tries, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		_, err = c.callError(http.MethodGet, path, tries, err)
@@ -669,20 +660,25 @@ func (c *Client) Inputs(ctx context.Context, id string, outcome api.Outcome, cur
 // default), after cursor ("" from the first). The stream ends when the
 // page's NextCursor is empty.
 func (c *Client) PartialResults(ctx context.Context, id, cursor string, limit int) (api.ResultPage, error) {
-	q := url.Values{}
+	var p api.ResultPage
+	_, err := c.Do(ctx, http.MethodGet, pagePath(id, "results/partial", url.Values{}, cursor, limit), nil, &p)
+	return p, err
+}
+
+// pagePath is the path of a paged route of batch id ("/batches/{id}/"
+// + route), with q and, when set, cursor and limit as its query.
+func pagePath(id, route string, q url.Values, cursor string, limit int) string {
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
 	if limit > 0 {
 		q.Set("limit", fmt.Sprint(limit))
 	}
-	path := "/batches/" + url.PathEscape(id) + "/results/partial"
+	path := "/batches/" + url.PathEscape(id) + "/" + route
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var p api.ResultPage
-	_, err := c.Do(ctx, http.MethodGet, path, nil, &p)
-	return p, err
+	return path
 }
 
 // ListBatches pages the batches newest first (GET /batches): r's
