@@ -67,13 +67,6 @@ func find(fs []Figures, k, outputBytes int, delivery string, transient, permanen
 	return nil
 }
 
-func cell(f *Figures, format string, v func(*Figures) float64) string {
-	if f == nil {
-		return "—"
-	}
-	return fmt.Sprintf(format, v(f))
-}
-
 func byKTable(fs []Figures) string {
 	cols := []*Figures{
 		find(fs, 1, 0, DeliveryShuffled, 0, 0),
@@ -86,11 +79,7 @@ func byKTable(fs []Figures) string {
 	row := func(name string, v func(*Figures) string) {
 		b.WriteString("| " + name)
 		for _, f := range cols {
-			if f == nil {
-				b.WriteString(" | —")
-				continue
-			}
-			b.WriteString(" | " + v(f))
+			b.WriteString(" | " + cellOf(f, v))
 		}
 		b.WriteString(" |\n")
 	}
@@ -145,9 +134,8 @@ func orderTable(fs []Figures) string {
 		k, outputs int
 	}{{"1 item per message", 1, 0}, {"1 item per message, ~1 KB outputs", 1, 1024}, {"10 items per message", 10, 0}, {"100 items per message", 100, 0}} {
 		c, s := find(fs, base.k, base.outputs, DeliveryChunkOrdered, 0, 0), find(fs, base.k, base.outputs, DeliveryShuffled, 0, 0)
-		v := func(f *Figures) float64 { return f.WriteUnitsPerItem }
-		d := func(f *Figures) float64 { return f.USDPerMillionItems }
-		fmt.Fprintf(&b, "| %s | %s (%s) | %s (%s) |\n", base.name, cell(c, "%.3f", v), cell(c, "$%.3f", d), cell(s, "%.3f", v), cell(s, "$%.3f", d))
+		v := func(f *Figures) string { return fmt.Sprintf("%.3f ($%.3f)", f.WriteUnitsPerItem, f.USDPerMillionItems) }
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", base.name, cellOf(c, v), cellOf(s, v))
 	}
 	return b.String()
 }
@@ -184,6 +172,7 @@ func tracksTable(fs []Figures) string {
 	return b.String()
 }
 
+// cellOf is v(f), or "—" for a scenario the measurement lacks.
 func cellOf(f *Figures, v func(*Figures) string) string {
 	if f == nil {
 		return "—"
