@@ -198,12 +198,8 @@ type slot struct {
 	leaseUntil time.Time
 }
 
-func ms(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Time{}
-	}
-	return time.UnixMilli(t.UnixMilli()).UTC()
-}
+// ms is t at DynamoDB's rows' precision (milliseconds), UTC; zero stays zero.
+func ms(t time.Time) time.Time { return t.Truncate(time.Millisecond).UTC() }
 
 func conflictf(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, api.ErrConflict)...)
