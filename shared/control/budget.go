@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -50,14 +49,7 @@ func (c *Control) SetBudget(ctx context.Context, id string, usd float64) (ledger
 		return ledger.Batch{}, err
 	}
 	if b.Pause != nil && b.Pause.By == api.PauseByBudget {
-		p := *b.Pause
-		err := c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: id, Run: b.Run, By: api.PauseByBudget, Since: p.Since})
-		switch {
-		case err == nil:
-			now := c.now()
-			c.Log.WarnContext(ctx, "batch unpaused: its budget was raised", "batch_id", id, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
-			ledger.AnnouncePause(ctx, c.Bus, c.Log, b, p, false, api.PauseByBudget, now)
-		case !errors.Is(err, api.ErrConflict):
+		if err := c.endPause(ctx, b, api.PauseByBudget, "batch unpaused: its budget was raised"); err != nil {
 			return ledger.Batch{}, err
 		}
 	}

@@ -66,14 +66,7 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 		return b, fmt.Errorf("unpause %s: paused at its budget of $%s; raise the budget above the spend to resume (POST /batches/%s/budget, bulkrun budget %s --usd N): %w",
 			id, api.USDText(b.BudgetUSD), id, id, api.ErrConflict)
 	}
-	p := *b.Pause
-	err = c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Since: p.Since})
-	switch {
-	case err == nil:
-		now := c.now()
-		c.Log.WarnContext(ctx, "batch unpaused by a caller", "batch_id", id, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
-		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, p, false, api.PauseByCaller, now)
-	case !errors.Is(err, api.ErrConflict):
+	if err := c.endPause(ctx, b, api.PauseByCaller, "batch unpaused by a caller"); err != nil {
 		return ledger.Batch{}, err
 	}
 	nb, err := c.Store.GetBatch(ctx, id)
@@ -83,4 +76,21 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 		return nb, fmt.Errorf("unpause %s: paused at its budget meanwhile; raise the budget above the spend to resume: %w", id, api.ErrConflict)
 	}
 	return nb, err
+}
+
+// endPause removes b's pause (as read: b.Pause) on by's behalf
+// (Store.Unpause), then logs msg and announces the end; a pause the store
+// no longer holds as read (ErrConflict) is left as it is, without error.
+func (c *Control) endPause(ctx context.Context, b ledger.Batch, by api.PauseBy, msg string) error {
+	p := *b.Pause
+	err := c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: b.ID, Run: b.Run, By: by, Since: p.Since})
+	switch {
+	case err == nil:
+		now := c.now()
+		c.Log.WarnContext(ctx, msg, "batch_id", b.ID, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
+		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, p, false, by, now)
+	case !errors.Is(err, api.ErrConflict):
+		return err
+	}
+	return nil
 }
