@@ -265,27 +265,52 @@ const ItemPageBytes = 2 << 20
 // (opaque, from the previous page): a page cut by bytes has a cursor
 // that goes on after its last item.
 func (c *Control) Items(ctx context.Context, id string, outcome api.Outcome, cursor string, limit int) (api.ItemPage, error) {
-	if !ledger.Listable(outcome) {
-		return api.ItemPage{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined, withheld, in_flight or needs_attention", outcome)}
-	}
-	if limit == 0 {
-		limit = api.DefaultListLimit
-	}
-	if limit < 1 || limit > api.MaxListLimit {
-		return api.ItemPage{}, &api.InputError{Field: "limit", Reason: fmt.Sprintf("%d is not within 1–%d", limit, api.MaxListLimit)}
-	}
-	after := ""
-	if cursor != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(cursor)
-		if err != nil {
-			return api.ItemPage{}, &api.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
-		}
-		after = string(raw)
+	q, err := readItemsQuery(outcome, cursor, limit)
+	if err != nil {
+		return api.ItemPage{}, err
 	}
 	b, err := c.Get(ctx, id)
 	if err != nil {
 		return api.ItemPage{}, err
 	}
+	return c.itemsOf(ctx, b, q)
+}
+
+// itemsQuery is a page of Items asked for: its outcome, the key it goes
+// on after ("" from the first), its limit.
+type itemsQuery struct {
+	outcome api.Outcome
+	cursor  string // as given: a first page is cursor ""
+	after   string
+	limit   int
+}
+
+// readItemsQuery checks Items' outcome, cursor and limit (0: the
+// default), each an *api.InputError naming it.
+func readItemsQuery(outcome api.Outcome, cursor string, limit int) (itemsQuery, error) {
+	if !ledger.Listable(outcome) {
+		return itemsQuery{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined, withheld, in_flight or needs_attention", outcome)}
+	}
+	if limit == 0 {
+		limit = api.DefaultListLimit
+	}
+	if limit < 1 || limit > api.MaxListLimit {
+		return itemsQuery{}, &api.InputError{Field: "limit", Reason: fmt.Sprintf("%d is not within 1–%d", limit, api.MaxListLimit)}
+	}
+	q := itemsQuery{outcome: outcome, cursor: cursor, limit: limit}
+	if cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil {
+			return itemsQuery{}, &api.InputError{Field: "cursor", Reason: "not a cursor from a previous page"}
+		}
+		q.after = string(raw)
+	}
+	return q, nil
+}
+
+// itemsOf is the page q of batch b's items (Items, with b read).
+func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (api.ItemPage, error) {
+	id, outcome, cursor, after, limit := b.ID, q.outcome, q.cursor, q.after, q.limit
 	list := c.Store.ListItems
 	if b.Packed() && outcome == api.OutcomeInFlight {
 		list = func(ctx context.Context, id string, shards int, _ api.Outcome, after string, limit int) ([]ledger.Item, string, error) {

@@ -64,7 +64,11 @@ func (c *Control) Inputs(ctx context.Context, id string, outcome api.Outcome, cu
 	if b.KeyField == "" {
 		return api.InputPage{}, fmt.Errorf("inputs of %s: the batch has positional keys (item-0000000000, …), its inputs name no key to correct them by; list its items instead: %w", id, api.ErrConflict)
 	}
-	items, err := c.Items(ctx, id, outcome, cursor, limit)
+	q, err := readItemsQuery(outcome, cursor, limit)
+	if err != nil {
+		return api.InputPage{}, err
+	}
+	items, err := c.itemsOf(ctx, b, q) // the batch as read above
 	if err != nil {
 		return api.InputPage{}, err
 	}
