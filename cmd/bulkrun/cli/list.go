@@ -30,7 +30,7 @@ func (a *app) listCmd() *cobra.Command {
 		Use:   "list [--status S,…] [--since 24h|7d|2026-11-30|RFC3339] [--source FILE|KEY|s3://…] [--limit N] [--all]",
 		Short: "List batches, newest first",
 		Long: "List batches newest first: id, status, pipeline, items, run, created and finished (UTC), and what needs\n" +
-			"a look (attention, a refusal's code, a stop, a deletion under way). Expired batches are not listed.\n" +
+			"a look (attention, a refusal's code, a stop, a pause and by whom, a deletion under way). Expired batches are not listed.\n" +
 			"Shows --limit batches (default 20) and the cursor to go on with; --all shows every batch.\n" +
 			"--source finds the batches of one file: an s3:// object or prefix (s3://bucket/images/*), a key of the\n" +
 			"stack's bucket (incoming/orders.csv: an upload), or a local file or folder `bulkrun submit` uploaded.",
@@ -192,6 +192,9 @@ func note(b api.BatchSummary) string {
 	}
 	if b.NeedsAttention && b.Status.Finished() {
 		n = append(n, "needs attention")
+	}
+	if p := b.Pause; p != nil && b.Status == api.StatusRunning {
+		n = append(n, fmt.Sprintf("paused by %s since %s", p.By.Who(), p.Since.UTC().Format("15:04Z")))
 	}
 	if l := b.Live; l != nil {
 		live := fmt.Sprintf("in flight %d, waiting %d", l.InFlight, l.RetryWaiting)

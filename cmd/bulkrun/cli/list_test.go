@@ -251,3 +251,25 @@ func TestSweepCommand(t *testing.T) {
 		t.Fatalf("function error: %v, want it reported", err)
 	}
 }
+
+// TestListNotesAPause guards list's NOTE for a paused run: a paused batch
+// is running (its status), and the note says who paused it and since
+// when, for each of the three who pause; a finished batch's leftover pause
+// says nothing.
+func TestListNotesAPause(t *testing.T) {
+	since := time.Date(2026, 12, 3, 8, 40, 0, 0, time.UTC)
+	for by, want := range map[api.PauseBy]string{
+		api.PauseByBudget: "paused by its budget since 08:40Z",
+		api.PauseByCaller: "paused by a caller since 08:40Z",
+		api.PauseByOutage: "paused by an outage since 08:40Z",
+	} {
+		b := api.BatchSummary{ID: "b", Status: api.StatusRunning, Pause: &api.Pause{By: by, Since: since}}
+		if got := note(b); got != want {
+			t.Errorf("%s: note %q, want %q", by, got, want)
+		}
+	}
+	done := api.BatchSummary{ID: "b", Status: api.StatusCompleted, Pause: &api.Pause{By: api.PauseByCaller, Since: since}}
+	if got := note(done); strings.Contains(got, "paused") {
+		t.Errorf("completed batch: note %q", got)
+	}
+}
