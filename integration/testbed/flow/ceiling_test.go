@@ -148,6 +148,13 @@ func ceilingExhausts(t *testing.T, k int) {
 		}
 	}
 
+	if p, err = r.store.Progress(ctx, "ceil", 1, max(1, b.CounterShards)); err != nil {
+		t.Fatal(err)
+	}
+	if live := ledger.LiveOf(b, p, r.clock.T, 0); live.Exhausted != odd || live.InFlight != 0 {
+		t.Errorf("live view after the first raise %+v; want %d exhausted (those woken counted out), none in flight", live, odd)
+	}
+
 	// $5 wakes the rest.
 	if res, err = r.ctl.SetCeilings(ctx, "ceil", api.Ceilings{SpendUSD: 5}); err != nil || res.Woken != odd || res.Still != 0 || !res.Done {
 		t.Fatalf("raise to $5: %+v %v; want %d woken, none left", res, err, odd)
