@@ -22,6 +22,9 @@ What this example does with an item's input:
     {"fail": "quarantine"}          answers a quarantine
     {"fail": "transient", "until_attempt": 2}
                                     raises (transient) on attempts before 2
+    {"fail": "transient", "until_attempt": 2, "usd": 0.5}
+                                    answers a transient error on attempts before 2, with
+                                    cost {"calls": 1, "usd": 0.5} (what a per-item ceiling counts)
     {"raise": "permanent"}          raises PermanentError
     {"text": "…", "usd": 0.5}       as text, and reports the spend: cost {"calls": 1, "usd": 0.5}
                                     (what a batch's budget counts, docs/api.md "Budgets")
@@ -65,6 +68,10 @@ def run(item, attempt):
     if fail in ("permanent", "quarantine"):
         return {"error": {"class": fail, "message": "asked to fail: " + fail}, "cost": {"calls": 1}}
     if fail == "transient" and attempt < int(item.get("until_attempt", 2)):
+        if "usd" in item:
+            # Answered, not raised, so that the spend is reported with it.
+            return {"error": {"class": "transient", "message": "not yet: attempt %d" % attempt},
+                    "cost": {"calls": 1, "usd": float(item["usd"])}}
         raise TransientError("not yet: attempt %d" % attempt)
     if item.get("raise") == "permanent":
         raise PermanentError("asked to raise PermanentError")

@@ -183,6 +183,7 @@ type alarmSpec struct {
 //	runs-finalize-failed              bulkrun RunsFinalizeFailed (Sum, Stack) ≥ 1: a run could not be finished (status finalize_failed)
 //	batches-paused                    bulkrun BatchesPaused (Sum, Stack) ≥ 1: a batch paused itself, its downstream failing (docs/operations.md "The downstream is down")
 //	batches-paused-on-budget          bulkrun BatchesPausedOnBudget (Sum, Stack) ≥ 1: a batch's run reached its budget and paused (docs/operations.md "A batch paused at its budget")
+//	items-exhausted                   bulkrun Items (Sum, Stack, Outcome exhausted) ≥ 1: items ended exhausted at a per-item ceiling (docs/design/items.md "Exhausted items")
 //	items-failing                     bulkrun FailedItemsPercent (Maximum, Stack) ≥ FailingItemsAlarmPercent: one run's ended items fail
 //	items-waiting-for-retry           bulkrun RetryWaitingPercent (Maximum, Stack) ≥ RetryWaitingAlarmPercent: one running run's items wait for a retry
 //	run-stalled                       bulkrun RunStalledSeconds (Maximum, Stack) ≥ StallAlarm: one running run has ended no item for that long
@@ -205,6 +206,7 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 			alarmSpec{"Throttles" + name, name + "-throttles", "bulkrun: the " + name + " function was throttled", fn.MetricThrottles(sum), 1})
 	}
 	stackDim := &map[string]*string{metric.DimStack: awscdk.Stack_Of(stack).StackName()}
+	exhaustedDim := &map[string]*string{metric.DimStack: awscdk.Stack_Of(stack).StackName(), metric.DimOutcome: jsii.String(string(api.OutcomeExhausted))}
 	maxOf := func(name string) awscloudwatch.IMetric {
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(name),
 			DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Maximum")})
@@ -244,6 +246,10 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 			"bulkrun: a batch's run spent its budget and paused (bulkrun status ID shows the budget and the spend); raise it to resume (bulkrun budget ID --usd N) or cancel; see docs/operations.md, \"A batch paused at its budget\"",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.BatchesPausedOnBudget),
 				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"ItemsExhaustedAlarm", "items-exhausted",
+			"bulkrun: items ended exhausted at a per-item ceiling (bulkrun items ID --outcome exhausted lists them); raise it to resume exactly those (bulkrun ceilings ID) or cancel; see docs/design/items.md, \"Exhausted items\"",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.Items),
+				DimensionsMap: exhaustedDim, Period: period, Statistic: jsii.String("Sum")}), 1},
 	)
 	return specs
 }

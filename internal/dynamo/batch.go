@@ -411,16 +411,30 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 	return nil
 }
 
-// SetBudget sets budget_usd = :usd under the condition
-// attribute_exists(pk); else api.ErrConflict.
-func (s *Store) SetBudget(ctx context.Context, id string, usd float64) error {
-	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(expression.Name(config.AttrPK))).
-		WithUpdate(expression.Set(expression.Name(layout.AttrBudgetUSD), expression.Value(usd))).Build()
+// SetLimits sets budget_usd = :usd (l.BudgetUSD > 0) and ceilings =
+// :json (l.Ceilings not nil; api.Ceilings as JSON text) under the
+// condition attribute_exists(pk); else api.ErrConflict.
+func (s *Store) SetLimits(ctx context.Context, id string, l ledger.Limits) error {
+	var u expression.UpdateBuilder
+	if l.BudgetUSD > 0 {
+		u = u.Set(expression.Name(layout.AttrBudgetUSD), expression.Value(l.BudgetUSD))
+	}
+	if l.Ceilings != nil {
+		text, err := json.Marshal(l.Ceilings)
+		if err != nil {
+			return err
+		}
+		u = u.Set(expression.Name(layout.AttrCeilings), expression.Value(string(text)))
+	}
+	if l.BudgetUSD <= 0 && l.Ceilings == nil {
+		return nil
+	}
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(expression.Name(config.AttrPK))).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
 	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
-		return fmt.Errorf("set the budget of %s: %w", id, err)
+		return fmt.Errorf("set the limits of %s: %w", id, err)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ import (
 // run; a quarantined row of an earlier run that was released.
 //
 //	attribute_not_exists(pk)
-//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight, withheld)
+//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight, withheld, exhausted)
 //	                    OR (outcome = quarantined AND released = true)))
 //
 // In a correction run (rev ≥ 2), exactly a row of an earlier run marked
@@ -45,7 +45,8 @@ func fresh(run, rev int) expression.ConditionBuilder {
 			expression.Name(layout.AttrRun).LessThan(expression.Value(run)),
 			expression.Or(
 				expression.In(out, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeCancelled)), expression.Value(string(api.OutcomeInFlight)),
-					expression.Value(string(api.OutcomeWithheld))),
+					expression.Value(string(api.OutcomeWithheld)),
+					expression.Value(string(api.OutcomeExhausted))),
 				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(layout.AttrReleased).Equal(expression.Value(true))),
 			),
 		),
@@ -66,15 +67,16 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 
 // isHeld is the condition of a held row (api.HeldOutcomes):
 //
-//	outcome = withheld
+//	outcome IN (withheld, exhausted)
 func isHeld() expression.ConditionBuilder {
-	return expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeWithheld)))
+	return expression.In(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeWithheld)),
+		expression.Value(string(api.OutcomeExhausted)))
 }
 
 // woken is the condition under which a held item moves on in its run
 // (ledger.ItemState.Woken): woken by a caller.
 //
-//	run = :run AND outcome = withheld AND attribute_exists(woken)
+//	run = :run AND outcome IN (withheld, exhausted) AND attribute_exists(woken)
 func woken(run int) expression.ConditionBuilder {
 	return expression.And(
 		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
@@ -528,7 +530,7 @@ func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int,
 
 // WakeItem wakes a held item row (see ledger.Store) with one UpdateItem:
 //
-//	run = :run AND outcome = withheld
+//	run = :run AND outcome IN (withheld, exhausted)
 //	AND attribute_not_exists(woken)
 //	[AND outcome = :outcome] [AND hold_subject = :subject] [AND attempt = :attempt]
 //	SET woken = :by, updated_at_ms = :now

@@ -70,6 +70,7 @@ type Presigner interface {
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
 //	POST   /batches/{id}/unpause             end the run's pause (202)
 //	POST   /batches/{id}/budget              set the batch's budget in US dollars; a raise ends a budget pause (202)
+//	POST   /batches/{id}/ceilings            set per-item ceilings; wake the exhausted items now under them (200)
 //	POST   /batches/{id}/corrections         corrected inputs: a revision and its run (202; 200 the same corrections again)
 //	POST   /batches/{id}/halts/lift          lift a halt and wake the items withheld under it (200)
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
@@ -172,6 +173,8 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Unpause)})
 	case "budget":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.budget})
+	case "ceilings":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.ceilings})
 	case "corrections":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.correct})
 	case "halts/lift":
@@ -322,6 +325,22 @@ func (a *API) budget(w http.ResponseWriter, r *http.Request) {
 	a.control(func(ctx context.Context, id string) (ledger.Batch, error) { return a.Control.SetBudget(ctx, id, usd) })(w, r)
 }
 
+// ceilings serves POST /batches/{id}/ceilings, body api.Ceilings (the
+// ceilings to set; Control.SetCeilings): 200 with an api.CeilingsResult
+// (done false: call again to wake the rest).
+func (a *API) ceilings(w http.ResponseWriter, r *http.Request) {
+	var req api.Ceilings
+	if !a.readBody(w, r, &req) {
+		return
+	}
+	res, err := a.Control.SetCeilings(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		a.errorAnswer(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (a *API) lift(w http.ResponseWriter, r *http.Request) {
 	var req wire.LiftRequest
 	if !a.readBody(w, r, &req) {
@@ -428,6 +447,7 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 // run spent on them, in flight the items fanned out and not ended
 // (queued, running or waiting for a retry: live.InFlight +
 // live.RetryWaiting), withheld those held under a halt (live.Withheld),
+// exhausted those held at a per-item ceiling (live.Exhausted),
 // pending the items not fanned out yet.
 // A correction run's counters count its own items; the batch's other
 // items are added with what they kept (api.Revision.Kept), each counted
@@ -453,8 +473,10 @@ func CounterCensus(b ledger.Batch, p ledger.Progress, live api.LiveView) api.Cen
 	}
 	left := max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
 	c.Withheld = min(left, live.Withheld)
-	c.InFlight = min(left-c.Withheld, live.InFlight+live.RetryWaiting)
-	c.Pending = left - c.Withheld - c.InFlight
+	c.Exhausted = min(left-c.Withheld, live.Exhausted)
+	held := c.Withheld + c.Exhausted
+	c.InFlight = min(left-held, live.InFlight+live.RetryWaiting)
+	c.Pending = left - held - c.InFlight
 	return c
 }
 

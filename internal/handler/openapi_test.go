@@ -2,6 +2,7 @@ package handler
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -75,9 +76,9 @@ func (s *contractStore) Progress(_ context.Context, id string, _, _ int) (ledger
 	}
 	return ledger.Progress{Done: 12000, Failures: 3}, nil
 }
-func (s *contractStore) SetBudget(_ context.Context, id string, usd float64) error {
+func (s *contractStore) SetLimits(_ context.Context, id string, l ledger.Limits) error {
 	b := s.batches[id]
-	b.BudgetUSD = usd
+	b.BudgetUSD, b.Ceilings = cmp.Or(l.BudgetUSD, b.BudgetUSD), cmp.Or(l.Ceilings, b.Ceilings)
 	s.batches[id] = b
 	return nil
 }
@@ -328,7 +329,8 @@ func TestContractOpenAPI(t *testing.T) {
 		{"BatchView", "census_source", []string{wire.CensusFromItems, wire.CensusFromReport, wire.CensusFromCounters}},
 		{"InterruptPolicy", "", []string{string(api.InterruptRetry), string(api.InterruptQuarantine)}},
 		{"Reason", "", []string{string(api.ReasonPermanent), string(api.ReasonMaxAttempts), string(api.ReasonDeadLettered),
-			string(api.ReasonQuarantine), string(api.ReasonInterrupted), string(api.ReasonThreshold), string(api.ReasonCancel), string(api.ReasonCredential)}},
+			string(api.ReasonQuarantine), string(api.ReasonInterrupted), string(api.ReasonThreshold), string(api.ReasonCancel), string(api.ReasonCredential),
+			string(api.ReasonCeiling)}},
 	} {
 		if got := enumOf(e.schema, e.prop); !slices.Equal(got, sorted(e.want)) {
 			t.Errorf("%s %s enum %v, want %v", e.schema, e.prop, got, sorted(e.want))
@@ -554,6 +556,12 @@ func TestContractOpenAPI(t *testing.T) {
 		{"cancel while the source is read", "POST", "/batches/reading-1/cancel", "", nil, 409, wire.CodeConflict, false},
 		{"cancel running", "POST", "/batches/run-1/cancel", "", nil, 202, "", false},
 		{"lift", "POST", "/batches/halted-1/halts/lift", `{"subject":"secret:hook"}`, nil, 200, "", false},
+		{"ceilings raised", "POST", "/batches/halted-1/ceilings", `{"spend_usd":2}`, nil, 200, "", false},
+		{"ceilings of a finished batch: its next run's", "POST", "/batches/done-1/ceilings", `{"tokens":5000}`, nil, 200, "", false},
+		{"ceilings none set", "POST", "/batches/halted-1/ceilings", `{}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"ceilings not positive", "POST", "/batches/halted-1/ceilings", `{"tokens":-1}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"ceilings unknown", "POST", "/batches/nope-1/ceilings", `{"spend_usd":2}`, nil, 404, wire.CodeNotFound, false},
+		{"ceilings store down", "POST", "/batches/boom-1/ceilings", `{"spend_usd":2}`, nil, 500, wire.CodeInternal, false},
 		{"lift no subject", "POST", "/batches/halted-1/halts/lift", `{}`, nil, 400, wire.CodeInvalidRequest, true},
 		{"lift no such halt", "POST", "/batches/halted-1/halts/lift", `{"subject":"secret:other"}`, nil, 404, wire.CodeNotFound, false},
 		{"lift finished", "POST", "/batches/done-1/halts/lift", `{"subject":"secret:hook"}`, nil, 409, wire.CodeConflict, false},

@@ -24,7 +24,9 @@ import (
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
-		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaStopOnThreshold, wire.MetaBudgetUSD, wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaStopOnThreshold, wire.MetaBudgetUSD,
+		wire.MetaCeilingSpendUSD, wire.MetaCeilingTokens,
+		wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
 }
 
 // correctionOptions are the upload options a correction (MetaCorrects)
@@ -393,6 +395,29 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 			return req, nil, err
 		}
 		req.BudgetUSD = &usd
+	}
+	for _, m := range []struct {
+		meta, field string
+		to          func(*api.Ceilings, float64)
+	}{
+		{wire.MetaCeilingSpendUSD, "spend_usd", func(c *api.Ceilings, v float64) { c.SpendUSD = v }},
+		{wire.MetaCeilingTokens, "tokens", func(c *api.Ceilings, v float64) { c.Tokens = v }},
+	} {
+		v := get(m.meta)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil || n <= 0 {
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + m.meta, Reason: "want a number > 0: " + v}
+		}
+		if req.Ceilings == nil {
+			req.Ceilings = &api.Ceilings{}
+		}
+		m.to(req.Ceilings, n)
+		if err := req.Ceilings.Check("x-amz-meta-ceiling"); err != nil {
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + m.meta, Reason: err.(*api.InputError).Reason}
+		}
 	}
 	if v := get(wire.MetaPipelineOptions); v != "" {
 		req.Options = json.RawMessage(v)

@@ -55,7 +55,11 @@ type Batch struct {
 	// (the default) is no budget. Not in the Plan: a repeated submit with
 	// another budget is the same batch, and the budget changes through
 	// POST /batches/{id}/budget (Control.SetBudget).
-	BudgetUSD float64   `json:"budget_usd,omitempty"`
+	BudgetUSD float64 `json:"budget_usd,omitempty"`
+	// Ceilings are the batch's per-item ceilings (see Ceilings); nil (the
+	// default) is none. Not in the Plan, as BudgetUSD; they change through
+	// POST /batches/{id}/ceilings.
+	Ceilings  *Ceilings `json:"ceilings,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 	// SubmitAttempts counts the background reads of the source started so
 	// far; SubmitDeadline is when the latest one must have ended (its
@@ -153,6 +157,7 @@ const (
 	ReasonThreshold    Reason = "threshold"     // cancelled: the batch exceeded its threshold
 	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
 	ReasonCredential   Reason = "credential"    // withheld: its credential was refused, or is under a halt
+	ReasonCeiling      Reason = "ceiling"       // exhausted: its attempts reached a per-item ceiling
 )
 
 // Threshold is the tolerated failures of a run, with the semantics of Step

@@ -31,6 +31,12 @@ const (
 	// are withheld until a caller lifts the halt (DetailHaltLifted).
 	DetailHalted     = "Batch Halted"
 	DetailHaltLifted = "Batch Halt Lifted"
+	// DetailItemsExhausted: an item function's write recorded items of a
+	// batch exhausted at a per-item ceiling (one event per write, its
+	// items counted; held.ExhaustedEvent). Not routed to the alarm topic
+	// (a run at a ceiling would send one per write): the alarm
+	// {stack}-items-exhausted pages once per period.
+	DetailItemsExhausted = "Items Exhausted"
 )
 
 // AlarmDetailTypes returns the detail types an on-call engineer must hear

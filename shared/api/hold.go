@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Hold is what a held item (withheld) waits for: Item.Hold, nil for any
+// Hold is what a held item (withheld, exhausted) waits for: Item.Hold, nil for any
 // other outcome (Item.Next says its next move in words). JSON:
 //
 //	{"subject": "secret:arn:aws:ssm:…:parameter/hook", "since": "…"}
@@ -16,11 +16,13 @@ import (
 type Hold struct {
 	// Subject names what holds the item: the subject of the halt it is
 	// withheld under ("secret:{ARN}" for the credential read from that
-	// secret reference; several ARNs sorted and joined by ",").
+	// secret reference; several ARNs sorted and joined by ","), or the
+	// per-item ceiling it is exhausted at (CeilingSpendUSD,
+	// CeilingTokens).
 	Subject string `json:"subject,omitempty"`
 	// Since is when the item was held (its attempt's end, UTC).
 	Since time.Time `json:"since"`
-	// Woken says what moved the item on (WakeLift, WakeCancel): its next
+	// Woken says what moved the item on (WakeLift, WakeRaise, WakeCancel): its next
 	// attempt (or its settling) is on its way. Empty while it waits.
 	Woken Wake `json:"woken,omitempty"`
 }
@@ -35,6 +37,9 @@ const (
 	// WakeCancel: a caller cancelled the batch: the item settles
 	// cancelled.
 	WakeCancel Wake = "cancel"
+	// WakeRaise: a caller raised the batch's ceilings above the
+	// exhausted item's totals.
+	WakeRaise Wake = "raise"
 )
 
 // NextMove is the next move of an item of outcome o held by h (nil for
@@ -56,6 +61,9 @@ func NextMove(o Outcome, h *Hold) string {
 	}
 	if o == OutcomeWithheld {
 		return fmt.Sprintf("fix the credential, then lift the halt on %s (bulkrun lift), which resumes every item withheld under it; or cancel the batch", h.Subject)
+	}
+	if o == OutcomeExhausted {
+		return fmt.Sprintf("its run's attempts reached %s (its error says how far): raise that ceiling above its total (bulkrun ceilings), which resumes every item under the new ceilings; or cancel the batch", h.Subject)
 	}
 	return ""
 }

@@ -73,7 +73,12 @@ type LiveView struct {
 	// credential), from the counters: they wait, without a call, for the
 	// halt to be lifted (Batch.Halts, POST /batches/{id}/halts/lift).
 	// Not in InFlight. Absent when none.
-	Withheld     int64 `json:"withheld,omitempty"`
+	Withheld int64 `json:"withheld,omitempty"`
+	// Exhausted counts this run's items held at a per-item ceiling
+	// (OutcomeExhausted), from the counters: they wait for a caller to
+	// raise the ceilings (POST /batches/{id}/ceilings). Not in InFlight.
+	// Absent when none.
+	Exhausted    int64 `json:"exhausted,omitempty"`
 	NotFannedOut int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).

@@ -3,7 +3,7 @@ package api
 // Outcome is an item's state. Terminal outcomes are final for a run:
 // succeeded, failed, quarantined, cancelled. Non-terminal: pending (no row
 // yet in this run), in_flight (reserved under a lease), and the held
-// outcome (HeldOutcomes): withheld. A held item is neither settled nor
+// outcomes (HeldOutcomes): withheld, exhausted. A held item is neither settled nor
 // failed: it waits, at no compute cost, for the next move its hold names
 // (Item.Hold, Item.Next), and its run stays running until it moves.
 type Outcome string
@@ -38,23 +38,36 @@ const (
 	// subject (POST /batches/{id}/halts/lift), which resumes every item
 	// withheld under it, or by a cancel.
 	OutcomeWithheld Outcome = "withheld"
+	// OutcomeExhausted: the item's attempts of this run reached one of
+	// the batch's per-item ceilings (Batch.Ceilings) with an attempt that
+	// would have been retried. Hold.Subject names the ceiling
+	// ("ceiling:spend_usd", "ceiling:tokens"). Recorded by the item
+	// function; moved on when a caller raises the ceilings above the
+	// item's totals (POST /batches/{id}/ceilings), which resumes exactly
+	// those items, or by a cancel.
+	OutcomeExhausted Outcome = "exhausted"
 )
 
 // Outcomes lists every outcome in census order.
 func Outcomes() []Outcome {
 	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled,
-		OutcomeWithheld, OutcomeInFlight, OutcomePending}
+		OutcomeWithheld,
+		OutcomeExhausted,
+		OutcomeInFlight, OutcomePending}
 }
 
 // HeldOutcomes lists the held outcomes, in census order: not terminal and
 // not failures; each waits for a next move of its own (NextMove).
 func HeldOutcomes() []Outcome {
-	return []Outcome{OutcomeWithheld}
+	return []Outcome{OutcomeWithheld,
+		OutcomeExhausted,
+	}
 }
 
 // Held reports whether o is one of HeldOutcomes().
 func (o Outcome) Held() bool {
-	return o == OutcomeWithheld
+	return o == OutcomeWithheld ||
+		o == OutcomeExhausted
 }
 
 // TerminalOutcomes lists the terminal outcomes, in census order.

@@ -30,6 +30,10 @@ type SubmitRequest struct {
 	// and ≤ MaxBudgetUSD (else 400 naming budget_usd); nil (the default)
 	// is no budget. Raise it with POST /batches/{id}/budget.
 	BudgetUSD *float64 `json:"budget_usd,omitempty"`
+	// Ceilings are the per-item ceilings (see Ceilings): each > 0 (else
+	// 400 naming ceilings.spend_usd or ceilings.tokens); nil (the
+	// default) is none. Raise them with POST /batches/{id}/ceilings.
+	Ceilings *Ceilings `json:"ceilings,omitempty"`
 	// MaxAttempts per item, 1–100; 0 means the stack's default.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Retry spaces an item's attempts after transient errors (see

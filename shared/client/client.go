@@ -535,6 +535,34 @@ func (c *Client) SetBudget(ctx context.Context, id string, usd float64) (wire.Ba
 	return v, err
 }
 
+// SetCeilings sets the per-item ceilings raise sets (POST
+// /batches/{id}/ceilings) and wakes the exhausted items now under them;
+// one call wakes what it can in a bounded time (Done false asks for
+// another). SetCeilingsAll repeats it.
+func (c *Client) SetCeilings(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
+	var res api.CeilingsResult
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/ceilings", raise, &res)
+	return res, err
+}
+
+// SetCeilingsAll is SetCeilings repeated until its answer is Done (at
+// most 100 calls); Woken sums the answers, Still is the last one's.
+func (c *Client) SetCeilingsAll(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
+	var sum api.CeilingsResult
+	for range 100 {
+		res, err := c.SetCeilings(ctx, id, raise)
+		if err != nil {
+			return sum, err
+		}
+		sum.Ceilings, sum.Still = res.Ceilings, res.Still
+		sum.Woken += res.Woken
+		if sum.Done = res.Done; res.Done {
+			break
+		}
+	}
+	return sum, nil
+}
+
 // Lift lifts the batch's halt on subject and wakes the items withheld
 // under it (POST /batches/{id}/halts/lift). One call wakes what it can in
 // a bounded time: the answer's Done false asks for another; LiftAll

@@ -38,7 +38,7 @@ func (c *Control) SetBudget(ctx context.Context, id string, usd float64) (ledger
 				id, api.USDText(usd), b.Run, spend.USD.Round(4).String(), api.ErrConflict)
 		}
 	}
-	if err := c.Store.SetBudget(ctx, id, usd); err != nil {
+	if err := c.Store.SetLimits(ctx, id, ledger.Limits{BudgetUSD: usd}); err != nil {
 		return ledger.Batch{}, err
 	}
 	c.Log.InfoContext(ctx, "budget set", "batch_id", id, "run", b.Run, "budget_usd", usd)

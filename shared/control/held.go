@@ -72,7 +72,7 @@ func (c *Control) wakeToCancel(ctx context.Context, b ledger.Batch) {
 	if c.Wake == nil {
 		return
 	}
-	w, err := c.Wake.Wake(ctx, b, held.Filter{Outcome: api.OutcomeWithheld, By: api.WakeCancel}, WakeTime)
+	w, err := c.Wake.Wake(ctx, b, held.Filter{By: api.WakeCancel}, WakeTime) // every held outcome
 	if err != nil {
 		c.Log.WarnContext(ctx, "wake held items to cancel them; cancel again to go on", "batch_id", b.ID, "error", err.Error())
 		return

@@ -18,7 +18,7 @@ type Store interface {
 	ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error)
 	Pause(ctx context.Context, m ledger.PauseMark) error
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error
-	SetBudget(ctx context.Context, id string, usd float64) error
+	SetLimits(ctx context.Context, id string, l ledger.Limits) error
 	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)
 	Lift(ctx context.Context, id, subject string) error
 	ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error

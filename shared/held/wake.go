@@ -80,6 +80,10 @@ type Filter struct {
 	// Attempt, when > 0, is the attempt that held the item: an item held
 	// by another attempt is not woken.
 	Attempt int
+	// Pick, when not nil, is asked of each held item the filter selects
+	// (as listed): an item it refuses is not woken, and counts in
+	// Woken.Skipped (Raise: an item still at a ceiling).
+	Pick func(ledger.Item) bool
 }
 
 // Woken is what a wake did: Woken items moved on (woken now, or found
@@ -90,6 +94,9 @@ type Woken struct {
 	Woken int64
 	Units int
 	Done  bool
+	// Skipped counts the held items the filter selected that its Pick
+	// refused (0 without a Pick).
+	Skipped int64
 }
 
 // wakePage is how many held items one listing page of a wake reads.
@@ -128,6 +135,10 @@ func (w *Waker) Wake(ctx context.Context, b ledger.Batch, f Filter, took time.Du
 		for _, it := range items {
 			if it.Run == b.Run && it.Outcome.Held() && it.Hold != nil &&
 				(f.Subject == "" || it.Hold.Subject == f.Subject) {
+				if f.Pick != nil && it.Hold.Woken == "" && !f.Pick(it) {
+					res.Skipped++
+					continue
+				}
 				page = append(page, it)
 			}
 		}

@@ -37,6 +37,8 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	l.Withheld = min(p.Held[api.OutcomeWithheld], notEnded-l.RetryWaiting)
 	l.InFlight = notEnded - l.RetryWaiting - max(0, l.Withheld)
 	l.Withheld = max(0, l.Withheld)
+	l.Exhausted = max(0, min(p.Held[api.OutcomeExhausted], l.InFlight))
+	l.InFlight -= l.Exhausted
 	// A throttled item may wait many times a minute (Retry-After: 2), each
 	// wait counted: the items waiting after a failure, whose waits are
 	// long, are told apart first, and the throttled are the rest.
@@ -62,6 +64,9 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	}
 	if l.Withheld > 0 {
 		l.Attention = append(l.Attention, api.Count(l.Withheld, "item")+" withheld (bulkrun items --outcome withheld)")
+	}
+	if l.Exhausted > 0 {
+		l.Attention = append(l.Attention, api.Count(l.Exhausted, "item")+" exhausted at a per-item ceiling (bulkrun items --outcome exhausted; raise it: bulkrun ceilings)")
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
 		l.Attention = append(l.Attention, api.Count(f, "item")+" failed or quarantined")

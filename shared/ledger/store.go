@@ -174,10 +174,13 @@ type Store interface {
 	// but its budget, for m.By PauseByCaller (a budget pause written
 	// after the caller read the batch stands); else ErrConflict.
 	Unpause(ctx context.Context, m UnpauseMark) error
-	// SetBudget writes the batch's budget (Plan.BudgetUSD, US dollars)
-	// only if the batch row exists; else ErrConflict. It does not touch
-	// the pause (Control.SetBudget unpauses a budget pause after).
-	SetBudget(ctx context.Context, id string, usd float64) error
+	// SetLimits writes the limits l sets on the batch row — its budget
+	// (Batch.BudgetUSD, US dollars) when l.BudgetUSD > 0, its per-item
+	// ceilings (Batch.Ceilings) when l.Ceilings is not nil — only if the
+	// batch row exists; else ErrConflict. It does not touch the pause
+	// (Control.SetBudget unpauses a budget pause after) nor any item
+	// (Control.SetCeilings wakes the exhausted ones after).
+	SetLimits(ctx context.Context, id string, l Limits) error
 	// ClaimProbe records probe c.Probe of the outage pause that began at
 	// c.Since only if the batch is still so paused and no probe of that
 	// number or later was claimed; else ErrConflict. One delivery per
@@ -859,4 +862,11 @@ type BatchQuery struct {
 	Limit int
 	// Now decides expiry: a batch Expired at Now is never listed.
 	Now time.Time
+}
+
+// Limits are what Store.SetLimits writes on a batch row: BudgetUSD when
+// > 0, Ceilings when not nil; the rest of the row stays.
+type Limits struct {
+	BudgetUSD float64
+	Ceilings  *api.Ceilings
 }

@@ -187,6 +187,11 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 			return err
 		}
 	}
+	if req.Ceilings != nil {
+		if err := req.Ceilings.Check("ceilings"); err != nil {
+			return err
+		}
+	}
 	if req.MaxConcurrency < 0 || req.MaxConcurrency > api.MaxBatchConcurrency {
 		return &api.InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, api.MaxBatchConcurrency)}
 	}
@@ -630,6 +635,7 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 				StopOnThreshold: new(req.StopOnThreshold == nil || *req.StopOnThreshold),
 			},
 			BudgetUSD:    budgetOf(req),
+			Ceilings:     ceilingsOf(req),
 			Run:          1,
 			Status:       api.StatusRunning,
 			KeyField:     req.KeyField,
@@ -645,6 +651,15 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 			CheckPlan:     ledger.CheckPlanOf(req),
 		},
 	}
+}
+
+// ceilingsOf is req's per-item ceilings, nil for none.
+func ceilingsOf(req api.SubmitRequest) *api.Ceilings {
+	if req.Ceilings == nil || req.Ceilings.IsZero() {
+		return nil
+	}
+	c := *req.Ceilings
+	return &c
 }
 
 // budgetOf is req's budget in US dollars, 0 for none.

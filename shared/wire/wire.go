@@ -172,6 +172,8 @@ const (
 	MetaRate            = "rate"              // as rate: api.ParseRate's requests a second, then optionally @key (50@api.example.com)
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
 	MetaBudgetUSD       = "budget-usd"        // as budget_usd: US dollars, > 0 (25, 12.5)
+	MetaCeilingSpendUSD = "ceiling-spend-usd" // as ceilings.spend_usd: US dollars per item, > 0 (0.5)
+	MetaCeilingTokens   = "ceiling-tokens"    // as ceilings.tokens: tokens per item, > 0 (20000)
 	// MetaRerun "true" runs the upload's items even though the same items
 	// started a batch from another object within the stack's window, and
 	// starts a new run of a finished batch of the same object and items.

@@ -3,14 +3,17 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// heldEnding reports whether r's attempt ended its item held (withheld),
+// heldEnding reports whether r's attempt ended its item held (withheld,
+// exhausted),
 // to be written by the unit's write.
 func heldEnding(r *itemRun) bool {
 	return r.started && !r.lost && !r.committed && r.state.Outcome.Held()
@@ -41,7 +44,7 @@ func (w *Worker) keepMessage(ctx context.Context, b ledger.Batch, m *unitMessage
 // wake may have passed it), to settle cancelled.
 func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun, dns []done) []done {
 	var refused *itemRun
-	var withheld []*itemRun
+	var withheld, exhausted []*itemRun
 	for _, r := range runs {
 		if !heldEnding(r) {
 			continue
@@ -52,6 +55,9 @@ func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch
 		w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
 		itemLog(log, b, m, r.state).WarnContext(ctx, "item held", "outcome", string(r.state.Outcome), "reason", string(r.state.Reason),
 			"subject", r.state.Hold.Subject, "error", r.state.Error)
+		if r.state.Outcome == api.OutcomeExhausted {
+			exhausted = append(exhausted, r)
+		}
 		if r.state.Outcome != api.OutcomeWithheld {
 			continue
 		}
@@ -66,7 +72,49 @@ func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch
 	if len(withheld) > 0 {
 		w.wakeIfMoved(ctx, log, b, m, withheld)
 	}
+	if len(exhausted) > 0 {
+		w.exhaustedEnded(ctx, log, b, m, exhausted)
+	}
 	return dns
+}
+
+// exhaustedEnded announces the items runs ended exhausted (one Items
+// Exhausted event) and wakes those a caller moved on since the batch row
+// the calls started under was read, as its wake may have passed them:
+// every item of a stopped run (to settle cancelled), and an item whose
+// totals are under the ceilings raised meanwhile (held.Below).
+func (w *Worker) exhaustedEnded(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun) {
+	e := held.ExhaustedEvent{BatchID: b.ID, Run: b.Run, Items: len(runs), Ceilings: b.Ceilings, At: w.Clock.Now()}
+	for _, r := range runs {
+		if !slices.Contains(e.Subjects, r.state.Hold.Subject) {
+			e.Subjects = append(e.Subjects, r.state.Hold.Subject)
+		}
+		if len(e.Keys) < 10 {
+			e.Keys = append(e.Keys, r.state.Key)
+		}
+	}
+	slices.Sort(e.Subjects)
+	e.EventID = fmt.Sprintf("%s:%d:exhausted:%s:%d", b.ID, b.Run, unitName(b, m), runs[0].state.Hold.Since.UnixMilli())
+	held.AnnounceExhausted(ctx, w.Bus, log, e)
+	if w.Wake == nil {
+		return
+	}
+	nb, err := w.Store.GetBatch(ctx, b.ID)
+	if err != nil || nb.Run != b.Run {
+		return
+	}
+	for _, r := range runs {
+		f := held.Filter{Outcome: api.OutcomeExhausted, By: api.WakeCancel}
+		if nb.Stop == "" {
+			if nb.Ceilings == nil || !held.Below(*nb.Ceilings, held.RunSpent(r.state.Spent, r.state.SpentRun, b.Run)) {
+				continue
+			}
+			f.By = api.WakeRaise
+		}
+		if _, err := w.Wake.WakeOne(ctx, nb, r.state.Key, 0, f); err != nil {
+			itemLog(log, b, m, r.state).WarnContext(ctx, "wake an exhausted item", "by", string(f.By), "error", err.Error())
+		}
+	}
 }
 
 // halt puts the batch's halt on the subject item s was withheld under.

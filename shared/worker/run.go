@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -450,6 +451,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		if r.committed || r.lost {
 			return
 		}
+	}
+	if x, ok := held.Exhaust(b.Ceilings, s, e, b.Run, a.Now); ok {
+		e = x // its run's totals reached a per-item ceiling: held, not retried
 	}
 	r.state, r.ending = ledger.Ended(s, e, w.Clock.Now()), e
 	switch {

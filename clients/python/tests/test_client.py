@@ -158,6 +158,14 @@ def test_set_budget_posts_the_dollars(client: Client, stand_in: StandIn) -> None
     assert (r.method, r.path, r.body) == ("POST", "/batches/photos-2026-11-30/budget", {"budget_usd": 40.5})
 
 
+def test_set_ceilings_posts_them(client: Client, stand_in: StandIn) -> None:
+    answer = {"ceilings": {"spend_usd": 2}, "woken": 50, "still_exhausted": 0, "done": True}
+    stand_in.answer = lambda m, p, b: (200, answer, {})
+    assert client.set_ceilings("photos-2026-11-30", {"spend_usd": 2})["woken"] == 50
+    r = stand_in.requests[-1]
+    assert (r.method, r.path, r.body) == ("POST", "/batches/photos-2026-11-30/ceilings", {"spend_usd": 2})
+
+
 def test_report_follows_its_link_unsigned(client: Client, stand_in: StandIn) -> None:
     report = golden("report")
 

@@ -113,7 +113,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.budgetCmd(), a.liftCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.budgetCmd(), a.ceilingsCmd(), a.liftCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
 	return root
 }
 
@@ -433,6 +433,8 @@ func (v budgetValue) Type() string { return "usd" }
 
 func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
 	f.Var(budgetValue{&req.BudgetUSD}, "budget", budgetFlagHelp)
+	f.Var(ceilingValue{&req.Ceilings, "--ceiling-spend-usd", func(c *api.Ceilings, v float64) { c.SpendUSD = v }}, "ceiling-spend-usd", ceilingSpendHelp)
+	f.Var(ceilingValue{&req.Ceilings, "--ceiling-tokens", func(c *api.Ceilings, v float64) { c.Tokens = v }}, "ceiling-tokens", ceilingTokensHelp)
 	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
 	f.StringVar(&req.BatchID, "id", "", "batch id (1–128 of [A-Za-z0-9_-]), printed before the first try; every try, and a rerun with this id, is the same batch. Default: for a local file or folder, derived from its content and the settings (the same command again is the same batch); for an s3:// source, a new ULID")
 	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
@@ -877,6 +879,9 @@ func LiveText(l api.LiveView) string {
 	if l.Withheld > 0 {
 		timed += fmt.Sprintf("  withheld %d", l.Withheld)
 	}
+	if l.Exhausted > 0 {
+		timed += fmt.Sprintf("  exhausted %d", l.Exhausted)
+	}
 	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }
@@ -935,6 +940,9 @@ func (a *app) show(v wire.BatchView) error {
 		if c.Withheld > 0 {
 			withheld = fmt.Sprintf("  withheld %d", c.Withheld)
 		}
+		if c.Exhausted > 0 {
+			withheld += fmt.Sprintf("  exhausted %d", c.Exhausted)
+		}
 		textf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d%s  in_flight %d  pending %d  (from %s)\n",
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, withheld, c.InFlight, c.Pending, v.CensusSource)
 		a.printCost("cost (ending attempts)", c.Cost)
@@ -944,6 +952,9 @@ func (a *app) show(v wire.BatchView) error {
 		textf(a.out, "threshold: %s\n", ThresholdText(v.Threshold, v.EarlyStop()))
 		if v.BudgetUSD > 0 {
 			textf(a.out, "budget: $%s per run (the pipeline's reported usd plus its DynamoDB units; Lambda and SQS not counted)\n", api.USDText(v.BudgetUSD))
+		}
+		if c := v.Ceilings; c != nil {
+			textf(a.out, "per-item ceilings: %s\n", CeilingsText(*c))
 		}
 		if c := v.Census; c != nil {
 			textf(a.out, "%s\n", VerdictText(v.Threshold, v.Threshold.Judge(c.Failed+c.Quarantined, c.Total), !v.Status.Finished()))
@@ -982,7 +993,7 @@ func (a *app) itemsCmd() *cobra.Command {
 		file    string
 	)
 	cmd := &cobra.Command{
-		Use:   "items ID [--outcome failed|quarantined|withheld|in_flight|needs_attention] [--inputs [--file PATH]]",
+		Use:   "items ID [--outcome failed|quarantined|withheld|exhausted|in_flight|needs_attention] [--inputs [--file PATH]]",
 		Short: "List the items needing attention, oldest key first; with --inputs, their inputs ready to correct",
 		Long: `List the items of a batch with an outcome (default failed), oldest key first,
 with their reason, attempts and error; a page at a time (--all: every page).
@@ -1064,7 +1075,7 @@ go to PATH, written whole or not at all.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined, withheld, in_flight, or needs_attention (every failed, quarantined and withheld item, each with its next move)")
+	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined, withheld, exhausted, in_flight, or needs_attention (every failed, quarantined, withheld and exhausted item, each with its next move)")
 	cmd.Flags().IntVar(&limit, "limit", 100, "items per page (1–1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().BoolVar(&all, "all", false, "follow every page")

@@ -49,6 +49,7 @@ type uploadOptions struct {
 	name, pipeline, keyField, format, delim, options, id string
 	corrects                                             string
 	percent, budget                                      float64
+	ceilingSpend, ceilingTokens                          float64
 	count                                                int64
 	maxAttempts                                          int
 	retry                                                string
@@ -68,7 +69,7 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 	if o.corrects != "" {
 		// A correction runs with its batch's settings: it reads only the
 		// key field, format and delimiter of the corrections.
-		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "rate", "stop-on-threshold", "budget", "rerun"} {
+		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "rate", "stop-on-threshold", "budget", "ceiling-spend-usd", "ceiling-tokens", "rerun"} {
 			if changed(flag) {
 				return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--%s: corrections (--corrects) run with the settings of the batch they correct", flag)}
 			}
@@ -109,6 +110,16 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 			return nil, &ExitError{Code: ExitUsage, Err: err}
 		}
 		m[wire.MetaBudgetUSD] = strconv.FormatFloat(o.budget, 'f', -1, 64)
+	}
+	c := api.Ceilings{SpendUSD: o.ceilingSpend, Tokens: o.ceilingTokens}
+	if err := c.Check("ceilings"); err != nil {
+		return nil, &ExitError{Code: ExitUsage, Err: err}
+	}
+	if changed("ceiling-spend-usd") {
+		m[wire.MetaCeilingSpendUSD] = strconv.FormatFloat(o.ceilingSpend, 'f', -1, 64)
+	}
+	if changed("ceiling-tokens") {
+		m[wire.MetaCeilingTokens] = strconv.FormatFloat(o.ceilingTokens, 'f', -1, 64)
 	}
 	if o.rerun {
 		m[wire.MetaRerun] = "true"
@@ -160,6 +171,8 @@ and run, or prints why the upload was refused.`,
 	f.StringVar(&o.rate, "rate", "", rateFlagHelp+"; set as x-amz-meta-rate")
 	f.BoolVar(&o.stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.Float64Var(&o.budget, "budget", 0, budgetFlagHelp+"; set as x-amz-meta-budget-usd")
+	f.Float64Var(&o.ceilingSpend, "ceiling-spend-usd", 0, ceilingSpendHelp+"; set as x-amz-meta-ceiling-spend-usd")
+	f.Float64Var(&o.ceilingTokens, "ceiling-tokens", 0, ceilingTokensHelp+"; set as x-amz-meta-ceiling-tokens")
 	f.BoolVar(&o.rerun, "rerun", false, "run the items even though the same items started a batch from another name (x-amz-meta-rerun: true), or start a new run of this name's finished batch")
 	f.BoolVar(&o.watch, "watch", false, "watch the batch until it finishes (as bulkrun watch)")
 	f.StringVar(&o.corrects, "corrects", "", "the file corrects failed, quarantined or cancelled items of this finished batch (x-amz-meta-corrects); only --name, --key-field, --format, --csv-delimiter and --watch apply")

@@ -71,6 +71,7 @@ type API interface {
 	Pause(ctx context.Context, id string) (wire.BatchView, error)
 	Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	SetBudget(ctx context.Context, id string, usd float64) (wire.BatchView, error)
+	SetCeilingsAll(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error)
 	Release(ctx context.Context, id, key string) error
 	Forget(ctx context.Context, id string) error
 	Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error)
@@ -156,6 +157,7 @@ func New(api API, objs ObjectReader, bucket string, port int) (*Server, error) {
 	m.HandleFunc("POST /api/batches/{id}/pause", c.runAction(c.api.Pause))
 	m.HandleFunc("POST /api/batches/{id}/unpause", c.runAction(c.api.Unpause))
 	m.HandleFunc("POST /api/batches/{id}/budget", c.budget)
+	m.HandleFunc("POST /api/batches/{id}/ceilings", c.ceilings)
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
 	m.HandleFunc("POST /api/batches/{id}/corrections", c.correct)
@@ -868,6 +870,8 @@ type actionBody struct {
 	Key string `json:"key"`
 	// BudgetUSD is the budget action's new budget (POST …/budget).
 	BudgetUSD *float64 `json:"budget_usd"`
+	// Ceilings is the ceilings action's ceilings to set (POST …/ceilings).
+	Ceilings *api.Ceilings `json:"ceilings"`
 }
 
 func (c *Server) readAction(w http.ResponseWriter, r *http.Request) (string, actionBody, bool) {
@@ -920,6 +924,26 @@ func (c *Server) budget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, v)
+}
+
+// ceilings sets the batch's per-item ceilings to the body's ceilings
+// (POST /batches/{id}/ceilings, repeated until done): the API checks the
+// values; its api.CeilingsResult is passed on as 200.
+func (c *Server) ceilings(w http.ResponseWriter, r *http.Request) {
+	id, b, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	if b.Ceilings == nil {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "ceilings" is required`)
+		return
+	}
+	res, err := c.api.SetCeilingsAll(r.Context(), id, *b.Ceilings)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (c *Server) release(w http.ResponseWriter, r *http.Request) {

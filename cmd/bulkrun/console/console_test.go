@@ -84,6 +84,11 @@ func (f *fakeAPI) Unpause(_ context.Context, id string) (wire.BatchView, error) 
 	f.record("unpause " + id)
 	return wire.BatchView{}, nil
 }
+func (f *fakeAPI) SetCeilingsAll(_ context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
+	f.record(fmt.Sprintf("ceilings %s %g %g", id, raise.SpendUSD, raise.Tokens))
+	return api.CeilingsResult{Ceilings: raise, Woken: 3, Done: true}, nil
+}
+
 func (f *fakeAPI) SetBudget(_ context.Context, id string, usd float64) (wire.BatchView, error) {
 	f.record(fmt.Sprintf("budget %s %g", id, usd))
 	if usd <= 4 {
@@ -713,6 +718,25 @@ func TestConsoleRaisesABudget(t *testing.T) {
 		t.Errorf("a budget under the spend: HTTP %d %s, want the API's 409", w.Code, w.Body.String())
 	}
 	if calls, want := f.Calls(), []string{"budget b1 25.5", "budget b1 3"}; !slices.Equal(calls, want) {
+		t.Errorf("API calls %v, want %v", calls, want)
+	}
+}
+
+// TestConsoleRaisesCeilings: the page's ceilings action sends the
+// ceilings to the API (POST …/ceilings, repeated until done) and passes
+// its answer on, the woken count included; a body without ceilings is
+// refused before the API.
+func TestConsoleRaisesCeilings(t *testing.T) {
+	f := &fakeAPI{}
+	c := newTestServer(t, f, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	if w := do(c, "POST", "/api/batches/b1/ceilings", host, good, `{"ceilings": {"spend_usd": 2}}`); w.Code != 200 || !strings.Contains(w.Body.String(), `"woken":3`) {
+		t.Errorf("raise: HTTP %d %s, want 200 with the woken items", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/ceilings", host, good, `{}`); w.Code != 400 || !strings.Contains(w.Body.String(), "ceilings") {
+		t.Errorf("no ceilings: HTTP %d %s, want 400 naming it", w.Code, w.Body.String())
+	}
+	if calls, want := f.Calls(), []string{"ceilings b1 2 0"}; !slices.Equal(calls, want) {
 		t.Errorf("API calls %v, want %v", calls, want)
 	}
 }

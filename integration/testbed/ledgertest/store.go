@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -690,15 +691,15 @@ func (s *Store) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	return nil
 }
 
-// SetBudget implements ledger.Store.
-func (s *Store) SetBudget(_ context.Context, id string, usd float64) error {
+// SetLimits implements ledger.Store.
+func (s *Store) SetLimits(_ context.Context, id string, l ledger.Limits) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.batch(id)
 	if !ok {
-		return conflictf("set the budget of %s: no batch", id)
+		return conflictf("set the limits of %s: no batch", id)
 	}
-	b.BudgetUSD = usd
+	b.BudgetUSD, b.Ceilings = cmp.Or(l.BudgetUSD, b.BudgetUSD), cmp.Or(l.Ceilings, b.Ceilings)
 	return nil
 }
 

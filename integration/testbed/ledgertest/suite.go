@@ -636,7 +636,7 @@ var cases = []suiteCase{
 		isConflict(t, "an outage's unpause of a budget pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: T0}))
 		isConflict(t, "a caller's unpause of a budget pause (the store's own condition)", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Since: T0}))
 		isConflict(t, "a probe of a budget pause", s.ClaimProbe(ctx, ledger.ProbeClaim{BatchID: "b1", Run: 1, Since: T0, Probe: 1, Now: T0}))
-		check(t, "raise the budget", s.SetBudget(ctx, "b1", 12.5), nil)
+		check(t, "raise the budget", s.SetLimits(ctx, "b1", ledger.Limits{BudgetUSD: 12.5}), nil)
 		got, _ = s.GetBatch(ctx, "b1")
 		check(t, "budget raised", got.BudgetUSD, 12.5)
 		if got.Pause == nil || got.Pause.By != api.PauseByBudget {
@@ -646,7 +646,7 @@ var cases = []suiteCase{
 		isConflict(t, "a budget unpause of a batch not paused", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget}))
 		check(t, "a caller pauses", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(time.Minute)}), nil)
 		isConflict(t, "a budget unpause of a caller's pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget}))
-		isConflict(t, "the budget of no batch", s.SetBudget(ctx, "none", 1))
+		isConflict(t, "the budget of no batch", s.SetLimits(ctx, "none", ledger.Limits{BudgetUSD: 1}))
 	}},
 	{"LaneStreaksAddUntilAnswered", func(t *testing.T, s ledger.Store) {
 		b := newBatch("b1")

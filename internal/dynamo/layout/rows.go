@@ -91,6 +91,7 @@ const (
 	AttrProbes           = "probes"
 	AttrPauses           = "pauses"
 	AttrBudgetUSD        = "budget_usd"
+	AttrCeilings         = "ceilings"
 	AttrChecked          = "checked"
 	attrSourceFormat     = "source_format"
 	AttrCSV              = "csv"
@@ -190,6 +191,7 @@ type BatchRow struct {
 
 	StopOnThreshold *bool   `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 	BudgetUSD       float64 `dynamodbav:"budget_usd,omitempty"`        // api.Plan.BudgetUSD; absent: no budget
+	Ceilings        string  `dynamodbav:"ceilings,omitempty"`          // JSON api.Ceilings; absent: none
 
 	// Keys of the batches index (see BatchesPK), set at creation.
 	BatchesPK string `dynamodbav:"bpk,omitempty"`
@@ -240,6 +242,13 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 		r.Revisions = string(rv)
 	}
 	r.BudgetUSD = b.BudgetUSD
+	if b.Ceilings != nil {
+		text, err := json.Marshal(b.Ceilings)
+		if err != nil {
+			return r, err
+		}
+		r.Ceilings = string(text)
+	}
 	if p := b.Pause; p != nil {
 		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), Ms(p.Since), p.Class, p.Error, p.Probes
 	}
@@ -326,6 +335,12 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		}
 	}
 	b.BudgetUSD = r.BudgetUSD
+	if r.Ceilings != "" {
+		b.Ceilings = &api.Ceilings{}
+		if err := json.Unmarshal([]byte(r.Ceilings), b.Ceilings); err != nil {
+			return b, fmt.Errorf("batch %s: ceilings: %w", r.ID, err)
+		}
+	}
 	if r.PauseBy != "" {
 		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: FromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
 	}

@@ -31,6 +31,8 @@ from .types import (
     TERMINAL_OUTCOMES,
     BatchPage,
     BatchView,
+    Ceilings,
+    CeilingsResult,
     CorrectionView,
     CorrectRequest,
     Error,
@@ -477,6 +479,13 @@ class Client:
         pause's next check; at or below it, APIError 409 conflict (the
         batch stays as it is). unpause() does not end a budget pause."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/budget", {"budget_usd": usd}))
+
+    def set_ceilings(self, batch_id: str, ceilings: Ceilings) -> CeilingsResult:
+        """POST /batches/{id}/ceilings: sets the per-item ceilings named
+        (spend_usd, tokens; each > 0, the others kept) and wakes every item
+        exhausted whose run's totals are now under them: each runs exactly
+        once more. done False asks for another call (the rest is left)."""
+        return cast(CeilingsResult, self.request("POST", f"/batches/{_quote(batch_id)}/ceilings", dict(ceilings)))
 
     def resume(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/resume: a new run of what did not succeed."""

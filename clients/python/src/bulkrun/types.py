@@ -15,7 +15,8 @@ Status = Literal["submitting", "refused", "running", "completed", "threshold_exc
 """A batch's status. Finished: completed, threshold_exceeded, cancelled,
 finalize_failed (and refused, which never ran)."""
 
-Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled", "withheld"]
+Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled", "withheld",
+                  "exhausted"]
 """An item's outcome; the terminal ones are succeeded, failed, quarantined
 and cancelled."""
 
@@ -66,6 +67,7 @@ class SubmitRequest(TypedDict, total=False):
     threshold: Threshold
     stop_on_threshold: bool
     budget_usd: float
+    ceilings: "Ceilings"
     max_attempts: int
     retry: RetryPolicy
     max_concurrency: int
@@ -85,6 +87,23 @@ class CorrectRequest(TypedDict, total=False):
     key_field: str
 
 
+class Ceilings(TypedDict, total=False):
+    """Per-item ceilings: what one item's attempts of a run may report
+    (usd, tokens) before it ends exhausted instead of being retried."""
+
+    spend_usd: float
+    tokens: float
+
+
+class CeilingsResult(TypedDict):
+    """The answer of POST /batches/{id}/ceilings."""
+
+    ceilings: Ceilings
+    woken: int
+    still_exhausted: int
+    done: bool
+
+
 class Census(TypedDict):
     """A run's items by outcome and its cost."""
 
@@ -94,6 +113,7 @@ class Census(TypedDict):
     quarantined: int
     cancelled: int
     withheld: NotRequired[int]
+    exhausted: NotRequired[int]
     in_flight: int
     pending: int
     cost: Cost | None

@@ -4,11 +4,14 @@
 "use strict";
 
 const TOKEN = document.querySelector('meta[name="bulkrun-token"]').content;
-const OUTCOMES = ["succeeded", "failed", "quarantined", "cancelled", "in_flight", "pending"];
+const OUTCOMES = ["succeeded", "failed", "quarantined", "cancelled",
+  "exhausted",
+  "in_flight", "pending"];
 const STATUSES = ["submitting", "running", "completed", "threshold_exceeded", "cancelled", "refused", "finalize_failed"];
 const LIVE_MS = 2000;
 const LABEL = {
   succeeded: "succeeded", failed: "failed", quarantined: "quarantined", cancelled: "cancelled",
+  exhausted: "exhausted",
   in_flight: "in flight", pending: "pending", threshold_exceeded: "threshold exceeded", finalize_failed: "finalize failed",
   submitting: "submitting", running: "running", completed: "completed", refused: "refused",
 };
@@ -257,6 +260,7 @@ function liveFacts(l, paused) {
   // beside 12 in the bar reads as the 12 waiting below.
   fact("In flight: queued, running or due", fmtInt(l.in_flight));
   fact("In flight: waiting for a retry", waitingText(l));
+  if (l.exhausted) fact("Exhausted at a per-item ceiling", fmtInt(l.exhausted) + " (Raise ceilings… resumes exactly those under the new ceilings)");
   fact("Interrupted attempts", fmtInt(l.interrupted));
   if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
@@ -589,6 +593,7 @@ function renderVerdict(page) {
   if (tol.length) body.push(el("p", {}, "Stops at the threshold: " + (b.stop_on_threshold === false ? "no (every item runs, judged at the end)" : "yes")));
   body.push(el("p", {}, b.budget_usd ? "Budget: $" + b.budget_usd + " per run — the run pauses when the pipeline's reported usd plus its DynamoDB units reach it (bulkrun budget ID --usd N raises it)." :
     "No budget: the run is not paused for what it spends."));
+  body.push(el("p", {id: "ceilings-text"}, ceilingsText(b.ceilings)));
   if (rep) {
     const v = rep.verdict, c = rep.census;
     const of = " — run " + rep.run + ": " + count(v.failures, "failure") + " of " + count(v.total, "item");
@@ -658,6 +663,7 @@ function permanentOnly(page) {
 // failed items all failed permanently (a rerun would repeat it:
 // renderToDo says what to do instead).
 function primaryAction(b, page) {
+  if (b.status === "running" && !b.pause && b.census && b.census.exhausted > 0) return "act-ceilings";
   if (b.status === "running") return b.pause ? (b.pause.by === "budget" ? "act-budget" : "act-unpause") : "";
   if (b.status === "refused" || b.status === "submitting") return "";
   const c = b.census || {};
@@ -706,6 +712,8 @@ function renderActions(page) {
         "Unpause", "/unpause", {}, page, false, "primary")),
     btn("act-budget", b.pause && b.pause.by === "budget" ? "Raise budget…" : "Budget…", b.status === "running",
       "Only a running batch's budget can be set", () => budgetAct(page)),
+    btn("act-ceilings", (c.exhausted || 0) > 0 ? "Raise ceilings…" : "Ceilings…", b.status === "running",
+      "Only a running batch's per-item ceilings can be raised here", () => ceilingsAct(page)),
     btn("act-forget", "Forget…", !running(b), "A running batch cannot be forgotten: cancel it first",
       () => confirmAct("Forget batch " + b.batch_id + "?",
         "Deletes its rows, manifest, outputs, results and report. This cannot be undone.",
@@ -823,6 +831,44 @@ async function budgetAct(page) {
     notice("Budget set to $" + v + ".", "ok");
   } catch (e) {
     notice("Budget failed: " + e.message, "error");
+  }
+}
+
+// ceilingsText is a batch's per-item ceilings in words.
+function ceilingsText(c) {
+  const parts = [];
+  if (c && c.spend_usd) parts.push("$" + c.spend_usd + " spend");
+  if (c && c.tokens) parts.push(fmtInt(c.tokens) + " tokens");
+  return parts.length ? "Per-item ceilings: " + parts.join(", ") + " per item and run — an item at one, at an attempt that would be retried, ends exhausted (not failed) until they are raised (bulkrun ceilings ID)." :
+    "No per-item ceilings.";
+}
+
+// ceilingsAct asks for a batch's new per-item ceilings in a modal dialog
+// (Esc or "Keep as is" declines), sends them (POST …/ceilings), and says
+// how many exhausted items the raise woke and how many stay at a ceiling.
+async function ceilingsAct(page) {
+  const b = page.data.batch;
+  const d = document.getElementById("ceilings");
+  const usd = document.getElementById("ceilings-usd"), tokens = document.getElementById("ceilings-tokens");
+  document.getElementById("ceilings-title").textContent = "Per-item ceilings of " + b.batch_id;
+  usd.value = b.ceilings && b.ceilings.spend_usd ? String(b.ceilings.spend_usd) : "";
+  tokens.value = b.ceilings && b.ceilings.tokens ? String(b.ceilings.tokens) : "";
+  const opener = document.activeElement;
+  d.returnValue = "";
+  d.showModal();
+  usd.focus();
+  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
+  if (opener && document.body.contains(opener)) opener.focus();
+  const raise = {};
+  if (Number(usd.value) > 0) raise.spend_usd = Number(usd.value);
+  if (Number(tokens.value) > 0) raise.tokens = Number(tokens.value);
+  if (!ok || !Object.keys(raise).length) { notice("Nothing done."); return; }
+  try {
+    const r = await act("/api/batches/" + encodeURIComponent(page.id) + "/ceilings", {ceilings: raise});
+    await showBatch(page.id);
+    notice("Ceilings set; " + count(r.woken, "exhausted item") + " woken" + (r.still_exhausted ? ", " + count(r.still_exhausted, "item") + " still at a ceiling" : "") + ".", "ok");
+  } catch (e) {
+    notice("Ceilings failed: " + e.message, "error");
   }
 }
 
