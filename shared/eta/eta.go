@@ -38,8 +38,9 @@ const (
 	MinSpan = 30 * time.Second
 	// SampleEvery is the least time between two samples of a run: 15 s.
 	// The ring then holds a sample between MinSpan and Window old as long
-	// as the run is read at least every 30 s (`bulkrun watch` reads every
-	// 2 s, the console every 5 s).
+	// as the run is read at least every 15 s (`bulkrun watch` reads every
+	// second while the run moves, at most 15 s apart while it does not;
+	// the console every 2 s).
 	SampleEvery = 15 * time.Second
 	// MaxSamples is how many samples the ring keeps: those of the last
 	// Window + SampleEvery (at most 6 at one per SampleEvery).
