@@ -572,6 +572,10 @@ func TestRunnerPropsContext(t *testing.T) {
 			if n := len(a.ofType("AWS::Lambda::EventSourceMapping")); n != 2 || !a.has("AWS::Lambda::EventSourceMapping", `"MaximumConcurrency":150`) {
 				t.Errorf("%d event sources, want 2 with maximum concurrency 150", n)
 			}
+			// The messages-resent alarm scales with it: 2 × 300 s × 150.
+			if !a.has("AWS::CloudWatch::Alarm", `"MetricName":"MessagesResent"`, `"Threshold":90000`) {
+				t.Error("no messages-resent alarm at 90000 for 150 invocations at once")
+			}
 		},
 		"reservedConcurrency": func(t *testing.T) {
 			for fn, n := range map[string]float64{"submit": 5, "finalize": 2, "item": 300} {

@@ -56,7 +56,7 @@ func TestAlarmsFireOnPublishedDataPoints(t *testing.T) {
 	want := map[string]string{"finalize-tick-failures": metric.TickFailures, "dead-letters": metric.DeadLettered,
 		"runs-finalize-failed": metric.RunsFinalizeFailed, "items-failing": metric.FailedItemsPercent,
 		"items-waiting-for-retry": metric.RetryWaitingPercent, "run-stalled": metric.RunStalledSeconds,
-		"batches-paused": metric.BatchesPaused}
+		"batches-paused": metric.BatchesPaused, "messages-resent": metric.MessagesResent}
 	seen := map[string]bool{}
 	for _, a := range alarms {
 		name := strings.TrimPrefix(aws.ToString(a.AlarmName), deployedStack()+"-")

@@ -50,12 +50,19 @@ type opsSettings struct {
 	bucketVersioning bool
 	apiRate          float64
 	apiBurst         int
+	// itemsMaxConcurrency is RunnerProps.ItemsMaxConcurrency (default
+	// DefaultItemsMaxConcurrency): the messages-resent alarm scales with it.
+	itemsMaxConcurrency int
 }
 
 func opsOf(props *RunnerProps) opsSettings {
-	o := opsSettings{queueAgeAlarm: DefaultQueueAgeAlarm, stallAlarm: DefaultStallAlarm, apiRate: DefaultAPIRateLimit, apiBurst: DefaultAPIBurstLimit}
+	o := opsSettings{queueAgeAlarm: DefaultQueueAgeAlarm, stallAlarm: DefaultStallAlarm, apiRate: DefaultAPIRateLimit, apiBurst: DefaultAPIBurstLimit,
+		itemsMaxConcurrency: DefaultItemsMaxConcurrency}
 	if props == nil {
 		return o
+	}
+	if props.ItemsMaxConcurrency != 0 {
+		o.itemsMaxConcurrency = props.ItemsMaxConcurrency
 	}
 	o.alarmTopicARN, o.tracing, o.bucketVersioning = props.AlarmTopicARN, props.Tracing, props.BucketVersioning
 	if props.QueueAgeAlarm != 0 {

@@ -160,6 +160,32 @@ const (
 	RetryWaitingAlarmPercent = 10.0
 )
 
+// ResendAlarmPerInvocationSecond sets the messages-resent alarm's
+// threshold: the messages the item function sent again to its own queue
+// (MessagesResent, every Reason, Sum over one 5-minute period) reach 2 a
+// second for each invocation the items queue may drive at once
+// (ItemsMaxConcurrency): ResendAlarmThreshold, 60,000 at the default 100.
+// A healthy run stays below it: a waiting message sends once per wait,
+// and its waits grow from ≈ 0.5–1 s (an unavailable AWS:
+// worker.UnavailableRetry; a throttling) or last a pause's check
+// (minutes); a track sends once per slice of up to
+// 100 units it runs one after another (≥ 1 s with a ledger write or two
+// per unit), per wait, and per invocation it outlasts. A loop sending
+// with no wait, or a storm of waits (every invocation re-sending its 10
+// messages and ending at once), passes it within the period. Each send
+// is an SQS send, receive and delete and part of an item invocation:
+// ≈ $0.000002, so the threshold at the default is ≈ $35 a day
+// (docs/operations.md, "Messages sent again": the runbook).
+const ResendAlarmPerInvocationSecond = 2.0
+
+// ResendAlarmThreshold is the messages-resent alarm's threshold for a
+// stack whose items queue drives at most itemsMaxConcurrency invocations
+// at once: ResendAlarmPerInvocationSecond × the alarm's 300 s ×
+// itemsMaxConcurrency.
+func ResendAlarmThreshold(itemsMaxConcurrency int) float64 {
+	return ResendAlarmPerInvocationSecond * alarmPeriod.Seconds() * float64(itemsMaxConcurrency)
+}
+
 // functionNames are the functions in a fixed order.
 var functionNames = []string{FunctionSubmit, FunctionItem, FunctionFinalize, FunctionSweep}
 
@@ -187,6 +213,7 @@ type alarmSpec struct {
 //	items-failing                     bulkrun FailedItemsPercent (Maximum, Stack) ≥ FailingItemsAlarmPercent: one run's ended items fail
 //	items-waiting-for-retry           bulkrun RetryWaitingPercent (Maximum, Stack) ≥ RetryWaitingAlarmPercent: one running run's items wait for a retry
 //	run-stalled                       bulkrun RunStalledSeconds (Maximum, Stack) ≥ StallAlarm: one running run has ended no item for that long
+//	messages-resent                   bulkrun MessagesResent (Sum, Stack) ≥ ResendAlarmThreshold: the item function's loops on its own queue send more than waits should
 func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSpec {
 	period := awscdk.Duration_Seconds(jsii.Number(alarmPeriod.Seconds()))
 	age := o.queueAgeAlarm.Seconds()
@@ -250,6 +277,10 @@ func alarmSpecs(stack constructs.Construct, o opsSettings, r operated) []alarmSp
 			"bulkrun: items ended exhausted at a per-item ceiling (bulkrun items ID --outcome exhausted lists them); raise it to resume exactly those (bulkrun ceilings ID) or cancel; see docs/design/items.md, \"Exhausted items\"",
 			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.Items),
 				DimensionsMap: exhaustedDim, Period: period, Statistic: jsii.String("Sum")}), 1},
+		alarmSpec{"MessagesResentAlarm", "messages-resent",
+			"bulkrun: the item function sent 2 messages a second or more per concurrent invocation again to its own queue over 5 minutes (MessagesResent, by Reason; batch_id in its logs): a loop sends more than waits should; see docs/operations.md, \"Messages sent again\"",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{Namespace: jsii.String(metric.Namespace), MetricName: jsii.String(metric.MessagesResent),
+				DimensionsMap: stackDim, Period: period, Statistic: jsii.String("Sum")}), ResendAlarmThreshold(o.itemsMaxConcurrency)},
 	)
 	return specs
 }

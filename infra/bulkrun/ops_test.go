@@ -91,6 +91,13 @@ func TestMetricsAlarms(t *testing.T) {
 			if name == opsAWS {
 				age, stall = 2700, 2400
 			}
+			// messages-resent: 2 a second × 300 s × ItemsMaxConcurrency,
+			// the default 100 on the emulator's stack, 150 on the AWS ones
+			// (testProps).
+			resent := 60000.0
+			if name != TargetEmulator {
+				resent = 90000
+			}
 			type alarm struct {
 				ns, metric, stat string
 				dims             map[string]string
@@ -112,6 +119,7 @@ func TestMetricsAlarms(t *testing.T) {
 				"bulkrun-items-failing":            {"bulkrun", "FailedItemsPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
 				"bulkrun-items-waiting-for-retry":  {"bulkrun", "RetryWaitingPercent", "Maximum", map[string]string{"Stack": "bulkrun"}, 10},
 				"bulkrun-run-stalled":              {"bulkrun", "RunStalledSeconds", "Maximum", map[string]string{"Stack": "bulkrun"}, stall},
+				"bulkrun-messages-resent":          {"bulkrun", "MessagesResent", "Sum", map[string]string{"Stack": "bulkrun"}, resent},
 			}
 			for _, fn := range []string{"submit", "item", "finalize", "sweep"} {
 				want["bulkrun-"+fn+"-errors"] = alarm{"AWS/Lambda", "Errors", "Sum", fnDim(fn), 1}

@@ -434,7 +434,9 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 			return BatchView{}, err
 		}
 		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
-		live := ledger.LiveOf(b, p, a.Control.Clock.Now(), a.Control.ItemTimeout)
+		now := a.Control.Clock.Now()
+		live := ledger.LiveOf(b, p, now, a.Control.ItemTimeout)
+		a.samplePace(ctx, b, p, now)
 		c := CounterCensus(b, p, live)
 		v.Census, v.Live = &c, &live
 		v.NeedsAttention = v.NeedsAttention || live.NeedsAttention()

@@ -121,37 +121,68 @@ func (c RetryCause) Text() string {
 
 // Estimate is a running run's pace and what it projects at its end
 // (LiveView.Estimate), from the counters the live view already read — no
-// item row is read for it. The pace is the run's so far: the items it
-// ended (Ended) over the time since it started (Since, the run's start),
-// so a run whose pace changed (a throttled downstream, a pause) projects
-// from its average until the new pace dominates; `bulkrun watch` and the
-// console show, beside it, the pace over the last minute of their own
-// reads. Absent before the run ended an item, and while it is paused.
+// item row is read for it. The pace is the run's over the last 60 s
+// (RateBasis RateBasisRecent: from a sample of its counters taken 30 to
+// 60 s before the read, kept by the API's batch view, at most one every
+// 15 s: docs/design/control.md, "The recent pace") or, when no such sample is kept or the window
+// ended no item, the run's so far (RateBasisRunAverage: the items it
+// ended over the time since it started). Absent before the run ended an
+// item, and while it is paused.
 //
-// JSON: {"since": RFC 3339, "ended": n, "rate_per_second": r,
-// "remaining": n, "finish_at": RFC 3339, "projected_cost": {name:
-// decimal}, "projected_run_spent": {…}, "projected_usage": {…}}.
+// JSON: {"rate_basis": "recent_60s", "since": RFC 3339, "ended": n,
+// "rate_per_second": r, "run_rate_per_second": r, "remaining": n,
+// "finish_at": RFC 3339, "projected_cost": {name: decimal},
+// "projected_run_spent": {…}, "projected_usage": {…}}.
 type Estimate struct {
+	// RateBasis is what RatePerSecond is measured over: RateBasisRecent
+	// or RateBasisRunAverage.
+	RateBasis RateBasis `json:"rate_basis"`
 	// Since is the start of the window the rate is measured over: the
-	// run's start (Batch.RunStartedAt).
+	// sample's time (RateBasisRecent) or the run's start
+	// (Batch.RunStartedAt).
 	Since time.Time `json:"since"`
-	// Ended is the run's items ended in the window (Progress.Done).
+	// Ended is the run's items ended in the window (Progress.Done, less
+	// the sample's).
 	Ended int64 `json:"ended"`
 	// RatePerSecond is Ended over the seconds from Since to the read.
 	RatePerSecond float64 `json:"rate_per_second"`
+	// RunRatePerSecond is the run's average: its items ended over the
+	// seconds since its start (RatePerSecond when RateBasis is
+	// RateBasisRunAverage).
+	RunRatePerSecond float64 `json:"run_rate_per_second"`
 	// Remaining is the run's items not ended yet: in flight, waiting for
 	// a retry, withheld or not fanned out.
 	Remaining int64 `json:"remaining"`
 	// FinishAt is when the run's last item ends at RatePerSecond: the read
 	// plus Remaining / RatePerSecond, to the second.
 	FinishAt time.Time `json:"finish_at"`
-	// ProjectedCost, ProjectedRunSpent and ProjectedUsage are the run's
-	// cost, run_spent (Census.Cost, Census.RunSpent: what the pipeline
-	// reported, by cost name, exact decimals) and DynamoDB units
-	// (Report.Usage) so far, scaled from the Ended items to all of the
-	// run's items (× items / Ended): what the run costs at its end if the
-	// items still to end cost what the ended ones did on average.
+	// ProjectedCost is the run's cost at its end (Census.Cost: what the
+	// pipeline reported, by cost name, exact decimals to 9 places): its
+	// cost so far plus Remaining × the cost per item of the window's
+	// items (RateBasisRecent, when the sample kept its cost), else of all
+	// its ended items (× items / ended). ProjectedRunSpent and
+	// ProjectedUsage are its run_spent (Census.RunSpent) and DynamoDB
+	// units (Report.Usage) so far scaled from its ended items to all of
+	// them: what the run costs at its end if the items still to end cost
+	// what the ended ones did on average.
 	ProjectedCost     pipeline.CostSum `json:"projected_cost,omitempty"`
 	ProjectedRunSpent pipeline.CostSum `json:"projected_run_spent,omitempty"`
 	ProjectedUsage    *Usage           `json:"projected_usage,omitempty"`
 }
+
+// RateBasis is what an estimate's rate is measured over
+// (Estimate.RateBasis).
+type RateBasis string
+
+const (
+	// RateBasisRecent: the run's last 60 s, from a sample of its counters
+	// taken 30 to 60 s before the read.
+	RateBasisRecent RateBasis = "recent_60s"
+	// RateBasisRunAverage: the run so far, from its start; when no
+	// sample of the last 60 s is kept (nobody read the run's batch view
+	// in the last minute) or the window ended no item.
+	RateBasisRunAverage RateBasis = "run_average"
+)
+
+// RateBases lists the rate bases.
+func RateBases() []RateBasis { return []RateBasis{RateBasisRecent, RateBasisRunAverage} }

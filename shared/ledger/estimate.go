@@ -7,6 +7,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/eta"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -19,6 +20,8 @@ const projectionPlaces = 9
 // now from its counters p: nil while it has ended no item, before its
 // start, or while b is paused (a paused run has no pace to project). The
 // run's items are b.RunItems(): a correction run's own, else the batch's.
+// The pace is the recent one (eta.Recent over p.Pace) when the ring
+// holds a sample of the window, else the run's average.
 func EstimateOf(b Batch, p Progress, now time.Time) *api.Estimate {
 	items := b.RunItems()
 	secs := now.Sub(b.RunStartedAt).Seconds()
@@ -26,9 +29,16 @@ func EstimateOf(b Batch, p Progress, now time.Time) *api.Estimate {
 		return nil
 	}
 	done := min(p.Done, items)
-	e := &api.Estimate{Since: b.RunStartedAt, Ended: done, RatePerSecond: float64(done) / secs, Remaining: max(0, items-done)}
-	e.FinishAt = now.Add(ahead(e.Remaining, e.RatePerSecond)).Truncate(time.Second)
+	e := &api.Estimate{RateBasis: api.RateBasisRunAverage, Since: b.RunStartedAt, Ended: done, RatePerSecond: float64(done) / secs, Remaining: max(0, items-done)}
+	e.RunRatePerSecond = e.RatePerSecond
 	e.ProjectedCost = project(p.Cost, items, done)
+	if w, ok := eta.Recent(p.Pace, now, done, p.Cost); ok {
+		e.RateBasis, e.Since, e.Ended, e.RatePerSecond = api.RateBasisRecent, w.Since, w.Ended, w.RatePerSecond
+		if !w.NoCost && len(p.Cost) > 0 {
+			e.ProjectedCost = projectAhead(p.Cost, w.Cost, e.Remaining, w.Ended)
+		}
+	}
+	e.FinishAt = now.Add(ahead(e.Remaining, e.RatePerSecond)).Truncate(time.Second)
 	e.ProjectedRunSpent = project(p.Spent, items, done)
 	if p.Usage.DynamoDBWriteUnits > 0 || p.Usage.DynamoDBReadUnits > 0 {
 		f := float64(items) / float64(done)
@@ -56,6 +66,17 @@ func project(sum pipeline.CostSum, items, done int64) pipeline.CostSum {
 	out := pipeline.CostSum{}
 	for name, v := range sum {
 		out[name] = v.Mul(decimal.NewFromInt(items)).DivRound(decimal.NewFromInt(done), projectionPlaces)
+	}
+	return out
+}
+
+// projectAhead is sum + left × window / ended per name (the cost so far
+// and the items still to end at the window's cost per item), to
+// projectionPlaces places.
+func projectAhead(sum, window pipeline.CostSum, left, ended int64) pipeline.CostSum {
+	out := pipeline.CostSum{}
+	for name, v := range sum {
+		out[name] = v.Add(window[name].Mul(decimal.NewFromInt(left)).DivRound(decimal.NewFromInt(ended), projectionPlaces)).Round(projectionPlaces)
 	}
 	return out
 }

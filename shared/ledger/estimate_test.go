@@ -2,12 +2,14 @@ package ledger
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/eta"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -67,5 +69,50 @@ func TestEstimateOnlyWithAPace(t *testing.T) {
 	}
 	if e := EstimateOf(b, Progress{Done: 100}, now); e == nil || e.Remaining != 0 || !e.FinishAt.Equal(now) {
 		t.Errorf("every item ended: %+v", e)
+	}
+}
+
+// TestEstimateOverTheRecentWindow guards the recent pace: 2,500 items
+// ended in the run's 100 s (25 a second on average), 1,200 of them in
+// the last 40 s (30 a second) by the ring's sample: the estimate says
+// recent_60s, finishes the 7,500 left at 30 a second (250 s), and
+// projects the cost as the cost so far plus the window's cost per item
+// for the items left; run_spent and units stay on the run's average.
+// Without a sample of the window it is the run's average, and says so.
+func TestEstimateOverTheRecentWindow(t *testing.T) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	now := start.Add(100 * time.Second)
+	b := Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
+	p := Progress{Done: 2500,
+		Cost:  pipeline.CostSum{"usd": decimal.RequireFromString("0.07")},
+		Spent: pipeline.CostSum{"usd": decimal.RequireFromString("0.1")},
+		Pace: []eta.Sample{
+			{AtMs: start.Add(60 * time.Second).UnixMilli(), Done: 1300, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.034")}},
+			{AtMs: start.Add(75 * time.Second).UnixMilli(), Done: 1800},
+			{AtMs: start.Add(90 * time.Second).UnixMilli(), Done: 2300}}}
+	e := EstimateOf(b, p, now)
+	if e == nil {
+		t.Fatal("no estimate")
+	}
+	if e.RateBasis != api.RateBasisRecent || !e.Since.Equal(start.Add(60*time.Second)) || e.Ended != 1200 || e.RatePerSecond != 30 || e.RunRatePerSecond != 25 {
+		t.Fatalf("estimate %+v", e)
+	}
+	if e.Remaining != 7500 || !e.FinishAt.Equal(now.Add(250*time.Second)) {
+		t.Errorf("remaining %d, finish %s, want 7500 at +250 s", e.Remaining, e.FinishAt)
+	}
+	// 0.07 + 7500 × (0.07 − 0.034) / 1200 = 0.07 + 0.225
+	if got := e.ProjectedCost["usd"].String(); got != "0.295" {
+		t.Errorf("projected cost %s, want 0.295", got)
+	}
+	if got := e.ProjectedRunSpent["usd"].String(); got != "0.4" {
+		t.Errorf("projected run_spent %s, want 0.4 (the run's average)", got)
+	}
+	old := p
+	old.Pace = p.Pace[2:] // 10 s old: too young to measure a pace over
+	if e := EstimateOf(b, old, now); e.RateBasis != api.RateBasisRunAverage || e.RatePerSecond != 25 || !e.Since.Equal(start) || e.ProjectedCost["usd"].String() != "0.28" {
+		t.Errorf("without a sample of the window: %+v", e)
+	}
+	if want := "recent_" + strconv.Itoa(int(eta.Window.Seconds())) + "s"; string(api.RateBasisRecent) != want {
+		t.Errorf("RateBasisRecent %q names another window than eta.Window (%q)", api.RateBasisRecent, want)
 	}
 }

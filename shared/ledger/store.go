@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/eta"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -601,6 +602,9 @@ type Progress struct {
 	// Held counts the run's held items by held outcome (WaitCount.Held
 	// summed): items that wait, neither ended nor in flight.
 	Held map[api.Outcome]int64
+	// Pace is the ring of samples of these counters the batch view keeps
+	// (eta.Next), oldest first; empty when none.
+	Pace []eta.Sample
 }
 
 // HeldItems is how many of the run's items are held (Held summed, never

@@ -890,11 +890,17 @@ func LiveText(l api.LiveView) string {
 // "estimate: 25.0 items/s over the run so far (2500 ended since
 // 10:00:00Z); 7500 to go, finish ≈ 10:06:40Z; projected at the end: cost
 // tokens=5000 usd=0.28, run_spent usd=0.4, 21000 DynamoDB write units, 50
-// read units" (the projections it has).
+// read units" (the projections it has); over the recent window (rate
+// basis recent_60s) "estimate: 30.0 items/s over the last 60 s (1200
+// ended since 10:01:00Z; run average 25.0 items/s); …".
 func EstimateText(e api.Estimate) string {
 	var b strings.Builder
-	b.WriteString(fmt.Sprintf("estimate: %s over the run so far (%d ended since %sZ); %d to go, finish ≈ %sZ",
-		rateText(e.RatePerSecond), e.Ended, e.Since.UTC().Format(time.TimeOnly), e.Remaining, e.FinishAt.UTC().Format(time.TimeOnly)))
+	over, avg := "the run so far", ""
+	if e.RateBasis == api.RateBasisRecent {
+		over, avg = "the last 60 s", "; run average "+rateText(e.RunRatePerSecond)
+	}
+	b.WriteString(fmt.Sprintf("estimate: %s over %s (%d ended since %sZ%s); %d to go, finish ≈ %sZ",
+		rateText(e.RatePerSecond), over, e.Ended, e.Since.UTC().Format(time.TimeOnly), avg, e.Remaining, e.FinishAt.UTC().Format(time.TimeOnly)))
 	var proj []string
 	if len(e.ProjectedCost) > 0 {
 		proj = append(proj, "cost "+e.ProjectedCost.String())

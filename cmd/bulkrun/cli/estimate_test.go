@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // TestEstimateText guards status's estimate line: the pace over the run
@@ -26,5 +27,32 @@ func TestEstimateText(t *testing.T) {
 	e.ProjectedCost, e.ProjectedRunSpent, e.ProjectedUsage = nil, nil, nil
 	if got := EstimateText(e); strings.Contains(got, "projected") {
 		t.Errorf("no projections: %q", got)
+	}
+}
+
+// TestEstimateTextOverTheRecentWindow guards the line over the recent
+// window: its rate and span, and the run's average beside it; and the
+// watch's line, which tells the API's recent pace and finish in place of
+// its own polls'.
+func TestEstimateTextOverTheRecentWindow(t *testing.T) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	e := api.Estimate{RateBasis: api.RateBasisRecent, Since: start.Add(60 * time.Second), Ended: 1200, RatePerSecond: 30, RunRatePerSecond: 25,
+		Remaining: 7500, FinishAt: start.Add(350 * time.Second)}
+	want := "estimate: 30.0 items/s over the last 60 s (1200 ended since 10:01:00Z; run average 25.0 items/s); 7500 to go, finish ≈ 10:05:50Z"
+	if got := EstimateText(e); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	v := wire.BatchView{Batch: api.Batch{ID: "b", Run: 1, ItemCount: 10000, Status: api.StatusRunning},
+		Progress: &wire.Progress{Done: 2500}, Live: &api.LiveView{Estimate: &e}}
+	var r rateMeter
+	r.add(start, 0)
+	r.add(start.Add(10*time.Second), 50) // the polls' own 5.0 items/s
+	got := watchLine(v, r)
+	if !strings.Contains(got, "; 30.0 items/s over the last 60 s, finish ≈ 10:05:50Z") || strings.Contains(got, "5.0 items/s") {
+		t.Errorf("watch line %q", got)
+	}
+	e.RateBasis = api.RateBasisRunAverage
+	if got := watchLine(v, r); !strings.Contains(got, "; 5.0 items/s") || strings.Contains(got, "last 60 s") {
+		t.Errorf("watch line without a recent pace %q", got)
 	}
 }

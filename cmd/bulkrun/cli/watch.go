@@ -121,8 +121,11 @@ func watchDone(v wire.BatchView) (int64, bool) {
 // outcome so far, those in flight and still pending, and the rate —
 // "run 1: 12 succeeded, 1 failed, 0 quarantined, 0 cancelled; 20 in
 // flight, 17 pending; 4.5 items/s", the items in flight that wait for a
-// retry said after their count (waitingText). The rate is the one measured over
-// the last RateWindow of polls (none before two polls RateMinSpan apart);
+// retry said after their count (waitingText). The rate is the API's over
+// the run's last 60 s when its estimate has one (rate basis recent_60s:
+// "; 30.0 items/s over the last 60 s, finish ≈ 10:05:00Z"), else the one
+// measured over the last RateWindow of polls (none before two polls
+// RateMinSpan apart);
 // once the run has finished, its own: the items it ended over the time
 // from its start to its end.
 func watchLine(v wire.BatchView, r rateMeter) string {
@@ -154,7 +157,10 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		}
 		return b.String()
 	}
-	if per, ok := r.rate(); ok {
+	if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
+		// The API's pace over the run's last 60 s, whoever read it then.
+		b.WriteString(fmt.Sprintf("; %s over the last 60 s, finish ≈ %sZ", rateText(e.RatePerSecond), e.FinishAt.UTC().Format(time.TimeOnly)))
+	} else if per, ok := r.rate(); ok {
 		b.WriteString("; " + rateText(per))
 		if done, ok := watchDone(v); ok && per > 0 && done < v.ItemCount {
 			left := time.Duration(min(float64(v.ItemCount-done)/per, 100*365*24*3600)) * time.Second
@@ -165,6 +171,14 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		b.WriteString("; projected cost " + l.Estimate.ProjectedCost.String())
 	}
 	return b.String()
+}
+
+// estimateOf is the view's estimate (LiveView.Estimate); nil when none.
+func estimateOf(v wire.BatchView) *api.Estimate {
+	if v.Live == nil {
+		return nil
+	}
+	return v.Live.Estimate
 }
 
 // waitingText says how many of the items in flight wait for a retry,

@@ -25,10 +25,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/dynjson"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/eta"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -196,6 +198,7 @@ var rowShapes = map[string]func(dynjson.Row) bool{
 	"row-running":          func(r dynjson.Row) bool { return str(r, "pk") == "RUNNING" && str(r, "sk") == BatchOne },
 	// extras
 	"row-counter-run":          func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchExtra+"#1" && str(r, "sk") == "RUN" },
+	"row-counter-pace":         func(r dynjson.Row) bool { return str(r, "pk") == "COUNT#"+BatchExtra+"#1#0" && str(r, "sk") == "PACE" },
 	"row-mark":                 func(r dynjson.Row) bool { return prefix(r, "MARK#"+BatchExtra+"#2#") },
 	"row-slot":                 func(r dynjson.Row) bool { return prefix(r, "SLOT#"+BatchExtra+"#") },
 	"row-retention":            func(r dynjson.Row) bool { return str(r, "pk") == "RETENTION" && str(r, "batch_id") == BatchExtra },
@@ -297,7 +300,7 @@ func half(ctx context.Context, s ledger.Store) error {
 
 // extras writes, for BatchExtra, the rows the half-run scenario does not
 // hold: a rerun count mark (run 2), a max_concurrency slot held, the run
-// row (a lane done), a pack row whose items carry every attribute an
+// row (a lane done), the pace row, a pack row whose items carry every attribute an
 // item of a pack can (a released quarantined item counted in run 2, a
 // throttled one in flight, an output in S3), the finished run's batch
 // row with its retention and publish markers, and an upload claim.
@@ -316,6 +319,10 @@ func extras(ctx context.Context, s *dynamo.Store) error {
 	}
 	if _, err := s.CountRun(ctx, ledger.RunCount{BatchID: b.ID, Run: 1, LanesDone: 1, Failures: 1, Token: "golden-run", Now: now}); err != nil {
 		return fmt.Errorf("run row: %w", err)
+	}
+	ring := []eta.Sample{{AtMs: now.Add(-eta.SampleEvery).UnixMilli(), Done: 1, Cost: pipeline.CostSum{"calls": decimal.NewFromInt(1)}}, {AtMs: now.UnixMilli(), Done: 2, NoCost: true}}
+	if err := s.SamplePace(ctx, b.ID, 1, ring, now); err != nil {
+		return fmt.Errorf("pace row: %w", err)
 	}
 	cost := pipeline.Cost{"calls": 1}
 	ref := ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/eta"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -28,6 +29,11 @@ const (
 const (
 	SKWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; h{minute}: those of them throttled; per failure-class slot s: c{s} the class, e{s} one error, n{s}_{minute} its items; interrupted; timed_out; token slots
 	SKFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
+	// SKPace is the recent pace's row, in counter partition 0 only:
+	// pace, the ring of samples (eta.Encode's JSON, a string);
+	// pace_at_ms, its newest sample's time (Unix ms), which the write's
+	// condition reads.
+	SKPace = "PACE"
 
 	AttrWaitPrefix = "w"
 	// AttrThrottledPrefix prefixes the wait row's throttled buckets,
@@ -38,6 +44,8 @@ const (
 	AttrTimedOut        = "timed_out"
 	AttrFanned          = "fanned"
 	AttrFannedChunks    = "fanned_chunks"
+	AttrPace            = "pace"
+	AttrPaceAtMs        = "pace_at_ms"
 )
 
 // HeldAttr is the wait row's attribute counting the run's items held
@@ -168,7 +176,8 @@ func TokenMark(token string, now time.Time) string {
 // AddCounterRow adds one row of a run's counter partition
 // (COUNT#{id}#{run}#{p}) to p: a wait row (SKWait) its retries due,
 // throttled buckets, failure classes and held items; a fan row (SKFan) the
-// items and chunks fanned out; any other (a lane, a chunk counter) its
+// items and chunks fanned out; the pace row (SKPace) its ring of samples
+// (Progress.Pace); any other (a lane, a chunk counter) its
 // done, failures, outcomes, cost and spent sums (DynamoDB numbers, exact
 // in decimal), DynamoDB units and the latest updated_at_ms. A counter row
 // of a newer format is refused with a *ledger.NewerFormatError.
@@ -190,6 +199,8 @@ func AddCounterRow(batchID string, av map[string]types.AttributeValue, p *ledger
 			}
 		}
 		return nil
+	case SKPace:
+		return readPaceRow(batchID, av, p)
 	case SKFan:
 		if n, ok := av[AttrFanned].(*types.AttributeValueMemberN); ok {
 			c, _ := strconv.ParseInt(n.Value, 10, 64)
@@ -246,5 +257,28 @@ func AddCounterRow(batchID string, av map[string]types.AttributeValue, p *ledger
 	if t := FromMs(row.UpdatedAtMs); t.After(p.UpdatedAt) {
 		p.UpdatedAt = t
 	}
+	return nil
+}
+
+// readPaceRow sets p.Pace from the pace row (SKPace): its format checked,
+// its ring decoded (none when it does not decode).
+func readPaceRow(batchID string, av map[string]types.AttributeValue, p *ledger.Progress) error {
+	var row struct {
+		Pace   string `dynamodbav:"pace"`
+		Format int    `dynamodbav:"fv"`
+	}
+	if err := attributevalue.UnmarshalMap(av, &row); err != nil {
+		return err
+	}
+	if err := ledger.CheckFormat("pace row of "+batchID, row.Format); err != nil {
+		return err
+	}
+	if row.Pace == "" {
+		return nil
+	}
+	// A ring that does not decode is no ring: the estimate falls back to
+	// the run's average and the next sample replaces it; the live view
+	// does not fail for it.
+	p.Pace, _ = eta.Decode([]byte(row.Pace))
 	return nil
 }

@@ -59,6 +59,7 @@ func tags(v any, extra ...string) map[string]bool {
 // golden row (integration/testbed/formats/testdata: an item row in each state, a
 // pack row, an attention row, the batch row, a chunk counter of versions
 // 0 and 1, a counter lane of version 2; from version 2 also the run row,
+// the pace row,
 // a rerun count mark, a corrected item row and pack row and a batch row
 // with a revision, a max_concurrency slot, claim counter and track
 // fence, a pack row whose items
@@ -97,6 +98,7 @@ func TestGoldenRows(t *testing.T) {
 		"row-counter-run":          {tags(struct{}{}, append(tokenSlots(), "pk", "sk", AttrLanesDone, AttrFailures, AttrUpdatedAtMs, AttrFormat, "expires_at")...), readCounter, v2, false},
 		"row-batch-finished":       {tags(BatchRow{}, "expires_at"), readFinishedBatch, v2, false},
 		"row-pack-every-attribute": {packAttrs, readFullPack, v2, false},
+		"row-counter-pace":         {tags(struct{}{}, "pk", "sk", AttrPace, AttrPaceAtMs, AttrFormat, "expires_at"), readPace, v2, false},
 		"row-mark":                 {tags(struct{}{}, "pk", "sk", AttrFormat, "expires_at"), readMark, v2, true},
 		"row-slot":                 {tags(struct{}{}, "pk", "sk", AttrHolder, AttrLeaseUntilMs, AttrFormat, "expires_at"), readSlot, v2, true},
 		"row-claim":                {tags(struct{}{}, "pk", "sk", AttrClaims, "c0", "c1", "g0", "g1", AttrFormat, "expires_at"), readClaim, v2, true},
@@ -319,6 +321,19 @@ func readUpload(av map[string]types.AttributeValue) (int, error) {
 		err = fmt.Errorf("read %+v", r)
 	}
 	return r.Format, err
+}
+
+// readPace reads the pace row as the live view does (AddCounterRow): its
+// ring of two samples, the newest without its cost.
+func readPace(av map[string]types.AttributeValue) (int, error) {
+	var p ledger.Progress
+	if err := AddCounterRow("golden", av, &p); err != nil {
+		return 0, err
+	}
+	if len(p.Pace) != 2 || p.Pace[0].Done != 1 || p.Pace[0].Cost["calls"].IntPart() != 1 || p.Pace[1].Done != 2 || !p.Pace[1].NoCost || p.Done != 0 || !p.UpdatedAt.IsZero() {
+		return 0, fmt.Errorf("pace row read as ring %+v, done %d, updated %v", p.Pace, p.Done, p.UpdatedAt)
+	}
+	return formatOf(av), nil
 }
 
 func readCounter(av map[string]types.AttributeValue) (int, error) {

@@ -267,9 +267,15 @@ function liveFacts(l, paused) {
   fact("Last progress", fmtTime(l.last_progress_at));
   const e = l.estimate;
   if (e) {
-    // The API's estimate: the pace over the run so far (api.Estimate).
-    const rate = e.rate_per_second >= 100 ? e.rate_per_second.toFixed(0) : e.rate_per_second.toFixed(1);
-    fact("Pace (over the run so far)", rate + " items/s");
+    // The API's estimate (api.Estimate): the pace over the run's last
+    // 60 s (rate_basis recent_60s) or, without a sample of that window,
+    // over the run so far (run_average).
+    const per = (r) => (r >= 100 ? r.toFixed(0) : r.toFixed(1)) + " items/s";
+    if (e.rate_basis === "recent_60s") {
+      fact("Pace (last 60 s)", per(e.rate_per_second) + " (run average " + per(e.run_rate_per_second) + ")");
+    } else {
+      fact("Pace (over the run so far)", per(e.rate_per_second));
+    }
     fact("Estimated finish", fmtTime(e.finish_at) + " (" + fmtInt(e.remaining) + " to go)");
     const proj = [["cost", e.projected_cost], ["run_spent", e.projected_run_spent]]
       .filter(([, c]) => c && Object.keys(c).length)
