@@ -429,7 +429,21 @@ func (s *Store) SetLimits(ctx context.Context, id string, l ledger.Limits) error
 	if l.BudgetUSD <= 0 && l.Ceilings == nil {
 		return nil
 	}
-	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(expression.Name(config.AttrPK))).WithUpdate(u).Build()
+	cond := expression.AttributeExists(expression.Name(config.AttrPK))
+	if l.Ceilings != nil {
+		// The ceilings as read: none, or the same JSON (json.Marshal of
+		// api.Ceilings is deterministic and its float64s round-trip).
+		was := expression.AttributeNotExists(expression.Name(layout.AttrCeilings))
+		if l.CeilingsWas != nil {
+			text, err := json.Marshal(l.CeilingsWas)
+			if err != nil {
+				return err
+			}
+			was = expression.Name(layout.AttrCeilings).Equal(expression.Value(string(text)))
+		}
+		cond = cond.And(was)
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,16 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
+
+// ceilingTries is how often SetCeilings reads and merges again when
+// another raise changed the ceilings between its read and its write.
+const ceilingTries = 5
 
 // SetCeilings sets the per-item ceilings that raise sets (each non-zero
 // field; api.Ceilings.Check) on the batch (Batch.Ceilings), the others
@@ -20,7 +25,8 @@ import (
 // batch the ceilings are those of its next run. Errors: an
 // *api.InputError naming ceilings.spend_usd or ceilings.tokens (or
 // "ceilings" when raise sets none); ErrNotFound (ErrExpired past the
-// retention).
+// retention); ErrConflict (wrapped) when other raises changed the
+// ceilings ceilingTries times in a row between a read and a write.
 func (c *Control) SetCeilings(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
 	var res api.CeilingsResult
 	if raise.IsZero() {
@@ -29,22 +35,34 @@ func (c *Control) SetCeilings(ctx context.Context, id string, raise api.Ceilings
 	if err := raise.Check("ceilings"); err != nil {
 		return res, err
 	}
-	b, err := c.Get(ctx, id)
-	if err != nil {
-		return res, err
-	}
-	now := api.Ceilings{}
-	if b.Ceilings != nil {
-		now = *b.Ceilings
-	}
-	now = now.Merge(raise)
-	if err := c.Store.SetLimits(ctx, id, ledger.Limits{Ceilings: &now}); err != nil {
-		return res, err
+	var b ledger.Batch
+	var now api.Ceilings
+	// The merge is written under a condition on the ceilings it read
+	// (Limits.CeilingsWas): a raise that another changed meanwhile reads
+	// again and merges into that one, so neither undoes the other.
+	for try := 1; ; try++ {
+		var err error
+		if b, err = c.Get(ctx, id); err != nil {
+			return res, err
+		}
+		now = api.Ceilings{}
+		if b.Ceilings != nil {
+			now = *b.Ceilings
+		}
+		now = now.Merge(raise)
+		err = c.Store.SetLimits(ctx, id, ledger.Limits{Ceilings: &now, CeilingsWas: b.Ceilings})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, api.ErrConflict) || try == ceilingTries {
+			return res, err
+		}
 	}
 	res.Ceilings = now
 	c.Log.InfoContext(ctx, "ceilings set", "batch_id", id, "run", b.Run, "spend_usd", now.SpendUSD, "tokens", now.Tokens)
 	// Read again: the wake judges each item against the row as written.
-	if b, err = c.Store.GetBatch(ctx, id); err != nil {
+	b, err := c.Store.GetBatch(ctx, id)
+	if err != nil {
 		return res, err
 	}
 	if b.Status != api.StatusRunning {

@@ -80,8 +80,16 @@ func Exhaust(c *api.Ceilings, s ledger.ItemState, e ledger.Ending, run int, now 
 		return e, false
 	}
 	why := text + "; the attempt before it: " + e.Error
-	return ledger.Ending{Outcome: api.OutcomeExhausted, Reason: api.ReasonCeiling, Error: pipeline.CutText(why, pipeline.MaxErrorTextBytes),
-		Hold: api.Hold{Subject: subject, Since: now}}, true
+	// The retry's own marks stay: an attempt that counts none (throttled,
+	// a paused batch's probe, unrun, rotated) counts none held either, so
+	// that the attempt a raise wakes is not past max attempts. Its failure
+	// class does not: the attempt reported what it spent, so the
+	// downstream answered, and held items do not make an outage pause
+	// (a paused run whose items are all held would have nothing to probe).
+	x := e
+	x.Outcome, x.Reason, x.Error, x.Wait, x.Class = api.OutcomeExhausted, api.ReasonCeiling, pipeline.CutText(why, pipeline.MaxErrorTextBytes), 0, ""
+	x.Hold = api.Hold{Subject: subject, Since: now}
+	return x, true
 }
 
 // Raise wakes the exhausted items of b's current run whose totals are

@@ -43,8 +43,15 @@ func TestExhaustOnlyRetries(t *testing.T) {
 	retry := ledger.Ending{Outcome: api.OutcomeInFlight, Error: "HTTP 503", Wait: time.Second, Class: "http-503"}
 	e, ok := Exhaust(c, s, retry, 2, now)
 	if !ok || e.Outcome != api.OutcomeExhausted || e.Reason != api.ReasonCeiling || e.Hold.Subject != api.CeilingTokens ||
-		!e.Hold.Since.Equal(now) || e.Retry() || e.Class != "" {
-		t.Fatalf("a retry past the tokens ceiling: %+v %v; want exhausted at %s", e, ok, api.CeilingTokens)
+		!e.Hold.Since.Equal(now) || e.Retry() || e.Wait != 0 || e.Class != "" {
+		t.Fatalf("a retry past the tokens ceiling: %+v %v; want exhausted at %s, no failure class", e, ok, api.CeilingTokens)
+	}
+	// A throttled retry counts no attempt held either: the attempt a
+	// raise wakes is then not past max attempts.
+	throttled := ledger.Ending{Outcome: api.OutcomeInFlight, Error: "HTTP 429", Wait: time.Second, Throttled: true, ThrottledSince: now}
+	if e, ok := Exhaust(c, s, throttled, 2, now); !ok || e.Outcome != api.OutcomeExhausted || !e.Throttled ||
+		ledger.Ended(ledger.ItemState{Attempt: 3, FirstAttempt: 1}, e, now).RunAttempts() != 2 {
+		t.Errorf("a throttled retry past the ceiling: %+v %v; want exhausted, its attempt not counted", e, ok)
 	}
 	for _, end := range []ledger.Ending{
 		{Outcome: api.OutcomeSucceeded},

@@ -82,7 +82,11 @@ type Filter struct {
 	Attempt int
 	// Pick, when not nil, is asked of each held item the filter selects
 	// (as listed): an item it refuses is not woken, and counts in
-	// Woken.Skipped (Raise: an item still at a ceiling).
+	// Woken.Skipped (Raise: an item still at a ceiling). What it judged
+	// is fenced: an item row is woken only at the attempt it was listed
+	// with (a listing may lag, and the item may have been woken, run and
+	// held again since), and a pack's item is asked again as the pack
+	// read before its take holds it.
 	Pick func(ledger.Item) bool
 }
 
@@ -246,6 +250,9 @@ func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.It
 // wakeRow wakes an item row; moved reports that it is woken (now, or by
 // an earlier wake whose message may be lost).
 func (w *Waker) wakeRow(ctx context.Context, b ledger.Batch, it ledger.Item, f Filter) (bool, error) {
+	if f.Pick != nil && f.Attempt == 0 {
+		f.Attempt = it.Attempt // Pick judged the item at this attempt
+	}
 	mk := ledger.WakeMark{BatchID: b.ID, ListShards: b.ListShards, Key: it.Key, Run: b.Run, Outcome: it.Outcome, Subject: f.Subject, Attempt: f.Attempt,
 		By: f.By, Now: w.Clock.Now()}
 	got, err := w.Store.WakeItem(ctx, mk)
@@ -295,6 +302,8 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 			case s.Hold.Woken != "":
 				moved++ // woken by an earlier wake: its message goes again
 				continue
+			case f.Pick != nil && !f.Pick(s.Item(b.ID)):
+				continue // held again since it was listed, and still picked out
 			}
 			s.Hold.Woken, s.UpdatedAt = f.By, now
 			states[j] = s

@@ -873,4 +873,9 @@ type BatchQuery struct {
 type Limits struct {
 	BudgetUSD float64
 	Ceilings  *api.Ceilings
+	// CeilingsWas, with Ceilings, is the batch's ceilings as the caller
+	// read them (nil: none): the write is refused with ErrConflict when
+	// the row holds others, so that two raises merged from one read do
+	// not undo each other.
+	CeilingsWas *api.Ceilings
 }

@@ -111,7 +111,9 @@ func (w *Worker) exhaustedEnded(ctx context.Context, log *slog.Logger, b ledger.
 			}
 			f.By = api.WakeRaise
 		}
-		if _, err := w.Wake.WakeOne(ctx, nb, r.state.Key, 0, f); err != nil {
+		// Fenced to the attempt judged here: another wake may have moved
+		// the item on meanwhile, and it may have run and been held again.
+		if _, err := w.Wake.WakeOne(ctx, nb, r.state.Key, r.state.Attempt, f); err != nil {
 			itemLog(log, b, m, r.state).WarnContext(ctx, "wake an exhausted item", "by", string(f.By), "error", err.Error())
 		}
 	}
@@ -152,7 +154,9 @@ func (w *Worker) wakeIfMoved(ctx context.Context, log *slog.Logger, b ledger.Bat
 		case on || !r.ending.Unrun:
 			continue
 		}
-		if _, err := w.Wake.WakeOne(ctx, nb, r.state.Key, 0, f); err != nil {
+		// Fenced to the attempt judged here: another wake may have moved
+		// the item on meanwhile, and it may have run and been held again.
+		if _, err := w.Wake.WakeOne(ctx, nb, r.state.Key, r.state.Attempt, f); err != nil {
 			itemLog(log, b, m, r.state).WarnContext(ctx, "wake a withheld item", "by", string(f.By), "error", err.Error())
 		}
 	}

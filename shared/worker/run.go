@@ -457,6 +457,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	r.state, r.ending = ledger.Ended(s, e, w.Clock.Now()), e
 	switch {
+	case e.Outcome.Held():
+		// Logged with the unit's write (item held); an exhausted ending
+		// keeps its retry's marks (held.Exhaust) but is not retried.
 	case e.Paused:
 		log.WarnContext(ctx, "probe failed; the batch stays paused, retried without using an attempt", "error", e.Error, "retry_in_ms", e.Wait.Milliseconds())
 	case e.Rotated:

@@ -195,3 +195,45 @@ func ceilingExhausts(t *testing.T, k int) {
 		}
 	}
 }
+
+// TestMemThresholdStopSettlesExhaustedItems guards the stop on a failure
+// threshold of a run with exhausted items: they have no message of their
+// own, so the stop wakes them and they settle cancelled, uncalled, and
+// the run ends threshold_exceeded instead of staying running until a
+// cancel (shared/worker wakeToSettle).
+func TestMemThresholdStopSettlesExhaustedItems(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			const n = 12
+			last := api.PositionalKey(n - 1)
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				switch {
+				case req.Key != last:
+					return pipeline.Result{Cost: pipeline.Cost{"usd": 1}}, errors.New("HTTP 503: try later") // exhausted at $0.5
+				}
+				return pipeline.Result{}, pipeline.Permanent(errors.New("HTTP 400: bad input"))
+			})
+			waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
+			r.worker.Wake, r.ctl.Wake = waker, waker
+			zero := int64(0)
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "stop", Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
+				Ceilings: &api.Ceilings{SpendUSD: 0.5}, Threshold: api.Threshold{FailureCount: &zero}}); err != nil {
+				t.Fatal(err)
+			}
+			r.drainBy(t, ctx, 1, 1) // in key order: the others exhausted before the last fails
+			fin, err := r.fin.Finalize(ctx, "stop", 1)
+			if err != nil {
+				t.Fatalf("finalize after the stop: %v; want the run ended, its exhausted items settled", err)
+			}
+			if c := fin.Report.Census; fin.Report.Status != api.StatusThresholdExceeded || c.Exhausted != 0 || c.Failed != 1 || c.Cancelled != n-1 {
+				t.Fatalf("%s %+v; want threshold_exceeded, 1 failed, %d cancelled, none exhausted", fin.Report.Status, c, n-1)
+			}
+			for i := range n - 1 {
+				if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1 (exhausted, then settled uncalled)", api.PositionalKey(int64(i)), c)
+				}
+			}
+		})
+	}
+}

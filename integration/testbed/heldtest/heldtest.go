@@ -69,7 +69,15 @@ func ceilingsOnTheRow(t *testing.T, s ledger.Store) {
 	if err != nil || got.Ceilings == nil || *got.Ceilings != (api.Ceilings{SpendUSD: 0.5}) {
 		t.Fatalf("created: ceilings %+v %v", got.Ceilings, err)
 	}
-	if err := s.SetLimits(ctx, b.ID, ledger.Limits{Ceilings: &api.Ceilings{SpendUSD: 2, Tokens: 900}}); err != nil {
+	// Written under a condition on the ceilings as read: a raise merged
+	// from a stale read is refused, and nothing of it is written.
+	if err := s.SetLimits(ctx, b.ID, ledger.Limits{Ceilings: &api.Ceilings{SpendUSD: 3}, CeilingsWas: &api.Ceilings{SpendUSD: 0.4}}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("ceilings merged from a stale read: %v, want a conflict", err)
+	}
+	if err := s.SetLimits(ctx, b.ID, ledger.Limits{Ceilings: &api.Ceilings{SpendUSD: 3}}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("ceilings merged from a read of none: %v, want a conflict", err)
+	}
+	if err := s.SetLimits(ctx, b.ID, ledger.Limits{Ceilings: &api.Ceilings{SpendUSD: 2, Tokens: 900}, CeilingsWas: got.Ceilings}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err = s.GetBatch(ctx, b.ID); err != nil || *got.Ceilings != (api.Ceilings{SpendUSD: 2, Tokens: 900}) || got.BudgetUSD != 9 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -698,6 +699,8 @@ func (s *Store) SetLimits(_ context.Context, id string, l ledger.Limits) error {
 	b, ok := s.batch(id)
 	if !ok {
 		return conflictf("set the limits of %s: no batch", id)
+	} else if l.Ceilings != nil && !reflect.DeepEqual(b.Ceilings, l.CeilingsWas) {
+		return conflictf("set the ceilings of %s: changed since read", id)
 	}
 	b.BudgetUSD, b.Ceilings = cmp.Or(l.BudgetUSD, b.BudgetUSD), cmp.Or(l.Ceilings, b.Ceilings)
 	return nil
