@@ -153,6 +153,7 @@ const (
 	ReasonThreshold    Reason = "threshold"     // cancelled: the batch exceeded its threshold
 	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
 	ReasonCredential   Reason = "credential"    // withheld: its credential was refused, or is under a halt
+	ReasonSuspend      Reason = "suspend"       // suspended: the pipeline answered suspend
 )
 
 // Threshold is the tolerated failures of a run, with the semantics of Step

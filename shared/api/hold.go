@@ -14,13 +14,17 @@ import (
 // The item's Error says why it is held (the refusal of its credential,
 // or the halt it met without a call).
 type Hold struct {
-	// Subject names what holds the item: the subject of the halt it is
+	// Subject names what holds the item: a suspended item's token (the
+	// one its pipeline chose, "" when none); the subject of the halt it is
 	// withheld under ("secret:{ARN}" for the credential read from that
 	// secret reference; several ARNs sorted and joined by ",").
 	Subject string `json:"subject,omitempty"`
 	// Since is when the item was held (its attempt's end, UTC).
 	Since time.Time `json:"since"`
-	// Woken says what moved the item on (WakeLift, WakeCancel): its next
+	// WakeAt is a suspended item's wake time (UTC; absent: none): its
+	// timer wakes it then, or within MaxWakePrecision after.
+	WakeAt time.Time `json:"wake_at,omitzero"`
+	// Woken says what moved the item on (WakeLift, WakeCancel, WakeSignal, WakeTimer): its next
 	// attempt (or its settling) is on its way. Empty while it waits.
 	Woken Wake `json:"woken,omitempty"`
 }
@@ -35,6 +39,11 @@ const (
 	// WakeCancel: a caller cancelled the batch: the item settles
 	// cancelled.
 	WakeCancel Wake = "cancel"
+	// WakeSignal: a caller signalled the suspended item (its payload goes
+	// to the next attempt).
+	WakeSignal Wake = "signal"
+	// WakeTimer: the suspended item's wake time came.
+	WakeTimer Wake = "timer"
 )
 
 // NextMove is the next move of an item of outcome o held by h (nil for
@@ -56,6 +65,9 @@ func NextMove(o Outcome, h *Hold) string {
 	}
 	if o == OutcomeWithheld {
 		return fmt.Sprintf("fix the credential, then lift the halt on %s (bulkrun lift), which resumes every item withheld under it; or cancel the batch", h.Subject)
+	}
+	if o == OutcomeSuspended {
+		return suspendedMove(h)
 	}
 	return ""
 }

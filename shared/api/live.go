@@ -73,7 +73,11 @@ type LiveView struct {
 	// credential), from the counters: they wait, without a call, for the
 	// halt to be lifted (Batch.Halts, POST /batches/{id}/halts/lift).
 	// Not in InFlight. Absent when none.
-	Withheld     int64 `json:"withheld,omitempty"`
+	Withheld int64 `json:"withheld,omitempty"`
+	// Suspended counts this run's suspended items, from the counters:
+	// they wait for a signal, their wake time or a cancel. Not in
+	// InFlight. Absent when none.
+	Suspended    int64 `json:"suspended,omitempty"`
 	NotFannedOut int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).

@@ -3,7 +3,7 @@ package api
 // Outcome is an item's state. Terminal outcomes are final for a run:
 // succeeded, failed, quarantined, cancelled. Non-terminal: pending (no row
 // yet in this run), in_flight (reserved under a lease), and the held
-// outcome (HeldOutcomes): withheld. A held item is neither settled nor
+// outcomes (HeldOutcomes): withheld, suspended. A held item is neither settled nor
 // failed: it waits, at no compute cost, for the next move its hold names
 // (Item.Hold, Item.Next), and its run stays running until it moves.
 type Outcome string
@@ -38,23 +38,40 @@ const (
 	// subject (POST /batches/{id}/halts/lift), which resumes every item
 	// withheld under it, or by a cancel.
 	OutcomeWithheld Outcome = "withheld"
+	// OutcomeSuspended: the pipeline answered suspend (pipeline.Suspend,
+	// a webhook's 202 with Bulkrun-Suspend, a Lambda answer's "suspend"):
+	// the item waits, at no compute cost, with its reason (Item.Error),
+	// the pipeline's token (Hold.Subject) and wake time (Hold.WakeAt) if
+	// any. Recorded by the item function; moved on by a signal (POST
+	// /batches/{id}/items/{key}/signal, whose payload the next attempt
+	// gets), by its wake time, or by a cancel.
+	OutcomeSuspended Outcome = "suspended"
 )
 
 // Outcomes lists every outcome in census order.
 func Outcomes() []Outcome {
 	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled,
-		OutcomeWithheld, OutcomeInFlight, OutcomePending}
+		OutcomeWithheld,
+		OutcomeSuspended,
+		OutcomeInFlight, OutcomePending}
 }
 
 // HeldOutcomes lists the held outcomes, in census order: not terminal and
 // not failures; each waits for a next move of its own (NextMove).
 func HeldOutcomes() []Outcome {
-	return []Outcome{OutcomeWithheld}
+	return []Outcome{OutcomeWithheld,
+		OutcomeSuspended,
+	}
 }
 
 // Held reports whether o is one of HeldOutcomes().
 func (o Outcome) Held() bool {
-	return o == OutcomeWithheld
+	switch o {
+	case OutcomeWithheld,
+		OutcomeSuspended:
+		return true
+	}
+	return false
 }
 
 // TerminalOutcomes lists the terminal outcomes, in census order.
@@ -97,7 +114,7 @@ const (
 	StatusRefused Status = "refused"
 	// StatusRunning: submit created the batch (or resume started a new run);
 	// items are being fanned out and run. A run with a held item
-	// (withheld) stays running until the item moves on: finalize never
+	// (withheld, suspended) stays running until the item moves on: finalize never
 	// finishes it.
 	StatusRunning Status = "running"
 	// StatusCompleted: finalize found every item of the run terminal and the

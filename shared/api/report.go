@@ -19,8 +19,10 @@ type Census struct {
 	// item stays running); a running batch's live census counts them
 	// from its counters.
 	Withheld int64 `json:"withheld"`
-	InFlight int64 `json:"in_flight"`
-	Pending  int64 `json:"pending"`
+	// Suspended counts the suspended items (held, as Withheld).
+	Suspended int64 `json:"suspended"`
+	InFlight  int64 `json:"in_flight"`
+	Pending   int64 `json:"pending"`
 	// Cost is the exact decimal sum of each cost name over the counted
 	// items, each item counting the attempt that ended it (JSON numbers in
 	// plain decimal: ten items of 0.1 usd give "usd": 1). An item answered
@@ -81,6 +83,8 @@ func (c *Census) Add(o Outcome, cost pipeline.Cost) {
 		c.Cancelled++
 	case OutcomeWithheld:
 		c.Withheld++
+	case OutcomeSuspended:
+		c.Suspended++
 	case OutcomeInFlight:
 		c.InFlight++
 	default:
@@ -105,14 +109,19 @@ func (c Census) Count(o Outcome) int64 {
 		return c.Cancelled
 	case OutcomeWithheld:
 		return c.Withheld
+	case OutcomeSuspended:
+		return c.Suspended
 	case OutcomeInFlight:
 		return c.InFlight
 	}
 	return c.Pending
 }
 
-// Held is the number of held items (withheld).
-func (c Census) Held() int64 { return c.Withheld }
+// Held is the number of held items (withheld, suspended).
+func (c Census) Held() int64 {
+	return c.Withheld +
+		c.Suspended
+}
 
 // Done reports whether every item is terminal: none in flight, pending
 // or held.

@@ -285,7 +285,7 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 				moved++ // woken by an earlier wake: its message goes again
 				continue
 			}
-			s.Hold.Woken, s.UpdatedAt = f.By, now
+			s = Woke(s, f.By, now)
 			states[j] = s
 			writes = append(writes, ledger.PackItemWrite{Index: j, Item: s, Was: s.Outcome})
 			moved++

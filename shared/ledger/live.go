@@ -37,6 +37,8 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	l.Withheld = min(p.Held[api.OutcomeWithheld], notEnded-l.RetryWaiting)
 	l.InFlight = notEnded - l.RetryWaiting - max(0, l.Withheld)
 	l.Withheld = max(0, l.Withheld)
+	l.Suspended = max(0, min(p.Held[api.OutcomeSuspended], l.InFlight))
+	l.InFlight -= l.Suspended
 	// A throttled item may wait many times a minute (Retry-After: 2), each
 	// wait counted: the items waiting after a failure, whose waits are
 	// long, are told apart first, and the throttled are the rest.
@@ -62,6 +64,9 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	}
 	if l.Withheld > 0 {
 		l.Attention = append(l.Attention, api.Count(l.Withheld, "item")+" withheld (bulkrun items --outcome withheld)")
+	}
+	if l.Suspended > 0 {
+		l.Attention = append(l.Attention, api.Count(l.Suspended, "item")+" suspended (bulkrun items --outcome suspended; bulkrun signal ID KEY)")
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
 		l.Attention = append(l.Attention, api.Count(f, "item")+" failed or quarantined")

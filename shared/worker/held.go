@@ -52,6 +52,10 @@ func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch
 		w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
 		itemLog(log, b, m, r.state).WarnContext(ctx, "item held", "outcome", string(r.state.Outcome), "reason", string(r.state.Reason),
 			"subject", r.state.Hold.Subject, "error", r.state.Error)
+		if r.state.Outcome == api.OutcomeSuspended {
+			withheld = append(withheld, r) // a cancel's wake may have passed it
+			continue
+		}
 		if r.state.Outcome != api.OutcomeWithheld {
 			continue
 		}
@@ -97,7 +101,7 @@ func (w *Worker) wakeIfMoved(ctx context.Context, log *slog.Logger, b ledger.Bat
 		return
 	}
 	for _, r := range runs {
-		f := held.Filter{Outcome: api.OutcomeWithheld, Subject: r.state.Hold.Subject, By: api.WakeLift}
+		f := held.Filter{Outcome: r.state.Outcome, Subject: r.state.Hold.Subject, By: api.WakeLift}
 		switch _, on := ledger.HaltOn(nb, r.state.Hold.Subject); {
 		case nb.Stop != "":
 			f.By = api.WakeCancel
