@@ -110,7 +110,7 @@ func watchDone(v wire.BatchView) (int64, bool) {
 	switch {
 	case v.Census != nil:
 		c := v.Census
-		return c.Total - c.Pending - c.InFlight - c.Withheld, true
+		return c.Total - c.Pending - c.InFlight - c.Held(), true
 	case v.Progress != nil:
 		return v.Progress.Done, true
 	}
@@ -134,6 +134,9 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		b.WriteString(fmt.Sprintf("%d succeeded, %d failed, %d quarantined, %d cancelled; %d in flight%s, %d pending", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, waitingText(v.Live), c.Pending))
 		if c.Withheld > 0 {
 			b.WriteString(fmt.Sprintf(", %d withheld (bulkrun lift)", c.Withheld))
+		}
+		if c.Suspended > 0 {
+			b.WriteString(fmt.Sprintf(", %d suspended (bulkrun signal)", c.Suspended))
 		}
 	case v.Progress != nil:
 		p := v.Progress

@@ -15,7 +15,8 @@ Status = Literal["submitting", "refused", "running", "completed", "threshold_exc
 """A batch's status. Finished: completed, threshold_exceeded, cancelled,
 finalize_failed (and refused, which never ran)."""
 
-Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled", "withheld"]
+Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled", "withheld",
+                  "suspended"]
 """An item's outcome; the terminal ones are succeeded, failed, quarantined
 and cancelled."""
 
@@ -94,6 +95,7 @@ class Census(TypedDict):
     quarantined: int
     cancelled: int
     withheld: NotRequired[int]
+    suspended: NotRequired[int]
     in_flight: int
     pending: int
     cost: Cost | None
