@@ -231,6 +231,7 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 		it.Interrupted = prev.Outcome == string(api.OutcomeInFlight) && !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
 		it.ThrottledSince = layout.FromMs(prev.ThrottledMs)
+		it.Signalled = prev.Signalled // kept by a resume and a takeover
 		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
 			// What this run's earlier attempts spent; the fence makes it
 			// current (an earlier attempt can no longer write).

@@ -96,7 +96,8 @@ func CheckSignal(payload json.RawMessage, token string) error {
 
 // Signal signals suspended item key of b's current run: it keeps the
 // payload (SignalKey, a write only if absent: the first signal's payload
-// is the one the next attempt gets), wakes the item (a conditional
+// is the one the next attempt gets; a signal repeated with the same
+// payload before the wake answers as the first), wakes the item (a conditional
 // write: still suspended in this run, under the attempt that suspended
 // it, not woken; with token, held under that token) and sends its
 // unit's saved message again. Idempotent: a repeated signal finds the
@@ -133,7 +134,13 @@ func (w *Waker) Signal(ctx context.Context, b ledger.Batch, key, token string, p
 		}
 		res.Woken = perr == nil
 		if !res.Woken {
-			res.By = api.WakeSignal // an earlier signal's payload stands
+			// An earlier signal's payload stands; the same payload again is
+			// this signal's own retry (a 503 while its pack was held).
+			kept, gerr := w.Blobs.Get(ctx, SignalKey(b, key, it.Attempt))
+			res.Woken = gerr == nil && bytes.Equal(kept, body)
+			if !res.Woken {
+				res.By = api.WakeSignal
+			}
 		}
 	}
 	if _, err := w.WakeOne(ctx, b, key, it.Attempt, Filter{Outcome: api.OutcomeSuspended, Subject: token, By: api.WakeSignal}); err != nil {
