@@ -25,9 +25,16 @@ import (
 // each through the API, whose payload the next call carries
 // (Bulkrun-Signal); a repeated signal gets the documented answer. Each
 // item is called exactly twice by the receiver's own count, and the run
-// completes with every item succeeded.
+// completes with every item succeeded. At K = 1 (item rows) and 10
+// (packs).
 func TestSuspendSignalAndTimer(t *testing.T) {
 	t.Parallel()
+	for _, k := range []int{1, 10} { // item rows; packs of 10
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { suspendSignalAndTimer(t, k) })
+	}
+}
+
+func suspendSignalAndTimer(t *testing.T, k int) {
 	ctx := context.Background()
 	id := newID(t)
 	const signalled, timed = 100, 10
@@ -53,7 +60,7 @@ func TestSuspendSignalAndTimer(t *testing.T) {
 		return http.StatusAccepted
 	})
 	opts, _ := json.Marshal(map[string]string{"url": route})
-	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts,
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, ItemsPerMessage: k,
 		Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
