@@ -147,8 +147,10 @@ type hookServer struct {
 	mu     sync.Mutex
 	routes map[string]func(key string, attempt int) int
 	byReq  map[string]func(r *http.Request) int // routes deciding on the whole request (routeRequest)
-	calls  map[string]map[string]int
-	header map[string]http.Header // the last request's headers per route
+	// byAnswer: routes that also set the answer's headers (routeAnswer).
+	byAnswer map[string]func(w http.ResponseWriter, r *http.Request, key string, body []byte) int
+	calls    map[string]map[string]int
+	header   map[string]http.Header // the last request's headers per route
 	// inputs holds, per route of routeInput, each item's request bodies
 	// (its input) in arrival order; byInput decides those routes' calls.
 	inputs  map[string]map[string][]string
@@ -161,7 +163,7 @@ func newHookServer() (*hookServer, error) {
 		return nil, err
 	}
 	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}, header: map[string]http.Header{},
-		byReq:  map[string]func(*http.Request) int{},
+		byReq: map[string]func(*http.Request) int{}, byAnswer: map[string]func(http.ResponseWriter, *http.Request, string, []byte) int{},
 		inputs: map[string]map[string][]string{}, byInput: map[string]func(string, []byte) int{}}
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go h.srv.Serve(ln)
@@ -207,6 +209,16 @@ func (h *hookServer) routeRequest(name string, decide func(r *http.Request) int)
 	return u
 }
 
+// routeAnswer is route with a decision on the whole request that may set
+// the answer's headers on w (before the status is written).
+func (h *hookServer) routeAnswer(name string, decide func(w http.ResponseWriter, r *http.Request, key string, body []byte) int) string {
+	u := h.route(name, nil)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byAnswer[name] = decide
+	return u
+}
+
 // counts returns a copy of the calls per item key of a route.
 func (h *hookServer) counts(name string) map[string]int {
 	h.mu.Lock()
@@ -234,6 +246,7 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	decide, ok := h.routes[name]
 	byInput := h.byInput[name]
 	byReq := h.byReq[name]
+	byAnswer := h.byAnswer[name]
 	if ok {
 		h.calls[name][key]++
 		h.header[name] = r.Header.Clone()
@@ -250,6 +263,8 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = byInput(key, body)
 	case byReq != nil:
 		status = byReq(r)
+	case byAnswer != nil:
+		status = byAnswer(w, r, key, body)
 	case decide != nil:
 		status = decide(key, attempt)
 	}

@@ -24,7 +24,7 @@ import (
 // run; a quarantined row of an earlier run that was released.
 //
 //	attribute_not_exists(pk)
-//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight, withheld, exhausted)
+//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight, withheld, exhausted, suspended)
 //	                    OR (outcome = quarantined AND released = true)))
 //
 // In a correction run (rev ≥ 2), exactly a row of an earlier run marked
@@ -44,9 +44,8 @@ func fresh(run, rev int) expression.ConditionBuilder {
 		expression.And(
 			expression.Name(layout.AttrRun).LessThan(expression.Value(run)),
 			expression.Or(
-				expression.In(out, expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeCancelled)), expression.Value(string(api.OutcomeInFlight)),
-					expression.Value(string(api.OutcomeWithheld)),
-					expression.Value(string(api.OutcomeExhausted))),
+				expression.In(out, expression.Value(string(api.OutcomeFailed)), append([]expression.OperandBuilder{expression.Value(string(api.OutcomeCancelled)),
+					expression.Value(string(api.OutcomeInFlight))}, heldValues()...)...),
 				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(layout.AttrReleased).Equal(expression.Value(true))),
 			),
 		),
@@ -67,16 +66,25 @@ func expired(run int, now time.Time) expression.ConditionBuilder {
 
 // isHeld is the condition of a held row (api.HeldOutcomes):
 //
-//	outcome IN (withheld, exhausted)
+//	outcome IN (withheld, exhausted, suspended)
 func isHeld() expression.ConditionBuilder {
-	return expression.In(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeWithheld)),
-		expression.Value(string(api.OutcomeExhausted)))
+	v := heldValues()
+	return expression.In(expression.Name(layout.AttrOutcome), v[0], v[1:]...)
+}
+
+// heldValues are the held outcomes (api.HeldOutcomes) as operands.
+func heldValues() []expression.OperandBuilder {
+	var v []expression.OperandBuilder
+	for _, o := range api.HeldOutcomes() {
+		v = append(v, expression.Value(string(o)))
+	}
+	return v
 }
 
 // woken is the condition under which a held item moves on in its run
 // (ledger.ItemState.Woken): woken by a caller.
 //
-//	run = :run AND outcome IN (withheld, exhausted) AND attribute_exists(woken)
+//	run = :run AND outcome IN (withheld, exhausted, suspended) AND attribute_exists(woken)
 func woken(run int) expression.ConditionBuilder {
 	return expression.And(
 		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
@@ -87,7 +95,14 @@ func woken(run int) expression.ConditionBuilder {
 
 // removeHold removes a held item's hold attributes.
 func removeHold(u expression.UpdateBuilder) expression.UpdateBuilder {
-	return u.Remove(expression.Name(layout.AttrHoldSubject)).Remove(expression.Name(layout.AttrHoldSinceMs)).Remove(expression.Name(layout.AttrWoken))
+	return u.Remove(expression.Name(layout.AttrHoldSubject)).Remove(expression.Name(layout.AttrHoldSinceMs)).Remove(expression.Name(layout.AttrWoken)).
+		Remove(expression.Name(layout.AttrHoldWakeAtMs))
+}
+
+// removeSignalled removes the attempt a signal ended (an outcome is
+// recorded, or a new run starts).
+func removeSignalled(u expression.UpdateBuilder) expression.UpdateBuilder {
+	return u.Remove(expression.Name(layout.AttrSignalled))
 }
 
 // fenced is the condition of Record and Release:
@@ -138,7 +153,7 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled)).
 		Remove(expression.Name(layout.AttrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
 		Remove(expression.Name(layout.AttrThrottledMs))
-	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(removeHold(u), r.Now))
+	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(removeSignalled(removeHold(u)), r.Now))
 	if errors.Is(err, api.ErrConflict) && it.Run == r.Run && it.Outcome.Held() {
 		return s.resume(ctx, r)
 	}
@@ -216,6 +231,7 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 		it.Interrupted = prev.Outcome == string(api.OutcomeInFlight) && !prev.Retry // a takeover, not a scheduled retry
 		it.RunAttempts = it.Attempt - max(prev.FirstAttempt, 1) + 1
 		it.ThrottledSince = layout.FromMs(prev.ThrottledMs)
+		it.Signalled = prev.Signalled // kept by a resume and a takeover
 		if prev.SpentRun == r.Run && len(prev.Spent) > 0 {
 			// What this run's earlier attempts spent; the fence makes it
 			// current (an earlier attempt can no longer write).
@@ -246,7 +262,7 @@ func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 	} else {
 		u = u.Remove(expression.Name(layout.AttrCost))
 	}
-	u = setSpent(u, r)
+	u = removeSignalled(setSpent(u, r))
 	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined || r.Outcome.Held() {
 		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(layout.ShardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
 			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
@@ -257,6 +273,11 @@ func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 		h := r.Hold
 		u = u.Set(expression.Name(layout.AttrHoldSinceMs), expression.Value(h.Since.UnixMilli())).Remove(expression.Name(layout.AttrWoken))
 		set(layout.AttrHoldSubject, h.Subject)
+		if !h.WakeAt.IsZero() {
+			u = u.Set(expression.Name(layout.AttrHoldWakeAtMs), expression.Value(h.WakeAt.UnixMilli()))
+		} else {
+			u = u.Remove(expression.Name(layout.AttrHoldWakeAtMs))
+		}
 	} else {
 		u = removeHold(u)
 	}
@@ -530,10 +551,10 @@ func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int,
 
 // WakeItem wakes a held item row (see ledger.Store) with one UpdateItem:
 //
-//	run = :run AND outcome IN (withheld, exhausted)
+//	run = :run AND outcome IN (withheld, exhausted, suspended)
 //	AND attribute_not_exists(woken)
 //	[AND outcome = :outcome] [AND hold_subject = :subject] [AND attempt = :attempt]
-//	SET woken = :by, updated_at_ms = :now
+//	SET woken = :by, updated_at_ms = :now [, signal_attempt = attempt (a signal)]
 //
 // It returns the row as written (ALL_NEW), or the stored row and
 // api.ErrConflict.
@@ -554,6 +575,9 @@ func (s *Store) WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, e
 	}
 	u := expression.Set(expression.Name(layout.AttrWoken), expression.Value(string(w.By))).
 		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(w.Now.UnixMilli()))
+	if w.By == api.WakeSignal {
+		u = u.Set(expression.Name(layout.AttrSignalled), expression.Name(layout.AttrAttempt))
+	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, w.Now)).Build()
 	if err != nil {
 		return ledger.Item{}, err

@@ -209,9 +209,8 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 	}
 	filter := expression.Name(layout.AttrOutcome).Equal(expression.Value(string(outcome)))
 	if outcome == api.NeedsAttention {
-		filter = expression.In(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeFailed)), expression.Value(string(api.OutcomeQuarantined)),
-			expression.Value(string(api.OutcomeWithheld)),
-			expression.Value(string(api.OutcomeExhausted)))
+		filter = expression.In(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeFailed)),
+			append([]expression.OperandBuilder{expression.Value(string(api.OutcomeQuarantined))}, heldValues()...)...)
 	}
 	var all []listed
 	seen := map[string]bool{} // an entry of format 0–1 is in the index and its partition

@@ -225,6 +225,9 @@ func (s *Store) attentionPut(w ledger.PackWrite, iw ledger.PackItemWrite) (types
 		if it.Hold.Subject != "" {
 			row[layout.AttrHoldSubject] = it.Hold.Subject
 		}
+		if !it.Hold.WakeAt.IsZero() {
+			row[layout.AttrHoldWakeAtMs] = layout.Ms(it.Hold.WakeAt)
+		}
 	}
 	if s.RowTTL > 0 {
 		row[config.AttrExpiresAt] = w.Now.Add(s.RowTTL).Unix()

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -74,6 +75,7 @@ type Presigner interface {
 //	POST   /batches/{id}/corrections         corrected inputs: a revision and its run (202; 200 the same corrections again)
 //	POST   /batches/{id}/halts/lift          lift a halt and wake the items withheld under it (200)
 //	POST   /batches/{id}/items/{key}/release release a quarantined item (204)
+//	POST   /batches/{id}/items/{key}/signal  resume a suspended item, its payload to the next attempt (200)
 //	DELETE /batches/{id}                     forget the batch and all it owns (204)
 //
 // POST /batches answers 202 with status submitting when the source (an S3
@@ -183,6 +185,10 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 	key, ok := strings.CutPrefix(tail, "items/")
 	if !ok {
 		return nil
+	}
+	if k, ok := strings.CutSuffix(key, "/signal"); ok && k != "" {
+		r.SetPathValue("key", k)
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.signal})
 	}
 	if key, ok = strings.CutSuffix(key, "/release"); !ok || key == "" {
 		return nil
@@ -354,6 +360,28 @@ func (a *API) lift(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// signal serves POST /batches/{id}/items/{key}/signal, body
+// wire.SignalRequest (optional: an empty body signals without a
+// payload): 200 with an api.SignalResult.
+func (a *API) signal(w http.ResponseWriter, r *http.Request) {
+	var req wire.SignalRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+	if err != nil {
+		a.errorAnswer(w, r, err)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if len(bytes.TrimSpace(body)) > 0 && !a.readBody(w, r, &req) {
+		return
+	}
+	res, err := a.Control.Signal(r.Context(), r.PathValue("id"), r.PathValue("key"), req.Token, req.Payload)
+	if err != nil {
+		a.errorAnswer(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 	var req api.SubmitRequest
 	if !a.readBody(w, r, &req) {
@@ -450,6 +478,7 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 // (queued, running or waiting for a retry: live.InFlight +
 // live.RetryWaiting), withheld those held under a halt (live.Withheld),
 // exhausted those held at a per-item ceiling (live.Exhausted),
+// suspended those a pipeline suspended (live.Suspended),
 // pending the items not fanned out yet.
 // A correction run's counters count its own items; the batch's other
 // items are added with what they kept (api.Revision.Kept), each counted
@@ -476,9 +505,9 @@ func CounterCensus(b ledger.Batch, p ledger.Progress, live api.LiveView) api.Cen
 	left := max(0, b.ItemCount-c.Succeeded-c.Failed-c.Quarantined-c.Cancelled)
 	c.Withheld = min(left, live.Withheld)
 	c.Exhausted = min(left-c.Withheld, live.Exhausted)
-	held := c.Withheld + c.Exhausted
-	c.InFlight = min(left-held, live.InFlight+live.RetryWaiting)
-	c.Pending = left - held - c.InFlight
+	c.Suspended = min(left-c.Withheld-c.Exhausted, live.Suspended)
+	c.InFlight = min(left-c.Held(), live.InFlight+live.RetryWaiting)
+	c.Pending = left - c.Held() - c.InFlight
 	return c
 }
 

@@ -31,6 +31,9 @@ type sentQueue struct{ ledger.Queue }
 
 func (sentQueue) Send(context.Context, [][]byte) error { return nil }
 
+// Requeue takes a wake's message (a signal's) as sent.
+func (sentQueue) Requeue(context.Context, []byte, time.Duration) error { return nil }
+
 // Confused deputy, point 2 (who submitted): a POST /batches event as API
 // Gateway's REST API sends it with IAM authorization records the
 // caller's ARN from requestContext.identity.userArn as the batch's

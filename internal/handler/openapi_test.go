@@ -122,6 +122,20 @@ func (s *contractStore) ScanShard(_ context.Context, _ string, shard int, after 
 	}
 	return out, false, nil
 }
+
+// LocateItem finds "gone" nowhere and every other key suspended in run
+// 1 under the token "t1", attempt 1.
+func (s *contractStore) LocateItem(_ context.Context, id string, _ int, key string) (ledger.Item, error) {
+	if key == "gone" {
+		return ledger.Item{}, fmt.Errorf("locate %s/%s: %w", id, key, api.ErrNotFound)
+	}
+	return ledger.Item{Item: api.Item{Key: key, Run: 1, Outcome: api.OutcomeSuspended, Attempt: 1, Reason: api.ReasonSuspend,
+		Hold: &api.Hold{Subject: "t1", Since: time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)}}, BatchID: id}, nil
+}
+func (s *contractStore) WakeItem(_ context.Context, w ledger.WakeMark) (ledger.Item, error) {
+	return ledger.Item{Item: api.Item{Key: w.Key, Run: w.Run, Outcome: api.OutcomeSuspended, Attempt: 1,
+		Hold: &api.Hold{Subject: "t1", Woken: w.By}}, BatchID: w.BatchID}, nil
+}
 func (s *contractStore) Lift(_ context.Context, id, subject string) error {
 	b := s.batches[id]
 	if _, ok := b.Halts[subject]; !ok {
@@ -191,12 +205,22 @@ func (b *contractBlobs) Open(_ context.Context, _, key string) (io.ReadCloser, e
 }
 
 func (b *contractBlobs) Bucket() string { return "example-bucket" }
+func (b *contractBlobs) PutIfAbsent(_ context.Context, key, _ string, body []byte) error {
+	if _, ok := b.objects[key]; ok {
+		return fmt.Errorf("%s: %w", key, api.ErrConflict)
+	}
+	b.objects[key] = body
+	return nil
+}
 func (b *contractBlobs) Get(_ context.Context, key string) ([]byte, error) {
 	if strings.HasPrefix(key, "batches/lost-1/") {
 		return nil, errors.New("s3: connection reset")
 	}
 	if strings.HasSuffix(key, "/report.json") {
 		return b.report, nil
+	}
+	if o, ok := b.objects[key]; ok || strings.Contains(key, "/held/") {
+		return o, nil // a held unit's saved message: any body
 	}
 	return nil, api.ErrNotFound
 }
@@ -566,6 +590,12 @@ func TestContractOpenAPI(t *testing.T) {
 		{"lift no such halt", "POST", "/batches/halted-1/halts/lift", `{"subject":"secret:other"}`, nil, 404, wire.CodeNotFound, false},
 		{"lift finished", "POST", "/batches/done-1/halts/lift", `{"subject":"secret:hook"}`, nil, 409, wire.CodeConflict, false},
 		{"lift store down", "POST", "/batches/boom-1/halts/lift", `{"subject":"secret:hook"}`, nil, 500, wire.CodeInternal, false},
+		{"signal", "POST", "/batches/halted-1/items/k1/signal", `{"payload":{"approved":true},"token":"t1"}`, nil, 200, "", false},
+		{"signal without a body", "POST", "/batches/halted-1/items/k2/signal", "", nil, 200, "", false},
+		{"signal payload not JSON", "POST", "/batches/halted-1/items/k3/signal", `{"payload":"x","token":"` + strings.Repeat("t", 257) + `"}`, nil, 400, wire.CodeInvalidRequest, true},
+		{"signal another token", "POST", "/batches/halted-1/items/k4/signal", `{"token":"t2"}`, nil, 409, wire.CodeConflict, false},
+		{"signal unknown item", "POST", "/batches/halted-1/items/gone/signal", "", nil, 404, wire.CodeNotFound, false},
+		{"signal store down", "POST", "/batches/boom-1/items/k1/signal", "", nil, 500, wire.CodeInternal, false},
 		{"release", "POST", "/batches/done-1/items/a%2F1/release", "", nil, 204, "", false},
 		{"release while running", "POST", "/batches/run-1/items/k/release", "", nil, 409, wire.CodeConflict, false},
 		{"release unknown batch", "POST", "/batches/nope-1/items/k/release", "", nil, 404, wire.CodeNotFound, false},

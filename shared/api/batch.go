@@ -158,6 +158,7 @@ const (
 	ReasonCancel       Reason = "cancel"        // cancelled: a caller cancelled the batch
 	ReasonCredential   Reason = "credential"    // withheld: its credential was refused, or is under a halt
 	ReasonCeiling      Reason = "ceiling"       // exhausted: its attempts reached a per-item ceiling
+	ReasonSuspend      Reason = "suspend"       // suspended: the pipeline answered suspend
 )
 
 // Threshold is the tolerated failures of a run, with the semantics of Step

@@ -14,7 +14,8 @@ import (
 // The item's Error says why it is held (the refusal of its credential,
 // or the halt it met without a call).
 type Hold struct {
-	// Subject names what holds the item: the subject of the halt it is
+	// Subject names what holds the item: a suspended item's token (the
+	// one its pipeline chose, "" when none); the subject of the halt it is
 	// withheld under ("secret:{ARN}" for the credential read from that
 	// secret reference; several ARNs sorted and joined by ","), or the
 	// per-item ceiling it is exhausted at (CeilingSpendUSD,
@@ -22,7 +23,10 @@ type Hold struct {
 	Subject string `json:"subject,omitempty"`
 	// Since is when the item was held (its attempt's end, UTC).
 	Since time.Time `json:"since"`
-	// Woken says what moved the item on (WakeLift, WakeRaise, WakeCancel): its next
+	// WakeAt is a suspended item's wake time (UTC; absent: none): its
+	// timer wakes it then, or within MaxWakePrecision after.
+	WakeAt time.Time `json:"wake_at,omitzero"`
+	// Woken says what moved the item on (WakeLift, WakeRaise, WakeCancel, WakeSignal, WakeTimer): its next
 	// attempt (or its settling) is on its way. Empty while it waits.
 	Woken Wake `json:"woken,omitempty"`
 }
@@ -40,6 +44,11 @@ const (
 	// WakeRaise: a caller raised the batch's ceilings above the
 	// exhausted item's totals.
 	WakeRaise Wake = "raise"
+	// WakeSignal: a caller signalled the suspended item (its payload goes
+	// to the next attempt).
+	WakeSignal Wake = "signal"
+	// WakeTimer: the suspended item's wake time came.
+	WakeTimer Wake = "timer"
 )
 
 // NextMove is the next move of an item of outcome o held by h (nil for
@@ -64,6 +73,9 @@ func NextMove(o Outcome, h *Hold) string {
 	}
 	if o == OutcomeExhausted {
 		return fmt.Sprintf("its run's attempts reached %s (its error says how far): raise that ceiling above its total (bulkrun ceilings), which resumes every item under the new ceilings; or cancel the batch", h.Subject)
+	}
+	if o == OutcomeSuspended {
+		return suspendedMove(h)
 	}
 	return ""
 }

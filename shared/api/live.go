@@ -78,7 +78,11 @@ type LiveView struct {
 	// (OutcomeExhausted), from the counters: they wait for a caller to
 	// raise the ceilings (POST /batches/{id}/ceilings). Not in InFlight.
 	// Absent when none.
-	Exhausted    int64 `json:"exhausted,omitempty"`
+	Exhausted int64 `json:"exhausted,omitempty"`
+	// Suspended counts this run's suspended items, from the counters:
+	// they wait for a signal, their wake time or a cancel. Not in
+	// InFlight. Absent when none.
+	Suspended    int64 `json:"suspended,omitempty"`
 	NotFannedOut int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).

@@ -3,7 +3,7 @@ package api
 // Outcome is an item's state. Terminal outcomes are final for a run:
 // succeeded, failed, quarantined, cancelled. Non-terminal: pending (no row
 // yet in this run), in_flight (reserved under a lease), and the held
-// outcomes (HeldOutcomes): withheld, exhausted. A held item is neither settled nor
+// outcomes (HeldOutcomes): withheld, exhausted, suspended. A held item is neither settled nor
 // failed: it waits, at no compute cost, for the next move its hold names
 // (Item.Hold, Item.Next), and its run stays running until it moves.
 type Outcome string
@@ -46,6 +46,14 @@ const (
 	// item's totals (POST /batches/{id}/ceilings), which resumes exactly
 	// those items, or by a cancel.
 	OutcomeExhausted Outcome = "exhausted"
+	// OutcomeSuspended: the pipeline answered suspend (pipeline.Suspend,
+	// a webhook's 202 with Bulkrun-Suspend, a Lambda answer's "suspend"):
+	// the item waits, at no compute cost, with its reason (Item.Error),
+	// the pipeline's token (Hold.Subject) and wake time (Hold.WakeAt) if
+	// any. Recorded by the item function; moved on by a signal (POST
+	// /batches/{id}/items/{key}/signal, whose payload the next attempt
+	// gets), by its wake time, or by a cancel.
+	OutcomeSuspended Outcome = "suspended"
 )
 
 // Outcomes lists every outcome in census order.
@@ -53,6 +61,7 @@ func Outcomes() []Outcome {
 	return []Outcome{OutcomeSucceeded, OutcomeFailed, OutcomeQuarantined, OutcomeCancelled,
 		OutcomeWithheld,
 		OutcomeExhausted,
+		OutcomeSuspended,
 		OutcomeInFlight, OutcomePending}
 }
 
@@ -61,13 +70,19 @@ func Outcomes() []Outcome {
 func HeldOutcomes() []Outcome {
 	return []Outcome{OutcomeWithheld,
 		OutcomeExhausted,
+		OutcomeSuspended,
 	}
 }
 
 // Held reports whether o is one of HeldOutcomes().
 func (o Outcome) Held() bool {
-	return o == OutcomeWithheld ||
-		o == OutcomeExhausted
+	switch o {
+	case OutcomeWithheld,
+		OutcomeExhausted,
+		OutcomeSuspended:
+		return true
+	}
+	return false
 }
 
 // TerminalOutcomes lists the terminal outcomes, in census order.
@@ -110,7 +125,7 @@ const (
 	StatusRefused Status = "refused"
 	// StatusRunning: submit created the batch (or resume started a new run);
 	// items are being fanned out and run. A run with a held item
-	// (withheld) stays running until the item moves on: finalize never
+	// (withheld, suspended) stays running until the item moves on: finalize never
 	// finishes it.
 	StatusRunning Status = "running"
 	// StatusCompleted: finalize found every item of the run terminal and the

@@ -22,6 +22,8 @@ type Census struct {
 	// Exhausted counts the items held at a per-item ceiling
 	// (OutcomeExhausted), as Withheld.
 	Exhausted int64 `json:"exhausted"`
+	// Suspended counts the suspended items (held, as Withheld).
+	Suspended int64 `json:"suspended"`
 	InFlight  int64 `json:"in_flight"`
 	Pending   int64 `json:"pending"`
 	// Cost is the exact decimal sum of each cost name over the counted
@@ -86,6 +88,8 @@ func (c *Census) Add(o Outcome, cost pipeline.Cost) {
 		c.Withheld++
 	case OutcomeExhausted:
 		c.Exhausted++
+	case OutcomeSuspended:
+		c.Suspended++
 	case OutcomeInFlight:
 		c.InFlight++
 	default:
@@ -112,16 +116,19 @@ func (c Census) Count(o Outcome) int64 {
 		return c.Withheld
 	case OutcomeExhausted:
 		return c.Exhausted
+	case OutcomeSuspended:
+		return c.Suspended
 	case OutcomeInFlight:
 		return c.InFlight
 	}
 	return c.Pending
 }
 
-// Held is the number of held items (withheld, exhausted).
+// Held is the number of held items (withheld, exhausted, suspended).
 func (c Census) Held() int64 {
 	return c.Withheld +
-		c.Exhausted
+		c.Exhausted +
+		c.Suspended
 }
 
 // Done reports whether every item is terminal: none in flight, pending

@@ -634,6 +634,19 @@ func (c *Client) Release(ctx context.Context, id, key string) error {
 	return err
 }
 
+// Signal signals suspended item key of batch id (POST
+// /batches/{id}/items/{key}/signal): it runs once more, its next attempt
+// given payload (JSON, at most api.MaxSignalPayloadBytes; nil: none).
+// token, when not empty, must be the token its suspension returned.
+// Idempotent: a repeated signal answers Woken false and By, what woke
+// the item. Errors: 409 conflict for an item not suspended (or under
+// another token), 404 for an unknown batch or item.
+func (c *Client) Signal(ctx context.Context, id, key, token string, payload json.RawMessage) (api.SignalResult, error) {
+	var res api.SignalResult
+	_, err := c.Do(ctx, http.MethodPost, wire.ItemPath(id, key, "signal"), wire.SignalRequest{Payload: payload, Token: token}, &res)
+	return res, err
+}
+
 // Items pages the batch's items of outcome (failed, quarantined,
 // withheld, in_flight; api.NeedsAttention: every
 // item needing a look, each with its next move).

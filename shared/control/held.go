@@ -81,3 +81,36 @@ func (c *Control) wakeToCancel(ctx context.Context, b ledger.Batch) {
 		c.Log.InfoContext(ctx, "held items woken to cancel", "batch_id", b.ID, "woken", w.Woken, "done", w.Done)
 	}
 }
+
+// Signal signals suspended item key of batch id (held.Waker.Signal): it
+// runs once more, its next attempt given payload (JSON, at most
+// api.MaxSignalPayloadBytes; empty: none). token, when not empty, must
+// be the token its suspension returned. Idempotent: a repeated signal
+// answers Woken false with what woke the item. Errors: *InputError
+// naming "key", "payload" or "token"; ErrConflict (wrapped) when the
+// batch is not running or the item is not suspended (or under another
+// token); ErrUnavailable when its pack is held by a delivery (call
+// again); ErrNotFound and ErrExpired for the batch or the item.
+func (c *Control) Signal(ctx context.Context, id, key, token string, payload []byte) (api.SignalResult, error) {
+	if key == "" {
+		return api.SignalResult{}, &api.InputError{Field: "key", Reason: "name the suspended item's key"}
+	}
+	if err := held.CheckSignal(payload, token); err != nil {
+		return api.SignalResult{Key: key}, err
+	}
+	b, err := c.Get(ctx, id)
+	if err != nil {
+		return api.SignalResult{Key: key}, err
+	}
+	if b.Status != api.StatusRunning {
+		return api.SignalResult{Key: key}, fmt.Errorf("signal %s/%s: the batch is %s; only a running batch holds suspended items: %w", id, key, b.Status, api.ErrConflict)
+	}
+	if c.Wake == nil {
+		return api.SignalResult{Key: key}, fmt.Errorf("signal %s: this function wakes no held items", id)
+	}
+	res, err := c.Wake.Signal(ctx, b, key, token, payload)
+	if err == nil {
+		c.Log.InfoContext(ctx, "suspended item signalled", "batch_id", id, "key", key, "woken", res.Woken, "by", string(res.By))
+	}
+	return res, err
+}

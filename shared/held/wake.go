@@ -305,7 +305,7 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 			case f.Pick != nil && !f.Pick(s.Item(b.ID)):
 				continue // held again since it was listed, and still picked out
 			}
-			s.Hold.Woken, s.UpdatedAt = f.By, now
+			s = Woke(s, f.By, now)
 			states[j] = s
 			writes = append(writes, ledger.PackItemWrite{Index: j, Item: s, Was: s.Outcome})
 			moved++

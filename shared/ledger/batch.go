@@ -128,6 +128,8 @@ type Item struct {
 	// item held in this run (woken): its held outcome.
 	Resumed  api.Outcome `json:"-"`
 	SpentRun int         `json:"-"`
+	// Signalled is ItemState.Signalled.
+	Signalled int `json:"-"`
 	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when
 	// it has none.
 	ExpiresAt time.Time `json:"-"`

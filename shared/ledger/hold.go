@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // WakeMark is a wake of a held item row (Store.WakeItem).
@@ -23,7 +24,8 @@ type WakeMark struct {
 	Outcome api.Outcome
 	Subject string
 	Attempt int
-	// By is what wakes it (Hold.Woken).
+	// By is what wakes it (Hold.Woken); a signal (api.WakeSignal) also
+	// sets the row's Signalled to Attempt.
 	By  api.Wake
 	Now time.Time
 }
@@ -117,4 +119,16 @@ func AnnounceHalt(ctx context.Context, bus EventBus, log interface {
 	if err := bus.Put(ctx, dt, e); err != nil {
 		log.Warn("put halt event", "batch_id", e.BatchID, "error", err.Error())
 	}
+}
+
+// Suspended is the ending of an attempt whose pipeline answered s at now
+// (Conclude): held, its token cut to api.MaxSuspendTokenBytes, its wake
+// time (if any) within [now, now + api.MaxSuspendWait].
+func Suspended(s *pipeline.SuspendError, now time.Time) Ending {
+	at := s.WakeAt
+	if !at.IsZero() {
+		at = time.UnixMilli(min(max(at.UnixMilli(), now.UnixMilli()), now.Add(api.MaxSuspendWait).UnixMilli())).UTC()
+	}
+	return Ending{Outcome: api.OutcomeSuspended, Reason: api.ReasonSuspend, Error: pipeline.CutText(s.Error(), pipeline.MaxErrorTextBytes),
+		Hold: api.Hold{Subject: pipeline.CutText(s.Token, api.MaxSuspendTokenBytes), Since: now, WakeAt: at}}
 }

@@ -39,6 +39,8 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	l.Withheld = max(0, l.Withheld)
 	l.Exhausted = max(0, min(p.Held[api.OutcomeExhausted], l.InFlight))
 	l.InFlight -= l.Exhausted
+	l.Suspended = max(0, min(p.Held[api.OutcomeSuspended], l.InFlight))
+	l.InFlight -= l.Suspended
 	// A throttled item may wait many times a minute (Retry-After: 2), each
 	// wait counted: the items waiting after a failure, whose waits are
 	// long, are told apart first, and the throttled are the rest.
@@ -67,6 +69,9 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	}
 	if l.Exhausted > 0 {
 		l.Attention = append(l.Attention, api.Count(l.Exhausted, "item")+" exhausted at a per-item ceiling (bulkrun items --outcome exhausted; raise it: bulkrun ceilings)")
+	}
+	if l.Suspended > 0 {
+		l.Attention = append(l.Attention, api.Count(l.Suspended, "item")+" suspended (bulkrun items --outcome suspended; bulkrun signal ID KEY)")
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
 		l.Attention = append(l.Attention, api.Count(f, "item")+" failed or quarantined")

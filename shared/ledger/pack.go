@@ -327,7 +327,10 @@ type ItemState struct {
 	Revision int
 	// Hold is a held item's hold (Outcome withheld): its subject, since
 	// when, and whether it was woken. Zero for any other outcome.
-	Hold      api.Hold
+	Hold api.Hold
+	// Signalled is the attempt whose suspension a signal ended (its
+	// payload's key, held.SignalKey), kept until an outcome is recorded.
+	Signalled int
 	UpdatedAt time.Time
 }
 
@@ -366,8 +369,9 @@ func (s ItemState) Item(batchID string) Item {
 			ThrottledSince: s.ThrottledSince,
 			Revision:       s.Revision,
 		},
-		BatchID:  batchID,
-		SpentRun: s.SpentRun,
+		BatchID:   batchID,
+		SpentRun:  s.SpentRun,
+		Signalled: s.Signalled,
 	}
 	if s.Outcome.Held() {
 		h := s.Hold

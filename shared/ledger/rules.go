@@ -142,6 +142,7 @@ func Start(s ItemState, run int, now time.Time) ItemState {
 		n.FirstAttempt = n.Attempt
 		n.Output, n.OutputRef, n.Error, n.Reason, n.Cost, n.Released = nil, "", "", "", nil, false
 		n.ThrottledSince = time.Time{}
+		n.Signalled = 0
 	}
 	if s.Outcome.Held() {
 		// Woken: the run's attempts, spend and time go on.
@@ -291,7 +292,8 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // retry after a.PauseWait that does not count as an attempt either; so
 // does an attempt whose rejected credential was rotated (a.Rotated),
 // after MinThrottleDelay. A rejected credential read again unchanged
-// (a.Withhold) ends the item withheld under that subject, not counted. A transient ending carries its failure class
+// (a.Withhold) ends the item withheld under that subject, not counted. A
+// *pipeline.SuspendError ends it suspended (Suspended), not counted. A transient ending carries its failure class
 // (FailureClass).
 //
 // The retry policy and the pause enter only here (MaxAttempts, Retry,
@@ -339,6 +341,9 @@ func Conclude(a Attempt) Ending {
 		e := end(api.OutcomeWithheld, api.ReasonCredential, "credential refused, and its secret read again is unchanged: "+pipeline.ErrorText(err))
 		e.Hold = api.Hold{Subject: a.Withhold, Since: a.Now}
 		return e
+	}
+	if s, ok := pipeline.SuspendOf(err); ok {
+		return Suspended(s, a.Now)
 	}
 	if a.CutOff && pipeline.Classify(err) == pipeline.ClassTransient {
 		err = &interruptedError{err: err}
@@ -463,7 +468,11 @@ func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	if e.Outcome.Held() {
 		n.Hold = e.Hold
 	}
-	if e.Throttled || e.Paused || e.Unrun || e.Rotated || e.Outcome == api.OutcomeWithheld {
+	if !e.Retry() {
+		n.Signalled = 0
+	}
+	if e.Throttled || e.Paused || e.Unrun || e.Rotated || e.Outcome == api.OutcomeWithheld ||
+		e.Outcome == api.OutcomeSuspended {
 		n.FirstAttempt = max(s.FirstAttempt, 1) + 1
 		n.ThrottledSince = e.ThrottledSince
 	}

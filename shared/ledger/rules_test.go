@@ -273,3 +273,35 @@ func TestHeldEndingAndWake(t *testing.T) {
 		t.Errorf("Settled of a woken item: %+v", c)
 	}
 }
+
+// TestSuspendedEnding guards a suspension's ending: suspended, counted
+// as no attempt, its token kept (cut to its bound) and its wake time held
+// within [now, now + api.MaxSuspendWait]; a resumption keeps the attempt
+// its signal ended through a retry and drops it with its outcome.
+func TestSuspendedEnding(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	s := ItemState{Key: "k", Run: 1, Outcome: api.OutcomeInFlight, Attempt: 3, FirstAttempt: 2}
+	for _, tt := range []struct {
+		name       string
+		wake, want time.Time
+	}{
+		{"no wake time", time.Time{}, time.Time{}},
+		{"ahead", now.Add(time.Hour), now.Add(time.Hour)},
+		{"past: now", now.Add(-time.Hour), now},
+		{"too far: the bound", now.Add(48 * time.Hour), now.Add(api.MaxSuspendWait)},
+	} {
+		e := Conclude(Attempt{Number: 3, RunAttempts: 2, MaxAttempts: 3, Ran: true, Now: now,
+			Err: &pipeline.SuspendError{Reason: "awaiting approval", WakeAt: tt.wake, Token: strings.Repeat("t", 300)}})
+		n := Ended(s, e, now)
+		if n.Outcome != api.OutcomeSuspended || n.Reason != api.ReasonSuspend || n.Error != "suspended: awaiting approval" ||
+			!n.Hold.WakeAt.Equal(tt.want) || len(n.Hold.Subject) > api.MaxSuspendTokenBytes || n.RunAttempts() != 1 || !n.Attention() {
+			t.Errorf("%s: %s %s %q wake %s token %d bytes, %d attempts; want suspended, wake at %s", tt.name, n.Outcome, n.Reason, n.Error, n.Hold.WakeAt, len(n.Hold.Subject), n.RunAttempts(), tt.want)
+		}
+	}
+	r := Start(ItemState{Key: "k", Run: 1, Outcome: api.OutcomeSuspended, Attempt: 3, Hold: api.Hold{Woken: api.WakeSignal}, Signalled: 3}, 1, now)
+	retry := Ended(r, Ending{Outcome: api.OutcomeInFlight, Wait: time.Second}, now)
+	done := Ended(retry, Ending{Outcome: api.OutcomeSucceeded}, now)
+	if r.Signalled != 3 || retry.Signalled != 3 || done.Signalled != 0 {
+		t.Errorf("signalled through start %d, retry %d, outcome %d; want 3, 3, 0", r.Signalled, retry.Signalled, done.Signalled)
+	}
+}

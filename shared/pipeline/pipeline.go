@@ -15,6 +15,9 @@
 //     still be working on: the retry waits at least twice d after the
 //     first (ledger.TimeoutWait), so that the next call does not come
 //     while it may still run.
+//   - Suspend(reason, wakeAt), a *SuspendError: the item ends
+//     `suspended` and waits for a signal, its wake time or a cancel; the
+//     attempt counts neither as a failure nor toward max attempts.
 //   - any other error: transient; the item is retried with exponential
 //     backoff and jitter until the batch's max attempts, then ends `failed`.
 //   - any error after the pipeline's context was cut off at the
@@ -60,6 +63,10 @@ type Request struct {
 	Headers map[string]string // headers given at submit (the "bulkrun." prefix is reserved)
 	Options json.RawMessage   // the batch's pipeline options ("{}" when none)
 	Outputs Outputs           // where the pipeline stores output objects
+	// Signal is the payload of the signal that woke this attempt's
+	// suspended item (JSON, at most 4 KiB; see SuspendError); nil for
+	// any other attempt, and for a signal sent without one.
+	Signal json.RawMessage
 }
 
 // Result is what a successful run returns.

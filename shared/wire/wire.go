@@ -19,6 +19,7 @@
 //	POST   /batches/{id}/resume, /cancel     answer BatchView
 //	POST   /batches/{id}/items/{key}/release no body (204), path from ItemPath
 //	POST   /batches/{id}/halts/lift          body LiftRequest; answer api.LiftResult
+//	POST   /batches/{id}/items/{key}/signal  body SignalRequest; answer api.SignalResult
 //	DELETE /batches/{id}                     no body (204)
 //
 // Every error answer is an ErrorBody.
@@ -28,6 +29,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"net/url"
 	"strings"
 	"time"
@@ -128,6 +130,16 @@ type CorrectionView struct {
 // withheld items' holds show it.
 type LiftRequest struct {
 	Subject string `json:"subject"`
+}
+
+// SignalRequest is the body of POST /batches/{id}/items/{key}/signal:
+// {"payload": {…}, "token": "…"}, both optional. Payload is any JSON
+// value of at most api.MaxSignalPayloadBytes, handed to the item's next
+// attempt (pipeline.Request.Signal); token, when given, must be the one
+// the item's suspension returned.
+type SignalRequest struct {
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Token   string          `json:"token,omitempty"`
 }
 
 // Progress is a large running batch's counters: items done (in any final

@@ -58,6 +58,10 @@ func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch
 		if r.state.Outcome == api.OutcomeExhausted {
 			exhausted = append(exhausted, r)
 		}
+		if r.state.Outcome == api.OutcomeSuspended {
+			withheld = append(withheld, r) // a cancel's wake may have passed it
+			continue
+		}
 		if r.state.Outcome != api.OutcomeWithheld {
 			continue
 		}
@@ -147,7 +151,7 @@ func (w *Worker) wakeIfMoved(ctx context.Context, log *slog.Logger, b ledger.Bat
 		return
 	}
 	for _, r := range runs {
-		f := held.Filter{Outcome: api.OutcomeWithheld, Subject: r.state.Hold.Subject, By: api.WakeLift}
+		f := held.Filter{Outcome: r.state.Outcome, Subject: r.state.Hold.Subject, By: api.WakeLift}
 		switch _, on := ledger.HaltOn(nb, r.state.Hold.Subject); {
 		case nb.Stop != "":
 			f.By = api.WakeCancel

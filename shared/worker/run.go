@@ -105,6 +105,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 	}
 	if len(runs) == 0 {
+		if err := w.sendTimer(ctx, log, b, m, h.timerAt); err != nil {
+			return false, h.dones
+		}
 		log.InfoContext(ctx, "already recorded; acknowledged")
 		return true, h.dones
 	}
@@ -277,6 +280,9 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 	}
 	dns = w.heldEnded(ctx, log, b, m, runs, dns)
+	if err := w.sendTimer(ctx, log, b, m, suspendTimer(b, runs, h.timerAt, w.Clock.Now())); err != nil {
+		return false, dns
+	}
 	for _, r := range runs {
 		if r.started && !r.lost && r.ending.Retry() {
 			dns = append(dns, ranDone(b, r)) // for the pause: not counted
@@ -389,10 +395,11 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if dl, ok := runCtx.Deadline(); ok {
 		allotted = time.Until(dl)
 	}
+	signal, p := w.signalOf(ctx, b, s, p)
 	callCtx, called := w.Traces.StartCall(pipeCtx, b.Pipeline)
 	res, rr, perr := w.runPipeline(callCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
-		Headers: headers, Options: options, Outputs: w.outputs(b.ID),
+		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
 	// Staging ends with Run, whatever its result: a write staged later (by

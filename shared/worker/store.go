@@ -28,6 +28,7 @@ type Store interface {
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error
 	ClaimProbe(ctx context.Context, c ledger.ProbeClaim) error
 	Halt(ctx context.Context, m ledger.HaltMark) error
+	WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, error)
 	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error)
 	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error

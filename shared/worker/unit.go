@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -124,6 +125,9 @@ type hold struct {
 	interrupted []bool
 	dones       []done // the items the take settled or counted
 	probe       bool   // the unit message's probe
+	// timerAt, when not zero, is when a suspended item of the unit that
+	// this delivery left waiting wants its timer message (sendTimer).
+	timerAt time.Time
 	// commits makes the unit's writes with staged effects one at a
 	// time, each sizing the row with the others' items (commit).
 	commits sync.Mutex
@@ -171,7 +175,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 			Redelivered: t.redelivered})
 		if err == nil {
 			s := ledger.ItemState{Key: u.key, Run: b.Run, Outcome: api.OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1,
-				ThrottledSince: it.ThrottledSince, Revision: it.Revision, UpdatedAt: now}
+				ThrottledSince: it.ThrottledSince, Revision: it.Revision, UpdatedAt: now, Signalled: it.Signalled}
 			if len(it.Spent) > 0 {
 				s.Spent, s.SpentRun = it.Spent, b.Run // this run's earlier attempts
 			}
@@ -196,6 +200,14 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 	}
 	if !errors.Is(err, api.ErrConflict) {
 		return nil, err
+	}
+	if t.mode == ledger.ModeRun {
+		if again, err := w.wakeDueRow(ctx, b, it, h); err != nil || again {
+			if err != nil {
+				return nil, err
+			}
+			return u.take(ctx, t) // woken by its timer: reserved now
+		}
 	}
 	switch {
 	case t.mode == ledger.ModeUnstarted:
@@ -283,6 +295,7 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			return nil, err
 		}
 		h := newHold(len(m.Items))
+		var timerAt time.Time
 		if p.Attempt > 0 && !p.LeaseUntil.Before(now) {
 			h.held = p.LeaseUntil
 			return h, nil
@@ -298,6 +311,8 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			if s.Key == "" {
 				s.Key = mi.Key
 			}
+			s = held.WakeDue(s, b.Run, now)
+			timerAt = timerOf(timerAt, s, b.Run, now)
 			h.was[j], h.items[j] = s, s
 			h.steps[j], h.interrupted[j] = ledger.Plan(s, b.Run, b.RunRevision, t.mode, false)
 			switch h.steps[j] {
@@ -316,8 +331,11 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			}
 			writes = append(writes, ledger.PackItemWrite{Index: j, Item: h.items[j], Was: s.Outcome})
 		}
+		h.timerAt = timerAt
 		if len(writes) == 0 {
-			return newHold(len(m.Items)), nil
+			nh := newHold(len(m.Items))
+			nh.timerAt = timerAt
+			return nh, nil
 		}
 		if len(run) > 0 {
 			if err := t.prepare(run); err != nil {

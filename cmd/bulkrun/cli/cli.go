@@ -113,7 +113,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.budgetCmd(), a.ceilingsCmd(), a.liftCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.budgetCmd(), a.ceilingsCmd(), a.liftCmd(), a.signalCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
 	return root
 }
 
@@ -882,6 +882,9 @@ func LiveText(l api.LiveView) string {
 	if l.Exhausted > 0 {
 		timed += fmt.Sprintf("  exhausted %d", l.Exhausted)
 	}
+	if l.Suspended > 0 {
+		timed += fmt.Sprintf("  suspended %d", l.Suspended)
+	}
 	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }
@@ -949,6 +952,9 @@ func (a *app) show(v wire.BatchView) error {
 		if c.Exhausted > 0 {
 			withheld += fmt.Sprintf("  exhausted %d", c.Exhausted)
 		}
+		if c.Suspended > 0 {
+			withheld += fmt.Sprintf("  suspended %d", c.Suspended)
+		}
 		textf(a.out, "census: succeeded %d  failed %d  quarantined %d  cancelled %d%s  in_flight %d  pending %d  (from %s)\n",
 			c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, withheld, c.InFlight, c.Pending, v.CensusSource)
 		a.printCost("cost (ending attempts)", c.Cost)
@@ -999,7 +1005,7 @@ func (a *app) itemsCmd() *cobra.Command {
 		file    string
 	)
 	cmd := &cobra.Command{
-		Use:   "items ID [--outcome failed|quarantined|withheld|exhausted|in_flight|needs_attention] [--inputs [--file PATH]]",
+		Use:   "items ID [--outcome failed|quarantined|withheld|exhausted|suspended|in_flight|needs_attention] [--inputs [--file PATH]]",
 		Short: "List the items needing attention, oldest key first; with --inputs, their inputs ready to correct",
 		Long: `List the items of a batch with an outcome (default failed), oldest key first,
 with their reason, attempts and error; a page at a time (--all: every page).
@@ -1081,7 +1087,7 @@ go to PATH, written whole or not at all.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined, withheld, exhausted, in_flight, or needs_attention (every failed, quarantined, withheld and exhausted item, each with its next move)")
+	cmd.Flags().StringVar(&outcome, "outcome", "failed", "failed, quarantined, withheld, exhausted, suspended, in_flight, or needs_attention (every failed, quarantined, withheld, exhausted and suspended item, each with its next move)")
 	cmd.Flags().IntVar(&limit, "limit", 100, "items per page (1–1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after a previous page")
 	cmd.Flags().BoolVar(&all, "all", false, "follow every page")

@@ -141,6 +141,9 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		if c.Exhausted > 0 {
 			b.WriteString(fmt.Sprintf(", %d exhausted (bulkrun ceilings)", c.Exhausted))
 		}
+		if c.Suspended > 0 {
+			b.WriteString(fmt.Sprintf(", %d suspended (bulkrun signal)", c.Suspended))
+		}
 	case v.Progress != nil:
 		p := v.Progress
 		b.WriteString(fmt.Sprintf("%d ended (%s); %d pending", p.Done, api.Count(p.Failures, "failure"), max(0, v.ItemCount-p.Done)))

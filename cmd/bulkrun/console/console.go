@@ -73,6 +73,7 @@ type API interface {
 	SetBudget(ctx context.Context, id string, usd float64) (wire.BatchView, error)
 	SetCeilingsAll(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error)
 	Release(ctx context.Context, id, key string) error
+	Signal(ctx context.Context, id, key, token string, payload json.RawMessage) (api.SignalResult, error)
 	Forget(ctx context.Context, id string) error
 	Correct(ctx context.Context, id string, req api.CorrectRequest) (wire.CorrectionView, error)
 }
@@ -159,6 +160,7 @@ func New(api API, objs ObjectReader, bucket string, port int) (*Server, error) {
 	m.HandleFunc("POST /api/batches/{id}/budget", c.budget)
 	m.HandleFunc("POST /api/batches/{id}/ceilings", c.ceilings)
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
+	m.HandleFunc("POST /api/batches/{id}/signal", c.signal)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
 	m.HandleFunc("POST /api/batches/{id}/corrections", c.correct)
 	c.mux = m
@@ -960,6 +962,30 @@ func (c *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"batch_id": id, "key": b.Key, "message": "released " + b.Key})
+}
+
+// signal signals the suspended item the body's key names (POST
+// /batches/{id}/items/{key}/signal), without a payload: it runs once
+// more. The API's answer (api.SignalResult) is passed on with a message.
+func (c *Server) signal(w http.ResponseWriter, r *http.Request) {
+	id, b, ok := c.readAction(w, r)
+	if !ok {
+		return
+	}
+	if b.Key == "" {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "key" is required`)
+		return
+	}
+	res, err := c.api.Signal(r.Context(), id, b.Key, "", nil)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	msg := "signalled " + b.Key + ": it runs once more"
+	if !res.Woken {
+		msg = b.Key + " was woken already (by " + string(res.By) + ")"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"batch_id": id, "key": b.Key, "message": msg})
 }
 
 func (c *Server) forget(w http.ResponseWriter, r *http.Request) {

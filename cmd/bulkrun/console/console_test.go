@@ -100,6 +100,10 @@ func (f *fakeAPI) Release(_ context.Context, id, key string) error {
 	f.record("release " + id + " " + key)
 	return nil
 }
+func (f *fakeAPI) Signal(_ context.Context, id, key, _ string, _ json.RawMessage) (api.SignalResult, error) {
+	f.record("signal " + id + " " + key)
+	return api.SignalResult{Key: key, Woken: true}, nil
+}
 func (f *fakeAPI) Forget(_ context.Context, id string) error {
 	f.record("forget " + id)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -93,7 +94,7 @@ func (s *Store) Reserve(_ context.Context, r ledger.Reservation) (ledger.Item, e
 			Revision:       cur.s.Revision,
 		},
 		BatchID:     r.BatchID,
-		Interrupted: interrupted,
+		Interrupted: interrupted, Signalled: cur.s.Signalled,
 	}
 	if was.Run == r.Run && was.Outcome.Held() {
 		it.Resumed = was.Outcome
@@ -123,13 +124,14 @@ func setOutcome(n *row, r ledger.Record) {
 	if r.Outcome.Held() {
 		n.s.Hold = storedHold(r.Hold)
 	}
+	n.s.Signalled = 0
 	n.leaseUntil = time.Time{}
 }
 
 // storedHold is h as the adapter stores it: times at millisecond
 // precision.
 func storedHold(h api.Hold) api.Hold {
-	h.Since = ms(h.Since)
+	h.Since, h.WakeAt = ms(h.Since), ms(h.WakeAt)
 	return h
 }
 
@@ -301,8 +303,7 @@ func (s *Store) WakeItem(_ context.Context, w ledger.WakeMark) (ledger.Item, err
 		w.Attempt > 0 && cur.s.Attempt != w.Attempt:
 		return cur.view(), conflictf("wake %s/%s", w.BatchID, w.Key)
 	}
-	cur.s.Hold.Woken = w.By
-	cur.s.UpdatedAt = ms(w.Now)
+	cur.s = held.Woke(cur.s, w.By, ms(w.Now))
 	return cur.view(), nil
 }
 

@@ -70,6 +70,8 @@ type PackItemRow struct {
 	HoldSubject  string             `dynamodbav:"hs,omitempty"` // ledger.ItemState.Hold: Subject, Since, Woken
 	HoldSinceMs  int64              `dynamodbav:"hn,omitempty"`
 	Woken        string             `dynamodbav:"wk,omitempty"`
+	HoldWakeAtMs int64              `dynamodbav:"hw,omitempty"` // Hold.WakeAt
+	Signalled    int                `dynamodbav:"sg,omitempty"` // ItemState.Signalled
 }
 
 // ToPackItemRow is the stored shape of it, its error cut to
@@ -79,14 +81,16 @@ func ToPackItemRow(it ledger.ItemState) PackItemRow {
 		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
 		Error: ledger.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
 		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: Ms(it.UpdatedAt), ThrottledMs: Ms(it.ThrottledSince), Revision: it.Revision,
-		HoldSubject: it.Hold.Subject, HoldSinceMs: Ms(it.Hold.Since), Woken: string(it.Hold.Woken)}
+		HoldSubject: it.Hold.Subject, HoldSinceMs: Ms(it.Hold.Since), Woken: string(it.Hold.Woken),
+		HoldWakeAtMs: Ms(it.Hold.WakeAt), Signalled: it.Signalled}
 }
 
 func packItemFromRow(r PackItemRow) ledger.ItemState {
 	it := ledger.ItemState{Key: r.Key, Run: r.Run, Outcome: api.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
 		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: api.Reason(r.Reason),
 		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: FromMs(r.UpdatedAtMs), ThrottledSince: FromMs(r.ThrottledMs), Revision: r.Revision,
-		Hold: api.Hold{Subject: r.HoldSubject, Since: FromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}}
+		Hold: api.Hold{Subject: r.HoldSubject, Since: FromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken),
+			WakeAt: FromMs(r.HoldWakeAtMs)}, Signalled: r.Signalled}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
 	}

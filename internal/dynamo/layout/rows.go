@@ -44,9 +44,11 @@ const (
 	AttrSpent          = "spent"
 	AttrSpentRun       = "spent_run"
 	AttrUpdatedAtMs    = "updated_at_ms"
-	AttrHoldSubject    = "hold_subject"  // api.Hold.Subject of a held item
-	AttrHoldSinceMs    = "hold_since_ms" // api.Hold.Since, epoch ms
-	AttrWoken          = "woken"         // api.Hold.Woken
+	AttrHoldSubject    = "hold_subject"    // api.Hold.Subject of a held item
+	AttrHoldSinceMs    = "hold_since_ms"   // api.Hold.Since, epoch ms
+	AttrWoken          = "woken"           // api.Hold.Woken
+	AttrHoldWakeAtMs   = "hold_wake_at_ms" // api.Hold.WakeAt, epoch ms
+	AttrSignalled      = "signal_attempt"  // ledger.ItemState.Signalled
 )
 
 // Attributes of the batch row (BatchRow) and of the markers, named in
@@ -467,6 +469,8 @@ type ItemRow struct {
 	HoldSubject  string             `dynamodbav:"hold_subject,omitempty"`
 	HoldSinceMs  int64              `dynamodbav:"hold_since_ms,omitempty"`
 	Woken        string             `dynamodbav:"woken,omitempty"`
+	HoldWakeAtMs int64              `dynamodbav:"hold_wake_at_ms,omitempty"`
+	Signalled    int                `dynamodbav:"signal_attempt,omitempty"`
 }
 
 // ItemFrom reads an item row of batch batchID (its attributes as
@@ -500,7 +504,8 @@ func ItemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, 
 			ThrottledSince: FromMs(r.ThrottledMs),
 			Revision:       r.Revision,
 		},
-		BatchID: batchID,
+		BatchID:   batchID,
+		Signalled: r.Signalled,
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)
@@ -515,7 +520,8 @@ func ItemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, 
 		it.Spent, it.SpentRun = r.Spent, r.SpentRun
 	}
 	if it.Outcome.Held() {
-		it.Hold = &api.Hold{Subject: r.HoldSubject, Since: FromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken)}
+		it.Hold = &api.Hold{Subject: r.HoldSubject, Since: FromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken),
+			WakeAt: FromMs(r.HoldWakeAtMs)}
 	}
 	return it, nil
 }

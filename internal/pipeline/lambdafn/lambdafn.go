@@ -50,7 +50,13 @@
 //
 // class is "permanent" (the item fails, never retried), "quarantine" (set
 // aside until released) or "transient" (retried with backoff); message is
-// the error text. "version", when present, must be 1. Any other member, or
+// the error text. An answer may instead suspend the item (pipeline.Suspend):
+//
+//	{"suspend": {"reason": "awaiting approval", "wake_at": "2026-12-03T10:00:00Z", "token": "t-17"}}
+//
+// reason required, wake_at (RFC 3339) and token optional; the attempt
+// after a signal carries the signal's payload in the event's "signal".
+// "version", when present, must be 1. Any other member, or
 // a result that is not a JSON object, fails the item permanently
 // ([ErrBadAnswer]): the function breaks the contract, and a retry would
 // too.
@@ -105,6 +111,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -163,6 +170,9 @@ type Request struct {
 	Input   json.RawMessage   `json:"input"`
 	Headers map[string]string `json:"headers"`
 	Params  json.RawMessage   `json:"params"`
+	// Signal is the payload of the signal that resumed the suspended
+	// item (pipeline.Request.Signal), on that attempt only.
+	Signal json.RawMessage `json:"signal,omitempty"`
 }
 
 // Answer is the function's result payload, version 1.
@@ -171,6 +181,18 @@ type Answer struct {
 	Output  json.RawMessage `json:"output,omitempty"`
 	Cost    pipeline.Cost   `json:"cost,omitempty"`
 	Error   *AnswerError    `json:"error,omitempty"`
+	// Suspend, instead of an output or an error, suspends the item
+	// (pipeline.SuspendError).
+	Suspend *AnswerSuspend `json:"suspend,omitempty"`
+}
+
+// AnswerSuspend is an answer's suspension: {"reason": "…", "wake_at":
+// "2026-12-03T10:00:00Z", "token": "…"}, reason required, the others
+// optional (wake_at RFC 3339).
+type AnswerSuspend struct {
+	Reason string    `json:"reason"`
+	WakeAt time.Time `json:"wake_at,omitzero"`
+	Token  string    `json:"token,omitempty"`
 }
 
 // AnswerError is an error the function answers instead of an output.
@@ -359,7 +381,7 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 		input = json.RawMessage("null")
 	}
 	payload, err := json.Marshal(Request{Version: RequestVersion, BatchID: req.BatchID, Key: req.Key, RunID: req.RunID,
-		Attempt: req.Attempt, Input: input, Headers: headers, Params: params})
+		Attempt: req.Attempt, Input: input, Headers: headers, Params: params, Signal: req.Signal})
 	if err != nil {
 		return pipeline.Result{}, pipeline.Permanent(fmt.Errorf("lambda: %s: request: %w", req.Key, err))
 	}
@@ -428,6 +450,12 @@ func answer(key, function string, payload []byte) (pipeline.Result, error) {
 	}
 	if a.Version != 0 && a.Version != RequestVersion {
 		return bad(fmt.Sprintf("version %d, want %d", a.Version, RequestVersion))
+	}
+	if s := a.Suspend; s != nil {
+		if a.Error != nil || len(a.Output) > 0 && string(a.Output) != "null" || s.Reason == "" {
+			return bad("a suspend carries a reason, and neither output nor error")
+		}
+		return pipeline.Result{Cost: a.Cost}, &pipeline.SuspendError{Reason: s.Reason, WakeAt: s.WakeAt, Token: s.Token}
 	}
 	if a.Error == nil {
 		out := a.Output

@@ -23,6 +23,7 @@
 //	traceparent: 00-<trace id>-<span id>-<flags>   W3C Trace Context: the call in the batch's trace
 //	tracestate: <vendor entries>       when the submitting call sent one
 //	User-Agent: bulkrun-webhook         unless a submit header sets it
+//	Bulkrun-Signal: <base64url of JSON> the payload of the signal that resumed the suspended item, on its next attempt only
 //
 // plus every header given at submit, in canonical form. The headers above
 // win over a submit header of the same name; Host, Content-Length,
@@ -43,6 +44,21 @@
 // it, so the run's spent (api.Census.RunSpent) counts it. A request that
 // never went out (connection refused, DNS failure, a destination the
 // allow-list denies, bad options or headers) costs nothing.
+//
+// # Suspend
+//
+// A receiver suspends the item by answering 202 Accepted with the header
+// Bulkrun-Suspend naming the reason (a 202 without it is a success, as
+// before; the header on another status is ignored):
+//
+//	HTTP/1.1 202 Accepted
+//	Bulkrun-Suspend: waiting for the customer's approval
+//	Bulkrun-Wake-At: 2026-12-03T10:00:00Z   optional: RFC 3339, the item's timer
+//	Bulkrun-Token: approval-7f3a            optional: at most 256 bytes, a signal must name it
+//
+// The item ends suspended (pipeline.SuspendError), its body ignored. A
+// Bulkrun-Wake-At that is not RFC 3339 fails the item permanently,
+// naming the header.
 //
 // # Destinations
 //
@@ -107,6 +123,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,6 +168,32 @@ func classifyStatus(serr *StatusError) error {
 		return pipeline.CredentialRejected(serr)
 	}
 	return pipeline.Permanent(serr)
+}
+
+// The headers of a suspension and of its signal (see "Suspend").
+const (
+	HeaderSuspend = "Bulkrun-Suspend"
+	HeaderWakeAt  = "Bulkrun-Wake-At"
+	HeaderToken   = "Bulkrun-Token"
+	HeaderSignal  = "Bulkrun-Signal"
+)
+
+// suspendOf reads a suspension from resp: ok when it is a 202 with
+// Bulkrun-Suspend; err names a Bulkrun-Wake-At that is not RFC 3339.
+func suspendOf(key string, resp *http.Response) (*pipeline.SuspendError, bool, error) {
+	reason := strings.TrimSpace(resp.Header.Get(HeaderSuspend))
+	if resp.StatusCode != http.StatusAccepted || reason == "" {
+		return nil, false, nil
+	}
+	s := &pipeline.SuspendError{Reason: reason, Token: resp.Header.Get(HeaderToken)}
+	if v := strings.TrimSpace(resp.Header.Get(HeaderWakeAt)); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, false, fmt.Errorf("webhook: %s: %s %q is not an RFC 3339 time", key, HeaderWakeAt, v)
+		}
+		s.WakeAt = t
+	}
+	return s, true, nil
 }
 
 // Name is the name the pipeline is registered under.
@@ -281,6 +324,9 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	hreq.Header.Set("Bulkrun-Batch-Id", req.BatchID)
 	hreq.Header.Set("Bulkrun-Item-Key", url.PathEscape(req.Key))
 	hreq.Header.Set("Bulkrun-Attempt", strconv.Itoa(req.Attempt))
+	if len(req.Signal) > 0 {
+		hreq.Header.Set(HeaderSignal, base64.RawURLEncoding.EncodeToString(req.Signal))
+	}
 	// The W3C trace context of the call (traceparent, tracestate when
 	// there is one): the batch's trace, whatever the exporter.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
@@ -313,6 +359,14 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	}
 	defer resp.Body.Close()
 
+	if s, ok, err := suspendOf(req.Key, resp); ok || err != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBytes))
+		called := pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
+		if err != nil {
+			return called, pipeline.Permanent(err)
+		}
+		return called, s
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		head, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBodyBytes))
 		serr := &StatusError{

@@ -487,6 +487,21 @@ class Client:
         once more. done False asks for another call (the rest is left)."""
         return cast(CeilingsResult, self.request("POST", f"/batches/{_quote(batch_id)}/ceilings", dict(ceilings)))
 
+    def signal(self, batch_id: str, key: str, payload: Any = None, *, token: str | None = None) -> dict[str, Any]:
+        """POST /batches/{id}/items/{key}/signal: the suspended item runs
+        once more, its next attempt given payload (any JSON value, at most
+        4 KiB; None: none). token, when given, must be the token its
+        suspension returned. Answers {"key", "woken", "by"}: woken False
+        when it was woken already (by "signal", "timer", ...); APIError
+        409 when it is not suspended."""
+        body: dict[str, Any] = {}
+        if payload is not None:
+            body["payload"] = payload
+        if token:
+            body["token"] = token
+        path = f"/batches/{_quote(batch_id)}/items/{_quote(key)}/signal"
+        return cast(dict[str, Any], self.request("POST", path, body))
+
     def resume(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/resume: a new run of what did not succeed."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/resume"))

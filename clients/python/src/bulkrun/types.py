@@ -16,7 +16,7 @@ Status = Literal["submitting", "refused", "running", "completed", "threshold_exc
 finalize_failed (and refused, which never ran)."""
 
 Outcome = Literal["pending", "in_flight", "succeeded", "failed", "quarantined", "cancelled", "withheld",
-                  "exhausted"]
+                  "exhausted", "suspended"]
 """An item's outcome; the terminal ones are succeeded, failed, quarantined
 and cancelled."""
 
@@ -114,6 +114,7 @@ class Census(TypedDict):
     cancelled: int
     withheld: NotRequired[int]
     exhausted: NotRequired[int]
+    suspended: NotRequired[int]
     in_flight: int
     pending: int
     cost: Cost | None

@@ -9,9 +9,14 @@ const OUTCOMES = ["succeeded", "failed", "quarantined", "cancelled",
   "in_flight", "pending"];
 const STATUSES = ["submitting", "running", "completed", "threshold_exceeded", "cancelled", "refused", "finalize_failed"];
 const LIVE_MS = 2000;
+// The items tabs of the batch page: those needing a look.
+const ITEM_TABS = ["failed", "quarantined",
+  "suspended",
+  "in_flight"];
 const LABEL = {
   succeeded: "succeeded", failed: "failed", quarantined: "quarantined", cancelled: "cancelled",
   exhausted: "exhausted",
+  suspended: "suspended",
   in_flight: "in flight", pending: "pending", threshold_exceeded: "threshold exceeded", finalize_failed: "finalize failed",
   submitting: "submitting", running: "running", completed: "completed", refused: "refused",
 };
@@ -929,16 +934,16 @@ async function loadItems(page, outcome, cursor) {
   const sec = page.sections.items;
   const c = page.data.batch.census;
   const tabs = el("div", {class: "tabs", role: "tablist", "aria-label": "Items needing a look"},
-    ["failed", "quarantined", "in_flight"].map((o) => el("button", {
+    ITEM_TABS.map((o) => el("button", {
       role: "tab", id: "tab-" + o, "aria-selected": o === outcome ? "true" : "false", "aria-controls": "items",
       tabindex: o === outcome ? "0" : "-1", class: "tab",
       onclick: () => loadItems(page, o),
       onkeydown: (e) => {
-        const order = ["failed", "quarantined", "in_flight"];
+        const order = ITEM_TABS;
         const i = order.indexOf(o) + (e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0);
         if (i !== order.indexOf(o) && order[i]) { e.preventDefault(); loadItems(page, order[i]).then(() => document.getElementById("tab-" + order[i]).focus()); }
       },
-    }, LABEL[o] + (c ? " (" + fmtInt(c[o]) + ")" : ""))));
+    }, LABEL[o] + (c ? " (" + fmtInt(c[o] || 0) + ")" : ""))));
   let tbody = cursor && document.querySelector("#items tbody");
   if (!tbody) {
     tbody = el("tbody", {});
@@ -962,7 +967,8 @@ async function loadItems(page, outcome, cursor) {
     const rel = outcome === "quarantined" ? (it.released ? el("span", {class: "muted"}, "released: runs in the next run") :
       el("button", {class: "secondary small", dataset: {release: it.key}, onclick: () => confirmAct(
         "Release item " + it.key + "?", "The item stays quarantined in this run's results and runs again in the next run (resume).",
-        "Release", "/release", {key: it.key}, page, false, "primary")}, "Release…")) : "";
+        "Release", "/release", {key: it.key}, page, false, "primary")}, "Release…")) :
+      outcome === "suspended" ? signalButton(page, it) : "";
     tbody.append(el("tr", {dataset: {key: it.key}},
       el("td", {"data-label": "Key"}, el("code", {class: "key"}, it.key)),
       el("td", {"data-label": "Reason"}, it.reason || "—"),
@@ -977,6 +983,16 @@ async function loadItems(page, outcome, cursor) {
   }
   const more = document.getElementById("items-more");
   more.replaceChildren(p.next_cursor ? el("button", {class: "secondary", id: "items-next", onclick: () => loadItems(page, outcome, p.next_cursor)}, "Show more " + LABEL[outcome] + " items") : "");
+}
+
+// signalButton is a suspended item's "Signal…" (POST …/signal, no
+// payload: the CLI and the API send one); a woken item says so instead.
+function signalButton(page, it) {
+  if (it.hold && it.hold.woken) return el("span", {class: "muted"}, "woken by " + it.hold.woken + ": runs once more");
+  const wake = it.hold && it.hold.wake_at ? " Its timer would wake it at " + fmtTime(it.hold.wake_at) + "." : "";
+  return el("button", {class: "secondary small", dataset: {signal: it.key}, onclick: () => confirmAct(
+    "Signal item " + it.key + "?", "The suspended item runs once more, without a payload (bulkrun signal sends one)." + wake,
+    "Signal", "/signal", {key: it.key}, page, false, "primary")}, "Signal…");
 }
 
 async function loadThumbs(page, cursor) {

@@ -1,0 +1,181 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/client"
+)
+
+// TestSuspendSignalAndTimer guards "items that wait" on the deployed
+// stack: a receiver answers suspend (202 with Bulkrun-Suspend) to the
+// first call of each of 110 items, 100 without a wake time and 10 with
+// one 5 s ahead. The run stays running with the 100 listed suspended
+// (none failed); the 10 are woken by their timer, the 100 by a signal
+// each through the API, whose payload the next call carries
+// (Bulkrun-Signal); a repeated signal gets the documented answer. Each
+// item is called exactly twice by the receiver's own count, and the run
+// completes with every item succeeded. At K = 1 (item rows) and 10
+// (packs).
+func TestSuspendSignalAndTimer(t *testing.T) {
+	t.Parallel()
+	for _, k := range []int{1, 10} { // item rows; packs of 10
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) { suspendSignalAndTimer(t, k) })
+	}
+}
+
+func suspendSignalAndTimer(t *testing.T, k int) {
+	ctx := context.Background()
+	id := newID(t)
+	const signalled, timed = 100, 10
+	const n = signalled + timed
+	var mu sync.Mutex
+	signals := map[string][]string{} // per key, the Bulkrun-Signal of each call ("" when none)
+	route := env.hook.routeAnswer(id, func(w http.ResponseWriter, r *http.Request, key string, body []byte) int {
+		var in struct {
+			N int `json:"n"`
+		}
+		_ = json.Unmarshal(body, &in)
+		mu.Lock()
+		signals[key] = append(signals[key], r.Header.Get("Bulkrun-Signal"))
+		first := len(signals[key]) == 1
+		mu.Unlock()
+		if !first {
+			return http.StatusOK
+		}
+		w.Header().Set("Bulkrun-Suspend", "awaiting approval")
+		if in.N >= signalled {
+			w.Header().Set("Bulkrun-Wake-At", time.Now().Add(5*time.Second).UTC().Format(time.RFC3339))
+		}
+		return http.StatusAccepted
+	})
+	opts, _ := json.Marshal(map[string]string{"url": route})
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, ItemsPerMessage: k,
+		Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+
+	// The 100 wait for their signal: listed suspended (the rows), the run
+	// running, none failed.
+	var waiting []api.Item
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		waiting = suspendedItems(t, ctx, id)
+		v, err := env.api.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waiting) == signalled {
+			if v.Status != api.StatusRunning || v.Census == nil || v.Census.Failed != 0 {
+				t.Fatalf("suspended: status %s, census %+v; want running, none failed", v.Status, v.Census)
+			}
+			break
+		}
+		if time.Now().After(deadline) || v.Status.Finished() {
+			t.Fatalf("%d items suspended, want %d: status %s, census %+v", len(waiting), signalled, v.Status, v.Census)
+		}
+		time.Sleep(time.Second)
+	}
+	for _, it := range waiting {
+		if it.Hold == nil || it.Reason != api.ReasonSuspend || it.Next == "" || !it.Hold.WakeAt.IsZero() {
+			t.Fatalf("suspended item %+v hold %+v: want a hold without a wake time, reason suspend, a next move", it, it.Hold)
+		}
+	}
+	t.Logf("next move: %s", waiting[0].Next)
+
+	payloads := map[string]string{}
+	for i, it := range waiting {
+		payloads[it.Key] = fmt.Sprintf(`{"approved":%d}`, i)
+		res := signal(t, ctx, id, it.Key, json.RawMessage(payloads[it.Key]))
+		if !res.Woken {
+			t.Fatalf("signal %s: %+v, want woken", it.Key, res)
+		}
+	}
+	// A repeated signal: woken already (its next attempt on its way), or,
+	// once that attempt ran, 409 (an item row) or 404 (an item of a
+	// pack, whose attention entry went with its suspension).
+	again, err := env.api.Signal(ctx, id, waiting[0].Key, "", json.RawMessage(`{"approved":-1}`))
+	var ae *client.APIError
+	switch {
+	case err == nil && !again.Woken && again.By == api.WakeSignal:
+	case errors.As(err, &ae) && (ae.Status == http.StatusConflict || ae.Status == http.StatusNotFound):
+	default:
+		t.Fatalf("repeated signal: %+v %v; want woken false by signal, 409 or 404", again, err)
+	}
+
+	v := wait(t, id)
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != n || v.Census.Suspended != 0 || v.Census.Failed != 0 {
+		t.Fatalf("after the signals: %s %+v; want completed, %d succeeded", v.Status, v.Census, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(signals) != n {
+		t.Fatalf("the receiver heard %d items, want %d", len(signals), n)
+	}
+	byTimer := 0
+	for key, calls := range signals {
+		if len(calls) != 2 {
+			t.Fatalf("item %s called %d times, want exactly 2", key, len(calls))
+		}
+		want, ok := payloads[key]
+		if !ok {
+			byTimer++
+			if calls[1] != "" {
+				t.Fatalf("item %s woken by its timer got a signal %q", key, calls[1])
+			}
+			continue
+		}
+		got, err := base64.RawURLEncoding.DecodeString(calls[1])
+		if err != nil || string(got) != want {
+			t.Fatalf("item %s: next call's Bulkrun-Signal %q (%v), want %s", key, calls[1], err, want)
+		}
+	}
+	if byTimer != timed {
+		t.Fatalf("%d items resumed by their timer, want %d", byTimer, timed)
+	}
+}
+
+// suspendedItems lists every suspended item of batch id.
+func suspendedItems(t *testing.T, ctx context.Context, id string) []api.Item {
+	t.Helper()
+	var out []api.Item
+	cursor := ""
+	for {
+		p, err := env.api.Items(ctx, id, api.OutcomeSuspended, cursor, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p.Items...)
+		if cursor = p.NextCursor; cursor == "" {
+			return out
+		}
+	}
+}
+
+// signal signals key, calling again while its pack is held by a
+// delivery (503, the documented "call again"), for at most a minute.
+func signal(t *testing.T, ctx context.Context, id, key string, payload json.RawMessage) api.SignalResult {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		res, err := env.api.Signal(ctx, id, key, "", payload)
+		var ae *client.APIError
+		if err == nil || !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("signal %s: %v", key, err)
+			}
+			return res
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
