@@ -165,6 +165,7 @@ def test_set_ceilings_posts_them(client: Client, stand_in: StandIn) -> None:
     r = stand_in.requests[-1]
     assert (r.method, r.path, r.body) == ("POST", "/batches/photos-2026-11-30/ceilings", {"spend_usd": 2})
 
+
 def test_signal_posts_the_payload(client: Client, stand_in: StandIn) -> None:
     stand_in.answer = lambda m, p, b: (200, {"key": "a/b", "woken": True}, {})
     assert client.signal("b1", "a/b", {"approved": True}, token="t-1")["woken"] is True
