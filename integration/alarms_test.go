@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -56,7 +57,10 @@ func TestAlarmsFireOnPublishedDataPoints(t *testing.T) {
 	want := map[string]string{"finalize-tick-failures": metric.TickFailures, "dead-letters": metric.DeadLettered,
 		"runs-finalize-failed": metric.RunsFinalizeFailed, "items-failing": metric.FailedItemsPercent,
 		"items-waiting-for-retry": metric.RetryWaitingPercent, "run-stalled": metric.RunStalledSeconds,
-		"batches-paused": metric.BatchesPaused, "messages-resent": metric.MessagesResent}
+		"batches-paused": metric.BatchesPaused, "messages-resent": metric.MessagesResent, "items-exhausted": metric.Items}
+	// The dimensions each alarm watches beyond Stack: those the functions
+	// write the metric with (internal/metric: Items by Stack and Outcome).
+	extra := map[string]map[string]string{"items-exhausted": {metric.DimOutcome: string(api.OutcomeExhausted)}}
 	seen := map[string]bool{}
 	for _, a := range alarms {
 		name := strings.TrimPrefix(aws.ToString(a.AlarmName), deployedStack()+"-")
@@ -68,8 +72,10 @@ func TestAlarmsFireOnPublishedDataPoints(t *testing.T) {
 		for _, d := range a.Dimensions {
 			dims[aws.ToString(d.Name)] = aws.ToString(d.Value)
 		}
-		if len(dims) != 1 || dims[metric.DimStack] != deployedStack() {
-			t.Errorf("%s: dimensions %v, want Stack=%s only (what the functions write)", name, dims, deployedStack())
+		wantDims := map[string]string{metric.DimStack: deployedStack()}
+		maps.Copy(wantDims, extra[name])
+		if !maps.Equal(dims, wantDims) {
+			t.Errorf("%s: dimensions %v, want %v (what the functions write)", name, dims, wantDims)
 		}
 		threshold := aws.ToFloat64(a.Threshold)
 		below := 0.0
