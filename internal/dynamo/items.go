@@ -262,7 +262,10 @@ func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
 	} else {
 		u = u.Remove(expression.Name(layout.AttrCost))
 	}
-	u = removeSignalled(setSpent(u, r))
+	u = setSpent(u, r)
+	if !ledger.KeepsSignal(r.Outcome) {
+		u = removeSignalled(u)
+	}
 	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined || r.Outcome.Held() {
 		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(layout.ShardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
 			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))

@@ -374,7 +374,7 @@ func (a *API) signal(w http.ResponseWriter, r *http.Request) {
 	if len(bytes.TrimSpace(body)) > 0 && !a.readBody(w, r, &req) {
 		return
 	}
-	res, err := a.Control.Signal(r.Context(), r.PathValue("id"), r.PathValue("key"), req.Token, req.Payload)
+	res, err := a.Control.Signal(r.Context(), r.PathValue("id"), r.PathValue("key"), req.ID, req.Token, req.Payload)
 	if err != nil {
 		a.errorAnswer(w, r, err)
 		return

@@ -23,8 +23,10 @@ const (
 	// "Amazon SQS delay queues"). A longer wait takes several hops, at
 	// most MaxWakeHops.
 	MaxWakeHop = 15 * time.Minute
-	// MaxWakeHops is the most timer messages one suspension sends:
-	// MaxSuspendWait / MaxWakeHop.
+	// MaxWakeHops is how many timer messages the longest wait takes:
+	// MaxSuspendWait / MaxWakeHop. A chain of them is bounded by the
+	// message's Requeued (ledger.MaxResends), as every loop of the item
+	// function: it may outlive its suspension (docs/design/faults.md).
 	MaxWakeHops = int(MaxSuspendWait / MaxWakeHop)
 	// MaxWakePrecision is how late after its wake time a suspended item
 	// is woken at most, while the items queue is not backed up: SQS

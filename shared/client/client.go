@@ -9,6 +9,7 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -640,10 +641,13 @@ func (c *Client) Release(ctx context.Context, id, key string) error {
 // token, when not empty, must be the token its suspension returned.
 // Idempotent: a repeated signal answers Woken false and By, what woke
 // the item. Errors: 409 conflict for an item not suspended (or under
-// another token), 404 for an unknown batch or item.
+// another token), 404 for an unknown batch or item. Each call names its
+// signal with an ID of its own (wire.SignalRequest.ID), which the
+// client's retries of the call keep: a retry after a lost answer is
+// answered as delivered, never delivered to a later suspension.
 func (c *Client) Signal(ctx context.Context, id, key, token string, payload json.RawMessage) (api.SignalResult, error) {
 	var res api.SignalResult
-	_, err := c.Do(ctx, http.MethodPost, wire.ItemPath(id, key, "signal"), wire.SignalRequest{Payload: payload, Token: token}, &res)
+	_, err := c.Do(ctx, http.MethodPost, wire.ItemPath(id, key, "signal"), wire.SignalRequest{Payload: payload, Token: token, ID: rand.Text()}, &res)
 	return res, err
 }
 

@@ -91,11 +91,17 @@ func (c *Control) wakeToCancel(ctx context.Context, b ledger.Batch) {
 // batch is not running or the item is not suspended (or under another
 // token); ErrUnavailable when its pack is held by a delivery (call
 // again); ErrNotFound and ErrExpired for the batch or the item.
-func (c *Control) Signal(ctx context.Context, id, key, token string, payload []byte) (api.SignalResult, error) {
+// signalID, when not empty, names the signal (held.Waker.Signal): a
+// signal sent again under it is answered as delivered, not delivered to
+// a later suspension.
+func (c *Control) Signal(ctx context.Context, id, key, signalID, token string, payload []byte) (api.SignalResult, error) {
 	if key == "" {
 		return api.SignalResult{}, &api.InputError{Field: "key", Reason: "name the suspended item's key"}
 	}
 	if err := held.CheckSignal(payload, token); err != nil {
+		return api.SignalResult{Key: key}, err
+	}
+	if err := held.CheckSignalID(signalID); err != nil {
 		return api.SignalResult{Key: key}, err
 	}
 	b, err := c.Get(ctx, id)
@@ -108,7 +114,7 @@ func (c *Control) Signal(ctx context.Context, id, key, token string, payload []b
 	if c.Wake == nil {
 		return api.SignalResult{Key: key}, fmt.Errorf("signal %s: this function wakes no held items", id)
 	}
-	res, err := c.Wake.Signal(ctx, b, key, token, payload)
+	res, err := c.Wake.Signal(ctx, b, key, signalID, token, payload)
 	if err == nil {
 		c.Log.InfoContext(ctx, "suspended item signalled", "batch_id", id, "key", key, "woken", res.Woken, "by", string(res.By))
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -107,10 +108,28 @@ func CheckSignal(payload json.RawMessage, token string) error {
 // without a row; ErrConflict (wrapped) for an item not suspended in the
 // run, or held under another token; ErrUnavailable when its pack is
 // held by a delivery (call again).
-func (w *Waker) Signal(ctx context.Context, b ledger.Batch, key, token string, payload json.RawMessage) (api.SignalResult, error) {
+//
+// signalID, when not empty, names the signal: once a signal so named has
+// woken the item, a marker under the run's held prefix
+// (SignalIDKey) answers the same signal sent again (a client's retry
+// after a lost answer) Woken false, by signal, without a wake — else a
+// retry arriving after the item ran and was suspended again would wake
+// that suspension, and the item would run once more than signalled.
+func (w *Waker) Signal(ctx context.Context, b ledger.Batch, key, signalID, token string, payload json.RawMessage) (api.SignalResult, error) {
 	res := api.SignalResult{Key: key}
 	if err := CheckSignal(payload, token); err != nil {
 		return res, err
+	}
+	if err := CheckSignalID(signalID); err != nil {
+		return res, err
+	}
+	if signalID != "" {
+		if _, err := w.Blobs.Get(ctx, SignalIDKey(b, key, signalID)); err == nil {
+			res.By = api.WakeSignal // this signal was delivered: its retry
+			return res, nil
+		} else if !errors.Is(err, api.ErrNotFound) {
+			return res, fmt.Errorf("signal %s/%s: read its marker: %w", b.ID, key, err)
+		}
 	}
 	it, err := w.Store.LocateItem(ctx, b.ID, b.ListShards, key)
 	if err != nil {
@@ -149,5 +168,38 @@ func (w *Waker) Signal(ctx context.Context, b ledger.Batch, key, token string, p
 		}
 		return api.SignalResult{Key: key}, err
 	}
+	if signalID != "" {
+		// Written once the wake is: a retry after an error above wakes
+		// (only this suspension: the wake is fenced to its attempt).
+		err := w.Blobs.PutIfAbsent(ctx, SignalIDKey(b, key, signalID), "application/json", []byte(strconv.Itoa(it.Attempt)))
+		if err != nil && !errors.Is(err, api.ErrConflict) {
+			return api.SignalResult{Key: key}, fmt.Errorf("signal %s/%s: the item is woken, but its signal's marker was not kept (a retry of this signal could wake a later suspension): %w", b.ID, key, err)
+		}
+	}
 	return res, nil
+}
+
+// MaxSignalIDBytes bounds a signal's ID (wire.SignalRequest.ID).
+const MaxSignalIDBytes = 64
+
+// CheckSignalID checks a signal's ID: empty (none), or 1–MaxSignalIDBytes
+// of A–Z, a–z, 0–9, "-" and "_"; else an *api.InputError naming
+// signal_id.
+func CheckSignalID(id string) error {
+	if len(id) > MaxSignalIDBytes {
+		return &api.InputError{Field: "signal_id", Reason: fmt.Sprintf("%d bytes, more than %d", len(id), MaxSignalIDBytes)}
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return &api.InputError{Field: "signal_id", Reason: fmt.Sprintf("%q: want A–Z, a–z, 0–9, - and _", id)}
+		}
+	}
+	return nil
+}
+
+// SignalIDKey is where the marker of the signal named id to item key of
+// b's current run is kept once it woke the item (its content: the
+// attempt it ended), under the run's held prefix, removed with the batch.
+func SignalIDKey(b ledger.Batch, key, id string) string {
+	return MessageKey(b, fmt.Sprintf("signals/%s-id-%s", ledger.RunID(b.ID, key), id))
 }

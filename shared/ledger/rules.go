@@ -451,6 +451,16 @@ func ThrottleDelay(waited, asked time.Duration) time.Duration {
 	return max(min(d, pipeline.MaxThrottleWait-waited), MinThrottleDelay)
 }
 
+// KeepsSignal reports whether an item's signal (ItemState.Signalled: the
+// payload of the signal that resumed it) still stands after an attempt
+// that ends it o: a retry's, and a withheld or exhausted item's, whose
+// next attempt (after a lift or a raise) is the same resumption. Any
+// other outcome ends the resumption: a new suspension waits for a new
+// signal.
+func KeepsSignal(o api.Outcome) bool {
+	return o == api.OutcomeInFlight || o == api.OutcomeWithheld || o == api.OutcomeExhausted
+}
+
 // Ended is s (in flight under attempt a) once its attempt ended with e at
 // now: its outcome, reason and error, with Output and OutputRef for a
 // success, a scheduled retry for a transient failure.
@@ -468,7 +478,7 @@ func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	if e.Outcome.Held() {
 		n.Hold = e.Hold
 	}
-	if !e.Retry() {
+	if !e.Retry() && !KeepsSignal(e.Outcome) {
 		n.Signalled = 0
 	}
 	if e.Throttled || e.Paused || e.Unrun || e.Rotated || e.Outcome == api.OutcomeWithheld ||

@@ -305,3 +305,24 @@ func TestSuspendedEnding(t *testing.T) {
 		t.Errorf("signalled through start %d, retry %d, outcome %d; want 3, 3, 0", r.Signalled, retry.Signalled, done.Signalled)
 	}
 }
+
+// TestEndedKeepsASignalWhileItsResumptionStands guards ItemState.Signalled
+// across an attempt's end: a retry, a withheld and an exhausted item keep
+// the signal that resumed them (their next attempt, after a lift or a
+// raise, gets its payload); a settled item and a new suspension drop it.
+func TestEndedKeepsASignalWhileItsResumptionStands(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	s := ItemState{Key: "k", Run: 1, Attempt: 3, FirstAttempt: 1, Outcome: api.OutcomeInFlight, Signalled: 2}
+	for o, keep := range map[api.Outcome]bool{
+		api.OutcomeInFlight: true, api.OutcomeWithheld: true, api.OutcomeExhausted: true,
+		api.OutcomeSuspended: false, api.OutcomeSucceeded: false, api.OutcomeFailed: false,
+	} {
+		e := Ending{Outcome: o}
+		if o.Held() {
+			e.Hold = api.Hold{Subject: "s", Since: now}
+		}
+		if got := Ended(s, e, now).Signalled; (got == 2) != keep {
+			t.Errorf("%s: Signalled %d, want kept %v", o, got, keep)
+		}
+	}
+}

@@ -140,6 +140,12 @@ type LiftRequest struct {
 type SignalRequest struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Token   string          `json:"token,omitempty"`
+	// ID names this signal (1–64 of A–Z a–z 0–9 - _; held.CheckSignalID):
+	// sent again with the same ID — a client's retry after a lost answer
+	// — it is answered as already delivered, even when the item has run
+	// and been suspended again since. The Go and Python clients set one
+	// per call.
+	ID string `json:"signal_id,omitempty"`
 }
 
 // Progress is a large running batch's counters: items done (in any final

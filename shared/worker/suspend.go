@@ -50,19 +50,33 @@ func suspendTimer(b ledger.Batch, runs []*itemRun, at, now time.Time) time.Time 
 // them (wakeDueRow, held.WakeDue); one that comes early sends the next
 // hop. A duplicate timer message is harmless: the wake is a conditional
 // write (an item row) or part of the pack's fenced take.
+//
+// Each send counts on the message's Requeued, as every loop of messages
+// the item function sends to its own queue does, and the chain is bounded
+// by ledger.MaxResends: past it no hop goes (logged as an error), and
+// the item waits for a signal or a cancel. Each send counts in the
+// MessagesResent metric (reason "timer").
 func (w *Worker) sendTimer(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, at time.Time) error {
 	if at.IsZero() {
 		return nil
 	}
+	if *m.requeued >= ledger.MaxResends {
+		log.ErrorContext(ctx, "timer of a suspended item not sent: its message was sent again as often as any loop may (a signal or a cancel still moves it)",
+			"requeued", *m.requeued, "wake_at", at.UTC().Format(time.RFC3339Nano))
+		return nil
+	}
+	*m.requeued++
 	body, err := m.body()
 	if err == nil {
 		err = w.Queue.Requeue(ctx, body, min(max(at.Sub(w.Clock.Now()), 0), api.MaxWakeHop))
 	}
 	if err != nil {
+		*m.requeued--
 		log.ErrorContext(ctx, "send the timer of a suspended item", "error", pipeline.ErrorText(err))
 		return err
 	}
-	log.InfoContext(ctx, "timer of a suspended item sent", "wake_at", at.UTC().Format(time.RFC3339Nano))
+	w.Metrics.Resent(b.Pipeline, "timer", b.ID, b.Run)
+	log.InfoContext(ctx, "timer of a suspended item sent", "wake_at", at.UTC().Format(time.RFC3339Nano), "requeued", *m.requeued)
 	return nil
 }
 

@@ -170,6 +170,8 @@ def test_signal_posts_the_payload(client: Client, stand_in: StandIn) -> None:
     stand_in.answer = lambda m, p, b: (200, {"key": "a/b", "woken": True}, {})
     assert client.signal("b1", "a/b", {"approved": True}, token="t-1")["woken"] is True
     r = stand_in.requests[-1]
+    sid = r.body.pop("signal_id")
+    assert len(sid) == 32 and all(c in "0123456789abcdef" for c in sid)
     assert (r.method, r.path, r.body) == ("POST", "/batches/b1/items/a%2Fb/signal", {"payload": {"approved": True}, "token": "t-1"})
 
 

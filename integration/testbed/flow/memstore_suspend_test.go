@@ -94,14 +94,14 @@ func suspendSignalAndTimer(t *testing.T, k int) {
 
 	for i := range n / 2 {
 		key := api.PositionalKey(int64(i))
-		if _, err := r.ctl.Signal(ctx, "wait", key, "wrong", nil); !errors.Is(err, api.ErrConflict) {
+		if _, err := r.ctl.Signal(ctx, "wait", key, "", "wrong", nil); !errors.Is(err, api.ErrConflict) {
 			t.Fatalf("signal %s under another token: %v, want a conflict", key, err)
 		}
-		res, err := r.ctl.Signal(ctx, "wait", key, "t-"+key, json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)))
+		res, err := r.ctl.Signal(ctx, "wait", key, "", "t-"+key, json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)))
 		if err != nil || !res.Woken {
 			t.Fatalf("signal %s: %+v %v", key, res, err)
 		}
-		if again, err := r.ctl.Signal(ctx, "wait", key, "", json.RawMessage(`{"i":-1}`)); err != nil || again.Woken || again.By != api.WakeSignal {
+		if again, err := r.ctl.Signal(ctx, "wait", key, "", "", json.RawMessage(`{"i":-1}`)); err != nil || again.Woken || again.By != api.WakeSignal {
 			t.Fatalf("signal %s again: %+v %v; want woken false by signal", key, again, err)
 		}
 	}
@@ -143,5 +143,56 @@ func suspendSignalAndTimer(t *testing.T, k int) {
 	round()
 	if it := memItem(t, r, "stop", api.PositionalKey(0)); it.Outcome != api.OutcomeCancelled {
 		t.Fatalf("a suspended item of a cancelled batch: %s, want cancelled", it.Outcome)
+	}
+}
+
+// TestMemSignalRetryAfterASecondSuspension guards a signal sent again
+// under its ID (a client's retry after a lost answer) at K = 1 and 10:
+// when it arrives after the item ran and was suspended again, it is
+// answered as delivered (woken false, by signal) and wakes nothing; a
+// signal of another ID wakes the new suspension; each signal runs the
+// item exactly once.
+func TestMemSignalRetryAfterASecondSuspension(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if string(req.Signal) == `{"step":2}` {
+					return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
+				}
+				return pipeline.Result{}, pipeline.Suspend("awaiting the next approval", time.Time{})
+			})
+			waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
+			r.worker.Wake, r.ctl.Wake = waker, waker
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "twice", Pipeline: "counted", Source: api.SourceSpec{Items: items(3)}, ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			key := api.PositionalKey(1)
+			if _, err := r.ctl.Signal(ctx, "twice", key, "bad id!", "", nil); err == nil {
+				t.Fatal("a signal_id with a space and a bang was taken")
+			}
+			if res, err := r.ctl.Signal(ctx, "twice", key, "s1", "", json.RawMessage(`{"step":1}`)); err != nil || !res.Woken {
+				t.Fatalf("first signal: %+v %v", res, err)
+			}
+			r.drain(t, ctx, 2) // runs once more, and is suspended again
+			if it := memItem(t, r, "twice", key); it.Outcome != api.OutcomeSuspended || r.callsOf(key) != 2 {
+				t.Fatalf("after the first signal: %s, %d calls; want suspended again after 2", it.Outcome, r.callsOf(key))
+			}
+			if res, err := r.ctl.Signal(ctx, "twice", key, "s1", "", json.RawMessage(`{"step":1}`)); err != nil || res.Woken || res.By != api.WakeSignal {
+				t.Fatalf("the first signal sent again: %+v %v; want answered as delivered", res, err)
+			}
+			r.drain(t, ctx, 1)
+			if it := memItem(t, r, "twice", key); it.Outcome != api.OutcomeSuspended || r.callsOf(key) != 2 {
+				t.Fatalf("after the retry: %s, %d calls; want still suspended after 2", it.Outcome, r.callsOf(key))
+			}
+			if res, err := r.ctl.Signal(ctx, "twice", key, "s2", "", json.RawMessage(`{"step":2}`)); err != nil || !res.Woken {
+				t.Fatalf("second signal: %+v %v", res, err)
+			}
+			r.drain(t, ctx, 2)
+			if it := memItem(t, r, "twice", key); it.Outcome != api.OutcomeSucceeded || r.callsOf(key) != 3 {
+				t.Fatalf("after the second signal: %s, %d calls; want succeeded after 3", it.Outcome, r.callsOf(key))
+			}
+		})
 	}
 }

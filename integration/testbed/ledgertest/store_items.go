@@ -124,7 +124,9 @@ func setOutcome(n *row, r ledger.Record) {
 	if r.Outcome.Held() {
 		n.s.Hold = storedHold(r.Hold)
 	}
-	n.s.Signalled = 0
+	if !ledger.KeepsSignal(r.Outcome) {
+		n.s.Signalled = 0
+	}
 	n.leaseUntil = time.Time{}
 }
 

@@ -53,6 +53,12 @@ func TestSuspendAnswer(t *testing.T) {
 	if gotSignal != "" {
 		t.Errorf("a first attempt sent Bulkrun-Signal %q", gotSignal)
 	}
+	// A batch's own header of that name does not pose as a signal.
+	spoof := request(options(srv.URL+"/hook?as=plain", 0))
+	spoof.Headers = map[string]string{webhook.HeaderSignal: base64.RawURLEncoding.EncodeToString([]byte(`{"approved":true}`))}
+	if _, err := webhook.New(nil, testAllow).Run(context.Background(), spoof); err != nil || gotSignal != "" {
+		t.Errorf("a batch header %s: %v, the receiver got %q; want none without a signal", webhook.HeaderSignal, err, gotSignal)
+	}
 	if _, err := run("plain", nil); err != nil {
 		t.Errorf("202 without Bulkrun-Suspend: %v, want a success", err)
 	}

@@ -54,7 +54,7 @@
 //	HTTP/1.1 202 Accepted
 //	Bulkrun-Suspend: waiting for the customer's approval
 //	Bulkrun-Wake-At: 2026-12-03T10:00:00Z   optional: RFC 3339, the item's timer
-//	Bulkrun-Token: approval-7f3a            optional: at most 256 bytes, a signal must name it
+//	Bulkrun-Token: approval-7f3a            optional: at most 256 bytes; a signal that names a token wakes the item only under it
 //
 // The item ends suspended (pipeline.SuspendError), its body ignored. A
 // Bulkrun-Wake-At that is not RFC 3339 fails the item permanently,
@@ -324,6 +324,9 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	hreq.Header.Set("Bulkrun-Batch-Id", req.BatchID)
 	hreq.Header.Set("Bulkrun-Item-Key", url.PathEscape(req.Key))
 	hreq.Header.Set("Bulkrun-Attempt", strconv.Itoa(req.Attempt))
+	// Only a signal's payload: a batch's own header of that name (its
+	// headers are set above) would pose as a signal on every attempt.
+	hreq.Header.Del(HeaderSignal)
 	if len(req.Signal) > 0 {
 		hreq.Header.Set(HeaderSignal, base64.RawURLEncoding.EncodeToString(req.Signal))
 	}

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import random
+import secrets
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -493,8 +494,11 @@ class Client:
         4 KiB; None: none). token, when given, must be the token its
         suspension returned. Answers {"key", "woken", "by"}: woken False
         when it was woken already (by "signal", "timer", ...); APIError
-        409 when it is not suspended."""
-        body: dict[str, Any] = {}
+        409 when it is not suspended. Each call names its signal with an
+        id of its own (signal_id), which its retries keep: a retry after a
+        lost answer is answered as delivered, never delivered to a later
+        suspension."""
+        body: dict[str, Any] = {"signal_id": secrets.token_hex(16)}
         if payload is not None:
             body["payload"] = payload
         if token:
