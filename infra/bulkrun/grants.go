@@ -62,6 +62,11 @@ func (r *runner) grant() {
 	// it when the unified worker landed) and, for a batch with a budget,
 	// its run's counter partitions; the table only, no index.
 	allow(item, []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem", "dynamodb:Query"}, r.table.TableArn())
+	// Query on the attention index alone: the invocation that stops a run
+	// on its failure threshold lists the run's held items there to wake
+	// them, so that they settle cancelled (worker.wakeToSettle); the IAM
+	// lane found it.
+	allow(item, []string{"dynamodb:Query"}, jsii.String(*r.table.TableArn()+"/index/"+config.IndexAttention))
 	// The item function deletes one kind of row with DeleteItem: a
 	// max_concurrency slot it frees (SLOT#…).
 	item.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
