@@ -193,6 +193,8 @@ func kindOf(t *testing.T, s *synthesized, res any) resourceKind {
 				return k
 			case k.name == "table" && m[2] == "/index/*":
 				return resourceKind{"table indexes", "`/index/*`"}
+			case k.name == "table" && m[2] == "/index/attention":
+				return resourceKind{"table attention index", "`attention` index"}
 			}
 		}
 	}
