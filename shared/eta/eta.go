@@ -1,9 +1,10 @@
 // Package eta holds the rules of a running run's recent pace: the items
 // it ended, and their cost, over the last Window, measured from a small
 // ring of samples of its counters (docs/design/control.md, "The recent
-// pace"). It is pure (the
-// standard library, the pipeline contract's CostSum and decimal): the
-// ledger's estimate (ledger.EstimateOf) applies the rules, and the ring
+// pace"), and the estimate made from them (Estimate: the finish, the
+// projected cost). It is pure (the standard library, the API types, the
+// pipeline contract's CostSum and decimal): the live view
+// (ledger.EstimateOf) hands it a run's counters, and the ring
 // lives in one row of the run's first counter partition, which the live
 // view's read (Store.Progress) already queries, so it costs no read of
 // its own.

@@ -1,0 +1,96 @@
+package eta
+
+import (
+	"math"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// projectionPlaces is the decimal places a projected cost keeps: an
+// estimate, not a sum, so its last digits carry no meaning (a cost of
+// 10^-9 of its unit and less per run shows as 0).
+const projectionPlaces = 9
+
+// Run is what an estimate reads of a running run: its items (a
+// correction run's own, else the batch's), when it started, whether it is
+// paused, and from its counters the items ended (Done), their cost and
+// this run's spent by name, the DynamoDB units attributed so far, and the
+// ring of samples (Ring, oldest first; empty when none).
+type Run struct {
+	Items       int64
+	StartedAt   time.Time
+	Paused      bool
+	Done        int64
+	Cost, Spent pipeline.CostSum
+	Usage       api.Usage
+	Ring        []Sample
+}
+
+// Estimate is r's pace and projection (api.Estimate) at now: nil while
+// it has ended no item, before its start, or while it is paused (a paused
+// run has no pace to project). The pace is the recent one (Recent over
+// r.Ring) when the ring holds a sample of the window, else the run's
+// average; the cost is projected from the window's cost per item when
+// the window has its costs (a sample without them: the run's average),
+// run_spent and units from the run's average. Pure.
+func Estimate(r Run, now time.Time) *api.Estimate {
+	secs := now.Sub(r.StartedAt).Seconds()
+	if r.Done <= 0 || r.StartedAt.IsZero() || secs <= 0 || r.Paused {
+		return nil
+	}
+	done := min(r.Done, r.Items)
+	e := &api.Estimate{RateBasis: api.RateBasisRunAverage, Since: r.StartedAt, Ended: done, RatePerSecond: float64(done) / secs, Remaining: max(0, r.Items-done)}
+	e.RunRatePerSecond = e.RatePerSecond
+	e.ProjectedCost = project(r.Cost, r.Items, done)
+	if w, ok := Recent(r.Ring, now, done, r.Cost); ok {
+		e.RateBasis, e.Since, e.Ended, e.RatePerSecond = api.RateBasisRecent, w.Since, w.Ended, w.RatePerSecond
+		if !w.NoCost && len(r.Cost) > 0 {
+			e.ProjectedCost = projectAhead(r.Cost, w.Cost, e.Remaining, w.Ended)
+		}
+	}
+	e.FinishAt = now.Add(ahead(e.Remaining, e.RatePerSecond)).Truncate(time.Second)
+	e.ProjectedRunSpent = project(r.Spent, r.Items, done)
+	if r.Usage.DynamoDBWriteUnits > 0 || r.Usage.DynamoDBReadUnits > 0 {
+		f := float64(r.Items) / float64(done)
+		e.ProjectedUsage = &api.Usage{DynamoDBWriteUnits: math.Round(r.Usage.DynamoDBWriteUnits*f*10) / 10, DynamoDBReadUnits: math.Round(r.Usage.DynamoDBReadUnits*f*10) / 10}
+	}
+	return e
+}
+
+// maxAhead bounds a projected wait so that a very slow pace cannot
+// overflow time.Duration (≈ 292 years): 100 years.
+const maxAhead = 100 * 365 * 24 * time.Hour
+
+// ahead is how long left items take at per items a second (per > 0),
+// whole seconds rounded up, at most maxAhead.
+func ahead(left int64, per float64) time.Duration {
+	return time.Duration(min(math.Ceil(float64(left)/per), maxAhead.Seconds())) * time.Second
+}
+
+// project is sum × items / done per name, to projectionPlaces places; nil
+// when sum is empty.
+func project(sum pipeline.CostSum, items, done int64) pipeline.CostSum {
+	if len(sum) == 0 {
+		return nil
+	}
+	out := pipeline.CostSum{}
+	for name, v := range sum {
+		out[name] = v.Mul(decimal.NewFromInt(items)).DivRound(decimal.NewFromInt(done), projectionPlaces)
+	}
+	return out
+}
+
+// projectAhead is sum + left × window / ended per name (the cost so far
+// and the items still to end at the window's cost per item), to
+// projectionPlaces places.
+func projectAhead(sum, window pipeline.CostSum, left, ended int64) pipeline.CostSum {
+	out := pipeline.CostSum{}
+	for name, v := range sum {
+		out[name] = v.Add(window[name].Mul(decimal.NewFromInt(left)).DivRound(decimal.NewFromInt(ended), projectionPlaces)).Round(projectionPlaces)
+	}
+	return out
+}
