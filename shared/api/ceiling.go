@@ -75,13 +75,17 @@ func (c Ceilings) Merge(raise Ceilings) Ceilings {
 
 // CeilingsResult is the answer of POST /batches/{id}/ceilings: the
 // batch's ceilings now, how many exhausted items the call woke (their
-// totals are under every ceiling now; each runs exactly once more), how
-// many stay exhausted (a ceiling still at or under their totals), and
-// Done false when more are left for another call (each call wakes what
-// it can in a bounded time; repeating it goes on).
+// totals are under every ceiling now; each runs exactly once more) or
+// found woken by an earlier call, whose message it sent again
+// (AlreadyWoken of them), how many stay exhausted (a ceiling still at or
+// under their totals), and Done false when more are left for another
+// call (each call wakes what it can in a bounded time; repeating it goes
+// on). Over the calls of one raise, the first call's Woken plus each
+// later call's Woken − AlreadyWoken counts every item once.
 type CeilingsResult struct {
-	Ceilings Ceilings `json:"ceilings"`
-	Woken    int64    `json:"woken"`
-	Still    int64    `json:"still_exhausted"`
-	Done     bool     `json:"done"`
+	Ceilings     Ceilings `json:"ceilings"`
+	Woken        int64    `json:"woken"`
+	AlreadyWoken int64    `json:"already_woken"`
+	Still        int64    `json:"still_exhausted"`
+	Done         bool     `json:"done"`
 }

@@ -100,13 +100,17 @@ const MaxHalts = 16
 // LiftResult is the answer of a lift (POST /batches/{id}/halts/lift):
 // the subject, whether a halt was removed (false: none stood, the lift
 // only woke items still withheld under it), how many withheld items it
-// woke, and Done false when more are left for another call (each call
-// wakes what it can in a bounded time; repeating the lift goes on).
+// woke (or found woken by an earlier call, whose message it sent again:
+// AlreadyWoken of them), and Done false when more are left for another
+// call (each call wakes what it can in a bounded time; repeating the lift
+// goes on). Over the calls of one lift, the first call's Woken plus each
+// later call's Woken − AlreadyWoken counts every item once.
 type LiftResult struct {
-	Subject string `json:"subject"`
-	Lifted  bool   `json:"lifted"`
-	Woken   int64  `json:"woken"`
-	Done    bool   `json:"done"`
+	Subject      string `json:"subject"`
+	Lifted       bool   `json:"lifted"`
+	Woken        int64  `json:"woken"`
+	AlreadyWoken int64  `json:"already_woken"`
+	Done         bool   `json:"done"`
 }
 
 // NeedsAttention is the listing of every item a caller must look at:

@@ -547,16 +547,22 @@ func (c *Client) SetCeilings(ctx context.Context, id string, raise api.Ceilings)
 }
 
 // SetCeilingsAll is SetCeilings repeated until its answer is Done (at
-// most 100 calls); Woken sums the answers, Still is the last one's.
+// most 100 calls); Woken counts each item the calls moved on once (the
+// first answer's Woken, then each later one's Woken − AlreadyWoken: a
+// call goes over the items an earlier one woke again), AlreadyWoken is
+// the first answer's, Still the last one's.
 func (c *Client) SetCeilingsAll(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
 	var sum api.CeilingsResult
-	for range 100 {
+	for call := range 100 {
 		res, err := c.SetCeilings(ctx, id, raise)
 		if err != nil {
 			return sum, err
 		}
 		sum.Ceilings, sum.Still = res.Ceilings, res.Still
-		sum.Woken += res.Woken
+		sum.Woken += wokenAnew(call, res.Woken, res.AlreadyWoken)
+		if call == 0 {
+			sum.AlreadyWoken = res.AlreadyWoken
+		}
 		if sum.Done = res.Done; res.Done {
 			break
 		}
@@ -575,22 +581,37 @@ func (c *Client) Lift(ctx context.Context, id, subject string) (api.LiftResult, 
 }
 
 // LiftAll is Lift repeated until its answer is Done (at most 100 calls):
-// the halt lifted and every item withheld under it woken. It returns the
-// sum of the answers (Lifted from any).
+// the halt lifted and every item withheld under it woken. Lifted is any
+// answer's, Woken counts each item the calls moved on once (as
+// SetCeilingsAll's), AlreadyWoken is the first answer's.
 func (c *Client) LiftAll(ctx context.Context, id, subject string) (api.LiftResult, error) {
 	sum := api.LiftResult{Subject: subject}
-	for range 100 {
+	for call := range 100 {
 		res, err := c.Lift(ctx, id, subject)
 		if err != nil {
 			return sum, err
 		}
 		sum.Lifted = sum.Lifted || res.Lifted
-		sum.Woken += res.Woken
+		sum.Woken += wokenAnew(call, res.Woken, res.AlreadyWoken)
+		if call == 0 {
+			sum.AlreadyWoken = res.AlreadyWoken
+		}
 		if sum.Done = res.Done; res.Done {
 			break
 		}
 	}
 	return sum, nil
+}
+
+// wokenAnew is what call (0 first) of a wake that goes on over several
+// adds to their count: the first call's every item moved on, a later
+// call's only those it woke itself (an item an earlier call woke is found
+// woken again, and counted then).
+func wokenAnew(call int, woken, already int64) int64 {
+	if call == 0 {
+		return woken
+	}
+	return max(0, woken-already)
 }
 
 // Correct sends corrected inputs for items of a finished batch (POST

@@ -73,7 +73,7 @@ func (c *Control) SetCeilings(ctx context.Context, id string, raise api.Ceilings
 		return res, fmt.Errorf("ceilings of %s: this function wakes no held items", id)
 	}
 	w, err := c.Wake.Raise(ctx, b, WakeTime)
-	res.Woken, res.Still, res.Done = w.Woken, w.Skipped, w.Done && err == nil
+	res.Woken, res.AlreadyWoken, res.Still, res.Done = w.Woken, w.Again, w.Skipped, w.Done && err == nil
 	c.Log.InfoContext(ctx, "exhausted items woken", "batch_id", id, "woken", w.Woken, "still_exhausted", w.Skipped, "units", w.Units, "done", res.Done)
 	return res, err
 }

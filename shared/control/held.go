@@ -56,7 +56,7 @@ func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult,
 		return res, fmt.Errorf("lift %s: this function wakes no held items", id)
 	}
 	w, err := c.Wake.Wake(ctx, b, held.Filter{Outcome: api.OutcomeWithheld, Subject: subject, By: api.WakeLift}, WakeTime)
-	res.Woken, res.Done = w.Woken, w.Done && err == nil
+	res.Woken, res.AlreadyWoken, res.Done = w.Woken, w.Again, w.Done && err == nil
 	if res.Lifted {
 		now := c.now()
 		ledger.AnnounceHalt(ctx, c.Bus, c.Log, ledger.HaltEvent{BatchID: id, Run: b.Run, Subject: subject, Since: b.Halts[subject].Since, Woken: w.Woken, At: now})

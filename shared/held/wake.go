@@ -101,6 +101,11 @@ type Woken struct {
 	// Skipped counts the held items the filter selected that its Pick
 	// refused (0 without a Pick).
 	Skipped int64
+	// Again counts those of Woken an earlier wake had moved on (found
+	// woken; their messages sent again): Woken − Again is what this call
+	// woke itself, so that the calls of a wake that goes on over several
+	// (Done false) add up to each item once.
+	Again int64
 }
 
 // wakePage is how many held items one listing page of a wake reads.
@@ -146,8 +151,9 @@ func (w *Waker) Wake(ctx context.Context, b ledger.Batch, f Filter, took time.Du
 				page = append(page, it)
 			}
 		}
-		n, units, all, err := w.wakeItems(ctx, b, page, f)
+		n, again, units, all, err := w.wakeItems(ctx, b, page, f)
 		res.Woken += n
+		res.Again += again
 		res.Units += units
 		if err != nil {
 			return res, err
@@ -186,7 +192,7 @@ func (w *Waker) WakeOne(ctx context.Context, b ledger.Batch, key string, attempt
 	if it.BatchID == "" {
 		it.BatchID = b.ID
 	}
-	_, _, all, err := w.wakeItems(ctx, b, []ledger.Item{it}, f)
+	_, _, _, all, err := w.wakeItems(ctx, b, []ledger.Item{it}, f)
 	if err == nil && !all {
 		err = fmt.Errorf("wake %s/%s: its pack is held by a delivery; try again: %w", b.ID, key, ledger.ErrUnavailable)
 	}
@@ -195,10 +201,11 @@ func (w *Waker) WakeOne(ctx context.Context, b ledger.Batch, key string, attempt
 
 // wakeItems wakes items (held, of b's run; item rows and pack items
 // mixed) and sends each unit's message once. It returns how many moved
-// on, how many units' messages went, and false when a pack stayed held
-// by a delivery through its tries.
-func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.Item, f Filter) (int64, int, bool, error) {
-	var woken int64
+// on, how many of them an earlier wake had moved on, how many units'
+// messages went, and false when a pack stayed held by a delivery through
+// its tries.
+func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.Item, f Filter) (int64, int64, int, bool, error) {
+	var woken, again int64
 	all := true
 	send := map[string]bool{}
 	var order []string
@@ -219,21 +226,25 @@ func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.It
 			packs[it.PackFirst] = append(packs[it.PackFirst], it)
 			continue
 		}
-		moved, err := w.wakeRow(ctx, b, it, f)
+		moved, before, err := w.wakeRow(ctx, b, it, f)
 		if err != nil {
-			return woken, len(order), all, err
+			return woken, again, len(order), all, err
 		}
 		if moved {
 			woken++
 			mark(Unit(it))
 		}
+		if before {
+			again++
+		}
 	}
 	for _, first := range firsts {
-		n, held, err := w.wakePack(ctx, b, first, packs[first], f)
+		n, before, held, err := w.wakePack(ctx, b, first, packs[first], f)
 		if err != nil {
-			return woken, len(order), all, err
+			return woken, again, len(order), all, err
 		}
 		all = all && !held
+		again += int64(before)
 		if n > 0 {
 			woken += int64(n)
 			mark(Unit(packs[first][0]))
@@ -241,15 +252,15 @@ func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.It
 	}
 	for _, unit := range order {
 		if err := w.send(ctx, b, unit); err != nil {
-			return woken, len(order), all, err
+			return woken, again, len(order), all, err
 		}
 	}
-	return woken, len(order), all, nil
+	return woken, again, len(order), all, nil
 }
 
 // wakeRow wakes an item row; moved reports that it is woken (now, or by
-// an earlier wake whose message may be lost).
-func (w *Waker) wakeRow(ctx context.Context, b ledger.Batch, it ledger.Item, f Filter) (bool, error) {
+// an earlier wake whose message may be lost: before).
+func (w *Waker) wakeRow(ctx context.Context, b ledger.Batch, it ledger.Item, f Filter) (moved, before bool, err error) {
 	if f.Pick != nil && f.Attempt == 0 {
 		f.Attempt = it.Attempt // Pick judged the item at this attempt
 	}
@@ -258,37 +269,38 @@ func (w *Waker) wakeRow(ctx context.Context, b ledger.Batch, it ledger.Item, f F
 	got, err := w.Store.WakeItem(ctx, mk)
 	switch {
 	case err == nil:
-		return true, nil
+		return true, false, nil
 	case errors.Is(err, api.ErrConflict):
-		return got.Run == b.Run && got.Outcome.Held() && got.Hold != nil && got.Hold.Woken != "", nil
+		before = got.Run == b.Run && got.Outcome.Held() && got.Hold != nil && got.Hold.Woken != ""
+		return before, before, nil
 	}
-	return false, err
+	return false, false, err
 }
 
 // wakePack wakes the items of the pack at first with one take of the
 // pack that leaves it free (its attempt + 1 fences out any stale
 // holder), trying a pack under a live lease packWakeTries times. It
-// returns how many of them moved on, and held true when the pack stayed
-// held.
-func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items []ledger.Item, f Filter) (int, bool, error) {
+// returns how many of them moved on, how many of those an earlier wake
+// had moved on, and held true when the pack stayed held.
+func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items []ledger.Item, f Filter) (moved, before int, held bool, err error) {
 	ref := ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: first}
 	for try := 0; ; try++ {
 		p, err := w.Store.GetPack(ctx, ref)
 		if err != nil {
-			return 0, false, fmt.Errorf("wake pack %s/%d: %w", b.ID, first, err)
+			return 0, 0, false, fmt.Errorf("wake pack %s/%d: %w", b.ID, first, err)
 		}
 		now := w.Clock.Now()
 		if !p.LeaseUntil.Before(now) {
 			if try+1 >= packWakeTries {
-				return 0, true, nil
+				return 0, 0, true, nil
 			}
 			if err := sleep(ctx, 200*time.Millisecond); err != nil {
-				return 0, false, err
+				return 0, 0, false, err
 			}
 			continue
 		}
 		var writes []ledger.PackItemWrite
-		moved := 0
+		moved, before = 0, 0
 		states := slices.Clone(p.Items)
 		for _, it := range items {
 			j := slices.IndexFunc(p.Items, func(s ledger.ItemState) bool { return s.Key == it.Key })
@@ -301,6 +313,7 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 				continue
 			case s.Hold.Woken != "":
 				moved++ // woken by an earlier wake: its message goes again
+				before++
 				continue
 			case f.Pick != nil && !f.Pick(s.Item(b.ID)):
 				continue // held again since it was listed, and still picked out
@@ -311,7 +324,7 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 			moved++
 		}
 		if len(writes) == 0 {
-			return moved, false, nil
+			return moved, before, false, nil
 		}
 		err = w.Store.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Attempt: p.Attempt, Run: p.Run, Items: writes,
 			InFlight: ledger.InFlight(states), Now: now})
@@ -319,11 +332,11 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 		case errors.Is(err, api.ErrConflict) && try+1 < packWakeTries:
 			continue // another writer took the pack since it was read
 		case errors.Is(err, api.ErrConflict):
-			return 0, true, nil
+			return 0, 0, true, nil
 		case err != nil:
-			return 0, false, fmt.Errorf("wake pack %s/%d: %w", b.ID, first, err)
+			return 0, 0, false, fmt.Errorf("wake pack %s/%d: %w", b.ID, first, err)
 		}
-		return moved, false, nil
+		return moved, before, false, nil
 	}
 }
 

@@ -159,7 +159,7 @@ def test_set_budget_posts_the_dollars(client: Client, stand_in: StandIn) -> None
 
 
 def test_set_ceilings_posts_them(client: Client, stand_in: StandIn) -> None:
-    answer = {"ceilings": {"spend_usd": 2}, "woken": 50, "still_exhausted": 0, "done": True}
+    answer = {"ceilings": {"spend_usd": 2}, "woken": 50, "already_woken": 0, "still_exhausted": 0, "done": True}
     stand_in.answer = lambda m, p, b: (200, answer, {})
     assert client.set_ceilings("photos-2026-11-30", {"spend_usd": 2})["woken"] == 50
     r = stand_in.requests[-1]

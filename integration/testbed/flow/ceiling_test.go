@@ -129,11 +129,11 @@ func ceilingExhausts(t *testing.T, k int) {
 	}
 	const even, odd = n / 2, n/2 - 1 // the last item (odd) succeeded
 	res, err := r.ctl.SetCeilings(ctx, "ceil", api.Ceilings{SpendUSD: 0.8})
-	if err != nil || res.Woken != even || res.Still != odd || !res.Done || res.Ceilings.SpendUSD != 0.8 {
+	if err != nil || res.Woken != even || res.AlreadyWoken != 0 || res.Still != odd || !res.Done || res.Ceilings.SpendUSD != 0.8 {
 		t.Fatalf("raise to $0.8: %+v %v; want %d woken, %d still exhausted, done", res, err, even, odd)
 	}
-	if again, err := r.ctl.SetCeilings(ctx, "ceil", api.Ceilings{SpendUSD: 0.8}); err != nil || again.Woken != even || again.Still != odd {
-		t.Fatalf("raise to $0.8 again: %+v %v; want the %d woken items found woken", again, err, even)
+	if again, err := r.ctl.SetCeilings(ctx, "ceil", api.Ceilings{SpendUSD: 0.8}); err != nil || again.Woken != even || again.AlreadyWoken != even || again.Still != odd {
+		t.Fatalf("raise to $0.8 again: %+v %v; want the %d woken items found woken (already_woken)", again, err, even)
 	}
 	r.drain(t, ctx, 2) // duplicate deliveries: each woken item still runs once
 	mid := calls()

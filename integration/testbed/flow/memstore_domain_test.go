@@ -715,11 +715,11 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	secrets.cached, secrets.latest = "Bearer right", "Bearer right"
 	secrets.mu.Unlock()
 	res, err := r.ctl.Lift(ctx, "wrong", subject)
-	if err != nil || !res.Lifted || res.Woken != n || !res.Done {
+	if err != nil || !res.Lifted || res.Woken != n || res.AlreadyWoken != 0 || !res.Done {
 		t.Fatalf("lift: %+v %v; want lifted, %d woken, done", res, err, n)
 	}
-	if again, err := r.ctl.Lift(ctx, "wrong", subject); err != nil || again.Lifted || again.Woken != n || !again.Done {
-		t.Fatalf("lift again: %+v %v; want no halt lifted and the %d woken items found woken", again, err, n)
+	if again, err := r.ctl.Lift(ctx, "wrong", subject); err != nil || again.Lifted || again.Woken != n || again.AlreadyWoken != n || !again.Done {
+		t.Fatalf("lift again: %+v %v; want no halt lifted and the %d woken items found woken (already_woken)", again, err, n)
 	}
 	r.drain(t, ctx, 2) // duplicate deliveries: each woken item still runs once
 	after := calls()

@@ -100,6 +100,7 @@ class CeilingsResult(TypedDict):
 
     ceilings: Ceilings
     woken: int
+    already_woken: int
     still_exhausted: int
     done: bool
 
