@@ -65,14 +65,14 @@ func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult,
 	return res, err
 }
 
-// wakeToCancel wakes every held item of b's stopped run, so that its
-// saved message settles it cancelled, within WakeTime; a cancel called
-// again wakes what it leaves.
+// wakeToCancel settles every held item of b's stopped run
+// (held.Waker.Settle) within WakeTime; a cancel called again wakes what
+// it leaves.
 func (c *Control) wakeToCancel(ctx context.Context, b ledger.Batch) {
 	if c.Wake == nil {
 		return
 	}
-	w, err := c.Wake.Wake(ctx, b, held.Filter{By: api.WakeCancel}, WakeTime) // every held outcome
+	w, err := c.Wake.Settle(ctx, b, WakeTime)
 	if err != nil {
 		c.Log.WarnContext(ctx, "wake held items to cancel them; cancel again to go on", "batch_id", b.ID, "error", err.Error())
 		return

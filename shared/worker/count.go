@@ -13,7 +13,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -315,32 +314,20 @@ func (w *Worker) stopOnThreshold(ctx context.Context, log *slog.Logger, b ledger
 // invocation that stopped it.
 const stopWakeTime = 10 * time.Second
 
-// wakeToSettle wakes the held items (withheld, exhausted, …) of b's run,
-// which this delivery has just stopped, so that their saved messages
-// settle them cancelled as a cancel's wake does: a held item has no
-// message of its own, and the run ends only when every item ended. Each
-// held outcome is listed on its own (not the failures the stop follows).
-// What stopWakeTime leaves (or an error) is logged; `bulkrun cancel`
-// wakes it.
+// wakeToSettle settles the held items of b's run, which this delivery
+// has just stopped (held.Waker.Settle), within stopWakeTime. What it
+// leaves (or an error) is logged; `bulkrun cancel` wakes it.
 func (w *Worker) wakeToSettle(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 	if w.Wake == nil {
 		return
 	}
-	start := w.Clock.Now()
-	for _, o := range api.HeldOutcomes() {
-		left := stopWakeTime - w.Clock.Now().Sub(start)
-		if left <= 0 {
-			log.WarnContext(ctx, "held items of the stopped run left held; bulkrun cancel settles them", "outcome", string(o))
-			return
-		}
-		res, err := w.Wake.Wake(ctx, b, held.Filter{Outcome: o, By: api.WakeCancel}, left)
-		if err != nil || !res.Done {
-			log.WarnContext(ctx, "held items of the stopped run left held; bulkrun cancel settles them", "outcome", string(o), "woken", res.Woken, "error", fmt.Sprint(err))
-			return
-		}
-		if res.Woken > 0 {
-			log.InfoContext(ctx, "held items of the stopped run woken to settle", "outcome", string(o), "woken", res.Woken)
-		}
+	res, err := w.Wake.Settle(ctx, b, stopWakeTime)
+	if err != nil || !res.Done {
+		log.WarnContext(ctx, "held items of the stopped run left held; bulkrun cancel settles them", "woken", res.Woken, "error", fmt.Sprint(err))
+		return
+	}
+	if res.Woken > 0 {
+		log.InfoContext(ctx, "held items of the stopped run woken to settle", "woken", res.Woken)
 	}
 }
 
