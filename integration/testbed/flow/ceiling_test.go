@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -57,8 +55,7 @@ func ceilingExhausts(t *testing.T, k int) {
 		}
 		return pipeline.Result{Cost: pipeline.Cost{"usd": usd}}, errors.New("HTTP 503: try later")
 	})
-	waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
-	r.worker.Wake, r.ctl.Wake = waker, waker
+	r.wakeHeld()
 	submit := func(id string) {
 		t.Helper()
 		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
@@ -214,8 +211,7 @@ func TestMemThresholdStopSettlesExhaustedItems(t *testing.T) {
 				}
 				return pipeline.Result{}, pipeline.Permanent(errors.New("HTTP 400: bad input"))
 			})
-			waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
-			r.worker.Wake, r.ctl.Wake = waker, waker
+			r.wakeHeld()
 			zero := int64(0)
 			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "stop", Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
 				Ceilings: &api.Ceilings{SpendUSD: 0.5}, Threshold: api.Threshold{FailureCount: &zero}}); err != nil {

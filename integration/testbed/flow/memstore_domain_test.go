@@ -135,6 +135,14 @@ func newRig(t testing.TB, run pipeline.Func) *rig {
 	return r
 }
 
+// wakeHeld gives the rig's worker and control one held.Waker over its
+// store, blobs, queue and clock, as the functions' wiring does: the wakes
+// of lifts, raises, signals, timers, cancels and threshold stops.
+func (r *rig) wakeHeld() {
+	waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
+	r.worker.Wake, r.ctl.Wake = waker, waker
+}
+
 func (r *rig) callsOf(key string) int64 {
 	c, ok := r.calls.Load(key)
 	if !ok {
@@ -651,8 +659,7 @@ func wrongSecretWithholds(t *testing.T, k int) {
 		}
 		return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
 	})
-	waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
-	r.worker.Wake, r.ctl.Wake = waker, waker
+	r.wakeHeld()
 	secrets := &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
 	r.worker.Secrets = secrets
 	r.sub.SecretPrefixes = []string{arn}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
@@ -54,8 +52,7 @@ func suspendSignalAndTimer(t *testing.T, k int) {
 		return pipeline.Result{}, &pipeline.SuspendError{Reason: "awaiting approval", Token: "t-" + req.Key}
 	})
 	wakeAt = r.clock.T.Add(time.Hour)
-	waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
-	r.worker.Wake, r.ctl.Wake = waker, waker
+	r.wakeHeld()
 	// round delivers what is queued now, each message twice; those the
 	// worker failed (a pack held by the other copy) come back.
 	round := func() {
@@ -162,8 +159,7 @@ func TestMemSignalRetryAfterASecondSuspension(t *testing.T) {
 				}
 				return pipeline.Result{}, pipeline.Suspend("awaiting the next approval", time.Time{})
 			})
-			waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
-			r.worker.Wake, r.ctl.Wake = waker, waker
+			r.wakeHeld()
 			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "twice", Pipeline: "counted", Source: api.SourceSpec{Items: items(3)}, ItemsPerMessage: k}); err != nil {
 				t.Fatal(err)
 			}
