@@ -211,7 +211,11 @@ func TestSoak(t *testing.T) {
 		}
 		if time.Since(lastLog) >= 15*time.Second {
 			lastLog = time.Now()
-			t.Logf("%4.0fs  pipeline calls %d for %d items  counters: done %d failures %d", time.Since(start).Seconds(), done, n, p.Done, p.Failures)
+			last := "none"
+			if !p.UpdatedAt.IsZero() {
+				last = fmt.Sprintf("%.0fs", p.UpdatedAt.Sub(start).Seconds())
+			}
+			t.Logf("%4.0fs  pipeline calls %d for %d items  counters: done %d failures %d, last written at %s", time.Since(start).Seconds(), done, n, p.Done, p.Failures, last)
 		}
 		row, err := env.store.GetBatch(ctx, id)
 		if err == nil {
@@ -286,6 +290,9 @@ func TestSoak(t *testing.T) {
 	// The printout `make soak` shows.
 	var b2 strings.Builder
 	fmt.Fprintf(&b2, "\n=== soak: %d items, seed %d, %s, finished %v (status %s)\n", n, seed, elapsed.Round(time.Second), finished, view.Status)
+	if b.Pause != nil {
+		fmt.Fprintf(&b2, "paused: %+v\n", *b.Pause)
+	}
 	if view.Census != nil {
 		fmt.Fprintf(&b2, "census (%s): %s\n", view.CensusSource, censusLine(*view.Census))
 	}
