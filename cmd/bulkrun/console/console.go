@@ -157,8 +157,12 @@ func New(api API, objs ObjectReader, bucket string, port int) (*Server, error) {
 	m.HandleFunc("POST /api/batches/{id}/cancel", c.runAction(c.api.Cancel))
 	m.HandleFunc("POST /api/batches/{id}/pause", c.runAction(c.api.Pause))
 	m.HandleFunc("POST /api/batches/{id}/unpause", c.runAction(c.api.Unpause))
-	m.HandleFunc("POST /api/batches/{id}/budget", c.budget)
-	m.HandleFunc("POST /api/batches/{id}/ceilings", c.ceilings)
+	// The budget (POST /batches/{id}/budget: 409 for one at or under the
+	// run's spend; its answer as 202) and the per-item ceilings (POST
+	// /batches/{id}/ceilings, repeated until done; its api.CeilingsResult
+	// as 200).
+	m.HandleFunc("POST /api/batches/{id}/budget", valueAction(c, "budget_usd", actionBody.budget, http.StatusAccepted, c.api.SetBudget))
+	m.HandleFunc("POST /api/batches/{id}/ceilings", valueAction(c, "ceilings", actionBody.ceilings, http.StatusOK, c.api.SetCeilingsAll))
 	m.HandleFunc("POST /api/batches/{id}/release", c.release)
 	m.HandleFunc("POST /api/batches/{id}/signal", c.signal)
 	m.HandleFunc("POST /api/batches/{id}/forget", c.forget)
@@ -908,44 +912,31 @@ func (c *Server) runAction(call func(ctx context.Context, id string) (wire.Batch
 	}
 }
 
-// budget sets the batch's budget to the body's budget_usd (POST
-// /batches/{id}/budget): the API checks the value and answers 409 for one
-// at or under the run's spend; its answer is passed on as 202.
-func (c *Server) budget(w http.ResponseWriter, r *http.Request) {
-	id, b, ok := c.readAction(w, r)
-	if !ok {
-		return
-	}
-	if b.BudgetUSD == nil {
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "budget_usd" is required`)
-		return
-	}
-	v, err := c.api.SetBudget(r.Context(), id, *b.BudgetUSD)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, v)
-}
+func (b actionBody) budget() *float64        { return b.BudgetUSD }
+func (b actionBody) ceilings() *api.Ceilings { return b.Ceilings }
 
-// ceilings sets the batch's per-item ceilings to the body's ceilings
-// (POST /batches/{id}/ceilings, repeated until done): the API checks the
-// values; its api.CeilingsResult is passed on as 200.
-func (c *Server) ceilings(w http.ResponseWriter, r *http.Request) {
-	id, b, ok := c.readAction(w, r)
-	if !ok {
-		return
+// valueAction is an action whose body must carry one value: pick takes
+// it from the body (nil: absent, a 400 naming field), call runs it
+// through the API (which checks it), and its answer is passed on with
+// status.
+func valueAction[T, R any](c *Server, field string, pick func(actionBody) *T, status int, call func(ctx context.Context, id string, v T) (R, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, b, ok := c.readAction(w, r)
+		if !ok {
+			return
+		}
+		v := pick(b)
+		if v == nil {
+			writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "`+field+`" is required`)
+			return
+		}
+		res, err := call(r.Context(), id, *v)
+		if err != nil {
+			writeAPIError(w, err)
+			return
+		}
+		writeJSON(w, status, res)
 	}
-	if b.Ceilings == nil {
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "ceilings" is required`)
-		return
-	}
-	res, err := c.api.SetCeilingsAll(r.Context(), id, *b.Ceilings)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
 }
 
 func (c *Server) release(w http.ResponseWriter, r *http.Request) {

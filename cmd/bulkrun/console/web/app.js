@@ -4,19 +4,18 @@
 "use strict";
 
 const TOKEN = document.querySelector('meta[name="bulkrun-token"]').content;
+// A census's counts, in the bar's order: they add up to its total (the
+// held outcomes — withheld, exhausted, suspended — are neither ended nor
+// in flight).
 const OUTCOMES = ["succeeded", "failed", "quarantined", "cancelled",
-  "exhausted",
-  "in_flight", "pending"];
+  "withheld", "exhausted", "suspended", "in_flight", "pending"];
 const STATUSES = ["submitting", "running", "completed", "threshold_exceeded", "cancelled", "refused", "finalize_failed"];
 const LIVE_MS = 2000;
 // The items tabs of the batch page: those needing a look.
-const ITEM_TABS = ["failed", "quarantined",
-  "suspended",
-  "in_flight"];
+const ITEM_TABS = ["failed", "quarantined", "withheld", "exhausted", "suspended", "in_flight"];
 const LABEL = {
   succeeded: "succeeded", failed: "failed", quarantined: "quarantined", cancelled: "cancelled",
-  exhausted: "exhausted",
-  suspended: "suspended",
+  withheld: "withheld", exhausted: "exhausted", suspended: "suspended",
   in_flight: "in flight", pending: "pending", threshold_exceeded: "threshold exceeded", finalize_failed: "finalize failed",
   submitting: "submitting", running: "running", completed: "completed", refused: "refused",
 };
@@ -87,9 +86,11 @@ function pct(n, total) {
   return (p === 100 || p === 0 ? p.toFixed(0) : p < 0.1 ? "<0.1" : p.toFixed(1)) + "\u00a0%";
 }
 
-// done returns the items done and the total of a batch (or null).
+// done returns the items done (ended: neither held, in flight nor
+// pending) and the total of a batch (or null).
 function doneOf(b) {
-  if (b.census) return {done: b.census.total - b.census.pending - b.census.in_flight, total: b.census.total};
+  const c = b.census;
+  if (c) return {done: c.total - c.pending - c.in_flight - (c.withheld || 0) - (c.exhausted || 0) - (c.suspended || 0), total: c.total};
   if (b.progress) return {done: b.progress.done, total: b.item_count};
   return null;
 }
@@ -175,7 +176,8 @@ function outcomeBar(b, id) {
     return el("span", {class: "muted"}, b.status === "submitting" ? "reading the source" :
       b.status === "refused" ? "nothing ran" : b.status_error ? "status unavailable" : "—");
   }
-  const c = b.census || {total: d.total, pending: d.total - d.done, succeeded: 0, failed: 0, quarantined: 0, cancelled: 0, in_flight: 0};
+  const c = b.census || {total: d.total, pending: d.total - d.done, succeeded: 0, failed: 0, quarantined: 0, cancelled: 0,
+    withheld: 0, exhausted: 0, suspended: 0, in_flight: 0};
   const bar = el("div", {class: "mini-bar", id, role: "img", dataset: {done: d.done, total: d.total},
     "aria-label": progressText(b, d) + ": " + OUTCOMES.map((o) => fmtInt(c[o]) + " " + LABEL[o]).join(", ")});
   for (const o of OUTCOMES) {
