@@ -878,6 +878,12 @@ type actionBody struct {
 	BudgetUSD *float64 `json:"budget_usd"`
 	// Ceilings is the ceilings action's ceilings to set (POST …/ceilings).
 	Ceilings *api.Ceilings `json:"ceilings"`
+	// Payload and Token are the signal action's (POST …/signal): the
+	// payload handed to the item's next attempt (JSON; absent: none) and
+	// the token its suspension returned (empty: none). The API checks
+	// both (the payload at most api.MaxSignalPayloadBytes).
+	Payload json.RawMessage `json:"payload"`
+	Token   string          `json:"token"`
 }
 
 func (c *Server) readAction(w http.ResponseWriter, r *http.Request) (string, actionBody, bool) {
@@ -967,7 +973,7 @@ func (c *Server) signal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, `body: "key" is required`)
 		return
 	}
-	res, err := c.api.Signal(r.Context(), id, b.Key, "", nil)
+	res, err := c.api.Signal(r.Context(), id, b.Key, b.Token, b.Payload)
 	if err != nil {
 		writeAPIError(w, err)
 		return

@@ -100,8 +100,8 @@ func (f *fakeAPI) Release(_ context.Context, id, key string) error {
 	f.record("release " + id + " " + key)
 	return nil
 }
-func (f *fakeAPI) Signal(_ context.Context, id, key, _ string, _ json.RawMessage) (api.SignalResult, error) {
-	f.record("signal " + id + " " + key)
+func (f *fakeAPI) Signal(_ context.Context, id, key, token string, payload json.RawMessage) (api.SignalResult, error) {
+	f.record("signal " + id + " " + key + " token=" + token + " payload=" + string(payload))
 	return api.SignalResult{Key: key, Woken: true}, nil
 }
 func (f *fakeAPI) Forget(_ context.Context, id string) error {
@@ -742,5 +742,30 @@ func TestConsoleRaisesCeilings(t *testing.T) {
 	}
 	if calls, want := f.Calls(), []string{"ceilings b1 2 0"}; !slices.Equal(calls, want) {
 		t.Errorf("API calls %v, want %v", calls, want)
+	}
+}
+
+// TestConsoleSignalsWithAPayload: the page's signal action sends the
+// item's key, the payload and the suspension's token to the API (POST
+// …/items/{key}/signal) as given; a body without a key is refused before
+// the API, and one whose payload is not JSON is refused whole.
+func TestConsoleSignalsWithAPayload(t *testing.T) {
+	f := &fakeAPI{}
+	c := newTestServer(t, f, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	if w := do(c, "POST", "/api/batches/b1/signal", host, good, `{"key": "a/b", "payload": {"approved": true}, "token": "t-1"}`); w.Code != 200 || !strings.Contains(w.Body.String(), "signalled a/b") {
+		t.Errorf("signal: HTTP %d %s, want 200 saying it was signalled", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/signal", host, good, `{"key": "c"}`); w.Code != 200 {
+		t.Errorf("signal without a payload: HTTP %d %s, want 200", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/signal", host, good, `{"payload": 1}`); w.Code != 400 || !strings.Contains(w.Body.String(), "key") {
+		t.Errorf("no key: HTTP %d %s, want 400 naming it", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b1/signal", host, good, `{"key": "d", "payload": {"a": }`); w.Code != 400 {
+		t.Errorf("a payload that is not JSON: HTTP %d %s, want 400", w.Code, w.Body.String())
+	}
+	if calls, want := f.Calls(), []string{`signal b1 a/b token=t-1 payload={"approved": true}`, "signal b1 c token= payload="}; !slices.Equal(calls, want) {
+		t.Errorf("API calls %q, want %q", calls, want)
 	}
 }

@@ -763,17 +763,11 @@ function renderToDo(page) {
 // button: "primary" for an action that starts work, "danger" (the
 // default) for one that stops or deletes.
 async function confirmAct(title, text, yes, path, body, page, leave, weight) {
-  const d = document.getElementById("confirm");
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
   document.getElementById("confirm-yes").textContent = yes;
   document.getElementById("confirm-yes").className = weight || "danger";
-  const opener = document.activeElement;
-  d.returnValue = "";
-  d.showModal();
-  document.getElementById("confirm-no").focus();
-  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
-  if (opener && document.body.contains(opener)) opener.focus();
+  const ok = await ask("confirm", document.getElementById("confirm-no"));
   if (!ok) { notice("Nothing done."); return; }
   try {
     const out = await act("/api/batches/" + encodeURIComponent(page.id) + path, body);
@@ -794,18 +788,12 @@ async function confirmAct(title, text, yes, path, body, page, leave, weight) {
 // again: the correction's run is the batch's run.
 async function correctAct(page) {
   const b = page.data.batch;
-  const d = document.getElementById("correct");
   const file = document.getElementById("correct-file");
   const key = document.getElementById("correct-key");
   document.getElementById("correct-title").textContent = "Correct items of " + b.batch_id;
   file.value = "";
   key.value = b.key_field || "";
-  const opener = document.activeElement;
-  d.returnValue = "";
-  d.showModal();
-  file.focus();
-  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
-  if (opener && document.body.contains(opener)) opener.focus();
+  const ok = await ask("correct", file);
   const f = file.files[0];
   if (!ok || !f) { notice("Nothing done."); return; }
   try {
@@ -826,16 +814,10 @@ async function correctAct(page) {
 // again; the API refuses a budget at or under the run's spend (409).
 async function budgetAct(page) {
   const b = page.data.batch;
-  const d = document.getElementById("budget");
   const usd = document.getElementById("budget-usd");
   document.getElementById("budget-title").textContent = "Budget of " + b.batch_id;
   usd.value = b.budget_usd ? String(b.budget_usd) : "";
-  const opener = document.activeElement;
-  d.returnValue = "";
-  d.showModal();
-  usd.focus();
-  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
-  if (opener && document.body.contains(opener)) opener.focus();
+  const ok = await ask("budget", usd);
   const v = Number(usd.value);
   if (!ok || !(v > 0)) { notice("Nothing done."); return; }
   try {
@@ -845,6 +827,20 @@ async function budgetAct(page) {
   } catch (e) {
     notice("Budget failed: " + e.message, "error");
   }
+}
+
+// ask shows modal dialog id with focus on first, and answers whether it
+// was closed with its "ok" button (Esc or "Keep as is": false); the
+// element focused before it gets the focus back.
+async function ask(id, first) {
+  const d = document.getElementById(id);
+  const opener = document.activeElement;
+  d.returnValue = "";
+  d.showModal();
+  first.focus();
+  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
+  if (opener && document.body.contains(opener)) opener.focus();
+  return ok;
 }
 
 // ceilingsText is a batch's per-item ceilings in words.
@@ -861,17 +857,11 @@ function ceilingsText(c) {
 // how many exhausted items the raise woke and how many stay at a ceiling.
 async function ceilingsAct(page) {
   const b = page.data.batch;
-  const d = document.getElementById("ceilings");
   const usd = document.getElementById("ceilings-usd"), tokens = document.getElementById("ceilings-tokens");
   document.getElementById("ceilings-title").textContent = "Per-item ceilings of " + b.batch_id;
   usd.value = b.ceilings && b.ceilings.spend_usd ? String(b.ceilings.spend_usd) : "";
   tokens.value = b.ceilings && b.ceilings.tokens ? String(b.ceilings.tokens) : "";
-  const opener = document.activeElement;
-  d.returnValue = "";
-  d.showModal();
-  usd.focus();
-  const ok = await new Promise((res) => d.addEventListener("close", () => res(d.returnValue === "ok"), {once: true}));
-  if (opener && document.body.contains(opener)) opener.focus();
+  const ok = await ask("ceilings", usd);
   const raise = {};
   if (Number(usd.value) > 0) raise.spend_usd = Number(usd.value);
   if (Number(tokens.value) > 0) raise.tokens = Number(tokens.value);
@@ -987,14 +977,41 @@ async function loadItems(page, outcome, cursor) {
   more.replaceChildren(p.next_cursor ? el("button", {class: "secondary", id: "items-next", onclick: () => loadItems(page, outcome, p.next_cursor)}, "Show more " + LABEL[outcome] + " items") : "");
 }
 
-// signalButton is a suspended item's "Signal…" (POST …/signal, no
-// payload: the CLI and the API send one); a woken item says so instead.
+// signalButton is a suspended item's "Signal…" (signalAct); a woken
+// item says what woke it instead.
 function signalButton(page, it) {
   if (it.hold && it.hold.woken) return el("span", {class: "muted"}, "woken by " + it.hold.woken + ": runs once more");
-  const wake = it.hold && it.hold.wake_at ? " Its timer would wake it at " + fmtTime(it.hold.wake_at) + "." : "";
-  return el("button", {class: "secondary small", dataset: {signal: it.key}, onclick: () => confirmAct(
-    "Signal item " + it.key + "?", "The suspended item runs once more, without a payload (bulkrun signal sends one)." + wake,
-    "Signal", "/signal", {key: it.key}, page, false, "primary")}, "Signal…");
+  return el("button", {class: "secondary small", dataset: {signal: it.key}, onclick: () => signalAct(page, it)}, "Signal…");
+}
+
+// signalAct asks for a suspended item's signal — a JSON payload and the
+// suspension's token, both optional — in a modal dialog, sends it (POST
+// …/signal), and reads the items again. A payload that is not JSON is
+// refused here, nothing sent.
+async function signalAct(page, it) {
+  const payload = document.getElementById("signal-payload"), token = document.getElementById("signal-token");
+  const wake = it.hold && it.hold.wake_at ? " (its timer would wake it at " + fmtTime(it.hold.wake_at) + ")" : "";
+  document.getElementById("signal-title").textContent = "Signal item " + it.key + wake;
+  payload.value = "";
+  token.value = "";
+  if (!(await ask("signal", payload))) { notice("Nothing done."); return; }
+  const body = {key: it.key};
+  if (payload.value.trim() !== "") {
+    try {
+      body.payload = JSON.parse(payload.value);
+    } catch (e) {
+      notice("The payload is not JSON (" + e.message + "); nothing sent.", "error");
+      return;
+    }
+  }
+  if (token.value.trim() !== "") body.token = token.value.trim();
+  try {
+    const out = await act("/api/batches/" + encodeURIComponent(page.id) + "/signal", body);
+    await showBatch(page.id);
+    notice((out.message || "Signalled " + it.key) + ".", "ok");
+  } catch (e) {
+    notice("Signal failed: " + e.message, "error");
+  }
 }
 
 async function loadThumbs(page, cursor) {
