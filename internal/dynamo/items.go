@@ -164,8 +164,8 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 }
 
 // resume is Reserve's third condition: the item is held in this run and
-// woken (see woken); attempt + 1, first_attempt, spent and run_time_ms
-// kept, the hold removed.
+// woken (see woken); attempt + 1, first_attempt and spent kept, the
+// hold removed.
 func (s *Store) resume(ctx context.Context, r ledger.Reservation) (ledger.Item, error) {
 	u := expression.Set(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeInFlight))).
 		Set(expression.Name(layout.AttrAttempt), expression.Plus(expression.Name(layout.AttrAttempt), expression.Value(1))).
@@ -360,9 +360,9 @@ func (s *Store) Release(ctx context.Context, r ledger.Record) error {
 	return s.update(ctx, "release", r, expr)
 }
 
-// setSpent writes what r.Run's attempts spent (spent, spent_run) and
-// their time (run_time_ms) when r carries them, in the same write as the
-// outcome or release, so it costs no extra request. An empty Spent leaves the stored one: a row settled
+// setSpent writes what r.Run's attempts spent (spent, spent_run) when r
+// carries it, in the same write as the outcome or release, so it costs
+// no extra request. An empty Spent leaves the stored one: a row settled
 // without running keeps its earlier run's figure, which the census reads
 // only for that run.
 func setSpent(u expression.UpdateBuilder, r ledger.Record) expression.UpdateBuilder {
