@@ -63,7 +63,7 @@ type Presigner interface {
 //	GET    /batches?status=&since=&limit=&cursor=   batches newest first (api.BatchPage)
 //	GET    /batches/{id}                     status and census
 //	GET    /batches/{id}/report              the last finished run's report (303 and a link when over ReportInlineBytes)
-//	GET    /batches/{id}/items?outcome=failed|quarantined|withheld|in_flight|needs_attention&limit=&cursor=
+//	GET    /batches/{id}/items?outcome=failed|quarantined|withheld|exhausted|suspended|in_flight|needs_attention&limit=&cursor=
 //	GET    /batches/{id}/results/partial?limit=&cursor=   the results lines recorded so far in the current run (api.ResultPage)
 //	GET    /batches/{id}/inputs?outcome=failed|quarantined&limit=&cursor=   the items' inputs in the source's format (api.InputPage: CSV or JSON Lines)
 //	POST   /batches/{id}/resume              new run of a finished batch (202)

@@ -289,7 +289,7 @@ type itemsQuery struct {
 // default), each an *api.InputError naming it.
 func readItemsQuery(outcome api.Outcome, cursor string, limit int) (itemsQuery, error) {
 	if !ledger.Listable(outcome) {
-		return itemsQuery{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined, withheld, suspended, in_flight or needs_attention", outcome)}
+		return itemsQuery{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined, withheld, exhausted, suspended, in_flight or needs_attention", outcome)}
 	}
 	if limit == 0 {
 		limit = api.DefaultListLimit

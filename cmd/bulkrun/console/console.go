@@ -639,8 +639,9 @@ func (c *Server) runs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"runs": out})
 }
 
-// items answers a page of the batch's failed, quarantined or in-flight
-// items (?outcome, ?cursor, ?limit 1–100, default 25).
+// items answers a page of the batch's failed, quarantined, held
+// (withheld, exhausted, suspended) or in-flight items (?outcome, ?cursor,
+// ?limit 1–100, default 25).
 // inputs serves GET /api/batches/{id}/inputs?outcome=failed|quarantined
 // as a download: every page of the API's GET /batches/{id}/inputs joined
 // into one file (client.WriteInputPages: a CSV source's header once, with
@@ -693,8 +694,8 @@ func (c *Server) items(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	o := api.Outcome(q.Get("outcome"))
-	if o != api.OutcomeFailed && o != api.OutcomeQuarantined && o != api.OutcomeInFlight {
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("outcome %q: want failed, quarantined or in_flight", o))
+	if o != api.OutcomeFailed && o != api.OutcomeQuarantined && !o.Held() && o != api.OutcomeInFlight {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, fmt.Sprintf("outcome %q: want failed, quarantined, withheld, exhausted, suspended or in_flight", o))
 		return
 	}
 	limit := 25

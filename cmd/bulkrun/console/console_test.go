@@ -769,3 +769,24 @@ func TestConsoleSignalsWithAPayload(t *testing.T) {
 		t.Errorf("API calls %q, want %q", calls, want)
 	}
 }
+
+// TestConsoleListsEveryItemsTab: each items tab of the batch page (failed,
+// quarantined, the held outcomes, in flight) is read through the API with
+// its outcome; an outcome no tab has is refused before the API.
+func TestConsoleListsEveryItemsTab(t *testing.T) {
+	f := &fakeAPI{}
+	c := newTestServer(t, f, nil)
+	var want []string
+	for _, o := range []string{"failed", "quarantined", "withheld", "exhausted", "suspended", "in_flight"} {
+		if w := do(c, "GET", "/api/batches/b1/items?outcome="+o, host, nil, ""); w.Code != 200 {
+			t.Errorf("%s tab: HTTP %d %s, want 200", o, w.Code, w.Body.String())
+		}
+		want = append(want, fmt.Sprintf("items b1 %s %q %d", o, "", 25))
+	}
+	if w := do(c, "GET", "/api/batches/b1/items?outcome=cancelled", host, nil, ""); w.Code != 400 || !strings.Contains(w.Body.String(), "suspended") {
+		t.Errorf("cancelled: HTTP %d %s, want 400 naming the tabs' outcomes", w.Code, w.Body.String())
+	}
+	if calls := f.Calls(); !slices.Equal(calls, want) {
+		t.Errorf("API calls %q, want %q", calls, want)
+	}
+}

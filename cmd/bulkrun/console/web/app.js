@@ -168,7 +168,8 @@ function progressText(b, d) {
 
 // outcomeBar is a batch's progress as a bar of its outcomes (the census
 // bar's colours and patterns): succeeded, failed, quarantined, cancelled,
-// in flight, then what is still pending; with the written progress under
+// withheld, exhausted, suspended, in flight, then what is still pending;
+// with the written progress under
 // it. A running batch's counters count in-flight items as pending.
 function outcomeBar(b, id) {
   const d = doneOf(b);
