@@ -172,31 +172,14 @@ func (w *Waker) Wake(ctx context.Context, b ledger.Batch, f Filter, took time.Du
 // Settle wakes every held item (withheld, exhausted, suspended) of b's
 // run, which a cancel or a threshold stop has stopped, with api.WakeCancel,
 // so that each unit's saved message settles it cancelled: a held item has
-// no message of its own, and the run ends only when every item ended.
-// Each held outcome is listed on its own (the listing of items needing
-// attention holds the run's failures too, which a threshold stop follows
-// by the thousand). It stops once took has passed (0: no bound) with Done
-// false; calling it again goes on (Wake's idempotence).
+// no message of its own, and the run ends only when every item ended. One
+// pass over the listing of items needing attention (its failures are read
+// and passed over: the attention index is keyed by shard and key, so a
+// listing of one outcome reads them too). It stops once took has passed
+// (0: no bound) with Done false; calling it again goes on (Wake's
+// idempotence).
 func (w *Waker) Settle(ctx context.Context, b ledger.Batch, took time.Duration) (Woken, error) {
-	start := w.Clock.Now()
-	var res Woken
-	for _, o := range api.HeldOutcomes() {
-		left := time.Duration(0)
-		if took > 0 {
-			if left = took - w.Clock.Now().Sub(start); left <= 0 {
-				return res, nil
-			}
-		}
-		r, err := w.Wake(ctx, b, Filter{Outcome: o, By: api.WakeCancel}, left)
-		res.Woken += r.Woken
-		res.Again += r.Again
-		res.Units += r.Units
-		if err != nil || !r.Done {
-			return res, err
-		}
-	}
-	res.Done = true
-	return res, nil
+	return w.Wake(ctx, b, Filter{By: api.WakeCancel}, took)
 }
 
 // WakeOne wakes held item key of b's current run as f selects it
