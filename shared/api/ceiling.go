@@ -81,7 +81,8 @@ func (c Ceilings) Merge(raise Ceilings) Ceilings {
 // under their totals), and Done false when more are left for another
 // call (each call wakes what it can in a bounded time; repeating it goes
 // on). Over the calls of one raise, the first call's Woken plus each
-// later call's Woken − AlreadyWoken counts every item once.
+// later call's Woken − AlreadyWoken counts every item once when no other
+// wake ran before or between the calls.
 type CeilingsResult struct {
 	Ceilings     Ceilings `json:"ceilings"`
 	Woken        int64    `json:"woken"`

@@ -104,7 +104,8 @@ const MaxHalts = 16
 // AlreadyWoken of them), and Done false when more are left for another
 // call (each call wakes what it can in a bounded time; repeating the lift
 // goes on). Over the calls of one lift, the first call's Woken plus each
-// later call's Woken − AlreadyWoken counts every item once.
+// later call's Woken − AlreadyWoken counts every item once when no other
+// wake ran before or between the calls.
 type LiftResult struct {
 	Subject      string `json:"subject"`
 	Lifted       bool   `json:"lifted"`

@@ -550,7 +550,10 @@ func (c *Client) SetCeilings(ctx context.Context, id string, raise api.Ceilings)
 // most 100 calls); Woken counts each item the calls moved on once (the
 // first answer's Woken, then each later one's Woken − AlreadyWoken: a
 // call goes over the items an earlier one woke again), AlreadyWoken is
-// the first answer's, Still the last one's.
+// the first answer's, Still the last one's. The count is exact when no
+// other wake ran before or between the calls: an item woken before the
+// first call and not reached by it is missed, and one woken, held again
+// and woken again between two calls is counted twice (it did run twice).
 func (c *Client) SetCeilingsAll(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
 	var sum api.CeilingsResult
 	for call := range 100 {
