@@ -570,10 +570,10 @@ type Progress struct {
 	Done      int64
 	Failures  int64
 	ByOutcome map[api.Outcome]int64 // Done by terminal outcome
-	// Cost and Spent sum the chunk counters' ChunkCount.Cost and Spent:
-	// the run's cost so far, as exact as the census's, for the items the
-	// counters have counted (a lost counter write loses its share; the
-	// report's census is exact).
+	// Cost and Spent sum the counters' Cost and Spent: the cost of the
+	// items counted, and what the run's attempts reported spending (lanes:
+	// each attempt as its ending is written; a lost counter write loses
+	// its share; the report's census is exact).
 	Cost, Spent pipeline.CostSum
 	UpdatedAt   time.Time // latest update of any counter row; zero when none
 	Usage       api.Usage // what the run's message batches consumed, as far as attributed

@@ -29,7 +29,9 @@ const DefaultBudgetEvery = 5 * time.Second
 // message batch. The spend read lags the items: what the counters have
 // not counted yet (an invocation counts at least every
 // DefaultProgressEvery) and the items in flight are spent past the
-// budget; items already running finish.
+// budget; items already running finish. The spend counts each attempt
+// as its ending is written (done.attemptSpent): an item still retrying
+// or held counts what its attempts spent so far.
 func (w *Worker) judgeBudget(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 	if b.BudgetUSD <= 0 || b.Pause != nil || b.Stop != "" || b.Status != api.StatusRunning {
 		return

@@ -34,8 +34,10 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		run int
 	}
 	type sum struct {
-		b           ledger.Batch
-		outcomes    map[api.Outcome]int64
+		b        ledger.Batch
+		outcomes map[api.Outcome]int64
+		// spent is what the attempts of the deliveries reported spending
+		// (done.attemptSpent), ended or not.
 		cost, spent pipeline.CostSum
 		health      health
 	}
@@ -63,18 +65,18 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 			order = append(order, k)
 		}
 		a.health.add(d)
+		a.spent.Add(d.attemptSpent)
 		if !d.outcome.Terminal() {
-			continue // a retry: the pause's, not a counter's
+			continue // a retry or a hold: the pause's and the spend's, not the items'
 		}
 		a.outcomes[d.outcome] += weight
 		a.cost.Add(d.cost)
-		a.spent.Add(d.spent)
 	}
 	for _, k := range order {
 		a := runs[k]
 		log := w.Log.With("batch_id", k.id, "run", k.run)
 		w.countLanes(ctx, log, a.b, a.outcomes, a.cost, a.spent, a.health)
-		if ledger.SumOutcomes(a.outcomes) > 0 {
+		if ledger.SumOutcomes(a.outcomes) > 0 || len(a.spent) > 0 {
 			w.judgeBudget(ctx, log, a.b)
 		}
 	}
@@ -175,9 +177,12 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 // attempts' health: an attempt answered ends the lane's failure-class
 // streaks, else the transient failures add to them and the write that
 // takes a streak past a multiple of PauseAfter pauses the batch
-// (judgeStreaks). A message batch with transient failures only (no
-// terminal item) writes its streaks to a lane at random: one write, as
-// a counted message batch's.
+// (judgeStreaks). spent is what the message batch's attempts reported
+// spending, ended or not (done.attemptSpent): a lane's s#{name} is the
+// run's spend as its attempts happen, so that a budget sees the attempts
+// of items still retrying or held. A message batch with no terminal item
+// writes its streaks and that spend to a lane at random: one write, as a
+// counted message batch's.
 func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batch, outcomes map[api.Outcome]int64, cost, spent pipeline.CostSum, h health) {
 	lanes := b.RunLanes()
 	judge := b.Stop == "" && b.EarlyStop() && b.Threshold.Limited()
@@ -197,17 +202,19 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 	cost, spent = foldSum(cost, api.MaxCensusCostNames), foldSum(spent, api.MaxCensusCostNames)
 	folded := false
 	if ledger.SumOutcomes(left) == 0 {
-		if len(streaks) == 0 {
+		if len(streaks) == 0 && len(spent) == 0 {
 			return
 		}
 		p := rand.IntN(max(1, lanes))
 		got, err := w.Store.CountLane(ctx, ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
-			Outcomes: map[api.Outcome]int64{}, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()})
+			Outcomes: map[api.Outcome]int64{}, Spent: spent, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()})
 		if err != nil {
-			log.WarnContext(ctx, "count failure streaks", "error", err.Error(), "lane", p)
+			log.WarnContext(ctx, "count failure streaks and the spend of retried or held attempts", "error", err.Error(), "lane", p)
 			return
 		}
-		w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
+		if len(streaks) > 0 {
+			w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
+		}
 		return
 	}
 	for try := 0; ledger.SumOutcomes(left) > 0; try++ {

@@ -14,7 +14,7 @@ import (
 // it failed transiently (its failure class) for the pause.
 func ranDone(b ledger.Batch, r *itemRun) done {
 	d := doneOf(b, r.state)
-	d.ran, d.class = true, r.ending.Class
+	d.ran, d.class, d.attemptSpent = true, r.ending.Class, r.cost
 	if d.class != "" {
 		d.text = r.ending.Error
 	}

@@ -33,6 +33,7 @@ type itemRun struct {
 	ending    ledger.Ending
 	started   bool          // its attempt started (else its take is given back)
 	took      time.Duration // how long its pipeline ran; 0 when it did not
+	cost      pipeline.Cost // what its attempt reported spending (Result.Cost), whatever its ending
 	committed bool          // written on its own, with its staged writes
 	lost      bool          // its own write lost the unit's fence
 	timedOut  bool          // its call was given up without an answer (a *pipeline.TimeoutError)
@@ -428,7 +429,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		s.Spent, _ = pipeline.BoundCost(sum)
 		s.SpentRun = b.Run
 	}
-	s.Cost = res.Cost
+	s.Cost, r.cost = res.Cost, res.Cost
 	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rr == rereadRotated
 	if rr == rereadUnchanged {
 		a.Withhold = c.subject

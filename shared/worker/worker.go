@@ -175,8 +175,15 @@ type done struct {
 	first, items int64
 	// cost is what the attempt that ended the item cost (an item answered
 	// from an earlier run: that run's); spent what this run's attempts of
-	// it spent (none for an item it did not run).
+	// it spent (none for an item it did not run): a run's chunk counters
+	// (batches before lanes) add them once the item ends.
 	cost, spent pipeline.Cost
+	// attemptSpent is what this delivery's attempt of the item reported
+	// spending, whatever its ending (a retry, a hold, an outcome): a run's
+	// counter lanes add each attempt's as its ending is written, so that
+	// the run's live spend, and its budget, count the attempts of items
+	// still retrying or held.
+	attemptSpent pipeline.Cost
 	// ran: an attempt of this delivery ended the item (outcome terminal)
 	// or scheduled its retry (outcome in flight, counted by no counter);
 	// class is the attempt's failure class when it failed transiently

@@ -126,6 +126,85 @@ func TestBudgetPausesAndARaiseResumes(t *testing.T) {
 	}
 }
 
+// The spend of attempts that will be retried counts toward the budget as
+// they happen, not once their item ends: a pipeline that reports $0.50
+// per attempt, fails the first two attempts of every even item
+// transiently and succeeds at once for odd ones (so that no failure
+// streak pauses the batch for an outage), 20 items, a budget of $5, two
+// messages per invocation. At the pause the counters' spend is every call
+// so far at $0.50 — retried attempts included, though their items have
+// not ended — and it came with the first count that reached $5 (11
+// calls: the fan-out takes the first invocation's other message);
+// counted at their items' end alone, the spend would lag the calls.
+// Raised, every item succeeds, and the counters' spend equals the
+// census's run_spent (10 × 3 × $0.50 + 10 × $0.50): each attempt counted
+// once.
+func TestBudgetCountsRetriedAttempts(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+		res := pipeline.Result{Output: []byte(`{"ok":true}`), Cost: pipeline.Cost{"usd": 0.5}}
+		if last := req.Key[len(req.Key)-1]; (last-'0')%2 == 0 && req.Attempt < 3 {
+			return res, errors.New("HTTP 503: try later")
+		}
+		return res, nil
+	})
+	r.worker.BudgetEvery = -1 // judge after every write
+	five := 5.0
+	const id = "retried"
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 5, ItemsPerMessage: 1,
+		BudgetUSD: &five, Source: api.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	var b ledger.Batch
+	for round := 0; ; round++ {
+		if round > 400 {
+			t.Fatal("not paused in 400 rounds")
+		}
+		r.handleSome(ctx, 2)
+		var err error
+		if b, err = r.store.GetBatch(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if b.Pause != nil {
+			break
+		}
+	}
+	p, err := r.store.Progress(ctx, id, 1, b.CounterShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := r.totalCalls()
+	if called != 11 || p.Done >= called || !p.Spent["usd"].Equal(decimal.NewFromFloat(0.5).Mul(decimal.NewFromInt(called))) || b.Pause.By != api.PauseByBudget {
+		t.Fatalf("at the pause: %d calls, %d items ended, spent %s, pause %+v: want 11 calls, fewer items ended, usd=0.5 per call, by budget", called, p.Done, p.Spent, *b.Pause)
+	}
+	if _, err := r.ctl.SetBudget(ctx, id, 100); err != nil {
+		t.Fatal(err)
+	}
+	// The retries wait for their time: a second of the rig's clock a round.
+	for round := 0; ; round++ {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			break
+		}
+		if round > 3000 {
+			t.Fatal("the queue did not drain in 3,000 rounds")
+		}
+		r.queue.put(ds)
+		r.handleSome(ctx, 0)
+	}
+	res, err := r.fin.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = r.store.Progress(ctx, id, 1, b.CounterShards); err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if c.Succeeded != 20 || !c.RunSpent["usd"].Equal(decimal.NewFromInt(20)) || !p.Spent["usd"].Equal(c.RunSpent["usd"]) || r.totalCalls() != 40 {
+		t.Fatalf("census %+v, counters' spend %s, %d calls: want 20 succeeded, run_spent usd=20 in both, 40 calls", c, p.Spent, r.totalCalls())
+	}
+}
+
 // Without a budget nothing reads the counters for one, and a batch whose
 // spend passes any amount runs to its end.
 func TestNoBudgetNeverPauses(t *testing.T) {
