@@ -27,9 +27,8 @@ import (
 // without one, the others once; no wait is longer than a hop; the run
 // does not finish while items are suspended, then completes. The calls
 // at once stay within 2 × max_concurrency, the documented bound while
-// woken units run beside the tracks (docs/design/items.md, "Known limit:
-// held items woken while the tracks run make it 2N"); the figure is
-// logged.
+// woken units run beside the tracks (a known limit: docs/design/items.md,
+// "Per-batch concurrency (max_concurrency)"); the figure is logged.
 func TestSuspendUnderMaxConcurrency(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
