@@ -37,21 +37,7 @@ func TestBudgetPausesAndARaiseResumes(t *testing.T) {
 		BudgetUSD: &five, Source: api.SourceSpec{Items: items(40)}}); err != nil {
 		t.Fatal(err)
 	}
-	// Two messages per invocation until the batch pauses.
-	var b ledger.Batch
-	for round := 0; ; round++ {
-		if round > 200 {
-			t.Fatal("not paused in 200 rounds")
-		}
-		r.handleSome(ctx, 2)
-		var err error
-		if b, err = r.store.GetBatch(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		if b.Pause != nil {
-			break
-		}
-	}
+	b := r.untilPaused(t, ctx, id)
 	if b.Pause.By != api.PauseByBudget || b.Pause.Class != "budget" || !strings.HasPrefix(b.Pause.Error, "budget $5 reached ($5 spent: pipeline $5, DynamoDB $0;") {
 		t.Fatalf("pause %+v: want by budget, budget $5 reached ($5 spent …)", *b.Pause)
 	}
@@ -155,20 +141,7 @@ func TestBudgetCountsRetriedAttempts(t *testing.T) {
 		BudgetUSD: &five, Source: api.SourceSpec{Items: items(20)}}); err != nil {
 		t.Fatal(err)
 	}
-	var b ledger.Batch
-	for round := 0; ; round++ {
-		if round > 400 {
-			t.Fatal("not paused in 400 rounds")
-		}
-		r.handleSome(ctx, 2)
-		var err error
-		if b, err = r.store.GetBatch(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		if b.Pause != nil {
-			break
-		}
-	}
+	b := r.untilPaused(t, ctx, id)
 	p, err := r.store.Progress(ctx, id, 1, b.CounterShards)
 	if err != nil {
 		t.Fatal(err)
@@ -241,6 +214,24 @@ func TestSubmitRefusesABadBudget(t *testing.T) {
 			t.Errorf("budget %v: %v, want an input error naming budget_usd", usd, err)
 		}
 	}
+}
+
+// untilPaused hands two messages per invocation (handleSome) until batch
+// id is paused, and returns it (at most 400 rounds).
+func (r *rig) untilPaused(t *testing.T, ctx context.Context, id string) ledger.Batch {
+	t.Helper()
+	for range 400 {
+		r.handleSome(ctx, 2)
+		b, err := r.store.GetBatch(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Pause != nil {
+			return b
+		}
+	}
+	t.Fatal("not paused in 400 rounds")
+	return ledger.Batch{}
 }
 
 // handleSome hands at most per queued messages (0: all) to one worker
