@@ -206,8 +206,16 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			return
 		}
 		p := rand.IntN(max(1, lanes))
-		got, err := w.Store.CountLane(ctx, ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
-			Outcomes: map[api.Outcome]int64{}, Spent: spent, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()})
+		c := ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
+			Outcomes: map[api.Outcome]int64{}, Spent: spent, Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
+		got, err := w.Store.CountLane(ctx, c)
+		if refused(err) && len(spent) > 0 {
+			// Refused for its cost names, as an ended items' write may be:
+			// made again with the spend folded whole, so that the streaks
+			// and the spend are counted.
+			c.Spent, c.Token = foldSum(spent, 0), ledger.NewToken()
+			got, err = w.Store.CountLane(ctx, c)
+		}
 		if err != nil {
 			log.WarnContext(ctx, "count failure streaks and the spend of retried or held attempts", "error", err.Error(), "lane", p)
 			return

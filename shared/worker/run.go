@@ -281,12 +281,13 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 	}
 	dns = w.heldEnded(ctx, log, b, m, runs, dns)
-	if err := w.sendTimer(ctx, log, b, m, suspendTimer(b, runs, h.timerAt, w.Clock.Now())); err != nil {
-		return false, dns
-	}
+	// What the write stored is counted whatever comes after it (a timer
+	// that cannot be sent): the retries, for the pause and their
+	// attempts' spend; the interrupted and timed-out attempts, for the
+	// live view.
 	for _, r := range runs {
 		if r.started && !r.lost && r.ending.Retry() {
-			dns = append(dns, ranDone(b, r)) // for the pause: not counted
+			dns = append(dns, ranDone(b, r))
 		}
 		if r.started && !r.lost && r.interrupted {
 			dns = append(dns, done{batch: b, interrupted: true})
@@ -294,6 +295,9 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		if r.started && !r.lost && r.timedOut {
 			dns = append(dns, done{batch: b, timedOut: true})
 		}
+	}
+	if err := w.sendTimer(ctx, log, b, m, suspendTimer(b, runs, h.timerAt, w.Clock.Now())); err != nil {
+		return false, dns
 	}
 	if retries == 0 {
 		return true, dns

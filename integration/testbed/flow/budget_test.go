@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,4 +253,80 @@ func (r *rig) handleSome(ctx context.Context, per int) {
 		}
 	}
 	r.clock.T = r.clock.T.Add(time.Second)
+}
+
+// failRequeue is the rig's queue whose Requeue (a timer's hop, a message
+// sent again) fails while fail is set.
+type failRequeue struct {
+	*memQueue
+	fail atomic.Bool
+}
+
+func (q *failRequeue) Requeue(ctx context.Context, body []byte, d time.Duration) error {
+	if q.fail.Load() {
+		return errors.New("sqs: unavailable")
+	}
+	return q.memQueue.Requeue(ctx, body, d)
+}
+
+// A write that stored a retry counts its attempt's spend even when what
+// comes after it fails: a pack of 2 whose first item suspends with a
+// timer and whose second fails transiently having reported $0.50, the
+// timer's send failing. Once both items succeed, the counters' spend is
+// the census's run_spent ($1.50): the first attempt's $0.50 is not lost
+// to the message coming back.
+func TestSpendOfARetryCountedWhenTheTimerCannotBeSent(t *testing.T) {
+	ctx := context.Background()
+	var r *rig
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		ok := pipeline.Result{Output: []byte(`{"ok":true}`), Cost: pipeline.Cost{"usd": 0.5}}
+		if r.callsOf(req.Key) > 1 {
+			return ok, nil
+		}
+		if req.Key[len(req.Key)-1] == '0' {
+			return pipeline.Result{}, pipeline.Suspend("awaiting a file", r.clock.T.Add(time.Hour))
+		}
+		return ok, errors.New("HTTP 503: try later")
+	})
+	q := &failRequeue{memQueue: r.queue}
+	r.worker.Queue = q
+	q.fail.Store(true)
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "tm", Pipeline: "counted", MaxAttempts: 5, ItemsPerMessage: 2,
+		Source: api.SourceSpec{Items: items(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; r.totalCalls() < 2; round++ {
+		if round > 100 {
+			t.Fatal("the pack's items were not called in 100 rounds")
+		}
+		r.handleSome(ctx, 0)
+	}
+	q.fail.Store(false)
+	r.clock.T = r.clock.T.Add(2 * time.Hour)
+	for round := 0; ; round++ {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			break
+		}
+		if round > 300 {
+			t.Fatal("the queue did not drain in 300 rounds")
+		}
+		r.queue.put(ds)
+		r.handleSome(ctx, 0)
+	}
+	res, err := r.fin.Finalize(ctx, "tm", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.store.GetBatch(ctx, "tm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.store.Progress(ctx, "tm", 1, b.CounterShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Census; c.Succeeded != 2 || !c.RunSpent["usd"].Equal(decimal.RequireFromString("1.5")) || !p.Spent["usd"].Equal(c.RunSpent["usd"]) {
+		t.Fatalf("census %+v, counters' spend %s: want 2 succeeded, run_spent usd=1.5 in both", c, p.Spent)
+	}
 }
