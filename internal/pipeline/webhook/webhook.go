@@ -45,6 +45,23 @@
 // never went out (connection refused, DNS failure, a destination the
 // allow-list denies, bad options or headers) costs nothing.
 //
+// A receiver reports what the call cost it — the US dollars a budget and
+// a spend ceiling read ("usd", pipeline.SpendCostName), the tokens a
+// token ceiling reads ("tokens"), any other unit — in the header
+// Bulkrun-Cost of any answer (a success, an error status, a suspend):
+//
+//	Bulkrun-Cost: usd=0.0042, tokens=812
+//
+// comma-separated name=amount pairs (several header lines add up), each
+// name 1–pipeline.MaxCostNameBytes bytes without "=", "," or spaces, each
+// amount a finite number ≥ 0; they are added to {"calls": 1} (CostOf). A
+// pair that is not so — a bad amount, an empty or reserved name ("calls",
+// bulkrun's own), a name given twice — is left out and counted under
+// "bulkrun.cost_refused" instead, so that the report shows it; the item's
+// outcome stands (the receiver did the work; failing the item would make a
+// rerun do it again). Past pipeline.MaxCostNames names the record is
+// folded (pipeline.BoundCost) as any pipeline's.
+//
 // # Suspend
 //
 // A receiver suspends the item by answering 202 Accepted with the header
@@ -128,6 +145,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -172,6 +190,7 @@ func classifyStatus(serr *StatusError) error {
 
 // The headers of a suspension and of its signal (see "Suspend").
 const (
+	HeaderCost    = "Bulkrun-Cost"
 	HeaderSuspend = "Bulkrun-Suspend"
 	HeaderWakeAt  = "Bulkrun-Wake-At"
 	HeaderToken   = "Bulkrun-Token"
@@ -362,9 +381,10 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 	}
 	defer resp.Body.Close()
 
+	answered := CostOf(resp.Header)
 	if s, ok, err := suspendOf(req.Key, resp); ok || err != nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBytes))
-		called := pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
+		called := pipeline.Result{Cost: answered}
 		if err != nil {
 			return called, pipeline.Permanent(err)
 		}
@@ -381,19 +401,55 @@ func (p *Pipeline) Run(ctx context.Context, req pipeline.Request) (pipeline.Resu
 			serr.RetryAfter = RetryAfterDelay(resp.Header.Get("Retry-After"), time.Now())
 		}
 		// The call was made: its cost counts even when the item fails.
-		called := pipeline.Result{Cost: pipeline.Cost{"calls": 1}}
+		called := pipeline.Result{Cost: answered}
 		return called, classifyStatus(serr)
 	}
 
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, p.transportError(ctx, req.Key, target, timeout, true, err)
+		return pipeline.Result{Cost: answered}, p.transportError(ctx, req.Key, target, timeout, true, err)
 	}
 	out, err := output(resp.StatusCode, body)
 	if err != nil {
-		return pipeline.Result{Cost: pipeline.Cost{"calls": 1}}, fmt.Errorf("webhook: %s: %w", req.Key, err)
+		return pipeline.Result{Cost: answered}, fmt.Errorf("webhook: %s: %w", req.Key, err)
 	}
-	return pipeline.Result{Output: out, Cost: pipeline.Cost{"calls": 1}}, nil
+	return pipeline.Result{Output: out, Cost: answered}, nil
+}
+
+// CostRefused is the cost name under which CostOf counts the pairs of a
+// Bulkrun-Cost header it left out.
+const CostRefused = "bulkrun.cost_refused"
+
+// CostOf is the cost of a call the receiver answered with header h:
+// {"calls": 1} plus the pairs of its Bulkrun-Cost lines (see the package
+// doc), each pair that is not name=amount (a finite amount ≥ 0, a name of
+// 1–pipeline.MaxCostNameBytes bytes without spaces, not "calls" nor given
+// twice) counted under CostRefused instead. Never fails.
+func CostOf(h http.Header) pipeline.Cost {
+	c := pipeline.Cost{"calls": 1}
+	refused := 0
+	for _, line := range h.Values(HeaderCost) {
+		for _, pair := range strings.Split(line, ",") {
+			pair = strings.TrimSpace(pair)
+			if pair == "" {
+				continue
+			}
+			name, amount, ok := strings.Cut(pair, "=")
+			name, amount = strings.TrimSpace(name), strings.TrimSpace(amount)
+			v, err := strconv.ParseFloat(amount, 64)
+			_, dup := c[name]
+			if !ok || err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || dup ||
+				name == "" || len(name) > pipeline.MaxCostNameBytes || strings.ContainsAny(name, " \t=,") || !utf8.ValidString(name) {
+				refused++
+				continue
+			}
+			c[name] = v
+		}
+	}
+	if refused > 0 {
+		c[CostRefused] += float64(refused)
+	}
+	return c
 }
 
 // output turns a 2xx body into the item's output JSON.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -726,5 +727,56 @@ func TestOneRequestPerAttemptOnAResetConnection(t *testing.T) {
 	defer mu.Unlock()
 	if n := got["run-reset attempt 1"]; n != 1 {
 		t.Fatalf("the receiver got attempt 1 of the item %d times, want 1 (one request per attempt): %v", n, got)
+	}
+}
+
+// A receiver reports what a call cost it in Bulkrun-Cost, on a success,
+// an error status or a suspend alike: its pairs are added to the call.
+// Pairs that are not name=amount (a bad or negative amount, no name, the
+// reserved "calls", a name given twice) are left out and counted under
+// bulkrun.cost_refused; the item's outcome stands.
+func TestReceiverReportsItsCost(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		header []string
+		want   pipeline.Cost
+	}{
+		{"a success", 200, []string{"usd=0.0042, tokens=812"}, pipeline.Cost{"calls": 1, "usd": 0.0042, "tokens": 812}},
+		{"two lines add up", 200, []string{"usd=0.5", "tokens=3"}, pipeline.Cost{"calls": 1, "usd": 0.5, "tokens": 3}},
+		{"an error status", 503, []string{"usd=0.25"}, pipeline.Cost{"calls": 1, "usd": 0.25}},
+		{"none", 200, nil, pipeline.Cost{"calls": 1}},
+		{"refused pairs", 200, []string{"usd=abc, tokens=3, =4, calls=2, x=-1, y=NaN, tokens=5, z, w=1e400"},
+			pipeline.Cost{"calls": 1, "tokens": 3, webhook.CostRefused: 8}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				for _, v := range tt.header {
+					w.Header().Add(webhook.HeaderCost, v)
+				}
+				w.WriteHeader(tt.status)
+			}))
+			defer srv.Close()
+			res, err := webhook.New(nil, testAllow).Run(context.Background(), pipeline.Request{Key: "k", Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"url":"` + srv.URL + `"}`)})
+			if (err != nil) != (tt.status >= 300) {
+				t.Fatalf("status %d: err %v", tt.status, err)
+			}
+			if !maps.Equal(res.Cost, tt.want) {
+				t.Errorf("cost %v, want %v", res.Cost, tt.want)
+			}
+		})
+	}
+	// A suspend's answer carries its cost too.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set(webhook.HeaderSuspend, "waiting for approval")
+		w.Header().Set(webhook.HeaderCost, "usd=0.1")
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	res, err := webhook.New(nil, testAllow).Run(context.Background(), pipeline.Request{Key: "k", Input: json.RawMessage(`{}`), Options: json.RawMessage(`{"url":"` + srv.URL + `"}`)})
+	var s *pipeline.SuspendError
+	if !errors.As(err, &s) || !maps.Equal(res.Cost, pipeline.Cost{"calls": 1, "usd": 0.1}) {
+		t.Errorf("suspend: %v, cost %v; want a suspension costing calls=1, usd=0.1", err, res.Cost)
 	}
 }
