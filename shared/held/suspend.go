@@ -132,6 +132,11 @@ func (w *Waker) Signal(ctx context.Context, b ledger.Batch, key, signalID, token
 		}
 	}
 	it, err := w.Store.LocateItem(ctx, b.ID, b.ListShards, key)
+	if errors.Is(err, api.ErrNotFound) && b.Pack() > 1 {
+		// A pack's item is found by its attention entry, which goes once
+		// it moved on: say so, not only "not found".
+		return res, fmt.Errorf("signal %s/%s: no such item, or one of a pack that is no longer suspended (it ran since: bulkrun items %s shows it): %w", b.ID, key, b.ID, err)
+	}
 	if err != nil {
 		return res, fmt.Errorf("signal %s/%s: %w", b.ID, key, err)
 	}
