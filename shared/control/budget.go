@@ -35,7 +35,7 @@ func (c *Control) SetBudget(ctx context.Context, id string, usd float64) (ledger
 		}
 		if spend := ledger.RunSpend(p.Spent, p.Usage); spend.Reached(usd) {
 			return b, fmt.Errorf("budget of %s: $%s is not above what run %d has spent ($%s); give a higher budget: %w",
-				id, api.USDText(usd), b.Run, spend.USD.Round(4).String(), api.ErrConflict)
+				id, api.USDText(usd), b.Run, ledger.SpendText(spend.USD), api.ErrConflict)
 		}
 	}
 	if err := c.Store.SetLimits(ctx, id, ledger.Limits{BudgetUSD: usd}); err != nil {

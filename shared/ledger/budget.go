@@ -54,5 +54,14 @@ func (s Spend) Reached(usd float64) bool {
 // SQS not counted)", amounts rounded to 4 decimals.
 func BudgetText(usd float64, s Spend) string {
 	return fmt.Sprintf("budget $%s reached ($%s spent: pipeline $%s, DynamoDB $%s; Lambda and SQS not counted)",
-		api.USDText(usd), s.USD.Round(4).String(), s.Pipeline.Round(4).String(), s.Infra.Round(4).String())
+		api.USDText(usd), SpendText(s.USD), SpendText(s.Pipeline), SpendText(s.Infra))
+}
+
+// SpendText is d in US dollars to 4 places, or to 9 when it is under
+// $0.0001 and not 0 (a small budget's spend does not read "$0").
+func SpendText(d decimal.Decimal) string {
+	if !d.IsZero() && d.Abs().LessThan(decimal.New(1, -4)) {
+		return d.Round(9).String()
+	}
+	return d.Round(4).String()
 }

@@ -47,3 +47,13 @@ func TestCheckBudget(t *testing.T) {
 		}
 	}
 }
+
+// A spend under $0.0001 reads with its digits, not as $0; others to 4
+// places.
+func TestSpendText(t *testing.T) {
+	for in, want := range map[string]string{"0": "0", "0.0000085": "0.0000085", "0.00000000012": "0", "1.234567": "1.2346", "0.0001": "0.0001"} {
+		if got := ledger.SpendText(decimal.RequireFromString(in)); got != want {
+			t.Errorf("ledger.SpendText(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
