@@ -183,6 +183,26 @@ func itemLog(log *slog.Logger, b ledger.Batch, m *unitMessage, s ledger.ItemStat
 	return log.With("run_id", ledger.RunIDOf(b.ID, s.Key, s.Revision), "attempt", s.Attempt)
 }
 
+// storedDones are the dones of runs' attempts that a unit's write stored
+// without ending their items: the retries, for the pause and their
+// attempts' spend; the interrupted and timed-out attempts, for the live
+// view.
+func storedDones(b ledger.Batch, runs []*itemRun) []done {
+	var dns []done
+	for _, r := range runs {
+		if r.started && !r.lost && r.ending.Retry() {
+			dns = append(dns, ranDone(b, r))
+		}
+		if r.started && !r.lost && r.interrupted {
+			dns = append(dns, done{batch: b, interrupted: true})
+		}
+		if r.started && !r.lost && r.timedOut {
+			dns = append(dns, done{batch: b, timedOut: true})
+		}
+	}
+	return dns
+}
+
 // endUnit writes the endings of the unit's attempts under its fence and
 // says whether the message may be acknowledged.
 func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
@@ -282,20 +302,8 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	dns = w.heldEnded(ctx, log, b, m, runs, dns)
 	// What the write stored is counted whatever comes after it (a timer
-	// that cannot be sent): the retries, for the pause and their
-	// attempts' spend; the interrupted and timed-out attempts, for the
-	// live view.
-	for _, r := range runs {
-		if r.started && !r.lost && r.ending.Retry() {
-			dns = append(dns, ranDone(b, r))
-		}
-		if r.started && !r.lost && r.interrupted {
-			dns = append(dns, done{batch: b, interrupted: true})
-		}
-		if r.started && !r.lost && r.timedOut {
-			dns = append(dns, done{batch: b, timedOut: true})
-		}
-	}
+	// that cannot be sent).
+	dns = append(dns, storedDones(b, runs)...)
 	if err := w.sendTimer(ctx, log, b, m, suspendTimer(b, runs, h.timerAt, w.Clock.Now())); err != nil {
 		return false, dns
 	}
