@@ -17,6 +17,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // conflictRule answers a TransactWriteItems holding contains (every one
@@ -261,7 +262,7 @@ func TestHarnessErrorClasses(t *testing.T) {
 			Code: "ResourceNotFoundException", Message: "Secrets Manager can't find the specified secret.", Rate: 1}}})
 		h.worker.Secrets = secret.New(h.as(cfg, "item"), time.Minute)
 		h.submitter.SecretPrefixes = []string{arn}
-		id := oneItem(t, h, api.SubmitRequest{Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}})
+		id := oneItem(t, h, api.SubmitRequest{Headers: map[string]string{"Authorization": secretref.Prefix + arn}})
 		if failed := h.worker.Handle(ctx, h.receive(t, 1)); len(failed) != 0 {
 			t.Fatalf("failed deliveries %v", failed)
 		}

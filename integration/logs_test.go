@@ -17,8 +17,8 @@ import (
 	"github.com/bulkrun/bulkrun/internal/handler"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the worker's concurrent writes.
@@ -73,7 +73,7 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 
 	id := newID(t)
 	_, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted",
-		Headers: map[string]string{"Authorization": "Bearer hdr-s3cr3t", "X-Ref": ledger.SecretRefPrefix + ref},
+		Headers: map[string]string{"Authorization": "Bearer hdr-s3cr3t", "X-Ref": secretref.Prefix + ref},
 		Source:  api.SourceSpec{Items: json.RawMessage(`[{"p":"payload-marker-in-1"},{"p":"payload-marker-in-2"}]`)}})
 	if err != nil {
 		t.Fatal(err)

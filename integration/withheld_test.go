@@ -16,6 +16,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // TestWrongSecretWithholdsThenLift guards "a refused credential withholds
@@ -54,7 +55,7 @@ func TestWrongSecretWithholdsThenLift(t *testing.T) {
 	arn := "arn:aws:ssm:us-east-1:000000000000:parameter" + paramName
 	subject := ledger.SecretSubjectPrefix + arn
 	opts, _ := json.Marshal(map[string]string{"url": route})
-	req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn},
+	req := api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, Headers: map[string]string{"Authorization": secretref.Prefix + arn},
 		Source: api.SourceSpec{Items: inlineItems(n)}}
 	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatalf("submit: %v", err)

@@ -234,7 +234,7 @@ type RunnerProps struct {
 	EmptyWebhookAllow bool
 	// SecretPrefixes are the SSM parameter and Secrets Manager secret ARNs
 	// (or ARN prefixes ending in "*") that batches may reference in their
-	// headers and options ("secret:arn:…", ledger.SecretRef): submit refuses
+	// headers and options ("secret:arn:…", secretref.Parse): submit refuses
 	// any other reference, and the item function's role gets
 	// ssm:GetParameter or secretsmanager:GetSecretValue on exactly these
 	// (one statement per service). A SecureString or secret encrypted

@@ -25,6 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 	"github.com/bulkrun/bulkrun/shared/submit"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
@@ -310,7 +311,7 @@ func (a *API) correct(w http.ResponseWriter, r *http.Request) {
 	if res.Created {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, status, wire.CorrectionView{Batch: BatchView{Batch: ledger.Redacted(res.Batch.Batch), Created: &res.Created}, Revision: res.Revision})
+	writeJSON(w, status, wire.CorrectionView{Batch: BatchView{Batch: secretref.Redacted(res.Batch.Batch), Created: &res.Created}, Revision: res.Revision})
 }
 
 // lift serves POST /batches/{id}/halts/lift, body wire.LiftRequest:
@@ -395,7 +396,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, r, err)
 		return
 	}
-	view := BatchView{Batch: ledger.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
+	view := BatchView{Batch: secretref.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
 	status := http.StatusOK
 	switch {
 	case res.Batch.Status == api.StatusSubmitting:
@@ -444,7 +445,7 @@ func (a *API) View(ctx context.Context, id string) (BatchView, error) {
 // viewOf is the view of the batch row b with its census: the report's once
 // finished, the run's counters while it runs.
 func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
-	v := BatchView{Batch: ledger.Redacted(b.Batch)}
+	v := BatchView{Batch: secretref.Redacted(b.Batch)}
 	if b.Pause != nil {
 		v.Pause = b.Pause.View(time.Now().UTC())
 	}
@@ -655,7 +656,7 @@ func (a *API) resume(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, BatchView{Batch: ledger.Redacted(b.Batch)})
+	writeJSON(w, http.StatusAccepted, BatchView{Batch: secretref.Redacted(b.Batch)})
 }
 
 // cancel answers the batch as GET /batches/{id} would, census and
@@ -679,7 +680,7 @@ func (a *API) control(do func(context.Context, string) (ledger.Batch, error)) ht
 		v, err := a.viewOf(r.Context(), b)
 		if err != nil {
 			a.Log.WarnContext(r.Context(), "census not read; answering the batch row", "batch_id", b.ID, "error", err)
-			v = BatchView{Batch: ledger.Redacted(b.Batch)}
+			v = BatchView{Batch: secretref.Redacted(b.Batch)}
 		}
 		writeJSON(w, http.StatusAccepted, v)
 	}

@@ -1,4 +1,4 @@
-// Package secret resolves bulkrun's secret references (ledger.SecretRef):
+// Package secret resolves bulkrun's secret references (secretref.Parse):
 // an SSM parameter's value (GetParameter with decryption, so a
 // SecureString comes back in clear) or a Secrets Manager secret's
 // SecretString (GetSecretValue, current version). It is the only importer

@@ -61,11 +61,11 @@ type Plan struct {
 	// Headers reach the pipeline: names of 1–256 token characters, not
 	// starting with ReservedHeaderPrefix; at most MaxHeaderBytes (16 KiB)
 	// of names and values; values may be secret references. Shown
-	// redacted (ledger.Redacted).
+	// redacted (secretref.Redacted).
 	Headers map[string]string `json:"headers,omitempty"`
 	// Options is the pipeline's own JSON object (e.g. webhook's url),
 	// checked by the pipeline at submit; a request's none is {}. Shown
-	// redacted (ledger.Redacted).
+	// redacted (secretref.Redacted).
 	Options json.RawMessage `json:"pipeline_options,omitempty"`
 	// StopOnThreshold: see SubmitRequest.StopOnThreshold; nil (rows
 	// written before the option existed) means true. Read it with EarlyStop.

@@ -138,7 +138,7 @@ const (
 	// EnvSecretPrefixes is the comma-separated ARNs, or ARN prefixes ending
 	// in "*", of the SSM parameters and Secrets Manager secrets that a
 	// batch's headers and options may reference ("secret:arn:…", see
-	// ledger.SecretRef); the item function's role may read exactly these.
+	// secretref.Parse); the item function's role may read exactly these.
 	// Default "" (no reference accepted). Read by submit.
 	EnvSecretPrefixes = "BULKRUN_SECRET_PREFIXES"
 	// EnvEffectTables is the comma-separated DynamoDB table names on which

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -19,7 +20,7 @@ import (
 // no row).
 func inputsBatch(t *testing.T, format string, shape *api.CSVShape, lines []string, outcomes map[string]api.Outcome) *Control {
 	t.Helper()
-	s, blobs := ledgertest.NewStore(), ledgertest.NewBlobs()
+	s, blobs := ledgertest.NewStore(), memblobs.New()
 	ctx := context.Background()
 	b := partialBatch("in-1", len(lines), 3, 1)
 	b.KeyField, b.SourceFormat, b.CSV = "id", format, shape
@@ -192,7 +193,7 @@ func TestInputsPositionalKeys(t *testing.T) {
 	if _, err := s.CreateBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	c := &Control{Store: s, Blobs: ledgertest.NewBlobs(), Clock: &ledgertest.FixedClock{T: t0}}
+	c := &Control{Store: s, Blobs: memblobs.New(), Clock: &ledgertest.FixedClock{T: t0}}
 	if _, err := c.Inputs(context.Background(), "pos-1", "", "", 0); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("positional keys: %v, want ErrConflict", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 )
 
 // TestSearchResultsFindsEveryKey: a binary search over a key-ordered
@@ -31,7 +31,7 @@ func TestSearchResultsFindsEveryKey(t *testing.T) {
 			if cut {
 				b = b[:len(b)-1]
 			}
-			blobs := ledgertest.NewBlobs()
+			blobs := memblobs.New()
 			ctx := context.Background()
 			_ = blobs.Put(ctx, "results", "", b)
 			for i, key := range keys {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -42,7 +42,7 @@ func TestMergeShardsOrderAndBudget(t *testing.T) {
 		{name: "three shards, a few rows each", shards: 3, budget: 4000},
 		{name: "from a key", shards: 4, after: "item-0000000700"},
 		{name: "past the last key", shards: 4, after: "\U0010ffff"},
-		{name: "a read fails", shards: 4, readErr: ledgertest.ErrInjected, wantErr: ledgertest.ErrInjected},
+		{name: "a read fails", shards: 4, readErr: memblobs.ErrInjected, wantErr: memblobs.ErrInjected},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,7 +114,7 @@ func chunkRows(n, outputBytes int) []ledger.Item {
 	return rows
 }
 
-func chunkFinalizer(s *rowStore, blobs *ledgertest.Blobs, chunkRows int64) *Finalizer {
+func chunkFinalizer(s *rowStore, blobs *memblobs.Blobs, chunkRows int64) *Finalizer {
 	return &Finalizer{Store: s, Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Retention: time.Hour, ChunkRows: chunkRows, Merge: ledger.MergeOptions{BudgetBytes: 256 << 10, Reads: 2}}
 }
@@ -142,7 +142,7 @@ type resultsSnapshot struct {
 	files  map[api.Outcome]string
 }
 
-func snapshot(t *testing.T, r FinalizeResult, blobs *ledgertest.Blobs) resultsSnapshot {
+func snapshot(t *testing.T, r FinalizeResult, blobs *memblobs.Blobs) resultsSnapshot {
 	t.Helper()
 	s := resultsSnapshot{census: r.Report.Census, files: map[api.Outcome]string{}}
 	for _, o := range api.TerminalOutcomes() {
@@ -180,7 +180,7 @@ func sameResults(t *testing.T, got, want resultsSnapshot, what string) {
 func TestFinalizeChunkedKilledAnywhere(t *testing.T) {
 	const n = 300
 	rows := chunkRows(n, 60<<10) // ≈ 15 MiB of succeeded results: two parts and a tail
-	refStore, refBlobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+	refStore, refBlobs := newRowStore(runningBatch(n), rows), memblobs.New()
 	ref, err := chunkFinalizer(refStore, refBlobs, 0).Finalize(context.Background(), "b1", 1)
 	if err != nil || !ref.Wrote {
 		t.Fatalf("single pass: %+v %v", ref, err)
@@ -191,7 +191,7 @@ func TestFinalizeChunkedKilledAnywhere(t *testing.T) {
 	}
 
 	// A clean chunked run, to count its calls.
-	cleanStore, cleanBlobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+	cleanStore, cleanBlobs := newRowStore(runningBatch(n), rows), memblobs.New()
 	f := chunkFinalizer(cleanStore, cleanBlobs, 70)
 	continued := 0
 	for {
@@ -212,12 +212,12 @@ func TestFinalizeChunkedKilledAnywhere(t *testing.T) {
 	t.Logf("a clean chunked run makes %d bucket calls", calls)
 
 	for k := 1; k <= calls; k++ {
-		s, blobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+		s, blobs := newRowStore(runningBatch(n), rows), memblobs.New()
 		var op string
 		blobs.Fail = func(call int, what string) error {
 			if call == k {
 				op = what
-				return ledgertest.ErrInjected
+				return memblobs.ErrInjected
 			}
 			return nil
 		}
@@ -245,13 +245,13 @@ func TestFinalizeChunkedKilledAnywhere(t *testing.T) {
 func TestFinalizeConcurrentChunkedCalls(t *testing.T) {
 	const n = 250
 	rows := chunkRows(n, 40<<10)
-	refBlobs := ledgertest.NewBlobs()
+	refBlobs := memblobs.New()
 	ref, err := chunkFinalizer(newRowStore(runningBatch(n), rows), refBlobs, 0).Finalize(context.Background(), "b1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := snapshot(t, ref, refBlobs)
-	s, blobs := newRowStore(runningBatch(n), rows), ledgertest.NewBlobs()
+	s, blobs := newRowStore(runningBatch(n), rows), memblobs.New()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var wrote int
@@ -283,7 +283,7 @@ func TestFinalizeChainStartsOverWhenARowAppearsBehindIt(t *testing.T) {
 	rows := chunkRows(n, 100)
 	late := rows[3]
 	s := newRowStore(runningBatch(n), slices.Delete(slices.Clone(rows), 3, 4))
-	blobs := ledgertest.NewBlobs()
+	blobs := memblobs.New()
 	f := chunkFinalizer(s, blobs, 20)
 	r, err := f.Finalize(context.Background(), "b1", 1)
 	if err != nil || !r.Continued {
@@ -323,7 +323,7 @@ func TestFinalizeChainStartsOverWhenARowAppearsBehindIt(t *testing.T) {
 // (the call died), the tick goes on with the run.
 func TestTickLeavesAChunkInProgressAlone(t *testing.T) {
 	const n = 40
-	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 100)), ledgertest.NewBlobs()
+	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 100)), memblobs.New()
 	f := chunkFinalizer(s, blobs, 0)
 	ctx := context.Background()
 	if err := f.markActive(ctx, "b1", 1, time.Now().Add(time.Minute)); err != nil {
@@ -361,7 +361,7 @@ func (s *staleFirstRead) GetBatch(ctx context.Context, id string) (ledger.Batch,
 
 // goneCheckpoint lists a checkpoint that the call which finished the run
 // has deleted meanwhile: its Get finds nothing.
-type goneCheckpoint struct{ *ledgertest.Blobs }
+type goneCheckpoint struct{ *memblobs.Blobs }
 
 func (g goneCheckpoint) List(ctx context.Context, bucket, prefix string, fn func(source.ObjectInfo) error) error {
 	if prefix == FinalizePrefix("b1", 1) {
@@ -378,7 +378,7 @@ func (g goneCheckpoint) List(ctx context.Context, bucket, prefix string, fn func
 // calls met it about once in 200 runs under the race detector).
 func TestFinalizeLosingCallFindsItsObjectsGone(t *testing.T) {
 	const n = 60
-	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 40)), ledgertest.NewBlobs()
+	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 40)), memblobs.New()
 	want := finalizeUntilDone(t, chunkFinalizer(s, blobs, 0))
 	if !want.Wrote {
 		t.Fatal("the first call did not write the report")

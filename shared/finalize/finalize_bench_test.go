@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -74,7 +74,7 @@ func BenchmarkFinalizeMemory(b *testing.B) {
 				Plan:          api.Plan{ItemsPerMessage: int(k)},
 			},
 		}, gen: gen}
-		blobs := ledgertest.NewBlobs()
+		blobs := memblobs.New()
 		blobs.Discard, blobs.Spill = true, b.TempDir() // sort runs on disk, not in the measured heap
 		f := &Finalizer{Store: s, Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour,
 			ChunkRows: chunkRows, PartRows: n} // one chain of calls: BenchmarkFinalizeParts reads in parts
@@ -224,7 +224,7 @@ func BenchmarkFinalizeParts(b *testing.B) {
 				Plan:          api.Plan{ItemsPerMessage: int(k)},
 			},
 		}, gen: benchRows(n, k, shards, &generated)}
-		blobs := ledgertest.NewBlobs()
+		blobs := memblobs.New()
 		blobs.Discard, blobs.Spill = true, b.TempDir()
 		f := &Finalizer{Store: s, Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retention: time.Hour,
 			Parts: nopParts{}, PartRows: partRows}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -35,7 +35,7 @@ func TestKeySortRunsMergeAcrossCalls(t *testing.T) {
 		line := fmt.Sprintf(`{"key":%q,"pad":%q}`+"\n", key, strings.Repeat("x", rng.IntN(300)))
 		recs = append(recs, rec{key, api.TerminalOutcomes()[rng.IntN(4)], line})
 	}
-	blobs := ledgertest.NewBlobs()
+	blobs := memblobs.New()
 	ctx := context.Background()
 	cp := newCheckpoint(0, ledger.SystemClock{}.Now())
 	s := &keySorter{limit: 1 << 20}
@@ -94,7 +94,7 @@ func TestKeySortRefusesAMalformedRun(t *testing.T) {
 	s := &keySorter{limit: 1 << 20}
 	_ = s.add("a", api.OutcomeSucceeded, []byte("{\"key\":\"a\"}\n"))
 	_ = s.add("b", api.OutcomeFailed, []byte("{\"key\":\"b\"}\n"))
-	blobs := ledgertest.NewBlobs()
+	blobs := memblobs.New()
 	ctx := context.Background()
 	n, _ := s.writeRun(ctx, blobs, "whole")
 	body, _ := blobs.Get(ctx, "whole")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // WakeMark is a wake of a held item row (Store.WakeItem).
@@ -51,7 +52,7 @@ const SecretSubjectPrefix = "secret:"
 // batch's halt on it (api.Halt) withholds every other item without a
 // call until a caller lifts it.
 func SecretSubject(headers map[string]string, options []byte) string {
-	refs, err := SecretRefs(headers, options)
+	refs, err := secretref.Refs(headers, options)
 	if err != nil || len(refs) == 0 {
 		return ""
 	}

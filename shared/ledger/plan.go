@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // DiffPlan compares the plan of a repeated submit (given: the row it asks
@@ -33,9 +35,9 @@ func (b Batch) DiffPlan(given Batch) (field, was, now string) {
 	case s.Pipeline != g.Pipeline:
 		return "pipeline", s.Pipeline, g.Pipeline
 	case compact(s.Options) != compact(g.Options):
-		return "pipeline_options", compact(RedactOptions(s.Options)), compact(RedactOptions(g.Options))
+		return "pipeline_options", compact(secretref.RedactOptions(s.Options)), compact(secretref.RedactOptions(g.Options))
 	case asJSON(s.Headers) != asJSON(g.Headers) && len(s.Headers)+len(g.Headers) > 0:
-		return "headers", asJSON(RedactHeaders(s.Headers)), asJSON(RedactHeaders(g.Headers))
+		return "headers", asJSON(secretref.RedactHeaders(s.Headers)), asJSON(secretref.RedactHeaders(g.Headers))
 	case asJSON(s.Threshold) != asJSON(g.Threshold):
 		return "threshold", asJSON(s.Threshold), asJSON(g.Threshold)
 	case s.EarlyStop() != g.EarlyStop():

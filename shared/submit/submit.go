@@ -17,6 +17,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/validate"
 )
@@ -230,7 +231,7 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if size > api.MaxHeaderBytes {
 		return &api.InputError{Field: "headers", Reason: fmt.Sprintf("%d bytes, more than %d", size, api.MaxHeaderBytes)}
 	}
-	if err := ledger.CheckSecretRefs(s.SecretPrefixes, req.Headers, req.Options); err != nil {
+	if err := secretref.Check(s.SecretPrefixes, req.Headers, req.Options); err != nil {
 		return err
 	}
 	if len(req.Options) > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // Secrets resolves a secret reference's ARN to its value. Implementations
@@ -45,7 +46,7 @@ func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, o
 // resolveSecretsFrom is resolveSecrets; fresh reads every reference from
 // its service, bypassing the cache (FreshSecrets).
 func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]string, options json.RawMessage, fresh bool) (map[string]string, json.RawMessage, error) {
-	refs, err := ledger.SecretRefs(headers, options)
+	refs, err := secretref.Refs(headers, options)
 	if err != nil || len(refs) == 0 {
 		return headers, options, nil
 	}
@@ -72,7 +73,7 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 	}
 	h := maps.Clone(headers)
 	for k, v := range h {
-		if arn, ok := ledger.SecretRef(v); ok {
+		if arn, ok := secretref.Parse(v); ok {
 			h[k] = values[arn]
 		}
 	}
@@ -97,7 +98,7 @@ func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]strin
 				t[i] = subst(e)
 			}
 		case string:
-			if arn, ok := ledger.SecretRef(t); ok {
+			if arn, ok := secretref.Parse(t); ok {
 				return values[arn]
 			}
 		}
@@ -154,7 +155,7 @@ const (
 // reread reads the secret references of b's headers and options again,
 // bypassing the cache, and compares them with what req was sent with.
 func (w *Worker) reread(ctx context.Context, log *slog.Logger, b ledger.Batch, req pipeline.Request) reread {
-	if refs, rerr := ledger.SecretRefs(b.Headers, b.Options); rerr != nil || len(refs) == 0 || w.Secrets == nil {
+	if refs, rerr := secretref.Refs(b.Headers, b.Options); rerr != nil || len(refs) == 0 || w.Secrets == nil {
 		return rereadNone
 	}
 	headers, options, serr := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, true)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 type fakeSecrets map[string]string
@@ -32,8 +33,8 @@ func (f fakeSecrets) Resolve(_ context.Context, arn string) (string, error) {
 // at run time": the pipeline gets the values, the batch keeps references;
 // an unavailable AWS is retryable, a missing secret fails the item.
 func TestSecretsResolved(t *testing.T) {
-	ssmARN, _ := ledger.SecretRef(ssmRef)
-	smARN, _ := ledger.SecretRef(smRef)
+	ssmARN, _ := secretref.Parse(ssmRef)
+	smARN, _ := secretref.Parse(smRef)
 	s := fakeSecrets{ssmARN: "tok-1", smARN: "key-2"}
 	headers := map[string]string{"Authorization": ssmRef, "X-Plain": "p"}
 	opts := json.RawMessage(`{"a":"` + smRef + `","b":{"secret":"` + smARN + `"},"c":3}`)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -14,7 +14,7 @@ import (
 
 // reportRefused is a bucket that refuses the report's write (as S3 does a
 // write the role may not make: AccessDenied, the same on every try).
-type reportRefused struct{ *ledgertest.Blobs }
+type reportRefused struct{ *memblobs.Blobs }
 
 var errAccessDenied = errors.New("operation error S3: PutObject, https response error StatusCode: 403, api error AccessDenied: Access Denied")
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -146,7 +146,7 @@ func TestFinalizeInPartsIsTheSinglePass(t *testing.T) {
 			r.fin.MergeFanIn = 3 // the sort runs merged in several levels
 			var mu sync.Mutex
 			streams, sorted := map[string]bool{}, map[string]bool{}
-			ledgertest.FailBlobs(r.blobs, func(op, key string) error {
+			memblobs.FailBlobs(r.blobs, func(op, key string) error {
 				mu.Lock()
 				defer mu.Unlock()
 				if rest, ok := strings.CutPrefix(key, finalize.FinalizePrefix("b", 1)+"parts/000001/"); ok && op == "put_part" {
@@ -175,7 +175,7 @@ func TestFinalizeInPartsIsTheSinglePass(t *testing.T) {
 			small.fin.PartRows = 100
 			small.fin.MergeFanIn = 3
 			var planned bool
-			ledgertest.FailBlobs(small.blobs, func(op, key string) error {
+			memblobs.FailBlobs(small.blobs, func(op, key string) error {
 				planned = planned || strings.Contains(key, "/plan-") || strings.Contains(key, "/parts/")
 				return nil
 			})
@@ -236,7 +236,7 @@ func TestFinalizePartsConcurrentKilledAndLost(t *testing.T) {
 			r.fin.SortRunBytes = 2 << 10
 			r.fin.MergeFanIn = 3 // the sort runs merged in several levels
 			killed := false
-			ledgertest.FailBlobs(r.blobs, func(op, key string) error {
+			memblobs.FailBlobs(r.blobs, func(op, key string) error {
 				if op == "put_part" && strings.Contains(key, "/parts/000001/0001-") && !killed {
 					killed = true
 					return errors.New("killed")

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
@@ -14,7 +14,7 @@ import (
 // If-None-Match found the first call's checkpoint, deleted since with
 // the run finished).
 type raceBlobs struct {
-	*ledgertest.Blobs
+	*memblobs.Blobs
 	first func()
 }
 

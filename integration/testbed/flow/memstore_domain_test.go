@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/control"
@@ -25,6 +26,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 	"github.com/bulkrun/bulkrun/shared/submit"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
@@ -99,7 +101,7 @@ func (t *memTrigger) Finalize(context.Context, string, int) error { t.n.Add(1); 
 
 type rig struct {
 	store   *ledgertest.Store
-	blobs   *ledgertest.Blobs
+	blobs   *memblobs.Blobs
 	queue   *memQueue
 	trigger *memTrigger
 	clock   *ledgertest.FixedClock
@@ -113,7 +115,7 @@ type rig struct {
 
 func newRig(t testing.TB, run pipeline.Func) *rig {
 	t.Helper()
-	r := &rig{store: ledgertest.NewStore(), blobs: ledgertest.NewBlobs(), queue: &memQueue{}, trigger: &memTrigger{},
+	r := &rig{store: ledgertest.NewStore(), blobs: memblobs.New(), queue: &memQueue{}, trigger: &memTrigger{},
 		clock: &ledgertest.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
 	log := slog.New(slog.NewTextHandler(testLogOut(), nil))
 	reg := &pipeline.Registry{}
@@ -605,7 +607,7 @@ func secretRotatedMidBatch(t *testing.T, k int) {
 	submit := func(id string) api.Census {
 		t.Helper()
 		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)}, ItemsPerMessage: k,
-			Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
+			Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
 			t.Fatal(err)
 		}
 		r.drain(t, ctx, 1)
@@ -666,7 +668,7 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	submit := func(id string) {
 		t.Helper()
 		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
-			Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
+			Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
 			t.Fatal(err)
 		}
 		r.drain(t, ctx, 1)

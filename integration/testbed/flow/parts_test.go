@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -291,7 +291,7 @@ func sameByOneRead(t *testing.T, ctx context.Context, key string, src []byte, pa
 // steps to run.
 func killAndResume(t *testing.T, ctx context.Context, r *rig, steps *partSteps, evs []ledger.PartEvent, victim ledger.PartEvent, id string) {
 	t.Helper()
-	ledgertest.FailBlobs(r.blobs, func(op, key string) error {
+	memblobs.FailBlobs(r.blobs, func(op, key string) error {
 		if op == "put" && strings.Contains(key, fmt.Sprintf("/part-%05d", victim.Index)) {
 			return errors.New("killed")
 		}
@@ -306,7 +306,7 @@ func killAndResume(t *testing.T, ctx context.Context, r *rig, steps *partSteps, 
 	if left := steps.take(); len(left) != 0 {
 		t.Fatalf("with a part missing, %d steps were handed off", len(left))
 	}
-	ledgertest.FailBlobs(r.blobs, nil)
+	memblobs.FailBlobs(r.blobs, nil)
 	r.clock.T = r.clock.T.Add(20 * 60e9)
 	if _, err := r.sub.TickSubmitting(ctx); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
 // keySecrets resolves every reference, unless its KMS key is off: then
@@ -43,7 +44,7 @@ func TestMemPauseFaultPausesTheBatch(t *testing.T) {
 	r.sub.SecretPrefixes = []string{arn}
 	const id = "kms-off"
 	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(5)},
-		Headers: map[string]string{"Authorization": ledger.SecretRefPrefix + arn}}); err != nil {
+		Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
 		t.Fatal(err)
 	}
 	r.worker.Handle(ctx, r.queue.take()) // the fan-out

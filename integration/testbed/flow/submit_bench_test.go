@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -46,7 +47,7 @@ func (g *genSource) Close() error { return nil }
 // submit writes (the manifest), so that what is measured is submit's own
 // CPU and memory.
 type genBlobs struct {
-	*ledgertest.Blobs
+	*memblobs.Blobs
 	n       int64
 	written atomic.Int64
 }
@@ -89,7 +90,7 @@ func BenchmarkSubmitSource(b *testing.B) {
 	cpu0 := cpuTime()
 	var written int64
 	for i := 0; b.Loop(); i++ {
-		blobs := &genBlobs{Blobs: ledgertest.NewBlobs(), n: n}
+		blobs := &genBlobs{Blobs: memblobs.New(), n: n}
 		s := &submit.Submitter{Store: ledgertest.NewStore(), Blobs: blobs, Queue: &memQueue{}, Trigger: &memTrigger{},
 			Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Pipelines: []string{"p"},
 			MaxAttempts: 3, TempDir: b.TempDir()}

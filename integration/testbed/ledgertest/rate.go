@@ -28,3 +28,9 @@ func (s *Store) LeaseRate(_ context.Context, l ledger.RateLease) (ledger.RateGra
 	s.rates[k] = b.Next
 	return ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, nil
 }
+
+// FixedClock is a Clock that tells T until moved.
+type FixedClock struct{ T time.Time }
+
+// Now returns c.T.
+func (c *FixedClock) Now() time.Time { return c.T }

@@ -1,4 +1,7 @@
-package ledgertest
+// Package memblobs is an in-memory store of the batches bucket and the
+// sources (ledger.Blobs and the source reader's object store) for the
+// engines' tests: S3's semantics for what the engines use.
+package memblobs
 
 import (
 	"bytes"
@@ -14,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -46,7 +48,7 @@ type Blobs struct {
 }
 
 // NewBlobs returns an empty Blobs.
-func NewBlobs() *Blobs {
+func New() *Blobs {
 	return &Blobs{objects: map[string][]byte{}, uploads: map[string]map[int][]byte{}, sizes: map[string]int64{}, puts: map[string]int{}}
 }
 
@@ -345,12 +347,6 @@ func (m *Blobs) Objects(prefix string) []string {
 	_ = m.List(context.Background(), "", prefix, func(o source.ObjectInfo) error { keys = append(keys, o.Key); return nil })
 	return keys
 }
-
-// FixedClock is a Clock that tells T until moved.
-type FixedClock struct{ T time.Time }
-
-// Now returns c.T.
-func (c *FixedClock) Now() time.Time { return c.T }
 
 // HeadSource returns the object's size and an ETag of its bytes.
 func (m *Blobs) HeadSource(ctx context.Context, _, key string) (source.ObjectInfo, error) {

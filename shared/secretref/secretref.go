@@ -1,4 +1,4 @@
-package ledger
+package secretref
 
 import (
 	"bytes"
@@ -38,17 +38,17 @@ import (
 // JSON text; a secret reference is shown as is (it names, not holds, the
 // secret).
 
-// SecretRefPrefix starts the string form of a secret reference.
-const SecretRefPrefix = "secret:"
+// Prefix starts the string form of a secret reference.
+const Prefix = "secret:"
 
 // secretARN matches the ARNs a reference may name: an SSM parameter or a
 // Secrets Manager secret (AWS General Reference, "Amazon Resource Names").
 var secretARN = regexp.MustCompile(`^arn:aws[a-z-]*:(ssm:[a-z0-9-]+:\d{12}:parameter/|secretsmanager:[a-z0-9-]+:\d{12}:secret:)[A-Za-z0-9/_.+=@-]+$`)
 
-// SecretRef returns the ARN of v when v is a secret reference
+// Parse returns the ARN of v when v is a secret reference
 // ("secret:arn:…" naming an SSM parameter or a Secrets Manager secret).
-func SecretRef(v string) (arn string, ok bool) {
-	arn, ok = strings.CutPrefix(v, SecretRefPrefix)
+func Parse(v string) (arn string, ok bool) {
+	arn, ok = strings.CutPrefix(v, Prefix)
 	return arn, ok && secretARN.MatchString(arn)
 }
 
@@ -78,7 +78,7 @@ func RedactHeaders(h map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(h))
 	for k, v := range h {
-		if _, ok := SecretRef(v); ok {
+		if _, ok := Parse(v); ok {
 			out[k] = v
 		} else {
 			out[k] = Digest(v)
@@ -122,7 +122,7 @@ func redactValue(v any) any {
 	case nil:
 		return nil
 	case string:
-		if _, ok := SecretRef(t); ok {
+		if _, ok := Parse(t); ok {
 			return t
 		}
 	}
@@ -130,19 +130,19 @@ func redactValue(v any) any {
 	return Digest(string(text))
 }
 
-// SecretRefs returns every secret reference in headers and options, each
+// Refs returns every secret reference in headers and options, each
 // with the field it is in ("headers.{name}", "pipeline_options.{path}"),
 // and an *InputError for a value that starts like a reference but is not
 // one.
-func SecretRefs(headers map[string]string, options json.RawMessage) (map[string]string, error) {
+func Refs(headers map[string]string, options json.RawMessage) (map[string]string, error) {
 	refs := map[string]string{} // field → ARN
 	names := slices.Sorted(maps.Keys(headers))
 	for _, k := range names {
 		v := headers[k]
-		if !strings.HasPrefix(v, SecretRefPrefix) {
+		if !strings.HasPrefix(v, Prefix) {
 			continue
 		}
-		arn, ok := SecretRef(v)
+		arn, ok := Parse(v)
 		if !ok {
 			return nil, &api.InputError{Field: "headers." + k, Reason: "a secret reference is secret:arn:… naming an SSM parameter or a Secrets Manager secret"}
 		}
@@ -179,8 +179,8 @@ func SecretRefs(headers map[string]string, options json.RawMessage) (map[string]
 				}
 			}
 		case string:
-			if strings.HasPrefix(t, SecretRefPrefix) {
-				arn, ok := SecretRef(t)
+			if strings.HasPrefix(t, Prefix) {
+				arn, ok := Parse(t)
 				if !ok {
 					return &api.InputError{Field: path, Reason: "a secret reference is secret:arn:… naming an SSM parameter or a Secrets Manager secret"}
 				}
@@ -192,26 +192,26 @@ func SecretRefs(headers map[string]string, options json.RawMessage) (map[string]
 	return refs, walk("pipeline_options", v)
 }
 
-// CheckSecretRefs refuses, with an *InputError naming the field, a secret
+// Check refuses, with an *InputError naming the field, a secret
 // reference that no prefix allows (a prefix ending in "*" matches any ARN
 // it starts; another must equal the ARN).
-func CheckSecretRefs(prefixes []string, headers map[string]string, options json.RawMessage) error {
-	refs, err := SecretRefs(headers, options)
+func Check(prefixes []string, headers map[string]string, options json.RawMessage) error {
+	refs, err := Refs(headers, options)
 	if err != nil {
 		return err
 	}
 	for _, field := range slices.Sorted(maps.Keys(refs)) {
-		if !SecretAllowed(prefixes, refs[field]) {
+		if !Allowed(prefixes, refs[field]) {
 			return &api.InputError{Field: field, Reason: fmt.Sprintf("secret %s is outside the stack's secret prefixes (%s)", refs[field], strings.Join(prefixes, ", "))}
 		}
 	}
 	return nil
 }
 
-// SecretAllowed reports whether arn is under one of prefixes: a prefix
+// Allowed reports whether arn is under one of prefixes: a prefix
 // ending in "*" matches every ARN starting with the rest, another only
 // itself.
-func SecretAllowed(prefixes []string, arn string) bool {
+func Allowed(prefixes []string, arn string) bool {
 	for _, p := range prefixes {
 		if rest, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(arn, rest) || p == arn {
 			return true

@@ -1,4 +1,4 @@
-package ledger
+package secretref
 
 import (
 	"encoding/json"
@@ -18,12 +18,10 @@ const (
 // reports show header names and a digest of the values, never the values":
 // Redacted keeps names, structure and references, and no value survives.
 func TestSecretsRedacted(t *testing.T) {
-	b := Batch{
-		Batch: api.Batch{
-			Plan: api.Plan{Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "X-Key": ssmRef}, Options: json.RawMessage(`{"url":"https://h.example/x?token=q5ecret","n":42,"deep":{"list":["pw1",{"secret":"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/x"}]},"none":null}`)},
-		},
+	b := api.Batch{
+		Plan: api.Plan{Headers: map[string]string{"Authorization": "Bearer s3cr3t-token", "X-Key": ssmRef}, Options: json.RawMessage(`{"url":"https://h.example/x?token=q5ecret","n":42,"deep":{"list":["pw1",{"secret":"arn:aws:secretsmanager:us-east-1:000000000000:secret:bulkrun/x"}]},"none":null}`)},
 	}
-	r := Redacted(b.Batch)
+	r := Redacted(b)
 	raw, _ := json.Marshal(r)
 	for _, secret := range []string{"s3cr3t-token", "q5ecret", "pw1", "42"} {
 		if strings.Contains(string(raw), secret) {
@@ -62,7 +60,7 @@ func TestSecretRefsChecked(t *testing.T) {
 		wantField string // "" = accepted
 	}{
 		{"ssm under prefix", map[string]string{"X-Token": ssmRef}, ``, ""},
-		{"exact secret", nil, `{"key":{"secret":"` + strings.TrimPrefix(smRef, SecretRefPrefix) + `"}}`, ""},
+		{"exact secret", nil, `{"key":{"secret":"` + strings.TrimPrefix(smRef, Prefix) + `"}}`, ""},
 		{"string form in options", nil, `{"a":[1,"` + smRef + `"]}`, ""},
 		{"outside prefix", map[string]string{"X-Token": "secret:arn:aws:ssm:us-east-1:000000000000:parameter/other/p"}, ``, "headers.X-Token"},
 		{"malformed", map[string]string{"X-Token": "secret:not-an-arn"}, ``, "headers.X-Token"},
@@ -72,7 +70,7 @@ func TestSecretRefsChecked(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckSecretRefs(prefixes, tt.headers, json.RawMessage(tt.options))
+			err := Check(prefixes, tt.headers, json.RawMessage(tt.options))
 			var ie *api.InputError
 			switch {
 			case tt.wantField == "" && err != nil:
@@ -82,7 +80,7 @@ func TestSecretRefsChecked(t *testing.T) {
 			}
 		})
 	}
-	if err := CheckSecretRefs(nil, map[string]string{"X": ssmRef}, nil); err == nil {
+	if err := Check(nil, map[string]string{"X": ssmRef}, nil); err == nil {
 		t.Error("no prefixes: a reference was accepted")
 	}
 }
