@@ -179,3 +179,93 @@ func signal(t *testing.T, ctx context.Context, id, key string, payload json.RawM
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestSuspendUnderMaxConcurrencyOnTheStack guards max_concurrency with
+// items that wait, by the receiver's own count: 90 items, max_concurrency
+// 3 (3 tracks), every call held open 300 ms; the first call of items
+// 0–11 answers suspend. Once the 12 are suspended they are signalled
+// through the API while the tracks still run the others, so that their
+// woken units are handed to the tracks. The receiver never has more than
+// 3 calls open (when woken units ran beside the tracks, this test saw 5
+// in each of two runs), each suspended item is called exactly twice and
+// the others once, and the run completes with every item succeeded.
+func TestSuspendUnderMaxConcurrencyOnTheStack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	id := newID(t)
+	const n, held, limit = 90, 12, 3
+	var mu sync.Mutex
+	var open, most int
+	calls := map[string]int{}
+	route := env.hook.routeAnswer(id, func(w http.ResponseWriter, r *http.Request, key string, body []byte) int {
+		var in struct {
+			N int `json:"n"`
+		}
+		_ = json.Unmarshal(body, &in)
+		mu.Lock()
+		open++
+		most = max(most, open)
+		calls[key]++
+		first := calls[key] == 1
+		mu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		open--
+		mu.Unlock()
+		if first && in.N < held {
+			w.Header().Set("Bulkrun-Suspend", "awaiting approval")
+			return http.StatusAccepted
+		}
+		return http.StatusOK
+	})
+	opts, _ := json.Marshal(map[string]string{"url": route})
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, MaxConcurrency: limit,
+		Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	var waiting []api.Item
+	deadline := time.Now().Add(3 * time.Minute)
+	for len(waiting) < held {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d items suspended, want %d", len(waiting), held)
+		}
+		time.Sleep(500 * time.Millisecond)
+		waiting = suspendedItems(t, ctx, id)
+	}
+	v, err := env.api.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := n - held
+	if v.Census != nil {
+		left = int(int64(n) - v.Census.Succeeded - int64(held))
+	}
+	t.Logf("signalled with %d of %d items not yet succeeded", left, n-held)
+	if left < 10 {
+		t.Fatalf("only %d items left when the %d were signalled: the tracks must still run for this test to show the limit", left, held)
+	}
+	for _, it := range waiting {
+		if res := signal(t, ctx, id, it.Key, json.RawMessage(`{"ok":true}`)); !res.Woken {
+			t.Fatalf("signal %s: %+v, want woken", it.Key, res)
+		}
+	}
+	v = wait(t, id)
+	if v.Status != api.StatusCompleted || v.Census.Succeeded != n {
+		t.Fatalf("%s %+v; want completed, %d succeeded", v.Status, v.Census, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("most calls open at once: %d (max_concurrency %d)", most, limit)
+	if most > limit {
+		t.Errorf("%d calls open at once, more than max_concurrency %d", most, limit)
+	}
+	for i := range n {
+		key, want := api.PositionalKey(int64(i)), 1
+		if i < held {
+			want = 2
+		}
+		if calls[key] != want {
+			t.Errorf("%s called %d times, want %d", key, calls[key], want)
+		}
+	}
+}

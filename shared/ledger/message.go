@@ -113,6 +113,9 @@ type Message struct {
 	// Track makes a fan-out message a track of a batch with
 	// max_concurrency (see Track): its units run in place, one at a time.
 	Track *Track `json:"track,omitempty"`
+	// TrackUnit: the message's unit was made by a track of its run (see
+	// TrackUnit); nil otherwise.
+	TrackUnit *TrackUnit `json:"track_unit,omitempty"`
 	// Sent is, on a fan-out message sent again because the queue did not
 	// take all of its chunk's messages, which of them the queue has
 	// already ("sent"): the fan-out sends only the others. nil: none (a

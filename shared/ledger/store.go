@@ -256,11 +256,29 @@ type Store interface {
 	ClaimSlice(ctx context.Context, c SliceClaim) (int64, error)
 	// TakeTrack takes the fence row of a track (its own row) for t.Holder
 	// until t.Now + t.Lease, when no row exists, the row's seq is below
-	// t.Seq, or it is t.Seq and its lease ended or t.Holder holds it.
-	// Otherwise ErrConflict, with the time until which another holder of
-	// the same seq holds it (zero: a later seq took the track, so this
-	// delivery is stale).
-	TakeTrack(ctx context.Context, t TrackTake) (time.Time, error)
+	// t.Seq, or it is t.Seq and its lease ended or t.Holder holds it,
+	// removes the handed units t.Clear names, and answers those left
+	// (TrackTaken.Handed). Otherwise ErrConflict, with the time until
+	// which another holder of the same seq holds it (zero: a later seq
+	// took the track, so this delivery is stale). A retire (t.Holder
+	// TrackRetired) is also refused while units other than t.Clear are
+	// handed to the track: ErrConflict with Held zero and every handed
+	// unit in Handed, the row unchanged.
+	TakeTrack(ctx context.Context, t TrackTake) (TrackTaken, error)
+	// HandToTrack hands h.Unit to a track of its run: it waits on the
+	// track's fence row, under h.ID (the same ID again replaces it),
+	// until a take of the track clears it, every take answering it
+	// (TrackTaken.Handed). ErrConflict when the
+	// track retired (retired true) or has no row yet; nothing written.
+	HandToTrack(ctx context.Context, h TrackHand) (retired bool, err error)
+	// TakeTrackSlot takes the fence row of a retired track as a
+	// concurrency slot for s.Holder until s.Now + s.Lease, only if the
+	// track retired and no other holder's lease on it runs; else
+	// ErrConflict. FreeTrackSlot frees it only if s.Holder holds it (no
+	// error otherwise). A run's retired tracks are its slots, so that
+	// its woken units never run beside more tracks than it has.
+	TakeTrackSlot(ctx context.Context, s TrackSlot) error
+	FreeTrackSlot(ctx context.Context, s TrackSlot) error
 	// LeaseRate books a lease on one bucket row of a downstream key's rate
 	// (shared/pace Book): when the row's Next (none: idle) is at most
 	// l.Horizon past l.Now, the lease starts at the later of Now and Next

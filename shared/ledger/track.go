@@ -57,7 +57,30 @@ type Track struct {
 	// Done: the claim counter answered past the run's last slice, so the
 	// track claims no more.
 	Done bool `json:"done,omitempty"`
+	// Merged are the hand-offs to the track (Store.HandToTrack, by their
+	// ID) whose units it took into its Retries since its last take: the
+	// take of this message's Seq removes them from its fence row
+	// (TrackTake.Clear), so that a delivery that crashed before sending
+	// the track on finds them on the row again.
+	Merged []string `json:"mg,omitempty"`
 }
+
+// TrackUnit is where a unit a track ran lies (its TrackRetry, with its
+// DueMs, Requeued and RateAtUs zero) and how many tracks its run has: an
+// item or pack message made from a track's unit carries it
+// (Message.TrackUnit, PackMessage.TrackUnit), so that when the unit's
+// held items are woken and its message is sent again, the delivery hands
+// the unit back to a track of its run (Store.HandToTrack) instead of
+// running it beside the tracks.
+type TrackUnit struct {
+	Tracks int `json:"tracks"`
+	TrackRetry
+}
+
+// TrackRetired is the holder of a retired track's fence row: the track ran
+// its last unit and moved its fence past every send of it
+// (TrackTake.Holder).
+const TrackRetired = "done"
 
 // TrackRetry is a unit of a track waiting to run again: its items
 // (First, Count; a pack's first is its PackFirst), its lines (Offset,
@@ -96,13 +119,59 @@ func (t Track) Validate() error {
 }
 
 // TrackTake is what Store.TakeTrack asks: the fence row of track Track of
-// the batch's run, for Holder (a delivery's own nonce) with message Seq,
-// until Now + Lease.
+// the batch's run, for Holder (a delivery's own nonce; TrackRetired
+// retires the track) with message Seq, until Now + Lease. Clear are the
+// hand-offs (by ID) whose units the message's track took into its
+// Retries (Track.Merged): the take removes them from the row.
 type TrackTake struct {
 	BatchID string
 	Run     int
 	Track   int
 	Seq     int64
+	Holder  string
+	Now     time.Time
+	Lease   time.Duration
+	Clear   []string
+}
+
+// TrackTaken is what Store.TakeTrack answers: Held, on a conflict, the
+// time until which another holder of the same seq holds the row (zero: a
+// later seq took the track, or, retiring, units were handed to it);
+// Handed, the hand-offs to the track still on its row after the take's
+// Clear (on a refused retire: every one of them), in ID order.
+type TrackTaken struct {
+	Held   time.Time
+	Handed []TrackHanded
+}
+
+// TrackHanded is one hand-off waiting on a track's fence row: its ID and
+// its unit.
+type TrackHanded struct {
+	ID   string
+	Unit TrackRetry
+}
+
+// TrackHand is what Store.HandToTrack asks: hand Unit (a woken unit of the
+// run, DueMs zero) to track Track of the batch's run, as hand-off ID (a
+// nonce of at most 32 letters and digits: each delivery hands its unit
+// under its own, so that a take clearing an earlier hand-off of the same
+// unit leaves a later one).
+type TrackHand struct {
+	BatchID string
+	Run     int
+	Track   int
+	ID      string
+	Unit    TrackRetry
+	Now     time.Time
+}
+
+// TrackSlot is what Store.TakeTrackSlot and FreeTrackSlot ask: the fence
+// row of retired track Track of the batch's run as a concurrency slot, for
+// Holder until Now + Lease.
+type TrackSlot struct {
+	BatchID string
+	Run     int
+	Track   int
 	Holder  string
 	Now     time.Time
 	Lease   time.Duration

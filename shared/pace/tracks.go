@@ -1,5 +1,7 @@
 package pace
 
+import "time"
+
 // SliceItems is the most items a track claims at a time, rounded up to
 // whole packs (SliceSize): small enough that the tracks of a batch end
 // within one slice of each other, large enough that the claim counter of
@@ -12,6 +14,13 @@ const SliceItems = 100
 // downstream slows its own batch down. 64 entries of at most ≈ 120 bytes
 // keep a track message under 8 KiB (SQS allows 256 KiB).
 const MaxTrackRetries = 64
+
+// TrackLookEvery is the longest a track waits between deliveries (for its
+// retries, its batch's pause): a unit handed to it (a woken unit of its
+// run, ledger.Store HandToTrack) is taken at its next delivery, so it
+// waits at most this (or one delivery of a busy track, the item
+// function's timeout). An idle track costs a message a minute.
+const TrackLookEvery = time.Minute
 
 // SlicesPerTrack is how many slices a run is cut into per track at
 // least (while slices stay under SliceItems): so that a small run still

@@ -72,14 +72,17 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// waiting for one costs no attempt; the unit's items then run one at
 	// a time, so the slots bound the items running.
 	// A track's unit needs no slot: the batch's tracks are its schedule.
-	slot, holder, ok, err := w.acquireSlot(ctx, b, m)
-	if err != nil {
+	st, ok, err := w.acquireSlot(ctx, b, m)
+	switch {
+	case err != nil:
 		return w.unavailable(ctx, log, d, m, &b, "take a concurrency slot", err)
-	}
-	if !ok {
+	case st.handed:
+		log.InfoContext(ctx, "woken unit handed to a track of its run; acknowledged")
+		return true, nil
+	case !ok:
 		return w.slotsTaken(ctx, log, d, m), nil
 	}
-	defer w.freeSlot(ctx, log, b.ID, slot, holder)
+	defer w.freeSlot(ctx, log, b, st)
 	inputs := make([]json.RawMessage, len(m.Items))
 	invalid := make([]string, len(m.Items))
 	u := w.unitOf(b, m)
@@ -121,7 +124,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		refusal = fmt.Errorf("pipeline %q is not registered in this item function", b.Pipeline)
 	}
 	sem := make(chan struct{}, len(runs)) // the unit's own bound: 1 under a slot or on a track
-	if slot >= 0 || m.track != nil {
+	if st.slot >= 0 || m.track != nil {
 		sem = make(chan struct{}, 1)
 	}
 	h.probe = m.probe

@@ -40,37 +40,88 @@ func slotsToTry(n int) []int {
 	return p[:min(n, SlotTries)]
 }
 
-// acquireSlot takes a concurrency slot for the unit of m when the batch
-// has a limit (its items then run one at a time). It returns the slot and its holder (slot −1: no limit), or
-// ok false when every slot tried is taken. Taking a slot counts no attempt:
-// it happens before the reservation.
-func (w *Worker) acquireSlot(ctx context.Context, b ledger.Batch, m *unitMessage) (slot int, holder string, ok bool, err error) {
+// seat is what a unit of a batch with max_concurrency runs under: a slot
+// (slot ≥ 0: a slot row, or, fence, the fence row of a retired track of
+// its run) held by holder, or none (slot −1: no limit, or a track's own
+// unit); handed: the unit was handed to a track of its run, which runs
+// it, and the delivery runs nothing.
+type seat struct {
+	slot   int
+	fence  bool
+	holder string
+	handed bool
+}
+
+// acquireSlot seats the unit of m when the batch has a limit (its items
+// then run one at a time), or reports ok false when every slot tried is
+// taken. Seating counts no attempt: it happens before the reservation.
+//
+// A unit a track of the run made (its held items woken, its message sent
+// again) is handed to a live track (Store.HandToTrack), which runs it
+// next, or runs under a retired track's fence row as a slot
+// (Store.TakeTrackSlot): every running unit holds a track, so the batch
+// never passes its limit. Up to SlotTries tracks are tried, at random.
+// Other units take one of the batch's slot rows, as before tracks.
+func (w *Worker) acquireSlot(ctx context.Context, b ledger.Batch, m *unitMessage) (seat, bool, error) {
 	if b.MaxConcurrency <= 0 || m.track != nil {
-		return -1, "", true, nil
+		return seat{slot: -1}, true, nil
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
-	holder = ledger.RunID(b.ID, m.Items[0].Key) + "#" + hex.EncodeToString(nonce[:])
+	holder := ledger.RunID(b.ID, m.Items[0].Key) + "#" + hex.EncodeToString(nonce[:])
+	if u := m.trackUnitOf(); u != nil && u.Tracks > 0 && m.Run == b.Run && u.Count > 0 && u.Length > 0 {
+		unit := u.TrackRetry
+		unit.DueMs, unit.Requeued, unit.RateAtUs = 0, 0, 0
+		now := w.Clock.Now()
+		id := hex.EncodeToString(nonce[:])
+		for _, j := range slotsToTry(u.Tracks) {
+			retired, err := w.Store.HandToTrack(ctx, ledger.TrackHand{BatchID: b.ID, Run: b.Run, Track: j, ID: id, Unit: unit, Now: now})
+			if err == nil {
+				return seat{slot: -1, handed: true}, true, nil
+			}
+			if !errors.Is(err, api.ErrConflict) {
+				return seat{slot: -1}, false, err
+			}
+			if !retired {
+				continue // no row yet: its first delivery has not come
+			}
+			err = w.Store.TakeTrackSlot(ctx, ledger.TrackSlot{BatchID: b.ID, Run: b.Run, Track: j, Holder: holder, Now: now, Lease: w.Lease})
+			if err == nil {
+				return seat{slot: j, fence: true, holder: holder}, true, nil
+			}
+			if !errors.Is(err, api.ErrConflict) {
+				return seat{slot: -1}, false, err
+			}
+		}
+		return seat{slot: -1}, false, nil
+	}
 	for _, i := range slotsToTry(b.MaxConcurrency) {
 		err := w.Store.AcquireSlot(ctx, b.ID, i, holder, w.Clock.Now(), w.Lease)
 		if err == nil {
-			return i, holder, true, nil
+			return seat{slot: i, holder: holder}, true, nil
 		}
 		if !errors.Is(err, api.ErrConflict) {
-			return -1, "", false, err
+			return seat{slot: -1}, false, err
 		}
 	}
-	return -1, "", false, nil
+	return seat{slot: -1}, false, nil
 }
 
-// freeSlot frees a slot taken by acquireSlot (slot −1: none), even when the
+// freeSlot frees the slot of st (none: nothing), even when the
 // invocation's context has ended; a slot not freed is freed by its lease.
-func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, batchID string, slot int, holder string) {
-	if slot < 0 {
+func (w *Worker) freeSlot(ctx context.Context, log *slog.Logger, b ledger.Batch, st seat) {
+	if st.slot < 0 {
 		return
 	}
-	if err := w.Store.FreeSlot(context.WithoutCancel(ctx), batchID, slot, holder); err != nil {
-		log.WarnContext(ctx, "free concurrency slot; its lease frees it", "slot", slot, "error", pipeline.ErrorText(err))
+	ctx2 := context.WithoutCancel(ctx)
+	var err error
+	if st.fence {
+		err = w.Store.FreeTrackSlot(ctx2, ledger.TrackSlot{BatchID: b.ID, Run: b.Run, Track: st.slot, Holder: st.holder})
+	} else {
+		err = w.Store.FreeSlot(ctx2, b.ID, st.slot, st.holder)
+	}
+	if err != nil {
+		log.WarnContext(ctx, "free concurrency slot; its lease frees it", "slot", st.slot, "track", st.fence, "error", pipeline.ErrorText(err))
 	}
 }
 

@@ -33,7 +33,10 @@ type Store interface {
 	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
 	ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, error)
-	TakeTrack(ctx context.Context, t ledger.TrackTake) (time.Time, error)
+	TakeTrack(ctx context.Context, t ledger.TrackTake) (ledger.TrackTaken, error)
+	HandToTrack(ctx context.Context, h ledger.TrackHand) (bool, error)
+	TakeTrackSlot(ctx context.Context, s ledger.TrackSlot) error
+	FreeTrackSlot(ctx context.Context, s ledger.TrackSlot) error
 	LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error

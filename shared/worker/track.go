@@ -68,20 +68,21 @@ func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool 
 func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch, msg *ledger.Message, d Delivery, inv *invocation) bool {
 	t := msg.Track
 	now := w.Clock.Now()
-	held, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: b.ID, Run: b.Run, Track: t.Index, Seq: t.Seq, Holder: ledger.NewToken(), Now: now, Lease: w.Lease})
+	took, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: b.ID, Run: b.Run, Track: t.Index, Seq: t.Seq, Holder: ledger.NewToken(), Now: now, Lease: w.Lease, Clear: t.Merged})
 	switch {
-	case errors.Is(err, api.ErrConflict) && held.IsZero():
+	case errors.Is(err, api.ErrConflict) && took.Held.IsZero():
 		log.InfoContext(ctx, "track sent again since; this send acknowledged", "seq", t.Seq)
 		return true
 	case errors.Is(err, api.ErrConflict):
 		log.InfoContext(ctx, "track under another delivery's lease; retried later", "seq", t.Seq)
-		w.delay(ctx, log, d, held.Sub(now))
+		w.delay(ctx, log, d, took.Held.Sub(now))
 		return false
 	case err != nil:
 		return w.sendAgain(ctx, log, d, &msg.Requeued, func() ([]byte, error) { return msg.Body() }, "take the track", err)
 	}
 	tr := &trackRun{w: w, b: b, msg: msg, floor: time.UnixMilli(t.UntilMs).UTC()}
-	t.UntilMs = 0
+	t.UntilMs, t.Merged = 0, nil
+	tr.merge(took.Handed)
 	defer tr.closeLines()
 	if d.DeadLetter {
 		return w.deadTrack(ctx, log, tr, d)
@@ -132,8 +133,11 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			count()
 			return w.sendTrack(ctx, log, tr, d, wait, moved)
 		case m == nil:
+			if handed := w.retireTrack(ctx, log, tr); len(handed) > 0 {
+				tr.merge(handed)
+				continue
+			}
 			count()
-			w.retireTrack(ctx, log, tr)
 			return true
 		}
 		m.track, tr.parked = tr, false
@@ -174,7 +178,7 @@ func (w *Worker) sendTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 	} else {
 		t.Idle++
 	}
-	wait = min(max(wait, 0), api.MaxResendDelay)
+	wait = min(max(wait, 0), api.MaxResendDelay, pace.TrackLookEvery)
 	if t.Idle > ledger.MaxResends {
 		log.WarnContext(ctx, "track sent again too often without moving; it waits on its message", "idle", t.Idle)
 		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
@@ -204,14 +208,43 @@ func (w *Worker) sendTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 // retireTrack ends a track whose units all ended: its fence row moves
 // past every send of it (Seq + 1), so that a duplicate of its message, or
 // its run's fan-out sent again, finds it stale instead of waiting for the
-// lease of a delivery that is gone.
-func (w *Worker) retireTrack(ctx context.Context, log *slog.Logger, tr *trackRun) {
+// lease of a delivery that is gone, and the row becomes a slot for the
+// run's woken units (Store.TakeTrackSlot). A track that units were handed
+// to since its take is not retired: it answers them, to run first.
+func (w *Worker) retireTrack(ctx context.Context, log *slog.Logger, tr *trackRun) []ledger.TrackHanded {
 	t := tr.msg.Track
-	_, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Seq: t.Seq + 1, Holder: "done", Now: w.Clock.Now()})
-	if err != nil {
+	took, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Seq: t.Seq + 1, Holder: ledger.TrackRetired, Now: w.Clock.Now(), Clear: t.Merged})
+	switch {
+	case err != nil && len(took.Handed) > 0:
+		log.InfoContext(ctx, "track not retired: units were handed to it", "seq", t.Seq, "handed", len(took.Handed))
+		return took.Handed
+	case err != nil:
 		log.WarnContext(ctx, "retire the track; a duplicate of it waits for its lease", "error", err.Error())
 	}
 	log.InfoContext(ctx, "track done: no slice left to claim", "seq", t.Seq)
+	return nil
+}
+
+// merge takes the units handed to the track (Store.HandToTrack) into its
+// retries, due now, each hand-off once (a unit that waits in them
+// already is not added again), and records the hand-offs in Merged, for
+// the next take to remove from the fence row. Handed units may take the
+// track past pace.MaxTrackRetries: each is a woken unit that runs next.
+func (tr *trackRun) merge(handed []ledger.TrackHanded) {
+	t := tr.msg.Track
+	now := tr.w.Clock.Now().UnixMilli()
+	for _, h := range handed {
+		if slices.Contains(t.Merged, h.ID) {
+			continue
+		}
+		t.Merged = append(t.Merged, h.ID)
+		if slices.ContainsFunc(t.Retries, func(r ledger.TrackRetry) bool { return r.First == h.Unit.First }) {
+			continue
+		}
+		u := h.Unit
+		u.DueMs = now
+		t.Retries = append(t.Retries, u)
+	}
 }
 
 // next returns the track's next unit to run: its earliest retry due (any,
@@ -373,7 +406,19 @@ func (tr *trackRun) retryUnit(ctx context.Context, r ledger.TrackRetry) (*unitMe
 		return nil, err
 	}
 	m.ref = r
+	tr.markUnit(m)
 	return m, nil
+}
+
+// markUnit records on m's message where its unit lies (its TrackUnit), so
+// that a wake sending the message again hands it back to a track.
+func (tr *trackRun) markUnit(m *unitMessage) {
+	if m.trackUnit == nil {
+		return
+	}
+	u := m.ref
+	u.DueMs, u.Requeued, u.RateAtUs = 0, 0, 0
+	*m.trackUnit = &ledger.TrackUnit{Tracks: tr.msg.Track.Tracks, TrackRetry: u}
 }
 
 // unit reads the n lines of the unit at manifest index first of chunk
@@ -411,6 +456,7 @@ func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *lineReader) 
 		return nil, fmt.Errorf("the unit at %d: %w", first, err)
 	}
 	m.ref = ref
+	tr.markUnit(m)
 	return m, nil
 }
 

@@ -70,12 +70,23 @@ type unitMessage struct {
 	// queue; ref is where its lines are and how often it waited for AWS.
 	track *trackRun
 	ref   ledger.TrackRetry
+	// trackUnit is the message's TrackUnit: set on a track's unit, so
+	// that its message, sent again by a wake, goes back to a track.
+	trackUnit **ledger.TrackUnit
+}
+
+// trackUnitOf is the message's TrackUnit (nil: none).
+func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
+	if m.trackUnit == nil {
+		return nil
+	}
+	return *m.trackUnit
 }
 
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -84,7 +95,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

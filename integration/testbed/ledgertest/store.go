@@ -901,6 +901,11 @@ type track struct {
 	seq        int64
 	holder     string
 	leaseUntil time.Time
+	handed     map[string]ledger.TrackRetry
+	// slotHolder and slotUntil: a woken unit running under the retired
+	// track as a slot (TakeTrackSlot).
+	slotHolder string
+	slotUntil  time.Time
 }
 
 // claimRow is a run's claim counter and each track's last claim and
@@ -931,8 +936,17 @@ func (s *Store) ClaimSlice(_ context.Context, c ledger.SliceClaim) (int64, error
 	return r.n, nil
 }
 
+// handedUnits is a track's hand-offs in ID order.
+func (cur track) handedUnits() []ledger.TrackHanded {
+	var units []ledger.TrackHanded
+	for _, id := range slices.Sorted(maps.Keys(cur.handed)) {
+		units = append(units, ledger.TrackHanded{ID: id, Unit: cur.handed[id]})
+	}
+	return units
+}
+
 // TakeTrack implements ledger.Store.
-func (s *Store) TakeTrack(_ context.Context, t ledger.TrackTake) (time.Time, error) {
+func (s *Store) TakeTrack(_ context.Context, t ledger.TrackTake) (ledger.TrackTaken, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := trackKey{batchID: t.BatchID, run: t.Run, track: t.Track}
@@ -940,12 +954,69 @@ func (s *Store) TakeTrack(_ context.Context, t ledger.TrackTake) (time.Time, err
 	switch {
 	case !ok, cur.seq < t.Seq:
 	case cur.seq > t.Seq:
-		return time.Time{}, conflictf("take track %d of %s run %d: seq %d is past %d", t.Track, t.BatchID, t.Run, cur.seq, t.Seq)
+		return ledger.TrackTaken{}, conflictf("take track %d of %s run %d: seq %d is past %d", t.Track, t.BatchID, t.Run, cur.seq, t.Seq)
 	case cur.holder != t.Holder && cur.leaseUntil.UnixMilli() >= t.Now.UnixMilli():
-		return cur.leaseUntil, conflictf("take track %d of %s run %d: held until %s", t.Track, t.BatchID, t.Run, cur.leaseUntil)
+		return ledger.TrackTaken{Held: cur.leaseUntil}, conflictf("take track %d of %s run %d: held until %s", t.Track, t.BatchID, t.Run, cur.leaseUntil)
 	}
-	s.tracks[k] = track{seq: t.Seq, holder: t.Holder, leaseUntil: ms(t.Now.Add(t.Lease))}
-	return time.Time{}, nil
+	if t.Holder == ledger.TrackRetired {
+		for f := range cur.handed {
+			if !slices.Contains(t.Clear, f) {
+				return ledger.TrackTaken{Handed: cur.handedUnits()}, conflictf("retire track %d of %s run %d: units handed to it", t.Track, t.BatchID, t.Run)
+			}
+		}
+	}
+	handed := maps.Clone(cur.handed)
+	for _, f := range t.Clear {
+		delete(handed, f)
+	}
+	s.tracks[k] = track{seq: t.Seq, holder: t.Holder, leaseUntil: ms(t.Now.Add(t.Lease)), handed: handed}
+	return ledger.TrackTaken{Handed: s.tracks[k].handedUnits()}, nil
+}
+
+// HandToTrack implements ledger.Store.
+func (s *Store) HandToTrack(_ context.Context, h ledger.TrackHand) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := trackKey{batchID: h.BatchID, run: h.Run, track: h.Track}
+	cur, ok := s.tracks[k]
+	switch {
+	case !ok:
+		return false, conflictf("hand a unit to track %d of %s run %d: no row", h.Track, h.BatchID, h.Run)
+	case cur.holder == ledger.TrackRetired:
+		return true, conflictf("hand a unit to track %d of %s run %d: retired", h.Track, h.BatchID, h.Run)
+	}
+	if cur.handed == nil {
+		cur.handed = map[string]ledger.TrackRetry{}
+	}
+	cur.handed[h.ID] = h.Unit
+	s.tracks[k] = cur
+	return false, nil
+}
+
+// TakeTrackSlot implements ledger.Store.
+func (s *Store) TakeTrackSlot(_ context.Context, t ledger.TrackSlot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := trackKey{batchID: t.BatchID, run: t.Run, track: t.Track}
+	cur, ok := s.tracks[k]
+	if !ok || cur.holder != ledger.TrackRetired || cur.slotHolder != "" && cur.slotUntil.UnixMilli() >= t.Now.UnixMilli() {
+		return conflictf("take retired track %d of %s run %d as a slot", t.Track, t.BatchID, t.Run)
+	}
+	cur.slotHolder, cur.slotUntil = t.Holder, ms(t.Now.Add(t.Lease))
+	s.tracks[k] = cur
+	return nil
+}
+
+// FreeTrackSlot implements ledger.Store.
+func (s *Store) FreeTrackSlot(_ context.Context, t ledger.TrackSlot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := trackKey{batchID: t.BatchID, run: t.Run, track: t.Track}
+	if cur, ok := s.tracks[k]; ok && cur.slotHolder == t.Holder {
+		cur.slotHolder, cur.slotUntil = "", time.Time{}
+		s.tracks[k] = cur
+	}
+	return nil
 }
 
 // Unpublished implements ledger.Store: by batch id, then run.

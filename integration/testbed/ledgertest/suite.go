@@ -1467,7 +1467,8 @@ var cases = []suiteCase{
 	}},
 	{"TrackFencesAndClaims", func(t *testing.T, s ledger.Store) {
 		take := func(track int, seq int64, holder string, now time.Time) (time.Time, error) {
-			return s.TakeTrack(ctx, ledger.TrackTake{BatchID: "b1", Run: 1, Track: track, Seq: seq, Holder: holder, Now: now, Lease: time.Minute})
+			took, err := s.TakeTrack(ctx, ledger.TrackTake{BatchID: "b1", Run: 1, Track: track, Seq: seq, Holder: holder, Now: now, Lease: time.Minute})
+			return took.Held, err
 		}
 		if _, err := take(0, 1, "d1", T0); err != nil {
 			t.Fatalf("first take: %v", err)
@@ -1508,5 +1509,95 @@ var cases = []suiteCase{
 		if n, err := claim(2, 0, 1); err != nil || n != 1 {
 			t.Errorf("another run's first claim = %d, %v", n, err)
 		}
+	}},
+	{"UnitsHandedToTracks", func(t *testing.T, s ledger.Store) {
+		take := func(seq int64, holder string, now time.Time, clear ...string) (ledger.TrackTaken, error) {
+			return s.TakeTrack(ctx, ledger.TrackTake{BatchID: "b1", Run: 1, Track: 0, Seq: seq, Holder: holder, Now: now, Lease: time.Minute, Clear: clear})
+		}
+		hand := func(track int, id string, first int64) (bool, error) {
+			return s.HandToTrack(ctx, ledger.TrackHand{BatchID: "b1", Run: 1, Track: track, ID: id,
+				Unit: ledger.TrackRetry{First: first, Count: 2, Offset: first * 10, Length: 20, ChunkFirst: 0, ChunkItems: 100}, Now: T0})
+		}
+		handed := func(hs []ledger.TrackHanded) string {
+			out := []string{}
+			for _, h := range hs {
+				out = append(out, fmt.Sprintf("%s:%d", h.ID, h.Unit.First))
+			}
+			return strings.Join(out, " ")
+		}
+		retired, err := hand(0, "a", 4)
+		isConflict(t, "a hand-off to a track without a row", err)
+		check(t, "a track without a row is not retired", retired, false)
+		if took, err := take(1, "d1", T0); err != nil || len(took.Handed) != 0 {
+			t.Fatalf("first take = %+v, %v", took, err)
+		}
+		for _, h := range []struct {
+			id    string
+			first int64
+		}{{"b", 8}, {"a", 4}, {"b", 8}} {
+			if _, err := hand(0, h.id, h.first); err != nil {
+				t.Fatalf("hand %s: %v", h.id, err)
+			}
+		}
+		took, err := take(1, "d1", T0.Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "hand-offs answered by a take, in ID order, each once", handed(took.Handed), "a:4 b:8")
+		if u := took.Handed[0].Unit; u.Count != 2 || u.Offset != 40 || u.Length != 20 || u.ChunkItems != 100 {
+			t.Errorf("handed unit read back = %+v", u)
+		}
+		// The next send's take clears what its message merged; a unit
+		// handed since stays, even the same unit handed again.
+		for _, h := range []struct {
+			id    string
+			first int64
+		}{{"c", 12}, {"e", 4}} {
+			if _, err := hand(0, h.id, h.first); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took, err = take(2, "d2", T0.Add(2*time.Second), "a", "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "left after the take cleared a and b", handed(took.Handed), "c:12 e:4")
+		took, err = take(3, ledger.TrackRetired, T0.Add(3*time.Second), "c")
+		isConflict(t, "a retire with a hand-off it has not merged", err)
+		check(t, "a refused retire answers every hand-off", handed(took.Handed), "c:12 e:4")
+		if _, err := take(2, "d2", T0.Add(3*time.Second)); err != nil {
+			t.Errorf("the track's holder after a refused retire: %v", err)
+		}
+		if err := s.TakeTrackSlot(ctx, ledger.TrackSlot{BatchID: "b1", Run: 1, Track: 0, Holder: "u1", Now: T0, Lease: time.Minute}); !errors.Is(err, api.ErrConflict) {
+			t.Errorf("a live track taken as a slot: %v", err)
+		}
+		if _, err := take(3, ledger.TrackRetired, T0.Add(4*time.Second), "c", "e"); err != nil {
+			t.Fatalf("retire having merged every handed unit: %v", err)
+		}
+		retired, err = hand(0, "f", 16)
+		isConflict(t, "a hand-off to a retired track", err)
+		check(t, "retired", retired, true)
+		slot := func(holder string, now time.Time) error {
+			return s.TakeTrackSlot(ctx, ledger.TrackSlot{BatchID: "b1", Run: 1, Track: 0, Holder: holder, Now: now, Lease: time.Minute})
+		}
+		if err := slot("u1", T0); err != nil {
+			t.Fatalf("a retired track as a slot: %v", err)
+		}
+		isConflict(t, "a retired track's slot under another's lease", slot("u2", T0.Add(time.Second)))
+		if err := s.FreeTrackSlot(ctx, ledger.TrackSlot{BatchID: "b1", Run: 1, Track: 0, Holder: "u2"}); err != nil {
+			t.Errorf("free by a non-holder: %v", err)
+		}
+		isConflict(t, "still held after a non-holder's free", slot("u2", T0.Add(time.Second)))
+		if err := s.FreeTrackSlot(ctx, ledger.TrackSlot{BatchID: "b1", Run: 1, Track: 0, Holder: "u1"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := slot("u2", T0.Add(time.Second)); err != nil {
+			t.Errorf("the slot after its holder freed it: %v", err)
+		}
+		if err := slot("u3", T0.Add(time.Second+time.Minute+time.Millisecond)); err != nil {
+			t.Errorf("the slot past its holder's lease: %v", err)
+		}
+		_, err = take(2, "stale", T0.Add(time.Hour))
+		isConflict(t, "a stale send of a retired track", err)
 	}},
 }

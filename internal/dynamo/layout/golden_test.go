@@ -102,7 +102,7 @@ func TestGoldenRows(t *testing.T) {
 		"row-mark":                 {tags(struct{}{}, "pk", "sk", AttrFormat, "expires_at"), readMark, v2, true},
 		"row-slot":                 {tags(struct{}{}, "pk", "sk", AttrHolder, AttrLeaseUntilMs, AttrFormat, "expires_at"), readSlot, v2, true},
 		"row-claim":                {tags(struct{}{}, "pk", "sk", AttrClaims, "c0", "c1", "g0", "g1", AttrFormat, "expires_at"), readClaim, v2, true},
-		"row-track":                {tags(struct{}{}, "pk", "sk", AttrSeq, AttrHolder, AttrLeaseUntilMs, AttrFormat, "expires_at"), readTrack, v2, true},
+		"row-track":                {tags(struct{}{}, "pk", "sk", AttrSeq, AttrHolder, AttrLeaseUntilMs, AttrHanded, AttrSlotHolder, AttrSlotUntilMs, AttrFormat, "expires_at"), readTrack, v2, true},
 		"row-retention":            {tags(struct{}{}, "pk", "sk", AttrBatchID, AttrFormat), readRetention, v2, true},
 		"row-publish":              {tags(struct{}{}, "pk", "sk", AttrBatchID, AttrRun, AttrFormat), readPublish, v2, true},
 		"row-upload":               {tags(UploadRow{}), readUpload, v2, true},

@@ -15,12 +15,20 @@ import (
 //     one update per slice a track claims, which also keeps each track's
 //     last claim and its answer (c{track}, g{track});
 //   - a track's fence SLOT#{id}#r{run}#t{track}, sk TRACK: seq, holder,
-//     lease_until_ms, one write per delivery of the track.
+//     lease_until_ms, one write per delivery of the track; the units
+//     handed to the track (AttrHanded, a map from a unit's First to its
+//     ledger.TrackRetry as JSON), one write per woken unit and removed by
+//     the track's next take; once the track retired (holder "done"), the
+//     holder and lease of a woken unit that runs under it as a slot
+//     (AttrSlotHolder, AttrSlotUntilMs).
 const (
-	SKClaim    = "CLAIM"
-	SKTrack    = "TRACK"
-	AttrSeq    = "seq"
-	AttrClaims = "claims"
+	SKClaim         = "CLAIM"
+	SKTrack         = "TRACK"
+	AttrSeq         = "seq"
+	AttrClaims      = "claims"
+	AttrHanded      = "h"
+	AttrSlotHolder  = "slot_holder"
+	AttrSlotUntilMs = "slot_until_ms"
 )
 
 // ClaimPK is the partition key of run run's claim counter:
