@@ -154,11 +154,17 @@ type Estimate struct {
 	// seconds since its start (RatePerSecond when RateBasis is
 	// RateBasisRunAverage).
 	RunRatePerSecond float64 `json:"run_rate_per_second"`
-	// Remaining is the run's items not ended yet: in flight, waiting for
-	// a retry, withheld or not fanned out.
+	// Remaining is the run's items not ended yet and not held: in
+	// flight, waiting for a retry or not fanned out.
 	Remaining int64 `json:"remaining"`
-	// FinishAt is when the run's last item ends at RatePerSecond: the read
-	// plus Remaining / RatePerSecond, to the second.
+	// Held is the run's items held (suspended, withheld, exhausted): they
+	// wait for a signal, a lift or a raise, not for the pace, so they are
+	// neither in Remaining nor in FinishAt, and the run does not end
+	// before they are moved on. 0 (absent): none.
+	Held int64 `json:"held,omitempty"`
+	// FinishAt is when the run's last item not held ends at
+	// RatePerSecond: the read plus Remaining / RatePerSecond, to the
+	// second.
 	FinishAt time.Time `json:"finish_at"`
 	// ProjectedCost is the run's cost at its end (Census.Cost: what the
 	// pipeline reported, by cost name, exact decimals to 9 places): its

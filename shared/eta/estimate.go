@@ -17,14 +17,17 @@ const projectionPlaces = 9
 
 // Run is what an estimate reads of a running run: its items (a
 // correction run's own, else the batch's), when it started, whether it is
-// paused, and from its counters the items ended (Done), their cost and
-// this run's spent by name, the DynamoDB units attributed so far, and the
-// ring of samples (Ring, oldest first; empty when none).
+// paused, and from its counters the items ended (Done), the items held
+// (Held: suspended, withheld or exhausted, waiting for a signal, a lift
+// or a raise rather than for the pace), their cost and this run's spent
+// by name, the DynamoDB units attributed so far, and the ring of samples
+// (Ring, oldest first; empty when none).
 type Run struct {
 	Items       int64
 	StartedAt   time.Time
 	Paused      bool
 	Done        int64
+	Held        int64
 	Cost, Spent pipeline.CostSum
 	Usage       api.Usage
 	Ring        []Sample
@@ -36,20 +39,24 @@ type Run struct {
 // r.Ring) when the ring holds a sample of the window, else the run's
 // average; the cost is projected from the window's cost per item when
 // the window has its costs (a sample without them: the run's average),
-// run_spent and units from the run's average. Pure.
+// run_spent and units from the run's average. Held items are not
+// Remaining and not in FinishAt (nothing says when they are moved on),
+// but are in the projected cost, as items that run once moved on. Pure.
 func Estimate(r Run, now time.Time) *api.Estimate {
 	secs := now.Sub(r.StartedAt).Seconds()
 	if r.Done <= 0 || r.StartedAt.IsZero() || secs <= 0 || r.Paused {
 		return nil
 	}
 	done := min(r.Done, r.Items)
-	e := &api.Estimate{RateBasis: api.RateBasisRunAverage, Since: r.StartedAt, Ended: done, RatePerSecond: float64(done) / secs, Remaining: max(0, r.Items-done)}
+	held := min(max(r.Held, 0), r.Items-done)
+	e := &api.Estimate{RateBasis: api.RateBasisRunAverage, Since: r.StartedAt, Ended: done, RatePerSecond: float64(done) / secs,
+		Remaining: max(0, r.Items-done-held), Held: held}
 	e.RunRatePerSecond = e.RatePerSecond
 	e.ProjectedCost = project(r.Cost, r.Items, done)
 	if w, ok := Recent(r.Ring, now, done, r.Cost); ok {
 		e.RateBasis, e.Since, e.Ended, e.RatePerSecond = api.RateBasisRecent, w.Since, w.Ended, w.RatePerSecond
 		if !w.NoCost && len(r.Cost) > 0 {
-			e.ProjectedCost = projectAhead(r.Cost, w.Cost, e.Remaining, w.Ended)
+			e.ProjectedCost = projectAhead(r.Cost, w.Cost, e.Remaining+held, w.Ended)
 		}
 	}
 	e.FinishAt = now.Add(ahead(e.Remaining, e.RatePerSecond)).Truncate(time.Second)

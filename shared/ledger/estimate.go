@@ -13,5 +13,14 @@ import (
 // are b.RunItems(): a correction run's own, else the batch's.
 func EstimateOf(b Batch, p Progress, now time.Time) *api.Estimate {
 	return eta.Estimate(eta.Run{Items: b.RunItems(), StartedAt: b.RunStartedAt, Paused: b.Pause != nil,
-		Done: p.Done, Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: p.Pace}, now)
+		Done: p.Done, Held: heldOf(p), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: p.Pace}, now)
+}
+
+// heldOf is the run's items held, by its counters (Progress.Held).
+func heldOf(p Progress) int64 {
+	var n int64
+	for _, c := range p.Held {
+		n += c
+	}
+	return n
 }

@@ -42,6 +42,28 @@ func TestEstimateOfARun(t *testing.T) {
 	}
 }
 
+// TestEstimateLeavesHeldItemsOut guards an estimate with items that wait:
+// 2,500 of 10,000 ended in 100 s (25 a second) and 1,500 held (1,000
+// suspended, 500 withheld) leave 6,000 to go at the pace, finishing 240 s
+// after the read (not 300 s: the held items wait for a signal or a lift,
+// not for the pace), with the held count given beside them; the
+// projected cost still counts every item (×4), as the held ones run once
+// moved on.
+func TestEstimateLeavesHeldItemsOut(t *testing.T) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	now := start.Add(100 * time.Second)
+	b := Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
+	p := Progress{Done: 2500, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.07")},
+		Held: map[api.Outcome]int64{api.OutcomeSuspended: 1000, api.OutcomeWithheld: 500}}
+	e := EstimateOf(b, p, now)
+	if e == nil || e.Remaining != 6000 || e.Held != 1500 || !e.FinishAt.Equal(now.Add(240*time.Second)) {
+		t.Fatalf("estimate %+v; want 6000 to go, 1500 held, finish 240 s after the read", e)
+	}
+	if got := e.ProjectedCost.String(); got != "usd=0.28" {
+		t.Fatalf("projected cost %s, want usd=0.28 (every item, held ones too)", got)
+	}
+}
+
 // TestEstimateOnlyWithAPace guards when there is none: no item ended,
 // paused, or no start; and that a correction run projects over its own
 // items (Revision.RunItems), and a run whose items all ended finishes at

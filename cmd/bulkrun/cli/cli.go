@@ -904,6 +904,9 @@ func EstimateText(e api.Estimate) string {
 	}
 	b.WriteString(fmt.Sprintf("estimate: %s over %s (%d ended since %sZ%s); %d to go, finish ≈ %sZ",
 		rateText(e.RatePerSecond), over, e.Ended, e.Since.UTC().Format(time.TimeOnly), avg, e.Remaining, e.FinishAt.UTC().Format(time.TimeOnly)))
+	if e.Held > 0 {
+		b.WriteString(fmt.Sprintf(" (%s held, not in it: the run ends once they are moved on)", api.Count(e.Held, "item")))
+	}
 	var proj []string
 	if len(e.ProjectedCost) > 0 {
 		proj = append(proj, "cost "+e.ProjectedCost.String())

@@ -28,6 +28,10 @@ func TestEstimateText(t *testing.T) {
 	if got := EstimateText(e); strings.Contains(got, "projected") {
 		t.Errorf("no projections: %q", got)
 	}
+	e.Held = 1500
+	if got, want := EstimateText(e), "7500 to go, finish ≈ 10:06:40Z (1500 items held, not in it: the run ends once they are moved on)"; !strings.HasSuffix(got, want) {
+		t.Errorf("with held items: %q, want it to end %q", got, want)
+	}
 }
 
 // TestEstimateTextOverTheRecentWindow guards the line over the recent
