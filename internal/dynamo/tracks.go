@@ -74,7 +74,13 @@ func (s *Store) TakeTrack(ctx context.Context, t ledger.TrackTake) (ledger.Track
 		expression.And(expression.Name(layout.AttrSeq).Equal(seq),
 			expression.Or(expression.Name(layout.AttrLeaseUntilMs).LessThan(now), expression.Name(layout.AttrHolder).Equal(expression.Value(t.Holder)))))
 	if t.Holder == ledger.TrackRetired {
-		cond = expression.And(cond, expression.Or(expression.AttributeNotExists(handed), handed.Size().Equal(expression.Value(len(t.Clear)))))
+		// Exactly the hand-offs the track merged wait on the row: as many,
+		// and each of them.
+		only := expression.ConditionBuilder(handed.Size().Equal(expression.Value(len(t.Clear))))
+		for _, id := range t.Clear {
+			only = expression.And(only, expression.AttributeExists(expression.Name(layout.AttrHanded+"."+id)))
+		}
+		cond = expression.And(cond, expression.Or(expression.AttributeNotExists(handed), only))
 	}
 	if len(t.Clear) > 0 {
 		// REMOVE of a path inside a map the row lacks is refused as
@@ -150,9 +156,10 @@ func handedUnits(av map[string]types.AttributeValue) ([]ledger.TrackHanded, erro
 
 // HandToTrack implements ledger.Store with one UpdateItem: SET
 // h.{id} = :unit (JSON) under attribute_exists(seq) AND holder <>
-// "done" AND attribute_exists(h), or, on a row without the map, SET h =
-// {id: :unit} under attribute_not_exists(h) and the same (as Halt adds
-// to its map).
+// "done" AND attribute_exists(h) AND (attribute_exists(h.{id}) OR size(h)
+// < MaxHandoffs), or, on a row without the map, SET h = {id: :unit}
+// under attribute_not_exists(h) and the same (as Halt adds to its map);
+// a map made by another hand-off between the two is added to.
 func (s *Store) HandToTrack(ctx context.Context, h ledger.TrackHand) (bool, error) {
 	body, err := json.Marshal(h.Unit)
 	if err != nil {
@@ -165,19 +172,25 @@ func (s *Store) HandToTrack(ctx context.Context, h ledger.TrackHand) (bool, erro
 	live := expression.And(expression.AttributeExists(expression.Name(layout.AttrSeq)),
 		expression.Name(layout.AttrHolder).NotEqual(expression.Value(ledger.TrackRetired)))
 	key := layout.Key(layout.TrackPK(h.BatchID, h.Run, h.Track), layout.SKTrack)
-	expr, err := expression.NewBuilder().WithCondition(expression.And(live, expression.AttributeExists(expression.Name(layout.AttrHanded)))).
+	hm := expression.Name(layout.AttrHanded)
+	add, err := expression.NewBuilder().WithCondition(expression.And(live, expression.AttributeExists(hm),
+		expression.Or(expression.AttributeExists(expression.Name(layout.AttrHanded+"."+k)), hm.Size().LessThan(expression.Value(ledger.MaxHandoffs))))).
 		WithUpdate(s.stamp(expression.Set(expression.Name(layout.AttrHanded+"."+k), expression.Value(string(body))), h.Now)).Build()
 	if err != nil {
 		return false, err
 	}
-	_, old, err := s.updateRow(ctx, key, expr, types.ReturnValueNone)
+	first, err := expression.NewBuilder().WithCondition(expression.And(live, expression.AttributeNotExists(hm))).
+		WithUpdate(s.stamp(expression.Set(hm, expression.Value(map[string]string{k: string(body)})), h.Now)).Build()
+	if err != nil {
+		return false, err
+	}
+	_, old, err := s.updateRow(ctx, key, add, types.ReturnValueNone)
 	if errors.Is(err, api.ErrConflict) && len(old) > 0 && old[layout.AttrHanded] == nil {
-		expr, err = expression.NewBuilder().WithCondition(expression.And(live, expression.AttributeNotExists(expression.Name(layout.AttrHanded)))).
-			WithUpdate(s.stamp(expression.Set(expression.Name(layout.AttrHanded), expression.Value(map[string]string{k: string(body)})), h.Now)).Build()
-		if err != nil {
-			return false, err
+		_, old, err = s.updateRow(ctx, key, first, types.ReturnValueNone)
+		if errors.Is(err, api.ErrConflict) && old[layout.AttrHanded] != nil {
+			// Another hand-off made the map meanwhile: add to it.
+			_, old, err = s.updateRow(ctx, key, add, types.ReturnValueNone)
 		}
-		_, old, err = s.updateRow(ctx, key, expr, types.ReturnValueNone)
 	}
 	if errors.Is(err, api.ErrConflict) {
 		var row struct {

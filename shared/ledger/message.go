@@ -116,6 +116,10 @@ type Message struct {
 	// TrackUnit: the message's unit was made by a track of its run (see
 	// TrackUnit); nil otherwise.
 	TrackUnit *TrackUnit `json:"track_unit,omitempty"`
+	// HopAtMs is, on a timer hop of a unit a track made (its suspended
+	// items' next wake, epoch milliseconds), when the hop is due: one
+	// delivered before it only sends the next hop (0: not a hop).
+	HopAtMs int64 `json:"hop_at_ms,omitempty"`
 	// Sent is, on a fan-out message sent again because the queue did not
 	// take all of its chunk's messages, which of them the queue has
 	// already ("sent"): the fan-out sends only the others. nil: none (a

@@ -41,6 +41,8 @@ type PackMessage struct {
 	// TrackUnit: see Message.TrackUnit (≈ 150 bytes, inside the room
 	// MaxMessageBytes leaves under SQS's limit).
 	TrackUnit *TrackUnit `json:"track_unit,omitempty"`
+	// HopAtMs: see Message.HopAtMs.
+	HopAtMs int64 `json:"hop_at_ms,omitempty"`
 }
 
 // PackedItem is one item of a pack message: its key and either its input

@@ -268,7 +268,8 @@ type Store interface {
 	// HandToTrack hands h.Unit to a track of its run: it waits on the
 	// track's fence row, under h.ID (the same ID again replaces it),
 	// until a take of the track clears it, every take answering it
-	// (TrackTaken.Handed). ErrConflict when the
+	// (TrackTaken.Handed); at most MaxHandoffs wait on a row (ErrConflict,
+	// retired false, beyond). ErrConflict when the
 	// track retired (retired true) or has no row yet; nothing written.
 	HandToTrack(ctx context.Context, h TrackHand) (retired bool, err error)
 	// TakeTrackSlot takes the fence row of a retired track as a

@@ -63,7 +63,18 @@ type Track struct {
 	// (TrackTake.Clear), so that a delivery that crashed before sending
 	// the track on finds them on the row again.
 	Merged []string `json:"mg,omitempty"`
+	// Looks counts the track's sends in a row whose wait was cut to
+	// pace.TrackLookEvery: every MaxResendDelay / TrackLookEvery of them
+	// count one Idle, so that the bound on idle sends keeps its time.
+	Looks int `json:"looks,omitempty"`
 }
+
+// MaxHandoffs is the most hand-offs that wait on one track's fence row
+// (Store.HandToTrack refuses more): the row's take then removes at most
+// that many (its update expression stays far under DynamoDB's 4 KB for an
+// expression: about 20 bytes an id) and the track message they join
+// stays small (≈ 100 bytes each).
+const MaxHandoffs = 64
 
 // TrackUnit is where a unit a track ran lies (its TrackRetry, with its
 // DueMs, Requeued and RateAtUs zero) and how many tracks its run has: an

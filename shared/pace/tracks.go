@@ -19,7 +19,8 @@ const MaxTrackRetries = 64
 // retries, its batch's pause): a unit handed to it (a woken unit of its
 // run, ledger.Store HandToTrack) is taken at its next delivery, so it
 // waits at most this (or one delivery of a busy track, the item
-// function's timeout). An idle track costs a message a minute.
+// function's timeout). An idle track costs a message, a take of its
+// fence row and a read of its batch row a minute.
 const TrackLookEvery = time.Minute
 
 // SlicesPerTrack is how many slices a run is cut into per track at

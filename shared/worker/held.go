@@ -29,6 +29,12 @@ func unitName(b ledger.Batch, m *unitMessage) string {
 
 // keepMessage keeps m for the wakes of its held items (held.Save).
 func (w *Worker) keepMessage(ctx context.Context, b ledger.Batch, m *unitMessage) error {
+	// A wake sends the kept message to run its unit, not as a timer hop.
+	var hop int64
+	if m.hopAt != nil {
+		hop, *m.hopAt = *m.hopAt, 0
+		defer func() { *m.hopAt = hop }()
+	}
 	body, err := m.body()
 	if err != nil {
 		return err

@@ -79,6 +79,8 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	case st.handed:
 		log.InfoContext(ctx, "woken unit handed to a track of its run; acknowledged")
 		return true, nil
+	case !st.hopAt.IsZero():
+		return w.sendTimer(ctx, log, b, m, st.hopAt) == nil, nil
 	case !ok:
 		return w.slotsTaken(ctx, log, d, m), nil
 	}

@@ -50,6 +50,7 @@ type seat struct {
 	fence  bool
 	holder string
 	handed bool
+	hopAt  time.Time // a timer hop of a track's unit not due yet: sends the next hop, runs nothing
 }
 
 // acquireSlot seats the unit of m when the batch has a limit (its items
@@ -70,9 +71,13 @@ func (w *Worker) acquireSlot(ctx context.Context, b ledger.Batch, m *unitMessage
 	_, _ = rand.Read(nonce[:])
 	holder := ledger.RunID(b.ID, m.Items[0].Key) + "#" + hex.EncodeToString(nonce[:])
 	if u := m.trackUnitOf(); u != nil && u.Tracks > 0 && m.Run == b.Run && u.Count > 0 && u.Length > 0 {
+		now := w.Clock.Now()
+		if m.hopAt != nil && *m.hopAt > now.UnixMilli() {
+			// An early timer hop: no track turn for a unit with nothing due.
+			return seat{slot: -1, hopAt: time.UnixMilli(*m.hopAt).UTC()}, true, nil
+		}
 		unit := u.TrackRetry
 		unit.DueMs, unit.Requeued, unit.RateAtUs = 0, 0, 0
-		now := w.Clock.Now()
 		id := hex.EncodeToString(nonce[:])
 		for _, j := range slotsToTry(u.Tracks) {
 			retired, err := w.Store.HandToTrack(ctx, ledger.TrackHand{BatchID: b.ID, Run: b.Run, Track: j, ID: id, Unit: unit, Now: now})

@@ -66,9 +66,16 @@ func (w *Worker) sendTimer(ctx context.Context, log *slog.Logger, b ledger.Batch
 		return nil
 	}
 	*m.requeued++
+	var hop int64
+	if m.hopAt != nil {
+		hop, *m.hopAt = *m.hopAt, at.UnixMilli()
+	}
 	body, err := m.body()
 	if err == nil {
 		err = w.Queue.Requeue(ctx, body, min(max(at.Sub(w.Clock.Now()), 0), api.MaxWakeHop))
+	}
+	if m.hopAt != nil {
+		*m.hopAt = hop
 	}
 	if err != nil {
 		*m.requeued--

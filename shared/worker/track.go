@@ -2,10 +2,8 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -17,6 +15,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/tracklines"
 )
 
 // Tracks: a batch with max_concurrency N runs on at most N tracks
@@ -45,11 +44,11 @@ const (
 type trackRun struct {
 	w      *Worker
 	b      ledger.Batch
-	msg    *ledger.Message // the track message: msg.Track is the state sent on
-	floor  time.Time       // units due by then are due (the track was sent to come back then)
-	parked bool            // the unit just dispatched waits in the track
-	sendOn bool            // the track claimed a slice: sent on before it runs it
-	lines  *lineReader     // the current slice's lines from Track.Pos
+	msg    *ledger.Message    // the track message: msg.Track is the state sent on
+	floor  time.Time          // units due by then are due (the track was sent to come back then)
+	parked bool               // the unit just dispatched waits in the track
+	sendOn bool               // the track claimed a slice: sent on before it runs it
+	lines  *tracklines.Reader // the current slice's lines from Track.Pos
 }
 
 // park puts m's unit into the track's retries, due after wait, with
@@ -133,9 +132,16 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			count()
 			return w.sendTrack(ctx, log, tr, d, wait, moved)
 		case m == nil:
-			if handed := w.retireTrack(ctx, log, tr); len(handed) > 0 {
+			handed, err := w.retireTrack(ctx, log, tr)
+			switch {
+			case len(handed) > 0:
 				tr.merge(handed)
 				continue
+			case err != nil:
+				// Not retired: a hand-off would wait on a row no delivery
+				// takes. The track is sent on; a later delivery retires it.
+				count()
+				return w.sendTrack(ctx, log, tr, d, w.unavailableDelay(t.Idle+1), moved)
 			}
 			count()
 			return true
@@ -173,12 +179,21 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 // never moves ends in the dead-letter queue.
 func (w *Worker) sendTrack(ctx context.Context, log *slog.Logger, tr *trackRun, d Delivery, wait time.Duration, moved bool) bool {
 	t := tr.msg.Track
-	if moved {
-		t.Idle = 0
-	} else {
+	wait = min(max(wait, 0), api.MaxResendDelay)
+	cut := wait > pace.TrackLookEvery
+	switch {
+	case moved:
+		t.Idle, t.Looks = 0, 0
+	case cut:
+		// A wait cut to look for hand-offs counts as the share of an idle
+		// send its time is.
+		if t.Looks++; t.Looks >= int(api.MaxResendDelay/pace.TrackLookEvery) {
+			t.Idle, t.Looks = t.Idle+1, 0
+		}
+	default:
 		t.Idle++
 	}
-	wait = min(max(wait, 0), api.MaxResendDelay, pace.TrackLookEvery)
+	wait = min(wait, pace.TrackLookEvery)
 	if t.Idle > ledger.MaxResends {
 		log.WarnContext(ctx, "track sent again too often without moving; it waits on its message", "idle", t.Idle)
 		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
@@ -211,25 +226,35 @@ func (w *Worker) sendTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 // lease of a delivery that is gone, and the row becomes a slot for the
 // run's woken units (Store.TakeTrackSlot). A track that units were handed
 // to since its take is not retired: it answers them, to run first.
-func (w *Worker) retireTrack(ctx context.Context, log *slog.Logger, tr *trackRun) []ledger.TrackHanded {
+//
+// It answers the hand-offs that refused the retire, or an error when the
+// track was not retired for another reason (AWS unavailable: the caller
+// sends the track on, so that its row does not take hand-offs no
+// delivery will run); a later send having taken the row is no error.
+func (w *Worker) retireTrack(ctx context.Context, log *slog.Logger, tr *trackRun) ([]ledger.TrackHanded, error) {
 	t := tr.msg.Track
 	took, err := w.Store.TakeTrack(ctx, ledger.TrackTake{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Seq: t.Seq + 1, Holder: ledger.TrackRetired, Now: w.Clock.Now(), Clear: t.Merged})
 	switch {
 	case err != nil && len(took.Handed) > 0:
 		log.InfoContext(ctx, "track not retired: units were handed to it", "seq", t.Seq, "handed", len(took.Handed))
-		return took.Handed
+		return took.Handed, nil
+	case errors.Is(err, api.ErrConflict) && took.Held.IsZero():
+		log.InfoContext(ctx, "track taken by a later send; this delivery ends", "seq", t.Seq)
+		return nil, nil
 	case err != nil:
-		log.WarnContext(ctx, "retire the track; a duplicate of it waits for its lease", "error", err.Error())
+		log.WarnContext(ctx, "retire the track; sent on to retire it later", "error", err.Error())
+		return nil, err
 	}
 	log.InfoContext(ctx, "track done: no slice left to claim", "seq", t.Seq)
-	return nil
+	return nil, nil
 }
 
 // merge takes the units handed to the track (Store.HandToTrack) into its
 // retries, due now, each hand-off once (a unit that waits in them
-// already is not added again), and records the hand-offs in Merged, for
-// the next take to remove from the fence row. Handed units may take the
-// track past pace.MaxTrackRetries: each is a woken unit that runs next.
+// already is made due now, not added again), and records the hand-offs
+// in Merged, for the next take to remove from the fence row. Handed
+// units may take the track past pace.MaxTrackRetries, by at most
+// ledger.MaxHandoffs: each is a woken unit that runs next.
 func (tr *trackRun) merge(handed []ledger.TrackHanded) {
 	t := tr.msg.Track
 	now := tr.w.Clock.Now().UnixMilli()
@@ -238,7 +263,8 @@ func (tr *trackRun) merge(handed []ledger.TrackHanded) {
 			continue
 		}
 		t.Merged = append(t.Merged, h.ID)
-		if slices.ContainsFunc(t.Retries, func(r ledger.TrackRetry) bool { return r.First == h.Unit.First }) {
+		if i := slices.IndexFunc(t.Retries, func(r ledger.TrackRetry) bool { return r.First == h.Unit.First }); i >= 0 {
+			t.Retries[i].DueMs = min(t.Retries[i].DueMs, now) // woken: due now
 			continue
 		}
 		u := h.Unit
@@ -332,7 +358,7 @@ func (tr *trackRun) claim(ctx context.Context) error {
 // slice number is claimed past.
 func (tr *trackRun) loadSlice(ctx context.Context) error {
 	t := tr.msg.Track
-	chunks, err := tr.w.trackChunks(ctx, tr.msg.ManifestKey)
+	chunks, err := tr.w.trackBook().Chunks(ctx, tr.w.Blobs, tr.msg.ManifestKey)
 	if err != nil {
 		return err
 	}
@@ -349,7 +375,7 @@ func (tr *trackRun) loadSlice(ctx context.Context) error {
 	case empty:
 		return tr.claim(ctx)
 	}
-	cuts, err := tr.w.chunkSlices(ctx, tr.msg.ManifestKey, chunks[ci], l.Size)
+	cuts, err := tr.w.trackBook().Slices(ctx, tr.w.Blobs, tr.msg.ManifestKey, chunks[ci], l.Size)
 	if err != nil {
 		return err
 	}
@@ -381,7 +407,7 @@ func (tr *trackRun) sliceUnit(ctx context.Context) (*unitMessage, time.Duration,
 		if err != nil {
 			return nil, 0, fmt.Errorf("read slice %d: %w", t.Slice, err)
 		}
-		tr.lines = newLineReader(rc, t.Pos)
+		tr.lines = tracklines.NewReader(rc, t.Pos)
 	}
 	k := int64(tr.b.Pack())
 	n := min(k, t.Span.FirstIndex+t.Span.Count-t.At)
@@ -401,7 +427,7 @@ func (tr *trackRun) retryUnit(ctx context.Context, r ledger.TrackRetry) (*unitMe
 		return nil, fmt.Errorf("read the unit at %d: %w", r.First, err)
 	}
 	defer rc.Close()
-	m, err := tr.unit(source.Chunk{FirstIndex: r.ChunkFirst, Count: r.ChunkItems}, r.First, r.Count, newLineReader(rc, r.Offset))
+	m, err := tr.unit(source.Chunk{FirstIndex: r.ChunkFirst, Count: r.ChunkItems}, r.First, r.Count, tracklines.NewReader(rc, r.Offset))
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +450,7 @@ func (tr *trackRun) markUnit(m *unitMessage) {
 // unit reads the n lines of the unit at manifest index first of chunk
 // from lines and makes them the unit the fan-out would have sent (an item
 // or pack message, by ledger.Packer).
-func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *lineReader) (*unitMessage, error) {
+func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *tracklines.Reader) (*unitMessage, error) {
 	var body []byte
 	p, err := ledger.NewPacker(tr.b.ID, tr.b.Run, tr.msg.ManifestKey, chunk, tr.b.Pack(), func(b []byte, _ []string) error {
 		body = b
@@ -436,7 +462,7 @@ func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *lineReader) 
 	p.Skip(first - chunk.FirstIndex)
 	ref := ledger.TrackRetry{First: first, Count: n, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
 	for i := range n {
-		l, off, length, err := lines.next()
+		l, off, length, err := lines.Next()
 		if err != nil {
 			return nil, fmt.Errorf("the unit at %d, line %d: %w", first, i, err)
 		}
@@ -462,158 +488,23 @@ func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *lineReader) 
 
 func (tr *trackRun) closeLines() {
 	if tr.lines != nil {
-		tr.lines.rc.Close()
+		tr.lines.Close()
 		tr.lines = nil
 	}
 }
 
-// lineReader reads manifest lines one at a time from a ranged read that
-// starts at byte base of the manifest.
-type lineReader struct {
-	rc   io.ReadCloser
-	dec  *json.Decoder
-	base int64
-	off  int64 // the next line's byte offset
-}
-
-func newLineReader(rc io.ReadCloser, base int64) *lineReader {
-	return &lineReader{rc: rc, dec: json.NewDecoder(rc), base: base, off: base}
-}
-
-// next returns the next line, its byte offset and its length (with its
-// '\n'), as source.ReadManifestLines gives them.
-func (r *lineReader) next() (source.ManifestLine, int64, int64, error) {
-	var l source.ManifestLine
-	if err := r.dec.Decode(&l); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return l, 0, 0, fmt.Errorf("manifest at byte %d: %w", r.off, err)
-	}
-	// The encoder wrote a '\n' after each line; the decoder stops before it.
-	at := r.off
-	length := r.base + r.dec.InputOffset() - at + 1
-	r.off += length
-	return l, at, length, nil
-}
-
-// trackChunks is the run's chunk table (ledger.ChunksKey), read once per
-// process and manifest.
-func (w *Worker) trackChunks(ctx context.Context, manifestKey string) ([]source.Chunk, error) {
-	c := w.trackBook()
-	c.mu.Lock()
-	chunks, ok := c.chunks[manifestKey]
-	c.mu.Unlock()
-	if ok {
-		return chunks, nil
-	}
-	body, err := w.Blobs.Get(ctx, ledger.ChunksKey(manifestKey))
-	if err != nil {
-		return nil, fmt.Errorf("read the chunk table: %w", err)
-	}
-	if err := json.Unmarshal(body, &chunks); err != nil {
-		return nil, fmt.Errorf("read the chunk table: %w", err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.chunks) >= maxTrackBookEntries {
-		c.chunks = map[string][]source.Chunk{}
-	}
-	c.chunks[manifestKey] = chunks
-	return chunks, nil
-}
-
-// chunkSlices is where the slices of a fan-out chunk lie in the manifest
-// (ledger.SlicesKey): read once per process, written by the first track
-// that reads the chunk, which then counts the chunk's items fanned out.
-func (w *Worker) chunkSlices(ctx context.Context, manifestKey string, chunk source.Chunk, size int64) ([]source.Chunk, error) {
-	key := ledger.SlicesKey(manifestKey, size, chunk.FirstIndex)
-	c := w.trackBook()
-	c.mu.Lock()
-	cuts, ok := c.slices[key]
-	c.mu.Unlock()
-	if ok {
-		return cuts, nil
-	}
-	body, err := w.Blobs.Get(ctx, key)
-	switch {
-	case err == nil:
-		if err := json.Unmarshal(body, &cuts); err != nil {
-			return nil, fmt.Errorf("read the slices of the chunk at %d: %w", chunk.FirstIndex, err)
-		}
-	case errors.Is(err, api.ErrNotFound):
-		if cuts, err = w.cutSlices(ctx, manifestKey, chunk, size); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("read the slices of the chunk at %d: %w", chunk.FirstIndex, err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.slices) >= maxTrackBookEntries {
-		c.slices = map[string][]source.Chunk{}
-	}
-	c.slices[key] = cuts
-	return cuts, nil
-}
-
-// cutSlices reads a chunk's lines, cuts them into slices of size items
-// (the run's pace.Layout) and writes them beside the manifest.
-func (w *Worker) cutSlices(ctx context.Context, manifestKey string, chunk source.Chunk, size int64) ([]source.Chunk, error) {
-	rc, err := w.Blobs.OpenRange(ctx, manifestKey, chunk.Offset, chunk.Length)
-	if err != nil {
-		return nil, fmt.Errorf("read the chunk at %d: %w", chunk.FirstIndex, err)
-	}
-	defer rc.Close()
-	var cuts []source.Chunk
-	index := chunk.FirstIndex
-	err = source.ReadManifestLines(rc, chunk.Offset, func(_ source.ManifestLine, off, length int64) error {
-		if (index-chunk.FirstIndex)%size == 0 {
-			cuts = append(cuts, source.Chunk{Offset: off, FirstIndex: index})
-		}
-		c := &cuts[len(cuts)-1]
-		c.Length, c.Count = off+length-c.Offset, c.Count+1
-		index++
-		return nil
-	})
-	if err == nil && index-chunk.FirstIndex != chunk.Count {
-		err = fmt.Errorf("the chunk at %d holds %d items, want %d", chunk.FirstIndex, index-chunk.FirstIndex, chunk.Count)
-	}
-	if err != nil {
-		return nil, err
-	}
-	body, err := json.Marshal(cuts)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.Blobs.Put(ctx, ledger.SlicesKey(manifestKey, size, chunk.FirstIndex), "application/json", body); err != nil {
-		return nil, fmt.Errorf("write the slices of the chunk at %d: %w", chunk.FirstIndex, err)
-	}
-	return cuts, nil
-}
-
-// maxTrackBookEntries bounds the chunk tables and slice lists a process
-// keeps.
-const maxTrackBookEntries = 256
-
-// trackBook is what a process keeps of the runs' chunk tables and chunks'
-// slices, which never change.
-type trackBook struct {
-	mu     sync.Mutex
-	chunks map[string][]source.Chunk
-	slices map[string][]source.Chunk
-}
-
-var trackBooks sync.Mutex
-
-func (w *Worker) trackBook() *trackBook {
+// trackBook is the process's book of chunk tables and slices (made on
+// first use).
+func (w *Worker) trackBook() *tracklines.Book {
 	trackBooks.Lock()
 	defer trackBooks.Unlock()
 	if w.tracks == nil {
-		w.tracks = &trackBook{chunks: map[string][]source.Chunk{}, slices: map[string][]source.Chunk{}}
+		w.tracks = &tracklines.Book{}
 	}
 	return w.tracks
 }
+
+var trackBooks sync.Mutex
 
 // deadTrack handles a track message dead-lettered (its deliveries kept
 // failing: a unit that crashes or hangs the invocation). The unit at its

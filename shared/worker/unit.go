@@ -73,6 +73,8 @@ type unitMessage struct {
 	// trackUnit is the message's TrackUnit: set on a track's unit, so
 	// that its message, sent again by a wake, goes back to a track.
 	trackUnit **ledger.TrackUnit
+	// hopAt is the message's HopAtMs: set on a timer hop (sendTimer).
+	hopAt *int64
 }
 
 // trackUnitOf is the message's TrackUnit (nil: none).
@@ -86,7 +88,7 @@ func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -95,7 +97,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/tracklines"
 )
 
 // Delivery is one received items-queue message.
@@ -122,7 +123,7 @@ type Worker struct {
 	Sleep func(ctx context.Context, d time.Duration)
 	// tracks keeps the chunk tables and slices the process read for the
 	// tracks of batches with max_concurrency (track.go); made on first use.
-	tracks *trackBook
+	tracks *tracklines.Book
 	// Wake wakes held items (shared/held): the worker wakes an item it
 	// withheld under a halt that a caller lifted meanwhile. nil: such an
 	// item waits for the next lift.

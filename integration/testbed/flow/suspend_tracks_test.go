@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
@@ -28,8 +30,9 @@ import (
 // does not finish while items are suspended, then completes. The calls
 // at once never pass max_concurrency: a woken unit is handed to a track
 // of its run, or runs under a retired track's fence row
-// (docs/design/items.md, "Per-batch concurrency (max_concurrency)"); the
-// figure is logged, with how many woken units went each way.
+// (docs/design/items.md, "Per-batch concurrency (max_concurrency)"),
+// both while the tracks run (phase 2: signals) and once they retired
+// (phase 3: timers); the figures are logged.
 func TestSuspendUnderMaxConcurrency(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
@@ -156,5 +159,79 @@ func TestSuspendUnderMaxConcurrency(t *testing.T) {
 				t.Fatalf("%s %+v; want completed, %d succeeded", fin.Report.Status, c, n)
 			}
 		})
+	}
+}
+
+// failRetire refuses the first retire of a track (TakeTrack with the
+// retired holder) as AWS unavailable.
+type failRetire struct {
+	*ledgertest.Store
+	failed atomic.Bool
+}
+
+func (s *failRetire) TakeTrack(ctx context.Context, t ledger.TrackTake) (ledger.TrackTaken, error) {
+	if t.Holder == ledger.TrackRetired && s.failed.CompareAndSwap(false, true) {
+		return ledger.TrackTaken{}, fmt.Errorf("take track: %w", ledger.ErrUnavailable)
+	}
+	return s.Store.TakeTrack(ctx, t)
+}
+
+// TestRetireThatFailsLeavesNoHandoffBehind: max_concurrency 1 (one
+// track), 20 items of which item 0 suspends on its first call; the
+// track's retire, once every item ran, fails (AWS unavailable). The track
+// is sent on rather than acknowledged, so the signal's hand-off to it is
+// run by its next delivery: item 0 runs once more and the run completes
+// (when the failed retire was acknowledged, the hand-off waited on a row
+// no delivery took, and the run never ended).
+func TestRetireThatFailsLeavesNoHandoffBehind(t *testing.T) {
+	ctx := context.Background()
+	var calls sync.Map
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		c, _ := calls.LoadOrStore(req.Key, new(atomic.Int64))
+		if c.(*atomic.Int64).Add(1) == 1 && req.Key == api.PositionalKey(0) {
+			return pipeline.Result{}, &pipeline.SuspendError{Reason: "awaiting approval"}
+		}
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	r.wakeHeld()
+	fr := &failRetire{Store: r.store}
+	r.worker.Store = fr
+	submitK(t, r, "one", 1, 20, func(req *api.SubmitRequest) { req.MaxConcurrency = 1 })
+	drain := func() {
+		for rounds := 0; ; rounds++ {
+			ds := r.queue.take()
+			if len(ds) == 0 {
+				return
+			}
+			if rounds > 200 {
+				t.Fatal("the queue did not drain")
+			}
+			failed := r.worker.Handle(ctx, ds)
+			for _, d := range ds {
+				if slices.Contains(failed, d.MessageID) {
+					d.ReceiveCount++
+					r.queue.put([]worker.Delivery{d})
+				}
+			}
+		}
+	}
+	drain()
+	if !fr.failed.Load() {
+		t.Fatal("the track's retire was never tried")
+	}
+	if res, err := r.ctl.Signal(ctx, "one", api.PositionalKey(0), "", "", nil); err != nil || !res.Woken {
+		t.Fatalf("signal: %+v %v", res, err)
+	}
+	drain()
+	c, _ := calls.Load(api.PositionalKey(0))
+	if n := c.(*atomic.Int64).Load(); n != 2 {
+		t.Fatalf("item 0 called %d times, want 2 (suspended, then signalled)", n)
+	}
+	fin, err := r.fin.Finalize(ctx, "one", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := fin.Report.Census; c.Succeeded != 20 || fin.Report.Status != api.StatusCompleted {
+		t.Fatalf("%s %+v; want completed, 20 succeeded", fin.Report.Status, c)
 	}
 }

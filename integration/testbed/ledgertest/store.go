@@ -969,7 +969,8 @@ func (s *Store) TakeTrack(_ context.Context, t ledger.TrackTake) (ledger.TrackTa
 	for _, f := range t.Clear {
 		delete(handed, f)
 	}
-	s.tracks[k] = track{seq: t.Seq, holder: t.Holder, leaseUntil: ms(t.Now.Add(t.Lease)), handed: handed}
+	cur.seq, cur.holder, cur.leaseUntil, cur.handed = t.Seq, t.Holder, ms(t.Now.Add(t.Lease)), handed
+	s.tracks[k] = cur
 	return ledger.TrackTaken{Handed: s.tracks[k].handedUnits()}, nil
 }
 
@@ -984,6 +985,9 @@ func (s *Store) HandToTrack(_ context.Context, h ledger.TrackHand) (bool, error)
 		return false, conflictf("hand a unit to track %d of %s run %d: no row", h.Track, h.BatchID, h.Run)
 	case cur.holder == ledger.TrackRetired:
 		return true, conflictf("hand a unit to track %d of %s run %d: retired", h.Track, h.BatchID, h.Run)
+	}
+	if _, again := cur.handed[h.ID]; !again && len(cur.handed) >= ledger.MaxHandoffs {
+		return false, conflictf("hand a unit to track %d of %s run %d: %d hand-offs wait on it", h.Track, h.BatchID, h.Run, len(cur.handed))
 	}
 	if cur.handed == nil {
 		cur.handed = map[string]ledger.TrackRetry{}

@@ -1600,4 +1600,43 @@ var cases = []suiteCase{
 		_, err = take(2, "stale", T0.Add(time.Hour))
 		isConflict(t, "a stale send of a retired track", err)
 	}},
+	{"HandoffsBounded", func(t *testing.T, s ledger.Store) {
+		take := func(seq int64, holder string, clear ...string) (ledger.TrackTaken, error) {
+			return s.TakeTrack(ctx, ledger.TrackTake{BatchID: "b1", Run: 1, Track: 0, Seq: seq, Holder: holder, Now: T0, Lease: time.Minute, Clear: clear})
+		}
+		hand := func(id string) (bool, error) {
+			return s.HandToTrack(ctx, ledger.TrackHand{BatchID: "b1", Run: 1, Track: 0, ID: id,
+				Unit: ledger.TrackRetry{First: 1, Count: 1, Offset: 0, Length: 10, ChunkItems: 10}, Now: T0})
+		}
+		if _, err := take(1, "d1"); err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, 0, ledger.MaxHandoffs)
+		for i := range ledger.MaxHandoffs {
+			ids = append(ids, fmt.Sprintf("h%02d", i))
+			if _, err := hand(ids[i]); err != nil {
+				t.Fatalf("hand-off %d: %v", i, err)
+			}
+		}
+		retired, err := hand("over")
+		isConflict(t, "a hand-off past MaxHandoffs", err)
+		check(t, "a full row is not retired", retired, false)
+		if _, err := hand(ids[0]); err != nil {
+			t.Errorf("the same hand-off again on a full row: %v", err)
+		}
+		took, err := take(2, "d2", ids...)
+		if err != nil || len(took.Handed) != 0 {
+			t.Fatalf("a take clearing %d hand-offs = %d left, %v", len(ids), len(took.Handed), err)
+		}
+		if _, err := hand("again"); err != nil {
+			t.Errorf("a hand-off once the take cleared the row: %v", err)
+		}
+		// A retire whose Clear names a hand-off no longer on the row (one
+		// an earlier take cleared) while an unmerged one waits is refused.
+		_, err = take(3, ledger.TrackRetired, ids[0])
+		isConflict(t, "a retire naming a cleared hand-off while another waits", err)
+		if _, err := take(3, ledger.TrackRetired, "again"); err != nil {
+			t.Errorf("a retire that merged the one waiting: %v", err)
+		}
+	}},
 }
