@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -25,6 +27,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/integration/testbed/meter"
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
@@ -241,6 +244,7 @@ func (t *trigger) Finalize(context.Context, string, int) error { t.n.Add(1); ret
 // Run performs the scenario against the emulator (or AWS) given by cfg,
 // in its own table, bucket and queue, which it deletes afterwards.
 func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
+	cfg = idleUnderEmulator(cfg)
 	sc = sc.withDefaults()
 	res := Result{Scenario: sc}
 	tag, err := deliveryTag(sc.Delivery)
@@ -269,6 +273,23 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// idleUnderEmulator is cfg with its HTTP client (the SDK's default, or
+// one built like it) closing idle connections after
+// faultproxy.UpstreamIdleTimeout instead of 90 s: before the emulator
+// would (faultproxy.EmulatorKeepAlive), which answers no call that reaches
+// it as it closes one and applies it, so that the SDK's retry sends it
+// twice. A client of another kind is left as it is.
+func idleUnderEmulator(cfg aws.Config) aws.Config {
+	c, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
+	if cfg.HTTPClient == nil {
+		c, ok = awshttp.NewBuildableClient(), true
+	}
+	if ok {
+		cfg.HTTPClient = c.WithTransportOptions(func(t *http.Transport) { t.IdleConnTimeout = faultproxy.UpstreamIdleTimeout })
+	}
+	return cfg
 }
 
 // withDefaults fills sc's zero fields: 2,000 items, lines of 1,024
