@@ -7,20 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/logging"
+	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/faultproxy"
 	"github.com/bulkrun/bulkrun/integration/testbed/meter"
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
@@ -151,13 +158,81 @@ type Result struct {
 }
 
 // logCounter counts the bytes and lines written to it (each Write of the
-// JSON handlers and the metric emitter is one line).
-type logCounter struct{ bytes, lines atomic.Int64 }
+// JSON handlers and the metric emitter is one line), and keeps the log
+// lines (not the metric lines) written since the mark before the last:
+// those of an invocation of the item function and of the one before it
+// (which may have sent its messages), printed when its deliveries fail.
+type logCounter struct {
+	bytes, lines atomic.Int64
+	mu           sync.Mutex
+	kept         [][]byte
+	before       int // kept[:before] were written before the last mark
+}
 
 func (c *logCounter) Write(p []byte) (int, error) {
 	c.bytes.Add(int64(len(p)))
 	c.lines.Add(int64(bytes.Count(p, []byte("\n"))))
+	if !bytes.Contains(p, []byte(`"_aws":`)) { // a metric line (EMF) says nothing of why
+		c.mu.Lock()
+		c.kept = append(c.kept, bytes.Clone(p))
+		c.mu.Unlock()
+	}
 	return len(p), nil
+}
+
+// keep keeps a line among the log lines without counting it: what is
+// not one of the functions' lines (attemptErrors).
+func (c *logCounter) keep(line string) {
+	c.mu.Lock()
+	c.kept = append(c.kept, []byte(line+"\n"))
+	c.mu.Unlock()
+}
+
+// attemptErrors keeps each failed try of an AWS call among the log lines
+// (the SDK may try a call again: its first try may have taken effect), so
+// that a failed delivery's lines show the calls behind it.
+func attemptErrors(c *logCounter) func(*middleware.Stack) error {
+	return func(s *middleware.Stack) error {
+		return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("benchAttemptErrors",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				start := time.Now()
+				out, md, err := next.HandleFinalize(ctx, in)
+				if err != nil {
+					c.keep(fmt.Sprintf("%s aws call %s/%s try failed after %d ms: %v", start.UTC().Format(time.RFC3339Nano),
+						awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx), time.Since(start).Milliseconds(), err))
+				}
+				return out, md, err
+			}), "Retry", middleware.After)
+	}
+}
+
+// mark forgets the lines kept before the last mark.
+func (c *logCounter) mark() {
+	c.mu.Lock()
+	c.kept = slices.Delete(c.kept, 0, c.before)
+	c.before = len(c.kept)
+	c.mu.Unlock()
+}
+
+// since is the lines kept since the mark before the last, the last mark
+// shown, but for those of items recorded succeeded (counted).
+func (c *logCounter) since() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b bytes.Buffer
+	succeeded := 0
+	for i, line := range c.kept {
+		if i == c.before {
+			b.WriteString("-- the invocation:\n")
+		}
+		if bytes.Contains(line, []byte(`"message":"item recorded"`)) && bytes.Contains(line, []byte(`"outcome":"succeeded"`)) {
+			succeeded++
+			continue
+		}
+		b.Write(line)
+	}
+	fmt.Fprintf(&b, "-- and %d lines of items recorded succeeded\n", succeeded)
+	return b.Bytes()
 }
 
 func (c *logCounter) totals() (bytes, lines int64) { return c.bytes.Load(), c.lines.Load() }
@@ -169,6 +244,7 @@ func (t *trigger) Finalize(context.Context, string, int) error { t.n.Add(1); ret
 // Run performs the scenario against the emulator (or AWS) given by cfg,
 // in its own table, bucket and queue, which it deletes afterwards.
 func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
+	cfg = idleUnderEmulator(cfg)
 	sc = sc.withDefaults()
 	res := Result{Scenario: sc}
 	tag, err := deliveryTag(sc.Delivery)
@@ -197,6 +273,23 @@ func Run(ctx context.Context, cfg aws.Config, sc Scenario) (Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// idleUnderEmulator is cfg with its HTTP client (the SDK's default, or
+// one built like it) closing idle connections after
+// faultproxy.UpstreamIdleTimeout instead of 90 s: before the emulator
+// would (faultproxy.EmulatorKeepAlive), which answers no call that reaches
+// it as it closes one and applies it, so that the SDK's retry sends it
+// twice. A client of another kind is left as it is.
+func idleUnderEmulator(cfg aws.Config) aws.Config {
+	c, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
+	if cfg.HTTPClient == nil {
+		c, ok = awshttp.NewBuildableClient(), true
+	}
+	if ok {
+		cfg.HTTPClient = c.WithTransportOptions(func(t *http.Transport) { t.IdleConnTimeout = faultproxy.UpstreamIdleTimeout })
+	}
+	return cfg
 }
 
 // withDefaults fills sc's zero fields: 2,000 items, lines of 1,024
@@ -389,6 +482,8 @@ func newRun(cfg aws.Config, b *bed, sc Scenario, res *Result) (*run, error) {
 	metered := cfg.Copy()
 	metered.Logger = logging.Nop{} // the emulator's ranged GETs make the SDK warn about checksums
 	m.Attach(&metered)
+	logs := &logCounter{}
+	metered.APIOptions = append(metered.APIOptions, attemptErrors(logs))
 	store := dynamo.New(dynamodb.NewFromConfig(metered), b.name)
 	store.RowTTL = config.DefaultRetention + ledger.TTLGrace // as the functions set it (shared/function)
 	blobs := blob.New(function.NewS3(metered), b.name)
@@ -396,7 +491,6 @@ func newRun(cfg aws.Config, b *bed, sc Scenario, res *Result) (*run, error) {
 	// The functions' own logger and metric lines (internal/handler,
 	// internal/metric) at the stack's default level, counted: what
 	// CloudWatch Logs ingests (Result.LogBytes).
-	logs := &logCounter{}
 	res.logs = logs
 	log := handler.NewLogger(logs, "info")
 	metrics := &metric.Emitter{Stack: "bench", W: logs}
@@ -511,12 +605,16 @@ func (r *run) tick(ctx context.Context) error {
 func (r *run) handle(ctx context.Context, msgs []sqstypes.Message) error {
 	r.dry = 0
 	ds := r.deliveries(msgs)
+	r.res.logs.mark()
 	start := time.Now()
 	failed := r.worker.Handle(ctx, ds)
 	r.charge(start, ItemMemoryMB)
 	r.res.LambdaRequests++
 	r.res.MessageBatches++
 	if len(failed) > 0 && r.sc.TransientPercent == 0 {
+		// The log lines say why.
+		fmt.Fprintf(os.Stderr, "bench: log lines and failed AWS tries since the invocation before the one whose deliveries %v failed (%d messages, %.1f s):\n%s",
+			failed, len(msgs), time.Since(start).Seconds(), r.res.logs.since())
 		return fmt.Errorf("bench: %d deliveries failed in a run without transient failures", len(failed))
 	}
 	return r.deleteHandled(ctx, msgs, failed)

@@ -360,6 +360,20 @@ type Proxy struct {
 	gateway map[string]int64
 }
 
+// EmulatorKeepAlive is how long MiniStack keeps an idle connection open:
+// its server (Hypercorn) closes one idle that long (ministack/app.py:
+// config.keep_alive_timeout = 75). A request that reaches it as it does
+// so is applied and not answered (hypercorn/asyncio/tcp_server.py:
+// _idle_timeout closes the connection under the request it has just
+// read), and the caller's SDK sends it again: a SendMessageBatch sent
+// twice, a conditional write refused by its own first try.
+const EmulatorKeepAlive = 75 * time.Second
+
+// UpstreamIdleTimeout is how long the proxy keeps an idle connection to
+// the emulator: well under EmulatorKeepAlive, so that the proxy closes it
+// first and never sends on one the emulator is closing.
+const UpstreamIdleTimeout = 30 * time.Second
+
 // New returns a Proxy that forwards to upstream (e.g.
 // "http://127.0.0.1:4566"), with no rules. log receives one line per
 // injected fault at debug level and forwarding errors at warn; nil
@@ -376,6 +390,7 @@ func New(upstream string, log *slog.Logger) (*Proxy, error) {
 	p.reset(Config{})
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 64
+	transport.IdleConnTimeout = UpstreamIdleTimeout
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)

@@ -700,3 +700,16 @@ func TestFaultProxyErrorKind(t *testing.T) {
 		}
 	})
 }
+
+// The proxy closes an idle connection to the emulator well before the
+// emulator's server would (EmulatorKeepAlive), so that it never sends a
+// call on a connection the emulator is closing.
+func TestUpstreamIdleConnectionsCloseBeforeTheEmulators(t *testing.T) {
+	p, err := New("http://127.0.0.1:4566", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.rp.Transport.(*http.Transport).IdleConnTimeout; got <= 0 || got > EmulatorKeepAlive/2 {
+		t.Errorf("upstream idle timeout %v, want in (0, %v]", got, EmulatorKeepAlive/2)
+	}
+}
