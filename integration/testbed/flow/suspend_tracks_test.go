@@ -185,10 +185,9 @@ func (s *failRetire) TakeTrack(ctx context.Context, t ledger.TrackTake) (ledger.
 // no delivery took, and the run never ended).
 func TestRetireThatFailsLeavesNoHandoffBehind(t *testing.T) {
 	ctx := context.Background()
-	var calls sync.Map
-	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-		c, _ := calls.LoadOrStore(req.Key, new(atomic.Int64))
-		if c.(*atomic.Int64).Add(1) == 1 && req.Key == api.PositionalKey(0) {
+	var r *rig
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Key == api.PositionalKey(0) && r.callsOf(req.Key) == 1 {
 			return pipeline.Result{}, &pipeline.SuspendError{Reason: "awaiting approval"}
 		}
 		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
@@ -197,34 +196,15 @@ func TestRetireThatFailsLeavesNoHandoffBehind(t *testing.T) {
 	fr := &failRetire{Store: r.store}
 	r.worker.Store = fr
 	submitK(t, r, "one", 1, 20, func(req *api.SubmitRequest) { req.MaxConcurrency = 1 })
-	drain := func() {
-		for rounds := 0; ; rounds++ {
-			ds := r.queue.take()
-			if len(ds) == 0 {
-				return
-			}
-			if rounds > 200 {
-				t.Fatal("the queue did not drain")
-			}
-			failed := r.worker.Handle(ctx, ds)
-			for _, d := range ds {
-				if slices.Contains(failed, d.MessageID) {
-					d.ReceiveCount++
-					r.queue.put([]worker.Delivery{d})
-				}
-			}
-		}
-	}
-	drain()
+	r.drain(t, ctx, 1)
 	if !fr.failed.Load() {
 		t.Fatal("the track's retire was never tried")
 	}
 	if res, err := r.ctl.Signal(ctx, "one", api.PositionalKey(0), "", "", nil); err != nil || !res.Woken {
 		t.Fatalf("signal: %+v %v", res, err)
 	}
-	drain()
-	c, _ := calls.Load(api.PositionalKey(0))
-	if n := c.(*atomic.Int64).Load(); n != 2 {
+	r.drain(t, ctx, 1)
+	if n := r.callsOf(api.PositionalKey(0)); n != 2 {
 		t.Fatalf("item 0 called %d times, want 2 (suspended, then signalled)", n)
 	}
 	fin, err := r.fin.Finalize(ctx, "one", 1)
