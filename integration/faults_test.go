@@ -348,13 +348,28 @@ func TestFaultProxyStackFunctionsGoThroughIt(t *testing.T) {
 
 // drainRetrying hands every message on the harness queue to the worker
 // and hands failed deliveries back (the queue would redeliver them; the
-// harness deleted them on receipt) until none is left or the deadline
-// passes, polling once a second while only failed ones remain.
+// harness deleted them on receipt) until none is left, polling once a
+// second while only failed ones remain. It fails the test when limit
+// passes with no delivery handled (every one failing, or none left to
+// hand but a failed one), or when the queue still gives messages after
+// drainCap × limit: a delivery loop that never ends. The limit counts
+// from the last handled delivery, not from the start, so that a loaded
+// machine (the suite's parallel tests on two cores) draining slowly is
+// not taken for messages that keep failing.
 func (h *harness) drainRetrying(t *testing.T, ctx context.Context, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
+	start := time.Now()
+	stuck := start.Add(limit)
 	var pending []worker.Delivery
-	for time.Now().Before(deadline) {
+	handled := 0
+	for {
+		now := time.Now()
+		if now.After(stuck) {
+			t.Fatalf("no delivery handled in the last %v (%d handled in %v): %d still failing", limit, handled, now.Sub(start).Round(time.Second), len(pending))
+		}
+		if now.After(start.Add(drainCap * limit)) {
+			t.Fatalf("messages still coming after %v (%d handled, %d failing): a delivery loop that does not end", now.Sub(start).Round(time.Second), handled, len(pending))
+		}
 		ds := append(pending, h.receive(t, 10)...)
 		if len(ds) == 0 {
 			return
@@ -366,9 +381,14 @@ func (h *harness) drainRetrying(t *testing.T, ctx context.Context, limit time.Du
 				pending = append(pending, d)
 			}
 		}
-		if len(pending) == len(ds) {
+		if n := len(ds) - len(pending); n > 0 {
+			handled += n
+			stuck = time.Now().Add(limit)
+		} else {
 			time.Sleep(time.Second)
 		}
 	}
-	t.Fatalf("messages still failing after %v: %d", limit, len(pending))
 }
+
+// drainCap bounds drainRetrying's whole drain: drainCap × its limit.
+const drainCap = 5
