@@ -28,3 +28,42 @@ type RateGrant struct {
 	Start   time.Time
 	Next    time.Time
 }
+
+// TokenLease is what Store.LeaseTokens asks of a downstream key's token
+// row (docs/adr/0035): a lease of the tokens a unit is expected to use,
+// as the time they take at the key's budget (Spacing: tokens / tokens a
+// second), booked at most Horizon ahead of Now, on the GCRA schedule of
+// RateLease. Idle is the same hint as RateLease.Idle.
+type TokenLease struct {
+	Key     string
+	Spacing time.Duration
+	Now     time.Time
+	Horizon time.Duration
+	Idle    bool
+}
+
+// TokenGrant is Store.LeaseTokens' and Store.SettleTokens' answer: the
+// RateGrant of the lease (SettleTokens: Granted, Next the row's Next
+// after it), and the usage settled on the row so far — Used tokens over
+// Calls calls, from which a unit estimates what its calls will use
+// (also when the lease was not granted).
+type TokenGrant struct {
+	RateGrant
+	Used  float64
+	Calls int64
+}
+
+// TokenSettle is what Store.SettleTokens writes once a unit's calls
+// ended: Used tokens reported by its Calls calls (api.TokensCostName),
+// and Delta, the time (used − booked) takes at the key's budget. A
+// positive Delta moves the row's Next later: from Next when it is ahead
+// of Now, else from Now (a debt starts now, it is never lost to an idle
+// row). A negative Delta gives booked time back, moving Next earlier,
+// only while Next is ahead of Now (an idle row banks nothing).
+type TokenSettle struct {
+	Key   string
+	Delta time.Duration
+	Used  float64
+	Calls int
+	Now   time.Time
+}

@@ -290,6 +290,16 @@ type Store interface {
 	// slows the key). The row lives on (its TTL renewed per lease) across
 	// batches: it belongs to the key, not to a batch.
 	LeaseRate(ctx context.Context, l RateLease) (RateGrant, error)
+	// LeaseTokens books a lease on a key's token row as LeaseRate does on
+	// a bucket row (the same schedule, its own row: TOKENS#{key}), and
+	// answers the usage settled on the row so far, granted or not. Not
+	// idempotent. SettleTokens adds what a unit's calls used to the row
+	// (Used, Calls) and moves its Next by s.Delta (TokenSettle); not
+	// idempotent either: a settle written twice counts twice (it slows
+	// the key, or speeds it by one unit's estimate at most). Both rows
+	// live on across batches, their TTL renewed by each write.
+	LeaseTokens(ctx context.Context, l TokenLease) (TokenGrant, error)
+	SettleTokens(ctx context.Context, s TokenSettle) (TokenGrant, error)
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

@@ -38,6 +38,8 @@ type Store interface {
 	TakeTrackSlot(ctx context.Context, s ledger.TrackSlot) error
 	FreeTrackSlot(ctx context.Context, s ledger.TrackSlot) error
 	LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error)
+	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
+	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error
 }

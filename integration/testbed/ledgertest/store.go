@@ -41,6 +41,7 @@ type Store struct {
 	claims    map[runKey]*claimRow  // a max_concurrency run's claim counter
 	tracks    map[trackKey]track    // a max_concurrency run's track fences
 	rates     map[rateKey]time.Time // a rate key's bucket row: its Next
+	tokens    map[string]tokenRow   // a token key's row: its Next and usage
 	running   map[string]int        // batch id → run
 	retention map[string]string     // marker key → batch id
 	publish   map[ledger.RunRef]bool
@@ -74,7 +75,7 @@ func NewStore() *Store {
 		claims: map[runKey]*claimRow{}, tracks: map[trackKey]track{}, rates: map[rateKey]time.Time{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[ledger.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
-		uploads: map[string]api.UploadClaim{},
+		uploads: map[string]api.UploadClaim{}, tokens: map[string]tokenRow{},
 	}
 }
 

@@ -16,3 +16,22 @@ const (
 
 // RatePK is the partition key of shard shard of rate key key.
 func RatePK(key string, shard int) string { return PKRate + key + "#" + strconv.Itoa(shard) }
+
+// A token key's row (docs/adr/0035, ledger.Store.LeaseTokens and
+// SettleTokens): one per key, TOKENS#{key}, sk TOKENS, no shards;
+// attributes next_us (the row's Next, epoch microseconds, as a bucket
+// row's; absent until a lease or a debt moves it), tok_used (the tokens
+// settled so far, a number) and tok_calls (the calls they were reported
+// by, an integer), one conditional update per lease and one update per
+// settle (ADD tok_used, tok_calls), the row TTL renewed by each. Like
+// the bucket rows they belong to the key, not to a batch: deleting a
+// batch leaves them to their TTL.
+const (
+	PKTokens     = "TOKENS#"
+	SKTokens     = "TOKENS"
+	AttrTokUsed  = "tok_used"
+	AttrTokCalls = "tok_calls"
+)
+
+// TokensPK is the partition key of token key key's row.
+func TokensPK(key string) string { return PKTokens + key }
