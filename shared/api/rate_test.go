@@ -66,3 +66,51 @@ func TestRateEmptyKeyRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRateTokens guards the token budget in --rate and
+// x-amz-meta-rate: a budget a second or a minute, alone or after the
+// requests, at most one of each; Spec reads back the same; the API's
+// JSON names the field out of bounds.
+func TestParseRateTokens(t *testing.T) {
+	for in, want := range map[string]Rate{
+		"90000tokens/min":                         {TokensPerMinute: 90000},
+		"300 tokens/s@api.openai.com":             {Key: "api.openai.com", TokensPerSecond: 300},
+		"50/s, 90000 tokens/min @ api.openai.com": {Key: "api.openai.com", RequestsPerSecond: 50, TokensPerMinute: 90000},
+		"90000tokens/min,50":                      {RequestsPerSecond: 50, TokensPerMinute: 90000},
+	} {
+		got, err := ParseRate("--rate", in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %+v, %v; want %+v", in, got, err, want)
+			continue
+		}
+		if back, err := ParseRate("x", got.Spec()); err != nil || back != got {
+			t.Errorf("ParseRate(Spec(%+v) = %q) = %+v, %v", got, got.Spec(), back, err)
+		}
+	}
+	if got := (Rate{Key: "k", RequestsPerSecond: 50, TokensPerMinute: 90000}).String(); got != "50/s, 90000 tokens/min on k" {
+		t.Errorf("String = %q", got)
+	}
+	if got := (Rate{TokensPerMinute: 90000}).TokenBudget(); got != 1500 {
+		t.Errorf("TokenBudget of 90000/min = %v, want 1500/s", got)
+	}
+	for _, bad := range []string{"0tokens/min", "-5tokens/s", "10tokens/s,10tokens/min", "50,60", "tokens/min", "90000tokens/h", "1e10tokens/s", "0.0001tokens/s"} {
+		if r, err := ParseRate("--rate", bad); err == nil {
+			t.Errorf("ParseRate(%q) = %+v, want an error", bad, r)
+		}
+	}
+	for in, field := range map[string]string{
+		`{"tokens_per_second": 5, "tokens_per_minute": 300}`: "rate.tokens_per_minute",
+		`{"tokens_per_second": 2e9}`:                         "rate.tokens_per_second",
+		`{"tokens_per_minute": 0.01}`:                        "rate.tokens_per_minute",
+		`{"key": "k"}`:                                       "rate.requests_per_second",
+	} {
+		var r Rate
+		if err := json.Unmarshal([]byte(in), &r); err != nil {
+			t.Fatal(err)
+		}
+		var ie *InputError
+		if err := r.Validate(); !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("%s: Validate = %v, want an error naming %s", in, err, field)
+		}
+	}
+}

@@ -110,6 +110,12 @@ type Message struct {
 	// runs at that start instead of leasing again (unless the lease is
 	// stale, pace.LeaseGrace). 0: none.
 	RateAtUs int64 `json:"rate_at_us,omitempty"`
+	// TokensAtUs is the start (epoch microseconds) of the token booking
+	// the message carries, and TokensBookedUs the time it booked at its
+	// key's budget, so that its next delivery runs at that start and
+	// settles against what it booked (docs/adr/0035). 0: none.
+	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
+	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`
 	// Track makes a fan-out message a track of a batch with
 	// max_concurrency (see Track): its units run in place, one at a time.
 	Track *Track `json:"track,omitempty"`

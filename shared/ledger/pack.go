@@ -38,6 +38,9 @@ type PackMessage struct {
 	SlotWaits int `json:"slot_waits,omitempty"`
 	// RateAtUs: see Message.RateAtUs.
 	RateAtUs int64 `json:"rate_at_us,omitempty"`
+	// TokensAtUs, TokensBookedUs: see Message.TokensAtUs.
+	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
+	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`
 	// TrackUnit: see Message.TrackUnit (≈ 150 bytes, inside the room
 	// MaxMessageBytes leaves under SQS's limit).
 	TrackUnit *TrackUnit `json:"track_unit,omitempty"`

@@ -97,7 +97,8 @@ const TrackRetired = "done"
 // (First, Count; a pack's first is its PackFirst), its lines (Offset,
 // Length bytes in the manifest), its fan-out chunk, when it is due, and
 // how often AWS being unavailable sent it back in a row; RateAtUs is the
-// start of the rate lease it waits for (Message.RateAtUs).
+// start of the rate lease it waits for (Message.RateAtUs); TokensAtUs and
+// TokensBookedUs the token booking it waits for (Message.TokensAtUs).
 type TrackRetry struct {
 	First      int64 `json:"first"`
 	Count      int64 `json:"n"`
@@ -108,6 +109,8 @@ type TrackRetry struct {
 	DueMs      int64 `json:"due_ms"`
 	Requeued   int   `json:"rq,omitempty"`
 	RateAtUs   int64 `json:"ra,omitempty"`
+	TokensAtUs int64 `json:"ta,omitempty"`
+	TokensUs   int64 `json:"tb,omitempty"`
 }
 
 // Due is when r may run again.

@@ -4,12 +4,11 @@ import (
 	"context"
 	"log/slog"
 	mrand "math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
 // Rates (api.Rate, shared/pace, docs/adr/0031): a unit of a batch with a
@@ -22,11 +21,23 @@ import (
 // whose schedule is booked past the horizon books nothing: the unit waits
 // until it would not be, and leases then.
 
-// paceUnit leases m's calls when b has a rate. It returns 0 when the unit
-// may be taken now (after a sleep of at most pace.LeaseSleep), or how
-// long it waits first (its lease, if it booked one, carried in m).
+// paceUnit leases m's calls when b has a rate: its token budget's
+// booking first (tokens.go), then its requests. It returns 0 when the
+// unit may be taken now (after sleeps of at most pace.LeaseSleep each),
+// or how long it waits first (its request lease, if it booked one,
+// carried in m; a token booking is given back by runUnit's settle).
 func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage) (time.Duration, error) {
-	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
+	if b.Rate == nil {
+		return 0, nil
+	}
+	// A token budget first (tokens.go): a unit waiting for it holds no
+	// request lease, and its calls start after its booking's start.
+	if b.Rate.Budgeted() {
+		if wait, err := w.leaseTokens(ctx, log, b, m); err != nil || wait > 0 {
+			return wait, err
+		}
+	}
+	if b.Rate.RequestsPerSecond <= 0 {
 		return 0, nil
 	}
 	now := w.Clock.Now()
@@ -40,14 +51,13 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		key, rate := b.Rate.KeyOf(b.ID), b.Rate.RequestsPerSecond
 		shards := pace.RateShards(rate)
 		shard := mrand.IntN(shards)
-		hint := rateHint{key: key, shard: shard}
-		last, seen := rateHints.Load(hint)
+		row := pacer.Row{Key: key, Shard: shard}
 		g, err := w.Store.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: shard, Spacing: pace.Spacing(len(m.Items), rate/float64(shards)),
-			Now: now, Horizon: pace.LeaseHorizon, Idle: !seen || !last.(time.Time).After(now)})
+			Now: now, Horizon: pace.LeaseHorizon, Idle: pacer.Idle(row, now)})
 		if err != nil {
 			return 0, err
 		}
-		storeRateHint(hint, g.Next, now)
+		pacer.Saw(row, g.Next, now)
 		if !g.Granted {
 			// Booked past the horizon: wait until it would not be, spread
 			// over a second so that the waiting units do not come back at once.
@@ -76,43 +86,6 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 // of later leases.
 func (m *unitMessage) leaseLate(now time.Time) bool {
 	return !m.leased.IsZero() && now.After(m.leased.Add(pace.LeaseGrace))
-}
-
-// rateHint is a bucket row this process leased from; rateHints keeps the
-// Next it last saw of each, a hint for the store's first form (idle or
-// busy), never a decision.
-type rateHint struct {
-	key   string
-	shard int
-}
-
-var (
-	rateHints sync.Map
-	// rateHintStores counts storeRateHint's calls; every
-	// rateHintSweepEvery-th sweeps the map.
-	rateHintStores atomic.Int64
-)
-
-// rateHintSweepEvery is how many hints are stored between two sweeps of
-// rateHints.
-const rateHintSweepEvery = 1024
-
-// storeRateHint keeps next as the hint of h, and every
-// rateHintSweepEvery calls deletes the hints whose Next has passed: such
-// a hint says what no hint says (the row is idle), so that the map holds
-// only the rows this process leased from in the last horizon, however many
-// keys and shards it met over its life.
-func storeRateHint(h rateHint, next, now time.Time) {
-	rateHints.Store(h, next)
-	if rateHintStores.Add(1)%rateHintSweepEvery != 0 {
-		return
-	}
-	rateHints.Range(func(k, v any) bool {
-		if !v.(time.Time).After(now) {
-			rateHints.CompareAndDelete(k, v)
-		}
-		return true
-	})
 }
 
 // leaseAt is the start of the rate lease m carries (zero: none).
@@ -162,7 +135,7 @@ func (w *Worker) sleep(ctx context.Context, d time.Duration) {
 // bounded by ledger.MaxResends as a slot wait is.
 func (w *Worker) rateWait(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, wait time.Duration) bool {
 	early := wait - pace.LeaseSleep/2
-	if !m.leaseAt().IsZero() {
+	if at, _ := m.tokensCarried(); !m.leaseAt().IsZero() || !at.IsZero() {
 		early = (wait - pace.LeaseSleep/2).Truncate(time.Second)
 	}
 	if m.track != nil {

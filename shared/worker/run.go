@@ -62,7 +62,10 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if errors.Is(serr, ledger.ErrUnavailable) {
 		return w.unavailable(ctx, log, d, m, &b, "resolve secrets", serr)
 	}
-	// A batch with a rate leases its calls before the take (rate.go).
+	// A batch with a rate leases its calls before the take (rate.go);
+	// a token budget's booking is settled once the unit ends, whichever
+	// way (tokens.go).
+	defer w.settleTokens(ctx, log, m)
 	if wait, err := w.paceUnit(ctx, log, b, m); err != nil {
 		return w.unavailable(ctx, log, d, m, &b, "lease the rate", err)
 	} else if wait > 0 {
@@ -167,6 +170,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}()
 	}
 	wg.Wait()
+	m.tokensRan(runs)
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
 }
 

@@ -56,11 +56,15 @@ type unitMessage struct {
 	// requeued and slotWaits are the message's Requeued and SlotWaits
 	// counts; body encodes them again.
 	requeued, slotWaits *int
-	// rateAt is the message's RateAtUs (a track's unit keeps it in ref).
-	rateAt *int64
+	// rateAt is the message's RateAtUs (a track's unit keeps it in ref);
+	// tokensAt and tokensBooked its TokensAtUs and TokensBookedUs.
+	rateAt, tokensAt, tokensBooked *int64
 	// leased is the start of the rate lease this delivery runs under
 	// (zero: none): its calls start by then + pace.LeaseGrace.
 	leased time.Time
+	// tokens is the token lease this delivery booked (tokens.go): settled
+	// once its calls ended, or given back when none ran.
+	tokens tokenBooking
 	body   func() ([]byte, error)
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
@@ -88,7 +92,7 @@ func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -97,7 +101,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

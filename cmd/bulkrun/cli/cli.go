@@ -459,7 +459,7 @@ func rateFlag(s string) (*api.Rate, error) {
 }
 
 // rateFlagHelp is --rate's help, for submit and upload.
-const rateFlagHelp = "most calls a second to the downstream, 0.01–10000, shared by every batch naming the same key: REQUESTS[@KEY], e.g. 50@api.example.com (no key: this batch alone). Default: unpaced"
+const rateFlagHelp = "pace to the downstream, shared by every batch naming the same key: most calls a second (0.01–10000), a token budget (tokens the pipeline reports as cost \"tokens\", a second or a minute), or both, comma-separated, then @KEY: e.g. 50@api.example.com, 50,90000tokens/min@api.openai.com, 300tokens/s (no key: this batch alone). Default: unpaced"
 
 // retryFlagHelp is --retry's help, for submit and upload.
 const retryFlagHelp = "retry policy after transient errors, name=value pairs (names not given keep the default): interval_seconds (wait before the first retry), backoff_rate (×, 1–10), max_delay_seconds (cap of one wait), jitter (0–1: each wait × [1, 1+jitter]); e.g. interval_seconds=60,backoff_rate=2,max_delay_seconds=600. Default: the stack's (" + "interval_seconds=300,backoff_rate=2,max_delay_seconds=900,jitter=0.5 unless the stack sets another)"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -123,10 +124,38 @@ func (q *timedQueue) back(d worker.Delivery) {
 // and the messages sent.
 func rateRun(t *testing.T, ids []string, n int, rate float64, mod func(*api.SubmitRequest)) (map[string][]time.Time, int) {
 	t.Helper()
+	paced, sends := pacedRun(t, ids, n, func(req *api.SubmitRequest) {
+		req.Rate = &api.Rate{Key: "shared", RequestsPerSecond: rate}
+		if mod != nil {
+			mod(req)
+		}
+	}, nil)
+	calls := map[string][]time.Time{}
+	for id, cs := range paced {
+		for _, c := range cs {
+			calls[id] = append(calls[id], c.at)
+		}
+	}
+	return calls, sends
+}
+
+// pacedCall is a call of pacedRun: when it was made and the tokens it
+// reported.
+type pacedCall struct {
+	at     time.Time
+	tokens float64
+}
+
+// pacedRun runs batches of n items each as mod submits them (a rate),
+// handing due messages to the worker 10 at a time in a random order, the
+// pipeline reporting tokens(key) under api.TokensCostName (none when
+// tokens is nil), and returns each call by batch and the messages sent.
+func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), tokens func(key string) float64) (map[string][]pacedCall, int) {
+	t.Helper()
 	ctx := context.Background()
 	clock := &stepClock{t: time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)}
 	var mu sync.Mutex
-	calls := map[string][]time.Time{}
+	calls := map[string][]pacedCall{}
 	var wake time.Time // where the last lease's sleep ended
 	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
 		mu.Lock()
@@ -135,9 +164,15 @@ func rateRun(t *testing.T, ids []string, n int, rate float64, mod func(*api.Subm
 			at = wake
 		}
 		wake = time.Time{}
-		calls[req.BatchID] = append(calls[req.BatchID], at)
+		res := pipeline.Result{Output: json.RawMessage(`{}`)}
+		c := pacedCall{at: at}
+		if tokens != nil {
+			c.tokens = tokens(req.Key)
+			res.Cost = pipeline.Cost{api.TokensCostName: c.tokens}
+		}
+		calls[req.BatchID] = append(calls[req.BatchID], c)
 		mu.Unlock()
-		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+		return res, nil
 	})
 	q := &timedQueue{clock: clock, vis: map[string]time.Duration{}}
 	r.sub.Queue, r.sub.Clock, r.sub.ChunkItems = q, clock, 50
@@ -145,20 +180,19 @@ func rateRun(t *testing.T, ids []string, n int, rate float64, mod func(*api.Subm
 	// The messages due at one time are all taken at that time, as many
 	// invocations would take them at once: the clock moves only to the
 	// next message due, and a lease's sleep moves only the time its call
-	// is made at (one message at a time, so that the call is the sleeper's).
+	// is made at (one message at a time, so that the call is the sleeper's;
+	// two sleeps of one unit, a token booking's then a request lease's,
+	// end at the later).
 	r.worker.Concurrency, r.worker.ItemConcurrency = 1, 1
 	r.worker.Sleep = func(_ context.Context, d time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
-		wake = clock.Now().Add(d)
+		if at := clock.Now().Add(d); at.After(wake) {
+			wake = at
+		}
 	}
 	for _, id := range ids {
-		submitK(t, r, id, 1, n, func(req *api.SubmitRequest) {
-			req.Rate = &api.Rate{Key: "shared", RequestsPerSecond: rate}
-			if mod != nil {
-				mod(req)
-			}
-		})
+		submitK(t, r, id, 1, n, mod)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	for round := 0; ; round++ {
@@ -265,5 +299,118 @@ func TestRateOnTracks(t *testing.T) {
 	}
 	if most < int(rate*10*0.9) {
 		t.Errorf("%d calls in the busiest 10 s window, want about %v", most, rate*10)
+	}
+}
+
+// TestTokenBudgetSharedByTwoBatches guards "a token budget holds across
+// every batch on its key" (docs/adr/0035): two batches of 300 items on a
+// key of 30,000 tokens a minute, each call reporting 200–800 tokens (500
+// on average, unknown to bulkrun before it answers), their messages
+// delivered in a random order, at one and ten items a message: the
+// tokens reported in any 60 s window of the test's clock stay within 10 %
+// of the budget, the whole uses it at ≥ 90 % (the budget is not left
+// idle), both batches make calls in every full 60 s window, and every
+// item is called once.
+func TestTokenBudgetSharedByTwoBatches(t *testing.T) {
+	const n, perMinute = 300, 30000.0
+	tokens := func(key string) float64 {
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		return 200 + float64(h.Sum32()%601)
+	}
+	for _, k := range []int{1, 10} {
+		t.Run("K"+strconv.Itoa(k), func(t *testing.T) {
+			calls, sends := pacedRun(t, []string{"tok-a", "tok-b"}, n, func(req *api.SubmitRequest) {
+				req.Rate = &api.Rate{Key: "tokens-k" + strconv.Itoa(k), TokensPerMinute: perMinute}
+				req.ItemsPerMessage = k
+			}, tokens)
+			var all []pacedCall
+			for _, id := range []string{"tok-a", "tok-b"} {
+				all = append(all, calls[id]...)
+			}
+			slices.SortFunc(all, func(a, b pacedCall) int { return a.at.Compare(b.at) })
+			total := 0.0
+			for _, c := range all {
+				total += c.tokens
+			}
+			span := all[len(all)-1].at.Sub(all[0].at)
+			pace := total / span.Minutes()
+			t.Logf("K = %d: %d calls, %.0f tokens over %v (%.0f a minute, the budget %.0f); %d messages sent",
+				k, len(all), total, span.Round(time.Second), pace, perMinute, sends)
+			// The calls of a window were booked at the key's tokens per call
+			// so far and their errors settled after: a window of n calls
+			// of 200–800 tokens (σ ≈ 173) strays by ≈ √n σ from its booking,
+			// ≈ 4.5 % of a minute's 60 calls, ≈ 2 % of five minutes'.
+			for _, c := range []struct {
+				w     time.Duration
+				bound float64
+			}{{time.Minute, 1.15}, {5 * time.Minute, 1.05}} {
+				most, at := busiestTokens(all, c.w)
+				t.Logf("busiest %v window: %.0f tokens from +%v (%.1f %% of the budget)", c.w, most, at.Sub(all[0].at), 100*most/(perMinute*c.w.Minutes()))
+				if most > perMinute*c.w.Minutes()*c.bound {
+					t.Errorf("%.0f tokens in the %v window from +%v, want ≤ %.0f (the budget + %.0f %%)", most, c.w, at.Sub(all[0].at), perMinute*c.w.Minutes()*c.bound, 100*(c.bound-1))
+				}
+			}
+			if pace < perMinute*0.9 || pace > perMinute*1.1 {
+				t.Errorf("%.0f tokens a minute over the run, want within 10 %% of %.0f", pace, perMinute)
+			}
+			if sends > 2*2*n+2*n/50+4 {
+				t.Errorf("%d messages sent for %d items, want at most 2 per item and the fan-out", sends, 2*n)
+			}
+			last := func(cs []pacedCall) time.Time {
+				return slices.MaxFunc(cs, func(a, b pacedCall) int { return a.at.Compare(b.at) }).at
+			}
+			end := last(calls["tok-a"])
+			if e := last(calls["tok-b"]); e.Before(end) {
+				end = e
+			}
+			for w := all[0].at; w.Add(time.Minute).Before(end); w = w.Add(time.Minute) {
+				for _, id := range []string{"tok-a", "tok-b"} {
+					if !slices.ContainsFunc(calls[id], func(c pacedCall) bool { return !c.at.Before(w) && c.at.Before(w.Add(time.Minute)) }) {
+						t.Errorf("%s: no call in the window from +%v, want both to progress", id, w.Sub(all[0].at))
+					}
+				}
+			}
+		})
+	}
+}
+
+// busiestTokens is the most tokens of sorted calls in any window of w,
+// and where it starts.
+func busiestTokens(sorted []pacedCall, w time.Duration) (float64, time.Time) {
+	most, win, j, at := 0.0, 0.0, 0, time.Time{}
+	for _, c := range sorted {
+		win += c.tokens
+		for c.at.Sub(sorted[j].at) >= w {
+			win -= sorted[j].tokens
+			j++
+		}
+		if win > most {
+			most, at = win, sorted[j].at
+		}
+	}
+	return most, at
+}
+
+// TestTokenBudgetOnTracks guards a token budget on a batch with
+// max_concurrency and a request rate too: its units wait for their
+// bookings in their tracks (carried in the track's waiting unit), every
+// item is called once, and the budget holds over the run.
+func TestTokenBudgetOnTracks(t *testing.T) {
+	const n, perMinute = 200, 12000.0
+	calls, sends := pacedRun(t, []string{"tok-t"}, n, func(req *api.SubmitRequest) {
+		req.Rate = &api.Rate{Key: "tracks", TokensPerMinute: perMinute, RequestsPerSecond: 5}
+		req.MaxConcurrency = 3
+	}, func(string) float64 { return 100 })
+	all := slices.Clone(calls["tok-t"])
+	slices.SortFunc(all, func(a, b pacedCall) int { return a.at.Compare(b.at) })
+	span := all[len(all)-1].at.Sub(all[0].at)
+	most, at := busiestTokens(all, time.Minute)
+	t.Logf("%d calls over %v; busiest 60 s window %.0f tokens from +%v; %d messages sent", len(all), span.Round(time.Second), most, at.Sub(all[0].at), sends)
+	if most > perMinute*1.1 {
+		t.Errorf("%.0f tokens in the 60 s window from +%v, want ≤ %.0f", most, at.Sub(all[0].at), perMinute*1.1)
+	}
+	if want := time.Duration(float64(n-1) * 100 / (perMinute / 60) * 1.1 * float64(time.Second)); span > want {
+		t.Errorf("the calls took %v, want ≤ %v (the budget less 10 %%)", span, want)
 	}
 }

@@ -519,7 +519,7 @@ function renderLive(page) {
   fact("Max attempts", b.max_attempts ? String(b.max_attempts) : "");
   fact("Retry policy", retryText(b.retry));
   fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
-  fact("Rate", b.rate ? b.rate.requests_per_second + " requests/s on " + (b.rate.key || "this batch alone") : "");
+  fact("Rate", b.rate ? rateText(b.rate) : "");
   fact("On interrupt", b.on_interrupt);
   if (b.stop) fact(running(b) ? "Stopping" : "Stopped", stopText(b));
   if (b.pause && running(b)) fact("Paused", pauseText(b.pause));
@@ -1049,4 +1049,14 @@ async function loadThumbs(page, cursor) {
   }
   document.getElementById("thumbs-more").replaceChildren(p.next_cursor ?
     el("button", {class: "secondary", onclick: () => loadThumbs(page, p.next_cursor)}, "Show more thumbnails") : "");
+}
+
+// rateText is a batch's rate as the CLI's status gives it: requests a
+// second, a token budget, or both, and the key they are shared on.
+function rateText(r) {
+  const parts = [];
+  if (r.requests_per_second) parts.push(r.requests_per_second + " requests/s");
+  if (r.tokens_per_second) parts.push(r.tokens_per_second + " tokens/s");
+  if (r.tokens_per_minute) parts.push(r.tokens_per_minute + " tokens/min");
+  return parts.join(", ") + " on " + (r.key || "this batch alone");
 }

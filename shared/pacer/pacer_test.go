@@ -1,0 +1,129 @@
+package pacer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
+
+// TestHintsForgetPassedRows holds the process's hints to the rows leased
+// from within the horizon: after many keys whose leases have passed, a
+// sweep leaves only the hints still ahead of now.
+func TestHintsForgetPassedRows(t *testing.T) {
+	t.Cleanup(Forget)
+	Forget()
+	now := time.Unix(1_800_000_000, 0)
+	ahead := Row{Key: "live"}
+	Saw(ahead, now.Add(time.Hour), now)
+	for i := range 3 * SweepEvery {
+		Saw(Row{Key: fmt.Sprint("gone-", i), Tokens: i%2 == 0}, now.Add(-time.Second), now)
+	}
+	n := 0
+	rows.Range(func(any, any) bool { n++; return true })
+	if n > SweepEvery {
+		t.Fatalf("%d hints kept after %d stores of passed leases; want at most %d", n, 3*SweepEvery, SweepEvery)
+	}
+	if Idle(ahead, now) {
+		t.Fatal("the hint of a lease still ahead was swept")
+	}
+}
+
+// rowStub answers leases as a token row whose usage is used over calls
+// and whose Next is next, granting within the horizon; it records the
+// spacings asked.
+type rowStub struct {
+	next     time.Time
+	used     float64
+	calls    int64
+	spacings []time.Duration
+	horizons []time.Duration
+}
+
+func (s *rowStub) LeaseTokens(_ context.Context, l ledger.TokenLease) (ledger.TokenGrant, error) {
+	s.spacings, s.horizons = append(s.spacings, l.Spacing), append(s.horizons, l.Horizon)
+	b := pace.Book(s.next, l.Now, l.Spacing, l.Horizon)
+	if !b.OK {
+		return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: s.next}, Used: s.used, Calls: s.calls}, nil
+	}
+	s.next = b.Next
+	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, Used: s.used, Calls: s.calls}, nil
+}
+
+func (s *rowStub) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
+	s.used += st.Used
+	s.calls += int64(st.Calls)
+	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Next: s.next}, Used: s.used, Calls: s.calls}, nil
+}
+
+// TestBookTokensFirstGuessNear guards the first booking of a process:
+// with no estimate it books one second of the budget within the sleep
+// only; refused, it books again at once with the row's tokens per call,
+// as far as the horizon; a settle's answer keeps the estimate.
+func TestBookTokensFirstGuessNear(t *testing.T) {
+	t.Cleanup(Forget)
+	Forget()
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	st := &rowStub{next: now.Add(time.Minute), used: 5000, calls: 10} // 500 a call
+	b, err := BookTokens(ctx, st, "k", 10, 500, now)
+	if err != nil || !b.Granted {
+		t.Fatalf("booking %+v %v, want granted on the second lease", b, err)
+	}
+	if len(st.spacings) != 2 || st.spacings[0] != time.Second || st.horizons[0] != pace.LeaseSleep ||
+		st.spacings[1] != 10*time.Second || st.horizons[1] != pace.LeaseHorizon {
+		t.Fatalf("leases asked %v within %v; want 1s within %v, then 10s within %v", st.spacings, st.horizons, pace.LeaseSleep, pace.LeaseHorizon)
+	}
+	if !b.Start.Equal(now.Add(time.Minute)) || b.Spacing != 10*time.Second {
+		t.Fatalf("booking %+v, want it to start at the row's Next with 10 s booked", b)
+	}
+	if err := SettleTokens(ctx, st, "k", 500, b.Start, b.Spacing, 1000, 10, now); err != nil {
+		t.Fatal(err)
+	}
+	if sp, known := tokenSpacing("k", 1, 500); !known || sp != 600*time.Millisecond {
+		t.Fatalf("estimate after the settle: %v (known %v), want 0.6 s a call (6,000 tokens over 20 calls at 500 a second)", sp, known)
+	}
+	st.next = now.Add(time.Hour)
+	if b, err := BookTokens(ctx, st, "k", 1, 500, now); err != nil || b.Granted || b.Wait < 45*time.Minute || b.Wait > 45*time.Minute+23*time.Minute {
+		t.Fatalf("booking past the horizon: %+v %v, want a wait of 45 min spread by up to half again", b, err)
+	}
+}
+
+// deltaStub records the settles' Delta.
+type deltaStub struct {
+	rowStub
+	deltas []time.Duration
+}
+
+func (s *deltaStub) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
+	s.deltas = append(s.deltas, st.Delta)
+	return s.rowStub.SettleTokens(ctx, st)
+}
+
+// TestSettleGivesBackOnlyWhatIsAhead guards the settle's give-back: a
+// booking of 10 s from T that used 2 s of the budget gives back 8 s when
+// settled at T + 1 s, 4 s at T + 6 s, nothing at T + 11 s; a debt is
+// settled whole whenever; a booking of no calls found stale at T + 3 s
+// gives back 7 s, not 10 (the 3 s passed cannot be spent again).
+func TestSettleGivesBackOnlyWhatIsAhead(t *testing.T) {
+	t.Cleanup(Forget)
+	ctx := context.Background()
+	T := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		at   time.Duration
+		used float64
+		want time.Duration
+	}{{time.Second, 1000, -8 * time.Second}, {6 * time.Second, 1000, -4 * time.Second}, {11 * time.Second, 1000, 0},
+		{11 * time.Second, 6000, 2 * time.Second}, {3 * time.Second, 0, -7 * time.Second}} {
+		st := &deltaStub{}
+		if err := SettleTokens(ctx, st, "k", 500, T, 10*time.Second, c.used, 1, T.Add(c.at)); err != nil {
+			t.Fatal(err)
+		}
+		if st.deltas[0] != c.want {
+			t.Errorf("booked 10 s from T, used %v tokens at 500/s, settled at T + %v: delta %v, want %v", c.used, c.at, st.deltas[0], c.want)
+		}
+	}
+}

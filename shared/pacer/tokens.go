@@ -1,0 +1,127 @@
+package pacer
+
+import (
+	"context"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
+
+// TokenStore is the ledger port a token budget books on
+// (ledger.Store.LeaseTokens and SettleTokens).
+type TokenStore interface {
+	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
+	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
+}
+
+// Booking is BookTokens' answer: Granted with the booking's Start and the
+// time it booked (Spacing), or, not granted, how long to Wait before
+// booking again.
+type Booking struct {
+	Granted bool
+	Start   time.Time
+	Spacing time.Duration
+	Wait    time.Duration
+}
+
+// BookTokens books the expected use of n calls of key's budget (tokens a
+// second) at now: n × the key's tokens per call as this process knows it,
+// up to pace.LeaseHorizon ahead. A process that knows no estimate books
+// one second of the budget, within pace.LeaseSleep only (a first guess is
+// not booked far), and books again at once with the estimate the row's
+// answer gives, if it gives one. Not granted, the Wait is until the
+// booking would start within the horizon, spread by up to half again and
+// a second so that the units waiting on one key do not come back together.
+func BookTokens(ctx context.Context, st TokenStore, key string, n int, budget float64, now time.Time) (Booking, error) {
+	spacing, known := tokenSpacing(key, n, budget)
+	g, err := leaseTokens(ctx, st, key, spacing, now, known)
+	if err != nil {
+		return Booking{}, err
+	}
+	if !g.Granted && !known && g.Calls > 0 {
+		spacing, known = tokenSpacing(key, n, budget)
+		if g, err = leaseTokens(ctx, st, key, spacing, now, known); err != nil {
+			return Booking{}, err
+		}
+	}
+	if g.Granted {
+		return Booking{Granted: true, Start: g.Start, Spacing: spacing}, nil
+	}
+	horizon := pace.LeaseSleep
+	if known {
+		horizon = pace.LeaseHorizon
+	}
+	d := max(g.Next.Sub(now)-horizon, 0)
+	wait := d + time.Duration(mrand.Int64N(int64(d/2)+int64(time.Second)))
+	return Booking{Wait: max(wait, time.Second)}, nil
+}
+
+// SettleTokens settles a booking of booked at key's budget, starting at
+// start, once its calls ended: used tokens reported by calls calls. A
+// debt (used past what was booked) moves the key's schedule later by its
+// time at the budget; an over-booking gives back only the part of the
+// booking still ahead of now — the booking spans [start, start + booked]
+// and its used part comes first, so what it did not use and has already
+// passed cannot be spent again (a booking of no calls gives back what
+// remains of it).
+func SettleTokens(ctx context.Context, st TokenStore, key string, budget float64, start time.Time, booked time.Duration, used float64, calls int, now time.Time) error {
+	debt := time.Duration(used / budget * float64(time.Second))
+	delta := debt - booked
+	if delta < 0 {
+		unused := start.Add(debt)
+		if now.After(unused) {
+			unused = now
+		}
+		delta = -max(start.Add(booked).Sub(unused), 0)
+	}
+	g, err := st.SettleTokens(ctx, ledger.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
+	if err != nil {
+		return err
+	}
+	sawTokens(key, g, now)
+	return nil
+}
+
+// leaseTokens leases spacing of key's token row, up to pace.LeaseHorizon
+// ahead when far, else pace.LeaseSleep.
+func leaseTokens(ctx context.Context, st TokenStore, key string, spacing time.Duration, now time.Time, far bool) (ledger.TokenGrant, error) {
+	horizon := pace.LeaseSleep
+	if far {
+		horizon = pace.LeaseHorizon
+	}
+	g, err := st.LeaseTokens(ctx, ledger.TokenLease{Key: key, Spacing: spacing, Now: now, Horizon: horizon, Idle: Idle(Row{Key: key, Tokens: true}, now)})
+	if err != nil {
+		return g, err
+	}
+	sawTokens(key, g, now)
+	return g, nil
+}
+
+// sawTokens keeps g's Next as key's token row hint and, when its row has
+// settled calls, its tokens per call.
+func sawTokens(key string, g ledger.TokenGrant, now time.Time) {
+	r := Row{Key: key, Tokens: true}
+	v, _ := rows.Load(r)
+	s, _ := v.(seen)
+	s.next = g.Next
+	if g.Calls > 0 {
+		s.perCall, s.known = g.Used/float64(g.Calls), true
+	}
+	save(r, s, now)
+}
+
+// tokenSpacing is the time n calls are expected to take of a budget of
+// budget tokens a second on key, and whether the process knows the key's
+// tokens per call: n × those over the budget, at least 1 µs; one second
+// when it does not (the first units of a key run at most a few at once
+// until the first settles).
+func tokenSpacing(key string, n int, budget float64) (time.Duration, bool) {
+	v, _ := rows.Load(Row{Key: key, Tokens: true})
+	s, _ := v.(seen)
+	if !s.known {
+		return time.Second, false
+	}
+	return max(time.Duration(float64(max(n, 1))*s.perCall/budget*float64(time.Second)), time.Microsecond), true
+}
