@@ -59,7 +59,7 @@ func (s *Store) LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.To
 				return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, rerr)
 			}
 			g := ledger.RateGrant{Granted: true, Start: time.UnixMicro(r.next - spacing).UTC(), Next: time.UnixMicro(r.next).UTC()}
-			return ledger.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls}, nil
+			return ledger.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 		}
 		if !errors.Is(err, api.ErrConflict) {
 			return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, err)
@@ -70,7 +70,7 @@ func (s *Store) LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.To
 		}
 		switch {
 		case r.next > now+horizon:
-			return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls}, nil
+			return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 		case try+1 >= rateTries:
 			return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: the row changed under %d tries: %w", l.Key, rateTries, ledger.ErrUnavailable)
 		}
@@ -94,6 +94,8 @@ func (s *Store) LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.To
 //     under no condition, Next left as it is.
 //   - Delta = 0: the ADDs, under no condition.
 //
+// A form that moves next_us also ADDs its delta to drift_us.
+//
 // Granted always; the answer is the row after the write (ALL_NEW): its
 // Next (zero when it has none) and usage.
 func (s *Store) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
@@ -115,10 +117,10 @@ func (s *Store) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger
 		b := expression.NewBuilder()
 		switch form {
 		case busy:
-			u = u.Set(next, expression.Plus(next, expression.Value(delta)))
+			u = u.Set(next, expression.Plus(next, expression.Value(delta))).Add(expression.Name(layout.AttrDriftUs), expression.Value(delta))
 			b = b.WithCondition(next.GreaterThan(expression.Value(now)))
 		case idle:
-			u = u.Set(next, expression.Value(now+delta))
+			u = u.Set(next, expression.Value(now+delta)).Add(expression.Name(layout.AttrDriftUs), expression.Value(delta))
 			b = b.WithCondition(expression.Or(expression.AttributeNotExists(next), next.LessThanEqual(expression.Value(now))))
 		}
 		expr, err := b.WithUpdate(s.stamp(u, st.Now)).Build()
@@ -131,7 +133,7 @@ func (s *Store) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger
 			if rerr != nil {
 				return ledger.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, rerr)
 			}
-			return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Next: r.nextTime()}, Used: r.used, Calls: r.calls}, nil
+			return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 		}
 		if !errors.Is(err, api.ErrConflict) {
 			return ledger.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, err)
@@ -162,7 +164,11 @@ type tokenRow struct {
 	hasNext bool
 	used    float64
 	calls   int64
+	driftUs int64
 }
+
+// drift is the row's drift_us as a duration.
+func (r tokenRow) drift() time.Duration { return time.Duration(r.driftUs) * time.Microsecond }
 
 // nextTime is the row's Next, the zero time when it has none.
 func (r tokenRow) nextTime() time.Time {
@@ -179,7 +185,7 @@ func readTokenRow(attrs map[string]types.AttributeValue) (tokenRow, error) {
 	for _, a := range []struct {
 		name string
 		v    any
-	}{{layout.AttrNextUs, &r.next}, {layout.AttrTokUsed, &r.used}, {layout.AttrTokCalls, &r.calls}} {
+	}{{layout.AttrNextUs, &r.next}, {layout.AttrTokUsed, &r.used}, {layout.AttrTokCalls, &r.calls}, {layout.AttrDriftUs, &r.driftUs}} {
 		if v, ok := attrs[a.name]; ok {
 			if err := attributevalue.Unmarshal(v, a.v); err != nil {
 				return tokenRow{}, fmt.Errorf("read %s: %w", a.name, err)
@@ -187,4 +193,18 @@ func readTokenRow(attrs map[string]types.AttributeValue) (tokenRow, error) {
 		}
 	}
 	return r, nil
+}
+
+// ReadTokens implements ledger.Store with one strongly consistent
+// GetItem of the key's token row (no row: the zero grant).
+func (s *Store) ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error) {
+	attrs, err := s.getRow(ctx, layout.Key(layout.TokensPK(key), layout.SKTokens))
+	if err != nil {
+		return ledger.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
+	}
+	r, err := readTokenRow(attrs)
+	if err != nil {
+		return ledger.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
+	}
+	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 }

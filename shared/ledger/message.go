@@ -111,11 +111,14 @@ type Message struct {
 	// stale, pace.LeaseGrace). 0: none.
 	RateAtUs int64 `json:"rate_at_us,omitempty"`
 	// TokensAtUs is the start (epoch microseconds) of the token booking
-	// the message carries, and TokensBookedUs the time it booked at its
-	// key's budget, so that its next delivery runs at that start and
-	// settles against what it booked (docs/adr/0035). 0: none.
+	// the message carries, TokensBookedUs the time it booked at its key's
+	// budget and TokensDriftUs the key's drift when it was booked
+	// (ledger.TokenGrant.Drift), so that its next delivery runs at that
+	// start moved by the debts settled since, and settles against what it
+	// booked (docs/adr/0035). 0: none.
 	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
 	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`
+	TokensDriftUs  int64 `json:"tokens_drift_us,omitempty"`
 	// Track makes a fan-out message a track of a batch with
 	// max_concurrency (see Track): its units run in place, one at a time.
 	Track *Track `json:"track,omitempty"`

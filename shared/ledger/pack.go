@@ -38,9 +38,10 @@ type PackMessage struct {
 	SlotWaits int `json:"slot_waits,omitempty"`
 	// RateAtUs: see Message.RateAtUs.
 	RateAtUs int64 `json:"rate_at_us,omitempty"`
-	// TokensAtUs, TokensBookedUs: see Message.TokensAtUs.
+	// TokensAtUs, TokensBookedUs, TokensDriftUs: see Message.TokensAtUs.
 	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
 	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`
+	TokensDriftUs  int64 `json:"tokens_drift_us,omitempty"`
 	// TrackUnit: see Message.TrackUnit (≈ 150 bytes, inside the room
 	// MaxMessageBytes leaves under SQS's limit).
 	TrackUnit *TrackUnit `json:"track_unit,omitempty"`

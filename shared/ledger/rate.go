@@ -42,15 +42,19 @@ type TokenLease struct {
 	Idle    bool
 }
 
-// TokenGrant is Store.LeaseTokens' and Store.SettleTokens' answer: the
-// RateGrant of the lease (SettleTokens: Granted, Next the row's Next
-// after it), and the usage settled on the row so far — Used tokens over
-// Calls calls, from which a unit estimates what its calls will use
-// (also when the lease was not granted).
+// TokenGrant is Store.LeaseTokens', SettleTokens' and ReadTokens'
+// answer: the RateGrant of the lease (SettleTokens: Granted, Next the
+// row's Next after it; ReadTokens: Next), and the row's state — Used
+// tokens settled over Calls calls, from which a unit estimates what its
+// calls will use (also when the lease was not granted), and Drift, the
+// sum of the settles' Deltas that moved the row's Next: a booking made
+// when Drift was d starts later by Drift − d, the debts settled since
+// (docs/adr/0035).
 type TokenGrant struct {
 	RateGrant
 	Used  float64
 	Calls int64
+	Drift time.Duration
 }
 
 // TokenSettle is what Store.SettleTokens writes once a unit's calls

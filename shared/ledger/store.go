@@ -300,6 +300,10 @@ type Store interface {
 	// live on across batches, their TTL renewed by each write.
 	LeaseTokens(ctx context.Context, l TokenLease) (TokenGrant, error)
 	SettleTokens(ctx context.Context, s TokenSettle) (TokenGrant, error)
+	// ReadTokens reads key's token row as it is now (a strongly
+	// consistent read; no row: the zero grant), for a booking carried
+	// ahead to start later by the Drift settled since it was made.
+	ReadTokens(ctx context.Context, key string) (TokenGrant, error)
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

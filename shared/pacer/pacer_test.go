@@ -53,6 +53,10 @@ func (s *rowStub) LeaseTokens(_ context.Context, l ledger.TokenLease) (ledger.To
 	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, Used: s.used, Calls: s.calls}, nil
 }
 
+func (s *rowStub) ReadTokens(context.Context, string) (ledger.TokenGrant, error) {
+	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: s.next}, Used: s.used, Calls: s.calls}, nil
+}
+
 func (s *rowStub) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
 	s.used += st.Used
 	s.calls += int64(st.Calls)

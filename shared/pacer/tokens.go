@@ -14,16 +14,31 @@ import (
 type TokenStore interface {
 	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
 	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
+	ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error)
 }
 
-// Booking is BookTokens' answer: Granted with the booking's Start and the
-// time it booked (Spacing), or, not granted, how long to Wait before
-// booking again.
+// Booking is BookTokens' answer: Granted with the booking's Start, the
+// time it booked (Spacing) and the key's Drift when it booked, or, not
+// granted, how long to Wait before booking again.
 type Booking struct {
 	Granted bool
 	Start   time.Time
 	Spacing time.Duration
+	Drift   time.Duration
 	Wait    time.Duration
+}
+
+// Shifted is the start of a booking carried ahead, made at start when the
+// key's drift was drift, moved by the debts (and give-backs) settled on
+// the key since — every booking after it moves by as much, so that a
+// backlog booked at once on a first estimate runs at what its calls
+// report — and the key's drift now, from one read of its row.
+func Shifted(ctx context.Context, st TokenStore, key string, start time.Time, drift time.Duration) (time.Time, time.Duration, error) {
+	g, err := st.ReadTokens(ctx, key)
+	if err != nil {
+		return start, drift, err
+	}
+	return start.Add(g.Drift - drift), g.Drift, nil
 }
 
 // BookTokens books the expected use of n calls of key's budget (tokens a
@@ -47,7 +62,7 @@ func BookTokens(ctx context.Context, st TokenStore, key string, n int, budget fl
 		}
 	}
 	if g.Granted {
-		return Booking{Granted: true, Start: g.Start, Spacing: spacing}, nil
+		return Booking{Granted: true, Start: g.Start, Spacing: spacing, Drift: g.Drift}, nil
 	}
 	horizon := pace.LeaseSleep
 	if known {

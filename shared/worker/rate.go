@@ -135,7 +135,7 @@ func (w *Worker) sleep(ctx context.Context, d time.Duration) {
 // bounded by ledger.MaxResends as a slot wait is.
 func (w *Worker) rateWait(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, wait time.Duration) bool {
 	early := wait - pace.LeaseSleep/2
-	if at, _ := m.tokensCarried(); !m.leaseAt().IsZero() || !at.IsZero() {
+	if at, _, _ := m.tokensCarried(); !m.leaseAt().IsZero() || !at.IsZero() {
 		early = (wait - pace.LeaseSleep/2).Truncate(time.Second)
 	}
 	if m.track != nil {

@@ -40,6 +40,7 @@ type Store interface {
 	LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error)
 	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
 	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
+	ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error
 }

@@ -45,11 +45,25 @@ func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Bat
 	budget := b.Rate.TokenBudget()
 	key := b.Rate.KeyOf(b.ID)
 	now := w.Clock.Now()
-	start, booked := m.tokensCarried()
-	m.setTokensCarried(time.Time{}, 0) // a booking is used once
-	if !start.IsZero() && now.After(start.Add(pace.LeaseGrace)) {
-		// Stale: its calls would bunch with later bookings'. Given back
-		// (a settle of no use) and booked again.
+	start, booked, drift := m.tokensCarried()
+	m.setTokensCarried(time.Time{}, 0, 0) // a booking is used once
+	late := start
+	if !start.IsZero() {
+		// Moved by the debts (later) and give-backs (earlier) settled
+		// since it was booked; moved earlier than now, it starts now.
+		s, d, err := pacer.Shifted(ctx, w.Store, key, start, drift)
+		if err != nil {
+			m.setTokensCarried(start, booked, drift) // still carried
+			return 0, err
+		}
+		start, drift = s, d
+		if start.After(late) {
+			late = start
+		}
+	}
+	if !late.IsZero() && now.After(late.Add(pace.LeaseGrace)) {
+		// Stale: its calls would bunch with later bookings'. What remains
+		// of it is given back (a settle of no use), and it books again.
 		log.InfoContext(ctx, "token booking stale; given back and booked again", "late_ms", now.Sub(start).Milliseconds())
 		w.settleTokens(ctx, log, &unitMessage{tokens: tokenBooking{key: key, budget: budget, start: start, booked: booked}})
 		start = time.Time{}
@@ -60,14 +74,14 @@ func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Bat
 			return 0, err
 		}
 		if !bk.Granted {
-			log.InfoContext(ctx, "token budget booked ahead; waiting to book", "key", key, "retry_in_ms", bk.Wait.Milliseconds())
+			log.InfoContext(ctx, "token budget booked ahead; waiting to book", "token_key", key, "retry_in_ms", bk.Wait.Milliseconds())
 			return bk.Wait, nil
 		}
-		start, booked = bk.Start, bk.Spacing
+		start, booked, drift = bk.Start, bk.Spacing, bk.Drift
 	}
 	wait := start.Sub(w.Clock.Now())
 	if wait > pace.LeaseSleep {
-		m.setTokensCarried(start, booked)
+		m.setTokensCarried(start, booked, drift)
 		return wait, nil
 	}
 	m.tokens = tokenBooking{key: key, budget: budget, start: start, booked: booked}
@@ -77,31 +91,31 @@ func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Bat
 	return 0, nil
 }
 
-// tokensCarried is the token booking m carries: its start (zero: none)
-// and the time it booked.
-func (m *unitMessage) tokensCarried() (time.Time, time.Duration) {
-	at, booked := m.ref.TokensAtUs, m.ref.TokensUs
+// tokensCarried is the token booking m carries: its start (zero: none),
+// the time it booked and the key's drift when it booked.
+func (m *unitMessage) tokensCarried() (time.Time, time.Duration, time.Duration) {
+	at, booked, drift := m.ref.TokensAtUs, m.ref.TokensUs, m.ref.TokensDrift
 	if m.track == nil && m.tokensAt != nil {
-		at, booked = *m.tokensAt, *m.tokensBooked
+		at, booked, drift = *m.tokensAt, *m.tokensBooked, *m.tokensDrift
 	}
 	if at == 0 {
-		return time.Time{}, 0
+		return time.Time{}, 0, 0
 	}
-	return time.UnixMicro(at).UTC(), time.Duration(booked) * time.Microsecond
+	return time.UnixMicro(at).UTC(), time.Duration(booked) * time.Microsecond, time.Duration(drift) * time.Microsecond
 }
 
 // setTokensCarried makes m carry a token booking starting at t (zero:
-// none) of booked.
-func (m *unitMessage) setTokensCarried(t time.Time, booked time.Duration) {
-	var at, us int64
+// none) of booked, made at the key's drift.
+func (m *unitMessage) setTokensCarried(t time.Time, booked, drift time.Duration) {
+	var at, us, dr int64
 	if !t.IsZero() {
-		at, us = t.UnixMicro(), booked.Microseconds()
+		at, us, dr = t.UnixMicro(), booked.Microseconds(), drift.Microseconds()
 	}
 	if m.track != nil || m.tokensAt == nil {
-		m.ref.TokensAtUs, m.ref.TokensUs = at, us
+		m.ref.TokensAtUs, m.ref.TokensUs, m.ref.TokensDrift = at, us, dr
 		return
 	}
-	*m.tokensAt, *m.tokensBooked = at, us
+	*m.tokensAt, *m.tokensBooked, *m.tokensDrift = at, us, dr
 }
 
 // tokensRan records what the unit's started calls reported under
@@ -129,6 +143,6 @@ func (w *Worker) settleTokens(ctx context.Context, log *slog.Logger, m *unitMess
 	}
 	m.tokens = tokenBooking{}
 	if err := pacer.SettleTokens(context.WithoutCancel(ctx), w.Store, t.key, t.budget, t.start, t.booked, t.used, t.calls, w.Clock.Now()); err != nil {
-		log.WarnContext(ctx, "token budget not settled; the key is off by this unit's estimate", "key", t.key, "used", t.used, "booked_ms", t.booked.Milliseconds(), "error", err)
+		log.WarnContext(ctx, "token budget not settled; the key is off by this unit's estimate", "token_key", t.key, "used", t.used, "booked_ms", t.booked.Milliseconds(), "error", err)
 	}
 }

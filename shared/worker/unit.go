@@ -57,8 +57,9 @@ type unitMessage struct {
 	// counts; body encodes them again.
 	requeued, slotWaits *int
 	// rateAt is the message's RateAtUs (a track's unit keeps it in ref);
-	// tokensAt and tokensBooked its TokensAtUs and TokensBookedUs.
-	rateAt, tokensAt, tokensBooked *int64
+	// tokensAt, tokensBooked and tokensDrift its TokensAtUs,
+	// TokensBookedUs and TokensDriftUs.
+	rateAt, tokensAt, tokensBooked, tokensDrift *int64
 	// leased is the start of the rate lease this delivery runs under
 	// (zero: none): its calls start by then + pace.LeaseGrace.
 	leased time.Time
@@ -92,7 +93,7 @@ func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -101,7 +102,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

@@ -308,9 +308,10 @@ func TestRateOnTracks(t *testing.T) {
 // on average, unknown to bulkrun before it answers), their messages
 // delivered in a random order, at one and ten items a message: the
 // tokens reported in any 60 s window of the test's clock stay within 10 %
-// of the budget, the whole uses it at ≥ 90 % (the budget is not left
-// idle), both batches make calls in every full 60 s window, and every
-// item is called once.
+// of the budget (any 5 minutes within 5 %), the whole uses it at ≥ 90 %
+// (the budget is not left idle), both batches make calls in every full
+// 60 s window, every item is called once, and the queue carries at most
+// three messages per item.
 func TestTokenBudgetSharedByTwoBatches(t *testing.T) {
 	const n, perMinute = 300, 30000.0
 	tokens := func(key string) float64 {
@@ -338,13 +339,11 @@ func TestTokenBudgetSharedByTwoBatches(t *testing.T) {
 			t.Logf("K = %d: %d calls, %.0f tokens over %v (%.0f a minute, the budget %.0f); %d messages sent",
 				k, len(all), total, span.Round(time.Second), pace, perMinute, sends)
 			// The calls of a window were booked at the key's tokens per call
-			// so far and their errors settled after: a window of n calls
-			// of 200–800 tokens (σ ≈ 173) strays by ≈ √n σ from its booking,
-			// ≈ 4.5 % of a minute's 60 calls, ≈ 2 % of five minutes'.
+			// so far and moved by the debts settled before they started.
 			for _, c := range []struct {
 				w     time.Duration
 				bound float64
-			}{{time.Minute, 1.15}, {5 * time.Minute, 1.05}} {
+			}{{time.Minute, 1.10}, {5 * time.Minute, 1.05}} {
 				most, at := busiestTokens(all, c.w)
 				t.Logf("busiest %v window: %.0f tokens from +%v (%.1f %% of the budget)", c.w, most, at.Sub(all[0].at), 100*most/(perMinute*c.w.Minutes()))
 				if most > perMinute*c.w.Minutes()*c.bound {
@@ -354,8 +353,10 @@ func TestTokenBudgetSharedByTwoBatches(t *testing.T) {
 			if pace < perMinute*0.9 || pace > perMinute*1.1 {
 				t.Errorf("%.0f tokens a minute over the run, want within 10 %% of %.0f", pace, perMinute)
 			}
-			if sends > 2*2*n+2*n/50+4 {
-				t.Errorf("%d messages sent for %d items, want at most 2 per item and the fan-out", sends, 2*n)
+			// A unit's message, a wait for its booking, and at most one more
+			// when the debts settled meanwhile moved its booking on.
+			if sends > 3*2*n+2*n/50+4 {
+				t.Errorf("%d messages sent for %d items, want at most 3 per item and the fan-out", sends, 2*n)
 			}
 			last := func(cs []pacedCall) time.Time {
 				return slices.MaxFunc(cs, func(a, b pacedCall) int { return a.at.Compare(b.at) }).at

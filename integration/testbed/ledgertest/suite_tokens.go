@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	cases = append(cases, suiteCase{"TokenLeases", tokenLeases})
+	cases = append(cases, suiteCase{"TokenLeases", tokenLeases}, suiteCase{"TokenSettlesAtOnce", tokenSettlesAtOnce})
 }
 
 // tokenLeases guards Store.LeaseTokens and SettleTokens: a lease on a
@@ -21,7 +21,9 @@ func init() {
 // or not; a settle adds its usage (the row made if absent) and moves
 // Next by its Delta — a debt from Next while it is ahead, else from Now;
 // a give-back only while Next is ahead, an idle row left as it is — and
-// settles written at once from many goroutines are all counted. Keys are
+// adds the Delta to the row's Drift when it moved Next; a read answers
+// the row as it is; settles written at once from many goroutines are all
+// counted. Keys are
 // random: token rows belong to no batch and outlive the case.
 func tokenLeases(t *testing.T, s ledger.Store) {
 	var nonce [6]byte
@@ -67,16 +69,19 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 	check(t, "debt on a busy row: next", g.Next.UnixMicro(), at(2*sp+100*time.Millisecond))
 	check(t, "debt on a busy row: used", g.Used, 812.5)
 	check(t, "debt on a busy row: calls", g.Calls, int64(2))
+	check(t, "debt on a busy row: drift", g.Drift, 100*time.Millisecond)
 	g = settle(key, T0.Add(3*time.Millisecond), -30*time.Millisecond, 100, 1)
 	check(t, "give-back on a busy row: next", g.Next.UnixMicro(), at(2*sp+70*time.Millisecond))
 	check(t, "usage accumulates: used", g.Used, 912.5)
 	check(t, "usage accumulates: calls", g.Calls, int64(3))
+	check(t, "give-back on a busy row: drift", g.Drift, 70*time.Millisecond)
 	g = lease(key, T0.Add(4*time.Millisecond), false)
 	check(t, "after settles: granted", g.Granted, true)
 	check(t, "after settles: starts at next", g.Start.UnixMicro(), at(2*sp+70*time.Millisecond))
 	check(t, "after settles: next", g.Next.UnixMicro(), at(3*sp+70*time.Millisecond))
 	check(t, "granted lease: used", g.Used, 912.5)
 	check(t, "granted lease: calls", g.Calls, int64(3))
+	check(t, "granted lease: drift", g.Drift, 70*time.Millisecond)
 
 	// A debt past the horizon: leases are refused with the row's Next and
 	// usage, and book nothing.
@@ -90,6 +95,7 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 		check(t, "past the horizon: next", g.Next.UnixMicro(), at(far))
 		check(t, "refused lease: used", g.Used, 912.5)
 		check(t, "refused lease: calls", g.Calls, int64(3))
+		check(t, "refused lease: drift", g.Drift, 2070*time.Millisecond)
 	}
 
 	// Settles on the idle row (its Next passed): a debt starts now, a
@@ -98,6 +104,7 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 	check(t, "debt on an idle row: next", g.Next.UnixMicro(), at(time.Minute+50*time.Millisecond))
 	check(t, "debt on an idle row: used", g.Used, 913.0)
 	check(t, "debt on an idle row: calls", g.Calls, int64(4))
+	check(t, "debt on an idle row: drift", g.Drift, 2120*time.Millisecond)
 	g = settle(key, T0.Add(2*time.Minute), -40*time.Millisecond, 7, 1)
 	check(t, "give-back on an idle row: next", g.Next.UnixMicro(), at(time.Minute+50*time.Millisecond))
 	check(t, "give-back on an idle row: used", g.Used, 920.0)
@@ -105,6 +112,19 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 	g = settle(key, T0.Add(2*time.Minute), 0, 1, 1)
 	check(t, "no delta: next", g.Next.UnixMicro(), at(time.Minute+50*time.Millisecond))
 	check(t, "no delta: used", g.Used, 921.0)
+	check(t, "give-back on an idle row, no delta: drift unmoved", g.Drift, 2120*time.Millisecond)
+	r, err := s.ReadTokens(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "read: next", r.Next.UnixMicro(), at(time.Minute+50*time.Millisecond))
+	check(t, "read: used", r.Used, 921.0)
+	check(t, "read: calls", r.Calls, int64(6))
+	check(t, "read: drift", r.Drift, 2120*time.Millisecond)
+	check(t, "read: not a lease", r.Granted, false)
+	if r, err := s.ReadTokens(ctx, prefix+"-none"); err != nil || r.Calls != 0 || !r.Next.IsZero() || r.Drift != 0 {
+		t.Errorf("read of no row: %+v %v, want the zero grant", r, err)
+	}
 
 	// No row: a give-back or no delta makes one with usage and no Next,
 	// which a lease then finds idle, whichever form it tries first; a
@@ -126,7 +146,22 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 	g = settle(prefix+"-c", T0, 25*time.Millisecond, 4, 1)
 	check(t, "debt on no row: next", g.Next.UnixMicro(), at(25*time.Millisecond))
 	check(t, "debt on no row: used", g.Used, 4.0)
+}
 
+// tokenSettlesAtOnce guards settles written at once from many goroutines:
+// none lost, none counted twice, in usage, Next and drift.
+func tokenSettlesAtOnce(t *testing.T, s ledger.Store) {
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	prefix := "suite-" + hex.EncodeToString(nonce[:])
+	settle := func(key string, now time.Time, delta time.Duration, used float64, calls int) ledger.TokenGrant {
+		t.Helper()
+		g, err := s.SettleTokens(ctx, ledger.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
+		if err != nil {
+			t.Fatalf("settle %s at %v by %v: %v", key, now, delta, err)
+		}
+		return g
+	}
 	// Settles at once, 40 each of 1.25 tokens over 2 calls: none lost,
 	// none counted twice. On a row 1 s ahead (it stays busy), half a debt
 	// of 10 ms, half a give-back of 5 ms; on no row, 40 debts of 10 ms
@@ -150,11 +185,15 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 			})
 		}
 		wg.Wait()
-		g = settle(c.key, now, 0, 0, 0)
+		g := settle(c.key, now, 0, 0, 0)
 		check(t, "concurrent settles: next", g.Next.UnixMicro(), now.Add(c.next).UnixMicro())
 		check(t, "concurrent settles: used", g.Used, 50.0)
 		check(t, "concurrent settles: calls", g.Calls, int64(80))
-		g = lease(c.key, now, false)
+		check(t, "concurrent settles: drift (every settle moved Next)", g.Drift, c.next)
+		g, err := s.LeaseTokens(ctx, ledger.TokenLease{Key: c.key, Spacing: time.Millisecond, Now: now, Horizon: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
 		check(t, "lease after concurrent settles: used", g.Used, 50.0)
 		check(t, "lease after concurrent settles: calls", g.Calls, int64(80))
 	}

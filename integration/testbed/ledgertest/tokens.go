@@ -14,6 +14,20 @@ type tokenRow struct {
 	next  time.Time
 	used  float64
 	calls int64
+	drift time.Duration
+}
+
+// grant is r as a TokenGrant.
+func (r tokenRow) grant(g ledger.RateGrant) ledger.TokenGrant {
+	return ledger.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls, Drift: r.drift}
+}
+
+// ReadTokens implements ledger.Store.
+func (s *Store) ReadTokens(_ context.Context, key string) (ledger.TokenGrant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.tokens[key]
+	return r.grant(ledger.RateGrant{Next: r.next}), nil
 }
 
 // LeaseTokens implements ledger.Store: LeaseRate's schedule on the key's
@@ -26,17 +40,18 @@ func (s *Store) LeaseTokens(_ context.Context, l ledger.TokenLease) (ledger.Toke
 	now := l.Now.Truncate(time.Microsecond)
 	b := pace.Book(r.next, now, l.Spacing.Truncate(time.Microsecond), l.Horizon.Truncate(time.Microsecond))
 	if !b.OK {
-		return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: b.Next}, Used: r.used, Calls: r.calls}, nil
+		return r.grant(ledger.RateGrant{Next: b.Next}), nil
 	}
 	r.next = b.Next
 	s.tokens[l.Key] = r
-	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, Used: r.used, Calls: r.calls}, nil
+	return r.grant(ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}), nil
 }
 
 // SettleTokens implements ledger.Store: it adds st's usage to the key's
 // token row (made if absent) and moves its Next by st.Delta — a debt
 // from Next while it is ahead of Now, else from Now; a give-back only
-// while Next is ahead of Now — at microseconds.
+// while Next is ahead of Now — at microseconds, adding the Delta to the
+// row's Drift when it moved Next.
 func (s *Store) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -46,11 +61,13 @@ func (s *Store) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.T
 	switch busy := r.next.After(now); {
 	case delta > 0 && busy, delta < 0 && busy:
 		r.next = r.next.Add(delta)
+		r.drift += delta
 	case delta > 0:
 		r.next = now.Add(delta)
+		r.drift += delta
 	}
 	r.used += st.Used
 	r.calls += int64(st.Calls)
 	s.tokens[st.Key] = r
-	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Next: r.next}, Used: r.used, Calls: r.calls}, nil
+	return r.grant(ledger.RateGrant{Granted: true, Next: r.next}), nil
 }

@@ -22,8 +22,11 @@ func RatePK(key string, shard int) string { return PKRate + key + "#" + strconv.
 // attributes next_us (the row's Next, epoch microseconds, as a bucket
 // row's; absent until a lease or a debt moves it), tok_used (the tokens
 // settled so far, a number) and tok_calls (the calls they were reported
-// by, an integer), one conditional update per lease and one update per
-// settle (ADD tok_used, tok_calls), the row TTL renewed by each. Like
+// by, an integer) and drift_us (the sum of the settles' deltas that
+// moved next_us, microseconds), one conditional update per lease, one
+// update per settle (ADD tok_used, tok_calls, drift_us) and one strongly
+// consistent read per booking carried ahead, the row TTL renewed by each
+// write. Like
 // the bucket rows they belong to the key, not to a batch: deleting a
 // batch leaves them to their TTL.
 const (
@@ -31,6 +34,7 @@ const (
 	SKTokens     = "TOKENS"
 	AttrTokUsed  = "tok_used"
 	AttrTokCalls = "tok_calls"
+	AttrDriftUs  = "drift_us"
 )
 
 // TokensPK is the partition key of token key key's row.
