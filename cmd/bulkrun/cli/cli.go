@@ -968,6 +968,9 @@ func (a *app) show(v wire.BatchView) error {
 		if v.BudgetUSD > 0 {
 			textf(a.out, "budget: $%s per run (the pipeline's reported usd plus its DynamoDB units; Lambda and SQS not counted)\n", api.USDText(v.BudgetUSD))
 		}
+		if v.Rate != nil {
+			textf(a.out, "rate: %s\n", v.Rate.String())
+		}
 		if c := v.Ceilings; c != nil {
 			textf(a.out, "per-item ceilings: %s\n", CeilingsText(*c))
 		}

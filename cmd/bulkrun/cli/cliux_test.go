@@ -339,3 +339,18 @@ func TestLocalManifest(t *testing.T) {
 		t.Errorf("a duplicate key on line 4: %v", err)
 	}
 }
+
+// TestStatusShowsTheRate guards status's rate line: requests, a token
+// budget and the key they are shared on, as ParseRate reads them back.
+func TestStatusShowsTheRate(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	v := wire.BatchView{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1,
+		Plan: api.Plan{Rate: &api.Rate{Key: "api.openai.com", RequestsPerSecond: 50, TokensPerMinute: 90000}}}}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if want := "rate: 50/s, 90000 tokens/min on api.openai.com\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}
