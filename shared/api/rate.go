@@ -110,12 +110,6 @@ func (r Rate) Validate() error {
 	if strings.HasPrefix(r.Key, ownKeyPrefix) {
 		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q: keys starting with %q are the batches' own (a batch without a key is paced as %s{id})", r.Key, ownKeyPrefix, ownKeyPrefix)}
 	}
-	if r.RequestsPerSecond == 0 && !r.Budgeted() {
-		return &InputError{Field: "rate.requests_per_second", Reason: fmt.Sprintf("a rate needs requests_per_second (%v–%v) or a token budget (tokens_per_second or tokens_per_minute)", MinRequestsPerSecond, MaxRequestsPerSecond)}
-	}
-	if r.RequestsPerSecond != 0 && !(r.RequestsPerSecond >= MinRequestsPerSecond && r.RequestsPerSecond <= MaxRequestsPerSecond) {
-		return &InputError{Field: "rate.requests_per_second", Reason: fmt.Sprintf("%v is not within %v–%v", r.RequestsPerSecond, MinRequestsPerSecond, MaxRequestsPerSecond)}
-	}
 	switch {
 	case r.TokensPerSecond != 0 && r.TokensPerMinute != 0:
 		return &InputError{Field: "rate.tokens_per_minute", Reason: "give the token budget a second or a minute, not both"}
@@ -123,6 +117,10 @@ func (r Rate) Validate() error {
 		return &InputError{Field: "rate.tokens_per_second", Reason: fmt.Sprintf("%v is not within %v–%v", r.TokensPerSecond, MinTokensPerSecond, MaxTokensPerSecond)}
 	case r.TokensPerMinute != 0 && !(r.TokensPerMinute >= 60*MinTokensPerSecond && r.TokensPerMinute <= 60*MaxTokensPerSecond):
 		return &InputError{Field: "rate.tokens_per_minute", Reason: fmt.Sprintf("%v is not within %v–%v", r.TokensPerMinute, 60*MinTokensPerSecond, 60*MaxTokensPerSecond)}
+	case r.RequestsPerSecond == 0 && !r.Budgeted():
+		return &InputError{Field: "rate.requests_per_second", Reason: fmt.Sprintf("a rate needs requests_per_second (%v–%v) or a token budget (tokens_per_second or tokens_per_minute)", MinRequestsPerSecond, MaxRequestsPerSecond)}
+	case r.RequestsPerSecond != 0 && !(r.RequestsPerSecond >= MinRequestsPerSecond && r.RequestsPerSecond <= MaxRequestsPerSecond):
+		return &InputError{Field: "rate.requests_per_second", Reason: fmt.Sprintf("%v is not within %v–%v", r.RequestsPerSecond, MinRequestsPerSecond, MaxRequestsPerSecond)}
 	}
 	return nil
 }

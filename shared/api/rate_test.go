@@ -103,6 +103,7 @@ func TestParseRateTokens(t *testing.T) {
 		`{"tokens_per_second": 2e9}`:                         "rate.tokens_per_second",
 		`{"tokens_per_minute": 0.01}`:                        "rate.tokens_per_minute",
 		`{"key": "k"}`:                                       "rate.requests_per_second",
+		`{"tokens_per_second": -5}`:                          "rate.tokens_per_second",
 	} {
 		var r Rate
 		if err := json.Unmarshal([]byte(in), &r); err != nil {

@@ -113,3 +113,9 @@ func MaxCallsInWindow(rate float64, n int, w time.Duration) float64 {
 func LeaseWritesPerSecond(rate float64, n int) float64 {
 	return rate / float64(RateShards(rate)) / float64(max(n, 1))
 }
+
+// MaxTokensPerCall is the most tokens one call's report counts toward a
+// token budget (docs/adr/0035): 10^9, a second of the highest budget
+// (api.MaxTokensPerSecond), so that one wrong report cannot book a key
+// for years.
+const MaxTokensPerCall = 1e9

@@ -78,8 +78,8 @@ func TestBookTokensFirstGuessNear(t *testing.T) {
 		t.Fatalf("booking %+v %v, want granted on the second lease", b, err)
 	}
 	if len(st.spacings) != 2 || st.spacings[0] != time.Second || st.horizons[0] != pace.LeaseSleep ||
-		st.spacings[1] != 10*time.Second || st.horizons[1] != pace.LeaseHorizon {
-		t.Fatalf("leases asked %v within %v; want 1s within %v, then 10s within %v", st.spacings, st.horizons, pace.LeaseSleep, pace.LeaseHorizon)
+		st.spacings[1] != 10*time.Second || st.horizons[1] != TokenHorizon {
+		t.Fatalf("leases asked %v within %v; want 1s within %v, then 10s within %v", st.spacings, st.horizons, pace.LeaseSleep, TokenHorizon)
 	}
 	if !b.Start.Equal(now.Add(time.Minute)) || b.Spacing != 10*time.Second {
 		t.Fatalf("booking %+v, want it to start at the row's Next with 10 s booked", b)
@@ -90,9 +90,14 @@ func TestBookTokensFirstGuessNear(t *testing.T) {
 	if sp, known := tokenSpacing("k", 1, 500); !known || sp != 600*time.Millisecond {
 		t.Fatalf("estimate after the settle: %v (known %v), want 0.6 s a call (6,000 tokens over 20 calls at 500 a second)", sp, known)
 	}
-	st.next = now.Add(time.Hour)
-	if b, err := BookTokens(ctx, st, "k", 1, 500, now); err != nil || b.Granted || b.Wait < 45*time.Minute || b.Wait > 45*time.Minute+23*time.Minute {
-		t.Fatalf("booking past the horizon: %+v %v, want a wait of 45 min spread by up to half again", b, err)
+	st.next = now.Add(7 * time.Hour)
+	if b, err := BookTokens(ctx, st, "k", 1, 500, now); err != nil || b.Granted || b.Wait < time.Hour || b.Wait > 90*time.Minute+time.Second {
+		t.Fatalf("booking past the horizon: %+v %v, want a wait of 1 h spread by up to half again", b, err)
+	}
+	// A debt or a booking past a day counts a day (a float past
+	// time.Duration's range would wrap).
+	if d := durationOf(1e300); d != MaxBooking {
+		t.Fatalf("durationOf(1e300) = %v, want %v", d, MaxBooking)
 	}
 }
 

@@ -43,7 +43,7 @@ func Shifted(ctx context.Context, st TokenStore, key string, start time.Time, dr
 
 // BookTokens books the expected use of n calls of key's budget (tokens a
 // second) at now: n × the key's tokens per call as this process knows it,
-// up to pace.LeaseHorizon ahead. A process that knows no estimate books
+// up to TokenHorizon ahead. A process that knows no estimate books
 // one second of the budget, within pace.LeaseSleep only (a first guess is
 // not booked far), and books again at once with the estimate the row's
 // answer gives, if it gives one. Not granted, the Wait is until the
@@ -66,7 +66,7 @@ func BookTokens(ctx context.Context, st TokenStore, key string, n int, budget fl
 	}
 	horizon := pace.LeaseSleep
 	if known {
-		horizon = pace.LeaseHorizon
+		horizon = TokenHorizon
 	}
 	d := max(g.Next.Sub(now)-horizon, 0)
 	wait := d + time.Duration(mrand.Int64N(int64(d/2)+int64(time.Second)))
@@ -82,7 +82,7 @@ func BookTokens(ctx context.Context, st TokenStore, key string, n int, budget fl
 // passed cannot be spent again (a booking of no calls gives back what
 // remains of it).
 func SettleTokens(ctx context.Context, st TokenStore, key string, budget float64, start time.Time, booked time.Duration, used float64, calls int, now time.Time) error {
-	debt := time.Duration(used / budget * float64(time.Second))
+	debt := durationOf(used / budget)
 	delta := debt - booked
 	if delta < 0 {
 		unused := start.Add(debt)
@@ -99,12 +99,12 @@ func SettleTokens(ctx context.Context, st TokenStore, key string, budget float64
 	return nil
 }
 
-// leaseTokens leases spacing of key's token row, up to pace.LeaseHorizon
+// leaseTokens leases spacing of key's token row, up to TokenHorizon
 // ahead when far, else pace.LeaseSleep.
 func leaseTokens(ctx context.Context, st TokenStore, key string, spacing time.Duration, now time.Time, far bool) (ledger.TokenGrant, error) {
 	horizon := pace.LeaseSleep
 	if far {
-		horizon = pace.LeaseHorizon
+		horizon = TokenHorizon
 	}
 	g, err := st.LeaseTokens(ctx, ledger.TokenLease{Key: key, Spacing: spacing, Now: now, Horizon: horizon, Idle: Idle(Row{Key: key, Tokens: true}, now)})
 	if err != nil {
@@ -138,5 +138,29 @@ func tokenSpacing(key string, n int, budget float64) (time.Duration, bool) {
 	if !s.known {
 		return time.Second, false
 	}
-	return max(time.Duration(float64(max(n, 1))*s.perCall/budget*float64(time.Second)), time.Microsecond), true
+	return max(durationOf(float64(max(n, 1))*s.perCall/budget), time.Microsecond), true
 }
+
+// durationOf is secs seconds, at most MaxBooking (a float beyond
+// time.Duration's range would wrap).
+func durationOf(secs float64) time.Duration {
+	if !(secs < MaxBooking.Seconds()) {
+		return MaxBooking
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// MaxBooking bounds the time one booking or one settle's debt takes of a
+// budget: a day. A unit whose calls are expected to take longer books a
+// day; a debt over a day counts a day.
+const MaxBooking = 24 * time.Hour
+
+// TokenHorizon is the furthest ahead a token booking is made once the
+// process knows the key's tokens per call: 6 hours. A booking beyond
+// SQS's 15-minute delay is carried across several waits (one message each
+// 15 minutes, and one read of the row) — a token budget's backlog is
+// often longer than a request rate's — where refusing it would send every
+// waiting unit back when the schedule's end comes within the horizon, all
+// at once (a poll: 302 messages an item, measured, at a 67-minute
+// backlog with a 15-minute horizon).
+const TokenHorizon = 6 * time.Hour

@@ -22,25 +22,33 @@ import (
 // until it would not be, and leases then.
 
 // paceUnit leases m's calls when b has a rate: its token budget's
-// booking first (tokens.go), then its requests. It returns 0 when the
-// unit may be taken now (after sleeps of at most pace.LeaseSleep each),
-// or how long it waits first (its request lease, if it booked one,
-// carried in m; a token booking is given back by runUnit's settle).
-func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage) (time.Duration, error) {
+// booking first (tokens.go), then its requests from the booking's start
+// on, so that a unit waiting for tokens holds no request lease and its
+// request lease never starts before its tokens. It returns 0 when the
+// unit may be taken now (after a sleep of at most pace.LeaseSleep until
+// both have started), or how long it waits first (what it booked carried
+// in m). redelivered: this delivery is the same message received again,
+// whose token booking another receive may have used (it books anew).
+func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, redelivered bool) (time.Duration, error) {
 	if b.Rate == nil {
 		return 0, nil
 	}
-	// A token budget first (tokens.go): a unit waiting for it holds no
-	// request lease, and its calls start after its booking's start.
+	now := w.Clock.Now()
+	from := now // when the unit's tokens allow its calls
 	if b.Rate.Budgeted() {
-		if wait, err := w.leaseTokens(ctx, log, b, m); err != nil || wait > 0 {
+		at, wait, err := w.leaseTokens(ctx, log, b, m, redelivered)
+		if err != nil || wait > 0 {
+			m.setLeaseAt(time.Time{}) // a unit waiting for tokens holds no request lease
 			return wait, err
 		}
+		from = at
 	}
 	if b.Rate.RequestsPerSecond <= 0 {
+		if wait := from.Sub(w.Clock.Now()); wait > 0 {
+			w.sleep(ctx, wait)
+		}
 		return 0, nil
 	}
-	now := w.Clock.Now()
 	start := m.leaseAt()
 	m.setLeaseAt(time.Time{}) // a lease is used once
 	if !start.IsZero() && now.After(start.Add(pace.LeaseGrace)) {
@@ -53,7 +61,7 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		shard := mrand.IntN(shards)
 		row := pacer.Row{Key: key, Shard: shard}
 		g, err := w.Store.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: shard, Spacing: pace.Spacing(len(m.Items), rate/float64(shards)),
-			Now: now, Horizon: pace.LeaseHorizon, Idle: pacer.Idle(row, now)})
+			Now: later(now, from), Horizon: pace.LeaseHorizon, Idle: pacer.Idle(row, now)})
 		if err != nil {
 			return 0, err
 		}
@@ -67,9 +75,10 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		}
 		start = g.Start
 	}
-	wait := start.Sub(w.Clock.Now())
+	wait := later(start, from).Sub(w.Clock.Now())
 	if wait > pace.LeaseSleep {
 		m.setLeaseAt(start)
+		m.carryTokens() // the token booking waits with it
 		return wait, nil
 	}
 	if wait > 0 {
@@ -77,6 +86,14 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	}
 	m.leased = start
 	return 0, nil
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // leaseLate reports whether a call of m's unit starting at now would

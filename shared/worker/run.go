@@ -66,7 +66,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// a token budget's booking is settled once the unit ends, whichever
 	// way (tokens.go).
 	defer w.settleTokens(ctx, log, m)
-	if wait, err := w.paceUnit(ctx, log, b, m); err != nil {
+	// A track's message comes back by design (its units wait in it), so
+	// only an item or pack message received again is a redelivery here.
+	if wait, err := w.paceUnit(ctx, log, b, m, d.ReceiveCount > 1 && m.track == nil); err != nil {
 		return w.unavailable(ctx, log, d, m, &b, "lease the rate", err)
 	} else if wait > 0 {
 		return w.rateWait(ctx, log, d, m, wait), nil

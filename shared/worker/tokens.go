@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -17,78 +18,83 @@ import (
 // once it answered. So a unit books before its take what its calls are
 // expected to use (shared/pacer: its items × the key's tokens per call
 // so far), waits for the booking's start as for a request lease (slept
-// up to pace.LeaseSleep, else carried on its message or in its track),
-// and settles after its calls what they reported (api.TokensCostName)
-// less what it booked: a debt moves the row's Next later, an
-// over-booking gives the time back. A unit that does not run after
-// booking (its request lease carried, no slot, another delivery's lease,
-// every item already recorded) gives its booking back. A settle lost
-// with its invocation leaves the key off by that unit's estimate.
+// up to pace.LeaseSleep, else carried on its message or in its track,
+// moved on its return by the debts settled meanwhile), and settles after
+// its calls what they reported (api.TokensCostName) less what it booked:
+// a debt moves the row's Next later, an over-booking gives the time back.
+// A booking made by this delivery that does not run (its request lease
+// carried, no slot, another delivery's lease, every item already
+// recorded) is given back whole; a booking that came with the message is
+// given back only while it is wholly ahead of now + pace.LeaseSleep — no
+// receive can have used it yet —, and a message received again (the same
+// SQS message: a retry's delay, a failed delivery) books anew, since an
+// earlier receive may have used its booking. A booking used late is used
+// (its tokens come later, never more). A settle lost with its invocation
+// leaves the key off by that unit's estimate.
 
 // tokenBooking is a unit's token booking: the key, its budget (tokens a
-// second), the time it booked, and once its calls ended what they used.
+// second), its start, the time it booked and the key's drift then,
+// whether it came with the message, and once its calls ended what they
+// used.
 type tokenBooking struct {
-	key    string
-	budget float64
-	start  time.Time
-	booked time.Duration
-	used   float64
-	calls  int
+	key     string
+	budget  float64
+	start   time.Time
+	booked  time.Duration
+	drift   time.Duration
+	carried bool
+	used    float64
+	calls   int
 }
 
 // leaseTokens books m's expected use of b's token budget before its take
-// (shared/pacer), or uses the booking m carries. It returns 0 once the
-// booking starts (after a sleep of at most pace.LeaseSleep), or how long
-// the unit waits first: for the booking it then carries, or, when none
-// could be booked, before booking again.
-func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage) (time.Duration, error) {
+// (shared/pacer), or takes the booking m carries, moved by the drift
+// settled since. It returns the booking's start, at most pace.LeaseSleep
+// ahead (m then holds the booking, settled by runUnit), or how long the
+// unit waits first: for the booking it then carries, or, when none could
+// be booked, before booking again.
+func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, redelivered bool) (time.Time, time.Duration, error) {
 	budget := b.Rate.TokenBudget()
 	key := b.Rate.KeyOf(b.ID)
 	now := w.Clock.Now()
 	start, booked, drift := m.tokensCarried()
 	m.setTokensCarried(time.Time{}, 0, 0) // a booking is used once
-	late := start
-	if !start.IsZero() {
+	carried := !start.IsZero() && !redelivered
+	if carried {
 		// Moved by the debts (later) and give-backs (earlier) settled
-		// since it was booked; moved earlier than now, it starts now.
+		// since it was booked; moved before now, it starts now.
 		s, d, err := pacer.Shifted(ctx, w.Store, key, start, drift)
 		if err != nil {
 			m.setTokensCarried(start, booked, drift) // still carried
-			return 0, err
+			return time.Time{}, 0, err
 		}
-		start, drift = s, d
-		if start.After(late) {
-			late = start
-		}
-	}
-	if !late.IsZero() && now.After(late.Add(pace.LeaseGrace)) {
-		// Stale: its calls would bunch with later bookings'. What remains
-		// of it is given back (a settle of no use), and it books again.
-		log.InfoContext(ctx, "token booking stale; given back and booked again", "late_ms", now.Sub(start).Milliseconds())
-		w.settleTokens(ctx, log, &unitMessage{tokens: tokenBooking{key: key, budget: budget, start: start, booked: booked}})
-		start = time.Time{}
-	}
-	if start.IsZero() {
+		start, drift = later(s, now), d
+	} else {
 		bk, err := pacer.BookTokens(ctx, w.Store, key, len(m.Items), budget, now)
 		if err != nil {
-			return 0, err
+			return time.Time{}, 0, err
 		}
 		if !bk.Granted {
 			log.InfoContext(ctx, "token budget booked ahead; waiting to book", "token_key", key, "retry_in_ms", bk.Wait.Milliseconds())
-			return bk.Wait, nil
+			return time.Time{}, bk.Wait, nil
 		}
 		start, booked, drift = bk.Start, bk.Spacing, bk.Drift
 	}
-	wait := start.Sub(w.Clock.Now())
-	if wait > pace.LeaseSleep {
-		m.setTokensCarried(start, booked, drift)
-		return wait, nil
+	m.tokens = tokenBooking{key: key, budget: budget, start: start, booked: booked, drift: drift, carried: carried}
+	if wait := start.Sub(w.Clock.Now()); wait > pace.LeaseSleep {
+		m.carryTokens()
+		return time.Time{}, wait, nil
 	}
-	m.tokens = tokenBooking{key: key, budget: budget, start: start, booked: booked}
-	if wait > 0 {
-		w.sleep(ctx, wait)
+	return start, 0, nil
+}
+
+// carryTokens makes m carry the token booking it holds, on its message
+// or in its track, instead of settling it.
+func (m *unitMessage) carryTokens() {
+	if t := m.tokens; t.key != "" {
+		m.setTokensCarried(t.start, t.booked, t.drift)
+		m.tokens = tokenBooking{}
 	}
-	return 0, nil
 }
 
 // tokensCarried is the token booking m carries: its start (zero: none),
@@ -118,31 +124,43 @@ func (m *unitMessage) setTokensCarried(t time.Time, booked, drift time.Duration)
 	*m.tokensAt, *m.tokensBooked, *m.tokensDrift = at, us, dr
 }
 
-// tokensRan records what the unit's started calls reported under
-// api.TokensCostName, for its settle.
+// tokensRan records what the unit's calls reported under
+// api.TokensCostName, for its settle: an attempt that never called the
+// pipeline (a bad row; a stop or a refusal, which take no time and
+// report no cost) is not a call; a report that
+// is not a number ≥ 0 (NaN, negative, infinite) counts 0, and one call
+// counts at most pace.MaxTokensPerCall.
 func (m *unitMessage) tokensRan(runs []*itemRun) {
 	if m.tokens.key == "" {
 		return
 	}
 	for _, r := range runs {
-		if r.started {
+		if r.started && r.invalid == "" && (r.took > 0 || len(r.cost) > 0) {
 			m.tokens.calls++
-			m.tokens.used += r.cost[api.TokensCostName]
+			if n := r.cost[api.TokensCostName]; n > 0 && !math.IsInf(n, 1) {
+				m.tokens.used += min(n, pace.MaxTokensPerCall)
+			}
 		}
 	}
 }
 
 // settleTokens writes m's token booking's settle: what its calls used
-// less what it booked (all of it given back when none ran). An error is
-// logged, never returned: the budget's bookkeeping never changes an
-// item's outcome.
+// less what it booked. A booking of no calls is given back whole when
+// this delivery made it, and when it came with the message only while it
+// is wholly ahead of now + pace.LeaseSleep (no receive can have used it
+// yet). An error is logged, never returned: the budget's bookkeeping
+// never changes an item's outcome.
 func (w *Worker) settleTokens(ctx context.Context, log *slog.Logger, m *unitMessage) {
 	t := m.tokens
 	if t.key == "" {
 		return
 	}
 	m.tokens = tokenBooking{}
-	if err := pacer.SettleTokens(context.WithoutCancel(ctx), w.Store, t.key, t.budget, t.start, t.booked, t.used, t.calls, w.Clock.Now()); err != nil {
+	now := w.Clock.Now()
+	if t.calls == 0 && t.carried && !t.start.After(now.Add(pace.LeaseSleep)) {
+		return
+	}
+	if err := pacer.SettleTokens(context.WithoutCancel(ctx), w.Store, t.key, t.budget, t.start, t.booked, t.used, t.calls, now); err != nil {
 		log.WarnContext(ctx, "token budget not settled; the key is off by this unit's estimate", "token_key", t.key, "used", t.used, "booked_ms", t.booked.Milliseconds(), "error", err)
 	}
 }

@@ -1051,8 +1051,9 @@ async function loadThumbs(page, cursor) {
     el("button", {class: "secondary", onclick: () => loadThumbs(page, p.next_cursor)}, "Show more thumbnails") : "");
 }
 
-// rateText is a batch's rate as the CLI's status gives it: requests a
-// second, a token budget, or both, and the key they are shared on.
+// rateText is a batch's rate in words: requests a second, a token budget,
+// or both, and the key they are shared on (the CLI's status says the same
+// as "50/s, 90000 tokens/min on api.openai.com").
 function rateText(r) {
   const parts = [];
   if (r.requests_per_second) parts.push(r.requests_per_second + " requests/s");
