@@ -51,8 +51,9 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	}
 	start := m.leaseAt()
 	m.setLeaseAt(time.Time{}) // a lease is used once
-	if !start.IsZero() && now.After(start.Add(pace.LeaseGrace)) {
-		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", now.Sub(start).Milliseconds())
+	if !start.IsZero() && later(now, from).After(start.Add(pace.LeaseGrace)) {
+		// Stale, or its token booking moved past it: leased again from then.
+		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", later(now, from).Sub(start).Milliseconds())
 		start = time.Time{}
 	}
 	if start.IsZero() {

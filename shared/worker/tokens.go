@@ -164,25 +164,3 @@ func (w *Worker) settleTokens(ctx context.Context, log *slog.Logger, m *unitMess
 		log.WarnContext(ctx, "token budget not settled; the key is off by this unit's estimate", "token_key", t.key, "used", t.used, "booked_ms", t.booked.Milliseconds(), "error", err)
 	}
 }
-
-// dropTokens gives back the token booking m carries when its unit will
-// not run now (its batch stopped, or paused), if the booking is wholly
-// ahead of now + pace.LeaseSleep (no receive can have used it) and this
-// is the message's first receive (a later one ignores the booking, so
-// one give-back per message): a cancelled batch's backlog leaves the key
-// within one wait of its messages (15 minutes at most), and the other
-// batches' bookings move earlier by the drift. SQS's rare duplicate of a
-// first receive could give it back twice: the key runs ahead by one
-// unit's booking.
-func (w *Worker) dropTokens(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) {
-	if b.Rate == nil || !b.Rate.Budgeted() || d.ReceiveCount > 1 || m.track != nil {
-		return
-	}
-	start, booked, _ := m.tokensCarried()
-	if start.IsZero() || !start.After(w.Clock.Now().Add(pace.LeaseSleep)) {
-		return
-	}
-	m.setTokensCarried(time.Time{}, 0, 0)
-	m.tokens = tokenBooking{key: b.Rate.KeyOf(b.ID), budget: b.Rate.TokenBudget(), start: start, booked: booked}
-	w.settleTokens(ctx, log, m)
-}

@@ -477,14 +477,12 @@ func (w *Worker) dispatch(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	case b.Stop == "" && b.Status.Finished():
 		return true, nil // the run finished: every item was already terminal
 	case b.Stop != "":
-		w.dropTokens(ctx, log, b, m, d)
 		reason := api.ReasonThreshold
 		if b.Stop == api.StatusCancelled {
 			reason = api.ReasonCancel
 		}
 		ack, dns = w.settleUnit(ctx, log, b, m, d, api.OutcomeCancelled, reason, b.StopDetail)
 	case b.Pause != nil:
-		w.dropTokens(ctx, log, b, m, d)
 		ack, dns = w.runPaused(ctx, log, b, m, d, inv)
 	default:
 		ack, dns = w.runUnit(ctx, log, b, m, d, inv)

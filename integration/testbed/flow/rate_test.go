@@ -141,11 +141,6 @@ func rateRun(t *testing.T, ids []string, n int, rate float64, mod func(*api.Subm
 	return calls, sends
 }
 
-// pacedHook, when set (a test that runs alone: the flow tests are not
-// parallel), is called by pacedRun before each round with its rig and
-// the time since the run's start on the test's clock.
-var pacedHook func(r *rig, since time.Duration)
-
 // pacedCall is a call of pacedRun: when it was made and the tokens it
 // reported.
 type pacedCall struct {
@@ -209,13 +204,9 @@ func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), t
 		submitK(t, r, id, 1, n, mod)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
-	start := clock.Now()
 	for round := 0; ; round++ {
 		if round > 20000 {
 			t.Fatal("the batches did not end in 20,000 rounds")
-		}
-		if pacedHook != nil {
-			pacedHook(r, clock.Now().Sub(start))
 		}
 		ds := q.next(rng)
 		if len(ds) == 0 {
@@ -541,49 +532,5 @@ func TestTokenBudgetBacklogPastTheQueueDelay(t *testing.T) {
 	}
 	if want := 20 * time.Minute * 11 / 10; span > want {
 		t.Errorf("the calls took %v, want ≤ %v", span, want)
-	}
-}
-
-// TestTokenBudgetLeftByACancelledBatch guards what a cancelled batch
-// booked ahead: batch x books an hour of a 6,000 tokens/min key (120
-// calls of 3,000 tokens) and is cancelled a minute in, when batch y is
-// submitted on the same key. x's messages, coming back within 15
-// minutes, give back their bookings, and y's bookings move earlier by
-// as much: y's first call comes within 20 minutes (an hour behind x's
-// backlog when the bookings stayed), and y ends within the budget's time
-// for its own calls plus 20 minutes.
-func TestTokenBudgetLeftByACancelledBatch(t *testing.T) {
-	const perMinute = 6000.0
-	ctx := context.Background()
-	submitted := false
-	pacedHook = func(r *rig, since time.Duration) {
-		if submitted || since < time.Minute {
-			return
-		}
-		submitted = true
-		if _, err := r.ctl.Cancel(ctx, "tok-x"); err != nil {
-			t.Fatal(err)
-		}
-		submitK(t, r, "tok-y", 1, 20, func(req *api.SubmitRequest) {
-			req.Rate = &api.Rate{Key: "cancelled", TokensPerMinute: perMinute}
-		})
-	}
-	t.Cleanup(func() { pacedHook = nil })
-	calls, sends := pacedRun(t, []string{"tok-x"}, 120, func(req *api.SubmitRequest) {
-		req.Rate = &api.Rate{Key: "cancelled", TokensPerMinute: perMinute}
-	}, func(string) float64 { return 3000 }, func(pipeline.Request) error { return nil })
-	if !submitted || len(calls["tok-y"]) != 20 {
-		t.Fatalf("tok-y submitted %v, %d calls; want 20", submitted, len(calls["tok-y"]))
-	}
-	x0 := calls["tok-x"][0].at
-	y := slices.Clone(calls["tok-y"])
-	slices.SortFunc(y, func(a, b pacedCall) int { return a.at.Compare(b.at) })
-	t.Logf("tok-x: %d calls before its cancel; tok-y: first call at +%v, last at +%v (from tok-x's first); %d messages sent",
-		len(calls["tok-x"]), y[0].at.Sub(x0).Round(time.Second), y[len(y)-1].at.Sub(x0).Round(time.Second), sends)
-	if first := y[0].at.Sub(x0); first > 21*time.Minute {
-		t.Errorf("tok-y's first call at +%v, want within 20 minutes of its submission", first)
-	}
-	if last := y[len(y)-1].at.Sub(x0); last > 21*time.Minute+10*time.Minute {
-		t.Errorf("tok-y's last call at +%v, want within its 10 minutes of budget after the first 21", last)
 	}
 }
