@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"math"
 	mrand "math/rand/v2"
 	"time"
 
@@ -164,3 +165,27 @@ const MaxBooking = 24 * time.Hour
 // at once (a poll: 302 messages an item, measured, at a 67-minute
 // backlog with a 15-minute horizon).
 const TokenHorizon = 6 * time.Hour
+
+// TakeTokens is a unit's token booking at now: the one it carries
+// (carried.Start not zero), moved by the drift settled since it was made
+// (Shifted) and never before now, or else a new one (BookTokens).
+func TakeTokens(ctx context.Context, st TokenStore, key string, n int, budget float64, carried Booking, now time.Time) (Booking, error) {
+	if carried.Start.IsZero() {
+		return BookTokens(ctx, st, key, n, budget, now)
+	}
+	start, drift, err := Shifted(ctx, st, key, carried.Start, carried.Drift)
+	if err != nil {
+		return Booking{}, err
+	}
+	return Booking{Granted: true, Start: Later(start, now), Spacing: carried.Spacing, Drift: drift}, nil
+}
+
+// Counted is what a call's report of n tokens counts toward a budget:
+// 0 when n is not a number ≥ 0 (NaN, negative, +Inf), at most
+// pace.MaxTokensPerCall.
+func Counted(n float64) float64 {
+	if !(n > 0) || math.IsInf(n, 1) {
+		return 0
+	}
+	return min(n, pace.MaxTokensPerCall)
+}

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"log/slog"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -51,32 +50,24 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	}
 	start := m.leaseAt()
 	m.setLeaseAt(time.Time{}) // a lease is used once
-	if !start.IsZero() && later(now, from).After(start.Add(pace.LeaseGrace)) {
+	if !start.IsZero() && pacer.Later(now, from).After(start.Add(pace.LeaseGrace)) {
 		// Stale, or its token booking moved past it: leased again from then.
-		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", later(now, from).Sub(start).Milliseconds())
+		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", pacer.Later(now, from).Sub(start).Milliseconds())
 		start = time.Time{}
 	}
 	if start.IsZero() {
-		key, rate := b.Rate.KeyOf(b.ID), b.Rate.RequestsPerSecond
-		shards := pace.RateShards(rate)
-		shard := mrand.IntN(shards)
-		row := pacer.Row{Key: key, Shard: shard}
-		g, err := w.Store.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: shard, Spacing: pace.Spacing(len(m.Items), rate/float64(shards)),
-			Now: later(now, from), Horizon: pace.LeaseHorizon, Idle: pacer.Idle(row, now)})
+		key := b.Rate.KeyOf(b.ID)
+		bk, err := pacer.LeaseRequests(ctx, w.Store, key, b.Rate.RequestsPerSecond, len(m.Items), now, from)
 		if err != nil {
 			return 0, err
 		}
-		pacer.Saw(row, g.Next, now)
-		if !g.Granted {
-			// Booked past the horizon: wait until it would not be, spread
-			// over a second so that the waiting units do not come back at once.
-			wait := g.Next.Sub(now) - pace.LeaseHorizon + time.Duration(mrand.Int64N(int64(time.Second)))
-			log.InfoContext(ctx, "rate booked past the horizon; waiting to lease", "key", key, "retry_in_ms", wait.Milliseconds())
-			return max(wait, time.Second), nil
+		if !bk.Granted {
+			log.InfoContext(ctx, "rate booked past the horizon; waiting to lease", "key", key, "retry_in_ms", bk.Wait.Milliseconds())
+			return bk.Wait, nil
 		}
-		start = g.Start
+		start = bk.Start
 	}
-	wait := later(start, from).Sub(w.Clock.Now())
+	wait := pacer.Later(start, from).Sub(w.Clock.Now())
 	if wait > pace.LeaseSleep {
 		m.setLeaseAt(start)
 		m.carryTokens() // the token booking waits with it
@@ -87,14 +78,6 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	}
 	m.leased = start
 	return 0, nil
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // leaseLate reports whether a call of m's unit starting at now would

@@ -46,69 +46,28 @@ func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, o
 // resolveSecretsFrom is resolveSecrets; fresh reads every reference from
 // its service, bypassing the cache (FreshSecrets).
 func resolveSecretsFrom(ctx context.Context, s Secrets, headers map[string]string, options json.RawMessage, fresh bool) (map[string]string, json.RawMessage, error) {
-	refs, err := secretref.Refs(headers, options)
-	if err != nil || len(refs) == 0 {
+	if refs, err := secretref.Refs(headers, options); err != nil || len(refs) == 0 {
 		return headers, options, nil
 	}
 	if s == nil {
 		return nil, nil, fmt.Errorf("%w: this item function resolves no secrets", ErrSecret)
 	}
-	values := map[string]string{}
-	for _, arn := range refs {
-		if _, ok := values[arn]; ok {
-			continue
-		}
-		resolve := s.Resolve
-		if f, ok := s.(FreshSecrets); ok && fresh {
-			resolve = f.ResolveFresh
-		}
-		v, err := resolve(ctx, arn)
-		if errors.Is(err, ledger.ErrUnavailable) {
-			return nil, nil, fmt.Errorf("resolve %s: %w", arn, err)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %s: %v", ErrSecret, arn, err)
-		}
-		values[arn] = v
+	resolve := s.Resolve
+	if f, ok := s.(FreshSecrets); ok && fresh {
+		resolve = f.ResolveFresh
 	}
-	h := maps.Clone(headers)
-	for k, v := range h {
-		if arn, ok := secretref.Parse(v); ok {
-			h[k] = values[arn]
-		}
-	}
-	var v any
-	if json.Unmarshal(options, &v) != nil {
-		return h, options, nil
-	}
-	var subst func(v any) any
-	subst = func(v any) any {
-		switch t := v.(type) {
-		case map[string]any:
-			if ref, ok := t["secret"].(string); ok && len(t) == 1 {
-				if val, ok := values[ref]; ok {
-					return val
-				}
-			}
-			for k, e := range t {
-				t[k] = subst(e)
-			}
-		case []any:
-			for i, e := range t {
-				t[i] = subst(e)
-			}
-		case string:
-			if arn, ok := secretref.Parse(t); ok {
-				return values[arn]
-			}
-		}
-		return v
-	}
-	out, err := json.Marshal(subst(v))
-	if err != nil {
+	h, o, err := secretref.Resolve(ctx, resolve, headers, options)
+	var re *secretref.ResolveError
+	switch {
+	case err == nil:
+		return h, o, nil
+	case errors.As(err, &re) && errors.Is(err, ledger.ErrUnavailable):
+		return nil, nil, err
+	case errors.As(err, &re):
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrSecret, re.ARN, re.Err)
+	default:
 		return nil, nil, fmt.Errorf("%w: %v", ErrSecret, err)
 	}
-	return h, out, nil
 }
 
 // runPipeline runs p once for req (runSafely) and bounds the result's

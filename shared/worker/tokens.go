@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -12,30 +11,15 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
-// Token budgets (api.Rate.TokensPerSecond / TokensPerMinute,
-// docs/adr/0035): a key's budget is a GCRA schedule on its token row, as
-// a request rate is on its bucket rows, but what a call uses is known only
-// once it answered. So a unit books before its take what its calls are
-// expected to use (shared/pacer: its items × the key's tokens per call
-// so far), waits for the booking's start as for a request lease (slept
-// up to pace.LeaseSleep, else carried on its message or in its track,
-// moved on its return by the debts settled meanwhile), and settles after
-// its calls what they reported (api.TokensCostName) less what it booked:
-// a debt moves the row's Next later, an over-booking gives the time back.
-// A booking made by this delivery that does not run (its request lease
-// carried, no slot, another delivery's lease, every item already
-// recorded) is given back whole; a booking that came with the message is
-// given back only while it is wholly ahead of now + pace.LeaseSleep — no
-// receive can have used it yet —, and a message received again (the same
-// SQS message: a retry's delay, a failed delivery) books anew, since an
-// earlier receive may have used its booking. A booking used late is used
-// (its tokens come later, never more). A settle lost with its invocation
-// leaves the key off by that unit's estimate.
+// Token budgets (api.Rate.TokensPerSecond / TokensPerMinute): a unit
+// books its calls' expected use before its take and settles what they
+// reported after (shared/pacer, docs/adr/0035). A booking this delivery
+// made and did not run is given back whole; one that came with the
+// message only while wholly ahead of now + pace.LeaseSleep (no receive
+// can have used it); a message received again books anew.
 
-// tokenBooking is a unit's token booking: the key, its budget (tokens a
-// second), its start, the time it booked and the key's drift then,
-// whether it came with the message, and once its calls ended what they
-// used.
+// tokenBooking is a unit's token booking (budget: tokens a second;
+// carried: it came with the message) and, once its calls ended, their use.
 type tokenBooking struct {
 	key     string
 	budget  float64
@@ -60,26 +44,21 @@ func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Bat
 	start, booked, drift := m.tokensCarried()
 	m.setTokensCarried(time.Time{}, 0, 0) // a booking is used once
 	carried := !start.IsZero() && !redelivered
-	if carried {
-		// Moved by the debts (later) and give-backs (earlier) settled
-		// since it was booked; moved before now, it starts now.
-		s, d, err := pacer.Shifted(ctx, w.Store, key, start, drift)
-		if err != nil {
-			m.setTokensCarried(start, booked, drift) // still carried
-			return time.Time{}, 0, err
-		}
-		start, drift = later(s, now), d
-	} else {
-		bk, err := pacer.BookTokens(ctx, w.Store, key, len(m.Items), budget, now)
-		if err != nil {
-			return time.Time{}, 0, err
-		}
-		if !bk.Granted {
-			log.InfoContext(ctx, "token budget booked ahead; waiting to book", "token_key", key, "retry_in_ms", bk.Wait.Milliseconds())
-			return time.Time{}, bk.Wait, nil
-		}
-		start, booked, drift = bk.Start, bk.Spacing, bk.Drift
+	if !carried {
+		start = time.Time{}
 	}
+	bk, err := pacer.TakeTokens(ctx, w.Store, key, len(m.Items), budget, pacer.Booking{Start: start, Spacing: booked, Drift: drift}, now)
+	if err != nil {
+		if carried {
+			m.setTokensCarried(start, booked, drift) // still carried
+		}
+		return time.Time{}, 0, err
+	}
+	if !bk.Granted {
+		log.InfoContext(ctx, "token budget booked ahead; waiting to book", "token_key", key, "retry_in_ms", bk.Wait.Milliseconds())
+		return time.Time{}, bk.Wait, nil
+	}
+	start, booked, drift = bk.Start, bk.Spacing, bk.Drift
 	m.tokens = tokenBooking{key: key, budget: budget, start: start, booked: booked, drift: drift, carried: carried}
 	if wait := start.Sub(w.Clock.Now()); wait > pace.LeaseSleep {
 		m.carryTokens()
@@ -88,8 +67,7 @@ func (w *Worker) leaseTokens(ctx context.Context, log *slog.Logger, b ledger.Bat
 	return start, 0, nil
 }
 
-// carryTokens makes m carry the token booking it holds, on its message
-// or in its track, instead of settling it.
+// carryTokens moves m's token booking onto its message (or track unit).
 func (m *unitMessage) carryTokens() {
 	if t := m.tokens; t.key != "" {
 		m.setTokensCarried(t.start, t.booked, t.drift)
@@ -124,12 +102,9 @@ func (m *unitMessage) setTokensCarried(t time.Time, booked, drift time.Duration)
 	*m.tokensAt, *m.tokensBooked, *m.tokensDrift = at, us, dr
 }
 
-// tokensRan records what the unit's calls reported under
-// api.TokensCostName, for its settle: an attempt that never called the
-// pipeline (a bad row; a stop or a refusal, which take no time and
-// report no cost) is not a call; a report that
-// is not a number ≥ 0 (NaN, negative, infinite) counts 0, and one call
-// counts at most pace.MaxTokensPerCall.
+// tokensRan records the unit's calls' tokens (pacer.Counted) for its
+// settle; an attempt that never called the pipeline (a bad row; a stop
+// or a refusal: no time, no cost) is not a call.
 func (m *unitMessage) tokensRan(runs []*itemRun) {
 	if m.tokens.key == "" {
 		return
@@ -137,9 +112,7 @@ func (m *unitMessage) tokensRan(runs []*itemRun) {
 	for _, r := range runs {
 		if r.started && r.invalid == "" && (r.took > 0 || len(r.cost) > 0) {
 			m.tokens.calls++
-			if n := r.cost[api.TokensCostName]; n > 0 && !math.IsInf(n, 1) {
-				m.tokens.used += min(n, pace.MaxTokensPerCall)
-			}
+			m.tokens.used += pacer.Counted(r.cost[api.TokensCostName])
 		}
 	}
 }
