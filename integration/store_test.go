@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/integration/testbed/heldtest"
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/pacetest"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -30,6 +31,13 @@ func TestStoreConformance(t *testing.T) {
 // TestStoreConformance does.
 func TestHeldStoreConformance(t *testing.T) {
 	heldtest.Run(t, conformanceStore)
+}
+
+// TestPaceStoreConformance runs the pacing rows' conformance
+// (integration/testbed/pacetest: rate leases, token bookings and settles)
+// on the DynamoDB adapter as TestStoreConformance does.
+func TestPaceStoreConformance(t *testing.T) {
+	pacetest.Run(t, conformanceStore)
 }
 
 // conformanceStore is the DynamoDB adapter on a table of its own.

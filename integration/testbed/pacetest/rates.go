@@ -1,4 +1,4 @@
-package ledgertest
+package pacetest
 
 import (
 	"crypto/rand"
@@ -10,10 +10,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
-
-func init() {
-	cases = append(cases, suiteCase{"RateLeases", rateLeases})
-}
 
 // rateLeases guards Store.LeaseRate: an idle row (none yet, or its Next
 // passed) starts a lease now, whichever form the hint picks first; a busy

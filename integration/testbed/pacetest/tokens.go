@@ -1,4 +1,4 @@
-package ledgertest
+package pacetest
 
 import (
 	"crypto/rand"
@@ -9,10 +9,6 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
-
-func init() {
-	cases = append(cases, suiteCase{"TokenLeases", tokenLeases}, suiteCase{"TokenSettlesAtOnce", tokenSettlesAtOnce})
-}
 
 // tokenLeases guards Store.LeaseTokens and SettleTokens: a lease on a
 // key's token row keeps LeaseRate's schedule (an idle row, none yet or
