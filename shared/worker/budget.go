@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -91,7 +92,7 @@ func (k *budgetBook) due(id string, run int, now time.Time, every time.Duration)
 	key := id + "#" + strconv.Itoa(run)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.last == nil || len(k.last) >= maxLaneBookRuns {
+	if k.last == nil || len(k.last) >= lanebook.MaxRuns {
 		k.last = map[string]time.Time{}
 	}
 	if at, ok := k.last[key]; ok && now.Sub(at) < cmp.Or(every, DefaultBudgetEvery) {

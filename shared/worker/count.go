@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -191,7 +191,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		tolerated = b.Threshold.Tolerated(b.ItemCount)
 		quantum = ledger.FailureQuantum(b.Threshold, b.ItemCount, lanes)
 	}
-	book := w.laneBook().run(b.ID, b.Run, lanes)
+	book := w.laneBook().Run(b.ID, b.Run, lanes)
 	left := make(map[api.Outcome]int64, len(outcomes))
 	for o, n := range outcomes {
 		left[o] = n
@@ -230,7 +230,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			log.WarnContext(ctx, "count progress: the lanes keep refusing the items", "items", ledger.SumOutcomes(left))
 			return
 		}
-		p, room := book.pick()
+		p, room := book.Pick()
 		if p < 0 {
 			// Every lane is full and items are left: more items were
 			// counted than the run has (a write counted twice). Finalize
@@ -239,7 +239,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			w.triggerFinalize(ctx, log, b)
 			return
 		}
-		part := takeOutcomes(left, room)
+		part := lanebook.Take(left, room)
 		c := ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
 			Outcomes: part, Failures: part[api.OutcomeFailed] + part[api.OutcomeQuarantined], Cost: cost, Spent: spent,
 			Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
@@ -255,8 +255,8 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		}
 		switch {
 		case errors.Is(err, api.ErrConflict):
-			book.set(p, got.Room)
-			giveOutcomes(left, part)
+			book.Set(p, got.Room)
+			lanebook.Give(left, part)
 			continue
 		case err != nil:
 			// Unknown or unavailable: the counters stop short of the
@@ -264,7 +264,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			log.WarnContext(ctx, "count progress", "error", err.Error(), "lane", p)
 			return
 		}
-		book.set(p, c.Target-got.Done)
+		book.Set(p, c.Target-got.Done)
 		cost, spent = nil, nil // counted with this write
 		if len(streaks) > 0 {
 			w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
@@ -352,100 +352,16 @@ func (w *Worker) triggerFinalize(ctx context.Context, log *slog.Logger, b ledger
 	}
 }
 
-// takeOutcomes moves up to room items (all when room < 0) out of left,
-// outcome by outcome in TerminalOutcomes order, and returns them.
-func takeOutcomes(left map[api.Outcome]int64, room int64) map[api.Outcome]int64 {
-	part := map[api.Outcome]int64{}
-	for _, o := range api.TerminalOutcomes() {
-		n := left[o]
-		if room >= 0 {
-			n = min(n, room)
-			room -= n
-		}
-		if n > 0 {
-			part[o] = n
-			left[o] -= n
-		}
-	}
-	return part
-}
-
-// giveOutcomes puts part back into left.
-func giveOutcomes(left, part map[api.Outcome]int64) {
-	for o, n := range part {
-		left[o] += n
-	}
-}
-
-// laneBook is what one process knows of the room left in the counter
-// lanes of the runs it counted: a lane's target minus its done at its
-// last write seen (−1: not written yet). Other processes fill lanes too,
-// so the room only shrinks; a write that does not fit tells the room left.
-type laneBook struct {
-	mu   sync.Mutex
-	runs map[string]*laneRoom
-}
-
-type laneRoom struct {
-	mu   sync.Mutex
-	room []int64
-}
-
 // laneBooks guards the making of a Worker's laneBook.
 var laneBooks sync.Mutex
 
-func (w *Worker) laneBook() *laneBook {
+func (w *Worker) laneBook() *lanebook.Book {
 	laneBooks.Lock()
 	defer laneBooks.Unlock()
 	if w.lanes == nil {
-		w.lanes = &laneBook{}
+		w.lanes = &lanebook.Book{}
 	}
 	return w.lanes
-}
-
-// maxLaneBookRuns bounds the runs a process remembers.
-const maxLaneBookRuns = 1024
-
-func (l *laneBook) run(id string, run, lanes int) *laneRoom {
-	k := id + "#" + strconv.Itoa(run)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.runs == nil || len(l.runs) >= maxLaneBookRuns {
-		l.runs = map[string]*laneRoom{}
-	}
-	r := l.runs[k]
-	if r == nil || len(r.room) != max(1, lanes) {
-		r = &laneRoom{room: make([]int64, max(1, lanes))}
-		for i := range r.room {
-			r.room[i] = -1
-		}
-		l.runs[k] = r
-	}
-	return r
-}
-
-// pick returns a lane at random among those with room (or not written
-// yet) and the room known (−1: unknown), or −1 when every lane is full.
-func (r *laneRoom) pick() (int, int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var open []int
-	for i, v := range r.room {
-		if v != 0 {
-			open = append(open, i)
-		}
-	}
-	if len(open) == 0 {
-		return -1, 0
-	}
-	p := open[rand.IntN(len(open))]
-	return p, r.room[p]
-}
-
-func (r *laneRoom) set(p int, room int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.room[p] = max(room, 0)
 }
 
 // countChunks is count for batches created before counter lanes: each

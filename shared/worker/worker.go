@@ -22,6 +22,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
+	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -130,7 +131,7 @@ type Worker struct {
 	Wake *held.Waker
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
-	lanes *laneBook
+	lanes *lanebook.Book
 	// budgets remembers, per run, when this process last read its
 	// counters for the budget (budget.go); made on first use.
 	budgets *budgetBook
