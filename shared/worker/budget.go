@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -63,6 +62,10 @@ func (w *Worker) judgeBudget(ctx context.Context, log *slog.Logger, b ledger.Bat
 	}
 }
 
+// budgetRuns bounds the runs a budgetBook remembers: past it, it forgets
+// them all (each forgotten run costs one more counter read).
+const budgetRuns = 1024
+
 // budgetBook is when one process last read each run's counters for its
 // budget.
 type budgetBook struct {
@@ -92,7 +95,7 @@ func (k *budgetBook) due(id string, run int, now time.Time, every time.Duration)
 	key := id + "#" + strconv.Itoa(run)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.last == nil || len(k.last) >= lanebook.MaxRuns {
+	if k.last == nil || len(k.last) >= budgetRuns {
 		k.last = map[string]time.Time{}
 	}
 	if at, ok := k.last[key]; ok && now.Sub(at) < cmp.Or(every, DefaultBudgetEvery) {
