@@ -229,10 +229,18 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			dns = append(dns, ranDone(b, r))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
 		case !r.started:
-			// Inside the deadline margin: its take is given back, as if
-			// this delivery had never taken it (no attempt used in a pack).
+			// Inside the deadline margin, paused, its lease stale or its
+			// downstream throttling: its take is given back, as if this
+			// delivery had never taken it. A pack's item gets its state
+			// back whole; an item row keeps the take's attempt (its fence
+			// never goes back), which is not counted (FirstAttempt moves
+			// past it, as a throttled ending's does: ledger.Ended), so
+			// that a take given back uses no attempt.
 			give := h.was[r.j]
 			give.UpdatedAt = w.Clock.Now()
+			if !m.Packed {
+				give.FirstAttempt = max(give.FirstAttempt, 1) + 1
+			}
 			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight})
 			retries++
 			throttled = throttled || r.lateLease
