@@ -39,7 +39,7 @@ func sixQuarantined(t *testing.T) string {
 func runningBatch(t *testing.T) string {
 	t.Helper()
 	id := newID(t)
-	url := env.hook.route(id, func(string, int) int { return 503 })
+	url := env.hook.routeOwn(t, id, func(string, int) int { return 503 })
 	items, _ := json.Marshal([]map[string]string{{"k": "r0"}, {"k": "r1"}})
 	if _, err := env.api.Submit(context.Background(), api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k",
 		Source: api.SourceSpec{Items: items}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {

@@ -22,7 +22,7 @@ func TestCostCountsEveryAttempt(t *testing.T) {
 	id := newID(t)
 	throttled, broken := api.PositionalKey(1), api.PositionalKey(2)
 	var healed atomic.Bool
-	url := env.hook.route(id, func(key string, attempt int) int {
+	url := env.hook.routeOwn(t, id, func(key string, attempt int) int {
 		switch {
 		case key == throttled && attempt <= 2:
 			return 429

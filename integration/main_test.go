@@ -182,6 +182,23 @@ func (h *hookServer) route(name string, decide func(key string, attempt int) int
 	return "http://" + h.ln.Addr().String() + "/" + url.PathEscape(name)
 }
 
+// routeOwn is route on a listener of its own, closed when t ends: its
+// receiver is a downstream of its own (a batch with no rate is paced on
+// its webhook's host and port, docs/adr/0036), so that the 429 and 503
+// it answers pace no other test's batches.
+func (h *hookServer) routeOwn(t *testing.T, name string, decide func(key string, attempt int) int) string {
+	t.Helper()
+	u := h.route(name, decide)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return strings.Replace(u, h.ln.Addr().String(), ln.Addr().String(), 1)
+}
+
 // routeInput is route whose calls are decided by the item's input (the
 // request body) and whose inputs are kept (inputsOf).
 func (h *hookServer) routeInput(name string, decide func(key string, input []byte) int) string {

@@ -114,7 +114,7 @@ func TestMetricsLinesInFunctionLogs(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
 	bad, flaky := api.PositionalKey(2), api.PositionalKey(3)
-	url := env.hook.route(id, func(key string, attempt int) int {
+	url := env.hook.routeOwn(t, id, func(key string, attempt int) int {
 		switch {
 		case key == bad:
 			return 422

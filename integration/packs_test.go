@@ -323,7 +323,7 @@ func TestPackedThroughTheStack(t *testing.T) {
 			id := newID(t)
 			bad := map[string]bool{api.PositionalKey(3): true, api.PositionalKey(17): true, api.PositionalKey(28): true}
 			flaky := api.PositionalKey(12)
-			url := env.hook.route(id, func(key string, attempt int) int {
+			url := env.hook.routeOwn(t, id, func(key string, attempt int) int {
 				switch {
 				case bad[key]:
 					return 422

@@ -110,6 +110,13 @@ type Message struct {
 	// runs at that start instead of leasing again (unless the lease is
 	// stale, pace.LeaseGrace). 0: none.
 	RateAtUs int64 `json:"rate_at_us,omitempty"`
+	// RatePos is, for a lease of a batch with no rate (an adaptive
+	// lease, docs/adr/0036), the lease's first position in its key's line
+	// (pace.Adapt.Booked): when the message comes back, its start is
+	// worked out again from the key's row as it is then (pace.Adapt.Due),
+	// so that a cut made while it waited delays it. 0: none (RateAtUs is
+	// then a rate's lease).
+	RatePos float64 `json:"rate_pos,omitempty"`
 	// TokensAtUs is the start (epoch microseconds) of the token booking
 	// the message carries, TokensBookedUs the time it booked at its key's
 	// budget and TokensDriftUs the key's drift when it was booked

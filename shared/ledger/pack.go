@@ -36,8 +36,9 @@ type PackMessage struct {
 	Requeued int `json:"requeued,omitempty"`
 	// SlotWaits: see Message.SlotWaits.
 	SlotWaits int `json:"slot_waits,omitempty"`
-	// RateAtUs: see Message.RateAtUs.
-	RateAtUs int64 `json:"rate_at_us,omitempty"`
+	// RateAtUs, RatePos: see Message.RateAtUs and RatePos.
+	RateAtUs int64   `json:"rate_at_us,omitempty"`
+	RatePos  float64 `json:"rate_pos,omitempty"`
 	// TokensAtUs, TokensBookedUs, TokensDriftUs: see Message.TokensAtUs.
 	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
 	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`

@@ -1,6 +1,10 @@
 package ledger
 
-import "time"
+import (
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
 
 // RateLease is what Store.LeaseRate asks of one bucket row of a
 // downstream key's rate (shared/pace, docs/adr/0031): a lease that moves
@@ -70,4 +74,38 @@ type TokenSettle struct {
 	Used  float64
 	Calls int
 	Now   time.Time
+}
+
+// AdaptCut is what Store.CutAdapt writes on a downstream key's adaptive
+// row (docs/adr/0036, pace.Adapt): Row, in place of Was, the row as the
+// caller read it (the zero Adapt: no row), all but its Booked. Key is the
+// downstream key (the webhook's host, the Lambda function;
+// pacer.DownstreamKey).
+type AdaptCut struct {
+	Key string
+	Was pace.Adapt
+	Row pace.Adapt
+	Now time.Time
+}
+
+// AdaptLease is what Store.LeaseAdapt asks of a key's adaptive row: the
+// next N positions in line (pace.Adapt.Booked), At being the row's
+// allowance now (pace.Adapt.Allowance) — positions not taken by then are
+// lost to an idle key, so that a lease starts no earlier than At — and
+// Ahead, the furthest past At a lease may start (pace.Adapt.Ahead).
+type AdaptLease struct {
+	Key   string
+	N     int
+	At    float64
+	Ahead float64
+	Now   time.Time
+}
+
+// AdaptGrant is Store.LeaseAdapt's answer: Granted with the lease's first
+// position Pos (its calls are Pos … Pos + N), and the row as it is after
+// the lease (not granted: as it is; nothing was booked).
+type AdaptGrant struct {
+	Granted bool
+	Pos     float64
+	Row     pace.Adapt
 }

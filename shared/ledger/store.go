@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/eta"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -304,6 +305,22 @@ type Store interface {
 	// consistent read; no row: the zero grant), for a booking carried
 	// ahead to start later by the Drift settled since it was made.
 	ReadTokens(ctx context.Context, key string) (TokenGrant, error)
+	// ReadAdapt reads key's adaptive row (pace.Adapt; no row: the zero
+	// Adapt), strongly consistent. CutAdapt writes c.Row on it, all but
+	// Booked, only if the row's Cut and Hold are still c.Was's (the zero
+	// times: no row, or none set), at microseconds; else it writes
+	// nothing and answers the stored row and false. Idempotent for a
+	// given Was: written once, a second try is refused. LeaseAdapt books
+	// the next l.N positions: from Booked when it is at least l.At and at
+	// most l.At + l.Ahead, from l.At when Booked is below it (or unset),
+	// atomically, so that leases never share a position whoever takes
+	// them; past l.At + l.Ahead nothing is booked. Not idempotent: a
+	// lease asked again is a second lease (an unused one only slows the
+	// key). The row lives on across batches, its TTL renewed by each
+	// write.
+	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
+	CutAdapt(ctx context.Context, c AdaptCut) (pace.Adapt, bool, error)
+	LeaseAdapt(ctx context.Context, l AdaptLease) (AdaptGrant, error)
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

@@ -97,22 +97,24 @@ const TrackRetired = "done"
 // (First, Count; a pack's first is its PackFirst), its lines (Offset,
 // Length bytes in the manifest), its fan-out chunk, when it is due, and
 // how often AWS being unavailable sent it back in a row; RateAtUs is the
-// start of the rate lease it waits for (Message.RateAtUs); TokensAtUs and
+// start of the rate lease it waits for (Message.RateAtUs), RatePos the
+// position of an adaptive one (Message.RatePos); TokensAtUs and
 // TokensBookedUs (TokensUs) and TokensDriftUs (TokensDrift) the token
 // booking it waits for (Message.TokensAtUs).
 type TrackRetry struct {
-	First       int64 `json:"first"`
-	Count       int64 `json:"n"`
-	Offset      int64 `json:"off"`
-	Length      int64 `json:"len"`
-	ChunkFirst  int64 `json:"cf"`
-	ChunkItems  int64 `json:"ci"`
-	DueMs       int64 `json:"due_ms"`
-	Requeued    int   `json:"rq,omitempty"`
-	RateAtUs    int64 `json:"ra,omitempty"`
-	TokensAtUs  int64 `json:"ta,omitempty"`
-	TokensUs    int64 `json:"tb,omitempty"`
-	TokensDrift int64 `json:"td,omitempty"`
+	First       int64   `json:"first"`
+	Count       int64   `json:"n"`
+	Offset      int64   `json:"off"`
+	Length      int64   `json:"len"`
+	ChunkFirst  int64   `json:"cf"`
+	ChunkItems  int64   `json:"ci"`
+	DueMs       int64   `json:"due_ms"`
+	Requeued    int     `json:"rq,omitempty"`
+	RateAtUs    int64   `json:"ra,omitempty"`
+	RatePos     float64 `json:"rp,omitempty"`
+	TokensAtUs  int64   `json:"ta,omitempty"`
+	TokensUs    int64   `json:"tb,omitempty"`
+	TokensDrift int64   `json:"td,omitempty"`
 }
 
 // Due is when r may run again.

@@ -20,4 +20,9 @@
 // Rates per downstream key (rate.go): a GCRA schedule per bucket row,
 // leased one unit's calls at a time, booked ahead up to LeaseHorizon;
 // a row paces at most ShardRequestsPerSecond.
+//
+// Adaptive pace (adapt.go): a key with no rate is paced once its
+// downstream throttles a call, at a limit cut by AdaptBackoff on each
+// throttled call and grown by its Step a second, held until the
+// downstream's Retry-After.
 package pace

@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Rates (api.Rate, shared/pace, docs/adr/0031): a unit of a batch with a
@@ -30,7 +33,7 @@ import (
 // whose token booking another receive may have used (it books anew).
 func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, redelivered bool) (time.Duration, error) {
 	if b.Rate == nil {
-		return 0, nil
+		return w.paceAdaptive(ctx, log, b, m)
 	}
 	now := w.Clock.Now()
 	from := now // when the unit's tokens allow its calls
@@ -48,6 +51,83 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		}
 		return 0, nil
 	}
+	key := b.Rate.KeyOf(b.ID)
+	return w.leaseCalls(ctx, log, m, key, now, from, func() (pacer.Booking, error) {
+		return pacer.LeaseRequests(ctx, w.Store, key, b.Rate.RequestsPerSecond, len(m.Items), now, from)
+	})
+}
+
+// paceAdaptive paces m's calls when b has no rate (docs/adr/0036): not
+// at all while its downstream key is not paced (pace.Adapt.Paced, the
+// row read at most once a second per process); else it leases the next
+// positions in the key's line (pacer.Adapts.LeaseAdaptive) and waits until they
+// are due (pace.Adapt.Due) and the key's hold has passed: slept in the
+// invocation within pace.LeaseSleep, else carried on m (its position and
+// start) while it waits on the queue, its start worked out again from
+// the row when it comes back. The row unread, the unit runs unpaced:
+// bulkrun's pacing never stops an item.
+func (w *Worker) paceAdaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage) (time.Duration, error) {
+	key := pacer.DownstreamKey(b)
+	now := w.Clock.Now()
+	a, err := w.adaptBook().Adapt(ctx, w.Store, key, now)
+	if err != nil {
+		log.WarnContext(ctx, "adaptive pace unread; the unit runs unpaced", "key", key, "error", pipeline.ErrorText(err))
+		return 0, nil
+	}
+	carried, pos := !m.leaseAt().IsZero(), m.leasePos()
+	m.setLeaseAt(time.Time{}) // a lease is used once
+	m.setLeasePos(0)
+	if !a.Paced(now) {
+		return 0, nil // not paced, or no longer: it runs now
+	}
+	if !carried {
+		p, ok, row, err := w.adaptBook().LeaseAdaptive(ctx, w.Store, key, a, len(m.Items), now)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			wait := pace.AdaptWait(mrand.Float64())
+			log.InfoContext(ctx, "downstream's adaptive pace booked past its horizon; waiting to lease", "key", key, "retry_in_ms", wait.Milliseconds())
+			return wait, nil
+		}
+		pos, a = p, row
+	}
+	start := pacer.Later(a.Due(pos, now), a.Hold)
+	wait := start.Sub(w.Clock.Now())
+	if wait > pace.LeaseSleep {
+		wake := pacer.Later(a.Wake(pos, now), start)
+		m.setLeaseAt(wake)
+		m.setLeasePos(pos)
+		return wake.Sub(w.Clock.Now()), nil
+	}
+	if wait > 0 {
+		w.sleep(ctx, wait)
+	}
+	m.leased = start
+	return 0, nil
+}
+
+// adaptBooks guards the making of a Worker's Adapts.
+var adaptBooks sync.Mutex
+
+// adaptBook is what w knows of its downstream keys' adaptive rows, made
+// on first use (a Worker copied before that keeps its own).
+func (w *Worker) adaptBook() *pacer.Adapts {
+	adaptBooks.Lock()
+	defer adaptBooks.Unlock()
+	if w.adapts == nil {
+		w.adapts = &pacer.Adapts{}
+	}
+	return w.adapts
+}
+
+// leaseCalls leases m's calls of key with lease, from from on (zero or
+// past: now), unless m carries a lease still fresh: it returns 0 when
+// the unit may be taken now (after a sleep of at most pace.LeaseSleep
+// until the lease and from have started), or how long it waits first
+// (its lease carried in m, or none when the key is booked past the
+// horizon).
+func (w *Worker) leaseCalls(ctx context.Context, log *slog.Logger, m *unitMessage, key string, now, from time.Time, lease func() (pacer.Booking, error)) (time.Duration, error) {
 	start := m.leaseAt()
 	m.setLeaseAt(time.Time{}) // a lease is used once
 	if !start.IsZero() && pacer.Later(now, from).After(start.Add(pace.LeaseGrace)) {
@@ -56,8 +136,7 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		start = time.Time{}
 	}
 	if start.IsZero() {
-		key := b.Rate.KeyOf(b.ID)
-		bk, err := pacer.LeaseRequests(ctx, w.Store, key, b.Rate.RequestsPerSecond, len(m.Items), now, from)
+		bk, err := lease()
 		if err != nil {
 			return 0, err
 		}
@@ -78,6 +157,28 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	}
 	m.leased = start
 	return 0, nil
+}
+
+// observeCall counts a call of b's downstream key started at start, for
+// a batch with no rate, and applies a throttled answer (err) to the key's
+// adaptive row (pacer.Adapts.Observe), reporting whether the downstream
+// throttled it. A failed write is logged, never the item's: bulkrun's
+// pacing never changes an item's outcome.
+func (w *Worker) observeCall(ctx context.Context, log *slog.Logger, b ledger.Batch, start time.Time, err error) bool {
+	if b.Rate != nil {
+		return false
+	}
+	key := pacer.DownstreamKey(b)
+	now := w.Clock.Now()
+	a, cut, oerr := w.adaptBook().Observe(context.WithoutCancel(ctx), w.Store, key, start, now, err)
+	switch {
+	case oerr != nil:
+		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "key", key, "error", pipeline.ErrorText(oerr))
+	case cut:
+		log.WarnContext(ctx, "downstream throttled; its key is paced", "key", key, "limit_per_s", a.LimitAt(now), "hold_ms", max(a.Hold.Sub(now), 0).Milliseconds())
+	}
+	_, throttled := pacer.DownstreamThrottle(err)
+	return throttled
 }
 
 // leaseLate reports whether a call of m's unit starting at now would
@@ -112,6 +213,24 @@ func (m *unitMessage) setLeaseAt(t time.Time) {
 		return
 	}
 	*m.rateAt = us
+}
+
+// leasePos is the position of the adaptive lease m carries (with its
+// start, leaseAt).
+func (m *unitMessage) leasePos() float64 {
+	if m.track == nil && m.ratePos != nil {
+		return *m.ratePos
+	}
+	return m.ref.RatePos
+}
+
+// setLeasePos makes m carry an adaptive lease at position p.
+func (m *unitMessage) setLeasePos(p float64) {
+	if m.track != nil || m.ratePos == nil {
+		m.ref.RatePos = p
+		return
+	}
+	*m.ratePos = p
 }
 
 // sleep waits d on the worker's Sleep (a test's clock), or a timer, or

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -40,8 +41,10 @@ type itemRun struct {
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
 	interrupted bool
-	// lateLease: not started, its unit's rate lease went stale meanwhile
-	// (rate.go): given back as a throttled call is, with no attempt.
+	// lateLease: not started, its unit's rate lease went stale meanwhile,
+	// or the downstream throttled an earlier call of its unit (a batch
+	// with no rate, rate.go): given back as a throttled call is, with no
+	// attempt.
 	lateLease bool
 }
 
@@ -157,7 +160,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe {
 				return // not started: given back below
 			}
-			if r.lateLease = m.leaseLate(w.Clock.Now()); r.lateLease {
+			if r.lateLease = m.leaseLate(w.Clock.Now()) || m.throttled.Load(); r.lateLease {
 				return // not started: given back below
 			}
 			r.started = true
@@ -166,7 +169,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject}, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled}, u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -183,6 +186,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 type call struct {
 	stop            api.Status
 	halted, subject string
+	throttled       *atomic.Bool // the unit's downstream throttled one of its calls
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -434,6 +438,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
+	if w.observeCall(ctx, log, b, start, perr) && c.throttled != nil {
+		c.throttled.Store(true) // the unit's calls not yet started wait
+	}
 	// Staging ends with Run, whatever its result: a write staged later (by
 	// a goroutine the pipeline left behind) is refused, never committed.
 	staged := seal()

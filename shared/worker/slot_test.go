@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // TestSlotsToTry: the slots an item tries are distinct, within [0, n), at
@@ -42,6 +43,9 @@ type slotStore struct {
 	tried    []int
 	reserves int
 }
+
+// ReadAdapt answers no adaptive row: the downstream never throttled.
+func (s *slotStore) ReadAdapt(context.Context, string) (pace.Adapt, error) { return pace.Adapt{}, nil }
 
 func (s *slotStore) AcquireSlot(_ context.Context, _ string, slot int, _ string, _ time.Time, _ time.Duration) error {
 	s.tried = append(s.tried, slot)

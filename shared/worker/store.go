@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // Store is what the item engine needs of the ledger's store: the methods it
@@ -41,6 +42,9 @@ type Store interface {
 	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
 	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
 	ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error)
+	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
+	CutAdapt(ctx context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error)
+	LeaseAdapt(ctx context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -56,13 +57,18 @@ type unitMessage struct {
 	// requeued and slotWaits are the message's Requeued and SlotWaits
 	// counts; body encodes them again.
 	requeued, slotWaits *int
-	// rateAt is the message's RateAtUs (a track's unit keeps it in ref);
+	// rateAt and ratePos are the message's RateAtUs and RatePos (a
+	// track's unit keeps them in ref);
 	// tokensAt, tokensBooked and tokensDrift its TokensAtUs,
 	// TokensBookedUs and TokensDriftUs.
 	rateAt, tokensAt, tokensBooked, tokensDrift *int64
+	ratePos                                     *float64
 	// leased is the start of the rate lease this delivery runs under
 	// (zero: none): its calls start by then + pace.LeaseGrace.
 	leased time.Time
+	// throttled: the downstream throttled a call of this delivery's unit
+	// (a batch with no rate): its calls not yet started are given back.
+	throttled atomic.Bool
 	// tokens is the token lease this delivery booked (tokens.go): settled
 	// once its calls ended, or given back when none ran.
 	tokens tokenBooking
@@ -93,7 +99,7 @@ func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -102,7 +108,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/tracklines"
@@ -132,6 +133,9 @@ type Worker struct {
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *lanebook.Book
+	// adapts is what this worker knows of its downstream keys' adaptive
+	// rows (rate.go).
+	adapts *pacer.Adapts
 	// budgets remembers, per run, when this process last read its
 	// counters for the budget (budget.go); made on first use.
 	budgets *budgetBook

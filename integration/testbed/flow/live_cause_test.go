@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,30 +19,39 @@ import (
 // throttles (an HTTP 429 with Retry-After: 2) wait it out without using
 // an attempt and, alone, do not make the run need attention; items whose
 // call was refused wait after a transient failure, are named by its class
-// ("connection refused", one of their errors) and do. One item per
-// message and ten per pack row.
+// ("connection refused", one of their errors) and do. The first throttle
+// paces the downstream (docs/adr/0036): the items after it are not
+// called while it throttles — they stay in flight, waiting for their
+// place in its pace — so every item is either waiting for a retry after
+// its one call or in flight without one. One item per message and ten
+// per pack row; each run on a store of its own (the pace is the
+// downstream's, shared by every batch on it), its units taken one at a
+// time, the first three calls refused (whichever items they are: a
+// pack's items run in no fixed order) and every later one throttled.
 func TestWaitingItemsTellTheirCause(t *testing.T) {
 	for _, k := range []int{1, 10} {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
 			refused := &pipelineNetError{err: fmt.Errorf("webhook: dial tcp 127.0.0.1:9: connect: %w", syscall.ECONNREFUSED)}
-			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				switch {
-				case strings.HasPrefix(req.Key, "item-000000000"): // items 0–9: throttled
-					return pipeline.Result{}, pipeline.Throttled("http", "429", 2*time.Second, errors.New("webhook: HTTP 429 Too Many Requests"))
-				case strings.HasPrefix(req.Key, "item-000000001"): // items 10–12: refused
-					return pipeline.Result{}, refused
-				}
-				return pipeline.Result{Output: []byte(`{}`)}, nil
-			})
-			r.clock.T = time.Now().UTC() // the pipeline's context ends at the lease, by the clock
-			live := func(id string, n int) api.LiveView {
+			// live runs n items, the first nRefused calls refused and the
+			// rest throttled, and returns the live view after the fan-out and
+			// the items' first deliveries, with the calls made.
+			live := func(id string, n, nRefused int) (api.LiveView, int64) {
 				t.Helper()
+				var calls atomic.Int64
+				r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+					if calls.Add(1) <= int64(nRefused) {
+						return pipeline.Result{}, refused
+					}
+					return pipeline.Result{}, pipeline.Throttled("http", "429", 2*time.Second, errors.New("webhook: HTTP 429 Too Many Requests"))
+				})
+				r.clock.T = time.Now().UTC() // the pipeline's context ends at the lease, by the clock
+				r.worker.Concurrency, r.worker.ItemConcurrency = 1, 1
 				if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", ItemsPerMessage: k,
 					Retry: &api.RetryPolicy{IntervalSeconds: 600, BackoffRate: 1, MaxDelaySeconds: 600}, Source: api.SourceSpec{Items: items(n)}}); err != nil {
 					t.Fatal(err)
 				}
-				for round := 0; round < 2; round++ { // fan-out, then the items' first attempts (the queue here keeps no delay)
+				for round := 0; round < 2; round++ { // fan-out, then the items' first deliveries (the queue here keeps no delay)
 					ds := r.queue.take()
 					if len(ds) == 0 {
 						break
@@ -56,23 +66,28 @@ func TestWaitingItemsTellTheirCause(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return ledger.LiveOf(b, p, r.clock.Now(), 0)
+				return ledger.LiveOf(b, p, r.clock.Now(), 0), calls.Load()
 			}
 
-			l := live(fmt.Sprintf("throttled-k%d", k), 10)
-			if l.RetryWaiting != 10 || l.Throttled != 10 || l.RetryCause != nil || l.NeedsAttention() {
-				t.Errorf("10 items throttled (Retry-After: 2): waiting %d, throttled %d, cause %+v, attention %q; want 10 waiting out the throttling, no cause, no attention",
-					l.RetryWaiting, l.Throttled, l.RetryCause, l.Attention)
+			l, calls := live(fmt.Sprintf("throttled-k%d", k), 10, 0)
+			if l.Throttled < 1 || l.RetryWaiting != l.Throttled || l.RetryWaiting+l.InFlight != 10 || int64(calls) != l.RetryWaiting ||
+				l.RetryCause != nil || l.NeedsAttention() {
+				t.Errorf("10 items throttled (Retry-After: 2): %d calls, waiting %d, throttled %d, in flight %d, cause %+v, attention %q; "+
+					"want each called item waiting out the throttling, the rest in flight uncalled, no cause, no attention",
+					calls, l.RetryWaiting, l.Throttled, l.InFlight, l.RetryCause, l.Attention)
 			}
 
-			l = live(fmt.Sprintf("refused-k%d", k), 13)
+			l, calls = live(fmt.Sprintf("refused-k%d", k), 13, 3)
 			c := l.RetryCause
-			if l.RetryWaiting != 13 || l.Throttled != 10 || c == nil || c.Class != "connection refused" || c.Items != 3 || !strings.Contains(c.Error, "connection refused") {
-				t.Fatalf("10 throttled, 3 refused: waiting %d, throttled %d, cause %+v", l.RetryWaiting, l.Throttled, c)
+			if l.Throttled < 1 || l.RetryWaiting != l.Throttled+3 || l.RetryWaiting+l.InFlight != 13 || int64(calls) != l.RetryWaiting ||
+				c == nil || c.Class != "connection refused" || c.Items != 3 || !strings.Contains(c.Error, "connection refused") {
+				t.Fatalf("3 refused, then 10 throttled: %d calls, waiting %d, throttled %d, in flight %d, cause %+v",
+					calls, l.RetryWaiting, l.Throttled, l.InFlight, c)
 			}
 			if want := "3 items waiting for a retry after connection refused"; !l.NeedsAttention() || !strings.Contains(strings.Join(l.Attention, "; "), want) {
 				t.Errorf("attention %q, want %q", l.Attention, want)
 			}
+			t.Logf("3 refused, then 10 throttled: %d calls, %d waiting (%d throttled), %d in flight", calls, l.RetryWaiting, l.Throttled, l.InFlight)
 		})
 	}
 }

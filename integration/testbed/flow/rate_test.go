@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
@@ -149,15 +150,21 @@ type pacedCall struct {
 }
 
 // pacedRun runs batches of n items each as mod submits them (a rate),
+// with a fresh process's pacing state (pacer.Forget),
 // handing due messages to the worker 10 at a time in a random order, the
 // pipeline reporting tokens(key) under api.TokensCostName (none when
 // tokens is nil) and failing with fail's error when it gives one (nil:
-// never), and returns each call by batch (failed ones too) and the
+// never; at is the call's time), and returns each call by batch (failed ones too) and the
 // messages sent.
-func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), tokens func(key string) float64, fail func(req pipeline.Request) error) (map[string][]pacedCall, int) {
+func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), tokens func(key string) float64, fail func(req pipeline.Request, at time.Time) error) (map[string][]pacedCall, int) {
 	t.Helper()
+	pacer.Forget()
 	ctx := context.Background()
-	clock := &stepClock{t: time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)}
+	// The clock starts a whole second an hour ahead of the machine's: a
+	// call's deadline (its lease's end on this clock) is then ahead of
+	// the machine's time as well, and a call is never taken for one cut
+	// off at its invocation's deadline.
+	clock := &stepClock{t: time.Now().UTC().Truncate(time.Second).Add(time.Hour)}
 	var mu sync.Mutex
 	calls := map[string][]pacedCall{}
 	var wake time.Time // where the last lease's sleep ended
@@ -177,7 +184,7 @@ func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), t
 		calls[req.BatchID] = append(calls[req.BatchID], c)
 		mu.Unlock()
 		if fail != nil {
-			if err := fail(req); err != nil {
+			if err := fail(req, c.at); err != nil {
 				return pipeline.Result{Cost: res.Cost}, err
 			}
 		}
@@ -442,7 +449,7 @@ func TestTokenBudgetWithRetries(t *testing.T) {
 				req.ItemsPerMessage = k
 				req.MaxAttempts = 5
 				req.Retry = &api.RetryPolicy{IntervalSeconds: 1, BackoffRate: 1, MaxDelaySeconds: 1}
-			}, func(string) float64 { return 500 }, func(req pipeline.Request) error {
+			}, func(string) float64 { return 500 }, func(req pipeline.Request, _ time.Time) error {
 				if h := fnv.New32a(); req.Attempt == 1 && func() bool { h.Write([]byte(req.Key)); return h.Sum32()%3 == 0 }() {
 					return errors.New("try again")
 				}

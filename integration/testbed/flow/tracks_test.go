@@ -53,6 +53,11 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 					return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
 				})
 				r.sub.ChunkItems = 250
+				// The throttle paces the downstream (docs/adr/0036); the
+				// clock here moves by rounds, so a pace's sleep takes no
+				// time (a unit runs at the start it leased, or waits on
+				// the queue for a later round).
+				r.worker.Sleep = func(context.Context, time.Duration) {}
 				b := submitK(t, r, "paced", k, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
 				sent := 0
 				for round := 0; ; round++ {

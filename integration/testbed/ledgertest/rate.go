@@ -29,6 +29,43 @@ func (s *Store) LeaseRate(_ context.Context, l ledger.RateLease) (ledger.RateGra
 	return ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, nil
 }
 
+// ReadAdapt implements ledger.Store.
+func (s *Store) ReadAdapt(_ context.Context, key string) (pace.Adapt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.adapts[key], nil
+}
+
+// CutAdapt implements ledger.Store: c.Row in place of c.Was, all but
+// Booked, compared and kept at DynamoDB's row's precision
+// (microseconds).
+func (s *Store) CutAdapt(_ context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.adapts[c.Key]
+	if !cur.Cut.Equal(c.Was.Cut.Truncate(time.Microsecond)) || !cur.Hold.Equal(c.Was.Hold.Truncate(time.Microsecond)) {
+		return cur, false, nil
+	}
+	r := c.Row
+	r.Cut, r.Hold, r.Booked = r.Cut.Truncate(time.Microsecond), r.Hold.Truncate(time.Microsecond), cur.Booked
+	s.adapts[c.Key] = r
+	return r, true, nil
+}
+
+// LeaseAdapt implements ledger.Store.
+func (s *Store) LeaseAdapt(_ context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.adapts[l.Key]
+	if r.Booked > l.At+l.Ahead {
+		return ledger.AdaptGrant{Row: r}, nil
+	}
+	pos := max(r.Booked, l.At)
+	r.Booked = pos + float64(l.N)
+	s.adapts[l.Key] = r
+	return ledger.AdaptGrant{Granted: true, Pos: pos, Row: r}, nil
+}
+
 // FixedClock is a Clock that tells T until moved.
 type FixedClock struct{ T time.Time }
 

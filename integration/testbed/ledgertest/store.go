@@ -16,6 +16,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -42,6 +43,7 @@ type Store struct {
 	tracks    map[trackKey]track    // a max_concurrency run's track fences
 	rates     map[rateKey]time.Time // a rate key's bucket row: its Next
 	tokens    map[string]tokenRow   // a token key's row: its Next and usage
+	adapts    map[string]pace.Adapt // a downstream key's adaptive row
 	running   map[string]int        // batch id → run
 	retention map[string]string     // marker key → batch id
 	publish   map[ledger.RunRef]bool
@@ -75,7 +77,7 @@ func NewStore() *Store {
 		claims: map[runKey]*claimRow{}, tracks: map[trackKey]track{}, rates: map[rateKey]time.Time{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[ledger.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
-		uploads: map[string]api.UploadClaim{}, tokens: map[string]tokenRow{},
+		uploads: map[string]api.UploadClaim{}, tokens: map[string]tokenRow{}, adapts: map[string]pace.Adapt{},
 	}
 }
 

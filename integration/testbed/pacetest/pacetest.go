@@ -1,7 +1,8 @@
 // Package pacetest is the ledger.Store conformance of the rows that pace
 // calls (shared/pace, shared/pacer): a rate key's bucket rows
-// (Store.LeaseRate) and a key's token row (Store.LeaseTokens,
-// SettleTokens, ReadTokens). Run passes each case a new store. The
+// (Store.LeaseRate), a key's token row (Store.LeaseTokens,
+// SettleTokens, ReadTokens) and a key's adaptive row (Store.ReadAdapt,
+// CutAdapt, LeaseAdapt). Run passes each case a new store. The
 // in-memory store (integration/testbed/ledgertest) passes it in this
 // package's tests, the DynamoDB adapter in integration's
 // TestPaceStoreConformance. It sits beside ledgertest, whose suite is at
@@ -30,6 +31,8 @@ func Run(t *testing.T, newStore func(t *testing.T) ledger.Store) {
 		{"RateLeases", rateLeases},
 		{"TokenLeases", tokenLeases},
 		{"TokenSettlesAtOnce", tokenSettlesAtOnce},
+		{"AdaptCuts", adaptCuts},
+		{"AdaptLeases", adaptLeases},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newStore(t)) })
 	}

@@ -27,6 +27,7 @@
 //	SLOT#{id}#{i}, SLOT                    concurrency slot i of a batch with max_concurrency (holder, lease_until_ms)
 //	RATE#{key}#{shard}, RATE               a rate key's bucket row (next_us), one write per lease; the key's, not a batch's
 //	TOKENS#{key}, TOKENS                   a key's token row (next_us, tok_used, tok_calls), a booking and a settle per unit; the key's
+//	ADAPT#{key}, ADAPT                     a downstream key's adaptive row (ad_limit, ad_base, ad_booked …), a lease per unit, a cut per throttled second; the key's
 //	RUNNING, {id}                          running marker (one per batch run)
 //	RETENTION, {expires_at_ms:020}#{id}    retention marker of a finished batch
 //	PUBLISH, {id}#{run:010}                a finished run whose completion event is not marked published

@@ -39,3 +39,29 @@ const (
 
 // TokensPK is the partition key of token key key's row.
 func TokensPK(key string) string { return PKTokens + key }
+
+// A downstream key's adaptive row (docs/adr/0036, ledger.Store.ReadAdapt,
+// CutAdapt and LeaseAdapt; shared/pace Adapt): one per key, ADAPT#{key},
+// sk ADAPT; attributes ad_limit (requests a second, a number), ad_step
+// (its growth a second), ad_slow (1: in slow start), ad_base (the
+// allowance at the cut, calls), ad_cut_us and ad_hold_us (epoch
+// microseconds; absent: none), written by a throttled call's cut (at most
+// about once a second with the limit changed), and ad_booked (the
+// positions leased, calls), one conditional update per lease; read at
+// most once a second by each item function process calling the key. Its
+// TTL is renewed by each write. Like the bucket rows it belongs to the
+// key, not to a batch.
+const (
+	PKAdapt      = "ADAPT#"
+	SKAdapt      = "ADAPT"
+	AttrAdLimit  = "ad_limit"
+	AttrAdStep   = "ad_step"
+	AttrAdSlow   = "ad_slow"
+	AttrAdBase   = "ad_base"
+	AttrAdCutUs  = "ad_cut_us"
+	AttrAdHoldUs = "ad_hold_us"
+	AttrAdBooked = "ad_booked"
+)
+
+// AdaptPK is the partition key of downstream key key's adaptive row.
+func AdaptPK(key string) string { return PKAdapt + key }

@@ -1,0 +1,262 @@
+package pace
+
+import (
+	"math"
+	"time"
+)
+
+// Adaptive pace (docs/adr/0036). A batch with no rate runs its calls as
+// fast as its invocations take them, until its downstream answers that
+// it is over its own limit: a throttled call (an HTTP 429 or 503, Lambda's
+// TooManyRequestsException, a pipeline's *pipeline.ThrottledError). Then
+// every batch calling that downstream key (its host, its function) is
+// paced together at an adaptive limit kept on the key's adaptive row:
+// AIMD, "additive increase, multiplicative decrease", as TCP's congestion
+// control does (RFC 5681 §3.1): a throttled call cuts the limit to
+// AdaptBackoff of itself (CUBIC's β, RFC 9438 §4.6) and the limit grows
+// by a Step a second while no call is throttled; after a Retry-After, or
+// when a key starts being paced, it doubles instead (slow start) until
+// the next throttled call. The row is written only by a cut (at most one
+// a second, AdaptCutEvery); the limit's growth is computed from the time
+// of its last cut, so that a climbing limit costs no write.
+//
+// The row's schedule counts calls, not time: Allowance(t) is how many
+// calls the limit allowed by t since the key was first paced, and a unit
+// leases the next positions in line (Booked, one conditional write). A
+// position is due when the allowance reaches it (Due): a unit carries
+// its position while it waits on the queue, and when it comes back, its
+// start is worked out again from the row as it is then, so that a cut made
+// while it waited delays it and a limit that grew brings it forward,
+// with its place in line kept. A key whose limit climbed past
+// AdaptCeiling, or was not cut for AdaptForget, is not paced until its
+// next throttled call.
+
+// AdaptBackoff is the factor a cut multiplies the limit by: 0.7, CUBIC's
+// β (RFC 9438 §4.6), a smaller step down than TCP Reno's halving, so
+// that a downstream at its limit loses less of its pace per throttle.
+const AdaptBackoff = 0.7
+
+// AdaptGrowth is the share of the limit a cut leaves that the limit
+// grows by each second after it (at least AdaptMinStep): 10 %, so that a
+// cut of 30 % is climbed back in about 4 s.
+const AdaptGrowth = 0.1
+
+// AdaptMinStep is the least growth of the limit a second: 1 request a
+// second.
+const AdaptMinStep = 1.0
+
+// AdaptDoubling is how long a limit in slow start takes to double: 2 s.
+// A key starts paced in slow start (its first limit is a guess: AdaptBackoff
+// × the calls the throttled process made in the last AdaptWindow, a lower
+// bound of the key's pace), and goes back to it after a throttled call
+// that named a Retry-After (the receiver said when, not how fast), so that
+// a receiver that takes calls again finds its pace within seconds.
+const AdaptDoubling = 2 * time.Second
+
+// AdaptFloor is the lowest limit: a request every 10 s, so that a key
+// throttled on every call is still probed.
+const AdaptFloor = 0.1
+
+// AdaptCeiling is the limit past which a key is not paced: 500 requests
+// a second, what one row takes in leases of one call at half of
+// DynamoDB's 1,000 writes a second per partition (ShardRequestsPerSecond);
+// the adaptive schedule is one row.
+const AdaptCeiling = ShardRequestsPerSecond
+
+// AdaptCutEvery is the least time between two cuts of the limit: the
+// throttled answers of calls made before a cut was felt are one signal,
+// not many (TCP cuts once a round trip, RFC 5681 §3.1).
+const AdaptCutEvery = time.Second
+
+// AdaptForget is how long after its last cut a key's limit stands: 10
+// minutes, after which the key runs unpaced until it is throttled again.
+const AdaptForget = 10 * time.Minute
+
+// AdaptHorizon is the furthest ahead of the allowance a lease is booked:
+// the calls the limit allows in the next hour. A unit booked further
+// waits on the queue in steps of at most 15 minutes (SQS's longest delay)
+// and works its start out again each time it comes back.
+const AdaptHorizon = time.Hour
+
+// AdaptWindow is the window a process counts its own calls of a key in:
+// 1 s (AdaptDoubling).
+const AdaptWindow = time.Second
+
+// Adapt is a key's adaptive row: its Limit (requests a second) as set by
+// its last Cut, the Step it grows by each second after it (Slow: it
+// doubles every AdaptDoubling instead), Hold, a time before which no call
+// starts and the limit does not grow (the downstream's Retry-After; zero:
+// none), Base, the allowance at the cut, and Booked, the positions leased
+// so far (Store.LeaseAdapt's; a cut leaves it). The zero Adapt is a key
+// never throttled.
+type Adapt struct {
+	Limit  float64
+	Step   float64
+	Slow   bool
+	Cut    time.Time
+	Hold   time.Time
+	Base   float64
+	Booked float64
+}
+
+// from is when the limit starts growing and the allowance accruing: the
+// cut, or the end of its hold.
+func (a Adapt) from() time.Time {
+	if a.Hold.After(a.Cut) {
+		return a.Hold
+	}
+	return a.Cut
+}
+
+// limitAfter is the limit s seconds after from(), at most AdaptCeiling.
+func (a Adapt) limitAfter(s float64) float64 {
+	s = max(s, 0)
+	if a.Slow {
+		return min(a.Limit*math.Exp2(s/AdaptDoubling.Seconds()), AdaptCeiling)
+	}
+	return min(a.Limit+a.Step*s, AdaptCeiling)
+}
+
+// LimitAt is a's limit at now (before its hold ends: the limit the cut
+// set); 0 when the key is not paced: never cut, its limit at
+// AdaptCeiling, or its cut AdaptForget old.
+func (a Adapt) LimitAt(now time.Time) float64 {
+	if a.Limit <= 0 || a.Cut.IsZero() || now.Sub(a.Cut) >= AdaptForget {
+		return 0
+	}
+	l := a.limitAfter(now.Sub(a.from()).Seconds())
+	if l >= AdaptCeiling {
+		return 0
+	}
+	return l
+}
+
+// Paced reports whether a call of the key at now must lease: its limit
+// stands, or a Hold is ahead.
+func (a Adapt) Paced(now time.Time) bool {
+	return a.LimitAt(now) > 0 || a.Hold.After(now)
+}
+
+// Allowance is how many calls a's limit allowed by t: Base at the cut,
+// plus the integral of the limit from the end of its hold (at most
+// AdaptCeiling a second; none before the hold ends). Continuous in t, so
+// that a position is due at one time.
+func (a Adapt) Allowance(t time.Time) float64 { return a.allowance(t, AdaptCeiling) }
+
+// allowance is Allowance with the limit at most top a second.
+func (a Adapt) allowance(t time.Time, top float64) float64 {
+	if a.Limit <= 0 || a.Cut.IsZero() {
+		return a.Base
+	}
+	s := t.Sub(a.from()).Seconds()
+	if s <= 0 {
+		return a.Base
+	}
+	if a.Limit >= top {
+		return a.Base + top*s
+	}
+	var sc float64 // seconds until the limit reaches top
+	var grow func(x float64) float64
+	if a.Slow {
+		d := AdaptDoubling.Seconds()
+		sc = d * math.Log2(top/a.Limit)
+		grow = func(x float64) float64 { return a.Limit * d / math.Ln2 * (math.Exp2(x/d) - 1) }
+	} else {
+		if a.Step <= 0 {
+			return a.Base + a.Limit*s
+		}
+		sc = (top - a.Limit) / a.Step
+		grow = func(x float64) float64 { return a.Limit*x + a.Step*x*x/2 }
+	}
+	if s <= sc {
+		return a.Base + grow(s)
+	}
+	return a.Base + grow(sc) + top*(s-sc)
+}
+
+// Due is when position p is due: the first time from now on at which the
+// allowance reaches it (now when it already has), to the microsecond.
+func (a Adapt) Due(p float64, now time.Time) time.Time { return a.due(p, now, AdaptCeiling) }
+
+// Wake is when a unit whose lease starts at position p should come back
+// to run it: Due, with the limit counted no higher than the pace its
+// last cut was made at (Limit ÷ AdaptBackoff) once out of slow start.
+// A limit at its downstream's pace goes up and down between a cut and
+// that pace, so the full count (which grows on) would wake most units
+// early, only to wait again. A lower count would wake some late, whose
+// positions are then due at once, together: a burst (at the middle of
+// the cut, the flow test bed's 100/s receiver refused 8.9 % of calls and
+// saw 176 a second in a 10 s window, against 1.5 % and 88 a second).
+func (a Adapt) Wake(p float64, now time.Time) time.Time {
+	if a.Slow {
+		return a.Due(p, now)
+	}
+	return a.due(p, now, min(a.Limit/AdaptBackoff, AdaptCeiling))
+}
+
+func (a Adapt) due(p float64, now time.Time, top float64) time.Time {
+	if a.allowance(now, top) >= p || a.Limit <= 0 || a.Cut.IsZero() {
+		return now
+	}
+	lo, hi := now, now.Add(time.Minute)
+	for i := 0; a.allowance(hi, top) < p; i++ {
+		if i == 40 {
+			return hi // beyond any wait (the allowance grows at least AdaptFloor a second)
+		}
+		lo, hi = hi, hi.Add(hi.Sub(now))
+	}
+	for hi.Sub(lo) > time.Microsecond {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if a.allowance(mid, top) >= p {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// Throttled is a's row after a call of the key was throttled at now,
+// the downstream asking for retryAfter (0: it named none), by a process
+// that made own calls of the key in the last AdaptWindow (itself
+// included); and whether the row changed. A key not paced starts in slow
+// start at AdaptBackoff × own (at least AdaptFloor); a paced one is cut
+// to AdaptBackoff × its limit at now, at most once per AdaptCutEvery,
+// growing by its Step a second after it, or in slow start again when the
+// downstream named a Retry-After. Each cut keeps the allowance as it was
+// at now (Base), so that the positions leased beyond it are due at the
+// new pace. Hold moves to now + retryAfter when that is later.
+func (a Adapt) Throttled(now time.Time, own int, retryAfter time.Duration) (Adapt, bool) {
+	n := a
+	cut := false
+	if l := a.LimitAt(now); l <= 0 {
+		n.Limit, n.Slow, cut = max(AdaptFloor, AdaptBackoff*float64(own)), true, true
+	} else if now.Sub(a.Cut) >= AdaptCutEvery {
+		n.Limit, n.Slow, cut = max(AdaptFloor, AdaptBackoff*l), retryAfter > 0, true
+	}
+	if cut {
+		n.Base, n.Cut, n.Hold = a.Allowance(now), now, time.Time{}
+		if a.Hold.After(now) {
+			n.Hold = a.Hold
+		}
+		n.Step = max(AdaptMinStep, AdaptGrowth*n.Limit)
+	}
+	if retryAfter > 0 && now.Add(retryAfter).After(n.Hold) {
+		n.Hold = now.Add(retryAfter)
+	}
+	return n, cut || !n.Hold.Equal(a.Hold)
+}
+
+// Ahead is how far ahead of the allowance at now a lease may be booked:
+// the calls the limit allows in the next AdaptHorizon.
+func (a Adapt) Ahead(now time.Time) float64 {
+	return a.Allowance(now.Add(AdaptHorizon)) - a.Allowance(now)
+}
+
+// AdaptWait is how long a unit waits before it leases again when the
+// key's schedule is booked further ahead than Ahead allows: 15 minutes,
+// SQS's longest delay, less up to 5 (jitter 0–1, the caller's random
+// draw) so that the waiting units come back spread.
+func AdaptWait(jitter float64) time.Duration {
+	return 15*time.Minute - time.Duration(math.Max(0, math.Min(jitter, 1))*float64(5*time.Minute))
+}

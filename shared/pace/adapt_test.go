@@ -1,0 +1,110 @@
+package pace
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+var at0 = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*max(1, math.Abs(b)) }
+
+// TestAdaptCutsAndGrows guards the AIMD rule: a key's first throttled
+// call starts it in slow start at AdaptBackoff × the process's own calls,
+// held until its Retry-After; a throttle within AdaptCutEvery changes
+// only the hold; a later one cuts to AdaptBackoff × the limit then,
+// growing by its Step a second (or in slow start again after a
+// Retry-After); the limit stops pacing past AdaptCeiling or AdaptForget.
+func TestAdaptCutsAndGrows(t *testing.T) {
+	var a Adapt
+	if a.Paced(at0) {
+		t.Fatal("a key never throttled is paced")
+	}
+	a, changed := a.Throttled(at0, 100, 2*time.Second)
+	if !changed || a.Limit != 70 || !a.Slow || !a.Cut.Equal(at0) || !a.Hold.Equal(at0.Add(2*time.Second)) || a.Base != 0 {
+		t.Fatalf("first throttle: %+v (changed %v), want limit 70 in slow start, cut at0, hold at0+2s", a, changed)
+	}
+	if l := a.LimitAt(at0.Add(time.Second)); l != 70 {
+		t.Errorf("LimitAt within the hold = %v, want 70", l)
+	}
+	if l := a.LimitAt(at0.Add(4 * time.Second)); !near(l, 140) {
+		t.Errorf("LimitAt 2 s after the hold = %v, want 140 (doubled)", l)
+	}
+	b, changed := a.Throttled(at0.Add(500*time.Millisecond), 500, time.Second)
+	if changed || b != a {
+		t.Errorf("a throttle within AdaptCutEvery with an earlier hold changed the row: %+v", b)
+	}
+	b, _ = a.Throttled(at0.Add(500*time.Millisecond), 500, 5*time.Second)
+	if b.Limit != 70 || !b.Hold.Equal(at0.Add(5500*time.Millisecond)) {
+		t.Errorf("a throttle within AdaptCutEvery: %+v, want the limit kept and the hold moved", b)
+	}
+	c, _ := a.Throttled(at0.Add(4*time.Second), 1, 0)
+	if !near(c.Limit, 98) || c.Slow || !near(c.Step, 9.8) || !near(c.Base, a.Allowance(at0.Add(4*time.Second))) || !c.Hold.IsZero() {
+		t.Errorf("a cut 4 s on: %+v, want limit 0.7 × 140 = 98, step 9.8, out of slow start, the allowance kept, no hold", c)
+	}
+	if l := c.LimitAt(at0.Add(6 * time.Second)); !near(l, 98+2*9.8) {
+		t.Errorf("LimitAt 2 s after the cut = %v, want %v", l, 98+2*9.8)
+	}
+	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, 2*time.Second); !d.Slow || !d.Hold.Equal(at0.Add(8*time.Second)) {
+		t.Errorf("a cut with a Retry-After: %+v, want slow start after a hold to +8 s", d)
+	}
+	if c.LimitAt(at0.Add(AdaptForget)) != 0 {
+		t.Error("a limit AdaptForget old still paces")
+	}
+	if l := c.LimitAt(at0.Add(60 * time.Second)); l != 0 {
+		t.Errorf("a limit grown past the ceiling still paces at %v", l)
+	}
+	f, _ := Adapt{}.Throttled(at0, 0, 0)
+	if f.Limit != AdaptFloor || f.Step != AdaptMinStep {
+		t.Errorf("a throttle with no own calls: %+v, want the floor and the least step", f)
+	}
+	if !(Adapt{Hold: at0.Add(time.Second)}).Paced(at0) {
+		t.Error("a key held by a Retry-After is not paced")
+	}
+}
+
+// TestAdaptAllowanceAndDue guards that the allowance is the integral of
+// the limit from the end of the hold (none before), continuous across a
+// cut, and that Due inverts it.
+func TestAdaptAllowanceAndDue(t *testing.T) {
+	a := Adapt{Limit: 10, Step: 2, Cut: at0, Hold: at0.Add(time.Second), Base: 100}
+	if got := a.Allowance(at0.Add(time.Second)); got != 100 {
+		t.Errorf("allowance at the hold's end = %v, want 100", got)
+	}
+	if got := a.Allowance(at0.Add(3 * time.Second)); !near(got, 100+10*2+2*4/2.0) {
+		t.Errorf("allowance 2 s after the hold = %v, want 124", got)
+	}
+	if d := a.Due(124, at0); d.Sub(at0.Add(3*time.Second)).Abs() > 2*time.Microsecond {
+		t.Errorf("Due(124) = %v, want +3s", d.Sub(at0))
+	}
+	if d := a.Due(50, at0.Add(5*time.Second)); !d.Equal(at0.Add(5 * time.Second)) {
+		t.Errorf("a position already allowed is due %v, want now", d.Sub(at0))
+	}
+	s := Adapt{Limit: 1, Slow: true, Cut: at0}
+	want := 1 * AdaptDoubling.Seconds() / math.Ln2 * (math.Exp2(2) - 1) // 4 s of doubling every 2 s
+	if got := s.Allowance(at0.Add(4 * time.Second)); !near(got, want) {
+		t.Errorf("slow start's allowance after 4 s = %v, want %v", got, want)
+	}
+	c, _ := a.Throttled(at0.Add(5*time.Second), 0, 0)
+	if !near(c.Allowance(at0.Add(5*time.Second)), a.Allowance(at0.Add(5*time.Second))) {
+		t.Errorf("the allowance jumps at a cut: %v → %v", a.Allowance(at0.Add(5*time.Second)), c.Allowance(at0.Add(5*time.Second)))
+	}
+	if c.Due(c.Base+10, at0.Add(5*time.Second)).Sub(a.Due(c.Base+10, at0.Add(5*time.Second))) <= 0 {
+		t.Error("a cut did not delay the positions beyond the allowance")
+	}
+	if h := (Adapt{Limit: 400, Step: 40, Cut: at0}).Allowance(at0.Add(10 * time.Second)); !near(h, 400*2.5+40*2.5*2.5/2+500*7.5) {
+		t.Errorf("allowance past the ceiling = %v, want it to grow at AdaptCeiling", h)
+	}
+}
+
+// TestAdaptWait guards that a unit booked past the horizon waits 10–15
+// minutes.
+func TestAdaptWait(t *testing.T) {
+	if w := AdaptWait(0); w != 15*time.Minute {
+		t.Errorf("AdaptWait(0) = %v, want 15m", w)
+	}
+	if w := AdaptWait(1); w != 10*time.Minute {
+		t.Errorf("AdaptWait(1) = %v, want 10m", w)
+	}
+}

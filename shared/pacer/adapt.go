@@ -1,0 +1,205 @@
+package pacer
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// AdaptStore is the ledger port an adaptive pace reads, cuts and leases
+// on (ledger.Store.ReadAdapt, CutAdapt, LeaseAdapt).
+type AdaptStore interface {
+	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
+	CutAdapt(ctx context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error)
+	LeaseAdapt(ctx context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error)
+}
+
+// AdaptReadEvery is how long a process keeps what it read of a key's
+// adaptive row: 1 s, so that a cut made by another process is felt
+// within a second, at one read a second per process and key.
+const AdaptReadEvery = time.Second
+
+// adaptTries bounds the writes of one throttled call's cut when other
+// processes cut the row under it.
+const adaptTries = 3
+
+// adaptSeen is a key's adaptive row as the process last read or wrote it,
+// and its own calls of the key in the last pace.AdaptWindow.
+type adaptSeen struct {
+	mu    sync.Mutex
+	row   pace.Adapt
+	read  time.Time // zero: never read
+	calls []time.Time
+}
+
+// Adapts is what one item engine (a worker: one a process) knows of its
+// downstream keys' adaptive rows: each key's row as last read or written,
+// and its own calls of the key in the last pace.AdaptWindow. The zero
+// Adapts is ready to use; it holds one entry per key called.
+type Adapts struct {
+	keys sync.Map // downstream key → *adaptSeen
+}
+
+func (as *Adapts) of(key string) *adaptSeen {
+	v, _ := as.keys.LoadOrStore(key, &adaptSeen{})
+	return v.(*adaptSeen)
+}
+
+// Adapt is key's adaptive row as of at most AdaptReadEvery ago: the
+// process's copy, or one strongly consistent read (ledger.Store.
+// ReadAdapt) when it is older, from the future (a test's clock) or
+// missing.
+func (as *Adapts) Adapt(ctx context.Context, st AdaptStore, key string, now time.Time) (pace.Adapt, error) {
+	s := as.of(key)
+	s.mu.Lock()
+	if !s.read.IsZero() && !s.read.After(now) && now.Sub(s.read) < AdaptReadEvery {
+		defer s.mu.Unlock()
+		return s.row, nil
+	}
+	s.mu.Unlock()
+	a, err := st.ReadAdapt(ctx, key)
+	if err != nil {
+		return pace.Adapt{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.row, s.read = a, now
+	return a, nil
+}
+
+// Called counts a call of key started at at among the process's own
+// calls (pace.AdaptWindow), from which a key's first throttled call
+// starts its limit.
+func (as *Adapts) Called(key string, at time.Time) {
+	s := as.of(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = slices.DeleteFunc(s.calls, func(t time.Time) bool { return at.Sub(t) >= pace.AdaptWindow || t.After(at) })
+	s.calls = append(s.calls, at)
+}
+
+// own is the process's calls of key in the pace.AdaptWindow to now.
+func (s *adaptSeen) own(now time.Time) int {
+	n := 0
+	for _, t := range s.calls {
+		if now.Sub(t) < pace.AdaptWindow && !t.After(now) {
+			n++
+		}
+	}
+	return n
+}
+
+// Throttle applies a throttled call of key at now, the downstream asking
+// for retryAfter (0: none), to the key's adaptive row (pace.Adapt.
+// Throttled): read (Adapt), cut and written (ledger.Store.CutAdapt) when
+// it changes, read again from the stored row and tried again when
+// another process wrote first, up to adaptTries writes. It answers the
+// row as it stands and whether this call changed it.
+func (as *Adapts) Throttle(ctx context.Context, st AdaptStore, key string, now time.Time, retryAfter time.Duration) (pace.Adapt, bool, error) {
+	a, err := as.Adapt(ctx, st, key, now)
+	if err != nil {
+		return pace.Adapt{}, false, err
+	}
+	s := as.of(key)
+	s.mu.Lock()
+	own := s.own(now)
+	s.mu.Unlock()
+	for range adaptTries {
+		n, changed := a.Throttled(now, own, retryAfter)
+		if !changed {
+			return a, false, nil
+		}
+		got, ok, err := st.CutAdapt(ctx, ledger.AdaptCut{Key: key, Was: a, Row: n, Now: now})
+		if err != nil {
+			return a, false, err
+		}
+		s.mu.Lock()
+		s.row, s.read = got, now
+		s.mu.Unlock()
+		if ok {
+			return got, true, nil
+		}
+		a = got
+	}
+	return a, false, nil
+}
+
+// LeaseAdaptive leases the next n positions in line on key's adaptive
+// row a (as this process last read it): from its allowance now on, up
+// to pace.Adapt.Ahead past it (ledger.Store.LeaseAdapt). It answers the
+// lease's first position (granted) and the row as the lease left it,
+// which the process keeps as its copy.
+func (as *Adapts) LeaseAdaptive(ctx context.Context, st AdaptStore, key string, a pace.Adapt, n int, now time.Time) (float64, bool, pace.Adapt, error) {
+	g, err := st.LeaseAdapt(ctx, ledger.AdaptLease{Key: key, N: n, At: a.Allowance(now), Ahead: a.Ahead(now), Now: now})
+	if err != nil {
+		return 0, false, a, err
+	}
+	s := as.of(key)
+	s.mu.Lock()
+	// The lease's answer is as fresh as a read: kept unless a newer cut
+	// was seen meanwhile.
+	if !g.Row.Cut.Before(s.row.Cut) {
+		s.row, s.read = g.Row, now
+	}
+	s.mu.Unlock()
+	return g.Pos, g.Granted, g.Row, nil
+}
+
+// ownServices are the AWS services bulkrun calls for its own bookkeeping
+// around an item's call (a secret's read, an output's write): their
+// throttling is not the downstream's.
+var ownServices = []string{"dynamodb", "s3", "sqs", "secretsmanager", "ssm", "kms", "events", "states"}
+
+// DownstreamThrottle is the throttling a call's err carries when it is
+// the downstream's own (pipeline.ThrottleOf, its Service not one of
+// bulkrun's own AWS services): the delay it asked for (Retry-After; 0:
+// none).
+func DownstreamThrottle(err error) (time.Duration, bool) {
+	t, ok := pipeline.ThrottleOf(err)
+	if !ok || slices.Contains(ownServices, strings.ToLower(t.Service)) {
+		return 0, false
+	}
+	return t.Delay, true
+}
+
+// Observe counts a call of key started at start (Called) and, when it
+// ended throttled by the downstream (DownstreamThrottle), applies the
+// throttling at now (Throttle), answering the row and whether it changed.
+func (as *Adapts) Observe(ctx context.Context, st AdaptStore, key string, start, now time.Time, err error) (pace.Adapt, bool, error) {
+	as.Called(key, start)
+	d, ok := DownstreamThrottle(err)
+	if !ok {
+		return pace.Adapt{}, false, nil
+	}
+	return as.Throttle(ctx, st, key, now, d)
+}
+
+// DownstreamKey is the key a batch with no rate is paced on once its
+// downstream throttles (docs/adr/0036): the host (and port) of its
+// pipeline_options' url (a webhook), lower-cased; else its
+// pipeline_options' function (a Lambda function); else the pipeline's
+// name, "pipeline:{name}". Batches calling one host or function share
+// its pace.
+func DownstreamKey(b ledger.Batch) string {
+	var o struct {
+		URL      string `json:"url"`
+		Function string `json:"function"`
+	}
+	if len(b.Options) > 0 && json.Unmarshal(b.Options, &o) == nil {
+		if u, err := url.Parse(o.URL); err == nil && u.Host != "" {
+			return strings.ToLower(u.Host)
+		}
+		if o.Function != "" {
+			return "lambda:" + o.Function
+		}
+	}
+	return "pipeline:" + b.Pipeline
+}
