@@ -32,7 +32,7 @@ func (s *Store) ReadAdapt(ctx context.Context, key string) (pace.Adapt, error) {
 // Was.Hold (attribute_not_exists for a zero time); ad_booked is left as
 // it is. A lost condition returns the stored row (ALL_OLD), answered
 // with false.
-func (s *Store) CutAdapt(ctx context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error) {
+func (s *Store) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
 	cond := expression.And(adaptIs(layout.AttrAdCutUs, c.Was.Cut), adaptIs(layout.AttrAdHoldUs, c.Was.Hold))
 	u := expression.Set(expression.Name(layout.AttrAdLimit), expression.Value(c.Row.Limit)).
 		Set(expression.Name(layout.AttrAdStep), expression.Value(c.Row.Step)).
@@ -77,7 +77,7 @@ func (s *Store) CutAdapt(ctx context.Context, c ledger.AdaptCut) (pace.Adapt, bo
 // Booked − n. A lost condition returns the stored row (ALL_OLD), which
 // tells the other form, or that Booked is past At + Ahead (not granted,
 // nothing written). The busy form goes first.
-func (s *Store) LeaseAdapt(ctx context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error) {
+func (s *Store) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error) {
 	booked := expression.Name(layout.AttrAdBooked)
 	n := float64(l.N)
 	busy := true
@@ -93,25 +93,25 @@ func (s *Store) LeaseAdapt(ctx context.Context, l ledger.AdaptLease) (ledger.Ada
 		}
 		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, l.Now)).Build()
 		if err != nil {
-			return ledger.AdaptGrant{}, err
+			return pace.AdaptGrant{}, err
 		}
 		attrs, old, err := s.updateRow(ctx, adaptKey(l.Key), expr, types.ReturnValueAllNew)
 		if err == nil {
 			r, rerr := readAdaptRow(l.Key, attrs)
-			return ledger.AdaptGrant{Granted: true, Pos: r.Booked - n, Row: r}, rerr
+			return pace.AdaptGrant{Granted: true, Pos: r.Booked - n, Row: r}, rerr
 		}
 		if !errors.Is(err, api.ErrConflict) {
-			return ledger.AdaptGrant{}, fmt.Errorf("lease adaptive row %s: %w", l.Key, err)
+			return pace.AdaptGrant{}, fmt.Errorf("lease adaptive row %s: %w", l.Key, err)
 		}
 		r, rerr := readAdaptRow(l.Key, old)
 		_, has := old[layout.AttrAdBooked]
 		switch {
 		case rerr != nil:
-			return ledger.AdaptGrant{}, rerr
+			return pace.AdaptGrant{}, rerr
 		case has && r.Booked > l.At+l.Ahead:
-			return ledger.AdaptGrant{Row: r}, nil
+			return pace.AdaptGrant{Row: r}, nil
 		case try+1 >= rateTries:
-			return ledger.AdaptGrant{}, fmt.Errorf("lease adaptive row %s: the row changed under %d tries: %w", l.Key, rateTries, ledger.ErrUnavailable)
+			return pace.AdaptGrant{}, fmt.Errorf("lease adaptive row %s: the row changed under %d tries: %w", l.Key, rateTries, ledger.ErrUnavailable)
 		}
 		busy = has && r.Booked >= l.At
 	}

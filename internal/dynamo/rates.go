@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // rateTries bounds the updates of one lease when the row moved between
@@ -34,7 +35,7 @@ const rateTries = 3
 // Failure ALL_OLD), which tells the right form, or that Next is past the
 // horizon (not granted, nothing written). The busy form goes first (a
 // key worth pacing is busy) unless the caller says it saw the row idle.
-func (s *Store) LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error) {
+func (s *Store) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error) {
 	now := l.Now.UnixMicro()
 	spacing, horizon := l.Spacing.Microseconds(), l.Horizon.Microseconds()
 	key := layout.Key(layout.RatePK(l.Key, l.Shard), layout.SKRate)
@@ -52,30 +53,30 @@ func (s *Store) LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateG
 		}
 		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, l.Now)).Build()
 		if err != nil {
-			return ledger.RateGrant{}, err
+			return pace.RateGrant{}, err
 		}
 		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueUpdatedNew)
 		if err == nil {
 			var n int64
 			if uerr := attributevalue.Unmarshal(attrs[layout.AttrNextUs], &n); uerr != nil {
-				return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: read next_us: %w", l.Key, l.Shard, uerr)
+				return pace.RateGrant{}, fmt.Errorf("lease rate %s/%d: read next_us: %w", l.Key, l.Shard, uerr)
 			}
-			return ledger.RateGrant{Granted: true, Start: time.UnixMicro(n - spacing).UTC(), Next: time.UnixMicro(n).UTC()}, nil
+			return pace.RateGrant{Granted: true, Start: time.UnixMicro(n - spacing).UTC(), Next: time.UnixMicro(n).UTC()}, nil
 		}
 		if !errors.Is(err, api.ErrConflict) {
-			return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: %w", l.Key, l.Shard, err)
+			return pace.RateGrant{}, fmt.Errorf("lease rate %s/%d: %w", l.Key, l.Shard, err)
 		}
 		var stored int64
 		if v, ok := old[layout.AttrNextUs]; ok {
 			if uerr := attributevalue.Unmarshal(v, &stored); uerr != nil {
-				return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: read next_us: %w", l.Key, l.Shard, uerr)
+				return pace.RateGrant{}, fmt.Errorf("lease rate %s/%d: read next_us: %w", l.Key, l.Shard, uerr)
 			}
 		}
 		switch {
 		case stored > now+horizon:
-			return ledger.RateGrant{Next: time.UnixMicro(stored).UTC()}, nil
+			return pace.RateGrant{Next: time.UnixMicro(stored).UTC()}, nil
 		case try+1 >= rateTries:
-			return ledger.RateGrant{}, fmt.Errorf("lease rate %s/%d: the row changed under %d tries: %w", l.Key, l.Shard, rateTries, ledger.ErrUnavailable)
+			return pace.RateGrant{}, fmt.Errorf("lease rate %s/%d: the row changed under %d tries: %w", l.Key, l.Shard, rateTries, ledger.ErrUnavailable)
 		}
 		busy = stored > now
 	}

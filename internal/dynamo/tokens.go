@@ -13,6 +13,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // LeaseTokens implements ledger.Store as LeaseRate does, on the key's
@@ -32,7 +33,7 @@ import (
 // Failure ALL_OLD), which tells the right form, or that Next is past the
 // horizon (not granted, nothing written, the stored usage answered). The
 // busy form goes first unless the caller says it saw the row idle.
-func (s *Store) LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error) {
+func (s *Store) LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenGrant, error) {
 	now := l.Now.UnixMicro()
 	spacing, horizon := l.Spacing.Microseconds(), l.Horizon.Microseconds()
 	key := layout.Key(layout.TokensPK(l.Key), layout.SKTokens)
@@ -50,29 +51,29 @@ func (s *Store) LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.To
 		}
 		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(s.stamp(u, l.Now)).Build()
 		if err != nil {
-			return ledger.TokenGrant{}, err
+			return pace.TokenGrant{}, err
 		}
 		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueAllNew)
 		if err == nil {
 			r, rerr := readTokenRow(attrs)
 			if rerr != nil {
-				return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, rerr)
+				return pace.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, rerr)
 			}
-			g := ledger.RateGrant{Granted: true, Start: time.UnixMicro(r.next - spacing).UTC(), Next: time.UnixMicro(r.next).UTC()}
-			return ledger.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
+			g := pace.RateGrant{Granted: true, Start: time.UnixMicro(r.next - spacing).UTC(), Next: time.UnixMicro(r.next).UTC()}
+			return pace.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 		}
 		if !errors.Is(err, api.ErrConflict) {
-			return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, err)
+			return pace.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, err)
 		}
 		r, rerr := readTokenRow(old)
 		if rerr != nil {
-			return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, rerr)
+			return pace.TokenGrant{}, fmt.Errorf("lease tokens %s: %w", l.Key, rerr)
 		}
 		switch {
 		case r.next > now+horizon:
-			return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
+			return pace.TokenGrant{RateGrant: pace.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 		case try+1 >= rateTries:
-			return ledger.TokenGrant{}, fmt.Errorf("lease tokens %s: the row changed under %d tries: %w", l.Key, rateTries, ledger.ErrUnavailable)
+			return pace.TokenGrant{}, fmt.Errorf("lease tokens %s: the row changed under %d tries: %w", l.Key, rateTries, ledger.ErrUnavailable)
 		}
 		busy = r.next > now
 	}
@@ -98,7 +99,7 @@ func (s *Store) LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.To
 //
 // Granted always; the answer is the row after the write (ALL_NEW): its
 // Next (zero when it has none) and usage.
-func (s *Store) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
+func (s *Store) SettleTokens(ctx context.Context, st pace.TokenSettle) (pace.TokenGrant, error) {
 	now, delta := st.Now.UnixMicro(), st.Delta.Microseconds()
 	key := layout.Key(layout.TokensPK(st.Key), layout.SKTokens)
 	next := expression.Name(layout.AttrNextUs)
@@ -125,25 +126,25 @@ func (s *Store) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger
 		}
 		expr, err := b.WithUpdate(s.stamp(u, st.Now)).Build()
 		if err != nil {
-			return ledger.TokenGrant{}, err
+			return pace.TokenGrant{}, err
 		}
 		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueAllNew)
 		if err == nil {
 			r, rerr := readTokenRow(attrs)
 			if rerr != nil {
-				return ledger.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, rerr)
+				return pace.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, rerr)
 			}
-			return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
+			return pace.TokenGrant{RateGrant: pace.RateGrant{Granted: true, Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 		}
 		if !errors.Is(err, api.ErrConflict) {
-			return ledger.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, err)
+			return pace.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, err)
 		}
 		if try+1 >= rateTries {
-			return ledger.TokenGrant{}, fmt.Errorf("settle tokens %s: the row changed under %d tries: %w", st.Key, rateTries, ledger.ErrUnavailable)
+			return pace.TokenGrant{}, fmt.Errorf("settle tokens %s: the row changed under %d tries: %w", st.Key, rateTries, ledger.ErrUnavailable)
 		}
 		r, rerr := readTokenRow(old)
 		if rerr != nil {
-			return ledger.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, rerr)
+			return pace.TokenGrant{}, fmt.Errorf("settle tokens %s: %w", st.Key, rerr)
 		}
 		switch {
 		case delta < 0:
@@ -197,14 +198,14 @@ func readTokenRow(attrs map[string]types.AttributeValue) (tokenRow, error) {
 
 // ReadTokens implements ledger.Store with one strongly consistent
 // GetItem of the key's token row (no row: the zero grant).
-func (s *Store) ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error) {
+func (s *Store) ReadTokens(ctx context.Context, key string) (pace.TokenGrant, error) {
 	attrs, err := s.getRow(ctx, layout.Key(layout.TokensPK(key), layout.SKTokens))
 	if err != nil {
-		return ledger.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
+		return pace.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
 	}
 	r, err := readTokenRow(attrs)
 	if err != nil {
-		return ledger.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
+		return pace.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
 	}
-	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
+	return pace.TokenGrant{RateGrant: pace.RateGrant{Next: r.nextTime()}, Used: r.used, Calls: r.calls, Drift: r.drift()}, nil
 }

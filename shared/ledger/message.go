@@ -120,7 +120,7 @@ type Message struct {
 	// TokensAtUs is the start (epoch microseconds) of the token booking
 	// the message carries, TokensBookedUs the time it booked at its key's
 	// budget and TokensDriftUs the key's drift when it was booked
-	// (ledger.TokenGrant.Drift), so that its next delivery runs at that
+	// (pace.TokenGrant.Drift), so that its next delivery runs at that
 	// start moved by the debts settled since, and settles against what it
 	// booked (docs/adr/0035). 0: none.
 	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`

@@ -281,46 +281,9 @@ type Store interface {
 	// its woken units never run beside more tracks than it has.
 	TakeTrackSlot(ctx context.Context, s TrackSlot) error
 	FreeTrackSlot(ctx context.Context, s TrackSlot) error
-	// LeaseRate books a lease on one bucket row of a downstream key's rate
-	// (shared/pace Book): when the row's Next (none: idle) is at most
-	// l.Horizon past l.Now, the lease starts at the later of Now and Next
-	// and Next moves to its start + l.Spacing, atomically, so that leases
-	// of one row never overlap whoever takes them; otherwise nothing is
-	// written and the grant is not Granted, with the row's Next. Not
-	// idempotent: a lease asked again is a second lease (an unused one only
-	// slows the key). The row lives on (its TTL renewed per lease) across
-	// batches: it belongs to the key, not to a batch.
-	LeaseRate(ctx context.Context, l RateLease) (RateGrant, error)
-	// LeaseTokens books a lease on a key's token row as LeaseRate does on
-	// a bucket row (the same schedule, its own row: TOKENS#{key}), and
-	// answers the usage settled on the row so far, granted or not. Not
-	// idempotent. SettleTokens adds what a unit's calls used to the row
-	// (Used, Calls) and moves its Next by s.Delta (TokenSettle); not
-	// idempotent either: a settle written twice counts twice (it slows
-	// the key, or speeds it by one unit's estimate at most). Both rows
-	// live on across batches, their TTL renewed by each write.
-	LeaseTokens(ctx context.Context, l TokenLease) (TokenGrant, error)
-	SettleTokens(ctx context.Context, s TokenSettle) (TokenGrant, error)
-	// ReadTokens reads key's token row as it is now (a strongly
-	// consistent read; no row: the zero grant), for a booking carried
-	// ahead to start later by the Drift settled since it was made.
-	ReadTokens(ctx context.Context, key string) (TokenGrant, error)
-	// ReadAdapt reads key's adaptive row (pace.Adapt; no row: the zero
-	// Adapt), strongly consistent. CutAdapt writes c.Row on it, all but
-	// Booked, only if the row's Cut and Hold are still c.Was's (the zero
-	// times: no row, or none set), at microseconds; else it writes
-	// nothing and answers the stored row and false. Idempotent for a
-	// given Was: written once, a second try is refused. LeaseAdapt books
-	// the next l.N positions: from Booked when it is at least l.At and at
-	// most l.At + l.Ahead, from l.At when Booked is below it (or unset),
-	// atomically, so that leases never share a position whoever takes
-	// them; past l.At + l.Ahead nothing is booked. Not idempotent: a
-	// lease asked again is a second lease (an unused one only slows the
-	// key). The row lives on across batches, its TTL renewed by each
-	// write.
-	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
-	CutAdapt(ctx context.Context, c AdaptCut) (pace.Adapt, bool, error)
-	LeaseAdapt(ctx context.Context, l AdaptLease) (AdaptGrant, error)
+	// The pacing rows of downstream keys (rates, token budgets, the
+	// adaptive pace): pace.Rows.
+	pace.Rows
 	// Unpublished lists the finished runs whose completion event is not
 	// yet marked published, oldest first within a batch.
 	Unpublished(ctx context.Context) ([]RunRef, error)

@@ -87,7 +87,7 @@ const AdaptWindow = time.Second
 // doubles every AdaptDoubling instead), Hold, a time before which no call
 // starts and the limit does not grow (the downstream's Retry-After; zero:
 // none), Base, the allowance at the cut, and Booked, the positions leased
-// so far (Store.LeaseAdapt's; a cut leaves it). The zero Adapt is a key
+// so far (Rows.LeaseAdapt's; a cut leaves it). The zero Adapt is a key
 // never throttled.
 type Adapt struct {
 	Limit  float64

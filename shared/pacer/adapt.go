@@ -15,11 +15,11 @@ import (
 )
 
 // AdaptStore is the ledger port an adaptive pace reads, cuts and leases
-// on (ledger.Store.ReadAdapt, CutAdapt, LeaseAdapt).
+// on (pace.Rows.ReadAdapt, CutAdapt, LeaseAdapt).
 type AdaptStore interface {
 	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
-	CutAdapt(ctx context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error)
-	LeaseAdapt(ctx context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error)
+	CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error)
+	LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error)
 }
 
 // AdaptReadEvery is how long a process keeps what it read of a key's
@@ -99,7 +99,7 @@ func (s *adaptSeen) own(now time.Time) int {
 
 // Throttle applies a throttled call of key at now, the downstream asking
 // for retryAfter (0: none), to the key's adaptive row (pace.Adapt.
-// Throttled): read (Adapt), cut and written (ledger.Store.CutAdapt) when
+// Throttled): read (Adapt), cut and written (pace.Rows.CutAdapt) when
 // it changes, read again from the stored row and tried again when
 // another process wrote first, up to adaptTries writes. It answers the
 // row as it stands and whether this call changed it.
@@ -117,7 +117,7 @@ func (as *Adapts) Throttle(ctx context.Context, st AdaptStore, key string, now t
 		if !changed {
 			return a, false, nil
 		}
-		got, ok, err := st.CutAdapt(ctx, ledger.AdaptCut{Key: key, Was: a, Row: n, Now: now})
+		got, ok, err := st.CutAdapt(ctx, pace.AdaptCut{Key: key, Was: a, Row: n, Now: now})
 		if err != nil {
 			return a, false, err
 		}
@@ -134,11 +134,11 @@ func (as *Adapts) Throttle(ctx context.Context, st AdaptStore, key string, now t
 
 // LeaseAdaptive leases the next n positions in line on key's adaptive
 // row a (as this process last read it): from its allowance now on, up
-// to pace.Adapt.Ahead past it (ledger.Store.LeaseAdapt). It answers the
+// to pace.Adapt.Ahead past it (pace.Rows.LeaseAdapt). It answers the
 // lease's first position (granted) and the row as the lease left it,
 // which the process keeps as its copy.
 func (as *Adapts) LeaseAdaptive(ctx context.Context, st AdaptStore, key string, a pace.Adapt, n int, now time.Time) (float64, bool, pace.Adapt, error) {
-	g, err := st.LeaseAdapt(ctx, ledger.AdaptLease{Key: key, N: n, At: a.Allowance(now), Ahead: a.Ahead(now), Now: now})
+	g, err := st.LeaseAdapt(ctx, pace.AdaptLease{Key: key, N: n, At: a.Allowance(now), Ahead: a.Ahead(now), Now: now})
 	if err != nil {
 		return 0, false, a, err
 	}

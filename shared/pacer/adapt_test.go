@@ -69,7 +69,7 @@ func (s *adaptStub) ReadAdapt(context.Context, string) (pace.Adapt, error) {
 	return s.row, nil
 }
 
-func (s *adaptStub) CutAdapt(_ context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error) {
+func (s *adaptStub) CutAdapt(_ context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.row.Cut.Equal(c.Was.Cut) || !s.row.Hold.Equal(c.Was.Hold) {
@@ -81,12 +81,12 @@ func (s *adaptStub) CutAdapt(_ context.Context, c ledger.AdaptCut) (pace.Adapt, 
 	return s.row, true, nil
 }
 
-func (s *adaptStub) LeaseAdapt(_ context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error) {
+func (s *adaptStub) LeaseAdapt(_ context.Context, l pace.AdaptLease) (pace.AdaptGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pos := max(s.row.Booked, l.At)
 	s.row.Booked = pos + float64(l.N)
-	return ledger.AdaptGrant{Granted: true, Pos: pos, Row: s.row}, nil
+	return pace.AdaptGrant{Granted: true, Pos: pos, Row: s.row}, nil
 }
 
 // TestThrottleCutsOncePerSecond guards the process's side of a cut: the

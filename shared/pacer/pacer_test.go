@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -43,24 +42,24 @@ type rowStub struct {
 	horizons []time.Duration
 }
 
-func (s *rowStub) LeaseTokens(_ context.Context, l ledger.TokenLease) (ledger.TokenGrant, error) {
+func (s *rowStub) LeaseTokens(_ context.Context, l pace.TokenLease) (pace.TokenGrant, error) {
 	s.spacings, s.horizons = append(s.spacings, l.Spacing), append(s.horizons, l.Horizon)
 	b := pace.Book(s.next, l.Now, l.Spacing, l.Horizon)
 	if !b.OK {
-		return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: s.next}, Used: s.used, Calls: s.calls}, nil
+		return pace.TokenGrant{RateGrant: pace.RateGrant{Next: s.next}, Used: s.used, Calls: s.calls}, nil
 	}
 	s.next = b.Next
-	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, Used: s.used, Calls: s.calls}, nil
+	return pace.TokenGrant{RateGrant: pace.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, Used: s.used, Calls: s.calls}, nil
 }
 
-func (s *rowStub) ReadTokens(context.Context, string) (ledger.TokenGrant, error) {
-	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Next: s.next}, Used: s.used, Calls: s.calls}, nil
+func (s *rowStub) ReadTokens(context.Context, string) (pace.TokenGrant, error) {
+	return pace.TokenGrant{RateGrant: pace.RateGrant{Next: s.next}, Used: s.used, Calls: s.calls}, nil
 }
 
-func (s *rowStub) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
+func (s *rowStub) SettleTokens(_ context.Context, st pace.TokenSettle) (pace.TokenGrant, error) {
 	s.used += st.Used
 	s.calls += int64(st.Calls)
-	return ledger.TokenGrant{RateGrant: ledger.RateGrant{Granted: true, Next: s.next}, Used: s.used, Calls: s.calls}, nil
+	return pace.TokenGrant{RateGrant: pace.RateGrant{Granted: true, Next: s.next}, Used: s.used, Calls: s.calls}, nil
 }
 
 // TestBookTokensFirstGuessNear guards the first booking of a process:
@@ -107,7 +106,7 @@ type deltaStub struct {
 	deltas []time.Duration
 }
 
-func (s *deltaStub) SettleTokens(ctx context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
+func (s *deltaStub) SettleTokens(ctx context.Context, st pace.TokenSettle) (pace.TokenGrant, error) {
 	s.deltas = append(s.deltas, st.Delta)
 	return s.rowStub.SettleTokens(ctx, st)
 }

@@ -5,14 +5,13 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // RateStore is the ledger port a request rate leases on
-// (ledger.Store.LeaseRate).
+// (pace.Rows.LeaseRate).
 type RateStore interface {
-	LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error)
+	LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error)
 }
 
 // LeaseRequests leases n calls of key at rate requests a second from one
@@ -27,7 +26,7 @@ func LeaseRequests(ctx context.Context, st RateStore, key string, rate float64, 
 	shard := mrand.IntN(shards)
 	row := Row{Key: key, Shard: shard}
 	spacing := pace.Spacing(n, rate/float64(shards))
-	g, err := st.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: shard, Spacing: spacing, Now: Later(now, from), Horizon: pace.LeaseHorizon, Idle: Idle(row, now)})
+	g, err := st.LeaseRate(ctx, pace.RateLease{Key: key, Shard: shard, Spacing: spacing, Now: Later(now, from), Horizon: pace.LeaseHorizon, Idle: Idle(row, now)})
 	if err != nil {
 		return Booking{}, err
 	}

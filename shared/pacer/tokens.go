@@ -6,16 +6,15 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // TokenStore is the ledger port a token budget books on
-// (ledger.Store.LeaseTokens and SettleTokens).
+// (pace.Rows.LeaseTokens and SettleTokens).
 type TokenStore interface {
-	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
-	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
-	ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error)
+	LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenGrant, error)
+	SettleTokens(ctx context.Context, s pace.TokenSettle) (pace.TokenGrant, error)
+	ReadTokens(ctx context.Context, key string) (pace.TokenGrant, error)
 }
 
 // Booking is BookTokens' answer: Granted with the booking's Start, the
@@ -92,7 +91,7 @@ func SettleTokens(ctx context.Context, st TokenStore, key string, budget float64
 		}
 		delta = -max(start.Add(booked).Sub(unused), 0)
 	}
-	g, err := st.SettleTokens(ctx, ledger.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
+	g, err := st.SettleTokens(ctx, pace.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
 	if err != nil {
 		return err
 	}
@@ -102,12 +101,12 @@ func SettleTokens(ctx context.Context, st TokenStore, key string, budget float64
 
 // leaseTokens leases spacing of key's token row, up to TokenHorizon
 // ahead when far, else pace.LeaseSleep.
-func leaseTokens(ctx context.Context, st TokenStore, key string, spacing time.Duration, now time.Time, far bool) (ledger.TokenGrant, error) {
+func leaseTokens(ctx context.Context, st TokenStore, key string, spacing time.Duration, now time.Time, far bool) (pace.TokenGrant, error) {
 	horizon := pace.LeaseSleep
 	if far {
 		horizon = TokenHorizon
 	}
-	g, err := st.LeaseTokens(ctx, ledger.TokenLease{Key: key, Spacing: spacing, Now: now, Horizon: horizon, Idle: Idle(Row{Key: key, Tokens: true}, now)})
+	g, err := st.LeaseTokens(ctx, pace.TokenLease{Key: key, Spacing: spacing, Now: now, Horizon: horizon, Idle: Idle(Row{Key: key, Tokens: true}, now)})
 	if err != nil {
 		return g, err
 	}
@@ -117,7 +116,7 @@ func leaseTokens(ctx context.Context, st TokenStore, key string, spacing time.Du
 
 // sawTokens keeps g's Next as key's token row hint and, when its row has
 // settled calls, its tokens per call.
-func sawTokens(key string, g ledger.TokenGrant, now time.Time) {
+func sawTokens(key string, g pace.TokenGrant, now time.Time) {
 	r := Row{Key: key, Tokens: true}
 	v, _ := rows.Load(r)
 	s, _ := v.(seen)

@@ -38,13 +38,13 @@ type Store interface {
 	HandToTrack(ctx context.Context, h ledger.TrackHand) (bool, error)
 	TakeTrackSlot(ctx context.Context, s ledger.TrackSlot) error
 	FreeTrackSlot(ctx context.Context, s ledger.TrackSlot) error
-	LeaseRate(ctx context.Context, l ledger.RateLease) (ledger.RateGrant, error)
-	LeaseTokens(ctx context.Context, l ledger.TokenLease) (ledger.TokenGrant, error)
-	SettleTokens(ctx context.Context, s ledger.TokenSettle) (ledger.TokenGrant, error)
-	ReadTokens(ctx context.Context, key string) (ledger.TokenGrant, error)
+	LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error)
+	LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenGrant, error)
+	SettleTokens(ctx context.Context, s pace.TokenSettle) (pace.TokenGrant, error)
+	ReadTokens(ctx context.Context, key string) (pace.TokenGrant, error)
 	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
-	CutAdapt(ctx context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error)
-	LeaseAdapt(ctx context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error)
+	CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error)
+	LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
 	WritePack(ctx context.Context, w ledger.PackWrite) error
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -16,17 +15,17 @@ type rateKey struct {
 
 // LeaseRate implements ledger.Store, keeping Next at DynamoDB's row's
 // precision (microseconds).
-func (s *Store) LeaseRate(_ context.Context, l ledger.RateLease) (ledger.RateGrant, error) {
+func (s *Store) LeaseRate(_ context.Context, l pace.RateLease) (pace.RateGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := rateKey{key: l.Key, shard: l.Shard}
 	now := l.Now.Truncate(time.Microsecond)
 	b := pace.Book(s.rates[k], now, l.Spacing, l.Horizon)
 	if !b.OK {
-		return ledger.RateGrant{Next: b.Next}, nil
+		return pace.RateGrant{Next: b.Next}, nil
 	}
 	s.rates[k] = b.Next
-	return ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, nil
+	return pace.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, nil
 }
 
 // ReadAdapt implements ledger.Store.
@@ -39,7 +38,7 @@ func (s *Store) ReadAdapt(_ context.Context, key string) (pace.Adapt, error) {
 // CutAdapt implements ledger.Store: c.Row in place of c.Was, all but
 // Booked, compared and kept at DynamoDB's row's precision
 // (microseconds).
-func (s *Store) CutAdapt(_ context.Context, c ledger.AdaptCut) (pace.Adapt, bool, error) {
+func (s *Store) CutAdapt(_ context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.adapts[c.Key]
@@ -53,17 +52,17 @@ func (s *Store) CutAdapt(_ context.Context, c ledger.AdaptCut) (pace.Adapt, bool
 }
 
 // LeaseAdapt implements ledger.Store.
-func (s *Store) LeaseAdapt(_ context.Context, l ledger.AdaptLease) (ledger.AdaptGrant, error) {
+func (s *Store) LeaseAdapt(_ context.Context, l pace.AdaptLease) (pace.AdaptGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.adapts[l.Key]
 	if r.Booked > l.At+l.Ahead {
-		return ledger.AdaptGrant{Row: r}, nil
+		return pace.AdaptGrant{Row: r}, nil
 	}
 	pos := max(r.Booked, l.At)
 	r.Booked = pos + float64(l.N)
 	s.adapts[l.Key] = r
-	return ledger.AdaptGrant{Granted: true, Pos: pos, Row: r}, nil
+	return pace.AdaptGrant{Granted: true, Pos: pos, Row: r}, nil
 }
 
 // FixedClock is a Clock that tells T until moved.

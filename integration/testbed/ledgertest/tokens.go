@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -18,33 +17,33 @@ type tokenRow struct {
 }
 
 // grant is r as a TokenGrant.
-func (r tokenRow) grant(g ledger.RateGrant) ledger.TokenGrant {
-	return ledger.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls, Drift: r.drift}
+func (r tokenRow) grant(g pace.RateGrant) pace.TokenGrant {
+	return pace.TokenGrant{RateGrant: g, Used: r.used, Calls: r.calls, Drift: r.drift}
 }
 
 // ReadTokens implements ledger.Store.
-func (s *Store) ReadTokens(_ context.Context, key string) (ledger.TokenGrant, error) {
+func (s *Store) ReadTokens(_ context.Context, key string) (pace.TokenGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.tokens[key]
-	return r.grant(ledger.RateGrant{Next: r.next}), nil
+	return r.grant(pace.RateGrant{Next: r.next}), nil
 }
 
 // LeaseTokens implements ledger.Store: LeaseRate's schedule on the key's
 // token row, answering the row's usage, granted or not. Next is kept at
 // DynamoDB's row's precision (microseconds).
-func (s *Store) LeaseTokens(_ context.Context, l ledger.TokenLease) (ledger.TokenGrant, error) {
+func (s *Store) LeaseTokens(_ context.Context, l pace.TokenLease) (pace.TokenGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.tokens[l.Key]
 	now := l.Now.Truncate(time.Microsecond)
 	b := pace.Book(r.next, now, l.Spacing.Truncate(time.Microsecond), l.Horizon.Truncate(time.Microsecond))
 	if !b.OK {
-		return r.grant(ledger.RateGrant{Next: b.Next}), nil
+		return r.grant(pace.RateGrant{Next: b.Next}), nil
 	}
 	r.next = b.Next
 	s.tokens[l.Key] = r
-	return r.grant(ledger.RateGrant{Granted: true, Start: b.Start, Next: b.Next}), nil
+	return r.grant(pace.RateGrant{Granted: true, Start: b.Start, Next: b.Next}), nil
 }
 
 // SettleTokens implements ledger.Store: it adds st's usage to the key's
@@ -52,7 +51,7 @@ func (s *Store) LeaseTokens(_ context.Context, l ledger.TokenLease) (ledger.Toke
 // from Next while it is ahead of Now, else from Now; a give-back only
 // while Next is ahead of Now — at microseconds, adding the Delta to the
 // row's Drift when it moved Next.
-func (s *Store) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.TokenGrant, error) {
+func (s *Store) SettleTokens(_ context.Context, st pace.TokenSettle) (pace.TokenGrant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.tokens[st.Key]
@@ -69,5 +68,5 @@ func (s *Store) SettleTokens(_ context.Context, st ledger.TokenSettle) (ledger.T
 	r.used += st.Used
 	r.calls += int64(st.Calls)
 	s.tokens[st.Key] = r
-	return r.grant(ledger.RateGrant{Granted: true, Next: r.next}), nil
+	return r.grant(pace.RateGrant{Granted: true, Next: r.next}), nil
 }

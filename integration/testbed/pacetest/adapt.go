@@ -42,7 +42,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 	}
 	cut := func(was, row pace.Adapt) (pace.Adapt, bool) {
 		t.Helper()
-		got, ok, err := s.CutAdapt(ctx, ledger.AdaptCut{Key: key, Was: was, Row: row, Now: T0})
+		got, ok, err := s.CutAdapt(ctx, pace.AdaptCut{Key: key, Was: was, Row: row, Now: T0})
 		if err != nil {
 			t.Fatalf("cut: %v", err)
 		}
@@ -59,7 +59,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 	got, ok = cut(pace.Adapt{}, pace.Adapt{Limit: 1, Step: 1, Cut: T0})
 	check(t, "a cut from no row, once there is one: written", ok, false)
 	same("a refused cut's answer", got, want1)
-	g, err := s.LeaseAdapt(ctx, ledger.AdaptLease{Key: key, N: 10, At: 5, Ahead: 100, Now: T0})
+	g, err := s.LeaseAdapt(ctx, pace.AdaptLease{Key: key, N: 10, At: 5, Ahead: 100, Now: T0})
 	if err != nil {
 		t.Fatalf("lease: %v", err)
 	}
@@ -80,7 +80,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 		go func() {
 			defer wg.Done()
 			row := pace.Adapt{Limit: float64(10 + i), Step: 1, Cut: T0.Add(5 * time.Second), Hold: T0.Add(time.Duration(6+i) * time.Second)}
-			if _, ok, err := s.CutAdapt(ctx, ledger.AdaptCut{Key: key, Was: r2, Row: row, Now: T0}); err != nil {
+			if _, ok, err := s.CutAdapt(ctx, pace.AdaptCut{Key: key, Was: r2, Row: row, Now: T0}); err != nil {
 				t.Errorf("cut at once: %v", err)
 			} else if ok {
 				wins.Add(1)
@@ -99,9 +99,9 @@ func adaptLeases(t *testing.T, s ledger.Store) {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	key := "suite-" + hex.EncodeToString(nonce[:])
-	lease := func(n int, at, ahead float64) ledger.AdaptGrant {
+	lease := func(n int, at, ahead float64) pace.AdaptGrant {
 		t.Helper()
-		g, err := s.LeaseAdapt(ctx, ledger.AdaptLease{Key: key, N: n, At: at, Ahead: ahead, Now: T0})
+		g, err := s.LeaseAdapt(ctx, pace.AdaptLease{Key: key, N: n, At: at, Ahead: ahead, Now: T0})
 		if err != nil {
 			t.Fatalf("lease: %v", err)
 		}
@@ -125,7 +125,7 @@ func adaptLeases(t *testing.T, s ledger.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g, err := s.LeaseAdapt(ctx, ledger.AdaptLease{Key: key, N: 3, At: 190, Ahead: 1000, Now: T0})
+			g, err := s.LeaseAdapt(ctx, pace.AdaptLease{Key: key, N: 3, At: 190, Ahead: 1000, Now: T0})
 			if err != nil || !g.Granted {
 				t.Errorf("lease at once: %v (granted %v)", err, g.Granted)
 				return

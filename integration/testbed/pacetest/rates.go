@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // rateLeases guards Store.LeaseRate: an idle row (none yet, or its Next
@@ -22,9 +23,9 @@ func rateLeases(t *testing.T, s ledger.Store) {
 	_, _ = rand.Read(nonce[:])
 	key := "suite-" + hex.EncodeToString(nonce[:])
 	sp := 20 * time.Millisecond
-	lease := func(shard int, now time.Time, idle bool) ledger.RateGrant {
+	lease := func(shard int, now time.Time, idle bool) pace.RateGrant {
 		t.Helper()
-		g, err := s.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: shard, Spacing: sp, Now: now, Horizon: time.Second, Idle: idle})
+		g, err := s.LeaseRate(ctx, pace.RateLease{Key: key, Shard: shard, Spacing: sp, Now: now, Horizon: time.Second, Idle: idle})
 		if err != nil {
 			t.Fatalf("lease at %v: %v", now, err)
 		}
@@ -54,7 +55,7 @@ func rateLeases(t *testing.T, s ledger.Store) {
 	var wg sync.WaitGroup
 	for range 80 {
 		wg.Go(func() {
-			g, err := s.LeaseRate(ctx, ledger.RateLease{Key: key, Shard: 2, Spacing: sp, Now: at, Horizon: time.Second})
+			g, err := s.LeaseRate(ctx, pace.RateLease{Key: key, Shard: 2, Spacing: sp, Now: at, Horizon: time.Second})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

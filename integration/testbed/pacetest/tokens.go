@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // tokenLeases guards Store.LeaseTokens and SettleTokens: a lease on a
@@ -27,17 +28,17 @@ func tokenLeases(t *testing.T, s ledger.Store) {
 	prefix := "suite-" + hex.EncodeToString(nonce[:])
 	key := prefix + "-a"
 	sp := 20 * time.Millisecond
-	lease := func(key string, now time.Time, idle bool) ledger.TokenGrant {
+	lease := func(key string, now time.Time, idle bool) pace.TokenGrant {
 		t.Helper()
-		g, err := s.LeaseTokens(ctx, ledger.TokenLease{Key: key, Spacing: sp, Now: now, Horizon: time.Second, Idle: idle})
+		g, err := s.LeaseTokens(ctx, pace.TokenLease{Key: key, Spacing: sp, Now: now, Horizon: time.Second, Idle: idle})
 		if err != nil {
 			t.Fatalf("lease %s at %v: %v", key, now, err)
 		}
 		return g
 	}
-	settle := func(key string, now time.Time, delta time.Duration, used float64, calls int) ledger.TokenGrant {
+	settle := func(key string, now time.Time, delta time.Duration, used float64, calls int) pace.TokenGrant {
 		t.Helper()
-		g, err := s.SettleTokens(ctx, ledger.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
+		g, err := s.SettleTokens(ctx, pace.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
 		if err != nil {
 			t.Fatalf("settle %s at %v by %v: %v", key, now, delta, err)
 		}
@@ -150,9 +151,9 @@ func tokenSettlesAtOnce(t *testing.T, s ledger.Store) {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	prefix := "suite-" + hex.EncodeToString(nonce[:])
-	settle := func(key string, now time.Time, delta time.Duration, used float64, calls int) ledger.TokenGrant {
+	settle := func(key string, now time.Time, delta time.Duration, used float64, calls int) pace.TokenGrant {
 		t.Helper()
-		g, err := s.SettleTokens(ctx, ledger.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
+		g, err := s.SettleTokens(ctx, pace.TokenSettle{Key: key, Delta: delta, Used: used, Calls: calls, Now: now})
 		if err != nil {
 			t.Fatalf("settle %s at %v by %v: %v", key, now, delta, err)
 		}
@@ -175,7 +176,7 @@ func tokenSettlesAtOnce(t *testing.T, s ledger.Store) {
 				delta = c.back
 			}
 			wg.Go(func() {
-				if _, err := s.SettleTokens(ctx, ledger.TokenSettle{Key: c.key, Delta: delta, Used: 1.25, Calls: 2, Now: now}); err != nil {
+				if _, err := s.SettleTokens(ctx, pace.TokenSettle{Key: c.key, Delta: delta, Used: 1.25, Calls: 2, Now: now}); err != nil {
 					t.Errorf("concurrent settle of %s: %v", c.key, err)
 				}
 			})
@@ -186,7 +187,7 @@ func tokenSettlesAtOnce(t *testing.T, s ledger.Store) {
 		check(t, "concurrent settles: used", g.Used, 50.0)
 		check(t, "concurrent settles: calls", g.Calls, int64(80))
 		check(t, "concurrent settles: drift (every settle moved Next)", g.Drift, c.next)
-		g, err := s.LeaseTokens(ctx, ledger.TokenLease{Key: c.key, Spacing: time.Millisecond, Now: now, Horizon: time.Second})
+		g, err := s.LeaseTokens(ctx, pace.TokenLease{Key: c.key, Spacing: time.Millisecond, Now: now, Horizon: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

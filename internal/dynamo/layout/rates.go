@@ -2,7 +2,7 @@ package layout
 
 import "strconv"
 
-// A rate key's bucket rows (shared/pace, ledger.Store.LeaseRate): one per
+// A rate key's bucket rows (shared/pace, pace.Rows.LeaseRate): one per
 // shard, RATE#{key}#{shard}, sk RATE, attribute next_us (the row's Next,
 // epoch microseconds), one conditional update per lease, the row TTL
 // renewed by each. A key is [A-Za-z0-9._:/@-] (api.Rate), so no key
@@ -17,7 +17,7 @@ const (
 // RatePK is the partition key of shard shard of rate key key.
 func RatePK(key string, shard int) string { return PKRate + key + "#" + strconv.Itoa(shard) }
 
-// A token key's row (docs/adr/0035, ledger.Store.LeaseTokens and
+// A token key's row (docs/adr/0035, pace.Rows.LeaseTokens and
 // SettleTokens): one per key, TOKENS#{key}, sk TOKENS, no shards;
 // attributes next_us (the row's Next, epoch microseconds, as a bucket
 // row's; absent until a lease or a debt moves it), tok_used (the tokens
@@ -40,7 +40,7 @@ const (
 // TokensPK is the partition key of token key key's row.
 func TokensPK(key string) string { return PKTokens + key }
 
-// A downstream key's adaptive row (docs/adr/0036, ledger.Store.ReadAdapt,
+// A downstream key's adaptive row (docs/adr/0036, pace.Rows.ReadAdapt,
 // CutAdapt and LeaseAdapt; shared/pace Adapt): one per key, ADAPT#{key},
 // sk ADAPT; attributes ad_limit (requests a second, a number), ad_step
 // (its growth a second), ad_slow (1: in slow start), ad_base (the
