@@ -42,6 +42,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
+	"github.com/bulkrun/bulkrun/internal/dynamo/pacerows"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -59,6 +60,9 @@ type Store struct {
 	// ledger.TTLGrace so that finalize rarely has to extend a row.
 	RowTTL   time.Duration
 	capacity capacity
+	// Rows are the pacing rows of downstream keys (pace.Rows), reached
+	// through this Store's row calls.
+	pacerows.Rows
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -76,6 +80,7 @@ func (s *Store) Table() string { return s.table }
 // consumed capacity (see Capacity); db itself is not changed.
 func New(db *dynamodb.Client, table string) *Store {
 	s := &Store{table: table, Timeout: 10 * time.Second}
+	s.Rows = pacerows.New(s.getRow, s.updateRow, s.stamp)
 	s.db = dynamodb.New(db.Options(), func(o *dynamodb.Options) {
 		o.Retryer = awsfault.Retryer()
 		o.APIOptions = append(slices.Clip(o.APIOptions), awsfault.Tag("dynamodb"), s.consumed)

@@ -1,4 +1,4 @@
-package dynamo
+package pacerows
 
 import (
 	"context"
@@ -16,27 +16,31 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
-// ReadAdapt implements ledger.Store with one strongly consistent GetItem
+// ReadAdapt implements pace.Rows with one strongly consistent GetItem
 // of the key's adaptive row (ADAPT#{key}; no row: the zero Adapt).
-func (s *Store) ReadAdapt(ctx context.Context, key string) (pace.Adapt, error) {
-	attrs, err := s.getRow(ctx, adaptKey(key))
+func (s Rows) ReadAdapt(ctx context.Context, key string) (pace.Adapt, error) {
+	attrs, err := s.get(ctx, adaptKey(key))
 	if err != nil {
 		return pace.Adapt{}, fmt.Errorf("read adaptive row %s: %w", key, err)
 	}
 	return readAdaptRow(key, attrs)
 }
 
-// CutAdapt implements ledger.Store with one UpdateItem: SET ad_limit,
+// CutAdapt implements pace.Rows with one UpdateItem: SET ad_limit,
 // ad_step, ad_slow, ad_base, ad_cut_us and ad_hold_us (a zero time
 // removes its attribute) under ad_cut_us = Was.Cut and ad_hold_us =
 // Was.Hold (attribute_not_exists for a zero time); ad_booked is left as
 // it is. A lost condition returns the stored row (ALL_OLD), answered
 // with false.
-func (s *Store) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
+func (s Rows) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
 	cond := expression.And(adaptIs(layout.AttrAdCutUs, c.Was.Cut), adaptIs(layout.AttrAdHoldUs, c.Was.Hold))
+	slow := 0 // stored as a number, as the table's other flags
+	if c.Row.Slow {
+		slow = 1
+	}
 	u := expression.Set(expression.Name(layout.AttrAdLimit), expression.Value(c.Row.Limit)).
 		Set(expression.Name(layout.AttrAdStep), expression.Value(c.Row.Step)).
-		Set(expression.Name(layout.AttrAdSlow), expression.Value(boolInt(c.Row.Slow))).
+		Set(expression.Name(layout.AttrAdSlow), expression.Value(slow)).
 		Set(expression.Name(layout.AttrAdBase), expression.Value(c.Row.Base))
 	for _, a := range []struct {
 		name string
@@ -52,7 +56,7 @@ func (s *Store) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool
 	if err != nil {
 		return pace.Adapt{}, false, err
 	}
-	attrs, old, err := s.updateRow(ctx, adaptKey(c.Key), expr, types.ReturnValueAllNew)
+	attrs, old, err := s.update(ctx, adaptKey(c.Key), expr, types.ReturnValueAllNew)
 	if errors.Is(err, api.ErrConflict) {
 		a, rerr := readAdaptRow(c.Key, old)
 		return a, false, rerr
@@ -64,7 +68,7 @@ func (s *Store) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool
 	return a, err == nil, err
 }
 
-// LeaseAdapt implements ledger.Store with one UpdateItem, no read, in one
+// LeaseAdapt implements pace.Rows with one UpdateItem, no read, in one
 // of two forms, as LeaseRate's, so that leases taken at once never refuse
 // each other while the row is busy:
 //
@@ -77,7 +81,7 @@ func (s *Store) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool
 // Booked − n. A lost condition returns the stored row (ALL_OLD), which
 // tells the other form, or that Booked is past At + Ahead (not granted,
 // nothing written). The busy form goes first.
-func (s *Store) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error) {
+func (s Rows) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error) {
 	booked := expression.Name(layout.AttrAdBooked)
 	n := float64(l.N)
 	busy := true
@@ -95,7 +99,7 @@ func (s *Store) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGr
 		if err != nil {
 			return pace.AdaptGrant{}, err
 		}
-		attrs, old, err := s.updateRow(ctx, adaptKey(l.Key), expr, types.ReturnValueAllNew)
+		attrs, old, err := s.update(ctx, adaptKey(l.Key), expr, types.ReturnValueAllNew)
 		if err == nil {
 			r, rerr := readAdaptRow(l.Key, attrs)
 			return pace.AdaptGrant{Granted: true, Pos: r.Booked - n, Row: r}, rerr

@@ -1,4 +1,4 @@
-package dynamo
+package pacerows
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
-// LeaseTokens implements ledger.Store as LeaseRate does, on the key's
+// LeaseTokens implements pace.Rows as LeaseRate does, on the key's
 // token row (TOKENS#{key}): one UpdateItem, no read, in one of two forms,
 // so that leases taken at once while the row is busy never refuse each
 // other:
@@ -33,7 +33,7 @@ import (
 // Failure ALL_OLD), which tells the right form, or that Next is past the
 // horizon (not granted, nothing written, the stored usage answered). The
 // busy form goes first unless the caller says it saw the row idle.
-func (s *Store) LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenGrant, error) {
+func (s Rows) LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenGrant, error) {
 	now := l.Now.UnixMicro()
 	spacing, horizon := l.Spacing.Microseconds(), l.Horizon.Microseconds()
 	key := layout.Key(layout.TokensPK(l.Key), layout.SKTokens)
@@ -53,7 +53,7 @@ func (s *Store) LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenG
 		if err != nil {
 			return pace.TokenGrant{}, err
 		}
-		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueAllNew)
+		attrs, old, err := s.update(ctx, key, expr, types.ReturnValueAllNew)
 		if err == nil {
 			r, rerr := readTokenRow(attrs)
 			if rerr != nil {
@@ -79,7 +79,7 @@ func (s *Store) LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenG
 	}
 }
 
-// SettleTokens implements ledger.Store with one UpdateItem in the common
+// SettleTokens implements pace.Rows with one UpdateItem in the common
 // case, no read: ADD tok_used :used, tok_calls :calls (the row made if
 // absent), the row TTL renewed, and Next moved by the settle's Delta in
 // one of LeaseTokens' two forms:
@@ -99,7 +99,7 @@ func (s *Store) LeaseTokens(ctx context.Context, l pace.TokenLease) (pace.TokenG
 //
 // Granted always; the answer is the row after the write (ALL_NEW): its
 // Next (zero when it has none) and usage.
-func (s *Store) SettleTokens(ctx context.Context, st pace.TokenSettle) (pace.TokenGrant, error) {
+func (s Rows) SettleTokens(ctx context.Context, st pace.TokenSettle) (pace.TokenGrant, error) {
 	now, delta := st.Now.UnixMicro(), st.Delta.Microseconds()
 	key := layout.Key(layout.TokensPK(st.Key), layout.SKTokens)
 	next := expression.Name(layout.AttrNextUs)
@@ -128,7 +128,7 @@ func (s *Store) SettleTokens(ctx context.Context, st pace.TokenSettle) (pace.Tok
 		if err != nil {
 			return pace.TokenGrant{}, err
 		}
-		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueAllNew)
+		attrs, old, err := s.update(ctx, key, expr, types.ReturnValueAllNew)
 		if err == nil {
 			r, rerr := readTokenRow(attrs)
 			if rerr != nil {
@@ -196,10 +196,10 @@ func readTokenRow(attrs map[string]types.AttributeValue) (tokenRow, error) {
 	return r, nil
 }
 
-// ReadTokens implements ledger.Store with one strongly consistent
+// ReadTokens implements pace.Rows with one strongly consistent
 // GetItem of the key's token row (no row: the zero grant).
-func (s *Store) ReadTokens(ctx context.Context, key string) (pace.TokenGrant, error) {
-	attrs, err := s.getRow(ctx, layout.Key(layout.TokensPK(key), layout.SKTokens))
+func (s Rows) ReadTokens(ctx context.Context, key string) (pace.TokenGrant, error) {
+	attrs, err := s.get(ctx, layout.Key(layout.TokensPK(key), layout.SKTokens))
 	if err != nil {
 		return pace.TokenGrant{}, fmt.Errorf("read tokens %s: %w", key, err)
 	}

@@ -1,4 +1,4 @@
-package dynamo
+package pacerows
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // an idle and a busy state under it.
 const rateTries = 3
 
-// LeaseRate implements ledger.Store with one UpdateItem, no read, in one
+// LeaseRate implements pace.Rows with one UpdateItem, no read, in one
 // of two forms, so that leases taken at once by many invocations never
 // refuse each other while the row is busy:
 //
@@ -35,7 +35,7 @@ const rateTries = 3
 // Failure ALL_OLD), which tells the right form, or that Next is past the
 // horizon (not granted, nothing written). The busy form goes first (a
 // key worth pacing is busy) unless the caller says it saw the row idle.
-func (s *Store) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error) {
+func (s Rows) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error) {
 	now := l.Now.UnixMicro()
 	spacing, horizon := l.Spacing.Microseconds(), l.Horizon.Microseconds()
 	key := layout.Key(layout.RatePK(l.Key, l.Shard), layout.SKRate)
@@ -55,7 +55,7 @@ func (s *Store) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant
 		if err != nil {
 			return pace.RateGrant{}, err
 		}
-		attrs, old, err := s.updateRow(ctx, key, expr, types.ReturnValueUpdatedNew)
+		attrs, old, err := s.update(ctx, key, expr, types.ReturnValueUpdatedNew)
 		if err == nil {
 			var n int64
 			if uerr := attributevalue.Unmarshal(attrs[layout.AttrNextUs], &n); uerr != nil {
