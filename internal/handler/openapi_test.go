@@ -31,6 +31,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/keyset"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/submit"
@@ -819,4 +820,14 @@ func verrs(ok bool, errs []*verrors.ValidationError) (bool, []string) {
 		out = append(out, line)
 	}
 	return ok && len(errs) == 0, out
+}
+
+// ReadAdapt and CutAdapt: an unpause restarts the downstream's adaptive
+// pace; the contract's store keeps no such row.
+func (s *contractStore) ReadAdapt(context.Context, string) (pace.Adapt, error) {
+	return pace.Adapt{}, nil
+}
+
+func (s *contractStore) CutAdapt(_ context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
+	return c.Row, true, nil
 }

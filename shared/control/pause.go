@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
 // Pause pauses the batch's run by hand: no item starts until Unpause,
@@ -79,7 +80,9 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 }
 
 // endPause removes b's pause (as read: b.Pause) on by's behalf
-// (Store.Unpause), then logs msg and announces the end; a pause the store
+// (Store.Unpause), then logs msg, announces the end and, for a batch with
+// no rate, starts its downstream's adaptive pace again (pace.Adapt.
+// Resumed); a pause the store
 // no longer holds as read (ErrConflict) is left as it is, without error.
 func (c *Control) endPause(ctx context.Context, b ledger.Batch, by api.PauseBy, msg string) error {
 	p := *b.Pause
@@ -89,6 +92,15 @@ func (c *Control) endPause(ctx context.Context, b ledger.Batch, by api.PauseBy, 
 		now := c.now()
 		c.Log.WarnContext(ctx, msg, "batch_id", b.ID, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
 		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, p, false, by, now)
+		if b.Rate == nil {
+			// Its downstream is paced from pace.AdaptResume again, so that
+			// the units that waited come back spread (pacer.Adapts.Resume);
+			// a failed write leaves them unpaced, the unpause standing.
+			key := pacer.DownstreamKey(b)
+			if _, _, err := (&pacer.Adapts{}).Resume(ctx, c.Store, key, now); err != nil {
+				c.Log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "batch_id", b.ID, "key", key, "error", err.Error())
+			}
+		}
 	case !errors.Is(err, api.ErrConflict):
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // Store is what the control engine (a caller's commands and the sweep) needs of the ledger's store: the methods it
@@ -17,6 +18,10 @@ type Store interface {
 	ledger.ShardScanner // PartialResults
 	ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error)
 	Pause(ctx context.Context, m ledger.PauseMark) error
+	// ReadAdapt and CutAdapt: an unpause restarts a downstream's adaptive
+	// pace (pace.Rows).
+	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
+	CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error)
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error
 	SetLimits(ctx context.Context, id string, l ledger.Limits) error
 	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)

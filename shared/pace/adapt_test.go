@@ -108,3 +108,43 @@ func TestAdaptWait(t *testing.T) {
 		t.Errorf("AdaptWait(1) = %v, want 10m", w)
 	}
 }
+
+// TestAdaptResumed guards the ramp after a pause: a key not paced (or
+// paced below AdaptResume) starts again at AdaptResume in slow start, its
+// allowance kept, so that the units that waited are due over seconds,
+// not at once (the first 20 positions after the resume take ≈ 1.5 s, and
+// the limit reaches AdaptCeiling in ≈ 11 s); a key paced at AdaptResume or
+// more is left as it is.
+func TestAdaptResumed(t *testing.T) {
+	var a Adapt
+	r, changed := a.Resumed(at0)
+	if !changed || r.Limit != AdaptResume || !r.Slow || !r.Cut.Equal(at0) || r.Base != 0 || !r.Paced(at0) {
+		t.Fatalf("a key not paced, resumed: %+v (changed %v), want %v a second in slow start from at0", r, changed, AdaptResume)
+	}
+	if d := r.Due(20, at0).Sub(at0); d < 1400*time.Millisecond || d > 1700*time.Millisecond {
+		t.Errorf("position 20 due %v after the resume, want ≈ 1.5 s (10/s doubling every 2 s)", d)
+	}
+	if r.Paced(at0.Add(12 * time.Second)) {
+		t.Errorf("still paced 12 s after the resume: limit %v", r.LimitAt(at0.Add(12*time.Second)))
+	}
+	if !r.Paced(at0.Add(10 * time.Second)) {
+		t.Error("not paced 10 s after the resume (the limit reaches 500/s at ≈ 11.3 s)")
+	}
+
+	low, _ := Adapt{}.Throttled(at0, 2, 0) // 1.4 a second
+	later := at0.Add(time.Second)
+	r, changed = low.Resumed(later)
+	if !changed || r.Limit != AdaptResume || !near(r.Base, low.Allowance(later)) {
+		t.Errorf("a key paced at %v resumed: %+v (changed %v), want %v a second from its allowance %v", low.LimitAt(later), r, changed, AdaptResume, low.Allowance(later))
+	}
+
+	high, _ := Adapt{}.Throttled(at0, 100, 0) // 70 a second
+	if r, changed := high.Resumed(later); changed || r != high {
+		t.Errorf("a key paced at %v resumed: %+v (changed %v), want it left as it is", high.LimitAt(later), r, changed)
+	}
+
+	held, _ := Adapt{}.Throttled(at0, 2, 30*time.Second)
+	if r, _ := held.Resumed(later); !r.Hold.Equal(held.Hold) {
+		t.Errorf("a resume dropped the downstream's Retry-After hold: %v, want %v", r.Hold, held.Hold)
+	}
+}

@@ -17,9 +17,15 @@ import (
 // AdaptStore is the ledger port an adaptive pace reads, cuts and leases
 // on (pace.Rows.ReadAdapt, CutAdapt, LeaseAdapt).
 type AdaptStore interface {
+	AdaptRows
+	LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error)
+}
+
+// AdaptRows is the part of AdaptStore that reads and rewrites a key's
+// adaptive row (Adapt, Throttle, Resume).
+type AdaptRows interface {
 	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
 	CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error)
-	LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error)
 }
 
 // AdaptReadEvery is how long a process keeps what it read of a key's
@@ -57,7 +63,7 @@ func (as *Adapts) of(key string) *adaptSeen {
 // process's copy, or one strongly consistent read (ledger.Store.
 // ReadAdapt) when it is older, from the future (a test's clock) or
 // missing.
-func (as *Adapts) Adapt(ctx context.Context, st AdaptStore, key string, now time.Time) (pace.Adapt, error) {
+func (as *Adapts) Adapt(ctx context.Context, st AdaptRows, key string, now time.Time) (pace.Adapt, error) {
 	s := as.of(key)
 	s.mu.Lock()
 	if !s.read.IsZero() && !s.read.After(now) && now.Sub(s.read) < AdaptReadEvery {
@@ -103,17 +109,34 @@ func (s *adaptSeen) own(now time.Time) int {
 // it changes, read again from the stored row and tried again when
 // another process wrote first, up to adaptTries writes. It answers the
 // row as it stands and whether this call changed it.
-func (as *Adapts) Throttle(ctx context.Context, st AdaptStore, key string, now time.Time, retryAfter time.Duration) (pace.Adapt, bool, error) {
+func (as *Adapts) Throttle(ctx context.Context, st AdaptRows, key string, now time.Time, retryAfter time.Duration) (pace.Adapt, bool, error) {
+	s := as.of(key)
+	s.mu.Lock()
+	own := s.own(now)
+	s.mu.Unlock()
+	return as.rewrite(ctx, st, key, now, func(a pace.Adapt) (pace.Adapt, bool) { return a.Throttled(now, own, retryAfter) })
+}
+
+// Resume starts key's pace again from pace.AdaptResume in slow start
+// when a batch calling it resumes at now after a pause (pace.Adapt.
+// Resumed), written as Throttle writes a cut. Other processes read the
+// row within AdaptReadEvery: until then, their units run unpaced.
+func (as *Adapts) Resume(ctx context.Context, st AdaptRows, key string, now time.Time) (pace.Adapt, bool, error) {
+	return as.rewrite(ctx, st, key, now, func(a pace.Adapt) (pace.Adapt, bool) { return a.Resumed(now) })
+}
+
+// rewrite writes next(row) on key's adaptive row when it changes it: read
+// (Adapt), written (pace.Rows.CutAdapt, conditional on the row read),
+// read again from the stored row and tried again when another process
+// wrote first, up to adaptTries writes.
+func (as *Adapts) rewrite(ctx context.Context, st AdaptRows, key string, now time.Time, next func(pace.Adapt) (pace.Adapt, bool)) (pace.Adapt, bool, error) {
 	a, err := as.Adapt(ctx, st, key, now)
 	if err != nil {
 		return pace.Adapt{}, false, err
 	}
 	s := as.of(key)
-	s.mu.Lock()
-	own := s.own(now)
-	s.mu.Unlock()
 	for range adaptTries {
-		n, changed := a.Throttled(now, own, retryAfter)
+		n, changed := next(a)
 		if !changed {
 			return a, false, nil
 		}

@@ -107,6 +107,20 @@ func (w *Worker) paceAdaptive(ctx context.Context, log *slog.Logger, b ledger.Ba
 	return 0, nil
 }
 
+// resumePace ramps b's downstream back up as b resumes after its outage
+// pause (pacer.Adapts.Resume): its units that waited come back spread,
+// not at once. A batch with a rate is paced by it already; a failed
+// write leaves the units unpaced, the unpause standing.
+func (w *Worker) resumePace(ctx context.Context, log *slog.Logger, b ledger.Batch) {
+	if b.Rate != nil {
+		return
+	}
+	key := pacer.DownstreamKey(b)
+	if _, _, err := w.adaptBook().Resume(ctx, w.Store, key, w.Clock.Now()); err != nil {
+		log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "key", key, "error", pipeline.ErrorText(err))
+	}
+}
+
 // adaptBooks guards the making of a Worker's Adapts.
 var adaptBooks sync.Mutex
 

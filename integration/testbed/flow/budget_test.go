@@ -83,6 +83,11 @@ func TestBudgetPausesAndARaiseResumes(t *testing.T) {
 	if b, err = r.ctl.SetBudget(ctx, id, 100); err != nil || b.Pause != nil || b.BudgetUSD != 100 {
 		t.Fatalf("raise to $100: pause %+v, budget %v, %v: want unpaused at $100", b.Pause, b.BudgetUSD, err)
 	}
+	// The resume put the downstream in slow start from
+	// pace.AdaptResume (its units lease places in line, due as the
+	// clock moves): this rig's clock stands still, so it moves past
+	// the ramp's end (≈ 11 s) once.
+	r.clock.T = r.clock.T.Add(15 * time.Second)
 	r.drain(t, ctx, 1)
 	res, err := r.fin.Finalize(ctx, id, 1)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/webhook"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
@@ -186,8 +187,10 @@ func (r *rig) step(t *testing.T, ctx context.Context, id string, d time.Duration
 // An outage of the downstream (every call a 502 for 3 minutes) pauses the
 // batch after PauseAfter failed attempts in a row: no item starts and no
 // attempt is used while it is paused, one item probes at each check, and
-// the first probe after the outage unpauses it. Every item then succeeds,
-// none failed, within its 3 attempts; the two events say so.
+// the first probe after the outage unpauses it, and its downstream's pace
+// starts again from pace.AdaptResume (the waiting units lease places in
+// it, so they come back spread). Every item then succeeds, none failed,
+// within its 3 attempts; the two events say so.
 func TestOutagePausesProbesAndResumes(t *testing.T) {
 	for _, k := range []int{1, 10} {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
@@ -238,6 +241,17 @@ func TestOutagePausesProbesAndResumes(t *testing.T) {
 			}
 			if callsWhilePaused > int64(probes) {
 				t.Errorf("%d calls while paused with %d probes: only probes may call", callsWhilePaused, probes)
+			}
+			// The unpause started the downstream's pace again from
+			// pace.AdaptResume in slow start, and the units that waited
+			// leased their places in it: they came back spread.
+			a, err := r.store.ReadAdapt(ctx, "pipeline:counted")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Limit != pace.AdaptResume || !a.Slow || a.Cut.Before(pausedAt) || a.Cut.After(unpausedAt) || a.Booked < 1 {
+				t.Errorf("the downstream's adaptive row after the unpause: %+v; want %v a second in slow start from the unpause (between +%s and +%s), places booked",
+					a, pace.AdaptResume, pausedAt.Sub(start), unpausedAt.Sub(start))
 			}
 			res, err := r.fin.Finalize(ctx, id, 1)
 			if err != nil {
@@ -302,6 +316,11 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	}
 	if b, err = r.ctl.Unpause(ctx, "held"); err != nil || b.Pause != nil {
 		t.Fatalf("unpause again: %+v, %v", b.Pause, err)
+	}
+	// The unpause ramps the downstream back up (pace.AdaptResume, slow
+	// start), once: the second unpause found the batch running.
+	if a, err := r.store.ReadAdapt(ctx, "pipeline:counted"); err != nil || a.Limit != pace.AdaptResume || !a.Slow || !a.Cut.Equal(r.clock.Now()) {
+		t.Errorf("the downstream's adaptive row after the unpause: %+v, %v; want %v a second in slow start from now", a, err, pace.AdaptResume)
 	}
 	r.step(t, ctx, "held", time.Second)
 	r.drain(t, ctx, 1)

@@ -480,6 +480,11 @@ func TestTaskHeartbeatsWhileTheFirstRunGoes(t *testing.T) {
 	if err != nil || !b.TaskGone || b.Status != api.StatusRunning {
 		t.Fatalf("batch whose task is gone: %s, task gone %v (%v); want running, marked gone", b.Status, b.TaskGone, err)
 	}
+	// The resume put the downstream in slow start from
+	// pace.AdaptResume (its units lease places in line, due as the
+	// clock moves): this rig's clock stands still, so it moves past
+	// the ramp's end (≈ 11 s) once.
+	r.clock.T = r.clock.T.Add(15 * time.Second)
 	r.drain(t, ctx, 1)
 	for _, id := range []string{"beat", "plain"} {
 		if _, err := r.fin.Finalize(ctx, id, 1); err != nil {
