@@ -200,7 +200,7 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]le
 		}
 		batch := make([]types.SendMessageBatchRequestEntry, 0, len(pending))
 		for id, i := range pending {
-			batch = append(batch, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(string(bodies[i]))})
+			batch = append(batch, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(string(bodies[i])), MessageGroupId: group(bodies[i])})
 		}
 		slices.SortFunc(batch, func(a, b types.SendMessageBatchRequestEntry) int { return pending[*a.Id] - pending[*b.Id] })
 		out, err := q.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.url, Entries: batch})
@@ -239,13 +239,24 @@ func (q *Queue) sendBatch(ctx context.Context, bodies [][]byte, idx []int) ([]le
 	return refused, nil, nil
 }
 
+// group is the MessageGroupId body is sent with: its batch's
+// (ledger.MessageGroup), so that the standard queue's fair queues deliver
+// the batches' messages fairly; nil (no group) when it names none.
+func group(body []byte) *string {
+	if g := ledger.MessageGroup(body); g != "" {
+		return &g
+	}
+	return nil
+}
+
 // Requeue sends body as a new message that becomes visible after delay
 // (whole seconds, clamped to 0–MaxDelay). A new message starts with a
 // receive count of 0, so requeueing does not bring it closer to the
 // dead-letter queue. A refused body is a *ledger.RefusedError.
 func (q *Queue) Requeue(ctx context.Context, body []byte, delay time.Duration) error {
 	delay = min(max(delay, 0), MaxDelay)
-	_, err := q.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String(string(body)), DelaySeconds: int32((delay + time.Second - 1) / time.Second)})
+	_, err := q.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String(string(body)), MessageGroupId: group(body),
+		DelaySeconds: int32((delay + time.Second - 1) / time.Second)})
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}

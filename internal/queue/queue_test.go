@@ -32,6 +32,8 @@ type fakeSQS struct {
 	// and maxInFlight count the calls being answered.
 	latency               time.Duration
 	inFlight, maxInFlight int
+	// groups is each body's MessageGroupId as sent (nil: none).
+	groups map[string]*string
 }
 
 func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +42,10 @@ func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Entries []struct{ Id, MessageBody string }
+		Entries []struct {
+			Id, MessageBody string
+			MessageGroupId  *string
+		}
 	}
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 		http.Error(w, err.Error(), 400)
@@ -51,6 +56,10 @@ func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var bodies []string
 	for _, e := range in.Entries {
 		bodies = append(bodies, e.MessageBody)
+		if f.groups == nil {
+			f.groups = map[string]*string{}
+		}
+		f.groups[e.MessageBody] = e.MessageGroupId
 	}
 	f.calls = append(f.calls, bodies)
 	f.inFlight++
@@ -341,5 +350,36 @@ func BenchmarkSendFanout(b *testing.B) {
 			perMessage := b.Elapsed().Seconds() / float64(b.N) / messages
 			b.ReportMetric(perMessage*1e8/itemsPerMessage, "s/1e8-items")
 		})
+	}
+}
+
+// TestSendGroupsByBatch guards the fair queue's tenants: every message
+// that names its batch is sent in the batch's message group (SQS's
+// MessageGroupId on a standard queue), and a body naming none is sent
+// with no group rather than refused.
+func TestSendGroupsByBatch(t *testing.T) {
+	f := &fakeSQS{answer: func(int, string) (bool, bool) { return true, false }}
+	q := newQueue(t, f)
+	bodies := [][]byte{
+		[]byte(`{"kind":"item","batch_id":"settle-2026-12","key":"a"}`),
+		[]byte(`{"kind":"pack","batch_id":"small_batch-1","items":[]}`),
+		[]byte(`{"kind":"item","key":"b"}`),
+		[]byte(`not json`),
+	}
+	if err := q.Send(context.Background(), bodies); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"settle-2026-12", "small_batch-1", "", ""}
+	for i, b := range bodies {
+		got, ok := f.groups[string(b)]
+		if !ok {
+			t.Fatalf("body %d not sent", i)
+		}
+		switch {
+		case want[i] == "" && got != nil:
+			t.Errorf("body %d (%s) sent in group %q, want none", i, b, *got)
+		case want[i] != "" && (got == nil || *got != want[i]):
+			t.Errorf("body %d (%s) sent in group %v, want %q", i, b, got, want[i])
+		}
 	}
 }

@@ -262,6 +262,30 @@ func (m Message) Body() ([]byte, error) {
 	return SQSSafe(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
 }
 
+// MessageGroup is the message group an items-queue message is sent in
+// (SQS's MessageGroupId): its batch's ID, read from the body's
+// "batch_id"; "" when the body has none or is not a JSON object (the
+// message is then sent with no group). On a standard queue a message
+// group makes SQS's fair queues treat each batch as a tenant ("In
+// standard queues, using MessageGroupId enables fair queues"; "Amazon
+// SQS fair queues", SQS developer guide): when one batch holds a
+// disproportionate share of the messages in flight, the other batches'
+// messages are delivered first, so that a small batch does not wait
+// behind a large one's backlog. Messages of one group are still taken
+// in parallel, in no order (unlike a FIFO queue's). A batch ID, 1–128
+// of [A-Za-z0-9_-] (api.ValidBatchID), is a valid MessageGroupId (1–128
+// alphanumeric and punctuation characters; SQS API reference,
+// "SendMessage").
+func MessageGroup(body []byte) string {
+	var m struct {
+		BatchID string `json:"batch_id"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	return m.BatchID
+}
+
 // SQSAllowed reports whether SQS accepts r in a message body. The SQS API
 // reference, "SendMessage" (MessageBody;
 // https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html),
