@@ -191,8 +191,19 @@ func (a Adapt) Wake(p float64, now time.Time) time.Time {
 	if a.Slow {
 		return a.Due(p, now)
 	}
-	return a.due(p, now, min(a.Limit/AdaptBackoff, AdaptCeiling))
+	grown := a.limitAfter(now.Add(AdaptWakeAhead).Sub(a.from()).Seconds())
+	return a.due(p, now, min(max(a.Limit/AdaptBackoff, grown), AdaptCeiling))
 }
+
+// AdaptWakeAhead is how far ahead Wake counts the limit's growth: 10 s.
+// A unit's wake is fixed when it is sent to wait (a queue's delay cannot
+// be shortened), so a count capped at the pace of the last cut alone
+// kept a backlog at that pace however far the limit grew: on the
+// emulator, a cut to 3.5 a second held 330 waiting units at 4.5 calls a
+// second for 70 s against a receiver taking 20. Counting 10 s of growth
+// wakes them at most that much ahead of the limit; one that comes back
+// before its place is due waits again (one more message).
+const AdaptWakeAhead = 10 * time.Second
 
 func (a Adapt) due(p float64, now time.Time, top float64) time.Time {
 	if a.allowance(now, top) >= p || a.Limit <= 0 || a.Cut.IsZero() {
@@ -241,8 +252,12 @@ func (a Adapt) Throttled(now time.Time, own int, retryAfter time.Duration) (Adap
 		}
 		n.Step = max(AdaptMinStep, AdaptGrowth*n.Limit)
 	}
-	if retryAfter > 0 && now.Add(retryAfter).After(n.Hold) {
-		n.Hold = now.Add(retryAfter)
+	// The hold moves to the latest Retry-After, but at most once per
+	// AdaptCutEvery while one is ahead: each refused call of a held key
+	// would otherwise rewrite the row (64 writes for one unit's refusals
+	// on the emulator, the limit unchanged).
+	if h := now.Add(retryAfter); retryAfter > 0 && (!n.Hold.After(now) || h.Sub(n.Hold) >= AdaptCutEvery) && h.After(n.Hold) {
+		n.Hold = h
 	}
 	return n, cut || !n.Hold.Equal(a.Hold)
 }

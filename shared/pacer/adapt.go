@@ -29,9 +29,20 @@ type AdaptRows interface {
 }
 
 // AdaptReadEvery is how long a process keeps what it read of a key's
-// adaptive row: 1 s, so that a cut made by another process is felt
-// within a second, at one read a second per process and key.
+// adaptive row while the key is paced: 1 s, so that a cut made by
+// another process is felt within a second, at one read a second per
+// process and key.
 const AdaptReadEvery = time.Second
+
+// AdaptIdleReadEvery is how long a process keeps what it read of a key
+// that is not paced (no row, or its limit past the ceiling or forgotten):
+// 10 s. A key is paced only after a throttled call, and a process whose
+// own call is throttled writes the row at once (Throttle); one whose
+// calls pass learns of another's first cut within 10 s, at a read per 10
+// s per process and key — on the emulator, a read a second cost 0.10 read
+// units per item at one item a message, as much as the rest of an item's
+// reads.
+const AdaptIdleReadEvery = 10 * time.Second
 
 // adaptTries bounds the writes of one throttled call's cut when other
 // processes cut the row under it.
@@ -59,14 +70,18 @@ func (as *Adapts) of(key string) *adaptSeen {
 	return v.(*adaptSeen)
 }
 
-// Adapt is key's adaptive row as of at most AdaptReadEvery ago: the
-// process's copy, or one strongly consistent read (ledger.Store.
-// ReadAdapt) when it is older, from the future (a test's clock) or
-// missing.
+// Adapt is key's adaptive row as of at most AdaptReadEvery ago
+// (AdaptIdleReadEvery while the copy says the key is not paced): the
+// process's copy, or one strongly consistent read (pace.Rows.ReadAdapt)
+// when it is older, from the future (a test's clock) or missing.
 func (as *Adapts) Adapt(ctx context.Context, st AdaptRows, key string, now time.Time) (pace.Adapt, error) {
 	s := as.of(key)
 	s.mu.Lock()
-	if !s.read.IsZero() && !s.read.After(now) && now.Sub(s.read) < AdaptReadEvery {
+	every := AdaptReadEvery
+	if !s.row.Paced(now) {
+		every = AdaptIdleReadEvery
+	}
+	if !s.read.IsZero() && !s.read.After(now) && now.Sub(s.read) < every {
 		defer s.mu.Unlock()
 		return s.row, nil
 	}
