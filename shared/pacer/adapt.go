@@ -51,10 +51,14 @@ const adaptTries = 3
 // adaptSeen is a key's adaptive row as the process last read or wrote it,
 // and its own calls of the key in the last pace.AdaptWindow.
 type adaptSeen struct {
-	mu    sync.Mutex
-	row   pace.Adapt
-	read  time.Time // zero: never read
-	calls []time.Time
+	// reading is held while the row is read, so that the process's
+	// units that find its copy stale together make one read, not one
+	// each (ten on the emulator's first message batch).
+	reading sync.Mutex
+	mu      sync.Mutex
+	row     pace.Adapt
+	read    time.Time // zero: never read
+	calls   []time.Time
 }
 
 // Adapts is what one item engine (a worker: one a process) knows of its
@@ -76,16 +80,23 @@ func (as *Adapts) of(key string) *adaptSeen {
 // when it is older, from the future (a test's clock) or missing.
 func (as *Adapts) Adapt(ctx context.Context, st AdaptRows, key string, now time.Time) (pace.Adapt, error) {
 	s := as.of(key)
-	s.mu.Lock()
-	every := AdaptReadEvery
-	if !s.row.Paced(now) {
-		every = AdaptIdleReadEvery
-	}
-	if !s.read.IsZero() && !s.read.After(now) && now.Sub(s.read) < every {
+	fresh := func() (pace.Adapt, bool) {
+		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.row, nil
+		every := AdaptReadEvery
+		if !s.row.Paced(now) {
+			every = AdaptIdleReadEvery
+		}
+		return s.row, !s.read.IsZero() && !s.read.After(now) && now.Sub(s.read) < every
 	}
-	s.mu.Unlock()
+	if a, ok := fresh(); ok {
+		return a, nil
+	}
+	s.reading.Lock()
+	defer s.reading.Unlock()
+	if a, ok := fresh(); ok {
+		return a, nil // another unit read it meanwhile
+	}
 	a, err := st.ReadAdapt(ctx, key)
 	if err != nil {
 		return pace.Adapt{}, err

@@ -60,9 +60,12 @@ type adaptStub struct {
 	row   pace.Adapt
 	reads int
 	cuts  int
+	// latency is each read's time (0: none).
+	latency time.Duration
 }
 
 func (s *adaptStub) ReadAdapt(context.Context, string) (pace.Adapt, error) {
+	time.Sleep(s.latency)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reads++
@@ -121,5 +124,46 @@ func TestThrottleCutsOncePerSecond(t *testing.T) {
 	}
 	if st.cuts != 1 || st.row.Limit != 20 {
 		t.Errorf("a throttle 0.5 s after another process's cut: %d cuts, limit %v; want it left at 20", st.cuts, st.row.Limit)
+	}
+}
+
+// TestAdaptReadsOnceForManyUnits guards the process's copy of a row: many
+// units finding it missing at once make one read between them, and a key
+// not paced is read again only after AdaptIdleReadEvery, a paced one after
+// AdaptReadEvery.
+func TestAdaptReadsOnceForManyUnits(t *testing.T) {
+	var as Adapts
+	st := &adaptStub{latency: 5 * time.Millisecond} // the units meet at the read
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			if _, err := as.Adapt(ctx, st, "k", now); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if st.reads != 1 {
+		t.Fatalf("10 units at once: %d reads, want 1", st.reads)
+	}
+	if _, _ = as.Adapt(ctx, st, "k", now.Add(AdaptIdleReadEvery-time.Millisecond)); st.reads != 1 {
+		t.Errorf("a key not paced, read again within %v: %d reads, want 1", AdaptIdleReadEvery, st.reads)
+	}
+	if _, _ = as.Adapt(ctx, st, "k", now.Add(AdaptIdleReadEvery)); st.reads != 2 {
+		t.Errorf("a key not paced, %v later: %d reads, want 2", AdaptIdleReadEvery, st.reads)
+	}
+	st.row = pace.Adapt{Limit: 10, Step: 1, Cut: now.Add(AdaptIdleReadEvery)}
+	var other Adapts // another process: no copy yet
+	at := now.Add(AdaptIdleReadEvery)
+	if _, _ = other.Adapt(ctx, st, "k", at); st.reads != 3 {
+		t.Fatalf("another process: %d reads, want 3", st.reads)
+	}
+	if _, _ = other.Adapt(ctx, st, "k", at.Add(AdaptReadEvery-time.Millisecond)); st.reads != 3 {
+		t.Errorf("a paced key read again within %v: %d reads, want 3", AdaptReadEvery, st.reads)
+	}
+	if _, _ = other.Adapt(ctx, st, "k", at.Add(AdaptReadEvery)); st.reads != 4 {
+		t.Errorf("a paced key %v later: %d reads, want 4", AdaptReadEvery, st.reads)
 	}
 }
