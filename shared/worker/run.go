@@ -150,17 +150,22 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			defer func() { <-sem; wg.Done() }()
 			inv.items <- struct{}{}
 			defer func() { <-inv.items }()
-			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin {
+			// A take that ends before its call whatever happens (an
+			// interrupted takeover to quarantine, or past max attempts) is
+			// concluded, never given back: a give-back records a retry
+			// and the next take would no longer see the interruption.
+			keep := endsUncalled(b, h, r.j)
+			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin && !keep {
 				return // not started: given back below
 			}
 			// The row as it is now: a stop recorded since the message was
 			// taken cancels the call, a pause gives the item back (the
 			// next delivery waits it out), except a paused batch's probe.
 			cur := w.beforeCall(ctx, inv, b)
-			if cur.Stop == "" && cur.Pause != nil && !m.probe {
+			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
 				return // not started: given back below
 			}
-			if r.lateLease = m.leaseLate(w.Clock.Now()) || m.throttled.Load(); r.lateLease {
+			if r.lateLease = (m.leaseLate(w.Clock.Now()) || m.throttled.Load()) && !keep; r.lateLease {
 				return // not started: given back below
 			}
 			r.started = true
@@ -196,6 +201,13 @@ func itemLog(log *slog.Logger, b ledger.Batch, m *unitMessage, s ledger.ItemStat
 		log = log.With("key", s.Key)
 	}
 	return log.With("run_id", ledger.RunIDOf(b.ID, s.Key, s.Revision), "attempt", s.Attempt)
+}
+
+// endsUncalled reports whether item j's take ends before its call
+// whatever the batch's state (ledger.Conclude): an interrupted takeover
+// under on_interrupt quarantine, or a take past max attempts.
+func endsUncalled(b ledger.Batch, h *hold, j int) bool {
+	return h.interrupted[j] && b.OnInterrupt == api.InterruptQuarantine || h.items[j].RunAttempts() > b.MaxAttempts
 }
 
 // storedDones are the dones of runs' attempts that a unit's write stored

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -60,5 +61,54 @@ func TestGivenBackTakeUsesNoAttempt(t *testing.T) {
 		if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
 			t.Errorf("%s called %d times, want once", api.PositionalKey(int64(i)), c)
 		}
+	}
+}
+
+// TestInterruptedTakeIsNotGivenBack guards on_interrupt: quarantine
+// across a give-back: an item whose first attempt's holder died (its call
+// may have reached the receiver) is taken over by a delivery whose rate
+// lease goes stale before the call. The takeover must end it quarantined
+// without a call, not give it back: a give-back recorded a scheduled
+// retry, the next take no longer saw the interruption, and the item was
+// called again.
+func TestInterruptedTakeIsNotGivenBack(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	r.clock.T = time.Now().UTC()
+	r.worker.Concurrency, r.worker.ItemConcurrency = 1, 1
+	var mu sync.Mutex
+	late := 1 // the first sleep (item 1's, behind item 0's lease) ends past its lease
+	r.worker.Sleep = func(_ context.Context, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		r.clock.T = r.clock.T.Add(d)
+		if late > 0 {
+			late--
+			r.clock.T = r.clock.T.Add(pace.LeaseGrace + time.Millisecond)
+		}
+	}
+	b := submitK(t, r, "interrupted", 1, 2, func(req *api.SubmitRequest) {
+		req.OnInterrupt = api.InterruptQuarantine
+		req.Rate = &api.Rate{Key: "interrupted", RequestsPerSecond: 1}
+	})
+	// A holder that dies takes item 1 first: its lease ends unanswered.
+	key := api.PositionalKey(1)
+	if _, err := r.store.Reserve(ctx, ledger.Reservation{BatchID: "interrupted", Key: key, RunID: ledger.RunID("interrupted", key), Run: 1,
+		ListShards: b.ListShards, Now: r.clock.T, Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.T = r.clock.T.Add(2 * time.Second)
+	r.drain(t, ctx, 1)
+	if late > 0 {
+		t.Fatal("no lease went stale: the test did not give back a take")
+	}
+	res, err := r.fin.Finalize(ctx, "interrupted", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Census; c.Quarantined != 1 || c.Succeeded != 1 || r.callsOf(key) != 0 {
+		t.Errorf("census %+v, item 1 called %d times: want it quarantined, never called again (item 0 succeeded)", c, r.callsOf(key))
 	}
 }
