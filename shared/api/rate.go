@@ -96,11 +96,6 @@ var rateKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/@-]{1,128}$`)
 // batch's own schedule.
 const ownKeyPrefix = "batch:"
 
-// adaptKeyPrefix starts the rate key of a downstream key's adaptive
-// schedule (shared/pace AdaptRateKey, docs/adr/0036): a batch may not name
-// it either.
-const adaptKeyPrefix = "adapt:"
-
 // Validate returns an *InputError naming rate.key or
 // rate.requests_per_second when r is out of bounds.
 // A key given as "" (JSON "key": "") is refused naming rate.key: leave
@@ -114,9 +109,6 @@ func (r Rate) Validate() error {
 	}
 	if strings.HasPrefix(r.Key, ownKeyPrefix) {
 		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q: keys starting with %q are the batches' own (a batch without a key is paced as %s{id})", r.Key, ownKeyPrefix, ownKeyPrefix)}
-	}
-	if strings.HasPrefix(r.Key, adaptKeyPrefix) {
-		return &InputError{Field: "rate.key", Reason: fmt.Sprintf("%q: keys starting with %q are the adaptive schedules bulkrun keeps for batches with no rate", r.Key, adaptKeyPrefix)}
 	}
 	switch {
 	case r.TokensPerSecond != 0 && r.TokensPerMinute != 0:

@@ -30,7 +30,7 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(Spec(%+v)) = %+v, %v", got, back, err)
 		}
 	}
-	for _, bad := range []string{"", "fast", "0", "-1", "10001", "0.001", "50@", "50@a b", "50@a#b", "50@batch:other-batch", "50@adapt:api.example.com"} {
+	for _, bad := range []string{"", "fast", "0", "-1", "10001", "0.001", "50@", "50@a b", "50@a#b", "50@batch:other-batch"} {
 		if r, err := ParseRate("x-amz-meta-rate", bad); err == nil {
 			t.Errorf("ParseRate(%q) = %+v, want an error", bad, r)
 		}

@@ -267,28 +267,26 @@ func (a Adapt) Throttled(now time.Time, own int, retryAfter time.Duration) (Adap
 
 // AdaptResume is the limit a key is paced at when a batch calling it
 // resumes after a pause (an outage pause whose probe was answered, a
-// caller's unpause, a raised budget) and the key is paced lower or not
-// at all: 10 requests a second in slow start, doubling every
-// AdaptDoubling, so that the units that waited out the pause come back
-// spread over about 11 s (≈ 1,400 calls) up to AdaptCeiling, not all at
-// once.
+// caller's unpause, a raised budget) and the key is not paced: 10
+// requests a second in slow start, doubling every AdaptDoubling, so that
+// the units that waited out the pause come back spread over about 11 s
+// (≈ 1,400 calls) up to AdaptCeiling, not all at once.
 const AdaptResume = 10.0
 
 // Resumed is a's row when a batch calling the key resumes at now after a
-// pause, and whether it changed: a key paced at AdaptResume or more is
-// left as it is (its leases already spread the units that come back);
-// else its limit starts again at AdaptResume in slow start, the
-// allowance kept (Base), its Hold kept.
+// pause, and whether it changed: a key paced now, or cut within
+// AdaptForget (its limit climbed past AdaptCeiling: other batches call it
+// that fast), is left as it is — its leases already spread the units
+// that come back, and its limit is its downstream's, not the resuming
+// batch's; a key never cut, or forgotten, starts at AdaptResume in slow
+// start, its allowance kept (Base).
 func (a Adapt) Resumed(now time.Time) (Adapt, bool) {
-	if a.LimitAt(now) >= AdaptResume {
+	if a.Paced(now) || !a.Cut.IsZero() && now.Sub(a.Cut) < AdaptForget {
 		return a, false
 	}
 	n := a
 	n.Limit, n.Slow, n.Step = AdaptResume, true, max(AdaptMinStep, AdaptGrowth*AdaptResume)
-	n.Base, n.Cut = a.Allowance(now), now
-	if !a.Hold.After(now) {
-		n.Hold = time.Time{}
-	}
+	n.Base, n.Cut, n.Hold = a.Allowance(now), now, time.Time{}
 	return n, true
 }
 

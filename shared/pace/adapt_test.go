@@ -109,12 +109,12 @@ func TestAdaptWait(t *testing.T) {
 	}
 }
 
-// TestAdaptResumed guards the ramp after a pause: a key not paced (or
-// paced below AdaptResume) starts again at AdaptResume in slow start, its
-// allowance kept, so that the units that waited are due over seconds,
-// not at once (the first 20 positions after the resume take ≈ 1.5 s, and
-// the limit reaches AdaptCeiling in ≈ 11 s); a key paced at AdaptResume or
-// more is left as it is.
+// TestAdaptResumed guards the ramp after a pause: a key never paced (or
+// forgotten) starts again at AdaptResume in slow start, its allowance
+// kept, so that the units that waited are due over seconds, not at once
+// (the first 20 positions after the resume take ≈ 1.5 s, and the limit
+// reaches AdaptCeiling in ≈ 11 s); a key paced now, or cut within
+// AdaptForget and since climbed past the ceiling, is left as it is.
 func TestAdaptResumed(t *testing.T) {
 	var a Adapt
 	r, changed := a.Resumed(at0)
@@ -131,20 +131,21 @@ func TestAdaptResumed(t *testing.T) {
 		t.Error("not paced 10 s after the resume (the limit reaches 500/s at ≈ 11.3 s)")
 	}
 
-	low, _ := Adapt{}.Throttled(at0, 2, 0) // 1.4 a second
 	later := at0.Add(time.Second)
-	r, changed = low.Resumed(later)
-	if !changed || r.Limit != AdaptResume || !near(r.Base, low.Allowance(later)) {
-		t.Errorf("a key paced at %v resumed: %+v (changed %v), want %v a second from its allowance %v", low.LimitAt(later), r, changed, AdaptResume, low.Allowance(later))
+	for name, k := range map[string]Adapt{
+		"paced at 1.4 a second":                   func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, 0); return k }(),
+		"paced at 70 a second":                    func() Adapt { k, _ := (Adapt{}).Throttled(at0, 100, 0); return k }(),
+		"held for its Retry-After":                func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, 30*time.Second); return k }(),
+		"past the ceiling 1 minute after its cut": {Limit: 400, Step: 40, Cut: later.Add(-time.Minute)},
+	} {
+		if r, changed := k.Resumed(later); changed || r != k {
+			t.Errorf("a key %s, resumed: %+v (changed %v), want it left as it is", name, r, changed)
+		}
 	}
-
-	high, _ := Adapt{}.Throttled(at0, 100, 0) // 70 a second
-	if r, changed := high.Resumed(later); changed || r != high {
-		t.Errorf("a key paced at %v resumed: %+v (changed %v), want it left as it is", high.LimitAt(later), r, changed)
-	}
-
-	held, _ := Adapt{}.Throttled(at0, 2, 30*time.Second)
-	if r, _ := held.Resumed(later); !r.Hold.Equal(held.Hold) {
-		t.Errorf("a resume dropped the downstream's Retry-After hold: %v, want %v", r.Hold, held.Hold)
+	old := Adapt{Limit: 400, Step: 40, Cut: later.Add(-AdaptForget), Base: 1000, Booked: 2000}
+	r, changed = old.Resumed(later)
+	if !changed || r.Limit != AdaptResume || !r.Slow || !near(r.Base, old.Allowance(later)) || r.Booked != 2000 {
+		t.Errorf("a key forgotten (cut %v ago), resumed: %+v (changed %v), want %v a second from its allowance %v, its bookings kept",
+			AdaptForget, r, changed, AdaptResume, old.Allowance(later))
 	}
 }

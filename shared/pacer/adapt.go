@@ -99,6 +99,11 @@ func (as *Adapts) Adapt(ctx context.Context, st AdaptRows, key string, now time.
 	}
 	a, err := st.ReadAdapt(ctx, key)
 	if err != nil {
+		// The units waiting on this read use the copy as it is for the
+		// copy's time, not one failing read after another.
+		s.mu.Lock()
+		s.read = now
+		s.mu.Unlock()
 		return pace.Adapt{}, err
 	}
 	s.mu.Lock()
@@ -114,7 +119,9 @@ func (as *Adapts) Called(key string, at time.Time) {
 	s := as.of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = slices.DeleteFunc(s.calls, func(t time.Time) bool { return at.Sub(t) >= pace.AdaptWindow || t.After(at) })
+	// Calls are counted as they end, out of the order they started in:
+	// only those a window older than this one go.
+	s.calls = slices.DeleteFunc(s.calls, func(t time.Time) bool { return at.Sub(t) >= pace.AdaptWindow })
 	s.calls = append(s.calls, at)
 }
 

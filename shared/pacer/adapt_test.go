@@ -167,3 +167,22 @@ func TestAdaptReadsOnceForManyUnits(t *testing.T) {
 		t.Errorf("a paced key %v later: %d reads, want 4", AdaptReadEvery, st.reads)
 	}
 }
+
+// TestCalledCountsCallsEndedOutOfOrder guards the process's own count of
+// a key's calls (the first limit's base): calls are counted as they end,
+// so a slow call started earlier is recorded after quicker ones started
+// later, and every one of them within the window counts.
+func TestCalledCountsCallsEndedOutOfOrder(t *testing.T) {
+	var as Adapts
+	t0 := time.Unix(1_800_000_000, 0)
+	for _, ms := range []int{500, 600, 700, 100, 50} { // the slow ones, started first, end last
+		as.Called("k", t0.Add(time.Duration(ms)*time.Millisecond))
+	}
+	s := as.of("k")
+	if n := s.own(t0.Add(800 * time.Millisecond)); n != 5 {
+		t.Errorf("5 calls in the last second, recorded out of order: own %d, want 5", n)
+	}
+	if n := s.own(t0.Add(1550 * time.Millisecond)); n != 2 {
+		t.Errorf("at +1.55 s: own %d, want 2 (those started at +0.6 s and +0.7 s; the rest are a window old)", n)
+	}
+}

@@ -33,7 +33,7 @@ import (
 // whose token booking another receive may have used (it books anew).
 func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, redelivered bool) (time.Duration, error) {
 	if b.Rate == nil {
-		return w.paceAdaptive(ctx, log, b, m)
+		return w.paceAdaptive(ctx, log, b, m, redelivered)
 	}
 	now := w.Clock.Now()
 	from := now // when the unit's tokens allow its calls
@@ -66,7 +66,7 @@ func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch,
 // start) while it waits on the queue, its start worked out again from
 // the row when it comes back. The row unread, the unit runs unpaced:
 // bulkrun's pacing never stops an item.
-func (w *Worker) paceAdaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage) (time.Duration, error) {
+func (w *Worker) paceAdaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, redelivered bool) (time.Duration, error) {
 	key := pacer.DownstreamKey(b)
 	now := w.Clock.Now()
 	a, err := w.adaptBook().Adapt(ctx, w.Store, key, now)
@@ -74,7 +74,10 @@ func (w *Worker) paceAdaptive(ctx context.Context, log *slog.Logger, b ledger.Ba
 		log.WarnContext(ctx, "adaptive pace unread; the unit runs unpaced", "key", key, "error", pipeline.ErrorText(err))
 		return 0, nil
 	}
-	carried, pos := !m.leaseAt().IsZero(), m.leasePos()
+	// A place is carried by the message sent to wait for it, used once:
+	// the same message received again (a retry's delay, a give-back,
+	// another delivery holding the unit) leases anew.
+	carried, pos := !m.leaseAt().IsZero() && !redelivered, m.leasePos()
 	m.setLeaseAt(time.Time{}) // a lease is used once
 	m.setLeasePos(0)
 	if !a.Paced(now) {
