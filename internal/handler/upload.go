@@ -24,7 +24,7 @@ import (
 // in the order docs/sources.md "Upload instead" documents them.
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
-		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaStopOnThreshold, wire.MetaBudgetUSD,
+		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaPriority, wire.MetaStopOnThreshold, wire.MetaBudgetUSD,
 		wire.MetaCeilingSpendUSD, wire.MetaCeilingTokens,
 		wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
 }
@@ -286,6 +286,21 @@ func UploadSubmitter(rec events.S3EventRecord) string {
 	return "s3-upload"
 }
 
+// wholeMeta reads the whole number of the metadata option name into to,
+// when the upload has it; an *api.InputError naming it when it is not one.
+func wholeMeta(get func(string) string, name string, to *int) error {
+	v := get(name)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return &api.InputError{Field: "x-amz-meta-" + name, Reason: "not a whole number: " + v}
+	}
+	*to = n
+	return nil
+}
+
 // uploadRequest builds the submit request of an upload from its metadata,
 // read with If-Match on etag (when given): an object gone or replaced since
 // the notification is an *api.InputError naming the key.
@@ -354,12 +369,11 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 		}
 		req.Threshold.FailureCount = &c
 	}
-	if v := get(wire.MetaMaxAttempts); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaMaxAttempts, Reason: "not a whole number: " + v}
-		}
-		req.MaxAttempts = n
+	if err := wholeMeta(get, wire.MetaMaxAttempts, &req.MaxAttempts); err != nil {
+		return req, nil, err
+	}
+	if err := wholeMeta(get, wire.MetaPriority, &req.Priority); err != nil {
+		return req, nil, err
 	}
 	if v := get(wire.MetaRetry); v != "" {
 		p, err := api.ParseRetryPolicy(v)

@@ -433,6 +433,28 @@ func TestUploadMetadataNamesAsTheAPISpellsThem(t *testing.T) {
 	}
 }
 
+// TestUploadPriority guards x-amz-meta-priority (docs/sources.md,
+// "Upload instead"): a whole number is the request's priority, anything
+// else an error naming the metadata.
+func TestUploadPriority(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		want  int
+		bad   bool
+	}{{"3", 3, false}, {"three", 0, true}} {
+		b := &bucket{name: "src", written: map[string][]byte{}, objects: map[string]object{
+			"incoming/orders.csv": {body: []byte("order_id;qty\nA1;2\n"), etag: "e1", meta: map[string]string{"pipeline": "webhook", "priority": tt.value}}}}
+		req, _, err := newSubmit(b, &bus{}, &bytes.Buffer{}).uploadRequest(context.Background(), "src", "incoming/orders.csv", "e1")
+		var ie *api.InputError
+		switch {
+		case tt.bad && (!errors.As(err, &ie) || ie.Field != "x-amz-meta-priority"):
+			t.Errorf("priority %q: %v, want an error naming x-amz-meta-priority", tt.value, err)
+		case !tt.bad && (err != nil || req.Priority != tt.want):
+			t.Errorf("priority %q: %v, priority %d, want %d", tt.value, err, req.Priority, tt.want)
+		}
+	}
+}
+
 // TestUploadRefusesUnknownOptions guards docs/sources.md "Upload instead": "a name close to
 // an option but not one is refused": an upload whose metadata misspelt an
 // option (x-amz-meta-keyfield) ran as if it had none, its items under

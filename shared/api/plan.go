@@ -48,6 +48,10 @@ type Plan struct {
 	// other batches naming its key (see Rate); nil (the default) is
 	// unpaced.
 	Rate *Rate `json:"rate,omitempty"`
+	// Priority is the batch's weight in the items queue's fair share,
+	// 1–MaxPriority (SubmitRequest.Priority); 0 (the default, and rows
+	// written before the option) is 1. Read it with Plan.Weight.
+	Priority int `json:"priority,omitempty"`
 	// ItemsPerMessage is how many consecutive manifest items share one
 	// items-queue message and one ledger row (a pack), 1–
 	// MaxItemsPerMessage (ledger, 100); a request's 0 takes the stack's
@@ -71,6 +75,9 @@ type Plan struct {
 	// written before the option existed) means true. Read it with EarlyStop.
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 }
+
+// Weight is p's priority, 1 when unset.
+func (p Plan) Weight() int { return max(1, p.Priority) }
 
 // EarlyStop reports whether the run stops as soon as its failures exceed
 // the threshold (the default, as Distributed Map does), rather than running

@@ -53,6 +53,15 @@ type SubmitRequest struct {
 	// take, on the queue or in its track, using no attempt. nil (the
 	// default) is unpaced.
 	Rate *Rate `json:"rate,omitempty"`
+	// Priority is the batch's weight in the items queue's fair share
+	// while other batches' messages wait with it, 1–MaxPriority; 0 (the
+	// default) is 1. A batch of priority p sends its messages in p
+	// message groups (ledger.MessageGroup), and SQS fair queues share the
+	// consumers between the groups that have messages waiting, so two
+	// batches of priorities 3 and 1 running together get about 3/4 and
+	// 1/4 of the calls (docs/adr/0037). It orders nothing: an idle queue
+	// runs every batch at full speed. Part of the plan.
+	Priority int `json:"priority,omitempty"`
 	// ItemsPerMessage (K) packs K consecutive manifest items into one
 	// items-queue message and one ledger row, each item keeping its own
 	// reservation, attempts, outcome, error, cost, listing and census;
@@ -141,6 +150,12 @@ const ReservedHeaderPrefix = "bulkrun."
 
 // MaxBatchConcurrency is the largest max_concurrency a batch may ask.
 const MaxBatchConcurrency = 1000
+
+// MaxPriority is the largest priority a batch may ask: 10, ten message
+// groups, enough for a tenfold share; more groups per batch would let
+// one batch's groups crowd out the "quiet tenants" SQS fair queues
+// exist to protect.
+const MaxPriority = 10
 
 // CorrectRequest is the body of POST /batches/{id}/corrections: corrected
 // inputs for items of the batch, read as a submit's source is (JSON

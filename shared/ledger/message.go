@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -126,6 +128,10 @@ type Message struct {
 	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
 	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`
 	TokensDriftUs  int64 `json:"tokens_drift_us,omitempty"`
+	// Priority is the batch's priority (api.Plan.Priority) when above 1:
+	// the message is sent in one of that many message groups
+	// (MessageGroup). 0: 1.
+	Priority int `json:"priority,omitempty"`
 	// Track makes a fan-out message a track of a batch with
 	// max_concurrency (see Track): its units run in place, one at a time.
 	Track *Track `json:"track,omitempty"`
@@ -239,7 +245,12 @@ const MaxMessageBytes = 240 << 10
 // HTML escaping, which would grow "<", ">" and "&" sixfold): the input
 // inline when the body fits MaxMessageBytes, else a pointer to the line.
 func ItemMessageBody(batchID string, run int, manifestKey string, chunk source.Chunk, line source.ManifestLine, offset, length int64) ([]byte, error) {
-	m := ItemMessage(batchID, run, manifestKey, chunk, line, offset, length)
+	return itemMessageBody(ItemMessage(batchID, run, manifestKey, chunk, line, offset, length), offset, length, manifestKey)
+}
+
+// itemMessageBody is ItemMessageBody of m, the message ItemMessage made
+// (with its Priority set).
+func itemMessageBody(m Message, offset, length int64, manifestKey string) ([]byte, error) {
 	body, err := m.Body()
 	if err != nil || len(body) <= MaxMessageBytes || m.InputRef != nil {
 		return body, err
@@ -276,14 +287,50 @@ func (m Message) Body() ([]byte, error) {
 // of [A-Za-z0-9_-] (api.ValidBatchID), is a valid MessageGroupId (1–128
 // alphanumeric and punctuation characters; SQS API reference,
 // "SendMessage").
+//
+// A message of a batch of priority p > 1 (its "priority",
+// api.SubmitRequest.Priority) is sent in one of p groups, the batch's
+// ID and ".0" … ".{p−1}", picked by its unit (the item's key, the
+// pack's first index, the fan-out chunk's first index, the track's
+// number), so that the same unit is always sent in the same group and
+// the batch's units spread evenly: the batch counts as p tenants, and
+// gets about p shares of the consumers while the queue is backlogged
+// (docs/adr/0037). A batch ID too long for the suffix is replaced by
+// "h" and its 64-bit FNV-1a hash in hex.
 func MessageGroup(body []byte) string {
 	var m struct {
-		BatchID string `json:"batch_id"`
+		BatchID   string        `json:"batch_id"`
+		Priority  int           `json:"priority"`
+		Key       string        `json:"key"`
+		PackFirst int64         `json:"pack_first"`
+		Chunk     *source.Chunk `json:"chunk"`
+		Track     *Track        `json:"track"`
 	}
 	if json.Unmarshal(body, &m) != nil {
 		return ""
 	}
-	return m.BatchID
+	if m.Priority <= 1 || m.BatchID == "" {
+		return m.BatchID
+	}
+	h := fnv.New64a()
+	switch {
+	case m.Key != "":
+		h.Write([]byte("k" + m.Key))
+	case m.Track != nil:
+		h.Write([]byte("t" + strconv.Itoa(m.Track.Index)))
+	case m.Chunk != nil:
+		h.Write([]byte("c" + strconv.FormatInt(m.Chunk.FirstIndex, 10)))
+	default:
+		h.Write([]byte("p" + strconv.FormatInt(m.PackFirst, 10)))
+	}
+	suffix := "." + strconv.FormatUint(h.Sum64()%uint64(min(m.Priority, api.MaxPriority)), 10)
+	id := m.BatchID
+	if len(id)+len(suffix) > 128 {
+		b := fnv.New64a()
+		b.Write([]byte(id))
+		id = "h" + strconv.FormatUint(b.Sum64(), 16)
+	}
+	return id + suffix
 }
 
 // SQSAllowed reports whether SQS accepts r in a message body. The SQS API

@@ -32,6 +32,8 @@ type PackMessage struct {
 	ChunkItems  int64        `json:"chunk_items"`
 	PackFirst   int64        `json:"pack_first"`
 	Items       []PackedItem `json:"items"`
+	// Priority: see Message.Priority.
+	Priority int `json:"priority,omitempty"`
 	// Requeued: see Message.Requeued.
 	Requeued int `json:"requeued,omitempty"`
 	// SlotWaits: see Message.SlotWaits.
@@ -118,6 +120,7 @@ type Packer struct {
 	chunk       source.Chunk
 	k           int
 	emit        func(body []byte, keys []string) error
+	priority    int // api.Plan.Priority above 1, else 0 (SetPriority)
 	added       int64
 	lines       []packLine
 }
@@ -152,7 +155,9 @@ func (p *Packer) Add(line source.ManifestLine, offset, length int64) error {
 	}
 	p.added++
 	if p.k == 1 {
-		body, err := ItemMessageBody(p.batchID, p.run, p.manifestKey, p.chunk, line, offset, length)
+		m := ItemMessage(p.batchID, p.run, p.manifestKey, p.chunk, line, offset, length)
+		m.Priority = p.priority
+		body, err := itemMessageBody(m, offset, length, p.manifestKey)
 		if err != nil {
 			return err
 		}
@@ -163,6 +168,16 @@ func (p *Packer) Add(line source.ManifestLine, offset, length int64) error {
 		return p.Flush()
 	}
 	return nil
+}
+
+// SetPriority makes every body carry the batch's priority (api.Plan.Weight),
+// the message groups it is sent in (MessageGroup); 1, the default,
+// writes none. Call it before the first Add.
+func (p *Packer) SetPriority(weight int) {
+	p.priority = 0
+	if weight > 1 {
+		p.priority = weight
+	}
 }
 
 // Flush emits the lines held (the chunk's last, short pack). Call it once
@@ -187,7 +202,7 @@ func (p *Packer) Flush() error {
 func (p *Packer) body() ([]byte, []string, error) {
 	first := p.chunk.FirstIndex + p.added - int64(len(p.lines))
 	m := PackMessage{Format: FormatVersion, Kind: KindPack, BatchID: p.batchID, Run: p.run, ManifestKey: p.manifestKey,
-		ChunkFirst: p.chunk.FirstIndex, ChunkItems: p.chunk.Count, PackFirst: first, Items: []PackedItem{}}
+		ChunkFirst: p.chunk.FirstIndex, ChunkItems: p.chunk.Count, PackFirst: first, Items: []PackedItem{}, Priority: p.priority}
 	env, err := EncodeSafe(m)
 	if err != nil {
 		return nil, nil, err

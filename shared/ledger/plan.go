@@ -50,6 +50,8 @@ func (b Batch) DiffPlan(given Batch) (field, was, now string) {
 		return "max_concurrency", fmt.Sprint(s.MaxConcurrency), fmt.Sprint(g.MaxConcurrency)
 	case asJSON(s.Rate) != asJSON(g.Rate):
 		return "rate", asJSON(s.Rate), asJSON(g.Rate)
+	case s.Weight() != g.Weight():
+		return "priority", fmt.Sprint(s.Weight()), fmt.Sprint(g.Weight())
 	case b.Pack() != given.Pack():
 		return "items_per_message", fmt.Sprint(b.Pack()), fmt.Sprint(given.Pack())
 	case s.OnInterrupt != g.OnInterrupt && s.OnInterrupt != "":

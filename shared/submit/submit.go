@@ -196,6 +196,9 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if req.MaxConcurrency < 0 || req.MaxConcurrency > api.MaxBatchConcurrency {
 		return &api.InputError{Field: "max_concurrency", Reason: fmt.Sprintf("%d is not within 1–%d (0: unlimited)", req.MaxConcurrency, api.MaxBatchConcurrency)}
 	}
+	if req.Priority < 0 || req.Priority > api.MaxPriority {
+		return &api.InputError{Field: "priority", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.Priority, api.MaxPriority)}
+	}
 	if req.Rate != nil {
 		if err := req.Rate.Validate(); err != nil {
 			return err
@@ -629,6 +632,7 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 				Retry:           req.Retry,
 				MaxConcurrency:  req.MaxConcurrency,
 				Rate:            req.Rate,
+				Priority:        req.Priority,
 				ItemsPerMessage: req.ItemsPerMessage,
 				OnInterrupt:     req.OnInterrupt,
 				Headers:         req.Headers,
@@ -712,7 +716,7 @@ func (s *Submitter) fanout(ctx context.Context, b ledger.Batch, chunks []source.
 	} else {
 		bodies := make([][]byte, 0, len(chunks))
 		for i := range chunks {
-			body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.RunManifestKey(), Chunk: &chunks[i]}.Body()
+			body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.RunManifestKey(), Chunk: &chunks[i], Priority: priorityOf(b)}.Body()
 			if err != nil {
 				return err
 			}
@@ -726,6 +730,15 @@ func (s *Submitter) fanout(ctx context.Context, b ledger.Batch, chunks []source.
 		return fmt.Errorf("submit %s: mark fanned out: %w", b.ID, err)
 	}
 	return nil
+}
+
+// priorityOf is the Priority b's messages carry: its weight above 1,
+// else 0 (none written).
+func priorityOf(b ledger.Batch) int {
+	if w := b.Weight(); w > 1 {
+		return w
+	}
+	return 0
 }
 
 // sendTracks starts a run of a batch with max_concurrency N on its
@@ -749,7 +762,7 @@ func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []sou
 	for j := range n {
 		ci, _, _, _, _ := l.Slice(int64(j))
 		body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: key, Chunk: &chunks[ci],
-			Track: &ledger.Track{Index: j, Tracks: n, Seq: 1, Slice: int64(j)}}.Body()
+			Track: &ledger.Track{Index: j, Tracks: n, Seq: 1, Slice: int64(j)}, Priority: priorityOf(b)}.Body()
 		if err != nil {
 			return err
 		}

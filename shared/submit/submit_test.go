@@ -60,6 +60,11 @@ func TestSameSettings(t *testing.T) {
 	if f, _, _ := base.DiffPlan(same); f != "" {
 		t.Fatalf("items per message 0 and 1 differ: %s", f)
 	}
+	same = base
+	same.Priority = 1
+	if f, _, _ := base.DiffPlan(same); f != "" {
+		t.Fatalf("priority 0 and 1 differ: %s", f)
+	}
 	for _, tt := range []struct {
 		edit func(*ledger.Batch)
 		want string
@@ -70,6 +75,7 @@ func TestSameSettings(t *testing.T) {
 		{func(b *ledger.Batch) { p := 5.0; b.Threshold.FailurePercent = &p }, "threshold"},
 		{func(b *ledger.Batch) { b.MaxAttempts = 4 }, "max_attempts"},
 		{func(b *ledger.Batch) { b.MaxConcurrency = 3 }, "max_concurrency"},
+		{func(b *ledger.Batch) { b.Priority = 3 }, "priority"},
 		{func(b *ledger.Batch) { b.ItemsPerMessage = 10 }, "items_per_message"},
 		{func(b *ledger.Batch) { f := false; b.StopOnThreshold = &f }, "stop_on_threshold"},
 		{func(b *ledger.Batch) { b.OnInterrupt = api.InterruptQuarantine }, "on_interrupt"},
@@ -105,6 +111,7 @@ func TestSameRequest(t *testing.T) {
 		{"other options", func(r *api.SubmitRequest) { r.Options = json.RawMessage(`{"url":"http://b"}`) }, "pipeline_options"},
 		{"other attempts", func(r *api.SubmitRequest) { r.MaxAttempts = 2 }, "max_attempts"},
 		{"a concurrency limit", func(r *api.SubmitRequest) { r.MaxConcurrency = 3 }, "max_concurrency"},
+		{"a priority", func(r *api.SubmitRequest) { r.Priority = 2 }, "priority"},
 		{"a threshold", func(r *api.SubmitRequest) { c := int64(1); r.Threshold.FailureCount = &c }, "threshold"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,6 +174,29 @@ func TestMaxConcurrencyValidate(t *testing.T) {
 			t.Errorf("max_concurrency %d: %v, want accepted", tt.n, err)
 		case !tt.ok && (!errors.As(err, &ie) || ie.Field != "max_concurrency"):
 			t.Errorf("max_concurrency %d: %v, want an error naming max_concurrency", tt.n, err)
+		}
+	}
+}
+
+// TestPriorityValidate guards the priority option's bounds: 0 (1) to
+// api.MaxPriority; anything else is refused naming the field.
+func TestPriorityValidate(t *testing.T) {
+	s := &Submitter{Pipelines: []string{"webhook"}}
+	for _, tt := range []struct {
+		n  int
+		ok bool
+	}{
+		{0, true}, {1, true}, {3, true}, {api.MaxPriority, true},
+		{-1, false}, {api.MaxPriority + 1, false},
+	} {
+		req := api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Items: json.RawMessage(`[1]`)}, Priority: tt.n}
+		err := s.Validate(&req)
+		var ie *api.InputError
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("priority %d: %v, want accepted", tt.n, err)
+		case !tt.ok && (!errors.As(err, &ie) || ie.Field != "priority"):
+			t.Errorf("priority %d: %v, want an error naming priority", tt.n, err)
 		}
 	}
 }

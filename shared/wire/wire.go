@@ -188,6 +188,7 @@ const (
 	MetaPipelineOptions = "pipeline-options"
 	MetaCSVDelimiter    = "csv-delimiter"     // as csv_delimiter: one character, or comma, semicolon, tab, pipe
 	MetaRate            = "rate"              // as rate: api.ParseRate's requests a second, then optionally @key (50@api.example.com)
+	MetaPriority        = "priority"          // as priority: 1–10, the batch's weight in the queue's fair share
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
 	MetaBudgetUSD       = "budget-usd"        // as budget_usd: US dollars, > 0 (25, 12.5)
 	MetaCeilingSpendUSD = "ceiling-spend-usd" // as ceilings.spend_usd: US dollars per item, > 0 (0.5)

@@ -459,6 +459,7 @@ func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *tracklines.R
 	if err != nil {
 		return nil, err
 	}
+	p.SetPriority(tr.b.Weight())
 	p.Skip(first - chunk.FirstIndex)
 	ref := ledger.TrackRetry{First: first, Count: n, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
 	for i := range n {

@@ -582,6 +582,7 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 	if err != nil {
 		return err
 	}
+	packer.SetPriority(b.Weight())
 	err = source.ReadManifestLines(rc, m.Chunk.Offset, packer.Add)
 	if err == nil {
 		err = packer.Flush()

@@ -440,11 +440,15 @@ func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
 	f.StringVar(&req.KeyField, "key-field", "", "input field (JSON) or column (CSV) holding the item key; positional keys otherwise")
 	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
 	f.IntVar(&req.MaxConcurrency, "max-concurrency", 0, "most items of the batch running at once, 1–1000 (default 0: unlimited)")
+	f.IntVar(&req.Priority, "priority", 0, priorityFlagHelp)
 	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 	f.IntVar(&req.TaskHeartbeatSeconds, "task-heartbeat-seconds", 0, "with --task-token: the Task state's HeartbeatSeconds (or less), 600–99999999; SendTaskHeartbeat is sent on every 5-minute tick while the first run goes (default 0: none)")
 }
+
+// priorityFlagHelp is --priority's help, for submit and upload.
+const priorityFlagHelp = "the batch's weight in the items queue's fair share while other batches wait with it, 1–10: at 3 it gets about 3 calls for another batch's 1 (default 0: 1; docs/api.md, \"Priority\")"
 
 // rateFlag reads --rate ("": nil), a usage error when bad.
 func rateFlag(s string) (*api.Rate, error) {
@@ -970,6 +974,9 @@ func (a *app) show(v wire.BatchView) error {
 		}
 		if v.Rate != nil {
 			textf(a.out, "rate: %s\n", v.Rate.String())
+		}
+		if w := v.Weight(); w > 1 {
+			textf(a.out, "priority: %d (%d shares of the items queue while other batches wait with it)\n", w, w)
 		}
 		if c := v.Ceilings; c != nil {
 			textf(a.out, "per-item ceilings: %s\n", CeilingsText(*c))

@@ -269,16 +269,16 @@ func TestUploadKeyAndMetadata(t *testing.T) {
 	}
 	cmd := (&app{}).uploadCmd()
 	if err := cmd.ParseFlags([]string{"--pipeline", "lambda", "--key-field", "order_id", "--options", "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }",
-		"--tolerated-failure-percent", "5", "--stop-on-threshold=false", "--budget", "40.5", "--rerun"}); err != nil {
+		"--tolerated-failure-percent", "5", "--stop-on-threshold=false", "--budget", "40.5", "--rerun", "--priority", "3"}); err != nil {
 		t.Fatal(err)
 	}
-	o := uploadOptions{pipeline: "lambda", keyField: "order_id", options: "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }", percent: 5, budget: 40.5, stop: false, rerun: true}
+	o := uploadOptions{pipeline: "lambda", keyField: "order_id", options: "{ \"function\": \"score\",\n \"params\": {\"model\": \"v2\"} }", percent: 5, budget: 40.5, stop: false, rerun: true, priority: 3}
 	meta, err := o.metadata(cmd.Flags().Changed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"pipeline": "lambda", "key-field": "order_id", "pipeline-options": `{"function":"score","params":{"model":"v2"}}`,
-		"tolerated-failure-percent": "5", "stop-on-threshold": "false", "budget-usd": "40.5", "rerun": "true"}
+		"tolerated-failure-percent": "5", "stop-on-threshold": "false", "budget-usd": "40.5", "rerun": "true", "priority": "3"}
 	if len(meta) != len(want) {
 		t.Errorf("metadata %v, want %v", meta, want)
 	}
@@ -341,7 +341,8 @@ func TestLocalManifest(t *testing.T) {
 }
 
 // TestStatusShowsTheRate guards status's rate line: requests, a token
-// budget and the key they are shared on, as ParseRate reads them back.
+// budget and the key they are shared on, as ParseRate reads them back;
+// and its priority line, only above 1.
 func TestStatusShowsTheRate(t *testing.T) {
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
@@ -351,6 +352,17 @@ func TestStatusShowsTheRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := "rate: 50/s, 90000 tokens/min on api.openai.com\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+	if strings.Contains(out.String(), "priority") {
+		t.Errorf("status of a batch of priority 1 names one:\n%s", out.String())
+	}
+	out.Reset()
+	v.Priority = 3
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if want := "priority: 3 (3 shares of the items queue while other batches wait with it)\n"; !strings.Contains(out.String(), want) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
 }

@@ -145,6 +145,7 @@ type BatchRow struct {
 	MaxConcurrency int                `dynamodbav:"max_concurrency,omitempty"`
 	Rate           string             `dynamodbav:"rate,omitempty"` // JSON api.Rate; absent: unpaced
 	ItemsPerMsg    int                `dynamodbav:"items_per_message,omitempty"`
+	Priority       int                `dynamodbav:"priority,omitempty"` // absent: 1
 	OnInterrupt    string             `dynamodbav:"on_interrupt,omitempty"`
 	Headers        map[string]string  `dynamodbav:"headers,omitempty"`
 	Options        string             `dynamodbav:"pipeline_options"` // JSON
@@ -391,6 +392,7 @@ func (r *BatchRow) setPlan(p api.Plan, h ledger.HiddenPlan) error {
 	}
 	r.Pipeline, r.Digest, r.Threshold, r.MaxAttempts = p.Pipeline, p.Digest, string(th), p.MaxAttempts
 	r.MaxConcurrency, r.ItemsPerMsg, r.OnInterrupt = p.MaxConcurrency, p.ItemsPerMessage, string(p.OnInterrupt)
+	r.Priority = p.Priority
 	r.Headers, r.Options, r.StopOnThreshold = p.Headers, string(p.Options), p.StopOnThreshold
 	if p.Retry != nil {
 		rp, err := json.Marshal(p.Retry)
@@ -415,7 +417,7 @@ func (r BatchRow) plan() (api.Plan, ledger.HiddenPlan, error) {
 	p := api.Plan{
 		Pipeline: r.Pipeline, Digest: r.Digest, MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency,
 		ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: api.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
-		StopOnThreshold: r.StopOnThreshold,
+		StopOnThreshold: r.StopOnThreshold, Priority: r.Priority,
 	}
 	h := ledger.HiddenPlan{TaskToken: r.TaskToken, TaskHeartbeat: r.TaskHeartbeat, CheckPlan: r.CheckPlan}
 	if r.Rate != "" {

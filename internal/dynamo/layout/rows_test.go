@@ -1,9 +1,14 @@
 package layout
 
 import (
+	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // TestAttributeConstantsNameStoredAttributes guards the row shapes: every
@@ -44,5 +49,26 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 		if !batchAttrs[name] {
 			t.Errorf("batch attribute %q is not a field of batchRow", name)
 		}
+	}
+}
+
+// TestBatchRowKeepsThePlan guards the batch row's plan attributes: a
+// plan with every field set comes back from setPlan and plan unchanged.
+func TestBatchRowKeepsThePlan(t *testing.T) {
+	pct, stop := 2.5, false
+	p := api.Plan{Pipeline: "webhook", Digest: "d", Threshold: api.Threshold{FailurePercent: &pct}, MaxAttempts: 4,
+		Retry: &api.RetryPolicy{IntervalSeconds: 60, BackoffRate: 2}, MaxConcurrency: 7, Rate: &api.Rate{Key: "k", RequestsPerSecond: 5},
+		Priority: 3, ItemsPerMessage: 10, OnInterrupt: api.InterruptQuarantine, Headers: map[string]string{"a": "b"},
+		Options: json.RawMessage(`{"url":"http://a"}`), StopOnThreshold: &stop}
+	var r BatchRow
+	if err := r.setPlan(p, ledger.HiddenPlan{TaskToken: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	got, h, err := r.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, p) || h.TaskToken != "t" {
+		t.Errorf("plan through the row:\n got %+v\nwant %+v", got, p)
 	}
 }

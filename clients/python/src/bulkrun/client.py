@@ -206,7 +206,7 @@ class Client:
         """Submit a batch of inline items, an S3 object or an S3 prefix
         (exactly one). options are the request's other fields (key_field,
         threshold, stop_on_threshold, budget_usd, max_attempts, retry, max_concurrency,
-        items_per_message, on_interrupt, headers, pipeline_options, rerun,
+        priority, items_per_message, on_interrupt, headers, pipeline_options, rerun,
         task_token: a Step Functions task token answered when the first run
         ends, docs/api.md "Step Functions"; task_heartbeat_seconds: with it,
         SendTaskHeartbeat while that run goes, at least 600).

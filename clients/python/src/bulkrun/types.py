@@ -71,6 +71,7 @@ class SubmitRequest(TypedDict, total=False):
     max_attempts: int
     retry: RetryPolicy
     max_concurrency: int
+    priority: int
     items_per_message: int
     on_interrupt: Literal["retry", "quarantine"]
     headers: dict[str, str]

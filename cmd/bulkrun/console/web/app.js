@@ -520,6 +520,7 @@ function renderLive(page) {
   fact("Retry policy", retryText(b.retry));
   fact("Max concurrency", b.max_concurrency ? String(b.max_concurrency) : "");
   fact("Rate", b.rate ? rateText(b.rate) : "");
+  fact("Priority", b.priority > 1 ? String(b.priority) : "");
   fact("On interrupt", b.on_interrupt);
   if (b.stop) fact(running(b) ? "Stopping" : "Stopped", stopText(b));
   if (b.pause && running(b)) fact("Paused", pauseText(b.pause));
