@@ -216,6 +216,13 @@ type Attempt struct {
 	// next attempt sends the new value. The retry does not count as an
 	// attempt.
 	Rotated bool
+	// KeyPaced: Err is the downstream's own throttling of a batch with no
+	// rate, which paces every batch calling that downstream key together
+	// (docs/adr/0036): the key's hold keeps its calls past the
+	// downstream's Retry-After, so the item waits exactly that
+	// (ThrottleDelay's doubling streak would hold it back behind the key's
+	// pace).
+	KeyPaced bool
 	// Retry is the batch's retry policy: the wait before the next attempt
 	// is RetryDelay(Retry, RunAttempts).
 	Retry api.RetryPolicy
@@ -390,6 +397,9 @@ func conclude(a Attempt, err error, text string) Ending {
 			e := end(api.OutcomeInFlight, "", text)
 			e.Throttled, e.ThrottledSince = true, since
 			e.Wait = ThrottleDelay(waited, t.Delay)
+			if a.KeyPaced && t.Delay > 0 {
+				e.Wait = max(min(t.Delay, pipeline.MaxThrottleWait-waited), MinThrottleDelay)
+			}
 			return e
 		}
 		text = fmt.Sprintf("throttled for %s, past pipeline.MaxThrottleWait (%s), so this attempt counts: %s",
