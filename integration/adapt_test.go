@@ -401,6 +401,22 @@ func TestAdaptivePaceHoldsForRetryAfterOnTheStack(t *testing.T) {
 		}
 		return w, gs[len(gs)/2].Round(100 * time.Millisecond)
 	}
+	// The last items to be taken, with their calls: what held them.
+	hist := map[string][]string{}
+	var order []string
+	for _, c := range calls {
+		mark := "2xx"
+		if c.refused {
+			mark = "429"
+		}
+		hist[c.key] = append(hist[c.key], fmt.Sprintf("+%.1fs %s", c.at.Sub(first).Seconds(), mark))
+		if !c.refused {
+			order = append(order, c.key)
+		}
+	}
+	for _, k := range order[max(0, len(order)-3):] {
+		t.Logf("taken late: %s: %s", k, strings.Join(hist[k], ", "))
+	}
 	bw, bm := within(burst)
 	pw, pm := within(paced)
 	t.Logf("key %s: %d calls in the %v window (%.1f a second), %v from submit to end; items refused in the first 2 s (unpaced): %d, called again within %d s: %d (median %v); refused after: %d, within: %d (median %v)",

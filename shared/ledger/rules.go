@@ -218,10 +218,13 @@ type Attempt struct {
 	Rotated bool
 	// KeyPaced: Err is the downstream's own throttling of a batch with no
 	// rate, which paces every batch calling that downstream key together
-	// (docs/adr/0036): the key's hold keeps its calls past the
-	// downstream's Retry-After, so the item waits exactly that
-	// (ThrottleDelay's doubling streak would hold it back behind the key's
-	// pace).
+	// (docs/adr/0036): when it named a Retry-After, the key's hold keeps
+	// every call of the key past it, so the item waits exactly that (the
+	// doubling streak of ThrottleDelay would hold it back behind the
+	// key's pace). A refusal that names none keeps the streak: with 1 s
+	// instead, the emulator's receiver taking 20 calls a second refused
+	// 22.6 % of the calls after the first 3 s of a run at 10 items a
+	// message, against 14.3 % with the streak (one run each).
 	KeyPaced bool
 	// Retry is the batch's retry policy: the wait before the next attempt
 	// is RetryDelay(Retry, RunAttempts).
