@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,16 +20,9 @@ import (
 // quotaReceiver is a webhook receiver with a quota: it takes at most
 // perSecond calls in each wall-clock second (a fixed window, as many
 // APIs count a quota; 0: no quota) and answers 429 without Retry-After
-// to the rest. With a window, it first answers every call 429 with
-// Retry-After: retryAfter seconds for window from its first call (a
-// downstream that is down for a while and says when to come back).
-// Its own log is the test's evidence.
+// to the rest. Its own log is the test's evidence.
 type quotaReceiver struct {
-	perSecond  int
-	window     time.Duration
-	retryAfter int
-	first      time.Time
-	id         string // the batch quotaRun submitted
+	perSecond int
 
 	mu       sync.Mutex
 	accepted map[int64]int // accepted calls by Unix second
@@ -42,26 +34,6 @@ type quotaCall struct {
 	at      time.Time
 	refused bool
 	attempt int // the call's Bulkrun-Attempt
-}
-
-// answer is decide, with the window's Retry-After set on w.
-func (r *quotaReceiver) answer(w http.ResponseWriter, req *http.Request, key string, _ []byte) int {
-	attempt, _ := strconv.Atoi(req.Header.Get("Bulkrun-Attempt"))
-	now := time.Now()
-	r.mu.Lock()
-	if r.first.IsZero() {
-		r.first = now
-	}
-	closed := now.Sub(r.first) < r.window
-	if closed {
-		r.calls = append(r.calls, quotaCall{key: key, at: now, refused: true, attempt: attempt})
-	}
-	r.mu.Unlock()
-	if closed {
-		w.Header().Set("Retry-After", strconv.Itoa(r.retryAfter))
-		return http.StatusTooManyRequests
-	}
-	return r.decide(key, attempt)
 }
 
 func (r *quotaReceiver) decide(key string, attempt int) int {
@@ -128,13 +100,7 @@ func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, t
 	t.Helper()
 	ctx := context.Background()
 	id := newID(t)
-	rec.id = id
-	var u string // on a port of its own: its own downstream key
-	if rec.window > 0 {
-		u = env.hook.ownListener(t, env.hook.routeAnswer(id, rec.answer))
-	} else {
-		u = env.hook.routeOwn(t, id, rec.decide)
-	}
+	u := env.hook.routeOwn(t, id, rec.decide) // its own port: its own downstream key
 	req := webhookRequest(id, u, inlineItems(n))
 	req.MaxAttempts = 1
 	req.ItemsPerMessage = k
@@ -344,94 +310,5 @@ func TestAdaptivePaceOnTheStack(t *testing.T) {
 				t.Errorf("%.1f %% of the calls after the first 3 s of refusals refused, want ≤ half of those 3 s' %.1f %%", 100*late, 100*early)
 			}
 		})
-	}
-}
-
-// TestAdaptivePaceHoldsForRetryAfterOnTheStack guards issue 30's
-// receiver that says when to come back, on the deployed stack, by its
-// own log: it answers every call 429 with Retry-After: 2 for its first
-// 10 s, then takes 20 calls a second (429 without Retry-After past
-// them); 400 items, no rate, max_attempts 1, 10 items a message. Every
-// item succeeds with one counted attempt (quotaRun); the window sees at
-// most 2 × the receiver's 20 a second (400 calls); the batch is not
-// paused (a throttled answer is not an outage); and of the items
-// refused once their key was paced (after the first 2 s of refusals:
-// the first are an unpaced burst, which line up in the order refused),
-// at least 90 % are called again within 2 × Retry-After (4 s): a
-// refused unit keeps its place and comes back when the hold ends.
-func TestAdaptivePaceHoldsForRetryAfterOnTheStack(t *testing.T) {
-	const n, quota = 400, 20
-	const window, after = 10 * time.Second, 2
-	rec := &quotaReceiver{perSecond: quota, window: window, retryAfter: after}
-	_, key, took := quotaRun(t, rec, n, 0)
-	logSeconds(t, rec.seconds())
-	rec.mu.Lock()
-	calls := append([]quotaCall(nil), rec.calls...)
-	first := rec.first
-	rec.mu.Unlock()
-	inWindow := 0
-	last := map[string]time.Time{}
-	var burst, paced []time.Duration
-	for _, c := range calls {
-		if c.at.Sub(first) < window {
-			inWindow++
-		}
-		if was, ok := last[c.key]; ok {
-			if was.Sub(first) < 2*time.Second {
-				burst = append(burst, c.at.Sub(was))
-			} else {
-				paced = append(paced, c.at.Sub(was))
-			}
-			delete(last, c.key)
-		}
-		if c.refused && c.at.Sub(first) < window {
-			last[c.key] = c.at
-		}
-	}
-	within := func(gs []time.Duration) (int, time.Duration) {
-		if len(gs) == 0 {
-			return 0, 0
-		}
-		slices.Sort(gs)
-		w := 0
-		for _, g := range gs {
-			if g <= 2*after*time.Second {
-				w++
-			}
-		}
-		return w, gs[len(gs)/2].Round(100 * time.Millisecond)
-	}
-	// The last items to be taken, with their calls: what held them.
-	hist := map[string][]string{}
-	var order []string
-	for _, c := range calls {
-		mark := "2xx"
-		if c.refused {
-			mark = "429"
-		}
-		hist[c.key] = append(hist[c.key], fmt.Sprintf("+%.1fs %s", c.at.Sub(first).Seconds(), mark))
-		if !c.refused {
-			order = append(order, c.key)
-		}
-	}
-	for _, k := range order[max(0, len(order)-3):] {
-		t.Logf("taken late: %s: %s", k, strings.Join(hist[k], ", "))
-	}
-	bw, bm := within(burst)
-	pw, pm := within(paced)
-	t.Logf("key %s: %d calls in the %v window (%.1f a second), %v from submit to end; items refused in the first 2 s (unpaced): %d, called again within %d s: %d (median %v); refused after: %d, within: %d (median %v)",
-		key, inWindow, window, float64(inWindow)/window.Seconds(), took.Round(100*time.Millisecond), len(burst), 2*after, bw, bm, len(paced), pw, pm)
-	if limit := int(2 * quota * window.Seconds()); inWindow > limit {
-		t.Errorf("%d calls in the %v window, want ≤ %d (2 × the receiver's %d a second)", inWindow, window, limit, quota)
-	}
-	if len(paced) > 0 && float64(pw) < 0.9*float64(len(paced)) {
-		t.Errorf("%d of %d items refused once paced called again within %d s, want ≥ 90 %%", pw, len(paced), 2*after)
-	}
-	b, err := env.store.GetBatch(context.Background(), rec.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.Pause != nil || b.Pauses > 0 {
-		t.Errorf("the batch paused %d times (%+v): a throttled answer is not an outage", b.Pauses, b.Pause)
 	}
 }

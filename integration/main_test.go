@@ -188,7 +188,15 @@ func (h *hookServer) route(name string, decide func(key string, attempt int) int
 // it answers pace no other test's batches.
 func (h *hookServer) routeOwn(t *testing.T, name string, decide func(key string, attempt int) int) string {
 	t.Helper()
-	return h.ownListener(t, h.route(name, decide))
+	u := h.route(name, decide)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return strings.Replace(u, h.ln.Addr().String(), ln.Addr().String(), 1)
 }
 
 // routeInput is route whose calls are decided by the item's input (the
@@ -226,21 +234,6 @@ func (h *hookServer) routeAnswer(name string, decide func(w http.ResponseWriter,
 	defer h.mu.Unlock()
 	h.byAnswer[name] = decide
 	return u
-}
-
-// ownListener serves h on a listener of its own for u, a URL of h's,
-// closed when t ends: its receiver is a downstream of its own (a batch
-// with no rate is paced on its webhook's host and port, docs/adr/0036).
-func (h *hookServer) ownListener(t *testing.T, u string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return strings.Replace(u, h.ln.Addr().String(), ln.Addr().String(), 1)
 }
 
 // counts returns a copy of the calls per item key of a route.

@@ -216,16 +216,6 @@ type Attempt struct {
 	// next attempt sends the new value. The retry does not count as an
 	// attempt.
 	Rotated bool
-	// KeyPaced: Err is the downstream's own throttling of a batch with no
-	// rate, which paces every batch calling that downstream key together
-	// (docs/adr/0036): when it named a Retry-After, the key's hold keeps
-	// every call of the key past it, so the item waits exactly that (the
-	// doubling streak of ThrottleDelay would hold it back behind the
-	// key's pace). A refusal that names none keeps the streak: with 1 s
-	// instead, the emulator's receiver taking 20 calls a second refused
-	// 22.6 % of the calls after the first 3 s of a run at 10 items a
-	// message, against 14.3 % with the streak (one run each).
-	KeyPaced bool
 	// Retry is the batch's retry policy: the wait before the next attempt
 	// is RetryDelay(Retry, RunAttempts).
 	Retry api.RetryPolicy
@@ -400,9 +390,6 @@ func conclude(a Attempt, err error, text string) Ending {
 			e := end(api.OutcomeInFlight, "", text)
 			e.Throttled, e.ThrottledSince = true, since
 			e.Wait = ThrottleDelay(waited, t.Delay)
-			if a.KeyPaced && t.Delay > 0 {
-				e.Wait = max(min(t.Delay, pipeline.MaxThrottleWait-waited), MinThrottleDelay)
-			}
 			return e
 		}
 		text = fmt.Sprintf("throttled for %s, past pipeline.MaxThrottleWait (%s), so this attempt counts: %s",

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -56,34 +55,5 @@ func TestThrottleDelayFollowsTheStreak(t *testing.T) {
 	}
 	if len(gaps) > 40 {
 		t.Errorf("%d throttled calls in a 15-minute streak: the waits do not grow", len(gaps))
-	}
-}
-
-// TestKeyPacedThrottleWaitsTheRetryAfter guards Attempt.KeyPaced: a
-// batch with no rate, throttled by its downstream naming a Retry-After,
-// waits exactly that however long the streak (the key's hold spaces the
-// calls: docs/adr/0036), never past the streak's end; without one, or
-// for a batch whose key is not paced, the streak's doubling stands.
-func TestKeyPacedThrottleWaitsTheRetryAfter(t *testing.T) {
-	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	asked := 2 * time.Second
-	end := func(keyPaced bool, delay, streak time.Duration) Ending {
-		return Conclude(Attempt{Number: 3, RunAttempts: 1, MaxAttempts: 3, Ran: true, KeyPaced: keyPaced,
-			Err: pipeline.Throttled("webhook", "429", delay, errors.New("429")), ThrottledSince: now.Add(-streak), Now: now})
-	}
-	for _, streak := range []time.Duration{0, 20 * time.Second, 5 * time.Minute} {
-		if e := end(true, asked, streak); !e.Throttled || e.Wait != asked {
-			t.Errorf("key paced, %v into the streak: throttled %v, wait %v, want %v", streak, e.Throttled, e.Wait, asked)
-		}
-		floor := min(streak, MaxThrottleDelay)
-		if e := end(false, asked, streak); streak > 0 && e.Wait < floor {
-			t.Errorf("not key paced, %v into the streak: wait %v, want the streak's doubling (≥ %v)", streak, e.Wait, floor)
-		}
-		if e := end(true, 0, streak); streak > 0 && e.Wait < floor {
-			t.Errorf("key paced, no Retry-After, %v into the streak: wait %v, want the streak's doubling (≥ %v)", streak, e.Wait, floor)
-		}
-	}
-	if e := end(true, 10*time.Minute, pipeline.MaxThrottleWait-5*time.Second); e.Wait != 5*time.Second {
-		t.Errorf("a Retry-After past the streak's end: wait %v, want the 5 s left", e.Wait)
 	}
 }

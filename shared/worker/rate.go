@@ -106,68 +106,8 @@ func (w *Worker) paceAdaptive(ctx context.Context, log *slog.Logger, b ledger.Ba
 	if wait > 0 {
 		w.sleep(ctx, wait)
 	}
-	m.leased, m.place, m.placed = start, pos, true
+	m.leased = start
 	return 0, nil
-}
-
-// placeRefused leases, for m's unit sent back to wait after its
-// downstream throttled a call it made unpaced (before its key was paced;
-// a batch with no rate), its place in the key's line at once, and
-// answers when it should come back: at wake, or when its place is due
-// if later. The units an unpaced burst had refused line up in the order
-// they were refused, ahead of the units that lease after them, instead
-// of leasing when they come back, behind every unit leased meanwhile (on
-// the flow test bed's receiver that refused 30 s with Retry-After: 2,
-// the first refused item came back 58 s later). Its places are the
-// line's own, so the pace holds. The row unread or not paced, or the
-// line booked past its horizon: wake, the unit leasing when it comes
-// back.
-func (w *Worker) placeRefused(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, wake time.Time) time.Time {
-	if b.Rate != nil || m.placed || !m.throttled.Load() {
-		return wake
-	}
-	key := pacer.DownstreamKey(b)
-	now := w.Clock.Now()
-	a, err := w.adaptBook().Adapt(ctx, w.Store, key, now)
-	if err != nil || !a.Paced(now) {
-		return wake
-	}
-	p, ok, row, err := w.adaptBook().LeaseAdaptive(ctx, w.Store, key, a, len(m.Items), now)
-	if err != nil || !ok {
-		if err != nil {
-			log.WarnContext(ctx, "adaptive pace: a refused unit's place not leased; it leases when it comes back", "key", key, "error", pipeline.ErrorText(err))
-		}
-		return wake
-	}
-	wake = pacer.Later(wake, row.Wake(p, now))
-	m.setLeaseAt(wake)
-	m.setLeasePos(p)
-	return wake
-}
-
-// keepPlace makes m, sent back to wait after the downstream throttled
-// one of its calls naming a Retry-After, carry the place in its key's
-// line it ran at (paceAdaptive), so that it comes back first in line:
-// its place is due already, so it starts as soon as the key's hold (the
-// Retry-After) ends, not behind every unit leased since (on the flow test
-// bed's receiver that refused 30 s with Retry-After: 2, a refused item's
-// next call came a median 32 s later, at the back of the line).
-//
-// The place is reused: the calls that come back this way are on top of
-// the pace's allowance. So only a Retry-After keeps it, where the key's
-// hold stops every other call until then and the refused units come back
-// together once; a refusal that names none leases anew, behind the
-// others (keeping its place there, the flow test bed's receiver refusing
-// above 100 calls a second saw 31.6 % of calls refused and 470 a second
-// at K = 1, the refused calls piling on the allowance). A unit that ran
-// unpaced (before its key was first throttled) leases anew as well: the
-// calls of an unpaced burst do not all come back at the hold's end.
-func (m *unitMessage) keepPlace(wake time.Time) {
-	if !m.placed || !m.askedWait.Load() {
-		return
-	}
-	m.setLeaseAt(wake)
-	m.setLeasePos(m.place)
 }
 
 // resumePace ramps b's downstream back up as b resumes after its outage

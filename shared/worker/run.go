@@ -14,7 +14,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -175,7 +174,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, asked: &m.askedWait}, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled}, u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -193,7 +192,6 @@ type call struct {
 	stop            api.Status
 	halted, subject string
 	throttled       *atomic.Bool // the unit's downstream throttled one of its calls
-	asked           *atomic.Bool // ... and named a Retry-After
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -366,34 +364,25 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		log.WarnContext(ctx, "items to retry; waiting in the track", "items", retries, "retry_in_ms", wait.Milliseconds())
 		return m.track.park(m, wait, 0), dns
 	}
-	if throttled && wait <= api.MaxResendDelay && w.resendThrottled(ctx, log, b, m, retries, wait) {
-		return true, dns
+	if throttled && wait <= api.MaxResendDelay {
+		// A throttled attempt (or a paused batch's probe) counts no
+		// attempt, so its wait must not count a receive either
+		// (maxReceiveCount would dead-letter an item throttled often
+		// enough): the message is sent again as a new one, as for AWS
+		// unavailability, and this delivery acknowledged.
+		err := w.resend(ctx, m, wait)
+		if err == nil {
+			w.Metrics.Resent(b.Pipeline, "throttled", b.ID, b.Run)
+			log.WarnContext(ctx, "items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+			return true, dns
+		}
+		log.WarnContext(ctx, "send the message again", "error", err.Error())
 	}
 	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 		log.WarnContext(ctx, "delay message", "error", err.Error())
 	}
 	log.WarnContext(ctx, "items to retry", "items", retries, "retry_in_ms", wait.Milliseconds())
 	return false, dns
-}
-
-// resendThrottled sends m's unit again to wait wait after a throttled
-// attempt (or a paused batch's probe), reporting whether it was sent
-// (this delivery is then acknowledged). Such an attempt counts no
-// attempt, so its wait must not count a receive either (maxReceiveCount
-// would dead-letter an item throttled often enough): the message is sent
-// again as a new one, as for AWS unavailability. A unit that ran paced
-// keeps its place in its key's line after a Retry-After (keepPlace); one
-// that ran unpaced leases its place now (placeRefused).
-func (w *Worker) resendThrottled(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, retries int, wait time.Duration) bool {
-	m.keepPlace(w.Clock.Now().Add(wait))
-	wait = max(wait, w.placeRefused(ctx, log, b, m, w.Clock.Now().Add(wait)).Sub(w.Clock.Now()))
-	if err := w.resend(ctx, m, wait); err != nil {
-		log.WarnContext(ctx, "send the message again", "error", err.Error())
-		return false
-	}
-	w.Metrics.Resent(b.Pipeline, "throttled", b.ID, b.Run)
-	log.WarnContext(ctx, "items to retry; throttled, message sent again", "items", retries, "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
-	return true
 }
 
 // waitDone is the live view's count of an item whose attempt ended with
@@ -461,12 +450,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
-	keyPaced := w.observeCall(ctx, log, b, start, perr)
-	if keyPaced && c.throttled != nil {
+	if w.observeCall(ctx, log, b, start, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
-		if d, _ := pacer.DownstreamThrottle(perr); d > 0 && c.asked != nil {
-			c.asked.Store(true)
-		}
 	}
 	// Staging ends with Run, whatever its result: a write staged later (by
 	// a goroutine the pipeline left behind) is refused, never committed.
@@ -495,7 +480,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		s.SpentRun = b.Run
 	}
 	s.Cost, r.cost = res.Cost, res.Cost
-	a.Ran, a.Err, a.CutOff, a.Rotated, a.KeyPaced = true, perr, cutOff && perr != nil, rr == rereadRotated, keyPaced
+	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rr == rereadRotated
 	if rr == rereadUnchanged {
 		a.Withhold = c.subject
 	}

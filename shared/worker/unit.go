@@ -66,17 +66,9 @@ type unitMessage struct {
 	// leased is the start of the rate lease this delivery runs under
 	// (zero: none): its calls start by then + pace.LeaseGrace.
 	leased time.Time
-	// place is the position in its key's adaptive line this delivery runs
-	// at (placed: it ran paced, docs/adr/0036): a call of it the
-	// downstream throttles sends the unit back with that place, first in
-	// line when the key's hold ends (keepPlace).
-	place  float64
-	placed bool
 	// throttled: the downstream throttled a call of this delivery's unit
 	// (a batch with no rate): its calls not yet started are given back.
 	throttled atomic.Bool
-	// askedWait: ... and it named a Retry-After (keepPlace).
-	askedWait atomic.Bool
 	// tokens is the token lease this delivery booked (tokens.go): settled
 	// once its calls ended, or given back when none ran.
 	tokens tokenBooking
