@@ -411,6 +411,43 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 	return nil
 }
 
+// MarkApproval sets sample_estimate = :json (m.Estimate, api.SampleEstimate
+// as JSON text) under the condition run = :run AND
+// attribute_not_exists(sample_estimate) AND
+// attribute_not_exists(sample_decision); or sample_decision,
+// sample_decided_by and sample_decided_ms under run = :run AND status =
+// running AND attribute_not_exists(stop) AND
+// attribute_not_exists(sample_decision); else api.ErrConflict. One
+// UpdateItem, one write unit for a row under 1 KB.
+func (s *Store) MarkApproval(ctx context.Context, m ledger.ApprovalMark) error {
+	run := expression.Name(layout.AttrRun).Equal(expression.Value(m.Run))
+	undecided := expression.AttributeNotExists(expression.Name(layout.AttrSampleDecision))
+	var cond expression.ConditionBuilder
+	var u expression.UpdateBuilder
+	if m.Estimate != nil {
+		text, err := json.Marshal(m.Estimate)
+		if err != nil {
+			return err
+		}
+		cond = expression.And(run, undecided, expression.AttributeNotExists(expression.Name(layout.AttrSampleEstimate)))
+		u = expression.Set(expression.Name(layout.AttrSampleEstimate), expression.Value(string(text)))
+	} else {
+		cond = expression.And(run, undecided, expression.Name(layout.AttrStatus).Equal(expression.Value(string(api.StatusRunning))),
+			expression.AttributeNotExists(expression.Name(layout.AttrStop)))
+		u = expression.Set(expression.Name(layout.AttrSampleDecision), expression.Value(string(m.Decision))).
+			Set(expression.Name(layout.AttrSampleDecidedBy), expression.Value(m.By)).
+			Set(expression.Name(layout.AttrSampleDecidedMs), expression.Value(m.Now.UnixMilli()))
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("approval of %s run %d: %w", m.BatchID, m.Run, err)
+	}
+	return nil
+}
+
 // SetLimits sets budget_usd = :usd (l.BudgetUSD > 0) and ceilings =
 // :json (l.Ceilings not nil; api.Ceilings as JSON text) under the
 // condition attribute_exists(pk); else api.ErrConflict.

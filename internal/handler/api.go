@@ -71,6 +71,8 @@ type Presigner interface {
 //	POST   /batches/{id}/cancel              stop the current run (202)
 //	POST   /batches/{id}/pause               pause the current run: no item starts (202)
 //	POST   /batches/{id}/unpause             end the run's pause (202)
+//	POST   /batches/{id}/approve             approve a sampled batch: the rest of its items run (202)
+//	POST   /batches/{id}/reject              reject a sampled batch: its run is cancelled (202)
 //	POST   /batches/{id}/budget              set the batch's budget in US dollars; a raise ends a budget pause (202)
 //	POST   /batches/{id}/ceilings            set per-item ceilings; wake the exhausted items now under them (200)
 //	POST   /batches/{id}/corrections         corrected inputs: a revision and its run (202; 200 the same corrections again)
@@ -174,6 +176,10 @@ func (a *API) route(r *http.Request) http.HandlerFunc {
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Pause)})
 	case "unpause":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Unpause)})
+	case "approve":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Approve)})
+	case "reject":
+		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.control(a.Control.Reject)})
 	case "budget":
 		return pick(r.Method, map[string]http.HandlerFunc{http.MethodPost: a.budget})
 	case "ceilings":

@@ -25,7 +25,7 @@ import (
 func UploadOptions() []string {
 	return []string{wire.MetaBatchID, wire.MetaPipeline, wire.MetaKeyField, wire.MetaFormat, wire.MetaCSVDelimiter, wire.MetaFailurePercent,
 		wire.MetaFailureCount, wire.MetaMaxAttempts, wire.MetaRetry, wire.MetaRate, wire.MetaPriority, wire.MetaStopOnThreshold, wire.MetaBudgetUSD,
-		wire.MetaCeilingSpendUSD, wire.MetaCeilingTokens,
+		wire.MetaSample, wire.MetaAutoApproveUSD, wire.MetaCeilingSpendUSD, wire.MetaCeilingTokens,
 		wire.MetaPipelineOptions, wire.MetaRerun, wire.MetaCorrects}
 }
 
@@ -375,6 +375,9 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 	if err := wholeMeta(get, wire.MetaPriority, &req.Priority); err != nil {
 		return req, nil, err
 	}
+	if err := wholeMeta(get, wire.MetaSample, &req.Sample); err != nil {
+		return req, nil, err
+	}
 	if v := get(wire.MetaRetry); v != "" {
 		p, err := api.ParseRetryPolicy(v)
 		if err != nil {
@@ -409,6 +412,16 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 			return req, nil, err
 		}
 		req.BudgetUSD = &usd
+	}
+	if v := get(wire.MetaAutoApproveUSD); v != "" {
+		usd, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaAutoApproveUSD, Reason: "want a number of US dollars > 0: " + v}
+		}
+		if err := api.CheckBudget("x-amz-meta-"+wire.MetaAutoApproveUSD, usd); err != nil {
+			return req, nil, err
+		}
+		req.AutoApproveUSD = &usd
 	}
 	for _, m := range []struct {
 		meta, field string

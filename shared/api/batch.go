@@ -59,7 +59,10 @@ type Batch struct {
 	// Ceilings are the batch's per-item ceilings (see Ceilings); nil (the
 	// default) is none. Not in the Plan, as BudgetUSD; they change through
 	// POST /batches/{id}/ceilings.
-	Ceilings  *Ceilings `json:"ceilings,omitempty"`
+	Ceilings *Ceilings `json:"ceilings,omitempty"`
+	// Approval is a sampled batch's sample, estimate and decision (see
+	// sample.go); nil on a batch without a sample.
+	Approval  *Approval `json:"approval,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"` // end of the retention of the last finished run
 	// SubmitAttempts counts the background reads of the source started so
 	// far; SubmitDeadline is when the latest one must have ended (its

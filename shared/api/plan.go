@@ -52,6 +52,15 @@ type Plan struct {
 	// 1–MaxPriority (SubmitRequest.Priority); 0 (the default, and rows
 	// written before the option) is 1. Read it with Plan.Weight.
 	Priority int `json:"priority,omitempty"`
+	// Sample is how many items the batch's first run runs before it waits
+	// for an approval (SubmitRequest.Sample, see sample.go): 1–MaxSample;
+	// 0 (the default) runs every item at once.
+	Sample int `json:"sample,omitempty"`
+	// AutoApproveUSD approves the rest of a sampled batch without a
+	// caller when the sample's estimate for the whole run
+	// (SampleEstimate.CostUSD) is at most it, in US dollars; 0 (the
+	// default) waits for a caller's approval.
+	AutoApproveUSD float64 `json:"auto_approve_usd,omitempty"`
 	// ItemsPerMessage is how many consecutive manifest items share one
 	// items-queue message and one ledger row (a pack), 1–
 	// MaxItemsPerMessage (ledger, 100); a request's 0 takes the stack's

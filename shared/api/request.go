@@ -62,6 +62,20 @@ type SubmitRequest struct {
 	// 1/4 of the calls (docs/adr/0037). It orders nothing: an idle queue
 	// runs every batch at full speed. Part of the plan.
 	Priority int `json:"priority,omitempty"`
+	// Sample runs the first Sample items of the source first (rounded up
+	// to whole messages: at most Sample + items_per_message − 1), then
+	// holds the rest until a caller approves (POST /batches/{id}/approve)
+	// or rejects (POST /batches/{id}/reject) the batch, with an estimate
+	// of the whole run from the sample (Batch.Approval, SampleEstimate).
+	// 1–MaxSample; 0 (the default) runs every item at once. Not with
+	// max_concurrency (400 naming sample). Part of the plan.
+	Sample int `json:"sample,omitempty"`
+	// AutoApproveUSD approves a sampled batch's rest without a caller when
+	// the sample's estimate of the whole run's cost is at most it, in US
+	// dollars (> 0 and ≤ MaxBudgetUSD); it needs a sample (else 400 naming
+	// auto_approve_usd). nil (the default): a caller approves. Part of the
+	// plan.
+	AutoApproveUSD *float64 `json:"auto_approve_usd,omitempty"`
 	// ItemsPerMessage (K) packs K consecutive manifest items into one
 	// items-queue message and one ledger row, each item keeping its own
 	// reservation, attempts, outcome, error, cost, listing and census;

@@ -526,6 +526,22 @@ func (c *Client) Unpause(ctx context.Context, id string) (wire.BatchView, error)
 	return v, err
 }
 
+// Approve approves a sampled batch: the items outside its sample run
+// (POST /batches/{id}/approve; api.Plan.Sample).
+func (c *Client) Approve(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/approve", nil, &v)
+	return v, err
+}
+
+// Reject rejects a sampled batch: its run is cancelled (POST
+// /batches/{id}/reject).
+func (c *Client) Reject(ctx context.Context, id string) (wire.BatchView, error) {
+	var v wire.BatchView
+	_, err := c.Do(ctx, http.MethodPost, "/batches/"+url.PathEscape(id)+"/reject", nil, &v)
+	return v, err
+}
+
 // SetBudget sets the batch's budget to usd US dollars (POST
 // /batches/{id}/budget, api.BudgetRequest): on a run paused at its
 // budget, a budget above the run's spend resumes it; one at or below the

@@ -64,6 +64,11 @@ func (c *Control) Get(ctx context.Context, id string) (ledger.Batch, error) {
 // unchanged. Errors: ErrNotFound (ErrExpired past the retention);
 // ErrConflict while the source is still being read (submitting).
 func (c *Control) Cancel(ctx context.Context, id string) (ledger.Batch, error) {
+	return c.cancelAs(ctx, id, "cancelled by a caller")
+}
+
+// cancelAs is Cancel, the stop's detail saying detail.
+func (c *Control) cancelAs(ctx context.Context, id, detail string) (ledger.Batch, error) {
 	b, err := c.Get(ctx, id)
 	if err != nil {
 		return ledger.Batch{}, err
@@ -75,7 +80,7 @@ func (c *Control) Cancel(ctx context.Context, id string) (ledger.Batch, error) {
 		return b, fmt.Errorf("cancel %s: no run is going yet (status %s): %w", id, b.Status, api.ErrConflict)
 	}
 	if b.Stop == "" {
-		err := ledger.StopRun(ctx, c.Store, b, b.Run, api.StatusCancelled, "cancelled by a caller")
+		err := ledger.StopRun(ctx, c.Store, b, b.Run, api.StatusCancelled, detail)
 		if err != nil && !errors.Is(err, api.ErrConflict) {
 			return ledger.Batch{}, err
 		}

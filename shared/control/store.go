@@ -24,6 +24,7 @@ type Store interface {
 	CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error)
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error
 	SetLimits(ctx context.Context, id string, l ledger.Limits) error
+	MarkApproval(ctx context.Context, m ledger.ApprovalMark) error
 	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)
 	Lift(ctx context.Context, id, subject string) error
 	ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error

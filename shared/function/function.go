@@ -165,6 +165,9 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).
 			Margin: workerMargin(d.Config.ItemTimeout),
+			// The messages the items event sources run at once, for a
+			// sample's estimate of its rest's pace.
+			Parallel: d.Config.ItemsMaxConcurrency * config.DefaultItemBatchSize,
 			// An item withheld under a halt lifted meanwhile is woken at once.
 			Wake: &held.Waker{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log},
 		},

@@ -132,6 +132,10 @@ type Message struct {
 	// the message is sent in one of that many message groups
 	// (MessageGroup). 0: 1.
 	Priority int `json:"priority,omitempty"`
+	// Sample marks a unit of its batch's sample (api.Plan.Sample): it runs
+	// while the batch holds the items outside the sample
+	// (api.Approval.Holds). Set by the fan-out (Packer.SetSample).
+	Sample bool `json:"sample,omitempty"`
 	// Track makes a fan-out message a track of a batch with
 	// max_concurrency (see Track): its units run in place, one at a time.
 	Track *Track `json:"track,omitempty"`

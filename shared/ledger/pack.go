@@ -34,6 +34,8 @@ type PackMessage struct {
 	Items       []PackedItem `json:"items"`
 	// Priority: see Message.Priority.
 	Priority int `json:"priority,omitempty"`
+	// Sample: see Message.Sample.
+	Sample bool `json:"sample,omitempty"`
 	// Requeued: see Message.Requeued.
 	Requeued int `json:"requeued,omitempty"`
 	// SlotWaits: see Message.SlotWaits.
@@ -120,7 +122,8 @@ type Packer struct {
 	chunk       source.Chunk
 	k           int
 	emit        func(body []byte, keys []string) error
-	priority    int // api.Plan.Priority above 1, else 0 (SetPriority)
+	priority    int   // api.Plan.Priority above 1, else 0 (SetPriority)
+	sample      int64 // the batch's sample (SetSample): units starting below it are marked
 	added       int64
 	lines       []packLine
 }
@@ -157,6 +160,7 @@ func (p *Packer) Add(line source.ManifestLine, offset, length int64) error {
 	if p.k == 1 {
 		m := ItemMessage(p.batchID, p.run, p.manifestKey, p.chunk, line, offset, length)
 		m.Priority = p.priority
+		m.Sample = p.chunk.FirstIndex+p.added-1 < p.sample
 		body, err := itemMessageBody(m, offset, length, p.manifestKey)
 		if err != nil {
 			return err
@@ -180,6 +184,12 @@ func (p *Packer) SetPriority(weight int) {
 	}
 }
 
+// SetSample marks every body whose first item's manifest index is below
+// n as a unit of the batch's sample (Message.Sample): the first n items,
+// rounded up to whole bodies. 0, the default, marks none. Call it before
+// the first Add.
+func (p *Packer) SetSample(n int64) { p.sample = max(n, 0) }
+
 // Flush emits the lines held (the chunk's last, short pack). Call it once
 // after the chunk's last line.
 func (p *Packer) Flush() error {
@@ -202,7 +212,7 @@ func (p *Packer) Flush() error {
 func (p *Packer) body() ([]byte, []string, error) {
 	first := p.chunk.FirstIndex + p.added - int64(len(p.lines))
 	m := PackMessage{Format: FormatVersion, Kind: KindPack, BatchID: p.batchID, Run: p.run, ManifestKey: p.manifestKey,
-		ChunkFirst: p.chunk.FirstIndex, ChunkItems: p.chunk.Count, PackFirst: first, Items: []PackedItem{}, Priority: p.priority}
+		ChunkFirst: p.chunk.FirstIndex, ChunkItems: p.chunk.Count, PackFirst: first, Items: []PackedItem{}, Priority: p.priority, Sample: first < p.sample}
 	env, err := EncodeSafe(m)
 	if err != nil {
 		return nil, nil, err

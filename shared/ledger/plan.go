@@ -52,6 +52,10 @@ func (b Batch) DiffPlan(given Batch) (field, was, now string) {
 		return "rate", asJSON(s.Rate), asJSON(g.Rate)
 	case s.Weight() != g.Weight():
 		return "priority", fmt.Sprint(s.Weight()), fmt.Sprint(g.Weight())
+	case s.Sample != g.Sample:
+		return "sample", fmt.Sprint(s.Sample), fmt.Sprint(g.Sample)
+	case s.AutoApproveUSD != g.AutoApproveUSD:
+		return "auto_approve_usd", fmt.Sprint(s.AutoApproveUSD), fmt.Sprint(g.AutoApproveUSD)
 	case b.Pack() != given.Pack():
 		return "items_per_message", fmt.Sprint(b.Pack()), fmt.Sprint(given.Pack())
 	case s.OnInterrupt != g.OnInterrupt && s.OnInterrupt != "":

@@ -183,6 +183,14 @@ type Store interface {
 	// (Control.SetBudget unpauses a budget pause after) nor any item
 	// (Control.SetCeilings wakes the exhausted ones after).
 	SetLimits(ctx context.Context, id string, l Limits) error
+	// MarkApproval writes on a sampled batch's row (api.Plan.Sample) its
+	// sample's estimate (m.Estimate not nil), only if the batch is at run
+	// m.Run and has neither an estimate nor a decision; or its decision
+	// (m.Decision: api.ApprovalApproved or api.ApprovalRejected, by m.By
+	// at m.Now), only if the batch is at run m.Run, running, not
+	// stopping, and has no decision; else ErrConflict. One write wins:
+	// the item function's estimate once, one decision ever.
+	MarkApproval(ctx context.Context, m ApprovalMark) error
 	// ClaimProbe records probe c.Probe of the outage pause that began at
 	// c.Since only if the batch is still so paused and no probe of that
 	// number or later was claimed; else ErrConflict. One delivery per
@@ -879,6 +887,17 @@ type BatchQuery struct {
 	Limit int
 	// Now decides expiry: a batch Expired at Now is never listed.
 	Now time.Time
+}
+
+// ApprovalMark is what Store.MarkApproval writes: an estimate, or a
+// decision.
+type ApprovalMark struct {
+	BatchID  string
+	Run      int
+	Estimate *api.SampleEstimate
+	Decision api.ApprovalState
+	By       string
+	Now      time.Time
 }
 
 // Limits are what Store.SetLimits writes on a batch row: BudgetUSD when

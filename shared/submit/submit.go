@@ -199,6 +199,9 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 	if req.Priority < 0 || req.Priority > api.MaxPriority {
 		return &api.InputError{Field: "priority", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.Priority, api.MaxPriority)}
 	}
+	if err := checkSample(*req); err != nil {
+		return err
+	}
 	if req.Rate != nil {
 		if err := req.Rate.Validate(); err != nil {
 			return err
@@ -633,6 +636,8 @@ func planOf(req api.SubmitRequest, now time.Time) ledger.Batch {
 				MaxConcurrency:  req.MaxConcurrency,
 				Rate:            req.Rate,
 				Priority:        req.Priority,
+				Sample:          req.Sample,
+				AutoApproveUSD:  autoApproveOf(req),
 				ItemsPerMessage: req.ItemsPerMessage,
 				OnInterrupt:     req.OnInterrupt,
 				Headers:         req.Headers,
@@ -665,6 +670,31 @@ func ceilingsOf(req api.SubmitRequest) *api.Ceilings {
 	}
 	c := *req.Ceilings
 	return &c
+}
+
+// checkSample checks req's sample and auto-approval (api.SubmitRequest.
+// Sample, AutoApproveUSD): an *api.InputError naming sample or
+// auto_approve_usd.
+func checkSample(req api.SubmitRequest) error {
+	switch {
+	case req.Sample < 0 || req.Sample > api.MaxSample:
+		return &api.InputError{Field: "sample", Reason: fmt.Sprintf("%d is not within 1–%d (0: no sample)", req.Sample, api.MaxSample)}
+	case req.Sample > 0 && req.MaxConcurrency > 0:
+		return &api.InputError{Field: "sample", Reason: "a sample cannot be taken with max_concurrency yet (a batch with max_concurrency runs its items on tracks, which do not hold the items outside a sample); submit without one of them"}
+	case req.AutoApproveUSD != nil && req.Sample == 0:
+		return &api.InputError{Field: "auto_approve_usd", Reason: "approves a sample's estimate: give a sample too"}
+	case req.AutoApproveUSD != nil:
+		return api.CheckBudget("auto_approve_usd", *req.AutoApproveUSD)
+	}
+	return nil
+}
+
+// autoApproveOf is req's auto-approval limit in US dollars, 0 for none.
+func autoApproveOf(req api.SubmitRequest) float64 {
+	if req.AutoApproveUSD == nil {
+		return 0
+	}
+	return *req.AutoApproveUSD
 }
 
 // budgetOf is req's budget in US dollars, 0 for none.

@@ -191,6 +191,8 @@ const (
 	MetaPriority        = "priority"          // as priority: 1–10, the batch's weight in the queue's fair share
 	MetaStopOnThreshold = "stop-on-threshold" // "false" runs every item and judges the threshold at the end
 	MetaBudgetUSD       = "budget-usd"        // as budget_usd: US dollars, > 0 (25, 12.5)
+	MetaSample          = "sample"            // as sample: 1–100,000 items run first, the rest after an approval
+	MetaAutoApproveUSD  = "auto-approve-usd"  // as auto_approve_usd: US dollars, > 0; needs sample
 	MetaCeilingSpendUSD = "ceiling-spend-usd" // as ceilings.spend_usd: US dollars per item, > 0 (0.5)
 	MetaCeilingTokens   = "ceiling-tokens"    // as ceilings.tokens: tokens per item, > 0 (20000)
 	// MetaRerun "true" runs the upload's items even though the same items

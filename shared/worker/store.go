@@ -25,6 +25,7 @@ type Store interface {
 	CountWaits(ctx context.Context, c ledger.WaitCount) error
 	CountFanned(ctx context.Context, c ledger.FanCount) error
 	Pause(ctx context.Context, m ledger.PauseMark) error
+	MarkApproval(ctx context.Context, m ledger.ApprovalMark) error
 	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error
 	ClaimProbe(ctx context.Context, c ledger.ProbeClaim) error

@@ -76,6 +76,9 @@ type unitMessage struct {
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
 	probe bool
+	// sample: the unit is one of its batch's sample (Message.Sample): it
+	// runs while the batch holds the rest (api.Approval.Holds).
+	sample bool
 	// track is the track running the unit (a batch with
 	// max_concurrency): the unit then waits in it instead of on the
 	// queue; ref is where its lines are and how often it waited for AWS.
@@ -99,7 +102,7 @@ func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs, sample: m.Sample,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -108,7 +111,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs, sample: m.Sample,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

@@ -116,6 +116,11 @@ type Worker struct {
 	// DefaultBudgetEvery (5 s); a negative value reads after every write
 	// (tests on a clock that does not move).
 	BudgetEvery time.Duration
+	// Parallel is how many items-queue messages the stack's item function
+	// runs at once (the items event sources' maximum concurrency × the
+	// messages one invocation is handed), for a sample's estimate of its
+	// rest's pace (shared/sample); 0: unknown, the sample's own pace.
+	Parallel int
 	// Secrets resolves the secret references in a batch's headers and
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
@@ -487,6 +492,8 @@ func (w *Worker) dispatch(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			reason = api.ReasonCancel
 		}
 		ack, dns = w.settleUnit(ctx, log, b, m, d, api.OutcomeCancelled, reason, b.StopDetail)
+	case b.Run == 1 && b.Approval.Holds() && !m.sample:
+		ack, dns = w.holdForApproval(ctx, log, b, m, d)
 	case b.Pause != nil:
 		ack, dns = w.runPaused(ctx, log, b, m, d, inv)
 	default:
@@ -583,6 +590,9 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 		return err
 	}
 	packer.SetPriority(b.Weight())
+	if b.Run == 1 {
+		packer.SetSample(int64(b.Sample))
+	}
 	err = source.ReadManifestLines(rc, m.Chunk.Offset, packer.Add)
 	if err == nil {
 		err = packer.Flush()

@@ -506,6 +506,10 @@ func clone(b ledger.Batch) ledger.Batch {
 		p := *b.Pause
 		b.Pause = &p
 	}
+	if b.Approval != nil {
+		a := *b.Approval // its Estimate is never changed once written
+		b.Approval = &a
+	}
 	b.Halts = maps.Clone(b.Halts)
 	b.Request = slices.Clone(b.Request)
 	b.Revisions = slices.Clone(b.Revisions)
@@ -515,6 +519,11 @@ func clone(b ledger.Batch) ledger.Batch {
 // stored is b as the adapter stores it: times at millisecond precision.
 func storedBatch(b ledger.Batch) ledger.Batch {
 	b = clone(b)
+	if a := b.Approval; a != nil {
+		b.Approval = api.ApprovalOf(b.Sample, a.Decision, a.DecidedBy, ms(a.DecidedAt), a.Estimate)
+	} else {
+		b.Approval = api.ApprovalOf(b.Sample, "", "", time.Time{}, nil)
+	}
 	b.CreatedAt, b.RunStartedAt, b.FinishedAt = ms(b.CreatedAt), ms(b.RunStartedAt), ms(b.FinishedAt)
 	b.ExpiresAt, b.SubmitDeadline = ms(b.ExpiresAt), ms(b.SubmitDeadline)
 	return b
@@ -706,6 +715,31 @@ func (s *Store) SetLimits(_ context.Context, id string, l ledger.Limits) error {
 		return conflictf("set the ceilings of %s: changed since read", id)
 	}
 	b.BudgetUSD, b.Ceilings = cmp.Or(l.BudgetUSD, b.BudgetUSD), cmp.Or(l.Ceilings, b.Ceilings)
+	return nil
+}
+
+// MarkApproval implements ledger.Store.
+func (s *Store) MarkApproval(_ context.Context, m ledger.ApprovalMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(m.BatchID)
+	if !ok || b.Run != m.Run || b.Approval == nil || b.Approval.Decision != "" {
+		return conflictf("approval of %s run %d", m.BatchID, m.Run)
+	}
+	a := *b.Approval
+	if m.Estimate != nil {
+		if a.Estimate != nil {
+			return conflictf("estimate of %s run %d: written already", m.BatchID, m.Run)
+		}
+		e := *m.Estimate
+		a.Estimate = &e
+	} else {
+		if b.Status != api.StatusRunning || b.Stop != "" {
+			return conflictf("decision on %s run %d: not running", m.BatchID, m.Run)
+		}
+		a.Decision, a.DecidedBy, a.DecidedAt = m.Decision, m.By, ms(m.Now)
+	}
+	b.Approval = api.ApprovalOf(b.Sample, a.Decision, a.DecidedBy, a.DecidedAt, a.Estimate)
 	return nil
 }
 

@@ -93,6 +93,10 @@ const (
 	AttrProbes           = "probes"
 	AttrPauses           = "pauses"
 	AttrBudgetUSD        = "budget_usd"
+	AttrSampleEstimate   = "sample_estimate"
+	AttrSampleDecision   = "sample_decision"
+	AttrSampleDecidedBy  = "sample_decided_by"
+	AttrSampleDecidedMs  = "sample_decided_ms"
 	AttrCeilings         = "ceilings"
 	AttrChecked          = "checked"
 	attrSourceFormat     = "source_format"
@@ -125,72 +129,81 @@ const (
 
 // BatchRow is the stored shape of api.Batch.
 type BatchRow struct {
-	PK             string             `dynamodbav:"pk"`
-	SK             string             `dynamodbav:"sk"`
-	ID             string             `dynamodbav:"batch_id"`
-	Pipeline       string             `dynamodbav:"pipeline"`
-	Digest         string             `dynamodbav:"manifest_digest"`
-	ManifestKey    string             `dynamodbav:"manifest_key"`
-	ManifestBytes  int64              `dynamodbav:"manifest_bytes"`
-	ItemCount      int64              `dynamodbav:"item_count"`
-	ListShards     int                `dynamodbav:"list_shards"`
-	CounterShards  int                `dynamodbav:"counter_shards"`
-	CounterLanes   int                `dynamodbav:"counter_lanes,omitempty"` // 0: counted per chunk
-	Chunks         int                `dynamodbav:"chunks,omitempty"`
-	Run            int                `dynamodbav:"run"`
-	Status         string             `dynamodbav:"status"`
-	Threshold      string             `dynamodbav:"threshold"` // JSON
-	MaxAttempts    int                `dynamodbav:"max_attempts"`
-	Retry          string             `dynamodbav:"retry,omitempty"` // JSON api.RetryPolicy; absent: the worker's default
-	MaxConcurrency int                `dynamodbav:"max_concurrency,omitempty"`
-	Rate           string             `dynamodbav:"rate,omitempty"` // JSON api.Rate; absent: unpaced
-	ItemsPerMsg    int                `dynamodbav:"items_per_message,omitempty"`
-	Priority       int                `dynamodbav:"priority,omitempty"` // absent: 1
-	OnInterrupt    string             `dynamodbav:"on_interrupt,omitempty"`
-	Headers        map[string]string  `dynamodbav:"headers,omitempty"`
-	Options        string             `dynamodbav:"pipeline_options"` // JSON
-	KeyField       string             `dynamodbav:"key_field,omitempty"`
-	Source         string             `dynamodbav:"source"`
-	SubmittedBy    string             `dynamodbav:"submitted_by,omitempty"`
-	FannedOut      bool               `dynamodbav:"fanned_out"`
-	CreatedAtMs    int64              `dynamodbav:"created_at_ms"`
-	RunStartedAtMs int64              `dynamodbav:"run_started_at_ms"`
-	FinishedAtMs   int64              `dynamodbav:"finished_at_ms,omitempty"`
-	ReportKey      string             `dynamodbav:"report_key,omitempty"`
-	Census         string             `dynamodbav:"census,omitempty"` // JSON
-	NeedsAttention bool               `dynamodbav:"needs_attention"`
-	Stop           string             `dynamodbav:"stop,omitempty"`
-	StopDetail     string             `dynamodbav:"stop_detail,omitempty"`
-	StopRan        int64              `dynamodbav:"stop_ran,omitempty"`
-	StopFailures   int64              `dynamodbav:"stop_failures,omitempty"`
-	ExpiresAtMs    int64              `dynamodbav:"expires_at_ms,omitempty"`
-	Request        string             `dynamodbav:"request,omitempty"` // JSON
-	SubmitAttempts int                `dynamodbav:"submit_attempts,omitempty"`
-	SubmitDeadMs   int64              `dynamodbav:"submit_deadline_ms,omitempty"`
-	Refusal        string             `dynamodbav:"refusal,omitempty"` // JSON
-	Failure        string             `dynamodbav:"failure,omitempty"`
-	FinalizeFails  int                `dynamodbav:"finalize_failures,omitempty"`
-	Forgetting     bool               `dynamodbav:"forgetting,omitempty"`
-	PublishedRun   int                `dynamodbav:"published_run,omitempty"`
-	TaskToken      string             `dynamodbav:"task_token,omitempty"`             // ledger.Batch.TaskToken
-	TaskHeartbeat  int                `dynamodbav:"task_heartbeat_seconds,omitempty"` // ledger.Batch.TaskHeartbeat
-	TaskGone       bool               `dynamodbav:"task_gone,omitempty"`              // ledger.Batch.TaskGone
-	TraceParent    string             `dynamodbav:"trace_parent,omitempty"`           // ledger.Batch.TraceParent; absent: none (rows before traces)
-	TraceState     string             `dynamodbav:"trace_state,omitempty"`            // ledger.Batch.TraceState
-	PauseBy        string             `dynamodbav:"pause_by,omitempty"`               // absent: not paused
-	PausedAtMs     int64              `dynamodbav:"paused_at_ms,omitempty"`
-	PauseClass     string             `dynamodbav:"pause_class,omitempty"`
-	PauseError     string             `dynamodbav:"pause_error,omitempty"`
-	Probes         int                `dynamodbav:"probes,omitempty"`
-	Pauses         int                `dynamodbav:"pauses,omitempty"`
-	Revisions      string             `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
-	RunRevision    int                `dynamodbav:"run_revision,omitempty"`
-	Halts          map[string]HaltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by HaltKey
-	Format         int                `dynamodbav:"fv,omitempty"`    // ledger.FormatVersion; absent: 0
-	SourceFormat   string             `dynamodbav:"source_format,omitempty"`
-	CheckPlan      string             `dynamodbav:"check_plan,omitempty"`
-	Checked        string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
-	CSV            string             `dynamodbav:"csv,omitempty"`     // JSON api.CSVShape; absent: not a CSV source (or not kept)
+	PK             string  `dynamodbav:"pk"`
+	SK             string  `dynamodbav:"sk"`
+	ID             string  `dynamodbav:"batch_id"`
+	Pipeline       string  `dynamodbav:"pipeline"`
+	Digest         string  `dynamodbav:"manifest_digest"`
+	ManifestKey    string  `dynamodbav:"manifest_key"`
+	ManifestBytes  int64   `dynamodbav:"manifest_bytes"`
+	ItemCount      int64   `dynamodbav:"item_count"`
+	ListShards     int     `dynamodbav:"list_shards"`
+	CounterShards  int     `dynamodbav:"counter_shards"`
+	CounterLanes   int     `dynamodbav:"counter_lanes,omitempty"` // 0: counted per chunk
+	Chunks         int     `dynamodbav:"chunks,omitempty"`
+	Run            int     `dynamodbav:"run"`
+	Status         string  `dynamodbav:"status"`
+	Threshold      string  `dynamodbav:"threshold"` // JSON
+	MaxAttempts    int     `dynamodbav:"max_attempts"`
+	Retry          string  `dynamodbav:"retry,omitempty"` // JSON api.RetryPolicy; absent: the worker's default
+	MaxConcurrency int     `dynamodbav:"max_concurrency,omitempty"`
+	Rate           string  `dynamodbav:"rate,omitempty"` // JSON api.Rate; absent: unpaced
+	ItemsPerMsg    int     `dynamodbav:"items_per_message,omitempty"`
+	Priority       int     `dynamodbav:"priority,omitempty"` // absent: 1
+	Sample         int     `dynamodbav:"sample,omitempty"`   // api.Plan.Sample; absent: none
+	AutoApproveUSD float64 `dynamodbav:"auto_approve_usd,omitempty"`
+	// The sample's estimate (JSON api.SampleEstimate) and decision
+	// (api.ApprovalState, who, when): absent until written
+	// (Store.MarkApproval).
+	SampleEstimate  string             `dynamodbav:"sample_estimate,omitempty"`
+	SampleDecision  string             `dynamodbav:"sample_decision,omitempty"`
+	SampleDecidedBy string             `dynamodbav:"sample_decided_by,omitempty"`
+	SampleDecidedMs int64              `dynamodbav:"sample_decided_ms,omitempty"`
+	OnInterrupt     string             `dynamodbav:"on_interrupt,omitempty"`
+	Headers         map[string]string  `dynamodbav:"headers,omitempty"`
+	Options         string             `dynamodbav:"pipeline_options"` // JSON
+	KeyField        string             `dynamodbav:"key_field,omitempty"`
+	Source          string             `dynamodbav:"source"`
+	SubmittedBy     string             `dynamodbav:"submitted_by,omitempty"`
+	FannedOut       bool               `dynamodbav:"fanned_out"`
+	CreatedAtMs     int64              `dynamodbav:"created_at_ms"`
+	RunStartedAtMs  int64              `dynamodbav:"run_started_at_ms"`
+	FinishedAtMs    int64              `dynamodbav:"finished_at_ms,omitempty"`
+	ReportKey       string             `dynamodbav:"report_key,omitempty"`
+	Census          string             `dynamodbav:"census,omitempty"` // JSON
+	NeedsAttention  bool               `dynamodbav:"needs_attention"`
+	Stop            string             `dynamodbav:"stop,omitempty"`
+	StopDetail      string             `dynamodbav:"stop_detail,omitempty"`
+	StopRan         int64              `dynamodbav:"stop_ran,omitempty"`
+	StopFailures    int64              `dynamodbav:"stop_failures,omitempty"`
+	ExpiresAtMs     int64              `dynamodbav:"expires_at_ms,omitempty"`
+	Request         string             `dynamodbav:"request,omitempty"` // JSON
+	SubmitAttempts  int                `dynamodbav:"submit_attempts,omitempty"`
+	SubmitDeadMs    int64              `dynamodbav:"submit_deadline_ms,omitempty"`
+	Refusal         string             `dynamodbav:"refusal,omitempty"` // JSON
+	Failure         string             `dynamodbav:"failure,omitempty"`
+	FinalizeFails   int                `dynamodbav:"finalize_failures,omitempty"`
+	Forgetting      bool               `dynamodbav:"forgetting,omitempty"`
+	PublishedRun    int                `dynamodbav:"published_run,omitempty"`
+	TaskToken       string             `dynamodbav:"task_token,omitempty"`             // ledger.Batch.TaskToken
+	TaskHeartbeat   int                `dynamodbav:"task_heartbeat_seconds,omitempty"` // ledger.Batch.TaskHeartbeat
+	TaskGone        bool               `dynamodbav:"task_gone,omitempty"`              // ledger.Batch.TaskGone
+	TraceParent     string             `dynamodbav:"trace_parent,omitempty"`           // ledger.Batch.TraceParent; absent: none (rows before traces)
+	TraceState      string             `dynamodbav:"trace_state,omitempty"`            // ledger.Batch.TraceState
+	PauseBy         string             `dynamodbav:"pause_by,omitempty"`               // absent: not paused
+	PausedAtMs      int64              `dynamodbav:"paused_at_ms,omitempty"`
+	PauseClass      string             `dynamodbav:"pause_class,omitempty"`
+	PauseError      string             `dynamodbav:"pause_error,omitempty"`
+	Probes          int                `dynamodbav:"probes,omitempty"`
+	Pauses          int                `dynamodbav:"pauses,omitempty"`
+	Revisions       string             `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
+	RunRevision     int                `dynamodbav:"run_revision,omitempty"`
+	Halts           map[string]HaltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by HaltKey
+	Format          int                `dynamodbav:"fv,omitempty"`    // ledger.FormatVersion; absent: 0
+	SourceFormat    string             `dynamodbav:"source_format,omitempty"`
+	CheckPlan       string             `dynamodbav:"check_plan,omitempty"`
+	Checked         string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
+	CSV             string             `dynamodbav:"csv,omitempty"`     // JSON api.CSVShape; absent: not a CSV source (or not kept)
 
 	StopOnThreshold *bool   `dynamodbav:"stop_on_threshold,omitempty"` // absent: true
 	BudgetUSD       float64 `dynamodbav:"budget_usd,omitempty"`        // api.Plan.BudgetUSD; absent: no budget
@@ -245,6 +258,16 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 		r.Revisions = string(rv)
 	}
 	r.BudgetUSD = b.BudgetUSD
+	if a := b.Approval; a != nil {
+		if a.Estimate != nil {
+			e, err := json.Marshal(a.Estimate)
+			if err != nil {
+				return r, err
+			}
+			r.SampleEstimate = string(e)
+		}
+		r.SampleDecision, r.SampleDecidedBy, r.SampleDecidedMs = string(a.Decision), a.DecidedBy, Ms(a.DecidedAt)
+	}
 	if b.Ceilings != nil {
 		text, err := json.Marshal(b.Ceilings)
 		if err != nil {
@@ -338,6 +361,14 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		}
 	}
 	b.BudgetUSD = r.BudgetUSD
+	var est *api.SampleEstimate
+	if r.SampleEstimate != "" {
+		est = &api.SampleEstimate{}
+		if err := json.Unmarshal([]byte(r.SampleEstimate), est); err != nil {
+			return b, fmt.Errorf("batch %s: sample estimate: %w", r.ID, err)
+		}
+	}
+	b.Approval = api.ApprovalOf(r.Sample, api.ApprovalState(r.SampleDecision), r.SampleDecidedBy, FromMs(r.SampleDecidedMs), est)
 	if r.Ceilings != "" {
 		b.Ceilings = &api.Ceilings{}
 		if err := json.Unmarshal([]byte(r.Ceilings), b.Ceilings); err != nil {
@@ -392,7 +423,7 @@ func (r *BatchRow) setPlan(p api.Plan, h ledger.HiddenPlan) error {
 	}
 	r.Pipeline, r.Digest, r.Threshold, r.MaxAttempts = p.Pipeline, p.Digest, string(th), p.MaxAttempts
 	r.MaxConcurrency, r.ItemsPerMsg, r.OnInterrupt = p.MaxConcurrency, p.ItemsPerMessage, string(p.OnInterrupt)
-	r.Priority = p.Priority
+	r.Priority, r.Sample, r.AutoApproveUSD = p.Priority, p.Sample, p.AutoApproveUSD
 	r.Headers, r.Options, r.StopOnThreshold = p.Headers, string(p.Options), p.StopOnThreshold
 	if p.Retry != nil {
 		rp, err := json.Marshal(p.Retry)
@@ -417,7 +448,7 @@ func (r BatchRow) plan() (api.Plan, ledger.HiddenPlan, error) {
 	p := api.Plan{
 		Pipeline: r.Pipeline, Digest: r.Digest, MaxAttempts: r.MaxAttempts, MaxConcurrency: r.MaxConcurrency,
 		ItemsPerMessage: r.ItemsPerMsg, OnInterrupt: api.InterruptPolicy(r.OnInterrupt), Headers: r.Headers,
-		StopOnThreshold: r.StopOnThreshold, Priority: r.Priority,
+		StopOnThreshold: r.StopOnThreshold, Priority: r.Priority, Sample: r.Sample, AutoApproveUSD: r.AutoApproveUSD,
 	}
 	h := ledger.HiddenPlan{TaskToken: r.TaskToken, TaskHeartbeat: r.TaskHeartbeat, CheckPlan: r.CheckPlan}
 	if r.Rate != "" {

@@ -1,0 +1,218 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// sampledPipeline reports $0.01 per call and fails, permanently, every
+// item whose key ends in 7 (one in ten).
+func sampledPipeline(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+	if strings.HasSuffix(req.Key, "7") {
+		return pipeline.Result{Cost: pipeline.Cost{"usd": 0.01}}, pipeline.Permanent(errors.New("HTTP 422: refused"))
+	}
+	return pipeline.Result{Output: []byte(`{"ok":true}`), Cost: pipeline.Cost{"usd": 0.01}}, nil
+}
+
+// submitSampled submits n items at 10 a message, sampling sample.
+func (r *rig) submitSampled(t *testing.T, ctx context.Context, id string, n, sample int, auto *float64) {
+	t.Helper()
+	r.worker.BudgetEvery = -1 // the rig's clock moves by hand: judge after every write
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 10,
+		Sample: sample, AutoApproveUSD: auto, Source: api.SourceSpec{Items: items(n)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sampleRounds hands every queued message to the worker rounds times,
+// the clock moving 10 s after each, and returns the batch after.
+func (r *rig) sampleRounds(t *testing.T, ctx context.Context, id string, rounds int) ledger.Batch {
+	t.Helper()
+	var b ledger.Batch
+	for range rounds {
+		b = r.step(t, ctx, id, 10*time.Second)
+	}
+	return b
+}
+
+// A batch of 200 items at 10 a message sampling 25 runs the packs that
+// hold its first 25 items — the rig's fan-out chunks hold 7 items, so
+// its packs are 0–6, 7–13, 14–20, 21–27: 28 items — each once, then
+// holds the other 172 through any number of deliveries, with an
+// estimate from the sample: 3 of 28 failed (10.7 %, Wilson interval
+// 3.7–27.2 %), $0.28 spent so $2.00 projected for 200, 21 failures
+// projected. Approved, the rest
+// runs: every item called exactly once, 180 succeeded and 20 failed, and
+// the run spent what the estimate said.
+func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, sampledPipeline)
+	const id = "sampled"
+	r.submitSampled(t, ctx, id, 200, 25, nil)
+	b := r.sampleRounds(t, ctx, id, 6)
+	if n := r.totalCalls(); n != 28 {
+		t.Fatalf("%d items called during the sample, want 28 (the 4 packs holding the first 25)", n)
+	}
+	a := b.Approval
+	if a == nil || a.State != api.ApprovalAwaiting || a.Sample != 25 || a.Estimate == nil {
+		t.Fatalf("approval %+v: want awaiting_approval with an estimate", a)
+	}
+	e := a.Estimate
+	if e.Items != 200 || e.SampleItems != 28 || e.Failed != 3 || e.ProjectedFailures != 21 {
+		t.Fatalf("estimate %+v: want 28 sample items of 200, 3 failed, 21 projected", *e)
+	}
+	if math.Abs(e.FailureRate-3.0/28) > 1e-9 || math.Abs(e.FailureLow-0.0371) > 0.001 || math.Abs(e.FailureHigh-0.2720) > 0.001 {
+		t.Errorf("failure rate %.4f in %.4f–%.4f, want 0.1071 in the Wilson 95 %% interval 0.0371–0.2720", e.FailureRate, e.FailureLow, e.FailureHigh)
+	}
+	if e.PipelineUSD != 2 || e.SampleUSD < 0.28 || e.CostUSD < 2 || !e.ProjectedCost["usd"].Equal(decimal.NewFromInt(2)) {
+		t.Errorf("estimate costs %+v: want pipeline $2.00 of $0.28 spent by 28 items", *e)
+	}
+	if e.SampleSeconds <= 0 || e.ItemsPerSecond <= 0 || e.Seconds != math.Ceil(172/e.ItemsPerSecond) {
+		t.Errorf("estimate time %+v: want the sample's time and the rest's", *e)
+	}
+	// Held: no call, however often the messages come back.
+	b = r.sampleRounds(t, ctx, id, 5)
+	if n := r.totalCalls(); n != 28 || b.Approval.State != api.ApprovalAwaiting || b.Approval.Estimate.MadeAt != e.MadeAt {
+		t.Fatalf("after 5 more rounds: %d calls, approval %+v: want 28 and the same estimate", n, b.Approval)
+	}
+	if b, err := r.ctl.Approve(ctx, id); err != nil || b.Approval.State != api.ApprovalApproved || b.Approval.DecidedBy != api.DecidedByCaller {
+		t.Fatalf("approve: %+v, %v", b.Approval, err)
+	}
+	if _, err := r.ctl.Reject(ctx, id); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("reject after the approval: %v, want a conflict", err)
+	}
+	if _, err := r.ctl.Approve(ctx, id); err != nil {
+		t.Fatalf("approve again: %v, want the batch as it is", err)
+	}
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Report.Census
+	if c.Succeeded != 180 || c.Failed != 20 || !c.RunSpent["usd"].Equal(decimal.NewFromInt(2)) {
+		t.Fatalf("census %+v: want 180 succeeded, 20 failed, $2 spent", c)
+	}
+	keys := 0
+	r.calls.Range(func(k, _ any) bool {
+		keys++
+		if n := r.callsOf(k.(string)); n != 1 {
+			t.Errorf("item %s called %d times, want once", k, n)
+		}
+		return true
+	})
+	if keys != 200 {
+		t.Errorf("%d items called, want 200", keys)
+	}
+}
+
+// A sampled batch rejected after its sample is cancelled: the 86 items
+// outside the sample (10, in packs of the rig's 7-item chunks: 14) end
+// cancelled, never called; the sample's 14 stand.
+func TestSampleRejectedCancelsTheRest(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, sampledPipeline)
+	const id = "rejected"
+	r.submitSampled(t, ctx, id, 100, 10, nil)
+	if b := r.sampleRounds(t, ctx, id, 4); b.Approval.State != api.ApprovalAwaiting {
+		t.Fatalf("approval %+v: want awaiting_approval", b.Approval)
+	}
+	b, err := r.ctl.Reject(ctx, id)
+	if err != nil || b.Approval.State != api.ApprovalRejected || b.Stop != api.StatusCancelled || !strings.Contains(b.StopDetail, "rejected") {
+		t.Fatalf("reject: %+v stop %q %q, %v", b.Approval, b.Stop, b.StopDetail, err)
+	}
+	if _, err := r.ctl.Approve(ctx, id); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("approve after the rejection: %v, want a conflict", err)
+	}
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Census; c.Succeeded+c.Failed != 14 || c.Cancelled != 86 || res.Report.Status != api.StatusCancelled {
+		t.Fatalf("census %+v status %s: want the sample's 14 ended and 86 cancelled", c, res.Report.Status)
+	}
+	if n := r.totalCalls(); n != 14 {
+		t.Fatalf("%d items called, want the sample's 14", n)
+	}
+}
+
+// Auto-approval: a batch whose estimate ($1.00 for 100 items) is within
+// its auto_approve_usd runs on without a caller; one above it waits
+// (until rejected, so that the queue drains).
+func TestSampleAutoApproves(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, sampledPipeline)
+	enough, short := 5.0, 0.5
+	r.submitSampled(t, ctx, "auto", 100, 10, &enough)
+	r.submitSampled(t, ctx, "waits", 100, 10, &short)
+	r.sampleRounds(t, ctx, "auto", 4)
+	auto, err := r.store.GetBatch(ctx, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := auto.Approval; a.State != api.ApprovalApproved || a.DecidedBy != api.DecidedByAuto || a.Estimate == nil || a.Estimate.CostUSD > enough {
+		t.Fatalf("auto: approval %+v: want approved by auto_approve with its estimate", a)
+	}
+	waits, err := r.store.GetBatch(ctx, "waits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := waits.Approval; a.State != api.ApprovalAwaiting || a.Estimate.CostUSD <= short {
+		t.Fatalf("waits: approval %+v: want awaiting_approval, its estimate over $0.50", a)
+	}
+	if _, err := r.ctl.Reject(ctx, "waits"); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	if n := r.callsOfBatch(100); n != 114 {
+		t.Fatalf("%d calls, want 100 of auto and the 14 of waits' sample", n)
+	}
+}
+
+// callsOfBatch counts the items called once or more among the rig's
+// positional keys item-0000000000 … below n (shared by the rig's
+// batches).
+func (r *rig) callsOfBatch(n int) int64 {
+	var total int64
+	for i := range n {
+		total += r.callsOf(fmt.Sprintf("item-%010d", i))
+	}
+	return total
+}
+
+// The submit refuses a sample out of range, a sample with
+// max_concurrency and an auto-approval without a sample, naming the
+// field.
+func TestSampleRequestChecks(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, sampledPipeline)
+	one := 1.0
+	for _, tc := range []struct {
+		req   api.SubmitRequest
+		field string
+	}{
+		{api.SubmitRequest{Sample: -1}, "sample"},
+		{api.SubmitRequest{Sample: api.MaxSample + 1}, "sample"},
+		{api.SubmitRequest{Sample: 10, MaxConcurrency: 5}, "sample"},
+		{api.SubmitRequest{AutoApproveUSD: &one}, "auto_approve_usd"},
+	} {
+		tc.req.Pipeline, tc.req.Source = "counted", api.SourceSpec{Items: items(10)}
+		_, err := r.sub.Submit(ctx, tc.req)
+		var ie *api.InputError
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("submit %+v: %v, want an input error naming %s", tc.req, err, tc.field)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// A sampled batch (Plan.Sample N) runs the first N items of its source
+// first — rounded up to whole items-queue messages, so at most N +
+// items_per_message − 1 — and holds every other item until a decision:
+// approved (POST /batches/{id}/approve, or by itself under
+// Plan.AutoApproveUSD), the rest runs, the sample's items are not run
+// again; rejected (POST /batches/{id}/reject), the run is cancelled.
+// Once the sample's items have ended (succeeded, failed or held), the
+// item function writes an estimate of the whole run from them
+// (SampleEstimate) and the batch awaits approval. The held items wait on
+// the queue as a paused batch's do (PauseCheckAt: re-sent at the checks
+// of a pause that began at the run's start, at most 12 times an hour),
+// using no attempt and no call; an approval reaches them at their next
+// check. Only a batch's first run samples: a resume or a correction runs
+// at once. docs/api.md "Sample and approve".
+
+// MaxSample is the largest sample a batch may ask: 100,000 items.
+const MaxSample = 100_000
+
+// ApprovalState is where a sampled batch stands (Approval.State).
+type ApprovalState string
+
+// The approval states.
+const (
+	// ApprovalSampling: the sample's items are running; the rest waits.
+	ApprovalSampling ApprovalState = "sampling"
+	// ApprovalAwaiting: the sample has ended and its estimate is written;
+	// the rest waits for approve or reject.
+	ApprovalAwaiting ApprovalState = "awaiting_approval"
+	// ApprovalApproved: approved (by a caller, or by the estimate under
+	// Plan.AutoApproveUSD); the rest runs.
+	ApprovalApproved ApprovalState = "approved"
+	// ApprovalRejected: rejected by a caller; the run is cancelled.
+	ApprovalRejected ApprovalState = "rejected"
+)
+
+// Who decided an approval (Approval.DecidedBy).
+const (
+	DecidedByCaller = "caller"
+	DecidedByAuto   = "auto_approve"
+)
+
+// Approval is a sampled batch's sample and decision (Batch.Approval;
+// absent on a batch without a sample). JSON: {"state":
+// "awaiting_approval", "sample": 200, "estimate": {…}}; once decided,
+// "decided_at" and "decided_by" ("caller" or "auto_approve").
+type Approval struct {
+	State     ApprovalState   `json:"state"`
+	Sample    int             `json:"sample"`
+	DecidedAt time.Time       `json:"decided_at,omitzero"`
+	DecidedBy string          `json:"decided_by,omitempty"`
+	Estimate  *SampleEstimate `json:"estimate,omitempty"`
+	// Decision is the stored decision (ApprovalApproved or
+	// ApprovalRejected; "" while none), from which State is made
+	// (ApprovalOf).
+	Decision ApprovalState `json:"-"`
+}
+
+// ApprovalOf is the approval of a batch sampling sample items with the
+// stored decision (by, at) and estimate: its State is the decision when
+// there is one, else awaiting_approval once the estimate is written, else
+// sampling. nil when sample is 0.
+func ApprovalOf(sample int, decision ApprovalState, by string, at time.Time, est *SampleEstimate) *Approval {
+	if sample <= 0 {
+		return nil
+	}
+	a := &Approval{Sample: sample, Decision: decision, DecidedBy: by, DecidedAt: at, Estimate: est, State: ApprovalSampling}
+	switch {
+	case decision != "":
+		a.State = decision
+	case est != nil:
+		a.State = ApprovalAwaiting
+	}
+	return a
+}
+
+// Holds reports whether a's batch still holds the items outside its
+// sample: no decision yet.
+func (a *Approval) Holds() bool { return a != nil && a.Decision == "" }
+
+// SampleEstimate is what a sample projects for its whole run, made once,
+// when the sample's items had ended (the item function, from the run's
+// counters: shared/sample.Estimate). JSON names as tagged; dollars are
+// US dollars to 6 places.
+type SampleEstimate struct {
+	// MadeAt is when it was made: the sample's end, as the counters
+	// showed it.
+	MadeAt time.Time `json:"made_at"`
+	// Items is the run's items; SampleItems the sample's items that had
+	// ended (succeeded, failed, quarantined or held) when it was made.
+	Items       int64 `json:"items"`
+	SampleItems int64 `json:"sample_items"`
+	// Failed is the sample's items that failed or were quarantined;
+	// FailureRate is Failed / SampleItems, and FailureLow–FailureHigh its
+	// 95 % Wilson score interval (Wilson 1927; for the whole run's rate
+	// if the sample is a fair one: the first items may not be);
+	// ProjectedFailures is FailureRate × Items, rounded.
+	Failed            int64   `json:"failed"`
+	FailureRate       float64 `json:"failure_rate"`
+	FailureLow        float64 `json:"failure_low"`
+	FailureHigh       float64 `json:"failure_high"`
+	ProjectedFailures int64   `json:"projected_failures"`
+	// SampleUSD is what the sample spent as a budget counts it
+	// (ledger.RunSpend: the pipeline's reported "usd" plus the DynamoDB
+	// request units' cost; Lambda, SQS and S3 not counted); CostUSD is
+	// the whole run's projection, SampleUSD × Items / SampleItems, with
+	// its parts PipelineUSD and InfraUSD.
+	SampleUSD   float64 `json:"sample_usd"`
+	CostUSD     float64 `json:"cost_usd"`
+	PipelineUSD float64 `json:"pipeline_usd"`
+	InfraUSD    float64 `json:"infra_usd"`
+	// ProjectedCost is the pipeline's reported costs by name (Census.Cost)
+	// scaled the same way.
+	ProjectedCost pipeline.CostSum `json:"projected_cost,omitempty"`
+	// SampleSeconds is the sample's time, from the run's start to
+	// MadeAt; ItemsPerSecond the pace the rest is projected at, and
+	// Seconds the rest's time at it (Items − SampleItems items); Pace
+	// says what set the pace (shared/sample.Estimate).
+	SampleSeconds  float64 `json:"sample_seconds"`
+	ItemsPerSecond float64 `json:"items_per_second"`
+	Seconds        float64 `json:"seconds"`
+	Pace           string  `json:"pace"`
+}

@@ -1,0 +1,93 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+)
+
+// Approve approves a sampled batch (api.Plan.Sample): the items outside
+// its sample run (each at its message's next check, within
+// MaxCheckInterval + 2 × CheckGrace of the approval); the sample's items
+// are not run again. A caller may approve before the sample has ended
+// (no estimate is then written). Idempotent: a batch already approved is
+// answered as it is. Errors: ErrNotFound (ErrExpired past the
+// retention); ErrConflict for a batch with no sample, one rejected, one
+// whose first run is over or stopping, or one still submitting.
+func (c *Control) Approve(ctx context.Context, id string) (ledger.Batch, error) {
+	b, err := c.decidable(ctx, id, "approve")
+	if err != nil || b.Approval.State == api.ApprovalApproved {
+		return b, err
+	}
+	if err := c.decide(ctx, b, api.ApprovalApproved); err != nil {
+		return ledger.Batch{}, err
+	}
+	c.Log.WarnContext(ctx, "batch approved by a caller", "batch_id", id, "estimate", b.Approval.Estimate != nil)
+	return c.Store.GetBatch(ctx, id)
+}
+
+// Reject rejects a sampled batch: the decision is written, then its run
+// is cancelled (Cancel): the items outside the sample end cancelled when
+// their messages come back (within MaxCheckInterval + 2 × CheckGrace),
+// sample items still running finish, and the report counts both.
+// Idempotent: a batch already rejected is cancelled again (Cancel is
+// idempotent). Errors: as Approve's, and ErrConflict for a batch
+// already approved.
+func (c *Control) Reject(ctx context.Context, id string) (ledger.Batch, error) {
+	b, err := c.decidable(ctx, id, "reject")
+	if err != nil {
+		return b, err
+	}
+	if b.Approval.State == api.ApprovalApproved {
+		return b, fmt.Errorf("reject %s: approved already (by %s); cancel it instead: %w", id, b.Approval.DecidedBy, api.ErrConflict)
+	}
+	if b.Approval.State != api.ApprovalRejected {
+		if err := c.decide(ctx, b, api.ApprovalRejected); err != nil {
+			return ledger.Batch{}, err
+		}
+		c.Log.WarnContext(ctx, "batch rejected by a caller", "batch_id", id)
+	}
+	return c.cancelAs(ctx, id, "rejected by a caller after its sample")
+}
+
+// decidable is batch id for a decision on its sample (verb: approve or
+// reject), or why there can be none.
+func (c *Control) decidable(ctx context.Context, id, verb string) (ledger.Batch, error) {
+	b, err := c.Get(ctx, id)
+	if err != nil {
+		return ledger.Batch{}, err
+	}
+	switch a := b.Approval; {
+	case a == nil:
+		return b, fmt.Errorf("%s %s: the batch has no sample to %s (submit with sample): %w", verb, id, verb, api.ErrConflict)
+	case a.State == api.ApprovalRejected && verb == "approve":
+		return b, fmt.Errorf("approve %s: rejected already: %w", id, api.ErrConflict)
+	case a.Decision != "":
+		return b, nil
+	case b.Status == api.StatusSubmitting:
+		return b, fmt.Errorf("%s %s: its source is still being read (status submitting): %w", verb, id, api.ErrConflict)
+	case b.Run != 1 || b.Status.Finished() || b.Stop != "":
+		return b, fmt.Errorf("%s %s: its first run is over or stopping (status %s): %w", verb, id, b.Status, api.ErrConflict)
+	}
+	return b, nil
+}
+
+// decide writes decision on b's sample (Store.MarkApproval); a decision
+// written meanwhile is a conflict unless it is the same.
+func (c *Control) decide(ctx context.Context, b ledger.Batch, decision api.ApprovalState) error {
+	err := c.Store.MarkApproval(ctx, ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: decision, By: api.DecidedByCaller, Now: c.now()})
+	if !errors.Is(err, api.ErrConflict) {
+		return err
+	}
+	nb, gerr := c.Store.GetBatch(ctx, b.ID)
+	if gerr != nil {
+		return gerr
+	}
+	if nb.Approval != nil && nb.Approval.Decision == decision {
+		return nil
+	}
+	return fmt.Errorf("%s: decided meanwhile or no longer running: %w", b.ID, err)
+}

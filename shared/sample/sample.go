@@ -1,0 +1,123 @@
+// Package sample makes a sampled batch's estimate of its whole run from
+// the sample's counters (api.SampleEstimate): cost, failure rate with its
+// interval, and time at the batch's pace. Pure: the item function
+// (shared/worker) reads the counters and writes the estimate once, when
+// the sample's items have ended. docs/api.md "Sample and approve",
+// docs/adr/0038.
+package sample
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Run is what an estimate reads of a sampled run when its sample has
+// ended.
+type Run struct {
+	// Items is the run's items; Ended the sample's items ended (succeeded,
+	// failed, quarantined or held) and Failed those failed or
+	// quarantined.
+	Items, Ended, Failed int64
+	// StartedAt is the run's start (api.Batch.RunStartedAt) and Now the
+	// estimate's time, the sample's end.
+	StartedAt, Now time.Time
+	// PipelineUSD and InfraUSD are what the sample spent (ledger.Spend:
+	// the pipeline's reported "usd", the DynamoDB units' cost); Cost the
+	// pipeline's reported costs by name.
+	PipelineUSD, InfraUSD decimal.Decimal
+	Cost                  pipeline.CostSum
+	// PerMessage is the batch's items per message (K ≥ 1); Parallel the
+	// messages the stack's item function runs at once (the items event
+	// source's maximum concurrency × the messages it hands one
+	// invocation), 0 when unknown.
+	PerMessage, Parallel int
+	// RequestsPerSecond is the batch's rate (api.Rate.RequestsPerSecond),
+	// 0 for none.
+	RequestsPerSecond float64
+}
+
+// z95 is the standard normal quantile for a two-sided 95 % interval.
+const z95 = 1.959964
+
+// Wilson is the 95 % Wilson score interval of a proportion of failed in
+// n trials (E. B. Wilson, "Probable inference, the law of succession, and
+// statistical inference", JASA 22, 1927): unlike p ± z·√(p(1−p)/n) it
+// stays within [0, 1] and is not empty at 0 or n failures. n ≤ 0: [0, 1].
+func Wilson(failed, n int64) (low, high float64) {
+	if n <= 0 {
+		return 0, 1
+	}
+	nf, p := float64(n), float64(failed)/float64(n)
+	z2 := z95 * z95
+	den := 1 + z2/nf
+	mid := (p + z2/(2*nf)) / den
+	half := z95 / den * math.Sqrt(p*(1-p)/nf+z2/(4*nf*nf))
+	return math.Max(0, mid-half), math.Min(1, mid+half)
+}
+
+// Estimate is r's estimate of its whole run. Costs scale linearly:
+// the sample's spend × Items / Ended. The rest's pace is the sample's
+// own (Ended over the seconds from StartedAt to Now) times the
+// parallelism the rest gains over the sample — min(the rest's messages,
+// Parallel) / min(the sample's, Parallel), the sample's units having
+// run side by side at most Parallel at once — and no faster than the
+// batch's rate. What it leaves out, said in Pace and the docs: the SQS
+// event source's scaling (on AWS its pollers grow by up to 300
+// instances a minute, "Lambda scaling behavior", so a large rest starts
+// slower) and a downstream that slows under the larger load. nil when
+// no sample item has ended.
+func Estimate(r Run) *api.SampleEstimate {
+	if r.Ended <= 0 || r.Items <= 0 {
+		return nil
+	}
+	ended := min(r.Ended, r.Items)
+	scale := decimal.NewFromInt(r.Items).Div(decimal.NewFromInt(ended))
+	e := &api.SampleEstimate{MadeAt: r.Now.UTC().Truncate(time.Millisecond), Items: r.Items, SampleItems: ended, Failed: min(r.Failed, ended)}
+	e.FailureRate = float64(e.Failed) / float64(ended)
+	e.FailureLow, e.FailureHigh = Wilson(e.Failed, ended)
+	e.ProjectedFailures = int64(math.Round(e.FailureRate * float64(r.Items)))
+	e.SampleUSD = usd(r.PipelineUSD.Add(r.InfraUSD))
+	e.PipelineUSD = usd(r.PipelineUSD.Mul(scale))
+	e.InfraUSD = usd(r.InfraUSD.Mul(scale))
+	e.CostUSD = usd(r.PipelineUSD.Add(r.InfraUSD).Mul(scale))
+	if len(r.Cost) > 0 {
+		e.ProjectedCost = pipeline.CostSum{}
+		for name, v := range r.Cost {
+			e.ProjectedCost[name] = v.Mul(scale).Round(9)
+		}
+	}
+	secs := r.Now.Sub(r.StartedAt).Seconds()
+	e.SampleSeconds = math.Round(secs*1000) / 1000
+	if secs <= 0 {
+		e.Pace = "no pace: the sample took no measurable time"
+		return e
+	}
+	own := float64(ended) / secs
+	k := int64(max(1, r.PerMessage))
+	units, all := (ended+k-1)/k, (r.Items+k-1)/k
+	pace, why := own, fmt.Sprintf("the sample's pace (%.3g items/s)", own)
+	if p := int64(r.Parallel); p > 0 && units > 0 {
+		if g := float64(min(all, p)) / float64(min(units, p)); g > 1 {
+			pace, why = own*g, fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, g, min(all, p), min(units, p))
+		}
+	}
+	if rps := r.RequestsPerSecond; rps > 0 && rps < pace {
+		pace, why = rps, fmt.Sprintf("the batch's rate (%.3g requests/s), under the sample's pace", rps)
+	}
+	e.ItemsPerSecond = math.Round(pace*1000) / 1000
+	e.Seconds = math.Ceil(float64(r.Items-ended) / pace)
+	e.Pace = why
+	return e
+}
+
+// usd is d in US dollars to 6 places, as a float.
+func usd(d decimal.Decimal) float64 {
+	f, _ := d.Round(6).Float64()
+	return f
+}

@@ -1,0 +1,71 @@
+package sample
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// The Wilson interval against values worked by hand from Wilson's
+// formula (z = 1.96): 0 of 10 is 0–27.8 %, 3 of 28 is 3.7–27.2 %, 50 of
+// 100 is 40.4–59.6 %, 10 of 10 is 72.2–100 %; no trials is 0–100 %.
+func TestWilson(t *testing.T) {
+	for _, tc := range []struct {
+		failed, n int64
+		low, high float64
+	}{
+		{0, 10, 0, 0.2775},
+		{3, 28, 0.0371, 0.2720},
+		{50, 100, 0.4038, 0.5962},
+		{10, 10, 0.7225, 1},
+		{0, 0, 0, 1},
+	} {
+		low, high := Wilson(tc.failed, tc.n)
+		if math.Abs(low-tc.low) > 1e-3 || math.Abs(high-tc.high) > 1e-3 {
+			t.Errorf("Wilson(%d, %d) = %.4f–%.4f, want %.4f–%.4f", tc.failed, tc.n, low, high, tc.low, tc.high)
+		}
+	}
+}
+
+// A sample of 200 items of 20,000 (10 a message: 20 messages) that took
+// 20 s and spent $1 of the pipeline's and $0.01 of DynamoDB's projects
+// $101 (pipeline $100, DynamoDB $1) and, on a stack running 1,000
+// messages at once, a pace 50 times the sample's (1,000 messages against
+// its 20): 10 × 50 = 500 items a second, 19,800 / 500 = 40 s; with a
+// rate of 100 a second, 198 s; with the stack unknown, the sample's own
+// pace, 1,980 s.
+func TestEstimateScalesCostAndPace(t *testing.T) {
+	start := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	r := Run{Items: 20000, Ended: 200, Failed: 4, StartedAt: start, Now: start.Add(20 * time.Second),
+		PipelineUSD: decimal.NewFromInt(1), InfraUSD: decimal.RequireFromString("0.01"),
+		Cost: pipeline.CostSum{"usd": decimal.NewFromInt(1), "tokens": decimal.NewFromInt(3000)}, PerMessage: 10, Parallel: 1000}
+	e := Estimate(r)
+	if e.CostUSD != 101 || e.PipelineUSD != 100 || e.InfraUSD != 1 || e.SampleUSD != 1.01 {
+		t.Errorf("costs %v %v %v %v: want 101 = 100 + 1 from 1.01", e.CostUSD, e.PipelineUSD, e.InfraUSD, e.SampleUSD)
+	}
+	if !e.ProjectedCost["tokens"].Equal(decimal.NewFromInt(300000)) {
+		t.Errorf("projected tokens %s, want 300000", e.ProjectedCost["tokens"])
+	}
+	if e.FailureRate != 0.02 || e.ProjectedFailures != 400 {
+		t.Errorf("failures %v, %d: want 0.02 and 400", e.FailureRate, e.ProjectedFailures)
+	}
+	if e.ItemsPerSecond != 500 || e.Seconds != 40 || e.SampleSeconds != 20 || !strings.Contains(e.Pace, "× 50") {
+		t.Errorf("pace %v items/s, %v s (%q): want 500 and 40", e.ItemsPerSecond, e.Seconds, e.Pace)
+	}
+	r.RequestsPerSecond = 100
+	if e := Estimate(r); e.ItemsPerSecond != 100 || e.Seconds != 198 || !strings.Contains(e.Pace, "rate") {
+		t.Errorf("with a rate of 100/s: %v items/s, %v s (%q): want 100 and 198", e.ItemsPerSecond, e.Seconds, e.Pace)
+	}
+	r.RequestsPerSecond, r.Parallel = 0, 0
+	if e := Estimate(r); e.ItemsPerSecond != 10 || e.Seconds != 1980 {
+		t.Errorf("with the stack unknown: %v items/s, %v s: want 10 and 1980", e.ItemsPerSecond, e.Seconds)
+	}
+	if e := Estimate(Run{Items: 10}); e != nil {
+		t.Errorf("no item ended: %+v, want nil", e)
+	}
+}

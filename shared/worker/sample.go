@@ -1,0 +1,101 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/sample"
+)
+
+// holdForApproval handles a delivery of a unit outside its batch's
+// sample while the batch holds the rest (api.Approval.Holds): it takes
+// nothing and uses no attempt; its message is sent again to come back
+// at the next check of a pause that began at the run's start
+// (api.Pause.Wait: 30 s, 1 m 30 s, 3 m 30 s … then every 5 minutes), or,
+// past MaxResends, delayed on the queue. An approval reaches it at that
+// check; a rejection cancels the run (its items end cancelled when their
+// messages come back).
+func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) (bool, []done) {
+	now := w.Clock.Now()
+	wait := api.Pause{By: api.PauseByCaller, Since: b.RunStartedAt}.Wait(now)
+	if *m.requeued >= ledger.MaxResends {
+		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+			log.WarnContext(ctx, "delay message", "error", err.Error())
+		}
+		return false, nil
+	}
+	if err := w.resend(ctx, m, wait); err != nil {
+		log.WarnContext(ctx, "send the message again", "error", err.Error())
+		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
+			log.WarnContext(ctx, "delay message", "error", derr.Error())
+		}
+		return false, nil
+	}
+	w.Metrics.Resent(b.Pipeline, "sample", b.ID, b.Run)
+	log.InfoContext(ctx, "batch samples: a message outside the sample waits for an approval", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+	return true, nil
+}
+
+// judgeSample writes b's sample estimate (Store.MarkApproval) once the
+// sample's items have ended: b samples (its first run holds the rest,
+// with no estimate yet), its source is read, and the run's counters
+// (read at most once per BudgetEvery per run in this process, as the
+// budget's) count at least min(Sample, items) items ended or held. Then,
+// under Plan.AutoApproveUSD, an estimate at most it approves the batch.
+// Called after a counter write that counted items of the run. A lost
+// race (another process wrote first) is left as it is.
+func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Batch) {
+	a := b.Approval
+	if b.Run != 1 || !a.Holds() || a.Estimate != nil || b.Stop != "" || b.Status != api.StatusRunning || b.RunItems() <= 0 {
+		return
+	}
+	now := w.Clock.Now()
+	if !w.budgetBook().due("sample#"+b.ID, b.Run, now, w.BudgetEvery) {
+		return
+	}
+	p, err := w.Store.Progress(ctx, b.ID, b.Run, max(1, b.CounterShards))
+	if err != nil {
+		log.WarnContext(ctx, "read the counters for the sample", "error", err.Error())
+		return
+	}
+	ended := p.Done
+	for _, n := range p.Held {
+		ended += n
+	}
+	if ended < min(int64(b.Sample), b.RunItems()) {
+		return
+	}
+	spend := ledger.RunSpend(p.Spent, p.Usage)
+	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now,
+		PipelineUSD: spend.Pipeline, InfraUSD: spend.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: w.Parallel}
+	if b.Rate != nil {
+		r.RequestsPerSecond = b.Rate.RequestsPerSecond
+	}
+	est := sample.Estimate(r)
+	if est == nil {
+		return
+	}
+	err = w.Store.MarkApproval(ctx, ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Estimate: est, Now: now})
+	switch {
+	case errors.Is(err, api.ErrConflict):
+		return
+	case err != nil:
+		log.WarnContext(ctx, "write the sample's estimate", "error", err.Error())
+		return
+	}
+	log.WarnContext(ctx, "batch awaits approval: its sample has ended", "sample_items", est.SampleItems, "failed", est.Failed,
+		"cost_usd", est.CostUSD, "seconds", est.Seconds)
+	if b.AutoApproveUSD <= 0 || est.CostUSD > b.AutoApproveUSD {
+		return
+	}
+	err = w.Store.MarkApproval(ctx, ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: api.ApprovalApproved, By: api.DecidedByAuto, Now: now})
+	switch {
+	case err == nil:
+		log.WarnContext(ctx, "batch approved: the sample's estimate is within its auto-approval", "cost_usd", est.CostUSD, "auto_approve_usd", b.AutoApproveUSD)
+	case !errors.Is(err, api.ErrConflict):
+		log.WarnContext(ctx, "auto-approve", "error", err.Error())
+	}
+}
