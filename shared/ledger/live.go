@@ -60,6 +60,11 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 		}
 		l.Attention = append(l.Attention, fmt.Sprintf("paused by %s%s since %s", b.Pause.By.Who(), why, b.Pause.Since.UTC().Format(time.RFC3339)))
 	}
+	awaiting := b.Run == 1 && b.Approval != nil && b.Approval.State == api.ApprovalAwaiting
+	if awaiting {
+		l.Attention = append(l.Attention, fmt.Sprintf("awaiting approval since %s: its sample of %s has ended; the rest runs once approved (bulkrun approve %s, or reject %s)",
+			b.Approval.Estimate.MadeAt.UTC().Format(time.RFC3339), api.Count(b.Approval.Estimate.SampleItems, "item"), b.ID, b.ID))
+	}
 	for _, s := range slices.Sorted(maps.Keys(b.Halts)) {
 		l.Attention = append(l.Attention, fmt.Sprintf("halted on %s since %s: its items are withheld; fix the credential, then lift the halt (bulkrun lift)",
 			s, b.Halts[s].Since.UTC().Format(time.RFC3339)))
@@ -102,6 +107,8 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 		itemTimeout = api.DefaultItemTimeout
 	}
 	switch idle := now.Sub(l.LastProgressAt); {
+	case awaiting:
+		// Waiting for a person, not stalled: the line above says so.
 	case idle >= api.StallAttention && p.Done < items:
 		l.Stalled = true
 		l.Attention = append(l.Attention, "no item ended for "+api.Count(int64(idle/time.Minute), "minute"))
@@ -110,6 +117,8 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 		l.Attention = append(l.Attention, fmt.Sprintf("no item ended for %s with %s in flight, longer than a call can run (the item function's timeout is %s)",
 			api.Count(int64(idle/time.Minute), "minute"), api.Count(l.InFlight, "item"), itemTimeout))
 	}
-	l.Estimate = EstimateOf(b, p, now)
+	if !awaiting {
+		l.Estimate = EstimateOf(b, p, now) // awaiting approval, the run has no pace to project
+	}
 	return l
 }

@@ -11,16 +11,24 @@ import (
 )
 
 // holdForApproval handles a delivery of a unit outside its batch's
-// sample while the batch holds the rest (api.Approval.Holds): it takes
-// nothing and uses no attempt; its message is sent again to come back
-// at the next check of a pause that began at the run's start
-// (api.Pause.Wait: 30 s, 1 m 30 s, 3 m 30 s … then every 5 minutes), or,
-// past MaxResends, delayed on the queue. An approval reaches it at that
-// check; a rejection cancels the run (its items end cancelled when their
-// messages come back).
+// sample, or of a fan-out chunk wholly outside it, while the batch holds
+// the rest (api.Approval.Holds): it takes nothing and uses no attempt;
+// its message is sent again to come back at the next check of a pause
+// that began at the run's start, or at the sample's end once the
+// estimate is written (api.Pause.Wait: 30 s, 1 m 30 s, 3 m 30 s … then
+// every 5 minutes), or, past MaxResends, delayed on the queue. So a
+// decision soon after the estimate reaches the held messages within
+// about a minute, and a batch left awaiting costs at most 12 re-sends an
+// hour per held message: the sample's last chunk's units and one message
+// per later chunk. A rejection cancels the run (the held items end
+// cancelled when their messages come back).
 func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) (bool, []done) {
 	now := w.Clock.Now()
-	wait := api.Pause{By: api.PauseByCaller, Since: b.RunStartedAt}.Wait(now)
+	since := b.RunStartedAt
+	if e := b.Approval.Estimate; e != nil {
+		since = e.MadeAt
+	}
+	wait := api.Pause{By: api.PauseByCaller, Since: since}.Wait(now)
 	if *m.requeued >= ledger.MaxResends {
 		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 			log.WarnContext(ctx, "delay message", "error", err.Error())

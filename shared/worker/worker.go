@@ -414,6 +414,10 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		return w.runTrack(ctx, log.With("track", fan.Track.Index), b, fan, d, inv), nil
 	case fan != nil && d.DeadLetter:
 		return w.deadLetterChunk(ctx, log, b, *fan, d), nil
+	case fan != nil && fan.Chunk != nil && b.Run == 1 && b.Approval.Holds() && b.Stop == "" && fan.Chunk.FirstIndex >= int64(b.Sample):
+		// A chunk wholly outside the sample waits unexpanded: one
+		// message held for its thousands of items.
+		return w.holdForApproval(ctx, log, b, m, d)
 	case fan != nil:
 		if err := w.fanout(ctx, log, b, fan); err != nil {
 			return w.unavailable(ctx, log.With("offset", fan.Chunk.Offset), d, m, &b, "fan-out", err)

@@ -113,7 +113,7 @@ func New(out, errw io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitUsage, Err: err} })
 	root.AddCommand(a.submitCmd(), a.watchCmd(), a.statusCmd(), a.itemsCmd(), a.reportCmd(), a.resultsCmd(),
-		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.budgetCmd(), a.ceilingsCmd(), a.liftCmd(), a.signalCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
+		a.resumeCmd(), a.correctCmd(), a.cancelCmd(), a.pauseCmd(), a.unpauseCmd(), a.approveCmd(), a.rejectCmd(), a.budgetCmd(), a.ceilingsCmd(), a.liftCmd(), a.signalCmd(), a.forgetCmd(), a.releaseCmd(), a.listCmd(), a.consoleCmd(), a.uploadCmd(), a.doctorCmd(), a.sweepCmd())
 	return root
 }
 
@@ -441,11 +441,48 @@ func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
 	f.IntVar(&req.MaxAttempts, "max-attempts", 0, "attempts per item (default: the stack's)")
 	f.IntVar(&req.MaxConcurrency, "max-concurrency", 0, "most items of the batch running at once, 1–1000 (default 0: unlimited)")
 	f.IntVar(&req.Priority, "priority", 0, priorityFlagHelp)
+	f.IntVar(&req.Sample, "sample", 0, sampleFlagHelp)
+	f.Var(usdValue{&req.AutoApproveUSD, "--auto-approve-usd"}, "auto-approve-usd", autoApproveFlagHelp)
 	f.IntVar(&req.ItemsPerMessage, "items-per-message", 0, "consecutive items packed into one queue message and one ledger row, 1–100, each with its own outcome (default 0: the stack's default, 10 unless it sets another)")
 	f.BoolVar(&req.Rerun, "rerun", false, "if the batch exists with this manifest and is finished, start a new run")
 	f.StringVar(&req.TaskToken, "task-token", "", "a Step Functions task token ($$.Task.Token of a .waitForTaskToken Task state): answered once, when the batch's first run ends, with SendTaskSuccess (completed, threshold_exceeded) or SendTaskFailure (docs/api.md, \"Step Functions\")")
 	f.IntVar(&req.TaskHeartbeatSeconds, "task-heartbeat-seconds", 0, "with --task-token: the Task state's HeartbeatSeconds (or less), 600–99999999; SendTaskHeartbeat is sent on every 5-minute tick while the first run goes (default 0: none)")
 }
+
+// sampleFlagHelp and autoApproveFlagHelp are --sample's and
+// --auto-approve-usd's help, for submit and upload.
+const (
+	sampleFlagHelp      = "run the first N items first (rounded up to whole messages), then hold the rest until bulkrun approve ID (or reject ID), with an estimate of the whole run's cost, failures and time from them, 1–100000 (default 0: no sample; docs/api.md, \"Sample and approve\")"
+	autoApproveFlagHelp = "with --sample: approve the rest without asking when the sample's estimate of the whole run's cost is at most this many US dollars (default: ask)"
+)
+
+// usdValue is a flag of US dollars > 0 (api.CheckBudget), set on the
+// request only when given; name is the flag as errors name it.
+type usdValue struct {
+	to   **float64
+	name string
+}
+
+func (v usdValue) String() string {
+	if v.to == nil || *v.to == nil {
+		return ""
+	}
+	return api.USDText(**v.to)
+}
+
+func (v usdValue) Set(s string) error {
+	usd, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("want US dollars > 0: %q", s)
+	}
+	if err := api.CheckBudget(v.name, usd); err != nil {
+		return err
+	}
+	*v.to = &usd
+	return nil
+}
+
+func (v usdValue) Type() string { return "usd" }
 
 // priorityFlagHelp is --priority's help, for submit and upload.
 const priorityFlagHelp = "the batch's weight in the items queue's fair share while other batches wait with it, 1–10: at 3 it gets about 3 calls for another batch's 1 (default 0: 1; docs/api.md, \"Priority\")"
@@ -927,6 +964,34 @@ func EstimateText(e api.Estimate) string {
 	return b.String()
 }
 
+// ApprovalText is how status shows a sampled batch's approval (batch
+// id): its state and sample, then its estimate when written —
+//
+//	sample: 200 items, awaiting approval (bulkrun approve b1, or reject b1)
+//	estimate from 200 sample items: $12.4 for 20000 items (pipeline $12, DynamoDB $0.4; Lambda and SQS not counted); failures 1.5 % (95 % interval 0.5–4.3 %, ≈ 300 items); the rest ≈ 3m20s at 99 items/s (the sample's pace …)
+func ApprovalText(id string, ap api.Approval, auto float64) []string {
+	state := strings.ReplaceAll(string(ap.State), "_", " ")
+	switch ap.State {
+	case api.ApprovalSampling:
+		state += ": the rest waits for the sample's items to end"
+	case api.ApprovalAwaiting:
+		state += fmt.Sprintf(" (bulkrun approve %s, or reject %s)", id, id)
+	case api.ApprovalApproved, api.ApprovalRejected:
+		state += fmt.Sprintf(" by %s at %sZ", strings.ReplaceAll(ap.DecidedBy, "_", "-"), ap.DecidedAt.UTC().Format(time.DateTime))
+	}
+	if auto > 0 && ap.Decision == "" {
+		state += fmt.Sprintf("; approved without asking at an estimate up to $%s", api.USDText(auto))
+	}
+	out := []string{fmt.Sprintf("sample: %s, %s", api.Count(int64(ap.Sample), "item"), state)}
+	if e := ap.Estimate; e != nil {
+		out = append(out, fmt.Sprintf("estimate from %s at %sZ: $%s for %s (pipeline $%s, DynamoDB $%s; Lambda and SQS not counted); failures %.1f %% (95 %% interval %.1f–%.1f %%, ≈ %s); the rest ≈ %s at %s (%s)",
+			api.Count(e.SampleItems, "sample item"), e.MadeAt.UTC().Format(time.TimeOnly), api.USDText(e.CostUSD), api.Count(e.Items, "item"),
+			api.USDText(e.PipelineUSD), api.USDText(e.InfraUSD), 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh,
+			api.Count(e.ProjectedFailures, "item"), (time.Duration(e.Seconds)*time.Second).String(), rateText(e.ItemsPerSecond), e.Pace))
+	}
+	return out
+}
+
 // show prints a batch view.
 func (a *app) show(v wire.BatchView) error {
 	if a.output == "json" {
@@ -977,6 +1042,11 @@ func (a *app) show(v wire.BatchView) error {
 		}
 		if w := v.Weight(); w > 1 {
 			textf(a.out, "priority: %d (%d shares of the items queue while other batches wait with it)\n", w, w)
+		}
+		if ap := v.Approval; ap != nil {
+			for _, line := range ApprovalText(v.ID, *ap, v.AutoApproveUSD) {
+				textf(a.out, "%s\n", line)
+			}
 		}
 		if c := v.Ceilings; c != nil {
 			textf(a.out, "per-item ceilings: %s\n", CeilingsText(*c))
@@ -1187,6 +1257,16 @@ func (a *app) pauseCmd() *cobra.Command {
 func (a *app) unpauseCmd() *cobra.Command {
 	return a.simple("unpause ID", "End the batch's pause (by hand or on an outage): waiting items start at the pause's next check", 1, "a batch ID",
 		func(ctx context.Context, args []string) (any, error) { return a.api.Unpause(ctx, args[0]) })
+}
+
+func (a *app) approveCmd() *cobra.Command {
+	return a.simple("approve ID", "Approve a sampled batch: the items outside its sample run (each at its message's next check, within about 5.5 minutes); the sample's items do not run again", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Approve(ctx, args[0]) })
+}
+
+func (a *app) rejectCmd() *cobra.Command {
+	return a.simple("reject ID", "Reject a sampled batch: its run is cancelled; the items outside its sample end cancelled, never run", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) { return a.api.Reject(ctx, args[0]) })
 }
 
 func (a *app) budgetCmd() *cobra.Command {

@@ -366,3 +366,38 @@ func TestStatusShowsTheRate(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
 }
+
+// TestStatusShowsTheSample guards status's sample lines: the state and
+// what to run next while it awaits approval, then the estimate in words;
+// and upload's --sample and --auto-approve-usd as metadata.
+func TestStatusShowsTheSample(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Status: api.StatusRunning, ItemCount: 20000}}
+	v.Sample = 200
+	v.Approval = api.ApprovalOf(200, "", "", time.Time{}, &api.SampleEstimate{MadeAt: time.Date(2026, 12, 4, 10, 2, 10, 0, time.UTC),
+		Items: 20000, SampleItems: 200, Failed: 3, FailureRate: 0.015, FailureLow: 0.0051, FailureHigh: 0.0432, ProjectedFailures: 300,
+		CostUSD: 12.4, PipelineUSD: 12, InfraUSD: 0.4, ItemsPerSecond: 99, Seconds: 200, Pace: "the sample's pace"})
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"sample: 200 items, awaiting approval (bulkrun approve b1, or reject b1)\n",
+		"estimate from 200 sample items at 10:02:10Z: $12.4 for 20000 items (pipeline $12, DynamoDB $0.4; Lambda and SQS not counted); failures 1.5 % (95 % interval 0.5–4.3 %, ≈ 300 items); the rest ≈ 3m20s at 99.0 items/s (the sample's pace)\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	cmd := (&app{}).uploadCmd()
+	if err := cmd.ParseFlags([]string{"--pipeline", "webhook", "--sample", "200", "--auto-approve-usd", "15"}); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := uploadOptions{pipeline: "webhook", sample: 200, autoApprove: 15}.metadata(cmd.Flags().Changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta["sample"] != "200" || meta["auto-approve-usd"] != "15" {
+		t.Errorf("metadata %v: want sample 200, auto-approve-usd 15", meta)
+	}
+}

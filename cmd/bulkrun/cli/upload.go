@@ -51,7 +51,8 @@ type uploadOptions struct {
 	percent, budget                                      float64
 	ceilingSpend, ceilingTokens                          float64
 	count                                                int64
-	maxAttempts, priority                                int
+	maxAttempts, priority, sample                        int
+	autoApprove                                          float64
 	retry                                                string
 	rate                                                 string
 	stop, rerun, watch                                   bool
@@ -69,7 +70,7 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 	if o.corrects != "" {
 		// A correction runs with its batch's settings: it reads only the
 		// key field, format and delimiter of the corrections.
-		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "rate", "priority", "stop-on-threshold", "budget", "ceiling-spend-usd", "ceiling-tokens", "rerun"} {
+		for _, flag := range []string{"pipeline", "options", "id", "tolerated-failure-percent", "tolerated-failure-count", "max-attempts", "retry", "rate", "priority", "sample", "auto-approve-usd", "stop-on-threshold", "budget", "ceiling-spend-usd", "ceiling-tokens", "rerun"} {
 			if changed(flag) {
 				return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--%s: corrections (--corrects) run with the settings of the batch they correct", flag)}
 			}
@@ -91,6 +92,13 @@ func (o uploadOptions) metadata(changed func(string) bool) (map[string]string, e
 	set("tolerated-failure-count", wire.MetaFailureCount, strconv.FormatInt(o.count, 10))
 	set("max-attempts", wire.MetaMaxAttempts, strconv.Itoa(o.maxAttempts))
 	set("priority", wire.MetaPriority, strconv.Itoa(o.priority))
+	set("sample", wire.MetaSample, strconv.Itoa(o.sample))
+	if changed("auto-approve-usd") {
+		if err := api.CheckBudget("--auto-approve-usd", o.autoApprove); err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: err}
+		}
+		m[wire.MetaAutoApproveUSD] = strconv.FormatFloat(o.autoApprove, 'f', -1, 64)
+	}
 	if o.retry != "" {
 		p, err := api.ParseRetryPolicy(o.retry)
 		if err != nil {
@@ -171,6 +179,8 @@ and run, or prints why the upload was refused.`,
 	f.StringVar(&o.retry, "retry", "", retryFlagHelp+"; set as x-amz-meta-retry")
 	f.StringVar(&o.rate, "rate", "", rateFlagHelp+"; set as x-amz-meta-rate")
 	f.IntVar(&o.priority, "priority", 0, priorityFlagHelp+"; set as x-amz-meta-priority")
+	f.IntVar(&o.sample, "sample", 0, sampleFlagHelp+"; set as x-amz-meta-sample")
+	f.Float64Var(&o.autoApprove, "auto-approve-usd", 0, autoApproveFlagHelp+"; set as x-amz-meta-auto-approve-usd")
 	f.BoolVar(&o.stop, "stop-on-threshold", true, "stop the run as soon as failures exceed the threshold; =false runs every item and judges at the end")
 	f.Float64Var(&o.budget, "budget", 0, budgetFlagHelp+"; set as x-amz-meta-budget-usd")
 	f.Float64Var(&o.ceilingSpend, "ceiling-spend-usd", 0, ceilingSpendHelp+"; set as x-amz-meta-ceiling-spend-usd")

@@ -153,6 +153,15 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		// its rate fell to nothing.
 		b.WriteString("; paused: " + p.Error + " (bulkrun budget " + v.ID + " --usd N)")
 	}
+	if ap := v.Approval; ap != nil && !v.Status.Finished() && v.Stop == "" {
+		// The rest waits for a decision: the line says why nothing moves.
+		switch ap.State {
+		case api.ApprovalSampling:
+			b.WriteString("; sampling " + api.Count(int64(ap.Sample), "item") + ", the rest held")
+		case api.ApprovalAwaiting:
+			b.WriteString(fmt.Sprintf("; awaiting approval (bulkrun status %s; approve %s or reject %s)", v.ID, v.ID, v.ID))
+		}
+	}
 	if v.Status.Finished() {
 		if done, ok := watchDone(v); ok && !v.RunStartedAt.IsZero() && v.FinishedAt.After(v.RunStartedAt) {
 			took := v.FinishedAt.Sub(v.RunStartedAt)

@@ -81,6 +81,11 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 	if e.SampleSeconds <= 0 || e.ItemsPerSecond <= 0 || e.Seconds != math.Ceil(172/e.ItemsPerSecond) {
 		t.Errorf("estimate time %+v: want the sample's time and the rest's", *e)
 	}
+	// The chunks wholly outside the sample wait unexpanded: one message
+	// each, not one per pack.
+	if p, err := r.store.Progress(ctx, id, 1, b.CounterShards); err != nil || p.FannedOut != 28 {
+		t.Fatalf("fanned out %d items (%v) while awaiting approval, want the sample's 4 chunks' 28", p.FannedOut, err)
+	}
 	// Held: no call, however often the messages come back.
 	b = r.sampleRounds(t, ctx, id, 5)
 	if n := r.totalCalls(); n != 28 || b.Approval.State != api.ApprovalAwaiting || b.Approval.Estimate.MadeAt != e.MadeAt {
