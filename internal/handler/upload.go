@@ -403,25 +403,13 @@ func (s *Submit) uploadRequest(ctx context.Context, bucket, key, etag string) (a
 		}
 		req.StopOnThreshold = &stop
 	}
-	if v := get(wire.MetaBudgetUSD); v != "" {
-		usd, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaBudgetUSD, Reason: "want a number of US dollars > 0: " + v}
-		}
-		if err := api.CheckBudget("x-amz-meta-"+wire.MetaBudgetUSD, usd); err != nil {
+	for _, m := range []struct {
+		meta string
+		to   **float64
+	}{{wire.MetaBudgetUSD, &req.BudgetUSD}, {wire.MetaAutoApproveUSD, &req.AutoApproveUSD}} {
+		if err := usdMeta(get, m.meta, m.to); err != nil {
 			return req, nil, err
 		}
-		req.BudgetUSD = &usd
-	}
-	if v := get(wire.MetaAutoApproveUSD); v != "" {
-		usd, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return req, nil, &api.InputError{Field: "x-amz-meta-" + wire.MetaAutoApproveUSD, Reason: "want a number of US dollars > 0: " + v}
-		}
-		if err := api.CheckBudget("x-amz-meta-"+wire.MetaAutoApproveUSD, usd); err != nil {
-			return req, nil, err
-		}
-		req.AutoApproveUSD = &usd
 	}
 	for _, m := range []struct {
 		meta, field string
@@ -493,4 +481,23 @@ func (s *Submit) correctionRequest(meta map[string]string, uri, key, etag, id st
 			Reason: fmt.Sprintf("cannot tell the format of %q: name it .jsonl, .ndjson, .json or .csv (any case, optionally .gz), or set x-amz-meta-%s", key, wire.MetaFormat)}
 	}
 	return req, corr, nil
+}
+
+// usdMeta reads x-amz-meta-<name> as US dollars > 0 (api.CheckBudget)
+// into *to; absent leaves it nil. A bad value is an *api.InputError
+// naming the header.
+func usdMeta(get func(string) string, name string, to **float64) error {
+	v := get(name)
+	if v == "" {
+		return nil
+	}
+	usd, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return &api.InputError{Field: "x-amz-meta-" + name, Reason: "want a number of US dollars > 0: " + v}
+	}
+	if err := api.CheckBudget("x-amz-meta-"+name, usd); err != nil {
+		return err
+	}
+	*to = &usd
+	return nil
 }

@@ -455,6 +455,31 @@ func TestUploadPriority(t *testing.T) {
 	}
 }
 
+// TestUploadSample: x-amz-meta-sample and -auto-approve-usd reach the
+// request; a bad value is refused naming its header.
+func TestUploadSample(t *testing.T) {
+	for _, tt := range []struct {
+		meta  map[string]string
+		field string
+	}{
+		{map[string]string{"sample": "200", "auto-approve-usd": "12.5"}, ""},
+		{map[string]string{"sample": "many"}, "x-amz-meta-sample"},
+		{map[string]string{"sample": "200", "auto-approve-usd": "-1"}, "x-amz-meta-auto-approve-usd"},
+	} {
+		tt.meta["pipeline"] = "webhook"
+		b := &bucket{name: "src", written: map[string][]byte{}, objects: map[string]object{
+			"incoming/orders.csv": {body: []byte("order_id;qty\nA1;2\n"), etag: "e1", meta: tt.meta}}}
+		req, _, err := newSubmit(b, &bus{}, &bytes.Buffer{}).uploadRequest(context.Background(), "src", "incoming/orders.csv", "e1")
+		var ie *api.InputError
+		switch {
+		case tt.field != "" && (!errors.As(err, &ie) || ie.Field != tt.field):
+			t.Errorf("%v: %v, want an error naming %s", tt.meta, err, tt.field)
+		case tt.field == "" && (err != nil || req.Sample != 200 || req.AutoApproveUSD == nil || *req.AutoApproveUSD != 12.5):
+			t.Errorf("%v: %v, sample %d, auto-approve %v: want 200 and 12.5", tt.meta, err, req.Sample, req.AutoApproveUSD)
+		}
+	}
+}
+
 // TestUploadRefusesUnknownOptions guards docs/sources.md "Upload instead": "a name close to
 // an option but not one is refused": an upload whose metadata misspelt an
 // option (x-amz-meta-keyfield) ran as if it had none, its items under
