@@ -95,6 +95,15 @@ func (s *contractStore) Pause(_ context.Context, m ledger.PauseMark) error {
 	s.batches[m.BatchID] = b
 	return nil
 }
+func (s *contractStore) MarkApproval(_ context.Context, m ledger.ApprovalMark) error {
+	b := s.batches[m.BatchID]
+	if b.Approval == nil || b.Approval.Decision != "" {
+		return fmt.Errorf("approval of %s: %w", m.BatchID, api.ErrConflict)
+	}
+	b.Approval = api.ApprovalOf(b.Sample, m.Decision, m.By, m.Now, b.Approval.Estimate)
+	s.batches[m.BatchID] = b
+	return nil
+}
 func (s *contractStore) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	b := s.batches[m.BatchID]
 	b.Pause = nil
@@ -301,7 +310,7 @@ func TestContractOpenAPI(t *testing.T) {
 	}
 	a := NewAPI(nil, nil, nil, log)
 	probes := []string{"/batches", "/batches/{id}", "/batches/{id}/report", "/batches/{id}/items",
-		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/pause", "/batches/{id}/unpause", "/batches/{id}/budget", "/batches/{id}/items/{key}/release",
+		"/batches/{id}/resume", "/batches/{id}/cancel", "/batches/{id}/pause", "/batches/{id}/unpause", "/batches/{id}/approve", "/batches/{id}/reject", "/batches/{id}/budget", "/batches/{id}/items/{key}/release",
 		"/batches/{id}/items/{key}", "/batches/{id}/runs", "/batches/{id}/results", "/batches/{id}/events", "/"}
 	for p := range documented {
 		probes = append(probes, strings.SplitN(p, " ", 2)[1])
@@ -465,6 +474,15 @@ func TestContractOpenAPI(t *testing.T) {
 			},
 			Request: json.RawMessage(`{"batch_id":"refused-1","pipeline":"webhook","source":{"object":"s3://example-bucket/in.jsonl"},"pipeline_options":{},"max_attempts":3,"on_interrupt":"retry"}`),
 		},
+		"sampled-1": {Batch: api.Batch{ID: "sampled-1", Plan: api.Plan{Pipeline: "webhook", Sample: 200, AutoApproveUSD: 0.5}, Status: api.StatusRunning, Run: 1,
+			ItemCount: 3000, CounterShards: 1, ListShards: 1, FannedOut: true, CreatedAt: now, RunStartedAt: now,
+			Approval: api.ApprovalOf(200, "", "", time.Time{}, &api.SampleEstimate{MadeAt: now, Items: 3000, SampleItems: 200, Failed: 3,
+				FailureRate: 0.015, FailureLow: 0.005, FailureHigh: 0.043, ProjectedFailures: 45, SampleUSD: 0.056, CostUSD: 0.84,
+				PipelineUSD: 0.8, InfraUSD: 0.04, ProjectedCost: pipeline.CostSum{"calls": decimal.NewFromInt(3000)}, SampleSeconds: 118.2,
+				ItemsPerSecond: 16.9, Seconds: 167, Pace: "the sample's pace (1.69 items/s) × 10: 1000 messages at once against the sample's 20"})}},
+		"sampling-1": {Batch: api.Batch{ID: "sampling-1", Plan: api.Plan{Pipeline: "webhook", Sample: 50}, Status: api.StatusRunning, Run: 1,
+			ItemCount: 3000, CounterShards: 1, ListShards: 1, FannedOut: true, CreatedAt: now, RunStartedAt: now,
+			Approval: api.ApprovalOf(50, "", "", time.Time{}, nil)}},
 		"reading-1": {Batch: api.Batch{ID: "reading-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusSubmitting, Run: 1, CreatedAt: now}},
 		"halted-1": {Batch: api.Batch{ID: "halted-1", Plan: api.Plan{Pipeline: "webhook"}, Status: api.StatusRunning, Run: 1, ItemCount: 3, FannedOut: true,
 			CreatedAt: now, RunStartedAt: now, Halts: map[string]api.Halt{"secret:hook": {Subject: "secret:hook", Since: now, Reason: "webhook: HTTP 401"}}}},
@@ -571,6 +589,18 @@ func TestContractOpenAPI(t *testing.T) {
 		{"budget raised: unpaused", "POST", "/batches/budget-1/budget", `{"budget_usd":45.5}`, nil, 202, "", false},
 		{"budget unknown", "POST", "/batches/nope-1/budget", `{"budget_usd":10}`, nil, 404, wire.CodeNotFound, false},
 		{"budget store down", "POST", "/batches/boom-1/budget", `{"budget_usd":10}`, nil, 500, wire.CodeInternal, false},
+		{"approve awaiting approval", "POST", "/batches/sampled-1/approve", "", nil, 202, "", false},
+		{"approve approved: as it is", "POST", "/batches/sampled-1/approve", "", nil, 202, "", false},
+		{"reject approved", "POST", "/batches/sampled-1/reject", "", nil, 409, wire.CodeConflict, false},
+		{"reject while sampling", "POST", "/batches/sampling-1/reject", "", nil, 202, "", false},
+		{"reject rejected: as it is", "POST", "/batches/sampling-1/reject", "", nil, 202, "", false},
+		{"approve rejected", "POST", "/batches/sampling-1/approve", "", nil, 409, wire.CodeConflict, false},
+		{"approve without a sample", "POST", "/batches/run-1/approve", "", nil, 409, wire.CodeConflict, false},
+		{"reject without a sample", "POST", "/batches/done-1/reject", "", nil, 409, wire.CodeConflict, false},
+		{"approve unknown", "POST", "/batches/nope-1/approve", "", nil, 404, wire.CodeNotFound, false},
+		{"reject unknown", "POST", "/batches/nope-1/reject", "", nil, 404, wire.CodeNotFound, false},
+		{"approve store down", "POST", "/batches/boom-1/approve", "", nil, 500, wire.CodeInternal, false},
+		{"reject store down", "POST", "/batches/boom-1/reject", "", nil, 500, wire.CodeInternal, false},
 		{"pause finished: the batch as it ended", "POST", "/batches/done-1/pause", "", nil, 202, "", false},
 		{"pause while the source is read", "POST", "/batches/reading-1/pause", "", nil, 409, wire.CodeConflict, false},
 		{"pause unknown", "POST", "/batches/nope-1/pause", "", nil, 404, wire.CodeNotFound, false},
@@ -632,6 +662,7 @@ func TestContractOpenAPI(t *testing.T) {
 		{"GET", "/batches/%zz"}, {"DELETE", "/batches/%zz"}, {"GET", "/batches/%zz/report"},
 		{"POST", "/batches/%zz/resume"}, {"POST", "/batches/%zz/cancel"},
 		{"POST", "/batches/%zz/pause"}, {"POST", "/batches/%zz/unpause"},
+		{"POST", "/batches/%zz/approve"}, {"POST", "/batches/%zz/reject"},
 	} {
 		tests = append(tests, struct {
 			name, method, path, body string
