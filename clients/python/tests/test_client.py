@@ -12,6 +12,7 @@ from typing import Any, cast
 import botocore.session
 import pytest
 from botocore.response import StreamingBody
+from jsonschema import ValidationError
 
 from bulkrun import APIError, Client, api_base, new_batch_id, retryable
 from bulkrun.client import _quote
@@ -53,6 +54,36 @@ def test_submit_sends_the_contract_request_and_retries_the_same_batch(client: Cl
     assert len(tries) == 3 and len({t["batch_id"] for t in tries}) == 1, tries
     assert v["batch_id"] == tries[0]["batch_id"] and len(v["batch_id"]) == 26
     assert tries[0]["source"] == {"items": [{"key": "a", "text": "hi"}]} and tries[0]["key_field"] == "key"
+
+
+def test_submit_sends_a_sample_and_reads_its_approval(client: Client, stand_in: StandIn, contract: OpenAPI) -> None:
+    stand_in.answer = lambda m, p, b: (201, dict(golden("batch-view"), batch_id=b["batch_id"]), {})
+    v = client.submit("enrich", object="s3://bkt/in/orders.jsonl", batch_id="orders", sample=200, auto_approve_usd=40)
+    body = stand_in.requests[0].body
+    assert (body["sample"], body["auto_approve_usd"]) == (200, 40)
+    assert (v["sample"], v["auto_approve_usd"]) == (200, 40)
+    a = v["approval"]
+    assert (a["state"], a["sample"], a.get("decided_by")) == ("approved", 200, "caller")
+    est = a["estimate"]
+    assert (est["items"], est["sample_items"], est["cost_usd"], est["failure_low"], est["failure_high"]) == (3000, 200, 0.84, 0.005, 0.043)
+    # The contract's bounds: 1–100,000 items; auto_approve_usd > 0.
+    req = {"pipeline": "enrich", "source": {"object": "s3://bkt/in/orders.jsonl"}}
+    contract.check_schema("SubmitRequest", dict(req, sample=100000, auto_approve_usd=0.01))
+    for bad in ({"sample": 100001}, {"sample": -1}, {"sample": 10, "auto_approve_usd": 0}):
+        with pytest.raises(ValidationError):
+            contract.check_schema("SubmitRequest", dict(req, **bad))
+
+
+def test_approve_and_reject_post_to_their_routes(client: Client, stand_in: StandIn) -> None:
+    stand_in.answer = lambda m, p, b: (202, golden("batch-view"), {})
+    assert client.approve("photos-2026-11-30")["approval"]["state"] == "approved"
+    client.reject("photos-2026-12-01")
+    assert [(r.method, r.path, r.body) for r in stand_in.requests] == [
+        ("POST", "/batches/photos-2026-11-30/approve", None), ("POST", "/batches/photos-2026-12-01/reject", None)]
+    stand_in.answer = lambda m, p, b: (409, {"code": "conflict", "message": "reject photos-2026-11-30: approved already (by caller); cancel it instead"}, {})
+    with pytest.raises(APIError) as e:
+        client.reject("photos-2026-11-30")
+    assert e.value.status == 409 and e.value.code == "conflict" and not retryable(e.value)
 
 
 def test_submit_does_not_retry_a_refusal(client: Client, stand_in: StandIn) -> None:

@@ -209,7 +209,12 @@ class Client:
         priority, items_per_message, on_interrupt, headers, pipeline_options, rerun,
         task_token: a Step Functions task token answered when the first run
         ends, docs/api.md "Step Functions"; task_heartbeat_seconds: with it,
-        SendTaskHeartbeat while that run goes, at least 600).
+        SendTaskHeartbeat while that run goes, at least 600; sample: 1–100,000
+        items run first, the rest held until approve() or reject(), the
+        batch's approval carrying an estimate of the whole run once they have
+        ended, docs/api.md "Sample and approve"; auto_approve_usd: with
+        sample, US dollars > 0 under which that estimate's cost_usd approves
+        without a caller).
 
         The answer is the batch: status submitting (an S3 source, read in
         the background: wait() for it) or running; created False when the
@@ -473,6 +478,21 @@ class Client:
     def unpause(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/unpause: ends the pause, whoever paused it."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/unpause"))
+
+    def approve(self, batch_id: str) -> BatchView:
+        """POST /batches/{id}/approve: a sampled batch's held items run, each
+        at its message's next check (within about 5.5 minutes); the
+        sample's items are not run again. Idempotent; APIError 409 conflict
+        for a batch with no sample, one rejected, or one whose first run is
+        over."""
+        return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/approve"))
+
+    def reject(self, batch_id: str) -> BatchView:
+        """POST /batches/{id}/reject: a sampled batch's run is cancelled, its
+        held items ending cancelled, never called. Idempotent; APIError 409
+        conflict for a batch with no sample, one approved (cancel() it
+        instead), or one whose first run is over."""
+        return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/reject"))
 
     def set_budget(self, batch_id: str, usd: float) -> BatchView:
         """POST /batches/{id}/budget: the batch's budget in US dollars (> 0).

@@ -72,6 +72,8 @@ class SubmitRequest(TypedDict, total=False):
     retry: RetryPolicy
     max_concurrency: int
     priority: int
+    sample: int
+    auto_approve_usd: float
     items_per_message: int
     on_interrupt: Literal["retry", "quarantine"]
     headers: dict[str, str]
@@ -146,6 +148,54 @@ Pause = TypedDict(
 its budget (class "budget", error: the budget and the spend that reached it)."""
 
 
+ApprovalState = Literal["sampling", "awaiting_approval", "approved", "rejected"]
+"""Where a sampled batch stands: sampling (the sample's items run, the rest
+waits), awaiting_approval (the sample has ended, its estimate is written),
+approved (by a caller or by auto_approve_usd: the rest runs), rejected (by
+a caller: the run is cancelled)."""
+
+
+class SampleEstimate(TypedDict):
+    """What a sample projects for its whole run (Approval.estimate), made
+    once, when the sample's items had ended: failure_rate, failure_low and
+    failure_high are fractions (0.015 is 1.5 %; low–high its 95 % Wilson
+    score interval); *_usd are US dollars to 6 places (cost_usd, the
+    sample's spend × items / sample_items, is pipeline_usd + infra_usd);
+    sample_seconds and seconds are seconds (the rest's time at
+    items_per_second); pace says what set the pace."""
+
+    made_at: str
+    items: int
+    sample_items: int
+    failed: int
+    failure_rate: float
+    failure_low: float
+    failure_high: float
+    projected_failures: int
+    sample_usd: float
+    cost_usd: float
+    pipeline_usd: float
+    infra_usd: float
+    projected_cost: NotRequired[Cost]
+    sample_seconds: float
+    items_per_second: float
+    seconds: float
+    pace: str
+
+
+class Approval(TypedDict):
+    """A sampled batch's sample (items), estimate and decision
+    (BatchView.approval; absent on a batch without a sample): decided_at
+    and decided_by ("caller" or "auto_approve") once decided; estimate once
+    the sample has ended (absent when a decision came first)."""
+
+    state: ApprovalState
+    sample: int
+    decided_at: NotRequired[str]
+    decided_by: NotRequired[Literal["caller", "auto_approve"]]
+    estimate: NotRequired[SampleEstimate]
+
+
 class Error(TypedDict):
     """Every error answer's body; branch on code, never on message."""
 
@@ -179,6 +229,9 @@ class BatchView(TypedDict, total=False):
     stop: Status
     pause: Pause
     budget_usd: float
+    sample: int
+    auto_approve_usd: float
+    approval: Approval
     refusal: Error
     failure: str
     report: str
