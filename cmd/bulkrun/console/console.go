@@ -70,6 +70,10 @@ type API interface {
 	Cancel(ctx context.Context, id string) (wire.BatchView, error)
 	Pause(ctx context.Context, id string) (wire.BatchView, error)
 	Unpause(ctx context.Context, id string) (wire.BatchView, error)
+	// Approve and Reject decide a sampled batch's rest (POST
+	// /batches/{id}/approve, /reject; api.Plan.Sample).
+	Approve(ctx context.Context, id string) (wire.BatchView, error)
+	Reject(ctx context.Context, id string) (wire.BatchView, error)
 	SetBudget(ctx context.Context, id string, usd float64) (wire.BatchView, error)
 	SetCeilingsAll(ctx context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error)
 	Release(ctx context.Context, id, key string) error
@@ -157,6 +161,11 @@ func New(api API, objs ObjectReader, bucket string, port int) (*Server, error) {
 	m.HandleFunc("POST /api/batches/{id}/cancel", c.runAction(c.api.Cancel))
 	m.HandleFunc("POST /api/batches/{id}/pause", c.runAction(c.api.Pause))
 	m.HandleFunc("POST /api/batches/{id}/unpause", c.runAction(c.api.Unpause))
+	// A sampled batch's decision: approve runs the items outside its
+	// sample, reject cancels its run (the API's 409 for a batch with no
+	// sample, one decided the other way or one whose first run is over).
+	m.HandleFunc("POST /api/batches/{id}/approve", c.runAction(c.api.Approve))
+	m.HandleFunc("POST /api/batches/{id}/reject", c.runAction(c.api.Reject))
 	// The budget (POST /batches/{id}/budget: 409 for one at or under the
 	// run's spend; its answer as 202) and the per-item ceilings (POST
 	// /batches/{id}/ceilings, repeated until done; its api.CeilingsResult
@@ -902,8 +911,9 @@ func (c *Server) readAction(w http.ResponseWriter, r *http.Request) (string, act
 	return id, b, true
 }
 
-// runAction serves an action on the batch as a whole (resume, cancel):
-// call runs it through the API, and its answer is passed on as 202.
+// runAction serves an action on the batch as a whole (resume, cancel,
+// pause, unpause, approve, reject): call runs it through the API, and its
+// answer, the batch view, is passed on as 202.
 func (c *Server) runAction(call func(ctx context.Context, id string) (wire.BatchView, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, _, ok := c.readAction(w, r)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -83,6 +84,18 @@ func (f *fakeAPI) Pause(_ context.Context, id string) (wire.BatchView, error) {
 func (f *fakeAPI) Unpause(_ context.Context, id string) (wire.BatchView, error) {
 	f.record("unpause " + id)
 	return wire.BatchView{}, nil
+}
+func (f *fakeAPI) Approve(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("approve " + id)
+	return wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusRunning, Run: 1, Plan: api.Plan{Sample: 200},
+		Approval: api.ApprovalOf(200, api.ApprovalApproved, api.DecidedByCaller, time.Date(2026, 12, 1, 19, 4, 0, 0, time.UTC), nil)}}, nil
+}
+func (f *fakeAPI) Reject(_ context.Context, id string) (wire.BatchView, error) {
+	f.record("reject " + id)
+	if id == "approved-1" {
+		return wire.BatchView{}, &client.APIError{Status: 409, Body: wire.ErrorBody{Code: wire.CodeConflict, Message: "reject approved-1: approved already (by caller); cancel it instead"}}
+	}
+	return wire.BatchView{Batch: api.Batch{ID: id, Status: api.StatusRunning, Run: 1, Stop: api.StatusCancelled}}, nil
 }
 func (f *fakeAPI) SetCeilingsAll(_ context.Context, id string, raise api.Ceilings) (api.CeilingsResult, error) {
 	f.record(fmt.Sprintf("ceilings %s %g %g", id, raise.SpendUSD, raise.Tokens))
@@ -788,5 +801,38 @@ func TestConsoleListsEveryItemsTab(t *testing.T) {
 	}
 	if calls := f.Calls(); !slices.Equal(calls, want) {
 		t.Errorf("API calls %q, want %q", calls, want)
+	}
+}
+
+// TestConsoleApprovesAndRejects: the batch page's Approve… and Reject…
+// send a sampled batch's decision to the API (POST …/approve, …/reject)
+// and pass its answer, the batch view with its approval, on as 202; the
+// API's 409 (a reject after an approval) reaches the page as a 409; as
+// every action, neither goes through without the page's token, and
+// neither is a read.
+func TestConsoleApprovesAndRejects(t *testing.T) {
+	f := &fakeAPI{}
+	c := newTestServer(t, f, nil)
+	good := map[string]string{"Origin": "http://" + host, "Content-Type": "application/json", TokenHeader: c.Token(), "Sec-Fetch-Site": "same-origin"}
+	w := do(c, "POST", "/api/batches/b1/approve", host, good, `{}`)
+	var v wire.BatchView
+	if err := json.Unmarshal(w.Body.Bytes(), &v); w.Code != 202 || err != nil || v.Approval == nil || v.Approval.State != api.ApprovalApproved || v.Approval.DecidedBy != api.DecidedByCaller {
+		t.Errorf("approve: HTTP %d %s, want 202 with the approval", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/b2/reject", host, good, ``); w.Code != 202 || !strings.Contains(w.Body.String(), `"stop":"cancelled"`) {
+		t.Errorf("reject: HTTP %d %s, want 202 with the run stopping", w.Code, w.Body.String())
+	}
+	if w := do(c, "POST", "/api/batches/approved-1/reject", host, good, `{}`); w.Code != 409 || !strings.Contains(w.Body.String(), "cancel it instead") {
+		t.Errorf("reject after an approval: HTTP %d %s, want the API's 409", w.Code, w.Body.String())
+	}
+	delete(good, TokenHeader)
+	for _, r := range []struct{ method, path string }{{"POST", "/api/batches/b1/approve"}, {"POST", "/api/batches/b1/reject"},
+		{"GET", "/api/batches/b1/approve"}, {"GET", "/api/batches/b1/reject"}} {
+		if w := do(c, r.method, r.path, host, good, `{}`); w.Code/100 != 4 {
+			t.Errorf("%s %s without the page's token: HTTP %d, want it refused", r.method, r.path, w.Code)
+		}
+	}
+	if calls, want := f.Calls(), []string{"approve b1", "reject b2", "reject approved-1"}; !slices.Equal(calls, want) {
+		t.Errorf("API calls %v, want %v", calls, want)
 	}
 }

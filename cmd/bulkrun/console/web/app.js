@@ -297,6 +297,108 @@ function liveFacts(l, paused) {
   return el("div", {}, dl, why.length ? el("div", {class: "attn small"}, "⚠ Needs attention:", el("ul", {}, why)) : "");
 }
 
+// ---------- a sampled batch ----------
+
+const DECIDED_BY = {caller: "a caller", auto_approve: "its auto-approval limit"};
+
+// undecided reports whether a batch holds the items outside its sample
+// (approval state sampling or awaiting_approval): a decision, Approve…
+// or Reject…, is still to come.
+function undecided(b) {
+  const a = b.approval;
+  return !!a && (a.state === "sampling" || a.state === "awaiting_approval");
+}
+
+// approvalState is a batch's approval state, "" without a sample.
+function approvalState(b) { return b.approval ? b.approval.state : ""; }
+
+// fmtUSD is US dollars as the page writes them, to at most 6 places:
+// "$0.84", "$1,250".
+function fmtUSD(x) { return "$" + Number(x || 0).toLocaleString("en-US", {maximumFractionDigits: 6}); }
+
+// fmtFrac is a fraction as a percentage to one place: 0.015 is "1.5 %".
+function fmtFrac(f) { return (100 * (f || 0)).toFixed(1) + "\u00a0%"; }
+
+// fmtInterval is an estimate's 95 % interval of the failure rate in
+// percent: "0.5–4.3 %".
+function fmtInterval(e) { return (100 * (e.failure_low || 0)).toFixed(1) + "–" + fmtFrac(e.failure_high); }
+
+// fmtSeconds is a duration in seconds in words, rounded up to the
+// second: "45 s", "2 min 47 s", "3 h 5 min", "2 d 4 h".
+function fmtSeconds(secs) {
+  const s = Math.ceil(secs || 0), m = Math.floor(s / 60), h = Math.floor(m / 60);
+  if (s < 60) return s + " s";
+  if (m < 60) return m + " min" + (s % 60 ? " " + (s % 60) + " s" : "");
+  if (h < 48) return h + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
+  return Math.floor(h / 24) + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
+}
+
+// fmtPace is items a second in words: "16.9 items/s", "0.05 items/s".
+function fmtPace(r) { return (r >= 100 ? r.toFixed(0) : r >= 1 ? r.toFixed(1) : r.toPrecision(2)) + " items/s"; }
+
+// approvalText is a sampled batch's approval state in words: what runs,
+// what waits, who decided and when.
+function approvalText(b) {
+  const a = b.approval, e = a.estimate;
+  switch (a.state) {
+    case "sampling":
+      return "sampling: the first " + count(a.sample, "item") + " run; the rest waits for Approve… or Reject… (the estimate comes once the sample's items have ended)";
+    case "awaiting_approval":
+      return "awaiting approval since " + fmtTime(e && e.made_at) + ": the sample has ended; the rest waits for Approve… or Reject…";
+    case "approved":
+      return "approved by " + (DECIDED_BY[a.decided_by] || a.decided_by) +
+        (a.decided_by === "auto_approve" && e && b.auto_approve_usd ? " (estimate " + fmtUSD(e.cost_usd) + ", at most " + fmtUSD(b.auto_approve_usd) + ")" : "") +
+        " at " + fmtTime(a.decided_at) + (running(b) ? ": the rest runs" : ": the rest ran");
+    case "rejected":
+      return "rejected by " + (DECIDED_BY[a.decided_by] || a.decided_by) + " at " + fmtTime(a.decided_at) + (running(b) ? ": the run is cancelled" : ": the run was cancelled");
+  }
+  return a.state;
+}
+
+// estimateSummary is a sample's estimate in one sentence, for the
+// approve dialog: cost, failures, time.
+function estimateSummary(e) {
+  return fmtUSD(e.cost_usd) + " for " + count(e.items, "item") + ", failures " + fmtFrac(e.failure_rate) +
+    " (95 % interval " + fmtInterval(e) + ")" +
+    (e.items_per_second > 0 ? ", the rest ≈ " + fmtSeconds(e.seconds) : "");
+}
+
+// renderApproval shows a sampled batch's sample, state and estimate (the
+// API's approval: cost scaled from the sample's spend, failure rate with
+// its 95 % Wilson interval, the rest's time at the sample's pace); no
+// section for a batch without a sample.
+function renderApproval(page) {
+  const b = page.data.batch, a = b.approval, sec = page.sections.approval;
+  if (!a) { sec.replaceChildren(); return; }
+  const dl = el("dl", {class: "facts", id: "approval", dataset: {state: a.state}});
+  const fact = (k, v) => { if (v !== undefined && v !== null && v !== "") dl.append(el("dt", {}, k), el("dd", {}, v)); };
+  fact("State", approvalText(b));
+  fact("Sample", count(a.sample, "item") + ", the first of the source (whole messages: up to " +
+    count(a.sample + Math.max(1, b.items_per_message || 1) - 1, "item") + ")");
+  fact("Auto-approve", b.auto_approve_usd ? "when the estimated cost is at most " + fmtUSD(b.auto_approve_usd) : "");
+  const e = a.estimate;
+  if (e) {
+    fact("Estimated", fmtTime(e.made_at) + ", from " + count(e.sample_items, "sample item") + " ended in " + fmtSeconds(e.sample_seconds));
+    fact("Projected cost", el("span", {id: "estimate-cost"}, fmtUSD(e.cost_usd) + " for " + count(e.items, "item") +
+      " (pipeline " + fmtUSD(e.pipeline_usd) + ", DynamoDB " + fmtUSD(e.infra_usd) + "; Lambda and SQS not counted); the sample spent " + fmtUSD(e.sample_usd)));
+    fact("Failure rate", el("span", {id: "estimate-failures"}, fmtFrac(e.failure_rate) + " (95 % interval " + fmtInterval(e) + "): " +
+      count(e.failed, "failure") + " in " + count(e.sample_items, "sample item") +
+      ", ≈ " + count(e.projected_failures, "failure") + " over the run"));
+    fact("Projected time", el("span", {id: "estimate-time"}, e.items_per_second > 0 ?
+      "≈ " + fmtSeconds(e.seconds) + " for the rest (" + count(Math.max(0, e.items - e.sample_items), "item") + ") at " + fmtPace(e.items_per_second) :
+      "not known: the sample took no measurable time"));
+    fact("Pace", el("span", {id: "estimate-pace"}, e.pace));
+    const pc = e.projected_cost || {};
+    const names = Object.keys(pc).sort();
+    fact("Pipeline costs", names.length ? names.map((k) => k + " " + pc[k]).join("; ") + ", projected for the run" : "");
+  } else {
+    fact("Estimate", a.state === "sampling" ? "written once the sample's items have ended" : "none: decided before the sample had ended");
+  }
+  section(sec, "approval", "Sample and approval", dl,
+    el("p", {class: "muted small"}, "The sample is the source's first items: a fair one only if the source is not sorted by something that matters. " +
+      "The time leaves out how fast Lambda scales up for the rest, and a receiver slowing under the larger load."));
+}
+
 // causeLine is a paused batch's cause, under its badge: who paused it,
 // why and since when.
 function causeLine(b) {
@@ -445,7 +547,7 @@ async function showBatch(id) {
   }
   const page = {id, data, sections: {}};
   const s = page.sections;
-  for (const k of ["summary", "progress", "cost", "verdict", "runs", "locations", "items", "thumbs"]) {
+  for (const k of ["summary", "approval", "progress", "cost", "verdict", "runs", "locations", "items", "thumbs"]) {
     s[k] = el("section", {id: "sec-" + k, "aria-labelledby": "h-" + k});
   }
   s.actions = el("div", {class: "actions", role: "group", "aria-label": "Actions"});
@@ -456,7 +558,7 @@ async function showBatch(id) {
     el("p", {class: "crumbs"}, el("a", {href: "#/"}, "← Batches")),
     el("div", {class: "titlebar"}, el("h1", {class: "mono", id: "batch-title"}, id), el("span", {id: "batch-status"})),
     el("p", {id: "state-cause", class: "cause"}),
-    s.actions, s.todo,
+    s.actions, s.todo, s.approval,
     el("div", {class: "grid2"}, s.progress, s.summary),
     el("div", {class: "grid2"}, s.verdict, s.cost),
     s.items, s.runs, s.locations, s.thumbs);
@@ -483,7 +585,7 @@ function live(page) {
       page.data = data;
       if (!running(data.batch) || data.batch.run !== was.run) return showBatch(page.id);
       renderLive(page);
-      if (data.batch.stop !== was.stop || !data.batch.pause !== !was.pause) renderActions(page);
+      if (data.batch.stop !== was.stop || !data.batch.pause !== !was.pause || approvalState(data.batch) !== approvalState(was)) renderActions(page);
       const c = data.batch.census, pc = was.census;
       const focusInItems = page.sections.items.contains(document.activeElement);
       if (c && pc && !page.itemsPaged && !focusInItems && c[page.tab] !== pc[page.tab]) loadItems(page, page.tab);
@@ -503,6 +605,7 @@ function renderLive(page) {
   document.getElementById("batch-status").replaceChildren(statusBadge(b.status, {stop: b.stop, pause: b.pause, census: b.census}),
     b.needs_attention && !running(b) ? el("span", {class: "attn"}, " ⚠ Needs attention") : "");
   document.getElementById("state-cause").replaceChildren(stateCause(b));
+  renderApproval(page);
   const s = page.sections;
   const dl = el("dl", {class: "facts"});
   const fact = (k, v) => { if (v !== undefined && v !== null && v !== "") dl.append(el("dt", {}, k), el("dd", {}, v)); };
@@ -558,6 +661,9 @@ function renderLive(page) {
 function stateCause(b) {
   if (b.status === "running" && b.stop) return "Stopping: " + stopText(b) + ".";
   if (b.status === "running" && b.pause) return "Paused " + pauseText(b.pause) + ".";
+  if (b.status === "running" && undecided(b)) return (b.approval.state === "sampling" ?
+    "Sampling: the first " + count(b.approval.sample, "item") + " run; the rest waits for a decision." :
+    "Awaiting approval: the sample has ended; the rest waits for Approve… or Reject… (its estimate is below).");
   if (b.status === "running" && b.live && b.live.retry_cause) {
     const c = b.live.retry_cause;
     return count(c.items, "item") + " waiting for a retry after " + c.class + (c.error ? ": " + c.error : "") + ".";
@@ -675,12 +781,14 @@ function permanentOnly(page) {
     f.causes.length > 0 && f.causes.every((x) => x.reason === "permanent");
 }
 
-// primaryAction is the one action that applies, filled: unpause for a
+// primaryAction is the one action that applies, filled: approve for a
+// sampled batch awaiting approval; unpause for a
 // paused run (for one paused at its budget, raising the budget: only a raise ends that); resume for a finished run with items a new run may get
 // through — none for a run whose every item succeeded, and none when its
 // failed items all failed permanently (a rerun would repeat it:
 // renderToDo says what to do instead).
 function primaryAction(b, page) {
+  if (b.status === "running" && !b.pause && !b.stop && approvalState(b) === "awaiting_approval") return "act-approve";
   if (b.status === "running" && !b.pause && b.census && b.census.exhausted > 0) return "act-ceilings";
   if (b.status === "running") return b.pause ? (b.pause.by === "budget" ? "act-budget" : "act-unpause") : "";
   if (b.status === "refused" || b.status === "submitting") return "";
@@ -697,10 +805,10 @@ function renderActions(page) {
   const fixable = (c.failed || 0) + (c.quarantined || 0) + (c.cancelled || 0);
   const allSucceeded = finished && c.total > 0 && c.succeeded === c.total;
   // Styled by weight: the one action that applies is primary (filled),
-  // the others that start or hold work are plain, cancel and forget (stop
-  // or delete) are outlined in red, never primary.
+  // the others that start or hold work are plain, cancel, reject and
+  // forget (stop or delete) are outlined in red, never primary.
   const primary = primaryAction(b, page);
-  const weight = (id) => id === primary ? "primary" : id === "act-cancel" || id === "act-forget" ? "danger" : "secondary";
+  const weight = (id) => id === primary ? "primary" : id === "act-cancel" || id === "act-forget" || id === "act-reject" ? "danger" : "secondary";
   const btn = (id, text, enabled, why, run) => el("button", {id, disabled: !enabled, title: enabled ? null : why,
     class: weight(id), onclick: run}, text);
   page.sections.actions.replaceChildren(
@@ -728,6 +836,8 @@ function renderActions(page) {
       () => confirmAct("Unpause the run of " + b.batch_id + "?",
         "Waiting items start again at the pause's next check (within about 5 minutes).",
         "Unpause", "/unpause", {}, page, false, "primary")),
+    // A sampled batch's decision, while it is still to come.
+    ...(undecided(b) ? approvalButtons(b, page, btn) : []),
     btn("act-budget", b.pause && b.pause.by === "budget" ? "Raise budget…" : "Budget…", b.status === "running",
       "Only a running batch's budget can be set", () => budgetAct(page)),
     btn("act-ceilings", (c.exhausted || 0) > 0 ? "Raise ceilings…" : "Ceilings…", b.status === "running",
@@ -738,6 +848,27 @@ function renderActions(page) {
         "Forget for good", "/forget", {}, page, true, "danger")),
     el("span", {class: "muted small"}, "Each action asks first."));
   renderToDo(page);
+}
+
+// approvalButtons are a sampled batch's Approve… and Reject… (POST
+// …/approve, …/reject), enabled while its first run goes and is not
+// stopping.
+function approvalButtons(b, page, btn) {
+  const open = b.status === "running" && b.run === 1 && !b.stop;
+  const why = b.status === "submitting" ? "The source is still being read" : "Only a running first run's sample can be decided";
+  const e = b.approval.estimate;
+  return [
+    btn("act-approve", "Approve…", open, why,
+      () => confirmAct("Approve the rest of " + b.batch_id + "?",
+        (e ? "The sample's estimate: " + estimateSummary(e) + ". " : "No estimate yet: the sample's items have not all ended. ") +
+          "The items outside the sample run, each held message at its next check (within about 5.5 minutes at worst); the sample's items do not run again.",
+        "Approve", "/approve", {}, page, false, "primary")),
+    btn("act-reject", "Reject…", open, why,
+      () => confirmAct("Reject " + b.batch_id + "?",
+        "The run is cancelled: the items outside the sample end cancelled, never called; sample items still running finish. " +
+          "A resume later runs what did not succeed, without a sample.",
+        "Reject", "/reject", {}, page, false, "danger")),
+  ];
 }
 
 // renderToDo says what to do when the obvious action would not help: a
