@@ -596,14 +596,17 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		// batches-paused alarm and its event tell of an outage's pause.
 		ended := p.ByOutcome[api.OutcomeSucceeded] + p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]
 		waiting, stalled := p.Waiting(now), max(0, now.Sub(last))
-		if b.Pause != nil {
+		// A sampled run holding its rest for a decision waits on purpose,
+		// as a paused one does: no stall alarm, rows counted rarely.
+		waits := b.Pause != nil || b.Run == 1 && b.Approval.Holds()
+		if waits {
 			waiting, stalled = 0, -1
 		}
 		f.Metrics.RunHealth(id, b.Run, b.RunItems(), ended, p.Failures, waiting, stalled)
-		if p.Done < b.RunItems() && (now.Sub(last) < stall || b.Pause != nil && now.Sub(last)%PausedStall >= stall) {
+		if p.Done < b.RunItems() && (now.Sub(last) < stall || waits && now.Sub(last)%PausedStall >= stall) {
 			// Counters still short: moving, or standing still while
-			// paused (its items wait for the pause, nothing is lost), when
-			// the rows are counted only once per PausedStall.
+			// paused or awaiting approval (its items wait, nothing is
+			// lost), when the rows are counted only once per PausedStall.
 			continue
 		}
 		res.Checked++
