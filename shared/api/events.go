@@ -76,6 +76,19 @@ const (
 	// (after submitted, or when a background read froze the manifest), a
 	// resume, a rerun or a correction run. Put by submit.
 	ChangeRunning StateChange = "running"
+	// ChangeAwaitingApproval: a sampled batch's sample ended and its
+	// estimate was written (Approval.State awaiting_approval, with
+	// Approval.Estimate; Plan.Sample). Put by item. First run only;
+	// status running.
+	ChangeAwaitingApproval StateChange = "awaiting_approval"
+	// ChangeApproved: a sampled batch was approved (Approval.State
+	// approved), by a caller (Approval.DecidedBy caller, POST
+	// /batches/{id}/approve) or by its estimate within
+	// Plan.AutoApproveUSD (auto_approve); the rest of its items runs. Put
+	// by submit (a caller) or item (auto_approve). A rejection has no
+	// change of its own: the run's finished event (verdict cancelled)
+	// tells it.
+	ChangeApproved StateChange = "approved"
 	// ChangePaused: a running batch paused, by a caller or on an outage of
 	// its downstream (Pause.By). Put by submit (a caller) or item (an
 	// outage).
@@ -95,7 +108,7 @@ const (
 // StateChanges returns every StateChange, in the order a batch meets
 // them. The slice is new on every call.
 func StateChanges() []StateChange {
-	return []StateChange{ChangeSubmitted, ChangeRunning, ChangePaused, ChangeUnpaused, ChangeFinished, ChangeRefused}
+	return []StateChange{ChangeSubmitted, ChangeRunning, ChangeAwaitingApproval, ChangeApproved, ChangePaused, ChangeUnpaused, ChangeFinished, ChangeRefused}
 }
 
 // StateChangeEvent is the detail of a Batch State Change event, version
@@ -108,12 +121,14 @@ func StateChanges() []StateChange {
 //
 // EventID ("{batch_id}:{run}:{change}:{epoch ms}", the epoch milliseconds
 // of the change's own time: the run's creation for finished, the pause's
-// start for paused and unpaused) is the same on every delivery of one
-// change: subscribers dedupe on it, not on EventBridge's "id". EventBridge
-// does not keep the order of events; At orders them. Fields that do not
-// apply to a change are absent. Every event is within EventBridge's 256 KB
-// entry (internal/event.MaxEntryBytes): texts are cut to 4 KiB and the
-// census's cost rollups are bounded as on the batch row.
+// start for paused and unpaused, the estimate's MadeAt for
+// awaiting_approval, the decision's DecidedAt for approved) is the same
+// on every delivery of one change: subscribers dedupe on it, not on
+// EventBridge's "id". EventBridge does not keep the order of events; At
+// orders them. Fields that do not apply to a change are absent. Every
+// event is within EventBridge's 256 KB entry (internal/event.MaxEntryBytes):
+// texts are cut to 4 KiB, and the census's cost rollups and an approval
+// estimate's projected costs are bounded as on the batch row's census.
 type StateChangeEvent struct {
 	SchemaVersion int         `json:"schema_version"`
 	EventID       string      `json:"event_id"`
@@ -134,10 +149,18 @@ type StateChangeEvent struct {
 	Pause          *Pause  `json:"pause,omitempty"`           // paused and unpaused: the pause that began or ended
 	// UnpausedBy is who ended the pause (unpaused): a caller, or an
 	// answered probe (outage).
-	UnpausedBy PauseBy        `json:"unpaused_by,omitempty"`
-	Refusal    *SubmitRefusal `json:"refusal,omitempty"` // refused: why, naming the line, field or key
-	Start      *StartOrigin   `json:"start,omitempty"`   // refused: the upload or tick that was refused
-	At         time.Time      `json:"at"`                // when the change happened, UTC
+	UnpausedBy PauseBy `json:"unpaused_by,omitempty"`
+	// Approval is the batch's sample and decision after the change
+	// (awaiting_approval and approved): state awaiting_approval with the
+	// estimate, or approved with decided_by and decided_at (to the
+	// millisecond) and the estimate when one was written before the
+	// approval; the estimate's projected_cost at most
+	// MaxCensusCostNames names, the first in byte order (the batch view
+	// has every one).
+	Approval *Approval      `json:"approval,omitempty"`
+	Refusal  *SubmitRefusal `json:"refusal,omitempty"` // refused: why, naming the line, field or key
+	Start    *StartOrigin   `json:"start,omitempty"`   // refused: the upload or tick that was refused
+	At       time.Time      `json:"at"`                // when the change happened, UTC
 }
 
 // StartOrigin names the start a refused upload or schedule tick would have

@@ -13,8 +13,10 @@ import (
 // its sample run (each at its message's next check, within
 // MaxCheckInterval + 2 × CheckGrace of the approval); the sample's items
 // are not run again. A caller may approve before the sample has ended
-// (no estimate is then written). Idempotent: a batch already approved is
-// answered as it is. Errors: ErrNotFound (ErrExpired past the
+// (no estimate is then written). The approval written puts the Batch
+// State Change approved (ledger.ApprovalChangeOf, decided_by caller).
+// Idempotent: a batch already approved is answered as it is, with no
+// event. Errors: ErrNotFound (ErrExpired past the
 // retention); ErrConflict for a batch with no sample, one rejected, one
 // whose first run is over or stopping, or one still submitting.
 func (c *Control) Approve(ctx context.Context, id string) (ledger.Batch, error) {
@@ -22,11 +24,23 @@ func (c *Control) Approve(ctx context.Context, id string) (ledger.Batch, error) 
 	if err != nil || b.Approval.State == api.ApprovalApproved {
 		return b, err
 	}
-	if err := c.decide(ctx, b, api.ApprovalApproved); err != nil {
+	m, wrote, err := c.decide(ctx, b, api.ApprovalApproved)
+	if err != nil {
 		return ledger.Batch{}, err
 	}
-	c.Log.WarnContext(ctx, "batch approved by a caller", "batch_id", id, "estimate", b.Approval.Estimate != nil)
-	return c.Store.GetBatch(ctx, id)
+	nb, err := c.Store.GetBatch(ctx, id)
+	if !wrote {
+		return nb, err
+	}
+	est := b.Approval.Estimate
+	if err == nil && nb.Approval != nil && nb.Approval.Estimate != nil {
+		// Written between the read and the decision: the row's, written
+		// once, stands.
+		est = nb.Approval.Estimate
+	}
+	c.Log.WarnContext(ctx, "batch approved by a caller", "batch_id", id, "estimate", est != nil)
+	ledger.AnnounceChange(ctx, c.Bus, c.Log, ledger.ApprovalChangeOf(b, *api.ApprovalOf(b.Approval.Sample, m.Decision, m.By, m.Now, est), m.Now))
+	return nb, err
 }
 
 // Reject rejects a sampled batch: the decision is written, then its run
@@ -45,7 +59,7 @@ func (c *Control) Reject(ctx context.Context, id string) (ledger.Batch, error) {
 		return b, fmt.Errorf("reject %s: approved already (by %s); cancel it instead: %w", id, b.Approval.DecidedBy, api.ErrConflict)
 	}
 	if b.Approval.State != api.ApprovalRejected {
-		if err := c.decide(ctx, b, api.ApprovalRejected); err != nil {
+		if _, _, err := c.decide(ctx, b, api.ApprovalRejected); err != nil {
 			return ledger.Batch{}, err
 		}
 		c.Log.WarnContext(ctx, "batch rejected by a caller", "batch_id", id)
@@ -75,19 +89,21 @@ func (c *Control) decidable(ctx context.Context, id, verb string) (ledger.Batch,
 	return b, nil
 }
 
-// decide writes decision on b's sample (Store.MarkApproval); a decision
-// written meanwhile is a conflict unless it is the same.
-func (c *Control) decide(ctx context.Context, b ledger.Batch, decision api.ApprovalState) error {
-	err := c.Store.MarkApproval(ctx, ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: decision, By: api.DecidedByCaller, Now: c.now()})
+// decide writes decision on b's sample (Store.MarkApproval) and returns
+// the mark, wrote true when this write stored it; a decision written
+// meanwhile is a conflict unless it is the same (wrote false).
+func (c *Control) decide(ctx context.Context, b ledger.Batch, decision api.ApprovalState) (m ledger.ApprovalMark, wrote bool, err error) {
+	m = ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: decision, By: api.DecidedByCaller, Now: c.now()}
+	err = c.Store.MarkApproval(ctx, m)
 	if !errors.Is(err, api.ErrConflict) {
-		return err
+		return m, err == nil, err
 	}
 	nb, gerr := c.Store.GetBatch(ctx, b.ID)
 	if gerr != nil {
-		return gerr
+		return m, false, gerr
 	}
 	if nb.Approval != nil && nb.Approval.Decision == decision {
-		return nil
+		return m, false, nil
 	}
-	return fmt.Errorf("%s: decided meanwhile or no longer running: %w", b.ID, err)
+	return m, false, fmt.Errorf("%s: decided meanwhile or no longer running: %w", b.ID, err)
 }

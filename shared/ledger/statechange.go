@@ -41,6 +41,39 @@ func PauseChangeOf(b Batch, p api.Pause, paused bool, by api.PauseBy, now time.T
 	return e
 }
 
+// ApprovalChangeOf is the Batch State Change event of b's sample at now,
+// a being b's approval (api.Approval) as the write left it: its estimate
+// written (a.State awaiting_approval: awaiting_approval, the event id
+// from a.Estimate.MadeAt) or its approval (a.State approved: approved,
+// by a.DecidedBy, the event id from a.DecidedAt, the ApprovalMark.Now
+// written). Both times are the ones on the batch row, so every delivery
+// of one change has one id; a.DecidedAt is carried to the millisecond,
+// as the row holds it, and a.Estimate's projected costs cut to their
+// first api.MaxCensusCostNames names in byte order, as the census's. A
+// rejection has no change of its own: the run's finished event
+// (cancelled) tells it.
+func ApprovalChangeOf(b Batch, a api.Approval, now time.Time) api.StateChangeEvent {
+	change, at := api.ChangeAwaitingApproval, now
+	if a.Estimate != nil {
+		at = a.Estimate.MadeAt
+	}
+	if a.State == api.ApprovalApproved {
+		change, at = api.ChangeApproved, a.DecidedAt
+		a.DecidedAt = a.DecidedAt.Truncate(time.Millisecond).UTC()
+	}
+	e := StateChangeOf(b, change, at, now)
+	if est := a.Estimate; est != nil && len(est.ProjectedCost) > api.MaxCensusCostNames {
+		c := *est
+		c.ProjectedCost = make(pipeline.CostSum, api.MaxCensusCostNames)
+		for _, name := range est.ProjectedCost.Names()[:api.MaxCensusCostNames] {
+			c.ProjectedCost[name] = est.ProjectedCost[name]
+		}
+		a.Estimate = &c
+	}
+	e.Approval = &a
+	return e
+}
+
 // AnnounceChange puts e as a Batch State Change event; a failure is
 // logged, not returned (the batch's own state, which the API answers, is
 // the record; delivery of these events is best effort, but for finished

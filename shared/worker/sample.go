@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -42,26 +43,46 @@ func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger
 		}
 		return false, nil
 	}
+	if b.Approval.Estimate == nil {
+		// The counter writes after the sample's last items may all have
+		// come within a judge's spacing of an earlier read (or read a
+		// partition before a write reached it): the held messages, back
+		// at every check, judge again, so the estimate cannot be missed.
+		w.judgeSample(ctx, log, b)
+	}
 	w.Metrics.Resent(b.Pipeline, "sample", b.ID, b.Run)
 	log.InfoContext(ctx, "batch samples: a message outside the sample waits for an approval", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
 	return true, nil
 }
 
+// sampleJudgeEvery is how often, at most, one process reads a sampled
+// run's counters to see whether its sample has ended: 1 s, only while
+// the run holds its rest without an estimate (a sample of 10^5 items at
+// K = 10 writes its counters ≈ 10^3–10^4 times: as many reads at most).
+const sampleJudgeEvery = time.Second
+
 // judgeSample writes b's sample estimate (Store.MarkApproval) once the
 // sample's items have ended: b samples (its first run holds the rest,
 // with no estimate yet), its source is read, and the run's counters
-// (read at most once per BudgetEvery per run in this process, as the
-// budget's) count at least min(Sample, items) items ended or held. Then,
-// under Plan.AutoApproveUSD, an estimate at most it approves the batch.
-// Called after a counter write that counted items of the run. A lost
-// race (another process wrote first) is left as it is.
+// (read at most once per sampleJudgeEvery per run in this process)
+// count at least min(Sample, items) items ended or held, and
+// puts the Batch State Change awaiting_approval (ledger.ApprovalChangeOf).
+// Then, under Plan.AutoApproveUSD, an estimate at most it approves the
+// batch and puts approved (decided_by auto_approve). Called after a
+// counter write that counted items of the run, and by every held
+// delivery (holdForApproval) until the estimate is written. A lost race (another
+// process wrote first) is left as it is, and announced by the winner.
 func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 	a := b.Approval
 	if b.Run != 1 || !a.Holds() || a.Estimate != nil || b.Stop != "" || b.Status != api.StatusRunning || b.RunItems() <= 0 {
 		return
 	}
 	now := w.Clock.Now()
-	if !w.budgetBook().due("sample#"+b.ID, b.Run, now, w.BudgetEvery) {
+	every := sampleJudgeEvery
+	if w.BudgetEvery < 0 {
+		every = w.BudgetEvery
+	}
+	if !w.budgetBook().due("sample#"+b.ID, b.Run, now, every) {
 		return
 	}
 	p, err := w.Store.Progress(ctx, b.ID, b.Run, max(1, b.CounterShards))
@@ -96,13 +117,16 @@ func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Bat
 	}
 	log.WarnContext(ctx, "batch awaits approval: its sample has ended", "sample_items", est.SampleItems, "failed", est.Failed,
 		"cost_usd", est.CostUSD, "seconds", est.Seconds)
+	ledger.AnnounceChange(ctx, w.Bus, log, ledger.ApprovalChangeOf(b, *api.ApprovalOf(a.Sample, "", "", time.Time{}, est), now))
 	if b.AutoApproveUSD <= 0 || est.CostUSD > b.AutoApproveUSD {
 		return
 	}
-	err = w.Store.MarkApproval(ctx, ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: api.ApprovalApproved, By: api.DecidedByAuto, Now: now})
+	m := ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: api.ApprovalApproved, By: api.DecidedByAuto, Now: now}
+	err = w.Store.MarkApproval(ctx, m)
 	switch {
 	case err == nil:
 		log.WarnContext(ctx, "batch approved: the sample's estimate is within its auto-approval", "cost_usd", est.CostUSD, "auto_approve_usd", b.AutoApproveUSD)
+		ledger.AnnounceChange(ctx, w.Bus, log, ledger.ApprovalChangeOf(b, *api.ApprovalOf(a.Sample, m.Decision, m.By, m.Now, est), now))
 	case !errors.Is(err, api.ErrConflict):
 		log.WarnContext(ctx, "auto-approve", "error", err.Error())
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/eventschema"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -54,10 +56,15 @@ func (r *rig) sampleRounds(t *testing.T, ctx context.Context, id string, rounds 
 // 3.7–27.2 %), $0.28 spent so $2.00 projected for 200, 21 failures
 // projected. Approved, the rest
 // runs: every item called exactly once, 180 succeeded and 20 failed, and
-// the run spent what the estimate said.
+// the run spent what the estimate said. The Batch State Change events
+// are awaiting_approval with the estimate (its id from made_at), then
+// approved by the caller (its id from decided_at), once each, valid
+// against the published schema.
 func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, sampledPipeline)
+	bus := &recordingBus{}
+	r.worker.Bus, r.ctl.Bus = bus, bus
 	const id = "sampled"
 	r.submitSampled(t, ctx, id, 200, 25, nil)
 	b := r.sampleRounds(t, ctx, id, 6)
@@ -91,6 +98,13 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 	if n := r.totalCalls(); n != 28 || b.Approval.State != api.ApprovalAwaiting || b.Approval.Estimate.MadeAt != e.MadeAt {
 		t.Fatalf("after 5 more rounds: %d calls, approval %+v: want 28 and the same estimate", n, b.Approval)
 	}
+	ch := sampleChanges(t, bus)
+	if len(ch) != 1 || ch[0].Change != api.ChangeAwaitingApproval || ch[0].Status != api.StatusRunning ||
+		ch[0].EventID != api.StateChangeEventID(id, 1, api.ChangeAwaitingApproval, e.MadeAt) ||
+		ch[0].Approval == nil || ch[0].Approval.State != api.ApprovalAwaiting || ch[0].Approval.Sample != 25 ||
+		ch[0].Approval.Estimate == nil || !ch[0].Approval.Estimate.MadeAt.Equal(e.MadeAt) || ch[0].Approval.Estimate.CostUSD != e.CostUSD {
+		t.Fatalf("state changes while awaiting %+v: want one awaiting_approval with the estimate, its id from made_at", ch)
+	}
 	if b, err := r.ctl.Approve(ctx, id); err != nil || b.Approval.State != api.ApprovalApproved || b.Approval.DecidedBy != api.DecidedByCaller {
 		t.Fatalf("approve: %+v, %v", b.Approval, err)
 	}
@@ -100,10 +114,24 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 	if _, err := r.ctl.Approve(ctx, id); err != nil {
 		t.Fatalf("approve again: %v, want the batch as it is", err)
 	}
+	b, err := r.store.GetBatch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch = sampleChanges(t, bus)
+	if len(ch) != 2 || ch[1].Change != api.ChangeApproved || ch[1].Status != api.StatusRunning ||
+		ch[1].EventID != api.StateChangeEventID(id, 1, api.ChangeApproved, b.Approval.DecidedAt) ||
+		ch[1].Approval == nil || ch[1].Approval.State != api.ApprovalApproved || ch[1].Approval.DecidedBy != api.DecidedByCaller ||
+		!ch[1].Approval.DecidedAt.Equal(b.Approval.DecidedAt) || ch[1].Approval.Estimate == nil || !ch[1].Approval.Estimate.MadeAt.Equal(e.MadeAt) {
+		t.Fatalf("state changes %+v: want awaiting_approval, then one approved by the caller at %s with the estimate", ch, b.Approval.DecidedAt)
+	}
 	r.drain(t, ctx, 1)
 	res, err := r.fin.Finalize(ctx, id, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := len(bus.changes); n != 2 {
+		t.Errorf("%d state changes after the rest ran, want the 2 of the sample", n)
 	}
 	c := res.Report.Census
 	if c.Succeeded != 180 || c.Failed != 20 || !c.RunSpent["usd"].Equal(decimal.NewFromInt(2)) {
@@ -124,10 +152,14 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 
 // A sampled batch rejected after its sample is cancelled: the 86 items
 // outside the sample (10, in packs of the rig's 7-item chunks: 14) end
-// cancelled, never called; the sample's 14 stand.
+// cancelled, never called; the sample's 14 stand. The rejection puts no
+// state change of its own: awaiting_approval, then the run's finished,
+// cancelled.
 func TestSampleRejectedCancelsTheRest(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, sampledPipeline)
+	bus := &recordingBus{}
+	r.worker.Bus, r.ctl.Bus, r.fin.Bus, r.fin.Events = bus, bus, bus, finishedEvents{bus}
 	const id = "rejected"
 	r.submitSampled(t, ctx, id, 100, 10, nil)
 	if b := r.sampleRounds(t, ctx, id, 4); b.Approval.State != api.ApprovalAwaiting {
@@ -151,14 +183,22 @@ func TestSampleRejectedCancelsTheRest(t *testing.T) {
 	if n := r.totalCalls(); n != 14 {
 		t.Fatalf("%d items called, want the sample's 14", n)
 	}
+	if ch := sampleChanges(t, bus); len(ch) != 2 || ch[0].Change != api.ChangeAwaitingApproval ||
+		ch[1].Change != api.ChangeFinished || ch[1].Verdict != api.StatusCancelled {
+		t.Fatalf("state changes %+v: want awaiting_approval, then finished cancelled", ch)
+	}
 }
 
 // Auto-approval: a batch whose estimate ($1.00 for 100 items) is within
-// its auto_approve_usd runs on without a caller; one above it waits
-// (until rejected, so that the queue drains).
+// its auto_approve_usd runs on without a caller, its state changes
+// awaiting_approval then approved by auto_approve (both ids from the
+// estimate's made_at, the decision's time); one above it waits (until
+// rejected, so that the queue drains), awaiting_approval only.
 func TestSampleAutoApproves(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, sampledPipeline)
+	bus := &recordingBus{}
+	r.worker.Bus, r.ctl.Bus = bus, bus
 	enough, short := 5.0, 0.5
 	r.submitSampled(t, ctx, "auto", 100, 10, &enough)
 	r.submitSampled(t, ctx, "waits", 100, 10, &short)
@@ -184,6 +224,39 @@ func TestSampleAutoApproves(t *testing.T) {
 	if n := r.callsOfBatch(100); n != 114 {
 		t.Fatalf("%d calls, want 100 of auto and the 14 of waits' sample", n)
 	}
+	byBatch := map[string][]api.StateChangeEvent{}
+	for _, c := range sampleChanges(t, bus) {
+		byBatch[c.BatchID] = append(byBatch[c.BatchID], c)
+	}
+	a, ch := auto.Approval, byBatch["auto"]
+	if len(ch) != 2 || ch[0].Change != api.ChangeAwaitingApproval || ch[0].EventID != api.StateChangeEventID("auto", 1, api.ChangeAwaitingApproval, a.Estimate.MadeAt) ||
+		ch[1].Change != api.ChangeApproved || ch[1].EventID != api.StateChangeEventID("auto", 1, api.ChangeApproved, a.DecidedAt) ||
+		ch[1].Approval == nil || ch[1].Approval.State != api.ApprovalApproved || ch[1].Approval.DecidedBy != api.DecidedByAuto ||
+		!ch[1].Approval.DecidedAt.Equal(a.DecidedAt) || ch[1].Approval.Estimate == nil || ch[1].Approval.Estimate.CostUSD != a.Estimate.CostUSD {
+		t.Errorf("auto: state changes %+v: want awaiting_approval, then approved by auto_approve with the estimate", ch)
+	}
+	if ch := byBatch["waits"]; len(ch) != 1 || ch[0].Change != api.ChangeAwaitingApproval || ch[0].Approval.State != api.ApprovalAwaiting {
+		t.Errorf("waits: state changes %+v: want awaiting_approval only", ch)
+	}
+}
+
+// sampleChanges returns the Batch State Change events put on bus, each
+// checked against the published schema.
+func sampleChanges(t *testing.T, bus *recordingBus) []api.StateChangeEvent {
+	t.Helper()
+	schema, err := eventschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus.mu.Lock()
+	ch := slices.Clone(bus.changes)
+	bus.mu.Unlock()
+	for _, c := range ch {
+		if err := schema.ValidateValue(c); err != nil {
+			t.Errorf("%s %s against %s: %v", c.BatchID, c.Change, eventschema.SchemaPath, err)
+		}
+	}
+	return ch
 }
 
 // callsOfBatch counts the items called once or more among the rig's
