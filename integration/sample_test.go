@@ -1,0 +1,162 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/client"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// TestSampleThenApproveOnTheStack guards "sample, estimate, approve"
+// (docs/api.md, "Sample and approve") on the deployed stack, by the
+// receiver's own log: 2,000 webhook items, 10 a message, sampled at 200;
+// each answer reports `Bulkrun-Cost: usd=0.01`, and one item in 25 is
+// refused with a 400 (failed, permanent). Until the approval the receiver
+// sees exactly the first 200 items, each once, and nothing more for 20 s
+// after the estimate is written; the estimate projects the whole run.
+// Approved, every item is called exactly once, 1,920 succeed and 80 fail,
+// and the estimate is compared with what the run did: the pipeline's
+// spend exactly, the whole spend (with DynamoDB) within 15 %, the failure
+// rate inside the interval; the time is logged beside the actual.
+// A repeated submit with another sample is 409 naming sample, and a
+// reject after the approval is 409. BULKRUN_SAMPLE_ITEMS sets another
+// number of items (a multiple of 25; 20000 measures issue 31's case).
+func TestSampleThenApproveOnTheStack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const sample = 200
+	items := 2000
+	if v := os.Getenv("BULKRUN_SAMPLE_ITEMS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2*sample || n%25 != 0 {
+			t.Fatalf("BULKRUN_SAMPLE_ITEMS=%q: want a multiple of 25 of at least %d", v, 2*sample)
+		}
+		items = n
+	}
+	id := newID(t)
+	var mu sync.Mutex
+	var first, last time.Time // the receiver's first and last call after the approval
+	var approved time.Time
+	u := env.hook.routeAnswer(id, func(w http.ResponseWriter, _ *http.Request, key string, _ []byte) int {
+		w.Header().Set("Bulkrun-Cost", "usd=0.01")
+		mu.Lock()
+		if !approved.IsZero() {
+			now := time.Now()
+			if first.IsZero() {
+				first = now
+			}
+			last = now
+		}
+		mu.Unlock()
+		if n, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); n%25 == 0 {
+			return 400
+		}
+		return 200
+	})
+	req := webhookRequest(id, u, inlineItems(items))
+	req.ItemsPerMessage, req.Sample = 10, sample
+	start := time.Now()
+	if _, err := env.api.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	v, err := env.api.WaitUntil(wctx, id, 500*time.Millisecond, func(v wire.BatchView) bool {
+		return v.Approval != nil && v.Approval.State == api.ApprovalAwaiting || v.Status.Finished()
+	}, nil)
+	if err != nil {
+		t.Fatalf("wait for the estimate: %v", err)
+	}
+	sampled := time.Now()
+	e := v.Approval.Estimate
+	if v.Status.Finished() || e == nil {
+		t.Fatalf("status %s, approval %+v: want running, awaiting approval with an estimate", v.Status, v.Approval)
+	}
+	if l := v.Live; l == nil || len(l.Attention) == 0 || !strings.Contains(strings.Join(l.Attention, "; "), "awaiting approval") || l.Stalled {
+		t.Errorf("live view %+v: want an attention line saying awaiting approval, not stalled", l)
+	}
+	time.Sleep(20 * time.Second)
+	calls := env.hook.counts(id)
+	if len(calls) != sample {
+		t.Fatalf("%d items called before the approval (20 s after the estimate), want the sample's %d", len(calls), sample)
+	}
+	for key, n := range calls {
+		if i, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); i >= sample || n != 1 {
+			t.Errorf("before the approval: item %s called %d times, want only items below %d, once", key, n, sample)
+		}
+	}
+	if e.Items != int64(items) || e.SampleItems != sample || e.Failed != sample/25 {
+		t.Errorf("estimate %+v: want %d sample items of %d, %d failed", *e, sample, items, sample/25)
+	}
+	mu.Lock()
+	approved = time.Now()
+	mu.Unlock()
+	if v, err = env.api.Approve(ctx, id); err != nil || v.Approval.State != api.ApprovalApproved || v.Approval.DecidedBy != api.DecidedByCaller {
+		t.Fatalf("approve: %+v, %v", v.Approval, err)
+	}
+	var ae *client.APIError
+	if _, err := env.api.Reject(ctx, id); !errors.As(err, &ae) || ae.Status != 409 {
+		t.Errorf("reject after the approval: %v, want 409", err)
+	}
+	again := req
+	again.Sample = 100
+	if _, err := env.api.Submit(ctx, again); !errors.As(err, &ae) || ae.Status != 409 || ae.Body.Field != "sample" {
+		t.Errorf("a repeated submit with another sample: %v, want 409 naming sample", err)
+	}
+	wctx2, cancel2 := context.WithTimeout(ctx, 5*time.Minute+time.Duration(items/50)*time.Second)
+	defer cancel2()
+	if v, err = env.api.Wait(wctx2, id, time.Second, nil); err != nil {
+		t.Fatalf("wait for the run: %v", err)
+	}
+	c := v.Census
+	if v.Status != api.StatusCompleted || c == nil || c.Succeeded != int64(items-items/25) || c.Failed != int64(items/25) {
+		t.Fatalf("status %s, census %+v: want %d succeeded, %d failed", v.Status, c, items-items/25, items/25)
+	}
+	calls = env.hook.counts(id)
+	if len(calls) != items {
+		t.Errorf("%d items called, want %d", len(calls), items)
+	}
+	for key, n := range calls {
+		if n != 1 {
+			t.Errorf("item %s called %d times, want once", key, n)
+		}
+	}
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, _ := c.RunSpent["usd"].Float64()
+	infra, _ := ledger.InfraUSD(rep.Usage).Float64()
+	actual := pipe + infra
+	rate := float64(c.Failed) / float64(items)
+	if math.Abs(e.PipelineUSD-pipe) > 1e-6 {
+		t.Errorf("estimated pipeline spend $%v, actual $%v: want the same (every item reports $0.01)", e.PipelineUSD, pipe)
+	}
+	if math.Abs(e.CostUSD-actual) > 0.15*actual {
+		t.Errorf("estimated spend $%v, actual $%v (pipeline $%v, DynamoDB $%v): want within 15 %%", e.CostUSD, actual, pipe, infra)
+	}
+	if rate < e.FailureLow || rate > e.FailureHigh {
+		t.Errorf("failure rate %.4f outside the estimate's interval %.4f–%.4f", rate, e.FailureLow, e.FailureHigh)
+	}
+	mu.Lock()
+	rest := last.Sub(first)
+	mu.Unlock()
+	t.Logf("sample: %d items ended %.1f s after the submit (estimate made %s after it); estimate: $%.6f (pipeline $%.2f, DynamoDB $%.6f), failures %.2f %% (%.2f–%.2f %%), the rest %.0f s at %.1f items/s (%s)",
+		e.SampleItems, e.SampleSeconds, sampled.Sub(start).Round(time.Second), e.CostUSD, e.PipelineUSD, e.InfraUSD, 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh, e.Seconds, e.ItemsPerSecond, e.Pace)
+	t.Logf("actual: $%.6f (pipeline $%.2f, DynamoDB $%.6f: %.1f write, %.1f read units), spend %+.1f %% against the estimate; failures %.2f %%; the rest's calls from %s after the approval over %s (%.1f items/s), estimated %.0f s (%+.0f %%)",
+		actual, pipe, infra, rep.Usage.DynamoDBWriteUnits, rep.Usage.DynamoDBReadUnits, 100*(e.CostUSD-actual)/actual, 100*rate,
+		first.Sub(approved).Round(time.Second), rest.Round(time.Second), float64(items-sample)/rest.Seconds(), e.Seconds, 100*(e.Seconds-rest.Seconds())/rest.Seconds())
+}
