@@ -25,8 +25,8 @@ type Control struct {
 	Log   *slog.Logger
 	Clock ledger.Clock // decides expiry; nil means SystemClock
 	// Bus gets the Batch Paused and Batch Unpaused events of a caller's
-	// pause and unpause, and the Batch Halt Lifted event of a lift; nil
-	// for none.
+	// pause and unpause, the Batch Halt Lifted event of a lift, and the
+	// Batch State Change approved of a caller's approval; nil for none.
 	Bus ledger.EventBus
 	// ItemTimeout is the item function's timeout, which decides when a
 	// live view calls a run stalled (ledger.LiveOf); 0 means

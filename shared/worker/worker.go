@@ -71,7 +71,8 @@ type Worker struct {
 	// each counter write of Handle and at its end.
 	Metrics *metric.Emitter
 	// Bus gets the Batch Paused and Batch Unpaused events of outage
-	// pauses; nil for none.
+	// pauses, and the Batch State Change awaiting_approval and approved
+	// (auto_approve) of a sampled batch; nil for none.
 	Bus ledger.EventBus
 	// Lease is how long a reservation is owned; it must outlive the
 	// invocation (config.Config.Validate checks Lease ≥ timeout + margin).
