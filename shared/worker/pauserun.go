@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -53,23 +54,34 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 	if m.track != nil {
 		return m.track.park(m, wait, 0), nil
 	}
+	if !w.waitOnQueue(ctx, log, m, d, wait) {
+		return false, nil
+	}
+	w.Metrics.Resent(b.Pipeline, "paused", b.ID, b.Run)
+	log.InfoContext(ctx, "batch paused: message waits for the next check", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
+	return true, nil
+}
+
+// waitOnQueue sends m again to come back after wait (Requeued grows),
+// and reports true: the delivery is acknowledged. Past MaxResends (the
+// loop's own bound), or when the send fails, the delivery itself is
+// delayed by wait instead (a receive), and it reports false: the
+// delivery is left on the queue.
+func (w *Worker) waitOnQueue(ctx context.Context, log *slog.Logger, m *unitMessage, d Delivery, wait time.Duration) bool {
 	if *m.requeued >= ledger.MaxResends {
-		// The loop's own bound (MaxResends): wait on this message, a receive.
 		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
 			log.WarnContext(ctx, "delay message", "error", err.Error())
 		}
-		return false, nil
+		return false
 	}
 	if err := w.resend(ctx, m, wait); err != nil {
 		log.WarnContext(ctx, "send the message again", "error", err.Error())
 		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
 			log.WarnContext(ctx, "delay message", "error", derr.Error())
 		}
-		return false, nil
+		return false
 	}
-	w.Metrics.Resent(b.Pipeline, "paused", b.ID, b.Run)
-	log.InfoContext(ctx, "batch paused: message waits for the next check", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
-	return true, nil
+	return true
 }
 
 // answered reports whether an attempt among dns ended other than by a

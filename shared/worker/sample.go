@@ -30,17 +30,7 @@ func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger
 		since = e.MadeAt
 	}
 	wait := api.Pause{By: api.PauseByCaller, Since: since}.Wait(now)
-	if *m.requeued >= ledger.MaxResends {
-		if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
-			log.WarnContext(ctx, "delay message", "error", err.Error())
-		}
-		return false, nil
-	}
-	if err := w.resend(ctx, m, wait); err != nil {
-		log.WarnContext(ctx, "send the message again", "error", err.Error())
-		if derr := w.Queue.Delay(ctx, d.ReceiptHandle, wait); derr != nil {
-			log.WarnContext(ctx, "delay message", "error", derr.Error())
-		}
+	if !w.waitOnQueue(ctx, log, m, d, wait) {
 		return false, nil
 	}
 	if b.Approval.Estimate == nil {

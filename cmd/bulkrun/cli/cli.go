@@ -406,33 +406,8 @@ func (a *app) submitCmd() *cobra.Command {
 // budgetFlagHelp is --budget's help (submit, upload).
 const budgetFlagHelp = "budget in US dollars per run: at it the batch pauses (the pipeline's reported usd plus its DynamoDB units' cost); bulkrun budget ID --usd N raises it (default: none)"
 
-// budgetValue is --budget: US dollars > 0 (api.CheckBudget), set on the
-// request only when given.
-type budgetValue struct{ to **float64 }
-
-func (v budgetValue) String() string {
-	if v.to == nil || *v.to == nil {
-		return ""
-	}
-	return api.USDText(**v.to)
-}
-
-func (v budgetValue) Set(s string) error {
-	usd, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return fmt.Errorf("want US dollars > 0: %q", s)
-	}
-	if err := api.CheckBudget("--budget", usd); err != nil {
-		return err
-	}
-	*v.to = &usd
-	return nil
-}
-
-func (v budgetValue) Type() string { return "usd" }
-
 func submitRequestFlags(f *pflag.FlagSet, req *api.SubmitRequest) {
-	f.Var(budgetValue{&req.BudgetUSD}, "budget", budgetFlagHelp)
+	f.Var(usdValue{&req.BudgetUSD, "--budget"}, "budget", budgetFlagHelp)
 	f.Var(ceilingValue{&req.Ceilings, "--ceiling-spend-usd", func(c *api.Ceilings, v float64) { c.SpendUSD = v }}, "ceiling-spend-usd", ceilingSpendHelp)
 	f.Var(ceilingValue{&req.Ceilings, "--ceiling-tokens", func(c *api.Ceilings, v float64) { c.Tokens = v }}, "ceiling-tokens", ceilingTokensHelp)
 	f.StringVar(&req.Pipeline, "pipeline", "", "pipeline to run per item (required)")
