@@ -117,8 +117,10 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 		l.Attention = append(l.Attention, fmt.Sprintf("no item ended for %s with %s in flight, longer than a call can run (the item function's timeout is %s)",
 			api.Count(int64(idle/time.Minute), "minute"), api.Count(l.InFlight, "item"), itemTimeout))
 	}
-	if !awaiting {
-		l.Estimate = EstimateOf(b, p, now) // awaiting approval, the run has no pace to project
+	if !(b.Run == 1 && b.Approval.Holds()) {
+		// Sampling or awaiting approval, the rest is held: the run has
+		// no pace to project (the sample's estimate stands for it).
+		l.Estimate = EstimateOf(b, p, now)
 	}
 	return l
 }

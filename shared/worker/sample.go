@@ -38,7 +38,7 @@ func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger
 		// come within a judge's spacing of an earlier read (or read a
 		// partition before a write reached it): the held messages, back
 		// at every check, judge again, so the estimate cannot be missed.
-		w.judgeSample(ctx, log, b)
+		w.judgeSample(ctx, log, b, false)
 	}
 	w.Metrics.Resent(b.Pipeline, "sample", b.ID, b.Run)
 	log.InfoContext(ctx, "batch samples: a message outside the sample waits for an approval", "retry_in_ms", wait.Milliseconds(), "requeued", *m.requeued)
@@ -46,31 +46,35 @@ func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger
 }
 
 // sampleJudgeEvery is how often, at most, one process reads a sampled
-// run's counters to see whether its sample has ended: 1 s, only while
-// the run holds its rest without an estimate (a sample of 10^5 items at
-// K = 10 writes its counters ≈ 10^3–10^4 times: as many reads at most).
+// run's counters to see whether its sample has ended, when a held
+// message comes back: 1 s. After a counter write of the run it reads
+// every time, so that the write that ends the sample is followed by a
+// read (a sample of 10^5 items at K = 10 writes its counters ≈ 10^3–10^4
+// times: as many Queries at most, once per batch).
 const sampleJudgeEvery = time.Second
 
 // judgeSample writes b's sample estimate (Store.MarkApproval) once the
 // sample's items have ended: b samples (its first run holds the rest,
-// with no estimate yet), its source is read, and the run's counters
-// (read at most once per sampleJudgeEvery per run in this process)
-// count at least min(Sample, items) items ended or held, and
-// puts the Batch State Change awaiting_approval (ledger.ApprovalChangeOf).
-// Then, under Plan.AutoApproveUSD, an estimate at most it approves the
-// batch and puts approved (decided_by auto_approve). Called after a
-// counter write that counted items of the run, and by every held
-// delivery (holdForApproval) until the estimate is written. A lost race (another
+// with no estimate yet), its source is read, and the run's counters —
+// read after every counter write that counted items of the run
+// (counted), and by held deliveries (holdForApproval) at most once per
+// sampleJudgeEvery per run in this process — count at least min(Sample,
+// items) items ended or held; it then puts the Batch State Change
+// awaiting_approval (ledger.ApprovalChangeOf). Then, under
+// Plan.AutoApproveUSD, an estimate at most it approves the batch and
+// puts approved (decided_by auto_approve). The held deliveries are the
+// fallback: a read just after the last write may not see it yet (the
+// counters' Query is eventually consistent). A lost race (another
 // process wrote first) is left as it is, and announced by the winner.
-func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Batch) {
+func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Batch, counted bool) {
 	a := b.Approval
 	if b.Run != 1 || !a.Holds() || a.Estimate != nil || b.Stop != "" || b.Status != api.StatusRunning || b.RunItems() <= 0 {
 		return
 	}
 	now := w.Clock.Now()
 	every := sampleJudgeEvery
-	if w.BudgetEvery < 0 {
-		every = w.BudgetEvery
+	if counted || w.BudgetEvery < 0 {
+		every = -1
 	}
 	if !w.budgetBook().due("sample#"+b.ID, b.Run, now, every) {
 		return
