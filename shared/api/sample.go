@@ -119,8 +119,8 @@ type SampleEstimate struct {
 	// ProjectedCost is the pipeline's reported costs by name (Census.Cost)
 	// scaled the same way.
 	ProjectedCost pipeline.CostSum `json:"projected_cost,omitempty"`
-	// SampleSeconds is the sample's time, from the run's start to
-	// MadeAt; ItemsPerSecond the pace the rest is projected at, and
+	// SampleSeconds is the sample's time, from the run's start to its
+	// counters' last update before MadeAt; ItemsPerSecond the pace the rest is projected at, and
 	// Seconds the rest's time at it (Items − SampleItems items); Pace
 	// says what set the pace (shared/sample.Estimate).
 	SampleSeconds  float64 `json:"sample_seconds"`

@@ -24,9 +24,11 @@ type Run struct {
 	// failed, quarantined or held) and Failed those failed or
 	// quarantined.
 	Items, Ended, Failed int64
-	// StartedAt is the run's start (api.Batch.RunStartedAt) and Now the
-	// estimate's time, the sample's end.
-	StartedAt, Now time.Time
+	// StartedAt is the run's start (api.Batch.RunStartedAt), Now the
+	// estimate's time, and EndedAt the sample's end as its counters tell
+	// it (their last update, ledger.Progress.UpdatedAt): the estimate may
+	// be made later than that (zero: Now).
+	StartedAt, Now, EndedAt time.Time
 	// PipelineUSD and InfraUSD are what the sample spent (ledger.Spend:
 	// the pipeline's reported "usd", the DynamoDB units' cost); Cost the
 	// pipeline's reported costs by name.
@@ -63,7 +65,7 @@ func Wilson(failed, n int64) (low, high float64) {
 
 // Estimate is r's estimate of its whole run. Costs scale linearly:
 // the sample's spend × Items / Ended. The rest's pace is the sample's
-// own (Ended over the seconds from StartedAt to Now) times the
+// own (Ended over the seconds from StartedAt to EndedAt) times the
 // parallelism the rest gains over the sample — min(the rest's messages,
 // Parallel) / min(the sample's, Parallel), the sample's units having
 // run side by side at most Parallel at once — and no faster than the
@@ -92,7 +94,11 @@ func Estimate(r Run) *api.SampleEstimate {
 			e.ProjectedCost[name] = v.Mul(scale).Round(9)
 		}
 	}
-	secs := r.Now.Sub(r.StartedAt).Seconds()
+	end := r.Now
+	if !r.EndedAt.IsZero() && r.EndedAt.Before(end) && r.EndedAt.After(r.StartedAt) {
+		end = r.EndedAt
+	}
+	secs := end.Sub(r.StartedAt).Seconds()
 	e.SampleSeconds = math.Round(secs*1000) / 1000
 	if secs <= 0 {
 		e.Pace = "no pace: the sample took no measurable time"

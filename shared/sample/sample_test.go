@@ -65,6 +65,12 @@ func TestEstimateScalesCostAndPace(t *testing.T) {
 	if e := Estimate(r); e.ItemsPerSecond != 10 || e.Seconds != 1980 {
 		t.Errorf("with the stack unknown: %v items/s, %v s: want 10 and 1980", e.ItemsPerSecond, e.Seconds)
 	}
+	// Made 40 s after the sample's counters last moved: its pace is its
+	// own, to its end.
+	r.Now, r.EndedAt = start.Add(60*time.Second), start.Add(20*time.Second)
+	if e := Estimate(r); e.ItemsPerSecond != 10 || e.SampleSeconds != 20 || !e.MadeAt.Equal(r.Now) {
+		t.Errorf("made after the sample's end: %v items/s over %v s, made %v: want 10 over 20, made at %v", e.ItemsPerSecond, e.SampleSeconds, e.MadeAt, r.Now)
+	}
 	if e := Estimate(Run{Items: 10}); e != nil {
 		t.Errorf("no item ended: %+v, want nil", e)
 	}

@@ -92,7 +92,7 @@ func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Bat
 		return
 	}
 	spend := ledger.RunSpend(p.Spent, p.Usage)
-	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now,
+	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
 		PipelineUSD: spend.Pipeline, InfraUSD: spend.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: w.Parallel}
 	if b.Rate != nil {
 		r.RequestsPerSecond = b.Rate.RequestsPerSecond
