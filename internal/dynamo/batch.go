@@ -412,7 +412,7 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 }
 
 // MarkApproval sets sample_estimate = :json (m.Estimate, api.SampleEstimate
-// as JSON text) under the condition run = :run AND
+// as JSON text) under the condition run = :run AND attribute_exists(sample) AND
 // attribute_not_exists(sample_estimate) AND
 // attribute_not_exists(sample_decision); or sample_decision,
 // sample_decided_by and sample_decided_ms under run = :run AND status =
@@ -420,7 +420,8 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 // attribute_not_exists(sample_decision); else api.ErrConflict. One
 // UpdateItem, one write unit for a row under 1 KB.
 func (s *Store) MarkApproval(ctx context.Context, m ledger.ApprovalMark) error {
-	run := expression.Name(layout.AttrRun).Equal(expression.Value(m.Run))
+	run := expression.And(expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
+		expression.AttributeExists(expression.Name(layout.AttrSample)))
 	undecided := expression.AttributeNotExists(expression.Name(layout.AttrSampleDecision))
 	var cond expression.ConditionBuilder
 	var u expression.UpdateBuilder

@@ -82,8 +82,10 @@ func ApprovalOf(sample int, decision ApprovalState, by string, at time.Time, est
 }
 
 // Holds reports whether a's batch still holds the items outside its
-// sample: no decision yet.
-func (a *Approval) Holds() bool { return a != nil && a.Decision == "" }
+// sample: not approved. A rejected batch holds them too, until its
+// cancel (written after the rejection) ends them: the rest never runs
+// unapproved, whatever happens between the two writes.
+func (a *Approval) Holds() bool { return a != nil && a.Decision != ApprovalApproved }
 
 // SampleEstimate is what a sample projects for its whole run, made once,
 // when the sample's items had ended (the item function, from the run's

@@ -596,9 +596,10 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		// batches-paused alarm and its event tell of an outage's pause.
 		ended := p.ByOutcome[api.OutcomeSucceeded] + p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]
 		waiting, stalled := p.Waiting(now), max(0, now.Sub(last))
-		// A sampled run holding its rest for a decision waits on purpose,
-		// as a paused one does: no stall alarm, rows counted rarely.
-		waits := b.Pause != nil || b.Run == 1 && b.Approval.Holds()
+		// A sampled run awaiting a decision waits on purpose, as a paused
+		// one does: no stall alarm, rows counted rarely (a sample still
+		// running is watched as any run).
+		waits := b.Pause != nil || b.Run == 1 && b.Approval != nil && b.Approval.State == api.ApprovalAwaiting
 		if waits {
 			waiting, stalled = 0, -1
 		}

@@ -67,7 +67,7 @@ func Wilson(failed, n int64) (low, high float64) {
 // the sample's spend × Items / Ended. The rest's pace is the sample's
 // own (Ended over the seconds from StartedAt to EndedAt) times the
 // parallelism the rest gains over the sample — min(the rest's messages,
-// Parallel) / min(the sample's, Parallel), the sample's units having
+// Parallel) / min(the sample's, Parallel), never below 1, the sample's units having
 // run side by side at most Parallel at once — and no faster than the
 // batch's rate. What it leaves out, said in Pace and the docs: the SQS
 // event source's scaling (on AWS its pollers grow by up to 300
@@ -106,11 +106,12 @@ func Estimate(r Run) *api.SampleEstimate {
 	}
 	own := float64(ended) / secs
 	k := int64(max(1, r.PerMessage))
-	units, all := (ended+k-1)/k, (r.Items+k-1)/k
+	units := (ended + k - 1) / k
+	rest := (r.Items - ended + k - 1) / k
 	pace, why := own, fmt.Sprintf("the sample's pace (%.3g items/s)", own)
 	if p := int64(r.Parallel); p > 0 && units > 0 {
-		if g := float64(min(all, p)) / float64(min(units, p)); g > 1 {
-			pace, why = own*g, fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, g, min(all, p), min(units, p))
+		if g := float64(min(rest, p)) / float64(min(units, p)); g > 1 {
+			pace, why = own*g, fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, g, min(rest, p), min(units, p))
 		}
 	}
 	if rps := r.RequestsPerSecond; rps > 0 && rps < pace {

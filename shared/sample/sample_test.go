@@ -38,7 +38,8 @@ func TestWilson(t *testing.T) {
 // messages at once, a pace 50 times the sample's (1,000 messages against
 // its 20): 10 × 50 = 500 items a second, 19,800 / 500 = 40 s; with a
 // rate of 100 a second, 198 s; with the stack unknown, the sample's own
-// pace, 1,980 s.
+// pace, 1,980 s. The rest's messages (1,980) set the gain, not all of
+// the batch's.
 func TestEstimateScalesCostAndPace(t *testing.T) {
 	start := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	r := Run{Items: 20000, Ended: 200, Failed: 4, StartedAt: start, Now: start.Add(20 * time.Second),
@@ -70,6 +71,11 @@ func TestEstimateScalesCostAndPace(t *testing.T) {
 	r.Now, r.EndedAt = start.Add(60*time.Second), start.Add(20*time.Second)
 	if e := Estimate(r); e.ItemsPerSecond != 10 || e.SampleSeconds != 20 || !e.MadeAt.Equal(r.Now) {
 		t.Errorf("made after the sample's end: %v items/s over %v s, made %v: want 10 over 20, made at %v", e.ItemsPerSecond, e.SampleSeconds, e.MadeAt, r.Now)
+	}
+	// A rest of one message runs no faster than the sample's one did.
+	small := Run{Items: 20, Ended: 10, StartedAt: start, Now: start.Add(10 * time.Second), PerMessage: 10, Parallel: 100}
+	if e := Estimate(small); e.ItemsPerSecond != 1 || e.Seconds != 10 {
+		t.Errorf("a rest of one message: %v items/s, %v s (%q): want the sample's 1, 10 s", e.ItemsPerSecond, e.Seconds, e.Pace)
 	}
 	if e := Estimate(Run{Items: 10}); e != nil {
 		t.Errorf("no item ended: %+v, want nil", e)

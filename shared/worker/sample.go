@@ -18,9 +18,9 @@ import (
 // that began at the run's start, or at the sample's end once the
 // estimate is written (api.Pause.Wait: 30 s, 1 m 30 s, 3 m 30 s … then
 // every 5 minutes), or, past MaxResends, delayed on the queue. So a
-// decision soon after the estimate reaches the held messages within
-// about a minute, and a batch left awaiting costs at most 12 re-sends an
-// hour per held message: the sample's last chunk's units and one message
+// decision reaches the held messages at their next check (within about a
+// minute after a short sample, at most about 5.5 minutes), and a batch
+// left awaiting costs at most 12 re-sends an hour per held message: the sample's last chunk's units and one message
 // per later chunk. A rejection cancels the run (the held items end
 // cancelled when their messages come back).
 func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) (bool, []done) {
@@ -68,7 +68,7 @@ const sampleJudgeEvery = time.Second
 // process wrote first) is left as it is, and announced by the winner.
 func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Batch, counted bool) {
 	a := b.Approval
-	if b.Run != 1 || !a.Holds() || a.Estimate != nil || b.Stop != "" || b.Status != api.StatusRunning || b.RunItems() <= 0 {
+	if b.Run != 1 || a == nil || a.Decision != "" || a.Estimate != nil || b.Stop != "" || b.Status != api.StatusRunning || b.RunItems() <= 0 {
 		return
 	}
 	now := w.Clock.Now()
@@ -113,6 +113,13 @@ func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Bat
 		"cost_usd", est.CostUSD, "seconds", est.Seconds)
 	ledger.AnnounceChange(ctx, w.Bus, log, ledger.ApprovalChangeOf(b, *api.ApprovalOf(a.Sample, "", "", time.Time{}, est), now))
 	if b.AutoApproveUSD <= 0 || est.CostUSD > b.AutoApproveUSD {
+		return
+	}
+	if ended > p.Done {
+		// Held items (suspended, withheld, exhausted) spent nothing yet
+		// and failed nothing yet: an estimate that counts them is no
+		// ground to spend without a person.
+		log.WarnContext(ctx, "not approved without asking: sample items are held", "held", ended-p.Done)
 		return
 	}
 	m := ledger.ApprovalMark{BatchID: b.ID, Run: b.Run, Decision: api.ApprovalApproved, By: api.DecidedByAuto, Now: now}

@@ -944,17 +944,23 @@ func EstimateText(e api.Estimate) string {
 //
 //	sample: 200 items, awaiting approval (bulkrun approve b1, or reject b1)
 //	estimate from 200 sample items: $12.4 for 20000 items (pipeline $12, DynamoDB $0.4; Lambda and SQS not counted); failures 1.5 % (95 % interval 0.5–4.3 %, ≈ 300 items); the rest ≈ 3m20s at 99 items/s (the sample's pace …)
-func ApprovalText(id string, ap api.Approval, auto float64) []string {
+//
+// open is whether a decision can still be made (a running first run not
+// stopping); on a batch that ended undecided the state is said as it
+// stood, with no next move.
+func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string {
 	state := strings.ReplaceAll(string(ap.State), "_", " ")
-	switch ap.State {
-	case api.ApprovalSampling:
+	switch {
+	case !open && ap.Decision == "":
+		state = "undecided (" + state + " when the run stopped or ended)"
+	case ap.State == api.ApprovalSampling:
 		state += ": the rest waits for the sample's items to end"
-	case api.ApprovalAwaiting:
+	case ap.State == api.ApprovalAwaiting:
 		state += fmt.Sprintf(" (bulkrun approve %s, or reject %s)", id, id)
-	case api.ApprovalApproved, api.ApprovalRejected:
+	default:
 		state += fmt.Sprintf(" by %s at %sZ", strings.ReplaceAll(ap.DecidedBy, "_", "-"), ap.DecidedAt.UTC().Format(time.DateTime))
 	}
-	if auto > 0 && ap.Decision == "" {
+	if auto > 0 && ap.Decision == "" && open {
 		state += fmt.Sprintf("; approved without asking at an estimate up to $%s", api.USDText(auto))
 	}
 	out := []string{fmt.Sprintf("sample: %s, %s", api.Count(int64(ap.Sample), "item"), state)}
@@ -1019,7 +1025,7 @@ func (a *app) show(v wire.BatchView) error {
 			textf(a.out, "priority: %d (%d shares of the items queue while other batches wait with it)\n", w, w)
 		}
 		if ap := v.Approval; ap != nil {
-			for _, line := range ApprovalText(v.ID, *ap, v.AutoApproveUSD) {
+			for _, line := range ApprovalText(v.ID, *ap, v.AutoApproveUSD, v.Run == 1 && v.Status == api.StatusRunning && v.Stop == "") {
 				textf(a.out, "%s\n", line)
 			}
 		}

@@ -373,7 +373,7 @@ func TestStatusShowsTheRate(t *testing.T) {
 func TestStatusShowsTheSample(t *testing.T) {
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
-	v := wire.BatchView{Batch: api.Batch{ID: "b1", Status: api.StatusRunning, ItemCount: 20000}}
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: 20000}}
 	v.Sample = 200
 	v.Approval = api.ApprovalOf(200, "", "", time.Time{}, &api.SampleEstimate{MadeAt: time.Date(2026, 12, 4, 10, 2, 10, 0, time.UTC),
 		Items: 20000, SampleItems: 200, Failed: 3, FailureRate: 0.015, FailureLow: 0.0051, FailureHigh: 0.0432, ProjectedFailures: 300,
@@ -388,6 +388,15 @@ func TestStatusShowsTheSample(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
+	}
+	// Ended undecided (cancelled while awaiting): no next move offered.
+	out.Reset()
+	v.Status = api.StatusCancelled
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if want := "sample: 200 items, undecided (awaiting approval when the run stopped or ended)\n"; !strings.Contains(out.String(), want) || strings.Contains(out.String(), "bulkrun approve") {
+		t.Errorf("status of a cancelled batch lacks %q or offers approve:\n%s", want, out.String())
 	}
 	cmd := (&app{}).uploadCmd()
 	if err := cmd.ParseFlags([]string{"--pipeline", "webhook", "--sample", "200", "--auto-approve-usd", "15"}); err != nil {

@@ -86,3 +86,66 @@ func (r *rig) handleOne(ctx context.Context) {
 		r.queue.put(ds[:1])
 	}
 }
+
+// stopFails is the rig's store whose Stop fails: a cancel that does not
+// land after a rejection.
+type stopFails struct{ *ledgertest.Store }
+
+func (stopFails) Stop(context.Context, ledger.StopMark) error {
+	return errors.New("dynamodb: unavailable")
+}
+
+// A rejection whose cancel fails (the decision and the stop are two
+// writes) leaves the rest held: nothing outside the sample is called,
+// however often the held messages come back; rejecting again cancels.
+// Before, a rejected batch held nothing, and its 86 items outside the
+// sample ran unapproved.
+func TestSampleRejectedWithoutItsCancelRunsNothingMore(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, sampledPipeline)
+	const id = "rejected-half"
+	r.submitSampled(t, ctx, id, 100, 10, nil)
+	if b := r.sampleRounds(t, ctx, id, 4); b.Approval.State != api.ApprovalAwaiting {
+		t.Fatalf("approval %+v: want awaiting_approval", b.Approval)
+	}
+	r.ctl.Store = stopFails{r.store}
+	if _, err := r.ctl.Reject(ctx, id); err == nil {
+		t.Fatal("reject with a failing stop: no error")
+	}
+	b := r.sampleRounds(t, ctx, id, 4)
+	if n := r.totalCalls(); n != 14 || b.Approval.State != api.ApprovalRejected || b.Stop != "" {
+		t.Fatalf("%d calls, approval %s, stop %q: want the sample's 14 only, rejected, no stop yet", n, b.Approval.State, b.Stop)
+	}
+	r.ctl.Store = r.store
+	if b, err := r.ctl.Reject(ctx, id); err != nil || b.Stop != api.StatusCancelled {
+		t.Fatalf("reject again: stop %q, %v: want cancelled", b.Stop, err)
+	}
+	r.drain(t, ctx, 1)
+	res, err := r.fin.Finalize(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Census; c.Cancelled != 86 || r.totalCalls() != 14 {
+		t.Fatalf("census %+v, %d calls: want 86 cancelled, the sample's 14 called", c, r.totalCalls())
+	}
+}
+
+// A sample whose items all suspend (held: spent nothing, failed
+// nothing) gets its estimate, but is not approved without a person,
+// whatever its auto_approve_usd.
+func TestSampleOfHeldItemsIsNotAutoApproved(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, pipeline.Suspend("awaiting a person", time.Time{})
+	})
+	auto := 1000.0
+	const id = "held-sample"
+	r.submitSampled(t, ctx, id, 100, 10, &auto)
+	b := r.sampleRounds(t, ctx, id, 4)
+	if a := b.Approval; a.State != api.ApprovalAwaiting || a.Estimate == nil || a.Estimate.SampleItems != 14 {
+		t.Fatalf("approval %+v: want awaiting_approval on the 14 held sample items, not approved", a)
+	}
+	if n := r.totalCalls(); n != 14 {
+		t.Fatalf("%d calls, want the sample's 14", n)
+	}
+}

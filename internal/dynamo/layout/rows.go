@@ -93,6 +93,7 @@ const (
 	AttrProbes           = "probes"
 	AttrPauses           = "pauses"
 	AttrBudgetUSD        = "budget_usd"
+	AttrSample           = "sample"
 	AttrSampleEstimate   = "sample_estimate"
 	AttrSampleDecision   = "sample_decision"
 	AttrSampleDecidedBy  = "sample_decided_by"
