@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -647,6 +648,41 @@ var cases = []suiteCase{
 		check(t, "a caller pauses", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(time.Minute)}), nil)
 		isConflict(t, "a budget unpause of a caller's pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByBudget}))
 		isConflict(t, "the budget of no batch", s.SetLimits(ctx, "none", ledger.Limits{BudgetUSD: 1}))
+	}},
+	{"SampleApproval", func(t *testing.T, s ledger.Store) {
+		plain := newBatch("plain")
+		create(t, s, plain)
+		est := &api.SampleEstimate{MadeAt: T0, Items: 10, SampleItems: 2, Failed: 1, FailureRate: 0.5, CostUSD: 0.25, Pace: "the sample's pace"}
+		isConflict(t, "an estimate on a batch without a sample", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "plain", Run: 1, Estimate: est}))
+		isConflict(t, "a decision on a batch without a sample", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "plain", Run: 1, Decision: api.ApprovalApproved, By: api.DecidedByCaller, Now: T0}))
+		b := newBatch("b1")
+		b.Sample = 2
+		create(t, s, b)
+		got, _ := s.GetBatch(ctx, "b1")
+		if a := got.Approval; a == nil || a.State != api.ApprovalSampling || a.Sample != 2 || !a.Holds() {
+			t.Fatalf("approval of a new sampled batch: %+v, want sampling 2", a)
+		}
+		isConflict(t, "an estimate of another run", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "b1", Run: 2, Estimate: est}))
+		check(t, "the estimate", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "b1", Run: 1, Estimate: est}), nil)
+		isConflict(t, "a second estimate", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "b1", Run: 1, Estimate: est}))
+		got, _ = s.GetBatch(ctx, "b1")
+		if a := got.Approval; a == nil || a.State != api.ApprovalAwaiting || a.Estimate == nil || !reflect.DeepEqual(*a.Estimate, *est) {
+			t.Fatalf("approval after the estimate: %+v, want awaiting_approval with %+v", a, *est)
+		}
+		approve := ledger.ApprovalMark{BatchID: "b1", Run: 1, Decision: api.ApprovalApproved, By: api.DecidedByCaller, Now: T0.Add(time.Minute)}
+		check(t, "the approval", s.MarkApproval(ctx, approve), nil)
+		isConflict(t, "a second decision", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "b1", Run: 1, Decision: api.ApprovalRejected, By: api.DecidedByCaller, Now: T0}))
+		isConflict(t, "an estimate after the decision", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "b1", Run: 1, Estimate: est}))
+		got, _ = s.GetBatch(ctx, "b1")
+		if a := got.Approval; a == nil || a.State != api.ApprovalApproved || a.DecidedBy != api.DecidedByCaller || !a.DecidedAt.Equal(T0.Add(time.Minute)) || a.Holds() || a.Estimate == nil {
+			t.Fatalf("approval after the decision: %+v, want approved by a caller at T0+1m, the estimate kept", a)
+		}
+		// A decision on a stopping run is refused.
+		c := newBatch("c1")
+		c.Sample = 2
+		create(t, s, c)
+		check(t, "stop c1", s.Stop(ctx, ledger.StopMark{BatchID: "c1", Run: 1, Status: api.StatusCancelled, Detail: "cancelled"}), nil)
+		isConflict(t, "a decision on a stopping run", s.MarkApproval(ctx, ledger.ApprovalMark{BatchID: "c1", Run: 1, Decision: api.ApprovalApproved, By: api.DecidedByCaller, Now: T0}))
 	}},
 	{"LaneStreaksAddUntilAnswered", func(t *testing.T, s ledger.Store) {
 		b := newBatch("b1")
