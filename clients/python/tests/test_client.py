@@ -18,7 +18,7 @@ from bulkrun import APIError, Client, api_base, new_batch_id, retryable
 from bulkrun.client import _quote
 
 from .conftest import Answer, StandIn
-from .contract import EVENT_EXAMPLES, OpenAPI, event_validator, golden
+from .contract import EVENT_EXAMPLES, EVENT_SCHEMA, OpenAPI, event_validator, golden
 
 
 def test_requests_are_signed_for_execute_api(client: Client, stand_in: StandIn) -> None:
@@ -292,7 +292,10 @@ def test_event_examples_follow_the_event_schema() -> None:
     examples = json.loads(EVENT_EXAMPLES.read_text())
     for ex in examples:
         v.validate(ex)
-    assert {e["change"] for e in examples} == {"submitted", "running", "paused", "unpaused", "finished", "refused"}
+    # An example of every change the schema names, and of no other.
+    changes = set(json.loads(EVENT_SCHEMA.read_text())["properties"]["change"]["enum"])
+    assert {"submitted", "running", "paused", "unpaused", "finished", "refused", "awaiting_approval", "approved"} <= changes
+    assert {e["change"] for e in examples} == changes
     assert not v.is_valid(dict(examples[0], undocumented=1))
 
 
