@@ -16,7 +16,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
-	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/spend"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -139,7 +139,7 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	pipe, _ := c.RunSpent["usd"].Float64()
-	infra, _ := ledger.InfraUSD(rep.Usage).Float64()
+	infra, _ := spend.InfraUSD(rep.Usage).Float64()
 	actual := pipe + infra
 	rate := float64(c.Failed) / float64(items)
 	if math.Abs(e.PipelineUSD-pipe) > 1e-6 {

@@ -51,7 +51,7 @@ type Batch struct {
 	// Pauses counts the pauses of the current run so far.
 	Pauses int `json:"pauses,omitempty"`
 	// BudgetUSD is the most US dollars a run may spend before it pauses
-	// (PauseByBudget; what counts: ledger.RunSpend): > 0 and ≤ MaxBudgetUSD; 0
+	// (PauseByBudget; what counts: spend.RunSpend): > 0 and ≤ MaxBudgetUSD; 0
 	// (the default) is no budget. Not in the Plan: a repeated submit with
 	// another budget is the same batch, and the budget changes through
 	// POST /batches/{id}/budget (Control.SetBudget).

@@ -11,7 +11,7 @@ import (
 // spend under the cost name SpendCostName (Census.RunSpent["usd"], every
 // attempt of the run) plus bulkrun's infrastructure cost that the
 // counters carry (Usage: the item function's DynamoDB request units,
-// priced by ledger.InfraUSD; ledger.RunSpend sums them). The counters
+// priced by spend.InfraUSD; spend.RunSpend sums them). The counters
 // carry no Lambda, SQS, S3 or EventBridge figure, so those are not
 // counted (docs/design/cost.md prices them per item). The worker reads
 // the counters after its counter writes (at most once per
@@ -26,7 +26,7 @@ import (
 // US dollars, for the budget: "usd" (pipeline.Cost{"usd": 0.0021}).
 const SpendCostName = "usd"
 
-// PauseByBudget: the worker, when the run's spend (ledger.RunSpend) reached the
+// PauseByBudget: the worker, when the run's spend (spend.RunSpend) reached the
 // batch's budget (Plan.BudgetUSD); only raising the budget above the
 // spend ends it (POST /batches/{id}/budget; a caller's unpause is
 // refused, 409). A budget pause does not probe.

@@ -26,7 +26,7 @@ type SubmitRequest struct {
 	StopOnThreshold *bool `json:"stop_on_threshold,omitempty"`
 	// BudgetUSD is the most US dollars a run may spend before the batch
 	// pauses (PauseByBudget): the pipeline's spend reported under the cost
-	// name "usd" plus its DynamoDB request units' cost (ledger.RunSpend), > 0
+	// name "usd" plus its DynamoDB request units' cost (spend.RunSpend), > 0
 	// and ≤ MaxBudgetUSD (else 400 naming budget_usd); nil (the default)
 	// is no budget. Raise it with POST /batches/{id}/budget.
 	BudgetUSD *float64 `json:"budget_usd,omitempty"`

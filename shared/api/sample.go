@@ -110,7 +110,7 @@ type SampleEstimate struct {
 	FailureHigh       float64 `json:"failure_high"`
 	ProjectedFailures int64   `json:"projected_failures"`
 	// SampleUSD is what the sample spent as a budget counts it
-	// (ledger.RunSpend: the pipeline's reported "usd" plus the DynamoDB
+	// (spend.RunSpend: the pipeline's reported "usd" plus the DynamoDB
 	// request units' cost; Lambda, SQS and S3 not counted); CostUSD is
 	// the whole run's projection, SampleUSD × Items / SampleItems, with
 	// its parts PipelineUSD and InfraUSD.

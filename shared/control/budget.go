@@ -6,11 +6,12 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/spend"
 )
 
 // SetBudget sets the batch's budget to usd US dollars (Plan.BudgetUSD,
 // api.CheckBudget: > 0 and ≤ api.MaxBudgetUSD). On a running run the new
-// budget must be above what the run has spent (ledger.RunSpend of its
+// budget must be above what the run has spent (spend.RunSpend of its
 // counters, one Query per counter partition); a budget at or below it
 // is refused and the batch stays as it is. A run paused at its budget
 // (api.PauseByBudget) is unpaused: its waiting items start again at the
@@ -33,9 +34,9 @@ func (c *Control) SetBudget(ctx context.Context, id string, usd float64) (ledger
 		if err != nil {
 			return ledger.Batch{}, fmt.Errorf("budget of %s: read the counters: %w", id, err)
 		}
-		if spend := ledger.RunSpend(p.Spent, p.Usage); spend.Reached(usd) {
+		if spent := spend.RunSpend(p.Spent, p.Usage); spent.Reached(usd) {
 			return b, fmt.Errorf("budget of %s: $%s is not above what run %d has spent ($%s); give a higher budget: %w",
-				id, api.USDText(usd), b.Run, ledger.SpendText(spend.USD), api.ErrConflict)
+				id, api.USDText(usd), b.Run, spend.SpendText(spent.USD), api.ErrConflict)
 		}
 	}
 	if err := c.Store.SetLimits(ctx, id, ledger.Limits{BudgetUSD: usd}); err != nil {

@@ -29,7 +29,7 @@ type Run struct {
 	// it (their last update, ledger.Progress.UpdatedAt): the estimate may
 	// be made later than that (zero: Now).
 	StartedAt, Now, EndedAt time.Time
-	// PipelineUSD and InfraUSD are what the sample spent (ledger.Spend:
+	// PipelineUSD and InfraUSD are what the sample spent (spend.Spend:
 	// the pipeline's reported "usd", the DynamoDB units' cost); Cost the
 	// pipeline's reported costs by name.
 	PipelineUSD, InfraUSD decimal.Decimal

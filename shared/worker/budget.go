@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/spend"
 )
 
 // DefaultBudgetEvery is how often, at most, one process reads a run's
@@ -21,7 +22,7 @@ import (
 const DefaultBudgetEvery = 5 * time.Second
 
 // judgeBudget pauses b's run (PauseByBudget) when b has a budget and the
-// run's spend (ledger.RunSpend of its counters: the pipeline's "usd" and
+// run's spend (spend.RunSpend of its counters: the pipeline's "usd" and
 // the DynamoDB units) reached it. Called after a counter write that
 // counted items of the run; it reads the counters (Store.Progress) at
 // most once per BudgetEvery per run in this process, and never for a
@@ -45,15 +46,15 @@ func (w *Worker) judgeBudget(ctx context.Context, log *slog.Logger, b ledger.Bat
 		log.WarnContext(ctx, "read the counters for the budget", "error", err.Error())
 		return
 	}
-	spend := ledger.RunSpend(p.Spent, p.Usage)
-	if !spend.Reached(b.BudgetUSD) {
+	spent := spend.RunSpend(p.Spent, p.Usage)
+	if !spent.Reached(b.BudgetUSD) {
 		return
 	}
-	text := ledger.BudgetText(b.BudgetUSD, spend)
+	text := spend.BudgetText(b.BudgetUSD, spent)
 	err = w.Store.Pause(ctx, ledger.PauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByBudget, Class: string(api.PauseByBudget), Error: text, BudgetUSD: b.BudgetUSD, Now: now})
 	switch {
 	case err == nil:
-		log.WarnContext(ctx, "batch paused: its budget is reached", "budget_usd", b.BudgetUSD, "spent_usd", spend.USD.String())
+		log.WarnContext(ctx, "batch paused: its budget is reached", "budget_usd", b.BudgetUSD, "spent_usd", spent.USD.String())
 		w.Metrics.BudgetPaused(b.Pipeline, b.ID, b.Run)
 		ps := api.Pause{By: api.PauseByBudget, Since: now, Class: string(api.PauseByBudget), Error: ledger.CutError(text)}
 		ledger.AnnouncePause(ctx, w.Bus, log, b, ps, true, api.PauseByBudget, now)

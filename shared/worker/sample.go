@@ -9,6 +9,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/sample"
+	"github.com/bulkrun/bulkrun/shared/spend"
 )
 
 // holdForApproval handles a delivery of a unit outside its batch's
@@ -91,9 +92,9 @@ func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Bat
 	if ended < min(int64(b.Sample), b.RunItems()) {
 		return
 	}
-	spend := ledger.RunSpend(p.Spent, p.Usage)
+	spent := spend.RunSpend(p.Spent, p.Usage)
 	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
-		PipelineUSD: spend.Pipeline, InfraUSD: spend.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: w.Parallel}
+		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: w.Parallel}
 	if b.Rate != nil {
 		r.RequestsPerSecond = b.Rate.RequestsPerSecond
 	}

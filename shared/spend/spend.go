@@ -1,4 +1,9 @@
-package ledger
+// Package spend is what a run spent as a batch's budget counts it: the
+// pipeline's reported "usd" plus the DynamoDB request units at on-demand
+// prices, from the run's counters (ledger.Progress.Spent and .Usage). The
+// budget's pause (shared/worker), its raise (shared/control) and a
+// sample's estimate (shared/sample's callers) read it.
+package spend
 
 import (
 	"fmt"
@@ -10,7 +15,7 @@ import (
 )
 
 // What a batch's budget counts (api.Batch.BudgetUSD, api.PauseByBudget):
-// a run's spend as its counters carry it (Progress.Spent, Progress.Usage).
+// a run's spend as its counters carry it (ledger.Progress.Spent, ledger.Progress.Usage).
 
 // DynamoDB on-demand prices, us-east-1, US dollars per request unit:
 // "Amazon DynamoDB pricing for on-demand capacity"

@@ -1,4 +1,4 @@
-package ledger_test
+package spend_test
 
 import (
 	"errors"
@@ -8,26 +8,26 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/spend"
 )
 
 // The budget's spend: the pipeline's usd plus the DynamoDB units at
 // $0.625 / $0.125 per 10^6, exact; other cost names are not dollars.
 func TestRunSpend(t *testing.T) {
 	spent := pipeline.CostSum{"usd": decimal.RequireFromString("2.5"), "calls": decimal.NewFromInt(1000), "tokens": decimal.NewFromInt(9e6)}
-	s := ledger.RunSpend(spent, api.Usage{DynamoDBWriteUnits: 2_000_000, DynamoDBReadUnits: 400_000})
+	s := spend.RunSpend(spent, api.Usage{DynamoDBWriteUnits: 2_000_000, DynamoDBReadUnits: 400_000})
 	if s.Pipeline.String() != "2.5" || s.Infra.String() != "1.3" || s.USD.String() != "3.8" {
 		t.Fatalf("spend %s = %s + %s, want 3.8 = 2.5 + 1.3 (1.25 of writes, 0.05 of reads)", s.USD, s.Pipeline, s.Infra)
 	}
 	if !s.Reached(3.8) || !s.Reached(3) || s.Reached(3.81) || s.Reached(0) {
 		t.Errorf("reached: 3.8 %v, 3 %v, 3.81 %v, 0 %v: want true, true, false, false", s.Reached(3.8), s.Reached(3), s.Reached(3.81), s.Reached(0))
 	}
-	if none := ledger.RunSpend(nil, api.Usage{}); !none.USD.IsZero() || none.Reached(0.01) {
+	if none := spend.RunSpend(nil, api.Usage{}); !none.USD.IsZero() || none.Reached(0.01) {
 		t.Errorf("no spend: %s, reached $0.01 %v", none.USD, none.Reached(0.01))
 	}
 	want := "budget $3.5 reached ($3.8 spent: pipeline $2.5, DynamoDB $1.3; Lambda and SQS not counted)"
-	if got := ledger.BudgetText(3.5, s); got != want {
+	if got := spend.BudgetText(3.5, s); got != want {
 		t.Errorf("text %q, want %q", got, want)
 	}
 }
@@ -52,8 +52,8 @@ func TestCheckBudget(t *testing.T) {
 // places.
 func TestSpendText(t *testing.T) {
 	for in, want := range map[string]string{"0": "0", "0.0000085": "0.0000085", "0.00000000012": "0", "1.234567": "1.2346", "0.0001": "0.0001"} {
-		if got := ledger.SpendText(decimal.RequireFromString(in)); got != want {
-			t.Errorf("ledger.SpendText(%s) = %s, want %s", in, got, want)
+		if got := spend.SpendText(decimal.RequireFromString(in)); got != want {
+			t.Errorf("spend.SpendText(%s) = %s, want %s", in, got, want)
 		}
 	}
 }
