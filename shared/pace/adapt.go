@@ -13,7 +13,8 @@ import (
 // paced together at an adaptive limit kept on the key's adaptive row:
 // AIMD, "additive increase, multiplicative decrease", as TCP's congestion
 // control does (RFC 5681 §3.1): a throttled call cuts the limit to
-// AdaptBackoff of itself (CUBIC's β, RFC 9438 §4.6) and the limit grows
+// AdaptBackoff of itself (CUBIC's β, RFC 9438 §4.6), or to the share of
+// the calls the downstream took when that is less (Backoff), and it grows
 // by a Step a second while no call is throttled; after a Retry-After, or
 // when a key starts being paced, it doubles instead (slow start) until
 // the next throttled call. The row is written only by a cut (at most one
@@ -230,23 +231,62 @@ func (a Adapt) due(p float64, now time.Time, top float64) time.Time {
 	return hi
 }
 
+// AdaptDeepest is the deepest one cut goes: to a quarter of the limit,
+// what two of TCP Reno's halvings give (RFC 5681 §3.1). A cut by the
+// share the downstream took (Backoff) goes no deeper, because that
+// share also counts calls made above the limit (units whose process
+// had not yet read the last cut run unpaced for up to AdaptReadEvery).
+const AdaptDeepest = 0.25
+
+// AdaptShareMin is the least number of a process's own calls in the
+// last AdaptWindow whose refused share sets a cut (Backoff): 10; with
+// fewer, one refusal more or less is a tenth of the share, and the cut
+// is AdaptBackoff.
+const AdaptShareMin = 10
+
+// Backoff is the factor a cut multiplies the limit by when a process
+// made own calls of the key paced by its row in the last AdaptWindow
+// and refused of them were throttled: AdaptBackoff, or the share the
+// downstream took, (own − refused) ÷ own, when that is smaller (at least
+// AdaptDeepest, and only from AdaptShareMin calls on). A throttled answer
+// from a quota says how much of the pace the downstream takes: at a
+// limit 2.6 times a receiver's quota (52 calls a second against 20),
+// cuts of 0.7 take three to reach it (0.7³ = 0.34), at most one a second
+// (AdaptCutEvery), each a second of refusals; the share (0.38) takes
+// one. Cutting by how much was refused is DCTCP's rule (RFC 8257 §3.3:
+// the window shrinks in proportion to the share of packets marked),
+// taken whole here since a refused call, unlike a mark, is work not
+// done.
+func Backoff(own, refused int) float64 {
+	if own < AdaptShareMin || refused <= 0 {
+		return AdaptBackoff
+	}
+	took := float64(own-min(refused, own)) / float64(own)
+	return max(AdaptDeepest, min(AdaptBackoff, took))
+}
+
 // Throttled is a's row after a call of the key was throttled at now,
 // the downstream asking for retryAfter (0: it named none), by a process
 // that made own calls of the key in the last AdaptWindow (itself
-// included); and whether the row changed. A key not paced starts in slow
-// start at AdaptBackoff × own (at least AdaptFloor); a paced one is cut
-// to AdaptBackoff × its limit at now, at most once per AdaptCutEvery,
-// growing by its Step a second after it, or in slow start again when the
-// downstream named a Retry-After. Each cut keeps the allowance as it was
-// at now (Base), so that the positions leased beyond it are due at the
-// new pace. Hold moves to now + retryAfter when that is later.
-func (a Adapt) Throttled(now time.Time, own int, retryAfter time.Duration) (Adapt, bool) {
+// included), cutting by factor f (Backoff; AdaptBackoff when out of
+// (0, 1]); and whether the row changed. A key not paced starts in slow
+// start at f × own (at least AdaptFloor); a paced one is cut to f × its
+// limit at now, at most once per
+// AdaptCutEvery, growing by its Step a second after it, or in slow start
+// again when the downstream named a Retry-After. Each cut keeps the
+// allowance as it was at now (Base), so that the positions leased beyond
+// it are due at the new pace. Hold moves to now + retryAfter when that
+// is later.
+func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Duration) (Adapt, bool) {
 	n := a
 	cut := false
+	if f <= 0 || f > 1 {
+		f = AdaptBackoff
+	}
 	if l := a.LimitAt(now); l <= 0 {
-		n.Limit, n.Slow, cut = max(AdaptFloor, AdaptBackoff*float64(own)), true, true
+		n.Limit, n.Slow, cut = max(AdaptFloor, f*float64(own)), true, true
 	} else if now.Sub(a.Cut) >= AdaptCutEvery {
-		n.Limit, n.Slow, cut = max(AdaptFloor, AdaptBackoff*l), retryAfter > 0, true
+		n.Limit, n.Slow, cut = max(AdaptFloor, f*l), retryAfter > 0, true
 	}
 	if cut {
 		n.Base, n.Cut, n.Hold = a.Allowance(now), now, time.Time{}

@@ -21,7 +21,7 @@ func TestAdaptCutsAndGrows(t *testing.T) {
 	if a.Paced(at0) {
 		t.Fatal("a key never throttled is paced")
 	}
-	a, changed := a.Throttled(at0, 100, 2*time.Second)
+	a, changed := a.Throttled(at0, 100, AdaptBackoff, 2*time.Second)
 	if !changed || a.Limit != 70 || !a.Slow || !a.Cut.Equal(at0) || !a.Hold.Equal(at0.Add(2*time.Second)) || a.Base != 0 {
 		t.Fatalf("first throttle: %+v (changed %v), want limit 70 in slow start, cut at0, hold at0+2s", a, changed)
 	}
@@ -31,22 +31,22 @@ func TestAdaptCutsAndGrows(t *testing.T) {
 	if l := a.LimitAt(at0.Add(4 * time.Second)); !near(l, 140) {
 		t.Errorf("LimitAt 2 s after the hold = %v, want 140 (doubled)", l)
 	}
-	b, changed := a.Throttled(at0.Add(500*time.Millisecond), 500, time.Second)
+	b, changed := a.Throttled(at0.Add(500*time.Millisecond), 500, AdaptBackoff, time.Second)
 	if changed || b != a {
 		t.Errorf("a throttle within AdaptCutEvery with an earlier hold changed the row: %+v", b)
 	}
-	b, _ = a.Throttled(at0.Add(500*time.Millisecond), 500, 5*time.Second)
+	b, _ = a.Throttled(at0.Add(500*time.Millisecond), 500, AdaptBackoff, 5*time.Second)
 	if b.Limit != 70 || !b.Hold.Equal(at0.Add(5500*time.Millisecond)) {
 		t.Errorf("a throttle within AdaptCutEvery: %+v, want the limit kept and the hold moved", b)
 	}
-	c, _ := a.Throttled(at0.Add(4*time.Second), 1, 0)
+	c, _ := a.Throttled(at0.Add(4*time.Second), 1, AdaptBackoff, 0)
 	if !near(c.Limit, 98) || c.Slow || !near(c.Step, 9.8) || !near(c.Base, a.Allowance(at0.Add(4*time.Second))) || !c.Hold.IsZero() {
 		t.Errorf("a cut 4 s on: %+v, want limit 0.7 × 140 = 98, step 9.8, out of slow start, the allowance kept, no hold", c)
 	}
 	if l := c.LimitAt(at0.Add(6 * time.Second)); !near(l, 98+2*9.8) {
 		t.Errorf("LimitAt 2 s after the cut = %v, want %v", l, 98+2*9.8)
 	}
-	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, 2*time.Second); !d.Slow || !d.Hold.Equal(at0.Add(8*time.Second)) {
+	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second); !d.Slow || !d.Hold.Equal(at0.Add(8*time.Second)) {
 		t.Errorf("a cut with a Retry-After: %+v, want slow start after a hold to +8 s", d)
 	}
 	if c.LimitAt(at0.Add(AdaptForget)) != 0 {
@@ -55,7 +55,7 @@ func TestAdaptCutsAndGrows(t *testing.T) {
 	if l := c.LimitAt(at0.Add(60 * time.Second)); l != 0 {
 		t.Errorf("a limit grown past the ceiling still paces at %v", l)
 	}
-	f, _ := Adapt{}.Throttled(at0, 0, 0)
+	f, _ := Adapt{}.Throttled(at0, 0, AdaptBackoff, 0)
 	if f.Limit != AdaptFloor || f.Step != AdaptMinStep {
 		t.Errorf("a throttle with no own calls: %+v, want the floor and the least step", f)
 	}
@@ -86,7 +86,7 @@ func TestAdaptAllowanceAndDue(t *testing.T) {
 	if got := s.Allowance(at0.Add(4 * time.Second)); !near(got, want) {
 		t.Errorf("slow start's allowance after 4 s = %v, want %v", got, want)
 	}
-	c, _ := a.Throttled(at0.Add(5*time.Second), 0, 0)
+	c, _ := a.Throttled(at0.Add(5*time.Second), 0, AdaptBackoff, 0)
 	if !near(c.Allowance(at0.Add(5*time.Second)), a.Allowance(at0.Add(5*time.Second))) {
 		t.Errorf("the allowance jumps at a cut: %v → %v", a.Allowance(at0.Add(5*time.Second)), c.Allowance(at0.Add(5*time.Second)))
 	}
@@ -133,9 +133,9 @@ func TestAdaptResumed(t *testing.T) {
 
 	later := at0.Add(time.Second)
 	for name, k := range map[string]Adapt{
-		"paced at 1.4 a second":                   func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, 0); return k }(),
-		"paced at 70 a second":                    func() Adapt { k, _ := (Adapt{}).Throttled(at0, 100, 0); return k }(),
-		"held for its Retry-After":                func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, 30*time.Second); return k }(),
+		"paced at 1.4 a second":                   func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, AdaptBackoff, 0); return k }(),
+		"paced at 70 a second":                    func() Adapt { k, _ := (Adapt{}).Throttled(at0, 100, AdaptBackoff, 0); return k }(),
+		"held for its Retry-After":                func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, AdaptBackoff, 30*time.Second); return k }(),
 		"past the ceiling 1 minute after its cut": {Limit: 400, Step: 40, Cut: later.Add(-time.Minute)},
 	} {
 		if r, changed := k.Resumed(later); changed || r != k {
@@ -147,5 +147,32 @@ func TestAdaptResumed(t *testing.T) {
 	if !changed || r.Limit != AdaptResume || !r.Slow || !near(r.Base, old.Allowance(later)) || r.Booked != 2000 {
 		t.Errorf("a key forgotten (cut %v ago), resumed: %+v (changed %v), want %v a second from its allowance %v, its bookings kept",
 			AdaptForget, r, changed, AdaptResume, old.Allowance(later))
+	}
+}
+
+// TestBackoff guards a cut's depth: AdaptBackoff, or the share of the
+// process's own calls the downstream took when that is less, from
+// AdaptShareMin calls on, never below AdaptDeepest.
+func TestBackoff(t *testing.T) {
+	for _, c := range []struct {
+		own, refused int
+		want         float64
+	}{
+		{0, 0, AdaptBackoff},
+		{9, 9, AdaptBackoff},  // too few calls for a share
+		{51, 1, AdaptBackoff}, // the downstream took 98 %: the ordinary cut
+		{52, 32, 20.0 / 52},   // a quota of 20 against 52 calls
+		{100, 95, AdaptDeepest},
+		{10, 12, AdaptDeepest}, // more refused than counted (a window's edge)
+	} {
+		if got := Backoff(c.own, c.refused); !near(got, c.want) {
+			t.Errorf("Backoff(%d, %d) = %v, want %v", c.own, c.refused, got, c.want)
+		}
+	}
+	a, _ := Adapt{}.Throttled(at0, 100, Backoff(100, 10), 0)
+	paced := at0.Add(2 * time.Second)
+	b, _ := a.Throttled(paced, 50, Backoff(50, 30), 0)
+	if want := 0.4 * a.LimitAt(paced); !near(b.Limit, want) || b.Slow {
+		t.Errorf("a cut with 30 of 50 own calls refused: %+v, want limit 0.4 × %v = %v out of slow start", b, a.LimitAt(paced), want)
 	}
 }

@@ -58,7 +58,15 @@ type adaptSeen struct {
 	mu      sync.Mutex
 	row     pace.Adapt
 	read    time.Time // zero: never read
-	calls   []time.Time
+	calls   []ownCall
+}
+
+// ownCall is one of the process's own calls of a key: when it started,
+// whether it started at a place leased on the key's adaptive row
+// (paced), and whether the downstream throttled it.
+type ownCall struct {
+	at               time.Time
+	paced, throttled bool
 }
 
 // Adapts is what one item engine (a worker: one a process) knows of its
@@ -112,28 +120,41 @@ func (as *Adapts) Adapt(ctx context.Context, st AdaptRows, key string, now time.
 	return a, nil
 }
 
-// Called counts a call of key started at at among the process's own
-// calls (pace.AdaptWindow), from which a key's first throttled call
-// starts its limit.
-func (as *Adapts) Called(key string, at time.Time) {
+// Called counts a call of key started at at, paced (at a place leased
+// on the key's adaptive row) or not, throttled or not, among the
+// process's own calls (pace.AdaptWindow), from which a key's first
+// throttled call starts its limit and a cut takes its depth
+// (pace.Backoff, from the paced calls only).
+func (as *Adapts) Called(key string, at time.Time, paced, throttled bool) {
 	s := as.of(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Calls are counted as they end, out of the order they started in:
 	// only those a window older than this one go.
-	s.calls = slices.DeleteFunc(s.calls, func(t time.Time) bool { return at.Sub(t) >= pace.AdaptWindow })
-	s.calls = append(s.calls, at)
+	s.calls = slices.DeleteFunc(s.calls, func(c ownCall) bool { return at.Sub(c.at) >= pace.AdaptWindow })
+	s.calls = append(s.calls, ownCall{at: at, paced: paced, throttled: throttled})
 }
 
+// ownCalls counts a process's own calls of a key in the
+// pace.AdaptWindow to a time: all of them, those paced, and the paced
+// ones the downstream throttled.
+type ownCalls struct{ calls, paced, pacedThrottled int }
+
 // own is the process's calls of key in the pace.AdaptWindow to now.
-func (s *adaptSeen) own(now time.Time) int {
-	n := 0
-	for _, t := range s.calls {
-		if now.Sub(t) < pace.AdaptWindow && !t.After(now) {
-			n++
+func (s *adaptSeen) own(now time.Time) ownCalls {
+	var o ownCalls
+	for _, c := range s.calls {
+		if now.Sub(c.at) < pace.AdaptWindow && !c.at.After(now) {
+			o.calls++
+			if c.paced {
+				o.paced++
+				if c.throttled {
+					o.pacedThrottled++
+				}
+			}
 		}
 	}
-	return n
+	return o
 }
 
 // Throttle applies a throttled call of key at now, the downstream asking
@@ -145,9 +166,14 @@ func (s *adaptSeen) own(now time.Time) int {
 func (as *Adapts) Throttle(ctx context.Context, st AdaptRows, key string, now time.Time, retryAfter time.Duration) (pace.Adapt, bool, error) {
 	s := as.of(key)
 	s.mu.Lock()
-	own := s.own(now)
+	o := s.own(now)
 	s.mu.Unlock()
-	return as.rewrite(ctx, st, key, now, func(a pace.Adapt) (pace.Adapt, bool) { return a.Throttled(now, own, retryAfter) })
+	// The share taken says how far the downstream is from the limit only
+	// over calls the limit paced: a process's calls made before it read
+	// a cut (AdaptIdleReadEvery) ran above it, and their share would cut
+	// the limit far below what the downstream takes.
+	f := pace.Backoff(o.paced, o.pacedThrottled)
+	return as.rewrite(ctx, st, key, now, func(a pace.Adapt) (pace.Adapt, bool) { return a.Throttled(now, o.calls, f, retryAfter) })
 }
 
 // Resume starts key's pace again from pace.AdaptResume in slow start
@@ -226,12 +252,13 @@ func DownstreamThrottle(err error) (time.Duration, bool) {
 	return t.Delay, true
 }
 
-// Observe counts a call of key started at start (Called) and, when it
+// Observe counts a call of key started at start, paced or not (Called),
+// and, when it
 // ended throttled by the downstream (DownstreamThrottle), applies the
 // throttling at now (Throttle), answering the row and whether it changed.
-func (as *Adapts) Observe(ctx context.Context, st AdaptStore, key string, start, now time.Time, err error) (pace.Adapt, bool, error) {
-	as.Called(key, start)
+func (as *Adapts) Observe(ctx context.Context, st AdaptStore, key string, start, now time.Time, paced bool, err error) (pace.Adapt, bool, error) {
 	d, ok := DownstreamThrottle(err)
+	as.Called(key, start, paced, ok)
 	if !ok {
 		return pace.Adapt{}, false, nil
 	}

@@ -102,12 +102,12 @@ func TestThrottleCutsOncePerSecond(t *testing.T) {
 	st := &adaptStub{}
 	now := time.Unix(1_800_000_000, 0)
 	for i := range 50 {
-		as.Called("k", now.Add(time.Duration(i)*10*time.Millisecond))
+		as.Called("k", now.Add(time.Duration(i)*10*time.Millisecond), false, false)
 	}
 	ctx := context.Background()
 	throttled := pipeline.Throttled("http", "429", 0, errors.New("429"))
 	for i := range 20 {
-		if _, _, err := as.Observe(ctx, st, "k", now.Add(500*time.Millisecond), now.Add(500*time.Millisecond+time.Duration(i)*time.Millisecond), throttled); err != nil {
+		if _, _, err := as.Observe(ctx, st, "k", now.Add(500*time.Millisecond), now.Add(500*time.Millisecond+time.Duration(i)*time.Millisecond), false, throttled); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,6 +124,20 @@ func TestThrottleCutsOncePerSecond(t *testing.T) {
 	}
 	if st.cuts != 1 || st.row.Limit != 20 {
 		t.Errorf("a throttle 0.5 s after another process's cut: %d cuts, limit %v; want it left at 20", st.cuts, st.row.Limit)
+	}
+	// A second on, 30 of the process's 50 calls in the last second were
+	// throttled: the next cut takes the limit to the 40 % the downstream
+	// took, not to 70 %.
+	at := now.Add(3 * time.Second)
+	for i := range 49 { // 29 throttled; the 50th, throttled, cuts below
+		as.Called("k", at.Add(time.Duration(i-50)*10*time.Millisecond), true, i < 29)
+	}
+	was := st.row.LimitAt(at)
+	if _, _, err := as.Observe(ctx, st, "k", at.Add(-10*time.Millisecond), at, true, throttled); err != nil {
+		t.Fatal(err)
+	}
+	if st.cuts != 2 || math.Abs(st.row.Limit-0.4*was) > 1e-9 {
+		t.Errorf("a throttle with 30 of 50 own calls refused: %d cuts, limit %v; want 0.4 × %v (the share taken)", st.cuts, st.row.Limit, was)
 	}
 }
 
@@ -176,13 +190,33 @@ func TestCalledCountsCallsEndedOutOfOrder(t *testing.T) {
 	var as Adapts
 	t0 := time.Unix(1_800_000_000, 0)
 	for _, ms := range []int{500, 600, 700, 100, 50} { // the slow ones, started first, end last
-		as.Called("k", t0.Add(time.Duration(ms)*time.Millisecond))
+		as.Called("k", t0.Add(time.Duration(ms)*time.Millisecond), false, false)
 	}
 	s := as.of("k")
-	if n := s.own(t0.Add(800 * time.Millisecond)); n != 5 {
+	if n := s.own(t0.Add(800 * time.Millisecond)).calls; n != 5 {
 		t.Errorf("5 calls in the last second, recorded out of order: own %d, want 5", n)
 	}
-	if n := s.own(t0.Add(1550 * time.Millisecond)); n != 2 {
+	if n := s.own(t0.Add(1550 * time.Millisecond)).calls; n != 2 {
 		t.Errorf("at +1.55 s: own %d, want 2 (those started at +0.6 s and +0.7 s; the rest are a window old)", n)
+	}
+}
+
+// TestUnpacedRefusalsCutByBackoff guards that the share a cut goes by
+// counts only calls the key's row paced: a process's refused calls made
+// unpaced (before it read the key's cut) cut by pace.AdaptBackoff, not
+// by the share they got through.
+func TestUnpacedRefusalsCutByBackoff(t *testing.T) {
+	var as Adapts
+	now := time.Unix(1_800_000_000, 0)
+	st := &adaptStub{row: pace.Adapt{Limit: 40, Step: 4, Cut: now.Add(-5 * time.Second)}}
+	for i := range 49 {
+		as.Called("k", now.Add(time.Duration(i-50)*10*time.Millisecond), false, i < 29)
+	}
+	was := st.row.LimitAt(now)
+	if _, _, err := as.Observe(context.Background(), st, "k", now.Add(-10*time.Millisecond), now, false, pipeline.Throttled("http", "429", 0, errors.New("429"))); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(st.row.Limit-pace.AdaptBackoff*was) > 1e-9 {
+		t.Errorf("30 of 50 unpaced calls refused: limit %v, want %v × %v", st.row.Limit, pace.AdaptBackoff, was)
 	}
 }

@@ -176,18 +176,19 @@ func (w *Worker) leaseCalls(ctx context.Context, log *slog.Logger, m *unitMessag
 	return 0, nil
 }
 
-// observeCall counts a call of b's downstream key started at start, for
-// a batch with no rate, and applies a throttled answer (err) to the key's
+// observeCall counts a call of b's downstream key started at start
+// (paced: at a place leased on the key's adaptive row), for a batch with
+// no rate, and applies a throttled answer (err) to the key's
 // adaptive row (pacer.Adapts.Observe), reporting whether the downstream
 // throttled it. A failed write is logged, never the item's: bulkrun's
 // pacing never changes an item's outcome.
-func (w *Worker) observeCall(ctx context.Context, log *slog.Logger, b ledger.Batch, start time.Time, err error) bool {
+func (w *Worker) observeCall(ctx context.Context, log *slog.Logger, b ledger.Batch, start time.Time, paced bool, err error) bool {
 	if b.Rate != nil {
 		return false
 	}
 	key := pacer.DownstreamKey(b)
 	now := w.Clock.Now()
-	a, cut, oerr := w.adaptBook().Observe(context.WithoutCancel(ctx), w.Store, key, start, now, err)
+	a, cut, oerr := w.adaptBook().Observe(context.WithoutCancel(ctx), w.Store, key, start, now, paced, err)
 	switch {
 	case oerr != nil:
 		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "key", key, "error", pipeline.ErrorText(oerr))

@@ -174,7 +174,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled}, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, paced: !m.leased.IsZero()}, u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -192,6 +192,7 @@ type call struct {
 	stop            api.Status
 	halted, subject string
 	throttled       *atomic.Bool // the unit's downstream throttled one of its calls
+	paced           bool         // the unit's calls start at a place leased on the key's row
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -450,7 +451,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
-	if w.observeCall(ctx, log, b, start, perr) && c.throttled != nil {
+	if w.observeCall(ctx, log, b, start, c.paced, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
 	}
 	// Staging ends with Run, whatever its result: a write staged later (by
