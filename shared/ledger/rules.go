@@ -223,6 +223,15 @@ type Attempt struct {
 	// attempts began (its first throttled attempt since its last counted
 	// one); zero when its last attempt was not throttled.
 	ThrottledSince time.Time
+	// Paced: the call started at a place leased in its downstream key's
+	// adaptive line (a batch with no rate, its key paced: docs/adr/0036).
+	// A throttled paced call waits ThrottleDelay(0, Retry-After), not the
+	// streak's doubling: its next call leases a new place, so the line —
+	// cut by this very refusal — spaces it, and a doubled wait would
+	// only add the time it already waited in line (at one item a
+	// message, 400 items against a quota of 20 a second: the last 10
+	// came back one by one over 33 s after the other 390 had ended).
+	Paced bool
 	// Paused: the attempt is the probe of a paused batch (see Pause): a
 	// transient failure schedules a retry after PauseWait that does not
 	// count as an attempt.
@@ -281,7 +290,7 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // batch says so); a throttled call (pipeline.ThrottleOf: Lambda's 429, an
 // HTTP 429 or 503, Secrets Manager's or SSM's ThrottlingException)
 // schedules a retry that does not count as an attempt, after
-// ThrottleDelay, while the streak of such attempts is shorter than
+// ThrottleDelay (its first wait when the call was paced, a.Paced), while the streak of such attempts is shorter than
 // pipeline.MaxThrottleWait (past it, the attempt counts as any transient
 // error); a transient error at max attempts fails (max_attempts); any
 // other transient error schedules a retry after a.Retry's delay, or the
@@ -389,7 +398,11 @@ func conclude(a Attempt, err error, text string) Ending {
 		if waited := a.Now.Sub(since); waited < pipeline.MaxThrottleWait {
 			e := end(api.OutcomeInFlight, "", text)
 			e.Throttled, e.ThrottledSince = true, since
-			e.Wait = ThrottleDelay(waited, t.Delay)
+			if a.Paced {
+				e.Wait = ThrottleDelay(0, t.Delay)
+			} else {
+				e.Wait = ThrottleDelay(waited, t.Delay)
+			}
 			return e
 		}
 		text = fmt.Sprintf("throttled for %s, past pipeline.MaxThrottleWait (%s), so this attempt counts: %s",

@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -55,5 +57,32 @@ func TestThrottleDelayFollowsTheStreak(t *testing.T) {
 	}
 	if len(gaps) > 40 {
 		t.Errorf("%d throttled calls in a 15-minute streak: the waits do not grow", len(gaps))
+	}
+}
+
+// TestPacedThrottleWaitsItsFirstDelay guards that a throttled call made
+// at a place leased in its key's adaptive line (Attempt.Paced) waits the
+// streak's first delay, however long the streak: its next call leases a
+// new place in the line, which spaces it; an unpaced one's wait follows
+// the streak. Both count no attempt, and the streak's 15 minutes still
+// end it.
+func TestPacedThrottleWaitsItsFirstDelay(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	throttled := pipeline.Throttled("http", "429", 0, errors.New("429"))
+	a := Attempt{RunAttempts: 1, MaxAttempts: 1, Ran: true, Err: throttled, ThrottledSince: now.Add(-40 * time.Second), Now: now}
+	for range 50 {
+		a.Paced = true
+		e := Conclude(a)
+		if !e.Throttled || e.Outcome != api.OutcomeInFlight || e.Wait < MinThrottleDelay || e.Wait > MinThrottleDelay*3/2 {
+			t.Fatalf("a paced call throttled 40 s into its streak: %+v, want a retry after 1–1.5 s counting no attempt", e)
+		}
+		a.Paced = false
+		if e := Conclude(a); e.Wait < 40*time.Second {
+			t.Fatalf("an unpaced call throttled 40 s into its streak waits %s, want ≥ 40 s (the streak's doubling)", e.Wait)
+		}
+	}
+	a.Paced, a.ThrottledSince = true, now.Add(-pipeline.MaxThrottleWait)
+	if e := Conclude(a); e.Throttled || e.Outcome != api.OutcomeFailed {
+		t.Errorf("a paced call throttled past the streak's %s: %+v, want it counted (failed at max attempts 1)", pipeline.MaxThrottleWait, e)
 	}
 }

@@ -424,7 +424,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	a := ledger.Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
 		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Stop: c.stop, Refusal: refusal, Halted: c.halted,
-		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Now: w.Clock.Now()}
+		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Paced: c.paced && b.Rate == nil, Now: w.Clock.Now()}
 	if h.probe && b.Pause != nil {
 		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)
 	}
