@@ -271,6 +271,7 @@ function liveFacts(l, paused) {
   if (l.exhausted) fact("Exhausted at a per-item ceiling", fmtInt(l.exhausted) + " (Raise ceilings… resumes exactly those under the new ceilings)");
   fact("Interrupted attempts", fmtInt(l.interrupted));
   if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
+  if (l.held_for_approval) fact("Held for approval", fmtInt(l.held_for_approval) + " (sent past the sample; they start once approved)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
   fact("Last progress", fmtTime(l.last_progress_at));
   const e = l.estimate;
@@ -337,9 +338,13 @@ function fmtSeconds(secs) {
 function fmtPace(r) { return (r >= 100 ? r.toFixed(0) : r >= 1 ? r.toFixed(1) : r.toPrecision(2)) + " items/s"; }
 
 // approvalText is a sampled batch's approval state in words: what runs,
-// what waits, who decided and when.
+// what waits, who decided and when. A first run that stopped or ended
+// before a decision is undecided, in the words of the CLI's status.
 function approvalText(b) {
   const a = b.approval, e = a.estimate;
+  if (undecided(b) && !(b.status === "running" && b.run === 1 && !b.stop)) {
+    return "undecided (" + a.state.replace("_", " ") + " when the run stopped or ended)";
+  }
   switch (a.state) {
     case "sampling":
       return "sampling: the first " + count(a.sample, "item") + " run; the rest waits for Approve… or Reject… (the estimate comes once the sample's items have ended)";
