@@ -42,7 +42,9 @@ const ProgressSlack = time.Minute
 // timed-out invocation), RetryWaiting (its last attempt failed
 // transiently or was interrupted and its message comes back at the
 // latest by NextRetryAt's minute), or InFlight (its message was sent and
-// it has not ended: queued, running now, or due for its retry).
+// it has not ended: queued, running now, or due for its retry), or
+// Withheld, Exhausted, Suspended or HeldForApproval (taken out of
+// InFlight).
 type LiveView struct {
 	InFlight     int64 `json:"in_flight"`
 	RetryWaiting int64 `json:"retry_waiting"`
@@ -82,8 +84,17 @@ type LiveView struct {
 	// Suspended counts this run's suspended items, from the counters:
 	// they wait for a signal, their wake time or a cancel. Not in
 	// InFlight. Absent when none.
-	Suspended    int64 `json:"suspended,omitempty"`
-	NotFannedOut int64 `json:"not_fanned_out"`
+	Suspended int64 `json:"suspended,omitempty"`
+	// HeldForApproval counts the items of messages already sent that lie
+	// past a sampled first run's sample while the run holds them
+	// (Approval.Holds: sampling, or awaiting approval): they wait on the
+	// queue unstarted until an approval, so they are not in InFlight and
+	// the census counts them pending. A lower bound: the sample's
+	// messages hold at most Sample + items per message − 1 items (a
+	// message is in the sample when its first item is), all taken as the
+	// sample's here. Absent when none.
+	HeldForApproval int64 `json:"held_for_approval,omitempty"`
+	NotFannedOut    int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).
 	LastProgressAt time.Time `json:"last_progress_at"`

@@ -41,6 +41,13 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	l.InFlight -= l.Exhausted
 	l.Suspended = max(0, min(p.Held[api.OutcomeSuspended], l.InFlight))
 	l.InFlight -= l.Suspended
+	if b.Run == 1 && b.Approval.Holds() {
+		// The messages past the sample that were sent (the units of the
+		// chunk the sample ends in) wait unstarted for the approval.
+		sampled := min(items, int64(b.Sample)+int64(b.Pack())-1)
+		l.HeldForApproval = max(0, min(fanned-sampled, l.InFlight))
+		l.InFlight -= l.HeldForApproval
+	}
 	// A throttled item may wait many times a minute (Retry-After: 2), each
 	// wait counted: the items waiting after a failure, whose waits are
 	// long, are told apart first, and the throttled are the rest.

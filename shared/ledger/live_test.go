@@ -26,7 +26,7 @@ func TestLiveOf(t *testing.T) {
 		p                                Progress
 		now                              time.Time
 		inFlight, waiting, notFanned, in int64
-		throttled                        int64
+		throttled, held                  int64
 		next, cause                      string
 		attention                        []string
 		timeout                          time.Duration // the item function's; 0: the default
@@ -124,6 +124,12 @@ func TestLiveOf(t *testing.T) {
 				Causes:   map[string]WaitCause{"http 502": {Error: "webhook: k9: HTTP 502", Due: map[int64]int64{DueMinute(now.Add(time.Minute)): 1}}}},
 			waiting: 1, next: "2026-12-01T19:11:00Z", cause: "http 502 (1 item)",
 			attention: []string{"1 item waiting for a retry after http 502 (next at 2026-12-01T19:11:00Z)"}},
+		{name: "sampling: the messages sent past the sample are held, not in flight", b: Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 200,
+			FannedOut: true, RunStartedAt: start, Plan: api.Plan{ItemsPerMessage: 10, Sample: 25}, Approval: &api.Approval{Sample: 25, State: api.ApprovalSampling}}}, now: start.Add(10 * time.Second),
+			// The first chunk of 100 fanned out; the sample's messages
+			// hold at most 25 + 10 − 1 = 34 items, so 66 wait unstarted.
+			p:        Progress{Done: 20, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 20}, FannedOut: 100, FanChunks: 1, UpdatedAt: start.Add(10 * time.Second)},
+			inFlight: 14, held: 66, notFanned: 100},
 		{name: "a run fanned out before chunks were counted", b: b, now: now,
 			p:        Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, UpdatedAt: now},
 			inFlight: 9990},
@@ -134,7 +140,10 @@ func TestLiveOf(t *testing.T) {
 				t.Errorf("in flight %d, waiting %d, not fanned out %d, interrupted %d; want %d, %d, %d, %d",
 					l.InFlight, l.RetryWaiting, l.NotFannedOut, l.Interrupted, tt.inFlight, tt.waiting, tt.notFanned, tt.in)
 			}
-			if got := l.InFlight + l.RetryWaiting + l.NotFannedOut + tt.p.Done; got != tt.b.ItemCount {
+			if l.HeldForApproval != tt.held {
+				t.Errorf("held for approval %d, want %d", l.HeldForApproval, tt.held)
+			}
+			if got := l.InFlight + l.RetryWaiting + l.NotFannedOut + l.HeldForApproval + tt.p.Done; got != tt.b.ItemCount {
 				t.Errorf("the parts sum to %d of %d items", got, tt.b.ItemCount)
 			}
 			cause := ""

@@ -901,6 +901,9 @@ func LiveText(l api.LiveView) string {
 	if l.Suspended > 0 {
 		timed += fmt.Sprintf("  suspended %d", l.Suspended)
 	}
+	if l.HeldForApproval > 0 {
+		timed += fmt.Sprintf("  held for approval %d", l.HeldForApproval)
+	}
 	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
 }

@@ -375,6 +375,7 @@ func TestStatusShowsTheSample(t *testing.T) {
 	a := &app{out: &out, errw: &out, output: "text"}
 	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: 20000}}
 	v.Sample = 200
+	v.Live = &api.LiveView{InFlight: 2, HeldForApproval: 4791, NotFannedOut: 15000}
 	v.Approval = api.ApprovalOf(200, "", "", time.Time{}, &api.SampleEstimate{MadeAt: time.Date(2026, 12, 4, 10, 2, 10, 0, time.UTC),
 		Items: 20000, SampleItems: 200, Failed: 3, FailureRate: 0.015, FailureLow: 0.0051, FailureHigh: 0.0432, ProjectedFailures: 300,
 		CostUSD: 12.4, PipelineUSD: 12, InfraUSD: 0.4, ItemsPerSecond: 99, Seconds: 200, Pace: "the sample's pace"})
@@ -383,6 +384,7 @@ func TestStatusShowsTheSample(t *testing.T) {
 	}
 	for _, want := range []string{
 		"sample: 200 items, awaiting approval (bulkrun approve b1, or reject b1)\n",
+		"live: in flight 2  waiting for a retry 0  interrupted 0  held for approval 4791  not fanned out 15000",
 		"estimate from 200 sample items at 10:02:10Z: $12.4 for 20000 items (pipeline $12, DynamoDB $0.4; Lambda and SQS not counted); failures 1.5 % (95 % interval 0.5–4.3 %, ≈ 300 items); the rest ≈ 3m20s at 99.0 items/s (the sample's pace)\n",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -391,7 +393,7 @@ func TestStatusShowsTheSample(t *testing.T) {
 	}
 	// Ended undecided (cancelled while awaiting): no next move offered.
 	out.Reset()
-	v.Status = api.StatusCancelled
+	v.Status, v.Live = api.StatusCancelled, nil
 	if err := a.show(v); err != nil {
 		t.Fatal(err)
 	}
