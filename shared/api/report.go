@@ -165,6 +165,9 @@ type Report struct {
 	RunStartedAt time.Time `json:"run_started_at"`
 	FinishedAt   time.Time `json:"finished_at"`
 	Usage        Usage     `json:"usage"`
+	// Sample is a sampled first run's estimate beside what the run did,
+	// when it was approved on one (SampleCheck); absent otherwise.
+	Sample *SampleCheck `json:"sample,omitempty"`
 }
 
 // Usage is what a run consumed of billed services, as far as bulkrun can

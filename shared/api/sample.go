@@ -130,3 +130,43 @@ type SampleEstimate struct {
 	Seconds        float64 `json:"seconds"`
 	Pace           string  `json:"pace"`
 }
+
+// SampleCheck is a sampled first run's estimate set beside what the run
+// did once approved: the report's "sample" (Report.Sample, written by
+// finalize with shared/sample.Check), so that an estimate can be judged
+// by the run it was made for. JSON:
+//
+//	{"estimate": {…}, "decided_by": "caller", "decided_at": "…",
+//	 "cost_usd": 20.000478, "cost_diff": 0.000002,
+//	 "ended": 2000, "failed": 80, "failure_rate": 0.04,
+//	 "failure_in_interval": true,
+//	 "rest_seconds": 40.2, "rest_diff": 19.1}
+type SampleCheck struct {
+	// Estimate is the sample's estimate as the approval was given on
+	// it; DecidedBy and DecidedAt the approval's.
+	Estimate  SampleEstimate `json:"estimate"`
+	DecidedBy string         `json:"decided_by"`
+	DecidedAt time.Time      `json:"decided_at"`
+	// CostUSD is what the whole run spent as the estimate counts it
+	// (spend.RunSpend of the report's census.run_spent and usage: the
+	// pipeline's reported "usd" plus the DynamoDB request units' cost;
+	// Lambda, SQS and S3 not counted), and CostDiff its difference from
+	// Estimate.CostUSD as a share of it ((actual − estimate) ÷ estimate;
+	// 0 when the estimate is 0).
+	CostUSD  float64 `json:"cost_usd"`
+	CostDiff float64 `json:"cost_diff"`
+	// Ended is the run's items that succeeded, failed or were
+	// quarantined, Failed those failed or quarantined, FailureRate
+	// Failed ÷ Ended, and FailureInInterval whether it lies within the
+	// estimate's 95 % interval (Estimate.FailureLow–FailureHigh).
+	Ended             int64   `json:"ended"`
+	Failed            int64   `json:"failed"`
+	FailureRate       float64 `json:"failure_rate"`
+	FailureInInterval bool    `json:"failure_in_interval"`
+	// RestSeconds is the time from the approval to the run's end, and
+	// RestDiff its difference from Estimate.Seconds as a share of it. It
+	// includes the held messages' wait for their next check after the
+	// approval (up to about 5.5 minutes), which the estimate does not.
+	RestSeconds float64 `json:"rest_seconds"`
+	RestDiff    float64 `json:"rest_diff"`
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/sample"
+	"github.com/bulkrun/bulkrun/shared/spend"
 )
 
 // CensusOf counts a run's items by outcome from their rows (never from
@@ -380,6 +382,10 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 		status = api.StatusThresholdExceeded
 	}
 	bucket := f.Blobs.Bucket()
+	var check *api.SampleCheck
+	if run == 1 {
+		check = sample.Check(b.Approval, sample.Done{Census: census, SpentUSD: spend.RunSpend(census.RunSpent, progress.Usage).USD, FinishedAt: now})
+	}
 	return api.Report{
 		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail, Stop: api.StopSummaryOf(b.Batch, census),
 		NeedsAttention: census.NeedsAttention(), Census: census,
@@ -392,6 +398,7 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 		RunStartedAt: b.RunStartedAt,
 		FinishedAt:   now,
 		Usage:        progress.Usage,
+		Sample:       check,
 	}, nil
 }
 

@@ -128,3 +128,46 @@ func usd(d decimal.Decimal) float64 {
 	f, _ := d.Round(6).Float64()
 	return f
 }
+
+// Done is what a sampled run did, as its report counts it: the census
+// (Failed and Quarantined of Succeeded, Failed and Quarantined ended),
+// what it spent as a budget counts it (spend.Spend.USD), and when it
+// finished.
+type Done struct {
+	Census     api.Census
+	SpentUSD   decimal.Decimal
+	FinishedAt time.Time
+}
+
+// Check sets a's estimate beside what its run did (d): the report's
+// api.SampleCheck. nil unless a was approved on an estimate: a rejected
+// or undecided run did not run its rest, and its estimate stays on the
+// batch's approval.
+func Check(a *api.Approval, d Done) *api.SampleCheck {
+	if a == nil || a.Decision != api.ApprovalApproved || a.Estimate == nil {
+		return nil
+	}
+	e := *a.Estimate
+	c := &api.SampleCheck{Estimate: e, DecidedBy: a.DecidedBy, DecidedAt: a.DecidedAt, CostUSD: usd(d.SpentUSD)}
+	c.CostDiff = diff(c.CostUSD, e.CostUSD)
+	c.Ended = d.Census.Succeeded + d.Census.Failed + d.Census.Quarantined
+	c.Failed = d.Census.Failed + d.Census.Quarantined
+	if c.Ended > 0 {
+		c.FailureRate = float64(c.Failed) / float64(c.Ended)
+	}
+	c.FailureInInterval = c.Ended > 0 && c.FailureRate >= e.FailureLow && c.FailureRate <= e.FailureHigh
+	if !a.DecidedAt.IsZero() && d.FinishedAt.After(a.DecidedAt) {
+		c.RestSeconds = math.Round(d.FinishedAt.Sub(a.DecidedAt).Seconds()*1000) / 1000
+	}
+	c.RestDiff = diff(c.RestSeconds, e.Seconds)
+	return c
+}
+
+// diff is (actual − estimate) ÷ estimate to 4 places; 0 when the
+// estimate is 0.
+func diff(actual, estimate float64) float64 {
+	if estimate == 0 {
+		return 0
+	}
+	return math.Round((actual-estimate)/estimate*10000) / 10000
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -79,5 +80,45 @@ func TestEstimateScalesCostAndPace(t *testing.T) {
 	}
 	if e := Estimate(Run{Items: 10}); e != nil {
 		t.Errorf("no item ended: %+v, want nil", e)
+	}
+}
+
+// TestCheckSetsTheEstimateBesideTheRun guards the report's comparison:
+// cost against what the run spent, the failure rate against the
+// estimate's interval, the rest's time from the approval to the end;
+// and none for a run not approved on an estimate.
+func TestCheckSetsTheEstimateBesideTheRun(t *testing.T) {
+	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	est := &api.SampleEstimate{MadeAt: at, Items: 2000, SampleItems: 100, Failed: 4, FailureRate: 0.04, FailureLow: 0.0157, FailureHigh: 0.0984,
+		CostUSD: 20, Seconds: 20}
+	a := api.ApprovalOf(100, api.ApprovalApproved, api.DecidedByCaller, at.Add(10*time.Second), est)
+	d := Done{Census: api.Census{Succeeded: 1880, Failed: 100, Quarantined: 20}, SpentUSD: decimal.RequireFromString("21.000478"),
+		FinishedAt: at.Add(40 * time.Second)}
+	c := Check(a, d)
+	if c == nil {
+		t.Fatal("an approved run with an estimate has no check")
+	}
+	if c.CostUSD != 21.000478 || c.CostDiff != 0.05 {
+		t.Errorf("cost %v (diff %v), want 21.000478 (+0.05)", c.CostUSD, c.CostDiff)
+	}
+	if c.Ended != 2000 || c.Failed != 120 || c.FailureRate != 0.06 || !c.FailureInInterval {
+		t.Errorf("failures %d of %d (%v, in interval %v), want 120 of 2000 (0.06, within 1.57–9.84 %%)", c.Failed, c.Ended, c.FailureRate, c.FailureInInterval)
+	}
+	if c.RestSeconds != 30 || c.RestDiff != 0.5 || c.DecidedBy != api.DecidedByCaller {
+		t.Errorf("rest %v s (diff %v) decided by %q, want 30 s (+0.5) by caller", c.RestSeconds, c.RestDiff, c.DecidedBy)
+	}
+	d.Census.Failed = 300
+	if c := Check(a, d); c.FailureInInterval {
+		t.Errorf("failure rate %v outside 1.57–9.84 %% read as within", c.FailureRate)
+	}
+	for name, a := range map[string]*api.Approval{
+		"no sample":   nil,
+		"rejected":    api.ApprovalOf(100, api.ApprovalRejected, api.DecidedByCaller, at, est),
+		"undecided":   api.ApprovalOf(100, "", "", time.Time{}, est),
+		"no estimate": api.ApprovalOf(100, api.ApprovalApproved, api.DecidedByCaller, at, nil),
+	} {
+		if c := Check(a, d); c != nil {
+			t.Errorf("%s: a check %+v, want none", name, c)
+		}
 	}
 }

@@ -1394,7 +1394,27 @@ func (a *app) printReport(r api.Report) {
 	}
 	textf(a.out, "threshold: %s\n", ThresholdText(r.Threshold, true))
 	textf(a.out, "%s\n", VerdictText(r.Threshold, r.Verdict, false))
+	if sc := r.Sample; sc != nil {
+		textf(a.out, "%s\n", SampleCheckText(*sc))
+	}
 	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
+}
+
+// SampleCheckText is a report's sample check in a line: "sample estimate
+// against the run: cost $20.0004 estimated, $21.0005 spent (+5.0 %);
+// failures 4.0 % (95 % interval 1.6–9.8 %) estimated, 6.0 % (120 of 2000)
+// ran: within; the rest ≈ 20s estimated, 30s from the approval (+50.0 %,
+// which counts the held messages' wait for their next check)".
+func SampleCheckText(sc api.SampleCheck) string {
+	e := sc.Estimate
+	within := "within"
+	if !sc.FailureInInterval {
+		within = "outside"
+	}
+	return fmt.Sprintf("sample estimate against the run: cost $%s estimated, $%s spent (%+.1f %%); failures %.1f %% (95 %% interval %.1f–%.1f %%) estimated, %.1f %% (%d of %d) ran: %s; the rest ≈ %s estimated, %s from the approval (%+.1f %%, which counts the held messages' wait for their next check)",
+		api.USDText(e.CostUSD), api.USDText(sc.CostUSD), 100*sc.CostDiff, 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh,
+		100*sc.FailureRate, sc.Failed, sc.Ended, within,
+		(time.Duration(e.Seconds) * time.Second).String(), (time.Duration(sc.RestSeconds*1000) * time.Millisecond).Round(100*time.Millisecond).String(), 100*sc.RestDiff)
 }
 
 // ThresholdText says what a threshold tolerates, in words: "more than 5 %

@@ -126,6 +126,9 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 		t.Fatalf("state changes %+v: want awaiting_approval, then one approved by the caller at %s with the estimate", ch, b.Approval.DecidedAt)
 	}
 	r.drain(t, ctx, 1)
+	// The rest ran in no time on the rig's clock: its end is set 100 s
+	// after the approval, which the report's rest_seconds must say.
+	r.clock.T = b.Approval.DecidedAt.Add(100 * time.Second)
 	res, err := r.fin.Finalize(ctx, id, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +139,16 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 	c := res.Report.Census
 	if c.Succeeded != 180 || c.Failed != 20 || !c.RunSpent["usd"].Equal(decimal.NewFromInt(2)) {
 		t.Fatalf("census %+v: want 180 succeeded, 20 failed, $2 spent", c)
+	}
+	// The report sets the estimate beside the run: 20 of 200 failed
+	// (10 %, within the sample's 3.7–27.2 %), its spend against the
+	// estimate's, the rest's time from the approval.
+	if sc := res.Report.Sample; sc == nil || sc.Estimate.CostUSD != e.CostUSD || sc.Ended != 200 || sc.Failed != 20 || !sc.FailureInInterval ||
+		sc.CostUSD < 2 || sc.DecidedBy != api.DecidedByCaller || sc.RestSeconds != 100 {
+		t.Errorf("report's sample %+v: want the estimate ($%v) beside 20 of 200 failed (within its interval), at least $2 spent, the rest 100 s from the caller's approval", sc, e.CostUSD)
+	} else {
+		t.Logf("report: estimate $%v against $%v spent (%+.2f %%); failures %.1f %% in %.1f–%.1f %%; the rest %v s against %v s estimated",
+			sc.Estimate.CostUSD, sc.CostUSD, 100*sc.CostDiff, 100*sc.FailureRate, 100*sc.Estimate.FailureLow, 100*sc.Estimate.FailureHigh, sc.RestSeconds, sc.Estimate.Seconds)
 	}
 	keys := 0
 	r.calls.Range(func(k, _ any) bool {
