@@ -231,12 +231,16 @@ func (a Adapt) due(p float64, now time.Time, top float64) time.Time {
 	return hi
 }
 
-// AdaptDeepest is the deepest one cut goes: to a quarter of the limit,
-// what two of TCP Reno's halvings give (RFC 5681 §3.1). A cut by the
-// share the downstream took (Backoff) goes no deeper, because that
-// share also counts calls made above the limit (units whose process
-// had not yet read the last cut run unpaced for up to AdaptReadEvery).
-const AdaptDeepest = 0.25
+// AdaptDeepest is the deepest one cut goes: to half the limit, TCP
+// Reno's cut (RFC 5681 §3.1). A cut by the share the downstream took
+// (Backoff) goes no deeper: that share also counts calls made above the
+// limit (units whose process had not yet read the last cut run unpaced
+// for up to AdaptReadEvery), and the limit climbs back by a tenth of
+// what a cut leaves a second (AdaptGrowth), so a deeper cut is slow to
+// undo: on the emulator, with cuts down to a quarter, 400 items at one a
+// message went at about 10 calls a second for 30 s against a receiver
+// taking 20, none refused.
+const AdaptDeepest = 0.5
 
 // AdaptShareMin is the least number of a process's own calls in the
 // last AdaptWindow whose refused share sets a cut (Backoff): 10; with
@@ -252,8 +256,8 @@ const AdaptShareMin = 10
 // from a quota says how much of the pace the downstream takes: at a
 // limit 2.6 times a receiver's quota (52 calls a second against 20),
 // cuts of 0.7 take three to reach it (0.7³ = 0.34), at most one a second
-// (AdaptCutEvery), each a second of refusals; the share (0.38) takes
-// one. Cutting by how much was refused is DCTCP's rule (RFC 8257 §3.3:
+// (AdaptCutEvery), each a second of refusals; by the share (0.38, cut at
+// 0.5) it takes two. Cutting by how much was refused is DCTCP's rule (RFC 8257 §3.3:
 // the window shrinks in proportion to the share of packets marked),
 // taken whole here since a refused call, unlike a mark, is work not
 // done.

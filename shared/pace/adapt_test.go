@@ -159,9 +159,10 @@ func TestBackoff(t *testing.T) {
 		want         float64
 	}{
 		{0, 0, AdaptBackoff},
-		{9, 9, AdaptBackoff},  // too few calls for a share
-		{51, 1, AdaptBackoff}, // the downstream took 98 %: the ordinary cut
-		{52, 32, 20.0 / 52},   // a quota of 20 against 52 calls
+		{9, 9, AdaptBackoff},   // too few calls for a share
+		{51, 1, AdaptBackoff},  // the downstream took 98 %: the ordinary cut
+		{52, 32, AdaptDeepest}, // a quota of 20 against 52 calls: 0.38, cut at half
+		{50, 20, 0.6},          // 60 % taken
 		{100, 95, AdaptDeepest},
 		{10, 12, AdaptDeepest}, // more refused than counted (a window's edge)
 	} {
@@ -171,8 +172,8 @@ func TestBackoff(t *testing.T) {
 	}
 	a, _ := Adapt{}.Throttled(at0, 100, Backoff(100, 10), 0)
 	paced := at0.Add(2 * time.Second)
-	b, _ := a.Throttled(paced, 50, Backoff(50, 30), 0)
-	if want := 0.4 * a.LimitAt(paced); !near(b.Limit, want) || b.Slow {
-		t.Errorf("a cut with 30 of 50 own calls refused: %+v, want limit 0.4 × %v = %v out of slow start", b, a.LimitAt(paced), want)
+	b, _ := a.Throttled(paced, 50, Backoff(50, 20), 0)
+	if want := 0.6 * a.LimitAt(paced); !near(b.Limit, want) || b.Slow {
+		t.Errorf("a cut with 20 of 50 own calls refused: %+v, want limit 0.6 × %v = %v out of slow start", b, a.LimitAt(paced), want)
 	}
 }

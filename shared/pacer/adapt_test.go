@@ -125,19 +125,19 @@ func TestThrottleCutsOncePerSecond(t *testing.T) {
 	if st.cuts != 1 || st.row.Limit != 20 {
 		t.Errorf("a throttle 0.5 s after another process's cut: %d cuts, limit %v; want it left at 20", st.cuts, st.row.Limit)
 	}
-	// A second on, 30 of the process's 50 calls in the last second were
-	// throttled: the next cut takes the limit to the 40 % the downstream
-	// took, not to 70 %.
+	// A second on, 20 of the process's 50 paced calls in the last second
+	// were throttled: the next cut takes the limit to the 60 % the
+	// downstream took, not to 70 %.
 	at := now.Add(3 * time.Second)
-	for i := range 49 { // 29 throttled; the 50th, throttled, cuts below
-		as.Called("k", at.Add(time.Duration(i-50)*10*time.Millisecond), true, i < 29)
+	for i := range 49 { // 19 throttled; the 50th, throttled, cuts below
+		as.Called("k", at.Add(time.Duration(i-50)*10*time.Millisecond), true, i < 19)
 	}
 	was := st.row.LimitAt(at)
 	if _, _, err := as.Observe(ctx, st, "k", at.Add(-10*time.Millisecond), at, true, throttled); err != nil {
 		t.Fatal(err)
 	}
-	if st.cuts != 2 || math.Abs(st.row.Limit-0.4*was) > 1e-9 {
-		t.Errorf("a throttle with 30 of 50 own calls refused: %d cuts, limit %v; want 0.4 × %v (the share taken)", st.cuts, st.row.Limit, was)
+	if st.cuts != 2 || math.Abs(st.row.Limit-0.6*was) > 1e-9 {
+		t.Errorf("a throttle with 20 of 50 paced calls refused: %d cuts, limit %v; want 0.6 × %v (the share taken)", st.cuts, st.row.Limit, was)
 	}
 }
 
