@@ -87,6 +87,50 @@ func ApprovalOf(sample int, decision ApprovalState, by string, at time.Time, est
 // unapproved, whatever happens between the two writes.
 func (a *Approval) Holds() bool { return a != nil && a.Decision != ApprovalApproved }
 
+// The checks of the messages a sampled first run holds (the item
+// function's holdForApproval): each held message comes back at every
+// check, so a decision reaches the rest at the first check after it.
+const (
+	// ApprovalCheckEvery is the time between two checks after the first
+	// (FirstCheck, 30 s into the hold, as a pause's) during the first
+	// ApprovalQuickFor of the hold: 1 minute, so that an approval given
+	// then reaches the rest within about 1.5 minutes (the next check,
+	// plus CheckGrace and up to as much again).
+	ApprovalCheckEvery = time.Minute
+	// ApprovalQuickFor is how long the checks come every
+	// ApprovalCheckEvery: 1 hour after the hold began (61 re-sends per
+	// held message); then every MaxCheckInterval (5 minutes, 12 re-sends
+	// an hour), as for a pause.
+	ApprovalQuickFor = time.Hour
+)
+
+// ApprovalCheckAt is the first check strictly after now of a hold that
+// began at since (the sample's estimate's MadeAt; the run's start while
+// the sample runs): since + 30 s, 1 m 30 s, 2 m 30 s, … 59 m 30 s, 60 m,
+// then every 5 minutes.
+func ApprovalCheckAt(since, now time.Time) time.Time {
+	e := now.Sub(since)
+	if e < FirstCheck {
+		return since.Add(FirstCheck)
+	}
+	if at := FirstCheck + ((e-FirstCheck)/ApprovalCheckEvery+1)*ApprovalCheckEvery; at < ApprovalQuickFor {
+		return since.Add(at)
+	}
+	if e < ApprovalQuickFor {
+		return since.Add(ApprovalQuickFor)
+	}
+	return since.Add(ApprovalQuickFor + ((e-ApprovalQuickFor)/MaxCheckInterval+1)*MaxCheckInterval)
+}
+
+// ApprovalWait is how long a held message waits at now, for a hold that
+// began at since: to the next check (ApprovalCheckAt), plus CheckGrace
+// and jitter × CheckGrace more (jitter in 0–1, the caller's random draw,
+// so that the held messages come back spread), at most MaxResendDelay.
+func ApprovalWait(since, now time.Time, jitter float64) time.Duration {
+	j := time.Duration(max(0, min(jitter, 1)) * float64(CheckGrace))
+	return min(ApprovalCheckAt(since, now).Sub(now)+CheckGrace+j, MaxResendDelay)
+}
+
 // SampleEstimate is what a sample projects for its whole run, made once,
 // when the sample's items had ended (the item function, from the run's
 // counters: shared/sample.Estimate). JSON names as tagged; dollars are
@@ -166,7 +210,7 @@ type SampleCheck struct {
 	// RestSeconds is the time from the approval to the run's end, and
 	// RestDiff its difference from Estimate.Seconds as a share of it. It
 	// includes the held messages' wait for their next check after the
-	// approval (up to about 5.5 minutes), which the estimate does not.
+	// approval (ApprovalWait), which the estimate does not.
 	RestSeconds float64 `json:"rest_seconds"`
 	RestDiff    float64 `json:"rest_diff"`
 }

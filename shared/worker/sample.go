@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -15,22 +16,22 @@ import (
 // holdForApproval handles a delivery of a unit outside its batch's
 // sample, or of a fan-out chunk wholly outside it, while the batch holds
 // the rest (api.Approval.Holds): it takes nothing and uses no attempt;
-// its message is sent again to come back at the next check of a pause
-// that began at the run's start, or at the sample's end once the
-// estimate is written (api.Pause.Wait: 30 s, 1 m 30 s, 3 m 30 s … then
-// every 5 minutes), or, past MaxResends, delayed on the queue. So a
-// decision reaches the held messages at their next check (within about a
-// minute after a short sample, at most about 5.5 minutes), and a batch
-// left awaiting costs at most 12 re-sends an hour per held message: the sample's last chunk's units and one message
-// per later chunk. A rejection cancels the run (the held items end
-// cancelled when their messages come back).
+// its message is sent again to come back at the next check of the hold
+// (api.ApprovalWait: 30 s, then every minute for the first hour after
+// the sample's end — or after the run's start while the sample runs —
+// then every 5 minutes), or, past MaxResends, delayed on the queue. So a
+// decision given in that hour reaches the held messages within about
+// 1.5 minutes, and a batch left awaiting costs 61 re-sends in that hour per
+// held message (the sample's last chunk's units and one message per
+// later chunk), then 12 an hour. A rejection cancels the run (the held
+// items end cancelled when their messages come back).
 func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) (bool, []done) {
 	now := w.Clock.Now()
 	since := b.RunStartedAt
 	if e := b.Approval.Estimate; e != nil {
 		since = e.MadeAt
 	}
-	wait := api.Pause{By: api.PauseByCaller, Since: since}.Wait(now)
+	wait := api.ApprovalWait(since, now, mrand.Float64())
 	if !w.waitOnQueue(ctx, log, m, d, wait) {
 		return false, nil
 	}

@@ -1244,7 +1244,7 @@ func (a *app) unpauseCmd() *cobra.Command {
 }
 
 func (a *app) approveCmd() *cobra.Command {
-	return a.simple("approve ID", "Approve a sampled batch: the items outside its sample run (each at its message's next check, within about 5.5 minutes); the sample's items do not run again", 1, "a batch ID",
+	return a.simple("approve ID", "Approve a sampled batch: the items outside its sample run (each at its message's next check: within about 1.5 minutes in the hour after the estimate, 5.5 later on); the sample's items do not run again", 1, "a batch ID",
 		func(ctx context.Context, args []string) (any, error) { return a.api.Approve(ctx, args[0]) })
 }
 

@@ -481,8 +481,9 @@ class Client:
 
     def approve(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/approve: a sampled batch's held items run, each
-        at its message's next check (within about 5.5 minutes); the
-        sample's items are not run again. Idempotent; APIError 409 conflict
+        at its message's next check (within about 1.5 minutes in the
+        hour after the estimate, 5.5 minutes later on); the sample's items
+        are not run again. Idempotent; APIError 409 conflict
         for a batch with no sample, one rejected, or one whose first run is
         over."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/approve"))
