@@ -24,6 +24,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/control"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/secretref"
 	"github.com/bulkrun/bulkrun/shared/submit"
@@ -470,11 +471,11 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 		}
 		v.Progress, v.CensusSource = &Progress{Done: p.Done, Failures: p.Failures}, wire.CensusFromCounters
 		now := a.Control.Clock.Now()
-		live := ledger.LiveOf(b, p, now, a.Control.ItemTimeout)
+		lv := live.Of(b, p, now, a.Control.ItemTimeout)
 		a.samplePace(ctx, b, p, now)
-		c := CounterCensus(b, p, live)
-		v.Census, v.Live = &c, &live
-		v.NeedsAttention = v.NeedsAttention || live.NeedsAttention()
+		c := CounterCensus(b, p, lv)
+		v.Census, v.Live = &c, &lv
+		v.NeedsAttention = v.NeedsAttention || lv.NeedsAttention()
 	}
 	return v, nil
 }

@@ -113,7 +113,7 @@ type ItemPage struct {
 	Items      []Item `json:"items"`
 	NextCursor string `json:"next_cursor,omitempty"` // pass as cursor for the next page; empty at the end
 	// Live, on the first page of in_flight of a running batch, is its
-	// live view (LiveOf): the items the page cannot list because they have
+	// live view (live.Of): the items the page cannot list because they have
 	// no row yet (not fanned out, or sent and not yet received) are
 	// counted there, with those waiting for a retry.
 	Live *LiveView `json:"live,omitempty"`

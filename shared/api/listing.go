@@ -59,7 +59,7 @@ type BatchSummary struct {
 	Refusal         *SubmitRefusal `json:"refusal,omitempty"`
 	SubmittedBy     string         `json:"submitted_by,omitempty"`
 	PendingDeletion bool           `json:"pending_deletion,omitempty"`
-	// Live is a running batch's live view (LiveOf), for the first
+	// Live is a running batch's live view (live.Of), for the first
 	// MaxLiveSummaries running batches of a page; NeedsAttention then
 	// includes its Attention.
 	Live *LiveView `json:"live,omitempty"`

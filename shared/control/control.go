@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 )
 
 // Control carries out a caller's commands on existing batches: cancel,
@@ -29,7 +30,7 @@ type Control struct {
 	// Batch State Change approved of a caller's approval; nil for none.
 	Bus ledger.EventBus
 	// ItemTimeout is the item function's timeout, which decides when a
-	// live view calls a run stalled (ledger.LiveOf); 0 means
+	// live view calls a run stalled (live.Of); 0 means
 	// api.DefaultItemTimeout.
 	ItemTimeout time.Duration
 	// Wake wakes held items (shared/held): a lift's, and a cancel's
@@ -348,7 +349,7 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 		if err != nil {
 			return api.ItemPage{}, err
 		}
-		l := ledger.LiveOf(b, pr, c.Clock.Now(), c.ItemTimeout)
+		l := live.Of(b, pr, c.Clock.Now(), c.ItemTimeout)
 		p.Live = &l
 	}
 	return p, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 )
 
 // MaxLiveSummaries is how many running batches of one listing page get
@@ -41,7 +42,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 			if err != nil {
 				return
 			}
-			l := ledger.LiveOf(b, p, c.now(), c.ItemTimeout)
+			l := live.Of(b, p, c.now(), c.ItemTimeout)
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
 			if b.Pause != nil {
 				s.Pause = b.Pause.View(c.now())

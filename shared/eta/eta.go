@@ -4,7 +4,7 @@
 // pace"), and the estimate made from them (Estimate: the finish, the
 // projected cost). It is pure (the standard library, the API types, the
 // pipeline contract's CostSum and decimal): the live view
-// (ledger.EstimateOf) hands it a run's counters, and the ring
+// (live.Estimate) hands it a run's counters, and the ring
 // lives in one row of the run's first counter partition, which the live
 // view's read (Store.Progress) already queries, so it costs no read of
 // its own.

@@ -19,7 +19,7 @@ import (
 var messageSources = []string{
 	"*.go",
 	"../../../shared/client/*.go",
-	"../../../shared/ledger/live.go",
+	"../../../shared/live/live.go",
 	"../../../shared/api/*.go",
 	"../../../shared/control/*.go",
 	"../../../shared/submit/*.go",

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -106,8 +106,8 @@ func ceilingExhausts(t *testing.T, k int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live := ledger.LiveOf(b, p, r.clock.T, 0); live.Exhausted != n-1 || live.InFlight != 0 || live.Withheld != 0 || !live.NeedsAttention() {
-		t.Errorf("live view %+v; want %d exhausted, none in flight, needing attention", live, n-1)
+	if lv := live.Of(b, p, r.clock.T, 0); lv.Exhausted != n-1 || lv.InFlight != 0 || lv.Withheld != 0 || !lv.NeedsAttention() {
+		t.Errorf("live view %+v; want %d exhausted, none in flight, needing attention", lv, n-1)
 	}
 	page, err := r.ctl.Items(ctx, "ceil", api.NeedsAttention, "", 100)
 	if err != nil {
@@ -148,8 +148,8 @@ func ceilingExhausts(t *testing.T, k int) {
 	if p, err = r.store.Progress(ctx, "ceil", 1, max(1, b.CounterShards)); err != nil {
 		t.Fatal(err)
 	}
-	if live := ledger.LiveOf(b, p, r.clock.T, 0); live.Exhausted != odd || live.InFlight != 0 {
-		t.Errorf("live view after the first raise %+v; want %d exhausted (those woken counted out), none in flight", live, odd)
+	if lv := live.Of(b, p, r.clock.T, 0); lv.Exhausted != odd || lv.InFlight != 0 {
+		t.Errorf("live view after the first raise %+v; want %d exhausted (those woken counted out), none in flight", lv, odd)
 	}
 
 	// $5 wakes the rest.

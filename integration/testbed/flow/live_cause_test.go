@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -33,10 +33,10 @@ func TestWaitingItemsTellTheirCause(t *testing.T) {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
 			refused := &pipelineNetError{err: fmt.Errorf("webhook: dial tcp 127.0.0.1:9: connect: %w", syscall.ECONNREFUSED)}
-			// live runs n items, the first nRefused calls refused and the
+			// viewAfter runs n items, the first nRefused calls refused and the
 			// rest throttled, and returns the live view after the fan-out and
 			// the items' first deliveries, with the calls made.
-			live := func(id string, n, nRefused int) (api.LiveView, int64) {
+			viewAfter := func(id string, n, nRefused int) (api.LiveView, int64) {
 				t.Helper()
 				var calls atomic.Int64
 				r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
@@ -66,10 +66,10 @@ func TestWaitingItemsTellTheirCause(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return ledger.LiveOf(b, p, r.clock.Now(), 0), calls.Load()
+				return live.Of(b, p, r.clock.Now(), 0), calls.Load()
 			}
 
-			l, calls := live(fmt.Sprintf("throttled-k%d", k), 10, 0)
+			l, calls := viewAfter(fmt.Sprintf("throttled-k%d", k), 10, 0)
 			if l.Throttled < 1 || l.RetryWaiting != l.Throttled || l.RetryWaiting+l.InFlight != 10 || int64(calls) != l.RetryWaiting ||
 				l.RetryCause != nil || l.NeedsAttention() {
 				t.Errorf("10 items throttled (Retry-After: 2): %d calls, waiting %d, throttled %d, in flight %d, cause %+v, attention %q; "+
@@ -77,7 +77,7 @@ func TestWaitingItemsTellTheirCause(t *testing.T) {
 					calls, l.RetryWaiting, l.Throttled, l.InFlight, l.RetryCause, l.Attention)
 			}
 
-			l, calls = live(fmt.Sprintf("refused-k%d", k), 13, 3)
+			l, calls = viewAfter(fmt.Sprintf("refused-k%d", k), 13, 3)
 			c := l.RetryCause
 			if l.Throttled < 1 || l.RetryWaiting != l.Throttled+3 || l.RetryWaiting+l.InFlight != 13 || int64(calls) != l.RetryWaiting ||
 				c == nil || c.Class != "connection refused" || c.Items != 3 || !strings.Contains(c.Error, "connection refused") {

@@ -25,6 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/secretref"
 	"github.com/bulkrun/bulkrun/shared/submit"
@@ -708,8 +709,8 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live := ledger.LiveOf(b, p, r.clock.T, 0); live.Withheld != n || live.InFlight != 0 || !live.NeedsAttention() {
-		t.Errorf("live view %+v; want %d withheld, none in flight, needing attention", live, n)
+	if lv := live.Of(b, p, r.clock.T, 0); lv.Withheld != n || lv.InFlight != 0 || !lv.NeedsAttention() {
+		t.Errorf("live view %+v; want %d withheld, none in flight, needing attention", lv, n)
 	}
 	page, err := r.ctl.Items(ctx, "wrong", api.NeedsAttention, "", 100)
 	if err != nil {

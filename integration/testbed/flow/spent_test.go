@@ -19,6 +19,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/webhook"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/live"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
@@ -144,7 +145,7 @@ func TestMemSlowReceiverShowsAndWaits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := ledger.LiveOf(b, p, time.Now(), 0)
+			l := live.Of(b, p, time.Now(), 0)
 			if l.TimedOut != 10 || !strings.Contains(strings.Join(l.Attention, "; "), "10 attempts timed out (failure class timeout") {
 				t.Fatalf("live view: timed out %d, attention %q; want 10 attempts timed out, saying so", l.TimedOut, l.Attention)
 			}

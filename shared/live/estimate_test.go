@@ -1,4 +1,4 @@
-package ledger
+package live
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/eta"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -21,12 +22,12 @@ import (
 func TestEstimateOfARun(t *testing.T) {
 	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	now := start.Add(100 * time.Second)
-	b := Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
-	p := Progress{Done: 2500,
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
+	p := ledger.Progress{Done: 2500,
 		Cost:  pipeline.CostSum{"usd": decimal.RequireFromString("0.07"), "tokens": decimal.NewFromInt(1250)},
 		Spent: pipeline.CostSum{"usd": decimal.RequireFromString("0.1")},
 		Usage: api.Usage{DynamoDBWriteUnits: 5250, DynamoDBReadUnits: 12.5}}
-	e := EstimateOf(b, p, now)
+	e := Estimate(b, p, now)
 	if e == nil {
 		t.Fatal("no estimate")
 	}
@@ -52,10 +53,10 @@ func TestEstimateOfARun(t *testing.T) {
 func TestEstimateLeavesHeldItemsOut(t *testing.T) {
 	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	now := start.Add(100 * time.Second)
-	b := Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
-	p := Progress{Done: 2500, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.07")},
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
+	p := ledger.Progress{Done: 2500, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.07")},
 		Held: map[api.Outcome]int64{api.OutcomeSuspended: 1000, api.OutcomeWithheld: 500}}
-	e := EstimateOf(b, p, now)
+	e := Estimate(b, p, now)
 	if e == nil || e.Remaining != 6000 || e.Held != 1500 || !e.FinishAt.Equal(now.Add(240*time.Second)) {
 		t.Fatalf("estimate %+v; want 6000 to go, 1500 held, finish 240 s after the read", e)
 	}
@@ -71,25 +72,25 @@ func TestEstimateLeavesHeldItemsOut(t *testing.T) {
 func TestEstimateOnlyWithAPace(t *testing.T) {
 	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	now := start.Add(10 * time.Second)
-	b := Batch{Batch: api.Batch{ItemCount: 100, RunStartedAt: start}}
-	if e := EstimateOf(b, Progress{}, now); e != nil {
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 100, RunStartedAt: start}}
+	if e := Estimate(b, ledger.Progress{}, now); e != nil {
 		t.Errorf("nothing ended: %+v", e)
 	}
 	paused := b
 	paused.Pause = &api.Pause{Since: start}
-	if e := EstimateOf(paused, Progress{Done: 5}, now); e != nil {
+	if e := Estimate(paused, ledger.Progress{Done: 5}, now); e != nil {
 		t.Errorf("paused: %+v", e)
 	}
-	if e := EstimateOf(Batch{Batch: api.Batch{ItemCount: 100}}, Progress{Done: 5}, now); e != nil {
+	if e := Estimate(ledger.Batch{Batch: api.Batch{ItemCount: 100}}, ledger.Progress{Done: 5}, now); e != nil {
 		t.Errorf("no start: %+v", e)
 	}
 	corr := b
 	corr.Revisions = []api.Revision{{N: 2, RunItems: 20}}
 	corr.RunRevision = 2
-	if e := EstimateOf(corr, Progress{Done: 5}, now); e == nil || e.Remaining != 15 || !e.FinishAt.Equal(now.Add(30*time.Second)) {
+	if e := Estimate(corr, ledger.Progress{Done: 5}, now); e == nil || e.Remaining != 15 || !e.FinishAt.Equal(now.Add(30*time.Second)) {
 		t.Errorf("correction run of 20 items, 5 ended in 10 s: %+v", e)
 	}
-	if e := EstimateOf(b, Progress{Done: 100}, now); e == nil || e.Remaining != 0 || !e.FinishAt.Equal(now) {
+	if e := Estimate(b, ledger.Progress{Done: 100}, now); e == nil || e.Remaining != 0 || !e.FinishAt.Equal(now) {
 		t.Errorf("every item ended: %+v", e)
 	}
 }
@@ -104,15 +105,15 @@ func TestEstimateOnlyWithAPace(t *testing.T) {
 func TestEstimateOverTheRecentWindow(t *testing.T) {
 	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	now := start.Add(100 * time.Second)
-	b := Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
-	p := Progress{Done: 2500,
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 10000, RunStartedAt: start}}
+	p := ledger.Progress{Done: 2500,
 		Cost:  pipeline.CostSum{"usd": decimal.RequireFromString("0.07")},
 		Spent: pipeline.CostSum{"usd": decimal.RequireFromString("0.1")},
 		Pace: []eta.Sample{
 			{AtMs: start.Add(60 * time.Second).UnixMilli(), Done: 1300, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.034")}},
 			{AtMs: start.Add(75 * time.Second).UnixMilli(), Done: 1800},
 			{AtMs: start.Add(90 * time.Second).UnixMilli(), Done: 2300}}}
-	e := EstimateOf(b, p, now)
+	e := Estimate(b, p, now)
 	if e == nil {
 		t.Fatal("no estimate")
 	}
@@ -131,7 +132,7 @@ func TestEstimateOverTheRecentWindow(t *testing.T) {
 	}
 	old := p
 	old.Pace = p.Pace[2:] // 10 s old: too young to measure a pace over
-	if e := EstimateOf(b, old, now); e.RateBasis != api.RateBasisRunAverage || e.RatePerSecond != 25 || !e.Since.Equal(start) || e.ProjectedCost["usd"].String() != "0.28" {
+	if e := Estimate(b, old, now); e.RateBasis != api.RateBasisRunAverage || e.RatePerSecond != 25 || !e.Since.Equal(start) || e.ProjectedCost["usd"].String() != "0.28" {
 		t.Errorf("without a sample of the window: %+v", e)
 	}
 	if want := "recent_" + strconv.Itoa(int(eta.Window.Seconds())) + "s"; string(api.RateBasisRecent) != want {

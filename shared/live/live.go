@@ -1,4 +1,4 @@
-package ledger
+package live
 
 import (
 	"fmt"
@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// LiveOf is b's running run's live view from its counters p at now.
+// Of is b's running run's live view from its counters p at now.
 // itemTimeout is the item function's timeout (0: api.DefaultItemTimeout),
 // which decides when a run with items in flight is stalled.
-func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.LiveView {
+func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Duration) api.LiveView {
 	l := api.LiveView{RetryWaiting: p.Waiting(now), Interrupted: p.Interrupted, TimedOut: p.TimedOut, LastProgressAt: p.UpdatedAt}
 	if l.LastProgressAt.Before(b.RunStartedAt) {
 		l.LastProgressAt = b.RunStartedAt
@@ -127,7 +128,7 @@ func LiveOf(b Batch, p Progress, now time.Time, itemTimeout time.Duration) api.L
 	if !(b.Run == 1 && b.Approval.Holds()) {
 		// Sampling or awaiting approval, the rest is held: the run has
 		// no pace to project (the sample's estimate stands for it).
-		l.Estimate = EstimateOf(b, p, now)
+		l.Estimate = Estimate(b, p, now)
 	}
 	return l
 }
