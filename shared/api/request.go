@@ -67,8 +67,9 @@ type SubmitRequest struct {
 	// holds the rest until a caller approves (POST /batches/{id}/approve)
 	// or rejects (POST /batches/{id}/reject) the batch, with an estimate
 	// of the whole run from the sample (Batch.Approval, SampleEstimate).
-	// 1–MaxSample; 0 (the default) runs every item at once. Not with
-	// max_concurrency (400 naming sample). Part of the plan.
+	// 1–MaxSample; 0 (the default) runs every item at once. With
+	// max_concurrency the tracks stop before the first unit past the
+	// sample until the approval. Part of the plan.
 	Sample int `json:"sample,omitempty"`
 	// AutoApproveUSD approves a sampled batch's rest without a caller when
 	// the sample's estimate of the whole run's cost is at most it, in US

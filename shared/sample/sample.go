@@ -37,7 +37,8 @@ type Run struct {
 	// PerMessage is the batch's items per message (K ≥ 1); Parallel the
 	// messages the stack's item function runs at once (the items event
 	// source's maximum concurrency × the messages it hands one
-	// invocation), 0 when unknown.
+	// invocation), 0 when unknown. A batch with max_concurrency N gives 1
+	// and N: its tracks run N items at once, one at a time each.
 	PerMessage, Parallel int
 	// RequestsPerSecond is the batch's rate (api.Rate.RequestsPerSecond),
 	// 0 for none.

@@ -679,8 +679,6 @@ func checkSample(req api.SubmitRequest) error {
 	switch {
 	case req.Sample < 0 || req.Sample > api.MaxSample:
 		return &api.InputError{Field: "sample", Reason: fmt.Sprintf("%d is not within 1–%d (0: no sample)", req.Sample, api.MaxSample)}
-	case req.Sample > 0 && req.MaxConcurrency > 0:
-		return &api.InputError{Field: "sample", Reason: "a sample cannot be taken with max_concurrency yet (a batch with max_concurrency runs its items on tracks, which do not hold the items outside a sample); submit without one of them"}
 	case req.AutoApproveUSD != nil && req.Sample == 0:
 		return &api.InputError{Field: "auto_approve_usd", Reason: "approves a sample's estimate: give a sample too"}
 	case req.AutoApproveUSD != nil:

@@ -47,6 +47,34 @@ func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger
 	return true, nil
 }
 
+// holdTrack handles a track of b whose next unit m lies outside b's
+// sample while b holds the rest (api.Approval.Holds): the track puts m
+// back (trackRun.unread) and sends itself on to come back at the hold's
+// next check (api.ApprovalWait, as a held message does; at most
+// pace.TrackLookEvery later, and no later than its earliest retry, so
+// that the sample's own waiting units still run), and judges the
+// sample as a held message does. So a batch with max_concurrency N
+// samples on its N tracks: no unit past the sample starts, and the held
+// rest costs one message per track and check — the rest of its manifest
+// is not read.
+func (w *Worker) holdTrack(ctx context.Context, log *slog.Logger, tr *trackRun, b ledger.Batch, m *unitMessage, d Delivery, moved bool) bool {
+	now := w.Clock.Now()
+	since := b.RunStartedAt
+	if e := b.Approval.Estimate; e != nil {
+		since = e.MadeAt
+	}
+	wait := api.ApprovalWait(since, now, mrand.Float64())
+	tr.unread(m, wait)
+	for _, r := range tr.msg.Track.Retries {
+		wait = min(wait, max(r.Due().Sub(now), time.Second))
+	}
+	if b.Approval.Estimate == nil {
+		w.judgeSample(ctx, log, b, false)
+	}
+	log.InfoContext(ctx, "batch samples: the track's next unit lies outside the sample and waits for an approval", "first", m.ref.First, "retry_in_ms", wait.Milliseconds())
+	return w.sendTrack(ctx, log, tr, d, wait, moved)
+}
+
 // sampleJudgeEvery is how often, at most, one process reads a sampled
 // run's counters to see whether its sample has ended, when a held
 // message comes back: 1 s. After a counter write of the run it reads
@@ -96,6 +124,11 @@ func (w *Worker) judgeSample(ctx context.Context, log *slog.Logger, b ledger.Bat
 	spent := spend.RunSpend(p.Spent, p.Usage)
 	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
 		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: w.Parallel}
+	if n := b.MaxConcurrency; n > 0 {
+		// On max_concurrency's tracks the sample and the rest run N units
+		// at once, one item at a time each.
+		r.PerMessage, r.Parallel = 1, n
+	}
 	if b.Rate != nil {
 		r.RequestsPerSecond = b.Rate.RequestsPerSecond
 	}

@@ -48,6 +48,7 @@ type trackRun struct {
 	floor  time.Time          // units due by then are due (the track was sent to come back then)
 	parked bool               // the unit just dispatched waits in the track
 	sendOn bool               // the track claimed a slice: sent on before it runs it
+	sliced *unitMessage       // the unit sliceUnit read last (unread puts it back)
 	lines  *tracklines.Reader // the current slice's lines from Track.Pos
 }
 
@@ -145,6 +146,10 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			}
 			count()
 			return true
+		}
+		if cur.Run == 1 && cur.Approval.Holds() && cur.Stop == "" && !m.sample {
+			count()
+			return w.holdTrack(ctx, log, tr, cur, m, d, moved)
 		}
 		m.track, tr.parked = tr, false
 		start := w.Clock.Now()
@@ -417,7 +422,22 @@ func (tr *trackRun) sliceUnit(ctx context.Context) (*unitMessage, time.Duration,
 		return nil, 0, err
 	}
 	t.At, t.Pos = t.At+n, m.ref.Offset+m.ref.Length
+	tr.sliced = m
 	return m, 0, nil
+}
+
+// unread puts m, the unit next returned, back: a unit of the slice moves
+// the track back to it (Track.At, Pos: the next delivery reads it again);
+// any other waits in the track's retries, due after wait.
+func (tr *trackRun) unread(m *unitMessage, wait time.Duration) {
+	if tr.sliced != m {
+		tr.park(m, wait, m.ref.Requeued)
+		return
+	}
+	t := tr.msg.Track
+	t.At, t.Pos = m.ref.First, m.ref.Offset
+	tr.sliced = nil
+	tr.closeLines()
 }
 
 // retryUnit reads a waiting unit's lines again.
@@ -460,6 +480,9 @@ func (tr *trackRun) unit(chunk source.Chunk, first, n int64, lines *tracklines.R
 		return nil, err
 	}
 	p.SetPriority(tr.b.Weight())
+	if tr.b.Run == 1 {
+		p.SetSample(int64(tr.b.Sample))
+	}
 	p.Skip(first - chunk.FirstIndex)
 	ref := ledger.TrackRetry{First: first, Count: n, ChunkFirst: chunk.FirstIndex, ChunkItems: chunk.Count}
 	for i := range n {

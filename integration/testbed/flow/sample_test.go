@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,9 +284,89 @@ func (r *rig) callsOfBatch(n int) int64 {
 	return total
 }
 
-// The submit refuses a sample out of range, a sample with
-// max_concurrency and an auto-approval without a sample, naming the
-// field.
+// A batch with max_concurrency 3 samples on its tracks: 300 items at K
+// = 1 and 10 sampling 25 call exactly the units holding the first 25
+// items (25 items at K = 1; the 7-item chunks' packs 0–6 … 21–27, 28,
+// at K = 10), then hold — no call, however often the tracks come back,
+// one message per track on the queue — with an estimate whose time
+// counts 3 items at once for the sample and the rest. Approved, the rest
+// runs: every item called exactly once, never more than 3 at once, 270
+// succeeded and 30 failed.
+func TestSampleOnTracks(t *testing.T) {
+	const n, sample, limit = 300, 25, 3
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var running, most atomic.Int64
+			r := newRig(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				c := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+				}
+				time.Sleep(50 * time.Microsecond)
+				return sampledPipeline(ctx, req)
+			})
+			r.worker.BudgetEvery = -1
+			r.worker.Sleep = func(context.Context, time.Duration) {}
+			const id = "tracked"
+			submitK(t, r, id, k, n, func(req *api.SubmitRequest) {
+				req.MaxConcurrency, req.Sample, req.MaxAttempts = limit, sample, 3
+			})
+			want := int64(sample)
+			if k == 10 {
+				want = 28
+			}
+			var b ledger.Batch
+			for round := 0; ; round++ {
+				if round > 60 {
+					t.Fatalf("no estimate after 60 rounds: %d calls, approval %+v", r.totalCalls(), b.Approval)
+				}
+				if b = r.step(t, ctx, id, 10*time.Second); b.Approval != nil && b.Approval.Estimate != nil {
+					break
+				}
+			}
+			for round := 0; round < 8; round++ {
+				b = r.step(t, ctx, id, 10*time.Second)
+			}
+			if got := r.totalCalls(); got != want || r.callsOfBatch(int(want)) != want {
+				t.Fatalf("%d calls while the batch holds, want the %d items of the units holding the first %d", got, want, sample)
+			}
+			if msgs, _ := messagesOf(r); msgs > limit {
+				t.Errorf("%d messages on the queue while the batch awaits approval, want at most one per track (%d)", msgs, limit)
+			}
+			e := b.Approval.Estimate
+			if b.Approval.State != api.ApprovalAwaiting || e.SampleItems != want || e.Items != n ||
+				!strings.Contains(e.Pace, "sample's pace") || strings.Contains(e.Pace, "messages at once") {
+				t.Fatalf("approval %+v, estimate %+v: want awaiting, %d sample items of %d, the rest at the sample's pace (3 at once both)", b.Approval, *e, want, n)
+			}
+			if _, err := r.ctl.Approve(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			res, err := r.fin.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := res.Report.Census; c.Succeeded != 270 || c.Failed != 30 {
+				t.Errorf("census %+v: want 270 succeeded, 30 failed", c)
+			}
+			if got := r.callsOfBatch(n); got != n || r.totalCalls() != n {
+				t.Errorf("%d calls of the batch's items (%d in all), want each of %d once", got, r.totalCalls(), n)
+			}
+			for i := range n {
+				if c := r.callsOf(fmt.Sprintf("item-%010d", i)); c != 1 {
+					t.Errorf("item %d called %d times, want once", i, c)
+				}
+			}
+			if m := most.Load(); m > limit {
+				t.Errorf("%d calls at once, want at most %d", m, limit)
+			}
+		})
+	}
+}
+
+// The submit refuses a sample out of range and an auto-approval without
+// a sample, naming the field.
 func TestSampleRequestChecks(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, sampledPipeline)
@@ -296,7 +377,6 @@ func TestSampleRequestChecks(t *testing.T) {
 	}{
 		{api.SubmitRequest{Sample: -1}, "sample"},
 		{api.SubmitRequest{Sample: api.MaxSample + 1}, "sample"},
-		{api.SubmitRequest{Sample: 10, MaxConcurrency: 5}, "sample"},
 		{api.SubmitRequest{AutoApproveUSD: &one}, "auto_approve_usd"},
 	} {
 		tc.req.Pipeline, tc.req.Source = "counted", api.SourceSpec{Items: items(10)}
