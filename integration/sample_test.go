@@ -171,3 +171,63 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 		actual, pipe, infra, rep.Usage.DynamoDBWriteUnits, rep.Usage.DynamoDBReadUnits, 100*(e.CostUSD-actual)/actual, 100*rate,
 		first.Sub(approved).Round(time.Second), rest.Round(time.Second), float64(items-sample)/rest.Seconds(), e.Seconds, 100*(e.Seconds-rest.Seconds())/rest.Seconds())
 }
+
+// TestSampleOnTracksOnTheStack guards a sample taken with
+// max_concurrency (docs/api.md, "Sample and approve") on the deployed
+// stack: 200 webhook items, one a message, max_concurrency 4, sampled at
+// 40, against a receiver that answers each call after 300 ms. Until the
+// approval the receiver sees exactly items 0–39, once each, and nothing
+// more for 15 s after the estimate (the tracks hold at the sample's
+// end); approved, every item is called exactly once and the receiver
+// never has more than 4 calls open, before or after the approval.
+func TestSampleOnTracksOnTheStack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const items, sample, limit = 200, 40, 4
+	id := newID(t)
+	var rcv slowReceiver
+	req := webhookRequest(id, env.hook.route(id, rcv.decide), inlineItems(items))
+	req.ItemsPerMessage, req.Sample, req.MaxConcurrency = 1, sample, limit
+	if _, err := env.api.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	v, err := env.api.WaitUntil(wctx, id, 500*time.Millisecond, func(v wire.BatchView) bool {
+		return v.Approval != nil && v.Approval.State == api.ApprovalAwaiting || v.Status.Finished()
+	}, nil)
+	if err != nil {
+		t.Fatalf("wait for the estimate: %v", err)
+	}
+	e := v.Approval.Estimate
+	if v.Status.Finished() || e == nil || e.SampleItems != sample || e.Items != items {
+		t.Fatalf("status %s, approval %+v: want running, awaiting approval with an estimate of %d sample items of %d", v.Status, v.Approval, sample, items)
+	}
+	time.Sleep(15 * time.Second)
+	calls := env.hook.counts(id)
+	if len(calls) != sample {
+		t.Fatalf("%d items called before the approval (15 s after the estimate), want the sample's %d", len(calls), sample)
+	}
+	for key, n := range calls {
+		if i, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); i >= sample || n != 1 {
+			t.Errorf("before the approval: item %s called %d times, want only items below %d, once", key, n, sample)
+		}
+	}
+	if _, err := env.api.Approve(ctx, id); err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	v = wait(t, id)
+	if v.Status != api.StatusCompleted || v.Census == nil || v.Census.Succeeded != items {
+		t.Fatalf("status %s, census %+v: want completed, %d succeeded", v.Status, v.Census, items)
+	}
+	calls = env.hook.counts(id)
+	for j := range items {
+		if c := calls[api.PositionalKey(int64(j))]; c != 1 {
+			t.Errorf("item %d called %d times, want once", j, c)
+		}
+	}
+	if m := rcv.most(); m > limit {
+		t.Errorf("the receiver had %d calls open at once, want at most %d", m, limit)
+	}
+	t.Logf("estimate: %d s for the rest at %.1f items/s (%s); at most %d calls open", int(e.Seconds), e.ItemsPerSecond, e.Pace, rcv.most())
+}
