@@ -103,7 +103,7 @@ endif
 # does not descend into a nested module).
 MODULES := examples/embed
 
-.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short soak-cancel soak-slow bench bench-docs bench-go clean lambda-function
+.PHONY: all tools python-client python-test template template-test golangci-lint emulator emulator-stop functions cli synth deploy demo test lint unit integration console-test soak soak-short soak-cancel soak-slow fair-share bench bench-docs bench-go clean lambda-function
 
 all: functions
 
@@ -158,10 +158,13 @@ $(PY_VENV): $(PY_CLIENT)/requirements.txt $(PY_CLIENT)/pyproject.toml
 # tests (no emulator; a loopback stand-in answers with shared/wire's
 # golden answers) and the emulator tests on the deployed stack (make
 # deploy first; under CI=true they fail without AWS_ENDPOINT_URL), every
-# request and answer checked against docs/openapi.yaml. Seconds.
-python-test: $(PY_VENV)
+# request and answer checked against docs/openapi.yaml. Seconds. Then
+# the emulator launcher's own tests (localstack/*_test.py: the fair
+# queues it delivers by), in the emulator's virtualenv.
+python-test: $(PY_VENV) .venv/bin/ministack
 	cd $(PY_CLIENT) && .venv/bin/mypy
 	cd $(PY_CLIENT) && .venv/bin/python -m pytest -q -p no:cacheprovider
+	cd localstack && ../.venv/bin/python -m unittest discover -s . -p '*_test.py'
 
 emulator: .venv/bin/ministack
 	bash localstack/ministack.sh start
@@ -355,6 +358,19 @@ SOAK_CANCEL_TIMEOUT ?= 60m
 soak-cancel:
 	$(MAKE) deploy CDK_CONTEXT='$(TEST_RETRY)$(if $(CANCEL_CONCURRENCY), -c itemsMaxConcurrency=$(CANCEL_CONCURRENCY))'
 	BULKRUN_CANCEL_ITEMS=$(CANCEL_ITEMS) $(GO) test -tags 'integration soak' -count=1 -timeout $(SOAK_CANCEL_TIMEOUT) -run '^TestCancelAtHalf$$' -v ./integration/
+
+# fair-share: the fair share between batches on the emulator, by the
+# receiver's own log (integration/fairshare_test.go): a 50-item batch
+# behind a 3,000-item backlog, and a priority-3 batch beside a
+# priority-1 one. The stack is deployed again with its item event
+# source's maximum concurrency at FAIR_CONCURRENCY (3: 30 messages in
+# flight), so that what the queue hands out first runs first on a
+# 2-core machine; the emulator delivers as SQS fair queues do
+# (localstack/README.md, "Fair queues"). About a minute.
+FAIR_CONCURRENCY ?= 3
+fair-share:
+	$(MAKE) deploy CDK_CONTEXT='$(TEST_RETRY) -c itemsMaxConcurrency=$(FAIR_CONCURRENCY)'
+	BULKRUN_FAIR_SHARE=1 $(GO) test -tags integration -count=1 -timeout 10m -run '^(TestFairShareOnTheStack|TestPriorityShareOnTheStack)$$' -v ./integration/
 
 # soak-slow: opt-in, not part of `make test`. A webhook batch of
 # SLOW_ITEMS (3,000) items with the webhook's default timeout_ms (10 s)

@@ -45,6 +45,8 @@
 #                           chooses for itself. See localstack/delivery.py.
 #   BULKRUN_SQS_DELIVERY_SEED
 #                           seeds the shuffled draws; default random.
+#   BULKRUN_SQS_FAIR        0 turns off the fair queues "shuffled" applies
+#                           to messages with a MessageGroupId (default 1).
 #
 # State lives in .ministack/ at the repo root (git-ignored): ministack.log,
 # ministack.pid, ministack.port, and tmp/, the emulator's own TMPDIR (it unpacks
@@ -245,6 +247,7 @@ cmd_start() {
       AWS_SECRET_ACCESS_KEY=test \
       BULKRUN_SQS_DELIVERY="${BULKRUN_SQS_DELIVERY:-shuffled}" \
       BULKRUN_SQS_DELIVERY_SEED="${BULKRUN_SQS_DELIVERY_SEED:-}" \
+      BULKRUN_SQS_FAIR="${BULKRUN_SQS_FAIR:-1}" \
       setsid nohup "$venv/bin/python" "$repo_root/localstack/delivery.py" >"$log_file" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$pid_file"
