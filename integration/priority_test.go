@@ -18,9 +18,10 @@ import (
 // and .0 … .{P−1}) through the queue service: every item of each is
 // called once and succeeds, the batch view shows the priority asked for,
 // and a repeated submit with another priority is 409 naming priority.
-// The share each gets is the fair queues' (the emulator hands out
-// messages in send order): TestFairQueueGivesPriorityItsShare measures it
-// in the test bed's model.
+// The share each gets is the fair queues': TestPriorityShareOnTheStack
+// measures it on the emulator (localstack/delivery.py applies the fair
+// queues' rule), TestFairQueueGivesPriorityItsShare in the flow test
+// bed's model.
 func TestPriorityOnTheStack(t *testing.T) {
 	ctx := context.Background()
 	type run struct {

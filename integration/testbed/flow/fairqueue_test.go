@@ -14,8 +14,8 @@ import (
 
 // fairQueue receives from a memQueue as an SQS standard queue with fair
 // queues does ("How Amazon SQS fair queues work", SQS developer guide),
-// which the emulator does not (it hands out a standard queue's messages
-// in send order, whatever their MessageGroupId):
+// as the emulator's launcher does too (localstack/delivery.py; MiniStack
+// itself ignores a standard queue's MessageGroupId), here by rounds:
 //
 //   - a message's tenant is its MessageGroupId, here the group the SQS
 //     adapter sends it in (ledger.MessageGroup); a message with none is a
