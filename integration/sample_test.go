@@ -72,14 +72,8 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	v, err := env.api.WaitUntil(wctx, id, 500*time.Millisecond, func(v wire.BatchView) bool {
-		return v.Approval != nil && v.Approval.State == api.ApprovalAwaiting || v.Status.Finished()
-	}, nil)
-	if err != nil {
-		t.Fatalf("wait for the estimate: %v", err)
-	}
+	v := awaitEstimate(t, ctx, id)
+	var err error
 	sampled := time.Now()
 	e := v.Approval.Estimate
 	if v.Status.Finished() || e == nil {
@@ -191,14 +185,7 @@ func TestSampleOnTracksOnTheStack(t *testing.T) {
 	if _, err := env.api.Submit(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	v, err := env.api.WaitUntil(wctx, id, 500*time.Millisecond, func(v wire.BatchView) bool {
-		return v.Approval != nil && v.Approval.State == api.ApprovalAwaiting || v.Status.Finished()
-	}, nil)
-	if err != nil {
-		t.Fatalf("wait for the estimate: %v", err)
-	}
+	v := awaitEstimate(t, ctx, id)
 	e := v.Approval.Estimate
 	if v.Status.Finished() || e == nil || e.SampleItems != sample || e.Items != items {
 		t.Fatalf("status %s, approval %+v: want running, awaiting approval with an estimate of %d sample items of %d", v.Status, v.Approval, sample, items)
@@ -233,4 +220,19 @@ func TestSampleOnTracksOnTheStack(t *testing.T) {
 	}
 	t.Logf("estimate: %d s for the rest at %.1f items/s (%s); the rest took %.1f s from the approval to the status completed (the tracks come back at the hold's next check); at most %d calls open",
 		int(e.Seconds), e.ItemsPerSecond, e.Pace, rest.Seconds(), rcv.most())
+}
+
+// awaitEstimate waits (3 minutes at most) until batch id awaits approval
+// or has finished, and returns its view.
+func awaitEstimate(t *testing.T, ctx context.Context, id string) wire.BatchView {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	v, err := env.api.WaitUntil(wctx, id, 500*time.Millisecond, func(v wire.BatchView) bool {
+		return v.Approval != nil && v.Approval.State == api.ApprovalAwaiting || v.Status.Finished()
+	}, nil)
+	if err != nil {
+		t.Fatalf("wait for the estimate: %v", err)
+	}
+	return v
 }
