@@ -55,7 +55,10 @@ func (c *Control) Reject(ctx context.Context, id string) (ledger.Batch, error) {
 	if err != nil {
 		return b, err
 	}
-	if b.Approval.State == api.ApprovalApproved {
+	switch {
+	case b.Approval.State == api.ApprovalApproved && (b.Run != 1 || b.Status.Finished()):
+		return b, fmt.Errorf("reject %s: approved already (by %s), and its first run is over (status %s): %w", id, b.Approval.DecidedBy, b.Status, api.ErrConflict)
+	case b.Approval.State == api.ApprovalApproved:
 		return b, fmt.Errorf("reject %s: approved already (by %s); cancel it instead: %w", id, b.Approval.DecidedBy, api.ErrConflict)
 	}
 	if b.Approval.State != api.ApprovalRejected {

@@ -954,7 +954,8 @@ func EstimateText(e api.Estimate) string {
 func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string {
 	state := strings.ReplaceAll(string(ap.State), "_", " ")
 	switch {
-	case !open && ap.Decision == "":
+	case !open && (ap.State == api.ApprovalSampling || ap.State == api.ApprovalAwaiting):
+		// The state, not Decision: the API's view carries no Decision.
 		state = "undecided (" + state + " when the run stopped or ended)"
 	case ap.State == api.ApprovalSampling:
 		state += ": the rest waits for the sample's items to end"

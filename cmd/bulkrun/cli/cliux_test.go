@@ -400,6 +400,34 @@ func TestStatusShowsTheSample(t *testing.T) {
 	if want := "sample: 200 items, undecided (awaiting approval when the run stopped or ended)\n"; !strings.Contains(out.String(), want) || strings.Contains(out.String(), "bulkrun approve") {
 		t.Errorf("status of a cancelled batch lacks %q or offers approve:\n%s", want, out.String())
 	}
+	// Ended after a decision, read as a client reads it (the JSON
+	// carries the state, not the stored decision): the decision, not
+	// "undecided".
+	for _, tc := range []struct {
+		state  api.ApprovalState
+		status api.Status
+		want   string
+	}{
+		{api.ApprovalApproved, api.StatusCompleted, "sample: 200 items, approved by caller at 2026-12-04 10:05:00Z\n"},
+		{api.ApprovalRejected, api.StatusCancelled, "sample: 200 items, rejected by caller at 2026-12-04 10:05:00Z\n"},
+	} {
+		body, err := json.Marshal(api.ApprovalOf(200, tc.state, api.DecidedByCaller, time.Date(2026, 12, 4, 10, 5, 0, 0, time.UTC), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ap api.Approval
+		if err := json.Unmarshal(body, &ap); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		v.Status, v.Approval = tc.status, &ap
+		if err := a.show(v); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), "undecided") {
+			t.Errorf("status of a %s batch %s by a caller lacks %q:\n%s", tc.status, tc.state, tc.want, out.String())
+		}
+	}
 	cmd := (&app{}).uploadCmd()
 	if err := cmd.ParseFlags([]string{"--pipeline", "webhook", "--sample", "200", "--auto-approve-usd", "15"}); err != nil {
 		t.Fatal(err)

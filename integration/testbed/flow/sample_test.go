@@ -151,6 +151,11 @@ func TestSampleHoldsTheRestUntilApproved(t *testing.T) {
 		t.Logf("report: estimate $%v against $%v spent (%+.2f %%); failures %.1f %% in %.1f–%.1f %%; the rest %v s against %v s estimated",
 			sc.Estimate.CostUSD, sc.CostUSD, 100*sc.CostDiff, 100*sc.FailureRate, 100*sc.Estimate.FailureLow, 100*sc.Estimate.FailureHigh, sc.RestSeconds, sc.Estimate.Seconds)
 	}
+	// A rejection of the finished run names why, not a cancel that
+	// would do nothing.
+	if _, err := r.ctl.Reject(ctx, id); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "first run is over") {
+		t.Errorf("reject after the run ended: %v, want a conflict saying its first run is over", err)
+	}
 	keys := 0
 	r.calls.Range(func(k, _ any) bool {
 		keys++

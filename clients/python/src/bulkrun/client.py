@@ -484,15 +484,16 @@ class Client:
         at its message's next check (within about 1.5 minutes in the
         hour after the estimate, 5.5 minutes later on); the sample's items
         are not run again. Idempotent; APIError 409 conflict
-        for a batch with no sample, one rejected, or one whose first run is
-        over."""
+        for a batch with no sample, one rejected, or one whose first run
+        ended undecided."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/approve"))
 
     def reject(self, batch_id: str) -> BatchView:
         """POST /batches/{id}/reject: a sampled batch's run is cancelled, its
         held items ending cancelled, never called. Idempotent; APIError 409
         conflict for a batch with no sample, one approved (cancel() it
-        instead), or one whose first run is over."""
+        instead while its first run runs), or one whose first run ended
+        undecided."""
         return cast(BatchView, self.request("POST", f"/batches/{_quote(batch_id)}/reject"))
 
     def set_budget(self, batch_id: str, usd: float) -> BatchView:
