@@ -1,6 +1,7 @@
 package live
 
 import (
+	"slices"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -12,9 +13,23 @@ import (
 // now from its counters p, by eta.Estimate's rules: nil while it has
 // ended no item, before its start, or while b is paused. The run's items
 // are b.RunItems(): a correction run's own, else the batch's.
+//
+// A sampled first run that was approved is paced from the approval
+// only: before it the run's pace is the sample's and the hold's, which
+// say nothing of the rest. Its estimate is nil until the ring holds a
+// sample taken after the approval that a recent pace can be measured
+// from (eta.Recent); until then the sample's own estimate
+// (api.Approval.Estimate) stands for it.
 func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
+	ring := p.Pace
+	if a := b.Approval; b.Run == 1 && a != nil && a.Decision == api.ApprovalApproved && a.DecidedAt.After(b.RunStartedAt) {
+		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(a.DecidedAt) })
+		if _, ok := eta.Recent(ring, now, p.Done, p.Cost); !ok {
+			return nil
+		}
+	}
 	return eta.Estimate(eta.Run{Items: b.RunItems(), StartedAt: b.RunStartedAt, Paused: b.Pause != nil,
-		Done: p.Done, Held: heldOf(p), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: p.Pace}, now)
+		Done: p.Done, Held: heldOf(p), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: ring}, now)
 }
 
 // heldOf is the run's items held, by its counters (Progress.Held).

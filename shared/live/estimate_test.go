@@ -139,3 +139,36 @@ func TestEstimateOverTheRecentWindow(t *testing.T) {
 		t.Errorf("RateBasisRecent %q names another window than eta.Window (%q)", api.RateBasisRecent, want)
 	}
 }
+
+// TestEstimateOfAnApprovedSampleStartsAtTheApproval: a sampled run of
+// 300 items whose 30 sample items ended in its first 2 s, approved 40 s
+// later, has no live estimate until a ring sample taken after the
+// approval is old enough to measure a pace over (the run's average,
+// 30 items in 42 s, would say 0.7 items/s); then it is the rest's own
+// pace, from that sample.
+func TestEstimateOfAnApprovedSampleStartsAtTheApproval(t *testing.T) {
+	start := time.Date(2026, 12, 4, 20, 44, 0, 0, time.UTC)
+	decided := start.Add(42 * time.Second)
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 300, Run: 1, RunStartedAt: start}}
+	b.Sample = 30
+	b.Approval = api.ApprovalOf(30, api.ApprovalApproved, api.DecidedByCaller, decided, &api.SampleEstimate{SampleItems: 30})
+	b.Approval.Decision = api.ApprovalApproved
+	p := ledger.Progress{Done: 30, Pace: []eta.Sample{{AtMs: start.Add(2 * time.Second).UnixMilli(), Done: 30}}}
+	if e := Estimate(b, p, decided.Add(5*time.Second)); e != nil {
+		t.Fatalf("just after the approval: %+v, want none (the sample's estimate stands)", e)
+	}
+	p.Done = 150
+	p.Pace = append(p.Pace, eta.Sample{AtMs: decided.Add(10 * time.Second).UnixMilli(), Done: 60})
+	now := decided.Add(45 * time.Second)
+	e := Estimate(b, p, now)
+	if e == nil || e.RateBasis != api.RateBasisRecent || !e.Since.Equal(decided.Add(10*time.Second)) || e.Ended != 90 || e.RatePerSecond != 90.0/35 {
+		t.Fatalf("after the approval: %+v, want the recent pace since the sample 10 s after the approval: 90 items in 35 s", e)
+	}
+	// Not sampled: just after the same moment, the run's average (30
+	// items in 47 s), as before.
+	b.Approval = nil
+	first := ledger.Progress{Done: 30, Pace: []eta.Sample{{AtMs: start.Add(2 * time.Second).UnixMilli(), Done: 30}}}
+	if e := Estimate(b, first, decided.Add(5*time.Second)); e == nil || e.RateBasis != api.RateBasisRunAverage || e.RatePerSecond != 30.0/47 {
+		t.Errorf("without a sample: %+v, want the run's average, 30 items in 47 s", e)
+	}
+}
