@@ -15,7 +15,7 @@ import (
 // carry no Lambda, SQS, S3 or EventBridge figure, so those are not
 // counted (docs/design/cost.md prices them per item). The worker reads
 // the counters after its counter writes (at most once per
-// worker.DefaultBudgetEvery per run per process) and
+// judge.DefaultBudgetEvery per run per process) and
 // pauses the run once the spend reaches the budget; items already running
 // finish, so a run spends past its budget by what was in flight and what
 // the counters had not counted yet. Raising the budget

@@ -29,14 +29,5 @@ func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
 		}
 	}
 	return eta.Estimate(eta.Run{Items: b.RunItems(), StartedAt: b.RunStartedAt, Paused: b.Pause != nil,
-		Done: p.Done, Held: heldOf(p), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: ring}, now)
-}
-
-// heldOf is the run's items held, by its counters (Progress.Held).
-func heldOf(p ledger.Progress) int64 {
-	var n int64
-	for _, c := range p.Held {
-		n += c
-	}
-	return n
+		Done: p.Done, Held: p.HeldItems(), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: ring}, now)
 }

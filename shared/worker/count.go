@@ -77,8 +77,8 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		log := w.Log.With("batch_id", k.id, "run", k.run)
 		w.countLanes(ctx, log, a.b, a.outcomes, a.cost, a.spent, a.health)
 		if ledger.SumOutcomes(a.outcomes) > 0 || len(a.spent) > 0 {
-			w.judgeBudget(ctx, log, a.b)
-			w.judgeSample(ctx, log, a.b, true)
+			w.judges().Budget(ctx, log, a.b)
+			w.judges().Sample(ctx, log, a.b, true)
 		}
 	}
 	w.countChunks(ctx, chunked, weight)

@@ -102,7 +102,7 @@ func (w *Worker) unpauseOnAnswer(ctx context.Context, log *slog.Logger, b ledger
 	case err == nil:
 		now := w.Clock.Now()
 		log.WarnContext(ctx, "batch unpaused: the probe was answered", "probes", p.Probes, "paused_ms", now.Sub(p.Since).Milliseconds())
-		w.resumePace(ctx, log, b)
+		w.pacing().Resume(ctx, log, b)
 		w.Metrics.Paused(b.Pipeline, false, b.ID, b.Run)
 		ledger.AnnouncePause(ctx, w.Bus, log, b, p, false, api.PauseByOutage, now)
 	case !errors.Is(err, api.ErrConflict):

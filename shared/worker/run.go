@@ -67,8 +67,8 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	// A batch with a rate leases its calls before the take (rate.go);
 	// a token budget's booking is settled once the unit ends, whichever
-	// way (tokens.go).
-	defer w.settleTokens(ctx, log, m)
+	// way (pacer.Pacer.Settle).
+	defer w.pacing().Settle(ctx, log, &m.lease)
 	// A track's message comes back by design (its units wait in it), so
 	// only an item or pack message received again is a redelivery here.
 	if wait, err := w.paceUnit(ctx, log, b, m, d.ReceiveCount > 1 && m.track == nil); err != nil {
@@ -165,7 +165,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
 				return // not started: given back below
 			}
-			if r.lateLease = (m.leaseLate(w.Clock.Now()) || m.throttled.Load()) && !keep; r.lateLease {
+			if r.lateLease = (m.lease.Late(w.Clock.Now()) || m.throttled.Load()) && !keep; r.lateLease {
 				return // not started: given back below
 			}
 			r.started = true
@@ -174,7 +174,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, paced: !m.leased.IsZero()}, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, paced: !m.lease.Leased.IsZero()}, u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -451,7 +451,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
-	if w.observeCall(ctx, log, b, start, c.paced, perr) && c.throttled != nil {
+	if w.pacing().Observe(ctx, log, b, start, c.paced, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
 	}
 	// Staging ends with Run, whatever its result: a write staged later (by

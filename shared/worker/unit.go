@@ -13,6 +13,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
 // A ledger unit is what one items-queue message names and one conditional
@@ -63,16 +64,15 @@ type unitMessage struct {
 	// TokensBookedUs and TokensDriftUs.
 	rateAt, tokensAt, tokensBooked, tokensDrift *int64
 	ratePos                                     *float64
-	// leased is the start of the rate lease this delivery runs under
-	// (zero: none): its calls start by then + pace.LeaseGrace.
-	leased time.Time
+	// lease is this delivery's pacing of the unit (rate.go): the start
+	// of the lease it runs under (its calls start by then +
+	// pace.LeaseGrace), and the token booking it settles once its calls
+	// ended, or gives back when none ran.
+	lease pacer.Lease
 	// throttled: the downstream throttled a call of this delivery's unit
 	// (a batch with no rate): its calls not yet started are given back.
 	throttled atomic.Bool
-	// tokens is the token lease this delivery booked (tokens.go): settled
-	// once its calls ended, or given back when none ran.
-	tokens tokenBooking
-	body   func() ([]byte, error)
+	body      func() ([]byte, error)
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
 	probe bool

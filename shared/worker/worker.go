@@ -22,6 +22,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
+	"github.com/bulkrun/bulkrun/shared/judge"
 	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pacer"
@@ -114,7 +115,7 @@ type Worker struct {
 	// BudgetEvery is how often, at most, this process reads a run's
 	// counters (Store.Progress: one Query per counter partition) to judge
 	// its budget, after a counter write of the run: 0 means
-	// DefaultBudgetEvery (5 s); a negative value reads after every write
+	// judge.DefaultBudgetEvery (5 s); a negative value reads after every write
 	// (tests on a clock that does not move).
 	BudgetEvery time.Duration
 	// Parallel is how many items-queue messages the stack's item function
@@ -139,12 +140,13 @@ type Worker struct {
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *lanebook.Book
-	// adapts is what this worker knows of its downstream keys' adaptive
-	// rows (rate.go).
-	adapts *pacer.Adapts
-	// budgets remembers, per run, when this process last read its
-	// counters for the budget (budget.go); made on first use.
-	budgets *budgetBook
+	// pacer paces the units of batches with a rate, a token budget or a
+	// throttled downstream (rate.go); made on first use.
+	pacer *pacer.Pacer
+	// judge judges runs' counters after this process counted them: the
+	// budget's pause and the sample's estimate (shared/judge); made on
+	// first use.
+	judge *judge.Judge
 	// speeds remembers, per batch, whether its calls in this process
 	// were short (stopcheck.go); made on first use.
 	speeds *callSpeeds

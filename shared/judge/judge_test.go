@@ -1,4 +1,4 @@
-package worker
+package judge
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // most one per DefaultBudgetEvery per run in a process (another run has
 // its own); a negative every reads each time.
 func TestBudgetReadsAreThrottled(t *testing.T) {
-	var k budgetBook
+	var k readBook
 	t0 := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		id   string

@@ -1,0 +1,370 @@
+package pacer
+
+import (
+	"context"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// Pacing a unit (docs/adr/0031, 0035, 0036): a unit of a batch with a
+// rate leases its calls (one request per item) from one bucket row of
+// the rate's key before its take, so that waiting uses no attempt; a
+// batch with a token budget books its calls' expected use first and
+// settles what they reported after; a batch with neither is paced by its
+// downstream key's adaptive line once the downstream throttled a call.
+// A lease starting within pace.LeaseSleep is slept in the invocation; a
+// later one (booked up to pace.LeaseHorizon ahead) is carried by the
+// unit's message (Carried), which waits for it on the queue or in its
+// track (the item engine's part) and runs at its start without leasing
+// again. A key whose schedule is booked past the horizon books nothing:
+// the unit waits until it would not be, and leases then. The pacing's
+// own bookkeeping never changes an item's outcome: a row that cannot be
+// read leaves the unit unpaced, a settle that cannot be written is
+// logged.
+
+// Store is every pacing row a unit leases on (pace.Rows, part of
+// ledger.Store).
+type Store interface {
+	RateStore
+	TokenStore
+	AdaptStore
+}
+
+// Carried is what a unit's message carries of its pacing while it waits
+// (ledger.Message.RateAtUs, RatePos, TokensAtUs, TokensBookedUs,
+// TokensDriftUs, or a track unit's ledger.TrackRetry): the start of its
+// request lease or adaptive place (zero: none) and the place's position,
+// its token booking's start (zero: none), the time it booked and the
+// key's drift when it booked. Each is used once: Unit clears what it
+// takes.
+type Carried interface {
+	LeaseAt() time.Time
+	SetLeaseAt(t time.Time)
+	LeasePos() float64
+	SetLeasePos(p float64)
+	TokensCarried() (at time.Time, booked, drift time.Duration)
+	SetTokensCarried(at time.Time, booked, drift time.Duration)
+}
+
+// Pacer paces an item function's units. Its state (Adapts) is the
+// process's; the zero value with Store set is ready, and a Pacer must
+// not be copied after first use.
+type Pacer struct {
+	// Store holds the pacing rows.
+	Store Store
+	// Clock is the time; nil: the wall clock.
+	Clock ledger.Clock
+	// Sleep waits for a lease's start (at most pace.LeaseSleep); nil: a
+	// timer. Tests on a clock of their own move it.
+	Sleep func(ctx context.Context, d time.Duration)
+
+	once   sync.Once
+	adapts *Adapts
+}
+
+// Lease is one delivery's pacing of its unit: the start of the request
+// lease or adaptive place it runs under, and the token booking it holds
+// until Settle. The zero value is a unit not paced.
+type Lease struct {
+	// Leased is the start of the lease this delivery runs under (zero:
+	// none): its calls start by then + pace.LeaseGrace (Late).
+	Leased time.Time
+	tokens tokenBooking
+}
+
+// tokenBooking is a unit's token booking (budget: tokens a second;
+// carried: it came with the message) and, once its calls ended, their use.
+type tokenBooking struct {
+	key     string
+	budget  float64
+	start   time.Time
+	booked  time.Duration
+	drift   time.Duration
+	carried bool
+	used    float64
+	calls   int
+}
+
+func (p *Pacer) now() time.Time {
+	if p.Clock == nil {
+		return time.Now()
+	}
+	return p.Clock.Now()
+}
+
+// Adapts is what p knows of its downstream keys' adaptive rows, made on
+// first use.
+func (p *Pacer) Adapts() *Adapts {
+	p.once.Do(func() { p.adapts = &Adapts{} })
+	return p.adapts
+}
+
+// sleep waits d on p.Sleep, or a timer, or until ctx ends.
+func (p *Pacer) sleep(ctx context.Context, d time.Duration) {
+	if p.Sleep != nil {
+		p.Sleep(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// Unit leases the calls of a unit of b (calls items, one call each; c
+// what its message carries, redelivered: this delivery is the same
+// message received again, whose bookings another receive may have used)
+// into l: its token budget's booking first, then its requests from the
+// booking's start on, so that a unit waiting for tokens holds no request
+// lease and its request lease never starts before its tokens; with no
+// rate, its place in the key's adaptive line. It returns 0 when the unit
+// may be taken now (after a sleep of at most pace.LeaseSleep until what
+// it leased has started), or how long it waits first (what it booked
+// carried in c). An error is the store's: the unit waits as for AWS
+// unavailable, holding no booking.
+func (p *Pacer) Unit(ctx context.Context, log *slog.Logger, b ledger.Batch, c Carried, calls int, redelivered bool, l *Lease) (time.Duration, error) {
+	if b.Rate == nil {
+		return p.adaptive(ctx, log, b, c, calls, redelivered, l)
+	}
+	now := p.now()
+	from := now // when the unit's tokens allow its calls
+	if b.Rate.Budgeted() {
+		at, wait, err := p.tokens(ctx, log, b, c, calls, redelivered, l)
+		if err != nil || wait > 0 {
+			c.SetLeaseAt(time.Time{}) // a unit waiting for tokens holds no request lease
+			return wait, err
+		}
+		from = at
+	}
+	if b.Rate.RequestsPerSecond <= 0 {
+		if wait := from.Sub(p.now()); wait > 0 {
+			p.sleep(ctx, wait)
+		}
+		return 0, nil
+	}
+	key := b.Rate.KeyOf(b.ID)
+	return p.calls(ctx, log, c, l, key, now, from, func() (Booking, error) {
+		return LeaseRequests(ctx, p.Store, key, b.Rate.RequestsPerSecond, calls, now, from)
+	})
+}
+
+// adaptive paces a unit's calls when b has no rate (docs/adr/0036): not
+// at all while its downstream key is not paced (pace.Adapt.Paced, the
+// row read at most once a second per process); else it leases the next
+// positions in the key's line (Adapts.LeaseAdaptive) and waits until they
+// are due (pace.Adapt.Due) and the key's hold has passed: slept in the
+// invocation within pace.LeaseSleep, else carried on c (its position and
+// start) while it waits on the queue, its start worked out again from
+// the row when it comes back. The row unread, the unit runs unpaced:
+// bulkrun's pacing never stops an item.
+func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, c Carried, calls int, redelivered bool, l *Lease) (time.Duration, error) {
+	key := DownstreamKey(b)
+	now := p.now()
+	a, err := p.Adapts().Adapt(ctx, p.Store, key, now)
+	if err != nil {
+		log.WarnContext(ctx, "adaptive pace unread; the unit runs unpaced", "key", key, "error", pipeline.ErrorText(err))
+		return 0, nil
+	}
+	// A place is carried by the message sent to wait for it, used once:
+	// the same message received again (a retry's delay, a give-back,
+	// another delivery holding the unit) leases anew.
+	carried, pos := !c.LeaseAt().IsZero() && !redelivered, c.LeasePos()
+	c.SetLeaseAt(time.Time{}) // a lease is used once
+	c.SetLeasePos(0)
+	if !a.Paced(now) {
+		return 0, nil // not paced, or no longer: it runs now
+	}
+	if !carried {
+		at, ok, row, err := p.Adapts().LeaseAdaptive(ctx, p.Store, key, a, calls, now)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			wait := pace.AdaptWait(mrand.Float64())
+			log.InfoContext(ctx, "downstream's adaptive pace booked past its horizon; waiting to lease", "key", key, "retry_in_ms", wait.Milliseconds())
+			return wait, nil
+		}
+		pos, a = at, row
+	}
+	start := Later(a.Due(pos, now), a.Hold)
+	wait := start.Sub(p.now())
+	if wait > pace.LeaseSleep {
+		wake := Later(a.Wake(pos, now), start)
+		c.SetLeaseAt(wake)
+		c.SetLeasePos(pos)
+		return wake.Sub(p.now()), nil
+	}
+	if wait > 0 {
+		p.sleep(ctx, wait)
+	}
+	l.Leased = start
+	return 0, nil
+}
+
+// calls leases a unit's calls of key with lease, from from on (zero or
+// past: now), unless c carries a lease still fresh: it returns 0 when
+// the unit may be taken now (after a sleep of at most pace.LeaseSleep
+// until the lease and from have started), or how long it waits first
+// (its lease carried in c, or none when the key is booked past the
+// horizon).
+func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease, key string, now, from time.Time, lease func() (Booking, error)) (time.Duration, error) {
+	start := c.LeaseAt()
+	c.SetLeaseAt(time.Time{}) // a lease is used once
+	if !start.IsZero() && Later(now, from).After(start.Add(pace.LeaseGrace)) {
+		// Stale, or its token booking moved past it: leased again from then.
+		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", Later(now, from).Sub(start).Milliseconds())
+		start = time.Time{}
+	}
+	if start.IsZero() {
+		bk, err := lease()
+		if err != nil {
+			return 0, err
+		}
+		if !bk.Granted {
+			log.InfoContext(ctx, "rate booked past the horizon; waiting to lease", "key", key, "retry_in_ms", bk.Wait.Milliseconds())
+			return bk.Wait, nil
+		}
+		start = bk.Start
+	}
+	wait := Later(start, from).Sub(p.now())
+	if wait > pace.LeaseSleep {
+		c.SetLeaseAt(start)
+		l.Carry(c) // the token booking waits with it
+		return wait, nil
+	}
+	if wait > 0 {
+		p.sleep(ctx, wait)
+	}
+	l.Leased = start
+	return 0, nil
+}
+
+// tokens books a unit's expected use of b's token budget before its take
+// (TakeTokens), or takes the booking c carries, moved by the drift
+// settled since. It returns the booking's start, at most pace.LeaseSleep
+// ahead (l then holds the booking, settled by Settle), or how long the
+// unit waits first: for the booking c then carries, or, when none could
+// be booked, before booking again.
+func (p *Pacer) tokens(ctx context.Context, log *slog.Logger, b ledger.Batch, c Carried, calls int, redelivered bool, l *Lease) (time.Time, time.Duration, error) {
+	budget := b.Rate.TokenBudget()
+	key := b.Rate.KeyOf(b.ID)
+	now := p.now()
+	start, booked, drift := c.TokensCarried()
+	c.SetTokensCarried(time.Time{}, 0, 0) // a booking is used once
+	carried := !start.IsZero() && !redelivered
+	if !carried {
+		start = time.Time{}
+	}
+	bk, err := TakeTokens(ctx, p.Store, key, calls, budget, Booking{Start: start, Spacing: booked, Drift: drift}, now)
+	if err != nil {
+		if carried {
+			c.SetTokensCarried(start, booked, drift) // still carried
+		}
+		return time.Time{}, 0, err
+	}
+	if !bk.Granted {
+		log.InfoContext(ctx, "token budget booked ahead; waiting to book", "token_key", key, "retry_in_ms", bk.Wait.Milliseconds())
+		return time.Time{}, bk.Wait, nil
+	}
+	start, booked, drift = bk.Start, bk.Spacing, bk.Drift
+	l.tokens = tokenBooking{key: key, budget: budget, start: start, booked: booked, drift: drift, carried: carried}
+	if wait := start.Sub(p.now()); wait > pace.LeaseSleep {
+		l.Carry(c)
+		return time.Time{}, wait, nil
+	}
+	return start, 0, nil
+}
+
+// Carry moves l's token booking onto c (the unit's message, sent to wait).
+func (l *Lease) Carry(c Carried) {
+	if t := l.tokens; t.key != "" {
+		c.SetTokensCarried(t.start, t.booked, t.drift)
+		l.tokens = tokenBooking{}
+	}
+}
+
+// Late reports whether a call of l's unit starting at now would start
+// past its lease's start + pace.LeaseGrace (its item then waited for the
+// invocation's other items, or a slow take): it is given back and leases
+// again, so that late calls do not bunch with the calls of later leases.
+func (l *Lease) Late(now time.Time) bool {
+	return !l.Leased.IsZero() && now.After(l.Leased.Add(pace.LeaseGrace))
+}
+
+// Called records a call of l's unit that reported tokens (its cost's
+// api.TokensCostName, as Counted counts it) for Settle. Only calls that
+// reached the pipeline are recorded: an attempt that never called it (a
+// bad row; a stop or a refusal) is not a call.
+func (l *Lease) Called(tokens float64) {
+	if l.tokens.key == "" {
+		return
+	}
+	l.tokens.calls++
+	l.tokens.used += Counted(tokens)
+}
+
+// Settle writes l's token booking's settle: what its calls used less
+// what it booked. A booking of no calls is given back whole when this
+// delivery made it, and when it came with the message only while it is
+// wholly ahead of now + pace.LeaseSleep (no receive can have used it
+// yet). An error is logged, never returned: the budget's bookkeeping
+// never changes an item's outcome.
+func (p *Pacer) Settle(ctx context.Context, log *slog.Logger, l *Lease) {
+	t := l.tokens
+	if t.key == "" {
+		return
+	}
+	l.tokens = tokenBooking{}
+	now := p.now()
+	if t.calls == 0 && t.carried && !t.start.After(now.Add(pace.LeaseSleep)) {
+		return
+	}
+	if err := SettleTokens(context.WithoutCancel(ctx), p.Store, t.key, t.budget, t.start, t.booked, t.used, t.calls, now); err != nil {
+		log.WarnContext(ctx, "token budget not settled; the key is off by this unit's estimate", "token_key", t.key, "used", t.used, "booked_ms", t.booked.Milliseconds(), "error", err)
+	}
+}
+
+// Observe counts a call of b's downstream key started at start (paced:
+// at a place leased on the key's adaptive row), for a batch with no
+// rate, and applies a throttled answer (err) to the key's adaptive row
+// (Adapts.Observe), reporting whether the downstream throttled it. A
+// failed write is logged, never the item's: bulkrun's pacing never
+// changes an item's outcome.
+func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, start time.Time, paced bool, err error) bool {
+	if b.Rate != nil {
+		return false
+	}
+	key := DownstreamKey(b)
+	now := p.now()
+	a, cut, oerr := p.Adapts().Observe(context.WithoutCancel(ctx), p.Store, key, start, now, paced, err)
+	switch {
+	case oerr != nil:
+		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "key", key, "error", pipeline.ErrorText(oerr))
+	case cut:
+		log.WarnContext(ctx, "downstream throttled; its key is paced", "key", key, "limit_per_s", a.LimitAt(now), "hold_ms", max(a.Hold.Sub(now), 0).Milliseconds())
+	}
+	_, throttled := DownstreamThrottle(err)
+	return throttled
+}
+
+// Resume ramps b's downstream back up as b resumes after its outage
+// pause (Adapts.Resume): its units that waited come back spread, not at
+// once. A batch with a rate is paced by it already; a failed write
+// leaves the units unpaced, the unpause standing.
+func (p *Pacer) Resume(ctx context.Context, log *slog.Logger, b ledger.Batch) {
+	if b.Rate != nil {
+		return
+	}
+	key := DownstreamKey(b)
+	if _, _, err := p.Adapts().Resume(ctx, p.Store, key, p.now()); err != nil {
+		log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "key", key, "error", pipeline.ErrorText(err))
+	}
+}
