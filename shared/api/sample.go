@@ -88,47 +88,68 @@ func ApprovalOf(sample int, decision ApprovalState, by string, at time.Time, est
 func (a *Approval) Holds() bool { return a != nil && a.Decision != ApprovalApproved }
 
 // The checks of the messages a sampled first run holds (the item
-// function's holdForApproval): each held message comes back at every
-// check, so a decision reaches the rest at the first check after it.
+// function's holdForApproval, and a track's holdTrack): each held message
+// comes back at every check, so a decision reaches the rest at the first
+// check after it. The checks are dense while a person is likely watching
+// (the minutes after the estimate) and thin out after, as a pause's do.
 const (
-	// ApprovalCheckEvery is the time between two checks after the first
-	// (FirstCheck, 30 s into the hold, as a pause's) during the first
-	// ApprovalQuickFor of the hold: 1 minute, so that an approval given
-	// then reaches the rest within about 1.5 minutes (the next check,
-	// plus CheckGrace and up to as much again).
-	ApprovalCheckEvery = time.Minute
+	// ApprovalQuickEvery is the time between two checks during the first
+	// ApprovalQuickFor of the hold: 10 s, so that an approval given then
+	// reaches the rest within about 14 s (the next check, plus
+	// ApprovalGrace and up to as much again).
+	ApprovalQuickEvery = 10 * time.Second
 	// ApprovalQuickFor is how long the checks come every
-	// ApprovalCheckEvery: 1 hour after the hold began (61 re-sends per
-	// held message); then every MaxCheckInterval (5 minutes, 12 re-sends
-	// an hour), as for a pause.
-	ApprovalQuickFor = time.Hour
+	// ApprovalQuickEvery: 10 minutes after the hold began (60 re-sends
+	// per held message).
+	ApprovalQuickFor = 10 * time.Minute
+	// ApprovalCheckEvery is the time between two checks from
+	// ApprovalQuickFor to ApprovalSlowAfter: 1 minute (an approval then
+	// reaches the rest within about 64 s; 50 re-sends per held message).
+	ApprovalCheckEvery = time.Minute
+	// ApprovalSlowAfter is when the checks come every MaxCheckInterval
+	// (5 minutes, 12 re-sends an hour), as for a pause: 1 hour after the
+	// hold began. A batch left awaiting costs 110 re-sends per held
+	// message in its first hour.
+	ApprovalSlowAfter = time.Hour
+	// ApprovalGrace is how long after a check the held messages come back
+	// (plus up to as much again, at random, to spread them): 2 s, for
+	// the clocks of the caller's write and the item function to differ.
+	// An approval has no probe to wait for, unlike a pause (CheckGrace).
+	ApprovalGrace = 2 * time.Second
 )
 
 // ApprovalCheckAt is the first check strictly after now of a hold that
 // began at since (the sample's estimate's MadeAt; the run's start while
-// the sample runs): since + 30 s, 1 m 30 s, 2 m 30 s, … 59 m 30 s, 60 m,
+// the sample runs): since + 10 s, 20 s, … 10 m, then 11 m, 12 m, … 60 m,
 // then every 5 minutes.
 func ApprovalCheckAt(since, now time.Time) time.Time {
-	e := now.Sub(since)
-	if e < FirstCheck {
-		return since.Add(FirstCheck)
+	e := max(now.Sub(since), 0)
+	switch {
+	case e < ApprovalQuickFor:
+		return since.Add((e/ApprovalQuickEvery + 1) * ApprovalQuickEvery)
+	case e < ApprovalSlowAfter:
+		return since.Add(ApprovalQuickFor + ((e-ApprovalQuickFor)/ApprovalCheckEvery+1)*ApprovalCheckEvery)
 	}
-	if at := FirstCheck + ((e-FirstCheck)/ApprovalCheckEvery+1)*ApprovalCheckEvery; at < ApprovalQuickFor {
-		return since.Add(at)
-	}
-	if e < ApprovalQuickFor {
-		return since.Add(ApprovalQuickFor)
-	}
-	return since.Add(ApprovalQuickFor + ((e-ApprovalQuickFor)/MaxCheckInterval+1)*MaxCheckInterval)
+	return since.Add(ApprovalSlowAfter + ((e-ApprovalSlowAfter)/MaxCheckInterval+1)*MaxCheckInterval)
 }
 
 // ApprovalWait is how long a held message waits at now, for a hold that
-// began at since: to the next check (ApprovalCheckAt), plus CheckGrace
-// and jitter × CheckGrace more (jitter in 0–1, the caller's random draw,
-// so that the held messages come back spread), at most MaxResendDelay.
+// began at since: to the next check (ApprovalCheckAt), plus
+// ApprovalGrace and jitter × ApprovalGrace more (jitter in 0–1, the
+// caller's random draw, so that the held messages come back spread), at
+// most MaxResendDelay.
 func ApprovalWait(since, now time.Time, jitter float64) time.Duration {
-	j := time.Duration(max(0, min(jitter, 1)) * float64(CheckGrace))
-	return min(ApprovalCheckAt(since, now).Sub(now)+CheckGrace+j, MaxResendDelay)
+	j := time.Duration(max(0, min(jitter, 1)) * float64(ApprovalGrace))
+	return min(ApprovalCheckAt(since, now).Sub(now)+ApprovalGrace+j, MaxResendDelay)
+}
+
+// ApprovalReachesBy is when an approval given at now reaches the rest of
+// a hold that began at since, at the latest: the next check, plus twice
+// ApprovalGrace (the held messages come back by then; a track then
+// starts its next unit at once, a held message when an item function
+// receives it).
+func ApprovalReachesBy(since, now time.Time) time.Time {
+	return ApprovalCheckAt(since, now).Add(2 * ApprovalGrace)
 }
 
 // SampleEstimate is what a sample projects for its whole run, made once,

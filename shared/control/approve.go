@@ -10,8 +10,9 @@ import (
 )
 
 // Approve approves a sampled batch (api.Plan.Sample): the items outside
-// its sample run (each at its message's next check, within
-// MaxCheckInterval + 2 × CheckGrace of the approval); the sample's items
+// its sample run (each at its message's next check, by
+// api.ApprovalReachesBy: within MaxCheckInterval + 2 × ApprovalGrace of
+// the approval, 14 s in the 10 minutes after the estimate); the sample's items
 // are not run again. A caller may approve before the sample has ended
 // (no estimate is then written). The approval written puts the Batch
 // State Change approved (ledger.ApprovalChangeOf, decided_by caller).

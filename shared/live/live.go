@@ -45,7 +45,12 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 	if b.Run == 1 && b.Approval.Holds() {
 		// The messages past the sample that were sent (the units of the
 		// chunk the sample ends in) wait unstarted for the approval.
+		// Once the estimate is written the sample has ended: every item
+		// not ended, waiting or held is one of them.
 		sampled := min(items, int64(b.Sample)+int64(b.Pack())-1)
+		if b.Approval.State == api.ApprovalAwaiting {
+			sampled = min(sampled, p.Done)
+		}
 		l.HeldForApproval = max(0, min(fanned-sampled, l.InFlight))
 		l.InFlight -= l.HeldForApproval
 	}

@@ -131,6 +131,15 @@ func TestOf(t *testing.T) {
 			// hold at most 25 + 10 − 1 = 34 items, so 66 wait unstarted.
 			p:        ledger.Progress{Done: 20, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 20}, FannedOut: 100, FanChunks: 1, UpdatedAt: start.Add(10 * time.Second)},
 			inFlight: 14, held: 66, notFanned: 100},
+		{name: "awaiting approval: every item not ended is held, none in flight", b: ledger.Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 200,
+			FannedOut: true, RunStartedAt: start, Plan: api.Plan{ItemsPerMessage: 10, Sample: 25},
+			Approval: api.ApprovalOf(25, "", "", time.Time{}, &api.SampleEstimate{MadeAt: start.Add(20 * time.Second), Items: 200, SampleItems: 30})}}, now: start.Add(30 * time.Second),
+			// The sample's three messages ran 30 items, all ended: the
+			// estimate is written; the lower bound of 34 would leave 4 of
+			// the held in flight.
+			p:        ledger.Progress{Done: 30, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 30}, FannedOut: 100, FanChunks: 1, UpdatedAt: start.Add(20 * time.Second)},
+			inFlight: 0, held: 70, notFanned: 100,
+			attention: []string{"awaiting approval since 2026-12-01T19:00:20Z: its sample of 30 items has ended; the rest runs once approved (bulkrun approve b, or reject b)"}},
 		{name: "a run fanned out before chunks were counted", b: b, now: now,
 			p:        ledger.Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, UpdatedAt: now},
 			inFlight: 9990},

@@ -109,7 +109,7 @@ func Estimate(r Run) *api.SampleEstimate {
 	k := int64(max(1, r.PerMessage))
 	units := (ended + k - 1) / k
 	rest := (r.Items - ended + k - 1) / k
-	pace, why := own, fmt.Sprintf("the sample's pace (%.3g items/s)", own)
+	pace, why := own, "the sample's pace" // the pace itself is ItemsPerSecond
 	if p := int64(r.Parallel); p > 0 && units > 0 {
 		if g := float64(min(rest, p)) / float64(min(units, p)); g > 1 {
 			pace, why = own*g, fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, g, min(rest, p), min(units, p))

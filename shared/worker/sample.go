@@ -27,13 +27,14 @@ func approvalWait(b ledger.Batch, now time.Time) time.Duration {
 // sample, or of a fan-out chunk wholly outside it, while the batch holds
 // the rest (api.Approval.Holds): it takes nothing and uses no attempt;
 // its message is sent again to come back at the next check of the hold
-// (api.ApprovalWait: 30 s, then every minute for the first hour after
-// the sample's end — or after the run's start while the sample runs —
-// then every 5 minutes), or, past MaxResends, delayed on the queue. So a
-// decision given in that hour reaches the held messages within about
-// 1.5 minutes, and a batch left awaiting costs 61 re-sends in that hour per
-// held message (the sample's last chunk's units and one message per
-// later chunk), then 12 an hour. A rejection cancels the run (the held
+// (api.ApprovalWait: every 10 s for the first 10 minutes after the
+// sample's end — or after the run's start while the sample runs — then
+// every minute to the hour, then every 5 minutes), or, past MaxResends,
+// delayed on the queue. So a decision given in those 10 minutes reaches
+// the held messages within about 14 s (api.ApprovalReachesBy), and a
+// batch left awaiting costs 110 re-sends in the first hour per held
+// message (the sample's last chunk's units and one message per later
+// chunk), then 12 an hour. A rejection cancels the run (the held
 // items end cancelled when their messages come back).
 func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) (bool, []done) {
 	now := w.Clock.Now()

@@ -964,7 +964,7 @@ func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string 
 	default:
 		state += fmt.Sprintf(" by %s at %sZ", strings.ReplaceAll(ap.DecidedBy, "_", "-"), ap.DecidedAt.UTC().Format(time.DateTime))
 	}
-	if auto > 0 && ap.Decision == "" && open {
+	if auto > 0 && open && (ap.State == api.ApprovalSampling || ap.State == api.ApprovalAwaiting) {
 		state += fmt.Sprintf("; approved without asking at an estimate up to $%s", api.USDText(auto))
 	}
 	out := []string{fmt.Sprintf("sample: %s, %s", api.Count(int64(ap.Sample), "item"), state)}
@@ -1245,8 +1245,45 @@ func (a *app) unpauseCmd() *cobra.Command {
 }
 
 func (a *app) approveCmd() *cobra.Command {
-	return a.simple("approve ID", "Approve a sampled batch: the items outside its sample run (each at its message's next check: within about 1.5 minutes in the hour after the estimate, 5.5 later on); the sample's items do not run again", 1, "a batch ID",
-		func(ctx context.Context, args []string) (any, error) { return a.api.Approve(ctx, args[0]) })
+	var approved api.Batch
+	cmd := a.simple("approve ID", "Approve a sampled batch: the items outside its sample run (each at its message's next check: within about 14 s in the 10 minutes after the estimate, 64 s to the hour, 5 minutes later on); the sample's items do not run again", 1, "a batch ID",
+		func(ctx context.Context, args []string) (any, error) {
+			v, err := a.api.Approve(ctx, args[0])
+			approved = v.Batch
+			return v, err
+		})
+	show := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if err := show(c, args); err != nil || a.output != "text" {
+			return err
+		}
+		if line := RestStartsText(approved, time.Now()); line != "" {
+			textln(a.out, line)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// RestStartsText is the line approve prints under the batch for an
+// approval that has still to reach the held rest, or "": the time the
+// rest starts by (api.ApprovalReachesBy: the hold's next check after the
+// decision, plus the held units' grace), counted from the estimate, or
+// from the run's start when the sample had not ended.
+func RestStartsText(v api.Batch, now time.Time) string {
+	ap := v.Approval
+	if ap == nil || ap.State != api.ApprovalApproved || ap.DecidedAt.IsZero() || v.Run != 1 || v.Status != api.StatusRunning || v.Stop != "" {
+		return ""
+	}
+	since := v.RunStartedAt
+	if ap.Estimate != nil {
+		since = ap.Estimate.MadeAt
+	}
+	by := api.ApprovalReachesBy(since, ap.DecidedAt)
+	if !by.After(now) {
+		return ""
+	}
+	return fmt.Sprintf("the rest starts by %s (in %s): the held units come back at the hold's next check", by.UTC().Format("15:04:05Z"), by.Sub(now).Round(time.Second))
 }
 
 func (a *app) rejectCmd() *cobra.Command {

@@ -59,4 +59,40 @@ func TestEstimateTextOverTheRecentWindow(t *testing.T) {
 	if got := watchLine(v, r); !strings.Contains(got, "; 5.0 items/s") || strings.Contains(got, "last 60 s") {
 		t.Errorf("watch line without a recent pace %q", got)
 	}
+	// Holding the rest for an approval (read as a client reads it: the
+	// state, not the stored decision), the watch projects no finish: the
+	// rest waits for a person, not for the pace.
+	for _, st := range []api.ApprovalState{api.ApprovalSampling, api.ApprovalAwaiting} {
+		v.Approval = &api.Approval{State: st, Sample: 200}
+		if got := watchLine(v, r); strings.Contains(got, "finish") || strings.Contains(got, "items/s") {
+			t.Errorf("%s: watch line %q projects a finish", st, got)
+		}
+	}
+	v.Approval = &api.Approval{State: api.ApprovalApproved, Sample: 200}
+	if got := watchLine(v, r); !strings.Contains(got, "finish ≈") {
+		t.Errorf("approved: watch line %q, want the finish projected", got)
+	}
+}
+
+// TestRestStartsText: approve says when the held rest starts — the
+// hold's next check after the decision, from the estimate — and nothing
+// once that time has passed, or for a batch not approved or not running.
+func TestRestStartsText(t *testing.T) {
+	made := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	b := api.Batch{ID: "b", Run: 1, Status: api.StatusRunning, RunStartedAt: made.Add(-time.Minute)}
+	b.Approval = api.ApprovalOf(200, api.ApprovalApproved, api.DecidedByCaller, made.Add(3*time.Second), &api.SampleEstimate{MadeAt: made})
+	if got, want := RestStartsText(b, made.Add(4*time.Second)), "the rest starts by 10:00:14Z (in 10s): the held units come back at the hold's next check"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := RestStartsText(b, made.Add(15*time.Second)); got != "" {
+		t.Errorf("past the check: %q, want nothing", got)
+	}
+	b.Approval.DecidedAt = made.Add(11 * time.Minute) // past the quick checks: the next whole minute
+	if got, want := RestStartsText(b, made.Add(11*time.Minute)), "the rest starts by 10:12:04Z (in 1m4s)"; !strings.HasPrefix(got, want) {
+		t.Errorf("got  %q\nwant it to start %q", got, want)
+	}
+	b.Approval = api.ApprovalOf(200, api.ApprovalRejected, api.DecidedByCaller, made.Add(3*time.Second), &api.SampleEstimate{MadeAt: made})
+	if got := RestStartsText(b, made.Add(4*time.Second)); got != "" {
+		t.Errorf("rejected: %q, want nothing", got)
+	}
 }

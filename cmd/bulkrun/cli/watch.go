@@ -169,7 +169,10 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		}
 		return b.String()
 	}
-	if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
+	if ap := v.Approval; ap != nil && v.Stop == "" && (ap.State == api.ApprovalSampling || ap.State == api.ApprovalAwaiting) {
+		// The rest waits for a decision: no finish to project from the
+		// sample's pace (the approval's estimate says the rest's time).
+	} else if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
 		// The API's pace over the run's last 60 s, whoever read it then.
 		b.WriteString(fmt.Sprintf("; %s over the last 60 s, finish ≈ %sZ", rateText(e.RatePerSecond), e.FinishAt.UTC().Format(time.TimeOnly)))
 	} else if per, ok := r.rate(); ok {

@@ -866,7 +866,7 @@ function approvalButtons(b, page, btn) {
     btn("act-approve", "Approve…", open, why,
       () => confirmAct("Approve the rest of " + b.batch_id + "?",
         (e ? "The sample's estimate: " + estimateSummary(e) + ". " : "No estimate yet: the sample's items have not all ended. ") +
-          "The items outside the sample run, each held message at its next check (within about 1.5 minutes in the hour after the estimate, 5.5 minutes later on); the sample's items do not run again.",
+          "The items outside the sample run, each held message at its next check (within about 14 s in the 10 minutes after the estimate, 64 s to the hour, 5 minutes later on); the sample's items do not run again.",
         "Approve", "/approve", {}, page, false, "primary")),
     btn("act-reject", "Reject…", open, why,
       () => confirmAct("Reject " + b.batch_id + "?",
