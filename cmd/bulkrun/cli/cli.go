@@ -962,7 +962,7 @@ func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string 
 	case ap.State == api.ApprovalAwaiting:
 		state += fmt.Sprintf(" (bulkrun approve %s, or reject %s)", id, id)
 	default:
-		state += fmt.Sprintf(" by %s at %sZ", strings.ReplaceAll(ap.DecidedBy, "_", "-"), ap.DecidedAt.UTC().Format(time.DateTime))
+		state += fmt.Sprintf(" by %s at %s", strings.ReplaceAll(ap.DecidedBy, "_", "-"), ap.DecidedAt.UTC().Format(time.RFC3339))
 	}
 	if auto > 0 && open && (ap.State == api.ApprovalSampling || ap.State == api.ApprovalAwaiting) {
 		state += fmt.Sprintf("; approved without asking at an estimate up to $%s", api.USDText(auto))

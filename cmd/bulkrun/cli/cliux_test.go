@@ -408,8 +408,8 @@ func TestStatusShowsTheSample(t *testing.T) {
 		status api.Status
 		want   string
 	}{
-		{api.ApprovalApproved, api.StatusCompleted, "sample: 200 items, approved by caller at 2026-12-04 10:05:00Z\n"},
-		{api.ApprovalRejected, api.StatusCancelled, "sample: 200 items, rejected by caller at 2026-12-04 10:05:00Z\n"},
+		{api.ApprovalApproved, api.StatusCompleted, "sample: 200 items, approved by caller at 2026-12-04T10:05:00Z\n"},
+		{api.ApprovalRejected, api.StatusCancelled, "sample: 200 items, rejected by caller at 2026-12-04T10:05:00Z\n"},
 	} {
 		body, err := json.Marshal(api.ApprovalOf(200, tc.state, api.DecidedByCaller, time.Date(2026, 12, 4, 10, 5, 0, 0, time.UTC), nil))
 		if err != nil {

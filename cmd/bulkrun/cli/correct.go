@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -134,5 +135,5 @@ func RevisionText(b api.Batch, r api.Revision) string {
 		now = ", this run"
 	}
 	return fmt.Sprintf("revision %d: %s, run %d%s  (%s, from %s)", r.N, api.Count(r.Items, "corrected item"), r.Run, now,
-		r.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"), r.Source)
+		r.CreatedAt.UTC().Format(time.RFC3339), r.Source)
 }
