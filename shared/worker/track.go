@@ -30,15 +30,14 @@ import (
 // of on the queue, so a waiting unit costs nothing; the track sends
 // itself again (a new message, its Seq one higher) when its invocation
 // nears its deadline margin, or to come back when its earliest retry is
-// due or its batch's pause is next checked. Counted every second and at
-// the end of a delivery, as a message batch is.
+// due or its batch's pause is next checked. Counted as a message batch
+// is: every Worker.ProgressEvery (DefaultProgressEvery, 2 s) and at the
+// end of a delivery, and at most every trackCountItems items ended.
 
-// trackCountEvery bounds how long a track's ended units wait to be
-// counted, and trackCountItems how many.
-const (
-	trackCountEvery = time.Second
-	trackCountItems = 50
-)
+// trackCountItems bounds how many of a track's ended items wait to be
+// counted: 100, so that a track of short units (100 items a second and
+// more) writes its counter lane about once a second, not at each unit.
+const trackCountItems = 100
 
 // trackRun is one delivery's run of a track.
 type trackRun struct {
@@ -90,6 +89,10 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	var dones []done
 	moved := false // this delivery ran or settled a unit
 	counted := w.Clock.Now()
+	every := w.ProgressEvery // as a message batch counts (Handle)
+	if every == 0 {
+		every = DefaultProgressEvery
+	}
 	count := func() {
 		if len(dones) > 0 {
 			w.count(ctx, dones, 1)
@@ -169,7 +172,7 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		est = max(est, w.Clock.Now().Sub(start))
 		moved = true
 		dones = append(dones, dns...)
-		if len(dones) >= trackCountItems || w.Clock.Now().Sub(counted) >= trackCountEvery {
+		if len(dones) >= trackCountItems || every >= 0 && w.Clock.Now().Sub(counted) >= every {
 			count()
 		}
 	}
