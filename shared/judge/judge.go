@@ -34,9 +34,9 @@ type Store interface {
 	MarkApproval(ctx context.Context, m ledger.ApprovalMark) error
 }
 
-// Judge judges runs' counters for one item function's process. The zero
-// value with Store set is ready; a Judge must not be copied after first
-// use.
+// Judge judges runs' counters for one item function's process: a value
+// made for each judgement, its Reads the process's (shared by every
+// Judge of the process).
 type Judge struct {
 	// Store holds the runs' counters and batch rows.
 	Store Store
@@ -54,9 +54,9 @@ type Judge struct {
 	// runs at once, for a sample's estimate of its rest's pace
 	// (sample.Run.Parallel); 0: unknown, the sample's own pace.
 	Parallel int
-
-	once  sync.Once
-	reads *readBook
+	// Reads is when this process last read each run's counters; nil: no
+	// record (every judgement reads).
+	Reads *Reads
 }
 
 func (j *Judge) now() time.Time {
@@ -115,26 +115,29 @@ func (j *Judge) Budget(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 	}
 }
 
-// readRuns bounds the runs a readBook remembers: past it, it forgets
+// readRuns bounds the runs a Reads remembers: past it, it forgets
 // them all (each forgotten run costs one more counter read).
 const readRuns = 1024
 
-// readBook is when one process last read each run's counters for a
-// judge (the budget's by batch and run, the sample's under "sample#").
-type readBook struct {
+// Reads is when one process last read each run's counters for a judge
+// (the budget's by batch and run, the sample's under "sample#"); the zero
+// value is ready, safe for concurrent use.
+type Reads struct {
 	mu   sync.Mutex
 	last map[string]time.Time
 }
 
-func (j *Judge) book() *readBook {
-	j.once.Do(func() { j.reads = &readBook{} })
-	return j.reads
+func (j *Judge) book() *Reads {
+	if j.Reads == nil {
+		return &Reads{}
+	}
+	return j.Reads
 }
 
 // due reports whether run's counters may be read at now (every < 0:
 // always; else once per every, DefaultBudgetEvery for 0), and if so
 // notes the read.
-func (k *readBook) due(id string, run int, now time.Time, every time.Duration) bool {
+func (k *Reads) due(id string, run int, now time.Time, every time.Duration) bool {
 	if every < 0 {
 		return true
 	}

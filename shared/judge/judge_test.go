@@ -9,7 +9,7 @@ import (
 // most one per DefaultBudgetEvery per run in a process (another run has
 // its own); a negative every reads each time.
 func TestBudgetReadsAreThrottled(t *testing.T) {
-	var k readBook
+	var k Reads
 	t0 := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		id   string

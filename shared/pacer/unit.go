@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	mrand "math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -52,9 +51,8 @@ type Carried interface {
 	SetTokensCarried(at time.Time, booked, drift time.Duration)
 }
 
-// Pacer paces an item function's units. Its state (Adapts) is the
-// process's; the zero value with Store set is ready, and a Pacer must
-// not be copied after first use.
+// Pacer paces an item function's units: a value made for each unit, its
+// Adapts the process's (shared by every Pacer of the process).
 type Pacer struct {
 	// Store holds the pacing rows.
 	Store Store
@@ -63,9 +61,9 @@ type Pacer struct {
 	// Sleep waits for a lease's start (at most pace.LeaseSleep); nil: a
 	// timer. Tests on a clock of their own move it.
 	Sleep func(ctx context.Context, d time.Duration)
-
-	once   sync.Once
-	adapts *Adapts
+	// Adapts is what this process knows of its downstream keys'
+	// adaptive rows; nil: nothing (every unit reads the rows).
+	Adapts *Adapts
 }
 
 // Lease is one delivery's pacing of its unit: the start of the request
@@ -98,11 +96,12 @@ func (p *Pacer) now() time.Time {
 	return p.Clock.Now()
 }
 
-// Adapts is what p knows of its downstream keys' adaptive rows, made on
-// first use.
-func (p *Pacer) Adapts() *Adapts {
-	p.once.Do(func() { p.adapts = &Adapts{} })
-	return p.adapts
+// adapts is p.Adapts, or a record of its own when none.
+func (p *Pacer) adapts() *Adapts {
+	if p.Adapts == nil {
+		p.Adapts = &Adapts{}
+	}
+	return p.Adapts
 }
 
 // sleep waits d on p.Sleep, or a timer, or until ctx ends.
@@ -168,7 +167,7 @@ func (p *Pacer) Unit(ctx context.Context, log *slog.Logger, b ledger.Batch, c Ca
 func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, c Carried, calls int, redelivered bool, l *Lease) (time.Duration, error) {
 	key := DownstreamKey(b)
 	now := p.now()
-	a, err := p.Adapts().Adapt(ctx, p.Store, key, now)
+	a, err := p.adapts().Adapt(ctx, p.Store, key, now)
 	if err != nil {
 		log.WarnContext(ctx, "adaptive pace unread; the unit runs unpaced", "key", key, "error", pipeline.ErrorText(err))
 		return 0, nil
@@ -183,7 +182,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		return 0, nil // not paced, or no longer: it runs now
 	}
 	if !carried {
-		at, ok, row, err := p.Adapts().LeaseAdaptive(ctx, p.Store, key, a, calls, now)
+		at, ok, row, err := p.adapts().LeaseAdaptive(ctx, p.Store, key, a, calls, now)
 		if err != nil {
 			return 0, err
 		}
@@ -344,7 +343,7 @@ func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, s
 	}
 	key := DownstreamKey(b)
 	now := p.now()
-	a, cut, oerr := p.Adapts().Observe(context.WithoutCancel(ctx), p.Store, key, start, now, paced, err)
+	a, cut, oerr := p.adapts().Observe(context.WithoutCancel(ctx), p.Store, key, start, now, paced, err)
 	switch {
 	case oerr != nil:
 		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "key", key, "error", pipeline.ErrorText(oerr))
@@ -364,7 +363,7 @@ func (p *Pacer) Resume(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 		return
 	}
 	key := DownstreamKey(b)
-	if _, _, err := p.Adapts().Resume(ctx, p.Store, key, p.now()); err != nil {
+	if _, _, err := p.adapts().Resume(ctx, p.Store, key, p.now()); err != nil {
 		log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "key", key, "error", pipeline.ErrorText(err))
 	}
 }

@@ -20,18 +20,19 @@ import (
 // message, or its track's retry: unitMessage's pacer.Carried) and how it
 // waits for it (rateWait).
 
-// pacers guards the making of a Worker's Pacer.
-var pacers sync.Mutex
+// adaptBooks guards the making of a Worker's pacer.Adapts.
+var adaptBooks sync.Mutex
 
-// pacing is w's pacer.Pacer, on w's Store, Clock and Sleep, made on
-// first use (a Worker copied before that keeps its own).
+// pacing is a pacer.Pacer on w's Store, Clock and Sleep, with what this
+// process knows of its downstream keys' adaptive rows (w.adapts, made on
+// first use; a Worker copied before that keeps its own).
 func (w *Worker) pacing() *pacer.Pacer {
-	pacers.Lock()
-	defer pacers.Unlock()
-	if w.pacer == nil {
-		w.pacer = &pacer.Pacer{Store: w.Store, Clock: w.Clock, Sleep: w.Sleep}
+	adaptBooks.Lock()
+	defer adaptBooks.Unlock()
+	if w.adapts == nil {
+		w.adapts = &pacer.Adapts{}
 	}
-	return w.pacer
+	return &pacer.Pacer{Store: w.Store, Clock: w.Clock, Sleep: w.Sleep, Adapts: w.adapts}
 }
 
 // paceUnit leases m's calls (pacer.Pacer.Unit) into m.lease: 0 when the

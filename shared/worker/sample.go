@@ -78,17 +78,18 @@ func (w *Worker) holdTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 	return w.sendTrack(ctx, log, tr, d, wait, moved)
 }
 
-// judgeBooks guards the making of a Worker's Judge.
-var judgeBooks sync.Mutex
+// judgeReads guards the making of a Worker's judge.Reads.
+var judgeReads sync.Mutex
 
-// judges is w's judge.Judge, on w's Store, Clock, Bus, Metrics,
-// BudgetEvery and Parallel, made on first use (a Worker copied before
-// that keeps its own).
+// judges is a judge.Judge on w's Store, Clock, Bus, Metrics, BudgetEvery
+// and Parallel, with this process's record of its counter reads
+// (w.reads, made on first use; a Worker copied before that keeps its
+// own).
 func (w *Worker) judges() *judge.Judge {
-	judgeBooks.Lock()
-	defer judgeBooks.Unlock()
-	if w.judge == nil {
-		w.judge = &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel}
+	judgeReads.Lock()
+	defer judgeReads.Unlock()
+	if w.reads == nil {
+		w.reads = &judge.Reads{}
 	}
-	return w.judge
+	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, Reads: w.reads}
 }

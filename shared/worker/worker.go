@@ -140,13 +140,13 @@ type Worker struct {
 	// lanes remembers, per run, how much room each counter lane had when
 	// last written (count.go); made on first use.
 	lanes *lanebook.Book
-	// pacer paces the units of batches with a rate, a token budget or a
-	// throttled downstream (rate.go); made on first use.
-	pacer *pacer.Pacer
-	// judge judges runs' counters after this process counted them: the
-	// budget's pause and the sample's estimate (shared/judge); made on
-	// first use.
-	judge *judge.Judge
+	// adapts is what this process knows of its downstream keys' adaptive
+	// rows, for the pacing of units (rate.go); made on first use.
+	adapts *pacer.Adapts
+	// reads is when this process last read each run's counters for the
+	// judges of its budget and its sample (shared/judge); made on first
+	// use.
+	reads *judge.Reads
 	// speeds remembers, per batch, whether its calls in this process
 	// were short (stopcheck.go); made on first use.
 	speeds *callSpeeds
