@@ -1,0 +1,136 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
+
+// fakeRows is a pacing store whose rate rows grant the start it is told and
+// whose adaptive rows are unpaced; it counts the leases and reads.
+type fakeRows struct {
+	start  time.Time // the start LeaseRate grants
+	leases int
+	reads  int
+	err    error
+}
+
+func (r *fakeRows) LeaseRate(_ context.Context, l pace.RateLease) (pace.RateGrant, error) {
+	r.leases++
+	if r.err != nil {
+		return pace.RateGrant{}, r.err
+	}
+	return pace.RateGrant{Granted: true, Start: r.start, Next: r.start.Add(l.Spacing)}, nil
+}
+
+func (r *fakeRows) LeaseTokens(context.Context, pace.TokenLease) (pace.TokenGrant, error) {
+	return pace.TokenGrant{}, errors.New("no token budget here")
+}
+
+func (r *fakeRows) SettleTokens(context.Context, pace.TokenSettle) (pace.TokenGrant, error) {
+	return pace.TokenGrant{}, errors.New("no token budget here")
+}
+
+func (r *fakeRows) ReadTokens(context.Context, string) (pace.TokenGrant, error) {
+	return pace.TokenGrant{}, errors.New("no token budget here")
+}
+
+func (r *fakeRows) ReadAdapt(context.Context, string) (pace.Adapt, error) {
+	r.reads++
+	return pace.Adapt{}, nil
+}
+
+func (r *fakeRows) CutAdapt(context.Context, pace.AdaptCut) (pace.Adapt, bool, error) {
+	return pace.Adapt{}, false, errors.New("not cut here")
+}
+
+func (r *fakeRows) LeaseAdapt(context.Context, pace.AdaptLease) (pace.AdaptGrant, error) {
+	return pace.AdaptGrant{}, errors.New("not paced here")
+}
+
+// carried is a unit message's carried pacing.
+type carried struct {
+	at              time.Time
+	pos             float64
+	tokensAt        time.Time
+	booked, drifted time.Duration
+}
+
+func (c *carried) LeaseAt() time.Time     { return c.at }
+func (c *carried) SetLeaseAt(t time.Time) { c.at = t }
+func (c *carried) LeasePos() float64      { return c.pos }
+func (c *carried) SetLeasePos(p float64)  { c.pos = p }
+func (c *carried) TokensCarried() (time.Time, time.Duration, time.Duration) {
+	return c.tokensAt, c.booked, c.drifted
+}
+func (c *carried) SetTokensCarried(t time.Time, booked, drift time.Duration) {
+	c.tokensAt, c.booked, c.drifted = t, booked, drift
+}
+
+type at struct{ t *time.Time }
+
+func (c at) Now() time.Time { return *c.t }
+
+// TestUnitLeasesSleepsOrCarries guards a unit's request lease: a start
+// within pace.LeaseSleep is slept in the invocation and run under
+// (Lease.Leased); a later one is carried by the message, which comes
+// back and runs at it without leasing again; a carried lease gone stale
+// (past its start + pace.LeaseGrace) is leased again; a store error
+// holds no lease; a batch with no rate whose key is not paced runs at
+// once, leasing nothing.
+func TestUnitLeasesSleepsOrCarries(t *testing.T) {
+	t.Cleanup(Forget)
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	st := &fakeRows{}
+	var slept time.Duration
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(_ context.Context, d time.Duration) { slept += d }}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 10}
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+
+	st.start = now.Add(time.Second)
+	var c carried
+	var l Lease
+	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 0 || slept != time.Second || !l.Leased.Equal(st.start) || !c.at.IsZero() {
+		t.Fatalf("a lease 1 s ahead: wait %v, err %v, slept %v, leased %v, carried %v; want it slept and run under", wait, err, slept, l.Leased, c.at)
+	}
+	if l.Late(st.start.Add(pace.LeaseGrace)) || !l.Late(st.start.Add(pace.LeaseGrace+time.Millisecond)) {
+		t.Error("Late: want false up to the lease's start + LeaseGrace, true after")
+	}
+
+	slept, l = 0, Lease{}
+	st.start = now.Add(10 * time.Second)
+	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 10*time.Second || slept != 0 || !l.Leased.IsZero() || !c.at.Equal(st.start) {
+		t.Fatalf("a lease 10 s ahead: wait %v, err %v, slept %v, leased %v, carried %v; want it carried, the unit waiting 10 s", wait, err, slept, l.Leased, c.at)
+	}
+	now = st.start.Add(-100 * time.Millisecond) // the message back, just before its start
+	leases := st.leases
+	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 0 || st.leases != leases || !l.Leased.Equal(st.start) || !c.at.IsZero() {
+		t.Fatalf("back with its lease: wait %v, err %v, %d more leases, leased %v, carried %v; want it run at the carried lease, used once", wait, err, st.leases-leases, l.Leased, c.at)
+	}
+
+	l = Lease{}
+	c.at = now.Add(-time.Second) // carried, and stale
+	st.start = now.Add(500 * time.Millisecond)
+	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 0 || st.leases != leases+1 || !l.Leased.Equal(st.start) {
+		t.Fatalf("a stale carried lease: wait %v, err %v, %d more leases, leased %v; want it leased again", wait, err, st.leases-leases, l.Leased)
+	}
+
+	l, st.err = Lease{}, errors.New("throttled by DynamoDB")
+	if _, err := p.Unit(ctx, log, b, &c, 1, false, &l); err == nil || !l.Leased.IsZero() || !c.at.IsZero() {
+		t.Fatalf("the store failing: err %v, leased %v, carried %v; want the error, no lease held", err, l.Leased, c.at)
+	}
+
+	b.Rate, st.err, l = nil, nil, Lease{}
+	leases = st.leases
+	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 0 || st.leases != leases || !l.Leased.IsZero() || st.reads != 1 {
+		t.Fatalf("no rate, the key not paced: wait %v, err %v, %d leases, leased %v, %d reads; want it run at once after one read of the key's row", wait, err, st.leases-leases, l.Leased, st.reads)
+	}
+}
