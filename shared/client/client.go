@@ -143,8 +143,12 @@ type APIError struct {
 	Type   string
 }
 
+// Error is "HTTP {status} {code}: {message}", the message without the
+// code said again at its end (the server's messages end with the
+// domain's sentinel, "…: conflict").
 func (e *APIError) Error() string {
-	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Body.Code, e.Body.Message)
+	msg := strings.TrimSuffix(e.Body.Message, ": "+strings.ReplaceAll(e.Body.Code, "_", " "))
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Body.Code, msg)
 }
 
 // ErrorCode is the error's code as the AWS SDK's retryer reads it: Type

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/internal/awsfault"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // TestAPIErrorsAsTheTableSays holds the client to the rows of
@@ -80,5 +81,23 @@ func TestAPIErrorsAsTheTableSays(t *testing.T) {
 	}
 	if rows == 0 {
 		t.Fatal("awsfault.Table has no rows for execute-api")
+	}
+}
+
+// TestAPIErrorSaysItsCodeOnce: the server's message ends with the
+// domain's sentinel ("…: conflict"), which the error's text, led by the
+// code, does not say twice.
+func TestAPIErrorSaysItsCodeOnce(t *testing.T) {
+	for _, tc := range []struct {
+		e    APIError
+		want string
+	}{
+		{APIError{Status: 409, Body: wire.ErrorBody{Code: "conflict", Message: "approve b1: rejected already: conflict"}}, "HTTP 409 conflict: approve b1: rejected already"},
+		{APIError{Status: 404, Body: wire.ErrorBody{Code: "not_found", Message: "batch b2: not found"}}, "HTTP 404 not_found: batch b2"},
+		{APIError{Status: 409, Body: wire.ErrorBody{Code: "batch_mismatch", Message: "batch b3 exists with other settings: pipeline"}}, "HTTP 409 batch_mismatch: batch b3 exists with other settings: pipeline"},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("got  %q\nwant %q", got, tc.want)
+		}
 	}
 }

@@ -46,9 +46,10 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 		// The messages past the sample that were sent (the units of the
 		// chunk the sample ends in) wait unstarted for the approval.
 		// Once the estimate is written the sample has ended: every item
-		// not ended, waiting or held is one of them.
+		// not ended, waiting or held is one of them (awaiting a decision,
+		// or rejected and waiting for the cancel to end them).
 		sampled := min(items, int64(b.Sample)+int64(b.Pack())-1)
-		if b.Approval.State == api.ApprovalAwaiting {
+		if b.Approval.Estimate != nil {
 			sampled = min(sampled, p.Done)
 		}
 		l.HeldForApproval = max(0, min(fanned-sampled, l.InFlight))

@@ -882,7 +882,7 @@ func LiveText(l api.LiveView) string {
 	}
 	next := ""
 	if l.NextRetryAt != nil {
-		next = " (next at " + l.NextRetryAt.UTC().Format(time.TimeOnly) + "Z"
+		next = " (next at " + stamp(*l.NextRetryAt)
 		if len(why) > 0 {
 			next += "; " + strings.Join(why, ", ")
 		}
@@ -904,8 +904,8 @@ func LiveText(l api.LiveView) string {
 	if l.HeldForApproval > 0 {
 		timed += fmt.Sprintf("  held for approval %d", l.HeldForApproval)
 	}
-	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %sZ",
-		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, l.LastProgressAt.UTC().Format(time.TimeOnly))
+	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %s",
+		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, stamp(l.LastProgressAt))
 }
 
 // EstimateText is a running run's estimate (api.Estimate) in a line:
@@ -921,8 +921,8 @@ func EstimateText(e api.Estimate) string {
 	if e.RateBasis == api.RateBasisRecent {
 		over, avg = "the last 60 s", "; run average "+rateText(e.RunRatePerSecond)
 	}
-	b.WriteString(fmt.Sprintf("estimate: %s over %s (%d ended since %sZ%s); %d to go, finish ≈ %sZ",
-		rateText(e.RatePerSecond), over, e.Ended, e.Since.UTC().Format(time.TimeOnly), avg, e.Remaining, e.FinishAt.UTC().Format(time.TimeOnly)))
+	b.WriteString(fmt.Sprintf("estimate: %s over %s (%d ended since %s%s); %d to go, finish ≈ %s",
+		rateText(e.RatePerSecond), over, e.Ended, stamp(e.Since), avg, e.Remaining, stamp(e.FinishAt)))
 	if e.Held > 0 {
 		b.WriteString(fmt.Sprintf(" (%s held, not in it: the run ends once they are moved on)", api.Count(e.Held, "item")))
 	}
@@ -962,15 +962,15 @@ func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string 
 	case ap.State == api.ApprovalAwaiting:
 		state += fmt.Sprintf(" (bulkrun approve %s, or reject %s)", id, id)
 	default:
-		state += fmt.Sprintf(" by %s at %s", strings.ReplaceAll(ap.DecidedBy, "_", "-"), ap.DecidedAt.UTC().Format(time.RFC3339))
+		state += fmt.Sprintf(" by %s at %s", strings.ReplaceAll(ap.DecidedBy, "_", "-"), stamp(ap.DecidedAt))
 	}
 	if auto > 0 && open && (ap.State == api.ApprovalSampling || ap.State == api.ApprovalAwaiting) {
 		state += fmt.Sprintf("; approved without asking at an estimate up to $%s", api.USDText(auto))
 	}
 	out := []string{fmt.Sprintf("sample: %s, %s", api.Count(int64(ap.Sample), "item"), state)}
 	if e := ap.Estimate; e != nil {
-		out = append(out, fmt.Sprintf("estimate from %s at %sZ: $%s for %s (pipeline $%s, DynamoDB $%s; Lambda and SQS not counted); failures %.1f %% (95 %% interval %.1f–%.1f %%, ≈ %s); the rest ≈ %s at %s (%s)",
-			api.Count(e.SampleItems, "sample item"), e.MadeAt.UTC().Format(time.TimeOnly), api.USDText(e.CostUSD), api.Count(e.Items, "item"),
+		out = append(out, fmt.Sprintf("estimate from %s at %s: $%s for %s (pipeline $%s, DynamoDB $%s; Lambda and SQS not counted); failures %.1f %% (95 %% interval %.1f–%.1f %%, ≈ %s); the rest ≈ %s at %s (%s)",
+			api.Count(e.SampleItems, "sample item"), stamp(e.MadeAt), api.USDText(e.CostUSD), api.Count(e.Items, "item"),
 			api.USDText(e.PipelineUSD), api.USDText(e.InfraUSD), 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh,
 			api.Count(e.ProjectedFailures, "item"), (time.Duration(e.Seconds)*time.Second).String(), rateText(e.ItemsPerSecond), e.Pace))
 	}
@@ -1047,6 +1047,8 @@ func (a *app) show(v wire.BatchView) error {
 		textf(a.out, "%s\n", LiveText(*l))
 		if e := l.Estimate; e != nil {
 			textf(a.out, "%s\n", EstimateText(*e))
+		} else if line := ApprovedRestText(v.Batch); line != "" {
+			textf(a.out, "%s\n", line)
 		}
 		for _, why := range l.Attention {
 			textf(a.out, "needs attention: %s\n", why)
@@ -1265,6 +1267,30 @@ func (a *app) approveCmd() *cobra.Command {
 	return cmd
 }
 
+// stamp is how the CLI writes an instant, in every output alike: RFC 3339
+// in UTC, "2026-12-04T10:05:00Z", as the API's own texts (the attention
+// lines, a pause's since) write it.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// ApprovedRestText is status's estimate line for a sampled first run
+// approved on its estimate before the live estimate has a pace of the
+// rest of its own (live.Estimate waits for 30 s of the rest): the
+// sample's projection, counted from when the approval reaches the rest
+// (api.ApprovalReachesBy) — "estimate: the sample's: the rest ≈ 3s at
+// 1230 items/s from 10:00:14Z, finish ≈ 2026-12-04T10:00:17Z"; "" for any
+// other batch.
+func ApprovedRestText(v api.Batch) string {
+	ap := v.Approval
+	if ap == nil || ap.State != api.ApprovalApproved || ap.Estimate == nil || ap.DecidedAt.IsZero() || v.Run != 1 || v.Status != api.StatusRunning || v.Stop != "" {
+		return ""
+	}
+	e := ap.Estimate
+	from := api.ApprovalReachesBy(e.MadeAt, ap.DecidedAt)
+	rest := time.Duration(e.Seconds) * time.Second
+	return fmt.Sprintf("estimate: the sample's: the rest ≈ %s at %s from %s, finish ≈ %s", rest, rateText(e.ItemsPerSecond),
+		stamp(from), stamp(from.Add(rest)))
+}
+
 // RestStartsText is the line approve prints under the batch for an
 // approval that has still to reach the held rest, or "": the time the
 // rest starts by (api.ApprovalReachesBy: the hold's next check after the
@@ -1283,7 +1309,7 @@ func RestStartsText(v api.Batch, now time.Time) string {
 	if !by.After(now) {
 		return ""
 	}
-	return fmt.Sprintf("the rest starts by %s (in %s): the held units come back at the hold's next check", by.UTC().Format("15:04:05Z"), by.Sub(now).Round(time.Second))
+	return fmt.Sprintf("the rest starts by %s (in %s): the held units come back at the hold's next check", stamp(by), by.Sub(now).Round(time.Second))
 }
 
 func (a *app) rejectCmd() *cobra.Command {
@@ -1449,7 +1475,7 @@ func SampleCheckText(sc api.SampleCheck) string {
 	if !sc.FailureInInterval {
 		within = "outside"
 	}
-	return fmt.Sprintf("sample estimate against the run: cost $%s estimated, $%s spent (%+.1f %%); failures %.1f %% (95 %% interval %.1f–%.1f %%) estimated, %.1f %% (%d of %d) ran: %s; the rest ≈ %s estimated, %s from the approval (%+.1f %%, which counts the held messages' wait for their next check)",
+	return fmt.Sprintf("sample estimate against the run: cost $%s estimated, $%s spent with DynamoDB (%+.1f %%); failures %.1f %% (95 %% interval %.1f–%.1f %%) estimated, %.1f %% (%d of %d) ran: %s; the rest ≈ %s estimated, %s from the approval (%+.1f %%, which counts the held messages' wait for their next check)",
 		api.USDText(e.CostUSD), api.USDText(sc.CostUSD), 100*sc.CostDiff, 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh,
 		100*sc.FailureRate, sc.Failed, sc.Ended, within,
 		(time.Duration(e.Seconds) * time.Second).String(), (time.Duration(sc.RestSeconds*1000) * time.Millisecond).Round(100*time.Millisecond).String(), 100*sc.RestDiff)
@@ -1547,7 +1573,7 @@ func (a *app) printCost(label string, c pipeline.CostSum) {
 func PauseText(p api.Pause) string {
 	next := ""
 	if !p.NextCheckAt.IsZero() {
-		next = ", next check " + p.NextCheckAt.UTC().Format("15:04:05Z")
+		next = ", next check " + stamp(p.NextCheckAt)
 	}
 	switch p.By {
 	case api.PauseByCaller:

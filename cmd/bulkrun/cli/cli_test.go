@@ -224,9 +224,9 @@ func TestStatusShowsThePause(t *testing.T) {
 		want   string
 	}{
 		{"outage", api.StatusRunning, &outage,
-			"paused by an outage since 2026-12-01T19:49:53Z (http 502: webhook: k01167: HTTP 502); 2 probes, next check 19:53:23Z; no item starts until a probe is answered or unpause\n"},
+			"paused by an outage since 2026-12-01T19:49:53Z (http 502: webhook: k01167: HTTP 502); 2 probes, next check 2026-12-01T19:53:23Z; no item starts until a probe is answered or unpause\n"},
 		{"caller", api.StatusRunning, &api.Pause{By: api.PauseByCaller, Since: since, NextCheckAt: since.Add(30 * time.Second)},
-			"paused by a caller since 2026-12-01T19:49:53Z, next check 19:50:23Z; no item starts until unpause\n"},
+			"paused by a caller since 2026-12-01T19:49:53Z, next check 2026-12-01T19:50:23Z; no item starts until unpause\n"},
 		{"budget", api.StatusRunning, &api.Pause{By: api.PauseByBudget, Since: since, Class: "budget",
 			Error: "budget $5 reached ($5.0001 spent: pipeline $5, DynamoDB $0.0001; Lambda and SQS not counted)", NextCheckAt: since.Add(30 * time.Second)},
 			"paused: budget $5 reached ($5.0001 spent: pipeline $5, DynamoDB $0.0001; Lambda and SQS not counted), since 2026-12-01T19:49:53Z; no item starts until the budget is raised above the spend (bulkrun budget ID --usd N)\n"},

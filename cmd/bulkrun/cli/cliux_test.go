@@ -385,7 +385,7 @@ func TestStatusShowsTheSample(t *testing.T) {
 	for _, want := range []string{
 		"sample: 200 items, awaiting approval (bulkrun approve b1, or reject b1)\n",
 		"live: in flight 2  waiting for a retry 0  interrupted 0  held for approval 4791  not fanned out 15000",
-		"estimate from 200 sample items at 10:02:10Z: $12.4 for 20000 items (pipeline $12, DynamoDB $0.4; Lambda and SQS not counted); failures 1.5 % (95 % interval 0.5–4.3 %, ≈ 300 items); the rest ≈ 3m20s at 99.0 items/s (the sample's pace)\n",
+		"estimate from 200 sample items at 2026-12-04T10:02:10Z: $12.4 for 20000 items (pipeline $12, DynamoDB $0.4; Lambda and SQS not counted); failures 1.5 % (95 % interval 0.5–4.3 %, ≈ 300 items); the rest ≈ 3m20s at 99.0 items/s (the sample's pace)\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
@@ -450,7 +450,7 @@ func TestReportShowsTheSampleCheck(t *testing.T) {
 		Sample: &api.SampleCheck{Estimate: api.SampleEstimate{CostUSD: 20.000439, FailureRate: 0.04, FailureLow: 0.0157, FailureHigh: 0.0984, Seconds: 20},
 			CostUSD: 21.000478, CostDiff: 0.05, Ended: 2000, Failed: 120, FailureRate: 0.06, FailureInInterval: true, RestSeconds: 30.04, RestDiff: 0.502}}
 	a.printReport(r)
-	want := "sample estimate against the run: cost $20.000439 estimated, $21.000478 spent (+5.0 %); failures 4.0 % (95 % interval 1.6–9.8 %) estimated, 6.0 % (120 of 2000) ran: within; the rest ≈ 20s estimated, 30s from the approval (+50.2 %, which counts the held messages' wait for their next check)\n"
+	want := "sample estimate against the run: cost $20.000439 estimated, $21.000478 spent with DynamoDB (+5.0 %); failures 4.0 % (95 % interval 1.6–9.8 %) estimated, 6.0 % (120 of 2000) ran: within; the rest ≈ 20s estimated, 30s from the approval (+50.2 %, which counts the held messages' wait for their next check)\n"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("report lacks\n%q:\n%s", want, out.String())
 	}

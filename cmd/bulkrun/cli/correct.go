@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -135,5 +134,5 @@ func RevisionText(b api.Batch, r api.Revision) string {
 		now = ", this run"
 	}
 	return fmt.Sprintf("revision %d: %s, run %d%s  (%s, from %s)", r.N, api.Count(r.Items, "corrected item"), r.Run, now,
-		r.CreatedAt.UTC().Format(time.RFC3339), r.Source)
+		stamp(r.CreatedAt), r.Source)
 }

@@ -171,15 +171,13 @@ func printBatches(a *app, bs []api.BatchSummary) {
 			items, run = strconv.FormatInt(b.ItemCount, 10), strconv.Itoa(b.Run)
 		}
 		if !b.FinishedAt.IsZero() && b.Status.Finished() {
-			finished = b.FinishedAt.UTC().Format(listTime)
+			finished = stamp(b.FinishedAt)
 		}
 		textf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Status, b.Pipeline, items, run,
-			b.CreatedAt.UTC().Format(listTime), finished, note(b))
+			stamp(b.CreatedAt), finished, note(b))
 	}
 	_ = w.Flush()
 }
-
-const listTime = "2006-01-02 15:04:05Z"
 
 // note is what needs a look in a batch, "" when nothing does.
 func note(b api.BatchSummary) string {
@@ -194,12 +192,12 @@ func note(b api.BatchSummary) string {
 		n = append(n, "needs attention")
 	}
 	if p := b.Pause; p != nil && b.Status == api.StatusRunning {
-		n = append(n, fmt.Sprintf("paused by %s since %s", p.By.Who(), p.Since.UTC().Format("15:04Z")))
+		n = append(n, fmt.Sprintf("paused by %s since %s", p.By.Who(), stamp(p.Since)))
 	}
 	if l := b.Live; l != nil {
 		live := fmt.Sprintf("in flight %d, waiting %d", l.InFlight, l.RetryWaiting)
 		if l.NextRetryAt != nil {
-			live += " (next " + l.NextRetryAt.UTC().Format("15:04Z") + ")"
+			live += " (next " + stamp(*l.NextRetryAt) + ")"
 		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)

@@ -106,7 +106,7 @@ func TestListCommand(t *testing.T) {
 		t.Fatalf("table:\n%s", out)
 	}
 	for i, want := range [][]string{
-		{"nightly-20261130T020000Z", "completed", "webhook", "2000", "2026-11-30 09:15:02Z", "2026-11-30 09:18:02Z", "needs attention"},
+		{"nightly-20261130T020000Z", "completed", "webhook", "2000", "2026-11-30T09:15:02Z", "2026-11-30T09:18:02Z", "needs attention"},
 		{"orders-x", "refused", " - ", "refused: invalid_request"},
 		{"cli-abc", "running", "thumbnail", "248", "stopping: cancelled"},
 	} {
@@ -259,9 +259,9 @@ func TestSweepCommand(t *testing.T) {
 func TestListNotesAPause(t *testing.T) {
 	since := time.Date(2026, 12, 3, 8, 40, 0, 0, time.UTC)
 	for by, want := range map[api.PauseBy]string{
-		api.PauseByBudget: "paused by its budget since 08:40Z",
-		api.PauseByCaller: "paused by a caller since 08:40Z",
-		api.PauseByOutage: "paused by an outage since 08:40Z",
+		api.PauseByBudget: "paused by its budget since 2026-12-03T08:40:00Z",
+		api.PauseByCaller: "paused by a caller since 2026-12-03T08:40:00Z",
+		api.PauseByOutage: "paused by an outage since 2026-12-03T08:40:00Z",
 	} {
 		b := api.BatchSummary{ID: "b", Status: api.StatusRunning, Pause: &api.Pause{By: by, Since: since}}
 		if got := note(b); got != want {

@@ -307,7 +307,7 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)
 	waiting := views[0]
 	waiting.Live = &api.LiveView{RetryWaiting: 4, NextRetryAt: &next, RetryCause: &api.RetryCause{Class: "timeout", Items: 4}}
-	if got, want := watchLine(waiting, r), "4 in flight (4 waiting for a retry after timeout, next at 14:51:00Z), 6 pending"; !strings.Contains(got, want) {
+	if got, want := watchLine(waiting, r), "4 in flight (4 waiting for a retry after timeout, next at 2026-12-02T14:51:00Z), 6 pending"; !strings.Contains(got, want) {
 		t.Errorf("line %q with items waiting for a retry: want %q", got, want)
 	}
 	a, _, errw := f.app(t)
