@@ -52,6 +52,7 @@ func (a *app) watch(ctx context.Context, id string) error {
 	var rate rateMeter
 	lastLine := time.Time{}
 	held := holdsTheRest(v) // the last view held the rest for an approval
+	state := ""             // the last line's state (watchState)
 	// Ctrl-C stops the watching, not the batch: its run goes on in the
 	// stack, and the command says so and how to come back to it.
 	wctx, stopWatching := a.interruptible(ctx)
@@ -82,8 +83,8 @@ func (a *app) watch(ctx context.Context, id string) error {
 			}
 			_ = bar.Set64(done)
 			bar.Describe(desc)
-		} else if time.Since(lastLine) >= 10*time.Second || v.Status.Finished() {
-			lastLine = time.Now()
+		} else if s := watchState(v); time.Since(lastLine) >= 10*time.Second || v.Status.Finished() || s != state {
+			lastLine, state = time.Now(), s
 			textf(a.errw, "%s %d/%d %s\n", id, done, v.ItemCount, desc)
 		}
 	})
@@ -112,6 +113,20 @@ func (a *app) watch(ctx context.Context, id string) error {
 		return refusedError(final)
 	}
 	return finishedExit(final)
+}
+
+// watchState is what a plain watch prints a line for as soon as it sees
+// it change, whatever the time since its last line: the run, its status,
+// its sample's state, its pause and its stop.
+func watchState(v wire.BatchView) string {
+	s := fmt.Sprintf("%d %s %s", v.Run, v.Status, v.Stop)
+	if ap := v.Approval; ap != nil {
+		s += " " + string(ap.State)
+	}
+	if p := v.Pause; p != nil {
+		s += " paused " + string(p.By)
+	}
+	return s
 }
 
 // holdsTheRest reports whether v's first run holds the items outside its
