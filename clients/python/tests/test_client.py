@@ -268,6 +268,8 @@ def test_errors_carry_the_code(client: Client, stand_in: StandIn) -> None:
     with pytest.raises(APIError) as e:
         client.status("nope")
     assert e.value.code == "not_found" and not retryable(e.value)
+    assert str(e.value) == "HTTP 404 not_found: batch nope"  # the code said once
+    assert str(APIError(409, {"code": "conflict", "message": "approve b1: rejected already: conflict"})) == "HTTP 409 conflict: approve b1: rejected already"
     assert retryable(APIError(503, {"code": "internal", "message": ""})) and not retryable(APIError(507, {"code": "insufficient_storage", "message": ""}))
 
 

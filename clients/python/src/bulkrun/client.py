@@ -69,7 +69,13 @@ class APIError(Exception):
     expired, insufficient_storage, …), never on message."""
 
     def __init__(self, status: int, body: Error) -> None:
-        super().__init__(f"HTTP {status} {body['code']}: {body['message']}")
+        # The server's message ends with the domain's sentinel ("…:
+        # conflict"), which the text, led by the code, does not repeat.
+        message = body["message"]
+        said = ": " + body["code"].replace("_", " ")
+        if message.endswith(said):
+            message = message[: -len(said)]
+        super().__init__(f"HTTP {status} {body['code']}: {message}")
         self.status = status
         self.body = body
 
