@@ -87,9 +87,10 @@ type LiveView struct {
 	Suspended int64 `json:"suspended,omitempty"`
 	// HeldForApproval counts the items of messages already sent that lie
 	// past a sampled first run's sample while the run holds them
-	// (Approval.Holds: sampling, or awaiting approval): they wait on the
-	// queue unstarted until an approval, so they are not in InFlight and
-	// the census counts them pending. A lower bound: the sample's
+	// (Approval.Holds: sampling, or awaiting approval), and after an
+	// approval until it reaches them (ApprovalReachesBy: the hold's next
+	// check): they wait on the queue unstarted, so they are not in
+	// InFlight and the census counts them pending. A lower bound: the sample's
 	// messages hold at most Sample + items per message − 1 items (a
 	// message is in the sample when its first item is), all taken as the
 	// sample's here. Absent when none.

@@ -42,7 +42,7 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 	l.InFlight -= l.Exhausted
 	l.Suspended = max(0, min(p.Held[api.OutcomeSuspended], l.InFlight))
 	l.InFlight -= l.Suspended
-	if b.Run == 1 && b.Approval.Holds() {
+	if b.Run == 1 && (b.Approval.Holds() || approvalOnItsWay(b, now)) {
 		// The messages past the sample that were sent (the units of the
 		// chunk the sample ends in) wait unstarted for the approval.
 		// Once the estimate is written the sample has ended: every item
@@ -137,4 +137,20 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 		l.Estimate = Estimate(b, p, now)
 	}
 	return l
+}
+
+// approvalOnItsWay reports whether b's first run was approved and the
+// approval has not reached the held rest yet: the held messages come
+// back at the hold's next check after the decision (api.ApprovalReachesBy),
+// so until then they still wait unstarted.
+func approvalOnItsWay(b ledger.Batch, now time.Time) bool {
+	a := b.Approval
+	if a == nil || a.State != api.ApprovalApproved || a.DecidedAt.IsZero() {
+		return false
+	}
+	since := b.RunStartedAt
+	if a.Estimate != nil {
+		since = a.Estimate.MadeAt
+	}
+	return now.Before(api.ApprovalReachesBy(since, a.DecidedAt))
 }

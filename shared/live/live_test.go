@@ -145,6 +145,18 @@ func TestOf(t *testing.T) {
 			Approval: api.ApprovalOf(25, api.ApprovalRejected, api.DecidedByCaller, start.Add(25*time.Second), &api.SampleEstimate{MadeAt: start.Add(20 * time.Second), Items: 200, SampleItems: 30})}}, now: start.Add(30 * time.Second),
 			p:        ledger.Progress{Done: 30, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 30}, FannedOut: 100, FanChunks: 1, UpdatedAt: start.Add(20 * time.Second)},
 			inFlight: 0, held: 70, notFanned: 100},
+		{name: "approved, before the approval reaches the rest: still held", b: ledger.Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 200,
+			FannedOut: true, RunStartedAt: start, Plan: api.Plan{ItemsPerMessage: 10, Sample: 25},
+			Approval: api.ApprovalOf(25, api.ApprovalApproved, api.DecidedByCaller, start.Add(25*time.Second), &api.SampleEstimate{MadeAt: start.Add(20 * time.Second), Items: 200, SampleItems: 30})}}, now: start.Add(29 * time.Second),
+			// The next check after the decision is at +30 s; the rest
+			// comes back by +34 s.
+			p:        ledger.Progress{Done: 30, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 30}, FannedOut: 100, FanChunks: 1, UpdatedAt: start.Add(20 * time.Second)},
+			inFlight: 0, held: 70, notFanned: 100},
+		{name: "approved, the approval has reached the rest: in flight", b: ledger.Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 200,
+			FannedOut: true, RunStartedAt: start, Plan: api.Plan{ItemsPerMessage: 10, Sample: 25},
+			Approval: api.ApprovalOf(25, api.ApprovalApproved, api.DecidedByCaller, start.Add(25*time.Second), &api.SampleEstimate{MadeAt: start.Add(20 * time.Second), Items: 200, SampleItems: 30})}}, now: start.Add(35 * time.Second),
+			p:        ledger.Progress{Done: 30, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 30}, FannedOut: 100, FanChunks: 1, UpdatedAt: start.Add(20 * time.Second)},
+			inFlight: 70, notFanned: 100},
 		{name: "a run fanned out before chunks were counted", b: b, now: now,
 			p:        ledger.Progress{Done: 10, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: 10}, UpdatedAt: now},
 			inFlight: 9990},
