@@ -143,6 +143,27 @@ func ApprovalWait(since, now time.Time, jitter float64) time.Duration {
 	return min(ApprovalCheckAt(since, now).Sub(now)+ApprovalGrace+j, MaxResendDelay)
 }
 
+// ApprovalHoldSince is when b's hold for its approval began, from which
+// its checks count (ApprovalCheckAt): the sample's estimate's MadeAt once
+// it is written, else the run's start.
+func (b Batch) ApprovalHoldSince() time.Time {
+	if b.Approval != nil && b.Approval.Estimate != nil {
+		return b.Approval.Estimate.MadeAt
+	}
+	return b.RunStartedAt
+}
+
+// ApprovalReaches is when b's approval reaches its held rest at the
+// latest (ApprovalReachesBy from ApprovalHoldSince, at the decision);
+// zero when b is not approved.
+func (b Batch) ApprovalReaches() time.Time {
+	a := b.Approval
+	if a == nil || a.State != ApprovalApproved || a.DecidedAt.IsZero() {
+		return time.Time{}
+	}
+	return ApprovalReachesBy(b.ApprovalHoldSince(), a.DecidedAt)
+}
+
 // ApprovalReachesBy is when an approval given at now reaches the rest of
 // a hold that began at since, at the latest: the next check, plus twice
 // ApprovalGrace (the held messages come back by then; a track then

@@ -144,13 +144,6 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 // back at the hold's next check after the decision (api.ApprovalReachesBy),
 // so until then they still wait unstarted.
 func approvalOnItsWay(b ledger.Batch, now time.Time) bool {
-	a := b.Approval
-	if a == nil || a.State != api.ApprovalApproved || a.DecidedAt.IsZero() {
-		return false
-	}
-	since := b.RunStartedAt
-	if a.Estimate != nil {
-		since = a.Estimate.MadeAt
-	}
-	return now.Before(api.ApprovalReachesBy(since, a.DecidedAt))
+	r := b.ApprovalReaches()
+	return !r.IsZero() && now.Before(r)
 }

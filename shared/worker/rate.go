@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 )
@@ -33,13 +32,6 @@ func (w *Worker) pacing() *pacer.Pacer {
 		w.adapts = &pacer.Adapts{}
 	}
 	return &pacer.Pacer{Store: w.Store, Clock: w.Clock, Sleep: w.Sleep, Adapts: w.adapts}
-}
-
-// paceUnit leases m's calls (pacer.Pacer.Unit) into m.lease: 0 when the
-// unit may be taken now, or how long it waits first. redelivered: this
-// delivery is the same message received again.
-func (w *Worker) paceUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, redelivered bool) (time.Duration, error) {
-	return w.pacing().Unit(ctx, log, b, m, len(m.Items), redelivered, &m.lease)
 }
 
 // LeaseAt is the start of the rate lease m carries (zero: none).

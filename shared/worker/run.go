@@ -65,13 +65,13 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if errors.Is(serr, ledger.ErrUnavailable) {
 		return w.unavailable(ctx, log, d, m, &b, "resolve secrets", serr)
 	}
-	// A batch with a rate leases its calls before the take (rate.go);
+	// A batch with a rate leases its calls before the take (pacer.Pacer.Unit);
 	// a token budget's booking is settled once the unit ends, whichever
 	// way (pacer.Pacer.Settle).
 	defer w.pacing().Settle(ctx, log, &m.lease)
 	// A track's message comes back by design (its units wait in it), so
 	// only an item or pack message received again is a redelivery here.
-	if wait, err := w.paceUnit(ctx, log, b, m, d.ReceiveCount > 1 && m.track == nil); err != nil {
+	if wait, err := w.pacing().Unit(ctx, log, b, m, len(m.Items), d.ReceiveCount > 1 && m.track == nil, &m.lease); err != nil {
 		return w.unavailable(ctx, log, d, m, &b, "lease the rate", err)
 	} else if wait > 0 {
 		return w.rateWait(ctx, log, d, m, wait), nil

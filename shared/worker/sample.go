@@ -16,11 +16,7 @@ import (
 // looks again (api.ApprovalWait), from the estimate's time once the
 // sample has ended, else from the run's start.
 func approvalWait(b ledger.Batch, now time.Time) time.Duration {
-	since := b.RunStartedAt
-	if e := b.Approval.Estimate; e != nil {
-		since = e.MadeAt
-	}
-	return api.ApprovalWait(since, now, mrand.Float64())
+	return api.ApprovalWait(b.ApprovalHoldSince(), now, mrand.Float64())
 }
 
 // holdForApproval handles a delivery of a unit outside its batch's

@@ -1285,7 +1285,7 @@ func ApprovedRestText(v api.Batch) string {
 		return ""
 	}
 	e := ap.Estimate
-	from := api.ApprovalReachesBy(e.MadeAt, ap.DecidedAt)
+	from := v.ApprovalReaches()
 	rest := time.Duration(e.Seconds) * time.Second
 	return fmt.Sprintf("estimate: the sample's: the rest ≈ %s at %s from %s, finish ≈ %s", rest, rateText(e.ItemsPerSecond),
 		stamp(from), stamp(from.Add(rest)))
@@ -1301,11 +1301,7 @@ func RestStartsText(v api.Batch, now time.Time) string {
 	if ap == nil || ap.State != api.ApprovalApproved || ap.DecidedAt.IsZero() || v.Run != 1 || v.Status != api.StatusRunning || v.Stop != "" {
 		return ""
 	}
-	since := v.RunStartedAt
-	if ap.Estimate != nil {
-		since = ap.Estimate.MadeAt
-	}
-	by := api.ApprovalReachesBy(since, ap.DecidedAt)
+	by := v.ApprovalReaches()
 	if !by.After(now) {
 		return ""
 	}
