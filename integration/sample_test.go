@@ -84,16 +84,7 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 	if l := v.Live; l == nil || len(l.Attention) == 0 || !strings.Contains(strings.Join(l.Attention, "; "), "awaiting approval") || l.Stalled {
 		t.Errorf("live view %+v: want an attention line saying awaiting approval, not stalled", l)
 	}
-	time.Sleep(20 * time.Second)
-	calls := env.hook.counts(id)
-	if len(calls) != sample {
-		t.Fatalf("%d items called before the approval (20 s after the estimate), want the sample's %d", len(calls), sample)
-	}
-	for key, n := range calls {
-		if i, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); i >= sample || n != 1 {
-			t.Errorf("before the approval: item %s called %d times, want only items below %d, once", key, n, sample)
-		}
-	}
+	onlyTheSampleCalled(t, id, sample, 20*time.Second)
 	if e.Items != int64(items) || e.SampleItems != sample || e.Failed != sample/25 {
 		t.Errorf("estimate %+v: want %d sample items of %d, %d failed", *e, sample, items, sample/25)
 	}
@@ -121,7 +112,7 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 	if v.Status != api.StatusCompleted || c == nil || c.Succeeded != int64(items-items/25) || c.Failed != int64(items/25) {
 		t.Fatalf("status %s, census %+v: want %d succeeded, %d failed", v.Status, c, items-items/25, items/25)
 	}
-	calls = env.hook.counts(id)
+	calls := env.hook.counts(id)
 	if len(calls) != items {
 		t.Errorf("%d items called, want %d", len(calls), items)
 	}
@@ -200,16 +191,7 @@ func TestSampleOnTracksOnTheStack(t *testing.T) {
 	if v.Status.Finished() || e == nil || e.SampleItems != sample || e.Items != items {
 		t.Fatalf("status %s, approval %+v: want running, awaiting approval with an estimate of %d sample items of %d", v.Status, v.Approval, sample, items)
 	}
-	time.Sleep(15 * time.Second)
-	calls := env.hook.counts(id)
-	if len(calls) != sample {
-		t.Fatalf("%d items called before the approval (15 s after the estimate), want the sample's %d", len(calls), sample)
-	}
-	for key, n := range calls {
-		if i, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); i >= sample || n != 1 {
-			t.Errorf("before the approval: item %s called %d times, want only items below %d, once", key, n, sample)
-		}
-	}
+	onlyTheSampleCalled(t, id, sample, 15*time.Second)
 	approved := time.Now()
 	if _, err := env.api.Approve(ctx, id); err != nil {
 		t.Fatalf("approve: %v", err)
@@ -219,7 +201,7 @@ func TestSampleOnTracksOnTheStack(t *testing.T) {
 	if v.Status != api.StatusCompleted || v.Census == nil || v.Census.Succeeded != items {
 		t.Fatalf("status %s, census %+v: want completed, %d succeeded", v.Status, v.Census, items)
 	}
-	calls = env.hook.counts(id)
+	calls := env.hook.counts(id)
 	for j := range items {
 		if c := calls[api.PositionalKey(int64(j))]; c != 1 {
 			t.Errorf("item %d called %d times, want once", j, c)
@@ -245,4 +227,21 @@ func awaitEstimate(t *testing.T, ctx context.Context, id string) wire.BatchView 
 		t.Fatalf("wait for the estimate: %v", err)
 	}
 	return v
+}
+
+// onlyTheSampleCalled waits for (after the estimate) and then checks
+// that the receiver called exactly the sample's items of batch id (keys
+// item-0 … item-{sample−1}), each once: the rest is held.
+func onlyTheSampleCalled(t *testing.T, id string, sample int, wait time.Duration) {
+	t.Helper()
+	time.Sleep(wait)
+	calls := env.hook.counts(id)
+	if len(calls) != sample {
+		t.Fatalf("%d items called before the approval (%s after the estimate), want the sample's %d", len(calls), wait, sample)
+	}
+	for key, n := range calls {
+		if i, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); i >= sample || n != 1 {
+			t.Errorf("before the approval: item %s called %d times, want only items below %d, once", key, n, sample)
+		}
+	}
 }
