@@ -98,7 +98,7 @@ func TestCostUnitsPerItem(t *testing.T) {
 // "Cost"): a clean run of 1 KB inputs with small outputs at 10 items per
 // message writes at most 0.5 DynamoDB write units per item and costs at
 // most $0.50 of infrastructure per 10^6 items besides CloudWatch Logs (here
-// in 500-item batches, each paying its fixed cost), ingests at most 450
+// in 500-item batches, each paying its fixed cost), ingests at most 100
 // bytes of logs per item, and writes no index entry.
 func TestCostUnitsPerItemPacked(t *testing.T) {
 	// Not in parallel: its dollars include Lambda duration, the wall time
@@ -116,16 +116,16 @@ func TestCostUnitsPerItemPacked(t *testing.T) {
 	}
 	// The $0.50 target was set before the bench counted CloudWatch Logs:
 	// it holds for the rest, and the logs are held to their own bound —
-	// the item's outcome line and the invocation's share of two metric
-	// lines and Lambda's platform lines, ≈ 360 bytes; one metric line per
-	// item more (an unbuffered emitter's two: ≈ 990) passes it.
+	// the pack's one line of its succeeded items and the invocation's
+	// share of two metric lines and Lambda's platform lines; a line per
+	// item (≈ 330 bytes each, as before the pack's line) passes it.
 	logs := f.USDByComponent["CloudWatch Logs"]
 	t.Logf("CloudWatch Logs: %.0f bytes, %.2f of the functions' lines per item, $%.3f per 10^6 items", f.LogBytesPerItem, f.LogEventsPerItem, logs)
 	if f.USDPerMillionItems-logs > 0.50 {
 		t.Errorf("$%.3f per 10^6 items without CloudWatch Logs, target 0.50", f.USDPerMillionItems-logs)
 	}
-	if f.LogBytesPerItem > 450 || f.LogEventsPerItem > 1.2 {
-		t.Errorf("CloudWatch Logs: %.0f bytes and %.2f of the functions' lines per item, bound 450 and 1.2", f.LogBytesPerItem, f.LogEventsPerItem)
+	if f.LogBytesPerItem > 100 || f.LogEventsPerItem > 0.3 {
+		t.Errorf("CloudWatch Logs: %.0f bytes and %.2f of the functions' lines per item, bound 100 and 0.3", f.LogBytesPerItem, f.LogEventsPerItem)
 	}
 	// Each pack row is written at least twice (take and outcomes): less
 	// means the meter misses writes.

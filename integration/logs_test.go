@@ -88,13 +88,20 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 	}
 
 	out := buf.String()
-	recorded := 0
+	recorded, summed := 0, 0
 	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %d is not JSON: %s", i+1, line)
 		}
+		if rec["message"] == "items recorded" && rec["level"] == "INFO" && rec["items"] == float64(2) &&
+			rec["first_key"] == api.PositionalKey(0) && rec["last_key"] == api.PositionalKey(1) {
+			summed++
+		}
 		if rec["message"] == "item recorded" {
+			if rec["level"] != "DEBUG" {
+				t.Errorf("a packed item's success line at %v, want DEBUG: %s", rec["level"], line)
+			}
 			recorded++
 			for _, f := range []string{"batch_id", "run", "key", "run_id", "attempt", "outcome", "duration_ms"} {
 				if _, ok := rec[f]; !ok {
@@ -105,6 +112,11 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 	}
 	if recorded != 2 {
 		t.Errorf("%d \"item recorded\" lines, want 2:\n%s", recorded, out)
+	}
+	// The two items share a pack (10 items per message by default): their
+	// own lines are DEBUG, and one INFO line sums the pack's successes.
+	if summed != 1 {
+		t.Errorf("%d INFO \"items recorded\" lines of the pack of 2, want 1:\n%s", summed, out)
 	}
 	for _, secret := range []string{"payload-marker", "hdr-s3cr3t", "resolved-s3cr3t"} {
 		if strings.Contains(out, secret) {

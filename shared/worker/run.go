@@ -204,6 +204,38 @@ func itemLog(log *slog.Logger, b ledger.Batch, m *unitMessage, s ledger.ItemStat
 	return log.With("run_id", ledger.RunIDOf(b.ID, s.Key, s.Revision), "attempt", s.Attempt)
 }
 
+// packLine is the one INFO line of a pack's items that succeeded in a
+// delivery ("items recorded": how many, the first and last of their
+// keys, the longest call in ms). Each such item's own "item recorded"
+// line is DEBUG: CloudWatch Logs bills every byte ingested ($0.50 per GB
+// in us-east-1, "Amazon CloudWatch Pricing"), and a line per item was
+// half of a clean run's cost at 10 items per message (docs/design/cost.md,
+// "CloudWatch Logs"); the ledger keeps every item's outcome (`bulkrun
+// items`). An item that did not succeed keeps its WARN line; an item
+// message (one item) keeps its INFO line.
+type packLine struct {
+	n           int
+	first, last string
+	longest     time.Duration
+}
+
+func (p *packLine) add(r *itemRun) {
+	if p.n == 0 {
+		p.first = r.state.Key
+	}
+	p.n++
+	p.last = r.state.Key
+	p.longest = max(p.longest, r.took)
+}
+
+func (p *packLine) log(ctx context.Context, log *slog.Logger) {
+	if p.n == 0 {
+		return
+	}
+	log.InfoContext(ctx, "items recorded", "outcome", string(api.OutcomeSucceeded), "items", p.n,
+		"first_key", p.first, "last_key", p.last, "duration_ms", p.longest.Milliseconds())
+}
+
 // endsUncalled reports whether item j's take ends before its call
 // whatever the batch's state (ledger.Conclude): an interrupted takeover
 // under on_interrupt quarantine, or a take past max attempts.
@@ -320,6 +352,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			recorded[r.j] = r
 		}
 	}
+	var sum packLine
 	for _, r := range runs {
 		if recorded[r.j] == nil {
 			continue
@@ -330,12 +363,17 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
 		}
 		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
-		if o == api.OutcomeSucceeded {
-			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
-		} else {
+		switch {
+		case o != api.OutcomeSucceeded:
 			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
+		case m.Packed:
+			ilog.DebugContext(ctx, "item recorded", "outcome", string(o))
+			sum.add(r)
+		default:
+			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
 		}
 	}
+	sum.log(ctx, log)
 	dns = w.heldEnded(ctx, log, b, m, runs, dns)
 	// What the write stored is counted whatever comes after it (a timer
 	// that cannot be sent).
