@@ -17,6 +17,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // RunningBatches lists running markers (pk RUNNING), every page.
@@ -102,10 +103,19 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 		}
 	}
 	if b.MaxConcurrency > 0 {
-		// Each run's claim counter and track fences (at most one track
-		// per unit of the limit).
+		// Each run's claim counters and track fences (at most one track
+		// per unit of the limit; a run of n tracks has pace.Counters(n)
+		// counters, and n is not kept: every count up to the limit's).
 		for run := 1; run <= b.Run; run++ {
 			keys = append(keys, layout.Key(layout.ClaimPK(b.ID, run), layout.SKClaim))
+			for n := 2; n <= pace.Counters(b.MaxConcurrency); n++ {
+				for c := range n {
+					keys = append(keys, layout.Key(layout.CounterPK(b.ID, run, n, c), layout.SKClaim))
+					if err := flush(false); err != nil {
+						return err
+					}
+				}
+			}
 			for t := range b.MaxConcurrency {
 				keys = append(keys, layout.Key(layout.TrackPK(b.ID, run, t), layout.SKTrack))
 				if err := flush(false); err != nil {

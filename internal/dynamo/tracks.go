@@ -20,8 +20,8 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// ClaimSlice implements ledger.Store with one UpdateItem on the run's
-// claim counter: SET claims = claims + 1, c{track} = c.Claim,
+// ClaimSlice implements ledger.Store with one UpdateItem on the claim
+// counter's row (layout.CounterPK): SET claims = claims + 1, c{track} = c.Claim,
 // g{track} = claims + 1 (the right-hand sides read the row before the
 // update, so g{track} is the new count: "DynamoDB evaluates every action
 // against the item's attribute values as they were before the update",
@@ -29,7 +29,9 @@ import (
 // attribute_not_exists(c{track}) OR c{track} < c.Claim. A lost
 // condition with c{track} = c.Claim is this claim applied before (a
 // retry after a lost answer): it answers g{track} again. One row
-// attribute pair per track: at most 2 × max_concurrency of them.
+// attribute pair per track that claimed from it: 2 × 64 of them at most
+// while its tracks claim from their home counter (pace.TracksPerCounter),
+// more only from the tracks that move on to it once theirs is drained.
 func (s *Store) ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, error) {
 	mine, got := expression.Name("c"+strconv.Itoa(c.Track)), expression.Name("g"+strconv.Itoa(c.Track))
 	next := expression.Plus(expression.Name(layout.AttrClaims).IfNotExists(expression.Value(0)), expression.Value(1))
@@ -39,7 +41,7 @@ func (s *Store) ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	attrs, old, err := s.updateRow(ctx, layout.Key(layout.ClaimPK(c.BatchID, c.Run), layout.SKClaim), expr, types.ReturnValueUpdatedNew)
+	attrs, old, err := s.updateRow(ctx, layout.Key(layout.CounterPK(c.BatchID, c.Run, c.Counters, c.Counter), layout.SKClaim), expr, types.ReturnValueUpdatedNew)
 	var k, n int64
 	switch {
 	case errors.Is(err, api.ErrConflict):
@@ -55,6 +57,24 @@ func (s *Store) ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, err
 		return 0, fmt.Errorf("claim a slice of %s run %d: answered %v (%v)", c.BatchID, c.Run, attrs["g"+strconv.Itoa(c.Track)], err)
 	}
 	return n, nil
+}
+
+// SliceCounter implements ledger.Store with one strongly consistent
+// GetItem of the counter's row.
+func (s *Store) SliceCounter(ctx context.Context, r ledger.SliceCounterRead) (ledger.SliceCount, error) {
+	row, err := s.getRow(ctx, layout.Key(layout.CounterPK(r.BatchID, r.Run, r.Counters, r.Counter), layout.SKClaim))
+	if err != nil {
+		return ledger.SliceCount{}, fmt.Errorf("read claim counter %d of %s run %d: %w", r.Counter, r.BatchID, r.Run, err)
+	}
+	var c ledger.SliceCount
+	for name, into := range map[string]*int64{layout.AttrClaims: &c.Claims, "c" + strconv.Itoa(r.Track): &c.TrackClaim} {
+		if v := row[name]; v != nil {
+			if err := attributevalue.Unmarshal(v, into); err != nil {
+				return ledger.SliceCount{}, fmt.Errorf("read claim counter %d of %s run %d: %s: %w", r.Counter, r.BatchID, r.Run, name, err)
+			}
+		}
+	}
+	return c, nil
 }
 
 // TakeTrack implements ledger.Store with one UpdateItem: SET seq, holder,

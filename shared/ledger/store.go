@@ -255,14 +255,19 @@ type Store interface {
 	// over by another holder (or gone) is left alone, without error.
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
 	// ClaimSlice takes the next slice of the run for a track of a batch
-	// with max_concurrency: one atomic increment of the run's claim
-	// counter (its own row), answering the claim's number, 1 for the
-	// first (pace.ClaimNumber gives its slice). Idempotent per track and
-	// c.Claim (the track's own count of its claims, from 1): a claim made
-	// again (its answer lost, its delivery crashed before the track was
-	// sent on) answers the same number, so no slice is skipped. A claim
-	// below the track's last is ErrConflict (a stale delivery).
+	// with max_concurrency: one atomic increment of claim counter
+	// c.Counter of the run (its own row), answering the claim's number on
+	// that counter, 1 for the first (pace.ClaimNumber gives its slice).
+	// Idempotent per track and c.Claim (the track's own count of its
+	// claims, from 1, across counters): a claim made again (its answer
+	// lost, its delivery crashed before the track was sent on) answers
+	// the same number, so no slice is skipped. A claim below the track's
+	// last on that counter is ErrConflict (a stale delivery).
 	ClaimSlice(ctx context.Context, c SliceClaim) (int64, error)
+	// SliceCounter reads claim counter r.Counter of the run strongly
+	// consistent: its claims answered and track r.Track's last claim on
+	// it (zeros for a counter not claimed from yet).
+	SliceCounter(ctx context.Context, r SliceCounterRead) (SliceCount, error)
 	// TakeTrack takes the fence row of a track (its own row) for t.Holder
 	// until t.Now + t.Lease, when no row exists, the row's seq is below
 	// t.Seq, or it is t.Seq and its lease ended or t.Holder holds it,

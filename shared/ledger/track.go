@@ -21,9 +21,18 @@ type Track struct {
 	// Index is the track's number, 0 … Tracks−1; its fence row is
 	// Store.TakeTrack's.
 	Index int `json:"i"`
-	// Tracks is how many tracks the run has: the claim counter's first
-	// claim takes slice number Tracks (pace.ClaimNumber).
+	// Tracks is how many tracks the run has: the claim counters' first
+	// claims take slice numbers from Tracks on (pace.ClaimNumber).
 	Tracks int `json:"tracks"`
+	// Counters is how many claim counters the run has (pace.Counters; 0,
+	// as a track sent before counters were several has it: 1). Counter is
+	// the one the track claims from now: its home counter
+	// (pace.HomeCounter) until that is drained, then the next, in turn;
+	// Drained counts the counters it found drained. The track is done
+	// when it found every counter drained.
+	Counters int `json:"cs,omitempty"`
+	Counter  int `json:"cn,omitempty"`
+	Drained  int `json:"cd,omitempty"`
 	// Seq fences the track's sends: each new message of the track carries
 	// a higher one, and a delivery whose Seq is below the fence row's is
 	// stale (acknowledged, not run).
@@ -54,8 +63,8 @@ type Track struct {
 	// track is sent on after each claim, so that a delivery run again from
 	// this message claims the same slice.
 	Claims int64 `json:"claims,omitempty"`
-	// Done: the claim counter answered past the run's last slice, so the
-	// track claims no more.
+	// Done: every claim counter answered past the run's last slice (or
+	// was found drained), so the track claims no more.
 	Done bool `json:"done,omitempty"`
 	// Merged are the hand-offs to the track (Store.HandToTrack, by their
 	// ID) whose units it took into its Retries since its last take: the
@@ -196,13 +205,38 @@ type TrackSlot struct {
 }
 
 // SliceClaim is what Store.ClaimSlice asks: track Track's Claim-th
-// claim (from 1) of the batch's run.
+// claim (from 1) of the batch's run, from claim counter Counter of the
+// run's Counters (pace.Counters). Counters ≤ 1 is the run's one counter
+// (a track sent before a run had more leaves it 0); a run of several
+// counters keeps each in a row of its own, apart from the one counter's,
+// so that a run's tracks that disagree on Counters (sent by releases on
+// either side of a deploy) each deal every slice, none skipped.
 type SliceClaim struct {
-	BatchID string
-	Run     int
-	Track   int
-	Claim   int64
-	Now     time.Time
+	BatchID  string
+	Run      int
+	Track    int
+	Claim    int64
+	Counters int
+	Counter  int
+	Now      time.Time
+}
+
+// SliceCounterRead is what Store.SliceCounter asks: claim counter Counter
+// of Counters of the batch's run, and track Track's last claim on it.
+type SliceCounterRead struct {
+	BatchID  string
+	Run      int
+	Track    int
+	Counters int
+	Counter  int
+}
+
+// SliceCount is a claim counter as read: how many claims it answered,
+// and the last claim (Store.ClaimSlice's SliceClaim.Claim) the track
+// asked read made on it (0: none).
+type SliceCount struct {
+	Claims     int64
+	TrackClaim int64
 }
 
 // ChunksKey is where the fan-out chunks of a run's manifest are kept

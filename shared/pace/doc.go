@@ -8,14 +8,16 @@
 // runs on at most N tracks: each track is one items-queue message that
 // runs its units one after another, and takes the next slice of the
 // manifest (SliceSize: up to SliceItems items, whole packs, at least
-// SlicesPerTrack slices per track in a small run) from a per-run claim
-// counter when its slice is done. No unit waits on the queue for a slot:
-// the units not yet started are lines of the manifest, which cost nothing
-// while they wait, and a track starts the next one as soon as its unit
-// ends. The claim counter takes one write per slice, so its row stays
-// under DynamoDB's 1,000 writes a second at any size
-// (ClaimWritesPerSecond; "Burst and adaptive capacity", DynamoDB
-// developer guide: 1,000 write units a second per partition).
+// SlicesPerTrack slices per track in a small run) from a claim counter
+// of its run when its slice is done (one counter per TracksPerCounter
+// tracks; a track whose counter is drained moves on to the next). No
+// unit waits on the queue for a slot: the units not yet started are
+// lines of the manifest, which cost nothing while they wait, and a track
+// starts the next one as soon as its unit ends. A counter takes one
+// write of one unit per slice, so its row stays under DynamoDB's 1,000
+// write units a second at any size and limit (ClaimWritesPerSecond;
+// "Burst and adaptive capacity", DynamoDB developer guide: 1,000 write
+// units a second per partition).
 //
 // Rates per downstream key (rate.go): a GCRA schedule per bucket row,
 // leased one unit's calls at a time, booked ahead up to LeaseHorizon;

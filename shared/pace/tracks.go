@@ -52,11 +52,42 @@ func Tracks(n int, slices int64) int {
 	return int(min(int64(n), slices))
 }
 
-// ClaimNumber is the slice number of a track's claim: the first tracks
-// slice numbers 0 … tracks−1 are the tracks' own (sent with them), and
-// the n-th claim (n ≥ 1, as the claim counter answers) takes slice
-// tracks + n − 1.
-func ClaimNumber(tracks int, n int64) int64 { return int64(tracks) + n - 1 }
+// TracksPerCounter is the most tracks that claim from one claim counter
+// row. The row keeps each of its tracks' last claim and answer (two
+// number attributes), so that a claim made again is answered again: at
+// 64 tracks it is ≈ 780 bytes by DynamoDB's item-size rules, one write
+// unit per claim; one row for 1,000 tracks would be ≈ 12.9 KB, 13 write
+// units per claim ("Working with items: DynamoDB item sizes", Amazon
+// DynamoDB developer guide; the sizes from integration/testbed/meter).
+const TracksPerCounter = 64
+
+// Counters is how many claim counters a run of tracks tracks has: one per
+// TracksPerCounter tracks (⌈tracks / 64⌉, at least 1). Track i claims
+// from counter i mod Counters first (HomeCounter), so the counters'
+// tracks differ by at most one.
+func Counters(tracks int) int { return max(1, (tracks+TracksPerCounter-1)/TracksPerCounter) }
+
+// HomeCounter is the counter track index claims from first.
+func HomeCounter(index, counters int) int { return index % max(counters, 1) }
+
+// ClaimNumber is the slice number of the n-th answer (n ≥ 1) of claim
+// counter c of counters: the first tracks slice numbers 0 … tracks−1
+// are the tracks' own (sent with them), and the numbers after them are
+// dealt to the counters in turn, counter c taking tracks + c,
+// tracks + c + counters, …: tracks + (n − 1) × counters + c. With one
+// counter the n-th answer takes tracks + n − 1.
+func ClaimNumber(tracks, counters, c int, n int64) int64 {
+	counters = max(counters, 1)
+	return int64(tracks) + (n-1)*int64(counters) + int64(c)
+}
+
+// CounterDrained says whether counter c of counters, having answered
+// claims claims, has no slice of l left: its next answer lies past the
+// run's last slice. A counter once drained stays drained (its count only
+// grows).
+func (l Layout) CounterDrained(tracks, counters, c int, claims int64) bool {
+	return ClaimNumber(tracks, counters, c, claims+1) >= l.Slices()
+}
 
 // Span is a range of a fan-out chunk's items: the First manifest index
 // and Count items.
@@ -112,9 +143,9 @@ func (l Layout) Slice(g int64) (chunk int, j int64, s Span, empty, ok bool) {
 	return int(c), j, Span{First: ch.First + at, Count: min(l.Size, ch.Count-at)}, false, true
 }
 
-// ClaimWritesPerSecond is the writes a second the claim counter of a run
-// takes when its tracks end itemsPerSecond items a second in slices of
-// size items: one per slice.
-func ClaimWritesPerSecond(itemsPerSecond float64, size int64) float64 {
-	return itemsPerSecond / float64(max(size, 1))
+// ClaimWritesPerSecond is the writes a second each claim counter of a
+// run on tracks tracks takes when its tracks end itemsPerSecond items a
+// second in slices of size items: one per slice, shared by its Counters.
+func ClaimWritesPerSecond(itemsPerSecond float64, size int64, tracks int) float64 {
+	return itemsPerSecond / float64(max(size, 1)) / float64(Counters(tracks))
 }

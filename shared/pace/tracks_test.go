@@ -1,6 +1,9 @@
 package pace
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestSliceSize guards that a slice holds whole packs and that a run has
 // at least SlicesPerTrack slices per track while slices are under 100
@@ -74,21 +77,76 @@ func TestTracksAndClaims(t *testing.T) {
 	if got := Tracks(0, 1000); got != 0 {
 		t.Errorf("Tracks(0, 1000) = %d, want 0", got)
 	}
-	if got := ClaimNumber(10, 1); got != 10 {
-		t.Errorf("ClaimNumber(10, 1) = %d, want 10", got)
+	if got := ClaimNumber(10, 1, 0, 1); got != 10 {
+		t.Errorf("ClaimNumber(10, 1, 0, 1) = %d, want 10", got)
+	}
+	if got := ClaimNumber(10, 1, 0, 5); got != 14 {
+		t.Errorf("ClaimNumber(10, 1, 0, 5) = %d, want 14", got)
+	}
+}
+
+// TestCountersDealTheSlices guards the claim counters of a run on many
+// tracks: one per 64 tracks, each track's home counter shared by at most
+// 64 tracks, and the counters' answers dealing every slice number after
+// the tracks' own to exactly one counter and answer, so that no slice is
+// skipped or dealt twice; a counter is drained exactly when its next
+// answer lies past the last slice.
+func TestCountersDealTheSlices(t *testing.T) {
+	for _, c := range []struct{ tracks, want int }{{1, 1}, {64, 1}, {65, 2}, {128, 2}, {129, 3}, {1000, 16}} {
+		n := Counters(c.tracks)
+		if n != c.want {
+			t.Errorf("Counters(%d) = %d, want %d", c.tracks, n, c.want)
+		}
+		home := make([]int, n)
+		for i := range c.tracks {
+			home[HomeCounter(i, n)]++
+		}
+		for k, h := range home {
+			if h > TracksPerCounter || h < c.tracks/n {
+				t.Errorf("%d tracks: counter %d is home to %d", c.tracks, k, h)
+			}
+		}
+	}
+	l := NewLayout([]Span{{0, 20000}, {20000, 20000}, {40000, 7000}}, 10, 300)
+	tracks := Tracks(300, l.Slices())
+	counters := Counters(tracks)
+	if counters != 5 {
+		t.Fatalf("%d tracks: %d counters, want 5", tracks, counters)
+	}
+	dealt := map[int64]string{}
+	for c := range counters {
+		for n := int64(1); ; n++ {
+			g := ClaimNumber(tracks, counters, c, n)
+			if l.CounterDrained(tracks, counters, c, n-1) != (g >= l.Slices()) {
+				t.Fatalf("counter %d after %d answers: drained %v, next slice %d of %d", c, n-1, l.CounterDrained(tracks, counters, c, n-1), g, l.Slices())
+			}
+			if g >= l.Slices() {
+				break
+			}
+			if was, ok := dealt[g]; ok {
+				t.Fatalf("slice %d dealt twice: %s and counter %d answer %d", g, was, c, n)
+			}
+			dealt[g] = fmt.Sprintf("counter %d answer %d", c, n)
+		}
+	}
+	for g := int64(tracks); g < l.Slices(); g++ {
+		if _, ok := dealt[g]; !ok {
+			t.Errorf("slice %d dealt by no counter", g)
+		}
 	}
 }
 
 // TestClaimCounterUnderTheKeyLimit guards the partition arithmetic: a
-// run of 10^8 items at the largest limit, ending 10^5 items a second
-// (beyond a stack's Lambda concurrency at any real item time), has its
-// claim counter take 1,000 writes a second at K = 1, and no more at any
-// K: DynamoDB's 1,000 write units a second per key. (A run under 400 ×
-// limit items takes at most SlicesPerTrack × limit claims in all.)
+// run of 10^8 items at the largest limit (1,000 tracks), ending 10^5
+// items a second (beyond a stack's Lambda concurrency at any real item
+// time), has each of its 16 claim counters take ≈ 63 writes a second at
+// K = 1 and no more at any K, each of one write unit (64 tracks to a
+// row): under DynamoDB's 1,000 write units a second per key. (A run under
+// 400 × limit items takes at most SlicesPerTrack × limit claims in all.)
 func TestClaimCounterUnderTheKeyLimit(t *testing.T) {
 	for _, k := range []int{1, 3, 10, 100} {
-		if w := ClaimWritesPerSecond(1e5, SliceSize(k, 1e8, 1000)); w > 1000 {
-			t.Errorf("K=%d: %.0f claim writes a second", k, w)
+		if w := ClaimWritesPerSecond(1e5, SliceSize(k, 1e8, 1000), 1000); w > 1000 {
+			t.Errorf("K=%d: %.0f claim writes a second on a counter", k, w)
 		}
 	}
 }

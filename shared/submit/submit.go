@@ -772,7 +772,9 @@ func priorityOf(b ledger.Batch) int {
 // sendTracks starts a run of a batch with max_concurrency N on its
 // tracks (shared/pace): it writes the run's chunk table beside its
 // manifest (ledger.ChunksKey) and sends min(N, slices) track messages,
-// track j starting on slice j; the tracks claim the others. Sent again
+// track j starting on slice j; the tracks claim the others, from
+// pace.Counters claim counters, track j from counter j mod counters
+// first. Sent again
 // (a fan-out interrupted, the finalize tick's), the tracks are the same
 // (Seq 1): a track's fence row keeps one delivery of each running.
 func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []source.Chunk) error {
@@ -786,11 +788,12 @@ func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []sou
 	}
 	l := pace.NewLayout(spans, b.Pack(), b.MaxConcurrency)
 	n := pace.Tracks(b.MaxConcurrency, l.Slices())
+	counters := pace.Counters(n)
 	bodies := make([][]byte, 0, n)
 	for j := range n {
 		ci, _, _, _, _ := l.Slice(int64(j))
 		body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: key, Chunk: &chunks[ci],
-			Track: &ledger.Track{Index: j, Tracks: n, Seq: 1, Slice: int64(j)}, Priority: priorityOf(b)}.Body()
+			Track: &ledger.Track{Index: j, Tracks: n, Counters: counters, Counter: pace.HomeCounter(j, counters), Seq: 1, Slice: int64(j)}, Priority: priorityOf(b)}.Body()
 		if err != nil {
 			return err
 		}

@@ -35,6 +35,7 @@ type Store interface {
 	AcquireSlot(ctx context.Context, batchID string, slot int, holder string, now time.Time, lease time.Duration) error
 	FreeSlot(ctx context.Context, batchID string, slot int, holder string) error
 	ClaimSlice(ctx context.Context, c ledger.SliceClaim) (int64, error)
+	SliceCounter(ctx context.Context, r ledger.SliceCounterRead) (ledger.SliceCount, error)
 	TakeTrack(ctx context.Context, t ledger.TrackTake) (ledger.TrackTaken, error)
 	HandToTrack(ctx context.Context, h ledger.TrackHand) (bool, error)
 	TakeTrackSlot(ctx context.Context, s ledger.TrackSlot) error

@@ -342,41 +342,89 @@ func (tr *trackRun) due(now time.Time, stopping bool) int {
 }
 
 // claim takes the run's next slice for the track (Store.ClaimSlice, its
-// claim Claims + 1); past the run's last slice the track claims no more.
-// The track is then sent on before it runs the slice (sendOn), so that
-// every delivery of the track starts from its last claim or the one
-// before, which ClaimSlice answers again.
+// claim Claims + 1) from the claim counter it claims from (its home
+// counter, pace.HomeCounter, first). An answer past the run's last slice
+// drains that counter for the track, which moves on to the next counter
+// in turn, reading it first (Store.SliceCounter) and passing it by when
+// it is drained too and holds no claim of this one (a drained counter
+// stays drained, so a delivery run again from the same message passes by
+// the same counters and claims the same slices); once it found every
+// counter drained it is done, and claims no more. The track is sent on
+// (sendOn) before it runs a slice it claimed, so that every delivery of
+// the track starts from its last claim or the one before, which
+// ClaimSlice answers again.
 func (tr *trackRun) claim(ctx context.Context) error {
 	t := tr.msg.Track
-	n, err := tr.w.Store.ClaimSlice(ctx, ledger.SliceClaim{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Claim: t.Claims + 1, Now: tr.w.Clock.Now()})
+	l, _, err := tr.layout(ctx)
 	if err != nil {
-		return fmt.Errorf("claim a slice: %w", err)
+		return err
 	}
-	tr.closeLines()
-	t.Claims++
-	t.Slice, t.Span, t.At, t.Pos = pace.ClaimNumber(t.Tracks, n), source.Chunk{}, 0, 0
-	tr.sendOn = true
+	counters := max(t.Counters, 1)
+	for t.Drained < counters {
+		if t.Drained > 0 {
+			c, err := tr.w.Store.SliceCounter(ctx, ledger.SliceCounterRead{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Counters: t.Counters, Counter: t.Counter})
+			if err != nil {
+				return fmt.Errorf("read a claim counter: %w", err)
+			}
+			if c.TrackClaim != t.Claims+1 && l.CounterDrained(t.Tracks, counters, t.Counter, c.Claims) {
+				t.Counter, t.Drained = (t.Counter+1)%counters, t.Drained+1
+				continue
+			}
+		}
+		n, err := tr.w.Store.ClaimSlice(ctx, ledger.SliceClaim{BatchID: tr.b.ID, Run: tr.b.Run, Track: t.Index, Claim: t.Claims + 1,
+			Counters: t.Counters, Counter: t.Counter, Now: tr.w.Clock.Now()})
+		if err != nil {
+			return fmt.Errorf("claim a slice: %w", err)
+		}
+		t.Claims++
+		g := pace.ClaimNumber(t.Tracks, counters, t.Counter, n)
+		switch _, _, _, empty, ok := l.Slice(g); {
+		case !ok:
+			t.Counter, t.Drained = (t.Counter+1)%counters, t.Drained+1
+			continue
+		case empty:
+			continue // a number a short chunk leaves without items
+		}
+		tr.closeLines()
+		t.Slice, t.Span, t.At, t.Pos = g, source.Chunk{}, 0, 0
+		tr.sendOn = true
+		return nil
+	}
+	t.Done = true
 	return nil
 }
 
-// loadSlice reads where the track's slice lies: its fan-out chunk (the
-// run's chunk table) and its bytes (the chunk's slices, written by the
-// first track that needs them); the chunk's first slice counts the chunk
-// fanned out. Past the run's last slice the track is done; an empty
-// slice number is claimed past.
-func (tr *trackRun) loadSlice(ctx context.Context) error {
-	t := tr.msg.Track
+// layout is the run's slice layout (pace.NewLayout) from its fan-out
+// chunks (the run's chunk table, read once per process).
+func (tr *trackRun) layout(ctx context.Context) (pace.Layout, []source.Chunk, error) {
 	chunks, err := tr.w.trackBook().Chunks(ctx, tr.w.Blobs, tr.msg.ManifestKey)
 	if err != nil {
-		return err
+		return pace.Layout{}, nil, err
 	}
 	spans := make([]pace.Span, len(chunks))
 	for i, c := range chunks {
 		spans[i] = pace.Span{First: c.FirstIndex, Count: c.Count}
 	}
-	l := pace.NewLayout(spans, tr.b.Pack(), tr.b.MaxConcurrency)
+	return pace.NewLayout(spans, tr.b.Pack(), tr.b.MaxConcurrency), chunks, nil
+}
+
+// loadSlice reads where the track's slice lies: its fan-out chunk (the
+// run's chunk table) and its bytes (the chunk's slices, written by the
+// first track that needs them); the chunk's first slice counts the chunk
+// fanned out. A slice number past the run's last (a claim's answer, as a
+// release before claim checked its answers sent it) drains the counter
+// it came from, as claim does; an empty slice number is claimed past.
+func (tr *trackRun) loadSlice(ctx context.Context) error {
+	t := tr.msg.Track
+	l, chunks, err := tr.layout(ctx)
+	if err != nil {
+		return err
+	}
 	ci, j, _, empty, ok := l.Slice(t.Slice)
 	switch {
+	case !ok && t.Slice >= int64(t.Tracks):
+		t.Counter, t.Drained = (t.Counter+1)%max(t.Counters, 1), t.Drained+1
+		return tr.claim(ctx)
 	case !ok:
 		t.Done = true
 		return nil

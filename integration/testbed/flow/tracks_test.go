@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
@@ -105,8 +106,8 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 						t.Errorf("census %+v", c)
 					}
 				})
-				// Tracks + one send per slice claimed (and one past the
-				// last) per track + one send per wait, each wait at least
+				// Tracks + one send per slice claimed (none for a claim
+				// past the last) + one send per wait, each wait at least
 				// one failed or throttled unit.
 				slices := n / int(pace.SliceSize(k, n, limit))
 				bound := 2*limit + slices + extra
@@ -178,4 +179,105 @@ func TestTrackGoesOnPastItsInvocation(t *testing.T) {
 			t.Errorf("census %+v", c)
 		}
 	})
+}
+
+// everyThirdRequeue is the rig's queue whose every third Requeue (a track
+// sent on) fails, so that the delivery comes back from the message it
+// was given, before the claims it made.
+type everyThirdRequeue struct {
+	*memQueue
+	n atomic.Int64
+}
+
+func (q *everyThirdRequeue) Requeue(ctx context.Context, body []byte, d time.Duration) error {
+	if q.n.Add(1)%3 == 0 {
+		return errors.New("sqs: unavailable")
+	}
+	return q.memQueue.Requeue(ctx, body, d)
+}
+
+// TestTracksOnSeveralCounters guards the claim counters of a run of more
+// than pace.TracksPerCounter tracks (docs/adr/0028): 3,000 items at
+// max_concurrency 150 (150 tracks on 3 counters, 600 slices at K = 1 and
+// 300 at K = 10), each round's messages delivered twice at once, and every
+// third send of a track failing, so that its delivery comes back from the
+// message before its claims — also those that drained a counter and
+// moved on to the next. Every item is called exactly once and succeeds,
+// no more than the limit run at once, every counter dealt slices, and
+// the run's one-counter row (the key a track of a release before counters
+// were several claims from) was not written.
+func TestTracksOnSeveralCounters(t *testing.T) {
+	const n, limit = 3000, 150
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var running, most atomic.Int64
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				c := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+				}
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			r.sub.ChunkItems = 250
+			q := &everyThirdRequeue{memQueue: r.queue}
+			r.worker.Queue = q
+			submitK(t, r, "wide", k, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
+			for round := 0; ; round++ {
+				if round > 500 {
+					t.Fatal("the tracks did not end in 500 rounds")
+				}
+				ds := r.queue.take()
+				if len(ds) == 0 {
+					break
+				}
+				failed := r.worker.Handle(ctx, append(append([]worker.Delivery{}, ds...), ds...))
+				var again []worker.Delivery
+				for _, d := range ds {
+					if slices.Contains(failed, d.MessageID) {
+						d.ReceiveCount++
+						again = append(again, d)
+					}
+				}
+				r.queue.put(again)
+				r.clock.T = r.clock.T.Add(time.Minute)
+			}
+			if q.n.Load() < 3 {
+				t.Fatalf("%d sends of tracks: no send failed", q.n.Load())
+			}
+			if m := most.Load(); m > limit || m < 1 {
+				t.Fatalf("%d pipelines ran at once, want 1–%d", m, limit)
+			}
+			for i := range n {
+				if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+				}
+			}
+			r.finalizeFour(t, ctx, "wide", func(c api.Census) {
+				if c.Total != n || c.Succeeded != n {
+					t.Errorf("census %+v", c)
+				}
+			})
+			size := pace.SliceSize(k, n, limit)
+			tracks := pace.Tracks(limit, (n+size-1)/size)
+			counters := pace.Counters(tracks)
+			if counters < 2 {
+				t.Fatalf("%d tracks on %d counter: the test needs several", tracks, counters)
+			}
+			// Counter c deals slice numbers tracks + c, tracks + c +
+			// counters, …: its stripe, each once, and answers past it at
+			// most once per track that claimed from it drained.
+			sliceCount := int((n + size - 1) / size)
+			for c := range counters {
+				got, err := r.store.SliceCounter(ctx, ledger.SliceCounterRead{BatchID: "wide", Run: 1, Counters: counters, Counter: c})
+				stripe := int64((sliceCount - tracks - c + counters - 1) / counters)
+				if err != nil || got.Claims < stripe || got.Claims > stripe+int64(tracks) {
+					t.Errorf("counter %d of %d: %d claims answered (%v); want its %d slices and at most one past them per track", c, counters, got.Claims, err, stripe)
+				}
+			}
+			if got, err := r.store.SliceCounter(ctx, ledger.SliceCounterRead{BatchID: "wide", Run: 1, Counters: 1}); err != nil || got.Claims != 0 {
+				t.Errorf("the one-counter row: %+v, %v; want untouched", got, err)
+			}
+		})
+	}
 }

@@ -39,7 +39,7 @@ type Store struct {
 	chunks    map[chunkKey]*counter
 	runs      map[runKey]*runCounter
 	slots     map[slotKey]slot
-	claims    map[runKey]*claimRow  // a max_concurrency run's claim counter
+	claims    map[counterKey]*claimRow // a max_concurrency run's claim counters
 	tracks    map[trackKey]track    // a max_concurrency run's track fences
 	rates     map[rateKey]time.Time // a rate key's bucket row: its Next
 	tokens    map[string]tokenRow   // a token key's row: its Next and usage
@@ -74,7 +74,7 @@ func NewStore() *Store {
 	return &Store{
 		batches: map[string]*ledger.Batch{}, items: map[string]map[string]*row{}, marks: map[markKey]bool{},
 		chunks: map[chunkKey]*counter{}, runs: map[runKey]*runCounter{}, slots: map[slotKey]slot{},
-		claims: map[runKey]*claimRow{}, tracks: map[trackKey]track{}, rates: map[rateKey]time.Time{},
+		claims: map[counterKey]*claimRow{}, tracks: map[trackKey]track{}, rates: map[rateKey]time.Time{},
 		running: map[string]int{}, retention: map[string]string{}, publish: map[ledger.RunRef]bool{},
 		packs: map[string]map[int64]*packRow{}, attn: map[string]map[string]attnEntry{},
 		uploads: map[string]api.UploadClaim{}, tokens: map[string]tokenRow{}, adapts: map[string]pace.Adapt{},
@@ -866,7 +866,7 @@ func (s *Store) DeleteBatch(_ context.Context, b ledger.Batch) error {
 		}
 	}
 	for k := range s.claims {
-		if k.batchID == b.ID {
+		if k.run.batchID == b.ID {
 			delete(s.claims, k)
 		}
 	}
@@ -952,11 +952,36 @@ type claimRow struct {
 	last, took map[int]int64
 }
 
+// counterKey is a claim counter's row: the run's one counter (counters
+// ≤ 1), or counter c of a run of counters, each a row of its own.
+type counterKey struct {
+	run         runKey
+	counters, c int
+}
+
+func counterOf(batchID string, run, counters, c int) counterKey {
+	if counters <= 1 {
+		counters, c = 1, 0
+	}
+	return counterKey{run: runKey{batchID: batchID, run: run}, counters: counters, c: c}
+}
+
+// SliceCounter implements ledger.Store.
+func (s *Store) SliceCounter(_ context.Context, r ledger.SliceCounterRead) (ledger.SliceCount, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.claims[counterOf(r.BatchID, r.Run, r.Counters, r.Counter)]
+	if row == nil {
+		return ledger.SliceCount{}, nil
+	}
+	return ledger.SliceCount{Claims: row.n, TrackClaim: row.last[r.Track]}, nil
+}
+
 // ClaimSlice implements ledger.Store.
 func (s *Store) ClaimSlice(_ context.Context, c ledger.SliceClaim) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := runKey{batchID: c.BatchID, run: c.Run}
+	k := counterOf(c.BatchID, c.Run, c.Counters, c.Counter)
 	r := s.claims[k]
 	if r == nil {
 		r = &claimRow{last: map[int]int64{}, took: map[int]int64{}}

@@ -1545,6 +1545,36 @@ var cases = []suiteCase{
 		if n, err := claim(2, 0, 1); err != nil || n != 1 {
 			t.Errorf("another run's first claim = %d, %v", n, err)
 		}
+		// A run of several counters: each its own row, apart from the one
+		// counter's; a claim made again on a counter answers again.
+		on := func(counters, c, track int, k int64) (int64, error) {
+			return s.ClaimSlice(ctx, ledger.SliceClaim{BatchID: "b1", Run: 3, Track: track, Claim: k, Counters: counters, Counter: c, Now: T0})
+		}
+		read := func(counters, c, track int) ledger.SliceCount {
+			got, err := s.SliceCounter(ctx, ledger.SliceCounterRead{BatchID: "b1", Run: 3, Track: track, Counters: counters, Counter: c})
+			if err != nil {
+				t.Fatalf("read counter %d of %d: %v", c, counters, err)
+			}
+			return got
+		}
+		check(t, "a counter not claimed from", read(3, 1, 0), ledger.SliceCount{})
+		for i, c := range []struct {
+			counter, track int
+			k, want        int64
+		}{{0, 0, 1, 1}, {1, 1, 1, 1}, {0, 3, 1, 2}, {1, 1, 1, 1}, {1, 0, 2, 2}, {2, 0, 3, 1}, {2, 0, 3, 1}} {
+			if n, err := on(3, c.counter, c.track, c.k); err != nil || n != c.want {
+				t.Fatalf("claim %d (counter %d, track %d, its claim %d) = %d, %v; want %d", i, c.counter, c.track, c.k, n, err, c.want)
+			}
+		}
+		_, err = on(3, 1, 0, 1)
+		isConflict(t, "a claim below the track's last on that counter", err)
+		check(t, "counter 1 of 3 as read by track 0", read(3, 1, 0), ledger.SliceCount{Claims: 2, TrackClaim: 2})
+		check(t, "counter 1 of 3 as read by track 2", read(3, 1, 2), ledger.SliceCount{Claims: 2})
+		check(t, "the run's one counter, untouched", read(1, 0, 0), ledger.SliceCount{})
+		if n, err := on(0, 0, 5, 1); err != nil || n != 1 {
+			t.Errorf("the one counter's first claim = %d, %v", n, err)
+		}
+		check(t, "counters 0 and 1 are the one counter", read(1, 0, 5), ledger.SliceCount{Claims: 1, TrackClaim: 1})
 	}},
 	{"UnitsHandedToTracks", func(t *testing.T, s ledger.Store) {
 		take := func(seq int64, holder string, now time.Time, clear ...string) (ledger.TrackTaken, error) {
