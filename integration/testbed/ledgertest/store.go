@@ -40,12 +40,12 @@ type Store struct {
 	runs      map[runKey]*runCounter
 	slots     map[slotKey]slot
 	claims    map[counterKey]*claimRow // a max_concurrency run's claim counters
-	tracks    map[trackKey]track    // a max_concurrency run's track fences
-	rates     map[rateKey]time.Time // a rate key's bucket row: its Next
-	tokens    map[string]tokenRow   // a token key's row: its Next and usage
-	adapts    map[string]pace.Adapt // a downstream key's adaptive row
-	running   map[string]int        // batch id → run
-	retention map[string]string     // marker key → batch id
+	tracks    map[trackKey]track       // a max_concurrency run's track fences
+	rates     map[rateKey]time.Time    // a rate key's bucket row: its Next
+	tokens    map[string]tokenRow      // a token key's row: its Next and usage
+	adapts    map[string]pace.Adapt    // a downstream key's adaptive row
+	running   map[string]int           // batch id → run
+	retention map[string]string        // marker key → batch id
 	publish   map[ledger.RunRef]bool
 	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
 	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
