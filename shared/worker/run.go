@@ -204,6 +204,35 @@ func itemLog(log *slog.Logger, b ledger.Batch, m *unitMessage, s ledger.ItemStat
 	return log.With("run_id", ledger.RunIDOf(b.ID, s.Key, s.Revision), "attempt", s.Attempt)
 }
 
+// recorded counts and logs the items whose endings the unit's write
+// stored (recorded, by position): a done and a metric for each not
+// committed on its own, and its outcome line (packLine).
+func (w *Worker) recorded(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun, recorded map[int]*itemRun, dns []done) []done {
+	var sum packLine
+	for _, r := range runs {
+		if recorded[r.j] == nil {
+			continue
+		}
+		o := r.state.Outcome
+		if !r.committed {
+			dns = append(dns, ranDone(b, r))
+			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
+		}
+		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
+		switch {
+		case o != api.OutcomeSucceeded:
+			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
+		case m.Packed:
+			ilog.DebugContext(ctx, "item recorded", "outcome", string(o))
+			sum.add(r)
+		default:
+			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
+		}
+	}
+	sum.log(ctx, log)
+	return dns
+}
+
 // packLine is the one INFO line of a pack's items that succeeded in a
 // delivery ("items recorded": how many, the first and last of their
 // keys, the longest call in ms). Each such item's own "item recorded"
@@ -352,28 +381,7 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			recorded[r.j] = r
 		}
 	}
-	var sum packLine
-	for _, r := range runs {
-		if recorded[r.j] == nil {
-			continue
-		}
-		o := r.state.Outcome
-		if !r.committed {
-			dns = append(dns, ranDone(b, r))
-			w.Metrics.ItemsRecorded(b.Pipeline, string(o), 1, b.ID, b.Run)
-		}
-		ilog := itemLog(log, b, m, r.state).With("duration_ms", r.took.Milliseconds())
-		switch {
-		case o != api.OutcomeSucceeded:
-			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
-		case m.Packed:
-			ilog.DebugContext(ctx, "item recorded", "outcome", string(o))
-			sum.add(r)
-		default:
-			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
-		}
-	}
-	sum.log(ctx, log)
+	dns = w.recorded(ctx, log, b, m, runs, recorded, dns)
 	dns = w.heldEnded(ctx, log, b, m, runs, dns)
 	// What the write stored is counted whatever comes after it (a timer
 	// that cannot be sent).
