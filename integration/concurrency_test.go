@@ -118,3 +118,66 @@ func TestMaxConcurrency(t *testing.T) {
 		t.Fatalf("slot row after forget: %v (%v), want gone", got.Item, err)
 	}
 }
+
+// TestMaxConcurrencyOnSeveralCounters guards the claim counters of a run
+// of more than 64 tracks on the stack (docs/adr/0028): 1,000 items at
+// one item per message and max_concurrency 100 run on 100 tracks (334
+// slices of 3 items) claiming from 2 counters, each its own row under
+// the run's claim key; every item is called once and succeeds, both
+// counters dealt slices, and forget removes both rows.
+func TestMaxConcurrencyOnSeveralCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const items, limit = 1000, 100
+	id := newID(t)
+	req := webhookRequest(id, env.hook.route(id, func(string, int) int { return 200 }), inlineItems(items))
+	req.MaxConcurrency, req.ItemsPerMessage = limit, 1
+	if _, err := env.api.Submit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	v := wait(t, id)
+	if v.Status != api.StatusCompleted || v.Census == nil || v.Census.Succeeded != items {
+		t.Fatalf("status %s, census %+v; want all %d succeeded", v.Status, v.Census, items)
+	}
+	calls := env.hook.counts(id)
+	if len(calls) != items {
+		t.Fatalf("receiver saw %d keys, want %d", len(calls), items)
+	}
+	for k, n := range calls {
+		if n != 1 {
+			t.Errorf("key %s called %d times, want 1", k, n)
+		}
+	}
+	counter := func(c int) map[string]types.AttributeValue {
+		key := map[string]types.AttributeValue{
+			config.AttrPK: &types.AttributeValueMemberS{Value: fmt.Sprintf("SLOT#%s#r1#c2.%d", id, c)},
+			config.AttrSK: &types.AttributeValueMemberS{Value: "CLAIM"},
+		}
+		got, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &env.table, Key: key, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Item
+	}
+	for c := range 2 {
+		row := counter(c)
+		var claims int
+		if row != nil {
+			if n, ok := row["claims"].(*types.AttributeValueMemberN); ok {
+				fmt.Sscan(n.Value, &claims)
+			}
+		}
+		// 234 slices after the tracks' own, 117 to each counter.
+		if claims < 117 {
+			t.Errorf("counter %d of 2: %d claims answered, want its 117 slices: %v", c, claims, row)
+		}
+	}
+	if err := env.api.Forget(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for c := range 2 {
+		if row := counter(c); row != nil {
+			t.Errorf("counter %d of 2 after forget: %v, want gone", c, row)
+		}
+	}
+}
