@@ -9,7 +9,10 @@
 // runs at bench.FixedProbeItems items to split what a batch costs whatever
 // its size from what each item adds, so the dollars are given for one
 // batch of 10^6 items as well as for batches of -items items. `make bench` runs
-// it; `make bench BENCH_ITEMS=100000` measures 10^5 items.
+// it; `make bench BENCH_ITEMS=100000` measures 10^5 items. -limit sets the
+// max_concurrency of the scenarios with one (10): `-items 20000 -limit 200
+// -only 'max_concurrency'` measures runs on 200 tracks and 4 claim
+// counters.
 package main
 
 import (
@@ -29,8 +32,9 @@ func main() {
 	items := flag.Int("items", 2000, "items per scenario")
 	out := flag.String("out", "build/bench/cost.json", "where to write the figures as JSON")
 	only := flag.String("only", "", "run only the scenarios whose name matches this regular expression")
+	limit := flag.Int("limit", 10, "the max_concurrency of the scenarios with one (above 64: a run on several claim counters)")
 	flag.Parse()
-	if err := run(*items, *out, *only); err != nil {
+	if err := run(*items, *limit, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -38,12 +42,12 @@ func main() {
 
 // Scenarios are the runs of `make bench` for items items: each clean run
 // in both delivery orders (bench.DeliveryChunkOrdered,
-// bench.DeliveryShuffled), runs with max_concurrency 10 at 1 and 10
-// items per message (shuffled), and, shuffled, 5 % transient and 5 %
+// bench.DeliveryShuffled), runs with max_concurrency limit (10 in make
+// bench) at 1 and 10 items per message (shuffled), and, shuffled, 5 % transient and 5 %
 // permanent failures (early stop armed at 10 %) and 100 % permanent
 // failures, at 1, 10 and 100 items per message. A clean run also runs at
 // bench.FixedProbeItems items (Figures.WithFixed).
-func Scenarios(items int) (clean, failing []bench.Scenario) {
+func Scenarios(items, limit int) (clean, failing []bench.Scenario) {
 	bases := []bench.Scenario{
 		{Name: "small outputs", Items: items},
 		{Name: "1 KB outputs", Items: items, OutputBytes: 1024},
@@ -57,11 +61,11 @@ func Scenarios(items int) (clean, failing []bench.Scenario) {
 			clean = append(clean, sc)
 		}
 	}
-	// max_concurrency 10 (the run on 10 tracks), shuffled, at 1 and 10
-	// items per message.
+	// max_concurrency limit (the run on that many tracks), shuffled, at 1
+	// and 10 items per message.
 	for _, b := range []bench.Scenario{bases[0], bases[2]} {
 		sc := b
-		sc.Name, sc.Delivery, sc.MaxConcurrency = b.Name+", max_concurrency 10, shuffled", bench.DeliveryShuffled, 10
+		sc.Name, sc.Delivery, sc.MaxConcurrency = fmt.Sprintf("%s, max_concurrency %d, shuffled", b.Name, limit), bench.DeliveryShuffled, limit
 		clean = append(clean, sc)
 	}
 	for _, b := range []bench.Scenario{bases[0], bases[2], bases[3]} {
@@ -76,7 +80,7 @@ func Scenarios(items int) (clean, failing []bench.Scenario) {
 	return clean, failing
 }
 
-func run(items int, out, only string) error {
+func run(items, limit int, out, only string) error {
 	ctx := context.Background()
 	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
@@ -87,7 +91,7 @@ func run(items int, out, only string) error {
 		return fmt.Errorf("-only: %w", err)
 	}
 	var fs []bench.Figures
-	clean, failing := Scenarios(items)
+	clean, failing := Scenarios(items, limit)
 	for _, sc := range append(clean, failing...) {
 		if !match.MatchString(sc.Name) {
 			continue
