@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/dynamo"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
 // Figures is one scenario's cost per item and per 10^6 items, in the shape
@@ -232,6 +233,9 @@ type PartitionRow struct {
 //     per item × the items of the busiest shard / duration;
 //   - counter lanes: units per item × the items / lanes / duration ×
 //     LaneEndGame (each message batch writes one lane chosen at random);
+//   - a run on tracks (SLOT): every unit taken as a claim, spread over
+//     the run's claim counters (pace.Counters at n items), the busiest
+//     one's share;
 //   - the run row (COUNT RUN): lanes writes (lanes done), and with the
 //     early stop armed and failures lanes × (8 × lanes + 2) more at most
 //     (Worker.count), all in one second, or what the run measured if more;
@@ -283,6 +287,13 @@ func (r Result) Partitions() []PartitionRow {
 				consider(target, u*busiestPackShard/seconds, fmt.Sprintf("a pack shard (1 of %d)", ls))
 			case "COUNT LANE":
 				consider(target, u*float64(n)/float64(lanes)/seconds*LaneEndGame, fmt.Sprintf("a counter lane (1 of %d), at the lanes' end", lanes))
+			case "SLOT":
+				// A run on tracks: its claim counters and track fences,
+				// each a key of its own. Taken as if every unit were a
+				// claim, on the run's busiest counter of pace.Counters.
+				size := pace.SliceSize(k, n, r.MaxConcurrency)
+				counters := pace.Counters(pace.Tracks(r.MaxConcurrency, (n+size-1)/size))
+				consider(target, u*float64(n)/seconds/float64(counters), fmt.Sprintf("a claim counter (1 of %d)", counters))
 			case "COUNT RUN":
 				// Lanes done, and failures for the early stop: at most
 				// lanes × (8 × lanes + 2) writes of one unit (Worker.count).
