@@ -36,13 +36,10 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 		for _, limit := range []int{1, 10} {
 			t.Run(fmt.Sprintf("K=%d/max_concurrency=%d", k, limit), func(t *testing.T) {
 				ctx := context.Background()
-				var running, most atomic.Int64
+				var calls atOnce
 				var r *rig
 				r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-					c := running.Add(1)
-					defer running.Add(-1)
-					for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
-					}
+					defer calls.enter()()
 					time.Sleep(50 * time.Microsecond)
 					i, _ := strconv.Atoi(strings.TrimPrefix(req.Key, "item-"))
 					switch first := r.callsOf(req.Key) == 1; {
@@ -60,32 +57,8 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 				// the queue for a later round).
 				r.worker.Sleep = func(context.Context, time.Duration) {}
 				b := submitK(t, r, "paced", k, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
-				sent := 0
-				for round := 0; ; round++ {
-					if round > 500 {
-						t.Fatal("the tracks did not end in 500 rounds")
-					}
-					ds := r.queue.take()
-					if len(ds) == 0 {
-						break
-					}
-					sent += len(ds)
-					failed := r.worker.Handle(ctx, append(append([]worker.Delivery{}, ds...), ds...))
-					var again []worker.Delivery
-					for _, d := range ds {
-						for _, f := range failed {
-							if d.MessageID == f {
-								d.ReceiveCount++
-								again = append(again, d)
-								break
-							}
-						}
-					}
-					r.queue.put(again)
-					sent -= len(again) // delivered again, not sent again
-					r.clock.T = r.clock.T.Add(time.Minute)
-				}
-				if m := most.Load(); m > int64(limit) || m < 1 {
+				sent := twiceEachRound(ctx, t, r)
+				if m := calls.most.Load(); m > int64(limit) || m < 1 {
 					t.Fatalf("%d pipelines ran at once, want 1–%d", m, limit)
 				}
 				extra := 0
@@ -111,7 +84,7 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 				// one failed or throttled unit.
 				slices := n / int(pace.SliceSize(k, n, limit))
 				bound := 2*limit + slices + extra
-				t.Logf("%d items, %d messages sent (%.3f per item; bound %d), %d at once at most", n, sent, float64(sent)/n, bound, most.Load())
+				t.Logf("%d items, %d messages sent (%.3f per item; bound %d), %d at once at most", n, sent, float64(sent)/n, bound, calls.most.Load())
 				if sent > bound {
 					t.Errorf("%d messages sent, want at most %d", sent, bound)
 				}
@@ -129,12 +102,9 @@ func TestTracksScheduleMaxConcurrency(t *testing.T) {
 // every item runs once and succeeds, no more than the limit at once.
 func TestTrackGoesOnPastItsInvocation(t *testing.T) {
 	const n, limit = 800, 2
-	var running, most atomic.Int64
+	var calls atOnce
 	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
-		c := running.Add(1)
-		defer running.Add(-1)
-		for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
-		}
+		defer calls.enter()()
 		time.Sleep(5 * time.Millisecond)
 		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
 	})
@@ -153,20 +123,13 @@ func TestTrackGoesOnPastItsInvocation(t *testing.T) {
 			t.Errorf("round %d: the invocation ran past its deadline", rounds)
 		}
 		cancel()
-		var again []worker.Delivery
-		for _, d := range ds {
-			if slices.Contains(failed, d.MessageID) {
-				d.ReceiveCount++
-				again = append(again, d)
-			}
-		}
-		r.queue.put(again)
+		redeliver(r, ds, failed)
 	}
-	t.Logf("%d rounds, %d at once at most", rounds, most.Load())
+	t.Logf("%d rounds, %d at once at most", rounds, calls.most.Load())
 	if slices := n / int(pace.SliceSize(1, n, limit)); rounds <= slices {
 		t.Fatalf("%d rounds for %d slices: no track stopped mid-slice", rounds, slices)
 	}
-	if m := most.Load(); m > limit {
+	if m := calls.most.Load(); m > limit {
 		t.Fatalf("%d pipelines ran at once, want at most %d", m, limit)
 	}
 	for i := range n {
@@ -211,41 +174,20 @@ func TestTracksOnSeveralCounters(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
 			ctx := context.Background()
-			var running, most atomic.Int64
+			var calls atOnce
 			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				c := running.Add(1)
-				defer running.Add(-1)
-				for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
-				}
+				defer calls.enter()()
 				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
 			})
 			r.sub.ChunkItems = 250
 			q := &everyThirdRequeue{memQueue: r.queue}
 			r.worker.Queue = q
 			submitK(t, r, "wide", k, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
-			for round := 0; ; round++ {
-				if round > 500 {
-					t.Fatal("the tracks did not end in 500 rounds")
-				}
-				ds := r.queue.take()
-				if len(ds) == 0 {
-					break
-				}
-				failed := r.worker.Handle(ctx, append(append([]worker.Delivery{}, ds...), ds...))
-				var again []worker.Delivery
-				for _, d := range ds {
-					if slices.Contains(failed, d.MessageID) {
-						d.ReceiveCount++
-						again = append(again, d)
-					}
-				}
-				r.queue.put(again)
-				r.clock.T = r.clock.T.Add(time.Minute)
-			}
+			twiceEachRound(ctx, t, r)
 			if q.n.Load() < 3 {
 				t.Fatalf("%d sends of tracks: no send failed", q.n.Load())
 			}
-			if m := most.Load(); m > limit || m < 1 {
+			if m := calls.most.Load(); m > limit || m < 1 {
 				t.Fatalf("%d pipelines ran at once, want 1–%d", m, limit)
 			}
 			for i := range n {
@@ -279,5 +221,52 @@ func TestTracksOnSeveralCounters(t *testing.T) {
 				t.Errorf("the one-counter row: %+v, %v; want untouched", got, err)
 			}
 		})
+	}
+}
+
+// atOnce counts the pipeline calls running at once and the most seen.
+type atOnce struct{ running, most atomic.Int64 }
+
+// enter counts a call begun; the function it returns counts it ended.
+func (a *atOnce) enter() (leave func()) {
+	c := a.running.Add(1)
+	for m := a.most.Load(); c > m && !a.most.CompareAndSwap(m, c); m = a.most.Load() {
+	}
+	return func() { a.running.Add(-1) }
+}
+
+// redeliver puts the deliveries of ds that failed back on r's queue,
+// each received once more, and says how many.
+func redeliver(r *rig, ds []worker.Delivery, failed []string) int {
+	var again []worker.Delivery
+	for _, d := range ds {
+		if slices.Contains(failed, d.MessageID) {
+			d.ReceiveCount++
+			again = append(again, d)
+		}
+	}
+	r.queue.put(again)
+	return len(again)
+}
+
+// twiceEachRound runs r's queue in rounds until it is empty (at most
+// 500): each round hands every queued message to the worker twice at
+// once (duplicates), puts back those that failed, and moves the clock a
+// minute, past every wait. It answers the messages sent (taken, less
+// those delivered again).
+func twiceEachRound(ctx context.Context, t *testing.T, r *rig) int {
+	t.Helper()
+	sent := 0
+	for round := 0; ; round++ {
+		if round > 500 {
+			t.Fatal("the tracks did not end in 500 rounds")
+		}
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			return sent
+		}
+		sent += len(ds)
+		sent -= redeliver(r, ds, r.worker.Handle(ctx, append(append([]worker.Delivery{}, ds...), ds...)))
+		r.clock.T = r.clock.T.Add(time.Minute)
 	}
 }
