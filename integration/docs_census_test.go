@@ -83,7 +83,7 @@ func TestDocsStateTheRunningCensus(t *testing.T) {
 		if v.CensusSource != "counters" {
 			t.Errorf("a running batch's census from %q, want counters", v.CensusSource)
 		}
-		if c.InFlight != l.InFlight+l.RetryWaiting || c.Pending != l.NotFannedOut+l.HeldForApproval {
+		if c.InFlight != l.InFlight+l.RetryWaiting || c.Pending != l.NotFannedOut+l.HeldForApproval+l.AwaitingTrack {
 			t.Errorf("running census in_flight %d, pending %d; live in_flight %d + retry_waiting %d, not_fanned_out %d",
 				c.InFlight, c.Pending, l.InFlight, l.RetryWaiting, l.NotFannedOut)
 		}

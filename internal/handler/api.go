@@ -487,8 +487,9 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 // live.RetryWaiting), withheld those held under a halt (live.Withheld),
 // exhausted those held at a per-item ceiling (live.Exhausted),
 // suspended those a pipeline suspended (live.Suspended),
-// pending the items not fanned out yet and those a sampled run holds
-// for its approval (live.HeldForApproval).
+// pending the items not fanned out yet, those a sampled run holds for
+// its approval (live.HeldForApproval) and those waiting for a track of
+// a run with max_concurrency (live.AwaitingTrack).
 // A correction run's counters count its own items; the batch's other
 // items are added with what they kept (api.Revision.Kept), each counted
 // once. Counters may lag the rows; the report's census is exact.

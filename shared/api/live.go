@@ -95,7 +95,16 @@ type LiveView struct {
 	// message is in the sample when its first item is), all taken as the
 	// sample's here. Absent when none.
 	HeldForApproval int64 `json:"held_for_approval,omitempty"`
-	NotFannedOut    int64 `json:"not_fanned_out"`
+	// AwaitingTrack counts the items of a run with max_concurrency N that
+	// wait for a track to take them: their fan-out chunk was begun (its
+	// first slice started, or, in a run sent before tracks, its messages
+	// were sent), but no track holds them yet. They wait in the manifest
+	// (or, before tracks, on the queue for a slot), unstarted, so they
+	// are not in InFlight, which counts at most N × items per message
+	// (the units the tracks hold), and the census counts them pending.
+	// Absent when none.
+	AwaitingTrack int64 `json:"awaiting_track,omitempty"`
+	NotFannedOut  int64 `json:"not_fanned_out"`
 	// LastProgressAt is when the run last counted an item ended (its
 	// start when none).
 	LastProgressAt time.Time `json:"last_progress_at"`

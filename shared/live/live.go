@@ -55,6 +55,13 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 		l.HeldForApproval = max(0, min(fanned-sampled, l.InFlight))
 		l.InFlight -= l.HeldForApproval
 	}
+	if b.MaxConcurrency > 0 {
+		// A track holds one unit at a time: what is past the tracks' units
+		// waits for one (api.LiveView.AwaitingTrack).
+		if held := int64(b.MaxConcurrency) * int64(b.Pack()); l.InFlight > held {
+			l.AwaitingTrack, l.InFlight = l.InFlight-held, held
+		}
+	}
 	// A throttled item may wait many times a minute (Retry-After: 2), each
 	// wait counted: the items waiting after a failure, whose waits are
 	// long, are told apart first, and the throttled are the rest.

@@ -196,3 +196,35 @@ func TestOf(t *testing.T) {
 		})
 	}
 }
+
+// TestOfAwaitingTrack guards the live view of a run with
+// max_concurrency N: of the items fanned out and not ended, at most N ×
+// items per message are in flight (the units its tracks hold); the rest
+// wait for a track, unstarted, and the census counts them pending. A
+// user saw "in flight 1499" at max_concurrency 150 while the receiver
+// never had more than 147 calls open.
+func TestOfAwaitingTrack(t *testing.T) {
+	start := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name                       string
+		limit, k                   int
+		fanned, done               int64
+		inFlight, awaiting, notFan int64
+	}{
+		{"150 tracks, 1 item per message", 150, 1, 3000, 1000, 150, 1850, 0},
+		{"150 tracks, 10 items per message", 150, 10, 3000, 1000, 1500, 500, 0},
+		{"fewer left than the tracks hold", 150, 10, 3000, 2000, 1000, 0, 0},
+		{"a chunk not begun yet", 10, 1, 2000, 0, 10, 1990, 1000},
+		{"no limit", 0, 1, 3000, 1000, 2000, 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ledger.Batch{Batch: api.Batch{ID: "b", Status: api.StatusRunning, Run: 1, ItemCount: 3000, FannedOut: true, RunStartedAt: start,
+				Plan: api.Plan{MaxConcurrency: tt.limit, ItemsPerMessage: tt.k}}}
+			p := ledger.Progress{Done: tt.done, ByOutcome: map[api.Outcome]int64{api.OutcomeSucceeded: tt.done}, FannedOut: tt.fanned, FanChunks: 2, UpdatedAt: start}
+			l := Of(b, p, start.Add(time.Second), 0)
+			if l.InFlight != tt.inFlight || l.AwaitingTrack != tt.awaiting || l.NotFannedOut != tt.notFan {
+				t.Errorf("in flight %d, awaiting a track %d, not fanned out %d; want %d, %d, %d", l.InFlight, l.AwaitingTrack, l.NotFannedOut, tt.inFlight, tt.awaiting, tt.notFan)
+			}
+		})
+	}
+}

@@ -904,6 +904,9 @@ func LiveText(l api.LiveView) string {
 	if l.HeldForApproval > 0 {
 		timed += fmt.Sprintf("  held for approval %d", l.HeldForApproval)
 	}
+	if l.AwaitingTrack > 0 {
+		timed += fmt.Sprintf("  waiting for a track %d", l.AwaitingTrack)
+	}
 	return fmt.Sprintf("live: in flight %d  waiting for a retry %d%s  interrupted %d%s  not fanned out %d  last progress %s",
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, stamp(l.LastProgressAt))
 }

@@ -455,3 +455,20 @@ func TestReportShowsTheSampleCheck(t *testing.T) {
 		t.Errorf("report lacks\n%q:\n%s", want, out.String())
 	}
 }
+
+// TestStatusShowsItemsWaitingForATrack guards the live line of a run with
+// max_concurrency: the items its tracks do not hold yet are said apart
+// from those in flight (a user read "in flight 1499" at max_concurrency
+// 150 as the limit broken).
+func TestStatusShowsItemsWaitingForATrack(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: 3000}}
+	v.Live = &api.LiveView{InFlight: 150, AwaitingTrack: 1349, NotFannedOut: 0}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if want := "live: in flight 150  waiting for a retry 0  interrupted 0  waiting for a track 1349  not fanned out 0"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}

@@ -272,6 +272,7 @@ function liveFacts(l, paused) {
   fact("Interrupted attempts", fmtInt(l.interrupted));
   if (l.timed_out) fact("Timed-out attempts", fmtInt(l.timed_out) + " (the receiver may have finished them)");
   if (l.held_for_approval) fact("Held for approval", fmtInt(l.held_for_approval) + " (sent past the sample; they start once approved)");
+  if (l.awaiting_track) fact("Waiting for a track", fmtInt(l.awaiting_track) + " (max_concurrency: unstarted until a track takes them)");
   fact("Not fanned out", fmtInt(l.not_fanned_out));
   fact("Last progress", fmtTime(l.last_progress_at));
   const e = l.estimate;
