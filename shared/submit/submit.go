@@ -208,7 +208,7 @@ func (s *Submitter) Validate(req *api.SubmitRequest) error {
 		}
 	}
 	if req.ItemsPerMessage < 0 || req.ItemsPerMessage > ledger.MaxItemsPerMessage {
-		return &api.InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: 1)", req.ItemsPerMessage, ledger.MaxItemsPerMessage)}
+		return &api.InputError{Field: "items_per_message", Reason: fmt.Sprintf("%d is not within 1–%d (0: the stack's default, %d)", req.ItemsPerMessage, ledger.MaxItemsPerMessage, max(1, min(s.ItemsPerMessage, ledger.MaxItemsPerMessage)))}
 	}
 	if req.Retry != nil {
 		if err := req.Retry.Validate(); err != nil {

@@ -49,6 +49,18 @@ func TestSubmitValidate(t *testing.T) {
 	}
 }
 
+// TestItemsPerMessageRefusalNamesTheDefault guards the refusal of an
+// out-of-range items_per_message: it says what 0 means on this stack
+// (its default), not "(0: 1)", which a user read as 0 giving one item
+// per message while the batch ran at 10.
+func TestItemsPerMessageRefusalNamesTheDefault(t *testing.T) {
+	s := &Submitter{Pipelines: []string{"webhook"}, ItemsPerMessage: 10}
+	err := s.Validate(&api.SubmitRequest{Pipeline: "webhook", Source: api.SourceSpec{Items: json.RawMessage(`[1]`)}, ItemsPerMessage: 300})
+	if err == nil || !strings.Contains(err.Error(), "300 is not within 1–100 (0: the stack's default, 10)") {
+		t.Fatalf("Validate = %v, want the range and the stack's default", err)
+	}
+}
+
 func TestSameSettings(t *testing.T) {
 	base := ledger.Batch{Batch: api.Batch{Plan: api.Plan{Pipeline: "webhook", Options: json.RawMessage(`{"url": "http://a"}`), MaxAttempts: 3, OnInterrupt: api.InterruptRetry}}}
 	same := base

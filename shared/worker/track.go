@@ -224,7 +224,14 @@ func (w *Worker) sendTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 		return false
 	}
 	w.Metrics.Resent(tr.b.Pipeline, "track", tr.b.ID, tr.b.Run)
-	log.InfoContext(ctx, "track sent on", "seq", t.Seq, "retry_in_ms", wait.Milliseconds(), "retries", len(t.Retries), "at", t.At)
+	// Where it goes on: its slice, and the manifest index of the slice's
+	// next unit once the slice was read (a slice just claimed is read by
+	// the next delivery).
+	args := []any{"seq", t.Seq, "retry_in_ms", wait.Milliseconds(), "retries", len(t.Retries), "slice", t.Slice}
+	if t.Span.Length > 0 {
+		args = append(args, "next_index", t.At)
+	}
+	log.InfoContext(ctx, "track sent on", args...)
 	return true
 }
 
