@@ -911,6 +911,23 @@ func LiveText(l api.LiveView) string {
 		l.InFlight, l.RetryWaiting, next, l.Interrupted, timed, l.NotFannedOut, stamp(l.LastProgressAt))
 }
 
+// ConcurrencyText is a batch's max_concurrency in a line, with what its
+// live view's in flight may reach: "max_concurrency: 150 items at once
+// (150 tracks at most, each holding one unit of 10 items: in flight up to
+// 1500)"; "" without a limit.
+func ConcurrencyText(b api.Batch) string {
+	n := b.MaxConcurrency
+	if n <= 0 {
+		return ""
+	}
+	k := max(1, b.ItemsPerMessage)
+	if k == 1 {
+		return fmt.Sprintf("max_concurrency: %s at once (%s at most, one item each)", api.Count(int64(n), "item"), api.Count(int64(n), "track"))
+	}
+	return fmt.Sprintf("max_concurrency: %s at once (%s at most, each holding one unit of %s: in flight up to %d)",
+		api.Count(int64(n), "item"), api.Count(int64(n), "track"), api.Count(int64(k), "item"), n*k)
+}
+
 // EstimateText is a running run's estimate (api.Estimate) in a line:
 // "estimate: 25.0 items/s over the run so far (2500 ended since
 // 10:00:00Z); 7500 to go, finish ≈ 10:06:40Z; projected at the end: cost
@@ -931,10 +948,10 @@ func EstimateText(e api.Estimate) string {
 	}
 	var proj []string
 	if len(e.ProjectedCost) > 0 {
-		proj = append(proj, "cost "+e.ProjectedCost.String())
+		proj = append(proj, "cost "+projectedText(e.ProjectedCost))
 	}
 	if len(e.ProjectedRunSpent) > 0 {
-		proj = append(proj, "run_spent "+e.ProjectedRunSpent.String())
+		proj = append(proj, "run_spent "+projectedText(e.ProjectedRunSpent))
 	}
 	if u := e.ProjectedUsage; u != nil {
 		proj = append(proj, fmt.Sprintf("%.0f DynamoDB write units, %.0f read units", u.DynamoDBWriteUnits, u.DynamoDBReadUnits))
@@ -943,6 +960,21 @@ func EstimateText(e api.Estimate) string {
 		b.WriteString("; projected at the end: " + strings.Join(proj, ", "))
 	}
 	return b.String()
+}
+
+// projectedText is a projected cost sum as status says it: each name's
+// amount to 4 significant digits ("calls=3487", "usd=12.35"), a
+// projection being no more exact than that; the API keeps every digit.
+func projectedText(s pipeline.CostSum) string {
+	parts := make([]string, 0, len(s))
+	for _, k := range s.Names() {
+		v, _ := s[k].Float64()
+		if r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64); err == nil {
+			v = r
+		}
+		parts = append(parts, k+"="+strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	return strings.Join(parts, " ")
 }
 
 // ApprovalText is how status shows a sampled batch's approval (batch
@@ -1027,6 +1059,9 @@ func (a *app) show(v wire.BatchView) error {
 		}
 		if v.Rate != nil {
 			textf(a.out, "rate: %s\n", v.Rate.String())
+		}
+		if line := ConcurrencyText(v.Batch); line != "" {
+			textf(a.out, "%s\n", line)
 		}
 		if w := v.Weight(); w > 1 {
 			textf(a.out, "priority: %d (%d shares of the items queue while other batches wait with it)\n", w, w)

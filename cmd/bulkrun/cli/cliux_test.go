@@ -463,12 +463,18 @@ func TestReportShowsTheSampleCheck(t *testing.T) {
 func TestStatusShowsItemsWaitingForATrack(t *testing.T) {
 	var out bytes.Buffer
 	a := &app{out: &out, errw: &out, output: "text"}
-	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: 3000}}
-	v.Live = &api.LiveView{InFlight: 150, AwaitingTrack: 1349, NotFannedOut: 0}
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: 3000,
+		Plan: api.Plan{MaxConcurrency: 150, ItemsPerMessage: 10}}}
+	v.Live = &api.LiveView{InFlight: 1500, AwaitingTrack: 1349, NotFannedOut: 0}
 	if err := a.show(v); err != nil {
 		t.Fatal(err)
 	}
-	if want := "live: in flight 150  waiting for a retry 0  interrupted 0  waiting for a track 1349  not fanned out 0"; !strings.Contains(out.String(), want) {
-		t.Errorf("status lacks %q:\n%s", want, out.String())
+	for _, want := range []string{
+		"max_concurrency: 150 items at once (150 tracks at most, each holding one unit of 10 items: in flight up to 1500)\n",
+		"live: in flight 1500  waiting for a retry 0  interrupted 0  waiting for a track 1349  not fanned out 0",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -24,6 +24,12 @@ func TestEstimateText(t *testing.T) {
 	if got := EstimateText(e); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	// A projection is said to 4 significant digits (a user saw
+	// "run_spent calls=3487.218045113").
+	e.ProjectedRunSpent = pipeline.CostSum{"calls": decimal.RequireFromString("3487.218045113"), "usd": decimal.RequireFromString("12.34567")}
+	if got, want := EstimateText(e), "run_spent calls=3487 usd=12.35,"; !strings.Contains(got, want) {
+		t.Errorf("got %q, want it to hold %q", got, want)
+	}
 	e.ProjectedCost, e.ProjectedRunSpent, e.ProjectedUsage = nil, nil, nil
 	if got := EstimateText(e); strings.Contains(got, "projected") {
 		t.Errorf("no projections: %q", got)

@@ -199,6 +199,9 @@ func note(b api.BatchSummary) string {
 		if l.NextRetryAt != nil {
 			live += " (next " + stamp(*l.NextRetryAt) + ")"
 		}
+		if l.AwaitingTrack > 0 {
+			live += fmt.Sprintf(", waiting for a track %d", l.AwaitingTrack)
+		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)
 		}

@@ -263,19 +263,17 @@ func waitingText(l *api.LiveView) string {
 	if l == nil || l.RetryWaiting == 0 {
 		return ""
 	}
-	var why []string
-	if c := l.RetryCause; c != nil {
-		why = append(why, "after "+c.Class)
-	}
-	if l.Throttled > 0 {
-		why = append(why, fmt.Sprintf("%d waiting out a throttling", l.Throttled))
-	}
 	s := fmt.Sprintf(" (%d waiting for a retry", l.RetryWaiting)
-	if len(why) > 0 {
-		s += " " + strings.Join(why, ", ")
+	switch c := l.RetryCause; {
+	case c != nil && l.Throttled > 0:
+		s += fmt.Sprintf(": %d after %s, %d waiting out a throttling", c.Items, c.Class, l.Throttled)
+	case c != nil:
+		s += " after " + c.Class
+	case l.Throttled > 0:
+		s += fmt.Sprintf(", %d of them waiting out a throttling", l.Throttled)
 	}
 	if l.NextRetryAt != nil {
-		s += ", next at " + stamp(*l.NextRetryAt)
+		s += "; next at " + stamp(*l.NextRetryAt)
 	}
 	return s + ")"
 }

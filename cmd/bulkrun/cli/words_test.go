@@ -307,8 +307,18 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)
 	waiting := views[0]
 	waiting.Live = &api.LiveView{RetryWaiting: 4, NextRetryAt: &next, RetryCause: &api.RetryCause{Class: "timeout", Items: 4}}
-	if got, want := watchLine(waiting, r), "4 in flight (4 waiting for a retry after timeout, next at 2026-12-02T14:51:00Z), 6 pending"; !strings.Contains(got, want) {
+	if got, want := watchLine(waiting, r), "4 in flight (4 waiting for a retry after timeout; next at 2026-12-02T14:51:00Z), 6 pending"; !strings.Contains(got, want) {
 		t.Errorf("line %q with items waiting for a retry: want %q", got, want)
+	}
+	// Throttled items are said apart, with words between the clauses (a
+	// user saw "38 waiting for a retry 38 waiting out a throttling").
+	waiting.Live = &api.LiveView{RetryWaiting: 38, Throttled: 38, NextRetryAt: &next}
+	if got, want := watchLine(waiting, r), "(38 waiting for a retry, 38 of them waiting out a throttling; next at 2026-12-02T14:51:00Z)"; !strings.Contains(got, want) {
+		t.Errorf("line %q with throttled items: want %q", got, want)
+	}
+	waiting.Live = &api.LiveView{RetryWaiting: 40, Throttled: 38, NextRetryAt: &next, RetryCause: &api.RetryCause{Class: "timeout", Items: 2}}
+	if got, want := watchLine(waiting, r), "(40 waiting for a retry: 2 after timeout, 38 waiting out a throttling; next at 2026-12-02T14:51:00Z)"; !strings.Contains(got, want) {
+		t.Errorf("line %q with failed and throttled items: want %q", got, want)
 	}
 	a, _, errw := f.app(t)
 	cmd := a.watchCmd()
