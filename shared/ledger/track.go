@@ -78,6 +78,13 @@ type Track struct {
 	Looks int `json:"looks,omitempty"`
 }
 
+// Drain records that the counter the track claims from is drained (it
+// answered past the run's last slice, or was read so): the track moves
+// on to the next counter, in turn.
+func (t *Track) Drain() {
+	t.Counter, t.Drained = (t.Counter+1)%max(t.Counters, 1), t.Drained+1
+}
+
 // MaxHandoffs is the most hand-offs that wait on one track's fence row
 // (Store.HandToTrack refuses more): the row's take then removes at most
 // that many (its update expression stays far under DynamoDB's 4 KB for an

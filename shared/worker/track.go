@@ -374,7 +374,7 @@ func (tr *trackRun) claim(ctx context.Context) error {
 				return fmt.Errorf("read a claim counter: %w", err)
 			}
 			if c.TrackClaim != t.Claims+1 && l.CounterDrained(t.Tracks, counters, t.Counter, c.Claims) {
-				t.Counter, t.Drained = (t.Counter+1)%counters, t.Drained+1
+				t.Drain()
 				continue
 			}
 		}
@@ -387,7 +387,7 @@ func (tr *trackRun) claim(ctx context.Context) error {
 		g := pace.ClaimNumber(t.Tracks, counters, t.Counter, n)
 		switch _, _, _, empty, ok := l.Slice(g); {
 		case !ok:
-			t.Counter, t.Drained = (t.Counter+1)%counters, t.Drained+1
+			t.Drain()
 			continue
 		case empty:
 			continue // a number a short chunk leaves without items
@@ -430,7 +430,7 @@ func (tr *trackRun) loadSlice(ctx context.Context) error {
 	ci, j, _, empty, ok := l.Slice(t.Slice)
 	switch {
 	case !ok && t.Slice >= int64(t.Tracks):
-		t.Counter, t.Drained = (t.Counter+1)%max(t.Counters, 1), t.Drained+1
+		t.Drain()
 		return tr.claim(ctx)
 	case !ok:
 		t.Done = true
