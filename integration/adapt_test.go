@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
+	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
 // quotaReceiver is a webhook receiver with a quota: it takes at most
@@ -96,7 +98,7 @@ func (r *quotaReceiver) seconds() []quotaSecond {
 // exactly once and never called after that, each results line at 1
 // attempt. It answers the key's adaptive row after the run and the
 // time from submit to end.
-func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, time.Duration) {
+func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, time.Duration, *api.AdaptivePace) {
 	t.Helper()
 	ctx := context.Background()
 	id := newID(t)
@@ -115,7 +117,20 @@ func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, t
 			_, _ = env.api.Cancel(context.Background(), id)
 		}
 	})
-	v := wait(t, id)
+	// The status views while it runs: the first that shows the key's
+	// adaptive pace (api.LiveView.AdaptivePace).
+	var shown *api.AdaptivePace
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	v, err := env.api.Wait(wctx, id, 500*time.Millisecond, func(v wire.BatchView) {
+		if shown == nil && v.Live != nil && v.Live.AdaptivePace != nil {
+			shown = v.Live.AdaptivePace
+			t.Logf("status at +%v: %s", time.Since(begin).Round(100*time.Millisecond), cli.AdaptivePaceText(*shown))
+		}
+	})
+	cancel()
+	if err != nil {
+		t.Fatalf("wait for %s: %v", id, err)
+	}
 	finished = true
 	took := time.Since(begin)
 	if v.Status != api.StatusCompleted || v.Census == nil {
@@ -190,7 +205,7 @@ func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, t
 	}
 	t.Logf("%d items, %d calls, %v from submit to end; key %s: adaptive row %+v; run_spent %v; %d items answered 2xx at a Bulkrun-Attempt other than 1 + their refused calls",
 		n, calls, took.Round(100*time.Millisecond), key, a, v.Census.RunSpent, skipped)
-	return a, key, took
+	return a, key, took, shown
 }
 
 // logSeconds logs a receiver's table per wall-clock second.
@@ -230,7 +245,10 @@ func TestAdaptivePaceOnTheStack(t *testing.T) {
 	var unpaced int // the unthrottled run's busiest second
 	t.Run("unthrottled", func(t *testing.T) {
 		rec := &quotaReceiver{}
-		a, key, took := quotaRun(t, rec, n, 0)
+		a, key, took, shown := quotaRun(t, rec, n, 0)
+		if shown != nil {
+			t.Errorf("status showed an adaptive pace %+v for key %s, never throttled", *shown, key)
+		}
 		secs := rec.seconds()
 		logSeconds(t, secs)
 		for _, s := range secs {
@@ -247,7 +265,13 @@ func TestAdaptivePaceOnTheStack(t *testing.T) {
 	for _, k := range []int{0, 1} {
 		t.Run("429-K"+strconv.Itoa(k), func(t *testing.T) {
 			rec := &quotaReceiver{perSecond: quota}
-			a, key, took := quotaRun(t, rec, n, k)
+			a, key, took, shown := quotaRun(t, rec, n, k)
+			switch {
+			case shown == nil:
+				t.Errorf("no status view while the batch ran showed the adaptive pace of key %s (cut: %+v)", key, a)
+			case shown.Key != key || shown.LimitPerSecond <= 0 || shown.CutAt.IsZero():
+				t.Errorf("status showed adaptive pace %+v, want key %s with a limit and its cut", *shown, key)
+			}
 			secs := rec.seconds()
 			logSeconds(t, secs)
 			first := -1

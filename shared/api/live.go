@@ -120,6 +120,53 @@ type LiveView struct {
 	// Estimate is the run's pace, estimated finish and projected cost
 	// (see Estimate); absent before it ended an item and while paused.
 	Estimate *Estimate `json:"estimate,omitempty"`
+	// AdaptivePace is the adaptive pace the run's downstream holds it to
+	// (see AdaptivePace); absent while the downstream is not paced, and
+	// for a batch with a rate of its own, which is paced by that.
+	AdaptivePace *AdaptivePace `json:"adaptive_pace,omitempty"`
+}
+
+// AdaptivePace is the pace a downstream that throttled holds every
+// batch calling it to (docs/adr/0036), for a batch with no rate: read
+// from the downstream key's adaptive row (one strongly consistent read
+// per view) and shown while the key is paced — from its first throttled
+// answer (an HTTP 429 or 503, Lambda's TooManyRequestsException) until
+// its limit climbs past the ceiling (500 requests a second) or 10
+// minutes pass with no further throttled answer.
+//
+// JSON: {"key": "api.example.com", "limit_per_second": 14.2,
+// "cut_at": RFC 3339, "hold_until": RFC 3339, "slow_start": true,
+// "step_per_second": 1.4, "booked_ahead": 312, "clear_at": RFC 3339}.
+type AdaptivePace struct {
+	// Key is the downstream key every batch calling it shares: the
+	// host (and port) of a webhook's url, "lambda:{function}", or
+	// "pipeline:{name}".
+	Key string `json:"key"`
+	// LimitPerSecond is the limit at the read, in requests a second:
+	// cut by 30 % (or to the share of calls the downstream took) at each
+	// throttled answer, at most once a second.
+	LimitPerSecond float64 `json:"limit_per_second"`
+	// CutAt is the last cut: the last throttled answer that lowered the
+	// limit.
+	CutAt time.Time `json:"cut_at"`
+	// HoldUntil is the downstream's Retry-After: no call of the key
+	// starts before it. Absent when none is ahead.
+	HoldUntil *time.Time `json:"hold_until,omitempty"`
+	// SlowStart: the limit doubles every 2 s (after a Retry-After, when
+	// the pace started, or after an unpause) until the next throttled
+	// answer; else it grows by StepPerSecond each second.
+	SlowStart bool `json:"slow_start,omitempty"`
+	// StepPerSecond is what the limit grows by each second while no
+	// call is throttled (requests a second, per second); absent in slow
+	// start.
+	StepPerSecond float64 `json:"step_per_second,omitempty"`
+	// BookedAhead is how many calls of the key, of every batch calling
+	// it, are booked past what the limit allowed by the read: they wait,
+	// unstarted and using no attempt, for their turn.
+	BookedAhead int64 `json:"booked_ahead"`
+	// ClearAt is when the last call booked is due at the limit as it
+	// grows; absent when none is booked ahead.
+	ClearAt *time.Time `json:"clear_at,omitempty"`
 }
 
 // NeedsAttention reports whether the running run needs a look now: it

@@ -867,6 +867,40 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 	return "s3://" + bucket + "/" + prefix, len(files), nil
 }
 
+// AdaptivePaceText is status's line for the adaptive pace a throttling
+// downstream holds the batch to (api.AdaptivePace): "adaptive pace:
+// api.example.com throttled bulkrun's calls; every batch with no rate
+// calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4
+// requests/s each second no call is throttled); 312 calls booked ahead,
+// the last due 2026-12-05T10:00:40Z". A hold adds "no call before …
+// (its Retry-After)"; slow start says "doubling every 2 s" instead of
+// the step.
+func AdaptivePaceText(p api.AdaptivePace) string {
+	s := fmt.Sprintf("adaptive pace: %s throttled bulkrun's calls; every batch with no rate calling it is held to %s requests/s (cut %s, ",
+		p.Key, limitText(p.LimitPerSecond), stamp(p.CutAt))
+	if p.SlowStart {
+		s += "doubling every 2 s while no call is throttled)"
+	} else {
+		s += fmt.Sprintf("+%s requests/s each second no call is throttled)", limitText(p.StepPerSecond))
+	}
+	if p.HoldUntil != nil {
+		s += "; no call before " + stamp(*p.HoldUntil) + " (its Retry-After)"
+	}
+	if p.BookedAhead > 0 && p.ClearAt != nil {
+		s += fmt.Sprintf("; %s booked ahead, the last due %s", api.Count(p.BookedAhead, "call"), stamp(*p.ClearAt))
+	}
+	return s
+}
+
+// limitText is a rate in requests a second with a precision that suits
+// it: "0.7", "14.2", "120".
+func limitText(r float64) string {
+	if r >= 100 {
+		return fmt.Sprintf("%.0f", r)
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
 // LiveText is a running batch's live view on one line: "live: in flight
 // 20  waiting for a retry 980 (next at 19:16:00Z; 960 after http 502, 20
 // waiting out a throttling)  interrupted 3  not fanned out 0  last
@@ -1083,6 +1117,9 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	if l := v.Live; l != nil {
 		textf(a.out, "%s\n", LiveText(*l))
+		if p := l.AdaptivePace; p != nil {
+			textf(a.out, "%s\n", AdaptivePaceText(*p))
+		}
 		if e := l.Estimate; e != nil {
 			textf(a.out, "%s\n", EstimateText(*e))
 		} else if line := ApprovedRestText(v.Batch); line != "" {

@@ -181,6 +181,14 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		p := v.Progress
 		b.WriteString(fmt.Sprintf("%d ended (%s); %d pending", p.Done, api.Count(p.Failures, "failure"), max(0, v.ItemCount-p.Done)))
 	}
+	if l := v.Live; l != nil && l.AdaptivePace != nil && !v.Status.Finished() {
+		// The downstream's throttling holds the pace down: the line says
+		// why the rate is what it is.
+		b.WriteString(fmt.Sprintf("; paced by %s at %s requests/s", l.AdaptivePace.Key, limitText(l.AdaptivePace.LimitPerSecond)))
+		if h := l.AdaptivePace.HoldUntil; h != nil {
+			b.WriteString(" from " + stamp(*h))
+		}
+	}
 	if p := v.Pause; p != nil && p.By == api.PauseByBudget && !v.Status.Finished() {
 		// No item starts until the budget is raised: the line says why
 		// its rate fell to nothing.

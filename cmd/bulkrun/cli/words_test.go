@@ -320,6 +320,13 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got, want := watchLine(waiting, r), "(40 waiting for a retry: 2 after timeout, 38 waiting out a throttling; next at 2026-12-02T14:51:00Z)"; !strings.Contains(got, want) {
 		t.Errorf("line %q with failed and throttled items: want %q", got, want)
 	}
+	// A run held down by its downstream's adaptive pace says by whom and
+	// at what limit, and from when a Retry-After lets calls start.
+	hold := next.Add(-30 * time.Second)
+	waiting.Live = &api.LiveView{AdaptivePace: &api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 0.72, CutAt: next.Add(-time.Minute), HoldUntil: &hold}}
+	if got, want := watchLine(waiting, r), "; paced by api.example.com at 0.7 requests/s from 2026-12-02T14:50:30Z"; !strings.Contains(got, want) {
+		t.Errorf("line %q with an adaptive pace: want %q", got, want)
+	}
 	a, _, errw := f.app(t)
 	cmd := a.watchCmd()
 	cmd.SetArgs([]string{"orders-1"})
@@ -389,5 +396,24 @@ func TestVerdictWithoutAThreshold(t *testing.T) {
 	count := api.Threshold{FailureCount: &five}
 	if got, want := VerdictText(count, count.Judge(3, 10), false), "verdict: within the threshold (3 failures of 10 items)"; got != want {
 		t.Errorf("VerdictText(count 5, 3 of 10) = %q, want %q", got, want)
+	}
+}
+
+// Guards status's adaptive pace line (AdaptivePaceText): the key, the
+// limit and how it climbs back (its step, or doubling in slow start), a
+// Retry-After's hold, and the calls booked ahead with when the last is
+// due.
+func TestAdaptivePaceText(t *testing.T) {
+	cut := time.Date(2026, 12, 5, 10, 0, 3, 0, time.UTC)
+	hold, clear := cut.Add(2*time.Second), cut.Add(37*time.Second)
+	got := AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 14.24, CutAt: cut, StepPerSecond: 1.42, BookedAhead: 312, ClearAt: &clear})
+	want := "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4 requests/s each second no call is throttled); 312 calls booked ahead, the last due 2026-12-05T10:00:40Z"
+	if got != want {
+		t.Errorf("growing by its step:\n got %q\nwant %q", got, want)
+	}
+	got = AdaptivePaceText(api.AdaptivePace{Key: "lambda:enrich", LimitPerSecond: 140, CutAt: cut, SlowStart: true, HoldUntil: &hold})
+	want = "adaptive pace: lambda:enrich throttled bulkrun's calls; every batch with no rate calling it is held to 140 requests/s (cut 2026-12-05T10:00:03Z, doubling every 2 s while no call is throttled); no call before 2026-12-05T10:00:05Z (its Retry-After)"
+	if got != want {
+		t.Errorf("in slow start, held:\n got %q\nwant %q", got, want)
 	}
 }

@@ -203,6 +203,19 @@ function waitingText(l) {
   return t + (why.length ? "; " + why.join("; ") : "");
 }
 
+// adaptiveText is the adaptive pace a throttling downstream holds the
+// batch to (api.AdaptivePace) in words: its key and limit, how the limit
+// climbs back, a Retry-After's hold, and the calls booked ahead.
+function adaptiveText(p) {
+  const r = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+  let t = p.key + " throttled; every batch with no rate calling it is held to " + r(p.limit_per_second) + " requests/s (cut " +
+    fmtTime(p.cut_at) + "; " + (p.slow_start ? "doubling every 2 s" : "+" + r(p.step_per_second || 0) + " requests/s each second") +
+    " while no call is throttled)";
+  if (p.hold_until) t += "; no call before " + fmtTime(p.hold_until) + " (its Retry-After)";
+  if (p.booked_ahead > 0 && p.clear_at) t += "; " + fmtInt(p.booked_ahead) + " calls booked ahead, the last due " + fmtTime(p.clear_at);
+  return t;
+}
+
 // createdCell is a creation time as its date and, below it, its time
 // (UTC), so that the column stays narrow.
 function createdCell(s) {
@@ -295,6 +308,7 @@ function liveFacts(l, paused) {
       .map(([k, c]) => k + " " + Object.keys(c).sort().map((n) => n + "=" + c[n]).join(" "));
     if (proj.length) fact("Projected at the end", proj.join("; "));
   }
+  if (l.adaptive_pace) fact("Adaptive pace", adaptiveText(l.adaptive_pace));
   const why = (l.attention || []).filter((a) => !(paused && a.startsWith("paused by"))).map((a) => el("li", {}, fmtTimes(a)));
   return el("div", {}, dl, why.length ? el("div", {class: "attn small"}, "⚠ Needs attention:", el("ul", {}, why)) : "");
 }

@@ -1,0 +1,36 @@
+package live
+
+import (
+	"math"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
+
+// Adaptive is the adaptive pace downstream key holds its batches to at
+// now (api.AdaptivePace), from the key's adaptive row a; nil when the
+// key is not paced (never throttled, its limit past pace.AdaptCeiling,
+// or its last cut pace.AdaptForget old, with no Retry-After ahead).
+func Adaptive(key string, a pace.Adapt, now time.Time) *api.AdaptivePace {
+	if !a.Paced(now) {
+		return nil
+	}
+	p := &api.AdaptivePace{Key: key, LimitPerSecond: a.LimitAt(now), CutAt: a.Cut.UTC(), SlowStart: a.Slow}
+	if a.Hold.After(now) {
+		h := a.Hold.UTC()
+		p.HoldUntil = &h
+		if p.LimitPerSecond == 0 {
+			p.LimitPerSecond = a.Limit // held: the limit the cut set, which the pace starts from
+		}
+	}
+	if !a.Slow {
+		p.StepPerSecond = a.Step
+	}
+	if ahead := a.Booked - a.Allowance(now); ahead >= 1 {
+		p.BookedAhead = int64(math.Floor(ahead))
+		c := a.Due(a.Booked, now).UTC().Round(time.Second)
+		p.ClearAt = &c
+	}
+	return p
+}

@@ -1,0 +1,49 @@
+package live
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pace"
+)
+
+// TestAdaptiveShowsAPacedKey guards the live view's adaptive pace
+// (api.AdaptivePace): none for a key never throttled or forgotten; a
+// throttled key's limit, cut and hold while its Retry-After is ahead,
+// slow start with no step; after a cut out of slow start the limit grown
+// by its step; and the calls booked past the allowance with the time the
+// last of them is due.
+func TestAdaptiveShowsAPacedKey(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	if p := Adaptive("api.example.com", pace.Adapt{}, t0); p != nil {
+		t.Fatalf("a key never throttled: %+v, want none", *p)
+	}
+	a, _ := pace.Adapt{}.Throttled(t0, 100, pace.AdaptBackoff, 2*time.Second)
+	p := Adaptive("api.example.com", a, t0.Add(time.Second))
+	if p == nil {
+		t.Fatal("a key throttled a second ago: no pace shown")
+	}
+	if p.Key != "api.example.com" || p.LimitPerSecond != 70 || !p.CutAt.Equal(t0) || !p.SlowStart || p.StepPerSecond != 0 ||
+		p.HoldUntil == nil || !p.HoldUntil.Equal(t0.Add(2*time.Second)) || p.BookedAhead != 0 || p.ClearAt != nil {
+		t.Errorf("within its Retry-After: %+v, want limit 70 in slow start, cut t0, held to t0+2s, nothing booked", *p)
+	}
+	b, _ := a.Throttled(t0.Add(4*time.Second), 1, pace.AdaptBackoff, 0) // 0.7 × 140: 98, +9.8/s
+	b.Booked = b.Allowance(t0.Add(5*time.Second)) + 300
+	p = Adaptive("api.example.com", b, t0.Add(5*time.Second))
+	if p == nil {
+		t.Fatal("a key cut a second ago: no pace shown")
+	}
+	if math.Abs(p.LimitPerSecond-107.8) > 1e-6 || p.SlowStart || math.Abs(p.StepPerSecond-9.8) > 1e-6 || p.HoldUntil != nil {
+		t.Errorf("a second after a cut to 98: %+v, want limit 107.8 growing by 9.8/s, no hold", *p)
+	}
+	if p.BookedAhead != 300 || p.ClearAt == nil {
+		t.Fatalf("300 calls booked past the allowance: %+v", *p)
+	}
+	if due := b.Due(b.Booked, t0.Add(5*time.Second)); p.ClearAt.Sub(due).Abs() > time.Second || !p.ClearAt.After(t0.Add(6*time.Second)) {
+		t.Errorf("clear at %v, want the last booked call's due time %v (300 calls at ≥ 107.8/s: > 1 s on)", *p.ClearAt, due)
+	}
+	if p := Adaptive("api.example.com", b, t0.Add(4*time.Second+pace.AdaptForget)); p != nil {
+		t.Errorf("a cut %v old: %+v, want none", pace.AdaptForget, *p)
+	}
+}
