@@ -4,15 +4,22 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/heldtest"
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/meter"
 	"github.com/bulkrun/bulkrun/integration/testbed/pacetest"
 	"github.com/bulkrun/bulkrun/internal/dynamo"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
@@ -52,4 +59,84 @@ func conformanceStore(t *testing.T) ledger.Store {
 	}
 	t.Cleanup(func() { env.ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name}) })
 	return dynamo.New(env.ddb, name)
+}
+
+// TestPackRowLeavesErrorTextsToAttentionRows guards where the DynamoDB
+// adapter keeps a failed pack item's error text (internal/dynamo,
+// packerrors.go): on its attention row alone, so that a pack of 10 items
+// that all failed with 200-byte texts stays one write unit (under 1 KB)
+// as a clean pack does; ScanPacks (the results), ListItems and LocateItem
+// still give each item its own text.
+func TestPackRowLeavesErrorTextsToAttentionRows(t *testing.T) {
+	ctx := context.Background()
+	s := conformanceStore(t).(*dynamo.Store)
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	b := ledger.Batch{Batch: api.Batch{ID: "packerr", Plan: api.Plan{Pipeline: "echo", Digest: "d1", MaxAttempts: 1, ItemsPerMessage: 10},
+		ManifestKey: "batches/packerr/manifest.jsonl", ManifestBytes: 10, ItemCount: 10, ListShards: 4, CounterShards: 1, Run: 1,
+		Status: api.StatusRunning, Source: "inline", CreatedAt: now, RunStartedAt: now}, Chunks: 1}
+	if _, err := s.CreateBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	ref := ledger.PackRef{BatchID: b.ID, ListShards: b.ListShards, First: 0}
+	text := func(j int) string { return fmt.Sprintf("item %d: %s", j, strings.Repeat("x", 190)) }
+	var start, end []ledger.PackItemWrite
+	for j := range 10 {
+		key := fmt.Sprintf("k%d", j)
+		start = append(start, ledger.PackItemWrite{Index: j, Item: ledger.ItemState{Key: key, Run: 1, Outcome: api.OutcomeInFlight, Attempt: 1, FirstAttempt: 1, UpdatedAt: now}})
+		end = append(end, ledger.PackItemWrite{Index: j, Was: api.OutcomeInFlight, Item: ledger.ItemState{Key: key, Run: 1, Outcome: api.OutcomeFailed,
+			Attempt: 1, FirstAttempt: 1, Error: text(j), Reason: api.ReasonPermanent, UpdatedAt: now}})
+	}
+	if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Run: 1, LeaseUntil: now.Add(time.Minute), Items: start, InFlight: 10, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WritePack(ctx, ledger.PackWrite{Ref: ref, Attempt: 1, Run: 1, Items: end, InFlight: 0, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table()), Key: layout.PackKey(ref), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size := meter.ItemBytes(out.Item); size >= 1024 {
+		t.Errorf("the pack row of 10 failed items is %d bytes, want < 1,024 (one write unit)", size)
+	}
+	p, err := s.GetPack(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, it := range p.Items {
+		if it.Outcome != api.OutcomeFailed || it.Reason != api.ReasonPermanent || it.Error != "" {
+			t.Errorf("pack entry %d: %s (%s) %q, want failed (permanent) with its text on the attention row", j, it.Outcome, it.Reason, it.Error)
+		}
+	}
+	var scanned []ledger.Item
+	for shard := range b.ListShards {
+		items, _, err := s.ScanPacks(ctx, b.ID, shard, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned = append(scanned, items...)
+	}
+	if len(scanned) != 10 {
+		t.Fatalf("scanned %d items, want 10", len(scanned))
+	}
+	for _, it := range scanned {
+		j, _ := strconv.Atoi(strings.TrimPrefix(it.Key, "k"))
+		if it.Error != text(j) {
+			t.Errorf("scanned %s: error %q, want %q", it.Key, it.Error, text(j))
+		}
+	}
+	it, err := s.LocateItem(ctx, b.ID, b.ListShards, "k3")
+	if err != nil || it.Error != text(3) {
+		t.Errorf("locate k3: %q, %v; want %q", it.Error, err, text(3))
+	}
+	listed, _, err := s.ListItems(ctx, b.ID, b.ListShards, api.OutcomeFailed, "", 100)
+	if err != nil || len(listed) != 10 {
+		t.Fatalf("failed listing: %d items, %v; want 10", len(listed), err)
+	}
+	for _, it := range listed {
+		j, _ := strconv.Atoi(strings.TrimPrefix(it.Key, "k"))
+		if it.Error != text(j) {
+			t.Errorf("listed %s: error %q, want %q", it.Key, it.Error, text(j))
+		}
+	}
 }

@@ -617,8 +617,10 @@ func (s *Store) LocateItem(ctx context.Context, batchID string, listShards int, 
 		return ledger.Item{}, err
 	}
 	var loc struct {
-		First int64 `dynamodbav:"pack_first"`
-		Index int   `dynamodbav:"pack_index"`
+		First int64  `dynamodbav:"pack_first"`
+		Index int    `dynamodbav:"pack_index"`
+		Run   int    `dynamodbav:"run"`
+		Error string `dynamodbav:"error"`
 	}
 	if err := attributevalue.UnmarshalMap(out.Item, &loc); err != nil {
 		return ledger.Item{}, fmt.Errorf("locate %s/%s: %w", batchID, itemKey, err)
@@ -630,5 +632,9 @@ func (s *Store) LocateItem(ctx context.Context, batchID string, listShards int, 
 	if loc.Index >= len(p.Items) || p.Items[loc.Index].Key != itemKey {
 		return ledger.Item{}, err
 	}
-	return p.Item(loc.Index), nil
+	it = p.Item(loc.Index)
+	if it.Error == "" && it.Run == loc.Run {
+		it.Error = loc.Error // left to the attention row (packerrors.go)
+	}
+	return it, nil
 }

@@ -342,6 +342,9 @@ func (s *Store) confirmPacked(ctx context.Context, batchID string, listShards in
 		if l.index < len(p.Items) && p.Items[l.index].Key == l.item.Key && ledger.ListedAs(p.Items[l.index].Outcome, outcome) {
 			it := p.Item(l.index)
 			it.LeaseUntil = time.Time{} // not in flight: as an item row of that outcome reads
+			if it.Error == "" && it.Run == l.item.Run {
+				it.Error = l.item.Error // left to the attention row (packerrors.go)
+			}
 			items = append(items, it)
 		}
 	}

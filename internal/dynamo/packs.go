@@ -61,7 +61,9 @@ func (s *Store) getPackAt(ctx context.Context, batchID string, k map[string]type
 // can thus say more than its pack (the pack's write after it was fenced
 // or never made, a delete lost): ListItems confirms every entry against
 // its pack row and leaves out those the pack does not hold, and release
-// is conditioned on the pack.
+// is conditioned on the pack. An item that enters failed or quarantined
+// keeps its error text on the entry alone, not in the pack row
+// (packerrors.go).
 func (s *Store) WritePack(ctx context.Context, w ledger.PackWrite) error {
 	var puts []types.WriteRequest
 	var gone []map[string]types.AttributeValue
@@ -148,7 +150,11 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 		if iw.Item.Outcome == "" {
 			u = u.Remove(name)
 		} else {
-			av, err := attributevalue.Marshal(layout.ToPackItemRow(iw.Item))
+			row := layout.ToPackItemRow(iw.Item)
+			if errorOnAttentionRow(iw) {
+				row.Error = "" // on its attention row, put before this write (packerrors.go)
+			}
+			av, err := attributevalue.Marshal(row)
 			if err != nil {
 				return fmt.Errorf("write pack %s/%d: %w", w.Ref.BatchID, w.Ref.First, err)
 			}
@@ -301,7 +307,8 @@ func (s *Store) releasePackItem(ctx context.Context, batchID string, listShards 
 // holds position after, eventually consistent, and returns its items past
 // after in position order (never-reserved items left out). A pack read
 // with an item in flight or released is read again with a consistent
-// GetItem, as ScanShard does for item rows.
+// GetItem, as ScanShard does for item rows. A failed or quarantined
+// item's error text comes from its attention row (attentionErrors).
 func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error) {
 	limit = min(max(limit, 1), 1000)
 	kc := expression.Key(config.AttrPK).Equal(expression.Value(layout.PackPK(batchID, shard)))
@@ -346,11 +353,11 @@ func (s *Store) ScanPacks(ctx context.Context, batchID string, shard int, after 
 			}
 		}
 		start = out.LastEvaluatedKey
-		if len(start) == 0 {
-			return items, false, nil
-		}
-		if len(items) >= limit {
-			return items, true, nil
+		if len(start) == 0 || len(items) >= limit {
+			if err := s.attentionErrors(ctx, batchID, items); err != nil {
+				return nil, false, fmt.Errorf("scan packs %s/%d: %w", batchID, shard, err)
+			}
+			return items, len(start) > 0, nil
 		}
 	}
 }

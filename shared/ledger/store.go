@@ -328,7 +328,9 @@ type Store interface {
 	// quarantined item of a pack, DeleteBatch deletes them.
 
 	// GetPack reads a pack row with a strongly consistent read, or
-	// ErrNotFound.
+	// ErrNotFound. A failed or quarantined item's Error may be empty: a
+	// store may keep that text on the item's attention entry alone, which
+	// ScanPacks, ListItems and LocateItem read it from.
 	GetPack(ctx context.Context, ref PackRef) (Pack, error)
 	// WritePack takes a pack or writes it under its fence (see PackWrite);
 	// ErrConflict when the condition does not hold.

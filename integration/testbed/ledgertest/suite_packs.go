@@ -174,6 +174,9 @@ var packCases = []suiteCase{
 						if it.Outcome != o || it.Run < 1 || it.RunAttempts != 1 || it.Error == "" || it.RunID != ledger.RunID(b.ID, it.Key) {
 							return fmt.Errorf("%s listing holds %+v", o, it)
 						}
+						if it.Packed && it.Error != pitem(it.Key, it.Run, 1, o, T0).Error {
+							return fmt.Errorf("%s listing gives %s the error %q, want its own", o, it.Key, it.Error)
+						}
 						got = append(got, it.Key)
 					}
 					if after = next; next == "" {
@@ -188,6 +191,20 @@ var packCases = []suiteCase{
 		}
 		list(api.OutcomeFailed, []string{"a9", "m-item-row", "p0", "p3"})
 		list(api.OutcomeQuarantined, []string{"p2"})
+		// A failed and a quarantined pack item read alone keep their
+		// error texts, wherever the store keeps them.
+		for _, k := range []struct {
+			key string
+			o   api.Outcome
+		}{{"p0", api.OutcomeFailed}, {"p2", api.OutcomeQuarantined}} {
+			it, err := s.LocateItem(ctx, b.ID, b.ListShards, k.key)
+			if err != nil {
+				t.Fatalf("locate %s: %v", k.key, err)
+			}
+			if want := pitem(k.key, 1, 1, k.o, T0); it.Outcome != k.o || it.Error != want.Error || it.Reason != want.Reason {
+				t.Errorf("locate %s: %s %q (%s), want %s %q (%s)", k.key, it.Outcome, it.Error, it.Reason, k.o, want.Error, want.Reason)
+			}
+		}
 		// p3 leaves failed (a new run takes it); p1 enters quarantined.
 		now := T0.Add(time.Hour)
 		err := s.WritePack(ctx, ledger.PackWrite{Ref: pref(b, 0), Take: true, Attempt: 1, Run: 2, LeaseUntil: now.Add(lease), Now: now, InFlight: 1,
@@ -258,6 +275,10 @@ var packCases = []suiteCase{
 			got, pos = append(got, it.Key), append(pos, it.Pos)
 			if !it.Packed || it.PackFirst > 100 {
 				return fmt.Errorf("item %+v", it)
+			}
+			// The results take each failed item's error text from the scan.
+			if want := pitem(it.Key, 1, 1, it.Outcome, T0); it.Error != want.Error || it.Reason != want.Reason {
+				return fmt.Errorf("scanned %s (%s): error %q (%s), want %q (%s)", it.Key, it.Outcome, it.Error, it.Reason, want.Error, want.Reason)
 			}
 			return nil
 		})
