@@ -33,7 +33,8 @@ const ProgressSlack = time.Minute
 // LiveView is a running run's live view, from its counter partitions only
 // (Store.Progress: one Query per counter partition, whatever the batch's
 // size; counters lag the item rows by at most worker.DefaultProgressEvery,
-// 2 s, plus the rest of a pack while its last item runs, and a lost
+// 2 s — worker.TrackProgressEvery, 10 s, for a run with max_concurrency —
+// plus the rest of a pack while its last item runs, and a lost
 // counter write loses its share until the report's exact census).
 //
 // Every item of the run is in exactly one of: ended (Progress.Done, by

@@ -81,7 +81,8 @@ const DefaultBudgetEvery = 5 * time.Second
 // batch without a budget, already paused or stopping as read for this
 // message batch. The spend read lags the items: what the counters have
 // not counted yet (an invocation counts at least every
-// worker.DefaultProgressEvery) and the items in flight are spent past the
+// worker.DefaultProgressEvery, a track every worker.TrackProgressEvery)
+// and the items in flight are spent past the
 // budget; items already running finish. The spend counts each attempt
 // as its ending is written (done.attemptSpent): an item still retrying
 // or held counts what its attempts spent so far.

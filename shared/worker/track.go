@@ -30,8 +30,8 @@ import (
 // of on the queue, so a waiting unit costs nothing; the track sends
 // itself again (a new message, its Seq one higher) when its invocation
 // nears its deadline margin, or to come back when its earliest retry is
-// due or its batch's pause is next checked. Counted as a message batch
-// is: every Worker.ProgressEvery (DefaultProgressEvery, 2 s) and at the
+// due or its batch's pause is next checked. Counted every
+// Worker.ProgressEvery (TrackProgressEvery, 10 s, by default) and at the
 // end of a delivery, and at most every trackCountItems items ended.
 
 // trackCountItems bounds how many of a track's ended items wait to be
@@ -89,9 +89,9 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	var dones []done
 	moved := false // this delivery ran or settled a unit
 	counted := w.Clock.Now()
-	every := w.ProgressEvery // as a message batch counts (Handle)
+	every := w.ProgressEvery
 	if every == 0 {
-		every = DefaultProgressEvery
+		every = TrackProgressEvery
 	}
 	count := func() {
 		if len(dones) > 0 {

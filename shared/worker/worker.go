@@ -164,6 +164,18 @@ type Worker struct {
 // (docs/adr/0027-count-progress-while-an-invocation-runs.md).
 const DefaultProgressEvery = 2 * time.Second
 
+// TrackProgressEvery is how often a track (a run with max_concurrency,
+// docs/adr/0028) counts what it ended while its delivery runs, unless
+// Worker.ProgressEvery sets another: 10 s. A track runs one unit at a
+// time, so at DefaultProgressEvery a unit of 2 s or more (10 items of
+// 200 ms at 10 items per message) would write its counter lane once per
+// unit, 0.1 write units per item where a message batch's invocation,
+// which runs its messages side by side, writes once per 2 s for all of
+// them; at 10 s, once per 50 such items (docs/adr/0027, "Tracks"). A
+// track also counts at the end of each delivery and once
+// trackCountItems items wait.
+const TrackProgressEvery = 10 * time.Second
+
 // The worker's retry schedules (internal/retry).
 var (
 	// UnavailableRetry is a message sent again while AWS is unavailable:

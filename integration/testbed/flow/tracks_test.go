@@ -270,3 +270,65 @@ func twiceEachRound(ctx context.Context, t *testing.T, r *rig) int {
 		r.clock.T = r.clock.T.Add(time.Minute)
 	}
 }
+
+// laneCounting counts a store's counter-lane writes (Store.CountLane).
+type laneCounting struct {
+	worker.Store
+	n atomic.Int64
+}
+
+func (s *laneCounting) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneCounted, error) {
+	s.n.Add(1)
+	return s.Store.CountLane(ctx, c)
+}
+
+// TestTrackCountsEveryTenSeconds guards how often a track counts what it
+// ended (worker.TrackProgressEvery, docs/adr/0027 "Tracks"): 80 items at
+// max_concurrency 1, one item a message, each call 3 s of the test's
+// clock, on one track of 4 slices of 20 items (one delivery each). Every
+// item is counted once, and the track writes its counter lane while a
+// delivery runs (more writes than deliveries) but at most once per 10 s
+// of calls plus once per delivery: 28 writes, where counting every 2 s
+// would write once per item (80).
+func TestTrackCountsEveryTenSeconds(t *testing.T) {
+	ctx := context.Background()
+	const n = 80
+	var r *rig
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		r.clock.T = r.clock.T.Add(3 * time.Second)
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	lanes := &laneCounting{Store: r.worker.Store}
+	r.worker.Store = lanes
+	b := submitK(t, r, "slow-track", 1, n, func(req *api.SubmitRequest) { req.MaxConcurrency = 1 })
+	r.worker.Handle(ctx, r.queue.take()) // the fan-out: the track's first send
+	lanes.n.Store(0)
+	deliveries := 0
+	for range 100 {
+		ds := r.queue.take()
+		if len(ds) == 0 {
+			break
+		}
+		deliveries += len(ds)
+		if failed := r.worker.Handle(ctx, ds); len(failed) > 0 {
+			t.Fatalf("%d deliveries failed", len(failed))
+		}
+	}
+	p, err := r.store.Progress(ctx, b.ID, 1, max(1, b.CounterShards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Done != n {
+		t.Fatalf("the counters show %d items ended, want %d", p.Done, n)
+	}
+	for i := range n {
+		if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+			t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+		}
+	}
+	most := int64(n*3/10 + deliveries)
+	t.Logf("%d items of 3 s on one track in %d deliveries: %d counter lane writes (at most %d)", n, deliveries, lanes.n.Load(), most)
+	if w := lanes.n.Load(); w > most || w <= int64(deliveries) {
+		t.Errorf("%d counter lane writes in %d deliveries of %d items of 3 s: want more than one per delivery (counted while it runs) and at most %d (once per 10 s and per delivery)", w, deliveries, n, most)
+	}
+}
