@@ -165,8 +165,10 @@ type AdaptivePace struct {
 	// it, are booked past what the limit allowed by the read: they wait,
 	// unstarted and using no attempt, for their turn.
 	BookedAhead int64 `json:"booked_ahead"`
-	// ClearAt is when the last call booked is due at the limit as it
-	// grows; absent when none is booked ahead.
+	// ClearAt is when the last call booked is due at LimitPerSecond held
+	// as it is (from HoldUntil when one is ahead): the limit grows only
+	// until the next throttled answer, so its growth is not counted.
+	// Absent when none is booked ahead.
 	ClearAt *time.Time `json:"clear_at,omitempty"`
 }
 

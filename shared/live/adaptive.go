@@ -27,9 +27,17 @@ func Adaptive(key string, a pace.Adapt, now time.Time) *api.AdaptivePace {
 	if !a.Slow {
 		p.StepPerSecond = a.Step
 	}
-	if ahead := a.Booked - a.Allowance(now); ahead >= 1 {
+	if ahead := a.Booked - a.Allowance(now); ahead >= 1 && p.LimitPerSecond > 0 {
+		// At the limit as it stands, not as it would grow: a limit grows
+		// only until the next throttled answer, so its growth is no
+		// promise (a user read "the last due" 11 s away for calls that
+		// took minutes).
 		p.BookedAhead = int64(math.Floor(ahead))
-		c := a.Due(a.Booked, now).UTC().Round(time.Second)
+		from := now
+		if p.HoldUntil != nil {
+			from = *p.HoldUntil
+		}
+		c := from.Add(time.Duration(ahead / p.LimitPerSecond * float64(time.Second))).UTC().Round(time.Second)
 		p.ClearAt = &c
 	}
 	return p

@@ -872,7 +872,7 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 // api.example.com throttled bulkrun's calls; every batch with no rate
 // calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4
 // requests/s each second no call is throttled); 312 calls booked ahead,
-// the last due 2026-12-05T10:00:40Z". A hold adds "no call before …
+// the last due by 2026-12-05T10:00:40Z at this limit". A hold adds "no call before …
 // (its Retry-After)"; slow start says "doubling every 2 s" instead of
 // the step.
 func AdaptivePaceText(p api.AdaptivePace) string {
@@ -887,7 +887,7 @@ func AdaptivePaceText(p api.AdaptivePace) string {
 		s += "; no call before " + stamp(*p.HoldUntil) + " (its Retry-After)"
 	}
 	if p.BookedAhead > 0 && p.ClearAt != nil {
-		s += fmt.Sprintf("; %s booked ahead, the last due %s", api.Count(p.BookedAhead, "call"), stamp(*p.ClearAt))
+		s += fmt.Sprintf("; %s booked ahead, the last due by %s at this limit", api.Count(p.BookedAhead, "call"), stamp(*p.ClearAt))
 	}
 	return s
 }

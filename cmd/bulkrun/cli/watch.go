@@ -186,7 +186,7 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		// why the rate is what it is.
 		b.WriteString(fmt.Sprintf("; paced by %s at %s requests/s", l.AdaptivePace.Key, limitText(l.AdaptivePace.LimitPerSecond)))
 		if h := l.AdaptivePace.HoldUntil; h != nil {
-			b.WriteString(" from " + stamp(*h))
+			b.WriteString(", no call before " + stamp(*h))
 		}
 	}
 	if p := v.Pause; p != nil && p.By == api.PauseByBudget && !v.Status.Finished() {

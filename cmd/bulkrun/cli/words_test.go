@@ -324,7 +324,7 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	// at what limit, and from when a Retry-After lets calls start.
 	hold := next.Add(-30 * time.Second)
 	waiting.Live = &api.LiveView{AdaptivePace: &api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 0.72, CutAt: next.Add(-time.Minute), HoldUntil: &hold}}
-	if got, want := watchLine(waiting, r), "; paced by api.example.com at 0.7 requests/s from 2026-12-02T14:50:30Z"; !strings.Contains(got, want) {
+	if got, want := watchLine(waiting, r), "; paced by api.example.com at 0.7 requests/s, no call before 2026-12-02T14:50:30Z"; !strings.Contains(got, want) {
 		t.Errorf("line %q with an adaptive pace: want %q", got, want)
 	}
 	a, _, errw := f.app(t)
@@ -407,7 +407,7 @@ func TestAdaptivePaceText(t *testing.T) {
 	cut := time.Date(2026, 12, 5, 10, 0, 3, 0, time.UTC)
 	hold, clear := cut.Add(2*time.Second), cut.Add(37*time.Second)
 	got := AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 14.24, CutAt: cut, StepPerSecond: 1.42, BookedAhead: 312, ClearAt: &clear})
-	want := "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4 requests/s each second no call is throttled); 312 calls booked ahead, the last due 2026-12-05T10:00:40Z"
+	want := "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4 requests/s each second no call is throttled); 312 calls booked ahead, the last due by 2026-12-05T10:00:40Z at this limit"
 	if got != want {
 		t.Errorf("growing by its step:\n got %q\nwant %q", got, want)
 	}

@@ -212,7 +212,7 @@ function adaptiveText(p) {
     fmtTime(p.cut_at) + "; " + (p.slow_start ? "doubling every 2 s" : "+" + r(p.step_per_second || 0) + " requests/s each second") +
     " while no call is throttled)";
   if (p.hold_until) t += "; no call before " + fmtTime(p.hold_until) + " (its Retry-After)";
-  if (p.booked_ahead > 0 && p.clear_at) t += "; " + fmtInt(p.booked_ahead) + " calls booked ahead, the last due " + fmtTime(p.clear_at);
+  if (p.booked_ahead > 0 && p.clear_at) t += "; " + fmtInt(p.booked_ahead) + " calls booked ahead, the last due by " + fmtTime(p.clear_at) + " at this limit";
   return t;
 }
 
