@@ -305,7 +305,7 @@ function liveFacts(l, paused) {
     fact("Estimated finish", fmtTime(e.finish_at) + " (" + fmtInt(e.remaining) + " to go" + held + ")");
     const proj = [["cost", e.projected_cost], ["run_spent", e.projected_run_spent]]
       .filter(([, c]) => c && Object.keys(c).length)
-      .map(([k, c]) => k + " " + Object.keys(c).sort().map((n) => n + "=" + c[n]).join(" "));
+      .map(([k, c]) => k + " " + Object.keys(c).sort().map((n) => n + "=" + fmtProjected(c[n])).join(" "));
     if (proj.length) fact("Projected at the end", proj.join("; "));
   }
   if (l.adaptive_pace) fact("Adaptive pace", adaptiveText(l.adaptive_pace));
@@ -350,6 +350,13 @@ function fmtSeconds(secs) {
 }
 
 // fmtPace is items a second in words: "16.9 items/s", "0.05 items/s".
+// fmtProjected is a projected amount (a decimal string or number) to 4
+// significant digits, as status writes it: "9787", not "9786.666666667".
+function fmtProjected(v) {
+  const x = Number(v);
+  return Number.isFinite(x) ? String(Number(x.toPrecision(4))) : String(v);
+}
+
 function fmtPace(r) { return (r >= 100 ? r.toFixed(0) : r >= 1 ? r.toFixed(1) : r.toPrecision(2)) + " items/s"; }
 
 // approvalText is a sampled batch's approval state in words: what runs,
@@ -410,7 +417,7 @@ function renderApproval(page) {
     fact("Pace", el("span", {id: "estimate-pace"}, e.pace));
     const pc = e.projected_cost || {};
     const names = Object.keys(pc).sort();
-    fact("Pipeline costs", names.length ? names.map((k) => k + " " + pc[k]).join("; ") + ", projected for the run" : "");
+    fact("Pipeline costs", names.length ? names.map((k) => k + " " + fmtProjected(pc[k])).join("; ") + ", projected for the run" : "");
   } else {
     fact("Estimate", a.state === "sampling" ? "written once the sample's items have ended" : "none: decided before the sample had ended");
   }
