@@ -11,6 +11,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/live"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
 // MaxLiveSummaries is how many running batches of one listing page get
@@ -24,6 +25,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	n := 0
+	paces := &adaptiveReads{seen: map[string]*api.AdaptivePace{}}
 	for i := range bs {
 		if bs[i].Status != api.StatusRunning || bs[i].Stop != "" || n >= MaxLiveSummaries {
 			continue
@@ -43,6 +45,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 				return
 			}
 			l := live.Of(b, p, c.now(), c.ItemTimeout)
+			l.AdaptivePace = paces.of(ctx, c, b)
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
 			if b.Pause != nil {
 				s.Pause = b.Pause.View(c.now())
@@ -99,4 +102,34 @@ func (c *Control) ListBatches(ctx context.Context, r api.ListBatchesRequest) (ap
 		p.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
 	}
 	return p, nil
+}
+
+// adaptiveReads reads each downstream key's adaptive row once per
+// listing page, for the page's running batches with no rate (several
+// batches calling one key share its row).
+type adaptiveReads struct {
+	mu   sync.Mutex
+	seen map[string]*api.AdaptivePace
+}
+
+// of is the adaptive pace b's downstream holds it to (live.Adaptive); nil
+// for a batch with a rate, a key not paced, or a read that failed (the
+// summary goes on without it).
+func (r *adaptiveReads) of(ctx context.Context, c *Control, b ledger.Batch) *api.AdaptivePace {
+	if b.Rate != nil {
+		return nil
+	}
+	key := pacer.DownstreamKey(b)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.seen[key]; ok {
+		return p
+	}
+	a, err := c.Store.ReadAdapt(ctx, key)
+	if err != nil {
+		return nil
+	}
+	p := live.Adaptive(key, a, c.now())
+	r.seen[key] = p
+	return p
 }

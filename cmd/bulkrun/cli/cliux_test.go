@@ -478,3 +478,25 @@ func TestStatusShowsItemsWaitingForATrack(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusAndListShowTheAdaptivePace guards where a batch held down by
+// its downstream's adaptive pace says so: status's own line, and the
+// listing's note beside the batch.
+func TestStatusAndListShowTheAdaptivePace(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	cut := time.Date(2026, 12, 5, 10, 0, 3, 0, time.UTC)
+	p := &api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 14.24, CutAt: cut, StepPerSecond: 1.42}
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, ItemCount: 3000}}
+	v.Live = &api.LiveView{InFlight: 100, AdaptivePace: p}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if want := "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 14.2 requests/s"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+	s := api.BatchSummary{ID: "b1", Status: api.StatusRunning, Run: 1, ItemCount: 3000, Live: v.Live}
+	if got, want := note(s), "paced by api.example.com at 14.2 requests/s"; !strings.Contains(got, want) {
+		t.Errorf("list note %q lacks %q", got, want)
+	}
+}

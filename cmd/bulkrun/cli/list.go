@@ -202,6 +202,9 @@ func note(b api.BatchSummary) string {
 		if l.AwaitingTrack > 0 {
 			live += fmt.Sprintf(", waiting for a track %d", l.AwaitingTrack)
 		}
+		if a := l.AdaptivePace; a != nil {
+			live += fmt.Sprintf(", paced by %s at %s requests/s", a.Key, limitText(a.LimitPerSecond))
+		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)
 		}
