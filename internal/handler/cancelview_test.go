@@ -12,6 +12,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -23,6 +24,12 @@ type cancelStore struct {
 }
 
 func (s *cancelStore) GetBatch(context.Context, string) (ledger.Batch, error) { return s.b, nil }
+
+// ReadAdapt answers a key never throttled: the running view reads its
+// downstream's adaptive pace.
+func (s *cancelStore) ReadAdapt(context.Context, string) (pace.Adapt, error) {
+	return pace.Adapt{}, nil
+}
 func (s *cancelStore) Stop(_ context.Context, m ledger.StopMark) error {
 	s.b.Stop, s.b.StopDetail = m.Status, m.Detail
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
 
@@ -17,9 +18,17 @@ type liveStore struct {
 	b            ledger.Batch
 	scans        int
 	shardsRead   int
+	adaptReads   int
 }
 
 func (s *liveStore) GetBatch(context.Context, string) (ledger.Batch, error) { return s.b, nil }
+
+// ReadAdapt counts the read of the downstream's adaptive row (one per
+// view, whatever the batch's size); the key was never throttled.
+func (s *liveStore) ReadAdapt(context.Context, string) (pace.Adapt, error) {
+	s.adaptReads++
+	return pace.Adapt{}, nil
+}
 func (s *liveStore) ScanItems(context.Context, string, int, func(ledger.Item) error) error {
 	s.scans++
 	return nil
@@ -53,8 +62,8 @@ func TestLiveStatusReadsShardsNotItems(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.scans != 0 || s.shardsRead != b.CounterShards {
-			t.Errorf("%d items: %d item scans and %d counter shards read, want 0 and %d", items, s.scans, s.shardsRead, b.CounterShards)
+		if s.scans != 0 || s.shardsRead != b.CounterShards || s.adaptReads != 1 {
+			t.Errorf("%d items: %d item scans, %d counter shards and %d adaptive rows read, want 0, %d and 1", items, s.scans, s.shardsRead, s.adaptReads, b.CounterShards)
 		}
 		c := v.Census
 		if v.CensusSource != wire.CensusFromCounters || c == nil || v.Progress == nil || v.Progress.Done != 7 {
