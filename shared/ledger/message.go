@@ -27,11 +27,14 @@ import (
 // corrections: the batch row's revisions and run_revision, an item row's
 // rev, a pack entry's rv, and a correction run manifest's i and c (a
 // release of version 1 must not run a correction run, whose items it
-// would take for a resume's). Code meeting a version
+// would take for a resume's). Version 3 keeps the error text of a pack
+// item that turned failed or quarantined on its attention row alone: its
+// pack entry has no e, and readers take the text from the attention row
+// (a release of version 2 would give such items no text). Code meeting a version
 // above its own leaves the message on the queue and refuses the row
 // (docs/operations.md, "Upgrading with batches in flight"); golden files
 // pin every version's shapes (integration/testbed/formats/testdata).
-const FormatVersion = 2
+const FormatVersion = 3
 
 // NewerFormatError is a message or row of a format version above
 // FormatVersion: written by a newer release. The message is left on the
