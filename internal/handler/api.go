@@ -473,7 +473,7 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 		now := a.Control.Clock.Now()
 		lv := live.Of(b, p, now, a.Control.ItemTimeout)
 		a.samplePace(ctx, b, p, now)
-		lv.AdaptivePace = a.adaptivePace(ctx, b, now)
+		lv.AdaptivePace = a.Control.AdaptivePace(ctx, b, now)
 		c := CounterCensus(b, p, lv)
 		v.Census, v.Live = &c, &lv
 		v.NeedsAttention = v.NeedsAttention || lv.NeedsAttention()

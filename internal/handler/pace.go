@@ -8,8 +8,6 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/eta"
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/live"
-	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
 // paceSampler is the store's pace-row write (internal/dynamo's
@@ -36,24 +34,4 @@ func (a *API) samplePace(ctx context.Context, b ledger.Batch, p ledger.Progress,
 	if err := ps.SamplePace(ctx, b.ID, b.Run, ring, now); err != nil && !errors.Is(err, api.ErrConflict) && a.Log != nil {
 		a.Log.WarnContext(ctx, "pace sample not written", "batch_id", b.ID, "run", b.Run, "error", err.Error())
 	}
-}
-
-// adaptivePace is the adaptive pace b's downstream holds it to at now
-// (api.AdaptivePace, docs/adr/0036): one strongly consistent read of the
-// key's adaptive row, for a batch with no rate of its own (a batch with
-// one is paced by it). nil when the key is not paced; a failed read is
-// logged and the view goes on without it.
-func (a *API) adaptivePace(ctx context.Context, b ledger.Batch, now time.Time) *api.AdaptivePace {
-	if b.Rate != nil {
-		return nil
-	}
-	key := pacer.DownstreamKey(b)
-	ad, err := a.Store.ReadAdapt(ctx, key)
-	if err != nil {
-		if a.Log != nil {
-			a.Log.WarnContext(ctx, "adaptive pace unread; the view goes on without it", "batch_id", b.ID, "key", key, "error", err.Error())
-		}
-		return nil
-	}
-	return live.Adaptive(key, ad, now)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -112,9 +113,7 @@ type adaptiveReads struct {
 	seen map[string]*api.AdaptivePace
 }
 
-// of is the adaptive pace b's downstream holds it to (live.Adaptive); nil
-// for a batch with a rate, a key not paced, or a read that failed (the
-// summary goes on without it).
+// of is c.AdaptivePace(b) at now, read once per key.
 func (r *adaptiveReads) of(ctx context.Context, c *Control, b ledger.Batch) *api.AdaptivePace {
 	if b.Rate != nil {
 		return nil
@@ -125,11 +124,27 @@ func (r *adaptiveReads) of(ctx context.Context, c *Control, b ledger.Batch) *api
 	if p, ok := r.seen[key]; ok {
 		return p
 	}
-	a, err := c.Store.ReadAdapt(ctx, key)
-	if err != nil {
-		return nil
-	}
-	p := live.Adaptive(key, a, c.now())
+	p := c.AdaptivePace(ctx, b, c.now())
 	r.seen[key] = p
 	return p
+}
+
+// AdaptivePace is the adaptive pace b's downstream holds it to at now
+// (api.AdaptivePace, docs/adr/0036): one strongly consistent read of the
+// key's adaptive row, for a batch with no rate of its own (a batch with
+// one is paced by it). nil when the key is not paced; a failed read is
+// logged and the view goes on without it.
+func (c *Control) AdaptivePace(ctx context.Context, b ledger.Batch, now time.Time) *api.AdaptivePace {
+	if b.Rate != nil {
+		return nil
+	}
+	key := pacer.DownstreamKey(b)
+	a, err := c.Store.ReadAdapt(ctx, key)
+	if err != nil {
+		if c.Log != nil {
+			c.Log.WarnContext(ctx, "adaptive pace unread; the view goes on without it", "batch_id", b.ID, "key", key, "error", err.Error())
+		}
+		return nil
+	}
+	return live.Adaptive(key, a, now)
 }
