@@ -95,9 +95,9 @@ func sameLines(t *testing.T, what string, got, want []api.ResultLine) {
 // of each page, metered by AWS's billing rules on an in-process
 // control.Control over the same table). Unpaused and finished, the
 // stream equals the run's results files, each outcome's lines in its
-// file's order. BULKRUN_PARTIAL_ITEMS sets the batch's size (default 1,000: the
-// message batches the item function has taken when the pause lands run
-// on, a few hundred items on the emulator).
+// file's order. BULKRUN_PARTIAL_ITEMS sets the batch's size (default
+// 1,000; at its 50 requests a second, about 60 items run on after the
+// pause).
 func TestPartialResultsWhileARunGoes(t *testing.T) {
 	ctx := context.Background()
 	n := 1000
@@ -106,7 +106,14 @@ func TestPartialResultsWhileARunGoes(t *testing.T) {
 	}
 	id := newID(t)
 	// The receiver itself pauses the batch at its (n/2)-th call, so the
-	// pause lands about half way whatever the emulator's pace.
+	// pause lands about half way whatever the emulator's pace. The batch
+	// is paced at 50 requests a second, so that what runs on after the
+	// pause is bounded by the rate, not by how many messages the item
+	// function has taken: the calls in flight (50/s × 200 ms) and those
+	// that start within worker.StopCheck (1 s) of the pause being
+	// recorded. Unpaced, the emulator's item function took every message
+	// at once on a quiet machine, and all 1,000 items ended before the
+	// pause.
 	var mu sync.Mutex
 	called := 0
 	paused := make(chan error, 1)
@@ -129,6 +136,7 @@ func TestPartialResultsWhileARunGoes(t *testing.T) {
 	}
 	start := time.Now()
 	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+		Rate:   &api.Rate{RequestsPerSecond: 50},
 		Source: api.SourceSpec{Items: json.RawMessage("[" + strings.Join(items, ",") + "]")}, Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, url))}); err != nil {
 		t.Fatal(err)
 	}
