@@ -19,7 +19,7 @@ func TestAdaptiveShowsAPacedKey(t *testing.T) {
 	if p := Adaptive("api.example.com", pace.Adapt{}, t0); p != nil {
 		t.Fatalf("a key never throttled: %+v, want none", *p)
 	}
-	a, _ := pace.Adapt{}.Throttled(t0, 100, pace.AdaptBackoff, 2*time.Second)
+	a, _ := pace.Adapt{}.Throttled(t0, 100, pace.AdaptBackoff, 2*time.Second, time.Time{})
 	p := Adaptive("api.example.com", a, t0.Add(time.Second))
 	if p == nil {
 		t.Fatal("a key throttled a second ago: no pace shown")

@@ -15,13 +15,14 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6*max(1, math.Abs(b)) }
 // held until its Retry-After; a throttle within AdaptCutEvery changes
 // only the hold; a later one cuts to AdaptBackoff × the limit then,
 // growing by its Step a second (or in slow start again after a
-// Retry-After); the limit stops pacing past AdaptCeiling or AdaptForget.
+// Retry-After, unless the downstream took a call since the last cut);
+// the limit stops pacing past AdaptCeiling or AdaptForget.
 func TestAdaptCutsAndGrows(t *testing.T) {
 	var a Adapt
 	if a.Paced(at0) {
 		t.Fatal("a key never throttled is paced")
 	}
-	a, changed := a.Throttled(at0, 100, AdaptBackoff, 2*time.Second)
+	a, changed := a.Throttled(at0, 100, AdaptBackoff, 2*time.Second, time.Time{})
 	if !changed || a.Limit != 70 || !a.Slow || !a.Cut.Equal(at0) || !a.Hold.Equal(at0.Add(2*time.Second)) || a.Base != 0 {
 		t.Fatalf("first throttle: %+v (changed %v), want limit 70 in slow start, cut at0, hold at0+2s", a, changed)
 	}
@@ -31,23 +32,33 @@ func TestAdaptCutsAndGrows(t *testing.T) {
 	if l := a.LimitAt(at0.Add(4 * time.Second)); !near(l, 140) {
 		t.Errorf("LimitAt 2 s after the hold = %v, want 140 (doubled)", l)
 	}
-	b, changed := a.Throttled(at0.Add(500*time.Millisecond), 500, AdaptBackoff, time.Second)
+	b, changed := a.Throttled(at0.Add(500*time.Millisecond), 500, AdaptBackoff, time.Second, time.Time{})
 	if changed || b != a {
 		t.Errorf("a throttle within AdaptCutEvery with an earlier hold changed the row: %+v", b)
 	}
-	b, _ = a.Throttled(at0.Add(500*time.Millisecond), 500, AdaptBackoff, 5*time.Second)
+	b, _ = a.Throttled(at0.Add(500*time.Millisecond), 500, AdaptBackoff, 5*time.Second, time.Time{})
 	if b.Limit != 70 || !b.Hold.Equal(at0.Add(5500*time.Millisecond)) {
 		t.Errorf("a throttle within AdaptCutEvery: %+v, want the limit kept and the hold moved", b)
 	}
-	c, _ := a.Throttled(at0.Add(4*time.Second), 1, AdaptBackoff, 0)
+	c, _ := a.Throttled(at0.Add(4*time.Second), 1, AdaptBackoff, 0, time.Time{})
 	if !near(c.Limit, 98) || c.Slow || !near(c.Step, 9.8) || !near(c.Base, a.Allowance(at0.Add(4*time.Second))) || !c.Hold.IsZero() {
 		t.Errorf("a cut 4 s on: %+v, want limit 0.7 × 140 = 98, step 9.8, out of slow start, the allowance kept, no hold", c)
 	}
 	if l := c.LimitAt(at0.Add(6 * time.Second)); !near(l, 98+2*9.8) {
 		t.Errorf("LimitAt 2 s after the cut = %v, want %v", l, 98+2*9.8)
 	}
-	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second); !d.Slow || !d.Hold.Equal(at0.Add(8*time.Second)) {
+	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, time.Time{}); !d.Slow || !d.Hold.Equal(at0.Add(8*time.Second)) {
 		t.Errorf("a cut with a Retry-After: %+v, want slow start after a hold to +8 s", d)
+	}
+	// A downstream that took one of the process's paced calls since the
+	// cut (at +5 s, after it at +4 s) is at a quota: the Retry-After
+	// holds the key, and the limit grows back by its step.
+	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, at0.Add(5*time.Second)); d.Slow || !near(d.Limit, 0.7*(98+2*9.8)) || !d.Hold.Equal(at0.Add(8*time.Second)) {
+		t.Errorf("a cut with a Retry-After after a call was taken: %+v, want limit 0.7 × %v out of slow start, held to +8 s", d, 98+2*9.8)
+	}
+	// One taken before the cut says nothing of the downstream since.
+	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, at0.Add(3*time.Second)); !d.Slow {
+		t.Errorf("a cut with a Retry-After, the last call taken before the last cut: %+v, want slow start", d)
 	}
 	if c.LimitAt(at0.Add(AdaptForget)) != 0 {
 		t.Error("a limit AdaptForget old still paces")
@@ -55,7 +66,7 @@ func TestAdaptCutsAndGrows(t *testing.T) {
 	if l := c.LimitAt(at0.Add(60 * time.Second)); l != 0 {
 		t.Errorf("a limit grown past the ceiling still paces at %v", l)
 	}
-	f, _ := Adapt{}.Throttled(at0, 0, AdaptBackoff, 0)
+	f, _ := Adapt{}.Throttled(at0, 0, AdaptBackoff, 0, time.Time{})
 	if f.Limit != AdaptFloor || f.Step != AdaptMinStep {
 		t.Errorf("a throttle with no own calls: %+v, want the floor and the least step", f)
 	}
@@ -86,7 +97,7 @@ func TestAdaptAllowanceAndDue(t *testing.T) {
 	if got := s.Allowance(at0.Add(4 * time.Second)); !near(got, want) {
 		t.Errorf("slow start's allowance after 4 s = %v, want %v", got, want)
 	}
-	c, _ := a.Throttled(at0.Add(5*time.Second), 0, AdaptBackoff, 0)
+	c, _ := a.Throttled(at0.Add(5*time.Second), 0, AdaptBackoff, 0, time.Time{})
 	if !near(c.Allowance(at0.Add(5*time.Second)), a.Allowance(at0.Add(5*time.Second))) {
 		t.Errorf("the allowance jumps at a cut: %v → %v", a.Allowance(at0.Add(5*time.Second)), c.Allowance(at0.Add(5*time.Second)))
 	}
@@ -133,9 +144,9 @@ func TestAdaptResumed(t *testing.T) {
 
 	later := at0.Add(time.Second)
 	for name, k := range map[string]Adapt{
-		"paced at 1.4 a second":                   func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, AdaptBackoff, 0); return k }(),
-		"paced at 70 a second":                    func() Adapt { k, _ := (Adapt{}).Throttled(at0, 100, AdaptBackoff, 0); return k }(),
-		"held for its Retry-After":                func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, AdaptBackoff, 30*time.Second); return k }(),
+		"paced at 1.4 a second":                   func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, AdaptBackoff, 0, time.Time{}); return k }(),
+		"paced at 70 a second":                    func() Adapt { k, _ := (Adapt{}).Throttled(at0, 100, AdaptBackoff, 0, time.Time{}); return k }(),
+		"held for its Retry-After":                func() Adapt { k, _ := (Adapt{}).Throttled(at0, 2, AdaptBackoff, 30*time.Second, time.Time{}); return k }(),
 		"past the ceiling 1 minute after its cut": {Limit: 400, Step: 40, Cut: later.Add(-time.Minute)},
 	} {
 		if r, changed := k.Resumed(later); changed || r != k {
@@ -170,9 +181,9 @@ func TestBackoff(t *testing.T) {
 			t.Errorf("Backoff(%d, %d) = %v, want %v", c.own, c.refused, got, c.want)
 		}
 	}
-	a, _ := Adapt{}.Throttled(at0, 100, Backoff(100, 10), 0)
+	a, _ := Adapt{}.Throttled(at0, 100, Backoff(100, 10), 0, time.Time{})
 	paced := at0.Add(2 * time.Second)
-	b, _ := a.Throttled(paced, 50, Backoff(50, 20), 0)
+	b, _ := a.Throttled(paced, 50, Backoff(50, 20), 0, time.Time{})
 	if want := 0.6 * a.LimitAt(paced); !near(b.Limit, want) || b.Slow {
 		t.Errorf("a cut with 20 of 50 own calls refused: %+v, want limit 0.6 × %v = %v out of slow start", b, a.LimitAt(paced), want)
 	}

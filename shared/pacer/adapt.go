@@ -59,6 +59,11 @@ type adaptSeen struct {
 	row     pace.Adapt
 	read    time.Time // zero: never read
 	calls   []ownCall
+	// accepted is when the process's last paced call of the key that
+	// the downstream took started (zero: none): a throttled call's cut
+	// restarts slow start on a Retry-After only when none was taken
+	// since the last cut (pace.Adapt.Throttled).
+	accepted time.Time
 }
 
 // ownCall is one of the process's own calls of a key: when it started,
@@ -133,6 +138,9 @@ func (as *Adapts) Called(key string, at time.Time, paced, throttled bool) {
 	// only those a window older than this one go.
 	s.calls = slices.DeleteFunc(s.calls, func(c ownCall) bool { return at.Sub(c.at) >= pace.AdaptWindow })
 	s.calls = append(s.calls, ownCall{at: at, paced: paced, throttled: throttled})
+	if paced && !throttled && at.After(s.accepted) {
+		s.accepted = at
+	}
 }
 
 // ownCalls counts a process's own calls of a key in the
@@ -166,14 +174,14 @@ func (s *adaptSeen) own(now time.Time) ownCalls {
 func (as *Adapts) Throttle(ctx context.Context, st AdaptRows, key string, now time.Time, retryAfter time.Duration) (pace.Adapt, bool, error) {
 	s := as.of(key)
 	s.mu.Lock()
-	o := s.own(now)
+	o, accepted := s.own(now), s.accepted
 	s.mu.Unlock()
 	// The share taken says how far the downstream is from the limit only
 	// over calls the limit paced: a process's calls made before it read
 	// a cut (AdaptIdleReadEvery) ran above it, and their share would cut
 	// the limit far below what the downstream takes.
 	f := pace.Backoff(o.paced, o.pacedThrottled)
-	return as.rewrite(ctx, st, key, now, func(a pace.Adapt) (pace.Adapt, bool) { return a.Throttled(now, o.calls, f, retryAfter) })
+	return as.rewrite(ctx, st, key, now, func(a pace.Adapt) (pace.Adapt, bool) { return a.Throttled(now, o.calls, f, retryAfter, accepted) })
 }
 
 // Resume starts key's pace again from pace.AdaptResume in slow start

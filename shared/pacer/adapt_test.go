@@ -220,3 +220,34 @@ func TestUnpacedRefusalsCutByBackoff(t *testing.T) {
 		t.Errorf("30 of 50 unpaced calls refused: limit %v, want %v × %v", st.row.Limit, pace.AdaptBackoff, was)
 	}
 }
+
+// TestRetryAfterSlowStartsOnlyAClosedDownstream guards the process's
+// side of a cut with a Retry-After: after one of its paced calls was
+// taken since the last cut, the key is cut and held, out of slow start
+// (a quota); with none taken since (every call refused: a downstream
+// closed for a while), it is in slow start again. An unpaced call taken
+// is no evidence: it ran above the limit.
+func TestRetryAfterSlowStartsOnlyAClosedDownstream(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	ra := pipeline.Throttled("http", "429", time.Second, errors.New("429"))
+	for _, c := range []struct {
+		name        string
+		paced, took bool
+		slow        bool
+	}{
+		{"a paced call taken since the cut", true, true, false},
+		{"a paced call refused since the cut", true, false, true},
+		{"an unpaced call taken since the cut", false, true, true},
+	} {
+		var as Adapts
+		st := &adaptStub{row: pace.Adapt{Limit: 40, Step: 4, Cut: now.Add(-5 * time.Second)}}
+		as.Called("k", now.Add(-6*time.Second), true, false) // taken before the last cut: no evidence since
+		as.Called("k", now.Add(-300*time.Millisecond), c.paced, !c.took)
+		if _, _, err := as.Observe(context.Background(), st, "k", now.Add(-10*time.Millisecond), now, true, ra); err != nil {
+			t.Fatal(err)
+		}
+		if st.row.Slow != c.slow || !st.row.Hold.Equal(now.Add(time.Second)) || !st.row.Cut.Equal(now) {
+			t.Errorf("%s: row %+v; want cut at now, held 1 s, slow start %v", c.name, st.row, c.slow)
+		}
+	}
+}

@@ -31,6 +31,12 @@ type receiverCall struct {
 // were accepted in its whole second (a fixed-window limit, as many APIs
 // count a quota).
 func (l *receiverLog) limitAbove(perSecond int) func(pipeline.Request, time.Time) error {
+	return l.limitAboveAfter(perSecond, 0)
+}
+
+// limitAboveAfter is limitAbove answering its 429s with Retry-After:
+// after, as most APIs with a quota do.
+func (l *receiverLog) limitAboveAfter(perSecond int, after time.Duration) func(pipeline.Request, time.Time) error {
 	return func(req pipeline.Request, at time.Time) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -42,7 +48,7 @@ func (l *receiverLog) limitAbove(perSecond int) func(pipeline.Request, time.Time
 		if !refused {
 			l.perSec[s]++
 		}
-		return l.answer(req, at, refused, 0)
+		return l.answer(req, at, refused, after)
 	}
 }
 
@@ -192,5 +198,56 @@ func TestAdaptivePaceHoldsForRetryAfter(t *testing.T) {
 	}
 	if span > window+30*time.Second {
 		t.Errorf("the calls took %v, want ≤ %v (the window + 30 s)", span, window+30*time.Second)
+	}
+}
+
+// TestAdaptivePaceAtAQuotaWithRetryAfter guards a downstream with a
+// quota that answers each call over it with 429 and Retry-After: 1 (as
+// most APIs do), 20 calls a second, no rate set: a cut made while the
+// downstream took some of the process's calls since the last one is a
+// quota's, and grows back by its step, not in slow start
+// (pace.Adapt.Throttled), so that the pace settles under the quota. From
+// 60 s after the first call on, every 10 s window has at most 22 calls a
+// second (110 %); at most 5 % of the calls are refused; every item ends
+// with an accepted call; the whole runs at least at half the quota; the
+// queue carries at most 7 messages per unit (with a slow start after
+// every cut, 3.9 % were refused and the queue carried 19 a unit at one
+// item a message).
+func TestAdaptivePaceAtAQuotaWithRetryAfter(t *testing.T) {
+	for _, k := range []int{1, 10} {
+		t.Run("K"+strconv.Itoa(k), func(t *testing.T) {
+			const n, limit = 2000, 20
+			var rl receiverLog
+			_, sends := pacedRun(t, []string{"rq"}, n, func(req *api.SubmitRequest) {
+				req.ItemsPerMessage = k
+			}, nil, rl.limitAboveAfter(limit, time.Second))
+			cs := rl.sorted()
+			t0, span := cs[0].at, cs[len(cs)-1].at.Sub(cs[0].at)
+			var settled []time.Time
+			for _, c := range cs {
+				if c.at.Sub(t0) >= time.Minute {
+					settled = append(settled, c.at)
+				}
+			}
+			most, at := busiest(settled, 10*time.Second)
+			share := float64(rl.refused) / float64(len(cs))
+			t.Logf("K = %d: %d calls for %d items over %v (%.1f a second), %d refused (%.2f %%); from +60 s the busiest 10 s window %d calls (%.1f/s) from +%v; %d messages sent",
+				k, len(cs), n, span.Round(time.Second), float64(n)/span.Seconds(), rl.refused, 100*share, most, float64(most)/10, at.Sub(t0).Round(time.Second), sends)
+			if got := rl.accepted(); got != n {
+				t.Errorf("%d items had a call accepted, want %d", got, n)
+			}
+			if share > 0.05 {
+				t.Errorf("%.2f %% of calls refused, want ≤ 5 %%", 100*share)
+			}
+			if most > 22*10 {
+				t.Errorf("%d calls in the 10 s from +%v, want ≤ 220 (22/s)", most, at.Sub(t0))
+			}
+			if want := time.Duration(float64(n) / (0.5 * limit) * float64(time.Second)); span > want {
+				t.Errorf("the calls took %v, want ≤ %v (half of %d/s)", span, want, limit)
+			}
+			if units := n / k; sends > 7*units {
+				t.Errorf("%d messages sent for %d units, want at most 7 per unit", sends, units)
+			}
+		})
 	}
 }
