@@ -193,20 +193,42 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 		pos, a = at, row
 	}
-	start := Later(a.Due(pos, now), a.Hold)
-	wait := start.Sub(p.now())
-	if wait > pace.LeaseSleep {
-		wake := Later(a.Wake(pos, now), start)
-		c.SetLeaseAt(wake)
-		c.SetLeasePos(pos)
-		return wake.Sub(p.now()), nil
-	}
-	if wait > 0 {
+	for slept := 0; ; slept++ {
+		start := Later(a.Due(pos, now), a.Hold)
+		wait := start.Sub(p.now())
+		if wait > pace.LeaseSleep {
+			wake := Later(a.Wake(pos, now), start)
+			c.SetLeaseAt(wake)
+			c.SetLeasePos(pos)
+			return wake.Sub(p.now()), nil
+		}
+		if wait <= 0 || slept == adaptSleeps {
+			if wait > 0 {
+				p.sleep(ctx, wait)
+			}
+			l.Leased = start
+			return 0, nil
+		}
 		p.sleep(ctx, wait)
+		// A cut or a hold made while it slept (a Retry-After of a call
+		// of this process at once, another's within AdaptReadEvery)
+		// moves its start: worked out again from the row, as when it
+		// comes back from the queue. The row unread, it starts as leased.
+		now = p.now()
+		na, err := p.adapts().Adapt(ctx, p.Store, key, now)
+		if err != nil || !na.Cut.After(a.Cut) && !na.Hold.After(a.Hold) {
+			l.Leased = start
+			return 0, nil
+		}
+		a = na
 	}
-	l.Leased = start
-	return 0, nil
 }
+
+// adaptSleeps bounds how many times a unit leased on a key's adaptive
+// line sleeps in its invocation for its start to come: a cut or a hold
+// made while it slept moves the start, and it sleeps again (at most
+// pace.LeaseSleep each time) or waits on the queue.
+const adaptSleeps = 3
 
 // calls leases a unit's calls of key with lease, from from on (zero or
 // past: now), unless c carries a lease still fresh: it returns 0 when

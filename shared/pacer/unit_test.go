@@ -134,3 +134,65 @@ func TestUnitLeasesSleepsOrCarries(t *testing.T) {
 		t.Fatalf("no rate, the key not paced: wait %v, err %v, %d leases, leased %v, %d reads; want it run at once after one read of the key's row", wait, err, st.leases-leases, l.Leased, st.reads)
 	}
 }
+
+// adaptUnitRows is fakeRows whose adaptive rows are an adaptStub's.
+type adaptUnitRows struct {
+	fakeRows
+	a *adaptStub
+}
+
+func (r *adaptUnitRows) ReadAdapt(ctx context.Context, key string) (pace.Adapt, error) {
+	return r.a.ReadAdapt(ctx, key)
+}
+
+func (r *adaptUnitRows) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
+	return r.a.CutAdapt(ctx, c)
+}
+
+func (r *adaptUnitRows) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace.AdaptGrant, error) {
+	return r.a.LeaseAdapt(ctx, l)
+}
+
+// TestAdaptiveSleeperFeelsACutMadeMeanwhile guards a unit that sleeps in
+// its invocation for its place in a key's adaptive line: when a cut
+// with a Retry-After's hold lands while it sleeps, its start is worked
+// out again from the row (read again after pacer.AdaptReadEvery) and it
+// waits on the queue for it, its place carried, instead of calling
+// inside the hold; with no cut meanwhile it runs at its start after
+// one sleep.
+func TestAdaptiveSleeperFeelsACutMadeMeanwhile(t *testing.T) {
+	t.Cleanup(Forget)
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	for _, cut := range []bool{false, true} {
+		// Paced at 1 a second (no growth) since a cut 10 s ago: 10
+		// positions allowed, 11 booked: the lease takes position 11, due
+		// in 1 s.
+		row := pace.Adapt{Limit: 1, Cut: now.Add(-10 * time.Second)}
+		st := &adaptUnitRows{a: &adaptStub{row: row}}
+		st.a.row.Booked = row.Allowance(now) + 1
+		clock := now
+		var sleeps []time.Duration
+		p := &Pacer{Store: st, Clock: at{&clock}, Adapts: &Adapts{}, Sleep: func(_ context.Context, d time.Duration) {
+			sleeps = append(sleeps, d)
+			if cut && len(sleeps) == 1 { // another process's cut, held 5 s, while it sleeps
+				st.a.mu.Lock()
+				st.a.row.Cut, st.a.row.Hold, st.a.row.Base = clock.Add(d/2), clock.Add(5*time.Second), st.a.row.Allowance(clock.Add(d/2))
+				st.a.mu.Unlock()
+			}
+			clock = clock.Add(d)
+		}}
+		b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+		var c carried
+		var l Lease
+		wait, err := p.Unit(context.Background(), slog.New(slog.DiscardHandler), b, &c, 1, false, &l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !cut && (len(sleeps) != 1 || wait != 0 || l.Leased.IsZero() || !c.at.IsZero()):
+			t.Errorf("no cut while it slept: sleeps %v, wait %v, leased %v, carried %v; want one sleep, then run", sleeps, wait, l.Leased, c.at)
+		case cut && (len(sleeps) != 1 || wait <= 0 || !l.Leased.IsZero() || c.at.Before(st.a.row.Hold) || c.pos != 11):
+			t.Errorf("a cut held to %v while it slept: sleeps %v, wait %v, leased %v, carried %v at %v; want it carried to the hold's end or later, its place 11 kept", st.a.row.Hold, sleeps, wait, l.Leased, c.at, c.pos)
+		}
+	}
+}
