@@ -50,15 +50,15 @@ func TestAdaptCutsAndGrows(t *testing.T) {
 	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, time.Time{}); !d.Slow || !d.Hold.Equal(at0.Add(8*time.Second)) {
 		t.Errorf("a cut with a Retry-After: %+v, want slow start after a hold to +8 s", d)
 	}
-	// A downstream that took one of the process's paced calls since the
-	// cut (at +5 s, after it at +4 s) is at a quota: the Retry-After
-	// holds the key, and the limit grows back by its step.
+	// A downstream that took one of the process's paced calls within
+	// AdaptTookWithin (at +5 s, 1 s before) is at a quota: the
+	// Retry-After holds the key, and the limit grows back by its step.
 	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, at0.Add(5*time.Second)); d.Slow || !near(d.Limit, 0.7*(98+2*9.8)) || !d.Hold.Equal(at0.Add(8*time.Second)) {
 		t.Errorf("a cut with a Retry-After after a call was taken: %+v, want limit 0.7 × %v out of slow start, held to +8 s", d, 98+2*9.8)
 	}
-	// One taken before the cut says nothing of the downstream since.
-	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, at0.Add(3*time.Second)); !d.Slow {
-		t.Errorf("a cut with a Retry-After, the last call taken before the last cut: %+v, want slow start", d)
+	// One taken longer ago says nothing of the downstream now.
+	if d, _ := c.Throttled(at0.Add(6*time.Second), 1, AdaptBackoff, 2*time.Second, at0.Add(6*time.Second-AdaptTookWithin)); !d.Slow {
+		t.Errorf("a cut with a Retry-After, the last call taken AdaptTookWithin before: %+v, want slow start", d)
 	}
 	if c.LimitAt(at0.Add(AdaptForget)) != 0 {
 		t.Error("a limit AdaptForget old still paces")

@@ -61,8 +61,8 @@ type adaptSeen struct {
 	calls   []ownCall
 	// accepted is when the process's last paced call of the key that
 	// the downstream took started (zero: none): a throttled call's cut
-	// restarts slow start on a Retry-After only when none was taken
-	// since the last cut (pace.Adapt.Throttled).
+	// restarts slow start on a Retry-After only when none was taken in
+	// the last pace.AdaptTookWithin (pace.Adapt.Throttled).
 	accepted time.Time
 }
 

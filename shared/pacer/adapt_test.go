@@ -223,9 +223,9 @@ func TestUnpacedRefusalsCutByBackoff(t *testing.T) {
 
 // TestRetryAfterSlowStartsOnlyAClosedDownstream guards the process's
 // side of a cut with a Retry-After: after one of its paced calls was
-// taken since the last cut, the key is cut and held, out of slow start
-// (a quota); with none taken since (every call refused: a downstream
-// closed for a while), it is in slow start again. An unpaced call taken
+// taken within pace.AdaptTookWithin, the key is cut and held, out of
+// slow start (a quota); with none taken in that time (every call
+// refused: a downstream closed for a while), it is in slow start again. An unpaced call taken
 // is no evidence: it ran above the limit.
 func TestRetryAfterSlowStartsOnlyAClosedDownstream(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
@@ -241,7 +241,7 @@ func TestRetryAfterSlowStartsOnlyAClosedDownstream(t *testing.T) {
 	} {
 		var as Adapts
 		st := &adaptStub{row: pace.Adapt{Limit: 40, Step: 4, Cut: now.Add(-5 * time.Second)}}
-		as.Called("k", now.Add(-6*time.Second), true, false) // taken before the last cut: no evidence since
+		as.Called("k", now.Add(-pace.AdaptTookWithin), true, false) // taken too long ago: no evidence of now
 		as.Called("k", now.Add(-300*time.Millisecond), c.paced, !c.took)
 		if _, _, err := as.Observe(context.Background(), st, "k", now.Add(-10*time.Millisecond), now, true, ra); err != nil {
 			t.Fatal(err)
