@@ -158,7 +158,7 @@ func (r *adaptUnitRows) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace
 // with a Retry-After's hold lands while it sleeps, its start is worked
 // out again from the row (read again after pacer.AdaptReadEvery) and it
 // waits on the queue for it, its place carried, instead of calling
-// inside the hold; with no cut meanwhile it runs at its start after
+// inside the hold; with no hold meanwhile it runs at its start after
 // one sleep.
 func TestAdaptiveSleeperFeelsACutMadeMeanwhile(t *testing.T) {
 	t.Cleanup(Forget)
