@@ -125,6 +125,15 @@ func (as *Adapts) Adapt(ctx context.Context, st AdaptRows, key string, now time.
 	return a, nil
 }
 
+// Seen is key's adaptive row as the process last read or wrote it (the
+// zero Adapt: never), without a read.
+func (as *Adapts) Seen(key string) pace.Adapt {
+	s := as.of(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.row
+}
+
 // Called counts a call of key started at at, paced (at a place leased
 // on the key's adaptive row) or not, throttled or not, among the
 // process's own calls (pace.AdaptWindow), from which a key's first

@@ -210,18 +210,18 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			return 0, nil
 		}
 		p.sleep(ctx, wait)
-		// A hold made while it slept (a Retry-After: of a call of this
-		// process at once, another's within AdaptReadEvery) moves its
-		// start: worked out again from the row, as when it comes back
-		// from the queue. A cut alone does not: a place leased before it
-		// runs at its start, as one woken from the queue within
-		// pace.LeaseSleep does (re-timing sleepers on every cut too held
-		// a 20-a-second quota's receiver to 9.7 calls a second in its
-		// busiest 10 s on the emulator, under the half its test wants).
-		// The row unread, it starts as leased.
+		// A hold made while it slept moves its start: worked out again
+		// from the process's copy of the row (no read: a Retry-After of
+		// a call of this process is in it at once, another's once the
+		// copy is read again), as when it comes back from the queue. A
+		// cut alone does not: a place leased before it runs at its start,
+		// as one woken from the queue within pace.LeaseSleep does
+		// (re-timing sleepers on every cut too held a 20-a-second quota's
+		// receiver to 9.7 calls a second in its busiest 10 s on the
+		// emulator, under the half its test wants).
 		now = p.now()
-		na, err := p.adapts().Adapt(ctx, p.Store, key, now)
-		if err != nil || !na.Hold.After(a.Hold) {
+		na := p.adapts().Seen(key)
+		if !na.Hold.After(a.Hold) {
 			l.Leased = start
 			return 0, nil
 		}

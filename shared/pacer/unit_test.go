@@ -155,11 +155,11 @@ func (r *adaptUnitRows) LeaseAdapt(ctx context.Context, l pace.AdaptLease) (pace
 
 // TestAdaptiveSleeperFeelsACutMadeMeanwhile guards a unit that sleeps in
 // its invocation for its place in a key's adaptive line: when a cut
-// with a Retry-After's hold lands while it sleeps, its start is worked
-// out again from the row (read again after pacer.AdaptReadEvery) and it
-// waits on the queue for it, its place carried, instead of calling
-// inside the hold; with no hold meanwhile it runs at its start after
-// one sleep.
+// with a Retry-After's hold lands in the process's copy of the row while
+// it sleeps (another unit of the process throttled), its start is
+// worked out again and it waits on the queue for it, its place carried,
+// instead of calling inside the hold; with no hold meanwhile it runs at
+// its start after one sleep.
 func TestAdaptiveSleeperFeelsACutMadeMeanwhile(t *testing.T) {
 	t.Cleanup(Forget)
 	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
@@ -172,12 +172,14 @@ func TestAdaptiveSleeperFeelsACutMadeMeanwhile(t *testing.T) {
 		st.a.row.Booked = row.Allowance(now) + 1
 		clock := now
 		var sleeps []time.Duration
-		p := &Pacer{Store: st, Clock: at{&clock}, Adapts: &Adapts{}, Sleep: func(_ context.Context, d time.Duration) {
+		ad := &Adapts{}
+		p := &Pacer{Store: st, Clock: at{&clock}, Adapts: ad, Sleep: func(_ context.Context, d time.Duration) {
 			sleeps = append(sleeps, d)
-			if cut && len(sleeps) == 1 { // another process's cut, held 5 s, while it sleeps
-				st.a.mu.Lock()
-				st.a.row.Cut, st.a.row.Hold, st.a.row.Base = clock.Add(d/2), clock.Add(5*time.Second), st.a.row.Allowance(clock.Add(d/2))
-				st.a.mu.Unlock()
+			if cut && len(sleeps) == 1 { // a cut held 5 s by another unit's throttled call, while it sleeps
+				at := clock.Add(d / 2)
+				if _, _, err := ad.Throttle(context.Background(), st, DownstreamKey(ledger.Batch{}), at, 5*time.Second-d/2); err != nil {
+					t.Fatal(err)
+				}
 			}
 			clock = clock.Add(d)
 		}}
