@@ -82,6 +82,24 @@ func (l *receiverLog) sorted() []receiverCall {
 	return cs
 }
 
+// settled is the log in time order, the time from its first call to its
+// last, the busiest 10 s window from 60 s after the first call on (its
+// calls and its start after the first call) and the share of the calls
+// refused.
+func (l *receiverLog) settled() (cs []receiverCall, span time.Duration, most int, from time.Duration, share float64) {
+	cs = l.sorted()
+	t0 := cs[0].at
+	span = cs[len(cs)-1].at.Sub(t0)
+	var after []time.Time
+	for _, c := range cs {
+		if c.at.Sub(t0) >= time.Minute {
+			after = append(after, c.at)
+		}
+	}
+	most, at := busiest(after, 10*time.Second)
+	return cs, span, most, at.Sub(t0), float64(l.refused) / float64(len(cs))
+}
+
 // accepted is how many distinct items had a call accepted.
 func (l *receiverLog) accepted() int {
 	seen := map[string]bool{}
@@ -110,18 +128,9 @@ func TestAdaptivePaceFindsTheReceiversLimit(t *testing.T) {
 			_, sends := pacedRun(t, []string{"ad-a", "ad-b"}, n, func(req *api.SubmitRequest) {
 				req.ItemsPerMessage = k
 			}, nil, rl.limitAbove(limit))
-			cs := rl.sorted()
-			t0, span := cs[0].at, cs[len(cs)-1].at.Sub(cs[0].at)
-			var settled []time.Time
-			for _, c := range cs {
-				if c.at.Sub(t0) >= time.Minute {
-					settled = append(settled, c.at)
-				}
-			}
-			most, at := busiest(settled, 10*time.Second)
-			share := float64(rl.refused) / float64(len(cs))
+			cs, span, most, from, share := rl.settled()
 			t.Logf("K = %d: %d calls for %d items over %v (%.1f a second), %d refused (%.2f %%); from +60 s the busiest 10 s window %d calls (%.1f/s) from +%v; %d messages sent",
-				k, len(cs), 2*n, span.Round(time.Second), float64(2*n)/span.Seconds(), rl.refused, 100*share, most, float64(most)/10, at.Sub(t0).Round(time.Second), sends)
+				k, len(cs), 2*n, span.Round(time.Second), float64(2*n)/span.Seconds(), rl.refused, 100*share, most, float64(most)/10, from.Round(time.Second), sends)
 			if got := rl.accepted(); got != 2*n {
 				t.Errorf("%d items had a call accepted, want %d", got, 2*n)
 			}
@@ -129,7 +138,7 @@ func TestAdaptivePaceFindsTheReceiversLimit(t *testing.T) {
 				t.Errorf("%.2f %% of calls refused, want ≤ 5 %%", 100*share)
 			}
 			if most > 110*10 {
-				t.Errorf("%d calls in the 10 s from +%v, want ≤ 1,100 (110/s)", most, at.Sub(t0))
+				t.Errorf("%d calls in the 10 s from +%v, want ≤ 1,100 (110/s)", most, from)
 			}
 			if want := time.Duration(float64(2*n) / (0.6 * limit) * float64(time.Second)); span > want {
 				t.Errorf("the calls took %v, want ≤ %v (60 %% of %d/s)", span, want, limit)
@@ -221,18 +230,9 @@ func TestAdaptivePaceAtAQuotaWithRetryAfter(t *testing.T) {
 			_, sends := pacedRun(t, []string{"rq"}, n, func(req *api.SubmitRequest) {
 				req.ItemsPerMessage = k
 			}, nil, rl.limitAboveAfter(limit, time.Second))
-			cs := rl.sorted()
-			t0, span := cs[0].at, cs[len(cs)-1].at.Sub(cs[0].at)
-			var settled []time.Time
-			for _, c := range cs {
-				if c.at.Sub(t0) >= time.Minute {
-					settled = append(settled, c.at)
-				}
-			}
-			most, at := busiest(settled, 10*time.Second)
-			share := float64(rl.refused) / float64(len(cs))
+			cs, span, most, from, share := rl.settled()
 			t.Logf("K = %d: %d calls for %d items over %v (%.1f a second), %d refused (%.2f %%); from +60 s the busiest 10 s window %d calls (%.1f/s) from +%v; %d messages sent",
-				k, len(cs), n, span.Round(time.Second), float64(n)/span.Seconds(), rl.refused, 100*share, most, float64(most)/10, at.Sub(t0).Round(time.Second), sends)
+				k, len(cs), n, span.Round(time.Second), float64(n)/span.Seconds(), rl.refused, 100*share, most, float64(most)/10, from.Round(time.Second), sends)
 			if got := rl.accepted(); got != n {
 				t.Errorf("%d items had a call accepted, want %d", got, n)
 			}
@@ -240,7 +240,7 @@ func TestAdaptivePaceAtAQuotaWithRetryAfter(t *testing.T) {
 				t.Errorf("%.2f %% of calls refused, want ≤ 5 %%", 100*share)
 			}
 			if most > 22*10 {
-				t.Errorf("%d calls in the 10 s from +%v, want ≤ 220 (22/s)", most, at.Sub(t0))
+				t.Errorf("%d calls in the 10 s from +%v, want ≤ 220 (22/s)", most, from)
 			}
 			if want := time.Duration(float64(n) / (0.5 * limit) * float64(time.Second)); span > want {
 				t.Errorf("the calls took %v, want ≤ %v (half of %d/s)", span, want, limit)
