@@ -254,8 +254,8 @@ func logSeconds(t *testing.T, secs []quotaSecond) {
 // Retry-After: 1, as most APIs with a quota do, at one item a message:
 // the same bounds hold (a cut while the receiver took calls grows back
 // by its step, not in slow start, and a unit sleeping for its place
-// feels a cut or hold made meanwhile; with neither, 35.9 % of the calls
-// after the first 3 s were refused). The same 400 items on a receiver
+// feels a hold made meanwhile; with neither, 35.9 % of the calls after
+// the first 3 s were refused). The same 400 items on a receiver
 // that always answers 200 are not paced: their key gets no ADAPT row and the receiver's busiest second
 // is above the quota. The test stays serial: it measures calls per
 // wall-clock second.
