@@ -331,9 +331,9 @@ func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Dura
 // quota, so that "one taken since the last cut" (tried first) was most
 // often false, each cut went back to slow start, and the limit passed
 // 500 a second and left the key unpaced, in bursts of 190–350 calls a
-// second. With 10 s, one such run of 3,000 items still refused 51 % of
-// its calls (docs/pipelines.md, "Rates"): this rule is not all that
-// drives those bursts. A downstream that closes after taking calls is
+// second. With 10 s, two such runs of 3,000 items still refused 51 %
+// and 45 % of their calls (docs/pipelines.md, "Rates"): this rule is
+// not all that drives those bursts. A downstream that closes after taking calls is
 // cut by the step for its first 10 s, then in slow start.
 const AdaptTookWithin = 10 * time.Second
 
