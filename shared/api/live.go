@@ -155,8 +155,14 @@ type AdaptivePace struct {
 	HoldUntil *time.Time `json:"hold_until,omitempty"`
 	// SlowStart: the limit doubles every 2 s (after a Retry-After, when
 	// the pace started, or after an unpause) until the next throttled
-	// answer; else it grows by StepPerSecond each second.
+	// answer or SlowStartTo; else it grows by StepPerSecond each second.
 	SlowStart bool `json:"slow_start,omitempty"`
+	// SlowStartTo is where slow start ends after a Retry-After from a
+	// downstream that had stopped taking calls: the limit the key had when
+	// it closed (RFC 5681 §3.1's ssthresh), past which the limit grows by
+	// its step. Absent: slow start goes on to 500 requests a second, where
+	// the key is no longer paced.
+	SlowStartTo float64 `json:"slow_start_to,omitempty"`
 	// StepPerSecond is what the limit grows by each second while no
 	// call is throttled (requests a second, per second); absent in slow
 	// start.

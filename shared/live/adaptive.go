@@ -17,6 +17,14 @@ func Adaptive(key string, a pace.Adapt, now time.Time) *api.AdaptivePace {
 		return nil
 	}
 	p := &api.AdaptivePace{Key: key, LimitPerSecond: a.LimitAt(now), CutAt: a.Cut.UTC(), SlowStart: a.Slow}
+	if a.Slow && a.Thresh > 0 {
+		// Slow start ends at its threshold; past it, the limit grows by
+		// its step.
+		p.SlowStart = a.LimitAt(now) < a.Thresh
+		if p.SlowStart {
+			p.SlowStartTo = a.Thresh
+		}
+	}
 	if a.Hold.After(now) {
 		h := a.Hold.UTC()
 		p.HoldUntil = &h
@@ -24,7 +32,7 @@ func Adaptive(key string, a pace.Adapt, now time.Time) *api.AdaptivePace {
 			p.LimitPerSecond = a.Limit // held: the limit the cut set, which the pace starts from
 		}
 	}
-	if !a.Slow {
+	if !p.SlowStart {
 		p.StepPerSecond = a.Step
 	}
 	if ahead := a.Booked - a.Allowance(now); ahead >= 1 && p.LimitPerSecond > 0 {

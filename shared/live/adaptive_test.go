@@ -12,7 +12,8 @@ import (
 // (api.AdaptivePace): none for a key never throttled or forgotten; a
 // throttled key's limit, cut and hold while its Retry-After is ahead,
 // slow start with no step; after a cut out of slow start the limit grown
-// by its step; and the calls booked past the allowance with when the
+// by its step; slow start's end while on the way to it, the step past
+// it; and the calls booked past the allowance with when the
 // last of them is due at the limit as it stands.
 func TestAdaptiveShowsAPacedKey(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
@@ -45,5 +46,14 @@ func TestAdaptiveShowsAPacedKey(t *testing.T) {
 	}
 	if p := Adaptive("api.example.com", b, t0.Add(4*time.Second+pace.AdaptForget)); p != nil {
 		t.Errorf("a cut %v old: %+v, want none", pace.AdaptForget, *p)
+	}
+	// Slow start up to the pace the key had when it closed: where it ends
+	// is shown while on the way, the step once past it.
+	s := pace.Adapt{Limit: 16.8, Step: 2.4, Slow: true, Thresh: 24, Cut: t0}
+	if p := Adaptive("api.example.com", s, t0.Add(500*time.Millisecond)); p == nil || !p.SlowStart || p.SlowStartTo != 24 || p.StepPerSecond != 0 {
+		t.Errorf("in slow start to 24: %+v, want slow start up to 24, no step", p)
+	}
+	if p := Adaptive("api.example.com", s, t0.Add(5*time.Second)); p == nil || p.SlowStart || p.SlowStartTo != 0 || p.StepPerSecond != 2.4 {
+		t.Errorf("past slow start's end: %+v, want no slow start, step 2.4", p)
 	}
 }

@@ -89,7 +89,9 @@ const AdaptWindow = time.Second
 
 // Adapt is a key's adaptive row: its Limit (requests a second) as set by
 // its last Cut, the Step it grows by each second after it (Slow: it
-// doubles every AdaptDoubling instead), Hold, a time before which no call
+// doubles every AdaptDoubling instead, up to Thresh when that is set —
+// slow start's threshold, RFC 5681 §3.1's ssthresh — and grows by Step
+// past it; 0: up to AdaptCeiling), Hold, a time before which no call
 // starts and the limit does not grow (the downstream's Retry-After; zero:
 // none), Base, the allowance at the cut, and Booked, the positions leased
 // so far (Rows.LeaseAdapt's; a cut leaves it). The zero Adapt is a key
@@ -98,6 +100,7 @@ type Adapt struct {
 	Limit  float64
 	Step   float64
 	Slow   bool
+	Thresh float64
 	Cut    time.Time
 	Hold   time.Time
 	Base   float64
@@ -116,10 +119,29 @@ func (a Adapt) from() time.Time {
 // limitAfter is the limit s seconds after from(), at most AdaptCeiling.
 func (a Adapt) limitAfter(s float64) float64 {
 	s = max(s, 0)
+	l := a.Limit
 	if a.Slow {
-		return min(a.Limit*math.Exp2(s/AdaptDoubling.Seconds()), AdaptCeiling)
+		t := a.slowTo(AdaptCeiling)
+		if l < t {
+			d := AdaptDoubling.Seconds()
+			se := d * math.Log2(t/l)
+			if s <= se {
+				return min(l*math.Exp2(s/d), AdaptCeiling)
+			}
+			s -= se
+		}
+		l = max(l, t)
 	}
-	return min(a.Limit+a.Step*s, AdaptCeiling)
+	return min(l+a.Step*s, AdaptCeiling)
+}
+
+// slowTo is where a's slow start ends: Thresh when it is set and below
+// top, else top. A limit already past it grows by Step from where it is.
+func (a Adapt) slowTo(top float64) float64 {
+	if a.Thresh > 0 && a.Thresh < top {
+		return a.Thresh
+	}
+	return top
 }
 
 // LimitAt is a's limit at now (before its hold ends: the limit the cut
@@ -157,26 +179,34 @@ func (a Adapt) allowance(t time.Time, top float64) float64 {
 	if s <= 0 {
 		return a.Base
 	}
-	if a.Limit >= top {
-		return a.Base + top*s
+	base, l := a.Base, a.Limit
+	if l >= top {
+		return base + top*s
 	}
-	var sc float64 // seconds until the limit reaches top
-	var grow func(x float64) float64
 	if a.Slow {
-		d := AdaptDoubling.Seconds()
-		sc = d * math.Log2(top/a.Limit)
-		grow = func(x float64) float64 { return a.Limit * d / math.Ln2 * (math.Exp2(x/d) - 1) }
-	} else {
-		if a.Step <= 0 {
-			return a.Base + a.Limit*s
+		// Doubling up to slow start's end, then by Step as out of it.
+		if t := a.slowTo(top); l < t {
+			d := AdaptDoubling.Seconds()
+			se := d * math.Log2(t/l)
+			if s <= se {
+				return base + l*d/math.Ln2*(math.Exp2(s/d)-1)
+			}
+			base += (t - l) * d / math.Ln2
+			s -= se
+			l = t
 		}
-		sc = (top - a.Limit) / a.Step
-		grow = func(x float64) float64 { return a.Limit*x + a.Step*x*x/2 }
+		if l >= top {
+			return base + top*s
+		}
 	}
+	if a.Step <= 0 {
+		return base + l*s
+	}
+	sc := (top - l) / a.Step // seconds until the limit reaches top
 	if s <= sc {
-		return a.Base + grow(s)
+		return base + l*s + a.Step*s*s/2
 	}
-	return a.Base + grow(sc) + top*(s-sc)
+	return base + l*sc + a.Step*sc*sc/2 + top*(s-sc)
 }
 
 // Due is when position p is due: the first time from now on at which the
@@ -283,7 +313,8 @@ func Backoff(own, refused int) float64 {
 // its limit at now, at most once per AdaptCutEvery, growing by its Step
 // a second after it — or in slow start again when the downstream named a
 // Retry-After and took none of the process's paced calls in the last
-// AdaptTookWithin: a downstream closed for a while (an outage, a
+// AdaptTookWithin, up to the limit it had then (Thresh; on without one
+// when the key was in a slow start that knew none): a downstream closed for a while (an outage, a
 // maintenance window) says when, not how fast, and slow start finds its
 // pace once it opens; one that took calls and refused the excess (a
 // quota that answers each refusal with a Retry-After, as most APIs do)
@@ -300,17 +331,27 @@ func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Dura
 		f = AdaptBackoff
 	}
 	if l := a.LimitAt(now); l <= 0 {
-		n.Limit, n.Slow, cut = max(AdaptFloor, f*float64(own)), true, true
+		n.Limit, n.Slow, n.Thresh, cut = max(AdaptFloor, f*float64(own)), true, 0, true
 	} else if now.Sub(a.Cut) >= AdaptCutEvery {
 		took := !accepted.IsZero() && !accepted.After(now) && now.Sub(accepted) < AdaptTookWithin
-		n.Limit, n.Slow, cut = max(AdaptFloor, f*l), retryAfter > 0 && !took, true
+		n.Limit, n.Slow, n.Thresh, cut = max(AdaptFloor, f*l), retryAfter > 0 && !took, 0, true
+		if n.Slow {
+			// Slow start back to the pace the key ran at when it closed, then
+			// by the step: RFC 5681 §3.1's ssthresh. Closed again on the way,
+			// it keeps the pace it was going back to, or none when it knew
+			// none (a slow start from the key's first throttle or a resume).
+			n.Thresh = l
+			if a.Slow && (a.Thresh == 0 || a.Thresh > l) {
+				n.Thresh = a.Thresh
+			}
+		}
 	}
 	if cut {
 		n.Base, n.Cut, n.Hold = a.Allowance(now), now, time.Time{}
 		if a.Hold.After(now) {
 			n.Hold = a.Hold
 		}
-		n.Step = max(AdaptMinStep, AdaptGrowth*n.Limit)
+		n.Step = max(AdaptMinStep, AdaptGrowth*max(n.Limit, n.Thresh))
 	}
 	// The hold moves to the latest Retry-After, but at most once per
 	// AdaptCutEvery while one is ahead: each refused call of a held key
@@ -331,10 +372,13 @@ func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Dura
 // quota, so that "one taken since the last cut" (tried first) was most
 // often false, each cut went back to slow start, and the limit passed
 // 500 a second and left the key unpaced, in bursts of 190–350 calls a
-// second. With 10 s, two such runs of 3,000 items still refused 51 %
-// and 45 % of their calls (docs/pipelines.md, "Rates"): this rule is
-// not all that drives those bursts. A downstream that closes after taking calls is
-// cut by the step for its first 10 s, then in slow start.
+// second. With 10 s, runs of 3,000 items still refused 45–51 % of their
+// calls; the item function's log of cuts showed every cut of a run's
+// first five minutes in a slow start that knew no pace (from the key's
+// first throttle), cut again and again on Retry-Afters and in slow start
+// again each time, until one climbed past 500 a second
+// (docs/pipelines.md, "Rates"). A downstream that closes after taking
+// calls is cut by the step for its first 10 s, then in slow start.
 const AdaptTookWithin = 10 * time.Second
 
 // AdaptResume is the limit a key is paced at when a batch calling it

@@ -109,6 +109,78 @@ func TestAdaptAllowanceAndDue(t *testing.T) {
 	}
 }
 
+// TestAdaptSlowStartEndsAtThePaceItLeft guards slow start's threshold
+// (RFC 5681 §3.1's ssthresh): after a Retry-After from a downstream that
+// took none of the process's calls, the limit doubles from AdaptBackoff
+// × the limit it had back to that limit, then grows by a step of a
+// tenth of it a second, as out of slow start — it does not double on to
+// AdaptCeiling and leave the key unpaced (on the emulator, a limit went
+// from 18 to past 500 a second in 17 s against a 20-a-second quota). A
+// key closed again on its way back keeps the pace it was going back to;
+// the allowance is the integral of that limit, and Due inverts it.
+func TestAdaptSlowStartEndsAtThePaceItLeft(t *testing.T) {
+	a := Adapt{Limit: 20, Step: 2, Cut: at0}
+	now := at0.Add(2 * time.Second) // the limit at 24
+	b, _ := a.Throttled(now, 5, AdaptBackoff, 2*time.Second, time.Time{})
+	if !b.Slow || !near(b.Limit, 16.8) || !near(b.Thresh, 24) || !near(b.Step, 2.4) || !b.Hold.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("a Retry-After from a closed downstream: %+v, want slow start at 16.8 up to 24, step 2.4, held 2 s", b)
+	}
+	open := now.Add(2 * time.Second) // the hold's end
+	se := AdaptDoubling.Seconds() * math.Log2(24/16.8)
+	for _, c := range []struct {
+		s    float64
+		want float64
+	}{
+		{0, 16.8}, {se / 2, 16.8 * math.Exp2(se/2/AdaptDoubling.Seconds())}, {se, 24}, {se + 10, 48}, {se + 1000, 0},
+	} {
+		at := open.Add(time.Duration(c.s * float64(time.Second)))
+		if got := b.LimitAt(at); !near(got, c.want) {
+			t.Errorf("LimitAt %.3f s after the hold = %v, want %v", c.s, got, c.want)
+		}
+	}
+	// The allowance is the limit's integral: by the trapezoid rule over
+	// small steps, within 0.01 calls, through the threshold and the
+	// ceiling.
+	sum, prev := b.Base, b.limitAfter(0)
+	const dt = 0.001
+	for i := 1; i <= 250000; i++ {
+		l := b.limitAfter(float64(i) * dt)
+		sum += (prev + l) / 2 * dt
+		prev = l
+		if i%25000 == 0 {
+			at := open.Add(time.Duration(float64(i) * dt * float64(time.Second)))
+			if got := b.Allowance(at); math.Abs(got-sum) > 0.01 {
+				t.Fatalf("allowance %v s after the hold = %v, want the integral %v", float64(i)*dt, got, sum)
+			}
+			if d := b.Due(sum, open); d.Sub(at).Abs() > 5*time.Millisecond {
+				t.Errorf("Due(%v) = +%v after the hold, want +%v", sum, d.Sub(open), at.Sub(open))
+			}
+		}
+	}
+	// Closed again on the way back, at 20: slow start from 14 back to 24.
+	again := open.Add(time.Second)
+	c, _ := b.Throttled(again, 5, AdaptBackoff, 2*time.Second, time.Time{})
+	if l := b.LimitAt(again); !c.Slow || !near(c.Limit, 0.7*l) || !near(c.Thresh, 24) {
+		t.Errorf("closed again at %v on the way back: %+v, want slow start at 0.7 × it up to 24", l, c)
+	}
+	// Closed again in a slow start that knew no pace (the key's first
+	// throttle): none still.
+	first, _ := (Adapt{}).Throttled(at0, 10, AdaptBackoff, 2*time.Second, time.Time{})
+	if d, _ := first.Throttled(at0.Add(5*time.Second), 10, AdaptBackoff, 2*time.Second, time.Time{}); !d.Slow || d.Thresh != 0 {
+		t.Errorf("closed again after a first throttle: %+v, want slow start with no threshold", d)
+	}
+	// Out of slow start, a Retry-After from a quota that took a call
+	// within AdaptTookWithin is an ordinary cut: no threshold.
+	if d, _ := b.Throttled(open.Add(20*time.Second), 5, AdaptBackoff, 2*time.Second, open.Add(19*time.Second)); d.Slow || d.Thresh != 0 {
+		t.Errorf("a quota's Retry-After: %+v, want a cut out of slow start, no threshold", d)
+	}
+	// A key's first throttle knows no pace to go back to: slow start to
+	// AdaptCeiling.
+	if f, _ := (Adapt{}).Throttled(at0, 10, AdaptBackoff, 0, time.Time{}); !f.Slow || f.Thresh != 0 {
+		t.Errorf("a first throttle: %+v, want slow start with no threshold", f)
+	}
+}
+
 // TestAdaptWait guards that a unit booked past the horizon waits 10–15
 // minutes.
 func TestAdaptWait(t *testing.T) {

@@ -873,14 +873,18 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 // calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4
 // requests/s each second no call is throttled); 312 calls booked ahead,
 // the last due by 2026-12-05T10:00:40Z at this limit". A hold adds "no call before …
-// (its Retry-After)"; slow start says "doubling every 2 s" instead of
-// the step.
+// (its Retry-After)"; slow start says "doubling every 2 s" (with "up to
+// R requests/s" when it ends there, api.AdaptivePace.SlowStartTo)
+// instead of the step.
 func AdaptivePaceText(p api.AdaptivePace) string {
 	s := fmt.Sprintf("adaptive pace: %s throttled bulkrun's calls; every batch with no rate calling it is held to %s requests/s (cut %s, ",
 		p.Key, limitText(p.LimitPerSecond), stamp(p.CutAt))
-	if p.SlowStart {
+	switch {
+	case p.SlowStart && p.SlowStartTo > 0:
+		s += fmt.Sprintf("doubling every 2 s up to %s requests/s while no call is throttled)", limitText(p.SlowStartTo))
+	case p.SlowStart:
 		s += "doubling every 2 s while no call is throttled)"
-	} else {
+	default:
 		s += fmt.Sprintf("+%s requests/s each second no call is throttled)", limitText(p.StepPerSecond))
 	}
 	if p.HoldUntil != nil {

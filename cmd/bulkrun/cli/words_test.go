@@ -416,4 +416,9 @@ func TestAdaptivePaceText(t *testing.T) {
 	if got != want {
 		t.Errorf("in slow start, held:\n got %q\nwant %q", got, want)
 	}
+	got = AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 16.8, CutAt: cut, SlowStart: true, SlowStartTo: 24})
+	want = "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 16.8 requests/s (cut 2026-12-05T10:00:03Z, doubling every 2 s up to 24.0 requests/s while no call is throttled)"
+	if got != want {
+		t.Errorf("in slow start up to a threshold:\n got %q\nwant %q", got, want)
+	}
 }

@@ -16,17 +16,17 @@ import (
 // adaptCuts guards Store.ReadAdapt and CutAdapt (docs/adr/0036): no row
 // reads as the zero Adapt; a cut from what was read is written whole (at
 // microseconds) and read back; a cut from a row that changed since is
-// refused, nothing written, the stored row answered; a zero Hold removes
-// the one stored; a cut leaves the positions booked as they are; and of
-// cuts made at once from the same read exactly one is written. Keys are
-// random: adaptive rows belong to no batch.
+// refused, nothing written, the stored row answered; a zero Hold (and a
+// zero Thresh) removes the one stored; a cut leaves the positions booked
+// as they are; and of cuts made at once from the same read exactly one is
+// written. Keys are random: adaptive rows belong to no batch.
 func adaptCuts(t *testing.T, s ledger.Store) {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	key := "suite-" + hex.EncodeToString(nonce[:])
 	same := func(what string, got, want pace.Adapt) {
 		t.Helper()
-		if got.Limit != want.Limit || got.Step != want.Step || got.Slow != want.Slow || got.Base != want.Base || got.Booked != want.Booked ||
+		if got.Limit != want.Limit || got.Step != want.Step || got.Slow != want.Slow || got.Thresh != want.Thresh || got.Base != want.Base || got.Booked != want.Booked ||
 			got.Cut.UnixMicro() != want.Cut.UnixMicro() || got.Hold.UnixMicro() != want.Hold.UnixMicro() ||
 			got.Cut.IsZero() != want.Cut.IsZero() || got.Hold.IsZero() != want.Hold.IsZero() {
 			t.Errorf("%s = %+v, want %+v", what, got, want)
@@ -49,7 +49,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 		return got, ok
 	}
 	same("no row", read(), pace.Adapt{})
-	r1 := pace.Adapt{Limit: 70.5, Step: 7.05, Slow: true, Cut: T0.Add(1234567 * time.Nanosecond), Hold: T0.Add(2 * time.Second)}
+	r1 := pace.Adapt{Limit: 70.5, Step: 7.05, Slow: true, Thresh: 100.75, Cut: T0.Add(1234567 * time.Nanosecond), Hold: T0.Add(2 * time.Second)}
 	want1 := r1
 	want1.Cut = r1.Cut.Truncate(time.Microsecond)
 	got, ok := cut(pace.Adapt{}, r1)
@@ -71,7 +71,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 	got, ok = cut(want1, r2)
 	check(t, "a cut from the row read: written", ok, true)
 	r2.Booked = 15
-	same("second cut, its Hold removed, its Booked left", got, r2)
+	same("second cut, its Hold and Thresh removed, its Booked left", got, r2)
 	same("second cut read back", read(), r2)
 	var wins atomic.Int32
 	var wg sync.WaitGroup

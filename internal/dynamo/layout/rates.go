@@ -43,7 +43,8 @@ func TokensPK(key string) string { return PKTokens + key }
 // A downstream key's adaptive row (docs/adr/0036, pace.Rows.ReadAdapt,
 // CutAdapt and LeaseAdapt; shared/pace Adapt): one per key, ADAPT#{key},
 // sk ADAPT; attributes ad_limit (requests a second, a number), ad_step
-// (its growth a second), ad_slow (1: in slow start), ad_base (the
+// (its growth a second), ad_slow (1: in slow start), ad_thresh (where slow
+// start ends, requests a second; absent: at pace.AdaptCeiling), ad_base (the
 // allowance at the cut, calls), ad_cut_us and ad_hold_us (epoch
 // microseconds; absent: none), written by a throttled call's cut (at most
 // about once a second with the limit changed), and ad_booked (the
@@ -57,6 +58,7 @@ const (
 	AttrAdLimit  = "ad_limit"
 	AttrAdStep   = "ad_step"
 	AttrAdSlow   = "ad_slow"
+	AttrAdThresh = "ad_thresh"
 	AttrAdBase   = "ad_base"
 	AttrAdCutUs  = "ad_cut_us"
 	AttrAdHoldUs = "ad_hold_us"

@@ -27,10 +27,10 @@ func (s Rows) ReadAdapt(ctx context.Context, key string) (pace.Adapt, error) {
 }
 
 // CutAdapt implements pace.Rows with one UpdateItem: SET ad_limit,
-// ad_step, ad_slow, ad_base, ad_cut_us and ad_hold_us (a zero time
-// removes its attribute) under ad_cut_us = Was.Cut and ad_hold_us =
-// Was.Hold (attribute_not_exists for a zero time); ad_booked is left as
-// it is. A lost condition returns the stored row (ALL_OLD), answered
+// ad_step, ad_slow, ad_thresh, ad_base, ad_cut_us and ad_hold_us (a zero
+// time or threshold removes its attribute) under ad_cut_us = Was.Cut and
+// ad_hold_us = Was.Hold (attribute_not_exists for a zero time); ad_booked
+// is left as it is. A lost condition returns the stored row (ALL_OLD), answered
 // with false.
 func (s Rows) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error) {
 	cond := expression.And(adaptIs(layout.AttrAdCutUs, c.Was.Cut), adaptIs(layout.AttrAdHoldUs, c.Was.Hold))
@@ -42,6 +42,11 @@ func (s Rows) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, 
 		Set(expression.Name(layout.AttrAdStep), expression.Value(c.Row.Step)).
 		Set(expression.Name(layout.AttrAdSlow), expression.Value(slow)).
 		Set(expression.Name(layout.AttrAdBase), expression.Value(c.Row.Base))
+	if c.Row.Thresh > 0 {
+		u = u.Set(expression.Name(layout.AttrAdThresh), expression.Value(c.Row.Thresh))
+	} else {
+		u = u.Remove(expression.Name(layout.AttrAdThresh))
+	}
 	for _, a := range []struct {
 		name string
 		t    time.Time
@@ -143,7 +148,7 @@ func readAdaptRow(key string, attrs map[string]types.AttributeValue) (pace.Adapt
 	for _, f := range []struct {
 		name string
 		v    any
-	}{{layout.AttrAdLimit, &a.Limit}, {layout.AttrAdStep, &a.Step}, {layout.AttrAdSlow, &slow}, {layout.AttrAdBase, &a.Base},
+	}{{layout.AttrAdLimit, &a.Limit}, {layout.AttrAdStep, &a.Step}, {layout.AttrAdSlow, &slow}, {layout.AttrAdThresh, &a.Thresh}, {layout.AttrAdBase, &a.Base},
 		{layout.AttrAdCutUs, &cut}, {layout.AttrAdHoldUs, &hold}, {layout.AttrAdBooked, &a.Booked}} {
 		if v, ok := attrs[f.name]; ok {
 			if err := attributevalue.Unmarshal(v, f.v); err != nil {

@@ -209,7 +209,7 @@ function waitingText(l) {
 function adaptiveText(p) {
   const r = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
   let t = p.key + " throttled; every batch with no rate calling it is held to " + r(p.limit_per_second) + " requests/s (cut " +
-    fmtTime(p.cut_at) + "; " + (p.slow_start ? "doubling every 2 s" : "+" + r(p.step_per_second || 0) + " requests/s each second") +
+    fmtTime(p.cut_at) + "; " + (p.slow_start ? "doubling every 2 s" + (p.slow_start_to ? " up to " + r(p.slow_start_to) + " requests/s" : "") : "+" + r(p.step_per_second || 0) + " requests/s each second") +
     " while no call is throttled)";
   if (p.hold_until) t += "; no call before " + fmtTime(p.hold_until) + " (its Retry-After)";
   if (p.booked_ahead > 0 && p.clear_at) t += "; " + fmtInt(p.booked_ahead) + " calls booked ahead, the last due by " + fmtTime(p.clear_at) + " at this limit";
