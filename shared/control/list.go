@@ -142,7 +142,7 @@ func (c *Control) AdaptivePace(ctx context.Context, b ledger.Batch, now time.Tim
 	a, err := c.Store.ReadAdapt(ctx, key)
 	if err != nil {
 		if c.Log != nil {
-			c.Log.WarnContext(ctx, "adaptive pace unread; the view goes on without it", "batch_id", b.ID, "key", key, "error", err.Error())
+			c.Log.WarnContext(ctx, "adaptive pace unread; the view goes on without it", "batch_id", b.ID, "downstream_key", key, "error", err.Error())
 		}
 		return nil
 	}

@@ -98,7 +98,7 @@ func (c *Control) endPause(ctx context.Context, b ledger.Batch, by api.PauseBy, 
 			// a failed write leaves them unpaced, the unpause standing.
 			key := pacer.DownstreamKey(b)
 			if _, _, err := (&pacer.Adapts{}).Resume(ctx, c.Store, key, now); err != nil {
-				c.Log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "batch_id", b.ID, "key", key, "error", err.Error())
+				c.Log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "batch_id", b.ID, "downstream_key", key, "error", err.Error())
 			}
 		}
 	case !errors.Is(err, api.ErrConflict):

@@ -169,7 +169,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	now := p.now()
 	a, err := p.adapts().Adapt(ctx, p.Store, key, now)
 	if err != nil {
-		log.WarnContext(ctx, "adaptive pace unread; the unit runs unpaced", "key", key, "error", pipeline.ErrorText(err))
+		log.WarnContext(ctx, "adaptive pace unread; the unit runs unpaced", "downstream_key", key, "error", pipeline.ErrorText(err))
 		return 0, nil
 	}
 	// A place is carried by the message sent to wait for it, used once:
@@ -188,7 +188,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 		if !ok {
 			wait := pace.AdaptWait(mrand.Float64())
-			log.InfoContext(ctx, "downstream's adaptive pace booked past its horizon; waiting to lease", "key", key, "retry_in_ms", wait.Milliseconds())
+			log.InfoContext(ctx, "downstream's adaptive pace booked past its horizon; waiting to lease", "downstream_key", key, "retry_in_ms", wait.Milliseconds())
 			return wait, nil
 		}
 		pos, a = at, row
@@ -255,7 +255,7 @@ func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease
 			return 0, err
 		}
 		if !bk.Granted {
-			log.InfoContext(ctx, "rate booked past the horizon; waiting to lease", "key", key, "retry_in_ms", bk.Wait.Milliseconds())
+			log.InfoContext(ctx, "rate booked past the horizon; waiting to lease", "rate_key", key, "retry_in_ms", bk.Wait.Milliseconds())
 			return bk.Wait, nil
 		}
 		start = bk.Start
@@ -373,9 +373,13 @@ func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, s
 	a, cut, oerr := p.adapts().Observe(context.WithoutCancel(ctx), p.Store, key, start, now, paced, err)
 	switch {
 	case oerr != nil:
-		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "key", key, "error", pipeline.ErrorText(oerr))
+		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "downstream_key", key, "error", pipeline.ErrorText(oerr))
 	case cut:
-		log.WarnContext(ctx, "downstream throttled; its key is paced", "key", key, "limit_per_s", a.LimitAt(now), "hold_ms", max(a.Hold.Sub(now), 0).Milliseconds())
+		// Which way the limit climbs back (slow start, and where it ends)
+		// is what tells a cycle of slow starts from a limit held at its
+		// downstream's pace.
+		log.WarnContext(ctx, "downstream throttled; its key is paced", "downstream_key", key, "limit_per_s", a.LimitAt(now),
+			"hold_ms", max(a.Hold.Sub(now), 0).Milliseconds(), "slow_start", a.Slow, "slow_start_to", a.Thresh)
 	}
 	_, throttled := DownstreamThrottle(err)
 	return throttled
@@ -391,6 +395,6 @@ func (p *Pacer) Resume(ctx context.Context, log *slog.Logger, b ledger.Batch) {
 	}
 	key := DownstreamKey(b)
 	if _, _, err := p.adapts().Resume(ctx, p.Store, key, p.now()); err != nil {
-		log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "key", key, "error", pipeline.ErrorText(err))
+		log.WarnContext(ctx, "adaptive pace not restarted; the resumed units run unpaced", "downstream_key", key, "error", pipeline.ErrorText(err))
 	}
 }
