@@ -401,7 +401,9 @@ func (a Adapt) Resumed(now time.Time) (Adapt, bool) {
 		return a, false
 	}
 	n := a
-	n.Limit, n.Slow, n.Step = AdaptResume, true, max(AdaptMinStep, AdaptGrowth*AdaptResume)
+	// A slow start with no end: the key's pace before the pause is no
+	// bound on it now.
+	n.Limit, n.Slow, n.Thresh, n.Step = AdaptResume, true, 0, max(AdaptMinStep, AdaptGrowth*AdaptResume)
 	n.Base, n.Cut, n.Hold = a.Allowance(now), now, time.Time{}
 	return n, true
 }

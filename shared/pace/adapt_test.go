@@ -225,10 +225,10 @@ func TestAdaptResumed(t *testing.T) {
 			t.Errorf("a key %s, resumed: %+v (changed %v), want it left as it is", name, r, changed)
 		}
 	}
-	old := Adapt{Limit: 400, Step: 40, Cut: later.Add(-AdaptForget), Base: 1000, Booked: 2000}
+	old := Adapt{Limit: 400, Step: 40, Cut: later.Add(-AdaptForget), Base: 1000, Booked: 2000, Slow: true, Thresh: 24}
 	r, changed = old.Resumed(later)
-	if !changed || r.Limit != AdaptResume || !r.Slow || !near(r.Base, old.Allowance(later)) || r.Booked != 2000 {
-		t.Errorf("a key forgotten (cut %v ago), resumed: %+v (changed %v), want %v a second from its allowance %v, its bookings kept",
+	if !changed || r.Limit != AdaptResume || !r.Slow || r.Thresh != 0 || !near(r.Base, old.Allowance(later)) || r.Booked != 2000 {
+		t.Errorf("a key forgotten (cut %v ago), resumed: %+v (changed %v), want %v a second from its allowance %v in a slow start with no end, its bookings kept",
 			AdaptForget, r, changed, AdaptResume, old.Allowance(later))
 	}
 }
