@@ -20,7 +20,7 @@ func Adaptive(key string, a pace.Adapt, now time.Time) *api.AdaptivePace {
 	if a.Slow && a.Thresh > 0 {
 		// Slow start ends at its threshold; past it, the limit grows by
 		// its step.
-		p.SlowStart = a.LimitAt(now) < a.Thresh
+		p.SlowStart = p.LimitPerSecond < a.Thresh
 		if p.SlowStart {
 			p.SlowStartTo = a.Thresh
 		}

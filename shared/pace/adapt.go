@@ -121,27 +121,29 @@ func (a Adapt) limitAfter(s float64) float64 {
 	s = max(s, 0)
 	l := a.Limit
 	if a.Slow {
-		t := a.slowTo(AdaptCeiling)
-		if l < t {
-			d := AdaptDoubling.Seconds()
-			se := d * math.Log2(t/l)
-			if s <= se {
-				return min(l*math.Exp2(s/d), AdaptCeiling)
-			}
-			s -= se
+		t, se := a.slowStart(AdaptCeiling)
+		if s <= se {
+			return min(l*math.Exp2(s/AdaptDoubling.Seconds()), AdaptCeiling)
 		}
+		s -= se
 		l = max(l, t)
 	}
 	return min(l+a.Step*s, AdaptCeiling)
 }
 
-// slowTo is where a's slow start ends: Thresh when it is set and below
-// top, else top. A limit already past it grows by Step from where it is.
-func (a Adapt) slowTo(top float64) float64 {
+// slowStart is where a's slow start ends, at most top (Thresh when it is
+// set and below top, else top), and how many seconds of doubling from
+// Limit reach it (0 for a limit already past it, which grows by Step
+// from where it is).
+func (a Adapt) slowStart(top float64) (end, seconds float64) {
+	end = top
 	if a.Thresh > 0 && a.Thresh < top {
-		return a.Thresh
+		end = a.Thresh
 	}
-	return top
+	if a.Limit >= end {
+		return end, 0
+	}
+	return end, AdaptDoubling.Seconds() * math.Log2(end/a.Limit)
 }
 
 // LimitAt is a's limit at now (before its hold ends: the limit the cut
@@ -185,9 +187,8 @@ func (a Adapt) allowance(t time.Time, top float64) float64 {
 	}
 	if a.Slow {
 		// Doubling up to slow start's end, then by Step as out of it.
-		if t := a.slowTo(top); l < t {
+		if t, se := a.slowStart(top); se > 0 {
 			d := AdaptDoubling.Seconds()
-			se := d * math.Log2(t/l)
 			if s <= se {
 				return base + l*d/math.Ln2*(math.Exp2(s/d)-1)
 			}
