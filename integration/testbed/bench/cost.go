@@ -54,6 +54,10 @@ type Figures struct {
 	ReadUnitsByTarget  map[string]float64 `json:"read_units_per_item_by_target"`
 	ReportedWriteUnits float64            `json:"emulator_reported_write_units_per_item"`
 	ReportedReadUnits  float64            `json:"emulator_reported_read_units_per_item"`
+	// RetriedWriteUnits is the part of WriteUnitsPerItem made by units
+	// taken again (meter.Usage.Retried): a redelivered unit's take of its
+	// row and every write of that row after it.
+	RetriedWriteUnits float64 `json:"retried_write_units_per_item"`
 	// USDByComponent and USDPerMillionItems are the dollars of one batch
 	// of 10^6 items: what each item adds × 10^6, plus once what a batch
 	// costs whatever its size (WithFixed). Without WithFixed they equal
@@ -112,6 +116,7 @@ func (r Result) Figures() Figures {
 		WriteUnitsByTarget: map[string]float64{},
 		ReadUnitsByTarget:  map[string]float64{},
 		ReportedWriteUnits: r.Reported.WriteUnits / n,
+		RetriedWriteUnits:  r.Usage.RetriedWriteUnits() / n,
 		ReportedReadUnits:  r.Reported.ReadUnits / n,
 	}
 	for t, v := range r.Usage.Write {
@@ -401,9 +406,12 @@ type Comparison struct {
 	Failing, Clean string
 	// CleanUnits and FailingUnits are write units per item of all kinds.
 	CleanUnits, FailingUnits float64
-	// RetriedWork is the retried units' own writes per item: each
-	// redelivered unit is taken and written once more, 2 writes of its
-	// row as the clean run measured them (item row or pack row).
+	// RetriedWork is the retried units' own writes per item, as the meter
+	// billed them (Figures.RetriedWriteUnits beyond the clean run's): a
+	// redelivered unit's take and its writes after it, each by its row as
+	// it stood (a retried 100-item pack's take rewrites a ≈ 7.2 KB row, 8
+	// units, where a first take writes ≈ 5.7 KB, 6), and the live view's
+	// WAIT mark of each retry.
 	RetriedWork float64
 	// Attention is the attention entries' write units per item (item rows'
 	// attention index entries, pack items' ATTN rows and their index
@@ -429,17 +437,12 @@ func Compare(fs []Figures) []Comparison {
 				c.MaxConcurrency != f.MaxConcurrency {
 				continue
 			}
-			unit := c.WriteUnitsByTarget["table ITEM"]
-			if f.ItemsPerMessage > 1 {
-				unit = c.WriteUnitsByTarget["table PACK"]
-			}
-			// unit is 2 writes of a unit per item: a redelivered unit's
-			// two writes are unit × K per redelivery. A retry also marks
-			// its wait in the run's WAIT counter row (the live view's
-			// retry-waiting count; docs/design/control.md, "Live status"), a write
-			// that only retries make: it is the retried work's too.
+			// A retry also marks its wait in the run's WAIT counter row
+			// (the live view's retry-waiting count; docs/design/control.md,
+			// "Live status"), a write that only retries make: it is the
+			// retried work's too.
 			cmp := Comparison{Failing: f.Name, Clean: c.Name, CleanUnits: c.WriteUnitsPerItem, FailingUnits: f.WriteUnitsPerItem,
-				RetriedWork: f.RedeliveriesPerItem*unit*float64(f.ItemsPerMessage) +
+				RetriedWork: max(0, f.RetriedWriteUnits-c.RetriedWriteUnits) +
 					max(0, f.WriteUnitsByTarget["table COUNT WAIT"]-c.WriteUnitsByTarget["table COUNT WAIT"])}
 			for t, v := range f.WriteUnitsByTarget {
 				if strings.HasPrefix(t, "index attention ") || t == "table ATTN" {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/meter"
+	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
@@ -151,5 +152,35 @@ func TestPrintFixedPerBatchDigits(t *testing.T) {
 	Print(&out, []Figures{f})
 	if want := "one batch: $0.0000767 per batch whatever its size (from a 40-item run)"; !strings.Contains(out.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
+// TestMeterCountsTakesByTheRowsAttribute: the meter tells a retried
+// unit's writes by the attribute the product counts a row's takes in.
+func TestMeterCountsTakesByTheRowsAttribute(t *testing.T) {
+	if meter.AttemptAttr != layout.AttrAttempt {
+		t.Fatalf("meter.AttemptAttr %q, the rows count their takes in %q", meter.AttemptAttr, layout.AttrAttempt)
+	}
+}
+
+// TestCompareCountsRetriedWorkAsMetered: a failing run's retried work is
+// the meter's retried writes beyond the clean run's and the WAIT marks;
+// the excess is what is left after them and the attention entries.
+func TestCompareCountsRetriedWorkAsMetered(t *testing.T) {
+	clean := Figures{Name: "clean", ItemsPerMessage: 100, Delivery: DeliveryShuffled, WriteUnitsPerItem: 0.161,
+		WriteUnitsByTarget: map[string]float64{"table PACK": 0.14}}
+	failing := Figures{Name: "failing", ItemsPerMessage: 100, Delivery: DeliveryShuffled, TransientPercent: 5, PermanentPercent: 5,
+		Items: 2000, Failed: 100, RedeliveriesPerItem: 0.01, WriteUnitsPerItem: 0.376, RetriedWriteUnits: 0.16,
+		WriteUnitsByTarget: map[string]float64{"table PACK": 0.3, "table COUNT WAIT": 0.0015, "table ATTN": 0.05}}
+	cs := Compare([]Figures{clean, failing})
+	if len(cs) != 1 {
+		t.Fatalf("%d comparisons, want 1", len(cs))
+	}
+	c := cs[0]
+	if math.Abs(c.RetriedWork-0.1615) > 1e-9 || math.Abs(c.Attention-0.05) > 1e-9 {
+		t.Errorf("retried %v, attention %v; want 0.1615 and 0.05", c.RetriedWork, c.Attention)
+	}
+	if want := 0.376 - 0.161 - 0.1615 - 0.05; math.Abs(c.Excess-want) > 1e-9 || math.Abs(c.ExcessPercent-100*want/0.161) > 1e-9 {
+		t.Errorf("excess %v (%v %%), want %v", c.Excess, c.ExcessPercent, want)
 	}
 }

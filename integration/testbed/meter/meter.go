@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -301,12 +302,35 @@ func (s *schema) bill(u *Usage, before, after map[string]types.AttributeValue, f
 		u.Write[Target{Kind: kind}] += factor * WriteUnits(ItemBytes(before))
 		return
 	}
-	u.Write[Target{Kind: kind}] += factor * WriteUnits(max(ItemBytes(before), ItemBytes(after)))
+	units := factor * WriteUnits(max(ItemBytes(before), ItemBytes(after)))
+	u.Write[Target{Kind: kind}] += units
+	if (kind == "ITEM" || kind == "PACK") && takes(after) >= 2 {
+		u.Retried[Target{Kind: kind}] += units
+	}
 	for _, ix := range s.indexes {
 		if w := s.indexWriteUnits(ix, before, after); w > 0 {
 			u.Write[Target{Index: ix.name, Kind: kind}] += factor * w
 		}
 	}
+}
+
+// AttemptAttr is the attribute of an item or pack row that counts its
+// takes (the product's layout.AttrAttempt; a bench test checks they
+// agree): 1 after the first take, 2 after a redelivered unit's.
+const AttemptAttr = "attempt"
+
+// takes is the number of takes item counts (AttemptAttr), 0 when it has
+// none.
+func takes(item map[string]types.AttributeValue) int {
+	v, ok := item[AttemptAttr].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(v.Value)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func (m *Meter) lock(keys []string) func() {

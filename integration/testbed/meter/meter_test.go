@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,5 +85,44 @@ func TestChunks(t *testing.T) {
 		if got := chunks(tt.bytes); got != tt.want {
 			t.Errorf("chunks(%d) = %v, want %v", tt.bytes, got, tt.want)
 		}
+	}
+}
+
+// TestBillRetried: the writes of a unit taken again (its row's takes 2 or
+// more after the write) are in Retried as billed, by the larger image;
+// a first take, a refused write and other rows are not.
+func TestBillRetried(t *testing.T) {
+	sc := &schema{pk: "pk", sk: "sk"}
+	row := func(kind string, takes int, extra string) map[string]types.AttributeValue {
+		m := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: kind + "#b#0"}, "sk": &types.AttributeValueMemberS{Value: "0"},
+			"out": &types.AttributeValueMemberS{Value: extra}}
+		if takes > 0 {
+			m[AttemptAttr] = &types.AttributeValueMemberN{Value: strconv.Itoa(takes)}
+		}
+		return m
+	}
+	big := strings.Repeat("x", 7000) // with the keys ≈ 6.9 KB: 7 units
+	tests := []struct {
+		name          string
+		before, after map[string]types.AttributeValue
+		failed        bool
+		want          float64
+	}{
+		{"first take of a pack", nil, row("PACK", 1, ""), false, 0},
+		{"first pass's outcome write", row("PACK", 1, ""), row("PACK", 1, big), false, 0},
+		{"a retried pack's take, by the row as it stands", row("PACK", 1, big), row("PACK", 2, big), false, 7},
+		{"a retried item's outcome write", row("ITEM", 2, ""), row("ITEM", 2, "done"), false, 1},
+		{"a take refused", row("PACK", 2, big), row("PACK", 2, big), true, 0},
+		{"another row kind", row("COUNT", 3, ""), row("COUNT", 4, ""), false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var u Usage
+			u.init()
+			sc.bill(&u, tt.before, tt.after, tt.failed, 1)
+			if got := sum(u.Retried, nil); got != tt.want {
+				t.Errorf("retried %v units (%v), want %v; all writes %v", got, u.Retried, tt.want, u.Write)
+			}
+		})
 	}
 }

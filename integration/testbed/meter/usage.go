@@ -22,6 +22,12 @@ type Usage struct {
 	// Write and Read are DynamoDB write and read units by target.
 	Write map[Target]float64
 	Read  map[Target]float64
+	// Retried is the part of Write made by units taken again: the writes
+	// of an ITEM or PACK row whose after image counts 2 or more takes
+	// (AttemptAttr), that is a redelivered unit's take and every write
+	// after it, billed as DynamoDB bills them (by the row as it stands,
+	// which a first take finds smaller). Refused writes are not in it.
+	Retried map[Target]float64
 	// SQSRequests counts billed SQS requests: every call, and a call whose
 	// payload exceeds 64 KiB once per started 64 KiB chunk.
 	SQSRequests float64
@@ -46,6 +52,9 @@ func (u *Usage) init() {
 	if u.Read == nil {
 		u.Read = map[Target]float64{}
 	}
+	if u.Retried == nil {
+		u.Retried = map[Target]float64{}
+	}
 	if u.Calls == nil {
 		u.Calls = map[string]int{}
 	}
@@ -54,7 +63,7 @@ func (u *Usage) init() {
 // Clone is a deep copy of u.
 func (u Usage) Clone() Usage {
 	c := u
-	c.Write, c.Read, c.Calls = maps.Clone(u.Write), maps.Clone(u.Read), maps.Clone(u.Calls)
+	c.Write, c.Read, c.Retried, c.Calls = maps.Clone(u.Write), maps.Clone(u.Read), maps.Clone(u.Retried), maps.Clone(u.Calls)
 	c.init()
 	return c
 }
@@ -62,6 +71,10 @@ func (u Usage) Clone() Usage {
 // WriteUnits is the total of DynamoDB write units whose target matches
 // keep (nil keeps all).
 func (u Usage) WriteUnits(keep func(Target) bool) float64 { return sum(u.Write, keep) }
+
+// RetriedWriteUnits is the total of Retried: the write units of units
+// taken again.
+func (u Usage) RetriedWriteUnits() float64 { return sum(u.Retried, nil) }
 
 // ReadUnits is the total of DynamoDB read units whose target matches keep
 // (nil keeps all).
