@@ -315,7 +315,9 @@ func Backoff(own, refused int) float64 {
 // a second after it — or in slow start again when the downstream named a
 // Retry-After and took none of the process's paced calls in the last
 // AdaptTookWithin, up to the limit it had then (Thresh; on without one
-// when the key was in a slow start that knew none): a downstream closed for a while (an outage, a
+// when the key was in a slow start that knew none), and no lower than
+// the limit that slow start began at when the key was in one: a
+// downstream closed for a while (an outage, a
 // maintenance window) says when, not how fast, and slow start finds its
 // pace once it opens; one that took calls and refused the excess (a
 // quota that answers each refusal with a Retry-After, as most APIs do)
@@ -344,6 +346,13 @@ func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Dura
 			n.Thresh = l
 			if a.Slow && (a.Thresh == 0 || a.Thresh > l) {
 				n.Thresh = a.Thresh
+			}
+			if a.Slow {
+				// Closed again before its slow start grew much: no lower
+				// than that slow start began. Refusals while closed say
+				// when, not how fast; cut on each, the limit fell 0.7×
+				// a Retry-After for as long as the downstream was closed.
+				n.Limit = max(n.Limit, min(a.Limit, l))
 			}
 		}
 	}

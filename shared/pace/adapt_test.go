@@ -157,11 +157,29 @@ func TestAdaptSlowStartEndsAtThePaceItLeft(t *testing.T) {
 			}
 		}
 	}
-	// Closed again on the way back, at 20: slow start from 14 back to 24.
+	// Closed again 1 s into the slow start, at 23.8: 0.7 × it is under
+	// the 16.8 that slow start began at, which it keeps, back up to 24.
 	again := open.Add(time.Second)
 	c, _ := b.Throttled(again, 5, AdaptBackoff, 2*time.Second, time.Time{})
-	if l := b.LimitAt(again); !c.Slow || !near(c.Limit, 0.7*l) || !near(c.Thresh, 24) {
-		t.Errorf("closed again at %v on the way back: %+v, want slow start at 0.7 × it up to 24", l, c)
+	if l := b.LimitAt(again); !c.Slow || !near(c.Limit, 16.8) || !near(c.Thresh, 24) || 0.7*l >= 16.8 {
+		t.Errorf("closed again at %v on the way back: %+v, want slow start at 16.8 (not 0.7 × it) up to 24", l, c)
+	}
+	// Closed again and again while held (refusals of a downstream closed
+	// for a while, each Retry-After a cut): the limit stays.
+	d := c
+	for i := 1; i <= 10; i++ {
+		d, _ = d.Throttled(d.Hold.Add(100*time.Millisecond), 5, AdaptBackoff, 2*time.Second, time.Time{})
+	}
+	if !d.Slow || !near(d.Limit, 16.8) || !near(d.Thresh, 24) {
+		t.Errorf("closed 10 times more, each at its hold's end: %+v, want slow start at 16.8 up to 24", d)
+	}
+	// Closed again 5 s into it, at 33.5 (past 24, by the step): cut to
+	// 0.7 × that, above where it began, up to 33.5.
+	late := open.Add(5 * time.Second)
+	if l := b.LimitAt(late); l < 33 {
+		t.Fatalf("limit 5 s after the hold %v, want ≈ 33.5", l)
+	} else if e, _ := b.Throttled(late, 5, AdaptBackoff, 2*time.Second, time.Time{}); !e.Slow || !near(e.Limit, 0.7*l) || !near(e.Thresh, l) {
+		t.Errorf("closed again at %v: %+v, want slow start at 0.7 × it up to it", l, e)
 	}
 	// Closed again in a slow start that knew no pace (the key's first
 	// throttle): none still.
