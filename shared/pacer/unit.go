@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	mrand "math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -74,6 +75,13 @@ type Lease struct {
 	// none): its calls start by then + pace.LeaseGrace (Late).
 	Leased time.Time
 	tokens tokenBooking
+	// place is the unit's first position on its key's adaptive line
+	// (placed: it has one); keep, set by Observe, that a throttled call
+	// of the unit wrote the key's row (its cut or hold), so that the
+	// unit keeps its place when it waits (KeepPlace).
+	place  float64
+	placed bool
+	keep   atomic.Bool
 }
 
 // tokenBooking is a unit's token booking (budget: tokens a second;
@@ -206,7 +214,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if wait > 0 {
 				p.sleep(ctx, wait)
 			}
-			l.Leased = start
+			l.Leased, l.place, l.placed = start, pos, true
 			return 0, nil
 		}
 		p.sleep(ctx, wait)
@@ -222,7 +230,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		now = p.now()
 		na := p.adapts().Seen(key)
 		if !na.Hold.After(a.Hold) {
-			l.Leased = start
+			l.Leased, l.place, l.placed = start, pos, true
 			return 0, nil
 		}
 		a = na
@@ -317,6 +325,26 @@ func (l *Lease) Carry(c Carried) {
 	}
 }
 
+// KeepPlace makes c carry l's unit's place on its key's adaptive line,
+// from at on, when a throttled call of the unit wrote the key's row
+// (Observe), and reports whether it did. The unit, throttled, waits as
+// every throttled unit does (its message sent again), and when it comes
+// back it calls at its place: due already, so at the end of the key's
+// hold, before the units behind it in line — where a unit that leases
+// again goes to the end of the line (the flow test bed: a refused item's
+// next call a median 32.5 s after a Retry-After of 2 s). At most one
+// unit keeps its place per write of the row (a cut at most once per
+// pace.AdaptCutEvery, a hold moved as often), so the calls it makes
+// beyond the key's allowance are at most that many.
+func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
+	if !l.placed || !l.keep.Load() {
+		return false
+	}
+	c.SetLeaseAt(at)
+	c.SetLeasePos(l.place)
+	return true
+}
+
 // Late reports whether a call of l's unit starting at now would start
 // past its lease's start + pace.LeaseGrace (its item then waited for the
 // invocation's other items, or a slow take): it is given back and leases
@@ -358,28 +386,35 @@ func (p *Pacer) Settle(ctx context.Context, log *slog.Logger, l *Lease) {
 	}
 }
 
-// Observe counts a call of b's downstream key started at start (paced:
-// at a place leased on the key's adaptive row), for a batch with no
-// rate, and applies a throttled answer (err) to the key's adaptive row
-// (Adapts.Observe), reporting whether the downstream throttled it. A
-// failed write is logged, never the item's: bulkrun's pacing never
-// changes an item's outcome.
-func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, start time.Time, paced bool, err error) bool {
+// Observe counts a call of b's downstream key started at start under l
+// (paced: at a place leased on the key's adaptive row), for a batch with
+// no rate, and applies a throttled answer (err) to the key's adaptive
+// row (Adapts.Observe), reporting whether the downstream throttled it. A
+// paced call whose throttled answer wrote the row (its cut, or its
+// hold moved) makes l keep the unit's place (KeepPlace). A failed write
+// is logged, never the item's: bulkrun's pacing never changes an item's
+// outcome.
+func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, start time.Time, l *Lease, err error) bool {
 	if b.Rate != nil {
 		return false
 	}
 	key := DownstreamKey(b)
 	now := p.now()
+	paced := l != nil && !l.Leased.IsZero()
 	a, cut, oerr := p.adapts().Observe(context.WithoutCancel(ctx), p.Store, key, start, now, paced, err)
 	switch {
 	case oerr != nil:
 		log.WarnContext(ctx, "downstream throttled; its adaptive pace not written", "downstream_key", key, "error", pipeline.ErrorText(oerr))
 	case cut:
+		kept := paced && l.placed
+		if kept {
+			l.keep.Store(true)
+		}
 		// Which way the limit climbs back (slow start, and where it ends)
 		// is what tells a cycle of slow starts from a limit held at its
 		// downstream's pace.
 		log.WarnContext(ctx, "downstream throttled; its key is paced", "downstream_key", key, "limit_per_s", a.LimitAt(now),
-			"hold_ms", max(a.Hold.Sub(now), 0).Milliseconds(), "slow_start", a.Slow, "slow_start_to", a.Thresh)
+			"hold_ms", max(a.Hold.Sub(now), 0).Milliseconds(), "slow_start", a.Slow, "slow_start_to", a.Thresh, "place_kept", kept)
 	}
 	_, throttled := DownstreamThrottle(err)
 	return throttled

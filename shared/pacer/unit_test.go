@@ -10,6 +10,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // fakeRows is a pacing store whose rate rows grant the start it is told and
@@ -196,5 +197,60 @@ func TestAdaptiveSleeperFeelsACutMadeMeanwhile(t *testing.T) {
 		case cut && (len(sleeps) != 1 || wait <= 0 || !l.Leased.IsZero() || c.at.Before(st.a.row.Hold) || c.pos != 11):
 			t.Errorf("a cut held to %v while it slept: sleeps %v, wait %v, leased %v, carried %v at %v; want it carried to the hold's end or later, its place 11 kept", st.a.row.Hold, sleeps, wait, l.Leased, c.at, c.pos)
 		}
+	}
+}
+
+// TestThrottledUnitKeepsItsPlace guards a paced unit whose call the
+// downstream throttled with a Retry-After: when its throttle wrote the
+// key's row (the cut), the unit carries its place while it waits, and
+// when it comes back at the hold's end it calls there, leasing nothing
+// new (not at the end of the line); a unit throttled just after, whose
+// throttle wrote nothing, and an unpaced unit keep none.
+func TestThrottledUnitKeepsItsPlace(t *testing.T) {
+	t.Cleanup(Forget)
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	// Paced at 1 a second since a cut 10 s ago, booked up to its
+	// allowance: the first unit's lease is due now (position 10); 20
+	// others lease behind it.
+	row := pace.Adapt{Limit: 1, Cut: now.Add(-10 * time.Second)}
+	st := &adaptUnitRows{a: &adaptStub{row: row}}
+	st.a.row.Booked = row.Allowance(now)
+	clock := now
+	p := &Pacer{Store: st, Clock: at{&clock}, Adapts: &Adapts{}, Sleep: func(_ context.Context, d time.Duration) { clock = clock.Add(d) }}
+	log := slog.New(slog.DiscardHandler)
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	var c1, c2 carried
+	var l1, l2 Lease
+	if wait, err := p.Unit(context.Background(), log, b, &c1, 1, false, &l1); err != nil || wait != 0 || l1.Leased.IsZero() {
+		t.Fatalf("first unit: wait %v, err %v, leased %v; want it run now", wait, err, l1.Leased)
+	}
+	place := l1.place
+	st.a.row.Booked += 20 // others in line behind it
+	refused := pipeline.Throttled("http", "429", 2*time.Second, errors.New("429"))
+	if !p.Observe(context.Background(), log, b, now, &l1, refused) || st.a.cuts != 1 {
+		t.Fatalf("first unit's refusal: %d cuts, want it throttled and the row cut", st.a.cuts)
+	}
+	hold := st.a.row.Hold
+	if !l1.KeepPlace(&c1, hold) || c1.pos != place || !c1.at.Equal(hold) {
+		t.Fatalf("first unit keeps its place: carried %v at %v, want %v at %v", c1.pos, c1.at, place, hold)
+	}
+	// A second unit of the process, at a place of its own, throttled
+	// 100 ms later: its throttle writes nothing (one cut a second).
+	l2 = Lease{Leased: now, place: place + 1, placed: true}
+	clock = now.Add(100 * time.Millisecond)
+	if !p.Observe(context.Background(), log, b, now, &l2, refused) || st.a.cuts != 1 || l2.KeepPlace(&c2, hold) || !c2.at.IsZero() {
+		t.Errorf("second unit: %d cuts, carried %v; want no write and no place kept", st.a.cuts, c2.at)
+	}
+	var l3 Lease // unpaced
+	if p.Observe(context.Background(), log, b, now, &l3, refused); l3.KeepPlace(&c2, hold) {
+		t.Errorf("an unpaced unit kept a place")
+	}
+	// The first unit comes back at the hold's end: it calls there, its
+	// place due, with no new lease.
+	clock = hold
+	booked := st.a.row.Booked
+	var l4 Lease
+	if wait, err := p.Unit(context.Background(), log, b, &c1, 1, false, &l4); err != nil || wait != 0 || !l4.Leased.Equal(hold) || st.a.row.Booked != booked {
+		t.Errorf("back at the hold's end: wait %v, err %v, leased %v, booked %v → %v; want it run at the hold's end, nothing leased", wait, err, l4.Leased, booked, st.a.row.Booked)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -174,7 +175,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, paced: !m.lease.Leased.IsZero()}, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, paced: !m.lease.Leased.IsZero(), lease: &m.lease}, u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -193,6 +194,7 @@ type call struct {
 	halted, subject string
 	throttled       *atomic.Bool // the unit's downstream throttled one of its calls
 	paced           bool         // the unit's calls start at a place leased on the key's row
+	lease           *pacer.Lease // the unit's pacing (pacer.Pacer.Observe)
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -406,6 +408,9 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			dns = append(dns, waitDone(b, r.ending, due))
 		}
 	}
+	if throttled && m.lease.KeepPlace(m, w.Clock.Now().Add(wait)) {
+		log.InfoContext(ctx, "throttled; the unit keeps its place on its downstream's pace", "place", m.LeasePos())
+	}
 	if m.track != nil {
 		// A track's unit waits in its track, whatever the wait.
 		log.WarnContext(ctx, "items to retry; waiting in the track", "items", retries, "retry_in_ms", wait.Milliseconds())
@@ -497,7 +502,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
-	if w.pacing().Observe(ctx, log, b, start, c.paced, perr) && c.throttled != nil {
+	if w.pacing().Observe(ctx, log, b, start, c.lease, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
 	}
 	// Staging ends with Run, whatever its result: a write staged later (by
