@@ -227,7 +227,9 @@ type Attempt struct {
 	// adaptive line (a batch with no rate, its key paced: docs/adr/0036).
 	// A throttled paced call waits ThrottleDelay(0, Retry-After), not the
 	// streak's doubling: its next call leases a new place, so the line —
-	// cut by this very refusal — spaces it, and a doubled wait would
+	// cut by this very refusal — spaces it, or, when its refusal cut the
+	// key, keeps its place and calls at the hold's end (pacer.Lease.
+	// KeepPlace); either way a doubled wait would
 	// only add the time it already waited in line (at one item a
 	// message, 400 items against a quota of 20 a second: the last 10
 	// came back one by one over 33 s after the other 390 had ended).

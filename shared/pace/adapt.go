@@ -352,7 +352,7 @@ func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Dura
 				// than that slow start began. Refusals while closed say
 				// when, not how fast; cut on each, the limit fell 0.7×
 				// a Retry-After for as long as the downstream was closed.
-				n.Limit = max(n.Limit, min(a.Limit, l))
+				n.Limit = max(n.Limit, a.Limit) // a slow start's limit only grows: l ≥ a.Limit
 			}
 		}
 	}

@@ -214,7 +214,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if wait > 0 {
 				p.sleep(ctx, wait)
 			}
-			l.Leased, l.place, l.placed = start, pos, true
+			l.at(start, pos)
 			return 0, nil
 		}
 		p.sleep(ctx, wait)
@@ -230,7 +230,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		now = p.now()
 		na := p.adapts().Seen(key)
 		if !na.Hold.After(a.Hold) {
-			l.Leased, l.place, l.placed = start, pos, true
+			l.at(start, pos)
 			return 0, nil
 		}
 		a = na
@@ -325,6 +325,16 @@ func (l *Lease) Carry(c Carried) {
 	}
 }
 
+// at makes l run under the adaptive place at position pos, starting at
+// start.
+func (l *Lease) at(start time.Time, pos float64) {
+	l.Leased, l.place, l.placed = start, pos, true
+}
+
+// Paced reports whether l's unit runs under a lease (a rate's, or a
+// place on its key's adaptive line).
+func (l *Lease) Paced() bool { return l != nil && !l.Leased.IsZero() }
+
 // KeepPlace makes c carry l's unit's place on its key's adaptive line,
 // from at on, when a throttled call of the unit wrote the key's row
 // (Observe), and reports whether it did. The unit, throttled, waits as
@@ -334,8 +344,9 @@ func (l *Lease) Carry(c Carried) {
 // again goes to the end of the line (the flow test bed: a refused item's
 // next call a median 32.5 s after a Retry-After of 2 s). At most one
 // unit keeps its place per write of the row (a cut at most once per
-// pace.AdaptCutEvery, a hold moved as often), so the calls it makes
-// beyond the key's allowance are at most that many.
+// pace.AdaptCutEvery, a hold moved as often): the calls it makes beyond
+// the key's allowance are its items' (at most its items per message,
+// which may start at once) per write.
 func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
 	if !l.placed || !l.keep.Load() {
 		return false
@@ -400,7 +411,7 @@ func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, s
 	}
 	key := DownstreamKey(b)
 	now := p.now()
-	paced := l != nil && !l.Leased.IsZero()
+	paced := l.Paced()
 	a, cut, oerr := p.adapts().Observe(context.WithoutCancel(ctx), p.Store, key, start, now, paced, err)
 	switch {
 	case oerr != nil:

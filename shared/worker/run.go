@@ -175,7 +175,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, paced: !m.lease.Leased.IsZero(), lease: &m.lease}, u, h, r, p, refusal, headers, options, inv.margin)
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, lease: &m.lease}, u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -193,8 +193,7 @@ type call struct {
 	stop            api.Status
 	halted, subject string
 	throttled       *atomic.Bool // the unit's downstream throttled one of its calls
-	paced           bool         // the unit's calls start at a place leased on the key's row
-	lease           *pacer.Lease // the unit's pacing (pacer.Pacer.Observe)
+	lease           *pacer.Lease // the unit's pacing: its calls start at a lease (Paced; pacer.Pacer.Observe)
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -408,11 +407,16 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			dns = append(dns, waitDone(b, r.ending, due))
 		}
 	}
-	if throttled && m.lease.KeepPlace(m, w.Clock.Now().Add(wait)) {
-		log.InfoContext(ctx, "throttled; the unit keeps its place on its downstream's pace", "place", m.LeasePos())
+	keepPlace := func() {
+		if m.lease.KeepPlace(m, w.Clock.Now().Add(wait)) {
+			log.InfoContext(ctx, "throttled; the unit keeps its place on its downstream's pace", "place", m.LeasePos())
+		}
 	}
 	if m.track != nil {
 		// A track's unit waits in its track, whatever the wait.
+		if throttled {
+			keepPlace()
+		}
 		log.WarnContext(ctx, "items to retry; waiting in the track", "items", retries, "retry_in_ms", wait.Milliseconds())
 		return m.track.park(m, wait, 0), dns
 	}
@@ -421,7 +425,10 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// attempt, so its wait must not count a receive either
 		// (maxReceiveCount would dead-letter an item throttled often
 		// enough): the message is sent again as a new one, as for AWS
-		// unavailability, and this delivery acknowledged.
+		// unavailability, and this delivery acknowledged. (The message
+		// delayed instead, when it cannot be sent, comes back as itself:
+		// redelivered, its place not used.)
+		keepPlace()
 		err := w.resend(ctx, m, wait)
 		if err == nil {
 			w.Metrics.Resent(b.Pipeline, "throttled", b.ID, b.Run)
@@ -475,7 +482,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	a := ledger.Attempt{Number: s.Attempt, RunAttempts: s.RunAttempts(), MaxAttempts: b.MaxAttempts,
 		Interrupted: h.interrupted[r.j], OnInterrupt: b.OnInterrupt, Stop: c.stop, Refusal: refusal, Halted: c.halted,
-		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Paced: c.paced && b.Rate == nil, Now: w.Clock.Now()}
+		Retry: ledger.RetryPolicyOf(b, w.retryDefault()), ThrottledSince: s.ThrottledSince, Paced: c.lease.Paced() && b.Rate == nil, Now: w.Clock.Now()}
 	if h.probe && b.Pause != nil {
 		a.Paused, a.PauseWait = true, b.Pause.Wait(a.Now)
 	}

@@ -27,6 +27,9 @@ type Usage struct {
 	// (AttemptAttr), that is a redelivered unit's take and every write
 	// after it, billed as DynamoDB bills them (by the row as it stands,
 	// which a first take finds smaller). Refused writes are not in it.
+	// A row's takes never go back, so a take given back (a late lease, a
+	// throttled call) and a later run's takes count too: a comparison
+	// subtracts its clean run's.
 	Retried map[Target]float64
 	// SQSRequests counts billed SQS requests: every call, and a call whose
 	// payload exceeds 64 KiB once per started 64 KiB chunk.
