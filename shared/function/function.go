@@ -168,6 +168,9 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 			// The messages the items event sources run at once, for a
 			// sample's estimate of its rest's pace.
 			Parallel: d.Config.ItemsMaxConcurrency * config.DefaultItemBatchSize,
+			// ... and how they start: scaled up from a few invocations of
+			// that many messages (shared/sample.RampStart).
+			PerInvocation: config.DefaultItemBatchSize,
 			// An item withheld under a halt lifted meanwhile is woken at once.
 			Wake: &held.Waker{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log},
 		},

@@ -54,6 +54,10 @@ type Judge struct {
 	// runs at once, for a sample's estimate of its rest's pace
 	// (sample.Run.Parallel); 0: unknown, the sample's own pace.
 	Parallel int
+	// PerInvocation is how many messages the items event sources hand
+	// one invocation (sample.Run.PerInvocation); 0: no event source
+	// scaling modelled.
+	PerInvocation int
 	// Reads is when this process last read each run's counters; nil: no
 	// record (every judgement reads).
 	Reads *Reads
@@ -200,7 +204,7 @@ func (j *Judge) Sample(ctx context.Context, log *slog.Logger, b ledger.Batch, co
 	}
 	spent := spend.RunSpend(p.Spent, p.Usage)
 	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
-		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel}
+		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel, PerInvocation: j.PerInvocation}
 	if n := b.MaxConcurrency; n > 0 {
 		// On max_concurrency's tracks the sample and the rest run N units
 		// at once, one item at a time each.

@@ -40,6 +40,11 @@ type Run struct {
 	// invocation), 0 when unknown. A batch with max_concurrency N gives 1
 	// and N: its tracks run N items at once, one at a time each.
 	PerMessage, Parallel int
+	// PerInvocation is how many messages the items event sources hand
+	// one invocation (config.DefaultItemBatchSize, 10), so that the
+	// rest's start follows their scaling (RampStart, RampPerMinute); 0:
+	// the rest runs at its full parallelism from its start.
+	PerInvocation int
 	// RequestsPerSecond is the batch's rate (api.Rate.RequestsPerSecond),
 	// 0 for none.
 	RequestsPerSecond float64
@@ -64,17 +69,31 @@ func Wilson(failed, n int64) (low, high float64) {
 	return math.Max(0, mid-half), math.Min(1, mid+half)
 }
 
+// RampStart and RampPerMinute are how an SQS event source scales on a
+// standard queue: "Lambda starts processing five batches at a time with
+// five concurrent invocations of your function. If messages are still
+// available, Lambda increases the number of processes that are reading
+// batches by up to 300 more instances per minute", up to its maximum
+// concurrency (AWS Lambda developer guide, "Configuring scaling behavior
+// for SQS event source mappings"). After a sample's hold the queue was
+// idle, so the rest starts from RampStart again.
+const (
+	RampStart     = 5
+	RampPerMinute = 300
+)
+
 // Estimate is r's estimate of its whole run. Costs scale linearly:
-// the sample's spend × Items / Ended. The rest's pace is the sample's
-// own (Ended over the seconds from StartedAt to EndedAt) times the
-// parallelism the rest gains over the sample — min(the rest's messages,
-// Parallel) / min(the sample's, Parallel), never below 1, the sample's units having
-// run side by side at most Parallel at once — and no faster than the
-// batch's rate. What it leaves out, said in Pace and the docs: the SQS
-// event source's scaling (on AWS its pollers grow by up to 300
-// instances a minute, "Lambda scaling behavior", so a large rest starts
-// slower) and a downstream that slows under the larger load. nil when
-// no sample item has ended.
+// the sample's spend × Items / Ended. The rest's pace per message at
+// once is the sample's own (Ended over the seconds from StartedAt to
+// EndedAt, over the messages it ran at once: min(its messages,
+// Parallel, RampStart × PerInvocation)), and the rest runs min(its
+// messages, Parallel) at once — reached as the event source scales
+// (RampStart invocations of PerInvocation messages, RampPerMinute more
+// a minute) when PerInvocation is set — and no faster than the batch's
+// rate. What it leaves out, said in the docs: a downstream that slows
+// under the larger load, and a stack that cannot run the parallelism
+// its settings allow (the emulator, on two cores). nil when no sample
+// item has ended.
 func Estimate(r Run) *api.SampleEstimate {
 	if r.Ended <= 0 || r.Items <= 0 {
 		return nil
@@ -109,19 +128,50 @@ func Estimate(r Run) *api.SampleEstimate {
 	k := int64(max(1, r.PerMessage))
 	units := (ended + k - 1) / k
 	rest := (r.Items - ended + k - 1) / k
+	left := float64(r.Items - ended)
 	pace, why := own, "the sample's pace" // the pace itself is ItemsPerSecond
 	if p := int64(r.Parallel); p > 0 && units > 0 {
-		if g := float64(min(rest, p)) / float64(min(units, p)); g > 1 {
-			pace, why = own*g, fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, g, min(rest, p), min(units, p))
+		was := min(units, p)
+		if r.PerInvocation > 0 {
+			was = min(was, int64(RampStart*r.PerInvocation))
+		}
+		if at := min(rest, p); at > was {
+			t := rampSeconds(left, own/float64(was), float64(at), r.PerInvocation)
+			pace = left / t
+			why = fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, pace/own, at, was)
+			if r.PerInvocation > 0 {
+				why += fmt.Sprintf(", reached as the event source adds %d invocations of %d messages a minute from %d", RampPerMinute, r.PerInvocation, RampStart)
+			}
 		}
 	}
 	if rps := r.RequestsPerSecond; rps > 0 && rps < pace {
 		pace, why = rps, fmt.Sprintf("the batch's rate (%.3g requests/s), under the sample's pace", rps)
 	}
 	e.ItemsPerSecond = math.Round(pace*1000) / 1000
-	e.Seconds = math.Ceil(float64(r.Items-ended) / pace)
+	e.Seconds = math.Ceil(left / pace)
 	e.Pace = why
 	return e
+}
+
+// rampSeconds is how long items take at per items a second for each
+// message running, with up to at messages running: from RampStart
+// invocations of perInvocation messages, RampPerMinute more a minute
+// (a linear ramp, then at; perInvocation 0: at from the start).
+func rampSeconds(items, per, at float64, perInvocation int) float64 {
+	if perInvocation <= 0 {
+		return items / (per * at)
+	}
+	r0 := float64(RampStart * perInvocation)
+	if at <= r0 {
+		return items / (per * at)
+	}
+	grow := float64(RampPerMinute*perInvocation) / 60 // messages at once gained a second
+	tc := (at - r0) / grow                            // when the ramp reaches at
+	if ramp := per * (r0*tc + grow*tc*tc/2); items > ramp {
+		return tc + (items-ramp)/(per*at)
+	}
+	// per × (r0 t + grow t²/2) = items
+	return (-r0 + math.Sqrt(r0*r0+2*grow*items/per)) / grow
 }
 
 // usd is d in US dollars to 6 places, as a float.

@@ -83,6 +83,36 @@ func TestEstimateScalesCostAndPace(t *testing.T) {
 	}
 }
 
+// TestEstimateFollowsTheEventSourcesRamp guards the rest's start as an
+// SQS event source scales (RampStart invocations, RampPerMinute more a
+// minute): at 10 messages an invocation, 50 messages run at first, 50
+// more each second, up to Parallel; each at the sample's pace per
+// message it ran at once.
+func TestEstimateFollowsTheEventSourcesRamp(t *testing.T) {
+	start := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	near := func(a, b float64) bool { return math.Abs(a-b) < 0.01 }
+	// 20 messages of 10 in 20 s: 0.5 items/s a message. The rest, 1,980
+	// messages, reaches 1,000 at once 19 s in, after 4,987.5 items:
+	// 19 + (19,800 − 4,987.5) / 500 = 48.625 s.
+	r := Run{Items: 20000, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 1000, PerInvocation: 10}
+	if e := Estimate(r); e.Seconds != 49 || !near(e.ItemsPerSecond, 19800/48.625) || !strings.Contains(e.Pace, "300 invocations") {
+		t.Errorf("the ramp to 1,000 messages: %v s at %v items/s (%q), want 49 s at %.3f", e.Seconds, e.ItemsPerSecond, e.Pace, 19800/48.625)
+	}
+	// One item a message, 200 in 2 s, 50 of them at once (the ramp's
+	// start): 2 items/s a message. The rest, 2,000, ends on the ramp:
+	// 2 × (50 t + 25 t²) = 2,000 at t = (−50 + √102,500) / 50.
+	r = Run{Items: 2200, Ended: 200, StartedAt: start, Now: start.Add(2 * time.Second), PerMessage: 1, Parallel: 1000, PerInvocation: 10}
+	want := (-50 + math.Sqrt(102500)) / 50
+	if e := Estimate(r); e.Seconds != math.Ceil(want) || !near(e.ItemsPerSecond, 2000/want) {
+		t.Errorf("a rest that ends on the ramp: %v s at %v items/s (%q), want %.3f s", e.Seconds, e.ItemsPerSecond, e.Pace, want)
+	}
+	// Under the ramp's start: no ramp.
+	r = Run{Items: 400, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 1000, PerInvocation: 10}
+	if e := Estimate(r); e.ItemsPerSecond != 10 || e.Seconds != 20 {
+		t.Errorf("20 messages after 20: %v items/s, %v s (%q), want 10 and 20", e.ItemsPerSecond, e.Seconds, e.Pace)
+	}
+}
+
 // TestCheckSetsTheEstimateBesideTheRun guards the report's comparison:
 // cost against what the run spent, the failure rate against the
 // estimate's interval, the rest's time from the approval to the end;

@@ -87,5 +87,5 @@ func (w *Worker) judges() *judge.Judge {
 	if w.reads == nil {
 		w.reads = &judge.Reads{}
 	}
-	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, Reads: w.reads}
+	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Reads: w.reads}
 }

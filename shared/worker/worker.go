@@ -123,6 +123,10 @@ type Worker struct {
 	// messages one invocation is handed), for a sample's estimate of its
 	// rest's pace (shared/sample); 0: unknown, the sample's own pace.
 	Parallel int
+	// PerInvocation is how many messages the items event sources hand
+	// one invocation, so that the estimate's rest starts as they scale
+	// (sample.Run.PerInvocation); 0: not modelled.
+	PerInvocation int
 	// Secrets resolves the secret references in a batch's headers and
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
