@@ -140,10 +140,23 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	h.probe = m.probe
 	subject := ledger.SecretSubject(b.Headers, b.Options)
+	lead := throttledLead(b, m, h, runs)
+	if lead > 0 {
+		runs[0], runs[lead] = runs[lead], runs[0]
+	}
 	var wg sync.WaitGroup
 	for i, r := range runs {
 		if m.probe && i > 0 {
 			continue // a probe runs one item; the others are given back
+		}
+		if i == 1 && lead >= 0 {
+			// The throttled item has had its answer: the others start now
+			// (given back below if it was throttled again), from its end,
+			// not late for the lease it held them to.
+			wg.Wait()
+			if m.lease.Paced() {
+				m.lease.Leased = w.Clock.Now()
+			}
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -183,6 +196,28 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	wg.Wait()
 	m.tokensRan(runs)
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
+}
+
+// throttledLead is the index in runs of the item a unit of a batch with
+// no rate runs first and alone: one whose last attempt was throttled
+// (ItemState.ThrottledSince), so that a downstream still refusing
+// answers one call of the unit, not all of them at once (the others are
+// then given back, as after any throttled call), and the same item
+// calls again first each time: a refused item's next call comes at its
+// unit's (with its place kept, at the key's hold's end:
+// pacer.Lease.KeepPlace). −1: none, or a unit of one item, a paused
+// batch's probe (one item already), or a batch with a rate (its calls
+// start at their leases).
+func throttledLead(b ledger.Batch, m *unitMessage, h *hold, runs []*itemRun) int {
+	if b.Rate != nil || m.probe || len(runs) < 2 {
+		return -1
+	}
+	for i, r := range runs {
+		if !h.items[r.j].ThrottledSince.IsZero() {
+			return i
+		}
+	}
+	return -1
 }
 
 // call is what a call starts under, from the batch row as read just
