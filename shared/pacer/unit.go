@@ -344,9 +344,9 @@ func (l *Lease) Paced() bool { return l != nil && !l.Leased.IsZero() }
 // again goes to the end of the line (the flow test bed: a refused item's
 // next call a median 32.5 s after a Retry-After of 2 s). At most one
 // unit keeps its place per write of the row (a cut at most once per
-// pace.AdaptCutEvery, a hold moved as often): the calls it makes beyond
-// the key's allowance are its items' (at most its items per message,
-// which may start at once) per write.
+// pace.AdaptCutEvery, a hold moved as often), and the worker runs a
+// unit's throttled item first and alone: the calls it makes beyond the
+// key's allowance are about one per write.
 func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
 	if !l.placed || !l.keep.Load() {
 		return false
