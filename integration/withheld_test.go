@@ -25,7 +25,8 @@ import (
 // withheld under a halt on the parameter (the census and the listing say
 // so, the run stays running, no item failed); once the parameter holds
 // the right value, the lift of the halt through the API wakes them and
-// the run completes with every item succeeded.
+// the run completes with every item succeeded, none of them sending the
+// refused value again (the processes' cached copy of it).
 func TestWrongSecretWithholdsThenLift(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
@@ -91,6 +92,7 @@ func TestWrongSecretWithholdsThenLift(t *testing.T) {
 	t.Logf("withheld after %d refused calls; first: %s", refused.Load(), page.Items[0].Next)
 
 	put("Bearer right")
+	before := refused.Load()
 	res, err := env.api.LiftAll(ctx, id, subject)
 	if err != nil || !res.Lifted || res.Woken != n {
 		t.Fatalf("lift: %+v %v; want lifted, %d woken", res, err, n)
@@ -98,5 +100,10 @@ func TestWrongSecretWithholdsThenLift(t *testing.T) {
 	v := wait(t, id)
 	if v.Status != api.StatusCompleted || v.Census.Succeeded != n || v.Census.Withheld != 0 || answered.Load() != n {
 		t.Fatalf("after the lift: %s %+v, %d answered; want completed, %d succeeded, each answered once", v.Status, v.Census, answered.Load(), n)
+	}
+	// The item processes' caches held the refused value (SSM values are
+	// cached for minutes); a woken item reads the secret again first.
+	if got := refused.Load() - before; got != 0 {
+		t.Errorf("%d calls refused after the lift, want none: a woken item sent the cached, refused value", got)
 	}
 }

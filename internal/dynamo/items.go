@@ -225,7 +225,7 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 		BatchID: r.BatchID,
 	}
 	if prev.Run == r.Run && api.Outcome(prev.Outcome).Held() {
-		it.Resumed = api.Outcome(prev.Outcome)
+		it.Resumed, it.ResumedAt = api.Outcome(prev.Outcome), layout.FromMs(prev.UpdatedAtMs)
 	}
 	if prev.Run == r.Run && (prev.Outcome == string(api.OutcomeInFlight) || api.Outcome(prev.Outcome).Held()) {
 		it.Interrupted = prev.Outcome == string(api.OutcomeInFlight) && !prev.Retry // a takeover, not a scheduled retry
@@ -409,12 +409,12 @@ func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error
 		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
 	case errors.Is(err, api.ErrConflict) && it.Outcome.Held() && it.Run == r.Run:
 		// Held in this run: settled once woken, its attempts kept.
-		held := it.Outcome
+		held, heldAt := it.Outcome, it.UpdatedAt
 		if u, err = update(false); err != nil {
 			return ledger.Item{}, err
 		}
 		if it, err = s.settle(ctx, r, woken(r.Run), u); err == nil {
-			it.Resumed = held
+			it.Resumed, it.ResumedAt = held, heldAt
 		}
 	}
 	return it, err

@@ -125,9 +125,12 @@ type Item struct {
 	// retry (a crash or a timeout): that attempt's effect is unknown.
 	Interrupted bool `json:"-"`
 	// Resumed is set by Store.Reserve and Store.Settle when they took an
-	// item held in this run (woken): its held outcome.
-	Resumed  api.Outcome `json:"-"`
-	SpentRun int         `json:"-"`
+	// item held in this run (woken): its held outcome; ResumedAt its row's
+	// last write before the take (its wake, ItemState.UpdatedAt; zero when
+	// the store does not tell).
+	Resumed   api.Outcome `json:"-"`
+	ResumedAt time.Time   `json:"-"`
+	SpentRun  int         `json:"-"`
 	// Signalled is ItemState.Signalled.
 	Signalled int `json:"-"`
 	// ExpiresAt is the row's TTL (when DynamoDB may delete it); zero when

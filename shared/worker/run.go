@@ -129,6 +129,11 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if m.Packed {
 		log = log.With("pack_attempt", h.attempt)
 	}
+	if serr == nil {
+		if hs, os, ok := w.liftedSecrets(ctx, log, b, h); ok {
+			headers, options = hs, os
+		}
+	}
 	var refusal error = serr
 	p, registered := w.Pipelines.Lookup(b.Pipeline)
 	if !registered && refusal == nil {

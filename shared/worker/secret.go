@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -95,6 +96,47 @@ func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.P
 		rr = w.reread(ctx, log, b, req)
 	}
 	return res, rr, err
+}
+
+// liftedSecrets is the batch's headers and options with their secret
+// references read again bypassing the cache (FreshSecrets), when one of
+// the unit's items to run was withheld under a halt on them
+// (api.OutcomeWithheld) and woken by a lift (api.WakeLift; hold.lifted)
+// after this process last read them so:
+// the lift says the secret was fixed, and a value cached before it (up to
+// the cache's life) is the refused one, which would be sent once more and
+// refused before the new one (a 401 for every process's first woken
+// item). Read so once per process and lift, then from the cache it
+// refreshed; ok false when the unit has no such item, or the read failed
+// (the values resolved before the take stand, and a refusal reads them
+// again as any does).
+func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.Batch, h *hold) (map[string]string, json.RawMessage, bool) {
+	if w.Secrets == nil {
+		return nil, nil, false
+	}
+	woken := h.lifted
+	subject := ledger.SecretSubject(b.Headers, b.Options)
+	if woken.IsZero() || subject == "" {
+		return nil, nil, false
+	}
+	// One read per process and lift: the units that find it read since
+	// take the value it left in the cache (they may have resolved theirs
+	// from the cache before it).
+	w.freshMu.Lock()
+	defer w.freshMu.Unlock()
+	fresh := true
+	if v, ok := w.freshRead.Load(subject); ok && !v.(time.Time).Before(woken) {
+		fresh = false
+	}
+	headers, options, err := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, fresh)
+	if err != nil {
+		log.WarnContext(ctx, "lifted halt's secret not read again; the cached value is sent", "subject", subject, "error", pipeline.ErrorText(err))
+		return nil, nil, false
+	}
+	if fresh {
+		w.freshRead.Store(subject, w.Clock.Now())
+	}
+	return headers, options, true
 }
 
 // reread is what reading a rejected credential's secrets again found.

@@ -158,6 +158,9 @@ type hold struct {
 	// commits makes the unit's writes with staged effects one at a
 	// time, each sizing the row with the others' items (commit).
 	commits sync.Mutex
+	// lifted is when the latest of the unit's items to run that was
+	// withheld was woken by a lift (zero: none; liftedSecrets).
+	lifted time.Time
 }
 
 func newHold(n int) *hold {
@@ -207,6 +210,9 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 				s.Spent, s.SpentRun = it.Spent, b.Run // this run's earlier attempts
 			}
 			h.attempt, h.lease, h.was[0], h.items[0], h.steps[0], h.interrupted[0] = it.Attempt, it.LeaseUntil, s, s, ledger.StepRun, it.Interrupted
+			if it.Resumed == api.OutcomeWithheld {
+				h.lifted = it.ResumedAt // woken by a lift (a cancel settles, it does not run)
+			}
 			h.dones = append(h.dones, unheld(b, ledger.ItemState{Run: b.Run, Outcome: it.Resumed}))
 			return h, nil
 		}
@@ -344,6 +350,9 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			h.steps[j], h.interrupted[j] = ledger.Plan(s, b.Run, b.RunRevision, t.mode, false)
 			switch h.steps[j] {
 			case ledger.StepRun:
+				if s.Run == b.Run && s.Outcome == api.OutcomeWithheld && s.Hold.Woken == api.WakeLift && s.UpdatedAt.After(h.lifted) {
+					h.lifted = s.UpdatedAt
+				}
 				h.items[j] = ledger.Start(s, b.Run, now)
 				run = append(run, j)
 				h.dones = append(h.dones, unheld(b, s))

@@ -641,9 +641,11 @@ func secretRotatedMidBatch(t *testing.T, k int) {
 // the first refusal puts a halt on the credential, the items that had not
 // called yet are withheld without a call, and the run stays running with
 // every item withheld, counted so in the live census and listed with its
-// next move. Once the secret is fixed, the lift of the halt wakes every
-// item, and each is called exactly once more (duplicate deliveries
-// included) and succeeds; a cancel instead settles every withheld item
+// next move. Once the secret is fixed (the process's cache still holding
+// the refused value), the lift of the halt wakes every item, and each is
+// called exactly once more (duplicate deliveries included), with the new
+// value (the first woken item reads the secret again, bypassing the
+// cache), and succeeds; a cancel instead settles every withheld item
 // cancelled.
 func TestMemWrongSecretWithholdsItems(t *testing.T) {
 	for _, k := range packKs {
@@ -656,8 +658,10 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
 	const n = 20
 	subject := ledger.SecretSubjectPrefix + arn
+	var refused atomic.Int64
 	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
 		if req.Headers["Authorization"] != "Bearer right" {
+			refused.Add(1)
 			return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
 		}
 		return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
@@ -720,10 +724,15 @@ func wrongSecretWithholds(t *testing.T, k int) {
 		t.Fatalf("needs attention: %d items, first %+v; want %d, each with its next move", len(page.Items), page.Items[0], n)
 	}
 
-	// The secret is fixed; the lift wakes every item withheld under it.
+	// The secret is fixed; the process's cache still holds the refused
+	// value (its life is minutes). The lift wakes every item withheld
+	// under it, and the first woken item a process runs reads the secret
+	// again bypassing the cache: no woken item sends the refused value.
 	secrets.mu.Lock()
-	secrets.cached, secrets.latest = "Bearer right", "Bearer right"
+	secrets.latest = "Bearer right"
+	fresh := secrets.fresh
 	secrets.mu.Unlock()
+	refusedBefore := refused.Load()
 	res, err := r.ctl.Lift(ctx, "wrong", subject)
 	if err != nil || !res.Lifted || res.Woken != n || res.AlreadyWoken != 0 || !res.Done {
 		t.Fatalf("lift: %+v %v; want lifted, %d woken, done", res, err, n)
@@ -737,6 +746,12 @@ func wrongSecretWithholds(t *testing.T, k int) {
 		if after[key] != before[key]+1 {
 			t.Errorf("%s: %d calls after the lift, %d before; want exactly one more", key, after[key], before[key])
 		}
+	}
+	secrets.mu.Lock()
+	freshAfter := secrets.fresh - fresh
+	secrets.mu.Unlock()
+	if got := refused.Load() - refusedBefore; got != 0 || freshAfter != 1 {
+		t.Errorf("after the lift: %d calls refused, %d fresh reads of the secret; want none refused, one read (one process)", got, freshAfter)
 	}
 	fin, err := r.fin.Finalize(ctx, "wrong", 1)
 	if err != nil {

@@ -97,7 +97,7 @@ func (s *Store) Reserve(_ context.Context, r ledger.Reservation) (ledger.Item, e
 		Interrupted: interrupted, Signalled: cur.s.Signalled,
 	}
 	if was.Run == r.Run && was.Outcome.Held() {
-		it.Resumed = was.Outcome
+		it.Resumed, it.ResumedAt = was.Outcome, was.UpdatedAt
 	}
 	if was.Run == r.Run && was.SpentRun == r.Run && len(was.Spent) > 0 {
 		it.Spent, it.SpentRun = maps.Clone(was.Spent), r.Run

@@ -62,13 +62,14 @@ var heldCases = []suiteCase{
 		again, err := s.WakeItem(ctx, mk)
 		isConflict(t, "wake again", err)
 		check(t, "woken, as a repeated wake finds it", again.Hold != nil && again.Hold.Woken == api.WakeLift, true)
-		r, err := s.Reserve(ctx, res(b, "w", 1, now))
+		r, err := s.Reserve(ctx, res(b, "w", 1, now.Add(time.Second)))
 		if err != nil {
 			t.Fatalf("reserve once woken: %v", err)
 		}
 		check(t, "attempt", r.Attempt, it.Attempt+1)
 		check(t, "run attempts kept", r.RunAttempts, it.RunAttempts+1)
 		check(t, "resumed from", r.Resumed, api.OutcomeWithheld)
+		check(t, "resumed at the wake, not the reserve (ms)", r.ResumedAt.UnixMilli(), mk.Now.UnixMilli())
 		if _, err := s.Reserve(ctx, res(b, "w", 1, now)); !errors.Is(err, api.ErrConflict) {
 			t.Fatalf("a second reserve of the woken item: %v", err)
 		}
