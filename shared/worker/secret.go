@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -122,21 +123,49 @@ func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.B
 	// One read per process and lift: the units that find it read since
 	// take the value it left in the cache (they may have resolved theirs
 	// from the cache before it).
-	w.freshMu.Lock()
-	defer w.freshMu.Unlock()
-	fresh := true
-	if v, ok := w.freshRead.Load(subject); ok && !v.(time.Time).Before(woken) {
-		fresh = false
-	}
+	f := w.freshReads()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, read := f.at[subject]
+	fresh := !read || at.Before(woken)
 	headers, options, err := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, fresh)
 	if err != nil {
 		log.WarnContext(ctx, "lifted halt's secret not read again; the cached value is sent", "subject", subject, "error", pipeline.ErrorText(err))
 		return nil, nil, false
 	}
 	if fresh {
-		w.freshRead.Store(subject, w.Clock.Now())
+		if len(f.at) >= maxFreshSubjects {
+			clear(f.at)
+		}
+		f.at[subject] = w.Clock.Now()
 	}
 	return headers, options, true
+}
+
+// freshReads is when a process last read each halt subject's secrets
+// past the cache for a lifted item (liftedSecrets), at most
+// maxFreshSubjects of them.
+type freshReads struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// maxFreshSubjects bounds freshReads: a subject forgotten is read past
+// the cache once more at its next lifted item.
+const maxFreshSubjects = 256
+
+// freshBooks guards the making of a Worker's freshReads.
+var freshBooks sync.Mutex
+
+// freshReads is w.fresh, made on first use (a Worker copied before that
+// keeps its own).
+func (w *Worker) freshReads() *freshReads {
+	freshBooks.Lock()
+	defer freshBooks.Unlock()
+	if w.fresh == nil {
+		w.fresh = &freshReads{at: map[string]time.Time{}}
+	}
+	return w.fresh
 }
 
 // reread is what reading a rejected credential's secrets again found.

@@ -147,11 +147,10 @@ type Worker struct {
 	// adapts is what this process knows of its downstream keys' adaptive
 	// rows, for the pacing of units (rate.go); made on first use.
 	adapts *pacer.Adapts
-	// freshRead is when this process last read each halt subject's
-	// secrets bypassing its cache for an item woken by a lift (secret.go:
-	// subject → time.Time).
-	freshRead sync.Map
-	freshMu   sync.Mutex
+	// fresh is when this process last read each halt subject's secrets
+	// bypassing its cache for an item woken by a lift (secret.go); made
+	// on first use.
+	fresh *freshReads
 	// reads is when this process last read each run's counters for the
 	// judges of its budget and its sample (shared/judge); made on first
 	// use.
