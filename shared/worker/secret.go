@@ -107,10 +107,13 @@ func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.P
 // the lift says the secret was fixed, and a value cached before it (up to
 // the cache's life) is the refused one, which would be sent once more and
 // refused before the new one (a 401 for every process's first woken
-// item). Read so once per process and lift, then from the cache it
-// refreshed; ok false when the unit has no such item, or the read failed
-// (the values resolved before the take stand, and a refusal reads them
-// again as any does).
+// item). Read so at most once per process every freshEvery while lifted
+// items come, then from the cache it refreshed; ok false when the unit
+// has no such item, or the read failed (the values resolved before the
+// take stand, and a refusal reads them again as any does). A lifted item
+// given back unstarted and taken again at one item a message is in
+// flight, not withheld, on that take: it is not told apart, and its
+// process sends what it has cached.
 func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.Batch, h *hold) (map[string]string, json.RawMessage, bool) {
 	if w.Secrets == nil {
 		return nil, nil, false
@@ -126,9 +129,12 @@ func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.B
 	f := w.freshReads()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := w.Clock.Now() // before the read: a lift after it starts is after it
 	at, read := f.at[subject]
-	fresh := !read || at.Before(woken)
-	headers, options, err := resolveSecretsFrom(ctx, w.Secrets, b.Headers, b.Options, fresh)
+	fresh := !read || at.Before(woken) && now.Sub(at) >= freshEvery
+	rctx, cancel := context.WithTimeout(ctx, freshReadTime)
+	defer cancel()
+	headers, options, err := resolveSecretsFrom(rctx, w.Secrets, b.Headers, b.Options, fresh)
 	if err != nil {
 		log.WarnContext(ctx, "lifted halt's secret not read again; the cached value is sent", "subject", subject, "error", pipeline.ErrorText(err))
 		return nil, nil, false
@@ -137,10 +143,26 @@ func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.B
 		if len(f.at) >= maxFreshSubjects {
 			clear(f.at)
 		}
-		f.at[subject] = w.Clock.Now()
+		f.at[subject] = now
 	}
 	return headers, options, true
 }
+
+// freshEvery is the least time between two reads of a subject's secrets
+// past the cache by one process for lifted items: 30 s. A lift wakes its
+// items in pages, each stamped with its own time, for up to 20 s
+// (control's WakeTime); one read per page would be processes × pages
+// reads of a parameter store that takes about 40 a second (SSM
+// GetParameter's standard throughput, "AWS Systems Manager endpoints and
+// quotas"). A second lift within 30 s of a read (a fix that was wrong
+// too) sends the cached value: refused, it is read again as any refusal
+// is.
+const freshEvery = 30 * time.Second
+
+// freshReadTime bounds one read past the cache for lifted items, which
+// holds the process's other lifted units: 3 s, where a read takes tens of
+// milliseconds.
+const freshReadTime = 3 * time.Second
 
 // freshReads is when a process last read each halt subject's secrets
 // past the cache for a lifted item (liftedSecrets), at most

@@ -225,7 +225,7 @@ func (s *Store) settle(r ledger.Record, mode ledger.Mode) (ledger.Item, error) {
 	setOutcome(cur, r)
 	s.put(cur)
 	if was.Run == r.Run && was.Outcome.Held() {
-		return ledger.Item{Resumed: was.Outcome}, nil
+		return ledger.Item{Resumed: was.Outcome, ResumedAt: was.UpdatedAt}, nil
 	}
 	return ledger.Item{}, nil
 }
