@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -353,17 +352,7 @@ func (w *Worker) triggerFinalize(ctx context.Context, log *slog.Logger, b ledger
 	}
 }
 
-// laneBooks guards the making of a Worker's laneBook.
-var laneBooks sync.Mutex
-
-func (w *Worker) laneBook() *lanebook.Book {
-	laneBooks.Lock()
-	defer laneBooks.Unlock()
-	if w.lanes == nil {
-		w.lanes = &lanebook.Book{}
-	}
-	return w.lanes
-}
+func (w *Worker) laneBook() *lanebook.Book { return made(&w.lanes) }
 
 // countChunks is count for batches created before counter lanes: each
 // chunk's terminal items go to the chunk's counter, one write per chunk

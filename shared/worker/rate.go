@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -19,19 +18,11 @@ import (
 // message, or its track's retry: unitMessage's pacer.Carried) and how it
 // waits for it (rateWait).
 
-// adaptBooks guards the making of a Worker's pacer.Adapts.
-var adaptBooks sync.Mutex
-
 // pacing is a pacer.Pacer on w's Store, Clock and Sleep, with what this
 // process knows of its downstream keys' adaptive rows (w.adapts, made on
 // first use; a Worker copied before that keeps its own).
 func (w *Worker) pacing() *pacer.Pacer {
-	adaptBooks.Lock()
-	defer adaptBooks.Unlock()
-	if w.adapts == nil {
-		w.adapts = &pacer.Adapts{}
-	}
-	return &pacer.Pacer{Store: w.Store, Clock: w.Clock, Sleep: w.Sleep, Adapts: w.adapts}
+	return &pacer.Pacer{Store: w.Store, Clock: w.Clock, Sleep: w.Sleep, Adapts: made(&w.adapts)}
 }
 
 // LeaseAt is the start of the rate lease m carries (zero: none).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/credential"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pacer"
@@ -129,8 +130,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if m.Packed {
 		log = log.With("pack_attempt", h.attempt)
 	}
+	subject := ledger.SecretSubject(b.Headers, b.Options)
 	if serr == nil {
-		if hs, os, ok := w.liftedSecrets(ctx, log, b, h); ok {
+		if hs, os, ok := w.liftedSecrets(ctx, log, b, h, subject); ok {
 			headers, options = hs, os
 		}
 	}
@@ -144,7 +146,6 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		sem = make(chan struct{}, 1)
 	}
 	h.probe = m.probe
-	subject := ledger.SecretSubject(b.Headers, b.Options)
 	lead := throttledLead(b, m, h, runs)
 	if lead > 0 {
 		runs[0], runs[lead] = runs[lead], runs[0]
@@ -579,8 +580,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		s.SpentRun = b.Run
 	}
 	s.Cost, r.cost = res.Cost, res.Cost
-	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rr == rereadRotated
-	if rr == rereadUnchanged {
+	a.Ran, a.Err, a.CutOff, a.Rotated = true, perr, cutOff && perr != nil, rr == credential.RereadRotated
+	if rr == credential.RereadUnchanged {
 		a.Withhold = c.subject
 	}
 	r.interrupted = r.interrupted || a.CutOff

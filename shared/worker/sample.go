@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	mrand "math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -74,18 +73,10 @@ func (w *Worker) holdTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 	return w.sendTrack(ctx, log, tr, d, wait, moved)
 }
 
-// judgeReads guards the making of a Worker's judge.Reads.
-var judgeReads sync.Mutex
-
 // judges is a judge.Judge on w's Store, Clock, Bus, Metrics, BudgetEvery
 // and Parallel, with this process's record of its counter reads
 // (w.reads, made on first use; a Worker copied before that keeps its
 // own).
 func (w *Worker) judges() *judge.Judge {
-	judgeReads.Lock()
-	defer judgeReads.Unlock()
-	if w.reads == nil {
-		w.reads = &judge.Reads{}
-	}
-	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Reads: w.reads}
+	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Reads: made(&w.reads)}
 }

@@ -59,17 +59,7 @@ type callSpeeds struct {
 // batches are then read before their next calls, as new ones are).
 const maxCallSpeeds = 4096
 
-// callSpeedBooks guards the making of a Worker's callSpeeds.
-var callSpeedBooks sync.Mutex
-
-func (w *Worker) callSpeeds() *callSpeeds {
-	callSpeedBooks.Lock()
-	defer callSpeedBooks.Unlock()
-	if w.speeds == nil {
-		w.speeds = &callSpeeds{}
-	}
-	return w.speeds
-}
+func (w *Worker) callSpeeds() *callSpeeds { return made(&w.speeds) }
 
 func (s *callSpeeds) get(id string) (slow, known bool) {
 	s.mu.Lock()

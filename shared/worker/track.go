@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -577,16 +576,7 @@ func (tr *trackRun) closeLines() {
 
 // trackBook is the process's book of chunk tables and slices (made on
 // first use).
-func (w *Worker) trackBook() *tracklines.Book {
-	trackBooks.Lock()
-	defer trackBooks.Unlock()
-	if w.tracks == nil {
-		w.tracks = &tracklines.Book{}
-	}
-	return w.tracks
-}
-
-var trackBooks sync.Mutex
+func (w *Worker) trackBook() *tracklines.Book { return made(&w.tracks) }
 
 // deadTrack handles a track message dead-lettered (its deliveries kept
 // failing: a unit that crashes or hangs the invocation). The unit at its

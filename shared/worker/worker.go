@@ -21,6 +21,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/credential"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/judge"
 	"github.com/bulkrun/bulkrun/shared/lanebook"
@@ -147,10 +148,10 @@ type Worker struct {
 	// adapts is what this process knows of its downstream keys' adaptive
 	// rows, for the pacing of units (rate.go); made on first use.
 	adapts *pacer.Adapts
-	// fresh is when this process last read each halt subject's secrets
-	// bypassing its cache for an item woken by a lift (secret.go); made
-	// on first use.
-	fresh *freshReads
+	// lifts is when this process last read each halt subject's secrets
+	// past its cache for an item woken by a lift (secret.go); made on
+	// first use.
+	lifts *credential.Lifts
 	// reads is when this process last read each run's counters for the
 	// judges of its budget and its sample (shared/judge); made on first
 	// use.
@@ -935,4 +936,19 @@ func throttledFault(err error) error {
 		return ledger.Throttled(f.Service, f.Code, err)
 	}
 	return err
+}
+
+// books guards the making of a Worker's process records (its lane book,
+// adaptive rows, call speeds, track book, lifts and counter reads).
+var books sync.Mutex
+
+// made is *p, a process record made on first use (a Worker copied before
+// that keeps its own); T's zero value is ready to use.
+func made[T any](p **T) *T {
+	books.Lock()
+	defer books.Unlock()
+	if *p == nil {
+		*p = new(T)
+	}
+	return *p
 }
