@@ -21,11 +21,15 @@ const WakeTime = 20 * time.Second
 // Lift lifts the batch's halt on subject and wakes every item withheld
 // under it: each runs once more, with the credential as its secret reads
 // now. Idempotent: a lift of a subject whose halt was lifted already
-// wakes the items still withheld under it (Lifted false). Errors:
-// *InputError naming "subject" when it is empty; ErrNotFound (wrapped)
-// when the batch holds no halt on subject and subject is not the
-// credential its items act under; ErrConflict (wrapped) when the batch
-// is not running (a finished run has no held item); ErrNotFound and
+// wakes the items still withheld under it (Lifted false). A finished
+// batch keeps its halts (a resume's items would be withheld under them
+// at once): its lift removes the halt and wakes nothing, a finished run
+// holding no item (Lifted true, Woken 0, Done true); a resume then runs
+// its items under the credential as it reads. Errors: *InputError
+// naming "subject" when it is empty; ErrNotFound (wrapped) when the
+// batch holds no halt on subject and subject is not the credential its
+// items act under (a finished batch: when it holds no halt on subject);
+// ErrConflict (wrapped) while the batch is submitting; ErrNotFound and
 // ErrExpired for the batch.
 func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult, error) {
 	res := api.LiftResult{Subject: subject}
@@ -36,10 +40,13 @@ func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult,
 	if err != nil {
 		return res, err
 	}
-	if b.Status != api.StatusRunning {
-		return res, fmt.Errorf("lift %s on %s: the batch is %s; only a running batch holds halts: %w", id, subject, b.Status, api.ErrConflict)
-	}
 	_, halted := b.Halts[subject]
+	if b.Status.Finished() {
+		return c.liftFinished(ctx, b, subject, halted)
+	}
+	if b.Status != api.StatusRunning {
+		return res, fmt.Errorf("lift %s on %s: the batch is %s; its source is still being read and no item has run: %w", id, subject, b.Status, api.ErrConflict)
+	}
 	if !halted && subject != ledger.SecretSubject(b.Headers, b.Options) {
 		return res, fmt.Errorf("lift %s: no halt on %s: %w", id, subject, api.ErrNotFound)
 	}
@@ -63,6 +70,26 @@ func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult,
 	}
 	c.Log.InfoContext(ctx, "withheld items woken", "batch_id", id, "subject", subject, "woken", w.Woken, "units", w.Units, "done", res.Done)
 	return res, err
+}
+
+// liftFinished lifts the halt on subject of finished batch b: its run
+// holds no item to wake (a cancel settled them, a finish counted them),
+// so only the halt goes, and a resume's items run under the credential
+// as it reads instead of being withheld at once.
+func (c *Control) liftFinished(ctx context.Context, b ledger.Batch, subject string, halted bool) (api.LiftResult, error) {
+	res := api.LiftResult{Subject: subject, Done: true}
+	if !halted {
+		return res, fmt.Errorf("lift %s: the batch is %s and holds no halt on %s: %w", b.ID, b.Status, subject, api.ErrNotFound)
+	}
+	switch err := c.Store.Lift(ctx, b.ID, subject); {
+	case err == nil:
+		res.Lifted = true
+		c.Log.WarnContext(ctx, "halt lifted by a caller", "batch_id", b.ID, "run", b.Run, "status", string(b.Status), "subject", subject)
+		ledger.AnnounceHalt(ctx, c.Bus, c.Log, ledger.HaltEvent{BatchID: b.ID, Run: b.Run, Subject: subject, Since: b.Halts[subject].Since, At: c.now()})
+	case !errors.Is(err, api.ErrConflict): // ErrConflict: lifted by a call at the same time
+		return res, err
+	}
+	return res, nil
 }
 
 // wakeToCancel settles every held item of b's stopped run

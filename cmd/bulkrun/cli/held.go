@@ -15,6 +15,10 @@ import (
 type lifted struct {
 	BatchID string           `json:"batch_id"`
 	Lifts   []api.LiftResult `json:"lifts"`
+	// Status is the batch's status when the lift was asked; a finished
+	// batch's lift wakes nothing (its run holds no item) and readies a
+	// resume.
+	Status api.Status `json:"status"`
 }
 
 // print writes one line per lift, its subject made inert (textf).
@@ -28,7 +32,14 @@ func (l lifted) print(w io.Writer) {
 		if !r.Done {
 			more = " (more are left: run bulkrun lift again)"
 		}
+		if l.Status.Finished() {
+			textf(w, "batch %s: "+what+"; the batch is %s, so no item waits under it\n", l.BatchID, r.Subject, l.Status)
+			continue
+		}
 		textf(w, "batch %s: "+what+"; %s woken%s\n", l.BatchID, r.Subject, api.Count(r.Woken, "withheld item"), more)
+	}
+	if l.Status.Finished() && len(l.Lifts) > 0 {
+		textf(w, "bulkrun resume %s runs its unfinished items again, under the credential as it reads now\n", l.BatchID)
 	}
 }
 
@@ -45,17 +56,20 @@ func (a *app) liftCmd() *cobra.Command {
 			}
 			id := args[0]
 			subjects := args[1:]
+			v, err := a.api.Status(ctx, id)
+			if err != nil {
+				return err
+			}
 			if len(subjects) == 0 {
-				v, err := a.api.Status(ctx, id)
-				if err != nil {
-					return err
-				}
 				subjects = slices.Sorted(maps.Keys(v.Halts))
-				if len(subjects) == 0 {
+				switch {
+				case len(subjects) == 0 && v.Status.Finished():
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("lift %s: the batch is %s and holds no halt: nothing to lift", id, v.Status)}
+				case len(subjects) == 0:
 					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("lift %s: the batch holds no halt; name the SUBJECT its withheld items show to wake them", id)}
 				}
 			}
-			out := lifted{BatchID: id}
+			out := lifted{BatchID: id, Status: v.Status}
 			for _, s := range subjects {
 				r, err := a.api.LiftAll(ctx, id, s)
 				if err != nil {

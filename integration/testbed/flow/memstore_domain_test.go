@@ -777,6 +777,37 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if c := fin.Report.Census; c.Cancelled != n || c.Withheld != 0 || fin.Report.Status != api.StatusCancelled {
 		t.Fatalf("cancelled: %s %+v; want cancelled, %d cancelled", fin.Report.Status, c, n)
 	}
+
+	// The cancelled batch keeps its halt; its lift removes it and wakes
+	// nothing (no item waits in a finished run), so that a resume, once
+	// the secret is fixed, runs every item instead of withholding it.
+	if b, err = r.ctl.Get(ctx, "cancelled"); err != nil || b.Status != api.StatusCancelled || b.Halts[subject].Since.IsZero() {
+		t.Fatalf("cancelled batch %s, halts %v, %v; want cancelled, the halt on %s kept", b.Status, b.Halts, err, subject)
+	}
+	res, err = r.ctl.Lift(ctx, "cancelled", subject)
+	if err != nil || !res.Lifted || res.Woken != 0 || !res.Done {
+		t.Fatalf("lift of the cancelled batch: %+v %v; want lifted, nothing woken, done", res, err)
+	}
+	if _, err := r.ctl.Lift(ctx, "cancelled", subject); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("lift of the cancelled batch again: %v; want not found (no halt stands)", err)
+	}
+	// The processes still cache the refused value: each item's first call
+	// is refused, the secret read again differs, and the call is made
+	// again with it without an attempt (its lease ends as time goes on).
+	secrets.mu.Lock()
+	secrets.latest = "Bearer right"
+	secrets.mu.Unlock()
+	r.worker.Clock = &tickClock{t: r.clock.T}
+	if b, err = r.sub.Resume(ctx, "cancelled"); err != nil || b.Run != 2 {
+		t.Fatalf("resume: %+v %v", b, err)
+	}
+	r.drain(t, ctx, 1)
+	if fin, err = r.fin.Finalize(ctx, "cancelled", 2); err != nil {
+		t.Fatal(err)
+	}
+	if c := fin.Report.Census; c.Succeeded != n || c.Withheld != 0 || fin.Report.Status != api.StatusCompleted {
+		t.Fatalf("resumed after the lift: %s %+v; want completed, %d succeeded", fin.Report.Status, c, n)
+	}
 }
 
 // The stop line and the census agree: items already in flight when the
