@@ -11,7 +11,10 @@ import (
 
 // Estimate is the running run's pace and projection (api.Estimate) at
 // now from its counters p, by eta.Estimate's rules: nil while it has
-// ended no item, before its start, or while b is paused. The run's items
+// ended no item, before its start, while b is paused, or while its run
+// is being stopped (b.Stop: a cancel or a threshold stop settles the
+// items not started, which are never run, so no finish or cost at the
+// end is projected for them). The run's items
 // are b.RunItems(): a correction run's own, else the batch's.
 //
 // A sampled first run that was approved is paced from the approval
@@ -21,6 +24,9 @@ import (
 // from (eta.Recent); until then the sample's own estimate
 // (api.Approval.Estimate) stands for it.
 func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
+	if b.Stop != "" {
+		return nil
+	}
 	ring := p.Pace
 	if a := b.Approval; b.Run == 1 && a != nil && a.Decision == api.ApprovalApproved && a.DecidedAt.After(b.RunStartedAt) {
 		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(a.DecidedAt) })

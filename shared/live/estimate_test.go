@@ -81,6 +81,11 @@ func TestEstimateOnlyWithAPace(t *testing.T) {
 	if e := Estimate(paused, ledger.Progress{Done: 5}, now); e != nil {
 		t.Errorf("paused: %+v", e)
 	}
+	stopping := b
+	stopping.Stop = api.StatusCancelled
+	if e := Estimate(stopping, ledger.Progress{Done: 5}, now); e != nil {
+		t.Errorf("a cancel settling: %+v", e)
+	}
 	if e := Estimate(ledger.Batch{Batch: api.Batch{ItemCount: 100}}, ledger.Progress{Done: 5}, now); e != nil {
 		t.Errorf("no start: %+v", e)
 	}

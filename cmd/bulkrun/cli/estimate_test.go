@@ -78,6 +78,14 @@ func TestEstimateTextOverTheRecentWindow(t *testing.T) {
 	if got := watchLine(v, r); !strings.Contains(got, "finish ≈") {
 		t.Errorf("approved: watch line %q, want the finish projected", got)
 	}
+	// While a cancel settles the run, its items not started never run:
+	// no pace, no finish, no projected cost; the line says it stops.
+	v.Stop = api.StatusCancelled
+	v.Live.Estimate.ProjectedCost = pipeline.CostSum{"calls": decimal.NewFromInt(3000)}
+	if got := watchLine(v, r); strings.Contains(got, "finish") || strings.Contains(got, "items/s") || strings.Contains(got, "projected") ||
+		!strings.Contains(got, "; stopping (cancelled): the items not started settle without a call") {
+		t.Errorf("stopping: watch line %q", got)
+	}
 }
 
 // TestRestStartsText: approve says when the held rest starts — the

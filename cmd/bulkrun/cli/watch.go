@@ -160,7 +160,8 @@ func watchDone(v wire.BatchView) (int64, bool) {
 // measured over the last RateWindow of polls (none before two polls
 // RateMinSpan apart);
 // once the run has finished, its own: the items it ended over the time
-// from its start to its end.
+// from its start to its end; while the run is being stopped, neither
+// (its items not started settle without running).
 func watchLine(v wire.BatchView, r rateMeter) string {
 	var b strings.Builder
 	b.WriteString(fmt.Sprintf("run %d: ", v.Run))
@@ -207,6 +208,12 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		if done, ok := watchDone(v); ok && !v.RunStartedAt.IsZero() && v.FinishedAt.After(v.RunStartedAt) {
 			b.WriteString(finishedText(v, done))
 		}
+		return b.String()
+	}
+	if v.Stop != "" {
+		// A cancel or a threshold stop settles the items not started,
+		// which never run: no finish to project, no cost at the end.
+		b.WriteString(fmt.Sprintf("; stopping (%s): the items not started settle without a call", v.Stop))
 		return b.String()
 	}
 	if holdsTheRest(v) {
