@@ -148,8 +148,13 @@ type AdaptivePace struct {
 	// throttled answer, at most once a second.
 	LimitPerSecond float64 `json:"limit_per_second"`
 	// CutAt is the last cut: the last throttled answer that lowered the
-	// limit.
+	// limit, or the resume that restarted the pace (Cause).
 	CutAt time.Time `json:"cut_at"`
+	// Cause is why the key is paced since CutAt: AdaptCauseThrottled (the
+	// downstream throttled a call) or AdaptCauseResumed (a batch calling
+	// it resumed after a pause, and the pace restarts in slow start so
+	// that the units that waited come back spread).
+	Cause string `json:"cause"`
 	// HoldUntil is the downstream's Retry-After: no call of the key
 	// starts before it. Absent when none is ahead.
 	HoldUntil *time.Time `json:"hold_until,omitempty"`
@@ -177,6 +182,12 @@ type AdaptivePace struct {
 	// Absent when none is booked ahead.
 	ClearAt *time.Time `json:"clear_at,omitempty"`
 }
+
+// The causes of an adaptive pace (AdaptivePace.Cause).
+const (
+	AdaptCauseThrottled = "throttled"
+	AdaptCauseResumed   = "resumed"
+)
 
 // NeedsAttention reports whether the running run needs a look now: it
 // is paused or halted, an item failed, was quarantined or is withheld,

@@ -16,7 +16,10 @@ func Adaptive(key string, a pace.Adapt, now time.Time) *api.AdaptivePace {
 	if !a.Paced(now) {
 		return nil
 	}
-	p := &api.AdaptivePace{Key: key, LimitPerSecond: a.LimitAt(now), CutAt: a.Cut.UTC(), SlowStart: a.Slow}
+	p := &api.AdaptivePace{Key: key, LimitPerSecond: a.LimitAt(now), CutAt: a.Cut.UTC(), SlowStart: a.Slow, Cause: api.AdaptCauseThrottled}
+	if a.Restarted {
+		p.Cause = api.AdaptCauseResumed
+	}
 	if a.Slow && a.Thresh > 0 {
 		// Slow start ends at its threshold; past it, the limit grows by
 		// its step.

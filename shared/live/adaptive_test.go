@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -28,6 +29,12 @@ func TestAdaptiveShowsAPacedKey(t *testing.T) {
 	if p.Key != "api.example.com" || p.LimitPerSecond != 70 || !p.CutAt.Equal(t0) || !p.SlowStart || p.StepPerSecond != 0 ||
 		p.HoldUntil == nil || !p.HoldUntil.Equal(t0.Add(2*time.Second)) || p.BookedAhead != 0 || p.ClearAt != nil {
 		t.Errorf("within its Retry-After: %+v, want limit 70 in slow start, cut t0, held to t0+2s, nothing booked", *p)
+	}
+	if p.Cause != api.AdaptCauseThrottled {
+		t.Errorf("a throttled key's cause %q, want %q", p.Cause, api.AdaptCauseThrottled)
+	}
+	if r, _ := (pace.Adapt{}).Resumed(t0); Adaptive("api.example.com", r, t0.Add(time.Second)).Cause != api.AdaptCauseResumed {
+		t.Errorf("a key restarted by a resume: cause %q, want %q", Adaptive("api.example.com", r, t0.Add(time.Second)).Cause, api.AdaptCauseResumed)
 	}
 	b := pace.Adapt{Limit: 98, Step: 9.8, Cut: t0.Add(4 * time.Second), Base: 200} // a cut to 98, +9.8/s
 	b.Booked = b.Allowance(t0.Add(5*time.Second)) + 300

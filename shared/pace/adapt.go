@@ -105,6 +105,10 @@ type Adapt struct {
 	Hold   time.Time
 	Base   float64
 	Booked float64
+	// Restarted: the last cut was a resume's restart (Resumed), not a
+	// throttled answer (Throttled clears it), so that what reads the row
+	// says why the key is paced.
+	Restarted bool
 }
 
 // from is when the limit starts growing and the allowance accruing: the
@@ -329,6 +333,7 @@ func Backoff(own, refused int) float64 {
 // at the new pace. Hold moves to now + retryAfter when that is later.
 func (a Adapt) Throttled(now time.Time, own int, f float64, retryAfter time.Duration, accepted time.Time) (Adapt, bool) {
 	n := a
+	n.Restarted = false // what this writes is a throttled answer's
 	cut := false
 	if f <= 0 || f > 1 {
 		f = AdaptBackoff
@@ -414,7 +419,7 @@ func (a Adapt) Resumed(now time.Time) (Adapt, bool) {
 	// A slow start with no end: the key's pace before the pause is no
 	// bound on it now.
 	n.Limit, n.Slow, n.Thresh, n.Step = AdaptResume, true, 0, max(AdaptMinStep, AdaptGrowth*AdaptResume)
-	n.Base, n.Cut, n.Hold = a.Allowance(now), now, time.Time{}
+	n.Base, n.Cut, n.Hold, n.Restarted = a.Allowance(now), now, time.Time{}, true
 	return n, true
 }
 

@@ -219,8 +219,11 @@ func TestAdaptWait(t *testing.T) {
 func TestAdaptResumed(t *testing.T) {
 	var a Adapt
 	r, changed := a.Resumed(at0)
-	if !changed || r.Limit != AdaptResume || !r.Slow || !r.Cut.Equal(at0) || r.Base != 0 || !r.Paced(at0) {
-		t.Fatalf("a key not paced, resumed: %+v (changed %v), want %v a second in slow start from at0", r, changed, AdaptResume)
+	if !changed || r.Limit != AdaptResume || !r.Slow || !r.Cut.Equal(at0) || r.Base != 0 || !r.Paced(at0) || !r.Restarted {
+		t.Fatalf("a key not paced, resumed: %+v (changed %v), want %v a second in slow start from at0, restarted", r, changed, AdaptResume)
+	}
+	if th, changed := r.Throttled(at0.Add(2*time.Second), 30, AdaptBackoff, 0, time.Time{}); !changed || th.Restarted {
+		t.Errorf("a restarted key cut by a throttled answer: %+v (changed %v), want its cause the throttling", th, changed)
 	}
 	if d := r.Due(20, at0).Sub(at0); d < 1400*time.Millisecond || d > 1700*time.Millisecond {
 		t.Errorf("position 20 due %v after the resume, want ≈ 1.5 s (10/s doubling every 2 s)", d)

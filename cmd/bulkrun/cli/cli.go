@@ -875,10 +875,17 @@ func (a *app) uploadDir(ctx context.Context, dir string) (string, int, error) {
 // the last due by 2026-12-05T10:00:40Z at this limit". A hold adds "no call before …
 // (its Retry-After)"; slow start says "doubling every 2 s" (with "up to
 // R requests/s" when it ends there, api.AdaptivePace.SlowStartTo)
-// instead of the step.
+// instead of the step. A pace a resume restarted (Cause
+// api.AdaptCauseResumed) says so: "adaptive pace: api.example.com
+// restarted as a batch calling it resumed from a pause; every batch …
+// (since 2026-12-05T10:00:03Z, doubling …)".
 func AdaptivePaceText(p api.AdaptivePace) string {
-	s := fmt.Sprintf("adaptive pace: %s throttled bulkrun's calls; every batch with no rate calling it is held to %s requests/s (cut %s, ",
-		p.Key, limitText(p.LimitPerSecond), stamp(p.CutAt))
+	why, at := "throttled bulkrun's calls", "cut"
+	if p.Cause == api.AdaptCauseResumed {
+		why, at = "restarted as a batch calling it resumed from a pause", "since"
+	}
+	s := fmt.Sprintf("adaptive pace: %s %s; every batch with no rate calling it is held to %s requests/s (%s %s, ",
+		p.Key, why, limitText(p.LimitPerSecond), at, stamp(p.CutAt))
 	switch {
 	case p.SlowStart && p.SlowStartTo > 0:
 		s += fmt.Sprintf("doubling every 2 s up to %s requests/s while no call is throttled)", limitText(p.SlowStartTo))

@@ -421,4 +421,9 @@ func TestAdaptivePaceText(t *testing.T) {
 	if got != want {
 		t.Errorf("in slow start up to a threshold:\n got %q\nwant %q", got, want)
 	}
+	got = AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 10, CutAt: cut, SlowStart: true, Cause: api.AdaptCauseResumed})
+	want = "adaptive pace: api.example.com restarted as a batch calling it resumed from a pause; every batch with no rate calling it is held to 10.0 requests/s (since 2026-12-05T10:00:03Z, doubling every 2 s while no call is throttled)"
+	if got != want {
+		t.Errorf("restarted by a resume:\n got %q\nwant %q", got, want)
+	}
 }

@@ -27,6 +27,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 	same := func(what string, got, want pace.Adapt) {
 		t.Helper()
 		if got.Limit != want.Limit || got.Step != want.Step || got.Slow != want.Slow || got.Thresh != want.Thresh || got.Base != want.Base || got.Booked != want.Booked ||
+			got.Restarted != want.Restarted ||
 			got.Cut.UnixMicro() != want.Cut.UnixMicro() || got.Hold.UnixMicro() != want.Hold.UnixMicro() ||
 			got.Cut.IsZero() != want.Cut.IsZero() || got.Hold.IsZero() != want.Hold.IsZero() {
 			t.Errorf("%s = %+v, want %+v", what, got, want)
@@ -49,7 +50,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 		return got, ok
 	}
 	same("no row", read(), pace.Adapt{})
-	r1 := pace.Adapt{Limit: 70.5, Step: 7.05, Slow: true, Thresh: 100.75, Cut: T0.Add(1234567 * time.Nanosecond), Hold: T0.Add(2 * time.Second)}
+	r1 := pace.Adapt{Limit: 70.5, Step: 7.05, Slow: true, Thresh: 100.75, Cut: T0.Add(1234567 * time.Nanosecond), Hold: T0.Add(2 * time.Second), Restarted: true}
 	want1 := r1
 	want1.Cut = r1.Cut.Truncate(time.Microsecond)
 	got, ok := cut(pace.Adapt{}, r1)
@@ -71,7 +72,7 @@ func adaptCuts(t *testing.T, s ledger.Store) {
 	got, ok = cut(want1, r2)
 	check(t, "a cut from the row read: written", ok, true)
 	r2.Booked = 15
-	same("second cut, its Hold and Thresh removed, its Booked left", got, r2)
+	same("second cut, its Hold, Thresh and Restarted removed, its Booked left", got, r2)
 	same("second cut read back", read(), r2)
 	var wins atomic.Int32
 	var wg sync.WaitGroup

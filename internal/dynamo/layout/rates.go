@@ -46,23 +46,26 @@ func TokensPK(key string) string { return PKTokens + key }
 // (its growth a second), ad_slow (1: in slow start), ad_thresh (where slow
 // start ends, requests a second; absent: at pace.AdaptCeiling), ad_base (the
 // allowance at the cut, calls), ad_cut_us and ad_hold_us (epoch
-// microseconds; absent: none), written by a throttled call's cut (at most
-// about once a second with the limit changed), and ad_booked (the
+// microseconds; absent: none), ad_resumed (1: the last cut was a
+// resume's restart, not a throttled answer; absent: a throttled answer),
+// written by a throttled call's cut (at most
+// about once a second with the limit changed) or a resume, and ad_booked (the
 // positions leased, calls), one conditional update per lease; read at
 // most once a second by each item function process calling the key. Its
 // TTL is renewed by each write. Like the bucket rows it belongs to the
 // key, not to a batch.
 const (
-	PKAdapt      = "ADAPT#"
-	SKAdapt      = "ADAPT"
-	AttrAdLimit  = "ad_limit"
-	AttrAdStep   = "ad_step"
-	AttrAdSlow   = "ad_slow"
-	AttrAdThresh = "ad_thresh"
-	AttrAdBase   = "ad_base"
-	AttrAdCutUs  = "ad_cut_us"
-	AttrAdHoldUs = "ad_hold_us"
-	AttrAdBooked = "ad_booked"
+	PKAdapt       = "ADAPT#"
+	SKAdapt       = "ADAPT"
+	AttrAdLimit   = "ad_limit"
+	AttrAdStep    = "ad_step"
+	AttrAdSlow    = "ad_slow"
+	AttrAdThresh  = "ad_thresh"
+	AttrAdBase    = "ad_base"
+	AttrAdCutUs   = "ad_cut_us"
+	AttrAdHoldUs  = "ad_hold_us"
+	AttrAdBooked  = "ad_booked"
+	AttrAdResumed = "ad_resumed"
 )
 
 // AdaptPK is the partition key of downstream key key's adaptive row.

@@ -27,8 +27,9 @@ func (s Rows) ReadAdapt(ctx context.Context, key string) (pace.Adapt, error) {
 }
 
 // CutAdapt implements pace.Rows with one UpdateItem: SET ad_limit,
-// ad_step, ad_slow, ad_thresh, ad_base, ad_cut_us and ad_hold_us (a zero
-// time or threshold removes its attribute) under ad_cut_us = Was.Cut and
+// ad_step, ad_slow, ad_thresh, ad_base, ad_cut_us, ad_hold_us and
+// ad_resumed (a zero time or threshold, or Restarted false, removes its
+// attribute) under ad_cut_us = Was.Cut and
 // ad_hold_us = Was.Hold (attribute_not_exists for a zero time); ad_booked
 // is left as it is. A lost condition returns the stored row (ALL_OLD), answered
 // with false.
@@ -46,6 +47,11 @@ func (s Rows) CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, 
 		u = u.Set(expression.Name(layout.AttrAdThresh), expression.Value(c.Row.Thresh))
 	} else {
 		u = u.Remove(expression.Name(layout.AttrAdThresh))
+	}
+	if c.Row.Restarted {
+		u = u.Set(expression.Name(layout.AttrAdResumed), expression.Value(1))
+	} else {
+		u = u.Remove(expression.Name(layout.AttrAdResumed))
 	}
 	for _, a := range []struct {
 		name string
@@ -144,19 +150,19 @@ func adaptIs(name string, t time.Time) expression.ConditionBuilder {
 func readAdaptRow(key string, attrs map[string]types.AttributeValue) (pace.Adapt, error) {
 	var a pace.Adapt
 	var cut, hold int64
-	var slow int
+	var slow, resumed int
 	for _, f := range []struct {
 		name string
 		v    any
 	}{{layout.AttrAdLimit, &a.Limit}, {layout.AttrAdStep, &a.Step}, {layout.AttrAdSlow, &slow}, {layout.AttrAdThresh, &a.Thresh}, {layout.AttrAdBase, &a.Base},
-		{layout.AttrAdCutUs, &cut}, {layout.AttrAdHoldUs, &hold}, {layout.AttrAdBooked, &a.Booked}} {
+		{layout.AttrAdCutUs, &cut}, {layout.AttrAdHoldUs, &hold}, {layout.AttrAdBooked, &a.Booked}, {layout.AttrAdResumed, &resumed}} {
 		if v, ok := attrs[f.name]; ok {
 			if err := attributevalue.Unmarshal(v, f.v); err != nil {
 				return pace.Adapt{}, fmt.Errorf("adaptive row %s: read %s: %w", key, f.name, err)
 			}
 		}
 	}
-	a.Slow = slow != 0
+	a.Slow, a.Restarted = slow != 0, resumed != 0
 	if cut != 0 {
 		a.Cut = time.UnixMicro(cut).UTC()
 	}

@@ -208,7 +208,9 @@ function waitingText(l) {
 // climbs back, a Retry-After's hold, and the calls booked ahead.
 function adaptiveText(p) {
   const r = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
-  let t = p.key + " throttled; every batch with no rate calling it is held to " + r(p.limit_per_second) + " requests/s (cut " +
+  const resumed = p.cause === "resumed";
+  let t = p.key + (resumed ? " restarted as a batch calling it resumed from a pause" : " throttled") +
+    "; every batch with no rate calling it is held to " + r(p.limit_per_second) + " requests/s (" + (resumed ? "since " : "cut ") +
     fmtTime(p.cut_at) + "; " + (p.slow_start ? "doubling every 2 s" + (p.slow_start_to ? " up to " + r(p.slow_start_to) + " requests/s" : "") : "+" + r(p.step_per_second || 0) + " requests/s each second") +
     " while no call is throttled)";
   if (p.hold_until) t += "; no call before " + fmtTime(p.hold_until) + " (its Retry-After)";
