@@ -33,6 +33,11 @@ type Track struct {
 	Counters int `json:"cs,omitempty"`
 	Counter  int `json:"cn,omitempty"`
 	Drained  int `json:"cd,omitempty"`
+	// Size is the run's slice size in items (pace.SliceSize, computed by
+	// the submit that started the run's tracks): every track numbers the
+	// run's slices by it. 0, as a track sent before tracks carried it has
+	// it: pace.SliceSizeItems of the run.
+	Size int64 `json:"sz,omitempty"`
 	// Seq fences the track's sends: each new message of the track carries
 	// a higher one, and a delivery whose Seq is below the fence row's is
 	// stale (acknowledged, not run).

@@ -7,7 +7,7 @@
 // Concurrency by schedule (tracks.go). A batch with max_concurrency N
 // runs on at most N tracks: each track is one items-queue message that
 // runs its units one after another, and takes the next slice of the
-// manifest (SliceSize: up to SliceItems items, whole packs, at least
+// manifest (SliceSize: up to SliceUnits units, whole packs, at least
 // SlicesPerTrack slices per track in a small run) from a claim counter
 // of its run when its slice is done (one counter per TracksPerCounter
 // tracks; a track whose counter is drained moves on to the next). No

@@ -2,10 +2,17 @@ package pace
 
 import "time"
 
-// SliceItems is the most items a track claims at a time, rounded up to
-// whole packs (SliceSize): small enough that the tracks of a batch end
-// within one slice of each other, large enough that the claim counter of
-// a large run takes one write per SliceItems items.
+// SliceUnits is the most units (messages' worth: K items each) a track
+// claims at a time (SliceSize): small enough that the tracks of a batch
+// end within one slice of each other (a slice's units run one after
+// another), large enough that the claim counter of a large run takes one
+// write, its track one fence take and one counter write per SliceUnits
+// units, not per SliceUnits items.
+const SliceUnits = 100
+
+// SliceItems is the most items of a slice of a run whose tracks were
+// sent before they carried their slice size (ledger.Track.Size 0):
+// SliceSizeItems.
 const SliceItems = 100
 
 // MaxTrackRetries is the most units one track keeps waiting for a retry
@@ -31,14 +38,31 @@ const SlicesPerTrack = 4
 
 // SliceSize is the items of a slice of a run of runItems items, k items
 // per message (1–100; below 1 taken as 1) and limit max_concurrency:
-// ⌈runItems / (SlicesPerTrack × limit)⌉ clamped to 1–SliceItems, rounded
-// up to whole packs (k × ⌈size / k⌉), so that a slice starts on a pack
-// boundary of its chunk and holds whole packs: 100 items for every run
-// of 400 × limit items or more and every k dividing 100. The last slice
-// of a fan-out chunk holds what is left of the chunk.
+// ⌈runItems / (SlicesPerTrack × limit)⌉ clamped to 1–SliceUnits × k,
+// rounded up to whole packs (k × ⌈size / k⌉), so that a slice starts on a
+// pack boundary of its chunk and holds whole packs: 100 units (100 × k
+// items) for every run of 400 × limit × k items or more. The last slice
+// of a fan-out chunk holds what is left of the chunk (a product run's
+// chunks are 5,000 items, source.DefaultChunkItems). The submit that
+// starts a run's tracks computes it once and sends it with each track
+// (ledger.Track.Size), so that a change of this rule never meets a run
+// already going.
 func SliceSize(k int, runItems int64, limit int) int64 {
+	return sliceSize(k, runItems, limit, int64(SliceUnits)*int64(max(k, 1)))
+}
+
+// SliceSizeItems is SliceSize as it was before tracks carried their
+// slice size: at most SliceItems items whatever k, so that a slice of a
+// large run at K = 10 held 10 units. A track message with no size (sent
+// by a stack before the change, ledger.Track.Size 0) numbers its run's
+// slices by it, as every track of that run does.
+func SliceSizeItems(k int, runItems int64, limit int) int64 {
+	return sliceSize(k, runItems, limit, SliceItems)
+}
+
+func sliceSize(k int, runItems int64, limit int, most int64) int64 {
 	k, limit = max(k, 1), max(limit, 1)
-	per := min(max((runItems+int64(SlicesPerTrack*limit)-1)/int64(SlicesPerTrack*limit), 1), SliceItems)
+	per := min(max((runItems+int64(SlicesPerTrack*limit)-1)/int64(SlicesPerTrack*limit), 1), most)
 	return int64(k) * ((per + int64(k) - 1) / int64(k))
 }
 
@@ -107,15 +131,32 @@ type Layout struct {
 	Size       int64
 }
 
-// NewLayout is the layout of a run of chunks at k items per message and
-// limit max_concurrency. The submit that starts the run's tracks and
-// every track compute the same from the run's chunk table.
+// NewLayout is the layout of a new run of chunks at k items per message
+// and limit max_concurrency (SliceSize). The submit that starts the
+// run's tracks computes it and sends its Size with each track; every
+// track lays the run out again from the run's chunk table and that size
+// (LayoutOf).
 func NewLayout(chunks []Span, k, limit int) Layout {
-	var n, items int64
+	return LayoutOf(chunks, SliceSize(k, SpanItems(chunks), limit))
+}
+
+// LayoutOf is the layout of a run of chunks cut into slices of size
+// items (at least 1).
+func LayoutOf(chunks []Span, size int64) Layout {
+	var n int64
 	for _, c := range chunks {
-		n, items = max(n, c.Count), items+c.Count
+		n = max(n, c.Count)
 	}
-	return Layout{Chunks: chunks, ChunkItems: max(n, 1), Size: SliceSize(k, items, limit)}
+	return Layout{Chunks: chunks, ChunkItems: max(n, 1), Size: max(size, 1)}
+}
+
+// SpanItems is how many items chunks hold.
+func SpanItems(chunks []Span) int64 {
+	var items int64
+	for _, c := range chunks {
+		items += c.Count
+	}
+	return items
 }
 
 // PerChunk is how many slice numbers each chunk takes.

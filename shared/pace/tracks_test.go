@@ -7,20 +7,26 @@ import (
 
 // TestSliceSize guards that a slice holds whole packs and that a run has
 // at least SlicesPerTrack slices per track while slices are under 100
-// items: 100 items for a run of 400 × limit items or more at every K
-// dividing 100, K × ⌈100 / K⌉ at the others, smaller below.
+// units: 100 units (100 × K items) for a run of 400 × limit × K items or
+// more, smaller below (a run of 10^6 items at limit 1,000 and K = 100:
+// 250 items, rounded up to 3 packs). SliceSizeItems, the rule of tracks
+// sent without their size, stops at 100 items whatever K: K × ⌈100 / K⌉.
 func TestSliceSize(t *testing.T) {
 	for _, c := range []struct {
-		k     int
-		items int64
-		limit int
-		want  int64
+		k         int
+		items     int64
+		limit     int
+		want, old int64
 	}{
-		{0, 1e6, 10, 100}, {1, 1e6, 10, 100}, {10, 1e6, 10, 100}, {3, 1e6, 10, 102}, {7, 1e6, 10, 105}, {100, 1e6, 1000, 100},
-		{1, 4000, 10, 100}, {1, 40, 3, 4}, {10, 40, 3, 10}, {1, 1, 1000, 1}, {1, 10000, 10, 100}, {1, 1000, 10, 25},
+		{0, 1e6, 10, 100, 100}, {1, 1e6, 10, 100, 100}, {10, 1e6, 10, 1000, 100}, {3, 1e6, 10, 300, 102}, {7, 1e6, 10, 700, 105},
+		{100, 1e6, 1000, 300, 100}, {100, 1e8, 1000, 10000, 100}, {10, 20000, 10, 500, 100}, {10, 2000, 10, 50, 50},
+		{1, 4000, 10, 100, 100}, {1, 40, 3, 4, 4}, {10, 40, 3, 10, 10}, {1, 1, 1000, 1, 1}, {1, 10000, 10, 100, 100}, {1, 1000, 10, 25, 25},
 	} {
 		if got := SliceSize(c.k, c.items, c.limit); got != c.want {
 			t.Errorf("SliceSize(%d, %d, %d) = %d, want %d", c.k, c.items, c.limit, got, c.want)
+		}
+		if got := SliceSizeItems(c.k, c.items, c.limit); got != c.old {
+			t.Errorf("SliceSizeItems(%d, %d, %d) = %d, want %d", c.k, c.items, c.limit, got, c.old)
 		}
 	}
 }

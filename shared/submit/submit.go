@@ -793,7 +793,7 @@ func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []sou
 	for j := range n {
 		ci, _, _, _, _ := l.Slice(int64(j))
 		body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: key, Chunk: &chunks[ci],
-			Track: &ledger.Track{Index: j, Tracks: n, Counters: counters, Counter: pace.HomeCounter(j, counters), Seq: 1, Slice: int64(j)}, Priority: priorityOf(b)}.Body()
+			Track: &ledger.Track{Index: j, Tracks: n, Counters: counters, Counter: pace.HomeCounter(j, counters), Size: l.Size, Seq: 1, Slice: int64(j)}, Priority: priorityOf(b)}.Body()
 		if err != nil {
 			return err
 		}

@@ -400,8 +400,10 @@ func (tr *trackRun) claim(ctx context.Context) error {
 	return nil
 }
 
-// layout is the run's slice layout (pace.NewLayout) from its fan-out
-// chunks (the run's chunk table, read once per process).
+// layout is the run's slice layout (pace.LayoutOf) from its fan-out
+// chunks (the run's chunk table, read once per process) and the slice
+// size the track carries (pace.SliceSizeItems of the run for a track
+// sent before tracks carried it).
 func (tr *trackRun) layout(ctx context.Context) (pace.Layout, []source.Chunk, error) {
 	chunks, err := tr.w.trackBook().Chunks(ctx, tr.w.Blobs, tr.msg.ManifestKey)
 	if err != nil {
@@ -411,7 +413,11 @@ func (tr *trackRun) layout(ctx context.Context) (pace.Layout, []source.Chunk, er
 	for i, c := range chunks {
 		spans[i] = pace.Span{First: c.FirstIndex, Count: c.Count}
 	}
-	return pace.NewLayout(spans, tr.b.Pack(), tr.b.MaxConcurrency), chunks, nil
+	size := tr.msg.Track.Size
+	if size <= 0 {
+		size = pace.SliceSizeItems(tr.b.Pack(), pace.SpanItems(spans), tr.b.MaxConcurrency)
+	}
+	return pace.LayoutOf(spans, size), chunks, nil
 }
 
 // loadSlice reads where the track's slice lies: its fan-out chunk (the

@@ -332,3 +332,74 @@ func TestTrackCountsEveryTenSeconds(t *testing.T) {
 		t.Errorf("%d counter lane writes in %d deliveries of %d items of 3 s: want more than one per delivery (counted while it runs) and at most %d (once per 10 s and per delivery)", w, deliveries, n, most)
 	}
 }
+
+// TestTrackWithoutItsSizeKeepsItsRunsSlices guards the change of slice
+// size from 100 items to 100 units (pace.SliceSize): the submit sends
+// the size with each track (ledger.Track.Size) and every track numbers
+// the run's slices by it; a track message without one, as a stack
+// before the change sent, numbers them by the old rule
+// (pace.SliceSizeItems), as every other track of its run does. 8,000
+// items at K = 10 on 2 tracks, 1,000-item chunks: 100-unit slices are
+// 1,000 items (8 slices, 6 claimed), the old rule's 100 items (80, 78
+// claimed); with the sizes stripped from the queued tracks the claim
+// counter deals the old rule's. Either way every item runs once.
+func TestTrackWithoutItsSizeKeepsItsRunsSlices(t *testing.T) {
+	const n, k, limit = 8000, 10, 2
+	for _, strip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stripped=%v", strip), func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			r.sub.ChunkItems = 1000
+			b := submitK(t, r, "sized", k, n, func(req *api.SubmitRequest) { req.MaxConcurrency = limit })
+			size, old := pace.SliceSize(k, n, limit), pace.SliceSizeItems(k, n, limit)
+			if size != 1000 || old != 100 {
+				t.Fatalf("slices of %d items, %d by the old rule; the test needs 1,000 and 100", size, old)
+			}
+			ds := r.queue.take()
+			if len(ds) != limit {
+				t.Fatalf("%d messages queued after the submit, want %d tracks", len(ds), limit)
+			}
+			for i := range ds {
+				var m map[string]any
+				if err := json.Unmarshal(ds[i].Body, &m); err != nil {
+					t.Fatal(err)
+				}
+				tr, _ := m["track"].(map[string]any)
+				if got, _ := tr["sz"].(float64); int64(got) != size {
+					t.Fatalf("track %d sent with size %v, want %d", i, tr["sz"], size)
+				}
+				if strip {
+					delete(tr, "sz")
+					body, err := json.Marshal(m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ds[i].Body = body
+				}
+			}
+			r.queue.put(ds)
+			twiceEachRound(ctx, t, r)
+			for i := range n {
+				if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+				}
+			}
+			per := size
+			if strip {
+				per = old
+			}
+			slices := int64(n) / per
+			got, err := r.store.SliceCounter(ctx, ledger.SliceCounterRead{BatchID: "sized", Run: 1, Counters: 1})
+			if want := slices - limit; err != nil || got.Claims < want || got.Claims > want+limit {
+				t.Errorf("claims answered %d (%v); want the %d slices of %d items past the tracks' own, and at most one past them per track", got.Claims, err, want, per)
+			}
+			r.finalizeFour(t, ctx, b.ID, func(c api.Census) {
+				if c.Total != n || c.Succeeded != n {
+					t.Errorf("census %+v", c)
+				}
+			})
+		})
+	}
+}
