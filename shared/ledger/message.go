@@ -30,11 +30,16 @@ import (
 // would take for a resume's). Version 3 keeps the error text of a pack
 // item that turned failed or quarantined on its attention row alone: its
 // pack entry has no e, and readers take the text from the attention row
-// (a release of version 2 would give such items no text). Code meeting a version
+// (a release of version 2 would give such items no text). Version 4 cuts
+// a max_concurrency run into slices of up to 100 units (100 × K items,
+// pace.SliceSize), its tracks carrying the size (Track.Size, "sz"): a
+// release of version 3 would number such a run's slices by 100 items and
+// run items twice or never; version 3's tracks, with no size, are cut by
+// its rule (pace.SliceSizeItems). Code meeting a version
 // above its own leaves the message on the queue and refuses the row
 // (docs/operations.md, "Upgrading with batches in flight"); golden files
 // pin every version's shapes (integration/testbed/formats/testdata).
-const FormatVersion = 3
+const FormatVersion = 4
 
 // NewerFormatError is a message or row of a format version above
 // FormatVersion: written by a newer release. The message is left on the
