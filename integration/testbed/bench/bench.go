@@ -84,6 +84,11 @@ type Scenario struct {
 	// goes on that many tracks (docs/adr/0028), each running its units
 	// one after another.
 	MaxConcurrency int
+	// ChunkItems, when > 0, is the run's fan-out chunk in place of the
+	// bench's ChunkItems (the product's is 5,000 items,
+	// source.DefaultChunkItems): a run on tracks cuts no slice across a
+	// chunk, so the chunk bounds its slices.
+	ChunkItems int
 }
 
 // Delivery orders of a Scenario.
@@ -506,6 +511,9 @@ func newRun(cfg aws.Config, b *bed, sc Scenario, res *Result) (*run, error) {
 	r.sub = &submit.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log,
 		Pipelines: []string{EchoPipeline}, MaxAttempts: config.DefaultMaxAttempts, MaxReceiveCount: config.DefaultMaxReceiveCount,
 		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: source.SourcePolicy{Bucket: b.name}, ChunkItems: ChunkItems}
+	if sc.ChunkItems > 0 {
+		r.sub.ChunkItems = sc.ChunkItems
+	}
 	// A transient failure's retry comes back after a second (the
 	// shortest visibility change), not after the default backoff.
 	r.worker = &worker.Worker{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log, Metrics: metrics.Buffered(), // as the item function's

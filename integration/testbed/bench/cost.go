@@ -28,6 +28,7 @@ type Figures struct {
 	PermanentPercent         int     `json:"permanent_failure_percent"`
 	ThresholdPercent         float64 `json:"tolerated_failure_percent,omitempty"`
 	MaxConcurrency           int     `json:"max_concurrency,omitempty"` // the batch's; 0: none
+	ChunkItems               int     `json:"chunk_items,omitempty"`     // the run's fan-out chunk; 0: the bench's ChunkItems
 	Succeeded                int64   `json:"succeeded"`
 	Failed                   int64   `json:"failed"`
 	Cancelled                int64   `json:"cancelled"`
@@ -98,8 +99,8 @@ func (r Result) Figures() Figures {
 	f := Figures{
 		Name: r.Name, Items: r.Items, ItemsPerMessage: max(1, r.ItemsPerMessage), InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
 		Delivery: r.Delivery, TransientPercent: r.TransientPercent, PermanentPercent: r.PermanentPercent, ThresholdPercent: r.ThresholdPercent,
-		MaxConcurrency: r.MaxConcurrency,
-		Succeeded:      r.Census.Succeeded, Failed: r.Census.Failed, Cancelled: r.Census.Cancelled,
+		MaxConcurrency: r.MaxConcurrency, ChunkItems: r.ChunkItems,
+		Succeeded: r.Census.Succeeded, Failed: r.Census.Failed, Cancelled: r.Census.Cancelled,
 		RedeliveriesPerItem: float64(r.Redeliveries) / n, ChunksPerMessageBatch: r.ChunksPerMessageBatch,
 		WriteUnitsPerItem:        r.Usage.WriteUnits(nil) / n,
 		ReadUnitsPerItem:         r.Usage.ReadUnits(nil) / n,

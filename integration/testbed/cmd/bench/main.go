@@ -33,8 +33,9 @@ func main() {
 	out := flag.String("out", "build/bench/cost.json", "where to write the figures as JSON")
 	only := flag.String("only", "", "run only the scenarios whose name matches this regular expression")
 	limit := flag.Int("limit", 10, "the max_concurrency of the scenarios with one (above 64: a run on several claim counters)")
+	chunk := flag.Int("chunk", 0, "the fan-out chunk of every scenario in items (0: the bench's 200, bench.ChunkItems; the product's is 5,000)")
 	flag.Parse()
-	if err := run(*items, *limit, *out, *only); err != nil {
+	if err := run(*items, *limit, *chunk, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -80,7 +81,7 @@ func Scenarios(items, limit int) (clean, failing []bench.Scenario) {
 	return clean, failing
 }
 
-func run(items, limit int, out, only string) error {
+func run(items, limit, chunk int, out, only string) error {
 	ctx := context.Background()
 	cfg, err := function.AWSConfig(ctx)
 	if err != nil {
@@ -96,6 +97,7 @@ func run(items, limit int, out, only string) error {
 		if !match.MatchString(sc.Name) {
 			continue
 		}
+		sc.ChunkItems = chunk
 		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, sc.Items)
 		r, err := bench.Run(ctx, cfg, sc)
 		if err != nil {
