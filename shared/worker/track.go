@@ -31,12 +31,16 @@ import (
 // nears its deadline margin, or to come back when its earliest retry is
 // due or its batch's pause is next checked. Counted every
 // Worker.ProgressEvery (TrackProgressEvery, 10 s, by default) and at the
-// end of a delivery, and at most every trackCountItems items ended.
+// end of a delivery, and at most every trackCountUnits units' items
+// ended.
 
-// trackCountItems bounds how many of a track's ended items wait to be
-// counted: 100, so that a track of short units (100 items a second and
-// more) writes its counter lane about once a second, not at each unit.
-const trackCountItems = 100
+// trackCountUnits bounds how many of a track's ended items wait to be
+// counted: 100 units' (100 × K items), so that a track of short units
+// (100 units a second and more) writes its counter lane about once a
+// second, not at each unit, at every K (at 100 items, a track at K = 10
+// wrote its lane once per 10 units, twice the lane writes of the same
+// run without max_concurrency).
+const trackCountUnits = 100
 
 // trackRun is one delivery's run of a track.
 type trackRun struct {
@@ -171,7 +175,7 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		est = max(est, w.Clock.Now().Sub(start))
 		moved = true
 		dones = append(dones, dns...)
-		if len(dones) >= trackCountItems || every >= 0 && w.Clock.Now().Sub(counted) >= every {
+		if len(dones) >= trackCountUnits*b.Pack() || every >= 0 && w.Clock.Now().Sub(counted) >= every {
 			count()
 		}
 	}

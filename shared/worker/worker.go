@@ -182,7 +182,7 @@ const DefaultProgressEvery = 2 * time.Second
 // which runs its messages side by side, writes once per 2 s for all of
 // them; at 10 s, once per 50 such items (docs/adr/0027, "Tracks"). A
 // track also counts at the end of each delivery and once
-// trackCountItems items wait.
+// trackCountUnits units' items wait.
 const TrackProgressEvery = 10 * time.Second
 
 // The worker's retry schedules (internal/retry).
