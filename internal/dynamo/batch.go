@@ -613,11 +613,13 @@ func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
 	return nil
 }
 
-// Lift removes subject's halt from the batch row: REMOVE
-// halts.{layout.HaltKey} under attribute_exists(halts.{layout.HaltKey}).
-func (s *Store) Lift(ctx context.Context, id, subject string) error {
+// Lift removes subject's halt from the batch row and stamps the lift:
+// REMOVE halts.{layout.HaltKey} SET lifted_ms = :at under
+// attribute_exists(halts.{layout.HaltKey}).
+func (s *Store) Lift(ctx context.Context, id, subject string, at time.Time) error {
 	path := expression.Name(layout.AttrHalts + "." + layout.HaltKey(subject))
-	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(path)).WithUpdate(expression.Remove(path)).Build()
+	u := expression.Remove(path).Set(expression.Name(layout.AttrLiftedMs), expression.Value(layout.Ms(at)))
+	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(path)).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}

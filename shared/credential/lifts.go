@@ -8,14 +8,14 @@ import (
 )
 
 // FreshEvery is the least time between two reads of a subject's secrets
-// past the cache by one process for lifted items (Lifts): 30 s. A lift
-// wakes its items in pages, each stamped with its own time, for up to 20
-// s (control's WakeTime); one read per page would be processes × pages
-// reads of a parameter store that takes about 40 a second (SSM
-// GetParameter's standard throughput, "AWS Systems Manager endpoints and
-// quotas"). A second lift within 30 s of a read (a fix that was wrong
-// too) sends the cached value: refused, it is read again as any refusal
-// is.
+// past the cache by one process for items woken by a lift whose batch
+// row carries no lift time (written by a release before it did; Lifts):
+// 30 s. A lift wakes its items in pages, each stamped with its own time,
+// for up to 20 s (control's WakeTime); one read per page would be
+// processes × pages reads of a parameter store that takes about 40 a
+// second (SSM GetParameter's standard throughput, "AWS Systems Manager
+// endpoints and quotas"). With the batch's lift time every page shares
+// one time, and a second lift, however soon, is read again.
 const FreshEvery = 30 * time.Second
 
 // FreshReadTime bounds one read past the cache for lifted items, which
@@ -38,17 +38,22 @@ type Lifts struct {
 	at map[string]time.Time
 }
 
-// Resolve is Resolve for a unit with an item withheld under subject and
-// woken by a lift at woken: past the cache (within FreshReadTime) when
-// this process has not read subject so since woken, nor in the last
-// FreshEvery; else from the cache, which that read refreshed. One read
-// at a time per process: the units that wait for it take the value it
-// left (they may have resolved theirs from the cache before it).
-func (l *Lifts) Resolve(ctx context.Context, s Secrets, subject string, woken, now time.Time, headers map[string]string, options json.RawMessage) (map[string]string, json.RawMessage, error) {
+// Resolve is Resolve for a unit of a batch whose halt on subject a
+// caller lifted at lifted (the batch row's lift time; zero: none known),
+// or with an item withheld under subject and woken by a lift at woken:
+// past the cache (within FreshReadTime) when this process has not read
+// subject so since lifted — or, with no lift time, since woken nor in the
+// last FreshEvery; else from the cache, which that read refreshed. One
+// read at a time per process: the units that wait for it take the value
+// it left (they may have resolved theirs from the cache before it).
+func (l *Lifts) Resolve(ctx context.Context, s Secrets, subject string, lifted, woken, now time.Time, headers map[string]string, options json.RawMessage) (map[string]string, json.RawMessage, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at, read := l.at[subject]
 	fresh := !read || at.Before(woken) && now.Sub(at) >= FreshEvery
+	if !lifted.IsZero() {
+		fresh = !read || at.Before(lifted)
+	}
 	rctx, cancel := context.WithTimeout(ctx, FreshReadTime)
 	defer cancel()
 	h, o, err := Resolve(rctx, s, headers, options, fresh)

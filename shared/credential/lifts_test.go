@@ -29,7 +29,8 @@ func (s *countingSecrets) ResolveFresh(context.Context, string) (string, error) 
 	return s.latest, nil
 }
 
-// TestLiftsReadOncePerLift guards Lifts.Resolve: the first lifted unit of
+// TestLiftsReadOncePerLift guards Lifts.Resolve for a batch row with no
+// lift time (a lift by an earlier release): the first lifted unit of
 // a process reads past the cache and gets the fixed value; the others of
 // that lift (a later wake page within FreshEvery included) take it from
 // the cache; a lift FreshEvery after the read is read past the cache
@@ -42,7 +43,7 @@ func TestLiftsReadOncePerLift(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	resolve := func(woken, now time.Time) string {
 		t.Helper()
-		h, _, err := l.Resolve(context.Background(), s, "secret:"+arn, woken, now, headers, nil)
+		h, _, err := l.Resolve(context.Background(), s, "secret:"+arn, time.Time{}, woken, now, headers, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,5 +63,40 @@ func TestLiftsReadOncePerLift(t *testing.T) {
 	}
 	if resolve(t0, t0.Add(FreshEvery+4*time.Second)); s.fresh != 2 {
 		t.Errorf("an item woken before the last read: %d fresh reads, want 2", s.fresh)
+	}
+}
+
+// TestLiftsReadOncePerBatchLift guards Lifts.Resolve with the batch's
+// lift time: the first unit after a lift reads past the cache, whatever
+// woke it (a woken item, or an item of a run resumed after the lift,
+// woken by nothing); the process's other units of that lift take the
+// value from the cache; a second lift 5 s later (a fix that was wrong
+// too) is read past the cache again, where the rule without a lift time
+// waits FreshEvery and sends the cached value.
+func TestLiftsReadOncePerBatchLift(t *testing.T) {
+	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook"
+	headers := map[string]string{"Authorization": "secret:" + arn}
+	s := &countingSecrets{cached: "Bearer wrong", latest: "Bearer right"}
+	var l Lifts
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	resolve := func(lifted, now time.Time) string {
+		t.Helper()
+		h, _, err := l.Resolve(context.Background(), s, "secret:"+arn, lifted, time.Time{}, now, headers, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h["Authorization"]
+	}
+	if got := resolve(t0, t0.Add(time.Second)); got != "Bearer right" || s.fresh != 1 {
+		t.Fatalf("first unit after the lift: %q after %d fresh reads, want the fixed value after 1", got, s.fresh)
+	}
+	if got := resolve(t0, t0.Add(15*time.Second)); got != "Bearer right" || s.fresh != 1 {
+		t.Errorf("another unit of the lift: %q after %d fresh reads, want the cached value, no read", got, s.fresh)
+	}
+	s.mu.Lock()
+	s.latest = "Bearer right-at-last"
+	s.mu.Unlock()
+	if got := resolve(t0.Add(20*time.Second), t0.Add(21*time.Second)); got != "Bearer right-at-last" || s.fresh != 2 {
+		t.Errorf("a second lift 20 s after the first: %q after %d fresh reads, want the new value after 2", got, s.fresh)
 	}
 }

@@ -41,6 +41,14 @@ type Batch struct {
 	// TaskGone is set (Store.SetTaskGone) when a heartbeat found the task
 	// no longer awaited (ErrTaskGone): no more heartbeats are sent.
 	TaskGone bool `json:"-"`
+	// LiftedAt is when a caller last lifted a halt on the batch
+	// (Store.Lift; zero: never): an item function process that read the
+	// batch's secret references before then reads them again past its
+	// cache before its next call under them, once per process and lift
+	// (credential.Lifts), so that no call sends a value cached before the
+	// fix. A batch's items act under one credential subject
+	// (SecretSubject), so one time serves.
+	LiftedAt time.Time `json:"-"`
 	// TraceParent and TraceState are the W3C trace context of the submit
 	// that created the batch (https://www.w3.org/TR/trace-context/): its
 	// span's traceparent ("00-{trace id}-{span id}-{flags}", 55 bytes) and

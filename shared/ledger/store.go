@@ -71,9 +71,9 @@ type Store interface {
 	// the batch is running run m.Run, holds no halt on m.Subject and fewer
 	// than api.MaxHalts; else ErrConflict.
 	Halt(ctx context.Context, m HaltMark) error
-	// Lift removes the batch's halt on subject only if one stands; else
-	// ErrConflict.
-	Lift(ctx context.Context, id, subject string) error
+	// Lift removes the batch's halt on subject only if one stands, and
+	// sets the batch's LiftedAt to at; else ErrConflict.
+	Lift(ctx context.Context, id, subject string, at time.Time) error
 	// Release ends an attempt's lease without an outcome (a transient error
 	// whose retry is scheduled), only under the same fence as Record.
 	Release(ctx context.Context, r Record) error

@@ -55,19 +55,20 @@ func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.P
 }
 
 // liftedSecrets is the batch's headers and options resolved for a unit
-// with an item withheld under a halt on its secret references and woken
-// by a lift (hold.lifted): read past the cache once per process and lift
-// (credential.Lifts), so that no woken item sends the refused value still
-// cached. ok false when the unit has no such item, or the read failed
-// (the values resolved before the take stand, and a refusal reads them
-// again as any does). A lifted item given back unstarted and taken again
-// at one item a message is in flight, not withheld, on that take: it is
-// not told apart, and its process sends what it has cached.
+// of a batch whose halt on its secret references a caller lifted
+// (ledger.Batch.LiftedAt: any unit, a woken item's or one of a run
+// resumed after the lift), or with an item withheld under such a halt and
+// woken by a lift (hold.lifted, for a batch row a release before lift
+// times wrote): read past the cache once per process and lift
+// (credential.Lifts), so that no call sends the refused value still
+// cached. ok false when neither holds, or the read failed (the values
+// resolved before the take stand, and a refusal reads them again as any
+// does).
 func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.Batch, h *hold, subject string) (map[string]string, json.RawMessage, bool) {
-	if w.Secrets == nil || h.lifted.IsZero() || subject == "" {
+	if w.Secrets == nil || b.LiftedAt.IsZero() && h.lifted.IsZero() || subject == "" {
 		return nil, nil, false
 	}
-	headers, options, err := made(&w.lifts).Resolve(ctx, w.Secrets, subject, h.lifted, w.Clock.Now(), b.Headers, b.Options)
+	headers, options, err := made(&w.lifts).Resolve(ctx, w.Secrets, subject, b.LiftedAt, h.lifted, w.Clock.Now(), b.Headers, b.Options)
 	if err != nil {
 		log.WarnContext(ctx, "lifted halt's secret not read again; the cached value is sent", "subject", subject, "error", pipeline.ErrorText(err))
 		return nil, nil, false

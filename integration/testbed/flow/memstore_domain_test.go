@@ -784,6 +784,7 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if b, err = r.ctl.Get(ctx, "cancelled"); err != nil || b.Status != api.StatusCancelled || b.Halts[subject].Since.IsZero() {
 		t.Fatalf("cancelled batch %s, halts %v, %v; want cancelled, the halt on %s kept", b.Status, b.Halts, err, subject)
 	}
+	r.clock.T = r.clock.T.Add(time.Minute) // the fix comes later
 	res, err = r.ctl.Lift(ctx, "cancelled", subject)
 	if err != nil || !res.Lifted || res.Woken != 0 || !res.Done {
 		t.Fatalf("lift of the cancelled batch: %+v %v; want lifted, nothing woken, done", res, err)
@@ -791,17 +792,21 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if _, err := r.ctl.Lift(ctx, "cancelled", subject); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("lift of the cancelled batch again: %v; want not found (no halt stands)", err)
 	}
-	// The processes still cache the refused value: each item's first call
-	// is refused, the secret read again differs, and the call is made
-	// again with it without an attempt (its lease ends as time goes on).
+	// The process still caches the refused value, read before the lift:
+	// the batch's lift time has its first unit read the secret past the
+	// cache, so no call of the resumed run sends the refused value.
 	secrets.mu.Lock()
-	secrets.latest = "Bearer right"
+	secrets.cached, secrets.latest = "Bearer wrong", "Bearer right"
 	secrets.mu.Unlock()
 	r.worker.Clock = &tickClock{t: r.clock.T}
 	if b, err = r.sub.Resume(ctx, "cancelled"); err != nil || b.Run != 2 {
 		t.Fatalf("resume: %+v %v", b, err)
 	}
+	refusedBefore, before = refused.Load(), calls()
 	r.drain(t, ctx, 1)
+	if got := refused.Load() - refusedBefore; got != 0 {
+		t.Errorf("the run resumed after the lift: %d calls refused; want none (the value cached before the lift not sent)", got)
+	}
 	if fin, err = r.fin.Finalize(ctx, "cancelled", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -762,7 +762,7 @@ func (s *Store) Halt(_ context.Context, m ledger.HaltMark) error {
 }
 
 // Lift implements ledger.Store.
-func (s *Store) Lift(_ context.Context, id, subject string) error {
+func (s *Store) Lift(_ context.Context, id, subject string, at time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.batch(id)
@@ -776,6 +776,7 @@ func (s *Store) Lift(_ context.Context, id, subject string) error {
 	if len(b.Halts) == 0 {
 		b.Halts = nil
 	}
+	b.LiftedAt = ms(at)
 	return nil
 }
 

@@ -210,13 +210,17 @@ var heldCases = []suiteCase{
 		extra := m
 		extra.Subject = "secret:one-too-many"
 		isConflict(t, "a halt past MaxHalts", s.Halt(ctx, extra))
-		if err := s.Lift(ctx, b.ID, heldSubject); err != nil {
+		lifted := T0.Add(1234567 * time.Microsecond)
+		if err := s.Lift(ctx, b.ID, heldSubject, lifted); err != nil {
 			t.Fatal(err)
 		}
-		isConflict(t, "lift again", s.Lift(ctx, b.ID, heldSubject))
+		isConflict(t, "lift again", s.Lift(ctx, b.ID, heldSubject, lifted.Add(time.Second)))
 		got, _ = s.GetBatch(ctx, b.ID)
 		if _, ok := got.Halts[heldSubject]; ok || len(got.Halts) != api.MaxHalts-1 {
 			t.Fatalf("halts after the lift: %d", len(got.Halts))
+		}
+		if !got.LiftedAt.Equal(lifted.Truncate(time.Millisecond)) {
+			t.Fatalf("lifted at %v, want %v (at milliseconds; a refused lift leaves it)", got.LiftedAt, lifted.Truncate(time.Millisecond))
 		}
 	}},
 	{"HeldCounts", func(t *testing.T, s ledger.Store) {

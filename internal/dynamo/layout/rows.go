@@ -120,8 +120,12 @@ func HaltKey(subject string) string {
 	return "h" + hex.EncodeToString(sum[:8])
 }
 
-// AttrHalts is the batch row's map of halts by subject.
-const AttrHalts = "halts"
+// AttrHalts is the batch row's map of halts by subject; AttrLiftedMs
+// when a caller last lifted one (epoch ms, ledger.Batch.LiftedAt).
+const (
+	AttrHalts    = "halts"
+	AttrLiftedMs = "lifted_ms"
+)
 
 // Attributes of slot rows.
 const (
@@ -199,8 +203,9 @@ type BatchRow struct {
 	Pauses          int                `dynamodbav:"pauses,omitempty"`
 	Revisions       string             `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
 	RunRevision     int                `dynamodbav:"run_revision,omitempty"`
-	Halts           map[string]HaltRow `dynamodbav:"halts,omitempty"` // api.Batch.Halts, by HaltKey
-	Format          int                `dynamodbav:"fv,omitempty"`    // ledger.FormatVersion; absent: 0
+	Halts           map[string]HaltRow `dynamodbav:"halts,omitempty"`     // api.Batch.Halts, by HaltKey
+	Format          int                `dynamodbav:"fv,omitempty"`        // ledger.FormatVersion; absent: 0
+	LiftedAtMs      int64              `dynamodbav:"lifted_ms,omitempty"` // ledger.Batch.LiftedAt
 	SourceFormat    string             `dynamodbav:"source_format,omitempty"`
 	CheckPlan       string             `dynamodbav:"check_plan,omitempty"`
 	Checked         string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
@@ -284,6 +289,9 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 			r.Halts = map[string]HaltRow{}
 		}
 		r.Halts[HaltKey(subject)] = HaltRow{Subject: subject, SinceMs: Ms(h.Since), Reason: h.Reason}
+	}
+	if !b.LiftedAt.IsZero() {
+		r.LiftedAtMs = Ms(b.LiftedAt)
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
@@ -384,6 +392,9 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 			b.Halts = map[string]api.Halt{}
 		}
 		b.Halts[h.Subject] = api.Halt{Subject: h.Subject, Since: FromMs(h.SinceMs), Reason: h.Reason}
+	}
+	if r.LiftedAtMs != 0 {
+		b.LiftedAt = FromMs(r.LiftedAtMs)
 	}
 	if r.Request != "" {
 		b.Request = json.RawMessage(r.Request)
