@@ -69,7 +69,7 @@ func NextMove(o Outcome, h *Hold) string {
 		return fmt.Sprintf("none: woken by %s, its next attempt is on its way", h.Woken)
 	}
 	if o == OutcomeWithheld {
-		return fmt.Sprintf("fix the credential, then lift the halt on %s (bulkrun lift), which resumes every item withheld under it; or cancel the batch", h.Subject)
+		return fmt.Sprintf("fix the credential's secret first, then lift the halt on %s (bulkrun lift), which resumes every item withheld under it; or cancel the batch", h.Subject)
 	}
 	if o == OutcomeExhausted {
 		return fmt.Sprintf("its run's attempts reached %s (its error says how far): raise that ceiling above its total (bulkrun ceilings), which resumes every item under the new ceilings; or cancel the batch", h.Subject)

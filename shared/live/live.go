@@ -87,17 +87,17 @@ func Of(b ledger.Batch, p ledger.Progress, now time.Time, itemTimeout time.Durat
 			b.Approval.Estimate.MadeAt.UTC().Format(time.RFC3339), api.Count(b.Approval.Estimate.SampleItems, "item"), b.ID, b.ID))
 	}
 	for _, s := range slices.Sorted(maps.Keys(b.Halts)) {
-		l.Attention = append(l.Attention, fmt.Sprintf("halted on %s since %s: its items are withheld; fix the credential, then lift the halt (bulkrun lift)",
-			s, b.Halts[s].Since.UTC().Format(time.RFC3339)))
+		l.Attention = append(l.Attention, fmt.Sprintf("halted on %s since %s: its items are withheld; fix the credential's secret first, then lift the halt (bulkrun lift %s)",
+			s, b.Halts[s].Since.UTC().Format(time.RFC3339), b.ID))
 	}
 	if l.Withheld > 0 {
-		l.Attention = append(l.Attention, api.Count(l.Withheld, "item")+" withheld (bulkrun items --outcome withheld)")
+		l.Attention = append(l.Attention, api.Count(l.Withheld, "item")+" withheld (bulkrun items "+b.ID+" --outcome withheld)")
 	}
 	if l.Exhausted > 0 {
-		l.Attention = append(l.Attention, api.Count(l.Exhausted, "item")+" exhausted at a per-item ceiling (bulkrun items --outcome exhausted; raise it: bulkrun ceilings)")
+		l.Attention = append(l.Attention, api.Count(l.Exhausted, "item")+" exhausted at a per-item ceiling (bulkrun items "+b.ID+" --outcome exhausted; raise it: bulkrun ceilings "+b.ID+")")
 	}
 	if l.Suspended > 0 {
-		l.Attention = append(l.Attention, api.Count(l.Suspended, "item")+" suspended (bulkrun items --outcome suspended; bulkrun signal ID KEY)")
+		l.Attention = append(l.Attention, api.Count(l.Suspended, "item")+" suspended (bulkrun items "+b.ID+" --outcome suspended; bulkrun signal "+b.ID+" KEY)")
 	}
 	if f := p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]; f > 0 {
 		l.Attention = append(l.Attention, api.Count(f, "item")+" failed or quarantined")

@@ -1057,6 +1057,21 @@ func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string 
 	return out
 }
 
+// HaltText is status's line for the batch's halt on subject when no live
+// view names it: "halted on secret:… since 2026-12-05T10:00:00Z: kept
+// after the run ended, so a resume would withhold its items without a
+// call; fix the credential's secret, then bulkrun lift ID before bulkrun
+// resume ID" for a finished batch, "…: its items are withheld without a
+// call; fix the credential's secret first, then bulkrun lift ID" for a
+// running one.
+func HaltText(b api.Batch, subject string) string {
+	s := fmt.Sprintf("halted on %s since %s: ", subject, stamp(b.Halts[subject].Since))
+	if b.Status.Finished() {
+		return s + fmt.Sprintf("kept after the run ended, so a resume would withhold its items without a call; fix the credential's secret, then bulkrun lift %s before bulkrun resume %s", b.ID, b.ID)
+	}
+	return s + fmt.Sprintf("its items are withheld without a call; fix the credential's secret first, then bulkrun lift %s", b.ID)
+}
+
 // show prints a batch view.
 func (a *app) show(v wire.BatchView) error {
 	if a.output == "json" {
@@ -1077,6 +1092,13 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	if v.Refusal != nil {
 		textf(a.out, "refused: %s\n", refusalText(v.Refusal))
+	}
+	if v.Live == nil || v.Status.Finished() {
+		// The live view names a running batch's halts; a finished batch
+		// keeps them for its next run.
+		for _, s := range slices.Sorted(maps.Keys(v.Halts)) {
+			textln(a.out, HaltText(v.Batch, s))
+		}
 	}
 	for _, r := range v.Revisions {
 		textln(a.out, RevisionText(v.Batch, r))

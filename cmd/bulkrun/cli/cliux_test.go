@@ -500,3 +500,34 @@ func TestStatusAndListShowTheAdaptivePace(t *testing.T) {
 		t.Errorf("list note %q lacks %q", got, want)
 	}
 }
+
+// TestStatusShowsAHaltKeptAfterTheRun guards status on a batch cancelled
+// while its items were withheld: the halt stays on the batch, so its
+// resume would withhold its items again; status says so and what to do
+// first (a user resumed without knowing, and every item was withheld
+// again). A running batch's live view names its halts itself, so status
+// prints them once.
+func TestStatusShowsAHaltKeptAfterTheRun(t *testing.T) {
+	const subject = "secret:arn:aws:secretsmanager:us-east-1:123456789012:secret:hook"
+	since := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusCancelled, ItemCount: 40,
+		Halts: map[string]api.Halt{subject: {Subject: subject, Since: since}}}}
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	want := "halted on " + subject + " since 2026-12-05T10:00:00Z: kept after the run ended, so a resume would withhold its items without a call; fix the credential's secret, then bulkrun lift b1 before bulkrun resume b1"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("status of the cancelled batch lacks %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	v.Status = api.StatusRunning
+	v.Live = &api.LiveView{Attention: []string{"halted on " + subject + " since 2026-12-05T10:00:00Z: its items are withheld; …"}}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "halted on "); n != 1 {
+		t.Errorf("status of the running batch names its halt %d times, want once (its live view's):\n%s", n, out.String())
+	}
+}

@@ -170,13 +170,13 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		c := v.Census
 		b.WriteString(fmt.Sprintf("%d succeeded, %d failed, %d quarantined, %d cancelled; %d in flight%s, %d pending", c.Succeeded, c.Failed, c.Quarantined, c.Cancelled, c.InFlight, waitingText(v.Live), c.Pending))
 		if c.Withheld > 0 {
-			b.WriteString(fmt.Sprintf(", %d withheld (bulkrun lift)", c.Withheld))
+			b.WriteString(fmt.Sprintf(", %d withheld (fix the secret, then bulkrun lift %s)", c.Withheld, v.ID))
 		}
 		if c.Exhausted > 0 {
-			b.WriteString(fmt.Sprintf(", %d exhausted (bulkrun ceilings)", c.Exhausted))
+			b.WriteString(fmt.Sprintf(", %d exhausted (bulkrun ceilings %s)", c.Exhausted, v.ID))
 		}
 		if c.Suspended > 0 {
-			b.WriteString(fmt.Sprintf(", %d suspended (bulkrun signal)", c.Suspended))
+			b.WriteString(fmt.Sprintf(", %d suspended (bulkrun signal %s KEY)", c.Suspended, v.ID))
 		}
 	case v.Progress != nil:
 		p := v.Progress
@@ -190,10 +190,18 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 			b.WriteString(", no call before " + stamp(*h))
 		}
 	}
-	if p := v.Pause; p != nil && p.By == api.PauseByBudget && !v.Status.Finished() {
-		// No item starts until the budget is raised: the line says why
-		// its rate fell to nothing.
-		b.WriteString("; paused: " + p.Error + " (bulkrun budget " + v.ID + " --usd N)")
+	if p := v.Pause; p != nil && !v.Status.Finished() {
+		// No item starts until the pause ends: the line says why its rate
+		// fell to nothing, and what ends it.
+		switch p.By {
+		case api.PauseByBudget:
+			b.WriteString("; paused: " + p.Error + " (bulkrun budget " + v.ID + " --usd N)")
+		case api.PauseByCaller:
+			b.WriteString("; paused by a caller since " + stamp(p.Since) + " (bulkrun unpause " + v.ID + ")")
+		default:
+			b.WriteString(fmt.Sprintf("; paused by an outage (%s) since %s: no item starts until a probe is answered (%s so far) or bulkrun unpause %s",
+				p.Class, stamp(p.Since), api.Count(p.Probes, "probe"), v.ID))
+		}
 	}
 	if ap := v.Approval; ap != nil && !v.Status.Finished() && v.Stop == "" {
 		// The rest waits for a decision: the line says why nothing moves.

@@ -302,6 +302,18 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got, want := watchLine(atBudget, r), "; paused: budget $5 reached ($5.01 spent: pipeline $5, DynamoDB $0.01; Lambda and SQS not counted) (bulkrun budget orders-1 --usd N)"; !strings.Contains(got, want) {
 		t.Errorf("line %q paused at the budget: want %q", got, want)
 	}
+	// So does a run a caller paused, or an outage (a user watched a paused
+	// batch's line read "0.0 items/s" with nothing saying why).
+	byCaller := views[0]
+	byCaller.Pause = &api.Pause{By: api.PauseByCaller, Since: start}
+	if got, want := watchLine(byCaller, r), "; paused by a caller since "+stamp(start)+" (bulkrun unpause orders-1)"; !strings.Contains(got, want) {
+		t.Errorf("line %q paused by a caller: want %q", got, want)
+	}
+	byOutage := views[0]
+	byOutage.Pause = &api.Pause{By: api.PauseByOutage, Since: start, Class: "timeout", Probes: 2}
+	if got, want := watchLine(byOutage, r), "; paused by an outage (timeout) since "+stamp(start)+": no item starts until a probe is answered (2 probes so far) or bulkrun unpause orders-1"; !strings.Contains(got, want) {
+		t.Errorf("line %q paused by an outage: want %q", got, want)
+	}
 	// Items in flight that wait for a retry say so, with their cause and
 	// when the first is due: a rate fallen to 0.0 items/s is explained.
 	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)
