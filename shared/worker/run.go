@@ -543,6 +543,18 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if dl, ok := runCtx.Deadline(); ok {
 		allotted = time.Until(dl)
 	}
+	probe, refused := w.gate(ctx, b, h, c)
+	defer probe.Done(credential.Unknown, time.Time{}) // a path that never called: the next unit probes
+	if refused {
+		// The call this one waited for was refused under the same
+		// credential: withheld without a call, as under the halt it put.
+		a.Halted = c.subject
+		e := ledger.Conclude(a)
+		cancel()
+		seal()
+		r.state, r.ending = ledger.Ended(s, e, w.Clock.Now()), e
+		return
+	}
 	signal, p := w.signalOf(ctx, b, s, p)
 	callCtx, called := w.Traces.StartCall(pipeCtx, b.Pipeline)
 	res, rr, perr := w.runPipeline(callCtx, log, p, b, pipeline.Request{
@@ -550,6 +562,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
+	probe.Done(verdict(perr, rr), w.Clock.Now())
 	if w.pacing().Observe(ctx, log, b, start, c.lease, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 
 	"github.com/bulkrun/bulkrun/shared/credential"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -74,6 +75,37 @@ func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.B
 		return nil, nil, false
 	}
 	return headers, options, true
+}
+
+// gate holds a call under b's credential from a secret reference while
+// another call of the process under it, not yet answered, is the first
+// (credential.Gates, per batch run and subject): a probe to end with the
+// call's verdict, or refused true when the call waited for was refused
+// (the item is withheld without a call). Nothing for a call under no
+// secret reference or a halt already standing.
+func (w *Worker) gate(ctx context.Context, b ledger.Batch, h *hold, c call) (*credential.Probe, bool) {
+	if c.subject == "" || c.halted != "" || w.Secrets == nil {
+		return nil, false
+	}
+	after := b.LiftedAt
+	if h.lifted.After(after) {
+		after = h.lifted
+	}
+	return made(&w.gates).Enter(ctx, b.ID+"\x00"+strconv.Itoa(b.Run)+"\x00"+c.subject, w.Clock.Now(), after)
+}
+
+// verdict is what a call's answer says of its credential: refused by the
+// receiver and read again unchanged, Refused; refused otherwise (the
+// secret had changed, or could not be read again), Unknown; any other
+// answer, Accepted.
+func verdict(err error, rr credential.Reread) credential.Verdict {
+	switch {
+	case !pipeline.IsCredentialRejected(err):
+		return credential.Accepted
+	case rr == credential.RereadUnchanged:
+		return credential.Refused
+	}
+	return credential.Unknown
 }
 
 // reread reads the secret references of b's headers and options again,

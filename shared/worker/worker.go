@@ -152,6 +152,10 @@ type Worker struct {
 	// past its cache for an item woken by a lift (secret.go); made on
 	// first use.
 	lifts *credential.Lifts
+	// gates holds this process's calls under each batch run's credential
+	// one at a time until one is answered without a refusal (secret.go);
+	// made on first use.
+	gates *credential.Gates
 	// reads is when this process last read each run's counters for the
 	// judges of its budget and its sample (shared/judge); made on first
 	// use.
