@@ -1057,6 +1057,23 @@ func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string 
 	return out
 }
 
+// stoppingWaits is what a stopping run's items waiting for a retry do:
+// their messages come back when the retry is due, and only then end
+// stopped, never called — "; 30 items waiting for a retry end cancelled
+// when it comes due, the next at 2026-12-05T19:36:00Z" ("" when none
+// waits), so that a stop that takes minutes says why.
+func stoppingWaits(v wire.BatchView) string {
+	l := v.Live
+	if l == nil || l.RetryWaiting <= 0 {
+		return ""
+	}
+	s := fmt.Sprintf("; %s waiting for a retry end %s when it comes due, without a call", api.Count(l.RetryWaiting, "item"), v.Stop)
+	if l.NextRetryAt != nil {
+		s += ", the next at " + stamp(*l.NextRetryAt)
+	}
+	return s
+}
+
 // HaltText is status's line for the batch's halt on subject when no live
 // view names it: "halted on secret:… since 2026-12-05T10:00:00Z: kept
 // after the run ended, so a resume would withhold its items without a
@@ -1080,7 +1097,7 @@ func (a *app) show(v wire.BatchView) error {
 	textf(a.out, "batch %s  run %d  %s  pipeline %s  items %d  needs_attention %v\n", v.ID, v.Run, v.Status, v.Pipeline, v.ItemCount, v.NeedsAttention)
 	switch {
 	case v.Stop != "" && v.Status == api.StatusRunning:
-		textf(a.out, "stopping: %s (%s); items already in flight finish after the stop\n", v.Stop, v.StopDetail)
+		textf(a.out, "stopping: %s (%s); items already in flight finish after the stop%s\n", v.Stop, v.StopDetail, stoppingWaits(v))
 	case v.Stop != "" && v.Census != nil:
 		textf(a.out, "stopped: %s\n", api.StopSummaryOf(v.Batch, *v.Census).Text())
 	}

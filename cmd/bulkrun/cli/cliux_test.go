@@ -531,3 +531,22 @@ func TestStatusShowsAHaltKeptAfterTheRun(t *testing.T) {
 		t.Errorf("status of the running batch names its halt %d times, want once (its live view's):\n%s", n, out.String())
 	}
 }
+
+// TestStatusSaysAStopWaitsForRetries guards status while a cancel
+// settles a run whose items wait for a retry: they end cancelled only
+// when their retry comes due, which can be minutes (a user watched one
+// take 8), and the line says so and when the next is due.
+func TestStatusSaysAStopWaitsForRetries(t *testing.T) {
+	next := time.Date(2026, 12, 5, 19, 36, 0, 0, time.UTC)
+	v := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusRunning, Stop: api.StatusCancelled, StopDetail: "cancelled by a caller", ItemCount: 100},
+		Live: &api.LiveView{RetryWaiting: 30, NextRetryAt: &next}}
+	var out bytes.Buffer
+	a := &app{out: &out, errw: &out, output: "text"}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	want := "stopping: cancelled (cancelled by a caller); items already in flight finish after the stop; 30 items waiting for a retry end cancelled when it comes due, without a call, the next at 2026-12-05T19:36:00Z"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}
