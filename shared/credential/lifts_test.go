@@ -36,18 +36,12 @@ func (s *countingSecrets) ResolveFresh(context.Context, string) (string, error) 
 // the cache; a lift FreshEvery after the read is read past the cache
 // again; a subject never read is.
 func TestLiftsReadOncePerLift(t *testing.T) {
-	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook"
-	headers := map[string]string{"Authorization": "secret:" + arn}
 	s := &countingSecrets{cached: "Bearer wrong", latest: "Bearer right"}
 	var l Lifts
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	resolve := func(woken, now time.Time) string {
 		t.Helper()
-		h, _, err := l.Resolve(context.Background(), s, "secret:"+arn, time.Time{}, woken, now, headers, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h["Authorization"]
+		return authorization(t, &l, s, time.Time{}, woken, now)
 	}
 	if got := resolve(t0, t0.Add(time.Second)); got != "Bearer right" || s.fresh != 1 {
 		t.Fatalf("first lifted unit: %q after %d fresh reads, want the fixed value after 1", got, s.fresh)
@@ -74,18 +68,12 @@ func TestLiftsReadOncePerLift(t *testing.T) {
 // too) is read past the cache again, where the rule without a lift time
 // waits FreshEvery and sends the cached value.
 func TestLiftsReadOncePerBatchLift(t *testing.T) {
-	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook"
-	headers := map[string]string{"Authorization": "secret:" + arn}
 	s := &countingSecrets{cached: "Bearer wrong", latest: "Bearer right"}
 	var l Lifts
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	resolve := func(lifted, now time.Time) string {
 		t.Helper()
-		h, _, err := l.Resolve(context.Background(), s, "secret:"+arn, lifted, time.Time{}, now, headers, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h["Authorization"]
+		return authorization(t, &l, s, lifted, time.Time{}, now)
 	}
 	if got := resolve(t0, t0.Add(time.Second)); got != "Bearer right" || s.fresh != 1 {
 		t.Fatalf("first unit after the lift: %q after %d fresh reads, want the fixed value after 1", got, s.fresh)
@@ -99,4 +87,18 @@ func TestLiftsReadOncePerBatchLift(t *testing.T) {
 	if got := resolve(t0.Add(20*time.Second), t0.Add(21*time.Second)); got != "Bearer right-at-last" || s.fresh != 2 {
 		t.Errorf("a second lift 20 s after the first: %q after %d fresh reads, want the new value after 2", got, s.fresh)
 	}
+}
+
+const liftsARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook"
+
+// authorization is the Authorization header l resolves from s for a
+// unit of a batch lifted at lifted, its item woken at woken.
+func authorization(t *testing.T, l *Lifts, s Secrets, lifted, woken, now time.Time) string {
+	t.Helper()
+	headers := map[string]string{"Authorization": "secret:" + liftsARN}
+	h, _, err := l.Resolve(context.Background(), s, "secret:"+liftsARN, lifted, woken, now, headers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h["Authorization"]
 }

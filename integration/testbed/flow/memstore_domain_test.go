@@ -814,6 +814,11 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if got := refused.Load() - refusedBefore; got != 0 {
 		t.Errorf("the run resumed after the lift: %d calls refused; want none (the value cached before the lift not sent)", got)
 	}
+	for key, c := range calls() {
+		if c != before[key]+1 {
+			t.Errorf("%s: %d calls after the resume, %d before; want exactly one more", key, c, before[key])
+		}
+	}
 	if fin, err = r.fin.Finalize(ctx, "cancelled", 2); err != nil {
 		t.Fatal(err)
 	}
