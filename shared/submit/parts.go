@@ -820,7 +820,7 @@ func (s *Submitter) settled(ctx context.Context, p *PartPlan) (rs []partResult, 
 		return nil, nil, -1, err
 	}
 	both := make([][2]partResult, p.Parts)
-	errs := make([]error, p.Parts)
+	errs := make([]error, 2*p.Parts) // one per result read: a part's two starts are read at once
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i := range both {
@@ -836,7 +836,7 @@ func (s *Submitter) settled(ctx context.Context, p *PartPlan) (rs []partResult, 
 				if err == nil && !found {
 					err = fmt.Errorf("the result of part %d of plan %s is gone", i, p.ID)
 				}
-				errs[i] = errors.Join(errs[i], err)
+				errs[2*i+q] = err
 			}()
 		}
 	}
