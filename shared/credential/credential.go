@@ -13,9 +13,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/secretref"
 )
 
@@ -84,6 +86,23 @@ const (
 	// credential itself is refused (the item is withheld).
 	RereadUnchanged
 )
+
+// Recheck is Compare for a call the receiver refused, logged on log:
+// the read's failure (RereadNone), the same values (RereadUnchanged: the
+// item is withheld under a halt), or a rotation (RereadRotated: the next
+// attempt sends the new value).
+func Recheck(ctx context.Context, log *slog.Logger, s Secrets, headers map[string]string, options json.RawMessage, sentHeaders map[string]string, sentOptions json.RawMessage) Reread {
+	rr, err := Compare(ctx, s, headers, options, sentHeaders, sentOptions)
+	switch {
+	case err != nil:
+		log.WarnContext(ctx, "credential rejected; reading its secret again failed", "error", pipeline.ErrorText(err))
+	case rr == RereadUnchanged:
+		log.WarnContext(ctx, "credential rejected; its secret reads the same again: the item is withheld under a halt on it")
+	case rr == RereadRotated:
+		log.InfoContext(ctx, "credential rejected; its secret changed since it was cached: the next attempt sends the new value")
+	}
+	return rr
+}
 
 // Compare reads the secret references of headers and options again,
 // bypassing the cache, and compares the values with what a refused call

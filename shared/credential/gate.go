@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // Verdict is what a probing call said of a credential (Probe.Done).
@@ -21,6 +23,20 @@ const (
 	// cached; or the secret could not be read again).
 	Unknown
 )
+
+// VerdictOf is what a call's answer says of its credential: refused by
+// the receiver (pipeline.IsCredentialRejected) and read again unchanged
+// (rr, Recheck's), Refused; refused otherwise (the secret had changed, or
+// could not be read again), Unknown; any other answer, Accepted.
+func VerdictOf(err error, rr Reread) Verdict {
+	switch {
+	case !pipeline.IsCredentialRejected(err):
+		return Accepted
+	case rr == RereadUnchanged:
+		return Refused
+	}
+	return Unknown
+}
 
 // maxGates bounds Gates: a gate forgotten is probed again.
 const maxGates = 1024

@@ -562,7 +562,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
-	probe.Done(verdict(perr, rr), w.Clock.Now())
+	probe.Done(credential.VerdictOf(perr, rr), w.Clock.Now())
 	if w.pacing().Observe(ctx, log, b, start, c.lease, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
 	}

@@ -50,7 +50,7 @@ func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.P
 		res.Cost = c
 	}
 	if err != nil && pipeline.IsCredentialRejected(err) {
-		rr = w.reread(ctx, log, b, req)
+		rr = credential.Recheck(ctx, log, w.Secrets, b.Headers, b.Options, req.Headers, req.Options)
 	}
 	return res, rr, err
 }
@@ -92,34 +92,4 @@ func (w *Worker) gate(ctx context.Context, b ledger.Batch, h *hold, c call) (*cr
 		after = h.lifted
 	}
 	return made(&w.gates).Enter(ctx, b.ID+"\x00"+strconv.Itoa(b.Run)+"\x00"+c.subject, w.Clock.Now(), after)
-}
-
-// verdict is what a call's answer says of its credential: refused by the
-// receiver and read again unchanged, Refused; refused otherwise (the
-// secret had changed, or could not be read again), Unknown; any other
-// answer, Accepted.
-func verdict(err error, rr credential.Reread) credential.Verdict {
-	switch {
-	case !pipeline.IsCredentialRejected(err):
-		return credential.Accepted
-	case rr == credential.RereadUnchanged:
-		return credential.Refused
-	}
-	return credential.Unknown
-}
-
-// reread reads the secret references of b's headers and options again,
-// bypassing the cache, and compares them with what req was sent with
-// (credential.Compare).
-func (w *Worker) reread(ctx context.Context, log *slog.Logger, b ledger.Batch, req pipeline.Request) credential.Reread {
-	rr, err := credential.Compare(ctx, w.Secrets, b.Headers, b.Options, req.Headers, req.Options)
-	switch {
-	case err != nil:
-		log.WarnContext(ctx, "credential rejected; reading its secret again failed", "error", pipeline.ErrorText(err))
-	case rr == credential.RereadUnchanged:
-		log.WarnContext(ctx, "credential rejected; its secret reads the same again: the item is withheld under a halt on it")
-	case rr == credential.RereadRotated:
-		log.InfoContext(ctx, "credential rejected; its secret changed since it was cached: the next attempt sends the new value")
-	}
-	return rr
 }
