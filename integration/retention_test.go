@@ -368,7 +368,12 @@ func TestTTLOnEveryRowOfFinishedBatch(t *testing.T) {
 	}
 	for _, rowTTL := range []time.Duration{0, time.Hour} {
 		t.Run("rowttl"+strconv.Itoa(int(rowTTL.Hours()))+"h", func(t *testing.T) {
+			// One item fails, so that the resume below has an item to run
+			// (a batch whose every item succeeded is not resumed).
 			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if req.Key == api.PositionalKey(3) {
+					return pipeline.Result{}, pipeline.Permanent(errors.New("refused by the test"))
+				}
 				return pipeline.Result{Output: req.Input}, nil
 			})
 			h.setRowTTL(rowTTL)

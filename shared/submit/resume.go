@@ -15,7 +15,9 @@ import (
 // the run gets its own report. A resume retried while its fan-out was
 // interrupted finishes that fan-out. Errors: ErrNotFound; ErrExpired
 // (wrapped) once the retention has ended; ErrConflict (wrapped) while a
-// run is still going.
+// run is still going, and for a finished batch whose last run's census
+// counts every item succeeded (a run would call nothing; its items are
+// answered from their rows).
 func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error) {
 	b, err := s.Store.GetBatch(ctx, id)
 	if err != nil {
@@ -26,6 +28,10 @@ func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error)
 	}
 	if b, err = ledger.Live(b, s.Clock.Now()); err != nil {
 		return ledger.Batch{}, fmt.Errorf("resume: %w", err)
+	}
+	if c := b.FinalCensus; b.Status.Finished() && c != nil && c.Total > 0 && c.Succeeded == c.Total {
+		return b, fmt.Errorf("resume %s: every item of run %d succeeded (%d of %d), so a new run would call nothing; to run items again with other inputs, correct them (POST /batches/%s/corrections): %w",
+			id, b.Run, c.Succeeded, c.Total, id, api.ErrConflict)
 	}
 	if b.Status == api.StatusRunning {
 		if b.FannedOut {
