@@ -550,3 +550,40 @@ func TestStatusSaysAStopWaitsForRetries(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
 }
+
+// TestLiftWithNoHaltSaysSo guards bulkrun lift on a batch that holds no
+// halt (a second lift, or a lift before any refusal): it lifts nothing,
+// says so and what would, and exits 0 — a script that lifts after every
+// fix must not fail on a halt already gone.
+func TestLiftWithNoHaltSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		status api.Status
+		want   string
+	}{
+		{api.StatusCompleted, "batch b1: the batch is completed and holds no halt, so nothing was lifted; its run holds no item"},
+		{api.StatusRunning, "batch b1: the batch is running and holds no halt, so nothing was lifted; name the SUBJECT its withheld items show (bulkrun items b1 --outcome withheld) to wake them"},
+	} {
+		view := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: tc.status, ItemCount: 40}}
+		c, _ := fakeBatchAPI(t, view, api.Report{})
+		var out, errw bytes.Buffer
+		a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
+		cmd := a.liftCmd()
+		cmd.SetArgs([]string{"b1"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("lift of a %s batch with no halt: %v, want exit 0", tc.status, err)
+		}
+		if strings.TrimSpace(out.String()) != tc.want {
+			t.Errorf("lift of a %s batch with no halt printed %q, want %q", tc.status, out.String(), tc.want)
+		}
+		out.Reset()
+		a.output = "json"
+		cmd = a.liftCmd()
+		cmd.SetArgs([]string{"b1"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), `"lifts": []`) {
+			t.Errorf("lift -o json with no halt: %s, want an empty lifts list", out.String())
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -21,8 +20,17 @@ type lifted struct {
 	Status api.Status `json:"status"`
 }
 
-// print writes one line per lift, its subject made inert (textf).
+// print writes one line per lift, its subject made inert (textf); with
+// none (the batch held no halt), that nothing was lifted.
 func (l lifted) print(w io.Writer) {
+	if len(l.Lifts) == 0 {
+		more := "name the SUBJECT its withheld items show (bulkrun items " + l.BatchID + " --outcome withheld) to wake them"
+		if l.Status.Finished() {
+			more = "its run holds no item"
+		}
+		textf(w, "batch %s: the batch is %s and holds no halt, so nothing was lifted; %s\n", l.BatchID, l.Status, more)
+		return
+	}
 	for _, r := range l.Lifts {
 		what := "no halt stood on %s"
 		if r.Lifted {
@@ -62,14 +70,8 @@ func (a *app) liftCmd() *cobra.Command {
 			}
 			if len(subjects) == 0 {
 				subjects = slices.Sorted(maps.Keys(v.Halts))
-				switch {
-				case len(subjects) == 0 && v.Status.Finished():
-					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("lift %s: the batch is %s and holds no halt: nothing to lift", id, v.Status)}
-				case len(subjects) == 0:
-					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("lift %s: the batch holds no halt; name the SUBJECT its withheld items show to wake them", id)}
-				}
 			}
-			out := lifted{BatchID: id, Status: v.Status}
+			out := lifted{BatchID: id, Status: v.Status, Lifts: []api.LiftResult{}}
 			for _, s := range subjects {
 				r, err := a.api.LiftAll(ctx, id, s)
 				if err != nil {
