@@ -531,7 +531,11 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 	}
 	key := b.ReportKey
 	if key == "" {
-		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: fmt.Sprintf("batch %s has no report yet (status %s)", id, b.Status)})
+		msg := fmt.Sprintf("batch %s has no report yet (status %s)", id, b.Status)
+		if b.Status == api.StatusRunning {
+			msg = fmt.Sprintf("batch %s has no report yet: run %d is running, and its report is written when it ends; the results it recorded so far are at GET /batches/%s/results/partial (bulkrun results %s --partial)", id, b.Run, id, id)
+		}
+		writeError(w, http.StatusNotFound, ErrorBody{Code: "not_found", Message: msg})
 		return
 	}
 	if a.Presign != nil {
