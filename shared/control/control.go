@@ -295,7 +295,13 @@ type itemsQuery struct {
 // default), each an *api.InputError naming it.
 func readItemsQuery(outcome api.Outcome, cursor string, limit int) (itemsQuery, error) {
 	if !ledger.Listable(outcome) {
-		return itemsQuery{}, &api.InputError{Field: "outcome", Reason: fmt.Sprintf("%q: want failed, quarantined, withheld, exhausted, suspended, in_flight or needs_attention", outcome)}
+		reason := fmt.Sprintf("%q: want failed, quarantined, withheld, exhausted, suspended, in_flight or needs_attention", outcome)
+		if outcome == api.OutcomeSucceeded || outcome == api.OutcomeCancelled {
+			// No index row lists them (only items needing attention have
+			// one): a run's results files do, once it has ended.
+			reason += fmt.Sprintf("; %s items are listed in the run's results (GET /batches/{id}/report names their file; bulkrun results ID --outcome %s), or in the results recorded so far while it runs (GET /batches/{id}/results/partial)", outcome, outcome)
+		}
+		return itemsQuery{}, &api.InputError{Field: "outcome", Reason: reason}
 	}
 	if limit == 0 {
 		limit = api.DefaultListLimit

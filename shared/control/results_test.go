@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -305,5 +306,22 @@ func TestPartialResultsResumedRun(t *testing.T) {
 	}
 	if _, err := c.PartialResults(ctx, "nope", "", 10); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("unknown batch: %v", err)
+	}
+}
+
+// TestItemsOfAnOutcomeWithoutIndexPointsToResults guards the answer to
+// listing succeeded or cancelled items, which no index row lists: the
+// refusal names the field and where those items are listed instead.
+func TestItemsOfAnOutcomeWithoutIndexPointsToResults(t *testing.T) {
+	for _, o := range []api.Outcome{api.OutcomeCancelled, api.OutcomeSucceeded, "done"} {
+		_, err := readItemsQuery(o, "", 0)
+		var ie *api.InputError
+		if !errors.As(err, &ie) || ie.Field != "outcome" {
+			t.Fatalf("items of %q: %v, want an input error naming outcome", o, err)
+		}
+		hint := "bulkrun results ID --outcome " + string(o)
+		if want := o != "done"; strings.Contains(ie.Reason, hint) != want {
+			t.Errorf("items of %q: reason %q; want the hint %q only for succeeded and cancelled", o, ie.Reason, hint)
+		}
 	}
 }
