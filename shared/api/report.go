@@ -168,6 +168,40 @@ type Report struct {
 	// Sample is a sampled first run's estimate beside what the run did,
 	// when it was approved on one (SampleCheck); absent otherwise.
 	Sample *SampleCheck `json:"sample,omitempty"`
+	// Retries counts the run's attempts that did not end their item
+	// (RetryCounts); absent when there was none.
+	Retries *RetryCounts `json:"retries,omitempty"`
+	// Halts are the halts the batch held when the run ended, by subject
+	// (Batch.Halts): a credential refused with its secret re-read, under
+	// which the run's items were withheld (a cancel ended them), kept
+	// until a caller lifts it. Absent when none stood.
+	Halts []Halt `json:"halts,omitempty"`
+}
+
+// RetryCounts is what a report says of the run's attempts that did not
+// end their item, summed from the run's counters as they were written
+// (each attempt's count rides on its message batch's counter write, so
+// one that a crash lost is missing: lower bounds; the census is exact).
+type RetryCounts struct {
+	// Scheduled is how many retries the run scheduled: attempts answered
+	// with a transient failure, or throttled.
+	Scheduled int64 `json:"scheduled"`
+	// Throttled is those of Scheduled whose call the downstream throttled
+	// (an HTTP 429 or 503, Lambda's TooManyRequestsException): each one a
+	// call it refused, which used no attempt.
+	Throttled int64 `json:"throttled"`
+	// Interrupted is attempts whose outcome is unknown: cut off at the
+	// invocation's deadline or a lease's end, or taken over after their
+	// holder died; TimedOut attempts whose call reached the downstream
+	// and was given up without an answer (the downstream may have done
+	// the work).
+	Interrupted int64 `json:"interrupted"`
+	TimedOut    int64 `json:"timed_out"`
+	// Causes is the other scheduled retries by failure class, each with
+	// one failure's text, most first (a store keeps a few classes and
+	// merges the others into them); a cause's Items counts its retries
+	// over the run (an item retried twice counts twice).
+	Causes []RetryCause `json:"causes,omitempty"`
 }
 
 // Usage is what a run consumed of billed services, as far as bulkrun can

@@ -1,12 +1,15 @@
 package finalize
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -399,7 +402,44 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 		FinishedAt:   now,
 		Usage:        progress.Usage,
 		Sample:       check,
+		Retries:      retryCounts(progress),
+		Halts:        halts(b.Halts),
 	}, nil
+}
+
+// retryCounts is the report's count of p's attempts that did not end their
+// item; nil when there was none.
+func retryCounts(p ledger.Progress) *api.RetryCounts {
+	sum := func(m map[int64]int64) (n int64) {
+		for _, v := range m {
+			n += v
+		}
+		return max(0, n)
+	}
+	r := api.RetryCounts{Scheduled: sum(p.RetryDue), Throttled: sum(p.ThrottledDue), Interrupted: max(0, p.Interrupted), TimedOut: max(0, p.TimedOut)}
+	for class, c := range p.Causes {
+		if n := sum(c.Due); n > 0 {
+			r.Causes = append(r.Causes, api.RetryCause{Class: class, Items: n, Error: c.Error})
+		}
+	}
+	if r.Scheduled+r.Interrupted+r.TimedOut == 0 && len(r.Causes) == 0 {
+		return nil
+	}
+	slices.SortFunc(r.Causes, func(a, b api.RetryCause) int {
+		return cmp.Or(cmp.Compare(b.Items, a.Items), cmp.Compare(a.Class, b.Class))
+	})
+	return &r
+}
+
+// halts is the report's list of the halts hs, by subject; nil when none.
+func halts(hs map[string]api.Halt) []api.Halt {
+	var out []api.Halt
+	for _, subject := range slices.Sorted(maps.Keys(hs)) {
+		h := hs[subject]
+		h.Subject = subject
+		out = append(out, h)
+	}
+	return out
 }
 
 // finish writes rep as the report of b's run if it is absent (a report

@@ -1582,7 +1582,30 @@ func (a *app) printReport(r api.Report) {
 	if sc := r.Sample; sc != nil {
 		textf(a.out, "%s\n", SampleCheckText(*sc))
 	}
+	if rc := r.Retries; rc != nil {
+		textf(a.out, "%s\n", RetriesText(*rc))
+	}
+	for _, h := range r.Halts {
+		textf(a.out, "halt kept on %s since %s: %s; fix its secret, then bulkrun lift %s before a resume\n", h.Subject, h.Since.Format(time.RFC3339), h.Reason, r.BatchID)
+	}
 	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
+}
+
+// RetriesText is a report's retries in a line: "retries (from the
+// counters, at least): 412 scheduled, 380 of them throttled by the
+// downstream (no attempt used); 2 interrupted; 1 timed out; causes: http
+// 502 (30), connection refused (2)".
+func RetriesText(rc api.RetryCounts) string {
+	line := fmt.Sprintf("retries (from the counters, at least): %d scheduled, %d of them throttled by the downstream (no attempt used); %d interrupted; %d timed out",
+		rc.Scheduled, rc.Throttled, rc.Interrupted, rc.TimedOut)
+	for i, c := range rc.Causes {
+		sep := ", "
+		if i == 0 {
+			sep = "; causes: "
+		}
+		line += sep + fmt.Sprintf("%s (%d)", c.Class, c.Items)
+	}
+	return line
 }
 
 // SampleCheckText is a report's sample check in a line: "sample estimate

@@ -96,7 +96,10 @@ func TestReportTextAndJSON(t *testing.T) {
 		Census:    api.Census{Total: 5000, Succeeded: 4700, Failed: 300},
 		Threshold: api.Threshold{FailurePercent: &pct},
 		Verdict:   api.Threshold{FailurePercent: &pct}.Judge(300, 5000),
-		Results:   api.Results{Manifest: "s3://b/batches/orders-1/runs/2/results/manifest.json"}}
+		Results:   api.Results{Manifest: "s3://b/batches/orders-1/runs/2/results/manifest.json"},
+		Retries: &api.RetryCounts{Scheduled: 412, Throttled: 380, Interrupted: 2, TimedOut: 1,
+			Causes: []api.RetryCause{{Class: "http 502", Items: 30}, {Class: "connection refused", Items: 2}}},
+		Halts: []api.Halt{{Subject: "secret:hook", Since: time.Date(2026, 11, 30, 20, 2, 0, 0, time.UTC), Reason: "HTTP 401 with the secret read again"}}}
 	c, _ := fakeBatchAPI(t, wire.BatchView{Batch: api.Batch{ID: "orders-1"}}, rep)
 	cmd := (&app{}).reportCmd()
 	if !strings.Contains(cmd.Short, "text") || !strings.Contains(cmd.Short, "-o json") {
@@ -112,7 +115,9 @@ func TestReportTextAndJSON(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{"batch orders-1 run 2: threshold_exceeded", "census: total 5000  succeeded 4700  failed 300",
 		"threshold: failures (failed + quarantined) of more than 5 % of the items fail the run",
-		"verdict: threshold exceeded (300 failures of 5000 items = 6% > 5% tolerated)"} {
+		"verdict: threshold exceeded (300 failures of 5000 items = 6% > 5% tolerated)",
+		"retries (from the counters, at least): 412 scheduled, 380 of them throttled by the downstream (no attempt used); 2 interrupted; 1 timed out; causes: http 502 (30), connection refused (2)",
+		"halt kept on secret:hook since 2026-11-30T20:02:00Z: HTTP 401 with the secret read again; fix its secret, then bulkrun lift orders-1 before a resume"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report text lacks %q:\n%s", want, text)
 		}

@@ -784,6 +784,9 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if c := fin.Report.Census; c.Cancelled != n || c.Withheld != 0 || fin.Report.Status != api.StatusCancelled {
 		t.Fatalf("cancelled: %s %+v; want cancelled, %d cancelled", fin.Report.Status, c, n)
 	}
+	if hs := fin.Report.Halts; len(hs) != 1 || hs[0].Subject != subject || hs[0].Since.IsZero() || hs[0].Reason == "" {
+		t.Errorf("cancelled run's report halts %+v, want the halt kept on %s with its reason", hs, subject)
+	}
 
 	// The cancelled batch keeps its halt; its lift removes it and wakes
 	// nothing (no item waits in a finished run), so that a resume, once
@@ -824,6 +827,9 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	}
 	if c := fin.Report.Census; c.Succeeded != n || c.Withheld != 0 || fin.Report.Status != api.StatusCompleted {
 		t.Fatalf("resumed after the lift: %s %+v; want completed, %d succeeded", fin.Report.Status, c, n)
+	}
+	if fin.Report.Halts != nil {
+		t.Errorf("report after the lift and resume: halts %+v, want none", fin.Report.Halts)
 	}
 }
 

@@ -309,6 +309,26 @@ class Results(TypedDict):
     files: dict[str, Location]
 
 
+class RetryCounts(TypedDict):
+    """A run's attempts that did not end their item, from its counters
+    (lower bounds; schema Report, retries). Each cause is a dict with the
+    keys class, error and items."""
+
+    scheduled: int
+    throttled: int
+    interrupted: int
+    timed_out: int
+    causes: NotRequired[list[dict[str, Any]]]
+
+
+class Halt(TypedDict):
+    """A halt on a refused credential (schema Halt)."""
+
+    subject: str
+    since: str
+    reason: NotRequired[str]
+
+
 class Report(TypedDict, total=False):
     """A finished run's report.json (schema Report)."""
 
@@ -322,6 +342,8 @@ class Report(TypedDict, total=False):
     outputs: str
     created_at: str
     finished_at: str
+    retries: RetryCounts
+    halts: list[Halt]
 
 
 class ResultLine(TypedDict):
