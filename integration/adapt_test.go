@@ -181,6 +181,21 @@ func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, t
 	}
 
 	rec.mu.Lock()
+	refused := 0
+	for _, c := range rec.calls {
+		if c.refused {
+			refused++
+		}
+	}
+	// The report counts the throttled calls from the run's counters: no
+	// more than the receiver refused (a counter write lost to a crash
+	// only lowers it), none when it refused none.
+	if rc := rep.Retries; refused > 0 && (rc == nil || rc.Throttled <= 0 || rc.Throttled > int64(refused) || rc.Scheduled < rc.Throttled) ||
+		refused == 0 && rc != nil && rc.Throttled != 0 {
+		t.Errorf("report retries %+v; the receiver refused %d calls", rc, refused)
+	} else if rc != nil {
+		t.Logf("report retries: %d scheduled, %d throttled; the receiver refused %d calls", rc.Scheduled, rc.Throttled, refused)
+	}
 	ok, refusedBefore, calls, skipped := map[string]int{}, map[string]int{}, len(rec.calls), 0
 	for _, c := range rec.calls {
 		switch {
