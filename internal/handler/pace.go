@@ -27,7 +27,7 @@ func (a *API) samplePace(ctx context.Context, b ledger.Batch, p ledger.Progress,
 	if !ok {
 		return
 	}
-	ring, write := eta.Next(p.Pace, now, p.Done, p.Cost)
+	ring, write := eta.Next(p.Pace, now, p.Done, p.Cost, p.Spent)
 	if !write {
 		return
 	}

@@ -258,11 +258,14 @@ type Estimate struct {
 	// pipeline reported, by cost name, exact decimals to 9 places): its
 	// cost so far plus Remaining × the cost per item of the window's
 	// items (RateBasisRecent, when the sample kept its cost), else of all
-	// its ended items (× items / ended). ProjectedRunSpent and
-	// ProjectedUsage are its run_spent (Census.RunSpent) and DynamoDB
-	// units (Report.Usage) so far scaled from its ended items to all of
-	// them: what the run costs at its end if the items still to end cost
-	// what the ended ones did on average.
+	// its ended items (× items / ended). ProjectedRunSpent is its
+	// run_spent (Census.RunSpent: every attempt, retried ones included)
+	// projected the same way: what it spent so far plus Remaining × what
+	// it spent per item ended over the window, else scaled from its
+	// ended items to all of them — so a burst of throttled calls early
+	// in the run is not scaled to the whole run once it has passed.
+	// ProjectedUsage is its DynamoDB units (Report.Usage) so far scaled
+	// from its ended items to all of them.
 	ProjectedCost     pipeline.CostSum `json:"projected_cost,omitempty"`
 	ProjectedRunSpent pipeline.CostSum `json:"projected_run_spent,omitempty"`
 	ProjectedUsage    *Usage           `json:"projected_usage,omitempty"`

@@ -37,9 +37,11 @@ type Run struct {
 // it has ended no item, before its start, or while it is paused (a paused
 // run has no pace to project). The pace is the recent one (Recent over
 // r.Ring) when the ring holds a sample of the window, else the run's
-// average; the cost is projected from the window's cost per item when
-// the window has its costs (a sample without them: the run's average),
-// run_spent and units from the run's average. Held items are not
+// average; the cost and run_spent are projected from the window's cost
+// and spend per item ended when the window has them (a sample without
+// them: the run's average) — so that a burst of throttled or retried
+// calls early in the run is not scaled to the whole run once it has
+// passed — and units from the run's average. Held items are not
 // Remaining and not in FinishAt (nothing says when they are moved on),
 // but are in the projected cost, as items that run once moved on. Pure.
 func Estimate(r Run, now time.Time) *api.Estimate {
@@ -53,14 +55,17 @@ func Estimate(r Run, now time.Time) *api.Estimate {
 		Remaining: max(0, r.Items-done-held), Held: held}
 	e.RunRatePerSecond = e.RatePerSecond
 	e.ProjectedCost = project(r.Cost, r.Items, done)
-	if w, ok := Recent(r.Ring, now, done, r.Cost); ok {
+	e.ProjectedRunSpent = project(r.Spent, r.Items, done)
+	if w, ok := Recent(r.Ring, now, done, r.Cost, r.Spent); ok {
 		e.RateBasis, e.Since, e.Ended, e.RatePerSecond = api.RateBasisRecent, w.Since, w.Ended, w.RatePerSecond
 		if !w.NoCost && len(r.Cost) > 0 {
 			e.ProjectedCost = projectAhead(r.Cost, w.Cost, e.Remaining+held, w.Ended)
 		}
+		if !w.NoCost && len(r.Spent) > 0 {
+			e.ProjectedRunSpent = projectAhead(r.Spent, w.Spent, e.Remaining+held, w.Ended)
+		}
 	}
 	e.FinishAt = now.Add(ahead(e.Remaining, e.RatePerSecond)).Truncate(time.Second)
-	e.ProjectedRunSpent = project(r.Spent, r.Items, done)
 	if r.Usage.DynamoDBWriteUnits > 0 || r.Usage.DynamoDBReadUnits > 0 {
 		f := float64(r.Items) / float64(done)
 		e.ProjectedUsage = &api.Usage{DynamoDBWriteUnits: math.Round(r.Usage.DynamoDBWriteUnits*f*10) / 10, DynamoDBReadUnits: math.Round(r.Usage.DynamoDBReadUnits*f*10) / 10}

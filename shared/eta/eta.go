@@ -55,28 +55,33 @@ const (
 )
 
 // Sample is one read of a run's counters: when (AtMs, Unix
-// milliseconds), how many of its items had ended (Done) and their cost by
-// name (Cost, the counters' ChunkCount.Cost sums). NoCost: Cost was left
-// out to keep the ring under MaxRingBytes; a pace measured from it projects
-// the cost from the run's average. JSON: {"t": ms, "d": n, "c": {name:
-// decimal}, "x": true}.
+// milliseconds), how many of its items had ended (Done), their cost by
+// name (Cost, the counters' ChunkCount.Cost sums) and what the run had
+// spent (Spent, the counters' Spent sums: every attempt, retried ones
+// included; absent in samples written before it was kept, and when
+// nothing was spent). NoCost: Cost and Spent were left out to keep the
+// ring under MaxRingBytes; a pace measured from it projects them from the
+// run's average. JSON: {"t": ms, "d": n, "c": {name: decimal}, "s":
+// {name: decimal}, "x": true}.
 type Sample struct {
 	AtMs   int64            `json:"t"`
 	Done   int64            `json:"d"`
 	Cost   pipeline.CostSum `json:"c,omitempty"`
+	Spent  pipeline.CostSum `json:"s,omitempty"`
 	NoCost bool             `json:"x,omitempty"`
 }
 
 // At is the sample's time, UTC.
 func (s Sample) At() time.Time { return time.UnixMilli(s.AtMs).UTC() }
 
-// Pace is a run's recent pace: the items it ended (Ended) and their cost
-// (Cost; nil with NoCost) from Since to the read, at RatePerSecond.
+// Pace is a run's recent pace: the items it ended (Ended), their cost
+// and what the run spent meanwhile (Cost, Spent; nil with NoCost) from
+// Since to the read, at RatePerSecond.
 type Pace struct {
 	Since         time.Time
 	Ended         int64
 	RatePerSecond float64
-	Cost          pipeline.CostSum
+	Cost, Spent   pipeline.CostSum
 	NoCost        bool
 }
 
@@ -88,7 +93,7 @@ type Pace struct {
 // item (a run whose items all wait for a retry will still end them: its
 // average is the better guess; a run that ends none is told by the live
 // view's Stalled).
-func Recent(ring []Sample, now time.Time, done int64, cost pipeline.CostSum) (Pace, bool) {
+func Recent(ring []Sample, now time.Time, done int64, cost, spent pipeline.CostSum) (Pace, bool) {
 	for _, s := range ring { // oldest first
 		age := now.Sub(s.At())
 		if age > Window || age < MinSpan {
@@ -99,24 +104,34 @@ func Recent(ring []Sample, now time.Time, done int64, cost pipeline.CostSum) (Pa
 			return Pace{}, false
 		}
 		p := Pace{Since: s.At(), Ended: ended, RatePerSecond: float64(ended) / age.Seconds(), NoCost: s.NoCost}
-		if !s.NoCost && len(cost) > 0 {
-			p.Cost = pipeline.CostSum{}
-			for name, v := range cost {
-				p.Cost[name] = decimal.Max(decimal.Zero, v.Sub(s.Cost[name]))
-			}
+		if !s.NoCost {
+			p.Cost, p.Spent = since(cost, s.Cost), since(spent, s.Spent)
 		}
 		return p, true
 	}
 	return Pace{}, false
 }
 
+// since is sum − then per name of sum, never below 0; nil when sum is
+// empty.
+func since(sum, then pipeline.CostSum) pipeline.CostSum {
+	if len(sum) == 0 {
+		return nil
+	}
+	out := pipeline.CostSum{}
+	for name, v := range sum {
+		out[name] = decimal.Max(decimal.Zero, v.Sub(then[name]))
+	}
+	return out
+}
+
 // Next is the ring to store after a read at now that saw done items
-// ended at cost: the stored samples taken within Window + SampleEvery
+// ended at cost, and spent: the stored samples taken within Window + SampleEvery
 // before now, oldest first, then this read's, at most MaxSamples and
 // MaxRingBytes of JSON (this read's costs are left out first, then the
 // oldest samples). write is false when the newest stored sample is
 // younger than SampleEvery (or from a later time): nothing to write.
-func Next(ring []Sample, now time.Time, done int64, cost pipeline.CostSum) (next []Sample, write bool) {
+func Next(ring []Sample, now time.Time, done int64, cost, spent pipeline.CostSum) (next []Sample, write bool) {
 	if n := len(ring); n > 0 && now.Sub(ring[n-1].At()) < SampleEvery {
 		return nil, false
 	}
@@ -125,14 +140,14 @@ func Next(ring []Sample, now time.Time, done int64, cost pipeline.CostSum) (next
 			next = append(next, s)
 		}
 	}
-	s := Sample{AtMs: now.UnixMilli(), Done: done, Cost: cost}
+	s := Sample{AtMs: now.UnixMilli(), Done: done, Cost: cost, Spent: spent}
 	next = append(next, s)
 	if len(next) > MaxSamples {
 		next = next[len(next)-MaxSamples:]
 	}
 	if Size(next) > MaxRingBytes {
 		last := &next[len(next)-1]
-		last.Cost, last.NoCost = nil, true
+		last.Cost, last.Spent, last.NoCost = nil, nil, true
 	}
 	for len(next) > 1 && Size(next) > MaxRingBytes {
 		next = next[1:]

@@ -50,7 +50,7 @@ func TestRecent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, ok := Recent(tt.ring, now, tt.done, usd)
+			p, ok := Recent(tt.ring, now, tt.done, usd, nil)
 			if ok != tt.wantOK {
 				t.Fatalf("ok %v, want %v (%+v)", ok, tt.wantOK, p)
 			}
@@ -72,7 +72,7 @@ func TestRecent(t *testing.T) {
 func TestRecentWithoutCost(t *testing.T) {
 	s := at(0, 100, "")
 	s.NoCost = true
-	p, ok := Recent([]Sample{s}, t0.Add(40*time.Second), 300, pipeline.CostSum{"usd": decimal.NewFromInt(3)})
+	p, ok := Recent([]Sample{s}, t0.Add(40*time.Second), 300, pipeline.CostSum{"usd": decimal.NewFromInt(3)}, nil)
 	if !ok || !p.NoCost || p.Cost != nil || p.Ended != 200 {
 		t.Fatalf("pace %+v ok %v", p, ok)
 	}
@@ -82,13 +82,13 @@ func TestRecentWithoutCost(t *testing.T) {
 // younger than SampleEvery; else the samples of the last Window +
 // SampleEvery and this read's, at most MaxSamples, oldest first.
 func TestNext(t *testing.T) {
-	if _, write := Next([]Sample{at(0, 10, "")}, t0.Add(SampleEvery-time.Millisecond), 20, nil); write {
+	if _, write := Next([]Sample{at(0, 10, "")}, t0.Add(SampleEvery-time.Millisecond), 20, nil, nil); write {
 		t.Error("wrote within SampleEvery of the newest sample")
 	}
-	if _, write := Next([]Sample{at(time.Minute, 10, "")}, t0, 20, nil); write {
+	if _, write := Next([]Sample{at(time.Minute, 10, "")}, t0, 20, nil, nil); write {
 		t.Error("wrote before a sample of a later time")
 	}
-	ring, write := Next(nil, t0, 20, nil)
+	ring, write := Next(nil, t0, 20, nil, nil)
 	if !write || len(ring) != 1 || ring[0].Done != 20 || ring[0].AtMs != t0.UnixMilli() {
 		t.Fatalf("first sample: %+v %v", ring, write)
 	}
@@ -97,7 +97,7 @@ func TestNext(t *testing.T) {
 		old = append(old, at(time.Duration(i)*SampleEvery, int64(i*100), ""))
 	}
 	now := t0.Add(10 * SampleEvery)
-	ring, write = Next(old, now, 1000, nil)
+	ring, write = Next(old, now, 1000, nil, nil)
 	if !write || len(ring) > MaxSamples {
 		t.Fatalf("ring of %d samples, at most %d", len(ring), MaxSamples)
 	}
@@ -112,7 +112,7 @@ func TestNext(t *testing.T) {
 	if last := ring[len(ring)-1]; last.Done != 1000 || last.AtMs != now.UnixMilli() {
 		t.Errorf("newest %+v", last)
 	}
-	if _, ok := Recent(ring, now.Add(SampleEvery), 1100, nil); !ok {
+	if _, ok := Recent(ring, now.Add(SampleEvery), 1100, nil, nil); !ok {
 		t.Error("a ring sampled every SampleEvery measures no recent pace")
 	}
 }
@@ -127,7 +127,7 @@ func TestNextStaysUnderItsBytes(t *testing.T) {
 	var ring []Sample
 	for i := range 8 {
 		var write bool
-		ring, write = Next(ring, t0.Add(time.Duration(i)*SampleEvery), int64(i*10), cost)
+		ring, write = Next(ring, t0.Add(time.Duration(i)*SampleEvery), int64(i*10), cost, nil)
 		if !write {
 			t.Fatalf("read %d wrote nothing", i)
 		}
@@ -138,7 +138,7 @@ func TestNextStaysUnderItsBytes(t *testing.T) {
 			t.Fatalf("read %d: a sample over the bound kept its cost: %+v", i, last)
 		}
 	}
-	small, _ := Next(nil, t0, 1, pipeline.CostSum{"usd": decimal.NewFromInt(1)})
+	small, _ := Next(nil, t0, 1, pipeline.CostSum{"usd": decimal.NewFromInt(1)}, nil)
 	if small[0].NoCost || small[0].Cost["usd"].IntPart() != 1 {
 		t.Errorf("a small cost left out: %+v", small[0])
 	}

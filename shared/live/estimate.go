@@ -30,7 +30,7 @@ func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
 	ring := p.Pace
 	if a := b.Approval; b.Run == 1 && a != nil && a.Decision == api.ApprovalApproved && a.DecidedAt.After(b.RunStartedAt) {
 		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(a.DecidedAt) })
-		if _, ok := eta.Recent(ring, now, p.Done, p.Cost); !ok {
+		if _, ok := eta.Recent(ring, now, p.Done, p.Cost, p.Spent); !ok {
 			return nil
 		}
 	}

@@ -2,6 +2,7 @@ package live
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -104,8 +105,9 @@ func TestEstimateOnlyWithAPace(t *testing.T) {
 // ended in the run's 100 s (25 a second on average), 1,200 of them in
 // the last 40 s (30 a second) by the ring's sample: the estimate says
 // recent_60s, finishes the 7,500 left at 30 a second (250 s), and
-// projects the cost as the cost so far plus the window's cost per item
-// for the items left; run_spent and units stay on the run's average.
+// projects the cost and run_spent as what they are so far plus the
+// window's cost and spend per item for the items left (a window sample
+// without them: the run's average); units stay on the run's average.
 // Without a sample of the window it is the run's average, and says so.
 func TestEstimateOverTheRecentWindow(t *testing.T) {
 	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
@@ -115,7 +117,8 @@ func TestEstimateOverTheRecentWindow(t *testing.T) {
 		Cost:  pipeline.CostSum{"usd": decimal.RequireFromString("0.07")},
 		Spent: pipeline.CostSum{"usd": decimal.RequireFromString("0.1")},
 		Pace: []eta.Sample{
-			{AtMs: start.Add(60 * time.Second).UnixMilli(), Done: 1300, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.034")}},
+			{AtMs: start.Add(60 * time.Second).UnixMilli(), Done: 1300, Cost: pipeline.CostSum{"usd": decimal.RequireFromString("0.034")},
+				Spent: pipeline.CostSum{"usd": decimal.RequireFromString("0.085")}},
 			{AtMs: start.Add(75 * time.Second).UnixMilli(), Done: 1800},
 			{AtMs: start.Add(90 * time.Second).UnixMilli(), Done: 2300}}}
 	e := Estimate(b, p, now)
@@ -132,8 +135,16 @@ func TestEstimateOverTheRecentWindow(t *testing.T) {
 	if got := e.ProjectedCost["usd"].String(); got != "0.295" {
 		t.Errorf("projected cost %s, want 0.295", got)
 	}
-	if got := e.ProjectedRunSpent["usd"].String(); got != "0.4" {
-		t.Errorf("projected run_spent %s, want 0.4 (the run's average)", got)
+	// 0.1 + 7500 × (0.1 − 0.085) / 1200 = 0.1 + 0.09375: the early
+	// spend (0.085 for 1,300 items, retries) is not scaled to the rest.
+	if got := e.ProjectedRunSpent["usd"].String(); got != "0.19375" {
+		t.Errorf("projected run_spent %s, want 0.19375 (spent + the window's spend per item for the items left)", got)
+	}
+	noCost := p
+	noCost.Pace = slices.Clone(p.Pace)
+	noCost.Pace[0].Cost, noCost.Pace[0].Spent, noCost.Pace[0].NoCost = nil, nil, true
+	if e := Estimate(b, noCost, now); e.ProjectedRunSpent["usd"].String() != "0.4" {
+		t.Errorf("window without costs: projected run_spent %s, want 0.4 (the run's average)", e.ProjectedRunSpent["usd"])
 	}
 	old := p
 	old.Pace = p.Pace[2:] // 10 s old: too young to measure a pace over
