@@ -1,5 +1,12 @@
 package ledger
 
+import (
+	"fmt"
+	"slices"
+
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
 // A pack row holds up to MaxItemsPerMessage items, each with its key
 // (≤ 1,024 bytes), its cost and spent records (≤ 10 names each,
 // pipeline.MaxCostNames), and an inline output (≤ MaxInlineOutputBytes)
@@ -8,7 +15,7 @@ package ledger
 // (Amazon DynamoDB developer guide, "Service, account, and table quotas",
 // item size, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html),
 // and the pack's write — every item's outcome — would fail on every
-// delivery. So the worker bounds each pack write (boundPack): while the
+// delivery. So the worker bounds each pack write (BoundPack): while the
 // row's items, as StateBytes sizes them, pass PackRowBudget, the largest
 // inline output written now goes to S3 (item-outputs/{run id}.json, with
 // OutputRef, as an output over MaxInlineOutputBytes always does), or the
@@ -38,4 +45,49 @@ func StateBytes(s ItemState) int {
 		n += len(name) + 21
 	}
 	return n
+}
+
+// BoundPack keeps the pack row that writes leave (items: the row's items
+// as held, writes applied) within PackRowBudget, shrinking only what this
+// write writes: the largest inline output goes to S3 first — put stores
+// it under batches/{batch id}/item-outputs/{run id}.json (as an output
+// over MaxInlineOutputBytes always goes) and returns its s3:// URI — then
+// the longest error text is cut. It changes writes in place and returns
+// how many outputs it moved and texts it cut; the error is put's,
+// naming the item's key.
+func BoundPack(batchID string, items []ItemState, writes []PackItemWrite, put func(key string, output []byte) (string, error)) (moved, cut int, err error) {
+	after := slices.Clone(items)
+	for _, iw := range writes {
+		after[iw.Index] = iw.Item
+	}
+	total := 0
+	for _, s := range after {
+		total += StateBytes(s)
+	}
+	for total > PackRowBudget {
+		best, size := -1, 0
+		for i, iw := range writes {
+			if n := len(iw.Item.Output) + max(len(iw.Item.Error)-MinPackErrorBytes, 0); n > size {
+				best, size = i, n
+			}
+		}
+		if best < 0 {
+			return moved, cut, nil // nothing written now can shrink (the rest is bounded by construction)
+		}
+		s := &writes[best].Item
+		was := StateBytes(*s)
+		if len(s.Output) > 0 {
+			uri, err := put(fmt.Sprintf("batches/%s/item-outputs/%s.json", batchID, RunID(batchID, s.Key)), s.Output)
+			if err != nil {
+				return moved, cut, fmt.Errorf("store an output of pack item %q: %w", s.Key, err)
+			}
+			s.Output, s.OutputRef = nil, uri
+			moved++
+		} else {
+			s.Error = pipeline.CutText(s.Error, max(len(s.Error)/2, MinPackErrorBytes))
+			cut++
+		}
+		total += StateBytes(*s) - was
+	}
+	return moved, cut, nil
 }
