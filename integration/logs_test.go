@@ -88,17 +88,18 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 		}
 	}
 
-	// A pack of the same two items: their own lines are DEBUG, and one
-	// INFO line sums the pack's successes.
+	// Two packs of two such items, delivered to one invocation: their
+	// own lines are DEBUG, and one INFO line sums the invocation's
+	// successes of the batch's run.
 	single := len(buf.String())
 	packed := newID(t)
 	if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: packed, Pipeline: "counted", ItemsPerMessage: 2,
 		Headers: map[string]string{"Authorization": "Bearer hdr-s3cr3t", "X-Ref": secretref.Prefix + ref},
-		Source:  api.SourceSpec{Items: json.RawMessage(`[{"p":"payload-marker-in-1"},{"p":"payload-marker-in-2"}]`)}}); err != nil {
+		Source:  api.SourceSpec{Items: json.RawMessage(`[{"p":"payload-marker-in-1"},{"p":"payload-marker-in-2"},{"p":"payload-marker-in-3"},{"p":"payload-marker-in-4"}]`)}}); err != nil {
 		t.Fatal(err)
 	}
 	h.worker.Handle(ctx, h.receive(t, 1)) // the fan-out
-	h.worker.Handle(ctx, h.receive(t, 1)) // the pack
+	h.worker.Handle(ctx, h.receive(t, 2)) // the packs
 
 	out := buf.String()
 	recorded := map[string]int{}
@@ -110,9 +111,9 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 		}
 		if rec["message"] == "items recorded" {
 			summed++
-			if rec["level"] != "INFO" || rec["batch_id"] != packed || rec["items"] != float64(2) || rec["outcome"] != "succeeded" ||
-				rec["first_key"] != api.PositionalKey(0) && rec["first_key"] != api.PositionalKey(1) {
-				t.Errorf("the pack's line: %s; want INFO, 2 items succeeded of %s", line, packed)
+			if rec["level"] != "INFO" || rec["batch_id"] != packed || rec["run"] != float64(1) || rec["items"] != float64(4) || rec["packs"] != float64(2) ||
+				rec["outcome"] != "succeeded" {
+				t.Errorf("the invocation's line: %s; want INFO, 4 items of 2 packs succeeded in %s run 1", line, packed)
 			}
 		}
 		if rec["message"] == "item recorded" {
@@ -124,11 +125,11 @@ func TestHarnessLogsCarryNoPayloadOrSecret(t *testing.T) {
 			}
 		}
 	}
-	if want := map[string]int{id + " INFO": 2, packed + " DEBUG": 2}; !maps.Equal(recorded, want) {
+	if want := map[string]int{id + " INFO": 2, packed + " DEBUG": 4}; !maps.Equal(recorded, want) {
 		t.Errorf("\"item recorded\" lines by batch and level: %v, want %v:\n%s", recorded, want, out)
 	}
 	if summed != 1 {
-		t.Errorf("%d \"items recorded\" lines, want 1 (the pack's):\n%s", summed, out[single:])
+		t.Errorf("%d \"items recorded\" lines, want 1 (the invocation's):\n%s", summed, out[single:])
 	}
 	for _, secret := range []string{"payload-marker", "hdr-s3cr3t", "resolved-s3cr3t"} {
 		if strings.Contains(out, secret) {

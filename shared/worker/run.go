@@ -248,9 +248,10 @@ func itemLog(log *slog.Logger, b ledger.Batch, m *unitMessage, s ledger.ItemStat
 
 // recorded counts and logs the items whose endings the unit's write
 // stored (recorded, by position): a done and a metric for each not
-// committed on its own, and its outcome line (packLine).
+// committed on its own, and its outcome line (okLines).
 func (w *Worker) recorded(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun, recorded map[int]*itemRun, dns []done) []done {
-	var sum packLine
+	var oks int
+	var longest time.Duration
 	for _, r := range runs {
 		if recorded[r.j] == nil {
 			continue
@@ -266,45 +267,67 @@ func (w *Worker) recorded(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
 		case m.Packed:
 			ilog.DebugContext(ctx, "item recorded", "outcome", string(o))
-			sum.add(r)
+			oks, longest = oks+1, max(longest, r.took)
 		default:
 			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
 		}
 	}
-	sum.log(ctx, log)
+	if m.oks == nil {
+		m.oks = &okLines{}
+		defer m.oks.log(ctx, w.Log)
+	}
+	m.oks.add(b, oks, longest)
 	return dns
 }
 
-// packLine is the one INFO line of a pack's items that succeeded in a
-// delivery ("items recorded": how many, the first and last of their
-// keys, the longest call in ms). Each such item's own "item recorded"
+// okLines is the INFO lines of an invocation's pack items that
+// succeeded: one per batch run ("items recorded": how many, in how many
+// pack deliveries, the longest call in ms), written once the
+// invocation's deliveries are done. Each such item's own "item recorded"
 // line is DEBUG: CloudWatch Logs bills every byte ingested ($0.50 per GB
-// in us-east-1, "Amazon CloudWatch Pricing"), and a line per item was
-// half of a clean run's cost at 10 items per message (docs/design/cost.md,
-// "CloudWatch Logs"); the ledger keeps every item's outcome (`bulkrun
-// items`). An item that did not succeed keeps its WARN line; an item
-// message (one item) keeps its INFO line.
-type packLine struct {
-	n           int
-	first, last string
-	longest     time.Duration
+// in us-east-1, "Amazon CloudWatch Pricing"); a line per item was half of
+// a clean run's cost at 10 items per message, a line per pack ≈ 11 %
+// (docs/design/cost.md, "CloudWatch Logs"), and the ledger keeps every
+// item's outcome (`bulkrun items`). An item that did not succeed keeps
+// its WARN line; an item message (one item) keeps its INFO line.
+type okLines struct {
+	mu   sync.Mutex
+	runs []okLine // few: an invocation's messages are of a few batches
 }
 
-func (p *packLine) add(r *itemRun) {
-	if p.n == 0 {
-		p.first = r.state.Key
-	}
-	p.n++
-	p.last = r.state.Key
-	p.longest = max(p.longest, r.took)
+type okLine struct {
+	batchID      string
+	run          int
+	items, packs int
+	longest      time.Duration
 }
 
-func (p *packLine) log(ctx context.Context, log *slog.Logger) {
-	if p.n == 0 {
+// add counts the succeeded items of one pack delivery of b's run.
+func (o *okLines) add(b ledger.Batch, items int, longest time.Duration) {
+	if items == 0 {
 		return
 	}
-	log.InfoContext(ctx, "items recorded", "outcome", string(api.OutcomeSucceeded), "items", p.n,
-		"first_key", p.first, "last_key", p.last, "duration_ms", p.longest.Milliseconds())
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i := slices.IndexFunc(o.runs, func(l okLine) bool { return l.batchID == b.ID && l.run == b.Run })
+	if i < 0 {
+		o.runs = append(o.runs, okLine{batchID: b.ID, run: b.Run})
+		i = len(o.runs) - 1
+	}
+	l := &o.runs[i]
+	l.items, l.packs, l.longest = l.items+items, l.packs+1, max(l.longest, longest)
+}
+
+// log writes the lines and forgets them.
+func (o *okLines) log(ctx context.Context, log *slog.Logger) {
+	o.mu.Lock()
+	runs := o.runs
+	o.runs = nil
+	o.mu.Unlock()
+	for _, l := range runs {
+		log.InfoContext(ctx, "items recorded", "batch_id", l.batchID, "run", l.run, "outcome", string(api.OutcomeSucceeded),
+			"items", l.items, "packs", l.packs, "duration_ms", l.longest.Milliseconds())
+	}
 }
 
 // endsUncalled reports whether item j's take ends before its call

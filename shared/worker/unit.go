@@ -72,7 +72,10 @@ type unitMessage struct {
 	// throttled: the downstream throttled a call of this delivery's unit
 	// (a batch with no rate): its calls not yet started are given back.
 	throttled atomic.Bool
-	body      func() ([]byte, error)
+	// oks sums this delivery's pack items that succeeded into its
+	// invocation's line (okLines); nil: the pack's own line.
+	oks  *okLines
+	body func() ([]byte, error)
 	// probe: this delivery claimed its paused batch's probe; one item
 	// runs (Pause).
 	probe bool

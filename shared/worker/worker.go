@@ -283,7 +283,8 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	if items <= 0 {
 		items = DefaultItemConcurrency
 	}
-	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin, checks: &runChecks{}, start: w.Clock.Now()}
+	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin, checks: &runChecks{}, start: w.Clock.Now(),
+		oks: &okLines{}}
 	var (
 		mu     sync.Mutex
 		failed = []string{}
@@ -348,6 +349,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	<-flushed
 	w.count(ctx, dones, 1)
 	w.Metrics.Flush()
+	inv.oks.log(ctx, w.Log)
 	return failed
 }
 
@@ -360,6 +362,7 @@ type invocation struct {
 	margin  time.Duration
 	checks  *runChecks // the rows calls start under (beforeCall)
 	start   time.Time  // when the invocation read its batch rows
+	oks     *okLines   // its pack items that succeeded, logged once it ends
 }
 
 type batchEntry struct {
@@ -424,6 +427,7 @@ func (w *Worker) deliver(ctx context.Context, d Delivery, inv *invocation) (bool
 		w.Log.ErrorContext(ctx, "poison message; acknowledged", "message_id", d.MessageID, "error", err.Error())
 		return true, nil
 	}
+	m.oks = inv.oks
 	log := w.Log.With("batch_id", m.BatchID, "run", m.Run)
 	b, err := inv.batches.get(ctx, m.BatchID, m.Run)
 	switch {
