@@ -265,11 +265,9 @@ func (w *Worker) recorded(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		switch {
 		case o != api.OutcomeSucceeded:
 			ilog.WarnContext(ctx, "item recorded", "outcome", string(o), "reason", string(r.state.Reason), "error", r.state.Error)
-		case m.Packed:
+		default:
 			ilog.DebugContext(ctx, "item recorded", "outcome", string(o))
 			oks, longest = oks+1, max(longest, r.took)
-		default:
-			ilog.InfoContext(ctx, "item recorded", "outcome", string(o))
 		}
 	}
 	if m.oks == nil {
@@ -280,29 +278,30 @@ func (w *Worker) recorded(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	return dns
 }
 
-// okLines is the INFO lines of an invocation's pack items that
-// succeeded: one per batch run ("items recorded": how many, in how many
-// pack deliveries, the longest call in ms), written once the
-// invocation's deliveries are done. Each such item's own "item recorded"
-// line is DEBUG: CloudWatch Logs bills every byte ingested ($0.50 per GB
-// in us-east-1, "Amazon CloudWatch Pricing"); a line per item was half of
-// a clean run's cost at 10 items per message, a line per pack ≈ 11 %
-// (docs/design/cost.md, "CloudWatch Logs"), and the ledger keeps every
-// item's outcome (`bulkrun items`). An item that did not succeed keeps
-// its WARN line; an item message (one item) keeps its INFO line.
+// okLines is the INFO lines of the items that succeeded in an
+// invocation: one per batch run ("items recorded": how many, from how
+// many item and pack messages' deliveries, the longest call in ms),
+// written once the invocation's deliveries are done. Each such item's
+// own "item recorded" line is DEBUG: CloudWatch Logs bills every byte
+// ingested ($0.50 per GB in us-east-1, "Amazon CloudWatch Pricing"); a
+// line per item was half of a clean run's cost at 10 items per message
+// and 8 % at one, a line per pack ≈ 8 % at 10 (docs/design/cost.md,
+// "CloudWatch Logs"), and the ledger keeps every item's outcome
+// (`bulkrun items`, the results). An item that did not succeed keeps
+// its WARN line.
 type okLines struct {
 	mu   sync.Mutex
 	runs []okLine // few: an invocation's messages are of a few batches
 }
 
 type okLine struct {
-	batchID      string
-	run          int
-	items, packs int
-	longest      time.Duration
+	batchID         string
+	run             int
+	items, messages int
+	longest         time.Duration
 }
 
-// add counts the succeeded items of one pack delivery of b's run.
+// add counts the succeeded items of one delivery of b's run.
 func (o *okLines) add(b ledger.Batch, items int, longest time.Duration) {
 	if items == 0 {
 		return
@@ -315,7 +314,7 @@ func (o *okLines) add(b ledger.Batch, items int, longest time.Duration) {
 		i = len(o.runs) - 1
 	}
 	l := &o.runs[i]
-	l.items, l.packs, l.longest = l.items+items, l.packs+1, max(l.longest, longest)
+	l.items, l.messages, l.longest = l.items+items, l.messages+1, max(l.longest, longest)
 }
 
 // log writes the lines and forgets them.
@@ -326,7 +325,7 @@ func (o *okLines) log(ctx context.Context, log *slog.Logger) {
 	o.mu.Unlock()
 	for _, l := range runs {
 		log.InfoContext(ctx, "items recorded", "batch_id", l.batchID, "run", l.run, "outcome", string(api.OutcomeSucceeded),
-			"items", l.items, "packs", l.packs, "duration_ms", l.longest.Milliseconds())
+			"items", l.items, "messages", l.messages, "duration_ms", l.longest.Milliseconds())
 	}
 }
 

@@ -72,8 +72,8 @@ type unitMessage struct {
 	// throttled: the downstream throttled a call of this delivery's unit
 	// (a batch with no rate): its calls not yet started are given back.
 	throttled atomic.Bool
-	// oks sums this delivery's pack items that succeeded into its
-	// invocation's line (okLines); nil: the pack's own line.
+	// oks sums this delivery's items that succeeded into its
+	// invocation's line (okLines); nil: a line of the delivery's own.
 	oks  *okLines
 	body func() ([]byte, error)
 	// probe: this delivery claimed its paused batch's probe; one item

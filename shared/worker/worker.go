@@ -362,7 +362,7 @@ type invocation struct {
 	margin  time.Duration
 	checks  *runChecks // the rows calls start under (beforeCall)
 	start   time.Time  // when the invocation read its batch rows
-	oks     *okLines   // its pack items that succeeded, logged once it ends
+	oks     *okLines   // its items that succeeded, logged once it ends
 }
 
 type batchEntry struct {
