@@ -270,11 +270,12 @@ func (w *Worker) recorded(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			oks, longest = oks+1, max(longest, r.took)
 		}
 	}
-	if m.oks == nil {
-		m.oks = &okLines{}
-		defer m.oks.log(ctx, w.Log)
+	sums := m.oks
+	if sums == nil { // a delivery outside an invocation's: its own line
+		sums = &okLines{}
+		defer sums.log(ctx, w.Log)
 	}
-	m.oks.add(b, oks, longest)
+	sums.add(b, oks, longest)
 	return dns
 }
 

@@ -157,7 +157,7 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			count()
 			return w.holdTrack(ctx, log, tr, cur, m, d, moved)
 		}
-		m.track, tr.parked = tr, false
+		m.track, tr.parked, m.oks = tr, false, inv.oks
 		start := w.Clock.Now()
 		// A unit that waited was reserved before: its take tries the
 		// takeover first, as a redelivered message's does.
