@@ -1,6 +1,8 @@
 package api
 
 import (
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -8,10 +10,17 @@ import (
 func Summary(b Batch) BatchSummary {
 	return BatchSummary{
 		ID: b.ID, Status: b.Status, Pipeline: b.Pipeline, ItemCount: b.ItemCount, Run: b.Run,
-		CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt, NeedsAttention: b.NeedsAttention,
+		CreatedAt: b.CreatedAt, FinishedAt: b.FinishedAt, NeedsAttention: b.NeedsAttention || b.KeepsHalts(),
 		Stop: b.Stop, Refusal: b.Refusal, SubmittedBy: b.SubmittedBy, PendingDeletion: b.PendingDeletion,
+		Halts: slices.Sorted(maps.Keys(b.Halts)),
 	}
 }
+
+// KeepsHalts reports whether finished batch b keeps a halt on a refused
+// credential: a resume would withhold its items without a call until a
+// caller fixes the secret and lifts it, so it needs attention whatever
+// its last run's census.
+func (b Batch) KeepsHalts() bool { return b.Status.Finished() && len(b.Halts) > 0 }
 
 // MaxSourceBytes is the longest source a listing may ask for: "s3://", a
 // bucket name (at most 63 bytes), "/", an object key (at most 1,024
@@ -52,8 +61,9 @@ type BatchSummary struct {
 	Run        int       `json:"run"`
 	CreatedAt  time.Time `json:"created_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"` // the last finished run's end
-	// NeedsAttention is the last finished run's, or for a running batch
-	// with a Live view, also its Attention.
+	// NeedsAttention is the last finished run's, and a finished batch's
+	// that keeps a halt (Batch.KeepsHalts), or for a running batch with a
+	// Live view, also its Attention.
 	NeedsAttention  bool           `json:"needs_attention"`
 	Stop            Status         `json:"stop,omitempty"`
 	Refusal         *SubmitRefusal `json:"refusal,omitempty"`
@@ -67,6 +77,9 @@ type BatchSummary struct {
 	// read with its live view; absent when it runs, or beyond the first
 	// MaxLiveSummaries running batches.
 	Pause *Pause `json:"pause,omitempty"`
+	// Halts are the subjects of the batch's halts (Batch.Halts), sorted;
+	// absent when it holds none.
+	Halts []string `json:"halts,omitempty"`
 }
 
 // Listing limits.

@@ -191,6 +191,11 @@ func note(b api.BatchSummary) string {
 	if b.NeedsAttention && b.Status.Finished() {
 		n = append(n, "needs attention")
 	}
+	if b.Status.Finished() {
+		for _, h := range b.Halts {
+			n = append(n, "halt kept on "+h+": fix its secret, then bulkrun lift "+b.ID+" before a resume")
+		}
+	}
 	if p := b.Pause; p != nil && b.Status == api.StatusRunning {
 		n = append(n, fmt.Sprintf("paused by %s since %s", p.By.Who(), stamp(p.Since)))
 	}

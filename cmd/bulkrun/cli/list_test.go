@@ -273,3 +273,22 @@ func TestListNotesAPause(t *testing.T) {
 		t.Errorf("completed batch: note %q", got)
 	}
 }
+
+// TestListNotesAKeptHalt guards bulkrun list on a finished batch that
+// keeps a halt on a refused credential (a cancel of its withheld items):
+// it needs attention, and its note says which halt and what to do
+// before a resume; a batch without one says neither.
+func TestListNotesAKeptHalt(t *testing.T) {
+	const subject = "secret:arn:aws:ssm:us-east-1:000000000000:parameter/bulkrun/token"
+	b := api.Batch{ID: "b1", Status: api.StatusCancelled, Run: 1, Stop: api.StatusCancelled,
+		Halts: map[string]api.Halt{subject: {Subject: subject}}}
+	s := api.Summary(b)
+	want := "halt kept on " + subject + ": fix its secret, then bulkrun lift b1 before a resume"
+	if !s.NeedsAttention || !strings.Contains(note(s), want) || !strings.Contains(note(s), "needs attention") {
+		t.Errorf("a cancelled batch keeping a halt: needs_attention %v, note %q; want true and %q", s.NeedsAttention, note(s), want)
+	}
+	b.Halts = nil
+	if s := api.Summary(b); s.NeedsAttention || strings.Contains(note(s), "halt") {
+		t.Errorf("a cancelled batch without a halt: needs_attention %v, note %q", s.NeedsAttention, note(s))
+	}
+}
