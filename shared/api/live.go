@@ -265,7 +265,10 @@ type Estimate struct {
 	// ended items to all of them — so a burst of throttled calls early
 	// in the run is not scaled to the whole run once it has passed.
 	// ProjectedUsage is its DynamoDB units (Report.Usage) so far scaled
-	// from its ended items to all of them.
+	// from its ended items to all of them. Both are absent where they
+	// would be scaled from the run's average before a tenth of its items
+	// ended (eta.MinAveragedShare): its first items carry its early
+	// waste (throttled calls, the takes of every item in flight).
 	ProjectedCost     pipeline.CostSum `json:"projected_cost,omitempty"`
 	ProjectedRunSpent pipeline.CostSum `json:"projected_run_spent,omitempty"`
 	ProjectedUsage    *Usage           `json:"projected_usage,omitempty"`

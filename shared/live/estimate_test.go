@@ -188,3 +188,25 @@ func TestEstimateOfAnApprovedSampleStartsAtTheApproval(t *testing.T) {
 		t.Errorf("without a sample: %+v, want the run's average, 30 items in 47 s", e)
 	}
 }
+
+// TestEstimateWaitsToScaleSpend guards the first items' waste: 10 of 300
+// items ended 11 s into a run that spent 109 calls and 105 write units
+// (a receiver throttled its first calls; every item in flight was
+// taken) project no run_spent and no units from the run's average —
+// scaled they read 3,270 calls and 3,150 units for a run that spent 399
+// and 219 — while the cost of the ending attempts is projected; from a
+// tenth of the items on, both are.
+func TestEstimateWaitsToScaleSpend(t *testing.T) {
+	start := time.Date(2026, 12, 5, 22, 32, 57, 0, time.UTC)
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 300, RunStartedAt: start}}
+	calls := func(n int64) pipeline.CostSum { return pipeline.CostSum{"calls": decimal.NewFromInt(n)} }
+	p := ledger.Progress{Done: 10, Cost: calls(10), Spent: calls(109), Usage: api.Usage{DynamoDBWriteUnits: 105, DynamoDBReadUnits: 37}}
+	e := Estimate(b, p, start.Add(11*time.Second))
+	if e == nil || e.ProjectedCost.Text("calls") != "300" || e.ProjectedRunSpent != nil || e.ProjectedUsage != nil {
+		t.Fatalf("10 of 300 ended: %+v; want cost calls=300 projected, no run_spent, no units", e)
+	}
+	p.Done, p.Cost = 30, calls(30)
+	if e := Estimate(b, p, start.Add(20*time.Second)); e.ProjectedRunSpent == nil || e.ProjectedUsage == nil {
+		t.Errorf("30 of 300 ended: %+v; want run_spent and units projected", e)
+	}
+}
