@@ -1215,6 +1215,9 @@ go to PATH, written whole or not at all.`,
 		Args: exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if err := listableOutcome(api.Outcome(outcome), args[0]); err != nil {
+				return err
+			}
 			if !inputs && file != "" {
 				return &ExitError{Code: ExitUsage, Err: errors.New("--file writes the items' inputs: give --inputs too")}
 			}
@@ -1292,15 +1295,19 @@ go to PATH, written whole or not at all.`,
 }
 
 func (a *app) reportCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "report ID",
-		Short: "Print the last finished run's report: status, census, cost, threshold and verdict, results (text; -o json: report.json as stored)",
+	var run int
+	cmd := &cobra.Command{
+		Use:   "report ID [--run N]",
+		Short: "Print the last finished run's report (--run N: run N's): status, census, cost, retries, halts, threshold and verdict, results (text; -o json: report.json as stored)",
 		Args:  exactArgs(1, "a batch ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if run < 0 {
+				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--run: want a run number of 1 or more, got %d", run)}
+			}
 			if err := a.load(cmd.Context()); err != nil {
 				return err
 			}
-			r, err := a.api.Report(cmd.Context(), args[0])
+			r, err := a.runReport(cmd.Context(), args[0], run)
 			if err != nil {
 				return err
 			}
@@ -1311,6 +1318,8 @@ func (a *app) reportCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().IntVar(&run, "run", 0, "the run whose report to print (default the last finished run)")
+	return cmd
 }
 
 // simple is a command of nargs arguments whose run returns what it shows:
@@ -1535,6 +1544,20 @@ func (a *app) releaseCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "release every quarantined item of the batch")
 	return cmd
+}
+
+// listableOutcome is nil for an outcome bulkrun items lists (as the API's
+// GET /batches/{id}/items does), else a usage error naming the ones it
+// lists and, for succeeded and cancelled, where those are listed.
+func listableOutcome(o api.Outcome, id string) error {
+	if o == api.OutcomeFailed || o == api.OutcomeQuarantined || o.Held() || o == api.OutcomeInFlight || o == api.NeedsAttention {
+		return nil
+	}
+	err := fmt.Errorf("--outcome %q: want failed, quarantined, withheld, exhausted, suspended, in_flight or needs_attention", o)
+	if o == api.OutcomeSucceeded || o == api.OutcomeCancelled {
+		err = fmt.Errorf("%w; %s items are listed in the run's results: bulkrun results %s --outcome %s (--partial while its run goes)", err, o, id, o)
+	}
+	return &ExitError{Code: ExitUsage, Err: err}
 }
 
 // printItems writes a header and one line per item — key, outcome,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -562,23 +563,27 @@ func TestStatusSaysAStopWaitsForRetries(t *testing.T) {
 // fix must not fail on a halt already gone.
 func TestLiftWithNoHaltSaysSo(t *testing.T) {
 	for _, tc := range []struct {
-		status api.Status
-		want   string
+		status   api.Status
+		withheld int64
+		args     []string
+		want     string
 	}{
-		{api.StatusCompleted, "batch b1: the batch is completed and holds no halt, so nothing was lifted; its run holds no item"},
-		{api.StatusRunning, "batch b1: the batch is running and holds no halt, so nothing was lifted; name the SUBJECT its withheld items show (bulkrun items b1 --outcome withheld) to wake them"},
+		{api.StatusCompleted, 0, nil, "batch b1: the batch is completed and holds no halt, so nothing was lifted; no item of a finished run waits under one"},
+		{api.StatusCompleted, 0, []string{"secret:arn:x"}, "batch b1: the batch is completed and holds no halt, so nothing was lifted; no item of a finished run waits under one"},
+		{api.StatusRunning, 0, nil, "batch b1: the batch is running and holds no halt, so nothing was lifted; no item is withheld"},
+		{api.StatusRunning, 3, nil, "batch b1: the batch is running and holds no halt, so nothing was lifted; name the SUBJECT its 3 withheld items show (bulkrun items b1 --outcome withheld) to wake them"},
 	} {
-		view := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: tc.status, ItemCount: 40}}
+		view := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: tc.status, ItemCount: 40}, Census: &api.Census{Total: 40, Withheld: tc.withheld}}
 		c, _ := fakeBatchAPI(t, view, api.Report{})
 		var out, errw bytes.Buffer
 		a := &app{out: &out, errw: &errw, output: "text", api: c, loaded: true}
 		cmd := a.liftCmd()
-		cmd.SetArgs([]string{"b1"})
+		cmd.SetArgs(append([]string{"b1"}, tc.args...))
 		if err := cmd.Execute(); err != nil {
-			t.Fatalf("lift of a %s batch with no halt: %v, want exit 0", tc.status, err)
+			t.Fatalf("lift %v of a %s batch with no halt: %v, want exit 0", tc.args, tc.status, err)
 		}
 		if strings.TrimSpace(out.String()) != tc.want {
-			t.Errorf("lift of a %s batch with no halt printed %q, want %q", tc.status, out.String(), tc.want)
+			t.Errorf("lift %v of a %s batch with no halt printed %q, want %q", tc.args, tc.status, out.String(), tc.want)
 		}
 		out.Reset()
 		a.output = "json"
@@ -589,6 +594,33 @@ func TestLiftWithNoHaltSaysSo(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), `"lifts": []`) {
 			t.Errorf("lift -o json with no halt: %s, want an empty lifts list", out.String())
+		}
+	}
+	// A subject the batch holds no halt on, where it holds another: the
+	// error names the halts it holds.
+	view := wire.BatchView{Batch: api.Batch{ID: "b1", Run: 1, Status: api.StatusCancelled, Halts: map[string]api.Halt{"secret:arn:right": {Subject: "secret:arn:right"}}}}
+	c, _ := fakeBatchAPI(t, view, api.Report{})
+	a := &app{out: io.Discard, errw: io.Discard, output: "text", api: c, loaded: true}
+	cmd := a.liftCmd()
+	cmd.SetArgs([]string{"b1", "secret:arn:other"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "it holds halts on: secret:arn:right") {
+		t.Errorf("lift of a subject without a halt: %v, want an error naming the halt the batch holds", err)
+	}
+}
+
+// TestItemsRefusesAnOutcomeItDoesNotList guards bulkrun items --outcome:
+// an outcome it does not list is a usage error (exit 2) before any
+// call, and succeeded or cancelled items are pointed to the results.
+func TestItemsRefusesAnOutcomeItDoesNotList(t *testing.T) {
+	for o, hint := range map[string]string{"cancelled": "bulkrun results b1 --outcome cancelled", "succeeded": "bulkrun results b1 --outcome succeeded", "bogus": "want failed, quarantined"} {
+		var out bytes.Buffer
+		a := &app{out: &out, errw: &out, output: "text"} // no API: a call would fail otherwise
+		cmd := a.itemsCmd()
+		cmd.SetArgs([]string{"b1", "--outcome", o})
+		err := cmd.Execute()
+		var ee *ExitError
+		if !errors.As(err, &ee) || ee.Code != ExitUsage || !strings.Contains(err.Error(), hint) {
+			t.Errorf("items --outcome %s: %v, want exit %d naming %q", o, err, ExitUsage, hint)
 		}
 	}
 }

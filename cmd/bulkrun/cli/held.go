@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,15 +20,20 @@ type lifted struct {
 	// batch's lift wakes nothing (its run holds no item) and readies a
 	// resume.
 	Status api.Status `json:"status"`
+	// withheld is how many of its items the batch view counted withheld.
+	withheld int64
 }
 
 // print writes one line per lift, its subject made inert (textf); with
 // none (the batch held no halt), that nothing was lifted.
 func (l lifted) print(w io.Writer) {
 	if len(l.Lifts) == 0 {
-		more := "name the SUBJECT its withheld items show (bulkrun items " + l.BatchID + " --outcome withheld) to wake them"
-		if l.Status.Finished() {
-			more = "its run holds no item"
+		more := "no item is withheld"
+		switch {
+		case l.Status.Finished():
+			more = "no item of a finished run waits under one"
+		case l.withheld > 0:
+			more = "name the SUBJECT its " + api.Count(l.withheld, "withheld item") + " show (bulkrun items " + l.BatchID + " --outcome withheld) to wake them"
 		}
 		textf(w, "batch %s: the batch is %s and holds no halt, so nothing was lifted; %s\n", l.BatchID, l.Status, more)
 		return
@@ -68,10 +75,16 @@ func (a *app) liftCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if len(subjects) == 0 {
-				subjects = slices.Sorted(maps.Keys(v.Halts))
+			held := slices.Sorted(maps.Keys(v.Halts))
+			if len(subjects) == 0 || len(held) == 0 && v.Status.Finished() {
+				subjects = held // a finished batch without halts: nothing to lift, whatever was named
+			} else if s := subjects[0]; len(held) > 0 && !slices.Contains(held, s) {
+				return fmt.Errorf("lift %s: the batch holds no halt on %s; it holds halts on: %s", id, s, strings.Join(held, ", "))
 			}
 			out := lifted{BatchID: id, Status: v.Status, Lifts: []api.LiftResult{}}
+			if v.Census != nil {
+				out.withheld = v.Census.Withheld
+			}
 			for _, s := range subjects {
 				r, err := a.api.LiftAll(ctx, id, s)
 				if err != nil {
