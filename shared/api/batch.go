@@ -269,7 +269,7 @@ func StopSummaryOf(b Batch, c Census) *StopSummary {
 // Text is the stop in one line, as the CLI and the console print it:
 // "threshold_exceeded (251 failures of 5000 items); 5 items already in
 // flight finished after the stop, 5 of them failed" ("1 item … finished
-// after the stop and failed", "no item was in flight at the stop").
+// after the stop and failed", "no item in flight at the stop finished after it").
 func (s StopSummary) Text() string {
 	return fmt.Sprintf("%s (%s); %s", s.Status, s.Detail, AfterStopText(s.FinishedAfterStop, s.FailuresAfterStop))
 }
@@ -279,7 +279,7 @@ func (s StopSummary) Text() string {
 func AfterStopText(finished, failed int64) string {
 	switch {
 	case finished == 0:
-		return "no item was in flight at the stop"
+		return "no item in flight at the stop finished after it"
 	case finished == 1 && failed == 1:
 		return "1 item already in flight finished after the stop and failed"
 	case finished == 1:

@@ -105,7 +105,7 @@ function stopText(b) {
   const failures = (c.failed || 0) + (c.quarantined || 0);
   const after = Math.max(0, (c.succeeded || 0) + failures - (b.stop_ran || 0));
   const failedAfter = Math.max(0, failures - (b.stop_failures || 0));
-  if (after === 0) return t + "; no item was in flight at the stop";
+  if (after === 0) return t + "; no item in flight at the stop finished after it";
   if (after === 1) return t + "; 1 item already in flight finished after the stop and " + (failedAfter ? "failed" : "did not fail");
   return t + "; " + fmtInt(after) + " items already in flight finished after the stop, " + fmtInt(failedAfter) + " of them failed";
 }
