@@ -79,26 +79,29 @@ func TestResumeRunsOnlyWhatDidNotSucceed(t *testing.T) {
 			t.Errorf("report of run %d: %v", run, err)
 		}
 	}
-	// A plain duplicate submit starts nothing; rerun:true starts run 3,
-	// which runs nothing (everything succeeded).
+	// A plain duplicate submit starts nothing; nor does rerun:true, as
+	// everything succeeded (answered as it stands; a resume is refused).
 	dup, err := env.api.Submit(ctx, req)
 	if err != nil || dup.Run != 2 || *dup.Created {
 		t.Fatalf("duplicate submit: %+v %v", dup, err)
 	}
 	req.Rerun = true
-	if _, err := env.api.Submit(ctx, req); err != nil {
-		t.Fatal(err)
+	if again, err := env.api.Submit(ctx, req); err != nil || again.Run != 2 || *again.Created {
+		t.Fatalf("rerun of a batch whose every item succeeded: %+v %v; want run 2 as it stands", again, err)
+	}
+	if _, err := env.api.Resume(ctx, id); !errors.As(err, &ae) || ae.Status != 409 {
+		t.Fatalf("resume of a batch whose every item succeeded: %v, want 409", err)
 	}
 	v = wait(t, id)
-	if v.Run != 3 || v.Census.Succeeded != 4 {
-		t.Fatalf("run 3: %+v", v)
+	if v.Run != 2 || v.Census.Succeeded != 4 {
+		t.Fatalf("after the rerun: %+v", v)
 	}
 	total := 0
 	for _, n := range env.hook.counts(id) {
 		total += n
 	}
 	if total != 5 {
-		t.Fatalf("%d pipeline calls over 3 runs, want 5", total)
+		t.Fatalf("%d pipeline calls over 2 runs, want 5", total)
 	}
 }
 

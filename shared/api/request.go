@@ -95,7 +95,9 @@ type SubmitRequest struct {
 	// (for pipelines that are not idempotent).
 	OnInterrupt InterruptPolicy `json:"on_interrupt,omitempty"`
 	// Rerun asks for a new run when the batch exists with this manifest and
-	// its run is finished (the same as POST /batches/{id}/resume). Without
+	// its run is finished (the same as POST /batches/{id}/resume), unless
+	// every item of its last run succeeded: then none starts and the
+	// batch is answered as it stands (where a resume is refused). Without
 	// it a repeated submit never starts a run.
 	Rerun bool `json:"rerun,omitempty"`
 	// TaskToken is a Step Functions task token (a Task state's

@@ -29,7 +29,8 @@ func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error)
 	if b, err = ledger.Live(b, s.Clock.Now()); err != nil {
 		return ledger.Batch{}, fmt.Errorf("resume: %w", err)
 	}
-	if c := b.FinalCensus; b.Status.Finished() && c != nil && c.Total > 0 && c.Succeeded == c.Total {
+	if allSucceeded(b) {
+		c := b.FinalCensus
 		return b, fmt.Errorf("resume %s: every item of run %d succeeded (%d of %d), so a new run would call nothing; to run items again with other inputs, correct them (POST /batches/%s/corrections): %w",
 			id, b.Run, c.Succeeded, c.Total, id, api.ErrConflict)
 	}
@@ -50,6 +51,13 @@ func (s *Submitter) Resume(ctx context.Context, id string) (ledger.Batch, error)
 	b.FannedOut = true
 	s.Log.InfoContext(ctx, "run started", "batch_id", id, "run", b.Run)
 	return b, nil
+}
+
+// allSucceeded reports whether finished batch b's last run's census
+// counts every item succeeded: a new run would call nothing.
+func allSucceeded(b ledger.Batch) bool {
+	c := b.FinalCensus
+	return b.Status.Finished() && c != nil && c.Total > 0 && c.Succeeded == c.Total
 }
 
 // FanOut (re)sends the fan-out messages of the batch's current run, cut

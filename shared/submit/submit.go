@@ -420,6 +420,12 @@ func (s *Submitter) submit(ctx context.Context, req api.SubmitRequest) (SubmitRe
 		if field, was, now := stored.DiffPlan(b); field != "" {
 			return SubmitResult{}, &api.MismatchError{BatchID: b.ID, Field: field, Stored: was, Given: now}
 		}
+		if req.Rerun && allSucceeded(stored) {
+			// Nothing to run: answered as it stands, as a repeated submit
+			// is (a resume of it is refused: ErrConflict).
+			log.InfoContext(ctx, "rerun of a batch whose every item succeeded starts no run", "run", stored.Run)
+			return SubmitResult{Batch: stored, Created: false}, nil
+		}
 		if req.Rerun {
 			resumed, err := s.Resume(ctx, b.ID)
 			if err != nil {
