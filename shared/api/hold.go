@@ -52,15 +52,20 @@ const (
 )
 
 // NextMove is the next move of an item of outcome o held by h (nil for
-// an item that is not held), in words, for listings and the console.
-// Failed and quarantined items get theirs too; a succeeded, cancelled,
-// pending or in-flight item has none ("").
-func NextMove(o Outcome, h *Hold) string {
+// an item that is not held), in words, for listings and the console;
+// ended says the batch's run has ended (its status is finished), so a
+// resume can come at once. Failed and quarantined items get theirs too;
+// a succeeded, cancelled, pending or in-flight item has none ("").
+func NextMove(o Outcome, h *Hold, ended bool) string {
+	resume := "resume the batch once its run ends"
+	if ended {
+		resume = "resume the batch (bulkrun resume)"
+	}
 	switch o {
 	case OutcomeFailed:
-		return "correct its input (bulkrun correct) or resume the batch once its run ends"
+		return "correct its input (bulkrun correct) or " + resume
 	case OutcomeQuarantined:
-		return "release it (bulkrun release) and resume the batch once its run ends"
+		return "release it (bulkrun release) and " + resume
 	}
 	if h == nil {
 		return ""

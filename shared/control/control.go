@@ -334,7 +334,7 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 		return api.ItemPage{}, err
 	}
 	p := api.ItemPage{Items: make([]api.Item, 0, len(items))}
-	size := 0
+	size, ended := 0, b.Status.Finished()
 	for i, it := range items {
 		b, err := json.Marshal(it.Item)
 		if err != nil {
@@ -344,7 +344,7 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 			next = items[i-1].Key // the page is cut: go on after its last item
 			break
 		}
-		p.Items = append(p.Items, withNext(it.Item))
+		p.Items = append(p.Items, withNext(it.Item, ended))
 	}
 	if next != "" {
 		p.NextCursor = itemCursor(next)
@@ -366,8 +366,8 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 func itemCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 // withNext is it with its next move (api.NextMove) and, for a held item,
-// its hold's.
-func withNext(it api.Item) api.Item {
-	it.Next = api.NextMove(it.Outcome, it.Hold)
+// its hold's; ended: its batch's run has ended.
+func withNext(it api.Item, ended bool) api.Item {
+	it.Next = api.NextMove(it.Outcome, it.Hold, ended)
 	return it
 }
