@@ -349,7 +349,7 @@ func Conclude(a Attempt) Ending {
 		// Read again and unchanged: the authority is withdrawn. The item
 		// waits under a halt on the credential, which a caller lifts once
 		// it is fixed.
-		e := end(api.OutcomeWithheld, api.ReasonCredential, "credential refused, and its secret read again is unchanged: "+pipeline.ErrorText(err))
+		e := end(api.OutcomeWithheld, api.ReasonCredential, WithheldText(err))
 		e.Hold = api.Hold{Subject: a.Withhold, Since: a.Now}
 		return e
 	}
@@ -505,6 +505,13 @@ func Ended(s ItemState, e Ending, now time.Time) ItemState {
 		n.Output, n.OutputRef = nil, ""
 	}
 	return n
+}
+
+// WithheldText is the error text of an item withheld because its call's
+// credential, read again from its secret and unchanged, was refused with
+// err; a halt put for that refusal carries it as its reason.
+func WithheldText(err error) string {
+	return "credential refused, and its secret read again is unchanged: " + pipeline.ErrorText(err)
 }
 
 // interruptedError is a transient pipeline error returned after the

@@ -76,8 +76,8 @@ func (w *Worker) heldEnded(ctx context.Context, log *slog.Logger, b ledger.Batch
 			refused = r
 		}
 	}
-	if refused != nil {
-		w.halt(ctx, log, b, refused.state)
+	if refused != nil && !refused.halted {
+		w.halt(ctx, log, b, refused.state.Hold.Subject, refused.state.Error)
 	}
 	if len(withheld) > 0 {
 		w.wakeIfMoved(ctx, log, b, m, withheld)
@@ -129,18 +129,24 @@ func (w *Worker) exhaustedEnded(ctx context.Context, log *slog.Logger, b ledger.
 	}
 }
 
-// halt puts the batch's halt on the subject item s was withheld under.
-func (w *Worker) halt(ctx context.Context, log *slog.Logger, b ledger.Batch, s ledger.ItemState) {
+// halt puts the batch's halt on subject, for reason (the refused item's
+// error text), and reports whether a halt on it stands (put now, or
+// already there: ErrConflict). A failed write is logged: the item's
+// unit write tries again (heldEnded).
+func (w *Worker) halt(ctx context.Context, log *slog.Logger, b ledger.Batch, subject, reason string) bool {
 	now := w.Clock.Now()
-	err := w.Store.Halt(ctx, ledger.HaltMark{BatchID: b.ID, Run: b.Run, Subject: s.Hold.Subject, Reason: s.Error, Now: now})
+	err := w.Store.Halt(ctx, ledger.HaltMark{BatchID: b.ID, Run: b.Run, Subject: subject, Reason: reason, Now: now})
 	switch {
 	case err == nil:
-		log.WarnContext(ctx, "batch halted: a credential was refused; its items are withheld until the halt is lifted", "subject", s.Hold.Subject, "error", s.Error)
-		ledger.AnnounceHalt(ctx, w.Bus, log, ledger.HaltEvent{BatchID: b.ID, Run: b.Run, Halted: true, Subject: s.Hold.Subject, Since: now,
-			Reason: ledger.CutError(s.Error), At: now})
-	case !errors.Is(err, api.ErrConflict):
-		log.WarnContext(ctx, "halt", "subject", s.Hold.Subject, "error", err.Error())
+		log.WarnContext(ctx, "batch halted: a credential was refused; its items are withheld until the halt is lifted", "subject", subject, "error", reason)
+		ledger.AnnounceHalt(ctx, w.Bus, log, ledger.HaltEvent{BatchID: b.ID, Run: b.Run, Halted: true, Subject: subject, Since: now,
+			Reason: ledger.CutError(reason), At: now})
+		return true
+	case errors.Is(err, api.ErrConflict):
+		return true
 	}
+	log.WarnContext(ctx, "halt", "subject", subject, "error", err.Error())
+	return false
 }
 
 // wakeIfMoved reads the batch row again now and wakes the items runs

@@ -48,6 +48,10 @@ type itemRun struct {
 	// with no rate, rate.go): given back as a throttled call is, with no
 	// attempt.
 	lateLease bool
+	// halted: its call's credential was refused with its secret unchanged
+	// and the batch's halt on it was put before the units waiting on that
+	// call were let go (attempt): its unit write need not put it.
+	halted bool
 }
 
 // runUnit is the one delivery loop of an item or pack message: take the
@@ -585,6 +589,16 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
 	})
 	called(perr)
+	if rr == credential.RereadUnchanged && pipeline.IsCredentialRejected(perr) {
+		// Refused, its secret unchanged: the item is withheld under a halt
+		// on the credential. The halt goes on the batch before the units
+		// waiting on this call are let go to be withheld without a call
+		// under it (probe.Done): were it put after this unit's write, a
+		// unit of the same invocation could record its items withheld,
+		// read the batch with no halt yet, and wake them as if a caller
+		// had lifted it (wakeIfMoved).
+		r.halted = w.halt(ctx, log, b, c.subject, ledger.WithheldText(perr))
+	}
 	probe.Done(credential.VerdictOf(perr, rr), w.Clock.Now())
 	if w.pacing().Observe(ctx, log, b, start, c.lease, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait

@@ -694,6 +694,11 @@ func wrongSecretWithholds(t *testing.T, k int) {
 		if it.Outcome != api.OutcomeWithheld || it.Hold == nil || it.Hold.Subject != subject || it.Reason != api.ReasonCredential || c > 1 {
 			t.Errorf("%s: %s (reason %s, hold %+v) after %d calls; want withheld under %s after at most 1", key, it.Outcome, it.Reason, it.Hold, c, subject)
 		}
+		// Withheld once: no unit woke it as if the halt had been lifted
+		// (its halt not yet on the batch when a unit read it).
+		if it.Attempt != 1 || it.Hold != nil && it.Hold.Woken != "" {
+			t.Errorf("%s: attempt %d, hold %+v; want withheld at its first attempt, not woken", key, it.Attempt, it.Hold)
+		}
 		called += c
 	}
 	if called == 0 {
