@@ -74,7 +74,16 @@ func submitStateBatches(t *testing.T, suffix string) stateBatches {
 			Source:  api.SourceSpec{Items: items(12, `{"k":"o-%02d"}`)}},
 		// No threshold, every item without its text: each fails the same way.
 		{BatchID: s.allFailed, Pipeline: "enrich", KeyField: "k", Source: api.SourceSpec{Items: items(s.failedItems, `{"k":"order-%04d","txt":"a typo"}`)}},
-		{BatchID: s.allOK, Pipeline: "enrich", KeyField: "k", Source: api.SourceSpec{Items: items(3, `{"k":"fine-%d","text":"all good"}`)}},
+		// Every item succeeds on its second attempt (a 500 first): the
+		// report's retries are on the page.
+		{BatchID: s.allOK, Pipeline: "webhook", KeyField: "k", ItemsPerMessage: 1,
+			Options: json.RawMessage(fmt.Sprintf(`{"url":%q}`, env.hook.route(s.allOK, func(_ string, attempt int) int {
+				if attempt <= 1 {
+					return http.StatusInternalServerError
+				}
+				return http.StatusOK
+			}))),
+			Source: api.SourceSpec{Items: items(3, `{"k":"fine-%d"}`)}},
 	} {
 		if _, err := env.api.Submit(ctx, r); err != nil {
 			t.Fatalf("submit %s: %v", r.BatchID, err)
@@ -167,6 +176,7 @@ func checkConsoleStates(p *browserPage, s stateBatches) {
 
 		p.openBatch(s.allOK, "completed")
 		p.colour("#batch-status .badge", "color", "rgb(26, 127, 55)", "all-succeeded badge"+at)
+		p.has("#retries", "3 scheduled, 0 of them throttled by the downstream (no attempt used); 0 interrupted; 0 timed out; causes: http 500 (3: webhook: fine-", at)
 		p.primary("", at)
 		if !evalJS[bool](t, p.ctx, `document.getElementById("act-resume").disabled`) {
 			t.Errorf("resume of a batch whose every item succeeded is enabled%s", at)

@@ -730,6 +730,15 @@ function thresholdSet(t) {
   return !!t && (t.tolerated_failure_percent !== undefined || t.tolerated_failure_count !== undefined);
 }
 
+// retriesText is a report's retries (api.RetryCounts) in a sentence, as
+// the CLI's report says them: lower bounds from the run's counters.
+function retriesText(r) {
+  let t = "Retries (from the counters, at least): " + fmtInt(r.scheduled) + " scheduled, " +
+    r.throttled + " of them throttled by the downstream (no attempt used); " + r.interrupted + " interrupted; " + r.timed_out + " timed out";
+  const causes = (r.causes || []).map(c => c.class + " (" + c.items + (c.error ? ": " + c.error : "") + ")");
+  return t + (causes.length ? "; causes: " + causes.join(", ") : "") + ".";
+}
+
 // renderVerdict shows the threshold and the last run's verdict. A run
 // without a threshold tolerates any failure, but its result is still
 // said for what it is: every item succeeded (✓), some failed (⚠), or
@@ -761,6 +770,11 @@ function renderVerdict(page) {
     body.push(el("p", {id: "verdict", class: "verdict " + cls, dataset: {verdict: cls}},
       el("strong", {}, head), of + (v.detail ? " (" + v.detail + ")" : "") +
         (!v.exceeded && tol.length && cls === "bad" ? " (within the threshold)" : "")));
+    if (rep.retries) body.push(el("p", {id: "retries"}, retriesText(rep.retries)));
+    for (const h of rep.halts || []) {
+      body.push(el("p", {class: "halt-kept"}, "Halt kept at the run's end on ", el("code", {}, h.subject),
+        " since " + fmtTime(h.since) + " (" + h.reason + "): its items stay withheld until it is lifted (bulkrun lift " + b.batch_id + " " + h.subject + ")."));
+    }
   } else {
     body.push(el("p", {class: "muted"}, "The verdict comes with the first finished run's report."));
   }
