@@ -64,6 +64,8 @@ type adaptSeen struct {
 	// restarts slow start on a Retry-After only when none was taken in
 	// the last pace.AdaptTookWithin (pace.Adapt.Throttled).
 	accepted time.Time
+	// first is the process's first call of the key (Pacer.First).
+	first firstCall
 }
 
 // ownCall is one of the process's own calls of a key: when it started,

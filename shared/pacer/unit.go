@@ -428,6 +428,7 @@ func (p *Pacer) Observe(ctx context.Context, log *slog.Logger, b ledger.Batch, s
 			"hold_ms", max(a.Hold.Sub(now), 0).Milliseconds(), "slow_start", a.Slow, "slow_start_to", a.Thresh, "place_kept", kept)
 	}
 	_, throttled := DownstreamThrottle(err)
+	p.adapts().answered(key, throttled)
 	return throttled
 }
 

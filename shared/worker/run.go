@@ -189,7 +189,10 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
 				return // not started: given back below
 			}
-			if r.lateLease = (m.lease.Late(w.Clock.Now()) || m.throttled.Load()) && !keep; r.lateLease {
+			// Late for its lease, after a throttled call of its unit, or
+			// held back by the answer to its process's first call of the
+			// downstream (pacer.Pacer.First): given back below.
+			if r.lateLease = (m.lease.Late(w.Clock.Now()) || m.throttled.Load() || !keep && w.pacing().First(ctx, b, &m.lease, inv.margin)) && !keep; r.lateLease {
 				return // not started: given back below
 			}
 			r.started = true

@@ -1,0 +1,123 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// TestFirstCallGoesAlone guards Pacer.First: of a process's units that
+// come to call a downstream key it has had no answer from, the first
+// calls and the others wait for its answer. After a throttle they give
+// their calls back, and the next unit to come calls alone again; after
+// any other answer every unit calls; a paced unit never waits. A first
+// call that never answers holds the others FirstWait at most.
+func TestFirstCallGoesAlone(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	refused := pipeline.Throttled("http", "429", 2*time.Second, errors.New("429"))
+	for _, tc := range []struct {
+		name   string
+		answer error
+		want   bool // the waiting units give their calls back
+	}{
+		{"throttled", refused, true},
+		{"taken", nil, false},
+		{"failed otherwise", errors.New("webhook: HTTP 502"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := now
+			st := &adaptUnitRows{a: &adaptStub{}}
+			p := &Pacer{Store: st, Clock: at{&clock}, Adapts: &Adapts{}}
+			var first Lease
+			if p.First(ctx, b, &first, 0) {
+				t.Fatal("the first call was given back, want it to go")
+			}
+			const waiting = 5
+			var wg sync.WaitGroup
+			backs := make(chan bool, waiting)
+			for range waiting {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var l Lease
+					backs <- p.First(ctx, b, &l, 0)
+				}()
+			}
+			time.Sleep(50 * time.Millisecond) // they wait for the first call's answer
+			if len(backs) != 0 {
+				t.Fatalf("%d units did not wait for the first call's answer", len(backs))
+			}
+			p.Observe(ctx, log, b, clock, &first, tc.answer)
+			wg.Wait()
+			close(backs)
+			for back := range backs {
+				if back != tc.want {
+					t.Errorf("a waiting unit gave its call back: %v, want %v", back, tc.want)
+				}
+			}
+			var later Lease
+			if p.First(ctx, b, &later, 0) {
+				t.Error("an unpaced unit after the answer gave its call back, want it to call (alone, after a throttle)")
+			}
+			if tc.want { // after a throttle it went alone: the next one waits for it
+				back := make(chan bool)
+				go func() {
+					var next Lease
+					back <- p.First(ctx, b, &next, 0)
+				}()
+				time.Sleep(50 * time.Millisecond) // it waits for the call out
+				p.Observe(ctx, log, b, clock, &later, refused)
+				if !<-back {
+					t.Error("a unit that waited for the next call's throttled answer called, want it given back")
+				}
+			}
+			paced := Lease{Leased: clock}
+			if p.First(ctx, b, &paced, 0) {
+				t.Error("a paced unit gave its call back, want it to call at its place")
+			}
+		})
+	}
+	t.Run("no answer", func(t *testing.T) {
+		clock := now
+		p := &Pacer{Store: &adaptUnitRows{a: &adaptStub{}}, Clock: at{&clock}, Adapts: &Adapts{}}
+		var first, next Lease
+		p.First(ctx, b, &first, 0) // its unit ends without a call: no Observe
+		start := time.Now()
+		if p.First(ctx, b, &next, 0) {
+			t.Error("a unit whose first call never answered gave its call back, want it to call")
+		}
+		if waited := time.Since(start); waited < FirstWait/2 || waited > 2*FirstWait {
+			t.Errorf("it waited %v, want about FirstWait (%v)", waited, FirstWait)
+		}
+		clock = clock.Add(FirstWait) // the call out is stale: the next one goes at once
+		start = time.Now()
+		if p.First(ctx, b, &next, 0) || time.Since(start) > FirstWait/2 {
+			t.Errorf("after FirstWait a unit waited %v for a call that never answered", time.Since(start))
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		clock := now
+		p := &Pacer{Store: &adaptUnitRows{a: &adaptStub{}}, Clock: at{&clock}, Adapts: &Adapts{}}
+		var first, next Lease
+		p.First(ctx, b, &first, 0)
+		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if !p.First(dctx, b, &next, 200*time.Millisecond) {
+			t.Error("a unit whose invocation's margin came while it waited called, want it given back")
+		}
+		if waited := time.Since(start); waited >= FirstWait {
+			t.Errorf("it waited %v, for the whole FirstWait past its margin (100 ms)", waited)
+		}
+	})
+}
