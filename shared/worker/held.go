@@ -152,8 +152,9 @@ func (w *Worker) halt(ctx context.Context, log *slog.Logger, b ledger.Batch, sub
 // wakeIfMoved reads the batch row again now and wakes the items runs
 // withheld when a caller moved on since the row the calls started under
 // was read, as its wake may have passed them: every item of a stopped
-// run (to settle cancelled), and an item withheld without a call under a
-// halt since lifted.
+// run (to settle cancelled), and an item withheld under a halt since
+// lifted (one withheld without a call, or the refused one whose halt was
+// put before its write).
 func (w *Worker) wakeIfMoved(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, runs []*itemRun) {
 	if w.Wake == nil {
 		return
@@ -164,10 +165,14 @@ func (w *Worker) wakeIfMoved(ctx context.Context, log *slog.Logger, b ledger.Bat
 	}
 	for _, r := range runs {
 		f := held.Filter{Outcome: r.state.Outcome, Subject: r.state.Hold.Subject, By: api.WakeLift}
+		// An item withheld without a call, or the refused one whose halt
+		// this process put (or found) before its write, was withheld under
+		// a halt that stood: none on the batch now means a caller lifted
+		// it meanwhile, and the lift's wake may have passed the item.
 		switch _, on := ledger.HaltOn(nb, r.state.Hold.Subject); {
 		case nb.Stop != "":
 			f.By = api.WakeCancel
-		case on || !r.ending.Unrun:
+		case on || !r.ending.Unrun && !r.halted:
 			continue
 		}
 		// Fenced to the attempt judged here: another wake may have moved

@@ -1093,3 +1093,74 @@ func testLogOut() io.Writer {
 	}
 	return io.Discard
 }
+
+// liftingStore is the worker's store with a caller who fixes the secret
+// and lifts the halt right after the worker puts it, before the refused
+// item's write: the window between the halt and the item's record.
+type liftingStore struct {
+	worker.Store
+	once sync.Once
+	lift func(subject string)
+}
+
+func (s *liftingStore) Halt(ctx context.Context, m ledger.HaltMark) error {
+	err := s.Store.Halt(ctx, m)
+	if err == nil {
+		s.once.Do(func() { s.lift(m.Subject) })
+	}
+	return err
+}
+
+// TestMemLiftBeforeTheRefusedItemIsRecorded: a caller fixes the secret
+// and lifts the halt after the worker put it but before the refused item
+// and the items withheld behind it were written, so the lift's wake finds
+// none of them; the worker, finding the halt gone when it reads the batch
+// after its write, wakes them itself. Every item succeeds with one call
+// on the fixed secret; none stays withheld under a halt that is gone.
+func TestMemLiftBeforeTheRefusedItemIsRecorded(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
+			const n = 20
+			var answered atomic.Int64
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if req.Headers["Authorization"] != "Bearer right" {
+					return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
+				}
+				answered.Add(1)
+				return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
+			})
+			r.wakeHeld()
+			secrets := &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
+			r.worker.Secrets = secrets
+			r.sub.SecretPrefixes = []string{arn}
+			var lifted atomic.Bool
+			r.worker.Store = &liftingStore{Store: r.worker.Store, lift: func(subject string) {
+				secrets.mu.Lock()
+				secrets.latest = "Bearer right"
+				secrets.mu.Unlock()
+				res, err := r.ctl.Lift(ctx, "early", subject)
+				if err != nil || !res.Lifted {
+					t.Errorf("lift in the window: %+v %v", res, err)
+				}
+				lifted.Store(true)
+			}}
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "early", Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
+				Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			if !lifted.Load() {
+				t.Fatal("no halt was put: the window was never reached")
+			}
+			fin, err := r.fin.Finalize(ctx, "early", 1)
+			if err != nil {
+				t.Fatalf("finalize: %v (an item still withheld under a lifted halt?)", err)
+			}
+			if c := fin.Report.Census; c.Succeeded != n || c.Withheld != 0 || answered.Load() != n {
+				t.Fatalf("census %+v, %d answered; want %d succeeded, each answered once", c, answered.Load(), n)
+			}
+		})
+	}
+}
