@@ -29,6 +29,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/stopcheck"
 	"github.com/bulkrun/bulkrun/shared/tracklines"
 )
 
@@ -162,7 +163,7 @@ type Worker struct {
 	reads *judge.Reads
 	// speeds remembers, per batch, whether its calls in this process
 	// were short (stopcheck.go); made on first use.
-	speeds *callSpeeds
+	speeds *stopcheck.Speeds
 	// Staging, when not nil, lets pipelines stage writes that are
 	// committed with the item's succeeded outcome (shared/pipeline/effects):
 	// it returns the context the pipeline runs with and a function that
@@ -283,7 +284,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	if items <= 0 {
 		items = DefaultItemConcurrency
 	}
-	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin, checks: &runChecks{}, start: w.Clock.Now(),
+	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin, checks: &stopcheck.Reads{}, start: w.Clock.Now(),
 		oks: &okLines{}}
 	var (
 		mu     sync.Mutex
@@ -360,9 +361,9 @@ type invocation struct {
 	batches *batchCache
 	items   chan struct{}
 	margin  time.Duration
-	checks  *runChecks // the rows calls start under (beforeCall)
-	start   time.Time  // when the invocation read its batch rows
-	oks     *okLines   // its items that succeeded, logged once it ends
+	checks  *stopcheck.Reads // the rows calls start under (beforeCall)
+	start   time.Time        // when the invocation read its batch rows
+	oks     *okLines         // its items that succeeded, logged once it ends
 }
 
 type batchEntry struct {
