@@ -189,10 +189,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
 				return // not started: given back below
 			}
-			// Late for its lease, after a throttled call of its unit, or
-			// held back by the answer to its process's first call of the
-			// downstream (pacer.Pacer.First): given back below.
-			if r.lateLease = (m.lease.Late(w.Clock.Now()) || m.throttled.Load() || !keep && w.pacing().First(ctx, b, &m.lease, inv.margin)) && !keep; r.lateLease {
+			late, first := w.heldBack(ctx, b, m, inv, keep)
+			defer w.pacing().Release(first) // taken and not called: the next goes
+			if r.lateLease = late; late {
 				return // not started: given back below
 			}
 			r.started = true
@@ -209,6 +208,23 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	wg.Wait()
 	m.tokensRan(runs)
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
+}
+
+// heldBack reports whether an item of m's unit gives its call back
+// before it starts (lateLease): late for its unit's lease, after a
+// throttled call of its unit, or held back by the answer to its
+// process's first call of the downstream (pacer.Pacer.First) — never
+// when its take is kept (keep) — and the claim of that first call it
+// took, which its caller releases once the attempt ended (a no-op when
+// the call was made and answered).
+func (w *Worker) heldBack(ctx context.Context, b ledger.Batch, m *unitMessage, inv *invocation, keep bool) (bool, pacer.FirstClaim) {
+	if keep {
+		return false, pacer.FirstClaim{}
+	}
+	if m.lease.Late(w.Clock.Now()) || m.throttled.Load() {
+		return true, pacer.FirstClaim{}
+	}
+	return w.pacing().First(ctx, b, &m.lease, inv.margin)
 }
 
 // throttledLead is the index in runs of the item a unit of a batch with
@@ -602,7 +618,13 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// had lifted it (wakeIfMoved).
 		r.halted = w.halt(ctx, log, b, c.subject, ledger.WithheldText(perr))
 	}
-	probe.Done(credential.VerdictOf(perr, rr), w.Clock.Now())
+	verdict := credential.VerdictOf(perr, rr)
+	if verdict == credential.Refused && !r.halted {
+		// No halt to withhold the waiting units under (its write failed;
+		// this unit's write tries again): the next one calls itself.
+		verdict = credential.Unknown
+	}
+	probe.Done(verdict, w.Clock.Now())
 	if w.pacing().Observe(ctx, log, b, start, c.lease, perr) && c.throttled != nil {
 		c.throttled.Store(true) // the unit's calls not yet started wait
 	}

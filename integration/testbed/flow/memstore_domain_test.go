@@ -26,6 +26,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/live"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/secretref"
 	"github.com/bulkrun/bulkrun/shared/submit"
@@ -1160,6 +1161,108 @@ func TestMemLiftBeforeTheRefusedItemIsRecorded(t *testing.T) {
 			}
 			if c := fin.Report.Census; c.Succeeded != n || c.Withheld != 0 || answered.Load() != n {
 				t.Fatalf("census %+v, %d answered; want %d succeeded, each answered once", c, answered.Load(), n)
+			}
+		})
+	}
+}
+
+// failingHaltStore is the worker's store whose first fails Halt writes
+// fail as an unavailable table would.
+type failingHaltStore struct {
+	worker.Store
+	fails atomic.Int64
+}
+
+func (s *failingHaltStore) Halt(ctx context.Context, m ledger.HaltMark) error {
+	if s.fails.Add(-1) >= 0 {
+		return fmt.Errorf("halt: %w", ledger.ErrUnavailable)
+	}
+	return s.Store.Halt(ctx, m)
+}
+
+// TestMemHaltWriteFailsOnce: the halt on a refused credential could not
+// be written at the refusal. The units waiting at the process's gate are
+// then not withheld under a halt that is not there (one would wake them
+// "by lift" with no lift): the next one calls itself, is refused, and
+// its halt is written (unless the first's unit write put it first).
+// Every item ends withheld at its first attempt, none woken, the halt on
+// the batch.
+func TestMemHaltWriteFailsOnce(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
+			const n = 20
+			subject := ledger.SecretSubjectPrefix + arn
+			var refused atomic.Int64
+			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				refused.Add(1)
+				return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
+			})
+			r.wakeHeld()
+			r.worker.Secrets = &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
+			r.sub.SecretPrefixes = []string{arn}
+			fs := &failingHaltStore{Store: r.worker.Store}
+			fs.fails.Store(1)
+			r.worker.Store = fs
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "halt", Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
+				Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
+				t.Fatal(err)
+			}
+			r.drain(t, ctx, 1)
+			for i := range n {
+				key := api.PositionalKey(int64(i))
+				it := memItem(t, r, "halt", key)
+				if it.Outcome != api.OutcomeWithheld || it.Attempt != 1 || it.Hold == nil || it.Hold.Woken != "" {
+					t.Errorf("%s: %s at attempt %d, hold %+v; want withheld at its first attempt, not woken", key, it.Outcome, it.Attempt, it.Hold)
+				}
+			}
+			b, err := r.ctl.Get(ctx, "halt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := b.Halts[subject]; !ok {
+				t.Errorf("halts %v, want one on %s", b.Halts, subject)
+			}
+			// The first, whose halt failed; and the next unit's, when it
+			// came to call before the first's unit write put the halt.
+			if got := refused.Load(); got < 1 || got > 2 {
+				t.Errorf("%d calls refused, want 1 or 2", got)
+			}
+		})
+	}
+}
+
+// TestMemFirstCallReleasedByUnitsThatNeverCall: items of a pipeline the
+// item function does not have end failed without a call; each unit that
+// took its process's first call of the downstream releases it, so the
+// others never wait out pacer.FirstWait for an answer that cannot come.
+func TestMemFirstCallReleasedByUnitsThatNeverCall(t *testing.T) {
+	for _, k := range packKs {
+		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			const n = 30
+			r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: []byte(`{}`)}, nil
+			})
+			r.sub.Pipelines = []string{"counted", "ghost"} // "ghost" is not in the worker's registry
+			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "ghost", Pipeline: "ghost", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k}); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			r.drain(t, ctx, 1)
+			took := time.Since(start)
+			fin, err := r.fin.Finalize(ctx, "ghost", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := fin.Report.Census; c.Failed != n {
+				t.Fatalf("census %+v, want %d failed", c, n)
+			}
+			// Waiting out the claim of a unit that never called took
+			// FirstWait a wave (6 s here); released, milliseconds.
+			if took >= pacer.FirstWait {
+				t.Errorf("%d items that never call took %v to drain: units waited for a first call that was never made", n, took)
 			}
 		})
 	}
