@@ -1576,11 +1576,12 @@ func (a *app) printItems(items []api.Item) {
 		textf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", it.Key, it.Outcome, reason, it.Run, max(it.Revision, 1), it.RunAttempts, it.Error)
 	}
 	_ = w.Flush()
-	// The next move of each held item (withheld: the halt to lift), once
-	// per move: a listing of thousands withheld under one halt says it once.
+	// The next move of each item that has one (failed: correct or
+	// resume; withheld: the halt to lift), once per move: a listing of
+	// thousands withheld under one halt, or failed, says it once.
 	seen := map[string]bool{}
 	for _, it := range items {
-		if it.Hold != nil && it.Next != "" && !seen[it.Next] {
+		if it.Next != "" && !seen[it.Next] {
 			seen[it.Next] = true
 			textf(a.out, "next move (%s): %s\n", it.Outcome, it.Next)
 		}

@@ -270,3 +270,24 @@ func TestBudgetFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintItemsNextMoves: a text listing says each next move once,
+// failed items' too (correct or resume), not only held items'.
+func TestPrintItemsNextMoves(t *testing.T) {
+	var out bytes.Buffer
+	failed := api.NextMove(api.OutcomeFailed, nil, true)
+	hold := &api.Hold{Subject: "secret:arn:x"}
+	withheld := api.NextMove(api.OutcomeWithheld, hold, false)
+	(&app{out: &out}).printItems([]api.Item{
+		{Key: "a", Outcome: api.OutcomeFailed, Next: failed},
+		{Key: "b", Outcome: api.OutcomeFailed, Next: failed},
+		{Key: "c", Outcome: api.OutcomeWithheld, Hold: hold, Next: withheld},
+		{Key: "d", Outcome: api.OutcomeSucceeded},
+	})
+	got := out.String()
+	for _, want := range []string{"next move (failed): " + failed + "\n", "next move (withheld): " + withheld + "\n"} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("listing %q: want %q once", got, want)
+		}
+	}
+}
