@@ -1074,6 +1074,28 @@ func stoppingWaits(v wire.BatchView) string {
 	return s
 }
 
+// FinishedAttention is what finished batch b's failed and quarantined
+// items (census c) need, a line each, with where to list them and their next move
+// (api.NextMove): "3 items failed (bulkrun items ID --outcome failed):
+// correct its input (bulkrun correct) or resume the batch (bulkrun
+// resume)". None for a batch still running (its live view says what its
+// items wait for) or without a census.
+func FinishedAttention(b api.Batch, c *api.Census) []string {
+	if c == nil || !b.Status.Finished() {
+		return nil
+	}
+	var lines []string
+	for _, o := range []struct {
+		outcome api.Outcome
+		n       int64
+	}{{api.OutcomeFailed, c.Failed}, {api.OutcomeQuarantined, c.Quarantined}} {
+		if o.n > 0 {
+			lines = append(lines, fmt.Sprintf("%s %s (bulkrun items %s --outcome %s): %s", api.Count(o.n, "item"), o.outcome, b.ID, o.outcome, api.NextMove(o.outcome, nil, true)))
+		}
+	}
+	return lines
+}
+
 // HaltText is status's line for the batch's halt on subject when no live
 // view names it: "halted on secret:… since 2026-12-05T10:00:00Z: kept
 // after the run ended, so a resume would withhold its items without a
@@ -1178,6 +1200,9 @@ func (a *app) show(v wire.BatchView) error {
 		for _, why := range l.Attention {
 			textf(a.out, "needs attention: %s\n", why)
 		}
+	}
+	for _, why := range FinishedAttention(v.Batch, v.Census) {
+		textf(a.out, "needs attention: %s\n", why)
 	}
 	if v.Report != "" {
 		textf(a.out, "report: %s\n", v.Report)
