@@ -1386,8 +1386,18 @@ func (a *app) simple(use, short string, nargs int, names string, run func(ctx co
 }
 
 func (a *app) resumeCmd() *cobra.Command {
-	return a.simple("resume ID", "Start a new run of a finished batch: what did not succeed runs again", 1, "a batch ID",
+	var watch bool
+	cmd := a.simple("resume ID", "Start a new run of a finished batch: what did not succeed runs again", 1, "a batch ID",
 		func(ctx context.Context, args []string) (any, error) { return a.api.Resume(ctx, args[0]) })
+	show := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if err := show(c, args); err != nil || !watch {
+			return err
+		}
+		return a.watch(c.Context(), args[0])
+	}
+	cmd.Flags().BoolVar(&watch, "watch", false, "watch the new run until it finishes (as bulkrun watch)")
+	return cmd
 }
 
 func (a *app) cancelCmd() *cobra.Command {
