@@ -125,6 +125,21 @@ const packWakeTries = 5
 // harmless). Idempotent: whatever is repeated, each woken item runs
 // (or settles) once per wake.
 func (w *Waker) Wake(ctx context.Context, b ledger.Batch, f Filter, took time.Duration) (Woken, error) {
+	var u unitSends
+	res, err := w.wakePages(ctx, b, f, took, &u)
+	if serr := w.sendAll(ctx, b, &u); err == nil {
+		err = serr
+	}
+	res.Units = len(u.order)
+	return res, err
+}
+
+// wakePages is Wake's pass over the listing, its woken units collected
+// in u: their messages go once the pass ended, so that no unit it woke
+// runs (and takes its pack, or is held again) while the pass goes on —
+// a pack's items are consecutive in the source, not in key order, and a
+// page after the one that woke some of a pack's items may hold others.
+func (w *Waker) wakePages(ctx context.Context, b ledger.Batch, f Filter, took time.Duration, u *unitSends) (Woken, error) {
 	start := w.Clock.Now()
 	var res Woken
 	sel := f.Outcome
@@ -151,10 +166,9 @@ func (w *Waker) Wake(ctx context.Context, b ledger.Batch, f Filter, took time.Du
 				page = append(page, it)
 			}
 		}
-		n, again, units, all, err := w.wakeItems(ctx, b, page, f)
+		n, again, all, err := w.wakeItems(ctx, b, page, f, u)
 		res.Woken += n
 		res.Again += again
-		res.Units += units
 		if err != nil {
 			return res, err
 		}
@@ -205,29 +219,53 @@ func (w *Waker) WakeOne(ctx context.Context, b ledger.Batch, key string, attempt
 	if it.BatchID == "" {
 		it.BatchID = b.ID
 	}
-	_, _, _, all, err := w.wakeItems(ctx, b, []ledger.Item{it}, f)
+	var u unitSends
+	_, _, all, err := w.wakeItems(ctx, b, []ledger.Item{it}, f, &u)
+	if serr := w.sendAll(ctx, b, &u); err == nil {
+		err = serr
+	}
 	if err == nil && !all {
 		err = fmt.Errorf("wake %s/%s: its pack is held by a delivery; try again: %w", b.ID, key, ledger.ErrUnavailable)
 	}
 	return it, err
 }
 
-// wakeItems wakes items (held, of b's run; item rows and pack items
-// mixed) and sends each unit's message once. It returns how many moved
-// on, how many of them an earlier wake had moved on, how many units'
-// messages went, and false when a pack stayed held by a delivery through
-// its tries.
-func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.Item, f Filter) (int64, int64, int, bool, error) {
-	var woken, again int64
-	all := true
-	send := map[string]bool{}
-	var order []string
-	mark := func(unit string) {
-		if !send[unit] {
-			send[unit] = true
-			order = append(order, unit)
+// unitSends are the units whose saved messages a wake sends again, each
+// once, in the order they were first woken.
+type unitSends struct {
+	seen  map[string]bool
+	order []string
+}
+
+func (u *unitSends) mark(unit string) {
+	if u.seen == nil {
+		u.seen = map[string]bool{}
+	}
+	if !u.seen[unit] {
+		u.seen[unit] = true
+		u.order = append(u.order, unit)
+	}
+}
+
+// sendAll sends the saved message of every unit of u once.
+func (w *Waker) sendAll(ctx context.Context, b ledger.Batch, u *unitSends) error {
+	for _, unit := range u.order {
+		if err := w.send(ctx, b, unit); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// wakeItems wakes items (held, of b's run; item rows and pack items
+// mixed) and marks each woken unit in u, whose message its caller sends
+// (sendAll). It returns how many moved on, how many of them an earlier
+// wake had moved on, and false when a pack stayed held by a delivery
+// through its tries.
+func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.Item, f Filter, u *unitSends) (int64, int64, bool, error) {
+	var woken, again int64
+	all := true
+	mark := u.mark
 	packs := map[int64][]ledger.Item{}
 	var firsts []int64
 	for _, it := range items {
@@ -241,7 +279,7 @@ func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.It
 		}
 		moved, before, err := w.wakeRow(ctx, b, it, f)
 		if err != nil {
-			return woken, again, len(order), all, err
+			return woken, again, all, err
 		}
 		if moved {
 			woken++
@@ -254,7 +292,7 @@ func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.It
 	for _, first := range firsts {
 		n, before, held, err := w.wakePack(ctx, b, first, packs[first], f)
 		if err != nil {
-			return woken, again, len(order), all, err
+			return woken, again, all, err
 		}
 		all = all && !held
 		again += int64(before)
@@ -263,12 +301,7 @@ func (w *Waker) wakeItems(ctx context.Context, b ledger.Batch, items []ledger.It
 			mark(Unit(packs[first][0]))
 		}
 	}
-	for _, unit := range order {
-		if err := w.send(ctx, b, unit); err != nil {
-			return woken, again, len(order), all, err
-		}
-	}
-	return woken, again, len(order), all, nil
+	return woken, again, all, nil
 }
 
 // wakeRow wakes an item row; moved reports that it is woken (now, or by
