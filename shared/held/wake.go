@@ -119,14 +119,15 @@ const packWakeTries = 5
 // Wake wakes every held item of b's current run that f selects, in key
 // order through the listing of items needing attention (no scan of the
 // other items), and sends each woken unit's saved message again (once
-// per unit per call). It stops once took has passed (0: no bound) with
+// per unit per call, after the pass). Its pass stops once half of took
+// has passed (0: no bound), leaving the other half for the sends, with
 // Done false; calling it again goes on (an item already woken counts as
 // woken and its message goes again, which the reservation makes
 // harmless). Idempotent: whatever is repeated, each woken item runs
 // (or settles) once per wake.
 func (w *Waker) Wake(ctx context.Context, b ledger.Batch, f Filter, took time.Duration) (Woken, error) {
 	var u unitSends
-	res, err := w.wakePages(ctx, b, f, took, &u)
+	res, err := w.wakePages(ctx, b, f, took/2, &u)
 	if serr := w.sendAll(ctx, b, &u); err == nil {
 		err = serr
 	}
