@@ -1095,6 +1095,47 @@ func testLogOut() io.Writer {
 	return io.Discard
 }
 
+// secretRig is a rig whose pipeline refuses, as a receiver's 401 does,
+// every call that does not carry "Bearer right" (counted in refused) and
+// answers the others (counted in answered); its worker reads the batch's
+// Authorization from secret hookSecretARN, which holds "Bearer wrong",
+// and lifts wake its held items.
+type secretRig struct {
+	*rig
+	secrets           *rotatingSecrets
+	refused, answered *atomic.Int64
+}
+
+const hookSecretARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
+
+func newSecretRig(t *testing.T) secretRig {
+	var refused, answered atomic.Int64
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if req.Headers["Authorization"] != "Bearer right" {
+			refused.Add(1)
+			return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
+		}
+		answered.Add(1)
+		return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
+	})
+	r.wakeHeld()
+	secrets := &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
+	r.worker.Secrets = secrets
+	r.sub.SecretPrefixes = []string{hookSecretARN}
+	return secretRig{rig: r, secrets: secrets, refused: &refused, answered: &answered}
+}
+
+// submit submits batch id of n items, k a message, acting under the
+// secret, and drains its queue once.
+func (s secretRig) submit(t *testing.T, ctx context.Context, id string, n, k int) {
+	t.Helper()
+	if _, err := s.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
+		Headers: map[string]string{"Authorization": secretref.Prefix + hookSecretARN}}); err != nil {
+		t.Fatal(err)
+	}
+	s.drain(t, ctx, 1)
+}
+
 // liftingStore is the worker's store with a caller who fixes the secret
 // and lifts the halt right after the worker puts it, before the refused
 // item's write: the window between the halt and the item's record.
@@ -1122,36 +1163,20 @@ func TestMemLiftBeforeTheRefusedItemIsRecorded(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
-			const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
 			const n = 20
-			var answered atomic.Int64
-			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				if req.Headers["Authorization"] != "Bearer right" {
-					return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
-				}
-				answered.Add(1)
-				return pipeline.Result{Output: []byte(`{"ok":true}`)}, nil
-			})
-			r.wakeHeld()
-			secrets := &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
-			r.worker.Secrets = secrets
-			r.sub.SecretPrefixes = []string{arn}
+			r := newSecretRig(t)
 			var lifted atomic.Bool
 			r.worker.Store = &liftingStore{Store: r.worker.Store, lift: func(subject string) {
-				secrets.mu.Lock()
-				secrets.latest = "Bearer right"
-				secrets.mu.Unlock()
+				r.secrets.mu.Lock()
+				r.secrets.latest = "Bearer right"
+				r.secrets.mu.Unlock()
 				res, err := r.ctl.Lift(ctx, "early", subject)
 				if err != nil || !res.Lifted {
 					t.Errorf("lift in the window: %+v %v", res, err)
 				}
 				lifted.Store(true)
 			}}
-			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "early", Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
-				Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
-				t.Fatal(err)
-			}
-			r.drain(t, ctx, 1)
+			r.submit(t, ctx, "early", n, k)
 			if !lifted.Load() {
 				t.Fatal("no halt was put: the window was never reached")
 			}
@@ -1159,8 +1184,8 @@ func TestMemLiftBeforeTheRefusedItemIsRecorded(t *testing.T) {
 			if err != nil {
 				t.Fatalf("finalize: %v (an item still withheld under a lifted halt?)", err)
 			}
-			if c := fin.Report.Census; c.Succeeded != n || c.Withheld != 0 || answered.Load() != n {
-				t.Fatalf("census %+v, %d answered; want %d succeeded, each answered once", c, answered.Load(), n)
+			if c := fin.Report.Census; c.Succeeded != n || c.Withheld != 0 || r.answered.Load() != n {
+				t.Fatalf("census %+v, %d answered; want %d succeeded, each answered once", c, r.answered.Load(), n)
 			}
 		})
 	}
@@ -1191,28 +1216,16 @@ func TestMemHaltWriteFailsOnce(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
 			ctx := context.Background()
-			const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hook-token"
 			const n = 20
-			subject := ledger.SecretSubjectPrefix + arn
-			var refused atomic.Int64
-			r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				refused.Add(1)
-				return pipeline.Result{}, pipeline.CredentialRejected(fmt.Errorf("HTTP 401: token %q rejected", req.Headers["Authorization"]))
-			})
-			r.wakeHeld()
-			r.worker.Secrets = &rotatingSecrets{cached: "Bearer wrong", latest: "Bearer wrong"}
-			r.sub.SecretPrefixes = []string{arn}
+			subject := ledger.SecretSubjectPrefix + hookSecretARN
+			r := newSecretRig(t)
 			fs := &failingHaltStore{Store: r.worker.Store}
 			fs.fails.Store(1)
 			r.worker.Store = fs
-			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "halt", Pipeline: "counted", Source: api.SourceSpec{Items: items(n)}, ItemsPerMessage: k,
-				Headers: map[string]string{"Authorization": secretref.Prefix + arn}}); err != nil {
-				t.Fatal(err)
-			}
-			r.drain(t, ctx, 1)
+			r.submit(t, ctx, "halt", n, k)
 			for i := range n {
 				key := api.PositionalKey(int64(i))
-				it := memItem(t, r, "halt", key)
+				it := memItem(t, r.rig, "halt", key)
 				if it.Outcome != api.OutcomeWithheld || it.Attempt != 1 || it.Hold == nil || it.Hold.Woken != "" {
 					t.Errorf("%s: %s at attempt %d, hold %+v; want withheld at its first attempt, not woken", key, it.Outcome, it.Attempt, it.Hold)
 				}
@@ -1226,7 +1239,7 @@ func TestMemHaltWriteFailsOnce(t *testing.T) {
 			}
 			// The first, whose halt failed; and the next unit's, when it
 			// came to call before the first's unit write put the halt.
-			if got := refused.Load(); got < 1 || got > 2 {
+			if got := r.refused.Load(); got < 1 || got > 2 {
 				t.Errorf("%d calls refused, want 1 or 2", got)
 			}
 		})
