@@ -229,7 +229,7 @@ func (s *Store) FinishRun(ctx context.Context, id string, run int, f ledger.Fini
 	u := expression.Set(expression.Name(layout.AttrStatus), expression.Value(string(f.Status))).
 		Set(expression.Name(layout.AttrReportKey), expression.Value(f.ReportKey)).
 		Set(expression.Name(layout.AttrCensus), expression.Value(string(census))).
-		Set(expression.Name(layout.AttrNeedsAttention), expression.Value(f.Census.NeedsAttention())).
+		Set(expression.Name(layout.AttrNeedsAttention), expression.Value(f.NeedsAttention || f.Census.NeedsAttention())).
 		Set(expression.Name(layout.AttrFinishedAtMs), expression.Value(f.FinishedAt.UnixMilli())).
 		Set(expression.Name(layout.AttrExpiresAtMs), expression.Value(f.ExpiresAt.UnixMilli()))
 	if !f.RowsExpireAt.IsZero() {
@@ -615,7 +615,11 @@ func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
 
 // Lift removes subject's halt from the batch row and stamps the lift:
 // REMOVE halts.{layout.HaltKey} SET lifted_ms = :at under
-// attribute_exists(halts.{layout.HaltKey}).
+// attribute_exists(halts.{layout.HaltKey}). When that was a finished
+// batch's last halt and its final census needs no look, a second write
+// clears needs_attention under the condition that the batch is still
+// finished with that status and holds no halt (a resume or a new halt
+// in between keeps it).
 func (s *Store) Lift(ctx context.Context, id, subject string, at time.Time) error {
 	path := expression.Name(layout.AttrHalts + "." + layout.HaltKey(subject))
 	u := expression.Remove(path).Set(expression.Name(layout.AttrLiftedMs), expression.Value(layout.Ms(at)))
@@ -623,8 +627,31 @@ func (s *Store) Lift(ctx context.Context, id, subject string, at time.Time) erro
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil {
+	key := layout.Key(layout.BatchPK(id), layout.SKBatch)
+	row, _, err := s.updateRow(ctx, key, expr, types.ReturnValueAllNew)
+	if err != nil {
 		return fmt.Errorf("lift %s on %s: %w", id, subject, err)
+	}
+	var r layout.BatchRow
+	if err := attributevalue.UnmarshalMap(row, &r); err != nil {
+		return fmt.Errorf("lift %s on %s: %w", id, subject, err)
+	}
+	b, err := layout.FromBatchRow(r)
+	if err != nil || !b.Status.Finished() || len(b.Halts) > 0 || !b.NeedsAttention || b.FinalCensus == nil || b.FinalCensus.NeedsAttention() {
+		return nil // the lift stands; needs_attention stays as it is
+	}
+	halts := expression.Name(layout.AttrHalts)
+	expr, err = expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Name(layout.AttrStatus).Equal(expression.Value(string(b.Status))),
+			expression.Name(layout.AttrRun).Equal(expression.Value(b.Run)),
+			expression.Or(expression.AttributeNotExists(halts), expression.Size(halts).Equal(expression.Value(0))))).
+		WithUpdate(expression.Set(expression.Name(layout.AttrNeedsAttention), expression.Value(false))).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, key, expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
+		return fmt.Errorf("lift %s on %s: needs_attention: %w", id, subject, err)
 	}
 	return nil
 }

@@ -16,22 +16,25 @@ type Batch struct {
 	// Plan is the batch's manifest digest and settings, the same in
 	// every run (see Plan).
 	Plan
-	ManifestKey    string    `json:"manifest_key"` // S3 key of the manifest (normalized JSONL)
-	ManifestBytes  int64     `json:"manifest_bytes"`
-	ItemCount      int64     `json:"item_count"`
-	ListShards     int       `json:"list_shards"`    // item-row partition keys (see ListShards)
-	CounterShards  int       `json:"counter_shards"` // counter partition keys (see CounterShards; CounterLanes when set)
-	Run            int       `json:"run"`            // current run, from 1
-	Status         Status    `json:"status"`
-	KeyField       string    `json:"key_field,omitempty"`
-	Source         string    `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
-	FannedOut      bool      `json:"fanned_out"`
-	CreatedAt      time.Time `json:"created_at"`
-	RunStartedAt   time.Time `json:"run_started_at"`
-	FinishedAt     time.Time `json:"finished_at,omitzero"`
-	ReportKey      string    `json:"report_key,omitempty"`
-	FinalCensus    *Census   `json:"census,omitempty"` // the census of the last finished run
-	NeedsAttention bool      `json:"needs_attention"`
+	ManifestKey   string    `json:"manifest_key"` // S3 key of the manifest (normalized JSONL)
+	ManifestBytes int64     `json:"manifest_bytes"`
+	ItemCount     int64     `json:"item_count"`
+	ListShards    int       `json:"list_shards"`    // item-row partition keys (see ListShards)
+	CounterShards int       `json:"counter_shards"` // counter partition keys (see CounterShards; CounterLanes when set)
+	Run           int       `json:"run"`            // current run, from 1
+	Status        Status    `json:"status"`
+	KeyField      string    `json:"key_field,omitempty"`
+	Source        string    `json:"source"` // description: "inline", "s3://bucket/key", "s3://bucket/prefix/*"
+	FannedOut     bool      `json:"fanned_out"`
+	CreatedAt     time.Time `json:"created_at"`
+	RunStartedAt  time.Time `json:"run_started_at"`
+	FinishedAt    time.Time `json:"finished_at,omitzero"`
+	ReportKey     string    `json:"report_key,omitempty"`
+	FinalCensus   *Census   `json:"census,omitempty"` // the census of the last finished run
+	// NeedsAttention is the last finished run's report's
+	// (Report.NeedsAttention); lifting the last kept halt of a finished
+	// batch sets it back to FinalCensus's.
+	NeedsAttention bool `json:"needs_attention"`
 	// Stop is set while a run is being stopped: StatusCancelled (a caller
 	// cancelled) or StatusThresholdExceeded (failures passed the
 	// threshold). Items not yet started end cancelled; finalize gives the

@@ -150,12 +150,15 @@ type Report struct {
 	StopDetail  string `json:"stop_detail,omitempty"` // why a stopped run stopped
 	// Stop is a stopped run's stop: why, and how many items already in
 	// flight finished after it (so the stop line and the census agree).
-	Stop           *StopSummary `json:"stop,omitempty"`
-	NeedsAttention bool         `json:"needs_attention"`
-	Census         Census       `json:"census"`
-	Threshold      Threshold    `json:"threshold"`
-	Verdict        Verdict      `json:"verdict"`
-	Manifest       Location     `json:"manifest"`
+	Stop *StopSummary `json:"stop,omitempty"`
+	// NeedsAttention is the census's (Census.NeedsAttention), or true
+	// when the run ended keeping a halt (Halts): its items would be
+	// withheld again by a resume until the halt is lifted.
+	NeedsAttention bool      `json:"needs_attention"`
+	Census         Census    `json:"census"`
+	Threshold      Threshold `json:"threshold"`
+	Verdict        Verdict   `json:"verdict"`
+	Manifest       Location  `json:"manifest"`
 	// Revision is the correction a correction run ran (Batch.Revisions);
 	// nil for a run of the whole manifest.
 	Revision     *Revision `json:"revision,omitempty"`

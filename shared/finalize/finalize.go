@@ -391,7 +391,7 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 	}
 	return api.Report{
 		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail, Stop: api.StopSummaryOf(b.Batch, census),
-		NeedsAttention: census.NeedsAttention(), Census: census,
+		NeedsAttention: census.NeedsAttention() || len(b.Halts) > 0, Census: census,
 		Threshold: b.Threshold, Verdict: verdict,
 		Manifest:     api.Location{URI: "s3://" + bucket + "/" + b.ManifestKey, Digest: b.Digest, Bytes: b.ManifestBytes},
 		Revision:     runRevision(b),
@@ -483,7 +483,7 @@ func (f *Finalizer) finish(ctx context.Context, b ledger.Batch, log *slog.Logger
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: row TTL: %w", id, run, err)
 	}
 	err = f.Store.FinishRun(ctx, id, run, ledger.Finish{
-		Status: rep.Status, ReportKey: key, Census: rep.Census.Bounded(), FinishedAt: rep.FinishedAt,
+		Status: rep.Status, ReportKey: key, Census: rep.Census.Bounded(), NeedsAttention: rep.NeedsAttention, FinishedAt: rep.FinishedAt,
 		ExpiresAt: expires, RowsExpireAt: rowsExpire,
 	})
 	if err != nil && !errors.Is(err, api.ErrConflict) {

@@ -72,7 +72,9 @@ type Store interface {
 	// than api.MaxHalts; else ErrConflict.
 	Halt(ctx context.Context, m HaltMark) error
 	// Lift removes the batch's halt on subject only if one stands, and
-	// sets the batch's LiftedAt to at; else ErrConflict.
+	// sets the batch's LiftedAt to at; else ErrConflict. On a finished
+	// batch, lifting its last halt sets NeedsAttention back to its
+	// FinalCensus's (the halt was what needed a look).
 	Lift(ctx context.Context, id, subject string, at time.Time) error
 	// Release ends an attempt's lease without an outcome (a transient error
 	// whose retry is scheduled), only under the same fence as Record.
@@ -716,11 +718,14 @@ type FinalizeFailure struct {
 
 // Finish is what FinishRun writes.
 type Finish struct {
-	Status     api.Status
-	ReportKey  string
-	Census     api.Census
-	FinishedAt time.Time
-	ExpiresAt  time.Time // when the retention ends
+	Status    api.Status
+	ReportKey string
+	Census    api.Census
+	// NeedsAttention is the report's (api.Report.NeedsAttention): the
+	// census's, or a halt kept.
+	NeedsAttention bool
+	FinishedAt     time.Time
+	ExpiresAt      time.Time // when the retention ends
 	// RowsExpireAt is the TTL given to the batch row (ExpiresAt +
 	// TTLGrace); zero for none.
 	RowsExpireAt time.Time

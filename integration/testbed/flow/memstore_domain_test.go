@@ -793,6 +793,9 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	if hs := fin.Report.Halts; len(hs) != 1 || hs[0].Subject != subject || hs[0].Since.IsZero() || hs[0].Reason == "" {
 		t.Errorf("cancelled run's report halts %+v, want the halt kept on %s with its reason", hs, subject)
 	}
+	if !fin.Report.NeedsAttention {
+		t.Errorf("cancelled run keeping a halt: report needs_attention false; want true (lift before a resume)")
+	}
 
 	// The cancelled batch keeps its halt; its lift removes it and wakes
 	// nothing (no item waits in a finished run), so that a resume, once
@@ -804,6 +807,9 @@ func wrongSecretWithholds(t *testing.T, k int) {
 	res, err = r.ctl.Lift(ctx, "cancelled", subject)
 	if err != nil || !res.Lifted || res.Woken != 0 || !res.Done {
 		t.Fatalf("lift of the cancelled batch: %+v %v; want lifted, nothing woken, done", res, err)
+	}
+	if b, err = r.ctl.Get(ctx, "cancelled"); err != nil || b.NeedsAttention {
+		t.Errorf("cancelled batch after its last halt's lift: needs_attention %v, %v; want false (its census needs no look)", b.NeedsAttention, err)
 	}
 	if _, err := r.ctl.Lift(ctx, "cancelled", subject); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("lift of the cancelled batch again: %v; want not found (no halt stands)", err)

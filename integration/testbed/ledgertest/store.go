@@ -625,7 +625,7 @@ func (s *Store) FinishRun(_ context.Context, id string, run int, f ledger.Finish
 		return conflictf("finish %s run %d", id, run)
 	}
 	c := f.Census
-	b.Status, b.ReportKey, b.FinalCensus, b.NeedsAttention = f.Status, f.ReportKey, &c, c.NeedsAttention()
+	b.Status, b.ReportKey, b.FinalCensus, b.NeedsAttention = f.Status, f.ReportKey, &c, f.NeedsAttention || c.NeedsAttention()
 	b.FinishedAt, b.ExpiresAt = ms(f.FinishedAt), ms(f.ExpiresAt)
 	b.Pause = nil
 	delete(s.running, id)
@@ -775,6 +775,9 @@ func (s *Store) Lift(_ context.Context, id, subject string, at time.Time) error 
 	delete(b.Halts, subject)
 	if len(b.Halts) == 0 {
 		b.Halts = nil
+		if b.Status.Finished() && b.FinalCensus != nil {
+			b.NeedsAttention = b.FinalCensus.NeedsAttention()
+		}
 	}
 	b.LiftedAt = ms(at)
 	return nil

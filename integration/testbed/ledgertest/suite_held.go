@@ -223,6 +223,48 @@ var heldCases = []suiteCase{
 			t.Fatalf("lifted at %v, want %v (at milliseconds; a refused lift leaves it)", got.LiftedAt, lifted.Truncate(time.Millisecond))
 		}
 	}},
+	{"KeptHaltNeedsAttention", func(t *testing.T, s ledger.Store) {
+		// A run cancelled while its items were withheld keeps its halts:
+		// the batch needs a look (lift before resume) though its census
+		// has none, in the listing too (which reads an index that does
+		// not carry the halts); lifting the last halt clears it.
+		b := create(t, s, newBatch("kept"))
+		for _, subject := range []string{heldSubject, "secret:two"} {
+			if err := s.Halt(ctx, ledger.HaltMark{BatchID: b.ID, Run: 1, Subject: subject, Reason: "HTTP 401", Now: T0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		expires := T0.Add(48 * time.Hour)
+		if err := s.FinishRun(ctx, b.ID, 1, ledger.Finish{Status: api.StatusCancelled, ReportKey: "batches/kept/report-1.json",
+			Census: api.Census{Total: 2, Cancelled: 2}, NeedsAttention: true, FinishedAt: T0.Add(time.Minute), ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+		listed := func(want bool) {
+			t.Helper()
+			eventually(t, func() error {
+				bs, _, err := s.ListBatches(ctx, ledger.BatchQuery{Limit: 10, Now: T0.Add(time.Hour)})
+				if err != nil {
+					return err
+				}
+				if len(bs) != 1 || bs[0].NeedsAttention != want {
+					return fmt.Errorf("listing %+v, want needs_attention %v", bs, want)
+				}
+				return nil
+			})
+		}
+		listed(true)
+		if err := s.Lift(ctx, b.ID, heldSubject, T0.Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.GetBatch(ctx, b.ID)
+		check(t, "needs attention with one halt left", got.NeedsAttention, true)
+		if err := s.Lift(ctx, b.ID, "secret:two", T0.Add(3*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = s.GetBatch(ctx, b.ID)
+		check(t, "needs attention once every halt is lifted", got.NeedsAttention, false)
+		listed(false)
+	}},
 	{"HeldCounts", func(t *testing.T, s ledger.Store) {
 		b := create(t, s, newBatch("held-counts"))
 		for i, held := range []map[api.Outcome]int64{{api.OutcomeWithheld: 3}, {api.OutcomeWithheld: -1}, {api.OutcomeWithheld: 2}} {
