@@ -149,6 +149,7 @@ sqs._collect_msgs = _collect_msgs
 
 if __name__ == "__main__":
     import awsrules  # noqa: F401  (AWS rules MiniStack's CloudFormation does not apply)
+    import esmscaling  # noqa: F401  (an SQS event source that ramps up as Lambda's does)
     from ministack.app import main
 
     sys.exit(main())

@@ -47,6 +47,9 @@
 #                           seeds the shuffled draws; default random.
 #   BULKRUN_SQS_FAIR        0 turns off the fair queues "shuffled" applies
 #                           to messages with a MessageGroupId (default 1).
+#   BULKRUN_ESM_RAMP        0 turns off the SQS event sources' ramp (5
+#                           batches in flight, 300 more a minute, as
+#                           Lambda's; default 1). See localstack/esmscaling.py.
 #
 # State lives in .ministack/ at the repo root (git-ignored): ministack.log,
 # ministack.pid, ministack.port, and tmp/, the emulator's own TMPDIR (it unpacks
