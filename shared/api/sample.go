@@ -173,6 +173,30 @@ func ApprovalReachesBy(since, now time.Time) time.Time {
 	return ApprovalCheckAt(since, now).Add(2 * ApprovalGrace)
 }
 
+// ApprovalRestStart is when an approval given at decided starts the
+// rest of a run that began at runStarted and whose estimate was made at
+// madeAt, as the held messages' checks have it. A held message comes
+// back ApprovalGrace after a check, plus up to as much again at random,
+// and waits for the next check if the batch still holds: so the first
+// to see the approval is one of the last check's still on its way back
+// (a check less than 2 × ApprovalGrace before decided), else one of the
+// next check's, ApprovalGrace after it. The checks count from the run's
+// start for the messages held while the sample ran, until they come
+// back from the first of those checks after the estimate, and from the
+// estimate after that (ApprovalHoldSince). The report's
+// SampleCheck.ReachSeconds.
+func ApprovalRestStart(runStarted, madeAt, decided time.Time) time.Time {
+	since := madeAt
+	if decided.Before(ApprovalCheckAt(runStarted, madeAt).Add(2 * ApprovalGrace)) {
+		since = runStarted
+	}
+	c := ApprovalCheckAt(since, decided.Add(-2*ApprovalGrace)).Add(ApprovalGrace)
+	if c.Before(decided) {
+		return decided
+	}
+	return c
+}
+
 // SampleEstimate is what a sample projects for its whole run, made once,
 // when the sample's items had ended (the item function, from the run's
 // counters: shared/sample.Estimate). JSON names as tagged; dollars are
@@ -249,10 +273,12 @@ type SampleCheck struct {
 	Failed            int64   `json:"failed"`
 	FailureRate       float64 `json:"failure_rate"`
 	FailureInInterval bool    `json:"failure_in_interval"`
-	// RestSeconds is the time from the approval to the run's end, and
-	// RestDiff its difference from Estimate.Seconds as a share of it. It
-	// includes the held messages' wait for their next check after the
-	// approval (ApprovalWait), which the estimate does not.
-	RestSeconds float64 `json:"rest_seconds"`
-	RestDiff    float64 `json:"rest_diff"`
+	// RestSeconds is the time from the approval to the run's end.
+	// ReachSeconds is the approval's wait for the held messages' next
+	// check (ApprovalRestStart − DecidedAt: known once approved, so the
+	// estimate leaves it out), and RestDiff RestSeconds' difference from
+	// Estimate.Seconds + ReachSeconds as a share of it.
+	RestSeconds  float64 `json:"rest_seconds"`
+	ReachSeconds float64 `json:"reach_seconds"`
+	RestDiff     float64 `json:"rest_diff"`
 }

@@ -387,7 +387,7 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 	bucket := f.Blobs.Bucket()
 	var check *api.SampleCheck
 	if run == 1 {
-		check = sample.Check(b.Approval, sample.Done{Census: census, SpentUSD: spend.RunSpend(census.RunSpent, progress.Usage).USD, FinishedAt: now})
+		check = sample.Check(b.Approval, sample.Done{Census: census, SpentUSD: spend.RunSpend(census.RunSpent, progress.Usage).USD, StartedAt: b.RunStartedAt, FinishedAt: now})
 	}
 	return api.Report{
 		BatchID: id, Run: run, Pipeline: b.Pipeline, SubmittedBy: b.SubmittedBy, Status: status, StopDetail: b.StopDetail, Stop: api.StopSummaryOf(b.Batch, census),

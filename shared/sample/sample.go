@@ -182,12 +182,12 @@ func usd(d decimal.Decimal) float64 {
 
 // Done is what a sampled run did, as its report counts it: the census
 // (Failed and Quarantined of Succeeded, Failed and Quarantined ended),
-// what it spent as a budget counts it (spend.Spend.USD), and when it
-// finished.
+// what it spent as a budget counts it (spend.Spend.USD), when it started
+// (api.Batch.RunStartedAt) and when it finished.
 type Done struct {
-	Census     api.Census
-	SpentUSD   decimal.Decimal
-	FinishedAt time.Time
+	Census                api.Census
+	SpentUSD              decimal.Decimal
+	StartedAt, FinishedAt time.Time
 }
 
 // Check sets a's estimate beside what its run did (d): the report's
@@ -207,10 +207,13 @@ func Check(a *api.Approval, d Done) *api.SampleCheck {
 		c.FailureRate = float64(c.Failed) / float64(c.Ended)
 	}
 	c.FailureInInterval = c.Ended > 0 && c.FailureRate >= e.FailureLow && c.FailureRate <= e.FailureHigh
-	if !a.DecidedAt.IsZero() && d.FinishedAt.After(a.DecidedAt) {
-		c.RestSeconds = math.Round(d.FinishedAt.Sub(a.DecidedAt).Seconds()*1000) / 1000
+	if !a.DecidedAt.IsZero() {
+		if d.FinishedAt.After(a.DecidedAt) {
+			c.RestSeconds = math.Round(d.FinishedAt.Sub(a.DecidedAt).Seconds()*1000) / 1000
+		}
+		c.ReachSeconds = math.Round(max(0, api.ApprovalRestStart(d.StartedAt, e.MadeAt, a.DecidedAt).Sub(a.DecidedAt).Seconds())*1000) / 1000
 	}
-	c.RestDiff = diff(c.RestSeconds, e.Seconds)
+	c.RestDiff = diff(c.RestSeconds, e.Seconds+c.ReachSeconds)
 	return c
 }
 

@@ -123,7 +123,7 @@ func TestCheckSetsTheEstimateBesideTheRun(t *testing.T) {
 		CostUSD: 20, Seconds: 20}
 	a := api.ApprovalOf(100, api.ApprovalApproved, api.DecidedByCaller, at.Add(10*time.Second), est)
 	d := Done{Census: api.Census{Succeeded: 1880, Failed: 100, Quarantined: 20}, SpentUSD: decimal.RequireFromString("21.000478"),
-		FinishedAt: at.Add(40 * time.Second)}
+		StartedAt: at.Add(-7 * time.Second), FinishedAt: at.Add(40 * time.Second)}
 	c := Check(a, d)
 	if c == nil {
 		t.Fatal("an approved run with an estimate has no check")
@@ -134,8 +134,24 @@ func TestCheckSetsTheEstimateBesideTheRun(t *testing.T) {
 	if c.Ended != 2000 || c.Failed != 120 || c.FailureRate != 0.06 || !c.FailureInInterval {
 		t.Errorf("failures %d of %d (%v, in interval %v), want 120 of 2000 (0.06, within 1.57–9.84 %%)", c.Failed, c.Ended, c.FailureRate, c.FailureInInterval)
 	}
-	if c.RestSeconds != 30 || c.RestDiff != 0.5 || c.DecidedBy != api.DecidedByCaller {
-		t.Errorf("rest %v s (diff %v) decided by %q, want 30 s (+0.5) by caller", c.RestSeconds, c.RestDiff, c.DecidedBy)
+	// The run started 7 s before the estimate: the messages held while
+	// the sample ran were next checked 3 s after it (back 5–7 s after
+	// it), then every 10 s from the estimate. Approved 10 s after the
+	// estimate, at its first check: the first held items are back 2 s
+	// later; 30 s against 20 + 2.
+	if c.RestSeconds != 30 || c.ReachSeconds != 2 || c.RestDiff != 0.3636 || c.DecidedBy != api.DecidedByCaller {
+		t.Errorf("rest %v s, reach %v s (diff %v) decided by %q, want 30 s, 2 s (+0.3636) by caller", c.RestSeconds, c.ReachSeconds, c.RestDiff, c.DecidedBy)
+	}
+	for _, tc := range []struct{ decided, reach time.Duration }{
+		{2 * time.Second, 3 * time.Second},  // before the check counted from the run's start: back 2 s after it
+		{6 * time.Second, 0},                // that check's messages are still coming back
+		{13 * time.Second, 0},               // so are the estimate's first check's
+		{15 * time.Second, 7 * time.Second}, // they are all back: the next check, 20 s after the estimate, + 2 s
+	} {
+		a := api.ApprovalOf(100, api.ApprovalApproved, api.DecidedByCaller, at.Add(tc.decided), est)
+		if c := Check(a, d); c.ReachSeconds != tc.reach.Seconds() {
+			t.Errorf("approved %s after the estimate: reach %v s, want %v", tc.decided, c.ReachSeconds, tc.reach.Seconds())
+		}
 	}
 	d.Census.Failed = 300
 	if c := Check(a, d); c.FailureInInterval {

@@ -454,9 +454,9 @@ func TestReportShowsTheSampleCheck(t *testing.T) {
 	a := &app{out: &out, errw: &out, output: "text"}
 	r := api.Report{BatchID: "b1", Run: 1, Status: api.StatusCompleted, Census: api.Census{Total: 2000, Succeeded: 1880, Failed: 120},
 		Sample: &api.SampleCheck{Estimate: api.SampleEstimate{CostUSD: 20.000439, FailureRate: 0.04, FailureLow: 0.0157, FailureHigh: 0.0984, Seconds: 20},
-			CostUSD: 21.000478, CostDiff: 0.05, Ended: 2000, Failed: 120, FailureRate: 0.06, FailureInInterval: true, RestSeconds: 30.04, RestDiff: 0.502}}
+			CostUSD: 21.000478, CostDiff: 0.05, Ended: 2000, Failed: 120, FailureRate: 0.06, FailureInInterval: true, RestSeconds: 30.04, ReachSeconds: 4, RestDiff: 0.2511}}
 	a.printReport(r)
-	want := "sample estimate against the run: cost $20.000439 estimated, $21.000478 spent with DynamoDB (+5.0 %); failures 4.0 % (95 % interval 1.6–9.8 %) estimated, 6.0 % (120 of 2000) ran: within; the rest ≈ 20s estimated, 30s from the approval (+50.2 %, which counts the held messages' wait for their next check)\n"
+	want := "sample estimate against the run: cost $20.000439 estimated, $21.000478 spent with DynamoDB (+5.0 %); failures 4.0 % (95 % interval 1.6–9.8 %) estimated, 6.0 % (120 of 2000) ran: within; the rest ≈ 20s estimated + 4s for the approval to reach the held items, 30s from the approval (+25.1 %)\n"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("report lacks\n%q:\n%s", want, out.String())
 	}
