@@ -59,7 +59,9 @@ func (c *Control) Get(ctx context.Context, id string) (ledger.Batch, error) {
 
 // Cancel stops the batch's current run: items not yet started end
 // cancelled, started ones finish, held ones are woken to end cancelled
-// (within WakeTime; a cancel called again wakes the rest), and finalize gives
+// (within WakeTime; what that leaves — a pack another delivery holds, a
+// call cut short — the finalize tick wakes, finalize.Finalizer.Settle),
+// and finalize gives
 // the run the status cancelled. Idempotent: cancelling a run that is already stopping, or a
 // batch whose run has finished (whatever its status), returns the batch
 // unchanged. Errors: ErrNotFound (ErrExpired past the retention);

@@ -93,15 +93,15 @@ func (c *Control) liftFinished(ctx context.Context, b ledger.Batch, subject stri
 }
 
 // wakeToCancel settles every held item of b's stopped run
-// (held.Waker.Settle) within WakeTime; a cancel called again wakes what
-// it leaves.
+// (held.Waker.Settle) within WakeTime; what it leaves, the finalize
+// tick wakes (finalize.Finalizer.Settle), or a cancel called again.
 func (c *Control) wakeToCancel(ctx context.Context, b ledger.Batch) {
 	if c.Wake == nil {
 		return
 	}
 	w, err := c.Wake.Settle(ctx, b, WakeTime)
 	if err != nil {
-		c.Log.WarnContext(ctx, "wake held items to cancel them; cancel again to go on", "batch_id", b.ID, "error", err.Error())
+		c.Log.WarnContext(ctx, "wake held items to cancel them; the finalize tick (or a cancel called again) goes on", "batch_id", b.ID, "error", err.Error())
 		return
 	}
 	if w.Woken > 0 || !w.Done {

@@ -29,7 +29,9 @@ import (
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/internal/trigger"
 	"github.com/bulkrun/bulkrun/shared/config"
+	"github.com/bulkrun/bulkrun/shared/control"
 	"github.com/bulkrun/bulkrun/shared/finalize"
+	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -224,6 +226,12 @@ func (d *Deps) Finalizer() *finalize.Finalizer {
 	if d.Queue != nil {
 		// The tick re-sends a fan-out that a dead submit or resume left unsent.
 		f.FanOut = (&submit.Submitter{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log}).FanOut
+		// The tick settles what a stop's wake left held (a busy pack).
+		waker := &held.Waker{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log}
+		f.Settle = func(ctx context.Context, b ledger.Batch) error {
+			_, err := waker.Settle(ctx, b, control.WakeTime)
+			return err
+		}
 	}
 	return f
 }

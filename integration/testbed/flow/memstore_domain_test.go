@@ -145,6 +145,10 @@ func newRig(t testing.TB, run pipeline.Func) *rig {
 func (r *rig) wakeHeld() {
 	waker := &held.Waker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Clock: r.clock, Log: slog.New(slog.NewTextHandler(testLogOut(), nil))}
 	r.worker.Wake, r.ctl.Wake = waker, waker
+	r.fin.Settle = func(ctx context.Context, b ledger.Batch) error {
+		_, err := waker.Settle(ctx, b, control.WakeTime)
+		return err
+	}
 }
 
 func (r *rig) callsOf(key string) int64 {
