@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -26,8 +27,8 @@ func ranDone(b ledger.Batch, r *itemRun) done {
 // for a probe (Pause.ProbeDue) the delivery that claims it
 // (Store.ClaimProbe) runs one item of its unit (Conclude does not count
 // its attempt if it fails transiently); if that attempt ends in anything
-// but a transient failure, the downstream answered and the outage pause
-// ends (Store.Unpause). Every other delivery takes nothing: its message
+// but a transient failure (a held ending too: done.answered), the
+// downstream answered and the outage pause ends (Store.Unpause). Every other delivery takes nothing: its message
 // is sent again to come back after the next check (Pause.Wait), or, past
 // MaxResends, delayed on the queue.
 func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
@@ -85,14 +86,17 @@ func (w *Worker) waitOnQueue(ctx context.Context, log *slog.Logger, m *unitMessa
 }
 
 // answered reports whether an attempt among dns ended other than by a
-// transient failure: the downstream answered.
+// transient failure: the downstream answered (done.answered).
 func answered(dns []done) bool {
-	for _, d := range dns {
-		if d.ran && d.class == "" && d.outcome.Terminal() {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(dns, done.answered)
+}
+
+// answered reports whether d is an attempt the downstream answered: it
+// ran and ended with an outcome, terminal or held (an item suspended,
+// exhausted at a ceiling, or withheld on a refused credential is
+// answered too), not by a transient failure.
+func (d done) answered() bool {
+	return d.ran && d.class == "" && (d.outcome.Terminal() || d.outcome.Held())
 }
 
 // unpauseOnAnswer ends b's outage pause p: its probe was answered.
@@ -122,7 +126,7 @@ type health struct {
 func (h *health) add(d done) {
 	switch {
 	case !d.ran:
-	case d.class == "" && (d.outcome.Terminal() || d.outcome.Held()):
+	case d.answered():
 		h.answered = true
 	case d.class != "":
 		if h.fails == nil {

@@ -426,3 +426,48 @@ func TestTickCountsAPausedRunHourly(t *testing.T) {
 		t.Errorf("unpaused, counters still: %+v, %v; want the run checked", res, err)
 	}
 }
+
+// An outage pause's probe that the downstream answers with a suspension
+// (not a transient failure) ends the pause, as any answer does: before,
+// only a terminal ending counted, so each later probe suspended one more
+// item and the run stayed paused.
+func TestOutageProbeAnsweredBySuspensionEndsThePause(t *testing.T) {
+	ctx := context.Background()
+	var r *rig
+	var start time.Time
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if r.clock.Now().Sub(start) < 3*time.Minute {
+			return pipeline.Result{}, &webhook.StatusError{Key: req.Key, StatusCode: 502}
+		}
+		return pipeline.Result{}, pipeline.Suspend("awaiting approval", time.Time{})
+	})
+	r.wakeHeld()
+	start = r.clock.Now()
+	const id = "probe-suspends"
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 1,
+		Source: api.SourceSpec{Items: items(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	paused, probes := false, 0
+	for round := 0; round < 200; round++ {
+		was, _ := r.store.GetBatch(ctx, id)
+		before := r.totalCalls()
+		b := r.step(t, ctx, id, 5*time.Second)
+		paused = paused || b.Pause != nil
+		if was.Pause != nil && r.clock.Now().Sub(start) > 3*time.Minute && r.totalCalls() > before {
+			probes++ // a probe the downstream answered
+		}
+		if paused && b.Pause == nil {
+			break
+		}
+	}
+	b, _ := r.store.GetBatch(ctx, id)
+	switch {
+	case !paused:
+		t.Fatal("never paused on the outage")
+	case b.Pause != nil:
+		t.Fatalf("still paused (%+v) after %d probes answered with a suspension; want unpaused by the first", *b.Pause, probes)
+	case probes != 1:
+		t.Errorf("%d probes answered after the outage before the pause ended, want 1", probes)
+	}
+}
