@@ -407,6 +407,12 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if !m.Packed {
 				give.FirstAttempt = max(give.FirstAttempt, 1) + 1
 			}
+			if give.Run == b.Run && give.Outcome.Held() {
+				// A woken pack item goes back to held (woken still): the
+				// take counted it out of the held items (unheld), and its
+				// next take counts it out again.
+				dns = append(dns, done{batch: b, heldAs: give.Outcome, heldBy: 1})
+			}
 			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight})
 			retries++
 			throttled = throttled || r.lateLease
