@@ -93,8 +93,8 @@ type Finalizer struct {
 	// cancel or a threshold stop wakes them itself, but leaves a pack that
 	// another delivery holds meanwhile (its item's retry running), and a
 	// caller's call can die half-way; the tick calls it on every stopped
-	// run it sees, so that such a run still ends. nil disables that part
-	// of the tick.
+	// run whose counters still hold held items, so that such a run still
+	// ends. nil disables that part of the tick.
 	Settle func(ctx context.Context, b ledger.Batch) error
 	// Metrics receives the finalize lag and tick failures; nil for none.
 	Metrics *metric.Emitter
@@ -636,17 +636,19 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			}
 			continue
 		}
-		if b.Stop != "" && f.Settle != nil {
-			// A stopped run's held items have no message of their own: the
-			// stop's wake moves them on; what it could not reach, this does.
-			if err := f.Settle(ctx, b); err != nil {
-				errs = append(errs, fmt.Errorf("tick: settle the held items of stopped %s run %d: %w", id, b.Run, err))
-			}
-		}
 		p, err := f.Store.Progress(ctx, id, b.Run, max(1, b.CounterShards))
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if b.Stop != "" && f.Settle != nil && p.HeldItems() > 0 {
+			// A stopped run's held items have no message of their own: the
+			// stop's wake moves them on; what it could not reach, this
+			// does (a pass over the run's attention entries, so only while
+			// the counters hold some).
+			if err := f.Settle(ctx, b); err != nil {
+				errs = append(errs, fmt.Errorf("tick: settle the held items of stopped %s run %d: %w", id, b.Run, err))
+			}
 		}
 		last := p.UpdatedAt
 		if last.Before(b.RunStartedAt) {

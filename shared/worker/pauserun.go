@@ -28,9 +28,10 @@ func ranDone(b ledger.Batch, r *itemRun) done {
 // (Store.ClaimProbe) runs one item of its unit (Conclude does not count
 // its attempt if it fails transiently); if that attempt ends in anything
 // but a transient failure (a held ending too: done.answered), the
-// downstream answered and the outage pause ends (Store.Unpause). Every other delivery takes nothing: its message
-// is sent again to come back after the next check (Pause.Wait), or, past
-// MaxResends, delayed on the queue.
+// downstream answered and the outage pause ends (Store.Unpause). Every
+// other delivery takes nothing: its message is sent again to come back
+// after the next check (Pause.Wait), or, past MaxResends, delayed on the
+// queue.
 func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
 	p, now := *b.Pause, w.Clock.Now()
 	if n, due := p.ProbeDue(now); due {
