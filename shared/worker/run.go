@@ -380,6 +380,29 @@ func storedDones(b ledger.Batch, runs []*itemRun) []done {
 	return dns
 }
 
+// giveBack is the write of item run r's take given back unstarted
+// (inside the deadline margin, paused, its lease stale or its downstream
+// throttling), as if this delivery had never taken it, and the dones it
+// counts. A pack's item gets its state back whole; an item row keeps the
+// take's attempt (its fence never goes back), which is not counted
+// (FirstAttempt moves past it, as a throttled ending's does:
+// ledger.Ended), so that a take given back uses no attempt. A woken pack
+// item goes back to held (woken still): the take counted it out of the
+// held items (unheld) and its next take counts it out again, so it is
+// counted back in.
+func (w *Worker) giveBack(b ledger.Batch, m *unitMessage, h *hold, r *itemRun) (ledger.PackItemWrite, []done) {
+	give := h.was[r.j]
+	give.UpdatedAt = w.Clock.Now()
+	if !m.Packed {
+		give.FirstAttempt = max(give.FirstAttempt, 1) + 1
+	}
+	var dns []done
+	if give.Run == b.Run && give.Outcome.Held() {
+		dns = append(dns, done{batch: b, heldAs: give.Outcome, heldBy: 1})
+	}
+	return ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight}, dns
+}
+
 // endUnit writes the endings of the unit's attempts under its fence and
 // says whether the message may be acknowledged.
 func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
@@ -395,25 +418,8 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			dns = append(dns, ranDone(b, r))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
 		case !r.started:
-			// Inside the deadline margin, paused, its lease stale or its
-			// downstream throttling: its take is given back, as if this
-			// delivery had never taken it. A pack's item gets its state
-			// back whole; an item row keeps the take's attempt (its fence
-			// never goes back), which is not counted (FirstAttempt moves
-			// past it, as a throttled ending's does: ledger.Ended), so
-			// that a take given back uses no attempt.
-			give := h.was[r.j]
-			give.UpdatedAt = w.Clock.Now()
-			if !m.Packed {
-				give.FirstAttempt = max(give.FirstAttempt, 1) + 1
-			}
-			if give.Run == b.Run && give.Outcome.Held() {
-				// A woken pack item goes back to held (woken still): the
-				// take counted it out of the held items (unheld), and its
-				// next take counts it out again.
-				dns = append(dns, done{batch: b, heldAs: give.Outcome, heldBy: 1})
-			}
-			writes = append(writes, ledger.PackItemWrite{Index: r.j, Item: give, Was: api.OutcomeInFlight})
+			give, back := w.giveBack(b, m, h, r)
+			writes, dns = append(writes, give), append(dns, back...)
 			retries++
 			throttled = throttled || r.lateLease
 		default:

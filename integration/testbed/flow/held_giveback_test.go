@@ -88,7 +88,9 @@ func TestMemGivenBackWokenItemStaysCountedAsHeld(t *testing.T) {
 	}
 }
 
-func liveOf(b ledger.Batch, p ledger.Progress, now time.Time) api.LiveView { return live.Of(b, p, now, 0) }
+func liveOf(b ledger.Batch, p ledger.Progress, now time.Time) api.LiveView {
+	return live.Of(b, p, now, 0)
+}
 
 // pausingStore runs pause once, right after the first take of a unit
 // (a pack's take, an item row's reservation) that succeeded.
