@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 )
@@ -267,5 +269,80 @@ func TestSuspendUnderMaxConcurrencyOnTheStack(t *testing.T) {
 		if calls[key] != want {
 			t.Errorf("%s called %d times, want %d", key, calls[key], want)
 		}
+	}
+}
+
+// TestCancelWhileAPackIsBusySettlesAtTheTick guards a cancel of a run
+// whose suspended item shares its pack with an item whose retry is
+// running at the cancel (docs/operations.md, "stop a run"): the cancel's
+// wake cannot take the busy pack, so the suspended item is left held
+// and the run stays running; the finalize tick wakes it, it ends
+// cancelled without a second call, and the run ends cancelled. On the
+// deployed stack, so that the tick's wake runs under the finalize
+// function's role (the IAM-checked lane).
+func TestCancelWhileAPackIsBusySettlesAtTheTick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	id := newID(t)
+	const n = 10 // one pack
+	var mu sync.Mutex
+	calls := map[string]int{}
+	retrying := make(chan struct{})
+	route := env.hook.routeAnswer(id, func(w http.ResponseWriter, _ *http.Request, key string, _ []byte) int {
+		mu.Lock()
+		calls[key]++
+		c := calls[key]
+		mu.Unlock()
+		switch {
+		case key == api.PositionalKey(0):
+			w.Header().Set("Bulkrun-Suspend", "awaiting approval")
+			return http.StatusAccepted
+		case key == api.PositionalKey(1) && c == 1:
+			return http.StatusServiceUnavailable
+		case key == api.PositionalKey(1) && c == 2:
+			close(retrying)
+			time.Sleep(6 * time.Second) // the retry holds the pack while the cancel comes
+		}
+		return http.StatusOK
+	})
+	opts, _ := json.Marshal(map[string]string{"url": route})
+	if _, err := env.api.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "webhook", Options: opts, ItemsPerMessage: n,
+		Source: api.SourceSpec{Items: inlineItems(n)}}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	select {
+	case <-retrying:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("item 1's retry never came")
+	}
+	if _, err := env.api.Cancel(ctx, id); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	// The run cannot end before its suspended item is woken: the tick
+	// does it (invoked here; the schedule's would come within 5 minutes).
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if out, err := env.lambda.Invoke(ctx, &lambda.InvokeInput{FunctionName: &env.finalizeFn, Payload: []byte(`{"tick":true}`)}); err != nil || out.FunctionError != nil {
+			t.Fatalf("invoke finalize's tick: %v", err)
+		}
+		v, err := env.api.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Status.Finished() {
+			if c := v.Census; v.Status != api.StatusCancelled || c == nil || c.Cancelled != 1 || c.Suspended != 0 || c.Succeeded != n-1 {
+				t.Fatalf("finished %s, census %+v; want cancelled: item 0 cancelled, the other %d succeeded", v.Status, v.Census, n-1)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after the cancel and the ticks (census %+v): the suspended item was never settled", v.Status, v.Census)
+		}
+		time.Sleep(3 * time.Second)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls[api.PositionalKey(0)] != 1 || calls[api.PositionalKey(1)] != 2 {
+		t.Errorf("calls: item 0 %d, item 1 %d; want 1 (settled uncalled after the cancel) and 2", calls[api.PositionalKey(0)], calls[api.PositionalKey(1)])
 	}
 }
