@@ -41,8 +41,11 @@ type FirstClaim struct {
 // claim it returns, and the units that come to call meanwhile wait (at
 // most FirstWait in all) for its answer. A throttled answer cuts the key
 // (Observe), and they give their calls back (true), as a unit whose
-// lease came late does, to come back at a place on the key's pace; the
-// next unit to come calls alone again. Any other answer lets every unit
+// lease came late does, to come back at a place on the key's pace; so
+// does every unit that comes to call while the process's copy of the
+// key's row says it is paced (its lease was decided before the cut). A
+// unit that comes once the key is no longer paced calls alone again.
+// Any other answer lets every unit
 // of the process call from then on. A claimant that ends without a call
 // (a bad row, a stop, a halt, a refusal before the call) releases its
 // claim (Release), and a waiting unit takes it at once. So a receiver
@@ -70,6 +73,15 @@ func (p *Pacer) First(ctx context.Context, b ledger.Batch, l *Lease, margin time
 		if f.open {
 			s.mu.Unlock()
 			return false, FirstClaim{}
+		}
+		if s.row.Paced(now) {
+			// A throttled answer paced the key since this unit's lease
+			// was decided (unpaced): it gives its call back, to come
+			// back at a place on the pace, instead of calling alone once
+			// more — one refused call after another, each answered in
+			// a millisecond, is every unit of the process calling.
+			s.mu.Unlock()
+			return true, FirstClaim{}
 		}
 		if !f.out || now.Sub(f.since) >= FirstWait {
 			// No call out, or one that never answered nor was released

@@ -10,13 +10,16 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // TestFirstCallGoesAlone guards Pacer.First: of a process's units that
 // come to call a downstream key it has had no answer from, the first
 // calls and the others wait for its answer. After a throttle they give
-// their calls back, and the next unit to come calls alone again; after
+// their calls back, as does every unpaced unit that comes while the key
+// is paced, and once it is no longer paced the next unit to come calls
+// alone again; after
 // any other answer every unit calls; a paced unit never waits. A first
 // call that never answers holds the others FirstWait at most.
 // back is Pacer.First's answer alone: whether the unit gives its call
@@ -73,10 +76,16 @@ func TestFirstCallGoesAlone(t *testing.T) {
 				}
 			}
 			var later Lease
-			if back(p, ctx, b, &later, 0) {
-				t.Error("an unpaced unit after the answer gave its call back, want it to call (alone, after a throttle)")
+			if got := back(p, ctx, b, &later, 0); got != tc.want {
+				t.Errorf("an unpaced unit after the answer gave its call back: %v, want %v (after a throttle the key is paced: its call goes back to a place on the pace)", got, tc.want)
 			}
-			if tc.want { // after a throttle it went alone: the next one waits for it
+			if tc.want {
+				// The cut forgotten, the key is no longer paced: an unpaced
+				// unit calls alone again, and the next one waits for it.
+				clock = clock.Add(pace.AdaptForget + time.Second)
+				if back(p, ctx, b, &later, 0) {
+					t.Error("an unpaced unit once the key was no longer paced gave its call back, want it to call alone")
+				}
 				gave := make(chan bool)
 				go func() {
 					var next Lease
