@@ -274,7 +274,7 @@ func TestSuspendUnderMaxConcurrencyOnTheStack(t *testing.T) {
 
 // TestCancelWhileAPackIsBusySettlesAtTheTick guards a cancel of a run
 // whose suspended item shares its pack with an item whose retry is
-// running at the cancel (docs/operations.md, "stop a run"): the cancel's
+// running at the cancel (docs/pipelines.md, "Suspend"): the cancel's
 // wake cannot take the busy pack, so the suspended item is left held
 // and the run stays running; the finalize tick wakes it, it ends
 // cancelled without a second call, and the run ends cancelled. On the

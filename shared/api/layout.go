@@ -1,6 +1,9 @@
 package api
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // BatchesPrefix is the S3 prefix of everything a batch owns.
 func BatchesPrefix(id string) string { return "batches/" + id + "/" }
@@ -10,6 +13,14 @@ func BatchesPrefix(id string) string { return "batches/" + id + "/" }
 // submit never touches the stored batch's manifest.
 func ManifestKey(batchID, attempt string) string {
 	return fmt.Sprintf("batches/%s/manifests/%s.jsonl", batchID, attempt)
+}
+
+// SchemaKey is where the JSON Schema a batch's source was checked with
+// is kept, beside the manifest it checked (manifestKey, ManifestKey's):
+// batches/{id}/manifests/{attempt}.schema.json. A correction checks its
+// items with it, as the source's rows were (typed CSV cells included).
+func SchemaKey(manifestKey string) string {
+	return strings.TrimSuffix(manifestKey, ".jsonl") + ".schema.json"
 }
 
 // RunPrefix is where a run's report and results live.

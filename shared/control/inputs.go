@@ -203,7 +203,9 @@ func writeInputsJSONL(w *bytes.Buffer, inputs []pageInput) error {
 // read: column → cell) as CSV (RFC 4180, encoding/csv) with shape's
 // delimiter ("," when shape is nil): a header of shape's columns (when
 // kept; else, and after them, every column in the order the inputs first
-// hold it), then a record per input; a string cell as it is, a number or
+// hold it), then a record per input — a bad row's cells past the kept
+// header's columns ("_column_N", source.ExtraColumn) after the header's
+// in its record alone, as its line held them —; a string cell as it is, a number or
 // boolean as its JSON text, null or a column the input lacks (a schema's
 // omitted empty cell) empty, an object or array as its JSON text. A
 // header alone when there are no inputs. When a read would not tell the
@@ -223,18 +225,29 @@ func writeInputsCSV(w *bytes.Buffer, inputs []pageInput, shape *api.CSVShape) er
 		col[h] = true
 	}
 	rows := make([]map[string]string, 0, len(inputs))
+	extras := make([][]string, 0, len(inputs))
 	for _, in := range inputs {
 		cells, order, err := objectCells(in.input)
 		if err != nil {
 			return fmt.Errorf("input of %s: %w", in.key, err)
 		}
+		var extra []string
 		for _, name := range order {
-			if !col[name] {
-				col[name] = true
-				header = append(header, name)
+			if col[name] {
+				continue
 			}
+			if n, ok := source.ExtraColumn(name); ok && shape != nil && len(shape.Header) > 0 && n > len(shape.Header) {
+				// A bad row's cell past the header's columns: its record
+				// gets it after the header's, as the line held it, and no
+				// other row gets its column (a correction of another row
+				// would run it with a field it never had).
+				extra = append(extra, cells[name])
+				continue
+			}
+			col[name] = true
+			header = append(header, name)
 		}
-		rows = append(rows, cells)
+		rows, extras = append(rows, cells), append(extras, extra)
 	}
 	cw := csv.NewWriter(w)
 	cw.Comma = delim
@@ -256,12 +269,12 @@ func writeInputsCSV(w *bytes.Buffer, inputs []pageInput, shape *api.CSVShape) er
 		}
 		w.Write(head.Bytes())
 	}
-	rec := make([]string, len(header))
-	for _, cells := range rows {
+	for j, cells := range rows {
+		rec := make([]string, len(header), len(header)+len(extras[j]))
 		for i, name := range header {
 			rec[i] = cells[name]
 		}
-		if err := cw.Write(rec); err != nil {
+		if err := cw.Write(append(rec, extras[j]...)); err != nil {
 			return err
 		}
 	}

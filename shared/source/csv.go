@@ -314,6 +314,20 @@ func (t *csvTable) rowKey(rec []string, index *int64) string {
 	return t.readKey(rec)
 }
 
+// extraColumnFormat names a bad record's cell past the header's columns
+// in its input (rowObject): its 1-based column.
+const extraColumnFormat = "_column_%d"
+
+// ExtraColumn reports whether name is the name rowObject gives a bad
+// record's cell past the header's columns, and its 1-based column.
+func ExtraColumn(name string) (int, bool) {
+	var n int
+	if _, err := fmt.Sscanf(name, extraColumnFormat, &n); err != nil || n < 1 || fmt.Sprintf(extraColumnFormat, n) != name {
+		return 0, false
+	}
+	return n, true
+}
+
 // rowObject is a bad record as JSON: header → cell for the fields it has
 // (cells as strings, invalid UTF-8 as U+FFFD; cells past the header as
 // "_column_N").
@@ -327,7 +341,7 @@ func (t *csvTable) rowObject(rec []string) json.RawMessage {
 		if i < len(t.cols) {
 			b.Write(t.cols[i])
 		} else {
-			name, _ := json.Marshal(fmt.Sprintf("_column_%d", i+1))
+			name, _ := json.Marshal(fmt.Sprintf(extraColumnFormat, i+1))
 			b.Write(name)
 		}
 		b.WriteByte(':')

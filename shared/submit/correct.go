@@ -12,6 +12,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/source"
+	"github.com/bulkrun/bulkrun/shared/validate"
 )
 
 // CorrectResult is what Correct returns: the batch (at the correction's
@@ -145,9 +146,30 @@ type corrections struct {
 	order  []string                   // keys in the corrections' order
 }
 
+// batchSchema is the schema b's source was checked with (api.SchemaKey
+// beside its manifest), compiled; nil when it had none (or was accepted
+// before schemas were kept).
+func (s *Submitter) batchSchema(ctx context.Context, b ledger.Batch) (*validate.Schema, error) {
+	raw, err := s.Blobs.Get(ctx, api.SchemaKey(b.ManifestKey))
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("correct %s: read its schema: %w", b.ID, err)
+	}
+	sch, err := validate.Compile(raw)
+	if err != nil {
+		return nil, fmt.Errorf("correct %s: its schema: %w", b.ID, err)
+	}
+	return sch, nil
+}
+
 // readCorrections reads the corrections source into a normalized object
 // under the batch's revisions (its digest identifies the corrections) and
-// into memory, within MaxCorrectionItems and MaxCorrectionBytes.
+// into memory, within MaxCorrectionItems and MaxCorrectionBytes, each item
+// checked (and a CSV row's cells typed) by the batch's schema as its
+// source's rows were: the first item it refuses refuses the corrections,
+// naming its line, path and reason.
 func (s *Submitter) readCorrections(ctx context.Context, b ledger.Batch, src api.SourceSpec, keyField string) (corrections, error) {
 	c := corrections{key: fmt.Sprintf("batches/%s/revisions/%s.corrections.jsonl", b.ID, ledger.NewBatchID()), inputs: map[string]json.RawMessage{}}
 	w, err := s.Blobs.Create(ctx, c.key, "application/x-ndjson")
@@ -156,8 +178,12 @@ func (s *Submitter) readCorrections(ctx context.Context, b ledger.Batch, src api
 	}
 	mw := source.NewManifestWriterOptions(w, source.ManifestOptions{ChunkItems: s.ChunkItems, Keys: s.Keys, TempLimitBytes: s.TempLimitBytes})
 	defer mw.Close()
+	sch, err := s.batchSchema(ctx, b)
+	if err != nil {
+		return c, err
+	}
 	var bytes int64
-	err = source.ReadSource(ctx, s.Blobs, src, keyField, func(it source.SourceItem) error {
+	err = source.ReadSourceChecked(ctx, s.Blobs, src, keyField, &source.Check{Schema: sch}, func(it source.SourceItem) error {
 		if len(c.inputs) >= api.MaxCorrectionItems {
 			return &api.InputError{Field: sourceField(src), Line: it.Line, Element: it.Element, Reason: fmt.Sprintf("more than %s: correct in several goes", api.Count(api.MaxCorrectionItems, "corrected item"))}
 		}

@@ -1081,6 +1081,13 @@ func (s *Submitter) assemble(ctx context.Context, b ledger.Batch, p *PartPlan) (
 	if err := s.Blobs.(PartBlobs).Compose(ctx, manifestKey, "application/x-ndjson", sources); err != nil {
 		return b, fmt.Errorf("submit %s: assemble manifest: %w", b.ID, err)
 	}
+	var req api.SubmitRequest
+	if err := json.Unmarshal(b.Request, &req); err != nil {
+		return b, fmt.Errorf("submit %s: the accepted request: %w", b.ID, err)
+	}
+	if err := s.keepSchema(ctx, manifestKey, req.Schema); err != nil {
+		return b, fmt.Errorf("submit %s: %w", b.ID, err)
+	}
 	sum, err := s.partChunks(ctx, p, rs)
 	if err != nil {
 		return b, err

@@ -595,7 +595,23 @@ func (s *Submitter) writeChecked(ctx context.Context, req api.SubmitRequest, c *
 	if err := w.Close(); err != nil {
 		return source.ManifestSummary{}, fmt.Errorf("submit %s: complete manifest: %w", req.BatchID, err)
 	}
+	if err := s.keepSchema(ctx, manifestKey, req.Schema); err != nil {
+		return source.ManifestSummary{}, fmt.Errorf("submit %s: %w", req.BatchID, err)
+	}
 	return sum, nil
+}
+
+// keepSchema keeps schema (none: nothing) beside the manifest at
+// manifestKey (api.SchemaKey), for the corrections of the batch to be
+// checked and typed as its source was.
+func (s *Submitter) keepSchema(ctx context.Context, manifestKey string, schema json.RawMessage) error {
+	if len(schema) == 0 {
+		return nil
+	}
+	if err := s.Blobs.Put(ctx, api.SchemaKey(manifestKey), "application/schema+json", schema); err != nil {
+		return fmt.Errorf("keep the schema: %w", err)
+	}
+	return nil
 }
 
 // keysOptions is the duplicate-key detection of a submit: s.Keys, its
