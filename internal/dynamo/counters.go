@@ -162,10 +162,21 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 		}
 	}
 	for slot, due := range slots {
+		total := int64(0)
 		for m, n := range due {
 			add(layout.CauseDueAttr(slot, m), n)
+			total += n
 		}
+		add(layout.CauseTotalAttr(slot), total)
 	}
+	sum := func(m map[int64]int64) (n int64) {
+		for _, c := range m {
+			n += c
+		}
+		return n
+	}
+	add(layout.AttrRetried, sum(c.Due))
+	add(layout.AttrRetriedThrottled, sum(c.Throttled))
 	add(layout.AttrInterrupted, c.Interrupted)
 	add(layout.AttrTimedOut, c.TimedOut)
 	for _, o := range api.HeldOutcomes() {

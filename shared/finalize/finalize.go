@@ -430,9 +430,12 @@ func retryCounts(p ledger.Progress) *api.RetryCounts {
 		}
 		return max(0, n)
 	}
-	r := api.RetryCounts{Scheduled: sum(p.RetryDue), Throttled: sum(p.ThrottledDue), Interrupted: max(0, p.Interrupted), TimedOut: max(0, p.TimedOut)}
+	// The totals, never pruned; a run counted before them, the buckets
+	// (which a store may have pruned of their past minutes).
+	r := api.RetryCounts{Scheduled: max(p.Retried, sum(p.RetryDue)), Throttled: max(p.RetriedThrottled, sum(p.ThrottledDue)),
+		Interrupted: max(0, p.Interrupted), TimedOut: max(0, p.TimedOut)}
 	for class, c := range p.Causes {
-		if n := sum(c.Due); n > 0 {
+		if n := max(c.Total, sum(c.Due)); n > 0 {
 			r.Causes = append(r.Causes, api.RetryCause{Class: class, Items: n, Error: c.Error})
 		}
 	}

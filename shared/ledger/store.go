@@ -548,6 +548,10 @@ type WaitCount struct {
 type WaitCause struct {
 	Error string
 	Due   map[int64]int64
+	// Total is every item the class's retries counted over the run (Due
+	// summed as written: a store may prune Due's past minutes, never
+	// this; 0 on rows written before it).
+	Total int64
 }
 
 // MaxWaitCauseBytes is the longest failure text a wait cause keeps.
@@ -617,6 +621,11 @@ type Progress struct {
 	// only, and then merges the others into them).
 	ThrottledDue map[int64]int64
 	Causes       map[string]WaitCause
+	// Retried is every retry the run scheduled (WaitCount.Due summed as
+	// written) and RetriedThrottled those of them that waited out a
+	// throttling: a store may prune RetryDue's past minutes (they count
+	// no wait), never these (0 on rows written before them).
+	Retried, RetriedThrottled int64
 	// Interrupted counts the run's attempts whose outcome is unknown (cut
 	// off at the invocation's deadline or a lease's end, or taken over
 	// after their holder died).

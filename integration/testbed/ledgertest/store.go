@@ -174,6 +174,7 @@ type runCounter struct {
 	causes              map[string]ledger.WaitCause
 	interrupted, fanned int64
 	timedOut            int64
+	retried, retriedT   int64
 	fanChunks           map[int64]bool
 	held                map[api.Outcome]int64
 }
@@ -333,9 +334,11 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 	rc := s.runCounter(c.BatchID, c.Run)
 	for m, n := range c.Due {
 		rc.due[m] += n
+		rc.retried += n
 	}
 	for m, n := range c.Throttled {
 		rc.throttled[m] += n
+		rc.retriedT += n
 	}
 	for class, w := range c.Causes {
 		had := rc.causes[class]
@@ -345,6 +348,7 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 		had.Error = w.Error
 		for m, n := range w.Due {
 			had.Due[m] += n
+			had.Total += n
 		}
 		rc.causes[class] = had
 	}
@@ -382,9 +386,10 @@ func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (le
 			p.ThrottledDue[m] += n
 		}
 		for class, w := range rc.causes {
-			p.Causes[class] = ledger.WaitCause{Error: w.Error, Due: maps.Clone(w.Due)}
+			p.Causes[class] = ledger.WaitCause{Error: w.Error, Due: maps.Clone(w.Due), Total: w.Total}
 		}
 		p.Interrupted, p.FannedOut, p.FanChunks = rc.interrupted, rc.fanned, int64(len(rc.fanChunks))
+		p.Retried, p.RetriedThrottled = rc.retried, rc.retriedT
 		p.TimedOut = rc.timedOut
 		for o, n := range rc.held {
 			if n != 0 {

@@ -949,6 +949,31 @@ var cases = []suiteCase{
 		}
 		check(t, "updated", p.UpdatedAt, T0.Add(4*time.Second))
 	}},
+	{"RetryTotalsOutliveThePrune", func(t *testing.T, s ledger.Store) {
+		// A wait write may prune the minutes already past (they count no
+		// wait); the run's retry totals, which the report prints, count
+		// every retry written, whatever was pruned.
+		b := create(t, s, newBatch("b1"))
+		m := ledger.DueMinute(T0.Add(time.Minute))
+		late := T0.Add(5 * time.Minute) // within the prune of m
+		for i, c := range []ledger.WaitCount{
+			{Due: map[int64]int64{m: 3}, Throttled: map[int64]int64{m: 1},
+				Causes: map[string]ledger.WaitCause{"http 500": {Error: "webhook: k1: HTTP 500", Due: map[int64]int64{m: 2}}}, Now: T0},
+			{Due: map[int64]int64{ledger.DueMinute(late) + 1: 1},
+				Causes: map[string]ledger.WaitCause{"http 500": {Error: "webhook: k2: HTTP 500", Due: map[int64]int64{ledger.DueMinute(late) + 1: 1}}}, Now: late},
+		} {
+			c.BatchID, c.Run, c.Token = b.ID, 1, fmt.Sprintf("t%d", i)
+			check(t, fmt.Sprintf("wait write %d", i), s.CountWaits(ctx, c), nil)
+		}
+		p, err := s.Progress(ctx, b.ID, 1, max(1, b.CounterShards))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "retried", p.Retried, int64(4))
+		check(t, "retried throttled", p.RetriedThrottled, int64(1))
+		check(t, "http 500 total", p.Causes["http 500"].Total, int64(3))
+		check(t, "waiting after the late write", p.Waiting(late), int64(1))
+	}},
 	{"LiveCountersBesideTheLanes", func(t *testing.T, s ledger.Store) {
 		// The live view's wait and fan rows live in the counter
 		// partitions: Progress reads them with the lanes, they change

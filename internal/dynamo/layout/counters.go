@@ -41,11 +41,16 @@ const (
 	// failure-class slots' attributes.
 	AttrThrottledPrefix = "h"
 	AttrInterrupted     = "interrupted"
-	AttrTimedOut        = "timed_out"
-	AttrFanned          = "fanned"
-	AttrFannedChunks    = "fanned_chunks"
-	AttrPace            = "pace"
-	AttrPaceAtMs        = "pace_at_ms"
+	// AttrRetried and AttrRetriedThrottled count every retry the run's
+	// wait writes scheduled, and those throttled (Progress.Retried), never
+	// pruned; CauseTotalAttr the same per failure-class slot.
+	AttrRetried          = "retried"
+	AttrRetriedThrottled = "retried_throttled"
+	AttrTimedOut         = "timed_out"
+	AttrFanned           = "fanned"
+	AttrFannedChunks     = "fanned_chunks"
+	AttrPace             = "pace"
+	AttrPaceAtMs         = "pace_at_ms"
 )
 
 // HeldAttr is the wait row's attribute counting the run's items held
@@ -59,6 +64,10 @@ func CauseClassAttr(s int) string { return "c" + strconv.Itoa(s) }
 
 // CauseErrorAttr is the wait row's attribute of slot s's error text, e{s}.
 func CauseErrorAttr(s int) string { return "e" + strconv.Itoa(s) }
+
+// CauseTotalAttr is the wait row's attribute counting every item slot s's
+// retries counted, total_{s} (never pruned).
+func CauseTotalAttr(s int) string { return "total_" + strconv.Itoa(s) }
 
 // CauseDueAttr is the wait row's attribute counting slot s's items due in
 // Unix minute m, n{s}_{m}.
@@ -101,6 +110,14 @@ func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
 			}
 			continue
 		}
+		if rest, ok := strings.CutPrefix(name, "total_"); ok {
+			if s, err := strconv.Atoi(rest); err == nil {
+				if c, ok := num(v); ok {
+					cause(s).Total += c
+				}
+			}
+			continue
+		}
 		if rest, ok := strings.CutPrefix(name, "n"); ok {
 			sl, mi, found := strings.Cut(rest, "_")
 			s, err1 := strconv.Atoi(sl)
@@ -126,6 +143,12 @@ func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
 	if n, ok := num(av[AttrInterrupted]); ok {
 		p.Interrupted += n
 	}
+	if n, ok := num(av[AttrRetried]); ok {
+		p.Retried += n
+	}
+	if n, ok := num(av[AttrRetriedThrottled]); ok {
+		p.RetriedThrottled += n
+	}
 	if n, ok := num(av[AttrTimedOut]); ok {
 		p.TimedOut += n
 	}
@@ -141,6 +164,7 @@ func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
 		for m, n := range w.Due {
 			had.Due[m] += n
 		}
+		had.Total += w.Total
 		if had.Error == "" {
 			had.Error = w.Error
 		}
