@@ -138,9 +138,9 @@ func Estimate(r Run) *api.SampleEstimate {
 		if at := min(rest, p); at > was {
 			t := rampSeconds(left, own/float64(was), float64(at), r.PerInvocation)
 			pace = left / t
-			why = fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g: %d messages at once against the sample's %d", own, pace/own, at, was)
+			why = fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g, the rest's average gain from the sample's %d messages at once to %d", own, pace/own, was, at)
 			if r.PerInvocation > 0 {
-				why += fmt.Sprintf(", reached as the event source adds %d invocations of %d messages a minute from %d", RampPerMinute, r.PerInvocation, RampStart)
+				why += fmt.Sprintf(", reached as the event source adds %d invocations of %d messages a minute from %d (the ramp counted in the average)", RampPerMinute, r.PerInvocation, RampStart)
 			}
 		}
 	}

@@ -1679,10 +1679,19 @@ func SampleCheckText(sc api.SampleCheck) string {
 		within = "outside"
 	}
 	return fmt.Sprintf("sample estimate against the run: cost $%s estimated, $%s spent with DynamoDB (%+.1f %%); failures %.1f %% (95 %% interval %.1f–%.1f %%) estimated, %.1f %% (%d of %d) ran: %s; the rest ≈ %s estimated + %s for the approval to reach the held items, %s from the approval (%+.1f %%)",
-		api.USDText(e.CostUSD), api.USDText(sc.CostUSD), 100*sc.CostDiff, 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh,
+		api.USDText(e.CostUSD), api.USDText(sc.CostUSD), unsignedZero(100*sc.CostDiff), 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh,
 		100*sc.FailureRate, sc.Failed, sc.Ended, within,
 		(time.Duration(e.Seconds) * time.Second).String(), (time.Duration(sc.ReachSeconds*1000) * time.Millisecond).Round(100*time.Millisecond).String(),
-		(time.Duration(sc.RestSeconds*1000) * time.Millisecond).Round(100*time.Millisecond).String(), 100*sc.RestDiff)
+		(time.Duration(sc.RestSeconds*1000) * time.Millisecond).Round(100*time.Millisecond).String(), unsignedZero(100*sc.RestDiff))
+}
+
+// unsignedZero is x, or 0 when it would print as −0.0 with one decimal
+// (a difference of a few millionths below zero reads "+0.0 %").
+func unsignedZero(x float64) float64 {
+	if x > -0.05 && x < 0 {
+		return 0
+	}
+	return x
 }
 
 // ThresholdText says what a threshold tolerates, in words: "more than 5 %
