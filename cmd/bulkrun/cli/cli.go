@@ -1067,11 +1067,11 @@ func stoppingWaits(v wire.BatchView) string {
 	if l == nil || l.RetryWaiting <= 0 {
 		return ""
 	}
-	s := fmt.Sprintf("; %s waiting for a retry end %s when it comes due, without a call", api.Count(l.RetryWaiting, "item"), v.Stop)
+	s := fmt.Sprintf("; %s waiting for a retry end %s without a call, when it comes due at the latest", api.Count(l.RetryWaiting, "item"), v.Stop)
 	if l.NextRetryAt != nil {
-		s += ", the next at " + stamp(*l.NextRetryAt)
+		s += " (the next at " + stamp(*l.NextRetryAt) + ")"
 	}
-	return s
+	return s + ", sooner when another item of their message is settled first"
 }
 
 // FinishedAttention is what finished batch b's failed and quarantined

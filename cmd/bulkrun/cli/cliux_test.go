@@ -551,7 +551,7 @@ func TestStatusSaysAStopWaitsForRetries(t *testing.T) {
 	if err := a.show(v); err != nil {
 		t.Fatal(err)
 	}
-	want := "stopping: cancelled (cancelled by a caller); items already in flight finish after the stop; 30 items waiting for a retry end cancelled when it comes due, without a call, the next at 2026-12-05T19:36:00Z"
+	want := "stopping: cancelled (cancelled by a caller); items already in flight finish after the stop; 30 items waiting for a retry end cancelled without a call, when it comes due at the latest (the next at 2026-12-05T19:36:00Z), sooner when another item of their message is settled first"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
