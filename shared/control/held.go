@@ -138,6 +138,11 @@ func (c *Control) Signal(ctx context.Context, id, key, signalID, token string, p
 	if b.Status != api.StatusRunning {
 		return api.SignalResult{Key: key}, fmt.Errorf("signal %s/%s: the batch is %s; only a running batch holds suspended items: %w", id, key, b.Status, api.ErrConflict)
 	}
+	if b.Stop != "" {
+		// Woken now, the item would settle cancelled, not run: say so
+		// rather than answer that it runs once more.
+		return api.SignalResult{Key: key}, fmt.Errorf("signal %s/%s: the run is stopping (%s): its suspended items end cancelled without a call, a signal runs nothing; resume the batch once it has ended: %w", id, key, b.Stop, api.ErrConflict)
+	}
 	if c.Wake == nil {
 		return api.SignalResult{Key: key}, fmt.Errorf("signal %s: this function wakes no held items", id)
 	}

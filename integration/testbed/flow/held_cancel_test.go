@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +92,32 @@ func TestMemCancelWhileAPackIsBusyEndsAtTheTick(t *testing.T) {
 	}
 	if got := r.callsOf(api.PositionalKey(0)); got != calls {
 		t.Errorf("item 0 called %d times after the tick, want none (a cancelled item settles uncalled)", got-calls)
+	}
+}
+
+// A signal to a suspended item of a run being stopped is refused (409)
+// saying why, where it answered that the item runs once more while the
+// stop settled it cancelled, never called.
+func TestSignalWhileTheRunStopsIsRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		return pipeline.Result{}, pipeline.Suspend("awaiting approval", time.Time{})
+	})
+	r.wakeHeld()
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: "s", Pipeline: "counted", Source: api.SourceSpec{Items: items(3)}, ItemsPerMessage: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t, ctx, 1)
+	if _, err := r.ctl.Cancel(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.callsOf(api.PositionalKey(0))
+	_, err := r.ctl.Signal(ctx, "s", api.PositionalKey(0), "", "", []byte(`1`))
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "stopping") {
+		t.Fatalf("signal while the run stops: %v; want a conflict saying the run is stopping", err)
+	}
+	r.drain(t, ctx, 1)
+	if got := r.callsOf(api.PositionalKey(0)); got != calls {
+		t.Errorf("item 0 called %d more times, want none", got-calls)
 	}
 }
