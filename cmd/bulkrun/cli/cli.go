@@ -1064,14 +1064,21 @@ func ApprovalText(id string, ap api.Approval, auto float64, open bool) []string 
 // waits), so that a stop that takes minutes says why.
 func stoppingWaits(v wire.BatchView) string {
 	l := v.Live
-	if l == nil || l.RetryWaiting <= 0 {
+	if l == nil {
 		return ""
 	}
-	s := fmt.Sprintf("; %s waiting for a retry end %s without a call, when it comes due at the latest", api.Count(l.RetryWaiting, "item"), v.Stop)
-	if l.NextRetryAt != nil {
-		s += " (the next at " + stamp(*l.NextRetryAt) + ")"
+	s := ""
+	if l.RetryWaiting > 0 {
+		s = fmt.Sprintf("; %s waiting for a retry end %s without a call, when it comes due at the latest", api.Count(l.RetryWaiting, "item"), v.Stop)
+		if l.NextRetryAt != nil {
+			s += " (the next at " + stamp(*l.NextRetryAt) + ")"
+		}
+		s += ", sooner when another item of their message is settled first"
 	}
-	return s + ", sooner when another item of their message is settled first"
+	if held := l.Suspended + l.Withheld + l.Exhausted; held > 0 {
+		s += fmt.Sprintf("; %s held (suspended, withheld or exhausted) end %s without a call as the stop's wake reaches them, or the next finalize tick (every 5 minutes by default) for one whose message another delivery held at the stop", api.Count(held, "item"), v.Stop)
+	}
+	return s
 }
 
 // FinishedAttention is what finished batch b's failed and quarantined

@@ -555,6 +555,16 @@ func TestStatusSaysAStopWaitsForRetries(t *testing.T) {
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
+	// Held items the stop's wake could not reach wait for the tick.
+	v.Live = &api.LiveView{Suspended: 21}
+	out.Reset()
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	want = "; 21 items held (suspended, withheld or exhausted) end cancelled without a call as the stop's wake reaches them, or the next finalize tick (every 5 minutes by default)"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
 }
 
 // TestLiftWithNoHaltSaysSo guards bulkrun lift on a batch that holds no
