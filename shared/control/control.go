@@ -336,7 +336,7 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 		return api.ItemPage{}, err
 	}
 	p := api.ItemPage{Items: make([]api.Item, 0, len(items))}
-	size, ended := 0, b.Status.Finished()
+	size, ended, stop := 0, b.Status.Finished(), b.Stop
 	for i, it := range items {
 		b, err := json.Marshal(it.Item)
 		if err != nil {
@@ -346,7 +346,7 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 			next = items[i-1].Key // the page is cut: go on after its last item
 			break
 		}
-		p.Items = append(p.Items, withNext(it.Item, ended))
+		p.Items = append(p.Items, withNext(it.Item, ended, stop))
 	}
 	if next != "" {
 		p.NextCursor = itemCursor(next)
@@ -368,8 +368,13 @@ func (c *Control) itemsOf(ctx context.Context, b ledger.Batch, q itemsQuery) (ap
 func itemCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 // withNext is it with its next move (api.NextMove) and, for a held item,
-// its hold's; ended: its batch's run has ended.
-func withNext(it api.Item, ended bool) api.Item {
+// its hold's; ended: its batch's run has ended; stop: the run is being
+// stopped (api.Batch.Stop), which ends a held item cancelled whatever a
+// caller does.
+func withNext(it api.Item, ended bool, stop api.Status) api.Item {
 	it.Next = api.NextMove(it.Outcome, it.Hold, ended)
+	if stop != "" && !ended && it.Outcome.Held() {
+		it.Next = fmt.Sprintf("none: the run is stopping (%s); it ends cancelled without a call", stop)
+	}
 	return it
 }

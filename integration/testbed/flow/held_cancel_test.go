@@ -111,6 +111,18 @@ func TestSignalWhileTheRunStopsIsRefused(t *testing.T) {
 	if _, err := r.ctl.Cancel(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
+	if page, err := r.ctl.Items(ctx, "s", api.OutcomeSuspended, "", 100); err != nil {
+		t.Fatal(err)
+	} else {
+		if len(page.Items) == 0 {
+			t.Fatal("no suspended item listed while the run stops")
+		}
+		for _, it := range page.Items {
+			if !strings.HasPrefix(it.Next, "none: the run is stopping") {
+				t.Errorf("%s listed suspended while the run stops, next %q; want none: the run is stopping", it.Key, it.Next)
+			}
+		}
+	}
 	calls := r.callsOf(api.PositionalKey(0))
 	_, err := r.ctl.Signal(ctx, "s", api.PositionalKey(0), "", "", []byte(`1`))
 	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "stopping") {
