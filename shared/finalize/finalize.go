@@ -298,12 +298,6 @@ func (f *Finalizer) finalize(ctx context.Context, id string, run int, call final
 		}
 		return FinalizeResult{Report: rep}, err
 	}
-	if !b.FannedOut && b.RunItems() > 0 {
-		// Its items are counted pending only once the fan-out is sent (a
-		// correction's marks, a resume's): the submit that started the
-		// run died first, and the tick sends it again.
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: not fanned out yet: %w", id, run, api.ErrNotFinished)
-	}
 	cp, res, err := f.countRows(ctx, b, log, call)
 	if cp == nil || err != nil {
 		return res, err

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -159,47 +157,5 @@ func TestExportKeepsABadRowsExtraCellToItself(t *testing.T) {
 	}
 	if got := rec.in["c"]; len(got) != 2 || got[0] != got[1] {
 		t.Errorf("c: inputs %q; want its first input twice", got)
-	}
-}
-
-// failMarks fails every MarkRevision: the call of a correction dies
-// between the start of its run and its fan-out.
-type failMarks struct {
-	*ledgertest.Store
-}
-
-func (f *failMarks) MarkRevision(context.Context, ledger.Batch, int, []ledger.RevisionMark) error {
-	return ledger.ErrUnavailable
-}
-
-// A correction whose call dies after its run started, before its items
-// were marked and fanned out: a finalize of that run answers not
-// finished, where it read the run completed with the corrected item never
-// run (the tick sends the fan-out again instead).
-func TestFinalizeWaitsForALostCorrectionFanOut(t *testing.T) {
-	for _, k := range []int{1, 4} {
-		ctx := context.Background()
-		sn := &seen{input: map[string][]string{}, runIDs: map[string][]string{}}
-		r := newRig(t, sn.run)
-		const id = "lost"
-		if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", KeyField: "k", ItemsPerMessage: k,
-			Source: api.SourceSpec{Items: correctionItems(3, 13)}}); err != nil {
-			t.Fatal(err)
-		}
-		r.drain(t, ctx, 1)
-		if _, err := r.fin.Finalize(ctx, id, 1); err != nil {
-			t.Fatal(err)
-		}
-		r.sub.Store = &failMarks{Store: r.store}
-		r.clock.T = r.clock.T.Add(time.Minute)
-		if _, err := r.sub.Correct(ctx, id, api.CorrectRequest{Source: api.SourceSpec{Items: json.RawMessage(`[{"k":"k03","n":3,"v":1}]`)}}); err == nil {
-			t.Fatal("the correction's marks failed, yet it answered")
-		}
-		if b, _ := r.store.GetBatch(ctx, id); b.Run != 2 || b.FannedOut {
-			t.Fatalf("K=%d: run %d, fanned out %v; want run 2 started, not fanned out", k, b.Run, b.FannedOut)
-		}
-		if res, err := r.fin.Finalize(ctx, id, 2); !errors.Is(err, api.ErrNotFinished) {
-			t.Errorf("K=%d: finalize of the run not fanned out: %s %+v, %v; want not finished (k03 never ran: %d calls)", k, res.Report.Status, res.Report.Census, err, len(sn.input["k03"]))
-		}
 	}
 }
