@@ -82,6 +82,11 @@ type Lease struct {
 	place  float64
 	placed bool
 	keep   atomic.Bool
+	// gap is a rate lease's time between two of its calls (the lease's
+	// pace.Spacing over its calls); adapt the key's adaptive row the
+	// place was leased on, whose Due times its later calls.
+	gap   time.Duration
+	adapt pace.Adapt
 }
 
 // tokenBooking is a unit's token booking (budget: tokens a second;
@@ -158,9 +163,16 @@ func (p *Pacer) Unit(ctx context.Context, log *slog.Logger, b ledger.Batch, c Ca
 		return 0, nil
 	}
 	key := b.Rate.KeyOf(b.ID)
-	return p.calls(ctx, log, c, l, key, now, from, func() (Booking, error) {
+	wait, err := p.calls(ctx, log, c, l, key, now, from, func() (Booking, error) {
 		return LeaseRequests(ctx, p.Store, key, b.Rate.RequestsPerSecond, calls, now, from)
 	})
+	if l.Paced() && calls > 1 {
+		// A lease of n calls moves its row by pace.Spacing of n at the
+		// row's share of the rate: its calls start that far apart, not
+		// all at its start (a burst of n the rate never allowed).
+		l.gap = pace.Spacing(calls, b.Rate.RequestsPerSecond/float64(pace.RateShards(b.Rate.RequestsPerSecond))) / time.Duration(calls)
+	}
+	return wait, err
 }
 
 // adaptive paces a unit's calls when b has no rate (docs/adr/0036): not
@@ -214,7 +226,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if wait > 0 {
 				p.sleep(ctx, wait)
 			}
-			l.at(start, pos)
+			l.at(start, pos, a)
 			return 0, nil
 		}
 		p.sleep(ctx, wait)
@@ -230,7 +242,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		now = p.now()
 		na := p.adapts().Seen(key)
 		if !na.Hold.After(a.Hold) {
-			l.at(start, pos)
+			l.at(start, pos, a)
 			return 0, nil
 		}
 		a = na
@@ -325,10 +337,41 @@ func (l *Lease) Carry(c Carried) {
 	}
 }
 
-// at makes l run under the adaptive place at position pos, starting at
-// start.
-func (l *Lease) at(start time.Time, pos float64) {
-	l.Leased, l.place, l.placed = start, pos, true
+// at makes l run under the adaptive place at position pos of row a,
+// starting at start.
+func (l *Lease) at(start time.Time, pos float64, a pace.Adapt) {
+	l.Leased, l.place, l.placed, l.adapt = start, pos, true, a
+}
+
+// CallAt is when the i-th call (from 0) of l's unit starts: the lease's
+// start for the first; for the others, a rate lease's start + i gaps
+// (its row's spacing a call), an adaptive place's position i due on the
+// row it was leased on (pace.Adapt.Due), never before the key's hold.
+// The calls of a unit run at once in their invocation (worker's
+// ItemConcurrency), so a unit of 10 calls at 5 a second started together
+// were a burst of 10 the rate never allowed; spread, they keep to it
+// within the second. Zero when l is not paced.
+func (l *Lease) CallAt(i int) time.Time {
+	switch {
+	case !l.Paced() || i <= 0:
+		return l.Leased
+	case l.gap > 0:
+		return l.Leased.Add(time.Duration(i) * l.gap)
+	case l.placed:
+		return Later(Later(l.adapt.Due(l.place+float64(i), l.Leased), l.adapt.Hold), l.Leased)
+	}
+	return l.Leased
+}
+
+// WaitCall sleeps until the i-th call of l's unit may start (CallAt), on
+// p's Sleep, and reports how long that was; 0 when it may start now.
+func (p *Pacer) WaitCall(ctx context.Context, l *Lease, i int) time.Duration {
+	wait := l.CallAt(i).Sub(p.now())
+	if wait <= 0 {
+		return 0
+	}
+	p.sleep(ctx, wait)
+	return wait
 }
 
 // Paced reports whether l's unit runs under a lease (a rate's, or a
@@ -356,12 +399,13 @@ func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
 	return true
 }
 
-// Late reports whether a call of l's unit starting at now would start
-// past its lease's start + pace.LeaseGrace (its item then waited for the
-// invocation's other items, or a slow take): it is given back and leases
-// again, so that late calls do not bunch with the calls of later leases.
-func (l *Lease) Late(now time.Time) bool {
-	return !l.Leased.IsZero() && now.After(l.Leased.Add(pace.LeaseGrace))
+// Late reports whether the i-th call of l's unit starting at now would
+// start past its own start (CallAt) + pace.LeaseGrace (its item then
+// waited for the invocation's other items, or a slow take): it is given
+// back and leases again, so that late calls do not bunch with the calls
+// of later leases.
+func (l *Lease) Late(i int, now time.Time) bool {
+	return l.Paced() && now.After(l.CallAt(i).Add(pace.LeaseGrace))
 }
 
 // Called records a call of l's unit that reported tokens (its cost's

@@ -102,7 +102,7 @@ func TestUnitLeasesSleepsOrCarries(t *testing.T) {
 	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 0 || slept != time.Second || !l.Leased.Equal(st.start) || !c.at.IsZero() {
 		t.Fatalf("a lease 1 s ahead: wait %v, err %v, slept %v, leased %v, carried %v; want it slept and run under", wait, err, slept, l.Leased, c.at)
 	}
-	if l.Late(st.start.Add(pace.LeaseGrace)) || !l.Late(st.start.Add(pace.LeaseGrace+time.Millisecond)) {
+	if l.Late(0, st.start.Add(pace.LeaseGrace)) || !l.Late(0, st.start.Add(pace.LeaseGrace+time.Millisecond)) {
 		t.Error("Late: want false up to the lease's start + LeaseGrace, true after")
 	}
 
@@ -252,5 +252,60 @@ func TestThrottledUnitKeepsItsPlace(t *testing.T) {
 	var l4 Lease
 	if wait, err := p.Unit(context.Background(), log, b, &c1, 1, false, &l4); err != nil || wait != 0 || !l4.Leased.Equal(hold) || st.a.row.Booked != booked {
 		t.Errorf("back at the hold's end: wait %v, err %v, leased %v, booked %v → %v; want it run at the hold's end, nothing leased", wait, err, l4.Leased, booked, st.a.row.Booked)
+	}
+}
+
+// TestUnitCallsSpreadOverTheirLease guards the start of each call of a
+// paced unit whose calls run at once in their invocation: a rate lease
+// of 10 calls at 5 a second starts its calls 200 ms apart (not a burst
+// of 10 at its start), an adaptive place of 10 positions at 2 a second
+// starts its calls at their positions' due times, 500 ms apart; a
+// call's lateness counts from its own start; an unpaced unit's calls
+// all start at once.
+func TestUnitCallsSpreadOverTheirLease(t *testing.T) {
+	t.Cleanup(Forget)
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+
+	st := &fakeRows{start: now}
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(context.Context, time.Duration) {}}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 5}
+	var c carried
+	var l Lease
+	if wait, err := p.Unit(ctx, log, b, &c, 10, false, &l); err != nil || wait != 0 || !l.Leased.Equal(now) {
+		t.Fatalf("a rate lease of 10 calls now: wait %v, err %v, leased %v", wait, err, l.Leased)
+	}
+	for i := range 10 {
+		if got, want := l.CallAt(i), now.Add(time.Duration(i)*200*time.Millisecond); !got.Equal(want) {
+			t.Errorf("rate: call %d starts %v after the lease, want %v", i, got.Sub(now), want.Sub(now))
+		}
+	}
+	if l.Late(9, now.Add(1800*time.Millisecond+pace.LeaseGrace)) || !l.Late(9, now.Add(1800*time.Millisecond+pace.LeaseGrace+time.Millisecond)) {
+		t.Error("rate: the last call's lateness counts from its own start (1.8 s), want late only past it + LeaseGrace")
+	}
+
+	// Adaptive: paced at 2 a second (no growth) since a cut 10 s ago,
+	// booked up to its allowance: the unit's 10 positions are due from
+	// now, one every 500 ms.
+	row := pace.Adapt{Limit: 2, Cut: now.Add(-10 * time.Second)}
+	ast := &adaptUnitRows{a: &adaptStub{row: row}}
+	ast.a.row.Booked = row.Allowance(now)
+	pa := &Pacer{Store: ast, Clock: at{&now}, Adapts: &Adapts{}, Sleep: func(context.Context, time.Duration) {}}
+	b.Rate = nil
+	var la Lease
+	if wait, err := pa.Unit(ctx, log, b, &c, 10, false, &la); err != nil || wait != 0 || la.Leased.IsZero() {
+		t.Fatalf("an adaptive place of 10 calls: wait %v, err %v, leased %v", wait, err, la.Leased)
+	}
+	for i := 1; i < 10; i++ {
+		gap := la.CallAt(i).Sub(la.CallAt(i - 1))
+		if gap < 450*time.Millisecond || gap > 550*time.Millisecond {
+			t.Errorf("adaptive: call %d starts %v after call %d, want ≈ 500 ms (2 a second)", i, gap, i-1)
+		}
+	}
+	var unpaced Lease
+	if !unpaced.CallAt(5).IsZero() || unpaced.Late(5, now) {
+		t.Error("an unpaced unit's call: want no start of its own and never late")
 	}
 }

@@ -172,13 +172,16 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			inv.items <- struct{}{}
-			defer func() { <-inv.items }()
 			// A take that ends before its call whatever happens (an
 			// interrupted takeover to quarantine, or past max attempts) is
 			// concluded, never given back: a give-back records a retry
 			// and the next take would no longer see the interruption.
 			keep := endsUncalled(b, h, r.j)
+			if !keep && !w.waitCall(ctx, m, inv, i) {
+				return // not started: given back below
+			}
+			inv.items <- struct{}{}
+			defer func() { <-inv.items }()
 			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin && !keep {
 				return // not started: given back below
 			}
@@ -189,7 +192,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
 				return // not started: given back below
 			}
-			late, first := w.heldBack(ctx, b, m, inv, keep)
+			late, first := w.heldBack(ctx, b, m, inv, i, keep)
 			defer w.pacing().Release(first) // taken and not called: the next goes
 			if r.lateLease = late; late {
 				return // not started: given back below
@@ -210,18 +213,35 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
 }
 
-// heldBack reports whether an item of m's unit gives its call back
-// before it starts (lateLease): late for its unit's lease, after a
+// waitCall sleeps until the i-th call of m's unit may start, at its
+// place in the unit's lease (pacer.Lease.CallAt: a paced unit's calls
+// start spread over its lease, not at once), and reports whether it
+// may: false when that place is past the invocation's deadline margin
+// (the item is given back, as one not started in time).
+func (w *Worker) waitCall(ctx context.Context, m *unitMessage, inv *invocation, i int) bool {
+	due := m.lease.CallAt(i).Sub(w.Clock.Now())
+	if due <= 0 {
+		return true
+	}
+	if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin+due {
+		return false
+	}
+	w.pacing().WaitCall(ctx, &m.lease, i)
+	return true
+}
+
+// heldBack reports whether the i-th item of m's unit gives its call back
+// before it starts (lateLease): late for its place in its unit's lease, after a
 // throttled call of its unit, or held back by the answer to its
 // process's first call of the downstream (pacer.Pacer.First) — never
 // when its take is kept (keep) — and the claim of that first call it
 // took, which its caller releases once the attempt ended (a no-op when
 // the call was made and answered).
-func (w *Worker) heldBack(ctx context.Context, b ledger.Batch, m *unitMessage, inv *invocation, keep bool) (bool, pacer.FirstClaim) {
+func (w *Worker) heldBack(ctx context.Context, b ledger.Batch, m *unitMessage, inv *invocation, i int, keep bool) (bool, pacer.FirstClaim) {
 	if keep {
 		return false, pacer.FirstClaim{}
 	}
-	if m.lease.Late(w.Clock.Now()) || m.throttled.Load() {
+	if m.lease.Late(i, w.Clock.Now()) || m.throttled.Load() {
 		return true, pacer.FirstClaim{}
 	}
 	return w.pacing().First(ctx, b, &m.lease, inv.margin)
