@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli"
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
@@ -138,7 +138,7 @@ func quotaRun(t *testing.T, rec *quotaReceiver, n, k int) (pace.Adapt, string, t
 	v, err := env.api.Wait(wctx, id, 500*time.Millisecond, func(v wire.BatchView) {
 		if shown == nil && v.Live != nil && v.Live.AdaptivePace != nil {
 			shown = v.Live.AdaptivePace
-			t.Logf("status at +%v: %s", time.Since(begin).Round(100*time.Millisecond), cli.AdaptivePaceText(*shown))
+			t.Logf("status at +%v: %s", time.Since(begin).Round(100*time.Millisecond), describe.AdaptivePaceText(*shown))
 		}
 	})
 	cancel()

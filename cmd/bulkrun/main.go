@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli"
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 )
 
 func main() {
@@ -28,14 +29,14 @@ func main() {
 	case err == nil:
 	case errors.As(err, &ec):
 		if ec.Err != nil {
-			fmt.Fprintln(os.Stderr, "bulkrun:", cli.Escape(ec.Err.Error()))
+			fmt.Fprintln(os.Stderr, "bulkrun:", describe.Escape(ec.Err.Error()))
 		}
 		os.Exit(ec.Code)
 	case strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "required flag"):
-		fmt.Fprintln(os.Stderr, "bulkrun:", cli.Escape(err.Error()))
+		fmt.Fprintln(os.Stderr, "bulkrun:", describe.Escape(err.Error()))
 		os.Exit(cli.ExitUsage)
 	default:
-		fmt.Fprintln(os.Stderr, "bulkrun:", cli.Escape(err.Error()))
+		fmt.Fprintln(os.Stderr, "bulkrun:", describe.Escape(err.Error()))
 		os.Exit(cli.ExitFailure)
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
@@ -45,22 +45,6 @@ func (v ceilingValue) Set(s string) error {
 
 func (v ceilingValue) Type() string { return "number" }
 
-// CeilingsText is c in words: "$0.5 spend, 20000 tokens per item", or
-// "none".
-func CeilingsText(c api.Ceilings) string {
-	var parts []string
-	if c.SpendUSD > 0 {
-		parts = append(parts, "$"+api.USDText(c.SpendUSD)+" spend")
-	}
-	if c.Tokens > 0 {
-		parts = append(parts, api.USDText(c.Tokens)+" tokens")
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ") + " per item and run (bulkrun ceilings ID raises them)"
-}
-
 // raised is the answer of bulkrun ceilings.
 type raised struct {
 	BatchID string `json:"batch_id"`
@@ -76,7 +60,7 @@ func (r raised) print(w io.Writer) {
 	if !r.Done {
 		more = " (more are left: run bulkrun ceilings again)"
 	}
-	textf(w, "batch %s: ceilings %s; %s woken%s%s\n", r.BatchID, CeilingsText(r.Ceilings), api.Count(r.Woken, "exhausted item"), still, more)
+	textf(w, "batch %s: ceilings %s; %s woken%s%s\n", r.BatchID, describe.CeilingsText(r.Ceilings), api.Count(r.Woken, "exhausted item"), still, more)
 }
 
 func (a *app) ceilingsCmd() *cobra.Command {

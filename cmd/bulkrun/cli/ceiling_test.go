@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
@@ -29,10 +30,10 @@ func TestCeilingFlags(t *testing.T) {
 	if *c != (api.Ceilings{SpendUSD: 0.5, Tokens: 20000}) {
 		t.Errorf("ceilings %+v", *c)
 	}
-	if got := CeilingsText(*c); !strings.HasPrefix(got, "$0.5 spend, 20000 tokens per item") {
+	if got := describe.CeilingsText(*c); !strings.HasPrefix(got, "$0.5 spend, 20000 tokens per item") {
 		t.Errorf("text %q", got)
 	}
-	if got := CeilingsText(api.Ceilings{}); got != "none" {
+	if got := describe.CeilingsText(api.Ceilings{}); got != "none" {
 		t.Errorf("no ceilings: %q", got)
 	}
 }

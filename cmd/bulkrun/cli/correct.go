@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
@@ -83,7 +84,7 @@ nothing, so the command is safe to repeat.`,
 }
 
 // corrected prints what a correction did — the batch id on stdout (or
-// the answer as JSON with -o json), CorrectionText on stderr — and, with
+// the answer as JSON with -o json), describe.CorrectionText on stderr — and, with
 // watch, follows its run as bulkrun watch does.
 func (a *app) corrected(ctx context.Context, v wire.CorrectionView, watch bool) error {
 	if a.output == "json" {
@@ -93,46 +94,9 @@ func (a *app) corrected(ctx context.Context, v wire.CorrectionView, watch bool) 
 	} else {
 		textln(a.out, v.Batch.ID)
 	}
-	textln(a.errw, CorrectionText(v))
+	textln(a.errw, describe.CorrectionText(v))
 	if !watch {
 		return nil
 	}
 	return a.watch(ctx, v.Batch.ID)
-}
-
-// CorrectionText is the line that says what a correction did: the
-// revision, its corrected items and its run — started, or (the same
-// corrections again) found.
-func CorrectionText(v wire.CorrectionView) string {
-	r := v.Revision
-	if v.Batch.Created == nil || !*v.Batch.Created {
-		return fmt.Sprintf("batch %s: these corrections are revision %d already (%s, run %d); nothing new started", v.Batch.ID, r.N, api.Count(r.Items, "item"), r.Run)
-	}
-	them := "them"
-	if r.Items == 1 {
-		them = "it"
-	}
-	also := ""
-	if n := r.RunItems - r.Items; n > 0 {
-		// Items share a queue message and a row in packs; a person who
-		// corrected items need not know the word: the others travel
-		// with the corrected ones and keep their outcome.
-		also = fmt.Sprintf("; the %s stored with %s keep their outcome (counted, not run again)", api.Count(n, "other item"), them)
-		if n == 1 {
-			also = fmt.Sprintf("; the other item stored with %s keeps its outcome (counted, not run again)", them)
-		}
-	}
-	return fmt.Sprintf("batch %s: revision %d corrects %s; run %d runs %s%s", v.Batch.ID, r.N, api.Count(r.Items, "item"), r.Run, them, also)
-}
-
-// RevisionText is one line of `bulkrun status` per correction of b: the
-// revision, its items, its run (and whether it is the run going), when
-// and from what.
-func RevisionText(b api.Batch, r api.Revision) string {
-	now := ""
-	if b.RunRevision == r.N && b.Run == r.Run {
-		now = ", this run"
-	}
-	return fmt.Sprintf("revision %d: %s, run %d%s  (%s, from %s)", r.N, api.Count(r.Items, "corrected item"), r.Run, now,
-		stamp(r.CreatedAt), r.Source)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 )
@@ -171,10 +172,10 @@ func printBatches(a *app, bs []api.BatchSummary) {
 			items, run = strconv.FormatInt(b.ItemCount, 10), strconv.Itoa(b.Run)
 		}
 		if !b.FinishedAt.IsZero() && b.Status.Finished() {
-			finished = stamp(b.FinishedAt)
+			finished = describe.Stamp(b.FinishedAt)
 		}
 		textf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.ID, b.Status, b.Pipeline, items, run,
-			stamp(b.CreatedAt), finished, note(b))
+			describe.Stamp(b.CreatedAt), finished, note(b))
 	}
 	_ = w.Flush()
 }
@@ -197,18 +198,18 @@ func note(b api.BatchSummary) string {
 		}
 	}
 	if p := b.Pause; p != nil && b.Status == api.StatusRunning {
-		n = append(n, fmt.Sprintf("paused by %s since %s", p.By.Who(), stamp(p.Since)))
+		n = append(n, fmt.Sprintf("paused by %s since %s", p.By.Who(), describe.Stamp(p.Since)))
 	}
 	if l := b.Live; l != nil {
 		live := fmt.Sprintf("in flight %d, waiting %d", l.InFlight, l.RetryWaiting)
 		if l.NextRetryAt != nil {
-			live += " (next " + stamp(*l.NextRetryAt) + ")"
+			live += " (next " + describe.Stamp(*l.NextRetryAt) + ")"
 		}
 		if l.AwaitingTrack > 0 {
 			live += fmt.Sprintf(", waiting for a track %d", l.AwaitingTrack)
 		}
 		if a := l.AdaptivePace; a != nil {
-			live += fmt.Sprintf(", paced by %s at %s requests/s", a.Key, limitText(a.LimitPerSecond))
+			live += fmt.Sprintf(", paced by %s at %s requests/s", a.Key, describe.LimitText(a.LimitPerSecond))
 		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/spf13/cobra"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/internal/blob"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -245,7 +246,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 				textf(a.errw, "batch %s: run %d is going (follow it: bulkrun watch %s)\n", v.ID, v.Run, v.ID)
 				return nil
 			}
-			textf(a.errw, "batch %s: exists already: %s; nothing runs again (--rerun starts a new run)\n", v.ID, EndedText(v))
+			textf(a.errw, "batch %s: exists already: %s; nothing runs again (--rerun starts a new run)\n", v.ID, describe.EndedText(v))
 			return finishedExit(v)
 		}
 	}
@@ -285,7 +286,7 @@ func (a *app) uploadFile(cmd *cobra.Command, file string, o uploadOptions) error
 		// A small file's batch may have ended by the time submit has read
 		// it: how it ended, and the exit a repeated upload of it gives
 		// (3 when it needs attention), never a bare "completed" and 0.
-		textf(a.errw, "batch %s: %s, %s\n", v.ID, api.Count(v.ItemCount, "item"), EndedText(v))
+		textf(a.errw, "batch %s: %s, %s\n", v.ID, api.Count(v.ItemCount, "item"), describe.EndedText(v))
 		return finishedExit(v)
 	default:
 		textf(a.errw, "batch %s: %s, %s, run %d\n", v.ID, v.Status, api.Count(v.ItemCount, "item"), v.Run)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/wire"
 )
@@ -185,9 +186,9 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 	if l := v.Live; l != nil && l.AdaptivePace != nil && !v.Status.Finished() {
 		// The downstream's throttling holds the pace down: the line says
 		// why the rate is what it is.
-		b.WriteString(fmt.Sprintf("; paced by %s at %s requests/s", l.AdaptivePace.Key, limitText(l.AdaptivePace.LimitPerSecond)))
+		b.WriteString(fmt.Sprintf("; paced by %s at %s requests/s", l.AdaptivePace.Key, describe.LimitText(l.AdaptivePace.LimitPerSecond)))
 		if h := l.AdaptivePace.HoldUntil; h != nil {
-			b.WriteString(", no call before " + stamp(*h))
+			b.WriteString(", no call before " + describe.Stamp(*h))
 		}
 	}
 	if p := v.Pause; p != nil && !v.Status.Finished() {
@@ -197,10 +198,10 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		case api.PauseByBudget:
 			b.WriteString("; paused: " + p.Error + " (bulkrun budget " + v.ID + " --usd N)")
 		case api.PauseByCaller:
-			b.WriteString("; paused by a caller since " + stamp(p.Since) + " (bulkrun unpause " + v.ID + ")")
+			b.WriteString("; paused by a caller since " + describe.Stamp(p.Since) + " (bulkrun unpause " + v.ID + ")")
 		default:
 			b.WriteString(fmt.Sprintf("; paused by an outage (%s) since %s: no item starts until a probe is answered (%s so far) or bulkrun unpause %s",
-				p.Class, stamp(p.Since), api.Count(p.Probes, "probe"), v.ID))
+				p.Class, describe.Stamp(p.Since), api.Count(p.Probes, "probe"), v.ID))
 		}
 	}
 	if ap := v.Approval; ap != nil && !v.Status.Finished() && v.Stop == "" {
@@ -229,12 +230,12 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		// sample's pace (the approval's estimate says the rest's time).
 	} else if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
 		// The API's pace over the run's last 60 s, whoever read it then.
-		b.WriteString(fmt.Sprintf("; %s over the last 60 s, finish ≈ %s", rateText(e.RatePerSecond), stamp(e.FinishAt)))
+		b.WriteString(fmt.Sprintf("; %s over the last 60 s, finish ≈ %s", describe.RateText(e.RatePerSecond), describe.Stamp(e.FinishAt)))
 	} else if per, ok := r.rate(); ok {
-		b.WriteString("; " + rateText(per))
+		b.WriteString("; " + describe.RateText(per))
 		if done, ok := watchDone(v); ok && per > 0 && done < v.ItemCount {
 			left := time.Duration(min(float64(v.ItemCount-done)/per, 100*365*24*3600)) * time.Second
-			b.WriteString(", finish ≈ " + stamp(time.Now().Add(left)))
+			b.WriteString(", finish ≈ " + describe.Stamp(time.Now().Add(left)))
 		}
 	}
 	if l := v.Live; l != nil && l.Estimate != nil && len(l.Estimate.ProjectedCost) > 0 {
@@ -265,9 +266,9 @@ func finishedText(v wire.BatchView, done int64) string {
 	}
 	s := fmt.Sprintf("; %s in %s", api.Count(done, "item"), took.Round(time.Second))
 	if len(notes) == 0 {
-		return s + " (" + rateText(float64(done)/took.Seconds()) + ")"
+		return s + " (" + describe.RateText(float64(done)/took.Seconds()) + ")"
 	}
-	return s + fmt.Sprintf(" (%s; %d ran at %s)", strings.Join(notes, "; "), ran, rateText(float64(ran)/busy.Seconds()))
+	return s + fmt.Sprintf(" (%s; %d ran at %s)", strings.Join(notes, "; "), ran, describe.RateText(float64(ran)/busy.Seconds()))
 }
 
 // estimateOf is the view's estimate (LiveView.Estimate); nil when none.
@@ -296,17 +297,9 @@ func waitingText(l *api.LiveView) string {
 		s += fmt.Sprintf(", %d of them waiting out a throttling", l.Throttled)
 	}
 	if l.NextRetryAt != nil {
-		s += "; next at " + stamp(*l.NextRetryAt)
+		s += "; next at " + describe.Stamp(*l.NextRetryAt)
 	}
 	return s + ")"
-}
-
-// rateText is a rate in items a second, with a precision that suits it.
-func rateText(per float64) string {
-	if per >= 100 {
-		return fmt.Sprintf("%.0f items/s", per)
-	}
-	return fmt.Sprintf("%.1f items/s", per)
 }
 
 // The watch's rate is measured over a window of its polls.

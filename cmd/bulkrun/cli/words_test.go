@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/bulkrun/bulkrun/cmd/bulkrun/cli/describe"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/client"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -306,12 +307,12 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	// batch's line read "0.0 items/s" with nothing saying why).
 	byCaller := views[0]
 	byCaller.Pause = &api.Pause{By: api.PauseByCaller, Since: start}
-	if got, want := watchLine(byCaller, r), "; paused by a caller since "+stamp(start)+" (bulkrun unpause orders-1)"; !strings.Contains(got, want) {
+	if got, want := watchLine(byCaller, r), "; paused by a caller since "+describe.Stamp(start)+" (bulkrun unpause orders-1)"; !strings.Contains(got, want) {
 		t.Errorf("line %q paused by a caller: want %q", got, want)
 	}
 	byOutage := views[0]
 	byOutage.Pause = &api.Pause{By: api.PauseByOutage, Since: start, Class: "timeout", Probes: 2}
-	if got, want := watchLine(byOutage, r), "; paused by an outage (timeout) since "+stamp(start)+": no item starts until a probe is answered (2 probes so far) or bulkrun unpause orders-1"; !strings.Contains(got, want) {
+	if got, want := watchLine(byOutage, r), "; paused by an outage (timeout) since "+describe.Stamp(start)+": no item starts until a probe is answered (2 probes so far) or bulkrun unpause orders-1"; !strings.Contains(got, want) {
 		t.Errorf("line %q paused by an outage: want %q", got, want)
 	}
 	// Items in flight that wait for a retry say so, with their cause and
@@ -351,91 +352,5 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	}
 	if !strings.Contains(last, "50 items in 10s (5.0 items/s)") || strings.Contains(last, "0.0 items/s") {
 		t.Errorf("the watch ends on %q, want the run's own rate (50 items in 10s, 5.0 items/s)", last)
-	}
-}
-
-// Guards docs/cli.md "Correcting items": a newcomer's first correction
-// output speaks of items (not of packs, the storage's word) and counts
-// in words: "corrects 1 item", "1 corrected item", "1 failure of 3 items".
-func TestCorrectionWordsAreTheUsers(t *testing.T) {
-	created := true
-	v := wire.CorrectionView{Batch: wire.BatchView{Batch: api.Batch{ID: "texts-1", Run: 2, RunRevision: 2}, Created: &created},
-		Revision: api.Revision{N: 2, Items: 1, Run: 2, RunItems: 3, Source: "s3://bkt/uploads/x/fixed.jsonl", CreatedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}}
-	line := CorrectionText(v)
-	if strings.Contains(line, "pack") || !strings.Contains(line, "corrects 1 item;") || !strings.Contains(line, "2 other items") {
-		t.Errorf("correction line %q: want items, not packs, counted in words", line)
-	}
-	// "run 2 runs it" is never followed by words that read as if the
-	// corrected item were not run: the others are the ones not run again.
-	if want := "run 2 runs it; the 2 other items stored with it keep their outcome (counted, not run again)"; !strings.HasSuffix(line, want) {
-		t.Errorf("correction line %q, want it to end %q", line, want)
-	}
-	v.Revision.RunItems = 2
-	if want := "run 2 runs it; the other item stored with it keeps its outcome (counted, not run again)"; !strings.HasSuffix(CorrectionText(v), want) {
-		t.Errorf("correction line %q, want it to end %q", CorrectionText(v), want)
-	}
-	v.Revision.RunItems = 3
-	if rev := RevisionText(v.Batch.Batch, v.Revision); !strings.Contains(rev, "1 corrected item,") {
-		t.Errorf("revision line %q: want \"1 corrected item\"", rev)
-	}
-	pct := 50.0
-	if got := VerdictText(api.Threshold{FailurePercent: &pct}, api.Threshold{FailurePercent: &pct}.Judge(1, 3), false); !strings.Contains(got, "1 failure of 3 items") {
-		t.Errorf("verdict %q: want \"1 failure of 3 items\"", got)
-	}
-	if got := (&api.MismatchError{BatchID: "b", Field: "headers", Stored: "a", Given: "b"}).Error(); strings.Contains(got, "another headers") {
-		t.Errorf("mismatch %q", got)
-	}
-}
-
-// A batch without a threshold is never "within the threshold": its
-// verdict says it has none, and that every item failed when every one did.
-func TestVerdictWithoutAThreshold(t *testing.T) {
-	none := api.Threshold{}
-	for _, tc := range []struct {
-		failures, total int64
-		sofar           bool
-		want            string
-	}{
-		{0, 2000, false, "verdict: no threshold (0 failures of 2000 items)"},
-		{3000, 3000, false, "verdict: no threshold; every item failed (3000 failures of 3000 items)"},
-		{5, 5, true, "verdict so far: no threshold (5 failures of 5 items)"},
-	} {
-		if got := VerdictText(none, none.Judge(tc.failures, tc.total), tc.sofar); got != tc.want {
-			t.Errorf("VerdictText(none, %d of %d, %v) = %q, want %q", tc.failures, tc.total, tc.sofar, got, tc.want)
-		}
-	}
-	five := int64(5)
-	count := api.Threshold{FailureCount: &five}
-	if got, want := VerdictText(count, count.Judge(3, 10), false), "verdict: within the threshold (3 failures of 10 items)"; got != want {
-		t.Errorf("VerdictText(count 5, 3 of 10) = %q, want %q", got, want)
-	}
-}
-
-// Guards status's adaptive pace line (AdaptivePaceText): the key, the
-// limit and how it climbs back (its step, or doubling in slow start), a
-// Retry-After's hold, and the calls booked ahead with when the last is
-// due.
-func TestAdaptivePaceText(t *testing.T) {
-	cut := time.Date(2026, 12, 5, 10, 0, 3, 0, time.UTC)
-	hold, clear := cut.Add(2*time.Second), cut.Add(37*time.Second)
-	got := AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 14.24, CutAt: cut, StepPerSecond: 1.42, BookedAhead: 312, ClearAt: &clear})
-	want := "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4 requests/s each second no call is throttled); 312 calls booked ahead, the last due by 2026-12-05T10:00:40Z at this limit"
-	if got != want {
-		t.Errorf("growing by its step:\n got %q\nwant %q", got, want)
-	}
-	got = AdaptivePaceText(api.AdaptivePace{Key: "lambda:enrich", LimitPerSecond: 140, CutAt: cut, SlowStart: true, HoldUntil: &hold})
-	want = "adaptive pace: lambda:enrich throttled bulkrun's calls; every batch with no rate calling it is held to 140 requests/s (cut 2026-12-05T10:00:03Z, doubling every 2 s while no call is throttled); no call before 2026-12-05T10:00:05Z (its Retry-After)"
-	if got != want {
-		t.Errorf("in slow start, held:\n got %q\nwant %q", got, want)
-	}
-	got = AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 16.8, CutAt: cut, SlowStart: true, SlowStartTo: 24})
-	want = "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 16.8 requests/s (cut 2026-12-05T10:00:03Z, doubling every 2 s up to 24.0 requests/s while no call is throttled)"
-	if got != want {
-		t.Errorf("in slow start up to a threshold:\n got %q\nwant %q", got, want)
-	}
-	got = AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 10, CutAt: cut, SlowStart: true, Cause: api.AdaptCauseResumed})
-	want = "adaptive pace: api.example.com restarted as a batch calling it resumed from a pause; every batch with no rate calling it is held to 10.0 requests/s (since 2026-12-05T10:00:03Z, doubling every 2 s while no call is throttled)"
-	if got != want {
-		t.Errorf("restarted by a resume:\n got %q\nwant %q", got, want)
 	}
 }

@@ -1,0 +1,166 @@
+package describe
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/wire"
+)
+
+// TestEstimateText guards status's estimate line: the pace over the run
+// so far, what is left and the finish, and each projection it has.
+func TestEstimateText(t *testing.T) {
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	e := api.Estimate{Since: start, Ended: 2500, RatePerSecond: 25, Remaining: 7500, FinishAt: start.Add(400 * time.Second),
+		ProjectedCost:     pipeline.CostSum{"usd": decimal.RequireFromString("0.28"), "tokens": decimal.NewFromInt(5000)},
+		ProjectedRunSpent: pipeline.CostSum{"usd": decimal.RequireFromString("0.4")},
+		ProjectedUsage:    &api.Usage{DynamoDBWriteUnits: 21000, DynamoDBReadUnits: 50}}
+	want := "estimate: 25.0 items/s over the run so far (2500 ended since 2026-12-02T10:00:00Z); 7500 to go, finish ≈ 2026-12-02T10:06:40Z; projected at the end: cost tokens=5000 usd=0.28, run_spent usd=0.4, 21000 DynamoDB write units, 50 read units"
+	if got := EstimateText(e); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	// A projection is said to 4 significant digits (a user saw
+	// "run_spent calls=3487.218045113").
+	e.ProjectedRunSpent = pipeline.CostSum{"calls": decimal.RequireFromString("3487.218045113"), "usd": decimal.RequireFromString("12.34567")}
+	if got, want := EstimateText(e), "run_spent calls=3487 usd=12.35,"; !strings.Contains(got, want) {
+		t.Errorf("got %q, want it to hold %q", got, want)
+	}
+	e.ProjectedCost, e.ProjectedRunSpent, e.ProjectedUsage = nil, nil, nil
+	if got := EstimateText(e); strings.Contains(got, "projected") {
+		t.Errorf("no projections: %q", got)
+	}
+	e.Held = 1500
+	if got, want := EstimateText(e), "7500 to go, finish ≈ 2026-12-02T10:06:40Z (1500 items held, not in it: the run ends once they are moved on)"; !strings.HasSuffix(got, want) {
+		t.Errorf("with held items: %q, want it to end %q", got, want)
+	}
+}
+
+// TestRestStartsText: approve says when the held rest starts — the
+// hold's next check after the decision, from the estimate — and nothing
+// once that time has passed, or for a batch not approved or not running.
+func TestRestStartsText(t *testing.T) {
+	made := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	b := api.Batch{ID: "b", Run: 1, Status: api.StatusRunning, RunStartedAt: made.Add(-time.Minute)}
+	b.Approval = api.ApprovalOf(200, api.ApprovalApproved, api.DecidedByCaller, made.Add(3*time.Second), &api.SampleEstimate{MadeAt: made})
+	if got, want := RestStartsText(b, made.Add(4*time.Second)), "the rest starts by 2026-12-04T10:00:14Z (in 10s): the held units come back at the hold's next check"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := RestStartsText(b, made.Add(15*time.Second)); got != "" {
+		t.Errorf("past the check: %q, want nothing", got)
+	}
+	b.Approval.DecidedAt = made.Add(11 * time.Minute) // past the quick checks: the next whole minute
+	if got, want := RestStartsText(b, made.Add(11*time.Minute)), "the rest starts by 2026-12-04T10:12:04Z (in 1m4s)"; !strings.HasPrefix(got, want) {
+		t.Errorf("got  %q\nwant it to start %q", got, want)
+	}
+	b.Approval = api.ApprovalOf(200, api.ApprovalRejected, api.DecidedByCaller, made.Add(3*time.Second), &api.SampleEstimate{MadeAt: made})
+	if got := RestStartsText(b, made.Add(4*time.Second)); got != "" {
+		t.Errorf("rejected: %q, want nothing", got)
+	}
+}
+
+// TestApprovedRestText: right after an approval, before the live
+// estimate has the rest's own pace, status projects the rest from the
+// sample's estimate, counted from when the approval reaches it.
+func TestApprovedRestText(t *testing.T) {
+	made := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	b := api.Batch{ID: "b", Run: 1, Status: api.StatusRunning}
+	b.Approval = api.ApprovalOf(100, api.ApprovalApproved, api.DecidedByCaller, made.Add(3*time.Second), &api.SampleEstimate{MadeAt: made, Seconds: 30, ItemsPerSecond: 99})
+	if got, want := ApprovedRestText(b), "estimate: the sample's: the rest ≈ 30s at 99.0 items/s from 2026-12-04T10:00:14Z, finish ≈ 2026-12-04T10:00:44Z"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	b.Approval = api.ApprovalOf(100, "", "", time.Time{}, &api.SampleEstimate{MadeAt: made, Seconds: 30, ItemsPerSecond: 99})
+	if got := ApprovedRestText(b); got != "" {
+		t.Errorf("awaiting: %q, want nothing", got)
+	}
+}
+
+// Guards docs/cli.md "Correcting items": a newcomer's first correction
+// output speaks of items (not of packs, the storage's word) and counts
+// in words: "corrects 1 item", "1 corrected item", "1 failure of 3 items".
+func TestCorrectionWordsAreTheUsers(t *testing.T) {
+	created := true
+	v := wire.CorrectionView{Batch: wire.BatchView{Batch: api.Batch{ID: "texts-1", Run: 2, RunRevision: 2}, Created: &created},
+		Revision: api.Revision{N: 2, Items: 1, Run: 2, RunItems: 3, Source: "s3://bkt/uploads/x/fixed.jsonl", CreatedAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}}
+	line := CorrectionText(v)
+	if strings.Contains(line, "pack") || !strings.Contains(line, "corrects 1 item;") || !strings.Contains(line, "2 other items") {
+		t.Errorf("correction line %q: want items, not packs, counted in words", line)
+	}
+	// "run 2 runs it" is never followed by words that read as if the
+	// corrected item were not run: the others are the ones not run again.
+	if want := "run 2 runs it; the 2 other items stored with it keep their outcome (counted, not run again)"; !strings.HasSuffix(line, want) {
+		t.Errorf("correction line %q, want it to end %q", line, want)
+	}
+	v.Revision.RunItems = 2
+	if want := "run 2 runs it; the other item stored with it keeps its outcome (counted, not run again)"; !strings.HasSuffix(CorrectionText(v), want) {
+		t.Errorf("correction line %q, want it to end %q", CorrectionText(v), want)
+	}
+	v.Revision.RunItems = 3
+	if rev := RevisionText(v.Batch.Batch, v.Revision); !strings.Contains(rev, "1 corrected item,") {
+		t.Errorf("revision line %q: want \"1 corrected item\"", rev)
+	}
+	pct := 50.0
+	if got := VerdictText(api.Threshold{FailurePercent: &pct}, api.Threshold{FailurePercent: &pct}.Judge(1, 3), false); !strings.Contains(got, "1 failure of 3 items") {
+		t.Errorf("verdict %q: want \"1 failure of 3 items\"", got)
+	}
+	if got := (&api.MismatchError{BatchID: "b", Field: "headers", Stored: "a", Given: "b"}).Error(); strings.Contains(got, "another headers") {
+		t.Errorf("mismatch %q", got)
+	}
+}
+
+// A batch without a threshold is never "within the threshold": its
+// verdict says it has none, and that every item failed when every one did.
+func TestVerdictWithoutAThreshold(t *testing.T) {
+	none := api.Threshold{}
+	for _, tc := range []struct {
+		failures, total int64
+		sofar           bool
+		want            string
+	}{
+		{0, 2000, false, "verdict: no threshold (0 failures of 2000 items)"},
+		{3000, 3000, false, "verdict: no threshold; every item failed (3000 failures of 3000 items)"},
+		{5, 5, true, "verdict so far: no threshold (5 failures of 5 items)"},
+	} {
+		if got := VerdictText(none, none.Judge(tc.failures, tc.total), tc.sofar); got != tc.want {
+			t.Errorf("VerdictText(none, %d of %d, %v) = %q, want %q", tc.failures, tc.total, tc.sofar, got, tc.want)
+		}
+	}
+	five := int64(5)
+	count := api.Threshold{FailureCount: &five}
+	if got, want := VerdictText(count, count.Judge(3, 10), false), "verdict: within the threshold (3 failures of 10 items)"; got != want {
+		t.Errorf("VerdictText(count 5, 3 of 10) = %q, want %q", got, want)
+	}
+}
+
+// Guards status's adaptive pace line (AdaptivePaceText): the key, the
+// limit and how it climbs back (its step, or doubling in slow start), a
+// Retry-After's hold, and the calls booked ahead with when the last is
+// due.
+func TestAdaptivePaceText(t *testing.T) {
+	cut := time.Date(2026, 12, 5, 10, 0, 3, 0, time.UTC)
+	hold, clear := cut.Add(2*time.Second), cut.Add(37*time.Second)
+	got := AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 14.24, CutAt: cut, StepPerSecond: 1.42, BookedAhead: 312, ClearAt: &clear})
+	want := "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 14.2 requests/s (cut 2026-12-05T10:00:03Z, +1.4 requests/s each second no call is throttled); 312 calls booked ahead, the last due by 2026-12-05T10:00:40Z at this limit"
+	if got != want {
+		t.Errorf("growing by its step:\n got %q\nwant %q", got, want)
+	}
+	got = AdaptivePaceText(api.AdaptivePace{Key: "lambda:enrich", LimitPerSecond: 140, CutAt: cut, SlowStart: true, HoldUntil: &hold})
+	want = "adaptive pace: lambda:enrich throttled bulkrun's calls; every batch with no rate calling it is held to 140 requests/s (cut 2026-12-05T10:00:03Z, doubling every 2 s while no call is throttled); no call before 2026-12-05T10:00:05Z (its Retry-After)"
+	if got != want {
+		t.Errorf("in slow start, held:\n got %q\nwant %q", got, want)
+	}
+	got = AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 16.8, CutAt: cut, SlowStart: true, SlowStartTo: 24})
+	want = "adaptive pace: api.example.com throttled bulkrun's calls; every batch with no rate calling it is held to 16.8 requests/s (cut 2026-12-05T10:00:03Z, doubling every 2 s up to 24.0 requests/s while no call is throttled)"
+	if got != want {
+		t.Errorf("in slow start up to a threshold:\n got %q\nwant %q", got, want)
+	}
+	got = AdaptivePaceText(api.AdaptivePace{Key: "api.example.com", LimitPerSecond: 10, CutAt: cut, SlowStart: true, Cause: api.AdaptCauseResumed})
+	want = "adaptive pace: api.example.com restarted as a batch calling it resumed from a pause; every batch with no rate calling it is held to 10.0 requests/s (since 2026-12-05T10:00:03Z, doubling every 2 s while no call is throttled)"
+	if got != want {
+		t.Errorf("restarted by a resume:\n got %q\nwant %q", got, want)
+	}
+}
