@@ -22,7 +22,7 @@ import (
 // and failure-class slot, the units — has an update expression within
 // DynamoDB's 4 KB ("Service, account, and table quotas", Expression
 // parameters: the maximum length of any expression string is 4 KB), as
-// the in-memory store (ledgertest.MaxExpressionBytes) assumes.
+// the in-memory store (memstore.MaxExpressionBytes) assumes.
 func TestCountLaneExpressionWithinLimit(t *testing.T) {
 	f := &fakeDynamo{answer: map[string]string{"UpdateItem": `{"Attributes":{"done":{"N":"10"}}}`}}
 	db := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://dynamo.invalid"),

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -20,7 +20,7 @@ import (
 // part event without its plan is refused.
 func TestFinalizeRoutesParts(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h := &Finalize{Finalizer: &finalize.Finalizer{Store: ledgertest.NewStore(), Blobs: &bucket{written: map[string][]byte{}}, Clock: ledger.SystemClock{}, Log: log}, Log: log}
+	h := &Finalize{Finalizer: &finalize.Finalizer{Store: memstore.NewStore(), Blobs: &bucket{written: map[string][]byte{}}, Clock: ledger.SystemClock{}, Log: log}, Log: log}
 	res, err := h.Handle(context.Background(), ledger.FinalizeEvent{BatchID: "gone", Run: 1, Part: 3, Plan: 1, Chain: 1})
 	if err != nil {
 		t.Fatalf("a part of a forgotten batch: %v, want done", err)

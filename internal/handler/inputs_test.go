@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -26,7 +26,7 @@ import (
 func TestInputsRoute(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
-	store, blobs := ledgertest.NewStore(), memblobs.New()
+	store, blobs := memstore.NewStore(), memblobs.New()
 	mk := func(id, format string, shape *api.CSVShape, manifest string, failed ...string) {
 		b := ledger.Batch{Batch: api.Batch{ID: id, Plan: api.Plan{Pipeline: "echo", Digest: "d", MaxAttempts: 1, OnInterrupt: api.InterruptRetry},
 			ManifestKey: "batches/" + id + "/m.jsonl", ManifestBytes: 1, ItemCount: 3, ListShards: 1, CounterShards: 1, KeyField: "id",

@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/eventschema"
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -128,7 +128,7 @@ func (e *bus) Put(_ context.Context, detailType string, detail any) error {
 func newSubmit(b *bucket, e *bus, logs *bytes.Buffer) *Submit {
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	return &Submit{
-		Submitter:       &submit.Submitter{Store: ledgertest.NewStore(), Blobs: b, Log: log, Clock: ledger.SystemClock{}, Pipelines: []string{"webhook"}},
+		Submitter:       &submit.Submitter{Store: memstore.NewStore(), Blobs: b, Log: log, Clock: ledger.SystemClock{}, Pipelines: []string{"webhook"}},
 		Heads:           b,
 		Blobs:           b,
 		Events:          e,

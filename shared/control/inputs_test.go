@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -20,7 +20,7 @@ import (
 // no row).
 func inputsBatch(t *testing.T, format string, shape *api.CSVShape, lines []string, outcomes map[string]api.Outcome) *Control {
 	t.Helper()
-	s, blobs := ledgertest.NewStore(), memblobs.New()
+	s, blobs := memstore.NewStore(), memblobs.New()
 	ctx := context.Background()
 	b := partialBatch("in-1", len(lines), 3, 1)
 	b.KeyField, b.SourceFormat, b.CSV = "id", format, shape
@@ -38,7 +38,7 @@ func inputsBatch(t *testing.T, format string, shape *api.CSVShape, lines []strin
 	for k, o := range outcomes {
 		record(t, s, b, k, 1, o)
 	}
-	return &Control{Store: s, Blobs: blobs, Clock: &ledgertest.FixedClock{T: t0}}
+	return &Control{Store: s, Blobs: blobs, Clock: &memstore.FixedClock{T: t0}}
 }
 
 // allInputs reads every page of Inputs, limit items a page, and returns
@@ -188,12 +188,12 @@ func TestInputsPages(t *testing.T) {
 // TestInputsPositionalKeys guards that a batch without key field is
 // refused (ErrConflict): its inputs name no key to correct them by.
 func TestInputsPositionalKeys(t *testing.T) {
-	s := ledgertest.NewStore()
+	s := memstore.NewStore()
 	b := partialBatch("pos-1", 1, 1, 1)
 	if _, err := s.CreateBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	c := &Control{Store: s, Blobs: memblobs.New(), Clock: &ledgertest.FixedClock{T: t0}}
+	c := &Control{Store: s, Blobs: memblobs.New(), Clock: &memstore.FixedClock{T: t0}}
 	if _, err := c.Inputs(context.Background(), "pos-1", "", "", 0); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("positional keys: %v, want ErrConflict", err)
 	}

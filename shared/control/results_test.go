@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -96,7 +96,7 @@ func keysOf(lines []api.ResultLine) []string {
 // output, error, reason and cost, at every page size; pending and in-flight
 // items are absent.
 func TestPartialResultsHalfDone(t *testing.T) {
-	s := ledgertest.NewStore()
+	s := memstore.NewStore()
 	ctx := context.Background()
 	b := partialBatch("half", 200, 7, 1)
 	if _, err := s.CreateBatch(ctx, b); err != nil {
@@ -115,7 +115,7 @@ func TestPartialResultsHalfDone(t *testing.T) {
 			record(t, s, b, key, 1, "") // in flight
 		}
 	}
-	c := &Control{Store: s, Clock: &ledgertest.FixedClock{T: t0}}
+	c := &Control{Store: s, Clock: &memstore.FixedClock{T: t0}}
 	wantKeys := make([]string, 0, len(want))
 	for k := range want {
 		wantKeys = append(wantKeys, k)
@@ -165,7 +165,7 @@ func TestPartialResultsHalfDone(t *testing.T) {
 // fewer lines, even none, with a cursor that goes on; the stream still
 // holds every ended item.
 func TestPartialResultsBoundedPerCall(t *testing.T) {
-	s := ledgertest.NewStore()
+	s := memstore.NewStore()
 	ctx := context.Background()
 	b := partialBatch("bound", 300, 3, 1)
 	if _, err := s.CreateBatch(ctx, b); err != nil {
@@ -181,7 +181,7 @@ func TestPartialResultsBoundedPerCall(t *testing.T) {
 		record(t, s, b, key, 1, api.OutcomeSucceeded)
 		ended = append(ended, key)
 	}
-	c := &Control{Store: s, Clock: &ledgertest.FixedClock{T: t0}}
+	c := &Control{Store: s, Clock: &memstore.FixedClock{T: t0}}
 	p, err := c.PartialResults(ctx, b.ID, "", 10)
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestPartialResultsBoundedPerCall(t *testing.T) {
 // manifest order (the order the page names), items in flight or never
 // reserved absent.
 func TestPartialResultsPacks(t *testing.T) {
-	s := ledgertest.NewStore()
+	s := memstore.NewStore()
 	ctx := context.Background()
 	b := partialBatch("packs", 60, 3, 10)
 	if _, err := s.CreateBatch(ctx, b); err != nil {
@@ -239,7 +239,7 @@ func TestPartialResultsPacks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &Control{Store: s, Clock: &ledgertest.FixedClock{T: t0}}
+	c := &Control{Store: s, Clock: &memstore.FixedClock{T: t0}}
 	for _, limit := range []int{1, 4, 1000} {
 		lines, _ := stream(t, c, b.ID, limit)
 		if !slices.Equal(keysOf(lines), want) {
@@ -262,7 +262,7 @@ func TestPartialResultsPacks(t *testing.T) {
 // ones keep their run-1 line, as in run 2's results file; a cursor of run
 // 1 is refused naming cursor, and a cursor not from a page too.
 func TestPartialResultsResumedRun(t *testing.T) {
-	s := ledgertest.NewStore()
+	s := memstore.NewStore()
 	ctx := context.Background()
 	b := partialBatch("resumed", 4, 2, 1)
 	if _, err := s.CreateBatch(ctx, b); err != nil {
@@ -272,7 +272,7 @@ func TestPartialResultsResumedRun(t *testing.T) {
 	record(t, s, b, "b", 1, api.OutcomeFailed)
 	record(t, s, b, "c", 1, api.OutcomeCancelled)
 	record(t, s, b, "d", 1, api.OutcomeFailed)
-	c := &Control{Store: s, Clock: &ledgertest.FixedClock{T: t0}}
+	c := &Control{Store: s, Clock: &memstore.FixedClock{T: t0}}
 	old, err := c.PartialResults(ctx, b.ID, "", 1)
 	if err != nil || old.NextCursor == "" {
 		t.Fatalf("run 1 page: %+v %v", old, err)

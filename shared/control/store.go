@@ -11,7 +11,7 @@ import (
 
 // Store is what the control engine (a caller's commands and the sweep) needs of the ledger's store: the methods it
 // calls, each with the contract ledger.Store documents. internal/dynamo
-// implements it on DynamoDB, integration/testbed/ledgertest in memory.
+// implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
 	ledger.RunStopper
 	ledger.BatchDeleter

@@ -9,7 +9,7 @@ import (
 
 // Store is what the finalize engine needs of the ledger's store: the methods it
 // calls, each with the contract ledger.Store documents. internal/dynamo
-// implements it on DynamoDB, integration/testbed/ledgertest in memory.
+// implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
 	ledger.ShardScanner
 	GetBatch(ctx context.Context, id string) (ledger.Batch, error)

@@ -15,7 +15,7 @@ import (
 // Store is what the held outcomes need of the ledger's store: the methods
 // they call, each with the contract ledger.Store documents.
 // internal/dynamo implements it on DynamoDB,
-// integration/testbed/ledgertest in memory.
+// integration/testbed/memstore in memory.
 type Store interface {
 	GetBatch(ctx context.Context, id string) (ledger.Batch, error)
 	WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, error)

@@ -15,7 +15,7 @@ import (
 )
 
 // Store is the durable state of batches and items. The DynamoDB adapter
-// (internal/dynamo) and the in-memory store (integration/testbed/ledgertest)
+// (internal/dynamo) and the in-memory store (integration/testbed/memstore)
 // implement it; both pass the conformance suite ledgertest.Run,
 // run against the emulator for the adapter. All methods are safe for concurrent use; conditional writes
 // report a lost condition as an error wrapping ErrConflict.

@@ -8,7 +8,7 @@ import (
 // Rows is the store's port for the pacing rows of downstream keys (a
 // rate's bucket rows, a token budget's row, the adaptive pace's row):
 // every engine's ledger.Store has it, on DynamoDB (internal/dynamo) and
-// in memory (the test bed's ledgertest), both held to
+// in memory (the test bed's memstore), both held to
 // integration/testbed/pacetest. Each row belongs to its key, not to a
 // batch: it lives on across batches, its TTL renewed by each write.
 type Rows interface {

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
 
@@ -17,7 +17,7 @@ import (
 // manifest, cut chunks. Reports items/s and bytes of source per second.
 func BenchmarkSubmitManifest(b *testing.B) {
 	const n = 100_000
-	src := ledgertest.OrdersJSONL(n)
+	src := memstore.OrdersJSONL(n)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(src)))
 	for b.Loop() {
@@ -38,7 +38,7 @@ func BenchmarkSubmitManifest(b *testing.B) {
 func BenchmarkReadManifestLines(b *testing.B) {
 	var manifest bytes.Buffer
 	mw := source.NewManifestWriter(&manifest, 0, b.TempDir())
-	if err := source.ReadJSONL(bytes.NewReader(ledgertest.OrdersJSONL(source.DefaultChunkItems)), "id", mw.Add); err != nil {
+	if err := source.ReadJSONL(bytes.NewReader(memstore.OrdersJSONL(source.DefaultChunkItems)), "id", mw.Add); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := mw.Finish(); err != nil {
@@ -60,11 +60,11 @@ func BenchmarkReadManifestLines(b *testing.B) {
 // — stored plain and gzip-compressed: the difference is gzip's cost.
 func BenchmarkReadGzipSource(b *testing.B) {
 	const n = 100_000
-	src := ledgertest.OrdersJSONL(n)
+	src := memstore.OrdersJSONL(n)
 	for _, bc := range []struct {
 		name string
 		body []byte
-	}{{"plain", src}, {"gzip", ledgertest.Gzip(b, string(src))}} {
+	}{{"plain", src}, {"gzip", memstore.Gzip(b, string(src))}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(src)))

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -75,14 +75,14 @@ func TestUploadFormatsByNameInAnyCase(t *testing.T) {
 func TestReadSourceGzip(t *testing.T) {
 	plain := "{\"id\":\"a\"}\n{\"id\":\"b\"}\n"
 	csv := "id,qty\na,1\nb,2\n"
-	z := ledgertest.Gzip(t, plain)
+	z := memstore.Gzip(t, plain)
 	corrupt := append([]byte{}, z...)
 	corrupt[len(corrupt)-6] ^= 0xff // the CRC-32 of the member
 	o := &objects{body: map[string][]byte{
 		"b/plain.jsonl":     []byte(plain),
 		"b/z.jsonl.gz":      z,
 		"b/z-encoded.jsonl": z, // Content-Encoding: gzip, plain name
-		"b/z.CSV.gz":        ledgertest.Gzip(t, csv),
+		"b/z.CSV.gz":        memstore.Gzip(t, csv),
 		"b/crc.jsonl.gz":    corrupt,
 		"b/cut.jsonl.gz":    z[:20],
 	}}
@@ -172,7 +172,7 @@ func TestDigestIsTheManifests(t *testing.T) {
 // object of 100,000 JSONL items, from memory.
 func BenchmarkDigest(b *testing.B) {
 	const n = 100_000
-	src := ledgertest.OrdersJSONL(n)
+	src := memstore.OrdersJSONL(n)
 	var z bytes.Buffer
 	w := gzip.NewWriter(&z)
 	w.Write(src)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -49,7 +49,7 @@ func TestEmptySourceCreatesNothing(t *testing.T) {
 		{"csv header only", "a.csv", "sep=;\nid;name\n\n", api.SourceSpec{}, "source.object"},
 		{"empty json file", "a.json", "", api.SourceSpec{}, "source.object"},
 		{"empty json array", "a.json", " [ ] ", api.SourceSpec{}, "source.object"},
-		{"empty gzip", "a.jsonl.gz", string(ledgertest.Gzip(t, "")), api.SourceSpec{}, "source.object"},
+		{"empty gzip", "a.jsonl.gz", string(memstore.Gzip(t, "")), api.SourceSpec{}, "source.object"},
 		{"inline empty array", "", "", api.SourceSpec{Items: json.RawMessage(`[]`)}, "source.items"},
 		{"empty prefix", "", "", api.SourceSpec{Prefix: "s3://src/nothing-here/"}, "source.prefix"},
 	}

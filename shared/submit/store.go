@@ -10,7 +10,7 @@ import (
 
 // Store is what the submit engine needs of the ledger's store: the methods it
 // calls, each with the contract ledger.Store documents. internal/dynamo
-// implements it on DynamoDB, integration/testbed/ledgertest in memory.
+// implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
 	ledger.BatchDeleter
 	CreateBatch(ctx context.Context, b ledger.Batch) (ledger.Batch, error)

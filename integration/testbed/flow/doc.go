@@ -1,5 +1,5 @@
 // Package flow holds the engines' tests together on the in-memory ledger
-// (integration/testbed/ledgertest): a request submitted, its items run
+// (integration/testbed/memstore): a request submitted, its items run
 // through the worker with duplicate deliveries, crashes, fenced takeovers,
 // packs, pauses, stops and corrections, finalized, resumed and swept, in
 // milliseconds; and the submit's parts and the finalize's parts against a

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/internal/event"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/control"
@@ -34,7 +34,7 @@ import (
 )
 
 // The domain's main paths (Submit, Worker, Finalize, Control, Sweep) on
-// the in-memory store (integration/testbed/ledgertest), which passes the same
+// the in-memory store (integration/testbed/memstore), which passes the same
 // ledger.Store conformance suite as the DynamoDB adapter: the storage
 // conditions these tests lean on are DynamoDB's. The same paths run on
 // the emulator in integration/harness_test.go.
@@ -102,11 +102,11 @@ type memTrigger struct{ n atomic.Int64 }
 func (t *memTrigger) Finalize(context.Context, string, int) error { t.n.Add(1); return nil }
 
 type rig struct {
-	store   *ledgertest.Store
+	store   *memstore.Store
 	blobs   *memblobs.Blobs
 	queue   *memQueue
 	trigger *memTrigger
-	clock   *ledgertest.FixedClock
+	clock   *memstore.FixedClock
 	sub     *submit.Submitter
 	worker  *worker.Worker
 	fin     *finalize.Finalizer
@@ -117,8 +117,8 @@ type rig struct {
 
 func newRig(t testing.TB, run pipeline.Func) *rig {
 	t.Helper()
-	r := &rig{store: ledgertest.NewStore(), blobs: memblobs.New(), queue: &memQueue{}, trigger: &memTrigger{},
-		clock: &ledgertest.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
+	r := &rig{store: memstore.NewStore(), blobs: memblobs.New(), queue: &memQueue{}, trigger: &memTrigger{},
+		clock: &memstore.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
 	log := slog.New(slog.NewTextHandler(testLogOut(), nil))
 	reg := &pipeline.Registry{}
 	counted := pipeline.Func(func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {

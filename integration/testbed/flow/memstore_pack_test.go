@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -994,7 +994,7 @@ func (c *steppingClock) add(d time.Duration) {
 // once armed, is followed by a cancel: the stop is recorded just after
 // the row the reader holds was read.
 type cancelOnRead struct {
-	*ledgertest.Store
+	*memstore.Store
 	armed  atomic.Bool
 	cancel func(ctx context.Context, id string)
 }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -258,7 +258,7 @@ func BenchmarkSubmitParts(b *testing.B) {
 		dir := b.TempDir()
 		blobs := newDiskBlobs(dir, n, csv)
 		steps := &partSteps{}
-		store := ledgertest.NewStore()
+		store := memstore.NewStore()
 		queue := &countQueue{}
 		s := &submit.Submitter{Store: store, Blobs: blobs, Queue: queue, Trigger: &memTrigger{}, Handoff: nopHandoff{},
 			Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Pipelines: []string{"p"},

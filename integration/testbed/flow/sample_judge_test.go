@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -17,7 +17,7 @@ import (
 // a read after the sample's last write that does not see it (the
 // counters' Query is eventually consistent on DynamoDB), or fails.
 type lagStore struct {
-	*ledgertest.Store
+	*memstore.Store
 	lag atomic.Bool
 }
 
@@ -89,7 +89,7 @@ func (r *rig) handleOne(ctx context.Context) {
 
 // stopFails is the rig's store whose Stop fails: a cancel that does not
 // land after a rejection.
-type stopFails struct{ *ledgertest.Store }
+type stopFails struct{ *memstore.Store }
 
 func (stopFails) Stop(context.Context, ledger.StopMark) error {
 	return errors.New("dynamodb: unavailable")

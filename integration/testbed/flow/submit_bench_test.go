@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/integration/testbed/peak"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -91,7 +91,7 @@ func BenchmarkSubmitSource(b *testing.B) {
 	var written int64
 	for i := 0; b.Loop(); i++ {
 		blobs := &genBlobs{Blobs: memblobs.New(), n: n}
-		s := &submit.Submitter{Store: ledgertest.NewStore(), Blobs: blobs, Queue: &memQueue{}, Trigger: &memTrigger{},
+		s := &submit.Submitter{Store: memstore.NewStore(), Blobs: blobs, Queue: &memQueue{}, Trigger: &memTrigger{},
 			Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Pipelines: []string{"p"},
 			MaxAttempts: 3, TempDir: b.TempDir()}
 		res, err := s.Submit(context.Background(), api.SubmitRequest{BatchID: fmt.Sprintf("gen-%d", i), Pipeline: "p", KeyField: "key",

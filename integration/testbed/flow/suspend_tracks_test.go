@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -165,7 +165,7 @@ func TestSuspendUnderMaxConcurrency(t *testing.T) {
 // failRetire refuses the first retire of a track (TakeTrack with the
 // retired holder) as AWS unavailable.
 type failRetire struct {
-	*ledgertest.Store
+	*memstore.Store
 	failed atomic.Bool
 }
 

@@ -1,8 +1,8 @@
 // Package heldtest is the ledger.Store conformance of the exhausted
 // outcome (api.OutcomeExhausted) and the per-item ceilings on the batch
 // row (Store.SetLimits): Run passes each case a new store. The in-memory
-// store (integration/testbed/ledgertest) passes it in this package's
-// tests, the DynamoDB adapter in integration's TestHeldStoreConformance.
+// store (integration/testbed/memstore) passes it in this package's tests,
+// the DynamoDB adapter in integration's TestHeldStoreConformance.
 // It sits beside ledgertest, whose suite is at its size bound.
 package heldtest
 

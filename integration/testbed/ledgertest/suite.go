@@ -20,6 +20,10 @@ var T0 = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 
 const lease = time.Minute
 
+// ms is t at DynamoDB's rows' precision (milliseconds), UTC: the
+// precision every store keeps leases and stamps at.
+func ms(t time.Time) time.Time { return t.Truncate(time.Millisecond).UTC() }
+
 // Run is the conformance suite of the store contract (ledger.Store, of
 // which each engine declares the methods it uses): every condition,
 // transition and listing order its doc comments state, run against each

@@ -3,7 +3,7 @@
 // (Store.LeaseRate), a key's token row (Store.LeaseTokens,
 // SettleTokens, ReadTokens) and a key's adaptive row (Store.ReadAdapt,
 // CutAdapt, LeaseAdapt). Run passes each case a new store. The
-// in-memory store (integration/testbed/ledgertest) passes it in this
+// in-memory store (integration/testbed/memstore) passes it in this
 // package's tests, the DynamoDB adapter in integration's
 // TestPaceStoreConformance. It sits beside ledgertest, whose suite is at
 // its size bound, as heldtest does.

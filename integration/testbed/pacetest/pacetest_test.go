@@ -3,11 +3,11 @@ package pacetest
 import (
 	"testing"
 
-	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // The in-memory store passes the pacing rows' conformance.
 func TestMemStore(t *testing.T) {
-	Run(t, func(*testing.T) ledger.Store { return ledgertest.NewStore() })
+	Run(t, func(*testing.T) ledger.Store { return memstore.NewStore() })
 }

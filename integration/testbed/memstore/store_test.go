@@ -1,4 +1,4 @@
-package ledgertest_test
+package memstore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
@@ -19,7 +20,7 @@ import (
 // conditions and orders the DynamoDB adapter has (the same suite runs on
 // it in integration/store_test.go).
 func TestStoreConformance(t *testing.T) {
-	ledgertest.Run(t, func(*testing.T) ledger.Store { return ledgertest.NewStore() })
+	ledgertest.Run(t, func(*testing.T) ledger.Store { return memstore.NewStore() })
 }
 
 // The in-memory store applies DynamoDB's 400 KB item limit to pack rows
@@ -29,7 +30,7 @@ func TestStoreConformance(t *testing.T) {
 // row's outcome with 401 KiB of output is refused.
 func TestStoreRefusesRowsOverTheItemLimit(t *testing.T) {
 	ctx := context.Background()
-	s := ledgertest.NewStore()
+	s := memstore.NewStore()
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	ref := ledger.PackRef{BatchID: "big", ListShards: 1, First: 0}
 	out := json.RawMessage(`"` + strings.Repeat("x", 60<<10) + `"`)
@@ -41,7 +42,7 @@ func TestStoreRefusesRowsOverTheItemLimit(t *testing.T) {
 		}
 		return s.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: take, Attempt: attempt, Run: 1, Items: items, InFlight: 0, Now: now})
 	}
-	if err := write(7, 0, true); !errors.Is(err, ledgertest.ErrItemTooLarge) {
+	if err := write(7, 0, true); !errors.Is(err, memstore.ErrItemTooLarge) {
 		t.Fatalf("a pack row of 7 × 60 KiB: %v, want ErrItemTooLarge", err)
 	}
 	if _, err := s.GetPack(ctx, ref); !errors.Is(err, api.ErrNotFound) {
@@ -56,7 +57,7 @@ func TestStoreRefusesRowsOverTheItemLimit(t *testing.T) {
 	}
 	err = s.Record(ctx, ledger.Record{BatchID: "big", Key: "k", Run: 1, ListShards: 1, Attempt: it.Attempt, Outcome: api.OutcomeSucceeded,
 		Output: json.RawMessage(`"` + strings.Repeat("x", 401<<10) + `"`), Now: now})
-	if !errors.Is(err, ledgertest.ErrItemTooLarge) {
+	if !errors.Is(err, memstore.ErrItemTooLarge) {
 		t.Fatalf("an item row with 401 KiB of output: %v, want ErrItemTooLarge", err)
 	}
 }

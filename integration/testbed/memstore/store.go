@@ -1,4 +1,4 @@
-package ledgertest
+package memstore
 
 import (
 	"cmp"
@@ -22,10 +22,10 @@ import (
 
 // Store is an in-memory ledger store: one mutex over maps, with the
 // conditions, transitions and listing orders of the DynamoDB adapter
-// (internal/dynamo), proven by the same conformance suite (Run). It lets
-// the engines' code paths (submit, items, finalize, control, sweep) be
-// tested in milliseconds; storage semantics are still tested against
-// DynamoDB on the emulator.
+// (internal/dynamo), proven by the same conformance suite
+// (ledgertest.Run). It lets the engines' code paths (submit, items,
+// finalize, control, sweep) be tested in milliseconds; storage semantics
+// are still tested against DynamoDB on the emulator.
 //
 // Times are kept at the adapter's precision: milliseconds for leases and
 // stamps, seconds for row TTLs. It meters no capacity (Progress.Usage is
