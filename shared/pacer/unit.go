@@ -82,6 +82,25 @@ type Lease struct {
 	place  float64
 	placed bool
 	keep   atomic.Bool
+	// Until is the latest this delivery's calls may start (zero: any
+	// time), set by the caller before Unit: a lease starting after it is
+	// carried by the message as one past pace.LeaseSleep is, not slept,
+	// so that the invocation's time is not slept away before a call that
+	// it could no longer finish (worker: half the time left before its
+	// deadline margin).
+	Until time.Time
+	// Window is how long a rate lease's calls may spread (zero: any), set
+	// by the caller before Unit (worker: half the time a fresh
+	// invocation has for its calls): a unit whose calls at the rate take
+	// longer leases only those that fit (Covers), and its other items are
+	// given back unstarted, to lease again, instead of leasing time they
+	// could not use. The count depends only on the unit's items, the rate
+	// and Window, so a lease carried on the message covers the same calls
+	// when it comes back.
+	Window time.Duration
+	// leased is how many of the unit's calls its rate lease covers (0:
+	// all).
+	leased int
 	// gap is a rate lease's time between two of its calls (the lease's
 	// pace.Spacing over its calls); adapt the key's adaptive row the
 	// place was leased on, whose Due times its later calls.
@@ -163,17 +182,37 @@ func (p *Pacer) Unit(ctx context.Context, log *slog.Logger, b ledger.Batch, c Ca
 		return 0, nil
 	}
 	key := b.Rate.KeyOf(b.ID)
+	perRow := b.Rate.RequestsPerSecond / float64(pace.RateShards(b.Rate.RequestsPerSecond))
+	n := l.fit(calls, perRow)
 	wait, err := p.calls(ctx, log, c, l, key, now, from, func() (Booking, error) {
-		return LeaseRequests(ctx, p.Store, key, b.Rate.RequestsPerSecond, calls, now, from)
+		return LeaseRequests(ctx, p.Store, key, b.Rate.RequestsPerSecond, n, now, from)
 	})
-	if l.Paced() && calls > 1 {
+	if n < calls {
+		l.leased = n
+	}
+	if l.Paced() && n > 1 {
 		// A lease of n calls moves its row by pace.Spacing of n at the
 		// row's share of the rate: its calls start that far apart, not
 		// all at its start (a burst of n the rate never allowed).
-		l.gap = pace.Spacing(calls, b.Rate.RequestsPerSecond/float64(pace.RateShards(b.Rate.RequestsPerSecond))) / time.Duration(calls)
+		l.gap = pace.Spacing(n, perRow) / time.Duration(n)
 	}
 	return wait, err
 }
+
+// fit is how many of a unit's calls a rate lease takes at perRow
+// requests a second on its row: all of them, or those that start within
+// Window.
+func (l *Lease) fit(calls int, perRow float64) int {
+	if l.Window <= 0 || calls <= 1 || perRow <= 0 {
+		return calls
+	}
+	return min(calls, 1+int(l.Window.Seconds()*perRow))
+}
+
+// Covers reports whether the i-th call (from 0) of l's unit is covered
+// by its lease: every call, unless a rate lease took only those that fit
+// its Window.
+func (l *Lease) Covers(i int) bool { return l.leased == 0 || i < l.leased }
 
 // adaptive paces a unit's calls when b has no rate (docs/adr/0036): not
 // at all while its downstream key is not paced (pace.Adapt.Paced, the
@@ -216,7 +255,7 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	for slept := 0; ; slept++ {
 		start := Later(a.Due(pos, now), a.Hold)
 		wait := start.Sub(p.now())
-		if wait > pace.LeaseSleep {
+		if !l.sleepable(wait, start) {
 			wake := Later(a.Wake(pos, now), start)
 			c.SetLeaseAt(wake)
 			c.SetLeasePos(pos)
@@ -281,7 +320,7 @@ func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease
 		start = bk.Start
 	}
 	wait := Later(start, from).Sub(p.now())
-	if wait > pace.LeaseSleep {
+	if !l.sleepable(wait, Later(start, from)) {
 		c.SetLeaseAt(start)
 		l.Carry(c) // the token booking waits with it
 		return wait, nil
@@ -322,7 +361,7 @@ func (p *Pacer) tokens(ctx context.Context, log *slog.Logger, b ledger.Batch, c 
 	}
 	start, booked, drift = bk.Start, bk.Spacing, bk.Drift
 	l.tokens = tokenBooking{key: key, budget: budget, start: start, booked: booked, drift: drift, carried: carried}
-	if wait := start.Sub(p.now()); wait > pace.LeaseSleep {
+	if wait := start.Sub(p.now()); !l.sleepable(wait, start) {
 		l.Carry(c)
 		return time.Time{}, wait, nil
 	}
@@ -341,6 +380,13 @@ func (l *Lease) Carry(c Carried) {
 // starting at start.
 func (l *Lease) at(start time.Time, pos float64, a pace.Adapt) {
 	l.Leased, l.place, l.placed, l.adapt = start, pos, true, a
+}
+
+// sleepable reports whether a lease starting at start, wait from now,
+// is slept in the invocation: within pace.LeaseSleep and not after
+// Until.
+func (l *Lease) sleepable(wait time.Duration, start time.Time) bool {
+	return wait <= pace.LeaseSleep && (l.Until.IsZero() || !start.After(l.Until))
 }
 
 // CallAt is when the i-th call (from 0) of l's unit starts: the lease's

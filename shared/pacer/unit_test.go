@@ -16,14 +16,16 @@ import (
 // fakeRows is a pacing store whose rate rows grant the start it is told and
 // whose adaptive rows are unpaced; it counts the leases and reads.
 type fakeRows struct {
-	start  time.Time // the start LeaseRate grants
-	leases int
-	reads  int
-	err    error
+	start   time.Time     // the start LeaseRate grants
+	spacing time.Duration // the last lease's
+	leases  int
+	reads   int
+	err     error
 }
 
 func (r *fakeRows) LeaseRate(_ context.Context, l pace.RateLease) (pace.RateGrant, error) {
 	r.leases++
+	r.spacing = l.Spacing
 	if r.err != nil {
 		return pace.RateGrant{}, r.err
 	}
@@ -307,5 +309,45 @@ func TestUnitCallsSpreadOverTheirLease(t *testing.T) {
 	var unpaced Lease
 	if !unpaced.CallAt(5).IsZero() || unpaced.Late(5, now) {
 		t.Error("an unpaced unit's call: want no start of its own and never late")
+	}
+}
+
+// TestUnitLeasesWhatFitsItsInvocation guards a paced unit against its
+// invocation's deadline: a rate lease takes only the calls that start
+// within its Window (10 items at 5 a second in a 1 s window: 6, their
+// spacing 1.2 s), the others not covered (given back by the worker, to
+// lease again); a lease starting after Until is carried on the message,
+// not slept, even within pace.LeaseSleep.
+func TestUnitLeasesWhatFitsItsInvocation(t *testing.T) {
+	t.Cleanup(Forget)
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	st := &fakeRows{start: now}
+	var slept time.Duration
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(_ context.Context, d time.Duration) { slept += d }}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 5}
+	var c carried
+	l := Lease{Window: time.Second}
+	if wait, err := p.Unit(ctx, log, b, &c, 10, false, &l); err != nil || wait != 0 || !l.Leased.Equal(now) {
+		t.Fatalf("a lease now: wait %v, err %v, leased %v", wait, err, l.Leased)
+	}
+	if st.spacing != 1200*time.Millisecond || !l.Covers(5) || l.Covers(6) {
+		t.Errorf("10 calls at 5 a second in a 1 s window: leased spacing %v, covers call 5 %v, call 6 %v; want 1.2 s (6 calls), 5 covered, 6 not", st.spacing, l.Covers(5), l.Covers(6))
+	}
+	if got := l.CallAt(5).Sub(now); got != time.Second {
+		t.Errorf("the last covered call starts %v after the lease, want 1 s", got)
+	}
+	all := Lease{}
+	if _, err := p.Unit(ctx, log, b, &c, 10, false, &all); err != nil || st.spacing != 2*time.Second || !all.Covers(9) {
+		t.Errorf("no window: spacing %v, covers call 9 %v, err %v; want every call leased (2 s)", st.spacing, all.Covers(9), err)
+	}
+
+	st.start = now.Add(time.Second)
+	slept = 0
+	late := Lease{Until: now.Add(500 * time.Millisecond)}
+	if wait, err := p.Unit(ctx, log, b, &c, 1, false, &late); err != nil || wait != time.Second || slept != 0 || late.Paced() || !c.at.Equal(st.start) {
+		t.Errorf("a lease 1 s ahead with Until at +500 ms: wait %v, err %v, slept %v, paced %v, carried %v; want it carried, not slept", wait, err, slept, late.Paced(), c.at)
 	}
 }

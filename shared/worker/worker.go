@@ -286,6 +286,9 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	}
 	inv := &invocation{batches: &batchCache{store: w.Store, m: map[string]*batchEntry{}}, items: make(chan struct{}, items), margin: margin, checks: &stopcheck.Reads{}, start: w.Clock.Now(),
 		oks: &okLines{}}
+	if dl, ok := ctx.Deadline(); ok {
+		inv.usable = max(time.Until(dl)-margin, 0)
+	}
 	var (
 		mu     sync.Mutex
 		failed = []string{}
@@ -364,6 +367,10 @@ type invocation struct {
 	checks  *stopcheck.Reads // the rows calls start under (beforeCall)
 	start   time.Time        // when the invocation read its batch rows
 	oks     *okLines         // its items that succeeded, logged once it ends
+	// usable is the time its calls had at its start, to its deadline
+	// less the margin (0: no deadline); a paced unit leases no more calls
+	// than start within half of it (pacer.Lease.Window).
+	usable time.Duration
 }
 
 type batchEntry struct {
