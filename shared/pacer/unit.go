@@ -409,15 +409,59 @@ func (l *Lease) CallAt(i int) time.Time {
 	return l.Leased
 }
 
-// WaitCall sleeps until the i-th call of l's unit may start (CallAt), on
-// p's Sleep, and reports how long that was; 0 when it may start now.
-func (p *Pacer) WaitCall(ctx context.Context, l *Lease, i int) time.Duration {
-	wait := l.CallAt(i).Sub(p.now())
-	if wait <= 0 {
-		return 0
+// WaitCall sleeps until the i-th call (from 0) of l's unit may start,
+// at its place in the lease (CallAt: a paced unit's calls start spread
+// over their lease, not at once), on p's Sleep, and reports whether it
+// may start: false, without sleeping, when the lease does not cover the
+// call (Covers), when its place is past Until, or when ctx's deadline
+// comes less than margin after it — the caller then gives the item back
+// unstarted (no attempt used) and it leases again with its unit's
+// message, so that a call started late in the spread still has at least
+// half the time its invocation had for its calls, where one started just
+// inside the deadline margin was cut off there, its attempt used (an
+// item failed at max-attempts so, uncalled to its end). True at once when
+// the call is due (an unpaced unit's always is).
+func (p *Pacer) WaitCall(ctx context.Context, l *Lease, i int, margin time.Duration) bool {
+	if !l.Covers(i) {
+		return false
 	}
-	p.sleep(ctx, wait)
-	return wait
+	at := l.CallAt(i)
+	due := at.Sub(p.now())
+	if due <= 0 {
+		return true
+	}
+	if !l.Until.IsZero() && at.After(l.Until) {
+		return false
+	}
+	if dl, has := ctx.Deadline(); has && time.Until(dl) < margin+due {
+		return false
+	}
+	p.sleep(ctx, due)
+	return true
+}
+
+// Bound sets l's Until and Window for a delivery in an invocation whose
+// calls are cut off margin before ctx's deadline and whose fresh
+// invocations have usable for their calls: Until half of the time left
+// from now to that cut-off (a call starting then has as long again to
+// run; now when none is left; zero, no bound, when ctx has no deadline),
+// Window half of usable. A rate lease then takes no more calls than
+// start within half a fresh invocation's time (100 items at under 0.68
+// a second in a 5-minute invocation with its 10 s margin take fewer), so
+// only a unit taken late in its invocation gives back calls it leased
+// (docs/pipelines.md, "Rates").
+func (l *Lease) Bound(ctx context.Context, now time.Time, margin, usable time.Duration) {
+	l.Until, l.Window = time.Time{}, usable/2
+	dl, has := ctx.Deadline()
+	if !has {
+		return
+	}
+	left := time.Until(dl) - margin
+	if left <= 0 {
+		l.Until = now
+		return
+	}
+	l.Until = now.Add(left / 2)
 }
 
 // Paced reports whether l's unit runs under a lease (a rate's, or a

@@ -351,3 +351,60 @@ func TestUnitLeasesWhatFitsItsInvocation(t *testing.T) {
 		t.Errorf("a lease 1 s ahead with Until at +500 ms: wait %v, err %v, slept %v, paced %v, carried %v; want it carried, not slept", wait, err, slept, late.Paced(), c.at)
 	}
 }
+
+// TestWaitCallStartsOnlyWhatItsInvocationCanFinish: a covered call is
+// slept to its place and starts; a call the lease does not cover, one
+// whose place is past Until, and one whose place leaves less than the
+// margin before the deadline start not (given back unstarted, no sleep).
+// Bound puts Until halfway to the margin before the deadline.
+func TestWaitCallStartsOnlyWhatItsInvocationCanFinish(t *testing.T) {
+	t.Cleanup(Forget)
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	log := slog.New(slog.DiscardHandler)
+	st := &fakeRows{start: now}
+	var slept time.Duration
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(_ context.Context, d time.Duration) { slept += d }}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 5}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 21*time.Second)
+	defer cancel()
+	var l Lease
+	l.Bound(ctx, now, time.Second, 30*time.Second)
+	if until := l.Until.Sub(now); until < 9*time.Second || until > 10*time.Second || l.Window != 15*time.Second {
+		t.Fatalf("Bound with ≈ 21 s to the deadline, a 1 s margin, 30 s usable: Until +%v, Window %v; want ≈ +10 s, 15 s", until, l.Window)
+	}
+	var c carried
+	if wait, err := p.Unit(ctx, log, b, &c, 100, false, &l); err != nil || wait != 0 || !l.Paced() {
+		t.Fatalf("a lease now: wait %v, err %v", wait, err)
+	}
+	if !p.WaitCall(ctx, &l, 0, time.Second) || slept != 0 {
+		t.Errorf("the first call: want it to start at once, slept %v", slept)
+	}
+	if !p.WaitCall(ctx, &l, 3, time.Second) || slept != 600*time.Millisecond {
+		t.Errorf("the 4th call at 5 a second: want it to start after 600 ms, slept %v", slept)
+	}
+	slept = 0
+	if p.WaitCall(ctx, &l, 60, time.Second) || slept != 0 {
+		t.Errorf("call 60 (+12 s, past Until at ≈ +10 s): want it given back unslept, slept %v", slept)
+	}
+	if p.WaitCall(ctx, &l, 80, time.Second) || slept != 0 {
+		t.Errorf("call 80 (past the 15 s window): want it not covered, slept %v", slept)
+	}
+	l.Until = time.Time{}
+	if p.WaitCall(ctx, &l, 70, 8*time.Second) || slept != 0 {
+		t.Errorf("call 70 (+14 s) with ≈ 21 s to the deadline and an 8 s margin: want it given back unslept, slept %v", slept)
+	}
+
+	var none Lease
+	none.Bound(context.Background(), now, time.Second, 30*time.Second)
+	if !none.Until.IsZero() || !p.WaitCall(context.Background(), &none, 5, time.Second) {
+		t.Errorf("no deadline: Until %v, want none; an unpaced call starts at once", none.Until)
+	}
+	spent, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel2()
+	none.Bound(spent, now, time.Second, 30*time.Second)
+	if !none.Until.Equal(now) {
+		t.Errorf("less than the margin left: Until %v, want now", none.Until)
+	}
+}

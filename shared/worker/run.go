@@ -75,8 +75,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	// a token budget's booking is settled once the unit ends, whichever
 	// way (pacer.Pacer.Settle).
 	defer w.pacing().Settle(ctx, log, &m.lease)
-	spread := spreadEnd(ctx, w.Clock.Now(), inv.margin)
-	m.lease.Until, m.lease.Window = spread, inv.usable/2
+	m.lease.Bound(ctx, w.Clock.Now(), inv.margin, inv.usable)
 	// A track's message comes back by design (its units wait in it), so
 	// only an item or pack message received again is a redelivery here.
 	if wait, err := w.pacing().Unit(ctx, log, b, m, len(m.Items), d.ReceiveCount > 1 && m.track == nil, &m.lease); err != nil {
@@ -179,7 +178,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			// concluded, never given back: a give-back records a retry
 			// and the next take would no longer see the interruption.
 			keep := endsUncalled(b, h, r.j)
-			if !keep && !w.waitCall(ctx, m, inv, i, spread) {
+			if !keep && !w.pacing().WaitCall(ctx, &m.lease, i, inv.margin) {
 				return // not started: given back below
 			}
 			inv.items <- struct{}{}
@@ -213,55 +212,6 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	wg.Wait()
 	m.tokensRan(runs)
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
-}
-
-// waitCall sleeps until the i-th call of m's unit may start, at its
-// place in the unit's lease (pacer.Lease.CallAt: a paced unit's calls
-// start spread over its lease, not at once), and reports whether it
-// may: false when that place is past spread (spreadEnd: the item is
-// given back unstarted, no attempt used, and leases again with its
-// unit's message), so that a call started late in the spread still has
-// at least half the time the invocation had for its calls — where one
-// started just inside the deadline margin was cut off there, its
-// attempt used (an item failed at max-attempts so, uncalled to its end).
-func (w *Worker) waitCall(ctx context.Context, m *unitMessage, inv *invocation, i int, spread time.Time) bool {
-	if !m.lease.Covers(i) {
-		return false // not leased: given back, to lease again
-	}
-	at := m.lease.CallAt(i)
-	due := at.Sub(w.Clock.Now())
-	if due <= 0 {
-		return true
-	}
-	if !spread.IsZero() && at.After(spread) {
-		return false
-	}
-	if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin+due {
-		return false
-	}
-	w.pacing().WaitCall(ctx, &m.lease, i)
-	return true
-}
-
-// spreadEnd is the latest a paced unit's call may start in an invocation
-// whose context ends at its deadline, margin before which its calls are
-// cut off: half of the time left from now to then (zero: no deadline).
-// A call starting at it has as long again to run. A rate lease takes no
-// more calls than start within half a fresh invocation's time
-// (pacer.Lease.Window: 100 items at under 0.68 a second in a 5-minute
-// invocation with its 10 s margin take fewer), so only a unit taken
-// late in its invocation gives back calls it leased (docs/pipelines.md,
-// "Rates").
-func spreadEnd(ctx context.Context, now time.Time, margin time.Duration) time.Time {
-	dl, has := ctx.Deadline()
-	if !has {
-		return time.Time{}
-	}
-	left := time.Until(dl) - margin
-	if left <= 0 {
-		return now
-	}
-	return now.Add(left / 2)
 }
 
 // heldBack reports whether the i-th item of m's unit gives its call back
