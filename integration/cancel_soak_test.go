@@ -21,6 +21,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 )
 
 // Settings of TestCancelAtHalf (`make soak-cancel`);
@@ -364,7 +365,7 @@ func itemOutcomes(t *testing.T, id string) (map[string]api.Outcome, map[string]i
 	}
 	outcomes := map[string]api.Outcome{}
 	reasons := map[string]int{}
-	if err := ledger.MergeShards(ctx, env.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+	if err := shardmerge.Merge(ctx, env.store, id, b.ListShards, "", shardmerge.Options{Packed: b.Pack() > 1}, func(it ledger.Item) error {
 		outcomes[it.Key] = it.Outcome
 		if it.Outcome == api.OutcomeCancelled {
 			reasons[string(it.Reason)]++

@@ -25,6 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 	"github.com/bulkrun/bulkrun/shared/worker"
@@ -124,7 +125,7 @@ func itemState(t *testing.T, h *harness, id, key string) ledger.Item {
 		t.Fatal(err)
 	}
 	var found ledger.Item
-	if err := ledger.MergeShards(ctx, h.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+	if err := shardmerge.Merge(ctx, h.store, id, b.ListShards, "", shardmerge.Options{Packed: b.Pack() > 1}, func(it ledger.Item) error {
 		if it.Key == key {
 			found = it
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -111,7 +112,7 @@ func TestFinalizeChunkedKilledMidway(t *testing.T) {
 	f := *h.finalizer
 	f.Blobs = kb
 	f.ChunkRows = 25
-	f.Merge = ledger.MergeOptions{BudgetBytes: 1, Reads: 3}
+	f.Merge = shardmerge.Options{BudgetBytes: 1, Reads: 3}
 	kills := []func(op, key string) bool{
 		func(op, key string) bool {
 			return op == "put_if_absent" && strings.HasSuffix(key, "/finalize/1/000002.json")

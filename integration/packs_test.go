@@ -15,6 +15,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/worker"
@@ -176,7 +177,7 @@ func TestPackedCrashTakeoverIsFenced(t *testing.T) {
 				t.Fatalf("census %+v, calls %d", r.Report.Census, h.callsOf(key))
 			}
 			var row ledger.Item
-			err = ledger.MergeShards(ctx, h.store, id, b.ListShards, "", ledger.MergeOptions{Packed: k > 1}, func(it ledger.Item) error {
+			err = shardmerge.Merge(ctx, h.store, id, b.ListShards, "", shardmerge.Options{Packed: k > 1}, func(it ledger.Item) error {
 				if it.Key == key {
 					row = it
 				}

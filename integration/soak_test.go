@@ -28,6 +28,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 )
 
 // Soak settings; BULKRUN_SOAK_ITEMS, BULKRUN_SOAK_SEED and
@@ -249,7 +250,7 @@ func TestSoak(t *testing.T) {
 	outcomes := map[string]api.Outcome{}
 	reasons := map[string]int{}
 	// Item rows or pack rows, as the stack's items per message made them.
-	if err := ledger.MergeShards(ctx, env.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+	if err := shardmerge.Merge(ctx, env.store, id, b.ListShards, "", shardmerge.Options{Packed: b.Pack() > 1}, func(it ledger.Item) error {
 		attempts[it.Key], outcomes[it.Key] = it.Attempt, it.Outcome
 		if it.Outcome == api.OutcomeFailed {
 			reasons[string(it.Reason)+": "+firstLine(it.Error)]++

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 )
 
 // The bounds of a page of PartialResults.
@@ -53,7 +54,7 @@ var errPageFull = errors.New("page full")
 // in a later stream, not this one.
 //
 // Reads per call. The batch row (one GetItem) and a k-way merge
-// (ledger.MergeShards) of the batch's ListShards item partitions
+// (shardmerge.Merge) of the batch's ListShards item partitions
 // (ITEM#{id}#{shard}, or PACK#{id}#{shard}), each read by Query from the
 // cursor on, eventually consistent, never a Scan of the table and never
 // rows before the cursor: each shard's first Query asks for about
@@ -97,15 +98,15 @@ func (c *Control) PartialResults(ctx context.Context, id, cursor string, limit i
 	shards := b.ListShards
 	per := (limit + shards - 1) / shards
 	per = min(max(per+per/4+2, 2), 1000)
-	opts := ledger.MergeOptions{
+	opts := shardmerge.Options{
 		Packed: b.Packed(),
-		// MergeShards sizes each Query as BudgetBytes / (2 × shards × the
+		// shardmerge.Merge sizes each Query as BudgetBytes / (2 × shards × the
 		// row estimate, 1 KiB until larger rows are seen): per rows.
 		BudgetBytes: int64(2*shards*per) << 10,
 	}
 	examine := ResultExamineFactor * limit
 	examined, size, last := 0, 0, ""
-	err = ledger.MergeShards(ctx, c.Store, b.ID, shards, after, opts, func(it ledger.Item) error {
+	err = shardmerge.Merge(ctx, c.Store, b.ID, shards, after, opts, func(it ledger.Item) error {
 		if len(p.Lines) >= limit || examined >= examine {
 			return errPageFull
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -15,7 +16,7 @@ import (
 type Store interface {
 	ledger.RunStopper
 	ledger.BatchDeleter
-	ledger.ShardScanner // PartialResults
+	shardmerge.Scanner // PartialResults
 	ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error)
 	Pause(ctx context.Context, m ledger.PauseMark) error
 	// ReadAdapt and CutAdapt: an unpause restarts a downstream's adaptive

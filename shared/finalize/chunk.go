@@ -12,6 +12,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -396,7 +397,7 @@ func (f *Finalizer) scanChunk(ctx context.Context, b ledger.Batch, cp *checkpoin
 	if opts.Packed {
 		sorter = &keySorter{limit: f.sortRunBytes()}
 	}
-	err := ledger.MergeShards(ctx, f.Store, b.ID, b.ListShards, cp.After, opts, func(it ledger.Item) error {
+	err := shardmerge.Merge(ctx, f.Store, b.ID, b.ListShards, cp.After, opts, func(it ledger.Item) error {
 		if chunkEnds() {
 			return errChunkEnds
 		}
@@ -591,16 +592,16 @@ func (f *Finalizer) chunkTime() time.Duration {
 	return DefaultChunkTime
 }
 
-// sortBudget is what a pack batch's finalize gives ledger.MergeShards while it
+// sortBudget is what a pack batch's finalize gives shardmerge.Merge while it
 // counts and the runs' reads while it merges them: the merge budget less
 // SortRunBytes, which the held lines take while it counts and the
 // results parts (two of ResultPartBytes) while it merges, so that its
-// memory stays that of a batch of item rows (ledger.MergeShards' budget and the
+// memory stays that of a batch of item rows (shardmerge.Merge' budget and the
 // results parts).
 func (f *Finalizer) sortBudget() int64 {
 	budget := f.Merge.BudgetBytes
 	if budget <= 0 {
-		budget = ledger.DefaultMergeBudgetBytes
+		budget = shardmerge.DefaultBudgetBytes
 	}
 	return max(budget-int64(f.sortRunBytes()), budget/4)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
 
@@ -60,7 +61,7 @@ func TestMergeShardsOrderAndBudget(t *testing.T) {
 				}
 			}
 			var got []string
-			err := ledger.MergeShards(context.Background(), s, "b", tt.shards, tt.after, ledger.MergeOptions{BudgetBytes: tt.budget, Reads: 2}, func(it ledger.Item) error {
+			err := shardmerge.Merge(context.Background(), s, "b", tt.shards, tt.after, shardmerge.Options{BudgetBytes: tt.budget, Reads: 2}, func(it ledger.Item) error {
 				got = append(got, it.Key)
 				return nil
 			})
@@ -116,7 +117,7 @@ func chunkRows(n, outputBytes int) []ledger.Item {
 
 func chunkFinalizer(s *rowStore, blobs *memblobs.Blobs, chunkRows int64) *Finalizer {
 	return &Finalizer{Store: s, Blobs: blobs, Clock: ledger.SystemClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Retention: time.Hour, ChunkRows: chunkRows, Merge: ledger.MergeOptions{BudgetBytes: 256 << 10, Reads: 2}}
+		Retention: time.Hour, ChunkRows: chunkRows, Merge: shardmerge.Options{BudgetBytes: 256 << 10, Reads: 2}}
 }
 
 func runningBatch(n int64) ledger.Batch {

@@ -16,6 +16,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/sample"
 	"github.com/bulkrun/bulkrun/shared/spend"
@@ -30,7 +31,7 @@ import (
 func CensusOf(ctx context.Context, store Store, b ledger.Batch, each func(ledger.Item, api.Outcome) error) (api.Census, error) {
 	c := api.Census{Cost: pipeline.CostSum{}, RunSpent: pipeline.CostSum{}}
 	var rows int64
-	err := ledger.MergeShards(ctx, store, b.ID, b.ListShards, "", ledger.MergeOptions{Packed: b.Packed()}, func(it ledger.Item) error {
+	err := shardmerge.Merge(ctx, store, b.ID, b.ListShards, "", shardmerge.Options{Packed: b.Packed()}, func(it ledger.Item) error {
 		o, ok := ledger.OutcomeInRun(it, b)
 		if !ok {
 			return nil // not yet reached in this run: pending
@@ -108,9 +109,9 @@ type Finalizer struct {
 	// ChunkRows, when > 0, also ends a call's chunk after that many rows
 	// (tests; 0: no limit).
 	ChunkRows int64
-	// Merge bounds the memory of reading the rows (ledger.MergeShards), and of
+	// Merge bounds the memory of reading the rows (shardmerge.Merge), and of
 	// merging a pack batch's sorted runs (see keysort.go).
-	Merge ledger.MergeOptions
+	Merge shardmerge.Options
 	// SortRunBytes is how many bytes of a pack batch's result lines are
 	// sorted in memory into one run. Default SortRunBytes.
 	SortRunBytes int

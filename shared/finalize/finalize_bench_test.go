@@ -22,7 +22,7 @@ import (
 )
 
 // BenchmarkFinalizeMemory feeds generated item rows through the real
-// Finalize (ledger.MergeShards, census, results parts, checkpoints) from a store
+// Finalize (shardmerge.Merge, census, results parts, checkpoints) from a store
 // that makes each shard's rows as they are read, and a bucket that keeps
 // only the sizes of the parts, so that what is measured is finalize's own
 // memory. BULKRUN_FINALIZE_ROWS sets the rows (default 10^6; 10^7 for the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
 
@@ -392,7 +393,7 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 	}
 	if !opts.Packed {
 		// The shards' rows come in key order: straight into the run.
-		err = ledger.MergeShards(ctx, f.Store, b.ID, b.ListShards, "", opts, func(it ledger.Item) error {
+		err = shardmerge.Merge(ctx, f.Store, b.ID, b.ListShards, "", opts, func(it ledger.Item) error {
 			o, line, ok, err := rc.count(it)
 			if err != nil || !ok {
 				return err
@@ -428,7 +429,7 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 // sortPart counts a pack batch's part, whose rows come in manifest
 // order, and writes its lines in key order: sorted runs of SortRunBytes,
 // merged MaxMergeFanIn at a time until one merge gives the part's run.
-func (f *Finalizer) sortPart(ctx context.Context, b ledger.Batch, p *partPlan, i int, token string, opts ledger.MergeOptions, rc *rowCounter,
+func (f *Finalizer) sortPart(ctx context.Context, b ledger.Batch, p *partPlan, i int, token string, opts shardmerge.Options, rc *rowCounter,
 	writer func() (*runWriter, error)) error {
 	opts.BudgetBytes = f.sortBudget() // the sort holds the rest
 	sorter := &keySorter{limit: f.sortRunBytes()}
@@ -449,7 +450,7 @@ func (f *Finalizer) sortPart(ctx context.Context, b ledger.Batch, p *partPlan, i
 		}
 		return err
 	}
-	err := ledger.MergeShards(ctx, f.Store, b.ID, b.ListShards, "", opts, func(it ledger.Item) error {
+	err := shardmerge.Merge(ctx, f.Store, b.ID, b.ListShards, "", opts, func(it ledger.Item) error {
 		o, line, ok, err := rc.count(it)
 		if err != nil || !ok {
 			return err

@@ -20,7 +20,7 @@ import (
 // A run's results (results/{outcome}.jsonl) list their items in key byte
 // order (KeyOrder) at every items per message. With one item per message
 // the rows come in that order already: each item shard is a DynamoDB
-// partition whose sort key is the item key, and MergeShards merges the
+// partition whose sort key is the item key, and shardmerge.Merge merges the
 // shards. A pack row holds the items of one pack message, which are
 // consecutive manifest lines, so the pack partitions come in manifest
 // order; finalize then sorts their result lines by key in bounded memory
@@ -52,7 +52,7 @@ const (
 	SortRunBytes = 16 << 20
 	// MinSortReadBytes and MaxSortReadBytes bound one ranged read of a
 	// run while the runs are merged: the merge budget
-	// (ledger.MergeOptions.BudgetBytes) shared by the runs, two reads each (one
+	// (shardmerge.Options.BudgetBytes) shared by the runs, two reads each (one
 	// merged, one read ahead), within 64 KiB–8 MiB.
 	MinSortReadBytes = 64 << 10
 	MaxSortReadBytes = 8 << 20

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 )
 
 // Store is what the finalize engine needs of the ledger's store: the methods it
 // calls, each with the contract ledger.Store documents. internal/dynamo
 // implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
-	ledger.ShardScanner
+	shardmerge.Scanner
 	GetBatch(ctx context.Context, id string) (ledger.Batch, error)
 	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)
 	FinishRun(ctx context.Context, id string, run int, f ledger.Finish) error

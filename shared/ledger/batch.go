@@ -145,7 +145,7 @@ type Item struct {
 	// it has none.
 	ExpiresAt time.Time `json:"-"`
 	// Pos is the item's position in a scan of its batch's rows
-	// (MergeShards): its key for an item row, PackPos for an item of a
+	// (shardmerge.Merge): its key for an item row, PackPos for an item of a
 	// pack row (Packed, in the pack starting at manifest index PackFirst).
 	Pos       string `json:"-"`
 	Packed    bool   `json:"-"`

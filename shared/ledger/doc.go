@@ -7,7 +7,8 @@
 // deploy (Message, PackMessage, Pack, FormatVersion), the store's
 // parameter and result types and the ports the adapters implement (Blobs,
 // Queue, Trigger, Events, Clock), and the commands two engines share
-// (StopRun, Forget, MergeShards).
+// (StopRun, Forget; reading a batch's item shards in key order is its
+// room shared/ledger/shardmerge).
 //
 // It imports no AWS type and no engine. Each engine (shared/submit,
 // shared/worker, shared/finalize, shared/control) declares the store

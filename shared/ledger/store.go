@@ -137,7 +137,7 @@ type Store interface {
 	// listShards-1) whose keys sort after `after` ("" from the first), in
 	// key byte order, and whether the shard may hold more past the last
 	// one. Rows read as in flight or released are read again consistently.
-	// Finalize merges the shards with it in bounded memory (MergeShards).
+	// Finalize merges the shards with it in bounded memory (shardmerge.Merge).
 	ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
 	// FinishRun moves the batch from running to f.Status, only if its
 	// current run is run and it is still running; else ErrConflict. It also

@@ -25,6 +25,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/live"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -1058,7 +1059,7 @@ func memItem(t *testing.T, r *rig, id, key string) ledger.Item {
 		t.Fatal(err)
 	}
 	var found ledger.Item
-	if err := ledger.MergeShards(ctx, r.store, id, b.ListShards, "", ledger.MergeOptions{Packed: b.Pack() > 1}, func(it ledger.Item) error {
+	if err := shardmerge.Merge(ctx, r.store, id, b.ListShards, "", shardmerge.Options{Packed: b.Pack() > 1}, func(it ledger.Item) error {
 		if it.Key == key {
 			found = it
 		}

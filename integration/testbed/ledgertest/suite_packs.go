@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -271,7 +272,7 @@ var packCases = []suiteCase{
 		}
 		want = append(want, "late")
 		var got, pos []string
-		err := ledger.MergeShards(ctx, s, b.ID, b.ListShards, "", ledger.MergeOptions{Packed: true, BudgetBytes: 2000}, func(it ledger.Item) error {
+		err := shardmerge.Merge(ctx, s, b.ID, b.ListShards, "", shardmerge.Options{Packed: true, BudgetBytes: 2000}, func(it ledger.Item) error {
 			got, pos = append(got, it.Key), append(pos, it.Pos)
 			if !it.Packed || it.PackFirst > 100 {
 				return fmt.Errorf("item %+v", it)
@@ -290,7 +291,7 @@ var packCases = []suiteCase{
 		}
 		// From a position inside a pack.
 		var rest []string
-		err = ledger.MergeShards(ctx, s, b.ID, b.ListShards, pos[4], ledger.MergeOptions{Packed: true}, func(it ledger.Item) error {
+		err = shardmerge.Merge(ctx, s, b.ID, b.ListShards, pos[4], shardmerge.Options{Packed: true}, func(it ledger.Item) error {
 			rest = append(rest, it.Key)
 			return nil
 		})

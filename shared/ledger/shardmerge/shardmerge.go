@@ -1,4 +1,8 @@
-package ledger
+// Package shardmerge reads a batch's item rows (or pack rows) from its
+// item shards in key order, merged, in bounded memory: what finalize
+// counts and writes the results from, and what a run's partial results
+// stream. It needs only the store's two shard scans (Scanner).
+package shardmerge
 
 import (
 	"cmp"
@@ -7,33 +11,34 @@ import (
 	"fmt"
 
 	"github.com/bulkrun/bulkrun/internal/sliceheap"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// Defaults of MergeOptions.
+// Defaults of Options.
 const (
-	// DefaultMergeBudgetBytes bounds the rows MergeShards holds read ahead
+	// DefaultBudgetBytes bounds the rows Merge holds read ahead
 	// of the merge: 48 MiB.
-	DefaultMergeBudgetBytes = 48 << 20
-	// DefaultMergeReads is how many shard reads MergeShards keeps in
+	DefaultBudgetBytes = 48 << 20
+	// DefaultReads is how many shard reads Merge keeps in
 	// flight at once.
-	DefaultMergeReads = 8
-	// itemRowOverheadBytes is what an Item takes in memory besides its
+	DefaultReads = 8
+	// itemRowOverheadBytes is what a ledger.Item takes in memory besides its
 	// strings and cost map (the struct, slice slot, map header).
 	itemRowOverheadBytes = 320
-	// minRowEstimateBytes is the row size MergeShards sizes its first
+	// minRowEstimateBytes is the row size Merge sizes its first
 	// reads by, before it has seen any row.
 	minRowEstimateBytes = 1 << 10
 )
 
-// MergeOptions bounds MergeShards. The zero value takes the defaults.
-type MergeOptions struct {
+// Options bounds Merge. The zero value takes the defaults.
+type Options struct {
 	// BudgetBytes bounds the rows read ahead and not yet passed to fn,
 	// counted by RowBytes; each shard may still hold one row beyond it, so
 	// the rows held are at most max(BudgetBytes, shards × the largest
-	// row). Default DefaultMergeBudgetBytes.
+	// row). Default DefaultBudgetBytes.
 	BudgetBytes int64
 	// Reads is how many Store.ScanShard calls run at once (read-ahead of
-	// the shards whose rows run low). Default DefaultMergeReads.
+	// the shards whose rows run low). Default DefaultReads.
 	Reads int
 	// Packed reads the shards' pack rows (Store.ScanPacks) instead of
 	// their item rows: a batch with items per message > 1 (Batch.Pack).
@@ -48,7 +53,7 @@ type MergeOptions struct {
 
 // RowBytes estimates what an item row takes in memory once read: its
 // strings, its cost entries and a fixed overhead.
-func RowBytes(it Item) int64 {
+func RowBytes(it ledger.Item) int64 {
 	n := len(it.Key) + len(it.RunID) + len(it.Output) + len(it.OutputRef) + len(it.Error) + len(it.Reason) + len(it.Outcome)
 	for name := range it.Cost {
 		n += len(name) + 48
@@ -59,7 +64,7 @@ func RowBytes(it Item) int64 {
 	return int64(n + itemRowOverheadBytes)
 }
 
-// MergeShards calls fn for every item row of the batch whose key sorts
+// Merge calls fn for every item row of the batch whose key sorts
 // after `after` ("" from the first), in key byte order, merging its
 // listShards item shards read with Store.ScanShard. Memory is bounded
 // whatever the batch's size: the rows read ahead stay within
@@ -68,17 +73,17 @@ func RowBytes(it Item) int64 {
 // per shard, plus opts.Reads reads in flight (each at most Store.ScanShard's
 // limit, sized from the budget, the shard count and the largest rows seen).
 // fn's error stops the merge and is returned; so is a read's error.
-func MergeShards(ctx context.Context, store ShardScanner, batchID string, listShards int, after string, opts MergeOptions, fn func(Item) error) error {
+func Merge(ctx context.Context, store Scanner, batchID string, listShards int, after string, opts Options, fn func(ledger.Item) error) error {
 	m := &merger{store: store, id: batchID, budget: opts.BudgetBytes, estimate: minRowEstimateBytes, scan: store.ScanShard}
 	if opts.Packed {
 		m.scan = store.ScanPacks
 	}
 	if m.budget <= 0 {
-		m.budget = DefaultMergeBudgetBytes
+		m.budget = DefaultBudgetBytes
 	}
 	reads := opts.Reads
 	if reads <= 0 {
-		reads = DefaultMergeReads
+		reads = DefaultReads
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends reads still in flight
@@ -107,7 +112,7 @@ func MergeShards(ctx context.Context, store ShardScanner, batchID string, listSh
 	for h.Len() > 0 {
 		sh := h.S[0]
 		it := sh.rows[0]
-		sh.rows[0] = Item{} // the slot no longer holds the row
+		sh.rows[0] = ledger.Item{} // the slot no longer holds the row
 		sh.rows = sh.rows[1:]
 		m.held -= RowBytes(it)
 		if sh.more && sh.pending == nil && len(sh.rows) <= m.limit()/2 {
@@ -128,30 +133,30 @@ func MergeShards(ctx context.Context, store ShardScanner, batchID string, listSh
 	return nil
 }
 
-// merger is MergeShards' state; only its goroutine touches it, the reads
+// merger is Merge' state; only its goroutine touches it, the reads
 // answer on each shard's channel.
 type merger struct {
 	ctx      context.Context
-	store    ShardScanner
+	store    Scanner
 	id       string
 	budget   int64
 	held     int64 // RowBytes of the rows read ahead, in every shard
 	estimate int64 // largest mean row size of a read so far
 	sem      chan struct{}
 	shards   []*mergeShard
-	scan     func(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
+	scan     func(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error)
 }
 
 type mergeShard struct {
 	n       int
-	rows    []Item // read ahead, in key order
-	cursor  string // key of the last row read
-	more    bool   // the shard may hold rows past cursor
+	rows    []ledger.Item // read ahead, in key order
+	cursor  string        // key of the last row read
+	more    bool          // the shard may hold rows past cursor
 	pending chan shardRead
 }
 
 type shardRead struct {
-	rows []Item
+	rows []ledger.Item
 	more bool
 	err  error
 }
@@ -229,10 +234,10 @@ func (m *merger) take(sh *mergeShard) error {
 	return nil
 }
 
-// ShardScanner is what MergeShards needs of the store (Store documents
+// Scanner is what Merge needs of the store (Store documents
 // each method): the item rows and the pack rows of one item shard, in
 // order, a page at a time.
-type ShardScanner interface {
-	ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
-	ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]Item, bool, error)
+type Scanner interface {
+	ScanShard(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error)
+	ScanPacks(ctx context.Context, batchID string, shard int, after string, limit int) ([]ledger.Item, bool, error)
 }
