@@ -386,10 +386,22 @@ func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
 // attribute_exists(pause_by), and for an outage's unpause pause_by =
 // outage AND paused_at_ms = :since (for a budget's, pause_by = budget);
 // else api.ErrConflict. The other
-// pause attributes stay, the last pause's record.
+// pause attributes stay, the last pause's record. With m.Now set, also
+// paused_at_ms = :since, and it ADDs paused_ms m.PausedFor() and sets
+// last_pause to m.Span() as JSON.
 func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 	cond := expression.And(expression.Name(layout.AttrRun).Equal(expression.Value(m.Run)),
 		expression.AttributeExists(expression.Name(layout.AttrPauseBy)))
+	u := expression.Remove(expression.Name(layout.AttrPauseBy))
+	if !m.Now.IsZero() {
+		span, err := json.Marshal(m.Span())
+		if err != nil {
+			return err
+		}
+		cond = expression.And(cond, expression.Name(layout.AttrPausedAtMs).Equal(expression.Value(m.Since.UnixMilli())))
+		u = u.Add(expression.Name(layout.AttrPausedMs), expression.Value(m.PausedFor())).
+			Set(expression.Name(layout.AttrLastPause), expression.Value(string(span)))
+	}
 	switch m.By {
 	case api.PauseByOutage:
 		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
@@ -401,7 +413,7 @@ func (s *Store) Unpause(ctx context.Context, m ledger.UnpauseMark) error {
 		// only a raise ends it.
 		cond = expression.And(cond, expression.Name(layout.AttrPauseBy).NotEqual(expression.Value(string(api.PauseByBudget))))
 	}
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Remove(expression.Name(layout.AttrPauseBy))).Build()
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
@@ -552,7 +564,8 @@ func (s *Store) startRun(ctx context.Context, id string, from int, now time.Time
 		Remove(expression.Name(layout.AttrStopRan)).Remove(expression.Name(layout.AttrStopFailures)).
 		Remove(expression.Name(layout.AttrFailure)).Remove(expression.Name(layout.AttrFinalizeFailures)).
 		Remove(expression.Name(config.AttrExpiresAt)).Remove(expression.Name(layout.AttrPauses)).
-		Remove(expression.Name(layout.AttrPauseBy)))
+		Remove(expression.Name(layout.AttrPauseBy)).Remove(expression.Name(layout.AttrPausedMs)).
+		Remove(expression.Name(layout.AttrLastPause)))
 	if err != nil {
 		return ledger.Batch{}, err
 	}

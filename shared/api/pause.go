@@ -147,3 +147,34 @@ func (p Pause) View(now time.Time) *Pause {
 // "SendMessage", DelaySeconds,
 // https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html).
 const MaxResendDelay = 15 * time.Minute
+
+// PausedSummary is what a run's pauses took (Report.Paused): how many
+// there were, how long the run stood paused in all, and the last one.
+// JSON: {"pauses": 2, "seconds": 95.5, "last": {"by": "caller", "since":
+// "…", "until": "…", "ended_by": "caller"}}. Absent from a report of a
+// run that never paused.
+type PausedSummary struct {
+	// Pauses counts the run's pauses (Batch.Pauses), Seconds their time
+	// in all, to the millisecond: each from its start to its end, and one
+	// standing when the run ended (a cancel while paused) to the run's
+	// end.
+	Pauses  int     `json:"pauses"`
+	Seconds float64 `json:"seconds"`
+	// Last is the run's last pause: who paused it, from when to when, why
+	// (an outage's failure class and one failure's text; a budget's
+	// spend), its probes, and who ended it (EndedBy: "outage" for its
+	// probe answered, "caller" for an unpause, "budget" for a raise; empty
+	// when it stood at the run's end).
+	Last *PauseSpan `json:"last,omitempty"`
+}
+
+// PauseSpan is one pause from its start to its end (PausedSummary.Last).
+type PauseSpan struct {
+	By      PauseBy   `json:"by"`
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"`
+	Class   string    `json:"class,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	Probes  int       `json:"probes,omitempty"`
+	EndedBy PauseBy   `json:"ended_by,omitempty"`
+}

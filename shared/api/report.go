@@ -174,6 +174,10 @@ type Report struct {
 	// Retries counts the run's attempts that did not end their item
 	// (RetryCounts); absent when there was none.
 	Retries *RetryCounts `json:"retries,omitempty"`
+	// Paused is what the run's pauses took (by an outage, a caller or its
+	// budget): their number, their time in all and the last one; absent
+	// when the run never paused.
+	Paused *PausedSummary `json:"paused,omitempty"`
 	// Halts are the halts the batch held when the run ended, by subject
 	// (Batch.Halts): a credential refused with its secret re-read, under
 	// which the run's items were withheld (a cancel ended them), kept

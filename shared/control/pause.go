@@ -86,10 +86,10 @@ func (c *Control) Unpause(ctx context.Context, id string) (ledger.Batch, error) 
 // no longer holds as read (ErrConflict) is left as it is, without error.
 func (c *Control) endPause(ctx context.Context, b ledger.Batch, by api.PauseBy, msg string) error {
 	p := *b.Pause
-	err := c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: b.ID, Run: b.Run, By: by, Since: p.Since})
+	now := c.now()
+	err := c.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: b.ID, Run: b.Run, By: by, Since: p.Since, Now: now, Pause: p})
 	switch {
 	case err == nil:
-		now := c.now()
 		c.Log.WarnContext(ctx, msg, "batch_id", b.ID, "run", b.Run, "paused_ms", now.Sub(p.Since).Milliseconds())
 		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, p, false, by, now)
 		if b.Rate == nil {

@@ -412,6 +412,7 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 		Usage:        progress.Usage,
 		Sample:       check,
 		Retries:      retryCounts(progress),
+		Paused:       b.PausedSummary(now),
 		Halts:        halts(b.Halts),
 	}, nil
 }

@@ -59,6 +59,27 @@ type Batch struct {
 	// written before traces.
 	TraceParent string `json:"-"`
 	TraceState  string `json:"-"`
+	// PausedMs is the time the run's ended pauses took in all, in
+	// milliseconds, and LastPause the last of them (Store.Unpause adds
+	// each); both reset when a run starts. Rows written before them hold
+	// neither: their runs' reports say only the pauses' number.
+	PausedMs  int64          `json:"-"`
+	LastPause *api.PauseSpan `json:"-"`
+}
+
+// PausedSummary is what b's run's pauses took by end (api.Report.Paused):
+// the ended pauses (PausedMs, LastPause) and one standing at end, counted
+// to end; nil when the run never paused.
+func (b Batch) PausedSummary(end time.Time) *api.PausedSummary {
+	if b.Pauses == 0 && b.Pause == nil {
+		return nil
+	}
+	ms, last := b.PausedMs, b.LastPause
+	if p := b.Pause; p != nil {
+		ms += max(0, end.Sub(p.Since).Milliseconds())
+		last = &api.PauseSpan{By: p.By, Since: p.Since, Until: end, Class: p.Class, Error: p.Error, Probes: p.Probes}
+	}
+	return &api.PausedSummary{Pauses: max(b.Pauses, 1), Seconds: float64(ms) / 1000, Last: last}
 }
 
 // HiddenPlan is the part of a batch's plan (api.Plan) that the API never

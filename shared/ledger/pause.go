@@ -81,13 +81,27 @@ type PauseMark struct {
 
 // UnpauseMark is a pause to end (Store.Unpause): By PauseByCaller ends
 // any pause; By PauseByOutage only the outage pause that began at Since;
-// By PauseByBudget only a budget pause.
+// By PauseByBudget only a budget pause. With Now set, only the pause
+// that began at Since (whoever ends it), and the store keeps what it
+// took: Now − Since added to the run's Batch.PausedMs, and Batch.LastPause
+// the span of Pause (the pause as the caller read it) to Now, ended by By.
 type UnpauseMark struct {
 	BatchID string
 	Run     int
 	By      api.PauseBy
 	Since   time.Time
+	Now     time.Time
+	Pause   api.Pause
 }
+
+// Span is the pause m ends as a span to m.Now (Batch.LastPause).
+func (m UnpauseMark) Span() api.PauseSpan {
+	return api.PauseSpan{By: m.Pause.By, Since: m.Since, Until: m.Now, Class: m.Pause.Class, Error: m.Pause.Error, Probes: m.Pause.Probes, EndedBy: m.By}
+}
+
+// PausedFor is how long the pause m ends took, in milliseconds (0 when
+// Now is not after Since).
+func (m UnpauseMark) PausedFor() int64 { return max(0, m.Now.Sub(m.Since).Milliseconds()) }
 
 // ProbeClaim claims check Probe of the outage pause of BatchID that began
 // at Since (Store.ClaimProbe).

@@ -176,7 +176,10 @@ type Store interface {
 	// paused — by an outage that began at m.Since, for m.By
 	// PauseByOutage; by its budget, for m.By PauseByBudget; by anything
 	// but its budget, for m.By PauseByCaller (a budget pause written
-	// after the caller read the batch stands); else ErrConflict.
+	// after the caller read the batch stands); with m.Now set, only the
+	// pause that began at m.Since, and it adds m.PausedFor() to the run's
+	// PausedMs and sets LastPause to m.Span() in the same write; else
+	// ErrConflict. A run's start resets PausedMs and LastPause.
 	Unpause(ctx context.Context, m UnpauseMark) error
 	// SetLimits writes the limits l sets on the batch row — its budget
 	// (Batch.BudgetUSD, US dollars) when l.BudgetUSD > 0, its per-item

@@ -102,10 +102,10 @@ func (d done) answered() bool {
 
 // unpauseOnAnswer ends b's outage pause p: its probe was answered.
 func (w *Worker) unpauseOnAnswer(ctx context.Context, log *slog.Logger, b ledger.Batch, p api.Pause) {
-	err := w.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByOutage, Since: p.Since})
+	now := w.Clock.Now()
+	err := w.Store.Unpause(ctx, ledger.UnpauseMark{BatchID: b.ID, Run: b.Run, By: api.PauseByOutage, Since: p.Since, Now: now, Pause: p})
 	switch {
 	case err == nil:
-		now := w.Clock.Now()
 		log.WarnContext(ctx, "batch unpaused: the probe was answered", "probes", p.Probes, "paused_ms", now.Sub(p.Since).Milliseconds())
 		w.pacing().Resume(ctx, log, b)
 		w.Metrics.Paused(b.Pipeline, false, b.ID, b.Run)

@@ -1355,6 +1355,9 @@ func (a *app) printReport(r api.Report) {
 	if rc := r.Retries; rc != nil {
 		textf(a.out, "%s\n", describe.RetriesText(*rc))
 	}
+	if ps := r.Paused; ps != nil {
+		textf(a.out, "%s\n", describe.PausedText(*ps))
+	}
 	for _, h := range r.Halts {
 		textf(a.out, "halt kept on %s since %s: %s; fix its secret, then bulkrun lift %s before a resume\n", h.Subject, h.Since.Format(time.RFC3339), h.Reason, r.BatchID)
 	}

@@ -97,6 +97,9 @@ func TestBudgetPausesAndARaiseResumes(t *testing.T) {
 	if c.Succeeded != 40 || c.Failed != 0 || !c.RunSpent["usd"].Equal(decimal.NewFromInt(20)) || !c.Cost["usd"].Equal(decimal.NewFromInt(20)) {
 		t.Fatalf("census %+v: want 40 succeeded, run_spent and cost usd=20", c)
 	}
+	if p := res.Report.Paused; p == nil || p.Pauses != 1 || p.Last == nil || p.Last.By != api.PauseByBudget || p.Last.EndedBy != api.PauseByBudget || p.Seconds <= 0 {
+		t.Errorf("report's pauses %+v: want 1 budget pause, ended by the raise", p)
+	}
 	keys := 0
 	r.calls.Range(func(k, _ any) bool {
 		keys++

@@ -260,6 +260,10 @@ func TestOutagePausesProbesAndResumes(t *testing.T) {
 			if c := res.Report.Census; c.Succeeded != 60 || c.Failed != 0 {
 				t.Fatalf("census %+v: want 60 succeeded, none failed", c)
 			}
+			if p := res.Report.Paused; p == nil || p.Pauses != 1 || p.Last == nil || p.Last.By != api.PauseByOutage || p.Last.EndedBy != api.PauseByOutage ||
+				p.Last.Class == "" || p.Last.Probes != probes || p.Seconds <= 0 || p.Seconds > unpausedAt.Sub(pausedAt).Seconds()+60 {
+				t.Errorf("report's pauses %+v: want 1 outage pause with its class and %d probes, ended by its probe, about %v", p, probes, unpausedAt.Sub(pausedAt))
+			}
 			if len(bus.types) != 2 || bus.types[0] != api.DetailPaused || bus.types[1] != api.DetailUnpaused ||
 				bus.events[1].By != api.PauseByOutage || bus.events[0].EventID == bus.events[1].EventID {
 				t.Errorf("events %v %+v: want Batch Paused then Batch Unpaused by the outage's probe", bus.types, bus.events)
@@ -311,6 +315,7 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	if n := r.totalCalls(); n != 0 {
 		t.Fatalf("%d calls while paused by a caller, want 0", n)
 	}
+	pausedAt, unpausedAt := b.Pause.Since, r.clock.Now()
 	if b, err = r.ctl.Unpause(ctx, "held"); err != nil || b.Pause != nil {
 		t.Fatalf("unpause: %+v, %v", b.Pause, err)
 	}
@@ -327,6 +332,12 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	res, err := r.fin.Finalize(ctx, "held", 1)
 	if err != nil || res.Report.Census.Succeeded != 20 {
 		t.Fatalf("finalize: %+v, %v", res.Report.Census, err)
+	}
+	// The report says what the pause took: once, from the pause to the
+	// unpause (the second unpause ended nothing), by a caller both ways.
+	if p := res.Report.Paused; p == nil || p.Pauses != 1 || p.Seconds != unpausedAt.Sub(pausedAt).Seconds() || p.Last == nil ||
+		p.Last.By != api.PauseByCaller || p.Last.EndedBy != api.PauseByCaller || !p.Last.Since.Equal(pausedAt) || !p.Last.Until.Equal(unpausedAt) {
+		t.Errorf("report's pauses: %+v (last %+v); want 1 pause of %v by a caller, ended by a caller", p, p.Last, unpausedAt.Sub(pausedAt))
 	}
 	if b, err = r.ctl.Pause(ctx, "held"); err != nil || b.Pause != nil || b.Status != api.StatusCompleted {
 		t.Fatalf("pause of a finished batch: %s %+v, %v: want it as it ended", b.Status, b.Pause, err)
@@ -360,6 +371,11 @@ func TestCallerPauseUnpauseCancelResume(t *testing.T) {
 	res, err = r.fin.Finalize(ctx, "held-threshold", 1)
 	if err != nil || res.Report.Status != api.StatusThresholdExceeded || res.Report.Census.Cancelled != 20 {
 		t.Fatalf("threshold stop while paused: %s %+v, %v: want threshold_exceeded, 20 cancelled", res.Report.Status, res.Report.Census, err)
+	}
+	// The pause stood at the run's end: counted to it, ended by no one.
+	if p := res.Report.Paused; p == nil || p.Pauses != 1 || p.Last == nil || p.Last.EndedBy != "" || !p.Last.Until.Equal(res.Report.FinishedAt) ||
+		p.Seconds != res.Report.FinishedAt.Sub(p.Last.Since).Seconds() {
+		t.Errorf("report's pauses of a run that ended paused: %+v; want 1 pause to the run's end", p)
 	}
 
 	// Cancel while paused: the waiting items end cancelled.

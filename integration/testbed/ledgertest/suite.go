@@ -595,7 +595,9 @@ var cases = []suiteCase{
 		check(t, "pause by", got.Pause.By, api.PauseByCaller)
 		check(t, "pause class", got.Pause.Class, "")
 		check(t, "pauses", got.Pauses, 2)
-		check(t, "a caller unpauses", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller}), nil)
+		callers := api.Pause{By: api.PauseByCaller, Since: T0.Add(2 * time.Minute)}
+		isConflict(t, "an unpause of a pause other than the one read", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Since: T0, Now: T0.Add(5 * time.Minute), Pause: callers}))
+		check(t, "a caller unpauses", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Since: callers.Since, Now: T0.Add(5 * time.Minute), Pause: callers}), nil)
 		isConflict(t, "unpause of a batch not paused", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller}))
 		got, _ = s.GetBatch(ctx, "b1")
 		if got.Pause != nil {
@@ -603,7 +605,14 @@ var cases = []suiteCase{
 		}
 		// An outage pause its probe ends; a stopping or finished run is not paused.
 		check(t, "pause again", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Class: "timeout", Error: "t", Now: T0.Add(time.Hour)}), nil)
-		check(t, "the probe ends it", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: T0.Add(time.Hour)}), nil)
+		timeout := api.Pause{By: api.PauseByOutage, Since: T0.Add(time.Hour), Class: "timeout", Error: "t", Probes: 1}
+		check(t, "the probe ends it", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: timeout.Since, Now: T0.Add(time.Hour + 1500*time.Millisecond), Pause: timeout}), nil)
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "paused ms (3 min by the caller, 1.5 s by the outage)", got.PausedMs, int64(181_500))
+		if got.LastPause == nil {
+			t.Fatal("no last pause on the row")
+		}
+		check(t, "last pause", *got.LastPause, api.PauseSpan{By: api.PauseByOutage, Since: T0.Add(time.Hour), Until: T0.Add(time.Hour + 1500*time.Millisecond), Class: "timeout", Error: "t", Probes: 1, EndedBy: api.PauseByOutage})
 		check(t, "pause before the finish", s.Pause(ctx, outage), nil)
 		if err := s.Stop(ctx, ledger.StopMark{BatchID: "b1", Run: 1, Status: api.StatusCancelled, Detail: "c"}); err != nil {
 			t.Fatal(err)
@@ -618,6 +627,10 @@ var cases = []suiteCase{
 		got, err := s.StartRun(ctx, "b1", 1, T0.Add(2*time.Hour))
 		check(t, "start run 2", err, nil)
 		check(t, "run 2 pauses", got.Pauses, 0)
+		check(t, "run 2 paused ms", got.PausedMs, int64(0))
+		if got.LastPause != nil {
+			t.Errorf("run 2 starts with run 1's last pause: %+v", *got.LastPause)
+		}
 		if got.Pause != nil {
 			t.Errorf("run 2 starts paused: %+v", *got.Pause)
 		}

@@ -511,6 +511,10 @@ func clone(b ledger.Batch) ledger.Batch {
 		p := *b.Pause
 		b.Pause = &p
 	}
+	if b.LastPause != nil {
+		p := *b.LastPause
+		b.LastPause = &p
+	}
 	if b.Approval != nil {
 		a := *b.Approval // its Estimate is never changed once written
 		b.Approval = &a
@@ -702,10 +706,17 @@ func (s *Store) Unpause(_ context.Context, m ledger.UnpauseMark) error {
 	if !ok || b.Run != m.Run || b.Pause == nil ||
 		m.By == api.PauseByOutage && (b.Pause.By != api.PauseByOutage || !b.Pause.Since.Equal(ms(m.Since))) ||
 		m.By == api.PauseByBudget && b.Pause.By != api.PauseByBudget ||
-		m.By == api.PauseByCaller && b.Pause.By == api.PauseByBudget {
+		m.By == api.PauseByCaller && b.Pause.By == api.PauseByBudget ||
+		!m.Now.IsZero() && !b.Pause.Since.Equal(ms(m.Since)) {
 		return conflictf("unpause %s run %d", m.BatchID, m.Run)
 	}
 	b.Pause = nil
+	if !m.Now.IsZero() {
+		span := m.Span()
+		span.Since, span.Until = ms(span.Since), ms(span.Until)
+		b.PausedMs += m.PausedFor()
+		b.LastPause = &span
+	}
 	return nil
 }
 
@@ -813,7 +824,7 @@ func (s *Store) StartRun(_ context.Context, id string, from int, now time.Time) 
 	b.Run, b.Status, b.FannedOut, b.RunStartedAt = from+1, api.StatusRunning, false, ms(now)
 	b.Stop, b.StopDetail, b.StopRan, b.StopFailures = "", "", 0, 0
 	b.Failure, b.FinalizeFailures = "", 0
-	b.Pause, b.Pauses = nil, 0
+	b.Pause, b.Pauses, b.PausedMs, b.LastPause = nil, 0, 0, nil
 	b.RunRevision = 0
 	s.running[id] = from + 1
 	return clone(*b), nil

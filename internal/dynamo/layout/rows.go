@@ -92,6 +92,8 @@ const (
 	AttrPauseError       = "pause_error"
 	AttrProbes           = "probes"
 	AttrPauses           = "pauses"
+	AttrPausedMs         = "paused_ms"
+	AttrLastPause        = "last_pause"
 	AttrBudgetUSD        = "budget_usd"
 	AttrSample           = "sample"
 	AttrSampleEstimate   = "sample_estimate"
@@ -201,7 +203,9 @@ type BatchRow struct {
 	PauseError      string             `dynamodbav:"pause_error,omitempty"`
 	Probes          int                `dynamodbav:"probes,omitempty"`
 	Pauses          int                `dynamodbav:"pauses,omitempty"`
-	Revisions       string             `dynamodbav:"revisions,omitempty"` // JSON: []api.Revision
+	PausedMs        int64              `dynamodbav:"paused_ms,omitempty"`  // ledger.Batch.PausedMs
+	LastPause       string             `dynamodbav:"last_pause,omitempty"` // JSON: api.PauseSpan, ledger.Batch.LastPause
+	Revisions       string             `dynamodbav:"revisions,omitempty"`  // JSON: []api.Revision
 	RunRevision     int                `dynamodbav:"run_revision,omitempty"`
 	Halts           map[string]HaltRow `dynamodbav:"halts,omitempty"`     // api.Batch.Halts, by HaltKey
 	Format          int                `dynamodbav:"fv,omitempty"`        // ledger.FormatVersion; absent: 0
@@ -283,6 +287,14 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 	}
 	if p := b.Pause; p != nil {
 		r.PauseBy, r.PausedAtMs, r.PauseClass, r.PauseError, r.Probes = string(p.By), Ms(p.Since), p.Class, p.Error, p.Probes
+	}
+	r.PausedMs = b.PausedMs
+	if b.LastPause != nil {
+		text, err := json.Marshal(b.LastPause)
+		if err != nil {
+			return r, err
+		}
+		r.LastPause = string(text)
 	}
 	for subject, h := range b.Halts {
 		if r.Halts == nil {
@@ -386,6 +398,13 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 	}
 	if r.PauseBy != "" {
 		b.Pause = &api.Pause{By: api.PauseBy(r.PauseBy), Since: FromMs(r.PausedAtMs), Class: r.PauseClass, Error: r.PauseError, Probes: r.Probes}
+	}
+	b.PausedMs = r.PausedMs
+	if r.LastPause != "" {
+		b.LastPause = &api.PauseSpan{}
+		if err := json.Unmarshal([]byte(r.LastPause), b.LastPause); err != nil {
+			return b, fmt.Errorf("batch %s: last pause: %w", r.ID, err)
+		}
 	}
 	for _, h := range r.Halts {
 		if b.Halts == nil {

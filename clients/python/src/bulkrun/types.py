@@ -329,6 +329,17 @@ class Halt(TypedDict):
     reason: NotRequired[str]
 
 
+class PausedSummary(TypedDict):
+    """What a run's pauses took (schema Report, paused): their number,
+    their time in all in seconds, and the last one as a dict with the keys
+    by, since, until, class, error, probes and ended_by (absent when it
+    stood at the run's end)."""
+
+    pauses: int
+    seconds: float
+    last: NotRequired[dict[str, Any]]
+
+
 class Report(TypedDict, total=False):
     """A finished run's report.json (schema Report)."""
 
@@ -343,6 +354,7 @@ class Report(TypedDict, total=False):
     created_at: str
     finished_at: str
     retries: RetryCounts
+    paused: PausedSummary
     halts: list[Halt]
 
 

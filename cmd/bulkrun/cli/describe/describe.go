@@ -340,6 +340,39 @@ func RetriesText(rc api.RetryCounts) string {
 	return line
 }
 
+// PausedText is a report's pauses in a line: "paused 2 times, 1m35.5s
+// in all; the last by an outage (http 502, 3 probes) from
+// 2026-12-06T10:01:02Z to 2026-12-06T10:02:00Z, ended by its probe
+// answered". A pause standing when the run ended (a cancel while
+// paused) is "… to the run's end at …".
+func PausedText(ps api.PausedSummary) string {
+	line := fmt.Sprintf("paused %s, %s in all", api.Count(int64(ps.Pauses), "time"), (time.Duration(ps.Seconds*1000) * time.Millisecond).String())
+	l := ps.Last
+	if l == nil {
+		return line
+	}
+	line += "; the last by " + l.By.Who()
+	var why []string
+	if l.Class != "" && l.By != api.PauseByBudget { // a budget pause's class is "budget"
+		why = append(why, l.Class)
+	}
+	if l.Probes > 0 {
+		why = append(why, api.Count(int64(l.Probes), "probe"))
+	}
+	if len(why) > 0 {
+		line += " (" + strings.Join(why, ", ") + ")"
+	}
+	switch l.EndedBy {
+	case "":
+		return line + fmt.Sprintf(" from %s to the run's end at %s", Stamp(l.Since), Stamp(l.Until))
+	case api.PauseByOutage:
+		return line + fmt.Sprintf(" from %s to %s, ended by its probe answered", Stamp(l.Since), Stamp(l.Until))
+	case api.PauseByBudget:
+		return line + fmt.Sprintf(" from %s to %s, ended by a raise of the budget", Stamp(l.Since), Stamp(l.Until))
+	}
+	return line + fmt.Sprintf(" from %s to %s, ended by %s", Stamp(l.Since), Stamp(l.Until), l.EndedBy.Who()+"'s unpause")
+}
+
 // SampleCheckText is a report's sample check in a line: "sample estimate
 // against the run: cost $20.0004 estimated, $21.0005 spent (+5.0 %);
 // failures 4.0 % (95 % interval 1.6–9.8 %) estimated, 6.0 % (120 of 2000)

@@ -164,3 +164,29 @@ func TestAdaptivePaceText(t *testing.T) {
 		t.Errorf("restarted by a resume:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestPausedText guards the report's pause line: the count and the time
+// in all, then the last pause, who ended it, or that it stood at the
+// run's end.
+func TestPausedText(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 1, 2, 0, time.UTC)
+	tests := []struct {
+		ps   api.PausedSummary
+		want string
+	}{
+		{api.PausedSummary{Pauses: 1, Seconds: 0.25}, "paused 1 time, 250ms in all"},
+		{api.PausedSummary{Pauses: 2, Seconds: 95.5, Last: &api.PauseSpan{By: api.PauseByOutage, Since: t0, Until: t0.Add(58 * time.Second), Class: "http 502", Probes: 3, EndedBy: api.PauseByOutage}},
+			"paused 2 times, 1m35.5s in all; the last by an outage (http 502, 3 probes) from 2026-12-06T10:01:02Z to 2026-12-06T10:02:00Z, ended by its probe answered"},
+		{api.PausedSummary{Pauses: 1, Seconds: 60, Last: &api.PauseSpan{By: api.PauseByOutage, Since: t0, Until: t0.Add(time.Minute), EndedBy: api.PauseByCaller}},
+			"paused 1 time, 1m0s in all; the last by an outage from 2026-12-06T10:01:02Z to 2026-12-06T10:02:02Z, ended by a caller's unpause"},
+		{api.PausedSummary{Pauses: 1, Seconds: 60, Last: &api.PauseSpan{By: api.PauseByBudget, Since: t0, Until: t0.Add(time.Minute), Class: "budget", EndedBy: api.PauseByBudget}},
+			"paused 1 time, 1m0s in all; the last by its budget from 2026-12-06T10:01:02Z to 2026-12-06T10:02:02Z, ended by a raise of the budget"},
+		{api.PausedSummary{Pauses: 1, Seconds: 60, Last: &api.PauseSpan{By: api.PauseByCaller, Since: t0, Until: t0.Add(time.Minute)}},
+			"paused 1 time, 1m0s in all; the last by a caller from 2026-12-06T10:01:02Z to the run's end at 2026-12-06T10:02:02Z"},
+	}
+	for _, tt := range tests {
+		if got := PausedText(tt.ps); got != tt.want {
+			t.Errorf("PausedText:\n got  %s\n want %s", got, tt.want)
+		}
+	}
+}

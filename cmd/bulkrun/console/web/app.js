@@ -739,6 +739,22 @@ function retriesText(r) {
   return t + (causes.length ? "; causes: " + causes.join(", ") : "") + ".";
 }
 
+// pausedText is a report's pauses (api.PausedSummary) in a sentence, as
+// the CLI's report says them: how many, their time in all, the last one
+// and who ended it.
+function pausedText(p) {
+  let t = "Paused " + count(p.pauses, "time") + ", " + fmtSeconds(p.seconds) + " in all";
+  const l = p.last;
+  if (!l) return t + ".";
+  const who = {outage: "an outage", caller: "a caller", budget: "its budget"};
+  const why = [];
+  if (l.class && l.by !== "budget") why.push(l.class);
+  if (l.probes) why.push(count(l.probes, "probe"));
+  t += "; the last by " + (who[l.by] || l.by) + (why.length ? " (" + why.join(", ") + ")" : "") + " from " + fmtTime(l.since);
+  const ended = {outage: ", ended by its probe answered", caller: ", ended by a caller's unpause", budget: ", ended by a raise of the budget"};
+  return t + (l.ended_by ? " to " + fmtTime(l.until) + (ended[l.ended_by] || ", ended by " + l.ended_by) : " to the run's end at " + fmtTime(l.until)) + ".";
+}
+
 // renderVerdict shows the threshold and the last run's verdict. A run
 // without a threshold tolerates any failure, but its result is still
 // said for what it is: every item succeeded (✓), some failed (⚠), or
@@ -771,6 +787,7 @@ function renderVerdict(page) {
       el("strong", {}, head), of + (v.detail ? " (" + v.detail + ")" : "") +
         (!v.exceeded && tol.length && cls === "bad" ? " (within the threshold)" : "")));
     if (rep.retries) body.push(el("p", {id: "retries"}, retriesText(rep.retries)));
+    if (rep.paused) body.push(el("p", {id: "paused"}, pausedText(rep.paused)));
     for (const h of rep.halts || []) {
       body.push(el("p", {class: "halt-kept"}, "Halt kept at the run's end on ", el("code", {}, h.subject),
         " since " + fmtTime(h.since) + " (" + h.reason + "): its items stay withheld until it is lifted (bulkrun lift " + b.batch_id + " " + h.subject + ")."));
