@@ -105,6 +105,7 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	}
 
 	id := "demo-thumbnails-" + tag
+	submitted := time.Now()
 	view, err := cl.Submit(ctx, api.SubmitRequest{
 		BatchID:  id,
 		Pipeline: "thumbnail",
@@ -125,13 +126,21 @@ func run(ctx context.Context, stackName, dir, out string) error {
 	view.Created = &created
 	fmt.Printf("batch %s: %d items (created: %v, manifest sha256 %s)\n", view.ID, view.ItemCount, *view.Created, view.Digest[:16])
 
+	// The bar's own items/s counts from its creation, moments before the
+	// first view, whose items ended while the batch was submitted (it
+	// printed millions a second): the rate is the items ended since the
+	// submit over its time, once a second has passed.
 	bar := progressbar.NewOptions64(view.ItemCount, progressbar.OptionSetDescription("items"),
-		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("items"),
-		progressbar.OptionSetWriter(os.Stderr), progressbar.OptionThrottle(200*time.Millisecond))
+		progressbar.OptionShowCount(), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionThrottle(200*time.Millisecond))
 	final, err := cl.Wait(ctx, id, time.Second, func(v wire.BatchView) {
 		if v.Census != nil {
-			_ = bar.Set64(v.Census.Total - v.Census.Pending - v.Census.InFlight)
-			bar.Describe(fmt.Sprintf("ok %d failed %d in flight %d", v.Census.Succeeded, v.Census.Failed, v.Census.InFlight))
+			ended := v.Census.Total - v.Census.Pending - v.Census.InFlight
+			_ = bar.Set64(ended)
+			rate := ""
+			if d := time.Since(submitted); d >= time.Second {
+				rate = fmt.Sprintf(", %.1f items/s", float64(ended)/d.Seconds())
+			}
+			bar.Describe(fmt.Sprintf("ok %d failed %d in flight %d%s", v.Census.Succeeded, v.Census.Failed, v.Census.InFlight, rate))
 		}
 	})
 	_ = bar.Finish()
