@@ -285,6 +285,19 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 	if v, err = env.api.Unpause(ctx, id); err != nil || v.Pause != nil {
 		t.Fatalf("unpause again: %+v, %v", v.Pause, err)
 	}
+	// What the pause took, on the running batch's view and then in its
+	// report: one pause of at least the 35 s slept, by a caller both ways.
+	pausedFor := func(what string, p *api.PausedSummary) {
+		t.Helper()
+		if p == nil || p.Pauses != 1 || p.Seconds < 35 || p.Last == nil || p.Last.By != api.PauseByCaller || p.Last.EndedBy != api.PauseByCaller {
+			t.Errorf("%s: paused %+v; want 1 pause of at least 35 s by a caller, ended by a caller", what, p)
+			return
+		}
+		t.Logf("%s: paused %d time(s), %.3f s in all", what, p.Pauses, p.Seconds)
+	}
+	if v.Status == api.StatusRunning {
+		pausedFor("the view after the unpause", v.Paused)
+	}
 	ctxw, cancel := context.WithTimeout(ctx, 6*time.Minute) // the next check is at most 30 s + grace away here
 	defer cancel()
 	final, err := env.api.Wait(ctxw, id, time.Second, nil)
@@ -298,6 +311,11 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 		if c != 1 {
 			t.Errorf("%s called %d times", k, c)
 		}
+	}
+	if rep, err := env.api.Report(ctx, id); err != nil {
+		t.Errorf("report: %v", err)
+	} else {
+		pausedFor("the report", rep.Paused)
 	}
 	if v, err = env.api.Pause(ctx, id); err != nil || v.Pause != nil || v.Status != api.StatusCompleted {
 		t.Fatalf("pause of a finished batch: %s %+v, %v: want it as it ended", v.Status, v.Pause, err)

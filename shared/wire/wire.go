@@ -94,9 +94,13 @@ type BatchView struct {
 	// Live is a running batch's live view (api.LiveView): items in flight,
 	// waiting for a retry (and when the next is due), interrupted, not yet
 	// fanned out, and why it needs attention now.
-	Live    *api.LiveView `json:"live,omitempty"`
-	Report  string        `json:"report,omitempty"`
-	Created *bool         `json:"created,omitempty"`
+	Live *api.LiveView `json:"live,omitempty"`
+	// Paused is what a running run's pauses took so far (a pause
+	// standing now counted to now); absent when it has not paused and
+	// once the run finished (its report keeps it: api.Report.Paused).
+	Paused  *api.PausedSummary `json:"paused,omitempty"`
+	Report  string             `json:"report,omitempty"`
+	Created *bool              `json:"created,omitempty"`
 	// Warnings, in a submit's answer, say what in the request will likely
 	// go wrong though it was accepted (submit.Submitter.Warnings).
 	Warnings []string `json:"warnings,omitempty"`

@@ -876,6 +876,8 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	if p := v.Pause; p != nil && v.Status == api.StatusRunning {
 		textf(a.out, "%s\n", describe.PauseText(*p))
+	} else if ps := v.Paused; ps != nil && v.Status == api.StatusRunning {
+		textf(a.out, "%s\n", describe.PausedText(*ps))
 	}
 	if v.Failure != "" && v.Status == api.StatusFinalizeFailed {
 		textf(a.out, "finalize failed: %s\n(the items ended; nothing is lost. Fix the cause, then: bulkrun resume %s)\n", v.Failure, v.ID)

@@ -247,6 +247,17 @@ func TestStatusShowsThePause(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
+	// Running again after its pauses: what they took, the last one and
+	// who ended it.
+	var out bytes.Buffer
+	a := &app{out: &out, output: "text"}
+	ps := &api.PausedSummary{Pauses: 2, Seconds: 95.5, Last: &api.PauseSpan{By: api.PauseByOutage, Since: since, Until: since.Add(58 * time.Second), Class: "http 502", Probes: 3, EndedBy: api.PauseByCaller}}
+	if err := a.show(wire.BatchView{Batch: api.Batch{ID: "b-1", Run: 1, Status: api.StatusRunning}, Paused: ps}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "paused 2 times, 1m35.5s in all; the last by an outage (http 502, 3 probes) from 2026-12-01T19:49:53Z to 2026-12-01T19:50:51Z, ended by a caller's unpause\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("status of a running batch that paused before:\n%s\nwant the line %q", out.String(), want)
+	}
 }
 
 // --budget sets the request's budget_usd only when given, and refuses

@@ -234,6 +234,7 @@ class BatchView(TypedDict, total=False):
     approval: Approval
     refusal: Error
     failure: str
+    paused: "PausedSummary"
     report: str
     created: bool
     submitted_by: str
