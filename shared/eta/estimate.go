@@ -21,11 +21,14 @@ const projectionPlaces = 9
 // (Held: suspended, withheld or exhausted, waiting for a signal, a lift
 // or a raise rather than for the pace), their cost and this run's spent
 // by name, the DynamoDB units attributed so far, and the ring of samples
-// (Ring, oldest first; empty when none).
+// (Ring, oldest first; empty when none). PausedFor is the time its
+// ended pauses took (ledger.Batch.PausedMs), left out of its average: a
+// run paused for an hour has not been running slowly.
 type Run struct {
 	Items       int64
 	StartedAt   time.Time
 	Paused      bool
+	PausedFor   time.Duration
 	Done        int64
 	Held        int64
 	Cost, Spent pipeline.CostSum
@@ -56,7 +59,7 @@ const MinAveragedShare = 10
 // Remaining and not in FinishAt (nothing says when they are moved on),
 // but are in the projected cost, as items that run once moved on. Pure.
 func Estimate(r Run, now time.Time) *api.Estimate {
-	secs := now.Sub(r.StartedAt).Seconds()
+	secs := (now.Sub(r.StartedAt) - max(r.PausedFor, 0)).Seconds()
 	if r.Done <= 0 || r.StartedAt.IsZero() || secs <= 0 || r.Paused {
 		return nil
 	}

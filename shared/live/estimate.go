@@ -22,7 +22,9 @@ import (
 // say nothing of the rest. Its estimate is nil until the ring holds a
 // sample taken after the approval that a recent pace can be measured
 // from (eta.Recent); until then the sample's own estimate
-// (api.Approval.Estimate) stands for it.
+// (api.Approval.Estimate) stands for it. After a pause the pace is
+// measured from its end, and the run's average leaves out the time its
+// pauses took (Batch.PausedMs, LastPause).
 func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
 	if b.Stop != "" {
 		return nil
@@ -34,6 +36,13 @@ func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
 			return nil
 		}
 	}
+	if lp := b.LastPause; lp != nil && lp.Until.After(b.RunStartedAt) {
+		// A pace measured across the last pause counts its standstill:
+		// the recent window starts at its end (until the ring holds a
+		// sample since, the run's average without its pauses' time).
+		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(lp.Until) })
+	}
 	return eta.Estimate(eta.Run{Items: b.RunItems(), StartedAt: b.RunStartedAt, Paused: b.Pause != nil,
-		Done: p.Done, Held: p.HeldItems(), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: ring}, now)
+		PausedFor: time.Duration(b.PausedMs) * time.Millisecond,
+		Done:      p.Done, Held: p.HeldItems(), Cost: p.Cost, Spent: p.Spent, Usage: p.Usage, Ring: ring}, now)
 }

@@ -210,3 +210,36 @@ func TestEstimateWaitsToScaleSpend(t *testing.T) {
 		t.Errorf("30 of 300 ended: %+v; want run_spent and units projected", e)
 	}
 }
+
+// TestEstimateLeavesPausesOut guards the pace after a pause: a run of
+// 1,000 items that ended 200 in its first 100 s, stood paused 200 s and
+// ended 100 more in the 50 s since: the recent pace is measured from the
+// pause's end (2 a second, from the sample taken 40 s after it), not over
+// a window that holds the standstill, and with no sample since the end
+// the run's average leaves the 200 s out (300 in 150 s: 2 a second, not
+// 300 in 350 s).
+func TestEstimateLeavesPausesOut(t *testing.T) {
+	start := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	unpaused := start.Add(300 * time.Second)
+	now := unpaused.Add(50 * time.Second)
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 1000, RunStartedAt: start, Pauses: 1}, PausedMs: 200_000,
+		LastPause: &api.PauseSpan{By: api.PauseByCaller, Since: start.Add(100 * time.Second), Until: unpaused, EndedBy: api.PauseByCaller}}
+	at := func(d time.Duration, done int64) eta.Sample {
+		return eta.Sample{AtMs: start.Add(d).UnixMilli(), Done: done}
+	}
+	// Samples 40 s before the read: one inside the pause, one just after it.
+	p := ledger.Progress{Done: 300, Pace: []eta.Sample{at(295*time.Second, 200), at(310*time.Second, 220)}}
+	e := Estimate(b, p, now)
+	if e == nil || e.RateBasis != api.RateBasisRecent || !e.Since.Equal(start.Add(310*time.Second)) || e.RatePerSecond != 2 {
+		t.Fatalf("estimate %+v; want the recent pace from the sample after the pause: 80 in 40 s, 2 a second", e)
+	}
+	p.Pace = p.Pace[:1]
+	e = Estimate(b, p, now)
+	if e == nil || e.RateBasis != api.RateBasisRunAverage || e.RatePerSecond != 2 || !e.FinishAt.Equal(now.Add(350*time.Second)) {
+		t.Fatalf("estimate %+v; want the run's average without the pause: 300 in 150 s, 700 left in 350 s", e)
+	}
+	b.PausedMs, b.LastPause = 0, nil
+	if e = Estimate(b, p, now); e == nil || e.RateBasis != api.RateBasisRecent || e.RatePerSecond >= 2 {
+		t.Fatalf("without the pause kept: %+v; want the window across the standstill (100 in 55 s)", e)
+	}
+}
