@@ -51,11 +51,33 @@ func TestRateSharedByTwoBatches(t *testing.T) {
 			t.Fatalf("submit %s: %+v, %v", id, v, err)
 		}
 	}
+	// While they wait behind the key's bookings, their views say how far
+	// ahead it is booked (live.rate_booked: 1,200 calls at 50/s book the
+	// key up to 24 s ahead).
+	ahead := make(chan float64, 1)
+	go func() {
+		most := 0.0
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			v, err := env.api.Status(ctx, b)
+			if err != nil || v.Status.Finished() {
+				break
+			}
+			if r := v.Live; r != nil && r.RateBooked != nil && r.RateBooked.Key == key {
+				most = max(most, r.RateBooked.AheadSeconds)
+			}
+		}
+		ahead <- most
+	}()
 	for _, id := range []string{a, b} {
 		v := wait(t, id)
 		if v.Status != api.StatusCompleted || v.Census == nil || v.Census.Succeeded != items {
 			t.Fatalf("%s: status %s, census %+v; want all %d succeeded", id, v.Status, v.Census, items)
 		}
+	}
+	if most := <-ahead; most <= 0 {
+		t.Errorf("no view of %s said its key was booked ahead (live.rate_booked)", b)
+	} else {
+		t.Logf("the views of %s said the key was booked up to %.1f s ahead", b, most)
 	}
 	log.mu.Lock()
 	defer log.mu.Unlock()

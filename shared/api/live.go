@@ -125,6 +125,25 @@ type LiveView struct {
 	// (see AdaptivePace); absent while the downstream is not paced, and
 	// for a batch with a rate of its own, which is paced by that.
 	AdaptivePace *AdaptivePace `json:"adaptive_pace,omitempty"`
+	// RateBooked is how far ahead the calls of the batch's rate key are
+	// booked (see RateBooked); absent for a batch with no rate, and while
+	// the key is booked no further than now.
+	RateBooked *RateBooked `json:"rate_booked,omitempty"`
+}
+
+// RateBooked is how far ahead a rate key's calls are booked: every batch
+// naming the key leases its calls first come, first served
+// (docs/pipelines.md, "Rates"), so a unit leasing now starts its calls
+// after every call booked before it — by this batch or another on the
+// key. JSON: {"key": "api.example.com", "requests_per_second": 20,
+// "until": RFC 3339, "ahead_seconds": 14.2}.
+type RateBooked struct {
+	Key               string  `json:"key"`
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	// Until is the latest Next of the key's bucket rows (the calls booked
+	// up to then), AheadSeconds how far past the read that is.
+	Until        time.Time `json:"until"`
+	AheadSeconds float64   `json:"ahead_seconds"`
 }
 
 // AdaptivePace is the pace a downstream that throttled holds every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/live"
+	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 )
 
@@ -127,6 +129,33 @@ func (r *adaptiveReads) of(ctx context.Context, c *Control, b ledger.Batch) *api
 	p := c.AdaptivePace(ctx, b, c.now())
 	r.seen[key] = p
 	return p
+}
+
+// RateBooked is how far ahead the calls of b's rate key are booked at now
+// (api.RateBooked): one strongly consistent read of each of the key's
+// bucket rows (pace.RateShards, at most 20), the latest Next. nil for a
+// batch with no request rate, and while the key is booked no further
+// than now; a failed read is logged and the view goes on without it.
+func (c *Control) RateBooked(ctx context.Context, b ledger.Batch, now time.Time) *api.RateBooked {
+	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
+		return nil
+	}
+	key := b.Rate.KeyOf(b.ID)
+	var until time.Time
+	for shard := range pace.RateShards(b.Rate.RequestsPerSecond) {
+		next, err := c.Store.ReadRate(ctx, key, shard)
+		if err != nil {
+			if c.Log != nil {
+				c.Log.WarnContext(ctx, "rate key's bookings unread; the view goes on without them", "batch_id", b.ID, "rate_key", key, "error", err.Error())
+			}
+			return nil
+		}
+		until = pacer.Later(until, next)
+	}
+	if !until.After(now) {
+		return nil
+	}
+	return &api.RateBooked{Key: key, RequestsPerSecond: b.Rate.RequestsPerSecond, Until: until, AheadSeconds: math.Round(until.Sub(now).Seconds()*10) / 10}
 }
 
 // AdaptivePace is the adaptive pace b's downstream holds it to at now

@@ -22,6 +22,11 @@ type Rows interface {
 	// slows the key). The row lives on (its TTL renewed per lease) across
 	// batches: it belongs to the key, not to a batch.
 	LeaseRate(ctx context.Context, l RateLease) (RateGrant, error)
+	// ReadRate reads the Next of shard of key's rate (a strongly
+	// consistent read; no row: the zero time): until when the row's
+	// calls are booked, for the live view of a batch that waits behind
+	// them.
+	ReadRate(ctx context.Context, key string, shard int) (time.Time, error)
 	// LeaseTokens books a lease on a key's token row as LeaseRate does on
 	// a bucket row (the same schedule, its own row: TOKENS#{key}), and
 	// answers the usage settled on the row so far, granted or not. Not

@@ -945,6 +945,9 @@ func (a *app) show(v wire.BatchView) error {
 		if p := l.AdaptivePace; p != nil {
 			textf(a.out, "%s\n", describe.AdaptivePaceText(*p))
 		}
+		if r := l.RateBooked; r != nil {
+			textf(a.out, "%s\n", describe.RateBookedText(*r))
+		}
 		if e := l.Estimate; e != nil {
 			textf(a.out, "%s\n", describe.EstimateText(*e))
 		} else if line := describe.ApprovedRestText(v.Batch); line != "" {

@@ -28,6 +28,13 @@ func (s *Store) LeaseRate(_ context.Context, l pace.RateLease) (pace.RateGrant, 
 	return pace.RateGrant{Granted: true, Start: b.Start, Next: b.Next}, nil
 }
 
+// ReadRate implements ledger.Store.
+func (s *Store) ReadRate(_ context.Context, key string, shard int) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rates[rateKey{key: key, shard: shard}], nil
+}
+
 // ReadAdapt implements ledger.Store.
 func (s *Store) ReadAdapt(_ context.Context, key string) (pace.Adapt, error) {
 	s.mu.Lock()

@@ -45,6 +45,12 @@ func rateLeases(t *testing.T, s ledger.Store) {
 		check(t, "busy: next", g.Next.UnixMicro(), T0.Add(2*sp).UnixMicro())
 		g = lease(shard, T0.Add(time.Minute), !idle)
 		check(t, "passed: starts now", g.Start.UnixMicro(), T0.Add(time.Minute).UnixMicro())
+		next, err := s.ReadRate(ctx, key, shard)
+		check(t, "read: the row's next", next.UnixMicro(), g.Next.UnixMicro())
+		check(t, "read: no error", err, nil)
+	}
+	if next, err := s.ReadRate(ctx, key, 7); err != nil || !next.IsZero() {
+		t.Errorf("read of a shard with no row: %v, %v; want the zero time", next, err)
 	}
 	// 80 leases at once at T0 + 1 h on shard 2: 50 fit in the 1 s horizon
 	// (the first starts now), the others are refused with the row's Next.

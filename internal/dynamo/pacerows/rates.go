@@ -81,3 +81,21 @@ func (s Rows) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, 
 		busy = stored > now
 	}
 }
+
+// ReadRate implements pace.Rows with one strongly consistent GetItem of
+// the bucket row (no row: the zero time).
+func (s Rows) ReadRate(ctx context.Context, key string, shard int) (time.Time, error) {
+	attrs, err := s.get(ctx, layout.Key(layout.RatePK(key, shard), layout.SKRate))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read rate %s/%d: %w", key, shard, err)
+	}
+	v, ok := attrs[layout.AttrNextUs]
+	if !ok {
+		return time.Time{}, nil
+	}
+	var n int64
+	if err := attributevalue.Unmarshal(v, &n); err != nil {
+		return time.Time{}, fmt.Errorf("read rate %s/%d: next_us: %w", key, shard, err)
+	}
+	return time.UnixMicro(n).UTC(), nil
+}

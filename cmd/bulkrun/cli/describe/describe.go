@@ -69,6 +69,16 @@ func EndedText(v wire.BatchView) string {
 	return t
 }
 
+// RateBookedText is status's line for how far ahead the batch's rate key
+// is booked (api.RateBooked): "rate key api.example.com (20 requests/s):
+// calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or
+// others naming the key; a unit that leases now starts after them (first
+// come, first served)".
+func RateBookedText(r api.RateBooked) string {
+	return fmt.Sprintf("rate key %s (%s requests/s): calls booked until %s, %s s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)",
+		r.Key, strconv.FormatFloat(r.RequestsPerSecond, 'f', -1, 64), Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
+}
+
 // AdaptivePaceText is status's line for the adaptive pace a throttling
 // downstream holds the batch to (api.AdaptivePace): "adaptive pace:
 // api.example.com throttled bulkrun's calls; every batch with no rate
