@@ -347,17 +347,28 @@ func (s *Store) Stop(ctx context.Context, m ledger.StopMark) error {
 // Pause sets the pause's attributes (pause_by, paused_at_ms, pause_class,
 // pause_error, probes 0; ADD pauses 1) under the condition run = :run AND
 // status = running AND attribute_not_exists(stop) AND
-// (attribute_not_exists(pause_by), or for a caller's pause pause_by =
-// outage); else api.ErrConflict (see ledger.Store).
+// attribute_not_exists(pause_by) — or, for a caller's pause that
+// replaces an outage pause (m.Replaces), pause_by = outage AND
+// paused_at_ms = its start, also ADDing its time to paused_ms and
+// setting last_pause; else api.ErrConflict (see ledger.Store).
 func (s *Store) Pause(ctx context.Context, m ledger.PauseMark) error {
 	free := expression.AttributeNotExists(expression.Name(layout.AttrPauseBy))
-	if m.By == api.PauseByCaller {
-		free = expression.Or(free, expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))))
-	}
 	u := expression.Set(expression.Name(layout.AttrPauseBy), expression.Value(string(m.By))).
 		Set(expression.Name(layout.AttrPausedAtMs), expression.Value(m.Now.UnixMilli())).
 		Set(expression.Name(layout.AttrProbes), expression.Value(0)).
 		Add(expression.Name(layout.AttrPauses), expression.Value(1))
+	if r := m.Replaces; m.By == api.PauseByCaller && r != nil {
+		// The outage pause it replaces, as read: its time kept.
+		span := m.Replaced()
+		text, err := json.Marshal(span)
+		if err != nil {
+			return err
+		}
+		free = expression.And(expression.Name(layout.AttrPauseBy).Equal(expression.Value(string(api.PauseByOutage))),
+			expression.Name(layout.AttrPausedAtMs).Equal(expression.Value(r.Since.UnixMilli())))
+		u = u.Add(expression.Name(layout.AttrPausedMs), expression.Value(max(0, span.Until.Sub(span.Since).Milliseconds()))).
+			Set(expression.Name(layout.AttrLastPause), expression.Value(string(text)))
+	}
 	if m.Class != "" {
 		u = u.Set(expression.Name(layout.AttrPauseClass), expression.Value(m.Class)).
 			Set(expression.Name(layout.AttrPauseError), expression.Value(ledger.CutError(m.Error)))

@@ -134,14 +134,15 @@ type LiveView struct {
 // RateBooked is how far ahead a rate key's calls are booked: every batch
 // naming the key leases its calls first come, first served
 // (docs/pipelines.md, "Rates"), so a unit leasing now starts its calls
-// after every call booked before it — by this batch or another on the
-// key. JSON: {"key": "api.example.com", "requests_per_second": 20,
-// "until": RFC 3339, "ahead_seconds": 14.2}.
+// after the calls booked before it on the row it leases — by this batch
+// or another on the key. JSON: {"key": "api.example.com",
+// "requests_per_second": 20, "until": RFC 3339, "ahead_seconds": 14.2}.
 type RateBooked struct {
 	Key               string  `json:"key"`
 	RequestsPerSecond float64 `json:"requests_per_second"`
-	// Until is the latest Next of the key's bucket rows (the calls booked
-	// up to then), AheadSeconds how far past the read that is.
+	// Until is the earliest Next of the key's bucket rows (a unit leases
+	// one of them at random: it starts no earlier), AheadSeconds how far
+	// past the read that is.
 	Until        time.Time `json:"until"`
 	AheadSeconds float64   `json:"ahead_seconds"`
 }

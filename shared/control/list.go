@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	n := 0
-	paces := &adaptiveReads{seen: map[string]*api.AdaptivePace{}}
+	paces := &adaptiveReads{seen: map[string]*api.AdaptivePace{}, rates: map[string]*api.RateBooked{}}
 	for i := range bs {
 		if bs[i].Status != api.StatusRunning || bs[i].Stop != "" || n >= MaxLiveSummaries {
 			continue
@@ -49,6 +50,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 			}
 			l := live.Of(b, p, c.now(), c.ItemTimeout)
 			l.AdaptivePace = paces.of(ctx, c, b)
+			l.RateBooked = paces.booked(ctx, c, b)
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
 			if b.Pause != nil {
 				s.Pause = b.Pause.View(c.now())
@@ -109,10 +111,33 @@ func (c *Control) ListBatches(ctx context.Context, r api.ListBatchesRequest) (ap
 
 // adaptiveReads reads each downstream key's adaptive row once per
 // listing page, for the page's running batches with no rate (several
-// batches calling one key share its row).
+// batches calling one key share its row), and each rate key's bucket
+// rows once, for those with a request rate.
 type adaptiveReads struct {
-	mu   sync.Mutex
-	seen map[string]*api.AdaptivePace
+	mu    sync.Mutex
+	seen  map[string]*api.AdaptivePace
+	rates map[string]*api.RateBooked // by rate key and its rows
+}
+
+// booked is c.RateBooked(b) at now, read once per rate key and rows.
+func (r *adaptiveReads) booked(ctx context.Context, c *Control, b ledger.Batch) *api.RateBooked {
+	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
+		return nil
+	}
+	id := b.Rate.KeyOf(b.ID) + "\x00" + strconv.Itoa(pace.RateShards(b.Rate.RequestsPerSecond))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rb, ok := r.rates[id]; ok {
+		if rb == nil {
+			return nil
+		}
+		v := *rb
+		v.RequestsPerSecond = b.Rate.RequestsPerSecond
+		return &v
+	}
+	rb := c.RateBooked(ctx, b, c.now())
+	r.rates[id] = rb
+	return rb
 }
 
 // of is c.AdaptivePace(b) at now, read once per key.
@@ -133,9 +158,11 @@ func (r *adaptiveReads) of(ctx context.Context, c *Control, b ledger.Batch) *api
 
 // RateBooked is how far ahead the calls of b's rate key are booked at now
 // (api.RateBooked): one strongly consistent read of each of the key's
-// bucket rows (pace.RateShards, at most 20), the latest Next. nil for a
-// batch with no request rate, and while the key is booked no further
-// than now; a failed read is logged and the view goes on without it.
+// bucket rows (pace.RateShards, at most 20), the earliest Next — a unit
+// leases one row at random, so it starts its calls no earlier. nil for a
+// batch with no request rate (a token budget alone books on its token
+// row, not read here), and while a row is booked no further than now; a
+// failed read is logged and the view goes on without it.
 func (c *Control) RateBooked(ctx context.Context, b ledger.Batch, now time.Time) *api.RateBooked {
 	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
 		return nil
@@ -150,10 +177,12 @@ func (c *Control) RateBooked(ctx context.Context, b ledger.Batch, now time.Time)
 			}
 			return nil
 		}
-		until = pacer.Later(until, next)
-	}
-	if !until.After(now) {
-		return nil
+		if !next.After(now) {
+			return nil // a row free now: a unit may start at once
+		}
+		if until.IsZero() || next.Before(until) {
+			until = next
+		}
 	}
 	return &api.RateBooked{Key: key, RequestsPerSecond: b.Rate.RequestsPerSecond, Until: until, AheadSeconds: math.Round(until.Sub(now).Seconds()*10) / 10}
 }

@@ -31,14 +31,26 @@ func (c *Control) Pause(ctx context.Context, id string) (ledger.Batch, error) {
 	case b.Status != api.StatusRunning:
 		return b, fmt.Errorf("pause %s: no run is going yet (status %s): %w", id, b.Status, api.ErrConflict)
 	}
-	now := c.now()
-	err = c.Store.Pause(ctx, ledger.PauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Now: now})
-	switch {
-	case err == nil:
-		c.Log.WarnContext(ctx, "batch paused by a caller", "batch_id", id, "run", b.Run)
-		ledger.AnnouncePause(ctx, c.Bus, c.Log, b, api.Pause{By: api.PauseByCaller, Since: now}, true, api.PauseByCaller, now)
-	case !errors.Is(err, api.ErrConflict):
-		return ledger.Batch{}, err
+	// A caller's pause replaces an outage pause (which its probe would
+	// end), the outage's time kept; a pause begun or ended between the
+	// read and the write is read again once and paused over as it stands.
+	for try := 0; ; try++ {
+		now := c.now()
+		err = c.Store.Pause(ctx, ledger.PauseMark{BatchID: id, Run: b.Run, By: api.PauseByCaller, Now: now, Replaces: b.Pause})
+		if err == nil {
+			c.Log.WarnContext(ctx, "batch paused by a caller", "batch_id", id, "run", b.Run)
+			ledger.AnnouncePause(ctx, c.Bus, c.Log, b, api.Pause{By: api.PauseByCaller, Since: now}, true, api.PauseByCaller, now)
+			break
+		}
+		if !errors.Is(err, api.ErrConflict) {
+			return ledger.Batch{}, err
+		}
+		nb, rerr := c.Store.GetBatch(ctx, id)
+		if rerr != nil || try > 0 || nb.Run != b.Run || nb.Status != api.StatusRunning || nb.Stop != "" ||
+			nb.Pause != nil && nb.Pause.By != api.PauseByOutage {
+			break // paused by a caller or its budget meanwhile, stopping or ended: as it stands
+		}
+		b = nb
 	}
 	nb, err := c.Store.GetBatch(ctx, id)
 	if err == nil && nb.Pause != nil && nb.Pause.By == api.PauseByBudget {

@@ -11,12 +11,12 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
-// TestRateBookedIsTheKeysLatestBooking guards the live view of a batch
-// waiting behind its rate key's bookings: the latest Next of the key's
-// bucket rows (a 1,000/s key has two), how far past now, whoever booked
-// it; nothing for a key booked no further than now, nor for a batch with
-// no request rate.
-func TestRateBookedIsTheKeysLatestBooking(t *testing.T) {
+// TestRateBookedIsTheKeysEarliestRow guards the live view of a batch
+// waiting behind its rate key's bookings: the earliest Next of the key's
+// bucket rows (a 1,000/s key has two; a unit leases one at random), how
+// far past now, whoever booked it, on its view and in a listing; nothing
+// while a row is free, nor for a batch with no request rate.
+func TestRateBookedIsTheKeysEarliestRow(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	s := memstore.NewStore()
@@ -33,11 +33,20 @@ func TestRateBookedIsTheKeysLatestBooking(t *testing.T) {
 		}
 	}
 	r := c.RateBooked(ctx, b, now)
-	if r == nil || r.Key != "api.example.com" || r.RequestsPerSecond != 1000 || !r.Until.Equal(now.Add(14200*time.Millisecond)) || r.AheadSeconds != 14.2 {
-		t.Fatalf("booked %+v; want until +14.2 s on api.example.com", r)
+	if r == nil || r.Key != "api.example.com" || r.RequestsPerSecond != 1000 || !r.Until.Equal(now.Add(10*time.Second)) || r.AheadSeconds != 10 {
+		t.Fatalf("booked %+v; want until +10 s on api.example.com (its earlier row: a unit leases one at random)", r)
 	}
-	if r := c.RateBooked(ctx, b, now.Add(15*time.Second)); r != nil {
-		t.Errorf("past the bookings: %+v, want none", *r)
+	if r := c.RateBooked(ctx, b, now.Add(12*time.Second)); r != nil {
+		t.Errorf("one row free: %+v, want none (a unit may start at once)", *r)
+	}
+	page := []api.BatchSummary{{ID: "b1", Status: api.StatusRunning}}
+	b.Status = api.StatusRunning
+	if _, err := s.CreateBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	c.liveSummaries(ctx, page)
+	if l := page[0].Live; l == nil || l.RateBooked == nil || l.RateBooked.AheadSeconds != 10 {
+		t.Errorf("the listing's live summary: %+v; want the key booked 10 s ahead", l)
 	}
 	b.Rate = &api.Rate{Key: "api.example.com", TokensPerMinute: 9000}
 	if r := c.RateBooked(ctx, b, now); r != nil {

@@ -77,6 +77,19 @@ type PauseMark struct {
 	// still it (a raise in between wins).
 	BudgetUSD float64
 	Now       time.Time
+	// Replaces, for a caller's pause (PauseByCaller), is the outage pause
+	// it replaces as the caller read it: written only while that pause
+	// stands (its start), its time to Now added to the run's PausedMs
+	// and kept as LastPause, ended by the caller. Nil: only a batch not
+	// paused is paused.
+	Replaces *api.Pause
+}
+
+// Replaced is the outage pause m replaces as a span to m.Now, ended by
+// m's caller.
+func (m PauseMark) Replaced() api.PauseSpan {
+	r := m.Replaces
+	return api.PauseSpan{By: r.By, Since: r.Since, Until: m.Now, Class: r.Class, Error: r.Error, Probes: r.Probes, EndedBy: m.By}
 }
 
 // UnpauseMark is a pause to end (Store.Unpause): By PauseByCaller ends

@@ -167,10 +167,12 @@ type Store interface {
 	Stop(ctx context.Context, m StopMark) error
 	// Pause writes m's pause on the batch row (Batch.Pause, Since m.Now,
 	// no probe yet; Pauses + 1) only if the batch is running run m.Run, is
-	// not stopping and is not paused — or, for m.By PauseByCaller, is
-	// paused by an outage (a caller's pause replaces it); for m.By
-	// PauseByBudget, only while the batch's budget is m.BudgetUSD; else
-	// ErrConflict.
+	// not stopping and is not paused — or, for m.By PauseByCaller with
+	// m.Replaces, is paused by that outage pause (it began at
+	// m.Replaces.Since), which the caller's pause replaces, its time to
+	// m.Now added to PausedMs and kept as LastPause in the same write; for
+	// m.By PauseByBudget, only while the batch's budget is m.BudgetUSD;
+	// else ErrConflict.
 	Pause(ctx context.Context, m PauseMark) error
 	// Unpause removes the batch's pause only if it is at run m.Run and
 	// paused — by an outage that began at m.Since, for m.By

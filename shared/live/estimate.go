@@ -30,17 +30,19 @@ func Estimate(b ledger.Batch, p ledger.Progress, now time.Time) *api.Estimate {
 		return nil
 	}
 	ring := p.Pace
-	if a := b.Approval; b.Run == 1 && a != nil && a.Decision == api.ApprovalApproved && a.DecidedAt.After(b.RunStartedAt) {
-		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(a.DecidedAt) })
-		if _, ok := eta.Recent(ring, now, p.Done, p.Cost, p.Spent); !ok {
-			return nil
-		}
-	}
 	if lp := b.LastPause; lp != nil && lp.Until.After(b.RunStartedAt) {
 		// A pace measured across the last pause counts its standstill:
 		// the recent window starts at its end (until the ring holds a
 		// sample since, the run's average without its pauses' time).
 		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(lp.Until) })
+	}
+	if a := b.Approval; b.Run == 1 && a != nil && a.Decision == api.ApprovalApproved && a.DecidedAt.After(b.RunStartedAt) {
+		// The run's average holds the approval's hold: only a recent pace
+		// (after the approval, and after the last pause) says anything.
+		ring = slices.DeleteFunc(slices.Clone(ring), func(s eta.Sample) bool { return s.At().Before(a.DecidedAt) })
+		if _, ok := eta.Recent(ring, now, p.Done, p.Cost, p.Spent); !ok {
+			return nil
+		}
 	}
 	return eta.Estimate(eta.Run{Items: b.RunItems(), StartedAt: b.RunStartedAt, Paused: b.Pause != nil,
 		PausedFor: time.Duration(b.PausedMs) * time.Millisecond,

@@ -243,3 +243,30 @@ func TestEstimateLeavesPausesOut(t *testing.T) {
 		t.Fatalf("without the pause kept: %+v; want the window across the standstill (100 in 55 s)", e)
 	}
 }
+
+// TestEstimateOfAnApprovedRunAfterAPause guards the two rules together:
+// a sampled run approved an hour after its start, paused 30 s and read
+// 20 s after the unpause, its ring's samples all before the pause, has
+// no recent pace to show (nil, as before any sample after the approval),
+// never the run's average, which holds the approval's hour.
+func TestEstimateOfAnApprovedRunAfterAPause(t *testing.T) {
+	start := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	decided := start.Add(time.Hour)
+	b := ledger.Batch{Batch: api.Batch{ItemCount: 3000, Run: 1, RunStartedAt: start}}
+	b.Sample = 30
+	b.Approval = api.ApprovalOf(30, api.ApprovalApproved, api.DecidedByCaller, decided, &api.SampleEstimate{SampleItems: 30})
+	pausedAt := decided.Add(100 * time.Second)
+	until := pausedAt.Add(30 * time.Second)
+	b.Pauses, b.PausedMs = 1, 30_000
+	b.LastPause = &api.PauseSpan{By: api.PauseByCaller, Since: pausedAt, Until: until, EndedBy: api.PauseByCaller}
+	at := func(t time.Time, d int64) eta.Sample { return eta.Sample{AtMs: t.UnixMilli(), Done: d} }
+	p := ledger.Progress{Done: 270, Pace: []eta.Sample{at(start.Add(2*time.Second), 30), at(pausedAt.Add(-40*time.Second), 150),
+		at(pausedAt.Add(-20*time.Second), 190), at(pausedAt, 230)}}
+	if e := Estimate(b, p, until.Add(20*time.Second)); e != nil {
+		t.Errorf("estimate %+v (%s, %.3f items/s); want none until a sample after the unpause", e, e.RateBasis, e.RatePerSecond)
+	}
+	p.Done, p.Pace = 330, append(p.Pace, at(until.Add(5*time.Second), 240))
+	if e := Estimate(b, p, until.Add(50*time.Second)); e == nil || e.RateBasis != api.RateBasisRecent || e.RatePerSecond != 2 {
+		t.Errorf("estimate %+v; want the recent pace since the unpause: 90 in 45 s, 2 a second", e)
+	}
+}

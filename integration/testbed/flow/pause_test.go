@@ -487,3 +487,39 @@ func TestOutageProbeAnsweredBySuspensionEndsThePause(t *testing.T) {
 		t.Errorf("%d probes answered after the outage before the pause ended, want 1", probes)
 	}
 }
+
+// TestCallerPauseOverAnOutageKeepsItsTime guards a caller's pause that
+// replaces an outage pause: the outage's time is kept (its 100 s, then
+// the caller's 20 s), it is the last pause until the caller's ends, and
+// the live estimate leaves both out.
+func TestCallerPauseOverAnOutageKeepsItsTime(t *testing.T) {
+	ctx := context.Background()
+	r, _ := pauseRig(t, func(time.Time) bool { return false })
+	const id = "outage-then-caller"
+	if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: 1,
+		Source: api.SourceSpec{Items: items(20)}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.store.GetBatch(ctx, id)
+	outageAt := r.clock.Now()
+	if err := r.store.Pause(ctx, ledger.PauseMark{BatchID: id, Run: b.Run, By: api.PauseByOutage, Class: "http 502", Error: "502", Now: outageAt}); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.T = r.clock.T.Add(100 * time.Second)
+	if v, err := r.ctl.Pause(ctx, id); err != nil || v.Pause == nil || v.Pause.By != api.PauseByCaller {
+		t.Fatalf("a caller's pause over the outage's: %+v, %v", v.Pause, err)
+	}
+	b, _ = r.store.GetBatch(ctx, id)
+	if s := b.PausedSummary(r.clock.Now()); s == nil || s.Pauses != 2 || s.Seconds != 100 || s.Last == nil || s.Last.By != api.PauseByCaller {
+		t.Errorf("while the caller's pause stands: %+v; want 2 pauses, 100 s so far, the caller's standing", s)
+	}
+	r.clock.T = r.clock.T.Add(20 * time.Second)
+	if _, err := r.ctl.Unpause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = r.store.GetBatch(ctx, id)
+	s := b.PausedSummary(r.clock.Now())
+	if s == nil || s.Pauses != 2 || s.Seconds != 120 || s.Last == nil || s.Last.By != api.PauseByCaller || s.Last.EndedBy != api.PauseByCaller {
+		t.Errorf("after the unpause: %+v (last %+v); want 2 pauses, 120 s, the caller's last", s, s.Last)
+	}
+}

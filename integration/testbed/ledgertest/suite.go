@@ -586,8 +586,19 @@ var cases = []suiteCase{
 		got, _ = s.GetBatch(ctx, "b1")
 		check(t, "probes", got.Pause.Probes, 2)
 		isConflict(t, "unpause of another outage pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: T0.Add(time.Second)}))
-		// A caller's pause replaces the outage's; no probe, no outage unpause ends it.
-		check(t, "a caller pauses", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(2 * time.Minute)}), nil)
+		// A caller's pause replaces the outage's as it read it, its time
+		// kept; no probe, no outage unpause ends it.
+		isConflict(t, "a caller's pause over an outage pause it did not read", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(2 * time.Minute)}))
+		stale := api.Pause{By: api.PauseByOutage, Since: T0.Add(time.Second)}
+		isConflict(t, "a caller's pause over another outage pause", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(2 * time.Minute), Replaces: &stale}))
+		read := api.Pause{By: api.PauseByOutage, Since: T0, Class: "http 502", Error: "webhook: k: HTTP 502", Probes: 2}
+		check(t, "a caller pauses", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(2 * time.Minute), Replaces: &read}), nil)
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "paused ms after the outage pause replaced", got.PausedMs, int64(120_000))
+		if got.LastPause == nil {
+			t.Fatal("the replaced outage pause is not kept as the last")
+		}
+		check(t, "the replaced outage pause", *got.LastPause, api.PauseSpan{By: api.PauseByOutage, Since: T0, Until: T0.Add(2 * time.Minute), Class: "http 502", Error: "webhook: k: HTTP 502", Probes: 2, EndedBy: api.PauseByCaller})
 		isConflict(t, "a caller pauses again", s.Pause(ctx, ledger.PauseMark{BatchID: "b1", Run: 1, By: api.PauseByCaller, Now: T0.Add(3 * time.Minute)}))
 		isConflict(t, "probe of a caller's pause", s.ClaimProbe(ctx, ledger.ProbeClaim{BatchID: "b1", Run: 1, Since: T0.Add(2 * time.Minute), Probe: 1, Now: T0}))
 		isConflict(t, "an outage unpause of a caller's pause", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: T0.Add(2 * time.Minute)}))
@@ -608,7 +619,7 @@ var cases = []suiteCase{
 		timeout := api.Pause{By: api.PauseByOutage, Since: T0.Add(time.Hour), Class: "timeout", Error: "t", Probes: 1}
 		check(t, "the probe ends it", s.Unpause(ctx, ledger.UnpauseMark{BatchID: "b1", Run: 1, By: api.PauseByOutage, Since: timeout.Since, Now: T0.Add(time.Hour + 1500*time.Millisecond), Pause: timeout}), nil)
 		got, _ = s.GetBatch(ctx, "b1")
-		check(t, "paused ms (3 min by the caller, 1.5 s by the outage)", got.PausedMs, int64(181_500))
+		check(t, "paused ms (2 min by the first outage, 3 min by the caller, 1.5 s by the second outage)", got.PausedMs, int64(301_500))
 		if got.LastPause == nil {
 			t.Fatal("no last pause on the row")
 		}

@@ -688,10 +688,18 @@ func (s *Store) Pause(_ context.Context, m ledger.PauseMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.batch(m.BatchID)
+	replaces := m.By == api.PauseByCaller && m.Replaces != nil
 	if !ok || b.Run != m.Run || b.Status != api.StatusRunning || b.Stop != "" ||
-		b.Pause != nil && (m.By != api.PauseByCaller || b.Pause.By != api.PauseByOutage) ||
+		!replaces && b.Pause != nil ||
+		replaces && (b.Pause == nil || b.Pause.By != api.PauseByOutage || !b.Pause.Since.Equal(ms(m.Replaces.Since))) ||
 		m.By == api.PauseByBudget && b.BudgetUSD != m.BudgetUSD {
 		return conflictf("pause %s run %d", m.BatchID, m.Run)
+	}
+	if replaces {
+		span := m.Replaced()
+		span.Since, span.Until = ms(span.Since), ms(span.Until)
+		b.PausedMs += max(0, span.Until.Sub(span.Since).Milliseconds())
+		b.LastPause = &span
 	}
 	b.Pause = &api.Pause{By: m.By, Since: ms(m.Now), Class: m.Class, Error: ledger.CutError(m.Error)}
 	b.Pauses++
