@@ -596,7 +596,7 @@ func (f *Finalizer) chunkTime() time.Duration {
 // counts and the runs' reads while it merges them: the merge budget less
 // SortRunBytes, which the held lines take while it counts and the
 // results parts (two of ResultPartBytes) while it merges, so that its
-// memory stays that of a batch of item rows (shardmerge.Merge' budget and the
+// memory stays that of a batch of item rows (shardmerge.Merge's budget and the
 // results parts).
 func (f *Finalizer) sortBudget() int64 {
 	budget := f.Merge.BudgetBytes
