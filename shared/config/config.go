@@ -84,6 +84,12 @@ const (
 	// function's SQS event sources (default 100); submit sizes a batch's
 	// shards from the flow it allows (ledger.StackFlow).
 	EnvItemsMaxConcurrency = "BULKRUN_ITEMS_MAX_CONCURRENCY"
+	// EnvItemsMinimumPollers and EnvItemsMaximumPollers are the items
+	// queue's event source in provisioned mode (its
+	// ProvisionedPollerConfig): the pollers kept ready and the most it
+	// scales to; unset (0) in the default, standard mode.
+	EnvItemsMinimumPollers = "BULKRUN_ITEMS_MINIMUM_POLLERS"
+	EnvItemsMaximumPollers = "BULKRUN_ITEMS_MAXIMUM_POLLERS"
 	// EnvTickSeconds is the longest time between two finalize ticks, in
 	// seconds (the period of the stack's FinalizeTickSchedule, set on the
 	// submit function); default DefaultTickPeriod. The ticks send task
@@ -339,6 +345,29 @@ const (
 	// DefaultItemsMaxConcurrency is the item event sources' maximum
 	// concurrency when EnvItemsMaxConcurrency is unset (the stack's default).
 	DefaultItemsMaxConcurrency = 100
+	// PollerInvocations is how many invocations one event poller of an
+	// SQS event source in provisioned mode drives at once: "each event
+	// poller can handle up to 1 MB/sec of throughput, up to 10 concurrent
+	// invokes, or up to 10 Amazon SQS polling API calls per second" (AWS
+	// Lambda developer guide, "Configuring scaling behavior for SQS event
+	// source mappings"). The guide: "When using provisioned mode, you
+	// control concurrency through the maximum event pollers setting".
+	PollerInvocations = 10
+	// PollersAtLeast, ReadyPollersAtMost and LambdaPollersAtMost are
+	// Lambda's ranges for an SQS event source's pollers in provisioned
+	// mode: "minimum (2-200) and maximum (2-2000)" (AWS Lambda developer
+	// guide, "Lambda parameters for Amazon SQS event source mappings";
+	// CloudFormation's ProvisionedPollerConfig allows a maximum of 2,000
+	// too).
+	PollersAtLeast, ReadyPollersAtMost, LambdaPollersAtMost = 2, 200, 2000
+	// InFlightPollers is the most pollers the items queue's source may
+	// scale to: each drives up to PollerInvocations invocations of
+	// DefaultItemBatchSize messages, all in flight while they run, and a
+	// standard queue holds at most 120,000 messages in flight ("Amazon
+	// SQS message quotas"); 1,200 pollers keep 120,000, so bulkrun allows
+	// 1,000 (100,000), leaving room for the items waiting for a retry,
+	// which are in flight too.
+	InFlightPollers = 1000
 	// ParkingMaxReceiveCount is the dead-letter queue's redrive
 	// maxReceiveCount: receives of a dead letter by the item function (which
 	// records its item failed) before SQS moves it to the parking queue,
@@ -378,8 +407,30 @@ type Config struct {
 	EffectTables     []string        // EnvEffectTables; default none (staging refused)
 	LambdaFunctions  []string        // EnvLambdaFunctions; default none
 	// ItemsMaxConcurrency is EnvItemsMaxConcurrency; default
-	// DefaultItemsMaxConcurrency, 2–1000 (SQS event sources' range).
+	// DefaultItemsMaxConcurrency, 2–1000 (SQS event sources' range): the
+	// items queue's event source's in the standard mode, the dead-letter
+	// queue's always.
 	ItemsMaxConcurrency int
+	// ItemsMinimumPollers and ItemsMaximumPollers are
+	// EnvItemsMinimumPollers and EnvItemsMaximumPollers: both 0 (the
+	// default) in the standard mode; in provisioned mode PollersAtLeast
+	// ≤ minimum ≤ ReadyPollersAtMost, minimum ≤ maximum ≤
+	// InFlightPollers (CheckPollers).
+	ItemsMinimumPollers, ItemsMaximumPollers int
+}
+
+// Provisioned reports whether the items queue's event source runs in
+// provisioned mode (ItemsMaximumPollers set).
+func (c Config) Provisioned() bool { return c.ItemsMaximumPollers > 0 }
+
+// ItemsConcurrency is how many invocations the items queue's event
+// source may drive at once: ItemsMaximumPollers × PollerInvocations in
+// provisioned mode (up to 10,000), ItemsMaxConcurrency otherwise.
+func (c Config) ItemsConcurrency() int {
+	if c.Provisioned() {
+		return c.ItemsMaximumPollers * PollerInvocations
+	}
+	return c.ItemsMaxConcurrency
 }
 
 // VarError names the environment variable at fault.
@@ -464,6 +515,8 @@ func Load(getenv func(string) string) (Config, error) {
 		EphemeralMiB:     count(EnvEphemeralStorageMiB, 0),
 
 		ItemsMaxConcurrency: count(EnvItemsMaxConcurrency, DefaultItemsMaxConcurrency),
+		ItemsMinimumPollers: count(EnvItemsMinimumPollers, 0),
+		ItemsMaximumPollers: count(EnvItemsMaximumPollers, 0),
 		RetryPolicy:         api.DefaultRetryPolicy,
 	}
 	if v := getenv(EnvRetryPolicy); v != "" {
@@ -473,9 +526,7 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.RetryPolicy = p
 	}
-	if n := c.ItemsMaxConcurrency; n < 2 || n > 1000 {
-		errs = append(errs, &VarError{Var: EnvItemsMaxConcurrency, Value: getenv(EnvItemsMaxConcurrency), Reason: "want 2–1000 (SQS event source maximum concurrency)"})
-	}
+	errs = append(errs, c.checkEventSources(getenv)...)
 	if v := getenv(EnvRetentionDays); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
@@ -726,3 +777,37 @@ func UploadErrorKey(key string) string {
 
 // MaxS3KeyBytes is S3's limit on an object key's length in UTF-8 bytes.
 const MaxS3KeyBytes = 1024
+
+// checkEventSources checks the item function's event sources' settings
+// (ItemsMaxConcurrency, the pollers), naming the variable at fault.
+func (c *Config) checkEventSources(getenv func(string) string) []error {
+	var errs []error
+	if n := c.ItemsMaxConcurrency; n < 2 || n > 1000 {
+		errs = append(errs, &VarError{Var: EnvItemsMaxConcurrency, Value: getenv(EnvItemsMaxConcurrency), Reason: "want 2–1000 (SQS event source maximum concurrency)"})
+	}
+	if why := CheckPollers(c.ItemsMinimumPollers, c.ItemsMaximumPollers); why != "" {
+		errs = append(errs, &VarError{Var: EnvItemsMaximumPollers, Value: getenv(EnvItemsMinimumPollers) + "–" + getenv(EnvItemsMaximumPollers), Reason: why})
+	}
+	return errs
+}
+
+// CheckPollers checks an SQS event source's provisioned mode: both 0
+// (standard mode), or PollersAtLeast ≤ minimum ≤ ReadyPollersAtMost
+// and minimum ≤ maximum ≤ InFlightPollers (Lambda's own ceiling,
+// LambdaPollersAtMost, is above it). It returns the reason, or "".
+func CheckPollers(minimum, maximum int) string {
+	switch {
+	case minimum == 0 && maximum == 0:
+		return ""
+	case minimum == 0 || maximum == 0:
+		return "set both the minimum and the maximum pollers (provisioned mode), or neither"
+	case minimum < PollersAtLeast || minimum > ReadyPollersAtMost:
+		return fmt.Sprintf("minimum pollers %d: want %d–%d (Lambda's range for SQS)", minimum, PollersAtLeast, ReadyPollersAtMost)
+	case maximum < minimum || maximum > LambdaPollersAtMost:
+		return fmt.Sprintf("maximum pollers %d: want the minimum (%d) to %d (Lambda's range for SQS)", maximum, minimum, LambdaPollersAtMost)
+	case maximum > InFlightPollers:
+		return fmt.Sprintf("maximum pollers %d: want at most %d: each keeps up to %d messages in flight, and a standard queue allows 120,000 in flight (SQS message quotas), items waiting for a retry among them",
+			maximum, InFlightPollers, PollerInvocations*DefaultItemBatchSize)
+	}
+	return ""
+}

@@ -114,3 +114,56 @@ func TestRetryPolicyTyped(t *testing.T) {
 		}
 	}
 }
+
+// Guards the items event source's provisioned mode
+// (EnvItemsMinimumPollers, EnvItemsMaximumPollers): neither set is the
+// standard mode at ItemsMaxConcurrency; both set, within Lambda's ranges
+// for SQS, give PollerInvocations invocations per maximum poller; one
+// without the other, or out of range, is an error naming the variable.
+func TestItemsPollers(t *testing.T) {
+	env := func(lo, hi string) func(string) string {
+		return func(name string) string {
+			switch name {
+			case EnvTable:
+				return "t"
+			case EnvBucket:
+				return "b"
+			case EnvItemsMinimumPollers:
+				return lo
+			case EnvItemsMaximumPollers:
+				return hi
+			}
+			return ""
+		}
+	}
+	for _, tt := range []struct {
+		lo, hi      string
+		provisioned bool
+		concurrency int
+		bad         bool
+	}{
+		{"", "", false, DefaultItemsMaxConcurrency, false},
+		{"2", "2", true, 20, false},
+		{"100", "1000", true, 10000, false},
+		{"100", "1001", false, 0, true}, // the items queue's in-flight quota
+		{"100", "2000", false, 0, true},
+		{"200", "200", true, 2000, false},
+		{"", "50", false, 0, true},
+		{"10", "", false, 0, true},
+		{"1", "50", false, 0, true},
+		{"201", "300", false, 0, true},
+		{"20", "10", false, 0, true},
+		{"20", "2001", false, 0, true},
+	} {
+		c, err := Load(env(tt.lo, tt.hi))
+		var ve *VarError
+		isBad := errors.As(err, &ve) && ve.Var == EnvItemsMaximumPollers
+		if isBad != tt.bad {
+			t.Errorf("pollers %q–%q: error %v, want one: %v", tt.lo, tt.hi, err, tt.bad)
+			continue
+		}
+		if !tt.bad && (c.Provisioned() != tt.provisioned || c.ItemsConcurrency() != tt.concurrency) {
+			t.Errorf("pollers %q–%q: provisioned %v, concurrency %d; want %v, %d", tt.lo, tt.hi, c.Provisioned(), c.ItemsConcurrency(), tt.provisioned, tt.concurrency)
+		}
+	}
+}

@@ -176,7 +176,7 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 		Sources:        d.SourcePolicy(),
 		Regions:        d.Blobs,
 		Region:         d.AWS.Region,
-		ItemsPerSecond: ledger.StackFlow(d.Config.ItemsMaxConcurrency, config.DefaultItemBatchSize),
+		ItemsPerSecond: ledger.StackFlow(d.Config.ItemsConcurrency(), config.DefaultItemBatchSize),
 		// A JSON Lines object over submit.DefaultPartBytes is read by parts,
 		// wherever it is read, so its digest is always the parts digest.
 		Parts: &submit.PartsConfig{},

@@ -54,6 +54,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline/effects"
 	"github.com/bulkrun/bulkrun/shared/pipeline/registered"
+	"github.com/bulkrun/bulkrun/shared/sample"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/worker"
 )
@@ -165,12 +166,13 @@ func StartItem(ctx context.Context, custom ...registered.Declaration) error {
 			// The worker's default 10 s margin, but at most a third of a
 			// short item timeout (a 10 s function keeps 3.3 s, not all).
 			Margin: workerMargin(d.Config.ItemTimeout),
-			// The messages the items event sources run at once, for a
+			// The messages the items event source runs at once, for a
 			// sample's estimate of its rest's pace.
-			Parallel: d.Config.ItemsMaxConcurrency * config.DefaultItemBatchSize,
+			Parallel: d.Config.ItemsConcurrency() * config.DefaultItemBatchSize,
 			// ... and how they start: scaled up from a few invocations of
-			// that many messages (shared/sample.RampStart).
+			// that many messages (shared/sample.Ramp).
 			PerInvocation: config.DefaultItemBatchSize,
+			Ramp:          itemsRamp(d.Config),
 			// An item withheld under a halt lifted meanwhile is woken at once.
 			Wake: &held.Waker{Store: d.Store, Blobs: d.Blobs, Queue: d.Queue, Clock: ledger.SystemClock{}, Log: d.Log},
 		},
@@ -204,4 +206,13 @@ func serve(ctx context.Context, r handler.Router, traces *tracing.Provider) erro
 	}
 	lambda.StartWithOptions(h, lambda.WithContext(ctx))
 	return nil
+}
+
+// itemsRamp is how the items queue's event source scales: from its
+// ready pollers in provisioned mode, from a few invocations otherwise.
+func itemsRamp(c config.Config) sample.Ramp {
+	if c.Provisioned() {
+		return sample.ProvisionedRamp(c.ItemsMinimumPollers, config.PollerInvocations)
+	}
+	return sample.StandardRamp
 }

@@ -58,6 +58,8 @@ type Judge struct {
 	// one invocation (sample.Run.PerInvocation); 0: no event source
 	// scaling modelled.
 	PerInvocation int
+	// Ramp is how the items event source scales (sample.Run.Ramp).
+	Ramp sample.Ramp
 	// Reads is when this process last read each run's counters; nil: no
 	// record (every judgement reads).
 	Reads *Reads
@@ -204,7 +206,7 @@ func (j *Judge) Sample(ctx context.Context, log *slog.Logger, b ledger.Batch, co
 	}
 	spent := spend.RunSpend(p.Spent, p.Usage)
 	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
-		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel, PerInvocation: j.PerInvocation}
+		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel, PerInvocation: j.PerInvocation, Ramp: j.Ramp}
 	if n := b.MaxConcurrency; n > 0 {
 		// On max_concurrency's tracks the sample and the rest run N units
 		// at once, one item at a time each.

@@ -42,9 +42,12 @@ type Run struct {
 	PerMessage, Parallel int
 	// PerInvocation is how many messages the items event sources hand
 	// one invocation (config.DefaultItemBatchSize, 10), so that the
-	// rest's start follows their scaling (RampStart, RampPerMinute); 0:
-	// the rest runs at its full parallelism from its start.
+	// rest's start follows their scaling (Ramp); 0: the rest runs at its
+	// full parallelism from its start.
 	PerInvocation int
+	// Ramp is how the items event source scales from an idle queue; the
+	// zero value is StandardRamp.
+	Ramp Ramp
 	// RequestsPerSecond is the batch's rate (api.Rate.RequestsPerSecond),
 	// 0 for none.
 	RequestsPerSecond float64
@@ -69,26 +72,61 @@ func Wilson(failed, n int64) (low, high float64) {
 	return math.Max(0, mid-half), math.Min(1, mid+half)
 }
 
+// Ramp is how an SQS event source scales from an idle queue: Start
+// invocations at once, PerMinute more a minute, up to its concurrency.
+// The zero Ramp is StandardRamp.
+type Ramp struct {
+	Start, PerMinute int
+}
+
 // RampStart and RampPerMinute are how an SQS event source scales on a
-// standard queue: "Lambda starts processing five batches at a time with
-// five concurrent invocations of your function. If messages are still
-// available, Lambda increases the number of processes that are reading
-// batches by up to 300 more instances per minute", up to its maximum
-// concurrency (AWS Lambda developer guide, "Configuring scaling behavior
-// for SQS event source mappings"). After a sample's hold the queue was
-// idle, so the rest starts from RampStart again.
+// standard queue in its default (standard) mode: "Lambda starts
+// processing five batches at a time with five concurrent invocations of
+// your function. If messages are still available, Lambda increases the
+// number of processes that are reading batches by up to 300 more
+// instances per minute", up to its maximum concurrency (AWS Lambda
+// developer guide, "Configuring scaling behavior for SQS event source
+// mappings"). After a sample's hold the queue was idle, so the rest
+// starts from RampStart again.
 const (
 	RampStart     = 5
 	RampPerMinute = 300
 )
 
+// StandardRamp is the event source's default scaling (RampStart,
+// RampPerMinute).
+var StandardRamp = Ramp{Start: RampStart, PerMinute: RampPerMinute}
+
+// ProvisionedRampPerMinute is how fast an event source in provisioned
+// mode adds concurrency: "quickly adding up to 1,000 concurrency per
+// minute" (AWS Lambda developer guide, "Configuring scaling behavior for
+// SQS event source mappings").
+const ProvisionedRampPerMinute = 1000
+
+// ProvisionedRamp is the scaling of an event source in provisioned mode
+// with minimumPollers pollers kept ready, each driving up to
+// perPoller invocations at once ("each event poller can handle … up to
+// 10 concurrent invokes", the same guide): it starts at minimumPollers ×
+// perPoller — an inference, the guide saying only that the pollers
+// "remain ready" — and adds ProvisionedRampPerMinute a minute.
+func ProvisionedRamp(minimumPollers, perPoller int) Ramp {
+	return Ramp{Start: max(1, minimumPollers*perPoller), PerMinute: ProvisionedRampPerMinute}
+}
+
+func (r Ramp) orStandard() Ramp {
+	if r.Start <= 0 || r.PerMinute <= 0 {
+		return StandardRamp
+	}
+	return r
+}
+
 // Estimate is r's estimate of its whole run. Costs scale linearly:
 // the sample's spend × Items / Ended. The rest's pace per message at
 // once is the sample's own (Ended over the seconds from StartedAt to
 // EndedAt, over the messages it ran at once: min(its messages,
-// Parallel, RampStart × PerInvocation)), and the rest runs min(its
+// Parallel, Ramp.Start × PerInvocation)), and the rest runs min(its
 // messages, Parallel) at once — reached as the event source scales
-// (RampStart invocations of PerInvocation messages, RampPerMinute more
+// (Ramp.Start invocations of PerInvocation messages, Ramp.PerMinute more
 // a minute) when PerInvocation is set — and no faster than the batch's
 // rate. What it leaves out, said in the docs: a downstream that slows
 // under the larger load, and a stack that cannot run the parallelism
@@ -130,17 +168,18 @@ func Estimate(r Run) *api.SampleEstimate {
 	rest := (r.Items - ended + k - 1) / k
 	left := float64(r.Items - ended)
 	pace, why := own, "the sample's pace" // the pace itself is ItemsPerSecond
+	ramp := r.Ramp.orStandard()
 	if p := int64(r.Parallel); p > 0 && units > 0 {
 		was := min(units, p)
 		if r.PerInvocation > 0 {
-			was = min(was, int64(RampStart*r.PerInvocation))
+			was = min(was, int64(ramp.Start*r.PerInvocation))
 		}
 		if at := min(rest, p); at > was {
-			t := rampSeconds(left, own/float64(was), float64(at), r.PerInvocation)
+			t := rampSeconds(left, own/float64(was), float64(at), r.PerInvocation, ramp)
 			pace = left / t
 			why = fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g, the rest's average gain from the sample's %d messages at once to %d", own, pace/own, was, at)
 			if r.PerInvocation > 0 {
-				why += fmt.Sprintf(", reached as the event source adds %d invocations of %d messages a minute from %d (the ramp counted in the average)", RampPerMinute, r.PerInvocation, RampStart)
+				why += fmt.Sprintf(", reached as the event source adds %d invocations of %d messages a minute from %d (the ramp counted in the average)", ramp.PerMinute, r.PerInvocation, ramp.Start)
 			}
 		}
 	}
@@ -154,19 +193,19 @@ func Estimate(r Run) *api.SampleEstimate {
 }
 
 // rampSeconds is how long items take at per items a second for each
-// message running, with up to at messages running: from RampStart
-// invocations of perInvocation messages, RampPerMinute more a minute
+// message running, with up to at messages running: from ramp.Start
+// invocations of perInvocation messages, ramp.PerMinute more a minute
 // (a linear ramp, then at; perInvocation 0: at from the start).
-func rampSeconds(items, per, at float64, perInvocation int) float64 {
+func rampSeconds(items, per, at float64, perInvocation int, ramp Ramp) float64 {
 	if perInvocation <= 0 {
 		return items / (per * at)
 	}
-	r0 := float64(RampStart * perInvocation)
+	r0 := float64(ramp.Start * perInvocation)
 	if at <= r0 {
 		return items / (per * at)
 	}
-	grow := float64(RampPerMinute*perInvocation) / 60 // messages at once gained a second
-	tc := (at - r0) / grow                            // when the ramp reaches at
+	grow := float64(ramp.PerMinute*perInvocation) / 60 // messages at once gained a second
+	tc := (at - r0) / grow                             // when the ramp reaches at
 	if ramp := per * (r0*tc + grow*tc*tc/2); items > ramp {
 		return tc + (items-ramp)/(per*at)
 	}

@@ -85,7 +85,7 @@ func TestEstimateScalesCostAndPace(t *testing.T) {
 
 // TestEstimateFollowsTheEventSourcesRamp guards the rest's start as an
 // SQS event source scales (RampStart invocations, RampPerMinute more a
-// minute): at 10 messages an invocation, 50 messages run at first, 50
+// minute; in provisioned mode its ready pollers' invocations, 1,000 more): at 10 messages an invocation, 50 messages run at first, 50
 // more each second, up to Parallel; each at the sample's pace per
 // message it ran at once.
 func TestEstimateFollowsTheEventSourcesRamp(t *testing.T) {
@@ -105,6 +105,25 @@ func TestEstimateFollowsTheEventSourcesRamp(t *testing.T) {
 	want := (-50 + math.Sqrt(102500)) / 50
 	if e := Estimate(r); e.Seconds != math.Ceil(want) || !near(e.ItemsPerSecond, 2000/want) {
 		t.Errorf("a rest that ends on the ramp: %v s at %v items/s (%q), want %.3f s", e.Seconds, e.ItemsPerSecond, e.Pace, want)
+	}
+	// Provisioned mode, 20 pollers of up to 10 invocations ready: the
+	// rest starts at 200 invocations (2,000 messages at once, all it
+	// needs) and needs no ramp: 19,800 / (0.5 × 1,980) = 20 s.
+	r = Run{Items: 20000, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 20000, PerInvocation: 10, Ramp: ProvisionedRamp(20, 10)}
+	if e := Estimate(r); e.Seconds != 20 || !near(e.ItemsPerSecond, 990) {
+		t.Errorf("provisioned, 200 invocations ready: %v s at %v items/s (%q), want 20 s at 990", e.Seconds, e.ItemsPerSecond, e.Pace)
+	}
+	// Provisioned, 2 pollers (20 invocations, 200 messages) ready and
+	// 1,000 invocations (10,000 messages) more a minute towards 1,980:
+	// 0.5 × (200 t + 83.3 t²) = 19,800 ends on the ramp.
+	r.Ramp = ProvisionedRamp(2, 10)
+	grow := 10000.0 / 60
+	want = (-200 + math.Sqrt(200*200+2*grow*19800/0.5)) / grow
+	if tc := (1980 - 200) / grow; want > tc {
+		want = tc + (19800-0.5*(200*tc+grow*tc*tc/2))/(0.5*1980)
+	}
+	if e := Estimate(r); e.Seconds != math.Ceil(want) || !strings.Contains(e.Pace, "1000 invocations") {
+		t.Errorf("provisioned, 2 pollers: %v s (%q), want %.3f s", e.Seconds, e.Pace, want)
 	}
 	// Under the ramp's start: no ramp.
 	r = Run{Items: 400, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 1000, PerInvocation: 10}

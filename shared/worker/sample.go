@@ -78,5 +78,5 @@ func (w *Worker) holdTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 // (w.reads, made on first use; a Worker copied before that keeps its
 // own).
 func (w *Worker) judges() *judge.Judge {
-	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Reads: made(&w.reads)}
+	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Ramp: w.Ramp, Reads: made(&w.reads)}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/sample"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/stopcheck"
 	"github.com/bulkrun/bulkrun/shared/tracklines"
@@ -129,6 +130,9 @@ type Worker struct {
 	// one invocation, so that the estimate's rest starts as they scale
 	// (sample.Run.PerInvocation); 0: not modelled.
 	PerInvocation int
+	// Ramp is how the items event source scales from an idle queue
+	// (sample.Run.Ramp); zero: sample.StandardRamp.
+	Ramp sample.Ramp
 	// Secrets resolves the secret references in a batch's headers and
 	// options (see SecretRef) before each item runs. nil: an item of a
 	// batch holding a reference fails permanently (ErrSecret).
