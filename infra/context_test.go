@@ -115,6 +115,7 @@ func TestContextRefusedBySynthRules(t *testing.T) {
 		{"memoryMiB", "item=1024", "MemoryMiB[item]"},
 		{"lambdaFunctions", "not a function!", config.EnvLambdaFunctions},
 		{"finalizeTickSchedule", "rate(1 minutes)", "FinalizeTickSchedule"},
+		{"itemsMaximumPollers", "20", "ItemsMinimumPollers, ItemsMaximumPollers"}, // the minimum missing
 	} {
 		t.Run(tt.key, func(t *testing.T) {
 			ctx := map[string]string{"target": "emulator", "functionsDir": functionsDir, tt.key: tt.value}
@@ -172,6 +173,8 @@ func allContext() map[string]string {
 		"apiBurstLimit":        "40",
 		"itemMemoryMiB":        "1024",
 		"itemsMaxConcurrency":  "150",
+		"itemsMinimumPollers":  "3",
+		"itemsMaximumPollers":  "15",
 		"reservedConcurrency":  "submit=5,finalize=2,item=300",
 		"accountConcurrency":   "2000",
 		"apiGatewayAccount":    "true",
@@ -569,10 +572,38 @@ func TestRunnerPropsContext(t *testing.T) {
 			}
 		},
 		"itemsMaxConcurrency": func(t *testing.T) {
+			// With the pollers set, it bounds the dead-letter queue's source.
 			if n := len(a.ofType("AWS::Lambda::EventSourceMapping")); n != 2 || !a.has("AWS::Lambda::EventSourceMapping", `"MaximumConcurrency":150`) {
-				t.Errorf("%d event sources, want 2 with maximum concurrency 150", n)
+				t.Errorf("%d event sources, want 2, one with maximum concurrency 150", n)
 			}
-			// The messages-resent alarm scales with it: 2 × 300 s × 150.
+		},
+		"itemsMinimumPollers": func(t *testing.T) {}, // with itemsMaximumPollers
+		"itemsMaximumPollers": func(t *testing.T) {
+			// The items queue's source in provisioned mode, without a
+			// maximum concurrency (the two are exclusive); the dead-letter
+			// queue's in the standard mode.
+			var provisioned, standard int
+			for _, m := range a.ofType("AWS::Lambda::EventSourceMapping") {
+				p := props(m)
+				pc, _ := p["ProvisionedPollerConfig"].(map[string]any)
+				_, sc := p["ScalingConfig"]
+				switch {
+				case pc != nil && sc:
+					t.Errorf("an event source with both provisioned pollers and a scaling config: %v", p)
+				case pc != nil && pc["MinimumPollers"] == 3.0 && pc["MaximumPollers"] == 15.0:
+					provisioned++
+				case sc:
+					standard++
+				}
+			}
+			if provisioned != 1 || standard != 1 {
+				t.Errorf("%d event sources with pollers 3–15, %d with a scaling config; want 1 and 1", provisioned, standard)
+			}
+			if !a.has("AWS::Lambda::Function", `"BULKRUN_ITEMS_MAXIMUM_POLLERS":"15"`, `"BULKRUN_ITEMS_MINIMUM_POLLERS":"3"`) {
+				t.Error("no function told the pollers 3–15")
+			}
+			// The messages-resent alarm scales with what the items queue's
+			// source may run: 2 × 300 s × 10 × 15.
 			if !a.has("AWS::CloudWatch::Alarm", `"MetricName":"MessagesResent"`, `"Threshold":90000`) {
 				t.Error("no messages-resent alarm at 90000 for 150 invocations at once")
 			}

@@ -62,6 +62,10 @@ func (s settings) functionEnv() map[string]map[string]string {
 	if s.retentionMinutes > 0 {
 		common[config.EnvRetentionMinutes] = strconv.Itoa(s.retentionMinutes)
 	}
+	if s.maxPollers > 0 {
+		common[config.EnvItemsMinimumPollers] = strconv.Itoa(s.minPollers)
+		common[config.EnvItemsMaximumPollers] = strconv.Itoa(s.maxPollers)
+	}
 	finalize := with(common, map[string]string{config.EnvItemsQueueURL: refItemsQueueURL})
 
 	fanOut := with(common, map[string]string{

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/config"
 )
 
 // Operations defaults (RunnerProps.QueueAgeAlarm, APIRateLimit, APIBurstLimit).
@@ -51,7 +52,8 @@ type opsSettings struct {
 	apiRate          float64
 	apiBurst         int
 	// itemsMaxConcurrency is RunnerProps.ItemsMaxConcurrency (default
-	// DefaultItemsMaxConcurrency): the messages-resent alarm scales with it.
+	// DefaultItemsMaxConcurrency), or 10 × ItemsMaximumPollers in
+	// provisioned mode: the messages-resent alarm scales with it.
 	itemsMaxConcurrency int
 }
 
@@ -63,6 +65,10 @@ func opsOf(props *RunnerProps) opsSettings {
 	}
 	if props.ItemsMaxConcurrency != 0 {
 		o.itemsMaxConcurrency = props.ItemsMaxConcurrency
+	}
+	if props.ItemsMaximumPollers > 0 {
+		// Provisioned mode: the items queue's source runs up to this many.
+		o.itemsMaxConcurrency = props.ItemsMaximumPollers * config.PollerInvocations
 	}
 	o.alarmTopicARN, o.tracing, o.bucketVersioning = props.AlarmTopicARN, props.Tracing, props.BucketVersioning
 	if props.QueueAgeAlarm != 0 {

@@ -379,8 +379,31 @@ type RunnerProps struct {
 	// the queue may drive at once, 2–1000 ("Configuring maximum concurrency
 	// for Amazon SQS event sources",
 	// https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html).
-	// Default DefaultItemsMaxConcurrency (100).
+	// Default DefaultItemsMaxConcurrency (100). In provisioned mode
+	// (ItemsMaximumPollers) it bounds the dead-letter queue's event
+	// source only.
 	ItemsMaxConcurrency int
+	// ItemsMinimumPollers and ItemsMaximumPollers put the items queue's
+	// event source in provisioned mode (ProvisionedPollerConfig): the
+	// event pollers kept ready from the first message, 2–200 ("Lambda
+	// parameters for Amazon SQS event source mappings"), and the most it
+	// scales to, the minimum to 1,000 (config.InFlightPollers: Lambda
+	// allows 2,000, but each poller keeps up to 100 messages in flight
+	// and the queue allows 120,000). Each poller drives up to
+	// config.PollerInvocations (10) invocations at once, so the items
+	// queue may run up to 10 × ItemsMaximumPollers (10,000 at 1,000), and
+	// the source scales by up to 1,000 concurrency a minute, against 300
+	// a minute from 5 in the standard mode ("Configuring scaling behavior
+	// for SQS event source mappings",
+	// https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html):
+	// a large batch's items start at full speed (infra/README.md,
+	// "Provisioned pollers"; docs/design/cost.md, "Time to result"). The
+	// two modes are exclusive, so the items source then has no
+	// MaximumConcurrency. Billed whether used or not: each poller is one
+	// Event Poller Unit, $0.00925 an hour in us-east-1, a minute at
+	// least (AWS Lambda pricing), so 2 ready pollers cost ≈ $13.50 a
+	// month and 100 ≈ $675. Both 0 (the default): the standard mode.
+	ItemsMinimumPollers, ItemsMaximumPollers int
 	// MemoryMiB sets the memory of the other functions by name
 	// (FunctionSubmit, FunctionFinalize, FunctionSweep), in MiB, 128–10,240
 	// (Lambda quotas, as ItemMemoryMiB). Defaults: DefaultMemoryMiB. The

@@ -1572,6 +1572,10 @@ func TestConcurrencyRulesNamed(t *testing.T) {
 		{"item reservation = 1 × ItemsMaxConcurrency", RunnerProps{ItemsMaxConcurrency: 100, ReservedConcurrency: map[string]int{FunctionItem: 100}}, RuleReservedCoversEventSources},
 		{"reservations leave 50 of 1000", RunnerProps{ReservedConcurrency: map[string]int{FunctionItem: 800, FunctionSubmit: 100, FunctionFinalize: 50}}, RuleUnreservedAtLeast100},
 		{"a new account's 50", RunnerProps{AccountConcurrency: 50}, RuleEventSourcesFitUnreserved},
+		// Provisioned mode: the items queue's source runs up to 10 per
+		// poller, the dead-letter queue's ItemsMaxConcurrency.
+		{"item reservation under 10 × 50 pollers + 100", RunnerProps{ItemsMinimumPollers: 2, ItemsMaximumPollers: 50, ReservedConcurrency: map[string]int{FunctionItem: 599}}, RuleReservedCoversEventSources},
+		{"100 pollers in an account of 1000", RunnerProps{ItemsMinimumPollers: 2, ItemsMaximumPollers: 100}, RuleEventSourcesFitUnreserved},
 	} {
 		tt.props.Target, tt.props.FunctionsDir = TargetEmulator, functionsDir
 		err := Validate(&tt.props)
@@ -1584,6 +1588,16 @@ func TestConcurrencyRulesNamed(t *testing.T) {
 	if err := Validate(&RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, ItemsMaxConcurrency: 100,
 		ReservedConcurrency: map[string]int{FunctionItem: 200, FunctionSubmit: 10}}); err != nil {
 		t.Errorf("item reserved for both event sources: %v", err)
+	}
+	if err := Validate(&RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, ItemsMinimumPollers: 2, ItemsMaximumPollers: 50,
+		ReservedConcurrency: map[string]int{FunctionItem: 600}}); err != nil {
+		t.Errorf("item reserved for 50 pollers and the dead-letter queue's 100: %v", err)
+	}
+	for _, p := range [][2]int{{0, 20}, {1, 20}, {20, 10}, {201, 300}, {2, 1001}} {
+		err := Validate(&RunnerProps{Target: TargetEmulator, FunctionsDir: functionsDir, ItemsMinimumPollers: p[0], ItemsMaximumPollers: p[1], AccountConcurrency: 30000})
+		if err == nil || !strings.Contains(err.Error(), "ItemsMinimumPollers, ItemsMaximumPollers") {
+			t.Errorf("pollers %d–%d: Validate = %v, want an error naming them", p[0], p[1], err)
+		}
 	}
 }
 

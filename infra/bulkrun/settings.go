@@ -55,6 +55,8 @@ type settings struct {
 	itemMemoryMiB      int
 	reserved           map[string]int
 	maxConcurrency     int
+	minPollers         int // the items source's ProvisionedPollerConfig; 0 in the standard mode
+	maxPollers         int
 	accountConcurrency int
 	logLevel           string // config.EnvLogLevel and the LoggingConfig's application level
 	tracesExporter     string // config.EnvTracesExporter on submit and item; "" for none
@@ -134,6 +136,8 @@ func withDefaults(props *RunnerProps) settings {
 		itemMemoryMiB:      props.ItemMemoryMiB,
 		reserved:           props.ReservedConcurrency,
 		maxConcurrency:     props.ItemsMaxConcurrency,
+		minPollers:         props.ItemsMinimumPollers,
+		maxPollers:         props.ItemsMaximumPollers,
 		accountConcurrency: props.AccountConcurrency,
 		logLevel:           props.LogLevel,
 		tracesExporter:     props.TracesExporter,
@@ -364,16 +368,19 @@ func (s *settings) checkFunctions(props *RunnerProps, bad badProp) {
 	if s.maxConcurrency < 2 || s.maxConcurrency > 1000 {
 		bad("ItemsMaxConcurrency", strconv.Itoa(s.maxConcurrency), "want 2–1000 (SQS event source maximum concurrency)")
 	}
+	if why := config.CheckPollers(s.minPollers, s.maxPollers); why != "" {
+		bad("ItemsMinimumPollers, ItemsMaximumPollers", fmt.Sprintf("%d, %d", s.minPollers, s.maxPollers), why)
+	}
 	for fn, n := range s.reserved {
 		switch {
 		case !slices.Contains(functionNames, fn):
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "not a function of the stack (submit, item, finalize, sweep)")
 		case n < 1:
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), "want at least 1 (0 would stop the function)")
-		case fn == FunctionItem && n < EventSources*s.maxConcurrency:
+		case fn == FunctionItem && n < s.eventSourcesConcurrency():
 			bad("ReservedConcurrency["+fn+"]", strconv.Itoa(n), fmt.Sprintf(
-				"below what the item function's %d SQS event sources can run, %d × ItemsMaxConcurrency (%d) = %d: the pollers would be throttled and messages dead-lettered early (rule %s)",
-				EventSources, EventSources, s.maxConcurrency, EventSources*s.maxConcurrency, RuleReservedCoversEventSources))
+				"below what the item function's %d SQS event sources can run, %s: the pollers would be throttled and messages dead-lettered early (rule %s)",
+				EventSources, s.eventSourcesText(), RuleReservedCoversEventSources))
 		}
 	}
 	s.checkAccountConcurrency(bad)
@@ -420,7 +427,8 @@ const (
 
 // EventSources is the number of SQS event sources of the item function
 // (the items queue and the dead-letter queue), each with
-// MaximumConcurrency = ItemsMaxConcurrency.
+// MaximumConcurrency = ItemsMaxConcurrency (the items queue's in the
+// standard mode; in provisioned mode its pollers bound it).
 const EventSources = 2
 
 // MinUnreservedConcurrency is the concurrency Lambda keeps unreserved in an
@@ -453,12 +461,40 @@ func (s *settings) checkAccountConcurrency(bad badProp) {
 			reserved, s.accountConcurrency, left, MinUnreservedConcurrency, RuleUnreservedAtLeast100))
 	}
 	if _, ok := s.reserved[FunctionItem]; !ok {
-		if need, left := EventSources*s.maxConcurrency, s.accountConcurrency-reserved; need > left {
-			bad("ItemsMaxConcurrency", strconv.Itoa(s.maxConcurrency), fmt.Sprintf(
-				"the item function's %d event sources may run %d at once, more than the %d the account (AccountConcurrency %d) leaves unreserved: lower it or raise the quota (rule %s)",
-				EventSources, need, left, s.accountConcurrency, RuleEventSourcesFitUnreserved))
+		if need, left := s.eventSourcesConcurrency(), s.accountConcurrency-reserved; need > left {
+			prop, val := "ItemsMaxConcurrency", strconv.Itoa(s.maxConcurrency)
+			if s.maxPollers > 0 {
+				prop, val = "ItemsMaximumPollers", strconv.Itoa(s.maxPollers)
+			}
+			bad(prop, val, fmt.Sprintf(
+				"the item function's %d event sources may run %s at once, more than the %d the account (AccountConcurrency %d) leaves unreserved: lower it or raise the quota (rule %s)",
+				EventSources, s.eventSourcesText(), left, s.accountConcurrency, RuleEventSourcesFitUnreserved))
 		}
 	}
+}
+
+// itemsConcurrency is how many invocations the items queue's event
+// source may drive at once (config.Config.ItemsConcurrency).
+func (s *settings) itemsConcurrency() int {
+	if s.maxPollers > 0 {
+		return s.maxPollers * config.PollerInvocations
+	}
+	return s.maxConcurrency
+}
+
+// eventSourcesConcurrency is what the item function's event sources
+// may run at once: the items queue's and the dead-letter queue's.
+func (s *settings) eventSourcesConcurrency() int {
+	return s.itemsConcurrency() + s.maxConcurrency
+}
+
+// eventSourcesText says how eventSourcesConcurrency is made up.
+func (s *settings) eventSourcesText() string {
+	if s.maxPollers > 0 {
+		return fmt.Sprintf("%d × ItemsMaximumPollers (%d) + ItemsMaxConcurrency (%d) = %d",
+			config.PollerInvocations, s.maxPollers, s.maxConcurrency, s.eventSourcesConcurrency())
+	}
+	return fmt.Sprintf("%d × ItemsMaxConcurrency (%d) = %d", EventSources, s.maxConcurrency, s.eventSourcesConcurrency())
 }
 
 // reservedString writes reservations as the context key takes them.

@@ -33,11 +33,22 @@ import (
 func (r *runner) defineEventSources() {
 	r.functions[FunctionItem].Node().DefaultChild().(awslambda.CfnFunction).SetRecursiveLoop(jsii.String("Allow"))
 	for _, q := range []awssqs.Queue{r.items, r.dlq} {
-		r.functions[FunctionItem].AddEventSource(awslambdaeventsources.NewSqsEventSource(q, &awslambdaeventsources.SqsEventSourceProps{
+		props := &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(config.DefaultItemBatchSize),
 			ReportBatchItemFailures: jsii.Bool(true),
 			MaxConcurrency:          jsii.Number(float64(r.s.maxConcurrency)),
-		}))
+		}
+		if q == r.items && r.s.maxPollers > 0 {
+			// Provisioned mode: "You cannot use the maximum concurrency
+			// setting and provisioned mode at the same time" ("Configuring
+			// scaling behavior for SQS event source mappings").
+			props.MaxConcurrency = nil
+			props.ProvisionedPollerConfig = &awslambda.ProvisionedPollerConfig{
+				MinimumPollers: jsii.Number(float64(r.s.minPollers)),
+				MaximumPollers: jsii.Number(float64(r.s.maxPollers)),
+			}
+		}
+		r.functions[FunctionItem].AddEventSource(awslambdaeventsources.NewSqsEventSource(q, props))
 	}
 }
 

@@ -69,6 +69,11 @@ type Plan struct {
 	// concurrent calls of the item function each of its two event
 	// sources makes. Default (the CLI's flag) 100.
 	ItemsMaxConcurrency int
+	// ItemsMaximumPollers is the stack's ItemsMaximumPollers: the items
+	// queue's event source in provisioned mode runs up to
+	// config.PollerInvocations (10) per poller, and ItemsMaxConcurrency
+	// bounds the dead-letter queue's only; 0 in the standard mode.
+	ItemsMaximumPollers int
 	// Reserved is the stack's ReservedConcurrency: function name →
 	// reserved concurrent executions.
 	Reserved map[string]int
@@ -251,6 +256,9 @@ func (d *checker) readPlan(ctx context.Context) {
 				if m.ScalingConfig != nil && m.ScalingConfig.MaximumConcurrency != nil {
 					d.plan.ItemsMaxConcurrency = max(d.plan.ItemsMaxConcurrency, int(*m.ScalingConfig.MaximumConcurrency))
 				}
+				if pc := m.ProvisionedPollerConfig; pc != nil && pc.MaximumPollers != nil {
+					d.plan.ItemsMaximumPollers = max(d.plan.ItemsMaximumPollers, int(*pc.MaximumPollers))
+				}
 			}
 		}
 	}
@@ -271,7 +279,7 @@ func (d *checker) concurrency(ctx context.Context) Check {
 	}
 	limit, unreserved := int(out.AccountLimit.ConcurrentExecutions), int(aws.ToInt32(out.AccountLimit.UnreservedConcurrentExecutions))
 	const eventSources, minUnreserved = 2, 100
-	need := eventSources * d.plan.ItemsMaxConcurrency
+	need, made := d.plan.eventSourcesNeed()
 	reservedSum := 0
 	for _, n := range d.plan.Reserved {
 		reservedSum += n
@@ -282,8 +290,8 @@ func (d *checker) concurrency(ctx context.Context) Check {
 	if !d.deployed {
 		left = unreserved - reservedSum
 	}
-	ck.Detail = fmt.Sprintf("account quota %d, unreserved %d; the item function's 2 event sources may run %d (ItemsMaxConcurrency %d)",
-		limit, unreserved, need, d.plan.ItemsMaxConcurrency)
+	ck.Detail = fmt.Sprintf("account quota %d, unreserved %d; the item function's 2 event sources may run %d (%s)",
+		limit, unreserved, need, made)
 	if reservedSum > 0 {
 		ck.Detail += fmt.Sprintf("; the stack reserves %s", reservedString(d.plan.Reserved))
 	}
@@ -292,7 +300,10 @@ func (d *checker) concurrency(ctx context.Context) Check {
 	switch {
 	case itemReserved && item < need:
 		ck.Status = Fix
-		ck.Fix = fmt.Sprintf("reserve at least %d for item (2 × ItemsMaxConcurrency), or lower ItemsMaxConcurrency to %d (rule reserved-covers-event-sources)", need, item/eventSources)
+		ck.Fix = fmt.Sprintf("reserve at least %d for item (%s), or lower ItemsMaxConcurrency to %d (rule reserved-covers-event-sources)", need, made, item/eventSources)
+		if d.plan.ItemsMaximumPollers > 0 {
+			ck.Fix = fmt.Sprintf("reserve at least %d for item (%s), or lower ItemsMaximumPollers (rule reserved-covers-event-sources)", need, made)
+		}
 	case reservedSum > 0 && left < minUnreserved:
 		ck.Status = Fix
 		ck.Detail += fmt.Sprintf(": the reservations would leave %d unreserved, and Lambda refuses any that leaves fewer than %d, so the deploy fails", left, minUnreserved)
@@ -617,4 +628,16 @@ func reservedString(m map[string]int) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// eventSourcesNeed is what the item function's two event sources may run
+// at once, and how that is made up: 2 × ItemsMaxConcurrency in the
+// standard mode; the items queue's pollers × config.PollerInvocations
+// and the dead-letter queue's ItemsMaxConcurrency in provisioned mode.
+func (p Plan) eventSourcesNeed() (int, string) {
+	if p.ItemsMaximumPollers > 0 {
+		n := p.ItemsMaximumPollers*config.PollerInvocations + p.ItemsMaxConcurrency
+		return n, fmt.Sprintf("%d × ItemsMaximumPollers %d + ItemsMaxConcurrency %d", config.PollerInvocations, p.ItemsMaximumPollers, p.ItemsMaxConcurrency)
+	}
+	return 2 * p.ItemsMaxConcurrency, fmt.Sprintf("2 × ItemsMaxConcurrency %d", p.ItemsMaxConcurrency)
 }

@@ -92,7 +92,7 @@ func planTemplate(raw []byte, plan *Plan) error {
 	}
 	plan.fromTemplate = true
 	plan.Reserved = map[string]int{}
-	plan.ItemsMaxConcurrency = 0
+	plan.ItemsMaxConcurrency, plan.ItemsMaximumPollers = 0, 0
 	fnName := map[string]string{} // logical id → submit, item, …
 	for id, r := range t.Resources {
 		if r.Type != "AWS::Lambda::Function" {
@@ -134,6 +134,10 @@ func planTemplate(raw []byte, plan *Plan) error {
 			sc, _ := p["ScalingConfig"].(map[string]any)
 			if n, ok := sc["MaximumConcurrency"].(float64); ok && fnName[fn] == "item" {
 				plan.ItemsMaxConcurrency = max(plan.ItemsMaxConcurrency, int(n))
+			}
+			pc, _ := p["ProvisionedPollerConfig"].(map[string]any)
+			if n, ok := pc["MaximumPollers"].(float64); ok && fnName[fn] == "item" {
+				plan.ItemsMaximumPollers = max(plan.ItemsMaximumPollers, int(n))
 			}
 		case "AWS::S3::Bucket":
 			if name, ok := p["BucketName"].(string); ok {

@@ -103,3 +103,21 @@ func TestAlarmTopicInTemplate(t *testing.T) {
 		})
 	}
 }
+
+// A template whose items queue's event source is in provisioned mode:
+// its pollers, not a maximum concurrency, bound it (10 invocations a
+// poller), and the dead-letter queue's source keeps its maximum.
+func TestPlanTemplateProvisionedPollers(t *testing.T) {
+	const tpl = `{"Resources": {
+  "item": {"Type": "AWS::Lambda::Function", "Properties": {"Description": "bulkrun item"}},
+  "Esm1": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {"FunctionName": {"Ref": "item"}, "ProvisionedPollerConfig": {"MinimumPollers": 5, "MaximumPollers": 40}}},
+  "Esm2": {"Type": "AWS::Lambda::EventSourceMapping", "Properties": {"FunctionName": {"Ref": "item"}, "ScalingConfig": {"MaximumConcurrency": 100}}}
+}}`
+	var p Plan
+	if err := planTemplate([]byte(tpl), &p); err != nil {
+		t.Fatal(err)
+	}
+	if n, made := p.eventSourcesNeed(); p.ItemsMaximumPollers != 40 || n != 500 || !strings.Contains(made, "10 × ItemsMaximumPollers 40 + ItemsMaxConcurrency 100") {
+		t.Errorf("pollers %d: the event sources may run %d (%s), want 500", p.ItemsMaximumPollers, n, made)
+	}
+}
