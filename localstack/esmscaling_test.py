@@ -49,5 +49,45 @@ class RampTest(unittest.TestCase):
         self.assertEqual(es.allowance("b", 100, True, 2.0), 5)
 
 
+class ProvisionedTest(unittest.TestCase):
+    def setUp(self):
+        es._ramps.clear()
+        es.LOG = False
+
+    def test_starts_with_the_ready_pollers_and_adds_a_thousand_a_minute(self):
+        # 3 pollers of 10 invocations ready; "up to 1,000 concurrency per
+        # minute"; at most 15 pollers × 10.
+        start, grow = 3 * es.POLLER_INVOCATIONS, es.PROVISIONED_PER_MINUTE
+        self.assertEqual(es.allowance("p", 150, True, 0.0, start, grow), 30)
+        self.assertEqual(es.allowance("p", 150, True, 3.0, start, grow), 80)
+        self.assertEqual(es.allowance("p", 150, True, 60.0, start, grow), 150)
+        # Low traffic: back to the ready pollers, not to five.
+        es.allowance("p", 150, False, 61.0, start, grow)
+        self.assertEqual(es.allowance("p", 150, False, 61.0 + es.LOW_SECONDS, start, grow), 30)
+
+    def test_mapping_limit_is_its_pollers(self):
+        esm = {"UUID": "pm", "ProvisionedPollerConfig": {"MinimumPollers": 2, "MaximumPollers": 4}}
+        queue = {"messages": [{"visible_at": 0}]}
+        self.assertEqual(es._sqs_esm_concurrency(esm, {}, {}, queue), 20)
+        es.ON = False
+        try:
+            self.assertEqual(es._sqs_esm_concurrency(esm, {}, {}, queue), 40)
+            self.assertEqual(es._sqs_esm_concurrency(esm, {"concurrency": 25}, {}, queue), 25, "reserved concurrency bounds it")
+        finally:
+            es.ON = True
+
+    def test_lambda_refuses_what_it_refuses(self):
+        self.assertIsNone(es.check_pollers({"ScalingConfig": {"MaximumConcurrency": 100}}))
+        self.assertEqual(es.check_pollers({"ProvisionedPollerConfig": {"MinimumPollers": "3", "MaximumPollers": "15"}}),
+                         {"MinimumPollers": 3, "MaximumPollers": 15})
+        for bad in ({"ProvisionedPollerConfig": {"MinimumPollers": 3, "MaximumPollers": 15}, "ScalingConfig": {"MaximumConcurrency": 2}},
+                    {"ProvisionedPollerConfig": {"MinimumPollers": 1, "MaximumPollers": 15}},
+                    {"ProvisionedPollerConfig": {"MinimumPollers": 201, "MaximumPollers": 300}},
+                    {"ProvisionedPollerConfig": {"MinimumPollers": 20, "MaximumPollers": 10}},
+                    {"ProvisionedPollerConfig": {"MinimumPollers": 2, "MaximumPollers": 2001}}):
+            with self.assertRaises(ValueError, msg=str(bad)):
+                es.check_pollers(bad)
+
+
 if __name__ == "__main__":
     unittest.main()
