@@ -125,9 +125,9 @@ type LiveView struct {
 	// (see AdaptivePace); absent while the downstream is not paced, and
 	// for a batch with a rate of its own, which is paced by that.
 	AdaptivePace *AdaptivePace `json:"adaptive_pace,omitempty"`
-	// RateBooked is how far ahead the calls of the batch's rate key are
-	// booked (see RateBooked); absent for a batch with no rate, and while
-	// the key is booked no further than now.
+	// RateBooked is how far ahead the calls of the batch's rate key, or
+	// its token budget, are booked (see RateBooked); absent for a batch
+	// with no rate, and while neither is booked past now.
 	RateBooked *RateBooked `json:"rate_booked,omitempty"`
 }
 
@@ -135,17 +135,33 @@ type LiveView struct {
 // naming the key leases its calls first come, first served
 // (docs/pipelines.md, "Rates"), so a unit leasing now starts its calls
 // after the calls booked before it on the row it leases — by this batch
-// or another on the key. JSON: {"key": "api.example.com",
-// "requests_per_second": 20, "until": RFC 3339, "ahead_seconds": 14.2}.
+// or another on the key. A token budget books the same way on the key's
+// token row (docs/adr/0035); a unit needs both, so the later of the two
+// is shown, By naming it. JSON: {"key": "api.example.com",
+// "requests_per_second": 20, "tokens_per_second": 150, "by": "requests",
+// "until": RFC 3339, "ahead_seconds": 14.2}.
 type RateBooked struct {
-	Key               string  `json:"key"`
+	Key string `json:"key"`
+	// RequestsPerSecond is the batch's request rate (0: a token budget
+	// alone), TokensPerSecond its token budget a second (0: none).
 	RequestsPerSecond float64 `json:"requests_per_second"`
-	// Until is the earliest Next of the key's bucket rows (a unit leases
-	// one of them at random: it starts no earlier), AheadSeconds how far
-	// past the read that is.
+	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
+	// By is what books furthest ahead: BookedByRequests (the key's bucket
+	// rows) or BookedByTokens (its token budget's row).
+	By string `json:"by"`
+	// Until is, for the requests, the earliest Next of the key's bucket
+	// rows (a unit leases one of them at random: it starts no earlier);
+	// for the tokens, the token row's Next. AheadSeconds is how far past
+	// the read that is.
 	Until        time.Time `json:"until"`
 	AheadSeconds float64   `json:"ahead_seconds"`
 }
+
+// RateBooked.By's values.
+const (
+	BookedByRequests = "requests"
+	BookedByTokens   = "tokens"
+)
 
 // AdaptivePace is the pace a downstream that throttled holds every
 // batch calling it to (docs/adr/0036), for a batch with no rate: read

@@ -121,10 +121,10 @@ type adaptiveReads struct {
 
 // booked is c.RateBooked(b) at now, read once per rate key and rows.
 func (r *adaptiveReads) booked(ctx context.Context, c *Control, b ledger.Batch) *api.RateBooked {
-	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
+	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 && !b.Rate.Budgeted() {
 		return nil
 	}
-	id := b.Rate.KeyOf(b.ID) + "\x00" + strconv.Itoa(pace.RateShards(b.Rate.RequestsPerSecond))
+	id := b.Rate.KeyOf(b.ID) + "\x00" + strconv.Itoa(pace.RateShards(b.Rate.RequestsPerSecond)) + "\x00" + strconv.FormatBool(b.Rate.Budgeted())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rb, ok := r.rates[id]; ok {
@@ -132,7 +132,7 @@ func (r *adaptiveReads) booked(ctx context.Context, c *Control, b ledger.Batch) 
 			return nil
 		}
 		v := *rb
-		v.RequestsPerSecond = b.Rate.RequestsPerSecond
+		v.RequestsPerSecond, v.TokensPerSecond = b.Rate.RequestsPerSecond, b.Rate.TokenBudget()
 		return &v
 	}
 	rb := c.RateBooked(ctx, b, c.now())
@@ -157,34 +157,55 @@ func (r *adaptiveReads) of(ctx context.Context, c *Control, b ledger.Batch) *api
 }
 
 // RateBooked is how far ahead the calls of b's rate key are booked at now
-// (api.RateBooked): one strongly consistent read of each of the key's
-// bucket rows (pace.RateShards, at most 20), the earliest Next — a unit
-// leases one row at random, so it starts its calls no earlier. nil for a
-// batch with no request rate (a token budget alone books on its token
-// row, not read here), and while a row is booked no further than now; a
-// failed read is logged and the view goes on without it.
+// (api.RateBooked). A request rate: one strongly consistent read of each
+// of the key's bucket rows (pace.RateShards, at most 20), the earliest
+// Next — a unit leases one row at random, so it starts its calls no
+// earlier. A token budget: one of the key's token row, its Next. A unit
+// needs both, so the later one is the answer, By naming it. nil for a
+// batch with neither, and while neither is booked past now; a failed
+// read is logged and the view goes on without it.
 func (c *Control) RateBooked(ctx context.Context, b ledger.Batch, now time.Time) *api.RateBooked {
-	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 {
+	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 && !b.Rate.Budgeted() {
 		return nil
 	}
 	key := b.Rate.KeyOf(b.ID)
+	unread := func(err error) *api.RateBooked {
+		if c.Log != nil {
+			c.Log.WarnContext(ctx, "rate key's bookings unread; the view goes on without them", "batch_id", b.ID, "rate_key", key, "error", err.Error())
+		}
+		return nil
+	}
 	var until time.Time
-	for shard := range pace.RateShards(b.Rate.RequestsPerSecond) {
-		next, err := c.Store.ReadRate(ctx, key, shard)
-		if err != nil {
-			if c.Log != nil {
-				c.Log.WarnContext(ctx, "rate key's bookings unread; the view goes on without them", "batch_id", b.ID, "rate_key", key, "error", err.Error())
+	by := api.BookedByRequests
+	if b.Rate.RequestsPerSecond > 0 {
+		for shard := range pace.RateShards(b.Rate.RequestsPerSecond) {
+			next, err := c.Store.ReadRate(ctx, key, shard)
+			if err != nil {
+				return unread(err)
 			}
-			return nil
-		}
-		if !next.After(now) {
-			return nil // a row free now: a unit may start at once
-		}
-		if until.IsZero() || next.Before(until) {
-			until = next
+			if !next.After(now) {
+				until = time.Time{} // a row free now: the requests hold no unit back
+				break
+			}
+			if until.IsZero() || next.Before(until) {
+				until = next
+			}
 		}
 	}
-	return &api.RateBooked{Key: key, RequestsPerSecond: b.Rate.RequestsPerSecond, Until: until, AheadSeconds: math.Round(until.Sub(now).Seconds()*10) / 10}
+	if b.Rate.Budgeted() {
+		g, err := c.Store.ReadTokens(ctx, key)
+		if err != nil {
+			return unread(err)
+		}
+		if g.Next.After(now) && g.Next.After(until) {
+			until, by = g.Next, api.BookedByTokens
+		}
+	}
+	if !until.After(now) {
+		return nil
+	}
+	return &api.RateBooked{Key: key, RequestsPerSecond: b.Rate.RequestsPerSecond, TokensPerSecond: b.Rate.TokenBudget(), By: by,
+		Until: until, AheadSeconds: math.Round(until.Sub(now).Seconds()*10) / 10}
 }
 
 // AdaptivePace is the adaptive pace b's downstream holds it to at now

@@ -50,10 +50,49 @@ func TestRateBookedIsTheKeysEarliestRow(t *testing.T) {
 	}
 	b.Rate = &api.Rate{Key: "api.example.com", TokensPerMinute: 9000}
 	if r := c.RateBooked(ctx, b, now); r != nil {
-		t.Errorf("a token budget without a request rate: %+v, want none", *r)
+		t.Errorf("a token budget whose row was never leased: %+v, want none", *r)
 	}
 	b.Rate = nil
 	if r := c.RateBooked(ctx, b, now); r != nil {
 		t.Errorf("no rate: %+v, want none", *r)
+	}
+}
+
+// TestRateBookedShowsTheTokenBudget guards the same view for a batch with
+// a token budget: the key's token row's Next when it books further than
+// the requests (a unit needs both), By naming which; a budget alone
+// shows its row.
+func TestRateBookedShowsTheTokenBudget(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	s := memstore.NewStore()
+	c := &Control{Store: s, Clock: &memstore.FixedClock{T: now}}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{Key: "llm", TokensPerMinute: 9000}
+	if g, err := s.LeaseTokens(ctx, pace.TokenLease{Key: "llm", Spacing: 30 * time.Second, Now: now, Horizon: pace.LeaseHorizon}); err != nil || !g.Granted {
+		t.Fatalf("lease tokens: %+v, %v", g, err)
+	}
+	r := c.RateBooked(ctx, b, now)
+	if r == nil || r.By != api.BookedByTokens || r.TokensPerSecond != 150 || r.RequestsPerSecond != 0 || r.AheadSeconds != 30 {
+		t.Fatalf("a budget alone: %+v; want its token row 30 s ahead, by tokens, 150 tokens/s", r)
+	}
+	// Requests booked 10 s ahead, tokens 30 s: the tokens hold a unit back.
+	b.Rate = &api.Rate{Key: "llm", RequestsPerSecond: 5, TokensPerMinute: 9000}
+	if g, err := s.LeaseRate(ctx, pace.RateLease{Key: "llm", Shard: 0, Spacing: 10 * time.Second, Now: now, Horizon: pace.LeaseHorizon}); err != nil || !g.Granted {
+		t.Fatalf("lease requests: %+v, %v", g, err)
+	}
+	if r := c.RateBooked(ctx, b, now); r == nil || r.By != api.BookedByTokens || r.AheadSeconds != 30 || r.RequestsPerSecond != 5 {
+		t.Errorf("both, tokens further: %+v; want 30 s by tokens", r)
+	}
+	// 25 s later: tokens 5 s ahead, requests free: the tokens still.
+	if r := c.RateBooked(ctx, b, now.Add(25*time.Second)); r == nil || r.By != api.BookedByTokens || r.AheadSeconds != 5 {
+		t.Errorf("requests free, tokens 5 s ahead: %+v; want 5 s by tokens", r)
+	}
+	// Requests 60 s ahead now: they hold a unit back longer.
+	if g, err := s.LeaseRate(ctx, pace.RateLease{Key: "llm", Shard: 0, Spacing: 50 * time.Second, Now: now, Horizon: pace.LeaseHorizon}); err != nil || !g.Granted {
+		t.Fatalf("lease requests: %+v, %v", g, err)
+	}
+	if r := c.RateBooked(ctx, b, now); r == nil || r.By != api.BookedByRequests || r.AheadSeconds != 60 {
+		t.Errorf("requests further: %+v; want 60 s by requests", r)
 	}
 }

@@ -22,9 +22,11 @@ type Store interface {
 	// ReadAdapt and CutAdapt: an unpause restarts a downstream's adaptive
 	// pace (pace.Rows).
 	ReadAdapt(ctx context.Context, key string) (pace.Adapt, error)
-	// ReadRate: the live view of a batch with a rate says how far ahead
-	// its key's calls are booked (RateBooked).
+	// ReadRate and ReadTokens: the live view of a batch with a rate says
+	// how far ahead its key's calls, and its token budget, are booked
+	// (RateBooked).
 	ReadRate(ctx context.Context, key string, shard int) (time.Time, error)
+	ReadTokens(ctx context.Context, key string) (pace.TokenGrant, error)
 	CutAdapt(ctx context.Context, c pace.AdaptCut) (pace.Adapt, bool, error)
 	Unpause(ctx context.Context, m ledger.UnpauseMark) error
 	SetLimits(ctx context.Context, id string, l ledger.Limits) error

@@ -73,10 +73,22 @@ func EndedText(v wire.BatchView) string {
 // is booked (api.RateBooked): "rate key api.example.com (20 requests/s):
 // calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or
 // others naming the key; a unit that leases now starts after them (first
-// come, first served)".
+// come, first served)". A token budget booked further says "(… 150
+// tokens/s): its token budget booked until …".
 func RateBookedText(r api.RateBooked) string {
-	return fmt.Sprintf("rate key %s (%s requests/s): calls booked until %s, %s s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)",
-		r.Key, strconv.FormatFloat(r.RequestsPerSecond, 'f', -1, 64), Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
+	var limits []string
+	if r.RequestsPerSecond > 0 {
+		limits = append(limits, strconv.FormatFloat(r.RequestsPerSecond, 'f', -1, 64)+" requests/s")
+	}
+	if r.TokensPerSecond > 0 {
+		limits = append(limits, strconv.FormatFloat(r.TokensPerSecond, 'f', -1, 64)+" tokens/s")
+	}
+	what := "calls"
+	if r.By == api.BookedByTokens {
+		what = "its token budget"
+	}
+	return fmt.Sprintf("rate key %s (%s): %s booked until %s, %s s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)",
+		r.Key, strings.Join(limits, ", "), what, Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
 }
 
 // AdaptivePaceText is status's line for the adaptive pace a throttling

@@ -199,4 +199,10 @@ func TestRateBookedText(t *testing.T) {
 	if got := RateBookedText(r); got != want {
 		t.Errorf("RateBookedText:\n got  %s\n want %s", got, want)
 	}
+	// A token budget booked further than the calls.
+	r.TokensPerSecond, r.By = 150, api.BookedByTokens
+	want = "rate key api.example.com (20 requests/s, 150 tokens/s): its token budget booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)"
+	if got := RateBookedText(r); got != want {
+		t.Errorf("RateBookedText, by tokens:\n got  %s\n want %s", got, want)
+	}
 }
