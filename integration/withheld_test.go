@@ -106,4 +106,13 @@ func TestWrongSecretWithholdsThenLift(t *testing.T) {
 	if got := refused.Load() - before; got != 0 {
 		t.Errorf("%d calls refused after the lift, want none: a woken item sent the cached, refused value", got)
 	}
+	// The report keeps the lift: the halt as it stood, and when lifted.
+	rep, err := env.api.Report(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := rep.Lifted; l == nil || l.Lifts != 1 || l.Last == nil || l.Last.Subject != subject || l.Last.Reason == "" || !l.Last.LiftedAt.After(l.Last.Since) {
+		t.Fatalf("report lifted %+v; want 1 lift of the halt on %s, with its reason, lifted after it stood", l, subject)
+	}
+	t.Logf("report: %+v, last %+v", *rep.Lifted, *rep.Lifted.Last)
 }

@@ -637,16 +637,24 @@ func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
 	return nil
 }
 
-// Lift removes subject's halt from the batch row and stamps the lift:
-// REMOVE halts.{layout.HaltKey} SET lifted_ms = :at under
-// attribute_exists(halts.{layout.HaltKey}). When that was a finished
+// Lift removes m's halt from the batch row and stamps the lift:
+// REMOVE halts.{layout.HaltKey} SET lifted_ms = :at, last_lift = :lifted
+// ADD lifts :one under attribute_exists(halts.{layout.HaltKey}). When
+// that was a finished
 // batch's last halt and its final census needs no look, a second write
 // clears needs_attention under the condition that the batch is still
 // finished with that status and holds no halt (a resume or a new halt
 // in between keeps it).
-func (s *Store) Lift(ctx context.Context, id, subject string, at time.Time) error {
+func (s *Store) Lift(ctx context.Context, m ledger.LiftMark) error {
+	id, subject := m.BatchID, m.Halt.Subject
+	lifted, err := json.Marshal(m.Lifted())
+	if err != nil {
+		return err
+	}
 	path := expression.Name(layout.AttrHalts + "." + layout.HaltKey(subject))
-	u := expression.Remove(path).Set(expression.Name(layout.AttrLiftedMs), expression.Value(layout.Ms(at)))
+	u := expression.Remove(path).Set(expression.Name(layout.AttrLiftedMs), expression.Value(layout.Ms(m.At))).
+		Set(expression.Name(layout.AttrLastLift), expression.Value(string(lifted))).
+		Add(expression.Name(layout.AttrLifts), expression.Value(1))
 	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(path)).WithUpdate(u).Build()
 	if err != nil {
 		return err

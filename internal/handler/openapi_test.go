@@ -146,7 +146,8 @@ func (s *contractStore) WakeItem(_ context.Context, w ledger.WakeMark) (ledger.I
 	return ledger.Item{Item: api.Item{Key: w.Key, Run: w.Run, Outcome: api.OutcomeSuspended, Attempt: 1,
 		Hold: &api.Hold{Subject: "t1", Woken: w.By}}, BatchID: w.BatchID}, nil
 }
-func (s *contractStore) Lift(_ context.Context, id, subject string, _ time.Time) error {
+func (s *contractStore) Lift(_ context.Context, m ledger.LiftMark) error {
+	id, subject := m.BatchID, m.Halt.Subject
 	b := s.batches[id]
 	if _, ok := b.Halts[subject]; !ok {
 		return fmt.Errorf("lift %s: %w", subject, api.ErrConflict)

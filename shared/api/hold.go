@@ -98,6 +98,25 @@ type Halt struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// LiftedSummary is what callers lifted of a batch's halts (Report.Lifted)
+// by the run's end: how many, in every run so far (a halt kept past a
+// cancel is lifted before the resume), and the last of them.
+// JSON: {"lifts": 1, "last": {"subject": "secret:arn:…", "since": "…",
+// "reason": "webhook: …: HTTP 401: …", "lifted_at": "…"}}. Absent while
+// no halt was lifted (a halt still standing is in Report.Halts).
+type LiftedSummary struct {
+	Lifts int         `json:"lifts"`
+	Last  *LiftedHalt `json:"last,omitempty"`
+}
+
+// LiftedHalt is a halt a caller lifted (LiftedSummary.Last): the halt
+// as it stood (its subject, since when, the refusal that put it) and
+// when it was lifted.
+type LiftedHalt struct {
+	Halt
+	LiftedAt time.Time `json:"lifted_at"`
+}
+
 // MaxHalts is the most halts one batch holds: a batch's items act under
 // the credentials of its headers and options, so a few subjects at most.
 const MaxHalts = 16

@@ -183,6 +183,10 @@ type Report struct {
 	// which the run's items were withheld (a cancel ended them), kept
 	// until a caller lifts it. Absent when none stood.
 	Halts []Halt `json:"halts,omitempty"`
+	// Lifted is what callers lifted of the batch's halts by the run's
+	// end: how many, and the last (its subject, since when, why, when
+	// lifted); absent when none was.
+	Lifted *LiftedSummary `json:"lifted,omitempty"`
 }
 
 // RetryCounts is what a report says of the run's attempts that did not

@@ -51,7 +51,7 @@ func (c *Control) Lift(ctx context.Context, id, subject string) (api.LiftResult,
 		return res, fmt.Errorf("lift %s: no halt on %s: %w", id, subject, api.ErrNotFound)
 	}
 	if halted {
-		switch err := c.Store.Lift(ctx, id, subject, c.now()); {
+		switch err := c.Store.Lift(ctx, c.liftMark(b, subject)); {
 		case err == nil:
 			res.Lifted = true
 			c.Log.WarnContext(ctx, "halt lifted by a caller", "batch_id", id, "run", b.Run, "subject", subject)
@@ -81,7 +81,7 @@ func (c *Control) liftFinished(ctx context.Context, b ledger.Batch, subject stri
 	if !halted {
 		return res, fmt.Errorf("lift %s: the batch is %s and holds no halt on %s: %w", b.ID, b.Status, subject, api.ErrNotFound)
 	}
-	switch err := c.Store.Lift(ctx, b.ID, subject, c.now()); {
+	switch err := c.Store.Lift(ctx, c.liftMark(b, subject)); {
 	case err == nil:
 		res.Lifted = true
 		c.Log.WarnContext(ctx, "halt lifted by a caller", "batch_id", b.ID, "run", b.Run, "status", string(b.Status), "subject", subject)
@@ -151,4 +151,11 @@ func (c *Control) Signal(ctx context.Context, id, key, signalID, token string, p
 		c.Log.InfoContext(ctx, "suspended item signalled", "batch_id", id, "key", key, "woken", res.Woken, "by", string(res.By))
 	}
 	return res, err
+}
+
+// liftMark is the lift of b's halt on subject now, the halt as b holds it.
+func (c *Control) liftMark(b ledger.Batch, subject string) ledger.LiftMark {
+	h := b.Halts[subject]
+	h.Subject = subject
+	return ledger.LiftMark{BatchID: b.ID, Halt: h, At: c.now()}
 }

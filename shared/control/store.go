@@ -32,7 +32,7 @@ type Store interface {
 	SetLimits(ctx context.Context, id string, l ledger.Limits) error
 	MarkApproval(ctx context.Context, m ledger.ApprovalMark) error
 	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)
-	Lift(ctx context.Context, id, subject string, at time.Time) error
+	Lift(ctx context.Context, m ledger.LiftMark) error
 	ReleaseItem(ctx context.Context, batchID string, listShards int, key string) error
 	ListItems(ctx context.Context, batchID string, listShards int, outcome api.Outcome, after string, limit int) ([]ledger.Item, string, error)
 	ListPackItems(ctx context.Context, batchID string, listShards int, after string, limit int) ([]ledger.Item, string, error)

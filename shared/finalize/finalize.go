@@ -413,6 +413,7 @@ func (f *Finalizer) report(ctx context.Context, b ledger.Batch, cp *checkpoint) 
 		Sample:       check,
 		Retries:      retryCounts(progress),
 		Paused:       b.PausedSummary(now),
+		Lifted:       b.LiftedSummary(),
 		Halts:        halts(b.Halts),
 	}, nil
 }

@@ -65,6 +65,20 @@ type Batch struct {
 	// neither: their runs' reports say only the pauses' number.
 	PausedMs  int64          `json:"-"`
 	LastPause *api.PauseSpan `json:"-"`
+	// Lifts counts the halts callers lifted on the batch, and LastLift is
+	// the last of them (Store.Lift sets both, in every run: a halt kept
+	// past a cancel is lifted before the resume that runs under it).
+	Lifts    int             `json:"-"`
+	LastLift *api.LiftedHalt `json:"-"`
+}
+
+// LiftedSummary is what callers lifted of b's halts (api.Report.Lifted);
+// nil when none was lifted.
+func (b Batch) LiftedSummary() *api.LiftedSummary {
+	if b.Lifts == 0 && b.LastLift == nil {
+		return nil
+	}
+	return &api.LiftedSummary{Lifts: max(b.Lifts, 1), Last: b.LastLift}
 }
 
 // PausedSummary is what b's run's pauses took by end (api.Report.Paused):

@@ -40,6 +40,21 @@ type HaltMark struct {
 	Now     time.Time
 }
 
+// LiftMark is a caller's lift of a batch's halt (Store.Lift): the halt
+// as the caller read it (its Subject names the one to remove; its Since
+// and Reason are kept as the batch's LastLift) and when it was lifted.
+type LiftMark struct {
+	BatchID string
+	Halt    api.Halt
+	At      time.Time
+}
+
+// Lifted is m as the batch's LastLift: its halt, lifted at At to the
+// millisecond.
+func (m LiftMark) Lifted() api.LiftedHalt {
+	return api.LiftedHalt{Halt: m.Halt, LiftedAt: m.At.UTC().Truncate(time.Millisecond)}
+}
+
 // SecretSubjectPrefix starts the subject of a credential read from secret
 // references (SecretSubject).
 const SecretSubjectPrefix = "secret:"

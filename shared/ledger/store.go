@@ -71,11 +71,13 @@ type Store interface {
 	// the batch is running run m.Run, holds no halt on m.Subject and fewer
 	// than api.MaxHalts; else ErrConflict.
 	Halt(ctx context.Context, m HaltMark) error
-	// Lift removes the batch's halt on subject only if one stands, and
-	// sets the batch's LiftedAt to at; else ErrConflict. On a finished
-	// batch, lifting its last halt sets NeedsAttention back to its
-	// FinalCensus's (the halt was what needed a look).
-	Lift(ctx context.Context, id, subject string, at time.Time) error
+	// Lift removes the batch's halt on m.Halt.Subject only if one stands,
+	// and in the same write sets the batch's LiftedAt to m.At, adds one
+	// to its Lifts and keeps m's halt as its LastLift (lifted at m.At);
+	// else ErrConflict. On a finished batch, lifting its last halt sets
+	// NeedsAttention back to its FinalCensus's (the halt was what needed
+	// a look).
+	Lift(ctx context.Context, m LiftMark) error
 	// Release ends an attempt's lease without an outcome (a transient error
 	// whose retry is scheduled), only under the same fence as Record.
 	Release(ctx context.Context, r Record) error

@@ -1366,6 +1366,9 @@ func (a *app) printReport(r api.Report) {
 	for _, h := range r.Halts {
 		textf(a.out, "halt kept on %s since %s: %s; fix its secret, then bulkrun lift %s before a resume\n", h.Subject, h.Since.Format(time.RFC3339), h.Reason, r.BatchID)
 	}
+	if l := r.Lifted; l != nil {
+		textf(a.out, "%s\n", describe.LiftedText(*l))
+	}
 	textf(a.out, "results: %s\noutputs: %s\n", r.Results.Manifest, r.Outputs)
 }
 

@@ -211,16 +211,22 @@ var heldCases = []suiteCase{
 		extra.Subject = "secret:one-too-many"
 		isConflict(t, "a halt past MaxHalts", s.Halt(ctx, extra))
 		lifted := T0.Add(1234567 * time.Microsecond)
-		if err := s.Lift(ctx, b.ID, heldSubject, lifted); err != nil {
+		halt := api.Halt{Subject: heldSubject, Since: T0, Reason: "HTTP 401"}
+		if err := s.Lift(ctx, ledger.LiftMark{BatchID: b.ID, Halt: halt, At: lifted}); err != nil {
 			t.Fatal(err)
 		}
-		isConflict(t, "lift again", s.Lift(ctx, b.ID, heldSubject, lifted.Add(time.Second)))
+		isConflict(t, "lift again", s.Lift(ctx, ledger.LiftMark{BatchID: b.ID, Halt: halt, At: lifted.Add(time.Second)}))
 		got, _ = s.GetBatch(ctx, b.ID)
 		if _, ok := got.Halts[heldSubject]; ok || len(got.Halts) != api.MaxHalts-1 {
 			t.Fatalf("halts after the lift: %d", len(got.Halts))
 		}
 		if !got.LiftedAt.Equal(lifted.Truncate(time.Millisecond)) {
 			t.Fatalf("lifted at %v, want %v (at milliseconds; a refused lift leaves it)", got.LiftedAt, lifted.Truncate(time.Millisecond))
+		}
+		// The lift is kept with the halt it lifted, in the same write.
+		if l := got.LastLift; got.Lifts != 1 || l == nil || l.Subject != heldSubject || !l.Since.Equal(T0) || l.Reason != "HTTP 401" ||
+			!l.LiftedAt.Equal(lifted.Truncate(time.Millisecond)) {
+			t.Fatalf("lifts %d, last %+v; want 1, the halt on %s lifted at %v", got.Lifts, l, heldSubject, lifted.Truncate(time.Millisecond))
 		}
 	}},
 	{"KeptHaltNeedsAttention", func(t *testing.T, s ledger.Store) {
@@ -253,16 +259,20 @@ var heldCases = []suiteCase{
 			})
 		}
 		listed(true)
-		if err := s.Lift(ctx, b.ID, heldSubject, T0.Add(2*time.Minute)); err != nil {
+		if err := s.Lift(ctx, ledger.LiftMark{BatchID: b.ID, Halt: api.Halt{Subject: heldSubject, Since: T0}, At: T0.Add(2 * time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := s.GetBatch(ctx, b.ID)
 		check(t, "needs attention with one halt left", got.NeedsAttention, true)
-		if err := s.Lift(ctx, b.ID, "secret:two", T0.Add(3*time.Minute)); err != nil {
+		if err := s.Lift(ctx, ledger.LiftMark{BatchID: b.ID, Halt: api.Halt{Subject: "secret:two", Since: T0, Reason: "HTTP 401"}, At: T0.Add(3 * time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 		got, _ = s.GetBatch(ctx, b.ID)
 		check(t, "needs attention once every halt is lifted", got.NeedsAttention, false)
+		check(t, "lifts", got.Lifts, 2)
+		if l := got.LastLift; l == nil || l.Subject != "secret:two" || !l.LiftedAt.Equal(T0.Add(3*time.Minute)) {
+			t.Fatalf("last lift %+v, want secret:two's at +3m", l)
+		}
 		listed(false)
 	}},
 	{"HeldCounts", func(t *testing.T, s ledger.Store) {

@@ -515,6 +515,10 @@ func clone(b ledger.Batch) ledger.Batch {
 		p := *b.LastPause
 		b.LastPause = &p
 	}
+	if b.LastLift != nil {
+		l := *b.LastLift
+		b.LastLift = &l
+	}
 	if b.Approval != nil {
 		a := *b.Approval // its Estimate is never changed once written
 		b.Approval = &a
@@ -786,7 +790,8 @@ func (s *Store) Halt(_ context.Context, m ledger.HaltMark) error {
 }
 
 // Lift implements ledger.Store.
-func (s *Store) Lift(_ context.Context, id, subject string, at time.Time) error {
+func (s *Store) Lift(_ context.Context, m ledger.LiftMark) error {
+	id, subject, at := m.BatchID, m.Halt.Subject, m.At
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.batch(id)
@@ -804,6 +809,9 @@ func (s *Store) Lift(_ context.Context, id, subject string, at time.Time) error 
 		}
 	}
 	b.LiftedAt = ms(at)
+	b.Lifts++
+	last := m.Lifted()
+	b.LastLift = &last
 	return nil
 }
 

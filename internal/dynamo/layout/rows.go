@@ -123,10 +123,14 @@ func HaltKey(subject string) string {
 }
 
 // AttrHalts is the batch row's map of halts by subject; AttrLiftedMs
-// when a caller last lifted one (epoch ms, ledger.Batch.LiftedAt).
+// when a caller last lifted one (epoch ms, ledger.Batch.LiftedAt);
+// AttrLifts how many were lifted and AttrLastLift the last (JSON
+// api.LiftedHalt; ledger.Batch.Lifts, LastLift).
 const (
 	AttrHalts    = "halts"
 	AttrLiftedMs = "lifted_ms"
+	AttrLifts    = "lifts"
+	AttrLastLift = "last_lift"
 )
 
 // Attributes of slot rows.
@@ -210,6 +214,8 @@ type BatchRow struct {
 	Halts           map[string]HaltRow `dynamodbav:"halts,omitempty"`     // api.Batch.Halts, by HaltKey
 	Format          int                `dynamodbav:"fv,omitempty"`        // ledger.FormatVersion; absent: 0
 	LiftedAtMs      int64              `dynamodbav:"lifted_ms,omitempty"` // ledger.Batch.LiftedAt
+	Lifts           int                `dynamodbav:"lifts,omitempty"`     // ledger.Batch.Lifts
+	LastLift        string             `dynamodbav:"last_lift,omitempty"` // JSON: api.LiftedHalt, ledger.Batch.LastLift
 	SourceFormat    string             `dynamodbav:"source_format,omitempty"`
 	CheckPlan       string             `dynamodbav:"check_plan,omitempty"`
 	Checked         string             `dynamodbav:"checked,omitempty"` // JSON api.CheckSummary; absent: no problem
@@ -304,6 +310,14 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 	}
 	if !b.LiftedAt.IsZero() {
 		r.LiftedAtMs = Ms(b.LiftedAt)
+	}
+	r.Lifts = b.Lifts
+	if b.LastLift != nil {
+		text, err := json.Marshal(b.LastLift)
+		if err != nil {
+			return r, err
+		}
+		r.LastLift = string(text)
 	}
 	if !b.CreatedAt.IsZero() {
 		r.BatchesPK, r.BatchesSK = BatchesPK(b.ID, b.CreatedAt), BatchesSK(b.ID, b.CreatedAt)
@@ -411,6 +425,13 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 			b.Halts = map[string]api.Halt{}
 		}
 		b.Halts[h.Subject] = api.Halt{Subject: h.Subject, Since: FromMs(h.SinceMs), Reason: h.Reason}
+	}
+	b.Lifts = r.Lifts
+	if r.LastLift != "" {
+		b.LastLift = &api.LiftedHalt{}
+		if err := json.Unmarshal([]byte(r.LastLift), b.LastLift); err != nil {
+			return b, fmt.Errorf("batch %s: last lift: %w", r.ID, err)
+		}
 	}
 	if r.LiftedAtMs != 0 {
 		b.LiftedAt = FromMs(r.LiftedAtMs)

@@ -341,6 +341,24 @@ class PausedSummary(TypedDict):
     last: NotRequired[dict[str, Any]]
 
 
+class LiftedHalt(TypedDict):
+    """A halt a caller lifted (schema Report, lifted.last): the halt as it
+    stood and when it was lifted."""
+
+    subject: str
+    since: str
+    reason: NotRequired[str]
+    lifted_at: str
+
+
+class LiftedSummary(TypedDict):
+    """What callers lifted of a batch's halts by a run's end (schema
+    Report, lifted): how many, and the last."""
+
+    lifts: int
+    last: NotRequired[LiftedHalt]
+
+
 class Report(TypedDict, total=False):
     """A finished run's report.json (schema Report)."""
 
@@ -357,6 +375,7 @@ class Report(TypedDict, total=False):
     retries: RetryCounts
     paused: PausedSummary
     halts: list[Halt]
+    lifted: LiftedSummary
 
 
 class ResultLine(TypedDict):

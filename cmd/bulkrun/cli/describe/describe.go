@@ -362,6 +362,22 @@ func RetriesText(rc api.RetryCounts) string {
 	return line
 }
 
+// LiftedText is a report's lifted halts in a line: "halts lifted: 1; the
+// last on secret:arn:… (halted 2026-12-06T10:00:40Z: webhook: …: HTTP
+// 401 …), lifted 2026-12-06T10:01:30Z".
+func LiftedText(l api.LiftedSummary) string {
+	line := "halts lifted: " + strconv.Itoa(l.Lifts)
+	h := l.Last
+	if h == nil {
+		return line
+	}
+	line += "; the last on " + h.Subject + " (halted " + Stamp(h.Since)
+	if h.Reason != "" {
+		line += ": " + h.Reason
+	}
+	return line + "), lifted " + Stamp(h.LiftedAt)
+}
+
 // PausedText is a report's pauses in a line: "paused 2 times, 1m35.5s
 // in all; the last by an outage (http 502, 3 probes) from
 // 2026-12-06T10:01:02Z to 2026-12-06T10:02:00Z, ended by its probe

@@ -206,3 +206,17 @@ func TestRateBookedText(t *testing.T) {
 		t.Errorf("RateBookedText, by tokens:\n got  %s\n want %s", got, want)
 	}
 }
+
+// TestLiftedText guards a report's line for its lifted halts: the count,
+// and the last one's subject, since when and why it stood, when lifted.
+func TestLiftedText(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 40, 0, time.UTC)
+	l := api.LiftedSummary{Lifts: 2, Last: &api.LiftedHalt{Halt: api.Halt{Subject: "secret:hook", Since: t0, Reason: "webhook: HTTP 401"}, LiftedAt: t0.Add(50 * time.Second)}}
+	want := "halts lifted: 2; the last on secret:hook (halted 2026-12-06T10:00:40Z: webhook: HTTP 401), lifted 2026-12-06T10:01:30Z"
+	if got := LiftedText(l); got != want {
+		t.Errorf("LiftedText:\n got  %s\n want %s", got, want)
+	}
+	if got := LiftedText(api.LiftedSummary{Lifts: 1}); got != "halts lifted: 1" {
+		t.Errorf("no last: %q", got)
+	}
+}

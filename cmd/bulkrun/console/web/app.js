@@ -762,6 +762,15 @@ function pausedText(p) {
   return t + (l.ended_by ? " to " + fmtTime(l.until) + (ended[l.ended_by] || ", ended by " + l.ended_by) : " to the run's end at " + fmtTime(l.until)) + ".";
 }
 
+// liftedText is a report's lifted halts (api.LiftedSummary) in a
+// sentence, as the CLI's report says them.
+function liftedText(l) {
+  const t = "Halts lifted: " + l.lifts;
+  const h = l.last;
+  if (!h) return t + ".";
+  return t + "; the last on " + h.subject + " (halted " + fmtTime(h.since) + (h.reason ? ": " + h.reason : "") + "), lifted " + fmtTime(h.lifted_at) + ".";
+}
+
 // renderVerdict shows the threshold and the last run's verdict. A run
 // without a threshold tolerates any failure, but its result is still
 // said for what it is: every item succeeded (✓), some failed (⚠), or
@@ -799,6 +808,7 @@ function renderVerdict(page) {
       body.push(el("p", {class: "halt-kept"}, "Halt kept at the run's end on ", el("code", {}, h.subject),
         " since " + fmtTime(h.since) + " (" + h.reason + "): its items stay withheld until it is lifted (bulkrun lift " + b.batch_id + " " + h.subject + ")."));
     }
+    if (rep.lifted) body.push(el("p", {id: "lifted"}, liftedText(rep.lifted)));
   } else {
     body.push(el("p", {class: "muted"}, "The verdict comes with the first finished run's report."));
   }
