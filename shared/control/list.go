@@ -124,7 +124,10 @@ func (r *adaptiveReads) booked(ctx context.Context, c *Control, b ledger.Batch) 
 	if b.Rate == nil || b.Rate.RequestsPerSecond <= 0 && !b.Rate.Budgeted() {
 		return nil
 	}
-	id := b.Rate.KeyOf(b.ID) + "\x00" + strconv.Itoa(pace.RateShards(b.Rate.RequestsPerSecond)) + "\x00" + strconv.FormatBool(b.Rate.Budgeted())
+	// What RateBooked reads: the key's bucket rows (their number, if
+	// any) and its token row (if budgeted).
+	id := b.Rate.KeyOf(b.ID) + "\x00" + strconv.FormatBool(b.Rate.RequestsPerSecond > 0) + "\x00" +
+		strconv.Itoa(pace.RateShards(b.Rate.RequestsPerSecond)) + "\x00" + strconv.FormatBool(b.Rate.Budgeted())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rb, ok := r.rates[id]; ok {
