@@ -639,8 +639,10 @@ func (s *Store) Halt(ctx context.Context, m ledger.HaltMark) error {
 
 // Lift removes m's halt from the batch row and stamps the lift:
 // REMOVE halts.{layout.HaltKey} SET lifted_ms = :at, last_lift = :lifted
-// ADD lifts :one under attribute_exists(halts.{layout.HaltKey}). When
-// that was a finished
+// ADD lifts :one under attribute_exists(halts.{layout.HaltKey}) and,
+// when m.Halt.Since is set, halts.{layout.HaltKey}.since_ms = :since (the
+// halt read is the one standing: one lifted and put again since is
+// not lifted in its name). When that was a finished
 // batch's last halt and its final census needs no look, a second write
 // clears needs_attention under the condition that the batch is still
 // finished with that status and holds no halt (a resume or a new halt
@@ -655,7 +657,11 @@ func (s *Store) Lift(ctx context.Context, m ledger.LiftMark) error {
 	u := expression.Remove(path).Set(expression.Name(layout.AttrLiftedMs), expression.Value(layout.Ms(m.At))).
 		Set(expression.Name(layout.AttrLastLift), expression.Value(string(lifted))).
 		Add(expression.Name(layout.AttrLifts), expression.Value(1))
-	expr, err := expression.NewBuilder().WithCondition(expression.AttributeExists(path)).WithUpdate(u).Build()
+	cond := expression.AttributeExists(path)
+	if !m.Halt.Since.IsZero() {
+		cond = cond.And(expression.Name(layout.AttrHalts + "." + layout.HaltKey(subject) + ".since_ms").Equal(expression.Value(layout.Ms(m.Halt.Since))))
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}

@@ -71,8 +71,9 @@ type Store interface {
 	// the batch is running run m.Run, holds no halt on m.Subject and fewer
 	// than api.MaxHalts; else ErrConflict.
 	Halt(ctx context.Context, m HaltMark) error
-	// Lift removes the batch's halt on m.Halt.Subject only if one stands,
-	// and in the same write sets the batch's LiftedAt to m.At, adds one
+	// Lift removes the batch's halt on m.Halt.Subject only if one stands
+	// (and, when m.Halt.Since is set, one put then, to the millisecond:
+	// the halt the caller read), and in the same write sets the batch's LiftedAt to m.At, adds one
 	// to its Lifts and keeps m's halt as its LastLift (lifted at m.At);
 	// else ErrConflict. On a finished batch, lifting its last halt sets
 	// NeedsAttention back to its FinalCensus's (the halt was what needed

@@ -228,6 +228,20 @@ var heldCases = []suiteCase{
 			!l.LiftedAt.Equal(lifted.Truncate(time.Millisecond)) {
 			t.Fatalf("lifts %d, last %+v; want 1, the halt on %s lifted at %v", got.Lifts, l, heldSubject, lifted.Truncate(time.Millisecond))
 		}
+		// A halt lifted and put again is not lifted in the old one's name.
+		again := m
+		again.Now = T0.Add(time.Hour)
+		if err := s.Halt(ctx, again); err != nil {
+			t.Fatal(err)
+		}
+		isConflict(t, "lift of the halt read before it was put again", s.Lift(ctx, ledger.LiftMark{BatchID: b.ID, Halt: halt, At: lifted.Add(time.Second)}))
+		if err := s.Lift(ctx, ledger.LiftMark{BatchID: b.ID, Halt: api.Halt{Subject: heldSubject, Since: again.Now, Reason: "HTTP 401"}, At: again.Now.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = s.GetBatch(ctx, b.ID)
+		if l := got.LastLift; got.Lifts != 2 || l == nil || !l.Since.Equal(again.Now) {
+			t.Fatalf("after the second halt's lift: lifts %d, last %+v; want 2, the halt put at %v", got.Lifts, l, again.Now)
+		}
 	}},
 	{"KeptHaltNeedsAttention", func(t *testing.T, s ledger.Store) {
 		// A run cancelled while its items were withheld keeps its halts:

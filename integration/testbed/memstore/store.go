@@ -798,8 +798,10 @@ func (s *Store) Lift(_ context.Context, m ledger.LiftMark) error {
 	if !ok {
 		return conflictf("lift %s on %s: no batch", id, subject)
 	}
-	if _, ok := b.Halts[subject]; !ok {
+	if h, ok := b.Halts[subject]; !ok {
 		return conflictf("lift %s on %s: no halt stands", id, subject)
+	} else if !m.Halt.Since.IsZero() && !h.Since.Equal(ms(m.Halt.Since)) {
+		return conflictf("lift %s on %s: the halt standing is not the one read (since %v, read %v)", id, subject, h.Since, m.Halt.Since)
 	}
 	delete(b.Halts, subject)
 	if len(b.Halts) == 0 {
