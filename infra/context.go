@@ -106,8 +106,8 @@ var contextProps = []contextProp{
 	{"apiBurstLimit", []string{"APIBurstLimit"}, "requests", integer(func(p *bulkrun.RunnerProps) *int { return &p.APIBurstLimit })},
 	{"itemMemoryMiB", []string{"ItemMemoryMiB"}, "MiB", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemMemoryMiB })},
 	{"itemsMaxConcurrency", []string{"ItemsMaxConcurrency"}, "2–1000", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsMaxConcurrency })},
-	{"itemsMinimumPollers", []string{"ItemsMinimumPollers"}, "2–200 (provisioned mode, with itemsMaximumPollers)", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsMinimumPollers })},
-	{"itemsMaximumPollers", []string{"ItemsMaximumPollers"}, "the minimum to 1000 (provisioned mode, with itemsMinimumPollers)", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsMaximumPollers })},
+	{"itemsMinimumPollers", []string{"ItemsMinimumPollers"}, "2–100 (provisioned mode, with itemsMaximumPollers)", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsMinimumPollers })},
+	{"itemsMaximumPollers", []string{"ItemsMaximumPollers"}, "the minimum to 100 (provisioned mode, with itemsMinimumPollers)", integer(func(p *bulkrun.RunnerProps) *int { return &p.ItemsMaximumPollers })},
 	{"accountConcurrency", []string{"AccountConcurrency"}, "the account's Lambda concurrency quota (default 1000)", integer(func(p *bulkrun.RunnerProps) *int { return &p.AccountConcurrency })},
 	{"reservedConcurrency", []string{"ReservedConcurrency"}, `"submit=5,finalize=2,item=200"`, func(p *bulkrun.RunnerProps, v string) (err error) {
 		p.ReservedConcurrency, err = pairs(v, strconv.Atoi)

@@ -385,13 +385,13 @@ type RunnerProps struct {
 	ItemsMaxConcurrency int
 	// ItemsMinimumPollers and ItemsMaximumPollers put the items queue's
 	// event source in provisioned mode (ProvisionedPollerConfig): the
-	// event pollers kept ready from the first message, 2–200 ("Lambda
-	// parameters for Amazon SQS event source mappings"), and the most it
-	// scales to, the minimum to 1,000 (config.InFlightPollers: Lambda
-	// allows 2,000, but each poller keeps up to 100 messages in flight
-	// and the queue allows 120,000). Each poller drives up to
+	// event pollers kept ready from the first message, and the most it
+	// scales to, 2 ≤ minimum ≤ maximum ≤ 100 (Lambda allows a minimum up
+	// to 200 and a maximum up to 2,000: "Lambda parameters for Amazon SQS
+	// event source mappings"; bulkrun's partitions are sized for 1,000
+	// invocations, config.MaxItemsPollers). Each poller drives up to
 	// config.PollerInvocations (10) invocations at once, so the items
-	// queue may run up to 10 × ItemsMaximumPollers (10,000 at 1,000), and
+	// queue may run up to 10 × ItemsMaximumPollers (1,000 at 100), and
 	// the source scales by up to 1,000 concurrency a minute, against 300
 	// a minute from 5 in the standard mode ("Configuring scaling behavior
 	// for SQS event source mappings",

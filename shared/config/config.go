@@ -360,14 +360,16 @@ const (
 	// CloudFormation's ProvisionedPollerConfig allows a maximum of 2,000
 	// too).
 	PollersAtLeast, ReadyPollersAtMost, LambdaPollersAtMost = 2, 200, 2000
-	// InFlightPollers is the most pollers the items queue's source may
-	// scale to: each drives up to PollerInvocations invocations of
-	// DefaultItemBatchSize messages, all in flight while they run, and a
-	// standard queue holds at most 120,000 messages in flight ("Amazon
-	// SQS message quotas"); 1,200 pollers keep 120,000, so bulkrun allows
-	// 1,000 (100,000), leaving room for the items waiting for a retry,
-	// which are in flight too.
-	InFlightPollers = 1000
+	// MaxItemsPollers is the most pollers the items queue's source may
+	// scale to: 100 drive 1,000 invocations (PollerInvocations each), the
+	// standard mode's largest MaximumConcurrency, the flow the ledger's
+	// partitions are sized for (ledger.MaxListShards item keys and
+	// ledger.MaxCounterLanes lanes serve StackFlow(1000, 10) = 100,000
+	// items/s within DynamoDB's 1,000 writes a second per key): the mode
+	// starts a batch at speed, it does not raise that ceiling. They keep
+	// at most 10,000 messages in flight, of the 120,000 a standard queue
+	// allows ("Amazon SQS message quotas").
+	MaxItemsPollers = 100
 	// ParkingMaxReceiveCount is the dead-letter queue's redrive
 	// maxReceiveCount: receives of a dead letter by the item function (which
 	// records its item failed) before SQS moves it to the parking queue,
@@ -415,7 +417,7 @@ type Config struct {
 	// EnvItemsMinimumPollers and EnvItemsMaximumPollers: both 0 (the
 	// default) in the standard mode; in provisioned mode PollersAtLeast
 	// ≤ minimum ≤ ReadyPollersAtMost, minimum ≤ maximum ≤
-	// InFlightPollers (CheckPollers).
+	// MaxItemsPollers (CheckPollers).
 	ItemsMinimumPollers, ItemsMaximumPollers int
 }
 
@@ -425,7 +427,7 @@ func (c Config) Provisioned() bool { return c.ItemsMaximumPollers > 0 }
 
 // ItemsConcurrency is how many invocations the items queue's event
 // source may drive at once: ItemsMaximumPollers × PollerInvocations in
-// provisioned mode (up to 10,000), ItemsMaxConcurrency otherwise.
+// provisioned mode (up to 1,000), ItemsMaxConcurrency otherwise.
 func (c Config) ItemsConcurrency() int {
 	if c.Provisioned() {
 		return c.ItemsMaximumPollers * PollerInvocations
@@ -793,7 +795,7 @@ func (c *Config) checkEventSources(getenv func(string) string) []error {
 
 // CheckPollers checks an SQS event source's provisioned mode: both 0
 // (standard mode), or PollersAtLeast ≤ minimum ≤ ReadyPollersAtMost
-// and minimum ≤ maximum ≤ InFlightPollers (Lambda's own ceiling,
+// and minimum ≤ maximum ≤ MaxItemsPollers (Lambda's own ceiling,
 // LambdaPollersAtMost, is above it). It returns the reason, or "".
 func CheckPollers(minimum, maximum int) string {
 	switch {
@@ -805,9 +807,9 @@ func CheckPollers(minimum, maximum int) string {
 		return fmt.Sprintf("minimum pollers %d: want %d–%d (Lambda's range for SQS)", minimum, PollersAtLeast, ReadyPollersAtMost)
 	case maximum < minimum || maximum > LambdaPollersAtMost:
 		return fmt.Sprintf("maximum pollers %d: want the minimum (%d) to %d (Lambda's range for SQS)", maximum, minimum, LambdaPollersAtMost)
-	case maximum > InFlightPollers:
-		return fmt.Sprintf("maximum pollers %d: want at most %d: each keeps up to %d messages in flight, and a standard queue allows 120,000 in flight (SQS message quotas), items waiting for a retry among them",
-			maximum, InFlightPollers, PollerInvocations*DefaultItemBatchSize)
+	case maximum > MaxItemsPollers:
+		return fmt.Sprintf("maximum pollers %d: want at most %d: they drive up to %d invocations each, and bulkrun's partitions are sized for 1,000 at once (the standard mode's largest maximum concurrency)",
+			maximum, MaxItemsPollers, PollerInvocations)
 	}
 	return ""
 }

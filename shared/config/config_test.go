@@ -144,10 +144,10 @@ func TestItemsPollers(t *testing.T) {
 	}{
 		{"", "", false, DefaultItemsMaxConcurrency, false},
 		{"2", "2", true, 20, false},
-		{"100", "1000", true, 10000, false},
-		{"100", "1001", false, 0, true}, // the items queue's in-flight quota
+		{"100", "100", true, 1000, false},
+		{"20", "101", false, 0, true}, // the partitions' flow
 		{"100", "2000", false, 0, true},
-		{"200", "200", true, 2000, false},
+		{"200", "200", false, 0, true},
 		{"", "50", false, 0, true},
 		{"10", "", false, 0, true},
 		{"1", "50", false, 0, true},

@@ -311,7 +311,7 @@ func (d *checker) concurrency(ctx context.Context) Check {
 	case !itemReserved && need > left:
 		ck.Status = Fix
 		ck.Detail += fmt.Sprintf(": the deploy succeeds, then a large batch takes all %d unreserved and throttles every other function of the account, submit and finalize among them", left)
-		ck.Fix = fmt.Sprintf("%s, or deploy with -c itemsMaxConcurrency=%d (rule event-sources-fit-unreserved)", quota, max(2, left/(2*eventSources)))
+		ck.Fix = quota + ", or deploy with " + d.plan.lowerTo(left) + " (rule event-sources-fit-unreserved)"
 	case limit < 1000:
 		ck.Status = Warn
 		ck.Fix = fmt.Sprintf("the account's quota (%d) is below Lambda's default 1,000 (a new account?): deploy with -c accountConcurrency=%d so synth checks against it", limit, limit)
@@ -640,4 +640,16 @@ func (p Plan) eventSourcesNeed() (int, string) {
 		return n, fmt.Sprintf("%d × ItemsMaximumPollers %d + ItemsMaxConcurrency %d", config.PollerInvocations, p.ItemsMaximumPollers, p.ItemsMaxConcurrency)
 	}
 	return 2 * p.ItemsMaxConcurrency, fmt.Sprintf("2 × ItemsMaxConcurrency %d", p.ItemsMaxConcurrency)
+}
+
+// lowerTo is the setting that brings the item function's event sources
+// within left unreserved concurrency, with room to spare (half of what
+// would just fit): ItemsMaxConcurrency in the standard mode,
+// ItemsMaximumPollers (10 invocations each, beside the dead-letter
+// queue's ItemsMaxConcurrency) in provisioned mode; at least 2 either way.
+func (p Plan) lowerTo(left int) string {
+	if p.ItemsMaximumPollers > 0 {
+		return fmt.Sprintf("-c itemsMaximumPollers=%d", max(2, (left-p.ItemsMaxConcurrency)/(2*config.PollerInvocations)))
+	}
+	return fmt.Sprintf("-c itemsMaxConcurrency=%d", max(2, left/4))
 }

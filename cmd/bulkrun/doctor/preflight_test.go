@@ -121,3 +121,19 @@ func TestPlanTemplateProvisionedPollers(t *testing.T) {
 		t.Errorf("pollers %d: the event sources may run %d (%s), want 500", p.ItemsMaximumPollers, n, made)
 	}
 }
+
+// A stack whose event sources need more than the account leaves is told
+// what to lower in its own mode: the pollers in provisioned mode (900
+// left, 100 of it for the dead-letter queue: 80 pollers would fit, and
+// half of that, 40, is advised, as the standard mode's advice halves).
+func TestPlanLowerTo(t *testing.T) {
+	if got := (Plan{ItemsMaxConcurrency: 100}).lowerTo(900); got != "-c itemsMaxConcurrency=225" {
+		t.Errorf("standard mode: %q", got)
+	}
+	if got := (Plan{ItemsMaxConcurrency: 100, ItemsMaximumPollers: 100}).lowerTo(900); got != "-c itemsMaximumPollers=40" {
+		t.Errorf("provisioned mode: %q", got)
+	}
+	if got := (Plan{ItemsMaxConcurrency: 100, ItemsMaximumPollers: 100}).lowerTo(50); got != "-c itemsMaximumPollers=2" {
+		t.Errorf("provisioned mode, little left: %q", got)
+	}
+}
