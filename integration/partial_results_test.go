@@ -99,6 +99,10 @@ func sameLines(t *testing.T, what string, got, want []api.ResultLine) {
 // 1,000; at its 50 requests a second, about 60 items run on after the
 // pause).
 func TestPartialResultsWhileARunGoes(t *testing.T) {
+	// Its own batch and receiver route, and its pace is its rate's (50
+	// requests a second), which other tests' load only slows: beside the
+	// other parallel tests.
+	t.Parallel()
 	ctx := context.Background()
 	n := 1000
 	if v := os.Getenv("BULKRUN_PARTIAL_ITEMS"); v != "" {
