@@ -282,8 +282,9 @@ integration: CDK_CONTEXT += $(TEST_RETRY)
 # the functions, and tests that drain their queue within a deadline
 # fail). The suite took 865 s on a 2-vCPU machine running nothing else
 # and 1,233 s beside other work (go test -json): its timeout leaves room
-# for a loaded machine. Its longest waits: the serial tests (≈ 820 s
-# loaded) before the parallel ones (≈ 410 s loaded). Only the packages
+# for a loaded machine. Its longest waits: the serial tests (721 s beside
+# other work on 2026-12-06, six of them 60–91 s each) before the
+# parallel ones (325 s). Only the packages
 # with tests under the integration tag run here: the test bed's others
 # (the flow bed's 90 s among them) ran in make test's go test ./...,
 # and run again beside the suite they only took its CPU.
