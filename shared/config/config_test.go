@@ -122,19 +122,8 @@ func TestRetryPolicyTyped(t *testing.T) {
 // without the other, or out of range, is an error naming the variable.
 func TestItemsPollers(t *testing.T) {
 	env := func(lo, hi string) func(string) string {
-		return func(name string) string {
-			switch name {
-			case EnvTable:
-				return "t"
-			case EnvBucket:
-				return "b"
-			case EnvItemsMinimumPollers:
-				return lo
-			case EnvItemsMaximumPollers:
-				return hi
-			}
-			return ""
-		}
+		vars := map[string]string{EnvTable: "t", EnvBucket: "b", EnvItemsMinimumPollers: lo, EnvItemsMaximumPollers: hi}
+		return func(name string) string { return vars[name] }
 	}
 	for _, tt := range []struct {
 		lo, hi      string
