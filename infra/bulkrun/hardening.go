@@ -66,10 +66,8 @@ func opsOf(props *RunnerProps) opsSettings {
 	if props.ItemsMaxConcurrency != 0 {
 		o.itemsMaxConcurrency = props.ItemsMaxConcurrency
 	}
-	if props.ItemsMaximumPollers > 0 {
-		// Provisioned mode: the items queue's source runs up to this many.
-		o.itemsMaxConcurrency = props.ItemsMaximumPollers * config.PollerInvocations
-	}
+	// Provisioned mode: the items queue's source runs what its pollers drive.
+	o.itemsMaxConcurrency = config.ItemsConcurrencyOf(o.itemsMaxConcurrency, props.ItemsMaximumPollers)
 	o.alarmTopicARN, o.tracing, o.bucketVersioning = props.AlarmTopicARN, props.Tracing, props.BucketVersioning
 	if props.QueueAgeAlarm != 0 {
 		o.queueAgeAlarm = props.QueueAgeAlarm

@@ -476,10 +476,7 @@ func (s *settings) checkAccountConcurrency(bad badProp) {
 // itemsConcurrency is how many invocations the items queue's event
 // source may drive at once (config.Config.ItemsConcurrency).
 func (s *settings) itemsConcurrency() int {
-	if s.maxPollers > 0 {
-		return s.maxPollers * config.PollerInvocations
-	}
-	return s.maxConcurrency
+	return config.ItemsConcurrencyOf(s.maxConcurrency, s.maxPollers)
 }
 
 // eventSourcesConcurrency is what the item function's event sources

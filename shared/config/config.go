@@ -429,10 +429,18 @@ func (c Config) Provisioned() bool { return c.ItemsMaximumPollers > 0 }
 // source may drive at once: ItemsMaximumPollers × PollerInvocations in
 // provisioned mode (up to 1,000), ItemsMaxConcurrency otherwise.
 func (c Config) ItemsConcurrency() int {
-	if c.Provisioned() {
-		return c.ItemsMaximumPollers * PollerInvocations
+	return ItemsConcurrencyOf(c.ItemsMaxConcurrency, c.ItemsMaximumPollers)
+}
+
+// ItemsConcurrencyOf is Config.ItemsConcurrency of a stack's settings
+// (infra and doctor have them as props and templates): maximumPollers ×
+// PollerInvocations when maximumPollers > 0 (provisioned mode), else
+// maxConcurrency.
+func ItemsConcurrencyOf(maxConcurrency, maximumPollers int) int {
+	if maximumPollers > 0 {
+		return maximumPollers * PollerInvocations
 	}
-	return c.ItemsMaxConcurrency
+	return maxConcurrency
 }
 
 // VarError names the environment variable at fault.

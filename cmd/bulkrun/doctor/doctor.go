@@ -636,7 +636,7 @@ func reservedString(m map[string]int) string {
 // and the dead-letter queue's ItemsMaxConcurrency in provisioned mode.
 func (p Plan) eventSourcesNeed() (int, string) {
 	if p.ItemsMaximumPollers > 0 {
-		n := p.ItemsMaximumPollers*config.PollerInvocations + p.ItemsMaxConcurrency
+		n := config.ItemsConcurrencyOf(p.ItemsMaxConcurrency, p.ItemsMaximumPollers) + p.ItemsMaxConcurrency
 		return n, fmt.Sprintf("%d × ItemsMaximumPollers %d + ItemsMaxConcurrency %d", config.PollerInvocations, p.ItemsMaximumPollers, p.ItemsMaxConcurrency)
 	}
 	return 2 * p.ItemsMaxConcurrency, fmt.Sprintf("2 × ItemsMaxConcurrency %d", p.ItemsMaxConcurrency)
