@@ -60,12 +60,15 @@ CDK := $(CURDIR)/tools/cdk/node_modules/.bin/cdk
 # it. Its configuration, the import rules among it: .golangci.yml.
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 # Extra CDK context for synth and deploy, e.g. CDK_CONTEXT='-c itemTimeout=30s'.
+# What PIPELINES, LAMBDA_FUNCTIONS and the integration target add to it
+# is added with `override`, so that a CDK_CONTEXT given on the command
+# line keeps them.
 CDK_CONTEXT ?=
 # PIPELINES=a,b narrows the pipelines submit accepts to some of the
 # built-ins and PIPELINE_MODULE's (default: all of them).
 PIPELINES ?=
 ifneq ($(strip $(PIPELINES)),)
-CDK_CONTEXT += -c pipelines=$(PIPELINES)
+override CDK_CONTEXT += -c pipelines=$(PIPELINES)
 endif
 # LAMBDA_FUNCTIONS=score,arn:aws:lambda:… allow-lists the Lambda functions
 # the `lambda` pipeline may call (context lambdaFunctions, prop
@@ -74,7 +77,7 @@ endif
 # emulator; naming others replaces it.
 LAMBDA_FUNCTIONS ?=
 ifneq ($(strip $(LAMBDA_FUNCTIONS)),)
-CDK_CONTEXT += -c lambdaFunctions=$(LAMBDA_FUNCTIONS)
+override CDK_CONTEXT += -c lambdaFunctions=$(LAMBDA_FUNCTIONS)
 endif
 # Go pipelines of your own: PIPELINE_MODULE is a Go module (a folder with
 # its go.mod) whose package PIPELINE_MAIN calls function.Start with your
@@ -274,7 +277,7 @@ unit:
 # not the product's 5-minute default meant for AWS downstream outages
 # (docs/design/items.md, "Retry policy"); a batch's own policy still wins.
 TEST_RETRY = -c retryPolicy=interval_seconds=1,backoff_rate=2,max_delay_seconds=20,jitter=0.5
-integration: CDK_CONTEXT += $(TEST_RETRY)
+integration: override CDK_CONTEXT += $(TEST_RETRY)
 # Under the IAM-checked lane the suite fails on a denial itself; the
 # lane's record of the run is printed after it. Its parallel tests
 # (integration/main_test.go) mostly wait on the emulator: 16 run at once
