@@ -62,7 +62,8 @@ func (s settings) functionEnv() map[string]map[string]string {
 	if s.retentionMinutes > 0 {
 		common[config.EnvRetentionMinutes] = strconv.Itoa(s.retentionMinutes)
 	}
-	if s.maxPollers > 0 {
+	if s.maxPollers > 0 && config.CheckPollers(s.minPollers, s.maxPollers) == "" {
+		// Bad pollers are refused once, naming the props (checkFunctions).
 		common[config.EnvItemsMinimumPollers] = strconv.Itoa(s.minPollers)
 		common[config.EnvItemsMaximumPollers] = strconv.Itoa(s.maxPollers)
 	}

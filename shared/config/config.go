@@ -353,13 +353,13 @@ const (
 	// source mappings"). The guide: "When using provisioned mode, you
 	// control concurrency through the maximum event pollers setting".
 	PollerInvocations = 10
-	// PollersAtLeast, ReadyPollersAtMost and LambdaPollersAtMost are
-	// Lambda's ranges for an SQS event source's pollers in provisioned
-	// mode: "minimum (2-200) and maximum (2-2000)" (AWS Lambda developer
+	// PollersAtLeast is the fewest pollers of an SQS event source in
+	// provisioned mode, for its minimum and its maximum: Lambda's ranges
+	// are "minimum (2-200) and maximum (2-2000)" (AWS Lambda developer
 	// guide, "Lambda parameters for Amazon SQS event source mappings";
 	// CloudFormation's ProvisionedPollerConfig allows a maximum of 2,000
-	// too).
-	PollersAtLeast, ReadyPollersAtMost, LambdaPollersAtMost = 2, 200, 2000
+	// too), both above bulkrun's MaxItemsPollers.
+	PollersAtLeast = 2
 	// MaxItemsPollers is the most pollers the items queue's source may
 	// scale to: 100 drive 1,000 invocations (PollerInvocations each), the
 	// standard mode's largest MaximumConcurrency, the flow the ledger's
@@ -416,8 +416,7 @@ type Config struct {
 	// ItemsMinimumPollers and ItemsMaximumPollers are
 	// EnvItemsMinimumPollers and EnvItemsMaximumPollers: both 0 (the
 	// default) in the standard mode; in provisioned mode PollersAtLeast
-	// ≤ minimum ≤ ReadyPollersAtMost, minimum ≤ maximum ≤
-	// MaxItemsPollers (CheckPollers).
+	// ≤ minimum ≤ maximum ≤ MaxItemsPollers (CheckPollers).
 	ItemsMinimumPollers, ItemsMaximumPollers int
 }
 
@@ -801,23 +800,24 @@ func (c *Config) checkEventSources(getenv func(string) string) []error {
 	return errs
 }
 
-// CheckPollers checks an SQS event source's provisioned mode: both 0
-// (standard mode), or PollersAtLeast ≤ minimum ≤ ReadyPollersAtMost
-// and minimum ≤ maximum ≤ MaxItemsPollers (Lambda's own ceiling,
-// LambdaPollersAtMost, is above it). It returns the reason, or "".
+// CheckPollers checks the items queue's event source's provisioned mode:
+// both 0 (standard mode), or PollersAtLeast ≤ minimum ≤ maximum ≤
+// MaxItemsPollers (Lambda's own ceilings are above it). It returns the
+// reason, or "".
 func CheckPollers(minimum, maximum int) string {
 	switch {
 	case minimum == 0 && maximum == 0:
 		return ""
 	case minimum == 0 || maximum == 0:
 		return "set both the minimum and the maximum pollers (provisioned mode), or neither"
-	case minimum < PollersAtLeast || minimum > ReadyPollersAtMost:
-		return fmt.Sprintf("minimum pollers %d: want %d–%d (Lambda's range for SQS)", minimum, PollersAtLeast, ReadyPollersAtMost)
-	case maximum < minimum || maximum > LambdaPollersAtMost:
-		return fmt.Sprintf("maximum pollers %d: want the minimum (%d) to %d (Lambda's range for SQS)", maximum, minimum, LambdaPollersAtMost)
-	case maximum > MaxItemsPollers:
-		return fmt.Sprintf("maximum pollers %d: want at most %d: they drive up to %d invocations each, and bulkrun's partitions are sized for 1,000 at once (the standard mode's largest maximum concurrency)",
-			maximum, MaxItemsPollers, PollerInvocations)
+	case minimum < PollersAtLeast || minimum > MaxItemsPollers:
+		return fmt.Sprintf("minimum pollers %d: want %d–%d%s", minimum, PollersAtLeast, MaxItemsPollers, pollersWhy)
+	case maximum < minimum || maximum > MaxItemsPollers:
+		return fmt.Sprintf("maximum pollers %d: want the minimum (%d) to %d%s", maximum, minimum, MaxItemsPollers, pollersWhy)
 	}
 	return ""
 }
+
+// pollersWhy is CheckPollers' reason for its ceiling.
+var pollersWhy = fmt.Sprintf(" (Lambda allows at least %d; bulkrun at most %d: each drives up to %d invocations, and its partitions are sized for 1,000 at once, the standard mode's largest maximum concurrency)",
+	PollersAtLeast, MaxItemsPollers, PollerInvocations)

@@ -74,7 +74,7 @@ deploy goes ahead).`,
 					return &ExitError{Code: ExitUsage, Err: err}
 				}
 			}
-			opts.planFlags = cmd.Flags().Changed("items-max-concurrency") || cmd.Flags().Changed("items-maximum-pollers") || cmd.Flags().Changed("reserved-concurrency")
+			opts.planFlags = cmd.Flags().Changed("items-max-concurrency") || cmd.Flags().Changed("items-minimum-pollers") || cmd.Flags().Changed("items-maximum-pollers") || cmd.Flags().Changed("reserved-concurrency")
 			checks, err := a.doctor(cmd.Context(), plan, opts)
 			if err != nil {
 				return err
@@ -83,6 +83,7 @@ deploy goes ahead).`,
 		},
 	}
 	cmd.Flags().IntVar(&plan.ItemsMaxConcurrency, "items-max-concurrency", 100, "about to deploy: the stack's ItemsMaxConcurrency (a deployed stack's is read from it)")
+	cmd.Flags().IntVar(&plan.ItemsMinimumPollers, "items-minimum-pollers", 0, "about to deploy: the stack's ItemsMinimumPollers, 0 for the standard mode (a deployed stack's is read from it)")
 	cmd.Flags().IntVar(&plan.ItemsMaximumPollers, "items-maximum-pollers", 0, "about to deploy: the stack's ItemsMaximumPollers, 0 for the standard mode (a deployed stack's is read from it)")
 	cmd.Flags().StringVar(&reserved, "reserved-concurrency", "", `about to deploy: the stack's ReservedConcurrency, "item=200,submit=5"`)
 	cmd.Flags().StringVar(&plan.BucketName, "bucket-name", "", "about to deploy: a fixed BucketName to check is free")

@@ -69,11 +69,12 @@ type Plan struct {
 	// concurrent calls of the item function each of its two event
 	// sources makes. Default (the CLI's flag) 100.
 	ItemsMaxConcurrency int
-	// ItemsMaximumPollers is the stack's ItemsMaximumPollers: the items
-	// queue's event source in provisioned mode runs up to
-	// config.PollerInvocations (10) per poller, and ItemsMaxConcurrency
-	// bounds the dead-letter queue's only; 0 in the standard mode.
-	ItemsMaximumPollers int
+	// ItemsMinimumPollers and ItemsMaximumPollers are the stack's: the
+	// items queue's event source in provisioned mode runs up to
+	// config.PollerInvocations (10) per maximum poller, and
+	// ItemsMaxConcurrency bounds the dead-letter queue's only; both 0 in
+	// the standard mode.
+	ItemsMinimumPollers, ItemsMaximumPollers int
 	// Reserved is the stack's ReservedConcurrency: function name →
 	// reserved concurrent executions.
 	Reserved map[string]int
@@ -258,6 +259,7 @@ func (d *checker) readPlan(ctx context.Context) {
 				}
 				if pc := m.ProvisionedPollerConfig; pc != nil && pc.MaximumPollers != nil {
 					d.plan.ItemsMaximumPollers = max(d.plan.ItemsMaximumPollers, int(*pc.MaximumPollers))
+					d.plan.ItemsMinimumPollers = max(d.plan.ItemsMinimumPollers, int(aws.ToInt32(pc.MinimumPollers)))
 				}
 			}
 		}
@@ -278,6 +280,11 @@ func (d *checker) concurrency(ctx context.Context) Check {
 		return failedCheck(ck, "GetAccountSettings", err)
 	}
 	limit, unreserved := int(out.AccountLimit.ConcurrentExecutions), int(aws.ToInt32(out.AccountLimit.UnreservedConcurrentExecutions))
+	if why := d.plan.pollersRefused(); why != "" {
+		ck.Status, ck.Detail = Fix, "the items queue's event source in provisioned mode: "+why
+		ck.Fix = "deploy with -c itemsMinimumPollers=… -c itemsMaximumPollers=… within that range (synth refuses these), or neither for the standard mode"
+		return ck
+	}
 	const eventSources, minUnreserved = 2, 100
 	need, made := d.plan.eventSourcesNeed()
 	reservedSum := 0
@@ -652,4 +659,13 @@ func (p Plan) lowerTo(left int) string {
 		return fmt.Sprintf("-c itemsMaximumPollers=%d", max(2, (left-p.ItemsMaxConcurrency)/(2*config.PollerInvocations)))
 	}
 	return fmt.Sprintf("-c itemsMaxConcurrency=%d", max(2, left/4))
+}
+
+// pollersRefused is why bulkrun refuses p's pollers (config.CheckPollers:
+// both or neither, within 2–100), or "" for none set or a pair it takes.
+func (p Plan) pollersRefused() string {
+	if p.ItemsMinimumPollers == 0 && p.ItemsMaximumPollers == 0 {
+		return ""
+	}
+	return config.CheckPollers(p.ItemsMinimumPollers, p.ItemsMaximumPollers)
 }

@@ -92,7 +92,7 @@ func planTemplate(raw []byte, plan *Plan) error {
 	}
 	plan.fromTemplate = true
 	plan.Reserved = map[string]int{}
-	plan.ItemsMaxConcurrency, plan.ItemsMaximumPollers = 0, 0
+	plan.ItemsMaxConcurrency, plan.ItemsMinimumPollers, plan.ItemsMaximumPollers = 0, 0, 0
 	fnName := map[string]string{} // logical id → submit, item, …
 	for id, r := range t.Resources {
 		if r.Type != "AWS::Lambda::Function" {
@@ -138,6 +138,9 @@ func planTemplate(raw []byte, plan *Plan) error {
 			pc, _ := p["ProvisionedPollerConfig"].(map[string]any)
 			if n, ok := pc["MaximumPollers"].(float64); ok && fnName[fn] == "item" {
 				plan.ItemsMaximumPollers = max(plan.ItemsMaximumPollers, int(n))
+			}
+			if n, ok := pc["MinimumPollers"].(float64); ok && fnName[fn] == "item" {
+				plan.ItemsMinimumPollers = max(plan.ItemsMinimumPollers, int(n))
 			}
 		case "AWS::S3::Bucket":
 			if name, ok := p["BucketName"].(string); ok {

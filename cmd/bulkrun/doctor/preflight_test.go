@@ -117,6 +117,9 @@ func TestPlanTemplateProvisionedPollers(t *testing.T) {
 	if err := planTemplate([]byte(tpl), &p); err != nil {
 		t.Fatal(err)
 	}
+	if p.ItemsMinimumPollers != 5 || p.pollersRefused() != "" {
+		t.Errorf("minimum pollers %d, refused %q; want 5, taken", p.ItemsMinimumPollers, p.pollersRefused())
+	}
 	if n, made := p.eventSourcesNeed(); p.ItemsMaximumPollers != 40 || n != 500 || !strings.Contains(made, "10 × ItemsMaximumPollers 40 + ItemsMaxConcurrency 100") {
 		t.Errorf("pollers %d: the event sources may run %d (%s), want 500", p.ItemsMaximumPollers, n, made)
 	}
@@ -135,5 +138,21 @@ func TestPlanLowerTo(t *testing.T) {
 	}
 	if got := (Plan{ItemsMaxConcurrency: 100, ItemsMaximumPollers: 100}).lowerTo(50); got != "-c itemsMaximumPollers=2" {
 		t.Errorf("provisioned mode, little left: %q", got)
+	}
+}
+
+// Pollers bulkrun would refuse at synth are a fix for doctor too, not a
+// plan it checks against the account: one without the other, a minimum
+// under 2, a maximum over 100 or under the minimum.
+func TestPlanPollersRefused(t *testing.T) {
+	for _, p := range [][2]int{{0, 20}, {5, 0}, {1, 20}, {20, 10}, {2, 500}, {-5, -5}} {
+		if why := (Plan{ItemsMinimumPollers: p[0], ItemsMaximumPollers: p[1]}).pollersRefused(); why == "" {
+			t.Errorf("pollers %d–%d taken, want refused", p[0], p[1])
+		}
+	}
+	for _, p := range [][2]int{{0, 0}, {2, 2}, {20, 100}} {
+		if why := (Plan{ItemsMinimumPollers: p[0], ItemsMaximumPollers: p[1]}).pollersRefused(); why != "" {
+			t.Errorf("pollers %d–%d refused: %s", p[0], p[1], why)
+		}
 	}
 }
