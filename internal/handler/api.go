@@ -475,7 +475,7 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 		lv := live.Of(b, p, now, a.Control.ItemTimeout)
 		a.samplePace(ctx, b, p, now)
 		lv.AdaptivePace = a.Control.AdaptivePace(ctx, b, now)
-		lv.RateBooked = a.Control.RateBooked(ctx, b, now)
+		lv.Booked(a.Control.RateBooked(ctx, b, now))
 		c := CounterCensus(b, p, lv)
 		v.Census, v.Live, v.Paused = &c, &lv, b.PausedSummary(now)
 		v.NeedsAttention = v.NeedsAttention || lv.NeedsAttention()

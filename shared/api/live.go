@@ -231,6 +231,18 @@ const (
 // attempt was interrupted or timed out, or it is stalled (Stalled).
 func (l LiveView) NeedsAttention() bool { return len(l.Attention) > 0 }
 
+// Booked sets l's rate booking (RateBooked) and keeps its estimate's
+// finish no earlier than the booking's end: the items not ended start
+// their calls after what the key has booked, whatever the run's pace so
+// far (a batch waiting for its token budget ran its first items at
+// once). A booking past the estimate's finish marks it (FinishBooked).
+func (l *LiveView) Booked(r *RateBooked) {
+	l.RateBooked = r
+	if e := l.Estimate; e != nil && r != nil && e.Remaining > 0 && e.FinishAt.Before(r.Until) {
+		e.FinishAt, e.FinishBooked = r.Until.UTC().Truncate(time.Second).Add(time.Second), true
+	}
+}
+
 // RetryCause is why items wait for a retry (LiveView.RetryCause): the
 // failure class of their last attempt ("http 502", "connection refused",
 // "timeout", a pipeline's own class, or "interrupted"), one failure's
@@ -288,8 +300,12 @@ type Estimate struct {
 	Held int64 `json:"held,omitempty"`
 	// FinishAt is when the run's last item not held ends at
 	// RatePerSecond: the read plus Remaining / RatePerSecond, to the
-	// second.
+	// second; no earlier than the end of the rate key's bookings
+	// (FinishBooked).
 	FinishAt time.Time `json:"finish_at"`
+	// FinishBooked is true when FinishAt is the end of the rate key's
+	// bookings (LiveView.RateBooked), later than the pace alone gives.
+	FinishBooked bool `json:"finish_booked,omitempty"`
 	// ProjectedCost is the run's cost at its end (Census.Cost: what the
 	// pipeline reported, by cost name, exact decimals to 9 places): its
 	// cost so far plus Remaining × the cost per item of the window's

@@ -50,7 +50,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 			}
 			l := live.Of(b, p, c.now(), c.ItemTimeout)
 			l.AdaptivePace = paces.of(ctx, c, b)
-			l.RateBooked = paces.booked(ctx, c, b)
+			l.Booked(paces.booked(ctx, c, b))
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
 			if b.Pause != nil {
 				s.Pause = b.Pause.View(c.now())

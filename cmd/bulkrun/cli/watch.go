@@ -231,6 +231,9 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 	} else if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
 		// The API's pace over the run's last 60 s, whoever read it then.
 		b.WriteString(fmt.Sprintf("; %s over the last 60 s, finish ≈ %s", describe.RateText(e.RatePerSecond), describe.Stamp(e.FinishAt)))
+		if e.FinishBooked {
+			b.WriteString(" (the rate key's bookings)")
+		}
 	} else if per, ok := r.rate(); ok {
 		b.WriteString("; " + describe.RateText(per))
 		if done, ok := watchDone(v); ok && per > 0 && done < v.ItemCount {

@@ -194,7 +194,9 @@ func ConcurrencyText(b api.Batch) string {
 // tokens=5000 usd=0.28, run_spent usd=0.4, 21000 DynamoDB write units, 50
 // read units" (the projections it has); over the recent window (rate
 // basis recent_60s) "estimate: 30.0 items/s over the last 60 s (1200
-// ended since 10:01:00Z; run average 25.0 items/s); …".
+// ended since 10:01:00Z; run average 25.0 items/s); …". A finish held
+// to the rate key's bookings (FinishBooked) adds "(no earlier: the rate
+// key is booked until then)".
 func EstimateText(e api.Estimate) string {
 	var b strings.Builder
 	over, avg := "the run so far", ""
@@ -203,6 +205,9 @@ func EstimateText(e api.Estimate) string {
 	}
 	b.WriteString(fmt.Sprintf("estimate: %s over %s (%d ended since %s%s); %d to go, finish ≈ %s",
 		RateText(e.RatePerSecond), over, e.Ended, Stamp(e.Since), avg, e.Remaining, Stamp(e.FinishAt)))
+	if e.FinishBooked {
+		b.WriteString(" (no earlier: the rate key is booked until then)")
+	}
 	if e.Held > 0 {
 		b.WriteString(fmt.Sprintf(" (%s held, not in it: the run ends once they are moved on)", api.Count(e.Held, "item")))
 	}

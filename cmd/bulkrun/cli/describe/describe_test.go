@@ -24,6 +24,12 @@ func TestEstimateText(t *testing.T) {
 	if got := EstimateText(e); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	// A finish held to the rate key's bookings says so.
+	booked := e
+	booked.FinishBooked = true
+	if got := EstimateText(booked); !strings.Contains(got, "finish ≈ 2026-12-02T10:06:40Z (no earlier: the rate key is booked until then);") {
+		t.Errorf("a booked finish: %q", got)
+	}
 	// A projection is said to 4 significant digits (a user saw
 	// "run_spent calls=3487.218045113").
 	e.ProjectedRunSpent = pipeline.CostSum{"calls": decimal.RequireFromString("3487.218045113"), "usd": decimal.RequireFromString("12.34567")}

@@ -304,7 +304,8 @@ function liveFacts(l, paused) {
     // Held items wait for a signal, a lift or a raise, not for the pace:
     // the finish is that of the others.
     const held = e.held ? ", " + fmtInt(e.held) + " held, not in it" : "";
-    fact("Estimated finish", fmtTime(e.finish_at) + " (" + fmtInt(e.remaining) + " to go" + held + ")");
+    fact("Estimated finish", fmtTime(e.finish_at) + " (" + fmtInt(e.remaining) + " to go" + held +
+      (e.finish_booked ? "; no earlier: the rate key is booked until then" : "") + ")");
     const proj = [["cost", e.projected_cost], ["run_spent", e.projected_run_spent]]
       .filter(([, c]) => c && Object.keys(c).length)
       .map(([k, c]) => k + " " + Object.keys(c).sort().map((n) => n + "=" + fmtProjected(c[n])).join(" "));
