@@ -127,6 +127,11 @@ type Message struct {
 	// so that a cut made while it waited delays it. 0: none (RateAtUs is
 	// then a rate's lease).
 	RatePos float64 `json:"rate_pos,omitempty"`
+	// RateLeadMs is how long before RateAtUs the message was sent to
+	// come back (pacer.Lead), so that its next delivery learns how late
+	// the queue hands messages over (pacer.Arrived). 0: none, or
+	// pace.LeaseSleep/2.
+	RateLeadMs int64 `json:"rate_lead_ms,omitempty"`
 	// TokensAtUs is the start (epoch microseconds) of the token booking
 	// the message carries, TokensBookedUs the time it booked at its key's
 	// budget and TokensDriftUs the key's drift when it was booked

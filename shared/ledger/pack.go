@@ -40,9 +40,11 @@ type PackMessage struct {
 	Requeued int `json:"requeued,omitempty"`
 	// SlotWaits: see Message.SlotWaits.
 	SlotWaits int `json:"slot_waits,omitempty"`
-	// RateAtUs, RatePos: see Message.RateAtUs and RatePos.
-	RateAtUs int64   `json:"rate_at_us,omitempty"`
-	RatePos  float64 `json:"rate_pos,omitempty"`
+	// RateAtUs, RatePos, RateLeadMs: see Message.RateAtUs, RatePos and
+	// RateLeadMs.
+	RateAtUs   int64   `json:"rate_at_us,omitempty"`
+	RatePos    float64 `json:"rate_pos,omitempty"`
+	RateLeadMs int64   `json:"rate_lead_ms,omitempty"`
 	// TokensAtUs, TokensBookedUs, TokensDriftUs: see Message.TokensAtUs.
 	TokensAtUs     int64 `json:"tokens_at_us,omitempty"`
 	TokensBookedUs int64 `json:"tokens_booked_us,omitempty"`

@@ -118,7 +118,8 @@ const TrackRetired = "done"
 // (First, Count; a pack's first is its PackFirst), its lines (Offset,
 // Length bytes in the manifest), its fan-out chunk, when it is due, and
 // how often AWS being unavailable sent it back in a row; RateAtUs is the
-// start of the rate lease it waits for (Message.RateAtUs), RatePos the
+// start of the rate lease it waits for (Message.RateAtUs), RateLeadMs
+// how long before it the unit was due (Message.RateLeadMs), RatePos the
 // position of an adaptive one (Message.RatePos); TokensAtUs and
 // TokensBookedUs (TokensUs) and TokensDriftUs (TokensDrift) the token
 // booking it waits for (Message.TokensAtUs).
@@ -133,6 +134,7 @@ type TrackRetry struct {
 	Requeued    int     `json:"rq,omitempty"`
 	RateAtUs    int64   `json:"ra,omitempty"`
 	RatePos     float64 `json:"rp,omitempty"`
+	RateLeadMs  int64   `json:"rl,omitempty"`
 	TokensAtUs  int64   `json:"ta,omitempty"`
 	TokensUs    int64   `json:"tb,omitempty"`
 	TokensDrift int64   `json:"td,omitempty"`

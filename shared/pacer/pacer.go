@@ -72,5 +72,9 @@ func save(r Row, s seen, now time.Time) {
 	})
 }
 
-// Forget drops every hint (a test's fresh process).
-func Forget() { rows.Clear() }
+// Forget drops every hint and every key's lateness (a test's fresh
+// process).
+func Forget() {
+	rows.Clear()
+	forgetLags()
+}

@@ -41,13 +41,16 @@ type Store interface {
 // TokensDriftUs, or a track unit's ledger.TrackRetry): the start of its
 // request lease or adaptive place (zero: none) and the place's position,
 // its token booking's start (zero: none), the time it booked and the
-// key's drift when it booked. Each is used once: Unit clears what it
-// takes.
+// key's drift when it booked; and how long before its request lease's
+// start it was sent to come back (ledger.Message.RateLeadMs; 0: not
+// said). Each is used once: Unit clears what it takes.
 type Carried interface {
 	LeaseAt() time.Time
 	SetLeaseAt(t time.Time)
 	LeasePos() float64
 	SetLeasePos(p float64)
+	LeaseLead() time.Duration
+	SetLeaseLead(d time.Duration)
 	TokensCarried() (at time.Time, booked, drift time.Duration)
 	SetTokensCarried(at time.Time, booked, drift time.Duration)
 }
@@ -303,6 +306,14 @@ const adaptSleeps = 3
 func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease, key string, now, from time.Time, lease func() (Booking, error)) (time.Duration, error) {
 	start := c.LeaseAt()
 	c.SetLeaseAt(time.Time{}) // a lease is used once
+	lead := c.LeaseLead()
+	c.SetLeaseLead(0)
+	if !start.IsZero() {
+		if lead <= 0 {
+			lead = pace.LeaseSleep / 2
+		}
+		Arrived(key, now.Sub(start)+lead)
+	}
 	if !start.IsZero() && Later(now, from).After(start.Add(pace.LeaseGrace)) {
 		// Stale, or its token booking moved past it: leased again from then.
 		log.InfoContext(ctx, "rate lease stale; leased again", "late_ms", Later(now, from).Sub(start).Milliseconds())

@@ -61,14 +61,17 @@ func (r *fakeRows) LeaseAdapt(context.Context, pace.AdaptLease) (pace.AdaptGrant
 type carried struct {
 	at              time.Time
 	pos             float64
+	lead            time.Duration
 	tokensAt        time.Time
 	booked, drifted time.Duration
 }
 
-func (c *carried) LeaseAt() time.Time     { return c.at }
-func (c *carried) SetLeaseAt(t time.Time) { c.at = t }
-func (c *carried) LeasePos() float64      { return c.pos }
-func (c *carried) SetLeasePos(p float64)  { c.pos = p }
+func (c *carried) LeaseAt() time.Time           { return c.at }
+func (c *carried) SetLeaseAt(t time.Time)       { c.at = t }
+func (c *carried) LeasePos() float64            { return c.pos }
+func (c *carried) LeaseLead() time.Duration     { return c.lead }
+func (c *carried) SetLeaseLead(d time.Duration) { c.lead = d }
+func (c *carried) SetLeasePos(p float64)        { c.pos = p }
 func (c *carried) TokensCarried() (time.Time, time.Duration, time.Duration) {
 	return c.tokensAt, c.booked, c.drifted
 }

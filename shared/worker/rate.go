@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 )
@@ -50,6 +51,26 @@ func (m *unitMessage) SetLeaseAt(t time.Time) {
 	*m.rateAt = us
 }
 
+// LeaseLead is how long before its lease's start m was sent to come
+// back (0: not said).
+func (m *unitMessage) LeaseLead() time.Duration {
+	ms := m.ref.RateLeadMs
+	if m.track == nil && m.rateLead != nil {
+		ms = *m.rateLead
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// SetLeaseLead makes m say it was sent to come back d before its lease's
+// start.
+func (m *unitMessage) SetLeaseLead(d time.Duration) {
+	if m.track != nil || m.rateLead == nil {
+		m.ref.RateLeadMs = d.Milliseconds()
+		return
+	}
+	*m.rateLead = d.Milliseconds()
+}
+
 // LeasePos is the position of the adaptive lease m carries (with its
 // start, LeaseAt).
 func (m *unitMessage) LeasePos() float64 {
@@ -68,15 +89,24 @@ func (m *unitMessage) SetLeasePos(p float64) {
 	*m.ratePos = p
 }
 
-// rateWait makes m's unit wait wait for its rate: in its track, due
-// pace.LeaseSleep before its lease starts; else sent again as a new
-// message delayed by whole seconds to arrive within pace.LeaseSleep of
-// it, this delivery acknowledged (no attempt, no receive counted),
-// bounded by ledger.MaxResends as a slot wait is.
-func (w *Worker) rateWait(ctx context.Context, log *slog.Logger, d Delivery, m *unitMessage, wait time.Duration) bool {
-	early := wait - pace.LeaseSleep/2
+// rateWait makes m's unit of b wait wait for its rate: in its track, due
+// its key's lead (pacer.Lead: pace.LeaseSleep/2 and how late its units
+// have come back) before its lease starts; else sent again as a new
+// message delayed by whole seconds to arrive that lead before it, this
+// delivery acknowledged (no attempt, no receive counted), bounded by
+// ledger.MaxResends as a slot wait is.
+func (w *Worker) rateWait(ctx context.Context, log *slog.Logger, d Delivery, b ledger.Batch, m *unitMessage, wait time.Duration) bool {
+	lead := pace.LeaseSleep / 2
+	if b.Rate != nil {
+		lead = pacer.Lead(b.Rate.KeyOf(b.ID))
+	}
+	early := wait - lead
 	if at, _, _ := m.TokensCarried(); !m.LeaseAt().IsZero() || !at.IsZero() {
-		early = (wait - pace.LeaseSleep/2).Truncate(time.Second)
+		early = early.Truncate(time.Second)
+	}
+	m.SetLeaseLead(0)
+	if !m.LeaseAt().IsZero() {
+		m.SetLeaseLead(wait - max(early, 0))
 	}
 	if m.track != nil {
 		return m.track.park(m, max(early, 0), m.ref.Requeued)

@@ -81,7 +81,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if wait, err := w.pacing().Unit(ctx, log, b, m, len(m.Items), d.ReceiveCount > 1 && m.track == nil, &m.lease); err != nil {
 		return w.unavailable(ctx, log, d, m, &b, "lease the rate", err)
 	} else if wait > 0 {
-		return w.rateWait(ctx, log, d, m, wait), nil
+		return w.rateWait(ctx, log, d, b, m, wait), nil
 	}
 	// A batch with max_concurrency takes a slot before the take, so that
 	// waiting for one costs no attempt; the unit's items then run one at

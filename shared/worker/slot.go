@@ -77,7 +77,7 @@ func (w *Worker) acquireSlot(ctx context.Context, b ledger.Batch, m *unitMessage
 			return seat{slot: -1, hopAt: time.UnixMilli(*m.hopAt).UTC()}, true, nil
 		}
 		unit := u.TrackRetry
-		unit.DueMs, unit.Requeued, unit.RateAtUs, unit.RatePos, unit.TokensAtUs, unit.TokensUs, unit.TokensDrift = 0, 0, 0, 0, 0, 0, 0
+		unit.DueMs, unit.Requeued, unit.RateAtUs, unit.RateLeadMs, unit.RatePos, unit.TokensAtUs, unit.TokensUs, unit.TokensDrift = 0, 0, 0, 0, 0, 0, 0, 0
 		id := hex.EncodeToString(nonce[:])
 		for _, j := range slotsToTry(u.Tracks) {
 			retired, err := w.Store.HandToTrack(ctx, ledger.TrackHand{BatchID: b.ID, Run: b.Run, Track: j, ID: id, Unit: unit, Now: now})

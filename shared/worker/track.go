@@ -530,7 +530,7 @@ func (tr *trackRun) markUnit(m *unitMessage) {
 		return
 	}
 	u := m.ref
-	u.DueMs, u.Requeued, u.RateAtUs, u.RatePos, u.TokensAtUs, u.TokensUs, u.TokensDrift = 0, 0, 0, 0, 0, 0, 0
+	u.DueMs, u.Requeued, u.RateAtUs, u.RateLeadMs, u.RatePos, u.TokensAtUs, u.TokensUs, u.TokensDrift = 0, 0, 0, 0, 0, 0, 0, 0
 	*m.trackUnit = &ledger.TrackUnit{Tracks: tr.msg.Track.Tracks, TrackRetry: u}
 }
 

@@ -62,8 +62,9 @@ type unitMessage struct {
 	// track's unit keeps them in ref);
 	// tokensAt, tokensBooked and tokensDrift its TokensAtUs,
 	// TokensBookedUs and TokensDriftUs.
-	rateAt, tokensAt, tokensBooked, tokensDrift *int64
-	ratePos                                     *float64
+	// rateLead its RateLeadMs.
+	rateAt, rateLead, tokensAt, tokensBooked, tokensDrift *int64
+	ratePos                                               *float64
 	// lease is this delivery's pacing of the unit (rate.go): the start
 	// of the lease it runs under (its calls start by then +
 	// pace.LeaseGrace), and the token booking it settles once its calls
@@ -105,7 +106,7 @@ func (m *unitMessage) trackUnitOf() *ledger.TrackUnit {
 // itemUnitMessage is m (an item message) as a unit message.
 func itemUnitMessage(m *ledger.Message) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs, sample: m.Sample,
+		Items: []ledger.PackedItem{{Key: m.Key, Input: m.Input, InputRef: m.InputRef}}, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, rateLead: &m.RateLeadMs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs, sample: m.Sample,
 		// A closure, not the method value m.Body: that would copy *m now,
 		// and encode the counts as they were before they grew.
 		body: func() ([]byte, error) { return m.Body() }}
@@ -114,7 +115,7 @@ func itemUnitMessage(m *ledger.Message) *unitMessage {
 // packUnitMessage is m (a pack message) as a unit message.
 func packUnitMessage(m *ledger.PackMessage) *unitMessage {
 	return &unitMessage{BatchID: m.BatchID, Run: m.Run, ManifestKey: m.ManifestKey, ChunkFirst: m.ChunkFirst, ChunkItems: m.ChunkItems,
-		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs, sample: m.Sample,
+		Packed: true, PackFirst: m.PackFirst, Items: m.Items, requeued: &m.Requeued, slotWaits: &m.SlotWaits, rateAt: &m.RateAtUs, rateLead: &m.RateLeadMs, ratePos: &m.RatePos, tokensAt: &m.TokensAtUs, tokensBooked: &m.TokensBookedUs, tokensDrift: &m.TokensDriftUs, trackUnit: &m.TrackUnit, hopAt: &m.HopAtMs, sample: m.Sample,
 		body: func() ([]byte, error) { return m.Body() }}
 }
 

@@ -43,7 +43,9 @@ func (c *stepClock) to(t time.Time) {
 // timedQueue delivers a message once its delay has passed on the clock,
 // due messages in a random order (a standard queue's order is best
 // effort); a message Handle failed comes back after its Delay (else 30 s,
-// a visibility timeout).
+// a visibility timeout). lag, when set, is how long after its delay a
+// sent message is received (an event source's poll, an item function at
+// its concurrency, a slow emulator): nil, at once.
 type timedQueue struct {
 	mu    sync.Mutex
 	clock *stepClock
@@ -51,6 +53,7 @@ type timedQueue struct {
 	due   []timedMsg
 	vis   map[string]time.Duration // receipt handle → its last Delay
 	sends int
+	lag   func() time.Duration
 }
 
 type timedMsg struct {
@@ -75,6 +78,9 @@ func (q *timedQueue) Requeue(_ context.Context, body []byte, d time.Duration) er
 	// SQS delays are whole seconds, rounded up and at most 15 minutes
 	// (DelaySeconds 0–900), as internal/queue does.
 	d = min((d+time.Second-1)/time.Second*time.Second, 15*time.Minute)
+	if q.lag != nil {
+		d += q.lag()
+	}
 	q.due = append(q.due, timedMsg{at: q.clock.Now().Add(d), d: worker.Delivery{MessageID: "m" + strconv.Itoa(q.n), Body: bytes.Clone(body), ReceiptHandle: "r" + strconv.Itoa(q.n), ReceiveCount: 1}})
 	return nil
 }
@@ -158,6 +164,13 @@ type pacedCall struct {
 // messages sent.
 func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), tokens func(key string) float64, fail func(req pipeline.Request, at time.Time) error) (map[string][]pacedCall, int) {
 	t.Helper()
+	return pacedRunLagged(t, ids, n, mod, tokens, fail, nil)
+}
+
+// pacedRunLagged is pacedRun on a queue that receives each message lag
+// after its delay (nil: at once).
+func pacedRunLagged(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), tokens func(key string) float64, fail func(req pipeline.Request, at time.Time) error, lag func() time.Duration) (map[string][]pacedCall, int) {
+	t.Helper()
 	pacer.Forget()
 	ctx := context.Background()
 	// The clock starts a whole second an hour ahead of the machine's: a
@@ -190,7 +203,7 @@ func pacedRun(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), t
 		}
 		return res, nil
 	})
-	q := &timedQueue{clock: clock, vis: map[string]time.Duration{}}
+	q := &timedQueue{clock: clock, vis: map[string]time.Duration{}, lag: lag}
 	r.sub.Queue, r.sub.Clock, r.sub.ChunkItems = q, clock, 50
 	r.worker.Queue, r.worker.Clock = q, clock
 	// The messages due at one time are all taken at that time, as many
@@ -539,5 +552,64 @@ func TestTokenBudgetBacklogPastTheQueueDelay(t *testing.T) {
 	}
 	if want := 20 * time.Minute * 11 / 10; span > want {
 		t.Errorf("the calls took %v, want ≤ %v", span, want)
+	}
+}
+
+// TestRateWhenMessagesComeLate guards the rate's waits against a queue
+// that hands messages over late (an item function at its concurrency
+// behind another batch's backlog, an event source slow to poll, a loaded
+// emulator): every message is received 3–6 s after its delay, longer
+// than a lease's grace. A unit whose carried lease went stale leased
+// again at the back of the key's schedule and was sent to wait once
+// more, late again (in a CI run on the emulator, a 1,000-item batch at
+// 50 a second sent its messages again 64,350 times in 15 minutes; here
+// the batch did not end in 20,000 rounds). Units now come back earlier
+// by how late they have been (pacer.Lead): the batch's 1,000 items all
+// run, the key's rate holds (at most 550 calls in any 10 s), its
+// messages are sent at most 5 times an item, and the whole takes at most
+// three times the rate's time (late returns lose their calls' places).
+// With the tokens' budget instead of a request rate, the same holds.
+func TestRateWhenMessagesComeLate(t *testing.T) {
+	const n, rate = 1000, 50.0
+	for _, tc := range []struct {
+		name   string
+		r      api.Rate
+		tokens func(string) float64
+		most   float64 // per 10 s
+	}{
+		{"requests", api.Rate{Key: "late", RequestsPerSecond: rate}, nil, 550},
+		{"tokens", api.Rate{Key: "late-tok", TokensPerSecond: rate * 100}, func(string) float64 { return 100 }, 550 * 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 5))
+			lag := func() time.Duration { return 3*time.Second + time.Duration(rng.Int64N(int64(3*time.Second))) }
+			paced, sends := pacedRunLagged(t, []string{"rate-late"}, n, func(req *api.SubmitRequest) {
+				r := tc.r
+				req.Rate = &r
+			}, tc.tokens, nil, lag)
+			all := slices.Clone(paced["rate-late"])
+			slices.SortFunc(all, func(a, b pacedCall) int { return a.at.Compare(b.at) })
+			most, at := busiestTokens(all, 10*time.Second)
+			if tc.tokens == nil {
+				var ts []time.Time
+				for _, c := range all {
+					ts = append(ts, c.at)
+				}
+				m, a := busiest(ts, 10*time.Second)
+				most, at = float64(m), a
+			}
+			span := all[len(all)-1].at.Sub(all[0].at)
+			t.Logf("%d calls over %v; busiest 10 s window %.0f from +%v; %d messages sent (%.2f an item)",
+				len(all), span.Round(time.Millisecond), most, at.Sub(all[0].at), sends, float64(sends)/n)
+			if most > tc.most {
+				t.Errorf("%.0f in the 10 s window from +%v, want ≤ %.0f", most, at.Sub(all[0].at), tc.most)
+			}
+			if want := time.Duration((n - 1) / rate * 3 * float64(time.Second)); span > want {
+				t.Errorf("the calls took %v, want ≤ %v (three times the rate's time)", span, want)
+			}
+			if sends > 5*n {
+				t.Errorf("%d messages sent for %d items, want at most 5 an item", sends, n)
+			}
+		})
 	}
 }
