@@ -1,9 +1,13 @@
 package pacer
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -42,5 +46,69 @@ func TestLagTracksHowLateUnitsComeBack(t *testing.T) {
 	}
 	if got := Lag("k"); got != MaxLag {
 		t.Errorf("lag after returns an hour late %v, want MaxLag %v", got, MaxLag)
+	}
+}
+
+// TestUnitWokenBeforeItsStartByTheTakesTime guards a unit whose take is
+// slow (a store taking 700 ms, more than pace.LeaseGrace, between the
+// lease's sleep and the first call): at first its calls are late (given
+// back); within a few units the process wakes them the take's time
+// before their start (TakeLead, at most MaxTakeLead), so that the first
+// call comes within the grace, never before its start (WaitCall sleeps
+// the rest), and a fast take lowers the lead again.
+func TestUnitWokenBeforeItsStartByTheTakesTime(t *testing.T) {
+	t.Cleanup(Forget)
+	Forget()
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	st := &fakeRows{}
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(_ context.Context, d time.Duration) { now = now.Add(d) }}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 10}
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	unit := func(take time.Duration) (late bool, callAt time.Time) {
+		t.Helper()
+		st.start = now.Add(1500 * time.Millisecond)
+		var c carried
+		var l Lease
+		if wait, err := p.Unit(ctx, log, b, &c, 1, false, &l); err != nil || wait != 0 {
+			t.Fatalf("lease 1.5 s ahead: wait %v, err %v", wait, err)
+		}
+		now = now.Add(take)
+		if !p.WaitCall(ctx, &l, 0, 0) {
+			t.Fatal("WaitCall: the call may not start")
+		}
+		return l.Late(0, now), now
+	}
+	if late, _ := unit(700 * time.Millisecond); !late {
+		t.Fatal("the first unit with a 700 ms take: not late; want late (nothing learned yet)")
+	}
+	lateCount := 0
+	for range 20 {
+		late, at := unit(700 * time.Millisecond)
+		if at.Before(st.start) {
+			t.Fatalf("a call at %v, before its lease's start %v", at, st.start)
+		}
+		if late {
+			lateCount++
+		}
+	}
+	if lateCount > 3 {
+		t.Errorf("%d of 20 units late after the first, want ≤ 3", lateCount)
+	}
+	if got := TakeLead(); got < 200*time.Millisecond || got > MaxTakeLead {
+		t.Errorf("TakeLead %v, want at least the take's time less the grace and at most %v", got, MaxTakeLead)
+	}
+	for range 100 {
+		unit(0)
+	}
+	if got := TakeLead(); got > 10*time.Millisecond {
+		t.Errorf("TakeLead after fast takes %v, want ≈ 0", got)
+	}
+	for range 100 {
+		unit(5 * time.Second)
+	}
+	if got := TakeLead(); got != MaxTakeLead {
+		t.Errorf("TakeLead after 5 s takes %v, want MaxTakeLead %v", got, MaxTakeLead)
 	}
 }

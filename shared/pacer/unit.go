@@ -109,6 +109,11 @@ type Lease struct {
 	// place was leased on, whose Due times its later calls.
 	gap   time.Duration
 	adapt pace.Adapt
+	// woke is when the rate lease's sleep before the take ended (zero:
+	// none), waited how long its first call then slept for its place
+	// (WaitCall): the time between, less waited, is the take's (TakeLead).
+	woke   time.Time
+	waited time.Duration
 }
 
 // tokenBooking is a unit's token booking (budget: tokens a second;
@@ -336,10 +341,12 @@ func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease
 		l.Carry(c) // the token booking waits with it
 		return wait, nil
 	}
-	if wait > 0 {
+	if wait -= TakeLead(); wait > 0 {
+		// Woken the take's time early, so that the first call comes at
+		// its start, not that late (WaitCall sleeps the rest).
 		p.sleep(ctx, wait)
 	}
-	l.Leased = start
+	l.Leased, l.woke = start, p.now()
 	return 0, nil
 }
 
@@ -441,6 +448,9 @@ func (p *Pacer) WaitCall(ctx context.Context, l *Lease, i int, margin time.Durat
 	if due <= 0 {
 		return true
 	}
+	if i == 0 {
+		l.waited = due
+	}
 	if !l.Until.IsZero() && at.After(l.Until) {
 		return false
 	}
@@ -504,8 +514,13 @@ func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
 // start past its own start (CallAt) + pace.LeaseGrace (its item then
 // waited for the invocation's other items, or a slow take): it is given
 // back and leases again, so that late calls do not bunch with the calls
-// of later leases.
+// of later leases. Asked for the first call of a rate lease, it records
+// how long the unit took from its lease's sleep to that call (Took).
 func (l *Lease) Late(i int, now time.Time) bool {
+	if i == 0 && !l.woke.IsZero() {
+		Took(now.Sub(l.woke) - l.waited)
+		l.woke = time.Time{}
+	}
 	return l.Paced() && now.After(l.CallAt(i).Add(pace.LeaseGrace))
 }
 
