@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -110,5 +111,72 @@ func TestUnitWokenBeforeItsStartByTheTakesTime(t *testing.T) {
 	}
 	if got := TakeLead(); got != MaxTakeLead {
 		t.Errorf("TakeLead after 5 s takes %v, want MaxTakeLead %v", got, MaxTakeLead)
+	}
+}
+
+// horizonRows is a fakeRows whose rate rows grant only within the
+// lease's Horizon, as the store does, and record it.
+type horizonRows struct {
+	fakeRows
+	horizon time.Duration
+}
+
+func (r *horizonRows) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error) {
+	r.horizon = l.Horizon
+	if r.err == nil && r.start.Sub(l.Now) > l.Horizon {
+		r.leases++
+		return pace.RateGrant{Next: r.start}, nil
+	}
+	return r.fakeRows.LeaseRate(ctx, l)
+}
+
+// TestReletLeasesALateCallAgain guards a call late for its place in its
+// unit's rate lease (Lease.Late): leased again from now, one request,
+// when the key's row allows it within pace.LeaseSleep (the row asked
+// with that horizon, so that a row booked further books nothing), slept
+// to, and run (true); given back (false) when the row is booked
+// further, past Until, on a store error, or for a unit with no request
+// rate or on an adaptive place.
+func TestReletLeasesALateCallAgain(t *testing.T) {
+	t.Cleanup(Forget)
+	Forget()
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	st := &horizonRows{}
+	var slept time.Duration
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(_ context.Context, d time.Duration) { slept += d; now = now.Add(d) }}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 10}
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	l := Lease{Leased: now.Add(-2 * time.Second)}
+	if !l.Late(0, now) {
+		t.Fatal("a lease 2 s past its start: not late")
+	}
+	st.start = now.Add(300 * time.Millisecond)
+	if !p.Relet(ctx, log, b, &l, 0, 0) || slept != 300*time.Millisecond || st.horizon != pace.LeaseSleep || st.spacing != 100*time.Millisecond {
+		t.Fatalf("row free in 300 ms: slept %v, horizon %v, spacing %v; want it leased again (one request, horizon LeaseSleep) and slept 300 ms", slept, st.horizon, st.spacing)
+	}
+	slept = 0
+	st.start = now.Add(5 * time.Second)
+	if p.Relet(ctx, log, b, &l, 0, 0) || slept != 0 {
+		t.Errorf("row booked 5 s ahead: leased again (slept %v), want given back", slept)
+	}
+	st.start = now.Add(time.Second)
+	l.Until = now.Add(500 * time.Millisecond)
+	if p.Relet(ctx, log, b, &l, 0, 0) || slept != 0 {
+		t.Errorf("a start past Until: leased again, want given back")
+	}
+	l.Until = time.Time{}
+	st.err = errors.New("throttled by DynamoDB")
+	if p.Relet(ctx, log, b, &l, 0, 0) {
+		t.Error("the store failing: leased again, want given back")
+	}
+	st.err = nil
+	tokensOnly := b
+	tokensOnly.Rate = &api.Rate{TokensPerSecond: 100}
+	placed := Lease{Leased: l.Leased, placed: true}
+	leases := st.leases
+	if p.Relet(ctx, log, tokensOnly, &l, 0, 0) || p.Relet(ctx, log, b, &placed, 0, 0) || st.leases != leases {
+		t.Error("a token budget alone, or an adaptive place: leased again, want given back with no lease")
 	}
 }

@@ -192,7 +192,7 @@ func (p *Pacer) Unit(ctx context.Context, log *slog.Logger, b ledger.Batch, c Ca
 	key := b.Rate.KeyOf(b.ID)
 	perRow := b.Rate.RequestsPerSecond / float64(pace.RateShards(b.Rate.RequestsPerSecond))
 	n := l.fit(calls, perRow)
-	wait, err := p.calls(ctx, log, c, l, key, now, from, func() (Booking, error) {
+	wait, err := p.calls(ctx, log, c, l, key, now, from, redelivered, func() (Booking, error) {
 		return LeaseRequests(ctx, p.Store, key, b.Rate.RequestsPerSecond, n, now, from)
 	})
 	if n < calls {
@@ -303,17 +303,20 @@ func (p *Pacer) adaptive(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 const adaptSleeps = 3
 
 // calls leases a unit's calls of key with lease, from from on (zero or
-// past: now), unless c carries a lease still fresh: it returns 0 when
+// past: now), unless c carries a lease still fresh (its return, unless
+// redelivered, recorded: Arrived): it returns 0 when
 // the unit may be taken now (after a sleep of at most pace.LeaseSleep
 // until the lease and from have started), or how long it waits first
 // (its lease carried in c, or none when the key is booked past the
 // horizon).
-func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease, key string, now, from time.Time, lease func() (Booking, error)) (time.Duration, error) {
+func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease, key string, now, from time.Time, redelivered bool, lease func() (Booking, error)) (time.Duration, error) {
 	start := c.LeaseAt()
 	c.SetLeaseAt(time.Time{}) // a lease is used once
 	lead := c.LeaseLead()
 	c.SetLeaseLead(0)
-	if !start.IsZero() {
+	if !start.IsZero() && !redelivered {
+		// (A message received again came back after its visibility
+		// timeout, not its delay: it says nothing of the queue's lag.)
 		if lead <= 0 {
 			lead = pace.LeaseSleep / 2
 		}

@@ -100,8 +100,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		return w.slotsTaken(ctx, log, d, m), nil
 	}
 	defer w.freeSlot(ctx, log, b, st)
-	inputs := make([]json.RawMessage, len(m.Items))
-	invalid := make([]string, len(m.Items))
+	inputs, invalid := make([]json.RawMessage, len(m.Items)), make([]string, len(m.Items))
 	u := w.unitOf(b, m)
 	h, err := u.take(ctx, taking{b: b, msg: m, mode: ledger.ModeRun, prepare: w.prepareInputs(ctx, m, inputs, invalid), redelivered: d.ReceiveCount > 1})
 	switch {
@@ -186,6 +185,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if dl, has := ctx.Deadline(); has && time.Until(dl) < inv.margin && !keep {
 				return // not started: given back below
 			}
+			if r.lateLease = w.lateForPlace(ctx, log, b, m, inv, i, keep); r.lateLease {
+				return // not started: given back below
+			}
 			// The row as it is now: a stop recorded since the message was
 			// taken cancels the call, a pause gives the item back (the
 			// next delivery waits it out), except a paused batch's probe.
@@ -214,9 +216,18 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
 }
 
+// lateForPlace reports whether the i-th item of m's unit gives its call
+// back before it starts (lateLease) because it came late for its place
+// in its unit's lease (a slow take, a loaded function: pacer.Lease.Late)
+// and could not be leased again from now (pacer.Pacer.Relet: the key's
+// row allows no start within pace.LeaseSleep) — never when its take is
+// kept (keep).
+func (w *Worker) lateForPlace(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, inv *invocation, i int, keep bool) bool {
+	return !keep && m.lease.Late(i, w.Clock.Now()) && !w.pacing().Relet(ctx, log, b, &m.lease, i, inv.margin)
+}
+
 // heldBack reports whether the i-th item of m's unit gives its call back
-// before it starts (lateLease): late for its place in its unit's lease, after a
-// throttled call of its unit, or held back by the answer to its
+// before it starts (lateLease): after a throttled call of its unit, or held back by the answer to its
 // process's first call of the downstream (pacer.Pacer.First) — never
 // when its take is kept (keep) — and the claim of that first call it
 // took, which its caller releases once the attempt ended (a no-op when
@@ -225,7 +236,7 @@ func (w *Worker) heldBack(ctx context.Context, b ledger.Batch, m *unitMessage, i
 	if keep {
 		return false, pacer.FirstClaim{}
 	}
-	if m.lease.Late(i, w.Clock.Now()) || m.throttled.Load() {
+	if m.throttled.Load() {
 		return true, pacer.FirstClaim{}
 	}
 	return w.pacing().First(ctx, b, &m.lease, inv.margin)
