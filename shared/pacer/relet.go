@@ -3,7 +3,6 @@ package pacer
 import (
 	"context"
 	"log/slog"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -31,22 +30,16 @@ func (p *Pacer) Relet(ctx context.Context, log *slog.Logger, b ledger.Batch, l *
 		return false
 	}
 	key := b.Rate.KeyOf(b.ID)
-	shards := pace.RateShards(b.Rate.RequestsPerSecond)
-	shard := mrand.IntN(shards)
-	row := Row{Key: key, Shard: shard}
-	now := p.now()
-	g, err := p.Store.LeaseRate(ctx, pace.RateLease{Key: key, Shard: shard, Spacing: pace.Spacing(1, b.Rate.RequestsPerSecond/float64(shards)),
-		Now: now, Horizon: pace.LeaseSleep, Idle: Idle(row, now)})
+	bk, err := leaseRequests(ctx, p.Store, key, b.Rate.RequestsPerSecond, 1, p.now(), time.Time{}, pace.LeaseSleep)
 	if err != nil {
 		log.WarnContext(ctx, "lease a late call again; given back", "rate_key", key, "error", pipeline.ErrorText(err))
 		return false
 	}
-	Saw(row, g.Next, now)
-	if !g.Granted {
+	if !bk.Granted {
 		return false
 	}
-	wait := g.Start.Sub(p.now())
-	if !l.Until.IsZero() && g.Start.After(l.Until) {
+	wait := bk.Start.Sub(p.now())
+	if !l.Until.IsZero() && bk.Start.After(l.Until) {
 		return false
 	}
 	if dl, has := ctx.Deadline(); has && time.Until(dl) < margin+wait {

@@ -22,17 +22,22 @@ type RateStore interface {
 // would not be, spread over a second so that the waiting units do not
 // come back at once, and at least a second. Spacing is the lease's.
 func LeaseRequests(ctx context.Context, st RateStore, key string, rate float64, n int, now, from time.Time) (Booking, error) {
+	return leaseRequests(ctx, st, key, rate, n, now, from, pace.LeaseHorizon)
+}
+
+// leaseRequests is LeaseRequests booking up to horizon ahead.
+func leaseRequests(ctx context.Context, st RateStore, key string, rate float64, n int, now, from time.Time, horizon time.Duration) (Booking, error) {
 	shards := pace.RateShards(rate)
 	shard := mrand.IntN(shards)
 	row := Row{Key: key, Shard: shard}
 	spacing := pace.Spacing(n, rate/float64(shards))
-	g, err := st.LeaseRate(ctx, pace.RateLease{Key: key, Shard: shard, Spacing: spacing, Now: Later(now, from), Horizon: pace.LeaseHorizon, Idle: Idle(row, now)})
+	g, err := st.LeaseRate(ctx, pace.RateLease{Key: key, Shard: shard, Spacing: spacing, Now: Later(now, from), Horizon: horizon, Idle: Idle(row, now)})
 	if err != nil {
 		return Booking{}, err
 	}
 	Saw(row, g.Next, now)
 	if !g.Granted {
-		wait := g.Next.Sub(now) - pace.LeaseHorizon + time.Duration(mrand.Int64N(int64(time.Second)))
+		wait := g.Next.Sub(now) - horizon + time.Duration(mrand.Int64N(int64(time.Second)))
 		return Booking{Wait: max(wait, time.Second)}, nil
 	}
 	return Booking{Granted: true, Start: g.Start, Spacing: spacing}, nil
