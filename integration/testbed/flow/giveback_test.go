@@ -11,6 +11,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // TestGivenBackTakeUsesNoAttempt guards an item row's attempts (one item
@@ -41,6 +42,11 @@ func TestGivenBackTakeUsesNoAttempt(t *testing.T) {
 			r.clock.T = r.clock.T.Add(pace.LeaseGrace + time.Millisecond)
 		}
 	}
+	// A late call is leased again from now when its key's row allows a
+	// start within pace.LeaseSleep (pacer.Pacer.Relet); here the row
+	// never does (booked an hour ahead for that ask), so the late take
+	// is given back.
+	r.worker.Store = noRelet{r.worker.Store}
 	const n = 5
 	submitK(t, r, "giveback", 1, n, func(req *api.SubmitRequest) {
 		req.MaxAttempts = 1
@@ -62,6 +68,18 @@ func TestGivenBackTakeUsesNoAttempt(t *testing.T) {
 			t.Errorf("%s called %d times, want once", api.PositionalKey(int64(i)), c)
 		}
 	}
+}
+
+// noRelet is a store whose rate rows refuse every lease asked with
+// pace.LeaseSleep's horizon (pacer.Pacer.Relet's): a late call is given
+// back.
+type noRelet struct{ worker.Store }
+
+func (s noRelet) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error) {
+	if l.Horizon == pace.LeaseSleep {
+		return pace.RateGrant{Next: l.Now.Add(time.Hour)}, nil
+	}
+	return s.Store.LeaseRate(ctx, l)
 }
 
 // TestInterruptedTakeIsNotGivenBack guards on_interrupt: quarantine
