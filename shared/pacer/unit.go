@@ -515,9 +515,9 @@ func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
 
 // Late reports whether the i-th call of l's unit starting at now would
 // start past its own start (CallAt) + pace.LeaseGrace (its item then
-// waited for the invocation's other items, or a slow take): it is given
-// back and leases again, so that late calls do not bunch with the calls
-// of later leases. Asked for the first call of a rate lease, it records
+// waited for the invocation's other items, or a slow take): it is
+// leased again from now (Relet) or given back, so that late calls do not
+// bunch with the calls of later leases. Asked for the first call of a rate lease, it records
 // how long the unit took from its lease's sleep to that call (Took).
 func (l *Lease) Late(i int, now time.Time) bool {
 	if i == 0 && !l.woke.IsZero() {
