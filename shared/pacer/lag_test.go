@@ -180,3 +180,51 @@ func TestReletLeasesALateCallAgain(t *testing.T) {
 		t.Error("a token budget alone, or an adaptive place: leased again, want given back with no lease")
 	}
 }
+
+// tokenRows is a fakeRows whose token rows grant the booking start it is
+// told.
+type tokenRows struct {
+	fakeRows
+	tokens time.Time
+}
+
+func (r *tokenRows) LeaseTokens(_ context.Context, l pace.TokenLease) (pace.TokenGrant, error) {
+	return pace.TokenGrant{RateGrant: pace.RateGrant{Granted: true, Start: r.tokens, Next: r.tokens.Add(l.Spacing)}}, nil
+}
+
+// TestWokenEarlyCallWaitsForItsTokens guards a unit under a rate and a
+// token budget, woken TakeLead before its work may start: its message
+// carries a request lease starting at S, its tokens are booked from
+// S + 400 ms (within pace.LeaseGrace, so the lease is not stale), and
+// the process has learned a take of MaxTakeLead. Its first call starts
+// at S + 400 ms, not at S, before the tokens it spends.
+func TestWokenEarlyCallWaitsForItsTokens(t *testing.T) {
+	t.Cleanup(Forget)
+	Forget()
+	for range 100 {
+		Took(5 * time.Second) // TakeLead at MaxTakeLead
+	}
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	s := now.Add(1500 * time.Millisecond)
+	st := &tokenRows{tokens: s.Add(400 * time.Millisecond)}
+	p := &Pacer{Store: st, Clock: at{&now}, Sleep: func(_ context.Context, d time.Duration) { now = now.Add(d) }}
+	b := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	b.Rate = &api.Rate{RequestsPerSecond: 10, TokensPerSecond: 1000}
+	c := carried{at: s, lead: time.Second}
+	var l Lease
+	if wait, err := p.Unit(context.Background(), slog.New(slog.DiscardHandler), b, &c, 1, false, &l); err != nil || wait != 0 {
+		t.Fatalf("carried lease 1.5 s ahead, tokens 1.9 s ahead: wait %v, err %v", wait, err)
+	}
+	if st.leases != 0 {
+		t.Fatalf("%d request leases, want 0 (the carried lease is fresh)", st.leases)
+	}
+	if !p.WaitCall(context.Background(), &l, 0, 0) {
+		t.Fatal("WaitCall: the call may not start")
+	}
+	if now.Before(st.tokens) {
+		t.Errorf("first call at S%+v, before its tokens' booking at S+400ms", now.Sub(s))
+	}
+	if l.Late(0, now) {
+		t.Errorf("first call at S%+v reported late", now.Sub(s))
+	}
+}

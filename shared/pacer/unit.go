@@ -349,7 +349,10 @@ func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease
 		// its start, not that late (WaitCall sleeps the rest).
 		p.sleep(ctx, wait)
 	}
-	l.Leased, l.woke = start, p.now()
+	// Its calls start at the lease's start, never before its tokens'
+	// booking (from may be up to pace.LeaseGrace past a carried lease):
+	// woken TakeLead early, the first call waits for the later of them.
+	l.Leased, l.woke = Later(start, from), p.now()
 	return 0, nil
 }
 
