@@ -22,8 +22,8 @@ import (
 // units come back (Arrived: each unit says the lead it was sent with,
 // ledger.Message.RateLeadMs) and sends them that much earlier (Lead).
 // The estimate tracks a high share of the samples (a sample above it
-// moves it a quarter of the way, one below a twelfth: about the 75th
-// percentile), because a late return costs the key a call and the unit
+// moves it a quarter of the way, one below a twelfth: their 0.75
+// expectile, toward), because a late return costs the key a call and the unit
 // its place, an early one one more send. It is the process's, lost with
 // it, and at most MaxLag.
 
@@ -57,13 +57,7 @@ func Arrived(key string, late time.Duration) {
 	if lags.by == nil {
 		lags.by = map[string]time.Duration{}
 	}
-	lag := lags.by[key]
-	if late > lag {
-		lag += (late - lag) / 4
-	} else {
-		lag -= (lag - late) / 12
-	}
-	lag = min(max(lag, 0), MaxLag)
+	lag := toward(lags.by[key], late, MaxLag)
 	if lag < time.Millisecond {
 		delete(lags.by, key)
 		return
@@ -91,7 +85,7 @@ var takes struct {
 }
 
 // TakeLead is how long before its rate lease's start a unit is woken to
-// take its unit: about the 75th percentile of the times Took saw, at
+// take its unit: the 0.75 expectile of the times Took saw (toward), at
 // most MaxTakeLead.
 func TakeLead() time.Duration {
 	takes.Lock()
@@ -104,12 +98,22 @@ func TakeLead() time.Duration {
 func Took(d time.Duration) {
 	takes.Lock()
 	defer takes.Unlock()
-	if d > takes.est {
-		takes.est += (d - takes.est) / 4
+	takes.est = toward(takes.est, d, MaxTakeLead)
+}
+
+// toward moves the estimate est toward the sample d: a quarter of the
+// way when d is above it, a twelfth when below, kept within [0, most].
+// It settles where the samples' distance above it is a third of their
+// distance below (E[(d−est)⁺]/4 = E[(est−d)⁺]/12): the samples' 0.75
+// expectile, which lies near their 75th percentile and, unlike a
+// quantile, moves further for a sample further off.
+func toward(est, d, most time.Duration) time.Duration {
+	if d > est {
+		est += (d - est) / 4
 	} else {
-		takes.est -= (takes.est - d) / 12
+		est -= (est - d) / 12
 	}
-	takes.est = min(max(takes.est, 0), MaxTakeLead)
+	return min(max(est, 0), most)
 }
 
 // forgetLags drops every key's lateness and the take's time (Forget).
