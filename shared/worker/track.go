@@ -65,6 +65,16 @@ func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool 
 	return true
 }
 
+// dropCarried clears the rate lease, adaptive place and token booking
+// each of rs carries.
+func dropCarried(rs []ledger.TrackRetry) {
+	for i := range rs {
+		r := &rs[i]
+		r.RateAtUs, r.RatePos, r.RateLeadMs = 0, 0, 0
+		r.TokensAtUs, r.TokensUs, r.TokensDrift = 0, 0, 0
+	}
+}
+
 // runTrack runs a delivery of a track of b (see above) and says whether
 // it may be acknowledged.
 func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch, msg *ledger.Message, d Delivery, inv *invocation) bool {
@@ -84,6 +94,13 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	}
 	tr := &trackRun{w: w, b: b, msg: msg, floor: time.UnixMilli(t.UntilMs).UTC()}
 	t.UntilMs, t.Merged = 0, nil
+	if d.ReceiveCount > 1 {
+		// Received again: its holder died (or let its lease lapse). The
+		// pacing its units carry may have been used by that holder, and
+		// they come back late by its visibility timeout, not by the
+		// queue's lag (pacer.Arrived would learn it): they lease again.
+		dropCarried(t.Retries)
+	}
 	tr.merge(took.Handed)
 	defer tr.closeLines()
 	if d.DeadLetter {
