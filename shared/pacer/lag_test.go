@@ -135,8 +135,10 @@ func (r *horizonRows) LeaseRate(ctx context.Context, l pace.RateLease) (pace.Rat
 // when the key's row allows it within pace.LeaseSleep (the row asked
 // with that horizon, so that a row booked further books nothing), slept
 // to, and run (true); given back (false) when the row is booked
-// further, past Until, on a store error, or for a unit with no request
-// rate or on an adaptive place.
+// further (once seen so, with no write), past Until or the deadline's
+// margin (the row asked only within them, so no place is booked and
+// lost), on a store error, or for a unit with no request rate or on an
+// adaptive place.
 func TestReletLeasesALateCallAgain(t *testing.T) {
 	t.Cleanup(Forget)
 	Forget()
@@ -158,13 +160,28 @@ func TestReletLeasesALateCallAgain(t *testing.T) {
 	}
 	slept = 0
 	st.start = now.Add(5 * time.Second)
-	if p.Relet(ctx, log, b, &l, 0, 0) || slept != 0 {
-		t.Errorf("row booked 5 s ahead: leased again (slept %v), want given back", slept)
+	leases := st.leases
+	if p.Relet(ctx, log, b, &l, 0, 0) || slept != 0 || st.leases != leases+1 {
+		t.Errorf("row booked 5 s ahead: leased again (slept %v, %d writes), want given back after one refused write", slept, st.leases-leases)
 	}
+	if p.Relet(ctx, log, b, &l, 0, 0) || st.leases != leases+1 {
+		t.Errorf("row seen booked 5 s ahead: %d more writes, want given back with none", st.leases-leases-1)
+	}
+	Forget()
 	st.start = now.Add(time.Second)
 	l.Until = now.Add(500 * time.Millisecond)
-	if p.Relet(ctx, log, b, &l, 0, 0) || slept != 0 {
-		t.Errorf("a start past Until: leased again, want given back")
+	if p.Relet(ctx, log, b, &l, 0, 0) || slept != 0 || st.horizon != 500*time.Millisecond {
+		t.Errorf("a start past Until: leased again, or asked with horizon %v; want given back, asked within Until (500ms)", st.horizon)
+	}
+	Forget() // (the row was seen booked past 500 ms just now)
+	dctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	if p.Relet(dctx, log, b, &l, 0, time.Hour-200*time.Millisecond) || st.horizon > 200*time.Millisecond {
+		t.Errorf("a deadline 200 ms past the margin: leased again, or asked with horizon %v; want asked within it", st.horizon)
+	}
+	leases = st.leases
+	if p.Relet(ctx, log, b, &Lease{Leased: l.Leased, Until: now.Add(-time.Second)}, 0, 0) || st.leases != leases {
+		t.Error("Until passed: asked the store, want given back with no write")
 	}
 	l.Until = time.Time{}
 	st.err = errors.New("throttled by DynamoDB")
@@ -175,7 +192,7 @@ func TestReletLeasesALateCallAgain(t *testing.T) {
 	tokensOnly := b
 	tokensOnly.Rate = &api.Rate{TokensPerSecond: 100}
 	placed := Lease{Leased: l.Leased, placed: true}
-	leases := st.leases
+	leases = st.leases
 	if p.Relet(ctx, log, tokensOnly, &l, 0, 0) || p.Relet(ctx, log, b, &placed, 0, 0) || st.leases != leases {
 		t.Error("a token budget alone, or an adaptive place: leased again, want given back with no lease")
 	}
