@@ -118,6 +118,9 @@ type rig struct {
 
 func newRig(t testing.TB, run pipeline.Func) *rig {
 	t.Helper()
+	// A rig is a fresh process: none of another test's pacing hints, lags
+	// or take times (the tests of this package run one at a time).
+	pacer.Forget()
 	r := &rig{store: memstore.NewStore(), blobs: memblobs.New(), queue: &memQueue{}, trigger: &memTrigger{},
 		clock: &memstore.FixedClock{T: time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)}}
 	log := slog.New(slog.NewTextHandler(testLogOut(), nil))

@@ -156,7 +156,7 @@ type pacedCall struct {
 }
 
 // pacedRun runs batches of n items each as mod submits them (a rate),
-// with a fresh process's pacing state (pacer.Forget),
+// with a fresh process's pacing state (newRig forgets the last),
 // handing due messages to the worker 10 at a time in a random order, the
 // pipeline reporting tokens(key) under api.TokensCostName (none when
 // tokens is nil) and failing with fail's error when it gives one (nil:
@@ -180,7 +180,6 @@ type queueFaults struct {
 // pacedRunLagged is pacedRun on a queue with faults f.
 func pacedRunLagged(t *testing.T, ids []string, n int, mod func(*api.SubmitRequest), tokens func(key string) float64, fail func(req pipeline.Request, at time.Time) error, f queueFaults) (map[string][]pacedCall, int) {
 	t.Helper()
-	pacer.Forget()
 	ctx := context.Background()
 	// The clock starts a whole second an hour ahead of the machine's: a
 	// call's deadline (its lease's end on this clock) is then ahead of
