@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -61,4 +62,14 @@ func CutError(text string) string { return pipeline.CutText(text, pipeline.MaxEr
 // and imports no pipeline package. nil stays nil.
 func Throttled(service, code string, err error) error {
 	return pipeline.Throttled(service, code, 0, err)
+}
+
+// Refused reports a store error that is neither a conflict
+// (api.ErrConflict), nor AWS being unavailable (ErrUnavailable), nor a
+// write whose effect is unknown (ErrCountUnknown): the write was refused
+// as written (DynamoDB's ValidationException: a row past 400 KB, an
+// update expression past 4 KB), and the same write made again is
+// refused again.
+func Refused(err error) bool {
+	return err != nil && !errors.Is(err, api.ErrConflict) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCountUnknown)
 }

@@ -247,3 +247,41 @@ func BoundCost(c Cost) (Cost, int) {
 	out[FoldedCostNames] = sum[FoldedCostNames].InexactFloat64()
 	return out, len(fold)
 }
+
+// Fold is s with at most max(n, 3) names: SpendCostName (the spend a
+// budget reads, never folded) and the first of the others in byte
+// order, n − 2 in all (FoldedCost and FoldedCostNames aside), kept; the
+// others' sums added under FoldedCost and their number under
+// FoldedCostNames, as BoundCost folds an item's record. s itself when it
+// has at most n names (n > 2); n ≤ 2 folds every name. A census counter
+// write folds its sums so (at most api.MaxCensusCostNames names, so that
+// its update expression stays within DynamoDB's 4 KB): the live view's
+// cost is then folded, the report's census counts every name from the
+// item rows. s is not changed.
+func (s CostSum) Fold(n int) CostSum {
+	if len(s) <= n && n > 2 {
+		return s
+	}
+	names := s.Names()
+	keep := make([]string, 0, len(names))
+	out := CostSum{}
+	spend := 0
+	if _, ok := s[SpendCostName]; ok {
+		spend = 1
+	}
+	for _, name := range names {
+		switch {
+		case name == FoldedCost || name == FoldedCostNames:
+			out[name] = out[name].Add(s[name])
+		case name == SpendCostName:
+			out[name] = s[name] // the spend a budget reads is never folded
+		case len(keep) < n-2-spend:
+			keep = append(keep, name)
+			out[name] = s[name]
+		default:
+			out[FoldedCost] = out[FoldedCost].Add(s[name])
+			out[FoldedCostNames] = out[FoldedCostNames].Add(decimal.NewFromInt(1))
+		}
+	}
+	return out
+}

@@ -8,8 +8,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -199,7 +197,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 	answered, streaks := h.answered, h.streaks()
 	// At most api.MaxCensusCostNames names per rollup in one write, so
 	// that its update expression stays within DynamoDB's 4 KB.
-	cost, spent = foldSum(cost, api.MaxCensusCostNames), foldSum(spent, api.MaxCensusCostNames)
+	cost, spent = cost.Fold(api.MaxCensusCostNames), spent.Fold(api.MaxCensusCostNames)
 	folded := false
 	if ledger.SumOutcomes(left) == 0 {
 		if len(streaks) == 0 && len(spent) == 0 {
@@ -209,11 +207,11 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		c := ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
 			Outcomes: map[api.Outcome]int64{}, Spent: spent, Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
-		if refused(err) && len(spent) > 0 {
+		if ledger.Refused(err) && len(spent) > 0 {
 			// Refused for its cost names, as an ended items' write may be:
 			// made again with the spend folded whole, so that the streaks
 			// and the spend are counted.
-			c.Spent, c.Token = foldSum(spent, 0), ledger.NewToken()
+			c.Spent, c.Token = spent.Fold(0), ledger.NewToken()
 			got, err = w.Store.CountLane(ctx, c)
 		}
 		if err != nil {
@@ -244,12 +242,12 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			Outcomes: part, Failures: part[api.OutcomeFailed] + part[api.OutcomeQuarantined], Cost: cost, Spent: spent,
 			Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
-		if refused(err) && !folded && len(cost)+len(spent) > 0 {
+		if ledger.Refused(err) && !folded && len(cost)+len(spent) > 0 {
 			// The row (400 KB) or the expression (4 KB) would pass
 			// DynamoDB's limit with these names: count the items, their
 			// cost folded under pipeline.FoldedCost.
 			log.WarnContext(ctx, "count progress: the lane refused the cost names; counted folded", "error", err.Error(), "lane", p)
-			cost, spent, folded = foldSum(cost, 0), foldSum(spent, 0), true
+			cost, spent, folded = cost.Fold(0), spent.Fold(0), true
 			c.Cost, c.Spent, c.Token = cost, spent, ledger.NewToken()
 			got, err = w.Store.CountLane(ctx, c)
 		}
@@ -407,47 +405,4 @@ func (w *Worker) countChunks(ctx context.Context, dones []done, weight int64) {
 			w.triggerFinalize(ctx, log, a.b)
 		}
 	}
-}
-
-// foldSum is s with at most max(n, 3) names: pipeline.SpendCostName (the
-// spend a budget reads, never folded) and the first of the others in byte
-// order, n − 2 in all (pipeline.FoldedCost and FoldedCostNames aside), kept, the others' sums
-// added under pipeline.FoldedCost and their number under
-// pipeline.FoldedCostNames, as pipeline.BoundCost folds an item's record;
-// s itself when it has at most n names. n ≤ 2 folds every name. The
-// counters' folded names are counted per write: the live view's cost is
-// then folded, the report's census counts every name from the rows.
-func foldSum(s pipeline.CostSum, n int) pipeline.CostSum {
-	if len(s) <= n && n > 2 {
-		return s
-	}
-	names := s.Names()
-	keep := make([]string, 0, len(names))
-	out := pipeline.CostSum{}
-	spend := 0
-	if _, ok := s[pipeline.SpendCostName]; ok {
-		spend = 1
-	}
-	for _, name := range names {
-		switch {
-		case name == pipeline.FoldedCost || name == pipeline.FoldedCostNames:
-			out[name] = out[name].Add(s[name])
-		case name == pipeline.SpendCostName:
-			out[name] = s[name] // the spend a budget reads is never folded
-		case len(keep) < n-2-spend:
-			keep = append(keep, name)
-			out[name] = s[name]
-		default:
-			out[pipeline.FoldedCost] = out[pipeline.FoldedCost].Add(s[name])
-			out[pipeline.FoldedCostNames] = out[pipeline.FoldedCostNames].Add(decimal.NewFromInt(1))
-		}
-	}
-	return out
-}
-
-// refused reports a store error that is neither a conflict, nor AWS being
-// unavailable, nor a write whose effect is unknown: the write was refused
-// as written (DynamoDB's ValidationException).
-func refused(err error) bool {
-	return err != nil && !errors.Is(err, api.ErrConflict) && !errors.Is(err, ledger.ErrUnavailable) && !errors.Is(err, ledger.ErrCountUnknown)
 }

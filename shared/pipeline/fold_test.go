@@ -1,4 +1,4 @@
-package worker
+package pipeline_test
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
-// TestFoldKeepsTheSpend: a counter write folding a message batch's cost
+// TestFoldKeepsTheSpend: a census counter write folding a message batch's cost
 // names keeps the spend a budget reads (pipeline.SpendCostName, which
 // sorts late), whatever the other names and however few may stay — the
 // refused write's fold of every name included — and stays within its
@@ -24,12 +24,12 @@ func TestFoldKeepsTheSpend(t *testing.T) {
 		s[fmt.Sprintf("tokens.m%03d", i)] = decimal.NewFromInt(1)
 	}
 	for _, n := range []int{100, 50, 3, 2, 0} {
-		out := foldSum(s, n)
+		out := s.Fold(n)
 		if got := out[pipeline.SpendCostName]; !got.Equal(decimal.NewFromInt(7)) {
-			t.Errorf("foldSum to %d names: usd %s, want 7", n, got)
+			t.Errorf("Fold to %d names: usd %s, want 7", n, got)
 		}
 		if len(out) > max(n, 3) {
-			t.Errorf("foldSum to %d names: %d names", n, len(out))
+			t.Errorf("Fold to %d names: %d names", n, len(out))
 		}
 		total := out[pipeline.FoldedCost]
 		for name, v := range out {
@@ -38,7 +38,7 @@ func TestFoldKeepsTheSpend(t *testing.T) {
 			}
 		}
 		if !total.Equal(decimal.NewFromInt(100)) {
-			t.Errorf("foldSum to %d names: the other names sum to %s, want 100", n, total)
+			t.Errorf("Fold to %d names: the other names sum to %s, want 100", n, total)
 		}
 	}
 }
