@@ -56,6 +56,11 @@ func TestUserLambdaThrottled27sFailsNoItem(t *testing.T) {
 			r = newRig(t, fn.Run)
 			r.clock.T = time.Now().UTC() // the pipeline's context ends at the lease, by the clock
 			start = r.clock.Now()
+			// The key's adaptive pace sleeps a unit up to pace.LeaseSleep
+			// before its call; the rounds move the test's clock instead
+			// (2 s each), so the sleeps end at once.
+			var slept atomic.Int64
+			r.worker.Sleep = func(_ context.Context, d time.Duration) { slept.Add(int64(d)) }
 			id := "throttled-" + map[int]string{1: "k1", 10: "k10"}[k]
 			if _, err := r.sub.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", MaxAttempts: 3, ItemsPerMessage: k,
 				Options: json.RawMessage(`{"function":"score"}`), Source: api.SourceSpec{Items: items(20)}}); err != nil {
@@ -84,6 +89,7 @@ func TestUserLambdaThrottled27sFailsNoItem(t *testing.T) {
 				}
 				r.clock.T = r.clock.T.Add(2 * time.Second) // the waits pass
 			}
+			t.Logf("%d throttled calls, %d successful; the pace slept %v in all", throttled.Load(), ran.Load(), time.Duration(slept.Load()))
 			if maxReceives > 2 {
 				t.Errorf("a message was received %d times: throttled waits must not count receives (maxReceiveCount)", maxReceives)
 			}
