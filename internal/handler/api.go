@@ -403,7 +403,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, r, err)
 		return
 	}
-	view := BatchView{Batch: secretref.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(req)}
+	view := BatchView{Batch: secretref.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(r.Context(), req)}
 	status := http.StatusOK
 	switch {
 	case res.Batch.Status == api.StatusSubmitting:

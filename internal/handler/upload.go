@@ -242,6 +242,12 @@ func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key
 		return false, err
 	}
 	log.InfoContext(ctx, "upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
+	if res.Created {
+		// An upload has no answer to carry them: its log does.
+		for _, w := range s.Submitter.Warnings(ctx, *req) {
+			log.WarnContext(ctx, "upload submitted with a warning", "batch_id", res.Batch.ID, "warning", w)
+		}
+	}
 	s.clearRetrying(ctx, log, config.UploadErrorKey(key), req.Source.ETag)
 	req.BatchID = res.Batch.ID
 	return res.Created, nil

@@ -1,6 +1,7 @@
 package submit
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +26,12 @@ func TestSameSettingsRetry(t *testing.T) {
 func TestSubmitWarnsOfATimeoutAboveTheItemTimeout(t *testing.T) {
 	s := &Submitter{ItemTimeout: 5 * time.Minute}
 	for opts, warned := range map[string]bool{`{"timeout_ms":290000}`: true, `{"timeout_ms":289999}`: false, `{"url":"x"}`: false, `{"timeout_ms":900000}`: true} {
-		w := s.Warnings(api.SubmitRequest{Options: []byte(opts)})
+		w := s.Warnings(context.Background(), api.SubmitRequest{Options: []byte(opts)})
 		if (len(w) == 1) != warned || warned && !strings.Contains(w[0], "pipeline_options.timeout_ms") {
 			t.Errorf("%s: warnings %q, want warned %v", opts, w, warned)
 		}
 	}
-	if w := (&Submitter{}).Warnings(api.SubmitRequest{Options: []byte(`{"timeout_ms":900000}`)}); len(w) != 0 {
+	if w := (&Submitter{}).Warnings(context.Background(), api.SubmitRequest{Options: []byte(`{"timeout_ms":900000}`)}); len(w) != 0 {
 		t.Errorf("unknown item timeout: %q", w)
 	}
 }

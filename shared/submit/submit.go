@@ -829,9 +829,11 @@ func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []sou
 // or above what an item invocation leaves a call — the item timeout
 // (ItemTimeout) less the worker's 10-second margin — so that a hanging
 // receiver is cut off by the invocation's deadline (an interruption,
-// outcome unknown) instead of ending the attempt as a timeout.
-func (s *Submitter) Warnings(req api.SubmitRequest) []string {
-	var warnings []string
+// outcome unknown) instead of ending the attempt as a timeout; a rate
+// key that running batches name at another rate (rateKeyWarnings, which
+// reads the running batches: call it once the batch is accepted).
+func (s *Submitter) Warnings(ctx context.Context, req api.SubmitRequest) []string {
+	warnings := s.rateKeyWarnings(ctx, req)
 	var opts struct {
 		TimeoutMS *float64 `json:"timeout_ms"`
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -668,5 +669,60 @@ func TestRateWhenMessagesComeLate(t *testing.T) {
 				t.Errorf("%d messages sent for %d items, want at most 5 an item", sends, n)
 			}
 		})
+	}
+}
+
+// TestSubmitWarnsOfARateKeyNamedAtAnotherRate guards the advice a
+// submit gives when its rate key is named at another rate by a batch
+// still running: batches on one key share its schedule, each lease
+// spaced at its own batch's rate. Two batches at 20/s on "shared-key"
+// run; a third at 50/s is warned once, naming both and both rates; one at
+// 20/s, one on another key, one paced on its own and one with the same
+// request rate but a token budget the others lack are warned as they
+// should be; a cancelled batch is not named.
+func TestSubmitWarnsOfARateKeyNamedAtAnotherRate(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	rate := func(rps, tps float64, key string) func(*api.SubmitRequest) {
+		return func(req *api.SubmitRequest) {
+			req.Rate = &api.Rate{Key: key, RequestsPerSecond: rps, TokensPerSecond: tps}
+		}
+	}
+	submitK(t, r, "at-20-a", 1, 3, rate(20, 0, "shared-key"))
+	submitK(t, r, "at-20-b", 1, 3, rate(20, 0, "shared-key"))
+	submitK(t, r, "at-5-cancelled", 1, 3, rate(5, 0, "shared-key"))
+	if _, err := r.ctl.Cancel(ctx, "at-5-cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	warned := func(id string, mod func(*api.SubmitRequest)) []string {
+		t.Helper()
+		req := api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: items(3)}}
+		mod(&req)
+		if _, err := r.sub.Submit(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		var rates []string
+		for _, w := range r.sub.Warnings(ctx, req) {
+			if strings.Contains(w, "rate key") {
+				rates = append(rates, w)
+			}
+		}
+		return rates
+	}
+	w := warned("at-50", rate(50, 0, "shared-key"))
+	if len(w) != 1 || !strings.Contains(w[0], "running batches at-20-a, at-20-b name it at 20/s, this batch at 50/s") || strings.Contains(w[0], "cancelled") {
+		t.Errorf("50/s beside two batches at 20/s: warnings %q, want one naming at-20-a, at-20-b, 20/s and 50/s (not the cancelled batch)", w)
+	}
+	if w := warned("at-20-c", rate(20, 0, "shared-key")); len(w) != 1 || !strings.Contains(w[0], "at-50") || strings.Contains(w[0], "at-20-") {
+		t.Errorf("20/s beside two at 20/s and one at 50/s: warnings %q, want one naming at-50 alone", w)
+	}
+	if w := warned("tokens", rate(20, 100, "shared-key")); len(w) != 2 {
+		t.Errorf("20/s and 100 tokens/s beside 20/s and 50/s: warnings %q, want two (one per other rate)", w)
+	}
+	if w := warned("other-key", rate(50, 0, "other-key")); len(w) != 0 {
+		t.Errorf("another key: warnings %q, want none", w)
+	}
+	if w := warned("own-key", rate(1, 0, "")); len(w) != 0 {
+		t.Errorf("a batch paced on its own: warnings %q, want none", w)
 	}
 }

@@ -1,0 +1,93 @@
+package submit
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+)
+
+// MaxRateKeyReads bounds the running batches a submit reads to find the
+// others naming its rate key (rateKeyWarnings): 100 strongly consistent
+// reads of one batch row each (0.5 read units apiece under 4 KB), at most
+// one listing of the running markers besides. A stack running more
+// batches at once is checked against the first 100 the listing returns.
+const MaxRateKeyReads = 100
+
+// rateKeyWarnings warns when req names a shared rate key (api.Rate.Key)
+// that another batch still running or being read names at another
+// request rate or token budget: batches on one key share one schedule,
+// but each lease is spaced at its own batch's rate (docs/pipelines.md,
+// "Rates"), so the key runs between the two while both run, which is
+// rarely what either meant. One warning per other rate, naming up to
+// three batches at it. A read that fails is logged and checks no further
+// (a warning is advice; it never refuses the batch).
+func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) []string {
+	if req.Rate == nil || req.Rate.Key == "" {
+		return nil
+	}
+	key := req.Rate.Key
+	ids, err := s.Store.RunningBatches(ctx)
+	if err != nil {
+		s.Log.WarnContext(ctx, "running batches unread; the rate key is not checked against them", "batch_id", req.BatchID, "rate_key", key, "error", err.Error())
+		return nil
+	}
+	type other struct {
+		rate api.Rate
+		ids  []string
+	}
+	var others []*other
+	reads := 0
+	for _, id := range ids {
+		if id == req.BatchID {
+			continue
+		}
+		if reads++; reads > MaxRateKeyReads {
+			break
+		}
+		b, err := s.Store.GetBatch(ctx, id)
+		if err != nil {
+			continue // gone since the listing, or unread: no advice from it
+		}
+		if b.Status.Finished() || b.Stop != "" || b.Rate == nil || b.Rate.Key != key || sameRate(*b.Rate, *req.Rate) {
+			continue
+		}
+		i := slices.IndexFunc(others, func(o *other) bool { return sameRate(o.rate, *b.Rate) })
+		if i < 0 {
+			others = append(others, &other{rate: *b.Rate})
+			i = len(others) - 1
+		}
+		others[i].ids = append(others[i].ids, id)
+	}
+	var warnings []string
+	for _, o := range others {
+		named := strings.Join(o.ids[:min(3, len(o.ids))], ", ")
+		switch {
+		case len(o.ids) > 3:
+			named = fmt.Sprintf("running batches %s and %d more name", named, len(o.ids)-3)
+		case len(o.ids) > 1:
+			named = "running batches " + named + " name"
+		default:
+			named = "running batch " + named + " names"
+		}
+		warnings = append(warnings, fmt.Sprintf(
+			"rate key %s: %s it at %s, this batch at %s. Batches on one key share one schedule, but each lease is spaced at its own batch's rate and budget, so the key runs between them while both run; give every batch on the key the same rate",
+			key, named, rateText(o.rate), rateText(*req.Rate)))
+	}
+	return warnings
+}
+
+// sameRate reports whether a and b pace their key alike: the same
+// request rate and the same token budget a second.
+func sameRate(a, b api.Rate) bool {
+	return a.RequestsPerSecond == b.RequestsPerSecond && a.TokenBudget() == b.TokenBudget()
+}
+
+// rateText is a rate's limits as the CLI shows them, without its key
+// (api.Rate.String): "20/s", "20/s, 90000 tokens/min".
+func rateText(r api.Rate) string {
+	r.Key = ""
+	return r.String()
+}
