@@ -274,6 +274,28 @@ func TestListNotesAPause(t *testing.T) {
 	}
 }
 
+// TestListNotesARateKeyBookedAhead guards list's NOTE for a running
+// batch whose rate key (or token budget) is booked ahead: where its
+// next unit's calls start, by which of the two, so that a batch showing
+// little progress says why.
+func TestListNotesARateKeyBookedAhead(t *testing.T) {
+	until := time.Date(2026, 12, 6, 10, 15, 30, 0, time.UTC)
+	for by, want := range map[string]string{
+		api.BookedByRequests: "rate key api.example.com booked until 2026-12-06T10:15:30Z (14.2 s ahead)",
+		api.BookedByTokens:   "token budget of api.example.com booked until 2026-12-06T10:15:30Z (14.2 s ahead)",
+	} {
+		b := api.BatchSummary{ID: "b", Status: api.StatusRunning, Live: &api.LiveView{
+			RateBooked: &api.RateBooked{Key: "api.example.com", RequestsPerSecond: 20, By: by, Until: until, AheadSeconds: 14.2}}}
+		if got := note(b); !strings.Contains(got, want) {
+			t.Errorf("booked by %s: note %q, want it to say %q", by, got, want)
+		}
+	}
+	b := api.BatchSummary{ID: "b", Status: api.StatusRunning, Live: &api.LiveView{}}
+	if got := note(b); strings.Contains(got, "booked") {
+		t.Errorf("nothing booked: note %q", got)
+	}
+}
+
 // TestListNotesAKeptHalt guards bulkrun list on a finished batch that
 // keeps a halt on a refused credential (a cancel of its withheld items):
 // it needs attention, and its note says which halt and what to do
