@@ -9,8 +9,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
