@@ -289,7 +289,7 @@ integration: override CDK_CONTEXT += $(TEST_RETRY)
 # other work on 2026-12-06, six of them 60–91 s each) before the
 # parallel ones (325 s). Only the packages
 # with tests under the integration tag run here: the test bed's others
-# (the flow bed's 90 s among them) ran in make test's go test ./...,
+# (the flow bed's 40 s among them) ran in make test's go test ./...,
 # and run again beside the suite they only took its CPU.
 INTEGRATION_PKGS = ./integration/ $(addprefix ./,$(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build.*integration' integration/testbed))))
 integration: deploy

@@ -136,7 +136,11 @@ func newRig(t testing.TB, run pipeline.Func) *rig {
 	r.sub = &submit.Submitter{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
 		Log: log, Pipelines: []string{"counted"}, MaxAttempts: 3, ChunkItems: 7, TempDir: t.TempDir()}
 	r.worker = &worker.Worker{Store: r.store, Blobs: r.blobs, Queue: r.queue, Trigger: r.trigger, Clock: r.clock,
-		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &api.RetryPolicy{}}
+		Log: log, Pipelines: reg, Lease: time.Minute, Retry: &api.RetryPolicy{},
+		// The rig's clock moves when a test moves it: a pace's sleep
+		// (at most pace.LeaseSleep) ends at once, as no time would pass
+		// on it by sleeping (tests of the pace's own waits set their own).
+		Sleep: func(context.Context, time.Duration) {}}
 	r.fin = &finalize.Finalizer{Store: r.store, Blobs: r.blobs, Clock: r.clock, Log: log, Retention: time.Hour}
 	r.ctl = &control.Control{Store: r.store, Blobs: r.blobs, Log: log, Clock: r.clock}
 	r.sweep = &control.Sweeper{Store: r.store, Control: r.ctl, Clock: r.clock, Log: log}
