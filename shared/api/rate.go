@@ -26,7 +26,9 @@ type Rate struct {
 	// MinRequestsPerSecond–MaxRequestsPerSecond (0.01–10,000); 0 (left
 	// out) when the rate is a token budget alone. Batches on one key
 	// should give the same; each lease is spaced at its own batch's rate,
-	// so a key shared at two rates runs between them.
+	// so a key shared at two rates gets each batch's calls at that
+	// batch's rate (a submit naming a key running batches name at another
+	// rate is warned).
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
 	// TokensPerSecond and TokensPerMinute are the key's token budget —
 	// the tokens its calls may use, as the pipeline reports them under

@@ -20,8 +20,9 @@ const MaxRateKeyReads = 100
 // that another batch still running or being read names at another
 // request rate or token budget: batches on one key share one schedule,
 // but each lease is spaced at its own batch's rate (docs/pipelines.md,
-// "Rates"), so the key runs between the two while both run, which is
-// rarely what either meant. One warning per other rate, naming up to
+// "Rates"), so the downstream gets each batch's calls at that batch's
+// rate — the higher one whenever its units lease — which is rarely what
+// the lower one meant. One warning per other rate, naming up to
 // three batches at it. A read that fails is logged and checks no further
 // (a warning is advice; it never refuses the batch).
 func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) []string {
@@ -73,8 +74,8 @@ func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) 
 			named = "running batch " + named + " names"
 		}
 		warnings = append(warnings, fmt.Sprintf(
-			"rate key %s: %s it at %s, this batch at %s. Batches on one key share one schedule, but each lease is spaced at its own batch's rate and budget, so the key runs between them while both run; give every batch on the key the same rate",
-			key, named, rateText(o.rate), rateText(*req.Rate)))
+			"rate key %s: %s it at %s, this batch at %s. Batches on one key share one schedule, but each lease is spaced at the rate and budget of the batch that takes it, so the downstream gets their calls at %s and this batch's at %s; give every batch on the key the same rate",
+			key, named, rateText(o.rate), rateText(*req.Rate), rateText(o.rate), rateText(*req.Rate)))
 	}
 	return warnings
 }

@@ -70,7 +70,7 @@ func EndedText(v wire.BatchView) string {
 }
 
 // RateBookedText is status's line for how far ahead the batch's rate key
-// is booked (api.RateBooked): "rate key api.example.com (20 requests/s):
+// is booked (api.RateBooked): "rate key api.example.com (this batch: 20 requests/s):
 // calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or
 // others naming the key; a unit that leases now starts after them (first
 // come, first served)". A token budget booked further says "(… 150
@@ -87,7 +87,7 @@ func RateBookedText(r api.RateBooked) string {
 	if r.By == api.BookedByTokens {
 		what = "its token budget"
 	}
-	return fmt.Sprintf("rate key %s (%s): %s booked until %s, %s s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)",
+	return fmt.Sprintf("rate key %s (this batch: %s): %s booked until %s, %s s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)",
 		r.Key, strings.Join(limits, ", "), what, Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
 }
 

@@ -201,13 +201,13 @@ func TestPausedText(t *testing.T) {
 // rate key's bookings: the key, its rate, until when and how far ahead.
 func TestRateBookedText(t *testing.T) {
 	r := api.RateBooked{Key: "api.example.com", RequestsPerSecond: 20, Until: time.Date(2026, 12, 6, 10, 15, 30, 0, time.UTC), AheadSeconds: 14.2}
-	want := "rate key api.example.com (20 requests/s): calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)"
+	want := "rate key api.example.com (this batch: 20 requests/s): calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)"
 	if got := RateBookedText(r); got != want {
 		t.Errorf("RateBookedText:\n got  %s\n want %s", got, want)
 	}
 	// A token budget booked further than the calls.
 	r.TokensPerSecond, r.By = 150, api.BookedByTokens
-	want = "rate key api.example.com (20 requests/s, 150 tokens/s): its token budget booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)"
+	want = "rate key api.example.com (this batch: 20 requests/s, 150 tokens/s): its token budget booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)"
 	if got := RateBookedText(r); got != want {
 		t.Errorf("RateBookedText, by tokens:\n got  %s\n want %s", got, want)
 	}

@@ -316,7 +316,7 @@ function liveFacts(l, paused) {
     const r = l.rate_booked;
     const limits = [r.requests_per_second ? r.requests_per_second + " requests/s" : "", r.tokens_per_second ? r.tokens_per_second + " tokens/s" : ""]
       .filter((s) => s).join(", ");
-    fact("Rate key", r.key + " (" + limits + "): " + (r.by === "tokens" ? "its token budget" : "calls") + " booked until " + fmtTime(r.until) + ", " +
+    fact("Rate key", r.key + " (this batch: " + limits + "): " + (r.by === "tokens" ? "its token budget" : "calls") + " booked until " + fmtTime(r.until) + ", " +
       r.ahead_seconds + " s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)");
   }
   const why = (l.attention || []).filter((a) => !(paused && a.startsWith("paused by"))).map((a) => el("li", {}, fmtTimes(a)));
