@@ -212,11 +212,7 @@ func note(b api.BatchSummary) string {
 			live += fmt.Sprintf(", paced by %s at %s requests/s", a.Key, describe.LimitText(a.LimitPerSecond))
 		}
 		if r := l.RateBooked; r != nil {
-			what := "rate key " + r.Key
-			if r.By == api.BookedByTokens {
-				what = "token budget of " + r.Key
-			}
-			live += fmt.Sprintf(", %s booked until %s (%s s ahead)", what, describe.Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
+			live += ", " + describe.BookedText(*r)
 		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)

@@ -191,6 +191,12 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 			b.WriteString(", no call before " + describe.Stamp(*h))
 		}
 	}
+	if l := v.Live; l != nil && l.RateBooked != nil && !v.Status.Finished() {
+		// Its rate key is booked ahead (by it or other batches naming the
+		// key): its next calls wait behind those bookings, which is why
+		// items in flight may not move.
+		b.WriteString("; " + describe.BookedText(*l.RateBooked))
+	}
 	if p := v.Pause; p != nil && !v.Status.Finished() {
 		// No item starts until the pause ends: the line says why its rate
 		// fell to nothing, and what ends it.

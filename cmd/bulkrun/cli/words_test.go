@@ -340,6 +340,13 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got, want := watchLine(waiting, r), "; paced by api.example.com at 0.7 requests/s, no call before 2026-12-02T14:50:30Z"; !strings.Contains(got, want) {
 		t.Errorf("line %q with an adaptive pace: want %q", got, want)
 	}
+	// A run whose rate key is booked ahead says until when: its items in
+	// flight wait behind those bookings (a batch submitted behind another
+	// on its key showed "0 succeeded … 50 in flight" with no reason).
+	waiting.Live = &api.LiveView{RateBooked: &api.RateBooked{Key: "api.example.com", RequestsPerSecond: 5, By: api.BookedByRequests, Until: next, AheadSeconds: 96.7}}
+	if got, want := watchLine(waiting, r), "; rate key api.example.com booked until 2026-12-02T14:51:00Z (96.7 s ahead)"; !strings.Contains(got, want) {
+		t.Errorf("line %q with its rate key booked ahead: want %q", got, want)
+	}
 	a, _, errw := f.app(t)
 	cmd := a.watchCmd()
 	cmd.SetArgs([]string{"orders-1"})

@@ -91,6 +91,18 @@ func RateBookedText(r api.RateBooked) string {
 		r.Key, strings.Join(limits, ", "), what, Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
 }
 
+// BookedText is how far ahead a batch's rate key is booked, in a clause
+// of list's note and watch's line: "rate key api.example.com booked
+// until 2026-12-06T10:15:30Z (14.2 s ahead)", or "token budget of
+// api.example.com booked until …" when the token budget books further.
+func BookedText(r api.RateBooked) string {
+	what := "rate key " + r.Key
+	if r.By == api.BookedByTokens {
+		what = "token budget of " + r.Key
+	}
+	return fmt.Sprintf("%s booked until %s (%s s ahead)", what, Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
+}
+
 // AdaptivePaceText is status's line for the adaptive pace a throttling
 // downstream holds the batch to (api.AdaptivePace): "adaptive pace:
 // api.example.com throttled bulkrun's calls; every batch with no rate
