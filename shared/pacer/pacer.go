@@ -3,7 +3,7 @@
 // it last saw of each bucket row and token row, a hint for the store's
 // first form (idle or busy) — and, since a bucket row's Next only moves
 // later, enough to skip a late call's lease that every row of its key
-// would refuse (Relet) — never a decision on a call; and each token key's
+// would refuse (Relet) — never what lets a call start; and each token key's
 // tokens per call, from which a unit books its expected use of a token
 // budget (docs/adr/0035). The item engine (shared/worker) leases and
 // waits; this package answers how much to book and how long to wait.
