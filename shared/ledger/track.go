@@ -119,7 +119,8 @@ const TrackRetired = "done"
 // Length bytes in the manifest), its fan-out chunk, when it is due, and
 // how often AWS being unavailable sent it back in a row; RateAtUs is the
 // start of the rate lease it waits for (Message.RateAtUs), RateLeadMs
-// how long before it the unit was due (Message.RateLeadMs), RatePos the
+// how long before it the unit was due (Message.RateLeadMs; −1 once the
+// track was received again: its lateness is not learned), RatePos the
 // position of an adaptive one (Message.RatePos); TokensAtUs and
 // TokensBookedUs (TokensUs) and TokensDriftUs (TokensDrift) the token
 // booking it waits for (Message.TokensAtUs).

@@ -43,7 +43,9 @@ type Store interface {
 // its token booking's start (zero: none), the time it booked and the
 // key's drift when it booked; and how long before its request lease's
 // start it was sent to come back (ledger.Message.RateLeadMs; 0: not
-// said). Each is used once: Unit clears what it takes.
+// said; negative: its lateness is not the queue's — a unit of a track
+// received again — and is not learned). Each is used once: Unit clears
+// what it takes.
 type Carried interface {
 	LeaseAt() time.Time
 	SetLeaseAt(t time.Time)
@@ -314,10 +316,11 @@ func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease
 	c.SetLeaseAt(time.Time{}) // a lease is used once
 	lead := c.LeaseLead()
 	c.SetLeaseLead(0)
-	if !start.IsZero() && !redelivered {
+	if !start.IsZero() && !redelivered && lead >= 0 {
 		// (A message received again came back after its visibility
-		// timeout, not its delay: it says nothing of the queue's lag.)
-		if lead <= 0 {
+		// timeout, not its delay: it says nothing of the queue's lag; nor
+		// does a unit of a track received again, its lead negative.)
+		if lead == 0 {
 			lead = pace.LeaseSleep / 2
 		}
 		Arrived(key, now.Sub(start)+lead)

@@ -65,13 +65,24 @@ func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool 
 	return true
 }
 
-// dropCarried clears the rate lease, adaptive place and token booking
-// each of rs carries.
-func dropCarried(rs []ledger.TrackRetry) {
+// lateNotLearned marks the rate leases the units of a track received
+// again carry as not to be learned from (ledger.TrackRetry.RateLeadMs
+// −1, pacer.Carried): they come back late by the visibility timeout of
+// a delivery whose holder died or lapsed, not by the queue's lag, and
+// learned (pacer.Arrived) that delay moved the key's lag to 27.8 s in
+// the flow bed, every unit of the key then sent back that much early.
+// The pacing itself is kept. A lease a dead holder used has started
+// long before (its unit's calls start at it), so it is stale now and
+// leased again (pacer's LeaseGrace); a token booking it used is taken
+// once more, its tokens spent twice — at most one unit's booking per
+// holder lost. Dropped instead, every unit of the track booked again
+// behind its own lost bookings: a token budget with one track delivery
+// in four received again did not end in the flow bed.
+func lateNotLearned(rs []ledger.TrackRetry) {
 	for i := range rs {
-		r := &rs[i]
-		r.RateAtUs, r.RatePos, r.RateLeadMs = 0, 0, 0
-		r.TokensAtUs, r.TokensUs, r.TokensDrift = 0, 0, 0
+		if rs[i].RateAtUs != 0 {
+			rs[i].RateLeadMs = -1
+		}
 	}
 }
 
@@ -95,11 +106,8 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 	tr := &trackRun{w: w, b: b, msg: msg, floor: time.UnixMilli(t.UntilMs).UTC()}
 	t.UntilMs, t.Merged = 0, nil
 	if d.ReceiveCount > 1 {
-		// Received again: its holder died (or let its lease lapse). The
-		// pacing its units carry may have been used by that holder, and
-		// they come back late by its visibility timeout, not by the
-		// queue's lag (pacer.Arrived would learn it): they lease again.
-		dropCarried(t.Retries)
+		// Received again: its holder may have died, its lease lapsed.
+		lateNotLearned(t.Retries)
 	}
 	tr.merge(took.Handed)
 	defer tr.closeLines()

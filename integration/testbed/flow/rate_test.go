@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
@@ -388,6 +389,49 @@ func TestRateOnTracksWhoseHolderDied(t *testing.T) {
 	}
 	if lag := pacer.Lag("died"); lag > time.Second {
 		t.Errorf("the key's lag %v after tracks received again, want ≤ 1 s (a dead holder's delay is not the queue's lateness)", lag)
+	}
+}
+
+// TestTokenBudgetOnTracksWhoseHolderDied guards a token budget's
+// bookings on a track received again: every track message carrying one
+// (one in four, then all) is lost once and comes back after the 30 s
+// visibility timeout. Only what a dead holder could have used (a booking
+// starting by then) is booked again; the others keep theirs. Dropping
+// them all made each waiting unit book again behind its own lost
+// bookings: with one in four lost the batch did not end in 20,000
+// rounds. 200 items of 500 tokens at 500 tokens/s take 200 s at the
+// budget; each case ends within 300 s, every item called once.
+func TestTokenBudgetOnTracksWhoseHolderDied(t *testing.T) {
+	for _, every := range []uint32{4, 1} {
+		t.Run(fmt.Sprintf("one-in-%d", every), func(t *testing.T) {
+			lostOnce := map[string]bool{}
+			lost := func(d worker.Delivery) bool {
+				if d.ReceiveCount > 1 || lostOnce[d.MessageID] || !bytes.Contains(d.Body, []byte(`"track":`)) || !bytes.Contains(d.Body, []byte(`"ta":`)) {
+					return false
+				}
+				h := fnv.New32a()
+				h.Write([]byte(d.MessageID))
+				if h.Sum32()%every != 0 {
+					return false
+				}
+				lostOnce[d.MessageID] = true
+				return true
+			}
+			paced, sends := pacedRunLagged(t, []string{"tok-died"}, 200, func(req *api.SubmitRequest) {
+				req.Rate = &api.Rate{Key: "tok-died", TokensPerSecond: 500}
+				req.MaxConcurrency = 3
+			}, func(string) float64 { return 500 }, nil, queueFaults{lost: lost})
+			all := slices.Clone(paced["tok-died"])
+			slices.SortFunc(all, func(a, b pacedCall) int { return a.at.Compare(b.at) })
+			span := all[len(all)-1].at.Sub(all[0].at)
+			t.Logf("%d track deliveries lost; %d calls over %v; %d messages sent", len(lostOnce), len(all), span.Round(time.Second), sends)
+			if len(lostOnce) == 0 {
+				t.Fatal("no track delivery carried a token booking: the test lost nothing")
+			}
+			if span > 300*time.Second {
+				t.Errorf("the calls took %v, want ≤ 300 s (200 s at the budget)", span)
+			}
+		})
 	}
 }
 
