@@ -214,7 +214,9 @@ func (r *tokenRows) LeaseTokens(_ context.Context, l pace.TokenLease) (pace.Toke
 // carries a request lease starting at S, its tokens are booked from
 // S + 400 ms (within pace.LeaseGrace, so the lease is not stale), and
 // the process has learned a take of MaxTakeLead. Its first call starts
-// at S + 400 ms, not at S, before the tokens it spends.
+// at S + 400 ms, not at S, before the tokens it spends; and it is late
+// past S + pace.LeaseGrace, its request lease's window, not the
+// booking's.
 func TestWokenEarlyCallWaitsForItsTokens(t *testing.T) {
 	t.Cleanup(Forget)
 	Forget()
@@ -243,5 +245,11 @@ func TestWokenEarlyCallWaitsForItsTokens(t *testing.T) {
 	}
 	if l.Late(0, now) {
 		t.Errorf("first call at S%+v reported late", now.Sub(s))
+	}
+	// Lateness counts from the request lease, not the booking: a call at
+	// S + 600 ms is past S + pace.LeaseGrace, outside the window the
+	// rate's bound counts on (pace.MaxCallsInWindow), and is late.
+	if late := s.Add(600 * time.Millisecond); !l.Late(0, late) {
+		t.Errorf("a call at S%+v not late; want late past S+%v", late.Sub(s), pace.LeaseGrace)
 	}
 }

@@ -116,6 +116,9 @@ type Lease struct {
 	// (WaitCall): the time between, less waited, is the take's (TakeLead).
 	woke   time.Time
 	waited time.Duration
+	// notBefore is the start of the unit's token booking under a rate
+	// lease (zero: none): no call of the unit starts before it.
+	notBefore time.Time
 }
 
 // tokenBooking is a unit's token booking (budget: tokens a second;
@@ -354,8 +357,10 @@ func (p *Pacer) calls(ctx context.Context, log *slog.Logger, c Carried, l *Lease
 	}
 	// Its calls start at the lease's start, never before its tokens'
 	// booking (from may be up to pace.LeaseGrace past a carried lease):
-	// woken TakeLead early, the first call waits for the later of them.
-	l.Leased, l.woke = Later(start, from), p.now()
+	// woken TakeLead early, each call waits for the later of them
+	// (WaitCall), and is late past its place in the lease + the grace
+	// (Late), whatever the booking.
+	l.Leased, l.notBefore, l.woke = start, from, p.now()
 	return 0, nil
 }
 
@@ -438,7 +443,8 @@ func (l *Lease) CallAt(i int) time.Time {
 
 // WaitCall sleeps until the i-th call (from 0) of l's unit may start,
 // at its place in the lease (CallAt: a paced unit's calls start spread
-// over their lease, not at once), on p's Sleep, and reports whether it
+// over their lease, not at once) and not before its token booking, on
+// p's Sleep, and reports whether it
 // may start: false, without sleeping, when the lease does not cover the
 // call (Covers), when its place is past Until, or when ctx's deadline
 // comes less than margin after it — the caller then gives the item back
@@ -452,7 +458,7 @@ func (p *Pacer) WaitCall(ctx context.Context, l *Lease, i int, margin time.Durat
 	if !l.Covers(i) {
 		return false
 	}
-	at := l.CallAt(i)
+	at := Later(l.CallAt(i), l.notBefore)
 	due := at.Sub(p.now())
 	if due <= 0 {
 		return true
