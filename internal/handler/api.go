@@ -403,6 +403,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request) {
 		a.errorAnswer(w, r, err)
 		return
 	}
+	req.BatchID = res.Batch.ID // (the submit names a batch the request left unnamed)
 	view := BatchView{Batch: secretref.Redacted(res.Batch.Batch), Created: &res.Created, Warnings: a.Submitter.Warnings(r.Context(), req)}
 	status := http.StatusOK
 	switch {

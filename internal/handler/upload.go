@@ -244,7 +244,9 @@ func (s *Submit) uploadSubmit(ctx context.Context, log *slog.Logger, bucket, key
 	log.InfoContext(ctx, "upload submitted", "batch_id", res.Batch.ID, "created", res.Created, "items", res.Batch.ItemCount)
 	if res.Created {
 		// An upload has no answer to carry them: its log does.
-		for _, w := range s.Submitter.Warnings(ctx, *req) {
+		named := *req
+		named.BatchID = res.Batch.ID
+		for _, w := range s.Submitter.Warnings(ctx, named) {
 			log.WarnContext(ctx, "upload submitted with a warning", "batch_id", res.Batch.ID, "warning", w)
 		}
 	}

@@ -2,9 +2,11 @@ package submit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 )
@@ -16,6 +18,12 @@ import (
 // batches at once is checked against the first 100 the listing returns.
 const MaxRateKeyReads = 100
 
+// RateKeyCheckTime bounds the check of a submit's rate key against the
+// running batches (rateKeyWarnings): 2 s, so that a slow or throttled
+// table keeps a submit's answer well within API Gateway's 29 s
+// integration timeout ("Amazon API Gateway quotas").
+const RateKeyCheckTime = 2 * time.Second
+
 // rateKeyWarnings warns when req names a shared rate key (api.Rate.Key)
 // that another batch still running or being read names at another
 // request rate or token budget: batches on one key share one schedule,
@@ -23,16 +31,25 @@ const MaxRateKeyReads = 100
 // "Rates"), so the downstream gets each batch's calls at that batch's
 // rate — the higher one whenever its units lease — which is rarely what
 // the lower one meant. One warning per other rate, naming up to
-// three batches at it. A read that fails is logged and checks no further
-// (a warning is advice; it never refuses the batch).
+// three batches at it. The check takes at most RateKeyCheckTime (it
+// runs on the submit's answer); a read that fails, or the time running
+// out, is logged and checks no further (a warning is advice; it never
+// refuses the batch). req.BatchID is the batch's id (the accepted
+// batch's, when the request left it to the submit), which is not
+// checked against itself.
 func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) []string {
 	if req.Rate == nil || req.Rate.Key == "" {
 		return nil
 	}
 	key := req.Rate.Key
+	ctx, cancel := context.WithTimeout(ctx, RateKeyCheckTime)
+	defer cancel()
+	unchecked := func(err error) {
+		s.Log.WarnContext(ctx, "running batches unread; the rate key is not checked against them", "batch_id", req.BatchID, "rate_key", key, "error", err.Error())
+	}
 	ids, err := s.Store.RunningBatches(ctx)
 	if err != nil {
-		s.Log.WarnContext(ctx, "running batches unread; the rate key is not checked against them", "batch_id", req.BatchID, "rate_key", key, "error", err.Error())
+		unchecked(err)
 		return nil
 	}
 	type other struct {
@@ -49,8 +66,12 @@ func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) 
 			break
 		}
 		b, err := s.Store.GetBatch(ctx, id)
+		if errors.Is(err, api.ErrNotFound) {
+			continue // deleted since the listing
+		}
 		if err != nil {
-			continue // gone since the listing, or unread: no advice from it
+			unchecked(err)
+			break
 		}
 		if b.Status.Finished() || b.Stop != "" || b.Rate == nil || b.Rate.Key != key || sameRate(*b.Rate, *req.Rate) {
 			continue

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/integration/testbed/memstore"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
@@ -769,4 +771,23 @@ func TestSubmitWarnsOfARateKeyNamedAtAnotherRate(t *testing.T) {
 	if w := warned("own-key", rate(1, 0, "")); len(w) != 0 {
 		t.Errorf("a batch paced on its own: warnings %q, want none", w)
 	}
+	// A store that cannot read the batches: no warning, one read tried
+	// (the check stops at the first failure, logged), the submit answered.
+	failing := &getFails{Store: r.store}
+	r.sub.Store = failing
+	if w := r.sub.Warnings(ctx, api.SubmitRequest{BatchID: "at-50-again", Rate: &api.Rate{Key: "shared-key", RequestsPerSecond: 50}}); len(w) != 0 || failing.gets != 1 {
+		t.Errorf("every read failing: warnings %q after %d reads, want none after 1", w, failing.gets)
+	}
+}
+
+// getFails is a store whose batch reads fail as DynamoDB unavailable
+// does, counted.
+type getFails struct {
+	*memstore.Store
+	gets int
+}
+
+func (s *getFails) GetBatch(context.Context, string) (ledger.Batch, error) {
+	s.gets++
+	return ledger.Batch{}, ledger.ErrUnavailable
 }
