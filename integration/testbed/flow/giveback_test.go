@@ -70,13 +70,13 @@ func TestGivenBackTakeUsesNoAttempt(t *testing.T) {
 	}
 }
 
-// noRelet is a store whose rate rows refuse every lease asked with
-// pace.LeaseSleep's horizon (pacer.Pacer.Relet's): a late call is given
-// back.
+// noRelet is a store whose rate rows refuse every lease asked with a
+// horizon of pace.LeaseSleep or less (pacer.Pacer.Relet's; a unit's own
+// lease asks pace.LeaseHorizon): a late call is given back.
 type noRelet struct{ worker.Store }
 
 func (s noRelet) LeaseRate(ctx context.Context, l pace.RateLease) (pace.RateGrant, error) {
-	if l.Horizon == pace.LeaseSleep {
+	if l.Horizon <= pace.LeaseSleep {
 		return pace.RateGrant{Next: l.Now.Add(time.Hour)}, nil
 	}
 	return s.Store.LeaseRate(ctx, l)
