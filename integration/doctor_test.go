@@ -107,6 +107,18 @@ func TestDoctor(t *testing.T) {
 		}
 	}
 
+	// Flags on a deployed stack (a change about to be deployed) apply over
+	// what the stack asks: the pollers given are checked, and what no flag
+	// says is still read from the stack (its source buckets known, not
+	// "unknown: pass --template").
+	got, _ = runDoctor("--items-minimum-pollers", "2", "--items-maximum-pollers", "20")
+	if c := got["concurrency"]; !strings.Contains(c.Detail, "ItemsMaximumPollers 20") {
+		t.Errorf("concurrency with --items-maximum-pollers 20: %+v, want the pollers given counted", c)
+	}
+	if c := got["source-buckets"]; c.Status != doctor.OK || strings.Contains(c.Detail, "unknown") {
+		t.Errorf("source-buckets with plan flags on a deployed stack: %+v, want the stack's own read", c)
+	}
+
 	// A parked dead letter: the queues check says what to do.
 	parking, err := env.stack.Get(config.OutputParkingQueueURL)
 	if err != nil {

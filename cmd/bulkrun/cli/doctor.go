@@ -15,11 +15,11 @@ import (
 
 // doctorOptions are doctor's flags beyond the plan's.
 type doctorOptions struct {
-	preflight     bool   // only the checks of the account about to receive the stack
-	template      string // the synthesized template of the stack about to be deployed
-	target        string // TargetAWS or "emulator"
-	skipPreflight bool   // report, never refuse
-	planFlags     bool   // the plan's flags were given
+	preflight     bool               // only the checks of the account about to receive the stack
+	template      string             // the synthesized template of the stack about to be deployed
+	target        string             // TargetAWS or "emulator"
+	skipPreflight bool               // report, never refuse
+	given         func(*doctor.Plan) // applies the plan's flags given over a deployed stack's
 }
 
 func (a *app) doctorCmd() *cobra.Command {
@@ -74,7 +74,22 @@ deploy goes ahead).`,
 					return &ExitError{Code: ExitUsage, Err: err}
 				}
 			}
-			opts.planFlags = cmd.Flags().Changed("items-max-concurrency") || cmd.Flags().Changed("items-minimum-pollers") || cmd.Flags().Changed("items-maximum-pollers") || cmd.Flags().Changed("reserved-concurrency")
+			changed := cmd.Flags().Changed
+			given := plan // the flags' values, applied over a deployed stack's own
+			opts.given = func(p *doctor.Plan) {
+				if changed("items-max-concurrency") {
+					p.ItemsMaxConcurrency = given.ItemsMaxConcurrency
+				}
+				if changed("items-minimum-pollers") {
+					p.ItemsMinimumPollers = given.ItemsMinimumPollers
+				}
+				if changed("items-maximum-pollers") {
+					p.ItemsMaximumPollers = given.ItemsMaximumPollers
+				}
+				if changed("reserved-concurrency") {
+					p.Reserved = given.Reserved
+				}
+			}
 			checks, err := a.doctor(cmd.Context(), plan, opts)
 			if err != nil {
 				return err
@@ -170,5 +185,5 @@ func (a *app) doctor(ctx context.Context, plan doctor.Plan, opts doctorOptions) 
 		return nil, err
 	}
 	st := doctor.Stack{AWS: c, Name: a.stack, Outputs: outs, Deployed: deployed}
-	return doctor.Run(ctx, st, plan, doctor.Options{Preflight: opts.preflight, Emulator: opts.target == targetEmulator, PlanGiven: opts.planFlags}), nil
+	return doctor.Run(ctx, st, plan, doctor.Options{Preflight: opts.preflight, Emulator: opts.target == targetEmulator, Given: opts.given}), nil
 }

@@ -102,9 +102,12 @@ type Options struct {
 	// Emulator: the checks run against the local emulator, where the
 	// findings only an AWS account can fix are informational.
 	Emulator bool
-	// PlanGiven: the plan was given (flags or a template), so a deployed
-	// stack's own is not read.
-	PlanGiven bool
+	// Given, when set, applies the plan's fields given by hand (the
+	// CLI's flags) over what a deployed stack asks: its template (else its
+	// functions) is read first, so that what no flag says (its source
+	// buckets, alarm topic, keys) is the stack's, and the flags win for
+	// what they say. A plan read from a template is used as it is.
+	Given func(*Plan)
 }
 
 // Stack is the stack doctor checks: the AWS configuration it is reached
@@ -128,8 +131,11 @@ func Run(ctx context.Context, st Stack, plan Plan, opts Options) []Check {
 		if api, err := client.New(st.AWS, st.Outputs); err == nil {
 			d.api = api
 		}
-		if !plan.fromTemplate && !opts.PlanGiven {
+		if !plan.fromTemplate {
 			d.readPlan(ctx)
+			if opts.Given != nil {
+				opts.Given(&d.plan)
+			}
 		}
 	}
 	checks := []Check{d.concurrency(ctx), d.apiLogging(ctx), d.bucket(ctx), d.sourceBuckets(ctx), d.alarmTopic(ctx)}
