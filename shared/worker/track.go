@@ -73,11 +73,13 @@ func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool 
 // the flow bed, every unit of the key then sent back that much early.
 // The pacing itself is kept. A lease a dead holder used has started
 // long before (its unit's calls start at it), so it is stale now and
-// leased again (pacer's LeaseGrace); a token booking it used is taken
-// once more, its tokens spent twice — at most one unit's booking per
-// holder lost. Dropped instead, every unit of the track booked again
-// behind its own lost bookings: a token budget with one track delivery
-// in four received again did not end in the flow bed.
+// leased again (pacer's LeaseGrace). Token bookings are kept as they
+// are: dropped, every unit of the track booked again behind its own lost
+// bookings, and a token budget with one track delivery in four received
+// again did not end in the flow bed. What that costs the budget: the
+// bookings come back past and are spent as they come (over the budget
+// in their window), and a booking a dead holder used — a unit it ran,
+// or ran to a retry and settled — is spent once more.
 func lateNotLearned(rs []ledger.TrackRetry) {
 	for i := range rs {
 		if rs[i].RateAtUs != 0 {

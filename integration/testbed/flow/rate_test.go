@@ -397,12 +397,15 @@ func TestRateOnTracksWhoseHolderDied(t *testing.T) {
 // TestTokenBudgetOnTracksWhoseHolderDied guards a token budget's
 // bookings on a track received again: every track message carrying one
 // (one in four, then all) is lost once and comes back after the 30 s
-// visibility timeout. Only what a dead holder could have used (a booking
-// starting by then) is booked again; the others keep theirs. Dropping
-// them all made each waiting unit book again behind its own lost
-// bookings: with one in four lost the batch did not end in 20,000
-// rounds. 200 items of 500 tokens at 500 tokens/s take 200 s at the
-// budget; each case ends within 300 s, every item called once.
+// visibility timeout. Its units keep their bookings. Dropped, each
+// waiting unit booked again behind its own lost bookings, and with one
+// in four lost the batch did not end in 20,000 rounds; booked again
+// only once past, it took 20 minutes. 200 items of 500 tokens at 500
+// tokens/s take 200 s at the budget; each case ends within 300 s. What
+// it does not hold: the bookings that came back past are spent as they
+// come, over the budget in their window (logged: 41,000 tokens in the
+// busiest 60 s against 30,000 at one in four; docs/pipelines.md,
+// "What it holds", late deliveries).
 func TestTokenBudgetOnTracksWhoseHolderDied(t *testing.T) {
 	for _, every := range []uint32{4, 1} {
 		t.Run(fmt.Sprintf("one-in-%d", every), func(t *testing.T) {
@@ -426,7 +429,9 @@ func TestTokenBudgetOnTracksWhoseHolderDied(t *testing.T) {
 			all := slices.Clone(paced["tok-died"])
 			slices.SortFunc(all, func(a, b pacedCall) int { return a.at.Compare(b.at) })
 			span := all[len(all)-1].at.Sub(all[0].at)
-			t.Logf("%d track deliveries lost; %d calls over %v; %d messages sent", len(lostOnce), len(all), span.Round(time.Second), sends)
+			most10, _ := busiestTokens(all, 10*time.Second)
+			most60, _ := busiestTokens(all, 60*time.Second)
+			t.Logf("%d track deliveries lost; %d calls over %v; busiest 10 s %.0f tokens, 60 s %.0f (budget 5,000 and 30,000); %d messages sent", len(lostOnce), len(all), span.Round(time.Second), most10, most60, sends)
 			if len(lostOnce) == 0 {
 				t.Fatal("no track delivery carried a token booking: the test lost nothing")
 			}
