@@ -405,7 +405,7 @@ func TestRateOnTracksWhoseHolderDied(t *testing.T) {
 // it does not hold: the bookings that came back past are spent as they
 // come, over the budget in their window (logged: 41,000 tokens in the
 // busiest 60 s against 30,000 at one in four; docs/pipelines.md,
-// "What it holds", late deliveries).
+// "Rates": what a token budget holds, late deliveries).
 func TestTokenBudgetOnTracksWhoseHolderDied(t *testing.T) {
 	for _, every := range []uint32{4, 1} {
 		t.Run(fmt.Sprintf("one-in-%d", every), func(t *testing.T) {
