@@ -67,19 +67,11 @@ func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool 
 
 // lateNotLearned marks the rate leases the units of a track received
 // again carry as not to be learned from (ledger.TrackRetry.RateLeadMs
-// −1, pacer.Carried): they come back late by the visibility timeout of
-// a delivery whose holder died or lapsed, not by the queue's lag, and
-// learned (pacer.Arrived) that delay moved the key's lag to 27.8 s in
-// the flow bed, every unit of the key then sent back that much early.
-// The pacing itself is kept. A lease a dead holder used has started
-// long before (its unit's calls start at it), so it is stale now and
-// leased again (pacer's LeaseGrace). Token bookings are kept as they
-// are: dropped, every unit of the track booked again behind its own lost
-// bookings, and a token budget with one track delivery in four received
-// again did not end in the flow bed. What that costs the budget: the
-// bookings come back past and are spent as they come (over the budget
-// in their window), and a booking a dead holder used — a unit it ran,
-// or ran to a retry and settled — is spent once more.
+// −1): they are late by the visibility timeout of a holder that died or
+// lapsed, not by the queue's lag (pacer.Arrived learned 27.8 s from it in
+// the flow bed). Their pacing is kept: a lease a dead holder used is
+// stale by now; dropping token bookings made a budget loop, and kept,
+// one past is spent as it comes (docs/adr/0031).
 func lateNotLearned(rs []ledger.TrackRetry) {
 	for i := range rs {
 		if rs[i].RateAtUs != 0 {
