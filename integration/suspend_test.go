@@ -191,8 +191,10 @@ func signal(t *testing.T, ctx context.Context, id, key string, payload json.RawM
 
 // TestSuspendUnderMaxConcurrencyOnTheStack guards max_concurrency with
 // items that wait, by the receiver's own count: 90 items, max_concurrency
-// 3 (3 tracks), every call held open 300 ms; the first call of items
-// 0–11 answers suspend. Once the 12 are suspended they are signalled
+// 3 (3 tracks), every call held open 1 s (the 78 others take the tracks
+// ≈ 26 s: at 300 ms a loaded emulator listed the 12 suspended only once
+// every other item had run); the first call of items 0–11 answers
+// suspend. Once the 12 are suspended they are signalled
 // through the API while the tracks still run the others, so that their
 // woken units are handed to the tracks. The receiver never has more than
 // 3 calls open (when woken units ran beside the tracks, this test saw 5
@@ -217,7 +219,7 @@ func TestSuspendUnderMaxConcurrencyOnTheStack(t *testing.T) {
 		calls[key]++
 		first := calls[key] == 1
 		mu.Unlock()
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 		mu.Lock()
 		open--
 		mu.Unlock()
