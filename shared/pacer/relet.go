@@ -62,11 +62,11 @@ func (p *Pacer) Relet(ctx context.Context, log *slog.Logger, b ledger.Batch, l *
 }
 
 // bookedPast reports whether this process saw each of key's shards rows
-// booked past t (Saw): a lease within t would be refused on any of them.
+// booked past t (none Idle at t): a lease within t would be refused on
+// any of them.
 func bookedPast(key string, shards int, t time.Time) bool {
 	for s := range shards {
-		v, ok := rows.Load(Row{Key: key, Shard: s})
-		if !ok || !v.(seen).next.After(t) {
+		if Idle(Row{Key: key, Shard: s}, t) {
 			return false
 		}
 	}

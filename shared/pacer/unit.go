@@ -444,8 +444,8 @@ func (l *Lease) CallAt(i int) time.Time {
 // WaitCall sleeps until the i-th call (from 0) of l's unit may start,
 // at its place in the lease (CallAt: a paced unit's calls start spread
 // over their lease, not at once) and not before its token booking, on
-// p's Sleep, and reports whether it
-// may start: false, without sleeping, when the lease does not cover the
+// p's Sleep, and reports whether it may start: false, without sleeping,
+// when the lease does not cover the
 // call (Covers), when its place is past Until, or when ctx's deadline
 // comes less than margin after it — the caller then gives the item back
 // unstarted (no attempt used) and it leases again with its unit's
@@ -529,8 +529,9 @@ func (l *Lease) KeepPlace(c Carried, at time.Time) bool {
 // start past its own start (CallAt) + pace.LeaseGrace (its item then
 // waited for the invocation's other items, or a slow take): it is
 // leased again from now (Relet) or given back, so that late calls do not
-// bunch with the calls of later leases. Asked for the first call of a rate lease, it records
-// how long the unit took from its lease's sleep to that call (Took).
+// bunch with the calls of later leases. Asked for the first call of a
+// rate lease, it records how long the unit took from its lease's sleep
+// to that call (Took).
 func (l *Lease) Late(i int, now time.Time) bool {
 	if i == 0 && !l.woke.IsZero() {
 		Took(now.Sub(l.woke) - l.waited)

@@ -220,15 +220,16 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 // back before it starts (lateLease) because it came late for its place
 // in its unit's lease (a slow take, a loaded function: pacer.Lease.Late)
 // and could not be leased again from now (pacer.Pacer.Relet: the key's
-// row allows no start within pace.LeaseSleep) — never when its take is
-// kept (keep).
+// row allows no start within pace.LeaseSleep, its Until or its
+// deadline's margin) — never when its take is kept (keep).
 func (w *Worker) lateForPlace(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, inv *invocation, i int, keep bool) bool {
 	return !keep && m.lease.Late(i, w.Clock.Now()) && !w.pacing().Relet(ctx, log, b, &m.lease, i, inv.margin)
 }
 
 // heldBack reports whether the i-th item of m's unit gives its call back
-// before it starts (lateLease): after a throttled call of its unit, or held back by the answer to its
-// process's first call of the downstream (pacer.Pacer.First) — never
+// before it starts (lateLease): after a throttled call of its unit, or
+// held back by the answer to its process's first call of the downstream
+// (pacer.Pacer.First) — never
 // when its take is kept (keep) — and the claim of that first call it
 // took, which its caller releases once the attempt ended (a no-op when
 // the call was made and answered).

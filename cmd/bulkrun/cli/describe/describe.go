@@ -70,10 +70,10 @@ func EndedText(v wire.BatchView) string {
 }
 
 // RateBookedText is status's line for how far ahead the batch's rate key
-// is booked (api.RateBooked): "rate key api.example.com (this batch: 20 requests/s):
-// calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by this batch or
-// others naming the key; a unit that leases now starts after them (first
-// come, first served)". A token budget booked further says "(… 150
+// is booked (api.RateBooked): "rate key api.example.com (this batch: 20
+// requests/s): calls booked until 2026-12-06T10:15:30Z, 14.2 s ahead, by
+// this batch or others naming the key; a unit that leases now starts
+// after them (first come, first served)". A token budget booked further says "(… 150
 // tokens/s): its token budget booked until …".
 func RateBookedText(r api.RateBooked) string {
 	var limits []string
