@@ -135,3 +135,16 @@ func TestSettleGivesBackOnlyWhatIsAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestDropClearsWhatAUnitCarries guards what a unit waiting for its
+// batch's pause does with its pacing (Drop): its request lease, place
+// and token booking are cleared, with no write (the booking's time stays
+// taken on its key).
+func TestDropClearsWhatAUnitCarries(t *testing.T) {
+	T := time.Unix(1_800_000_000, 0)
+	m := &carried{at: T, pos: 3, lead: time.Second, tokensAt: T, booked: 10 * time.Second, drifted: time.Second}
+	Drop(m)
+	if *m != (carried{}) {
+		t.Errorf("dropped: still carried %+v, want nothing", *m)
+	}
+}

@@ -573,6 +573,31 @@ func (p *Pacer) Settle(ctx context.Context, log *slog.Logger, l *Lease) {
 	}
 }
 
+// Drop clears the pacing c carries, for a unit that waits for its
+// batch's pause to end: its request lease or adaptive place (stale by
+// the time the unit comes back, and leased again then anyway) and its
+// token booking, with no write: the booking's time stays taken on its
+// key, and the unit books again when its batch runs, behind what the key
+// has booked then. Kept, a booking passed while its batch waited and was
+// spent as the unit came back, with those of every other unit the pause
+// held: in the flow test bed (200 items of 500 tokens on 500 tokens/s,
+// every item failing once, so that the batch paused on an outage again
+// and again) 8,000–11,500 tokens in the busiest second, 29,500–50,500
+// with max_concurrency 3; 500 since. Nothing is given back: a give-back
+// moves every booking of the key (its drift), those carried before it
+// too, and the units of other batches (or of this one's other tracks,
+// which see the pause only when they come back) that carry one would
+// start together (7 runs in 20 of that test went 15–72 % over the budget
+// in their busiest minute while a track gave its units' bookings back;
+// docs/adr/0035). A batch paused for less than it had booked ahead waits
+// out the rest of its dropped bookings when it runs again.
+func Drop(c Carried) {
+	c.SetLeaseAt(time.Time{})
+	c.SetLeasePos(0)
+	c.SetLeaseLead(0)
+	c.SetTokensCarried(time.Time{}, 0, 0)
+}
+
 // Observe counts a call of b's downstream key started at start under l
 // (paced: at a place leased on the key's adaptive row), for a batch with
 // no rate, and applies a throttled answer (err) to the key's adaptive

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -31,7 +32,8 @@ func ranDone(b ledger.Batch, r *itemRun) done {
 // downstream answered and the outage pause ends (Store.Unpause). Every
 // other delivery takes nothing: its message is sent again to come back
 // after the next check (Pause.Wait), or, past MaxResends, delayed on the
-// queue.
+// queue, without the pacing it carried (pacer.Drop: its token booking
+// made again when the batch runs).
 func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
 	p, now := *b.Pause, w.Clock.Now()
 	if n, due := p.ProbeDue(now); due {
@@ -53,6 +55,7 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 		}
 	}
 	wait := p.Wait(now)
+	pacer.Drop(m)
 	if m.track != nil {
 		return m.track.park(m, wait, 0), nil
 	}

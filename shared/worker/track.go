@@ -12,6 +12,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 	"github.com/bulkrun/bulkrun/shared/tracklines"
@@ -80,6 +81,19 @@ func lateNotLearned(rs []ledger.TrackRetry) {
 	}
 }
 
+// unbook drops the pacing every unit waiting in tr carries while the
+// track waits for its batch's pause to end (pacer.Drop), as a unit's
+// message waiting for it does: kept, the bookings passed while the
+// batch waited and were spent as the track ran its units again, at once.
+func (tr *trackRun) unbook() {
+	rs := tr.msg.Track.Retries
+	for i := range rs {
+		m := &unitMessage{track: tr, ref: rs[i]}
+		pacer.Drop(m)
+		rs[i] = m.ref
+	}
+}
+
 // runTrack runs a delivery of a track of b (see above) and says whether
 // it may be acknowledged.
 func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch, msg *ledger.Message, d Delivery, inv *invocation) bool {
@@ -138,6 +152,7 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		if cur.Pause != nil && cur.Stop == "" {
 			if _, due := cur.Pause.ProbeDue(now); !due {
 				count()
+				tr.unbook()
 				return w.sendTrack(ctx, log, tr, d, cur.Pause.Wait(now), moved)
 			}
 		}
