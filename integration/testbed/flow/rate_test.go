@@ -500,6 +500,62 @@ func TestTokenBudgetAcrossAnOutagePause(t *testing.T) {
 	}
 }
 
+// TestTokenBudgetBacklogAcrossAnOutage guards a token budget booked far
+// ahead across an outage: 600 items of 100 tokens on 3,000 tokens/min
+// (20 minutes of work, booked at once), every call failing transiently
+// from +3 to +5 minutes, so that the batch pauses while most of its
+// units still wait for their bookings. The units the pause holds drop
+// their bookings and book again when it ends (pacer.Drop), behind the
+// rest: the budget holds in every 10 s and 60 s window (before, the
+// bookings that passed during the pause were spent at once: 7,600 tokens
+// in the busiest 10 s, 13,300 in the busiest minute), the batch pauses
+// (fewer failed calls than the outage's 60 places at the budget) and it
+// is not held behind its dropped bookings for long: the whole takes at
+// most 30 % over the 20 minutes (23 m 46 s measured).
+func TestTokenBudgetBacklogAcrossAnOutage(t *testing.T) {
+	errDown := errors.New("downstream unavailable")
+	var mu sync.Mutex
+	var first time.Time
+	failed := 0
+	fail := func(_ pipeline.Request, at time.Time) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = at
+		}
+		if d := at.Sub(first); d > 3*time.Minute && d < 5*time.Minute {
+			failed++
+			return errDown
+		}
+		return nil
+	}
+	calls, sends := pacedRun(t, []string{"tok-outage"}, 600, func(req *api.SubmitRequest) {
+		req.Rate = &api.Rate{Key: "outage", TokensPerMinute: 3000}
+		req.MaxAttempts = 5
+	}, func(string) float64 { return 100 }, fail)
+	all := slices.Clone(calls["tok-outage"])
+	slices.SortFunc(all, func(a, b pacedCall) int { return a.at.Compare(b.at) })
+	span := all[len(all)-1].at.Sub(all[0].at)
+	most10, at10 := busiestTokens(all, 10*time.Second)
+	most60, at60 := busiestTokens(all, time.Minute)
+	t.Logf("%d calls (%d failed) over %v; busiest 10 s %.0f tokens, 60 s %.0f (budget 500, 3,000); %d messages sent", len(all), failed, span.Round(time.Second), most10, most60, sends)
+	if len(all) != 600+failed {
+		t.Errorf("%d calls with %d failed, want %d: every item to succeed once", len(all), failed, 600+failed)
+	}
+	if failed == 0 || failed >= 60 {
+		t.Errorf("%d calls failed in the outage, want some and fewer than its 60 places: the batch to pause", failed)
+	}
+	if most10 > 550 {
+		t.Errorf("%.0f tokens in the 10 s from +%v, want ≤ 550", most10, at10.Sub(all[0].at))
+	}
+	if most60 > 3300 {
+		t.Errorf("%.0f tokens in the 60 s from +%v, want ≤ 3,300", most60, at60.Sub(all[0].at))
+	}
+	if want := 26 * time.Minute; span > want {
+		t.Errorf("the calls took %v, want ≤ %v (20 minutes at the budget + 30 %%)", span, want)
+	}
+}
+
 // TestTokenBudgetSharedByTwoBatches guards "a token budget holds across
 // every batch on its key" (docs/adr/0035): two batches of 300 items on a
 // key of 30,000 tokens a minute, each call reporting 200–800 tokens (500
