@@ -136,15 +136,37 @@ func TestSettleGivesBackOnlyWhatIsAhead(t *testing.T) {
 	}
 }
 
-// TestDropClearsWhatAUnitCarries guards what a unit waiting for its
-// batch's pause does with its pacing (Drop): its request lease, place
-// and token booking are cleared, with no write (the booking's time stays
-// taken on its key).
-func TestDropClearsWhatAUnitCarries(t *testing.T) {
+// TestHoldKeepsOnlyWhatIsAhead guards what a unit waiting for its
+// batch's pause does with its pacing (Hold, HoldWait): its request lease
+// and place are cleared; its token booking is kept when it starts past
+// now + pace.LeaseSleep, and the unit then waits until 1 s before it
+// (or its pause's wait, when shorter); a booking that starts within the
+// sleep, or has passed, is dropped, and the unit waits its pause's wait.
+func TestHoldKeepsOnlyWhatIsAhead(t *testing.T) {
 	T := time.Unix(1_800_000_000, 0)
-	m := &carried{at: T, pos: 3, lead: time.Second, tokensAt: T, booked: 10 * time.Second, drifted: time.Second}
-	Drop(m)
-	if *m != (carried{}) {
-		t.Errorf("dropped: still carried %+v, want nothing", *m)
+	for _, c := range []struct {
+		name  string
+		now   time.Time
+		pause time.Duration
+		kept  bool
+		wait  time.Duration
+	}{
+		{"ahead", T.Add(-time.Minute), 5 * time.Minute, true, time.Minute - time.Second},
+		{"ahead, past the check", T.Add(-10 * time.Minute), 5 * time.Minute, true, 5 * time.Minute},
+		{"within the sleep", T.Add(-pace.LeaseSleep), 5 * time.Minute, false, 5 * time.Minute},
+		{"passed", T.Add(time.Minute), 5 * time.Minute, false, 5 * time.Minute},
+	} {
+		m := &carried{at: T, pos: 3, lead: time.Second, tokensAt: T, booked: 10 * time.Second, drifted: time.Second}
+		at := Hold(m, c.now)
+		want := carried{}
+		if c.kept {
+			want = carried{tokensAt: T, booked: 10 * time.Second, drifted: time.Second}
+		}
+		if *m != want || at.IsZero() == c.kept {
+			t.Errorf("%s: carried %+v, start %v; want %+v", c.name, *m, at, want)
+		}
+		if w := HoldWait(c.pause, at, c.now); w != c.wait {
+			t.Errorf("%s: wait %v, want %v", c.name, w, c.wait)
+		}
 	}
 }

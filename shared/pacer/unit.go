@@ -119,6 +119,10 @@ type Lease struct {
 	// notBefore is the start of the unit's token booking under a rate
 	// lease (zero: none): no call of the unit starts before it.
 	notBefore time.Time
+	// Probe is set by the caller before Unit when the unit is its paused
+	// batch's probe (one item): under a rate it runs off the rate's
+	// schedule (probe).
+	Probe bool
 }
 
 // tokenBooking is a unit's token booking (budget: tokens a second;
@@ -177,6 +181,10 @@ func (p *Pacer) sleep(ctx context.Context, d time.Duration) {
 func (p *Pacer) Unit(ctx context.Context, log *slog.Logger, b ledger.Batch, c Carried, calls int, redelivered bool, l *Lease) (time.Duration, error) {
 	if b.Rate == nil {
 		return p.adaptive(ctx, log, b, c, calls, redelivered, l)
+	}
+	if l.Probe {
+		p.probe(b, c, l)
+		return 0, nil
 	}
 	now := p.now()
 	from := now // when the unit's tokens allow its calls
@@ -565,37 +573,72 @@ func (p *Pacer) Settle(ctx context.Context, log *slog.Logger, l *Lease) {
 	}
 	l.tokens = tokenBooking{}
 	now := p.now()
-	if t.calls == 0 && t.carried && !t.start.After(now.Add(pace.LeaseSleep)) {
-		return
+	if t.calls == 0 && (t.booked == 0 || t.carried && !t.start.After(now.Add(pace.LeaseSleep))) {
+		return // nothing to give back, or a receive may have used it
 	}
 	if err := SettleTokens(context.WithoutCancel(ctx), p.Store, t.key, t.budget, t.start, t.booked, t.used, t.calls, now); err != nil {
 		log.WarnContext(ctx, "token budget not settled; the key is off by this unit's estimate", "token_key", t.key, "used", t.used, "booked_ms", t.booked.Milliseconds(), "error", err)
 	}
 }
 
-// Drop clears the pacing c carries, for a unit that waits for its
-// batch's pause to end: its request lease or adaptive place (stale by
-// the time the unit comes back, and leased again then anyway) and its
-// token booking, with no write: the booking's time stays taken on its
-// key, and the unit books again when its batch runs, behind what the key
-// has booked then. Kept, a booking passed while its batch waited and was
-// spent as the unit came back, with those of every other unit the pause
-// held: in the flow test bed (200 items of 500 tokens on 500 tokens/s,
-// every item failing once, so that the batch paused on an outage again
-// and again) 8,000–11,500 tokens in the busiest second, 29,500–50,500
-// with max_concurrency 3; 500 since. Nothing is given back: a give-back
-// moves every booking of the key (its drift), those carried before it
-// too, and the units of other batches (or of this one's other tracks,
-// which see the pause only when they come back) that carry one would
-// start together (7 runs in 20 of that test went 15–72 % over the budget
-// in their busiest minute while a track gave its units' bookings back;
-// docs/adr/0035). A batch paused for less than it had booked ahead waits
-// out the rest of its dropped bookings when it runs again.
-func Drop(c Carried) {
+// Hold readies the pacing c carries for a unit that waits for its
+// batch's pause to end: its request lease or adaptive place is dropped
+// (stale by the time the unit comes back, and leased again then
+// anyway); its token booking is dropped when it starts within
+// pace.LeaseSleep of now — passed, or too near to wait for — and kept
+// when it starts later, and Hold then returns that start (zero: none).
+// The caller sends the unit back by then (HoldWait), so that, the pause
+// ended, it runs at its booking, and, still paused, it drops it then.
+// A dropped booking is not given back: its time stays taken on its key,
+// and the unit books again when its batch runs, behind what the key has
+// booked then. Kept, a booking passed while its batch waited was spent
+// as the unit came back, with those of every other unit the pause held
+// (the flow test bed: 200 items of 500 tokens on 500 tokens/s, every
+// item failing once so that the batch paused on an outage again and
+// again, went to 8,000–11,000 tokens in the busiest second, 29,500–46,500
+// with max_concurrency 3; docs/adr/0035). A give-back would move every
+// booking of the key (its drift), those carried before it too, and the
+// units of other batches, or of this batch's other tracks, that carry
+// one would start together (tried: 7 runs in 20 of that test went
+// 15–72 % over the budget in their busiest minute).
+func Hold(c Carried, now time.Time) time.Time {
+	c.SetLeaseAt(time.Time{})
+	c.SetLeasePos(0)
+	c.SetLeaseLead(0)
+	start, _, _ := c.TokensCarried()
+	if start.IsZero() || start.After(now.Add(pace.LeaseSleep)) {
+		return start
+	}
+	c.SetTokensCarried(time.Time{}, 0, 0)
+	return time.Time{}
+}
+
+// HoldWait is how long a held unit waits (Hold): wait, its pause's, or
+// less when it keeps a token booking starting at start, so that it
+// comes back pace.LeaseSleep/2 before it.
+func HoldWait(wait time.Duration, start, now time.Time) time.Duration {
+	if start.IsZero() {
+		return wait
+	}
+	return min(wait, max(start.Sub(now)-pace.LeaseSleep/2, 0))
+}
+
+// probe runs a paused batch's probe (Lease.Probe) off its rate's
+// schedule: its one call is not leased or booked, so that a probe does
+// not wait behind what the key has booked (up to TokenHorizon ahead) and
+// keep the batch paused long after its downstream is back; the pacing
+// its unit carried is dropped (its time stays taken). Under a token
+// budget its tokens are settled after the call as a debt (Settle: the
+// key's schedule moves later by their time at the budget); one request
+// a check goes past a request rate.
+func (p *Pacer) probe(b ledger.Batch, c Carried, l *Lease) {
 	c.SetLeaseAt(time.Time{})
 	c.SetLeasePos(0)
 	c.SetLeaseLead(0)
 	c.SetTokensCarried(time.Time{}, 0, 0)
+	if b.Rate.Budgeted() {
+		l.tokens = tokenBooking{key: b.Rate.KeyOf(b.ID), budget: b.Rate.TokenBudget(), start: p.now()}
+	}
 }
 
 // Observe counts a call of b's downstream key started at start under l

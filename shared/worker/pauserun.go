@@ -32,8 +32,9 @@ func ranDone(b ledger.Batch, r *itemRun) done {
 // downstream answered and the outage pause ends (Store.Unpause). Every
 // other delivery takes nothing: its message is sent again to come back
 // after the next check (Pause.Wait), or, past MaxResends, delayed on the
-// queue, without the pacing it carried (pacer.Drop: its token booking
-// made again when the batch runs).
+// queue, holding only the part of its pacing still ahead (pacer.Hold: a
+// token booking that passes while the batch waits is made again when it
+// runs). The probe runs off its rate's schedule (pacer.Lease.Probe).
 func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, inv *invocation) (bool, []done) {
 	p, now := *b.Pause, w.Clock.Now()
 	if n, due := p.ProbeDue(now); due {
@@ -41,7 +42,7 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 		switch {
 		case err == nil:
 			log.WarnContext(ctx, "batch paused: probing with one item", "probe", n, "paused_ms", now.Sub(p.Since).Milliseconds())
-			m.probe = true
+			m.probe, m.lease.Probe = true, true
 			ack, dns := w.runUnit(ctx, log, b, m, d, inv)
 			if answered(dns) {
 				p.Probes = n
@@ -54,8 +55,7 @@ func (w *Worker) runPaused(ctx context.Context, log *slog.Logger, b ledger.Batch
 			log.WarnContext(ctx, "claim the probe", "error", err.Error())
 		}
 	}
-	wait := p.Wait(now)
-	pacer.Drop(m)
+	wait := pacer.HoldWait(p.Wait(now), pacer.Hold(m, now), now)
 	if m.track != nil {
 		return m.track.park(m, wait, 0), nil
 	}

@@ -81,17 +81,23 @@ func lateNotLearned(rs []ledger.TrackRetry) {
 	}
 }
 
-// unbook drops the pacing every unit waiting in tr carries while the
-// track waits for its batch's pause to end (pacer.Drop), as a unit's
-// message waiting for it does: kept, the bookings passed while the
-// batch waited and were spent as the track ran its units again, at once.
-func (tr *trackRun) unbook() {
+// hold readies the pacing of every unit waiting in tr while the track
+// waits for its batch's pause to end (pacer.Hold), as a unit's message
+// waiting for it does, and returns the earliest start of the token
+// bookings they keep (zero: none), for pacer.HoldWait: kept, the
+// bookings that passed while the batch waited were spent as the track
+// ran its units again, at once.
+func (tr *trackRun) hold(now time.Time) time.Time {
+	var first time.Time
 	rs := tr.msg.Track.Retries
 	for i := range rs {
 		m := &unitMessage{track: tr, ref: rs[i]}
-		pacer.Drop(m)
+		if at := pacer.Hold(m, now); !at.IsZero() && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
 		rs[i] = m.ref
 	}
+	return first
 }
 
 // runTrack runs a delivery of a track of b (see above) and says whether
@@ -152,8 +158,7 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		if cur.Pause != nil && cur.Stop == "" {
 			if _, due := cur.Pause.ProbeDue(now); !due {
 				count()
-				tr.unbook()
-				return w.sendTrack(ctx, log, tr, d, cur.Pause.Wait(now), moved)
+				return w.sendTrack(ctx, log, tr, d, pacer.HoldWait(cur.Pause.Wait(now), tr.hold(now), now), moved)
 			}
 		}
 		m, wait, err := tr.next(ctx, cur.Stop != "")
