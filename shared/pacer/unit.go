@@ -595,7 +595,7 @@ func (p *Pacer) Settle(ctx context.Context, log *slog.Logger, l *Lease) {
 // as the unit came back, with those of every other unit the pause held
 // (the flow test bed: 200 items of 500 tokens on 500 tokens/s, every
 // item failing once so that the batch paused on an outage again and
-// again, went to 8,000–11,000 tokens in the busiest second, 29,500–46,500
+// again, went to 8,500–13,000 tokens in the busiest second, 29,500–46,500
 // with max_concurrency 3; docs/adr/0035). A give-back would move every
 // booking of the key (its drift), those carried before it too, and the
 // units of other batches, or of this batch's other tracks, that carry

@@ -450,9 +450,9 @@ func TestTokenBudgetOnTracksWhoseHolderDied(t *testing.T) {
 // pause drops a booking that passes (pacer.Hold) and books again when
 // the batch runs: kept, the bookings that passed while the batch waited
 // were spent as their units came back (ten runs each on the shared/ of
-// 7ff34f6: 8,000–11,000 tokens in the busiest second and
-// 107,500–124,500 in the busiest minute; 29,500–46,500 and
-// 48,000–81,000 with max_concurrency 3). Held now: the tokens reported
+// 7ff34f6: 8,500–13,000 tokens in the busiest second and 98,500–122,000
+// in the busiest minute; 29,500–46,500 and 58,000–83,000 with
+// max_concurrency 3). Held now: the tokens reported
 // in any 10 s window within 10 % of 5,000, in any 60 s within 10 % of
 // 30,000, and every item called twice.
 func TestTokenBudgetAcrossAnOutagePause(t *testing.T) {
@@ -509,8 +509,8 @@ func TestTokenBudgetAcrossAnOutagePause(t *testing.T) {
 // coming back for it (pacer.Hold), and the pause's probe runs off the
 // schedule (pacer.Lease.Probe): the budget holds in every 10 s and 60 s
 // window (before, the bookings that passed during the pause were spent
-// at once: 7,500–8,200 tokens in the busiest 10 s of the first case,
-// 13,300 in its busiest minute), every item succeeds once, the batch
+// at once: 7,400–8,300 tokens in the busiest 10 s of the first case,
+// 13,300 in its busiest minute, ten runs on the shared/ of 7ff34f6), every item succeeds once, the batch
 // pauses (fewer failed calls than the outage's places at the budget),
 // and it runs again once the downstream is back: the whole takes at
 // most the work's time + the outage + two checks' intervals (5 m 15 s
