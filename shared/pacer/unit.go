@@ -630,7 +630,8 @@ func HoldWait(wait time.Duration, start, now time.Time) time.Duration {
 // its unit carried is dropped (its time stays taken). Under a token
 // budget its tokens are settled after the call as a debt (Settle: the
 // key's schedule moves later by their time at the budget); one request
-// a check goes past a request rate.
+// a check goes past a request rate. That is per paused batch: N batches
+// paused on one key probe N calls a check beside what the key booked.
 func (p *Pacer) probe(b ledger.Batch, c Carried, l *Lease) {
 	c.SetLeaseAt(time.Time{})
 	c.SetLeasePos(0)

@@ -509,9 +509,9 @@ func TestTokenBudgetAcrossAnOutagePause(t *testing.T) {
 // coming back for it (pacer.Hold), and the pause's probe runs off the
 // schedule (pacer.Lease.Probe): the budget holds in every 10 s and 60 s
 // window (before, the bookings that passed during the pause were spent
-// at once: 7,400–8,300 tokens in the busiest 10 s of the first case,
-// 13,300 in its busiest minute, ten runs on the shared/ of 7ff34f6), every item succeeds once, the batch
-// pauses (fewer failed calls than the outage's places at the budget),
+// at once: 7,400–8,300 tokens in the busiest 10 s of the first case
+// and 13,300 in its busiest minute, in ten runs on the shared/ of
+// 7ff34f6), every item succeeds once, the batch pauses (fewer failed calls than the outage's places at the budget),
 // and it runs again once the downstream is back: the whole takes at
 // most the work's time + the outage + two checks' intervals (5 m 15 s
 // each), and no two calls are further apart than the outage + one
