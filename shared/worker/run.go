@@ -633,7 +633,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	callCtx, called := w.Traces.StartCall(pipeCtx, b.Pipeline)
 	res, rr, perr := w.runPipeline(callCtx, log, p, b, pipeline.Request{
 		BatchID: b.ID, Key: s.Key, RunID: ledger.RunIDOf(b.ID, s.Key, s.Revision), Attempt: s.Attempt, Input: r.input,
-		Headers: headers, Options: options, Outputs: w.outputs(b.ID), Signal: signal,
+		Headers: headers, Options: options, Outputs: ledger.BatchOutputs(w.Blobs, b.ID), Signal: signal,
 	})
 	called(perr)
 	if rr == credential.RereadUnchanged && pipeline.IsCredentialRejected(perr) {
@@ -695,7 +695,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		})
 		// The S3 write failed: transient, and throttled (no attempt) when
 		// S3 slowed it down or did not answer past the tries.
-		a.Err = throttledFault(err)
+		a.Err = ledger.ThrottledFault(err)
 	}
 	if f, ok := ledger.PauseFault(a.Err); ok && pipeline.Classify(a.Err) == pipeline.ClassTransient {
 		// An AWS service the attempt wrote to refuses every call until

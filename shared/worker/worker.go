@@ -3,17 +3,13 @@ package worker
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"path"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -911,51 +907,6 @@ func (w *Worker) readLine(ctx context.Context, manifestKey, key string, ref sour
 		return source.ManifestLine{}, fmt.Errorf("manifest line at %d holds key %q, want %q", ref.Offset, l.Key, key)
 	}
 	return l, nil
-}
-
-func (w *Worker) outputs(batchID string) pipeline.Outputs {
-	return outputs{blobs: w.Blobs, prefix: api.OutputsPrefix(batchID)}
-}
-
-type outputs struct {
-	blobs  ledger.Blobs
-	prefix string
-}
-
-// Put stores body at the outputs prefix + name. The name is cleaned
-// (path.Clean); a name that would leave the prefix ("..", a leading "/") is
-// a permanent error; a key longer than S3's 1,024 bytes (S3 user guide,
-// "Naming Amazon S3 objects") is replaced by _long/{sha256(name)}{ext}.
-func (o outputs) Put(ctx context.Context, name, contentType string, body []byte) (string, error) {
-	clean := path.Clean("/" + name)[1:]
-	if clean == "" || clean != name && (strings.HasPrefix(name, "/") || strings.Contains(name, "..")) {
-		return "", pipeline.Permanent(fmt.Errorf("output name %q leaves the batch's outputs prefix", name))
-	}
-	key := o.prefix + clean
-	if len(key) > 1024 {
-		sum := sha256.Sum256([]byte(clean))
-		key = o.prefix + "_long/" + hex.EncodeToString(sum[:]) + path.Ext(clean)
-	}
-	if err := o.blobs.Put(ctx, key, contentType, body); err != nil {
-		return "", throttledFault(err)
-	}
-	return "s3://" + o.blobs.Bucket() + "/" + key, nil
-}
-
-// throttledFault returns err, an error of a write bulkrun makes for an
-// attempt (an output to S3), as a throttled failure (ledger.Throttled:
-// Conclude retries it without using an attempt) when it is an AWS fault
-// of class retry or backoff that outlasted the SDK's tries: S3 asked its
-// callers to slow down (503 SlowDown: Amazon S3 user guide, "Best
-// practices design patterns: optimizing Amazon S3 performance",
-// https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance.html)
-// or did not answer, which is not the item's fault. A pause stays as it
-// is (attempt pauses the batch); any other error is returned as it is.
-func throttledFault(err error) error {
-	if f, ok := ledger.FaultOf(err); ok && (f.Class == ledger.FaultRetry || f.Class == ledger.FaultBackoff) {
-		return ledger.Throttled(f.Service, f.Code, err)
-	}
-	return err
 }
 
 // books guards the making of a Worker's process records (its lane book,
