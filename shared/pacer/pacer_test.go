@@ -2,10 +2,13 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -167,6 +170,76 @@ func TestHoldKeepsOnlyWhatIsAhead(t *testing.T) {
 		}
 		if w := HoldWait(c.pause, at, c.now); w != c.wait {
 			t.Errorf("%s: wait %v, want %v", c.name, w, c.wait)
+		}
+	}
+}
+
+// driftRows is a pacing store whose token row's drift is drift (err: its
+// read fails); it counts the reads.
+type driftRows struct {
+	fakeRows
+	drift time.Duration
+	err   error
+	reads int
+}
+
+func (r *driftRows) ReadTokens(context.Context, string) (pace.TokenGrant, error) {
+	r.reads++
+	return pace.TokenGrant{Drift: r.drift}, r.err
+}
+
+// TestOverdueStartsPassedBookingsNow guards the bookings of units
+// received again late: one that started over pace.LeaseSleep ago starts
+// now at the key's drift now with nothing booked (settled as a debt);
+// one within the sleep, one ahead, one moved ahead by the debts settled
+// since it was booked, and none are left; a batch without a
+// token budget reads nothing, and a failed read changes nothing.
+func TestOverdueStartsPassedBookingsNow(t *testing.T) {
+	T := time.Unix(1_800_000_000, 0)
+	budgeted := ledger.Batch{Batch: api.Batch{ID: "b1", Run: 1}}
+	budgeted.Rate = &api.Rate{TokensPerSecond: 500}
+	requests := ledger.Batch{Batch: api.Batch{ID: "b2", Run: 1}}
+	requests.Rate = &api.Rate{RequestsPerSecond: 5}
+	units := func() []*carried {
+		return []*carried{
+			{tokensAt: T.Add(-time.Minute), booked: time.Second, drifted: time.Second},
+			{tokensAt: T.Add(-pace.LeaseSleep), booked: time.Second, drifted: time.Second},
+			{tokensAt: T.Add(time.Minute), booked: time.Second, drifted: time.Second},
+			{tokensAt: T.Add(-4 * time.Second), booked: time.Second, drifted: time.Second}, // moved 6 s later since
+			{},
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		b     ledger.Batch
+		err   error
+		reads int
+		first carried
+	}{
+		{"budgeted", budgeted, nil, 1, carried{tokensAt: T, drifted: 7 * time.Second}},
+		{"no budget", requests, nil, 0, carried{tokensAt: T.Add(-time.Minute), booked: time.Second, drifted: time.Second}},
+		{"no rate", ledger.Batch{Batch: api.Batch{ID: "b3", Run: 1}}, nil, 0, carried{tokensAt: T.Add(-time.Minute), booked: time.Second, drifted: time.Second}},
+		{"read fails", budgeted, errors.New("unavailable"), 1, carried{tokensAt: T.Add(-time.Minute), booked: time.Second, drifted: time.Second}},
+	} {
+		st := &driftRows{drift: 7 * time.Second, err: c.err}
+		p := &Pacer{Store: st, Clock: at{&T}}
+		us := units()
+		cs := make([]Carried, len(us))
+		for i, u := range us {
+			cs[i] = u
+		}
+		if err := p.Overdue(context.Background(), c.b, cs); (err != nil) != (c.err != nil) {
+			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
+		}
+		want := units()
+		want[0] = &c.first
+		for i := range us {
+			if *us[i] != *want[i] {
+				t.Errorf("%s: unit %d carries %+v, want %+v", c.name, i, *us[i], *want[i])
+			}
+		}
+		if st.reads != c.reads {
+			t.Errorf("%s: %d reads, want %d", c.name, st.reads, c.reads)
 		}
 	}
 }

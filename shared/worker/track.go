@@ -70,14 +70,33 @@ func (tr *trackRun) park(m *unitMessage, wait time.Duration, requeued int) bool 
 // again carry as not to be learned from (ledger.TrackRetry.RateLeadMs
 // −1): they are late by the visibility timeout of a holder that died or
 // lapsed, not by the queue's lag (pacer.Arrived learned 27.8 s from it in
-// the flow bed). Their pacing is kept: a lease a dead holder used is
-// stale by now; dropping token bookings made a budget loop, and kept,
-// one past is spent as it comes (docs/adr/0031).
+// the flow bed). A lease a dead holder used is stale by now and leased
+// again (pacer.Lease.Late); a token booking that passed is readied by
+// pacer.Pacer.Overdue.
 func lateNotLearned(rs []ledger.TrackRetry) {
 	for i := range rs {
 		if rs[i].RateAtUs != 0 {
 			rs[i].RateLeadMs = -1
 		}
+	}
+}
+
+// overdue readies the token bookings of the units waiting in tr, received
+// again (pacer.Pacer.Overdue); unread, they are spent as they come.
+func (tr *trackRun) overdue(ctx context.Context, log *slog.Logger) {
+	rs := tr.msg.Track.Retries
+	ms := make([]unitMessage, len(rs))
+	cs := make([]pacer.Carried, len(rs))
+	for i := range rs {
+		ms[i] = unitMessage{track: tr, ref: rs[i]}
+		cs[i] = &ms[i]
+	}
+	if err := tr.w.pacing().Overdue(ctx, tr.b, cs); err != nil {
+		log.WarnContext(ctx, "token budget not read; the track's passed bookings are spent as they come", "error", err.Error())
+		return
+	}
+	for i := range rs {
+		rs[i] = ms[i].ref
 	}
 }
 
@@ -124,6 +143,9 @@ func (w *Worker) runTrack(ctx context.Context, log *slog.Logger, b ledger.Batch,
 		lateNotLearned(t.Retries)
 	}
 	tr.merge(took.Handed)
+	if d.ReceiveCount > 1 {
+		tr.overdue(ctx, log)
+	}
 	defer tr.closeLines()
 	if d.DeadLetter {
 		return w.deadTrack(ctx, log, tr, d)
