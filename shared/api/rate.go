@@ -184,16 +184,23 @@ func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 // "90000tokens/min"). field names the flag or metadata in the error.
 func ParseRate(field, s string) (Rate, error) {
 	spec, key, at := strings.Cut(strings.TrimSpace(s), "@")
-	bad := func() (Rate, error) {
-		return Rate{}, &InputError{Field: field, Reason: fmt.Sprintf("%q: want requests a second, a token budget or both, then optionally @key (50, 50/s, 50@api.example.com, 50,90000tokens/min@api.example.com, 300tokens/s)", s)}
+	bad := func(why string, args ...any) (Rate, error) {
+		return Rate{}, &InputError{Field: field, Reason: fmt.Sprintf("%q: %s; want requests a second, a token budget or both, then optionally @key (50, 50/s, 50@api.example.com, 50,90000tokens/min@api.example.com, 300tokens/s)", s, fmt.Sprintf(why, args...))}
 	}
 	if at && strings.TrimSpace(key) == "" {
-		return bad()
+		return bad("no key after @")
 	}
 	r := Rate{Key: strings.TrimSpace(key)}
 	seen := map[string]bool{}
-	for part := range strings.SplitSeq(spec, ",") {
+	parts := strings.Split(spec, ",")
+	for i, part := range parts {
 		part = strings.ReplaceAll(strings.TrimSpace(part), " ", "")
+		if part == "" {
+			if len(parts) == 1 {
+				return bad("no rate before @")
+			}
+			return bad("part %d of %d is empty", i+1, len(parts))
+		}
 		kind, n := "requests", strings.TrimSuffix(part, "/s")
 		switch {
 		case strings.HasSuffix(part, "tokens/min"):
@@ -202,13 +209,19 @@ func ParseRate(field, s string) (Rate, error) {
 			kind, n = "tokens/s", strings.TrimSuffix(part, "tokens/s")
 		}
 		v, err := strconv.ParseFloat(n, 64)
-		if err != nil || seen[kind] || (kind != "requests" && seen["tokens"]) {
-			return bad()
+		switch {
+		case err != nil && strings.Contains(part, "tokens"):
+			return bad("%q is not a token budget (a number, then tokens/min or tokens/s)", part)
+		case err != nil:
+			return bad("%q is not a number of requests a second (a number, optionally /s)", part)
+		case seen[kind] && kind == "requests":
+			return bad("two request rates")
+		case kind != "requests" && seen["tokens"]:
+			return bad("two token budgets")
+		case !(v > 0):
+			return bad("%q: a rate must be over 0", part)
 		}
 		seen[kind] = true
-		if v == 0 {
-			return bad()
-		}
 		switch kind {
 		case "requests":
 			r.RequestsPerSecond = v

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -33,6 +34,30 @@ func TestParseRate(t *testing.T) {
 	for _, bad := range []string{"", "fast", "0", "-1", "10001", "0.001", "50@", "50@a b", "50@a#b", "50@batch:other-batch"} {
 		if r, err := ParseRate("x-amz-meta-rate", bad); err == nil {
 			t.Errorf("ParseRate(%q) = %+v, want an error", bad, r)
+		}
+	}
+}
+
+// TestParseRateSaysWhatIsWrong guards the errors of --rate and
+// x-amz-meta-rate: each names what is wrong in the value, not only the
+// forms it takes.
+func TestParseRateSaysWhatIsWrong(t *testing.T) {
+	for in, why := range map[string]string{
+		"0@k":                   `"0": a rate must be over 0`,
+		"-5":                    `"-5": a rate must be over 0`,
+		"5,6000tokens/hour@k":   `"6000tokens/hour" is not a token budget`,
+		"5@":                    "no key after @",
+		"@k":                    "no rate before @",
+		"5,,@k":                 "part 2 of 3 is empty",
+		"fast":                  `"fast" is not a number of requests a second`,
+		"5,6":                   "two request rates",
+		"5tokens/s,6tokens/min": "two token budgets",
+		"10001":                 "10000",
+	} {
+		_, err := ParseRate("--rate", in)
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Field != "--rate" || !strings.Contains(ie.Reason, why) {
+			t.Errorf("ParseRate(%q) = %v; want an error naming --rate and saying %q", in, err, why)
 		}
 	}
 }
