@@ -51,6 +51,22 @@ func TestEstimateTextOverTheRecentWindow(t *testing.T) {
 	if got := watchLine(v, r); !strings.Contains(got, "finish ≈") {
 		t.Errorf("approved: watch line %q, want the finish projected", got)
 	}
+	// A projected cost is said to 4 significant digits, as status says it
+	// (a new user read tokens=23723.076923077).
+	v.Live.Estimate.ProjectedCost = pipeline.CostSum{"tokens": decimal.RequireFromString("23723.076923077"), "usd": decimal.RequireFromString("0.28461")}
+	if got := watchLine(v, r); !strings.Contains(got, "; projected cost tokens=23720 usd=0.2846") {
+		t.Errorf("watch line %q, want the projected cost to 4 significant digits", got)
+	}
+	// Paused, no item starts until the pause ends: no finish and no
+	// projected cost from the pace before it (a new user read a finish
+	// while the batch was paused by an outage).
+	for _, p := range []api.Pause{{By: api.PauseByOutage, Since: start, Class: "timeout"}, {By: api.PauseByCaller, Since: start}} {
+		v.Pause = &p
+		if got := watchLine(v, r); strings.Contains(got, "finish") || strings.Contains(got, "items/s") || strings.Contains(got, "projected") || !strings.Contains(got, "paused") {
+			t.Errorf("paused by %s: watch line %q", p.By, got)
+		}
+	}
+	v.Pause = nil
 	// While a cancel settles the run, its items not started never run:
 	// no pace, no finish, no projected cost; the line says it stops.
 	v.Stop = api.StatusCancelled

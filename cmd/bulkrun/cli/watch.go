@@ -231,10 +231,13 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		b.WriteString(fmt.Sprintf("; stopping (%s): the items not started settle without a call", v.Stop))
 		return b.String()
 	}
-	if holdsTheRest(v) {
-		// The rest waits for a decision: no finish to project from the
-		// sample's pace (the approval's estimate says the rest's time).
-	} else if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
+	if holdsTheRest(v) || v.Pause != nil {
+		// The rest waits for a decision, or for the pause to end: no
+		// finish to project from the pace before it (the approval's
+		// estimate says the rest's time; a pause has no end to count on).
+		return b.String()
+	}
+	if e := estimateOf(v); e != nil && e.RateBasis == api.RateBasisRecent {
 		// The API's pace over the run's last 60 s, whoever read it then.
 		b.WriteString(fmt.Sprintf("; %s over the last 60 s, finish ≈ %s", describe.RateText(e.RatePerSecond), describe.Stamp(e.FinishAt)))
 		if e.FinishBooked {
@@ -248,7 +251,7 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		}
 	}
 	if l := v.Live; l != nil && l.Estimate != nil && len(l.Estimate.ProjectedCost) > 0 {
-		b.WriteString("; projected cost " + l.Estimate.ProjectedCost.String())
+		b.WriteString("; projected cost " + describe.ProjectedText(l.Estimate.ProjectedCost))
 	}
 	return b.String()
 }

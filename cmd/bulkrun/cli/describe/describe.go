@@ -225,10 +225,10 @@ func EstimateText(e api.Estimate) string {
 	}
 	var proj []string
 	if len(e.ProjectedCost) > 0 {
-		proj = append(proj, "cost "+projectedText(e.ProjectedCost))
+		proj = append(proj, "cost "+ProjectedText(e.ProjectedCost))
 	}
 	if len(e.ProjectedRunSpent) > 0 {
-		proj = append(proj, "run_spent "+projectedText(e.ProjectedRunSpent))
+		proj = append(proj, "run_spent "+ProjectedText(e.ProjectedRunSpent))
 	}
 	if u := e.ProjectedUsage; u != nil {
 		proj = append(proj, fmt.Sprintf("%.0f DynamoDB write units, %.0f read units", u.DynamoDBWriteUnits, u.DynamoDBReadUnits))
@@ -239,10 +239,10 @@ func EstimateText(e api.Estimate) string {
 	return b.String()
 }
 
-// projectedText is a projected cost sum as status says it: each name's
+// ProjectedText is a projected cost sum as status says it: each name's
 // amount to 4 significant digits ("calls=3487", "usd=12.35"), a
 // projection being no more exact than that; the API keeps every digit.
-func projectedText(s pipeline.CostSum) string {
+func ProjectedText(s pipeline.CostSum) string {
 	parts := make([]string, 0, len(s))
 	for _, k := range s.Names() {
 		v, _ := s[k].Float64()
