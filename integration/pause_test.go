@@ -211,8 +211,12 @@ func (tl outageTimeline) probeOffsets() []string {
 }
 
 // TestOutagePausesTheBatchAndResumes is the outage story at test size on
-// the test stack (retry policy 1 s ×2 ≤ 20 s, 3 attempts: without the
-// pause an outage of a minute fails every item it meets): 300 items, the
+// the test stack (retry policy 1 s ×2 ≤ 20 s, 3 attempts — the Makefile's
+// TEST_RETRY, which make integration deploys: without the pause an outage
+// of a minute fails every item it meets; on a stack deployed with the
+// default policy, 5 minutes doubling to 15, the items that failed before
+// the pause wait their retries after it and the test runs past its
+// deadline): 300 items, the
 // receiver answering 502 for 60 s. The batch pauses itself within
 // seconds, probes at its checks (30 s, 90 s after the pause), unpauses on
 // the first probe after the outage, and completes with no item failed and
