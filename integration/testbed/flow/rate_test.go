@@ -641,13 +641,15 @@ func TestTokenBudgetSharedByTwoBatches(t *testing.T) {
 				k, len(all), total, span.Round(time.Second), pace, perMinute, sends)
 			// The calls of a window were booked at the key's tokens per call
 			// so far and moved by the debts settled before they started.
+			// Windows shorter than the budget's minute are logged, not held
+			// (docs/pipelines.md, "Rates": what a token budget holds).
 			for _, c := range []struct {
 				w     time.Duration
 				bound float64
-			}{{time.Minute, 1.10}, {5 * time.Minute, 1.05}} {
+			}{{time.Second, 0}, {10 * time.Second, 0}, {time.Minute, 1.10}, {5 * time.Minute, 1.05}} {
 				most, at := busiestTokens(all, c.w)
 				t.Logf("busiest %v window: %.0f tokens from +%v (%.1f %% of the budget)", c.w, most, at.Sub(all[0].at), 100*most/(perMinute*c.w.Minutes()))
-				if most > perMinute*c.w.Minutes()*c.bound {
+				if c.bound > 0 && most > perMinute*c.w.Minutes()*c.bound {
 					t.Errorf("%.0f tokens in the %v window from +%v, want ≤ %.0f (the budget + %.0f %%)", most, c.w, at.Sub(all[0].at), perMinute*c.w.Minutes()*c.bound, 100*(c.bound-1))
 				}
 			}
