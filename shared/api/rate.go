@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -214,6 +215,8 @@ func ParseRate(field, s string) (Rate, error) {
 			return bad("%q is not a token budget (a number, then tokens/min or tokens/s)", part)
 		case err != nil:
 			return bad("%q is not a number of requests a second (a number, optionally /s)", part)
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			return bad("%q is not a finite number", part)
 		case seen[kind] && kind == "requests":
 			return bad("two request rates")
 		case kind != "requests" && seen["tokens"]:
@@ -232,7 +235,7 @@ func ParseRate(field, s string) (Rate, error) {
 		}
 	}
 	if err := r.Validate(); err != nil {
-		return Rate{}, &InputError{Field: field, Reason: err.(*InputError).Reason}
+		return Rate{}, &InputError{Field: field, Reason: fmt.Sprintf("%q: %s", s, err.(*InputError).Reason)}
 	}
 	return r, nil
 }

@@ -52,7 +52,9 @@ func TestParseRateSaysWhatIsWrong(t *testing.T) {
 		"fast":                  `"fast" is not a number of requests a second`,
 		"5,6":                   "two request rates",
 		"5tokens/s,6tokens/min": "two token budgets",
-		"10001":                 "10000",
+		"10001":                 `"10001": 10001 is not within 0.01–10000`,
+		"NaN@k":                 `"NaN" is not a finite number`,
+		"Inf@k":                 `"Inf" is not a finite number`,
 	} {
 		_, err := ParseRate("--rate", in)
 		var ie *InputError

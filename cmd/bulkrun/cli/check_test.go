@@ -82,4 +82,11 @@ func TestSubmitCheckListsEveryProblem(t *testing.T) {
 	if _, _, err := run("--bad-rows", "skip"); !errors.As(err, &ee) || ee.Code != ExitUsage {
 		t.Errorf("--bad-rows skip: %v, want a usage error", err)
 	}
+	// A flag the submit would refuse is refused by --check too (a new user
+	// read "would run" for --rate abc, which the submit refuses).
+	for _, bad := range [][]string{{"--rate", "abc"}, {"--rate", "5@"}, {"--retry", "backoff_rate=0"}} {
+		if out, reqs, err := run(append([]string{"--bad-rows", "fail"}, bad...)...); !errors.As(err, &ee) || ee.Code != ExitUsage || reqs != 0 || strings.Contains(out, "would run") {
+			t.Errorf("--check %v: %v (%d requests)\n%s; want a usage error naming the flag", bad, err, reqs, out)
+		}
+	}
 }

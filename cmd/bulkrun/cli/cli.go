@@ -283,6 +283,20 @@ func (a *app) submitCmd() *cobra.Command {
 			if delim != "" && prefix {
 				return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--csv-delimiter applies to a CSV file or object, not a prefix")}
 			}
+			// Flags refused on their own are refused before --check reads
+			// the source: a check that passes says the submit would run.
+			var policy *api.RetryPolicy
+			if retry != "" {
+				p, err := api.ParseRetryPolicy(retry)
+				if err != nil {
+					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
+				}
+				policy = &p
+			}
+			r, err := rateFlag(rate)
+			if err != nil {
+				return err
+			}
 			if done, err := a.submitCheck(cmd, &req, &sc, args[0], prefix, format, delim); done || err != nil {
 				return err
 			}
@@ -329,18 +343,7 @@ func (a *app) submitCmd() *cobra.Command {
 			if cmd.Flags().Changed("stop-on-threshold") {
 				req.StopOnThreshold = &stop
 			}
-			if retry != "" {
-				p, err := api.ParseRetryPolicy(retry)
-				if err != nil {
-					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
-				}
-				req.Retry = &p
-			}
-			r, err := rateFlag(rate)
-			if err != nil {
-				return err
-			}
-			req.Rate = r
+			req.Retry, req.Rate = policy, r
 			req.OnInterrupt = api.InterruptPolicy(onInterrupt)
 			if cmd.Flags().Changed("tolerated-failure-percent") {
 				req.Threshold.FailurePercent = &percent
