@@ -464,6 +464,7 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 		v.Census, v.CensusSource = b.FinalCensus, wire.CensusFromReport
 		v.Report = "s3://" + a.Blobs.Bucket() + "/" + b.ReportKey
 		v.NeedsAttention = v.NeedsAttention || b.KeepsHalts()
+		v.Paused = b.PausedSummary(b.FinishedAt)
 	default:
 		// A running batch: its chunk counters, O(counter shards) reads
 		// whatever its size; the exact census comes with the report.

@@ -95,9 +95,10 @@ type BatchView struct {
 	// waiting for a retry (and when the next is due), interrupted, not yet
 	// fanned out, and why it needs attention now.
 	Live *api.LiveView `json:"live,omitempty"`
-	// Paused is what a running run's pauses took so far (a pause
-	// standing now counted to now); absent when it has not paused and
-	// once the run finished (its report keeps it: api.Report.Paused).
+	// Paused is what the run's pauses took: so far while it runs (a
+	// pause standing now counted to now), in all once it finished (a
+	// pause standing then counted to the run's end, as the report's
+	// api.Report.Paused); absent when it has not paused.
 	Paused  *api.PausedSummary `json:"paused,omitempty"`
 	Report  string             `json:"report,omitempty"`
 	Created *bool              `json:"created,omitempty"`

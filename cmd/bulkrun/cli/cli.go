@@ -879,7 +879,7 @@ func (a *app) show(v wire.BatchView) error {
 	}
 	if p := v.Pause; p != nil && v.Status == api.StatusRunning {
 		textf(a.out, "%s\n", describe.PauseText(*p))
-	} else if ps := v.Paused; ps != nil && v.Status == api.StatusRunning {
+	} else if ps := v.Paused; ps != nil && (v.Status == api.StatusRunning || v.Status.Finished()) {
 		textf(a.out, "%s\n", describe.PausedText(*ps))
 	}
 	if v.Failure != "" && v.Status == api.StatusFinalizeFailed {

@@ -258,6 +258,15 @@ func TestStatusShowsThePause(t *testing.T) {
 	if want := "paused 2 times, 1m35.5s in all; the last by an outage (http 502, 3 probes) from 2026-12-01T19:49:53Z to 2026-12-01T19:50:51Z, ended by a caller's unpause\n"; !strings.Contains(out.String(), want) {
 		t.Errorf("status of a running batch that paused before:\n%s\nwant the line %q", out.String(), want)
 	}
+	// Finished, it still says so (a new user saw the pauses only in the
+	// report).
+	out.Reset()
+	if err := a.show(wire.BatchView{Batch: api.Batch{ID: "b-1", Run: 1, Status: api.StatusCompleted}, Paused: ps}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "paused 2 times, 1m35.5s in all;"; !strings.Contains(out.String(), want) {
+		t.Errorf("status of a finished batch that paused:\n%s\nwant the line %q", out.String(), want)
+	}
 }
 
 // --budget sets the request's budget_usd only when given, and refuses

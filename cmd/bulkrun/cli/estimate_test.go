@@ -90,6 +90,15 @@ func TestFinishedTextLeavesOutTheWaitAndTheCancelled(t *testing.T) {
 	if got, want := finishedText(v, 3000), "; 3000 items in 40s (30s of it awaiting approval; 3000 ran at 300 items/s)"; got != want {
 		t.Errorf("approved after 30 s: got %q, want %q", got, want)
 	}
+	// A run that paused: its pauses' time is left out of the pace, as
+	// status leaves it out (a new user read 1.7 items/s for a run of
+	// 2.5 items/s paused 1 m 31 s).
+	v.Approval = nil
+	v.FinishedAt, v.Paused = start.Add(302*time.Second), &api.PausedSummary{Pauses: 1, Seconds: 91.189}
+	if got, want := finishedText(v, 500), "; 500 items in 5m2s (1m31s of it paused; 500 ran at 2.4 items/s)"; got != want {
+		t.Errorf("paused: got %q, want %q", got, want)
+	}
+	v.Paused = nil
 	v.Approval = api.ApprovalOf(100, api.ApprovalRejected, api.DecidedByCaller, start.Add(5*time.Second), &api.SampleEstimate{MadeAt: start.Add(4 * time.Second)})
 	v.Status, v.FinishedAt, v.Census = api.StatusCancelled, start.Add(10*time.Second), &api.Census{Total: 400, Succeeded: 50, Cancelled: 350}
 	if got, want := finishedText(v, 400), "; 400 items in 10s (350 cancelled; 50 ran at 5.0 items/s)"; got != want {

@@ -76,6 +76,11 @@ func (a *app) watch(ctx context.Context, id string) error {
 			rate = rateMeter{}
 		}
 		held = holdsTheRest(v)
+		if v.Pause != nil {
+			// Paused: the pace after it starts again at its end, as the
+			// API's window does (docs/cli.md).
+			rate = rateMeter{}
+		}
 		rate.add(time.Now(), done)
 		desc := watchLine(v, rate)
 		if bar != nil {
@@ -259,9 +264,11 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 // finishedText is the watch's end of a finished run: its done items over
 // the time from its start to its end, and the pace of the items that ran
 // — "; 50 items in 10s (5.0 items/s)" — over that time less a sampled
-// run's wait for its approval, the cancelled items left out of it —
-// "; 3000 items in 40s (29s of it awaiting approval; 3000 ran at 272.7
-// items/s)", "; 400 items in 14s (350 cancelled; 50 ran at 3.6 items/s)".
+// run's wait for its approval and the time its pauses took, the
+// cancelled items left out of it — "; 3000 items in 40s (29s of it
+// awaiting approval; 3000 ran at 272.7 items/s)", "; 500 items in 5m2s
+// (1m31s of it paused; 500 ran at 2.4 items/s)", "; 400 items in 14s
+// (350 cancelled; 50 ran at 3.6 items/s)".
 func finishedText(v wire.BatchView, done int64) string {
 	took := v.FinishedAt.Sub(v.RunStartedAt)
 	busy, ran := took, done
@@ -270,6 +277,12 @@ func finishedText(v wire.BatchView, done int64) string {
 		if wait := ap.DecidedAt.Sub(ap.Estimate.MadeAt); wait < took {
 			busy -= wait
 			notes = append(notes, wait.Round(time.Second).String()+" of it awaiting approval")
+		}
+	}
+	if ps := v.Paused; ps != nil && ps.Seconds > 0 {
+		if wait := time.Duration(ps.Seconds * float64(time.Second)); wait < busy {
+			busy -= wait
+			notes = append(notes, wait.Round(time.Second).String()+" of it paused")
 		}
 	}
 	if c := v.Census; c != nil && c.Cancelled > 0 && c.Cancelled <= done {

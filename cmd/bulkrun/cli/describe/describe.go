@@ -395,13 +395,18 @@ func LiftedText(l api.LiftedSummary) string {
 	return line + "), lifted " + Stamp(h.LiftedAt)
 }
 
-// PausedText is a report's pauses in a line: "paused 2 times, 1m35.5s
+// PausedText is a report's pauses in a line, their time to a tenth of a
+// second (a millisecond under one): "paused 2 times, 1m35.5s
 // in all; the last by an outage (http 502, 3 probes) from
 // 2026-12-06T10:01:02Z to 2026-12-06T10:02:00Z, ended by its probe
 // answered". A pause standing when the run ended (a cancel while
 // paused) is "… to the run's end at …".
 func PausedText(ps api.PausedSummary) string {
-	line := fmt.Sprintf("paused %s, %s in all", api.Count(int64(ps.Pauses), "time"), (time.Duration(ps.Seconds*1000) * time.Millisecond).String())
+	took := time.Duration(ps.Seconds*1000) * time.Millisecond
+	if took >= time.Second {
+		took = took.Round(100 * time.Millisecond) // "1m31.2s", not "1m31.189s"
+	}
+	line := fmt.Sprintf("paused %s, %s in all", api.Count(int64(ps.Pauses), "time"), took)
 	l := ps.Last
 	if l == nil {
 		return line

@@ -181,6 +181,7 @@ func TestPausedText(t *testing.T) {
 		want string
 	}{
 		{api.PausedSummary{Pauses: 1, Seconds: 0.25}, "paused 1 time, 250ms in all"},
+		{api.PausedSummary{Pauses: 1, Seconds: 91.189}, "paused 1 time, 1m31.2s in all"},
 		{api.PausedSummary{Pauses: 2, Seconds: 95.5, Last: &api.PauseSpan{By: api.PauseByOutage, Since: t0, Until: t0.Add(58 * time.Second), Class: "http 502", Probes: 3, EndedBy: api.PauseByOutage}},
 			"paused 2 times, 1m35.5s in all; the last by an outage (http 502, 3 probes) from 2026-12-06T10:01:02Z to 2026-12-06T10:02:00Z, ended by its probe answered"},
 		{api.PausedSummary{Pauses: 1, Seconds: 60, Last: &api.PauseSpan{By: api.PauseByOutage, Since: t0, Until: t0.Add(time.Minute), EndedBy: api.PauseByCaller}},
