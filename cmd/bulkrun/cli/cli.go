@@ -948,7 +948,9 @@ func (a *app) show(v wire.BatchView) error {
 		if p := l.AdaptivePace; p != nil {
 			textf(a.out, "%s\n", describe.AdaptivePaceText(*p))
 		}
-		if r := l.RateBooked; r != nil {
+		if r := l.RateBooked; r != nil && v.Pause == nil {
+			// Paused, none of its units leases: the pause line says why
+			// nothing moves.
 			textf(a.out, "%s\n", describe.RateBookedText(*r))
 		}
 		if e := l.Estimate; e != nil {

@@ -211,8 +211,8 @@ func note(b api.BatchSummary) string {
 		if a := l.AdaptivePace; a != nil {
 			live += fmt.Sprintf(", paced by %s at %s requests/s", a.Key, describe.LimitText(a.LimitPerSecond))
 		}
-		if r := l.RateBooked; r != nil {
-			live += ", " + describe.BookedText(*r)
+		if r := l.RateBooked; r != nil && b.Pause == nil {
+			live += ", " + describe.BookedText(*r) // paused, the pause is why nothing moves
 		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)
@@ -225,7 +225,11 @@ func note(b api.BatchSummary) string {
 		}
 		n = append(n, live)
 		if l.NeedsAttention() {
-			n = append(n, "needs attention: "+strings.Join(l.Attention, ", "))
+			// The pause is said once, above.
+			att := slices.DeleteFunc(slices.Clone(l.Attention), func(a string) bool { return b.Pause != nil && strings.HasPrefix(a, "paused ") })
+			if len(att) > 0 {
+				n = append(n, "needs attention: "+strings.Join(att, ", "))
+			}
 		}
 	}
 	if b.PendingDeletion {

@@ -294,6 +294,14 @@ func TestListNotesARateKeyBookedAhead(t *testing.T) {
 	if got := note(b); strings.Contains(got, "booked") {
 		t.Errorf("nothing booked: note %q", got)
 	}
+	// Paused, the pause is why nothing moves: said once, and no booking
+	// that reads as calls to come (a new user read both).
+	b = api.BatchSummary{ID: "b", Status: api.StatusRunning, Pause: &api.Pause{By: api.PauseByCaller, Since: until},
+		Live: &api.LiveView{Attention: []string{"paused by a caller since 2026-12-06T10:15:30Z", "3 items waiting for a retry"},
+			RateBooked: &api.RateBooked{Key: "api.example.com", By: api.BookedByTokens, Until: until, AheadSeconds: 14.2}}}
+	if got := note(b); strings.Count(got, "paused by") != 1 || strings.Contains(got, "booked") || !strings.Contains(got, "needs attention: 3 items waiting for a retry") {
+		t.Errorf("paused: note %q, want the pause once, no booking, the other attention", got)
+	}
 }
 
 // TestListNotesAKeptHalt guards bulkrun list on a finished batch that

@@ -196,10 +196,10 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 			b.WriteString(", no call before " + describe.Stamp(*h))
 		}
 	}
-	if l := v.Live; l != nil && l.RateBooked != nil && !v.Status.Finished() {
+	if l := v.Live; l != nil && l.RateBooked != nil && !v.Status.Finished() && v.Pause == nil {
 		// Its rate key is booked ahead (by it or other batches naming the
 		// key): its next calls wait behind those bookings, which is why
-		// items in flight may not move.
+		// items in flight may not move. Paused, the pause is why.
 		b.WriteString("; " + describe.BookedText(*l.RateBooked))
 	}
 	if p := v.Pause; p != nil && !v.Status.Finished() {
@@ -211,8 +211,12 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		case api.PauseByCaller:
 			b.WriteString("; paused by a caller since " + describe.Stamp(p.Since) + " (bulkrun unpause " + v.ID + ")")
 		default:
-			b.WriteString(fmt.Sprintf("; paused by an outage (%s) since %s: no item starts until a probe is answered (%s so far) or bulkrun unpause %s",
-				p.Class, describe.Stamp(p.Since), api.Count(p.Probes, "probe"), v.ID))
+			next := ""
+			if !p.NextCheckAt.IsZero() {
+				next = ", next check " + describe.Stamp(p.NextCheckAt)
+			}
+			b.WriteString(fmt.Sprintf("; paused by an outage (%s) since %s: no item starts until a probe is answered (%s so far%s) or bulkrun unpause %s",
+				p.Class, describe.Stamp(p.Since), api.Count(p.Probes, "probe"), next, v.ID))
 		}
 	}
 	if ap := v.Approval; ap != nil && !v.Status.Finished() && v.Stop == "" {

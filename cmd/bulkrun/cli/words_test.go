@@ -315,6 +315,13 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got, want := watchLine(byOutage, r), "; paused by an outage (timeout) since "+describe.Stamp(start)+": no item starts until a probe is answered (2 probes so far) or bulkrun unpause orders-1"; !strings.Contains(got, want) {
 		t.Errorf("line %q paused by an outage: want %q", got, want)
 	}
+	// With its next check, as status says it; and no rate key booking,
+	// which would read as calls to come.
+	byOutage.Pause.NextCheckAt = start.Add(90 * time.Second)
+	byOutage.Live = &api.LiveView{RateBooked: &api.RateBooked{Key: "k", By: api.BookedByTokens, Until: start.Add(time.Minute), AheadSeconds: 60}}
+	if got, want := watchLine(byOutage, r), "(2 probes so far, next check "+describe.Stamp(start.Add(90*time.Second))+") or bulkrun unpause orders-1"; !strings.Contains(got, want) || strings.Contains(got, "booked") {
+		t.Errorf("line %q paused by an outage: want %q and no booking", got, want)
+	}
 	// Items in flight that wait for a retry say so, with their cause and
 	// when the first is due: a rate fallen to 0.0 items/s is explained.
 	next := time.Date(2026, 12, 2, 14, 51, 0, 0, time.UTC)
