@@ -289,8 +289,9 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 	if v, err = env.api.Unpause(ctx, id); err != nil || v.Pause != nil {
 		t.Fatalf("unpause again: %+v, %v", v.Pause, err)
 	}
-	// What the pause took, on the running batch's view and then in its
-	// report: one pause of at least the 35 s slept, by a caller both ways.
+	// What the pause took, on the running batch's view, on its finished
+	// view and in its report: one pause of at least the 35 s slept, by a
+	// caller both ways.
 	pausedFor := func(what string, p *api.PausedSummary) {
 		t.Helper()
 		if p == nil || p.Pauses != 1 || p.Seconds < 35 || p.Last == nil || p.Last.By != api.PauseByCaller || p.Last.EndedBy != api.PauseByCaller {
@@ -311,6 +312,7 @@ func TestPauseAndUnpauseByHand(t *testing.T) {
 	if final.Status != api.StatusCompleted || final.Census == nil || final.Census.Succeeded != 200 || final.Pause != nil {
 		t.Fatalf("finished %s %+v pause %+v: want completed, 200 succeeded, not paused", final.Status, final.Census, final.Pause)
 	}
+	pausedFor("the finished view", final.Paused)
 	for k, c := range env.hook.counts(id) {
 		if c != 1 {
 			t.Errorf("%s called %d times", k, c)
