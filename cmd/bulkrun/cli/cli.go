@@ -285,15 +285,7 @@ func (a *app) submitCmd() *cobra.Command {
 			}
 			// Flags refused on their own are refused before --check reads
 			// the source: a check that passes says the submit would run.
-			var policy *api.RetryPolicy
-			if retry != "" {
-				p, err := api.ParseRetryPolicy(retry)
-				if err != nil {
-					return &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
-				}
-				policy = &p
-			}
-			r, err := rateFlag(rate)
+			policy, r, err := retryAndRateFlags(retry, rate)
 			if err != nil {
 				return err
 			}
@@ -465,6 +457,21 @@ func (v usdValue) Type() string { return "usd" }
 
 // priorityFlagHelp is --priority's help, for submit and upload.
 const priorityFlagHelp = "the batch's weight in the items queue's fair share while other batches wait with it, 1–10: at 3 it gets about 3 calls for another batch's 1 (default 0: 1; docs/api.md, \"Priority\")"
+
+// retryAndRateFlags reads --retry and --rate ("": nil each), a usage
+// error naming the flag when one is bad.
+func retryAndRateFlags(retry, rate string) (*api.RetryPolicy, *api.Rate, error) {
+	var policy *api.RetryPolicy
+	if retry != "" {
+		p, err := api.ParseRetryPolicy(retry)
+		if err != nil {
+			return nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--retry: %w", err)}
+		}
+		policy = &p
+	}
+	r, err := rateFlag(rate)
+	return policy, r, err
+}
 
 // rateFlag reads --rate ("": nil), a usage error when bad.
 func rateFlag(s string) (*api.Rate, error) {
