@@ -643,7 +643,9 @@ type Progress struct {
 	// the downstream may have finished them.
 	TimedOut int64
 	// FannedOut counts the items of the chunks whose fan-out sent every
-	// item message (CountFanned); FanChunks how many chunks those are.
+	// item message (CountFanned); FanChunks how many chunks those are
+	// (a sampled first run's chunk of the sample's end counts as two: its
+	// sample's messages and the rest's).
 	FannedOut int64
 	FanChunks int64
 	// Held counts the run's held items by held outcome (WaitCount.Held

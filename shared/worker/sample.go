@@ -28,8 +28,9 @@ func approvalWait(b ledger.Batch, now time.Time) time.Duration {
 // delayed on the queue. So a decision given in those 10 minutes reaches
 // the held messages within about 14 s (api.ApprovalReachesBy), and a
 // batch left awaiting costs 110 re-sends in the first hour per held
-// message (the sample's last chunk's units and one message per later
-// chunk), then 12 an hour. A rejection cancels the run (the held
+// message (one per fan-out chunk not wholly in the sample: the chunk
+// of the sample's end sends the sample's messages only, fanout), then 12
+// an hour. A rejection cancels the run (the held
 // items end cancelled when their messages come back).
 func (w *Worker) holdForApproval(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery) (bool, []done) {
 	now := w.Clock.Now()
