@@ -249,7 +249,7 @@ func (s *Store) Progress(ctx context.Context, batchID string, run, shards int) (
 // CountLane adds c's items to counter lane c.Lane with one UpdateItem
 // that returns the new values (UPDATED_NEW; no read is billed):
 //
-//	ADD done :n, failures :f, n_{outcome} …, wcu :w, rcu :r
+//	ADD done :n, failures :f, n_{outcome} …, wcu :w, rcu :r [, busy_ms :b]
 //	SET items = :target, t{h} = :token@:now, updated_at_ms = :now, fv, expires_at
 //	IF attribute_not_exists(done) OR done <= :target − :n
 //
@@ -284,6 +284,9 @@ func (s *Store) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneC
 	if used.DynamoDBWriteUnits > 0 || used.DynamoDBReadUnits > 0 {
 		u = u.Add(expression.Name(layout.AttrWriteUnits), expression.Value(used.DynamoDBWriteUnits)).
 			Add(expression.Name(layout.AttrReadUnits), expression.Value(used.DynamoDBReadUnits))
+	}
+	if c.BusyMs > 0 {
+		u = u.Add(expression.Name(layout.AttrBusyMs), expression.Value(c.BusyMs))
 	}
 	fits := expression.Or(expression.AttributeNotExists(expression.Name(layout.AttrDone)),
 		expression.Name(layout.AttrDone).LessThanEqual(expression.Value(c.Target-n)))

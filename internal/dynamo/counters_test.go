@@ -19,7 +19,7 @@ import (
 
 // A counter lane write at the worker's bound — api.MaxCensusCostNames
 // cost and spent names of pipeline.MaxCostNameBytes each, every outcome
-// and failure-class slot, the units — has an update expression within
+// and failure-class slot, the units and a sample's busy time — has an update expression within
 // DynamoDB's 4 KB ("Service, account, and table quotas", Expression
 // parameters: the maximum length of any expression string is 4 KB), as
 // the in-memory store (memstore.MaxExpressionBytes) assumes.
@@ -42,7 +42,7 @@ func TestCountLaneExpressionWithinLimit(t *testing.T) {
 		outcomes[o] = 1
 	}
 	if _, err := s.CountLane(context.Background(), ledger.LaneCount{BatchID: "b", Run: 1, Lane: 0, Target: 100, Outcomes: outcomes, Failures: 2,
-		Cost: cost, Spent: spent, Streaks: streaks, Token: ledger.NewToken(), Now: time.Now()}); err != nil {
+		Cost: cost, Spent: spent, Streaks: streaks, BusyMs: 1 << 40, Token: ledger.NewToken(), Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.bodies) != 1 {

@@ -206,7 +206,8 @@ func (j *Judge) Sample(ctx context.Context, log *slog.Logger, b ledger.Batch, co
 	}
 	spent := spend.RunSpend(p.Spent, p.Usage)
 	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
-		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel, PerInvocation: j.PerInvocation, Ramp: j.Ramp}
+		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel, PerInvocation: j.PerInvocation, Ramp: j.Ramp,
+		Busy: time.Duration(p.BusyMs) * time.Millisecond}
 	if n := b.MaxConcurrency; n > 0 {
 		// On max_concurrency's tracks the sample and the rest run N units
 		// at once, one item at a time each.

@@ -496,6 +496,11 @@ type LaneCount struct {
 	// answered. See Pause.
 	Answered bool
 	Streaks  map[int]int64
+	// BusyMs adds how long, in milliseconds, the message batch's
+	// deliveries that ran an attempt took, each from its start to its
+	// end (Progress.BusyMs); 0 adds nothing. The worker sends it only
+	// for a sampled first run without its estimate.
+	BusyMs int64
 	// Token tells this write from every other (a random string): a write
 	// sent again after its answer was lost finds it on the row (the
 	// adapter keeps recent writes' tokens in slots).
@@ -618,7 +623,11 @@ type Progress struct {
 	// its share; the report's census is exact).
 	Cost, Spent pipeline.CostSum
 	UpdatedAt   time.Time // latest update of any counter row; zero when none
-	Usage       api.Usage // what the run's message batches consumed, as far as attributed
+	// BusyMs sums LaneCount.BusyMs: the milliseconds the run's deliveries
+	// that ran an attempt took while it was counted (a sample's, for its
+	// estimate: sample.Run.Busy).
+	BusyMs int64
+	Usage  api.Usage // what the run's message batches consumed, as far as attributed
 	// RetryDue counts the items whose retry was scheduled, by the Unix
 	// minute it is due (WaitCount.Due summed): those of minutes still to
 	// come are waiting (Waiting, NextRetry).

@@ -51,6 +51,12 @@ type Run struct {
 	// RequestsPerSecond is the batch's rate (api.Rate.RequestsPerSecond),
 	// 0 for none.
 	RequestsPerSecond float64
+	// Busy is how long the sample's deliveries that ran an attempt took,
+	// summed, each from its start to its end (ledger.Progress.BusyMs);
+	// 0: not measured (a batch counted without lanes), and the pace per
+	// message is taken from the sample's time over the messages it ran
+	// at once.
+	Busy time.Duration
 }
 
 // z95 is the standard normal quantile for a two-sided 95 % interval.
@@ -122,10 +128,11 @@ func (r Ramp) orStandard() Ramp {
 
 // Estimate is r's estimate of its whole run. Costs scale linearly:
 // the sample's spend × Items / Ended. The rest's pace per message at
-// once is the sample's own (Ended over the seconds from StartedAt to
-// EndedAt, over the messages it ran at once: min(its messages,
-// Parallel, Ramp.Start × PerInvocation)), and the rest runs min(its
-// messages, Parallel) at once — reached as the event source scales
+// once is the sample's items per second its deliveries ran (Ended over
+// Busy) — or, with Busy unknown, its own pace (Ended over the seconds
+// from StartedAt to EndedAt) over the messages it ran at once: min(its
+// messages, Parallel, Ramp.Start × PerInvocation) — and the rest runs
+// min(its messages, Parallel) at once — reached as the event source scales
 // (Ramp.Start invocations of PerInvocation messages, Ramp.PerMinute more
 // a minute) when PerInvocation is set — and no faster than the batch's
 // rate. What it leaves out, said in the docs: a downstream that slows
@@ -174,10 +181,17 @@ func Estimate(r Run) *api.SampleEstimate {
 		if r.PerInvocation > 0 {
 			was = min(was, int64(ramp.Start*r.PerInvocation))
 		}
-		if at := min(rest, p); at > was {
-			t := rampSeconds(left, own/float64(was), float64(at), r.PerInvocation, ramp)
-			pace = left / t
+		at := min(rest, p)
+		switch busy := r.Busy.Seconds(); {
+		case busy > 0 && at > 0:
+			per := float64(ended) / busy
+			pace = left / rampSeconds(left, per, float64(at), r.PerInvocation, ramp)
+			why = fmt.Sprintf("the sample's %.3g items a second per message running (its %d items over the %.3g s its messages ran) × %.3g, the rest's average of messages at once, up to %d", per, ended, busy, pace/per, at)
+		case at > was:
+			pace = left / rampSeconds(left, own/float64(was), float64(at), r.PerInvocation, ramp)
 			why = fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g, the rest's average gain from the sample's %d messages at once to %d", own, pace/own, was, at)
+		}
+		if pace != own {
 			if r.PerInvocation > 0 {
 				why += fmt.Sprintf(", reached as the event source adds %d invocations of %d messages a minute from %d (the ramp counted in the average)", ramp.PerMinute, r.PerInvocation, ramp.Start)
 			}

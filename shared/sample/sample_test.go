@@ -187,3 +187,28 @@ func TestCheckSetsTheEstimateBesideTheRun(t *testing.T) {
 		}
 	}
 }
+
+// With the sample's deliveries timed (Busy), the pace per message is
+// the sample's items over that time, not over its wall time: 200 items
+// at 10 a message whose 20 messages ran 0.4 s each (8 s in all) are
+// 25 items a second per message; a stack of 30 messages at once (no
+// ramp modelled) runs the rest's 19,800 at 750 a second, 27 s — where
+// the wall time (20 s, most of it the run's start) over the sample's
+// 20 messages at once gives 15 a second, 1,320 s. A batch rate below
+// that still bounds it.
+func TestEstimateTakesThePacePerMessageFromTheDeliveriesTime(t *testing.T) {
+	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	r := Run{Items: 20000, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 30, Busy: 8 * time.Second}
+	e := Estimate(r)
+	if e.ItemsPerSecond != 750 || e.Seconds != 27 || !strings.Contains(e.Pace, "over the 8 s its messages ran") {
+		t.Errorf("pace %v items/s, %v s (%q): want 750 and 27 from the deliveries' 8 s", e.ItemsPerSecond, e.Seconds, e.Pace)
+	}
+	r.Busy = 0
+	if e := Estimate(r); e.ItemsPerSecond != 15 || e.Seconds != 1320 {
+		t.Errorf("without Busy: pace %v items/s, %v s (%q): want 15 and 1,320", e.ItemsPerSecond, e.Seconds, e.Pace)
+	}
+	r.Busy, r.RequestsPerSecond = 8*time.Second, 100
+	if e := Estimate(r); e.ItemsPerSecond != 100 || e.Seconds != 198 {
+		t.Errorf("with a rate of 100/s: pace %v items/s, %v s: want 100 and 198", e.ItemsPerSecond, e.Seconds)
+	}
+}

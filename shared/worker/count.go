@@ -37,6 +37,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 		// (done.attemptSpent), ended or not.
 		cost, spent pipeline.CostSum
 		health      health
+		busy        time.Duration // the deliveries' done.busy
 	}
 	runs := map[runKey]*sum{}
 	var order []runKey
@@ -62,6 +63,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 			order = append(order, k)
 		}
 		a.health.add(d)
+		a.busy += d.busy
 		a.spent.Add(d.attemptSpent)
 		if !d.outcome.Terminal() {
 			continue // a retry or a hold: the pause's and the spend's, not the items'
@@ -72,7 +74,7 @@ func (w *Worker) count(ctx context.Context, dones []done, weight int64) {
 	for _, k := range order {
 		a := runs[k]
 		log := w.Log.With("batch_id", k.id, "run", k.run)
-		w.countLanes(ctx, log, a.b, a.outcomes, a.cost, a.spent, a.health)
+		w.countLanes(ctx, log, a.b, a.outcomes, a.cost, a.spent, a.health, a.busy)
 		if ledger.SumOutcomes(a.outcomes) > 0 || len(a.spent) > 0 {
 			w.judges().Budget(ctx, log, a.b)
 			w.judges().Sample(ctx, log, a.b, true)
@@ -181,8 +183,12 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 // of items still retrying or held. A message batch with no terminal item
 // writes its streaks and that spend to a lane at random: one write, as a
 // counted message batch's.
-func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batch, outcomes map[api.Outcome]int64, cost, spent pipeline.CostSum, h health) {
+func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batch, outcomes map[api.Outcome]int64, cost, spent pipeline.CostSum, h health, busy time.Duration) {
 	lanes := b.RunLanes()
+	var busyMs int64 // only a sample without its estimate yet reads it
+	if a := b.Approval; b.Run == 1 && a != nil && a.Estimate == nil {
+		busyMs = busy.Milliseconds()
+	}
 	judge := b.Stop == "" && b.EarlyStop() && b.Threshold.Limited()
 	var tolerated, quantum int64
 	if judge {
@@ -205,7 +211,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		}
 		p := rand.IntN(max(1, lanes))
 		c := ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
-			Outcomes: map[api.Outcome]int64{}, Spent: spent, Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
+			Outcomes: map[api.Outcome]int64{}, Spent: spent, Answered: answered, Streaks: streaks, BusyMs: busyMs, Token: ledger.NewToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
 		if ledger.Refused(err) && len(spent) > 0 {
 			// Refused for its cost names, as an ended items' write may be:
@@ -240,7 +246,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		part := lanebook.Take(left, room)
 		c := ledger.LaneCount{BatchID: b.ID, Run: b.Run, Lane: p, Target: ledger.LaneTarget(b.RunItems(), lanes, p),
 			Outcomes: part, Failures: part[api.OutcomeFailed] + part[api.OutcomeQuarantined], Cost: cost, Spent: spent,
-			Answered: answered, Streaks: streaks, Token: ledger.NewToken(), Now: w.Clock.Now()}
+			Answered: answered, Streaks: streaks, BusyMs: busyMs, Token: ledger.NewToken(), Now: w.Clock.Now()}
 		got, err := w.Store.CountLane(ctx, c)
 		if ledger.Refused(err) && !folded && len(cost)+len(spent) > 0 {
 			// The row (400 KB) or the expression (4 KB) would pass
@@ -263,7 +269,7 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 			return
 		}
 		book.Set(p, c.Target-got.Done)
-		cost, spent = nil, nil // counted with this write
+		cost, spent, busyMs = nil, nil, 0 // counted with this write
 		if len(streaks) > 0 {
 			w.judgeStreaks(ctx, log, b, h, streaks, got.Streaks)
 		}

@@ -28,6 +28,7 @@ type laneStore struct {
 	writes    map[string]map[int64]int
 	stops     int
 	triggered int
+	busyMs    int64 // LaneCount.BusyMs of the writes that counted
 }
 
 func newLaneStore() *laneStore {
@@ -50,6 +51,7 @@ func (s *laneStore) CountLane(_ context.Context, c ledger.LaneCount) (ledger.Lan
 	}
 	s.done[c.Lane] += c.Done()
 	s.failures[c.Lane] += c.Failures
+	s.busyMs += c.BusyMs
 	return ledger.LaneCounted{Done: s.done[c.Lane], Failures: s.failures[c.Lane]}, nil
 }
 
@@ -198,3 +200,39 @@ func sumWrites(per map[int64]int) int {
 type fixedClock struct{}
 
 func (fixedClock) Now() time.Time { return time.Unix(1_800_000_000, 0) }
+
+// A sampled first run without its estimate counts its deliveries' time
+// (done.busy, on each delivery's first ending that ran an attempt) once,
+// with the write that counts, though the first lane tried is full and
+// refuses it; once the estimate is written, or on a batch that does not
+// sample, it is not sent.
+func TestCountSendsTheSampleDeliveriesTimeOnce(t *testing.T) {
+	s := newLaneStore()
+	s.now = func() int64 { return 0 }
+	b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, ItemCount: 40, Approval: &api.Approval{Sample: 20}}, CounterLanes: 2}
+	s.done[0] = ledger.LaneTarget(40, 2, 0) // full: refuses
+	w := &Worker{Store: s, Trigger: s, Clock: fixedClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	dns := []done{{batch: b, outcome: api.OutcomeSucceeded, items: 1}, {batch: b, outcome: api.OutcomeSucceeded, items: 1, ran: true},
+		{batch: b, outcome: api.OutcomeFailed, items: 1, ran: true}}
+	markBusy(dns, 300*time.Millisecond)
+	if dns[0].busy != 0 || dns[1].busy != 300*time.Millisecond || dns[2].busy != 0 {
+		t.Fatalf("busy %v %v %v: want the delivery's 300 ms on its first ending that ran", dns[0].busy, dns[1].busy, dns[2].busy)
+	}
+	more := done{batch: b, outcome: api.OutcomeSucceeded, items: 1, ran: true}
+	markBusy([]done{more}, 0) // no time: nothing
+	more.busy = 150 * time.Millisecond
+	w.count(context.Background(), append(dns, more), 1)
+	if s.busyMs != 450 {
+		t.Fatalf("busy %d ms counted, want 450 (300 + 150), once", s.busyMs)
+	}
+	for _, tc := range []struct {
+		name string
+		a    *api.Approval
+	}{{"estimated", &api.Approval{Sample: 20, Estimate: &api.SampleEstimate{}}}, {"not sampled", nil}} {
+		b.Approval = tc.a
+		w.count(context.Background(), []done{{batch: b, outcome: api.OutcomeSucceeded, items: 1, ran: true, busy: time.Second}}, 1)
+		if s.busyMs != 450 {
+			t.Errorf("%s: busy %d ms counted, want none more", tc.name, s.busyMs)
+		}
+	}
+}

@@ -236,8 +236,12 @@ type done struct {
 	// interrupted (with or without an outcome), an attempt whose outcome
 	// was unknown; timedOut, an attempt whose call was given up without
 	// an answer.
-	retryAt             time.Time
-	throttled           bool
+	retryAt   time.Time
+	throttled bool
+	// busy is, on one ran ending of a delivery (the first), how long the
+	// delivery took from its start to its end: a sampled run's counters
+	// sum it while it has no estimate (ledger.LaneCount.BusyMs).
+	busy                time.Duration
 	waitClass, waitText string
 	interrupted         bool
 	timedOut            bool
@@ -339,7 +343,9 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		wg.Add(1)
 		go func(d Delivery) {
 			defer func() { <-sem; wg.Done() }()
+			began := w.Clock.Now()
 			ack, dns := w.deliver(ctx, d, inv)
+			markBusy(dns, w.Clock.Now().Sub(began))
 			mu.Lock()
 			defer mu.Unlock()
 			if !ack {
@@ -355,6 +361,17 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	w.Metrics.Flush()
 	inv.oks.log(ctx, w.Log)
 	return failed
+}
+
+// markBusy puts a delivery's time on its first ending that ran an
+// attempt (done.busy).
+func markBusy(dns []done, busy time.Duration) {
+	for i := range dns {
+		if dns[i].ran && busy > 0 {
+			dns[i].busy = busy
+			return
+		}
+	}
 }
 
 // invocation is what the deliveries of one Handle share: the batch rows

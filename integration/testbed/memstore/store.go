@@ -109,6 +109,7 @@ type counter struct {
 	part           int
 	done, failures int64
 	items          int64
+	busyMs         int64 // a lane's LaneCount.BusyMs
 	byOutcome      map[api.Outcome]int64
 	cost, spent    pipeline.CostSum
 	updatedAt      time.Time
@@ -291,6 +292,7 @@ func (s *Store) CountLane(_ context.Context, c ledger.LaneCount) (ledger.LaneCou
 	s.chunks[k] = ctr
 	ctr.done += done
 	ctr.failures += c.Failures
+	ctr.busyMs += c.BusyMs
 	ctr.items = c.Target
 	ctr.updatedAt = ms(c.Now)
 	for o, n := range c.Outcomes {
@@ -406,6 +408,7 @@ func (s *Store) Progress(_ context.Context, batchID string, run, shards int) (le
 		}
 		p.Done += c.done
 		p.Failures += c.failures
+		p.BusyMs += c.busyMs
 		addSum(p.Cost, c.cost)
 		addSum(p.Spent, c.spent)
 		for o, n := range c.byOutcome {

@@ -241,6 +241,7 @@ func AddCounterRow(batchID string, av map[string]types.AttributeValue, p *ledger
 		UpdatedAtMs int64   `dynamodbav:"updated_at_ms"`
 		WriteUnits  float64 `dynamodbav:"wcu"`
 		ReadUnits   float64 `dynamodbav:"rcu"`
+		BusyMs      int64   `dynamodbav:"busy_ms"`
 		Format      int     `dynamodbav:"fv"`
 	}
 	if err := attributevalue.UnmarshalMap(av, &row); err != nil {
@@ -251,6 +252,7 @@ func AddCounterRow(batchID string, av map[string]types.AttributeValue, p *ledger
 	}
 	p.Done += row.Done
 	p.Failures += row.Failures
+	p.BusyMs += row.BusyMs
 	for _, o := range api.TerminalOutcomes() {
 		if v, ok := av[OutcomeAttr(o)].(*types.AttributeValueMemberN); ok {
 			n, _ := strconv.ParseInt(v.Value, 10, 64)

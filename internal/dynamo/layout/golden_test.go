@@ -72,7 +72,7 @@ func tags(v any, extra ...string) map[string]bool {
 // their key or a condition only).
 func TestGoldenRows(t *testing.T) {
 	itemAttrs := tags(ItemRow{}, "pk", "apk", "ask")
-	counterAttrs := []string{"pk", "sk", AttrDone, AttrFailures, AttrItems, AttrUpdatedAtMs, AttrWriteUnits, AttrReadUnits, AttrFormat, "expires_at",
+	counterAttrs := []string{"pk", "sk", AttrDone, AttrFailures, AttrItems, AttrUpdatedAtMs, AttrWriteUnits, AttrReadUnits, AttrBusyMs, AttrFormat, "expires_at",
 		OutcomeAttr(api.OutcomeSucceeded), OutcomeAttr(api.OutcomeFailed), OutcomeAttr(api.OutcomeQuarantined), OutcomeAttr(api.OutcomeCancelled)}
 	packAttrs := tags(struct{}{}, "pk", "sk", AttrRun, AttrAttempt, AttrLeaseUntilMs, AttrPackItems, AttrPackInFlight, AttrUpdatedAtMs, AttrFormat, "expires_at")
 	for j := range ledger.MaxItemsPerMessage {

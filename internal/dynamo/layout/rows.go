@@ -618,7 +618,8 @@ const (
 	AttrItems      = "items"
 	AttrChunksDone = "chunks_done"
 	AttrLanesDone  = "lanes_done"
-	AttrWriteUnits = "wcu" // DynamoDB units attributed to the run (package dynamo's Store.Capacity)
+	AttrWriteUnits = "wcu"     // DynamoDB units attributed to the run (package dynamo's Store.Capacity)
+	AttrBusyMs     = "busy_ms" // a sample's deliveries' time, ms (ledger.LaneCount.BusyMs)
 	AttrReadUnits  = "rcu"
 )
 
