@@ -60,6 +60,11 @@ type Judge struct {
 	PerInvocation int
 	// Ramp is how the items event source scales (sample.Run.Ramp).
 	Ramp sample.Ramp
+	// ItemConcurrency is how many items one invocation of the item
+	// function runs at once (worker.Worker.ItemConcurrency), for the
+	// estimate's items at once per invocation (sample.Run.Slots); 0:
+	// unknown, the pace from the sample's wall time.
+	ItemConcurrency int
 	// Reads is when this process last read each run's counters; nil: no
 	// record (every judgement reads).
 	Reads *Reads
@@ -207,11 +212,11 @@ func (j *Judge) Sample(ctx context.Context, log *slog.Logger, b ledger.Batch, co
 	spent := spend.RunSpend(p.Spent, p.Usage)
 	r := sample.Run{Items: b.RunItems(), Ended: ended, Failed: p.Failures, StartedAt: b.RunStartedAt, Now: now, EndedAt: p.UpdatedAt,
 		PipelineUSD: spent.Pipeline, InfraUSD: spent.Infra, Cost: p.Cost, PerMessage: b.Pack(), Parallel: j.Parallel, PerInvocation: j.PerInvocation, Ramp: j.Ramp,
-		Busy: time.Duration(p.BusyMs) * time.Millisecond}
+		Busy: time.Duration(p.BusyMs) * time.Millisecond, Slots: min(j.ItemConcurrency, j.PerInvocation*b.Pack())}
 	if n := b.MaxConcurrency; n > 0 {
 		// On max_concurrency's tracks the sample and the rest run N units
-		// at once, one item at a time each.
-		r.PerMessage, r.Parallel = 1, n
+		// at once, one item at a time each: no invocation's slots.
+		r.PerMessage, r.Parallel, r.Busy = 1, n, 0
 	}
 	if b.Rate != nil {
 		r.RequestsPerSecond = b.Rate.RequestsPerSecond

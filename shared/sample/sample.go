@@ -51,12 +51,15 @@ type Run struct {
 	// RequestsPerSecond is the batch's rate (api.Rate.RequestsPerSecond),
 	// 0 for none.
 	RequestsPerSecond float64
-	// Busy is how long the sample's deliveries that ran an attempt took,
-	// summed, each from its start to its end (ledger.Progress.BusyMs);
-	// 0: not measured (a batch counted without lanes), and the pace per
-	// message is taken from the sample's time over the messages it ran
-	// at once.
-	Busy time.Duration
+	// Busy is the item-slot time the sample's items took: the time of
+	// the invocations that ran them × the items each ran at once
+	// (ledger.Progress.BusyMs); Slots the items one invocation of the
+	// rest runs at once (the item function's ItemConcurrency, at most
+	// PerInvocation × PerMessage). Either 0 (a batch counted without
+	// lanes, tracks, an unknown stack): the pace per message is taken
+	// from the sample's time over the messages it ran at once.
+	Busy  time.Duration
+	Slots int
 }
 
 // z95 is the standard normal quantile for a two-sided 95 % interval.
@@ -128,8 +131,9 @@ func (r Ramp) orStandard() Ramp {
 
 // Estimate is r's estimate of its whole run. Costs scale linearly:
 // the sample's spend × Items / Ended. The rest's pace per message at
-// once is the sample's items per second its deliveries ran (Ended over
-// Busy) — or, with Busy unknown, its own pace (Ended over the seconds
+// once is the sample's items per item-slot second (Ended over Busy) ×
+// the Slots of an invocation over its PerInvocation messages — or, with
+// those unknown, its own pace (Ended over the seconds
 // from StartedAt to EndedAt) over the messages it ran at once: min(its
 // messages, Parallel, Ramp.Start × PerInvocation) — and the rest runs
 // min(its messages, Parallel) at once — reached as the event source scales
@@ -183,10 +187,11 @@ func Estimate(r Run) *api.SampleEstimate {
 		}
 		at := min(rest, p)
 		switch busy := r.Busy.Seconds(); {
-		case busy > 0 && at > 0:
-			per := float64(ended) / busy
+		case busy > 0 && at > 0 && r.Slots > 0 && r.PerInvocation > 0:
+			slot := float64(ended) / busy
+			per := slot * float64(r.Slots) / float64(r.PerInvocation) // a message's share of an invocation's
 			pace = left / rampSeconds(left, per, float64(at), r.PerInvocation, ramp)
-			why = fmt.Sprintf("the sample's %.3g items a second per message running (its %d items over the %.3g s its messages ran) × %.3g, the rest's average of messages at once, up to %d", per, ended, busy, pace/per, at)
+			why = fmt.Sprintf("the sample's %.3g items a second per item running (its %d items over %.3g s of its invocations' item slots) × %.4g, the rest's average of items at once, up to %.3g invocations of %d", slot, ended, busy, pace/slot, float64(at)/float64(r.PerInvocation), r.Slots)
 		case at > was:
 			pace = left / rampSeconds(left, own/float64(was), float64(at), r.PerInvocation, ramp)
 			why = fmt.Sprintf("the sample's pace (%.3g items/s) × %.3g, the rest's average gain from the sample's %d messages at once to %d", own, pace/own, was, at)

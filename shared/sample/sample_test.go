@@ -188,20 +188,22 @@ func TestCheckSetsTheEstimateBesideTheRun(t *testing.T) {
 	}
 }
 
-// With the sample's deliveries timed (Busy), the pace per message is
-// the sample's items over that time, not over its wall time: 200 items
-// at 10 a message whose 20 messages ran 0.4 s each (8 s in all) are
-// 25 items a second per message; a stack of 30 messages at once (no
-// ramp modelled) runs the rest's 19,800 at 750 a second, 27 s — where
-// the wall time (20 s, most of it the run's start) over the sample's
-// 20 messages at once gives 15 a second, 1,320 s. A batch rate below
-// that still bounds it.
-func TestEstimateTakesThePacePerMessageFromTheDeliveriesTime(t *testing.T) {
+// With the sample's item-slot time measured (Busy), the pace is the
+// sample's items over it, not over its wall time: 200 items whose
+// invocations' 10 item slots ran 8 s in all are 25 items a second per
+// item running; a stack of 3 invocations of 10 messages (30 messages, 10
+// items at once each; the ramp's 5 invocations are more) runs 30 at
+// once: the rest's 19,800 at 750 a second, 27 s — where the wall time
+// (20 s, most of it the run's start) over the sample's 20 messages at
+// once gives 15 a second, 1,320 s. A batch rate below that still bounds
+// it.
+func TestEstimateTakesThePaceFromTheItemSlotTime(t *testing.T) {
 	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
-	r := Run{Items: 20000, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 30, Busy: 8 * time.Second}
+	r := Run{Items: 20000, Ended: 200, StartedAt: start, Now: start.Add(20 * time.Second), PerMessage: 10, Parallel: 30, PerInvocation: 10,
+		Busy: 8 * time.Second, Slots: 10}
 	e := Estimate(r)
-	if e.ItemsPerSecond != 750 || e.Seconds != 27 || !strings.Contains(e.Pace, "over the 8 s its messages ran") {
-		t.Errorf("pace %v items/s, %v s (%q): want 750 and 27 from the deliveries' 8 s", e.ItemsPerSecond, e.Seconds, e.Pace)
+	if e.ItemsPerSecond != 750 || e.Seconds != 27 || !strings.Contains(e.Pace, "over 8 s of its invocations' item slots") {
+		t.Errorf("pace %v items/s, %v s (%q): want 750 and 27 from the 8 s of item slots", e.ItemsPerSecond, e.Seconds, e.Pace)
 	}
 	r.Busy = 0
 	if e := Estimate(r); e.ItemsPerSecond != 15 || e.Seconds != 1320 {

@@ -201,29 +201,39 @@ type fixedClock struct{}
 
 func (fixedClock) Now() time.Time { return time.Unix(1_800_000_000, 0) }
 
-// A sampled first run without its estimate counts its deliveries' time
-// (done.busy, on each delivery's first ending that ran an attempt) once,
-// with the write that counts, though the first lane tried is full and
-// refuses it; once the estimate is written, or on a batch that does not
-// sample, it is not sent.
-func TestCountSendsTheSampleDeliveriesTimeOnce(t *testing.T) {
+// An invocation's item-slot time is spread over its endings that ran an
+// attempt: 300 ms of two items, each in its own slot, is 600 ms of slot
+// time (300 ms each); with one slot, 300 ms (150 ms each); a count of no
+// ran ending carries none and keeps the time for the next. A sampled
+// first run without its estimate counts the slot time once, with the
+// write that counts, though the first lane tried is full and refuses it;
+// once the estimate is written, or on a batch that does not sample, it
+// is not sent.
+func TestCountSendsTheSampleItemSlotTimeOnce(t *testing.T) {
 	s := newLaneStore()
 	s.now = func() int64 { return 0 }
 	b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, ItemCount: 40, Approval: &api.Approval{Sample: 20}}, CounterLanes: 2}
 	s.done[0] = ledger.LaneTarget(40, 2, 0) // full: refuses
 	w := &Worker{Store: s, Trigger: s, Clock: fixedClock{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	held := []done{{batch: b, heldAs: api.OutcomeSuspended, heldBy: 1}}
+	if next := spreadBusy(held, t0, t0.Add(time.Second), 10); !next.Equal(t0) || held[0].busy != 0 {
+		t.Fatalf("no ran ending: next %v, busy %v: want the time kept from %v", next, held[0].busy, t0)
+	}
 	dns := []done{{batch: b, outcome: api.OutcomeSucceeded, items: 1}, {batch: b, outcome: api.OutcomeSucceeded, items: 1, ran: true},
 		{batch: b, outcome: api.OutcomeFailed, items: 1, ran: true}}
-	markBusy(dns, 300*time.Millisecond)
-	if dns[0].busy != 0 || dns[1].busy != 300*time.Millisecond || dns[2].busy != 0 {
-		t.Fatalf("busy %v %v %v: want the delivery's 300 ms on its first ending that ran", dns[0].busy, dns[1].busy, dns[2].busy)
+	one := []done{dns[1], dns[2]}
+	spreadBusy(one, t0, t0.Add(300*time.Millisecond), 1)
+	if one[0].busy != 150*time.Millisecond || one[1].busy != 150*time.Millisecond {
+		t.Fatalf("one slot: busy %v %v, want 150 ms each", one[0].busy, one[1].busy)
 	}
-	more := done{batch: b, outcome: api.OutcomeSucceeded, items: 1, ran: true}
-	markBusy([]done{more}, 0) // no time: nothing
-	more.busy = 150 * time.Millisecond
-	w.count(context.Background(), append(dns, more), 1)
-	if s.busyMs != 450 {
-		t.Fatalf("busy %d ms counted, want 450 (300 + 150), once", s.busyMs)
+	if next := spreadBusy(dns, t0, t0.Add(300*time.Millisecond), 10); !next.Equal(t0.Add(300*time.Millisecond)) ||
+		dns[0].busy != 0 || dns[1].busy != 300*time.Millisecond || dns[2].busy != 300*time.Millisecond {
+		t.Fatalf("busy %v %v %v (next %v): want 300 ms on each ending that ran", dns[0].busy, dns[1].busy, dns[2].busy, next)
+	}
+	w.count(context.Background(), dns, 1)
+	if s.busyMs != 600 {
+		t.Fatalf("busy %d ms counted, want 600, once", s.busyMs)
 	}
 	for _, tc := range []struct {
 		name string
@@ -231,7 +241,7 @@ func TestCountSendsTheSampleDeliveriesTimeOnce(t *testing.T) {
 	}{{"estimated", &api.Approval{Sample: 20, Estimate: &api.SampleEstimate{}}}, {"not sampled", nil}} {
 		b.Approval = tc.a
 		w.count(context.Background(), []done{{batch: b, outcome: api.OutcomeSucceeded, items: 1, ran: true, busy: time.Second}}, 1)
-		if s.busyMs != 450 {
+		if s.busyMs != 600 {
 			t.Errorf("%s: busy %d ms counted, want none more", tc.name, s.busyMs)
 		}
 	}

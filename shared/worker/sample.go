@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -79,5 +80,6 @@ func (w *Worker) holdTrack(ctx context.Context, log *slog.Logger, tr *trackRun, 
 // (w.reads, made on first use; a Worker copied before that keeps its
 // own).
 func (w *Worker) judges() *judge.Judge {
-	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Ramp: w.Ramp, Reads: made(&w.reads)}
+	return &judge.Judge{Store: w.Store, Clock: w.Clock, Bus: w.Bus, Metrics: w.Metrics, Every: w.BudgetEvery, Parallel: w.Parallel, PerInvocation: w.PerInvocation, Ramp: w.Ramp,
+		ItemConcurrency: cmp.Or(max(0, w.ItemConcurrency), DefaultItemConcurrency), Reads: made(&w.reads)}
 }

@@ -236,12 +236,8 @@ type done struct {
 	// interrupted (with or without an outcome), an attempt whose outcome
 	// was unknown; timedOut, an attempt whose call was given up without
 	// an answer.
-	retryAt   time.Time
-	throttled bool
-	// busy is, on one ran ending of a delivery (the first), how long the
-	// delivery took from its start to its end: a sampled run's counters
-	// sum it while it has no estimate (ledger.LaneCount.BusyMs).
-	busy                time.Duration
+	retryAt             time.Time
+	throttled           bool
 	waitClass, waitText string
 	interrupted         bool
 	timedOut            bool
@@ -250,6 +246,10 @@ type done struct {
 	// for one it took or settled after it was woken.
 	heldAs api.Outcome
 	heldBy int64
+	// busy is, on an ending that ran an attempt, its share of its
+	// invocation's item-slot time (spreadBusy): a sampled run's counters
+	// sum it while it has no estimate (ledger.LaneCount.BusyMs).
+	busy time.Duration
 }
 
 // unheld is the done of an item taken or settled from state s: −1 held
@@ -308,6 +308,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	if every == 0 {
 		every = DefaultProgressEvery
 	}
+	since := inv.start // the start of the time no count has carried yet (spreadBusy)
 	stop, flushed := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(flushed)
@@ -325,6 +326,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 			mu.Lock()
 			ended := dones
 			dones = nil
+			since = spreadBusy(ended, since, w.Clock.Now(), items)
 			mu.Unlock()
 			if len(ended) > 0 {
 				w.count(ctx, ended, 1)
@@ -343,9 +345,7 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 		wg.Add(1)
 		go func(d Delivery) {
 			defer func() { <-sem; wg.Done() }()
-			began := w.Clock.Now()
 			ack, dns := w.deliver(ctx, d, inv)
-			markBusy(dns, w.Clock.Now().Sub(began))
 			mu.Lock()
 			defer mu.Unlock()
 			if !ack {
@@ -357,21 +357,38 @@ func (w *Worker) Handle(ctx context.Context, ds []Delivery) []string {
 	wg.Wait()
 	close(stop)
 	<-flushed
+	spreadBusy(dones, since, w.Clock.Now(), items)
 	w.count(ctx, dones, 1)
 	w.Metrics.Flush()
 	inv.oks.log(ctx, w.Log)
 	return failed
 }
 
-// markBusy puts a delivery's time on its first ending that ran an
-// attempt (done.busy).
-func markBusy(dns []done, busy time.Duration) {
-	for i := range dns {
-		if dns[i].ran && busy > 0 {
-			dns[i].busy = busy
-			return
+// spreadBusy spreads the invocation's item-slot time from since to now
+// over the endings dns that ran an attempt (done.busy), and returns the
+// start of the time not carried yet: now, or since when none ran. The
+// slot time is the time × the items that could run at once: those
+// endings, at most slots (the invocation's ItemConcurrency). So a
+// sample's counted busy time is the item-slot seconds its items took,
+// whether its invocations held one message or ten; the estimate divides
+// the sample's items by it (sample.Run.Busy).
+func spreadBusy(dns []done, since, now time.Time, slots int) time.Time {
+	var ran int
+	for _, d := range dns {
+		if d.ran {
+			ran++
 		}
 	}
+	if ran == 0 || !now.After(since) {
+		return since
+	}
+	share := now.Sub(since) * time.Duration(min(ran, slots)) / time.Duration(ran)
+	for i := range dns {
+		if dns[i].ran {
+			dns[i].busy = share
+		}
+	}
+	return now
 }
 
 // invocation is what the deliveries of one Handle share: the batch rows
