@@ -50,17 +50,23 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 	}
 	id := newID(t)
 	var mu sync.Mutex
-	var first, last time.Time // the receiver's first and last call after the approval
+	var first, last time.Time   // the receiver's first and last call after the approval
+	var sFirst, sLast time.Time // the receiver's first and last call of the sample
 	var approved time.Time
 	u := env.hook.routeAnswer(id, func(w http.ResponseWriter, _ *http.Request, key string, _ []byte) int {
 		w.Header().Set("Bulkrun-Cost", "usd=0.01")
 		mu.Lock()
-		if !approved.IsZero() {
-			now := time.Now()
+		now := time.Now()
+		switch {
+		case !approved.IsZero():
 			if first.IsZero() {
 				first = now
 			}
 			last = now
+		case sFirst.IsZero():
+			sFirst, sLast = now, now
+		default:
+			sLast = now
 		}
 		mu.Unlock()
 		if n, _ := strconv.Atoi(strings.TrimPrefix(key, "item-")); n%25 == 0 {
@@ -161,6 +167,10 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 		t.Logf("report: cost %+.4f %% against the estimate, failures %.2f %% (in the interval: %v), the rest %.1f s from the approval against %.0f s estimated + %.1f s for the approval to reach the held items (%+.0f %%)",
 			100*sc.CostDiff, 100*sc.FailureRate, sc.FailureInInterval, sc.RestSeconds, sc.Estimate.Seconds, sc.ReachSeconds, 100*sc.RestDiff)
 	}
+	mu.Lock()
+	t.Logf("sample: the receiver's first call %.2f s after the submit, its last %.2f s after it (%.1f calls/s between them)",
+		sFirst.Sub(start).Seconds(), sLast.Sub(start).Seconds(), float64(sample-1)/max(sLast.Sub(sFirst).Seconds(), 1e-3))
+	mu.Unlock()
 	t.Logf("sample: %d items ended %.1f s after the submit (estimate made %s after it); estimate: $%.6f (pipeline $%.2f, DynamoDB $%.6f), failures %.2f %% (%.2f–%.2f %%), the rest %.0f s at %.1f items/s (%s)",
 		e.SampleItems, e.SampleSeconds, sampled.Sub(start).Round(time.Second), e.CostUSD, e.PipelineUSD, e.InfraUSD, 100*e.FailureRate, 100*e.FailureLow, 100*e.FailureHigh, e.Seconds, e.ItemsPerSecond, e.Pace)
 	t.Logf("actual: $%.6f (pipeline $%.2f, DynamoDB $%.6f: %.1f write, %.1f read units), spend %+.1f %% against the estimate; failures %.2f %%; the rest's calls from %s after the approval over %s (%.1f items/s), estimated %.0f s (%+.0f %%)",
