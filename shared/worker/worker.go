@@ -693,29 +693,27 @@ func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m
 		packer.SetSample(int64(b.Sample))
 	}
 	err = source.ReadManifestLines(rc, m.Chunk.Offset, packer.Add)
-	if errors.Is(err, errSampleSent) {
-		if err = flush(); err == nil {
-			m.Sent = m.Sent.After(stopAt, nil)
-			w.countFanned(ctx, log, b, fanPieces(b, *m.Chunk)[:1])
-			log.InfoContext(ctx, "fan-out: the sample's messages sent; the rest of the chunk waits for an approval", "messages", stopAt, "first", m.Chunk.FirstIndex)
-		}
-		return err == nil, err
-	}
 	if err == nil {
-		err = packer.Flush()
+		err = packer.Flush() // the chunk's last, short message may be the first after the sample
 	}
-	if err == nil {
+	partial := errors.Is(err, errSampleSent)
+	if err == nil || partial {
 		err = flush()
 	}
 	if err == nil {
-		w.countFanned(ctx, log, b, fanPieces(b, *m.Chunk))
+		pieces := fanPieces(b, *m.Chunk)
+		if partial {
+			m.Sent, pieces = m.Sent.After(stopAt, nil), pieces[:1]
+			log.InfoContext(ctx, "fan-out: the sample's messages sent; the rest of the chunk waits for an approval", "messages", stopAt, "first", m.Chunk.FirstIndex)
+		}
+		w.countFanned(ctx, log, b, pieces)
 	}
 	if refused > 0 {
 		w.count(ctx, []done{{batch: b, outcome: api.OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, refused)
 		w.Metrics.ItemsRecorded(b.Pipeline, string(api.OutcomeFailed), refused, b.ID, b.Run)
 	}
-	if err != nil {
-		return false, err
+	if err != nil || partial {
+		return partial && err == nil, err
 	}
 	if sent != m.Chunk.Count {
 		return false, fmt.Errorf("chunk at %d holds %d items, want %d", m.Chunk.Offset, sent, m.Chunk.Count)
