@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/credential"
+	"github.com/bulkrun/bulkrun/shared/fanout"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/judge"
 	"github.com/bulkrun/bulkrun/shared/lanebook"
@@ -599,203 +599,25 @@ func countOutcome(dns []done, o api.Outcome) int64 {
 	return n
 }
 
-// fanout expands one manifest chunk into item messages. Items whose
-// message the queue refuses as the sender's fault (a retry cannot help)
-// are recorded failed with the queue's reason; the others are sent. A
-// message m.Sent says is on the queue already is not sent again; when the
-// queue does not take some messages (an *UnsentError), m.Sent is set to
-// what is on the queue by now, so that the fan-out message sent again
-// (unavailable) sends only the rest.
-//
-// While b's first run holds the rest for an approval, the chunk that holds
-// the sample's end sends the sample's messages only (sampleMessages),
-// sets m.Sent to them and reports held: the caller holds m as a chunk
-// wholly after the sample is held, and its delivery after the decision
-// sends the rest. So the sample's messages are the only units on the
-// queue while it runs — not mixed with up to a chunk's worth of held ones,
-// each a delivery that takes nothing (on a standard queue, which does
-// not keep their order, the sample's 20 messages of a 5,000-item chunk
-// at K = 10 came out among the 480 others over ≈ 2 s on the emulator) —
-// and a batch left awaiting holds one message per chunk.
+// fanout expands one manifest chunk into item messages
+// (fanout.Expander.Expand): the items of messages the queue refused are
+// recorded failed with its reason (settleUnstarted) and counted; held
+// reports that the chunk of a sample's end sent the sample's messages
+// only and waits for the decision.
 func (w *Worker) fanout(ctx context.Context, log *slog.Logger, b ledger.Batch, m *ledger.Message) (held bool, err error) {
-	stopAt := sampleMessages(b, *m.Chunk)
-	rc, err := w.Blobs.OpenRange(ctx, m.ManifestKey, m.Chunk.Offset, m.Chunk.Length)
-	if err != nil {
-		return false, fmt.Errorf("open chunk: %w", err)
+	e := fanout.Expander{Queue: w.Queue, Blobs: w.Blobs, Store: w.Store, Clock: w.Clock,
+		Settle: func(ctx context.Context, chunk source.Chunk, first int64, keys []string, text string) (int64, error) {
+			return w.settleUnstarted(ctx, b, chunk, first, keys, api.ReasonPermanent, text)
+		}}
+	res, err := e.Expand(ctx, log, b, m)
+	if res.Refused > 0 {
+		w.count(ctx, []done{{batch: b, outcome: api.OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, res.Refused)
+		w.Metrics.ItemsRecorded(b.Pipeline, string(api.OutcomeFailed), res.Refused, b.ID, b.Run)
 	}
-	defer rc.Close()
-	const flushAt = 500
-	bodies := make([][]byte, 0, flushAt)
-	keys := make([][]string, 0, flushAt) // the items of each body
-	ords := make([]int64, 0, flushAt)    // the number of each body in the chunk's messages
-	var sent, refused, made int64        // items sent (or refused), items refused, messages made
-	flush := func() error {
-		if len(bodies) == 0 {
-			return nil
-		}
-		err := w.Queue.Send(ctx, bodies)
-		var re *ledger.RefusedError
-		var ue *ledger.UnsentError
-		switch {
-		case errors.As(err, &ue) && len(ue.Refused) > 0:
-			re = &ledger.RefusedError{Refused: ue.Refused}
-		case !errors.As(err, &re):
-			re = nil
-		}
-		if re != nil {
-			n, serr := w.settleRefused(ctx, log, b, *m.Chunk, ords, keys, re)
-			refused += n
-			if serr != nil {
-				return serr
-			}
-			if ue == nil {
-				err = nil
-			}
-		}
-		if ue != nil {
-			unsent := make([]int64, 0, len(ue.Unsent))
-			for _, i := range ue.Unsent {
-				unsent = append(unsent, ords[i])
-			}
-			m.Sent = m.Sent.After(made, unsent)
-			log.WarnContext(ctx, "fan-out: the queue did not take some messages; only those are sent again", "unsent", len(ue.Unsent), "of", len(bodies))
-		}
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			sent += int64(len(k))
-		}
-		bodies, keys, ords = bodies[:0], keys[:0], ords[:0]
-		return nil
+	if err == nil && !res.Held {
+		w.Metrics.FanOut(res.Sent, b.ID, b.Run)
 	}
-	packer, err := ledger.NewPacker(b.ID, b.Run, m.ManifestKey, *m.Chunk, b.Pack(), func(body []byte, ks []string) error {
-		n := made
-		if stopAt >= 0 && n >= stopAt {
-			return errSampleSent
-		}
-		made++
-		if m.Sent.Has(n) {
-			sent += int64(len(ks)) // on the queue since an earlier delivery of this fan-out
-			return nil
-		}
-		bodies, keys, ords = append(bodies, body), append(keys, ks), append(ords, n)
-		if len(bodies) >= flushAt {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return false, err
-	}
-	packer.SetPriority(b.Weight())
-	if b.Run == 1 {
-		packer.SetSample(int64(b.Sample))
-	}
-	err = source.ReadManifestLines(rc, m.Chunk.Offset, packer.Add)
-	if err == nil {
-		err = packer.Flush() // the chunk's last, short message may be the first after the sample
-	}
-	partial := errors.Is(err, errSampleSent)
-	if err == nil || partial {
-		err = flush()
-	}
-	if err == nil {
-		pieces := fanPieces(b, *m.Chunk)
-		if partial {
-			m.Sent, pieces = m.Sent.After(stopAt, nil), pieces[:1]
-			log.InfoContext(ctx, "fan-out: the sample's messages sent; the rest of the chunk waits for an approval", "messages", stopAt, "first", m.Chunk.FirstIndex)
-		}
-		w.countFanned(ctx, log, b, pieces)
-	}
-	if refused > 0 {
-		w.count(ctx, []done{{batch: b, outcome: api.OutcomeFailed, first: m.Chunk.FirstIndex, items: m.Chunk.Count}}, refused)
-		w.Metrics.ItemsRecorded(b.Pipeline, string(api.OutcomeFailed), refused, b.ID, b.Run)
-	}
-	if err != nil || partial {
-		return partial && err == nil, err
-	}
-	if sent != m.Chunk.Count {
-		return false, fmt.Errorf("chunk at %d holds %d items, want %d", m.Chunk.Offset, sent, m.Chunk.Count)
-	}
-	w.Metrics.FanOut(sent, b.ID, b.Run)
-	return false, nil
-}
-
-// countFanned counts the live view's items fanned out (refused ones were
-// recorded failed, and counted so): each piece once, whatever the
-// repeats (Store.CountFanned).
-func (w *Worker) countFanned(ctx context.Context, log *slog.Logger, b ledger.Batch, pieces []source.Chunk) {
-	shards := max(1, b.CounterShards)
-	for _, p := range pieces {
-		c := ledger.FanCount{BatchID: b.ID, Run: b.Run, Lane: ledger.Shard(strconv.FormatInt(p.FirstIndex, 10), shards),
-			First: p.FirstIndex, Items: p.Count, Now: w.Clock.Now()}
-		if err := w.Store.CountFanned(ctx, c); err != nil {
-			log.WarnContext(ctx, "count the fanned-out chunk", "error", err.Error(), "first", p.FirstIndex)
-		}
-	}
-}
-
-// fanPieces is chunk as the fan-out counts it: one piece, or, on a
-// sampled first run whose sample ends inside it with messages after it,
-// the sample's messages' items and the rest's — the same pieces whether
-// or not the sample was sent on its own (sampleMessages), so that each
-// is counted once.
-func fanPieces(b ledger.Batch, chunk source.Chunk) []source.Chunk {
-	k := int64(max(1, b.Pack()))
-	if b.Run != 1 || b.Sample <= 0 || chunk.FirstIndex >= int64(b.Sample) {
-		return []source.Chunk{chunk}
-	}
-	n := (int64(b.Sample) - chunk.FirstIndex + k - 1) / k * k
-	if n >= chunk.Count {
-		return []source.Chunk{chunk}
-	}
-	return []source.Chunk{{FirstIndex: chunk.FirstIndex, Count: n}, {FirstIndex: chunk.FirstIndex + n, Count: chunk.Count - n}}
-}
-
-// errSampleSent stops a fan-out at the first message after the sample
-// (sampleMessages).
-var errSampleSent = errors.New("the sample's messages are made")
-
-// sampleMessages is how many of chunk's messages a fan-out sends while b's
-// first run holds the rest for an approval: those whose first item is
-// among the sample's (Packer.SetSample marks the same ones), when the
-// chunk holds the sample's end and messages after it; −1 (all of them)
-// otherwise.
-func sampleMessages(b ledger.Batch, chunk source.Chunk) int64 {
-	if b.Run != 1 || !b.Approval.Holds() || b.Stop != "" || chunk.FirstIndex >= int64(b.Sample) {
-		return -1
-	}
-	k := int64(max(1, b.Pack()))
-	n := (int64(b.Sample) - chunk.FirstIndex + k - 1) / k
-	if n*k >= chunk.Count {
-		return -1
-	}
-	return n
-}
-
-// settleRefused records the items whose message the queue refused as
-// failed (permanent, with the queue's code and message), unless they were
-// already reserved in this run. keys holds each body's items and ords
-// each body's number in the chunk's messages (its unit starts at
-// chunk.FirstIndex + that × the batch's items per message). It returns
-// how many it recorded.
-func (w *Worker) settleRefused(ctx context.Context, log *slog.Logger, b ledger.Batch, chunk source.Chunk, ords []int64, keys [][]string, re *ledger.RefusedError) (int64, error) {
-	var n int64
-	for _, r := range re.Refused {
-		if r.Index < 0 || r.Index >= len(keys) {
-			return n, fmt.Errorf("refusal of message %d of %d", r.Index, len(keys))
-		}
-		text := pipeline.CutText(fmt.Sprintf("the items queue refused the item's message: %s: %s", r.Code, r.Message), pipeline.MaxErrorTextBytes)
-		first := chunk.FirstIndex + ords[r.Index]*int64(b.Pack())
-		settled, err := w.settleUnstarted(ctx, b, chunk, first, keys[r.Index], api.ReasonPermanent, text)
-		if err != nil {
-			return n, err
-		}
-		n += settled
-		log.WarnContext(ctx, "message refused by the queue; its items recorded failed", "first", first, "items", settled, "error", text)
-	}
-	return n, nil
+	return res.Held, err
 }
 
 // deadLetterChunk records every item of a fan-out chunk whose message was
