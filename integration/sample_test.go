@@ -35,7 +35,10 @@ import (
 // approval (api.ApprovalReachesBy) with 15 s of slack.
 // A repeated submit with another sample is 409 naming sample, and a
 // reject after the approval is 409. BULKRUN_SAMPLE_ITEMS sets another
-// number of items (a multiple of 25; 20000 measures issue 31's case).
+// number of items (a multiple of 25; 20000 measures a larger run), and
+// BULKRUN_SAMPLE_DELAY_MS how long the receiver takes to answer (0: at
+// once, when an item's time is the emulator's own and bound by its two
+// cores; docs/api.md gives both).
 func TestSampleThenApproveOnTheStack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -48,6 +51,14 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 		}
 		items = n
 	}
+	var delay time.Duration // how long the receiver takes to answer a call
+	if v := os.Getenv("BULKRUN_SAMPLE_DELAY_MS"); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 0 || ms > 10_000 {
+			t.Fatalf("BULKRUN_SAMPLE_DELAY_MS=%q: want milliseconds, 0–10000", v)
+		}
+		delay = time.Duration(ms) * time.Millisecond
+	}
 	id := newID(t)
 	var mu sync.Mutex
 	var first, last time.Time   // the receiver's first and last call after the approval
@@ -55,6 +66,7 @@ func TestSampleThenApproveOnTheStack(t *testing.T) {
 	var approved time.Time
 	u := env.hook.routeAnswer(id, func(w http.ResponseWriter, _ *http.Request, key string, _ []byte) int {
 		w.Header().Set("Bulkrun-Cost", "usd=0.01")
+		time.Sleep(delay)
 		mu.Lock()
 		now := time.Now()
 		switch {
