@@ -184,15 +184,27 @@ func (e *Expander) countFanned(ctx context.Context, log *slog.Logger, b ledger.B
 // or not the sample was sent on its own (sampleMessages), so that each
 // is counted once.
 func fanPieces(b ledger.Batch, chunk source.Chunk) []source.Chunk {
-	k := int64(max(1, b.Pack()))
-	if b.Run != 1 || b.Sample <= 0 || chunk.FirstIndex >= int64(b.Sample) {
-		return []source.Chunk{chunk}
-	}
-	n := (int64(b.Sample) - chunk.FirstIndex + k - 1) / k * k
-	if n >= chunk.Count {
+	n := sampleItems(b, chunk)
+	if n == 0 {
 		return []source.Chunk{chunk}
 	}
 	return []source.Chunk{{FirstIndex: chunk.FirstIndex, Count: n}, {FirstIndex: chunk.FirstIndex + n, Count: chunk.Count - n}}
+}
+
+// sampleItems is how many of chunk's items the messages holding b's
+// sample cover (whole messages: the sample's end rounded up to the end of
+// its message), when b's first run is sampled and the sample ends inside
+// chunk with messages after it; 0 otherwise.
+func sampleItems(b ledger.Batch, chunk source.Chunk) int64 {
+	if b.Run != 1 || b.Sample <= 0 || chunk.FirstIndex >= int64(b.Sample) {
+		return 0
+	}
+	k := int64(max(1, b.Pack()))
+	n := (int64(b.Sample) - chunk.FirstIndex + k - 1) / k * k
+	if n >= chunk.Count {
+		return 0
+	}
+	return n
 }
 
 // errSampleSent stops a fan-out at the first message after the sample
@@ -205,15 +217,11 @@ var errSampleSent = errors.New("the sample's messages are made")
 // chunk holds the sample's end and messages after it; −1 (all of them)
 // otherwise.
 func sampleMessages(b ledger.Batch, chunk source.Chunk) int64 {
-	if b.Run != 1 || !b.Approval.Holds() || b.Stop != "" || chunk.FirstIndex >= int64(b.Sample) {
+	n := sampleItems(b, chunk)
+	if !b.Approval.Holds() || b.Stop != "" || n == 0 {
 		return -1
 	}
-	k := int64(max(1, b.Pack()))
-	n := (int64(b.Sample) - chunk.FirstIndex + k - 1) / k
-	if n*k >= chunk.Count {
-		return -1
-	}
-	return n
+	return n / int64(max(1, b.Pack()))
 }
 
 // settleRefused records the items whose message the queue refused as
