@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkrun/bulkrun/internal/handler"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
@@ -228,5 +229,54 @@ func TestTokenBudgetOnTheStack(t *testing.T) {
 	}
 	if pace < perMinute*0.5 {
 		t.Errorf("%.0f tokens a minute from the 10th call, want ≥ half the budget", pace)
+	}
+}
+
+// TestRateConflictOnTheStack guards what two batches naming one rate key
+// at different rates say, on the deployed stack: the later submit is
+// warned in its answer, and the views of both batches name the other
+// and its rate (live.rate_conflict) while both run; once the later one
+// is cancelled, the earlier one's view drops it.
+func TestRateConflictOnTheStack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := "rate-conflict-" + newID(t)
+	early, later := newID(t)+"-early", newID(t)+"-later"
+	log := &rateLog{calls: map[string][]time.Time{}}
+	submit := func(id string, rps float64) handler.BatchView {
+		t.Helper()
+		req := webhookRequest(id, env.hook.route(id, log.decide(id)), inlineItems(60))
+		req.Rate = &api.Rate{Key: key, RequestsPerSecond: rps}
+		v, err := env.api.Submit(ctx, req)
+		if err != nil {
+			t.Fatalf("submit %s: %v", id, err)
+		}
+		t.Cleanup(func() { _, _ = env.api.Cancel(context.Background(), id) })
+		return v
+	}
+	submit(early, 1)
+	if v := submit(later, 2); len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], early) {
+		t.Errorf("the later submit's warnings %q, want one naming %s", v.Warnings, early)
+	}
+	for _, c := range []struct {
+		id, other string
+		rps       float64
+	}{{early, later, 2}, {later, early, 1}} {
+		v, err := env.api.Status(ctx, c.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Live == nil || v.Live.RateConflict == nil {
+			t.Fatalf("%s's view: status %s, live %+v; want a rate conflict naming %s", c.id, v.Status, v.Live, c.other)
+		}
+		if got := v.Live.RateConflict; got.Key != key || got.BatchID != c.other || got.Rate.RequestsPerSecond != c.rps || got.Batches != 1 {
+			t.Errorf("%s's view: rate conflict %+v, want %s at %v/s on %s, 1 noted", c.id, got, c.other, c.rps, key)
+		}
+	}
+	if _, err := env.api.Cancel(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := env.api.Status(ctx, early); err != nil || v.Live != nil && v.Live.RateConflict != nil {
+		t.Errorf("%s's view after %s was cancelled: %+v, %v; want no rate conflict", early, later, v.Live, err)
 	}
 }

@@ -693,3 +693,32 @@ func (s *Store) Lift(ctx context.Context, m ledger.LiftMark) error {
 	}
 	return nil
 }
+
+// NoteRateConflict sets rate_conflict = :json (c as JSON, without its
+// count) and adds c.BatchID to rate_conflicts (ADD, a string set) on
+// batch id's row under the condition
+//
+//	attribute_exists(pk) AND (attribute_not_exists(rate_conflicts)
+//	  OR (NOT contains(rate_conflicts, :b) AND size(rate_conflicts) < api.MaxRateConflicts))
+//
+// A condition that fails writes nothing and is no error.
+func (s *Store) NoteRateConflict(ctx context.Context, id string, c api.RateConflict) error {
+	c.Batches = 0
+	text, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	set := expression.Name(layout.AttrRateConflicts)
+	u := expression.Set(expression.Name(layout.AttrRateConflict), expression.Value(string(text))).
+		Add(set, expression.Value(&types.AttributeValueMemberSS{Value: []string{c.BatchID}}))
+	cond := expression.AttributeExists(expression.Name(config.AttrPK)).And(expression.Or(expression.AttributeNotExists(set),
+		expression.And(expression.Not(expression.Contains(set, c.BatchID)), expression.Size(set).LessThan(expression.Value(api.MaxRateConflicts)))))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
+		return fmt.Errorf("note a rate conflict on %s: %w", id, err)
+	}
+	return nil
+}

@@ -478,6 +478,7 @@ func (a *API) viewOf(ctx context.Context, b ledger.Batch) (BatchView, error) {
 		a.samplePace(ctx, b, p, now)
 		lv.AdaptivePace = a.Control.AdaptivePace(ctx, b, now)
 		lv.Booked(a.Control.RateBooked(ctx, b, now))
+		lv.RateConflict = a.Control.RateConflict(ctx, b)
 		c := CounterCensus(b, p, lv)
 		v.Census, v.Live, v.Paused = &c, &lv, b.PausedSummary(now)
 		v.NeedsAttention = v.NeedsAttention || lv.NeedsAttention()

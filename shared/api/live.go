@@ -129,6 +129,43 @@ type LiveView struct {
 	// its token budget, are booked (see RateBooked); absent for a batch
 	// with no rate, and while neither is booked past now.
 	RateBooked *RateBooked `json:"rate_booked,omitempty"`
+	// RateConflict is the latest other batch noted naming the batch's
+	// rate key at another rate or token budget (see RateConflict), while
+	// that batch runs; absent when none was noted, and once the latest
+	// noted has finished.
+	RateConflict *RateConflict `json:"rate_conflict,omitempty"`
+}
+
+// MaxRateConflicts bounds the other batches noted on a batch's row as
+// naming its rate key at another rate (RateConflict.Batches): 16, so
+// that the note adds at most ≈ 16 × 64 bytes to the row, which every
+// later write of it is billed by (DynamoDB bills a write by the item's
+// size, "Read/write capacity mode", DynamoDB developer guide). Batches
+// past them are not noted.
+const MaxRateConflicts = 16
+
+// RateConflict is another batch naming a batch's rate key at another
+// request rate or token budget. Batches on one key share its schedule,
+// but each lease is spaced at the rate of the batch that takes it
+// (docs/pipelines.md, "Rates"), so the downstream gets each batch's
+// calls at that batch's own rate. A submit whose key running batches
+// name at another rate is accepted with a warning (the submit's
+// warnings), and it notes itself on each of those batches' rows and the
+// first it found of each other rate on its own, so that either batch's
+// status says so while both run:
+//
+//	{"key": "api.example.com", "batch_id": "B", "rate": {"key": "api.example.com", "requests_per_second": 20},
+//	 "noted_at": "2026-12-07T10:05:00Z", "batches": 1}
+//
+// Key is the rate key; BatchID, Rate and NotedAt the latest batch noted
+// and its rate; Batches how many were noted on the row (at most
+// MaxRateConflicts).
+type RateConflict struct {
+	Key     string    `json:"key"`
+	BatchID string    `json:"batch_id"`
+	Rate    Rate      `json:"rate"`
+	NotedAt time.Time `json:"noted_at"`
+	Batches int       `json:"batches"`
 }
 
 // RateBooked is how far ahead a rate key's calls are booked: every batch

@@ -41,6 +41,11 @@ type Batch struct {
 	// TaskGone is set (Store.SetTaskGone) when a heartbeat found the task
 	// no longer awaited (ErrTaskGone): no more heartbeats are sent.
 	TaskGone bool `json:"-"`
+	// RateConflict is the latest other batch noted naming the batch's rate
+	// key at another rate, with how many were noted
+	// (Store.NoteRateConflict); nil when none was. The view shows it while
+	// that batch runs (LiveView.RateConflict).
+	RateConflict *api.RateConflict `json:"-"`
 	// LiftedAt is when a caller last lifted a halt on the batch
 	// (Store.Lift; zero: never): an item function process that read the
 	// batch's secret references before then reads them again past its

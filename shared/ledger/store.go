@@ -193,6 +193,14 @@ type Store interface {
 	// (Control.SetBudget unpauses a budget pause after) nor any item
 	// (Control.SetCeilings wakes the exhausted ones after).
 	SetLimits(ctx context.Context, id string, l Limits) error
+	// NoteRateConflict notes on batch id's row that batch c.BatchID names
+	// its rate key at another rate (api.RateConflict): c becomes the
+	// latest noted and c.BatchID joins the noted ones, unless it is among
+	// them already (a submit repeated notes nothing more) or
+	// api.MaxRateConflicts are noted; then, and for a missing row, it
+	// writes nothing and returns nil. c.Batches is ignored (the store
+	// counts). One conditional UpdateItem.
+	NoteRateConflict(ctx context.Context, id string, c api.RateConflict) error
 	// MarkApproval writes on a sampled batch's row (api.Plan.Sample) its
 	// sample's estimate (m.Estimate not nil), only if the batch is at run
 	// m.Run and has neither an estimate nor a decision; or its decision

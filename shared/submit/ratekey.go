@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -14,8 +15,9 @@ import (
 // MaxRateKeyReads bounds the running batches a submit reads to find the
 // others naming its rate key (rateKeyWarnings): 100 strongly consistent
 // reads of one batch row each (0.5 read units apiece under 4 KB), at most
-// one listing of the running markers besides. A stack running more
-// batches at once is checked against the first 100 the listing returns.
+// one listing of the running markers besides, and one write of a note
+// on each batch found at another rate. A stack running more batches at
+// once is checked against the first 100 the listing returns.
 const MaxRateKeyReads = 100
 
 // RateKeyCheckTime bounds the check of a submit's rate key against the
@@ -31,12 +33,17 @@ const RateKeyCheckTime = 2 * time.Second
 // "Rates"), so the downstream gets each batch's calls at that batch's
 // rate — the higher one whenever its units lease — which is rarely what
 // the lower one meant. One warning per other rate, naming up to
-// three batches at it. The check takes at most RateKeyCheckTime (it
-// runs on the submit's answer); a read that fails, or the time running
-// out, is logged and checks no further (a warning is advice; it never
-// refuses the batch). req.BatchID is the batch's id (the accepted
-// batch's, when the request left it to the submit), which is not
-// checked against itself.
+// three batches at it. So that the earlier batches' status says it too,
+// the submit notes itself on each of their rows, and on its own the
+// first batch it found at each other rate (Store.NoteRateConflict: one
+// conditional write each, a repeated submit notes nothing more); the
+// view shows the latest note while its batch runs
+// (api.LiveView.RateConflict). The check and its notes take at most
+// RateKeyCheckTime (they run on the submit's answer); a read or a note
+// that fails, or the time running out, is logged and checks or notes no
+// further (a warning is advice; it never refuses the batch). req.BatchID
+// is the batch's id (the accepted batch's, when the request left it to
+// the submit), which is not checked against itself.
 func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) []string {
 	if req.Rate == nil || req.Rate.Key == "" {
 		return nil
@@ -83,6 +90,18 @@ func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) 
 		}
 		others[i].ids = append(others[i].ids, id)
 	}
+	s.noteRateConflicts(ctx, req, func(yield func(id string, on api.RateConflict) bool) {
+		for _, o := range others {
+			for _, id := range o.ids { // the submit, on each batch at another rate
+				if !yield(id, api.RateConflict{Key: key, BatchID: req.BatchID, Rate: *req.Rate}) {
+					return
+				}
+			}
+			if !yield(req.BatchID, api.RateConflict{Key: key, BatchID: o.ids[0], Rate: o.rate}) { // that rate, on the submit
+				return
+			}
+		}
+	})
 	var warnings []string
 	for _, o := range others {
 		named := strings.Join(o.ids[:min(3, len(o.ids))], ", ")
@@ -99,6 +118,20 @@ func (s *Submitter) rateKeyWarnings(ctx context.Context, req api.SubmitRequest) 
 			key, named, rateText(o.rate), rateText(*req.Rate), rateText(o.rate), rateText(*req.Rate)))
 	}
 	return warnings
+}
+
+// noteRateConflicts writes the notes notes yields (Store.NoteRateConflict
+// on the row of the batch id yielded), each stamped now, until one fails
+// or ctx ends; a failure is logged.
+func (s *Submitter) noteRateConflicts(ctx context.Context, req api.SubmitRequest, notes iter.Seq2[string, api.RateConflict]) {
+	now := s.Clock.Now().UTC()
+	for id, c := range notes {
+		c.NotedAt = now
+		if err := s.Store.NoteRateConflict(ctx, id, c); err != nil {
+			s.Log.WarnContext(ctx, "rate conflict not noted; that batch's status does not say it", "batch_id", req.BatchID, "on_batch", id, "rate_key", c.Key, "error", err.Error())
+			return
+		}
+	}
 }
 
 // sameRate reports whether a and b pace their key alike: the same

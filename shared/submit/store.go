@@ -19,6 +19,7 @@ type Store interface {
 	Refuse(ctx context.Context, id string, r api.SubmitRefusal, now, expiresAt time.Time) error
 	SetFannedOut(ctx context.Context, id string, run int) error
 	RunningBatches(ctx context.Context) ([]string, error)
+	NoteRateConflict(ctx context.Context, id string, c api.RateConflict) error
 	StartRun(ctx context.Context, id string, from int, now time.Time) (ledger.Batch, error)
 	StartCorrection(ctx context.Context, id string, from int, rev api.Revision, now time.Time) (ledger.Batch, error)
 	MarkRevision(ctx context.Context, b ledger.Batch, rev int, marks []ledger.RevisionMark) error

@@ -831,7 +831,8 @@ func (s *Submitter) sendTracks(ctx context.Context, b ledger.Batch, chunks []sou
 // receiver is cut off by the invocation's deadline (an interruption,
 // outcome unknown) instead of ending the attempt as a timeout; a rate
 // key that running batches name at another rate (rateKeyWarnings, which
-// reads the running batches: call it once the batch is accepted).
+// reads the running batches and notes the conflict on their rows and the
+// batch's own: call it once the batch is accepted).
 func (s *Submitter) Warnings(ctx context.Context, req api.SubmitRequest) []string {
 	warnings := s.rateKeyWarnings(ctx, req)
 	var opts struct {

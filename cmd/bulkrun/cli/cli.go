@@ -960,6 +960,9 @@ func (a *app) show(v wire.BatchView) error {
 			// nothing moves.
 			textf(a.out, "%s\n", describe.RateBookedText(*r))
 		}
+		if c := l.RateConflict; c != nil && v.Rate != nil {
+			textf(a.out, "%s\n", describe.RateConflictText(*c, *v.Rate))
+		}
 		if e := l.Estimate; e != nil {
 			textf(a.out, "%s\n", describe.EstimateText(*e))
 		} else if line := describe.ApprovedRestText(v.Batch); line != "" {

@@ -363,6 +363,18 @@ func TestStatusShowsTheRate(t *testing.T) {
 	if strings.Contains(out.String(), "priority") {
 		t.Errorf("status of a batch of priority 1 names one:\n%s", out.String())
 	}
+	// Another running batch names its key at another rate: status says
+	// which, at what, and what to do.
+	out.Reset()
+	v.Live = &api.LiveView{RateConflict: &api.RateConflict{Key: "api.openai.com", BatchID: "later", Rate: api.Rate{Key: "api.openai.com", RequestsPerSecond: 200},
+		NotedAt: time.Date(2026, 12, 7, 10, 5, 0, 0, time.UTC), Batches: 1}}
+	if err := a.show(v); err != nil {
+		t.Fatal(err)
+	}
+	if want := "rate key api.openai.com: batch later also names it, at 200/s (this batch: 50/s, 90000 tokens/min; noted 2026-12-07T10:05:00Z)"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+	v.Live = nil
 	out.Reset()
 	v.Priority = 3
 	if err := a.show(v); err != nil {

@@ -202,6 +202,9 @@ func watchLine(v wire.BatchView, r rateMeter) string {
 		// items in flight may not move. Paused, the pause is why.
 		b.WriteString("; " + describe.BookedText(*l.RateBooked))
 	}
+	if l := v.Live; l != nil && l.RateConflict != nil && !v.Status.Finished() {
+		b.WriteString("; " + describe.RateConflictClause(*l.RateConflict))
+	}
 	if p := v.Pause; p != nil && !v.Status.Finished() {
 		// No item starts until the pause ends: the line says why its rate
 		// fell to nothing, and what ends it.

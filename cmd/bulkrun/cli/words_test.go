@@ -354,6 +354,12 @@ func TestWatchShowsPendingAndARealRate(t *testing.T) {
 	if got, want := watchLine(waiting, r), "; rate key api.example.com booked until 2026-12-02T14:51:00Z (96.7 s ahead)"; !strings.Contains(got, want) {
 		t.Errorf("line %q with its rate key booked ahead: want %q", got, want)
 	}
+	// A run whose rate key another running batch names at another rate
+	// says so (each lease is spaced at its own batch's rate).
+	waiting.Live = &api.LiveView{RateConflict: &api.RateConflict{Key: "api.example.com", BatchID: "later-20", Rate: api.Rate{Key: "api.example.com", RequestsPerSecond: 20}, NotedAt: next, Batches: 1}}
+	if got, want := watchLine(waiting, r), "; rate key api.example.com also named at 20/s by later-20"; !strings.Contains(got, want) {
+		t.Errorf("line %q with a rate conflict: want %q", got, want)
+	}
 	a, _, errw := f.app(t)
 	cmd := a.watchCmd()
 	cmd.SetArgs([]string{"orders-1"})

@@ -949,6 +949,59 @@ func TestSubmitWarnsOfARateKeyNamedAtAnotherRate(t *testing.T) {
 	}
 }
 
+// TestRateConflictShownOnBothBatches guards what the earlier batch's
+// status says when a later submit names its rate key at another rate:
+// the later submit notes itself on the earlier batch's row and the
+// earlier batch on its own, so that both views carry the other
+// (LiveView.RateConflict) while both run; a repeated submit notes nothing
+// more, a batch at the same rate or on another key nothing at all, and
+// once the other batch is cancelled the view drops the note.
+func TestRateConflictShownOnBothBatches(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, func(context.Context, pipeline.Request) (pipeline.Result, error) { return pipeline.Result{}, nil })
+	rate := func(rps float64, key string) func(*api.SubmitRequest) {
+		return func(req *api.SubmitRequest) { req.Rate = &api.Rate{Key: key, RequestsPerSecond: rps} }
+	}
+	submitK(t, r, "early-5", 1, 3, rate(5, "shared-key"))
+	submitK(t, r, "same-5", 1, 3, rate(5, "shared-key"))
+	submitK(t, r, "other-key-20", 1, 3, rate(20, "other-key"))
+	later := api.SubmitRequest{BatchID: "later-20", Pipeline: "counted", Source: api.SourceSpec{Items: items(3)}, Rate: &api.Rate{Key: "shared-key", RequestsPerSecond: 20}}
+	if _, err := r.sub.Submit(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the API asks for the warnings of a repeated submit too
+		if w := r.sub.Warnings(ctx, later); len(w) != 1 {
+			t.Fatalf("warnings %q, want one", w)
+		}
+	}
+	shown := func(id string) *api.RateConflict {
+		t.Helper()
+		b, err := r.store.GetBatch(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ctl.RateConflict(ctx, b)
+	}
+	for _, c := range []struct {
+		on, other string
+		rps       float64
+	}{{"early-5", "later-20", 20}, {"same-5", "later-20", 20}, {"later-20", "early-5", 5}} {
+		got := shown(c.on)
+		if got == nil || got.Key != "shared-key" || got.BatchID != c.other || got.Rate.RequestsPerSecond != c.rps || got.Batches != 1 || got.NotedAt.IsZero() {
+			t.Errorf("%s's view: rate conflict %+v, want %s at %v/s on shared-key, 1 batch noted", c.on, got, c.other, c.rps)
+		}
+	}
+	if got := shown("other-key-20"); got != nil {
+		t.Errorf("a batch on another key: rate conflict %+v, want none", got)
+	}
+	if _, err := r.ctl.Cancel(ctx, "later-20"); err != nil {
+		t.Fatal(err)
+	}
+	if got := shown("early-5"); got != nil {
+		t.Errorf("the other batch cancelled: rate conflict %+v, want none", got)
+	}
+}
+
 // getFails is a store whose batch reads fail as DynamoDB unavailable
 // does, counted.
 type getFails struct {

@@ -1430,6 +1430,41 @@ var cases = []suiteCase{
 			t.Errorf("set task gone created a batch row: %v", err)
 		}
 	}},
+	{"RateConflictNotedOnceEachUpToTheMax", func(t *testing.T, s ledger.Store) {
+		create(t, s, newBatch("b1"))
+		got, _ := s.GetBatch(ctx, "b1")
+		if got.RateConflict != nil {
+			t.Fatalf("a new batch has a rate conflict: %+v", got.RateConflict)
+		}
+		at := time.Date(2026, 12, 7, 10, 5, 0, 0, time.UTC)
+		note := func(other string, rps float64) {
+			t.Helper()
+			c := api.RateConflict{Key: "api.example.com", BatchID: other, Rate: api.Rate{Key: "api.example.com", RequestsPerSecond: rps}, NotedAt: at, Batches: 99}
+			if err := s.NoteRateConflict(ctx, "b1", c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		note("b2", 20)
+		note("b3", 30)
+		note("b2", 20) // a submit repeated: nothing more
+		got, _ = s.GetBatch(ctx, "b1")
+		want := &api.RateConflict{Key: "api.example.com", BatchID: "b3", Rate: api.Rate{Key: "api.example.com", RequestsPerSecond: 30}, NotedAt: at, Batches: 2}
+		if got.RateConflict == nil || *got.RateConflict != *want {
+			t.Fatalf("rate conflict = %+v, want %+v", got.RateConflict, want)
+		}
+		for i := range api.MaxRateConflicts + 3 {
+			note(fmt.Sprintf("c%02d", i), 40)
+		}
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "batches noted, at most the max", got.RateConflict.Batches, api.MaxRateConflicts)
+		check(t, "the latest noted within the max", got.RateConflict.BatchID, fmt.Sprintf("c%02d", api.MaxRateConflicts-3))
+		if err := s.NoteRateConflict(ctx, "missing", *want); err != nil {
+			t.Fatalf("note on a missing batch: %v", err)
+		}
+		if _, err := s.GetBatch(ctx, "missing"); !errors.Is(err, api.ErrNotFound) {
+			t.Errorf("the note created a batch row: %v", err)
+		}
+	}},
 	{"DeleteBatchRemovesEveryRow", func(t *testing.T, s ledger.Store) {
 		b := newBatch("b1")
 		b.MaxConcurrency = 2

@@ -50,6 +50,7 @@ type Store struct {
 	packs     map[string]map[int64]*packRow   // batch id → first index → pack row
 	attn      map[string]map[string]attnEntry // batch id → key → attention entry of a pack item
 	uploads   map[string]api.UploadClaim      // content → claim
+	conflicts map[string][]string             // batch id → the batch ids noted on it (NoteRateConflict)
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -526,6 +527,10 @@ func clone(b ledger.Batch) ledger.Batch {
 		a := *b.Approval // its Estimate is never changed once written
 		b.Approval = &a
 	}
+	if b.RateConflict != nil {
+		c := *b.RateConflict
+		b.RateConflict = &c
+	}
 	b.Halts = maps.Clone(b.Halts)
 	b.Request = slices.Clone(b.Request)
 	b.Revisions = slices.Clone(b.Revisions)
@@ -923,6 +928,7 @@ func (s *Store) DeleteBatch(_ context.Context, b ledger.Batch) error {
 	}
 	delete(s.running, b.ID)
 	delete(s.batches, b.ID)
+	delete(s.conflicts, b.ID)
 	if !b.ExpiresAt.IsZero() {
 		delete(s.retention, retentionKey(b.ExpiresAt, b.ID))
 	}
@@ -1158,6 +1164,24 @@ func (s *Store) SetTaskGone(_ context.Context, id string) error {
 	if b, ok := s.batch(id); ok {
 		b.TaskGone = true
 	}
+	return nil
+}
+
+// NoteRateConflict implements ledger.Store.
+func (s *Store) NoteRateConflict(_ context.Context, id string, c api.RateConflict) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.batch(id)
+	noted := s.conflicts[id]
+	if !ok || slices.Contains(noted, c.BatchID) || len(noted) >= api.MaxRateConflicts {
+		return nil
+	}
+	if s.conflicts == nil {
+		s.conflicts = map[string][]string{}
+	}
+	s.conflicts[id] = append(noted, c.BatchID)
+	c.Batches = len(s.conflicts[id])
+	b.RateConflict = &c
 	return nil
 }
 

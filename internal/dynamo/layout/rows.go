@@ -74,6 +74,8 @@ const (
 	AttrNeedsAttention   = "needs_attention"
 	AttrPublishedRun     = "published_run"
 	AttrTaskGone         = "task_gone"
+	AttrRateConflict     = "rate_conflict"  // JSON api.RateConflict: the latest noted (Store.NoteRateConflict)
+	AttrRateConflicts    = "rate_conflicts" // string set: the batch ids noted
 	AttrRefusal          = "refusal"
 	AttrReportKey        = "report_key"
 	AttrRunStartedAtMs   = "run_started_at_ms"
@@ -199,9 +201,11 @@ type BatchRow struct {
 	TaskToken       string             `dynamodbav:"task_token,omitempty"`             // ledger.Batch.TaskToken
 	TaskHeartbeat   int                `dynamodbav:"task_heartbeat_seconds,omitempty"` // ledger.Batch.TaskHeartbeat
 	TaskGone        bool               `dynamodbav:"task_gone,omitempty"`              // ledger.Batch.TaskGone
-	TraceParent     string             `dynamodbav:"trace_parent,omitempty"`           // ledger.Batch.TraceParent; absent: none (rows before traces)
-	TraceState      string             `dynamodbav:"trace_state,omitempty"`            // ledger.Batch.TraceState
-	PauseBy         string             `dynamodbav:"pause_by,omitempty"`               // absent: not paused
+	RateConflict    string             `dynamodbav:"rate_conflict,omitempty"`          // JSON api.RateConflict, ledger.Batch.RateConflict; absent: none noted
+	RateConflicts   []string           `dynamodbav:"rate_conflicts,stringset,omitempty"`
+	TraceParent     string             `dynamodbav:"trace_parent,omitempty"` // ledger.Batch.TraceParent; absent: none (rows before traces)
+	TraceState      string             `dynamodbav:"trace_state,omitempty"`  // ledger.Batch.TraceState
+	PauseBy         string             `dynamodbav:"pause_by,omitempty"`     // absent: not paused
 	PausedAtMs      int64              `dynamodbav:"paused_at_ms,omitempty"`
 	PauseClass      string             `dynamodbav:"pause_class,omitempty"`
 	PauseError      string             `dynamodbav:"pause_error,omitempty"`
@@ -408,6 +412,15 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		b.Ceilings = &api.Ceilings{}
 		if err := json.Unmarshal([]byte(r.Ceilings), b.Ceilings); err != nil {
 			return b, fmt.Errorf("batch %s: ceilings: %w", r.ID, err)
+		}
+	}
+	if r.RateConflict != "" {
+		// A note is advice: one that does not read is left out, never an
+		// error of the batch's read.
+		var c api.RateConflict
+		if json.Unmarshal([]byte(r.RateConflict), &c) == nil {
+			c.Batches = len(r.RateConflicts)
+			b.RateConflict = &c
 		}
 	}
 	if r.PauseBy != "" {

@@ -91,6 +91,36 @@ func RateBookedText(r api.RateBooked) string {
 		r.Key, strings.Join(limits, ", "), what, Stamp(r.Until), strconv.FormatFloat(r.AheadSeconds, 'f', -1, 64))
 }
 
+// RateConflictText is status's line for another batch naming the
+// batch's rate key at another rate (api.RateConflict), own the batch's
+// rate: "rate key api.example.com: batch B also names it, at 20/s (this
+// batch: 5/s; noted 2026-12-07T10:05:00Z); each lease is spaced at its own
+// batch's rate, so the downstream gets B's calls at 20/s while both run;
+// give every batch on the key the same rate". More than one noted adds
+// "(the latest of 3 batches noted at other rates)".
+func RateConflictText(c api.RateConflict, own api.Rate) string {
+	of := ""
+	if c.Batches > 1 {
+		of = fmt.Sprintf(" (the latest of %d batches noted at other rates)", c.Batches)
+	}
+	return fmt.Sprintf("rate key %s: batch %s%s also names it, at %s (this batch: %s; noted %s); each lease is spaced at its own batch's rate, so the downstream gets %s's calls at %s while both run; give every batch on the key the same rate",
+		c.Key, c.BatchID, of, limitsText(c.Rate), limitsText(own), Stamp(c.NotedAt), c.BatchID, limitsText(c.Rate))
+}
+
+// RateConflictClause is watch's clause for another batch naming the
+// batch's rate key at another rate: "rate key api.example.com also named
+// at 20/s by B".
+func RateConflictClause(c api.RateConflict) string {
+	return fmt.Sprintf("rate key %s also named at %s by %s", c.Key, limitsText(c.Rate), c.BatchID)
+}
+
+// limitsText is a rate's limits without its key, as api.Rate.String
+// gives them: "20/s", "20/s, 90000 tokens/min".
+func limitsText(r api.Rate) string {
+	r.Key = ""
+	return r.String()
+}
+
 // BookedText is how far ahead a batch's rate key is booked, in a clause
 // of list's note and watch's line: "rate key api.example.com booked
 // until 2026-12-06T10:15:30Z (14.2 s ahead)", or "token budget of

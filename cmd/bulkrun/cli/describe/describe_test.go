@@ -214,6 +214,25 @@ func TestRateBookedText(t *testing.T) {
 	}
 }
 
+// TestRateConflictText guards status's line and watch's clause for
+// another batch naming the batch's rate key at another rate: the key,
+// the other batch and both rates, and how many were noted.
+func TestRateConflictText(t *testing.T) {
+	c := api.RateConflict{Key: "api.example.com", BatchID: "B", Rate: api.Rate{Key: "api.example.com", RequestsPerSecond: 20}, NotedAt: time.Date(2026, 12, 7, 10, 5, 0, 0, time.UTC), Batches: 1}
+	own := api.Rate{Key: "api.example.com", RequestsPerSecond: 5, TokensPerMinute: 90000}
+	want := "rate key api.example.com: batch B also names it, at 20/s (this batch: 5/s, 90000 tokens/min; noted 2026-12-07T10:05:00Z); each lease is spaced at its own batch's rate, so the downstream gets B's calls at 20/s while both run; give every batch on the key the same rate"
+	if got := RateConflictText(c, own); got != want {
+		t.Errorf("RateConflictText:\n got  %s\n want %s", got, want)
+	}
+	c.Batches = 3
+	if got, want := RateConflictText(c, own), "batch B (the latest of 3 batches noted at other rates) also names it"; !strings.Contains(got, want) {
+		t.Errorf("RateConflictText of 3 noted: %s, want %q in it", got, want)
+	}
+	if got, want := RateConflictClause(c), "rate key api.example.com also named at 20/s by B"; got != want {
+		t.Errorf("RateConflictClause: %q, want %q", got, want)
+	}
+}
+
 // TestLiftedText guards a report's line for its lifted halts: the count,
 // and the last one's subject, since when and why it stood, when lifted.
 func TestLiftedText(t *testing.T) {

@@ -275,8 +275,9 @@ function retryText(r) {
 }
 
 // liveFacts is a running batch's live view: the items not ended by where
-// they are, and why the run needs attention now.
-function liveFacts(l, paused) {
+// they are, and why the run needs attention now; rate is the batch's
+// own (api.Rate), which a rate conflict's line sets beside the other's.
+function liveFacts(l, paused, rate) {
   const dl = el("dl", {class: "facts", id: "live"});
   const fact = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
   // The bar's "in flight" is both rows together: say so, so that 0 here
@@ -318,6 +319,14 @@ function liveFacts(l, paused) {
       .filter((s) => s).join(", ");
     fact("Rate key", r.key + " (this batch: " + limits + "): " + (r.by === "tokens" ? "its token budget" : "calls") + " booked until " + fmtTime(r.until) + ", " +
       r.ahead_seconds + " s ahead, by this batch or others naming the key; a unit that leases now starts after them (first come, first served)");
+  }
+  if (l.rate_conflict) {
+    // Another running batch names the key at another rate: each lease is
+    // spaced at its own batch's rate (docs/pipelines.md, "Rates").
+    const c = l.rate_conflict;
+    const of = c.batches > 1 ? " (the latest of " + c.batches + " batches noted at other rates)" : "";
+    fact("Rate conflict", "rate key " + c.key + ": batch " + c.batch_id + of + " also names it, at " + limitsText(c.rate) +
+      " (this batch: " + (rate ? limitsText(rate) : "none") + "; noted " + fmtTime(c.noted_at) + "); the downstream gets its calls at its own rate while both run; give every batch on the key the same rate");
   }
   const why = (l.attention || []).filter((a) => !(paused && a.startsWith("paused by"))).map((a) => el("li", {}, fmtTimes(a)));
   return el("div", {}, dl, why.length ? el("div", {class: "attn small"}, "⚠ Needs attention:", el("ul", {}, why)) : "");
@@ -688,7 +697,7 @@ function renderLive(page) {
       el("p", {class: "muted small"}, b.progress ? "A large running batch shows its counters; the census comes with the report." :
         b.status === "refused" ? "Refused: nothing ran." : running(b) ? "Updates every " + LIVE_MS / 1000 + " s while the run goes." : "No census yet."),
     d && !running(b) && d.done === d.total ? el("p", {class: "muted small"}, "Every item of run " + b.run + " has an outcome.") : "",
-    running(b) && b.live ? liveFacts(b.live, !!b.pause) : "");
+    running(b) && b.live ? liveFacts(b.live, !!b.pause, b.rate) : "");
   if (c) renderCost(page, c);
   else section(s.cost, "cost", "Cost", el("p", {class: "muted"}, "Known once items have run."));
 }
@@ -1265,9 +1274,15 @@ async function loadThumbs(page, cursor) {
 // or both, and the key they are shared on (the CLI's status says the same
 // as "50/s, 90000 tokens/min on api.openai.com").
 function rateText(r) {
+  return limitsText(r) + " on " + (r.key || "this batch alone");
+}
+
+// limitsText is a rate's limits without its key: "50 requests/s, 90000
+// tokens/min".
+function limitsText(r) {
   const parts = [];
   if (r.requests_per_second) parts.push(r.requests_per_second + " requests/s");
   if (r.tokens_per_second) parts.push(r.tokens_per_second + " tokens/s");
   if (r.tokens_per_minute) parts.push(r.tokens_per_minute + " tokens/min");
-  return parts.join(", ") + " on " + (r.key || "this batch alone");
+  return parts.join(", ");
 }
