@@ -335,12 +335,19 @@ func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 }
 
 // Release ends the attempt's lease without an outcome, keeping the error
-// text, under the attempt fence. r.FirstAttempt (when > 0) and
-// r.ThrottledSince are written as given (absolute values, so a Release
-// the SDK sends again writes the same row): a throttled attempt moves
-// first_attempt past itself and is not counted toward max attempts.
+// text, under the attempt fence: lease_until = r.Now, or, when r.RetryAt
+// is later, 1 ms before it (a delivery before the retry's due time is
+// held off; the takeover's lease_until < :now lets one at it take it).
+// r.FirstAttempt (when > 0) and r.ThrottledSince are written as given
+// (absolute values, so a Release the SDK sends again writes the same
+// row): a throttled attempt moves first_attempt past itself and is not
+// counted toward max attempts.
 func (s *Store) Release(ctx context.Context, r ledger.Record) error {
-	u := expression.Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(r.Now.UnixMilli())).
+	until := r.Now
+	if r.RetryAt.After(until) {
+		until = r.RetryAt.Add(-time.Millisecond)
+	}
+	u := expression.Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(until.UnixMilli())).
 		Set(expression.Name(layout.AttrRetryScheduled), expression.Value(true)).
 		Set(expression.Name(layout.AttrError), expression.Value(ledger.CutError(r.Error))).
 		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli()))

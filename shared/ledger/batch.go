@@ -172,6 +172,10 @@ type Item struct {
 	// an attempt whose lease expired without an outcome or a scheduled
 	// retry (a crash or a timeout): that attempt's effect is unknown.
 	Interrupted bool `json:"-"`
+	// RetryScheduled: in flight with a scheduled retry (ItemState.Retry);
+	// an item row's lease then runs until the retry is due
+	// (Record.RetryAt).
+	RetryScheduled bool `json:"-"`
 	// Resumed is set by Store.Reserve and Store.Settle when they took an
 	// item held in this run (woken): its held outcome; ResumedAt its row's
 	// last write before the take (its wake, ItemState.UpdatedAt; zero when

@@ -340,6 +340,13 @@ type ItemState struct {
 	// its retry is scheduled (the pack's message comes back), it was not
 	// interrupted.
 	Retry bool
+	// RetryAt is when the scheduled retry is due (Retry set): the attempt's
+	// end + its wait (Ending.Wait: the backoff, a Retry-After, twice a
+	// timeout). No delivery runs the item before it — a duplicate, a pack
+	// message sent again for a sibling's wake or timer (a pack's take
+	// leaves it; an item row's lease runs until then, Record.RetryAt).
+	// Zero: due at once (a given-back item, rows written before it).
+	RetryAt time.Time
 	// ThrottledSince is when the item's current streak of throttled
 	// attempts began (see Conclude); zero when its last attempt was not
 	// throttled. Attempts of the streak do not count toward max attempts:
@@ -369,6 +376,12 @@ type ItemState struct {
 	// payload's key, held.SignalKey), kept until an outcome is recorded.
 	Signalled int
 	UpdatedAt time.Time
+}
+
+// RetryWaits reports whether s is in flight in run with a scheduled
+// retry not yet due at now (RetryAt): no delivery runs it yet.
+func (s ItemState) RetryWaits(run int, now time.Time) bool {
+	return s.Run == run && s.Outcome == api.OutcomeInFlight && s.Retry && s.RetryAt.After(now)
 }
 
 // Attention reports whether the item is listed as needing attention
@@ -406,9 +419,10 @@ func (s ItemState) Item(batchID string) Item {
 			ThrottledSince: s.ThrottledSince,
 			Revision:       s.Revision,
 		},
-		BatchID:   batchID,
-		SpentRun:  s.SpentRun,
-		Signalled: s.Signalled,
+		BatchID:        batchID,
+		SpentRun:       s.SpentRun,
+		Signalled:      s.Signalled,
+		RetryScheduled: s.Outcome == api.OutcomeInFlight && s.Retry,
 	}
 	if s.Outcome.Held() {
 		h := s.Hold

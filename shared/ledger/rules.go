@@ -148,7 +148,7 @@ func Start(s ItemState, run int, now time.Time) ItemState {
 		// Woken: the run's attempts, spend and time go on.
 		n.Error, n.Reason, n.Cost, n.Hold, n.ThrottledSince = "", "", nil, api.Hold{}, time.Time{}
 	}
-	n.Run, n.Outcome, n.Retry, n.UpdatedAt = run, api.OutcomeInFlight, false, now
+	n.Run, n.Outcome, n.Retry, n.RetryAt, n.UpdatedAt = run, api.OutcomeInFlight, false, time.Time{}, now
 	return n
 }
 
@@ -162,7 +162,7 @@ func Settled(s ItemState, run int, o api.Outcome, reason api.Reason, text string
 	}
 	n.Hold = api.Hold{}
 	n.Run, n.Outcome, n.Reason, n.Error = run, o, reason, pipeline.CutText(text, pipeline.MaxErrorTextBytes)
-	n.Output, n.OutputRef, n.Cost, n.Released, n.Retry, n.UpdatedAt = nil, "", nil, false, false, now
+	n.Output, n.OutputRef, n.Cost, n.Released, n.Retry, n.RetryAt, n.UpdatedAt = nil, "", nil, false, false, time.Time{}, now
 	n.ThrottledSince = time.Time{}
 	return n
 }
@@ -487,7 +487,10 @@ func KeepsSignal(o api.Outcome) bool {
 func Ended(s ItemState, e Ending, now time.Time) ItemState {
 	n := s
 	n.Outcome, n.Reason, n.Error, n.UpdatedAt = e.Outcome, e.Reason, e.Error, now
-	n.Retry = e.Retry()
+	n.Retry, n.RetryAt = e.Retry(), time.Time{}
+	if e.Retry() && e.Wait > 0 {
+		n.RetryAt = now.Add(e.Wait)
+	}
 	n.ThrottledSince = time.Time{}
 	n.Hold = api.Hold{}
 	if e.Outcome.Held() {

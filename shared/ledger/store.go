@@ -436,6 +436,11 @@ type Record struct {
 	// FirstAttempt 0 leaves the stored one.
 	FirstAttempt   int
 	ThrottledSince time.Time
+	// RetryAt (Release) is when the released attempt's retry is due
+	// (ItemState.RetryAt): the row's lease runs until 1 ms before it, so
+	// that a delivery before it (an SQS duplicate) finds the item held and
+	// comes back then; zero or past: the lease ends at Now.
+	RetryAt time.Time
 	// Effects are the writes the pipeline staged during this attempt
 	// (shared/pipeline/effects), committed by Record in one transaction
 	// with a succeeded outcome, under the same fence; nil or Len 0 for

@@ -115,7 +115,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		if m.track != nil {
 			return m.track.park(m, h.held.Sub(w.Clock.Now())+time.Second, 0), nil
 		}
-		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		w.heldOff(ctx, log, d, h)
 		return false, nil
 	}
 	var runs []*itemRun
@@ -126,6 +126,20 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	}
 	if len(runs) == 0 {
 		if err := w.sendTimer(ctx, log, b, m, h.timerAt); err != nil {
+			return false, h.dones
+		}
+		if !h.retryAt.IsZero() {
+			// Come early (a duplicate, or sent again for a sibling's wake
+			// or timer): the unit's items wait for their retry's time, and
+			// the message comes back then, never acknowledged before.
+			wait := h.retryAt.Sub(w.Clock.Now())
+			log.InfoContext(ctx, "items whose retry is not due; back then", "retry_in_ms", wait.Milliseconds())
+			if m.track != nil {
+				return m.track.park(m, wait, 0), h.dones
+			}
+			if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+				log.WarnContext(ctx, "delay message", "error", err.Error())
+			}
 			return false, h.dones
 		}
 		log.InfoContext(ctx, "already recorded; acknowledged")
@@ -446,6 +460,12 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				throttled = throttled || r.ending.Throttled || r.ending.Paused || r.ending.Rotated
 			}
 		}
+	}
+	if !h.retryAt.IsZero() {
+		// Items the take left for their retry's time (ItemState.RetryWaits)
+		// come back with the message: it is not acknowledged before.
+		retries++
+		wait = max(wait, h.retryAt.Sub(w.Clock.Now()))
 	}
 	if lost {
 		log.WarnContext(ctx, "fenced by a later take; its holder records the outcomes")
@@ -811,7 +831,7 @@ func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batc
 		if m.track != nil {
 			return m.track.park(m, h.held.Sub(w.Clock.Now())+time.Second, 0), nil
 		}
-		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		w.heldOff(ctx, log, d, h)
 		return false, nil
 	case !h.held.IsZero():
 		return false, nil // under a live lease: its holder decides

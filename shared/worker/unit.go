@@ -150,6 +150,9 @@ type hold struct {
 	attempt     int
 	lease       time.Time
 	held        time.Time // not zero: another delivery holds the unit until then; nothing taken
+	// retryHeld: held by an item row's scheduled retry, not a delivery
+	// (Record.RetryAt): held is exactly when it is due.
+	retryHeld bool
 	was         []ledger.ItemState
 	items       []ledger.ItemState
 	steps       []ledger.Step
@@ -159,6 +162,11 @@ type hold struct {
 	// timerAt, when not zero, is when a suspended item of the unit that
 	// this delivery left waiting wants its timer message (sendTimer).
 	timerAt time.Time
+	// retryAt, when not zero, is the earliest due retry of the items of
+	// the unit the take left because their retry is not due
+	// (ItemState.RetryWaits): a delivery that came early (a duplicate, the
+	// message sent again for a sibling's wake or timer) comes back then.
+	retryAt time.Time
 	// commits makes the unit's writes with staged effects one at a
 	// time, each sizing the row with the others' items (commit).
 	commits sync.Mutex
@@ -250,7 +258,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 	case t.mode == ledger.ModeUnstarted:
 		return h, nil // reserved in this run: its own message decides
 	case it.Outcome == api.OutcomeInFlight && it.Run == b.Run:
-		h.held = it.LeaseUntil
+		h.held, h.retryHeld = it.LeaseUntil, it.RetryScheduled
 		if h.held.Before(now) {
 			h.held = now // its lease ended this very millisecond: back soon
 		}
@@ -286,7 +294,7 @@ func (u *itemUnit) write(ctx context.Context, h *hold, items []ledger.PackItemWr
 		r.Spent = s.Spent
 	}
 	if !s.Outcome.Terminal() && !s.Outcome.Held() {
-		r.ThrottledSince = s.ThrottledSince
+		r.ThrottledSince, r.RetryAt = s.ThrottledSince, s.RetryAt
 		return u.w.Store.Release(ctx, r)
 	}
 	r.Outcome, r.Output, r.OutputRef = s.Outcome, s.Output, s.OutputRef
@@ -332,7 +340,7 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			return nil, err
 		}
 		h := newHold(len(m.Items))
-		var timerAt time.Time
+		var timerAt, retryAt time.Time
 		if p.Attempt > 0 && !p.LeaseUntil.Before(now) {
 			h.held = p.LeaseUntil
 			return h, nil
@@ -352,6 +360,14 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			timerAt = timerOf(timerAt, s, b.Run, now)
 			h.was[j], h.items[j] = s, s
 			h.steps[j], h.interrupted[j] = ledger.Plan(s, b.Run, b.RunRevision, t.mode, false)
+			if h.steps[j] == ledger.StepRun && t.mode == ledger.ModeRun && s.RetryWaits(b.Run, now) {
+				// Its retry is not due: left in flight as it is, its
+				// wait kept whatever delivery came (docs/design/items.md, "Retry policy").
+				h.steps[j] = ledger.StepNone
+				if retryAt.IsZero() || s.RetryAt.Before(retryAt) {
+					retryAt = s.RetryAt
+				}
+			}
 			switch h.steps[j] {
 			case ledger.StepRun:
 				if s.Run == b.Run && s.Outcome == api.OutcomeWithheld && s.Hold.Woken == api.WakeLift && s.UpdatedAt.After(h.lifted) {
@@ -371,10 +387,10 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			}
 			writes = append(writes, ledger.PackItemWrite{Index: j, Item: h.items[j], Was: s.Outcome})
 		}
-		h.timerAt = timerAt
+		h.timerAt, h.retryAt = timerAt, retryAt
 		if len(writes) == 0 {
 			nh := newHold(len(m.Items))
-			nh.timerAt = timerAt
+			nh.timerAt, nh.retryAt = timerAt, retryAt
 			return nh, nil
 		}
 		if len(run) > 0 {

@@ -759,6 +759,22 @@ func (w *Worker) delay(ctx context.Context, log *slog.Logger, d Delivery, until 
 	}
 }
 
+// heldOff brings back delivery d of a unit that h found held: when its
+// holder has likely recorded the outcome (delay), or, held by an item
+// row's scheduled retry (hold.retryHeld), when that retry is due — a
+// duplicate that came early, brought back at the rechecks of a
+// delivery's lease, would count a receive each toward the dead-letter
+// queue over a long wait (a Retry-After of an hour).
+func (w *Worker) heldOff(ctx context.Context, log *slog.Logger, d Delivery, h *hold) {
+	if !h.retryHeld {
+		w.delay(ctx, log, d, h.held.Sub(w.Clock.Now()))
+		return
+	}
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, h.held.Sub(w.Clock.Now())); err != nil {
+		log.WarnContext(ctx, "delay message", "error", err.Error())
+	}
+}
+
 // persist runs fn, a write whose result the attempt depends on, again
 // while it fails with ErrUnavailable (AWS throttling or 5xx after the
 // SDK's tries) at persistRetry's delays, as long as the context's deadline

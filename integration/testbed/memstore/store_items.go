@@ -188,6 +188,9 @@ func (s *Store) Release(_ context.Context, r ledger.Record) error {
 		return conflictf("release %s/%s attempt %d", r.BatchID, r.Key, r.Attempt)
 	}
 	cur.leaseUntil, cur.s.UpdatedAt = ms(r.Now), ms(r.Now)
+	if r.RetryAt.After(r.Now) {
+		cur.leaseUntil = ms(r.RetryAt.Add(-time.Millisecond)) // as DynamoDB's Release
+	}
 	cur.s.Retry = true
 	cur.s.Error = pipeline.CutText(r.Error, pipeline.MaxErrorTextBytes)
 	if r.FirstAttempt > 0 {

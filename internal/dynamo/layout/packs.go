@@ -55,6 +55,7 @@ type PackItemRow struct {
 	Attempt      int                `dynamodbav:"a,omitempty"`
 	FirstAttempt int                `dynamodbav:"f,omitempty"`
 	Retry        bool               `dynamodbav:"rs,omitempty"`
+	RetryAtMs    int64              `dynamodbav:"ra,omitempty"` // ledger.ItemState.RetryAt
 	ThrottledMs  int64              `dynamodbav:"ts,omitempty"` // ledger.ItemState.ThrottledSince
 	Released     bool               `dynamodbav:"rel,omitempty"`
 	Output       string             `dynamodbav:"out,omitempty"`
@@ -78,7 +79,7 @@ type PackItemRow struct {
 // ledger.CutError's bound.
 func ToPackItemRow(it ledger.ItemState) PackItemRow {
 	return PackItemRow{Key: it.Key, Run: it.Run, Outcome: string(it.Outcome), Attempt: it.Attempt, FirstAttempt: it.FirstAttempt,
-		Retry: it.Retry, Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
+		Retry: it.Retry, RetryAtMs: Ms(it.RetryAt), Released: it.Released, Output: string(it.Output), OutputRef: it.OutputRef,
 		Error: ledger.CutError(it.Error), Reason: string(it.Reason), Cost: it.Cost, Spent: it.Spent,
 		SpentRun: it.SpentRun, CountedRun: it.CountedRun, UpdatedAtMs: Ms(it.UpdatedAt), ThrottledMs: Ms(it.ThrottledSince), Revision: it.Revision,
 		HoldSubject: it.Hold.Subject, HoldSinceMs: Ms(it.Hold.Since), Woken: string(it.Hold.Woken),
@@ -87,7 +88,7 @@ func ToPackItemRow(it ledger.ItemState) PackItemRow {
 
 func packItemFromRow(r PackItemRow) ledger.ItemState {
 	it := ledger.ItemState{Key: r.Key, Run: r.Run, Outcome: api.Outcome(r.Outcome), Attempt: r.Attempt, FirstAttempt: r.FirstAttempt,
-		Retry: r.Retry, Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: api.Reason(r.Reason),
+		Retry: r.Retry, RetryAt: FromMs(r.RetryAtMs), Released: r.Released, OutputRef: r.OutputRef, Error: r.Error, Reason: api.Reason(r.Reason),
 		SpentRun: r.SpentRun, CountedRun: r.CountedRun, UpdatedAt: FromMs(r.UpdatedAtMs), ThrottledSince: FromMs(r.ThrottledMs), Revision: r.Revision,
 		Hold: api.Hold{Subject: r.HoldSubject, Since: FromMs(r.HoldSinceMs), Woken: api.Wake(r.Woken),
 			WakeAt: FromMs(r.HoldWakeAtMs)}, Signalled: r.Signalled}

@@ -602,8 +602,9 @@ func ItemFrom(batchID string, av map[string]types.AttributeValue) (ledger.Item, 
 			ThrottledSince: FromMs(r.ThrottledMs),
 			Revision:       r.Revision,
 		},
-		BatchID:   batchID,
-		Signalled: r.Signalled,
+		BatchID:        batchID,
+		Signalled:      r.Signalled,
+		RetryScheduled: r.Outcome == string(api.OutcomeInFlight) && r.Retry,
 	}
 	if r.Output != "" {
 		it.Output = json.RawMessage(r.Output)

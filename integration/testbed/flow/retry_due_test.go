@@ -1,0 +1,186 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
+)
+
+// callLog is a pipeline's own log of its calls: each key's calls, at the
+// rig's clock, from start.
+type callLog struct {
+	mu    sync.Mutex
+	start time.Time
+	calls map[string][]time.Duration
+}
+
+func (l *callLog) add(key string, at time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls[key] = append(l.calls[key], at.Sub(l.start))
+	return len(l.calls[key])
+}
+
+func (l *callLog) of(key string) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.calls[key]...)
+}
+
+// TestRetryNotDueIsLeftBySiblingsWake guards a scheduled retry's wait
+// against the pack's message sent again for a sibling: in one unit, item
+// 0 suspends, item 1's call times out after 30 s (its retry waits at
+// least twice that: the call may still run downstream) and item 2 is
+// answered Retry-After 1 h. Item 0 is signalled 2 s later and its unit's
+// message, sent again by the wake, delivered: item 0 runs, items 1 and 2
+// are not called, and the delivery is not acknowledged — it comes back
+// when item 1's retry is due. Before, the pack's take ran every item in
+// flight with a retry scheduled (ItemState.RetryAt did not exist): items
+// 1 and 2 were called again at +2 s.
+func TestRetryNotDueIsLeftBySiblingsWake(t *testing.T) {
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var r *rig
+			log := &callLog{calls: map[string][]time.Duration{}}
+			r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				n := log.add(req.Key, r.clock.T)
+				switch {
+				case req.Key == api.PositionalKey(0) && n == 1:
+					return pipeline.Result{}, &pipeline.SuspendError{Reason: "awaiting approval", Token: "tok"}
+				case req.Key == api.PositionalKey(1) && n == 1:
+					return pipeline.Result{}, pipeline.TimedOut(errors.New("no answer in 30 s"), 30*time.Second)
+				case req.Key == api.PositionalKey(2) && n == 1:
+					return pipeline.Result{}, pipeline.RetryAfter(errors.New("503 come back later"), time.Hour)
+				}
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			// The calls' deadlines are the machine's: the rig's clock at
+			// now, so that a transient failure is one, not an interruption.
+			r.clock.T = time.Now().UTC()
+			log.start = r.clock.T
+			r.wakeHeld()
+			submitK(t, r, "sib", k, 3, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
+			r.worker.Handle(ctx, r.queue.take()) // fan-out
+			r.worker.Handle(ctx, r.queue.take()) // 0 suspended, 1 timed out, 2 told to wait an hour
+			r.clock.T = r.clock.T.Add(2 * time.Second)
+			res, err := r.ctl.Signal(ctx, "sib", api.PositionalKey(0), "", "tok", json.RawMessage(`{"ok":1}`))
+			if err != nil || !res.Woken {
+				t.Fatalf("signal: %+v %v", res, err)
+			}
+			woken := r.queue.take()
+			before := len(r.queue.delays())
+			failed := r.worker.Handle(ctx, woken)
+			if got := len(log.of(api.PositionalKey(0))); got != 2 {
+				t.Errorf("item 0 called %d times, want 2 (woken)", got)
+			}
+			for _, j := range []int64{1, 2} {
+				if c := log.of(api.PositionalKey(j)); len(c) != 1 {
+					t.Errorf("item %d called at %v, want once (its retry is not due at +2 s)", j, c)
+				}
+			}
+			if k == 10 {
+				// The woken pack's delivery comes back for items 1 and 2.
+				waits := r.queue.delays()[before:]
+				if len(failed) != 1 || len(waits) == 0 || waits[len(waits)-1] < 55*time.Second {
+					t.Errorf("woken delivery: failed %v, waits asked %v; want it kept, back ≥ 55 s later (item 1's retry)", failed, waits)
+				}
+			}
+		})
+	}
+}
+
+// TestRetryNotDueIsLeftByTimerHop guards a Retry-After against the timer
+// of a sibling: item 0 suspends for a day (its timer message hops every
+// 15 minutes at most), item 1 is answered Retry-After 1 h; the timer's
+// first hop, 15 min later, runs nothing. Before, it called item 1 then.
+func TestRetryNotDueIsLeftByTimerHop(t *testing.T) {
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var r *rig
+			log := &callLog{calls: map[string][]time.Duration{}}
+			r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				n := log.add(req.Key, r.clock.T)
+				switch {
+				case req.Key == api.PositionalKey(0) && n == 1:
+					return pipeline.Result{}, pipeline.Suspend("awaiting a file", log.start.Add(24*time.Hour))
+				case req.Key == api.PositionalKey(1) && n == 1:
+					return pipeline.Result{}, pipeline.RetryAfter(errors.New("503 come back in an hour"), time.Hour)
+				}
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			r.clock.T = time.Now().UTC()
+			log.start = r.clock.T
+			r.wakeHeld()
+			submitK(t, r, "hop", k, 2, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
+			r.worker.Handle(ctx, r.queue.take()) // fan-out
+			r.worker.Handle(ctx, r.queue.take()) // first calls
+			r.clock.T = r.clock.T.Add(15*time.Minute + time.Second)
+			r.worker.Handle(ctx, r.queue.take()) // the timer's hop
+			if c := log.of(api.PositionalKey(1)); len(c) != 1 {
+				t.Errorf("item 1 (Retry-After 1 h) called at %v, want once by +15 min", c)
+			}
+		})
+	}
+}
+
+// TestDuplicateComesBackWhenTheRetryIsDue guards a scheduled retry's wait
+// against an SQS duplicate of its message (standard queues deliver at
+// least once, "Amazon SQS standard queues", SQS developer guide): an
+// item answered Retry-After 1 h, its message delivered again 2 s later,
+// is not called; the duplicate is not acknowledged and comes back when
+// the retry is due, not at the rechecks of a live lease (which would
+// count a receive every 5–80 s toward the dead-letter queue); at the due
+// time it runs and succeeds. Before, an item row's release ended its
+// lease at once and a pack's take ran any item with a retry scheduled:
+// the duplicate called it at +2 s.
+func TestDuplicateComesBackWhenTheRetryIsDue(t *testing.T) {
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			var r *rig
+			log := &callLog{calls: map[string][]time.Duration{}}
+			r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+				if log.add(req.Key, r.clock.T) == 1 {
+					return pipeline.Result{}, pipeline.RetryAfter(errors.New("429 come back in an hour"), time.Hour)
+				}
+				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			})
+			r.clock.T = time.Now().UTC()
+			log.start = r.clock.T
+			submitK(t, r, "dup", k, 1, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
+			r.worker.Handle(ctx, r.queue.take()) // fan-out
+			first := r.queue.take()
+			r.worker.Handle(ctx, first) // answered Retry-After 1 h
+			r.queue.take()              // the message the throttled wait sent again, if any
+			r.clock.T = r.clock.T.Add(2 * time.Second)
+			before := len(r.queue.delays())
+			if failed := r.worker.Handle(ctx, first); len(failed) != 1 {
+				t.Errorf("the duplicate at +2 s was acknowledged (failed %v): the retry it leaves has no message of its own", failed)
+			}
+			if c := log.of(api.PositionalKey(0)); len(c) != 1 {
+				t.Fatalf("calls %v, want one: the duplicate at +2 s called the item", c)
+			}
+			waits := r.queue.delays()[before:]
+			if len(waits) != 1 || waits[0] < time.Hour-5*time.Second || waits[0] > time.Hour {
+				t.Errorf("the duplicate asked to come back after %v, want once, ≈ 1 h less 2 s", waits)
+			}
+			r.clock.T = log.start.Add(time.Hour + 2*time.Second)
+			if failed := r.worker.Handle(ctx, first); len(failed) != 0 {
+				t.Errorf("at the retry's time: failed %v, want it run and acknowledged", failed)
+			}
+			c := log.of(api.PositionalKey(0))
+			if len(c) != 2 || c[1] < time.Hour {
+				t.Errorf("calls at %v, want the second at or after 1 h", c)
+			}
+		})
+	}
+}
