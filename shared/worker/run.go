@@ -39,6 +39,12 @@ type itemRun struct {
 	cost      pipeline.Cost // what its attempt reported spending (Result.Cost), whatever its ending
 	committed bool          // written on its own, with its staged writes
 	lost      bool          // its own write lost the unit's fence
+	// unknown: its write with its staged writes failed, neither refused
+	// nor fenced (commit): nothing of it written, its attempt ends
+	// unknown — left in flight as taken, so that the next take finds it
+	// interrupted (on_interrupt) — while the unit's other items are
+	// recorded.
+	unknown bool
 	timedOut  bool          // its call was given up without an answer (a *pipeline.TimeoutError)
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
@@ -437,13 +443,32 @@ func (w *Worker) giveBack(b ledger.Batch, m *unitMessage, h *hold, r *itemRun) (
 // says whether the message may be acknowledged.
 func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, u unit, h *hold, d Delivery, runs []*itemRun) (bool, []done) {
 	dns := h.dones
+	if slices.ContainsFunc(runs, func(r *itemRun) bool { return r.lost }) {
+		log.WarnContext(ctx, "fenced by a later take; its holder records the outcomes")
+		return false, dns
+	}
+	if slices.ContainsFunc(runs, heldEnding) {
+		// A held item has no message on the queue: its unit's message is
+		// kept for its wake before the item is recorded held. Not kept,
+		// nothing would wake it: the items it would hold are given back,
+		// to run again, and the others recorded.
+		err := w.persist(ctx, log, "keep the held unit's message", func() error { return w.keepMessage(ctx, b, m) })
+		if err != nil {
+			log.ErrorContext(ctx, "keep the held unit's message; the items it would hold are given back, to run again", "error", pipeline.ErrorText(err))
+			for _, r := range runs {
+				if heldEnding(r) {
+					r.started = false
+				}
+			}
+		}
+	}
 	var writes []ledger.PackItemWrite
 	var wait time.Duration
-	retries, lost, throttled := 0, false, false
+	retries, throttled := 0, false
 	for _, r := range runs {
 		switch {
-		case r.lost:
-			lost = true
+		case r.unknown:
+			retries++ // the message comes back for it
 		case r.committed:
 			dns = append(dns, ranDone(b, r))
 			w.Metrics.ItemsRecorded(b.Pipeline, string(r.state.Outcome), 1, b.ID, b.Run)
@@ -466,19 +491,6 @@ func (w *Worker) endUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		// come back with the message: it is not acknowledged before.
 		retries++
 		wait = max(wait, h.retryAt.Sub(w.Clock.Now()))
-	}
-	if lost {
-		log.WarnContext(ctx, "fenced by a later take; its holder records the outcomes")
-		return false, dns
-	}
-	if slices.ContainsFunc(runs, heldEnding) {
-		// A held item has no message on the queue: its unit's message is
-		// kept for its wake before the item is recorded held.
-		err := w.persist(ctx, log, "keep the held unit's message", func() error { return w.keepMessage(ctx, b, m) })
-		if err != nil {
-			log.ErrorContext(ctx, "keep the held unit's message", "error", pipeline.ErrorText(err))
-			return false, dns
-		}
 	}
 	if len(writes) > 0 && m.Packed {
 		err := w.persist(ctx, log, "bound the pack row", func() error {
@@ -792,9 +804,11 @@ func (w *Worker) commit(ctx context.Context, log *slog.Logger, b ledger.Batch, u
 		return ledger.Ending{}
 	case !errors.As(err, &ee):
 		// Not written, and the unit's write would record it without its
-		// staged writes: its attempt ends unknown.
-		log.ErrorContext(ctx, "record outcome with staged writes", "error", pipeline.ErrorText(err))
-		r.lost = true
+		// staged writes: its attempt ends unknown. The unit is still
+		// this delivery's (only a conflict says a later take holds it):
+		// its other items are recorded.
+		log.ErrorContext(ctx, "record outcome with staged writes; its attempt ends unknown, the unit's other items are recorded", "error", pipeline.ErrorText(err))
+		r.unknown = true
 		return ledger.Ending{}
 	}
 	a.Err, a.CutOff = err, false
