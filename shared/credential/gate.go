@@ -111,6 +111,15 @@ func (p *Probe) Done(v Verdict, now time.Time) {
 	})
 }
 
+// Open reports whether key's gate is open: a call under its credential
+// was accepted in this process, and Enter lets every call go at once.
+func (g *Gates) Open(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.m[key]
+	return s != nil && s.open
+}
+
 // Enter is a unit's call under key's credential (key names a batch run
 // and a subject): a nil Probe and refused false once the gate is open; a
 // Probe when no call under it is in flight (the caller probes, and must

@@ -44,8 +44,8 @@ type itemRun struct {
 	// unknown — left in flight as taken, so that the next take finds it
 	// interrupted (on_interrupt) — while the unit's other items are
 	// recorded.
-	unknown bool
-	timedOut  bool          // its call was given up without an answer (a *pipeline.TimeoutError)
+	unknown  bool
+	timedOut bool // its call was given up without an answer (a *pipeline.TimeoutError)
 	// interrupted: its attempt took over an ended lease or was cut off
 	// at the deadline (outcome unknown).
 	interrupted bool
@@ -131,25 +131,7 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 		}
 	}
 	if len(runs) == 0 {
-		if err := w.sendTimer(ctx, log, b, m, h.timerAt); err != nil {
-			return false, h.dones
-		}
-		if !h.retryAt.IsZero() {
-			// Come early (a duplicate, or sent again for a sibling's wake
-			// or timer): the unit's items wait for their retry's time, and
-			// the message comes back then, never acknowledged before.
-			wait := h.retryAt.Sub(w.Clock.Now())
-			log.InfoContext(ctx, "items whose retry is not due; back then", "retry_in_ms", wait.Milliseconds())
-			if m.track != nil {
-				return m.track.park(m, wait, 0), h.dones
-			}
-			if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
-				log.WarnContext(ctx, "delay message", "error", err.Error())
-			}
-			return false, h.dones
-		}
-		log.InfoContext(ctx, "already recorded; acknowledged")
-		return true, h.dones
+		return w.nothingToRun(ctx, log, b, m, d, h), h.dones
 	}
 	if m.Packed {
 		log = log.With("pack_attempt", h.attempt)
@@ -208,16 +190,16 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 			if r.lateLease = w.lateForPlace(ctx, log, b, m, inv, i, keep); r.lateLease {
 				return // not started: given back below
 			}
-			// The row as it is now: a stop recorded since the message was
-			// taken cancels the call, a pause gives the item back (the
-			// next delivery waits it out), except a paused batch's probe.
-			cur := w.beforeCall(ctx, inv, b)
-			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
-				return // not started: given back below
-			}
 			late, first := w.heldBack(ctx, b, m, inv, i, keep)
 			defer w.pacing().Release(first) // taken and not called: the next goes
 			if r.lateLease = late; late {
+				return // not started: given back below
+			}
+			// The row as it is now, after the item's waits (the gate's,
+			// in attempt, reads it again): a stop cancels the call, a pause
+			// gives the item back, except a paused batch's probe.
+			cur := w.beforeCall(ctx, inv, b)
+			if cur.Stop == "" && cur.Pause != nil && !m.probe && !keep {
 				return // not started: given back below
 			}
 			r.started = true
@@ -226,7 +208,9 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 				halted = h
 			}
 			actx, traced := w.traceAttempt(ctx, b, h.items[r.j], d)
-			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, lease: &m.lease}, u, h, r, p, refusal, headers, options, inv.margin)
+			recheck := func() api.Status { return w.beforeCall(ctx, inv, b).Stop }
+			w.attempt(actx, itemLog(log, b, m, h.items[r.j]), b, call{stop: cur.Stop, halted: halted, subject: subject, throttled: &m.throttled, lease: &m.lease, recheck: recheck},
+				u, h, r, p, refusal, headers, options, inv.margin)
 			traced(r)
 			w.afterCall(b.ID, r.took)
 		}()
@@ -234,6 +218,31 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	wg.Wait()
 	m.tokensRan(runs)
 	return w.endUnit(ctx, log, b, m, u, h, d, runs)
+}
+
+// nothingToRun ends a delivery whose take left no item to run, saying
+// whether it may be acknowledged: its unit's timer sent if a suspended
+// item wants one; back when the earliest retry the take left is due
+// (hold.retryAt: it came early — a duplicate, or the message sent again
+// for a sibling's wake or timer — and is never acknowledged before);
+// else every item is recorded.
+func (w *Worker) nothingToRun(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, h *hold) bool {
+	if err := w.sendTimer(ctx, log, b, m, h.timerAt); err != nil {
+		return false
+	}
+	if h.retryAt.IsZero() {
+		log.InfoContext(ctx, "already recorded; acknowledged")
+		return true
+	}
+	wait := h.retryAt.Sub(w.Clock.Now())
+	log.InfoContext(ctx, "items whose retry is not due; back then", "retry_in_ms", wait.Milliseconds())
+	if m.track != nil {
+		return m.track.park(m, wait, 0)
+	}
+	if err := w.Queue.Delay(ctx, d.ReceiptHandle, wait); err != nil {
+		log.WarnContext(ctx, "delay message", "error", err.Error())
+	}
+	return false
 }
 
 // lateForPlace reports whether the i-th item of m's unit gives its call
@@ -294,6 +303,9 @@ type call struct {
 	halted, subject string
 	throttled       *atomic.Bool // the unit's downstream throttled one of its calls
 	lease           *pacer.Lease // the unit's pacing: its calls start at a lease (Paced; pacer.Pacer.Observe)
+	// recheck reads the batch row's stop again (stopcheck: the row as it
+	// is now), for a call that waited after stop was read; nil: none.
+	recheck func() api.Status
 }
 
 // itemLog is log for item s of m's unit: its key (a pack's; an item
@@ -649,12 +661,16 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	if dl, ok := runCtx.Deadline(); ok {
 		allotted = time.Until(dl)
 	}
-	probe, refused := w.gate(ctx, b, h, c)
+	probe, refused, stop := w.passGate(ctx, b, h, c)
 	defer probe.Done(credential.Unknown, time.Time{}) // a path that never called: the next unit probes
-	if refused {
+	if refused || stop != "" {
 		// The call this one waited for was refused under the same
 		// credential: withheld without a call, as under the halt it put.
-		a.Halted = c.subject
+		// Or a stop was recorded while it waited: cancelled, as one
+		// recorded before its turn.
+		if a.Stop = stop; refused {
+			a.Halted = c.subject
+		}
 		e := ledger.Conclude(a)
 		cancel()
 		seal()

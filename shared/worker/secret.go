@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 
+	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/credential"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
@@ -77,19 +78,36 @@ func (w *Worker) liftedSecrets(ctx context.Context, log *slog.Logger, b ledger.B
 	return headers, options, true
 }
 
+// passGate is gate, then, for a call that waited there, the batch row's
+// stop read again (call.recheck): a stop recorded while it waited for
+// the process's first call under its credential (as long as that call
+// ran) is returned, and the call does not start.
+func (w *Worker) passGate(ctx context.Context, b ledger.Batch, h *hold, c call) (p *credential.Probe, refused bool, stop api.Status) {
+	p, refused, waited := w.gate(ctx, b, h, c)
+	if waited && !refused && c.recheck != nil {
+		stop = c.recheck()
+	}
+	return p, refused, stop
+}
+
 // gate holds a call under b's credential from a secret reference while
 // another call of the process under it, not yet answered, is the first
 // (credential.Gates, per batch run and subject): a probe to end with the
 // call's verdict, or refused true when the call waited for was refused
-// (the item is withheld without a call). Nothing for a call under no
-// secret reference or a halt already standing.
-func (w *Worker) gate(ctx context.Context, b ledger.Batch, h *hold, c call) (*credential.Probe, bool) {
+// (the item is withheld without a call); waited reports that the gate
+// was not open when it came, so that it may have waited for that call's
+// answer (as long as the call ran). Nothing for a call under no secret
+// reference or a halt already standing.
+func (w *Worker) gate(ctx context.Context, b ledger.Batch, h *hold, c call) (p *credential.Probe, refused, waited bool) {
 	if c.subject == "" || c.halted != "" || w.Secrets == nil {
-		return nil, false
+		return nil, false, false
 	}
 	after := b.LiftedAt
 	if h.lifted.After(after) {
 		after = h.lifted
 	}
-	return made(&w.gates).Enter(ctx, b.ID+"\x00"+strconv.Itoa(b.Run)+"\x00"+c.subject, w.Clock.Now(), after)
+	g, key := made(&w.gates), b.ID+"\x00"+strconv.Itoa(b.Run)+"\x00"+c.subject
+	open := g.Open(key)
+	p, refused = g.Enter(ctx, key, w.Clock.Now(), after)
+	return p, refused, !open && p == nil
 }

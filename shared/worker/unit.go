@@ -147,12 +147,12 @@ func (t taking) fresh() bool {
 // hold is one delivery's hold on a unit: the fence of its writes, its
 // lease, and each item's state as read (was) and as taken (items).
 type hold struct {
-	attempt     int
-	lease       time.Time
-	held        time.Time // not zero: another delivery holds the unit until then; nothing taken
+	attempt int
+	lease   time.Time
+	held    time.Time // not zero: another delivery holds the unit until then; nothing taken
 	// retryHeld: held by an item row's scheduled retry, not a delivery
 	// (Record.RetryAt): held is exactly when it is due.
-	retryHeld bool
+	retryHeld   bool
 	was         []ledger.ItemState
 	items       []ledger.ItemState
 	steps       []ledger.Step
