@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
+	"github.com/bulkrun/bulkrun/shared/worker"
 )
 
 // callLog is a pipeline's own log of its calls: each key's calls, at the
@@ -34,6 +35,34 @@ func (l *callLog) of(key string) []time.Duration {
 	return append([]time.Duration(nil), l.calls[key]...)
 }
 
+// firstCalls runs batch id's first calls: n items at k a message on a
+// rig whose clock is the machine's (so that a transient failure is one,
+// not a call cut off at a deadline long past), each key's first call
+// answered first(key) (nil: success), every later call a success. It
+// returns the rig, its calls and the deliveries of those first calls.
+func firstCalls(t *testing.T, id string, k, n int, first func(key string, start time.Time) error) (*rig, *callLog, []worker.Delivery) {
+	t.Helper()
+	ctx := context.Background()
+	var r *rig
+	log := &callLog{calls: map[string][]time.Duration{}}
+	r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
+		if log.add(req.Key, r.clock.T) == 1 {
+			if err := first(req.Key, log.start); err != nil {
+				return pipeline.Result{}, err
+			}
+		}
+		return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+	})
+	r.clock.T = time.Now().UTC()
+	log.start = r.clock.T
+	r.wakeHeld()
+	submitK(t, r, id, k, n, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
+	r.worker.Handle(ctx, r.queue.take()) // fan-out
+	ds := r.queue.take()
+	r.worker.Handle(ctx, ds)
+	return r, log, ds
+}
+
 // TestRetryNotDueIsLeftBySiblingsWake guards a scheduled retry's wait
 // against the pack's message sent again for a sibling: in one unit, item
 // 0 suspends, item 1's call times out after 30 s (its retry waits at
@@ -48,28 +77,17 @@ func TestRetryNotDueIsLeftBySiblingsWake(t *testing.T) {
 	for _, k := range []int{1, 10} {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
 			ctx := context.Background()
-			var r *rig
-			log := &callLog{calls: map[string][]time.Duration{}}
-			r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				n := log.add(req.Key, r.clock.T)
-				switch {
-				case req.Key == api.PositionalKey(0) && n == 1:
-					return pipeline.Result{}, &pipeline.SuspendError{Reason: "awaiting approval", Token: "tok"}
-				case req.Key == api.PositionalKey(1) && n == 1:
-					return pipeline.Result{}, pipeline.TimedOut(errors.New("no answer in 30 s"), 30*time.Second)
-				case req.Key == api.PositionalKey(2) && n == 1:
-					return pipeline.Result{}, pipeline.RetryAfter(errors.New("503 come back later"), time.Hour)
+			r, log, _ := firstCalls(t, "sib", k, 3, func(key string, _ time.Time) error {
+				switch key {
+				case api.PositionalKey(0):
+					return &pipeline.SuspendError{Reason: "awaiting approval", Token: "tok"}
+				case api.PositionalKey(1):
+					return pipeline.TimedOut(errors.New("no answer in 30 s"), 30*time.Second)
+				case api.PositionalKey(2):
+					return pipeline.RetryAfter(errors.New("503 come back later"), time.Hour)
 				}
-				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
-			})
-			// The calls' deadlines are the machine's: the rig's clock at
-			// now, so that a transient failure is one, not an interruption.
-			r.clock.T = time.Now().UTC()
-			log.start = r.clock.T
-			r.wakeHeld()
-			submitK(t, r, "sib", k, 3, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
-			r.worker.Handle(ctx, r.queue.take()) // fan-out
-			r.worker.Handle(ctx, r.queue.take()) // 0 suspended, 1 timed out, 2 told to wait an hour
+				return nil
+			}) // 0 suspended, 1 timed out, 2 told to wait an hour
 			r.clock.T = r.clock.T.Add(2 * time.Second)
 			res, err := r.ctl.Signal(ctx, "sib", api.PositionalKey(0), "", "tok", json.RawMessage(`{"ok":1}`))
 			if err != nil || !res.Woken {
@@ -105,24 +123,15 @@ func TestRetryNotDueIsLeftByTimerHop(t *testing.T) {
 	for _, k := range []int{1, 10} {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
 			ctx := context.Background()
-			var r *rig
-			log := &callLog{calls: map[string][]time.Duration{}}
-			r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				n := log.add(req.Key, r.clock.T)
-				switch {
-				case req.Key == api.PositionalKey(0) && n == 1:
-					return pipeline.Result{}, pipeline.Suspend("awaiting a file", log.start.Add(24*time.Hour))
-				case req.Key == api.PositionalKey(1) && n == 1:
-					return pipeline.Result{}, pipeline.RetryAfter(errors.New("503 come back in an hour"), time.Hour)
+			r, log, _ := firstCalls(t, "hop", k, 2, func(key string, start time.Time) error {
+				switch key {
+				case api.PositionalKey(0):
+					return pipeline.Suspend("awaiting a file", start.Add(24*time.Hour))
+				case api.PositionalKey(1):
+					return pipeline.RetryAfter(errors.New("503 come back in an hour"), time.Hour)
 				}
-				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+				return nil
 			})
-			r.clock.T = time.Now().UTC()
-			log.start = r.clock.T
-			r.wakeHeld()
-			submitK(t, r, "hop", k, 2, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
-			r.worker.Handle(ctx, r.queue.take()) // fan-out
-			r.worker.Handle(ctx, r.queue.take()) // first calls
 			r.clock.T = r.clock.T.Add(15*time.Minute + time.Second)
 			r.worker.Handle(ctx, r.queue.take()) // the timer's hop
 			if c := log.of(api.PositionalKey(1)); len(c) != 1 {
@@ -146,21 +155,10 @@ func TestDuplicateComesBackWhenTheRetryIsDue(t *testing.T) {
 	for _, k := range []int{1, 10} {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
 			ctx := context.Background()
-			var r *rig
-			log := &callLog{calls: map[string][]time.Duration{}}
-			r = newRig(t, func(_ context.Context, req pipeline.Request) (pipeline.Result, error) {
-				if log.add(req.Key, r.clock.T) == 1 {
-					return pipeline.Result{}, pipeline.RetryAfter(errors.New("429 come back in an hour"), time.Hour)
-				}
-				return pipeline.Result{Output: json.RawMessage(`{}`)}, nil
+			r, log, first := firstCalls(t, "dup", k, 1, func(string, time.Time) error {
+				return pipeline.RetryAfter(errors.New("429 come back in an hour"), time.Hour)
 			})
-			r.clock.T = time.Now().UTC()
-			log.start = r.clock.T
-			submitK(t, r, "dup", k, 1, func(q *api.SubmitRequest) { q.MaxAttempts = 3 })
-			r.worker.Handle(ctx, r.queue.take()) // fan-out
-			first := r.queue.take()
-			r.worker.Handle(ctx, first) // answered Retry-After 1 h
-			r.queue.take()              // the message the throttled wait sent again, if any
+			r.queue.take() // the message the throttled wait sent again, if any
 			r.clock.T = r.clock.T.Add(2 * time.Second)
 			before := len(r.queue.delays())
 			if failed := r.worker.Handle(ctx, first); len(failed) != 1 {
