@@ -225,12 +225,19 @@ func (w *Worker) runUnit(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 // item wants one; back when the earliest retry the take left is due
 // (hold.retryAt: it came early — a duplicate, or the message sent again
 // for a sibling's wake or timer — and is never acknowledged before);
-// else every item is recorded.
+// else every item is recorded. A unit that wants both sends one
+// message: its timer, due no later than the retry, which the timer's
+// delivery then runs (a delivery kept for the retry beside a new timer
+// would fork the timer's chain at each hop).
 func (w *Worker) nothingToRun(ctx context.Context, log *slog.Logger, b ledger.Batch, m *unitMessage, d Delivery, h *hold) bool {
-	if err := w.sendTimer(ctx, log, b, m, h.timerAt); err != nil {
+	at := h.timerAt
+	if !at.IsZero() && !h.retryAt.IsZero() && h.retryAt.Before(at) {
+		at = h.retryAt
+	}
+	if err := w.sendTimer(ctx, log, b, m, at); err != nil {
 		return false
 	}
-	if h.retryAt.IsZero() {
+	if h.retryAt.IsZero() || !h.timerAt.IsZero() {
 		log.InfoContext(ctx, "already recorded; acknowledged")
 		return true
 	}
@@ -861,6 +868,13 @@ func (w *Worker) settleUnit(ctx context.Context, log *slog.Logger, b ledger.Batc
 		if m.track != nil {
 			return m.track.park(m, h.held.Sub(w.Clock.Now())+time.Second, 0), nil
 		}
+		w.heldOff(ctx, log, d, h)
+		return false, nil
+	case h.retryHeld:
+		// A dead letter of an item row waiting for its retry: no holder
+		// decides; it settles when the retry is due (its lease ends
+		// then), brought back once, not at each of the dead-letter
+		// queue's visibility timeouts.
 		w.heldOff(ctx, log, d, h)
 		return false, nil
 	case !h.held.IsZero():

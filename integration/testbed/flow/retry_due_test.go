@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -178,6 +179,102 @@ func TestDuplicateComesBackWhenTheRetryIsDue(t *testing.T) {
 			c := log.of(api.PositionalKey(0))
 			if len(c) != 2 || c[1] < time.Hour {
 				t.Errorf("calls at %v, want the second at or after 1 h", c)
+			}
+		})
+	}
+}
+
+// keptOf hands ds to the worker and returns those not acknowledged.
+func keptOf(r *rig, ds []worker.Delivery) []worker.Delivery {
+	failed := r.worker.Handle(context.Background(), ds)
+	var kept []worker.Delivery
+	for _, d := range ds {
+		if slices.Contains(failed, d.MessageID) {
+			kept = append(kept, d)
+		}
+	}
+	return kept
+}
+
+// TestRetryNotDueKeepsOneTimerChain guards a suspended item's timer
+// beside a sibling's retry that is not due: a pack of 2, item 0
+// suspended for a day (its timer hops every 15 minutes), item 1 answered
+// Retry-After 1 h. Each hop before the hour sends one message — the next
+// hop, due no later than the retry — and is acknowledged; after the hour
+// item 1 has run again and at most two messages wait for item 0, as
+// before the retry's due time was kept. A first version kept each early
+// hop for the retry beside the next hop: the chain forked at every hop
+// (5 messages after three hops).
+func TestRetryNotDueKeepsOneTimerChain(t *testing.T) {
+	r, log, first := firstCalls(t, "fork", 10, 2, func(key string, start time.Time) error {
+		switch key {
+		case api.PositionalKey(0):
+			return pipeline.Suspend("awaiting a file", start.Add(24*time.Hour))
+		case api.PositionalKey(1):
+			return pipeline.RetryAfter(errors.New("503 come back in an hour"), time.Hour)
+		}
+		return nil
+	})
+	kept := append([]worker.Delivery(nil), first...) // the first delivery, delayed 1 h
+	for i := 1; i <= 3; i++ {
+		r.clock.T = log.start.Add(time.Duration(i)*15*time.Minute + time.Second)
+		hops := r.queue.take()
+		if len(hops) != 1 {
+			t.Fatalf("+%d min: %d messages on the queue, want the one timer hop", i*15, len(hops))
+		}
+		if k := keptOf(r, hops); len(k) != 0 {
+			t.Errorf("+%d min: the hop was kept beside the next one", i*15)
+		}
+	}
+	r.clock.T = log.start.Add(time.Hour + 2*time.Second)
+	var left []worker.Delivery
+	for _, d := range append(kept, r.queue.take()...) { // one at a time: no race between them
+		left = append(left, keptOf(r, []worker.Delivery{d})...)
+	}
+	if c := log.of(api.PositionalKey(1)); len(c) != 2 || c[1] < time.Hour {
+		t.Errorf("item 1 called at %v, want again at or after 1 h", c)
+	}
+	if n := len(r.queue.take()) + len(left); n > 2 {
+		t.Errorf("after the hour %d messages wait for item 0's timer, want at most 2", n)
+	}
+}
+
+// TestDeadLetterWhileARetryWaits guards a dead letter of a unit whose
+// item waits out a Retry-After of 1 h (its message's receives ran out;
+// a duplicate counted the last): an item row's is brought back once,
+// when the retry is due (its row's lease holds until then and no holder
+// would decide), not at each of the dead-letter queue's visibility
+// timeouts; a pack's settles it failed at once, as before.
+func TestDeadLetterWhileARetryWaits(t *testing.T) {
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
+			ctx := context.Background()
+			r, log, first := firstCalls(t, "dlq", k, 1, func(string, time.Time) error {
+				return pipeline.RetryAfter(errors.New("503 come back in an hour"), time.Hour)
+			})
+			r.queue.take()
+			r.clock.T = log.start.Add(2 * time.Second)
+			var dl []worker.Delivery
+			for _, d := range first {
+				d.DeadLetter, d.ReceiveCount = true, 1
+				dl = append(dl, d)
+			}
+			before := len(r.queue.delays())
+			failed := r.worker.Handle(ctx, dl)
+			waits := r.queue.delays()[before:]
+			if k > 1 {
+				page, err := r.ctl.Items(ctx, "dlq", api.OutcomeFailed, "", 10)
+				if err != nil || len(failed) != 0 || len(page.Items) != 1 {
+					t.Errorf("pack dead letter: failed %v, failed items %+v (%v); want it settled failed at once", failed, page.Items, err)
+				}
+				return
+			}
+			if len(failed) != 1 || len(waits) != 1 || waits[0] < time.Hour-5*time.Second || waits[0] > time.Hour {
+				t.Errorf("item row dead letter: failed %v, waits %v; want it kept and back once, ≈ 1 h less 2 s later", failed, waits)
+			}
+			r.clock.T = log.start.Add(time.Hour + 2*time.Second)
+			if failed := r.worker.Handle(ctx, dl); len(failed) != 0 {
+				t.Errorf("at the retry's time the dead letter was not settled: failed %v", failed)
 			}
 		})
 	}
