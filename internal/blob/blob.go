@@ -517,6 +517,30 @@ func (s *Store) PutPart(ctx context.Context, key, id string, n int, body []byte)
 	return nil
 }
 
+// MaxCopyPartBytes is the most one UploadPartCopy copies: 5 GiB (S3 user
+// guide, "Amazon S3 multipart upload limits").
+const MaxCopyPartBytes = 5 << 30
+
+// CopyPart writes part n (1–10,000) of upload id of key as bytes
+// [offset, offset+length) of src, copied inside S3 (UploadPartCopy with
+// x-amz-copy-source-range; S3 API reference, "UploadPartCopy": it needs
+// s3:GetObject on the source and s3:PutObject on the destination). A
+// length over MaxCopyPartBytes is refused before any call. Writing part
+// n again replaces it.
+func (s *Store) CopyPart(ctx context.Context, key, id string, n int, src string, offset, length int64) error {
+	if length < 1 || length > MaxCopyPartBytes || offset < 0 {
+		return fmt.Errorf("copy s3://%s/%s bytes %d+%d into part %d of s3://%s/%s: a part copies 1 byte to 5 GiB", s.bucket, src, offset, length, n, s.bucket, key)
+	}
+	copySource := url.PathEscape(s.bucket) + "/" + escapeKey(src)
+	rng := fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)
+	_, err := s.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: &s.bucket, Key: &key, UploadId: &id,
+		PartNumber: aws.Int32(int32(n)), CopySource: &copySource, CopySourceRange: &rng})
+	if err != nil {
+		return fmt.Errorf("copy s3://%s/%s bytes %d+%d into part %d of s3://%s/%s: %w", s.bucket, src, offset, length, n, s.bucket, key, err)
+	}
+	return nil
+}
+
 // CompleteParts makes parts 1..n of upload id the object key
 // (CompleteMultipartUpload), each part with the ETag of its last write as
 // ListParts reports it. n = 0 puts an empty object. An upload that is gone

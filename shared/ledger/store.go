@@ -812,6 +812,13 @@ type Blobs interface {
 	// PutPart writes part n (1–10,000) of upload id; writing it again
 	// replaces it. Every part but the last holds at least 5 MiB.
 	PutPart(ctx context.Context, key, id string, n int, body []byte) error
+	// CopyPart writes part n of upload id of key as bytes [offset,
+	// offset+length) of the object src in the batches bucket, copied
+	// inside the store (S3 UploadPartCopy with x-amz-copy-source-range: at
+	// most 5 GiB, every part but the last at least 5 MiB; it needs
+	// s3:GetObject on src and s3:PutObject on key). Writing it again
+	// replaces it.
+	CopyPart(ctx context.Context, key, id string, n int, src string, offset, length int64) error
 	// CompleteParts makes parts 1..n (size bytes in all) the object key.
 	// Idempotent: an upload already completed into size bytes is no error.
 	CompleteParts(ctx context.Context, key, id string, n int, size int64) error

@@ -53,8 +53,11 @@ func New() *Blobs {
 }
 
 // spilled says key is a sorted run (a chunked pack batch's, or a
-// finalize part's) kept on disk (spill set).
-func (m *Blobs) spilled(key string) bool { return m.Spill != "" && strings.HasSuffix(key, ".run") }
+// finalize part's) or a merge range's piece of results, kept on disk
+// (spill set).
+func (m *Blobs) spilled(key string) bool {
+	return m.Spill != "" && (strings.HasSuffix(key, ".run") || strings.HasSuffix(key, ".piece"))
+}
 
 func (m *Blobs) spillPath(key string) string {
 	return filepath.Join(m.Spill, strings.ReplaceAll(key, "/", "_"))
@@ -260,6 +263,9 @@ func (m *Blobs) CompleteParts(_ context.Context, key, id string, n int, size int
 		if i < n && !m.Discard && len(p) < 5<<20 {
 			return fmt.Errorf("complete %s: part %d of %d bytes is under 5 MiB", key, i, len(p))
 		}
+		if size := m.sizes[id+"#"+strconv.Itoa(i)]; i < n && m.Discard && size < 5<<20 {
+			return fmt.Errorf("complete %s: part %d of %d bytes is under 5 MiB", key, i, size)
+		}
 		body = append(body, p...)
 		total += m.sizes[id+"#"+strconv.Itoa(i)]
 	}
@@ -274,6 +280,68 @@ func (m *Blobs) CompleteParts(_ context.Context, key, id string, n int, size int
 	}
 	m.objects[key] = body
 	return nil
+}
+
+// CopyPart is ledger.Blobs's CopyPart, in memory: bytes [offset,
+// offset+length) of src become part n (S3's bounds: 1 byte to 5 GiB).
+func (m *Blobs) CopyPart(ctx context.Context, key, id string, n int, src string, offset, length int64) error {
+	if length < 1 || length > 5<<30 || offset < 0 {
+		return fmt.Errorf("copy %s bytes %d+%d into part %d of %s: a part copies 1 byte to 5 GiB", src, offset, length, n, key)
+	}
+	if m.Discard && !m.spilled(key) {
+		// Sizes only: the copy is not read into this process (the
+		// benchmarks measure the caller's memory).
+		size, err := m.sizeOf(src)
+		if err != nil {
+			return err
+		}
+		if offset+length > size {
+			return fmt.Errorf("copy %s bytes %d+%d into part %d of %s: InvalidRange (%d bytes there)", src, offset, length, n, key, size)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		parts, ok := m.uploads[id]
+		if !ok {
+			return fmt.Errorf("copy into part %d of %s: NoSuchUpload", n, key)
+		}
+		parts[n] = make([]byte, 0)
+		m.sizes[id+"#"+strconv.Itoa(n)] = length
+		return nil
+	}
+	body, err := m.OpenRange(ctx, src, offset, length)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	if int64(len(b)) != length {
+		return fmt.Errorf("copy %s bytes %d+%d into part %d of %s: InvalidRange (%d bytes there)", src, offset, length, n, key, len(b))
+	}
+	return m.PutPart(ctx, key, id, n, b)
+}
+
+// sizeOf is the size of the object at key.
+func (m *Blobs) sizeOf(key string) (int64, error) {
+	if m.spilled(key) {
+		st, err := os.Stat(m.spillPath(key))
+		if err != nil {
+			return 0, api.ErrNotFound
+		}
+		return st.Size(), nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objects[key]
+	if !ok {
+		return 0, api.ErrNotFound
+	}
+	if b == nil && m.Discard {
+		return m.sizes[key], nil
+	}
+	return int64(len(b)), nil
 }
 
 // ErrInjected is the error a Fail function returns in the engines' tests.
