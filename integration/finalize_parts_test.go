@@ -37,6 +37,7 @@ type laneParts struct {
 	errs   []error
 	wrote  int
 	runs   int
+	ranges int
 }
 
 func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan, part, chain int) error {
@@ -61,20 +62,52 @@ func (p *laneParts) StartFinalizePart(ctx context.Context, id string, run, plan,
 	return nil
 }
 
+// StartFinalizeRange starts a key range of the merge as
+// StartFinalizePart starts a part: an Invoke checked by the IAM lane, and
+// the range run here.
+func (p *laneParts) StartFinalizeRange(ctx context.Context, id string, run, cp, rng, chain int) error {
+	if err := p.invoke.StartFinalizeRange(ctx, id, run, cp, rng, chain); err != nil {
+		return err
+	}
+	p.wg.Go(func() {
+		res, err := p.f.FinalizeRange(context.Background(), id, run, cp, rng)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.ranges++
+		if err != nil {
+			p.errs = append(p.errs, fmt.Errorf("range %d: %w", rng, err))
+		}
+		if res.Wrote {
+			p.wrote++
+		}
+	})
+	return nil
+}
+
 // TestFinalizeInPartsOnEmulator guards the parallel finalize on the
 // emulator's DynamoDB and S3, at one and ten items per message: a run of
 // 260 items of 3 item shards read in 3 parts at once (parts of 65 rows),
 // each part's start an Invoke of the finalize function checked by the
 // IAM lane against finalize's role, the last part merging: one report,
 // whose census and results files are byte for byte those of the same
-// items finalized in one pass, and no finalize object left. Without
+// items finalized in one pass, and no finalize object left; the same with
+// the merge split by key ranges (ranges of ~6 KiB of the parts' runs,
+// each started by an Invoke, the last composing the results), and a
+// range's piece copied into a results part inside S3 (UploadPartCopy with
+// a byte range, under finalize's role) as the composition copies the
+// pieces of 5 MiB or more. Without
 // finalize's lambda:InvokeFunction on itself the parts are refused as AWS
 // refuses them, and the lane names the grant.
 func TestFinalizeInPartsOnEmulator(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, k := range []int{1, 10} {
-		t.Run(fmt.Sprintf("K%d", k), func(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		k      int
+		ranges bool
+	}{{"K1", 1, false}, {"K10", 10, false}, {"K10 in ranges", 10, true}} {
+		k := c.k
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
 				if strings.HasSuffix(req.Key, "3") {
@@ -108,6 +141,9 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			}
 			f := *h.finalizer
 			f.PartRows = 65 // 260 items in 3 item shards: 3 parts
+			if c.ranges {
+				f.MergeRangeBytes, f.RunMarkBytes = 6<<10, 256
+			}
 			parts := &laneParts{f: &f, invoke: trigger.New(lambda.NewFromConfig(h.as(env.aws, "finalize")), env.finalizeFn)}
 			f.Parts = parts
 			res, err := f.Finalize(ctx, parted, 1)
@@ -119,8 +155,8 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := mustBatch(t, h, parted)
-			if parts.runs != 3 || parts.wrote != 1 || b.Status != ref.Report.Status {
-				t.Fatalf("%d parts ran, %d wrote the report, status %s; want 3, 1, %s", parts.runs, parts.wrote, b.Status, ref.Report.Status)
+			if parts.runs != 3 || parts.wrote != 1 || b.Status != ref.Report.Status || c.ranges != (parts.ranges >= 3) {
+				t.Fatalf("%d parts and %d ranges ran, %d wrote the report, status %s; want 3, ≥ 3 with ranges, 1, %s", parts.runs, parts.ranges, parts.wrote, b.Status, ref.Report.Status)
 			}
 			got, err := f.Finalize(ctx, parted, 1)
 			if err != nil {
@@ -143,7 +179,10 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 			if left != 0 {
 				t.Fatalf("%d finalize objects left", left)
 			}
-			t.Logf("K=%d: %d shards read in 3 parts, census %s", k, b.ListShards, gc)
+			if c.ranges {
+				copyPiece(t, h, parted)
+			}
+			t.Logf("%s: %d shards read in 3 parts, %d ranges, census %s", c.name, b.ListShards, parts.ranges, gc)
 		})
 	}
 	t.Run("invoke refused without the grant", func(t *testing.T) {
@@ -175,4 +214,49 @@ func TestFinalizeInPartsOnEmulator(t *testing.T) {
 		}
 		t.Logf("the lane names it: %s", rep.Denials[0])
 	})
+}
+
+// copyPiece copies bytes of a 6 MiB object under the run's finalize
+// prefix (a range's piece) into the first part of an upload of a results
+// key, and its last 100 bytes sent as the second part, with finalize's
+// identity (the harness's finalizer's store): the object completed is
+// those bytes.
+func copyPiece(t *testing.T, h *harness, id string) {
+	t.Helper()
+	ctx := context.Background()
+	blobs := h.finalizer.Blobs
+	piece := make([]byte, 6<<20)
+	for i := range piece {
+		piece[i] = byte(i % 251)
+	}
+	src := finalize.FinalizePrefix(id, 1) + "ranges/000009/0000-copy.succeeded.piece"
+	dst := finalize.FinalizePrefix(id, 1) + "copied.jsonl"
+	if err := blobs.Put(ctx, src, "application/x-ndjson", piece); err != nil {
+		t.Fatal(err)
+	}
+	upload, err := blobs.StartParts(ctx, dst, "application/x-ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at = 7
+	if err := blobs.CopyPart(ctx, dst, upload, 1, src, at, 5<<20); err != nil {
+		t.Fatal(err)
+	}
+	tail := piece[len(piece)-100:]
+	if err := blobs.PutPart(ctx, dst, upload, 2, tail); err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.CompleteParts(ctx, dst, upload, 2, 5<<20+100); err != nil {
+		t.Fatal(err)
+	}
+	got, err := blobs.Get(ctx, dst)
+	want := append(append([]byte(nil), piece[at:at+5<<20]...), tail...)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("copied part: %d bytes (%v), want %d", len(got), err, len(want))
+	}
+	for _, key := range []string{src, dst} {
+		if err := blobs.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

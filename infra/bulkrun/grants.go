@@ -98,7 +98,9 @@ func (r *runner) grant() {
 
 	allow(finalize, []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem"}, tableArns...)
 	// Results files are multipart uploads that finalize completes from
-	// ListParts (s3:ListMultipartUploadParts); its checkpoints
+	// ListParts (s3:ListMultipartUploadParts); a large run's are composed
+	// from its merge ranges' pieces by UploadPartCopy (s3:GetObject on the
+	// piece, s3:PutObject on the results); its checkpoints
 	// (batches/{id}/finalize/…) it deletes once the report is written.
 	allow(finalize, []string{"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}, batchesArn)
 	allow(finalize, []string{"s3:DeleteObject"}, s3Arn(r.bucketName, config.BatchesPrefix+"*/"+config.FinalizeCheckpoints+"*"))

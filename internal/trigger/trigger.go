@@ -87,6 +87,24 @@ func (l *Lambda) StartFinalizePart(ctx context.Context, batchID string, run, pla
 	return nil
 }
 
+// StartFinalizeRange invokes finalize asynchronously for range rng
+// (0-based) of the merge planned by checkpoint cp of (batchID, run),
+// split by key ranges (finalize.FinalizeRanges): finalize invoking
+// itself, one invocation per range, all at once, chain as for a part.
+// A range lost for good is started again by the run's next finalize
+// call once its mark has passed.
+func (l *Lambda) StartFinalizeRange(ctx context.Context, batchID string, run, cp, rng, chain int) error {
+	payload, err := json.Marshal(ledger.FinalizeEvent{BatchID: batchID, Run: run, Chain: chain, Range: rng + 1, Plan: cp})
+	if err != nil {
+		return err
+	}
+	_, err = l.client.Invoke(ctx, &lambda.InvokeInput{FunctionName: &l.function, InvocationType: types.InvocationTypeEvent, Payload: payload})
+	if err != nil {
+		return fmt.Errorf("invoke %s for range %d of %s run %d: %w", l.function, rng, batchID, run, err)
+	}
+	return nil
+}
+
 // StartSubmit invokes the function asynchronously with the internal event
 // ledger.SubmitEvent ({"bulkrun_submit": batchID}): the submit function
 // hands the background read of an accepted batch to itself. Lambda queues

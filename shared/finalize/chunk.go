@@ -97,6 +97,9 @@ type checkpoint struct {
 	// being merged into the results.
 	Runs    []sortRun `json:"runs,omitempty"`
 	Counted bool      `json:"counted,omitempty"`
+	// Ranges split the merge of Runs by key ranges, each merged by its
+	// own call (finalize_ranges.go); none: one chain of calls merges.
+	Ranges []mergeRange `json:"ranges,omitempty"`
 }
 
 // tally is what the rows counted so far add up to.

@@ -133,6 +133,14 @@ type Finalizer struct {
 	// reads at once; more are merged in levels. Default MaxMergeFanIn
 	// (tests lower it to exercise the levels).
 	MergeFanIn int
+	// MergeRangeBytes is how many bytes of the parts' sorted runs one
+	// range of a merge split by key ranges reads; runs of fewer than
+	// twice as many are merged by one call. Default
+	// DefaultMergeRangeBytes (finalize_ranges.go).
+	MergeRangeBytes int64
+	// RunMarkBytes is how far apart a part's run index marks its
+	// records. Default RunMarkBytes (tests lower it).
+	RunMarkBytes int64
 }
 
 // FinalizeResult says what Finalize did.
@@ -335,6 +343,10 @@ func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Log
 	}
 	if cp.Done {
 		return cp, FinalizeResult{}, nil
+	}
+	if cp.Counted && len(cp.Ranges) > 0 {
+		// The merge is split by key ranges, each its own call.
+		return f.mergeInRanges(ctx, b, cp, call.chain)
 	}
 	if call.tick && f.busy(ctx, id, run) {
 		return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, api.ErrNotFinished)

@@ -175,9 +175,14 @@ type nopParts struct{}
 
 func (nopParts) StartFinalizePart(context.Context, string, int, int, int, int) error { return nil }
 
+func (nopParts) StartFinalizeRange(context.Context, string, int, int, int, int) error { return nil }
+
 // BenchmarkFinalizeParts runs the real finalize of a run read in parts
 // (the plan, each part's read of its item shards and its sorted run, the
-// merge of the parts' runs into the results and the report, chained)
+// merge of the parts' runs into the results and the report, chained, or
+// past 2 GiB of runs each key range of the merge and the composition;
+// BULKRUN_FINALIZE_PART_ROWS=100000 at 10^7 rows gives ranges that each
+// read from 100 runs, as at 10^8)
 // over generated rows (rowStore, as BenchmarkFinalizeMemory: 1,024 item
 // shards, ~1 KB outputs) and a local object store (partBlobs: sorted
 // runs on disk, results parts counted), one call after the other, each
@@ -280,6 +285,11 @@ func BenchmarkFinalizeParts(b *testing.B) {
 			b.Logf("merge call %d: %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB", calls, fig.Wall.Round(time.Millisecond), fig.CPU.Round(time.Millisecond), fig.HeapMiB, fig.HeldMiB)
 			merge.Add(fig)
 			mergeMost.Max(fig)
+			if r.Parted {
+				// The merge is split by key ranges: each range is a call.
+				rangeFigures(b, f, s.b)
+				continue
+			}
 			if !r.Continued {
 				if r.Report.Census.Succeeded != n || !r.Wrote {
 					b.Fatalf("census %+v (wrote %v), want %d succeeded", r.Report.Census, r.Wrote, n)
@@ -292,4 +302,34 @@ func BenchmarkFinalizeParts(b *testing.B) {
 		b.ReportMetric(merge.CPU.Seconds(), "merge-cpu-s")
 		b.ReportMetric(mergeMost.HeldMiB, "merge-held-MiB")
 	}
+}
+
+// rangeFigures runs each key range of the run's merge (the calls
+// mergeInRanges started) one after the other, each measured as the
+// invocation it is, and logs and reports them.
+func rangeFigures(b *testing.B, f *Finalizer, batch ledger.Batch) {
+	ctx := context.Background()
+	cp, err := f.loadCheckpoint(ctx, "bench", 1)
+	if err != nil || cp == nil || len(cp.Ranges) == 0 {
+		b.Fatalf("the merge's ranges: %v %v", cp, err)
+	}
+	var sum, most peak.StepFigures
+	for r, rng := range cp.Ranges {
+		m := peak.StartStep()
+		if err := f.runRange(ctx, batch, cp, r); err != nil {
+			b.Fatal(err)
+		}
+		fig := m.End()
+		b.Logf("range %d: ≤ %.1f MiB of runs, %s wall, %s CPU, peak heap %.1f MiB, held %.1f MiB",
+			r, float64(rng.Bytes)/(1<<20), fig.Wall.Round(time.Millisecond), fig.CPU.Round(time.Millisecond), fig.HeapMiB, fig.HeldMiB)
+		sum.Add(fig)
+		most.Max(fig)
+		most.CPU = max(most.CPU, fig.CPU)
+	}
+	mean := sum.CPU / time.Duration(len(cp.Ranges))
+	b.Logf("ranges: %d, mean %s CPU (most %s), peak heap %.1f MiB, held %.1f MiB at most",
+		len(cp.Ranges), mean.Round(time.Millisecond), most.CPU.Round(time.Millisecond), most.HeapMiB, most.HeldMiB)
+	b.ReportMetric(float64(len(cp.Ranges)), "ranges")
+	b.ReportMetric(most.CPU.Seconds(), "range-cpu-s-most")
+	b.ReportMetric(most.HeldMiB, "range-held-MiB")
 }

@@ -112,6 +112,9 @@ type finalPartResult struct {
 	// Stream is the part's result lines in key order (a sorted run;
 	// Bytes 0 and no key when the part had none).
 	Stream sortRun `json:"stream"`
+	// Index marks Stream's records every Finalizer.RunMarkBytes (the
+	// merge's key ranges are planned from it; finalize_ranges.go).
+	Index []runMark `json:"index,omitempty"`
 }
 
 func planKey(id string, run, seq int) string {
@@ -203,22 +206,6 @@ func (f *Finalizer) newPlan(ctx context.Context, b ledger.Batch, seq, parts int)
 	}
 }
 
-// partsDone lists which parts of plan p have their result, and how many.
-func (f *Finalizer) partsDone(ctx context.Context, id string, run int, p *partPlan) ([]bool, int, error) {
-	done, n := make([]bool, p.Parts), 0
-	prefix := finalPartsPrefix(id, run, p.Seq)
-	err := f.Blobs.List(ctx, f.Blobs.Bucket(), prefix, func(o source.ObjectInfo) error {
-		name, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, prefix), ".json")
-		var i int
-		if _, err := fmt.Sscanf(name, "%04d", &i); ok && err == nil && len(name) == 4 && i < p.Parts && !done[i] {
-			done[i] = true
-			n++
-		}
-		return nil
-	})
-	return done, n, err
-}
-
 // finalizeInParts is a finalize call of a run read in parts, before its
 // merge began: it plans the parts (the first call), starts every part
 // without result that no call works on (Parts; without it, reads them
@@ -232,12 +219,12 @@ func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts, 
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: plan: %w", b.ID, b.Run, err)
 	}
-	done, n, err := f.partsDone(ctx, b.ID, b.Run, p)
+	done, n, err := f.listed(ctx, finalPartsPrefix(b.ID, b.Run, p.Seq), p.Parts)
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: parts: %w", b.ID, b.Run, err)
 	}
 	if n == p.Parts {
-		return f.mergeParts(ctx, b, p)
+		return f.mergeParts(ctx, b, p, chain)
 	}
 	if f.Parts == nil {
 		for i := range p.Parts {
@@ -247,7 +234,7 @@ func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts, 
 				}
 			}
 		}
-		return f.mergeParts(ctx, b, p)
+		return f.mergeParts(ctx, b, p, chain)
 	}
 	started, err := f.startParts(ctx, b, p, done, chain+1)
 	if err != nil {
@@ -267,47 +254,8 @@ func (f *Finalizer) partLease() time.Duration { return f.chunkTime() + f.chunkMa
 // past (a part lost, or never started), marking it first, as call chain
 // of its chain.
 func (f *Finalizer) startParts(ctx context.Context, b ledger.Batch, p *partPlan, done []bool, chain int) (int, error) {
-	var (
-		mu      sync.Mutex
-		errs    []error
-		started int
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, 16)
-	)
-	now := f.Clock.Now()
-	for i := range p.Parts {
-		if done[i] {
-			continue
-		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if body, err := f.Blobs.Get(ctx, partMarkKey(b.ID, b.Run, p.Seq, i)); err == nil {
-				var a active
-				if json.Unmarshal(body, &a) == nil && now.Before(a.Until) {
-					return // at work, or started and waiting for its call
-				}
-			}
-			err := f.markPart(ctx, b, p, i, now.Add(f.partLease()))
-			if err == nil {
-				err = f.Parts.StartFinalizePart(ctx, b.ID, b.Run, p.Seq, i, chain)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-			} else {
-				started++
-			}
-		})
-	}
-	wg.Wait()
-	return started, errors.Join(errs...)
-}
-
-func (f *Finalizer) markPart(ctx context.Context, b ledger.Batch, p *partPlan, i int, until time.Time) error {
-	body, _ := json.Marshal(active{Until: until})
-	return f.Blobs.Put(ctx, partMarkKey(b.ID, b.Run, p.Seq, i), "application/json", body)
+	return f.startCalls(ctx, done, func(i int) string { return partMarkKey(b.ID, b.Run, p.Seq, i) },
+		func(i int) error { return f.Parts.StartFinalizePart(ctx, b.ID, b.Run, p.Seq, i, chain) })
 }
 
 // FinalizePart reads part `part` of plan `plan` of run of batch id (the
@@ -318,11 +266,13 @@ func (f *Finalizer) markPart(ctx context.Context, b ledger.Batch, p *partPlan, i
 // superseded, or of a batch gone does nothing. Idempotent: a part whose
 // result exists is not read again.
 func (f *Finalizer) FinalizePart(ctx context.Context, id string, run, plan, part int) (FinalizeResult, error) {
-	res, err := f.finalizePart(ctx, id, run, plan, part)
+	res, err := f.finalizePart(ctx, id, run, plan, part, 0)
 	return res, f.cannotFinish(ctx, id, run, err)
 }
 
-func (f *Finalizer) finalizePart(ctx context.Context, id string, run, plan, part int) (FinalizeResult, error) {
+// finalizePart is FinalizePart as call chain of its chain, without
+// counting its failure.
+func (f *Finalizer) finalizePart(ctx context.Context, id string, run, plan, part, chain int) (FinalizeResult, error) {
 	b, err := f.Store.GetBatch(ctx, id)
 	if errors.Is(err, api.ErrNotFound) {
 		return FinalizeResult{Parted: true}, nil
@@ -346,11 +296,11 @@ func (f *Finalizer) finalizePart(ctx context.Context, id string, run, plan, part
 	if err := f.runPart(ctx, b, p, part); err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d part %d: %w", id, run, part, err)
 	}
-	_, n, err := f.partsDone(ctx, id, run, p)
+	_, n, err := f.listed(ctx, finalPartsPrefix(id, run, p.Seq), p.Parts)
 	if err != nil || n < p.Parts {
 		return FinalizeResult{Continued: true, Parted: true}, err
 	}
-	return f.mergeParts(ctx, b, p)
+	return f.mergeParts(ctx, b, p, chain)
 }
 
 // runPart reads part i of plan p and writes its result, unless it has
@@ -366,7 +316,7 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 	if dl, ok := ctx.Deadline(); ok {
 		until = dl // the call ends there whatever it did
 	}
-	if err := f.markPart(ctx, b, p, i, until); err != nil {
+	if err := f.mark(ctx, partMarkKey(b.ID, b.Run, p.Seq, i), until); err != nil {
 		return err
 	}
 	defer func() {
@@ -387,6 +337,9 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 		if w == nil {
 			var err error
 			w, err = newRunWriter(ctx, f.Blobs, streamKey, nil)
+			if w != nil {
+				w.markEvery = f.runMarkBytes()
+			}
 			return w, err
 		}
 		return w, nil
@@ -410,7 +363,7 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 		err = rc.flush()
 	}
 	if err == nil && w != nil {
-		res.Stream = sortRun{Key: streamKey}
+		res.Stream, res.Index = sortRun{Key: streamKey}, w.marks
 		res.Stream.Bytes, err = w.close()
 	}
 	if err != nil {
@@ -538,7 +491,7 @@ func (f *Finalizer) mergeLevels(ctx context.Context, runs []sortRun, nextKey fun
 // If-None-Match: the call that writes it merges (the chunked merge,
 // chained), another call has nothing to do. Fewer rows than items start
 // over with a new plan: ErrNotFinished.
-func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan) (FinalizeResult, error) {
+func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan, chain int) (FinalizeResult, error) {
 	results := make([]finalPartResult, p.Parts)
 	var (
 		wg   sync.WaitGroup
@@ -566,10 +519,12 @@ func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan)
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: parts: %w", b.ID, b.Run, err)
 	}
 	cp := newCheckpoint(1, p.StartedAt)
+	var marks [][]runMark
 	for _, r := range results {
 		cp.add(r.tally)
 		if r.Stream.Bytes > 0 {
 			cp.Runs = append(cp.Runs, sortRun{Key: r.Stream.Key, Bytes: r.Stream.Bytes})
+			marks = append(marks, r.Index)
 		}
 	}
 	if cp.Rows < b.ItemCount {
@@ -580,12 +535,15 @@ func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan)
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %d items pending: %w", b.ID, b.Run, b.ItemCount-cp.Rows, api.ErrNotFinished)
 	}
 	cp.Counted = true
+	// A merge of more than twice MergeRangeBytes is split by key ranges,
+	// each merged by its own call (finalize_ranges.go).
+	cp.Ranges = f.planRanges(cp.Runs, marks)
 	switch err := f.saveCheckpoint(ctx, b.ID, b.Run, cp); {
 	case errors.Is(err, api.ErrConflict):
 		return FinalizeResult{Continued: true, Parted: true}, nil // another call merges
 	case err != nil:
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: %w", b.ID, b.Run, err)
 	}
-	f.Log.InfoContext(ctx, "finalize in parts: merging", "batch_id", b.ID, "run", b.Run, "parts", p.Parts, "runs", len(cp.Runs), "rows", cp.Rows)
-	return f.finalize(ctx, b.ID, b.Run, finalizeCall{})
+	f.Log.InfoContext(ctx, "finalize in parts: merging", "batch_id", b.ID, "run", b.Run, "parts", p.Parts, "runs", len(cp.Runs), "rows", cp.Rows, "ranges", len(cp.Ranges))
+	return f.finalize(ctx, b.ID, b.Run, finalizeCall{chain: chain})
 }

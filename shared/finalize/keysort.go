@@ -147,15 +147,26 @@ func (s *keySorter) writeRun(ctx context.Context, blobs ledger.Blobs, key string
 }
 
 // runWriter writes records, given in key order, as one sorted run: a
-// multipart upload of sortPartBytes parts, one part held at a time.
+// multipart upload of sortPartBytes parts, one part held at a time. With
+// markEvery > 0 it also keeps the run's index: a mark (the record's key
+// and offset) for the first record at or past every markEvery bytes.
 type runWriter struct {
-	ctx    context.Context
-	blobs  ledger.Blobs
-	key    string
-	upload string
-	out    []byte
-	parts  int
-	size   int64
+	ctx       context.Context
+	blobs     ledger.Blobs
+	key       string
+	upload    string
+	out       []byte
+	parts     int
+	size      int64
+	markEvery int64
+	marks     []runMark
+}
+
+// runMark is one entry of a sorted run's index: the record at Off has
+// key Key, so every record before Off has a smaller key.
+type runMark struct {
+	Key []byte `json:"key"` // base64 in JSON: a key is any bytes
+	Off int64  `json:"off"`
 }
 
 // newRunWriter starts the run's upload; buf, when it has room, is reused
@@ -177,6 +188,9 @@ func (w *runWriter) add(key []byte, o api.Outcome, line []byte) error {
 	i := slices.Index(api.TerminalOutcomes(), o)
 	if i < 0 {
 		return fmt.Errorf("sort results: item %q is %s", key, o)
+	}
+	if off := w.size + int64(len(w.out)); w.markEvery > 0 && (len(w.marks) == 0 || off >= w.marks[len(w.marks)-1].Off+w.markEvery) {
+		w.marks = append(w.marks, runMark{Key: slices.Clone(key), Off: off})
 	}
 	w.out = binary.AppendUvarint(w.out, uint64(len(key)))
 	w.out = append(w.out, key...)
@@ -372,6 +386,16 @@ func sortReadBytes(budget int64, n int) int64 {
 // chunk ends (false); each run's Merged (in runs) is then where the next
 // call goes on from.
 func mergeRuns(ctx context.Context, blobs ledger.Blobs, runs []sortRun, block int64, emit func(key []byte, o api.Outcome, line []byte) error, stop func() bool) (bool, error) {
+	return mergeRunsIn(ctx, blobs, runs, block, keyRange{}, emit, stop)
+}
+
+// keyRange is the keys [Lo, Hi) of a merge; a nil bound is open.
+type keyRange struct{ Lo, Hi []byte }
+
+// mergeRunsIn is mergeRuns over the records whose keys are in kr: those
+// before kr.Lo are read and skipped, and a run ends at its first key at
+// or past kr.Hi.
+func mergeRunsIn(ctx context.Context, blobs ledger.Blobs, runs []sortRun, block int64, kr keyRange, emit func(key []byte, o api.Outcome, line []byte) error, stop func() bool) (bool, error) {
 	h := &sliceheap.Heap[*runReader]{Order: func(a, b *runReader) bool { return bytes.Compare(a.key, b.key) < 0 }}
 	for i := range runs {
 		run := &runs[i]
@@ -394,9 +418,15 @@ func mergeRuns(ctx context.Context, blobs ledger.Blobs, runs []sortRun, block in
 		if last != nil && bytes.Compare(r.key, last) <= 0 {
 			return false, fmt.Errorf("sort runs: key %q after %q: %w", r.key, last, errRunMalformed)
 		}
+		if kr.Hi != nil && bytes.Compare(r.key, kr.Hi) >= 0 {
+			heap.Pop(h) // this run's keys in the range end here
+			continue
+		}
 		last = append(last[:0], r.key...)
-		if err := emit(r.key, r.o, r.line); err != nil {
-			return false, err
+		if kr.Lo == nil || bytes.Compare(r.key, kr.Lo) >= 0 {
+			if err := emit(r.key, r.o, r.line); err != nil {
+				return false, err
+			}
 		}
 		ok, err := r.next()
 		if err != nil {

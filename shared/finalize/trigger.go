@@ -68,10 +68,11 @@ func continued(ev ledger.FinalizeEvent) TriggerResult {
 // the next at once through Chain (up to MaxFinalizeChain calls in a
 // chain; nil: the tick goes on). A malformed event is an error naming it.
 func (f *Finalizer) Trigger(ctx context.Context, ev ledger.FinalizeEvent) (TriggerResult, error) {
-	if !api.ValidBatchID(ev.BatchID) || ev.Run < 1 || ev.Part < 0 || ev.Part > MaxFinalizeParts || ev.Part > 0 && ev.Plan < 1 {
-		return TriggerResult{}, fmt.Errorf("finalize: bad event: batch_id %q run %d part %d plan %d", ev.BatchID, ev.Run, ev.Part, ev.Plan)
+	if !api.ValidBatchID(ev.BatchID) || ev.Run < 1 || ev.Part < 0 || ev.Part > MaxFinalizeParts || ev.Range < 0 || ev.Range > MaxMergeRanges ||
+		ev.Part > 0 && ev.Range > 0 || (ev.Part > 0 || ev.Range > 0) && ev.Plan < 1 {
+		return TriggerResult{}, fmt.Errorf("finalize: bad event: batch_id %q run %d part %d range %d plan %d", ev.BatchID, ev.Run, ev.Part, ev.Range, ev.Plan)
 	}
-	if ev.Part > 0 {
+	if ev.Part > 0 || ev.Range > 0 {
 		return f.triggerPart(ctx, ev)
 	}
 	waits := f.Waits
@@ -105,14 +106,26 @@ func (f *Finalizer) Trigger(ctx context.Context, ev ledger.FinalizeEvent) (Trigg
 	}
 }
 
-// triggerPart reads one part of a run read in parts; the part that
-// finishes last merges, and chains the merge's next call when it takes
-// more than one. A run not finished yet (an item in flight) is left to
-// the run's next call, which starts the part again (no error: Lambda's
-// retry would only find the same).
+// triggerPart reads one part of a run read in parts, or merges one key
+// range of its merge (ev.Range); the part that finishes last merges (and
+// chains the merge's next call when it takes more than one, or starts
+// its ranges), the range that finishes last composes the results. A run
+// not finished yet (an item in flight) is left to the run's next call,
+// which starts the part again (no error: Lambda's retry would only find
+// the same).
 func (f *Finalizer) triggerPart(ctx context.Context, ev ledger.FinalizeEvent) (TriggerResult, error) {
 	part := ev.Part - 1
-	res, err := f.FinalizePart(ctx, ev.BatchID, ev.Run, ev.Plan, part)
+	var (
+		res FinalizeResult
+		err error
+	)
+	if ev.Range > 0 {
+		part = ev.Range - 1
+		res, err = f.finalizeRange(ctx, ev.BatchID, ev.Run, ev.Plan, part, ev.Chain)
+	} else {
+		res, err = f.finalizePart(ctx, ev.BatchID, ev.Run, ev.Plan, part, ev.Chain)
+	}
+	err = f.cannotFinish(ctx, ev.BatchID, ev.Run, err)
 	switch {
 	case errors.Is(err, api.ErrNotFinished):
 		f.Log.InfoContext(ctx, "part of a run not finished; left to the next call", "batch_id", ev.BatchID, "run", ev.Run, "part", part, "error", err.Error())

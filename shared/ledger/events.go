@@ -50,8 +50,10 @@ type PartEvent struct {
 // came before this one in a chain of chunks, each invoking the next
 // (finalize.Chainer): 0 for a trigger from the item function or submit. Part
 // (1-based) and Plan name one part of a run read in parts
-// (finalize.Finalizer.FinalizePart). JSON: {"batch_id", "run",
-// "tick", "chain", "part", "plan"}, each omitted when zero.
+// (finalize.Finalizer.FinalizePart); Range (1-based) and Plan (the
+// checkpoint that planned it) one key range of its merge
+// (finalize.Finalizer.FinalizeRange). JSON: {"batch_id", "run", "tick",
+// "chain", "part", "plan", "range"}, each omitted when zero.
 type FinalizeEvent struct {
 	BatchID string `json:"batch_id,omitempty"`
 	Run     int    `json:"run,omitempty"`
@@ -59,4 +61,5 @@ type FinalizeEvent struct {
 	Chain   int    `json:"chain,omitempty"`
 	Part    int    `json:"part,omitempty"`
 	Plan    int    `json:"plan,omitempty"`
+	Range   int    `json:"range,omitempty"`
 }
