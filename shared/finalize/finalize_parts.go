@@ -214,7 +214,15 @@ func (f *Finalizer) newPlan(ctx context.Context, b ledger.Batch, seq, parts int)
 func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts, chain int) (FinalizeResult, error) {
 	p, err := f.loadPlan(ctx, b.ID, b.Run)
 	if err == nil && p == nil {
-		p, _, err = f.newPlan(ctx, b, 1, parts)
+		// No plan: the first call, or one slower than the run's finish,
+		// which deleted the plan with the rest (then it plans nothing).
+		var gone bool
+		if gone, err = f.runGone(ctx, b.ID, b.Run); gone {
+			return FinalizeResult{Parted: true}, nil
+		}
+		if err == nil {
+			p, _, err = f.newPlan(ctx, b, 1, parts)
+		}
 	}
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: plan: %w", b.ID, b.Run, err)
@@ -236,6 +244,11 @@ func (f *Finalizer) finalizeInParts(ctx context.Context, b ledger.Batch, parts, 
 		}
 		return f.mergeParts(ctx, b, p, chain)
 	}
+	if gone, err := f.runGone(ctx, b.ID, b.Run); gone || err != nil {
+		// Finished since this call read its row: the listing may have
+		// missed results the finish deleted; start nothing.
+		return FinalizeResult{Parted: true}, err
+	}
 	started, err := f.startParts(ctx, b, p, done, chain+1)
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: start parts: %w", b.ID, b.Run, err)
@@ -254,7 +267,7 @@ func (f *Finalizer) partLease() time.Duration { return f.chunkTime() + f.chunkMa
 // past (a part lost, or never started), marking it first, as call chain
 // of its chain.
 func (f *Finalizer) startParts(ctx context.Context, b ledger.Batch, p *partPlan, done []bool, chain int) (int, error) {
-	return f.startCalls(ctx, done, func(i int) string { return partMarkKey(b.ID, b.Run, p.Seq, i) },
+	return f.startCalls(ctx, b.ID, b.Run, done, func(i int) string { return partMarkKey(b.ID, b.Run, p.Seq, i) },
 		func(i int) error { return f.Parts.StartFinalizePart(ctx, b.ID, b.Run, p.Seq, i, chain) })
 }
 
@@ -369,14 +382,58 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 	if err != nil {
 		return err
 	}
+	var own []string
+	if res.Stream.Key != "" {
+		own = append(own, res.Stream.Key)
+	}
+	return f.putResult(ctx, b, resultKey, res, own)
+}
+
+// putResult writes a part's or a range's result at key unless one is
+// there (If-None-Match), then drops what no result names: its own objects
+// (own) when another call's result was there first, and its result too
+// when the run was finished meanwhile — a call slower than the run's
+// finish, which deleted the finalize prefix before this call wrote
+// under it. The batch row is read strongly consistent after the write,
+// and finish moves the row before it deletes the prefix: a row still
+// running means the deletion, if any, comes later and takes these
+// objects with the rest.
+func (f *Finalizer) putResult(ctx context.Context, b ledger.Batch, key string, res any, own []string) error {
 	body, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
-	if err := f.Blobs.PutIfAbsent(ctx, resultKey, "application/json", body); err != nil && !errors.Is(err, api.ErrConflict) {
+	drop := own
+	switch err := f.Blobs.PutIfAbsent(ctx, key, "application/json", body); {
+	case errors.Is(err, api.ErrConflict):
+	case err != nil:
 		return err
+	default:
+		gone, err := f.runGone(ctx, b.ID, b.Run)
+		if err != nil || !gone {
+			return err
+		}
+		drop = append(drop, key)
+	}
+	for _, k := range drop {
+		if err := f.Blobs.Delete(ctx, k); err != nil {
+			f.Log.WarnContext(ctx, "finalize: delete an object no result names", "key", k, "error", err.Error())
+		}
 	}
 	return nil
+}
+
+// runGone reports whether run of batch id has finished, been superseded
+// or been forgotten (a strongly consistent read of the batch row).
+func (f *Finalizer) runGone(ctx context.Context, id string, run int) (bool, error) {
+	nb, err := f.Store.GetBatch(ctx, id)
+	if errors.Is(err, api.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return nb.Run != run || nb.Status != api.StatusRunning, nil
 }
 
 // sortPart counts a pack batch's part, whose rows come in manifest

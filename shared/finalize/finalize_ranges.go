@@ -247,7 +247,12 @@ func (f *Finalizer) mergeInRanges(ctx context.Context, b ledger.Batch, cp *check
 				}
 			}
 		} else {
-			started, err := f.startCalls(ctx, done, func(r int) string { return rangeMarkKey(b.ID, b.Run, cp.Seq, r) },
+			if gone, err := f.runGone(ctx, b.ID, b.Run); gone || err != nil {
+				// Finished since this call read its row: the listing may
+				// have missed results the finish deleted; start nothing.
+				return nil, FinalizeResult{Parted: true}, err
+			}
+			started, err := f.startCalls(ctx, b.ID, b.Run, done, func(r int) string { return rangeMarkKey(b.ID, b.Run, cp.Seq, r) },
 				func(r int) error { return starter.StartFinalizeRange(ctx, b.ID, b.Run, cp.Seq, r, chain+1) })
 			if err != nil {
 				return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: start ranges: %w", b.ID, b.Run, err)
@@ -267,6 +272,16 @@ func (f *Finalizer) mergeInRanges(ctx context.Context, b ledger.Batch, cp *check
 			return nil, FinalizeResult{Continued: true, Parted: true}, nil
 		}
 	case err == nil:
+		// This call's checkpoint was written; a call that composed first
+		// and finished the run meanwhile deleted its own with the prefix
+		// (after moving the row): then this one is late and completes
+		// nothing — the results file stays the one reported.
+		if gone, gerr := f.runGone(ctx, b.ID, b.Run); gone || gerr != nil {
+			if gone {
+				_ = f.Blobs.Delete(ctx, checkpointKey(b.ID, b.Run, doneCP.Seq))
+			}
+			return nil, FinalizeResult{Parted: true}, gerr
+		}
 		f.Log.InfoContext(ctx, "finalize in ranges: results composed", "batch_id", b.ID, "run", b.Run, "ranges", len(cp.Ranges), "rows", cp.Rows)
 	}
 	if err != nil {
@@ -382,6 +397,7 @@ func (f *Finalizer) runRange(ctx context.Context, b ledger.Batch, cp *checkpoint
 	if _, err := mergeRunsIn(ctx, f.Blobs, runs, sortReadBytes(f.sortBudget(), len(runs)), kr, write, func() bool { return false }); err != nil {
 		return err
 	}
+	var own []string
 	for o, w := range writers {
 		if err := w.last(); err != nil {
 			return err
@@ -390,15 +406,9 @@ func (f *Finalizer) runRange(ctx context.Context, b ledger.Batch, cp *checkpoint
 			return err
 		}
 		res.Pieces[o] = rangePiece{Key: w.key, Bytes: w.file.Bytes}
+		own = append(own, w.key)
 	}
-	body, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
-	if err := f.Blobs.PutIfAbsent(ctx, resultKey, "application/json", body); err != nil && !errors.Is(err, api.ErrConflict) {
-		return err
-	}
-	return nil
+	return f.putResult(ctx, b, resultKey, res, own)
 }
 
 // composeRanges writes each outcome's results from the ranges' pieces, in
@@ -571,11 +581,14 @@ func (f *Finalizer) composeParts(ctx context.Context, key string, file *partFile
 	return file, nil
 }
 
-// startCalls starts, for each i not done, the call start(i) unless the
-// mark at markKey(i) says a call works on it (absent or past: a call
-// lost, or never started), marking it first for a lease; at most 16 at
-// once. It returns how many it started.
-func (f *Finalizer) startCalls(ctx context.Context, done []bool, markKey func(i int) string, start func(i int) error) (int, error) {
+// startCalls starts, for each i not done, the call start(i) of run of
+// batch id unless the mark at markKey(i) says a call works on it (absent
+// or past: a call lost, or never started), marking it first for a lease;
+// at most 16 at once. It returns how many it started. When the run has
+// finished meanwhile (its finish deleted the finalize prefix, maybe
+// before these marks were written), it deletes the marks it wrote: the
+// calls it started find the run finished and do nothing.
+func (f *Finalizer) startCalls(ctx context.Context, id string, run int, done []bool, markKey func(i int) string, start func(i int) error) (int, error) {
 	var (
 		mu      sync.Mutex
 		errs    []error
@@ -584,6 +597,7 @@ func (f *Finalizer) startCalls(ctx context.Context, done []bool, markKey func(i 
 		sem     = make(chan struct{}, 16)
 	)
 	now := f.Clock.Now()
+	var marked []string
 	for i := range done {
 		if done[i] {
 			continue
@@ -598,6 +612,11 @@ func (f *Finalizer) startCalls(ctx context.Context, done []bool, markKey func(i 
 				}
 			}
 			err := f.mark(ctx, markKey(i), now.Add(f.partLease()))
+			mu.Lock()
+			if err == nil {
+				marked = append(marked, markKey(i))
+			}
+			mu.Unlock()
 			if err == nil {
 				err = start(i)
 			}
@@ -611,6 +630,13 @@ func (f *Finalizer) startCalls(ctx context.Context, done []bool, markKey func(i 
 		})
 	}
 	wg.Wait()
+	if len(marked) > 0 {
+		if gone, err := f.runGone(ctx, id, run); err == nil && gone {
+			for _, k := range marked {
+				_ = f.Blobs.Delete(ctx, k)
+			}
+		}
+	}
 	return started, errors.Join(errs...)
 }
 
