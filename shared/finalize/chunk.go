@@ -50,7 +50,9 @@ const (
 	// wants at least 5 MiB and allows 10,000 parts per upload (S3 user
 	// guide, "Amazon S3 multipart upload limits",
 	// https://docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html), so
-	// a results file holds up to ≈ 78 GiB.
+	// a results file written by one pass or one call's merge holds up to
+	// ≈ 78 GiB (a merge in key ranges composes larger ones from copies of
+	// up to 5 GiB: finalize_ranges.go).
 	ResultPartBytes = 8 << 20
 	// MaxResultParts is S3's limit of parts per upload.
 	MaxResultParts = 10_000
