@@ -546,9 +546,12 @@ func (f *Finalizer) composeParts(ctx context.Context, key string, file *partFile
 	for _, p := range pieces {
 		file.Bytes += p.Bytes
 		off := int64(0)
-		if len(buf) > 0 || p.Bytes < minPartBytes {
+		if len(buf) > 0 || p.Bytes <= minPartBytes {
 			// Fill the held bytes up to a part; take the whole piece when
-			// what would be left of it is too small to be a part.
+			// what would be left of it is too small to be a part. A piece
+			// of exactly 5 MiB is read too: S3 copies a range only from a
+			// source over 5 MB (S3 API reference, "UploadPartCopy",
+			// x-amz-copy-source-range), so every copied piece is larger.
 			n := min(p.Bytes, minPartBytes-int64(len(buf)))
 			if p.Bytes-n < minPartBytes {
 				n = p.Bytes

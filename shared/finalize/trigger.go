@@ -35,10 +35,11 @@ var DefaultWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second
 // answer: the run's status (running while it goes on), and one of: the
 // report written by this call or not (Wrote, a finished run), a chunk
 // counted and the rest left to the chain's next call (Continued, Chain its
-// place), the run's parts started (Parts), or one part read (Part,
-// 0-based). JSON, by that case: {"status", "wrote"}, {"status",
-// "continued": true, "chain"}, {"status", "parts": true}, {"status",
-// "part"}, or {"status"} alone for a run not finished yet.
+// place), the run's parts (or its merge's key ranges) started (Parts), one
+// part read (Part, 0-based) or one key range merged (Range, 0-based).
+// JSON, by that case: {"status", "wrote"}, {"status", "continued": true,
+// "chain"}, {"status", "parts": true}, {"status", "part"}, {"status",
+// "range"}, or {"status"} alone for a run not finished yet.
 type TriggerResult struct {
 	Status    api.Status `json:"status"`
 	Wrote     *bool      `json:"wrote,omitempty"`
@@ -46,6 +47,7 @@ type TriggerResult struct {
 	Chain     *int       `json:"chain,omitempty"`
 	Parts     bool       `json:"parts,omitempty"`
 	Part      *int       `json:"part,omitempty"`
+	Range     *int       `json:"range,omitempty"`
 }
 
 // finished is the answer of a finished run.
@@ -135,6 +137,8 @@ func (f *Finalizer) triggerPart(ctx context.Context, ev ledger.FinalizeEvent) (T
 	case res.Continued && !res.Parted && f.Chain != nil && ev.Chain+1 < MaxFinalizeChain:
 		f.chain(ctx, ev, "go on with the merge")
 		return continued(ev), nil
+	case res.Parted && ev.Range > 0:
+		return TriggerResult{Status: api.StatusRunning, Range: &part}, nil
 	case res.Parted:
 		return TriggerResult{Status: api.StatusRunning, Part: &part}, nil
 	}
