@@ -51,6 +51,7 @@ func (c *Control) liveSummaries(ctx context.Context, bs []api.BatchSummary) {
 			l := live.Of(b, p, c.now(), c.ItemTimeout)
 			l.AdaptivePace = paces.of(ctx, c, b)
 			l.Booked(paces.booked(ctx, c, b))
+			l.RateConflict = c.RateConflict(ctx, b) // a read only for a batch with a note
 			s.Live, s.NeedsAttention = &l, s.NeedsAttention || l.NeedsAttention()
 			if b.Pause != nil {
 				s.Pause = b.Pause.View(c.now())

@@ -214,6 +214,9 @@ func note(b api.BatchSummary) string {
 		if r := l.RateBooked; r != nil && b.Pause == nil {
 			live += ", " + describe.BookedText(*r) // paused, the pause is why nothing moves
 		}
+		if c := l.RateConflict; c != nil {
+			live += ", " + describe.RateConflictClause(*c)
+		}
 		if l.Interrupted > 0 {
 			live += fmt.Sprintf(", interrupted %d", l.Interrupted)
 		}

@@ -304,6 +304,21 @@ func TestListNotesARateKeyBookedAhead(t *testing.T) {
 	}
 }
 
+// TestListNotesARateConflict guards list's NOTE for a running batch
+// whose rate key another running batch names at another rate: the key,
+// the other's rate and the other batch, as watch says it; none without.
+func TestListNotesARateConflict(t *testing.T) {
+	c := &api.RateConflict{Key: "api.example.com", BatchID: "later", Rate: api.Rate{Key: "api.example.com", RequestsPerSecond: 20}, Batches: 1}
+	b := api.BatchSummary{ID: "b", Status: api.StatusRunning, Live: &api.LiveView{RateConflict: c}}
+	if got, want := note(b), "rate key api.example.com also named at 20/s by later"; !strings.Contains(got, want) {
+		t.Errorf("note %q, want it to say %q", got, want)
+	}
+	b.Live.RateConflict = nil
+	if got := note(b); strings.Contains(got, "rate key") {
+		t.Errorf("no conflict: note %q", got)
+	}
+}
+
 // TestListNotesAKeptHalt guards bulkrun list on a finished batch that
 // keeps a halt on a refused credential (a cancel of its withheld items):
 // it needs attention, and its note says which halt and what to do

@@ -994,6 +994,20 @@ func TestRateConflictShownOnBothBatches(t *testing.T) {
 	if got := shown("other-key-20"); got != nil {
 		t.Errorf("a batch on another key: rate conflict %+v, want none", got)
 	}
+	// The listing's live views carry it too (bulkrun list's NOTE).
+	page, err := r.ctl.ListBatches(ctx, api.ListBatchesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]*api.RateConflict{}
+	for _, s := range page.Batches {
+		if s.Live != nil {
+			listed[s.ID] = s.Live.RateConflict
+		}
+	}
+	if c := listed["early-5"]; c == nil || c.BatchID != "later-20" || listed["other-key-20"] != nil || len(listed) != 4 {
+		t.Errorf("listed rate conflicts %v, want early-5's naming later-20 and none on other-key-20, 4 live views", listed)
+	}
 	if _, err := r.ctl.Cancel(ctx, "later-20"); err != nil {
 		t.Fatal(err)
 	}
