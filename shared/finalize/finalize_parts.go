@@ -286,15 +286,9 @@ func (f *Finalizer) FinalizePart(ctx context.Context, id string, run, plan, part
 // finalizePart is FinalizePart as call chain of its chain, without
 // counting its failure.
 func (f *Finalizer) finalizePart(ctx context.Context, id string, run, plan, part, chain int) (FinalizeResult, error) {
-	b, err := f.Store.GetBatch(ctx, id)
-	if errors.Is(err, api.ErrNotFound) {
-		return FinalizeResult{Parted: true}, nil
-	}
-	if err != nil {
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d part %d: %w", id, run, part, err)
-	}
-	if b.Run != run || b.Status != api.StatusRunning {
-		return FinalizeResult{Parted: true}, nil
+	b, running, err := f.running(ctx, id, run)
+	if err != nil || !running {
+		return FinalizeResult{Parted: true}, err
 	}
 	p, err := f.loadPlan(ctx, id, run)
 	if err != nil {
@@ -423,17 +417,53 @@ func (f *Finalizer) putResult(ctx context.Context, b ledger.Batch, key string, r
 	return nil
 }
 
+// readResults reads the n results (JSON) at key(i), 16 at once; every
+// one must be there.
+func readResults[T any](ctx context.Context, blobs ledger.Blobs, n int, key func(i int) string) ([]T, error) {
+	results := make([]T, n)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 16)
+	)
+	for i := range results {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			body, err := blobs.Get(ctx, key(i))
+			if err == nil {
+				err = json.Unmarshal(body, &results[i])
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%d: %w", i, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return results, errors.Join(errs...)
+}
+
 // runGone reports whether run of batch id has finished, been superseded
 // or been forgotten (a strongly consistent read of the batch row).
 func (f *Finalizer) runGone(ctx context.Context, id string, run int) (bool, error) {
-	nb, err := f.Store.GetBatch(ctx, id)
+	_, running, err := f.running(ctx, id, run)
+	return err == nil && !running, err
+}
+
+// running reads batch id (strongly consistent) and reports whether run
+// is its current run, still running; a batch gone is not.
+func (f *Finalizer) running(ctx context.Context, id string, run int) (ledger.Batch, bool, error) {
+	b, err := f.Store.GetBatch(ctx, id)
 	if errors.Is(err, api.ErrNotFound) {
-		return true, nil
+		return b, false, nil
 	}
 	if err != nil {
-		return false, err
+		return b, false, fmt.Errorf("finalize %s run %d: %w", id, run, err)
 	}
-	return nb.Run != run || nb.Status != api.StatusRunning, nil
+	return b, b.Run == run && b.Status == api.StatusRunning, nil
 }
 
 // sortPart counts a pack batch's part, whose rows come in manifest
@@ -549,30 +579,8 @@ func (f *Finalizer) mergeLevels(ctx context.Context, runs []sortRun, nextKey fun
 // chained), another call has nothing to do. Fewer rows than items start
 // over with a new plan: ErrNotFinished.
 func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan, chain int) (FinalizeResult, error) {
-	results := make([]finalPartResult, p.Parts)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		sem  = make(chan struct{}, 16)
-	)
-	for i := range results {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			body, err := f.Blobs.Get(ctx, partResultKey(b.ID, b.Run, p.Seq, i))
-			if err == nil {
-				err = json.Unmarshal(body, &results[i])
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("part %d: %w", i, err))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	results, err := readResults[finalPartResult](ctx, f.Blobs, p.Parts, func(i int) string { return partResultKey(b.ID, b.Run, p.Seq, i) })
+	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: parts: %w", b.ID, b.Run, err)
 	}
 	cp := newCheckpoint(1, p.StartedAt)

@@ -321,15 +321,9 @@ func (f *Finalizer) FinalizeRange(ctx context.Context, id string, run, seq, rng 
 }
 
 func (f *Finalizer) finalizeRange(ctx context.Context, id string, run, seq, rng, chain int) (FinalizeResult, error) {
-	b, err := f.Store.GetBatch(ctx, id)
-	if errors.Is(err, api.ErrNotFound) {
-		return FinalizeResult{Parted: true}, nil
-	}
-	if err != nil {
-		return FinalizeResult{}, fmt.Errorf("finalize %s run %d range %d: %w", id, run, rng, err)
-	}
-	if b.Run != run || b.Status != api.StatusRunning {
-		return FinalizeResult{Parted: true}, nil
+	b, running, err := f.running(ctx, id, run)
+	if err != nil || !running {
+		return FinalizeResult{Parted: true}, err
 	}
 	cp, err := f.loadCheckpoint(ctx, id, run)
 	if err != nil {
@@ -419,31 +413,9 @@ func (f *Finalizer) runRange(ctx context.Context, b ledger.Batch, cp *checkpoint
 // uploads (If-None-Match: ErrConflict when another call wrote it first).
 // The ranges' lines must add up to the rows cp counted.
 func (f *Finalizer) composeRanges(ctx context.Context, b ledger.Batch, cp *checkpoint) (*checkpoint, error) {
-	results := make([]rangeResult, len(cp.Ranges))
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		sem  = make(chan struct{}, 16)
-	)
-	for r := range results {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			body, err := f.Blobs.Get(ctx, rangeResultKey(b.ID, b.Run, cp.Seq, r))
-			if err == nil {
-				err = json.Unmarshal(body, &results[r])
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("range %d: %w", r, err))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	results, err := readResults[rangeResult](ctx, f.Blobs, len(cp.Ranges), func(r int) string { return rangeResultKey(b.ID, b.Run, cp.Seq, r) })
+	if err != nil {
+		return nil, fmt.Errorf("ranges: %w", err)
 	}
 	var lines int64
 	for _, rr := range results {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
-	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/finalize"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/source"
@@ -71,6 +70,16 @@ func allLost(fin *finalize.Finalizer) *rangeCalls {
 	return &rangeCalls{fin: fin, lost: lost}
 }
 
+// plannedRig is a rangesOf rig of n items at k items per message whose
+// parts have run and whose ranges are planned, all lost: its calls, and
+// how many ranges were planned.
+func plannedRig(t *testing.T, n, k int) (*rig, *rangeCalls, int) {
+	t.Helper()
+	r, _, _ := rangesOf(t, n, k)
+	calls := allLost(r.fin)
+	return r, calls, plannedRanges(t, r, calls)
+}
+
 // plannedRanges runs the parts of a rangesOf rig whose ranges are all
 // lost, and returns how many ranges were planned.
 func plannedRanges(t *testing.T, r *rig, calls *rangeCalls) int {
@@ -101,11 +110,8 @@ func TestDuplicateRangeOutlivesTheFinish(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-			r, _, _ := rangesOf(t, n, k)
-			calls := allLost(r.fin)
-			R := plannedRanges(t, r, calls)
+			want := singlePass(t, n, k)
+			r, _, R := plannedRig(t, n, k)
 			ctx := context.Background()
 			for g := range R - 1 {
 				if res, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil || res.Wrote {
@@ -148,11 +154,8 @@ func TestTickStartOutlivesTheFinish(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-			r, _, _ := rangesOf(t, n, k)
-			calls := allLost(r.fin)
-			R := plannedRanges(t, r, calls)
+			want := singlePass(t, n, k)
+			r, _, R := plannedRig(t, n, k)
 			ctx := context.Background()
 			for g := range R - 1 {
 				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
@@ -199,11 +202,8 @@ func TestTwoComposersRaceTheFinish(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-			r, _, _ := rangesOf(t, n, k)
-			calls := allLost(r.fin)
-			R := plannedRanges(t, r, calls)
+			want := singlePass(t, n, k)
+			r, _, R := plannedRig(t, n, k)
 			ctx := context.Background()
 			// Every range but the last, then the last one's result written
 			// by a call killed right after it (before it could compose):
@@ -279,8 +279,7 @@ func TestKilledMidCompositionThenRetried(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+			want := singlePass(t, n, k)
 			r, _, _ := rangesOf(t, n, k)
 			var mu sync.Mutex
 			kills := 0
@@ -315,9 +314,7 @@ func TestStaleRangeCalls(t *testing.T) {
 	const n = 900
 	ref := ranRun(t, n, 1)
 	want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-	r, _, _ := rangesOf(t, n, 1)
-	calls := allLost(r.fin)
-	R := plannedRanges(t, r, calls)
+	r, calls, R := plannedRig(t, n, 1)
 	ctx := context.Background()
 	before := len(r.blobs.Keys(finalize.FinalizePrefix("b", 1)))
 	for _, c := range [][2]int{{2, 0}, {0, 0}, {1, -1}, {1, R}, {1, finalize.MaxMergeRanges}} {
@@ -383,8 +380,7 @@ func TestManyRangesThroughTrigger(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+			want := singlePass(t, n, k)
 			r, _, _ := rangesOf(t, n, k)
 			r.fin.MergeRangeBytes = 1
 			r.fin.RunMarkBytes = 1
@@ -417,8 +413,7 @@ func TestKilledBeforeRangeResult(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+			want := singlePass(t, n, k)
 			r, _, _ := rangesOf(t, n, k)
 			var mu sync.Mutex
 			killed := map[string]bool{}
@@ -474,8 +469,7 @@ func TestDuplicatePartOutlivesTheFinish(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+			want := singlePass(t, n, k)
 			r := ranRun(t, n, k)
 			r.fin.PartRows = 100
 			r.fin.SortRunBytes = 2 << 10
@@ -548,11 +542,8 @@ func (c *completeCounted) CompleteParts(ctx context.Context, key, id string, n i
 func TestLosingComposerCompletesItsUpload(t *testing.T) {
 	const n = 900
 	k := 1
-	ref := ranRun(t, n, k)
-	want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-	r, _, _ := rangesOf(t, n, k)
-	calls := allLost(r.fin)
-	R := plannedRanges(t, r, calls)
+	want := singlePass(t, n, k)
+	r, _, R := plannedRig(t, n, k)
 	ctx := context.Background()
 	for g := range R - 1 {
 		if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
@@ -619,14 +610,7 @@ func bigItems(n int) json.RawMessage {
 
 func ranBig(t *testing.T, n, k int) *rig {
 	t.Helper()
-	r := newRig(t, partsPipeline)
-	r.sub.ChunkItems = 50
-	if _, err := r.sub.Submit(context.Background(), api.SubmitRequest{BatchID: "b", Pipeline: "counted", KeyField: "id",
-		Source: api.SourceSpec{Items: bigItems(n)}, ItemsPerMessage: k}); err != nil {
-		t.Fatal(err)
-	}
-	r.drain(t, context.Background(), 1)
-	return r
+	return ranItems(t, bigItems(n), k)
 }
 
 // copyCount counts CopyPart calls into results files, and can kill one.
@@ -691,11 +675,8 @@ func TestRangesChainStartsOver(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-			r, _, _ := rangesOf(t, n, k)
-			calls := allLost(r.fin)
-			R := plannedRanges(t, r, calls)
+			want := singlePass(t, n, k)
+			r, calls, R := plannedRig(t, n, k)
 			ctx := context.Background()
 			for g := range R / 2 {
 				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
@@ -771,8 +752,7 @@ func (c *dupCalls) StartFinalizeRange(_ context.Context, id string, run, cp, rng
 func TestRangesDuplicatedEverywhere(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
-		ref := ranRun(t, n, k)
-		want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+		want := singlePass(t, n, k)
 		for seed := range 4 {
 			t.Run(fmt.Sprintf("K=%d/%d", k, seed), func(t *testing.T) {
 				r, _, _ := rangesOf(t, n, k)
@@ -826,11 +806,8 @@ func TestStaleListingRestartsEveryRange(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-			r, _, _ := rangesOf(t, n, k)
-			calls := allLost(r.fin)
-			R := plannedRanges(t, r, calls)
+			want := singlePass(t, n, k)
+			r, calls, R := plannedRig(t, n, k)
 			ctx := context.Background()
 			for g := range R - 1 {
 				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
@@ -877,11 +854,8 @@ func TestStaleListingRestartsEveryRange(t *testing.T) {
 func TestStaleCheckpointReplansTheParts(t *testing.T) {
 	const n = 900
 	k := 1
-	ref := ranRun(t, n, k)
-	want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
-	r, _, _ := rangesOf(t, n, k)
-	calls := allLost(r.fin)
-	R := plannedRanges(t, r, calls)
+	want := singlePass(t, n, k)
+	r, _, R := plannedRig(t, n, k)
 	ctx := context.Background()
 	for g := range R - 1 {
 		if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {

@@ -48,8 +48,7 @@ func TestFinalizeInRangesIsTheSinglePass(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+			want := singlePass(t, n, k)
 			if want.census.Failed == 0 || want.census.Succeeded == 0 {
 				t.Fatalf("single pass census %+v: want both outcomes", want.census)
 			}
@@ -142,8 +141,7 @@ func TestFinalizeRangesConcurrentKilledAndLost(t *testing.T) {
 	const n = 900
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			ref := ranRun(t, n, k)
-			want := finishedRun(t, ref, finalizeAll(t, ref.fin).Report)
+			want := singlePass(t, n, k)
 
 			r, mu, _ := rangesOf(t, n, k)
 			killed := false
