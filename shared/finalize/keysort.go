@@ -149,7 +149,10 @@ func (s *keySorter) writeRun(ctx context.Context, blobs ledger.Blobs, key string
 // runWriter writes records, given in key order, as one sorted run: a
 // multipart upload of sortPartBytes parts, one part held at a time. With
 // markEvery > 0 it also keeps the run's index: a mark (the record's key
-// and offset) for the first record at or past every markEvery bytes.
+// and offset) for the first record at or past every markEvery bytes; when
+// the marks' keys pass maxIndexKeyBytes, every other mark is dropped and
+// the spacing doubled, so that an index stays within that bound whatever
+// the keys' size (up to api.MaxKeyBytes).
 type runWriter struct {
 	ctx       context.Context
 	blobs     ledger.Blobs
@@ -160,7 +163,14 @@ type runWriter struct {
 	size      int64
 	markEvery int64
 	marks     []runMark
+	markBytes int // the marks' keys
 }
+
+// maxIndexKeyBytes bounds the keys of one run's index: 256 KiB, so that
+// the call that plans a merge's ranges holds at most 64 MiB of marks'
+// keys for MaxFinalizeParts runs (≈ 12,000 marks of 20-byte keys a run,
+// 1 MiB apart at ≈ 1 GB a part; 256 of 1 KiB keys, ≈ 4 MiB apart).
+const maxIndexKeyBytes = 256 << 10
 
 // runMark is one entry of a sorted run's index: the record at Off has
 // key Key, so every record before Off has a smaller key.
@@ -191,6 +201,10 @@ func (w *runWriter) add(key []byte, o api.Outcome, line []byte) error {
 	}
 	if off := w.size + int64(len(w.out)); w.markEvery > 0 && (len(w.marks) == 0 || off >= w.marks[len(w.marks)-1].Off+w.markEvery) {
 		w.marks = append(w.marks, runMark{Key: slices.Clone(key), Off: off})
+		w.markBytes += len(key)
+		if w.markBytes > maxIndexKeyBytes {
+			w.thinMarks()
+		}
 	}
 	w.out = binary.AppendUvarint(w.out, uint64(len(key)))
 	w.out = append(w.out, key...)
@@ -201,6 +215,20 @@ func (w *runWriter) add(key []byte, o api.Outcome, line []byte) error {
 		return w.put()
 	}
 	return nil
+}
+
+// thinMarks keeps every other mark (the first among them) and doubles
+// the spacing of the marks to come.
+func (w *runWriter) thinMarks() {
+	kept, n := w.marks[:0], 0
+	for i, m := range w.marks {
+		if i%2 == 0 {
+			kept = append(kept, m)
+			n += len(m.Key)
+		}
+	}
+	clear(w.marks[len(kept):])
+	w.marks, w.markBytes, w.markEvery = kept, n, 2*w.markEvery
 }
 
 func (w *runWriter) put() error {

@@ -249,3 +249,64 @@ func TestPlanThreshold(t *testing.T) {
 		t.Fatalf("one run with one mark: %d ranges", len(r))
 	}
 }
+
+// TestRunIndexStaysBounded guards a part's run index with keys of every
+// size: keys of 1 KiB, marked every 64 bytes, pass the index's bound
+// many times over; the marks kept stay under it, in key order, each at a
+// record's start with that record's key, the first at offset 0, and a
+// plan over the run still gives every key to exactly one range.
+func TestRunIndexStaysBounded(t *testing.T) {
+	ctx := context.Background()
+	blobs := memblobs.New()
+	w, err := newRunWriter(ctx, blobs, "run", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.markEvery = 64
+	var keys [][]byte
+	offs := map[int64][]byte{}
+	for i := range 3000 {
+		key := []byte(fmt.Sprintf("%08d%s", i, strings.Repeat("k", api.MaxKeyBytes-8)))
+		offs[w.size+int64(len(w.out))] = key
+		keys = append(keys, key)
+		if err := w.add(key, api.OutcomeSucceeded, []byte("{}\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size, err := w.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, m := range w.marks {
+		n += len(m.Key)
+		if k, ok := offs[m.Off]; !ok || !bytes.Equal(k, m.Key) || i > 0 && bytes.Compare(w.marks[i-1].Key, m.Key) >= 0 {
+			t.Fatalf("mark %d at %d: not a record's start with its key, or out of order", i, m.Off)
+		}
+	}
+	if n > maxIndexKeyBytes || len(w.marks) < 64 || w.marks[0].Off != 0 {
+		t.Fatalf("%d marks, %d bytes of keys (bound %d), the first at %d", len(w.marks), n, maxIndexKeyBytes, w.marks[0].Off)
+	}
+	f := &Finalizer{MergeRangeBytes: size / 8}
+	ranges := f.planRanges([]sortRun{{Key: "run", Bytes: size}}, [][]runMark{w.marks})
+	if len(ranges) < 4 {
+		t.Fatalf("%d ranges over %d bytes, want ≥ 4", len(ranges), size)
+	}
+	got := 0
+	for _, r := range ranges {
+		runs := []sortRun{{Key: "run", Bytes: size, Merged: r.From[0]}}
+		if _, err := mergeRunsIn(ctx, blobs, runs, 1<<20, keyRange{Lo: r.Lo, Hi: r.Hi}, func(key []byte, _ api.Outcome, _ []byte) error {
+			if !bytes.Equal(key, keys[got]) {
+				return fmt.Errorf("key %d: %.12q, want %.12q", got, key, keys[got])
+			}
+			got++
+			return nil
+		}, func() bool { return false }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != len(keys) {
+		t.Fatalf("%d keys merged over %d ranges, want %d", got, len(ranges), len(keys))
+	}
+	t.Logf("%d marks, %d bytes of keys, %d ranges", len(w.marks), n, len(ranges))
+}
