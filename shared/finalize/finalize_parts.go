@@ -330,6 +330,8 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 		if errors.Is(err, api.ErrNotFinished) {
 			// Not done yet: the next call of the run starts it again.
 			_ = f.Blobs.Delete(ctx, partMarkKey(b.ID, b.Run, p.Seq, i))
+		} else if err != nil {
+			f.dropIfGone(ctx, b, partMarkKey(b.ID, b.Run, p.Seq, i))
 		}
 	}()
 	res := finalPartResult{Part: i, tally: newTally()}
@@ -376,7 +378,7 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 	if err != nil {
 		return err
 	}
-	var own []string
+	own := []string{partMarkKey(b.ID, b.Run, p.Seq, i)}
 	if res.Stream.Key != "" {
 		own = append(own, res.Stream.Key)
 	}
@@ -384,8 +386,9 @@ func (f *Finalizer) runPart(ctx context.Context, b ledger.Batch, p *partPlan, i 
 }
 
 // putResult writes a part's or a range's result at key unless one is
-// there (If-None-Match), then drops what no result names: its own objects
-// (own) when another call's result was there first, and its result too
+// there (If-None-Match), then drops what no result needs: its own objects
+// (own: its run or pieces, and its mark, which only a call without
+// result needs) when another call's result was there first, and its result too
 // when the run was finished meanwhile — a call slower than the run's
 // finish, which deleted the finalize prefix before this call wrote
 // under it. The batch row is read strongly consistent after the write,
@@ -444,6 +447,20 @@ func readResults[T any](ctx context.Context, blobs ledger.Blobs, n int, key func
 	}
 	wg.Wait()
 	return results, errors.Join(errs...)
+}
+
+// dropIfGone deletes keys, what a failed call of a part or a range
+// wrote, when the run has finished meanwhile (its finish deleted the
+// finalize prefix, and with it what this call read, maybe before these
+// were written); a run still going keeps them for the call that starts
+// it again.
+func (f *Finalizer) dropIfGone(ctx context.Context, b ledger.Batch, keys ...string) {
+	if gone, err := f.runGone(ctx, b.ID, b.Run); err != nil || !gone {
+		return
+	}
+	for _, k := range keys {
+		_ = f.Blobs.Delete(ctx, k)
+	}
 }
 
 // runGone reports whether run of batch id has finished, been superseded

@@ -369,11 +369,13 @@ func (f *Finalizer) runRange(ctx context.Context, b ledger.Batch, cp *checkpoint
 	token := ledger.NewToken()
 	res := rangeResult{Range: r, Pieces: map[api.Outcome]rangePiece{}}
 	writers := map[api.Outcome]*partWriter{}
+	own := []string{rangeMarkKey(b.ID, b.Run, cp.Seq, r)}
 	defer func() {
 		if err != nil {
 			for _, w := range writers {
 				_ = w.wait()
 			}
+			f.dropIfGone(ctx, b, own...)
 		}
 	}()
 	write := func(_ []byte, o api.Outcome, line []byte) error {
@@ -394,7 +396,6 @@ func (f *Finalizer) runRange(ctx context.Context, b ledger.Batch, cp *checkpoint
 	if _, err := mergeRunsIn(ctx, f.Blobs, runs, sortReadBytes(f.sortBudget(), len(runs)), kr, write, func() bool { return false }); err != nil {
 		return err
 	}
-	var own []string
 	for o, w := range writers {
 		if err := w.last(); err != nil {
 			return err

@@ -105,44 +105,55 @@ func plannedRanges(t *testing.T, r *rig, calls *rangeCalls) int {
 // finishes the range, composes and finishes the run (DeletePrefix); the
 // second copy then completes its pieces and writes its result under the
 // finalize prefix of the finished run. Promise: nothing left under the
-// finalize prefix at the end.
+// finalize prefix at the end. The copy is held before its first piece,
+// or before it writes its mark (then its mark too comes after the
+// finish).
 func TestDuplicateRangeOutlivesTheFinish(t *testing.T) {
 	const n = 900
-	for _, k := range packKs {
-		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
-			want := singlePass(t, n, k)
-			r, _, R := plannedRig(t, n, k)
-			ctx := context.Background()
-			for g := range R - 1 {
-				if res, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil || res.Wrote {
-					t.Fatalf("range %d: %+v %v", g, res, err)
+	for _, c := range []struct {
+		held string
+		op   string
+		key  func(last int) string
+	}{
+		{"before its pieces", "start_parts", func(last int) string { return fmt.Sprintf("/ranges/000001/%04d-", last) }},
+		{"before its mark", "put", func(last int) string { return fmt.Sprintf("/ranges/000001/%04d.active", last) }},
+	} {
+		for _, k := range packKs {
+			t.Run(fmt.Sprintf("%s K=%d", c.held, k), func(t *testing.T) {
+				want := singlePass(t, n, k)
+				r, _, R := plannedRig(t, n, k)
+				ctx := context.Background()
+				for g := range R - 1 {
+					if res, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil || res.Wrote {
+						t.Fatalf("range %d: %+v %v", g, res, err)
+					}
 				}
-			}
-			last := R - 1
-			gb := &gateBlobs{Blobs: r.blobs}
-			var seen atomic.Int64
-			blocked, release := make(chan struct{}), make(chan struct{})
-			gb.gate = func(op, key string) {
-				if op == "start_parts" && strings.Contains(key, fmt.Sprintf("/ranges/000001/%04d-", last)) && seen.Add(1) == 1 {
-					close(blocked)
-					<-release
+				last := R - 1
+				gb := &gateBlobs{Blobs: r.blobs}
+				var seen atomic.Int64
+				blocked, release := make(chan struct{}), make(chan struct{})
+				gb.gate = func(op, key string) {
+					if op == c.op && strings.Contains(key, c.key(last)) && seen.Add(1) == 1 {
+						close(blocked)
+						<-release
+					}
 				}
-			}
-			r.fin.Blobs = gb
-			var dup sync.WaitGroup
-			var dupRes finalize.FinalizeResult
-			var dupErr error
-			dup.Go(func() { dupRes, dupErr = r.fin.FinalizeRange(ctx, "b", 1, 1, last) })
-			<-blocked
-			res, err := r.fin.FinalizeRange(ctx, "b", 1, 1, last)
-			if err != nil || !res.Wrote {
-				t.Fatalf("the last range: %+v %v, want the report written", res, err)
-			}
-			close(release)
-			dup.Wait()
-			t.Logf("duplicate: %+v %v", dupRes, dupErr)
-			sameFinish(t, finishedRun(t, r, res.Report), want, "a duplicate range outlives the finish")
-		})
+				r.fin.Blobs = gb
+				var dup sync.WaitGroup
+				var dupRes finalize.FinalizeResult
+				var dupErr error
+				dup.Go(func() { dupRes, dupErr = r.fin.FinalizeRange(ctx, "b", 1, 1, last) })
+				<-blocked
+				res, err := r.fin.FinalizeRange(ctx, "b", 1, 1, last)
+				if err != nil || !res.Wrote {
+					t.Fatalf("the last range: %+v %v, want the report written", res, err)
+				}
+				close(release)
+				dup.Wait()
+				t.Logf("duplicate: %+v %v", dupRes, dupErr)
+				sameFinish(t, finishedRun(t, r, res.Report), want, "a duplicate range outlives the finish")
+			})
+		}
 	}
 }
 
