@@ -2,13 +2,12 @@ package dynamo
 
 import (
 	"context"
-	"reflect"
 	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/consumed"
 	"github.com/bulkrun/bulkrun/shared/api"
 )
 
@@ -72,25 +71,18 @@ func (s *Store) add(write bool, cs ...types.ConsumedCapacity) {
 	for _, c := range cs {
 		for _, sum := range []*Capacity{&s.capacity.total, &s.capacity.pending} {
 			if write {
-				sum.WriteUnits += deref(c.CapacityUnits)
+				sum.WriteUnits += consumed.Units(c.CapacityUnits)
 			} else {
-				sum.ReadUnits += deref(c.CapacityUnits)
+				sum.ReadUnits += consumed.Units(c.CapacityUnits)
 			}
 			for name, ix := range c.GlobalSecondaryIndexes {
 				if sum.Indexes == nil {
 					sum.Indexes = map[string]float64{}
 				}
-				sum.Indexes[name] += deref(ix.CapacityUnits)
+				sum.Indexes[name] += consumed.Units(ix.CapacityUnits)
 			}
 		}
 	}
-}
-
-func deref(p *float64) float64 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // consumed asks every call for ReturnConsumedCapacity INDEXES and adds
@@ -99,58 +91,14 @@ func deref(p *float64) float64 {
 func (s *Store) consumed(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("bulkrunCapacity",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			askCapacity(in.Parameters)
+			consumed.Ask(in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			if err != nil {
 				return out, md, err
 			}
-			switch o := out.Result.(type) {
-			case *dynamodb.GetItemOutput:
-				s.add(false, one(o.ConsumedCapacity)...)
-			case *dynamodb.BatchGetItemOutput:
-				s.add(false, o.ConsumedCapacity...)
-			case *dynamodb.QueryOutput:
-				s.add(false, one(o.ConsumedCapacity)...)
-			case *dynamodb.ScanOutput:
-				s.add(false, one(o.ConsumedCapacity)...)
-			case *dynamodb.TransactGetItemsOutput:
-				s.add(false, o.ConsumedCapacity...)
-			case *dynamodb.PutItemOutput:
-				s.add(true, one(o.ConsumedCapacity)...)
-			case *dynamodb.UpdateItemOutput:
-				s.add(true, one(o.ConsumedCapacity)...)
-			case *dynamodb.DeleteItemOutput:
-				s.add(true, one(o.ConsumedCapacity)...)
-			case *dynamodb.BatchWriteItemOutput:
-				s.add(true, o.ConsumedCapacity...)
-			case *dynamodb.TransactWriteItemsOutput:
-				s.add(true, o.ConsumedCapacity...)
+			if caps, write := consumed.Of(out.Result); len(caps) > 0 {
+				s.add(write, caps...)
 			}
 			return out, md, err
 		}), middleware.After)
-}
-
-// askCapacity sets ReturnConsumedCapacity INDEXES on a call's input: every
-// DynamoDB input with the field (GetItem, BatchGetItem, Query, Scan,
-// PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems,
-// TransactGetItems, and PartiQL's, which the Store does not call) has it
-// as types.ReturnConsumedCapacity. Other inputs are left as they are.
-func askCapacity(params any) {
-	v := reflect.ValueOf(params)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return
-	}
-	f := v.Elem().FieldByName("ReturnConsumedCapacity")
-	if f.IsValid() && f.CanSet() && f.Type() == returnCapacityType {
-		f.Set(reflect.ValueOf(types.ReturnConsumedCapacityIndexes))
-	}
-}
-
-var returnCapacityType = reflect.TypeFor[types.ReturnConsumedCapacity]()
-
-func one(c *types.ConsumedCapacity) []types.ConsumedCapacity {
-	if c == nil {
-		return nil
-	}
-	return []types.ConsumedCapacity{*c}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -102,25 +100,3 @@ func TestCapacityMeteringAsksAndSums(t *testing.T) {
 }
 
 func jsonOf(v any) string { b, _ := json.Marshal(v); return string(b) }
-
-// askCapacity reaches every input the Store's calls send: each asks for
-// ReturnConsumedCapacity INDEXES, and an input without the field is left
-// as it was.
-func TestAskCapacityEveryInput(t *testing.T) {
-	inputs := []any{&dynamodb.GetItemInput{}, &dynamodb.BatchGetItemInput{}, &dynamodb.QueryInput{}, &dynamodb.ScanInput{},
-		&dynamodb.PutItemInput{}, &dynamodb.UpdateItemInput{}, &dynamodb.DeleteItemInput{}, &dynamodb.BatchWriteItemInput{},
-		&dynamodb.TransactWriteItemsInput{}, &dynamodb.TransactGetItemsInput{}}
-	for _, in := range inputs {
-		askCapacity(in)
-		if got := reflect.ValueOf(in).Elem().FieldByName("ReturnConsumedCapacity").Interface(); got != types.ReturnConsumedCapacityIndexes {
-			t.Errorf("%T: ReturnConsumedCapacity %v, want INDEXES", in, got)
-		}
-	}
-	other := &dynamodb.DescribeTableInput{TableName: aws.String("t")}
-	askCapacity(other)
-	askCapacity(nil)
-	askCapacity((*dynamodb.GetItemInput)(nil))
-	if aws.ToString(other.TableName) != "t" {
-		t.Errorf("DescribeTable input changed: %+v", other)
-	}
-}
