@@ -15,6 +15,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // Figures is one scenario's cost per item and per 10^6 items, in the shape
@@ -239,9 +240,15 @@ type PartitionRow struct {
 //     per item × the items of the busiest shard / duration;
 //   - counter lanes: units per item × the items / lanes / duration ×
 //     LaneEndGame (each message batch writes one lane chosen at random);
-//   - a run on tracks (SLOT): every unit taken as a claim, spread over
-//     the run's claim counters (pace.Counters at n items), the busiest
-//     one's share;
+//   - a run on tracks: its claim counters' writes (SLOT CLAIM) and its
+//     tracks' fence writes (SLOT TRACK) are made per slice (a claim, a
+//     delivery of the track), not per item, so each kind's units per
+//     slice of the measured run (its slices by pace.NewLayout over the
+//     bench's chunks) are taken per slice of a batch of n items (over the
+//     product's 5,000-item chunks, source.DefaultChunkItems), the claims
+//     spread over pace.Counters counters, the fences over the tracks
+//     (the busiest: ⌈slices / tracks⌉); a slot row (SLOT) as if every
+//     unit of the batch took it;
 //   - the run row (COUNT RUN): lanes writes (lanes done), and with the
 //     early stop armed and failures lanes × (8 × lanes + 2) more at most
 //     (Worker.count), all in one second, or what the run measured if more;
@@ -262,6 +269,11 @@ func (r Result) Partitions() []PartitionRow {
 	}
 	k := max(1, r.ItemsPerMessage)
 	flow := ledger.StackFlow(100, 10)
+	chunk := r.ChunkItems
+	if chunk <= 0 {
+		chunk = ChunkItems
+	}
+	measured := trackLayout(int64(r.Items), chunk, k, r.MaxConcurrency)
 	var rows []PartitionRow
 	for _, n := range PartitionSizes {
 		ls, lanes := ledger.ListShards(n, flow), ledger.CounterLanes(n, flow)
@@ -293,13 +305,21 @@ func (r Result) Partitions() []PartitionRow {
 				consider(target, u*busiestPackShard/seconds, fmt.Sprintf("a pack shard (1 of %d)", ls))
 			case "COUNT LANE":
 				consider(target, u*float64(n)/float64(lanes)/seconds*LaneEndGame, fmt.Sprintf("a counter lane (1 of %d), at the lanes' end", lanes))
+			case "SLOT CLAIM", "SLOT TRACK":
+				// A run on tracks: units per slice measured, taken per
+				// slice of a batch of n items.
+				perSlice := u * float64(r.Items) / float64(max(1, measured.Slices()))
+				at := trackLayout(n, source.DefaultChunkItems, k, r.MaxConcurrency)
+				tracks := pace.Tracks(r.MaxConcurrency, at.Slices())
+				if t.Kind == "SLOT CLAIM" {
+					counters := pace.Counters(tracks)
+					consider(target, perSlice*float64(at.Slices())/float64(counters)/seconds, fmt.Sprintf("a claim counter (1 of %d)", counters))
+				} else {
+					busiest := (at.Slices() + int64(tracks) - 1) / int64(max(tracks, 1))
+					consider(target, perSlice*float64(busiest)/seconds, fmt.Sprintf("a track's fence (1 of %d)", tracks))
+				}
 			case "SLOT":
-				// A run on tracks: its claim counters and track fences,
-				// each a key of its own. Taken as if every unit were a
-				// claim, on the run's busiest counter of pace.Counters.
-				size := pace.SliceSize(k, n, r.MaxConcurrency)
-				counters := pace.Counters(pace.Tracks(r.MaxConcurrency, (n+size-1)/size))
-				consider(target, u*float64(n)/seconds/float64(counters), fmt.Sprintf("a claim counter (1 of %d)", counters))
+				consider(target, u*float64(n)/seconds, "a slot row")
 			case "COUNT RUN":
 				// Lanes done, and failures for the early stop: at most
 				// lanes × (8 × lanes + 2) writes of one unit (Worker.count).
@@ -315,6 +335,17 @@ func (r Result) Partitions() []PartitionRow {
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// trackLayout is the slices of a run on tracks of n items in fan-out
+// chunks of chunk items at k items per message and limit maxConcurrency
+// (pace.NewLayout, as submit lays a run out).
+func trackLayout(n int64, chunk, k, maxConcurrency int) pace.Layout {
+	spans := make([]pace.Span, 0, (n+int64(chunk)-1)/int64(chunk))
+	for first := int64(0); first < n; first += int64(chunk) {
+		spans = append(spans, pace.Span{First: first, Count: min(int64(chunk), n-first)})
+	}
+	return pace.NewLayout(spans, k, maxConcurrency)
 }
 
 // busiestShards is the items of the busiest of ls item shards of a batch

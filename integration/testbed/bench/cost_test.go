@@ -184,3 +184,38 @@ func TestCompareCountsRetriedWorkAsMetered(t *testing.T) {
 		t.Errorf("excess %v (%v %%), want %v", c.Excess, c.ExcessPercent, want)
 	}
 }
+
+// A run on tracks writes its claim counter once per slice and a track's
+// fence once per delivery, so the partition table takes their units per
+// slice of the measured run (200 items at K = 10 and max_concurrency 10:
+// 20 slices of one unit over the bench's 200-item chunk) per slice of each
+// size over the product's 5,000-item chunks (slices of up to 100 units):
+// at 10^8 items 10^5 slices in 10^4 s on one counter; at 10^4 items 40
+// slices in one second. Taken per item instead (the model before), the
+// 200-item run's 0.1 claim units an item put 1,000 write units/s on the
+// counter at 10^4 items and more.
+func TestTrackRowsPerSlice(t *testing.T) {
+	want := map[int64][2]float64{ // claim counter, busiest fence (write units/s)
+		1_000:       {34, 1.5 * 4}, // slices of 30 items: 34 in one second on 10 tracks
+		10_000:      {40, 1.5 * 4}, // slices of 250 items: 2 chunks of 20
+		100_000:     {100.0 / 10, 1.5 * 10 / 10},
+		100_000_000: {100_000.0 / 10_000, 1.5 * 10_000 / 10_000},
+	}
+	for i, kind := range []string{"SLOT CLAIM", "SLOT TRACK"} {
+		units := map[string]float64{"SLOT CLAIM": 20, "SLOT TRACK": 30}[kind] // 1 and 1.5 a slice
+		r := Result{Scenario: Scenario{Items: 200, ItemsPerMessage: 10, MaxConcurrency: 10},
+			Usage: meter.Usage{Write: map[meter.Target]float64{{Kind: kind}: units}}}
+		for _, row := range r.Partitions() {
+			w, ok := want[row.BatchItems]
+			if !ok {
+				continue
+			}
+			if !near(row.WCUPerS["table"], w[i], 1e-9) {
+				t.Errorf("%s, %d items: %.3f write units/s on %q, want %.3f", kind, row.BatchItems, row.WCUPerS["table"], row.Busiest["table"], w[i])
+			}
+			if want := []string{"a claim counter (1 of 1)", "a track's fence (1 of 10)"}[i]; row.Busiest["table"] != want {
+				t.Errorf("%s, %d items: busiest %q, want %q", kind, row.BatchItems, row.Busiest["table"], want)
+			}
+		}
+	}
+}

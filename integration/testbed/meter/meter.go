@@ -265,16 +265,24 @@ func (s *schema) indexWriteUnits(ix index, before, after map[string]types.Attrib
 // Kind is the row kind of a key or item: its partition key's string value
 // up to the first '#' (the whole value when it has none); for a counter
 // row (COUNT) also its sort key's, so that a run's lanes, its run row and
-// chunk counters are told apart: "COUNT LANE", "COUNT RUN", "COUNT CHUNK".
+// chunk counters are told apart: "COUNT LANE", "COUNT RUN", "COUNT CHUNK";
+// for a row under SLOT its sort key's when it is not SLOT, so that a run
+// on tracks' claim counters and track fences are told apart from each
+// other and from the slot rows: "SLOT CLAIM", "SLOT TRACK", "SLOT"
+// (internal/dynamo/layout).
 func (s *schema) kind(item map[string]types.AttributeValue) string {
 	v, _ := item[s.pk].(*types.AttributeValueMemberS)
 	if v == nil {
 		return ""
 	}
 	k, _, _ := strings.Cut(v.Value, "#")
-	if sk, ok := item[s.sk].(*types.AttributeValueMemberS); ok && k == "COUNT" {
+	sk, ok := item[s.sk].(*types.AttributeValueMemberS)
+	switch {
+	case ok && k == "COUNT":
 		p, _, _ := strings.Cut(sk.Value, "#")
 		k += " " + p
+	case ok && k == "SLOT" && sk.Value != "SLOT":
+		k += " " + sk.Value
 	}
 	return k
 }

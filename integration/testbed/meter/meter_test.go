@@ -126,3 +126,23 @@ func TestBillRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestKind guards the row kinds the bench splits units by: a counter's
+// and a run on tracks' rows by their sort key, the rest by the partition
+// key's prefix.
+func TestKind(t *testing.T) {
+	sc := &schema{pk: "pk", sk: "sk"}
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	for _, c := range []struct{ pk, sk, want string }{
+		{"ITEM#b#3", "k1", "ITEM"},
+		{"COUNT#b", "LANE#2", "COUNT LANE"},
+		{"SLOT#b#r0", "CLAIM", "SLOT CLAIM"},
+		{"SLOT#b#r0#t3", "TRACK", "SLOT TRACK"},
+		{"SLOT#b#4", "SLOT", "SLOT"},
+		{"BATCH#b", "BATCH", "BATCH"},
+	} {
+		if got := sc.kind(map[string]types.AttributeValue{"pk": s(c.pk), "sk": s(c.sk)}); got != c.want {
+			t.Errorf("kind of %s / %s: %q, want %q", c.pk, c.sk, got, c.want)
+		}
+	}
+}
