@@ -745,7 +745,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, b ledger.Batch, 
 	r.interrupted = r.interrupted || a.CutOff
 	if perr == nil {
 		err := w.persist(ctx, log, "store output", func() (err error) {
-			s.Output, s.OutputRef, err = w.storeOutput(ctx, b.ID, ledger.RunIDOf(b.ID, s.Key, s.Revision), res.Output)
+			s.Output, s.OutputRef, err = pipeline.StoreOutput(ctx, w.Blobs, b.ID, ledger.RunIDOf(b.ID, s.Key, s.Revision), res.Output)
 			return err
 		})
 		// The S3 write failed: transient, and throttled (no attempt) when

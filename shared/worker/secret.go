@@ -29,7 +29,7 @@ func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, o
 	return credential.Resolve(ctx, s, headers, options, false)
 }
 
-// runPipeline runs p once for req (runSafely) and bounds the result's
+// runPipeline runs p once for req (pipeline.RunSafely) and bounds the result's
 // cost record (pipeline.BoundCost): names beyond the contract's limits
 // are folded under pipeline.FoldedCost, never a reason to fail the item,
 // whose work was done. When the call fails because the receiver rejected
@@ -44,7 +44,7 @@ func resolveSecrets(ctx context.Context, s Secrets, headers map[string]string, o
 // halt on the credential (ledger.Attempt.Withhold); a reference that
 // cannot be read again leaves the call's error to fail the item.
 func (w *Worker) runPipeline(ctx context.Context, log *slog.Logger, p pipeline.Pipeline, b ledger.Batch, req pipeline.Request) (res pipeline.Result, rr credential.Reread, err error) {
-	res, err = runSafely(ctx, p, req)
+	res, err = pipeline.RunSafely(ctx, p, req)
 	if c, folded := pipeline.BoundCost(res.Cost); folded > 0 {
 		log.WarnContext(ctx, "cost record beyond its limits; names folded", "folded_names", folded,
 			"max_cost_names", pipeline.MaxCostNames, "max_cost_name_bytes", pipeline.MaxCostNameBytes)

@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pacer"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // A ledger unit is what one items-queue message names and one conditional
@@ -460,7 +461,7 @@ func (w *Worker) prepareInputs(ctx context.Context, m *unitMessage, inputs []jso
 				inputs[j] = it.Input
 				continue
 			}
-			l, err := w.readLine(ctx, m.ManifestKey, it.Key, *it.InputRef)
+			l, err := source.ReadManifestLine(ctx, w.Blobs, m.ManifestKey, it.Key, *it.InputRef)
 			if err != nil {
 				return fmt.Errorf("read input of %q: %w", it.Key, err)
 			}

@@ -1,14 +1,11 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -45,10 +42,9 @@ type Delivery struct {
 // delivery's live lease comes back, doubled for each earlier receive.
 const LiveLeaseRecheck = 5 * time.Second
 
-// MaxInlineOutputBytes is the largest output stored on the item row; a
-// larger one is written to S3 (batches/{id}/item-outputs/{run id}.json) and
-// referenced. DynamoDB items are at most 400 KB.
-const MaxInlineOutputBytes = 64 << 10
+// MaxInlineOutputBytes is the largest output stored on the item row
+// (pipeline.MaxInlineOutputBytes).
+const MaxInlineOutputBytes = pipeline.MaxInlineOutputBytes
 
 // Worker runs item messages: reserve, run the pipeline, record the outcome.
 // It also expands fan-out messages into item messages and records
@@ -804,53 +800,6 @@ func (w *Worker) runContext(ctx context.Context, leaseUntil time.Time, margin ti
 		end = dl.Add(-margin)
 	}
 	return context.WithDeadline(ctx, end)
-}
-
-func runSafely(ctx context.Context, p pipeline.Pipeline, req pipeline.Request) (res pipeline.Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			// Bounded: the panic value and the stack are the pipeline's
-			// text, recorded on the item row.
-			err = errors.New(pipeline.CutText(fmt.Sprintf("pipeline panicked: %v\n%s", r, debug.Stack()), pipeline.MaxErrorTextBytes))
-		}
-	}()
-	return p.Run(ctx, req)
-}
-
-// storeOutput keeps small outputs for the row and writes large ones to S3.
-func (w *Worker) storeOutput(ctx context.Context, batchID, runID string, out json.RawMessage) (json.RawMessage, string, error) {
-	if len(out) == 0 {
-		return json.RawMessage("null"), "", nil
-	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, out); err != nil {
-		return nil, "", pipeline.Permanent(fmt.Errorf("pipeline returned an output that is not JSON: %w", err))
-	}
-	if compact.Len() <= MaxInlineOutputBytes {
-		return compact.Bytes(), "", nil
-	}
-	key := fmt.Sprintf("batches/%s/item-outputs/%s.json", batchID, runID)
-	if err := w.Blobs.Put(ctx, key, "application/json", compact.Bytes()); err != nil {
-		return nil, "", fmt.Errorf("store large output: %w", err)
-	}
-	return nil, "s3://" + w.Blobs.Bucket() + "/" + key, nil
-}
-
-// readLine reads the manifest line of key at ref in manifestKey.
-func (w *Worker) readLine(ctx context.Context, manifestKey, key string, ref source.Chunk) (source.ManifestLine, error) {
-	rc, err := w.Blobs.OpenRange(ctx, manifestKey, ref.Offset, ref.Length)
-	if err != nil {
-		return source.ManifestLine{}, err
-	}
-	defer rc.Close()
-	var l source.ManifestLine
-	if err := json.NewDecoder(io.LimitReader(rc, ref.Length)).Decode(&l); err != nil {
-		return source.ManifestLine{}, fmt.Errorf("manifest line at %d: %w", ref.Offset, err)
-	}
-	if l.Key != key {
-		return source.ManifestLine{}, fmt.Errorf("manifest line at %d holds key %q, want %q", ref.Offset, l.Key, key)
-	}
-	return l, nil
 }
 
 // books guards the making of a Worker's process records (its lane book,
