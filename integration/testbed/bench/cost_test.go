@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -217,5 +218,33 @@ func TestTrackRowsPerSlice(t *testing.T) {
 				t.Errorf("%s, %d items: busiest %q, want %q", kind, row.BatchItems, row.Busiest["table"], want)
 			}
 		}
+	}
+}
+
+// BusiestSecond against a played run: 10^6 items at 10,000 a second, each
+// to one of 80 shards at random (shuffled delivery over hashed keys), and
+// packs of 10 likewise; the busiest shard-second played lies within 10 %
+// of the model (172 items at one item per arrival), and well above the
+// mean of 125 the partition table used to take.
+func TestBusiestSecondAgainstAPlayedRun(t *testing.T) {
+	const n, perSecond, shards = 1_000_000, 10_000, 80
+	for _, per := range []int{1, 10} {
+		rng := rand.New(rand.NewPCG(7, uint64(per)))
+		counts := map[[2]int]int{} // {second, shard}: items
+		for i := 0; i < n; i += per {
+			counts[[2]int{i / perSecond, rng.IntN(shards)}] += per
+		}
+		most := 0
+		for _, c := range counts {
+			most = max(most, c)
+		}
+		model := BusiestSecond(n/shards, per, n/perSecond, shards)
+		t.Logf("%d items an arrival: the busiest shard-second played %d items, modelled %.0f (mean %d)", per, most, model, perSecond/shards)
+		if math.Abs(float64(most)-model) > 0.1*model {
+			t.Errorf("%d items an arrival: busiest shard-second %d items, model %.0f: more than 10 %% apart", per, most, model)
+		}
+	}
+	if got := BusiestSecond(1000, 1, 0.1, 8); got != 1000 {
+		t.Errorf("a batch shorter than a second: %.0f, want all its 1,000 items", got)
 	}
 }
