@@ -198,6 +198,7 @@ func failuresTable(fs []Figures) string {
 func partitionsTable(fs []Figures) string {
 	k1 := []*Figures{find(fs, 1, 0, DeliveryShuffled, 0, 0), find(fs, 1, 0, DeliveryShuffled, 5, 5), find(fs, 1, 0, DeliveryShuffled, 0, 100)}
 	k10 := []*Figures{find(fs, 10, 0, DeliveryShuffled, 0, 0), find(fs, 10, 0, DeliveryShuffled, 5, 5), find(fs, 10, 0, DeliveryShuffled, 0, 100)}
+	k100 := []*Figures{find(fs, 100, 0, DeliveryShuffled, 0, 0), find(fs, 100, 0, DeliveryShuffled, 5, 5), find(fs, 100, 0, DeliveryShuffled, 0, 100)}
 	rowOf := func(f *Figures, i int) *PartitionRow {
 		if f == nil || i >= len(f.PartitionTable) {
 			return nil
@@ -245,8 +246,8 @@ func partitionsTable(fs []Figures) string {
 		trackHead = fmt.Sprintf("max_concurrency %d, 0 %%: %s (the last one's busiest table key)", tracked[0].MaxConcurrency, strings.Join(ks, " / "))
 	}
 	var b strings.Builder
-	b.WriteString("| batch items | item shards | lanes | K = 1: 0 % / 5 % + 5 % / 100 % failures, busiest key (write units/s) | its key (K = 1, 0 %) | attention index (K = 1, 5 % + 5 % / 100 %) | K = 10: 0 % / 5 % + 5 % / 100 % | " + trackHead + " | batch row reads (K = 1 / K = 10) |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| batch items | item shards | lanes | K = 1: 0 % / 5 % + 5 % / 100 % failures, busiest key (write units/s) | its key (K = 1, 0 %) | attention index (K = 1, 5 % + 5 % / 100 %) | K = 10: 0 % / 5 % + 5 % / 100 % | K = 100: 0 % / 5 % + 5 % / 100 % | " + trackHead + " | batch row reads (K = 1 / K = 10) |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for i, n := range PartitionSizes {
 		base := rowOf(k1[0], i)
 		if base == nil {
@@ -264,8 +265,8 @@ func partitionsTable(fs []Figures) string {
 			}
 			return "—"
 		}
-		fmt.Fprintf(&b, "| 10^%d | %d | %d | %s | %s | %s / %s | %s | %s | %s / %s |\n", int(math.Round(math.Log10(float64(n)))), base.ListShards, base.CounterLanes,
-			maxes(k1, i), base.Busiest["table"], attn(k1[1]), attn(k1[2]), maxes(k10, i), trackCol(i), reads(k1[0]), reads(k10[0]))
+		fmt.Fprintf(&b, "| 10^%d | %d | %d | %s | %s | %s / %s | %s | %s | %s | %s / %s |\n", int(math.Round(math.Log10(float64(n)))), base.ListShards, base.CounterLanes,
+			maxes(k1, i), base.Busiest["table"], attn(k1[1]), attn(k1[2]), maxes(k10, i), maxes(k100, i), trackCol(i), reads(k1[0]), reads(k10[0]))
 	}
 	return b.String()
 }
