@@ -251,11 +251,12 @@ type PartitionRow struct {
 //     entries (the attention index is keyed by the same shards): units
 //     per item × the items of the busiest shard in its busiest second
 //     (BusiestSecond);
-//   - a counter partition (one per lane): its lane row's units and the
-//     wait, fan-out and pace rows' that share its key, per item × the
-//     items / lanes / duration × LaneEndGame (each message batch writes
-//     one lane chosen at random), or × lanes where that mean is under
-//     LaneEndGameFrom;
+//   - a counter partition (one per lane): its lane row's units per item
+//     × the items / lanes / duration × LaneEndGame (each message batch
+//     writes one lane chosen at random), or × lanes where that mean is
+//     under LaneEndGameFrom, plus the busiest second of the wait,
+//     fan-out and pace rows that share its key (each written to a
+//     partition chosen at random);
 //   - a run on tracks: its claim counters' writes (SLOT CLAIM) and its
 //     tracks' fence writes (SLOT TRACK) are made per slice (a claim, a
 //     delivery of the track), not per item, so each kind's units per
@@ -309,7 +310,7 @@ func (r Result) Partitions() []PartitionRow {
 		}
 		// Units of one row kind on one key add up over the targets
 		// (table and index) only within a target.
-		counter := map[string]float64{}
+		lane, beside := map[string]float64{}, map[string]float64{}
 		for t, u := range per {
 			target := "table"
 			if t.Index != "" {
@@ -320,11 +321,13 @@ func (r Result) Partitions() []PartitionRow {
 				consider(target, u*BusiestSecond(busiestShard, 1, seconds, ls), fmt.Sprintf("an item shard (1 of %d), its busiest second", ls))
 			case "PACK":
 				consider(target, u*BusiestSecond(busiestPackShard, k, seconds, ls), fmt.Sprintf("a pack shard (1 of %d), its busiest second", ls))
-			case "COUNT LANE", "COUNT WAIT", "COUNT FAN", "COUNT PACE":
+			case "COUNT LANE":
 				// One partition key per lane (COUNT#{id}#{run}#{lane}):
 				// its lane row, and the wait, fan-out and pace rows
 				// written beside it, added up below.
-				counter[target] += u
+				lane[target] += u
+			case "COUNT WAIT", "COUNT FAN", "COUNT PACE":
+				beside[target] += u
 			case "SLOT CLAIM", "SLOT TRACK":
 				// A run on tracks: units per slice measured, taken per
 				// slice of a batch of n items.
@@ -352,13 +355,21 @@ func (r Result) Partitions() []PartitionRow {
 				consider(target, u*float64(r.Items), "the "+strings.ToLower(t.Kind)+" row")
 			}
 		}
-		for target, u := range counter {
-			mean := u * float64(n) / float64(lanes) / seconds
+		targets := maps.Clone(lane)
+		maps.Copy(targets, beside)
+		for target := range targets {
+			// The lane rows' writes rise at the lanes' end (LaneEndGame);
+			// the wait, fan-out and pace rows, each written to a
+			// partition chosen at random, add their busiest second.
+			mean := lane[target] * float64(n) / float64(lanes) / seconds
+			what := fmt.Sprintf("a counter partition (1 of %d), at the lanes' end", lanes)
 			if mean >= LaneEndGameFrom {
-				consider(target, mean*LaneEndGame, fmt.Sprintf("a counter lane (1 of %d), at the lanes' end", lanes))
+				mean *= LaneEndGame
 			} else {
-				consider(target, mean*float64(lanes), fmt.Sprintf("a counter lane (1 of %d), the lanes' writes of a second on it at their end", lanes))
+				mean *= float64(lanes)
+				what = fmt.Sprintf("a counter partition (1 of %d), the lanes' writes of a second on it at their end", lanes)
 			}
+			consider(target, mean+BusiestSecond(beside[target]*float64(n)/float64(lanes), 1, seconds, lanes), what)
 		}
 		rows = append(rows, row)
 	}
