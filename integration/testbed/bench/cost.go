@@ -88,7 +88,14 @@ type Figures struct {
 // Components of the price, in print order.
 var Components = []string{"DynamoDB writes", "DynamoDB reads", "SQS", "Lambda requests", "Lambda duration", "S3", "EventBridge", "API Gateway", "CloudWatch Logs"}
 
+// NoRowKind names the units of no row: an empty Query page, a condition
+// failed on a missing row (the meter's Target with no Kind).
+const NoRowKind = "(no row)"
+
 func targetName(t meter.Target) string {
+	if t.Kind == "" {
+		t.Kind = NoRowKind
+	}
 	if t.Index == "" {
 		return "table " + t.Kind
 	}

@@ -108,7 +108,11 @@ func largest(m map[string]float64, n int) string {
 	slices.SortStableFunc(ks, func(a, b string) int { return cmp.Compare(m[b], m[a]) })
 	var parts []string
 	for _, k := range ks[:min(n, len(ks))] {
-		parts = append(parts, fmt.Sprintf("%s %s", strings.TrimPrefix(k, "table "), decimal(m[k])))
+		name := strings.TrimPrefix(k, "table ")
+		if name == "" { // a run stored before NoRowKind
+			name = NoRowKind
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", name, decimal(m[k])))
 	}
 	return strings.Join(parts, ", ")
 }
