@@ -208,8 +208,8 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	return nil
 }
 
-// CountFanned adds c's items to the fan row of counter partition c.Lane
-// under the condition that its chunk is not among the row's
+// CountFanned adds c's items to fan row c.Row (layout.FanSK) of counter
+// partition c.Lane under the condition that its chunk is not among the row's
 // fanned_chunks (ADD fanned :n, fanned_chunks {first}): a chunk fanned
 // out again, or a write the SDK sends again, counts once.
 func (s *Store) CountFanned(ctx context.Context, c ledger.FanCount) error {
@@ -222,7 +222,7 @@ func (s *Store) CountFanned(ctx context.Context, c ledger.FanCount) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.updateRow(ctx, layout.Key(layout.CountPK(c.BatchID, c.Run, c.Lane), layout.SKFan), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
+	if _, _, err := s.updateRow(ctx, layout.Key(layout.CountPK(c.BatchID, c.Run, c.Lane), layout.FanSK(c.Row)), expr, types.ReturnValueNone); err != nil && !errors.Is(err, api.ErrConflict) {
 		return fmt.Errorf("count fanned-out chunk %d of %s run %d: %w", c.First, c.BatchID, c.Run, err)
 	}
 	return nil

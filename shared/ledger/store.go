@@ -588,6 +588,7 @@ type FanCount struct {
 	BatchID string
 	Run     int
 	Lane    int   // 0 … Batch.CounterShards−1
+	Row     int   // the partition's fan row: 0 … rows−1 (fanout.CountOf)
 	First   int64 // the chunk's first manifest index
 	Items   int64 // the chunk's items
 	Now     time.Time

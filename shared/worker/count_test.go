@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

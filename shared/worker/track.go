@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/fanout"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pacer"
@@ -522,8 +522,7 @@ func (tr *trackRun) loadSlice(ctx context.Context) error {
 		// The chunk's first slice started: its items count as fanned out
 		// in the run (the live view's; once per chunk and run, whatever
 		// the repeats).
-		shards := max(1, tr.b.CounterShards)
-		fc := ledger.FanCount{BatchID: tr.b.ID, Run: tr.b.Run, Lane: ledger.Shard(strconv.FormatInt(c.FirstIndex, 10), shards), First: c.FirstIndex, Items: c.Count, Now: tr.w.Clock.Now()}
+		fc := fanout.CountOf(tr.b, c.FirstIndex, c.Count, tr.w.Clock.Now())
 		if err := tr.w.Store.CountFanned(ctx, fc); err != nil {
 			tr.w.Log.WarnContext(ctx, "count the chunk's items fanned out", "batch_id", tr.b.ID, "error", err.Error(), "first", c.FirstIndex)
 		}

@@ -1030,6 +1030,9 @@ var cases = []suiteCase{
 			{Lane: 0, First: 0, Items: 5},
 			{Lane: 1, First: 5, Items: 5},
 			{Lane: 0, First: 0, Items: 5}, // the same chunk again
+			{Lane: 1, Row: 3, First: 10, Items: 4},
+			{Lane: 1, Row: 3, First: 10, Items: 4}, // again, in its row
+			{Lane: 0, Row: 1, First: 14, Items: 1},
 		} {
 			c.BatchID, c.Run, c.Now = b.ID, 1, T0.Add(time.Duration(i+5)*time.Minute)
 			check(t, fmt.Sprintf("fan write %d", i), s.CountFanned(ctx, c), nil)
@@ -1044,8 +1047,8 @@ var cases = []suiteCase{
 		check(t, "due at m+10", p.RetryDue[m+10], int64(5))
 		check(t, "interrupted", p.Interrupted, int64(3))
 		check(t, "timed out", p.TimedOut, int64(3))
-		check(t, "fanned out", p.FannedOut, int64(10))
-		check(t, "fanned-out chunks", p.FanChunks, int64(2))
+		check(t, "fanned out", p.FannedOut, int64(15))
+		check(t, "fanned-out chunks", p.FanChunks, int64(4))
 		check(t, "waiting before m", p.Waiting(T0), int64(10))
 		check(t, "waiting after m", p.Waiting(time.Unix(m*60, 0)), int64(5))
 		check(t, "next retry", p.NextRetry(T0), time.Unix(m*60, 0).UTC())

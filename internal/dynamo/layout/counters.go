@@ -28,7 +28,7 @@ const (
 // CountFanned) and their attributes.
 const (
 	SKWait = "WAIT" // w{minute}: items whose retry is due in that Unix minute; h{minute}: those of them throttled; per failure-class slot s: c{s} the class, e{s} one error, n{s}_{minute} its items; interrupted; timed_out; token slots
-	SKFan  = "FAN"  // fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
+	SKFan  = "FAN"  // fan row 0 (FanSK); fanned: items of the chunks fanned out; fanned_chunks: their first indexes (a string set)
 	// SKPace is the recent pace's row, in counter partition 0 only:
 	// pace, the ring of samples (eta.Encode's JSON, a string);
 	// pace_at_ms, its newest sample's time (Unix ms), which the write's
@@ -197,9 +197,19 @@ func TokenMark(token string, now time.Time) string {
 
 // countThrottleRetry spaces the tries of a counter write DynamoDB
 
+// FanSK is the sort key of fan row row of a counter partition
+// (fanout.CountOf): SKFan for row 0, as before a partition had several,
+// "FAN#{row}" for the others.
+func FanSK(row int) string {
+	if row <= 0 {
+		return SKFan
+	}
+	return SKFan + "#" + strconv.Itoa(row)
+}
+
 // AddCounterRow adds one row of a run's counter partition
 // (COUNT#{id}#{run}#{p}) to p: a wait row (SKWait) its retries due,
-// throttled buckets, failure classes and held items; a fan row (SKFan) the
+// throttled buckets, failure classes and held items; a fan row (FanSK) the
 // items and chunks fanned out; the pace row (SKPace) its ring of samples
 // (Progress.Pace); any other (a lane, a chunk counter) its
 // done, failures, outcomes, cost and spent sums (DynamoDB numbers, exact
@@ -209,6 +219,16 @@ func AddCounterRow(batchID string, av map[string]types.AttributeValue, p *ledger
 	var sk string
 	if v, ok := av[config.AttrSK].(*types.AttributeValueMemberS); ok {
 		sk = v.Value
+	}
+	if sk == SKFan || strings.HasPrefix(sk, SKFan+"#") {
+		if n, ok := av[AttrFanned].(*types.AttributeValueMemberN); ok {
+			c, _ := strconv.ParseInt(n.Value, 10, 64)
+			p.FannedOut += c
+		}
+		if ss, ok := av[AttrFannedChunks].(*types.AttributeValueMemberSS); ok {
+			p.FanChunks += int64(len(ss.Value))
+		}
+		return nil
 	}
 	switch sk {
 	case SKWait:
@@ -225,15 +245,6 @@ func AddCounterRow(batchID string, av map[string]types.AttributeValue, p *ledger
 		return nil
 	case SKPace:
 		return readPaceRow(batchID, av, p)
-	case SKFan:
-		if n, ok := av[AttrFanned].(*types.AttributeValueMemberN); ok {
-			c, _ := strconv.ParseInt(n.Value, 10, 64)
-			p.FannedOut += c
-		}
-		if ss, ok := av[AttrFannedChunks].(*types.AttributeValueMemberSS); ok {
-			p.FanChunks += int64(len(ss.Value))
-		}
-		return nil
 	}
 	var row struct {
 		Done        int64   `dynamodbav:"done"`
