@@ -261,9 +261,11 @@ type PartitionRow struct {
 //   - a counter partition (one per lane): its lane row's units per item
 //     × the items / lanes / duration × LaneEndGame (each message batch
 //     writes one lane chosen at random), or × lanes where that mean is
-//     under LaneEndGameFrom, plus the busiest second of the wait,
-//     fan-out and pace rows that share its key (each written to a
-//     partition chosen at random);
+//     under LaneEndGameFrom, plus the busiest second of the wait and
+//     fan-out rows that share its key (each written to a partition
+//     chosen by a hash or at random), plus every pace-row write (all in
+//     partition 0); a track's fence rows are written per slice in a clean
+//     run (a woken unit's hand-over writes them too: not modelled);
 //   - a run on tracks: its claim counters' writes (SLOT CLAIM) and its
 //     tracks' fence writes (SLOT TRACK) are made per slice (a claim, a
 //     delivery of the track), not per item, so each kind's units per
@@ -317,7 +319,7 @@ func (r Result) Partitions() []PartitionRow {
 		}
 		// Units of one row kind on one key add up over the targets
 		// (table and index) only within a target.
-		lane, beside := map[string]float64{}, map[string]float64{}
+		lane, beside, paceRow := map[string]float64{}, map[string]float64{}, map[string]float64{}
 		for t, u := range per {
 			target := "table"
 			if t.Index != "" {
@@ -333,8 +335,12 @@ func (r Result) Partitions() []PartitionRow {
 				// its lane row, and the wait, fan-out and pace rows
 				// written beside it, added up below.
 				lane[target] += u
-			case "COUNT WAIT", "COUNT FAN", "COUNT PACE":
+			case "COUNT WAIT", "COUNT FAN":
 				beside[target] += u
+			case "COUNT PACE":
+				// Partition 0's alone (internal/dynamo/pace.go): all of
+				// the run's, on the lane there.
+				paceRow[target] += u
 			case "SLOT CLAIM", "SLOT TRACK":
 				// A run on tracks: units per slice measured, taken per
 				// slice of a batch of n items.
@@ -364,6 +370,7 @@ func (r Result) Partitions() []PartitionRow {
 		}
 		targets := maps.Clone(lane)
 		maps.Copy(targets, beside)
+		maps.Copy(targets, paceRow)
 		for target := range targets {
 			// The lane rows' writes rise at the lanes' end (LaneEndGame);
 			// the wait, fan-out and pace rows, each written to a
@@ -376,7 +383,7 @@ func (r Result) Partitions() []PartitionRow {
 				mean *= float64(lanes)
 				what = fmt.Sprintf("a counter partition (1 of %d), the lanes' writes of a second on it at their end", lanes)
 			}
-			consider(target, mean+BusiestSecond(beside[target]*float64(n)/float64(lanes), 1, seconds, lanes), what)
+			consider(target, mean+BusiestSecond(beside[target]*float64(n)/float64(lanes), 1, seconds, lanes)+paceRow[target]*float64(n)/seconds, what)
 		}
 		rows = append(rows, row)
 	}
@@ -385,20 +392,39 @@ func (r Result) Partitions() []PartitionRow {
 
 // BusiestSecond is the items a shard takes in its busiest second, of
 // items over seconds, arriving in units of per items (1, or a pack's k)
-// at random (shuffled delivery; keys hashed over the keys shards): the
-// mean λ (units a second) plus z·√λ, z = √(2 ln(seconds × keys)), the
-// largest of seconds × keys Poisson counts by the normal tail; all the
-// items when the batch is shorter than a second. At 10^6 items, 80
-// shards and 10,000 items a second, λ = 125 and the busiest second 172
-// (an independent meter measured 166–172 on the attention shards of a
-// run failing every item, against the 127–139 of the mean).
+// at random (shuffled delivery; keys hashed over the keys shards): per ×
+// the smallest m with seconds × keys × P(X ≥ m) ≤ 1 for X Poisson of the
+// mean λ (units a second) — the count that about one of the run's
+// shard-seconds reaches; all the items when the batch is shorter than a
+// second. At 10^6 items, 80 shards and 10,000 items a second, λ = 125
+// and the busiest second 169 items (an independent meter measured
+// 166–172 on the attention shards of a run failing every item, against
+// the 127–139 of the mean); in packs of 100, λ = 1.25 packs and the
+// busiest second 8 packs, 800 items.
 func BusiestSecond(items float64, per int, seconds float64, keys int) float64 {
 	if seconds <= 1 {
 		return items
 	}
 	lambda := items / float64(max(per, 1)) / seconds
-	z := math.Sqrt(2 * math.Log(seconds*float64(max(keys, 1))))
-	return (lambda + z*math.Sqrt(lambda)) * float64(max(per, 1))
+	return float64(poissonPeak(lambda, seconds*float64(max(keys, 1))) * max(per, 1))
+}
+
+// poissonPeak is the smallest m with n × P(X ≥ m) ≤ 1, X Poisson of
+// mean lambda: the tail summed from well past the mean down.
+func poissonPeak(lambda, n float64) int {
+	if lambda <= 0 {
+		return 0
+	}
+	top := int(math.Ceil(lambda + 12*math.Sqrt(lambda) + 20))
+	tail := 0.0
+	for m := top; m >= 0; m-- {
+		lg, _ := math.Lgamma(float64(m) + 1)
+		tail += math.Exp(-lambda + float64(m)*math.Log(lambda) - lg)
+		if n*tail > 1 {
+			return m + 1
+		}
+	}
+	return 0
 }
 
 // trackLayout is the slices of a run on tracks of n items in fan-out

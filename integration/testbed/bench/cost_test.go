@@ -223,12 +223,14 @@ func TestTrackRowsPerSlice(t *testing.T) {
 
 // BusiestSecond against a played run: 10^6 items at 10,000 a second, each
 // to one of 80 shards at random (shuffled delivery over hashed keys), and
-// packs of 10 likewise; the busiest shard-second played lies within 10 %
-// of the model (172 items at one item per arrival), and well above the
-// mean of 125 the partition table used to take.
+// packs of 10 and of 100 likewise; the busiest shard-second played lies
+// within 15 % of the model (169 items at one item per arrival, 800 in
+// packs of 100), well above the mean of 125 the partition table used to
+// take. (The normal tail, mean + z·√mean, gave 599 items for the packs
+// of 100 where 800 were played.)
 func TestBusiestSecondAgainstAPlayedRun(t *testing.T) {
 	const n, perSecond, shards = 1_000_000, 10_000, 80
-	for _, per := range []int{1, 10} {
+	for _, per := range []int{1, 10, 100} {
 		rng := rand.New(rand.NewPCG(7, uint64(per)))
 		counts := map[[2]int]int{} // {second, shard}: items
 		for i := 0; i < n; i += per {
@@ -240,8 +242,8 @@ func TestBusiestSecondAgainstAPlayedRun(t *testing.T) {
 		}
 		model := BusiestSecond(n/shards, per, n/perSecond, shards)
 		t.Logf("%d items an arrival: the busiest shard-second played %d items, modelled %.0f (mean %d)", per, most, model, perSecond/shards)
-		if math.Abs(float64(most)-model) > 0.1*model {
-			t.Errorf("%d items an arrival: busiest shard-second %d items, model %.0f: more than 10 %% apart", per, most, model)
+		if math.Abs(float64(most)-model) > 0.15*model {
+			t.Errorf("%d items an arrival: busiest shard-second %d items, model %.0f: more than 15 %% apart", per, most, model)
 		}
 	}
 	if got := BusiestSecond(1000, 1, 0.1, 8); got != 1000 {
