@@ -51,6 +51,18 @@ func ranRun(t *testing.T, n, k int) *rig {
 	return ranItems(t, partItems(n), k)
 }
 
+// partsRun is ranRun with a finalizer that reads the run in parts of 100
+// rows (900 rows: several parts), sorts them in runs of 2 KiB and merges
+// the runs three at a time (in several levels).
+func partsRun(t *testing.T, n, k int) *rig {
+	t.Helper()
+	r := ranRun(t, n, k)
+	r.fin.PartRows = 100
+	r.fin.SortRunBytes = 2 << 10
+	r.fin.MergeFanIn = 3
+	return r
+}
+
 // ranItems submits items at k items per message to a new rig and runs
 // every item; the rig's finalizer has not run.
 func ranItems(t *testing.T, items json.RawMessage, k int) *rig {
@@ -246,10 +258,7 @@ func TestFinalizePartsConcurrentKilledAndLost(t *testing.T) {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
 			want := singlePass(t, n, k)
 
-			r := ranRun(t, n, k)
-			r.fin.PartRows = 100
-			r.fin.SortRunBytes = 2 << 10
-			r.fin.MergeFanIn = 3 // the sort runs merged in several levels
+			r := partsRun(t, n, k)
 			killed := false
 			memblobs.FailBlobs(r.blobs, func(op, key string) error {
 				if op == "put_part" && strings.Contains(key, "/parts/000001/0001-") && !killed {

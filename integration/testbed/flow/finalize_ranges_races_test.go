@@ -168,11 +168,7 @@ func TestTickStartOutlivesTheFinish(t *testing.T) {
 			want := singlePass(t, n, k)
 			r, _, R := plannedRig(t, n, k)
 			ctx := context.Background()
-			for g := range R - 1 {
-				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mergeRanges(t, r, 0, R-1)
 			last := R - 1
 			r.clock.T = r.clock.T.Add(finalize.DefaultChunkTime + finalize.DefaultChunkMargin + time.Second) // marks passed
 			gb := &gateBlobs{Blobs: r.blobs}
@@ -203,6 +199,17 @@ func TestTickStartOutlivesTheFinish(t *testing.T) {
 	}
 }
 
+// mergeRanges runs the calls of ranges from … to−1 of the rig's planned
+// merge, one after another; a call that fails fails the test.
+func mergeRanges(t *testing.T, r *rig, from, to int) {
+	t.Helper()
+	for g := from; g < to; g++ {
+		if _, err := r.fin.FinalizeRange(context.Background(), "b", 1, 1, g); err != nil {
+			t.Fatalf("range %d: %v", g, err)
+		}
+	}
+}
+
 // TestTwoComposersRaceTheFinish: every range has its result; two
 // calls compose at once, the slower one held just before it writes its
 // done checkpoint until the faster one has finished the run; then the
@@ -219,11 +226,7 @@ func TestTwoComposersRaceTheFinish(t *testing.T) {
 			// Every range but the last, then the last one's result written
 			// by a call killed right after it (before it could compose):
 			// its next put (a results part) fails.
-			for g := range R - 1 {
-				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mergeRanges(t, r, 0, R-1)
 			var killNext atomic.Bool
 			memblobs.FailBlobs(r.blobs, func(op, key string) error {
 				if op == "put_part" && strings.HasPrefix(key, "batches/b/runs/1/results/") && killNext.Load() {
@@ -481,10 +484,7 @@ func TestDuplicatePartOutlivesTheFinish(t *testing.T) {
 	for _, k := range packKs {
 		t.Run(fmt.Sprintf("K=%d", k), func(t *testing.T) {
 			want := singlePass(t, n, k)
-			r := ranRun(t, n, k)
-			r.fin.PartRows = 100
-			r.fin.SortRunBytes = 2 << 10
-			r.fin.MergeFanIn = 3
+			r := partsRun(t, n, k)
 			parts := &recParts{parts: map[int]bool{}}
 			r.fin.Parts = parts
 			ctx := context.Background()
@@ -556,11 +556,7 @@ func TestLosingComposerCompletesItsUpload(t *testing.T) {
 	want := singlePass(t, n, k)
 	r, _, R := plannedRig(t, n, k)
 	ctx := context.Background()
-	for g := range R - 1 {
-		if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mergeRanges(t, r, 0, R-1)
 	// The last range's result, its composition killed (a results part).
 	memblobs.FailBlobs(r.blobs, func(op, key string) error {
 		if op == "put_part" && strings.HasPrefix(key, "batches/b/runs/1/results/") {
@@ -689,11 +685,7 @@ func TestRangesChainStartsOver(t *testing.T) {
 			want := singlePass(t, n, k)
 			r, calls, R := plannedRig(t, n, k)
 			ctx := context.Background()
-			for g := range R / 2 {
-				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mergeRanges(t, r, 0, R/2)
 			r.clock.T = r.clock.T.Add(ledger.TTLGrace/2 + time.Hour)
 			res, err := r.fin.Finalize(ctx, "b", 1)
 			if err != nil {
@@ -820,11 +812,7 @@ func TestStaleListingRestartsEveryRange(t *testing.T) {
 			want := singlePass(t, n, k)
 			r, calls, R := plannedRig(t, n, k)
 			ctx := context.Background()
-			for g := range R - 1 {
-				if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mergeRanges(t, r, 0, R-1)
 			gb := &gateBlobs{Blobs: r.blobs}
 			var seen atomic.Int64
 			blocked, release := make(chan struct{}), make(chan struct{})
@@ -868,11 +856,7 @@ func TestStaleCheckpointReplansTheParts(t *testing.T) {
 	want := singlePass(t, n, k)
 	r, _, R := plannedRig(t, n, k)
 	ctx := context.Background()
-	for g := range R - 1 {
-		if _, err := r.fin.FinalizeRange(ctx, "b", 1, 1, g); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mergeRanges(t, r, 0, R-1)
 	rp := &recParts{parts: map[int]bool{}}
 	gb := &gateBlobs{Blobs: r.blobs}
 	var seen atomic.Int64

@@ -19,10 +19,7 @@ import (
 // their index, from their pieces' part writes.
 func rangesOf(t *testing.T, n, k int) (*rig, *sync.Mutex, map[string]bool) {
 	t.Helper()
-	r := ranRun(t, n, k)
-	r.fin.PartRows = 100
-	r.fin.SortRunBytes = 2 << 10
-	r.fin.MergeFanIn = 3
+	r := partsRun(t, n, k)
 	r.fin.MergeRangeBytes = 12 << 10
 	r.fin.RunMarkBytes = 512
 	var mu sync.Mutex
