@@ -188,6 +188,15 @@ func (f *Finalizer) Finalize(ctx context.Context, id string, run int) (FinalizeR
 // next calls.
 func (f *Finalizer) finalizeAt(ctx context.Context, id string, run, chain int) (FinalizeResult, error) {
 	res, err := f.finalize(ctx, id, run, finalizeCall{chain: chain})
+	return f.answer(ctx, id, run, res, err)
+}
+
+// answer is the answer of a finalize call of run of batch id (the whole
+// run, a part or a range) that returned res and err: the report when err
+// is a missing object and the run finished meanwhile
+// (finishedMeanwhile), else res and err counted toward ending the run
+// (cannotFinish).
+func (f *Finalizer) answer(ctx context.Context, id string, run int, res FinalizeResult, err error) (FinalizeResult, error) {
 	if errors.Is(err, api.ErrNotFound) {
 		if rep, ok := f.finishedMeanwhile(ctx, id, run); ok {
 			return FinalizeResult{Report: rep}, nil

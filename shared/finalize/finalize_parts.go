@@ -280,7 +280,7 @@ func (f *Finalizer) startParts(ctx context.Context, b ledger.Batch, p *partPlan,
 // result exists is not read again.
 func (f *Finalizer) FinalizePart(ctx context.Context, id string, run, plan, part int) (FinalizeResult, error) {
 	res, err := f.finalizePart(ctx, id, run, plan, part, 0)
-	return res, f.cannotFinish(ctx, id, run, err)
+	return f.answer(ctx, id, run, res, err)
 }
 
 // finalizePart is FinalizePart as call chain of its chain, without

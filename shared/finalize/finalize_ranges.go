@@ -317,7 +317,7 @@ func (f *Finalizer) listed(ctx context.Context, prefix string, n int) ([]bool, i
 // nothing. Idempotent: a range whose result exists is not read again.
 func (f *Finalizer) FinalizeRange(ctx context.Context, id string, run, seq, rng int) (FinalizeResult, error) {
 	res, err := f.finalizeRange(ctx, id, run, seq, rng, 0)
-	return res, f.cannotFinish(ctx, id, run, err)
+	return f.answer(ctx, id, run, res, err)
 }
 
 func (f *Finalizer) finalizeRange(ctx context.Context, id string, run, seq, rng, chain int) (FinalizeResult, error) {

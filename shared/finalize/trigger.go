@@ -127,7 +127,7 @@ func (f *Finalizer) triggerPart(ctx context.Context, ev ledger.FinalizeEvent) (T
 	} else {
 		res, err = f.finalizePart(ctx, ev.BatchID, ev.Run, ev.Plan, part, ev.Chain)
 	}
-	err = f.cannotFinish(ctx, ev.BatchID, ev.Run, err)
+	res, err = f.answer(ctx, ev.BatchID, ev.Run, res, err)
 	switch {
 	case errors.Is(err, api.ErrNotFinished):
 		f.Log.InfoContext(ctx, "part of a run not finished; left to the next call", "batch_id", ev.BatchID, "run", ev.Run, "part", part, "error", err.Error())
