@@ -155,6 +155,10 @@ type hookServer struct {
 	// (its input) in arrival order; byInput decides those routes' calls.
 	inputs  map[string]map[string][]string
 	byInput map[string]func(key string, input []byte) int
+	// span holds, per route, when its first and its last call arrived
+	// (the receiver's own clock), for tests that time a batch by its
+	// calls (callSpan).
+	span map[string][2]time.Time
 }
 
 func newHookServer() (*hookServer, error) {
@@ -164,7 +168,7 @@ func newHookServer() (*hookServer, error) {
 	}
 	h := &hookServer{ln: ln, routes: map[string]func(string, int) int{}, calls: map[string]map[string]int{}, header: map[string]http.Header{},
 		byReq: map[string]func(*http.Request) int{}, byAnswer: map[string]func(http.ResponseWriter, *http.Request, string, []byte) int{},
-		inputs: map[string]map[string][]string{}, byInput: map[string]func(string, []byte) int{}}
+		inputs: map[string]map[string][]string{}, byInput: map[string]func(string, []byte) int{}, span: map[string][2]time.Time{}}
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go h.srv.Serve(ln)
 	return h, nil
@@ -247,6 +251,15 @@ func (h *hookServer) counts(name string) map[string]int {
 	return out
 }
 
+// callSpan returns when the route's first and last calls arrived; zero
+// times when it had none.
+func (h *hookServer) callSpan(name string) (first, last time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sp := h.span[name]
+	return sp[0], sp[1]
+}
+
 // lastHeader returns the headers of the route's last request.
 func (h *hookServer) lastHeader(name string) http.Header {
 	h.mu.Lock()
@@ -267,6 +280,12 @@ func (h *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		h.calls[name][key]++
 		h.header[name] = r.Header.Clone()
+		now, sp := time.Now(), h.span[name]
+		if sp[0].IsZero() {
+			sp[0] = now
+		}
+		sp[1] = now
+		h.span[name] = sp
 		if byInput != nil {
 			h.inputs[name][key] = append(h.inputs[name][key], string(body))
 		}
