@@ -355,6 +355,7 @@ func (s *Store) CountRun(ctx context.Context, c ledger.RunCount) (ledger.RunCoun
 // countClockSkew is how far apart two writers' clocks may be.
 const countClockSkew = 2 * time.Second
 
+// countThrottleRetry spaces the tries of a counter write DynamoDB
 // throttled (which it did not apply): 50 ms doubling, at most 2 s.
 var countThrottleRetry = retry.Schedule{Interval: 50 * time.Millisecond, MaxDelay: 2 * time.Second, Jitter: 0.5}
 

@@ -195,8 +195,6 @@ func TokenMark(token string, now time.Time) string {
 	return token + "@" + strconv.FormatInt(now.UnixMilli(), 10)
 }
 
-// countThrottleRetry spaces the tries of a counter write DynamoDB
-
 // FanSK is the sort key of fan row row of a counter partition
 // (fanout.CountOf): SKFan for row 0, as before a partition had several,
 // "FAN#{row}" for the others.
