@@ -89,6 +89,12 @@ type Scenario struct {
 	// source.DefaultChunkItems): a run on tracks cuts no slice across a
 	// chunk, so the chunk bounds its slices.
 	ChunkItems int
+	// Scale, when > 1, marks a scenario run at Scale times the bench's
+	// items (its Items already so): a run on tracks beside the same run
+	// without them at a size where a slice holds its full 100 units
+	// (pace.SliceSize). The tables by K, by order, of failures and of
+	// partitions take the runs at the bench's own size (Scale ≤ 1).
+	Scale int
 }
 
 // Delivery orders of a Scenario.

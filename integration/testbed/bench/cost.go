@@ -31,6 +31,7 @@ type Figures struct {
 	ThresholdPercent         float64 `json:"tolerated_failure_percent,omitempty"`
 	MaxConcurrency           int     `json:"max_concurrency,omitempty"` // the batch's; 0: none
 	ChunkItems               int     `json:"chunk_items,omitempty"`     // the run's fan-out chunk; 0: the bench's ChunkItems
+	Scale                    int     `json:"scale,omitempty"`           // > 1: run at Scale × the bench's items (Scenario.Scale)
 	Succeeded                int64   `json:"succeeded"`
 	Failed                   int64   `json:"failed"`
 	Cancelled                int64   `json:"cancelled"`
@@ -108,7 +109,7 @@ func (r Result) Figures() Figures {
 	f := Figures{
 		Name: r.Name, Items: r.Items, ItemsPerMessage: max(1, r.ItemsPerMessage), InputBytes: r.InputBytes, OutputBytes: r.OutputBytes,
 		Delivery: r.Delivery, TransientPercent: r.TransientPercent, PermanentPercent: r.PermanentPercent, ThresholdPercent: r.ThresholdPercent,
-		MaxConcurrency: r.MaxConcurrency, ChunkItems: r.ChunkItems,
+		MaxConcurrency: r.MaxConcurrency, ChunkItems: r.ChunkItems, Scale: r.Scale,
 		Succeeded: r.Census.Succeeded, Failed: r.Census.Failed, Cancelled: r.Census.Cancelled,
 		RedeliveriesPerItem: float64(r.Redeliveries) / n, ChunksPerMessageBatch: r.ChunksPerMessageBatch,
 		WriteUnitsPerItem:        r.Usage.WriteUnits(nil) / n,
@@ -556,7 +557,7 @@ func Compare(fs []Figures) []Comparison {
 		}
 		for _, c := range fs {
 			if c.TransientPercent+c.PermanentPercent != 0 || c.ItemsPerMessage != f.ItemsPerMessage || c.OutputBytes != f.OutputBytes || c.Delivery != f.Delivery ||
-				c.MaxConcurrency != f.MaxConcurrency {
+				c.MaxConcurrency != f.MaxConcurrency || max(c.Scale, 1) != max(f.Scale, 1) {
 				continue
 			}
 			// A retry also marks its wait in the run's WAIT counter row

@@ -55,12 +55,18 @@ func DocTables(m Measurement) map[string]string {
 
 // find is the figures of the clean or failing scenario with k items per
 // message, outputs of ~1 KB (outputBytes 1024) or small (0: under
-// 1 KB), the delivery order and the failure mix, and no max_concurrency;
-// nil when m has none.
+// 1 KB), the delivery order and the failure mix, and no max_concurrency,
+// run at the bench's own size (Scale ≤ 1); nil when m has none.
 func find(fs []Figures, k, outputBytes int, delivery string, transient, permanent int) *Figures {
+	return findAt(fs, k, outputBytes, delivery, transient, permanent, 1)
+}
+
+// findAt is find for the runs at scale times the bench's items (≤ 1: its
+// own size).
+func findAt(fs []Figures, k, outputBytes int, delivery string, transient, permanent, scale int) *Figures {
 	for i, f := range fs {
 		if f.ItemsPerMessage == k && (f.OutputBytes >= 1024) == (outputBytes >= 1024) && f.Delivery == delivery && f.MaxConcurrency == 0 &&
-			f.TransientPercent == transient && f.PermanentPercent == permanent {
+			f.TransientPercent == transient && f.PermanentPercent == permanent && max(f.Scale, 1) == max(scale, 1) {
 			return &fs[i]
 		}
 	}
@@ -145,7 +151,9 @@ func orderTable(fs []Figures) string {
 }
 
 // tracksTable sets each clean run with max_concurrency beside the clean
-// run of the same items per message and delivery without it.
+// run of the same items per message, delivery and size without it; a
+// run at a larger scale (Scenario.Scale) is named with its items and
+// fan-out chunk.
 func tracksTable(fs []Figures) string {
 	var b strings.Builder
 	b.WriteString("| per item (shuffled delivery) | without max_concurrency | with max_concurrency |\n| --- | --- | --- |\n")
@@ -154,8 +162,16 @@ func tracksTable(fs []Figures) string {
 		if f.MaxConcurrency == 0 || f.TransientPercent+f.PermanentPercent != 0 {
 			continue
 		}
-		c := find(fs, f.ItemsPerMessage, f.OutputBytes, f.Delivery, 0, 0)
-		fmt.Fprintf(&b, "| **K = %d, max_concurrency %d** | | |\n", f.ItemsPerMessage, f.MaxConcurrency)
+		c := findAt(fs, f.ItemsPerMessage, f.OutputBytes, f.Delivery, 0, 0, f.Scale)
+		size := ""
+		if f.Scale > 1 {
+			chunk := f.ChunkItems
+			if chunk <= 0 {
+				chunk = ChunkItems
+			}
+			size = fmt.Sprintf(", %s items in %s-item chunks", thousands(f.Items), thousands(chunk))
+		}
+		fmt.Fprintf(&b, "| **K = %d, max_concurrency %d%s** | | |\n", f.ItemsPerMessage, f.MaxConcurrency, size)
 		pair := func(name string, v func(*Figures) string) {
 			fmt.Fprintf(&b, "| %s | %s | %s |\n", name, cellOf(c, v), v(&f))
 		}
@@ -225,7 +241,7 @@ func partitionsTable(fs []Figures) string {
 	var tracked []*Figures
 	for _, k := range []int{1, 10} {
 		for i := range fs {
-			if f := &fs[i]; f.MaxConcurrency > 0 && f.ItemsPerMessage == k && f.TransientPercent+f.PermanentPercent == 0 {
+			if f := &fs[i]; f.MaxConcurrency > 0 && f.ItemsPerMessage == k && f.TransientPercent+f.PermanentPercent == 0 && f.Scale <= 1 {
 				tracked = append(tracked, f)
 				break
 			}

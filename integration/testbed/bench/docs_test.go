@@ -66,3 +66,26 @@ func TestReadMeasurementTakesTheBenchsList(t *testing.T) {
 		t.Fatal("ReadMeasurement of a cut file: no error")
 	}
 }
+
+// A run at a larger scale (Scenario.Scale) sits beside its own twin in
+// the tracks table, named with its size, and takes no place in the
+// tables of the bench's own size.
+func TestTracksTablePairsRunsOfOneSize(t *testing.T) {
+	fig := func(items, scale, mc int, units float64) Figures {
+		return Figures{Name: "f", Items: items, ItemsPerMessage: 10, Delivery: DeliveryShuffled, MaxConcurrency: mc, Scale: scale,
+			ChunkItems: map[bool]int{true: 5000}[scale > 1], WriteUnitsPerItem: units}
+	}
+	fs := []Figures{fig(2000, 0, 0, 0.230), fig(2000, 0, 10, 0.285), fig(20000, 10, 0, 0.212), fig(20000, 10, 10, 0.209)}
+	tracks := tracksTable(fs)
+	for _, want := range []string{
+		"| **K = 10, max_concurrency 10** | | |\n| DynamoDB write units | 0.230 () | 0.285 () |",
+		"| **K = 10, max_concurrency 10, 20,000 items in 5,000-item chunks** | | |\n| DynamoDB write units | 0.212 () | 0.209 () |",
+	} {
+		if !strings.Contains(tracks, want) {
+			t.Errorf("tracks table without %q:\n%s", want, tracks)
+		}
+	}
+	if f := find(fs, 10, 0, DeliveryShuffled, 0, 0); f == nil || f.Items != 2000 {
+		t.Errorf("find took %+v, want the run at the bench's own size", f)
+	}
+}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/integration/testbed/bench"
 	"github.com/bulkrun/bulkrun/shared/function"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 func main() {
@@ -33,7 +34,7 @@ func main() {
 	out := flag.String("out", "build/bench/cost.json", "where to write the figures as JSON")
 	only := flag.String("only", "", "run only the scenarios whose name matches this regular expression")
 	limit := flag.Int("limit", 10, "the max_concurrency of the scenarios with one (above 64: a run on several claim counters)")
-	chunk := flag.Int("chunk", 0, "the fan-out chunk of every scenario in items (0: the bench's 200, bench.ChunkItems; the product's is 5,000)")
+	chunk := flag.Int("chunk", 0, "the fan-out chunk of every scenario in items (0: the bench's 200, bench.ChunkItems, and the product's 5,000 for the large runs)")
 	flag.Parse()
 	if err := run(*items, *limit, *chunk, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -69,6 +70,16 @@ func Scenarios(items, limit int) (clean, failing []bench.Scenario) {
 		sc.Name, sc.Delivery, sc.MaxConcurrency = fmt.Sprintf("%s, max_concurrency %d, shuffled", b.Name, limit), bench.DeliveryShuffled, limit
 		clean = append(clean, sc)
 	}
+	for _, mc := range []int{0, limit} {
+		sc := bases[2]
+		sc.Name, sc.Delivery, sc.MaxConcurrency = bases[2].Name+", ", bench.DeliveryShuffled, mc
+		if mc > 0 {
+			sc.Name += fmt.Sprintf("max_concurrency %d, ", mc)
+		}
+		sc.Items, sc.Scale, sc.ChunkItems = LargeScale*items, LargeScale, source.DefaultChunkItems
+		sc.Name += fmt.Sprintf("shuffled, %d items in %d-item chunks", sc.Items, sc.ChunkItems)
+		clean = append(clean, sc)
+	}
 	for _, b := range []bench.Scenario{bases[0], bases[2], bases[3]} {
 		sc := b
 		sc.Name, sc.Delivery = b.Name+", shuffled, 5 % transient + 5 % permanent", bench.DeliveryShuffled
@@ -80,6 +91,10 @@ func Scenarios(items, limit int) (clean, failing []bench.Scenario) {
 	}
 	return clean, failing
 }
+
+// LargeScale is how many times the bench's items the large runs of
+// Scenarios take: 20,000 items at make bench's 2,000.
+const LargeScale = 10
 
 func run(items, limit, chunk int, out, only string) error {
 	ctx := context.Background()
@@ -97,7 +112,9 @@ func run(items, limit, chunk int, out, only string) error {
 		if !match.MatchString(sc.Name) {
 			continue
 		}
-		sc.ChunkItems = chunk
+		if chunk > 0 {
+			sc.ChunkItems = chunk
+		}
 		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, sc.Items)
 		r, err := bench.Run(ctx, cfg, sc)
 		if err != nil {
