@@ -109,7 +109,8 @@ func CounterShards(itemsPerSecond int) int {
 // Counter lanes. A run's terminal items are counted in CounterLanes lane
 // rows (COUNT#{batch}#{run}#{lane}, LANE), lane p filled up to its
 // LaneTarget: each message batch adds its items of the run to one lane
-// chosen at random among those not yet full (Worker.count), whatever
+// chosen at random among those not yet full, weighed by the room left
+// its process knows (Worker.count, lanebook.Room.Pick), whatever
 // fan-out chunks its messages came from, so the counter writes are one per
 // message batch in any delivery order; the write that fills a lane to its
 // target counts the lane done on the run row, and the write that counts

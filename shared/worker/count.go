@@ -151,8 +151,9 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 
 // countLanes counts one message batch's terminal items of b's run: into
 // one counter lane chosen at random among those this process does not
-// know to be full, or, when they do not all fit, into as many as it
-// takes. The write that fills a lane counts it done on the run row; the
+// know to be full, weighed by the room it knows each has left so that
+// the lanes fill together (lanebook.Room.Pick), or, when they do not all
+// fit, into as many as it takes. The write that fills a lane counts it done on the run row; the
 // one that counts the last lane done triggers finalize.
 //
 // The early stop (a limited threshold, stop_on_threshold not false, no
@@ -195,7 +196,11 @@ func (w *Worker) countLanes(ctx context.Context, log *slog.Logger, b ledger.Batc
 		tolerated = b.Threshold.Tolerated(b.ItemCount)
 		quantum = ledger.FailureQuantum(b.Threshold, b.ItemCount, lanes)
 	}
-	book := w.laneBook().Run(b.ID, b.Run, lanes)
+	targets := make([]int64, max(1, lanes))
+	for p := range targets {
+		targets[p] = ledger.LaneTarget(b.RunItems(), lanes, p)
+	}
+	book := w.laneBook().Run(b.ID, b.Run, targets)
 	left := make(map[api.Outcome]int64, len(outcomes))
 	for o, n := range outcomes {
 		left[o] = n

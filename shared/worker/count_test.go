@@ -189,11 +189,13 @@ func TestLanesStayUnderTheLimit(t *testing.T) {
 			}
 			// The lanes' end: the busiest lane's second against a lane's
 			// mean (message batches a second over the lanes). The cost
-			// bench's partition model takes it at 2.5 × where a lane's
+			// bench's partition model takes it at 1.6 × where a lane's
 			// mean is 100 writes a second or more (bench.LaneEndGame; K = 1
-			// here: at most 1.74 × in five runs), and as every lane write
-			// of the second on one lane below that (K = 10: up to 3.76 ×
-			// of 4 lanes in five runs; K = 100: 4.00 ×, 10 writes).
+			// here: at most 1.20 × on 4 lanes and 1.38 × on 40 in 30 plays,
+			// the lanes filling together as lanebook.Room.Pick weighs them
+			// by their room; picked evenly, up to 2.32 ×), and as every lane
+			// write of the second on one lane below that (K = 10: up to
+			// 2.64 × of 4 lanes; K = 100: 4.00 ×, 10 writes).
 			lane, laneMost := "", 0
 			for r, per := range s.writes {
 				if strings.HasPrefix(r, "lane") {
@@ -205,8 +207,8 @@ func TestLanesStayUnderTheLimit(t *testing.T) {
 				}
 			}
 			mean := float64(flow) / float64(perBatch) / float64(b.CounterLanes)
-			if mean >= 100 && float64(laneMost) > 2.5*mean {
-				t.Errorf("%s took %d writes in its busiest second, %.2f × a lane's mean %.1f: over the bench's 2.5 ×", lane, laneMost, float64(laneMost)/mean, mean)
+			if mean >= 100 && float64(laneMost) > 1.6*mean {
+				t.Errorf("%s took %d writes in its busiest second, %.2f × a lane's mean %.1f: over the bench's 1.6 ×", lane, laneMost, float64(laneMost)/mean, mean)
 			}
 			t.Logf("%d lanes; busiest row %s: %d writes/s; busiest lane %.2f × a lane's mean of %.1f writes/s; run row %d writes; stop attempts %d",
 				b.CounterLanes, row, most, float64(laneMost)/mean, mean, sumWrites(s.writes["run"]), s.stops)
