@@ -177,7 +177,7 @@ type runCounter struct {
 	interrupted, fanned int64
 	timedOut            int64
 	retried, retriedT   int64
-	fanChunks           map[int64]bool
+	fanChunks           map[fanEntry]bool // per fan row, as DynamoDB's string set on the row (CountFanned)
 	held                map[api.Outcome]int64
 }
 
@@ -189,7 +189,7 @@ func (s *Store) runCounter(batchID string, run int) *runCounter {
 		s.runs[rk] = rc
 	}
 	if rc.due == nil {
-		rc.due, rc.fanChunks = map[int64]int64{}, map[int64]bool{}
+		rc.due, rc.fanChunks = map[int64]int64{}, map[fanEntry]bool{}
 		rc.throttled, rc.causes = map[int64]int64{}, map[string]ledger.WaitCause{}
 		rc.held = map[api.Outcome]int64{}
 	}
@@ -363,13 +363,22 @@ func (s *Store) CountWaits(_ context.Context, c ledger.WaitCount) error {
 	return nil
 }
 
-// CountFanned implements ledger.Store.
+// fanEntry is a chunk in a fan row: its first index in row row of
+// counter partition lane.
+type fanEntry struct {
+	lane, row int
+	first     int64
+}
+
+// CountFanned implements ledger.Store: a chunk counts once per fan row,
+// as on DynamoDB, where each row's string set holds its own chunks; the
+// same chunk written to another row counts again.
 func (s *Store) CountFanned(_ context.Context, c ledger.FanCount) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rc := s.runCounter(c.BatchID, c.Run)
-	if !rc.fanChunks[c.First] {
-		rc.fanChunks[c.First] = true
+	if e := (fanEntry{lane: c.Lane, row: c.Row, first: c.First}); !rc.fanChunks[e] {
+		rc.fanChunks[e] = true
 		rc.fanned += c.Items
 	}
 	return nil
