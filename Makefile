@@ -403,9 +403,12 @@ BENCH_ITEMS ?= 2000
 # Runs of BENCH_ITEMS items of 1 KB in-process against the emulator's
 # storage: small and ~1 KB outputs, 1, 10 and 100 items per message, each
 # with the queue chunk-ordered and shuffled (as SQS standard queues
-# deliver), and shuffled runs with 5 % transient + 5 % permanent and with
-# 100 % permanent failures; prints them, the partition table and the
-# failures beside their clean runs, and writes build/bench/cost.json.
+# deliver), runs with max_concurrency 10 at 1 and 10 items per message
+# (at 10, with its twin without the limit, again at 10 × BENCH_ITEMS in
+# the product's 5,000-item chunks), and shuffled runs with 5 % transient
+# + 5 % permanent and with 100 % permanent failures; prints them, the
+# partition table and the failures beside their clean runs, and writes
+# build/bench/cost.json.
 # A run of every scenario (BENCH_ONLY empty) then writes the cost tables of
 # docs/design/cost.md from it and keeps it as docs/design/cost.json
 # (make bench-docs), naming the head it ran on (-dirty: with code changes

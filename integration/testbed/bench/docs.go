@@ -24,7 +24,8 @@ type Measurement struct {
 	Head string `json:"head"`
 	// Date is the day of the run, YYYY-MM-DD (UTC).
 	Date string `json:"date"`
-	// Items is the bench's -items: the items of each scenario's run.
+	// Items is the bench's -items: the items of each scenario's run (a
+	// run at a larger Scenario.Scale takes that many times more).
 	Items   int       `json:"items"`
 	Figures []Figures `json:"figures"`
 }
@@ -310,8 +311,13 @@ func ReadMeasurement(r io.Reader) (Measurement, error) {
 	var m Measurement
 	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
 		err = json.Unmarshal(t, &m.Figures)
-		if err == nil && len(m.Figures) > 0 {
-			m.Items = m.Figures[0].Items
+		// The bench's -items: the first run at its own size (a run at a
+		// larger Scale takes more).
+		for _, f := range m.Figures {
+			if err == nil && f.Scale <= 1 {
+				m.Items = f.Items
+				break
+			}
 		}
 	} else {
 		err = json.Unmarshal(data, &m)

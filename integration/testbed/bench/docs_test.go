@@ -62,6 +62,11 @@ func TestReadMeasurementTakesTheBenchsList(t *testing.T) {
 	if err != nil || m.Items != 2000 || len(m.Figures) != 1 || m.Figures[0].ItemsPerMessage != 10 {
 		t.Fatalf("ReadMeasurement of the bench's list: %+v, %v", m, err)
 	}
+	// A list whose first run is a large one names the bench's own size.
+	m, err = ReadMeasurement(strings.NewReader(`[{"name": "l", "items": 20000, "scale": 10}, {"name": "a", "items": 2000}]`))
+	if err != nil || m.Items != 2000 {
+		t.Fatalf("ReadMeasurement with a large run first: items %d, %v; want 2000", m.Items, err)
+	}
 	if _, err := ReadMeasurement(strings.NewReader(`{"figures": [`)); err == nil {
 		t.Fatal("ReadMeasurement of a cut file: no error")
 	}

@@ -9,13 +9,15 @@
 // runs at bench.FixedProbeItems items to split what a batch costs whatever
 // its size from what each item adds, so the dollars are given for one
 // batch of 10^6 items as well as for batches of -items items. `make bench` runs
-// it; `make bench BENCH_ITEMS=100000` measures 10^5 items. -limit sets the
-// max_concurrency of the scenarios with one (10): `-items 20000 -limit 200
-// -only 'max_concurrency'` measures runs on 200 tracks and 4 claim
-// counters.
+// it; `make bench BENCH_ITEMS=100000` measures 10^5 items (and the large
+// runs of Scenarios 10^6). -limit sets the max_concurrency of the
+// scenarios with one (10): `-items 20000 -limit 200 -only
+// 'max_concurrency [0-9]+, shuffled$'` measures runs on 200 tracks and 4
+// claim counters.
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -49,7 +51,9 @@ func main() {
 // permanent failures (early stop armed at 10 %) and 100 % permanent
 // failures, at 1, 10 and 100 items per message. A clean run also runs at
 // bench.FixedProbeItems items (Figures.WithFixed).
-func Scenarios(items, limit int) (clean, failing []bench.Scenario) {
+// chunk, when > 0, is every run's fan-out chunk (-chunk), the large
+// runs' too.
+func Scenarios(items, limit, chunk int) (clean, failing []bench.Scenario) {
 	bases := []bench.Scenario{
 		{Name: "small outputs", Items: items},
 		{Name: "1 KB outputs", Items: items, OutputBytes: 1024},
@@ -76,7 +80,7 @@ func Scenarios(items, limit int) (clean, failing []bench.Scenario) {
 		if mc > 0 {
 			sc.Name += fmt.Sprintf("max_concurrency %d, ", mc)
 		}
-		sc.Items, sc.Scale, sc.ChunkItems = LargeScale*items, LargeScale, source.DefaultChunkItems
+		sc.Items, sc.Scale, sc.ChunkItems = LargeScale*items, LargeScale, cmp.Or(chunk, source.DefaultChunkItems)
 		sc.Name += fmt.Sprintf("shuffled, %d items in %d-item chunks", sc.Items, sc.ChunkItems)
 		clean = append(clean, sc)
 	}
@@ -107,13 +111,13 @@ func run(items, limit, chunk int, out, only string) error {
 		return fmt.Errorf("-only: %w", err)
 	}
 	var fs []bench.Figures
-	clean, failing := Scenarios(items, limit)
+	clean, failing := Scenarios(items, limit, chunk)
 	for _, sc := range append(clean, failing...) {
 		if !match.MatchString(sc.Name) {
 			continue
 		}
 		if chunk > 0 {
-			sc.ChunkItems = chunk
+			sc.ChunkItems = chunk // the large runs' name says so already
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s, %d items ...\n", sc.Name, sc.Items)
 		r, err := bench.Run(ctx, cfg, sc)
