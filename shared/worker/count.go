@@ -153,8 +153,9 @@ func (w *Worker) countWaits(ctx context.Context, dones []done) {
 // one counter lane chosen at random among those this process does not
 // know to be full, weighed by the room it knows each has left so that
 // the lanes fill together (lanebook.Room.Pick), or, when they do not all
-// fit, into as many as it takes. The write that fills a lane counts it done on the run row; the
-// one that counts the last lane done triggers finalize.
+// fit, into as many as it takes. The write that fills a lane counts it
+// done on the run row; the one that counts the last lane done triggers
+// finalize.
 //
 // The early stop (a limited threshold, stop_on_threshold not false, no
 // stop yet) reads each lane write's failures, a lower bound of the run's:

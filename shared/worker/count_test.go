@@ -191,11 +191,11 @@ func TestLanesStayUnderTheLimit(t *testing.T) {
 			// mean (message batches a second over the lanes). The cost
 			// bench's partition model takes it at 1.6 × where a lane's
 			// mean is 100 writes a second or more (bench.LaneEndGame; K = 1
-			// here: at most 1.20 × on 4 lanes and 1.38 × on 40 in 30 plays,
+			// here: at most 1.21 × on 4 lanes and 1.38 × on 40 in about 60 plays,
 			// the lanes filling together as lanebook.Room.Pick weighs them
 			// by their room; picked evenly, up to 2.32 ×), and as every lane
 			// write of the second on one lane below that (K = 10: up to
-			// 2.64 × of 4 lanes; K = 100: 4.00 ×, 10 writes).
+			// 3.16 × of 4 lanes; K = 100: 4.00 ×, 10 writes).
 			lane, laneMost := "", 0
 			for r, per := range s.writes {
 				if strings.HasPrefix(r, "lane") {

@@ -218,15 +218,15 @@ const PartitionLimitRCU = 3000
 // LaneEndGame is how far above its share a counter lane's writes rise in
 // its busiest second, where a lane takes LaneEndGameFrom writes a second
 // or more: TestLanesStayUnderTheLimit (shared/worker) plays runs at
-// 10,000 and 100,000 items/s and finds at most 1.20 × the mean at one
+// 10,000 and 100,000 items/s and finds at most 1.21 × the mean at one
 // item per message on 4 lanes (250 writes a second a lane) and 1.38 × on
-// 40, in 30 plays, and lanebook's TestWeighedPicksFillLanesTogether
+// 40, in about 60 plays, and lanebook's TestWeighedPicksFillLanesTogether
 // 1.20 × at 10^7 items. The lanes fill together (a write picks a lane
 // weighed by its room left, lanebook.Room.Pick); picked evenly (before
 // this rule) the lane furthest behind took every write of the run's end
 // alone: 2.32 × at 10^6 items, the whole flow (4 ×) at 10^8 in a played
 // run. Where a lane takes fewer, few writes a second make the spike
-// larger (up to 2.64 × of 4 lanes at 10 items per message, 25 a second
+// larger (up to 3.16 × of 4 lanes at 10 items per message, 25 a second
 // a lane; 4.00 × at 100, the whole second's 10 writes on one lane), so
 // the model takes every lane write of that second on one lane there.
 const LaneEndGame = 1.6
