@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/shopspring/decimal"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/heldtest"
 	"github.com/bulkrun/bulkrun/integration/testbed/ledgertest"
@@ -21,6 +22,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // TestStoreConformance runs the ledger.Store conformance suite
@@ -137,6 +139,56 @@ func TestPackRowLeavesErrorTextsToAttentionRows(t *testing.T) {
 		j, _ := strconv.Atoi(strings.TrimPrefix(it.Key, "k"))
 		if it.Error != text(j) {
 			t.Errorf("listed %s: error %q, want %q", it.Key, it.Error, text(j))
+		}
+	}
+}
+
+// TestLaneRowSizeWithCostNames measures a counter lane row on DynamoDB
+// (emulator) by DynamoDB's sizing rules (meter.ItemBytes) once writes
+// have filled its 16 token slots: with no cost names, with the
+// three an LLM pipeline reports (input_tokens, output_tokens, usd) and
+// with pipeline.MaxCostNames names of pipeline.MaxCostNameBytes bytes,
+// the most one item reports. Each lane write is billed for the row
+// (ledger.LaneWriteBudget plans one unit a write): the row with three
+// names stays under 1 KB; the largest is logged (docs/design/storage.md,
+// the counter lanes' cost names).
+func TestLaneRowSizeWithCostNames(t *testing.T) {
+	ctx := context.Background()
+	s := conformanceStore(t).(*dynamo.Store)
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	long := pipeline.CostSum{}
+	for i := range pipeline.MaxCostNames {
+		long[fmt.Sprintf("%02d-%s", i, strings.Repeat("n", pipeline.MaxCostNameBytes-3))] = decimal.RequireFromString("123.456")
+	}
+	llm := pipeline.CostSum{"input_tokens": decimal.NewFromInt(1200), "output_tokens": decimal.NewFromInt(350), "usd": decimal.RequireFromString("0.004125")}
+	for _, tc := range []struct {
+		name string
+		cost pipeline.CostSum
+		max  int // bytes; 0: logged only
+	}{{"no cost names", nil, 1023}, {"input_tokens, output_tokens, usd", llm, 1023}, {"10 names of 40 bytes", long, 0}} {
+		id := "lane" + strconv.Itoa(len(tc.cost))
+		// One write into each of the 16 token slots (layout.TokenSlot),
+		// as a busy lane's row holds them.
+		for w := 0; w < 16; w++ {
+			token := ledger.NewToken()
+			for layout.TokenSlot(token) != "t"+strconv.Itoa(w) {
+				token = ledger.NewToken()
+			}
+			c := ledger.LaneCount{BatchID: id, Run: 1, Lane: 0, Target: 1_000_000, Outcomes: map[api.Outcome]int64{api.OutcomeSucceeded: 9, api.OutcomeFailed: 1},
+				Failures: 1, Cost: tc.cost, Spent: tc.cost, Token: token, Now: now.Add(time.Duration(w) * time.Second)}
+			if _, err := s.CountLane(ctx, c); err != nil {
+				t.Fatalf("%s: write %d: %v", tc.name, w, err)
+			}
+		}
+		out, err := env.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table()),
+			Key: layout.Key(layout.CountPK(id, 1, 0), layout.SKLane), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := meter.ItemBytes(out.Item)
+		t.Logf("lane row, %s: %d bytes, %.0f write units a write", tc.name, size, meter.WriteUnits(size))
+		if tc.max > 0 && size > tc.max {
+			t.Errorf("lane row with %s: %d bytes, want ≤ %d (one write unit a write)", tc.name, size, tc.max)
 		}
 	}
 }
