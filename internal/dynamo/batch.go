@@ -163,6 +163,7 @@ func (s *Store) Freeze(ctx context.Context, b ledger.Batch) error {
 			Set(expression.Name(layout.AttrCounterShards), expression.Value(b.CounterShards)).
 			Set(expression.Name(layout.AttrCounterLanes), expression.Value(b.CounterLanes)).
 			Set(expression.Name(layout.AttrChunks), expression.Value(b.Chunks)).
+			Set(expression.Name(layout.AttrFanRows), expression.Value(b.FanRows)).
 			Set(expression.Name(layout.AttrFannedOut), expression.Value(false)).
 			Set(expression.Name(layout.AttrRunStartedAtMs), expression.Value(layout.Ms(b.RunStartedAt)))).Build()
 	if err != nil {

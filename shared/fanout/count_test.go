@@ -25,7 +25,14 @@ func TestFanRowsStaySmall(t *testing.T) {
 	}
 	now := time.Unix(1_800_000_000, 0)
 	for _, n := range []int{200, 20_000} {
-		b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, CounterShards: 4}, Chunks: n}
+		b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, CounterShards: 4}, Chunks: n, FanRows: FanRows(n, 4)}
+		// A batch frozen before fan rows (FanRows 0) counts every chunk
+		// on row 0, as the release that froze it does.
+		old := b
+		old.FanRows = 0
+		if c := CountOf(old, int64(n-1)*5000, 5000, now); c.Row != 0 {
+			t.Fatalf("a batch frozen before fan rows put chunk %d in fan row %d, want row 0 (FAN)", n-1, c.Row)
+		}
 		rows := map[[2]int]int{}
 		for i := range n {
 			c := CountOf(b, int64(i)*5000, 5000, now)

@@ -178,35 +178,27 @@ func (e *Expander) countFanned(ctx context.Context, log *slog.Logger, b ledger.B
 	}
 }
 
-// FanChunksPerRow is the most chunks a fan row is planned to hold on
-// average (FanRows): its set of chunk firsts (up to ≈ 10 bytes each)
-// stays near 0.5 KB, one write unit a write, at any batch size. One row
-// per partition grew with the batch: at 10^8 items (20,000 chunks over 4
-// partitions) ≈ 40 KB, ≈ 40 write units a write, thousands a second on
-// the partition while the chunks fan out ("Working with items: DynamoDB
-// item sizes", Amazon DynamoDB developer guide).
-const FanChunksPerRow = 50
+// FanChunksPerRow is ledger.FanChunksPerRow.
+const FanChunksPerRow = ledger.FanChunksPerRow
 
-// FanRows is how many fan rows each of a batch's counter partitions has:
-// ⌈chunks / shards / FanChunksPerRow⌉, at least 1 (1 for a batch whose row
-// stored no chunk count, and up to 1,000,000 items at 4 partitions).
-func FanRows(chunks, shards int) int {
-	per := FanChunksPerRow * max(1, shards)
-	return max(1, (chunks+per-1)/per)
-}
+// FanRows is ledger.FanRowsOf: how many fan rows each of a batch's
+// counter partitions has.
+func FanRows(chunks, shards int) int { return ledger.FanRowsOf(chunks, shards) }
 
 // CountOf is the live view's count of the chunk (or piece) of b at first
 // with items items: in counter partition ledger.Shard(first) — h mod
 // shards, h the FNV-1a hash of first in decimal — and fan row
-// ⌊h / shards⌋ mod FanRows, so that the same chunk always goes to the
-// same row (whose set makes a repeat count once) and the rows of a
-// partition fill evenly.
+// ⌊h / shards⌋ mod b.FanRows (1 when 0: a batch frozen before fan rows,
+// whose writers of an earlier release put every chunk on row 0), so that
+// the same chunk always goes to the same row (whose set makes a repeat
+// count once), whatever release writes it, and the rows of a partition
+// fill evenly.
 func CountOf(b ledger.Batch, first, items int64, now time.Time) ledger.FanCount {
 	shards := uint32(max(1, b.CounterShards))
 	h := fnv.New32a()
 	h.Write([]byte(strconv.FormatInt(first, 10)))
 	sum := h.Sum32()
-	return ledger.FanCount{BatchID: b.ID, Run: b.Run, Lane: int(sum % shards), Row: int(sum / shards % uint32(FanRows(b.Chunks, b.CounterShards))),
+	return ledger.FanCount{BatchID: b.ID, Run: b.Run, Lane: int(sum % shards), Row: int(sum / shards % uint32(max(1, b.FanRows))),
 		First: first, Items: items, Now: now}
 }
 

@@ -503,6 +503,7 @@ var cases = []suiteCase{
 		}
 		f := newBatch("b1")
 		f.Digest, f.ItemCount, f.ListShards, f.CounterShards, f.Chunks, f.RunStartedAt = "d9", 7, 2, 1, 1, T0.Add(time.Second)
+		f.FanRows = 3
 		f.Checked = &api.CheckSummary{Invalid: 2, Duplicates: 1, Object: "batches/b1/invalid/x.jsonl",
 			First: []api.Problem{{Line: 3, Key: "k", Kind: api.ProblemSchema, Path: "/qty", Reason: "r", Handling: api.HandlingFailed}}}
 		if err := s.Freeze(ctx, f); err != nil {
@@ -517,6 +518,7 @@ var cases = []suiteCase{
 		check(t, "items", got.ItemCount, int64(7))
 		check(t, "list shards", got.ListShards, 2)
 		check(t, "chunks", got.Chunks, 1)
+		check(t, "fan rows", got.FanRows, 3)
 		check(t, "fanned out", got.FannedOut, false)
 		check(t, "run started", got.RunStartedAt, T0.Add(time.Second))
 		isConflict(t, "second freeze", s.Freeze(ctx, f))

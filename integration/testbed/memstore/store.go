@@ -606,7 +606,7 @@ func (s *Store) Freeze(_ context.Context, f ledger.Batch) error {
 	}
 	b.Status = api.StatusRunning
 	b.Digest, b.ManifestKey, b.ManifestBytes, b.ItemCount = f.Digest, f.ManifestKey, f.ManifestBytes, f.ItemCount
-	b.ListShards, b.CounterShards, b.CounterLanes, b.Chunks = f.ListShards, f.CounterShards, f.CounterLanes, f.Chunks
+	b.ListShards, b.CounterShards, b.CounterLanes, b.Chunks, b.FanRows = f.ListShards, f.CounterShards, f.CounterLanes, f.Chunks, f.FanRows
 	b.FannedOut, b.RunStartedAt = false, ms(f.RunStartedAt)
 	if f.Checked != nil {
 		b.Checked = f.Checked

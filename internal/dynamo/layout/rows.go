@@ -58,6 +58,7 @@ const (
 	AttrBatchID          = "batch_id"
 	AttrCensus           = "census"
 	AttrChunks           = "chunks"
+	AttrFanRows          = "fan_rows"
 	AttrCounterShards    = "counter_shards"
 	AttrCounterLanes     = "counter_lanes"
 	AttrExpiresAtMs      = "expires_at_ms"
@@ -154,6 +155,7 @@ type BatchRow struct {
 	CounterShards  int     `dynamodbav:"counter_shards"`
 	CounterLanes   int     `dynamodbav:"counter_lanes,omitempty"` // 0: counted per chunk
 	Chunks         int     `dynamodbav:"chunks,omitempty"`
+	FanRows        int     `dynamodbav:"fan_rows,omitempty"` // 0: one fan row (frozen before fan rows)
 	Run            int     `dynamodbav:"run"`
 	Status         string  `dynamodbav:"status"`
 	Threshold      string  `dynamodbav:"threshold"` // JSON
@@ -244,7 +246,7 @@ func ToBatchRow(b ledger.Batch) (BatchRow, error) {
 	r := BatchRow{
 		PK: BatchPK(b.ID), SK: SKBatch, ID: b.ID,
 		ManifestKey: b.ManifestKey, ManifestBytes: b.ManifestBytes, ItemCount: b.ItemCount,
-		ListShards: b.ListShards, CounterShards: b.CounterShards, CounterLanes: b.CounterLanes, Chunks: b.Chunks, Run: b.Run, Status: string(b.Status),
+		ListShards: b.ListShards, CounterShards: b.CounterShards, CounterLanes: b.CounterLanes, Chunks: b.Chunks, FanRows: b.FanRows, Run: b.Run, Status: string(b.Status),
 		KeyField: b.KeyField, Source: b.Source, SubmittedBy: b.SubmittedBy, FannedOut: b.FannedOut, CreatedAtMs: Ms(b.CreatedAt),
 		RunStartedAtMs: Ms(b.RunStartedAt), FinishedAtMs: Ms(b.FinishedAt), ReportKey: b.ReportKey,
 		NeedsAttention: b.NeedsAttention, Stop: string(b.Stop), StopDetail: b.StopDetail, StopRan: b.StopRan, StopFailures: b.StopFailures, ExpiresAtMs: Ms(b.ExpiresAt),
@@ -383,6 +385,7 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		},
 		CounterLanes:     r.CounterLanes,
 		Chunks:           r.Chunks,
+		FanRows:          r.FanRows,
 		SubmitDeadline:   FromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
 		TaskGone:         r.TaskGone,
