@@ -277,8 +277,9 @@ type PartitionRow struct {
 //     slice of the measured run (its slices by pace.NewLayout over the
 //     bench's chunks) are taken per slice of a batch of n items (over the
 //     product's 5,000-item chunks, source.DefaultChunkItems), the claims
-//     spread over pace.Counters counters, the fences over the tracks
-//     (the busiest: ⌈slices / tracks⌉); a slot row (SLOT) as if every
+//     spread over pace.Counters counters, each at its busiest second
+//     (BusiestSecond), the fences over the tracks (the busiest:
+//     ⌈slices / tracks⌉ over the run); a slot row (SLOT) as if every
 //     unit of the batch took it;
 //   - the run row (COUNT RUN): lanes writes (lanes done), and with the
 //     early stop armed and failures lanes × (8 × lanes + 2) more at most
@@ -353,8 +354,12 @@ func (r Result) Partitions() []PartitionRow {
 				at := trackLayout(n, source.DefaultChunkItems, k, r.MaxConcurrency)
 				tracks := pace.Tracks(r.MaxConcurrency, at.Slices())
 				if t.Kind == "SLOT CLAIM" {
+					// Each counter's claims at their busiest second, as
+					// a shard's items (the tracks claim as their slices
+					// end, not on a clock).
 					counters := pace.Counters(tracks)
-					consider(target, perSlice*float64(at.Slices())/float64(counters)/seconds, fmt.Sprintf("a claim counter (1 of %d)", counters))
+					claims := BusiestSecond(float64(at.Slices())/float64(counters), 1, seconds, counters)
+					consider(target, perSlice*claims, fmt.Sprintf("a claim counter (1 of %d), its busiest second", counters))
 				} else {
 					busiest := (at.Slices() + int64(tracks) - 1) / int64(max(tracks, 1))
 					consider(target, perSlice*float64(busiest)/seconds, fmt.Sprintf("a track's fence (1 of %d)", tracks))
