@@ -192,7 +192,7 @@ func (f *Finalizer) finalizeAt(ctx context.Context, id string, run, chain int) (
 }
 
 // answer is the answer of a finalize call of run of batch id (the whole
-// run, a part or a range) that returned res and err: the report when err
+// run, a part, a range, or the tick's) that returned res and err: the report when err
 // is a missing object and the run finished meanwhile
 // (finishedMeanwhile), else res and err counted toward ending the run
 // (cannotFinish).
@@ -702,8 +702,10 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 			continue
 		}
 		res.Checked++
+		// As a triggered call's: an object found gone because another
+		// call finished the run meanwhile is the report, not an error.
 		r, err := f.finalize(ctx, id, b.Run, finalizeCall{tick: true})
-		err = f.cannotFinish(ctx, id, b.Run, err)
+		r, err = f.answer(ctx, id, b.Run, r, err)
 		switch {
 		case err == nil && r.Wrote:
 			res.Finalized++
