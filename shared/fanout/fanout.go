@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/fanrows"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -178,12 +179,12 @@ func (e *Expander) countFanned(ctx context.Context, log *slog.Logger, b ledger.B
 	}
 }
 
-// FanChunksPerRow is ledger.FanChunksPerRow.
-const FanChunksPerRow = ledger.FanChunksPerRow
+// FanChunksPerRow is fanrows.ChunksPerRow.
+const FanChunksPerRow = fanrows.ChunksPerRow
 
-// FanRows is ledger.FanRowsOf: how many fan rows each of a batch's
-// counter partitions has.
-func FanRows(chunks, shards int) int { return ledger.FanRowsOf(chunks, shards) }
+// FanRows is fanrows.Of: how many fan rows each of a batch's counter
+// partitions has.
+func FanRows(chunks, shards int) int { return fanrows.Of(chunks, shards) }
 
 // CountOf is the live view's count of the chunk (or piece) of b at first
 // with items items: in counter partition ledger.Shard(first) — h mod

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger/fanrows"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
 
@@ -25,11 +26,8 @@ type Batch struct {
 	// their item counts (Store.CountChunk). 0 on rows written before
 	// chunk counters: their runs end by the finalize tick.
 	Chunks int `json:"-"`
-	// FanRows is how many fan rows each counter partition counts the
-	// run's fanned-out chunks in (FanRowsOf, fanout.CountOf), fixed when
-	// the manifest is (Freeze), so that every writer of a batch agrees
-	// whatever release it runs. 0 on rows frozen before fan rows: one
-	// row (FAN), as those releases wrote.
+	// FanRows is the fan rows per counter partition (fanrows.Of, set by
+	// Freeze); 0 on rows frozen before fan rows: one row (FAN).
 	FanRows int `json:"-"`
 	// Request is the accepted submit request (JSON, defaults filled) of a
 	// batch whose source is read in the background; the read and a
@@ -220,6 +218,6 @@ func (b *Batch) Freeze(manifestKey string, sum source.ManifestSummary, itemsPerS
 	b.CounterLanes = CounterLanes(sum.Count, itemsPerSecond)
 	b.CounterShards = b.CounterLanes // lane p lives in counter partition p
 	b.Chunks = len(sum.Chunks)
-	b.FanRows = FanRowsOf(b.Chunks, b.CounterShards)
+	b.FanRows = fanrows.Of(b.Chunks, b.CounterShards)
 	b.CSV = sum.CSV
 }

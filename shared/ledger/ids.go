@@ -193,20 +193,3 @@ func UploadContent(digest, pipeline string, options json.RawMessage) string {
 	h.Write(compact.Bytes())
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-// FanChunksPerRow is the most chunks a fan row is planned to hold on
-// average (FanRowsOf): its set of chunk firsts (up to ≈ 10 bytes each)
-// stays near 0.5 KB, one write unit a write, at any batch size. One row
-// per partition grew with the batch: at 10^8 items (20,000 chunks over 4
-// partitions) ≈ 40 KB, ≈ 40 write units a write, thousands a second on
-// the partition while the chunks fan out ("Working with items: DynamoDB
-// item sizes", Amazon DynamoDB developer guide).
-const FanChunksPerRow = 50
-
-// FanRowsOf is how many fan rows each of a batch's counter partitions
-// has: ⌈chunks / shards / FanChunksPerRow⌉, at least 1 (1 up to
-// 1,000,000 items at 4 partitions). Freeze keeps it as Batch.FanRows.
-func FanRowsOf(chunks, shards int) int {
-	per := FanChunksPerRow * max(1, shards)
-	return max(1, (chunks+per-1)/per)
-}
