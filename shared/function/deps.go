@@ -177,6 +177,10 @@ func (d *Deps) Submitter(custom ...registered.Declaration) (*submit.Submitter, e
 		Regions:        d.Blobs,
 		Region:         d.AWS.Region,
 		ItemsPerSecond: ledger.StackFlow(d.Config.ItemsConcurrency(), config.DefaultItemBatchSize),
+		// A small batch's item messages are sent by submit itself, one
+		// delivery sooner than by a fan-out message.
+		FanOutHere: submit.DefaultFanOutHere,
+		Metrics:    d.Metrics,
 		// A JSON Lines object over submit.DefaultPartBytes is read by parts,
 		// wherever it is read, so its digest is always the parts digest.
 		Parts: &submit.PartsConfig{},

@@ -26,6 +26,9 @@ type Store interface {
 	ReadItems(ctx context.Context, batchID string, listShards int, keys []string) ([]ledger.Item, error)
 	ClaimUpload(ctx context.Context, c api.UploadClaim, force bool) (api.UploadClaim, error)
 	GetPack(ctx context.Context, ref ledger.PackRef) (ledger.Pack, error)
+	// CountFanned counts a chunk submit fanned out itself
+	// (Submitter.FanOutHere).
+	CountFanned(ctx context.Context, c ledger.FanCount) error
 }
 
 // The ledger's store contract holds every method this engine calls.

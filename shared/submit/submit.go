@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/internal/keyset"
+	"github.com/bulkrun/bulkrun/internal/metric"
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -73,6 +74,15 @@ type Submitter struct {
 	// while its item still has attempts left. 0: unchecked.
 	MaxReceiveCount int
 	ChunkItems      int // items per fan-out message; 0 = DefaultChunkItems
+	// FanOutHere is the most item messages submit sends itself for a
+	// batch in one manifest chunk (fanOutHere), rather than a fan-out
+	// message the item function expands; 0: none, every chunk gets a
+	// fan-out message. The stack sets DefaultFanOutHere.
+	FanOutHere int
+	// Metrics counts the item messages submit sends itself
+	// (metric.FannedOut, as the item function's fan-out does); nil for
+	// none.
+	Metrics *metric.Emitter
 	// ItemsPerSecond is the most items per second the stack's item
 	// function can finish (StackFlow of its event source's maximum
 	// concurrency and batch size); it sizes a batch's shards (ListShards,
@@ -766,14 +776,20 @@ func (s *Submitter) fanout(ctx context.Context, b ledger.Batch, chunks []source.
 	} else {
 		bodies := make([][]byte, 0, len(chunks))
 		for i := range chunks {
-			body, err := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.RunManifestKey(), Chunk: &chunks[i], Priority: priorityOf(b)}.Body()
+			m := ledger.Message{Kind: ledger.KindFanout, BatchID: b.ID, Run: b.Run, ManifestKey: b.RunManifestKey(), Chunk: &chunks[i], Priority: priorityOf(b)}
+			if len(chunks) == 1 && s.fanOutHere(ctx, b, &m) {
+				continue
+			}
+			body, err := m.Body()
 			if err != nil {
 				return err
 			}
 			bodies = append(bodies, body)
 		}
-		if err := s.Queue.Send(ctx, bodies); err != nil {
-			return fmt.Errorf("submit %s: send fan-out: %w", b.ID, err)
+		if len(bodies) > 0 {
+			if err := s.Queue.Send(ctx, bodies); err != nil {
+				return fmt.Errorf("submit %s: send fan-out: %w", b.ID, err)
+			}
 		}
 	}
 	if err := s.Store.SetFannedOut(ctx, b.ID, b.Run); err != nil {

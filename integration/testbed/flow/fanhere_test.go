@@ -1,0 +1,141 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/submit"
+)
+
+// kindsOnQueue counts the messages waiting on q by kind, leaving them
+// there.
+func kindsOnQueue(t *testing.T, q *memQueue) map[ledger.MessageKind]int {
+	t.Helper()
+	ds := q.take()
+	q.put(ds)
+	kinds := map[ledger.MessageKind]int{}
+	for _, d := range ds {
+		var m ledger.Message
+		if err := json.Unmarshal(d.Body, &m); err != nil {
+			t.Fatalf("message %s: %v", d.MessageID, err)
+		}
+		kinds[m.Kind]++
+	}
+	return kinds
+}
+
+// stingyQueue is a memQueue whose Send, from its call number `from` on,
+// takes only the first of the messages it is handed and reports the rest
+// unsent (ledger.UnsentError), as SQS does for entries of a
+// SendMessageBatch it failed.
+type stingyQueue struct {
+	*memQueue
+	calls, from int
+}
+
+func (q *stingyQueue) Send(ctx context.Context, bodies [][]byte) error {
+	q.calls++
+	if q.calls < q.from || len(bodies) < 2 {
+		return q.memQueue.Send(ctx, bodies)
+	}
+	if err := q.memQueue.Send(ctx, bodies[:1]); err != nil {
+		return err
+	}
+	ue := &ledger.UnsentError{Err: errors.New("InternalError")}
+	for i := 1; i < len(bodies); i++ {
+		ue.Unsent = append(ue.Unsent, i)
+	}
+	return ue
+}
+
+// TestSubmitFansOutASmallBatchItself guards submit's own fan-out
+// (Submitter.FanOutHere): a batch in one chunk of at most that many
+// messages has its item (or pack) messages on the queue when Submit
+// returns, no fan-out message, its items counted fanned out; a larger
+// one, one with max_concurrency and a sampled one (its approval) get the
+// chunk's fan-out message (or its tracks) as before. A queue that takes only part of
+// submit's messages gets the fan-out message carrying what it took, so
+// the item function sends only the rest. In every case each item runs
+// once and the run ends with every item succeeded.
+func TestSubmitFansOutASmallBatchItself(t *testing.T) {
+	type want struct {
+		units, fans int
+		fanned      int64 // items counted fanned out when Submit returns
+		total       int   // messages the queue took by the run's end; 0: not checked
+	}
+	for _, tc := range []struct {
+		name  string
+		n     int
+		here  int
+		stint int // the stingy queue's first stingy call; 0: a plain queue
+		edit  func(*api.SubmitRequest)
+		want  want
+	}{
+		{name: "one item a message", n: 20, here: 100, want: want{units: 20, fanned: 20, total: 20}},
+		{name: "packs of 10", n: 45, here: 100, edit: func(r *api.SubmitRequest) { r.ItemsPerMessage = 10 }, want: want{units: 5, fanned: 45, total: 5}},
+		{name: "over the limit", n: 20, here: 19, want: want{fans: 1, total: 21}},
+		{name: "off", n: 20, here: 0, want: want{fans: 1, total: 21}},
+		{name: "max_concurrency", n: 20, here: 100, edit: func(r *api.SubmitRequest) { r.MaxConcurrency = 5 }, want: want{fans: 5}}, // its 5 tracks
+		{name: "sampled", n: 20, here: 100, edit: func(r *api.SubmitRequest) { r.Sample = 5 }, want: want{fans: 1}},
+		// The Expander sends in rounds of 500: 20 messages are one Send,
+		// which takes the first only. The item function sends the other
+		// 19, not the first again: 21 messages in all.
+		{name: "a queue taking part", n: 20, here: 100, stint: 1, want: want{units: 1, fans: 1, total: 21}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newRig(t, failOn3)
+			r.sub.ChunkItems, r.sub.FanOutHere = 0, tc.here
+			if tc.stint > 0 {
+				sq := &stingyQueue{memQueue: r.queue, from: tc.stint}
+				r.sub.Queue = sq
+			}
+			req := api.SubmitRequest{BatchID: "small", Pipeline: "counted", Source: api.SourceSpec{Items: items(tc.n)}}
+			if tc.edit != nil {
+				tc.edit(&req)
+			}
+			if _, err := r.sub.Submit(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			kinds := kindsOnQueue(t, r.queue)
+			units := kinds[ledger.KindItem] + kinds[ledger.KindPack]
+			b, err := r.store.GetBatch(ctx, "small")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := r.store.Progress(ctx, "small", 1, b.CounterShards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if units != tc.want.units || kinds[ledger.KindFanout] != tc.want.fans || p.FannedOut != tc.want.fanned || !b.FannedOut {
+				t.Fatalf("after Submit: %d unit messages, %d fan-out, %d items counted fanned out, batch fanned out %v; want %d, %d, %d, true",
+					units, kinds[ledger.KindFanout], p.FannedOut, b.FannedOut, tc.want.units, tc.want.fans, tc.want.fanned)
+			}
+			if b.Approval.Holds() {
+				return // the sample's path is the fan-out message's (sample_fanout_test.go)
+			}
+			r.drain(t, ctx, 1)
+			for i := range tc.n {
+				if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("item %d: %d calls, want 1", i, c)
+				}
+			}
+			if p, err = r.store.Progress(ctx, "small", 1, b.CounterShards); err != nil || p.FannedOut != int64(tc.n) || p.Done != int64(tc.n) {
+				t.Errorf("at the end: %d fanned out, %d done (%v), want %d each", p.FannedOut, p.Done, err, tc.n)
+			}
+			if tc.want.total > 0 && r.queue.n != tc.want.total {
+				t.Errorf("the queue took %d messages, want %d", r.queue.n, tc.want.total)
+			}
+			if r.trigger.n.Load() < 1 {
+				t.Error("the run's last item did not trigger finalize")
+			}
+		})
+	}
+	if submit.DefaultFanOutHere != 100 {
+		t.Errorf("DefaultFanOutHere %d: the docs give 100", submit.DefaultFanOutHere)
+	}
+}
