@@ -95,6 +95,23 @@ func (e *Expander) Expand(ctx context.Context, log *slog.Logger, b ledger.Batch,
 			n, serr := e.settleRefused(ctx, log, b, *m.Chunk, ords, keys, re)
 			refused += n
 			if serr != nil {
+				// What the queue took is on it: the fan-out message sent
+				// again sends (and settles) only the refused messages and
+				// the unsent ones, not the others a second time.
+				// (A refusal naming no body of this send marks nothing.)
+				again := make([]int64, 0, len(re.Refused))
+				for _, r := range re.Refused {
+					if r.Index < 0 || r.Index >= len(ords) {
+						return serr
+					}
+					again = append(again, ords[r.Index])
+				}
+				if ue != nil {
+					for _, i := range ue.Unsent {
+						again = append(again, ords[i])
+					}
+				}
+				m.Sent = m.Sent.After(made, again)
 				return serr
 			}
 			if ue == nil {
