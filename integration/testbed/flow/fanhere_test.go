@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/bulkrun/bulkrun/shared/api"
@@ -54,45 +55,66 @@ func (q *stingyQueue) Send(ctx context.Context, bodies [][]byte) error {
 
 // TestSubmitFansOutASmallBatchItself guards submit's own fan-out
 // (Submitter.FanOutHere): a batch in one chunk of at most that many
-// messages has its item (or pack) messages on the queue when Submit
-// returns, no fan-out message, its items counted fanned out; a larger
-// one, one with max_concurrency and a sampled one (its approval) get the
-// chunk's fan-out message (or its tracks) as before. A queue that takes only part of
-// submit's messages gets the fan-out message carrying what it took, so
-// the item function sends only the rest. In every case each item runs
-// once and the run ends with every item succeeded.
+// messages (counted in messages: packs of 10 at the limit and one over)
+// has its item (or pack) messages on the queue when Submit returns, no
+// fan-out message, its items counted fanned out; a larger one, one in
+// several chunks, one with max_concurrency and a sampled one (its
+// approval) get the chunk's fan-out message (or its tracks) as before. A
+// queue that takes only part of submit's messages, or refuses one as
+// the sender's fault, gets the fan-out message carrying what it took, so
+// the item function sends only the rest (and records a refused
+// message's items failed with the queue's reason). In every case each
+// item runs once (a refused one never) and the run ends with every item
+// counted.
 func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 	type want struct {
 		units, fans int
 		fanned      int64 // items counted fanned out when Submit returns
 		total       int   // messages the queue took by the run's end; 0: not checked
 	}
+	refuse3 := func(r *rig) ledger.Queue {
+		return &faultQueue{memQueue: r.queue, decide: func(first int64, kind ledger.MessageKind) (bool, bool) {
+			return first == 3 && kind != ledger.KindFanout, false
+		}}
+	}
 	for _, tc := range []struct {
-		name  string
-		n     int
-		here  int
-		stint int // the stingy queue's first stingy call; 0: a plain queue
-		edit  func(*api.SubmitRequest)
-		want  want
+		name   string
+		n      int
+		here   int
+		chunk  int                       // the manifest's chunk; 0: the default 5,000 items
+		queue  func(r *rig) ledger.Queue // submit's queue; nil: the rig's
+		edit   func(*api.SubmitRequest)
+		refuse int64 // the item whose message the queue refuses; -1: none
+		want   want
 	}{
-		{name: "one item a message", n: 20, here: 100, want: want{units: 20, fanned: 20, total: 20}},
-		{name: "packs of 10", n: 45, here: 100, edit: func(r *api.SubmitRequest) { r.ItemsPerMessage = 10 }, want: want{units: 5, fanned: 45, total: 5}},
-		{name: "over the limit", n: 20, here: 19, want: want{fans: 1, total: 21}},
-		{name: "off", n: 20, here: 0, want: want{fans: 1, total: 21}},
-		{name: "max_concurrency", n: 20, here: 100, edit: func(r *api.SubmitRequest) { r.MaxConcurrency = 5 }, want: want{fans: 5}}, // its 5 tracks
-		{name: "sampled", n: 20, here: 100, edit: func(r *api.SubmitRequest) { r.Sample = 5 }, want: want{fans: 1}},
+		{name: "one item a message", n: 20, here: 100, refuse: -1, want: want{units: 20, fanned: 20, total: 20}},
+		{name: "packs of 10", n: 45, here: 100, refuse: -1, edit: func(r *api.SubmitRequest) { r.ItemsPerMessage = 10 }, want: want{units: 5, fanned: 45, total: 5}},
+		{name: "packs of 10 at the limit", n: 200, here: 20, refuse: -1, edit: func(r *api.SubmitRequest) { r.ItemsPerMessage = 10 }, want: want{units: 20, fanned: 200, total: 20}},
+		{name: "packs of 10 over the limit", n: 200, here: 19, refuse: -1, edit: func(r *api.SubmitRequest) { r.ItemsPerMessage = 10 }, want: want{fans: 1, total: 21}},
+		{name: "over the limit", n: 20, here: 19, refuse: -1, want: want{fans: 1, total: 21}},
+		{name: "several chunks", n: 20, here: 100, chunk: 7, refuse: -1, want: want{fans: 3, total: 23}},
+		{name: "off", n: 20, here: 0, refuse: -1, want: want{fans: 1, total: 21}},
+		{name: "max_concurrency", n: 20, here: 100, refuse: -1, edit: func(r *api.SubmitRequest) { r.MaxConcurrency = 5 }, want: want{fans: 5}}, // its 5 tracks
+		{name: "sampled", n: 20, here: 100, refuse: -1, edit: func(r *api.SubmitRequest) { r.Sample = 5 }, want: want{fans: 1}},
 		// The Expander sends in rounds of 500: 20 messages are one Send,
 		// which takes the first only. The item function sends the other
 		// 19, not the first again: 21 messages in all.
-		{name: "a queue taking part", n: 20, here: 100, stint: 1, want: want{units: 1, fans: 1, total: 21}},
+		{name: "a queue taking part", n: 20, here: 100, refuse: -1, queue: func(r *rig) ledger.Queue { return &stingyQueue{memQueue: r.queue, from: 1} },
+			want: want{units: 1, fans: 1, total: 21}},
+		// Item 3's message is refused every time it is sent: submit leaves
+		// it to the item function, which sends it alone (refused again) and
+		// records item 3 failed: 19 + 1 messages taken.
+		{name: "a refused message", n: 20, here: 100, refuse: 3, queue: refuse3, want: want{units: 19, fans: 1, total: 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			r := newRig(t, failOn3)
-			r.sub.ChunkItems, r.sub.FanOutHere = 0, tc.here
-			if tc.stint > 0 {
-				sq := &stingyQueue{memQueue: r.queue, from: tc.stint}
-				r.sub.Queue = sq
+			r.sub.ChunkItems, r.sub.FanOutHere = tc.chunk, tc.here
+			if tc.queue != nil {
+				r.sub.Queue = tc.queue(r)
+				if tc.refuse >= 0 {
+					r.worker.Queue = r.sub.Queue // the queue refuses the message from the item function too
+				}
 			}
 			req := api.SubmitRequest{BatchID: "small", Pipeline: "counted", Source: api.SourceSpec{Items: items(tc.n)}}
 			if tc.edit != nil {
@@ -119,9 +141,13 @@ func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 				return // the sample's path is the fan-out message's (sample_fanout_test.go)
 			}
 			r.drain(t, ctx, 1)
-			for i := range tc.n {
-				if c := r.callsOf(api.PositionalKey(int64(i))); c != 1 {
-					t.Errorf("item %d: %d calls, want 1", i, c)
+			for i := range int64(tc.n) {
+				want := int64(1)
+				if i == tc.refuse {
+					want = 0
+				}
+				if c := r.callsOf(api.PositionalKey(i)); c != want {
+					t.Errorf("item %d: %d calls, want %d", i, c, want)
 				}
 			}
 			if p, err = r.store.Progress(ctx, "small", 1, b.CounterShards); err != nil || p.FannedOut != int64(tc.n) || p.Done != int64(tc.n) {
@@ -129,6 +155,13 @@ func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 			}
 			if tc.want.total > 0 && r.queue.n != tc.want.total {
 				t.Errorf("the queue took %d messages, want %d", r.queue.n, tc.want.total)
+			}
+			if tc.refuse >= 0 {
+				key := api.PositionalKey(tc.refuse)
+				its, err := r.store.ReadItems(ctx, "small", b.ListShards, []string{key})
+				if err != nil || len(its) != 1 || its[0].Outcome != api.OutcomeFailed || !strings.Contains(its[0].Error, "refused") {
+					t.Errorf("item %s: %+v (%v), want it failed with the queue's refusal", key, its, err)
+				}
 			}
 			if r.trigger.n.Load() < 1 {
 				t.Error("the run's last item did not trigger finalize")
