@@ -11,9 +11,12 @@ import (
 
 // DefaultFanOutHere is the stack's Submitter.FanOutHere: 100 item
 // messages, ten SendMessageBatch calls of SQS's 10 entries each ("Amazon
-// SQS message quotas": at most 10 messages a batch), about what one
-// fan-out message's delivery costs the item function before its first
-// item runs (a read of the chunk, then those calls).
+// SQS message quotas": at most 10 messages and 256 KiB a call; large
+// packs take more calls, up to one a message), about what one fan-out
+// message's delivery costs the item function before its first item runs
+// (a read of the chunk, then those calls). Inline sources are small; an
+// S3 source is read, and fanned out, in submit's own background
+// invocation (Submitter.Handoff).
 const DefaultFanOutHere = 100
 
 // errRefusedHere makes fanout.Expander stop at a message the queue

@@ -516,7 +516,11 @@ func newRun(cfg aws.Config, b *bed, sc Scenario, res *Result) (*run, error) {
 		meter: m, store: store, poller: sqs.NewFromConfig(metered), trig: trig}
 	r.sub = &submit.Submitter{Store: store, Blobs: blobs, Queue: items, Trigger: trig, Clock: ledger.SystemClock{}, Log: log,
 		Pipelines: []string{EchoPipeline}, MaxAttempts: config.DefaultMaxAttempts, MaxReceiveCount: config.DefaultMaxReceiveCount,
-		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: source.SourcePolicy{Bucket: b.name}, ChunkItems: ChunkItems}
+		TempDir: os.TempDir(), Retention: config.DefaultRetention, Sources: source.SourcePolicy{Bucket: b.name}, ChunkItems: ChunkItems,
+		// As the stack's: a batch in one chunk of at most 100 messages
+		// gets its item messages from submit (the bench's batches of
+		// 2,000 items are 10 chunks: not one of them).
+		FanOutHere: submit.DefaultFanOutHere, Metrics: metrics}
 	if sc.ChunkItems > 0 {
 		r.sub.ChunkItems = sc.ChunkItems
 	}
