@@ -3,6 +3,7 @@ package submit
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/fanout"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -18,6 +19,29 @@ import (
 // S3 source is read, and fanned out, in submit's own background
 // invocation (Submitter.Handoff).
 const DefaultFanOutHere = 100
+
+// FanOutHereTime bounds submit's own sends (fanOutHere): what is not on
+// the queue by then goes in the chunk's fan-out message, sent after, so
+// that a queue throttling or failing submit's sends does not hold the
+// submit call through two rounds of the queue adapter's retries (8 tries
+// an entry with 12.7 s of waits between them, internal/queue, on top of
+// the SDK's own) against API Gateway's 29 s integration timeout
+// ("Amazon API Gateway quotas"). The count of a chunk sent in time is not
+// bounded by it.
+const FanOutHereTime = 3 * time.Second
+
+// boundedQueue is a queue whose sends end by until (their context's
+// deadline), reporting what is unsent then (ledger.UnsentError).
+type boundedQueue struct {
+	ledger.Queue
+	until time.Time
+}
+
+func (q boundedQueue) Send(ctx context.Context, bodies [][]byte) error {
+	ctx, cancel := context.WithDeadline(ctx, q.until)
+	defer cancel()
+	return q.Queue.Send(ctx, bodies)
+}
 
 // errRefusedHere makes fanout.Expander stop at a message the queue
 // refused as the sender's fault: recording its items failed is the item
@@ -35,10 +59,11 @@ var errRefusedHere = errors.New("a message refused by the queue is left to the i
 //
 // It reports whether the whole chunk is on the queue and counted as
 // fanned out. When not (an error, a message the queue refused, a sample
-// held), m.Sent holds the messages already on the queue and the caller
-// sends m as the chunk's fan-out message, whose delivery sends only the
-// others (fanout.Expander.Expand); a message sent twice runs once (its
-// unit's reservation). What stopped it is logged.
+// held, sends not done within FanOutHereTime), m.Sent holds the messages
+// already on the queue and the caller sends m as the chunk's fan-out
+// message, whose delivery sends only the others
+// (fanout.Expander.Expand); a message sent twice runs once (its unit's
+// reservation). What stopped it is logged.
 func (s *Submitter) fanOutHere(ctx context.Context, b ledger.Batch, m *ledger.Message) bool {
 	// A sampled batch's approval is made from its row's sample when the
 	// row is read (the b of a new batch has none yet): its first run's
@@ -52,7 +77,7 @@ func (s *Submitter) fanOutHere(ctx context.Context, b ledger.Batch, m *ledger.Me
 		return false
 	}
 	log := s.Log.With("batch_id", b.ID, "run", b.Run)
-	e := fanout.Expander{Queue: s.Queue, Blobs: s.Blobs, Store: s.Store, Clock: s.Clock,
+	e := fanout.Expander{Queue: boundedQueue{Queue: s.Queue, until: time.Now().Add(FanOutHereTime)}, Blobs: s.Blobs, Store: s.Store, Clock: s.Clock,
 		Settle: func(context.Context, source.Chunk, int64, []string, string) (int64, error) {
 			return 0, errRefusedHere
 		}}

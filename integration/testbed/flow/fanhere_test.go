@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
@@ -53,6 +54,24 @@ func (q *stingyQueue) Send(ctx context.Context, bodies [][]byte) error {
 	return ue
 }
 
+// slowQueue is a memQueue whose Send, when its context has a deadline
+// within submit.FanOutHereTime (submit's own sends), takes nothing and
+// reports every message unsent at that deadline, as the queue adapter
+// does for sends SQS has not taken when the caller gives up; other sends
+// (the fan-out message, the item function's) it takes.
+type slowQueue struct{ *memQueue }
+
+func (q slowQueue) Send(ctx context.Context, bodies [][]byte) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= submit.FanOutHereTime {
+		ue := &ledger.UnsentError{Err: context.DeadlineExceeded}
+		for i := range bodies {
+			ue.Unsent = append(ue.Unsent, i)
+		}
+		return ue
+	}
+	return q.memQueue.Send(ctx, bodies)
+}
+
 // TestSubmitFansOutASmallBatchItself guards submit's own fan-out
 // (Submitter.FanOutHere): a batch in one chunk of at most that many
 // messages (counted in messages: packs of 10 at the limit and one over)
@@ -60,8 +79,8 @@ func (q *stingyQueue) Send(ctx context.Context, bodies [][]byte) error {
 // fan-out message, its items counted fanned out; a larger one, one in
 // several chunks, one with max_concurrency and a sampled one (its
 // approval) get the chunk's fan-out message (or its tracks) as before. A
-// queue that takes only part of submit's messages, or refuses one as
-// the sender's fault, gets the fan-out message carrying what it took, so
+// queue that takes only part of submit's messages, does not take them
+// within submit.FanOutHereTime, or refuses one as the sender's fault, gets the fan-out message carrying what it took, so
 // the item function sends only the rest (and records a refused
 // message's items failed with the queue's reason). In every case each
 // item runs once (a refused one never) and the run ends with every item
@@ -101,6 +120,10 @@ func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 		// 19, not the first again: 21 messages in all.
 		{name: "a queue taking part", n: 20, here: 100, refuse: -1, queue: func(r *rig) ledger.Queue { return &stingyQueue{memQueue: r.queue, from: 1} },
 			want: want{units: 1, fans: 1, total: 21}},
+		// Submit's sends bounded by FanOutHereTime: none in time, all 20
+		// left to the fan-out message.
+		{name: "a queue past FanOutHereTime", n: 20, here: 100, refuse: -1, queue: func(r *rig) ledger.Queue { return slowQueue{r.queue} },
+			want: want{fans: 1, total: 21}},
 		// Item 3's message is refused every time it is sent: submit leaves
 		// it to the item function, which sends it alone (refused again) and
 		// records item 3 failed: 19 + 1 messages taken.
