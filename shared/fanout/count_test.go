@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/fanrows"
 )
 
 // The live view's fan rows stay small at any size: a batch of up to
@@ -19,13 +20,13 @@ func TestFanRowsStaySmall(t *testing.T) {
 	for _, c := range []struct {
 		chunks, shards, rows int
 	}{{0, 4, 1}, {200, 4, 1}, {201, 4, 2}, {2_000, 4, 10}, {20_000, 4, 100}, {20_000, 40, 10}} {
-		if got := FanRows(c.chunks, c.shards); got != c.rows {
-			t.Errorf("FanRows(%d, %d) = %d, want %d", c.chunks, c.shards, got, c.rows)
+		if got := fanrows.Of(c.chunks, c.shards); got != c.rows {
+			t.Errorf("fanrows.Of(%d, %d) = %d, want %d", c.chunks, c.shards, got, c.rows)
 		}
 	}
 	now := time.Unix(1_800_000_000, 0)
 	for _, n := range []int{200, 20_000} {
-		b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, CounterShards: 4}, Chunks: n, FanRows: FanRows(n, 4)}
+		b := ledger.Batch{Batch: api.Batch{ID: "b", Run: 1, CounterShards: 4}, Chunks: n, FanRows: fanrows.Of(n, 4)}
 		// A batch frozen before fan rows (FanRows 0) counts every chunk
 		// on row 0, as the release that froze it does.
 		old := b
@@ -52,8 +53,8 @@ func TestFanRowsStaySmall(t *testing.T) {
 			most = max(most, k)
 		}
 		t.Logf("%d chunks over 4 partitions: %d fan rows, the fullest holding %d chunks", n, len(rows), most)
-		if n > 200 && most > 2*FanChunksPerRow {
-			t.Errorf("%d chunks: a fan row holds %d chunks, want ≤ %d", n, most, 2*FanChunksPerRow)
+		if n > 200 && most > 2*fanrows.ChunksPerRow {
+			t.Errorf("%d chunks: a fan row holds %d chunks, want ≤ %d", n, most, 2*fanrows.ChunksPerRow)
 		}
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
-	"github.com/bulkrun/bulkrun/shared/ledger/fanrows"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/source"
 )
@@ -195,13 +194,6 @@ func (e *Expander) countFanned(ctx context.Context, log *slog.Logger, b ledger.B
 		}
 	}
 }
-
-// FanChunksPerRow is fanrows.ChunksPerRow.
-const FanChunksPerRow = fanrows.ChunksPerRow
-
-// FanRows is fanrows.Of: how many fan rows each of a batch's counter
-// partitions has.
-func FanRows(chunks, shards int) int { return fanrows.Of(chunks, shards) }
 
 // CountOf is the live view's count of the chunk (or piece) of b at first
 // with items items: in counter partition ledger.Shard(first) — h mod
