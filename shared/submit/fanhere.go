@@ -69,7 +69,7 @@ func (s *Submitter) fanOutHere(ctx context.Context, b ledger.Batch, m *ledger.Me
 	// row is read (the b of a new batch has none yet): its first run's
 	// fan-out is the item function's, which holds the rest of the chunk
 	// (fanout.Expander.Expand, Result.Held).
-	if s.FanOutHere <= 0 || m.Chunk == nil || b.MaxConcurrency > 0 || b.Sample > 0 || b.Approval.Holds() || b.Stop != "" {
+	if s.FanOutHere <= 0 || m.Chunk == nil || b.MaxConcurrency > 0 || b.Sample > 0 || b.Stop != "" {
 		return false
 	}
 	pack := int64(b.Pack())
