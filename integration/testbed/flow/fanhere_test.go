@@ -55,11 +55,16 @@ func (q slowQueue) Send(ctx context.Context, bodies [][]byte) error {
 // several chunks, one with max_concurrency and a sampled one (its
 // approval) get the chunk's fan-out message (or its tracks) as before. A
 // queue that takes only part of submit's messages, does not take them
-// within submit.FanOutHereTime, or refuses one as the sender's fault, gets the fan-out message carrying what it took, so
+// within submit.FanOutHereTime, or refuses one as the sender's fault
+// (with others unsent in the same Send too), gets the fan-out message
+// carrying what it took, so
 // the item function sends only the rest (and records a refused
-// message's items failed with the queue's reason). In every case each
-// item runs once (a refused one never) and the run ends with every item
-// counted.
+// message's items failed with the queue's reason). In every case but
+// the sampled one (its approval holds the rest: sample_fanout_test.go)
+// each item runs once (a refused one never) and the run ends with every
+// item counted; the messages the queue took are counted where their
+// number is fixed (not on max_concurrency's tracks, which send again as
+// they go).
 func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 	type want struct {
 		units, fans int
@@ -78,6 +83,16 @@ func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 	refuse3 := func(r *rig) ledger.Queue {
 		return &faultQueue{memQueue: r.queue, decide: func(first int64, kind ledger.MessageKind) (bool, bool) {
 			return first == 3 && kind != ledger.KindFanout, false
+		}}
+	}
+	// refuse3Unsent refuses item 3's message every time, and its first
+	// Send leaves items 10–19 unsent beside (SQS's failed entries): the
+	// refusal's record fails in submit (errRefusedHere), so the fan-out
+	// message must carry what was refused and what was unsent as not sent.
+	refuse3Unsent := func(r *rig) ledger.Queue {
+		sends := 0
+		return &faultQueue{memQueue: r.queue, onSend: func([]int64) { sends++ }, decide: func(first int64, kind ledger.MessageKind) (bool, bool) {
+			return first == 3 && kind != ledger.KindFanout, sends == 1 && first >= 10
 		}}
 	}
 	for _, tc := range []struct {
@@ -111,6 +126,10 @@ func TestSubmitFansOutASmallBatchItself(t *testing.T) {
 		// it to the item function, which sends it alone (refused again) and
 		// records item 3 failed: 19 + 1 messages taken.
 		{name: "a refused message", n: 20, here: 100, refuse: 3, queue: refuse3, want: want{units: 19, fans: 1, total: 20}},
+		// Item 3 refused and items 10–19 unsent in submit's one Send: the
+		// fan-out message sends 3 (refused again) and 10–19, not 0–9 again:
+		// 9 + 1 + 10 messages taken, items 10–19 run once each.
+		{name: "a refused message and others unsent", n: 20, here: 100, refuse: 3, queue: refuse3Unsent, want: want{units: 9, fans: 1, total: 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
