@@ -26,9 +26,10 @@ import (
 // own small object). The next call (the tick, a trigger, a retry) goes on
 // from the newest checkpoint. Checkpoints are numbered and written with
 // If-None-Match (Blobs.PutIfAbsent), so of two calls going on from the same
-// checkpoint one wins and the other's chunk counts for nothing; both
-// write the same bytes into the same parts (rows are terminal and do not
-// change within a run, so the results stream is the same). A call killed
+// checkpoint one wins and the other's chunk counts for nothing. The
+// parts of a checkpoint's uploads are written by one call at a time:
+// each claims its chunk first (claim.go), since two calls reading rows
+// eventually consistently may not write the same bytes. A call killed
 // anywhere leaves the newest checkpoint as it was. The last chunk writes
 // each tail as its upload's last part and a checkpoint marked done;
 // completing the uploads and the report is idempotent from there. A pack
@@ -365,6 +366,13 @@ func (f *Finalizer) scanChunk(ctx context.Context, b ledger.Batch, cp *checkpoin
 			stopAt = end
 		}
 	}
+	// Only one call writes from a checkpoint (claim.go); its parts in
+	// flight end before the claim is released (cw.drop, or their waits).
+	release, cerr := f.claimChunk(ctx, b.ID, b.Run, cp.Seq+1, claimUntil(ctx, stopAt.Add(f.chunkMargin())))
+	if cerr != nil {
+		return false, cerr
+	}
+	defer release()
 	if err := f.markActive(ctx, b.ID, b.Run, stopAt.Add(f.chunkMargin())); err != nil {
 		return false, err
 	}

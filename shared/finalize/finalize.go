@@ -160,7 +160,9 @@ type FinalizeResult struct {
 }
 
 // Finalize finishes run of batch id. It returns ErrNotFinished (wrapped)
-// when an item is still pending or in flight, ErrNotFound for an unknown
+// when an item is still pending or in flight, or another call is writing
+// the chunk it would write (claim.go; call again later, as Trigger and
+// the tick do), ErrNotFound for an unknown
 // batch, and the stored report (Wrote false) when the run was finalized
 // already. Steps: census and results in one pass over the rows in key
 // order (a pack batch's rows, read in manifest order, through an external

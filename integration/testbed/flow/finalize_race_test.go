@@ -2,11 +2,14 @@ package flow
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkrun/bulkrun/integration/testbed/memblobs"
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/finalize"
 )
 
 // raceBlobs runs `first` (another finalize call) to its end at this
@@ -32,12 +35,17 @@ func (r *raceBlobs) PutIfAbsent(ctx context.Context, key, contentType string, bo
 // finalize call whose checkpoint write loses to a call that then finished
 // the run and deleted the checkpoints: it answers with the report, not
 // "continued" with an empty one (which four concurrent calls met now and
-// then).
+// then). The losing call held the chunk's claim past its end (a call
+// slowed past its deadline's grace), so the other took it over.
 func TestFinalizeLosingCallAfterTheRunFinished(t *testing.T) {
 	r := ranRun(t, 60, 1)
 	losing := *r.fin
 	blobs := &raceBlobs{Blobs: r.blobs}
 	blobs.first = func() {
+		expired, _ := json.Marshal(map[string]time.Time{"until": time.Now().Add(-time.Second)})
+		if err := r.blobs.Put(context.Background(), finalize.FinalizePrefix("b", 1)+"000001.claim.1", "application/json", expired); err != nil {
+			t.Fatal(err)
+		}
 		if res, err := r.fin.Finalize(context.Background(), "b", 1); err != nil || !res.Wrote {
 			t.Errorf("the first call: %+v %v", res, err)
 		}
